@@ -1,0 +1,54 @@
+/**
+ * Byte layouts of the checkpoint API's argument structs (cuda.h 13.0), written into plain
+ * `Uint8Array`s so that every runtime's FFI can pass them as pointers.
+ *
+ * @module
+ */
+
+import type { GpuPair, LockArgs } from "./driver.ts";
+
+/** Size in bytes of every checkpoint args struct (lock, checkpoint, restore, unlock). */
+export const ARGS_STRUCT_SIZE = 64;
+/** Size in bytes of one `CUcheckpointGpuPair`: two 16-byte `CUuuid`s. */
+export const GPU_PAIR_SIZE = 32;
+
+/** Encodes `CUcheckpointLockArgs`: `u32 timeoutMs` at 0, then 60 reserved bytes (zero unless given). */
+export function encodeLockArgs(args: LockArgs): Uint8Array {
+  const buf = new Uint8Array(ARGS_STRUCT_SIZE);
+  new DataView(buf.buffer).setUint32(0, args.timeoutMs, true);
+  if (args.reserved) {
+    if (args.reserved.length > ARGS_STRUCT_SIZE - 4) {
+      throw new RangeError(
+        `LockArgs.reserved holds bytes 4 to 63 (60 bytes), got ${args.reserved.length}`,
+      );
+    }
+    buf.set(args.reserved, 4);
+  }
+  return buf;
+}
+
+/** Encodes an array of `CUcheckpointGpuPair`: `oldUuid` at 0 and `newUuid` at 16 of each 32 bytes. */
+export function encodeGpuPairs(pairs: readonly GpuPair[]): Uint8Array {
+  // At least one pair's room, so that an empty list still has a valid pointer (count 0).
+  const buf = new Uint8Array(Math.max(1, pairs.length) * GPU_PAIR_SIZE);
+  pairs.forEach((pair, i) => {
+    if (pair.oldUuid.length !== 16 || pair.newUuid.length !== 16) {
+      throw new RangeError(`GPU pair ${i}: each CUuuid must have 16 bytes`);
+    }
+    buf.set(pair.oldUuid, i * GPU_PAIR_SIZE);
+    buf.set(pair.newUuid, i * GPU_PAIR_SIZE + 16);
+  });
+  return buf;
+}
+
+/**
+ * Encodes `CUcheckpointRestoreArgs`: the pairs pointer at 0 (u64), `u32 gpuPairsCount` at 8,
+ * the rest reserved and zero. `pairsPointer` is the address of {@link encodeGpuPairs}' buffer.
+ */
+export function encodeRestoreArgs(pairsPointer: bigint, count: number): Uint8Array {
+  const buf = new Uint8Array(ARGS_STRUCT_SIZE);
+  const view = new DataView(buf.buffer);
+  view.setBigUint64(0, pairsPointer, true);
+  view.setUint32(8, count, true);
+  return buf;
+}

@@ -1,0 +1,59 @@
+/**
+ * `@ckpt/cuda`: checkpoint and restore the GPU state of running CUDA processes from TypeScript,
+ * on Deno and Bun, through the CUDA driver's checkpoint API (NVIDIA driver 570 or later).
+ *
+ * A process is locked (its CUDA calls block and submitted work finishes), checkpointed (its GPU
+ * memory is copied into host memory and the GPU is released), restored (onto the same or other
+ * GPUs, at the same addresses) and unlocked.
+ *
+ * @example
+ * ```ts
+ * import { CudaProcess } from "@ckpt/cuda";
+ *
+ * const proc = new CudaProcess(12345);          // the native driver, opened on first use
+ * await proc.suspend({ timeoutMs: 10_000 });     // lock + checkpoint; unlocks again on failure
+ * // the GPU is free now; CRIU may dump the process
+ * await proc.resume();                           // restore + unlock
+ * ```
+ *
+ * Without a GPU, pass a simulated driver from `@ckpt/cuda/mock` as `{ driver }`.
+ *
+ * @module
+ */
+
+export {
+  CudaProcess,
+  type CudaProcessOptions,
+  type DriverSource,
+  getDefaultDriver,
+  type LockOptions,
+  ProcessStates,
+  type RestoreOptions,
+  setDefaultDriver,
+  type ToggleOptions,
+} from "./core/process.ts";
+export {
+  CheckpointUnsupportedError,
+  CudaError,
+  type CudaErrorInit,
+  DriverLoadError,
+  type Operation,
+} from "./core/errors.ts";
+export type {
+  CheckpointDriver,
+  DriverResult,
+  GpuPair,
+  LockArgs,
+  RestoreArgs,
+} from "./core/driver.ts";
+export * from "./core/codes.ts";
+export { describeValue, formatGpuUuid, parseGpuUuid } from "./core/uuid.ts";
+export {
+  checkGpuMapping,
+  checkPid,
+  checkTimeoutMs,
+  DEFAULT_LOCK_TIMEOUT_MS,
+  type GpuMapping,
+  MAX_PID,
+  MAX_TIMEOUT_MS,
+} from "./core/validate.ts";

@@ -1,0 +1,169 @@
+/**
+ * Runs the conformance scenarios against any driver, given an environment that can start target
+ * processes for it: the simulator (unit tests) or real CUDA processes (tests/gpu/).
+ */
+
+import { CUDA_SUCCESS, type ProcessState, resultName, stateName } from "../../core/codes.ts";
+import type { CheckpointDriver, GpuPair } from "../../core/driver.ts";
+import { parseGpuUuid } from "../../core/uuid.ts";
+import type { Call, Scenario } from "./scenarios.ts";
+
+/** A target process started for one scenario. */
+export interface Target {
+  /** Its pid. */
+  readonly pid: number;
+  /** The id of one of its threads other than the main one. */
+  readonly threadId: number;
+  /** All its thread ids now. */
+  threadIds(): Promise<number[]>;
+  /** Launches a kernel of `ms` and resolves once it is launched (not finished). */
+  launchKernel(ms: number): Promise<void>;
+  /** Ends the process. */
+  exit(): Promise<void>;
+}
+
+/** What the runner needs from a machine, simulated or real. */
+export interface ConformanceEnv {
+  /** For reports: "simulated", "native (Deno)", … */
+  readonly name: string;
+  /** The driver under test. */
+  readonly driver: CheckpointDriver;
+  /** Starts a target: a CUDA process with `memoryMiB` of GPU memory, or one that never used CUDA. */
+  spawn(options: { cuda: boolean; memoryMiB: number }): Promise<Target>;
+  /** A pid that no process has. */
+  missingPid(): Promise<number>;
+  /** The UUIDs of every GPU the driver sees. */
+  gpuUuids(): Promise<string[]>;
+  /** Takes all but `leaveMiB` of every GPU's free memory; resolves to a function that gives it back. */
+  fillGpu(leaveMiB: number): Promise<() => Promise<void>>;
+  /** Waits `ms` on the environment's clock. */
+  sleep(ms: number): Promise<void>;
+  /** The environment's clock, in ms. */
+  now(): number;
+}
+
+/** What one scenario did on one driver. */
+export interface Outcome {
+  /** The scenario's name. */
+  scenario: string;
+  /** Where the expectation comes from. */
+  source: Scenario["source"];
+  /** The CUresult the call gave. */
+  code: number;
+  /** Its name. */
+  codeName: string;
+  /** The state after the call (`null`: no CUDA process there). */
+  state: ProcessState | null;
+  /** How long the call took, in ms. */
+  ms: number;
+  /** What was expected and is not so; empty when the driver did what the table says. */
+  problems: string[];
+}
+
+const UNKNOWN_UUID = "GPU-0badc0de-0000-4000-8000-00000000dead";
+
+/** Runs one scenario and reports what happened. Never throws for a driver's answer. */
+export async function runScenario(env: ConformanceEnv, s: Scenario): Promise<Outcome> {
+  const d = env.driver;
+  const problems: string[] = [];
+  const target = s.target === "none"
+    ? undefined
+    : await env.spawn({ cuda: s.target === "cuda", memoryMiB: s.memoryMiB ?? 16 });
+  let release: (() => Promise<void>) | undefined;
+  try {
+    const id = s.id === "thread"
+      ? target!.threadId
+      : s.id === "missing"
+      ? await env.missingPid()
+      : s.id === "zero"
+      ? 0
+      : s.id === "negative"
+      ? -1
+      : target!.pid;
+    for (const step of s.setup ?? []) {
+      const { code } = await call(env, d, target!.pid, step);
+      if (code !== CUDA_SUCCESS) problems.push(`setup ${step.op} gave ${resultName(code)}`);
+    }
+    if (s.fillGpuLeavingMiB !== undefined) release = await env.fillGpu(s.fillGpuLeavingMiB);
+    if (s.kernelMs !== undefined) await target!.launchKernel(s.kernelMs);
+    const start = env.now();
+    const pending = call(env, d, id, s.call);
+    if (s.exitAfterMs !== undefined) {
+      await Promise.race([pending, env.sleep(s.exitAfterMs)]);
+      await target!.exit();
+    }
+    const { code, value } = await pending;
+    const ms = env.now() - start;
+    const stateOf = target?.pid ?? id;
+    const st = await d.getState(stateOf);
+    const state = st.code === CUDA_SUCCESS ? stateName(st.value) ?? null : null;
+    if (code !== s.expect.code) {
+      problems.push(`code ${resultName(code)}, expected ${resultName(s.expect.code)}`);
+    }
+    if (state !== s.expect.state) {
+      problems.push(`state ${state ?? "(none)"} after, expected ${s.expect.state ?? "(none)"}`);
+    }
+    if (s.expect.value === "thread-of-target" && code === CUDA_SUCCESS) {
+      const threads = await target!.threadIds();
+      if (!threads.includes(value)) {
+        problems.push(`value ${value} is not a thread of process ${target!.pid} (${threads})`);
+      }
+    }
+    if (s.expect.ms && (ms < s.expect.ms.min || ms > s.expect.ms.max)) {
+      problems.push(`took ${ms.toFixed(1)} ms, expected ${s.expect.ms.min}-${s.expect.ms.max} ms`);
+    }
+    return {
+      scenario: s.name,
+      source: s.source,
+      code,
+      codeName: resultName(code),
+      state,
+      ms,
+      problems,
+    };
+  } finally {
+    await release?.();
+    await target?.exit();
+  }
+}
+
+async function call(
+  env: ConformanceEnv,
+  d: CheckpointDriver,
+  pid: number,
+  c: Call,
+): Promise<{ code: number; value: number }> {
+  switch (c.op) {
+    case "getState":
+      return await d.getState(pid);
+    case "getRestoreThreadId":
+      return await d.getRestoreThreadId(pid);
+    case "lock": {
+      let reserved: Uint8Array | undefined;
+      if (c.reservedByte !== undefined) {
+        reserved = new Uint8Array(60);
+        reserved[0] = c.reservedByte;
+      }
+      const args = c.nullArgs ? null : { timeoutMs: c.timeoutMs ?? 0, reserved };
+      return { code: await d.lock(pid, args), value: 0 };
+    }
+    case "checkpoint":
+      return { code: await d.checkpoint(pid), value: 0 };
+    case "unlock":
+      return { code: await d.unlock(pid), value: 0 };
+    case "restore": {
+      const kind = c.pairs ?? "none";
+      if (kind === "none") return { code: await d.restore(pid, null), value: 0 };
+      const uuids = (await env.gpuUuids()).map((u) => parseGpuUuid(u));
+      let pairs: GpuPair[] = uuids.map((u) => ({ oldUuid: u, newUuid: u }));
+      if (kind === "empty") pairs = [];
+      if (kind === "unknown-old") {
+        pairs.push({ oldUuid: parseGpuUuid(UNKNOWN_UUID), newUuid: uuids[0] });
+      }
+      if (kind === "unknown-new") {
+        pairs[0] = { oldUuid: uuids[0], newUuid: parseGpuUuid(UNKNOWN_UUID) };
+      }
+      return { code: await d.restore(pid, { gpuPairs: pairs }), value: 0 };
+    }
+  }
+}

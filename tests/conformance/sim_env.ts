@@ -1,0 +1,45 @@
+/** The conformance environment for the simulated driver. */
+
+import { SimulatedDriver, type SimulatedDriverOptions } from "../../mock/mod.ts";
+import type { ConformanceEnv, Target } from "./runner.ts";
+
+/** A fresh simulated machine as a conformance environment. */
+export function simulatedEnv(options: SimulatedDriverOptions = {}): ConformanceEnv & {
+  sim: SimulatedDriver;
+} {
+  const sim = new SimulatedDriver(options);
+  return {
+    name: "simulated",
+    driver: sim,
+    sim,
+    spawn({ cuda, memoryMiB }): Promise<Target> {
+      const p = sim.spawn({ cuda, memoryMiB });
+      return Promise.resolve({
+        pid: p.pid,
+        threadId: p.threads[p.threads.length - 1],
+        threadIds: () => Promise.resolve([...p.threads]),
+        launchKernel(ms: number) {
+          p.launch(ms).catch(() => {}); // the kernel dies with the process
+          return Promise.resolve();
+        },
+        exit() {
+          p.exit();
+          return Promise.resolve();
+        },
+      });
+    },
+    missingPid: () => Promise.resolve(999_999),
+    gpuUuids: () => Promise.resolve(sim.gpus.map((g) => g.uuid)),
+    fillGpu(leaveMiB: number) {
+      const fillers = sim.gpus
+        .filter((g) => g.freeMiB > leaveMiB)
+        .map((g) => sim.spawn({ gpu: g.index, memoryMiB: g.freeMiB - leaveMiB }));
+      return Promise.resolve(() => {
+        for (const f of fillers) f.exit();
+        return Promise.resolve();
+      });
+    },
+    sleep: (ms: number) => sim.sleep(ms),
+    now: () => sim.now(),
+  };
+}

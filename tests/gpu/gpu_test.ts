@@ -1,0 +1,58 @@
+// The native driver on a real GPU. Where libcuda cannot be opened (CI, laptops) every test here
+// is skipped with a loud message; tests/gpu/run.sh runs this file, and the full conformance run,
+// on the GPU machine.
+import { describe, test } from "node:test";
+import assert from "node:assert/strict";
+import process from "node:process";
+import {
+  CUDA_ERROR_ILLEGAL_STATE,
+  CUDA_ERROR_NOT_INITIALIZED,
+  CUDA_ERROR_OPERATING_SYSTEM,
+  CudaError,
+  CudaProcess,
+} from "../../mod.ts";
+import { nativeDriverAvailable, openNativeDriver } from "../../ffi/mod.ts";
+
+const available = await nativeDriverAvailable();
+const skip = available ? false : "no NVIDIA driver (libcuda) here: GPU tests skipped";
+if (!available) {
+  console.warn(
+    "\n!!! SKIPPING GPU TESTS: libcuda could not be opened on this machine. They run on the GPU " +
+      "machine through tests/gpu/run.sh. !!!\n",
+  );
+}
+
+describe("native driver on a real GPU", () => {
+  test("has the checkpoint API and a 12.8+ driver", { skip }, async () => {
+    const d = await openNativeDriver();
+    const v = await d.driverVersion();
+    assert.equal(v.code, 0);
+    assert.ok(v.value >= 12080, `cuDriverGetVersion ${v.value}`);
+    assert.equal(d.checkpointSupported, true);
+    assert.equal(d.errorName(CUDA_ERROR_ILLEGAL_STATE), "CUDA_ERROR_ILLEGAL_STATE");
+  });
+
+  test(
+    "a pid that does not exist gives CUDA_ERROR_OPERATING_SYSTEM with a clear message",
+    { skip },
+    async () => {
+      await assert.rejects(new CudaProcess(3_999_999).state(), (err: unknown) => {
+        assert.ok(err instanceof CudaError);
+        assert.equal(err.code, CUDA_ERROR_OPERATING_SYSTEM);
+        assert.match(
+          err.message,
+          /^getState of process 3999999 failed: CUDA_ERROR_OPERATING_SYSTEM/,
+        );
+        return true;
+      });
+    },
+  );
+
+  test("this test process has not initialised CUDA: NOT_INITIALIZED", { skip }, async () => {
+    await assert.rejects(new CudaProcess(process.pid).state(), (err: unknown) => {
+      assert.ok(err instanceof CudaError);
+      assert.equal(err.code, CUDA_ERROR_NOT_INITIALIZED);
+      return true;
+    });
+  });
+});
