@@ -86,7 +86,7 @@ export class CudaError extends Error {
       : `${init.operation} of process ${init.pid}`;
     let message = `${subject} failed: ${codeName} (${init.code}): ${description}`;
     if (init.state !== undefined) message += ` (the process is ${init.state})`;
-    if (init.detail) message += `. ${init.detail}`;
+    if (init.detail) message += `. ${capitalize(init.detail)}`;
     super(message, init.cause === undefined ? undefined : { cause: init.cause });
     this.name = "CudaError";
     this.code = init.code;
@@ -176,4 +176,9 @@ export function errorFor(
     state: code === CUDA_ERROR_ILLEGAL_STATE ? ctx.state : undefined,
     detail,
   });
+}
+
+/** The sentence with its first letter in upper case. */
+export function capitalize(sentence: string): string {
+  return sentence.charAt(0).toUpperCase() + sentence.slice(1);
 }

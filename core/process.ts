@@ -19,6 +19,7 @@ import {
 import type { CheckpointDriver, LockArgs, RestoreArgs } from "./driver.ts";
 import {
   type CallContext,
+  capitalize,
   CheckpointUnsupportedError,
   CudaError,
   errorFor,
@@ -377,7 +378,7 @@ function restate(err: CudaError, detail: string): CudaError {
     operation: err.operation,
     pid: err.pid,
     state: err.state,
-    detail: err.detail ? `${err.detail}. ${detail}` : detail,
+    detail: err.detail ? `${err.detail}. ${capitalize(detail)}` : detail,
     cause: err,
   });
 }

@@ -295,7 +295,7 @@ export class BunNativeDriver implements NativeDriver {
   /**
    * `cuCheckpointProcessRestore` in a worker; `null` passes NULL args. GPU pairs need driver 13.0
    * (580); before it the args struct is all reserved, so an empty list is passed as NULL there. The
-   * worker calls `cuInit(0)` before its first restore.
+   * worker calls `cuInit(0)` before its first lock or restore.
    */
   restore(pid: number, args: RestoreArgs | null): Promise<number> {
     return this.#inWorker("restore", pid, "cuCheckpointProcessRestore", () => {

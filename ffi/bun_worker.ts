@@ -44,12 +44,15 @@ function fn(ffi: BunFfi, path: string, name: CudaSymbolName): (...args: unknown[
 
 function call(ffi: BunFfi, req: WorkerRequest): number {
   const symbol = fn(ffi, req.path, req.symbol);
-  if (req.symbol !== "cuCheckpointProcessRestore") return symbol(req.pid, req.args);
-  if (!initialized) {
-    // cuInit is per process and idempotent; each worker makes sure of it once, as NVIDIA's header
-    // asks of the process that restores. A failure is left for restore itself to report.
+  const isRestore = req.symbol === "cuCheckpointProcessRestore";
+  if (!initialized && (isRestore || req.symbol === "cuCheckpointProcessLock")) {
+    // cuInit is per process and idempotent; NVIDIA's header asks it of the process that restores.
+    // It is made before the first lock too: a process that checkpoints itself cannot make it
+    // while its own CUDA is locked or checkpointed (the call would block until it is unlocked).
+    // A failure is left for the checkpoint call itself to report.
     initialized = fn(ffi, req.path, "cuInit")(0) === 0;
   }
+  if (!isRestore) return symbol(req.pid, req.args);
   if (req.pairs === null) return symbol(req.pid, null);
   const pairs = pinnedCopy(req.pairs);
   const args = encodeRestoreArgs(BigInt(ffi.ptr(pairs)), req.pairCount);

@@ -179,7 +179,12 @@ export class DenoNativeDriver implements NativeDriver {
   async lock(pid: number, args: LockArgs | null): Promise<number> {
     const fn = this.#checkpointSymbol("lock", pid, "cuCheckpointProcessLock");
     const buf = args === null ? null : encodeLockArgs(args);
-    return await this.#track(buf ? [buf] : [], () => fn(pid, buf));
+    // cuInit before the first lock as well as before restore: a process that checkpoints itself
+    // could not make that call later, while its own CUDA is locked (it would block).
+    return await this.#track(buf ? [buf] : [], async () => {
+      await this.#initOnce();
+      return await fn(pid, buf);
+    });
   }
 
   /** `cuCheckpointProcessCheckpoint` with NULL args. */
@@ -191,7 +196,8 @@ export class DenoNativeDriver implements NativeDriver {
   /**
    * `cuCheckpointProcessRestore`; `null` passes NULL args. GPU pairs need driver 13.0 (580);
    * before it the args struct is all reserved, so an empty pairs list is passed as NULL there.
-   * `cuInit(0)` is called once before the first restore, as NVIDIA's header asks of the caller.
+   * `cuInit(0)` is called once before the first lock or restore, as NVIDIA's header asks of the
+   * process that restores.
    */
   async restore(pid: number, args: RestoreArgs | null): Promise<number> {
     const fn = this.#checkpointSymbol("restore", pid, "cuCheckpointProcessRestore");

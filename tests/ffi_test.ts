@@ -625,7 +625,7 @@ describe(`native driver (${runtime}) against a fake libcuda`, { skip: noCompiler
           assert.equal(error.driverVersion, 12040);
           assert.match(
             error.message,
-            /this driver \(version 12\.4, from cuDriverGetVersion 12040\) has no CUDA checkpoint support; NVIDIA driver 570 or later is needed/,
+            /This driver \(version 12\.4, from cuDriverGetVersion 12040\) has no CUDA checkpoint support; NVIDIA driver 570 or later is needed/,
           );
           return true;
         });

@@ -191,7 +191,7 @@ describe("errors name the operation, pid, code, description and state", () => {
     await proc.suspend();
     await assert.rejects(
       proc.resume({ gpuMapping: { [sim.gpus[0].uuid]: sim.gpus[1].uuid } }),
-      /restoring onto other GPUs needs driver 580 \(CUDA 13\.0\) or later; this driver is 12\.8/,
+      /Restoring onto other GPUs needs driver 580 \(CUDA 13\.0\) or later; this driver is 12\.8/,
     );
     await proc.resume();
     assert.equal(t.state, "running");
@@ -241,7 +241,7 @@ describe("rollback", () => {
     await rejectsWith(
       proc.suspend(),
       CUDA_ERROR_OUT_OF_MEMORY,
-      /^checkpoint of process \d+ failed: CUDA_ERROR_OUT_OF_MEMORY \(2\): out of memory\. suspend unlocked the process again: it was left running$/,
+      /^checkpoint of process \d+ failed: CUDA_ERROR_OUT_OF_MEMORY \(2\): out of memory\. Suspend unlocked the process again: it was left running$/,
     );
     assert.equal(await proc.state(), "running");
     await proc.suspend();
@@ -254,7 +254,7 @@ describe("rollback", () => {
     await rejectsWith(
       proc.suspend(),
       999,
-      /CUDA_ERROR_UNKNOWN \(999\): unknown error\. suspend could not unlock it again \(unlock of process \d+ failed: CUDA_ERROR_ILLEGAL_STATE .*\); the process is failed$/,
+      /CUDA_ERROR_UNKNOWN \(999\): unknown error\. Suspend could not unlock it again \(unlock of process \d+ failed: CUDA_ERROR_ILLEGAL_STATE .*\); the process is failed$/,
     );
     assert.equal(await proc.state(), "failed");
   });
@@ -279,7 +279,7 @@ describe("rollback", () => {
     await rejectsWith(
       proc.resume(),
       CUDA_ERROR_OUT_OF_MEMORY,
-      /^restore of process \d+ failed: CUDA_ERROR_OUT_OF_MEMORY \(2\): out of memory\. resume left the process checkpointed, its GPU memory still held in host memory; resume can be tried again$/,
+      /^restore of process \d+ failed: CUDA_ERROR_OUT_OF_MEMORY \(2\): out of memory\. Resume left the process checkpointed, its GPU memory still held in host memory; resume can be tried again$/,
     );
     assert.equal(await proc.state(), "checkpointed");
     hog.exit();
@@ -294,7 +294,7 @@ describe("rollback", () => {
     await rejectsWith(
       proc.resume(),
       CUDA_ERROR_INVALID_VALUE,
-      /resume restored the process but could not unlock it: it is locked; call unlock\(\) to let it run/,
+      /Resume restored the process but could not unlock it: it is locked; call unlock\(\) to let it run/,
     );
     assert.equal(await proc.state(), "locked");
     await proc.unlock();
@@ -318,7 +318,7 @@ describe("toggle, like cuda-checkpoint --toggle", () => {
     await rejectsWith(
       proc.toggle(),
       CUDA_ERROR_ILLEGAL_STATE,
-      /^toggle of process \d+ failed: .*\(the process is locked\)\. toggle goes between running and checkpointed/,
+      /^toggle of process \d+ failed: .*\(the process is locked\)\. Toggle goes between running and checkpointed/,
     );
     assert.equal(sim.calls.filter((c) => c.op !== "getState").length, before);
   });
@@ -370,7 +370,7 @@ describe("migration between GPUs", () => {
     await rejectsWith(
       proc.resume({ gpuMapping: { [sim.gpus[0].uuid]: sim.gpus[1].uuid } }),
       CUDA_ERROR_INVALID_VALUE,
-      /resume left the process checkpointed/,
+      /Resume left the process checkpointed/,
     );
     await proc.resume({
       gpuMapping: { [sim.gpus[0].uuid]: sim.gpus[1].uuid, [sim.gpus[1].uuid]: sim.gpus[0].uuid },
