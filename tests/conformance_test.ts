@@ -9,8 +9,9 @@ import { simulatedEnv } from "./conformance/sim_env.ts";
 describe("the simulated driver reproduces the state table", () => {
   for (const s of SCENARIOS) {
     test(s.name, async () => {
-      const env = simulatedEnv();
+      const env = simulatedEnv({ gpus: s.minGpus ?? 1 });
       const out = await runScenario(env, s);
+      assert.equal(out.skipped, undefined);
       assert.deepEqual(out.problems, [], `${s.name}: ${out.problems.join("; ")}`);
       assert.equal(out.code, s.expect.code);
       assert.equal(out.state, s.expect.state);
@@ -19,6 +20,26 @@ describe("the simulated driver reproduces the state table", () => {
       assert.ok(env.sim.gpus.every((g) => g.usedMiB === 0), "GPU memory given back");
     });
   }
+
+  test("a scenario that needs more GPUs than there are is skipped, not failed", async () => {
+    const s = SCENARIOS.find((s) => s.minGpus === 2)!;
+    const out = await runScenario(simulatedEnv({ gpus: 1 }), s);
+    assert.equal(out.skipped, "needs 2 GPUs, this machine has 1");
+  });
+
+  test("the runner notices GPU memory that changed", async () => {
+    const env = simulatedEnv({ gpus: 2 });
+    const s = SCENARIOS.find((s) => s.expect.memoryIntact && s.minGpus === 2)!;
+    const spawn = env.spawn;
+    env.spawn = async (o) => {
+      const t = await spawn(o);
+      let calls = 0;
+      return { ...t, memoryHash: async () => `${await t.memoryHash()}${calls++}` };
+    };
+    const out = await runScenario(env, s);
+    assert.equal(out.problems.length, 1);
+    assert.match(out.problems[0], /^GPU memory hash .* after, .* before$/);
+  });
 
   test("scenario names are unique", () => {
     assert.equal(new Set(SCENARIOS.map((s) => s.name)).size, SCENARIOS.length);

@@ -18,6 +18,8 @@ export interface Target {
   threadIds(): Promise<number[]>;
   /** Launches a kernel of `ms` and resolves once it is launched (not finished). */
   launchKernel(ms: number): Promise<void>;
+  /** A hash of its GPU memory (a CUDA call in the target: it blocks while not running). */
+  memoryHash(): Promise<string>;
   /** Ends the process. */
   exit(): Promise<void>;
 }
@@ -58,6 +60,8 @@ export interface Outcome {
   ms: number;
   /** What was expected and is not so; empty when the driver did what the table says. */
   problems: string[];
+  /** Why the scenario was not run here (too few GPUs), if it was not. */
+  skipped?: string;
 }
 
 const UNKNOWN_UUID = "GPU-0badc0de-0000-4000-8000-00000000dead";
@@ -66,6 +70,22 @@ const UNKNOWN_UUID = "GPU-0badc0de-0000-4000-8000-00000000dead";
 export async function runScenario(env: ConformanceEnv, s: Scenario): Promise<Outcome> {
   const d = env.driver;
   const problems: string[] = [];
+  if (s.minGpus !== undefined) {
+    const have = (await env.gpuUuids()).length;
+    if (have < s.minGpus) {
+      const skipped = `needs ${s.minGpus} GPUs, this machine has ${have}`;
+      return {
+        scenario: s.name,
+        source: s.source,
+        code: -1,
+        codeName: "-",
+        state: null,
+        ms: 0,
+        problems,
+        skipped,
+      };
+    }
+  }
   const target = s.target === "none"
     ? undefined
     : await env.spawn({ cuda: s.target === "cuda", memoryMiB: s.memoryMiB ?? 16 });
@@ -80,6 +100,7 @@ export async function runScenario(env: ConformanceEnv, s: Scenario): Promise<Out
       : s.id === "negative"
       ? -1
       : target!.pid;
+    const hashBefore = s.expect.memoryIntact ? await target!.memoryHash() : undefined;
     for (const step of s.setup ?? []) {
       const { code } = await call(env, d, target!.pid, step);
       if (code !== CUDA_SUCCESS) problems.push(`setup ${step.op} gave ${resultName(code)}`);
@@ -107,6 +128,13 @@ export async function runScenario(env: ConformanceEnv, s: Scenario): Promise<Out
       const threads = await target!.threadIds();
       if (!threads.includes(value)) {
         problems.push(`value ${value} is not a thread of process ${target!.pid} (${threads})`);
+      }
+    }
+    if (hashBefore !== undefined && state === "locked") {
+      const unlocked = await d.unlock(target!.pid);
+      const hashAfter = unlocked === CUDA_SUCCESS ? await target!.memoryHash() : "(not unlocked)";
+      if (hashAfter !== hashBefore) {
+        problems.push(`GPU memory hash ${hashAfter} after, ${hashBefore} before`);
       }
     }
     if (s.expect.ms && (ms < s.expect.ms.min || ms > s.expect.ms.max)) {
@@ -160,6 +188,10 @@ async function call(
       if (kind === "unknown-old") {
         pairs.push({ oldUuid: parseGpuUuid(UNKNOWN_UUID), newUuid: uuids[0] });
       }
+      if (kind === "rotate") {
+        pairs = uuids.map((u, i) => ({ oldUuid: u, newUuid: uuids[(i + 1) % uuids.length] }));
+      }
+      if (kind === "move-one") pairs = [{ oldUuid: uuids[0], newUuid: uuids[1] }];
       if (kind === "unknown-new") {
         pairs[0] = { oldUuid: uuids[0], newUuid: parseGpuUuid(UNKNOWN_UUID) };
       }

@@ -25,7 +25,7 @@ export type Call =
   | {
     op: "restore";
     /** none: NULL args; empty: a pairs pointer with count 0; same: each GPU to itself; others name unknown UUIDs. */
-    pairs?: "none" | "empty" | "same" | "unknown-old" | "unknown-new";
+    pairs?: "none" | "empty" | "same" | "unknown-old" | "unknown-new" | "rotate" | "move-one";
   }
   | { op: "unlock" };
 
@@ -56,11 +56,15 @@ export interface Scenario {
     state: ProcessState | null;
     /** For calls with an out-value: a thread id of the target. */
     value?: "thread-of-target";
+    /** The target's GPU memory is the same after the call (checked after unlocking it). */
+    memoryIntact?: boolean;
     /** Roughly how long the call takes, where that is the point (lock timeouts). */
     ms?: { min: number; max: number };
   };
   /** Where the row comes from. */
   source: "measured" | "header" | "assumed";
+  /** The fewest GPUs the scenario needs (migration); it is skipped on a machine with fewer. */
+  minGpus?: number;
 }
 
 const lock: Call = { op: "lock", timeoutMs: 1000 };
@@ -217,7 +221,7 @@ export const SCENARIOS: readonly Scenario[] = [
     target: "cuda",
     setup: [lock, checkpoint],
     call: restore,
-    expect: { code: SUCCESS, state: "locked" },
+    expect: { code: SUCCESS, state: "locked", memoryIntact: true },
     source: "measured",
   },
   {
@@ -343,5 +347,24 @@ export const SCENARIOS: readonly Scenario[] = [
     call: restore,
     expect: { code: OUT_OF_MEMORY, state: "checkpointed" },
     source: "header",
+  },
+  {
+    name: "restore with a full rotation moves the process to another GPU",
+    target: "cuda",
+    memoryMiB: 1024,
+    setup: [lock, checkpoint],
+    call: { op: "restore", pairs: "rotate" },
+    expect: { code: SUCCESS, state: "locked", memoryIntact: true },
+    source: "measured",
+    minGpus: 2,
+  },
+  {
+    name: "restore mapping only the process's GPU onto another",
+    target: "cuda",
+    setup: [lock, checkpoint],
+    call: { op: "restore", pairs: "move-one" },
+    expect: { code: SUCCESS, state: "locked" },
+    source: "assumed",
+    minGpus: 2,
   },
 ];

@@ -14,6 +14,13 @@ export function simulatedEnv(options: SimulatedDriverOptions = {}): ConformanceE
     sim,
     spawn({ cuda, memoryMiB }): Promise<Target> {
       const p = sim.spawn({ cuda, memoryMiB });
+      // Contents to lose, as the real target fills its memory with a pattern.
+      if (cuda && memoryMiB > 0) {
+        p.deviceMemory!.write(
+          0,
+          Uint8Array.from({ length: 4096 }, (_, i) => (i * 31 + p.pid) & 255),
+        );
+      }
       return Promise.resolve({
         pid: p.pid,
         threadId: p.threads[p.threads.length - 1],
@@ -22,6 +29,7 @@ export function simulatedEnv(options: SimulatedDriverOptions = {}): ConformanceE
           p.launch(ms).catch(() => {}); // the kernel dies with the process
           return Promise.resolve();
         },
+        memoryHash: () => p.read(0, 0).then(() => p.memoryDigest()),
         exit() {
           p.exit();
           return Promise.resolve();

@@ -63,7 +63,7 @@ export async function startTarget(
     throw new Error(`target said ${JSON.stringify(ready)} instead of "ready <pid> <tid> <hash>"`);
   }
   const pid = Number(m[1]);
-  return {
+  const target: TargetProcess = {
     pid,
     threadId: Number(m[2]),
     readyHash: m[3],
@@ -75,6 +75,9 @@ export async function startTarget(
       child.stdin!.write(command + "\n");
       return await nextLine(timeoutMs);
     },
+    async memoryHash() {
+      return (await target.ask("hash")).replace(/^hash /, "");
+    },
     async launchKernel(ms: number) {
       child.stdin!.write(`kernel ${ms}\n`);
       const said = await nextLine(10_000);
@@ -85,6 +88,7 @@ export async function startTarget(
       await exitPromise;
     },
   };
+  return target;
 }
 
 function readEnv(): Record<string, string> {
