@@ -723,13 +723,11 @@ export class SimulatedDriver implements CheckpointDriver {
       if (!from || !to || map.has(from) || from.name !== to.name) return CUDA_ERROR_INVALID_VALUE;
       map.set(from, to);
     }
-    const targets: SimulatedGpu[] = [];
-    for (const g of proc.gpus) {
-      const to = map.get(g);
-      if (!to) return CUDA_ERROR_INVALID_VALUE;
-      targets.push(to);
-    }
-    return targets;
+    // Measured on two H200s: a mapping that leaves out a GPU the driver sees is INVALID_VALUE,
+    // even a GPU the process never used. Two GPUs onto one is refused too (assumed, not measured).
+    if (map.size !== this.gpus.length) return CUDA_ERROR_INVALID_VALUE;
+    if (new Set(map.values()).size !== map.size) return CUDA_ERROR_INVALID_VALUE;
+    return proc.gpus.map((g) => map.get(g)!);
   }
 
   async #logged(op: Operation, pid: number, run: () => Promise<number>): Promise<number> {

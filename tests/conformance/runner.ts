@@ -192,6 +192,7 @@ async function call(
         pairs = uuids.map((u, i) => ({ oldUuid: u, newUuid: uuids[(i + 1) % uuids.length] }));
       }
       if (kind === "move-one") pairs = [{ oldUuid: uuids[0], newUuid: uuids[1] }];
+      if (kind === "two-onto-one") pairs = uuids.map((u) => ({ oldUuid: u, newUuid: uuids[1] }));
       if (kind === "unknown-new") {
         pairs[0] = { oldUuid: uuids[0], newUuid: parseGpuUuid(UNKNOWN_UUID) };
       }

@@ -25,7 +25,15 @@ export type Call =
   | {
     op: "restore";
     /** none: NULL args; empty: a pairs pointer with count 0; same: each GPU to itself; others name unknown UUIDs. */
-    pairs?: "none" | "empty" | "same" | "unknown-old" | "unknown-new" | "rotate" | "move-one";
+    pairs?:
+      | "none"
+      | "empty"
+      | "same"
+      | "unknown-old"
+      | "unknown-new"
+      | "rotate"
+      | "move-one"
+      | "two-onto-one";
   }
   | { op: "unlock" };
 
@@ -363,7 +371,16 @@ export const SCENARIOS: readonly Scenario[] = [
     target: "cuda",
     setup: [lock, checkpoint],
     call: { op: "restore", pairs: "move-one" },
-    expect: { code: SUCCESS, state: "locked" },
+    expect: { code: INVALID_VALUE, state: "checkpointed" },
+    source: "measured",
+    minGpus: 2,
+  },
+  {
+    name: "restore mapping two GPUs onto one",
+    target: "cuda",
+    setup: [lock, checkpoint],
+    call: { op: "restore", pairs: "two-onto-one" },
+    expect: { code: INVALID_VALUE, state: "checkpointed" },
     source: "assumed",
     minGpus: 2,
   },
