@@ -9,6 +9,7 @@ import {
   CUDA_ERROR_ILLEGAL_STATE,
   CUDA_ERROR_NOT_FOUND,
   CUDA_ERROR_NOT_SUPPORTED,
+  CUDA_ERROR_OPERATING_SYSTEM,
   CUDA_SUCCESS,
   type ProcessState,
   resultName,
@@ -162,6 +163,10 @@ export function errorFor(
   const codeName = driver.errorName(code);
   const description = driver.errorString(code);
   let detail = ctx.detail;
+  if (code === CUDA_ERROR_OPERATING_SYSTEM && ctx.pid !== undefined && !detail) {
+    detail = "No process has this pid (it may have exited), or this process may not act on it: " +
+      "checkpointing needs root or CAP_SYS_PTRACE over the target";
+  }
   if (code === CUDA_ERROR_NOT_SUPPORTED || code === CUDA_ERROR_NOT_FOUND) {
     const hint =
       "The driver says it does not support this; CUDA checkpointing needs NVIDIA driver 570 or later";

@@ -126,7 +126,7 @@ describe("errors name the operation, pid, code, description and state", () => {
     await rejectsWith(
       new CudaProcess(999_999, { driver: sim }).state(),
       CUDA_ERROR_OPERATING_SYSTEM,
-      /^getState of process 999999 failed: CUDA_ERROR_OPERATING_SYSTEM \(304\): OS call failed or operation not supported on this OS$/,
+      /^getState of process 999999 failed: CUDA_ERROR_OPERATING_SYSTEM \(304\): OS call failed or operation not supported on this OS\. No process has this pid \(it may have exited\), or this process may not act on it: checkpointing needs root or CAP_SYS_PTRACE over the target$/,
     );
     await rejectsWith(
       new CudaProcess(plain.pid, { driver: sim }).restoreThreadId(),
@@ -388,16 +388,39 @@ describe("migration between GPUs", () => {
     const unknown = "GPU-00000000-0000-4000-8000-000000000001";
     for (
       const mapping of [
-        { [unknown]: sim.gpus[0].uuid, [sim.gpus[0].uuid]: sim.gpus[0].uuid },
-        { [sim.gpus[0].uuid]: unknown },
-        { [sim.gpus[0].uuid]: sim.gpus[1].uuid },
+        {
+          [unknown]: sim.gpus[0].uuid,
+          [sim.gpus[0].uuid]: sim.gpus[0].uuid,
+          [sim.gpus[1].uuid]: sim.gpus[1].uuid,
+        },
+        { [sim.gpus[0].uuid]: unknown, [sim.gpus[1].uuid]: sim.gpus[1].uuid },
+        { [sim.gpus[0].uuid]: sim.gpus[1].uuid, [sim.gpus[1].uuid]: sim.gpus[0].uuid },
       ]
     ) {
       await rejectsWith(proc.resume({ gpuMapping: mapping }), CUDA_ERROR_INVALID_VALUE);
       assert.equal(t.state, "checkpointed");
     }
-    await proc.resume({ gpuMapping: { [sim.gpus[0].uuid]: sim.gpus[0].uuid } });
+    await proc.resume({
+      gpuMapping: { [sim.gpus[0].uuid]: sim.gpus[0].uuid, [sim.gpus[1].uuid]: sim.gpus[1].uuid },
+    });
     assert.equal(t.state, "running");
+  });
+
+  test("the mapping must name every GPU the driver sees, even ones the process never used", async () => {
+    const { sim, target, proc } = setup(256, 2);
+    const [g0, g1] = sim.gpus;
+    await proc.suspend();
+    await rejectsWith(
+      proc.resume({ gpuMapping: { [g0.uuid]: g1.uuid } }),
+      CUDA_ERROR_INVALID_VALUE,
+    );
+    await rejectsWith(
+      proc.resume({ gpuMapping: { [g0.uuid]: g1.uuid, [g1.uuid]: g1.uuid } }),
+      CUDA_ERROR_INVALID_VALUE,
+    );
+    assert.equal(target.state, "checkpointed");
+    await proc.resume({ gpuMapping: { [g0.uuid]: g1.uuid, [g1.uuid]: g0.uuid } });
+    assert.deepEqual(target.gpuUuids, [g1.uuid]);
   });
 
   test("an empty mapping restores in place", async () => {
