@@ -224,7 +224,9 @@ function notFoundMessage(tried: readonly TriedPath[], isDeno: boolean, envNote: 
     lines.push(
       `Is the NVIDIA driver installed (nvidia-smi works)? CUDA checkpointing needs driver 570 or ` +
         `later. If libcuda.so.1 is elsewhere, set ${LIBCUDA_ENV_VAR} to its full path ` +
-        `(\`ldconfig -p | grep libcuda\` shows where it is).`,
+        `(\`ldconfig -p | grep libcuda\` shows where it is). On a machine without a GPU, pass a ` +
+        `SimulatedDriver from @ckpt/cuda/mock as { driver } (or setDefaultDriver) to run on the ` +
+        `simulator.`,
     );
   }
   if (envNote) lines.push(`Note: ${envNote}.`);

@@ -2,7 +2,7 @@
 // reproduced by the simulated driver through the raw driver interface.
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { runScenario } from "./conformance/runner.ts";
+import { notThroughProcess, runScenario } from "./conformance/runner.ts";
 import { SCENARIOS } from "./conformance/scenarios.ts";
 import { simulatedEnv } from "./conformance/sim_env.ts";
 
@@ -53,4 +53,17 @@ describe("the simulated driver reproduces the state table", () => {
     assert.equal(out.problems.length, 1);
     assert.match(out.problems[0], /CUDA_ERROR_ILLEGAL_STATE, expected CUDA_SUCCESS/);
   });
+});
+
+describe("the state table through the public API (CudaProcess)", () => {
+  for (const s of SCENARIOS) {
+    const why = notThroughProcess(s);
+    test(s.name, { skip: why ? `raw driver only: ${why}` : false }, async () => {
+      const env = simulatedEnv({ gpus: s.minGpus ?? 1 });
+      const out = await runScenario(env, s, "process");
+      assert.deepEqual(out.problems, [], `${s.name}: ${out.problems.join("; ")}`);
+      assert.equal(out.code, s.expect.code);
+      assert.equal(out.state, s.expect.state);
+    });
+  }
 });

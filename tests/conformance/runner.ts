@@ -6,6 +6,8 @@
 import { CUDA_SUCCESS, type ProcessState, resultName, stateName } from "../../core/codes.ts";
 import type { CheckpointDriver, GpuPair } from "../../core/driver.ts";
 import { parseGpuUuid } from "../../core/uuid.ts";
+import { CudaError } from "../../core/errors.ts";
+import { CudaProcess, ProcessStates } from "../../core/process.ts";
 import type { Call, Scenario } from "./scenarios.ts";
 
 /** A target process started for one scenario. */
@@ -66,10 +68,44 @@ export interface Outcome {
 
 const UNKNOWN_UUID = "GPU-0badc0de-0000-4000-8000-00000000dead";
 
+/**
+ * How the scenario's call is made: straight through the driver interface (`"driver"`, the
+ * default), or through the public `CudaProcess` API (`"process"`), whose errors carry the code.
+ */
+export type Via = "driver" | "process";
+
+/** Why a scenario cannot be expressed through `CudaProcess`, or `undefined` when it can. */
+export function notThroughProcess(s: Scenario): string | undefined {
+  if (s.call.op === "lock" && s.call.reservedByte !== undefined) {
+    return "CudaProcess never sets the reserved bytes";
+  }
+  if (s.id === "zero" || s.id === "negative") {
+    return "CudaProcess refuses pid 0 and negative pids before any driver call (validate_test.ts)";
+  }
+  return undefined;
+}
+
 /** Runs one scenario and reports what happened. Never throws for a driver's answer. */
-export async function runScenario(env: ConformanceEnv, s: Scenario): Promise<Outcome> {
+export async function runScenario(
+  env: ConformanceEnv,
+  s: Scenario,
+  via: Via = "driver",
+): Promise<Outcome> {
   const d = env.driver;
   const problems: string[] = [];
+  const inexpressible = via === "process" ? notThroughProcess(s) : undefined;
+  if (inexpressible) {
+    return {
+      scenario: s.name,
+      source: s.source,
+      code: -1,
+      codeName: "-",
+      state: null,
+      ms: 0,
+      problems,
+      skipped: inexpressible,
+    };
+  }
   if (s.minGpus !== undefined) {
     const have = (await env.gpuUuids()).length;
     if (have < s.minGpus) {
@@ -108,7 +144,7 @@ export async function runScenario(env: ConformanceEnv, s: Scenario): Promise<Out
     if (s.fillGpuLeavingMiB !== undefined) release = await env.fillGpu(s.fillGpuLeavingMiB);
     if (s.kernelMs !== undefined) await target!.launchKernel(s.kernelMs);
     const start = env.now();
-    const pending = call(env, d, id, s.call);
+    const pending = via === "process" ? callProcess(env, d, id, s.call) : call(env, d, id, s.call);
     if (s.exitAfterMs !== undefined) {
       await Promise.race([pending, env.sleep(s.exitAfterMs)]);
       await target!.exit();
@@ -198,5 +234,61 @@ async function call(
       }
       return { code: await d.restore(pid, { gpuPairs: pairs }), value: 0 };
     }
+  }
+}
+
+/** Makes the call through `CudaProcess`; a `CudaError` gives its code, success gives 0. */
+async function callProcess(
+  env: ConformanceEnv,
+  d: CheckpointDriver,
+  pid: number,
+  c: Call,
+): Promise<{ code: number; value: number }> {
+  const proc = new CudaProcess(pid, { driver: d });
+  try {
+    switch (c.op) {
+      case "getState":
+        return { code: 0, value: ProcessStates[await proc.state()] };
+      case "getRestoreThreadId":
+        return { code: 0, value: await proc.restoreThreadId() };
+      case "lock":
+        await proc.lock({ timeoutMs: c.nullArgs ? 0 : c.timeoutMs ?? 0 });
+        break;
+      case "checkpoint":
+        await proc.checkpoint();
+        break;
+      case "unlock":
+        await proc.unlock();
+        break;
+      case "restore": {
+        const kind = c.pairs ?? "none";
+        if (kind === "none") {
+          await proc.restore();
+          break;
+        }
+        const uuids = await env.gpuUuids();
+        const gpuMapping = new Map<string, string>();
+        if (kind === "same") uuids.forEach((u) => gpuMapping.set(u, u));
+        if (kind === "rotate") {
+          uuids.forEach((u, i) => gpuMapping.set(u, uuids[(i + 1) % uuids.length]));
+        }
+        if (kind === "move-one") gpuMapping.set(uuids[0], uuids[1]);
+        if (kind === "two-onto-one") uuids.forEach((u) => gpuMapping.set(u, uuids[1]));
+        if (kind === "unknown-old") {
+          uuids.forEach((u) => gpuMapping.set(u, u));
+          gpuMapping.set(UNKNOWN_UUID, uuids[0]);
+        }
+        if (kind === "unknown-new") {
+          uuids.forEach((u) => gpuMapping.set(u, u));
+          gpuMapping.set(uuids[0], UNKNOWN_UUID);
+        }
+        await proc.restore({ gpuMapping });
+        break;
+      }
+    }
+    return { code: 0, value: 0 };
+  } catch (err) {
+    if (err instanceof CudaError) return { code: err.code, value: 0 };
+    throw err;
   }
 }
