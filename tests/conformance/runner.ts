@@ -93,34 +93,21 @@ export async function runScenario(
 ): Promise<Outcome> {
   const d = env.driver;
   const problems: string[] = [];
+  const skip = (skipped: string): Outcome => ({
+    scenario: s.name,
+    source: s.source,
+    code: -1,
+    codeName: "-",
+    state: null,
+    ms: 0,
+    problems,
+    skipped,
+  });
   const inexpressible = via === "process" ? notThroughProcess(s) : undefined;
-  if (inexpressible) {
-    return {
-      scenario: s.name,
-      source: s.source,
-      code: -1,
-      codeName: "-",
-      state: null,
-      ms: 0,
-      problems,
-      skipped: inexpressible,
-    };
-  }
+  if (inexpressible) return skip(inexpressible);
   if (s.minGpus !== undefined) {
     const have = (await env.gpuUuids()).length;
-    if (have < s.minGpus) {
-      const skipped = `needs ${s.minGpus} GPUs, this machine has ${have}`;
-      return {
-        scenario: s.name,
-        source: s.source,
-        code: -1,
-        codeName: "-",
-        state: null,
-        ms: 0,
-        problems,
-        skipped,
-      };
-    }
+    if (have < s.minGpus) return skip(`needs ${s.minGpus} GPUs, this machine has ${have}`);
   }
   const target = s.target === "none"
     ? undefined
