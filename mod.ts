@@ -16,7 +16,8 @@
  * await proc.resume();                           // restore + unlock
  * ```
  *
- * Without a GPU, pass a simulated driver from `@ckpt/cuda/mock` as `{ driver }`.
+ * Without a GPU, pass a simulated driver from `@ckpt/cuda/mock` as `{ driver }`. To choose the
+ * library yourself, `openNativeDriver({ libraryPath })` and pass the result as `{ driver }`.
  *
  * @module
  */
@@ -57,3 +58,10 @@ export {
   MAX_PID,
   MAX_TIMEOUT_MS,
 } from "./core/validate.ts";
+export {
+  LIBCUDA_ENV_VAR,
+  type NativeDriver,
+  nativeDriverAvailable,
+  type NativeDriverOptions,
+  openNativeDriver,
+} from "./ffi/mod.ts";
