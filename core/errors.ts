@@ -168,8 +168,9 @@ export function errorFor(
       "checkpointing needs root or CAP_SYS_PTRACE over the target";
   }
   if (code === CUDA_ERROR_NOT_SUPPORTED || code === CUDA_ERROR_NOT_FOUND) {
-    const hint =
-      "The driver says it does not support this; CUDA checkpointing needs NVIDIA driver 570 or later";
+    const hint = "The driver does not support this for this process: processes using managed " +
+      "(UVM) memory, or CUDA IPC memory before driver 610, cannot be checkpointed, and drivers " +
+      "older than 570 have no checkpoint API";
     detail = detail ? `${detail}. ${hint}` : hint;
   }
   return new CudaError({

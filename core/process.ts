@@ -227,7 +227,8 @@ export class CudaProcess {
     try {
       await this.checkpoint();
     } catch (err) {
-      if (!(err instanceof CudaError)) throw err;
+      // Whatever went wrong (the driver's answer, or a call that could not complete at all), the
+      // lock is ours to undo.
       let detail: string;
       try {
         await this.unlock();
@@ -264,10 +265,14 @@ export class CudaProcess {
     try {
       await this.unlock();
     } catch (err) {
-      if (!(err instanceof CudaError)) throw err;
+      const state = await this.#stateOrUndefined();
       throw restate(
         err,
-        "resume restored the process but could not unlock it: it is locked; call unlock() to let it run",
+        state === "locked"
+          ? "resume restored the process but could not unlock it: it is locked; call unlock() to let it run"
+          : `resume restored the process but could not unlock it; the process is ${
+            state ?? "gone or unreadable"
+          }`,
       );
     }
   }
@@ -277,6 +282,9 @@ export class CudaProcess {
    * checkpointed one, and refuses any other state. Resolves to the new state.
    */
   async toggle(options: ToggleOptions = {}): Promise<ProcessState> {
+    // Both halves' options are checked before anything is asked of the driver.
+    this.#timeout(options);
+    this.#restoreArgs(options);
     const state = await this.state();
     if (state === "running") {
       if (options.gpuMapping !== undefined) {
@@ -334,7 +342,11 @@ export class CudaProcess {
     const code = await call;
     if (code === CUDA_SUCCESS) return;
     const state = code === CUDA_ERROR_ILLEGAL_STATE ? await this.#stateOrUndefined() : undefined;
-    this.#throwIfFailed(driver, code, { operation, pid: this.pid, state });
+    // Refused as illegal in a state the operation accepts: something else changed it meanwhile.
+    const detail = state !== undefined && ACCEPTS[operation] === state
+      ? "Another operation on this process was under way when this one was made"
+      : undefined;
+    this.#throwIfFailed(driver, code, { operation, pid: this.pid, state, detail });
   }
 
   #throwIfFailed(driver: CheckpointDriver, code: number, ctx: CallContext): void {
@@ -362,6 +374,14 @@ export class CudaProcess {
   }
 }
 
+/** The state each state-changing operation starts from. */
+const ACCEPTS: Partial<Record<Operation, ProcessState>> = {
+  lock: "running",
+  checkpoint: "locked",
+  restore: "checkpointed",
+  unlock: "locked",
+};
+
 /** The process state numbers, for callers that work with the raw driver. */
 export const ProcessStates: Readonly<Record<ProcessState, number>> = {
   running: CU_PROCESS_STATE_RUNNING,
@@ -370,7 +390,11 @@ export const ProcessStates: Readonly<Record<ProcessState, number>> = {
   failed: CU_PROCESS_STATE_FAILED,
 };
 
-function restate(err: CudaError, detail: string): CudaError {
+/** The error again, with a sentence saying what was done about it and what the process is now. */
+function restate(err: unknown, detail: string): Error {
+  if (!(err instanceof CudaError)) {
+    return new Error(`${messageOf(err)}. ${capitalize(detail)}`, { cause: err });
+  }
   return new CudaError({
     code: err.code,
     codeName: err.codeName,

@@ -70,8 +70,10 @@ export function missingSymbolError(
       describeVersion(version)
     }) has no CUDA checkpoint support; NVIDIA driver 570 ` +
       `or later is needed`
-    : `this driver (${describeVersion(version)}) lacks ${symbol}; NVIDIA driver 570 or later is ` +
-      `needed`;
+    : `this driver (${
+      describeVersion(version)
+    }) reports a version with checkpoint support but lacks ${symbol}: the library looks ` +
+      `incomplete or mismatched; point CKPT_LIBCUDA_PATH at the driver's own libcuda.so.1`;
   return new CheckpointUnsupportedError({
     operation,
     pid,

@@ -574,7 +574,7 @@ export class SimulatedDriver implements CheckpointDriver {
           for (const g of targets) need.set(g, (need.get(g) ?? 0) + share);
           for (const [g, mib] of need) {
             if (mib > g.freeMiB) {
-              await this.sleep(this.timing.restore.fixedMs);
+              await this.sleep(this.timing.oomMs);
               return CUDA_ERROR_OUT_OF_MEMORY;
             }
           }
@@ -675,6 +675,7 @@ export class SimulatedDriver implements CheckpointDriver {
     }
     const proc = found;
     // One state change at a time: a second one while another is under way sees an illegal state.
+    // (Assumed: concurrent calls on one process were not measured on the real driver.)
     if (proc.stateNumber !== from || proc.busy !== undefined) {
       await this.sleep(this.timing.queryMs);
       return CUDA_ERROR_ILLEGAL_STATE;
@@ -684,10 +685,16 @@ export class SimulatedDriver implements CheckpointDriver {
       proc.faults.delete(op);
       await this.sleep(this.timing.queryMs);
       if (fault.state !== undefined) {
+        // Memory goes where the new state keeps it: host memory when checkpointed, the GPU when
+        // running or locked (a failed process keeps whatever it had).
         if (fault.state === "checkpointed" && proc.deviceMemory) {
           proc.hostMemory = proc.deviceMemory.copy();
           proc.deviceMemory = undefined;
           for (const g of proc.gpus) g.give(proc.memoryMiB / proc.gpus.length);
+        } else if ((fault.state === "running" || fault.state === "locked") && proc.hostMemory) {
+          proc.deviceMemory = proc.hostMemory.copy();
+          proc.hostMemory = undefined;
+          for (const g of proc.gpus) g.take(proc.memoryMiB / proc.gpus.length);
         }
         proc.setState(PROCESS_STATE_NAMES.indexOf(fault.state));
       }
@@ -720,14 +727,18 @@ export class SimulatedDriver implements CheckpointDriver {
     for (const pair of pairs) {
       const from = byKey.get(uuidKey(pair.oldUuid));
       const to = byKey.get(uuidKey(pair.newUuid));
-      if (!from || !to || map.has(from) || from.name !== to.name) return CUDA_ERROR_INVALID_VALUE;
+      if (!from || !to || map.has(from)) return CUDA_ERROR_INVALID_VALUE;
       map.set(from, to);
     }
     // Measured on two H200s: a mapping that leaves out a GPU the driver sees is INVALID_VALUE,
-    // even a GPU the process never used. Two GPUs onto one is refused too (assumed, not measured).
+    // even a GPU the process never used, and so is one that sends two GPUs onto one.
     if (map.size !== this.gpus.length) return CUDA_ERROR_INVALID_VALUE;
     if (new Set(map.values()).size !== map.size) return CUDA_ERROR_INVALID_VALUE;
-    return proc.gpus.map((g) => map.get(g)!);
+    const targets = proc.gpus.map((g) => map.get(g)!);
+    // The process's memory must land on the same chip (NVIDIA's documentation; not measured here,
+    // where every GPU is an H200). GPUs the process never used are not checked.
+    if (targets.some((to, i) => to.name !== proc.gpus[i].name)) return CUDA_ERROR_INVALID_VALUE;
+    return targets;
   }
 
   async #logged(op: Operation, pid: number, run: () => Promise<number>): Promise<number> {

@@ -40,6 +40,8 @@ export interface TimingModel {
   readonly queryMs: number;
   /** A restore rejected for its GPU mapping, in ms. */
   readonly rejectMs: number;
+  /** A restore refused for want of free GPU memory, in ms. */
+  readonly oomMs: number;
 }
 
 /** The figures measured on one H200, driver 580.159.04 (midpoints of the measured ranges). */
@@ -60,7 +62,10 @@ export const H200_TIMING: TimingModel = {
   lockMs: 0.2,
   unlockMs: 1.5,
   queryMs: 0.05,
-  rejectMs: 2,
+  // DRIVER_FACTS measured 2 ms for an unknown UUID; this project's runs saw 23-34 ms for every
+  // rejected mapping, and 8-24 ms for OUT_OF_MEMORY (docs/DRIVER_NOTES.md).
+  rejectMs: 25,
+  oomMs: 15,
 };
 
 /** The time one process alone takes for the whole operation, interpolated from the table. */

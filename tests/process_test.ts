@@ -302,6 +302,64 @@ describe("rollback", () => {
   });
 });
 
+describe("rollback when a call cannot complete at all", () => {
+  test("suspend unlocks again when checkpoint rejects with a non-driver error", async () => {
+    const { sim, target } = setup();
+    const broken: CheckpointDriver = {
+      ...bind(sim),
+      checkpoint: () => Promise.reject(new Error("a Bun FFI worker failed")),
+    };
+    const proc = new CudaProcess(target.pid, { driver: broken });
+    await assert.rejects(
+      proc.suspend(),
+      /^Error: a Bun FFI worker failed\. Suspend unlocked the process again: it was left running$|^a Bun FFI worker failed\. Suspend unlocked the process again: it was left running$/,
+    );
+    assert.equal(target.state, "running");
+  });
+
+  test("resume says the process is gone when it exits before the unlock", async () => {
+    const sim2 = setup();
+    const proc2 = new CudaProcess(sim2.target.pid, {
+      driver: {
+        ...bind(sim2.sim),
+        unlock: (pid) => {
+          sim2.target.exit();
+          return sim2.sim.unlock(pid);
+        },
+      },
+    });
+    await sim2.sim.lock(sim2.target.pid, null);
+    await sim2.sim.checkpoint(sim2.target.pid);
+    await rejectsWith(
+      proc2.resume(),
+      CUDA_ERROR_OPERATING_SYSTEM,
+      /Resume restored the process but could not unlock it; the process is gone or unreadable$/,
+    );
+  });
+
+  test("a second state change made while one is under way says so", async () => {
+    const { proc } = setup();
+    const [a, b] = await Promise.allSettled([proc.lock(), proc.lock()]);
+    assert.equal(a.status, "fulfilled");
+    assert.equal(b.status, "rejected");
+    assert.match(
+      String((b as PromiseRejectedResult).reason),
+      /CUDA_ERROR_ILLEGAL_STATE .*\(the process is running\)\. Another operation on this process was under way/,
+    );
+  });
+
+  test("an injected restore failure that leaves the process running puts its memory back on the GPU", async () => {
+    const { sim, target, proc } = setup(256, 1);
+    await target.write(0, new Uint8Array([42]));
+    await proc.suspend();
+    target.failNext("restore", { code: CUDA_ERROR_INVALID_VALUE, state: "running" });
+    await rejectsWith(proc.resume(), CUDA_ERROR_INVALID_VALUE, /\. The process is running$/);
+    assert.equal(target.memoryLocation, "gpu");
+    assert.equal(sim.gpus[0].usedMiB, 256);
+    assert.deepEqual(await target.read(0, 1), new Uint8Array([42]));
+  });
+});
+
 describe("toggle, like cuda-checkpoint --toggle", () => {
   test("running -> checkpointed -> running", async () => {
     const { proc } = setup();
@@ -309,6 +367,17 @@ describe("toggle, like cuda-checkpoint --toggle", () => {
     assert.equal(await proc.state(), "checkpointed");
     assert.equal(await proc.toggle(), "running");
     assert.equal(await proc.state(), "running");
+  });
+
+  test("checks both halves' options before anything happens", async () => {
+    const { proc } = setup();
+    await proc.suspend();
+    await assert.rejects(proc.toggle({ timeoutMs: -5 }), /timeoutMs must be .* got -5/);
+    await assert.rejects(
+      proc.toggle({ gpuMapping: { "GPU-x": "GPU-y" } }),
+      /gpuMapping key "GPU-x"/,
+    );
+    assert.equal(await proc.state(), "checkpointed");
   });
 
   test("refuses a locked process without touching it", async () => {
@@ -362,20 +431,40 @@ describe("migration between GPUs", () => {
     assert.notEqual(await target.memoryDigest(), before);
   });
 
-  test("the mapping must cover every GPU the process was checkpointed on", async () => {
-    const sim = new SimulatedDriver({ gpus: 2 });
+  test("a process on two of three GPUs moves both, and the mapping still names all three", async () => {
+    const sim = new SimulatedDriver({ gpus: 3 });
+    const [g0, g1, g2] = sim.gpus;
     const t = sim.spawn({ memoryMiB: 2048, gpu: [0, 1] });
     const proc = new CudaProcess(t.pid, { driver: sim });
     await proc.suspend();
     await rejectsWith(
-      proc.resume({ gpuMapping: { [sim.gpus[0].uuid]: sim.gpus[1].uuid } }),
+      proc.resume({ gpuMapping: { [g0.uuid]: g1.uuid, [g1.uuid]: g0.uuid } }),
       CUDA_ERROR_INVALID_VALUE,
       /Resume left the process checkpointed/,
     );
     await proc.resume({
-      gpuMapping: { [sim.gpus[0].uuid]: sim.gpus[1].uuid, [sim.gpus[1].uuid]: sim.gpus[0].uuid },
+      gpuMapping: { [g0.uuid]: g1.uuid, [g1.uuid]: g2.uuid, [g2.uuid]: g0.uuid },
     });
-    assert.deepEqual(t.gpuUuids, [sim.gpus[1].uuid, sim.gpus[0].uuid]);
+    assert.deepEqual(t.gpuUuids, [g1.uuid, g2.uuid]);
+    assert.deepEqual([g0.usedMiB, g1.usedMiB, g2.usedMiB], [0, 1024, 1024]);
+  });
+
+  test("only the GPUs the process used must keep their chip (others may map anywhere)", async () => {
+    const sim = new SimulatedDriver({
+      gpus: [{ name: "NVIDIA H200" }, { name: "NVIDIA H200" }, { name: "NVIDIA H100 80GB HBM3" }],
+    });
+    const [g0, g1, g2] = sim.gpus;
+    const t = sim.spawn({ memoryMiB: 512, gpu: 0 });
+    const proc = new CudaProcess(t.pid, { driver: sim });
+    await proc.suspend();
+    await rejectsWith(
+      proc.resume({ gpuMapping: { [g0.uuid]: g2.uuid, [g1.uuid]: g1.uuid, [g2.uuid]: g0.uuid } }),
+      CUDA_ERROR_INVALID_VALUE,
+    );
+    await proc.resume({
+      gpuMapping: { [g0.uuid]: g1.uuid, [g1.uuid]: g2.uuid, [g2.uuid]: g0.uuid },
+    });
+    assert.deepEqual(t.gpuUuids, [g1.uuid]);
   });
 
   test("unknown UUIDs and a different chip give INVALID_VALUE and keep the process checkpointed", async () => {

@@ -69,7 +69,10 @@ export interface Scenario {
     /** Roughly how long the call takes, where that is the point (lock timeouts). */
     ms?: { min: number; max: number };
   };
-  /** Where the row comes from. */
+  /**
+   * Where the row comes from: measured on the real driver (DRIVER_FACTS.md or this project's own
+   * runs, docs/DRIVER_NOTES.md), NVIDIA's header, or assumed until a GPU run measures it.
+   */
   source: "measured" | "header" | "assumed";
   /** The fewest GPUs the scenario needs (migration); it is skipped on a machine with fewer. */
   minGpus?: number;
@@ -329,14 +332,14 @@ export const SCENARIOS: readonly Scenario[] = [
     target: "no-cuda",
     call: lock,
     expect: { code: NOT_INITIALIZED, state: null },
-    source: "assumed",
+    source: "measured",
   },
   {
     name: "unlock a process that never initialised CUDA",
     target: "no-cuda",
     call: unlock,
     expect: { code: NOT_INITIALIZED, state: null },
-    source: "assumed",
+    source: "measured",
   },
   {
     name: "lock a pid that does not exist",
@@ -344,7 +347,7 @@ export const SCENARIOS: readonly Scenario[] = [
     id: "missing",
     call: lock,
     expect: { code: OPERATING_SYSTEM, state: null },
-    source: "assumed",
+    source: "measured",
   },
   {
     name: "restore onto a GPU without enough free memory",
@@ -354,7 +357,7 @@ export const SCENARIOS: readonly Scenario[] = [
     fillGpuLeavingMiB: 1024,
     call: restore,
     expect: { code: OUT_OF_MEMORY, state: "checkpointed" },
-    source: "header",
+    source: "measured",
   },
   {
     name: "restore with a full rotation moves the process to another GPU",
@@ -381,7 +384,7 @@ export const SCENARIOS: readonly Scenario[] = [
     setup: [lock, checkpoint],
     call: { op: "restore", pairs: "two-onto-one" },
     expect: { code: INVALID_VALUE, state: "checkpointed" },
-    source: "assumed",
+    source: "measured",
     minGpus: 2,
   },
 ];

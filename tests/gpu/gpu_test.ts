@@ -4,6 +4,7 @@
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import process from "node:process";
+import { readFileSync } from "node:fs";
 import {
   CUDA_ERROR_ILLEGAL_STATE,
   CUDA_ERROR_NOT_INITIALIZED,
@@ -36,7 +37,9 @@ describe("native driver on a real GPU", () => {
     "a pid that does not exist gives CUDA_ERROR_OPERATING_SYSTEM with a clear message",
     { skip },
     async () => {
-      await assert.rejects(new CudaProcess(3_999_999).state(), (err: unknown) => {
+      // No pid reaches pid_max: that one cannot exist.
+      const missing = Number(readFileSync("/proc/sys/kernel/pid_max", "utf8").trim());
+      await assert.rejects(new CudaProcess(missing).state(), (err: unknown) => {
         assert.ok(err instanceof CudaError);
         assert.equal(err.code, CUDA_ERROR_OPERATING_SYSTEM);
         assert.match(
