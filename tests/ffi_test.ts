@@ -476,28 +476,20 @@ interface InFlightCounters {
 }
 
 async function openCounters(path: string): Promise<InFlightCounters> {
+  const names = ["fake_in_flight", "fake_max_in_flight", "fake_reset_in_flight"] as const;
+  let lib: { symbols: Record<string, () => number>; close(): void };
   if (runtime === "bun") {
     const { importBunFfi } = await import("../ffi/bun_types.ts");
     const ffi = await importBunFfi();
-    const noArgs = { args: [], returns: "i32" } as const;
-    const lib = ffi.dlopen(path, {
-      fake_in_flight: noArgs,
-      fake_max_in_flight: noArgs,
-      fake_reset_in_flight: noArgs,
-    });
-    return {
-      now: () => lib.symbols.fake_in_flight(),
-      max: () => lib.symbols.fake_max_in_flight(),
-      reset: () => void lib.symbols.fake_reset_in_flight(),
-      close: () => lib.close(),
-    };
+    const def = { args: [], returns: "i32" } as const;
+    lib = ffi.dlopen(path, Object.fromEntries(names.map((n) => [n, def]))) as typeof lib;
+  } else {
+    const def = { parameters: [], result: "i32" } as const;
+    lib = Deno.dlopen(
+      path,
+      Object.fromEntries(names.map((n) => [n, def])),
+    ) as unknown as typeof lib;
   }
-  const noArgs = { parameters: [], result: "i32" } as const;
-  const lib = Deno.dlopen(path, {
-    fake_in_flight: noArgs,
-    fake_max_in_flight: noArgs,
-    fake_reset_in_flight: noArgs,
-  });
   return {
     now: () => lib.symbols.fake_in_flight(),
     max: () => lib.symbols.fake_max_in_flight(),
