@@ -56,12 +56,7 @@ export function setDefaultDriver(driver: DriverSource | undefined): void {
  */
 export function getDefaultDriver(): Promise<CheckpointDriver> {
   if (!defaultDriver) {
-    const source = defaultSource;
-    const opening = source === undefined
-      ? openNativeDriver()
-      : typeof source === "function"
-      ? source()
-      : Promise.resolve(source);
+    const opening = openSource(defaultSource ?? openNativeDriver);
     // A failed open is not cached: the user may fix the cause (a path, a permission) and retry.
     defaultDriver = opening.catch((err) => {
       defaultDriver = undefined;
@@ -153,12 +148,7 @@ export class CudaProcess {
   /** The driver this process talks to, opened on first use. */
   driver(): Promise<CheckpointDriver> {
     if (!this.#driver) {
-      const source = this.#source;
-      this.#driver = source === undefined
-        ? getDefaultDriver()
-        : typeof source === "function"
-        ? source()
-        : Promise.resolve(source);
+      this.#driver = openSource(this.#source ?? getDefaultDriver);
       this.#driver.catch(() => this.#driver = undefined);
     }
     return this.#driver;
@@ -372,6 +362,11 @@ export class CudaProcess {
       return undefined;
     }
   }
+}
+
+/** A driver, opened if it is given as a function that opens one. */
+function openSource(source: DriverSource): Promise<CheckpointDriver> {
+  return typeof source === "function" ? source() : Promise.resolve(source);
 }
 
 /** The state each state-changing operation starts from. */

@@ -282,6 +282,26 @@ export class SimulatedProcess {
     this.wake();
   }
 
+  /** @internal its GPU memory into host memory, freeing the GPU (what a checkpoint does) */
+  moveToHost(): void {
+    if (!this.deviceMemory) return;
+    this.hostMemory = this.deviceMemory.copy();
+    this.deviceMemory = undefined;
+    for (const g of this.gpus) g.give(this.memoryMiB / this.gpus.length);
+  }
+
+  /**
+   * @internal its host memory back onto `gpus` (what a restore does); with `reserved`, that GPU
+   * memory was already taken for it
+   */
+  moveToGpu(gpus: SimulatedGpu[] = this.gpus, reserved = false): void {
+    if (!this.hostMemory) return;
+    this.deviceMemory = this.hostMemory.copy();
+    this.hostMemory = undefined;
+    this.gpus = gpus;
+    if (!reserved) { for (const g of gpus) g.take(this.memoryMiB / gpus.length); }
+  }
+
   /** @internal */
   setState(state: number): void {
     this.stateNumber = state;
@@ -534,9 +554,7 @@ export class SimulatedDriver implements CheckpointDriver {
               abort,
             );
             if (!done || exited()) return CUDA_ERROR_OPERATING_SYSTEM;
-            proc.hostMemory = proc.deviceMemory!.copy();
-            proc.deviceMemory = undefined;
-            for (const g of proc.gpus) g.give(proc.memoryMiB / proc.gpus.length);
+            proc.moveToHost();
             proc.setState(CU_PROCESS_STATE_CHECKPOINTED);
             return CUDA_SUCCESS;
           },
@@ -595,9 +613,7 @@ export class SimulatedDriver implements CheckpointDriver {
             release();
             return CUDA_ERROR_OPERATING_SYSTEM;
           }
-          proc.deviceMemory = proc.hostMemory!.copy();
-          proc.hostMemory = undefined;
-          proc.gpus = targets;
+          proc.moveToGpu(targets, true);
           proc.setState(CU_PROCESS_STATE_LOCKED);
           return CUDA_SUCCESS;
         },
@@ -687,15 +703,8 @@ export class SimulatedDriver implements CheckpointDriver {
       if (fault.state !== undefined) {
         // Memory goes where the new state keeps it: host memory when checkpointed, the GPU when
         // running or locked (a failed process keeps whatever it had).
-        if (fault.state === "checkpointed" && proc.deviceMemory) {
-          proc.hostMemory = proc.deviceMemory.copy();
-          proc.deviceMemory = undefined;
-          for (const g of proc.gpus) g.give(proc.memoryMiB / proc.gpus.length);
-        } else if ((fault.state === "running" || fault.state === "locked") && proc.hostMemory) {
-          proc.deviceMemory = proc.hostMemory.copy();
-          proc.hostMemory = undefined;
-          for (const g of proc.gpus) g.take(proc.memoryMiB / proc.gpus.length);
-        }
+        if (fault.state === "checkpointed") proc.moveToHost();
+        if (fault.state === "running" || fault.state === "locked") proc.moveToGpu();
         proc.setState(PROCESS_STATE_NAMES.indexOf(fault.state));
       }
       return fault.code;

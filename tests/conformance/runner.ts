@@ -205,20 +205,10 @@ async function call(
     case "restore": {
       const kind = c.pairs ?? "none";
       if (kind === "none") return { code: await d.restore(pid, null), value: 0 };
-      const uuids = (await env.gpuUuids()).map((u) => parseGpuUuid(u));
-      let pairs: GpuPair[] = uuids.map((u) => ({ oldUuid: u, newUuid: u }));
-      if (kind === "empty") pairs = [];
-      if (kind === "unknown-old") {
-        pairs.push({ oldUuid: parseGpuUuid(UNKNOWN_UUID), newUuid: uuids[0] });
-      }
-      if (kind === "rotate") {
-        pairs = uuids.map((u, i) => ({ oldUuid: u, newUuid: uuids[(i + 1) % uuids.length] }));
-      }
-      if (kind === "move-one") pairs = [{ oldUuid: uuids[0], newUuid: uuids[1] }];
-      if (kind === "two-onto-one") pairs = uuids.map((u) => ({ oldUuid: u, newUuid: uuids[1] }));
-      if (kind === "unknown-new") {
-        pairs[0] = { oldUuid: uuids[0], newUuid: parseGpuUuid(UNKNOWN_UUID) };
-      }
+      const pairs: GpuPair[] = mappingFor(kind, await env.gpuUuids()).map(([from, to]) => ({
+        oldUuid: parseGpuUuid(from),
+        newUuid: parseGpuUuid(to),
+      }));
       return { code: await d.restore(pid, { gpuPairs: pairs }), value: 0 };
     }
   }
@@ -249,26 +239,9 @@ async function callProcess(
         break;
       case "restore": {
         const kind = c.pairs ?? "none";
-        if (kind === "none") {
-          await proc.restore();
-          break;
-        }
-        const uuids = await env.gpuUuids();
-        const gpuMapping = new Map<string, string>();
-        if (kind === "same") uuids.forEach((u) => gpuMapping.set(u, u));
-        if (kind === "rotate") {
-          uuids.forEach((u, i) => gpuMapping.set(u, uuids[(i + 1) % uuids.length]));
-        }
-        if (kind === "move-one") gpuMapping.set(uuids[0], uuids[1]);
-        if (kind === "two-onto-one") uuids.forEach((u) => gpuMapping.set(u, uuids[1]));
-        if (kind === "unknown-old") {
-          uuids.forEach((u) => gpuMapping.set(u, u));
-          gpuMapping.set(UNKNOWN_UUID, uuids[0]);
-        }
-        if (kind === "unknown-new") {
-          uuids.forEach((u) => gpuMapping.set(u, u));
-          gpuMapping.set(uuids[0], UNKNOWN_UUID);
-        }
+        const gpuMapping = kind === "none"
+          ? undefined
+          : new Map(mappingFor(kind, await env.gpuUuids()));
         await proc.restore({ gpuMapping });
         break;
       }
@@ -277,5 +250,29 @@ async function callProcess(
   } catch (err) {
     if (err instanceof CudaError) return { code: err.code, value: 0 };
     throw err;
+  }
+}
+
+/** The GPU mapping a restore scenario asks for, as [from, to] UUID pairs in call order. */
+function mappingFor(
+  kind: Exclude<NonNullable<Extract<Call, { op: "restore" }>["pairs"]>, "none">,
+  uuids: string[],
+): [string, string][] {
+  const same = uuids.map((u): [string, string] => [u, u]);
+  switch (kind) {
+    case "empty":
+      return [];
+    case "same":
+      return same;
+    case "rotate":
+      return uuids.map((u, i) => [u, uuids[(i + 1) % uuids.length]]);
+    case "move-one":
+      return [[uuids[0], uuids[1]]];
+    case "two-onto-one":
+      return uuids.map((u) => [u, uuids[1]]);
+    case "unknown-old":
+      return [...same, [UNKNOWN_UUID, uuids[0]]];
+    case "unknown-new":
+      return [[uuids[0], UNKNOWN_UUID], ...same.slice(1)];
   }
 }

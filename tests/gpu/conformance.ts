@@ -165,14 +165,9 @@ writeFileSync(`${outDir}/conformance-${tag}.md`, md);
 console.log(
   `${agreeing} of ${rows.length} scenarios agree; report in ${outDir}/conformance-${tag}.md`,
 );
-await closeDriver();
+driver.close();
 process.exit(agreeing === rows.length && cyclesOk ? 0 : 1);
 
 function fmt(s: { min: number; median: number; max: number }): string {
   return `${s.min.toFixed(0)}/${s.median.toFixed(0)}/${s.max.toFixed(0)}`;
-}
-
-function closeDriver(): Promise<void> {
-  driver.close();
-  return Promise.resolve();
 }
