@@ -22,6 +22,12 @@
  * @module
  */
 
+import { setFallbackDriverOpener } from "./core/sources.ts";
+import { openNativeDriver } from "./ffi/mod.ts";
+
+// The native driver is the default: core/ itself loads no runtime's FFI.
+setFallbackDriverOpener(openNativeDriver);
+
 export {
   CudaProcess,
   type CudaProcessOptions,
@@ -43,6 +49,7 @@ export {
 export type {
   CheckpointDriver,
   DriverResult,
+  GpuInfo,
   GpuPair,
   LockArgs,
   RestoreArgs,

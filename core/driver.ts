@@ -39,11 +39,24 @@ export interface DriverResult {
   readonly value: number;
 }
 
+/** A GPU the driver sees, as `cuDeviceGet`, `cuDeviceGetUuid` and `cuDeviceGetName` give it. */
+export interface GpuInfo {
+  /** Its ordinal among all the GPUs the driver sees (not renumbered by `CUDA_VISIBLE_DEVICES`). */
+  readonly index: number;
+  /** Its UUID as nvidia-smi prints it: `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`. */
+  readonly uuid: string;
+  /** Its chip's name, such as `NVIDIA H200`; restore onto another GPU needs the same chip. */
+  readonly name: string;
+}
+
 /**
- * A CUDA checkpoint driver. Every method mirrors one C call and resolves to the raw `CUresult`;
- * none throws for a driver error. A method may throw (reject) only when the call cannot be made
- * at all: the library is missing, or it has no checkpoint support
- * ({@link CheckpointUnsupportedError}).
+ * A CUDA checkpoint driver. Every method mirrors one C call and resolves to the raw `CUresult`.
+ * Drivers only report codes: input checks and capability gating happen once, above the seam, in
+ * `CudaProcess`. A call to a checkpoint function the driver lacks (a driver older than 570), or a
+ * restore with GPU pairs on a driver older than 13.0, resolves `CUDA_ERROR_NOT_SUPPORTED` without
+ * reaching the library; a pid that no process can have (0, negative, beyond a C `int`) resolves
+ * `CUDA_ERROR_OPERATING_SYSTEM`, as the real driver answers for a pid no process has. A method
+ * rejects only when the call cannot be made at all (the driver was closed, a worker thread died).
  */
 export interface CheckpointDriver {
   /** What this driver is, for messages and reports: "native (Deno)", "native (Bun)", "simulated". */
@@ -66,4 +79,19 @@ export interface CheckpointDriver {
   errorName(code: number): string | undefined;
   /** `cuGetErrorString`, or `undefined` when the driver does not know the code. */
   errorString(code: number): string | undefined;
+  /**
+   * The C names of the checkpoint functions this driver lacks (all six on a driver older than
+   * 570). Left out or empty: it has all of them.
+   */
+  readonly missingFunctions?: readonly string[];
+  /**
+   * Every GPU the driver sees, by ordinal. Left out where the driver cannot tell; then a GPU
+   * mapping cannot be checked before the restore call.
+   */
+  listGpus?(): Promise<readonly GpuInfo[]>;
+  /**
+   * Lets go of what the driver holds (a library, worker threads, timers). Calls made afterwards
+   * reject; calls already made finish first.
+   */
+  close?(): void;
 }

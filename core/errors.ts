@@ -8,6 +8,7 @@ import {
   CU_RESULTS,
   CUDA_ERROR_ILLEGAL_STATE,
   CUDA_ERROR_NOT_FOUND,
+  CUDA_ERROR_NOT_INITIALIZED,
   CUDA_ERROR_NOT_SUPPORTED,
   CUDA_ERROR_OPERATING_SYSTEM,
   CUDA_SUCCESS,
@@ -66,7 +67,7 @@ export class CudaError extends Error {
   readonly code: number;
   /** The name of {@link CudaError.code}, such as `CUDA_ERROR_NOT_READY`. */
   readonly codeName: string;
-  /** The driver's description of the code. */
+  /** The driver's description of the code; empty when neither the driver nor this package knows it. */
   readonly description: string;
   /** The operation that failed. */
   readonly operation: Operation;
@@ -80,19 +81,25 @@ export class CudaError extends Error {
   /** Makes an error from a `CUresult` and where it happened. */
   constructor(init: CudaErrorInit) {
     const known = CU_RESULTS[init.code];
-    const codeName = init.codeName ?? known?.name ?? resultName(init.code);
-    const description = init.description ?? known?.description ?? "no description from the driver";
+    const name = init.codeName ?? known?.name;
+    const codeName = name ?? resultName(init.code);
+    const description = init.description ?? known?.description;
     const subject = init.pid === undefined
       ? init.operation
       : `${init.operation} of process ${init.pid}`;
-    let message = `${subject} failed: ${codeName} (${init.code}): ${description}`;
+    let message = name === undefined && description === undefined
+      ? `${subject} failed with CUresult ${init.code}, a code that neither the driver nor this ` +
+        `version of @ckpt/cuda knows`
+      : `${subject} failed: ${codeName} (${init.code}): ${
+        description ?? "the driver gives no description"
+      }`;
     if (init.state !== undefined) message += ` (the process is ${init.state})`;
     if (init.detail) message += `. ${capitalize(init.detail)}`;
     super(message, init.cause === undefined ? undefined : { cause: init.cause });
     this.name = "CudaError";
     this.code = init.code;
     this.codeName = codeName;
-    this.description = description;
+    this.description = description ?? "";
     this.operation = init.operation;
     this.pid = init.pid;
     this.state = init.state;
@@ -163,6 +170,10 @@ export function errorFor(
   const codeName = driver.errorName(code);
   const description = driver.errorString(code);
   let detail = ctx.detail;
+  if (code === CUDA_ERROR_NOT_INITIALIZED && ctx.pid !== undefined && !detail) {
+    detail = "The process exists but has never initialised CUDA: it has no GPU state to " +
+      "checkpoint or restore";
+  }
   if (code === CUDA_ERROR_OPERATING_SYSTEM && ctx.pid !== undefined && !detail) {
     detail = "No process has this pid (it may have exited), or this process may not act on it: " +
       "checkpointing needs root or CAP_SYS_PTRACE over the target";

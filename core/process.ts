@@ -11,20 +11,30 @@ import {
   CU_PROCESS_STATE_LOCKED,
   CU_PROCESS_STATE_RUNNING,
   CUDA_ERROR_ILLEGAL_STATE,
+  CUDA_ERROR_INVALID_VALUE,
+  CUDA_ERROR_NOT_INITIALIZED,
+  CUDA_ERROR_OPERATING_SYSTEM,
   CUDA_SUCCESS,
   PROCESS_STATE_NAMES,
   type ProcessState,
   stateName,
 } from "./codes.ts";
-import type { CheckpointDriver, LockArgs, RestoreArgs } from "./driver.ts";
+import type { CheckpointDriver, GpuPair } from "./driver.ts";
+import { capitalize, CudaError, errorFor, type Operation } from "./errors.ts";
 import {
-  type CallContext,
-  capitalize,
-  CheckpointUnsupportedError,
-  CudaError,
-  errorFor,
-  type Operation,
-} from "./errors.ts";
+  checkCapability,
+  checkMapping,
+  type DriverOperation,
+  explainRejectedMapping,
+} from "./gate.ts";
+import { inProcessOrder } from "./order.ts";
+import {
+  checkSource,
+  currentDefaultSource,
+  type DriverLease,
+  type DriverSource,
+  lease,
+} from "./sources.ts";
 import {
   checkGpuMapping,
   checkPid,
@@ -32,43 +42,16 @@ import {
   DEFAULT_LOCK_TIMEOUT_MS,
   type GpuMapping,
 } from "./validate.ts";
-import { openNativeDriver } from "../ffi/mod.ts";
 
-/** A driver, or a function that opens one on first use. */
-export type DriverSource = CheckpointDriver | (() => Promise<CheckpointDriver>);
-
-let defaultSource: DriverSource | undefined;
-let defaultDriver: Promise<CheckpointDriver> | undefined;
-
-/**
- * Sets the driver that {@link CudaProcess} uses when none is given: for example a
- * `SimulatedDriver` in tests, so that code which says `new CudaProcess(pid)` runs without a GPU.
- * `undefined` restores the default, the native driver for the runtime (opened on first use).
- */
-export function setDefaultDriver(driver: DriverSource | undefined): void {
-  defaultSource = driver;
-  defaultDriver = undefined;
-}
-
-/**
- * The driver {@link CudaProcess} uses when none is given: the one set with
- * {@link setDefaultDriver}, else the native driver (libcuda), opened once on first use.
- */
-export function getDefaultDriver(): Promise<CheckpointDriver> {
-  if (!defaultDriver) {
-    const opening = openSource(defaultSource ?? openNativeDriver);
-    // A failed open is not cached: the user may fix the cause (a path, a permission) and retry.
-    defaultDriver = opening.catch((err) => {
-      defaultDriver = undefined;
-      throw err;
-    });
-  }
-  return defaultDriver;
-}
+export { type DriverSource, getDefaultDriver, setDefaultDriver } from "./sources.ts";
 
 /** Options of {@link CudaProcess}'s constructor. */
 export interface CudaProcessOptions {
-  /** The driver to use; the default driver ({@link getDefaultDriver}) when left out. */
+  /**
+   * The driver to use; the default driver ({@link getDefaultDriver}) when left out. A driver given
+   * as an object is yours to close; one given as a function that opens it is opened on first use,
+   * shared by every process given the same function, and closed when the last of them is closed.
+   */
   driver?: DriverSource;
 }
 
@@ -88,7 +71,8 @@ export interface RestoreOptions {
    * Restore onto other GPUs: from the UUID of each GPU the process was checkpointed on to the UUID
    * of the GPU to restore onto (`GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx` or 32 hex digits). The
    * real driver wants every GPU it sees named, even with `CUDA_VISIBLE_DEVICES` set, and the new
-   * GPU must be the same chip. Needs driver 580 (CUDA 13.0) or later.
+   * GPU must be the same chip. Where the driver can list its GPUs the mapping is checked before the
+   * call, and the error names what is wrong. Needs driver 580 (CUDA 13.0) or later.
    */
   gpuMapping?: GpuMapping;
 }
@@ -100,8 +84,12 @@ export interface ToggleOptions extends LockOptions, RestoreOptions {}
  * A CUDA process whose GPU state can be checkpointed and restored.
  *
  * Every call that reaches the driver returns a Promise and rejects with a {@link CudaError} that
- * carries the driver's `CUresult` as `code`. Bad input throws a `TypeError` or `RangeError` that
- * names the value and what was expected, before any driver call.
+ * carries the driver's `CUresult` as `code`. Bad input rejects with a `TypeError` or `RangeError`
+ * that names the value and what was expected, before any driver call.
+ *
+ * Operations on one pid through one driver run one after another, in the order they were made:
+ * a `state()` asked during a `suspend()` answers once the suspend is done, and two `resume()`s
+ * made at once restore the process once and then say it was already running.
  *
  * @example
  * ```ts
@@ -110,7 +98,7 @@ export interface ToggleOptions extends LockOptions, RestoreOptions {}
  *
  * const sim = new SimulatedDriver({ gpus: 2 });
  * const target = sim.spawn({ memoryMiB: 1024 });
- * const proc = new CudaProcess(target.pid, { driver: sim });
+ * await using proc = new CudaProcess(target.pid, { driver: sim });
  * await proc.suspend();   // lock + checkpoint: GPU memory is now in host memory
  * await proc.resume();    // restore + unlock
  * console.log(await proc.state()); // "running"
@@ -120,38 +108,42 @@ export class CudaProcess {
   /** The process id (a thread id of the process works as well). */
   readonly pid: number;
   readonly #source: DriverSource | undefined;
-  #driver: Promise<CheckpointDriver> | undefined;
+  #lease: DriverLease | undefined;
+  #closed = false;
+  readonly #running = new Set<Promise<unknown>>();
 
   /**
    * A handle on a process. Nothing is called yet: the driver is opened on first use.
    *
    * @param pid the process id, or the id of one of its threads: an integer from 1 to 2^31-1.
-   * @param options the driver to use; the native driver by default, opened on first use.
+   * @param options the driver to use; the default driver when left out.
    */
   constructor(pid: number, options: CudaProcessOptions = {}) {
     this.pid = checkPid(pid);
     if (typeof options !== "object" || options === null) {
-      throw new TypeError(`options must be an object such as { driver }, got ${typeof options}`);
-    }
-    const driver = options.driver;
-    if (
-      driver !== undefined && typeof driver !== "function" &&
-      (typeof driver !== "object" || driver === null || typeof driver.getState !== "function")
-    ) {
       throw new TypeError(
-        "options.driver must be a CheckpointDriver (such as a SimulatedDriver) or a function that opens one",
+        `options must be an object such as { driver }, got ${
+          options === null ? "null" : typeof options
+        }`,
       );
     }
-    this.#source = driver;
+    if (options.driver !== undefined) checkSource(options.driver, "options.driver");
+    this.#source = options.driver;
   }
 
   /** The driver this process talks to, opened on first use. */
   driver(): Promise<CheckpointDriver> {
-    if (!this.#driver) {
-      this.#driver = openSource(this.#source ?? getDefaultDriver);
-      this.#driver.catch(() => this.#driver = undefined);
+    if (this.#closed) return Promise.reject(this.#closedError());
+    if (!this.#lease) {
+      const taken = lease(this.#source ?? currentDefaultSource());
+      this.#lease = taken;
+      // A driver that failed to open is not kept: the next call tries again.
+      taken.driver.catch(() => {
+        if (this.#lease === taken) this.#lease = undefined;
+        void taken.release();
+      });
     }
-    return this.#driver;
+    return this.#lease.driver;
   }
 
   /**
@@ -159,19 +151,21 @@ export class CudaProcess {
    * Rejects with `CUDA_ERROR_NOT_INITIALIZED` for a process that never used CUDA and
    * `CUDA_ERROR_OPERATING_SYSTEM` for a pid that does not exist.
    */
-  async state(): Promise<ProcessState> {
-    const driver = await this.driver();
-    const { code, value } = await driver.getState(this.pid);
-    this.#throwIfFailed(driver, code, { operation: "getState", pid: this.pid });
-    return this.#nameState(value);
+  state(): Promise<ProcessState> {
+    return this.#run(true, (driver) => this.#getState(driver));
   }
 
-  /** The id of the thread the driver uses to restore the process (what CRIU needs). */
-  async restoreThreadId(): Promise<number> {
-    const driver = await this.driver();
-    const { code, value } = await driver.getRestoreThreadId(this.pid);
-    this.#throwIfFailed(driver, code, { operation: "getRestoreThreadId", pid: this.pid });
-    return value;
+  /**
+   * The id of the thread the driver uses to restore the process (what CRIU needs). The driver
+   * answers at once even while another operation is under way, and so does this.
+   */
+  restoreThreadId(): Promise<number> {
+    return this.#run(false, async (driver) => {
+      await checkCapability(driver, "getRestoreThreadId", this.pid);
+      const { code, value } = await driver.getRestoreThreadId(this.pid);
+      if (code !== CUDA_SUCCESS) throw await this.#failure(driver, "getRestoreThreadId", code);
+      return value;
+    });
   }
 
   /**
@@ -179,58 +173,40 @@ export class CudaProcess {
    * `timeoutMs` (10 s by default; 0 waits forever) and then fails with `CUDA_ERROR_NOT_READY`,
    * leaving the process running.
    */
-  async lock(options: LockOptions = {}): Promise<void> {
-    const args: LockArgs = { timeoutMs: this.#timeout(options) };
-    const driver = await this.driver();
-    await this.#call(driver, "lock", driver.lock(this.pid, args));
+  lock(options: LockOptions = {}): Promise<void> {
+    return this.#checked(
+      () => timeoutOf(options),
+      (timeoutMs, driver) => this.#lock(driver, timeoutMs),
+    );
   }
 
   /** Checkpoints a locked process: copies its GPU memory into host memory and releases the GPU. */
-  async checkpoint(): Promise<void> {
-    const driver = await this.driver();
-    await this.#call(driver, "checkpoint", driver.checkpoint(this.pid));
+  checkpoint(): Promise<void> {
+    return this.#run(true, (driver) => this.#step(driver, "checkpoint"));
   }
 
   /**
    * Restores a checkpointed process onto the GPUs it came from, or onto others with
    * `gpuMapping`. The process is then locked: call {@link CudaProcess.unlock} to let it run.
    */
-  async restore(options: RestoreOptions = {}): Promise<void> {
-    const args = this.#restoreArgs(options);
-    const driver = await this.driver();
-    await this.#call(driver, "restore", driver.restore(this.pid, args));
+  restore(options: RestoreOptions = {}): Promise<void> {
+    return this.#checked(() => pairsOf(options), (pairs, driver) => this.#restore(driver, pairs));
   }
 
   /** Unlocks a locked process so that its CUDA calls run again. */
-  async unlock(): Promise<void> {
-    const driver = await this.driver();
-    await this.#call(driver, "unlock", driver.unlock(this.pid));
+  unlock(): Promise<void> {
+    return this.#run(true, (driver) => this.#step(driver, "unlock"));
   }
 
   /**
    * Lock and checkpoint. If the checkpoint fails, the process is unlocked again and the error
    * says that it was left running (or, if even that failed, the state it is in).
    */
-  async suspend(options: LockOptions = {}): Promise<void> {
-    const timeoutMs = this.#timeout(options);
-    await this.lock({ timeoutMs });
-    try {
-      await this.checkpoint();
-    } catch (err) {
-      // Whatever went wrong (the driver's answer, or a call that could not complete at all), the
-      // lock is ours to undo.
-      let detail: string;
-      try {
-        await this.unlock();
-        detail = "suspend unlocked the process again: it was left running";
-      } catch (unlockErr) {
-        const state = await this.#stateOrUndefined();
-        detail = `suspend could not unlock it again (${messageOf(unlockErr)}); the process is ${
-          state ?? "gone or unreadable"
-        }`;
-      }
-      throw restate(err, detail);
-    }
+  suspend(options: LockOptions = {}): Promise<void> {
+    return this.#checked(
+      () => timeoutOf(options),
+      (timeoutMs, driver) => this.#suspend(driver, timeoutMs),
+    );
   }
 
   /**
@@ -238,66 +214,62 @@ export class CudaProcess {
    * still in host memory, and resume can be tried again (on other GPUs, with `gpuMapping`). If the
    * unlock fails, the error says that the process is restored but locked.
    */
-  async resume(options: RestoreOptions = {}): Promise<void> {
-    const args = this.#restoreArgs(options);
-    const driver = await this.driver();
-    try {
-      await this.#call(driver, "restore", driver.restore(this.pid, args));
-    } catch (err) {
-      // Refused before reaching the process (an old driver): nothing happened to it.
-      if (!(err instanceof CudaError) || err instanceof CheckpointUnsupportedError) throw err;
-      const state = await this.#stateOrUndefined();
-      const detail = state === "checkpointed"
-        ? "resume left the process checkpointed, its GPU memory still held in host memory; resume can be tried again"
-        : `the process is ${state ?? "gone or unreadable"}`;
-      throw restate(err, detail);
-    }
-    try {
-      await this.unlock();
-    } catch (err) {
-      const state = await this.#stateOrUndefined();
-      throw restate(
-        err,
-        state === "locked"
-          ? "resume restored the process but could not unlock it: it is locked; call unlock() to let it run"
-          : `resume restored the process but could not unlock it; the process is ${
-            state ?? "gone or unreadable"
-          }`,
-      );
-    }
+  resume(options: RestoreOptions = {}): Promise<void> {
+    return this.#checked(() => pairsOf(options), (pairs, driver) => this.#resume(driver, pairs));
   }
 
   /**
    * Does what NVIDIA's `cuda-checkpoint --toggle` does: suspends a running process, resumes a
    * checkpointed one, and refuses any other state. Resolves to the new state.
    */
-  async toggle(options: ToggleOptions = {}): Promise<ProcessState> {
+  toggle(options: ToggleOptions = {}): Promise<ProcessState> {
     // Both halves' options are checked before anything is asked of the driver.
-    this.#timeout(options);
-    this.#restoreArgs(options);
-    const state = await this.state();
-    if (state === "running") {
-      if (options.gpuMapping !== undefined) {
-        throw new RangeError(
-          "gpuMapping applies when toggle resumes a checkpointed process, but the process is running",
-        );
+    const inputs = () => ({ timeoutMs: timeoutOf(options), pairs: pairsOf(options) });
+    return this.#checked(inputs, async ({ timeoutMs, pairs }, driver) => {
+      const state = await this.#getState(driver);
+      if (state === "running") {
+        if (pairs !== null) {
+          throw new RangeError(
+            "gpuMapping applies when toggle resumes a checkpointed process, but the process is running",
+          );
+        }
+        await this.#suspend(driver, timeoutMs);
+        return "checkpointed";
       }
-      await this.suspend(options);
-      return "checkpointed";
-    }
-    if (state === "checkpointed") {
-      await this.resume(options);
-      return "running";
-    }
-    throw new CudaError({
-      code: CUDA_ERROR_ILLEGAL_STATE,
-      operation: "toggle",
-      pid: this.pid,
-      state,
-      detail: state === "locked"
-        ? "toggle goes between running and checkpointed; call unlock() or checkpoint() first"
-        : "a process in the failed state cannot be recovered",
+      if (state === "checkpointed") {
+        await this.#resume(driver, pairs);
+        return "running";
+      }
+      throw new CudaError({
+        code: CUDA_ERROR_ILLEGAL_STATE,
+        operation: "toggle",
+        pid: this.pid,
+        state,
+        detail: state === "locked"
+          ? "toggle goes between running and checkpointed; call unlock() or checkpoint() first"
+          : "a process in the failed state cannot be recovered",
+      });
     });
+  }
+
+  /**
+   * Lets go of the driver: waits for this handle's operations to finish, then closes the driver
+   * if this handle opened it (a driver given as a function, shared with other handles given the
+   * same function, is closed by the last of them). Later operations reject. Idempotent.
+   */
+  async close(): Promise<void> {
+    this.#closed = true;
+    while (this.#running.size > 0) {
+      await Promise.allSettled([...this.#running]);
+    }
+    const held = this.#lease;
+    this.#lease = undefined;
+    await held?.release();
+  }
+
+  /** {@link CudaProcess.close}, for `await using`. */
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.close();
   }
 
   /** `CudaProcess(pid)`, for logs. */
@@ -305,46 +277,44 @@ export class CudaProcess {
     return `CudaProcess(${this.pid})`;
   }
 
-  #timeout(options: LockOptions): number {
-    if (typeof options !== "object" || options === null) {
-      throw new TypeError(`options must be an object such as { timeoutMs: 10000 }, got ${options}`);
+  // ---- running operations ----
+
+  /** Checks the inputs, then runs the operation in this process's order. */
+  #checked<I, T>(
+    inputs: () => I,
+    body: (input: I, driver: CheckpointDriver) => Promise<T>,
+  ): Promise<T> {
+    let input: I;
+    try {
+      input = inputs();
+    } catch (err) {
+      return Promise.reject(err);
     }
-    return options.timeoutMs === undefined
-      ? DEFAULT_LOCK_TIMEOUT_MS
-      : checkTimeoutMs(options.timeoutMs);
+    return this.#run(true, (driver) => body(input, driver));
   }
 
-  #restoreArgs(options: RestoreOptions): RestoreArgs | null {
-    if (typeof options !== "object" || options === null) {
-      throw new TypeError(
-        `options must be an object such as { gpuMapping: { "GPU-...": "GPU-..." } }, got ${options}`,
-      );
-    }
-    if (options.gpuMapping === undefined) return null;
-    return { gpuPairs: checkGpuMapping(options.gpuMapping) };
+  /** Runs `body` with the driver: after this pid's earlier operations when `ordered`. */
+  #run<T>(ordered: boolean, body: (driver: CheckpointDriver) => Promise<T>): Promise<T> {
+    if (this.#closed) return Promise.reject(this.#closedError());
+    const run = this.driver().then((driver) =>
+      ordered ? inProcessOrder(driver, this.pid, () => body(driver)) : body(driver)
+    );
+    this.#running.add(run);
+    const forget = () => this.#running.delete(run);
+    run.then(forget, forget);
+    return run;
   }
 
-  async #call(
-    driver: CheckpointDriver,
-    operation: Operation,
-    call: Promise<number>,
-  ): Promise<void> {
-    const code = await call;
-    if (code === CUDA_SUCCESS) return;
-    const state = code === CUDA_ERROR_ILLEGAL_STATE ? await this.#stateOrUndefined() : undefined;
-    // Refused as illegal in a state the operation accepts: something else changed it meanwhile.
-    const detail = state !== undefined && ACCEPTS[operation] === state
-      ? "Another operation on this process was under way when this one was made"
-      : undefined;
-    this.#throwIfFailed(driver, code, { operation, pid: this.pid, state, detail });
+  #closedError(): Error {
+    return new Error(`${this}: this handle has been closed; make a new CudaProcess to go on`);
   }
 
-  #throwIfFailed(driver: CheckpointDriver, code: number, ctx: CallContext): void {
-    const err = errorFor(driver, code, ctx);
-    if (err) throw err;
-  }
+  // ---- the steps, each one driver call (callers hold this pid's turn) ----
 
-  #nameState(value: number): ProcessState {
+  async #getState(driver: CheckpointDriver): Promise<ProcessState> {
+    await checkCapability(driver, "getState", this.pid);
+    const { code, value } = await driver.getState(this.pid);
+    if (code !== CUDA_SUCCESS) throw await this.#failure(driver, "getState", code);
     const name = stateName(value);
     if (name === undefined) {
       const known = PROCESS_STATE_NAMES.map((n, i) => `${i} ${n}`).join(", ");
@@ -355,18 +325,170 @@ export class CudaProcess {
     return name;
   }
 
-  async #stateOrUndefined(): Promise<ProcessState | undefined> {
+  async #lock(driver: CheckpointDriver, timeoutMs: number): Promise<void> {
+    await checkCapability(driver, "lock", this.pid);
+    const code = await driver.lock(this.pid, { timeoutMs });
+    if (code !== CUDA_SUCCESS) throw await this.#failure(driver, "lock", code);
+  }
+
+  async #step(driver: CheckpointDriver, operation: "checkpoint" | "unlock"): Promise<void> {
+    await checkCapability(driver, operation, this.pid);
+    const code = await driver[operation](this.pid);
+    if (code !== CUDA_SUCCESS) throw await this.#failure(driver, operation, code);
+  }
+
+  /** Checks that the driver can take the mapping and that it can work; throws before any call. */
+  async #checkRestore(driver: CheckpointDriver, pairs: GpuPair[] | null): Promise<void> {
+    await checkCapability(driver, "restore", this.pid, pairs?.length ?? 0);
+    if (pairs) await checkMapping(driver, this.pid, pairs);
+  }
+
+  /** The restore call itself; {@link CudaProcess.#checkRestore} has been made. */
+  async #restoreCall(driver: CheckpointDriver, pairs: GpuPair[] | null): Promise<void> {
+    const code = await driver.restore(this.pid, pairs === null ? null : { gpuPairs: pairs });
+    if (code === CUDA_SUCCESS) return;
+    const detail = code === CUDA_ERROR_INVALID_VALUE && pairs !== null && pairs.length > 0
+      ? await explainRejectedMapping(driver, pairs)
+      : undefined;
+    throw await this.#failure(driver, "restore", code, detail);
+  }
+
+  async #restore(driver: CheckpointDriver, pairs: GpuPair[] | null): Promise<void> {
+    await this.#checkRestore(driver, pairs);
+    await this.#restoreCall(driver, pairs);
+  }
+
+  async #suspend(driver: CheckpointDriver, timeoutMs: number): Promise<void> {
+    await checkCapability(driver, "checkpoint", this.pid);
+    await checkCapability(driver, "unlock", this.pid);
+    await this.#lock(driver, timeoutMs);
     try {
-      return await this.state();
-    } catch {
-      return undefined;
+      await this.#step(driver, "checkpoint");
+    } catch (err) {
+      // Whatever went wrong (the driver's answer, or a call that could not complete at all), the
+      // lock is ours to undo.
+      let detail: string;
+      try {
+        await this.#step(driver, "unlock");
+        detail = "suspend unlocked the process again: it was left running";
+      } catch (unlockErr) {
+        detail = `suspend could not unlock it again (${
+          messageOf(unlockErr)
+        }); the process is ${await this
+          .#describeState(driver)}`;
+      }
+      throw restate(err, detail);
     }
+  }
+
+  async #resume(driver: CheckpointDriver, pairs: GpuPair[] | null): Promise<void> {
+    await this.#checkRestore(driver, pairs);
+    await checkCapability(driver, "unlock", this.pid);
+    try {
+      await this.#restoreCall(driver, pairs);
+    } catch (err) {
+      throw restate(err, await this.#afterFailedRestore(driver, err));
+    }
+    try {
+      await this.#step(driver, "unlock");
+    } catch (err) {
+      const state = await this.#describeState(driver);
+      throw restate(
+        err,
+        state === "locked"
+          ? "resume restored the process but could not unlock it: it is locked; call unlock() to let it run"
+          : `resume restored the process but could not unlock it; the process is ${state}`,
+      );
+    }
+  }
+
+  /** What a failed restore inside resume left behind, as a sentence. */
+  async #afterFailedRestore(driver: CheckpointDriver, err: unknown): Promise<string> {
+    // The restore's own code already says there is no process, or no CUDA in it.
+    if (
+      err instanceof CudaError &&
+      (err.code === CUDA_ERROR_OPERATING_SYSTEM || err.code === CUDA_ERROR_NOT_INITIALIZED)
+    ) return "";
+    const state = err instanceof CudaError && err.state !== undefined
+      ? err.state
+      : await this.#describeState(driver);
+    // An illegal state means the restore changed nothing; anything else was the restore's doing.
+    const illegal = err instanceof CudaError && err.code === CUDA_ERROR_ILLEGAL_STATE;
+    switch (state) {
+      case "checkpointed":
+        return "resume left the process checkpointed, its GPU memory still held in host memory; " +
+          "resume can be tried again";
+      case "running":
+        return illegal
+          ? "nothing was restored: it was not checkpointed"
+          : "the failed restore left the process running";
+      case "locked":
+        return illegal
+          ? "nothing was restored: it is locked, not checkpointed; call unlock() to let it run"
+          : "the failed restore left the process locked; call unlock() to let it run";
+      case "failed":
+        return "the failed restore left the process in the failed state, which it cannot leave";
+      default:
+        return `the process is ${state}`;
+    }
+  }
+
+  /** The process's state for a message: its name, or why it cannot be read. */
+  async #describeState(driver: CheckpointDriver): Promise<string> {
+    try {
+      return await this.#getState(driver);
+    } catch (err) {
+      if (err instanceof CudaError && err.code === CUDA_ERROR_OPERATING_SYSTEM) {
+        return "gone (no process has this pid any more)";
+      }
+      if (err instanceof CudaError && err.code === CUDA_ERROR_NOT_INITIALIZED) {
+        return "not a CUDA process";
+      }
+      return `of unknown state (getState failed: ${messageOf(err)})`;
+    }
+  }
+
+  /** The error for a failed call: the state for an illegal state, and why it may have happened. */
+  async #failure(
+    driver: CheckpointDriver,
+    operation: DriverOperation,
+    code: number,
+    detail?: string,
+  ): Promise<CudaError> {
+    let state: ProcessState | undefined;
+    if (code === CUDA_ERROR_ILLEGAL_STATE && operation !== "getState") {
+      const described = await this.#describeState(driver);
+      state = (PROCESS_STATE_NAMES as readonly string[]).includes(described)
+        ? described as ProcessState
+        : undefined;
+      // Refused as illegal in a state the operation accepts: something else changed it meanwhile.
+      if (state !== undefined && ACCEPTS[operation] === state) {
+        detail = "another program, or a handle on another thread id of this process, changed its " +
+          "state while this call was made";
+      }
+    }
+    return errorFor(driver, code, { operation, pid: this.pid, state, detail })!;
   }
 }
 
-/** A driver, opened if it is given as a function that opens one. */
-function openSource(source: DriverSource): Promise<CheckpointDriver> {
-  return typeof source === "function" ? source() : Promise.resolve(source);
+/** The lock timeout an options object asks for; throws a TypeError or RangeError naming it. */
+function timeoutOf(options: LockOptions): number {
+  if (typeof options !== "object" || options === null) {
+    throw new TypeError(`options must be an object such as { timeoutMs: 10000 }, got ${options}`);
+  }
+  return options.timeoutMs === undefined
+    ? DEFAULT_LOCK_TIMEOUT_MS
+    : checkTimeoutMs(options.timeoutMs);
+}
+
+/** The GPU pairs an options object asks for, or `null` for none. */
+function pairsOf(options: RestoreOptions): GpuPair[] | null {
+  if (typeof options !== "object" || options === null) {
+    throw new TypeError(
+      `options must be an object such as { gpuMapping: { "GPU-...": "GPU-..." } }, got ${options}`,
+    );
+  }
+  return options.gpuMapping === undefined ? null : checkGpuMapping(options.gpuMapping);
 }
 
 /** The state each state-changing operation starts from. */
@@ -385,15 +507,20 @@ export const ProcessStates: Readonly<Record<ProcessState, number>> = {
   failed: CU_PROCESS_STATE_FAILED,
 };
 
-/** The error again, with a sentence saying what was done about it and what the process is now. */
+/**
+ * The error again, with a sentence saying what was done about it and what the process is now;
+ * the error itself when there is nothing to add.
+ */
 function restate(err: unknown, detail: string): Error {
+  if (!detail) return err instanceof Error ? err : new Error(String(err));
   if (!(err instanceof CudaError)) {
     return new Error(`${messageOf(err)}. ${capitalize(detail)}`, { cause: err });
   }
   return new CudaError({
     code: err.code,
-    codeName: err.codeName,
-    description: err.description,
+    // An unknown code's placeholder name is not a name the driver gave.
+    codeName: err.codeName.startsWith("CUresult ") ? undefined : err.codeName,
+    description: err.description || undefined,
     operation: err.operation,
     pid: err.pid,
     state: err.state,

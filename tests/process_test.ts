@@ -178,7 +178,7 @@ describe("errors name the operation, pid, code, description and state", () => {
       assert.equal(err.code, 801);
       assert.match(
         err.message,
-        /version 12\.4\) has no CUDA checkpoint support; NVIDIA driver 570 or later is needed/,
+        /^getState of process \d+ failed: CUDA_ERROR_NOT_SUPPORTED \(801\): not supported by this driver\. This driver \(CUDA 12\.4, cuDriverGetVersion 12040\) has no CUDA checkpoint API \(cuCheckpointProcessGetState is missing\); NVIDIA driver 570 \(CUDA 12\.8\) or later is needed$/,
       );
       return true;
     });
@@ -191,7 +191,7 @@ describe("errors name the operation, pid, code, description and state", () => {
     await proc.suspend();
     await assert.rejects(
       proc.resume({ gpuMapping: { [sim.gpus[0].uuid]: sim.gpus[1].uuid } }),
-      /Restoring onto other GPUs needs driver 580 \(CUDA 13\.0\) or later; this driver is 12\.8/,
+      /^CheckpointUnsupportedError: restore of process \d+ failed: CUDA_ERROR_NOT_SUPPORTED \(801\): not supported by this driver\. Restoring onto other GPUs \(a GPU mapping\) needs NVIDIA driver 580 \(CUDA 13\.0\) or later, and this driver \(CUDA 12\.8, cuDriverGetVersion 12080\) is older$/,
     );
     await proc.resume();
     assert.equal(t.state, "running");
@@ -267,7 +267,7 @@ describe("rollback", () => {
     await rejectsWith(
       suspending,
       CUDA_ERROR_OPERATING_SYSTEM,
-      /the process is gone or unreadable$/,
+      /the process is gone \(no process has this pid any more\)$/,
     );
     assert.equal(sim.gpus[0].usedMiB, 0);
   });
@@ -333,19 +333,40 @@ describe("rollback when a call cannot complete at all", () => {
     await rejectsWith(
       proc2.resume(),
       CUDA_ERROR_OPERATING_SYSTEM,
-      /Resume restored the process but could not unlock it; the process is gone or unreadable$/,
+      /Resume restored the process but could not unlock it; the process is gone \(no process has this pid any more\)$/,
     );
   });
 
-  test("a second state change made while one is under way says so", async () => {
+  test("two locks at once: the second waits for the first and says the process is locked", async () => {
     const { proc } = setup();
     const [a, b] = await Promise.allSettled([proc.lock(), proc.lock()]);
     assert.equal(a.status, "fulfilled");
     assert.equal(b.status, "rejected");
+    const message = String((b as PromiseRejectedResult).reason);
     assert.match(
-      String((b as PromiseRejectedResult).reason),
-      /CUDA_ERROR_ILLEGAL_STATE .*\(the process is running\)\. Another operation on this process was under way/,
+      message,
+      /^CudaError: lock of process \d+ failed: CUDA_ERROR_ILLEGAL_STATE \(401\): the operation cannot be performed in the present state \(the process is locked\)$/,
     );
+  });
+
+  test("a state change made meanwhile by someone else is named as the likely cause", async () => {
+    const { sim, target, proc } = setup();
+    // Another program (here the raw driver) unlocks between our lock and our own check.
+    const racing: CheckpointDriver = {
+      ...bind(sim),
+      checkpoint: async (pid) => {
+        const code = await sim.checkpoint(pid);
+        await sim.restore(pid, null);
+        return code === 0 ? CUDA_ERROR_ILLEGAL_STATE : code;
+      },
+    };
+    await new CudaProcess(target.pid, { driver: racing }).lock();
+    await rejectsWith(
+      new CudaProcess(target.pid, { driver: racing }).checkpoint(),
+      CUDA_ERROR_ILLEGAL_STATE,
+      /\(the process is locked\)\. Another program, or a handle on another thread id of this process, changed its state while this call was made$/,
+    );
+    assert.equal(await proc.state(), "locked");
   });
 
   test("an injected restore failure that leaves the process running puts its memory back on the GPU", async () => {
@@ -353,7 +374,11 @@ describe("rollback when a call cannot complete at all", () => {
     await target.write(0, new Uint8Array([42]));
     await proc.suspend();
     target.failNext("restore", { code: CUDA_ERROR_INVALID_VALUE, state: "running" });
-    await rejectsWith(proc.resume(), CUDA_ERROR_INVALID_VALUE, /\. The process is running$/);
+    await rejectsWith(
+      proc.resume(),
+      CUDA_ERROR_INVALID_VALUE,
+      /\. The failed restore left the process running$/,
+    );
     assert.equal(target.memoryLocation, "gpu");
     assert.equal(sim.gpus[0].usedMiB, 256);
     assert.deepEqual(await target.read(0, 1), new Uint8Array([42]));

@@ -1,0 +1,161 @@
+/**
+ * Where a {@link CudaProcess} gets its driver, and who closes it.
+ *
+ * A driver given as an object belongs to whoever made it: nothing here closes it. A driver given
+ * as a function that opens one is opened once and shared by everyone who uses the same function
+ * (every `CudaProcess` given it, and the default driver); it is closed when the last of them lets
+ * go. So twenty processes given `openNativeDriver` share one library and one worker pool, and a
+ * program that closes its processes leaves nothing open.
+ *
+ * @module
+ */
+
+import type { CheckpointDriver } from "./driver.ts";
+
+/** A driver, or a function that opens one on first use (and is closed by this package). */
+export type DriverSource = CheckpointDriver | (() => Promise<CheckpointDriver>);
+
+/** A use of a driver: the driver, and the way to let go of it. */
+export interface DriverLease {
+  /** The driver, opened on first use. */
+  readonly driver: Promise<CheckpointDriver>;
+  /** Lets go; the last lease of a driver opened from a function closes it. Idempotent. */
+  release(): Promise<void>;
+}
+
+interface Shared {
+  driver: Promise<CheckpointDriver>;
+  users: number;
+}
+
+const shared = new Map<() => Promise<CheckpointDriver>, Shared>();
+
+/** Takes a lease on a source: opens it (once per function, shared) if it is a function. */
+export function lease(source: DriverSource): DriverLease {
+  if (typeof source !== "function") {
+    return { driver: Promise.resolve(source), release: () => Promise.resolve() };
+  }
+  let entry = shared.get(source);
+  if (!entry) {
+    const opening = (async () => await source())();
+    const created: Shared = { driver: opening, users: 0 };
+    shared.set(source, created);
+    // A failed open is not kept: the cause (a path, a permission) may be fixed and tried again.
+    opening.catch(() => {
+      if (shared.get(source) === created) shared.delete(source);
+    });
+    entry = created;
+  }
+  entry.users++;
+  const held = entry;
+  let released = false;
+  return {
+    driver: held.driver,
+    async release() {
+      if (released) return;
+      released = true;
+      held.users--;
+      if (held.users > 0) return;
+      if (shared.get(source) === held) shared.delete(source);
+      let driver: CheckpointDriver;
+      try {
+        driver = await held.driver;
+      } catch {
+        return; // it never opened: nothing to close
+      }
+      driver.close?.();
+    },
+  };
+}
+
+/** How many drivers opened from functions are open now (for tests). */
+export function openSharedDrivers(): number {
+  return shared.size;
+}
+
+let defaultSource: DriverSource | undefined;
+let fallback: (() => Promise<CheckpointDriver>) | undefined;
+let defaultLease: DriverLease | undefined;
+
+/**
+ * Sets the driver that {@link CudaProcess} uses when none is given: for example a
+ * `SimulatedDriver` in tests, so that code which says `new CudaProcess(pid)` runs without a GPU.
+ * `undefined` goes back to the native driver for the runtime (opened on first use).
+ *
+ * A default driver this package opened (from a function) is closed once nothing uses it any more:
+ * processes already using it keep it until they are closed.
+ *
+ * @example
+ * ```ts
+ * import { CudaProcess, setDefaultDriver } from "@ckpt/cuda";
+ * import { SimulatedDriver } from "@ckpt/cuda/mock";
+ *
+ * const sim = new SimulatedDriver();
+ * setDefaultDriver(sim);
+ * const target = sim.spawn();
+ * console.log(await new CudaProcess(target.pid).state()); // "running"
+ * setDefaultDriver(undefined);
+ * ```
+ */
+export function setDefaultDriver(driver: DriverSource | undefined): void {
+  if (driver !== undefined) checkSource(driver, "setDefaultDriver's argument");
+  const old = defaultLease;
+  defaultLease = undefined;
+  defaultSource = driver;
+  void old?.release();
+}
+
+/**
+ * The driver {@link CudaProcess} uses when none is given: the one set with
+ * {@link setDefaultDriver}, else the native driver (libcuda), opened once on first use.
+ */
+export function getDefaultDriver(): Promise<CheckpointDriver> {
+  if (!defaultLease) {
+    const taken = lease(currentDefaultSource());
+    defaultLease = taken;
+    // Not kept when it fails, so the next call tries again.
+    taken.driver.catch(() => {
+      if (defaultLease === taken) defaultLease = undefined;
+    });
+  }
+  return defaultLease.driver;
+}
+
+/** The source of the default driver now: the one set, else the runtime's native opener. */
+export function currentDefaultSource(): DriverSource {
+  return defaultSource ?? fallback ?? noDefault;
+}
+
+/**
+ * Installs the opener used when no default driver was set. `mod.ts` installs the native driver's
+ * opener, so that core/ itself never loads a runtime's FFI.
+ */
+export function setFallbackDriverOpener(opener: () => Promise<CheckpointDriver>): void {
+  fallback = opener;
+}
+
+function noDefault(): Promise<CheckpointDriver> {
+  return Promise.reject(
+    new Error(
+      "No driver: pass { driver } (a SimulatedDriver from @ckpt/cuda/mock, or openNativeDriver), " +
+        "call setDefaultDriver, or import CudaProcess from @ckpt/cuda's main module, which " +
+        "makes the native driver the default",
+    ),
+  );
+}
+
+/** Checks that a value is a driver or a function; throws a TypeError naming what it got. */
+export function checkSource(source: unknown, what: string): asserts source is DriverSource {
+  if (typeof source === "function") return;
+  if (
+    typeof source === "object" && source !== null &&
+    typeof (source as CheckpointDriver).getState === "function" &&
+    typeof (source as CheckpointDriver).lock === "function"
+  ) return;
+  throw new TypeError(
+    `${what} must be a CheckpointDriver (such as a SimulatedDriver, or what openNativeDriver ` +
+      `resolves to) or a function that opens one, got ${
+        source === null ? "null" : Array.isArray(source) ? "an array" : typeof source
+      }`,
+  );
+}

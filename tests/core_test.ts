@@ -1,0 +1,463 @@
+// The foundation above the seam: core/ stays runtime-free, operations on one process run in
+// order, drivers have one owner who closes them, capability and GPU mappings are checked before
+// any call, and messages say what happened once and plainly.
+import { describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { readdirSync, readFileSync } from "node:fs";
+import {
+  type CheckpointDriver,
+  CheckpointUnsupportedError,
+  CUDA_ERROR_ILLEGAL_STATE,
+  CUDA_ERROR_INVALID_VALUE,
+  CUDA_ERROR_NOT_INITIALIZED,
+  CudaError,
+  CudaProcess,
+  getDefaultDriver,
+  setDefaultDriver,
+} from "../mod.ts";
+import { SimulatedDriver } from "../mock/mod.ts";
+import { openSharedDrivers } from "../core/sources.ts";
+import { queuedPids } from "../core/order.ts";
+
+const CORE = new URL("../core/", import.meta.url);
+
+/** A driver that forwards to the simulator and counts what is asked of it. */
+function counting(sim: SimulatedDriver, extra: Partial<CheckpointDriver> = {}) {
+  const counts = { close: 0, lock: 0, restore: 0, getState: 0 };
+  const driver: CheckpointDriver = {
+    kind: "counting",
+    driverVersion: () => sim.driverVersion(),
+    getState: (pid) => (counts.getState++, sim.getState(pid)),
+    getRestoreThreadId: (pid) => sim.getRestoreThreadId(pid),
+    lock: (pid, args) => (counts.lock++, sim.lock(pid, args)),
+    checkpoint: (pid) => sim.checkpoint(pid),
+    restore: (pid, args) => (counts.restore++, sim.restore(pid, args)),
+    unlock: (pid) => sim.unlock(pid),
+    errorName: (code) => sim.errorName(code),
+    errorString: (code) => sim.errorString(code),
+    close: () => void counts.close++,
+    ...extra,
+  };
+  return { driver, counts };
+}
+
+async function rejectsWith(p: Promise<unknown>, code: number, ...patterns: RegExp[]) {
+  await assert.rejects(p, (err: unknown) => {
+    assert.ok(err instanceof CudaError, `a CudaError, got ${err}`);
+    assert.equal(err.code, code, err.message);
+    for (const re of patterns) assert.match(err.message, re);
+    return true;
+  });
+}
+
+describe("layering", () => {
+  test("core/ imports nothing from ffi/ or mock/, and no runtime", () => {
+    const files = readdirSync(CORE).filter((f) => f.endsWith(".ts"));
+    assert.ok(files.length >= 8, `core/ has its modules (${files})`);
+    let total = 0;
+    for (const file of files) {
+      const text = readFileSync(new URL(file, CORE), "utf8");
+      // Statements start a line; the examples in doc comments start with " * ".
+      const imports = [
+        ...text.matchAll(
+          /^(?:import|export)\s+(?:type\s+)?(?:\{[^}]*\}|\*(?:\s+as\s+\w+)?|\w+)\s+from\s+"([^"]+)"/gm,
+        ),
+      ]
+        .map((m) => m[1]);
+      total += imports.length;
+      for (const spec of imports) {
+        assert.match(
+          spec,
+          /^\.\/[a-z_]+\.ts$/,
+          `${file} imports ${spec}: core/ only imports core/`,
+        );
+      }
+      assert.doesNotMatch(text, /\bDeno\.|\bBun\.|bun:ffi/, `${file} uses no runtime API`);
+    }
+    assert.ok(total > 10, `the imports were found (${total})`);
+  });
+});
+
+describe("one operation at a time per process", () => {
+  test("two resumes at once: one restores, the other says it was already running", async () => {
+    const sim = new SimulatedDriver();
+    const target = sim.spawn({ memoryMiB: 1024 });
+    const proc = new CudaProcess(target.pid, { driver: sim });
+    await proc.suspend();
+    const [a, b] = await Promise.allSettled([proc.resume(), proc.resume()]);
+    assert.equal(a.status, "fulfilled");
+    assert.equal(b.status, "rejected");
+    const message = (b as PromiseRejectedResult).reason.message as string;
+    assert.match(
+      message,
+      /^restore of process \d+ failed: CUDA_ERROR_ILLEGAL_STATE \(401\): the operation cannot be performed in the present state \(the process is running\)\. Nothing was restored: it was not checkpointed$/,
+    );
+    assert.doesNotMatch(message, /checkpointed, its GPU memory/);
+    assert.equal(target.state, "running");
+    assert.deepEqual(
+      sim.calls.filter((c) => c.op !== "getState").map((c) => `${c.op}:${c.code}`),
+      ["lock:0", "checkpoint:0", "restore:0", "unlock:0", "restore:401"],
+    );
+  });
+
+  test("operations made without waiting run in call order, each after the one before", async () => {
+    const sim = new SimulatedDriver();
+    const target = sim.spawn({ memoryMiB: 4096 });
+    const proc = new CudaProcess(target.pid, { driver: sim });
+    const order: string[] = [];
+    const note = (what: string) => () => void order.push(`${what}@${Math.round(sim.now())}`);
+    await Promise.all([
+      proc.lock().then(note("lock")),
+      proc.state().then((s) => order.push(`state ${s}`)),
+      proc.checkpoint().then(note("checkpoint")),
+      proc.state().then((s) => order.push(`state ${s}`)),
+      proc.restore().then(note("restore")),
+      proc.unlock().then(note("unlock")),
+      proc.state().then((s) => order.push(`state ${s}`)),
+    ]);
+    assert.deepEqual(order.map((o) => o.replace(/@\d+/, "")), [
+      "lock",
+      "state locked",
+      "checkpoint",
+      "state checkpointed",
+      "restore",
+      "unlock",
+      "state running",
+    ]);
+    const at = (what: string) => Number(order.find((o) => o.startsWith(what))!.split("@")[1]);
+    assert.ok(at("checkpoint") > 1000, "the 4 GiB checkpoint took its time");
+    assert.ok(at("restore") > at("checkpoint"), "restore began after the checkpoint ended");
+    assert.equal(queuedPids(sim), 0, "nothing is left queued");
+  });
+
+  test("a failed operation does not block the ones after it", async () => {
+    const sim = new SimulatedDriver();
+    const target = sim.spawn();
+    const proc = new CudaProcess(target.pid, { driver: sim });
+    const [unlock, lock] = await Promise.allSettled([proc.unlock(), proc.lock()]);
+    assert.equal(unlock.status, "rejected");
+    assert.equal(lock.status, "fulfilled");
+    assert.equal(target.state, "locked");
+  });
+
+  test("state() asked during a suspend answers when the suspend is done", async () => {
+    const sim = new SimulatedDriver();
+    const target = sim.spawn({ memoryMiB: 1024 });
+    const proc = new CudaProcess(target.pid, { driver: sim });
+    const suspending = proc.suspend();
+    const state = await proc.state();
+    assert.equal(state, "checkpointed");
+    await suspending;
+  });
+
+  test("the restore thread id is answered at once, even during a suspend", async () => {
+    const sim = new SimulatedDriver();
+    const target = sim.spawn({ memoryMiB: 4096 });
+    const proc = new CudaProcess(target.pid, { driver: sim });
+    const suspending = proc.suspend();
+    assert.equal(await proc.restoreThreadId(), target.tid);
+    assert.ok(sim.now() < 100, `answered at ${sim.now()} ms, before the checkpoint ended`);
+    await suspending;
+  });
+
+  test("other processes are not held up", async () => {
+    const sim = new SimulatedDriver();
+    const big = sim.spawn({ memoryMiB: 8192 });
+    const other = sim.spawn();
+    const suspending = new CudaProcess(big.pid, { driver: sim }).suspend();
+    assert.equal(await new CudaProcess(other.pid, { driver: sim }).state(), "running");
+    assert.ok(sim.now() < 100, `answered at ${sim.now()} ms`);
+    await suspending;
+  });
+
+  test("two handles on one pid share the order", async () => {
+    const sim = new SimulatedDriver();
+    const target = sim.spawn({ memoryMiB: 1024 });
+    const a = new CudaProcess(target.pid, { driver: sim });
+    const b = new CudaProcess(target.pid, { driver: sim });
+    const [x, y] = await Promise.allSettled([a.suspend(), b.resume()]);
+    assert.equal(x.status, "fulfilled");
+    assert.equal(y.status, "fulfilled", "the resume waited for the suspend");
+    assert.equal(target.state, "running");
+  });
+});
+
+describe("lifecycles: who opens a driver closes it", () => {
+  test("a driver given as a function is opened once, shared, and closed by the last handle", async () => {
+    const sim = new SimulatedDriver();
+    const { driver, counts } = counting(sim);
+    let opened = 0;
+    const open = () => (opened++, Promise.resolve(driver));
+    const before = openSharedDrivers();
+    const targets = Array.from({ length: 20 }, () => sim.spawn());
+    const procs = targets.map((t) => new CudaProcess(t.pid, { driver: open }));
+    await Promise.all(procs.map((p) => p.state()));
+    assert.equal(opened, 1, "twenty handles, one driver");
+    assert.equal(openSharedDrivers(), before + 1);
+    for (const p of procs.slice(0, 19)) await p.close();
+    assert.equal(counts.close, 0, "still used by one handle");
+    await procs[19].close();
+    assert.equal(counts.close, 1, "closed with the last handle");
+    assert.equal(openSharedDrivers(), before);
+    await procs[0].close(); // idempotent
+    assert.equal(counts.close, 1);
+  });
+
+  test("a driver given as an object is the caller's: closing the handle leaves it open", async () => {
+    const sim = new SimulatedDriver();
+    const { driver, counts } = counting(sim);
+    const t = sim.spawn();
+    const proc = new CudaProcess(t.pid, { driver });
+    assert.equal(await proc.state(), "running");
+    await proc.close();
+    assert.equal(counts.close, 0);
+  });
+
+  test("close() waits for the handle's operations; later ones reject and say why", async () => {
+    const sim = new SimulatedDriver();
+    const t = sim.spawn({ memoryMiB: 1024 });
+    const proc = new CudaProcess(t.pid, { driver: sim });
+    const suspending = proc.suspend();
+    await proc.close();
+    assert.equal(t.state, "checkpointed", "the suspend finished before close resolved");
+    await suspending;
+    await assert.rejects(
+      proc.resume(),
+      /^Error: CudaProcess\(\d+\): this handle has been closed; make a new CudaProcess to go on$/,
+    );
+  });
+
+  test("await using closes the handle and its driver", async () => {
+    const sim = new SimulatedDriver();
+    const { driver, counts } = counting(sim);
+    const t = sim.spawn();
+    {
+      await using proc = new CudaProcess(t.pid, { driver: () => Promise.resolve(driver) });
+      assert.equal(await proc.state(), "running");
+    }
+    assert.equal(counts.close, 1);
+  });
+
+  test("a driver that failed to open is tried again on the next call", async () => {
+    const sim = new SimulatedDriver();
+    const t = sim.spawn();
+    let tries = 0;
+    const open = () =>
+      ++tries === 1 ? Promise.reject(new Error("no library yet")) : Promise.resolve(sim);
+    const proc = new CudaProcess(t.pid, { driver: open });
+    await assert.rejects(proc.state(), /no library yet/);
+    assert.equal(await proc.state(), "running");
+    assert.equal(tries, 2);
+  });
+
+  test("setDefaultDriver(undefined) closes a default this package opened, once nothing uses it", async () => {
+    const sim = new SimulatedDriver();
+    const { driver, counts } = counting(sim);
+    const t = sim.spawn();
+    setDefaultDriver(() => Promise.resolve(driver));
+    try {
+      assert.equal(await getDefaultDriver(), driver);
+      const proc = new CudaProcess(t.pid);
+      assert.equal(await proc.state(), "running");
+      setDefaultDriver(undefined);
+      await Promise.resolve();
+      assert.equal(counts.close, 0, "a process still uses it");
+      assert.equal(await proc.state(), "running");
+      await proc.close();
+      assert.equal(counts.close, 1);
+    } finally {
+      setDefaultDriver(undefined);
+    }
+  });
+
+  test("a default given as an object is never closed by this package", async () => {
+    const sim = new SimulatedDriver();
+    const { driver, counts } = counting(sim);
+    setDefaultDriver(driver);
+    try {
+      const proc = new CudaProcess(sim.spawn().pid);
+      await proc.state();
+      await proc.close();
+    } finally {
+      setDefaultDriver(undefined);
+    }
+    assert.equal(counts.close, 0);
+  });
+
+  test("setDefaultDriver refuses what is not a driver, naming it", () => {
+    assert.throws(
+      () => setDefaultDriver(42 as never),
+      /^TypeError: setDefaultDriver's argument must be a CheckpointDriver .* got number$/,
+    );
+  });
+});
+
+describe("capability is checked above the seam, once for every driver", () => {
+  test("a driver that lacks a function: the error names it, and nothing reaches the driver", async () => {
+    const sim = new SimulatedDriver();
+    const t = sim.spawn();
+    const { driver, counts } = counting(sim, {
+      missingFunctions: ["cuCheckpointProcessLock"],
+    });
+    await assert.rejects(
+      new CudaProcess(t.pid, { driver }).suspend(),
+      (err: unknown) => {
+        assert.ok(err instanceof CheckpointUnsupportedError);
+        assert.equal(err.driverVersion, 13000);
+        assert.match(
+          err.message,
+          /^lock of process \d+ failed: CUDA_ERROR_NOT_SUPPORTED \(801\): not supported by this driver\. This driver \(CUDA 13\.0, cuDriverGetVersion 13000\) should have the checkpoint API but lacks cuCheckpointProcessLock: the library looks incomplete or mismatched; point CKPT_LIBCUDA_PATH at the driver's own libcuda\.so\.1$/,
+        );
+        return true;
+      },
+    );
+    assert.equal(counts.lock, 0);
+  });
+
+  test("suspend does not lock a process it could not checkpoint", async () => {
+    const sim = new SimulatedDriver();
+    const t = sim.spawn();
+    const { driver, counts } = counting(sim, {
+      missingFunctions: ["cuCheckpointProcessCheckpoint"],
+    });
+    await assert.rejects(new CudaProcess(t.pid, { driver }).suspend(), CheckpointUnsupportedError);
+    assert.equal(counts.lock, 0);
+    assert.equal(t.state, "running");
+  });
+});
+
+describe("GPU mappings are checked against the driver's GPUs before the call", () => {
+  async function checkpointed(gpus: number | { name: string }[] = 3) {
+    const sim = new SimulatedDriver({ gpus });
+    const t = sim.spawn({ memoryMiB: 256 });
+    const proc = new CudaProcess(t.pid, { driver: sim });
+    await proc.suspend();
+    const [a, b, c] = sim.gpus.map((g) => g.uuid);
+    const restores = () => sim.calls.filter((x) => x.op === "restore").length;
+    return { sim, t, proc, a, b, c, restores };
+  }
+  const UNKNOWN = "GPU-0badc0de-0000-4000-8000-00000000dead";
+
+  test("a UUID no GPU has, as a key: named, and the driver is not called", async () => {
+    const { t, proc, a, b, c, restores } = await checkpointed();
+    await rejectsWith(
+      proc.resume({ gpuMapping: { [UNKNOWN]: a, [b]: b, [c]: c } }),
+      CUDA_ERROR_INVALID_VALUE,
+      /^restore of process \d+ failed: CUDA_ERROR_INVALID_VALUE \(1\): invalid argument\. The GPU mapping cannot work, so it was not sent to the driver: GPU-0badc0de-0000-4000-8000-00000000dead is not a GPU of this machine; it leaves out GPU-\S+ \(GPU 0, NVIDIA H200\)/,
+      /this machine's GPUs are GPU-\S+ \(GPU 0, NVIDIA H200\), GPU-\S+ \(GPU 1, NVIDIA H200\), GPU-\S+ \(GPU 2, NVIDIA H200\)\. The process is unchanged$/,
+    );
+    assert.equal(restores(), 0);
+    assert.equal(t.state, "checkpointed");
+  });
+
+  test("a UUID no GPU has, as a value: named with the GPU it was given for", async () => {
+    const { proc, a, b, c, restores } = await checkpointed();
+    await rejectsWith(
+      proc.resume({ gpuMapping: { [a]: UNKNOWN, [b]: b, [c]: c } }),
+      CUDA_ERROR_INVALID_VALUE,
+      new RegExp(
+        `cannot work, so it was not sent to the driver: ${UNKNOWN} \\(the GPU given for ${a}\\) is not a GPU of this machine; this machine's`,
+      ),
+    );
+    assert.equal(restores(), 0);
+  });
+
+  test("a GPU left out is named, and the advice says to map it to itself", async () => {
+    const { proc, a, b, restores } = await checkpointed();
+    await rejectsWith(
+      proc.resume({ gpuMapping: { [a]: b, [b]: a } }),
+      CUDA_ERROR_INVALID_VALUE,
+      /it leaves out GPU-\S+ \(GPU 2, NVIDIA H200\): the driver wants every GPU it sees named, even one the process never used and even with CUDA_VISIBLE_DEVICES set \(map a GPU to itself to leave it where it is\)/,
+    );
+    assert.equal(restores(), 0);
+  });
+
+  test("two GPUs sent onto one are named", async () => {
+    const { proc, a, b, c, restores } = await checkpointed();
+    await rejectsWith(
+      proc.resume({ gpuMapping: { [a]: c, [b]: c, [c]: a } }),
+      CUDA_ERROR_INVALID_VALUE,
+      new RegExp(`it sends ${a} and ${b} onto the same GPU, ${c} \\(GPU 2, NVIDIA H200\\)`),
+    );
+    assert.equal(restores(), 0);
+  });
+
+  test("a move onto another chip reaches the driver, and its refusal names both chips", async () => {
+    const { t, proc, a, b, restores } = await checkpointed([
+      { name: "NVIDIA H200" },
+      { name: "NVIDIA H100 80GB HBM3" },
+    ]);
+    await rejectsWith(
+      proc.resume({ gpuMapping: { [a]: b, [b]: a } }),
+      CUDA_ERROR_INVALID_VALUE,
+      new RegExp(
+        `invalid argument\\. The driver refused the GPU mapping: it moves ${a} \\(GPU 0, NVIDIA H200\\) onto ${b} \\(GPU 1, NVIDIA H100 80GB HBM3\\) and ${b} \\(GPU 1, NVIDIA H100 80GB HBM3\\) onto ${a} \\(GPU 0, NVIDIA H200\\), and a process's memory can only move to the same chip\\. Resume left the process checkpointed`,
+      ),
+    );
+    assert.equal(restores(), 1);
+    assert.equal(t.state, "checkpointed");
+  });
+
+  test("where the driver cannot list its GPUs, a refusal says what usually causes it", async () => {
+    const { sim, t, a, b } = await checkpointed(2);
+    const { driver } = counting(sim);
+    await rejectsWith(
+      new CudaProcess(t.pid, { driver }).resume({ gpuMapping: { [a]: b } }),
+      CUDA_ERROR_INVALID_VALUE,
+      /invalid argument\. The driver refused the GPU mapping\. It does so when the mapping leaves out a GPU it sees \(every GPU must be named, even with CUDA_VISIBLE_DEVICES set\), names a UUID no GPU has, sends two GPUs onto one, or moves a process's memory onto a different chip\. Resume left the process checkpointed/,
+    );
+    assert.equal(t.state, "checkpointed");
+  });
+
+  test("a good mapping passes the check and moves the process", async () => {
+    const { t, proc, a, b, c } = await checkpointed();
+    await proc.resume({ gpuMapping: { [a]: b, [b]: c, [c]: a } });
+    assert.deepEqual(t.gpuUuids, [b]);
+  });
+});
+
+describe("messages", () => {
+  test("a code nobody knows is said plainly", async () => {
+    const sim = new SimulatedDriver();
+    const t = sim.spawn();
+    const { driver } = counting(sim, {
+      lock: () => Promise.resolve(12345),
+      errorName: () => undefined,
+      errorString: () => undefined,
+    });
+    await assert.rejects(new CudaProcess(t.pid, { driver }).lock(), (err: unknown) => {
+      assert.ok(err instanceof CudaError);
+      assert.equal(
+        err.message,
+        `lock of process ${t.pid} failed with CUresult 12345, a code that neither the driver nor this version of @ckpt/cuda knows`,
+      );
+      assert.equal(err.code, 12345);
+      return true;
+    });
+  });
+
+  test("resume of a process that never used CUDA says so, not that it is gone", async () => {
+    const sim = new SimulatedDriver();
+    const t = sim.spawn({ cuda: false });
+    await rejectsWith(
+      new CudaProcess(t.pid, { driver: sim }).resume(),
+      CUDA_ERROR_NOT_INITIALIZED,
+      /^restore of process \d+ failed: CUDA_ERROR_NOT_INITIALIZED \(3\): initialization error\. The process exists but has never initialised CUDA: it has no GPU state to checkpoint or restore$/,
+    );
+  });
+
+  test("resume of a running process says the state once", async () => {
+    const sim = new SimulatedDriver();
+    const t = sim.spawn();
+    await assert.rejects(new CudaProcess(t.pid, { driver: sim }).resume(), (err: unknown) => {
+      assert.ok(err instanceof CudaError);
+      assert.equal(err.code, CUDA_ERROR_ILLEGAL_STATE);
+      assert.equal(err.message.match(/running/gi)?.length, 1, err.message);
+      assert.match(
+        err.message,
+        /\(the process is running\)\. Nothing was restored: it was not checkpointed$/,
+      );
+      return true;
+    });
+  });
+});
