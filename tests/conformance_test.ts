@@ -2,7 +2,9 @@
 // reproduced by the simulated driver through the raw driver interface.
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { notThroughProcess, runScenario } from "./conformance/runner.ts";
+import type { CheckpointDriver } from "../core/driver.ts";
+import { forward } from "./support/forward.ts";
+import { notThroughProcess, runScenario, timesAgree } from "./conformance/runner.ts";
 import { SCENARIOS } from "./conformance/scenarios.ts";
 import { simulatedEnv } from "./conformance/sim_env.ts";
 
@@ -52,6 +54,69 @@ describe("the simulated driver reproduces the state table", () => {
     const out = await runScenario(env, wrong);
     assert.equal(out.problems.length, 1);
     assert.match(out.problems[0], /CUDA_ERROR_ILLEGAL_STATE, expected CUDA_SUCCESS/);
+  });
+});
+
+describe("the runner's own checks can fail", () => {
+  test("a driver that answers getState at once during a checkpoint is caught", async () => {
+    const env = simulatedEnv();
+    const sim = env.sim;
+    // Answers from the state it saw last, without waiting for the checkpoint in flight.
+    const impatient: CheckpointDriver = forward(sim, {
+      getState: (pid: number) => {
+        const p = sim.process(pid);
+        return Promise.resolve(
+          p ? { code: 0, value: ["running", "locked", "checkpointed"].indexOf(p.state) } : {
+            code: 304,
+            value: 0,
+          },
+        );
+      },
+    });
+    const s = SCENARIOS.find((s) => s.name === "getState issued 100 ms into a 4 GiB checkpoint")!;
+    const out = await runScenario({ ...env, driver: impatient }, s);
+    assert.deepEqual(out.problems, [
+      "getState returned locked, expected checkpointed",
+      "the call ended before the other call, expected after it (it waits)",
+    ]);
+  });
+
+  test("two racing calls that both succeed are caught", async () => {
+    const env = simulatedEnv();
+    const s = SCENARIOS.find((s) => s.name === "two lock calls at the same moment: one wins")!;
+    const lenient: CheckpointDriver = forward(env.sim, {
+      lock: () => Promise.resolve(0),
+    });
+    const out = await runScenario({ ...env, driver: lenient }, s);
+    assert.match(
+      out.problems[0],
+      /gave CUDA_SUCCESS and CUDA_SUCCESS, expected one CUDA_SUCCESS and one CUDA_ERROR_ILLEGAL_STATE/,
+    );
+  });
+
+  test("an unknown old UUID is refused for itself, not for another fault of the mapping", async () => {
+    const env = simulatedEnv({ gpus: 2 });
+    const s = SCENARIOS.find((s) => s.name === "restore with an unknown old GPU UUID")!;
+    const out = await runScenario(env, s);
+    assert.deepEqual(out.problems, []);
+    const restore = env.sim.calls.find((c) => c.op === "restore")!;
+    assert.match(restore.note ?? "", /GPU-0badc0de-0000-4000-8000-00000000dead/);
+  });
+});
+
+describe("times: the band in which the simulator agrees with the real driver", () => {
+  test("half to twice the native time agrees; outside it does not", () => {
+    assert.equal(timesAgree(752, 752), true);
+    assert.equal(timesAgree(380, 752), true);
+    assert.equal(timesAgree(360, 752), false);
+    assert.equal(timesAgree(1500, 752), true);
+    assert.equal(timesAgree(1600, 752), false);
+  });
+
+  test("two quick calls agree whatever their ratio; a quick and a slow one do not", () => {
+    assert.equal(timesAgree(0.05, 0.3), true);
+    assert.equal(timesAgree(0.05, 200), false);
+    assert.equal(timesAgree(200, 0.3), false);
   });
 });
 

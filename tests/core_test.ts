@@ -18,26 +18,21 @@ import {
 import { SimulatedDriver } from "../mock/mod.ts";
 import { openSharedDrivers } from "../core/sources.ts";
 import { queuedPids } from "../core/order.ts";
+import { forward } from "./support/forward.ts";
 
 const CORE = new URL("../core/", import.meta.url);
 
 /** A driver that forwards to the simulator and counts what is asked of it. */
 function counting(sim: SimulatedDriver, extra: Partial<CheckpointDriver> = {}) {
   const counts = { close: 0, lock: 0, restore: 0, getState: 0 };
-  const driver: CheckpointDriver = {
+  const driver = forward(sim, {
     kind: "counting",
-    driverVersion: () => sim.driverVersion(),
     getState: (pid) => (counts.getState++, sim.getState(pid)),
-    getRestoreThreadId: (pid) => sim.getRestoreThreadId(pid),
     lock: (pid, args) => (counts.lock++, sim.lock(pid, args)),
-    checkpoint: (pid) => sim.checkpoint(pid),
     restore: (pid, args) => (counts.restore++, sim.restore(pid, args)),
-    unlock: (pid) => sim.unlock(pid),
-    errorName: (code) => sim.errorName(code),
-    errorString: (code) => sim.errorString(code),
     close: () => void counts.close++,
     ...extra,
-  };
+  });
   return { driver, counts };
 }
 

@@ -16,6 +16,7 @@ import {
   setDefaultDriver,
 } from "../mod.ts";
 import { SimulatedDriver } from "../mock/mod.ts";
+import { forward } from "./support/forward.ts";
 
 function setup(memoryMiB = 1024, gpus = 2) {
   const sim = new SimulatedDriver({ gpus });
@@ -146,7 +147,7 @@ describe("errors name the operation, pid, code, description and state", () => {
     const sim = new SimulatedDriver();
     const t = sim.spawn();
     const newer: CheckpointDriver = {
-      ...bind(sim),
+      ...forward(sim),
       getState: () => Promise.resolve({ code: 0, value: 7 }),
     };
     await assert.rejects(
@@ -159,7 +160,7 @@ describe("errors name the operation, pid, code, description and state", () => {
     const sim = new SimulatedDriver();
     const t = sim.spawn();
     const d: CheckpointDriver = {
-      ...bind(sim),
+      ...forward(sim),
       errorName: (c) => `NAME_${c}`,
       errorString: (c) => `description ${c}`,
     };
@@ -306,7 +307,7 @@ describe("rollback when a call cannot complete at all", () => {
   test("suspend unlocks again when checkpoint rejects with a non-driver error", async () => {
     const { sim, target } = setup();
     const broken: CheckpointDriver = {
-      ...bind(sim),
+      ...forward(sim),
       checkpoint: () => Promise.reject(new Error("a Bun FFI worker failed")),
     };
     const proc = new CudaProcess(target.pid, { driver: broken });
@@ -321,7 +322,7 @@ describe("rollback when a call cannot complete at all", () => {
     const sim2 = setup();
     const proc2 = new CudaProcess(sim2.target.pid, {
       driver: {
-        ...bind(sim2.sim),
+        ...forward(sim2.sim),
         unlock: (pid) => {
           sim2.target.exit();
           return sim2.sim.unlock(pid);
@@ -353,7 +354,7 @@ describe("rollback when a call cannot complete at all", () => {
     const { sim, target, proc } = setup();
     // Another program (here the raw driver) unlocks between our lock and our own check.
     const racing: CheckpointDriver = {
-      ...bind(sim),
+      ...forward(sim),
       checkpoint: async (pid) => {
         const code = await sim.checkpoint(pid);
         await sim.restore(pid, null);
@@ -578,18 +579,3 @@ describe("many processes", () => {
     for (const p of pp) assert.equal(await p.state(), "running");
   });
 });
-
-function bind(sim: SimulatedDriver): CheckpointDriver {
-  return {
-    kind: sim.kind,
-    driverVersion: () => sim.driverVersion(),
-    getState: (pid) => sim.getState(pid),
-    getRestoreThreadId: (pid) => sim.getRestoreThreadId(pid),
-    lock: (pid, a) => sim.lock(pid, a),
-    checkpoint: (pid) => sim.checkpoint(pid),
-    restore: (pid, a) => sim.restore(pid, a),
-    unlock: (pid) => sim.unlock(pid),
-    errorName: (c) => sim.errorName(c),
-    errorString: (c) => sim.errorString(c),
-  };
-}

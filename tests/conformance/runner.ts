@@ -3,7 +3,13 @@
  * processes for it: the simulator (unit tests) or real CUDA processes (tests/gpu/).
  */
 
-import { CUDA_SUCCESS, type ProcessState, resultName, stateName } from "../../core/codes.ts";
+import {
+  CUDA_ERROR_ILLEGAL_STATE,
+  CUDA_SUCCESS,
+  type ProcessState,
+  resultName,
+  stateName,
+} from "../../core/codes.ts";
 import type { CheckpointDriver, GpuPair } from "../../core/driver.ts";
 import { parseGpuUuid } from "../../core/uuid.ts";
 import { CudaError } from "../../core/errors.ts";
@@ -60,6 +66,8 @@ export interface Outcome {
   state: ProcessState | null;
   /** How long the call took, in ms. */
   ms: number;
+  /** With `during`: the code the other call gave, and whether the call ended after it. */
+  during?: { code: number; codeName: string; endedAfterIt: boolean };
   /** What was expected and is not so; empty when the driver did what the table says. */
   problems: string[];
   /** Why the scenario was not run here (too few GPUs), if it was not. */
@@ -81,6 +89,9 @@ export function notThroughProcess(s: Scenario): string | undefined {
   }
   if (s.id === "zero" || s.id === "negative") {
     return "CudaProcess refuses pid 0 and negative pids before any driver call (validate_test.ts)";
+  }
+  if (s.call.op === "lock" && s.call.nullArgs) {
+    return "CudaProcess always passes lock args (timeout 0 is its way to wait for ever)";
   }
   return undefined;
 }
@@ -130,6 +141,14 @@ export async function runScenario(
     }
     if (s.fillGpuLeavingMiB !== undefined) release = await env.fillGpu(s.fillGpuLeavingMiB);
     if (s.kernelMs !== undefined) await target!.launchKernel(s.kernelMs);
+    let other: Promise<{ code: number; end: number }> | undefined;
+    if (s.during) {
+      other = call(env, d, target!.pid, s.during.call).then(({ code }) => ({
+        code,
+        end: env.now(),
+      }));
+      if (s.during.afterMs > 0) await env.sleep(s.during.afterMs);
+    }
     const start = env.now();
     const pending = via === "process" ? callProcess(env, d, id, s.call) : call(env, d, id, s.call);
     if (s.exitAfterMs !== undefined) {
@@ -137,12 +156,51 @@ export async function runScenario(
       await target!.exit();
     }
     const { code, value } = await pending;
-    const ms = env.now() - start;
+    const end = env.now();
+    const ms = end - start;
+    let during: Outcome["during"];
+    if (other) {
+      const o = await other;
+      // A millisecond's slack: two calls released by the same event end "together".
+      during = { code: o.code, codeName: resultName(o.code), endedAfterIt: end >= o.end - 1 };
+    }
     const stateOf = target?.pid ?? id;
     const st = await d.getState(stateOf);
     const state = st.code === CUDA_SUCCESS ? stateName(st.value) ?? null : null;
-    if (code !== s.expect.code) {
-      problems.push(`code ${resultName(code)}, expected ${resultName(s.expect.code)}`);
+    if (s.expect.eitherWins) {
+      const codes = [code, during!.code].sort((a, b) => a - b);
+      if (codes[0] !== CUDA_SUCCESS || codes[1] !== CUDA_ERROR_ILLEGAL_STATE) {
+        problems.push(
+          `the two calls gave ${resultName(during!.code)} and ${
+            resultName(code)
+          }, expected one CUDA_SUCCESS and one CUDA_ERROR_ILLEGAL_STATE`,
+        );
+      }
+    } else {
+      if (code !== s.expect.code) {
+        problems.push(`code ${resultName(code)}, expected ${resultName(s.expect.code)}`);
+      }
+      if (s.expect.duringCode !== undefined && during!.code !== s.expect.duringCode) {
+        problems.push(
+          `the other call gave ${during!.codeName}, expected ${resultName(s.expect.duringCode)}`,
+        );
+      }
+    }
+    if (s.expect.returns !== undefined && code === CUDA_SUCCESS) {
+      const returned = stateName(value) ?? `state ${value}`;
+      if (returned !== s.expect.returns) {
+        problems.push(`getState returned ${returned}, expected ${s.expect.returns}`);
+      }
+    }
+    if (s.expect.ends !== undefined && during) {
+      const after = s.expect.ends === "after-other";
+      if (during.endedAfterIt !== after) {
+        problems.push(
+          `the call ended ${during.endedAfterIt ? "after" : "before"} the other call, expected ${
+            after ? "after it (it waits)" : "before it (it does not wait)"
+          }`,
+        );
+      }
     }
     if (state !== s.expect.state) {
       problems.push(`state ${state ?? "(none)"} after, expected ${s.expect.state ?? "(none)"}`);
@@ -170,6 +228,7 @@ export async function runScenario(
       codeName: resultName(code),
       state,
       ms,
+      during,
       problems,
     };
   } finally {
@@ -271,8 +330,25 @@ function mappingFor(
     case "two-onto-one":
       return uuids.map((u) => [u, uuids[1]]);
     case "unknown-old":
-      return [...same, [UNKNOWN_UUID, uuids[0]]];
+      // The process's own GPU is named by a UUID no GPU has.
+      return [[UNKNOWN_UUID, uuids[0]], ...same.slice(1)];
     case "unknown-new":
       return [[uuids[0], UNKNOWN_UUID], ...same.slice(1)];
   }
+}
+
+/** The band in which a simulated time agrees with the real driver's: half to twice as long. */
+export const TIME_BAND = { min: 0.5, max: 2 } as const;
+
+/**
+ * Below this many ms both times are "quick" and agree whatever their ratio: a 0.05 ms simulated
+ * getState and a 0.3 ms real one are both instant next to anything a user waits for.
+ */
+export const QUICK_MS = 25;
+
+/** Whether a simulated time agrees with the real driver's time for the same scenario. */
+export function timesAgree(simulatedMs: number, nativeMs: number): boolean {
+  if (simulatedMs < QUICK_MS && nativeMs < QUICK_MS) return true;
+  const ratio = simulatedMs / nativeMs;
+  return ratio >= TIME_BAND.min && ratio <= TIME_BAND.max;
 }

@@ -55,6 +55,11 @@ export interface Scenario {
   exitAfterMs?: number;
   /** Other processes take all but this many MiB of the GPU after setup (restore without room). */
   fillGpuLeavingMiB?: number;
+  /**
+   * Another call on the same process, started just before the call under test, which is made
+   * `afterMs` later while it is still in flight (calls that overlap, DRIVER_FACTS.md).
+   */
+  during?: { call: Call; afterMs: number };
   /** The call under test. */
   call: Call;
   /** What the real driver does. */
@@ -68,12 +73,32 @@ export interface Scenario {
     memoryIntact?: boolean;
     /** Roughly how long the call takes, where that is the point (lock timeouts). */
     ms?: { min: number; max: number };
+    /** For getState: the state it returns (which may differ from the state when it was asked). */
+    returns?: ProcessState;
+    /** With `during`: the code the other call gives. */
+    duringCode?: number;
+    /**
+     * With `during`: whether the call under test ends after the other call (it waited for it),
+     * or before it (it did not wait).
+     */
+    ends?: "after-other" | "before-other";
+    /**
+     * With `during`: the two calls are the same and race; one gives SUCCESS and the other
+     * ILLEGAL_STATE, in either order. `code` and `duringCode` are then not checked one by one.
+     */
+    eitherWins?: boolean;
   };
   /**
    * Where the row comes from: measured on the real driver (DRIVER_FACTS.md or this project's own
    * runs, docs/DRIVER_NOTES.md), NVIDIA's header, or assumed until a GPU run measures it.
    */
   source: "measured" | "header" | "assumed";
+  /**
+   * Whether the time the call takes, on the simulator, is compared with the real driver's in the
+   * GPU run (false where the time is the environment's, such as a process killed at a set time).
+   * Default true.
+   */
+  timed?: boolean;
   /** The fewest GPUs the scenario needs (migration); it is skipped on a machine with fewer. */
   minGpus?: number;
 }
@@ -82,6 +107,120 @@ const lock: Call = { op: "lock", timeoutMs: 1000 };
 const checkpoint: Call = { op: "checkpoint" };
 const restore: Call = { op: "restore" };
 const unlock: Call = { op: "unlock" };
+
+/** What a call issued while another is in flight gives. */
+interface Overlap {
+  call: Call;
+  code: number;
+  /** The state after both; the state the other call leaves when left out. */
+  state?: ProcessState;
+  returns?: ProcessState;
+  ends: "after-other" | "before-other";
+}
+
+/** The calls that overlap on one process (DRIVER_FACTS.md, measured on an H100, driver 580). */
+function overlapping(): Scenario[] {
+  const rows: Scenario[] = [];
+  const inFlight: {
+    name: string;
+    setup: Call[];
+    call: Call;
+    after: ProcessState;
+    outcomes: Overlap[];
+  }[] = [
+    {
+      name: "a 4 GiB checkpoint",
+      setup: [lock],
+      call: checkpoint,
+      after: "checkpointed",
+      // What each call issued 100 ms in gives, and whether it waited.
+      outcomes: [
+        {
+          call: { op: "getState" },
+          code: SUCCESS,
+          returns: "checkpointed",
+          ends: "after-other",
+        },
+        { call: lock, code: ILLEGAL_STATE, ends: "after-other" },
+        { call: checkpoint, code: ILLEGAL_STATE, ends: "after-other" },
+        { call: unlock, code: ILLEGAL_STATE, ends: "after-other" },
+        { call: restore, code: SUCCESS, state: "locked", ends: "after-other" },
+        {
+          call: { op: "getRestoreThreadId" },
+          code: SUCCESS,
+          ends: "before-other",
+        },
+      ],
+    },
+    {
+      name: "a 4 GiB restore",
+      setup: [lock, checkpoint],
+      call: restore,
+      after: "locked",
+      outcomes: [
+        {
+          call: { op: "getState" },
+          code: SUCCESS,
+          returns: "locked",
+          ends: "after-other",
+        },
+        { call: lock, code: ILLEGAL_STATE, ends: "after-other" },
+        { call: restore, code: ILLEGAL_STATE, ends: "after-other" },
+        { call: unlock, code: SUCCESS, state: "running", ends: "after-other" },
+        {
+          call: checkpoint,
+          code: SUCCESS,
+          state: "checkpointed",
+          ends: "after-other",
+        },
+        {
+          call: { op: "getRestoreThreadId" },
+          code: SUCCESS,
+          ends: "before-other",
+        },
+      ],
+    },
+  ];
+  for (const f of inFlight) {
+    for (const o of f.outcomes) {
+      rows.push({
+        name: `${o.call.op} issued 100 ms into ${f.name}`,
+        target: "cuda",
+        memoryMiB: 4096,
+        setup: f.setup,
+        during: { call: f.call, afterMs: 100 },
+        call: o.call,
+        expect: {
+          code: o.code,
+          state: o.state ?? f.after,
+          duringCode: SUCCESS,
+          returns: o.returns,
+          ends: o.ends,
+        },
+        source: "measured",
+      });
+    }
+  }
+  const same: [Call, Call[], ProcessState][] = [
+    [lock, [], "locked"],
+    [checkpoint, [lock], "checkpointed"],
+    [restore, [lock, checkpoint], "locked"],
+    [unlock, [lock], "running"],
+  ];
+  for (const [call, setup, state] of same) {
+    rows.push({
+      name: `two ${call.op} calls at the same moment: one wins`,
+      target: "cuda",
+      setup,
+      during: { call, afterMs: 0 },
+      call,
+      expect: { code: SUCCESS, state, eitherWins: true },
+      source: "measured",
+      timed: false,
+    });
+  }
+  return rows;
+}
 
 /** Every scenario, in the order of the table in DRIVER_FACTS.md. */
 export const SCENARIOS: readonly Scenario[] = [
@@ -387,4 +526,5 @@ export const SCENARIOS: readonly Scenario[] = [
     source: "measured",
     minGpus: 2,
   },
+  ...overlapping(),
 ];
