@@ -8,7 +8,6 @@
 import {
   CHECKPOINT_MIN_DRIVER_VERSION,
   CU_PROCESS_STATE_CHECKPOINTED,
-  CU_PROCESS_STATE_FAILED,
   CU_PROCESS_STATE_LOCKED,
   CU_PROCESS_STATE_RUNNING,
   CU_RESULTS,
@@ -16,54 +15,90 @@ import {
   CUDA_ERROR_INVALID_VALUE,
   CUDA_ERROR_NOT_INITIALIZED,
   CUDA_ERROR_NOT_READY,
+  CUDA_ERROR_NOT_SUPPORTED,
   CUDA_ERROR_OPERATING_SYSTEM,
   CUDA_ERROR_OUT_OF_MEMORY,
   CUDA_SUCCESS,
   formatDriverVersion,
   GPU_PAIRS_MIN_DRIVER_VERSION,
   PROCESS_STATE_NAMES,
-  type ProcessState,
 } from "../core/codes.ts";
-import type { CheckpointDriver, DriverResult, LockArgs, RestoreArgs } from "../core/driver.ts";
-import { CheckpointUnsupportedError, type Operation } from "../core/errors.ts";
-import { formatGpuUuid, parseGpuUuid } from "../core/uuid.ts";
-import { RealClock, type SimClock, sleep, VirtualClock } from "./clock.ts";
-import { MemoryImage } from "./memory.ts";
-import { CopyLink, H200_TIMING, mibToBytes, singleRate, type TimingModel } from "./timing.ts";
+import type {
+  CheckpointDriver,
+  DriverResult,
+  GpuInfo,
+  GpuPair,
+  LockArgs,
+  RestoreArgs,
+} from "../core/driver.ts";
+import type { Operation } from "../core/errors.ts";
+import { describeValue, formatGpuUuid, parseGpuUuid } from "../core/uuid.ts";
+import {
+  checkAmount,
+  checkBoolean,
+  checkInteger,
+  checkKeys,
+  checkName,
+  checkTiming,
+} from "./checks.ts";
+import { holdClock, RealClock, type SimClock, VirtualClock } from "./clock.ts";
+import {
+  type GpuNeeds,
+  type InjectedFault,
+  needsOn,
+  type ProcessHost,
+  shortage,
+  SimulatedGpu,
+  SimulatedProcess,
+  uuidKey,
+} from "./process.ts";
+import {
+  CONTEXT_MIB,
+  CopyLink,
+  mibToBytes,
+  singleRate,
+  timingForChip,
+  type TimingModel,
+} from "./timing.ts";
 
 /** A GPU of the simulated machine, as given to {@link SimulatedDriver}'s constructor. */
 export interface SimulatedGpuSpec {
-  /** The chip's name; restore onto another GPU needs the same chip. Default `"NVIDIA H200"`. */
+  /**
+   * The chip's name; restore onto another GPU needs the same chip, and the name picks the timing
+   * model ({@link H100_TIMING} for an H100). Default `"NVIDIA H200"`.
+   */
   name?: string;
-  /** Its memory in MiB. Default 143771, an H200's. */
+  /** Its memory in MiB. Default 143771 (an H200's), or 81559 for an H100. */
   memoryMiB?: number;
   /** Its UUID (`GPU-…`); made up from the driver's seed when left out. */
   uuid?: string;
+  /** GPU memory each process's CUDA context takes on it, in MiB. Default {@link CONTEXT_MIB}. */
+  contextMiB?: number;
 }
 
 /** Options of {@link SimulatedDriver}. */
 export interface SimulatedDriverOptions {
-  /** How many H200s, or a description of each GPU. Default 1. */
+  /** How many H200s (an integer >= 1), or a description of each GPU. Default 1. */
   gpus?: number | readonly SimulatedGpuSpec[];
   /**
-   * `"virtual"` (the default): time jumps from one event to the next, so tests take no real time
-   * and timings are exact. `"real"`: operations take as long as they did on the real driver,
-   * divided by `speed`. Or any {@link SimClock}.
+   * `"virtual"` (the default): time moves from one event to the next while the program waits on
+   * the simulator, so tests take no real time and timings are exact. `"real"`: operations take
+   * as long as they did on the real driver, divided by `speed`. Or any {@link SimClock}.
    */
   clock?: "virtual" | "real" | SimClock;
-  /** With the real clock: how many times faster than the measured driver to run. Default 1. */
+  /** With `clock: "real"` only: how many times faster than the measured driver to run. Default 1. */
   speed?: number;
   /**
    * What `cuDriverGetVersion` reports. Default 13000 (CUDA 13.0, driver 580). Below 12080 the
-   * checkpoint calls are missing, as in a driver older than 570; below 13000 restore takes no
-   * GPU pairs.
+   * checkpoint functions are missing, as in a driver older than 570: their calls resolve
+   * `CUDA_ERROR_NOT_SUPPORTED`. Below 13000 a restore with GPU pairs resolves the same.
    */
   driverVersion?: number;
   /** Seeds the made-up GPU UUIDs, so that two simulators can have different GPUs. Default 1. */
   seed?: number;
   /** The first pid handed out. Default 4000. */
   firstPid?: number;
-  /** Timing figures; the H200 measurements by default. */
+  /** Timing figures; by default the model of GPU 0's chip ({@link H200_TIMING}, {@link H100_TIMING}). */
   timing?: TimingModel;
 }
 
@@ -71,281 +106,115 @@ export interface SimulatedDriverOptions {
 export interface SpawnOptions {
   /** GPU memory the process has allocated, in MiB (split evenly over its GPUs). Default 16. */
   memoryMiB?: number;
-  /** The index of its GPU, or of each of its GPUs. Default 0. */
+  /** The index of its GPU, or of each of its GPUs (no GPU twice). Default 0. */
   gpu?: number | readonly number[];
-  /** `false` for a live process that never initialised CUDA. Default true. */
+  /** `false` for a live process that never initialised CUDA (it has no GPU memory). Default true. */
   cuda?: boolean;
-  /** How many threads besides the main one (the driver's restore thread is one of them). Default 2. */
+  /**
+   * Threads the program started besides its main one, an integer >= 0. Default 1. A CUDA process
+   * has one more, the driver's own, which is its restore thread.
+   */
   extraThreads?: number;
-}
-
-/** A failure to inject into the next call of an operation on a process. */
-export interface InjectedFault {
-  /** The `CUresult` the call returns. */
-  code: number;
-  /** The state the process is left in; unchanged when left out. `"failed"` is final. */
-  state?: ProcessState;
 }
 
 /** One call the simulated driver answered, for tests that check what their code did. */
 export interface SimulatedCall {
   /** Virtual (or simulated real) time in ms at which the call ended. */
   at: number;
+  /** Time in ms at which the call was made. */
+  started: number;
   /** The C call, without the `cuCheckpointProcess` prefix: `"lock"`, `"getState"`, … */
   op: Operation;
   /** The pid it was given. */
   pid: number;
   /** The `CUresult` it returned. */
   code: number;
+  /** Why, where the code alone does not say: which mapping rule failed, what it waited for, … */
+  note?: string;
 }
 
-/** A GPU of the simulated machine. */
-export class SimulatedGpu {
-  /** Its index, as `nvidia-smi` numbers it. */
-  readonly index: number;
-  /** Its chip name. */
-  readonly name: string;
-  /** Its UUID, `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`. */
-  readonly uuid: string;
-  /** Its memory in MiB. */
-  readonly memoryMiB: number;
-  /** @internal the UUID's 16 bytes, as lowercase hex */
-  readonly key: string;
-  #usedMiB = 0;
+/** The C names of the six checkpoint functions, which drivers older than 570 lack. */
+export const CHECKPOINT_FUNCTIONS: readonly string[] = [
+  "cuCheckpointProcessGetState",
+  "cuCheckpointProcessGetRestoreThreadId",
+  "cuCheckpointProcessLock",
+  "cuCheckpointProcessCheckpoint",
+  "cuCheckpointProcessRestore",
+  "cuCheckpointProcessUnlock",
+];
 
-  /** @internal made by {@link SimulatedDriver} */
-  constructor(index: number, name: string, uuid: string, memoryMiB: number) {
-    this.index = index;
-    this.name = name;
-    this.uuid = uuid;
-    this.memoryMiB = memoryMiB;
-    this.key = uuidKey(parseGpuUuid(uuid));
-  }
+/** Default memory by chip, in MiB, as nvidia-smi reports it. */
+const CHIP_MEMORY_MIB: Readonly<Record<string, number>> = {
+  "NVIDIA H200": 143771,
+  "NVIDIA H100 80GB HBM3": 81559,
+};
 
-  /** GPU memory in use by processes (and held for restores under way), in MiB. */
-  get usedMiB(): number {
-    return this.#usedMiB;
-  }
-
-  /** Free GPU memory in MiB. */
-  get freeMiB(): number {
-    return this.memoryMiB - this.#usedMiB;
-  }
-
-  /** @internal */
-  take(mib: number): void {
-    this.#usedMiB += mib;
-  }
-
-  /** @internal */
-  give(mib: number): void {
-    this.#usedMiB = Math.max(0, this.#usedMiB - mib);
-  }
+/** What a driver call answers, before it becomes a code or a {@link DriverResult}. */
+interface Answer {
+  code: number;
+  value?: number;
+  note?: string;
 }
 
-type Waiter = () => void;
+type Cancel = () => void;
 
 /**
- * A process of the simulated machine. Its CUDA work (kernels, memory reads and writes) blocks while
- * it is locked or checkpointed, as CUDA calls in a real process do, and goes on once it is
- * unlocked.
+ * One state-changing operation under way. Its waits (timers, copies) are cancelled together when
+ * the process exits; then its promises never settle, and the operation is abandoned.
  */
-export class SimulatedProcess {
-  /** Its process id. */
-  readonly pid: number;
-  /** The id of the thread the driver restores it from (`getRestoreThreadId`). */
-  readonly tid: number;
-  /** All its thread ids, the main thread (= pid) first; any of them works as a pid. */
-  readonly threads: readonly number[];
-  /** Its GPU memory in MiB. */
-  readonly memoryMiB: number;
-  /** Whether it ever initialised CUDA. */
-  readonly usesCuda: boolean;
-  /** @internal */
-  readonly sim: SimulatedDriver;
-  /** @internal the GPUs it has or had memory on */
-  gpus: SimulatedGpu[];
-  /** @internal */
-  stateNumber: number = CU_PROCESS_STATE_RUNNING;
-  /** @internal */
-  deviceMemory: MemoryImage | undefined;
-  /** @internal */
-  hostMemory: MemoryImage | undefined;
-  /** @internal the operation under way, one at a time */
-  busy: Operation | undefined;
-  /** @internal virtual time at which the last kernel launched ends */
-  kernelsUntil = 0;
-  /** @internal */
-  faults: Map<Operation, InjectedFault> = new Map();
-  /** @internal called when the process exits */
-  exitListeners: Set<() => void> = new Set();
-  #exited = false;
-  #runWaiters: Waiter[] = [];
+class OpRun {
+  readonly #cancels = new Set<Cancel>();
+  readonly #start: (ms: number, fn: () => void) => Cancel;
+  #aborted = false;
 
-  /** @internal made by {@link SimulatedDriver.spawn} */
-  constructor(
-    sim: SimulatedDriver,
-    pid: number,
-    threads: number[],
-    memoryMiB: number,
-    gpus: SimulatedGpu[],
-    usesCuda: boolean,
-  ) {
-    this.sim = sim;
-    this.pid = pid;
-    this.threads = threads;
-    this.tid = threads[1] ?? pid;
-    this.memoryMiB = memoryMiB;
-    this.gpus = gpus;
-    this.usesCuda = usesCuda;
-    if (usesCuda) this.deviceMemory = new MemoryImage(mibToBytes(memoryMiB));
+  constructor(start: (ms: number, fn: () => void) => Cancel) {
+    this.#start = start;
   }
 
-  /** Its checkpoint state by name. */
-  get state(): ProcessState {
-    return PROCESS_STATE_NAMES[this.stateNumber] ?? "failed";
+  sleep(ms: number): Promise<void> {
+    return this.#wait((done) => this.#start(ms, done));
   }
 
-  /** Whether it has exited. */
-  get exited(): boolean {
-    return this.#exited;
+  copy(link: CopyLink, bytes: number, rate: number): Promise<void> {
+    return this.#wait((done) => link.transfer(bytes, rate, done));
   }
 
-  /** The UUIDs of the GPUs it runs on (or ran on, while checkpointed). */
-  get gpuUuids(): string[] {
-    return this.gpus.map((g) => g.uuid);
+  abort(): void {
+    this.#aborted = true;
+    for (const cancel of this.#cancels) cancel();
+    this.#cancels.clear();
   }
 
-  /** Where its GPU memory is now: on the GPU, in host memory (checkpointed), or nowhere. */
-  get memoryLocation(): "gpu" | "host" | "none" {
-    return this.deviceMemory ? "gpu" : this.hostMemory ? "host" : "none";
+  #wait(begin: (done: () => void) => Cancel): Promise<void> {
+    return new Promise((resolve) => {
+      if (this.#aborted) return;
+      const cancel: Cancel = begin(() => {
+        this.#cancels.delete(cancel);
+        resolve();
+      });
+      this.#cancels.add(cancel);
+    });
   }
+}
 
-  /**
-   * Launches a kernel that runs for `ms`. Like a CUDA launch it returns at once, and blocks first
-   * while the process is locked or checkpointed. Resolves when the kernel has finished.
-   */
-  launch(ms: number): Promise<void> {
-    if (!(ms >= 0)) {
-      return Promise.reject(new RangeError(`kernel duration must be >= 0 ms, got ${ms}`));
-    }
-    const enqueue = () => {
-      // Kernels on one stream run one after another.
-      this.kernelsUntil = Math.max(this.sim.now(), this.kernelsUntil) + ms;
-      return sleep(this.sim.clock, this.kernelsUntil - this.sim.now());
-    };
-    // Launched at once when the process runs, as a CUDA launch returns at once; else it blocks.
-    if (this.#canRun()) return enqueue();
-    return this.#whenRunning("launch a kernel").then(enqueue);
-  }
-
-  /** Writes `data` into its GPU memory at `offset` (a `cudaMemcpy`: blocks while not running). */
-  async write(offset: number, data: Uint8Array): Promise<void> {
-    await this.#whenRunning("write GPU memory");
-    this.deviceMemory!.write(offset, data);
-  }
-
-  /** Reads its GPU memory (a `cudaMemcpy`: blocks while not running). */
-  async read(offset: number, length: number): Promise<Uint8Array> {
-    await this.#whenRunning("read GPU memory");
-    return this.deviceMemory!.read(offset, length);
-  }
-
-  /**
-   * SHA-256 of its GPU memory contents wherever they are held now (on the GPU or, checkpointed,
-   * in host memory). An inspection for tests, not a CUDA call: it never blocks.
-   */
-  memoryDigest(): Promise<string> {
-    const image = this.deviceMemory ?? this.hostMemory;
-    if (!image) {
-      return Promise.reject(
-        new Error(`process ${this.pid} has no GPU memory (it never used CUDA, or it exited)`),
-      );
-    }
-    return image.digest();
-  }
-
-  /** Makes the next `op` call on this process fail with `fault.code`, leaving it in `fault.state`. */
-  failNext(op: "lock" | "checkpoint" | "restore" | "unlock", fault: InjectedFault): void {
-    this.faults.set(op, { ...fault });
-  }
-
-  /** Ends the process: its GPU memory is freed, calls under way fail, its pid stops existing. */
-  exit(): void {
-    if (this.#exited) return;
-    this.#exited = true;
-    if (this.deviceMemory) { for (const g of this.gpus) g.give(this.memoryMiB / this.gpus.length); }
-    this.deviceMemory = undefined;
-    this.hostMemory = undefined;
-    for (const fn of [...this.exitListeners]) fn();
-    this.sim.forget(this);
-    this.wake();
-  }
-
-  /** @internal its GPU memory into host memory, freeing the GPU (what a checkpoint does) */
-  moveToHost(): void {
-    if (!this.deviceMemory) return;
-    this.hostMemory = this.deviceMemory.copy();
-    this.deviceMemory = undefined;
-    for (const g of this.gpus) g.give(this.memoryMiB / this.gpus.length);
-  }
-
-  /**
-   * @internal its host memory back onto `gpus` (what a restore does); with `reserved`, that GPU
-   * memory was already taken for it
-   */
-  moveToGpu(gpus: SimulatedGpu[] = this.gpus, reserved = false): void {
-    if (!this.hostMemory) return;
-    this.deviceMemory = this.hostMemory.copy();
-    this.hostMemory = undefined;
-    this.gpus = gpus;
-    if (!reserved) { for (const g of gpus) g.take(this.memoryMiB / gpus.length); }
-  }
-
-  /** @internal */
-  setState(state: number): void {
-    this.stateNumber = state;
-    this.wake();
-  }
-
-  async #whenRunning(what: string): Promise<void> {
-    if (!this.usesCuda) {
-      throw new Error(`process ${this.pid} never initialised CUDA; cannot ${what}`);
-    }
-    while (!this.#canRun()) {
-      if (this.#exited) throw new Error(`process ${this.pid} has exited; cannot ${what}`);
-      if (this.stateNumber === CU_PROCESS_STATE_FAILED) {
-        throw new Error(`process ${this.pid} is in the failed state; cannot ${what}`);
-      }
-      await new Promise<void>((resolve) => this.#runWaiters.push(resolve));
-    }
-    if (this.#exited) throw new Error(`process ${this.pid} has exited; cannot ${what}`);
-  }
-
-  #canRun(): boolean {
-    return this.usesCuda && !this.#exited && this.stateNumber === CU_PROCESS_STATE_RUNNING &&
-      this.busy !== "lock";
-  }
-
-  /** @internal wakes blocked CUDA work to look again (after a state change, a failed lock, an exit) */
-  wake(): void {
-    const waiters = this.#runWaiters;
-    this.#runWaiters = [];
-    for (const w of waiters) w();
-  }
+interface Waiting {
+  reject(error: Error): void;
+  release(): void;
 }
 
 /**
  * A simulated CUDA driver with GPUs and processes. It implements {@link CheckpointDriver} with the
  * state machine, error codes and timing measured on the real driver (shared/DRIVER_FACTS.md), so
- * code written against {@link CudaProcess} can be tested without a GPU.
+ * code written against {@link CudaProcess} can be tested without a GPU. Like the real driver it
+ * serialises calls on each process: a call made while a lock, checkpoint, restore or unlock of
+ * the same process is under way waits for it, then acts on the state it left.
  *
  * @example
  * ```ts
  * import { CudaProcess } from "@ckpt/cuda";
  * import { SimulatedDriver } from "@ckpt/cuda/mock";
  *
- * const sim = new SimulatedDriver({ gpus: 2 });
+ * await using sim = new SimulatedDriver({ gpus: 2 });
  * const target = sim.spawn({ memoryMiB: 1024 });
  * await target.write(0, new TextEncoder().encode("hello"));
  * const proc = new CudaProcess(target.pid, { driver: sim });
@@ -355,7 +224,7 @@ export class SimulatedProcess {
  * console.log(target.gpuUuids[0] === sim.gpus[1].uuid); // true
  * ```
  */
-export class SimulatedDriver implements CheckpointDriver {
+export class SimulatedDriver implements CheckpointDriver, AsyncDisposable {
   /** Always `"simulated"`. */
   readonly kind: string = "simulated";
   /** The clock operations are timed on. */
@@ -366,48 +235,62 @@ export class SimulatedDriver implements CheckpointDriver {
   readonly version: number;
   /** The timing figures in use. */
   readonly timing: TimingModel;
+  /** The checkpoint functions this driver lacks: all six below version 12080, else none. */
+  readonly missingFunctions: readonly string[];
   /** Every call answered so far, oldest first. */
   readonly calls: SimulatedCall[] = [];
   readonly #byPid = new Map<number, SimulatedProcess>();
   readonly #processes = new Set<SimulatedProcess>();
   readonly #checkpointLink: CopyLink;
   readonly #restoreLink: CopyLink;
+  readonly #timers = new Set<number>();
+  readonly #waiting = new Set<Waiting>();
+  readonly #host: ProcessHost;
   #nextPid: number;
+  #closed = false;
 
   /** A simulated machine; one H200, virtual time and driver 13.0 unless told otherwise. */
   constructor(options: SimulatedDriverOptions = {}) {
-    const clock = options.clock ?? "virtual";
-    this.clock = clock === "virtual"
-      ? new VirtualClock()
-      : clock === "real"
-      ? new RealClock(options.speed ?? 1)
-      : clock;
-    this.version = options.driverVersion ?? 13000;
-    this.timing = options.timing ?? H200_TIMING;
-    this.#nextPid = options.firstPid ?? 4000;
-    const seed = options.seed ?? 1;
-    const specs = typeof options.gpus === "number" || options.gpus === undefined
-      ? Array.from({ length: options.gpus ?? 1 }, () => ({}))
-      : options.gpus;
-    if (!Number.isInteger(specs.length) || specs.length < 1) {
-      throw new RangeError(`gpus must be at least 1, got ${options.gpus}`);
-    }
-    this.gpus = specs.map((spec: SimulatedGpuSpec, i: number) => {
-      const memoryMiB = spec.memoryMiB ?? 143771;
-      if (!(memoryMiB > 0)) {
-        throw new RangeError(`GPU ${i}: memoryMiB must be > 0, got ${memoryMiB}`);
-      }
-      const uuid = spec.uuid === undefined
-        ? madeUpUuid(seed, i)
-        : formatGpuUuid(parseGpuUuid(spec.uuid, `GPU ${i} uuid`));
-      return new SimulatedGpu(i, spec.name ?? "NVIDIA H200", uuid, memoryMiB);
-    });
+    checkKeys(options, "SimulatedDriver options", [
+      "gpus",
+      "clock",
+      "speed",
+      "driverVersion",
+      "seed",
+      "firstPid",
+      "timing",
+    ]);
+    this.clock = makeClock(options.clock ?? "virtual", options.speed);
+    this.version = checkInteger(options.driverVersion ?? 13000, "driverVersion");
+    const seed = checkInteger(options.seed ?? 1, "seed", 0, 2 ** 32 - 1);
+    this.#nextPid = checkInteger(options.firstPid ?? 4000, "firstPid", 1, 2 ** 31 - 1);
+    this.gpus = gpuSpecs(options.gpus).map((spec, i) => makeGpu(spec, i, seed));
     const keys = new Set(this.gpus.map((g) => g.key));
     if (keys.size !== this.gpus.length) {
       throw new RangeError("two simulated GPUs have the same UUID");
     }
-    this.#checkpointLink = new CopyLink(this.clock, this.timing.checkpoint.aggregateBytesPerSecond);
-    this.#restoreLink = new CopyLink(this.clock, this.timing.restore.aggregateBytesPerSecond);
+    this.timing = options.timing === undefined
+      ? timingForChip(this.gpus[0].name)
+      : checkTiming(options.timing);
+    this.missingFunctions = this.version < CHECKPOINT_MIN_DRIVER_VERSION
+      ? [...CHECKPOINT_FUNCTIONS]
+      : [];
+    const timers = {
+      now: () => this.now(),
+      start: (ms: number, fn: () => void) => this.#start(ms, fn),
+    };
+    this.#checkpointLink = new CopyLink(timers, this.timing.checkpoint);
+    this.#restoreLink = new CopyLink(timers, this.timing.restore);
+    this.#host = {
+      now: () => this.now(),
+      startTimer: (ms, fn, passive) => this.#start(ms, fn, passive),
+      holdClock: () => holdClock(this.clock),
+      closedError: (what) => this.#closedError(what),
+      forget: (proc) => {
+        this.#processes.delete(proc);
+        for (const t of proc.threads) this.#byPid.delete(t);
+      },
+    };
   }
 
   /** The clock's current time in ms. */
@@ -415,9 +298,10 @@ export class SimulatedDriver implements CheckpointDriver {
     return this.clock.now();
   }
 
-  /** Resolves after `ms` of the simulator's time (virtual by default). */
+  /** Resolves after `ms` of the simulator's time (virtual by default); virtual time moves meanwhile. */
   sleep(ms: number): Promise<void> {
-    return sleep(this.clock, ms);
+    checkAmount(ms, "sleep: ms");
+    return this.#waitOn("sleep", () => new Promise<void>((resolve) => this.#start(ms, resolve)));
   }
 
   /** The live processes. */
@@ -430,210 +314,184 @@ export class SimulatedDriver implements CheckpointDriver {
     return this.#byPid.get(pid);
   }
 
-  /** Starts a simulated process: a CUDA process with `memoryMiB` of GPU memory, by default. */
+  /**
+   * Starts a simulated process: a CUDA process with `memoryMiB` of GPU memory, by default. A CUDA
+   * process takes its memory and a CUDA context ({@link SimulatedGpu.contextMiB}) on each of its
+   * GPUs; a spawn that does not fit throws.
+   */
   spawn(options: SpawnOptions = {}): SimulatedProcess {
-    const usesCuda = options.cuda ?? true;
-    const memoryMiB = usesCuda ? options.memoryMiB ?? 16 : 0;
-    if (!(Number.isFinite(memoryMiB) && memoryMiB >= 0)) {
-      throw new RangeError(`memoryMiB must be a non-negative number, got ${options.memoryMiB}`);
+    const closed = this.#closedError("spawn a process");
+    if (closed) throw closed;
+    checkKeys(options, "spawn options", ["memoryMiB", "gpu", "cuda", "extraThreads"]);
+    const usesCuda = checkBoolean(options.cuda ?? true, "spawn: cuda");
+    if (!usesCuda && options.memoryMiB) {
+      throw new TypeError(
+        `spawn: a process with cuda: false has no GPU memory, got memoryMiB ${
+          describeValue(options.memoryMiB)
+        }`,
+      );
     }
-    const indexes = options.gpu === undefined
-      ? [0]
-      : typeof options.gpu === "number"
-      ? [options.gpu]
-      : [...options.gpu];
-    const gpus = indexes.map((i) => {
-      const gpu = this.gpus[i];
-      if (!Number.isInteger(i) || !gpu) {
-        throw new RangeError(
-          `gpu ${i} does not exist: this simulator has GPUs 0 to ${this.gpus.length - 1}`,
-        );
-      }
-      return gpu;
-    });
-    if (usesCuda) {
-      for (const g of gpus) {
-        const share = memoryMiB / gpus.length;
-        if (share > g.freeMiB) {
-          throw new RangeError(
-            `GPU ${g.index} has ${g.freeMiB} MiB free, too little for ${share} MiB more`,
-          );
-        }
-      }
-      for (const g of gpus) g.take(memoryMiB / gpus.length);
-    }
-    const extra = options.extraThreads ?? 2;
+    const memoryMiB = usesCuda ? checkAmount(options.memoryMiB ?? 16, "spawn: memoryMiB") : 0;
+    const gpus = this.#gpusFor(options.gpu);
+    const extra = checkInteger(options.extraThreads ?? 1, "spawn: extraThreads", 0, 100_000);
+    const need: GpuNeeds = usesCuda ? needsOn(memoryMiB, gpus) : new Map();
+    const short = shortage(need, memoryMiB);
+    if (short) throw new RangeError(`spawn: ${short}`);
     const pid = this.#nextPid;
-    const threads = Array.from({ length: 1 + extra }, (_, i) => pid + i);
-    this.#nextPid += Math.max(10, extra + 1 + 7);
-    const proc = new SimulatedProcess(this, pid, threads, memoryMiB, gpus, usesCuda);
+    const count = 1 + extra + (usesCuda ? 1 : 0);
+    if (pid + count > 2 ** 31 - 1) throw new RangeError(`spawn: no pids left after ${pid}`);
+    const threads = Array.from({ length: count }, (_, i) => pid + i);
+    this.#nextPid += Math.max(10, count + 7);
+    const proc = new SimulatedProcess(this.#host, pid, threads, memoryMiB, gpus, usesCuda);
+    proc.claim(need);
     this.#processes.add(proc);
     for (const t of threads) this.#byPid.set(t, proc);
     return proc;
   }
 
-  /** @internal called when a process exits */
-  forget(proc: SimulatedProcess): void {
-    this.#processes.delete(proc);
-    for (const t of proc.threads) this.#byPid.delete(t);
+  /** Every GPU the driver sees, by index: what `cuDeviceGet`, `cuDeviceGetUuid` and `cuDeviceGetName` give. */
+  listGpus(): Promise<GpuInfo[]> {
+    return this.#now(
+      "list GPUs",
+      () => this.gpus.map((g) => ({ index: g.index, uuid: g.uuid, name: g.name })),
+    );
+  }
+
+  /**
+   * Closes the driver: its pending timers are cancelled, calls and sleeps under way and kernels
+   * being waited on reject, and every later call rejects, saying that the driver was closed.
+   */
+  close(): void {
+    if (this.#closed) return;
+    this.#closed = true;
+    for (const handle of this.#timers) this.clock.clearTimer(handle);
+    this.#timers.clear();
+    const error = new Error("the simulated driver was closed while this was under way");
+    for (const w of this.#waiting) {
+      w.release();
+      w.reject(error);
+    }
+    this.#waiting.clear();
+    for (const p of this.#processes) p.stopKernels(error);
+  }
+
+  /** {@link SimulatedDriver.close}, for `await using`. */
+  [Symbol.asyncDispose](): Promise<void> {
+    this.close();
+    return Promise.resolve();
   }
 
   // ---- CheckpointDriver ----
 
   /** `cuDriverGetVersion`. */
   driverVersion(): Promise<DriverResult> {
-    return Promise.resolve({ code: CUDA_SUCCESS, value: this.version });
+    return this.#now(
+      "call cuDriverGetVersion",
+      () => ({ code: CUDA_SUCCESS, value: this.version }),
+    );
   }
 
-  /** `cuCheckpointProcessGetState`. */
-  async getState(pid: number): Promise<DriverResult> {
-    this.#requireCheckpointApi("getState", pid);
-    await this.sleep(this.timing.queryMs);
-    const found = this.#find(pid);
-    const result = typeof found === "number"
-      ? { code: found, value: 0 }
-      : { code: CUDA_SUCCESS, value: found.stateNumber };
-    this.#log("getState", pid, result.code);
-    return result;
+  /** `cuCheckpointProcessGetState`: waits for a state change of the process under way. */
+  getState(pid: number): Promise<DriverResult> {
+    return this.#call("getState", pid, result, (proc) =>
+      this.#serially(proc, async () => {
+        await this.#sleep(this.timing.queryMs);
+        return { code: CUDA_SUCCESS, value: proc.stateNumber };
+      }));
   }
 
-  /** `cuCheckpointProcessGetRestoreThreadId`. */
-  async getRestoreThreadId(pid: number): Promise<DriverResult> {
-    this.#requireCheckpointApi("getRestoreThreadId", pid);
-    await this.sleep(this.timing.queryMs);
-    const found = this.#find(pid);
-    const result = typeof found === "number"
-      ? { code: found, value: 0 }
-      : { code: CUDA_SUCCESS, value: found.tid };
-    this.#log("getRestoreThreadId", pid, result.code);
-    return result;
+  /** `cuCheckpointProcessGetRestoreThreadId`: answers at once, even while the process is busy. */
+  getRestoreThreadId(pid: number): Promise<DriverResult> {
+    return this.#call(
+      "getRestoreThreadId",
+      pid,
+      result,
+      (proc) => this.#after({ code: CUDA_SUCCESS, value: proc.tid }),
+    );
   }
 
   /** `cuCheckpointProcessLock`. */
-  async lock(pid: number, args: LockArgs | null): Promise<number> {
-    this.#requireCheckpointApi("lock", pid);
-    return await this.#logged("lock", pid, async () => {
-      const reserved = args?.reserved;
-      if (reserved && reserved.some((b) => b !== 0)) return CUDA_ERROR_INVALID_VALUE;
-      const timeoutMs = args?.timeoutMs ?? 0;
-      return await this.#transition(pid, "lock", CU_PROCESS_STATE_RUNNING, async (proc, exited) => {
-        const busyFor = proc.kernelsUntil - this.now();
-        if (busyFor > 0) {
-          if (timeoutMs > 0 && busyFor > timeoutMs) {
-            await this.sleep(timeoutMs);
-            return exited() ? CUDA_ERROR_OPERATING_SYSTEM : CUDA_ERROR_NOT_READY;
-          }
-          await this.sleep(busyFor);
+  lock(pid: number, args: LockArgs | null): Promise<number> {
+    const timeoutMs = args?.timeoutMs ?? 0;
+    if (args?.reserved?.some((b) => b !== 0)) {
+      return this.#call("lock", pid, code, () =>
+        this.#after({
+          code: CUDA_ERROR_INVALID_VALUE,
+          note: "a reserved field of CUcheckpointLockArgs is nonzero",
+        }));
+    }
+    return this.#transition("lock", pid, CU_PROCESS_STATE_RUNNING, async (proc, run) => {
+      const busyFor = proc.kernelsUntil - this.now();
+      if (busyFor > 0) {
+        if (timeoutMs > 0 && busyFor > timeoutMs) {
+          await run.sleep(timeoutMs);
+          return {
+            code: CUDA_ERROR_NOT_READY,
+            note: `its kernels had ${busyFor} ms to run, more than the ${timeoutMs} ms timeout`,
+          };
         }
-        await this.sleep(this.timing.lockMs);
-        if (exited()) return CUDA_ERROR_OPERATING_SYSTEM;
-        proc.setState(CU_PROCESS_STATE_LOCKED);
-        return CUDA_SUCCESS;
-      });
+        await run.sleep(busyFor);
+      }
+      await run.sleep(this.timing.lockMs);
+      proc.setState(CU_PROCESS_STATE_LOCKED);
+      return { code: CUDA_SUCCESS };
     });
   }
 
   /** `cuCheckpointProcessCheckpoint`. */
-  async checkpoint(pid: number): Promise<number> {
-    this.#requireCheckpointApi("checkpoint", pid);
-    return await this.#logged(
-      "checkpoint",
-      pid,
-      () =>
-        this.#transition(
-          pid,
-          "checkpoint",
-          CU_PROCESS_STATE_LOCKED,
-          async (proc, exited, abort) => {
-            const t = this.timing.checkpoint;
-            await this.sleep(t.fixedMs);
-            if (exited()) return CUDA_ERROR_OPERATING_SYSTEM;
-            const done = await this.#checkpointLink.transfer(
-              mibToBytes(proc.memoryMiB),
-              singleRate(t, proc.memoryMiB),
-              abort,
-            );
-            if (!done || exited()) return CUDA_ERROR_OPERATING_SYSTEM;
-            proc.moveToHost();
-            proc.setState(CU_PROCESS_STATE_CHECKPOINTED);
-            return CUDA_SUCCESS;
-          },
-        ),
-    );
+  checkpoint(pid: number): Promise<number> {
+    return this.#transition("checkpoint", pid, CU_PROCESS_STATE_LOCKED, async (proc, run) => {
+      const t = this.timing.checkpoint;
+      await run.sleep(t.fixedMs);
+      const bytes = mibToBytes(proc.memoryMiB);
+      await run.copy(this.#checkpointLink, bytes, singleRate(t, proc.memoryMiB));
+      proc.moveToHost();
+      proc.setState(CU_PROCESS_STATE_CHECKPOINTED);
+      return { code: CUDA_SUCCESS };
+    });
   }
 
   /** `cuCheckpointProcessRestore`. */
-  async restore(pid: number, args: RestoreArgs | null): Promise<number> {
-    this.#requireCheckpointApi("restore", pid);
+  restore(pid: number, args: RestoreArgs | null): Promise<number> {
     const pairs = args?.gpuPairs ?? [];
     if (pairs.length > 0 && this.version < GPU_PAIRS_MIN_DRIVER_VERSION) {
-      throw new CheckpointUnsupportedError({
-        operation: "restore",
-        pid,
-        driverVersion: this.version,
-        detail: `restoring onto other GPUs needs driver 580 (CUDA 13.0) or later; this driver is ${
-          formatDriverVersion(this.version)
-        }`,
-      });
+      return this.#call("restore", pid, code, () =>
+        this.#after({
+          code: CUDA_ERROR_NOT_SUPPORTED,
+          note: `driver ${formatDriverVersion(this.version)} takes no GPU pairs; 13.0 (580) does`,
+        }));
     }
-    return await this.#logged("restore", pid, () =>
-      this.#transition(
-        pid,
-        "restore",
-        CU_PROCESS_STATE_CHECKPOINTED,
-        async (proc, exited, abort) => {
-          const targets = this.#mapGpus(proc, pairs);
-          if (typeof targets === "number") {
-            await this.sleep(this.timing.rejectMs);
-            return targets;
-          }
-          const share = proc.memoryMiB / targets.length;
-          const need = new Map<SimulatedGpu, number>();
-          for (const g of targets) need.set(g, (need.get(g) ?? 0) + share);
-          for (const [g, mib] of need) {
-            if (mib > g.freeMiB) {
-              await this.sleep(this.timing.oomMs);
-              return CUDA_ERROR_OUT_OF_MEMORY;
-            }
-          }
-          for (const [g, mib] of need) g.take(mib);
-          const release = () => {
-            for (const [g, mib] of need) g.give(mib);
-          };
-          const t = this.timing.restore;
-          const moved = targets.some((g, i) => g !== proc.gpus[i]);
-          await this.sleep(t.fixedMs + (moved ? this.timing.migrationMs : 0));
-          const done = !exited() &&
-            await this.#restoreLink.transfer(
-              mibToBytes(proc.memoryMiB),
-              singleRate(t, proc.memoryMiB),
-              abort,
-            );
-          if (!done || exited()) {
-            release();
-            return CUDA_ERROR_OPERATING_SYSTEM;
-          }
-          proc.moveToGpu(targets, true);
-          proc.setState(CU_PROCESS_STATE_LOCKED);
-          return CUDA_SUCCESS;
-        },
-      ));
+    return this.#transition("restore", pid, CU_PROCESS_STATE_CHECKPOINTED, async (proc, run) => {
+      const targets = this.#mapGpus(proc, pairs);
+      if (typeof targets === "string") {
+        await run.sleep(this.timing.rejectMs);
+        return { code: CUDA_ERROR_INVALID_VALUE, note: targets };
+      }
+      const need = needsOn(proc.memoryMiB, targets);
+      const short = shortage(need, proc.memoryMiB);
+      if (short) {
+        await run.sleep(this.timing.oomMs);
+        return { code: CUDA_ERROR_OUT_OF_MEMORY, note: short };
+      }
+      proc.claim(need);
+      const t = this.timing.restore;
+      const moved = targets.some((g, i) => g !== proc.gpus[i]);
+      await run.sleep(t.fixedMs + (moved ? this.timing.migrationMs : 0));
+      const bytes = mibToBytes(proc.memoryMiB);
+      await run.copy(this.#restoreLink, bytes, singleRate(t, proc.memoryMiB));
+      proc.moveToGpu(targets);
+      proc.setState(CU_PROCESS_STATE_LOCKED);
+      return { code: CUDA_SUCCESS };
+    });
   }
 
   /** `cuCheckpointProcessUnlock`. */
-  async unlock(pid: number): Promise<number> {
-    this.#requireCheckpointApi("unlock", pid);
-    return await this.#logged(
-      "unlock",
-      pid,
-      () =>
-        this.#transition(pid, "unlock", CU_PROCESS_STATE_LOCKED, async (proc, exited) => {
-          await this.sleep(this.timing.unlockMs);
-          if (exited()) return CUDA_ERROR_OPERATING_SYSTEM;
-          proc.setState(CU_PROCESS_STATE_RUNNING);
-          return CUDA_SUCCESS;
-        }),
-    );
+  unlock(pid: number): Promise<number> {
+    return this.#transition("unlock", pid, CU_PROCESS_STATE_LOCKED, async (proc, run) => {
+      await run.sleep(this.timing.unlockMs);
+      proc.setState(CU_PROCESS_STATE_RUNNING);
+      return { code: CUDA_SUCCESS };
+    });
   }
 
   /** `cuGetErrorName`. */
@@ -646,19 +504,101 @@ export class SimulatedDriver implements CheckpointDriver {
     return CU_RESULTS[code]?.description;
   }
 
+  /** A short description for logs: `simulated driver 13.0, 2 GPUs (NVIDIA H200)`. */
+  toString(): string {
+    return `simulated driver ${formatDriverVersion(this.version)}, ${this.gpus.length} GPU${
+      this.gpus.length === 1 ? "" : "s"
+    } (${[...new Set(this.gpus.map((g) => g.name))].join(", ")})`;
+  }
+
   // ---- internals ----
 
-  #requireCheckpointApi(operation: Operation, pid: number): void {
-    if (this.version < CHECKPOINT_MIN_DRIVER_VERSION) {
-      throw new CheckpointUnsupportedError({
-        operation,
-        pid,
-        driverVersion: this.version,
-        detail: `this driver (version ${
-          formatDriverVersion(this.version)
-        }) has no CUDA checkpoint support; NVIDIA driver 570 or later is needed`,
+  #closedError(what: string): Error | undefined {
+    return this.#closed ? new Error(`the simulated driver was closed: cannot ${what}`) : undefined;
+  }
+
+  /** Starts a timer the driver cancels when closed; returns its cancel function. */
+  #start(ms: number, fn: () => void, passive = false): Cancel {
+    if (this.#closed) return () => {};
+    const handle = this.clock.setTimer(ms, () => {
+      this.#timers.delete(handle);
+      fn();
+    }, { passive });
+    this.#timers.add(handle);
+    return () => {
+      if (this.#timers.delete(handle)) this.clock.clearTimer(handle);
+    };
+  }
+
+  #sleep(ms: number): Promise<void> {
+    return new Promise((resolve) => this.#start(ms, resolve));
+  }
+
+  /** `answer` after the time a query takes. */
+  async #after(answer: Answer): Promise<Answer> {
+    await this.#sleep(this.timing.queryMs);
+    return answer;
+  }
+
+  /** Something that takes no simulated time, unless the driver is closed. */
+  #now<T>(what: string, fn: () => T): Promise<T> {
+    const closed = this.#closedError(what);
+    return closed ? Promise.reject(closed) : Promise.resolve(fn());
+  }
+
+  /**
+   * Runs `work` as something the program waits on: the clock is held meanwhile, and closing the
+   * driver rejects it (which is no unhandled rejection when nobody awaits it).
+   */
+  #waitOn<T>(what: string, work: () => Promise<T>): Promise<T> {
+    const closed = this.#closedError(what);
+    if (closed) return Promise.reject(closed);
+    const release = holdClock(this.clock);
+    const promise = new Promise<T>((resolve, reject) => {
+      const entry: Waiting = { reject, release };
+      this.#waiting.add(entry);
+      work().then(resolve, reject).finally(() => {
+        this.#waiting.delete(entry);
+        release();
       });
-    }
+    });
+    promise.catch(() => {});
+    return promise;
+  }
+
+  /**
+   * One driver call: gated by the driver version, the pid looked up (a pid no CUDA process has
+   * is answered at once), `body` run for the process, the answer logged and turned into `out`.
+   */
+  #call<T>(
+    op: Operation,
+    pid: number,
+    out: (answer: Answer) => T,
+    body: (proc: SimulatedProcess) => Promise<Answer>,
+  ): Promise<T> {
+    const name = `cuCheckpointProcess${op[0].toUpperCase()}${op.slice(1)}`;
+    return this.#waitOn(`call ${name} on pid ${pid}`, async () => {
+      const started = this.now();
+      let answer: Answer;
+      if (this.missingFunctions.includes(name)) {
+        answer = {
+          code: CUDA_ERROR_NOT_SUPPORTED,
+          note: `driver ${formatDriverVersion(this.version)} has no ${name}; 12.8 (570) has`,
+        };
+      } else {
+        const proc = this.#find(pid);
+        answer = typeof proc === "number" ? await this.#after({ code: proc }) : await body(proc);
+      }
+      this.calls.push({
+        at: this.now(),
+        started,
+        op,
+        pid,
+        code: answer.code,
+        ...(answer.note === undefined ? {} : { note: answer.note }),
+      });
+      return out(answer);
+    });
   }
 
   /** The process for a pid or thread id, or the code the real driver gives. */
@@ -670,106 +610,212 @@ export class SimulatedDriver implements CheckpointDriver {
   }
 
   /**
-   * Runs a state-changing operation: finds the process, checks its state, applies an injected
-   * fault, and runs `body` with the process marked busy. `exited()` tells whether the process
-   * exited meanwhile; `abort` cancels a copy when it does.
+   * Runs `fn` in the process's turn: the driver serialises calls on a process, so a call made while
+   * another is under way waits for it, then acts on the state it left.
    */
-  async #transition(
-    pid: number,
-    op: Operation,
-    from: number,
-    body: (
-      proc: SimulatedProcess,
-      exited: () => boolean,
-      abort: { onAbort?: () => void },
-    ) => Promise<number>,
-  ): Promise<number> {
-    const found = this.#find(pid);
-    if (typeof found === "number") {
-      await this.sleep(this.timing.queryMs);
-      return found;
-    }
-    const proc = found;
-    // One state change at a time: a second one while another is under way sees an illegal state.
-    // (Assumed: concurrent calls on one process were not measured on the real driver.)
-    if (proc.stateNumber !== from || proc.busy !== undefined) {
-      await this.sleep(this.timing.queryMs);
-      return CUDA_ERROR_ILLEGAL_STATE;
-    }
-    const fault = proc.faults.get(op);
-    if (fault) {
-      proc.faults.delete(op);
-      await this.sleep(this.timing.queryMs);
-      if (fault.state !== undefined) {
-        // Memory goes where the new state keeps it: host memory when checkpointed, the GPU when
-        // running or locked (a failed process keeps whatever it had).
-        if (fault.state === "checkpointed") proc.moveToHost();
-        if (fault.state === "running" || fault.state === "locked") proc.moveToGpu();
-        proc.setState(PROCESS_STATE_NAMES.indexOf(fault.state));
-      }
-      return fault.code;
-    }
-    let gone = false;
-    const abort: { onAbort?: () => void } = {};
-    const onExit = () => {
-      gone = true;
-      abort.onAbort?.();
-    };
-    proc.exitListeners.add(onExit);
-    proc.busy = op;
+  async #serially(proc: SimulatedProcess, fn: () => Promise<Answer>): Promise<Answer> {
+    const waitingFor = proc.busy;
+    const issued = this.now();
+    const done = await proc.turn();
     try {
-      return await body(proc, () => gone, abort);
+      const waited = this.now() - issued;
+      const answer = proc.exited
+        ? await this.#after({ code: CUDA_ERROR_OPERATING_SYSTEM, note: "the process exited" })
+        : await fn();
+      if (waitingFor === undefined || waited <= 0) return answer;
+      const note = `waited ${+waited.toFixed(3)} ms for the ${waitingFor} under way`;
+      return { ...answer, note: answer.note ? `${note}; ${answer.note}` : note };
     } finally {
-      proc.busy = undefined;
-      proc.exitListeners.delete(onExit);
-      proc.wake();
+      done();
     }
   }
 
-  /** The GPUs to restore onto, or the `CUresult` that rejects the mapping. */
-  #mapGpus(proc: SimulatedProcess, pairs: readonly { oldUuid: Uint8Array; newUuid: Uint8Array }[]):
-    | SimulatedGpu[]
-    | number {
+  /**
+   * A state-changing call: in the process's turn, checks the state (`from`), applies an injected
+   * fault, else runs `body` with the process marked busy. If the process exits meanwhile, `body`
+   * is abandoned and the call returns OPERATING_SYSTEM `exitNoticeMs` after the exit.
+   */
+  #transition(
+    op: Operation,
+    pid: number,
+    from: number,
+    body: (proc: SimulatedProcess, run: OpRun) => Promise<Answer>,
+  ): Promise<number> {
+    return this.#call(op, pid, code, (proc) =>
+      this.#serially(proc, async () => {
+        if (proc.stateNumber !== from) {
+          return await this.#after({
+            code: CUDA_ERROR_ILLEGAL_STATE,
+            note: `${op} needs a ${PROCESS_STATE_NAMES[from]} process; it is ${proc.state}`,
+          });
+        }
+        const fault = proc.faults.get(op);
+        if (fault) {
+          proc.faults.delete(op);
+          return await this.#applyFault(proc, op, fault);
+        }
+        const run = new OpRun((ms, fn) => this.#start(ms, fn));
+        let onExit = () => {};
+        proc.busy = op;
+        try {
+          return await new Promise<Answer>((resolve, reject) => {
+            onExit = () => {
+              run.abort();
+              const note = `the process exited during the ${op}`;
+              this.#start(this.timing.exitNoticeMs, () =>
+                resolve({ code: CUDA_ERROR_OPERATING_SYSTEM, note }));
+            };
+            proc.exitListeners.add(onExit);
+            body(proc, run).then(resolve, reject);
+          });
+        } finally {
+          proc.busy = undefined;
+          proc.exitListeners.delete(onExit);
+          proc.wake();
+        }
+      }));
+  }
+
+  /** Answers with an injected fault, moving memory where its state keeps it. */
+  async #applyFault(proc: SimulatedProcess, op: Operation, fault: InjectedFault): Promise<Answer> {
+    await this.#sleep(this.timing.queryMs);
+    const note = `injected by failNext(${JSON.stringify(op)})`;
+    const state = fault.state;
+    if (state === "checkpointed") proc.moveToHost();
+    if ((state === "running" || state === "locked") && proc.memoryLocation === "host") {
+      // Memory goes back onto the GPU only where it fits, as a restore's would.
+      const need = needsOn(proc.memoryMiB, proc.gpus);
+      const short = shortage(need, proc.memoryMiB);
+      if (short) {
+        return {
+          code: CUDA_ERROR_OUT_OF_MEMORY,
+          note: `${note} to leave the process ${state}, but ${short}; it stays checkpointed`,
+        };
+      }
+      proc.claim(need);
+      proc.moveToGpu(proc.gpus);
+    }
+    if (state !== undefined) proc.setState(PROCESS_STATE_NAMES.indexOf(state));
+    return { code: fault.code, note };
+  }
+
+  /** The GPUs to restore onto, or why the mapping is rejected (INVALID_VALUE). */
+  #mapGpus(proc: SimulatedProcess, pairs: readonly GpuPair[]): SimulatedGpu[] | string {
     if (pairs.length === 0) return proc.gpus;
     const byKey = new Map(this.gpus.map((g) => [g.key, g]));
     const map = new Map<SimulatedGpu, SimulatedGpu>();
     for (const pair of pairs) {
       const from = byKey.get(uuidKey(pair.oldUuid));
       const to = byKey.get(uuidKey(pair.newUuid));
-      if (!from || !to || map.has(from)) return CUDA_ERROR_INVALID_VALUE;
+      if (!from) return `old UUID ${formatGpuUuid(pair.oldUuid)} is not a GPU of this machine`;
+      if (!to) return `new UUID ${formatGpuUuid(pair.newUuid)} is not a GPU of this machine`;
+      if (map.has(from)) return `GPU ${from.index} (${from.uuid}) is mapped twice`;
       map.set(from, to);
     }
     // Measured on two H200s: a mapping that leaves out a GPU the driver sees is INVALID_VALUE,
     // even a GPU the process never used, and so is one that sends two GPUs onto one.
-    if (map.size !== this.gpus.length) return CUDA_ERROR_INVALID_VALUE;
-    if (new Set(map.values()).size !== map.size) return CUDA_ERROR_INVALID_VALUE;
+    const left = this.gpus.find((g) => !map.has(g));
+    if (left) {
+      return `the mapping leaves out GPU ${left.index} (${left.uuid}); it must name every GPU`;
+    }
+    const onto = new Map<SimulatedGpu, SimulatedGpu>();
+    for (const [from, to] of map) {
+      const other = onto.get(to);
+      if (other) {
+        return `GPUs ${other.index} and ${from.index} are both mapped onto GPU ${to.index}`;
+      }
+      onto.set(to, from);
+    }
     const targets = proc.gpus.map((g) => map.get(g)!);
     // The process's memory must land on the same chip (NVIDIA's documentation; not measured here,
     // where every GPU is an H200). GPUs the process never used are not checked.
-    if (targets.some((to, i) => to.name !== proc.gpus[i].name)) return CUDA_ERROR_INVALID_VALUE;
+    for (const [i, to] of targets.entries()) {
+      const from = proc.gpus[i];
+      if (to.name !== from.name) {
+        return `the process's GPU ${from.index} (${from.name}) would move onto GPU ${to.index} (${to.name}): restore needs the same chip`;
+      }
+    }
     return targets;
   }
 
-  async #logged(op: Operation, pid: number, run: () => Promise<number>): Promise<number> {
-    const code = await run();
-    this.#log(op, pid, code);
-    return code;
-  }
-
-  #log(op: Operation, pid: number, code: number): void {
-    this.calls.push({ at: this.now(), op, pid, code });
-  }
-
-  /** A short description for logs: `simulated driver 13.0, 2 GPUs (NVIDIA H200)`. */
-  toString(): string {
-    return `simulated driver ${formatDriverVersion(this.version)}, ${this.gpus.length} GPU${
-      this.gpus.length === 1 ? "" : "s"
-    } (${[...new Set(this.gpus.map((g) => g.name))].join(", ")})`;
+  /** The GPUs of `spawn`'s `gpu` option. */
+  #gpusFor(gpu: SpawnOptions["gpu"]): SimulatedGpu[] {
+    const last = this.gpus.length - 1;
+    const indexes = gpu === undefined ? [0] : typeof gpu === "number" ? [gpu] : gpu;
+    if (!Array.isArray(indexes) || indexes.length === 0) {
+      throw new TypeError(
+        `spawn: gpu must be a GPU index or a non-empty array of them, got ${describeValue(gpu)}`,
+      );
+    }
+    const seen = new Set<number>();
+    return indexes.map((i: unknown) => {
+      if (typeof i !== "number" || !Number.isInteger(i) || i < 0 || i > last) {
+        throw new RangeError(
+          `spawn: gpu ${describeValue(i)} does not exist: this simulator has GPUs 0 to ${last}`,
+        );
+      }
+      if (seen.has(i)) throw new RangeError(`spawn: gpu lists GPU ${i} twice`);
+      seen.add(i);
+      return this.gpus[i];
+    });
   }
 }
 
-function uuidKey(bytes: Uint8Array): string {
-  return Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+function code(answer: Answer): number {
+  return answer.code;
+}
+
+function result(answer: Answer): DriverResult {
+  return { code: answer.code, value: answer.code === CUDA_SUCCESS ? answer.value ?? 0 : 0 };
+}
+
+function makeClock(clock: unknown, speed: unknown): SimClock {
+  if (speed !== undefined && clock !== "real") {
+    throw new TypeError(`speed ${describeValue(speed)} is used only with clock: "real"`);
+  }
+  if (clock === "virtual") return new VirtualClock();
+  if (clock === "real") return new RealClock(speed as number | undefined);
+  const c = clock as SimClock | null;
+  if (
+    typeof c === "object" && c !== null && typeof c.now === "function" &&
+    typeof c.setTimer === "function" && typeof c.clearTimer === "function"
+  ) {
+    return c;
+  }
+  throw new TypeError(
+    `clock must be "virtual", "real" or a SimClock (with now, setTimer and clearTimer), got ${
+      describeValue(clock)
+    }`,
+  );
+}
+
+function gpuSpecs(gpus: SimulatedDriverOptions["gpus"]): readonly SimulatedGpuSpec[] {
+  if (gpus === undefined) return [{}];
+  if (typeof gpus === "number") {
+    return Array.from({ length: checkInteger(gpus, "gpus (how many)", 1, 1024) }, () => ({}));
+  }
+  if (!Array.isArray(gpus) || gpus.length === 0) {
+    throw new TypeError(
+      `gpus must be a number of GPUs or a non-empty array of GPU specs, got ${describeValue(gpus)}`,
+    );
+  }
+  return gpus;
+}
+
+function makeGpu(spec: SimulatedGpuSpec, i: number, seed: number): SimulatedGpu {
+  const what = `gpus[${i}]`;
+  checkKeys(spec, what, ["name", "memoryMiB", "uuid", "contextMiB"]);
+  const name = checkName(spec?.name ?? "NVIDIA H200", `${what}.name`);
+  const memoryMiB = checkAmount(
+    spec?.memoryMiB ?? CHIP_MEMORY_MIB[name] ?? CHIP_MEMORY_MIB["NVIDIA H200"],
+    `${what}.memoryMiB`,
+    true,
+  );
+  const contextMiB = checkAmount(spec?.contextMiB ?? CONTEXT_MIB, `${what}.contextMiB`);
+  const uuid = spec?.uuid === undefined
+    ? madeUpUuid(seed, i)
+    : formatGpuUuid(parseGpuUuid(spec.uuid, `${what}.uuid`));
+  return new SimulatedGpu(i, name, uuid, memoryMiB, contextMiB);
 }
 
 /** A stable, made-up GPU UUID for GPU `index` of a simulator seeded with `seed`. */

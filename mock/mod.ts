@@ -1,15 +1,15 @@
 /**
  * `@ckpt/cuda/mock`: a simulated CUDA checkpoint driver, for testing code that checkpoints GPU
  * processes on machines without a GPU. It has the real driver's states, error codes and timing
- * shape (measured on an H200 with driver 580), and GPUs, processes and memory contents you can
- * inspect.
+ * (measured on an H200 and an H100 with driver 580), and GPUs, processes and memory contents you
+ * can inspect. Its virtual clock moves only while the program waits on the simulator.
  *
  * @example
  * ```ts
  * import { CudaProcess } from "@ckpt/cuda";
  * import { SimulatedDriver } from "@ckpt/cuda/mock";
  *
- * const sim = new SimulatedDriver({ gpus: 2 });
+ * await using sim = new SimulatedDriver({ gpus: 2 });
  * const target = sim.spawn({ memoryMiB: 1024 });
  * const proc = new CudaProcess(target.pid, { driver: sim });
  * await proc.suspend();
@@ -21,20 +21,27 @@
  */
 
 export {
-  type InjectedFault,
+  CHECKPOINT_FUNCTIONS,
   type SimulatedCall,
   SimulatedDriver,
   type SimulatedDriverOptions,
-  SimulatedGpu,
   type SimulatedGpuSpec,
-  SimulatedProcess,
   type SpawnOptions,
 } from "./driver.ts";
-export { RealClock, type SimClock, VirtualClock } from "./clock.ts";
 export {
+  type FaultableOperation,
+  type InjectedFault,
+  SimulatedGpu,
+  SimulatedProcess,
+} from "./process.ts";
+export { RealClock, type SimClock, type TimerOptions, VirtualClock } from "./clock.ts";
+export {
+  CONTEXT_MIB,
   type CopyTiming,
+  H100_TIMING,
   H200_TIMING,
   singleProcessMs,
+  timingForChip,
   type TimingModel,
   type TimingPoint,
 } from "./timing.ts";

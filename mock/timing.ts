@@ -1,34 +1,48 @@
 /**
- * The simulated driver's timing model, taken from the figures measured on an H200 with driver 580
- * (shared/DRIVER_FACTS.md): a fixed cost per call, then a copy whose speed for one process falls
- * out of the measured table, while copies of several processes at once share the host link up to
- * the best aggregate rate measured.
+ * The simulated driver's timing model, one per chip, from the figures measured with driver 580
+ * (shared/DRIVER_FACTS.md, docs/DRIVER_NOTES.md). A checkpoint or restore is a fixed cost, then a
+ * copy of the process's GPU memory through the host. One process alone copies at the rate that
+ * its measured whole-operation time implies (interpolated in the measured table). Copies of
+ * several processes at once slow each other down in two ways, fitted to four processes of 4 GiB
+ * at once: each copy's rate falls to `single / (1 + slowdownPerProcess * (N - 1))` with N copies
+ * under way (checkpoint), and all copies together move at most `aggregateBytesPerSecond`
+ * (restore).
  *
  * @module
  */
 
-import type { SimClock } from "./clock.ts";
-
 const MIB = 1024 * 1024;
+
+/**
+ * GPU memory a process's CUDA context takes on each GPU it uses, in MiB, besides what it
+ * allocates. An ESTIMATE (a CUDA 12/13 context on a Hopper GPU typically shows 400-600 MiB in
+ * nvidia-smi), not yet measured with this project's target: replace it with a GPU measurement.
+ */
+export const CONTEXT_MIB = 512;
 
 /** One measured point: GPU memory in MiB and the time in ms for the whole operation. */
 export type TimingPoint = readonly [memoryMiB: number, ms: number];
 
 /** Timing figures for one kind of copy (checkpoint or restore). */
 export interface CopyTiming {
-  /** The fixed cost of the call in ms, spent before any copy (measured with 16 MiB). */
+  /** The fixed cost of the call in ms, spent before any copy: the table's time at 0 MiB. */
   readonly fixedMs: number;
-  /** Measured whole-operation times for one process, by memory size, ascending. */
+  /** Whole-operation times for one process alone, by memory size, ascending. */
   readonly points: readonly TimingPoint[];
-  /** The best aggregate rate seen with many processes at once, in bytes per second. */
+  /** The most all copies at once move together, in bytes per second (`Infinity`: no cap). */
   readonly aggregateBytesPerSecond: number;
+  /**
+   * How much each copy slows the others: with N copies under way, each runs at its single-process
+   * rate divided by `1 + slowdownPerProcess * (N - 1)`. 0: no slowdown.
+   */
+  readonly slowdownPerProcess: number;
 }
 
 /** The timing model of the simulated driver. Every figure can be overridden. */
 export interface TimingModel {
-  /** Lock+checkpoint of one process. */
+  /** Lock+checkpoint of one process (the lock itself is `lockMs`). */
   readonly checkpoint: CopyTiming;
-  /** Restore+unlock of one process. */
+  /** Restore of one process (the unlock after it is `unlockMs`). */
   readonly restore: CopyTiming;
   /** Extra cost of a restore that moves the process to another GPU, in ms. */
   readonly migrationMs: number;
@@ -42,31 +56,66 @@ export interface TimingModel {
   readonly rejectMs: number;
   /** A restore refused for want of free GPU memory, in ms. */
   readonly oomMs: number;
+  /** How long after the target exits a checkpoint or restore under way returns, in ms. */
+  readonly exitNoticeMs: number;
 }
 
-/** The figures measured on one H200, driver 580.159.04 (midpoints of the measured ranges). */
+/**
+ * One H200, driver 580.159.04: midpoints of the measured ranges. Single process: 16 MiB
+ * checkpoint 283-309 ms and restore 173-222 ms (this project's runs); 1 GiB to 32 GiB from
+ * DRIVER_FACTS.md. Many at once: fitted to 4 x 4 GiB (lock+checkpoint 2.36 s, restore+unlock
+ * 1.17 s).
+ */
 export const H200_TIMING: TimingModel = {
   checkpoint: {
-    fixedMs: 340,
-    points: [[16, 350], [1024, 752], [4096, 1880], [8192, 4700], [16384, 16500], [32768, 22100]],
-    aggregateBytesPerSecond: 11e9,
+    fixedMs: 289,
+    points: [[16, 296], [1024, 752], [4096, 1880], [8192, 4700], [16384, 16500], [32768, 22100]],
+    aggregateBytesPerSecond: Infinity,
+    slowdownPerProcess: 0.1,
   },
   restore: {
-    fixedMs: 280,
-    points: [[16, 290], [1024, 350], [4096, 830], [8192, 1490], [16384, 3500], [32768, 7200]],
-    aggregateBytesPerSecond: 16e9,
+    fixedMs: 195,
+    points: [[16, 198], [1024, 350], [4096, 830], [8192, 1490], [16384, 3500], [32768, 7200]],
+    aggregateBytesPerSecond: 17.4e9,
+    slowdownPerProcess: 0,
   },
-  // A separate 1 GiB process rotated onto the other H200 restored in 357 ms against about 335 ms in
-  // place (tests/gpu/reports); a process migrating itself took 600-630 ms (DRIVER_FACTS.md).
-  migrationMs: 25,
+  // A separate 1 GiB process rotated onto the other H200 restored in 357 ms against about 335 ms
+  // in place (tests/gpu/reports); a process migrating itself took 600-630 ms (DRIVER_FACTS.md).
+  migrationMs: 22,
   lockMs: 0.2,
   unlockMs: 1.5,
   queryMs: 0.05,
   // DRIVER_FACTS measured 2 ms for an unknown UUID; this project's runs saw 23-34 ms for every
   // rejected mapping, and 8-24 ms for OUT_OF_MEMORY (docs/DRIVER_NOTES.md).
-  rejectMs: 25,
-  oomMs: 15,
+  rejectMs: 28,
+  oomMs: 16,
+  // SIGKILL 150 ms into the checkpoint of 4 GiB: OPERATING_SYSTEM 217-225 ms after the call began.
+  exitNoticeMs: 71,
 };
+
+/**
+ * One H100 80GB HBM3, driver 580.159.04 (medians of 9 cycles, midpoints of their ranges). Only
+ * 16 MiB and 4 GiB are in the table, so that 1 GiB (measured 704-910 ms / 338-448 ms) checks it.
+ * What was not measured on an H100 (many at once, migration, rejections, exits) is the H200's.
+ */
+export const H100_TIMING: TimingModel = {
+  ...H200_TIMING,
+  checkpoint: {
+    ...H200_TIMING.checkpoint,
+    fixedMs: 316,
+    points: [[16, 323], [4096, 2150]],
+  },
+  restore: {
+    ...H200_TIMING.restore,
+    fixedMs: 212,
+    points: [[16, 214], [4096, 885]],
+  },
+};
+
+/** The timing model for a chip name: {@link H100_TIMING} for an H100, else {@link H200_TIMING}. */
+export function timingForChip(name: string): TimingModel {
+  return /\bH100\b/.test(name) ? H100_TIMING : H200_TIMING;
+}
 
 /** The time one process alone takes for the whole operation, interpolated from the table. */
 export function singleProcessMs(timing: CopyTiming, memoryMiB: number): number {
@@ -81,28 +130,49 @@ export function singleProcessMs(timing: CopyTiming, memoryMiB: number): number {
   return y0 + (y0 - ya) / (x0 - xa) * (memoryMiB - x0);
 }
 
+/** The copy rate one process of `memoryMiB` gets alone, in bytes per ms. */
+export function singleRate(timing: CopyTiming, memoryMiB: number): number {
+  const copyMs = Math.max(1e-3, singleProcessMs(timing, memoryMiB) - timing.fixedMs);
+  return mibToBytes(memoryMiB) / copyMs;
+}
+
+/** Bytes in `memoryMiB` MiB. */
+export function mibToBytes(memoryMiB: number): number {
+  return memoryMiB * MIB;
+}
+
+/** The timers a {@link CopyLink} runs on. */
+export interface LinkTimers {
+  /** The current time in ms. */
+  now(): number;
+  /** Calls `fn` after `ms`; returns a function that cancels it. */
+  start(ms: number, fn: () => void): () => void;
+}
+
 interface Transfer {
   remaining: number;
   singleRate: number;
-  done: (completed: boolean) => void;
+  done: () => void;
 }
 
 /**
- * A shared copy link. Each transfer runs at the rate one process alone would get, unless the
- * transfers under way together exceed the aggregate rate, which they then share equally. Rates are
- * recomputed whenever a transfer starts or ends.
+ * The host side of the driver's copies, shared by every process. Each transfer runs at the rate
+ * one process alone would get, slowed by the others under way (`slowdownPerProcess`) and capped,
+ * with them, at the aggregate rate. Rates are recomputed whenever a transfer starts or ends.
  */
 export class CopyLink {
-  readonly #clock: SimClock;
+  readonly #timers: LinkTimers;
   readonly #aggregate: number;
+  readonly #slowdown: number;
   readonly #active = new Set<Transfer>();
   #last = 0;
-  #timer: number | undefined;
+  #cancelTimer: (() => void) | undefined;
 
-  /** @param aggregateBytesPerSecond the most all transfers together can move. */
-  constructor(clock: SimClock, aggregateBytesPerSecond: number) {
-    this.#clock = clock;
-    this.#aggregate = aggregateBytesPerSecond / 1000;
+  /** A link with the aggregate rate and slowdown of `timing`. */
+  constructor(timers: LinkTimers, timing: CopyTiming) {
+    this.#timers = timers;
+    this.#aggregate = timing.aggregateBytesPerSecond / 1000;
+    this.#slowdown = timing.slowdownPerProcess;
   }
 
   /** How many transfers are under way. */
@@ -111,34 +181,29 @@ export class CopyLink {
   }
 
   /**
-   * Moves `bytes` at up to `singleRate` bytes per ms. Resolves `true` when done, `false` when
-   * cancelled through `signal`.
+   * Moves `bytes` at up to `singleRate` bytes per ms, then calls `done`. Returns a function that
+   * cancels the transfer (then `done` is never called).
    */
-  transfer(bytes: number, singleRate: number, signal?: { onAbort?: () => void }): Promise<boolean> {
-    if (bytes <= 0) return Promise.resolve(true);
-    return new Promise((resolve) => {
+  transfer(bytes: number, singleRate: number, done: () => void): () => void {
+    this.#advance();
+    const t: Transfer = { remaining: bytes, singleRate, done };
+    this.#active.add(t);
+    this.#reschedule();
+    return () => {
+      if (!this.#active.has(t)) return;
       this.#advance();
-      const t: Transfer = { remaining: bytes, singleRate, done: resolve };
-      this.#active.add(t);
-      if (signal) {
-        signal.onAbort = () => {
-          if (!this.#active.has(t)) return;
-          this.#advance();
-          this.#active.delete(t);
-          this.#reschedule();
-          resolve(false);
-        };
-      }
+      this.#active.delete(t);
       this.#reschedule();
-    });
+    };
   }
 
   #rate(t: Transfer): number {
-    return Math.min(t.singleRate, this.#aggregate / this.#active.size);
+    const n = this.#active.size;
+    return Math.min(t.singleRate / (1 + this.#slowdown * (n - 1)), this.#aggregate / n);
   }
 
   #advance(): void {
-    const now = this.#clock.now();
+    const now = this.#timers.now();
     const dt = now - this.#last;
     this.#last = now;
     if (dt <= 0) return;
@@ -146,35 +211,24 @@ export class CopyLink {
   }
 
   #reschedule(): void {
-    if (this.#timer !== undefined) this.#clock.clearTimer(this.#timer);
-    this.#timer = undefined;
+    this.#cancelTimer?.();
+    this.#cancelTimer = undefined;
     let soonest = Infinity;
     for (const t of this.#active) {
       soonest = Math.min(soonest, Math.max(0, t.remaining) / this.#rate(t));
     }
     if (soonest === Infinity) return;
-    this.#timer = this.#clock.setTimer(soonest, () => {
-      this.#timer = undefined;
+    this.#cancelTimer = this.#timers.start(soonest, () => {
+      this.#cancelTimer = undefined;
       this.#advance();
       for (const t of [...this.#active]) {
         // Within a byte of the end counts as done (floating-point rests).
         if (t.remaining <= 1) {
           this.#active.delete(t);
-          t.done(true);
+          t.done();
         }
       }
       this.#reschedule();
     });
   }
-}
-
-/** The copy rate one process of `memoryMiB` gets alone, in bytes per ms. */
-export function singleRate(timing: CopyTiming, memoryMiB: number): number {
-  const copyMs = Math.max(1, singleProcessMs(timing, memoryMiB) - timing.fixedMs);
-  return (memoryMiB * MIB) / copyMs;
-}
-
-/** Bytes in `memoryMiB` MiB. */
-export function mibToBytes(memoryMiB: number): number {
-  return memoryMiB * MIB;
 }

@@ -13,7 +13,7 @@ export function simulatedEnv(options: SimulatedDriverOptions = {}): ConformanceE
     driver: sim,
     sim,
     spawn({ cuda, memoryMiB }): Promise<Target> {
-      const p = sim.spawn({ cuda, memoryMiB });
+      const p = cuda ? sim.spawn({ memoryMiB }) : sim.spawn({ cuda });
       // Contents to lose, as the real target fills its memory with a pattern.
       if (cuda && memoryMiB > 0) {
         p.deviceMemory!.write(
@@ -26,7 +26,9 @@ export function simulatedEnv(options: SimulatedDriverOptions = {}): ConformanceE
         threadId: p.threads[p.threads.length - 1],
         threadIds: () => Promise.resolve([...p.threads]),
         launchKernel(ms: number) {
-          p.launch(ms).catch(() => {}); // the kernel dies with the process
+          // Launched, not awaited: nobody waits on the kernel, so it moves no virtual time by
+          // itself, and its end with the process is no unhandled rejection.
+          void p.launch(ms);
           return Promise.resolve();
         },
         memoryHash: () => p.read(0, 0).then(() => p.memoryDigest()),
@@ -39,9 +41,10 @@ export function simulatedEnv(options: SimulatedDriverOptions = {}): ConformanceE
     missingPid: () => Promise.resolve(999_999),
     gpuUuids: () => Promise.resolve(sim.gpus.map((g) => g.uuid)),
     fillGpu(leaveMiB: number) {
+      // Each filler takes a CUDA context besides the memory it allocates.
       const fillers = sim.gpus
-        .filter((g) => g.freeMiB > leaveMiB)
-        .map((g) => sim.spawn({ gpu: g.index, memoryMiB: g.freeMiB - leaveMiB }));
+        .filter((g) => g.freeMiB > leaveMiB + g.contextMiB)
+        .map((g) => sim.spawn({ gpu: g.index, memoryMiB: g.freeMiB - leaveMiB - g.contextMiB }));
       return Promise.resolve(() => {
         for (const f of fillers) f.exit();
         return Promise.resolve();

@@ -1,0 +1,420 @@
+/**
+ * GPUs and processes of the simulated machine: who holds how much GPU memory, and a process's
+ * CUDA work (kernels, memory reads and writes), which blocks while the process is not running.
+ *
+ * @module
+ */
+
+import {
+  CU_PROCESS_STATE_FAILED,
+  CU_PROCESS_STATE_RUNNING,
+  PROCESS_STATE_NAMES,
+  type ProcessState,
+} from "../core/codes.ts";
+import type { Operation } from "../core/errors.ts";
+import { parseGpuUuid } from "../core/uuid.ts";
+import { checkAmount, checkChoice, checkInteger, checkKeys } from "./checks.ts";
+import { checkRange, MemoryImage } from "./memory.ts";
+import { mibToBytes } from "./timing.ts";
+
+/** A failure to inject into the next call of an operation on a process. */
+export interface InjectedFault {
+  /** The `CUresult` the call returns. */
+  code: number;
+  /**
+   * The state the process is left in; unchanged when left out. `"failed"` is final. A state that
+   * puts checkpointed memory back on the GPU needs room there: without it the call returns
+   * `CUDA_ERROR_OUT_OF_MEMORY` instead and the process stays checkpointed.
+   */
+  state?: ProcessState;
+}
+
+/** The operations {@link SimulatedProcess.failNext} can make fail. */
+export type FaultableOperation = "lock" | "checkpoint" | "restore" | "unlock";
+
+const FAULTABLE: readonly FaultableOperation[] = ["lock", "checkpoint", "restore", "unlock"];
+
+/** A GPU of the simulated machine. */
+export class SimulatedGpu {
+  /** Its index, as `nvidia-smi` numbers it. */
+  readonly index: number;
+  /** Its chip name. */
+  readonly name: string;
+  /** Its UUID, `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`. */
+  readonly uuid: string;
+  /** Its memory in MiB. */
+  readonly memoryMiB: number;
+  /** GPU memory a CUDA context takes on it, per process, in MiB. */
+  readonly contextMiB: number;
+  /** @internal the UUID's 16 bytes, as lowercase hex */
+  readonly key: string;
+  #usedMiB = 0;
+
+  /** @internal made by {@link SimulatedDriver} */
+  constructor(index: number, name: string, uuid: string, memoryMiB: number, contextMiB: number) {
+    this.index = index;
+    this.name = name;
+    this.uuid = uuid;
+    this.memoryMiB = memoryMiB;
+    this.contextMiB = contextMiB;
+    this.key = uuidKey(parseGpuUuid(uuid));
+  }
+
+  /** GPU memory in use by processes (memory and contexts, and what restores under way hold), in MiB. */
+  get usedMiB(): number {
+    return this.#usedMiB;
+  }
+
+  /** Free GPU memory in MiB. */
+  get freeMiB(): number {
+    return this.memoryMiB - this.#usedMiB;
+  }
+
+  /** @internal */
+  take(mib: number): void {
+    this.#usedMiB += mib;
+  }
+
+  /** @internal */
+  give(mib: number): void {
+    this.#usedMiB = Math.max(0, this.#usedMiB - mib);
+  }
+}
+
+/** GPU memory in MiB that a process needs on each GPU: its share of `memoryMiB` plus a context. */
+export type GpuNeeds = Map<SimulatedGpu, number>;
+
+/** What a process of `memoryMiB` needs on `gpus` (a GPU named twice needs both shares). */
+export function needsOn(memoryMiB: number, gpus: readonly SimulatedGpu[]): GpuNeeds {
+  const need: GpuNeeds = new Map();
+  for (const g of gpus) {
+    need.set(g, (need.get(g) ?? 0) + memoryMiB / gpus.length + g.contextMiB);
+  }
+  return need;
+}
+
+/** Why `need` does not fit on its GPUs, or `undefined` when it fits. */
+export function shortage(need: GpuNeeds, memoryMiB: number): string | undefined {
+  for (const [g, mib] of need) {
+    if (mib > g.freeMiB) {
+      return `GPU ${g.index} has ${g.freeMiB} MiB free, too little for ${mib} MiB more (${
+        mib - g.contextMiB
+      } MiB of ${memoryMiB} MiB of memory and ${g.contextMiB} MiB of CUDA context)`;
+    }
+  }
+  return undefined;
+}
+
+/** What a process needs from its driver. @internal */
+export interface ProcessHost {
+  /** The clock's time in ms. */
+  now(): number;
+  /** Starts a timer; returns its cancel function. */
+  startTimer(ms: number, fn: () => void, passive?: boolean): () => void;
+  /** Holds the clock: the program waits on the simulator. */
+  holdClock(): () => void;
+  /** The error for `what` once the driver is closed, else `undefined`. */
+  closedError(what: string): Error | undefined;
+  /** Forgets an exited process. */
+  forget(proc: SimulatedProcess): void;
+}
+
+/**
+ * A kernel launch: a Promise that resolves when the kernel has finished. Awaiting it (or calling
+ * `then`, `catch` or `finally`) is waiting on the simulator, so virtual time moves until the kernel
+ * ends; a launch nobody waits on lets time stand still, and never reports an unhandled rejection
+ * when its process exits.
+ */
+class KernelLaunch extends Promise<void> {
+  static override get [Symbol.species](): PromiseConstructor {
+    return Promise;
+  }
+
+  /** Called the first time someone waits on the kernel. */
+  onWait: (() => void) | undefined;
+
+  override then<A = void, B = never>(
+    onFulfilled?: ((value: void) => A | PromiseLike<A>) | null,
+    onRejected?: ((reason: unknown) => B | PromiseLike<B>) | null,
+  ): Promise<A | B> {
+    const wait = this.onWait;
+    this.onWait = undefined;
+    wait?.();
+    return super.then(onFulfilled, onRejected);
+  }
+}
+
+interface Kernel {
+  settle(error?: Error): void;
+  cancel?: () => void;
+}
+
+type Waiter = () => void;
+
+/**
+ * A process of the simulated machine. Its CUDA work (kernels, memory reads and writes) blocks while
+ * it is locked or checkpointed, as CUDA calls in a real process do, and goes on once it is
+ * unlocked.
+ */
+export class SimulatedProcess {
+  /** Its process id. */
+  readonly pid: number;
+  /**
+   * The id of the thread the driver restores it from (`getRestoreThreadId`): the driver's own
+   * thread, never the main one. 0 for a process that never initialised CUDA (it has none).
+   */
+  readonly tid: number;
+  /** All its thread ids, the main thread (= pid) first, the driver's last; any of them works as a pid. */
+  readonly threads: readonly number[];
+  /** Its GPU memory in MiB (its CUDA contexts not included). */
+  readonly memoryMiB: number;
+  /** Whether it ever initialised CUDA. */
+  readonly usesCuda: boolean;
+  /** @internal */
+  readonly sim: ProcessHost;
+  /** @internal the GPUs it has or had memory on */
+  gpus: SimulatedGpu[];
+  /** @internal */
+  stateNumber: number = CU_PROCESS_STATE_RUNNING;
+  /** @internal */
+  deviceMemory: MemoryImage | undefined;
+  /** @internal */
+  hostMemory: MemoryImage | undefined;
+  /** @internal the state-changing operation under way, one at a time */
+  busy: Operation | undefined;
+  /** @internal virtual time at which the last kernel launched ends */
+  kernelsUntil = 0;
+  /** @internal */
+  faults: Map<Operation, InjectedFault> = new Map();
+  /** @internal called when the process exits */
+  exitListeners: Set<() => void> = new Set();
+  #held: GpuNeeds = new Map();
+  #exited = false;
+  #runWaiters: Waiter[] = [];
+  #kernels = new Set<Kernel>();
+  #tail: Promise<void> = Promise.resolve();
+
+  /** @internal made by {@link SimulatedDriver.spawn}, which then claims its GPU memory */
+  constructor(
+    sim: ProcessHost,
+    pid: number,
+    threads: number[],
+    memoryMiB: number,
+    gpus: SimulatedGpu[],
+    usesCuda: boolean,
+  ) {
+    this.sim = sim;
+    this.pid = pid;
+    this.threads = threads;
+    this.tid = usesCuda ? threads[threads.length - 1] : 0;
+    this.memoryMiB = memoryMiB;
+    this.gpus = gpus;
+    this.usesCuda = usesCuda;
+    if (usesCuda) this.deviceMemory = new MemoryImage(mibToBytes(memoryMiB));
+  }
+
+  /** Its checkpoint state by name. */
+  get state(): ProcessState {
+    return PROCESS_STATE_NAMES[this.stateNumber] ?? "failed";
+  }
+
+  /** Whether it has exited. */
+  get exited(): boolean {
+    return this.#exited;
+  }
+
+  /** The UUIDs of the GPUs it runs on (or ran on, while checkpointed). */
+  get gpuUuids(): string[] {
+    return this.gpus.map((g) => g.uuid);
+  }
+
+  /** Where its GPU memory is now: on the GPU, in host memory (checkpointed), or nowhere. */
+  get memoryLocation(): "gpu" | "host" | "none" {
+    return this.deviceMemory ? "gpu" : this.hostMemory ? "host" : "none";
+  }
+
+  /**
+   * Launches a kernel that runs for `ms` (of the simulator's time). Like a CUDA launch it returns
+   * at once, and blocks first while the process is locked or checkpointed. The Promise resolves
+   * when the kernel has finished, and rejects if the process exits first. Virtual time moves for
+   * the kernel only while someone waits on it (awaits it) or on the driver; a launch nobody awaits
+   * never reports an unhandled rejection.
+   */
+  launch(ms: number): Promise<void> {
+    checkAmount(ms, "kernel duration (ms)");
+    let resolve!: () => void, reject!: (e: Error) => void;
+    const promise = new KernelLaunch((res, rej) => [resolve, reject] = [res, rej]);
+    Promise.prototype.then.call(promise, undefined, () => {}); // handled: nobody has to wait
+    let release: (() => void) | undefined;
+    const kernel: Kernel = {
+      settle: (error) => {
+        if (!this.#kernels.delete(kernel)) return;
+        kernel.cancel?.();
+        release?.();
+        if (error) reject(error);
+        else resolve();
+      },
+    };
+    promise.onWait = () => {
+      if (this.#kernels.has(kernel)) release = this.sim.holdClock();
+    };
+    this.#kernels.add(kernel);
+    const enqueue = () => {
+      // Kernels on one stream run one after another.
+      const now = this.sim.now();
+      this.kernelsUntil = Math.max(now, this.kernelsUntil) + ms;
+      kernel.cancel = this.sim.startTimer(this.kernelsUntil - now, () => {
+        kernel.cancel = undefined;
+        kernel.settle();
+      }, true);
+    };
+    // Launched at once when the process runs, as a CUDA launch returns at once; else it blocks.
+    if (this.#canRun()) enqueue();
+    else this.#whenRunning("launch a kernel").then(enqueue, kernel.settle);
+    return promise;
+  }
+
+  /** Writes `data` into its GPU memory at `offset` (a `cudaMemcpy`: blocks while not running). */
+  write(offset: number, data: Uint8Array): Promise<void> {
+    if (!(data instanceof Uint8Array)) {
+      throw new TypeError(`data must be a Uint8Array, got ${typeof data}`);
+    }
+    this.#checkBytes(offset, data.length);
+    const copy = data.slice();
+    return this.#whenRunning("write GPU memory").then(() => this.deviceMemory!.write(offset, copy));
+  }
+
+  /** Reads its GPU memory (a `cudaMemcpy`: blocks while not running). */
+  read(offset: number, length: number): Promise<Uint8Array> {
+    this.#checkBytes(offset, length);
+    return this.#whenRunning("read GPU memory").then(() => this.deviceMemory!.read(offset, length));
+  }
+
+  /**
+   * SHA-256 of every byte of its GPU memory (zeros included), as lowercase hex, wherever the
+   * memory is held now (on the GPU or, checkpointed, in host memory): the same as hashing what
+   * `read(0, memoryMiB * 2 ** 20)` returns. An inspection for tests, not a CUDA call: it never
+   * blocks, and takes no simulated time (hashing 1 GiB takes about 0.6 s of real time; the result
+   * is kept until the memory changes).
+   */
+  memoryDigest(): Promise<string> {
+    const image = this.deviceMemory ?? this.hostMemory;
+    if (!image) {
+      return Promise.reject(
+        new Error(`process ${this.pid} has no GPU memory (it never used CUDA, or it exited)`),
+      );
+    }
+    return image.digest();
+  }
+
+  /** Makes the next `op` call on this process fail with `fault.code`, leaving it in `fault.state`. */
+  failNext(op: FaultableOperation, fault: InjectedFault): void {
+    checkChoice(op, "failNext: the operation", FAULTABLE);
+    checkKeys(fault, "failNext: the fault", ["code", "state"]);
+    if (fault === undefined) throw new TypeError("failNext: the fault is missing");
+    checkInteger(fault.code, "failNext: fault.code (a CUresult)", 0, 2 ** 31 - 1);
+    if (fault.state !== undefined) {
+      checkChoice(fault.state, "failNext: fault.state", PROCESS_STATE_NAMES);
+    }
+    this.faults.set(op, { ...fault });
+  }
+
+  /** Ends the process: its GPU memory is freed, calls under way fail, its pid stops existing. */
+  exit(): void {
+    if (this.#exited) return;
+    this.#exited = true;
+    this.release();
+    this.deviceMemory = undefined;
+    this.hostMemory = undefined;
+    for (const fn of [...this.exitListeners]) fn();
+    this.sim.forget(this);
+    this.stopKernels(new Error(`process ${this.pid} exited before its kernel finished`));
+  }
+
+  /** @internal the next turn to act on this process: the driver serialises calls on a process */
+  turn(): Promise<() => void> {
+    let release!: () => void;
+    const mine = new Promise<void>((r) => release = r);
+    const before = this.#tail;
+    this.#tail = before.then(() => mine);
+    return before.then(() => release);
+  }
+
+  /** @internal gives back every MiB it holds on GPUs */
+  release(): void {
+    for (const [g, mib] of this.#held) g.give(mib);
+    this.#held = new Map();
+  }
+
+  /** @internal takes what `need` says (checked with {@link shortage} first) */
+  claim(need: GpuNeeds): void {
+    this.release();
+    for (const [g, mib] of need) g.take(mib);
+    this.#held = need;
+  }
+
+  /** @internal its GPU memory into host memory, freeing the GPU (what a checkpoint does) */
+  moveToHost(): void {
+    if (!this.deviceMemory) return;
+    this.hostMemory = this.deviceMemory.copy();
+    this.deviceMemory = undefined;
+    this.release();
+  }
+
+  /** @internal its host memory back onto `gpus`, whose memory it has claimed (what a restore does) */
+  moveToGpu(gpus: SimulatedGpu[]): void {
+    if (!this.hostMemory) return;
+    this.deviceMemory = this.hostMemory.copy();
+    this.hostMemory = undefined;
+    this.gpus = gpus;
+  }
+
+  /** @internal */
+  setState(state: number): void {
+    this.stateNumber = state;
+    this.wake();
+  }
+
+  /** @internal its kernels fail with `error` (the process exited, or the driver was closed) */
+  stopKernels(error: Error): void {
+    for (const k of [...this.#kernels]) k.settle(error);
+    this.wake();
+  }
+
+  async #whenRunning(what: string): Promise<void> {
+    for (;;) {
+      const closed = this.sim.closedError(`${what} in process ${this.pid}`);
+      if (closed) throw closed;
+      if (!this.usesCuda) {
+        throw new Error(`process ${this.pid} never initialised CUDA; cannot ${what}`);
+      }
+      if (this.#exited) throw new Error(`process ${this.pid} has exited; cannot ${what}`);
+      if (this.stateNumber === CU_PROCESS_STATE_FAILED) {
+        throw new Error(`process ${this.pid} is in the failed state; cannot ${what}`);
+      }
+      if (this.#canRun()) return;
+      await new Promise<void>((resolve) => this.#runWaiters.push(resolve));
+    }
+  }
+
+  #canRun(): boolean {
+    return this.usesCuda && !this.#exited && this.stateNumber === CU_PROCESS_STATE_RUNNING &&
+      this.busy !== "lock";
+  }
+
+  #checkBytes(offset: number, length: number): void {
+    if (this.usesCuda) checkRange(mibToBytes(this.memoryMiB), offset, length);
+  }
+
+  /** @internal wakes blocked CUDA work to look again (after a state change, a failed lock, an exit) */
+  wake(): void {
+    const waiters = this.#runWaiters;
+    this.#runWaiters = [];
+    for (const w of waiters) w();
+  }
+}
+
+/** The 16 bytes of a UUID as lowercase hex, for lookups. */
+export function uuidKey(bytes: Uint8Array): string {
+  return Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+}
