@@ -1,26 +1,53 @@
-// The simulated driver on its own: GPUs, processes, memory, clocks and the timing model.
+// The simulated driver on its own: GPUs, processes, context memory, memory contents, version
+// gating, injected faults and the reasons it logs for rejected mappings.
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
+import { createHash } from "node:crypto";
 import {
-  H200_TIMING,
+  CONTEXT_MIB,
   MemoryImage,
-  RealClock,
   SimulatedDriver,
-  singleProcessMs,
-  VirtualClock,
+  type SimulatedDriverOptions,
 } from "../mock/mod.ts";
-import { CUDA_ERROR_OPERATING_SYSTEM, CUDA_SUCCESS } from "../core/codes.ts";
+import {
+  CUDA_ERROR_INVALID_VALUE,
+  CUDA_ERROR_NOT_INITIALIZED,
+  CUDA_ERROR_NOT_SUPPORTED,
+  CUDA_ERROR_OPERATING_SYSTEM,
+  CUDA_ERROR_OUT_OF_MEMORY,
+  CUDA_SUCCESS,
+} from "../core/codes.ts";
+import { parseGpuUuid } from "../core/uuid.ts";
+
+const MIB = 1024 * 1024;
+
+async function suspended(options: SimulatedDriverOptions, memoryMiB = 256) {
+  const sim = new SimulatedDriver(options);
+  const p = sim.spawn({ memoryMiB });
+  assert.equal(await sim.lock(p.pid, null), CUDA_SUCCESS);
+  assert.equal(await sim.checkpoint(p.pid), CUDA_SUCCESS);
+  return { sim, p };
+}
 
 describe("GPUs", () => {
-  test("defaults: one H200 with an H200's memory and a GPU- UUID", () => {
+  test("defaults: one H200 with an H200's memory and a GPU- UUID; listGpus names it", async () => {
     const sim = new SimulatedDriver();
     assert.equal(sim.gpus.length, 1);
-    assert.equal(sim.gpus[0].name, "NVIDIA H200");
     assert.equal(sim.gpus[0].memoryMiB, 143771);
     assert.match(
       sim.gpus[0].uuid,
       /^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/,
     );
+    assert.deepEqual(await sim.listGpus(), [{
+      index: 0,
+      uuid: sim.gpus[0].uuid,
+      name: "NVIDIA H200",
+    }]);
+  });
+
+  test("an H100 by name has an H100's memory", () => {
+    const sim = new SimulatedDriver({ gpus: [{ name: "NVIDIA H100 80GB HBM3" }] });
+    assert.equal(sim.gpus[0].memoryMiB, 81559);
   });
 
   test("UUIDs are stable for a seed, differ between GPUs and between seeds", () => {
@@ -35,45 +62,85 @@ describe("GPUs", () => {
   test("given UUIDs are normalised, and duplicates refused", () => {
     const sim = new SimulatedDriver({ gpus: [{ uuid: "12345678123412341234123456789ABC" }] });
     assert.equal(sim.gpus[0].uuid, "GPU-12345678-1234-1234-1234-123456789abc");
-    assert.throws(
-      () => new SimulatedDriver({ gpus: [{ uuid: sim.gpus[0].uuid }, { uuid: sim.gpus[0].uuid }] }),
-      /same UUID/,
-    );
-  });
-
-  test("spawn takes GPU memory and refuses what does not fit", () => {
-    const sim = new SimulatedDriver({ gpus: [{ memoryMiB: 1000 }] });
-    sim.spawn({ memoryMiB: 600 });
-    assert.equal(sim.gpus[0].freeMiB, 400);
-    assert.throws(
-      () => sim.spawn({ memoryMiB: 500 }),
-      /GPU 0 has 400 MiB free, too little for 500 MiB more/,
-    );
-    assert.throws(
-      () => sim.spawn({ gpu: 3 }),
-      /gpu 3 does not exist: this simulator has GPUs 0 to 0/,
-    );
-    assert.throws(
-      () => sim.spawn({ memoryMiB: -1 }),
-      /memoryMiB must be a non-negative number, got -1/,
-    );
+    const uuid = sim.gpus[0].uuid;
+    assert.throws(() => new SimulatedDriver({ gpus: [{ uuid }, { uuid }] }), /same UUID/);
   });
 });
 
-describe("processes", () => {
-  test("pids and thread ids are distinct, and every thread id finds the process", () => {
-    const sim = new SimulatedDriver();
-    const a = sim.spawn(), b = sim.spawn({ extraThreads: 30 });
-    const all = [...a.threads, ...b.threads];
-    assert.equal(new Set(all).size, all.length);
-    for (const t of b.threads) assert.equal(sim.process(t), b);
-    assert.equal(a.tid, a.threads[1]);
+describe("GPU memory, CUDA contexts included", () => {
+  test(`a CUDA process takes its memory and a context (default ${CONTEXT_MIB} MiB) on each GPU`, () => {
+    const sim = new SimulatedDriver({ gpus: 2 });
+    sim.spawn({ memoryMiB: 1024, gpu: [0, 1] });
+    assert.deepEqual(sim.gpus.map((g) => g.usedMiB), [512 + CONTEXT_MIB, 512 + CONTEXT_MIB]);
+    sim.spawn({ cuda: false });
+    assert.deepEqual(sim.gpus.map((g) => g.usedMiB), [512 + CONTEXT_MIB, 512 + CONTEXT_MIB]);
   });
 
-  test("an exited process is gone: its pid gives OPERATING_SYSTEM and its memory is free", async () => {
+  test("spawn refuses what does not fit, context counted", () => {
+    const sim = new SimulatedDriver({ gpus: [{ memoryMiB: 1000, contextMiB: 100 }] });
+    sim.spawn({ memoryMiB: 600 });
+    assert.equal(sim.gpus[0].freeMiB, 300);
+    assert.throws(
+      () => sim.spawn({ memoryMiB: 250 }),
+      /spawn: GPU 0 has 300 MiB free, too little for 350 MiB more \(250 MiB of 250 MiB of memory and 100 MiB of CUDA context\)/,
+    );
+    sim.spawn({ memoryMiB: 200 });
+    assert.equal(sim.gpus[0].freeMiB, 0);
+  });
+
+  test("checkpoint frees memory and context; restore needs both again; exit frees them", async () => {
+    const sim = new SimulatedDriver({ gpus: [{ memoryMiB: 2000, contextMiB: 100 }] });
+    const p = sim.spawn({ memoryMiB: 600 });
+    await sim.lock(p.pid, null);
+    await sim.checkpoint(p.pid);
+    assert.equal(sim.gpus[0].usedMiB, 0);
+    const filler = sim.spawn({ memoryMiB: 1250 }); // 1350 used, 650 free: the memory fits, not the context
+    assert.equal(await sim.restore(p.pid, null), CUDA_ERROR_OUT_OF_MEMORY);
+    assert.match(sim.calls.at(-1)!.note!, /GPU 0 has 650 MiB free, too little for 700 MiB more/);
+    assert.equal(p.state, "checkpointed");
+    filler.exit();
+    assert.equal(await sim.restore(p.pid, null), CUDA_SUCCESS);
+    assert.equal(sim.gpus[0].usedMiB, 700);
+    p.exit();
+    assert.equal(sim.gpus[0].usedMiB, 0);
+  });
+});
+
+describe("processes and threads", () => {
+  test("a CUDA process's restore thread is the driver's own, never the main one", async () => {
+    const sim = new SimulatedDriver();
+    for (const extraThreads of [0, 1, 5]) {
+      const p = sim.spawn({ extraThreads });
+      assert.equal(p.threads.length, 2 + extraThreads);
+      assert.notEqual(p.tid, p.pid);
+      assert.equal(p.tid, p.threads.at(-1));
+      assert.deepEqual(await sim.getRestoreThreadId(p.pid), { code: CUDA_SUCCESS, value: p.tid });
+      assert.equal(sim.process(p.tid), p);
+    }
+  });
+
+  test("a process that never used CUDA has no restore thread", async () => {
+    const sim = new SimulatedDriver();
+    const p = sim.spawn({ cuda: false, extraThreads: 0 });
+    assert.deepEqual(p.threads, [p.pid]);
+    assert.equal(p.tid, 0);
+    assert.deepEqual(await sim.getRestoreThreadId(p.pid), {
+      code: CUDA_ERROR_NOT_INITIALIZED,
+      value: 0,
+    });
+  });
+
+  test("pids and thread ids of different processes never collide", () => {
+    const sim = new SimulatedDriver();
+    const all = [sim.spawn(), sim.spawn({ extraThreads: 30 }), sim.spawn()].flatMap((p) =>
+      p.threads
+    );
+    assert.equal(new Set(all).size, all.length);
+  });
+
+  test("an exited process is gone: its ids give OPERATING_SYSTEM and its memory is free", async () => {
     const sim = new SimulatedDriver();
     const p = sim.spawn({ memoryMiB: 100 });
-    assert.equal((await sim.getState(p.tid)).code, CUDA_SUCCESS);
     p.exit();
     assert.equal((await sim.getState(p.pid)).code, CUDA_ERROR_OPERATING_SYSTEM);
     assert.equal((await sim.getState(p.tid)).code, CUDA_ERROR_OPERATING_SYSTEM);
@@ -82,173 +149,167 @@ describe("processes", () => {
     await assert.rejects(p.write(0, new Uint8Array(1)), /has exited/);
   });
 
-  test("a checkpointed process's memory is held in host memory, not on the GPU", async () => {
-    const sim = new SimulatedDriver();
-    const p = sim.spawn({ memoryMiB: 64 });
-    await p.write(0, new Uint8Array([7, 7, 7]));
-    assert.equal(await sim.lock(p.pid, { timeoutMs: 100 }), 0);
-    assert.equal(await sim.checkpoint(p.pid), 0);
+  test("a checkpointed process's memory is in host memory; a read blocks until unlock", async () => {
+    const { sim, p } = await suspended({}, 64);
     assert.equal(p.memoryLocation, "host");
-    assert.equal(sim.gpus[0].usedMiB, 0);
-    const blocked = p.read(0, 3);
     let done = false;
-    blocked.then(() => done = true);
+    const blocked = p.read(0, 3).then((b) => (done = true, b));
     await sim.sleep(5000);
-    assert.equal(done, false, "a read blocks while checkpointed, as a cudaMemcpy would");
-    assert.equal(await sim.restore(p.pid, null), 0);
-    assert.equal(p.memoryLocation, "gpu");
-    assert.equal(await sim.unlock(p.pid), 0);
-    assert.deepEqual(await blocked, new Uint8Array([7, 7, 7]));
-  });
-
-  test("the call log records every call with its code", async () => {
-    const sim = new SimulatedDriver();
-    const p = sim.spawn();
+    assert.equal(done, false);
+    await sim.restore(p.pid, null);
     await sim.unlock(p.pid);
-    await sim.lock(p.pid, null);
-    assert.deepEqual(sim.calls.map((c) => [c.op, c.pid, c.code]), [["unlock", p.pid, 401], [
-      "lock",
-      p.pid,
-      0,
-    ]]);
-  });
-
-  test("two state changes at once: the second sees an illegal state", async () => {
-    const sim = new SimulatedDriver();
-    const p = sim.spawn({ memoryMiB: 1024 });
-    await sim.lock(p.pid, null);
-    const [a, b] = await Promise.all([sim.checkpoint(p.pid), sim.checkpoint(p.pid)]);
-    assert.deepEqual([a, b], [0, 401]);
+    assert.deepEqual(await blocked, new Uint8Array(3));
   });
 });
 
-describe("memory images", () => {
-  test("reads what was written, across page borders, zeros elsewhere", () => {
-    const m = new MemoryImage(1 << 20);
-    const data = Uint8Array.from({ length: 70000 }, (_, i) => i % 251);
-    m.write(65530, data);
-    assert.deepEqual(m.read(65530, data.length), data);
-    assert.deepEqual(m.read(0, 4), new Uint8Array(4));
-    assert.throws(() => m.read((1 << 20) - 2, 4), /outside the process's 1048576 bytes/);
+describe("memoryDigest", () => {
+  test("is the SHA-256 of every byte, as a test computes it over read()", async () => {
+    const sim = new SimulatedDriver();
+    const p = sim.spawn({ memoryMiB: 1 });
+    const sha = (b: Uint8Array) => createHash("sha256").update(b).digest("hex");
+    assert.equal(await p.memoryDigest(), sha(new Uint8Array(MIB)), "all zeros");
+    await p.write(65530, Uint8Array.from({ length: 70000 }, (_, i) => i % 251));
+    await p.write(MIB - 1, new Uint8Array([9]));
+    const digest = await p.memoryDigest();
+    assert.equal(digest, sha(await p.read(0, MIB)));
+    await sim.lock(p.pid, null);
+    await sim.checkpoint(p.pid);
+    assert.equal(await p.memoryDigest(), digest, "the same in host memory");
   });
 
-  test("a copy is independent of the original", async () => {
+  test("takes no virtual time", async () => {
+    const sim = new SimulatedDriver();
+    const p = sim.spawn({ memoryMiB: 64 });
+    p.launch(100);
+    await p.memoryDigest();
+    assert.equal(sim.now(), 0);
+  });
+
+  test("a memory image's copy is independent, and zero pages touched change nothing", async () => {
     const m = new MemoryImage(1 << 20);
+    const untouched = await m.digest();
+    m.write(500_000, new Uint8Array(10));
+    assert.equal(await m.digest(), untouched);
     m.write(10, new Uint8Array([1]));
     const c = m.copy();
     m.write(10, new Uint8Array([2]));
     assert.equal(c.read(10, 1)[0], 1);
     assert.notEqual(await c.digest(), await m.digest());
   });
-
-  test("the digest does not depend on zero pages having been touched", async () => {
-    const a = new MemoryImage(1 << 20), b = new MemoryImage(1 << 20);
-    b.write(500_000, new Uint8Array(10));
-    assert.equal(await a.digest(), await b.digest());
-  });
 });
 
-describe("timing model (from the H200 measurements)", () => {
-  test("one process alone takes what the measured table says", async () => {
-    for (const [mib, ckptMs, restoreMs] of [[1024, 752, 350], [4096, 1880, 830]]) {
-      const sim = new SimulatedDriver();
-      const p = sim.spawn({ memoryMiB: mib });
-      let t = sim.now();
-      await sim.lock(p.pid, null);
-      await sim.checkpoint(p.pid);
-      const ckpt = sim.now() - t;
-      t = sim.now();
-      await sim.restore(p.pid, null);
-      await sim.unlock(p.pid);
-      const restore = sim.now() - t;
-      assert.ok(
-        Math.abs(ckpt - ckptMs) < 5,
-        `${mib} MiB checkpoint ${ckpt} ms, measured ${ckptMs}`,
-      );
-      assert.ok(
-        Math.abs(restore - restoreMs) < 5,
-        `${mib} MiB restore ${restore} ms, measured ${restoreMs}`,
-      );
+describe("driver versions", () => {
+  test("below 12080 every checkpoint call resolves NOT_SUPPORTED, and missingFunctions names all six", async () => {
+    const sim = new SimulatedDriver({ driverVersion: 12040 });
+    const p = sim.spawn();
+    assert.deepEqual(sim.missingFunctions, [
+      "cuCheckpointProcessGetState",
+      "cuCheckpointProcessGetRestoreThreadId",
+      "cuCheckpointProcessLock",
+      "cuCheckpointProcessCheckpoint",
+      "cuCheckpointProcessRestore",
+      "cuCheckpointProcessUnlock",
+    ]);
+    assert.equal((await sim.getState(p.pid)).code, CUDA_ERROR_NOT_SUPPORTED);
+    assert.equal((await sim.getRestoreThreadId(p.pid)).code, CUDA_ERROR_NOT_SUPPORTED);
+    for (
+      const code of [
+        await sim.lock(p.pid, null),
+        await sim.checkpoint(p.pid),
+        await sim.restore(p.pid, null),
+        await sim.unlock(p.pid),
+      ]
+    ) {
+      assert.equal(code, CUDA_ERROR_NOT_SUPPORTED);
     }
+    assert.match(sim.calls[2].note!, /driver 12\.4 has no cuCheckpointProcessLock/);
+    assert.deepEqual(await sim.driverVersion(), { code: CUDA_SUCCESS, value: 12040 });
+    assert.deepEqual(new SimulatedDriver({ driverVersion: 12080 }).missingFunctions, []);
   });
 
-  test("interpolates between and beyond the measured points, growing with memory", () => {
-    const t = H200_TIMING.checkpoint;
-    assert.equal(singleProcessMs(t, 1024), 752);
-    assert.ok(singleProcessMs(t, 2048) > 752 && singleProcessMs(t, 2048) < 1880);
-    assert.ok(singleProcessMs(t, 65536) > singleProcessMs(t, 32768));
-    assert.equal(singleProcessMs(t, 0), t.fixedMs);
-  });
-
-  test("four 4 GiB processes at once are near the measured 2.36 s, not the serial 8.3 s", async () => {
-    const sim = new SimulatedDriver();
-    const ps = Array.from({ length: 4 }, () => sim.spawn({ memoryMiB: 4096 }));
-    const t = sim.now();
-    await Promise.all(ps.map(async (p) => {
-      await sim.lock(p.pid, null);
-      await sim.checkpoint(p.pid);
-    }));
-    const ms = sim.now() - t;
-    assert.ok(ms > 1800 && ms < 2900, `took ${ms} ms`);
-  });
-
-  test("moving to another GPU costs a little more than restoring in place (measured 357 vs 335 ms)", async () => {
-    const restoreMs = async (move: boolean) => {
-      const sim = new SimulatedDriver({ gpus: 2 });
-      const p = sim.spawn({ memoryMiB: 1024 });
-      const [a, b] = sim.gpus.map((g) => u(g.uuid));
-      await sim.lock(p.pid, null);
-      await sim.checkpoint(p.pid);
-      const t = sim.now();
-      const pairs = move
-        ? [{ oldUuid: a, newUuid: b }, { oldUuid: b, newUuid: a }]
-        : [{ oldUuid: a, newUuid: a }, { oldUuid: b, newUuid: b }];
-      assert.equal(await sim.restore(p.pid, { gpuPairs: pairs }), 0);
-      assert.deepEqual(p.gpuUuids, [sim.gpus[move ? 1 : 0].uuid]);
-      return sim.now() - t;
-    };
-    const moved = await restoreMs(true), inPlace = await restoreMs(false);
-    assert.ok(moved > inPlace, `moved ${moved} ms, in place ${inPlace} ms`);
-    assert.ok(moved > 330 && moved < 420, `migration restore took ${moved} ms`);
+  test("on 12.8 a restore with GPU pairs resolves NOT_SUPPORTED and leaves the process checkpointed", async () => {
+    const { sim, p } = await suspended({ driverVersion: 12080, gpus: 2 });
+    const [a, b] = sim.gpus.map((g) => parseGpuUuid(g.uuid));
+    const pairs = [{ oldUuid: a, newUuid: b }, { oldUuid: b, newUuid: a }];
+    assert.equal(await sim.restore(p.pid, { gpuPairs: pairs }), CUDA_ERROR_NOT_SUPPORTED);
+    assert.equal(p.state, "checkpointed");
+    assert.equal(await sim.restore(p.pid, { gpuPairs: [] }), CUDA_SUCCESS);
   });
 });
 
-describe("clocks", () => {
-  test("virtual time jumps to the next timer in order, taking no real time", async () => {
-    const clock = new VirtualClock();
-    const seen: number[] = [];
-    const wall = performance.now();
-    await Promise.all(
-      [5000, 10, 60_000].map((ms) =>
-        new Promise<void>((r) => clock.setTimer(ms, () => (seen.push(clock.now()), r())))
-      ),
+describe("injected faults", () => {
+  test("a fault that would put memory back on a full GPU gives OUT_OF_MEMORY and leaves it checkpointed", async () => {
+    const { sim, p } = await suspended({ gpus: [{ memoryMiB: 2000, contextMiB: 0 }] }, 1000);
+    sim.spawn({ memoryMiB: 1500 });
+    p.failNext("restore", { code: 999, state: "locked" });
+    assert.equal(await sim.restore(p.pid, null), CUDA_ERROR_OUT_OF_MEMORY);
+    assert.equal(p.state, "checkpointed");
+    assert.equal(sim.gpus[0].usedMiB, 1500, "never over-committed");
+    assert.match(
+      sim.calls.at(-1)!.note!,
+      /injected by failNext\("restore"\) to leave the process locked, but GPU 0 has 500 MiB free.*it stays checkpointed/,
     );
-    assert.deepEqual(seen, [10, 5000, 60_000]);
-    assert.ok(performance.now() - wall < 1000);
   });
 
-  test("a cleared timer never fires", async () => {
-    const clock = new VirtualClock();
-    let fired = false;
-    const h = clock.setTimer(5, () => fired = true);
-    clock.clearTimer(h);
-    await new Promise<void>((r) => clock.setTimer(10, r));
-    assert.equal(fired, false);
-  });
-
-  test("the real clock, sped up, runs a 1 GiB suspend in about 752 ms of simulated time", async () => {
-    const sim = new SimulatedDriver({ clock: "real", speed: 50 });
-    const p = sim.spawn({ memoryMiB: 1024 });
-    const t = sim.now();
-    await sim.lock(p.pid, null);
-    await sim.checkpoint(p.pid);
-    const ms = sim.now() - t;
-    assert.ok(ms >= 740 && ms < 2000, `took ${ms} simulated ms`);
-    assert.throws(() => new RealClock(0), /speed must be a positive finite number, got 0/);
+  test("with room, the fault's state and code apply and the memory moves back", async () => {
+    const { sim, p } = await suspended({}, 1000);
+    p.failNext("restore", { code: 999, state: "locked" });
+    assert.equal(await sim.restore(p.pid, null), 999);
+    assert.equal(p.state, "locked");
+    assert.equal(p.memoryLocation, "gpu");
+    assert.equal(sim.gpus[0].usedMiB, 1000 + CONTEXT_MIB);
   });
 });
 
-function u(uuid: string): Uint8Array {
-  const hex = uuid.slice(4).replaceAll("-", "");
-  return Uint8Array.from({ length: 16 }, (_, i) => parseInt(hex.slice(2 * i, 2 * i + 2), 16));
-}
+describe("rejected GPU mappings say why in the call log", () => {
+  const unknown = parseGpuUuid("GPU-0badc0de-0000-4000-8000-00000000dead");
+  const cases: [string, (g: Uint8Array[]) => Uint8Array[][], RegExp][] = [
+    [
+      "an unknown old UUID",
+      ([a, b]) => [[unknown, a], [a, a], [b, b]],
+      /^old UUID GPU-0badc0de-.* is not a GPU of this machine$/,
+    ],
+    [
+      "an unknown new UUID",
+      ([a, b]) => [[a, unknown], [b, b]],
+      /^new UUID GPU-0badc0de-.* is not a GPU of this machine$/,
+    ],
+    ["a GPU mapped twice", ([a, b]) => [[a, b], [a, a], [b, a]], /^GPU 0 \(.*\) is mapped twice$/],
+    [
+      "a GPU left out",
+      ([a, b]) => [[a, b]],
+      /^the mapping leaves out GPU 1 \(.*\); it must name every GPU$/,
+    ],
+    [
+      "two GPUs onto one",
+      ([a, b]) => [[a, b], [b, b]],
+      /^GPUs 0 and 1 are both mapped onto GPU 1$/,
+    ],
+  ];
+  for (const [what, mapping, note] of cases) {
+    test(what, async () => {
+      const { sim, p } = await suspended({ gpus: 2 });
+      const pairs = mapping(sim.gpus.map((g) => parseGpuUuid(g.uuid))).map((
+        [oldUuid, newUuid],
+      ) => ({ oldUuid, newUuid }));
+      assert.equal(await sim.restore(p.pid, { gpuPairs: pairs }), CUDA_ERROR_INVALID_VALUE);
+      assert.match(sim.calls.at(-1)!.note!, note);
+      assert.equal(p.state, "checkpointed");
+    });
+  }
+
+  test("a different chip for a GPU the process uses (and not for one it does not)", async () => {
+    const { sim, p } = await suspended({ gpus: [{}, {}, { name: "NVIDIA H100 80GB HBM3" }] });
+    const [a, b, c] = sim.gpus.map((g) => parseGpuUuid(g.uuid));
+    const map = (m: Uint8Array[][]) => ({
+      gpuPairs: m.map(([oldUuid, newUuid]) => ({ oldUuid, newUuid })),
+    });
+    assert.equal(await sim.restore(p.pid, map([[a, c], [b, b], [c, a]])), CUDA_ERROR_INVALID_VALUE);
+    assert.match(
+      sim.calls.at(-1)!.note!,
+      /GPU 0 \(NVIDIA H200\) would move onto GPU 2 \(NVIDIA H100 80GB HBM3\): restore needs the same chip/,
+    );
+    assert.equal(await sim.restore(p.pid, map([[a, b], [b, c], [c, a]])), CUDA_SUCCESS);
+    assert.deepEqual(p.gpuUuids, [sim.gpus[1].uuid]);
+  });
+});

@@ -1,0 +1,146 @@
+// Every input of the simulator is checked at once, with an error naming the bad value and what
+// was expected.
+import { describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { H200_TIMING, SimulatedDriver, type SimulatedDriverOptions } from "../mock/mod.ts";
+
+const bad = (o: unknown) => () => new SimulatedDriver(o as SimulatedDriverOptions);
+
+describe("SimulatedDriver options", () => {
+  const rows: [string, unknown, RegExp][] = [
+    ["clock", { clock: "fast" }, /clock must be "virtual", "real" or a SimClock .*, got "fast"/],
+    ["speed", { clock: "real", speed: 0 }, /speed must be a positive finite number, got 0/],
+    ["speed without the real clock", { speed: 10 }, /speed 10 is used only with clock: "real"/],
+    ["gpus 1.5", { gpus: 1.5 }, /gpus \(how many\) must be an integer from 1 to 1024, got 1\.5/],
+    ["gpus 0", { gpus: 0 }, /gpus \(how many\) must be an integer from 1 to 1024, got 0/],
+    [
+      "gpus []",
+      { gpus: [] },
+      /gpus must be a number of GPUs or a non-empty array of GPU specs, got an array/,
+    ],
+    ["gpu name", { gpus: [{ name: "" }] }, /gpus\[0\]\.name must be a non-empty string, got ""/],
+    [
+      "gpu memory",
+      { gpus: [{}, { memoryMiB: -5 }] },
+      /gpus\[1\]\.memoryMiB must be a finite number > 0, got -5/,
+    ],
+    [
+      "gpu context",
+      { gpus: [{ contextMiB: NaN }] },
+      /gpus\[0\]\.contextMiB must be a finite number >= 0, got NaN/,
+    ],
+    ["gpu uuid", { gpus: [{ uuid: "GPU-nope" }] }, /gpus\[0\]\.uuid/],
+    ["gpu typo", { gpus: [{ memMiB: 5 }] }, /gpus\[0\] has no option "memMiB"/],
+    [
+      "driverVersion",
+      { driverVersion: "13.0" },
+      /driverVersion must be an integer >= 0, got "13\.0"/,
+    ],
+    ["seed", { seed: -1 }, /seed must be an integer from 0 to 4294967295, got -1/],
+    ["firstPid", { firstPid: 0 }, /firstPid must be an integer from 1 to 2147483647, got 0/],
+    ["unknown option", { gpu: 2 }, /SimulatedDriver options has no option "gpu"/],
+    [
+      "timing",
+      { timing: { ...H200_TIMING, lockMs: -1 } },
+      /timing\.lockMs must be a finite number >= 0, got -1/,
+    ],
+    [
+      "timing points",
+      {
+        timing: {
+          ...H200_TIMING,
+          restore: { ...H200_TIMING.restore, points: [[16, 100], [8, 200]] },
+        },
+      },
+      /timing\.restore\.points must ascend/,
+    ],
+  ];
+  for (const [what, options, message] of rows) {
+    test(what, () => assert.throws(bad(options), message));
+  }
+});
+
+describe("spawn and process inputs", () => {
+  const sim = new SimulatedDriver({ gpus: 2 });
+  const rows: [string, () => unknown, RegExp][] = [
+    ["gpu [0, 0]", () => sim.spawn({ gpu: [0, 0] }), /spawn: gpu lists GPU 0 twice/],
+    [
+      "gpu 2",
+      () => sim.spawn({ gpu: 2 }),
+      /spawn: gpu 2 does not exist: this simulator has GPUs 0 to 1/,
+    ],
+    ["gpu []", () => sim.spawn({ gpu: [] }), /spawn: gpu must be a GPU index or a non-empty array/],
+    [
+      "extraThreads -1",
+      () => sim.spawn({ extraThreads: -1 }),
+      /spawn: extraThreads must be an integer from 0 to 100000, got -1/,
+    ],
+    [
+      "extraThreads 1.5",
+      () => sim.spawn({ extraThreads: 1.5 }),
+      /extraThreads must be an integer .* got 1\.5/,
+    ],
+    [
+      "memoryMiB -1",
+      () => sim.spawn({ memoryMiB: -1 }),
+      /spawn: memoryMiB must be a finite number >= 0, got -1/,
+    ],
+    [
+      "memoryMiB NaN",
+      () => sim.spawn({ memoryMiB: NaN }),
+      /spawn: memoryMiB must be a finite number >= 0, got NaN/,
+    ],
+    [
+      "memory without CUDA",
+      () => sim.spawn({ cuda: false, memoryMiB: 5 }),
+      /cuda: false has no GPU memory, got memoryMiB 5/,
+    ],
+    [
+      "cuda",
+      () => sim.spawn({ cuda: "yes" as unknown as boolean }),
+      /spawn: cuda must be true or false, got "yes"/,
+    ],
+    ["typo", () => sim.spawn({ memory: 5 } as never), /spawn options has no option "memory"/],
+    [
+      "launch(-1)",
+      () => sim.spawn().launch(-1),
+      /kernel duration \(ms\) must be a finite number >= 0, got -1/,
+    ],
+    [
+      "write at -1",
+      () => sim.spawn().write(-1, new Uint8Array(1)),
+      /offset must be a non-negative integer, got -1/,
+    ],
+    [
+      "write past the end",
+      () => sim.spawn({ memoryMiB: 1 }).write(1048575, new Uint8Array(2)),
+      /bytes 1048575 to 1048577 are outside the process's 1048576 bytes/,
+    ],
+    [
+      "write a string",
+      () => sim.spawn().write(0, "x" as never),
+      /data must be a Uint8Array, got string/,
+    ],
+    ["read 1.5", () => sim.spawn().read(1.5, 1), /offset must be a non-negative integer, got 1\.5/],
+    ["read length", () => sim.spawn().read(0, -2), /length must be a non-negative integer, got -2/],
+    ["sleep", () => sim.sleep(NaN), /sleep: ms must be a finite number >= 0, got NaN/],
+    [
+      "failNext op",
+      () => sim.spawn().failNext("bogus" as never, { code: 1 }),
+      /failNext: the operation must be one of "lock", "checkpoint", "restore", "unlock", got "bogus"/,
+    ],
+    [
+      "failNext code",
+      () => sim.spawn().failNext("lock", { code: "x" as never }),
+      /failNext: fault.code \(a CUresult\) must be an integer from 0 to 2147483647, got "x"/,
+    ],
+    [
+      "failNext state",
+      () => sim.spawn().failNext("lock", { code: 1, state: "weird" as never }),
+      /failNext: fault.state must be one of "running", "locked", "checkpointed", "failed", got "weird"/,
+    ],
+  ];
+  for (const [what, fn, message] of rows) {
+    test(what, () => assert.throws(fn, message));
+  }
+});
