@@ -2,6 +2,11 @@
  * Byte layouts of the checkpoint API's argument structs (cuda.h 13.0), written into plain
  * `Uint8Array`s so that every runtime's FFI can pass them as pointers.
  *
+ * Every buffer here has an `ArrayBuffer` of its own ({@link nativeBuffer}): a small typed array
+ * made by length may live inside the JavaScript heap, where the garbage collector is free to move
+ * it, which an address written into a struct (`gpuPairs`) or held by a call running on another
+ * thread must not see. An `ArrayBuffer`'s backing store stays where it is.
+ *
  * @module
  */
 
@@ -11,10 +16,19 @@ import type { GpuPair, LockArgs } from "./driver.ts";
 export const ARGS_STRUCT_SIZE = 64;
 /** Size in bytes of one `CUcheckpointGpuPair`: two 16-byte `CUuuid`s. */
 export const GPU_PAIR_SIZE = 32;
+/** Size in bytes of a `CUuuid`. */
+export const CUUUID_SIZE = 16;
+/** Offset of the `gpuPairs` pointer in `CUcheckpointRestoreArgs`. */
+export const RESTORE_ARGS_PAIRS_OFFSET = 0;
+
+/** A zeroed buffer of `size` bytes with an `ArrayBuffer` of its own, whose address does not move. */
+export function nativeBuffer(size: number): Uint8Array {
+  return new Uint8Array(new ArrayBuffer(size));
+}
 
 /** Encodes `CUcheckpointLockArgs`: `u32 timeoutMs` at 0, then 60 reserved bytes (zero unless given). */
 export function encodeLockArgs(args: LockArgs): Uint8Array {
-  const buf = new Uint8Array(ARGS_STRUCT_SIZE);
+  const buf = nativeBuffer(ARGS_STRUCT_SIZE);
   new DataView(buf.buffer).setUint32(0, args.timeoutMs, true);
   if (args.reserved) {
     if (args.reserved.length > ARGS_STRUCT_SIZE - 4) {
@@ -30,25 +44,26 @@ export function encodeLockArgs(args: LockArgs): Uint8Array {
 /** Encodes an array of `CUcheckpointGpuPair`: `oldUuid` at 0 and `newUuid` at 16 of each 32 bytes. */
 export function encodeGpuPairs(pairs: readonly GpuPair[]): Uint8Array {
   // At least one pair's room, so that an empty list still has a valid pointer (count 0).
-  const buf = new Uint8Array(Math.max(1, pairs.length) * GPU_PAIR_SIZE);
+  const buf = nativeBuffer(Math.max(1, pairs.length) * GPU_PAIR_SIZE);
   pairs.forEach((pair, i) => {
-    if (pair.oldUuid.length !== 16 || pair.newUuid.length !== 16) {
+    if (pair.oldUuid.length !== CUUUID_SIZE || pair.newUuid.length !== CUUUID_SIZE) {
       throw new RangeError(`GPU pair ${i}: each CUuuid must have 16 bytes`);
     }
     buf.set(pair.oldUuid, i * GPU_PAIR_SIZE);
-    buf.set(pair.newUuid, i * GPU_PAIR_SIZE + 16);
+    buf.set(pair.newUuid, i * GPU_PAIR_SIZE + CUUUID_SIZE);
   });
   return buf;
 }
 
 /**
  * Encodes `CUcheckpointRestoreArgs`: the pairs pointer at 0 (u64), `u32 gpuPairsCount` at 8,
- * the rest reserved and zero. `pairsPointer` is the address of {@link encodeGpuPairs}' buffer.
+ * the rest reserved and zero. `pairsPointer` is the address of {@link encodeGpuPairs}' buffer; the
+ * native driver passes 0 and lets the thread that makes the call fill in the address.
  */
 export function encodeRestoreArgs(pairsPointer: bigint, count: number): Uint8Array {
-  const buf = new Uint8Array(ARGS_STRUCT_SIZE);
+  const buf = nativeBuffer(ARGS_STRUCT_SIZE);
   const view = new DataView(buf.buffer);
-  view.setBigUint64(0, pairsPointer, true);
+  view.setBigUint64(RESTORE_ARGS_PAIRS_OFFSET, pairsPointer, true);
   view.setUint32(8, count, true);
   return buf;
 }

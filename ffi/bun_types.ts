@@ -6,24 +6,34 @@
  * @module
  */
 
-import type { BunFunctionDefinition, CudaSymbolName } from "./symbols.ts";
+import type { NativeArg, NativeLink } from "./adapter.ts";
+import type { BunFunctionDefinition } from "./symbols.ts";
 
 /** A library opened by `bun:ffi`'s `dlopen`. */
 export interface BunLibrary {
-  /** The bound functions; this package's all return a `CUresult`. */
-  readonly symbols: Readonly<Record<string, (...args: unknown[]) => number>>;
-  /** Closes the library. */
+  /** The bound functions. */
+  readonly symbols: Readonly<Record<string, (...args: unknown[]) => number | bigint>>;
+  /** Closes the library (`dlclose`). */
   close(): void;
 }
 
 /** The parts of the `bun:ffi` module the binding uses. */
 export interface BunFfi {
-  /** Opens a library and binds the given functions; throws when one is missing. */
+  /**
+   * Opens a library and binds the given functions; throws when one is missing. Given a name the
+   * system loader does not find, it tries the name again relative to the current directory: only
+   * ever give it an absolute path.
+   */
   dlopen(path: string, symbols: Record<string, BunFunctionDefinition>): BunLibrary;
   /** The address of a typed array's memory. */
   ptr(view: ArrayBufferView): number;
   /** Reads the NUL-terminated string at an address. */
   CString: new (address: number) => { toString(): string };
+  /** Reads memory at an address. */
+  read: {
+    /** The u64 at `address + byteOffset`. */
+    u64(address: number, byteOffset?: number): bigint;
+  };
 }
 
 /** Imports `bun:ffi` through a variable, so that no static analyser sees the specifier. */
@@ -32,35 +42,33 @@ export async function importBunFfi(): Promise<BunFfi> {
   return (await import(specifier)) as BunFfi;
 }
 
-/** The calls the workers make. */
-export type WorkerOperation =
-  | "cuCheckpointProcessLock"
-  | "cuCheckpointProcessCheckpoint"
-  | "cuCheckpointProcessRestore"
-  | "cuCheckpointProcessUnlock";
-
-/** A call for a worker: which function of which library, on which pid, with which buffers. */
+/** A call for a worker: which function of which library, with which arguments. */
 export interface WorkerRequest {
   /** Matches the reply to the call. */
   readonly id: number;
-  /** The library to call (the worker opens it once, with its own `dlopen`). */
+  /** The library's absolute path (the worker opens it itself, once per function). */
   readonly path: string;
-  /** The function. */
-  readonly symbol: WorkerOperation & CudaSymbolName;
-  /** The pid. */
-  readonly pid: number;
-  /** The 64-byte args struct, or `null` for NULL (lock only; restore builds its own). */
-  readonly args: Uint8Array | null;
-  /**
-   * Restore only: the encoded GPU pairs (`encodeGpuPairs`), or `null` to pass NULL args. The worker
-   * builds the args struct around its own copy, so that no address crosses threads.
-   */
-  readonly pairs: Uint8Array | null;
-  /** Restore only: how many pairs `pairs` holds. */
-  readonly pairCount: number;
+  /** The function's C name. */
+  readonly symbol: string;
+  /** Its `bun:ffi` definition. */
+  readonly definition: BunFunctionDefinition;
+  /** The arguments; buffers arrive as copies, and go back as copies after the call. */
+  readonly args: readonly NativeArg[];
+  /** Pointer fields to fill in with the worker's own addresses of its copies. */
+  readonly links: readonly NativeLink[];
 }
 
-/** A worker's answer: the `CUresult`, or why the call could not be made. */
+/** Tells a worker to close every library it opened, then end. */
+export interface WorkerClose {
+  /** Always `true`. */
+  readonly close: true;
+}
+
+/** A worker's answer: the result and the buffers after the call, or why the call failed. */
 export type WorkerReply =
-  | { readonly id: number; readonly code: number }
+  | {
+    readonly id: number;
+    readonly code: number;
+    readonly buffers: readonly (Uint8Array | null)[];
+  }
   | { readonly id: number; readonly error: string };

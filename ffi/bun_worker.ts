@@ -1,75 +1,77 @@
 /**
- * A worker thread of the Bun binding. `bun:ffi` calls are synchronous, one at a time per thread,
- * so the long checkpoint calls (lock, checkpoint, restore, unlock) run here, one worker per call in
- * flight, each with its own `dlopen` of the same libcuda (the loader shares the one copy in the
- * process). It answers each {@link WorkerRequest} with the `CUresult`.
+ * A worker thread of the Bun adapter. `bun:ffi` calls are synchronous, one at a time per thread,
+ * so every call that can wait runs here, one call per worker at a time, each worker with its own
+ * `dlopen` of the same libcuda (the loader shares the one copy in the process). It answers each
+ * {@link WorkerRequest} with the result and its copies of the buffers; asked to close, it closes
+ * every library it opened and ends.
  *
- * Loaded by `ffi/bun.ts` only; not for import.
+ * It never calls `cuInit` or anything else of its own accord: the native driver decides what is
+ * called, and when.
+ *
+ * Loaded by `ffi/bun.ts` only; not for import, except by tests that wrap its message handler.
  *
  * @module
  */
 
-import { encodeRestoreArgs } from "../core/structs.ts";
-import { pinnedCopy } from "./common.ts";
+import { linkPointers } from "./adapter.ts";
 import {
   type BunFfi,
   type BunLibrary,
   importBunFfi,
+  type WorkerClose,
   type WorkerReply,
   type WorkerRequest,
 } from "./bun_types.ts";
-import { bunDefinition, type CudaSymbolName } from "./symbols.ts";
 
 /** The worker's global scope, as far as it is used here (typed for both Deno and Bun checkers). */
 interface WorkerScope {
-  onmessage: ((event: MessageEvent<WorkerRequest>) => void) | null;
+  onmessage: ((event: MessageEvent<WorkerRequest | WorkerClose>) => void) | null;
   postMessage(message: WorkerReply): void;
+  process?: { exit(code?: number): never };
 }
 
 const scope = globalThis as unknown as WorkerScope;
 const ffiReady: Promise<BunFfi> = importBunFfi();
-/** One library per function, opened on first use: a missing symbol fails only its own calls. */
-const bound = new Map<string, BunLibrary>();
-let initialized = false;
+/** One library per function, opened on first use. */
+const opened = new Map<string, BunLibrary>();
 
-function fn(ffi: BunFfi, path: string, name: CudaSymbolName): (...args: unknown[]) => number {
-  const key = `${path}\0${name}`;
-  let lib = bound.get(key);
+function call(ffi: BunFfi, req: WorkerRequest): WorkerReply {
+  const key = `${req.path}\0${req.symbol}`;
+  let lib = opened.get(key);
   if (!lib) {
-    lib = ffi.dlopen(path, { [name]: bunDefinition(name) });
-    bound.set(key, lib);
+    lib = ffi.dlopen(req.path, { [req.symbol]: req.definition });
+    opened.set(key, lib);
   }
-  return lib.symbols[name];
+  linkPointers(req, (buf) => BigInt(ffi.ptr(buf)));
+  const code = Number(lib.symbols[req.symbol](...req.args));
+  // The link targets stay reachable (in `req`) up to here, past the synchronous call that reads them.
+  return {
+    id: req.id,
+    code,
+    buffers: req.args.map((arg) => arg instanceof Uint8Array ? arg : null),
+  };
 }
 
-function call(ffi: BunFfi, req: WorkerRequest): number {
-  const symbol = fn(ffi, req.path, req.symbol);
-  const isRestore = req.symbol === "cuCheckpointProcessRestore";
-  if (!initialized && (isRestore || req.symbol === "cuCheckpointProcessLock")) {
-    // cuInit is per process and idempotent; NVIDIA's header asks it of the process that restores.
-    // It is made before the first lock too: a process that checkpoints itself cannot make it
-    // while its own CUDA is locked or checkpointed (the call would block until it is unlocked).
-    // A failure is left for the checkpoint call itself to report.
-    initialized = fn(ffi, req.path, "cuInit")(0) === 0;
-  }
-  if (!isRestore) return symbol(req.pid, req.args);
-  if (req.pairs === null) return symbol(req.pid, null);
-  const pairs = pinnedCopy(req.pairs);
-  const args = encodeRestoreArgs(BigInt(ffi.ptr(pairs)), req.pairCount);
-  const code = symbol(req.pid, args);
-  // `pairs` and `args` stay reachable up to here, past the synchronous call that reads them.
-  void pairs.byteLength;
-  return code;
+/** Closes every library this worker opened, then ends the worker. */
+function closeAndExit(): void {
+  for (const lib of opened.values()) lib.close();
+  opened.clear();
+  scope.process?.exit(0);
 }
 
-scope.onmessage = (event) => {
-  const req = event.data;
+/** The worker's message handler: a call, or the request to close. */
+export function onWorkerMessage(event: MessageEvent<WorkerRequest | WorkerClose>): void {
+  const message = event.data;
   ffiReady.then((ffi) => {
-    scope.postMessage({ id: req.id, code: call(ffi, req) });
+    if ("close" in message) closeAndExit();
+    else scope.postMessage(call(ffi, message));
   }).catch((error: unknown) => {
+    if ("close" in message) return closeAndExit();
     scope.postMessage({
-      id: req.id,
+      id: message.id,
       error: error instanceof Error ? error.message : String(error),
     });
   });
-};
+}
+
+scope.onmessage = onWorkerMessage;

@@ -3,10 +3,13 @@
  * Deno, `bun:ffi` on Bun). Importing this module opens nothing and needs no permission; the
  * library is found and opened by {@link openNativeDriver}.
  *
+ * The driver is written once (`native.ts`) on a small adapter per runtime (`deno.ts`, `bun.ts`;
+ * the interface is in `adapter.ts`).
+ *
  * @example
  * ```ts ignore
  * import { openNativeDriver } from "./mod.ts";
- * const driver = await openNativeDriver(); // Deno: --allow-ffi (and --allow-env)
+ * await using driver = await openNativeDriver(); // Deno: --allow-ffi (and --allow-env)
  * const { code, value } = await driver.getState(1234);
  * ```
  *
@@ -14,25 +17,25 @@
  */
 
 import { DriverLoadError } from "../core/errors.ts";
-import type { NativeDriver, NativeDriverOptions } from "./common.ts";
+import type { FfiAdapter } from "./adapter.ts";
+import { type NativeDriver, type NativeDriverOptions, openLibcudaDriver } from "./native.ts";
 
-export type { NativeDriver, NativeDriverOptions } from "./common.ts";
+export {
+  DEFAULT_MAX_WORKERS,
+  MAX_WORKERS_LIMIT,
+  type NativeDriver,
+  type NativeDriverOptions,
+} from "./native.ts";
 // The core types the driver's signatures use, so that this module documents completely on its own.
 export type {
   CheckpointDriver,
   DriverResult,
+  GpuInfo,
   GpuPair,
   LockArgs,
   RestoreArgs,
 } from "../core/driver.ts";
-export {
-  CheckpointUnsupportedError,
-  CudaError,
-  type CudaErrorInit,
-  DriverLoadError,
-  type Operation,
-} from "../core/errors.ts";
-export type { ProcessState } from "../core/codes.ts";
+export { DriverLoadError } from "../core/errors.ts";
 export {
   findLibcuda,
   type FindLibcudaOptions,
@@ -45,7 +48,6 @@ export {
   type TriedPath,
 } from "./find.ts";
 export {
-  BASE_SYMBOL_NAMES,
   CHECKPOINT_SYMBOL_NAMES,
   CUDA_SYMBOLS,
   type CudaForeignFunction,
@@ -53,8 +55,6 @@ export {
   type CudaSymbolName,
   type CudaSymbols,
 } from "./symbols.ts";
-export type { DenoNativeDriver } from "./deno.ts";
-export type { BunNativeDriver, BunNativeDriverOptions } from "./bun.ts";
 
 /** The JavaScript runtime, as far as the native driver cares. */
 export type NativeRuntime = "deno" | "bun" | "other";
@@ -66,32 +66,34 @@ export function detectRuntime(): NativeRuntime {
   return "other";
 }
 
-/**
- * Finds and opens libcuda with the binding of the current runtime. The search: `libraryPath`, else
- * the environment variable `CKPT_LIBCUDA_PATH`, else `libcuda.so.1` through the system loader,
- * else the usual driver locations.
- *
- * A driver older than 570 still opens: its checkpoint methods reject with
- * `CheckpointUnsupportedError` (see {@link NativeDriver.checkpointSupported}).
- *
- * @throws {DriverLoadError} (as a rejection) when libcuda is not found, Deno lacks `--allow-ffi`,
- * the platform is not Linux, or the runtime is neither Deno nor Bun.
- */
-export async function openNativeDriver(options: NativeDriverOptions = {}): Promise<NativeDriver> {
+/** The adapter of this runtime's FFI. */
+async function runtimeAdapter(): Promise<FfiAdapter> {
   const runtime = detectRuntime();
-  if (runtime === "deno") {
-    const { DenoNativeDriver } = await import("./deno.ts");
-    return DenoNativeDriver.open(options);
-  }
-  if (runtime === "bun") {
-    const { BunNativeDriver } = await import("./bun.ts");
-    return await BunNativeDriver.open(options);
-  }
+  if (runtime === "deno") return (await import("./deno.ts")).denoAdapter();
+  if (runtime === "bun") return await (await import("./bun.ts")).bunAdapter();
   throw new DriverLoadError(
     "The native CUDA checkpoint driver needs Deno (Deno.dlopen) or Bun (bun:ffi); this runtime " +
       "has neither FFI. On Node.js, use the simulated driver from @ckpt/cuda/mock, or run under " +
       "Deno or Bun.",
   );
+}
+
+/**
+ * Finds and opens libcuda with the FFI of the current runtime. The search: `libraryPath`, else
+ * the environment variable `CKPT_LIBCUDA_PATH`, else `libcuda.so.1` through the system loader,
+ * else the usual driver locations. A relative path (with a `/`) is made absolute against the
+ * current directory once; a bare name goes to the system loader only, never the current
+ * directory (Bun's own `dlopen` would try it there).
+ *
+ * A driver older than 570 still opens: its checkpoint calls answer `CUDA_ERROR_NOT_SUPPORTED`
+ * without reaching the library (see {@link NativeDriver.missingFunctions}).
+ *
+ * @throws {RangeError} (as a rejection) when `maxWorkers` is not an integer from 1 to 1024.
+ * @throws {DriverLoadError} (as a rejection) when libcuda is not found, Deno lacks `--allow-ffi`,
+ * the platform is not Linux, or the runtime is neither Deno nor Bun.
+ */
+export async function openNativeDriver(options: NativeDriverOptions = {}): Promise<NativeDriver> {
+  return openLibcudaDriver(await runtimeAdapter(), options);
 }
 
 /**
@@ -107,7 +109,7 @@ export async function nativeDriverAvailable(options: NativeDriverOptions = {}): 
       if (status.state !== "granted") return false;
     }
     const driver = await openNativeDriver(options);
-    driver.close();
+    await driver[Symbol.asyncDispose]();
     return true;
   } catch {
     return false;

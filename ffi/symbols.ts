@@ -1,153 +1,94 @@
 /**
- * The libcuda symbols this package binds, keyed by their exact C names, in one table that both
+ * The libcuda functions this package binds, keyed by their exact C names, in one table that both
  * runtimes use: Deno passes it to `Deno.dlopen` as it is (`ffi/deno.ts` checks it against
  * `Deno.ForeignLibraryInterface`), and Bun's binding derives its `bun:ffi` definitions from it
  * with {@link bunDefinition}.
  *
  * Every function returns a `CUresult` (a C `int`). Struct arguments are passed as pointers to
- * 64-byte buffers built by `core/structs.ts`; out-parameters are pointers to typed arrays.
+ * buffers built by `core/structs.ts`; out-parameters are pointers to small buffers.
  *
  * @module
  */
 
-/** The FFI parameter and result types the table uses (a subset of Deno's `NativeType`). */
-export type CudaNativeType = "i32" | "u32" | "buffer";
+/** The FFI parameter and result types the tables use (a subset of Deno's `NativeType`). */
+export type CudaNativeType = "i32" | "u32" | "u64" | "buffer";
 
 /**
- * One function of the table, in the shape of `Deno.ForeignFunction`: `nonblocking` calls run on
- * a thread of their own and return a Promise; `optional` symbols are `null` where the library
- * lacks them instead of failing the whole `dlopen`.
+ * One function of a table, in the shape of `Deno.ForeignFunction`: `nonblocking` calls can wait,
+ * so they run on another thread (Deno's own, a Bun worker) and return a Promise; `optional`
+ * functions may be missing from the library without failing the whole `dlopen`.
  */
 export interface CudaForeignFunction {
   /** The parameters, in order. */
   readonly parameters: readonly CudaNativeType[];
-  /** The result: always `CUresult`, a C `int`. */
-  readonly result: "i32";
-  /** Whether Deno runs the call on a thread of its own and returns a Promise. */
+  /** The result: a `CUresult` (`i32`), or a pointer (`u64`, for the C library's `dlopen`). */
+  readonly result: "i32" | "u64";
+  /** Whether the call can wait, so runs on another thread and returns a Promise. */
   readonly nonblocking?: boolean;
-  /** Whether the library may lack the symbol (then it is `null` instead of an error). */
+  /** Whether the library may lack the function. */
   readonly optional?: boolean;
 }
 
-/** The C names of every function in {@link CUDA_SYMBOLS}. */
-export type CudaSymbolName =
-  | "cuDriverGetVersion"
-  | "cuInit"
-  | "cuGetErrorName"
-  | "cuGetErrorString"
-  | "cuCheckpointProcessGetState"
-  | "cuCheckpointProcessGetRestoreThreadId"
-  | "cuCheckpointProcessLock"
-  | "cuCheckpointProcessCheckpoint"
-  | "cuCheckpointProcessRestore"
-  | "cuCheckpointProcessUnlock";
+/** A function that can wait: it runs on another thread, never on the main one. */
+const WAITS = { nonblocking: true } as const;
+/**
+ * A function that can wait and that some libraries lack: the checkpoint functions (drivers before
+ * 570), `cuDeviceGetUuid_v2` (before CUDA 11.4). The device queries are optional too, so that a
+ * library without them still checkpoints; only the GPU list needs them.
+ */
+const MAY_LACK = { nonblocking: true, optional: true } as const;
 
 /**
- * The symbol table. Of the four always-present functions, the version and error-string ones are
- * synchronous (they return at once); `cuInit` is nonblocking, as its first call initialises the GPUs.
- * The six checkpoint functions exist only from driver 570 (CUDA 12.8) and are `optional`; they
- * are `nonblocking` so that several processes can be worked on at once and a long checkpoint never
- * stalls the event loop. That includes getState and getRestoreThreadId: they take well under a
- * millisecond on an idle process, but nothing promises they do not wait on a checkpoint or restore
- * running on another thread, and a thread costs little next to a blocked event loop.
+ * The symbol table. `cuDriverGetVersion` and the error names never wait, so they are called on the
+ * calling thread. Every other function can wait: `cuInit` and the device queries block in a
+ * process that has locked itself, and a checkpoint function called while a checkpoint or restore
+ * of the same process is in flight waits until it ends (3.3 s measured for getState; see
+ * DRIVER_FACTS.md, "Calls that overlap"). Those run on another thread.
  */
 export const CUDA_SYMBOLS = {
-  cuDriverGetVersion: {
-    parameters: [
-      "buffer", // int *driverVersion
-    ],
-    result: "i32", // CUresult
-  },
-  cuInit: {
-    parameters: [
-      "u32", // unsigned int Flags (must be 0)
-    ],
-    result: "i32", // CUresult
-    // Nonblocking: the first cuInit of a process can take a second where persistence mode is off.
-    nonblocking: true,
-  },
-  cuGetErrorName: {
-    parameters: [
-      "i32", // CUresult error
-      "buffer", // const char **pStr (set to NULL for an unknown code)
-    ],
-    result: "i32", // CUresult
-  },
-  cuGetErrorString: {
-    parameters: [
-      "i32", // CUresult error
-      "buffer", // const char **pStr (set to NULL for an unknown code)
-    ],
-    result: "i32", // CUresult
-  },
-  cuCheckpointProcessGetState: {
-    parameters: [
-      "i32", // int pid
-      "buffer", // CUprocessState *state (a C enum: int)
-    ],
-    result: "i32", // CUresult
-    nonblocking: true,
-    optional: true,
-  },
+  // CUresult cuDriverGetVersion(int *driverVersion)
+  cuDriverGetVersion: { parameters: ["buffer"], result: "i32" },
+  // CUresult cuInit(unsigned int Flags): Flags must be 0
+  cuInit: { parameters: ["u32"], result: "i32", ...WAITS },
+  // CUresult cuGetErrorName(CUresult error, const char **pStr): NULL for an unknown code
+  cuGetErrorName: { parameters: ["i32", "buffer"], result: "i32" },
+  // CUresult cuGetErrorString(CUresult error, const char **pStr): NULL for an unknown code
+  cuGetErrorString: { parameters: ["i32", "buffer"], result: "i32" },
+  // CUresult cuDeviceGetCount(int *count)
+  cuDeviceGetCount: { parameters: ["buffer"], result: "i32", ...MAY_LACK },
+  // CUresult cuDeviceGet(CUdevice *device, int ordinal): CUdevice is an int
+  cuDeviceGet: { parameters: ["buffer", "i32"], result: "i32", ...MAY_LACK },
+  // CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev): CUuuid is 16 bytes
+  cuDeviceGetUuid: { parameters: ["buffer", "i32"], result: "i32", ...MAY_LACK },
+  // CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev): preferred where present
+  cuDeviceGetUuid_v2: { parameters: ["buffer", "i32"], result: "i32", ...MAY_LACK },
+  // CUresult cuDeviceGetName(char *name, int len, CUdevice dev)
+  cuDeviceGetName: { parameters: ["buffer", "i32", "i32"], result: "i32", ...MAY_LACK },
+  // CUresult cuCheckpointProcessGetState(int pid, CUprocessState *state): a C enum, an int
+  cuCheckpointProcessGetState: { parameters: ["i32", "buffer"], result: "i32", ...MAY_LACK },
+  // CUresult cuCheckpointProcessGetRestoreThreadId(int pid, int *tid)
   cuCheckpointProcessGetRestoreThreadId: {
-    parameters: [
-      "i32", // int pid
-      "buffer", // int *tid
-    ],
-    result: "i32", // CUresult
-    nonblocking: true,
-    optional: true,
+    parameters: ["i32", "buffer"],
+    result: "i32",
+    ...MAY_LACK,
   },
-  cuCheckpointProcessLock: {
-    parameters: [
-      "i32", // int pid
-      "buffer", // CUcheckpointLockArgs *args (64 bytes, or NULL)
-    ],
-    result: "i32", // CUresult
-    nonblocking: true,
-    optional: true,
-  },
-  cuCheckpointProcessCheckpoint: {
-    parameters: [
-      "i32", // int pid
-      "buffer", // CUcheckpointCheckpointArgs *args (64 bytes, or NULL)
-    ],
-    result: "i32", // CUresult
-    nonblocking: true,
-    optional: true,
-  },
-  cuCheckpointProcessRestore: {
-    parameters: [
-      "i32", // int pid
-      "buffer", // CUcheckpointRestoreArgs *args (64 bytes, or NULL)
-    ],
-    result: "i32", // CUresult
-    nonblocking: true,
-    optional: true,
-  },
-  cuCheckpointProcessUnlock: {
-    parameters: [
-      "i32", // int pid
-      "buffer", // CUcheckpointUnlockArgs *args (64 bytes, or NULL)
-    ],
-    result: "i32", // CUresult
-    nonblocking: true,
-    optional: true,
-  },
-} as const satisfies Record<CudaSymbolName, CudaForeignFunction>;
+  // CUresult cuCheckpointProcessLock(int pid, CUcheckpointLockArgs *args): 64 bytes, or NULL
+  cuCheckpointProcessLock: { parameters: ["i32", "buffer"], result: "i32", ...MAY_LACK },
+  // CUresult cuCheckpointProcessCheckpoint(int pid, CUcheckpointCheckpointArgs *args): NULL
+  cuCheckpointProcessCheckpoint: { parameters: ["i32", "buffer"], result: "i32", ...MAY_LACK },
+  // CUresult cuCheckpointProcessRestore(int pid, CUcheckpointRestoreArgs *args): 64 bytes, or NULL
+  cuCheckpointProcessRestore: { parameters: ["i32", "buffer"], result: "i32", ...MAY_LACK },
+  // CUresult cuCheckpointProcessUnlock(int pid, CUcheckpointUnlockArgs *args): NULL
+  cuCheckpointProcessUnlock: { parameters: ["i32", "buffer"], result: "i32", ...MAY_LACK },
+} as const satisfies Record<string, CudaForeignFunction>;
 
-/** The type of {@link CUDA_SYMBOLS}: every literal kept, as `Deno.dlopen` needs for its result types. */
+/** The type of {@link CUDA_SYMBOLS}. */
 export type CudaSymbols = typeof CUDA_SYMBOLS;
 
-/** The always-present functions (driver version, initialisation, error names and strings). */
-export const BASE_SYMBOL_NAMES: readonly CudaSymbolName[] = [
-  "cuDriverGetVersion",
-  "cuInit",
-  "cuGetErrorName",
-  "cuGetErrorString",
-];
+/** The C names of every function in {@link CUDA_SYMBOLS}. */
+export type CudaSymbolName = keyof CudaSymbols;
 
-/** The six checkpoint functions (driver 570 and later), optional in the table. */
+/** The six checkpoint functions (driver 570 and later). */
 export const CHECKPOINT_SYMBOL_NAMES: readonly CudaSymbolName[] = [
   "cuCheckpointProcessGetState",
   "cuCheckpointProcessGetRestoreThreadId",
@@ -159,19 +100,18 @@ export const CHECKPOINT_SYMBOL_NAMES: readonly CudaSymbolName[] = [
 
 /** A function definition as `bun:ffi`'s `dlopen` takes it. */
 export interface BunFunctionDefinition {
-  /** The argument types, in `bun:ffi` names (`"i32"`, `"u32"`, `"ptr"`). */
-  readonly args: readonly ("i32" | "u32" | "ptr")[];
-  /** The return type: `CUresult`, a C `int`. */
-  readonly returns: "i32";
+  /** The argument types, in `bun:ffi` names (`"i32"`, `"u32"`, `"u64"`, `"ptr"`). */
+  readonly args: readonly ("i32" | "u32" | "u64" | "ptr")[];
+  /** The return type. */
+  readonly returns: "i32" | "u64";
 }
 
 /**
- * The `bun:ffi` definition of one symbol of {@link CUDA_SYMBOLS}: the same C signature with Bun's
- * type names (a Deno `"buffer"` is a Bun `"ptr"`, which takes a typed array or `null`). Bun has no
- * `optional` or `nonblocking`: its binding probes symbols one by one and runs long calls in workers.
+ * The `bun:ffi` definition of one function of a table: the same C signature with Bun's type names
+ * (a Deno `"buffer"` is a Bun `"ptr"`, which takes a typed array or `null`). Bun has no `optional`
+ * or `nonblocking`: its binding probes functions one by one and runs waiting calls in workers.
  */
-export function bunDefinition(name: CudaSymbolName): BunFunctionDefinition {
-  const fn: CudaForeignFunction = CUDA_SYMBOLS[name];
+export function bunDefinition(fn: CudaForeignFunction): BunFunctionDefinition {
   return {
     args: fn.parameters.map((type) => type === "buffer" ? "ptr" : type),
     returns: fn.result,

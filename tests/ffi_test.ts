@@ -1,22 +1,22 @@
 // Tests of the native driver (ffi/): the libcuda search and its messages, the symbol table, and,
-// through a fake libcuda compiled from tests/fixtures/fake_libcuda.c, the argument passing,
-// the nonblocking calls (Deno) and the worker pool (Bun). Runs unchanged under `deno test -A` and
-// `bun test`; needs no GPU. Where a C compiler is missing, or a real libcuda is present, the tests
-// that depend on that skip and say so.
+// through a fake libcuda compiled from tests/fixtures/fake_libcuda.c, what the driver passes to the
+// library and when: arguments and structs, codes answered without a call, cuInit once before the
+// first lock, the GPU list, calls off the main thread, the cap on calls in flight, and closing.
+// Runs unchanged under `deno test -A` and `bun test`; needs no GPU. Where a C compiler is missing,
+// or a real libcuda is present, the tests that depend on that skip and say so.
+// Bun's worker pool: tests/ffi_bun_test.ts; subprocesses (a planted library, exiting without
+// close()): tests/ffi_process_test.ts.
 
 import { after, describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { execFileSync } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import process from "node:process";
 
-import { CheckpointUnsupportedError, DriverLoadError } from "../core/errors.ts";
+import { DriverLoadError } from "../core/errors.ts";
 import {
   CHECKPOINT_SYMBOL_NAMES,
   CUDA_SYMBOLS,
-  detectRuntime,
   findLibcuda,
   LIBCUDA_ENV_VAR,
   LIBCUDA_SEARCH_PATHS,
@@ -25,15 +25,17 @@ import {
   nativeDriverAvailable,
   openNativeDriver,
 } from "../ffi/mod.ts";
-import { bunDefinition, type CudaSymbolName } from "../ffi/symbols.ts";
-
-const runtime = detectRuntime();
-const FIXTURE = new URL("./fixtures/fake_libcuda.c", import.meta.url).pathname;
-
-function loud(message: string): string {
-  console.warn(`\n*** SKIPPED (ffi_test): ${message} ***\n`);
-  return message;
-}
+import { bunDefinition } from "../ffi/symbols.ts";
+import { absolutePath } from "../ffi/loader.ts";
+import {
+  FakeDir,
+  knownUuid,
+  loud,
+  noCompiler,
+  openCounters,
+  runtime,
+  turnsWhile,
+} from "./fixtures/fake.ts";
 
 /** A tryOpen that fails for every path with a loader-like message, recording the order. */
 function failingOpen(calls: string[]): (path: string) => never {
@@ -321,48 +323,44 @@ describe("findLibcuda: errors", () => {
 });
 
 describe("symbol table", () => {
-  const expected: CudaSymbolName[] = [
-    "cuDriverGetVersion",
-    "cuInit",
-    "cuGetErrorName",
-    "cuGetErrorString",
-    "cuCheckpointProcessGetState",
-    "cuCheckpointProcessGetRestoreThreadId",
-    "cuCheckpointProcessLock",
-    "cuCheckpointProcessCheckpoint",
-    "cuCheckpointProcessRestore",
-    "cuCheckpointProcessUnlock",
-  ];
   const table = CUDA_SYMBOLS as Record<
     string,
     { parameters: readonly string[]; result: string; nonblocking?: boolean; optional?: boolean }
   >;
+  const device = [
+    "cuDeviceGetCount",
+    "cuDeviceGet",
+    "cuDeviceGetUuid",
+    "cuDeviceGetUuid_v2",
+    "cuDeviceGetName",
+  ];
 
-  test("has exactly the ten C names, each returning a CUresult (i32)", () => {
-    assert.deepEqual(Object.keys(table).sort(), [...expected].sort());
-    for (const name of expected) assert.equal(table[name].result, "i32", name);
+  test("has the C names of the base, device and checkpoint functions, each returning i32", () => {
+    assert.deepEqual(
+      Object.keys(table).sort(),
+      [
+        "cuDriverGetVersion",
+        "cuInit",
+        "cuGetErrorName",
+        "cuGetErrorString",
+        ...device,
+        ...CHECKPOINT_SYMBOL_NAMES,
+      ].sort(),
+    );
+    for (const name of Object.keys(table)) assert.equal(table[name].result, "i32", name);
   });
 
-  test("the six checkpoint functions are optional, the others are not", () => {
-    assert.deepEqual([...CHECKPOINT_SYMBOL_NAMES].sort(), expected.slice(4).sort());
-    for (const name of expected) {
-      assert.equal(table[name].optional === true, name.startsWith("cuCheckpoint"), name);
+  test("only the version and error names run on the calling thread: nothing else may wait", () => {
+    for (const [name, fn] of Object.entries(table)) {
+      const sync = ["cuDriverGetVersion", "cuGetErrorName", "cuGetErrorString"].includes(name);
+      assert.equal(fn.nonblocking !== true, sync, name);
     }
   });
 
-  test("lock, checkpoint, restore and unlock are nonblocking; version and error names are not", () => {
-    for (
-      const name of [
-        "cuCheckpointProcessLock",
-        "cuCheckpointProcessCheckpoint",
-        "cuCheckpointProcessRestore",
-        "cuCheckpointProcessUnlock",
-      ]
-    ) {
-      assert.equal(table[name].nonblocking, true, name);
-    }
-    for (const name of ["cuDriverGetVersion", "cuGetErrorName", "cuGetErrorString"]) {
-      assert.notEqual(table[name].nonblocking, true, name);
+  test("the checkpoint and device functions are optional; the base ones are not", () => {
+    for (const [name, fn] of Object.entries(table)) {
+      const optional = name.startsWith("cuCheckpoint") || device.includes(name);
+      assert.equal(fn.optional === true, optional, name);
     }
   });
 
@@ -370,18 +368,27 @@ describe("symbol table", () => {
     assert.deepEqual(table.cuDriverGetVersion.parameters, ["buffer"]);
     assert.deepEqual(table.cuInit.parameters, ["u32"]);
     assert.deepEqual(table.cuGetErrorName.parameters, ["i32", "buffer"]);
-    assert.deepEqual(table.cuGetErrorString.parameters, ["i32", "buffer"]);
+    assert.deepEqual(table.cuDeviceGetCount.parameters, ["buffer"]);
+    assert.deepEqual(table.cuDeviceGet.parameters, ["buffer", "i32"]);
+    assert.deepEqual(table.cuDeviceGetUuid_v2.parameters, ["buffer", "i32"]);
+    assert.deepEqual(table.cuDeviceGetName.parameters, ["buffer", "i32", "i32"]);
     for (const name of CHECKPOINT_SYMBOL_NAMES) {
       assert.deepEqual(table[name].parameters, ["i32", "buffer"], `${name}(int pid, T*)`);
     }
   });
 
   test("bun:ffi definitions are derived with Bun's type names", () => {
-    assert.deepEqual(bunDefinition("cuCheckpointProcessLock"), {
+    assert.deepEqual(bunDefinition(CUDA_SYMBOLS.cuCheckpointProcessLock), {
       args: ["i32", "ptr"],
       returns: "i32",
     });
-    assert.deepEqual(bunDefinition("cuInit"), { args: ["u32"], returns: "i32" });
+    assert.deepEqual(bunDefinition(CUDA_SYMBOLS.cuInit), { args: ["u32"], returns: "i32" });
+  });
+
+  test("relative library paths are made absolute against the directory given", () => {
+    assert.equal(absolutePath("./lib/libcuda.so.1", "/srv/app"), "/srv/app/lib/libcuda.so.1");
+    assert.equal(absolutePath("../x/../y.so", "/a/b"), "/a/y.so");
+    assert.equal(absolutePath("/abs//p.so", "/ignored"), "/abs/p.so");
   });
 });
 
@@ -425,113 +432,41 @@ describe("openNativeDriver on a machine without libcuda", () => {
 });
 
 // ---------------------------------------------------------------------------------------------
-// A fake libcuda, to exercise the bindings without a GPU.
+// A fake libcuda, to exercise the driver without a GPU. Each build is a library of its own, with
+// its own state and counters, so that tests of cuInit and of a self-locked process start clean.
 
-function compilerMissing(): string | false {
-  try {
-    execFileSync("cc", ["--version"], { stdio: "ignore" });
-    return false;
-  } catch {
-    return loud("no C compiler (cc) here, so the fake-libcuda tests cannot run");
-  }
-}
-
-const noCompiler = compilerMissing();
-const fakeDir = noCompiler ? "" : mkdtempSync(join(tmpdir(), "ckpt-fake-libcuda-"));
-
-/** Compiles the fake with extra -D flags; returns its path. */
-function buildFake(name: string, defines: string[]): string {
-  const out = join(fakeDir, `${name}.so`);
-  execFileSync("cc", ["-shared", "-fPIC", "-O1", ...defines, "-o", out, FIXTURE, "-lpthread"], {
-    stdio: "inherit",
-  });
-  return out;
-}
-
-const fake = noCompiler ? undefined : {
-  v13: buildFake("libcuda_13000", []),
-  v128: buildFake("libcuda_12080", ["-DFAKE_VERSION=12080"]),
-  old: buildFake("libcuda_12040", ["-DFAKE_VERSION=12040", "-DNO_CHECKPOINT"]),
-  stub: buildFake("libcuda_stub", ["-DSTUB"]),
+const fakes = noCompiler ? undefined : new FakeDir();
+const fake = fakes && {
+  v13: fakes.build("libcuda_13000"),
+  v128: fakes.build("libcuda_12080", ["-DFAKE_VERSION=12080"]),
+  old: fakes.build("libcuda_12040", ["-DFAKE_VERSION=12040", "-DNO_CHECKPOINT"]),
+  stub: fakes.build("libcuda_stub", ["-DSTUB"]),
 };
-
-/** A UUID the fake knows: 16 bytes of 1 or 2. */
-function knownUuid(n: 1 | 2): Uint8Array {
-  return new Uint8Array(16).fill(n);
-}
-
-/**
- * The fake's counters of checkpoint and restore calls in flight, read through a second `dlopen` of
- * the same path: the loader shares the one copy of the library, and its counters, with the driver
- * (and, on Bun, with the driver's workers).
- */
-interface InFlightCounters {
-  /** The calls in flight now. */
-  now(): number;
-  /** The most in flight at once since the last reset. */
-  max(): number;
-  /** Resets the maximum to the calls in flight now. */
-  reset(): void;
-  close(): void;
-}
-
-async function openCounters(path: string): Promise<InFlightCounters> {
-  const names = ["fake_in_flight", "fake_max_in_flight", "fake_reset_in_flight"] as const;
-  let lib: { symbols: Record<string, () => number>; close(): void };
-  if (runtime === "bun") {
-    const { importBunFfi } = await import("../ffi/bun_types.ts");
-    const ffi = await importBunFfi();
-    const def = { args: [], returns: "i32" } as const;
-    lib = ffi.dlopen(path, Object.fromEntries(names.map((n) => [n, def]))) as typeof lib;
-  } else {
-    const def = { parameters: [], result: "i32" } as const;
-    lib = Deno.dlopen(
-      path,
-      Object.fromEntries(names.map((n) => [n, def])),
-    ) as unknown as typeof lib;
-  }
-  return {
-    now: () => lib.symbols.fake_in_flight(),
-    max: () => lib.symbols.fake_max_in_flight(),
-    reset: () => void lib.symbols.fake_reset_in_flight(),
-    close: () => lib.close(),
-  };
-}
-
-async function withCounters<T>(
-  path: string,
-  body: (counters: InFlightCounters) => Promise<T>,
-): Promise<T> {
-  const counters = await openCounters(path);
-  try {
-    return await body(counters);
-  } finally {
-    counters.close();
-  }
-}
+after(() => fakes?.remove());
 
 async function withDriver<T>(
   path: string,
   body: (driver: NativeDriver) => Promise<T>,
+  maxWorkers?: number,
 ): Promise<T> {
-  const driver = await openNativeDriver({ libraryPath: path });
+  const driver = await openNativeDriver({ libraryPath: path, maxWorkers });
   try {
     return await body(driver);
   } finally {
-    driver.close();
+    await driver[Symbol.asyncDispose]();
   }
 }
 
-describe(`native driver (${runtime}) against a fake libcuda`, { skip: noCompiler }, () => {
-  after(() => {
-    if (fakeDir) rmSync(fakeDir, { recursive: true, force: true });
-  });
+const OS = 304; // CUDA_ERROR_OPERATING_SYSTEM
+const NOT_SUPPORTED = 801; // CUDA_ERROR_NOT_SUPPORTED
 
+describe(`native driver (${runtime}) against a fake libcuda`, { skip: noCompiler }, () => {
   test("opens by path, reports kind, version and checkpoint support", async () => {
     await withDriver(fake!.v13, async (driver) => {
       assert.equal(driver.kind, runtime === "bun" ? "native (Bun)" : "native (Deno)");
       assert.equal(driver.libraryPath, fake!.v13);
       assert.equal(driver.checkpointSupported, true);
+      assert.deepEqual(driver.missingFunctions, []);
       assert.deepEqual(await driver.driverVersion(), { code: 0, value: 13000 });
     });
   });
@@ -560,11 +495,24 @@ describe(`native driver (${runtime}) against a fake libcuda`, { skip: noCompiler
   });
 
   test("a path that is not there is a DriverLoadError naming it", async () => {
+    const absent = join(fakes!.path, "absent.so");
     await assert.rejects(
-      openNativeDriver({ libraryPath: join(fakeDir, "absent.so") }),
-      (error: unknown) =>
-        error instanceof DriverLoadError && error.message.includes(join(fakeDir, "absent.so")),
+      openNativeDriver({ libraryPath: absent }),
+      (error: unknown) => error instanceof DriverLoadError && error.message.includes(absent),
     );
+  });
+
+  test("maxWorkers must be an integer from 1 to 1024 (a RangeError, before anything opens)", async () => {
+    for (const maxWorkers of [0, -1, 1.5, Number.NaN, 1025, "4" as unknown as number]) {
+      await assert.rejects(
+        openNativeDriver({ libraryPath: join(fakes!.path, "absent.so"), maxWorkers }),
+        (error: unknown) =>
+          error instanceof RangeError && /maxWorkers must be an integer from 1 to 1024/.test(
+            error.message,
+          ),
+        String(maxWorkers),
+      );
+    }
   });
 
   test("lock, checkpoint, restore, unlock walk the state machine", async () => {
@@ -584,13 +532,43 @@ describe(`native driver (${runtime}) against a fake libcuda`, { skip: noCompiler
     });
   });
 
-  test("out-parameters and pids reach the library", async () => {
-    await withDriver(fake!.v13, async (d) => {
-      assert.deepEqual(await d.getRestoreThreadId(4242), { code: 0, value: 4243 });
-      assert.deepEqual(await d.getState(-5), { code: 304, value: 0 });
-      assert.deepEqual(await d.getState(999999), { code: 304, value: 0 });
-      assert.equal(await d.lock(0, null), 304);
-    });
+  test("out-parameters reach the caller; 0 and negative pids are passed to the library", async () => {
+    const counters = await openCounters(fake!.v13);
+    try {
+      await withDriver(fake!.v13, async (d) => {
+        assert.deepEqual(await d.getRestoreThreadId(4242), { code: 0, value: 4243 });
+        const before = counters.fake_calls();
+        assert.deepEqual(await d.getState(-5), { code: OS, value: 0 });
+        assert.deepEqual(await d.getState(999999), { code: OS, value: 0 });
+        assert.equal(await d.lock(0, null), OS);
+        assert.equal(counters.fake_calls() - before, 3, "the library answered all three itself");
+      });
+    } finally {
+      counters.close();
+    }
+  });
+
+  test("a pid no C int holds answers OPERATING_SYSTEM without a call, never wrapped", async () => {
+    const counters = await openCounters(fake!.v13);
+    try {
+      await withDriver(fake!.v13, async (d) => {
+        const before = counters.fake_calls();
+        // 2^32 + 1011 wrapped to a C int would be 1011, a process the fake has.
+        assert.equal(await d.lock(2 ** 32 + 1011, null), OS);
+        assert.deepEqual(await d.getState(1.5), { code: OS, value: 0 });
+        assert.equal(await d.checkpoint(Number.NaN), OS);
+        assert.equal(await d.unlock(-(2 ** 31) - 1), OS);
+        assert.equal(await d.restore(Infinity, null), OS);
+        assert.deepEqual(await d.getRestoreThreadId("7" as unknown as number), {
+          code: OS,
+          value: 0,
+        });
+        assert.equal(counters.fake_calls(), before, "no call reached the library");
+        assert.deepEqual(await d.getState(1011), { code: 0, value: 0 }, "1011 is still running");
+      });
+    } finally {
+      counters.close();
+    }
   });
 
   test("lock args are passed as the 64-byte struct", async () => {
@@ -636,48 +614,37 @@ describe(`native driver (${runtime}) against a fake libcuda`, { skip: noCompiler
     });
   });
 
-  test("GPU pairs before driver 13.0 reject with CheckpointUnsupportedError", async () => {
-    await withDriver(fake!.v128, async (d) => {
-      const pid = 1004;
-      assert.equal(await d.lock(pid, null), 0);
-      assert.equal(await d.checkpoint(pid), 0);
-      await assert.rejects(
-        d.restore(pid, { gpuPairs: [{ oldUuid: knownUuid(1), newUuid: knownUuid(2) }] }),
-        (error: unknown) =>
-          error instanceof CheckpointUnsupportedError && /580/.test(error.message) &&
-          /12\.8/.test(error.message) && error.driverVersion === 12080,
-      );
-      assert.equal(await d.restore(pid, { gpuPairs: [] }), 0, "an empty list is passed as NULL");
-      assert.equal(await d.unlock(pid), 0);
-    });
+  test("GPU pairs before driver 13.0 answer NOT_SUPPORTED without a call", async () => {
+    const counters = await openCounters(fake!.v128);
+    try {
+      await withDriver(fake!.v128, async (d) => {
+        const pid = 1004;
+        assert.equal(await d.lock(pid, null), 0);
+        assert.equal(await d.checkpoint(pid), 0);
+        const before = counters.fake_calls();
+        const pairs = [{ oldUuid: knownUuid(1), newUuid: knownUuid(2) }];
+        assert.equal(await d.restore(pid, { gpuPairs: pairs }), NOT_SUPPORTED);
+        assert.equal(counters.fake_calls(), before, "the library was not called");
+        assert.equal(await d.restore(pid, { gpuPairs: [] }), 0, "an empty list is passed as NULL");
+        assert.equal(await d.unlock(pid), 0);
+      });
+    } finally {
+      counters.close();
+    }
   });
 
-  test("a driver without the checkpoint API opens, and its calls say what is needed", async () => {
+  test("a driver without the checkpoint API opens; its calls answer NOT_SUPPORTED", async () => {
     await withDriver(fake!.old, async (d) => {
       assert.equal(d.checkpointSupported, false);
+      assert.deepEqual([...d.missingFunctions].sort(), [...CHECKPOINT_SYMBOL_NAMES].sort());
       assert.deepEqual(await d.driverVersion(), { code: 0, value: 12040 });
       assert.equal(d.errorName(401), "CUDA_ERROR_ILLEGAL_STATE", "the base functions still work");
-      const calls: [string, () => Promise<unknown>][] = [
-        ["getState", () => d.getState(1)],
-        ["getRestoreThreadId", () => d.getRestoreThreadId(1)],
-        ["lock", () => d.lock(1, null)],
-        ["checkpoint", () => d.checkpoint(1)],
-        ["restore", () => d.restore(1, null)],
-        ["unlock", () => d.unlock(1)],
-      ];
-      for (const [operation, call] of calls) {
-        await assert.rejects(call(), (error: unknown) => {
-          assert.ok(error instanceof CheckpointUnsupportedError, operation);
-          assert.equal(error.code, 801);
-          assert.equal(error.operation, operation);
-          assert.equal(error.driverVersion, 12040);
-          assert.match(
-            error.message,
-            /This driver \(version 12\.4, from cuDriverGetVersion 12040\) has no CUDA checkpoint support; NVIDIA driver 570 or later is needed/,
-          );
-          return true;
-        });
-      }
+      assert.deepEqual(await d.getState(1), { code: NOT_SUPPORTED, value: 0 });
+      assert.deepEqual(await d.getRestoreThreadId(1), { code: NOT_SUPPORTED, value: 0 });
+      assert.equal(await d.lock(1, null), NOT_SUPPORTED);
+      assert.equal(await d.checkpoint(1), NOT_SUPPORTED);
+      assert.equal(await d.restore(1, null), NOT_SUPPORTED);
+      assert.equal(await d.unlock(1), NOT_SUPPORTED);
     });
   });
 
@@ -692,53 +659,82 @@ describe(`native driver (${runtime}) against a fake libcuda`, { skip: noCompiler
     });
   });
 
-  test("a pid that does not fit a C int is refused, not wrapped", async () => {
-    await withDriver(fake!.v13, async (d) => {
-      await assert.rejects(d.lock(2 ** 32 + 1001, null), RangeError);
-      await assert.rejects(d.getState(1.5), RangeError);
-      await assert.rejects(d.checkpoint(Number.NaN), RangeError);
-    });
-  });
-
   test("several processes are checkpointed and restored at once", async () => {
-    await withCounters(fake!.v13, (counters) =>
-      withDriver(fake!.v13, async (d) => {
+    const counters = await openCounters(fake!.v13);
+    try {
+      await withDriver(fake!.v13, async (d) => {
         const pids = [2001, 2002, 2003, 2004, 2005, 2006];
         const ok = [0, 0, 0, 0, 0, 0];
         assert.deepEqual(await Promise.all(pids.map((pid) => d.lock(pid, null))), ok);
-        counters.reset();
+        counters.fake_reset_in_flight();
         assert.deepEqual(await Promise.all(pids.map((pid) => d.checkpoint(pid))), ok);
-        assert.equal(counters.now(), 0, "no checkpoint left in flight");
-        assert.equal(counters.max(), 6, "the 6 checkpoints were in flight at once");
-        counters.reset();
+        assert.equal(counters.fake_in_flight(), 0, "no checkpoint left in flight");
+        assert.equal(counters.fake_max_in_flight(), 6, "the 6 checkpoints were in flight at once");
+        counters.fake_reset_in_flight();
         assert.deepEqual(await Promise.all(pids.map((pid) => d.restore(pid, null))), ok);
-        assert.equal(counters.now(), 0, "no restore left in flight");
-        assert.equal(counters.max(), 6, "the 6 restores were in flight at once");
+        assert.equal(counters.fake_max_in_flight(), 6, "the 6 restores were in flight at once");
         assert.deepEqual(await Promise.all(pids.map((pid) => d.unlock(pid))), ok);
-      }));
+      });
+    } finally {
+      counters.close();
+    }
+  });
+
+  test("maxWorkers caps the calls in flight; the rest wait their turn", async () => {
+    const counters = await openCounters(fake!.v13);
+    try {
+      await withDriver(fake!.v13, async (d) => {
+        const pids = [3001, 3002, 3003, 3004];
+        assert.deepEqual(await Promise.all(pids.map((pid) => d.lock(pid, null))), [0, 0, 0, 0]);
+        counters.fake_reset_in_flight();
+        const codes = await Promise.all(pids.map((pid) => d.checkpoint(pid)));
+        assert.deepEqual(codes, [0, 0, 0, 0], "all 4 calls completed");
+        assert.equal(counters.fake_max_in_flight(), 2, "2 in flight at once, never more");
+        const workers = (d as NativeDriver & { workerCount: number }).workerCount;
+        assert.ok(workers <= 2, `${workers} worker threads`);
+        for (const pid of pids) await d.unlock(pid); // ILLEGAL_STATE: checkpointed; only cleanup
+      }, 2);
+    } finally {
+      counters.close();
+    }
   });
 
   test("the event loop keeps running during a long call", async () => {
-    await withCounters(fake!.v13, (counters) =>
-      withDriver(fake!.v13, async (d) => {
+    const counters = await openCounters(fake!.v13);
+    try {
+      await withDriver(fake!.v13, async (d) => {
         const pid = 2101;
         assert.equal(await d.lock(pid, null), 0);
         let pending = true;
         const call = d.checkpoint(pid).finally(() => pending = false);
-        // A setTimeout(0) loop for as long as the call is pending, counting the turns in which
-        // the native call was seen in flight: a call that blocked the thread would leave none.
-        let turnsDuringCall = 0;
-        await new Promise<void>((resolve) => {
-          const turn = () => {
-            if (counters.now() > 0) turnsDuringCall++;
-            if (pending) setTimeout(turn, 0);
-            else resolve();
-          };
-          setTimeout(turn, 0);
-        });
+        const turns = await turnsWhile(() => pending, () => counters.fake_in_flight() > 0);
         assert.equal(await call, 0);
-        assert.ok(turnsDuringCall >= 1, "JavaScript ran while the native checkpoint was running");
-      }));
+        assert.ok(turns >= 1, "JavaScript ran while the native checkpoint was running");
+      });
+    } finally {
+      counters.close();
+    }
+  });
+
+  test("getState waits for a checkpoint in flight, off the main thread", async () => {
+    const counters = await openCounters(fake!.v13);
+    try {
+      await withDriver(fake!.v13, async (d) => {
+        const pid = 2102;
+        assert.equal(await d.lock(pid, null), 0);
+        const checkpoint = d.checkpoint(pid);
+        while (counters.fake_in_flight() === 0) await new Promise((r) => setTimeout(r, 1));
+        let pending = true;
+        const state = d.getState(pid).finally(() => pending = false);
+        // A getState made on the main thread would block it until the checkpoint ends.
+        const turns = await turnsWhile(() => pending, () => counters.fake_state_waiting() > 0);
+        assert.deepEqual(await state, { code: 0, value: 2 }, "the state the checkpoint left");
+        assert.equal(await checkpoint, 0);
+        assert.ok(turns >= 1, "JavaScript ran while getState waited in the library");
+      });
+    } finally {
+      counters.close();
+    }
   });
 
   test("close(): calls in flight finish, later calls reject", async () => {
@@ -748,36 +744,127 @@ describe(`native driver (${runtime}) against a fake libcuda`, { skip: noCompiler
     const running = d.checkpoint(pid);
     d.close();
     assert.equal(await running, 0);
-    await assert.rejects(d.unlock(pid), /closed/);
+    await assert.rejects(
+      d.unlock(pid),
+      /unlock: this native \((Deno|Bun)\) driver has been closed/,
+    );
+    await assert.rejects(d.getState(pid), /closed/);
     await assert.rejects(d.driverVersion(), /closed/);
+    await assert.rejects(d.listGpus(), /closed/);
     assert.equal(d.errorName(401), undefined);
     d.close(); // twice is harmless
   });
 
-  test(
-    "Bun: the worker pool is capped and queues the rest",
-    { skip: runtime === "bun" ? false : "only on Bun" },
-    async () => {
-      const { BunNativeDriver } = await import("../ffi/bun.ts");
-      const counters = await openCounters(fake!.v13);
-      const d = await BunNativeDriver.open({ libraryPath: fake!.v13, maxWorkers: 2 });
-      try {
-        assert.equal(d.workerCount, 0, "no worker before a call needs one");
-        const pids = [3001, 3002, 3003, 3004];
-        await Promise.all(pids.map((pid) => d.lock(pid, null)));
-        assert.ok(d.workerCount <= 2);
-        counters.reset();
-        const codes = await Promise.all(pids.map((pid) => d.checkpoint(pid)));
-        assert.deepEqual(codes, [0, 0, 0, 0], "all 4 calls completed");
-        assert.equal(counters.now(), 0, "no checkpoint left in flight");
-        assert.equal(counters.max(), 2, "2 checkpoints in flight at once, never more");
-        assert.equal(d.workerCount, 2);
-        for (const pid of pids) assert.deepEqual(await d.getState(pid), { code: 0, value: 2 });
-      } finally {
-        d.close();
-        counters.close();
-      }
-      assert.equal(d.workerCount, 0, "close() ends idle workers");
-    },
-  );
+  test("[Symbol.asyncDispose] resolves once the calls in flight have settled", async () => {
+    const counters = await openCounters(fake!.v13);
+    try {
+      const d = await openNativeDriver({ libraryPath: fake!.v13 });
+      const pid = 2202;
+      assert.equal(await d.lock(pid, null), 0);
+      let settled = false;
+      const running = d.checkpoint(pid).finally(() => settled = true);
+      await d[Symbol.asyncDispose]();
+      assert.equal(settled, true, "the checkpoint had settled");
+      assert.equal(counters.fake_in_flight(), 0);
+      assert.equal(await running, 0);
+      await d[Symbol.asyncDispose](); // twice is harmless
+    } finally {
+      counters.close();
+    }
+  });
+
+  test("closing lets go of the library, in every thread that opened it", async () => {
+    const path = fakes!.build("libcuda_unload");
+    const mapped = () => readFileSync("/proc/self/maps", "utf8").includes(path);
+    const d = await openNativeDriver({ libraryPath: path, maxWorkers: 4 });
+    const pids = [2301, 2302, 2303, 2304];
+    await Promise.all(pids.map((pid) => d.lock(pid, null))); // starts workers on Bun
+    await Promise.all(pids.map((pid) => d.unlock(pid)));
+    assert.ok(mapped(), "the library is loaded while the driver is open");
+    await d[Symbol.asyncDispose]();
+    assert.equal(mapped(), false, "no handle is left open, so the loader unloaded it");
+  });
+});
+
+describe(`cuInit and the GPU list (${runtime})`, { skip: noCompiler }, () => {
+  test("listGpus reads every GPU once, right after cuInit, preferring cuDeviceGetUuid_v2", async () => {
+    const path = fakes!.build("libcuda_gpus");
+    const counters = await openCounters(path);
+    try {
+      await withDriver(path, async (d) => {
+        assert.equal(counters.fake_init_count(), 0, "opening calls nothing that can wait");
+        const gpus = await d.listGpus();
+        assert.deepEqual(gpus, [
+          { index: 0, uuid: "GPU-01010101-0101-0101-0101-010101010101", name: "Fake GPU 0" },
+          { index: 1, uuid: "GPU-02020202-0202-0202-0202-020202020202", name: "Fake GPU 1" },
+        ]);
+        assert.equal(counters.fake_init_count(), 1, "cuInit came first (the fake needs it)");
+        assert.equal(await d.listGpus(), gpus, "the same list, kept");
+        assert.equal(await d.lock(2401, null), 0);
+        assert.equal(counters.fake_init_count(), 1, "no second cuInit for the lock");
+        assert.equal(await d.unlock(2401), 0);
+      });
+    } finally {
+      counters.close();
+    }
+  });
+
+  test("without cuDeviceGetUuid_v2, cuDeviceGetUuid gives the UUIDs", async () => {
+    await withDriver(fakes!.build("libcuda_uuid_v1", ["-DNO_UUID_V2"]), async (d) => {
+      const gpus = await d.listGpus();
+      assert.equal(gpus[1].uuid, "GPU-02020202-0202-0202-0202-0202020202ff", "the v1 answer");
+    });
+  });
+
+  test("cuInit runs once per process, before the first lock, for every driver on the library", async () => {
+    const path = fakes!.build("libcuda_init");
+    const counters = await openCounters(path);
+    try {
+      const a = await openNativeDriver({ libraryPath: path });
+      const b = await openNativeDriver({ libraryPath: path });
+      assert.deepEqual(
+        await Promise.all([a.lock(2501, null), b.lock(2502, null), a.lock(2503, null)]),
+        [0, 0, 0],
+      );
+      assert.equal(counters.fake_locks_before_init(), 0, "no lock arrived before cuInit");
+      assert.equal(await a.checkpoint(2501), 0);
+      assert.equal(await b.restore(2501, null), 0);
+      await b.listGpus();
+      assert.equal(counters.fake_init_count(), 1, "one cuInit for both drivers and every call");
+      await Promise.all([a[Symbol.asyncDispose](), b[Symbol.asyncDispose]()]);
+    } finally {
+      counters.close();
+    }
+  });
+
+  test("a process that has locked itself can still make calls that need new threads", async () => {
+    const path = fakes!.build("libcuda_self");
+    const counters = await openCounters(path);
+    try {
+      await withDriver(path, async (d) => {
+        const self = process.pid;
+        assert.equal(await d.lock(self, null), 0, "locks itself (cuInit came first)");
+        try {
+          // The fake blocks cuInit and the device queries of a self-locked process for 3 s, as
+          // the real driver blocks them for good: none of these calls may make one.
+          const started = Date.now();
+          const pids = [2601, 2602, 2603, 2604, 2605, 2606];
+          const codes = await Promise.all(pids.map((pid) => d.lock(pid, null)));
+          const states = await Promise.all(pids.map((pid) => d.getState(pid)));
+          const gpus = await d.listGpus();
+          const elapsed = Date.now() - started;
+          assert.deepEqual(codes, [0, 0, 0, 0, 0, 0]);
+          assert.ok(states.every((s) => s.code === 0 && s.value === 1));
+          assert.equal(gpus.length, 2, "the list read before the lock");
+          assert.ok(elapsed < 2000, `took ${elapsed} ms: something waited on the self-lock`);
+          assert.equal(counters.fake_init_count(), 1);
+          await Promise.all(pids.map((pid) => d.unlock(pid)));
+        } finally {
+          assert.equal(await d.unlock(self), 0);
+        }
+      }, 8);
+    } finally {
+      counters.close();
+    }
+  });
 });

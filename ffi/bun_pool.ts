@@ -1,0 +1,147 @@
+/**
+ * The Bun adapter's worker threads: one call per worker at a time, a worker started when a call
+ * finds none idle (the native driver caps how many calls are in flight, hence how many workers
+ * there are). A worker keeps the process alive only while it runs a call.
+ *
+ * A worker that ends while running a call (it exited, failed, or was terminated) rejects that call
+ * with an Error that says which call and that the thread ended; the next call starts a new worker.
+ * {@link WorkerPool.close} lets each worker finish its call, close its own libraries and end.
+ *
+ * @module
+ */
+
+import type { WorkerClose, WorkerReply, WorkerRequest } from "./bun_types.ts";
+
+/** A Worker as Bun has it: `ref`/`unref` decide whether it keeps the process alive. */
+type RefWorker = Worker & { ref?(): void; unref?(): void };
+
+/** What a call came to: its result and the buffers as the function left them. */
+export interface WorkerResult {
+  /** The function's result. */
+  readonly code: number;
+  /** The argument buffers after the call (`null` for arguments that were not buffers). */
+  readonly buffers: readonly (Uint8Array | null)[];
+}
+
+interface Job {
+  readonly request: WorkerRequest;
+  resolve(result: WorkerResult): void;
+  reject(error: Error): void;
+}
+
+interface Worked {
+  readonly worker: RefWorker;
+  job: Job | undefined;
+  /** Asked to close: it takes no more calls. */
+  retiring: boolean;
+  /** Resolves when the thread has ended. */
+  readonly ended: Promise<void>;
+}
+
+/** How long a worker asked to close may take before it is terminated. */
+const RETIRE_GRACE_MS = 2000;
+
+/** Worker threads running `bun:ffi` calls (see the module documentation). */
+export class WorkerPool {
+  #url: URL;
+  #workers = new Set<Worked>();
+  #closing = false;
+  #nextId = 1;
+
+  /** Workers will run the script at `url` (`bun_worker.ts`, or a test's stand-in). */
+  constructor(url: URL) {
+    this.#url = url;
+  }
+
+  /** How many worker threads exist now. */
+  get size(): number {
+    return this.#workers.size;
+  }
+
+  /** Runs one call on an idle worker, or a new one. */
+  run(request: Omit<WorkerRequest, "id">): Promise<WorkerResult> {
+    if (this.#closing) {
+      return Promise.reject(new Error(`${request.symbol}: the worker pool has been closed`));
+    }
+    return new Promise<WorkerResult>((resolve, reject) => {
+      const job: Job = { request: { ...request, id: this.#nextId++ }, resolve, reject };
+      let slot: Worked | undefined;
+      for (const w of this.#workers) if (!w.job && !w.retiring) slot = w;
+      slot ??= this.#spawn();
+      slot.job = job;
+      slot.worker.ref?.(); // a call in flight keeps the process alive, as a pending FFI call would
+      slot.worker.postMessage(job.request);
+    });
+  }
+
+  /**
+   * Closes the pool: idle workers close their libraries and end now, busy ones once their call
+   * returns. Resolves when every thread has ended.
+   */
+  close(): Promise<void> {
+    this.#closing = true;
+    const ended = [...this.#workers].map((w) => w.ended);
+    for (const w of this.#workers) if (!w.job) this.#retire(w);
+    return Promise.all(ended).then(() => undefined);
+  }
+
+  #spawn(): Worked {
+    const worker: RefWorker = new Worker(this.#url, { type: "module" });
+    let ended!: () => void;
+    const w: Worked = {
+      worker,
+      job: undefined,
+      retiring: false,
+      ended: new Promise<void>((resolve) => ended = resolve),
+    };
+    worker.addEventListener("message", (event: MessageEvent<WorkerReply>) => {
+      this.#reply(w, event.data);
+    });
+    worker.addEventListener("error", (event: ErrorEvent) => {
+      event.preventDefault();
+      this.#lost(w, `it failed: ${event.message}`);
+      worker.terminate();
+    });
+    worker.addEventListener("close", (event) => {
+      const code = (event as unknown as { code?: number }).code;
+      this.#lost(w, `exit code ${code ?? "unknown"}`);
+      ended();
+    });
+    this.#workers.add(w);
+    return w;
+  }
+
+  #reply(w: Worked, reply: WorkerReply): void {
+    const job = w.job;
+    if (!job || job.request.id !== reply.id) return;
+    w.job = undefined;
+    w.worker.unref?.();
+    if ("code" in reply) job.resolve({ code: reply.code, buffers: reply.buffers });
+    else job.reject(new Error(`${job.request.symbol} could not be called: ${reply.error}`));
+    if (this.#closing) this.#retire(w);
+  }
+
+  /** The thread ended or failed: its call, if any, rejects, and it takes no more. */
+  #lost(w: Worked, why: string): void {
+    this.#workers.delete(w);
+    const job = w.job;
+    w.job = undefined;
+    job?.reject(
+      new Error(
+        `${job.request.symbol} did not return: the Bun worker thread running it ended ` +
+          `before the call returned (${why})`,
+      ),
+    );
+  }
+
+  /** Asks a worker to close its libraries and end; terminates it if it does not. */
+  #retire(w: Worked): void {
+    if (w.retiring) return;
+    w.retiring = true;
+    w.worker.unref?.();
+    w.worker.postMessage({ close: true } satisfies WorkerClose);
+    const timer = setTimeout(() => w.worker.terminate(), RETIRE_GRACE_MS);
+    (timer as { unref?(): void }).unref?.();
+    void w.ended.then(() => clearTimeout(timer));
+  }
+}
