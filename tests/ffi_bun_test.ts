@@ -1,0 +1,82 @@
+// Tests of the Bun adapter's worker pool (ffi/bun_pool.ts) through the native driver, on the fake
+// libcuda: a worker thread that ends in the middle of a call, the pool's size, and where the
+// worker script is found. The pool tests run on Bun only; they skip on Deno, which has no pool.
+
+import { after, describe, test } from "node:test";
+import assert from "node:assert/strict";
+
+import { defaultWorkerUrl } from "../ffi/bun.ts";
+import { openLibcudaDriver } from "../ffi/native.ts";
+import { FakeDir, noCompiler, runtime } from "./fixtures/fake.ts";
+
+describe("where the worker script is", () => {
+  test("next to the adapter, with the adapter's own extension", () => {
+    assert.equal(
+      defaultWorkerUrl("file:///pkg/ffi/bun.ts").href,
+      "file:///pkg/ffi/bun_worker.ts",
+    );
+    assert.equal(
+      defaultWorkerUrl("file:///node_modules/@ckpt/cuda/ffi/bun.js").href,
+      "file:///node_modules/@ckpt/cuda/ffi/bun_worker.js",
+      "the JavaScript that JSR's npm layer installs",
+    );
+    assert.equal(defaultWorkerUrl("file:///x/ffi/bun.mjs").href, "file:///x/ffi/bun_worker.mjs");
+  });
+});
+
+const skip = noCompiler || (runtime === "bun" ? false : "the worker pool is Bun's");
+const fakes = skip ? undefined : new FakeDir();
+const path = fakes?.build("libcuda_pool") ?? "";
+after(() => fakes?.remove());
+
+/** A driver on the fake whose workers run tests/fixtures/dying_worker.ts. */
+async function dyingDriver(maxWorkers: number) {
+  const { bunAdapter } = await import("../ffi/bun.ts");
+  const workerUrl = new URL("./fixtures/dying_worker.ts", import.meta.url);
+  return openLibcudaDriver(await bunAdapter({ workerUrl }), { libraryPath: path, maxWorkers });
+}
+
+describe("Bun: a worker thread that ends in the middle of a call", { skip }, () => {
+  for (
+    const [pid, how, why] of [
+      [666, "exits", /exit code 3/],
+      [667, "throws", /the worker broke/],
+    ] as const
+  ) {
+    test(`one that ${how}: its call rejects saying so, queued calls run on a new worker`, async () => {
+      const d = await dyingDriver(1);
+      try {
+        const dying = d.lock(pid, null);
+        const queued = [3101, 3102, 3103].map((p) => d.lock(p + pid * 10, null));
+        await assert.rejects(dying, (error: unknown) => {
+          assert.ok(error instanceof Error);
+          assert.match(error.message, new RegExp(`^lock of process ${pid} could not finish`));
+          assert.match(error.message, /cuCheckpointProcessLock/);
+          assert.match(error.message, /worker thread running it ended before the call returned/);
+          assert.match(error.message, why);
+          return true;
+        });
+        assert.deepEqual(await Promise.all(queued), [0, 0, 0], "the queued calls ran");
+        assert.deepEqual(await d.getState(3101 + pid * 10), { code: 0, value: 1 });
+        assert.equal(d.workerCount, 1, "the lost worker was replaced, not added to");
+      } finally {
+        await d[Symbol.asyncDispose]();
+      }
+      assert.equal(d.workerCount, 0, "every worker ended");
+    });
+  }
+
+  test("the pool is as large as the calls in flight, up to maxWorkers", async () => {
+    const d = await dyingDriver(3);
+    try {
+      assert.equal(d.workerCount, 0, "no worker before a call needs one");
+      const pids = [3201, 3202, 3203, 3204, 3205];
+      await Promise.all(pids.map((pid) => d.lock(pid, null)));
+      assert.ok(d.workerCount >= 1 && d.workerCount <= 3, `${d.workerCount} workers`);
+      await Promise.all(pids.map((pid) => d.checkpoint(pid)));
+      assert.equal(d.workerCount, 3, "3 checkpoints at once needed 3");
+    } finally {
+      d.close();
+    }
+  });
+});

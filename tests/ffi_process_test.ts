@@ -1,0 +1,76 @@
+// Tests of the native driver in subprocesses, under the runtime that runs the tests (Deno or Bun):
+// a libcuda planted in the current directory is never loaded, a relative library path is made
+// absolute, and a program that never closes the driver still ends. Uses the fake libcuda of
+// tests/fixtures/fake_libcuda.c and the program tests/fixtures/native_child.ts.
+
+import { after, describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import { existsSync, mkdirSync, realpathSync } from "node:fs";
+import { join } from "node:path";
+import process from "node:process";
+
+import { LIBCUDA_ENV_VAR } from "../ffi/mod.ts";
+import { FakeDir, noCompiler, runtime } from "./fixtures/fake.ts";
+
+const CHILD = new URL("./fixtures/native_child.ts", import.meta.url).pathname;
+const fakes = noCompiler ? undefined : new FakeDir();
+after(() => fakes?.remove());
+
+/** Runs the child program in `cwd`; returns its JSON lines, exit status and time taken. */
+function child(cwd: string, ...args: string[]) {
+  const env = { ...process.env };
+  delete env[LIBCUDA_ENV_VAR];
+  const argv = runtime === "deno" ? ["run", "-A", CHILD, ...args] : [CHILD, ...args];
+  const started = Date.now();
+  const run = spawnSync(process.execPath, argv, { cwd, env, encoding: "utf8", timeout: 10_000 });
+  const lines = (run.stdout ?? "").split("\n").filter((line) => line.startsWith("{"));
+  return {
+    status: run.status,
+    ms: Date.now() - started,
+    stderr: run.stderr,
+    results: lines.map((line) => JSON.parse(line) as Record<string, unknown>),
+  };
+}
+
+describe(`native driver in a subprocess (${runtime})`, { skip: noCompiler }, () => {
+  test("a libcuda.so.1 planted in the current directory is never loaded", () => {
+    const dir = realpathSync(fakes!.path);
+    fakes!.build("planted", ["-DPLANTED"], join(dir, "libcuda.so.1"));
+    const run = child(dir, "search");
+    assert.equal(run.status, 0, run.stderr);
+    assert.equal(
+      existsSync(join(dir, "planted-library-ran")),
+      false,
+      "the planted library's constructor ran: it was loaded",
+    );
+    assert.equal(run.results.length, 2, run.stderr);
+    for (const result of run.results) {
+      if ("opened" in result) {
+        // A machine with a real libcuda: the system loader's must be the one that opened.
+        assert.ok(!String(result.opened).startsWith(dir), `${result.what} opened ${result.opened}`);
+      } else {
+        assert.equal(result.error, "DriverLoadError", String(result.what));
+      }
+    }
+  });
+
+  test("a relative libraryPath is made absolute against the current directory", () => {
+    const dir = realpathSync(fakes!.path);
+    mkdirSync(join(dir, "sub"), { recursive: true });
+    fakes!.build("relative", [], join(dir, "sub", "libcuda_relative.so"));
+    const run = child(dir, "relative", "./sub/../sub/libcuda_relative.so");
+    assert.equal(run.status, 0, run.stderr);
+    assert.deepEqual(run.results, [
+      { what: "relative", opened: join(dir, "sub", "libcuda_relative.so") },
+    ]);
+  });
+
+  test("a program that never closes the driver still ends", () => {
+    const path = fakes!.build("forget");
+    const run = child(fakes!.path, "forget", path);
+    assert.equal(run.status, 0, `status ${run.status} after ${run.ms} ms: ${run.stderr}`);
+    assert.deepEqual(run.results, [{ what: "forget", locks: [0, 0, 0, 0], states: [1, 1, 1, 1] }]);
+    assert.ok(run.ms < 5000, `it took ${run.ms} ms to end`);
+  });
+});
