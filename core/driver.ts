@@ -91,7 +91,8 @@ export interface CheckpointDriver {
   listGpus?(): Promise<readonly GpuInfo[]>;
   /**
    * Lets go of what the driver holds (a library, worker threads, timers). Calls made afterwards
-   * reject; calls already made finish first.
+   * reject. The native driver lets calls already made finish first; the simulated driver, whose
+   * time stops, rejects them.
    */
   close?(): void;
 }

@@ -15,7 +15,8 @@ describe("the simulated driver reproduces the state table", () => {
       const out = await runScenario(env, s);
       assert.equal(out.skipped, undefined);
       assert.deepEqual(out.problems, [], `${s.name}: ${out.problems.join("; ")}`);
-      assert.equal(out.code, s.expect.code);
+      // Where two calls race, the runner's check stands: one SUCCESS and one ILLEGAL_STATE.
+      if (!s.expect.eitherWins) assert.equal(out.code, s.expect.code);
       assert.equal(out.state, s.expect.state);
       // Nothing is left behind: every target and filler exited.
       assert.equal(env.sim.processes.length, 0);
@@ -127,7 +128,8 @@ describe("the state table through the public API (CudaProcess)", () => {
       const env = simulatedEnv({ gpus: s.minGpus ?? 1 });
       const out = await runScenario(env, s, "process");
       assert.deepEqual(out.problems, [], `${s.name}: ${out.problems.join("; ")}`);
-      assert.equal(out.code, s.expect.code);
+      // Where two calls race, the runner's check stands: one SUCCESS and one ILLEGAL_STATE.
+      if (!s.expect.eitherWins) assert.equal(out.code, s.expect.code);
       assert.equal(out.state, s.expect.state);
     });
   }
