@@ -5,6 +5,7 @@ import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import process from "node:process";
 import { readFileSync } from "node:fs";
+import { execFileSync } from "node:child_process";
 import {
   CUDA_ERROR_ILLEGAL_STATE,
   CUDA_ERROR_NOT_INITIALIZED,
@@ -31,6 +32,24 @@ describe("native driver on a real GPU", () => {
     assert.ok(v.value >= 12080, `cuDriverGetVersion ${v.value}`);
     assert.equal(d.checkpointSupported, true);
     assert.equal(d.errorName(CUDA_ERROR_ILLEGAL_STATE), "CUDA_ERROR_ILLEGAL_STATE");
+  });
+
+  test("listGpus gives every GPU nvidia-smi lists, with its UUID and name", { skip }, async () => {
+    const d = await openNativeDriver();
+    try {
+      const smi = execFileSync("nvidia-smi", [
+        "--query-gpu=index,uuid,name",
+        "--format=csv,noheader",
+      ], {
+        encoding: "utf8",
+      }).trim().split("\n").map((line) => {
+        const [index, uuid, name] = line.split(",").map((x) => x.trim());
+        return { index: Number(index), uuid, name };
+      });
+      assert.deepEqual(await d.listGpus!(), smi);
+    } finally {
+      d.close();
+    }
   });
 
   test(
