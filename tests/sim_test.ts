@@ -68,6 +68,17 @@ describe("GPUs", () => {
 });
 
 describe("GPU memory, CUDA contexts included", () => {
+  test("a process shows the GPU memory nvidia-smi showed for the same allocation on an H200", () => {
+    // nvidia-smi on an H200, driver 580.159.04, 2026-11-21: 536 MiB for a target that allocated
+    // 16 MiB, 1544 MiB for one that allocated 1024 MiB (tests/gpu/reports/log-deno-2gpu.txt).
+    const sim = new SimulatedDriver();
+    sim.spawn({ memoryMiB: 16 });
+    assert.ok(Math.abs(sim.gpus[0].usedMiB - 536) <= 4, `${sim.gpus[0].usedMiB} MiB`);
+    const other = new SimulatedDriver();
+    other.spawn({ memoryMiB: 1024 });
+    assert.ok(Math.abs(other.gpus[0].usedMiB - 1544) <= 4, `${other.gpus[0].usedMiB} MiB`);
+  });
+
   test(`a CUDA process takes its memory and a context (default ${CONTEXT_MIB} MiB) on each GPU`, () => {
     const sim = new SimulatedDriver({ gpus: 2 });
     sim.spawn({ memoryMiB: 1024, gpu: [0, 1] });
