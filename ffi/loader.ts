@@ -2,7 +2,7 @@
  * Where a library really comes from. A bare name (`libcuda.so.1`) is resolved by asking the system
  * loader itself: the C library's `dlopen` with the name, then `dlinfo(RTLD_DI_LINKMAP)` for the
  * path of the file it picked, which the runtime then opens by that absolute path. A relative path
- * is made absolute against the current directory, once.
+ * gets the current directory put in front of it, once (its `..` left to the kernel).
  *
  * Why: Bun's `bun:ffi` `dlopen`, when the system loader does not find a bare name, tries the name
  * again relative to the current directory (measured with Bun 1.4.5; its source says "try resolving
@@ -92,14 +92,14 @@ export function askSystemLoader(adapter: FfiAdapter, name: string): Located {
   }
 }
 
-/** `path` made absolute against `cwd`, with `.` and `..` segments resolved. */
+/**
+ * `path` made absolute against `cwd`: a relative path gets `cwd/` in front, and nothing else
+ * changes. `.` and `..` are left for the kernel to resolve, after the symbolic links before them,
+ * as it would for the path as given: resolving `..` as text could name another file.
+ */
 export function absolutePath(path: string, cwd: string): string {
-  const parts: string[] = [];
-  for (const part of (path.startsWith("/") ? path : `${cwd}/${path}`).split("/")) {
-    if (part === "..") parts.pop();
-    else if (part !== "" && part !== ".") parts.push(part);
-  }
-  return `/${parts.join("/")}`;
+  if (path.startsWith("/")) return path;
+  return `${cwd.endsWith("/") ? cwd : `${cwd}/`}${path}`;
 }
 
 /** A NUL-terminated copy of a string, for a `const char *` argument. */

@@ -59,7 +59,7 @@ export interface NativeDriverOptions {
   /**
    * The libcuda to load. Left out: the environment variable `CKPT_LIBCUDA_PATH`, else
    * `libcuda.so.1` through the system loader, else the usual driver locations. A path with a `/`
-   * that is relative is made absolute against the current directory once, when the driver opens;
+   * that is relative gets the current directory put in front of it once, when the driver opens;
    * a bare name (no `/`) is looked up by the system loader only, never in the current directory.
    */
   libraryPath?: string;
@@ -132,7 +132,7 @@ interface Opened {
 
 /**
  * Opens one candidate of the search. A bare name is looked up by the system loader alone (see
- * `loader.ts`); a relative path is made absolute. The CUDA toolkit's link-only stub is refused
+ * `loader.ts`); a relative path gets the current directory in front. The CUDA toolkit's link-only stub is refused
  * (closed again, with a reason), so that the search goes on.
  */
 function openCandidate(adapter: FfiAdapter, candidate: string): Opened {

@@ -9,8 +9,9 @@
 
 import { after, describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { readFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { tmpdir } from "node:os";
 import process from "node:process";
 
 import { DriverLoadError } from "../core/errors.ts";
@@ -386,9 +387,25 @@ describe("symbol table", () => {
   });
 
   test("relative library paths are made absolute against the directory given", () => {
-    assert.equal(absolutePath("./lib/libcuda.so.1", "/srv/app"), "/srv/app/lib/libcuda.so.1");
-    assert.equal(absolutePath("../x/../y.so", "/a/b"), "/a/y.so");
-    assert.equal(absolutePath("/abs//p.so", "/ignored"), "/abs/p.so");
+    assert.equal(absolutePath("./lib/libcuda.so.1", "/srv/app"), "/srv/app/./lib/libcuda.so.1");
+    assert.equal(absolutePath("/abs//p.so", "/ignored"), "/abs//p.so");
+    assert.equal(absolutePath("lib.so", "/"), "/lib.so");
+  });
+
+  test("a relative path's .. is left to the kernel, which follows the symbolic link first", () => {
+    // sub/link -> real/inner, so sub/link/../fake.so is real/fake.so, not sub/fake.so.
+    const dir = mkdtempSync(join(tmpdir(), "ckpt-dotdot-"));
+    try {
+      mkdirSync(join(dir, "real/inner"), { recursive: true });
+      mkdirSync(join(dir, "sub"));
+      symlinkSync(join(dir, "real/inner"), join(dir, "sub/link"));
+      writeFileSync(join(dir, "real/fake.so"), "the one named");
+      writeFileSync(join(dir, "sub/fake.so"), "another");
+      const path = absolutePath("sub/link/../fake.so", dir);
+      assert.equal(readFileSync(path, "utf8"), "the one named");
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
 
