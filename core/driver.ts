@@ -41,7 +41,10 @@ export interface DriverResult {
 
 /** A GPU the driver sees, as `cuDeviceGet`, `cuDeviceGetUuid` and `cuDeviceGetName` give it. */
 export interface GpuInfo {
-  /** Its ordinal among all the GPUs the driver sees (not renumbered by `CUDA_VISIBLE_DEVICES`). */
+  /**
+   * Its ordinal among the GPUs this process's driver sees, as `cuDeviceGet` numbers them
+   * (`CUDA_VISIBLE_DEVICES` hides and renumbers them; the UUID is what a mapping names).
+   */
   readonly index: number;
   /** Its UUID as nvidia-smi prints it: `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`. */
   readonly uuid: string;
@@ -89,6 +92,12 @@ export interface CheckpointDriver {
    * mapping cannot be checked before the restore call.
    */
   listGpus?(): Promise<readonly GpuInfo[]>;
+  /**
+   * Whether {@link CheckpointDriver.listGpus} gives every GPU the machine has, as a restore
+   * mapping must name them: false where `CUDA_VISIBLE_DEVICES` hides some from this process (or
+   * could not be read). Only then is a mapping checked before the restore call.
+   */
+  readonly listsEveryGpu?: boolean;
   /**
    * Lets go of what the driver holds (a library, worker threads, timers). Calls made afterwards
    * reject. The native driver lets calls already made finish first; the simulated driver, whose

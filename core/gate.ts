@@ -146,7 +146,7 @@ export function mappingProblems(pairs: readonly GpuPair[], gpus: readonly GpuInf
 }
 
 /**
- * Checks a mapping against the driver's GPUs, where the driver can list them, and throws the
+ * Checks a mapping against the driver's GPUs, where the driver can list all of them, and throws the
  * error the driver would give (`CUDA_ERROR_INVALID_VALUE`) with what exactly is wrong, before any
  * call reaches the process.
  */
@@ -155,8 +155,11 @@ export async function checkMapping(
   pid: number,
   pairs: readonly GpuPair[],
 ): Promise<void> {
-  if (pairs.length === 0 || !driver.listGpus) return;
-  const problems = mappingProblems(pairs, await driver.listGpus());
+  if (pairs.length === 0 || !driver.listGpus || driver.listsEveryGpu !== true) return;
+  // A list that cannot be read, or is empty, proves nothing: the driver will say.
+  const gpus = await driver.listGpus().catch(() => []);
+  if (gpus.length === 0) return;
+  const problems = mappingProblems(pairs, gpus);
   if (problems.length === 0) return;
   throw new CudaError({
     code: CUDA_ERROR_INVALID_VALUE,

@@ -84,6 +84,12 @@ export interface NativeDriver extends CheckpointDriver {
   /** The C names of the checkpoint functions the library lacks (all six before driver 570). */
   readonly missingFunctions: readonly string[];
   /**
+   * Whether {@link NativeDriver.listGpus} gives every GPU of the machine: true when
+   * `CUDA_VISIBLE_DEVICES` is not set for this process (read when the driver opened; on Deno an
+   * unreadable variable counts as set), so that a GPU mapping can be checked before the call.
+   */
+  readonly listsEveryGpu: boolean;
+  /**
    * Every GPU the driver sees, by ordinal: `cuDeviceGetCount`, `cuDeviceGet`,
    * `cuDeviceGetUuid_v2` (or `cuDeviceGetUuid`) and `cuDeviceGetName`, read once, right after
    * `cuInit` (a process that has locked itself could not read them later: every CUDA call of such
@@ -163,6 +169,18 @@ function openCandidate(adapter: FfiAdapter, candidate: string): Opened {
     );
   }
   return { lib, path, version: { code, value: code === CUDA_SUCCESS ? readInt(out) : 0 } };
+}
+
+/**
+ * Whether this process's driver sees every GPU: `CUDA_VISIBLE_DEVICES` hides and renumbers GPUs
+ * for `cuDeviceGet`, while a restore mapping must name every GPU of the machine.
+ */
+function seesEveryGpu(adapter: FfiAdapter): boolean {
+  try {
+    return adapter.getEnv("CUDA_VISIBLE_DEVICES") === undefined;
+  } catch {
+    return false; // unreadable: it may be set
+  }
 }
 
 /** Checks `maxWorkers`; returns it, or the default. */
@@ -255,6 +273,8 @@ export class LibcudaDriver implements NativeDriver {
   readonly checkpointSupported: boolean;
   /** The C names of the checkpoint functions the library lacks. */
   readonly missingFunctions: readonly string[];
+  /** Whether {@link LibcudaDriver.listGpus} gives every GPU (see {@link NativeDriver.listsEveryGpu}). */
+  readonly listsEveryGpu: boolean;
 
   #adapter: FfiAdapter;
   #lib: FfiLibrary<CudaSymbolName>;
@@ -281,6 +301,7 @@ export class LibcudaDriver implements NativeDriver {
       CHECKPOINT_SYMBOL_NAMES.filter((name) => !opened.lib.present.has(name)),
     );
     this.checkpointSupported = this.missingFunctions.length === 0;
+    this.listsEveryGpu = seesEveryGpu(adapter);
     this.#limiter = new Limiter(maxWorkers);
     this.#done = new Promise((resolve) => this.#finish = resolve);
     let use = libraryUses.get(opened.path);

@@ -237,6 +237,8 @@ export class SimulatedDriver implements CheckpointDriver, AsyncDisposable {
   readonly timing: TimingModel;
   /** The checkpoint functions this driver lacks: all six below version 12080, else none. */
   readonly missingFunctions: readonly string[];
+  /** Always true: {@link SimulatedDriver.listGpus} gives every simulated GPU. */
+  readonly listsEveryGpu: boolean = true;
   /** Every call answered so far, oldest first. */
   readonly calls: SimulatedCall[] = [];
   readonly #byPid = new Map<number, SimulatedProcess>();

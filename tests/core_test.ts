@@ -404,6 +404,33 @@ describe("GPU mappings are checked against the driver's GPUs before the call", (
     assert.equal(t.state, "checkpointed");
   });
 
+  test("where the list may leave GPUs out (CUDA_VISIBLE_DEVICES), the driver decides", async () => {
+    const { sim, t, a, b, c } = await checkpointed();
+    // This process sees only GPUs 0 and 1; the machine has three, and the mapping names all.
+    const partial = forward(sim, {
+      listGpus: async () => (await sim.listGpus()).slice(0, 2),
+      listsEveryGpu: false,
+    });
+    await new CudaProcess(t.pid, { driver: partial }).resume({
+      gpuMapping: { [a]: b, [b]: c, [c]: a },
+    });
+    assert.deepEqual(t.gpuUuids, [b]);
+  });
+
+  test("a GPU list that cannot be read proves nothing: the driver decides", async () => {
+    const { sim, t, a, b, restores } = await checkpointed(2);
+    const broken = forward(sim, {
+      listGpus: () => Promise.reject(new Error("cuDeviceGetCount failed")),
+      listsEveryGpu: true,
+    });
+    await rejectsWith(
+      new CudaProcess(t.pid, { driver: broken }).resume({ gpuMapping: { [a]: b } }),
+      CUDA_ERROR_INVALID_VALUE,
+      /The driver refused the GPU mapping\. It does so when/,
+    );
+    assert.equal(restores(), 1);
+  });
+
   test("a good mapping passes the check and moves the process", async () => {
     const { t, proc, a, b, c } = await checkpointed();
     await proc.resume({ gpuMapping: { [a]: b, [b]: c, [c]: a } });

@@ -488,6 +488,25 @@ describe(`native driver (${runtime}) against a fake libcuda`, { skip: noCompiler
     });
   });
 
+  test("with CUDA_VISIBLE_DEVICES set, the GPU list is not taken for every GPU", async () => {
+    const before = process.env.CUDA_VISIBLE_DEVICES;
+    try {
+      delete process.env.CUDA_VISIBLE_DEVICES;
+      await withDriver(fake!.v13, (driver) => {
+        assert.equal(driver.listsEveryGpu, true);
+        return Promise.resolve();
+      });
+      process.env.CUDA_VISIBLE_DEVICES = "0";
+      await withDriver(fake!.v13, (driver) => {
+        assert.equal(driver.listsEveryGpu, false, "GPU 1 is hidden from this process");
+        return Promise.resolve();
+      });
+    } finally {
+      if (before === undefined) delete process.env.CUDA_VISIBLE_DEVICES;
+      else process.env.CUDA_VISIBLE_DEVICES = before;
+    }
+  });
+
   test(`${LIBCUDA_ENV_VAR} chooses the library`, async () => {
     const before = process.env[LIBCUDA_ENV_VAR];
     process.env[LIBCUDA_ENV_VAR] = fake!.v128;
