@@ -104,4 +104,9 @@ export interface CheckpointDriver {
    * time stops, rejects them.
    */
   close?(): void;
+  /**
+   * Closes the driver and resolves once it has let go of everything (the calls under way settled,
+   * threads ended). Where a driver has it, this package uses it instead of `close()`.
+   */
+  [Symbol.asyncDispose]?(): Promise<void>;
 }

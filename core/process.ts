@@ -140,7 +140,7 @@ export class CudaProcess {
       // A driver that failed to open is not kept: the next call tries again.
       taken.driver.catch(() => {
         if (this.#lease === taken) this.#lease = undefined;
-        void taken.release();
+        taken.release().catch(() => {});
       });
     }
     return this.#lease.driver;

@@ -63,7 +63,10 @@ export function lease(source: DriverSource): DriverLease {
       } catch {
         return; // it never opened: nothing to close
       }
-      driver.close?.();
+      // Resolves when the driver has really let go (its threads ended), where it can say so.
+      const dispose = driver[Symbol.asyncDispose];
+      if (dispose) await dispose.call(driver);
+      else driver.close?.();
     },
   };
 }
@@ -102,12 +105,18 @@ export function setDefaultDriver(driver: DriverSource | undefined): void {
   const old = defaultLease;
   defaultLease = undefined;
   defaultSource = driver;
-  void old?.release();
+  // A driver that fails to close has nothing left to tell this caller.
+  old?.release().catch(() => {});
 }
 
 /**
  * The driver {@link CudaProcess} uses when none is given: the one set with
  * {@link setDefaultDriver}, else the native driver (libcuda), opened once on first use.
+ *
+ * The driver is lent, not given: one this package opened stays open while it is the default or a
+ * `CudaProcess` uses it, and is closed once {@link setDefaultDriver} has replaced it and no
+ * process uses it. To keep a driver for longer, open your own (`openNativeDriver()`) and pass it
+ * as `{ driver }`.
  */
 export function getDefaultDriver(): Promise<CheckpointDriver> {
   if (!defaultLease) {

@@ -304,6 +304,8 @@ export class LibcudaDriver implements NativeDriver {
     this.listsEveryGpu = seesEveryGpu(adapter);
     this.#limiter = new Limiter(maxWorkers);
     this.#done = new Promise((resolve) => this.#finish = resolve);
+    // A library that fails to close is reported to whoever awaits the disposal, and to no one else.
+    this.#done.catch(() => {});
     let use = libraryUses.get(opened.path);
     if (!use) libraryUses.set(opened.path, use = { drivers: 0, init: undefined });
     use.drivers++;

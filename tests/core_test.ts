@@ -198,6 +198,20 @@ describe("lifecycles: who opens a driver closes it", () => {
     assert.equal(counts.close, 1);
   });
 
+  test("close() resolves once the driver it closes has let go of everything", async () => {
+    const sim = new SimulatedDriver();
+    let disposed = false;
+    const driver = forward(sim, {
+      // Like the native driver: its threads end some time after it is asked to close.
+      [Symbol.asyncDispose]: () =>
+        new Promise<void>((resolve) => setTimeout(() => (disposed = true, resolve()), 30)),
+    });
+    const proc = new CudaProcess(sim.spawn().pid, { driver: () => Promise.resolve(driver) });
+    await proc.state();
+    await proc.close();
+    assert.equal(disposed, true);
+  });
+
   test("a driver given as an object is the caller's: closing the handle leaves it open", async () => {
     const sim = new SimulatedDriver();
     const { driver, counts } = counting(sim);

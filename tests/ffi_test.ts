@@ -15,6 +15,7 @@ import { tmpdir } from "node:os";
 import process from "node:process";
 
 import { DriverLoadError } from "../core/errors.ts";
+import { CudaProcess } from "../core/process.ts";
 import {
   CHECKPOINT_SYMBOL_NAMES,
   CUDA_SYMBOLS,
@@ -733,6 +734,19 @@ describe(`native driver (${runtime}) against a fake libcuda`, { skip: noCompiler
     } finally {
       counters.close();
     }
+  });
+
+  test("a CudaProcess that opened the driver closes it, threads and all, before close() resolves", async () => {
+    const proc = new CudaProcess(3201, {
+      driver: () => openNativeDriver({ libraryPath: fake!.v13 }),
+    });
+    const d = (await proc.driver()) as NativeDriver & { workerCount: number };
+    await Promise.all([proc.lock(), new CudaProcess(3202, { driver: d }).lock()]);
+    await proc.unlock();
+    if (runtime === "bun") assert.ok(d.workerCount >= 1, "calls started worker threads");
+    await proc.close();
+    assert.equal(d.workerCount, 0, "every worker ended before close() resolved");
+    await assert.rejects(d.getState(3201), /closed/);
   });
 
   test("the event loop keeps running during a long call", async () => {
