@@ -365,8 +365,11 @@ export class CudaProcess {
     try {
       await this.#step(driver, "checkpoint");
     } catch (err) {
-      // Whatever went wrong (the driver's answer, or a call that could not complete at all), the
-      // lock is ours to undo.
+      // No process (it exited) or no CUDA in it: there is no lock left to undo, and the error
+      // already says so.
+      if (gone(err)) throw err;
+      // Whatever else went wrong (the driver's answer, or a call that could not complete at all),
+      // the lock is ours to undo.
       let detail: string;
       try {
         await this.#step(driver, "unlock");
@@ -405,10 +408,7 @@ export class CudaProcess {
   /** What a failed restore inside resume left behind, as a sentence. */
   async #afterFailedRestore(driver: CheckpointDriver, err: unknown): Promise<string> {
     // The restore's own code already says there is no process, or no CUDA in it.
-    if (
-      err instanceof CudaError &&
-      (err.code === CUDA_ERROR_OPERATING_SYSTEM || err.code === CUDA_ERROR_NOT_INITIALIZED)
-    ) return "";
+    if (gone(err)) return "";
     const state = err instanceof CudaError && err.state !== undefined
       ? err.state
       : await this.#describeState(driver);
@@ -469,6 +469,12 @@ export class CudaProcess {
     }
     return errorFor(driver, code, { operation, pid: this.pid, state, detail })!;
   }
+}
+
+/** Whether an error says there is no process, or no CUDA in it: nothing is left to undo. */
+function gone(err: unknown): boolean {
+  return err instanceof CudaError &&
+    (err.code === CUDA_ERROR_OPERATING_SYSTEM || err.code === CUDA_ERROR_NOT_INITIALIZED);
 }
 
 /** The lock timeout an options object asks for; throws a TypeError or RangeError naming it. */
