@@ -89,7 +89,7 @@ export interface ToggleOptions extends LockOptions, RestoreOptions {}
  *
  * Operations on one pid through one driver run one after another, in the order they were made:
  * a `state()` asked during a `suspend()` answers once the suspend is done, and two `resume()`s
- * made at once restore the process once and then say it was already running.
+ * made at once restore the process once, and the second then says it was not checkpointed.
  *
  * @example
  * ```ts

@@ -18,8 +18,6 @@ export interface CudaMemory {
   free(): void;
 }
 
-const LIB = "libcuda.so.1";
-
 // Each symbol's parameters ("buf": a pointer to a typed array we pass) and result.
 const SIGNATURES = {
   cuInit: ["u32"], // (unsigned flags)
@@ -40,9 +38,16 @@ function check(what: string, code: number): void {
   if (code !== 0) throw new Error(`${what} failed with CUresult ${code}`);
 }
 
-/** Makes a context on GPU 0 current on this thread and allocates `bytes` there. */
-export async function allocate(bytes: number): Promise<CudaMemory> {
-  const s = "Deno" in globalThis ? openDeno() : await openBun();
+/**
+ * Makes a context on GPU 0 current on this thread and allocates `bytes` there, through the libcuda
+ * at `libraryPath`: an absolute path, the one the package's native driver opened
+ * (`driver.libraryPath`), never a bare name (Bun would try the current directory for one).
+ */
+export async function allocate(bytes: number, libraryPath: string): Promise<CudaMemory> {
+  if (!libraryPath.startsWith("/")) {
+    throw new RangeError(`libraryPath must be absolute, got ${JSON.stringify(libraryPath)}`);
+  }
+  const s = "Deno" in globalThis ? openDeno(libraryPath) : await openBun(libraryPath);
   check("cuInit", s.cuInit(0));
   const dev = new Int32Array(1);
   check("cuDeviceGet", s.cuDeviceGet(dev, 0));
@@ -70,14 +75,14 @@ export async function allocate(bytes: number): Promise<CudaMemory> {
   };
 }
 
-function openDeno(): Calls {
+function openDeno(path: string): Calls {
   const symbols = Object.fromEntries(
     Object.entries(SIGNATURES).map(([name, params]) => [
       name,
       { parameters: params.map((p) => p === "buf" ? "buffer" : p), result: "i32" },
     ]),
   ) as Record<string, Deno.ForeignFunction>;
-  return Deno.dlopen(Deno.env.get("CKPT_LIBCUDA_PATH") ?? LIB, symbols).symbols as unknown as Calls;
+  return Deno.dlopen(path, symbols).symbols as unknown as Calls;
 }
 
 interface BunFfi {
@@ -87,16 +92,14 @@ interface BunFfi {
   ): { symbols: Record<string, (...args: unknown[]) => number> };
 }
 
-async function openBun(): Promise<Calls> {
+async function openBun(path: string): Promise<Calls> {
   const specifier = "bun:ffi";
   const ffi = await import(specifier) as BunFfi;
-  const env = (globalThis as { process?: { env: Record<string, string | undefined> } }).process
-    ?.env;
   const symbols = Object.fromEntries(
     Object.entries(SIGNATURES).map(([name, params]) => [
       name,
       { args: params.map((p) => p === "buf" ? "ptr" : p), returns: "i32" },
     ]),
   );
-  return ffi.dlopen(env?.CKPT_LIBCUDA_PATH ?? LIB, symbols).symbols as unknown as Calls;
+  return ffi.dlopen(path, symbols).symbols as unknown as Calls;
 }

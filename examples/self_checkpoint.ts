@@ -10,7 +10,7 @@
  */
 
 import { CudaProcess, formatDriverVersion } from "../mod.ts";
-import { openNativeDriver } from "../ffi/mod.ts";
+import { type NativeDriver, openNativeDriver } from "../ffi/mod.ts";
 import { SimulatedDriver } from "../mock/mod.ts";
 import { randomBytes, selfCheckpoint } from "./self_checkpoint_native.ts";
 
@@ -58,24 +58,29 @@ async function onSimulator(reason: string): Promise<void> {
   if (!same) throw new Error("GPU memory changed across checkpoint and restore");
 }
 
-/** Opens the native driver; resolves why not, where it cannot be used. */
-async function probeNative(): Promise<{ version: number } | { reason: string }> {
+/** Opens the native driver; resolves why not, where it cannot be used (closing it again). */
+async function probeNative(): Promise<
+  { driver: NativeDriver; version: number } | { reason: string }
+> {
+  let driver: NativeDriver;
   try {
-    const driver = await openNativeDriver();
-    const { code, value } = await driver.driverVersion();
-    if (!driver.checkpointSupported) {
-      return {
-        reason: `the driver at ${driver.libraryPath} (CUDA ${
-          formatDriverVersion(value)
-        }) has no checkpoint API; 570 or later is needed`,
-      };
-    }
-    if (code !== 0) return { reason: `cuDriverGetVersion failed with CUresult ${code}` };
-    return { version: value };
+    driver = await openNativeDriver();
   } catch (err) {
     const message = err instanceof Error ? err.message : String(err);
     return { reason: message.split("\n")[0].replace(/\. Tried .*$|:$/, "") };
   }
+  const { code, value } = await driver.driverVersion();
+  let reason: string | undefined;
+  if (!driver.checkpointSupported) {
+    reason = `the driver at ${driver.libraryPath} (CUDA ${
+      formatDriverVersion(value)
+    }) has no checkpoint API; 570 or later is needed`;
+  } else if (code !== 0) {
+    reason = `cuDriverGetVersion failed with CUresult ${code}`;
+  }
+  if (reason === undefined) return { driver, version: value };
+  driver.close();
+  return { reason };
 }
 
 const probe = await probeNative();
@@ -85,8 +90,12 @@ if ("version" in probe) {
       formatDriverVersion(probe.version)
     }): checkpointing this process itself.\n`,
   );
-  if (!await selfCheckpoint(MEMORY_MIB)) {
-    throw new Error("GPU memory changed across checkpoint and restore");
+  try {
+    if (!await selfCheckpoint(MEMORY_MIB, probe.driver)) {
+      throw new Error("GPU memory changed across checkpoint and restore");
+    }
+  } finally {
+    await probe.driver[Symbol.asyncDispose]();
   }
 } else {
   await onSimulator(probe.reason);

@@ -3,19 +3,26 @@
  * resumes, and checks every byte. Used by examples/self_checkpoint.ts where libcuda is present.
  */
 
-import { CudaProcess, formatGpuUuid } from "../mod.ts";
+import { type CheckpointDriver, CudaProcess, formatGpuUuid } from "../mod.ts";
 import { allocate } from "./cuda_memory.ts";
 
 const pid = (globalThis as { process?: { pid: number } }).process?.pid ??
   (globalThis as { Deno?: { pid: number } }).Deno!.pid;
 
-/** Runs the self-checkpoint with `memoryMiB` of GPU memory; resolves whether the memory survived. */
-export async function selfCheckpoint(memoryMiB: number): Promise<boolean> {
+/**
+ * Runs the self-checkpoint with `memoryMiB` of GPU memory through `driver`, whose library (at the
+ * absolute `libraryPath`) also serves the example's own CUDA calls; resolves whether the memory
+ * survived.
+ */
+export async function selfCheckpoint(
+  memoryMiB: number,
+  driver: CheckpointDriver & { readonly libraryPath: string },
+): Promise<boolean> {
   const bytes = memoryMiB * 1024 * 1024;
-  const mem = await allocate(bytes);
+  const mem = await allocate(bytes, driver.libraryPath);
   const pattern = randomBytes(bytes);
   mem.upload(pattern);
-  const proc = new CudaProcess(pid);
+  const proc = new CudaProcess(pid, { driver });
   console.log(
     `process ${pid}: ${await proc.state()}, ${memoryMiB} MiB on ${mem.gpuName} ${
       formatGpuUuid(mem.gpuUuid)

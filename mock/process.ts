@@ -294,8 +294,9 @@ export class SimulatedProcess {
    * SHA-256 of every byte of its GPU memory (zeros included), as lowercase hex, wherever the
    * memory is held now (on the GPU or, checkpointed, in host memory): the same as hashing what
    * `read(0, memoryMiB * 2 ** 20)` returns. An inspection for tests, not a CUDA call: it never
-   * blocks, and takes no simulated time (hashing 1 GiB takes about 0.6 s of real time; the result
-   * is kept until the memory changes).
+   * waits for the process, and takes no simulated time. It hashes on the calling thread, about
+   * 0.6 s of real time per GiB (a whole 140 GiB H200 would hold the event loop over a minute);
+   * the result is kept until the memory changes.
    */
   memoryDigest(): Promise<string> {
     const image = this.deviceMemory ?? this.hostMemory;

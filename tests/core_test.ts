@@ -74,7 +74,7 @@ describe("layering", () => {
 });
 
 describe("one operation at a time per process", () => {
-  test("two resumes at once: one restores, the other says it was already running", async () => {
+  test("two resumes at once: one restores, the other says it was not checkpointed", async () => {
     const sim = new SimulatedDriver();
     const target = sim.spawn({ memoryMiB: 1024 });
     const proc = new CudaProcess(target.pid, { driver: sim });

@@ -13,7 +13,7 @@
  */
 
 import process from "node:process";
-import { CudaProcess } from "../../mod.ts";
+import { CudaProcess, openNativeDriver } from "../../mod.ts";
 import { allocate } from "../../examples/cuda_memory.ts";
 import { randomBytes } from "../../examples/self_checkpoint_native.ts";
 import { startTarget } from "./native_env.ts";
@@ -25,12 +25,13 @@ if (!targetPath) {
 }
 
 const BYTES = 256 * 1024 * 1024;
-const mem = await allocate(BYTES);
+const driver = await openNativeDriver();
+const mem = await allocate(BYTES, driver.libraryPath);
 const pattern = randomBytes(BYTES);
 mem.upload(pattern);
 const other = await startTarget(targetPath, "cuda", 1024);
-const self = new CudaProcess(process.pid);
-const peer = new CudaProcess(other.pid);
+const self = new CudaProcess(process.pid, { driver });
+const peer = new CudaProcess(other.pid, { driver });
 const rounds: Record<string, number | string>[] = [];
 let ok = true;
 try {
@@ -74,5 +75,6 @@ try {
   await other.exit();
   await self.close();
   await peer.close();
+  await driver[Symbol.asyncDispose]();
 }
 process.exit(ok ? 0 : 1);
