@@ -10,6 +10,8 @@
  * @module
  */
 
+import { C_FUNCTIONS } from "../core/gate.ts";
+
 /** The FFI parameter and result types the tables use (a subset of Deno's `NativeType`). */
 export type CudaNativeType = "i32" | "u32" | "u64" | "buffer";
 
@@ -88,15 +90,8 @@ export type CudaSymbols = typeof CUDA_SYMBOLS;
 /** The C names of every function in {@link CUDA_SYMBOLS}. */
 export type CudaSymbolName = keyof CudaSymbols;
 
-/** The six checkpoint functions (driver 570 and later). */
-export const CHECKPOINT_SYMBOL_NAMES: readonly CudaSymbolName[] = [
-  "cuCheckpointProcessGetState",
-  "cuCheckpointProcessGetRestoreThreadId",
-  "cuCheckpointProcessLock",
-  "cuCheckpointProcessCheckpoint",
-  "cuCheckpointProcessRestore",
-  "cuCheckpointProcessUnlock",
-];
+/** The six checkpoint functions (driver 570 and later), as core names them. */
+export const CHECKPOINT_SYMBOL_NAMES: readonly CudaSymbolName[] = Object.values(C_FUNCTIONS);
 
 /** A function definition as `bun:ffi`'s `dlopen` takes it. */
 export interface BunFunctionDefinition {

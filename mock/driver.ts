@@ -32,6 +32,7 @@ import type {
   RestoreArgs,
 } from "../core/driver.ts";
 import type { Operation } from "../core/errors.ts";
+import { CHECKPOINT_FUNCTIONS } from "../core/gate.ts";
 import { describeValue, formatGpuUuid, parseGpuUuid } from "../core/uuid.ts";
 import {
   checkAmount,
@@ -132,16 +133,6 @@ export interface SimulatedCall {
   /** Why, where the code alone does not say: which mapping rule failed, what it waited for, … */
   note?: string;
 }
-
-/** The C names of the six checkpoint functions, which drivers older than 570 lack. */
-export const CHECKPOINT_FUNCTIONS: readonly string[] = [
-  "cuCheckpointProcessGetState",
-  "cuCheckpointProcessGetRestoreThreadId",
-  "cuCheckpointProcessLock",
-  "cuCheckpointProcessCheckpoint",
-  "cuCheckpointProcessRestore",
-  "cuCheckpointProcessUnlock",
-];
 
 /** Default memory by chip, in MiB, as nvidia-smi reports it. */
 const CHIP_MEMORY_MIB: Readonly<Record<string, number>> = {

@@ -20,8 +20,8 @@
  * @module
  */
 
+export { CHECKPOINT_FUNCTIONS } from "../core/gate.ts";
 export {
-  CHECKPOINT_FUNCTIONS,
   type SimulatedCall,
   SimulatedDriver,
   type SimulatedDriverOptions,

@@ -19,6 +19,7 @@ import { SimulatedDriver } from "../mock/mod.ts";
 import { openSharedDrivers } from "../core/sources.ts";
 import { queuedPids } from "../core/order.ts";
 import { forward } from "./support/forward.ts";
+import { rejectsWith } from "./support/rejects.ts";
 
 const CORE = new URL("../core/", import.meta.url);
 
@@ -34,15 +35,6 @@ function counting(sim: SimulatedDriver, extra: Partial<CheckpointDriver> = {}) {
     ...extra,
   });
   return { driver, counts };
-}
-
-async function rejectsWith(p: Promise<unknown>, code: number, ...patterns: RegExp[]) {
-  await assert.rejects(p, (err: unknown) => {
-    assert.ok(err instanceof CudaError, `a CudaError, got ${err}`);
-    assert.equal(err.code, code, err.message);
-    for (const re of patterns) assert.match(err.message, re);
-    return true;
-  });
 }
 
 describe("layering", () => {

@@ -17,21 +17,13 @@ import {
 } from "../mod.ts";
 import { SimulatedDriver } from "../mock/mod.ts";
 import { forward } from "./support/forward.ts";
+import { rejectsWith } from "./support/rejects.ts";
 
 function setup(memoryMiB = 1024, gpus = 2) {
   const sim = new SimulatedDriver({ gpus });
   const target = sim.spawn({ memoryMiB });
   const proc = new CudaProcess(target.pid, { driver: sim });
   return { sim, target, proc };
-}
-
-async function rejectsWith(p: Promise<unknown>, code: number, ...patterns: RegExp[]) {
-  await assert.rejects(p, (err: unknown) => {
-    assert.ok(err instanceof CudaError, `a CudaError, got ${err}`);
-    assert.equal(err.code, code, err.message);
-    for (const re of patterns) assert.match(err.message, re);
-    return true;
-  });
 }
 
 describe("the issue's example", () => {
