@@ -38,7 +38,22 @@ export {
   type RestoreOptions,
   setDefaultDriver,
   type ToggleOptions,
+  type WaitOptions,
+  WaitTimeoutError,
 } from "./core/process.ts";
+export {
+  type GroupAction,
+  type GroupEvent,
+  type GroupOptions,
+  type GroupResult,
+  type GroupStep,
+  type NotStartedReason,
+  type ProcessOutcome,
+  resumeAll,
+  runGroup,
+  type StepRecord,
+  suspendAll,
+} from "./core/group.ts";
 export {
   CheckpointUnsupportedError,
   CudaError,

@@ -109,4 +109,11 @@ export interface CheckpointDriver {
    * threads ended). Where a driver has it, this package uses it instead of `close()`.
    */
   [Symbol.asyncDispose]?(): Promise<void>;
+  /**
+   * The driver's clock in ms, where it keeps its own (the simulator's virtual time): deadlines and
+   * waits are measured on it. Left out: the real clock (`performance.now()`).
+   */
+  now?(): number;
+  /** Resolves after `ms` of the driver's clock. Left out: a real timer (`setTimeout`). */
+  sleep?(ms: number): Promise<void>;
 }

@@ -21,6 +21,7 @@ import {
 } from "./codes.ts";
 import type { CheckpointDriver, GpuPair } from "./driver.ts";
 import { capitalize, CudaError, errorFor, type Operation } from "./errors.ts";
+import { describeValue } from "./uuid.ts";
 import {
   checkCapability,
   checkMapping,
@@ -80,6 +81,81 @@ export interface RestoreOptions {
 /** Options of {@link CudaProcess.toggle}: those of a suspend and of a resume. */
 export interface ToggleOptions extends LockOptions, RestoreOptions {}
 
+/** Options of {@link CudaProcess.waitForState}. */
+export interface WaitOptions {
+  /** How long to wait at most, in ms (an integer from 0); left out, as long as it takes. */
+  timeoutMs?: number;
+  /** Stops the wait: it rejects with the signal's reason. */
+  signal?: AbortSignal;
+  /** How often to ask the driver, in ms (an integer from 1); 50 by default. */
+  intervalMs?: number;
+}
+
+/**
+ * A wait for a state that did not come in time. `state` is the last state seen (or why it could
+ * not be read).
+ */
+export class WaitTimeoutError extends Error {
+  /** The pid waited on. */
+  readonly pid: number;
+  /** The state waited for. */
+  readonly wanted: ProcessState;
+  /** The last state seen. */
+  readonly state: ProcessState | undefined;
+
+  /** Makes the error; the message names the process, the state wanted and the one seen. */
+  constructor(
+    pid: number,
+    wanted: ProcessState,
+    timeoutMs: number,
+    state: ProcessState | undefined,
+  ) {
+    super(
+      `process ${pid} did not become ${wanted} within ${timeoutMs} ms; it is ${
+        state ?? "of unknown state"
+      }`,
+    );
+    this.name = "WaitTimeoutError";
+    this.pid = pid;
+    this.wanted = wanted;
+    this.state = state;
+  }
+}
+
+/** The steps of {@link CudaProcess}, one driver call each, for a caller that holds its turn. */
+export interface ProcessSteps {
+  /** The driver the steps go to. */
+  readonly driver: CheckpointDriver;
+  /** `getState`, by name. */
+  state(): Promise<ProcessState>;
+  /** `lock` with this timeout. */
+  lock(timeoutMs: number): Promise<void>;
+  /** `checkpoint`. */
+  checkpoint(): Promise<void>;
+  /** `restore`, with GPU pairs (checked first) or without. */
+  restore(pairs: GpuPair[] | null): Promise<void>;
+  /** `unlock`. */
+  unlock(): Promise<void>;
+}
+
+/**
+ * Runs `body` with the process's steps while holding its turn: no other operation on the pid
+ * through the driver runs in between. For the group operations of this package; not exported from
+ * its main module.
+ */
+export function inTurn<T>(
+  proc: CudaProcess,
+  body: (steps: ProcessSteps) => Promise<T>,
+): Promise<T> {
+  return turns.get(proc)!(body) as Promise<T>;
+}
+
+/** Each process's way into its turn; kept off the class so that it is no public member. */
+const turns = new WeakMap<
+  CudaProcess,
+  (body: (steps: ProcessSteps) => Promise<unknown>) => Promise<unknown>
+>();
+
 /**
  * A CUDA process whose GPU state can be checkpointed and restored.
  *
@@ -129,6 +205,16 @@ export class CudaProcess {
     }
     if (options.driver !== undefined) checkSource(options.driver, "options.driver");
     this.#source = options.driver;
+    turns.set(this, (body) =>
+      this.#run(true, (driver) =>
+        body({
+          driver,
+          state: () => this.#getState(driver),
+          lock: (timeoutMs) => this.#lock(driver, checkTimeoutMs(timeoutMs)),
+          checkpoint: () => this.#step(driver, "checkpoint"),
+          restore: (pairs) => this.#restore(driver, pairs),
+          unlock: () => this.#step(driver, "unlock"),
+        })));
   }
 
   /** The driver this process talks to, opened on first use. */
@@ -272,6 +358,49 @@ export class CudaProcess {
     return this.close();
   }
 
+  /**
+   * Resolves once the process is in `state` (asking the driver every `intervalMs`); rejects with
+   * {@link WaitTimeoutError} when `timeoutMs` passes first, with the signal's reason when it is
+   * aborted, and with the driver's error when the process cannot be read (it exited, or never used
+   * CUDA). Useful when another program (CRIU, NVIDIA's utility) changes the state.
+   *
+   * @example
+   * ```ts ignore
+   * await proc.waitForState("checkpointed", { timeoutMs: 30_000 });
+   * ```
+   */
+  async waitForState(state: ProcessState, options: WaitOptions = {}): Promise<void> {
+    if (!(PROCESS_STATE_NAMES as readonly unknown[]).includes(state)) {
+      throw new RangeError(
+        `state must be one of ${PROCESS_STATE_NAMES.map((n) => `"${n}"`).join(", ")}, got ${
+          describeValue(state)
+        }`,
+      );
+    }
+    if (typeof options !== "object" || options === null) {
+      throw new TypeError(`options must be an object such as { timeoutMs: 5000 }, got ${options}`);
+    }
+    const timeoutMs = options.timeoutMs === undefined
+      ? undefined
+      : checkInteger(options.timeoutMs, "timeoutMs", 0);
+    const intervalMs = options.intervalMs === undefined
+      ? 50
+      : checkInteger(options.intervalMs, "intervalMs", 1);
+    const signal = options.signal;
+    const driver = await this.driver();
+    const clock = clockOf(driver);
+    const start = clock.now();
+    for (;;) {
+      signal?.throwIfAborted();
+      const seen = await this.state();
+      if (seen === state) return;
+      signal?.throwIfAborted();
+      const left = timeoutMs === undefined ? Infinity : timeoutMs - (clock.now() - start);
+      if (left <= 0) throw new WaitTimeoutError(this.pid, state, timeoutMs!, seen);
+      await clock.sleep(Math.min(intervalMs, left), signal);
+    }
+  }
+
   /** `CudaProcess(pid)`, for logs. */
   toString(): string {
     return `CudaProcess(${this.pid})`;
@@ -367,7 +496,7 @@ export class CudaProcess {
     } catch (err) {
       // No process (it exited) or no CUDA in it: there is no lock left to undo, and the error
       // already says so.
-      if (gone(err)) throw err;
+      if (isGone(err)) throw err;
       // Whatever else went wrong (the driver's answer, or a call that could not complete at all),
       // the lock is ours to undo.
       let detail: string;
@@ -408,7 +537,7 @@ export class CudaProcess {
   /** What a failed restore inside resume left behind, as a sentence. */
   async #afterFailedRestore(driver: CheckpointDriver, err: unknown): Promise<string> {
     // The restore's own code already says there is no process, or no CUDA in it.
-    if (gone(err)) return "";
+    if (isGone(err)) return "";
     const state = err instanceof CudaError && err.state !== undefined
       ? err.state
       : await this.#describeState(driver);
@@ -471,8 +600,51 @@ export class CudaProcess {
   }
 }
 
+/** A clock: the driver's own where it keeps one (the simulator's virtual time), else real time. */
+export interface Clock {
+  /** Now, in ms. */
+  now(): number;
+  /** Resolves after `ms`; rejects with the signal's reason when it is aborted first. */
+  sleep(ms: number, signal?: AbortSignal): Promise<void>;
+}
+
+/** The clock of `driver`: its own `now`/`sleep` where it has them, else the real clock. */
+export function clockOf(driver: CheckpointDriver): Clock {
+  const now = driver.now ? () => driver.now!() : () => performance.now();
+  const sleep = (ms: number, signal?: AbortSignal): Promise<void> => {
+    if (signal?.aborted) return Promise.reject(signal.reason);
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const slept = driver.sleep
+      ? driver.sleep(ms)
+      : new Promise<void>((resolve) => timer = setTimeout(resolve, ms));
+    if (!signal) return slept;
+    return new Promise<void>((resolve, reject) => {
+      const onAbort = () => {
+        if (timer !== undefined) clearTimeout(timer);
+        reject(signal.reason);
+      };
+      signal.addEventListener("abort", onAbort, { once: true });
+      slept.then(() => {
+        signal.removeEventListener("abort", onAbort);
+        resolve();
+      }, reject);
+    });
+  };
+  return { now, sleep };
+}
+
+/** Checks an integer option with a lower bound; throws naming it and the value. */
+function checkInteger(value: unknown, what: string, min: number): number {
+  if (typeof value !== "number" || !Number.isInteger(value) || value < min) {
+    throw new RangeError(
+      `${what} must be an integer from ${min}, in milliseconds, got ${describeValue(value)}`,
+    );
+  }
+  return value;
+}
+
 /** Whether an error says there is no process, or no CUDA in it: nothing is left to undo. */
-function gone(err: unknown): boolean {
+export function isGone(err: unknown): boolean {
   return err instanceof CudaError &&
     (err.code === CUDA_ERROR_OPERATING_SYSTEM || err.code === CUDA_ERROR_NOT_INITIALIZED);
 }

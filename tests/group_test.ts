@@ -1,0 +1,368 @@
+// Operations on many processes at once (core/group.ts) and waiting for a state, on the simulator.
+import { describe, test } from "node:test";
+import assert from "node:assert/strict";
+import {
+  CUDA_ERROR_ILLEGAL_STATE,
+  CUDA_ERROR_NOT_READY,
+  CUDA_ERROR_UNKNOWN,
+  CudaError,
+  CudaProcess,
+  type GroupAction,
+  type GroupEvent,
+  type ProcessState,
+  resumeAll,
+  runGroup,
+  suspendAll,
+  WaitTimeoutError,
+} from "../mod.ts";
+import { SimulatedDriver, type SimulatedProcess } from "../mock/mod.ts";
+
+const STATES: readonly ProcessState[] = ["running", "locked", "checkpointed"];
+
+/** Brings a simulated process into `state` through the raw driver. */
+async function into(sim: SimulatedDriver, p: SimulatedProcess, state: ProcessState): Promise<void> {
+  if (state === "running") return;
+  assert.equal(await sim.lock(p.pid, { timeoutMs: 0 }), 0);
+  if (state === "checkpointed") assert.equal(await sim.checkpoint(p.pid), 0);
+}
+
+/** Every list of `n` states. */
+function mixes(n: number): ProcessState[][] {
+  if (n === 0) return [[]];
+  return mixes(n - 1).flatMap((m) => STATES.map((s) => [...m, s]));
+}
+
+/** Spawns one process per state, with some memory contents, and brings each into its state. */
+async function group(sim: SimulatedDriver, states: readonly ProcessState[], memoryMiB = 256) {
+  const procs: SimulatedProcess[] = [];
+  for (const [i, state] of states.entries()) {
+    const p = sim.spawn({ memoryMiB });
+    await p.write(i * 4096, new Uint8Array([1, 2, 3, i]));
+    procs.push(p);
+    await into(sim, p, state);
+  }
+  const digests = await Promise.all(procs.map((p) => p.memoryDigest()));
+  return { procs, digests };
+}
+
+describe("group operations", () => {
+  test("suspend a group: each process done, in about the time of one, not the sum", async () => {
+    const sim = new SimulatedDriver();
+    const procs = Array.from({ length: 4 }, () => sim.spawn({ memoryMiB: 4096 }));
+    const result = await suspendAll(procs.map((p) => p.pid), { driver: sim });
+    assert.equal(result.ok, true);
+    assert.deepEqual(result.processes.map((p) => p.status), ["done", "done", "done", "done"]);
+    assert.deepEqual(result.processes[0].steps.map((s) => s.step), ["lock", "checkpoint"]);
+    assert.ok(procs.every((p) => p.state === "checkpointed"));
+    // Measured on an H200: 4 x 4 GiB at once 2.36 s, one after another 8.2-8.4 s.
+    assert.ok(result.ms > 2000 && result.ms < 3000, `${result.ms} ms`);
+    const back = await resumeAll(procs.map((p) => p.pid), { driver: sim });
+    assert.equal(back.ok, true);
+    assert.ok(procs.every((p) => p.state === "running"));
+  });
+
+  test("a process already in the wanted state is left alone; suspend from locked only checkpoints", async () => {
+    const sim = new SimulatedDriver();
+    const { procs } = await group(sim, ["running", "locked", "checkpointed"]);
+    const before = sim.calls.length;
+    const result = await suspendAll(procs.map((p) => p.pid), { driver: sim });
+    assert.deepEqual(result.processes.map((p) => p.status), ["done", "done", "unchanged"]);
+    assert.deepEqual(result.processes.map((p) => p.steps.map((s) => s.step).join("+")), [
+      "lock+checkpoint",
+      "checkpoint",
+      "",
+    ]);
+    assert.deepEqual(result.processes.map((p) => p.initialState), STATES);
+    const calls = sim.calls.slice(before).filter((c) => c.op !== "getState");
+    assert.equal(calls.filter((c) => c.pid === procs[2].pid).length, 0, "no call but getState");
+  });
+
+  test("a state with no way to the wanted one fails that process alone, said plainly", async () => {
+    const sim = new SimulatedDriver();
+    const { procs } = await group(sim, ["running", "checkpointed"]);
+    const result = await runGroup("unlock", procs.map((p) => p.pid), { driver: sim });
+    assert.equal(result.ok, false);
+    assert.equal(result.processes[0].status, "unchanged");
+    const failed = result.processes[1];
+    assert.equal(failed.status, "failed");
+    assert.ok(failed.error instanceof CudaError);
+    assert.equal(failed.error.code, CUDA_ERROR_ILLEGAL_STATE);
+    assert.match(
+      failed.error.message,
+      /^unlock of process \d+ failed: CUDA_ERROR_ILLEGAL_STATE \(401\): .* \(the process is checkpointed\)\. Unlock takes a process to running, and there is no way there from checkpointed; it was left as it was$/,
+    );
+    assert.equal(procs[1].state, "checkpointed");
+  });
+
+  test("a failed step is undone for that process: a checkpoint that fails is unlocked again", async () => {
+    const sim = new SimulatedDriver();
+    const { procs } = await group(sim, ["running", "running"]);
+    procs[1].failNext("checkpoint", { code: CUDA_ERROR_UNKNOWN });
+    const result = await suspendAll(procs.map((p) => p.pid), { driver: sim });
+    assert.equal(result.ok, false);
+    assert.equal(result.rolledBack, false, "without allOrNothing the others stand");
+    assert.equal(procs[0].state, "checkpointed");
+    const failed = result.processes[1];
+    assert.equal(failed.status, "failed");
+    assert.deepEqual(failed.rollback?.ok, true);
+    assert.deepEqual(failed.rollback?.steps.map((s) => s.step), ["unlock"]);
+    assert.equal(failed.state, "running");
+    assert.equal(procs[1].state, "running");
+  });
+
+  for (const action of ["suspend", "resume"] as GroupAction[]) {
+    test(`all-or-nothing ${action}: from every mix of three initial states, all come back`, async () => {
+      for (const mix of mixes(3)) {
+        const sim = new SimulatedDriver();
+        const { procs, digests } = await group(sim, mix, 16);
+        // A fourth process, which can be worked on, fails at its last step.
+        const failing = sim.spawn({ memoryMiB: 256 });
+        await into(sim, failing, action === "suspend" ? "running" : "checkpointed");
+        failing.failNext(action === "suspend" ? "checkpoint" : "unlock", {
+          code: CUDA_ERROR_UNKNOWN,
+        });
+        const result = await runGroup(action, [...procs, failing].map((p) => p.pid), {
+          driver: sim,
+          allOrNothing: true,
+        });
+        const label = `${action} from ${mix.join(", ")}`;
+        assert.equal(result.ok, false, label);
+        assert.deepEqual(procs.map((p) => p.state), mix, `${label}: every process back`);
+        assert.deepEqual(await Promise.all(procs.map((p) => p.memoryDigest())), digests, label);
+        assert.equal(failing.state, action === "suspend" ? "running" : "checkpointed", label);
+        const done = result.processes.filter((p) =>
+          p.rollback !== undefined && p.pid !== failing.pid
+        );
+        assert.ok(done.every((p) => p.rollback!.ok), `${label}: rollbacks succeeded`);
+        assert.equal(result.rolledBack, done.length > 0, label);
+      }
+    });
+  }
+
+  test("all-or-nothing with a limit: after a failure, nothing more starts", async () => {
+    const sim = new SimulatedDriver();
+    const procs = Array.from({ length: 4 }, () => sim.spawn({ memoryMiB: 256 }));
+    procs[0].failNext("lock", { code: CUDA_ERROR_NOT_READY });
+    const result = await suspendAll(procs.map((p) => p.pid), {
+      driver: sim,
+      allOrNothing: true,
+      concurrency: 1,
+    });
+    assert.deepEqual(result.processes.map((p) => p.status), [
+      "failed",
+      "not-started",
+      "not-started",
+      "not-started",
+    ]);
+    assert.ok(result.processes.slice(1).every((p) => p.notStarted === "another-failed"));
+    assert.ok(procs.every((p) => p.state === "running"));
+  });
+
+  test("the concurrency limit is honoured", async () => {
+    const sim = new SimulatedDriver();
+    const procs = Array.from({ length: 6 }, () => sim.spawn({ memoryMiB: 1024 }));
+    let running = 0, most = 0;
+    const onProgress = (e: GroupEvent) => {
+      if (e.type === "step-start" && e.step === "lock") most = Math.max(most, ++running);
+      if (e.type === "step-end" && e.step === "checkpoint") running--;
+    };
+    const result = await suspendAll(procs.map((p) => p.pid), {
+      driver: sim,
+      concurrency: 2,
+      onProgress,
+    });
+    assert.equal(result.ok, true);
+    assert.equal(most, 2);
+  });
+
+  test("progress events: each step starts and ends, with times", async () => {
+    const sim = new SimulatedDriver();
+    const p = sim.spawn({ memoryMiB: 1024 });
+    const events: GroupEvent[] = [];
+    await suspendAll([p.pid], { driver: sim, onProgress: (e) => void events.push(e) });
+    assert.deepEqual(events.map((e) => `${e.type}:${e.step}`), [
+      "step-start:lock",
+      "step-end:lock",
+      "step-start:checkpoint",
+      "step-end:checkpoint",
+    ]);
+    const end = events[3] as Extract<GroupEvent, { type: "step-end" }>;
+    assert.ok(end.ok && !end.rollback && end.ms > 500, `checkpoint took ${end.ms} ms`);
+  });
+
+  test("the deadline: lock timeouts are cut to it, and nothing starts after it", async () => {
+    const sim = new SimulatedDriver();
+    const busy = sim.spawn({ memoryMiB: 256 });
+    void busy.launch(5000); // a kernel that outlasts the deadline
+    const others = Array.from({ length: 2 }, () => sim.spawn({ memoryMiB: 256 }));
+    const result = await suspendAll([busy, ...others].map((p) => p.pid), {
+      driver: sim,
+      timeoutMs: 1000,
+      concurrency: 1,
+    });
+    assert.equal(result.deadlinePassed, true);
+    const [b, o1, o2] = result.processes;
+    assert.equal(b.status, "failed");
+    assert.ok(b.error instanceof CudaError && b.error.code === CUDA_ERROR_NOT_READY);
+    assert.ok(b.steps[0].ms >= 999 && b.steps[0].ms <= 1001, `the lock waited ${b.steps[0].ms} ms`);
+    assert.deepEqual([o1.status, o2.status], ["not-started", "not-started"]);
+    assert.deepEqual([o1.notStarted, o2.notStarted], ["deadline", "deadline"]);
+    assert.ok([busy, ...others].every((p) => p.state === "running"));
+  });
+
+  test("the deadline passing between a process's steps undoes its first step", async () => {
+    const sim = new SimulatedDriver();
+    const p = sim.spawn({ memoryMiB: 256 });
+    void p.launch(800);
+    // The lock waits for the kernel (800 ms) within the 1000 ms; the checkpoint could not finish
+    // in what is left, but no call is interrupted: it is only not started once the time is up.
+    const result = await suspendAll([p.pid], { driver: sim, timeoutMs: 800 });
+    const out = result.processes[0];
+    assert.equal(out.status, "failed");
+    assert.match(out.error!.message, /deadline \(800 ms\) passed before checkpoint of process/);
+    assert.deepEqual(out.rollback?.steps.map((s) => s.step), ["unlock"]);
+    assert.equal(p.state, "running");
+  });
+
+  test("abort mid-group: what runs finishes, nothing new starts, all-or-nothing rolls back", async () => {
+    const sim = new SimulatedDriver();
+    const procs = Array.from({ length: 4 }, () => sim.spawn({ memoryMiB: 1024 }));
+    const controller = new AbortController();
+    const aborting = suspendAll(procs.map((p) => p.pid), {
+      driver: sim,
+      concurrency: 2,
+      allOrNothing: true,
+      signal: controller.signal,
+      onProgress: (e) => {
+        if (e.type === "step-end" && e.step === "checkpoint") controller.abort();
+      },
+    });
+    const result = await aborting;
+    assert.equal(result.aborted, true);
+    assert.equal(result.ok, false);
+    assert.ok(result.processes.some((p) => p.notStarted === "aborted"));
+    assert.equal(result.rolledBack, true);
+    assert.ok(procs.every((p) => p.state === "running"), procs.map((p) => p.state).join());
+  });
+
+  test("a process that exits mid-group fails alone, saying it is gone; the rest roll back", async () => {
+    const sim = new SimulatedDriver();
+    const procs = Array.from({ length: 3 }, () => sim.spawn({ memoryMiB: 4096 }));
+    const suspending = suspendAll(procs.map((p) => p.pid), { driver: sim, allOrNothing: true });
+    await sim.sleep(500);
+    procs[1].exit();
+    const result = await suspending;
+    const gone = result.processes[1];
+    assert.equal(gone.status, "failed");
+    assert.match(gone.error!.message, /CUDA_ERROR_OPERATING_SYSTEM.*No process has this pid/);
+    assert.equal(gone.rollback, undefined, "nothing to undo in a process that is gone");
+    assert.deepEqual([procs[0].state, procs[2].state], ["running", "running"]);
+  });
+
+  test("a GPU mapping for all moves the group to the other GPU", async () => {
+    const sim = new SimulatedDriver({ gpus: 2 });
+    const [a, b] = sim.gpus.map((g) => g.uuid);
+    const procs = [sim.spawn(), sim.spawn()];
+    await suspendAll(procs.map((p) => p.pid), { driver: sim });
+    const result = await resumeAll(procs.map((p) => p.pid), {
+      driver: sim,
+      gpuMapping: { [a]: b, [b]: a },
+    });
+    assert.equal(result.ok, true);
+    assert.ok(procs.every((p) => p.gpuUuids[0] === b));
+  });
+
+  test("bad input is refused before anything happens, naming it", async () => {
+    const sim = new SimulatedDriver();
+    const p = sim.spawn();
+    await assert.rejects(
+      runGroup("freeze" as GroupAction, [p.pid], { driver: sim }),
+      /action must be one of "suspend", .* got "freeze"/,
+    );
+    await assert.rejects(
+      suspendAll([p.pid, p.pid], { driver: sim }),
+      /names process \d+ twice \(targets\[1\]\)/,
+    );
+    await assert.rejects(
+      suspendAll([0], { driver: sim }),
+      /targets\[0\] must be an integer process or thread id from 1/,
+    );
+    await assert.rejects(
+      suspendAll([p.pid], { driver: sim, concurrency: 0 }),
+      /concurrency must be an integer from 1, got 0/,
+    );
+    await assert.rejects(
+      suspendAll([p.pid], { driver: sim, timeoutMs: -1 }),
+      /timeoutMs \(ms for the whole group\) must be an integer from 0, got -1/,
+    );
+    await assert.rejects(
+      resumeAll([p.pid], { driver: sim, gpuMapping: { x: "y" } }),
+      /gpuMapping key "x" is not a GPU UUID/,
+    );
+    assert.equal(sim.calls.length, 0);
+  });
+
+  test("handles given as CudaProcess keep their own driver and stay open", async () => {
+    const sim = new SimulatedDriver();
+    const proc = new CudaProcess(sim.spawn().pid, { driver: sim });
+    const result = await suspendAll([proc]);
+    assert.equal(result.ok, true);
+    assert.equal(await proc.state(), "checkpointed");
+  });
+});
+
+describe("waitForState", () => {
+  test("resolves when another party brings the process there", async () => {
+    const sim = new SimulatedDriver();
+    const p = sim.spawn({ memoryMiB: 1024 });
+    const proc = new CudaProcess(p.pid, { driver: sim });
+    const other = new CudaProcess(p.pid, { driver: sim });
+    const waiting = proc.waitForState("checkpointed", { timeoutMs: 5000 });
+    await sim.sleep(300);
+    await other.suspend();
+    await waiting;
+    assert.ok(sim.now() < 2000);
+  });
+
+  test("times out on the driver's clock, saying what it saw", async () => {
+    const sim = new SimulatedDriver();
+    const proc = new CudaProcess(sim.spawn().pid, { driver: sim });
+    await assert.rejects(proc.waitForState("locked", { timeoutMs: 2000 }), (err: unknown) => {
+      assert.ok(err instanceof WaitTimeoutError);
+      assert.equal(
+        err.message,
+        `process ${proc.pid} did not become locked within 2000 ms; it is running`,
+      );
+      return true;
+    });
+    assert.ok(sim.now() >= 2000 && sim.now() < 2100, `${sim.now()} ms`);
+  });
+
+  test("an abort stops it with the signal's reason", async () => {
+    const sim = new SimulatedDriver();
+    const proc = new CudaProcess(sim.spawn().pid, { driver: sim });
+    const controller = new AbortController();
+    const waiting = proc.waitForState("checkpointed", { signal: controller.signal });
+    await sim.sleep(120);
+    controller.abort(new Error("shutting down"));
+    await assert.rejects(waiting, /shutting down/);
+  });
+
+  test("a process that exits rejects with the driver's error; bad input is named", async () => {
+    const sim = new SimulatedDriver();
+    const p = sim.spawn();
+    const proc = new CudaProcess(p.pid, { driver: sim });
+    const waiting = proc.waitForState("checkpointed");
+    await sim.sleep(100);
+    p.exit();
+    await assert.rejects(waiting, /CUDA_ERROR_OPERATING_SYSTEM/);
+    await assert.rejects(
+      proc.waitForState("frozen" as ProcessState),
+      /state must be one of "running", "locked", "checkpointed", "failed", got "frozen"/,
+    );
+    await assert.rejects(
+      proc.waitForState("running", { intervalMs: 0 }),
+      /intervalMs must be an integer from 1/,
+    );
+  });
+});
