@@ -1,0 +1,73 @@
+/**
+ * Group operations on real processes:
+ *
+ *   deno run -A tests/gpu/group.ts <target binary>      (or: bun tests/gpu/group.ts <target>)
+ *
+ * 1. Four 1 GiB targets: suspendAll, then resumeAll; every process done, memory intact.
+ * 2. All-or-nothing with a member that cannot be checkpointed (a process that never used CUDA):
+ *    it fails, and the three that were checkpointed are brought back to running.
+ * 3. A deadline shorter than a busy target's kernel: its lock times out at the deadline and the
+ *    processes after it are not started.
+ * Prints one JSON line; exits 1 on any failure.
+ */
+
+import process from "node:process";
+import { openNativeDriver, resumeAll, suspendAll } from "../../mod.ts";
+import { startTarget } from "./native_env.ts";
+
+const [targetPath] = process.argv.slice(2);
+if (!targetPath) {
+  console.error("usage: group.ts <target binary>");
+  process.exit(2);
+}
+const driver = await openNativeDriver();
+const targets = await Promise.all(
+  Array.from({ length: 4 }, () => startTarget(targetPath, "cuda", 1024)),
+);
+const plain = await startTarget(targetPath, "nocuda");
+const report: Record<string, unknown> = { runtime: driver.kind };
+let ok = true;
+const check = (what: string, cond: boolean) => {
+  if (!cond) {
+    ok = false;
+    console.log(`FAILED: ${what}`);
+  }
+};
+try {
+  const pids = targets.map((t) => t.pid);
+  const s = await suspendAll(pids, { driver });
+  const r = await resumeAll(pids, { driver });
+  check("suspendAll", s.ok && s.processes.every((p) => p.status === "done"));
+  check("resumeAll", r.ok && r.processes.every((p) => p.status === "done"));
+  report.suspendAllMs = Math.round(s.ms);
+  report.resumeAllMs = Math.round(r.ms);
+
+  const a = await suspendAll([...pids.slice(0, 3), plain.pid], { driver, allOrNothing: true });
+  const states = await Promise.all(pids.map((pid) => driver.getState(pid)));
+  check("all-or-nothing failed", !a.ok && a.rolledBack);
+  check("the plain process failed", a.processes[3].status === "failed");
+  check("the others rolled back", a.processes.slice(0, 3).every((p) => p.rollback?.ok === true));
+  check("all running again", states.every((st) => st.code === 0 && st.value === 0));
+  report.allOrNothing = a.processes.map((p) => `${p.status}${p.rollback ? "+rollback" : ""}`);
+  report.allOrNothingMs = Math.round(a.ms);
+
+  await targets[0].launchKernel(5000);
+  const d = await suspendAll(pids, { driver, timeoutMs: 1000, concurrency: 1 });
+  check("deadline passed", d.deadlinePassed && !d.ok);
+  check("busy lock timed out", d.processes[0].status === "failed");
+  check("the rest not started", d.processes.slice(1).every((p) => p.notStarted === "deadline"));
+  report.deadline = {
+    lockMs: Math.round(d.processes[0].steps[0]?.ms ?? -1),
+    statuses: d.processes.map((p) => p.status),
+  };
+
+  let intact = 0;
+  for (const t of targets) if ((await t.ask("hash")) === `hash ${t.readyHash}`) intact++;
+  check("memory intact", intact === targets.length);
+  report.memoryIntact = `${intact} of ${targets.length}`;
+} finally {
+  for (const t of [...targets, plain]) await t.exit();
+  await driver[Symbol.asyncDispose]();
+}
+console.log(JSON.stringify({ ok, ...report }));
+process.exit(ok ? 0 : 1);
