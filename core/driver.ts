@@ -6,6 +6,8 @@
  * @module
  */
 
+import type { HostProcesses } from "./listing.ts";
+
 /** Arguments of `cuCheckpointProcessLock` (`CUcheckpointLockArgs`, 64 bytes). */
 export interface LockArgs {
   /** `timeoutMs` at offset 0: how long to wait for submitted work to finish; 0 waits forever. */
@@ -98,6 +100,13 @@ export interface CheckpointDriver {
    * could not be read). Only then is a mapping checked before the restore call.
    */
   readonly listsEveryGpu?: boolean;
+  /**
+   * The processes of the machine this driver drives, where the driver knows them itself: the
+   * simulated driver lists its simulated processes. Left out for a driver of the real machine,
+   * whose processes `listCudaProcesses` finds in `/proc`. What it returns belongs to the driver
+   * (nothing closes it).
+   */
+  hostProcesses?(): HostProcesses;
   /**
    * Lets go of what the driver holds (a library, worker threads, timers). Calls made afterwards
    * reject. The native driver lets calls already made finish first; the simulated driver, whose

@@ -32,6 +32,7 @@ import type {
   RestoreArgs,
 } from "../core/driver.ts";
 import type { Operation } from "../core/errors.ts";
+import type { GpuMemoryReport, HostProcesses, ScannedProcess } from "../core/listing.ts";
 import { CHECKPOINT_FUNCTIONS } from "../core/gate.ts";
 import { describeValue, formatGpuUuid, parseGpuUuid } from "../core/uuid.ts";
 import {
@@ -116,6 +117,19 @@ export interface SpawnOptions {
    * has one more, the driver's own, which is its restore thread.
    */
   extraThreads?: number;
+  /** Its command line, as a process listing shows it. Default `simulated-process <pid>`. */
+  command?: string;
+  /**
+   * `false` for a process the caller may not look at (another user's, seen without privilege):
+   * a listing reports it as not inspectable. The driver still answers for it. Default true.
+   */
+  inspectable?: boolean;
+  /**
+   * Whether it has the CUDA driver library mapped. Default: as `cuda`. `cuda: false` with
+   * `libcuda: true` is a process that loaded libcuda but never called `cuInit`, which the driver
+   * answers `CUDA_ERROR_NOT_INITIALIZED` for. A CUDA process always has it.
+   */
+  libcuda?: boolean;
 }
 
 /** One call the simulated driver answered, for tests that check what their code did. */
@@ -315,7 +329,15 @@ export class SimulatedDriver implements CheckpointDriver, AsyncDisposable {
   spawn(options: SpawnOptions = {}): SimulatedProcess {
     const closed = this.#closedError("spawn a process");
     if (closed) throw closed;
-    checkKeys(options, "spawn options", ["memoryMiB", "gpu", "cuda", "extraThreads"]);
+    checkKeys(options, "spawn options", [
+      "memoryMiB",
+      "gpu",
+      "cuda",
+      "extraThreads",
+      "command",
+      "inspectable",
+      "libcuda",
+    ]);
     const usesCuda = checkBoolean(options.cuda ?? true, "spawn: cuda");
     if (!usesCuda && options.memoryMiB) {
       throw new TypeError(
@@ -327,6 +349,12 @@ export class SimulatedDriver implements CheckpointDriver, AsyncDisposable {
     const memoryMiB = usesCuda ? checkAmount(options.memoryMiB ?? 16, "spawn: memoryMiB") : 0;
     const gpus = this.#gpusFor(options.gpu);
     const extra = checkInteger(options.extraThreads ?? 1, "spawn: extraThreads", 0, 100_000);
+    const loadsLibcuda = checkBoolean(options.libcuda ?? usesCuda, "spawn: libcuda");
+    if (usesCuda && !loadsLibcuda) {
+      throw new TypeError(
+        "spawn: a CUDA process has libcuda mapped; libcuda: false needs cuda: false",
+      );
+    }
     const need: GpuNeeds = usesCuda ? needsOn(memoryMiB, gpus) : new Map();
     const short = shortage(need, memoryMiB);
     if (short) throw new RangeError(`spawn: ${short}`);
@@ -335,11 +363,49 @@ export class SimulatedDriver implements CheckpointDriver, AsyncDisposable {
     if (pid + count > 2 ** 31 - 1) throw new RangeError(`spawn: no pids left after ${pid}`);
     const threads = Array.from({ length: count }, (_, i) => pid + i);
     this.#nextPid += Math.max(10, count + 7);
-    const proc = new SimulatedProcess(this.#host, pid, threads, memoryMiB, gpus, usesCuda);
+    const proc = new SimulatedProcess(this.#host, pid, threads, memoryMiB, gpus, usesCuda, {
+      command: options.command === undefined
+        ? `simulated-process ${pid}`
+        : checkName(options.command, "spawn: command"),
+      inspectable: checkBoolean(options.inspectable ?? true, "spawn: inspectable"),
+      libcudaLoaded: loadsLibcuda,
+    });
     proc.claim(need);
     this.#processes.add(proc);
     for (const t of threads) this.#byPid.set(t, proc);
     return proc;
+  }
+
+  /**
+   * The simulated machine's processes, as `listCudaProcesses` sees them: each live process with
+   * its command line, whether it has libcuda mapped (or could not be looked at), and the GPU
+   * memory it holds per GPU, as NVML would report it. `listCudaProcesses({ driver: sim })` uses
+   * it by itself. Reading it takes no simulated time.
+   */
+  hostProcesses(): HostProcesses {
+    return {
+      kind: "simulated",
+      scan: () =>
+        this.#now(
+          "list processes",
+          () =>
+            this.processes.map((p): ScannedProcess =>
+              p.inspectable ? { pid: p.pid, command: p.command, cudaLibrary: p.libcudaLoaded } : {
+                pid: p.pid,
+                command: p.command,
+                notInspectable: `permission denied reading /proc/${p.pid}/maps (simulated: ` +
+                  `spawned with inspectable: false)`,
+              }
+            ),
+        ),
+      gpuMemory: () =>
+        this.#now("read GPU memory", (): GpuMemoryReport => ({
+          byPid: new Map(
+            this.processes.map((p) => [p.pid, p.gpuMemoryMiB] as const)
+              .filter(([, mib]) => Object.keys(mib).length > 0),
+          ),
+        })),
+    };
   }
 
   /** Every GPU the driver sees, by index: what `cuDeviceGet`, `cuDeviceGetUuid` and `cuDeviceGetName` give. */

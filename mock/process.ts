@@ -194,6 +194,13 @@ export class SimulatedProcess {
   #kernels = new Set<Kernel>();
   #tail: Promise<void> = Promise.resolve();
 
+  /** Its command line, as `/proc/PID/cmdline` gives it with spaces between the arguments. */
+  readonly command: string;
+  /** Whether the caller may look at it (`false`: another user's process, seen without privilege). */
+  readonly inspectable: boolean;
+  /** Whether it has the CUDA driver library mapped (every CUDA process has; others may). */
+  readonly libcudaLoaded: boolean;
+
   /** @internal made by {@link SimulatedDriver.spawn}, which then claims its GPU memory */
   constructor(
     sim: ProcessHost,
@@ -202,7 +209,15 @@ export class SimulatedProcess {
     memoryMiB: number,
     gpus: SimulatedGpu[],
     usesCuda: boolean,
+    seen: { command: string; inspectable: boolean; libcudaLoaded: boolean } = {
+      command: `simulated-process ${pid}`,
+      inspectable: true,
+      libcudaLoaded: usesCuda,
+    },
   ) {
+    this.command = seen.command;
+    this.inspectable = seen.inspectable;
+    this.libcudaLoaded = seen.libcudaLoaded;
     this.sim = sim;
     this.pid = pid;
     this.threads = threads;
@@ -226,6 +241,16 @@ export class SimulatedProcess {
   /** The UUIDs of the GPUs it runs on (or ran on, while checkpointed). */
   get gpuUuids(): string[] {
     return this.gpus.map((g) => g.uuid);
+  }
+
+  /**
+   * The GPU memory it holds now, in MiB by GPU UUID, its CUDA context included, as NVML reports
+   * it: nothing while checkpointed, after it exits, or for a process that never used CUDA.
+   */
+  get gpuMemoryMiB(): Record<string, number> {
+    const held: Record<string, number> = {};
+    for (const [g, mib] of this.#held) held[g.uuid] = mib;
+    return held;
   }
 
   /** Where its GPU memory is now: on the GPU, in host memory (checkpointed), or nowhere. */
