@@ -48,6 +48,23 @@ export {
   type TriedPath,
 } from "./find.ts";
 export {
+  LinuxHost,
+  type LinuxHostOptions,
+  openLinuxHost,
+  PROC_READS_AT_ONCE,
+  type ProcReader,
+} from "./host.ts";
+export {
+  type Nvml,
+  NVML_ENV_VAR,
+  NVML_SEARCH_PATHS,
+  NVML_SONAME,
+  NVML_SYMBOLS,
+  type NvmlOptions,
+  type NvmlSymbolName,
+  openNvml,
+} from "./nvml.ts";
+export {
   CHECKPOINT_SYMBOL_NAMES,
   CUDA_SYMBOLS,
   type CudaForeignFunction,
@@ -66,8 +83,8 @@ export function detectRuntime(): NativeRuntime {
   return "other";
 }
 
-/** The adapter of this runtime's FFI. */
-async function runtimeAdapter(): Promise<FfiAdapter> {
+/** The adapter of this runtime's FFI (Deno's or Bun's); a `DriverLoadError` on any other runtime. */
+export async function runtimeAdapter(): Promise<FfiAdapter> {
   const runtime = detectRuntime();
   if (runtime === "deno") return (await import("./deno.ts")).denoAdapter();
   if (runtime === "bun") return await (await import("./bun.ts")).bunAdapter();

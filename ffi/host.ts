@@ -1,0 +1,248 @@
+/**
+ * The Linux host of `listCudaProcesses`: the processes in `/proc`, whether each has the CUDA driver
+ * library mapped (`/proc/PID/maps`), its command line (`/proc/PID/cmdline`), and GPU memory per
+ * process from NVML (`nvml.ts`), where NVML can be loaded.
+ *
+ * `/proc` is read asynchronously, at most {@link PROC_READS_AT_ONCE} files at a time: reading
+ * another process's `maps` or `cmdline` takes that process's memory-map lock, which a process in
+ * the middle of a large memory operation can hold for a long time, and that wait must not stop
+ * the caller's event loop. On Deno the reads use `Deno.readFile`, on Bun `node:fs/promises`: each
+ * runtime's faster asynchronous read (measured: 466 processes in about 30 ms and 10 ms).
+ *
+ * Thread ids fold into their process by themselves: `/proc` lists processes only.
+ *
+ * @module
+ */
+
+import type { ClosableHost, GpuMemoryReport, ScannedProcess } from "../core/listing.ts";
+import type { Nvml } from "./nvml.ts";
+
+/** How many `/proc` files are read at once. */
+export const PROC_READS_AT_ONCE = 32;
+
+/**
+ * How `/proc` is read: the runtime's file system by default; tests give one that fails as a
+ * process of another user would.
+ */
+export interface ProcReader {
+  /** The names in a folder. */
+  list(path: string): Promise<string[]>;
+  /**
+   * A file's contents as text. Rejects as the file system does: an error whose `code` (Node) or
+   * `name` (Deno) says `EACCES`/`PermissionDenied` or `ENOENT`/`NotFound`.
+   */
+  read(path: string): Promise<string>;
+}
+
+/** Options of {@link openLinuxHost}. */
+export interface LinuxHostOptions {
+  /** Whether to load NVML for GPU memory. Default true. */
+  nvml?: boolean;
+  /**
+   * The NVML library to load. Left out: `CKPT_LIBNVML_PATH`, else `libnvidia-ml.so.1` through the
+   * system loader, else the driver's usual directories; never the current directory.
+   */
+  nvmlPath?: string;
+  /** Where `/proc` is: `/proc` by default. */
+  procRoot?: string;
+  /** How `/proc` is read; the runtime's file system by default. */
+  reader?: ProcReader;
+}
+
+/** A path to the CUDA driver library in a `/proc/PID/maps` line (`libcuda.so.580.95.05`, ...). */
+const LIBCUDA_MAPPED = /\/libcuda\.so(\.[0-9]+)*( \(deleted\))?$/m;
+
+/** The runtime's own asynchronous reads. */
+function runtimeReader(): ProcReader {
+  const deno = (globalThis as { Deno?: typeof Deno }).Deno;
+  if (deno) {
+    const decoder = new TextDecoder();
+    return {
+      async list(path) {
+        const names: string[] = [];
+        for await (const entry of deno.readDir(path)) names.push(entry.name);
+        return names;
+      },
+      read: async (path) => decoder.decode(await deno.readFile(path)),
+    };
+  }
+  return {
+    list: async (path) => (await import("node:fs/promises")).readdir(path),
+    read: async (path) => (await import("node:fs/promises")).readFile(path, "utf8"),
+  };
+}
+
+/** What a failed read means: the process is gone, it may not be looked at, or something else. */
+function classify(error: unknown): "gone" | "denied" | "other" {
+  const e = error as { code?: string; name?: string };
+  if (e?.code === "ENOENT" || e?.code === "ESRCH" || e?.name === "NotFound") return "gone";
+  if (e?.code === "EACCES" || e?.code === "EPERM" || e?.name === "PermissionDenied") {
+    return "denied";
+  }
+  return "other";
+}
+
+function messageOf(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}
+
+/**
+ * The Linux host: `/proc` and NVML. Made by {@link openLinuxHost}; close it to let go of NVML.
+ */
+export class LinuxHost implements ClosableHost, AsyncDisposable {
+  /** Always `"linux"`. */
+  readonly kind: string = "linux";
+  readonly #root: string;
+  readonly #reader: ProcReader;
+  readonly #nvmlWanted: boolean;
+  readonly #nvmlPath: string | undefined;
+  #nvml: Promise<Nvml> | undefined;
+  #closed = false;
+
+  /** Use {@link openLinuxHost}. */
+  constructor(options: LinuxHostOptions = {}) {
+    this.#root = options.procRoot ?? "/proc";
+    this.#reader = options.reader ?? runtimeReader();
+    this.#nvmlWanted = options.nvml ?? true;
+    this.#nvmlPath = options.nvmlPath;
+  }
+
+  /**
+   * Every process in `/proc`: its command line, and whether `/proc/PID/maps` shows libcuda. A
+   * process whose `maps` cannot be read (another user's, without privilege) is reported with the
+   * reason; one that ends meanwhile is left out.
+   *
+   * @throws {Error} (as a rejection) when `/proc` itself cannot be listed (on Deno without
+   * `--allow-read`, say).
+   */
+  async scan(): Promise<ScannedProcess[]> {
+    this.#checkOpen("scan /proc");
+    let names: string[];
+    try {
+      names = await this.#reader.list(this.#root);
+    } catch (error) {
+      throw new Error(
+        `the processes cannot be listed: ${this.#root} could not be read (${
+          messageOf(error)
+        }); on Deno, allow reading it (--allow-read=${this.#root})`,
+        { cause: error },
+      );
+    }
+    const pids = names.filter((name) => /^[1-9][0-9]*$/.test(name)).map(Number);
+    const found: (ScannedProcess | undefined)[] = new Array(pids.length);
+    let next = 0;
+    const work = async () => {
+      while (next < pids.length) {
+        const i = next++;
+        found[i] = await this.#look(pids[i]);
+      }
+    };
+    await Promise.all(Array.from({ length: Math.min(PROC_READS_AT_ONCE, pids.length) }, work));
+    return found.filter((p): p is ScannedProcess => p !== undefined);
+  }
+
+  /**
+   * GPU memory per process from NVML (loaded on first use, kept until {@link LinuxHost.close}), or
+   * why it is unknown: NVML not loaded, not asked for, or this program in a PID namespace of its
+   * own (a container), where NVML's pids, the host's, are not the pids `/proc` shows.
+   */
+  async gpuMemory(): Promise<GpuMemoryReport> {
+    this.#checkOpen("read GPU memory");
+    if (!this.#nvmlWanted) return { unknown: "NVML was not asked for (nvml: false)" };
+    const nested = await this.#inChildPidNamespace();
+    if (nested) return { unknown: nested };
+    this.#nvml ??= (async () => {
+      const { runtimeAdapter } = await import("./mod.ts");
+      const { openNvml } = await import("./nvml.ts");
+      return openNvml(await runtimeAdapter(), { libraryPath: this.#nvmlPath });
+    })();
+    let nvml: Nvml;
+    try {
+      nvml = await this.#nvml;
+    } catch (error) {
+      return { unknown: messageOf(error) };
+    }
+    return await nvml.gpuMemory();
+  }
+
+  /** Lets go of NVML, once the reads under way have ended. Idempotent. */
+  async close(): Promise<void> {
+    this.#closed = true;
+    const nvml = this.#nvml;
+    this.#nvml = undefined;
+    if (!nvml) return;
+    try {
+      await (await nvml).close();
+    } catch {
+      // It never opened: nothing to close.
+    }
+  }
+
+  /** {@link LinuxHost.close}, for `await using`. */
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.close();
+  }
+
+  #checkOpen(what: string): void {
+    if (this.#closed) throw new Error(`this Linux host has been closed: cannot ${what}`);
+  }
+
+  /** One process, or `undefined` when it is gone. */
+  async #look(pid: number): Promise<ScannedProcess | undefined> {
+    const dir = `${this.#root}/${pid}`;
+    let command: string | undefined;
+    try {
+      command = (await this.#reader.read(`${dir}/cmdline`)).replace(/\0+$/, "")
+        .replaceAll("\0", " ") || undefined;
+    } catch (error) {
+      const kind = classify(error);
+      if (kind === "gone") return undefined;
+      // Unreadable here (hidepid, say) but maybe not its maps: go on without it.
+    }
+    const withCommand = command === undefined ? { pid } : { pid, command };
+    try {
+      const maps = await this.#reader.read(`${dir}/maps`);
+      return { ...withCommand, cudaLibrary: LIBCUDA_MAPPED.test(maps) };
+    } catch (error) {
+      const kind = classify(error);
+      if (kind === "gone") return undefined;
+      return {
+        ...withCommand,
+        notInspectable: kind === "denied"
+          ? `permission denied reading ${dir}/maps (another user's process; root or ` +
+            `CAP_SYS_PTRACE can read it)`
+          : `${dir}/maps could not be read: ${messageOf(error)}`,
+      };
+    }
+  }
+
+  /** Why NVML's pids would not match, when this program is in a PID namespace of its own. */
+  async #inChildPidNamespace(): Promise<string | undefined> {
+    let status: string;
+    try {
+      status = await this.#reader.read(`${this.#root}/self/status`);
+    } catch {
+      return undefined;
+    }
+    const line = /^NSpid:\s*(.*)$/m.exec(status)?.[1].trim();
+    if (!line || line.split(/\s+/).length < 2) return undefined;
+    return `this program runs in a PID namespace of its own (a container: NSpid ${line}), and ` +
+      `NVML reports the host's pids, which /proc here does not show`;
+  }
+}
+
+/**
+ * The Linux host of `listCudaProcesses`: `/proc`, and NVML for GPU memory where it loads. Opening
+ * reads nothing; NVML is loaded on the first `gpuMemory()`. Close it to let go of NVML.
+ *
+ * @example
+ * ```ts ignore
+ * import { listCudaProcesses, openLinuxHost } from "@ckpt/cuda";
+ * await using host = openLinuxHost();
+ * const first = await listCudaProcesses({ host });  // NVML loaded once, for both listings
+ * const second = await listCudaProcesses({ host });
+ * ```
+ */
+export function openLinuxHost(options: LinuxHostOptions = {}): LinuxHost {
+  return new LinuxHost(options);
+}
