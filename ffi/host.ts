@@ -209,8 +209,8 @@ export class LinuxHost implements ClosableHost, AsyncDisposable {
       return {
         ...withCommand,
         notInspectable: kind === "denied"
-          ? `permission denied reading ${dir}/maps (another user's process; root or ` +
-            `CAP_SYS_PTRACE can read it)`
+          ? `permission denied reading ${dir}/maps (another user's process, or one the kernel ` +
+            `protects; root with CAP_SYS_PTRACE can read most)`
           : `${dir}/maps could not be read: ${messageOf(error)}`,
       };
     }

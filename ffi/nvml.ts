@@ -121,19 +121,30 @@ export function openNvml(adapter: FfiAdapter, options: NvmlOptions = {}): Nvml {
   const candidates = explicit
     ? [explicit]
     : [NVML_SONAME, ...(options.searchPaths ?? NVML_SEARCH_PATHS)];
-  const tried: string[] = [];
+  const byReason = new Map<string, string[]>();
   for (const candidate of candidates) {
     try {
       return new NvmlLibrary(adapter, ...openOne(adapter, candidate));
     } catch (error) {
-      tried.push(`${candidate}: ${(error instanceof Error ? error.message : String(error))}`);
+      const reason = shortReason(error, candidate);
+      byReason.set(reason, [...byReason.get(reason) ?? [], candidate]);
     }
   }
+  const tried = [...byReason].map(([reason, paths]) => `${paths.join(", ")}: ${reason}`);
   throw new Error(
     `NVML (${NVML_SONAME}) could not be loaded, so GPU memory is unknown${envNote}; tried ${
       tried.join("; ")
     }`,
   );
+}
+
+/** A loader's message without the runtime's prefixes and the path it repeats. */
+function shortReason(error: unknown, candidate: string): string {
+  const text = (error instanceof Error ? error.message : String(error))
+    .replaceAll("Could not open library: ", "")
+    .replaceAll(`Failed to open library "${candidate}": `, "")
+    .replaceAll(`${candidate}: `, "");
+  return text.replace(/\s*\n\s*/g, " ").trim() || "failed to open (no reason given)";
 }
 
 /** Opens one candidate by its absolute path (a bare name: the path the system loader picks). */

@@ -88,7 +88,7 @@ describe("the Linux host's /proc scan", { skip: onLinux }, () => {
         pid: child.pid,
         command: child.command,
         notInspectable: `permission denied reading /proc/${child.pid}/maps (another user's ` +
-          `process; root or CAP_SYS_PTRACE can read it)`,
+          `process, or one the kernel protects; root with CAP_SYS_PTRACE can read most)`,
       });
     } finally {
       child.kill();
