@@ -21,6 +21,8 @@
  */
 
 export { CHECKPOINT_FUNCTIONS } from "../core/gate.ts";
+// What SimulatedDriver.hostProcesses() gives, so that this module documents completely on its own.
+export type { GpuMemory, GpuMemoryReport, HostProcesses, ScannedProcess } from "../core/listing.ts";
 export {
   type SimulatedCall,
   SimulatedDriver,
