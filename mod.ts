@@ -23,10 +23,13 @@
  */
 
 import { setFallbackDriverOpener } from "./core/sources.ts";
-import { openNativeDriver } from "./ffi/mod.ts";
+import { setFallbackHostOpener } from "./core/listing.ts";
+import { openLinuxHost, openNativeDriver } from "./ffi/mod.ts";
 
-// The native driver is the default: core/ itself loads no runtime's FFI.
+// The native driver and this machine's /proc are the defaults: core/ itself loads no runtime's
+// FFI and reads no files.
 setFallbackDriverOpener(openNativeDriver);
+setFallbackHostOpener(() => openLinuxHost());
 
 export {
   CudaProcess,
@@ -41,6 +44,20 @@ export {
   type WaitOptions,
   WaitTimeoutError,
 } from "./core/process.ts";
+export {
+  type CandidateRule,
+  type ClosableHost,
+  type CudaProcessInfo,
+  type CudaProcessListing,
+  type GpuMemory,
+  type GpuMemoryReport,
+  type HostProcesses,
+  listCudaProcesses,
+  type ListCudaProcessesOptions,
+  type ScannedProcess,
+  type UninspectedProcess,
+} from "./core/listing.ts";
+export { LinuxHost, type LinuxHostOptions, openLinuxHost, type ProcReader } from "./ffi/mod.ts";
 export {
   type GroupAction,
   type GroupEvent,
