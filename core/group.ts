@@ -101,9 +101,12 @@ export interface ProcessOutcome {
   readonly pid: number;
   /**
    * `done`: its steps ran; `unchanged`: it was already in the wanted state and was left alone;
-   * `failed`: a step failed (see `error`; what it was done undone where possible); `not-started`.
+   * `failed`: a step failed (see `error`; what it had done is undone where possible);
+   * `stopped`: it was between steps when the deadline passed, the signal aborted or (all or
+   * nothing) another process failed, so its next step was not made and what it had done was
+   * undone (see `stopped` and `rollback`); `not-started` (see `notStarted`).
    */
-  readonly status: "done" | "unchanged" | "failed" | "not-started";
+  readonly status: "done" | "unchanged" | "failed" | "stopped" | "not-started";
   /** The state before the call, where it was read. */
   readonly initialState?: ProcessState;
   /** The state after the call (and any rollback), where known. */
@@ -114,6 +117,8 @@ export interface ProcessOutcome {
   readonly error?: Error;
   /** Why it never started. */
   readonly notStarted?: NotStartedReason;
+  /** Why it was stopped between steps. */
+  readonly stopped?: NotStartedReason;
   /**
    * Its rollback, where one was made: after its own failed step, or (all-or-nothing) because
    * another process failed. `ok` says whether it is back in its initial state.
@@ -344,6 +349,7 @@ interface Entry {
   steps: StepRecord[];
   error?: Error;
   notStarted?: NotStartedReason;
+  stopped?: NotStartedReason;
   rollback?: { ok: boolean; steps: StepRecord[]; error?: Error };
 }
 
@@ -383,9 +389,7 @@ class Group {
     };
     const lanes = Math.min(this.#s.concurrency, this.#entries.length);
     await Promise.all(Array.from({ length: lanes }, worker));
-    const incomplete = this.#entries.some((e) =>
-      e.status === "failed" || e.status === "not-started"
-    );
+    const incomplete = this.#entries.some((e) => e.status !== "done" && e.status !== "unchanged");
     let rolledBack = false;
     if (this.#s.allOrNothing && incomplete) {
       const done = this.#entries.filter((e) => e.status === "done");
@@ -442,14 +446,10 @@ class Group {
         for (const step of todo) {
           const stop = this.#stopReason();
           if (stop) {
+            entry.status = "stopped";
+            entry.stopped = stop;
             await this.#undo(entry, steps, done);
-            throw new Error(
-              stop === "aborted"
-                ? `the group was aborted before ${step} of process ${entry.proc.pid}`
-                : stop === "deadline"
-                ? `the group's deadline (${this.#s.timeoutMs} ms) passed before ${step} of process ${entry.proc.pid}`
-                : `another process failed before ${step} of process ${entry.proc.pid}`,
-            );
+            return;
           }
           try {
             await this.#step(entry, steps, step, entry.steps, false);
@@ -525,7 +525,10 @@ class Group {
 
   /** Undoes `done` (newest first) within the caller's turn; records it as the entry's rollback. */
   async #undo(entry: Entry, steps: ProcessSteps, done: readonly GroupStep[]): Promise<void> {
-    if (done.length === 0) return;
+    if (done.length === 0) {
+      entry.state = entry.initialState; // nothing was done: it is as it was
+      return;
+    }
     const record: StepRecord[] = [];
     try {
       for (const step of [...done].reverse()) {
@@ -559,6 +562,7 @@ function outcome(e: Entry): ProcessOutcome {
     steps: e.steps,
     ...(e.error ? { error: e.error } : {}),
     ...(e.notStarted ? { notStarted: e.notStarted } : {}),
+    ...(e.stopped ? { stopped: e.stopped } : {}),
     ...(e.rollback ? { rollback: e.rollback } : {}),
   };
 }

@@ -218,8 +218,9 @@ describe("group operations", () => {
     // in what is left, but no call is interrupted: it is only not started once the time is up.
     const result = await suspendAll([p.pid], { driver: sim, timeoutMs: 800 });
     const out = result.processes[0];
-    assert.equal(out.status, "failed");
-    assert.match(out.error!.message, /deadline \(800 ms\) passed before checkpoint of process/);
+    assert.equal(out.status, "stopped");
+    assert.equal(out.stopped, "deadline");
+    assert.deepEqual(out.steps.map((s) => s.step), ["lock"]);
     assert.deepEqual(out.rollback?.steps.map((s) => s.step), ["unlock"]);
     assert.equal(p.state, "running");
   });
@@ -243,6 +244,29 @@ describe("group operations", () => {
     assert.ok(result.processes.some((p) => p.notStarted === "aborted"));
     assert.equal(result.rolledBack, true);
     assert.ok(procs.every((p) => p.state === "running"), procs.map((p) => p.state).join());
+  });
+
+  test("all-or-nothing: a process that fails at once stops the others between their steps", async () => {
+    const sim = new SimulatedDriver();
+    const procs = Array.from({ length: 3 }, () => sim.spawn({ memoryMiB: 1024 }));
+    const plain = sim.spawn({ cuda: false });
+    const result = await suspendAll([...procs, plain].map((p) => p.pid), {
+      driver: sim,
+      allOrNothing: true,
+    });
+    const [a, b, c, d] = result.processes;
+    assert.equal(d.status, "failed", "the process without CUDA fails on its own");
+    for (const p of [a, b, c]) {
+      assert.equal(p.status, "stopped", "the others did not fail: they were stopped");
+      assert.equal(p.stopped, "another-failed");
+      assert.equal(p.error, undefined);
+      // Stopped before its first step (nothing to undo), or after its lock (which is undone).
+      if (p.steps.length === 0) assert.equal(p.rollback, undefined);
+      else assert.deepEqual(p.rollback?.steps.map((s) => `${s.step}:${s.ok}`), ["unlock:true"]);
+      assert.equal(p.state, "running");
+    }
+    assert.ok(procs.every((p) => p.state === "running"));
+    assert.equal(result.ok, false);
   });
 
   test("a process that exits mid-group fails alone, saying it is gone; the rest roll back", async () => {
