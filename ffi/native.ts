@@ -84,18 +84,18 @@ export interface NativeDriver extends CheckpointDriver {
   /** The C names of the checkpoint functions the library lacks (all six before driver 570). */
   readonly missingFunctions: readonly string[];
   /**
-   * Whether {@link NativeDriver.listGpus} gives every GPU of the machine: true when
-   * `CUDA_VISIBLE_DEVICES` is not set for this process (read when the driver opened; on Deno an
-   * unreadable variable counts as set), so that a GPU mapping can be checked before the call.
-   */
-  readonly listsEveryGpu: boolean;
-  /**
    * Every GPU the driver sees, by ordinal: `cuDeviceGetCount`, `cuDeviceGet`,
    * `cuDeviceGetUuid_v2` (or `cuDeviceGetUuid`) and `cuDeviceGetName`, read once, right after
    * `cuInit` (a process that has locked itself could not read them later: every CUDA call of such
    * a process blocks). Rejects when the list cannot be read.
    */
   listGpus(): Promise<readonly GpuInfo[]>;
+  /**
+   * Whether {@link NativeDriver.listGpus} gives every GPU of the machine: true when
+   * `CUDA_VISIBLE_DEVICES` is not set for this process (read when the driver opened; on Deno an
+   * unreadable variable counts as set), so that a GPU mapping can be checked before the call.
+   */
+  readonly listsEveryGpu: boolean;
   /**
    * Closes the library (and, on Bun, its worker threads, each closing its own handles). Calls
    * made afterwards reject. Calls already made finish first: the library is let go when the last
