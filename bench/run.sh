@@ -26,7 +26,7 @@ mkdir -p "$out/reports" "$bin"
 exec > >(tee -a "$out/bench-$rt-$mode.txt") 2>&1
 echo "== $(date -u +%FT%TZ) $(hostname) runtime $rt, $mode, $which"
 nvidia-smi --query-gpu=index,name,uuid,driver_version,memory.total,memory.used,persistence_mode \
-  --format=csv,noheader || echo "(no nvidia-smi)"
+  --format=csv,noheader 2>/dev/null || echo "(no nvidia-smi)"
 if [ -f ".carry/$rt.xz" ]; then
   xz -dc ".carry/$rt.xz" > "$bin/$rt" && chmod +x "$bin/$rt" && export PATH=$bin:$PATH
 fi
