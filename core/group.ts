@@ -18,6 +18,7 @@ import type { DriverSource } from "./sources.ts";
 import { describeValue } from "./uuid.ts";
 import {
   checkGpuMapping,
+  checkInteger,
   checkPid,
   checkTimeoutMs,
   DEFAULT_LOCK_TIMEOUT_MS,
@@ -258,18 +259,12 @@ function checkOptions(options: GroupOptions): Settings {
   if (typeof options !== "object" || options === null) {
     throw new TypeError(`options must be an object such as { allOrNothing: true }, got ${options}`);
   }
-  const positive = (value: unknown, what: string, min: number): number => {
-    if (typeof value !== "number" || !Number.isInteger(value) || value < min) {
-      throw new RangeError(`${what} must be an integer from ${min}, got ${describeValue(value)}`);
-    }
-    return value;
-  };
   const concurrency = options.concurrency === undefined
     ? Infinity
-    : positive(options.concurrency, "concurrency", 1);
+    : checkInteger(options.concurrency, "concurrency", 1);
   const timeoutMs = options.timeoutMs === undefined
     ? undefined
-    : positive(options.timeoutMs, "timeoutMs (ms for the whole group)", 0);
+    : checkInteger(options.timeoutMs, "timeoutMs (ms for the whole group)", 0);
   const lockTimeoutMs = options.lockTimeoutMs === undefined
     ? DEFAULT_LOCK_TIMEOUT_MS
     : checkTimeoutMs(options.lockTimeoutMs);

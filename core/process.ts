@@ -38,6 +38,7 @@ import {
 } from "./sources.ts";
 import {
   checkGpuMapping,
+  checkInteger,
   checkPid,
   checkTimeoutMs,
   DEFAULT_LOCK_TIMEOUT_MS,
@@ -631,16 +632,6 @@ export function clockOf(driver: CheckpointDriver): Clock {
     });
   };
   return { now, sleep };
-}
-
-/** Checks an integer option with a lower bound; throws naming it and the value. */
-function checkInteger(value: unknown, what: string, min: number): number {
-  if (typeof value !== "number" || !Number.isInteger(value) || value < min) {
-    throw new RangeError(
-      `${what} must be an integer from ${min}, in milliseconds, got ${describeValue(value)}`,
-    );
-  }
-  return value;
 }
 
 /** Whether an error says there is no process, or no CUDA in it: nothing is left to undo. */

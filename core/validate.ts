@@ -34,6 +34,14 @@ export function checkPid(pid: unknown, what = "pid"): number {
   return pid;
 }
 
+/** Checks an integer option with a lower bound; the error names the option and the value. */
+export function checkInteger(value: unknown, what: string, min: number): number {
+  if (typeof value !== "number" || !Number.isInteger(value) || value < min) {
+    throw new RangeError(`${what} must be an integer from ${min}, got ${describeValue(value)}`);
+  }
+  return value;
+}
+
 /** Checks a lock timeout in milliseconds: an integer from 0 (wait forever) to 2^32-1. */
 export function checkTimeoutMs(timeoutMs: unknown): number {
   if (typeof timeoutMs !== "number" || !Number.isInteger(timeoutMs)) {
