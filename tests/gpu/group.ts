@@ -13,7 +13,7 @@
 
 import process from "node:process";
 import { openNativeDriver, resumeAll, suspendAll } from "../../mod.ts";
-import { startTarget } from "./native_env.ts";
+import { checks, startTarget } from "./native_env.ts";
 
 const [targetPath] = process.argv.slice(2);
 if (!targetPath) {
@@ -26,13 +26,7 @@ const targets = await Promise.all(
 );
 const plain = await startTarget(targetPath, "nocuda");
 const report: Record<string, unknown> = { runtime: driver.kind };
-let ok = true;
-const check = (what: string, cond: boolean) => {
-  if (!cond) {
-    ok = false;
-    console.log(`FAILED: ${what}`);
-  }
-};
+const { check, ok } = checks();
 try {
   const pids = targets.map((t) => t.pid);
   const s = await suspendAll(pids, { driver });
@@ -79,5 +73,5 @@ try {
   for (const t of [...targets, plain]) await t.exit();
   await driver[Symbol.asyncDispose]();
 }
-console.log(JSON.stringify({ ok, ...report }));
-process.exit(ok ? 0 : 1);
+console.log(JSON.stringify({ ok: ok(), ...report }));
+process.exit(ok() ? 0 : 1);

@@ -12,7 +12,7 @@
 import process from "node:process";
 import { execFileSync } from "node:child_process";
 import { CudaProcess, listCudaProcesses, openLinuxHost, openNativeDriver } from "../../mod.ts";
-import { startTarget } from "./native_env.ts";
+import { checks, startTarget } from "./native_env.ts";
 
 const [targetPath] = process.argv.slice(2);
 if (!targetPath) {
@@ -23,13 +23,7 @@ const driver = await openNativeDriver();
 const host = openLinuxHost();
 const [a, b] = await Promise.all([1, 2].map(() => startTarget(targetPath, "cuda", 1024)));
 const plain = await startTarget(targetPath, "nocuda");
-let ok = true;
-const check = (what: string, cond: boolean) => {
-  if (!cond) {
-    ok = false;
-    console.log(`FAILED: ${what}`);
-  }
-};
+const { check, ok } = checks();
 try {
   await new CudaProcess(b.pid, { driver }).suspend();
   const smi = execFileSync("nvidia-smi", [
@@ -61,7 +55,7 @@ try {
   times.sort((x, y) => x - y);
   await new CudaProcess(b.pid, { driver }).resume();
   console.log(JSON.stringify({
-    ok,
+    ok: ok(),
     runtime: driver.kind,
     scanned: listing.scanned,
     asked: listing.asked,
@@ -76,4 +70,4 @@ try {
   await host[Symbol.asyncDispose]();
   await driver[Symbol.asyncDispose]();
 }
-process.exit(ok ? 0 : 1);
+process.exit(ok() ? 0 : 1);

@@ -127,3 +127,20 @@ export function nativeEnv(driver: CheckpointDriver, targetPath: string): Conform
     now: () => performance.now(),
   };
 }
+
+/**
+ * A list of checks for a GPU script: `check(what, cond)` prints `FAILED: what` for a condition that
+ * does not hold, and `ok()` says whether every one held.
+ */
+export function checks(): { check(what: string, cond: boolean): void; ok(): boolean } {
+  let ok = true;
+  return {
+    check(what, cond) {
+      if (!cond) {
+        ok = false;
+        console.log(`FAILED: ${what}`);
+      }
+    },
+    ok: () => ok,
+  };
+}
