@@ -30,7 +30,7 @@ import {
   startTargets,
   timed,
 } from "./harness.ts";
-import { environment, fmt, median, type Report, type Table, writeReport } from "./report.ts";
+import { environment, fmt, median, publish, type Report, type Table } from "./report.ts";
 
 const { values } = parseArgs({
   args: process.argv.slice(2),
@@ -84,6 +84,17 @@ const runs: Run[] = [];
 const intact: Record<number, number> = {};
 let exitCode = 0;
 
+/** A trial's run of one mode: the times, their sum, and what is particular to the side. */
+function runOf(
+  at: Pick<Run, "count" | "trial" | "mode" | "order">,
+  ok: boolean,
+  suspendMs: number,
+  resumeMs: number,
+  rest: Pick<Run, "processes" | "groupMs">,
+): Run {
+  return { ...at, ok, suspendMs, resumeMs, totalMs: suspendMs + resumeMs, ...rest };
+}
+
 function ourProcesses(
   pids: number[],
   suspend: GroupResult,
@@ -118,18 +129,16 @@ try {
             const [resumeMs, rr] = sr.ok
               ? await timed(() => resumeAll(pids, { driver: s.driver }))
               : [0, undefined];
-            run = {
-              count,
-              trial,
-              mode,
-              order,
-              ok: sr.ok && (rr?.ok ?? false),
+            run = runOf(
+              { count, trial, mode, order },
+              sr.ok && (rr?.ok ?? false),
               suspendMs,
               resumeMs,
-              totalMs: suspendMs + resumeMs,
-              processes: ourProcesses(pids, sr, rr),
-              groupMs: { suspend: sr.ms, resume: rr?.ms ?? 0 },
-            };
+              {
+                processes: ourProcesses(pids, sr, rr),
+                groupMs: { suspend: sr.ms, resume: rr?.ms ?? 0 },
+              },
+            );
             if (!run.ok) {
               const bad = [...sr.processes, ...(rr?.processes ?? [])].find((p) => p.error);
               console.error(`ours failed: ${bad?.pid} ${bad?.error?.message}`);
@@ -140,24 +149,22 @@ try {
               console.error(String(error));
               return { ok: false, suspendMs: NaN, resumeMs: NaN, processes: [] };
             });
-            run = {
-              count,
-              trial,
-              mode,
-              order,
-              ok: r.ok === true,
-              suspendMs: Number(r.suspendMs),
-              resumeMs: Number(r.resumeMs),
-              totalMs: Number(r.suspendMs) + Number(r.resumeMs),
-              processes: (r.processes as Record<string, number>[]).map((p, i) => ({
-                pid: p.pid,
-                gpu: gpuOf(i),
-                lockMs: p.lockMs,
-                checkpointMs: p.checkpointMs,
-                restoreMs: p.restoreMs,
-                unlockMs: p.unlockMs,
-              })),
-            };
+            run = runOf(
+              { count, trial, mode, order },
+              r.ok === true,
+              Number(r.suspendMs),
+              Number(r.resumeMs),
+              {
+                processes: (r.processes as Record<string, number>[]).map((p, i) => ({
+                  pid: p.pid,
+                  gpu: gpuOf(i),
+                  lockMs: p.lockMs,
+                  checkpointMs: p.checkpointMs,
+                  restoreMs: p.restoreMs,
+                  unlockMs: p.unlockMs,
+                })),
+              },
+            );
           }
           runs.push(run);
           console.log(
@@ -298,16 +305,5 @@ const report: Report = {
     "Per process in the last column: checkpoint/restore ms.",
   ],
 };
-const files = writeReport(report, values.out);
-console.log(`\n${summary.title}`);
-console.log(summary.columns.join(" | "));
-for (const row of summary.rows) console.log(row.join(" | "));
-for (const g of goals) {
-  console.log(
-    `goal: ${g.goal}: ${g.value === null ? "not measured" : fmt(g.value, 3)} -> ${
-      g.met === null ? "-" : g.met ? "met" : "NOT met"
-    }`,
-  );
-}
-console.log(`report: ${files.markdown}, ${files.json}`);
+publish(report, values.out, { digits: 3 });
 process.exit(exitCode);

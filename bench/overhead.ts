@@ -26,15 +26,7 @@ import {
   setup,
   startTargets,
 } from "./harness.ts";
-import {
-  environment,
-  fmt,
-  median,
-  quantile,
-  type Report,
-  type Table,
-  writeReport,
-} from "./report.ts";
+import { environment, fmt, median, publish, quantile, type Report, type Table } from "./report.ts";
 
 const { values } = parseArgs({
   args: process.argv.slice(2),
@@ -85,6 +77,23 @@ try {
     try {
       await c.next(30_000); // ready, cuInit done
       let order = 0;
+      /** Records one cycle of either side, in the order made. */
+      const record = (
+        cycle: number,
+        side: Side,
+        steps: Pick<Run, "lockMs" | "checkpointMs" | "restoreMs" | "unlockMs" | "totalMs">,
+        roundTripMs?: number,
+      ) =>
+        runs.push({
+          sizeMiB,
+          pid: target.pid,
+          cycle,
+          warmup: cycle < 0,
+          side,
+          order: order++,
+          ...steps,
+          ...(roundTripMs === undefined ? {} : { roundTripMs }),
+        });
       const ours = async (cycle: number) => {
         const t = [performance.now()];
         await proc.lock();
@@ -95,13 +104,7 @@ try {
         t.push(performance.now());
         await proc.unlock();
         t.push(performance.now());
-        runs.push({
-          sizeMiB,
-          pid: target.pid,
-          cycle,
-          warmup: cycle < 0,
-          side: "ours",
-          order: order++,
+        record(cycle, "ours", {
           lockMs: t[1] - t[0],
           checkpointMs: t[2] - t[1],
           restoreMs: t[3] - t[2],
@@ -113,20 +116,13 @@ try {
         const t0 = performance.now();
         c.send("cycle");
         const r = await c.next(timeoutMs);
-        runs.push({
-          sizeMiB,
-          pid: target.pid,
-          cycle,
-          warmup: cycle < 0,
-          side: "c",
-          order: order++,
+        record(cycle, "c", {
           lockMs: Number(r.lockMs),
           checkpointMs: Number(r.checkpointMs),
           restoreMs: Number(r.restoreMs),
           unlockMs: Number(r.unlockMs),
           totalMs: Number(r.totalMs),
-          roundTripMs: performance.now() - t0,
-        });
+        }, performance.now() - t0);
       };
       for (let i = -warmup; i < cycles; i++) {
         await ours(i);
@@ -254,16 +250,5 @@ const report: Report = {
     "checkpoint of 1 GiB 704-910 ms on an H100): read the ratio next to the spread column.",
   ],
 };
-const files = writeReport(report, values.out);
-console.log(`\n${summary.title}`);
-console.log(summary.columns.slice(0, 7).join(" | "));
-for (const row of summary.rows) console.log(row.slice(0, 7).join(" | "));
-for (const g of goals) {
-  console.log(
-    `goal: ${g.goal}: ${g.value === null ? "not measured" : fmt(g.value, 4)} -> ${
-      g.met === null ? "-" : g.met ? "met" : "NOT met"
-    }`,
-  );
-}
-console.log(`report: ${files.markdown}, ${files.json}`);
+publish(report, values.out, { columns: 7, digits: 4 });
 process.exit(exitCode);

@@ -264,3 +264,27 @@ export function writeReport(report: Report, dir?: string): { markdown: string; j
   writeFileSync(`${stem}.md`, toMarkdown(report));
   return { markdown: `${stem}.md`, json: `${stem}.json` };
 }
+
+/**
+ * Writes the report, then prints its first table (the first `columns` columns) and every goal
+ * with its value to `digits` places, and where the files are: how each benchmark ends.
+ */
+export function publish(
+  report: Report,
+  dir: string | undefined,
+  { columns, digits }: { columns?: number; digits: number },
+): void {
+  const files = writeReport(report, dir);
+  const summary = report.tables[0];
+  console.log(`\n${summary.title}`);
+  console.log(summary.columns.slice(0, columns).join(" | "));
+  for (const row of summary.rows) console.log(row.slice(0, columns).join(" | "));
+  for (const g of report.goals) {
+    console.log(
+      `goal: ${g.goal}: ${g.value === null ? "not measured" : fmt(g.value, digits)} -> ${
+        g.met === null ? "-" : g.met ? "met" : "NOT met"
+      }`,
+    );
+  }
+  console.log(`report: ${files.markdown}, ${files.json}`);
+}
