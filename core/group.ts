@@ -13,6 +13,8 @@
 import { CUDA_ERROR_ILLEGAL_STATE, type ProcessState } from "./codes.ts";
 import type { GpuPair } from "./driver.ts";
 import { CudaError } from "./errors.ts";
+import type { CheckpointDriver } from "./driver.ts";
+import { askGpuMemory, chooseHost, type HostProcesses } from "./listing.ts";
 import { clockOf, CudaProcess, inTurn, isGone, type ProcessSteps } from "./process.ts";
 import type { DriverSource } from "./sources.ts";
 import { describeValue } from "./uuid.ts";
@@ -58,17 +60,35 @@ export interface GroupOptions {
    * `undefined` to restore it in place). See `RestoreOptions.gpuMapping`.
    */
   gpuMapping?: GpuMapping | ((pid: number) => GpuMapping | undefined);
-  /** Called as each process's steps start and end, for a progress display. Must not throw. */
+  /**
+   * Called as each process's steps start and end, for a progress display. Must not throw. When it
+   * is given, the group first asks the host for each process's GPU memory (one NVML query on
+   * Linux, a few ms), so that the events can say how much each process holds.
+   */
   onProgress?: (event: GroupEvent) => void;
+  /**
+   * Where the events' GPU memory comes from: the driver's own host (the simulator's), else the
+   * machine's (NVML, installed by the main module) when left out. Read only with `onProgress`.
+   */
+  host?: HostProcesses;
 }
 
-/** A step of one process starting or ending. Times are ms since the group started. */
+/**
+ * A step of one process starting or ending. Times are ms since the group started.
+ * `gpuMemoryMiB` is the GPU memory the process held when the group started, summed over its GPUs,
+ * its CUDA context included (what a checkpoint copies out): from the host (NVML on Linux) for a
+ * process that holds GPU memory, or, for a checkpointed process, what it held when a group
+ * through the same driver last checkpointed it. Left out where it is not known (no NVML, or a
+ * process checkpointed elsewhere).
+ */
 export type GroupEvent =
   | {
     readonly type: "step-start";
     readonly pid: number;
     readonly step: GroupStep;
     readonly at: number;
+    /** The process's GPU memory in MiB, where known (see {@link GroupEvent}). */
+    readonly gpuMemoryMiB?: number;
   }
   | {
     readonly type: "step-end";
@@ -81,6 +101,8 @@ export type GroupEvent =
     readonly ok: boolean;
     /** Whether it was part of a rollback. */
     readonly rollback: boolean;
+    /** The process's GPU memory in MiB, where known (see {@link GroupEvent}). */
+    readonly gpuMemoryMiB?: number;
   };
 
 /** One step a process went through, and how long it took. */
@@ -253,6 +275,9 @@ interface Settings {
   lockTimeoutMs: number;
   pairsFor: (pid: number) => GpuPair[] | null;
   onProgress: (event: GroupEvent) => void;
+  /** Whether the events want GPU memory (an onProgress was given). */
+  wantsMemory: boolean;
+  host?: HostProcesses;
 }
 
 function checkOptions(options: GroupOptions): Settings {
@@ -286,7 +311,17 @@ function checkOptions(options: GroupOptions): Settings {
     pairsFor = () => pairs;
   }
   const onProgress = options.onProgress ?? (() => {});
+  const host = options.host as unknown;
+  if (
+    host !== undefined &&
+    (typeof host !== "object" || host === null ||
+      typeof (host as HostProcesses).scan !== "function")
+  ) {
+    throw new TypeError(`host must be an object with a scan() method, got ${describeValue(host)}`);
+  }
   return {
+    wantsMemory: options.onProgress !== undefined,
+    ...(options.host ? { host: options.host } : {}),
     concurrency,
     allOrNothing: options.allOrNothing === true,
     timeoutMs,
@@ -348,6 +383,43 @@ interface Entry {
   rollback?: { ok: boolean; steps: StepRecord[]; error?: Error };
 }
 
+/**
+ * GPU memory (MiB) of processes a group checkpointed, by driver and pid: once checkpointed a
+ * process holds none, and the host can no longer tell what a restore will bring back.
+ */
+const checkpointedMemory = new WeakMap<CheckpointDriver, Map<number, number>>();
+
+/** Each target's GPU memory in MiB, where known (see {@link GroupEvent}); never rejects. */
+async function memoryOf(
+  driver: CheckpointDriver,
+  pids: readonly number[],
+  host: HostProcesses | undefined,
+): Promise<Map<number, number>> {
+  const known = new Map<number, number>();
+  let opened: { close?(): void | Promise<void> } | undefined;
+  try {
+    const chosen = await chooseHost({ host }, driver);
+    opened = chosen.opened;
+    const report = await askGpuMemory(chosen.host, true);
+    if (!("byPid" in report)) return known;
+    const remembered = checkpointedMemory.get(driver);
+    for (const pid of pids) {
+      const memory = report.byPid.get(pid);
+      const mib = memory === undefined || memory === "unknown"
+        ? 0
+        : Object.values(memory).reduce((a, b) => a + b, 0);
+      const fallback = remembered?.get(pid);
+      if (mib > 0) known.set(pid, mib);
+      else if (fallback !== undefined) known.set(pid, fallback);
+    }
+  } catch {
+    // No host: the events go without memory.
+  } finally {
+    await Promise.resolve(opened?.close?.()).catch(() => {});
+  }
+  return known;
+}
+
 class Group {
   readonly #action: GroupAction;
   readonly #entries: Entry[];
@@ -357,6 +429,8 @@ class Group {
   #now: () => number = () => performance.now();
   #deadlinePassed = false;
   #failed = false;
+  #driver: CheckpointDriver | undefined;
+  #memory = new Map<number, number>();
 
   constructor(action: GroupAction, procs: CudaProcess[], settings: Settings) {
     this.#action = action;
@@ -366,7 +440,15 @@ class Group {
 
   async run(): Promise<GroupResult> {
     if (this.#entries.length > 0) {
-      this.#now = clockOf(await this.#entries[0].proc.driver()).now;
+      this.#driver = await this.#entries[0].proc.driver();
+      this.#now = clockOf(this.#driver).now;
+      if (this.#s.wantsMemory) {
+        this.#memory = await memoryOf(
+          this.#driver,
+          this.#entries.map((e) => e.proc.pid),
+          this.#s.host,
+        );
+      }
     }
     this.#start = this.#now();
     if (this.#s.timeoutMs !== undefined) this.#deadline = this.#start + this.#s.timeoutMs;
@@ -477,7 +559,9 @@ class Group {
   ): Promise<void> {
     const pid = entry.proc.pid;
     const t0 = this.#now();
-    this.#s.onProgress({ type: "step-start", pid, step, at: t0 - this.#start });
+    const mib = this.#memory.get(pid);
+    const memory = mib === undefined ? {} : { gpuMemoryMiB: mib };
+    this.#s.onProgress({ type: "step-start", pid, step, at: t0 - this.#start, ...memory });
     let ok = false;
     try {
       switch (step) {
@@ -495,6 +579,11 @@ class Group {
           break;
       }
       ok = true;
+      if (step === "checkpoint" && mib !== undefined && this.#driver) {
+        let remembered = checkpointedMemory.get(this.#driver);
+        if (!remembered) checkpointedMemory.set(this.#driver, remembered = new Map());
+        remembered.set(pid, mib);
+      }
     } finally {
       const t1 = this.#now();
       record.push({ step, ms: t1 - t0, ok });
@@ -506,6 +595,7 @@ class Group {
         ms: t1 - t0,
         ok,
         rollback,
+        ...memory,
       });
     }
   }

@@ -194,9 +194,13 @@ function checkOptions(options: unknown): ListCudaProcessesOptions {
   return o;
 }
 
-/** The host to use, and whether this listing opened it (and so closes it). */
-async function chooseHost(
-  options: ListCudaProcessesOptions,
+/**
+ * The host to use (the one given, the driver's own, else the fallback's), and whether it was
+ * opened here (and so must be closed by the caller). Shared by the listing and the group
+ * operations' progress events.
+ */
+export async function chooseHost(
+  options: { host?: HostProcesses },
   driver: CheckpointDriver,
 ): Promise<{ host: HostProcesses; opened?: ClosableHost }> {
   if (options.host) return { host: options.host };
@@ -214,7 +218,7 @@ async function chooseHost(
 }
 
 /** The host's GPU memory report, never rejecting: a failure becomes the reason it is unknown. */
-async function askGpuMemory(host: HostProcesses, wanted: boolean): Promise<GpuMemoryReport> {
+export async function askGpuMemory(host: HostProcesses, wanted: boolean): Promise<GpuMemoryReport> {
   if (!wanted) return { unknown: "GPU memory was not asked for (gpuMemory: false)" };
   if (!host.gpuMemory) return { unknown: `the ${host.kind} host cannot tell GPU memory` };
   try {

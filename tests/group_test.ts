@@ -190,6 +190,58 @@ describe("group operations", () => {
     assert.ok(end.ok && !end.rollback && end.ms > 500, `checkpoint took ${end.ms} ms`);
   });
 
+  test("progress events carry each process's GPU memory, and a resume remembers it", async () => {
+    const sim = new SimulatedDriver({ gpus: 2 });
+    const one = sim.spawn({ memoryMiB: 1024 });
+    const two = sim.spawn({ memoryMiB: 2048, gpu: [0, 1] }); // 1024 on each, and two contexts
+    const mib = async (action: "suspend" | "resume", pids: number[]) => {
+      const seen = new Map<number, (number | undefined)[]>();
+      const result = await runGroup(action, pids, {
+        driver: sim,
+        onProgress: (e) => seen.set(e.pid, [...seen.get(e.pid) ?? [], e.gpuMemoryMiB]),
+      });
+      assert.equal(result.ok, true);
+      return seen;
+    };
+    const context = 520; // the simulator's CUDA context, as measured on an H200
+    const suspended = await mib("suspend", [one.pid, two.pid]);
+    assert.deepEqual(suspended.get(one.pid), Array(4).fill(1024 + context));
+    assert.deepEqual(suspended.get(two.pid), Array(4).fill(2048 + 2 * context));
+    // Checkpointed, they hold no GPU memory; the resume's events say what comes back.
+    const resumed = await mib("resume", [one.pid, two.pid]);
+    assert.deepEqual(resumed.get(one.pid), Array(4).fill(1024 + context));
+    assert.deepEqual(resumed.get(two.pid), Array(4).fill(2048 + 2 * context));
+
+    // Checkpointed outside a group: what a restore brings back is not known.
+    const three = sim.spawn({ memoryMiB: 256 });
+    await new CudaProcess(three.pid, { driver: sim }).suspend();
+    assert.deepEqual((await mib("resume", [three.pid])).get(three.pid), [
+      undefined,
+      undefined,
+      undefined,
+      undefined,
+    ]);
+  });
+
+  test("progress events go without memory where the host cannot tell, and a bad host is refused", async () => {
+    const sim = new SimulatedDriver();
+    const p = sim.spawn({ memoryMiB: 64 });
+    const events: GroupEvent[] = [];
+    const host = { kind: "test", scan: () => Promise.resolve([]) }; // no gpuMemory()
+    const result = await suspendAll([p.pid], {
+      driver: sim,
+      host,
+      onProgress: (e) => void events.push(e),
+    });
+    assert.equal(result.ok, true);
+    assert.equal(events.length, 4);
+    assert.ok(events.every((e) => !("gpuMemoryMiB" in e)));
+    await assert.rejects(
+      () => resumeAll([p.pid], { driver: sim, host: 42 as never }),
+      (e: Error) => e instanceof TypeError && /host must be an object .* got 42/.test(e.message),
+    );
+  });
+
   test("the deadline: lock timeouts are cut to it, and nothing starts after it", async () => {
     const sim = new SimulatedDriver();
     const busy = sim.spawn({ memoryMiB: 256 });
