@@ -39,6 +39,7 @@ const { values } = parseArgs({
     counts: { type: "string", default: "2,4,8" },
     mib: { type: "string", default: "4096" },
     trials: { type: "string", default: "3" },
+    warmup: { type: "string", default: "1" },
     placement: { type: "string", default: "gpu0" },
     gpus: { type: "string" },
   },
@@ -46,6 +47,7 @@ const { values } = parseArgs({
 const counts = integers(values.counts, "--counts");
 const [memoryMiB] = integers(values.mib, "--mib");
 const [trials] = integers(values.trials, "--trials");
+const [warmups] = integers(values.warmup, "--warmup");
 const placement = values.placement;
 if (placement !== "gpu0" && placement !== "spread") {
   throw new RangeError(`--placement: gpu0 or spread, got ${JSON.stringify(placement)}`);
@@ -82,6 +84,7 @@ const gpus = values.gpus ? integers(values.gpus, "--gpus")[0] : gpuCount(s.fake 
 const gpuOf = (i: number) => placement === "spread" ? i % gpus : 0;
 const runs: Run[] = [];
 const intact: Record<number, number> = {};
+const warmupRuns: { count: number; suspendMs: number; resumeMs: number }[] = [];
 let exitCode = 0;
 
 /** A trial's run of one mode: the times, their sum, and what is particular to the side. */
@@ -120,6 +123,17 @@ try {
       // Our side's threads (Bun's workers, Deno's nonblocking-call threads) start on first use:
       // start them with a getState of every target at once, outside the timing.
       await Promise.all(pids.map((pid) => s.driver.getState(pid)));
+      // A fresh process's first checkpoint also pays for the host memory it is copied into: warm
+      // every target up with untimed cycles (C threads), so no mode's first trial pays it alone.
+      for (let w = 0; w < warmups; w++) {
+        c.send("threads");
+        const r = await c.next(timeoutMs);
+        console.log(
+          `${count} x ${memoryMiB} MiB warm-up ${w}: suspend ${fmt(Number(r.suspendMs))} ms, ` +
+            `resume ${fmt(Number(r.resumeMs))} ms (untimed)`,
+        );
+        warmupRuns.push({ count, suspendMs: Number(r.suspendMs), resumeMs: Number(r.resumeMs) });
+      }
       for (let trial = 0; trial < trials; trial++) {
         const modes = MODES.map((_, k) => MODES[(trial + k) % MODES.length]);
         for (const [order, mode] of modes.entries()) {
@@ -286,6 +300,7 @@ const report: Report = {
     counts,
     memoryMiB,
     trials,
+    warmupCycles: warmups,
     placement,
     gpusUsed: placement === "spread" ? gpus : 1,
     target: s.target,
@@ -303,6 +318,11 @@ const report: Report = {
     "Issue 7: on a host with four H200s, Deno was 17% slower than C threads with four 8 GiB " +
     "processes all on GPU 0, and matched them with one process per GPU; compare the placements.",
     "Per process in the last column: checkpoint/restore ms.",
+    `Before the trials of each count, ${warmups} untimed warm-up cycle(s) with C threads (a ` +
+    "fresh process's first checkpoint also pays for the host memory it is copied into): " +
+    (warmupRuns.map((w) =>
+      `${w.count} processes: suspend ${fmt(w.suspendMs)} ms, resume ${fmt(w.resumeMs)} ms`
+    ).join("; ") || "none"),
   ],
 };
 publish(report, values.out, { digits: 3 });

@@ -7,7 +7,12 @@
 #   bash bench/run.sh deno full overhead  # 16 MiB, 1 GiB, 4 GiB x 10 cycles (~3 min)
 #   bash bench/run.sh deno full many      # 2, 4, 8 x 4 GiB x 3 trials on GPU 0 (~5 min), and
 #                                         #   spread over the GPUs where there are several (again)
-#   (bun instead of deno: the same; "all" instead of overhead/many runs both)
+#   bash bench/run.sh deno full growth    # 1 process of 16 MiB .. 32 GiB; 1,2,4,8 x 4 GiB (~5 min)
+#   bash bench/run.sh deno full listing   # listing vs per-pid queries, with NVIDIA's utility when
+#                                         #   .carry/cuda-checkpoint is carried (~2 min)
+#   bash bench/run.sh deno full cli       # our compiled dist/cuda-checkpoint (carried as
+#                                         #   .carry/cuda-checkpoint-ours.xz) vs NVIDIA's: start-up
+#   (bun instead of deno: the same; "all" runs overhead and many; a comma list picks several)
 #
 # Builds tests/gpu/target.cu with nvcc and bench/cycle.c, bench/many.c with cc, runs each benchmark
 # under timeout, tees the log into $OUT/bench-<runtime>-<mode>.txt and copies the reports
@@ -19,7 +24,12 @@ mode=${2:-quick}
 which=${3:-all}
 case $rt in deno | bun) ;; *) echo "usage: bench/run.sh deno|bun [quick|full] [all|overhead|many]"; exit 2 ;; esac
 case $mode in quick | full) ;; *) echo "mode: quick or full, not $mode"; exit 2 ;; esac
-case $which in all | overhead | many) ;; *) echo "which: all, overhead or many, not $which"; exit 2 ;; esac
+for w in ${which//,/ }; do
+  case $w in all | overhead | many | growth | listing | cli) ;;
+    *) echo "which: all or a comma list of overhead, many, growth, listing, cli; not $w"; exit 2 ;;
+  esac
+done
+wants() { [[ ",$which," == *",$1,"* ]] || { [ "$which" = all ] && [[ $1 == overhead || $1 == many ]]; }; }
 out=${OUT:-bench/out}
 bin=/tmp/ckpt
 mkdir -p "$out/reports" "$bin"
@@ -58,16 +68,40 @@ run() {
   rc=$?
   echo "== rc=$rc after $((SECONDS - start)) s"
   ((rc == 0)) || status=1
+  # Right away, so that a run cut off later still brings this report back.
+  cp bench/reports/*-"$rt"-*.md bench/reports/*-"$rt"-*.json "$out/reports/" 2>/dev/null
 }
-if [ "$which" = all ] || [ "$which" = overhead ]; then
+if wants overhead; then
   run "${R[@]}" bench/overhead.ts --target "$bin/target" --c-bin "$bin/cycle" "${OVERHEAD[@]}" \
     "${extra[@]}"
 fi
-if [ "$which" = all ] || [ "$which" = many ]; then
+if wants many; then
   for p in $placements; do
     run "${R[@]}" bench/many.ts --target "$bin/target" --c-bin "$bin/many" --placement "$p" \
       "${MANY[@]}" "${extra[@]}"
   done
+fi
+if wants growth; then
+  if [ "$mode" = quick ]; then G=(--sizes 16,1024 --counts 1,2 --cycles 1); else G=(); fi
+  run "${R[@]}" bench/growth.ts --target "$bin/target" --c-bin "$bin/cycle" "${G[@]}" "${extra[@]}"
+fi
+nvidia=()
+if [ -f .carry/cuda-checkpoint ]; then
+  cp .carry/cuda-checkpoint "$bin/nvidia-cuda-checkpoint" && chmod +x "$bin/nvidia-cuda-checkpoint"
+  nvidia=(--nvidia "$bin/nvidia-cuda-checkpoint")
+fi
+if wants listing; then
+  run "${R[@]}" bench/listing.ts --target "$bin/target" --processes 300 --cuda 8 --rounds 5 \
+    ${nvidia[1]:+--utility "${nvidia[1]}"} "${extra[@]}"
+fi
+if wants cli; then
+  if [ -f .carry/cuda-checkpoint-ours.xz ]; then
+    xz -dc .carry/cuda-checkpoint-ours.xz > "$bin/cuda-checkpoint" && chmod +x "$bin/cuda-checkpoint"
+    run "${R[@]}" bench/cli_startup.ts --ours "$bin/cuda-checkpoint" "${nvidia[@]}" \
+      --target "$bin/target" --rounds 20
+  else
+    echo "== cli: no .carry/cuda-checkpoint-ours.xz (build with cli/build.sh and xz it)"
+  fi
 fi
 cp bench/reports/*-"$rt"-*.md bench/reports/*-"$rt"-*.json "$out/reports/" 2>/dev/null
 ls -l "$out/reports"

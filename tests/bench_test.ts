@@ -6,7 +6,7 @@
 import { after, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { spawn, spawnSync } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { hostname, tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
@@ -87,7 +87,15 @@ describe(`benchmarks against the fake libcuda (${runtime})`, { skip: noCompiler 
   const runs = Promise.all([
     bench("overhead.ts", "--sizes", "1,2", "--cycles", "2", "--warmup", "1"),
     bench("many.ts", "--counts", "2,3", "--mib", "1", "--trials", "2", "--placement", "spread"),
+    bench("growth.ts", "--sizes", "1,2", "--counts", "1,2", "--count-mib", "1", "--cycles", "2"),
   ]);
+  // A stand-in for a cuda-checkpoint program: answers as the real one would, for any pid.
+  const standIn = join(out, "stand-in-cuda-checkpoint");
+  writeFileSync(
+    standIn,
+    '#!/bin/sh\nif [ "$1" = --get-state ]; then echo running; else echo 4242; fi\n',
+    { mode: 0o755 },
+  );
 
   test("overhead.ts: alternating cycles, ours and C, each size, every run reported", async () => {
     const [run] = await runs;
@@ -119,6 +127,8 @@ describe(`benchmarks against the fake libcuda (${runtime})`, { skip: noCompiler 
     const json = readReport("many-spread");
     assert.equal(json.config.placement, "spread");
     // 2 counts x 2 trials x 3 modes; trial 1 starts with the second mode.
+    assert.equal(json.config.warmupCycles, 1);
+    assert.match(json.notes.join(" "), /2 processes: suspend [\d.]+ ms, resume [\d.]+ ms/);
     assert.equal(json.runs.length, 12);
     const modes = json.runs.slice(0, 6).map((r: { mode: string }) => r.mode);
     assert.deepEqual(modes, ["ours", "threads", "serial", "threads", "serial", "ours"]);
@@ -130,6 +140,103 @@ describe(`benchmarks against the fake libcuda (${runtime})`, { skip: noCompiler 
     // The goals: within 5% of threads per count and phase, and 6x at 8 (not measured here).
     assert.equal(json.goals.length, 2 * 2 + 3);
     assert.equal(json.goals.at(-1).value, null);
+  });
+
+  test("growth.ts: each size and count, both placements, GB/s beside the ceilings", async () => {
+    const [, , run] = await runs;
+    assert.equal(run.status, 0, run.log);
+    const json = readReport("growth");
+    // Sizes: 1 process each; counts: gpu0 and spread; each (1 warm-up + 2 cycles).
+    const keys = json.runs.map((r: Record<string, unknown>) =>
+      `${r.axis}:${r.placement}:${r.processes}x${r.mibEach}`
+    );
+    assert.deepEqual([...new Set(keys)], [
+      "size:gpu0:1x1",
+      "size:gpu0:1x2",
+      "count:gpu0:1x1",
+      "count:gpu0:2x1",
+      "count:spread:1x1",
+      "count:spread:2x1",
+    ]);
+    assert.equal(json.runs.length, 6 * 3);
+    assert.equal(json.runs.filter((r: { warmup: boolean }) => r.warmup).length, 6);
+    // Without NVML the bytes are the estimate: allocated + a 520 MiB context per process.
+    const two = json.runs.find((r: Record<string, unknown>) => r.processes === 2);
+    assert.equal(two.gpuMiB, 2 * (1 + 520));
+    assert.equal(json.tables.length, 2);
+    assert.equal(json.tables[1].rows.length, 4);
+    assert.ok(json.tables[1].columns.includes("suspend / host ceiling"));
+    for (const row of json.tables[1].rows) assert.match(String(row.at(-1)), /^\d+%$/);
+  });
+
+  test("listing.ts: the listing, a getState per pid and programs per pid, taking turns", async () => {
+    const run = await bench(
+      "listing.ts",
+      "--processes",
+      "20",
+      "--rounds",
+      "2",
+      "--utility",
+      standIn,
+      "--cli",
+      standIn,
+      "--utility-sample",
+      "3",
+    );
+    assert.equal(run.status, 0, run.log);
+    const json = readReport("listing");
+    const ways = json.runs.map((r: { way: string }) => r.way);
+    assert.deepEqual(ways.slice(0, 5), [
+      "listing",
+      "per-pid getState",
+      "utility per pid",
+      "our CLI per pid",
+      "per-pid getState",
+    ]);
+    const utility = json.runs.find((r: { way: string }) => r.way === "utility per pid");
+    assert.equal(utility.calls.length, 3);
+    assert.ok(
+      utility.calls.every((c: { exit: number; out: string }) =>
+        c.exit === 0 && c.out === "running"
+      ),
+    );
+    // Extrapolated: the median call times every pid of /proc.
+    assert.ok(utility.ms > utility.calls[0].ms * 10, JSON.stringify(utility));
+    assert.equal(json.goals[0].goal, "a whole-host listing well under 100 ms (median)");
+    assert.equal(typeof json.goals[0].value, "number");
+  });
+
+  test("cli_startup.ts: both programs, both queries, taking turns, answers compared", async () => {
+    const run = await bench(
+      "cli_startup.ts",
+      "--ours",
+      standIn,
+      "--nvidia",
+      standIn,
+      "--rounds",
+      "2",
+    );
+    assert.equal(run.status, 0, run.log);
+    const json = readReport("cli-startup");
+    // 2 rounds x 2 programs x 2 queries; round 1 starts with NVIDIA's.
+    assert.deepEqual(
+      json.runs.map((r: { program: string; query: string }) => `${r.program}${r.query}`),
+      [
+        "ours--get-state",
+        "ours--get-restore-tid",
+        "nvidia--get-state",
+        "nvidia--get-restore-tid",
+        "nvidia--get-state",
+        "nvidia--get-restore-tid",
+        "ours--get-state",
+        "ours--get-restore-tid",
+      ],
+    );
+    assert.deepEqual(
+      new Set(json.runs.map((r: { out: string }) => r.out)),
+      new Set(["running", "4242"]),
+    );
+    assert.equal(json.goals.length, 4);
   });
 
   test("the C baselines build with -Wall -Wextra without a warning", () => {
