@@ -5,7 +5,8 @@
  * own. Its calls are synchronous, one at a time per thread, so every call that can wait runs in a
  * worker thread (`bun_pool.ts`, `bun_worker.ts`); only the driver version, the error names and the
  * system loader's answers are read on the calling thread. Idle workers do not keep the process
- * alive.
+ * alive. With `callingThread` (a program that makes one call, such as the command line) every
+ * call is made on the calling thread instead, and no worker starts.
  *
  * Given a name the system loader does not find, Bun's `dlopen` tries it again relative to the
  * current directory (Bun 1.4.5; see `loader.ts`), so this adapter says that bare names are not
@@ -30,17 +31,30 @@ import { WorkerPool } from "./bun_pool.ts";
 import { type BunFfi, type BunLibrary, importBunFfi } from "./bun_types.ts";
 import { bunDefinition } from "./symbols.ts";
 
-/** Options of {@link bunAdapter}, for tests. */
+/** Options of {@link bunAdapter}. */
 export interface BunAdapterOptions {
   /** The script workers run: `bun_worker.ts` (or `.js` once transpiled) next to this module. */
   workerUrl?: URL;
+  /**
+   * Make the calls that can wait on the calling thread, blocking it, and start no worker (see
+   * `NativeDriverOptions.callingThread`). Default false.
+   */
+  callingThread?: boolean;
 }
 
 /**
  * The worker script next to this module, with this module's extension: `.ts` in the source, `.js`
  * where the package was delivered as JavaScript (JSR's npm layer, which Bun installs from).
+ *
+ * In a standalone executable (`bun build --compile`) every module has the executable's URL
+ * (`file:///$bunfs/root/<name>`), and the worker is the build's entry point `ffi/bun_worker.ts`,
+ * kept as `ffi/bun_worker.js` under the build's root: build from the package's root with it as an
+ * entry point, as `cli/build.sh` does.
  */
 export function defaultWorkerUrl(moduleUrl: string = import.meta.url): URL {
+  if (new URL(moduleUrl).pathname.startsWith("/$bunfs/")) {
+    return new URL("./ffi/bun_worker.js", moduleUrl);
+  }
   const ext = /\.[cm]?js$/.exec(new URL(moduleUrl).pathname)?.[0] ?? ".ts";
   return new URL(`./bun_worker${ext}`, moduleUrl);
 }
@@ -78,6 +92,7 @@ function openLibrary<N extends string>(
   path: string,
   table: FfiTable<N>,
   workerUrl: URL,
+  callingThread: boolean,
 ): FfiLibrary<N> {
   const names = Object.keys(table) as N[];
   const required = names.filter((name) => !table[name].optional);
@@ -95,14 +110,16 @@ function openLibrary<N extends string>(
     }
   }
   let pool: WorkerPool | undefined;
+  const callHere = (call: NativeCall<N>) => {
+    linkPointers(call, (buf) => BigInt(ffi.ptr(buf)));
+    return bound.get(call.symbol)!.symbols[call.symbol](...call.args);
+  };
   return {
     present: new Set(bound.keys()),
-    call(call: NativeCall<N>) {
-      linkPointers(call, (buf) => BigInt(ffi.ptr(buf)));
-      return bound.get(call.symbol)!.symbols[call.symbol](...call.args);
-    },
+    call: callHere,
     async callOffThread(call: NativeCall<N>) {
       if (!bound.has(call.symbol)) throw new TypeError(`${call.symbol} is not in ${path}`);
+      if (callingThread) return Number(callHere(call));
       pool ??= new WorkerPool(workerUrl);
       const result = await pool.run({
         path,
@@ -129,6 +146,7 @@ function openLibrary<N extends string>(
 export async function bunAdapter(options: BunAdapterOptions = {}): Promise<FfiAdapter> {
   const ffi = await importBunFfi();
   const workerUrl = options.workerUrl ?? defaultWorkerUrl();
+  const callingThread = options.callingThread === true;
   return {
     kind: "native (Bun)",
     runtime: "bun",
@@ -137,7 +155,7 @@ export async function bunAdapter(options: BunAdapterOptions = {}): Promise<FfiAd
     getEnv: (name) => process.env[name],
     cwd: () => process.cwd(),
     libcPath: mappedLibc,
-    open: (path, table) => openLibrary(ffi, path, table, workerUrl),
+    open: (path, table) => openLibrary(ffi, path, table, workerUrl, callingThread),
     cString: (address) => new ffi.CString(Number(address)).toString(),
     readPointer: (address) => ffi.read.u64(Number(address), 0),
   };

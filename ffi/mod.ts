@@ -18,7 +18,12 @@
 
 import { DriverLoadError } from "../core/errors.ts";
 import type { FfiAdapter } from "./adapter.ts";
-import { type NativeDriver, type NativeDriverOptions, openLibcudaDriver } from "./native.ts";
+import {
+  checkCallingThread,
+  type NativeDriver,
+  type NativeDriverOptions,
+  openLibcudaDriver,
+} from "./native.ts";
 
 export {
   DEFAULT_MAX_WORKERS,
@@ -83,11 +88,18 @@ export function detectRuntime(): NativeRuntime {
   return "other";
 }
 
-/** The adapter of this runtime's FFI (Deno's or Bun's); a `DriverLoadError` on any other runtime. */
-export async function runtimeAdapter(): Promise<FfiAdapter> {
+/**
+ * The adapter of this runtime's FFI (Deno's or Bun's); a `DriverLoadError` on any other runtime.
+ * `callingThread` is {@link NativeDriverOptions.callingThread}.
+ */
+export async function runtimeAdapter(
+  options: { callingThread?: boolean } = {},
+): Promise<FfiAdapter> {
   const runtime = detectRuntime();
   if (runtime === "deno") return (await import("./deno.ts")).denoAdapter();
-  if (runtime === "bun") return await (await import("./bun.ts")).bunAdapter();
+  if (runtime === "bun") {
+    return await (await import("./bun.ts")).bunAdapter({ callingThread: options.callingThread });
+  }
   throw new DriverLoadError(
     "The native CUDA checkpoint driver needs Deno (Deno.dlopen) or Bun (bun:ffi); this runtime " +
       "has neither FFI. On Node.js, use the simulated driver from @ckpt/cuda/mock, or run under " +
@@ -106,11 +118,13 @@ export async function runtimeAdapter(): Promise<FfiAdapter> {
  * without reaching the library (see {@link NativeDriver.missingFunctions}).
  *
  * @throws {RangeError} (as a rejection) when `maxWorkers` is not an integer from 1 to 1024.
+ * @throws {TypeError} (as a rejection) when `callingThread` is given and not a boolean.
  * @throws {DriverLoadError} (as a rejection) when libcuda is not found, Deno lacks `--allow-ffi`,
  * the platform is not Linux, or the runtime is neither Deno nor Bun.
  */
 export async function openNativeDriver(options: NativeDriverOptions = {}): Promise<NativeDriver> {
-  return openLibcudaDriver(await runtimeAdapter(), options);
+  checkCallingThread(options.callingThread);
+  return openLibcudaDriver(await runtimeAdapter({ callingThread: options.callingThread }), options);
 }
 
 /**

@@ -70,6 +70,26 @@ export interface NativeDriverOptions {
    * from 1 to 1024; {@link DEFAULT_MAX_WORKERS} (16) by default.
    */
   maxWorkers?: number;
+  /**
+   * Make every call on the calling thread, which waits until the driver answers: a lock with a
+   * timeout, a checkpoint, or a getState while another program checkpoints the process can take
+   * seconds, and nothing else of the program runs meanwhile. On Bun no worker thread is started,
+   * which saves a worker's start-up: for a short program that makes one call and has nothing
+   * else to do, such as a command line. On Deno it changes nothing (its calls off the main thread
+   * start no thread of this package's). Default false.
+   */
+  callingThread?: boolean;
+}
+
+/** Checks `callingThread`: a boolean where given. */
+export function checkCallingThread(value: unknown): void {
+  if (value !== undefined && typeof value !== "boolean") {
+    throw new TypeError(
+      `callingThread must be true or false, got ${
+        typeof value === "string" ? JSON.stringify(value) : String(value)
+      }`,
+    );
+  }
 }
 
 /** A {@link CheckpointDriver} backed by libcuda, with what it loaded and a way to let go of it. */
@@ -211,6 +231,7 @@ export function openLibcudaDriver(
   options: NativeDriverOptions = {},
 ): LibcudaDriver {
   const maxWorkers = checkMaxWorkers(options.maxWorkers);
+  checkCallingThread(options.callingThread);
   const found = findLibcuda({
     tryOpen: (candidate) => openCandidate(adapter, candidate),
     libraryPath: options.libraryPath,
