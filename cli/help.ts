@@ -1,0 +1,77 @@
+/**
+ * The help text of `cuda-checkpoint`: what `--help` prints, and what follows a usage error. It
+ * names `--action`, which CRIU's CUDA plugin looks for before it uses the program.
+ *
+ * @module
+ */
+
+import { VERSION } from "./version.ts";
+
+/** The help text, ending with a newline. */
+export function helpText(): string {
+  return `Usage: cuda-checkpoint <operation> --pid <pid>[,<pid>...] [options]
+Checkpoint and restore the CUDA state of Linux processes (@ckpt/cuda ${VERSION}). Works as NVIDIA's
+cuda-checkpoint utility (driver 580) does, and on several processes at once.
+
+Operations:
+--get-state --pid <pid>
+        Prints the checkpoint state of <pid>: running, locked, checkpointed or failed
+
+--action lock | checkpoint | restore | unlock --pid <pid> [--timeout <ms>] [--device-map <map>]
+        Makes one step on <pid>. lock waits up to <ms> for work already submitted to the GPU
+        (no --timeout, or 0: as long as it takes); restore can move the process to other GPUs
+
+--toggle --pid <pid> [--device-map <map>]
+        Suspends a running process (lock, checkpoint) or resumes a checkpointed one (restore,
+        unlock)
+
+--get-restore-tid --pid <pid>
+        Prints the id of the thread the driver restores <pid> from
+
+list | ps
+        Lists the CUDA processes of this machine: pid, state, restore thread, GPU memory, command
+
+Options:
+--pid|-p <pid>[,<pid>...]
+        The process (or one of its threads). Several pids, repeated or in a comma list, are worked
+        on at once, and each gets a line "<pid> <result>"; a process already where the operation
+        takes it is left alone ("unchanged")
+
+--all
+        Every CUDA process of this machine, at once
+
+--all-or-nothing
+        With several processes: when one fails, bring the others back to where they were
+
+--timeout|-t <ms>
+        For --action lock only: how long to wait, 0 to 4294967295 milliseconds
+
+--device-map|-d <old>=<new>[,<old>=<new>...]
+        For restore and --toggle (resuming): restore onto other GPUs, by GPU UUID (GPU-xxxxxxxx-...).
+        Must name every GPU the driver sees, even one the process does not use
+
+--json
+        One JSON object per line and per process instead of text. Operations: pid, operation, ok,
+        state, restoreThreadId (--get-restore-tid), status (done, unchanged, failed, stopped,
+        not-started), ms, steps, error {message, code, codeName, detail}, rollback. list: pid,
+        state, restoreThreadId, gpuMemoryMiB ({GPU UUID: MiB} or "unknown"), command
+
+--simulate
+        Works on a simulated machine kept in a state file ($CKPT_SIM_STATE, or one in the temporary
+        folder) instead of the GPU driver. Also:
+          --simulate spawn [--memory-mib <n>] [--gpu <i>[,<j>]] [--command <text>]   prints the pid
+          --simulate kill <pid>
+          --simulate reset
+
+--version
+        Prints the version
+
+--help|-h
+        Prints this help
+
+Exit status: 0 when every process succeeded, 1 otherwise. Errors are on stderr, with NVIDIA's
+messages; on a terminal a second line says more, and long operations show their progress.
+NVIDIA's --launch-job (driver 590 and later) is not supported.
+Environment: CKPT_LIBCUDA_PATH (the libcuda to load), CKPT_SIM_STATE (the simulated machine).
+`;
+}

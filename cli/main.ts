@@ -1,0 +1,177 @@
+/**
+ * `cuda-checkpoint`: the command line of `@ckpt/cuda`, a stand-in for NVIDIA's utility of the same
+ * name (driver 580) that CRIU's CUDA plugin can run from `PATH`, with more: several pids at once,
+ * `--all`, `list`, `--json`, progress on a terminal, and `--simulate`.
+ *
+ * Run as a program, it reads the process's arguments and exits with the code {@link main} returns:
+ *
+ * ```sh
+ * deno install -g -A -n cuda-checkpoint jsr:@ckpt/cuda/cli
+ * cuda-checkpoint --get-state --pid 4242          # running
+ * cuda-checkpoint --toggle --pid 4242,4243 --json
+ * ```
+ *
+ * Imported, {@link main} runs one command line in-process, on the driver and output given: tests
+ * run it on the simulated driver.
+ *
+ * @example
+ * ```ts
+ * import { main } from "@ckpt/cuda/cli";
+ * import { SimulatedDriver } from "@ckpt/cuda/mock";
+ *
+ * const sim = new SimulatedDriver();
+ * const { pid } = sim.spawn({ memoryMiB: 1024 });
+ * let out = "";
+ * const io = { driver: sim, stdout: (t: string) => out += t, stderr: () => {} };
+ * await main(["--toggle", "--pid", String(pid)], io); // 0
+ * await main(["--get-state", "--pid", String(pid)], io); // 0, and out is "checkpointed\n"
+ * ```
+ *
+ * This module loads only the command-line parser; each command then loads what it needs (the
+ * native driver, the group operations, the listing, the simulator), so that `--get-state` and
+ * `--get-restore-tid` start fast.
+ *
+ * @module
+ */
+
+import type { CheckpointDriver } from "../core/driver.ts";
+import type { HostProcesses } from "../core/listing.ts";
+import { parseCommandLine, UsageError } from "./args.ts";
+import { VERSION } from "./version.ts";
+
+// The types CliIo's fields use, so that this module documents completely on its own (type-only:
+// nothing more is loaded).
+export type * from "../core/driver.ts";
+export type { GpuMemory, GpuMemoryReport, HostProcesses, ScannedProcess } from "../core/listing.ts";
+
+/** Where {@link main} writes and what it works on. */
+export interface CliIo {
+  /** Writes text to standard output (results: states, thread ids, `--json` lines, tables). */
+  stdout(text: string): void;
+  /** Writes text to standard error (errors, the help after a usage error, progress). */
+  stderr(text: string): void;
+  /**
+   * Whether standard error is a terminal. Then errors get a second line that says more, long
+   * operations show their progress, and `--simulate` says that it is simulated. Default false:
+   * the output is NVIDIA's utility's, line for line.
+   */
+  isTerminal?: boolean;
+  /** The environment: `CKPT_SIM_STATE` (the simulated machine's file). Default: none. */
+  env?: Readonly<Record<string, string | undefined>>;
+  /**
+   * The driver to work with instead of this machine's libcuda (a `SimulatedDriver` in tests).
+   * It stays open: it is the caller's. `--simulate` uses the state file's machine instead.
+   */
+  driver?: CheckpointDriver;
+  /**
+   * Where `list` and `--all` find processes, instead of the driver's own (the simulator's) or
+   * this machine's `/proc`. It stays open: it is the caller's.
+   */
+  host?: HostProcesses;
+}
+
+/**
+ * Runs one `cuda-checkpoint` command line (the arguments after the program's name) and resolves
+ * to its exit code: 0 when everything asked succeeded, 1 otherwise. It never rejects: bad input is
+ * one line and the help on stderr, an unexpected error is one line,
+ * `cuda-checkpoint: internal error: ...`. `--help` is the only command that writes the help to
+ * stdout.
+ */
+export async function main(args: readonly string[], io: CliIo): Promise<number> {
+  try {
+    const command = parseCommandLine(args);
+    if (command.kind === "help") {
+      io.stdout((await import("./help.ts")).helpText());
+      return 0;
+    }
+    if (command.kind === "version") {
+      io.stdout(`cuda-checkpoint (@ckpt/cuda) ${VERSION}\n`);
+      return 0;
+    }
+    const { run } = await import("./run.ts");
+    return await run(command, io);
+  } catch (error) {
+    try {
+      if (error instanceof UsageError) {
+        io.stderr(`${error.message}\n`);
+        if (error.detail && io.isTerminal) io.stderr(`cuda-checkpoint: ${error.detail}\n`);
+        io.stderr((await import("./help.ts")).helpText());
+      } else {
+        const text = error instanceof Error ? error.message : String(error);
+        io.stderr(`cuda-checkpoint: internal error: ${text.split("\n")[0]}\n`);
+      }
+    } catch {
+      // Nowhere left to say it: the exit code says it.
+    }
+    return 1;
+  }
+}
+
+/** This process's arguments, output and environment, on Deno or Bun. */
+async function processIo(): Promise<{ args: string[]; io: CliIo; exit(code: number): void }> {
+  const deno = (globalThis as { Deno?: typeof Deno }).Deno;
+  if (deno) {
+    const encoder = new TextEncoder();
+    const writer = (file: { writeSync(data: Uint8Array): number }) => (text: string) => {
+      let data = encoder.encode(text);
+      while (data.length > 0) data = data.subarray(file.writeSync(data));
+    };
+    let env: Record<string, string> = {};
+    try {
+      env = deno.env.toObject();
+    } catch {
+      // Without --allow-env the environment counts as empty.
+    }
+    return {
+      args: deno.args,
+      io: {
+        stdout: writer(deno.stdout),
+        stderr: writer(deno.stderr),
+        isTerminal: deno.stderr.isTerminal(),
+        env,
+      },
+      exit: (code) => deno.exit(code),
+    };
+  }
+  const { readlinkSync, writeSync } = await import("node:fs");
+  const process = (await import("node:process")).default;
+  const encoder = new TextEncoder();
+  const writer = (fd: number) => (text: string) => {
+    let data = encoder.encode(text);
+    while (data.length > 0) {
+      try {
+        data = data.subarray(writeSync(fd, data));
+      } catch (error) {
+        // A non-blocking pipe that is full: try again.
+        if ((error as { code?: string }).code !== "EAGAIN") throw error;
+      }
+    }
+  };
+  return {
+    args: process.argv.slice(2),
+    io: {
+      stdout: writer(1),
+      stderr: writer(2),
+      isTerminal: isTerminal(readlinkSync),
+      env: process.env,
+    },
+    exit: (code) => process.exit(code),
+  };
+}
+
+/**
+ * Whether stderr is a terminal, from what `/proc/self/fd/2` names (a `/dev/pts/N` or `/dev/ttyN`).
+ * Bun's `node:tty` and `process.stderr` take 12-15 ms to load, a third of the start-up.
+ */
+function isTerminal(readlink: (path: string) => string): boolean {
+  try {
+    return /^\/dev\/(pts\/[0-9]+|tty[A-Za-z0-9]*|console)$/.test(readlink("/proc/self/fd/2"));
+  } catch {
+    return false;
+  }
+}
+
+if (import.meta.main) {
+  const { args, io, exit } = await processIo();
+  exit(await main(args, io));
+}

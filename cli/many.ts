@@ -1,0 +1,324 @@
+/**
+ * An operation on several pids, or on every CUDA process (`--all`): all at once, through the group
+ * operations (`runGroup`, `suspendAll`, `resumeAll`), one `<pid> <result>` line each, and exit 1 if
+ * any failed. A process already where the operation takes it is left alone (`unchanged`);
+ * `--all-or-nothing` brings the others back when one fails. On a terminal a progress line shows
+ * which step runs on which pid.
+ *
+ * @module
+ */
+
+import type { CliOperation, OperationCommand } from "./args.ts";
+import { CUDA_ERROR_ILLEGAL_STATE, type ProcessState } from "../core/codes.ts";
+import type { CheckpointDriver } from "../core/driver.ts";
+import { CudaError } from "../core/errors.ts";
+import { CudaProcess } from "../core/process.ts";
+import {
+  type GroupAction,
+  type GroupEvent,
+  type GroupOptions,
+  type GroupResult,
+  type ProcessOutcome,
+  runGroup,
+  type StepRecord,
+} from "../core/group.ts";
+import { listCudaProcesses } from "../core/listing.ts";
+import type { Machine } from "./machine.ts";
+import { ProgressLine } from "./progress.ts";
+import {
+  errorReport,
+  type PidReport,
+  type Printer,
+  resultWord,
+  type StepReport,
+  warnUninspectable,
+} from "./report.ts";
+import { operateOne } from "./single.ts";
+
+/** The step after which a process of each action is done, for the progress line's count. */
+const LAST_STEP: Readonly<Record<GroupAction, string>> = {
+  suspend: "checkpoint",
+  resume: "unlock",
+  lock: "lock",
+  checkpoint: "checkpoint",
+  restore: "restore",
+  unlock: "unlock",
+};
+
+/** Why a process was not started or was stopped, in words. */
+const REASONS: Readonly<Record<string, string>> = {
+  "another-failed": "another process failed and --all-or-nothing was given",
+  deadline: "the deadline passed",
+  aborted: "it was aborted",
+};
+
+/** Runs the command on several pids (or all), prints a line each, resolves to the exit code. */
+export async function runMany(
+  command: OperationCommand,
+  machine: Machine,
+  print: Printer,
+): Promise<number> {
+  let pids: readonly number[];
+  if (command.targets === "all") {
+    try {
+      pids = await everyCudaProcess(machine, print);
+    } catch (error) {
+      print.err(`cuda-checkpoint: ${error instanceof Error ? error.message : String(error)}`);
+      return 1;
+    }
+    if (pids.length === 0) print.more("no CUDA processes on this machine");
+  } else {
+    pids = command.targets;
+  }
+  const querying = command.operation === "get-state" || command.operation === "get-restore-tid";
+  let progress: ProgressLine | undefined;
+  if (!querying && print.terminal && pids.length > 0) {
+    progress = new ProgressLine({ write: (t) => print.raw(t), total: pids.length });
+  }
+  let reports: PidReport[];
+  try {
+    reports = querying
+      ? await Promise.all(pids.map((pid) => operateOne(command, pid, machine.driver)))
+      : await act(command, pids, machine.driver, progress);
+  } finally {
+    progress?.stop();
+  }
+  for (const report of reports) {
+    if (command.json) print.json(report);
+    else print.out(`${report.pid} ${resultWord(report)}`);
+  }
+  for (const report of reports) explain(report, print);
+  return reports.every((r) => r.ok) ? 0 : 1;
+}
+
+/** The pids of every CUDA process of the machine; says on stderr which could not be looked at. */
+async function everyCudaProcess(machine: Machine, print: Printer): Promise<number[]> {
+  const host = await machine.host(false);
+  const listing = await listCudaProcesses({
+    driver: machine.driver,
+    gpuMemory: false,
+    ...(host ? { host } : {}),
+  });
+  warnUninspectable(listing.uninspectable.length, print);
+  return listing.processes.map((p) => p.pid);
+}
+
+/** What went wrong with a process, on stderr: NVIDIA's line, or ours where it has none. */
+function explain(report: PidReport, print: Printer): void {
+  if (report.error) print.failure(report.error);
+  if (report.status === "not-started" || report.status === "stopped") {
+    const what = report.status === "stopped" ? "was stopped between steps" : "was not started";
+    print.err(`Process ID ${report.pid} ${what}: ${REASONS[report.reason ?? ""] ?? report.reason}`);
+  }
+  if (report.rollback && report.status === "done") {
+    print.more(
+      report.rollback.ok
+        ? `process ID ${report.pid} was brought back to ${report.state}: another process failed`
+        : `process ID ${report.pid} could not be brought back: ${report.rollback.error?.detail}`,
+    );
+  }
+}
+
+/** The group options every action shares. */
+function groupOptions(
+  command: OperationCommand,
+  driver: CheckpointDriver,
+  progress: ProgressLine | undefined,
+  action: GroupAction,
+): GroupOptions {
+  const onProgress = progress && ((event: GroupEvent) => {
+    progress.event(event);
+    if (
+      event.type === "step-end" && event.ok && !event.rollback && LAST_STEP[action] === event.step
+    ) {
+      progress.finished(event.pid);
+    }
+  });
+  return {
+    driver,
+    allOrNothing: command.allOrNothing,
+    // As with one pid: no lock timeout unless --timeout gives one.
+    lockTimeoutMs: command.timeoutMs ?? 0,
+    ...(onProgress ? { onProgress } : {}),
+  };
+}
+
+/** A step, or a toggle, on every pid at once. */
+async function act(
+  command: OperationCommand,
+  pids: readonly number[],
+  driver: CheckpointDriver,
+  progress: ProgressLine | undefined,
+): Promise<PidReport[]> {
+  if (command.operation === "toggle") return await toggleAll(command, pids, driver, progress);
+  const action = command.operation as GroupAction;
+  const result = await runGroup(action, pids, {
+    ...groupOptions(command, driver, progress, action),
+    ...(command.gpuMapping ? { gpuMapping: command.gpuMapping } : {}),
+  });
+  return result.processes.map((o) => fromOutcome(command.operation, o));
+}
+
+/** A group's outcome for one process, as reported. */
+function fromOutcome(operation: CliOperation, o: ProcessOutcome): PidReport {
+  const ok = (o.status === "done" && !o.rollback) || o.status === "unchanged";
+  const reason = o.notStarted ?? o.stopped;
+  // A process that failed before any step (its state has no way to the action's) is as it was.
+  const state = o.state ??
+    (o.status === "failed" && o.steps.length === 0 ? o.initialState : undefined);
+  return {
+    pid: o.pid,
+    operation,
+    ok,
+    ...(state !== undefined ? { state } : {}),
+    status: o.status,
+    ...(reason ? { reason } : {}),
+    ms: round([...o.steps, ...(o.rollback?.steps ?? [])].reduce((sum, s) => sum + s.ms, 0)),
+    steps: o.steps.map(stepReport),
+    ...(o.error ? { error: errorReport(operation, o.pid, o.error) } : {}),
+    ...(o.rollback
+      ? {
+        rollback: {
+          ok: o.rollback.ok,
+          steps: o.rollback.steps.map(stepReport),
+          ...(o.rollback.error ? { error: errorReport(operation, o.pid, o.rollback.error) } : {}),
+        },
+      }
+      : {}),
+  };
+}
+
+function stepReport(s: StepRecord): StepReport {
+  return { step: s.step, ms: round(s.ms), ok: s.ok };
+}
+
+function round(ms: number): number {
+  return Math.round(ms * 1000) / 1000;
+}
+
+/**
+ * `--toggle` on every pid: the running ones are suspended and the checkpointed ones resumed, both
+ * groups at once. Any other state fails, as with one pid. With `--all-or-nothing`, nothing starts
+ * when a state cannot be toggled, and when one group fails the other is brought back.
+ */
+async function toggleAll(
+  command: OperationCommand,
+  pids: readonly number[],
+  driver: CheckpointDriver,
+  progress: ProgressLine | undefined,
+): Promise<PidReport[]> {
+  const reports = new Map<number, PidReport>();
+  const running: number[] = [];
+  const checkpointed: number[] = [];
+  type Seen = { pid: number; state?: ProcessState; error?: unknown };
+  const states = await Promise.all(pids.map(async (pid): Promise<Seen> => {
+    const proc = new CudaProcess(pid, { driver });
+    try {
+      return { pid, state: await proc.state() };
+    } catch (error) {
+      return { pid, error };
+    } finally {
+      await proc.close();
+    }
+  }));
+  for (const { pid, state, error } of states) {
+    let refused: unknown = error;
+    if (state === "running" && command.gpuMapping) {
+      refused = new RangeError(
+        "--device-map applies when --toggle resumes a checkpointed process, and this one is running",
+      );
+    } else if (state === "running") {
+      running.push(pid);
+    } else if (state === "checkpointed") {
+      checkpointed.push(pid);
+    } else if (state !== undefined) {
+      refused = illegal(pid, state);
+    }
+    if (refused !== undefined) {
+      reports.set(pid, {
+        pid,
+        operation: "toggle",
+        ok: false,
+        ...(state !== undefined ? { state } : {}),
+        status: "failed",
+        error: errorReport("toggle", pid, refused),
+      });
+    }
+  }
+  if (command.allOrNothing && reports.size > 0) {
+    for (const pid of pids) {
+      if (!reports.has(pid)) {
+        reports.set(pid, {
+          pid,
+          operation: "toggle",
+          ok: false,
+          status: "not-started",
+          reason: "another-failed",
+        });
+      }
+    }
+    return pids.map((pid) => reports.get(pid)!);
+  }
+  const group = (action: GroupAction, members: number[]) =>
+    members.length === 0 ? undefined : runGroup(action, members, {
+      ...groupOptions(command, driver, progress, action),
+      ...(action === "resume" && command.gpuMapping ? { gpuMapping: command.gpuMapping } : {}),
+    });
+  const [suspended, resumed] = await Promise.all([
+    group("suspend", running),
+    group("resume", checkpointed),
+  ]);
+  const outcomes = new Map<number, ProcessOutcome>();
+  for (const o of [...suspended?.processes ?? [], ...resumed?.processes ?? []]) {
+    outcomes.set(o.pid, o);
+  }
+  if (command.allOrNothing && (suspended?.ok === false || resumed?.ok === false)) {
+    await undoGroup(suspended, "resume", command, driver, progress, outcomes);
+    await undoGroup(resumed, "suspend", command, driver, progress, outcomes);
+  }
+  for (const [pid, o] of outcomes) reports.set(pid, fromOutcome("toggle", o));
+  return pids.map((pid) => reports.get(pid)!);
+}
+
+/**
+ * All-or-nothing across the two halves of a toggle: a half that succeeded is brought back by the
+ * other half's action, and each of its processes gets that as its rollback.
+ */
+async function undoGroup(
+  result: GroupResult | undefined,
+  undo: GroupAction,
+  command: OperationCommand,
+  driver: CheckpointDriver,
+  progress: ProgressLine | undefined,
+  outcomes: Map<number, ProcessOutcome>,
+): Promise<void> {
+  if (!result?.ok) return;
+  const done = result.processes.filter((o) => o.status === "done").map((o) => o.pid);
+  if (done.length === 0) return;
+  const back = await runGroup(undo, done, {
+    ...groupOptions(command, driver, progress, undo),
+    allOrNothing: false,
+  });
+  for (const b of back.processes) {
+    const before = outcomes.get(b.pid)!;
+    const ok = b.status === "done" || b.status === "unchanged";
+    outcomes.set(b.pid, {
+      ...before,
+      ...(b.state !== undefined ? { state: b.state } : {}),
+      rollback: { ok, steps: b.steps, ...(b.error ? { error: b.error } : {}) },
+    });
+  }
+}
+
+/** The error for a toggle of a process that is neither running nor checkpointed. */
+function illegal(pid: number, state: ProcessState): CudaError {
+  return new CudaError({
+    code: CUDA_ERROR_ILLEGAL_STATE,
+    operation: "toggle",
+    pid,
+    state,
+    detail: state === "locked"
+      ? "toggle goes between running and checkpointed; --action unlock or --action checkpoint first"
+      : "a process in the failed state cannot be recovered",
+  });
+}

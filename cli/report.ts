@@ -1,0 +1,164 @@
+/**
+ * What `cuda-checkpoint` says about each process: NVIDIA's error lines, the `<pid> <result>` lines
+ * of several pids, and the JSON objects of `--json`, with their field names in one place.
+ *
+ * @module
+ */
+
+import type { CliOperation } from "./args.ts";
+import type { CliIo } from "./main.ts";
+import { CudaError } from "../core/errors.ts";
+import type { ProcessState } from "../core/codes.ts";
+
+/** An error as `--json` gives it. */
+export interface ErrorReport {
+  /** The line printed on stderr: NVIDIA's, where it has one. */
+  readonly message: string;
+  /** The driver's `CUresult`, for a driver error. */
+  readonly code?: number;
+  /** Its name, such as `CUDA_ERROR_ILLEGAL_STATE`. */
+  readonly codeName?: string;
+  /** Everything known: what failed, the state the process is in, what was done about it. */
+  readonly detail: string;
+}
+
+/** A step as `--json` gives it. */
+export interface StepReport {
+  /** `lock`, `checkpoint`, `restore` or `unlock`. */
+  readonly step: string;
+  /** Its time in ms. */
+  readonly ms: number;
+  /** Whether it succeeded. */
+  readonly ok: boolean;
+}
+
+/** What became of one process: one `--json` line (keys are left out where they do not apply). */
+export interface PidReport {
+  /** The pid as given. */
+  readonly pid: number;
+  /** The operation, as the command line names it (`get-state`, `lock`, `toggle`, ...). */
+  readonly operation: CliOperation;
+  /** Whether the process is now where the operation takes it. */
+  readonly ok: boolean;
+  /** Its state afterwards, where known. */
+  readonly state?: ProcessState;
+  /** `--get-restore-tid`'s answer. */
+  readonly restoreThreadId?: number;
+  /** For a step or toggle: `done`, `unchanged`, `failed`, `stopped` or `not-started`. */
+  readonly status?: "done" | "unchanged" | "failed" | "stopped" | "not-started";
+  /** Why it was not started, or stopped between steps: `deadline`, `another-failed`. */
+  readonly reason?: string;
+  /** The whole operation's time on this process, in ms. */
+  readonly ms?: number;
+  /** The driver calls made, in order. */
+  readonly steps?: readonly StepReport[];
+  /** Why it failed. */
+  readonly error?: ErrorReport;
+  /** Its rollback (its own after a failed step, or all-or-nothing's), where one was made. */
+  readonly rollback?: {
+    readonly ok: boolean;
+    readonly steps: readonly StepReport[];
+    readonly error?: ErrorReport;
+  };
+}
+
+/** NVIDIA's line for a failed operation on a pid, with the driver's description of the code. */
+export function nvidiaLine(operation: CliOperation, pid: number, error: unknown): string {
+  const text = error instanceof CudaError
+    ? error.description || error.codeName
+    : error instanceof Error
+    ? error.message
+    : String(error);
+  switch (operation) {
+    case "get-state":
+      return `Error getting process state for process ID ${pid}: "${text}"`;
+    case "get-restore-tid":
+      return `Could not find restore thread for process ID ${pid}`;
+    case "toggle":
+      return `Error toggling CUDA in process ID ${pid}: "${text}"`;
+    default:
+      return `Could not ${operation} on process ID ${pid}: "${text}"`;
+  }
+}
+
+/** The report of an error. */
+export function errorReport(operation: CliOperation, pid: number, error: unknown): ErrorReport {
+  const detail = error instanceof Error ? error.message : String(error);
+  return {
+    message: nvidiaLine(operation, pid, error),
+    ...(error instanceof CudaError ? { code: error.code, codeName: error.codeName } : {}),
+    detail,
+  };
+}
+
+/** The word for a process in the `<pid> <result>` lines of several pids. */
+export function resultWord(report: PidReport): string {
+  if (report.status === undefined) {
+    if (!report.ok) return "error";
+    return report.operation === "get-restore-tid"
+      ? String(report.restoreThreadId)
+      : report.state ?? "error";
+  }
+  let word: string = report.status;
+  if (report.status === "done" && report.rollback) {
+    word = report.rollback.ok ? "rolled-back" : "rollback-failed";
+  }
+  return report.state === undefined ? word : `${word} ${report.state}`;
+}
+
+/** Writes to stdout and stderr; stderr's extra lines only on a terminal. */
+export class Printer {
+  readonly #io: CliIo;
+
+  /** A printer on `io`. */
+  constructor(io: CliIo) {
+    this.#io = io;
+  }
+
+  /** Whether stderr is a terminal. */
+  get terminal(): boolean {
+    return this.#io.isTerminal === true;
+  }
+
+  /** A line on stdout. */
+  out(line: string): void {
+    this.#io.stdout(`${line}\n`);
+  }
+
+  /** A line on stderr. */
+  err(line: string): void {
+    this.#io.stderr(`${line}\n`);
+  }
+
+  /** Text on stderr as it is (a progress line). */
+  raw(text: string): void {
+    this.#io.stderr(text);
+  }
+
+  /** A line on stderr, on a terminal only. */
+  more(line: string): void {
+    if (this.terminal) this.err(`cuda-checkpoint: ${line}`);
+  }
+
+  /** A value as one JSON line on stdout. */
+  json(value: unknown): void {
+    this.out(JSON.stringify(value));
+  }
+
+  /** NVIDIA's line for a failure, then (on a terminal) everything known about it. */
+  failure(error: ErrorReport): void {
+    this.err(error.message);
+    if (error.detail !== error.message && !error.message.endsWith(`"${error.detail}"`)) {
+      this.more(error.detail);
+    }
+  }
+}
+
+/** One stderr line about processes that could not be looked at (other users', without root). */
+export function warnUninspectable(count: number, print: Printer): void {
+  if (count === 0) return;
+  print.err(
+    `cuda-checkpoint: ${count} process${count === 1 ? "" : "es"} could not be looked at and may ` +
+      `be CUDA processes (another user's: run as root to include them)`,
+  );
+}

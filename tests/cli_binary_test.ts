@@ -1,0 +1,122 @@
+// The compiled `cuda-checkpoint` (dist/cuda-checkpoint, built by `bash cli/build.sh`, which
+// .ci/check runs first): the same key lines as the in-process tests, on the simulated machine of a
+// temporary state file (--simulate, CKPT_SIM_STATE) and, where a C compiler is, on the fake libcuda,
+// where several pids make the native driver start its worker threads inside the binary. Skips,
+// loudly, when the binary has not been built. Runs under `deno test -A` and `bun test`.
+
+import { after, describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import process from "node:process";
+
+import { VERSION } from "../cli/version.ts";
+import { BINARY, binaryBuilt, HELP_FIRST_LINE } from "./cli_support.ts";
+import { FakeDir, loud, noCompiler } from "./fixtures/fake.ts";
+
+const skip = binaryBuilt
+  ? false
+  : loud(`${BINARY} is not built: run \`bash cli/build.sh\` (.ci/check does, before the tests)`);
+const dir = mkdtempSync(join(tmpdir(), "ckpt-cli-binary-"));
+const state = join(dir, "machine.json");
+const fakes = skip || noCompiler ? undefined : new FakeDir();
+const fake = fakes?.build("libcuda_binary") ?? "";
+after(() => {
+  rmSync(dir, { recursive: true, force: true });
+  fakes?.remove();
+});
+
+/** Runs the binary with CKPT_SIM_STATE set to this file's state file (and more environment). */
+function binary(
+  args: (string | number)[],
+  env: Record<string, string> = {},
+): Promise<{ code: number; out: string; err: string }> {
+  return new Promise((resolve) => {
+    execFile(
+      BINARY,
+      args.map(String),
+      { env: { ...process.env, CKPT_SIM_STATE: state, ...env }, timeout: 30_000 },
+      (error, stdout, stderr) => {
+        const code = error ? (typeof error.code === "number" ? error.code : -1) : 0;
+        resolve({ code, out: String(stdout), err: String(stderr) });
+      },
+    );
+  });
+}
+
+describe("the compiled cuda-checkpoint", { skip }, () => {
+  test("-h names --action and exits 0; --version is deno.json's", async () => {
+    const help = await binary(["-h"]);
+    assert.equal(help.code, 0);
+    assert.ok(help.out.startsWith(HELP_FIRST_LINE));
+    assert.ok(help.out.includes("--action"));
+    assert.deepEqual(await binary(["--version"]), {
+      code: 0,
+      out: `cuda-checkpoint (@ckpt/cuda) ${VERSION}\n`,
+      err: "",
+    });
+  });
+
+  test("bad input: NVIDIA's line, then the help on stderr; exit 1", async () => {
+    const r = await binary(["--get-state", "--pid", "abc"]);
+    assert.equal(r.code, 1);
+    assert.equal(r.out, "");
+    assert.ok(r.err.startsWith(`pid must be a non-negative integer\n${HELP_FIRST_LINE}\n`));
+  });
+
+  test("--simulate: spawn, state, restore thread, toggle, list, kill, across runs", async () => {
+    const spawned = await binary([
+      "--simulate",
+      "spawn",
+      "--memory-mib",
+      256,
+      "--command",
+      "train",
+    ]);
+    assert.equal(spawned.code, 0, spawned.err);
+    assert.match(spawned.out, /^[0-9]+\n$/);
+    const pid = Number.parseInt(spawned.out);
+    assert.deepEqual(await binary(["--simulate", "--get-state", "--pid", pid]), {
+      code: 0,
+      out: "running\n",
+      err: "",
+    });
+    const tid = await binary(["--simulate", "--get-restore-tid", "--pid", pid]);
+    assert.match(tid.out, /^[0-9]+\n$/);
+    assert.deepEqual(await binary(["--simulate", "--toggle", "--pid", pid]), {
+      code: 0,
+      out: "",
+      err: "",
+    });
+    assert.equal((await binary(["--simulate", "--get-state", "-p", pid])).out, "checkpointed\n");
+    const list = await binary(["--simulate", "list"]);
+    assert.match(list.out, new RegExp(`^${pid} +checkpointed +[0-9]+ +0 MiB +train$`, "m"));
+    assert.equal((await binary(["--simulate", "kill", pid])).code, 0);
+    const gone = await binary(["--simulate", "--get-state", "--pid", pid]);
+    assert.equal(gone.code, 1);
+    assert.equal(
+      gone.err,
+      `Error getting process state for process ID ${pid}: "OS call failed or operation not supported on this OS"\n`,
+    );
+    assert.equal((await binary(["--simulate", "reset"])).code, 0);
+  });
+
+  test("on the fake libcuda: one pid, and several at once on the driver's worker threads", {
+    skip: noCompiler,
+  }, async () => {
+    const env = { CKPT_LIBCUDA_PATH: fake };
+    assert.deepEqual(await binary(["--get-state", "--pid", 4242], env), {
+      code: 0,
+      out: "running\n",
+      err: "",
+    });
+    const r = await binary(["--toggle", "--pid", "4242,4252,4262"], env);
+    assert.deepEqual(r, {
+      code: 0,
+      out: "4242 done checkpointed\n4252 done checkpointed\n4262 done checkpointed\n",
+      err: "",
+    });
+  });
+});

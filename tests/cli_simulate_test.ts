@@ -1,0 +1,122 @@
+// `cuda-checkpoint --simulate`, in-process through `main()`: the simulated machine of the state
+// file named by CKPT_SIM_STATE (a temporary file here) lives from one command to the next: spawn,
+// operations, list, kill, reset; the notice on a terminal only; a bad state file or a spawn that
+// does not fit is one line and exit 1. Runs unchanged under `deno test -A` and `bun test`.
+
+import { after, describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+
+import { cli } from "./cli_support.ts";
+
+const dir = mkdtempSync(join(tmpdir(), "ckpt-cli-simulate-"));
+after(() => rmSync(dir, { recursive: true, force: true }));
+let files = 0;
+
+/** A fresh state file, and `cli` with CKPT_SIM_STATE set to it and --simulate first. */
+function machine() {
+  const path = join(dir, `machine-${files++}.json`);
+  const env = { CKPT_SIM_STATE: path };
+  return {
+    path,
+    run: (args: (string | number)[], isTerminal = false) =>
+      cli(["--simulate", ...args], { env, isTerminal }),
+  };
+}
+
+describe("--simulate", () => {
+  test("a process spawned in one run is there in the next, and keeps its state", async () => {
+    const { run } = machine();
+    const spawned = await run(["spawn", "--memory-mib", 1024, "--command", "python train.py"]);
+    assert.equal(spawned.code, 0, spawned.err);
+    assert.match(spawned.out, /^[0-9]+\n$/);
+    const pid = Number.parseInt(spawned.out);
+    assert.equal((await run(["--get-state", "--pid", pid])).out, "running\n");
+    assert.match((await run(["--get-restore-tid", "--pid", pid])).out, /^[0-9]+\n$/);
+    assert.deepEqual(await run(["--toggle", "--pid", pid]).then((r) => [r.code, r.out, r.err]), [
+      0,
+      "",
+      "",
+    ]);
+    assert.equal((await run(["--get-state", "--pid", pid])).out, "checkpointed\n");
+    const list = await run(["list"]);
+    assert.match(
+      list.out,
+      new RegExp(`^${pid} +checkpointed +[0-9]+ +0 MiB +python train.py$`, "m"),
+    );
+    assert.equal((await run(["--toggle", "--pid", pid])).code, 0);
+    assert.equal((await run(["--get-state", "--pid", pid])).out, "running\n");
+  });
+
+  test("several processes, --all, and a process on two GPUs", async () => {
+    const { run } = machine();
+    const a = Number.parseInt((await run(["spawn"])).out);
+    const spawned = await run(["spawn", "--gpu", "0,1", "--memory-mib", 2048, "--json"]);
+    const b = JSON.parse(spawned.out).pid;
+    assert.equal(typeof b, "number");
+    const r = await run(["--toggle", "--all"]);
+    assert.equal(r.code, 0, r.err);
+    assert.equal(r.out, `${a} done checkpointed\n${b} done checkpointed\n`);
+    assert.equal(
+      (await run(["--get-state", "-p", `${a},${b}`])).out,
+      `${a} checkpointed\n${b} checkpointed\n`,
+    );
+  });
+
+  test("kill ends a process; killing one that is not there fails", async () => {
+    const { run } = machine();
+    const pid = Number.parseInt((await run(["spawn"])).out);
+    assert.deepEqual([(await run(["kill", pid])).code], [0]);
+    const gone = await run(["--get-state", "--pid", pid]);
+    assert.equal(gone.code, 1);
+    assert.equal(
+      gone.err,
+      `Error getting process state for process ID ${pid}: "OS call failed or operation not supported on this OS"\n`,
+    );
+    const again = await run(["kill", pid]);
+    assert.equal(again.code, 1);
+    assert.equal(again.err, `No simulated process has pid ${pid}\n`);
+  });
+
+  test("reset empties the machine", async () => {
+    const { run } = machine();
+    await run(["spawn"]);
+    assert.equal((await run(["reset"])).code, 0);
+    assert.equal((await run(["list"])).out, "PID  STATE  RESTORE_TID  GPU_MEMORY  COMMAND\n");
+  });
+
+  test("on a terminal the first stderr line says it is simulated, and where; piped, nothing", async () => {
+    const { run, path } = machine();
+    const piped = await run(["spawn"]);
+    assert.equal(piped.err, "");
+    const terminal = await run(["--get-state", "--pid", Number.parseInt(piped.out)], true);
+    assert.equal(terminal.err, `cuda-checkpoint: simulated machine, kept in ${path}\n`);
+    assert.equal(terminal.out, "running\n");
+  });
+
+  test("a spawn that does not fit on the GPU is one line, exit 1", async () => {
+    const { run } = machine();
+    const r = await run(["spawn", "--memory-mib", 10_000_000]);
+    assert.equal(r.code, 1);
+    assert.equal(r.out, "");
+    assert.match(r.err, /^cuda-checkpoint: .*\n$/);
+  });
+
+  test("a state file that is not one is one line naming it, exit 1", async () => {
+    const { run, path } = machine();
+    writeFileSync(path, "this is not a simulated machine");
+    const r = await run(["--get-state", "--pid", 4000]);
+    assert.equal(r.code, 1);
+    assert.match(r.err, /^cuda-checkpoint: .*\n$/);
+    assert.ok(r.err.includes(path), r.err);
+  });
+
+  test("kill takes one pid", async () => {
+    const { run } = machine();
+    const r = await run(["kill"]);
+    assert.equal(r.code, 1);
+    assert.deepEqual(r.errLines, ["--simulate kill takes the pid of one simulated process"]);
+  });
+});

@@ -1,0 +1,45 @@
+// Helpers for the command-line tests (tests/cli_*_test.ts): run `main()` in-process and collect
+// what it writes, and find the compiled binary. Runs under Deno and Bun alike. Not a test file.
+
+import { existsSync } from "node:fs";
+
+import { type CliIo, main } from "../cli/main.ts";
+import type { CheckpointDriver } from "../core/driver.ts";
+
+/** What a command line did. */
+export interface Ran {
+  /** The exit code. */
+  readonly code: number;
+  /** Everything written to stdout. */
+  readonly out: string;
+  /** Everything written to stderr. */
+  readonly err: string;
+  /** stderr's lines, without the help text that follows a usage error. */
+  readonly errLines: string[];
+}
+
+/** The first line of the help text, to cut it off stderr. */
+export const HELP_FIRST_LINE =
+  "Usage: cuda-checkpoint <operation> --pid <pid>[,<pid>...] [options]";
+
+/** Runs `main()` with the arguments on the driver given; collects stdout and stderr. */
+export async function cli(
+  args: readonly (string | number)[],
+  options: Partial<Omit<CliIo, "stdout" | "stderr">> & { driver?: CheckpointDriver } = {},
+): Promise<Ran> {
+  let out = "", err = "";
+  const code = await main(args.map(String), {
+    ...options,
+    stdout: (text) => out += text,
+    stderr: (text) => err += text,
+  });
+  const help = err.indexOf(HELP_FIRST_LINE);
+  const errLines = (help < 0 ? err : err.slice(0, help)).split("\n").filter((l) => l !== "");
+  return { code, out, err, errLines };
+}
+
+/** The compiled binary that `bash cli/build.sh` makes. */
+export const BINARY = new URL("../dist/cuda-checkpoint", import.meta.url).pathname;
+
+/** Whether the binary has been built. */
+export const binaryBuilt: boolean = existsSync(BINARY);

@@ -1,0 +1,813 @@
+// Golden tests of `cuda-checkpoint` (cli/), run in-process through `main()` on the simulated
+// driver: every row of NVIDIA's utility's table (shared/DRIVER_FACTS.md) word for word, CRIU's
+// contract (help names --action, the state and thread id parse, a failure exits nonzero), and our
+// extras (several pids, --all, --all-or-nothing, list, --json, --version, a terminal's extra lines
+// and progress, bad input, internal errors). Runs unchanged under `deno test -A` and `bun test`.
+// The compiled binary: tests/cli_binary_test.ts; the native driver in a subprocess:
+// tests/cli_native_test.ts; --simulate's state file: tests/cli_simulate_test.ts.
+
+import { describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+
+import { NVIDIA_MESSAGES, parseCommandLine, UsageError } from "../cli/args.ts";
+import { helpText } from "../cli/help.ts";
+import { main } from "../cli/main.ts";
+import { ProgressLine } from "../cli/progress.ts";
+import { VERSION } from "../cli/version.ts";
+import { SimulatedDriver } from "../mock/mod.ts";
+import { cli, HELP_FIRST_LINE } from "./cli_support.ts";
+import { forward } from "./support/forward.ts";
+
+/** A simulator with two GPUs and a CUDA process of 1 GiB on GPU 0. */
+function machine() {
+  const sim = new SimulatedDriver({ gpus: 2 });
+  const target = sim.spawn({ memoryMiB: 1024, command: "python train.py" });
+  return { sim, target, pid: target.pid };
+}
+
+const GOLDEN_HELP = new URL("./fixtures/cli_help.txt", import.meta.url);
+
+describe("NVIDIA's table: bad input", () => {
+  const rows: [string, (string | number)[], string][] = [
+    ["no operation", [], NVIDIA_MESSAGES.noOperation],
+    ["no operation, only a pid", ["--pid", 5], NVIDIA_MESSAGES.noOperation],
+    ["an operation without pid", ["--get-state"], NVIDIA_MESSAGES.missingPid],
+    ["--pid abc", ["--get-state", "--pid", "abc"], NVIDIA_MESSAGES.badPid],
+    ["--pid -5", ["--get-state", "--pid", "-5"], NVIDIA_MESSAGES.badPid],
+    ["-p 12x", ["--get-state", "-p", "12x"], NVIDIA_MESSAGES.badPid],
+    [
+      "--timeout -5",
+      ["--action", "lock", "--pid", 5, "--timeout", "-5"],
+      NVIDIA_MESSAGES.badTimeout,
+    ],
+    [
+      "--timeout with restore",
+      ["--action", "restore", "-p", 5, "-t", 5],
+      NVIDIA_MESSAGES.timeoutNotLock,
+    ],
+    [
+      "--timeout with --get-state",
+      ["--get-state", "-p", 5, "-t", 5],
+      NVIDIA_MESSAGES.timeoutNotLock,
+    ],
+    ["--timeout with --toggle", ["--toggle", "-p", 5, "-t", 5], NVIDIA_MESSAGES.timeoutNotLock],
+    [
+      "--device-map bad",
+      ["--action", "restore", "-p", 5, "--device-map", "bad"],
+      NVIDIA_MESSAGES.badDeviceMap,
+    ],
+    ["--action foo", ["--action", "foo", "--pid", 5], NVIDIA_MESSAGES.badAction],
+    ["an unknown option", ["--frobnicate"], NVIDIA_MESSAGES.badOption],
+    ["an unknown short option", ["-x"], NVIDIA_MESSAGES.badOption],
+  ];
+  for (const [what, args, message] of rows) {
+    test(`${what}: "${message}", then the help, on stderr; exit 1`, async () => {
+      const r = await cli(args, { driver: new SimulatedDriver() });
+      assert.equal(r.code, 1);
+      assert.equal(r.out, "", "stdout stays clean");
+      assert.deepEqual(r.errLines, [message], "one line, exactly NVIDIA's (not on a terminal)");
+      assert.ok(r.err.endsWith(helpText()), "the help follows");
+    });
+  }
+
+  test("the exact messages, as DRIVER_FACTS.md quotes them", () => {
+    assert.deepEqual(Object.values(NVIDIA_MESSAGES), [
+      "No operation selected",
+      "Missing pid to perform operation on",
+      "pid must be a non-negative integer",
+      "timeout must be a non-negative integer",
+      "Timeout is only valid for --action lock operation",
+      "Invalid device remap",
+      "Invalid process state",
+      "Invalid option(s) or option(s) not supported by this CUDA Driver",
+    ]);
+  });
+});
+
+describe("NVIDIA's table: what the driver says", () => {
+  test("get-state of a pid that does not exist", async () => {
+    const r = await cli(["--get-state", "--pid", 999999], { driver: new SimulatedDriver() });
+    assert.equal(r.code, 1);
+    assert.equal(r.out, "");
+    assert.equal(
+      r.err,
+      'Error getting process state for process ID 999999: "OS call failed or operation not supported on this OS"\n',
+    );
+  });
+
+  test("get-restore-tid of a process that is not a CUDA process", async () => {
+    const sim = new SimulatedDriver();
+    const bash = sim.spawn({ cuda: false, command: "bash" });
+    const r = await cli(["--get-restore-tid", "--pid", bash.pid], { driver: sim });
+    assert.equal(r.code, 1);
+    assert.equal(r.out, "");
+    assert.equal(r.err, `Could not find restore thread for process ID ${bash.pid}\n`);
+  });
+
+  test("unlock of a running process", async () => {
+    const { sim, pid } = machine();
+    const r = await cli(["--action", "unlock", "--pid", pid], { driver: sim });
+    assert.equal(r.code, 1);
+    assert.equal(
+      r.err,
+      `Could not unlock on process ID ${pid}: "the operation cannot be performed in the present state"\n`,
+    );
+  });
+
+  test('every failed step says Could not <step> on process ID <pid>: "<cuGetErrorString>"', async () => {
+    const { sim, pid } = machine();
+    const failures: [string[], string][] = [
+      [["--action", "checkpoint"], "checkpoint"],
+      [["--action", "restore"], "restore"],
+      [["--action", "unlock"], "unlock"],
+    ];
+    for (const [args, step] of failures) {
+      const r = await cli([...args, "--pid", pid], { driver: sim });
+      assert.equal(r.code, 1);
+      assert.equal(
+        r.err,
+        `Could not ${step} on process ID ${pid}: "the operation cannot be performed in the present state"\n`,
+      );
+    }
+    assert.equal((await cli(["--action", "lock", "-p", pid], { driver: sim })).code, 0);
+    const again = await cli(["--action", "lock", "-p", pid], { driver: sim });
+    assert.equal(again.code, 1, "a lock of a locked process fails, as the driver says");
+    assert.match(again.err, new RegExp(`^Could not lock on process ID ${pid}: "the operation`));
+  });
+
+  test("a toggle of a locked process fails with NVIDIA's toggle line", async () => {
+    const { sim, pid } = machine();
+    await cli(["--action", "lock", "--pid", pid], { driver: sim });
+    const r = await cli(["--toggle", "--pid", pid], { driver: sim });
+    assert.equal(r.code, 1);
+    assert.equal(
+      r.err,
+      `Error toggling CUDA in process ID ${pid}: "the operation cannot be performed in the present state"\n`,
+    );
+  });
+
+  test("a lock that times out on a busy process: device not ready, still running", async () => {
+    const { sim, target, pid } = machine();
+    const kernel = target.launch(3000);
+    const r = await cli(["--action", "lock", "--pid", pid, "--timeout", 200], { driver: sim });
+    assert.equal(r.code, 1);
+    assert.equal(r.err, `Could not lock on process ID ${pid}: "device not ready"\n`);
+    assert.equal(target.state, "running");
+    await kernel;
+  });
+});
+
+describe("CRIU's CUDA plugin's contract", () => {
+  test("-h exits 0 and its text names --action (the plugin checks for it), within 2047 bytes", async () => {
+    const r = await cli(["-h"]);
+    assert.equal(r.code, 0);
+    assert.equal(r.err, "");
+    assert.ok(r.out.includes("--action"));
+    assert.ok(r.out.startsWith(HELP_FIRST_LINE));
+    assert.ok(r.out.slice(0, 2047).includes("--action"), "within what the plugin keeps");
+  });
+
+  test("the help is the golden file's, word for word", async () => {
+    const r = await cli(["--help"]);
+    const golden = readFileSync(GOLDEN_HELP, "utf8").replaceAll("{VERSION}", VERSION);
+    assert.equal(r.out, golden);
+  });
+
+  test("dump and restore as the plugin runs them: state and thread id parse, every step exits 0", async () => {
+    const { sim, target, pid } = machine();
+    const digest = await target.memoryDigest();
+    const tid = await cli(["--get-restore-tid", "--pid", pid], { driver: sim });
+    assert.equal(tid.code, 0);
+    assert.match(tid.out, /^[0-9]+\n$/);
+    assert.equal(Number.parseInt(tid.out), target.tid);
+    const state = await cli(["--get-state", "--pid", Number.parseInt(tid.out)], { driver: sim });
+    assert.equal(state.out, "running\n", "asked by the restore thread's id, as the plugin does");
+    for (
+      const args of [
+        ["--action", "lock", "--pid", pid, "--timeout", 10000],
+        ["--get-restore-tid", "--pid", pid],
+        ["--action", "checkpoint", "--pid", pid],
+      ]
+    ) {
+      const r = await cli(args, { driver: sim });
+      assert.equal(r.code, 0, r.err);
+      assert.equal(r.err, "");
+    }
+    assert.equal((await cli(["--get-state", "-p", pid], { driver: sim })).out, "checkpointed\n");
+    assert.equal(sim.gpus[0].usedMiB, 0);
+    for (const action of ["restore", "unlock"]) {
+      const r = await cli(["--action", action, "--pid", pid], { driver: sim });
+      assert.deepEqual([r.code, r.out, r.err], [0, "", ""]);
+    }
+    assert.equal((await cli(["--get-state", "-p", pid], { driver: sim })).out, "running\n");
+    assert.equal(await target.memoryDigest(), digest);
+  });
+
+  test("a failure exits nonzero, with the output within the 127 bytes the plugin keeps", async () => {
+    const r = await cli(["--action", "checkpoint", "--pid", machine().pid], {
+      driver: machine().sim,
+    });
+    assert.equal(r.code, 1);
+    assert.ok(r.err.length <= 127, r.err);
+  });
+
+  test("a lock without --timeout waits as long as it takes (CRIU leaves it out for 0)", async () => {
+    const { sim, target, pid } = machine();
+    const kernel = target.launch(3000);
+    const r = await cli(["--action", "lock", "--pid", pid], { driver: sim });
+    assert.equal(r.code, 0, r.err);
+    assert.equal(target.state, "locked");
+    await kernel;
+  });
+});
+
+describe("toggle and the device map", () => {
+  test("--toggle suspends a running process and resumes a checkpointed one, silently", async () => {
+    const { sim, target, pid } = machine();
+    assert.deepEqual(
+      [await cli(["--toggle", "--pid", pid], { driver: sim })].map((r) => [r.code, r.out, r.err]),
+      [[0, "", ""]],
+    );
+    assert.equal(target.state, "checkpointed");
+    assert.equal((await cli(["--toggle", "-p", pid], { driver: sim })).code, 0);
+    assert.equal(target.state, "running");
+  });
+
+  test("restore with a full device map moves the process; a partial one is refused, retry allowed", async () => {
+    const { sim, target, pid } = machine();
+    const [g0, g1] = sim.gpus.map((g) => g.uuid);
+    await cli(["--toggle", "--pid", pid], { driver: sim });
+    const partial = await cli(["--action", "restore", "-p", pid, "-d", `${g0}=${g1}`], {
+      driver: sim,
+    });
+    assert.equal(partial.code, 1);
+    assert.deepEqual(partial.errLines, [
+      `Could not restore on process ID ${pid}: "invalid argument"`,
+    ]);
+    assert.equal(target.state, "checkpointed");
+    const onTerminal = await cli(["--action", "restore", "-p", pid, "-d", `${g0}=${g1}`], {
+      driver: sim,
+      isTerminal: true,
+    });
+    assert.match(
+      onTerminal.errLines[1],
+      /^cuda-checkpoint: restore of process \d+ failed: .*leaves out/,
+    );
+    const full = await cli(["--action", "restore", "-p", pid, "-d", `${g0}=${g1},${g1}=${g0}`], {
+      driver: sim,
+    });
+    assert.equal(full.code, 0, full.err);
+    assert.equal(target.gpuUuids[0], g1);
+    assert.equal(target.state, "locked");
+  });
+
+  test("--toggle with a device map resumes onto other GPUs; of a running process it is refused", async () => {
+    const { sim, target, pid } = machine();
+    const [g0, g1] = sim.gpus.map((g) => g.uuid);
+    const map = `${g0}=${g1},${g1}=${g0}`;
+    const running = await cli(["--toggle", "-p", pid, "--device-map", map], { driver: sim });
+    assert.equal(running.code, 1);
+    assert.match(running.err, new RegExp(`^Error toggling CUDA in process ID ${pid}: "gpuMapping`));
+    assert.equal(target.state, "running");
+    await cli(["--toggle", "-p", pid], { driver: sim });
+    assert.equal(
+      (await cli(["--toggle", "-p", pid, "--device-map", map], { driver: sim })).code,
+      0,
+    );
+    assert.equal(target.gpuUuids[0], g1);
+  });
+
+  test("malformed device maps are Invalid device remap, and say why on a terminal", async () => {
+    const g = "GPU-00000000-0000-0000-0000-000000000001";
+    const cases: [string, RegExp][] = [
+      ["bad", /"bad" is not old=new/],
+      [`${g}=`, /is not a GPU UUID/],
+      [`${g}=${g}=${g}`, /is not old=new/],
+      [`${g}=GPU-xyz`, /"GPU-xyz" is not a GPU UUID/],
+      [`${g}=${g},${g}=${g}`, /mapped twice/],
+      ["", /is not old=new/],
+    ];
+    for (const [map, why] of cases) {
+      const r = await cli(["--action", "restore", "-p", 5, "-d", map], { isTerminal: true });
+      assert.equal(r.code, 1, map);
+      assert.equal(r.errLines[0], NVIDIA_MESSAGES.badDeviceMap, map);
+      assert.match(r.errLines[1], why, map);
+    }
+  });
+});
+
+describe("our own checks of bad input", () => {
+  const rows: [string, (string | number)[], string, RegExp?][] = [
+    [
+      "pid 0",
+      ["--get-state", "--pid", 0],
+      "pid must be a process id from 1 to 2147483647",
+      /no process has pid 0/,
+    ],
+    [
+      "a huge pid",
+      ["--get-state", "--pid", "99999999999"],
+      "pid must be a process id from 1 to 2147483647",
+      /got 99999999999/,
+    ],
+    ["an empty pid in a list", ["--get-state", "--pid", "5,,6"], NVIDIA_MESSAGES.badPid, /got ""/],
+    ["a pid given twice", ["--get-state", "-p", "5", "-p", "5"], "pid 5 is given twice"],
+    [
+      "a huge timeout",
+      ["--action", "lock", "-p", 5, "-t", "4294967296"],
+      NVIDIA_MESSAGES.badTimeout,
+      /4294967295/,
+    ],
+    [
+      "a timeout that is no number",
+      ["--action", "lock", "-p", 5, "-t", "soon"],
+      NVIDIA_MESSAGES.badTimeout,
+      /"soon"/,
+    ],
+    [
+      "--device-map with lock",
+      ["--action", "lock", "-p", 5, "-d", "a=b"],
+      NVIDIA_MESSAGES.badDeviceMap,
+    ],
+    ["--device-map with unlock", [
+      "--action",
+      "unlock",
+      "-p",
+      5,
+      "-d",
+      "GPU-00000000-0000-0000-0000-000000000001=GPU-00000000-0000-0000-0000-000000000001",
+    ], "Device map is only valid for --action restore and --toggle operations"],
+    [
+      "two operations",
+      ["--get-state", "--toggle", "-p", 5],
+      "Only one operation can be performed at a time",
+      /--get-state and --toggle/,
+    ],
+    [
+      "--pid without its value",
+      ["--get-state", "--pid"],
+      NVIDIA_MESSAGES.badOption,
+      /--pid needs a value/,
+    ],
+    [
+      "a value for a flag",
+      ["--get-state=yes", "-p", 5],
+      NVIDIA_MESSAGES.badOption,
+      /takes no value/,
+    ],
+    [
+      "an unexpected argument",
+      ["--get-state", "-p", 5, "now"],
+      NVIDIA_MESSAGES.badOption,
+      /unexpected argument "now"/,
+    ],
+    [
+      "--all with --pid",
+      ["--get-state", "--all", "-p", 5],
+      "--all and --pid cannot be used together",
+    ],
+    [
+      "--all-or-nothing with --get-state",
+      ["--get-state", "-p", 5, "--all-or-nothing"],
+      "--all-or-nothing is only valid for --action and --toggle operations",
+    ],
+    ["spawn without --simulate", ["spawn"], "spawn is only valid with --simulate"],
+    [
+      "--memory-mib without spawn",
+      ["--get-state", "-p", 5, "--memory-mib", 5],
+      "--memory-mib, --gpu and --command are only valid with --simulate spawn",
+    ],
+    ["list with an operation", ["list", "--get-state"], "list takes no --get-state"],
+    [
+      "--launch-job",
+      ["--launch-job", "./train"],
+      "--launch-job (-j) is an option of NVIDIA's cuda-checkpoint from driver 590 (it starts a program with a job file); this cuda-checkpoint follows driver 580's, which lacks it",
+    ],
+    [
+      "-j",
+      ["-j", "./train"],
+      "--launch-job (-j) is an option of NVIDIA's cuda-checkpoint from driver 590 (it starts a program with a job file); this cuda-checkpoint follows driver 580's, which lacks it",
+    ],
+  ];
+  for (const [what, args, message, detail] of rows) {
+    test(`${what}: one line, the help; exit 1`, async () => {
+      const piped = await cli(args);
+      assert.equal(piped.code, 1);
+      assert.equal(piped.out, "");
+      assert.deepEqual(piped.errLines, [message]);
+      assert.ok(piped.err.endsWith(helpText()));
+      if (detail) {
+        const terminal = await cli(args, { isTerminal: true });
+        assert.equal(terminal.errLines[0], message);
+        assert.match(terminal.errLines[1], /^cuda-checkpoint: /);
+        assert.match(terminal.errLines[1], detail);
+      }
+    });
+  }
+
+  test("--device-map with lock is checked for its place once its value is good", async () => {
+    const g = "GPU-00000000-0000-0000-0000-000000000001";
+    const r = await cli(["--action", "lock", "-p", 5, "-d", `${g}=${g}`]);
+    assert.deepEqual(r.errLines, [
+      "Device map is only valid for --action restore and --toggle operations",
+    ]);
+  });
+
+  test("option forms: --pid=5, -p5, -p 5, and values that start with -", () => {
+    for (
+      const args of [["--get-state", "--pid=5"], ["--get-state", "-p5"], ["-p", "5", "--get-state"]]
+    ) {
+      assert.deepEqual(parseCommandLine(args), {
+        kind: "operation",
+        operation: "get-state",
+        targets: [5],
+        allOrNothing: false,
+        json: false,
+        simulate: false,
+      });
+    }
+    assert.throws(() => parseCommandLine(["--get-state", "-p", "-5"]), UsageError);
+  });
+
+  test("--help wins over what follows it, not over an error before it", async () => {
+    assert.equal((await cli(["--get-state", "--help", "--bogus"])).code, 0);
+    assert.equal((await cli(["--bogus", "--help"])).code, 1);
+  });
+
+  test("no input reaches a shell: a pid list with shell syntax is a bad pid", async () => {
+    const r = await cli(["--get-state", "--pid", "5;rm -rf /"]);
+    assert.deepEqual(r.errLines, [NVIDIA_MESSAGES.badPid]);
+  });
+});
+
+describe("several pids at once", () => {
+  function three() {
+    const sim = new SimulatedDriver({ gpus: 2 });
+    const procs = [1024, 2048, 512].map((memoryMiB, i) =>
+      sim.spawn({ memoryMiB, gpu: i % 2, command: `rank ${i}` })
+    );
+    return { sim, procs, pids: procs.map((p) => p.pid) };
+  }
+
+  test("--get-state of several pids: a line each, in the order given", async () => {
+    const { sim, pids } = three();
+    const r = await cli(["--get-state", "--pid", `${pids[2]},${pids[0]}`, "-p", pids[1]], {
+      driver: sim,
+    });
+    assert.equal(r.code, 0);
+    assert.equal(r.out, `${pids[2]} running\n${pids[0]} running\n${pids[1]} running\n`);
+  });
+
+  test("--get-restore-tid of several pids, one of them gone: exit 1, its line says error", async () => {
+    const { sim, procs, pids } = three();
+    procs[1].exit();
+    const r = await cli(["--get-restore-tid", "--pid", pids.join(",")], { driver: sim });
+    assert.equal(r.code, 1);
+    assert.equal(
+      r.out,
+      `${pids[0]} ${procs[0].tid}\n${pids[1]} error\n${pids[2]} ${procs[2].tid}\n`,
+    );
+    assert.equal(r.err, `Could not find restore thread for process ID ${pids[1]}\n`);
+  });
+
+  test("--toggle of three processes runs them at once, in about the time of the largest", async () => {
+    const { sim, pids } = three();
+    const t0 = sim.now();
+    const r = await cli(["--toggle", "--pid", pids.join(",")], { driver: sim });
+    assert.equal(r.code, 0, r.err);
+    assert.equal(r.out, pids.map((p) => `${p} done checkpointed\n`).join(""));
+    const together = sim.now() - t0;
+    const { sim: sim2, pids: pids2 } = three();
+    const t1 = sim2.now();
+    for (const pid of pids2) await cli(["--toggle", "--pid", pid], { driver: sim2 });
+    assert.ok(together < (sim2.now() - t1) * 0.8, `${together} ms at once`);
+  });
+
+  test("--toggle of a mix suspends the running and resumes the checkpointed", async () => {
+    const { sim, procs, pids } = three();
+    await cli(["--toggle", "-p", pids[0]], { driver: sim });
+    await cli(["--action", "lock", "-p", pids[2]], { driver: sim });
+    const r = await cli(["--toggle", "-p", pids.join(",")], { driver: sim });
+    assert.equal(r.code, 1);
+    assert.equal(
+      r.out,
+      `${pids[0]} done running\n${pids[1]} done checkpointed\n${pids[2]} failed locked\n`,
+    );
+    assert.match(
+      r.err,
+      new RegExp(`^Error toggling CUDA in process ID ${pids[2]}: "the operation`),
+    );
+    assert.deepEqual(procs.map((p) => p.state), ["running", "checkpointed", "locked"]);
+  });
+
+  test("--toggle --all-or-nothing: a process that cannot toggle means nothing starts", async () => {
+    const { sim, procs, pids } = three();
+    await cli(["--action", "lock", "-p", pids[2]], { driver: sim });
+    const r = await cli(["--toggle", "-p", pids.join(","), "--all-or-nothing"], { driver: sim });
+    assert.equal(r.code, 1);
+    assert.equal(
+      r.out,
+      `${pids[0]} not-started\n${pids[1]} not-started\n${pids[2]} failed locked\n`,
+    );
+    assert.match(
+      r.err,
+      new RegExp(`Process ID ${pids[0]} was not started: another process failed`),
+    );
+    assert.deepEqual(procs.map((p) => p.state), ["running", "running", "locked"]);
+  });
+
+  test("--toggle --all-or-nothing: when resuming fails, the suspended half is resumed again", async () => {
+    const { sim, procs, pids } = three();
+    await cli(["--toggle", "-p", pids[0]], { driver: sim });
+    procs[0].failNext("restore", { code: 2 });
+    const r = await cli(["--toggle", "-p", pids.join(","), "--all-or-nothing", "--json"], {
+      driver: sim,
+    });
+    assert.equal(r.code, 1);
+    const lines = r.out.trim().split("\n").map((l) => JSON.parse(l));
+    assert.deepEqual(lines.map((l) => [l.pid, l.status, l.ok, l.state]), [
+      [pids[0], "failed", false, "checkpointed"],
+      [pids[1], "done", false, "running"],
+      [pids[2], "done", false, "running"],
+    ]);
+    assert.equal(lines[1].rollback.ok, true);
+    assert.deepEqual(lines[1].rollback.steps.map((s: { step: string }) => s.step), [
+      "restore",
+      "unlock",
+    ]);
+    assert.deepEqual(procs.map((p) => p.state), ["checkpointed", "running", "running"]);
+  });
+
+  test("--action lock of several: one already locked is unchanged; --json has every field", async () => {
+    const { sim, pids } = three();
+    await cli(["--action", "lock", "-p", pids[1]], { driver: sim });
+    const r = await cli(["--action", "lock", "-p", pids.join(","), "--json"], { driver: sim });
+    assert.equal(r.code, 0, r.err);
+    const [a, b] = r.out.trim().split("\n").map((l) => JSON.parse(l));
+    assert.deepEqual(Object.keys(a), ["pid", "operation", "ok", "state", "status", "ms", "steps"]);
+    assert.deepEqual(
+      { ...a, ms: 0, steps: a.steps.map((s: object) => ({ ...s, ms: 0 })) },
+      {
+        pid: pids[0],
+        operation: "lock",
+        ok: true,
+        state: "locked",
+        status: "done",
+        ms: 0,
+        steps: [{ step: "lock", ms: 0, ok: true }],
+      },
+    );
+    assert.equal(b.status, "unchanged");
+    assert.deepEqual(b.steps, []);
+  });
+
+  test("--action checkpoint --all-or-nothing: one failure rolls the others back", async () => {
+    const { sim, procs, pids } = three();
+    await cli(["--action", "lock", "-p", pids.join(",")], { driver: sim });
+    procs[2].failNext("checkpoint", { code: 999 });
+    const r = await cli(["--action", "checkpoint", "--all-or-nothing", "-p", pids.join(",")], {
+      driver: sim,
+      isTerminal: true,
+    });
+    assert.equal(r.code, 1);
+    assert.equal(
+      r.out,
+      `${pids[0]} rolled-back locked\n${pids[1]} rolled-back locked\n${pids[2]} failed locked\n`,
+    );
+    assert.match(
+      r.err,
+      new RegExp(`Could not checkpoint on process ID ${pids[2]}: "unknown error"`),
+    );
+    assert.match(r.err, new RegExp(`process ID ${pids[0]} was brought back to locked`));
+    assert.deepEqual(procs.map((p) => p.state), ["locked", "locked", "locked"]);
+  });
+
+  test("--all works on every CUDA process of the machine, not the others", async () => {
+    const { sim, procs, pids } = three();
+    sim.spawn({ cuda: false, command: "bash" });
+    const r = await cli(["--toggle", "--all"], { driver: sim });
+    assert.equal(r.code, 0, r.err);
+    assert.equal(r.out, pids.map((p) => `${p} done checkpointed\n`).join(""));
+    assert.deepEqual(procs.map((p) => p.state), ["checkpointed", "checkpointed", "checkpointed"]);
+    const states = await cli(["--get-state", "--all"], { driver: sim });
+    assert.equal(states.out, pids.map((p) => `${p} checkpointed\n`).join(""));
+  });
+
+  test("--all on a machine without CUDA processes prints nothing and exits 0", async () => {
+    const sim = new SimulatedDriver();
+    sim.spawn({ cuda: false });
+    const r = await cli(["--toggle", "--all"], { driver: sim });
+    assert.deepEqual([r.code, r.out, r.err], [0, "", ""]);
+    const terminal = await cli(["--toggle", "--all"], { driver: sim, isTerminal: true });
+    assert.equal(terminal.err, "cuda-checkpoint: no CUDA processes on this machine\n");
+  });
+
+  test("--all says on stderr how many processes could not be looked at", async () => {
+    const { sim } = three();
+    sim.spawn({ inspectable: false });
+    const r = await cli(["--get-state", "--all"], { driver: sim });
+    assert.equal(r.code, 0);
+    assert.match(r.err, /^cuda-checkpoint: 1 process could not be looked at/);
+  });
+});
+
+describe("--json for one pid", () => {
+  test("get-state, get-restore-tid and a step, each one object with stable names", async () => {
+    const { sim, target, pid } = machine();
+    const state = await cli(["--get-state", "-p", pid, "--json"], { driver: sim });
+    assert.deepEqual(JSON.parse(state.out), {
+      pid,
+      operation: "get-state",
+      ok: true,
+      state: "running",
+    });
+    const tid = await cli(["--get-restore-tid", "-p", pid, "--json"], { driver: sim });
+    assert.deepEqual(JSON.parse(tid.out), {
+      pid,
+      operation: "get-restore-tid",
+      ok: true,
+      restoreThreadId: target.tid,
+    });
+    const toggle = await cli(["--toggle", "-p", pid, "--json"], { driver: sim });
+    const parsed = JSON.parse(toggle.out);
+    assert.deepEqual(Object.keys(parsed), ["pid", "operation", "ok", "state", "status", "ms"]);
+    assert.equal(parsed.state, "checkpointed");
+    assert.ok(parsed.ms > 500 && parsed.ms < 1500, `${parsed.ms} ms of the simulator's time`);
+  });
+
+  test("a failure: the NVIDIA line on stderr, and code, name and detail in the object", async () => {
+    const { sim, pid } = machine();
+    const r = await cli(["--action", "unlock", "-p", pid, "--json"], { driver: sim });
+    assert.equal(r.code, 1);
+    const parsed = JSON.parse(r.out);
+    assert.equal(parsed.ok, false);
+    assert.equal(parsed.state, "running");
+    assert.equal(parsed.status, "failed");
+    assert.deepEqual(
+      { ...parsed.error, detail: undefined },
+      {
+        message:
+          `Could not unlock on process ID ${pid}: "the operation cannot be performed in the present state"`,
+        code: 401,
+        codeName: "CUDA_ERROR_ILLEGAL_STATE",
+        detail: undefined,
+      },
+    );
+    assert.match(parsed.error.detail, /\(the process is running\)/);
+    assert.equal(r.err, `${parsed.error.message}\n`);
+  });
+});
+
+describe("list", () => {
+  test("a table of the CUDA processes: pid, state, restore thread, GPU memory, command", async () => {
+    const sim = new SimulatedDriver({ gpus: 2 });
+    const a = sim.spawn({ memoryMiB: 1024, command: "python train.py --epochs 3" });
+    const b = sim.spawn({ memoryMiB: 2048, gpu: [0, 1], command: "./infer" });
+    sim.spawn({ cuda: false, command: "bash" });
+    await cli(["--toggle", "-p", b.pid], { driver: sim });
+    for (const word of ["list", "ps"]) {
+      const r = await cli([word], { driver: sim });
+      assert.equal(r.code, 0);
+      assert.equal(
+        r.out,
+        [
+          "PID   STATE         RESTORE_TID  GPU_MEMORY  COMMAND",
+          `${a.pid}  running       ${a.tid}         1544 MiB    python train.py --epochs 3`,
+          `${b.pid}  checkpointed  ${b.tid}         0 MiB       ./infer`,
+          "",
+        ].join("\n"),
+      );
+    }
+  });
+
+  test("--json: one object per process, memory by GPU UUID", async () => {
+    const sim = new SimulatedDriver({ gpus: 2 });
+    const b = sim.spawn({ memoryMiB: 2048, gpu: [0, 1], command: "./infer" });
+    const r = await cli(["list", "--json"], { driver: sim });
+    const [g0, g1] = sim.gpus.map((g) => g.uuid);
+    assert.deepEqual(JSON.parse(r.out), {
+      pid: b.pid,
+      state: "running",
+      restoreThreadId: b.tid,
+      gpuMemoryMiB: { [g0]: 1544, [g1]: 1544 },
+      command: "./infer",
+    });
+  });
+
+  test("a host without GPU memory: unknown, and why on a terminal", async () => {
+    const sim = new SimulatedDriver();
+    const a = sim.spawn({ memoryMiB: 64 });
+    const host = { kind: "test", scan: () => sim.hostProcesses().scan() };
+    const r = await cli(["list"], { driver: sim, host, isTerminal: true });
+    assert.match(r.out, new RegExp(`${a.pid}  running  ${a.tid}  +unknown`));
+    assert.match(r.err, /GPU memory is unknown: the test host cannot tell GPU memory/);
+  });
+});
+
+describe("on a terminal", () => {
+  test("a failure gets a second line with everything known", async () => {
+    const { sim, pid } = machine();
+    const r = await cli(["--action", "unlock", "-p", pid], { driver: sim, isTerminal: true });
+    assert.deepEqual(r.errLines, [
+      `Could not unlock on process ID ${pid}: "the operation cannot be performed in the present state"`,
+      `cuda-checkpoint: unlock of process ${pid} failed: CUDA_ERROR_ILLEGAL_STATE (401): the operation cannot be performed in the present state (the process is running)`,
+    ]);
+  });
+
+  test("a long operation shows its step, pid and elapsed time on stderr, then clears it", async () => {
+    await using sim = new SimulatedDriver({ clock: "real", speed: 1 });
+    const target = sim.spawn({ memoryMiB: 1024 });
+    const r = await cli(["--toggle", "-p", target.pid], { driver: sim, isTerminal: true });
+    assert.equal(r.code, 0, r.err);
+    assert.equal(r.out, "");
+    assert.match(
+      r.err,
+      new RegExp(`\\r\\x1b\\[2Kcuda-checkpoint: 0\\.[3-9] s ${target.pid} toggle 0\\.[3-9] s`),
+    );
+    assert.ok(r.err.endsWith("\r\x1b[2K"), "cleared before the results");
+  });
+
+  test("nothing of the kind when piped", async () => {
+    await using sim = new SimulatedDriver({ clock: "real", speed: 2 });
+    const target = sim.spawn({ memoryMiB: 1024 });
+    const r = await cli(["--toggle", "-p", target.pid], { driver: sim });
+    assert.deepEqual([r.code, r.out, r.err], [0, "", ""]);
+  });
+
+  test("the progress line of several pids: each running step, its memory, n/total done", () => {
+    let now = 0;
+    const written: string[] = [];
+    const line = new ProgressLine({
+      write: (t) => written.push(t),
+      total: 3,
+      now: () => now,
+      columns: 100,
+    });
+    line.event({ type: "step-start", pid: 4101, step: "checkpoint", gpuMemoryMiB: 1544 });
+    now = 250;
+    line.event({ type: "step-start", pid: 4102, step: "lock" });
+    line.finished(4100);
+    now = 1250;
+    assert.equal(
+      line.text(),
+      "cuda-checkpoint: 1.3 s [1/3 done] 4101 checkpoint 1.5 GiB 1.3 s, 4102 lock 1.0 s",
+    );
+    line.event({ type: "step-end", pid: 4102, step: "lock" });
+    line.stop();
+    const narrow = new ProgressLine({ write: () => {}, total: 1, now: () => now, columns: 30 });
+    narrow.event({ type: "step-start", pid: 4101, step: "checkpoint", gpuMemoryMiB: 100 });
+    assert.equal(narrow.text().length, 29);
+    assert.ok(narrow.text().endsWith("…"));
+    narrow.stop();
+    assert.deepEqual(written, [], "nothing drawn: the clock never passed the delay for the timer");
+  });
+});
+
+describe("the rest", () => {
+  test("--version prints deno.json's version", async () => {
+    const json = JSON.parse(readFileSync(new URL("../deno.json", import.meta.url), "utf8"));
+    assert.equal(VERSION, json.version, "cli/version.ts follows deno.json");
+    const r = await cli(["--version"]);
+    assert.deepEqual([r.code, r.out, r.err], [
+      0,
+      `cuda-checkpoint (@ckpt/cuda) ${json.version}\n`,
+      "",
+    ]);
+  });
+
+  test("an unexpected error is one line, internal error, exit 1; never a stack trace", async () => {
+    const { sim, pid } = machine();
+    let err = "";
+    const code = await main(["--get-state", "--pid", String(pid)], {
+      driver: sim,
+      stdout: () => {
+        throw new Error("the pipe broke\n    at somewhere (file.ts:1:1)");
+      },
+      stderr: (t) => err += t,
+    });
+    assert.equal(code, 1);
+    assert.equal(err, "cuda-checkpoint: internal error: the pipe broke\n");
+  });
+
+  test("a driver call that cannot be made is the operation's failure, with its reason", async () => {
+    const sim = new SimulatedDriver();
+    const target = sim.spawn();
+    const broken = forward(sim, {
+      getState: () => Promise.reject(new Error("the worker thread ended")),
+    });
+    const r = await cli(["--get-state", "-p", target.pid], { driver: broken });
+    assert.equal(r.code, 1);
+    assert.equal(
+      r.err,
+      `Error getting process state for process ID ${target.pid}: "the worker thread ended"\n`,
+    );
+  });
+
+  test("main() never closes a driver it was given", async () => {
+    const { sim, pid } = machine();
+    await cli(["--toggle", "-p", pid], { driver: sim });
+    await cli(["--toggle", "-p", `${pid},${sim.spawn().pid}`], { driver: sim });
+    assert.equal((await cli(["--get-state", "-p", pid], { driver: sim })).out, "running\n");
+  });
+});
