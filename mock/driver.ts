@@ -240,6 +240,8 @@ export class SimulatedDriver implements CheckpointDriver, AsyncDisposable {
   readonly version: number;
   /** The timing figures in use. */
   readonly timing: TimingModel;
+  /** The seed its made-up GPU UUIDs came from. */
+  readonly seed: number;
   /** The checkpoint functions this driver lacks: all six below version 12080, else none. */
   readonly missingFunctions: readonly string[];
   /** Always true: {@link SimulatedDriver.listGpus} gives every simulated GPU. */
@@ -269,7 +271,7 @@ export class SimulatedDriver implements CheckpointDriver, AsyncDisposable {
     ]);
     this.clock = makeClock(options.clock ?? "virtual", options.speed);
     this.version = checkInteger(options.driverVersion ?? 13000, "driverVersion");
-    const seed = checkInteger(options.seed ?? 1, "seed", 0, 2 ** 32 - 1);
+    const seed = this.seed = checkInteger(options.seed ?? 1, "seed", 0, 2 ** 32 - 1);
     this.#nextPid = checkInteger(options.firstPid ?? 4000, "firstPid", 1, 2 ** 31 - 1);
     this.gpus = gpuSpecs(options.gpus).map((spec, i) => makeGpu(spec, i, seed));
     const keys = new Set(this.gpus.map((g) => g.key));
@@ -319,6 +321,42 @@ export class SimulatedDriver implements CheckpointDriver, AsyncDisposable {
   /** The live process that has `pid` as its pid or as one of its thread ids. */
   process(pid: number): SimulatedProcess | undefined {
     return this.#byPid.get(pid);
+  }
+
+  /** The pid the next {@link SimulatedDriver.spawn} gives; pids are never given twice. */
+  get nextPid(): number {
+    return this.#nextPid;
+  }
+
+  /**
+   * @internal why the machine cannot be saved now (closed, or a call, sleep, kernel or blocked
+   * CUDA work under way), or `undefined` when it is quiescent
+   */
+  busyWith(): string | undefined {
+    if (this.#closed) return "the simulated driver was closed";
+    if (this.#waiting.size > 0) {
+      return `${this.#waiting.size} driver call(s) or sleep(s) are under way`;
+    }
+    for (const p of this.#processes) {
+      const work = p.pendingWork;
+      if (work) return `process ${p.pid} has ${work}`;
+    }
+    return undefined;
+  }
+
+  /**
+   * @internal adds a process that `make` builds on this driver's host (what loading a snapshot
+   * does); throws a RangeError if one of its thread ids is taken or the driver is closed
+   */
+  adopt(make: (host: ProcessHost) => SimulatedProcess): SimulatedProcess {
+    const closed = this.#closedError("adopt a process");
+    if (closed) throw closed;
+    const proc = make(this.#host);
+    const taken = proc.threads.find((t) => this.#byPid.has(t));
+    if (taken !== undefined) throw new RangeError(`pid ${taken} is taken by another process`);
+    this.#processes.add(proc);
+    for (const t of proc.threads) this.#byPid.set(t, proc);
+    return proc;
   }
 
   /**
@@ -616,9 +654,17 @@ export class SimulatedDriver implements CheckpointDriver, AsyncDisposable {
     const promise = new Promise<T>((resolve, reject) => {
       const entry: Waiting = { reject, release };
       this.#waiting.add(entry);
-      work().then(resolve, reject).finally(() => {
+      // Done before the caller hears the answer: a call that has answered is no longer under way.
+      const done = () => {
         this.#waiting.delete(entry);
         release();
+      };
+      work().then((value) => {
+        done();
+        resolve(value);
+      }, (err) => {
+        done();
+        reject(err);
       });
     });
     promise.catch(() => {});

@@ -14,7 +14,7 @@ import {
 import type { Operation } from "../core/errors.ts";
 import { parseGpuUuid } from "../core/uuid.ts";
 import { checkAmount, checkChoice, checkInteger, checkKeys } from "./checks.ts";
-import { checkRange, MemoryImage } from "./memory.ts";
+import { checkRange, MemoryImage, PAGE_SIZE } from "./memory.ts";
 import { mibToBytes } from "./timing.ts";
 
 /** A failure to inject into the next call of an operation on a process. */
@@ -188,6 +188,11 @@ export class SimulatedProcess {
   faults: Map<Operation, InjectedFault> = new Map();
   /** @internal called when the process exits */
   exitListeners: Set<() => void> = new Set();
+  /**
+   * @internal the pages of its memory that {@link SimulatedProcess.write} has written: all that a
+   * snapshot needs to save, the others being zero
+   */
+  writtenPages: Set<number> = new Set();
   #held: GpuNeeds = new Map();
   #exited = false;
   #runWaiters: Waiter[] = [];
@@ -306,7 +311,13 @@ export class SimulatedProcess {
     }
     this.#checkBytes(offset, data.length);
     const copy = data.slice();
-    return this.#whenRunning("write GPU memory").then(() => this.deviceMemory!.write(offset, copy));
+    return this.#whenRunning("write GPU memory").then(() => {
+      this.deviceMemory!.write(offset, copy);
+      const last = Math.floor((offset + copy.length - 1) / PAGE_SIZE);
+      for (let page = Math.floor(offset / PAGE_SIZE); page <= last; page++) {
+        this.writtenPages.add(page);
+      }
+    });
   }
 
   /** Reads its GPU memory (a `cudaMemcpy`: blocks while not running). */
@@ -421,6 +432,14 @@ export class SimulatedProcess {
       if (this.#canRun()) return;
       await new Promise<void>((resolve) => this.#runWaiters.push(resolve));
     }
+  }
+
+  /** @internal what it has under way (a call, a kernel, blocked CUDA work), or `undefined` */
+  get pendingWork(): string | undefined {
+    if (this.busy) return `a ${this.busy} under way`;
+    if (this.#kernels.size > 0) return `${this.#kernels.size} kernel(s) not finished`;
+    if (this.#runWaiters.length > 0) return "CUDA work waiting for it to run again";
+    return undefined;
   }
 
   #canRun(): boolean {
