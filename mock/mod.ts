@@ -48,3 +48,15 @@ export {
   type TimingPoint,
 } from "./timing.ts";
 export { MemoryImage, PAGE_SIZE } from "./memory.ts";
+export {
+  type GpuSnapshot,
+  loadSimulator,
+  type LoadSimulatorOptions,
+  type MemorySnapshot,
+  type ProcessSnapshot,
+  SIMULATOR_SNAPSHOT_FORMAT,
+  SIMULATOR_SNAPSHOT_VERSION,
+  type SimulatorSnapshot,
+  SimulatorSnapshotError,
+  snapshotSimulator,
+} from "./state.ts";

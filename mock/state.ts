@@ -1,0 +1,553 @@
+/**
+ * Snapshots of a simulated machine: a quiescent {@link SimulatedDriver} (its GPUs, its processes,
+ * their states and GPU memory contents) as a plain JSON object, and back. A snapshot can be kept
+ * in a file between program runs, as `cuda-checkpoint --simulate` does.
+ *
+ * @module
+ */
+
+import { Buffer } from "node:buffer";
+import { PROCESS_STATE_NAMES, type ProcessState } from "../core/codes.ts";
+import { describeValue, formatGpuUuid, parseGpuUuid } from "../core/uuid.ts";
+import {
+  checkAmount,
+  checkBoolean,
+  checkChoice,
+  checkInteger,
+  checkKeys,
+  checkName,
+} from "./checks.ts";
+import { SimulatedDriver, type SimulatedDriverOptions } from "./driver.ts";
+import { MemoryImage, PAGE_SIZE } from "./memory.ts";
+import {
+  type FaultableOperation,
+  type InjectedFault,
+  needsOn,
+  type ProcessHost,
+  shortage,
+  SimulatedProcess,
+} from "./process.ts";
+import { mibToBytes } from "./timing.ts";
+
+/** The `format` tag of every snapshot. */
+export const SIMULATOR_SNAPSHOT_FORMAT = "ckpt-cuda-simulated-machine";
+/** The snapshot `version` this module writes and reads. */
+export const SIMULATOR_SNAPSHOT_VERSION = 1;
+
+/** A GPU in a {@link SimulatorSnapshot}: every field of a `SimulatedGpuSpec`. */
+export interface GpuSnapshot {
+  /** The chip's name, e.g. `"NVIDIA H200"`. */
+  name: string;
+  /** Its UUID, `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`. */
+  uuid: string;
+  /** Its memory in MiB. */
+  memoryMiB: number;
+  /** GPU memory a CUDA context takes on it, per process, in MiB. */
+  contextMiB: number;
+}
+
+/** The GPU memory contents of a process in a {@link SimulatorSnapshot}. */
+export interface MemorySnapshot {
+  /** Where the memory is: on its GPUs, or in host memory (checkpointed). */
+  on: "gpu" | "host";
+  /**
+   * The pages that are not all zero, ascending: `[page index, base64 of its bytes]`, a page being
+   * {@link PAGE_SIZE} bytes, with its trailing zeros left out. Every other byte is zero.
+   */
+  pages: [number, string][];
+}
+
+/** A live process in a {@link SimulatorSnapshot}. */
+export interface ProcessSnapshot {
+  /** Its process id. */
+  pid: number;
+  /** All its thread ids: the pid first and, for a CUDA process, the driver's thread last. */
+  threads: number[];
+  /** What `getRestoreThreadId` answers: the last thread of a CUDA process, else 0. */
+  restoreThreadId: number;
+  /** Its command line. */
+  command: string;
+  /** Whether it initialised CUDA. */
+  cuda: boolean;
+  /** Whether it has libcuda mapped. */
+  libcuda: boolean;
+  /** Whether a listing may look at it. */
+  inspectable: boolean;
+  /** Its checkpoint state: `"running"` for a process without CUDA. */
+  state: ProcessState;
+  /** The indexes of the GPUs it runs on (or ran on, while checkpointed). */
+  gpus: number[];
+  /** Its GPU memory in MiB, contexts not included; 0 without CUDA. */
+  memoryMiB: number;
+  /** Its GPU memory contents; only a CUDA process has any. */
+  memory?: MemorySnapshot;
+  /** Failures injected with `failNext` that have not happened yet, by operation. */
+  faults?: Partial<Record<FaultableOperation, InjectedFault>>;
+}
+
+/**
+ * A simulated machine as plain JSON: what {@link snapshotSimulator} gives and
+ * {@link loadSimulator} takes. Exited processes are not in it: the driver has forgotten them, and
+ * their pids, below `nextPid`, are never given again. Neither are the calls log, the clock's time
+ * or a timing model given to the driver (a loaded driver uses its chip's).
+ */
+export interface SimulatorSnapshot {
+  /** Always {@link SIMULATOR_SNAPSHOT_FORMAT}. */
+  format: typeof SIMULATOR_SNAPSHOT_FORMAT;
+  /** Always {@link SIMULATOR_SNAPSHOT_VERSION}. */
+  version: typeof SIMULATOR_SNAPSHOT_VERSION;
+  /** What `cuDriverGetVersion` reports, e.g. 13000. */
+  driverVersion: number;
+  /** The seed its made-up GPU UUIDs came from. */
+  seed: number;
+  /** The pid the next spawn gives. */
+  nextPid: number;
+  /** The GPUs, by index. */
+  gpus: GpuSnapshot[];
+  /** The live processes, in the order they were spawned. */
+  processes: ProcessSnapshot[];
+}
+
+/** Options of {@link loadSimulator}: how the loaded driver keeps time. */
+export interface LoadSimulatorOptions {
+  /**
+   * `"virtual"` (the default: calls finish at once in real time, and report the simulated
+   * durations), `"real"`, or any `SimClock`; as `SimulatedDriver`'s option of the same name.
+   */
+  clock?: SimulatedDriverOptions["clock"];
+  /** With `clock: "real"` only: how many times faster than the measured driver to run. */
+  speed?: number;
+  /** Timing figures; by default the model of GPU 0's chip. */
+  timing?: SimulatedDriverOptions["timing"];
+}
+
+/**
+ * A snapshot that cannot be loaded: not an object, another format or version, or a field that is
+ * missing, of the wrong type, out of range or inconsistent with the others.
+ */
+export class SimulatorSnapshotError extends Error {
+  /** The field at fault, as a path: `"version"`, `"processes[2].state"`, `"gpus[0].uuid"`. */
+  readonly field: string;
+
+  /** An error for `field`; `message` says what is wrong with it. */
+  constructor(field: string, message: string) {
+    super(`invalid simulated machine snapshot: ${message}`);
+    this.name = "SimulatorSnapshotError";
+    this.field = field;
+  }
+}
+
+const MAX_PID = 2 ** 31 - 1;
+const FAULTABLE: readonly FaultableOperation[] = ["lock", "checkpoint", "restore", "unlock"];
+const BASE64 = /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/;
+
+/**
+ * The simulated machine as a plain JSON object: its GPUs, and every live process with its state,
+ * GPUs, threads and GPU memory contents. Only a quiescent driver can be saved: it throws an Error
+ * saying what is under way if a driver call, a sleep, a kernel or a blocked memory copy is, or if
+ * the driver was closed.
+ *
+ * @example
+ * ```ts
+ * import { loadSimulator, SimulatedDriver, snapshotSimulator } from "@ckpt/cuda/mock";
+ *
+ * const sim = new SimulatedDriver({ gpus: 2 });
+ * const p = sim.spawn({ memoryMiB: 64, gpu: 1 });
+ * await p.write(0, new TextEncoder().encode("hello"));
+ * await sim.lock(p.pid, null);
+ * const text = JSON.stringify(snapshotSimulator(sim));
+ *
+ * const again = loadSimulator(JSON.parse(text));
+ * console.log(again.process(p.pid)?.state); // "locked"
+ * console.log(await again.process(p.pid)?.memoryDigest() === await p.memoryDigest()); // true
+ * ```
+ */
+export function snapshotSimulator(sim: SimulatedDriver): SimulatorSnapshot {
+  if (!(sim instanceof SimulatedDriver)) {
+    throw new TypeError(`snapshotSimulator takes a SimulatedDriver, got ${describeValue(sim)}`);
+  }
+  const busy = sim.busyWith();
+  if (busy) throw new Error(`cannot save the simulated machine now: ${busy}`);
+  return {
+    format: SIMULATOR_SNAPSHOT_FORMAT,
+    version: SIMULATOR_SNAPSHOT_VERSION,
+    driverVersion: sim.version,
+    seed: sim.seed,
+    nextPid: sim.nextPid,
+    gpus: sim.gpus.map((g) => ({
+      name: g.name,
+      uuid: g.uuid,
+      memoryMiB: g.memoryMiB,
+      contextMiB: g.contextMiB,
+    })),
+    processes: sim.processes.map(processSnapshot),
+  };
+}
+
+function processSnapshot(p: SimulatedProcess): ProcessSnapshot {
+  const out: ProcessSnapshot = {
+    pid: p.pid,
+    threads: [...p.threads],
+    restoreThreadId: p.tid,
+    command: p.command,
+    cuda: p.usesCuda,
+    libcuda: p.libcudaLoaded,
+    inspectable: p.inspectable,
+    state: p.state,
+    gpus: p.gpus.map((g) => g.index),
+    memoryMiB: p.memoryMiB,
+  };
+  const image = p.deviceMemory ?? p.hostMemory;
+  if (image) out.memory = { on: p.deviceMemory ? "gpu" : "host", pages: savedPages(p, image) };
+  if (p.faults.size > 0) {
+    out.faults = Object.fromEntries([...p.faults].map(([op, f]) => [op, { ...f }]));
+  }
+  return out;
+}
+
+/** The written pages of `image` that are not all zero, trailing zeros trimmed, as base64. */
+function savedPages(p: SimulatedProcess, image: MemoryImage): [number, string][] {
+  const pages: [number, string][] = [];
+  for (const index of [...p.writtenPages].sort((a, b) => a - b)) {
+    const start = index * PAGE_SIZE;
+    const bytes = image.read(start, Math.min(PAGE_SIZE, image.size - start));
+    let end = bytes.length;
+    while (end > 0 && bytes[end - 1] === 0) end--;
+    if (end > 0) pages.push([index, Buffer.from(bytes.subarray(0, end)).toString("base64")]);
+  }
+  return pages;
+}
+
+/**
+ * A simulated driver built from a snapshot ({@link snapshotSimulator}'s object, or the same read
+ * back from JSON), on the virtual clock unless `options` say otherwise. Every field is checked
+ * first: anything amiss throws a {@link SimulatorSnapshotError} that names the field and the bad
+ * value. The processes come back in their states, on their GPUs (whose memory they hold again),
+ * with their threads, restore thread ids and memory contents; the next spawn gets `nextPid`.
+ *
+ * @example
+ * ```ts
+ * import { loadSimulator, SimulatorSnapshotError } from "@ckpt/cuda/mock";
+ *
+ * try {
+ *   loadSimulator({ format: "ckpt-cuda-simulated-machine", version: 7 });
+ * } catch (err) {
+ *   if (err instanceof SimulatorSnapshotError) console.log(err.field, err.message);
+ *   // "version" "invalid simulated machine snapshot: version 7 is not known: this module reads version 1"
+ * }
+ * ```
+ */
+export function loadSimulator(
+  snapshot: unknown,
+  options: LoadSimulatorOptions = {},
+): SimulatedDriver {
+  checkKeys(options, "loadSimulator options", ["clock", "speed", "timing"]);
+  const s = checkedSnapshot(snapshot);
+  const sim = new SimulatedDriver({
+    ...options,
+    gpus: s.gpus,
+    driverVersion: s.driverVersion,
+    seed: s.seed,
+    firstPid: s.nextPid,
+  });
+  s.processes.forEach((p, i) => sim.adopt((host) => loadProcess(sim, p, host, `processes[${i}]`)));
+  return sim;
+}
+
+function loadProcess(
+  sim: SimulatedDriver,
+  p: ProcessSnapshot,
+  host: ProcessHost,
+  at: string,
+): SimulatedProcess {
+  const gpus = p.gpus.map((i) => sim.gpus[i]);
+  const proc = new SimulatedProcess(host, p.pid, p.threads, p.memoryMiB, gpus, p.cuda, {
+    command: p.command,
+    inspectable: p.inspectable,
+    libcudaLoaded: p.libcuda,
+  });
+  proc.stateNumber = PROCESS_STATE_NAMES.indexOf(p.state);
+  for (const [op, fault] of Object.entries(p.faults ?? {})) {
+    proc.faults.set(op as FaultableOperation, fault);
+  }
+  if (!p.memory) return proc;
+  const pages = new Map<number, Uint8Array>();
+  for (const [index, base64] of p.memory.pages) {
+    const page = new Uint8Array(PAGE_SIZE);
+    page.set(Buffer.from(base64, "base64"));
+    pages.set(index, page);
+    proc.writtenPages.add(index);
+  }
+  const image = new MemoryImage(mibToBytes(p.memoryMiB), pages);
+  if (p.memory.on === "host") {
+    proc.deviceMemory = undefined;
+    proc.hostMemory = image;
+    return proc;
+  }
+  proc.deviceMemory = image;
+  const need = needsOn(p.memoryMiB, gpus);
+  const short = shortage(need, p.memoryMiB);
+  if (short) throw new SimulatorSnapshotError(at, `${at} (pid ${p.pid}) does not fit: ${short}`);
+  proc.claim(need);
+  return proc;
+}
+
+// ---- checks ----
+
+/** Runs a check of checks.ts on `path`, turning its TypeError or RangeError into ours. */
+function field<T>(path: string, check: (what: string) => T): T {
+  try {
+    return check(path);
+  } catch (err) {
+    if (err instanceof TypeError || err instanceof RangeError) {
+      throw new SimulatorSnapshotError(path, err.message);
+    }
+    throw err;
+  }
+}
+
+function fail(path: string, message: string): never {
+  throw new SimulatorSnapshotError(path, message);
+}
+
+/** An object with all the `required` keys, perhaps some `optional` ones, and no other. */
+function record(
+  value: unknown,
+  path: string,
+  required: readonly string[],
+  optional: readonly string[] = [],
+): Record<string, unknown> {
+  const obj = object(value, path);
+  const unknown = Object.keys(obj).find((k) => !required.includes(k) && !optional.includes(k));
+  if (unknown !== undefined) {
+    fail(
+      join(path, unknown),
+      `${path || "the snapshot"} has an unknown field ${JSON.stringify(unknown)}`,
+    );
+  }
+  const missing = required.find((k) => !(k in obj));
+  if (missing !== undefined) fail(join(path, missing), `${join(path, missing)} is missing`);
+  return obj;
+}
+
+function object(value: unknown, path: string): Record<string, unknown> {
+  if (typeof value !== "object" || value === null || Array.isArray(value)) {
+    fail(path, `${path || "the snapshot"} must be an object, got ${describeValue(value)}`);
+  }
+  return value as Record<string, unknown>;
+}
+
+function join(path: string, key: string): string {
+  return path ? `${path}.${key}` : key;
+}
+
+function array(value: unknown, path: string, min = 0, max = Infinity): unknown[] {
+  if (!Array.isArray(value) || value.length < min || value.length > max) {
+    const size = max === Infinity ? `at least ${min}` : `${min} to ${max}`;
+    fail(path, `${path} must be an array of ${size} entries, got ${describeValue(value)}`);
+  }
+  return value;
+}
+
+/** `value` checked as a whole snapshot, with GPU UUIDs normalised. */
+function checkedSnapshot(value: unknown): SimulatorSnapshot {
+  // The tag and version first, so that a foreign file is called foreign, not broken.
+  const tagged = object(value, "");
+  if (tagged.format !== SIMULATOR_SNAPSHOT_FORMAT) {
+    fail(
+      "format",
+      `format must be ${JSON.stringify(SIMULATOR_SNAPSHOT_FORMAT)}, got ${
+        describeValue(tagged.format)
+      }`,
+    );
+  }
+  if (tagged.version !== SIMULATOR_SNAPSHOT_VERSION) {
+    fail(
+      "version",
+      `version ${
+        describeValue(tagged.version)
+      } is not known: this module reads version ${SIMULATOR_SNAPSHOT_VERSION}`,
+    );
+  }
+  const top = record(value, "", [
+    "format",
+    "version",
+    "driverVersion",
+    "seed",
+    "nextPid",
+    "gpus",
+    "processes",
+  ]);
+  const nextPid = field("nextPid", (w) => checkInteger(top.nextPid, w, 1, MAX_PID));
+  const gpus = array(top.gpus, "gpus", 1, 1024).map((g, i) => checkedGpu(g, `gpus[${i}]`));
+  gpus.forEach((g, i) => {
+    const first = gpus.findIndex((o) => o.uuid === g.uuid);
+    if (first !== i) fail(`gpus[${i}].uuid`, `gpus[${i}].uuid ${g.uuid} is also GPU ${first}'s`);
+  });
+  const taken = new Set<number>();
+  const processes = array(top.processes, "processes").map((p, i) =>
+    checkedProcess(p, `processes[${i}]`, gpus, nextPid, taken)
+  );
+  return {
+    format: SIMULATOR_SNAPSHOT_FORMAT,
+    version: SIMULATOR_SNAPSHOT_VERSION,
+    driverVersion: field("driverVersion", (w) => checkInteger(top.driverVersion, w, 0, MAX_PID)),
+    seed: field("seed", (w) => checkInteger(top.seed, w, 0, 2 ** 32 - 1)),
+    nextPid,
+    gpus,
+    processes,
+  };
+}
+
+function checkedGpu(value: unknown, at: string): GpuSnapshot {
+  const g = record(value, at, ["name", "uuid", "memoryMiB", "contextMiB"]);
+  return {
+    name: field(`${at}.name`, (w) => checkName(g.name, w)),
+    uuid: field(`${at}.uuid`, (w) => formatGpuUuid(parseGpuUuid(checkName(g.uuid, w), w))),
+    memoryMiB: field(`${at}.memoryMiB`, (w) => checkAmount(g.memoryMiB, w, true)),
+    contextMiB: field(`${at}.contextMiB`, (w) => checkAmount(g.contextMiB, w)),
+  };
+}
+
+function checkedProcess(
+  value: unknown,
+  at: string,
+  machineGpus: readonly GpuSnapshot[],
+  nextPid: number,
+  taken: Set<number>,
+): ProcessSnapshot {
+  const p = record(value, at, [
+    "pid",
+    "threads",
+    "restoreThreadId",
+    "command",
+    "cuda",
+    "libcuda",
+    "inspectable",
+    "state",
+    "gpus",
+    "memoryMiB",
+  ], ["memory", "faults"]);
+  const pid = field(`${at}.pid`, (w) => checkInteger(p.pid, w, 1, nextPid - 1));
+  const threads = array(p.threads, `${at}.threads`, 1, 100_002).map((t, i) => {
+    const path = `${at}.threads[${i}]`;
+    const tid = field(
+      path,
+      (w) => checkInteger(t, `${w} (below nextPid ${nextPid})`, 1, nextPid - 1),
+    );
+    if (taken.has(tid)) fail(path, `${path} ${tid} is another thread's or process's id too`);
+    taken.add(tid);
+    return tid;
+  });
+  if (threads[0] !== pid) {
+    fail(`${at}.threads[0]`, `${at}.threads[0] must be the pid ${pid}, got ${threads[0]}`);
+  }
+  const cuda = field(`${at}.cuda`, (w) => checkBoolean(p.cuda, w));
+  const libcuda = field(`${at}.libcuda`, (w) => checkBoolean(p.libcuda, w));
+  if (cuda && !libcuda) fail(`${at}.libcuda`, `${at}.libcuda must be true for a CUDA process`);
+  const tid = cuda ? threads[threads.length - 1] : 0;
+  if (p.restoreThreadId !== tid) {
+    fail(
+      `${at}.restoreThreadId`,
+      `${at}.restoreThreadId must be ${tid} (${
+        cuda ? "its last thread" : "none: it has no CUDA"
+      }), got ${describeValue(p.restoreThreadId)}`,
+    );
+  }
+  const state = field(`${at}.state`, (w) => checkChoice(p.state, w, PROCESS_STATE_NAMES));
+  if (!cuda && state !== "running") {
+    fail(`${at}.state`, `${at}.state must be "running" for a process without CUDA, got "${state}"`);
+  }
+  const seen = new Set<number>();
+  const gpuCount = machineGpus.length;
+  const gpus = array(p.gpus, `${at}.gpus`, 1, gpuCount).map((g, i) => {
+    const path = `${at}.gpus[${i}]`;
+    const index = field(path, (w) => checkInteger(g, `${w} (a GPU index)`, 0, gpuCount - 1));
+    if (seen.has(index)) fail(path, `${path}: GPU ${index} is listed twice`);
+    seen.add(index);
+    return index;
+  });
+  const memoryMiB = field(`${at}.memoryMiB`, (w) => checkAmount(p.memoryMiB, w));
+  if (!cuda && memoryMiB !== 0) {
+    fail(
+      `${at}.memoryMiB`,
+      `${at}.memoryMiB must be 0 for a process without CUDA, got ${memoryMiB}`,
+    );
+  }
+  // Checkpointed memory holds no GPU, but it came from these GPUs: no share can be larger.
+  const smallest = Math.min(...gpus.map((g) => machineGpus[g].memoryMiB));
+  if (memoryMiB / gpus.length > smallest) {
+    fail(
+      `${at}.memoryMiB`,
+      `${at}.memoryMiB ${memoryMiB} cannot have fitted on its GPUs (${smallest} MiB the smallest)`,
+    );
+  }
+  const out: ProcessSnapshot = {
+    pid,
+    threads,
+    restoreThreadId: tid,
+    command: field(`${at}.command`, (w) => checkName(p.command, w)),
+    cuda,
+    libcuda,
+    inspectable: field(`${at}.inspectable`, (w) => checkBoolean(p.inspectable, w)),
+    state,
+    gpus,
+    memoryMiB,
+  };
+  if (cuda) out.memory = checkedMemory(p.memory, `${at}.memory`, state, mibToBytes(memoryMiB));
+  else if (p.memory !== undefined) {
+    fail(`${at}.memory`, `${at}.memory: a process without CUDA has none`);
+  }
+  if (p.faults !== undefined) out.faults = checkedFaults(p.faults, `${at}.faults`);
+  return out;
+}
+
+function checkedMemory(
+  value: unknown,
+  at: string,
+  state: ProcessState,
+  size: number,
+): MemorySnapshot {
+  const m = record(value, at, ["on", "pages"]);
+  const on = field(`${at}.on`, (w) => checkChoice(m.on, w, ["gpu", "host"] as const));
+  // Only a failed process can have its memory anywhere: a checkpointed one has it in host memory,
+  // a running or locked one on the GPU.
+  const expected = state === "checkpointed" ? "host" : state === "failed" ? on : "gpu";
+  if (on !== expected) {
+    fail(`${at}.on`, `${at}.on must be "${expected}" for a ${state} process, got "${on}"`);
+  }
+  let last = -1;
+  const pages = array(m.pages, `${at}.pages`).map((entry, i): [number, string] => {
+    const path = `${at}.pages[${i}]`;
+    const [index, base64] = array(entry, path, 2, 2);
+    const count = Math.ceil(size / PAGE_SIZE);
+    field(`${path}[0]`, (w) => checkInteger(index, `${w} (a page index)`, last + 1, count - 1));
+    last = index as number;
+    if (typeof base64 !== "string" || !BASE64.test(base64)) {
+      fail(`${path}[1]`, `${path}[1] must be a base64 string, got ${describeValue(base64)}`);
+    }
+    const length = Buffer.from(base64, "base64").length;
+    const room = Math.min(PAGE_SIZE, size - last * PAGE_SIZE);
+    if (length > room) {
+      fail(`${path}[1]`, `${path}[1] holds ${length} bytes; page ${last} has ${room}`);
+    }
+    return [last, base64];
+  });
+  return { on, pages };
+}
+
+function checkedFaults(value: unknown, at: string): ProcessSnapshot["faults"] {
+  const f = record(value, at, [], FAULTABLE);
+  const out: ProcessSnapshot["faults"] = {};
+  for (const op of FAULTABLE) {
+    if (f[op] === undefined) continue;
+    const path = `${at}.${op}`;
+    const fault = record(f[op], path, ["code"], ["state"]);
+    const code = field(`${path}.code`, (w) => checkInteger(fault.code, w, 0, MAX_PID));
+    out[op] = fault.state === undefined ? { code } : {
+      code,
+      state: field(`${path}.state`, (w) => checkChoice(fault.state, w, PROCESS_STATE_NAMES)),
+    };
+  }
+  return out;
+}
