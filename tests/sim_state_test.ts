@@ -1,0 +1,562 @@
+// The simulated machine saved and loaded: snapshots of the simulated driver (mock/state.ts), and
+// the private state file of `cuda-checkpoint --simulate` with its checks and its lock
+// (cli/simulate.ts). Temp dirs only: the real default path is never touched.
+import { afterEach, describe, test } from "node:test";
+import assert from "node:assert/strict";
+import {
+  chmod,
+  chown,
+  mkdir,
+  mkdtemp,
+  readdir,
+  readFile,
+  rm,
+  stat,
+  symlink,
+  writeFile,
+} from "node:fs/promises";
+import os from "node:os";
+import path from "node:path";
+import process from "node:process";
+import { CudaProcess } from "../mod.ts";
+import {
+  loadSimulator,
+  SimulatedDriver,
+  type SimulatedProcess,
+  SIMULATOR_SNAPSHOT_FORMAT,
+  type SimulatorSnapshot,
+  SimulatorSnapshotError,
+  snapshotSimulator,
+} from "../mock/mod.ts";
+import { CUDA_ERROR_UNKNOWN, CUDA_SUCCESS } from "../core/codes.ts";
+import {
+  openSimulatedMachine,
+  SIMULATED_STATE_FILE,
+  SimulatedStateError,
+  simulatedStatePath,
+} from "../cli/simulate.ts";
+
+const PAGE = 64 * 1024;
+
+/** A snapshot through JSON text, as a state file holds it, loaded again. */
+function reload(sim: SimulatedDriver): SimulatedDriver {
+  return loadSimulator(JSON.parse(JSON.stringify(snapshotSimulator(sim))));
+}
+
+function live(sim: SimulatedDriver, pid: number): SimulatedProcess {
+  const p = sim.process(pid);
+  assert.ok(p, `process ${pid} exists`);
+  return p;
+}
+
+/** A machine with a process in every state, a process without CUDA and one only with libcuda. */
+async function everyState() {
+  const sim = new SimulatedDriver({ gpus: 2 });
+  const running = sim.spawn({ memoryMiB: 64, command: "train --rank 0" });
+  const locked = sim.spawn({ memoryMiB: 32, gpu: 1, extraThreads: 3 });
+  const checkpointed = sim.spawn({ memoryMiB: 128, gpu: [0, 1] });
+  const failed = sim.spawn({ memoryMiB: 16 });
+  const plain = sim.spawn({ cuda: false, inspectable: false });
+  const loader = sim.spawn({ cuda: false, libcuda: true, extraThreads: 0 });
+  await running.write(PAGE - 2, new Uint8Array([1, 2, 3, 4])); // across a page boundary
+  await checkpointed.write(5 * PAGE, new TextEncoder().encode("checkpointed bytes"));
+  assert.equal(await sim.lock(locked.pid, null), CUDA_SUCCESS);
+  assert.equal(await sim.lock(checkpointed.pid, null), CUDA_SUCCESS);
+  assert.equal(await sim.checkpoint(checkpointed.pid), CUDA_SUCCESS);
+  failed.failNext("lock", { code: CUDA_ERROR_UNKNOWN, state: "failed" });
+  assert.equal(await sim.lock(failed.pid, null), CUDA_ERROR_UNKNOWN);
+  return { sim, running, locked, checkpointed, failed, plain, loader };
+}
+
+describe("snapshots of the simulated driver", () => {
+  test("every state, GPUs, threads, flags and memory come back as they were", async () => {
+    const { sim, running, locked, checkpointed, failed, plain, loader } = await everyState();
+    const saved = snapshotSimulator(sim);
+    assert.equal(saved.format, SIMULATOR_SNAPSHOT_FORMAT);
+    assert.equal(saved.version, 1);
+    const again = reload(sim);
+    assert.deepEqual(snapshotSimulator(again), saved);
+    assert.deepEqual(
+      again.gpus.map((g) => [g.uuid, g.name, g.usedMiB]),
+      sim.gpus.map((g) => [g.uuid, g.name, g.usedMiB]),
+    );
+    for (const p of [running, locked, checkpointed, failed, plain, loader]) {
+      const q = live(again, p.pid);
+      assert.equal(q.state, p.state);
+      assert.deepEqual(q.threads, p.threads);
+      assert.equal(q.tid, p.tid);
+      assert.deepEqual(q.gpuUuids, p.gpuUuids);
+      assert.deepEqual(q.gpuMemoryMiB, p.gpuMemoryMiB);
+      assert.equal(q.memoryLocation, p.memoryLocation);
+      assert.equal(q.command, p.command);
+      assert.equal(q.inspectable, p.inspectable);
+      assert.equal(q.libcudaLoaded, p.libcudaLoaded);
+      assert.equal(q.usesCuda, p.usesCuda);
+      if (p.usesCuda) assert.equal(await q.memoryDigest(), await p.memoryDigest());
+    }
+    assert.deepEqual(
+      await again.getState(checkpointed.pid),
+      { code: CUDA_SUCCESS, value: 2 },
+    );
+    assert.deepEqual(
+      await live(again, running.pid).read(PAGE - 2, 4),
+      new Uint8Array([1, 2, 3, 4]),
+    );
+  });
+
+  test("the loaded driver is on the virtual clock and reports the simulated durations", async () => {
+    const sim = new SimulatedDriver();
+    const p = sim.spawn({ memoryMiB: 1024 });
+    const again = loadSimulator(snapshotSimulator(sim));
+    assert.equal(again.clock.kind, "virtual");
+    const began = performance.now();
+    await new CudaProcess(p.pid, { driver: again }).suspend();
+    assert.ok(performance.now() - began < 1000, "no real time for 0.75 s of simulated work");
+    const call = again.calls.find((c) => c.op === "checkpoint")!;
+    assert.equal(Math.round(call.at - call.started), 752); // H200, 1 GiB: DRIVER_FACTS.md
+    assert.equal(
+      loadSimulator(snapshotSimulator(sim), { clock: "real", speed: 100 }).clock.kind,
+      "real",
+    );
+  });
+
+  test("a checkpoint before the save and a restore after it keep the memory (digest and bytes)", async () => {
+    const sim = new SimulatedDriver({ gpus: 2 });
+    const p = sim.spawn({ memoryMiB: 8, gpu: [0, 1] });
+    const bytes = Uint8Array.from({ length: 3 * PAGE + 17 }, (_, i) => (i * 7 + 3) & 255);
+    await p.write(PAGE / 2, bytes);
+    const digest = await p.memoryDigest();
+    const proc = new CudaProcess(p.pid, { driver: sim });
+    await proc.suspend();
+    const again = reload(sim);
+    await new CudaProcess(p.pid, { driver: again }).resume();
+    const q = live(again, p.pid);
+    assert.equal(q.state, "running");
+    assert.equal(await q.memoryDigest(), digest);
+    assert.deepEqual(await q.read(PAGE / 2, bytes.length), bytes);
+  });
+
+  test("a multi-GPU process moved by a restore with a mapping stays moved, and moves back after a reload", async () => {
+    const sim = new SimulatedDriver({ gpus: 3 });
+    const [g0, g1, g2] = sim.gpus.map((g) => g.uuid);
+    const p = sim.spawn({ memoryMiB: 64, gpu: [0, 1] });
+    await p.write(0, new Uint8Array([9, 9, 9]));
+    const proc = new CudaProcess(p.pid, { driver: sim });
+    await proc.suspend();
+    await proc.resume({ gpuMapping: { [g0]: g2, [g1]: g0, [g2]: g1 } });
+    assert.deepEqual(p.gpuUuids, [g2, g0]);
+    const again = reload(sim);
+    const q = live(again, p.pid);
+    assert.deepEqual(q.gpuUuids, [g2, g0]);
+    assert.deepEqual(again.gpus.map((g) => g.usedMiB), sim.gpus.map((g) => g.usedMiB));
+    assert.equal(again.gpus[1].usedMiB, 0);
+    const moved = new CudaProcess(p.pid, { driver: again });
+    await moved.suspend();
+    const saved = reload(again);
+    await new CudaProcess(p.pid, { driver: saved }).resume({
+      gpuMapping: { [g2]: g0, [g0]: g1, [g1]: g2 },
+    });
+    const r = live(saved, p.pid);
+    assert.deepEqual(r.gpuUuids, [g0, g1]);
+    assert.equal(await r.memoryDigest(), await p.memoryDigest());
+  });
+
+  test("pids keep going up after a reload, and never come back; restore thread ids are stable", async () => {
+    const sim = new SimulatedDriver({ firstPid: 7000 });
+    const a = sim.spawn();
+    const b = sim.spawn({ extraThreads: 5 });
+    const tid = await sim.getRestoreThreadId(b.pid);
+    b.exit();
+    const again = reload(sim);
+    assert.equal(again.nextPid, sim.nextPid);
+    assert.equal(again.process(b.pid), undefined);
+    assert.deepEqual(await again.getRestoreThreadId(a.pid), await sim.getRestoreThreadId(a.pid));
+    assert.equal(tid.value, b.threads[b.threads.length - 1]);
+    const c = again.spawn();
+    assert.ok(c.pid > b.threads[b.threads.length - 1], `${c.pid} after ${b.threads}`);
+    assert.equal(c.pid, sim.spawn().pid, "the same pid as the original would have given");
+    assert.equal(reload(again).nextPid, again.nextPid);
+  });
+
+  test("an injected fault waits in the snapshot for its call", async () => {
+    const sim = new SimulatedDriver();
+    const p = sim.spawn();
+    p.failNext("checkpoint", { code: CUDA_ERROR_UNKNOWN });
+    const again = reload(sim);
+    assert.equal(await again.lock(p.pid, null), CUDA_SUCCESS);
+    assert.equal(await again.checkpoint(p.pid), CUDA_ERROR_UNKNOWN);
+    assert.equal(await again.checkpoint(p.pid), CUDA_SUCCESS);
+  });
+
+  test("only a quiescent driver is saved: not during a call, a kernel, blocked work, or after close", async () => {
+    const sim = new SimulatedDriver();
+    const p = sim.spawn({ memoryMiB: 1024 });
+    const lock = sim.lock(p.pid, null);
+    assert.throws(
+      () => snapshotSimulator(sim),
+      /cannot save the simulated machine now: 1 driver call/,
+    );
+    await lock;
+    const write = p.write(0, new Uint8Array([1])); // blocks: the process is locked
+    await Promise.resolve();
+    assert.throws(() => snapshotSimulator(sim), /process \d+ has CUDA work waiting/);
+    assert.equal(await sim.unlock(p.pid), CUDA_SUCCESS);
+    await write;
+    const kernel = p.launch(50);
+    assert.throws(() => snapshotSimulator(sim), /1 kernel\(s\) not finished/);
+    await kernel;
+    snapshotSimulator(sim);
+    sim.close();
+    assert.throws(() => snapshotSimulator(sim), /was closed/);
+    assert.throws(() => snapshotSimulator({} as SimulatedDriver), TypeError);
+  });
+
+  describe("loading checks every field, and names it and the bad value", () => {
+    let base: SimulatorSnapshot;
+    // Each case spoils a copy of a good snapshot: untyped, as a file's JSON is.
+    // deno-lint-ignore no-explicit-any
+    const cases: [string, (s: any) => unknown, string, RegExp][] = [
+      ["not an object", () => "hello", "", /the snapshot must be an object, got "hello"/],
+      [
+        "another format",
+        (s) => (s.format = "my-thing", s),
+        "format",
+        /format must be "ckpt-cuda-simulated-machine", got "my-thing"/,
+      ],
+      ["a newer version", (s) => (s.version = 2, s), "version", /version 2 is not known/],
+      ["a missing field", (s) => (delete s.gpus, s), "gpus", /gpus is missing/],
+      ["an unknown field", (s) => (s.colour = "red", s), "colour", /unknown field "colour"/],
+      ["no GPU", (s) => (s.gpus = [], s), "gpus", /gpus must be an array of 1 to 1024 entries/],
+      [
+        "a bad UUID",
+        (s) => (s.gpus[1].uuid = "GPU-xyz", s),
+        "gpus[1].uuid",
+        /"GPU-xyz" is not a GPU UUID/,
+      ],
+      ["a UUID twice", (s) => (s.gpus[1].uuid = s.gpus[0].uuid, s), "gpus[1].uuid", /also GPU 0's/],
+      [
+        "no memory",
+        (s) => (s.gpus[0].memoryMiB = 0, s),
+        "gpus[0].memoryMiB",
+        /must be a finite number > 0, got 0/,
+      ],
+      [
+        "a bad state",
+        (s) => (s.processes[0].state = "runing", s),
+        "processes[0].state",
+        /got "runing"/,
+      ],
+      [
+        "a pid from the future",
+        (s) => (s.processes[0].pid = s.nextPid, s),
+        "processes[0].pid",
+        /from 1 to \d+, got \d+/,
+      ],
+      [
+        "a thread twice",
+        (s) => (s.processes[1].threads[1] = s.processes[0].threads[1], s),
+        "processes[1].threads[1]",
+        /another thread's or process's id/,
+      ],
+      [
+        "threads not led by the pid",
+        (s) => (s.processes[0].threads.reverse(), s),
+        "processes[0].threads[0]",
+        /must be the pid/,
+      ],
+      [
+        "another restore thread",
+        (s) => (s.processes[0].restoreThreadId = 1, s),
+        "processes[0].restoreThreadId",
+        /must be \d+ \(its last thread\), got 1/,
+      ],
+      [
+        "a GPU out of range",
+        (s) => (s.processes[0].gpus = [7], s),
+        "processes[0].gpus[0]",
+        /got 7/,
+      ],
+      [
+        "a string for memory",
+        (s) => (s.processes[0].memoryMiB = "64", s),
+        "processes[0].memoryMiB",
+        /got "64"/,
+      ],
+      [
+        "checkpointed memory on the GPU",
+        (s) => (s.processes[2].memory.on = "gpu", s),
+        "processes[2].memory.on",
+        /must be "host" for a checkpointed process/,
+      ],
+      [
+        "memory no GPU could hold",
+        (s) => (s.processes[0].memoryMiB = 10_000_000, s),
+        "processes[0].memoryMiB",
+        /memoryMiB 10000000 cannot have fitted on its GPUs \(143771 MiB the smallest\)/,
+      ],
+      [
+        "memory that does not fit beside the others",
+        (s) => (s.processes[0].memoryMiB = 143_700, s),
+        "processes[0]",
+        /processes\[0\] \(pid 4000\) does not fit: GPU 0 has/,
+      ],
+      [
+        "a page that is not base64",
+        (s) => (s.processes[0].memory.pages[0][1] = "%%%", s),
+        "processes[0].memory.pages[0][1]",
+        /base64 string, got "%%%"/,
+      ],
+      [
+        "a page past the end",
+        (s) => (s.processes[0].memory.pages[0][0] = 5000, s),
+        "processes[0].memory.pages[0][0]",
+        /got 5000/,
+      ],
+      [
+        "a page too long",
+        (
+          s,
+        ) => (s.processes[0].memory.pages[0][1] = Buffer.alloc(PAGE + 3, 1).toString("base64"), s),
+        "processes[0].memory.pages[0][1]",
+        /holds 65539 bytes; page 0 has 65536/,
+      ],
+      [
+        "memory without CUDA",
+        (s) => (s.processes[4].memory = s.processes[0].memory, s),
+        "processes[4].memory",
+        /without CUDA has none/,
+      ],
+      [
+        "a fault of no operation",
+        (s) => (s.processes[0].faults = { fly: { code: 1 } }, s),
+        "processes[0].faults.fly",
+        /unknown field "fly"/,
+      ],
+    ];
+    test("the snapshot the cases spoil loads as it is", async () => {
+      base = snapshotSimulator((await everyState()).sim);
+      loadSimulator(base);
+    });
+    for (const [name, spoil, field, message] of cases) {
+      test(name, async () => {
+        base ??= snapshotSimulator((await everyState()).sim);
+        const bad = spoil(structuredClone(base));
+        assert.throws(() => loadSimulator(bad), (err: unknown) => {
+          assert.ok(err instanceof SimulatorSnapshotError, `a SimulatorSnapshotError, got ${err}`);
+          assert.equal(err.field, field || "");
+          assert.match(err.message, message);
+          return true;
+        });
+      });
+    }
+  });
+});
+
+// ---- the state file ----
+
+const dirs: string[] = [];
+async function tempDir(): Promise<string> {
+  const dir = await mkdtemp(path.join(os.tmpdir(), "ckpt-sim-state-"));
+  dirs.push(dir);
+  return dir;
+}
+afterEach(async () => {
+  for (const dir of dirs.splice(0)) await rm(dir, { recursive: true, force: true });
+});
+
+/**
+ * Asserts that opening `file` fails with a SimulatedStateError that names it (or `named`, its
+ * directory) and matches `re`.
+ */
+async function refused(file: string, re: RegExp, named = file): Promise<void> {
+  await assert.rejects(openSimulatedMachine({ path: file }), (err: unknown) => {
+    assert.ok(err instanceof SimulatedStateError, `a SimulatedStateError, got ${err}`);
+    assert.equal(err.path, named);
+    assert.ok(err.message.includes(named), err.message);
+    assert.match(err.message, re);
+    return true;
+  });
+}
+
+/** A valid state file with one process in it. */
+async function savedFile(dir: string): Promise<string> {
+  const file = path.join(dir, "state.json");
+  const machine = await openSimulatedMachine({ path: file });
+  machine.spawn();
+  await machine.save();
+  await machine.close();
+  return file;
+}
+
+describe("the state file of cuda-checkpoint --simulate", () => {
+  test("its path: CKPT_SIM_STATE, else XDG_RUNTIME_DIR, else a temp dir of the user's", () => {
+    assert.equal(
+      simulatedStatePath({ CKPT_SIM_STATE: "/x/my.json", XDG_RUNTIME_DIR: "/run/u" }),
+      "/x/my.json",
+    );
+    assert.equal(
+      simulatedStatePath({ XDG_RUNTIME_DIR: "/run/user/1000" }),
+      "/run/user/1000/ckpt-cuda/" + SIMULATED_STATE_FILE,
+    );
+    assert.equal(
+      simulatedStatePath({ TMPDIR: "/scratch", XDG_RUNTIME_DIR: "" }),
+      `/scratch/ckpt-cuda-${process.getuid!()}/${SIMULATED_STATE_FILE}`,
+    );
+    assert.ok(path.isAbsolute(simulatedStatePath({ CKPT_SIM_STATE: "rel/state.json" })));
+  });
+
+  test("a new machine: two H200s, no processes; saved 0600 in a directory made 0700; it survives", async () => {
+    const dir = await tempDir();
+    const env = { XDG_RUNTIME_DIR: dir };
+    const machine = await openSimulatedMachine({ env });
+    assert.equal(machine.path, path.join(dir, "ckpt-cuda", SIMULATED_STATE_FILE));
+    assert.equal(machine.created, true);
+    assert.equal(machine.driver.gpus.length, 2);
+    assert.equal(machine.driver.processes.length, 0);
+    const pid = machine.spawn({ memoryMiB: 256, gpu: 1 });
+    await machine.driver.process(pid)!.write(0, new Uint8Array([42]));
+    await new CudaProcess(pid, { driver: machine.driver }).suspend();
+    await machine.save();
+    await machine.close();
+    assert.equal((await stat(path.join(dir, "ckpt-cuda"))).mode & 0o777, 0o700);
+    assert.equal((await stat(machine.path)).mode & 0o777, 0o600);
+    assert.deepEqual(await readdir(path.join(dir, "ckpt-cuda")), [SIMULATED_STATE_FILE]);
+
+    await using again = await openSimulatedMachine({ env, gpus: 5 });
+    assert.equal(again.created, false);
+    assert.equal(again.driver.gpus.length, 2, "an existing machine keeps its GPUs");
+    const proc = new CudaProcess(pid, { driver: again.driver });
+    assert.equal(await proc.state(), "checkpointed");
+    await proc.resume();
+    assert.deepEqual(await again.driver.process(pid)!.read(0, 1), new Uint8Array([42]));
+    assert.ok(again.spawn() > pid);
+  });
+
+  test("spawn and kill; a closed machine does nothing more", async () => {
+    const file = path.join(await tempDir(), "deep", "er", "state.json");
+    const machine = await openSimulatedMachine({ path: file, gpus: 1 });
+    assert.equal((await stat(path.dirname(file))).mode & 0o777, 0o700);
+    const pid = machine.spawn({ command: "my job" });
+    assert.equal(machine.driver.process(pid)?.command, "my job");
+    assert.equal(machine.kill(pid), true);
+    assert.equal(machine.kill(pid), false);
+    assert.equal(machine.kill(123), false);
+    assert.deepEqual(await machine.driver.hostProcesses().scan(), []);
+    await machine.close();
+    await machine.close();
+    assert.throws(() => machine.spawn(), /was closed/);
+    await assert.rejects(machine.save(), /was closed/);
+  });
+
+  test("a save during a driver call is refused, and the file is left as it was", async () => {
+    const file = await savedFile(await tempDir());
+    const before = await readFile(file, "utf8");
+    await using machine = await openSimulatedMachine({ path: file });
+    const [p] = machine.driver.processes;
+    const lock = machine.driver.lock(p.pid, null);
+    await assert.rejects(machine.save(), /under way/);
+    await lock;
+    assert.equal(await readFile(file, "utf8"), before);
+  });
+
+  test("a corrupt, truncated, foreign or newer file is refused with its path and what to do", async () => {
+    const dir = await tempDir();
+    const file = await savedFile(dir);
+    const text = await readFile(file, "utf8");
+    await writeFile(file, "not json at all", { mode: 0o600 });
+    await refused(file, /is corrupt: it is not JSON.*simulate reset/);
+    await writeFile(file, text.slice(0, text.length / 2));
+    await refused(file, /is corrupt: it is not JSON/);
+    await writeFile(file, JSON.stringify({ ...JSON.parse(text), format: "something-else" }));
+    await refused(file, /is not a simulated machine's state file \(format must be/);
+    await writeFile(file, "[1, 2]");
+    await refused(file, /is not a simulated machine's state file/);
+    await writeFile(file, JSON.stringify({ ...JSON.parse(text), version: 99 }));
+    await refused(file, /was written by another version of @ckpt\/cuda \(version 99/);
+    const bad = JSON.parse(text);
+    bad.processes[0].state = "sleeping";
+    await writeFile(file, JSON.stringify(bad));
+    await refused(
+      file,
+      /is corrupt: processes\[0\]\.state must be one of .*got "sleeping"; remove it or run `cuda-checkpoint --simulate reset`/,
+    );
+  });
+
+  test("a file others may read, a symbolic link, another user's file or an open directory is refused", async () => {
+    const dir = await tempDir();
+    const file = await savedFile(dir);
+    await chmod(file, 0o644);
+    await refused(file, /may be read or written by other users \(mode 0644, not 0600\)/);
+    await chmod(file, 0o600);
+    const link = path.join(dir, "link.json");
+    await symlink(file, link);
+    await refused(link, /is a symbolic link/);
+    if (process.getuid?.() === 0) {
+      await chown(file, 4321, 4321);
+      await refused(file, /belongs to another user \(uid 4321/);
+      await chown(file, 0, 0);
+    }
+    const open = path.join(dir, "open");
+    await mkdir(open);
+    await chmod(open, 0o777);
+    await refused(
+      path.join(open, "state.json"),
+      /may be written by other users \(mode 0777\)/,
+      open,
+    );
+    await chmod(open, 0o1777); // sticky, as /tmp: nobody else can replace a file of ours there
+    await (await openSimulatedMachine({ path: path.join(open, "state.json") })).close();
+  });
+
+  test("fresh and reset replace a file that cannot be opened", async () => {
+    const dir = await tempDir();
+    const file = path.join(dir, "state.json");
+    await writeFile(file, "{ garbage", { mode: 0o644 });
+    const machine = await openSimulatedMachine({ path: file, fresh: true, gpus: 3 });
+    assert.equal(machine.created, true);
+    assert.equal(machine.driver.gpus.length, 3);
+    machine.spawn();
+    await machine.save();
+    await machine.close();
+    assert.equal((await stat(file)).mode & 0o777, 0o600);
+    await using again = await openSimulatedMachine({ path: file });
+    assert.equal(again.driver.processes.length, 1);
+    const old = again.driver;
+    await again.reset();
+    assert.equal(again.created, true);
+    assert.notEqual(again.driver, old);
+    assert.equal(again.driver.processes.length, 0);
+    assert.equal(again.driver.gpus.length, 2);
+    assert.equal(JSON.parse(await readFile(file, "utf8")).processes.length, 0);
+  });
+
+  test("two opens at once take turns: the second sees what the first saved", async () => {
+    const file = path.join(await tempDir(), "state.json");
+    const first = await openSimulatedMachine({ path: file });
+    let secondOpened = false;
+    const second = openSimulatedMachine({ path: file }).then((m) => (secondOpened = true, m));
+    await new Promise((r) => setTimeout(r, 100));
+    assert.equal(secondOpened, false, "the second open waits for the lock");
+    const pid = first.spawn();
+    await first.save();
+    await first.close();
+    const m = await second;
+    assert.equal(m.created, false);
+    assert.ok(m.driver.process(pid));
+    await assert.rejects(
+      openSimulatedMachine({ path: file, lockTimeoutMs: 50 }),
+      (err: unknown) =>
+        err instanceof SimulatedStateError && /has held .*state\.json\.lock/.test(err.message),
+    );
+    await m.close();
+    assert.deepEqual(await readdir(path.dirname(file)), ["state.json"]);
+  });
+
+  test("a lock left by a program that died is taken over", async () => {
+    const file = path.join(await tempDir(), "state.json");
+    await writeFile(`${file}.lock`, "2147483000\n");
+    await using machine = await openSimulatedMachine({ path: file, lockTimeoutMs: 1000 });
+    assert.equal(machine.created, true);
+    assert.equal((await readFile(`${file}.lock`, "utf8")).trim(), String(process.pid));
+  });
+});
