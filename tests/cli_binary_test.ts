@@ -6,14 +6,19 @@
 
 import { after, describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { execFile } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import process from "node:process";
 
 import { VERSION } from "../cli/version.ts";
-import { BINARY, binaryBuilt, HELP_FIRST_LINE } from "./cli_support.ts";
+import {
+  assertPrinted,
+  BINARY,
+  binaryBuilt,
+  type Exited,
+  HELP_FIRST_LINE,
+  runProgram,
+} from "./cli_support.ts";
 import { FakeDir, loud, noCompiler } from "./fixtures/fake.ts";
 
 const skip = binaryBuilt
@@ -29,21 +34,8 @@ after(() => {
 });
 
 /** Runs the binary with CKPT_SIM_STATE set to this file's state file (and more environment). */
-function binary(
-  args: (string | number)[],
-  env: Record<string, string> = {},
-): Promise<{ code: number; out: string; err: string }> {
-  return new Promise((resolve) => {
-    execFile(
-      BINARY,
-      args.map(String),
-      { env: { ...process.env, CKPT_SIM_STATE: state, ...env }, timeout: 30_000 },
-      (error, stdout, stderr) => {
-        const code = error ? (typeof error.code === "number" ? error.code : -1) : 0;
-        resolve({ code, out: String(stdout), err: String(stderr) });
-      },
-    );
-  });
+function binary(args: (string | number)[], env: Record<string, string> = {}): Promise<Exited> {
+  return runProgram(BINARY, args, { CKPT_SIM_STATE: state, ...env });
 }
 
 describe("the compiled cuda-checkpoint", { skip }, () => {
@@ -52,11 +44,7 @@ describe("the compiled cuda-checkpoint", { skip }, () => {
     assert.equal(help.code, 0);
     assert.ok(help.out.startsWith(HELP_FIRST_LINE));
     assert.ok(help.out.includes("--action"));
-    assert.deepEqual(await binary(["--version"]), {
-      code: 0,
-      out: `cuda-checkpoint (@ckpt/cuda) ${VERSION}\n`,
-      err: "",
-    });
+    assertPrinted(await binary(["--version"]), `cuda-checkpoint (@ckpt/cuda) ${VERSION}\n`);
   });
 
   test("bad input: NVIDIA's line, then the help on stderr; exit 1", async () => {
@@ -78,18 +66,10 @@ describe("the compiled cuda-checkpoint", { skip }, () => {
     assert.equal(spawned.code, 0, spawned.err);
     assert.match(spawned.out, /^[0-9]+\n$/);
     const pid = Number.parseInt(spawned.out);
-    assert.deepEqual(await binary(["--simulate", "--get-state", "--pid", pid]), {
-      code: 0,
-      out: "running\n",
-      err: "",
-    });
+    assertPrinted(await binary(["--simulate", "--get-state", "--pid", pid]), "running\n");
     const tid = await binary(["--simulate", "--get-restore-tid", "--pid", pid]);
     assert.match(tid.out, /^[0-9]+\n$/);
-    assert.deepEqual(await binary(["--simulate", "--toggle", "--pid", pid]), {
-      code: 0,
-      out: "",
-      err: "",
-    });
+    assertPrinted(await binary(["--simulate", "--toggle", "--pid", pid]), "");
     assert.equal((await binary(["--simulate", "--get-state", "-p", pid])).out, "checkpointed\n");
     const list = await binary(["--simulate", "list"]);
     assert.match(list.out, new RegExp(`^${pid} +checkpointed +[0-9]+ +0 MiB +train$`, "m"));
@@ -107,16 +87,10 @@ describe("the compiled cuda-checkpoint", { skip }, () => {
     skip: noCompiler,
   }, async () => {
     const env = { CKPT_LIBCUDA_PATH: fake };
-    assert.deepEqual(await binary(["--get-state", "--pid", 4242], env), {
-      code: 0,
-      out: "running\n",
-      err: "",
-    });
-    const r = await binary(["--toggle", "--pid", "4242,4252,4262"], env);
-    assert.deepEqual(r, {
-      code: 0,
-      out: "4242 done checkpointed\n4252 done checkpointed\n4262 done checkpointed\n",
-      err: "",
-    });
+    assertPrinted(await binary(["--get-state", "--pid", 4242], env), "running\n");
+    assertPrinted(
+      await binary(["--toggle", "--pid", "4242,4252,4262"], env),
+      "4242 done checkpointed\n4252 done checkpointed\n4262 done checkpointed\n",
+    );
   });
 });

@@ -7,13 +7,12 @@
 
 import { after, describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { execFile } from "node:child_process";
 import process from "node:process";
 
 import { defaultWorkerUrl } from "../ffi/bun.ts";
 import { openNativeDriver } from "../ffi/mod.ts";
 import type { LibcudaDriver } from "../ffi/native.ts";
-import { cli } from "./cli_support.ts";
+import { assertPrinted, cli, type Exited, runProgram } from "./cli_support.ts";
 import { FakeDir, noCompiler, openCounters, runtime } from "./fixtures/fake.ts";
 
 const MAIN = new URL("../cli/main.ts", import.meta.url).pathname;
@@ -22,33 +21,15 @@ const fake = fakes?.build("libcuda_cli") ?? "";
 after(() => fakes?.remove());
 
 /** Runs cli/main.ts as a program on this runtime, with the fake libcuda. */
-function program(args: string[]): Promise<{ code: number; out: string; err: string }> {
+function program(args: string[]): Promise<Exited> {
   const runArgs = runtime === "deno" ? ["run", "-A", MAIN, ...args] : [MAIN, ...args];
-  return new Promise((resolve) => {
-    execFile(
-      process.execPath,
-      runArgs,
-      { env: { ...process.env, CKPT_LIBCUDA_PATH: fake, NO_COLOR: "1" }, timeout: 30_000 },
-      (error, stdout, stderr) => {
-        const code = error ? (typeof error.code === "number" ? error.code : -1) : 0;
-        resolve({ code, out: String(stdout), err: String(stderr) });
-      },
-    );
-  });
+  return runProgram(process.execPath, runArgs, { CKPT_LIBCUDA_PATH: fake });
 }
 
 describe("cuda-checkpoint as a program, on the fake libcuda", { skip: noCompiler }, () => {
   test("--get-state and --get-restore-tid print the state and the thread id", async () => {
-    assert.deepEqual(await program(["--get-state", "--pid", "4242"]), {
-      code: 0,
-      out: "running\n",
-      err: "",
-    });
-    assert.deepEqual(await program(["--get-restore-tid", "-p", "4242"]), {
-      code: 0,
-      out: "4243\n",
-      err: "",
-    });
+    assertPrinted(await program(["--get-state", "--pid", "4242"]), "running\n");
+    assertPrinted(await program(["--get-restore-tid", "-p", "4242"]), "4243\n");
   });
 
   test("a pid that does not exist: NVIDIA's line with the library's own text, exit 1", async () => {
