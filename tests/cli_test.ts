@@ -222,6 +222,22 @@ describe("CRIU's CUDA plugin's contract", () => {
   });
 });
 
+describe("the minimum for one pid", () => {
+  test("--get-state and --get-restore-tid make one driver call each; a step one, too", async () => {
+    const { sim, pid } = machine();
+    const calls = async (args: (string | number)[]) => {
+      const before = sim.calls.length;
+      assert.equal((await cli(args, { driver: sim })).code, 0);
+      return sim.calls.slice(before).map((c) => c.op);
+    };
+    assert.deepEqual(await calls(["--get-state", "--pid", pid]), ["getState"]);
+    assert.deepEqual(await calls(["--get-restore-tid", "--pid", pid]), ["getRestoreThreadId"]);
+    assert.deepEqual(await calls(["--action", "lock", "--pid", pid]), ["lock"]);
+    assert.deepEqual(await calls(["--action", "unlock", "--pid", pid]), ["unlock"]);
+    assert.deepEqual(await calls(["--toggle", "--pid", pid]), ["getState", "lock", "checkpoint"]);
+  });
+});
+
 describe("toggle and the device map", () => {
   test("--toggle suspends a running process and resumes a checkpointed one, silently", async () => {
     const { sim, target, pid } = machine();
