@@ -22,7 +22,7 @@ import {
   runGroup,
   type StepRecord,
 } from "../core/group.ts";
-import { listCudaProcesses } from "../core/listing.ts";
+import { type HostProcesses, listCudaProcesses } from "../core/listing.ts";
 import type { Machine } from "./machine.ts";
 import { ProgressLine } from "./progress.ts";
 import {
@@ -34,6 +34,12 @@ import {
   warnUninspectable,
 } from "./report.ts";
 import { operateOne } from "./single.ts";
+
+/** The progress line of a terminal, and where the group reads each process's GPU memory for it. */
+interface Progress {
+  readonly line: ProgressLine;
+  readonly host?: HostProcesses;
+}
 
 /** The step after which a process of each action is done, for the progress line's count. */
 const LAST_STEP: Readonly<Record<GroupAction, string>> = {
@@ -71,9 +77,14 @@ export async function runMany(
     pids = command.targets;
   }
   const querying = command.operation === "get-state" || command.operation === "get-restore-tid";
-  let progress: ProgressLine | undefined;
+  let progress: Progress | undefined;
   if (!querying && print.terminal && pids.length > 0) {
-    progress = new ProgressLine({ write: (t) => print.raw(t), total: pids.length });
+    // The host tells each process's GPU memory for the line (NVML on Linux; a few ms).
+    const host = await machine.host(true);
+    progress = {
+      line: new ProgressLine({ write: (t) => print.raw(t), total: pids.length }),
+      ...(host ? { host } : {}),
+    };
   }
   let reports: PidReport[];
   try {
@@ -81,7 +92,7 @@ export async function runMany(
       ? await Promise.all(pids.map((pid) => operateOne(command, pid, machine.driver)))
       : await act(command, pids, machine.driver, progress);
   } finally {
-    progress?.stop();
+    progress?.line.stop();
   }
   for (const report of reports) {
     if (command.json) print.json(report);
@@ -123,15 +134,16 @@ function explain(report: PidReport, print: Printer): void {
 function groupOptions(
   command: OperationCommand,
   driver: CheckpointDriver,
-  progress: ProgressLine | undefined,
+  progress: Progress | undefined,
   action: GroupAction,
 ): GroupOptions {
-  const onProgress = progress && ((event: GroupEvent) => {
-    progress.event(event);
+  const line = progress?.line;
+  const onProgress = line && ((event: GroupEvent) => {
+    line.event(event);
     if (
       event.type === "step-end" && event.ok && !event.rollback && LAST_STEP[action] === event.step
     ) {
-      progress.finished(event.pid);
+      line.finished(event.pid);
     }
   });
   return {
@@ -140,6 +152,7 @@ function groupOptions(
     // As with one pid: no lock timeout unless --timeout gives one.
     lockTimeoutMs: command.timeoutMs ?? 0,
     ...(onProgress ? { onProgress } : {}),
+    ...(progress?.host ? { host: progress.host } : {}),
   };
 }
 
@@ -148,7 +161,7 @@ async function act(
   command: OperationCommand,
   pids: readonly number[],
   driver: CheckpointDriver,
-  progress: ProgressLine | undefined,
+  progress: Progress | undefined,
 ): Promise<PidReport[]> {
   if (command.operation === "toggle") return await toggleAll(command, pids, driver, progress);
   const action = command.operation as GroupAction;
@@ -205,7 +218,7 @@ async function toggleAll(
   command: OperationCommand,
   pids: readonly number[],
   driver: CheckpointDriver,
-  progress: ProgressLine | undefined,
+  progress: Progress | undefined,
 ): Promise<PidReport[]> {
   const reports = new Map<number, PidReport>();
   const running: number[] = [];
@@ -289,7 +302,7 @@ async function undoGroup(
   undo: GroupAction,
   command: OperationCommand,
   driver: CheckpointDriver,
-  progress: ProgressLine | undefined,
+  progress: Progress | undefined,
   outcomes: Map<number, ProcessOutcome>,
 ): Promise<void> {
   if (!result?.ok) return;

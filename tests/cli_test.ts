@@ -744,6 +744,20 @@ describe("on a terminal", () => {
     assert.ok(r.err.endsWith("\r\x1b[2K"), "cleared before the results");
   });
 
+  test("several pids: each running step with its GPU memory, and how many are done", async () => {
+    await using sim = new SimulatedDriver({ clock: "real", speed: 1 });
+    const [a, b] = [sim.spawn({ memoryMiB: 1024 }), sim.spawn({ memoryMiB: 1024 })];
+    const r = await cli(["--toggle", "-p", `${a.pid},${b.pid}`], { driver: sim, isTerminal: true });
+    assert.equal(r.code, 0, r.err);
+    assert.equal(r.out, `${a.pid} done checkpointed\n${b.pid} done checkpointed\n`);
+    assert.match(
+      r.err,
+      new RegExp(
+        `cuda-checkpoint: 0\\.[3-9] s \\[0/2 done\\] ${a.pid} checkpoint 1\\.5 GiB 0\\.[3-9] s, ${b.pid} check`,
+      ),
+    );
+  });
+
   test("nothing of the kind when piped", async () => {
     await using sim = new SimulatedDriver({ clock: "real", speed: 2 });
     const target = sim.spawn({ memoryMiB: 1024 });
