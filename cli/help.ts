@@ -53,12 +53,12 @@ Options:
 --json
         One JSON object per line and per process instead of text. Operations: pid, operation, ok,
         state, restoreThreadId (--get-restore-tid), status (done, unchanged, failed, stopped,
-        not-started), ms, steps, error {message, code, codeName, detail}, rollback. list: pid,
-        state, restoreThreadId, gpuMemoryMiB ({GPU UUID: MiB} or "unknown"), command
+        not-started), reason, ms, steps, error {message, code, codeName, detail}, rollback. list:
+        pid, state, restoreThreadId, gpuMemoryMiB ({GPU UUID: MiB} or "unknown"), command
 
 --simulate
-        Works on a simulated machine kept in a state file ($CKPT_SIM_STATE, or one in the temporary
-        folder) instead of the GPU driver. Also:
+        Works on a simulated machine kept in a state file ($CKPT_SIM_STATE, else one in
+        $XDG_RUNTIME_DIR or the temporary folder) instead of the GPU driver. Also:
           --simulate spawn [--memory-mib <n>] [--gpu <i>[,<j>]] [--command <text>]   prints the pid
           --simulate kill <pid>
           --simulate reset
