@@ -33,6 +33,7 @@ wants() { [[ ",$which," == *",$1,"* ]] || { [ "$which" = all ] && [[ $1 == overh
 out=${OUT:-bench/out}
 bin=/tmp/ckpt
 mkdir -p "$out/reports" "$bin"
+touch "$bin/started" # reports written after this are this run's
 exec > >(tee -a "$out/bench-$rt-$mode.txt") 2>&1
 echo "== $(date -u +%FT%TZ) $(hostname) runtime $rt, $mode, $which"
 nvidia-smi --query-gpu=index,name,uuid,driver_version,memory.total,memory.used,persistence_mode \
@@ -69,7 +70,7 @@ run() {
   echo "== rc=$rc after $((SECONDS - start)) s"
   ((rc == 0)) || status=1
   # Right away, so that a run cut off later still brings this report back.
-  cp bench/reports/*-"$rt"-*.md bench/reports/*-"$rt"-*.json "$out/reports/" 2>/dev/null
+  find bench/reports -newer "$bin/started" -name "*-$rt-*" -exec cp {} "$out/reports/" \;
 }
 if wants overhead; then
   run "${R[@]}" bench/overhead.ts --target "$bin/target" --c-bin "$bin/cycle" "${OVERHEAD[@]}" \
@@ -103,7 +104,6 @@ if wants cli; then
     echo "== cli: no .carry/cuda-checkpoint-ours.xz (build with cli/build.sh and xz it)"
   fi
 fi
-cp bench/reports/*-"$rt"-*.md bench/reports/*-"$rt"-*.json "$out/reports/" 2>/dev/null
 ls -l "$out/reports"
 echo "== done, status $status, $SECONDS s in all"
 exit $status
