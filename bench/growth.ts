@@ -19,11 +19,11 @@
 // <host>.md and .json.
 
 import process from "node:process";
-import { parseArgs } from "node:util";
 
 import { listCudaProcesses, resumeAll, suspendAll } from "../mod.ts";
 import {
-  COMMON_OPTIONS,
+  benchArgs,
+  environmentOf,
   FAKE_NOTE,
   gpuCount,
   integers,
@@ -32,20 +32,16 @@ import {
   startTargets,
   timed,
 } from "./harness.ts";
-import { environment, fmt, median, publish, type Report, type Table } from "./report.ts";
+import { fmt, median, publish, type Report, type Table } from "./report.ts";
 
-const { values } = parseArgs({
-  args: process.argv.slice(2),
-  options: {
-    ...COMMON_OPTIONS,
-    sizes: { type: "string", default: "16,256,1024,4096,16384,32768" },
-    counts: { type: "string", default: "1,2,4,8" },
-    "count-mib": { type: "string", default: "4096" },
-    cycles: { type: "string", default: "2" },
-    warmup: { type: "string", default: "1" },
-    placements: { type: "string", default: "gpu0,spread" },
-    gpus: { type: "string" },
-  },
+const values = benchArgs({
+  sizes: { type: "string", default: "16,256,1024,4096,16384,32768" },
+  counts: { type: "string", default: "1,2,4,8" },
+  "count-mib": { type: "string", default: "4096" },
+  cycles: { type: "string", default: "2" },
+  warmup: { type: "string", default: "1" },
+  placements: { type: "string", default: "gpu0,spread" },
+  gpus: { type: "string" },
 });
 const sizes = integers(values.sizes, "--sizes");
 const counts = integers(values.counts, "--counts");
@@ -242,12 +238,7 @@ const tables: Table[] = [
     rows: groupsOf("count").map(rowOf),
   },
 ];
-const env = environment({
-  fake: s.fake,
-  libcuda: s.libcuda,
-  driverVersion: s.driverVersion,
-  date: started,
-});
+const env = environmentOf(s, started);
 const report: Report = {
   name: "growth",
   title: `@ckpt/cuda, growth (${env.runtime.name}): time and GB/s against memory and processes`,

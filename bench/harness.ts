@@ -7,9 +7,13 @@ import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
+import process from "node:process";
+import { parseArgs } from "node:util";
+
 import { openNativeDriver } from "../ffi/mod.ts";
 import type { NativeDriver } from "../ffi/native.ts";
 import { startTarget, type TargetProcess } from "../tests/gpu/native_env.ts";
+import { type Environment, environment } from "./report.ts";
 
 /** The options every benchmark takes (for `parseArgs`). */
 export const COMMON_OPTIONS = {
@@ -272,3 +276,24 @@ export function integers(text: string, what: string): number[] {
 export const FAKE_NOTE = "The fake libcuda was used and the targets were shell stand-ins " +
   "(tests/fixtures/fake_target.sh) unless --target named a program: these figures measure the " +
   "benchmark's plumbing, not the driver. Measure on a GPU machine (bench/run.sh).";
+
+/** A string option of a benchmark, with its default. */
+type StringOption = { type: "string"; default?: string };
+
+/** The command line of a benchmark: {@link COMMON_OPTIONS} and its own string options. */
+export function benchArgs<O extends Record<string, StringOption>>(
+  own: O,
+):
+  & CommonValues
+  & { [K in keyof O]: O[K] extends { default: string } ? string : string | undefined } {
+  const { values } = parseArgs({
+    args: process.argv.slice(2),
+    options: { ...COMMON_OPTIONS, ...own },
+  });
+  return values as never;
+}
+
+/** The report's environment for a run set up by {@link setup}. */
+export function environmentOf(s: Setup, date: Date): Environment {
+  return environment({ fake: s.fake, libcuda: s.libcuda, driverVersion: s.driverVersion, date });
+}

@@ -15,12 +15,12 @@
 // bench/reports/many-<placement>-<runtime>-<host>.md and .json.
 
 import process from "node:process";
-import { parseArgs } from "node:util";
 
 import { resumeAll, suspendAll } from "../mod.ts";
 import type { GroupResult } from "../core/group.ts";
 import {
-  COMMON_OPTIONS,
+  benchArgs,
+  environmentOf,
   FAKE_NOTE,
   gpuCount,
   integers,
@@ -30,19 +30,15 @@ import {
   startTargets,
   timed,
 } from "./harness.ts";
-import { environment, fmt, median, publish, type Report, type Table } from "./report.ts";
+import { fmt, median, publish, type Report, type Table } from "./report.ts";
 
-const { values } = parseArgs({
-  args: process.argv.slice(2),
-  options: {
-    ...COMMON_OPTIONS,
-    counts: { type: "string", default: "2,4,8" },
-    mib: { type: "string", default: "4096" },
-    trials: { type: "string", default: "3" },
-    warmup: { type: "string", default: "1" },
-    placement: { type: "string", default: "gpu0" },
-    gpus: { type: "string" },
-  },
+const values = benchArgs({
+  counts: { type: "string", default: "2,4,8" },
+  mib: { type: "string", default: "4096" },
+  trials: { type: "string", default: "3" },
+  warmup: { type: "string", default: "1" },
+  placement: { type: "string", default: "gpu0" },
+  gpus: { type: "string" },
 });
 const counts = integers(values.counts, "--counts");
 const [memoryMiB] = integers(values.mib, "--mib");
@@ -277,12 +273,7 @@ const runTable: Table = {
     ),
   ]),
 };
-const env = environment({
-  fake: s.fake,
-  libcuda: s.libcuda,
-  driverVersion: s.driverVersion,
-  date: started,
-});
+const env = environmentOf(s, started);
 const report: Report = {
   name: `many-${placement}`,
   title: `@ckpt/cuda, many processes at once (${env.runtime.name}): suspendAll/resumeAll vs C ` +

@@ -14,11 +14,11 @@
 // and .json.
 
 import process from "node:process";
-import { parseArgs } from "node:util";
 
 import { CudaProcess } from "../mod.ts";
 import {
-  COMMON_OPTIONS,
+  benchArgs,
+  environmentOf,
   FAKE_NOTE,
   integers,
   LineChild,
@@ -26,17 +26,13 @@ import {
   setup,
   startTargets,
 } from "./harness.ts";
-import { environment, fmt, median, publish, quantile, type Report, type Table } from "./report.ts";
+import { fmt, median, publish, quantile, type Report, type Table } from "./report.ts";
 
-const { values } = parseArgs({
-  args: process.argv.slice(2),
-  options: {
-    ...COMMON_OPTIONS,
-    sizes: { type: "string", default: "16,1024,4096" },
-    cycles: { type: "string", default: "10" },
-    warmup: { type: "string", default: "1" },
-    gpu: { type: "string" },
-  },
+const values = benchArgs({
+  sizes: { type: "string", default: "16,1024,4096" },
+  cycles: { type: "string", default: "10" },
+  warmup: { type: "string", default: "1" },
+  gpu: { type: "string" },
 });
 const sizes = integers(values.sizes, "--sizes");
 const [cycles] = integers(values.cycles, "--cycles");
@@ -217,12 +213,7 @@ const runTable: Table = {
     r.roundTripMs === undefined ? null : fmt(r.roundTripMs, 2),
   ]),
 };
-const env = environment({
-  fake: s.fake,
-  libcuda: s.libcuda,
-  driverVersion: s.driverVersion,
-  date: started,
-});
+const env = environmentOf(s, started);
 const report: Report = {
   name: "overhead",
   title: `@ckpt/cuda overhead: a checkpoint cycle through CudaProcess (${env.runtime.name}) vs C`,
