@@ -42,6 +42,7 @@ export {
   type CopyTiming,
   H100_TIMING,
   H200_TIMING,
+  H200_X4_HOST_TIMING,
   singleProcessMs,
   timingForChip,
   type TimingModel,
