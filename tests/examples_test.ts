@@ -1,41 +1,139 @@
-// The examples run, as a user runs them, with this test's runtime: on a machine without a GPU
-// (CI) they say so plainly and run on the simulated driver; on a GPU machine, on the GPU.
+// The examples run as a user runs them, with this test's runtime, on the simulated driver (the
+// native path runs on the fake libcuda in examples_native_test.ts), and their output is checked:
+// the lines that teach (steps, states, times at the real driver's scale, memory, PASS).
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { execFile } from "node:child_process";
-import process from "node:process";
+import { readFileSync } from "node:fs";
+import { examplePath, expectedFillHash, ON_SIMULATOR, runExample } from "./examples_support.ts";
 
-const isDeno = "Deno" in globalThis;
+const EXAMPLES = ["self_checkpoint.ts"];
+const SLOW = { timeout: 60_000 };
 
-/** Runs an example with this runtime; resolves its exit code and output. */
-function runExample(file: string): Promise<{ code: number; out: string }> {
-  const path = new URL(`../examples/${file}`, import.meta.url).pathname;
-  const args = isDeno ? ["run", "-A", path] : [path];
-  return new Promise((resolve) => {
-    execFile(process.execPath, args, { timeout: 60_000 }, (error, stdout, stderr) => {
-      const code = error ? (typeof error.code === "number" ? error.code : 1) : 0;
-      resolve({ code, out: `${stdout}${stderr}` });
-    });
-  });
+/** A number printed with three decimals in a line that matches `pattern` (its first group). */
+function msIn(out: string, pattern: RegExp): number {
+  const found = pattern.exec(out);
+  assert.ok(found, `no line matches ${pattern} in:\n${out}`);
+  return Number(found[1]);
 }
 
-describe("examples", () => {
-  test("self_checkpoint.ts: a round trip with its memory intact, on the simulator without a GPU", async () => {
-    const { code, out } = await runExample("self_checkpoint.ts");
-    assert.equal(code, 0, out);
-    if (/NVIDIA driver found/.test(out)) {
-      assert.match(out, /GPU memory \(16 MiB of random bytes\) intact/);
+describe("examples: each opens with what it shows and how to run it, and takes --help", () => {
+  for (const file of EXAMPLES) {
+    test(file, SLOW, async () => {
+      const source = readFileSync(examplePath(file), "utf8");
+      assert.match(source, /^\/\*\*\n \* \S/, "it opens with a doc comment");
+      assert.match(source.slice(0, 3000), new RegExp(`deno run -A examples/${file}`));
+      assert.match(source.slice(0, 3000), new RegExp(`bun examples/${file}`));
+      const help = await runExample(file, ["--help"]);
+      assert.equal(help.code, 0, help.err);
+      assert.equal(help.lines[0], `Usage: deno run -A examples/${file} [options]`);
+      assert.match(help.out, /--driver native\|sim/);
+      assert.match(help.out, /--virtual-time/);
+      const bad = await runExample(file, ["--no-such-option"]);
+      assert.equal(bad.code, 2);
+      assert.match(bad.err, new RegExp(`^${file}: .*no-such-option.*\\nRun with --help`, "s"));
+    });
+  }
+});
+
+describe("self_checkpoint.ts", () => {
+  test("without a GPU, its first lines say so, and it runs on the simulator", SLOW, async () => {
+    const run = await runExample("self_checkpoint.ts", ["--virtual-time"]);
+    assert.equal(run.code, 0, run.out + run.err);
+    if (/^NVIDIA driver found/.test(run.out)) {
+      assert.match(run.out, /^PASS: GPU buffer contents survived checkpoint\/restore\.$/m);
       return;
     }
-    const lines = out.split("\n");
-    assert.match(lines[0], /^No usable NVIDIA driver here \(.+\)\.$/, "the first line says why");
-    assert.match(lines[1], /^Running on the SIMULATED driver instead/);
-    assert.match(out, /^process \d+: running, \d+ MiB on NVIDIA H200 GPU-[0-9a-f-]{36}$/m);
-    assert.match(
-      out,
-      /^suspended in \d+ ms: checkpointed, GPU memory now in host memory, 0 MiB left on the GPU$/m,
-    );
-    assert.match(out, /^resumed in \d+ ms: running, \d+ MiB back on the GPU$/m);
-    assert.match(out, /^GPU memory \(16 MiB, SHA-256 [0-9a-f]{16}…\) intact$/m);
+    assert.match(run.lines[0], /^No usable NVIDIA driver here \(.+\)\.$/);
+    assert.match(run.lines[1], /^Running on the SIMULATED driver instead: /);
+    assert.match(run.out, /^PASS: GPU buffer contents survived checkpoint\/restore\.$/m);
+  });
+
+  test(
+    "prints the sample's lesson: device, buffer, hash, each step and its state, PASS",
+    SLOW,
+    async () => {
+      const run = await runExample("self_checkpoint.ts", ON_SIMULATOR);
+      assert.equal(run.code, 0, run.out + run.err);
+      const out = run.out;
+      assert.match(run.lines[0], /^Running on the SIMULATED driver \(--driver sim\): /);
+      assert.match(out, /^\[Process checkpoint example: @ckpt\/cuda on (Deno|Bun) [\d.]+\]$/m);
+      assert.match(out, /^PID: +4000 \(a simulated process\)$/m);
+      assert.match(out, /^Device: +NVIDIA H200 \(GPU 0, GPU-[0-9a-f-]{36}\)$/m);
+      assert.match(out, /^Compute capability: sm_90$/m);
+      assert.match(out, /^Buffer size: +16 MiB$/m);
+      assert.match(out, /^Lock timeout: +5000 ms$/m);
+      assert.match(out, /^Kernel output against the host's computation .*: identical$/m);
+      const hash = expectedFillHash(16).slice(0, 16);
+      assert.match(out, new RegExp(`^Buffer hash \\(before\\): ${hash}$`, "m"));
+      assert.match(out, new RegExp(`^Buffer hash \\(after\\):  ${hash}$`, "m"));
+      // The table, in the sample's shape: initial, then each step with the state after it.
+      const table = out.slice(out.indexOf("step "), out.indexOf("total"));
+      assert.deepEqual(
+        table.split("\n").filter((l) => /^[a-z]/.test(l)).map((l) => l.split(/ {2,}/)),
+        [
+          ["step", "duration (ms)", "state after"],
+          ["initial", "-", "running"],
+          ["lock", table.match(/^lock +([\d.]+)/m)![1], "locked"],
+          ["checkpoint", table.match(/^checkpoint +([\d.]+)/m)![1], "checkpointed"],
+          ["restore", table.match(/^restore +([\d.]+)/m)![1], "locked"],
+          ["unlock", table.match(/^unlock +([\d.]+)/m)![1], "running"],
+        ],
+      );
+      // The simulated driver's times, at the real driver's scale (16 MiB: about 0.3 s and 0.2 s).
+      const checkpoint = msIn(out, /^checkpoint +([\d.]+) +checkpointed$/m);
+      const restore = msIn(out, /^restore +([\d.]+) +locked$/m);
+      assert.ok(checkpoint > 150 && checkpoint < 600, `checkpoint ${checkpoint} ms`);
+      assert.ok(restore > 100 && restore < 500, `restore ${restore} ms`);
+      assert.ok(msIn(out, /^lock +([\d.]+) +locked$/m) < 20);
+      const total = msIn(out, /^total +([\d.]+)$/m);
+      assert.ok(Math.abs(total - (checkpoint + restore)) < 20, `total ${total}`);
+      assert.match(
+        out,
+        /^GPU memory this process holds: (\d+) MiB before, none while checkpointed, \1 MiB after$/m,
+      );
+      assert.match(out, /^Restore thread id: \d+ /m);
+      assert.match(out, /^PASS: GPU buffer contents survived checkpoint\/restore\.$/m);
+    },
+  );
+
+  test("--json: one object with every figure", SLOW, async () => {
+    const run = await runExample("self_checkpoint.ts", [
+      ...ON_SIMULATOR,
+      "--json",
+      "--buffer-mib",
+      "64",
+      "--lock-timeout-ms",
+      "1000",
+    ]);
+    assert.equal(run.code, 0, run.err);
+    const result = JSON.parse(run.out);
+    assert.equal(result.driver, "simulated");
+    assert.equal(result.bufferMiB, 64);
+    assert.equal(result.lockTimeoutMs, 1000);
+    assert.equal(result.hashBefore, expectedFillHash(64));
+    assert.equal(result.hashAfter, result.hashBefore);
+    assert.deepEqual(result.steps.map((s: { state: string }) => s.state), [
+      "locked",
+      "checkpointed",
+      "locked",
+      "running",
+    ]);
+    assert.equal(result.initialState, "running");
+    const [gpu] = Object.keys(result.gpuMemoryMiB.before);
+    assert.equal(result.gpuMemoryMiB.before[gpu], 64 + 520);
+    assert.deepEqual(result.gpuMemoryMiB.checkpointed, {});
+    assert.deepEqual(result.gpuMemoryMiB.after, result.gpuMemoryMiB.before);
+    assert.equal(typeof result.restoreThreadId, "number");
+    assert.equal(result.pass, true);
+    assert.match(run.err, /^Running on the SIMULATED driver/, "the note goes to stderr");
+  });
+
+  test("bad values are usage errors; a GPU the simulator lacks is an error", SLOW, async () => {
+    const zero = await runExample("self_checkpoint.ts", [...ON_SIMULATOR, "--buffer-mib", "0"]);
+    assert.equal(zero.code, 2);
+    assert.match(zero.err, /--buffer-mib must be an integer from 1 to \d+, got "0"/);
+    const gpu = await runExample("self_checkpoint.ts", [...ON_SIMULATOR, "--device", "3"]);
+    assert.equal(gpu.code, 1);
+    assert.match(gpu.err, /--device 3: the simulated machine has 1 GPU/);
   });
 });

@@ -14,8 +14,7 @@
 
 import process from "node:process";
 import { CudaProcess, openNativeDriver } from "../../mod.ts";
-import { allocate } from "../../examples/cuda_memory.ts";
-import { randomBytes } from "../../examples/self_checkpoint_native.ts";
+import { openCudaContext } from "../../ffi/cuda.ts";
 import { startTarget } from "./native_env.ts";
 
 const [targetPath] = process.argv.slice(2);
@@ -26,9 +25,11 @@ if (!targetPath) {
 
 const BYTES = 256 * 1024 * 1024;
 const driver = await openNativeDriver();
-const mem = await allocate(BYTES, driver.libraryPath);
-const pattern = randomBytes(BYTES);
-mem.upload(pattern);
+const ctx = await openCudaContext({ driver });
+const mem = ctx.alloc(BYTES);
+const pattern = new Uint8Array(BYTES);
+for (let i = 0; i < BYTES; i += 65536) crypto.getRandomValues(pattern.subarray(i, i + 65536));
+ctx.upload(mem, pattern);
 const other = await startTarget(targetPath, "cuda", 1024);
 const self = new CudaProcess(process.pid, { driver });
 const peer = new CudaProcess(other.pid, { driver });
@@ -53,7 +54,7 @@ try {
     rounds.push({ round, suspendMs, resumeMs, states, lockedFirstMs });
     if (states !== "checkpointed/checkpointed") ok = false;
   }
-  const back = mem.download(BYTES);
+  const back = ctx.download(mem, 0, BYTES);
   let differ = 0;
   for (let i = 0; i < BYTES; i++) if (back[i] !== pattern[i]) differ++;
   const otherHash = (await other.ask("hash")).replace(/^hash /, "");
@@ -71,7 +72,8 @@ try {
     ),
   }));
 } finally {
-  mem.free();
+  ctx.free(mem);
+  ctx.close();
   await other.exit();
   await self.close();
   await peer.close();

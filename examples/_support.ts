@@ -1,0 +1,403 @@
+/**
+ * What every example shares: its command line (`--help`, `--driver native|sim`,
+ * `--virtual-time`), the choice of driver (the native one where this machine has a usable NVIDIA
+ * driver, else the simulated one, saying why), a clock that gives the simulated driver's times on
+ * the simulator, GPU memory per process (NVML, or the simulator's), and tables.
+ *
+ * @module
+ */
+
+import process from "node:process";
+import { parseArgs } from "node:util";
+import { formatDriverVersion } from "../mod.ts";
+import { type LinuxHost, type NativeDriver, openLinuxHost, openNativeDriver } from "../ffi/mod.ts";
+import { SimulatedDriver, type SimulatedGpuSpec } from "../mock/mod.ts";
+
+/** One option of an example, besides the common ones. */
+export interface OptionSpec {
+  /** `string` takes a value (numbers too); `boolean` is a flag. */
+  readonly type: "string" | "boolean";
+  /** What the value looks like in the help, such as `N` or `PATH`. */
+  readonly value?: string;
+  /** The default, as the help shows it (and as parsing gives it). */
+  readonly default?: string | boolean;
+  /** One line of help. */
+  readonly help: string;
+}
+
+/** What an example is, for its command line and help. */
+export interface ExampleSpec {
+  /** The file name, such as `self_checkpoint.ts`. */
+  readonly file: string;
+  /** What the program shows, for the help (a few lines). */
+  readonly about: string;
+  /** Its own options, by long name. */
+  readonly options: Readonly<Record<string, OptionSpec>>;
+  /** Whether it takes `--json`. */
+  readonly json?: boolean;
+}
+
+/** The options every example takes. */
+const COMMON: Readonly<Record<string, OptionSpec>> = {
+  driver: {
+    type: "string",
+    value: "native|sim",
+    help: "force a driver (default: native where this machine has one, else sim)",
+  },
+  "virtual-time": {
+    type: "boolean",
+    help: "on the simulator, use virtual time: no waiting, same times printed (CI uses it)",
+  },
+};
+
+const JSON_OPTION: OptionSpec = { type: "boolean", help: "print one JSON object instead of text" };
+
+/** The runtime's command line for a script: `deno run -A FILE` or `bun FILE`. */
+export function runtimeCommand(file: string, args: readonly string[] = []): [string, string[]] {
+  const deno = "Deno" in globalThis;
+  return [process.execPath, deno ? ["run", "-A", file, ...args] : [file, ...args]];
+}
+
+/** The help text of an example. */
+export function helpText(spec: ExampleSpec): string {
+  const options = { ...spec.options, ...(spec.json ? { json: JSON_OPTION } : {}), ...COMMON };
+  const rows = Object.entries(options).map(([name, o]) => {
+    const left = `--${name}${o.value ? ` ${o.value}` : ""}`;
+    const def = o.default === undefined || o.default === false ? "" : ` (default ${o.default})`;
+    return [left, `${o.help}${def}`];
+  });
+  rows.push(["-h, --help", "this help"]);
+  const width = Math.max(...rows.map(([l]) => l.length)) + 2;
+  return [
+    `Usage: deno run -A examples/${spec.file} [options]`,
+    `   or: bun examples/${spec.file} [options]`,
+    "",
+    spec.about.trim(),
+    "",
+    "Options:",
+    ...rows.map(([l, r]) => `  ${l.padEnd(width)}${r}`),
+    "",
+  ].join("\n");
+}
+
+/** A usage error: what was wrong, then where the help is; exit status 2. */
+export function usageError(spec: ExampleSpec, message: string): never {
+  console.error(`${spec.file}: ${message}\nRun with --help to see the options.`);
+  process.exit(2);
+}
+
+/** The parsed command line: each option's value (strings, booleans) and the common ones. */
+export interface ParsedArgs {
+  /** Every option by long name, defaults filled in. */
+  readonly values: Readonly<Record<string, string | boolean | undefined>>;
+  /** Arguments that are not options (after `--` too). */
+  readonly positionals: readonly string[];
+  /** `--driver`: `native`, `sim`, or undefined for the automatic choice. */
+  readonly driver: "native" | "sim" | undefined;
+  /** `--virtual-time`. */
+  readonly virtualTime: boolean;
+  /** `--json`. */
+  readonly json: boolean;
+}
+
+/**
+ * Parses the command line of an example (`process.argv` by default). `--help` prints the help and
+ * exits 0; a bad option is a usage error (exit 2).
+ */
+export function parseExampleArgs(
+  spec: ExampleSpec,
+  argv: readonly string[] = process.argv.slice(2),
+  { positionals = false } = {},
+): ParsedArgs {
+  const all = { ...spec.options, ...(spec.json ? { json: JSON_OPTION } : {}), ...COMMON };
+  const options: Record<string, { type: "string" | "boolean"; short?: string }> = {
+    help: { type: "boolean", short: "h" },
+  };
+  for (const [name, o] of Object.entries(all)) options[name] = { type: o.type };
+  let parsed;
+  try {
+    parsed = parseArgs({ args: [...argv], options, allowPositionals: positionals, strict: true });
+  } catch (error) {
+    usageError(spec, error instanceof Error ? error.message : String(error));
+  }
+  if (parsed.values.help) {
+    console.log(helpText(spec));
+    process.exit(0);
+  }
+  const values: Record<string, string | boolean | undefined> = {};
+  for (const [name, o] of Object.entries(all)) {
+    values[name] = (parsed.values as Record<string, string | boolean | undefined>)[name] ??
+      o.default;
+  }
+  const driver = values.driver;
+  if (driver !== undefined && driver !== "native" && driver !== "sim") {
+    usageError(spec, `--driver must be native or sim, got ${JSON.stringify(driver)}`);
+  }
+  return {
+    values,
+    positionals: parsed.positionals,
+    driver: driver as "native" | "sim" | undefined,
+    virtualTime: values["virtual-time"] === true,
+    json: values.json === true,
+  };
+}
+
+/** An integer option, checked to lie in `min..max`; a usage error otherwise. */
+export function intOption(
+  spec: ExampleSpec,
+  args: ParsedArgs,
+  name: string,
+  min: number,
+  max = Number.MAX_SAFE_INTEGER,
+): number {
+  const text = String(args.values[name]);
+  const value = Number(text);
+  if (!/^\d+$/.test(text) || !Number.isSafeInteger(value) || value < min || value > max) {
+    usageError(
+      spec,
+      `--${name} must be an integer from ${min}${
+        max === Number.MAX_SAFE_INTEGER ? "" : ` to ${max}`
+      }, got ${JSON.stringify(text)}`,
+    );
+  }
+  return value;
+}
+
+/** GPU memory of one process: MiB by GPU UUID (its CUDA context included). */
+export type MemoryByGpu = Readonly<Record<string, number>>;
+
+/** What the examples run on. */
+interface MachineBase {
+  /** The driver, for `CudaProcess` and the group operations. */
+  readonly driver: NativeDriver | SimulatedDriver;
+  /**
+   * Lines saying what was chosen and why, which an example prints first: on the simulator, why
+   * (no usable driver here, or `--driver sim`).
+   */
+  readonly notes: readonly string[];
+  /** Now, in ms: the simulator's clock there (its times are the real driver's), else real time. */
+  now(): number;
+  /** Waits `ms` on the same clock (on the simulator, virtual time moves meanwhile). */
+  sleep(ms: number): Promise<void>;
+  /**
+   * The GPU memory each of `pids` holds now (a pid that holds none maps to `{}`), or why it cannot
+   * be known (no NVML here).
+   */
+  gpuMemory(pids: readonly number[]): Promise<Map<number, MemoryByGpu> | string>;
+  /** Lets go of the driver (and NVML). */
+  close(): Promise<void>;
+}
+
+/** The native driver of this machine. */
+export interface NativeMachine extends MachineBase {
+  readonly kind: "native";
+  readonly driver: NativeDriver;
+  /** `cuDriverGetVersion`, such as 13000. */
+  readonly driverVersion: number;
+}
+
+/** The simulated driver. */
+export interface SimulatedMachine extends MachineBase {
+  readonly kind: "simulated";
+  readonly driver: SimulatedDriver;
+}
+
+/** The native driver of this machine, or the simulated one. */
+export type Machine = NativeMachine | SimulatedMachine;
+
+/** How an example wants its simulated machine, where it runs on one. */
+export interface SimulatorWish {
+  /** The GPUs: how many H200s, or each one's spec. Default one H200. */
+  readonly gpus?: number | readonly SimulatedGpuSpec[];
+  /** What the simulated machine runs, for the note (`a simulated process on a simulated H200`). */
+  readonly what: string;
+}
+
+/**
+ * Opens the native driver where it can be used (libcuda found, with the checkpoint API), else the
+ * simulated driver; `--driver` forces one (a native driver that cannot be used is then an error,
+ * thrown with the reason).
+ */
+export async function openMachine(args: ParsedArgs, wish: SimulatorWish): Promise<Machine> {
+  let reason: string;
+  if (args.driver === "sim") {
+    reason = "--driver sim";
+  } else {
+    const probe = await probeNative();
+    if ("driver" in probe) return nativeMachine(probe.driver, probe.version);
+    if (args.driver === "native") throw new Error(`--driver native: ${probe.reason}`);
+    reason = probe.reason;
+  }
+  const sim = new SimulatedDriver({
+    gpus: wish.gpus ?? 1,
+    clock: args.virtualTime ? "virtual" : "real",
+  });
+  const notes = args.driver === "sim"
+    ? [`Running on the SIMULATED driver (--driver sim): ${wish.what}.`]
+    : [
+      `No usable NVIDIA driver here (${reason}).`,
+      `Running on the SIMULATED driver instead: ${wish.what}.`,
+    ];
+  return {
+    kind: "simulated",
+    driver: sim,
+    notes: [
+      ...notes,
+      `Its times are the real driver's, as measured (${
+        args.virtualTime ? "virtual time: no waiting" : "in real time"
+      }).`,
+    ],
+    now: () => sim.now(),
+    sleep: (ms) => sim.sleep(ms),
+    gpuMemory: async (pids) => {
+      const report = await sim.hostProcesses().gpuMemory!();
+      return "unknown" in report ? report.unknown : pick(report.byPid, pids);
+    },
+    close: () => sim[Symbol.asyncDispose](),
+  };
+}
+
+/**
+ * {@link openMachine} for an example: prints the notes and a blank line first (on stderr with
+ * `--json`, so that stdout stays one JSON object), and where the machine cannot be opened, says
+ * why (`file: reason`) and exits 1.
+ */
+export async function openExampleMachine(
+  spec: ExampleSpec,
+  args: ParsedArgs,
+  wish: SimulatorWish,
+): Promise<Machine> {
+  let machine: Machine;
+  try {
+    machine = await openMachine(args, wish);
+  } catch (error) {
+    console.error(`${spec.file}: ${messageOf(error)}`);
+    process.exit(1);
+  }
+  const print = args.json ? console.error : console.log;
+  for (const note of machine.notes) print(note);
+  if (!args.json) console.log();
+  return machine;
+}
+
+function nativeMachine(driver: NativeDriver, version: number): NativeMachine {
+  let host: LinuxHost | undefined;
+  return {
+    kind: "native",
+    driver,
+    driverVersion: version,
+    notes: [
+      `NVIDIA driver found (CUDA ${formatDriverVersion(version)}, ${driver.libraryPath}).`,
+    ],
+    now: () => performance.now(),
+    sleep: (ms) => new Promise((resolve) => setTimeout(resolve, ms)),
+    gpuMemory: async (pids) => {
+      host ??= openLinuxHost();
+      const report = await host.gpuMemory();
+      return "unknown" in report ? report.unknown : pick(report.byPid, pids);
+    },
+    close: async () => {
+      await host?.close();
+      await driver[Symbol.asyncDispose]();
+    },
+  };
+}
+
+function pick(
+  byPid: ReadonlyMap<number, Readonly<Record<string, number>> | "unknown">,
+  pids: readonly number[],
+): Map<number, MemoryByGpu> | string {
+  const out = new Map<number, MemoryByGpu>();
+  for (const pid of pids) {
+    const mib = byPid.get(pid) ?? {};
+    if (mib === "unknown") return `the GPU memory of process ${pid} is not known`;
+    out.set(pid, mib);
+  }
+  return out;
+}
+
+/** Opens the native driver; resolves why not, where it cannot be used (closing it again). */
+async function probeNative(): Promise<
+  { driver: NativeDriver; version: number } | { reason: string }
+> {
+  let driver: NativeDriver;
+  try {
+    driver = await openNativeDriver();
+  } catch (err) {
+    const message = err instanceof Error ? err.message : String(err);
+    return { reason: message.split("\n")[0].replace(/\. Tried .*$|:$/, "") };
+  }
+  const { code, value } = await driver.driverVersion();
+  let reason: string | undefined;
+  if (!driver.checkpointSupported) {
+    reason = `the driver at ${driver.libraryPath} (CUDA ${
+      formatDriverVersion(value)
+    }) has no checkpoint API; 570 or later is needed`;
+  } else if (code !== 0) {
+    reason = `cuDriverGetVersion failed with CUresult ${code}`;
+  }
+  if (reason === undefined) return { driver, version: value };
+  await driver[Symbol.asyncDispose]();
+  return { reason };
+}
+
+/** The sum of a process's GPU memory over its GPUs, in MiB. */
+export function totalMiB(memory: MemoryByGpu | undefined): number {
+  return Object.values(memory ?? {}).reduce((a, b) => a + b, 0);
+}
+
+/** A process's GPU memory for a table: `1544 MiB`, `none`, or `unknown`. */
+export function describeMemory(memory: Map<number, MemoryByGpu> | string, pid: number): string {
+  if (typeof memory === "string") return "unknown";
+  const mib = totalMiB(memory.get(pid));
+  return mib === 0 ? "none" : `${mib} MiB`;
+}
+
+/** A duration for a table: milliseconds with three decimals, as NVIDIA's sample prints them. */
+export function ms(value: number): string {
+  return value.toFixed(3);
+}
+
+/** A column of {@link table}: its title and which side it keeps to. */
+export interface Column {
+  readonly title: string;
+  readonly align?: "left" | "right";
+}
+
+/** A text table: the titles, a rule, the rows, a rule, and the footer rows (a total) below it. */
+export function table(
+  columns: readonly Column[],
+  rows: readonly (readonly string[])[],
+  footer: readonly (readonly string[])[] = [],
+): string {
+  const all = [...rows, ...footer];
+  const widths = columns.map((c, i) => Math.max(c.title.length, ...all.map((r) => r[i].length)));
+  const line = (cells: readonly string[]) =>
+    cells.map((cell, i) =>
+      columns[i].align === "right" ? cell.padStart(widths[i]) : cell.padEnd(widths[i])
+    ).join("  ").trimEnd();
+  const rule = "-".repeat(widths.reduce((a, b) => a + b + 2, -2));
+  return [line(columns.map((c) => c.title)), rule, ...rows.map(line), rule, ...footer.map(line)]
+    .join("\n");
+}
+
+/** The first 16 hex digits of a SHA-256, as NVIDIA's sample prints a hash. */
+export function shortHash(hex: string): string {
+  return hex.slice(0, 16);
+}
+
+/** The compute capability of a simulated GPU's chip, as PTX names it (the H100 and H200 are 9.0). */
+export function simulatedComputeCapability(name: string): string {
+  return /H100|H200|H20\b|GH200/.test(name) ? "sm_90" : "unknown";
+}
+
+/** The runtime this runs on, with its version: `Deno 2.9.6`, `Bun 1.4.5`. */
+export function runtimeName(): string {
+  const g = globalThis as { Deno?: { version: { deno: string } }; Bun?: { version: string } };
+  return g.Deno ? `Deno ${g.Deno.version.deno}` : g.Bun ? `Bun ${g.Bun.version}` : "JavaScript";
+}
+
+/** The message of an error, whatever was thrown. */
+export function messageOf(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}
