@@ -8,8 +8,10 @@
 // lives in the caller), so preempt.ts's jobs keep stepping while "suspended" here.
 import { after, describe, test } from "node:test";
 import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
 import { join } from "node:path";
-import { FakeDir, noCompiler } from "./fixtures/fake.ts";
+import process from "node:process";
+import { FakeDir, loud, noCompiler } from "./fixtures/fake.ts";
 import { expectedFillHash, runExample } from "./examples_support.ts";
 
 const fakes = noCompiler ? undefined : new FakeDir();
@@ -17,6 +19,18 @@ const library = fakes?.build("examples", ["-DFAKE_ONE_CHIP"], join(fakes.path, "
 const env = { CKPT_LIBCUDA_PATH: library, CKPT_LIBNVML_PATH: undefined };
 const SLOW = { timeout: 60_000, skip: noCompiler };
 after(() => fakes?.remove());
+
+/** criu, where this machine has it and the test runs as root: the whole CRIU workflow can run. */
+const criu: string | undefined = (() => {
+  if (process.getuid?.() !== 0) return undefined;
+  const path = process.env.CKPT_TEST_CRIU ?? "criu";
+  try {
+    execFileSync(path, ["check"], { stdio: "ignore", timeout: 30_000 });
+    return path;
+  } catch {
+    return undefined;
+  }
+})();
 
 describe("examples on the native driver (the fake libcuda)", () => {
   test("self_checkpoint.ts: the kernel's bytes, the four steps on itself, PASS", SLOW, async () => {
@@ -46,5 +60,21 @@ describe("examples on the native driver (the fake libcuda)", () => {
     assert.match(run.out, new RegExp(`^Restore thread id: ${pid + 1} `, "m"));
     assert.match(run.out, /^GPU memory this process holds: unknown/m);
     assert.match(run.out, /^PASS: GPU buffer contents survived checkpoint\/restore\.$/m);
+  });
+
+  test("counter_criu.ts: the whole workflow with criu (root and criu only)", {
+    ...SLOW,
+    skip: noCompiler ||
+      (criu ? false : loud("counter_criu.ts with criu needs root and criu (or CKPT_TEST_CRIU)")),
+  }, async () => {
+    const run = await runExample("counter_criu.ts", ["--criu", criu!], env, 120_000);
+    assert.equal(run.code, 0, run.out + run.err);
+    assert.match(run.out, /^6\. criu dump --tree \d+ .*; the counter is gone$/m);
+    assert.match(run.out, /^7\. criu restore .*; pid \d+ is back, its CUDA state checkpointed$/m);
+    assert.match(run.out, /^9\. Asked it again: 102$/m);
+    assert.match(
+      run.out,
+      /^PASS: the counter answered 101, then 102 after a CRIU dump and restore\.$/m,
+    );
   });
 });

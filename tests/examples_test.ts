@@ -3,10 +3,19 @@
 // the lines that teach (steps, states, times at the real driver's scale, memory, PASS).
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { readFileSync } from "node:fs";
-import { examplePath, expectedFillHash, ON_SIMULATOR, runExample } from "./examples_support.ts";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { askCounter } from "../examples/counter.ts";
+import {
+  examplePath,
+  expectedFillHash,
+  ON_SIMULATOR,
+  runExample,
+  startExample,
+} from "./examples_support.ts";
 
-const EXAMPLES = ["self_checkpoint.ts"];
+const EXAMPLES = ["self_checkpoint.ts", "counter.ts", "counter_criu.ts"];
 const SLOW = { timeout: 60_000 };
 
 /** A number printed with three decimals in a line that matches `pattern` (its first group). */
@@ -136,4 +145,71 @@ describe("self_checkpoint.ts", () => {
     assert.equal(gpu.code, 1);
     assert.match(gpu.err, /--device 3: the simulated machine has 1 GPU/);
   });
+});
+
+describe("counter.ts and counter_criu.ts", () => {
+  test("answers 101, then 102, on a unix socket and on UDP", SLOW, async () => {
+    const dir = mkdtempSync(join(tmpdir(), "ckpt-counter-test-"));
+    const unix = join(dir, "counter.sock");
+    const server = startExample("counter.ts", [...ON_SIMULATOR, "--unix", unix]);
+    const udp = startExample("counter.ts", [...ON_SIMULATOR, "--port", "0"]);
+    try {
+      await server.waitFor(
+        /^counter ready: pid \d+, unix .*counter\.sock, value 100 in GPU memory/m,
+      );
+      assert.equal(await askCounter({ unix }), 101);
+      assert.equal(await askCounter({ unix }), 102);
+      const asked = await runExample("counter.ts", ["--ask", "--unix", unix]);
+      assert.equal(asked.out, "103\n");
+      await server.waitFor(/^request: counter is now 103$/m);
+      const port = Number((await udp.waitFor(/udp 127\.0\.0\.1:(\d+)/))[1]);
+      assert.equal(await askCounter({ port }), 101);
+      assert.equal(await askCounter({ port }), 102);
+    } finally {
+      await server.stop();
+      await udp.stop();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  test(
+    "counter_criu.ts without a GPU runs the CUDA half and says why the CRIU half is skipped",
+    SLOW,
+    async () => {
+      const dir = mkdtempSync(join(tmpdir(), "ckpt-counter-test-"));
+      try {
+        const run = await runExample("counter_criu.ts", [
+          ...ON_SIMULATOR,
+          "--unix",
+          join(dir, "c.sock"),
+        ]);
+        assert.equal(run.code, 0, run.out + run.err);
+        assert.match(run.lines[0], /^Running on the SIMULATED driver/);
+        assert.match(run.out, /^ {2}an NVIDIA driver with the checkpoint API +NO /m);
+        assert.match(run.out, /^ {2}criu +(yes|NO) /m);
+        assert.match(
+          run.out,
+          /^The CRIU half is SKIPPED: an NVIDIA driver with the checkpoint API/m,
+        );
+        assert.match(run.out, /^2\. Asked it: 101$/m);
+        assert.match(run.out, /^3\. GPU memory it holds: \d+ MiB$/m);
+        assert.match(
+          run.out,
+          /^4\. Suspended its CUDA state \(lock \+ checkpoint\): \d+ ms, checkpointed$/m,
+        );
+        assert.match(run.out, /^5\. GPU memory it holds now: none$/m);
+        assert.match(run.out, /^6\. criu dump: SKIPPED$/m);
+        assert.match(run.out, /^7\. criu restore: SKIPPED$/m);
+        assert.match(
+          run.out,
+          /^8\. Resumed its CUDA state \(restore \+ unlock\): \d+ ms, running; GPU memory \d+ MiB$/m,
+        );
+        assert.match(run.out, /^9\. Asked it again: 102$/m);
+        assert.match(run.out, /^PASS \(CUDA half only\): the counter answered 101, then 102/m);
+        assert.match(run.out, /^ {2}skipped because an NVIDIA driver with the checkpoint API: /m);
+      } finally {
+        rmSync(dir, { recursive: true, force: true });
+      }
+    },
+  );
 });
