@@ -9,10 +9,13 @@
 import { after, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
+import { askCounter } from "../examples/counter.ts";
 import { FakeDir, loud, noCompiler } from "./fixtures/fake.ts";
-import { expectedFillHash, runExample } from "./examples_support.ts";
+import { expectedFillHash, runExample, startExample } from "./examples_support.ts";
 
 const fakes = noCompiler ? undefined : new FakeDir();
 const library = fakes?.build("examples", ["-DFAKE_ONE_CHIP"], join(fakes.path, "libcuda.so.1"));
@@ -61,6 +64,82 @@ describe("examples on the native driver (the fake libcuda)", () => {
     assert.match(run.out, /^GPU memory this process holds: unknown/m);
     assert.match(run.out, /^PASS: GPU buffer contents survived checkpoint\/restore\.$/m);
   });
+
+  test(
+    "migrate.ts: the process moves to GPU 1 and back, as cuCtxGetDevice says",
+    SLOW,
+    async () => {
+      const run = await runExample("migrate.ts", ["--buffer-mib", "16"], env);
+      assert.equal(run.code, 0, run.out + run.err);
+      assert.match(run.out, /^Process \d+ \(this program\): 16 MiB buffer on GPU 0/m);
+      assert.match(run.out, /^1 +GPU 0 -> GPU 1 +[\d.]+ +[\d.]+ +GPU 1 +unknown /m);
+      assert.match(run.out, /^2 +GPU 1 -> GPU 0 +[\d.]+ +[\d.]+ +GPU 0 +unknown /m);
+      assert.match(run.out, /^PASS: the process went round 2 GPUs/m);
+    },
+  );
+
+  test(
+    "counter.ts counts in (fake) GPU memory; snapshot_all.ts finds it and suspends it",
+    SLOW,
+    async () => {
+      const dir = mkdtempSync(join(tmpdir(), "ckpt-counter-test-"));
+      const unix = join(dir, "counter.sock");
+      const counter = startExample("counter.ts", ["--unix", unix], env);
+      try {
+        const pid = Number(
+          (await counter.waitFor(/^counter ready: pid (\d+), unix .* on Fake GPU \(GPU 0\)$/m))[1],
+        );
+        assert.equal(await askCounter({ unix }), 101);
+        const listed = await runExample("snapshot_all.ts", [], env);
+        assert.equal(listed.code, 0, listed.out + listed.err);
+        assert.match(
+          listed.out,
+          new RegExp(`^${pid} +running +unknown +.*counter\\.ts --unix`, "m"),
+        );
+        assert.match(listed.out, /^Not suspending: .* Run again with --yes to do it\.$/m);
+        const done = await runExample("snapshot_all.ts", ["--yes"], env);
+        assert.equal(done.code, 0, done.out + done.err);
+        assert.match(
+          done.out,
+          new RegExp(`^${pid} +.*counter\\.ts.* +unknown( +[\\d.]+){4} +done, running$`, "m"),
+        );
+        assert.match(done.out, /^PASS: \d+ processes suspended and resumed together/m);
+        assert.equal(await askCounter({ unix }), 102);
+      } finally {
+        await counter.stop();
+        rmSync(dir, { recursive: true, force: true });
+      }
+    },
+  );
+
+  test(
+    "preempt.ts: its jobs are processes of its own, suspended and resumed together",
+    SLOW,
+    async () => {
+      const run = await runExample("preempt.ts", ["--low-mib", "16", "--high-mib", "32"], env);
+      assert.match(run.out, /^Low-priority job: 2 process\(es\) of 16 MiB \(pids \d+, \d+\)/m);
+      assert.equal(
+        run.out.match(
+          /preempt\.ts --job low \(rank \d\) +unknown +[\d.]+ +[\d.]+ +done, checkpointed$/gm,
+        )?.length,
+        2,
+      );
+      assert.match(
+        run.out,
+        /^High-priority job: 32 MiB on GPU 0 \(\d+ MiB were free when it started\), filled and checked/m,
+      );
+      assert.equal(
+        run.out.match(
+          /preempt\.ts --job low \(rank \d\) +unknown +[\d.]+ +[\d.]+ +done, running$/gm,
+        )?.length,
+        2,
+      );
+      assert.match(run.out, /^Their data \(the first 16 MiB of each buffer\): intact\.$/m);
+      // The fake does not block a process that another one locked, so the steps went on meanwhile:
+      // the check that they carried on from where they were says so (on a GPU it holds).
+      assert.match(run.out, /^Each process carried on from its step: /m);
+    },
+  );
 
   test("counter_criu.ts: the whole workflow with criu (root and criu only)", {
     ...SLOW,

@@ -15,7 +15,14 @@ import {
   startExample,
 } from "./examples_support.ts";
 
-const EXAMPLES = ["self_checkpoint.ts", "counter.ts", "counter_criu.ts"];
+const EXAMPLES = [
+  "self_checkpoint.ts",
+  "counter.ts",
+  "counter_criu.ts",
+  "migrate.ts",
+  "preempt.ts",
+  "snapshot_all.ts",
+];
 const SLOW = { timeout: 60_000 };
 
 /** A number printed with three decimals in a line that matches `pattern` (its first group). */
@@ -210,6 +217,99 @@ describe("counter.ts and counter_criu.ts", () => {
       } finally {
         rmSync(dir, { recursive: true, force: true });
       }
+    },
+  );
+});
+
+describe("migrate.ts, preempt.ts, snapshot_all.ts on the simulator", () => {
+  test("migrate.ts moves the process round two GPUs, its memory intact", SLOW, async () => {
+    const run = await runExample("migrate.ts", [...ON_SIMULATOR, "--buffer-mib", "64"]);
+    assert.equal(run.code, 0, run.out + run.err);
+    assert.match(run.out, /^GPUs the driver sees: 2$/m);
+    assert.match(run.out, /device map 0 -> 1 -> 0 \(every GPU the driver sees is named\)/);
+    const hash = expectedFillHash(64).slice(0, 16);
+    assert.match(
+      run.out,
+      new RegExp(`^1 +GPU 0 -> GPU 1 +[\\d.]+ +[\\d.]+ +GPU 1 +GPU 1: 584 MiB +${hash}$`, "m"),
+    );
+    assert.match(
+      run.out,
+      new RegExp(`^2 +GPU 1 -> GPU 0 +[\\d.]+ +[\\d.]+ +GPU 0 +GPU 0: 584 MiB +${hash}$`, "m"),
+    );
+    assert.ok(msIn(run.out, /^1 +GPU 0 -> GPU 1 +([\d.]+)/m) > 200, "a 64 MiB checkpoint's time");
+    assert.match(
+      run.out,
+      /^PASS: the process went round 2 GPUs and is back on GPU 0; its 64 MiB are intact\.$/m,
+    );
+  });
+
+  test(
+    "preempt.ts frees the low-priority job's memory for the high-priority job, then resumes it",
+    SLOW,
+    async () => {
+      const run = await runExample("preempt.ts", ON_SIMULATOR);
+      assert.equal(run.code, 0, run.out + run.err);
+      const out = run.out;
+      assert.match(out, /^Low-priority job: 2 process\(es\) of 4096 MiB \(pids \d+, \d+\)/m);
+      assert.match(
+        out,
+        /^High-priority job arrives: it needs 16384 MiB; GPU 0 has \d+ MiB free: it does not fit\.$/m,
+      );
+      assert.equal(
+        out.match(
+          /train\.py --rank \d \(simulated\) +4616 MiB +[\d.]+ +[\d.]+ +done, checkpointed$/gm,
+        )?.length,
+        2,
+      );
+      assert.match(
+        out,
+        /^Suspended 2 processes in [\d.]+ ms \(all at once\); GPU memory freed: 9232 MiB\./m,
+      );
+      assert.ok(
+        msIn(out, /^Suspended 2 processes in ([\d.]+) ms/m) > 1000,
+        "2 x 4 GiB take seconds",
+      );
+      assert.match(out, /^High-priority job: 16384 MiB on GPU 0, a 1 s kernel, done/m);
+      assert.equal(
+        out.match(/train\.py --rank \d \(simulated\) +4616 MiB +[\d.]+ +[\d.]+ +done, running$/gm)
+          ?.length,
+        2,
+      );
+      const carried =
+        /^Each process carried on from its step: (\d+) -> (\d+), (\d+) -> (\d+); GPU memory back as before\.$/m
+          .exec(out);
+      assert.ok(carried, out);
+      assert.equal(Number(carried[2]), Number(carried[1]) + 1);
+      assert.equal(Number(carried[4]), Number(carried[3]) + 1);
+      assert.match(out, /^Their data \(the first 16 MiB of each buffer\): intact\.$/m);
+      assert.match(out, /^PASS: the low-priority job was preempted/m);
+    },
+  );
+
+  test(
+    "snapshot_all.ts suspends every CUDA process at once, rolls back, and resumes them",
+    SLOW,
+    async () => {
+      const run = await runExample("snapshot_all.ts", [...ON_SIMULATOR, "--show-rollback"]);
+      assert.equal(run.code, 0, run.out + run.err);
+      const out = run.out;
+      assert.match(
+        out,
+        /^CUDA processes on this machine: 4 \(of 6 processes; GPU memory from the simulator\)\.$/m,
+      );
+      assert.equal(out.match(/done, rolled back, running$/gm)?.length, 3);
+      assert.match(out, /failed, rolled back, running$/m);
+      assert.match(out, /^ {2}checkpoint of process \d+ failed: CUDA_ERROR_OUT_OF_MEMORY \(2\)/m);
+      assert.match(out, /^All 4 checkpointed in [\d.]+ ms; GPU memory released: 13352 MiB\.$/m);
+      assert.match(out, /^\d+ +python train\.py --rank 0 +2568 MiB( +[\d.]+){4} +done, running$/m);
+      assert.match(
+        out,
+        /^\d+ +vllm serve llama-3-8b --tp 2 +7184 MiB( +[\d.]+){4} +done, running$/m,
+      );
+      const all = msIn(out, /^suspendAll: ([\d.]+) ms for all 4 at once/m);
+      const sum = msIn(out, /their steps add up to ([\d.]+) ms/);
+      assert.ok(all > 1000 && all < sum, `all at once ${all} ms, one by one ${sum} ms`);
+      assert.match(out, /^PASS: 4 processes suspended and resumed together/m);
     },
   );
 });
