@@ -4,12 +4,21 @@
 //   target cuda <MiB>     a CUDA process with <MiB> of GPU memory
 //   target nocuda         a live process that never initialises CUDA
 //   target fill <MiB>     a CUDA process that only holds <MiB> (to leave a GPU without room)
+//   target fifo <MiB> <path>
+//                         as cuda, but it reads its commands from the named fifo <path> instead of
+//                         stdin, one command per opening of the fifo (it opens the fifo, reads one
+//                         line, closes it), so that it holds no descriptor of it between commands.
+//                         For CRIU (tests/gpu/criu_cli.sh): started with stdin from /dev/null and
+//                         stdout to a file, it has nothing CRIU cannot dump and restore, and after
+//                         a restore it still answers: `echo hash > <path>` appends "hash <hex>" to
+//                         that file. It ends on "exit", or when the fifo cannot be opened.
 //
 // It prints "ready <pid> <tid> <hash>" (tid: a thread of its own that is not the main one), then
 // answers "kernel <ms>" with "launched" (a kernel that spins for <ms>, launched asynchronously),
 // "hash" with "hash <hex>" (a position-weighted sum of its memory, computed on the GPU), and
 // ends on "exit" or end of input.
 #include <cuda_runtime.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,6 +81,22 @@ static unsigned long long hash_memory(void) {
   return h;
 }
 
+// The next command line: from stdin, or in fifo mode from one opening of the fifo. 0 at the end.
+static int next_command(const char *fifo, char *line, int size) {
+  if (!fifo) return fgets(line, size, stdin) != NULL;
+  for (;;) {
+    FILE *f = fopen(fifo, "r");  // blocks until a writer opens the fifo
+    if (!f) {
+      if (errno == EINTR) continue;
+      fprintf(stderr, "target: cannot open %s: %s\n", fifo, strerror(errno));
+      return 0;
+    }
+    char *got = fgets(line, size, f);
+    fclose(f);
+    if (got) return 1;  // else a writer that wrote nothing: wait for the next
+  }
+}
+
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   const char *mode = argc > 1 ? argv[1] : "cuda";
@@ -80,6 +105,14 @@ int main(int argc, char **argv) {
   pthread_create(&th, NULL, idle, NULL);
   while (!helper_tid) usleep(100);
   int cuda = strcmp(mode, "nocuda") != 0;
+  const char *fifo = NULL;
+  if (strcmp(mode, "fifo") == 0) {
+    if (argc < 4) {
+      fprintf(stderr, "target: fifo mode needs <MiB> <fifo path>\n");
+      return 2;
+    }
+    fifo = argv[3];
+  }
   unsigned long long h = 0;
   if (cuda) {
     CHECK(cudaFree(0));
@@ -96,7 +129,7 @@ int main(int argc, char **argv) {
   }
   printf("ready %d %d %llx\n", (int)getpid(), (int)helper_tid, h);
   char line[128];
-  while (fgets(line, sizeof line, stdin)) {
+  while (next_command(fifo, line, sizeof line)) {
     unsigned long long ms;
     if (sscanf(line, "kernel %llu", &ms) == 1 && cuda) {
       spin<<<1, 1>>>(ms * 1000000ULL);
