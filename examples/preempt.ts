@@ -94,8 +94,8 @@ const PATTERN_AT = 4096;
 interface Worker {
   readonly pid: number;
   readonly command: string;
-  /** The last step it reported. */
-  step: number;
+  /** Every step it reported, in order (a step is the count of steps it made). */
+  readonly steps: number[];
   /** Stops it; resolves whether the start of its buffer is still what the kernel wrote. */
   stop(): Promise<boolean>;
 }
@@ -140,7 +140,7 @@ async function preempt(): Promise<boolean> {
         workers.map((w) => w.pid).join(", ")
       }), one training step every ${stepMs} ms.`,
     );
-    await Promise.all(workers.map((w) => untilStep(machine, w, 3)));
+    await Promise.all(workers.map((w) => untilSteps(machine, w, 3)));
     if (sim) {
       const free = sim.gpus[device].freeMiB;
       const fits = free >= highMiB + sim.gpus[device].contextMiB;
@@ -165,7 +165,8 @@ async function preempt(): Promise<boolean> {
       allOrNothing: true,
       timeoutMs: deadlineMs,
     });
-    const stepsAtPreemption = workers.map((w) => w.step);
+    const stepsAtPreemption = workers.map(lastStep);
+    const seenAtPreemption = workers.map((w) => w.steps.length);
     const during = await machine.gpuMemory(pids);
     printOutcomes(suspended, workers, before, ["lock", "checkpoint"]);
     if (!suspended.ok) {
@@ -187,6 +188,8 @@ async function preempt(): Promise<boolean> {
     console.log(`High-priority job: ${high.text} (${ms(high.ms)} ms).`);
     console.log();
 
+    const madeWhileSuspended = workers.map((w, i) => w.steps.length - seenAtPreemption[i]);
+    const seenAtResume = workers.map((w) => w.steps.length);
     console.log("Resuming the low-priority job: resumeAll.");
     const resumed = await resumeAll(pids, {
       driver: machine.driver,
@@ -200,9 +203,15 @@ async function preempt(): Promise<boolean> {
       return false;
     }
     console.log(`Resumed ${pids.length} processes in ${ms(resumed.ms)} ms.`);
-    await Promise.all(workers.map((w, i) => untilStep(machine, w, stepsAtPreemption[i] + 1)));
-    const firstAfter = workers.map((w) => w.step);
-    const carriedOn = firstAfter.every((s, i) => s === stepsAtPreemption[i] + 1);
+    await Promise.all(workers.map((w, i) => untilSteps(machine, w, seenAtResume[i] + 1)));
+    const firstAfter = workers.map((w, i) => w.steps[seenAtResume[i]]);
+    const frozen = madeWhileSuspended.every((n) => n === 0);
+    const carriedOn = frozen && firstAfter.every((s, i) => s === stepsAtPreemption[i] + 1);
+    console.log(
+      frozen
+        ? "While suspended, they made no step."
+        : `While suspended, they made ${madeWhileSuspended.join(", ")} steps (NOT frozen).`,
+    );
     const sameMemory = typeof before === "string" || typeof after === "string" ||
       pids.every((pid) => totalMiB(before.get(pid)) === totalMiB(after.get(pid)));
     console.log(
@@ -268,11 +277,18 @@ function sum(memory: Map<number, MemoryByGpu>, pids: readonly number[]): number 
   return pids.reduce((a, pid) => a + totalMiB(memory.get(pid)), 0);
 }
 
-/** Waits (on the machine's clock) until a worker has reported step `n`. */
-async function untilStep(m: Machine, w: Worker, n: number): Promise<void> {
+/** The last step a worker reported (0 before its first). */
+function lastStep(w: Worker): number {
+  return w.steps.at(-1) ?? 0;
+}
+
+/** Waits (on the machine's clock) until a worker has reported `n` steps since it started. */
+async function untilSteps(m: Machine, w: Worker, n: number): Promise<void> {
   const end = m.now() + 60_000;
-  while (w.step < n) {
-    if (m.now() > end) throw new Error(`process ${w.pid} did not reach step ${n} (at ${w.step})`);
+  while (w.steps.length < n) {
+    if (m.now() > end) {
+      throw new Error(`process ${w.pid} made no step for a minute (at step ${lastStep(w)})`);
+    }
     await m.sleep(Math.max(5, stepMs / 4));
   }
 }
@@ -303,7 +319,7 @@ function simulatedWorker(sim: SimulatedDriver, rank: number): Worker {
   const worker: Worker = {
     pid: target.pid,
     command,
-    step: 0,
+    steps: [],
     async stop() {
       stopped = true;
       await loop;
@@ -322,7 +338,7 @@ function simulatedWorker(sim: SimulatedDriver, rank: number): Worker {
       const view = new DataView(bytes.buffer, bytes.byteOffset);
       view.setUint32(0, view.getUint32(0, true) + 1, true);
       await target.write(0, bytes);
-      worker.step = view.getUint32(0, true);
+      worker.steps.push(view.getUint32(0, true));
     }
   })().catch(() => {});
   return worker;
@@ -358,14 +374,14 @@ async function nativeWorker(rank: number): Promise<Worker> {
     lines.on("line", (line) => {
       const [word, value] = line.split(" ");
       if (word === "ready") resolve();
-      else if (word === "step") worker.step = Number(value);
+      else if (word === "step") worker.steps.push(Number(value));
       else if (word === "check") checked(value === "intact");
     });
   });
   const worker: Worker = {
     pid: child.pid!,
     command,
-    step: 0,
+    steps: [],
     async stop() {
       if (child.exitCode !== null || child.signalCode !== null) return false;
       child.stdin!.end("stop\n");

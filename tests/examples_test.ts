@@ -275,6 +275,7 @@ describe("migrate.ts, preempt.ts, snapshot_all.ts on the simulator", () => {
           ?.length,
         2,
       );
+      assert.match(out, /^While suspended, they made no step\.$/m);
       const carried =
         /^Each process carried on from its step: (\d+) -> (\d+), (\d+) -> (\d+); GPU memory back as before\.$/m
           .exec(out);

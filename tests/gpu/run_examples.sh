@@ -159,6 +159,7 @@ check "preempt: exit 0" test $? -eq 0
 freed=$(number "$f" '.*GPU memory freed: ([0-9]+) MiB.*')
 check "preempt: the low-priority job's GPU memory was freed ($freed MiB)" test "${freed%.*}" -gt 8192
 check "preempt: the high-priority job ran" has "$f" '^High-priority job: 16384 MiB on GPU 0 .*filled and checked'
+check "preempt: the job made no step while suspended" has "$f" '^While suspended, they made no step\.$'
 check "preempt: the job carried on from its step, memory back as before" \
   has "$f" '^Each process carried on from its step: [0-9]+ -> [0-9]+, [0-9]+ -> [0-9]+; GPU memory back as before\.$'
 check "preempt: PASS" has "$f" '^PASS: the low-priority job was preempted'
