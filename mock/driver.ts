@@ -44,9 +44,9 @@ import {
   checkTiming,
 } from "./checks.ts";
 import { holdClock, RealClock, type SimClock, VirtualClock } from "./clock.ts";
+import type { FaultableOperation, PendingFault, QueryOperation } from "./faults.ts";
 import {
   type GpuNeeds,
-  type InjectedFault,
   needsOn,
   type ProcessHost,
   shortage,
@@ -415,6 +415,43 @@ export class SimulatedDriver implements CheckpointDriver, AsyncDisposable {
   }
 
   /**
+   * Fills GPU `gpu` so that only `leaveMiB` of its memory stays free (0 by default): starts a
+   * process that holds the rest, its CUDA context included, as `target fill` does on a real GPU.
+   * A restore onto that GPU that needs more than is left then fails with
+   * `CUDA_ERROR_OUT_OF_MEMORY` and leaves its process checkpointed, as on the real driver; the
+   * filler's `exit()` frees the GPU again.
+   *
+   * @example
+   * ```ts
+   * import { CudaProcess } from "@ckpt/cuda";
+   * import { SimulatedDriver } from "@ckpt/cuda/mock";
+   * const sim = new SimulatedDriver();
+   * const proc = new CudaProcess(sim.spawn({ memoryMiB: 4096 }).pid, { driver: sim });
+   * await proc.suspend();
+   * const filler = sim.fillGpu(0, { leaveMiB: 1024 });
+   * await proc.resume().catch((e) => console.log(e.codeName)); // "CUDA_ERROR_OUT_OF_MEMORY"
+   * filler.exit();
+   * await proc.resume(); // now it fits
+   * ```
+   */
+  fillGpu(gpu: number, options: { leaveMiB?: number } = {}): SimulatedProcess {
+    const closed = this.#closedError("fill a GPU");
+    if (closed) throw closed;
+    const index = checkInteger(gpu, "fillGpu: gpu (an index)", 0, this.gpus.length - 1);
+    checkKeys(options, "fillGpu options", ["leaveMiB"]);
+    const leave = checkAmount(options.leaveMiB ?? 0, "fillGpu: leaveMiB");
+    const g = this.gpus[index];
+    const memoryMiB = g.freeMiB - leave - g.contextMiB;
+    if (memoryMiB < 0) {
+      throw new RangeError(
+        `fillGpu: GPU ${index} has ${g.freeMiB} MiB free, less than the ${leave} MiB to leave ` +
+          `and a CUDA context (${g.contextMiB} MiB)`,
+      );
+    }
+    return this.spawn({ memoryMiB, gpu: index, command: `simulated GPU filler (GPU ${index})` });
+  }
+
+  /**
    * The simulated machine's processes, as `listCudaProcesses` sees them: each live process with
    * its command line, whether it has libcuda mapped (or could not be looked at), and the GPU
    * memory it holds per GPU, as NVML would report it. `listCudaProcesses({ driver: sim })` uses
@@ -490,11 +527,17 @@ export class SimulatedDriver implements CheckpointDriver, AsyncDisposable {
 
   /** `cuCheckpointProcessGetState`: waits for a state change of the process under way. */
   getState(pid: number): Promise<DriverResult> {
-    return this.#call("getState", pid, result, (proc) =>
-      this.#serially(proc, async () => {
-        await this.#sleep(this.timing.queryMs);
-        return { code: CUDA_SUCCESS, value: proc.stateNumber };
-      }));
+    return this.#call(
+      "getState",
+      pid,
+      result,
+      (proc) =>
+        this.#serially(proc, () =>
+          this.#query(proc, "getState", async () => {
+            await this.#sleep(this.timing.queryMs);
+            return { code: CUDA_SUCCESS, value: proc.stateNumber };
+          })),
+    );
   }
 
   /** `cuCheckpointProcessGetRestoreThreadId`: answers at once, even while the process is busy. */
@@ -503,7 +546,12 @@ export class SimulatedDriver implements CheckpointDriver, AsyncDisposable {
       "getRestoreThreadId",
       pid,
       result,
-      (proc) => this.#after({ code: CUDA_SUCCESS, value: proc.tid }),
+      (proc) =>
+        this.#query(
+          proc,
+          "getRestoreThreadId",
+          () => this.#after({ code: CUDA_SUCCESS, value: proc.tid }),
+        ),
     );
   }
 
@@ -754,11 +802,8 @@ export class SimulatedDriver implements CheckpointDriver, AsyncDisposable {
             note: `${op} needs a ${PROCESS_STATE_NAMES[from]} process; it is ${proc.state}`,
           });
         }
-        const fault = proc.faults.get(op);
-        if (fault) {
-          proc.faults.delete(op);
-          return await this.#applyFault(proc, op, fault);
-        }
+        const hit = proc.faultPlan.take(op as FaultableOperation);
+        if (hit?.fault.kind === "fail") return await this.#applyFault(proc, op, hit.fault);
         const run = new OpRun((ms, fn) => this.#start(ms, fn));
         let onExit = () => {};
         proc.busy = op;
@@ -771,7 +816,21 @@ export class SimulatedDriver implements CheckpointDriver, AsyncDisposable {
                 resolve({ code: CUDA_ERROR_OPERATING_SYSTEM, note }));
             };
             proc.exitListeners.add(onExit);
-            body(proc, run).then(resolve, reject);
+            const work = async () => {
+              await hit?.hold(); // an injected hang holds the call here
+              return await body(proc, run);
+            };
+            if (hit?.fault.kind !== "exit") {
+              return void work().then(resolve, reject);
+            }
+            // An injected exit: `afterMs` into the call, or just before it would end.
+            const cancel = this.#start(hit.fault.afterMs, () =>
+              proc.exit());
+            work().then((answer) => {
+              cancel();
+              if (proc.exited) resolve(answer);
+              else proc.exit(); // onExit answers
+            }, reject);
           });
         } finally {
           proc.busy = undefined;
@@ -781,11 +840,59 @@ export class SimulatedDriver implements CheckpointDriver, AsyncDisposable {
       }));
   }
 
-  /** Answers with an injected fault, moving memory where its state keeps it. */
-  async #applyFault(proc: SimulatedProcess, op: Operation, fault: InjectedFault): Promise<Answer> {
+  /**
+   * A query (getState, getRestoreThreadId) with the faults injected into it: a failure, an
+   * exit, a hang, or another answer; else `answer`.
+   */
+  async #query(
+    proc: SimulatedProcess,
+    op: QueryOperation,
+    answer: () => Promise<Answer>,
+  ): Promise<Answer> {
+    const hit = proc.faultPlan.take(op);
+    if (!hit) return await answer();
+    const fault = hit.fault;
+    switch (fault.kind) {
+      case "fail":
+        return await this.#applyFault(proc, op, fault);
+      case "answer":
+        await this.#sleep(this.timing.queryMs);
+        return { code: CUDA_SUCCESS, value: fault.value, note: `injected by answerNext("${op}")` };
+      case "exit":
+        proc.exit();
+        return await this.#after({
+          code: CUDA_ERROR_OPERATING_SYSTEM,
+          note: `injected by exitDuring("${op}"): the process exited`,
+        });
+      case "hang": {
+        let exited = () => {};
+        const gone = new Promise<"exited">((resolve) => exited = () => resolve("exited"));
+        proc.exitListeners.add(exited);
+        try {
+          if (await Promise.race([hit.hold(), gone]) === "exited") {
+            return await this.#after({
+              code: CUDA_ERROR_OPERATING_SYSTEM,
+              note: "the process exited",
+            });
+          }
+        } finally {
+          proc.exitListeners.delete(exited);
+        }
+        return await answer();
+      }
+    }
+  }
+
+  /** Answers with an injected failure, moving memory where its state keeps it. */
+  async #applyFault(
+    proc: SimulatedProcess,
+    op: Operation,
+    fault: PendingFault & { kind: "fail" },
+  ): Promise<Answer> {
     await this.#sleep(this.timing.queryMs);
     const note = `injected by failNext(${JSON.stringify(op)})`;
-    const state = fault.state;
+    // The failed state is final: a fault cannot bring a process back from it.
+    const state = proc.state === "failed" ? undefined : fault.state;
     if (state === "checkpointed") proc.moveToHost();
     if ((state === "running" || state === "locked") && proc.memoryLocation === "host") {
       // Memory goes back onto the GPU only where it fits, as a restore's would.

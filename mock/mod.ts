@@ -30,12 +30,17 @@ export {
   type SimulatedGpuSpec,
   type SpawnOptions,
 } from "./driver.ts";
+export { SimulatedGpu, SimulatedProcess } from "./process.ts";
 export {
+  type AnswerFault,
+  type ExitFault,
+  FAULTABLE_OPERATIONS,
   type FaultableOperation,
+  type FaultTiming,
   type InjectedFault,
-  SimulatedGpu,
-  SimulatedProcess,
-} from "./process.ts";
+  type PendingFault,
+  type QueryOperation,
+} from "./faults.ts";
 export { RealClock, type SimClock, type TimerOptions, VirtualClock } from "./clock.ts";
 export {
   CONTEXT_MIB,
@@ -50,6 +55,7 @@ export {
 } from "./timing.ts";
 export { MemoryImage, PAGE_SIZE } from "./memory.ts";
 export {
+  type FaultSnapshot,
   type GpuSnapshot,
   loadSimulator,
   type LoadSimulatorOptions,

@@ -13,26 +13,20 @@ import {
 } from "../core/codes.ts";
 import type { Operation } from "../core/errors.ts";
 import { parseGpuUuid } from "../core/uuid.ts";
-import { checkAmount, checkChoice, checkInteger, checkKeys } from "./checks.ts";
+import { checkAmount } from "./checks.ts";
+import {
+  type AnswerFault,
+  checkFault,
+  type ExitFault,
+  type FaultableOperation,
+  FaultPlan,
+  type FaultTiming,
+  type InjectedFault,
+  type PendingFault,
+  type QueryOperation,
+} from "./faults.ts";
 import { checkRange, MemoryImage, PAGE_SIZE } from "./memory.ts";
 import { mibToBytes } from "./timing.ts";
-
-/** A failure to inject into the next call of an operation on a process. */
-export interface InjectedFault {
-  /** The `CUresult` the call returns. */
-  code: number;
-  /**
-   * The state the process is left in; unchanged when left out. `"failed"` is final. A state that
-   * puts checkpointed memory back on the GPU needs room there: without it the call returns
-   * `CUDA_ERROR_OUT_OF_MEMORY` instead and the process stays checkpointed.
-   */
-  state?: ProcessState;
-}
-
-/** The operations {@link SimulatedProcess.failNext} can make fail. */
-export type FaultableOperation = "lock" | "checkpoint" | "restore" | "unlock";
-
-const FAULTABLE: readonly FaultableOperation[] = ["lock", "checkpoint", "restore", "unlock"];
 
 /** A GPU of the simulated machine. */
 export class SimulatedGpu {
@@ -184,8 +178,8 @@ export class SimulatedProcess {
   busy: Operation | undefined;
   /** @internal virtual time at which the last kernel launched ends */
   kernelsUntil = 0;
-  /** @internal */
-  faults: Map<Operation, InjectedFault> = new Map();
+  /** @internal the faults injected into its calls, waiting for them */
+  readonly faultPlan: FaultPlan = new FaultPlan();
   /** @internal called when the process exits */
   exitListeners: Set<() => void> = new Set();
   /**
@@ -344,16 +338,142 @@ export class SimulatedProcess {
     return image.digest();
   }
 
-  /** Makes the next `op` call on this process fail with `fault.code`, leaving it in `fault.state`. */
+  // ---- faults: what a test can make go wrong (see mock/faults.ts) ----
+
+  /**
+   * Makes the next call of `op` on this process (or the `nth`) fail: it returns `fault.code` and
+   * leaves the process in `fault.state` (unchanged when left out; `"failed"` is final). A code the
+   * driver does not know is allowed, as a newer driver may return one. One fault waits per
+   * operation: a new one for the same operation replaces it. The fault is kept in snapshots.
+   *
+   * @example
+   * ```ts
+   * import { CudaProcess, CUDA_ERROR_OUT_OF_MEMORY } from "@ckpt/cuda";
+   * import { SimulatedDriver } from "@ckpt/cuda/mock";
+   *
+   * const sim = new SimulatedDriver();
+   * const target = sim.spawn({ memoryMiB: 1024 });
+   * target.failNext("checkpoint", { code: CUDA_ERROR_OUT_OF_MEMORY });
+   * const proc = new CudaProcess(target.pid, { driver: sim });
+   * await proc.suspend().catch((e) => console.log(e.message)); // "... Suspend unlocked the process again: it was left running"
+   * target.failNext("restore", { code: 999, state: "failed", nth: 2 }); // the second restore from now
+   * ```
+   */
   failNext(op: FaultableOperation, fault: InjectedFault): void {
-    checkChoice(op, "failNext: the operation", FAULTABLE);
-    checkKeys(fault, "failNext: the fault", ["code", "state"]);
-    if (fault === undefined) throw new TypeError("failNext: the fault is missing");
-    checkInteger(fault.code, "failNext: fault.code (a CUresult)", 0, 2 ** 31 - 1);
-    if (fault.state !== undefined) {
-      checkChoice(fault.state, "failNext: fault.state", PROCESS_STATE_NAMES);
+    this.#inject(checkFault("failNext", op, fault), "failNext");
+  }
+
+  /**
+   * Makes the process exit during the next call of `op` (or the `nth`), `afterMs` into it (as the
+   * call starts, by default): the call returns `CUDA_ERROR_OPERATING_SYSTEM` shortly after, its GPU
+   * memory is freed, and its pid stops existing, as when a target is killed during a checkpoint.
+   *
+   * @example
+   * ```ts
+   * import { SimulatedDriver } from "@ckpt/cuda/mock";
+   * const sim = new SimulatedDriver();
+   * const target = sim.spawn({ memoryMiB: 4096 });
+   * target.exitDuring("checkpoint", { afterMs: 150 });
+   * await sim.lock(target.pid, null);
+   * await sim.checkpoint(target.pid); // 304: CUDA_ERROR_OPERATING_SYSTEM, about 220 ms in
+   * ```
+   */
+  exitDuring(op: FaultableOperation, options: ExitFault = {}): void {
+    this.#inject(checkFault("exitDuring", op, options), "exitDuring");
+  }
+
+  /**
+   * Makes the next call of `op` (or the `nth`) hang: it is under way, and holds up the calls on
+   * this process that the driver serialises behind it, until the returned function releases it
+   * (it then does what it would have done) or the process exits (it then returns
+   * `CUDA_ERROR_OPERATING_SYSTEM`). Releasing before the call comes lets it through at once.
+   * {@link SimulatedProcess.releaseHung} releases every held call (after a snapshot was loaded,
+   * say). Virtual time does not move for a hung call: only other waits move it.
+   *
+   * @example
+   * ```ts
+   * import { SimulatedDriver } from "@ckpt/cuda/mock";
+   * const sim = new SimulatedDriver();
+   * const target = sim.spawn();
+   * const release = target.hangNext("lock"); // a lock that never returns: a rank stuck in a kernel
+   * const lock = sim.lock(target.pid, { timeoutMs: 0 });
+   * await sim.sleep(60_000);
+   * release();
+   * await lock; // 0: CUDA_SUCCESS, a minute later
+   * ```
+   */
+  hangNext(op: FaultableOperation, options: FaultTiming = {}): () => void {
+    return this.#inject(checkFault("hangNext", op, options), "hangNext");
+  }
+
+  /**
+   * Makes the next `getState` (or `getRestoreThreadId`), or the `nth`, answer `CUDA_SUCCESS` with
+   * `answer.value` as its out-parameter: a process state number this package does not know (4
+   * and 5 are CUDA 13.4's CHECKPOINTING and RESTORING), or another thread id.
+   *
+   * @example
+   * ```ts
+   * import { CudaProcess } from "@ckpt/cuda";
+   * import { SimulatedDriver } from "@ckpt/cuda/mock";
+   * const sim = new SimulatedDriver();
+   * const target = sim.spawn();
+   * target.answerNext("getState", { value: 5 });
+   * await new CudaProcess(target.pid, { driver: sim }).state().catch((e) => console.log(e.message));
+   * // "getState of process 4000 returned process state 5, which this version of @ckpt/cuda does not know ..."
+   * ```
+   */
+  answerNext(op: QueryOperation, answer: AnswerFault): void {
+    this.#inject(checkFault("answerNext", op, answer), "answerNext");
+  }
+
+  /**
+   * Puts the process in the FAILED state now, as a failed checkpoint or restore can leave it for
+   * good: every later lock, checkpoint, restore and unlock is refused with
+   * `CUDA_ERROR_ILLEGAL_STATE`, and its CUDA work fails. Its memory stays where it is. Throws while
+   * a call is under way on it (fail that call with `failNext(op, { code, state: "failed" })`).
+   */
+  enterFailedState(): void {
+    this.#reachable("enterFailedState");
+    if (this.busy) {
+      throw new Error(
+        `enterFailedState: process ${this.pid} has a ${this.busy} under way; use failNext(` +
+          `${JSON.stringify(this.busy)}, { code, state: "failed" }) to make that call fail`,
+      );
     }
-    this.faults.set(op, { ...fault });
+    this.setState(CU_PROCESS_STATE_FAILED);
+    this.stopKernels(new Error(`process ${this.pid} entered the failed state`));
+  }
+
+  /** The faults waiting for their calls (one per operation at most), oldest operation first. */
+  get pendingFaults(): PendingFault[] {
+    return this.faultPlan.pending;
+  }
+
+  /** Forgets the faults waiting for their calls; calls already held by a hang stay held. */
+  clearFaults(): void {
+    this.faultPlan.clear();
+  }
+
+  /** Lets every call held by an injected hang go on; returns how many there were. */
+  releaseHung(): number {
+    return this.faultPlan.releaseAll();
+  }
+
+  #inject(fault: PendingFault, method: string): () => void {
+    this.#reachable(method);
+    return this.faultPlan.add(fault);
+  }
+
+  #reachable(method: string): void {
+    if (this.#exited) {
+      throw new Error(`${method}: process ${this.pid} has exited; no call can reach it any more`);
+    }
+    if (!this.usesCuda) {
+      throw new Error(
+        `${method}: process ${this.pid} never initialised CUDA; the driver answers ` +
+          `CUDA_ERROR_NOT_INITIALIZED for it before any fault`,
+      );
+    }
   }
 
   /** Ends the process: its GPU memory is freed, calls under way fail, its pid stops existing. */

@@ -20,19 +20,22 @@ import {
 import { SimulatedDriver, type SimulatedDriverOptions } from "./driver.ts";
 import { MemoryImage, PAGE_SIZE } from "./memory.ts";
 import {
+  FAULTABLE_OPERATIONS,
   type FaultableOperation,
-  type InjectedFault,
-  needsOn,
-  type ProcessHost,
-  shortage,
-  SimulatedProcess,
-} from "./process.ts";
+  type PendingFault,
+  STATE_CHANGING,
+} from "./faults.ts";
+import { needsOn, type ProcessHost, shortage, SimulatedProcess } from "./process.ts";
 import { mibToBytes } from "./timing.ts";
 
 /** The `format` tag of every snapshot. */
 export const SIMULATOR_SNAPSHOT_FORMAT = "ckpt-cuda-simulated-machine";
-/** The snapshot `version` this module writes and reads. */
-export const SIMULATOR_SNAPSHOT_VERSION = 1;
+/**
+ * The newest snapshot `version`, which this module reads and writes. It reads version 1 as well,
+ * and writes a snapshot as version 1, which older readers understand, unless a process has a
+ * fault waiting that only version 2 can hold (see {@link FaultSnapshot}).
+ */
+export const SIMULATOR_SNAPSHOT_VERSION = 2;
 
 /** A GPU in a {@link SimulatorSnapshot}: every field of a `SimulatedGpuSpec`. */
 export interface GpuSnapshot {
@@ -81,9 +84,24 @@ export interface ProcessSnapshot {
   memoryMiB: number;
   /** Its GPU memory contents; only a CUDA process has any. */
   memory?: MemorySnapshot;
-  /** Failures injected with `failNext` that have not happened yet, by operation. */
-  faults?: Partial<Record<FaultableOperation, InjectedFault>>;
+  /** Faults injected into its calls that have not happened yet, by operation. */
+  faults?: Partial<Record<FaultableOperation, FaultSnapshot>>;
 }
+
+/**
+ * A fault waiting for its call, in a {@link ProcessSnapshot}. Version 1 holds only failures of
+ * the next lock, checkpoint, restore or unlock, as `{ code, state? }`. Version 2 names each
+ * fault's kind and which call it hits (`nth`, 1 the next), for every operation: `fail` (the call
+ * returns `code` and leaves the process in `state`), `exit` (the process exits `afterMs` into
+ * the call), `hang` (the call waits until released) and `answer` (getState or getRestoreThreadId
+ * answers `value`). See `SimulatedProcess.failNext` and its neighbours.
+ */
+export type FaultSnapshot =
+  | { code: number; state?: ProcessState }
+  | { kind: "fail"; nth: number; code: number; state?: ProcessState }
+  | { kind: "exit"; nth: number; afterMs: number }
+  | { kind: "hang"; nth: number }
+  | { kind: "answer"; nth: number; value: number };
 
 /**
  * A simulated machine as plain JSON: what {@link snapshotSimulator} gives and
@@ -94,8 +112,11 @@ export interface ProcessSnapshot {
 export interface SimulatorSnapshot {
   /** Always {@link SIMULATOR_SNAPSHOT_FORMAT}. */
   format: typeof SIMULATOR_SNAPSHOT_FORMAT;
-  /** Always {@link SIMULATOR_SNAPSHOT_VERSION}. */
-  version: typeof SIMULATOR_SNAPSHOT_VERSION;
+  /**
+   * 1, or 2 ({@link SIMULATOR_SNAPSHOT_VERSION}) where a process has a fault waiting that only
+   * version 2 can hold.
+   */
+  version: 1 | 2;
   /** What `cuDriverGetVersion` reports, e.g. 13000. */
   driverVersion: number;
   /** The seed its made-up GPU UUIDs came from. */
@@ -138,7 +159,6 @@ export class SimulatorSnapshotError extends Error {
 }
 
 const MAX_PID = 2 ** 31 - 1;
-const FAULTABLE: readonly FaultableOperation[] = ["lock", "checkpoint", "restore", "unlock"];
 const BASE64 = /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/;
 
 /**
@@ -168,9 +188,10 @@ export function snapshotSimulator(sim: SimulatedDriver): SimulatorSnapshot {
   }
   const busy = sim.busyWith();
   if (busy) throw new Error(`cannot save the simulated machine now: ${busy}`);
+  const version = sim.processes.every((p) => p.pendingFaults.every(fitsVersion1)) ? 1 : 2;
   return {
     format: SIMULATOR_SNAPSHOT_FORMAT,
-    version: SIMULATOR_SNAPSHOT_VERSION,
+    version,
     driverVersion: sim.version,
     seed: sim.seed,
     nextPid: sim.nextPid,
@@ -180,11 +201,16 @@ export function snapshotSimulator(sim: SimulatedDriver): SimulatorSnapshot {
       memoryMiB: g.memoryMiB,
       contextMiB: g.contextMiB,
     })),
-    processes: sim.processes.map(processSnapshot),
+    processes: sim.processes.map((p) => processSnapshot(p, version)),
   };
 }
 
-function processSnapshot(p: SimulatedProcess): ProcessSnapshot {
+/** Whether version 1 can hold a fault: a failure of the next state-changing call. */
+function fitsVersion1(f: PendingFault): boolean {
+  return f.kind === "fail" && f.nth === 1 && STATE_CHANGING.includes(f.operation);
+}
+
+function processSnapshot(p: SimulatedProcess, version: 1 | 2): ProcessSnapshot {
   const out: ProcessSnapshot = {
     pid: p.pid,
     threads: [...p.threads],
@@ -199,8 +225,16 @@ function processSnapshot(p: SimulatedProcess): ProcessSnapshot {
   };
   const image = p.deviceMemory ?? p.hostMemory;
   if (image) out.memory = { on: p.deviceMemory ? "gpu" : "host", pages: savedPages(p, image) };
-  if (p.faults.size > 0) {
-    out.faults = Object.fromEntries([...p.faults].map(([op, f]) => [op, { ...f }]));
+  const faults = p.pendingFaults;
+  if (faults.length > 0) {
+    out.faults = Object.fromEntries(faults.map(({ operation, ...f }) => {
+      if (version === 2) return [operation, f];
+      const v1 = f as PendingFault & { kind: "fail" };
+      return [
+        operation,
+        v1.state === undefined ? { code: v1.code } : { code: v1.code, state: v1.state },
+      ];
+    }));
   }
   return out;
 }
@@ -268,7 +302,12 @@ function loadProcess(
   });
   proc.stateNumber = PROCESS_STATE_NAMES.indexOf(p.state);
   for (const [op, fault] of Object.entries(p.faults ?? {})) {
-    proc.faults.set(op as FaultableOperation, fault);
+    const operation = op as FaultableOperation;
+    proc.faultPlan.add(
+      "kind" in fault
+        ? { ...fault, operation } as PendingFault
+        : { kind: "fail", operation, nth: 1, ...fault },
+    );
   }
   if (!p.memory) return proc;
   const pages = new Map<number, Uint8Array>();
@@ -361,14 +400,13 @@ function checkedSnapshot(value: unknown): SimulatorSnapshot {
       }`,
     );
   }
-  if (tagged.version !== SIMULATOR_SNAPSHOT_VERSION) {
+  if (tagged.version !== 1 && tagged.version !== 2) {
     fail(
       "version",
-      `version ${
-        describeValue(tagged.version)
-      } is not known: this module reads version ${SIMULATOR_SNAPSHOT_VERSION}`,
+      `version ${describeValue(tagged.version)} is not known: this module reads versions 1 and 2`,
     );
   }
+  const version = tagged.version;
   const top = record(value, "", [
     "format",
     "version",
@@ -386,11 +424,11 @@ function checkedSnapshot(value: unknown): SimulatorSnapshot {
   });
   const taken = new Set<number>();
   const processes = array(top.processes, "processes").map((p, i) =>
-    checkedProcess(p, `processes[${i}]`, gpus, nextPid, taken)
+    checkedProcess(p, `processes[${i}]`, gpus, nextPid, taken, version)
   );
   return {
     format: SIMULATOR_SNAPSHOT_FORMAT,
-    version: SIMULATOR_SNAPSHOT_VERSION,
+    version,
     driverVersion: field("driverVersion", (w) => checkInteger(top.driverVersion, w, 0, MAX_PID)),
     seed: field("seed", (w) => checkInteger(top.seed, w, 0, 2 ** 32 - 1)),
     nextPid,
@@ -415,6 +453,7 @@ function checkedProcess(
   machineGpus: readonly GpuSnapshot[],
   nextPid: number,
   taken: Set<number>,
+  version: 1 | 2,
 ): ProcessSnapshot {
   const p = record(value, at, [
     "pid",
@@ -498,7 +537,10 @@ function checkedProcess(
   else if (p.memory !== undefined) {
     fail(`${at}.memory`, `${at}.memory: a process without CUDA has none`);
   }
-  if (p.faults !== undefined) out.faults = checkedFaults(p.faults, `${at}.faults`);
+  if (p.faults !== undefined) {
+    if (!cuda) fail(`${at}.faults`, `${at}.faults: a process without CUDA has none`);
+    out.faults = checkedFaults(p.faults, `${at}.faults`, version);
+  }
   return out;
 }
 
@@ -536,18 +578,64 @@ function checkedMemory(
   return { on, pages };
 }
 
-function checkedFaults(value: unknown, at: string): ProcessSnapshot["faults"] {
-  const f = record(value, at, [], FAULTABLE);
+function checkedFaults(value: unknown, at: string, version: 1 | 2): ProcessSnapshot["faults"] {
+  const f = record(value, at, [], FAULTABLE_OPERATIONS);
   const out: ProcessSnapshot["faults"] = {};
-  for (const op of FAULTABLE) {
+  for (const op of FAULTABLE_OPERATIONS) {
     if (f[op] === undefined) continue;
     const path = `${at}.${op}`;
-    const fault = record(f[op], path, ["code"], ["state"]);
-    const code = field(`${path}.code`, (w) => checkInteger(fault.code, w, 0, MAX_PID));
-    out[op] = fault.state === undefined ? { code } : {
-      code,
-      state: field(`${path}.state`, (w) => checkChoice(fault.state, w, PROCESS_STATE_NAMES)),
-    };
+    const entry = object(f[op], path);
+    if (version === 1 && (!STATE_CHANGING.includes(op) || "kind" in entry || "nth" in entry)) {
+      fail(
+        path,
+        `${path} is a fault only version 2 can hold (a kind, an nth, or a query's fault), but ` +
+          `the snapshot says version 1`,
+      );
+    }
+    const code = (fault: Record<string, unknown>) =>
+      field(`${path}.code`, (w) => checkInteger(fault.code, w, 1, MAX_PID));
+    const state = (fault: Record<string, unknown>) =>
+      fault.state === undefined ? {} : {
+        state: field(`${path}.state`, (w) => checkChoice(fault.state, w, PROCESS_STATE_NAMES)),
+      };
+    if (version === 1) {
+      const fault = record(f[op], path, ["code"], ["state"]);
+      out[op] = { code: code(fault), ...state(fault) };
+      continue;
+    }
+    const kind = field(
+      `${path}.kind`,
+      (w) => checkChoice(object(f[op], path).kind, w, ["fail", "exit", "hang", "answer"] as const),
+    );
+    const nth = (fault: Record<string, unknown>) =>
+      field(`${path}.nth`, (w) => checkInteger(fault.nth, w, 1, 1_000_000));
+    switch (kind) {
+      case "fail": {
+        const fault = record(f[op], path, ["kind", "nth", "code"], ["state"]);
+        out[op] = { kind, nth: nth(fault), code: code(fault), ...state(fault) };
+        break;
+      }
+      case "exit": {
+        const fault = record(f[op], path, ["kind", "nth", "afterMs"]);
+        const afterMs = field(`${path}.afterMs`, (w) => checkAmount(fault.afterMs, w));
+        out[op] = { kind, nth: nth(fault), afterMs };
+        break;
+      }
+      case "hang": {
+        const fault = record(f[op], path, ["kind", "nth"]);
+        out[op] = { kind, nth: nth(fault) };
+        break;
+      }
+      case "answer": {
+        if (op !== "getState" && op !== "getRestoreThreadId") {
+          fail(`${path}.kind`, `${path}: only getState and getRestoreThreadId have an answer`);
+        }
+        const fault = record(f[op], path, ["kind", "nth", "value"]);
+        const value = field(`${path}.value`, (w) => checkInteger(fault.value, w, 0, MAX_PID));
+        out[op] = { kind, nth: nth(fault), value };
+        break;
+      }
+    }
   }
   return out;
 }

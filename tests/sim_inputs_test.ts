@@ -127,12 +127,12 @@ describe("spawn and process inputs", () => {
     [
       "failNext op",
       () => sim.spawn().failNext("bogus" as never, { code: 1 }),
-      /failNext: the operation must be one of "lock", "checkpoint", "restore", "unlock", got "bogus"/,
+      /failNext: the operation must be one of "getState", "getRestoreThreadId", "lock", "checkpoint", "restore", "unlock", got "bogus"/,
     ],
     [
       "failNext code",
       () => sim.spawn().failNext("lock", { code: "x" as never }),
-      /failNext: fault.code \(a CUresult\) must be an integer from 0 to 2147483647, got "x"/,
+      /failNext: fault.code \(a CUresult other than CUDA_SUCCESS\) must be an integer from 1 to 2147483647, got "x"/,
     ],
     [
       "failNext state",

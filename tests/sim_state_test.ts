@@ -223,7 +223,7 @@ describe("snapshots of the simulated driver", () => {
         "format",
         /format must be "ckpt-cuda-simulated-machine", got "my-thing"/,
       ],
-      ["a newer version", (s) => (s.version = 2, s), "version", /version 2 is not known/],
+      ["a newer version", (s) => (s.version = 3, s), "version", /version 3 is not known/],
       ["a missing field", (s) => (delete s.gpus, s), "gpus", /gpus is missing/],
       ["an unknown field", (s) => (s.colour = "red", s), "colour", /unknown field "colour"/],
       ["no GPU", (s) => (s.gpus = [], s), "gpus", /gpus must be an array of 1 to 1024 entries/],
