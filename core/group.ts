@@ -46,12 +46,24 @@ export interface GroupOptions {
    */
   allOrNothing?: boolean;
   /**
+   * When the signal aborts before the group is over, bring every process it moved back to the
+   * state it was in before the call, as `allOrNothing` does, even those that are done: an
+   * interrupted call leaves the processes as they were. A step inside the driver cannot be
+   * interrupted: its process is brought back when the step ends. Default `false`: only
+   * `allOrNothing` rolls back. The command line uses it for Ctrl-C.
+   */
+  rollBackOnAbort?: boolean;
+  /**
    * A deadline for the whole group, in ms from the call (on the driver's clock). Lock timeouts
    * are cut to what is left of it, and no step starts after it has passed. A call already inside
    * the driver cannot be interrupted: a checkpoint under way when the deadline passes finishes.
    */
   timeoutMs?: number;
-  /** Stops the group: no step starts after it aborts (calls inside the driver finish). */
+  /**
+   * Stops the group: no step starts after it aborts (calls inside the driver finish), and a
+   * process between steps is brought back to its initial state (`stopped`). See
+   * `rollBackOnAbort` for the processes that are done.
+   */
   signal?: AbortSignal;
   /** Each process's lock timeout, in ms (0 waits forever); 10 000 by default, cut by `timeoutMs`. */
   lockTimeoutMs?: number;
@@ -66,6 +78,12 @@ export interface GroupOptions {
    * Linux, a few ms), so that the events can say how much each process holds.
    */
   onProgress?: (event: GroupEvent) => void;
+  /**
+   * Whether the progress events carry each process's GPU memory: `true` (the default) asks the
+   * host first, as `onProgress` says; `false` skips that query, for a program that follows the
+   * steps without showing memory.
+   */
+  gpuMemory?: boolean;
   /**
    * Where the events' GPU memory comes from: the driver's own host (the simulator's), else the
    * machine's (NVML, installed by the main module) when left out. Read only with `onProgress`.
@@ -165,7 +183,7 @@ export interface GroupResult {
   readonly deadlinePassed: boolean;
   /** Whether the signal aborted the group. */
   readonly aborted: boolean;
-  /** Whether all-or-nothing rolled processes back. */
+  /** Whether all-or-nothing (or `rollBackOnAbort`) rolled processes back that were done. */
   readonly rolledBack: boolean;
   /** The whole group's time in ms, on the driver's clock. */
   readonly ms: number;
@@ -194,6 +212,23 @@ const PLANS: Readonly<Record<GroupAction, Partial<Record<ProcessState, readonly 
 /** The steps from a state to the action's wanted state; `undefined` where there is no way. */
 function plan(action: GroupAction, from: ProcessState): readonly GroupStep[] | undefined {
   return from === WANTED[action] ? [] : PLANS[action][from];
+}
+
+/** The states a process goes through, in the order lock and checkpoint take it. */
+const CHAIN: readonly ProcessState[] = ["running", "locked", "checkpointed"];
+/** The step from each state of {@link CHAIN} to the next, and back to the one before. */
+const FORWARD: readonly GroupStep[] = ["lock", "checkpoint"];
+const BACKWARD: readonly GroupStep[] = ["unlock", "restore"];
+
+/** The steps from one state to another; `undefined` from or to the failed state. */
+function wayBetween(from: ProcessState, to: ProcessState): GroupStep[] | undefined {
+  let i = CHAIN.indexOf(from);
+  const j = CHAIN.indexOf(to);
+  if (i < 0 || j < 0) return undefined;
+  const way: GroupStep[] = [];
+  for (; i < j; i++) way.push(FORWARD[i]);
+  for (; i > j; i--) way.push(BACKWARD[i - 1]);
+  return way;
 }
 
 /** The step that undoes a step. */
@@ -270,6 +305,7 @@ export function resumeAll(
 interface Settings {
   concurrency: number;
   allOrNothing: boolean;
+  rollBackOnAbort: boolean;
   timeoutMs: number | undefined;
   signal: AbortSignal | undefined;
   lockTimeoutMs: number;
@@ -310,6 +346,7 @@ function checkOptions(options: GroupOptions): Settings {
     const pairs = checkGpuMapping(mapping); // checked once, before anything starts
     pairsFor = () => pairs;
   }
+  if (options.gpuMemory !== undefined) checkFlag(options.gpuMemory, "gpuMemory");
   const onProgress = options.onProgress ?? (() => {});
   const host = options.host as unknown;
   if (
@@ -320,10 +357,12 @@ function checkOptions(options: GroupOptions): Settings {
     throw new TypeError(`host must be an object with a scan() method, got ${describeValue(host)}`);
   }
   return {
-    wantsMemory: options.onProgress !== undefined,
+    wantsMemory: options.onProgress !== undefined &&
+      (options.gpuMemory === undefined || options.gpuMemory),
     ...(options.host ? { host: options.host } : {}),
     concurrency,
-    allOrNothing: options.allOrNothing === true,
+    allOrNothing: checkFlag(options.allOrNothing, "allOrNothing"),
+    rollBackOnAbort: checkFlag(options.rollBackOnAbort, "rollBackOnAbort"),
     timeoutMs,
     signal: options.signal,
     lockTimeoutMs,
@@ -336,6 +375,15 @@ function checkOptions(options: GroupOptions): Settings {
       }
     },
   };
+}
+
+/** A boolean option, `false` when left out; anything else is a TypeError naming it. */
+function checkFlag(value: unknown, what: string): boolean {
+  if (value === undefined) return false;
+  if (typeof value !== "boolean") {
+    throw new TypeError(`${what} must be true or false, got ${describeValue(value)}`);
+  }
+  return value;
 }
 
 /** The handles for the targets; those made here from pids are closed by the caller. */
@@ -429,6 +477,10 @@ class Group {
   #now: () => number = () => performance.now();
   #deadlinePassed = false;
   #failed = false;
+  #doomed = false;
+  #rolledBack = false;
+  readonly #rolling = new Set<Entry>();
+  readonly #rollbacks: Promise<void>[] = [];
   #driver: CheckpointDriver | undefined;
   #memory = new Map<number, number>();
 
@@ -459,29 +511,63 @@ class Group {
         const stop = this.#stopReason();
         if (stop) {
           entry.notStarted = stop;
+          if (this.#s.allOrNothing) this.#doom();
           continue;
         }
         await this.#work(entry);
+        if (this.#s.allOrNothing && entry.status !== "done" && entry.status !== "unchanged") {
+          this.#doom();
+        }
+        this.#rollBackIfDone(entry);
       }
     };
     const lanes = Math.min(this.#s.concurrency, this.#entries.length);
-    await Promise.all(Array.from({ length: lanes }, worker));
-    const incomplete = this.#entries.some((e) => e.status !== "done" && e.status !== "unchanged");
-    let rolledBack = false;
-    if (this.#s.allOrNothing && incomplete) {
-      const done = this.#entries.filter((e) => e.status === "done");
-      rolledBack = done.length > 0;
-      await Promise.all(done.map((e) => this.#rollBack(e)));
+    const signal = this.#s.signal;
+    const onAbort = () => {
+      if (this.#s.allOrNothing || this.#s.rollBackOnAbort) this.#doom();
+    };
+    signal?.addEventListener("abort", onAbort, { once: true });
+    try {
+      if (signal?.aborted) onAbort();
+      await Promise.all(Array.from({ length: lanes }, worker));
+    } finally {
+      signal?.removeEventListener("abort", onAbort);
     }
+    const incomplete = this.#entries.some((e) => e.status !== "done" && e.status !== "unchanged");
+    if (
+      (this.#s.allOrNothing && incomplete) || (this.#s.rollBackOnAbort && signal?.aborted)
+    ) {
+      this.#doom();
+    }
+    // Rollbacks started as soon as the group could no longer succeed; wait for every one.
+    while (this.#rollbacks.length > 0) await Promise.all(this.#rollbacks.splice(0));
+    const rolledBack = this.#rolledBack;
     return {
       action: this.#action,
-      ok: !incomplete,
+      ok: !incomplete && !rolledBack,
       processes: this.#entries.map(outcome),
       deadlinePassed: this.#deadlinePassed,
-      aborted: this.#s.signal?.aborted === true,
+      aborted: signal?.aborted === true,
       rolledBack,
       ms: this.#now() - this.#start,
     };
+  }
+
+  /**
+   * The group can no longer succeed (all or nothing, or interrupted): every process that is done
+   * is brought back now, without waiting for the others, and each one that becomes done later is
+   * brought back as it does.
+   */
+  #doom(): void {
+    this.#doomed = true;
+    for (const entry of this.#entries) this.#rollBackIfDone(entry);
+  }
+
+  #rollBackIfDone(entry: Entry): void {
+    if (!this.#doomed || entry.status !== "done" || this.#rolling.has(entry)) return;
+    this.#rolling.add(entry);
+    this.#rolledBack = true;
+    this.#rollbacks.push(this.#rollBack(entry));
   }
 
   /** Why nothing more may start now, if so. */
@@ -608,7 +694,14 @@ class Group {
     return this.#s.lockTimeoutMs === 0 ? left : Math.min(this.#s.lockTimeoutMs, left);
   }
 
-  /** Undoes `done` (newest first) within the caller's turn; records it as the entry's rollback. */
+  /**
+   * Brings the process back to its initial state within the caller's turn, after it made the
+   * steps `done`; records it as the entry's rollback. The way back starts from the state the
+   * driver reports now, which a failed step may have left elsewhere than `done` says (a failed
+   * checkpoint that left the process checkpointed is restored and unlocked); where the state
+   * cannot be read, `done` is undone newest first. A failed process is left alone: the failed
+   * state is final, and no step can bring it back.
+   */
   async #undo(entry: Entry, steps: ProcessSteps, done: readonly GroupStep[]): Promise<void> {
     if (done.length === 0) {
       entry.state = entry.initialState; // nothing was done: it is as it was
@@ -616,9 +709,21 @@ class Group {
     }
     const record: StepRecord[] = [];
     try {
-      for (const step of [...done].reverse()) {
-        await this.#step(entry, steps, UNDO[step], record, true);
+      const now = await steps.state().catch(() => undefined);
+      const back = now === undefined
+        ? [...done].reverse().map((step) => UNDO[step])
+        : wayBetween(now, entry.initialState!);
+      if (back === undefined) {
+        throw new CudaError({
+          code: CUDA_ERROR_ILLEGAL_STATE,
+          operation: this.#action,
+          pid: entry.proc.pid,
+          state: now,
+          description: "the operation cannot be performed in the present state",
+          detail: `the failed state is final: it cannot be brought back to ${entry.initialState}`,
+        });
       }
+      for (const step of back) await this.#step(entry, steps, step, record, true);
       entry.rollback = { ok: true, steps: record };
       entry.state = entry.initialState;
     } catch (err) {

@@ -14,13 +14,20 @@ import {
   CUDA_ERROR_INVALID_VALUE,
   CUDA_ERROR_NOT_INITIALIZED,
   CUDA_ERROR_OPERATING_SYSTEM,
+  CUDA_ERROR_OUT_OF_MEMORY,
   CUDA_SUCCESS,
   PROCESS_STATE_NAMES,
   type ProcessState,
   stateName,
 } from "./codes.ts";
 import type { CheckpointDriver, GpuPair } from "./driver.ts";
-import { capitalize, CudaError, errorFor, type Operation } from "./errors.ts";
+import {
+  capitalize,
+  CheckpointUnsupportedError,
+  CudaError,
+  errorFor,
+  type Operation,
+} from "./errors.ts";
 import { describeValue } from "./uuid.ts";
 import {
   checkCapability,
@@ -395,6 +402,11 @@ export class CudaProcess {
       signal?.throwIfAborted();
       const seen = await this.state();
       if (seen === state) return;
+      if (seen === "failed") {
+        throw new Error(
+          `process ${this.pid} is in the failed state, which is final: it will never be ${state}`,
+        );
+      }
       signal?.throwIfAborted();
       const left = timeoutMs === undefined ? Infinity : timeoutMs - (clock.now() - start);
       if (left <= 0) throw new WaitTimeoutError(this.pid, state, timeoutMs!, seen);
@@ -491,26 +503,65 @@ export class CudaProcess {
   async #suspend(driver: CheckpointDriver, timeoutMs: number): Promise<void> {
     await checkCapability(driver, "checkpoint", this.pid);
     await checkCapability(driver, "unlock", this.pid);
-    await this.#lock(driver, timeoutMs);
+    try {
+      await this.#lock(driver, timeoutMs);
+    } catch (err) {
+      // An illegal state names the state already, a process that is gone has none, and a
+      // missing capability reached no process.
+      if (
+        isGone(err) || err instanceof CheckpointUnsupportedError ||
+        (err instanceof CudaError && err.state !== undefined)
+      ) {
+        throw err;
+      }
+      throw restate(err, `nothing was checkpointed: ${await this.#stateSentence(driver)}`);
+    }
     try {
       await this.#step(driver, "checkpoint");
     } catch (err) {
-      // No process (it exited) or no CUDA in it: there is no lock left to undo, and the error
+      // No process (it exited) or no CUDA in it: there is nothing left to undo, and the error
       // already says so.
       if (isGone(err)) throw err;
-      // Whatever else went wrong (the driver's answer, or a call that could not complete at all),
-      // the lock is ours to undo.
-      let detail: string;
-      try {
-        await this.#step(driver, "unlock");
-        detail = "suspend unlocked the process again: it was left running";
-      } catch (unlockErr) {
-        detail = `suspend could not unlock it again (${
-          messageOf(unlockErr)
-        }); the process is ${await this
-          .#describeState(driver)}`;
+      throw restate(err, await this.#afterFailedCheckpoint(driver, err));
+    }
+  }
+
+  /**
+   * Brings a process whose checkpoint failed inside suspend back to running where the driver
+   * allows it, from the state the failure left it in; says what was done and where it is.
+   */
+  async #afterFailedCheckpoint(driver: CheckpointDriver, err: unknown): Promise<string> {
+    const state = await this.#getState(driver).catch(() => undefined);
+    // An illegal state means our checkpoint changed nothing: another program moved the process
+    // (the error says to where), and it is not ours to move back.
+    if (err instanceof CudaError && err.code === CUDA_ERROR_ILLEGAL_STATE && state !== "locked") {
+      return "";
+    }
+    let back: ("restore" | "unlock")[];
+    let done: string;
+    switch (state) {
+      case "running":
+        return "the failed checkpoint left the process running";
+      case "failed":
+        return `the failed checkpoint left the process in the failed state: ${FAILED_IS_FINAL}`;
+      case "checkpointed":
+        back = ["restore", "unlock"];
+        done = "suspend restored and unlocked the process again: it was left running";
+        break;
+      default:
+        // Locked, or not known (the state could not be read): the lock is ours to undo.
+        back = ["unlock"];
+        done = "suspend unlocked the process again: it was left running";
+    }
+    try {
+      for (const step of back) {
+        if (step === "restore") await this.#restore(driver, null);
+        else await this.#step(driver, "unlock");
       }
-      throw restate(err, detail);
+      return done;
+    } catch (undoErr) {
+      return `suspend could not bring it back to running (${messageOf(undoErr)}); ${await this
+        .#stateSentence(driver)}`;
     }
   }
 
@@ -547,7 +598,10 @@ export class CudaProcess {
     switch (state) {
       case "checkpointed":
         return "resume left the process checkpointed, its GPU memory still held in host memory; " +
-          "resume can be tried again";
+          (err instanceof CudaError && err.code === CUDA_ERROR_OUT_OF_MEMORY
+            ? "resume can be tried again once its GPUs have room (free GPU memory there), or " +
+              "onto other GPUs with gpuMapping"
+            : "resume can be tried again, onto other GPUs with gpuMapping if these cannot take it");
       case "running":
         return illegal
           ? "nothing was restored: it was not checkpointed"
@@ -557,10 +611,18 @@ export class CudaProcess {
           ? "nothing was restored: it is locked, not checkpointed; call unlock() to let it run"
           : "the failed restore left the process locked; call unlock() to let it run";
       case "failed":
-        return "the failed restore left the process in the failed state, which it cannot leave";
+        return `the failed restore left the process in the failed state: ${FAILED_IS_FINAL}`;
       default:
         return `the process is ${state}`;
     }
+  }
+
+  /** "the process is running", or what else is known of its state, for a message. */
+  async #stateSentence(driver: CheckpointDriver): Promise<string> {
+    const state = await this.#describeState(driver);
+    return state === "failed"
+      ? `the process is in the failed state: ${FAILED_IS_FINAL}`
+      : `the process is ${state}`;
   }
 
   /** The process's state for a message: its name, or why it cannot be read. */
@@ -596,6 +658,7 @@ export class CudaProcess {
         detail = "another program, or a handle on another thread id of this process, changed its " +
           "state while this call was made";
       }
+      if (state === "failed") detail = FAILED_IS_FINAL;
     }
     return errorFor(driver, code, { operation, pid: this.pid, state, detail })!;
   }
@@ -659,6 +722,10 @@ function pairsOf(options: RestoreOptions): GpuPair[] | null {
   }
   return options.gpuMapping === undefined ? null : checkGpuMapping(options.gpuMapping);
 }
+
+/** What the failed state means, for messages. */
+const FAILED_IS_FINAL = "a checkpoint or restore failed in it, and the failed state is final; " +
+  "no operation can recover the process (restart it)";
 
 /** The state each state-changing operation starts from. */
 const ACCEPTS: Partial<Record<Operation, ProcessState>> = {

@@ -1,0 +1,448 @@
+// The library's reliability guarantees (README "Reliability", docs/RELIABILITY.md), one describe
+// each, on the simulator with injected faults:
+//   1. a failed suspend leaves the process running where the driver allows it, and says its state;
+//   2. a failed resume leaves it checkpointed and says how to try again;
+//   3. operations on one process never interleave;
+//   4. all-or-nothing leaves every process as it was (or says why one could not be);
+//   5. a process in the failed state is reported as such, and nothing pretends to fix it;
+//   6. an unknown state number or code is a clear error that names the number.
+// No unhandled rejection: tests/unhandled_test.ts. Interrupts: tests/interrupt_test.ts.
+// Runs unchanged under `deno test -A` and `bun test`.
+import { describe, test } from "node:test";
+import assert from "node:assert/strict";
+import {
+  CUDA_ERROR_ILLEGAL_STATE,
+  CUDA_ERROR_INVALID_VALUE,
+  CUDA_ERROR_OPERATING_SYSTEM,
+  CUDA_ERROR_OUT_OF_MEMORY,
+  CUDA_ERROR_UNKNOWN,
+  CudaError,
+  CudaProcess,
+  type GroupAction,
+  type ProcessState,
+  runGroup,
+  suspendAll,
+} from "../mod.ts";
+import { SimulatedDriver, type SimulatedProcess } from "../mock/mod.ts";
+import { cli } from "./cli_support.ts";
+
+/** A machine with one target, some bytes written into it, and a handle on it. */
+async function setup(options: { gpus?: number; memoryMiB?: number } = {}) {
+  const sim = new SimulatedDriver({ gpus: options.gpus ?? 1 });
+  const target = sim.spawn({ memoryMiB: options.memoryMiB ?? 64 });
+  await target.write(4096, new Uint8Array([1, 2, 3, 4]));
+  const digest = await target.memoryDigest();
+  return { sim, target, digest, proc: new CudaProcess(target.pid, { driver: sim }) };
+}
+
+/** The error `p` rejects with. */
+async function failure(p: Promise<unknown>): Promise<Error> {
+  try {
+    await p;
+  } catch (err) {
+    assert.ok(err instanceof Error, String(err));
+    return err;
+  }
+  assert.fail("it should have failed");
+}
+
+/** Asserts that the message says the state the process is really in. */
+function saysState(err: Error, target: SimulatedProcess): void {
+  if (target.exited) {
+    assert.match(err.message, /No process has this pid/, err.message);
+    return;
+  }
+  const said = target.state === "running"
+    ? /left running|left the process running|the process is running|\(the process is running\)/
+    : target.state === "failed"
+    ? /failed state/
+    : new RegExp(`the process is ${target.state}|\\(the process is ${target.state}\\)`);
+  assert.match(err.message, said, `${target.state}: ${err.message}`);
+}
+
+describe("1. a failed suspend: running again where the driver allows it, and the error says so", () => {
+  const cases: [
+    string,
+    (s: SimulatedDriver, t: SimulatedProcess) => void,
+    ProcessState | "gone",
+  ][] = [
+    ["a lock that times out", (_, t) => void t.launch(60_000), "running"],
+    ["a lock that fails", (_, t) => t.failNext("lock", { code: CUDA_ERROR_UNKNOWN }), "running"],
+    [
+      "a lock that leaves the process failed",
+      (_, t) => t.failNext("lock", { code: CUDA_ERROR_UNKNOWN, state: "failed" }),
+      "failed",
+    ],
+    [
+      "a checkpoint that fails",
+      (_, t) => t.failNext("checkpoint", { code: CUDA_ERROR_OUT_OF_MEMORY }),
+      "running",
+    ],
+    [
+      "a checkpoint that fails but leaves it checkpointed: restored and unlocked",
+      (_, t) => t.failNext("checkpoint", { code: CUDA_ERROR_UNKNOWN, state: "checkpointed" }),
+      "running",
+    ],
+    [
+      "a checkpoint that fails and leaves it running",
+      (_, t) => t.failNext("checkpoint", { code: CUDA_ERROR_UNKNOWN, state: "running" }),
+      "running",
+    ],
+    [
+      "a checkpoint that fails, then an unlock that fails: it says locked",
+      (_, t) => {
+        t.failNext("checkpoint", { code: CUDA_ERROR_UNKNOWN });
+        t.failNext("unlock", { code: CUDA_ERROR_UNKNOWN });
+      },
+      "locked",
+    ],
+    [
+      "a checkpoint that leaves the process failed",
+      (_, t) => t.failNext("checkpoint", { code: CUDA_ERROR_UNKNOWN, state: "failed" }),
+      "failed",
+    ],
+    ["the process exits during the checkpoint", (_, t) => t.exitDuring("checkpoint"), "gone"],
+  ];
+  for (const [what, arrange, after] of cases) {
+    test(what, async () => {
+      const { sim, target, digest, proc } = await setup();
+      arrange(sim, target);
+      const err = await failure(proc.suspend({ timeoutMs: 1000 }));
+      assert.equal(target.exited ? "gone" : target.state, after);
+      saysState(err, target);
+      if (after === "running") assert.equal(await target.memoryDigest(), digest);
+    });
+  }
+
+  test("a suspend of a locked process changes nothing and names the state", async () => {
+    const { target, proc } = await setup();
+    await proc.lock();
+    const err = await failure(proc.suspend());
+    assert.equal(target.state, "locked");
+    saysState(err, target);
+  });
+});
+
+describe("2. a failed resume: still checkpointed, and the error says how to try again", () => {
+  test("out of GPU memory: free it, or go to another GPU; both work afterwards", async () => {
+    const { sim, target, digest, proc } = await setup({ gpus: 2 });
+    await proc.suspend();
+    const filler = sim.fillGpu(0);
+    const err = await failure(proc.resume());
+    assert.ok(err instanceof CudaError && err.code === CUDA_ERROR_OUT_OF_MEMORY);
+    assert.equal(target.state, "checkpointed");
+    assert.match(
+      err.message,
+      /Resume left the process checkpointed, its GPU memory still held in host memory; resume can be tried again once its GPUs have room \(free GPU memory there\), or onto other GPUs with gpuMapping$/,
+    );
+    // Onto the other GPU, with the first one still full.
+    const [a, b] = sim.gpus.map((g) => g.uuid);
+    await proc.resume({ gpuMapping: { [a]: b, [b]: a } });
+    assert.deepEqual(target.gpuUuids, [b]);
+    assert.equal(await target.memoryDigest(), digest);
+    // And back where it was, once that GPU is free again.
+    await proc.suspend();
+    filler.exit();
+    await proc.resume({ gpuMapping: { [a]: b, [b]: a } });
+    assert.deepEqual(target.gpuUuids, [a]);
+    assert.equal(await target.memoryDigest(), digest);
+  });
+
+  test("any other failure: checkpointed, try again (elsewhere if need be)", async () => {
+    const { target, proc } = await setup();
+    await proc.suspend();
+    target.failNext("restore", { code: CUDA_ERROR_INVALID_VALUE });
+    const err = await failure(proc.resume());
+    assert.equal(target.state, "checkpointed");
+    assert.match(err.message, /resume can be tried again, onto other GPUs with gpuMapping/);
+    await proc.resume();
+    assert.equal(target.state, "running");
+  });
+
+  test("restored but not unlocked: it says locked, and how to go on", async () => {
+    const { target, proc } = await setup();
+    await proc.suspend();
+    target.failNext("unlock", { code: CUDA_ERROR_UNKNOWN });
+    const err = await failure(proc.resume());
+    assert.equal(target.state, "locked");
+    assert.match(err.message, /it is locked; call unlock\(\) to let it run/);
+  });
+
+  test("a restore that leaves the process failed says the state is final", async () => {
+    const { target, proc } = await setup();
+    await proc.suspend();
+    target.failNext("restore", { code: CUDA_ERROR_UNKNOWN, state: "failed" });
+    const err = await failure(proc.resume());
+    assert.equal(target.state, "failed");
+    assert.match(err.message, /left the process in the failed state: .*no operation can recover/);
+  });
+});
+
+describe("3. operations on one process never interleave", () => {
+  test("made all at once through two handles, they run one after another, in order", async () => {
+    const { sim, target, proc } = await setup();
+    const other = new CudaProcess(target.pid, { driver: sim });
+    const before = sim.calls.length;
+    const settled = await Promise.allSettled([
+      proc.suspend(),
+      other.state(),
+      proc.resume(),
+      other.toggle(),
+      proc.lock(),
+      other.unlock(),
+      proc.state(),
+    ]);
+    assert.deepEqual(
+      settled.map((s) => s.status === "fulfilled" ? s.value ?? "ok" : "rejected"),
+      ["ok", "checkpointed", "ok", "checkpointed", "rejected", "rejected", "checkpointed"],
+    );
+    // The driver saw each operation's calls together, in the order the operations were made.
+    assert.deepEqual(sim.calls.slice(before).map((c) => c.op), [
+      ...["lock", "checkpoint"], // suspend
+      "getState", // state
+      ...["restore", "unlock"], // resume
+      ...["getState", "lock", "checkpoint"], // toggle
+      ...["lock", "getState"], // lock: refused, and the state for the message
+      ...["unlock", "getState"], // unlock: refused, and the state for the message
+      "getState", // state
+    ]);
+  });
+
+  test("a group and single operations on the same process: the group's steps stay together", async () => {
+    const sim = new SimulatedDriver();
+    const [a, b] = [sim.spawn({ memoryMiB: 1024 }), sim.spawn()];
+    const single = new CudaProcess(a.pid, { driver: sim });
+    const [group, resumed] = await Promise.allSettled([
+      suspendAll([a.pid, b.pid], { driver: sim }),
+      single.resume(),
+    ]);
+    assert.equal(group.status, "fulfilled");
+    const ops = sim.calls.filter((c) => c.pid === a.pid && c.op !== "getState").map((c) => c.op);
+    const lock = ops.indexOf("lock");
+    assert.equal(
+      ops[lock + 1],
+      "checkpoint",
+      `no call between the group's lock and checkpoint: ${ops}`,
+    );
+    // Whichever came first, the outcome agrees: a resume after the suspend brought it back.
+    assert.equal(a.state, resumed.status === "fulfilled" ? "running" : "checkpointed");
+  });
+});
+
+describe("4. all-or-nothing leaves every process as it was", () => {
+  async function many(sim: SimulatedDriver, states: ProcessState[]) {
+    const procs = [];
+    for (const [i, state] of states.entries()) {
+      const p = sim.spawn({ memoryMiB: 64 });
+      await p.write(i * 100, new Uint8Array([i + 1]));
+      if (state !== "running") assert.equal(await sim.lock(p.pid, { timeoutMs: 0 }), 0);
+      if (state === "checkpointed") assert.equal(await sim.checkpoint(p.pid), 0);
+      procs.push(p);
+    }
+    return { procs, digests: await Promise.all(procs.map((p) => p.memoryDigest())) };
+  }
+
+  const failures: [string, GroupAction, (p: SimulatedProcess) => void, string | undefined][] = [
+    [
+      "a member's checkpoint fails but leaves it checkpointed",
+      "suspend",
+      (p) => p.failNext("checkpoint", { code: CUDA_ERROR_UNKNOWN, state: "checkpointed" }),
+      "running",
+    ],
+    [
+      "a member's restore runs out of memory",
+      "resume",
+      (p) => p.failNext("restore", { code: CUDA_ERROR_OUT_OF_MEMORY }),
+      "checkpointed",
+    ],
+    [
+      "a member enters the failed state",
+      "suspend",
+      (p) => p.failNext("checkpoint", { code: CUDA_ERROR_UNKNOWN, state: "failed" }),
+      "failed",
+    ],
+    ["a member exits", "suspend", (p) => p.exitDuring("checkpoint", { afterMs: 100 }), undefined],
+  ];
+  for (const [what, action, arrange, failingEnds] of failures) {
+    test(`${action}: ${what}; the others come back, each outcome says where it is`, async () => {
+      const sim = new SimulatedDriver();
+      const { procs, digests } = await many(sim, ["running", "locked", "checkpointed"]);
+      const failing = sim.spawn({ memoryMiB: 64 });
+      if (action === "resume") {
+        await sim.lock(failing.pid, null);
+        await sim.checkpoint(failing.pid);
+      }
+      arrange(failing);
+      const result = await runGroup(action, [...procs, failing].map((p) => p.pid), {
+        driver: sim,
+        allOrNothing: true,
+      });
+      assert.equal(result.ok, false);
+      assert.deepEqual(procs.map((p) => p.state), ["running", "locked", "checkpointed"]);
+      assert.deepEqual(await Promise.all(procs.map((p) => p.memoryDigest())), digests);
+      for (const [i, o] of result.processes.entries()) {
+        const real = [...procs, failing][i];
+        assert.equal(o.state, real.exited ? undefined : real.state, `pid ${o.pid}'s outcome`);
+      }
+      assert.equal(failing.exited ? undefined : failing.state, failingEnds);
+    });
+  }
+
+  test("the done ones come back at once, not after a member stuck in the driver", async () => {
+    const sim = new SimulatedDriver();
+    const [stuck, failing, ok] = [sim.spawn(), sim.spawn(), sim.spawn()];
+    const release = stuck.hangNext("lock");
+    failing.failNext("checkpoint", { code: CUDA_ERROR_UNKNOWN });
+    let seen: string[] = [];
+    const group = runGroup("suspend", [stuck, failing, ok].map((p) => p.pid), {
+      driver: sim,
+      allOrNothing: true,
+    });
+    await sim.sleep(5_000);
+    seen = [stuck, failing, ok].map((p) => p.state);
+    release();
+    const result = await group;
+    assert.deepEqual(seen, ["running", "running", "running"], "back while the lock still hung");
+    assert.deepEqual(result.processes.map((p) => p.status), ["stopped", "failed", "done"]);
+    assert.ok(result.rolledBack);
+    assert.deepEqual([stuck, failing, ok].map((p) => p.state), ["running", "running", "running"]);
+  });
+
+  test("rollBackOnAbort: an aborted group brings back even the processes that were done", async () => {
+    const sim = new SimulatedDriver();
+    const big = sim.spawn({ memoryMiB: 4096 });
+    const small = sim.spawn();
+    const controller = new AbortController();
+    const group = suspendAll([big.pid, small.pid], {
+      driver: sim,
+      signal: controller.signal,
+      rollBackOnAbort: true,
+    });
+    await sim.sleep(600); // the small one is done, the big one in its checkpoint
+    controller.abort();
+    const result = await group;
+    assert.equal(result.ok, false);
+    assert.equal(result.aborted, true);
+    assert.equal(result.rolledBack, true);
+    assert.deepEqual(result.processes.map((p) => [p.status, p.rollback?.ok, p.state]), [
+      ["done", true, "running"],
+      ["done", true, "running"],
+    ]);
+    assert.deepEqual([big.state, small.state], ["running", "running"]);
+  });
+
+  test("without it, an abort keeps what is done and brings back the one between steps", async () => {
+    const sim = new SimulatedDriver();
+    const [slow, fast] = [sim.spawn({ memoryMiB: 4096 }), sim.spawn()];
+    slow.launch(1000); // its lock waits for the kernel
+    const controller = new AbortController();
+    const group = suspendAll([slow.pid, fast.pid], { driver: sim, signal: controller.signal });
+    await sim.sleep(500);
+    controller.abort();
+    const result = await group;
+    assert.deepEqual(result.processes.map((p) => [p.status, p.state]), [
+      ["stopped", "running"],
+      ["done", "checkpointed"],
+    ]);
+  });
+});
+
+describe("5. a failed process is reported as failed, and nothing pretends to fix it", () => {
+  test("every operation refuses it, says so, and leaves it failed", async () => {
+    const { sim, target, proc } = await setup();
+    target.enterFailedState();
+    assert.equal(await proc.state(), "failed");
+    const operations: [string, () => Promise<unknown>][] = [
+      ["lock", () => proc.lock()],
+      ["checkpoint", () => proc.checkpoint()],
+      ["restore", () => proc.restore()],
+      ["unlock", () => proc.unlock()],
+      ["suspend", () => proc.suspend()],
+      ["resume", () => proc.resume()],
+      ["toggle", () => proc.toggle()],
+    ];
+    for (const [what, run] of operations) {
+      const err = await failure(run());
+      assert.ok(err instanceof CudaError && err.code === CUDA_ERROR_ILLEGAL_STATE, what);
+      assert.equal(err.state, "failed", what);
+      assert.match(
+        err.message,
+        /failed state is final|cannot be recovered/,
+        `${what}: ${err.message}`,
+      );
+    }
+    await assert.rejects(
+      proc.waitForState("running", { timeoutMs: 60_000 }),
+      /is in the failed state, which is final: it will never be running/,
+    );
+    for (const action of ["suspend", "resume", "lock", "unlock"] as GroupAction[]) {
+      const result = await runGroup(action, [target.pid], { driver: sim });
+      assert.deepEqual(result.processes.map((p) => [p.status, p.state ?? p.initialState]), [
+        ["failed", "failed"],
+      ]);
+    }
+    const changing = sim.calls.filter((c) => c.pid === target.pid && c.op !== "getState");
+    assert.ok(changing.every((c) => c.code !== 0), "no state-changing call ever succeeded");
+    assert.equal(target.state, "failed");
+  });
+
+  test("the command line says failed, and refuses to toggle it", async () => {
+    const { sim, target } = await setup();
+    target.enterFailedState();
+    assert.equal(
+      (await cli(["--get-state", "--pid", target.pid], { driver: sim })).out,
+      "failed\n",
+    );
+    const r = await cli(["--toggle", "--pid", target.pid], { driver: sim, isTerminal: true });
+    assert.equal(r.code, 1);
+    assert.match(r.err, /cannot be recovered/);
+    assert.equal(target.state, "failed");
+  });
+});
+
+describe("6. an unknown state number or code is a clear error that names it", () => {
+  test("a state number from a newer driver: every reader names it", async () => {
+    const { sim, target, proc } = await setup();
+    const named =
+      /returned process state 5, which this version of @ckpt\/cuda does not know \(known: 0 running, 1 locked, 2 checkpointed, 3 failed\); a newer driver may have added it/;
+    for (
+      const read of [() => proc.state(), () => proc.toggle(), () => proc.waitForState("locked")]
+    ) {
+      target.answerNext("getState", { value: 5 });
+      await assert.rejects(read(), named);
+    }
+    target.answerNext("getState", { value: 5 });
+    const result = await runGroup("suspend", [target.pid], { driver: sim });
+    assert.match(result.processes[0].error!.message, named);
+    assert.equal(target.state, "running", "nothing was done to it");
+    target.answerNext("getState", { value: 5 });
+    const r = await cli(["--get-state", "--pid", target.pid], { driver: sim });
+    assert.equal(r.code, 1);
+    assert.match(r.err, /returned process state 5/);
+  });
+
+  test("a code the driver does not know: named by number, by the library and the command line", async () => {
+    const { sim, target, proc } = await setup();
+    target.failNext("lock", { code: 7777 });
+    const err = await failure(proc.lock());
+    assert.ok(err instanceof CudaError);
+    assert.equal(err.code, 7777);
+    assert.equal(err.codeName, "CUresult 7777");
+    assert.match(err.message, /failed with CUresult 7777, a code that neither the driver nor/);
+    target.failNext("lock", { code: 7777 });
+    const r = await cli(["--action", "lock", "--pid", target.pid, "--json"], { driver: sim });
+    assert.equal(r.code, 1);
+    const line = JSON.parse(r.out);
+    assert.equal(line.error.code, 7777);
+    assert.match(line.error.detail, /CUresult 7777/);
+    assert.match(r.err, /^Could not lock on process ID \d+: "CUresult 7777"\n$/);
+  });
+
+  test("an unknown code during a rollback is named too", async () => {
+    const { target, proc } = await setup();
+    target.failNext("checkpoint", { code: CUDA_ERROR_OPERATING_SYSTEM + 1 });
+    target.failNext("unlock", { code: 8888 });
+    const err = await failure(proc.suspend());
+    assert.match(err.message, /could not bring it back to running \(.*CUresult 8888.*\)/);
+  });
+});
