@@ -823,14 +823,11 @@ export class SimulatedDriver implements CheckpointDriver, AsyncDisposable {
             if (hit?.fault.kind !== "exit") {
               return void work().then(resolve, reject);
             }
-            // An injected exit: `afterMs` into the call, or just before it would end.
-            const cancel = this.#start(hit.fault.afterMs, () =>
+            // An injected exit, `afterMs` into the call: a call that would end sooner waits for
+            // it (onExit answers).
+            this.#start(hit.fault.afterMs, () =>
               proc.exit());
-            work().then((answer) => {
-              cancel();
-              if (proc.exited) resolve(answer);
-              else proc.exit(); // onExit answers
-            }, reject);
+            work().then((answer) => proc.exited && resolve(answer), reject);
           });
         } finally {
           proc.busy = undefined;

@@ -76,9 +76,10 @@ export interface InjectedFault extends FaultTiming {
 export interface ExitFault extends FaultTiming {
   /**
    * How far into the call the process exits, in ms of the simulator's clock: 0 (the default) as
-   * the call starts its work. If the call would end sooner, the process exits just before it
-   * ends. The call then returns `CUDA_ERROR_OPERATING_SYSTEM`, a little after the exit, as the
-   * real driver does (measured: 67-75 ms after a SIGKILL during a checkpoint).
+   * the call starts its work. A call that would end sooner waits for the exit, as a lock waits on
+   * a busy process: `exitDuring("lock", { afterMs: 5000 })` is a lock that hangs for 5 s and then
+   * finds its process killed. The call returns `CUDA_ERROR_OPERATING_SYSTEM` a little after the
+   * exit, as the real driver does (measured: 67-75 ms after a SIGKILL during a checkpoint).
    */
   afterMs?: number;
 }

@@ -365,8 +365,10 @@ export class SimulatedProcess {
 
   /**
    * Makes the process exit during the next call of `op` (or the `nth`), `afterMs` into it (as the
-   * call starts, by default): the call returns `CUDA_ERROR_OPERATING_SYSTEM` shortly after, its GPU
-   * memory is freed, and its pid stops existing, as when a target is killed during a checkpoint.
+   * call starts, by default; a call that would end sooner waits for the exit, as a lock waits on
+   * a busy process): the call returns `CUDA_ERROR_OPERATING_SYSTEM` shortly after, its GPU memory
+   * is freed, and its pid stops existing, as when a target is killed during a checkpoint or while
+   * a lock waits on it.
    *
    * @example
    * ```ts

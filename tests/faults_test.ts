@@ -111,12 +111,15 @@ describe("exitDuring", () => {
     assert.equal(sim.gpus[0].usedMiB, 0);
   });
 
-  test("an exit later than the call's end comes just before the call would end", async () => {
+  test("a call that would end sooner waits for the exit: a lock killed after a minute", async () => {
     const { sim, target } = machine(16);
     target.exitDuring("lock", { afterMs: 60_000 });
-    assert.equal(await sim.lock(target.pid, null), CUDA_ERROR_OPERATING_SYSTEM);
-    assert.ok(sim.now() < 1000, `${sim.now()} ms`);
+    const lock = sim.lock(target.pid, null);
+    const state = sim.getState(target.pid);
+    assert.equal(await lock, CUDA_ERROR_OPERATING_SYSTEM);
+    assert.ok(sim.now() >= 60_000 && sim.now() < 60_100, `${sim.now()} ms`);
     assert.equal(target.exited, true);
+    assert.equal((await state).code, CUDA_ERROR_OPERATING_SYSTEM, "the getState behind it too");
   });
 
   test("during a query: the process is gone and the query says so", async () => {
