@@ -62,6 +62,8 @@ Options:
           --simulate spawn [--memory-mib <n>] [--gpu <i>[,<j>]] [--command <text>]   prints the pid
           --simulate kill <pid>
           --simulate reset
+        Calls take no time unless CKPT_SIM_CLOCK=real (then as on the real driver, or
+        CKPT_SIM_SPEED times faster)
 
 --version
         Prints the version
@@ -71,7 +73,10 @@ Options:
 
 Exit status: 0 when every process succeeded, 1 otherwise. Errors are on stderr, with NVIDIA's
 messages; on a terminal a second line says more, and long operations show their progress.
+Ctrl-C during an operation on several processes brings back every process it changed, says what
+it could not, and exits 130; a second Ctrl-C exits at once.
 NVIDIA's --launch-job (driver 590 and later) is not supported.
-Environment: CKPT_LIBCUDA_PATH (the libcuda to load), CKPT_SIM_STATE (the simulated machine).
+Environment: CKPT_LIBCUDA_PATH (the libcuda to load), CKPT_SIM_STATE, CKPT_SIM_CLOCK and
+CKPT_SIM_SPEED (the simulated machine).
 `;
 }

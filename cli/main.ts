@@ -37,12 +37,14 @@
 import type { CheckpointDriver } from "../core/driver.ts";
 import type { HostProcesses } from "../core/listing.ts";
 import { parseCommandLine, UsageError } from "./args.ts";
+import type { Interrupts } from "./interrupt.ts";
 import { VERSION } from "./version.ts";
 
 // The types CliIo's fields use, so that this module documents completely on its own (type-only:
 // nothing more is loaded).
 export type * from "../core/driver.ts";
 export type { GpuMemory, GpuMemoryReport, HostProcesses, ScannedProcess } from "../core/listing.ts";
+export type { Interrupts } from "./interrupt.ts";
 
 /** Where {@link main} writes and what it works on. */
 export interface CliIo {
@@ -68,6 +70,15 @@ export interface CliIo {
    * this machine's `/proc`. It stays open: it is the caller's.
    */
   host?: HostProcesses;
+  /**
+   * Where interrupts come from: SIGINT, when `cuda-checkpoint` runs as a program. During an
+   * operation on several processes, the first interrupt stops the group, brings back every
+   * process the command changed, prints the lines and what was left changed, and the command
+   * exits 130; a second exits at once through `interrupts.exit(130)`. Left out (in-process use):
+   * interrupts are not watched. An operation on one pid never watches them: the program ends at
+   * the interrupt, as NVIDIA's utility does.
+   */
+  interrupts?: Interrupts;
 }
 
 /**
@@ -129,6 +140,13 @@ async function processIo(): Promise<{ args: string[]; io: CliIo; exit(code: numb
         stderr: writer(deno.stderr),
         isTerminal: deno.stderr.isTerminal(),
         env,
+        interrupts: {
+          watch(onInterrupt) {
+            deno.addSignalListener("SIGINT", onInterrupt);
+            return () => deno.removeSignalListener("SIGINT", onInterrupt);
+          },
+          exit: (code) => deno.exit(code),
+        },
       },
       exit: (code) => deno.exit(code),
     };
@@ -154,6 +172,13 @@ async function processIo(): Promise<{ args: string[]; io: CliIo; exit(code: numb
       stderr: writer(2),
       isTerminal: isTerminal(readlinkSync),
       env: process.env,
+      interrupts: {
+        watch(onInterrupt) {
+          process.on("SIGINT", onInterrupt);
+          return () => process.off("SIGINT", onInterrupt);
+        },
+        exit: (code) => process.exit(code),
+      },
     },
     exit: (code) => process.exit(code),
   };

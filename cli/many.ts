@@ -12,7 +12,7 @@ import type { CliOperation, OperationCommand } from "./args.ts";
 import { CUDA_ERROR_ILLEGAL_STATE, type ProcessState } from "../core/codes.ts";
 import type { CheckpointDriver } from "../core/driver.ts";
 import { CudaError } from "../core/errors.ts";
-import { CudaProcess } from "../core/process.ts";
+import { CudaProcess, isGone } from "../core/process.ts";
 import {
   type GroupAction,
   type GroupEvent,
@@ -23,6 +23,7 @@ import {
   type StepRecord,
 } from "../core/group.ts";
 import { type HostProcesses, listCudaProcesses } from "../core/listing.ts";
+import { INTERRUPTED_EXIT_CODE, Interruption, type Interrupts, type Left } from "./interrupt.ts";
 import type { Machine } from "./machine.ts";
 import { ProgressLine } from "./progress.ts";
 import {
@@ -35,10 +36,20 @@ import {
 } from "./report.ts";
 import { operateOne } from "./single.ts";
 
-/** The progress line of a terminal, and where the group reads each process's GPU memory for it. */
+/**
+ * What follows the group's steps: the progress line of a terminal (and where the group reads
+ * each process's GPU memory for it), and the watch over interrupts.
+ */
 interface Progress {
-  readonly line: ProgressLine;
+  readonly line?: ProgressLine;
   readonly host?: HostProcesses;
+  readonly interruption?: Interruption;
+}
+
+/** The reports, and where each process was left, for the closing line of an interrupt. */
+interface Acted {
+  readonly reports: PidReport[];
+  readonly left: Left[];
 }
 
 /** The step after which a process of each action is done, for the progress line's count. */
@@ -58,11 +69,16 @@ const REASONS: Readonly<Record<string, string>> = {
   aborted: "it was aborted",
 };
 
-/** Runs the command on several pids (or all), prints a line each, resolves to the exit code. */
+/**
+ * Runs the command on several pids (or all), prints a line each, resolves to the exit code. With
+ * `interrupts`, an interrupt during a step stops the group and brings back what it changed (exit
+ * code 130); see interrupt.ts.
+ */
 export async function runMany(
   command: OperationCommand,
   machine: Machine,
   print: Printer,
+  interrupts?: Interrupts,
 ): Promise<number> {
   let pids: readonly number[];
   if (command.targets === "all") {
@@ -78,28 +94,54 @@ export async function runMany(
   }
   const querying = command.operation === "get-state" || command.operation === "get-restore-tid";
   let progress: Progress | undefined;
-  if (!querying && print.terminal && pids.length > 0) {
+  if (!querying && pids.length > 0 && (print.terminal || interrupts)) {
     // The host tells each process's GPU memory for the line (NVML on Linux; a few ms).
-    const host = await machine.host(true);
+    const host = print.terminal ? await machine.host(true) : undefined;
     progress = {
-      line: new ProgressLine({ write: (t) => print.raw(t), total: pids.length }),
+      ...(print.terminal
+        ? { line: new ProgressLine({ write: (t) => print.raw(t), total: pids.length }) }
+        : {}),
       ...(host ? { host } : {}),
+      ...(interrupts
+        ? { interruption: new Interruption(interrupts, print, pids, !!machine.simulated) }
+        : {}),
     };
   }
-  let reports: PidReport[];
+  let acted: Acted;
   try {
-    reports = querying
-      ? await Promise.all(pids.map((pid) => operateOne(command, pid, machine.driver)))
+    acted = querying
+      ? {
+        reports: await Promise.all(pids.map((p) => operateOne(command, p, machine.driver))),
+        left: [],
+      }
       : await act(command, pids, machine.driver, progress);
   } finally {
-    progress?.line.stop();
+    progress?.line?.stop();
+    progress?.interruption?.stop();
   }
+  const { reports } = acted;
   for (const report of reports) {
     if (command.json) print.json(report);
     else print.out(`${report.pid} ${resultWord(report)}`);
   }
   for (const report of reports) explain(report, print);
+  if (progress?.interruption?.interrupted) {
+    progress.interruption.closing(acted.left);
+    return INTERRUPTED_EXIT_CODE;
+  }
   return reports.every((r) => r.ok) ? 0 : 1;
+}
+
+/** Where a group left each process. */
+function leftBy(outcomes: Iterable<ProcessOutcome>): Left[] {
+  return [...outcomes].map((o) => ({
+    pid: o.pid,
+    ...(o.initialState !== undefined ? { was: o.initialState } : {}),
+    ...(o.state !== undefined ? { now: o.state } : {}),
+    untouched: o.status === "not-started" ||
+      (o.status === "failed" && o.steps.length === 0 && o.rollback === undefined),
+    gone: isGone(o.error) || isGone(o.rollback?.error),
+  }));
 }
 
 /** The pids of every CUDA process of the machine; says on stderr which could not be looked at. */
@@ -130,15 +172,22 @@ function explain(report: PidReport, print: Printer): void {
   }
 }
 
-/** The group options every action shares. */
+/**
+ * The group options every action shares. `interruptible`: an interrupt stops the group and
+ * brings back what it changed (not for the group that undoes the other half of a toggle).
+ */
 function groupOptions(
   command: OperationCommand,
   driver: CheckpointDriver,
   progress: Progress | undefined,
   action: GroupAction,
+  interruptible = true,
 ): GroupOptions {
   const line = progress?.line;
-  const onProgress = line && ((event: GroupEvent) => {
+  const interruption = interruptible ? progress?.interruption : undefined;
+  const onProgress = (line || interruption) && ((event: GroupEvent) => {
+    interruption?.event(event);
+    if (!line) return;
     line.event(event);
     if (
       event.type === "step-end" && event.ok && !event.rollback && LAST_STEP[action] === event.step
@@ -151,8 +200,9 @@ function groupOptions(
     allOrNothing: command.allOrNothing,
     // As with one pid: no lock timeout unless --timeout gives one.
     lockTimeoutMs: command.timeoutMs ?? 0,
-    ...(onProgress ? { onProgress } : {}),
+    ...(onProgress ? { onProgress, gpuMemory: line !== undefined } : {}),
     ...(progress?.host ? { host: progress.host } : {}),
+    ...(interruption ? { signal: interruption.signal, rollBackOnAbort: true } : {}),
   };
 }
 
@@ -162,14 +212,17 @@ async function act(
   pids: readonly number[],
   driver: CheckpointDriver,
   progress: Progress | undefined,
-): Promise<PidReport[]> {
+): Promise<Acted> {
   if (command.operation === "toggle") return await toggleAll(command, pids, driver, progress);
   const action = command.operation as GroupAction;
   const result = await runGroup(action, pids, {
     ...groupOptions(command, driver, progress, action),
     ...(command.gpuMapping ? { gpuMapping: command.gpuMapping } : {}),
   });
-  return result.processes.map((o) => fromOutcome(command.operation, o));
+  return {
+    reports: result.processes.map((o) => fromOutcome(command.operation, o)),
+    left: leftBy(result.processes),
+  };
 }
 
 /** A group's outcome for one process, as reported. */
@@ -219,7 +272,7 @@ async function toggleAll(
   pids: readonly number[],
   driver: CheckpointDriver,
   progress: Progress | undefined,
-): Promise<PidReport[]> {
+): Promise<Acted> {
   const reports = new Map<number, PidReport>();
   const running: number[] = [];
   const checkpointed: number[] = [];
@@ -270,7 +323,7 @@ async function toggleAll(
         });
       }
     }
-    return pids.map((pid) => reports.get(pid)!);
+    return { reports: pids.map((pid) => reports.get(pid)!), left: [] };
   }
   const group = (action: GroupAction, members: number[]) =>
     members.length === 0 ? undefined : runGroup(action, members, {
@@ -290,7 +343,7 @@ async function toggleAll(
     await undoGroup(resumed, "suspend", command, driver, progress, outcomes);
   }
   for (const [pid, o] of outcomes) reports.set(pid, fromOutcome("toggle", o));
-  return pids.map((pid) => reports.get(pid)!);
+  return { reports: pids.map((pid) => reports.get(pid)!), left: leftBy(outcomes.values()) };
 }
 
 /**
@@ -309,7 +362,7 @@ async function undoGroup(
   const done = result.processes.filter((o) => o.status === "done").map((o) => o.pid);
   if (done.length === 0) return;
   const back = await runGroup(undo, done, {
-    ...groupOptions(command, driver, progress, undo),
+    ...groupOptions(command, driver, progress, undo, false),
     allOrNothing: false,
   });
   for (const b of back.processes) {

@@ -42,7 +42,7 @@ export async function run(command: MachineCommand, io: CliIo): Promise<number> {
     if (machine.simulated) {
       print.more(`simulated machine, kept in ${machine.simulated.path}`);
     }
-    code = await dispatch(command, machine, print);
+    code = await dispatch(command, machine, print, io);
   } finally {
     try {
       // What the command did to the simulated machine, for the next command.
@@ -61,10 +61,11 @@ async function dispatch(
   command: MachineCommand,
   machine: Machine,
   print: Printer,
+  io: CliIo,
 ): Promise<number> {
   switch (command.kind) {
     case "operation":
-      return await operate(command, machine, print);
+      return await operate(command, machine, print, io);
     case "list":
       return await (await import("./list.ts")).runList(machine, print, command.json);
     default:
@@ -72,18 +73,22 @@ async function dispatch(
   }
 }
 
-/** An operation on one pid (NVIDIA's output exactly) or several (a line each). */
+/**
+ * An operation on one pid (NVIDIA's output exactly; an interrupt ends the program, as it ends
+ * NVIDIA's) or several (a line each; an interrupt stops the group and brings back what it changed).
+ */
 async function operate(
   command: OperationCommand,
   machine: Machine,
   print: Printer,
+  io: CliIo,
 ): Promise<number> {
   if (command.targets !== "all" && command.targets.length === 1) {
     const { runOne } = await import("./single.ts");
     return await runOne(command, command.targets[0], machine.driver, print);
   }
   const { runMany } = await import("./many.ts");
-  return await runMany(command, machine, print);
+  return await runMany(command, machine, print, io.interrupts);
 }
 
 /** `--simulate spawn`, `kill` and `reset`. */

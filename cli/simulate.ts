@@ -77,7 +77,10 @@ export interface SimulatedMachine extends AsyncDisposable {
 export interface OpenSimulatedMachineOptions {
   /** The state file; by default {@link simulatedStatePath} of `env`. */
   path?: string;
-  /** The environment to read `CKPT_SIM_STATE`, `XDG_RUNTIME_DIR` and `TMPDIR` from; default the process's. */
+  /**
+   * The environment to read `CKPT_SIM_STATE`, `XDG_RUNTIME_DIR`, `TMPDIR`, `CKPT_SIM_CLOCK` and
+   * `CKPT_SIM_SPEED` from; default the process's.
+   */
   env?: Record<string, string | undefined>;
   /** How many simulated H200s a new machine has (1 to 1024); default 2. An existing one keeps its own. */
   gpus?: number;
@@ -88,6 +91,64 @@ export interface OpenSimulatedMachineOptions {
   fresh?: boolean;
   /** How long to wait for another call that holds the lock, in ms. Default 15000. */
   lockTimeoutMs?: number;
+  /**
+   * How the machine keeps time: `"virtual"` (calls finish at once and report the simulated
+   * durations) or `"real"` (each call takes as long as on the real driver, divided by `speed`).
+   * Default: `$CKPT_SIM_CLOCK` of `env`, else virtual. Real time lets a script (or a test) send
+   * Ctrl-C in the middle of an operation.
+   */
+  clock?: "virtual" | "real";
+  /**
+   * With the real clock, how many times faster than the real driver: a positive number (0.25
+   * runs four times slower). Default: `$CKPT_SIM_SPEED` of `env`, else 1.
+   */
+  speed?: number;
+}
+
+/** The clock of a simulated machine, from the options or the environment. */
+export interface SimulatedClock {
+  /** `"virtual"` or `"real"`. */
+  readonly clock: "virtual" | "real";
+  /** With the real clock, how many times faster than the real driver. */
+  readonly speed?: number;
+}
+
+/**
+ * The clock `CKPT_SIM_CLOCK` (`virtual` or `real`) and `CKPT_SIM_SPEED` (a positive number, with
+ * the real clock only) ask for; empty variables count as unset. Throws a RangeError that names
+ * the variable and its bad value.
+ *
+ * @example
+ * ```ts
+ * simulatedClock({ CKPT_SIM_CLOCK: "real", CKPT_SIM_SPEED: "0.5" }); // { clock: "real", speed: 0.5 }
+ * ```
+ */
+export function simulatedClock(
+  env: Record<string, string | undefined> = process.env,
+  options: { clock?: unknown; speed?: unknown } = {},
+): SimulatedClock {
+  const clock = options.clock ?? (env.CKPT_SIM_CLOCK || "virtual");
+  if (clock !== "virtual" && clock !== "real") {
+    const from = options.clock === undefined ? "CKPT_SIM_CLOCK" : "clock";
+    throw new RangeError(`${from} must be "virtual" or "real", got ${JSON.stringify(clock)}`);
+  }
+  const from = options.speed === undefined ? "CKPT_SIM_SPEED" : "speed";
+  const given = options.speed ?? (env.CKPT_SIM_SPEED || undefined);
+  if (given === undefined) return { clock };
+  const speed = typeof given === "string" && /^[0-9]*\.?[0-9]+(e[-+]?[0-9]+)?$/i.test(given.trim())
+    ? Number(given)
+    : given;
+  if (typeof speed !== "number" || !(speed > 0) || !Number.isFinite(speed)) {
+    throw new RangeError(
+      `${from} must be a positive number (how many times faster than the real driver), got ${
+        JSON.stringify(given)
+      }`,
+    );
+  }
+  if (clock !== "real") {
+    throw new RangeError(`${from} works with the real clock only: set CKPT_SIM_CLOCK=real`);
+  }
+  return { clock, speed };
 }
 
 /**
@@ -122,8 +183,9 @@ export function simulatedStatePath(env: Record<string, string | undefined> = pro
  * directory belongs to another user or may be written by others, the file may be read by others,
  * is a symbolic link, is not JSON, or is not a simulated machine this version can read.
  *
- * The driver is on the virtual clock: calls finish at once, and report the simulated durations
- * (`driver.calls` has each call's `started` and `at`, in simulated ms).
+ * The driver is on the virtual clock unless `clock` (or `$CKPT_SIM_CLOCK`) says `"real"`: calls
+ * finish at once, and report the simulated durations (`driver.calls` has each call's `started`
+ * and `at`, in simulated ms).
  *
  * @example
  * ```ts
@@ -144,12 +206,13 @@ export async function openSimulatedMachine(
   if (!Number.isInteger(gpus) || gpus < 1 || gpus > 1024) {
     throw new RangeError(`gpus must be an integer from 1 to 1024, got ${gpus}`);
   }
+  const clock = simulatedClock(options.env, options);
   await privateDirectory(path.dirname(file));
   const unlock = await lock(file, options.lockTimeoutMs ?? 15_000);
   try {
-    const saved = options.fresh ? undefined : await readMachine(file);
-    const driver = saved ?? new SimulatedDriver({ gpus });
-    return new Machine(file, driver, saved === undefined, gpus, unlock);
+    const saved = options.fresh ? undefined : await readMachine(file, clock);
+    const driver = saved ?? new SimulatedDriver({ gpus, ...clock });
+    return new Machine(file, driver, saved === undefined, gpus, unlock, clock);
   } catch (err) {
     await unlock();
     throw err;
@@ -159,6 +222,7 @@ export async function openSimulatedMachine(
 class Machine implements SimulatedMachine {
   readonly path: string;
   readonly #gpus: number;
+  readonly #clock: SimulatedClock;
   #driver: SimulatedDriver;
   #created: boolean;
   #unlock: (() => Promise<void>) | undefined;
@@ -169,8 +233,10 @@ class Machine implements SimulatedMachine {
     created: boolean,
     gpus: number,
     unlock: () => Promise<void>,
+    clock: SimulatedClock,
   ) {
     this.path = file;
+    this.#clock = clock;
     this.#driver = driver;
     this.#created = created;
     this.#gpus = gpus;
@@ -206,7 +272,7 @@ class Machine implements SimulatedMachine {
   async reset(): Promise<void> {
     this.#check("reset it");
     this.#driver.close();
-    this.#driver = new SimulatedDriver({ gpus: this.#gpus });
+    this.#driver = new SimulatedDriver({ gpus: this.#gpus, ...this.#clock });
     this.#created = true;
     await rm(this.path, { force: true });
     await this.save();
@@ -275,7 +341,10 @@ async function privateDirectory(dir: string): Promise<void> {
 }
 
 /** The machine in `file`, or `undefined` where there is no file. */
-async function readMachine(file: string): Promise<SimulatedDriver | undefined> {
+async function readMachine(
+  file: string,
+  clock: SimulatedClock,
+): Promise<SimulatedDriver | undefined> {
   const refuse = (what: string, cause?: unknown) =>
     new SimulatedStateError(
       file,
@@ -305,7 +374,7 @@ async function readMachine(file: string): Promise<SimulatedDriver | undefined> {
     throw refuse(`is corrupt: it is not JSON (${errorText(err)})`, err);
   }
   try {
-    return loadSimulator(data);
+    return loadSimulator(data, clock);
   } catch (err) {
     if (!(err instanceof SimulatorSnapshotError)) throw err;
     const detail = err.message.replace(/^invalid simulated machine snapshot: /, "");

@@ -1,0 +1,322 @@
+// Ctrl-C during an operation on several processes: the group stops, every process the command
+// changed is brought back, the lines say what became of each and one more what was left
+// changed, and the command exits 130; a second interrupt exits at once, naming the steps still
+// inside the driver. In-process with a fake source of interrupts on the virtual clock, then as a
+// program (this runtime running cli/main.ts) on a `--simulate` machine in real time, with a real
+// SIGINT. Runs unchanged under `deno test -A` and `bun test`.
+import { after, describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import process from "node:process";
+
+import { type Interrupts, main } from "../cli/main.ts";
+import { openSimulatedMachine } from "../cli/simulate.ts";
+import { SimulatedDriver } from "../mock/mod.ts";
+import { cli } from "./cli_support.ts";
+import { runtime } from "./fixtures/fake.ts";
+
+/**
+ * Interrupts a test sends itself, on the simulator's clock: once the command watches (its group
+ * is about to start), each of `plan`'s actions runs its `ms` later (virtual time, which the
+ * command's own driver calls move), and `fire()` in it is one Ctrl-C.
+ */
+function fakeInterrupts(
+  sim: SimulatedDriver,
+  plan: { ms: number; act: (fire: () => void) => void }[],
+) {
+  let handler: (() => void) | undefined;
+  let watched = 0;
+  const exits: number[] = [];
+  const fire = () => {
+    assert.ok(handler, "an interrupt is being watched");
+    handler();
+  };
+  const interrupts: Interrupts = {
+    watch(onInterrupt) {
+      watched++;
+      handler = onInterrupt;
+      for (const { ms, act } of plan) sim.sleep(ms).then(() => act(fire));
+      return () => handler = undefined;
+    },
+    exit: (code) => exits.push(code),
+  };
+  return {
+    interrupts,
+    exits,
+    get watched() {
+      return watched;
+    },
+    get watching() {
+      return handler !== undefined;
+    },
+  };
+}
+
+describe("an interrupt during an operation on several processes, in-process", () => {
+  test("toggle: the done ones come back at once, the one in its checkpoint when it ends; exit 130", async () => {
+    const sim = new SimulatedDriver();
+    const big = sim.spawn({ memoryMiB: 4096 });
+    const small = [sim.spawn(), sim.spawn()];
+    await small[0].write(100, new Uint8Array([7, 8, 9]));
+    const digest = await small[0].memoryDigest();
+    const seen: string[][] = [];
+    const look = () => seen.push([big, ...small].map((p) => p.state));
+    const fake = fakeInterrupts(sim, [
+      // The small ones are done, the big one is in its checkpoint: interrupt.
+      { ms: 600, act: (fire) => (look(), fire()) },
+      // The small ones are back, the big one still in its checkpoint.
+      { ms: 1000, act: look },
+    ]);
+    const pids = [big, ...small].map((p) => p.pid).join(",");
+    const r = await cli(["--toggle", "--pid", pids], { driver: sim, interrupts: fake.interrupts });
+    assert.deepEqual(seen, [
+      ["locked", "checkpointed", "checkpointed"],
+      ["locked", "running", "running"],
+    ]);
+    assert.equal(r.code, 130, r.err);
+    assert.equal(
+      r.out,
+      [big, ...small].map((p) => `${p.pid} rolled-back running\n`).join(""),
+    );
+    assert.deepEqual(r.errLines, [
+      "cuda-checkpoint: interrupted: no new step starts, and each process this command changed " +
+      "is brought back once its step inside the driver ends (interrupt again to exit without " +
+      "waiting)",
+      "cuda-checkpoint: interrupted: every process is as it was before",
+    ]);
+    assert.ok([big, ...small].every((p) => p.state === "running"));
+    assert.equal(await small[0].memoryDigest(), digest);
+    assert.equal(fake.watching, false, "no longer watched once the command is over");
+  });
+
+  test("a process that cannot come back is named in the closing line, with what it was", async () => {
+    const sim = new SimulatedDriver();
+    const [a, b] = [sim.spawn({ memoryMiB: 4096 }), sim.spawn()];
+    a.exitDuring("checkpoint", { afterMs: 1000 });
+    b.failNext("restore", { code: 999, state: "failed" }); // its rollback fails
+    const fake = fakeInterrupts(sim, [{ ms: 500, act: (fire) => fire() }]);
+    const r = await cli(["--toggle", "--pid", `${a.pid},${b.pid}`, "--json"], {
+      driver: sim,
+      interrupts: fake.interrupts,
+    });
+    assert.equal(r.code, 130);
+    const lines = r.out.trim().split("\n").map((l) => JSON.parse(l));
+    assert.deepEqual(lines.map((l) => [l.pid, l.status, l.rollback?.ok]), [
+      [a.pid, "failed", undefined],
+      [b.pid, "done", false],
+    ]);
+    assert.equal(
+      r.errLines.at(-1),
+      `cuda-checkpoint: interrupted: left changed: ${a.pid} gone (was running), ${b.pid} failed (was running)`,
+    );
+  });
+
+  test("a second interrupt exits at once, naming the step still inside the driver", async () => {
+    const sim = new SimulatedDriver();
+    const [stuck, other] = [sim.spawn(), sim.spawn()];
+    const release = stuck.hangNext("lock");
+    let otherThen = "";
+    const fake = fakeInterrupts(sim, [
+      { ms: 100, act: (fire) => fire() },
+      {
+        ms: 200,
+        act: (fire) => {
+          otherThen = other.state;
+          fire();
+          release(); // let the test's own command end
+        },
+      },
+    ]);
+    let err = "";
+    const code = await main(["--action", "lock", "--pid", `${stuck.pid},${other.pid}`], {
+      driver: sim,
+      interrupts: fake.interrupts,
+      stdout: () => {},
+      stderr: (t) => err += t,
+    });
+    assert.equal(otherThen, "running", "unlocked again without waiting for the stuck one");
+    assert.deepEqual(fake.exits, [130]);
+    assert.match(
+      err,
+      new RegExp(
+        `interrupted again: exiting without waiting for the driver; still under way, their state unknown: ${stuck.pid} \\(lock\\)\ncuda-checkpoint: check each process with: cuda-checkpoint --get-state --pid ${stuck.pid},${other.pid}\n`,
+      ),
+    );
+    assert.equal(code, 130, "the command itself ends once the stuck call does");
+    assert.equal(stuck.state, "running", "unlocked again once its lock ended");
+  });
+
+  test("one pid is not watched: the program ends at the interrupt, as NVIDIA's does", async () => {
+    const sim = new SimulatedDriver();
+    const p = sim.spawn();
+    const fake = fakeInterrupts(sim, []);
+    const r = await cli(["--toggle", "--pid", p.pid], { driver: sim, interrupts: fake.interrupts });
+    assert.equal(r.code, 0);
+    assert.equal(fake.watched, 0);
+    const q = await cli(["--get-state", "--pid", `${p.pid},${p.pid + 100}`], {
+      driver: sim,
+      interrupts: fake.interrupts,
+    });
+    assert.equal(q.code, 1);
+    assert.equal(fake.watched, 0, "queries are not watched either");
+  });
+});
+
+// ---- as a program, with a real SIGINT ----
+
+const MAIN = new URL("../cli/main.ts", import.meta.url).pathname;
+const dir = mkdtempSync(join(tmpdir(), "ckpt-interrupt-"));
+after(() => rmSync(dir, { recursive: true, force: true }));
+let files = 0;
+
+/** A simulated machine in a new state file, with processes made by `setup`; their pids. */
+async function machineFile(
+  setup: (sim: SimulatedDriver) => number[],
+): Promise<{ path: string; pids: number[] }> {
+  const path = join(dir, `machine-${files++}.json`);
+  const machine = await openSimulatedMachine({ path });
+  try {
+    const pids = setup(machine.driver);
+    await machine.save();
+    return { path, pids };
+  } finally {
+    await machine.close();
+  }
+}
+
+interface Interrupted {
+  code: number | null;
+  signal: string | null;
+  out: string;
+  err: string;
+}
+
+/**
+ * Runs cli/main.ts as a program on this runtime, on the machine in `path` in real time, and
+ * sends it SIGINT `delaysMs` after it has taken the machine's lock (each after the one before).
+ * On Deno through `Deno.Command`: Deno's `node:child_process` reports a child it has sent a
+ * signal to as killed by that signal, even when the child handled it and exited with a code.
+ */
+async function interruptProgram(
+  args: string[],
+  path: string,
+  delaysMs: number[],
+): Promise<Interrupted> {
+  const env = { ...process.env, CKPT_SIM_STATE: path, CKPT_SIM_CLOCK: "real" } as Record<
+    string,
+    string
+  >;
+  const interrupt = async (exited: () => boolean, kill: () => void) => {
+    while (!existsSync(`${path}.lock`) && !exited()) await sleep(10);
+    for (const ms of delaysMs) {
+      await sleep(ms);
+      if (!exited()) kill();
+    }
+  };
+  const deno = (globalThis as { Deno?: typeof Deno }).Deno;
+  if (deno) {
+    const child = new deno.Command(process.execPath, {
+      args: ["run", "-A", MAIN, ...args],
+      env,
+      stdin: "null",
+      stdout: "piped",
+      stderr: "piped",
+    }).spawn();
+    let done = false;
+    const killer = setTimeout(() => child.kill("SIGKILL"), 30_000);
+    const sending = interrupt(() => done, () => child.kill("SIGINT"));
+    const output = await child.output();
+    done = true;
+    clearTimeout(killer);
+    await sending;
+    const text = new TextDecoder();
+    return {
+      code: output.signal ? null : output.code,
+      signal: output.signal,
+      out: text.decode(output.stdout),
+      err: text.decode(output.stderr),
+    };
+  }
+  const child = spawn(process.execPath, [MAIN, ...args], {
+    env,
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  let out = "", err = "";
+  child.stdout.on("data", (d) => out += d);
+  child.stderr.on("data", (d) => err += d);
+  const killer = setTimeout(() => child.kill("SIGKILL"), 30_000);
+  interrupt(() => child.exitCode !== null || child.signalCode !== null, () => child.kill("SIGINT"));
+  return await new Promise((resolve) =>
+    child.on("close", (code, signal) => {
+      clearTimeout(killer);
+      resolve({ code, signal, out, err });
+    })
+  );
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+describe(`SIGINT to cuda-checkpoint as a program (${runtime}), --simulate in real time`, () => {
+  test("the others come back at once, the one whose lock ends later then; exit 130", async () => {
+    // One process's lock waits 3 s and then finds it gone (it exits: a rank killed while locked).
+    const { path, pids } = await machineFile((sim) => {
+      const slow = sim.spawn();
+      slow.exitDuring("lock", { afterMs: 3000 });
+      return [slow.pid, sim.spawn().pid, sim.spawn().pid];
+    });
+    const r = await interruptProgram(
+      ["--simulate", "--action", "lock", "--pid", pids.join(",")],
+      path,
+      [1000],
+    );
+    assert.equal(r.code, 130, `${r.signal} ${r.err}`);
+    assert.equal(
+      r.out,
+      `${pids[0]} failed\n${pids[1]} rolled-back running\n${pids[2]} rolled-back running\n`,
+    );
+    assert.match(r.err, /^cuda-checkpoint: interrupted: no new step starts/);
+    assert.match(
+      r.err,
+      new RegExp(
+        `cuda-checkpoint: interrupted: left changed: ${pids[0]} gone \\(was running\\)\n$`,
+      ),
+    );
+    // Saved: the next command sees the two back and the third gone.
+    const state = await cli(["--simulate", "--get-state", "--pid", pids.slice(1).join(",")], {
+      env: { CKPT_SIM_STATE: path },
+    });
+    assert.equal(state.out, `${pids[1]} running\n${pids[2]} running\n`);
+  });
+
+  test(
+    "a second SIGINT exits at once; the state file is left as it was",
+    async () => {
+      const { path, pids } = await machineFile((sim) => {
+        const stuck = sim.spawn();
+        stuck.hangNext("lock");
+        return [stuck.pid, sim.spawn().pid];
+      });
+      const r = await interruptProgram(
+        ["--simulate", "--action", "lock", "--pid", pids.join(",")],
+        path,
+        [800, 500],
+      );
+      assert.equal(r.code, 130, `${r.signal} ${r.err}`);
+      assert.equal(r.out, "");
+      assert.match(
+        r.err,
+        new RegExp(`still under way, their state unknown: ${pids[0]} \\(lock\\)`),
+      );
+      assert.match(r.err, /the simulated machine was not saved: its state file is as before/);
+      const state = await cli(["--simulate", "--get-state", "--pid", pids.join(",")], {
+        env: { CKPT_SIM_STATE: path },
+      });
+      assert.equal(state.out, `${pids[0]} running\n${pids[1]} running\n`);
+    },
+  );
+});
