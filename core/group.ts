@@ -17,6 +17,7 @@ import type { CheckpointDriver } from "./driver.ts";
 import { askGpuMemory, chooseHost, type HostProcesses } from "./listing.ts";
 import { clockOf, CudaProcess, inTurn, isGone, type ProcessSteps } from "./process.ts";
 import type { DriverSource } from "./sources.ts";
+import { type Step, wayBetween } from "./steps.ts";
 import { describeValue } from "./uuid.ts";
 import {
   checkGpuMapping,
@@ -31,7 +32,7 @@ import {
 export type GroupAction = "suspend" | "resume" | "lock" | "checkpoint" | "restore" | "unlock";
 
 /** One driver call of a process's plan. */
-export type GroupStep = "lock" | "checkpoint" | "restore" | "unlock";
+export type GroupStep = Step;
 
 /** Options of {@link runGroup}, {@link suspendAll} and {@link resumeAll}. */
 export interface GroupOptions {
@@ -212,23 +213,6 @@ const PLANS: Readonly<Record<GroupAction, Partial<Record<ProcessState, readonly 
 /** The steps from a state to the action's wanted state; `undefined` where there is no way. */
 function plan(action: GroupAction, from: ProcessState): readonly GroupStep[] | undefined {
   return from === WANTED[action] ? [] : PLANS[action][from];
-}
-
-/** The states a process goes through, in the order lock and checkpoint take it. */
-const CHAIN: readonly ProcessState[] = ["running", "locked", "checkpointed"];
-/** The step from each state of {@link CHAIN} to the next, and back to the one before. */
-const FORWARD: readonly GroupStep[] = ["lock", "checkpoint"];
-const BACKWARD: readonly GroupStep[] = ["unlock", "restore"];
-
-/** The steps from one state to another; `undefined` from or to the failed state. */
-function wayBetween(from: ProcessState, to: ProcessState): GroupStep[] | undefined {
-  let i = CHAIN.indexOf(from);
-  const j = CHAIN.indexOf(to);
-  if (i < 0 || j < 0) return undefined;
-  const way: GroupStep[] = [];
-  for (; i < j; i++) way.push(FORWARD[i]);
-  for (; i > j; i--) way.push(BACKWARD[i - 1]);
-  return way;
 }
 
 /** The step that undoes a step. */
@@ -611,16 +595,16 @@ class Group {
           if (stop) {
             entry.status = "stopped";
             entry.stopped = stop;
-            await this.#undo(entry, steps, done);
+            await this.#undo(entry, steps, done, false);
             return;
           }
           try {
             await this.#step(entry, steps, step, entry.steps, false);
           } catch (err) {
-            // Undo what this process's own steps did, newest first, so a failure leaves it as it
-            // was (a suspend whose checkpoint failed is unlocked again); a process that is gone
-            // has nothing left to undo.
-            if (!isGone(err)) await this.#undo(entry, steps, done);
+            // Bring it back from wherever the failure left it, so a failure leaves it as it was
+            // (a suspend whose checkpoint failed is unlocked again); a process that is gone has
+            // nothing left to undo.
+            if (!isGone(err)) await this.#undo(entry, steps, done, true);
             throw err;
           }
           done.push(step);
@@ -696,20 +680,27 @@ class Group {
 
   /**
    * Brings the process back to its initial state within the caller's turn, after it made the
-   * steps `done`; records it as the entry's rollback. The way back starts from the state the
-   * driver reports now, which a failed step may have left elsewhere than `done` says (a failed
-   * checkpoint that left the process checkpointed is restored and unlocked); where the state
-   * cannot be read, `done` is undone newest first. A failed process is left alone: the failed
-   * state is final, and no step can bring it back.
+   * steps `done` (and, `afterFailure`, a step that failed); records it as the entry's rollback.
+   * The way back starts from the state the driver reports now, which a failed step may have
+   * left elsewhere than `done` says (a failed checkpoint that left the process checkpointed is
+   * restored and unlocked, a failed lock that locked it is unlocked); where the state cannot be
+   * read, `done` is undone newest first. A failed process is left alone: the failed state is
+   * final, and no step can bring it back.
    */
-  async #undo(entry: Entry, steps: ProcessSteps, done: readonly GroupStep[]): Promise<void> {
-    if (done.length === 0) {
-      entry.state = entry.initialState; // nothing was done: it is as it was
+  async #undo(
+    entry: Entry,
+    steps: ProcessSteps,
+    done: readonly GroupStep[],
+    afterFailure: boolean,
+  ): Promise<void> {
+    if (done.length === 0 && !afterFailure) {
+      entry.state = entry.initialState; // stopped before any step: it is as it was
       return;
     }
     const record: StepRecord[] = [];
     try {
       const now = await steps.state().catch(() => undefined);
+      if (now === undefined && done.length === 0) return; // nothing known to undo
       const back = now === undefined
         ? [...done].reverse().map((step) => UNDO[step])
         : wayBetween(now, entry.initialState!);
@@ -722,6 +713,10 @@ class Group {
           description: "the operation cannot be performed in the present state",
           detail: `the failed state is final: it cannot be brought back to ${entry.initialState}`,
         });
+      }
+      if (back.length === 0 && done.length === 0) {
+        entry.state = now; // the failed step changed nothing
+        return;
       }
       for (const step of back) await this.#step(entry, steps, step, record, true);
       entry.rollback = { ok: true, steps: record };
@@ -736,7 +731,7 @@ class Group {
   async #rollBack(entry: Entry): Promise<void> {
     const done = entry.steps.filter((s) => s.ok).map((s) => s.step);
     try {
-      await inTurn(entry.proc, (steps) => this.#undo(entry, steps, done));
+      await inTurn(entry.proc, (steps) => this.#undo(entry, steps, done, false));
     } catch (err) {
       entry.rollback = { ok: false, steps: entry.rollback?.steps ?? [], error: err as Error };
     }

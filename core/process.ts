@@ -36,6 +36,7 @@ import {
   explainRejectedMapping,
 } from "./gate.ts";
 import { inProcessOrder } from "./order.ts";
+import { wayBetween } from "./steps.ts";
 import {
   checkSource,
   currentDefaultSource,
@@ -503,66 +504,64 @@ export class CudaProcess {
   async #suspend(driver: CheckpointDriver, timeoutMs: number): Promise<void> {
     await checkCapability(driver, "checkpoint", this.pid);
     await checkCapability(driver, "unlock", this.pid);
-    try {
-      await this.#lock(driver, timeoutMs);
-    } catch (err) {
-      // An illegal state names the state already, a process that is gone has none, and a
-      // missing capability reached no process.
-      if (
-        isGone(err) || err instanceof CheckpointUnsupportedError ||
-        (err instanceof CudaError && err.state !== undefined)
-      ) {
-        throw err;
+    for (const step of ["lock", "checkpoint"] as const) {
+      try {
+        if (step === "lock") await this.#lock(driver, timeoutMs);
+        else await this.#step(driver, "checkpoint");
+      } catch (err) {
+        // No process (it exited) or no CUDA in it: nothing is left to undo, and the error says
+        // so. A missing capability reached no process.
+        if (isGone(err) || err instanceof CheckpointUnsupportedError) throw err;
+        throw restate(err, await this.#afterFailedSuspend(driver, step, err));
       }
-      throw restate(err, `nothing was checkpointed: ${await this.#stateSentence(driver)}`);
-    }
-    try {
-      await this.#step(driver, "checkpoint");
-    } catch (err) {
-      // No process (it exited) or no CUDA in it: there is nothing left to undo, and the error
-      // already says so.
-      if (isGone(err)) throw err;
-      throw restate(err, await this.#afterFailedCheckpoint(driver, err));
     }
   }
 
   /**
-   * Brings a process whose checkpoint failed inside suspend back to running where the driver
-   * allows it, from the state the failure left it in; says what was done and where it is.
+   * Brings a process whose lock or checkpoint failed inside suspend back to running, from the
+   * state the failure left it in, where the driver allows it; says what was done and where the
+   * process is.
    */
-  async #afterFailedCheckpoint(driver: CheckpointDriver, err: unknown): Promise<string> {
+  async #afterFailedSuspend(
+    driver: CheckpointDriver,
+    step: "lock" | "checkpoint",
+    err: unknown,
+  ): Promise<string> {
     const state = await this.#getState(driver).catch(() => undefined);
-    // An illegal state means our checkpoint changed nothing: another program moved the process
-    // (the error says to where), and it is not ours to move back.
-    if (err instanceof CudaError && err.code === CUDA_ERROR_ILLEGAL_STATE && state !== "locked") {
+    // An illegal state means the call changed nothing: the error names the state, and a process
+    // another program moved (a lock refused, a checkpoint of a process no longer locked) is not
+    // ours to move back. A checkpoint refused while the process is still locked leaves our lock.
+    if (
+      err instanceof CudaError && err.code === CUDA_ERROR_ILLEGAL_STATE &&
+      (step === "lock" || state !== "locked")
+    ) {
       return "";
     }
-    let back: ("restore" | "unlock")[];
-    let done: string;
-    switch (state) {
-      case "running":
-        return "the failed checkpoint left the process running";
-      case "failed":
-        return `the failed checkpoint left the process in the failed state: ${FAILED_IS_FINAL}`;
-      case "checkpointed":
-        back = ["restore", "unlock"];
-        done = "suspend restored and unlocked the process again: it was left running";
-        break;
-      default:
-        // Locked, or not known (the state could not be read): the lock is ours to undo.
-        back = ["unlock"];
-        done = "suspend unlocked the process again: it was left running";
+    if (state === undefined && step === "lock") {
+      return `nothing was checkpointed; ${await this.#stateSentence(driver)}`;
+    }
+    // Not known (the state could not be read) after our lock: the lock is ours to undo.
+    const back = state === undefined ? ["unlock" as const] : wayBetween(state, "running");
+    if (back === undefined) {
+      return `the failed ${step} left the process in the failed state: ${FAILED_IS_FINAL}`;
+    }
+    if (back.length === 0) {
+      return step === "lock"
+        ? "nothing was checkpointed: the process is running"
+        : "the failed checkpoint left the process running";
     }
     try {
-      for (const step of back) {
-        if (step === "restore") await this.#restore(driver, null);
+      for (const s of back) {
+        if (s === "restore") await this.#restore(driver, null);
         else await this.#step(driver, "unlock");
       }
-      return done;
     } catch (undoErr) {
       return `suspend could not bring it back to running (${messageOf(undoErr)}); ${await this
         .#stateSentence(driver)}`;
     }
+    return back.length === 1
+      ? "suspend unlocked the process again: it was left running"
+      : "suspend restored and unlocked the process again: it was left running";
   }
 
   async #resume(driver: CheckpointDriver, pairs: GpuPair[] | null): Promise<void> {

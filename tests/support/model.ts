@@ -1,0 +1,614 @@
+// A small reference model of the CUDA checkpoint state machine, written from
+// shared/DRIVER_FACTS.md ("State machine, as measured", "Calls that overlap on one process", and
+// NVIDIA's word on OUT_OF_MEMORY and FAILED), not from the simulator's tables, and of what this
+// library promises on top of it (README "Reliability"). tests/model_test.ts drives random
+// sequences of operations through fast-check against it; tests/fixtures/unhandled.ts runs the
+// same sequences to look for unhandled rejections. Not a test file.
+import assert from "node:assert/strict";
+import fc from "fast-check";
+
+import { CudaError, CudaProcess, type GroupAction, runGroup } from "../../mod.ts";
+import { SimulatedDriver, type SimulatedProcess } from "../../mock/mod.ts";
+
+// ---- the driver, from DRIVER_FACTS.md ----
+
+/** A process's checkpoint state. */
+export type State = "running" | "locked" | "checkpointed" | "failed";
+/** A driver call that changes the state. */
+export type Step = "lock" | "checkpoint" | "restore" | "unlock";
+
+/** Each step takes a process from one state to one other; any other state is ILLEGAL_STATE. */
+const STEP: Readonly<Record<Step, readonly [State, State]>> = {
+  lock: ["running", "locked"],
+  checkpoint: ["locked", "checkpointed"],
+  restore: ["checkpointed", "locked"], // locked, not running
+  unlock: ["locked", "running"],
+};
+
+const SUCCESS = 0;
+const OUT_OF_MEMORY = 2;
+const NOT_INITIALIZED = 3;
+const OPERATING_SYSTEM = 304;
+const ILLEGAL_STATE = 401;
+
+/** A fault waiting on a step (the simulator's failNext and exitDuring, as its docs say). */
+export type Fault =
+  | { kind: "fail"; nth: number; code: number; state?: State }
+  | { kind: "exit"; nth: number; afterMs: number };
+
+/** A process as the model sees it. */
+export interface ModelProcess {
+  readonly pid: number;
+  readonly cuda: boolean;
+  readonly memoryMiB: number;
+  gone: boolean;
+  state: State;
+  /** Whether its memory is on the GPU (running, locked) or in host memory (checkpointed). */
+  onGpu: boolean;
+  faults: Map<Step, Fault>;
+}
+
+/** The machine as the model sees it: one GPU. */
+export interface Model {
+  readonly procs: ModelProcess[];
+  readonly capacityMiB: number;
+  readonly contextMiB: number;
+  /** GPU memory a filler holds (0: none). */
+  fillerMiB: number;
+}
+
+/** GPU memory in use: the filler's, and each live CUDA process's memory and context on the GPU. */
+export function usedMiB(m: Model): number {
+  return m.fillerMiB +
+    m.procs.filter((p) => p.cuda && !p.gone && p.onGpu).reduce(
+      (sum, p) => sum + p.memoryMiB + m.contextMiB,
+      0,
+    );
+}
+
+/** One driver call on the model: its code, and the process changed as the real driver would. */
+export function call(m: Model, p: ModelProcess, op: Step | "getState"): number {
+  if (p.gone) return OPERATING_SYSTEM; // no such pid
+  if (!p.cuda) return NOT_INITIALIZED; // a live process that never initialised CUDA
+  if (op === "getState") return SUCCESS;
+  const [from, to] = STEP[op];
+  if (p.state !== from) return ILLEGAL_STATE; // "unchanged"
+  const fault = take(p, op);
+  if (fault?.kind === "exit") {
+    p.gone = true; // "the target process exits during checkpoint: OPERATING_SYSTEM"
+    return OPERATING_SYSTEM;
+  }
+  if (fault?.kind === "fail") {
+    const state = fault.state;
+    if ((state === "running" || state === "locked") && !p.onGpu) {
+      if (!fits(m, p)) return OUT_OF_MEMORY; // memory back on the GPU needs room
+      p.onGpu = true;
+    }
+    if (state === "checkpointed") p.onGpu = false;
+    if (state !== undefined) p.state = state;
+    return fault.code;
+  }
+  // "restore onto a GPU without enough free memory gives OUT_OF_MEMORY and leaves the process
+  // checkpointed"
+  if (op === "restore" && !fits(m, p)) return OUT_OF_MEMORY;
+  p.state = to;
+  if (op === "checkpoint") p.onGpu = false; // "releases the GPU"
+  if (op === "restore") p.onGpu = true;
+  return SUCCESS;
+}
+
+function fits(m: Model, p: ModelProcess): boolean {
+  return p.memoryMiB + m.contextMiB <= m.capacityMiB - usedMiB(m);
+}
+
+/** Counts a step the driver carries out; the fault that hits it, if one does. */
+function take(p: ModelProcess, op: Step): Fault | undefined {
+  const f = p.faults.get(op);
+  if (!f) return undefined;
+  if (f.nth > 1) {
+    p.faults.set(op, { ...f, nth: f.nth - 1 });
+    return undefined;
+  }
+  p.faults.delete(op);
+  return f;
+}
+
+// ---- what the library does with those calls (README "Reliability") ----
+
+/** An operation of `CudaProcess`. */
+export type Operation =
+  | "state"
+  | "lock"
+  | "checkpoint"
+  | "restore"
+  | "unlock"
+  | "suspend"
+  | "resume"
+  | "toggle";
+
+/** What an operation resolves to, or the code it rejects with. */
+export type Outcome = { ok: true; value?: string } | { ok: false; code: number };
+
+const done = (value?: string): Outcome => value === undefined ? { ok: true } : { ok: true, value };
+const failed = (code: number): Outcome => ({ ok: false, code });
+const isGoneCode = (code: number) => code === OPERATING_SYSTEM || code === NOT_INITIALIZED;
+
+/** A `CudaProcess` operation on the model: the calls it makes, in order, and its outcome. */
+export function operate(m: Model, p: ModelProcess, op: Operation): Outcome {
+  switch (op) {
+    case "state": {
+      const code = call(m, p, "getState");
+      return code === SUCCESS ? done(p.state) : failed(code);
+    }
+    case "lock":
+    case "checkpoint":
+    case "restore":
+    case "unlock": {
+      const code = call(m, p, op);
+      return code === SUCCESS ? done() : failed(code);
+    }
+    case "suspend":
+      return suspend(m, p);
+    case "resume":
+      return resume(m, p);
+    case "toggle": {
+      const code = call(m, p, "getState");
+      if (code !== SUCCESS) return failed(code);
+      if (p.state === "running") {
+        const r = suspend(m, p);
+        return r.ok ? done("checkpointed") : r;
+      }
+      if (p.state === "checkpointed") {
+        const r = resume(m, p);
+        return r.ok ? done("running") : r;
+      }
+      return failed(ILLEGAL_STATE); // toggle goes between running and checkpointed only
+    }
+  }
+}
+
+/**
+ * lock + checkpoint. A failed step is undone from wherever it left the process, back to running
+ * (locked -> unlock, checkpointed -> restore + unlock, failed -> nothing); an illegal state means
+ * the call changed nothing and the process is not ours to move (unless our lock still holds it).
+ */
+function suspend(m: Model, p: ModelProcess): Outcome {
+  for (const step of ["lock", "checkpoint"] as const) {
+    const code = call(m, p, step);
+    if (code === SUCCESS) continue;
+    if (isGoneCode(code)) return failed(code);
+    const now = p.state;
+    if (code === ILLEGAL_STATE && (step === "lock" || now !== "locked")) return failed(code);
+    for (const back of wayBetween(now, "running") ?? []) {
+      if (call(m, p, back) !== SUCCESS) break;
+    }
+    return failed(code);
+  }
+  return done();
+}
+
+/** restore + unlock; a failed restore leaves the process where the driver left it. */
+function resume(m: Model, p: ModelProcess): Outcome {
+  const restore = call(m, p, "restore");
+  if (restore !== SUCCESS) return failed(restore);
+  const unlock = call(m, p, "unlock");
+  return unlock === SUCCESS ? done() : failed(unlock);
+}
+
+/** Where each group action takes a process, and the steps from each state. */
+const WANTED: Readonly<Record<GroupAction, State>> = {
+  suspend: "checkpointed",
+  resume: "running",
+  lock: "locked",
+  checkpoint: "checkpointed",
+  restore: "locked",
+  unlock: "running",
+};
+const PLANS: Readonly<Record<GroupAction, Partial<Record<State, readonly Step[]>>>> = {
+  suspend: { running: ["lock", "checkpoint"], locked: ["checkpoint"] },
+  resume: { checkpointed: ["restore", "unlock"], locked: ["unlock"] },
+  lock: { running: ["lock"] },
+  checkpoint: { locked: ["checkpoint"] },
+  restore: { checkpointed: ["restore"] },
+  unlock: { locked: ["unlock"] },
+};
+const CHAIN: readonly State[] = ["running", "locked", "checkpointed"];
+
+/** The steps between two states of running - locked - checkpointed; none from or to failed. */
+function wayBetween(from: State, to: State): Step[] | undefined {
+  let i = CHAIN.indexOf(from);
+  const j = CHAIN.indexOf(to);
+  if (i < 0 || j < 0) return undefined;
+  const way: Step[] = [];
+  for (; i < j; i++) way.push(i === 0 ? "lock" : "checkpoint");
+  for (; i > j; i--) way.push(i === 2 ? "restore" : "unlock");
+  return way;
+}
+
+/** A group member's status, as `ProcessOutcome.status` says it. */
+export type Status = "done" | "unchanged" | "failed";
+
+/**
+ * One process of a group that is not all-or-nothing: its state read first, then its plan's
+ * steps; a failed step is undone from the state the driver then reports, back to where it was.
+ */
+export function groupMember(m: Model, p: ModelProcess, action: GroupAction): Status {
+  if (call(m, p, "getState") !== SUCCESS) return "failed";
+  const initial = p.state;
+  if (initial === WANTED[action]) return "unchanged";
+  const plan = PLANS[action][initial];
+  if (plan === undefined) return "failed";
+  for (const step of plan) {
+    const code = call(m, p, step);
+    if (code === SUCCESS) continue;
+    if (!isGoneCode(code) && !p.gone) {
+      const way = wayBetween(p.state, initial);
+      for (const back of way ?? []) if (call(m, p, back) !== SUCCESS) break;
+    }
+    return "failed";
+  }
+  return "done";
+}
+
+// ---- the real side: a simulated machine and handles on it ----
+
+/** What a run works on: the simulator, its processes, a handle each, and the GPU filler. */
+export interface Real {
+  readonly sim: SimulatedDriver;
+  readonly procs: SimulatedProcess[];
+  readonly handles: CudaProcess[];
+  readonly digests: Map<number, string>;
+  filler?: SimulatedProcess;
+}
+
+/** A process to start a run with. */
+export interface Spec {
+  readonly memoryMiB: number;
+  readonly state: "running" | "locked" | "checkpointed";
+}
+
+/** A machine with the processes of `specs` (and one that never used CUDA), and its model. */
+export async function start(specs: readonly Spec[]): Promise<{ model: Model; real: Real }> {
+  const sim = new SimulatedDriver();
+  const procs: SimulatedProcess[] = [];
+  const digests = new Map<number, string>();
+  for (const [i, spec] of specs.entries()) {
+    const p = sim.spawn({ memoryMiB: spec.memoryMiB });
+    await p.write(i * 4099, new Uint8Array([i + 1, 42, i * 3]));
+    digests.set(p.pid, await p.memoryDigest());
+    if (spec.state !== "running") assert.equal(await sim.lock(p.pid, null), SUCCESS);
+    if (spec.state === "checkpointed") assert.equal(await sim.checkpoint(p.pid), SUCCESS);
+    procs.push(p);
+  }
+  procs.push(sim.spawn({ cuda: false }));
+  const model: Model = {
+    procs: procs.map((p, i) => ({
+      pid: p.pid,
+      cuda: p.usesCuda,
+      memoryMiB: p.memoryMiB,
+      gone: false,
+      state: specs[i]?.state ?? "running",
+      onGpu: specs[i]?.state !== "checkpointed",
+      faults: new Map(),
+    })),
+    capacityMiB: sim.gpus[0].memoryMiB,
+    contextMiB: sim.gpus[0].contextMiB,
+    fillerMiB: 0,
+  };
+  const handles = procs.map((p) => new CudaProcess(p.pid, { driver: sim }));
+  return { model, real: { sim, procs, handles, digests } };
+}
+
+/** Checks the machine against the model: every state, who is gone, the GPU memory in use. */
+export function agree(m: Model, r: Real, after: string): void {
+  for (const [i, p] of m.procs.entries()) {
+    const q = r.procs[i];
+    assert.equal(q.exited, p.gone, `${after}: pid ${p.pid} gone`);
+    if (!p.gone && p.cuda) assert.equal(q.state, p.state, `${after}: pid ${p.pid}'s state`);
+  }
+  assert.equal(r.sim.gpus[0].usedMiB, usedMiB(m), `${after}: GPU memory in use`);
+}
+
+/** Every live process that is running has its memory as it was written. */
+export async function memoryIntact(m: Model, r: Real): Promise<void> {
+  for (const [i, p] of m.procs.entries()) {
+    if (p.gone || !p.cuda || p.state !== "running") continue;
+    assert.equal(await r.procs[i].memoryDigest(), r.digests.get(p.pid), `pid ${p.pid}'s memory`);
+  }
+}
+
+/** What a real operation did, in the model's terms; checks a rejection is a clear error. */
+async function outcomeOf(p: Promise<unknown>, pid: number): Promise<Outcome> {
+  try {
+    const value = await p;
+    return typeof value === "string" ? done(value) : done();
+  } catch (err) {
+    assert.ok(err instanceof CudaError, `a CudaError, got ${err}`);
+    assert.ok(err.message.includes(`process ${pid}`), err.message);
+    if (err.codeName.startsWith("CUresult ")) assert.ok(err.message.includes(`${err.code}`));
+    return failed(err.code);
+  }
+}
+
+/** Takes the model's processes back from the machine (after a group whose timing decides). */
+function resync(m: Model, r: Real): void {
+  for (const [i, p] of m.procs.entries()) {
+    const q = r.procs[i];
+    p.gone = q.exited;
+    if (p.gone || !p.cuda) continue;
+    p.state = q.state;
+    p.onGpu = q.memoryLocation === "gpu";
+    p.faults = new Map(
+      q.pendingFaults.flatMap((f): [Step, Fault][] =>
+        f.kind === "fail"
+          ? [[f.operation as Step, {
+            kind: "fail",
+            nth: f.nth,
+            code: f.code,
+            ...(f.state ? { state: f.state } : {}),
+          }]]
+          : f.kind === "exit"
+          ? [[f.operation as Step, { kind: "exit", nth: f.nth, afterMs: f.afterMs }]]
+          : []
+      ),
+    );
+  }
+}
+
+// ---- commands ----
+
+type Cmd = fc.AsyncCommand<Model, Real, boolean>;
+
+const OPERATIONS: readonly Operation[] = [
+  "state",
+  "lock",
+  "checkpoint",
+  "restore",
+  "unlock",
+  "suspend",
+  "resume",
+  "toggle",
+];
+const STEPS: readonly Step[] = ["lock", "checkpoint", "restore", "unlock"];
+const ACTIONS: readonly GroupAction[] = [
+  "suspend",
+  "resume",
+  "lock",
+  "checkpoint",
+  "restore",
+  "unlock",
+];
+/** Codes a fault returns: real ones, ILLEGAL_STATE (a lie the library must survive) and one no driver knows. */
+const FAULT_CODES = [1, OUT_OF_MEMORY, ILLEGAL_STATE, 600, 801, 999, 7777];
+
+const live = (m: Model, i: number) => !m.procs[i].gone && m.procs[i].cuda;
+
+/** One operation on one process, awaited. */
+class OperateOne implements Cmd {
+  constructor(readonly i: number, readonly op: Operation) {}
+  check = () => true;
+  async run(m: Model, r: Real): Promise<void> {
+    const expected = operate(m, m.procs[this.i], this.op);
+    const seen = await outcomeOf(
+      (r.handles[this.i][this.op] as () => Promise<unknown>).call(r.handles[this.i]),
+      m.procs[this.i].pid,
+    );
+    assert.deepEqual(seen, expected, this.toString());
+    agree(m, r, this.toString());
+  }
+  toString = () => `${this.op}(#${this.i})`;
+}
+
+/**
+ * Operations made all at once, on one process or several, without waiting: each process's run
+ * one after another in the order made, so each result is the model's in that order. No filler
+ * (GPU memory then never decides between processes).
+ */
+class OperateAtOnce implements Cmd {
+  constructor(readonly ops: readonly (readonly [number, Operation])[]) {}
+  check = (m: Readonly<Model>) => m.fillerMiB === 0;
+  async run(m: Model, r: Real): Promise<void> {
+    const expected = this.ops.map(([i, op]) => operate(m, m.procs[i], op));
+    const promises = this.ops.map(([i, op]) =>
+      (r.handles[i][op] as () => Promise<unknown>).call(r.handles[i])
+    );
+    const seen = await Promise.all(
+      promises.map((p, k) => outcomeOf(p, m.procs[this.ops[k][0]].pid)),
+    );
+    assert.deepEqual(seen, expected, this.toString());
+    agree(m, r, this.toString());
+  }
+  toString = () => `atOnce(${this.ops.map(([i, op]) => `${op}(#${i})`).join(", ")})`;
+}
+
+/** A group operation on some processes. */
+class Group implements Cmd {
+  constructor(
+    readonly action: GroupAction,
+    readonly members: readonly number[],
+    readonly allOrNothing: boolean,
+  ) {}
+  check = () => true;
+  async run(m: Model, r: Real): Promise<void> {
+    const before = this.members.map((i) => ({ ...m.procs[i] }));
+    const result = await runGroup(this.action, this.members.map((i) => r.procs[i].pid), {
+      driver: r.sim,
+      allOrNothing: this.allOrNothing,
+    });
+    const label = this.toString();
+    // Every outcome tells the truth about where its process is.
+    for (const [k, o] of result.processes.entries()) {
+      const q = r.procs[this.members[k]];
+      if (o.state !== undefined) assert.equal(o.state, q.state, `${label}: pid ${o.pid}`);
+      if (o.status === "done" || o.status === "unchanged") {
+        if (!o.rollback) assert.equal(q.state, WANTED[this.action], label);
+      }
+      if (o.error) assert.ok(o.error.message.includes(`${o.pid}`), o.error.message);
+    }
+    const exact = !this.allOrNothing && m.fillerMiB === 0;
+    if (exact) {
+      // Each process on its own: the model says what becomes of it.
+      const statuses = this.members.map((i) => groupMember(m, m.procs[i], this.action));
+      assert.deepEqual(result.processes.map((o) => o.status), statuses, label);
+      assert.equal(result.ok, statuses.every((s) => s !== "failed"), label);
+    } else {
+      // All or nothing (or GPU memory that one may take from another): which steps ran depends
+      // on timing, so the machine's states are taken as they are, once the promise is checked.
+      if (this.allOrNothing && !result.ok) {
+        for (const [k, o] of result.processes.entries()) {
+          const q = r.procs[this.members[k]];
+          const couldNot = q.exited || q.state === "failed" || o.rollback?.ok === false ||
+            (o.status === "failed" && o.rollback === undefined && o.steps.some((s) => s.ok));
+          if (!couldNot && before[k].cuda) {
+            assert.equal(q.state, before[k].state, `${label}: pid ${o.pid} back as it was`);
+          }
+        }
+      }
+      resync(m, r);
+      m.fillerMiB = r.filler && !r.filler.exited ? r.filler.memoryMiB + m.contextMiB : 0;
+    }
+    agree(m, r, label);
+  }
+  toString = () =>
+    `group(${this.action}, [${this.members.map((i) => `#${i}`).join(", ")}]${
+      this.allOrNothing ? ", allOrNothing" : ""
+    })`;
+}
+
+/** A fault injected into a step of a live CUDA process. */
+class Inject implements Cmd {
+  constructor(readonly i: number, readonly op: Step, readonly fault: Fault) {}
+  check = (m: Readonly<Model>) => live(m as Model, this.i);
+  run(m: Model, r: Real): Promise<void> {
+    const f = this.fault;
+    if (f.kind === "fail") {
+      r.procs[this.i].failNext(this.op, {
+        code: f.code,
+        nth: f.nth,
+        ...(f.state ? { state: f.state } : {}),
+      });
+    } else {
+      r.procs[this.i].exitDuring(this.op, { afterMs: f.afterMs, nth: f.nth });
+    }
+    m.procs[this.i].faults.set(this.op, f);
+    return Promise.resolve();
+  }
+  toString = () => `${this.fault.kind}(#${this.i}, ${this.op}, ${JSON.stringify(this.fault)})`;
+}
+
+/** A process exits, or enters the failed state, now. */
+class Happen implements Cmd {
+  constructor(readonly i: number, readonly what: "exit" | "fail") {}
+  check = (m: Readonly<Model>) => live(m as Model, this.i);
+  run(m: Model, r: Real): Promise<void> {
+    const p = m.procs[this.i];
+    if (this.what === "exit") {
+      r.procs[this.i].exit();
+      p.gone = true;
+    } else {
+      r.procs[this.i].enterFailedState();
+      p.state = "failed";
+    }
+    agree(m, r, this.toString());
+    return Promise.resolve();
+  }
+  toString = () => `${this.what}Now(#${this.i})`;
+}
+
+/** The GPU is filled (nothing more fits), or the filler exits. */
+class Fill implements Cmd {
+  constructor(readonly fill: boolean) {}
+  check = (m: Readonly<Model>) => (m.fillerMiB === 0) === this.fill;
+  run(m: Model, r: Real): Promise<void> {
+    if (this.fill) {
+      m.fillerMiB = m.capacityMiB - usedMiB(m);
+      r.filler = r.sim.fillGpu(0);
+    } else {
+      r.filler!.exit();
+      m.fillerMiB = 0;
+    }
+    agree(m, r, this.toString());
+    return Promise.resolve();
+  }
+  toString = () => (this.fill ? "fillGpu" : "freeGpu");
+}
+
+/** The commands, for processes 0..count-1 (the last one never used CUDA). */
+export function commands(count: number): fc.Arbitrary<Cmd>[] {
+  const proc = fc.integer({ min: 0, max: count - 1 });
+  const cuda = fc.integer({ min: 0, max: count - 2 });
+  const op = fc.constantFrom(...OPERATIONS);
+  const step = fc.constantFrom(...STEPS);
+  const nth = fc.integer({ min: 1, max: 3 });
+  const fault: fc.Arbitrary<Fault> = fc.oneof(
+    fc.record({
+      kind: fc.constant("fail" as const),
+      nth,
+      code: fc.constantFrom(...FAULT_CODES),
+      state: fc.option(fc.constantFrom<State>("running", "locked", "checkpointed", "failed"), {
+        nil: undefined,
+      }),
+    }).map(({ state, ...f }) => (state === undefined ? f : { ...f, state })),
+    fc.record({
+      kind: fc.constant("exit" as const),
+      nth,
+      afterMs: fc.constantFrom(0, 50, 5000),
+    }),
+  );
+  const one = fc.tuple(proc, op).map(([i, o]) => new OperateOne(i, o));
+  const atOnce = fc.array(fc.tuple(proc, op), { minLength: 2, maxLength: 6 }).map((ops) =>
+    new OperateAtOnce(ops)
+  );
+  const group = fc.tuple(
+    fc.constantFrom(...ACTIONS),
+    fc.uniqueArray(proc, { minLength: 1, maxLength: count }),
+    fc.boolean(),
+  ).map(([a, members, aon]) => new Group(a, members, aon));
+  const inject = fc.tuple(cuda, step, fault).map(([i, s, f]) => new Inject(i, s, f));
+  const happen = fc.tuple(cuda, fc.constantFrom("exit" as const, "fail" as const)).map((
+    [i, w],
+  ) => new Happen(i, w));
+  const fill = fc.boolean().map((f) => new Fill(f));
+  // fc.commands picks among these evenly: operations come more often than what breaks processes.
+  return [
+    one,
+    one,
+    one,
+    one,
+    atOnce,
+    atOnce,
+    group,
+    group,
+    group,
+    inject,
+    inject,
+    inject,
+    happen,
+    fill,
+  ];
+}
+
+/** Random processes to start with: 2 to 4 CUDA processes of 1 to 8 MiB, in any state. */
+export const specs: fc.Arbitrary<Spec[]> = fc.array(
+  fc.record({
+    memoryMiB: fc.integer({ min: 1, max: 8 }),
+    state: fc.constantFrom("running" as const, "locked" as const, "checkpointed" as const),
+  }),
+  { minLength: 2, maxLength: 4 },
+);
+
+/** The property: any sequence of commands on any processes keeps the machine and model agreed. */
+export function property(maxCommands = 30): fc.IAsyncPropertyWithHooks<[[Spec[], Iterable<Cmd>]]> {
+  const runs = specs.chain((s) =>
+    fc.tuple(fc.constant(s), fc.commands(commands(s.length + 1), { maxCommands, size: "+1" }))
+  );
+  return fc.asyncProperty(runs, async ([s, cmds]) => {
+    const { model, real } = await start(s);
+    try {
+      await fc.asyncModelRun(() => ({ model, real }), cmds);
+      await memoryIntact(model, real);
+    } finally {
+      real.sim.close();
+    }
+  });
+}
