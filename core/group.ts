@@ -22,6 +22,7 @@ import { describeValue } from "./uuid.ts";
 import {
   checkGpuMapping,
   checkInteger,
+  checkOptionsObject,
   checkPid,
   checkTimeoutMs,
   DEFAULT_LOCK_TIMEOUT_MS,
@@ -246,7 +247,7 @@ export async function runGroup(
   targets: readonly (number | CudaProcess)[],
   options: GroupOptions = {},
 ): Promise<GroupResult> {
-  if (!(action in WANTED)) {
+  if (typeof action !== "string" || !Object.hasOwn(WANTED, action)) {
     throw new RangeError(
       `action must be one of ${Object.keys(WANTED).map((a) => `"${a}"`).join(", ")}, got ${
         describeValue(action)
@@ -300,9 +301,29 @@ interface Settings {
   host?: HostProcesses;
 }
 
+/** Every option of {@link GroupOptions}: a key not among them is a mistake, said as one. */
+const GROUP_OPTION_KEYS = [
+  "driver",
+  "concurrency",
+  "allOrNothing",
+  "rollBackOnAbort",
+  "timeoutMs",
+  "signal",
+  "lockTimeoutMs",
+  "gpuMapping",
+  "onProgress",
+  "gpuMemory",
+  "host",
+];
+
 function checkOptions(options: GroupOptions): Settings {
-  if (typeof options !== "object" || options === null) {
-    throw new TypeError(`options must be an object such as { allOrNothing: true }, got ${options}`);
+  checkOptionsObject(options, "{ allOrNothing: true }");
+  for (const key of Object.keys(options)) {
+    if (!GROUP_OPTION_KEYS.includes(key)) {
+      throw new TypeError(
+        `runGroup has no option ${JSON.stringify(key)}; it takes ${GROUP_OPTION_KEYS.join(", ")}`,
+      );
+    }
   }
   const concurrency = options.concurrency === undefined
     ? Infinity

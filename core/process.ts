@@ -47,6 +47,7 @@ import {
 import {
   checkGpuMapping,
   checkInteger,
+  checkOptionsObject,
   checkPid,
   checkTimeoutMs,
   DEFAULT_LOCK_TIMEOUT_MS,
@@ -205,13 +206,7 @@ export class CudaProcess {
    */
   constructor(pid: number, options: CudaProcessOptions = {}) {
     this.pid = checkPid(pid);
-    if (typeof options !== "object" || options === null) {
-      throw new TypeError(
-        `options must be an object such as { driver }, got ${
-          options === null ? "null" : typeof options
-        }`,
-      );
-    }
+    checkOptionsObject(options, "{ driver }");
     if (options.driver !== undefined) checkSource(options.driver, "options.driver");
     this.#source = options.driver;
     turns.set(this, (body) =>
@@ -386,9 +381,7 @@ export class CudaProcess {
         }`,
       );
     }
-    if (typeof options !== "object" || options === null) {
-      throw new TypeError(`options must be an object such as { timeoutMs: 5000 }, got ${options}`);
-    }
+    checkOptionsObject(options, "{ timeoutMs: 5000 }");
     const timeoutMs = options.timeoutMs === undefined
       ? undefined
       : checkInteger(options.timeoutMs, "timeoutMs", 0);
@@ -396,6 +389,9 @@ export class CudaProcess {
       ? 50
       : checkInteger(options.intervalMs, "intervalMs", 1);
     const signal = options.signal;
+    if (signal !== undefined && !(signal instanceof AbortSignal)) {
+      throw new TypeError(`signal must be an AbortSignal, got ${describeValue(signal)}`);
+    }
     const driver = await this.driver();
     const clock = clockOf(driver);
     const start = clock.now();
@@ -704,9 +700,7 @@ export function isGone(err: unknown): boolean {
 
 /** The lock timeout an options object asks for; throws a TypeError or RangeError naming it. */
 function timeoutOf(options: LockOptions): number {
-  if (typeof options !== "object" || options === null) {
-    throw new TypeError(`options must be an object such as { timeoutMs: 10000 }, got ${options}`);
-  }
+  checkOptionsObject(options, "{ timeoutMs: 10000 }");
   return options.timeoutMs === undefined
     ? DEFAULT_LOCK_TIMEOUT_MS
     : checkTimeoutMs(options.timeoutMs);
@@ -714,11 +708,7 @@ function timeoutOf(options: LockOptions): number {
 
 /** The GPU pairs an options object asks for, or `null` for none. */
 function pairsOf(options: RestoreOptions): GpuPair[] | null {
-  if (typeof options !== "object" || options === null) {
-    throw new TypeError(
-      `options must be an object such as { gpuMapping: { "GPU-...": "GPU-..." } }, got ${options}`,
-    );
-  }
+  checkOptionsObject(options, '{ gpuMapping: { "GPU-...": "GPU-..." } }');
   return options.gpuMapping === undefined ? null : checkGpuMapping(options.gpuMapping);
 }
 

@@ -11,6 +11,7 @@
  */
 
 import type { CheckpointDriver } from "./driver.ts";
+import { describeValue } from "./uuid.ts";
 
 /** A driver, or a function that opens one on first use (and is closed by this package). */
 export type DriverSource = CheckpointDriver | (() => Promise<CheckpointDriver>);
@@ -163,8 +164,6 @@ export function checkSource(source: unknown, what: string): asserts source is Dr
   ) return;
   throw new TypeError(
     `${what} must be a CheckpointDriver (such as a SimulatedDriver, or what openNativeDriver ` +
-      `resolves to) or a function that opens one, got ${
-        source === null ? "null" : Array.isArray(source) ? "an array" : typeof source
-      }`,
+      `resolves to) or a function that opens one, got ${describeValue(source)}`,
   );
 }

@@ -34,6 +34,18 @@ export function checkPid(pid: unknown, what = "pid"): number {
   return pid;
 }
 
+/**
+ * Checks an options argument: a plain object, not an array. The error shows an example of one
+ * (`{ timeoutMs: 5000 }`) and names what was given.
+ */
+export function checkOptionsObject(value: unknown, example: string): void {
+  if (typeof value !== "object" || value === null || Array.isArray(value)) {
+    throw new TypeError(
+      `options must be an object such as ${example}, got ${describeValue(value)}`,
+    );
+  }
+}
+
 /** Checks an integer option with a lower bound; the error names the option and the value. */
 export function checkInteger(value: unknown, what: string, min: number): number {
   if (typeof value !== "number" || !Number.isInteger(value) || value < min) {

@@ -8,6 +8,11 @@
 import { describeValue } from "../core/uuid.ts";
 import type { CopyTiming, TimingModel } from "./timing.ts";
 
+/** `value`, or `fallback` when it is left out (`undefined`; `null` is a value, and checked). */
+export function orDefault<T>(value: T | undefined, fallback: T): T {
+  return value === undefined ? fallback : value;
+}
+
 /** Throws unless `value` is undefined or a plain object with no keys but `allowed`. */
 export function checkKeys(value: unknown, what: string, allowed: readonly string[]): void {
   if (value === undefined) return;

@@ -7,6 +7,7 @@
  */
 
 import { clearTimeout, setImmediate, setTimeout } from "node:timers";
+import { describeValue } from "../core/uuid.ts";
 
 /** How a timer takes part in moving time; see {@link SimClock.setTimer}. */
 export interface TimerOptions {
@@ -161,7 +162,7 @@ export class RealClock implements SimClock {
    */
   constructor(speed = 1) {
     if (!(typeof speed === "number" && speed > 0 && Number.isFinite(speed))) {
-      throw new RangeError(`speed must be a positive finite number, got ${speed}`);
+      throw new RangeError(`speed must be a positive finite number, got ${describeValue(speed)}`);
     }
     this.speed = speed;
   }

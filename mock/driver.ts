@@ -42,6 +42,7 @@ import {
   checkKeys,
   checkName,
   checkTiming,
+  orDefault,
 } from "./checks.ts";
 import { holdClock, RealClock, type SimClock, VirtualClock } from "./clock.ts";
 import type { FaultableOperation, PendingFault, QueryOperation } from "./faults.ts";
@@ -269,10 +270,10 @@ export class SimulatedDriver implements CheckpointDriver, AsyncDisposable {
       "firstPid",
       "timing",
     ]);
-    this.clock = makeClock(options.clock ?? "virtual", options.speed);
-    this.version = checkInteger(options.driverVersion ?? 13000, "driverVersion");
-    const seed = this.seed = checkInteger(options.seed ?? 1, "seed", 0, 2 ** 32 - 1);
-    this.#nextPid = checkInteger(options.firstPid ?? 4000, "firstPid", 1, 2 ** 31 - 1);
+    this.clock = makeClock(orDefault(options.clock, "virtual"), options.speed);
+    this.version = checkInteger(orDefault(options.driverVersion, 13000), "driverVersion");
+    const seed = this.seed = checkInteger(orDefault(options.seed, 1), "seed", 0, 2 ** 32 - 1);
+    this.#nextPid = checkInteger(orDefault(options.firstPid, 4000), "firstPid", 1, 2 ** 31 - 1);
     this.gpus = gpuSpecs(options.gpus).map((spec, i) => makeGpu(spec, i, seed));
     const keys = new Set(this.gpus.map((g) => g.key));
     if (keys.size !== this.gpus.length) {
@@ -376,7 +377,7 @@ export class SimulatedDriver implements CheckpointDriver, AsyncDisposable {
       "inspectable",
       "libcuda",
     ]);
-    const usesCuda = checkBoolean(options.cuda ?? true, "spawn: cuda");
+    const usesCuda = checkBoolean(orDefault(options.cuda, true), "spawn: cuda");
     if (!usesCuda && options.memoryMiB) {
       throw new TypeError(
         `spawn: a process with cuda: false has no GPU memory, got memoryMiB ${
@@ -384,10 +385,17 @@ export class SimulatedDriver implements CheckpointDriver, AsyncDisposable {
         }`,
       );
     }
-    const memoryMiB = usesCuda ? checkAmount(options.memoryMiB ?? 16, "spawn: memoryMiB") : 0;
+    const memoryMiB = usesCuda
+      ? checkAmount(orDefault(options.memoryMiB, 16), "spawn: memoryMiB")
+      : 0;
     const gpus = this.#gpusFor(options.gpu);
-    const extra = checkInteger(options.extraThreads ?? 1, "spawn: extraThreads", 0, 100_000);
-    const loadsLibcuda = checkBoolean(options.libcuda ?? usesCuda, "spawn: libcuda");
+    const extra = checkInteger(
+      orDefault(options.extraThreads, 1),
+      "spawn: extraThreads",
+      0,
+      100_000,
+    );
+    const loadsLibcuda = checkBoolean(orDefault(options.libcuda, usesCuda), "spawn: libcuda");
     if (usesCuda && !loadsLibcuda) {
       throw new TypeError(
         "spawn: a CUDA process has libcuda mapped; libcuda: false needs cuda: false",
@@ -405,7 +413,7 @@ export class SimulatedDriver implements CheckpointDriver, AsyncDisposable {
       command: options.command === undefined
         ? `simulated-process ${pid}`
         : checkName(options.command, "spawn: command"),
-      inspectable: checkBoolean(options.inspectable ?? true, "spawn: inspectable"),
+      inspectable: checkBoolean(orDefault(options.inspectable, true), "spawn: inspectable"),
       libcudaLoaded: loadsLibcuda,
     });
     proc.claim(need);
@@ -439,7 +447,7 @@ export class SimulatedDriver implements CheckpointDriver, AsyncDisposable {
     if (closed) throw closed;
     const index = checkInteger(gpu, "fillGpu: gpu (an index)", 0, this.gpus.length - 1);
     checkKeys(options, "fillGpu options", ["leaveMiB"]);
-    const leave = checkAmount(options.leaveMiB ?? 0, "fillGpu: leaveMiB");
+    const leave = checkAmount(orDefault(options.leaveMiB, 0), "fillGpu: leaveMiB");
     const g = this.gpus[index];
     const memoryMiB = g.freeMiB - leave - g.contextMiB;
     if (memoryMiB < 0) {
@@ -1014,13 +1022,13 @@ function gpuSpecs(gpus: SimulatedDriverOptions["gpus"]): readonly SimulatedGpuSp
 function makeGpu(spec: SimulatedGpuSpec, i: number, seed: number): SimulatedGpu {
   const what = `gpus[${i}]`;
   checkKeys(spec, what, ["name", "memoryMiB", "uuid", "contextMiB"]);
-  const name = checkName(spec?.name ?? "NVIDIA H200", `${what}.name`);
+  const name = checkName(orDefault(spec?.name, "NVIDIA H200"), `${what}.name`);
   const memoryMiB = checkAmount(
-    spec?.memoryMiB ?? CHIP_MEMORY_MIB[name] ?? CHIP_MEMORY_MIB["NVIDIA H200"],
+    orDefault(spec?.memoryMiB, CHIP_MEMORY_MIB[name] ?? CHIP_MEMORY_MIB["NVIDIA H200"]),
     `${what}.memoryMiB`,
     true,
   );
-  const contextMiB = checkAmount(spec?.contextMiB ?? CONTEXT_MIB, `${what}.contextMiB`);
+  const contextMiB = checkAmount(orDefault(spec?.contextMiB, CONTEXT_MIB), `${what}.contextMiB`);
   const uuid = spec?.uuid === undefined
     ? madeUpUuid(seed, i)
     : formatGpuUuid(parseGpuUuid(spec.uuid, `${what}.uuid`));

@@ -12,7 +12,7 @@ import {
   type ProcessState,
 } from "../core/codes.ts";
 import type { Operation } from "../core/errors.ts";
-import { parseGpuUuid } from "../core/uuid.ts";
+import { describeValue, parseGpuUuid } from "../core/uuid.ts";
 import { checkAmount } from "./checks.ts";
 import {
   type AnswerFault,
@@ -301,7 +301,7 @@ export class SimulatedProcess {
   /** Writes `data` into its GPU memory at `offset` (a `cudaMemcpy`: blocks while not running). */
   write(offset: number, data: Uint8Array): Promise<void> {
     if (!(data instanceof Uint8Array)) {
-      throw new TypeError(`data must be a Uint8Array, got ${typeof data}`);
+      throw new TypeError(`data must be a Uint8Array, got ${describeValue(data)}`);
     }
     this.#checkBytes(offset, data.length);
     const copy = data.slice();

@@ -288,7 +288,7 @@ describe("lifecycles: who opens a driver closes it", () => {
   test("setDefaultDriver refuses what is not a driver, naming it", () => {
     assert.throws(
       () => setDefaultDriver(42 as never),
-      /^TypeError: setDefaultDriver's argument must be a CheckpointDriver .* got number$/,
+      /^TypeError: setDefaultDriver's argument must be a CheckpointDriver .* got 42$/,
     );
   });
 });

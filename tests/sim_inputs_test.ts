@@ -119,7 +119,7 @@ describe("spawn and process inputs", () => {
     [
       "write a string",
       () => sim.spawn().write(0, "x" as never),
-      /data must be a Uint8Array, got string/,
+      /data must be a Uint8Array, got "x"/,
     ],
     ["read 1.5", () => sim.spawn().read(1.5, 1), /offset must be a non-negative integer, got 1\.5/],
     ["read length", () => sim.spawn().read(0, -2), /length must be a non-negative integer, got -2/],

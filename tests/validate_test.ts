@@ -171,7 +171,7 @@ describe("driver option", () => {
   test("rejects something that is not a driver", () => {
     assert.throws(
       () => new CudaProcess(10, { driver: {} as never }),
-      /^TypeError: options\.driver must be a CheckpointDriver \(such as a SimulatedDriver, or what openNativeDriver resolves to\) or a function that opens one, got object$/,
+      /^TypeError: options\.driver must be a CheckpointDriver \(such as a SimulatedDriver, or what openNativeDriver resolves to\) or a function that opens one, got an object$/,
     );
   });
 });
