@@ -1,0 +1,349 @@
+/**
+ * The reliability soak on a real GPU, one step per run (tests/gpu/soak.sh runs each under
+ * `timeout` and keeps the log):
+ *
+ *   deno run -A tests/gpu/soak.ts <target binary> <step>      (or: bun tests/gpu/soak.ts ...)
+ *
+ * Steps:
+ * - `cycles [N]`: one 1 GiB target through N (200) suspend/resume cycles; its memory hash checked
+ *   every 10 cycles and at the end; this controller's RSS sampled every 10 cycles and required to
+ *   stay steady (the last sample at most 20% + 32 MiB above the first, taken after 10 cycles of
+ *   warm-up).
+ * - `many [N]`: four 1 GiB targets through N (50) cycles at once (suspendAll / resumeAll, all or
+ *   nothing), hashes every 10 cycles, RSS as above.
+ * - `oom`: a 1 GiB target checkpointed, its GPU then filled (`target fill`) so that its restore
+ *   does not fit: resume fails with CUDA_ERROR_OUT_OF_MEMORY and says how to retry, the target
+ *   stays checkpointed; once the filler exits, resume succeeds and the memory is intact.
+ * - `killed`: a target killed while checkpointed, one killed while locked, and one killed while
+ *   a lock waits on its kernel: every later call answers at once with a clear error, no hang.
+ * - `interrupt`: three 4 GiB targets; our command line (`cli/main.ts` on this runtime, or the
+ *   binary in $SOAK_CLI) toggles them, and gets SIGINT 1.2 s in, during the group's checkpoints:
+ *   it exits 130, every target is running again with its memory intact, and it says so.
+ *
+ * Each step prints `PASS <step>: ...` or `FAIL <step>: ...` lines, then one JSON line, and
+ * exits 1 on any failure.
+ */
+
+import { spawn } from "node:child_process";
+import { execFileSync } from "node:child_process";
+import process from "node:process";
+import {
+  CUDA_ERROR_OUT_OF_MEMORY,
+  CudaError,
+  CudaProcess,
+  openNativeDriver,
+  resumeAll,
+  suspendAll,
+} from "../../mod.ts";
+import { startTarget, type TargetProcess } from "./native_env.ts";
+
+const [targetPath, step, count] = process.argv.slice(2);
+if (!targetPath || !step) {
+  console.error("usage: soak.ts <target binary> cycles|many|oom|killed|interrupt [count]");
+  process.exit(2);
+}
+const MIB = 1024 * 1024;
+const driver = await openNativeDriver();
+const started: TargetProcess[] = [];
+const report: Record<string, unknown> = { step, runtime: driver.kind };
+let failures = 0;
+
+function result(ok: boolean, what: string): boolean {
+  console.log(`${ok ? "PASS" : "FAIL"} ${step}: ${what}`);
+  if (!ok) failures++;
+  return ok;
+}
+
+async function target(mode: "cuda" | "nocuda" | "fill", mib: number): Promise<TargetProcess> {
+  const t = await startTarget(targetPath, mode, mib);
+  started.push(t);
+  return t;
+}
+
+async function intact(t: TargetProcess): Promise<boolean> {
+  return (await t.ask("hash")) === `hash ${t.readyHash}`;
+}
+
+/** This controller's resident memory in MiB. */
+function rssMiB(): number {
+  return Math.round(process.memoryUsage().rss / MIB);
+}
+
+/** Judges RSS samples (the first after warm-up): steady if the last is within 20% + 32 MiB. */
+function steady(samples: number[]): void {
+  const [first, last, max] = [samples[0], samples.at(-1)!, Math.max(...samples)];
+  const limit = Math.round(first * 1.2 + 32);
+  report.rssMiB = { first, last, max, limit, samples };
+  result(
+    last <= limit,
+    `controller RSS first ${first} MiB, last ${last} MiB, max ${max} MiB (steady: last <= 120% of first + 32 MiB = ${limit} MiB)`,
+  );
+}
+
+function ms(t0: number): number {
+  return Math.round(performance.now() - t0);
+}
+
+async function cycles(n: number): Promise<void> {
+  const t = await target("cuda", 1024);
+  const proc = new CudaProcess(t.pid, { driver });
+  const suspendMs: number[] = [], resumeMs: number[] = [];
+  const samples: number[] = [];
+  let hashes = 0, bad = 0;
+  for (let i = 1; i <= n; i++) {
+    let t0 = performance.now();
+    await proc.suspend();
+    suspendMs.push(ms(t0));
+    t0 = performance.now();
+    await proc.resume();
+    resumeMs.push(ms(t0));
+    if (i % 10 === 0) {
+      hashes++;
+      if (!await intact(t)) bad++;
+      samples.push(rssMiB());
+    }
+  }
+  const sorted = (a: number[]) => [...a].sort((x, y) => x - y);
+  const median = (a: number[]) => sorted(a)[Math.floor(a.length / 2)];
+  report.suspendMs = {
+    min: sorted(suspendMs)[0],
+    median: median(suspendMs),
+    max: Math.max(...suspendMs),
+  };
+  report.resumeMs = {
+    min: sorted(resumeMs)[0],
+    median: median(resumeMs),
+    max: Math.max(...resumeMs),
+  };
+  result(bad === 0, `${n} cycles of 1 GiB, memory hash intact ${hashes - bad} of ${hashes} checks`);
+  result((await proc.state()) === "running", "running at the end");
+  console.log(
+    `suspend ms ${JSON.stringify(report.suspendMs)}, resume ms ${JSON.stringify(report.resumeMs)}`,
+  );
+  steady(samples);
+}
+
+async function many(n: number): Promise<void> {
+  const targets = await Promise.all(Array.from({ length: 4 }, () => target("cuda", 1024)));
+  const pids = targets.map((t) => t.pid);
+  const samples: number[] = [];
+  let bad = 0, groupsFailed = 0;
+  const times: number[] = [];
+  for (let i = 1; i <= n; i++) {
+    const t0 = performance.now();
+    const s = await suspendAll(pids, { driver, allOrNothing: true });
+    const r = await resumeAll(pids, { driver, allOrNothing: true });
+    times.push(ms(t0));
+    if (!s.ok || !r.ok) {
+      groupsFailed++;
+      console.log(
+        `cycle ${i}: ${JSON.stringify([s, r].map((g) => g.processes.map((p) => p.status)))}`,
+      );
+    }
+    if (i % 10 === 0) {
+      for (const t of targets) if (!await intact(t)) bad++;
+      samples.push(rssMiB());
+    }
+  }
+  report.cycleMs = { min: Math.min(...times), max: Math.max(...times) };
+  result(groupsFailed === 0, `${n} cycles of 4 x 1 GiB at once, ${groupsFailed} groups failed`);
+  result(bad === 0, `memory intact at every tenth cycle (${bad} bad hashes)`);
+  steady(samples);
+}
+
+/** Free memory of each GPU, in MiB, as nvidia-smi says. */
+function freeMiB(): number[] {
+  return execFileSync("nvidia-smi", ["--query-gpu=memory.free", "--format=csv,noheader,nounits"], {
+    encoding: "utf8",
+  }).trim().split("\n").map(Number);
+}
+
+async function oom(): Promise<void> {
+  // The target is on GPU 0 (the first the driver sees); the filler too (CUDA_VISIBLE_DEVICES=0).
+  const t = await target("cuda", 1024);
+  const proc = new CudaProcess(t.pid, { driver });
+  await proc.suspend();
+  const free = freeMiB()[0];
+  // Leave about 700 MiB: the filler's own CUDA context takes about 520 MiB of what it is given
+  // room for, and the target needs 1 GiB and a context.
+  const filler = await startTarget(targetPath, "fill", Math.max(0, free - 1200), 0);
+  started.push(filler);
+  report.freeBeforeFillMiB = free;
+  report.freeAfterFillMiB = freeMiB()[0];
+  let error: unknown;
+  try {
+    await proc.resume();
+  } catch (err) {
+    error = err;
+  }
+  const said = error instanceof Error ? error.message : String(error);
+  report.message = said;
+  console.log(`resume on a full GPU said: ${said}`);
+  result(
+    error instanceof CudaError && error.code === CUDA_ERROR_OUT_OF_MEMORY,
+    "a restore that does not fit fails with CUDA_ERROR_OUT_OF_MEMORY",
+  );
+  result(
+    /free GPU memory there\), or onto other GPUs with gpuMapping/.test(said),
+    "and says how to retry",
+  );
+  result((await proc.state()) === "checkpointed", "the target stays checkpointed");
+  await filler.exit();
+  await proc.resume();
+  result((await proc.state()) === "running", "once the filler exits, resume succeeds");
+  result(await intact(t), "memory intact after the failed restore and the retry");
+}
+
+/** Whether `run` fails with a driver error within `limitMs`; its message. */
+async function failsFast(run: () => Promise<unknown>, limitMs = 5000): Promise<[boolean, string]> {
+  const t0 = performance.now();
+  const timer = new Promise<"hang">((resolve) => setTimeout(() => resolve("hang"), limitMs));
+  const outcome = await Promise.race([
+    run().then(
+      () => "resolved",
+      (err) => err instanceof CudaError ? err.message : `not a CudaError: ${err}`,
+    ),
+    timer,
+  ]);
+  const fast = outcome !== "hang" && outcome !== "resolved" && !outcome.startsWith("not a");
+  return [fast, `${outcome} (${ms(t0)} ms)`];
+}
+
+async function killed(): Promise<void> {
+  // Killed while checkpointed.
+  const a = await target("cuda", 256);
+  const pa = new CudaProcess(a.pid, { driver });
+  await pa.suspend();
+  await a.exit();
+  for (
+    const [what, run] of [["getState", () => pa.state()], ["resume", () => pa.resume()]] as const
+  ) {
+    const [ok, said] = await failsFast(run);
+    result(ok, `killed while checkpointed: ${what} fails at once: ${said}`);
+  }
+  // Killed while locked.
+  const b = await target("cuda", 256);
+  const pb = new CudaProcess(b.pid, { driver });
+  await pb.lock();
+  await b.exit();
+  for (
+    const [what, run] of [["unlock", () => pb.unlock()], [
+      "checkpoint",
+      () => pb.checkpoint(),
+    ]] as const
+  ) {
+    const [ok, said] = await failsFast(run);
+    result(ok, `killed while locked: ${what} fails at once: ${said}`);
+  }
+  // Killed while a lock waits on its 5 s kernel.
+  const c = await target("cuda", 256);
+  const pc = new CudaProcess(c.pid, { driver });
+  await c.launchKernel(5000);
+  const t0 = performance.now();
+  const locking = pc.lock({ timeoutMs: 0 });
+  await new Promise((resolve) => setTimeout(resolve, 500));
+  await c.exit();
+  const [ok, said] = await failsFast(() => locking, 10_000);
+  result(
+    ok && ms(t0) < 4500,
+    `killed while a lock waits on it: the lock ends before the kernel would: ${said}`,
+  );
+}
+
+/** Runs our command line; sends SIGINT `afterMs` in. */
+async function interruptCli(args: string[], afterMs: number) {
+  const cli = process.env.SOAK_CLI;
+  const runtime = (globalThis as { Deno?: unknown }).Deno ? "deno" : "bun";
+  const [file, argv] = cli ? [cli, args] : [
+    process.execPath,
+    runtime === "deno" ? ["run", "-A", "cli/main.ts", ...args] : ["cli/main.ts", ...args],
+  ];
+  const deno = (globalThis as { Deno?: typeof Deno }).Deno;
+  if (deno) {
+    // Deno.Command: node:child_process on Deno reports a child it signalled as killed by the signal.
+    const child = new deno.Command(file, {
+      args: argv,
+      stdin: "null",
+      stdout: "piped",
+      stderr: "piped",
+    }).spawn();
+    setTimeout(() => child.kill("SIGINT"), afterMs);
+    const out = await child.output();
+    const text = new TextDecoder();
+    return {
+      code: out.signal ? null : out.code,
+      signal: out.signal,
+      out: text.decode(out.stdout),
+      err: text.decode(out.stderr),
+    };
+  }
+  const child = spawn(file, argv, { stdio: ["ignore", "pipe", "pipe"] });
+  let out = "", err = "";
+  child.stdout.on("data", (d) => out += d);
+  child.stderr.on("data", (d) => err += d);
+  setTimeout(() => child.kill("SIGINT"), afterMs);
+  return await new Promise<
+    { code: number | null; signal: string | null; out: string; err: string }
+  >(
+    (resolve) => child.on("close", (code, signal) => resolve({ code, signal, out, err })),
+  );
+}
+
+async function interrupt(): Promise<void> {
+  const targets = await Promise.all(Array.from({ length: 3 }, () => target("cuda", 4096)));
+  const pids = targets.map((t) => t.pid);
+  const t0 = performance.now();
+  const r = await interruptCli(["--toggle", "--pid", pids.join(",")], 1200);
+  report.cli = { ...r, ms: ms(t0) };
+  console.log(
+    `cuda-checkpoint exited ${r.code ?? r.signal} after ${
+      ms(t0)
+    } ms\n--- stdout\n${r.out}--- stderr\n${r.err}---`,
+  );
+  result(r.code === 130, "SIGINT during the group suspend: exit 130");
+  result(
+    pids.every((pid) =>
+      new RegExp(`^${pid} (rolled-back|stopped|not-started) running$`, "m").test(r.out)
+    ),
+    "each process's line says it was brought back (or not started)",
+  );
+  result(
+    /interrupted: every process is as it was before/.test(r.err),
+    "the closing line says nothing was left changed",
+  );
+  const states = await Promise.all(pids.map((pid) => new CudaProcess(pid, { driver }).state()));
+  result(states.every((s) => s === "running"), `every target running again (${states.join(", ")})`);
+  let good = 0;
+  for (const t of targets) if (await intact(t)) good++;
+  result(good === targets.length, `memory intact ${good} of ${targets.length}`);
+}
+
+try {
+  switch (step) {
+    case "cycles":
+      await cycles(Number(count ?? 200));
+      break;
+    case "many":
+      await many(Number(count ?? 50));
+      break;
+    case "oom":
+      await oom();
+      break;
+    case "killed":
+      await killed();
+      break;
+    case "interrupt":
+      await interrupt();
+      break;
+    default:
+      console.error(`unknown step ${JSON.stringify(step)}`);
+      process.exit(2);
+  }
+} catch (err) {
+  result(false, `unexpected error: ${err instanceof Error ? err.stack ?? err.message : err}`);
+} finally {
+  for (const t of started) await t.exit().catch(() => {});
+  await driver[Symbol.asyncDispose]();
+}
+console.log(JSON.stringify({ ok: failures === 0, ...report }));
+process.exit(failures === 0 ? 0 : 1);
