@@ -4,6 +4,12 @@
  * (measured on an H200 and an H100 with driver 580), and GPUs, processes and memory contents you
  * can inspect. Its virtual clock moves only while the program waits on the simulator.
  *
+ * Faults of the real world can be injected, to test code that orchestrates checkpoints: a call
+ * that fails with a code and leaves a state (`SimulatedProcess.failNext`), a process killed
+ * during a call (`exitDuring`), a call that hangs until released (`hangNext`), a state number a
+ * newer driver reports (`answerNext`), the failed state (`enterFailedState`), a GPU without room
+ * for a restore (`SimulatedDriver.fillGpu`). docs/RELIABILITY.md lists them.
+ *
  * @example
  * ```ts
  * import { CudaProcess } from "@ckpt/cuda";
