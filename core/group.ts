@@ -594,15 +594,12 @@ class Group {
         entry.initialState = from;
         const todo = plan(this.#action, from);
         if (todo === undefined) {
-          throw new CudaError({
-            code: CUDA_ERROR_ILLEGAL_STATE,
-            operation: this.#action,
-            pid: entry.proc.pid,
-            state: from,
-            description: "the operation cannot be performed in the present state",
-            detail: `${this.#action} takes a process to ${WANTED[this.#action]}, and there is no ` +
-              `way there from ${from}; it was left as it was`,
-          });
+          throw this.#illegal(
+            entry,
+            from,
+            `${this.#action} takes a process to ${WANTED[this.#action]}, and there is no way ` +
+              `there from ${from}; it was left as it was`,
+          );
         }
         if (todo.length === 0) {
           entry.status = "unchanged";
@@ -726,14 +723,11 @@ class Group {
         ? [...done].reverse().map((step) => UNDO[step])
         : wayBetween(now, entry.initialState!);
       if (back === undefined) {
-        throw new CudaError({
-          code: CUDA_ERROR_ILLEGAL_STATE,
-          operation: this.#action,
-          pid: entry.proc.pid,
-          state: now,
-          description: "the operation cannot be performed in the present state",
-          detail: `the failed state is final: it cannot be brought back to ${entry.initialState}`,
-        });
+        throw this.#illegal(
+          entry,
+          now,
+          `the failed state is final: it cannot be brought back to ${entry.initialState}`,
+        );
       }
       if (back.length === 0 && done.length === 0) {
         entry.state = now; // the failed step changed nothing
@@ -746,6 +740,18 @@ class Group {
       entry.rollback = { ok: false, steps: record, error: err as Error };
       entry.state = await steps.state().catch(() => undefined);
     }
+  }
+
+  /** The error for a process in a state the group cannot move it from; `detail` says why. */
+  #illegal(entry: Entry, state: ProcessState | undefined, detail: string): CudaError {
+    return new CudaError({
+      code: CUDA_ERROR_ILLEGAL_STATE,
+      operation: this.#action,
+      pid: entry.proc.pid,
+      state,
+      description: "the operation cannot be performed in the present state",
+      detail,
+    });
   }
 
   /** All-or-nothing: takes a process that succeeded back to its initial state. */

@@ -148,34 +148,44 @@ describe("2. a failed resume: still checkpointed, and the error says how to try 
     assert.equal(await target.memoryDigest(), digest);
   });
 
-  test("any other failure: checkpointed, try again (elsewhere if need be)", async () => {
-    const { target, proc } = await setup();
-    await proc.suspend();
-    target.failNext("restore", { code: CUDA_ERROR_INVALID_VALUE });
-    const err = await failure(proc.resume());
-    assert.equal(target.state, "checkpointed");
-    assert.match(err.message, /resume can be tried again, onto other GPUs with gpuMapping/);
-    await proc.resume();
-    assert.equal(target.state, "running");
-  });
-
-  test("restored but not unlocked: it says locked, and how to go on", async () => {
-    const { target, proc } = await setup();
-    await proc.suspend();
-    target.failNext("unlock", { code: CUDA_ERROR_UNKNOWN });
-    const err = await failure(proc.resume());
-    assert.equal(target.state, "locked");
-    assert.match(err.message, /it is locked; call unlock\(\) to let it run/);
-  });
-
-  test("a restore that leaves the process failed says the state is final", async () => {
-    const { target, proc } = await setup();
-    await proc.suspend();
-    target.failNext("restore", { code: CUDA_ERROR_UNKNOWN, state: "failed" });
-    const err = await failure(proc.resume());
-    assert.equal(target.state, "failed");
-    assert.match(err.message, /left the process in the failed state: .*no operation can recover/);
-  });
+  const others: [string, "restore" | "unlock", number, "failed" | undefined, string, RegExp][] = [
+    [
+      "any other failure: checkpointed, try again (elsewhere if need be)",
+      "restore",
+      CUDA_ERROR_INVALID_VALUE,
+      undefined,
+      "checkpointed",
+      /resume can be tried again, onto other GPUs with gpuMapping/,
+    ],
+    [
+      "restored but not unlocked: it says locked, and how to go on",
+      "unlock",
+      CUDA_ERROR_UNKNOWN,
+      undefined,
+      "locked",
+      /it is locked; call unlock\(\) to let it run/,
+    ],
+    [
+      "a restore that leaves the process failed says the state is final",
+      "restore",
+      CUDA_ERROR_UNKNOWN,
+      "failed",
+      "failed",
+      /left the process in the failed state: .*no operation can recover/,
+    ],
+  ];
+  for (const [what, op, code, state, after, said] of others) {
+    test(what, async () => {
+      const { target, proc } = await setup();
+      await proc.suspend();
+      target.failNext(op, state ? { code, state } : { code });
+      const err = await failure(proc.resume());
+      assert.equal(target.state, after);
+      assert.match(err.message, said);
+      if (after !== "failed") await (after === "locked" ? proc.unlock() : proc.resume());
+      if (after !== "failed") assert.equal(target.state, "running", "and it goes on from there");
+    });
+  }
 });
 
 describe("3. operations on one process never interleave", () => {

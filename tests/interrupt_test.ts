@@ -6,7 +6,6 @@
 // SIGINT. Runs unchanged under `deno test -A` and `bun test`.
 import { after, describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
 import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -16,6 +15,7 @@ import { type Interrupts, main } from "../cli/main.ts";
 import { openSimulatedMachine } from "../cli/simulate.ts";
 import { SimulatedDriver } from "../mock/mod.ts";
 import { cli } from "./cli_support.ts";
+import { type Interrupted, runInterrupted } from "./support/interrupted.ts";
 import { runtime } from "./fixtures/fake.ts";
 
 /**
@@ -187,74 +187,23 @@ async function machineFile(
   }
 }
 
-interface Interrupted {
-  code: number | null;
-  signal: string | null;
-  out: string;
-  err: string;
-}
-
 /**
  * Runs cli/main.ts as a program on this runtime, on the machine in `path` in real time, and
  * sends it SIGINT `delaysMs` after it has taken the machine's lock (each after the one before).
- * On Deno through `Deno.Command`: Deno's `node:child_process` reports a child it has sent a
- * signal to as killed by that signal, even when the child handled it and exited with a code.
  */
-async function interruptProgram(
-  args: string[],
-  path: string,
-  delaysMs: number[],
-): Promise<Interrupted> {
+function interruptProgram(args: string[], path: string, delaysMs: number[]): Promise<Interrupted> {
   const env = { ...process.env, CKPT_SIM_STATE: path, CKPT_SIM_CLOCK: "real" } as Record<
     string,
     string
   >;
-  const interrupt = async (exited: () => boolean, kill: () => void) => {
-    while (!existsSync(`${path}.lock`) && !exited()) await sleep(10);
+  const argv = runtime === "deno" ? ["run", "-A", MAIN, ...args] : [MAIN, ...args];
+  return runInterrupted(process.execPath, argv, env, async (send, running) => {
+    while (!existsSync(`${path}.lock`) && running()) await sleep(10);
     for (const ms of delaysMs) {
       await sleep(ms);
-      if (!exited()) kill();
+      send();
     }
-  };
-  const deno = (globalThis as { Deno?: typeof Deno }).Deno;
-  if (deno) {
-    const child = new deno.Command(process.execPath, {
-      args: ["run", "-A", MAIN, ...args],
-      env,
-      stdin: "null",
-      stdout: "piped",
-      stderr: "piped",
-    }).spawn();
-    let done = false;
-    const killer = setTimeout(() => child.kill("SIGKILL"), 30_000);
-    const sending = interrupt(() => done, () => child.kill("SIGINT"));
-    const output = await child.output();
-    done = true;
-    clearTimeout(killer);
-    await sending;
-    const text = new TextDecoder();
-    return {
-      code: output.signal ? null : output.code,
-      signal: output.signal,
-      out: text.decode(output.stdout),
-      err: text.decode(output.stderr),
-    };
-  }
-  const child = spawn(process.execPath, [MAIN, ...args], {
-    env,
-    stdio: ["ignore", "pipe", "pipe"],
   });
-  let out = "", err = "";
-  child.stdout.on("data", (d) => out += d);
-  child.stderr.on("data", (d) => err += d);
-  const killer = setTimeout(() => child.kill("SIGKILL"), 30_000);
-  interrupt(() => child.exitCode !== null || child.signalCode !== null, () => child.kill("SIGINT"));
-  return await new Promise((resolve) =>
-    child.on("close", (code, signal) => {
-      clearTimeout(killer);
-      resolve({ code, signal, out, err });
-    })
-  );
 }
 
 function sleep(ms: number): Promise<void> {

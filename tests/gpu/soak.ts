@@ -24,7 +24,6 @@
  * exits 1 on any failure.
  */
 
-import { spawn } from "node:child_process";
 import { execFileSync } from "node:child_process";
 import process from "node:process";
 import {
@@ -35,6 +34,7 @@ import {
   resumeAll,
   suspendAll,
 } from "../../mod.ts";
+import { runInterrupted } from "../support/interrupted.ts";
 import { startTarget, type TargetProcess } from "./native_env.ts";
 
 const [targetPath, step, count] = process.argv.slice(2);
@@ -251,42 +251,17 @@ async function killed(): Promise<void> {
 }
 
 /** Runs our command line; sends SIGINT `afterMs` in. */
-async function interruptCli(args: string[], afterMs: number) {
+function interruptCli(args: string[], afterMs: number) {
   const cli = process.env.SOAK_CLI;
-  const runtime = (globalThis as { Deno?: unknown }).Deno ? "deno" : "bun";
-  const [file, argv] = cli ? [cli, args] : [
-    process.execPath,
-    runtime === "deno" ? ["run", "-A", "cli/main.ts", ...args] : ["cli/main.ts", ...args],
-  ];
-  const deno = (globalThis as { Deno?: typeof Deno }).Deno;
-  if (deno) {
-    // Deno.Command: node:child_process on Deno reports a child it signalled as killed by the signal.
-    const child = new deno.Command(file, {
-      args: argv,
-      stdin: "null",
-      stdout: "piped",
-      stderr: "piped",
-    }).spawn();
-    setTimeout(() => child.kill("SIGINT"), afterMs);
-    const out = await child.output();
-    const text = new TextDecoder();
-    return {
-      code: out.signal ? null : out.code,
-      signal: out.signal,
-      out: text.decode(out.stdout),
-      err: text.decode(out.stderr),
-    };
-  }
-  const child = spawn(file, argv, { stdio: ["ignore", "pipe", "pipe"] });
-  let out = "", err = "";
-  child.stdout.on("data", (d) => out += d);
-  child.stderr.on("data", (d) => err += d);
-  setTimeout(() => child.kill("SIGINT"), afterMs);
-  return await new Promise<
-    { code: number | null; signal: string | null; out: string; err: string }
-  >(
-    (resolve) => child.on("close", (code, signal) => resolve({ code, signal, out, err })),
-  );
+  const deno = (globalThis as { Deno?: unknown }).Deno !== undefined;
+  const [file, argv] = cli
+    ? [cli, args]
+    : [process.execPath, deno ? ["run", "-A", "cli/main.ts", ...args] : ["cli/main.ts", ...args]];
+  const env = { ...process.env } as Record<string, string>;
+  return runInterrupted(file, argv, env, async (send) => {
+    await new Promise((resolve) => setTimeout(resolve, afterMs));
+    send();
+  }, 60_000);
 }
 
 async function interrupt(): Promise<void> {

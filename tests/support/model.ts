@@ -115,16 +115,19 @@ function take(p: ModelProcess, op: Step): Fault | undefined {
 
 // ---- what the library does with those calls (README "Reliability") ----
 
+/** The operations of `CudaProcess` the model knows. */
+const OPERATIONS = [
+  "state",
+  "lock",
+  "checkpoint",
+  "restore",
+  "unlock",
+  "suspend",
+  "resume",
+  "toggle",
+] as const;
 /** An operation of `CudaProcess`. */
-export type Operation =
-  | "state"
-  | "lock"
-  | "checkpoint"
-  | "restore"
-  | "unlock"
-  | "suspend"
-  | "resume"
-  | "toggle";
+export type Operation = typeof OPERATIONS[number];
 
 /** What an operation resolves to, or the code it rejects with. */
 export type Outcome = { ok: true; value?: string } | { ok: false; code: number };
@@ -195,23 +198,20 @@ function resume(m: Model, p: ModelProcess): Outcome {
   return unlock === SUCCESS ? done() : failed(unlock);
 }
 
-/** Where each group action takes a process, and the steps from each state. */
-const WANTED: Readonly<Record<GroupAction, State>> = {
-  suspend: "checkpointed",
-  resume: "running",
-  lock: "locked",
-  checkpoint: "checkpointed",
-  restore: "locked",
-  unlock: "running",
-};
-const PLANS: Readonly<Record<GroupAction, Partial<Record<State, readonly Step[]>>>> = {
-  suspend: { running: ["lock", "checkpoint"], locked: ["checkpoint"] },
-  resume: { checkpointed: ["restore", "unlock"], locked: ["unlock"] },
-  lock: { running: ["lock"] },
-  checkpoint: { locked: ["checkpoint"] },
-  restore: { checkpointed: ["restore"] },
-  unlock: { locked: ["unlock"] },
-};
+/** Where each group action takes a process. */
+function wanted(action: GroupAction): State {
+  return action === "suspend" ? "checkpointed" : action === "resume" ? "running" : STEP[action][1];
+}
+
+/**
+ * The steps a group makes from a state: suspend and resume go the whole way, one step goes only
+ * from the state it needs; `undefined` where there is no way.
+ */
+function planOf(action: GroupAction, from: State): Step[] | undefined {
+  if (action === "suspend" || action === "resume") return wayBetween(from, wanted(action));
+  const [needs, to] = STEP[action];
+  return from === to ? [] : from === needs ? [action] : undefined;
+}
 const CHAIN: readonly State[] = ["running", "locked", "checkpointed"];
 
 /** The steps between two states of running - locked - checkpointed; none from or to failed. */
@@ -235,8 +235,8 @@ export type Status = "done" | "unchanged" | "failed";
 export function groupMember(m: Model, p: ModelProcess, action: GroupAction): Status {
   if (call(m, p, "getState") !== SUCCESS) return "failed";
   const initial = p.state;
-  if (initial === WANTED[action]) return "unchanged";
-  const plan = PLANS[action][initial];
+  if (initial === wanted(action)) return "unchanged";
+  const plan = planOf(action, initial);
   if (plan === undefined) return "failed";
   for (const step of plan) {
     const code = call(m, p, step);
@@ -359,16 +359,6 @@ function resync(m: Model, r: Real): void {
 
 type Cmd = fc.AsyncCommand<Model, Real, boolean>;
 
-const OPERATIONS: readonly Operation[] = [
-  "state",
-  "lock",
-  "checkpoint",
-  "restore",
-  "unlock",
-  "suspend",
-  "resume",
-  "toggle",
-];
 const STEPS: readonly Step[] = ["lock", "checkpoint", "restore", "unlock"];
 const ACTIONS: readonly GroupAction[] = [
   "suspend",
@@ -441,7 +431,7 @@ class Group implements Cmd {
       const q = r.procs[this.members[k]];
       if (o.state !== undefined) assert.equal(o.state, q.state, `${label}: pid ${o.pid}`);
       if (o.status === "done" || o.status === "unchanged") {
-        if (!o.rollback) assert.equal(q.state, WANTED[this.action], label);
+        if (!o.rollback) assert.equal(q.state, wanted(this.action), label);
       }
       if (o.error) assert.ok(o.error.message.includes(`${o.pid}`), o.error.message);
     }
