@@ -4,6 +4,9 @@
 // (seeded; CKPT_FUZZ_SEED and CKPT_FUZZ_RUNS to explore). Runs under `deno test -A` and `bun test`.
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import process from "node:process";
 import fc from "fast-check";
 
@@ -329,6 +332,20 @@ describe("the command line's options, with what it says on a terminal", () => {
       fc.asyncProperty(notCount, (v) => usage(["--simulate", "spawn", "--gpu", v], quoted(v))),
       settings,
     );
+    // A command line of only blanks: refused by the simulator, in a state file of the test's.
+    const dir = mkdtempSync(join(tmpdir(), "ckpt-fuzz-"));
+    try {
+      const env = { CKPT_SIM_STATE: join(dir, "machine.json") };
+      await fc.assert(
+        fc.asyncProperty(
+          fc.constantFrom("", " ", "\t", "  \n "),
+          (v) => usage(["--simulate", "spawn", "--command", v], quoted(v), env),
+        ),
+        { ...settings, numRuns: Math.min(RUNS, 8) },
+      );
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   test("CKPT_SIM_CLOCK and CKPT_SIM_SPEED", async () => {
