@@ -258,8 +258,11 @@ function interruptCli(args: string[], afterMs: number) {
     ? [cli, args]
     : [process.execPath, deno ? ["run", "-A", "cli/main.ts", ...args] : ["cli/main.ts", ...args]];
   const env = { ...process.env } as Record<string, string>;
-  return runInterrupted(file, argv, env, async (send) => {
-    await new Promise((resolve) => setTimeout(resolve, afterMs));
+  return runInterrupted(file, argv, env, async (send, running) => {
+    const t0 = performance.now();
+    while (running() && performance.now() - t0 < afterMs) {
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    }
     send();
   }, 60_000);
 }
@@ -267,6 +270,13 @@ function interruptCli(args: string[], afterMs: number) {
 async function interrupt(): Promise<void> {
   const targets = await Promise.all(Array.from({ length: 3 }, () => target("cuda", 4096)));
   const pids = targets.map((t) => t.pid);
+  // Once without an interrupt: it loads (and, on Deno, caches) the modules a group needs, so that
+  // the interrupted run is in its checkpoints 1.2 s in, not still starting.
+  const query = await interruptCli(["--get-state", "--pid", pids.join(",")], 60_000);
+  result(
+    query.code === 0 && pids.every((pid) => query.out.includes(`${pid} running`)),
+    `the command line reads the three states: ${JSON.stringify(query.out)}`,
+  );
   const t0 = performance.now();
   const r = await interruptCli(["--toggle", "--pid", pids.join(",")], 1200);
   report.cli = { ...r, ms: ms(t0) };
