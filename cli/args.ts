@@ -87,12 +87,18 @@ export const NVIDIA_MESSAGES = {
 export class UsageError extends Error {
   /** More about what was wrong, where there is more to say. */
   readonly detail: string | undefined;
+  /**
+   * The line `getopt_long` prints before NVIDIA's message, without the program name that starts
+   * it (`unrecognized option '--bogus'`), where NVIDIA's utility prints one.
+   */
+  readonly getopt: string | undefined;
 
   /** Makes the error. */
-  constructor(message: string, detail?: string) {
+  constructor(message: string, detail?: string, getopt?: string) {
     super(message);
     this.name = "UsageError";
     this.detail = detail;
+    this.getopt = getopt;
   }
 }
 
@@ -184,17 +190,32 @@ export function parseCommandLine(args: readonly string[]): Command {
     }
     const long = SHORT[name] ?? name;
     const kind = OPTIONS[long];
+    const isLong = name.startsWith("--");
     if (kind === undefined) {
-      throw new UsageError(NVIDIA_MESSAGES.badOption, `unknown option ${JSON.stringify(name)}`);
+      throw new UsageError(
+        NVIDIA_MESSAGES.badOption,
+        `unknown option ${JSON.stringify(name)}`,
+        isLong ? `unrecognized option '${arg}'` : `invalid option -- '${name.slice(1)}'`,
+      );
     }
     let value: string | undefined;
     if (kind === "value") {
       value = inline ?? args[++i];
       if (value === undefined) {
-        throw new UsageError(NVIDIA_MESSAGES.badOption, `${long} needs a value`);
+        throw new UsageError(
+          NVIDIA_MESSAGES.badOption,
+          `${long} needs a value`,
+          isLong
+            ? `option '${name}' requires an argument`
+            : `option requires an argument -- '${name.slice(1)}'`,
+        );
       }
     } else if (inline !== undefined) {
-      throw new UsageError(NVIDIA_MESSAGES.badOption, `${long} takes no value, got ${arg}`);
+      throw new UsageError(
+        NVIDIA_MESSAGES.badOption,
+        `${long} takes no value, got ${arg}`,
+        isLong ? `option '${name}' doesn't allow an argument` : undefined,
+      );
     }
     if (long === "--help") return { kind: "help" };
     if (long === "--version") return { kind: "version" };

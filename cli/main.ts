@@ -58,6 +58,11 @@ export interface CliIo {
    * the output is NVIDIA's utility's, line for line.
    */
   isTerminal?: boolean;
+  /**
+   * The name the program was run by (its `argv[0]`), which starts the line `getopt` would print
+   * for an unknown option or a missing value, as NVIDIA's utility does. Default `cuda-checkpoint`.
+   */
+  programName?: string;
   /** The environment: `CKPT_SIM_STATE` (the simulated machine's file). Default: none. */
   env?: Readonly<Record<string, string | undefined>>;
   /**
@@ -104,9 +109,11 @@ export async function main(args: readonly string[], io: CliIo): Promise<number> 
   } catch (error) {
     try {
       if (error instanceof UsageError) {
+        // NVIDIA's shape: getopt's line (where it has one), the message, a blank line, the help.
+        if (error.getopt) io.stderr(`${io.programName ?? "cuda-checkpoint"}: ${error.getopt}\n`);
         io.stderr(`${error.message}\n`);
         if (error.detail && io.isTerminal) io.stderr(`cuda-checkpoint: ${error.detail}\n`);
-        io.stderr((await import("./help.ts")).helpText());
+        io.stderr(`\n${(await import("./help.ts")).helpText()}`);
       } else {
         const text = error instanceof Error ? error.message : String(error);
         io.stderr(`cuda-checkpoint: internal error: ${text.split("\n")[0]}\n`);
@@ -136,6 +143,7 @@ async function processIo(): Promise<{ args: string[]; io: CliIo; exit(code: numb
     return {
       args: deno.args,
       io: {
+        programName: programName(() => deno.readFileSync("/proc/self/cmdline")),
         stdout: writer(deno.stdout),
         stderr: writer(deno.stderr),
         isTerminal: deno.stderr.isTerminal(),
@@ -151,7 +159,7 @@ async function processIo(): Promise<{ args: string[]; io: CliIo; exit(code: numb
       exit: (code) => deno.exit(code),
     };
   }
-  const { readlinkSync, writeSync } = await import("node:fs");
+  const { readFileSync, readlinkSync, writeSync } = await import("node:fs");
   const process = (await import("node:process")).default;
   const encoder = new TextEncoder();
   const writer = (fd: number) => (text: string) => {
@@ -168,6 +176,7 @@ async function processIo(): Promise<{ args: string[]; io: CliIo; exit(code: numb
   return {
     args: process.argv.slice(2),
     io: {
+      programName: programName(() => readFileSync("/proc/self/cmdline")),
       stdout: writer(1),
       stderr: writer(2),
       isTerminal: isTerminal(readlinkSync),
@@ -182,6 +191,23 @@ async function processIo(): Promise<{ args: string[]; io: CliIo; exit(code: numb
     },
     exit: (code) => process.exit(code),
   };
+}
+
+/**
+ * `argv[0]` as this program was run (`/proc/self/cmdline`), as getopt names a program; or
+ * `cuda-checkpoint` where that is a runtime running this file as a script (`deno`, `bun`, `node`),
+ * or cannot be read.
+ */
+function programName(read: () => Uint8Array): string {
+  try {
+    const bytes = read();
+    const end = bytes.indexOf(0);
+    const argv0 = new TextDecoder().decode(end < 0 ? bytes : bytes.subarray(0, end));
+    if (argv0 !== "" && !/(^|\/)(deno|bun|node)$/.test(argv0)) return argv0;
+  } catch {
+    // No /proc here: the plain name.
+  }
+  return "cuda-checkpoint";
 }
 
 /**

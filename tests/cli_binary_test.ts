@@ -51,7 +51,19 @@ describe("the compiled cuda-checkpoint", { skip }, () => {
     const r = await binary(["--get-state", "--pid", "abc"]);
     assert.equal(r.code, 1);
     assert.equal(r.out, "");
-    assert.ok(r.err.startsWith(`pid must be a non-negative integer\n${HELP_FIRST_LINE}\n`));
+    assert.ok(r.err.startsWith(`pid must be a non-negative integer\n\n${HELP_FIRST_LINE}\n`));
+  });
+
+  test("an unknown option: getopt's line, named as the program was run, as NVIDIA's", async () => {
+    const r = await binary(["--get-state", "--pid", 5, "--bogus"]);
+    assert.equal(r.code, 1);
+    assert.ok(
+      r.err.startsWith(
+        `${BINARY}: unrecognized option '--bogus'\n` +
+          `Invalid option(s) or option(s) not supported by this CUDA Driver\n\n${HELP_FIRST_LINE}\n`,
+      ),
+      r.err,
+    );
   });
 
   test("--simulate: spawn, state, restore thread, toggle, list, kill, across runs", async () => {
