@@ -152,7 +152,7 @@ async function everyCudaProcess(machine: Machine, print: Printer): Promise<numbe
     gpuMemory: false,
     ...(host ? { host } : {}),
   });
-  warnUninspectable(listing.uninspectable.length, print);
+  warnUninspectable(listing.uninspectable, print);
   return listing.processes.map((p) => p.pid);
 }
 
@@ -289,11 +289,7 @@ async function toggleAll(
   }));
   for (const { pid, state, error } of states) {
     let refused: unknown = error;
-    if (state === "running" && command.gpuMapping) {
-      refused = new RangeError(
-        "--device-map applies when --toggle resumes a checkpointed process, and this one is running",
-      );
-    } else if (state === "running") {
+    if (state === "running") {
       running.push(pid);
     } else if (state === "checkpointed") {
       checkpointed.push(pid);

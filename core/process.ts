@@ -88,7 +88,11 @@ export interface RestoreOptions {
   gpuMapping?: GpuMapping;
 }
 
-/** Options of {@link CudaProcess.toggle}: those of a suspend and of a resume. */
+/**
+ * Options of {@link CudaProcess.toggle}: those of a suspend and of a resume. Both are checked
+ * first; then only the half that runs uses its own (`timeoutMs` a suspend, `gpuMapping` a
+ * resume), so one set of options serves a toggle both ways, as NVIDIA's utility takes them.
+ */
 export interface ToggleOptions extends LockOptions, RestoreOptions {}
 
 /** Options of {@link CudaProcess.waitForState}. */
@@ -310,7 +314,8 @@ export class CudaProcess {
 
   /**
    * Does what NVIDIA's `cuda-checkpoint --toggle` does: suspends a running process, resumes a
-   * checkpointed one, and refuses any other state. Resolves to the new state.
+   * checkpointed one, and refuses any other state. Resolves to the new state. A `gpuMapping` is
+   * used by a resume only (a suspend has nothing to map), a `timeoutMs` by a suspend only.
    */
   toggle(options: ToggleOptions = {}): Promise<ProcessState> {
     // Both halves' options are checked before anything is asked of the driver.
@@ -318,11 +323,6 @@ export class CudaProcess {
     return this.#checked(inputs, async ({ timeoutMs, pairs }, driver) => {
       const state = await this.#getState(driver);
       if (state === "running") {
-        if (pairs !== null) {
-          throw new RangeError(
-            "gpuMapping applies when toggle resumes a checkpointed process, but the process is running",
-          );
-        }
         await this.#suspend(driver, timeoutMs);
         return "checkpointed";
       }

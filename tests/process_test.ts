@@ -425,12 +425,22 @@ describe("toggle, like cuda-checkpoint --toggle", () => {
     assert.equal(sim.calls.filter((c) => c.op !== "getState").length, before);
   });
 
-  test("a GPU mapping while running is a mistake, said before anything happens", async () => {
-    const { sim, proc } = setup();
-    await assert.rejects(
-      proc.toggle({ gpuMapping: { [sim.gpus[0].uuid]: sim.gpus[1].uuid } }),
-      /gpuMapping applies when toggle resumes a checkpointed process, but the process is running/,
-    );
+  test("one set of options serves both ways: a GPU mapping is used by the resume only", async () => {
+    // NVIDIA's utility (580) takes --toggle -d of a running process and checkpoints it.
+    const { sim, target, proc } = setup(64, 2);
+    const options = {
+      gpuMapping: { [sim.gpus[0].uuid]: sim.gpus[1].uuid, [sim.gpus[1].uuid]: sim.gpus[0].uuid },
+      timeoutMs: 1000,
+    };
+    assert.equal(await proc.toggle(options), "checkpointed");
+    assert.deepEqual(target.gpuUuids, [sim.gpus[0].uuid], "a suspend moves nothing");
+    assert.equal(await proc.toggle(options), "running");
+    assert.deepEqual(target.gpuUuids, [sim.gpus[1].uuid], "the resume used the mapping");
+  });
+
+  test("a bad GPU mapping is refused before anything happens, even for a suspend", async () => {
+    const { proc } = setup();
+    await assert.rejects(proc.toggle({ gpuMapping: { nope: "GPU-x" } }), /gpuMapping/);
     assert.equal(await proc.state(), "running");
   });
 });
