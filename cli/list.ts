@@ -46,7 +46,7 @@ export async function runList(machine: Machine, print: Printer, json: boolean): 
   } else {
     printTable(rows, print);
   }
-  warnUninspectable(listing.uninspectable.length, print);
+  warnUninspectable(listing.uninspectable, print);
   if (listing.gpuMemoryUnknown) print.more(`GPU memory is unknown: ${listing.gpuMemoryUnknown}`);
   return 0;
 }

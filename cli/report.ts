@@ -154,11 +154,26 @@ export class Printer {
   }
 }
 
-/** One stderr line about processes that could not be looked at (other users', without root). */
-export function warnUninspectable(count: number, print: Printer): void {
+/**
+ * One stderr line about processes that could not be looked at: how many, their pids (the first
+ * eight), and why, from the first one's reason (such as another user's process seen without root,
+ * or one the kernel keeps even from root, as a VM's pid 1 can be).
+ */
+export function warnUninspectable(
+  uninspected: readonly { readonly pid: number; readonly reason: string }[],
+  print: Printer,
+): void {
+  const count = uninspected.length;
   if (count === 0) return;
+  const shown = uninspected.slice(0, 8).map((p) => p.pid).join(", ");
+  const pids = count === 1
+    ? `pid ${shown}`
+    : `pids ${shown}${count > 8 ? ` and ${count - 8} more` : ""}`;
+  const why = count === 1
+    ? uninspected[0].reason
+    : `pid ${uninspected[0].pid}: ${uninspected[0].reason}`;
   print.err(
     `cuda-checkpoint: ${count} process${count === 1 ? "" : "es"} could not be looked at and may ` +
-      `be CUDA processes (another user's: run as root to include them)`,
+      `be ${count === 1 ? "a CUDA process" : "CUDA processes"} (${pids}): ${why}`,
   );
 }
