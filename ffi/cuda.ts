@@ -269,11 +269,14 @@ class Context implements CudaContext {
 
   currentDevice(): CudaDevice {
     const handle = this.#int("cuCtxGetDevice", (out) => [out]);
-    const device = this.#devices.get(handle);
-    if (!device) {
+    const known = this.#devices.get(handle);
+    if (!known) {
       throw new Error(`cuCtxGetDevice gave a device this process did not see: ${handle}`);
     }
-    return device;
+    // Described afresh: after a restore onto another GPU the handle stays the same, but the
+    // driver answers with the new GPU's UUID (measured on two H200s, driver 580).
+    this.#describeDevice(known.ordinal);
+    return this.#devices.get(handle)!;
   }
 
   memoryInfo(): { freeBytes: number; totalBytes: number } {
