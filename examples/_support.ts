@@ -7,7 +7,10 @@
  * @module
  */
 
+import { execFile } from "node:child_process";
 import process from "node:process";
+import { fileURLToPath } from "node:url";
+import { promisify } from "node:util";
 import { parseArgs } from "node:util";
 import { formatDriverVersion } from "../mod.ts";
 import { type LinuxHost, type NativeDriver, openLinuxHost, openNativeDriver } from "../ffi/mod.ts";
@@ -184,6 +187,15 @@ interface MachineBase {
    * be known (no NVML here).
    */
   gpuMemory(pids: readonly number[]): Promise<Map<number, MemoryByGpu> | string>;
+  /**
+   * {@link gpuMemory}, asked by a child process. A process that has checkpointed itself must ask
+   * this way: measured on two H200s (driver 580), its own NVML call waited for the restore that
+   * its own main thread was to make, and the example hung. Gives up, saying so, after `timeoutMs`.
+   */
+  gpuMemoryFromOutside(
+    pids: readonly number[],
+    timeoutMs?: number,
+  ): Promise<Map<number, MemoryByGpu> | string>;
   /** Lets go of the driver (and NVML). */
   close(): Promise<void>;
 }
@@ -232,6 +244,10 @@ export async function openMachine(args: ParsedArgs, wish: SimulatorWish): Promis
     gpus: wish.gpus ?? 1,
     clock: args.virtualTime ? "virtual" : "real",
   });
+  const simulatedMemory = async (pids: readonly number[]) => {
+    const report = await sim.hostProcesses().gpuMemory!();
+    return "unknown" in report ? report.unknown : pick(report.byPid, pids);
+  };
   const notes = args.driver === "sim"
     ? [`Running on the SIMULATED driver (--driver sim): ${wish.what}.`]
     : [
@@ -249,10 +265,9 @@ export async function openMachine(args: ParsedArgs, wish: SimulatorWish): Promis
     ],
     now: () => sim.now(),
     sleep: (ms) => sim.sleep(ms),
-    gpuMemory: async (pids) => {
-      const report = await sim.hostProcesses().gpuMemory!();
-      return "unknown" in report ? report.unknown : pick(report.byPid, pids);
-    },
+    gpuMemory: simulatedMemory,
+    // The simulated process is not this one: nothing here is checkpointed.
+    gpuMemoryFromOutside: simulatedMemory,
     close: () => sim[Symbol.asyncDispose](),
   };
 }
@@ -296,11 +311,42 @@ function nativeMachine(driver: NativeDriver, version: number): NativeMachine {
       const report = await host.gpuMemory();
       return "unknown" in report ? report.unknown : pick(report.byPid, pids);
     },
+    gpuMemoryFromOutside: (pids, timeoutMs = 15_000) => gpuMemoryFromChild(pids, timeoutMs),
     close: async () => {
       await host?.close();
       await driver[Symbol.asyncDispose]();
     },
   };
+}
+
+/** Runs examples/_gpu_memory.ts with this runtime, without a shell, and reads its answer. */
+export async function gpuMemoryFromChild(
+  pids: readonly number[],
+  timeoutMs: number,
+): Promise<Map<number, MemoryByGpu> | string> {
+  const script = fileURLToPath(new URL("./_gpu_memory.ts", import.meta.url));
+  const isDeno = "Deno" in globalThis;
+  const args = [...(isDeno ? ["run", "-A", script] : [script]), ...pids.map(String)];
+  const run = promisify(execFile);
+  let stdout: string;
+  try {
+    ({ stdout } = await run(process.execPath, args, { timeout: timeoutMs, encoding: "utf8" }));
+  } catch (error) {
+    const e = error as { killed?: boolean; stderr?: string };
+    return e.killed
+      ? `a child process asking NVML gave no answer in ${timeoutMs} ms`
+      : `a child process asking NVML failed: ${(e.stderr ?? messageOf(error)).trim()}`;
+  }
+  const answer = JSON.parse(stdout) as
+    | { unknown: string }
+    | Record<string, MemoryByGpu | "unknown">;
+  if ("unknown" in answer && typeof answer.unknown === "string") return answer.unknown;
+  const byPid = new Map<number, MemoryByGpu | "unknown">(
+    Object.entries(answer as Record<string, MemoryByGpu | "unknown">).map((
+      [pid, m],
+    ) => [Number(pid), m]),
+  );
+  return pick(byPid, pids);
 }
 
 function pick(

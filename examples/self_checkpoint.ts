@@ -155,7 +155,9 @@ for (const [step, run] of cycle) {
   steps.push({ step, ms: took, state: await proc.state() });
   if (step === "checkpoint") {
     // While checkpointed, the process holds no GPU memory: the driver copied it to host memory.
-    memoryCheckpointed = await machine.gpuMemory([subject.pid]);
+    // Asked by a child process: this one, checkpointed, cannot ask NVML itself (it would wait for
+    // its own restore).
+    memoryCheckpointed = await machine.gpuMemoryFromOutside([subject.pid]);
     restoreThreadId = await proc.restoreThreadId();
   }
 }

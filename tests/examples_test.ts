@@ -1,12 +1,16 @@
 // The examples run as a user runs them, with this test's runtime, on the simulated driver (the
 // native path runs on the fake libcuda in examples_native_test.ts), and their output is checked:
 // the lines that teach (steps, states, times at the real driver's scale, memory, PASS).
-import { describe, test } from "node:test";
+import { after, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import process from "node:process";
 import { askCounter } from "../examples/counter.ts";
+import { gpuMemoryFromChild } from "../examples/_support.ts";
+import { FakeDir, noCompiler } from "./fixtures/fake.ts";
+import { buildFakeNvml } from "./fixtures/fake_nvml.ts";
 import {
   examplePath,
   expectedFillHash,
@@ -313,4 +317,45 @@ describe("migrate.ts, preempt.ts, snapshot_all.ts on the simulator", () => {
       assert.match(out, /^PASS: 4 processes suspended and resumed together/m);
     },
   );
+});
+
+describe("the GPU memory of a process, asked by a child process (self_checkpoint.ts)", () => {
+  // On two H200s (driver 580) a process that had checkpointed itself waited in its own NVML call
+  // for a restore that only it could make. So it asks through examples/_gpu_memory.ts, run by this
+  // runtime as a child. These check that path: the child is started, loads the NVML it is told,
+  // and its answer is read.
+  const fakes = noCompiler ? undefined : new FakeDir();
+  const nvml = fakes ? buildFakeNvml(fakes, "child-nvml") : undefined;
+  after(() => fakes?.remove());
+  const withNvml = async <T>(path: string, run: () => Promise<T>): Promise<T> => {
+    const before = process.env.CKPT_LIBNVML_PATH;
+    process.env.CKPT_LIBNVML_PATH = path;
+    try {
+      return await run();
+    } finally {
+      if (before === undefined) delete process.env.CKPT_LIBNVML_PATH;
+      else process.env.CKPT_LIBNVML_PATH = before;
+    }
+  };
+
+  test("through NVML: each pid asked has an entry (none on a GPU here)", {
+    skip: noCompiler,
+    timeout: 30_000,
+  }, async () => {
+    const answer = await withNvml(nvml!, () => gpuMemoryFromChild([process.pid, 1], 20_000));
+    assert.ok(answer instanceof Map, `got ${String(answer)}`);
+    assert.deepEqual([...answer.entries()], [[process.pid, {}], [1, {}]]);
+  });
+
+  test("without NVML: the child's reason, naming the library", { timeout: 30_000 }, async () => {
+    const missing = join(tmpdir(), "no-such-dir-ckpt", "libnvidia-ml.so.1");
+    const answer = await withNvml(missing, () => gpuMemoryFromChild([process.pid], 20_000));
+    assert.equal(typeof answer, "string");
+    assert.match(answer as string, /no-such-dir-ckpt\/libnvidia-ml\.so\.1/);
+  });
+
+  test("a child that takes too long is given up, saying so", { timeout: 30_000 }, async () => {
+    const answer = await gpuMemoryFromChild([process.pid], 1);
+    assert.equal(answer, "a child process asking NVML gave no answer in 1 ms");
+  });
 });
