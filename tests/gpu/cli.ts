@@ -514,10 +514,22 @@ function cases(): Case[] {
   usage("no-pid-action", "--action lock", "row: --action without pid");
   usage("pid-abc", "--get-state --pid abc", "row: --pid abc");
   usage("pid-negative", "--get-state --pid -5", "--pid -5");
-  usage("pid-empty", "--get-state --pid=", "--pid=");
+  known(
+    "pid-empty",
+    "--get-state --pid=",
+    "--pid=",
+    1,
+    "NVIDIA's reads it as pid 0 and asks the driver; ours says the pid is bad",
+  );
   usage("pid-no-value", "--get-state --pid", "--pid at the end, without a value");
   usage("timeout-negative", "--action lock --pid {pid} --timeout -5", "row: --timeout -5");
-  usage("timeout-abc", "--action lock --pid {pid} --timeout abc", "--timeout abc");
+  known(
+    "timeout-abc",
+    "--action lock --pid {pid} --timeout abc",
+    "--timeout abc",
+    1,
+    "NVIDIA's reads it as 0 (no timeout) and locks; ours says the timeout is bad",
+  );
   usage("timeout-get-state", "--get-state --pid {pid} --timeout 100", "row: --timeout, get-state");
   usage(
     "timeout-checkpoint",
@@ -536,7 +548,13 @@ function cases(): Case[] {
     "an unknown option after a command",
   );
   usage("unknown-short", "--get-state --pid {pid} -x", "an unknown short option");
-  add("extra-argument", "--get-state --pid {pid} extra", "a stray argument after a valid command");
+  known(
+    "extra-argument",
+    "--get-state --pid {pid} extra",
+    "a stray argument after a valid command",
+    1,
+    "NVIDIA's ignores it; ours says it is unexpected",
+  );
   // Documented differences, where ours adds.
   const help = "the help text is our own (it names --action, as CRIU needs)";
   known("help", "--help", "--help", 0, help);
@@ -579,6 +597,12 @@ function cases(): Case[] {
     "ours names the driver that has it (590)",
   );
   return list;
+}
+
+/** A usage error's lines before the blank line that comes before the help. */
+function beforeHelp(err: string): string {
+  const end = err.indexOf("\n\n");
+  return end < 0 ? err : err.slice(0, end);
 }
 
 /** The text with each program's own help text replaced by `<help>`, and pids by names. */
@@ -688,17 +712,18 @@ async function compare(m: Machine, nvidia: Program, ours: Program, mib: number):
     let note = "";
     if (
       !same && c.usage && n.norm.code === o.norm.code && n.norm.out === o.norm.out &&
-      n.state === o.state && firstLine(n.norm.err) === firstLine(o.norm.err) &&
-      o.norm.err === `${firstLine(o.norm.err)}\n<help>`
+      n.state === o.state && beforeHelp(n.norm.err) === beforeHelp(o.norm.err) &&
+      o.norm.err === `${beforeHelp(o.norm.err)}\n\n<help>`
     ) {
       kind = "PASS";
-      note = " (same message; NVIDIA's text after it is not its -h text)";
-    } else if (!same && c.known && o.r.code === c.known.code && n.state === o.state) {
+      note = " (the same lines before the help; NVIDIA's text after them is not its -h text)";
+    } else if (!same && c.known && o.r.code === c.known.code && o.state === (c.from ?? "running")) {
       kind = "PASS";
       note = ` (known difference: ${c.known.why})`;
       knownSeen.push(`${c.id}: ${c.known.why}`);
     } else if (!same && c.known) {
-      note = ` (known difference expected ours to exit ${c.known.code} with the state unchanged)`;
+      note =
+        ` (known difference expected ours to exit ${c.known.code} and leave the state as it was)`;
     }
     if (same && c.known) note = " (the same, once each program's own help text is left out)";
     verdict(kind, `compare/${c.id}: ${c.what}${note}`);
@@ -830,16 +855,22 @@ async function map(m: Machine, nvidia: Program, ours: Program, mib: number): Pro
       if (id.startsWith("WHERE")) {
         const onFirst = id === "WHERE 0";
         for (const [name, t] of Object.entries(targets)) {
+          // NVIDIA's utility (580, measured on two H200s) ignores --device-map on --toggle: its
+          // target stays on GPU 1. Ours uses the map. (In the dry run "nvidia" is ours again.)
+          const ignored = onFirst && name === "nvidia" && !m.simulated;
+          const back = onFirst && !ignored;
           await checkWhere(
             m,
             ours,
             t,
             mib,
-            onFirst ? u0 : u1,
-            onFirst ? u1 : u0,
-            `map/${name} after the move to GPU ${onFirst ? 0 : 1}`,
+            back ? u0 : u1,
+            back ? u1 : u0,
+            ignored
+              ? "map/nvidia after its --toggle --device-map, which it ignores: still on GPU 1"
+              : `map/${name} after the move to GPU ${onFirst ? 0 : 1}`,
           );
-          await checkMemory(m, t, `map/${name} on GPU ${onFirst ? 0 : 1}`);
+          await checkMemory(m, t, `map/${name} on GPU ${back ? 0 : 1}`);
         }
         continue;
       }
@@ -895,6 +926,11 @@ async function many(m: Machine, ours: Program, mib: number): Promise<void> {
   const tids = await Promise.all(
     ts.map(async (t) => (await m.call((d) => d.getRestoreThreadId(t.pid))).value),
   );
+  // Stderr of a listing: empty, or the one line about processes no one may look at (in the VMs we
+  // are lent, pid 1 is such a process even for root). A target among them would be missing from
+  // stdout, which each check looks for.
+  const NOT_LOOKED_AT =
+    /^(cuda-checkpoint: \d+ process(es)? could not be looked at and may be (a )?CUDA process(es)? \(pids? [^)]*\): .*\n)?$/;
   // One command: its exact stdout lines (or a check of them), exit code, and the states after.
   const cmd = async (
     id: string,
@@ -1068,6 +1104,7 @@ async function many(m: Machine, ours: Program, mib: number): Promise<void> {
     });
     await cmd("list", ["list"], {
       code: 0,
+      err: NOT_LOOKED_AT,
       outCheck: (out) => {
         const got = lines(out);
         const problems: string[] = [];
@@ -1096,6 +1133,7 @@ async function many(m: Machine, ours: Program, mib: number): Promise<void> {
     });
     await cmd("list-json", ["list", "--json"], {
       code: 0,
+      err: NOT_LOOKED_AT,
       outCheck: (out) => {
         const rows = parseJsonLines(out);
         if (!rows) return `not JSON lines: ${out}`;
@@ -1122,6 +1160,7 @@ async function many(m: Machine, ours: Program, mib: number): Promise<void> {
     });
     await cmd("get-state-all", ["--get-state", "--all"], {
       code: 0,
+      err: NOT_LOOKED_AT,
       outCheck: (out) => {
         const got = lines(out);
         const missing = [a, b, c].filter((p) => !got.includes(`${p} running`));
@@ -1133,6 +1172,7 @@ async function many(m: Machine, ours: Program, mib: number): Promise<void> {
     });
     await cmd("get-state-all-json", ["--get-state", "--all", "--json"], {
       code: 0,
+      err: NOT_LOOKED_AT,
       outCheck: (out) => {
         const rows = parseJsonLines(out) ?? [];
         const ok = [a, b, c].every((p) =>

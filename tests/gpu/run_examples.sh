@@ -67,7 +67,7 @@ simhash=$(sed -nE 's/^Buffer hash \(before\): ([0-9a-f]+)$/\1/p' "$out/examples-
 for mib in 16 4096; do
   name=self-$mib
   f="$out/examples-$rt-$name.txt"
-  ex "$name" 300 examples/self_checkpoint.ts --buffer-mib "$mib"
+  ex "$name" $((mib > 1024 ? 120 : 60)) examples/self_checkpoint.ts --buffer-mib "$mib"
   check "self_checkpoint $mib MiB: exit 0" test $? -eq 0
   check "self_checkpoint $mib MiB: ran on the GPU" has "$f" '^NVIDIA driver found'
   check "self_checkpoint $mib MiB: PASS" has "$f" '^PASS: GPU buffer contents survived checkpoint/restore\.$'
@@ -93,7 +93,7 @@ echo "   checkpoint 16 MiB: $c16 ms, 4096 MiB: $c4096 ms"
 check "self_checkpoint: a checkpoint of 4096 MiB takes longer than one of 16 MiB" \
   awk -v a="$c16" -v b="$c4096" 'BEGIN { exit !(b > a && a > 0) }'
 echo "== self-json: ${R[*]} examples/self_checkpoint.ts --json"
-timeout 120 "${R[@]}" examples/self_checkpoint.ts --json > "$out/examples-$rt-self.json" \
+timeout 60 "${R[@]}" examples/self_checkpoint.ts --json > "$out/examples-$rt-self.json" \
   2> "$out/examples-$rt-self-json-stderr.txt"
 cat "$out/examples-$rt-self.json" "$out/examples-$rt-self-json-stderr.txt"
 check "self_checkpoint --json: stdout is one JSON object, native, pass true" python3 -c '
@@ -125,7 +125,7 @@ elif [ -f .carry/criu.tgz ]; then
 fi
 if [ -n "$criu" ]; then
   f="$out/examples-$rt-counter-criu.txt"
-  ex counter-criu 600 examples/counter_criu.ts --criu "$criu" --images-dir "$tmp/criu-images"
+  ex counter-criu 150 examples/counter_criu.ts --criu "$criu" --images-dir "$tmp/criu-images"
   check "counter_criu: exit 0" test $? -eq 0
   check "counter_criu: the CRIU half ran (nothing missing)" has "$f" '^6\. criu dump --tree'
   check "counter_criu: GPU memory released before the dump" has "$f" '^5\. GPU memory it holds now: none$'
@@ -140,7 +140,7 @@ fi
 
 # --- migrate.ts -------------------------------------------------------------------------------
 f="$out/examples-$rt-migrate.txt"
-ex migrate 300 examples/migrate.ts --buffer-mib 1024
+ex migrate 120 examples/migrate.ts --buffer-mib 1024
 rc=$?
 if [ "$gpus" -ge 2 ]; then
   check "migrate: exit 0" test $rc -eq 0
@@ -154,7 +154,7 @@ fi
 
 # --- preempt.ts -------------------------------------------------------------------------------
 f="$out/examples-$rt-preempt.txt"
-ex preempt 300 examples/preempt.ts
+ex preempt 120 examples/preempt.ts
 check "preempt: exit 0" test $? -eq 0
 freed=$(number "$f" '.*GPU memory freed: ([0-9]+) MiB.*')
 check "preempt: the low-priority job's GPU memory was freed ($freed MiB)" test "${freed%.*}" -gt 8192
@@ -186,7 +186,7 @@ if timeout 120 nvcc -O2 -o "$tmp/target" tests/gpu/target.cu; then
   check "snapshot_all without --yes: lists the targets and suspends nothing" \
     has "$f" '^Not suspending: '
   f="$out/examples-$rt-snapshot.txt"
-  ex snapshot 300 examples/snapshot_all.ts --yes
+  ex snapshot 150 examples/snapshot_all.ts --yes
   check "snapshot_all: exit 0" test $? -eq 0
   check "snapshot_all: PASS" has "$f" '^PASS: [0-9]+ processes suspended and resumed together'
   released=$(number "$f" '^All [0-9]+ checkpointed in [0-9.]+ ms; GPU memory released: ([0-9]+) MiB\.$')

@@ -25,6 +25,7 @@
  */
 
 import { execFileSync } from "node:child_process";
+import { readFileSync } from "node:fs";
 import process from "node:process";
 import {
   CUDA_ERROR_OUT_OF_MEMORY,
@@ -188,10 +189,37 @@ async function oom(): Promise<void> {
     "and says how to retry",
   );
   result((await proc.state()) === "checkpointed", "the target stays checkpointed");
+  console.log(`after the failed restore the target is ${aliveOrGone(t.pid)}`);
   await filler.exit();
-  await proc.resume();
-  result((await proc.state()) === "running", "once the filler exits, resume succeeds");
+  console.log(`the filler exited; the target is ${aliveOrGone(t.pid)}`);
+  let retryError: unknown;
+  for (let attempt = 1; attempt <= 2; attempt++) {
+    try {
+      await proc.resume();
+      retryError = undefined;
+      break;
+    } catch (err) {
+      retryError = err;
+      console.log(
+        `retry ${attempt} failed: ${err instanceof Error ? err.message : err}; the target is ${
+          aliveOrGone(t.pid)
+        }`,
+      );
+      await new Promise((resolve) => setTimeout(resolve, 2000));
+    }
+  }
+  if (!result(retryError === undefined, "once the filler exits, resume succeeds")) return;
   result(await intact(t), "memory intact after the failed restore and the retry");
+}
+
+/** "alive" or "gone" (a zombie counts as gone), for the log. */
+function aliveOrGone(pid: number): string {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    return / Z /.test(stat) ? "gone (a zombie)" : `alive (${stat.split(" ")[2]})`;
+  } catch {
+    return "gone";
+  }
 }
 
 /** Whether `run` fails with a driver error within `limitMs`; its message. */
