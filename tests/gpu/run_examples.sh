@@ -4,8 +4,9 @@
 #   bash tests/gpu/run_examples.sh deno      (or bun)
 # Runs each example under timeout and checks what it printed, one line `PASS: ...` or
 # `FAIL: ...` per check (`SKIP: ...` where this machine cannot run one), then a summary; exits 1
-# if any check failed. Logs: $OUT/examples-<runtime>.txt, and each example's output in
-# $OUT/examples-<runtime>-<name>.txt ($OUT defaults to tests/gpu/out).
+# if any check failed. Logs: $OUT/examples-<runtime>.txt (every example's output is in it too),
+# and $OUT/examples-<runtime>-each.tgz, each example's output in its own file ($OUT defaults to
+# tests/gpu/out).
 #   self_checkpoint.ts  --buffer-mib 16 and 4096: PASS, the sample's table, the GPU memory released
 #                       while checkpointed, the kernel's bytes as the host computes them, and the
 #                       16 MiB hash equal to the simulator's (the same PTX pattern)
@@ -23,7 +24,10 @@ if [ "$rt" != deno ] && [ "$rt" != bun ]; then
 fi
 out=${OUT:-tests/gpu/out}
 tmp=/tmp/ckpt-examples
-mkdir -p "$out" "$tmp"
+# Each example's output goes to $each, and comes back as one archive: a run returns 8 files at most.
+each=$tmp/each
+rm -rf "$each"
+mkdir -p "$out" "$tmp" "$each"
 exec > >(tee -a "$out/examples-$rt.txt") 2>&1
 echo "== $(date -u +%FT%TZ) $(hostname) runtime $rt"
 nvidia-smi --query-gpu=index,name,uuid,driver_version,memory.total,persistence_mode --format=csv,noheader
@@ -48,7 +52,7 @@ has() { grep -qE -- "$2" "$1"; }
 ex() {
   local name=$1 secs=$2
   shift 2
-  local file="$out/examples-$rt-$name.txt"
+  local file="$each/examples-$rt-$name.txt"
   echo "== $name: ${R[*]} $*"
   timeout "$secs" "${R[@]}" "$@" > "$file" 2>&1
   local rc=$?
@@ -63,10 +67,10 @@ number() { sed -nE "s/$2/\\1/p" "$1" | head -1 | grep -E '^[0-9.]+$' || echo 0; 
 
 # --- self_checkpoint.ts ----------------------------------------------------------------------
 ex self-sim 120 examples/self_checkpoint.ts --driver sim --virtual-time
-simhash=$(sed -nE 's/^Buffer hash \(before\): ([0-9a-f]+)$/\1/p' "$out/examples-$rt-self-sim.txt" | head -1)
+simhash=$(sed -nE 's/^Buffer hash \(before\): ([0-9a-f]+)$/\1/p' "$each/examples-$rt-self-sim.txt" | head -1)
 for mib in 16 4096; do
   name=self-$mib
-  f="$out/examples-$rt-$name.txt"
+  f="$each/examples-$rt-$name.txt"
   ex "$name" $((mib > 1024 ? 120 : 60)) examples/self_checkpoint.ts --buffer-mib "$mib"
   check "self_checkpoint $mib MiB: exit 0" test $? -eq 0
   check "self_checkpoint $mib MiB: ran on the GPU" has "$f" '^NVIDIA driver found'
@@ -84,33 +88,33 @@ for mib in 16 4096; do
     has "$f" '^GPU memory this process holds: [0-9]+ MiB before, none while checkpointed, [0-9]+ MiB after$'
   check "self_checkpoint $mib MiB: compute capability read" has "$f" '^Compute capability: sm_[0-9]+$'
 done
-gpuhash=$(sed -nE 's/^Buffer hash \(before\): ([0-9a-f]+)$/\1/p' "$out/examples-$rt-self-16.txt" | head -1)
+gpuhash=$(sed -nE 's/^Buffer hash \(before\): ([0-9a-f]+)$/\1/p' "$each/examples-$rt-self-16.txt" | head -1)
 check "self_checkpoint 16 MiB: the GPU's hash ($gpuhash) is the simulator's ($simhash)" \
   test -n "$gpuhash" -a "$gpuhash" = "$simhash"
-c16=$(number "$out/examples-$rt-self-16.txt" '^checkpoint +([0-9.]+) +checkpointed$')
-c4096=$(number "$out/examples-$rt-self-4096.txt" '^checkpoint +([0-9.]+) +checkpointed$')
+c16=$(number "$each/examples-$rt-self-16.txt" '^checkpoint +([0-9.]+) +checkpointed$')
+c4096=$(number "$each/examples-$rt-self-4096.txt" '^checkpoint +([0-9.]+) +checkpointed$')
 echo "   checkpoint 16 MiB: $c16 ms, 4096 MiB: $c4096 ms"
 check "self_checkpoint: a checkpoint of 4096 MiB takes longer than one of 16 MiB" \
   awk -v a="$c16" -v b="$c4096" 'BEGIN { exit !(b > a && a > 0) }'
 echo "== self-json: ${R[*]} examples/self_checkpoint.ts --json"
-timeout 60 "${R[@]}" examples/self_checkpoint.ts --json > "$out/examples-$rt-self.json" \
-  2> "$out/examples-$rt-self-json-stderr.txt"
-cat "$out/examples-$rt-self.json" "$out/examples-$rt-self-json-stderr.txt"
+timeout 60 "${R[@]}" examples/self_checkpoint.ts --json > "$each/examples-$rt-self.json" \
+  2> "$each/examples-$rt-self-json-stderr.txt"
+cat "$each/examples-$rt-self.json" "$each/examples-$rt-self-json-stderr.txt"
 check "self_checkpoint --json: stdout is one JSON object, native, pass true" python3 -c '
 import json, sys
 r = json.load(open(sys.argv[1]))
-sys.exit(0 if r["pass"] is True and r["driver"] == "native" else 1)' "$out/examples-$rt-self.json"
+sys.exit(0 if r["pass"] is True and r["driver"] == "native" else 1)' "$each/examples-$rt-self.json"
 
 # --- counter.ts (UDP) -------------------------------------------------------------------------
 echo "== counter: ${R[*]} examples/counter.ts --port 10000"
-timeout 120 "${R[@]}" examples/counter.ts --port 10000 > "$out/examples-$rt-counter.txt" 2>&1 &
+timeout 120 "${R[@]}" examples/counter.ts --port 10000 > "$each/examples-$rt-counter.txt" 2>&1 &
 counter=$!
-for _ in $(seq 300); do has "$out/examples-$rt-counter.txt" '^counter ready' && break; sleep 0.1; done
+for _ in $(seq 300); do has "$each/examples-$rt-counter.txt" '^counter ready' && break; sleep 0.1; done
 a1=$(timeout 30 "${R[@]}" examples/counter.ts --ask --port 10000)
 a2=$(timeout 30 "${R[@]}" examples/counter.ts --ask --port 10000)
 kill "$counter" 2>/dev/null
 wait "$counter" 2>/dev/null
-cat "$out/examples-$rt-counter.txt"
+cat "$each/examples-$rt-counter.txt"
 check "counter.ts on the GPU (UDP): answered 101, then 102 (got $a1, $a2)" test "$a1 $a2" = "101 102"
 
 # --- counter_criu.ts --------------------------------------------------------------------------
@@ -124,7 +128,7 @@ elif [ -f .carry/criu.tgz ]; then
     > /tmp/criu/criu.sh && chmod +x /tmp/criu/criu.sh && criu=/tmp/criu/criu.sh
 fi
 if [ -n "$criu" ]; then
-  f="$out/examples-$rt-counter-criu.txt"
+  f="$each/examples-$rt-counter-criu.txt"
   ex counter-criu 150 examples/counter_criu.ts --criu "$criu" --images-dir "$tmp/criu-images"
   check "counter_criu: exit 0" test $? -eq 0
   check "counter_criu: the CRIU half ran (nothing missing)" has "$f" '^6\. criu dump --tree'
@@ -139,7 +143,7 @@ else
 fi
 
 # --- migrate.ts -------------------------------------------------------------------------------
-f="$out/examples-$rt-migrate.txt"
+f="$each/examples-$rt-migrate.txt"
 ex migrate 120 examples/migrate.ts --buffer-mib 1024
 rc=$?
 if [ "$gpus" -ge 2 ]; then
@@ -153,7 +157,7 @@ else
 fi
 
 # --- preempt.ts -------------------------------------------------------------------------------
-f="$out/examples-$rt-preempt.txt"
+f="$each/examples-$rt-preempt.txt"
 ex preempt 120 examples/preempt.ts
 check "preempt: exit 0" test $? -eq 0
 freed=$(number "$f" '.*GPU memory freed: ([0-9]+) MiB.*')
@@ -181,11 +185,11 @@ if timeout 120 nvcc -O2 -o "$tmp/target" tests/gpu/target.cu; then
     ready_hash[$i]=$(awk '/^ready/ { print $4 }' "$tmp/t$i.out")
     echo "   target $i ($spec): pid ${target_pid[$i]}, hash ${ready_hash[$i]}"
   done
-  f="$out/examples-$rt-snapshot-list.txt"
+  f="$each/examples-$rt-snapshot-list.txt"
   ex snapshot-list 120 examples/snapshot_all.ts
   check "snapshot_all without --yes: lists the targets and suspends nothing" \
     has "$f" '^Not suspending: '
-  f="$out/examples-$rt-snapshot.txt"
+  f="$each/examples-$rt-snapshot.txt"
   ex snapshot 150 examples/snapshot_all.ts --yes
   check "snapshot_all: exit 0" test $? -eq 0
   check "snapshot_all: PASS" has "$f" '^PASS: [0-9]+ processes suspended and resumed together'
@@ -213,4 +217,5 @@ else
 fi
 
 echo "== summary ($rt): $passed passed, $failed failed, $skipped skipped"
+tar -czf "$out/examples-$rt-each.tgz" -C "$tmp" each
 [ "$failed" -eq 0 ]
