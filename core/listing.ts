@@ -246,7 +246,9 @@ interface Confirmation {
  *
  * The driver calls for all candidates are made at once, off the main thread on the native
  * driver. A process being checkpointed or restored answers when that ends (the driver makes
- * `cuCheckpointProcessGetState` wait), so the listing may take that long.
+ * `cuCheckpointProcessGetState` wait), so the listing may take that long. A program that has
+ * checkpointed itself should not list with GPU memory until it is restored: NVML waits for that
+ * restore (measured on two H200s); pass `gpuMemory: false`, or list from another process.
  *
  * @throws {CheckpointUnsupportedError} (as a rejection) when the driver has no
  * `cuCheckpointProcessGetState` (a driver older than 570).

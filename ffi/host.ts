@@ -145,6 +145,10 @@ export class LinuxHost implements ClosableHost, AsyncDisposable {
    * GPU memory per process from NVML (loaded on first use, kept until {@link LinuxHost.close}), or
    * why it is unknown: NVML not loaded, not asked for, or this program in a PID namespace of its
    * own (a container), where NVML's pids, the host's, are not the pids `/proc` shows.
+   *
+   * Not from a program that has checkpointed itself, until it is restored: NVML's call then waits
+   * for that restore (measured on two H200s, driver 580), which the program cannot make while it
+   * waits. Ask from another process (examples/self_checkpoint.ts does).
    */
   async gpuMemory(): Promise<GpuMemoryReport> {
     this.#checkOpen("read GPU memory");
