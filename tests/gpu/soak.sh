@@ -10,7 +10,8 @@
 #   interrupt  SIGINT to cuda-checkpoint in the middle of a group suspend
 #   privilege  a getState by an unprivileged user (nobody): what the driver and our CLI say
 # About 6 minutes on an H100. The log is $OUT/soak-<runtime>.txt (or tests/gpu/out); the last
-# lines count PASS and FAIL. SOAK_CYCLES and SOAK_MANY_CYCLES shorten a run (200 and 50).
+# lines count PASS and FAIL. SOAK_CYCLES and SOAK_MANY_CYCLES shorten a run (200 and 50);
+# SOAK_BUDGET (540 s) bounds the whole run: each step's timeout is cut to what is left of it.
 set -uo pipefail
 rt=${1:-deno}
 out=${OUT:-tests/gpu/out}
@@ -26,9 +27,17 @@ if [ "$rt" = deno ]; then R=(deno run -A); else R=(bun); fi
 
 start=$SECONDS
 tally=$(mktemp)
+budget=${SOAK_BUDGET:-540} # seconds for the whole run (a lent machine's command gets 600)
 step() {
   local limit=$1 name=$2
   shift 2
+  # Cut to what is left of the budget, keeping 30 s for the privilege step and the tally.
+  local left=$((budget - SECONDS - 30))
+  ((left < limit)) && limit=$left
+  if ((limit < 15)); then
+    echo "FAIL $name: not run, no time left in the ${budget}s budget" | tee -a "$tally"
+    return
+  fi
   echo "== $name (timeout ${limit}s)"
   local t0=$SECONDS
   timeout "$limit" "$@" 2>&1 | tee -a "$tally"
