@@ -337,9 +337,14 @@ export async function gpuMemoryFromChild(
       ? `a child process asking NVML gave no answer in ${timeoutMs} ms`
       : `a child process asking NVML failed: ${(e.stderr ?? messageOf(error)).trim()}`;
   }
-  const answer = JSON.parse(stdout) as
-    | { unknown: string }
-    | Record<string, MemoryByGpu | "unknown">;
+  let answer: { unknown: string } | Record<string, MemoryByGpu | "unknown">;
+  try {
+    answer = JSON.parse(stdout);
+  } catch {
+    return `a child process asking NVML answered what is not JSON: ${
+      JSON.stringify(stdout.slice(0, 200))
+    }`;
+  }
   if ("unknown" in answer && typeof answer.unknown === "string") return answer.unknown;
   const byPid = new Map<number, MemoryByGpu | "unknown">(
     Object.entries(answer as Record<string, MemoryByGpu | "unknown">).map((

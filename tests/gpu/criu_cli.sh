@@ -26,6 +26,7 @@
 set -uo pipefail
 unset BUN_BE_BUN
 cd "$(dirname "$0")/../.." || exit 1
+. tests/gpu/verdicts.sh
 out=${OUT:-tests/gpu/out}
 bin=/tmp/ckpt
 criu_root=/tmp/criu
@@ -387,11 +388,4 @@ done
 echo
 cat "$out/criu-report.md"
 tar -C "$bin" -czf "$out/criu-logs.tgz" criu-logs trace-ours.txt trace-nvidia.txt 2>/dev/null
-pass=$(grep -c '^PASS ' "$bin/criu-verdicts.txt")
-fail=$(grep -c '^FAIL ' "$bin/criu-verdicts.txt")
-skip=$(grep -c '^SKIP ' "$bin/criu-verdicts.txt")
-echo
-echo "== summary: $pass PASS, $fail FAIL, $skip SKIP in $SECONDS s"
-grep -E '^(FAIL|SKIP) ' "$bin/criu-verdicts.txt" | sed 's/^/   /'
-ls -l "$out"
-((fail == 0 && pass > 0))
+verdict_summary "$bin/criu-verdicts.txt"

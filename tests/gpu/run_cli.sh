@@ -19,6 +19,7 @@
 set -uo pipefail
 unset BUN_BE_BUN
 cd "$(dirname "$0")/../.." || exit 1
+. tests/gpu/verdicts.sh
 simulate=
 case ${1:-} in
   --simulate) simulate=1 ;;
@@ -123,12 +124,4 @@ while IFS= read -r line; do
 done < <(grep '^goal: ' "$bin/step.txt")
 for f in "$bin/reports"/cli-startup-*; do [[ -f $f ]] && cp "$f" "$out/" && echo "copied $f to $out"; done
 
-# Summary.
-pass=$(grep -c '^PASS ' "$bin/verdicts.txt")
-fail=$(grep -c '^FAIL ' "$bin/verdicts.txt")
-skip=$(grep -c '^SKIP ' "$bin/verdicts.txt")
-echo
-echo "== summary${simulate:+ (SIMULATED dry run)}: $pass PASS, $fail FAIL, $skip SKIP in $SECONDS s"
-grep -E '^(FAIL|SKIP) ' "$bin/verdicts.txt" | sed 's/^/   /'
-ls -l "$out"
-((fail == 0 && pass > 0))
+verdict_summary "$bin/verdicts.txt" "${simulate:+SIMULATED dry run}"
