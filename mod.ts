@@ -71,6 +71,7 @@ export {
   type StepRecord,
   suspendAll,
 } from "./core/group.ts";
+export { GpuRoomError, type RoomShortage } from "./core/room.ts";
 export {
   CheckpointUnsupportedError,
   CudaError,

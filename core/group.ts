@@ -16,6 +16,7 @@ import { CudaError } from "./errors.ts";
 import type { CheckpointDriver } from "./driver.ts";
 import { askGpuMemory, chooseHost, type HostProcesses } from "./listing.ts";
 import { clockOf, CudaProcess, inTurn, isGone, type ProcessSteps } from "./process.ts";
+import { heldWhenCheckpointed } from "./room.ts";
 import type { DriverSource } from "./sources.ts";
 import { type Step, wayBetween } from "./steps.ts";
 import { describeValue } from "./uuid.ts";
@@ -436,12 +437,6 @@ interface Entry {
   rollback?: { ok: boolean; steps: StepRecord[]; error?: Error };
 }
 
-/**
- * GPU memory (MiB) of processes a group checkpointed, by driver and pid: once checkpointed a
- * process holds none, and the host can no longer tell what a restore will bring back.
- */
-const checkpointedMemory = new WeakMap<CheckpointDriver, Map<number, number>>();
-
 /** Each target's GPU memory in MiB, where known (see {@link GroupEvent}); never rejects. */
 async function memoryOf(
   driver: CheckpointDriver,
@@ -455,13 +450,14 @@ async function memoryOf(
     opened = chosen.opened;
     const report = await askGpuMemory(chosen.host, true);
     if (!("byPid" in report)) return known;
-    const remembered = checkpointedMemory.get(driver);
     for (const pid of pids) {
       const memory = report.byPid.get(pid);
       const mib = memory === undefined || memory === "unknown"
         ? 0
         : Object.values(memory).reduce((a, b) => a + b, 0);
-      const fallback = remembered?.get(pid);
+      // Once checkpointed a process holds none: what it held when this package checkpointed it.
+      const was = heldWhenCheckpointed(driver, pid);
+      const fallback = was && Object.values(was).reduce((a, b) => a + b, 0);
       if (mib > 0) known.set(pid, mib);
       else if (fallback !== undefined) known.set(pid, fallback);
     }
@@ -667,11 +663,6 @@ class Group {
           break;
       }
       ok = true;
-      if (step === "checkpoint" && mib !== undefined && this.#driver) {
-        let remembered = checkpointedMemory.get(this.#driver);
-        if (!remembered) checkpointedMemory.set(this.#driver, remembered = new Map());
-        remembered.set(pid, mib);
-      }
     } finally {
       const t1 = this.#now();
       record.push({ step, ms: t1 - t0, ok });

@@ -49,7 +49,14 @@ export type GpuMemory = Readonly<Record<string, number>> | "unknown";
  * process left out holds none), or why it cannot be known.
  */
 export type GpuMemoryReport =
-  | { readonly byPid: ReadonlyMap<number, GpuMemory> }
+  | {
+    readonly byPid: ReadonlyMap<number, GpuMemory>;
+    /**
+     * Free memory of each GPU in MiB, by GPU UUID (`GPU-…`), read in the same query; left out
+     * where the host cannot tell. A restore is checked against it (`RestoreOptions.checkRoom`).
+     */
+    readonly freeMiB?: ReadonlyMap<string, number>;
+  }
   | { readonly unknown: string };
 
 /**

@@ -36,6 +36,7 @@ import {
   explainRejectedMapping,
 } from "./gate.ts";
 import { inProcessOrder } from "./order.ts";
+import { forgetHeld, GpuRoomError, heldNow, rememberHeld, reserveRoom } from "./room.ts";
 import { wayBetween } from "./steps.ts";
 import {
   checkSource,
@@ -86,6 +87,16 @@ export interface RestoreOptions {
    * call, and the error names what is wrong. Needs driver 580 (CUDA 13.0) or later.
    */
   gpuMapping?: GpuMapping;
+  /**
+   * Whether to check, before asking the driver, that the GPUs the process goes to have as much
+   * free memory as it held when this package checkpointed it (default `true`). Too little, and the
+   * restore is refused with a {@link GpuRoomError}: the process stays checkpointed and can be
+   * resumed once there is room. On driver 580 a restore that runs out of GPU memory inside the
+   * driver leaves the process unrestorable for good, so turn this off only to see the driver's
+   * own answer. Nothing is checked for a process checkpointed by another program or an earlier
+   * run, or where the host cannot tell GPU memory (no NVML).
+   */
+  checkRoom?: boolean;
 }
 
 /**
@@ -220,7 +231,7 @@ export class CudaProcess {
           state: () => this.#getState(driver),
           lock: (timeoutMs) => this.#lock(driver, checkTimeoutMs(timeoutMs)),
           checkpoint: () => this.#step(driver, "checkpoint"),
-          restore: (pairs) => this.#restore(driver, pairs),
+          restore: (pairs) => this.#restore(driver, pairs, true),
           unlock: () => this.#step(driver, "unlock"),
         })));
   }
@@ -284,7 +295,10 @@ export class CudaProcess {
    * `gpuMapping`. The process is then locked: call {@link CudaProcess.unlock} to let it run.
    */
   restore(options: RestoreOptions = {}): Promise<void> {
-    return this.#checked(() => pairsOf(options), (pairs, driver) => this.#restore(driver, pairs));
+    return this.#checked(
+      () => restoreInputsOf(options),
+      ({ pairs, checkRoom }, driver) => this.#restore(driver, pairs, checkRoom),
+    );
   }
 
   /** Unlocks a locked process so that its CUDA calls run again. */
@@ -304,12 +318,18 @@ export class CudaProcess {
   }
 
   /**
-   * Restore and unlock. If the restore fails, the process is left checkpointed, its GPU memory
-   * still in host memory, and resume can be tried again (on other GPUs, with `gpuMapping`). If the
-   * unlock fails, the error says that the process is restored but locked.
+   * Restore and unlock. A restore that would not fit in the free GPU memory is refused before the
+   * driver is asked ({@link GpuRoomError}; see {@link RestoreOptions.checkRoom}): the process stays
+   * checkpointed and resume can be tried again once there is room, or onto other GPUs with
+   * `gpuMapping`. Where the driver's own restore fails the error says what state that left, and
+   * whether a retry can work. If the unlock fails, the error says that the process is restored but
+   * locked.
    */
   resume(options: RestoreOptions = {}): Promise<void> {
-    return this.#checked(() => pairsOf(options), (pairs, driver) => this.#resume(driver, pairs));
+    return this.#checked(
+      () => restoreInputsOf(options),
+      ({ pairs, checkRoom }, driver) => this.#resume(driver, pairs, checkRoom),
+    );
   }
 
   /**
@@ -319,15 +339,15 @@ export class CudaProcess {
    */
   toggle(options: ToggleOptions = {}): Promise<ProcessState> {
     // Both halves' options are checked before anything is asked of the driver.
-    const inputs = () => ({ timeoutMs: timeoutOf(options), pairs: pairsOf(options) });
-    return this.#checked(inputs, async ({ timeoutMs, pairs }, driver) => {
+    const inputs = () => ({ timeoutMs: timeoutOf(options), ...restoreInputsOf(options) });
+    return this.#checked(inputs, async ({ timeoutMs, pairs, checkRoom }, driver) => {
       const state = await this.#getState(driver);
       if (state === "running") {
         await this.#suspend(driver, timeoutMs);
         return "checkpointed";
       }
       if (state === "checkpointed") {
-        await this.#resume(driver, pairs);
+        await this.#resume(driver, pairs, checkRoom);
         return "running";
       }
       throw new CudaError({
@@ -468,12 +488,17 @@ export class CudaProcess {
     await checkCapability(driver, "lock", this.pid);
     const code = await driver.lock(this.pid, { timeoutMs });
     if (code !== CUDA_SUCCESS) throw await this.#failure(driver, "lock", code);
+    // Locked from running: what it held when last checkpointed is no longer what it holds.
+    forgetHeld(driver, this.pid);
   }
 
   async #step(driver: CheckpointDriver, operation: "checkpoint" | "unlock"): Promise<void> {
     await checkCapability(driver, operation, this.pid);
+    // What a checkpoint takes off the GPU is what its restore will need there (core/room.ts).
+    const held = operation === "checkpoint" ? await heldNow(driver, this.pid) : undefined;
     const code = await driver[operation](this.pid);
     if (code !== CUDA_SUCCESS) throw await this.#failure(driver, operation, code);
+    if (held) rememberHeld(driver, this.pid, held);
   }
 
   /** Checks that the driver can take the mapping and that it can work; throws before any call. */
@@ -482,19 +507,53 @@ export class CudaProcess {
     if (pairs) await checkMapping(driver, this.pid, pairs);
   }
 
-  /** The restore call itself; {@link CudaProcess.#checkRestore} has been made. */
-  async #restoreCall(driver: CheckpointDriver, pairs: GpuPair[] | null): Promise<void> {
-    const code = await driver.restore(this.pid, pairs === null ? null : { gpuPairs: pairs });
-    if (code === CUDA_SUCCESS) return;
+  /**
+   * The restore call itself, the room for it checked and claimed first (unless `checkRoom` is
+   * false); {@link CudaProcess.#checkRestore} has been made.
+   */
+  async #restoreCall(
+    driver: CheckpointDriver,
+    pairs: GpuPair[] | null,
+    checkRoom: boolean,
+  ): Promise<void> {
+    let release = () => {};
+    try {
+      if (checkRoom) release = await reserveRoom(driver, this.pid, pairs);
+    } catch (err) {
+      // What it held is remembered from its checkpoint; refuse only while it is still
+      // checkpointed (else the driver's own answer says what is wrong, and the record is old).
+      const now = err instanceof GpuRoomError
+        ? await driver.getState(this.pid).catch(() => undefined)
+        : undefined;
+      if (now?.code === CUDA_SUCCESS && now.value === CU_PROCESS_STATE_CHECKPOINTED) throw err;
+      if (!(err instanceof GpuRoomError)) throw err;
+      forgetHeld(driver, this.pid);
+    }
+    let code: number;
+    try {
+      code = await driver.restore(this.pid, pairs === null ? null : { gpuPairs: pairs });
+    } finally {
+      release();
+    }
+    if (code === CUDA_SUCCESS) {
+      forgetHeld(driver, this.pid);
+      return;
+    }
     const detail = code === CUDA_ERROR_INVALID_VALUE && pairs !== null && pairs.length > 0
       ? await explainRejectedMapping(driver, pairs)
+      : code === CUDA_ERROR_OUT_OF_MEMORY
+      ? RAN_OUT
       : undefined;
     throw await this.#failure(driver, "restore", code, detail);
   }
 
-  async #restore(driver: CheckpointDriver, pairs: GpuPair[] | null): Promise<void> {
+  async #restore(
+    driver: CheckpointDriver,
+    pairs: GpuPair[] | null,
+    checkRoom: boolean,
+  ): Promise<void> {
     await this.#checkRestore(driver, pairs);
-    await this.#restoreCall(driver, pairs);
+    await this.#restoreCall(driver, pairs, checkRoom);
   }
 
   async #suspend(driver: CheckpointDriver, timeoutMs: number): Promise<void> {
@@ -548,7 +607,7 @@ export class CudaProcess {
     }
     try {
       for (const s of back) {
-        if (s === "restore") await this.#restore(driver, null);
+        if (s === "restore") await this.#restore(driver, null, true);
         else await this.#step(driver, "unlock");
       }
     } catch (undoErr) {
@@ -560,11 +619,15 @@ export class CudaProcess {
       : "suspend restored and unlocked the process again: it was left running";
   }
 
-  async #resume(driver: CheckpointDriver, pairs: GpuPair[] | null): Promise<void> {
+  async #resume(
+    driver: CheckpointDriver,
+    pairs: GpuPair[] | null,
+    checkRoom: boolean,
+  ): Promise<void> {
     await this.#checkRestore(driver, pairs);
     await checkCapability(driver, "unlock", this.pid);
     try {
-      await this.#restoreCall(driver, pairs);
+      await this.#restoreCall(driver, pairs, checkRoom);
     } catch (err) {
       throw restate(err, await this.#afterFailedRestore(driver, err));
     }
@@ -583,8 +646,9 @@ export class CudaProcess {
 
   /** What a failed restore inside resume left behind, as a sentence. */
   async #afterFailedRestore(driver: CheckpointDriver, err: unknown): Promise<string> {
-    // The restore's own code already says there is no process, or no CUDA in it.
-    if (isGone(err)) return "";
+    // The restore's own code already says there is no process, or no CUDA in it, or that the
+    // driver refuses it; a GpuRoomError says that nothing was asked.
+    if (isGone(err) || err instanceof GpuRoomError) return "";
     const state = err instanceof CudaError && err.state !== undefined
       ? err.state
       : await this.#describeState(driver);
@@ -592,11 +656,11 @@ export class CudaProcess {
     const illegal = err instanceof CudaError && err.code === CUDA_ERROR_ILLEGAL_STATE;
     switch (state) {
       case "checkpointed":
-        return "resume left the process checkpointed, its GPU memory still held in host memory; " +
-          (err instanceof CudaError && err.code === CUDA_ERROR_OUT_OF_MEMORY
-            ? "resume can be tried again once its GPUs have room (free GPU memory there), or " +
-              "onto other GPUs with gpuMapping"
-            : "resume can be tried again, onto other GPUs with gpuMapping if these cannot take it");
+        // The restore's error says what running out of memory left (RAN_OUT).
+        return err instanceof CudaError && err.code === CUDA_ERROR_OUT_OF_MEMORY
+          ? ""
+          : "resume left the process checkpointed, its GPU memory still held in host memory; " +
+            "resume can be tried again, onto other GPUs with gpuMapping if these cannot take it";
       case "running":
         return illegal
           ? "nothing was restored: it was not checkpointed"
@@ -655,6 +719,14 @@ export class CudaProcess {
       }
       if (state === "failed") detail = FAILED_IS_FINAL;
     }
+    // A restore refused although the process is there and checkpointed: what driver 580 does
+    // after a restore of it ran out of GPU memory.
+    if (code === CUDA_ERROR_OPERATING_SYSTEM && operation === "restore" && !detail) {
+      const now = await driver.getState(this.pid).catch(() => undefined);
+      if (now?.code === CUDA_SUCCESS && now.value === CU_PROCESS_STATE_CHECKPOINTED) {
+        detail = REFUSED;
+      }
+    }
     return errorFor(driver, code, { operation, pid: this.pid, state, detail })!;
   }
 }
@@ -706,11 +778,32 @@ function timeoutOf(options: LockOptions): number {
     : checkTimeoutMs(options.timeoutMs);
 }
 
-/** The GPU pairs an options object asks for, or `null` for none. */
-function pairsOf(options: RestoreOptions): GpuPair[] | null {
+/** The GPU pairs a restore's options ask for (`null` for none), and whether to check the room. */
+function restoreInputsOf(
+  options: RestoreOptions,
+): { pairs: GpuPair[] | null; checkRoom: boolean } {
   checkOptionsObject(options, '{ gpuMapping: { "GPU-...": "GPU-..." } }');
-  return options.gpuMapping === undefined ? null : checkGpuMapping(options.gpuMapping);
+  const pairs = options.gpuMapping === undefined ? null : checkGpuMapping(options.gpuMapping);
+  if (options.checkRoom !== undefined && typeof options.checkRoom !== "boolean") {
+    throw new TypeError(
+      `checkRoom must be true or false, got ${describeValue(options.checkRoom)}`,
+    );
+  }
+  return { pairs, checkRoom: options.checkRoom ?? true };
 }
+
+/** What a restore that ran out of GPU memory inside the driver leaves, for messages. */
+const RAN_OUT = "the driver ran out of GPU memory restoring the process. It still reports the " +
+  "process checkpointed, but driver 580 then refuses every later restore of it, onto any GPU and " +
+  "even once memory is free (CUDA_ERROR_OPERATING_SYSTEM): its GPU state cannot be brought back, " +
+  "so end it and start it again from a saved state. The room is checked before the driver is " +
+  "asked only for a process this package checkpointed (with checkRoom left on)";
+
+/** Why a restore of a checkpointed process may be refused with OPERATING_SYSTEM, for messages. */
+const REFUSED = "The process is there and checkpointed, yet the driver refuses to restore it: " +
+  "driver 580 does this to every restore after one ran out of GPU memory (onto any GPU, even once " +
+  "memory is free), so its GPU state cannot be brought back; end it and start it again from a " +
+  "saved state";
 
 /** What the failed state means, for messages. */
 const FAILED_IS_FINAL = "a checkpoint or restore failed in it, and the failed state is final; " +

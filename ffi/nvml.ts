@@ -40,6 +40,10 @@ export const NVML_VALUE_NOT_AVAILABLE = 0xffff_ffff_ffff_ffffn;
 
 /** `NVML_ERROR_INSUFFICIENT_SIZE`: the list is longer than the room given. */
 const NVML_ERROR_INSUFFICIENT_SIZE = 7;
+/** `sizeof(nvmlMemory_t)`: total, free and used, three unsigned long long. */
+export const NVML_MEMORY_SIZE = 24;
+/** The offset of `free` in `nvmlMemory_t`. */
+export const NVML_MEMORY_FREE_OFFSET = 8;
 /** `NVML_DEVICE_UUID_V2_BUFFER_SIZE`: room for a UUID with its NUL. */
 const UUID_BUFFER_SIZE = 96;
 
@@ -74,6 +78,9 @@ export const NVML_SYMBOLS = {
   // nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t, unsigned int *infoCount,
   //   nvmlProcessInfo_v2_t *infos): the same 24-byte struct, in older NVMLs
   nvmlDeviceGetComputeRunningProcesses_v2: LIST_PROCESSES,
+  // nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory): total, free
+  // and used bytes (three unsigned long long); optional, as only the free memory needs it
+  nvmlDeviceGetMemoryInfo: { parameters: ["u64", "buffer"], result: "i32", ...WAITS, optional: true },
 } as const satisfies Record<string, CudaForeignFunction>;
 
 /** The C names of {@link NVML_SYMBOLS}. */
@@ -214,6 +221,7 @@ class NvmlLibrary implements Nvml {
     let code = await this.#call("nvmlDeviceGetCount_v2", [count]);
     if (code !== 0) return { unknown: this.#failure("nvmlDeviceGetCount_v2", code) };
     const byPid = new Map<number, Record<string, number> | "unknown">();
+    const freeMiB = new Map<string, number>();
     for (let index = 0; index < u32(count, 0); index++) {
       const handleOut = nativeBuffer(8);
       code = await this.#call("nvmlDeviceGetHandleByIndex_v2", [index, handleOut]);
@@ -225,6 +233,14 @@ class NvmlLibrary implements Nvml {
       code = await this.#call("nvmlDeviceGetUUID", [handle, uuidOut, UUID_BUFFER_SIZE]);
       if (code !== 0) return { unknown: this.#failure(`nvmlDeviceGetUUID (GPU ${index})`, code) };
       const uuid = sameForm(cText(uuidOut));
+      // Free memory where NVML tells it; a GPU it does not answer for is left out (never checked).
+      if (present.has("nvmlDeviceGetMemoryInfo")) {
+        const memory = nativeBuffer(NVML_MEMORY_SIZE);
+        if (await this.#call("nvmlDeviceGetMemoryInfo", [handle, memory]) === 0) {
+          const free = new DataView(memory.buffer).getBigUint64(NVML_MEMORY_FREE_OFFSET, true);
+          freeMiB.set(uuid, Number(free) / 2 ** 20);
+        }
+      }
       const entries = await this.#processes(list, handle, `${list} (GPU ${index}, ${uuid})`);
       if (typeof entries === "string") return { unknown: entries };
       for (const { pid, bytes } of entries) {
@@ -239,7 +255,7 @@ class NvmlLibrary implements Nvml {
         held[uuid] = (held[uuid] ?? 0) + Number(bytes) / 2 ** 20;
       }
     }
-    return { byPid: byPid as ReadonlyMap<number, GpuMemory> };
+    return { byPid: byPid as ReadonlyMap<number, GpuMemory>, freeMiB };
   }
 
   /** One GPU's compute processes, or why they could not be read. */

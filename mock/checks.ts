@@ -98,9 +98,10 @@ const TIMING_FIELDS = [
 
 /** Throws unless `timing` is a whole {@link TimingModel} of sensible numbers; returns it. */
 export function checkTiming(timing: unknown): TimingModel {
-  checkKeys(timing, "timing", ["checkpoint", "restore", ...TIMING_FIELDS]);
+  checkKeys(timing, "timing", ["checkpoint", "restore", ...TIMING_FIELDS, "refusedMs"]);
   const t = timing as TimingModel;
   for (const field of TIMING_FIELDS) checkAmount(t[field], `timing.${field}`);
+  if (t.refusedMs !== undefined) checkAmount(t.refusedMs, "timing.refusedMs");
   for (const kind of ["checkpoint", "restore"] as const) checkCopyTiming(t[kind], `timing.${kind}`);
   return t;
 }

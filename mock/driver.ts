@@ -427,7 +427,10 @@ export class SimulatedDriver implements CheckpointDriver, AsyncDisposable {
    * process that holds the rest, its CUDA context included, as `target fill` does on a real GPU.
    * A restore onto that GPU that needs more than is left then fails with
    * `CUDA_ERROR_OUT_OF_MEMORY` and leaves its process checkpointed, as on the real driver; the
-   * filler's `exit()` frees the GPU again.
+   * filler's `exit()` frees the GPU again. As on driver 580, the driver then refuses every later
+   * restore of that process (`CUDA_ERROR_OPERATING_SYSTEM`, still checkpointed): `CudaProcess`
+   * checks the room first where it knows what the process held, and refuses without asking the
+   * driver, so that the process can still be resumed once there is room.
    *
    * @example
    * ```ts
@@ -437,7 +440,7 @@ export class SimulatedDriver implements CheckpointDriver, AsyncDisposable {
    * const proc = new CudaProcess(sim.spawn({ memoryMiB: 4096 }).pid, { driver: sim });
    * await proc.suspend();
    * const filler = sim.fillGpu(0, { leaveMiB: 1024 });
-   * await proc.resume().catch((e) => console.log(e.codeName)); // "CUDA_ERROR_OUT_OF_MEMORY"
+   * await proc.resume().catch((e) => console.log(e.name)); // "GpuRoomError": the driver not asked
    * filler.exit();
    * await proc.resume(); // now it fits
    * ```
@@ -462,8 +465,8 @@ export class SimulatedDriver implements CheckpointDriver, AsyncDisposable {
   /**
    * The simulated machine's processes, as `listCudaProcesses` sees them: each live process with
    * its command line, whether it has libcuda mapped (or could not be looked at), and the GPU
-   * memory it holds per GPU, as NVML would report it. `listCudaProcesses({ driver: sim })` uses
-   * it by itself. Reading it takes no simulated time.
+   * memory it holds per GPU and each GPU's free memory, as NVML would report them.
+   * `listCudaProcesses({ driver: sim })` uses it by itself. Reading it takes no simulated time.
    */
   hostProcesses(): HostProcesses {
     return {
@@ -487,6 +490,7 @@ export class SimulatedDriver implements CheckpointDriver, AsyncDisposable {
             this.processes.map((p) => [p.pid, p.gpuMemoryMiB] as const)
               .filter(([, mib]) => Object.keys(mib).length > 0),
           ),
+          freeMiB: new Map(this.gpus.map((g) => [g.uuid, g.freeMiB])),
         })),
     };
   }
@@ -615,6 +619,16 @@ export class SimulatedDriver implements CheckpointDriver, AsyncDisposable {
         }));
     }
     return this.#transition("restore", pid, CU_PROCESS_STATE_CHECKPOINTED, async (proc, run) => {
+      if (proc.restoreRefused) {
+        // Driver 580.159.04 after a restore that ran out of memory: every later restore, in place
+        // or mapped, fails in 5-8 ms with OPERATING_SYSTEM and the state stays checkpointed.
+        await run.sleep(this.timing.refusedMs ?? 6);
+        return {
+          code: CUDA_ERROR_OPERATING_SYSTEM,
+          note: "an earlier restore of this process ran out of GPU memory; the driver refuses " +
+            "every restore of it since",
+        };
+      }
       const targets = this.#mapGpus(proc, pairs);
       if (typeof targets === "string") {
         await run.sleep(this.timing.rejectMs);
@@ -624,6 +638,7 @@ export class SimulatedDriver implements CheckpointDriver, AsyncDisposable {
       const short = shortage(need, proc.memoryMiB);
       if (short) {
         await run.sleep(this.timing.oomMs);
+        proc.refuseRestores();
         return { code: CUDA_ERROR_OUT_OF_MEMORY, note: short };
       }
       proc.claim(need);

@@ -6,6 +6,7 @@
  */
 
 import {
+  CU_PROCESS_STATE_CHECKPOINTED,
   CU_PROCESS_STATE_FAILED,
   CU_PROCESS_STATE_RUNNING,
   PROCESS_STATE_NAMES,
@@ -528,9 +529,25 @@ export class SimulatedProcess {
     this.gpus = gpus;
   }
 
+  /**
+   * Whether the driver refuses every restore of this process: a restore of it ran out of GPU
+   * memory, which on driver 580 leaves it reported checkpointed but never restorable again
+   * (tests/gpu/reports/oom-probe-2xh200.txt). Cleared once it leaves the checkpointed state.
+   */
+  get restoreRefused(): boolean {
+    return this.#restoreRefused;
+  }
+  #restoreRefused = false;
+
+  /** @internal a restore of it ran out of memory */
+  refuseRestores(): void {
+    this.#restoreRefused = true;
+  }
+
   /** @internal */
   setState(state: number): void {
     this.stateNumber = state;
+    if (state !== CU_PROCESS_STATE_CHECKPOINTED) this.#restoreRefused = false;
     this.wake();
   }
 

@@ -86,6 +86,11 @@ export interface ProcessSnapshot {
   memory?: MemorySnapshot;
   /** Faults injected into its calls that have not happened yet, by operation. */
   faults?: Partial<Record<FaultableOperation, FaultSnapshot>>;
+  /**
+   * `true` where the driver refuses every restore of it: an earlier restore ran out of GPU memory
+   * (`SimulatedProcess.restoreRefused`); only checkpointed, only in version 2.
+   */
+  restoreRefused?: true;
 }
 
 /**
@@ -188,7 +193,8 @@ export function snapshotSimulator(sim: SimulatedDriver): SimulatorSnapshot {
   }
   const busy = sim.busyWith();
   if (busy) throw new Error(`cannot save the simulated machine now: ${busy}`);
-  const version = sim.processes.every((p) => p.pendingFaults.every(fitsVersion1)) ? 1 : 2;
+  const version =
+    sim.processes.every((p) => !p.restoreRefused && p.pendingFaults.every(fitsVersion1)) ? 1 : 2;
   return {
     format: SIMULATOR_SNAPSHOT_FORMAT,
     version,
@@ -223,6 +229,7 @@ function processSnapshot(p: SimulatedProcess, version: 1 | 2): ProcessSnapshot {
     gpus: p.gpus.map((g) => g.index),
     memoryMiB: p.memoryMiB,
   };
+  if (p.restoreRefused) out.restoreRefused = true;
   const image = p.deviceMemory ?? p.hostMemory;
   if (image) out.memory = { on: p.deviceMemory ? "gpu" : "host", pages: savedPages(p, image) };
   const faults = p.pendingFaults;
@@ -301,6 +308,7 @@ function loadProcess(
     libcudaLoaded: p.libcuda,
   });
   proc.stateNumber = PROCESS_STATE_NAMES.indexOf(p.state);
+  if (p.restoreRefused) proc.refuseRestores();
   for (const [op, fault] of Object.entries(p.faults ?? {})) {
     const operation = op as FaultableOperation;
     proc.faultPlan.add(
@@ -466,7 +474,7 @@ function checkedProcess(
     "state",
     "gpus",
     "memoryMiB",
-  ], ["memory", "faults"]);
+  ], ["memory", "faults", "restoreRefused"]);
   const pid = field(`${at}.pid`, (w) => checkInteger(p.pid, w, 1, nextPid - 1));
   const threads = array(p.threads, `${at}.threads`, 1, 100_002).map((t, i) => {
     const path = `${at}.threads[${i}]`;
@@ -540,6 +548,17 @@ function checkedProcess(
   if (p.faults !== undefined) {
     if (!cuda) fail(`${at}.faults`, `${at}.faults: a process without CUDA has none`);
     out.faults = checkedFaults(p.faults, `${at}.faults`, version);
+  }
+  if (p.restoreRefused !== undefined) {
+    const where = `${at}.restoreRefused`;
+    if (p.restoreRefused !== true) {
+      fail(where, `${where} must be true where present, got ${describeValue(p.restoreRefused)}`);
+    }
+    if (version === 1) fail(where, `${where} needs version 2 of the snapshot, not 1`);
+    if (state !== "checkpointed") {
+      fail(where, `${where}: only a checkpointed process can be refused restores, not a ${state} one`);
+    }
+    out.restoreRefused = true;
   }
   return out;
 }

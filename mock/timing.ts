@@ -56,6 +56,11 @@ export interface TimingModel {
   readonly rejectMs: number;
   /** A restore refused for want of free GPU memory, in ms. */
   readonly oomMs: number;
+  /**
+   * A restore the driver refuses because an earlier one of the same process ran out of GPU
+   * memory, in ms; 6 (as measured on two H200s) when left out.
+   */
+  readonly refusedMs?: number;
   /** How long after the target exits a checkpoint or restore under way returns, in ms. */
   readonly exitNoticeMs: number;
 }
@@ -89,6 +94,8 @@ export const H200_TIMING: TimingModel = {
   // rejected mapping, and 8-24 ms for OUT_OF_MEMORY (docs/DRIVER_NOTES.md).
   rejectMs: 28,
   oomMs: 16,
+  // After a restore ran out of memory, every later restore failed in 5-8 ms (oom-probe-2xh200).
+  refusedMs: 6,
   // SIGKILL 150 ms into the checkpoint of 4 GiB: OPERATING_SYSTEM 217-225 ms after the call began.
   exitNoticeMs: 71,
 };

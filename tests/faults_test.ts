@@ -203,18 +203,34 @@ describe("answerNext, enterFailedState, fillGpu", () => {
     await lock;
   });
 
-  test("fillGpu leaves a restore without room: OUT_OF_MEMORY, still checkpointed, fine once freed", async () => {
+  test("fillGpu leaves a restore without room: refused first, still checkpointed, fine once freed", async () => {
     const { sim, target, proc } = machine(256);
     await target.write(0, new Uint8Array([1, 2, 3]));
     const digest = await target.memoryDigest();
     await proc.suspend();
     const filler = sim.fillGpu(0, { leaveMiB: 100 });
     assert.equal(sim.gpus[0].freeMiB, 100);
-    await rejectsWith(proc.resume(), CUDA_ERROR_OUT_OF_MEMORY, /left the process checkpointed/);
+    await rejectsWith(proc.resume(), CUDA_ERROR_OUT_OF_MEMORY, /Nothing was asked of the driver/);
     assert.equal(target.state, "checkpointed");
+    // The driver's own answer, as on driver 580: out of memory, and no restore of it ever again.
+    await rejectsWith(
+      proc.restore({ checkRoom: false }),
+      CUDA_ERROR_OUT_OF_MEMORY,
+      /The driver ran out of GPU memory restoring the process/,
+    );
+    assert.equal(target.restoreRefused, true);
     filler.exit();
-    await proc.resume();
-    assert.equal(await target.memoryDigest(), digest);
+    await rejectsWith(proc.resume(), CUDA_ERROR_OPERATING_SYSTEM, /refuses to restore it/);
+    assert.equal(target.state, "checkpointed");
+
+    const again = machine(256);
+    await again.target.write(0, new Uint8Array([1, 2, 3]));
+    await again.proc.suspend();
+    const other = again.sim.fillGpu(0, { leaveMiB: 100 });
+    await rejectsWith(again.proc.resume(), CUDA_ERROR_OUT_OF_MEMORY, /Nothing was asked/);
+    other.exit();
+    await again.proc.resume();
+    assert.equal(await again.target.memoryDigest(), digest);
     assert.throws(
       () => sim.fillGpu(0, { leaveMiB: 10_000_000 }),
       /fillGpu: GPU 0 has \d+ MiB free, less than the 10000000 MiB to leave/,

@@ -212,10 +212,18 @@ describe("group operations", () => {
     assert.deepEqual(resumed.get(one.pid), Array(4).fill(1024 + context));
     assert.deepEqual(resumed.get(two.pid), Array(4).fill(2048 + 2 * context));
 
-    // Checkpointed outside a group: what a restore brings back is not known.
+    // Checkpointed by this package outside a group: remembered too.
     const three = sim.spawn({ memoryMiB: 256 });
     await new CudaProcess(three.pid, { driver: sim }).suspend();
-    assert.deepEqual((await mib("resume", [three.pid])).get(three.pid), [
+    assert.deepEqual(
+      (await mib("resume", [three.pid])).get(three.pid),
+      Array(4).fill(256 + context),
+    );
+    // Checkpointed by another program (the raw driver): what a restore brings back is not known.
+    const four = sim.spawn({ memoryMiB: 256 });
+    await sim.lock(four.pid, null);
+    await sim.checkpoint(four.pid);
+    assert.deepEqual((await mib("resume", [four.pid])).get(four.pid), [
       undefined,
       undefined,
       undefined,

@@ -18,6 +18,7 @@ import {
   CUDA_ERROR_UNKNOWN,
   CudaError,
   CudaProcess,
+  GpuRoomError,
   type GroupAction,
   type ProcessState,
   runGroup,
@@ -124,16 +125,21 @@ describe("1. a failed suspend: running again where the driver allows it, and the
 });
 
 describe("2. a failed resume: still checkpointed, and the error says how to try again", () => {
-  test("out of GPU memory: free it, or go to another GPU; both work afterwards", async () => {
+  test("out of GPU memory: refused before the driver; free it, or go to another GPU; both work", async () => {
     const { sim, target, digest, proc } = await setup({ gpus: 2 });
     await proc.suspend();
     const filler = sim.fillGpu(0);
     const err = await failure(proc.resume());
-    assert.ok(err instanceof CudaError && err.code === CUDA_ERROR_OUT_OF_MEMORY);
+    assert.ok(err instanceof GpuRoomError, `a GpuRoomError: ${err}`);
+    assert.equal(err.code, CUDA_ERROR_OUT_OF_MEMORY, "the driver's code for it");
     assert.equal(target.state, "checkpointed");
+    assert.equal(target.restoreRefused, false, "the driver was not asked");
+    assert.equal(err.shortage.gpu, sim.gpus[0].uuid);
+    assert.equal(err.shortage.freeMiB, 0);
+    assert.equal(err.shortage.neededMiB, target.memoryMiB + sim.gpus[0].contextMiB);
     assert.match(
       err.message,
-      /Resume left the process checkpointed, its GPU memory still held in host memory; resume can be tried again once its GPUs have room \(free GPU memory there\), or onto other GPUs with gpuMapping$/,
+      /^restore of process \d+ failed: CUDA_ERROR_OUT_OF_MEMORY \(2\): not enough free GPU memory, found before asking the driver \(the process is checkpointed\)\. It held \d+ MiB for GPU-[0-9a-f-]+ when it was checkpointed, and that GPU has 0 MiB free\. Nothing was asked of the driver, and the process can be resumed once there is room: free GPU memory there, or resume onto other GPUs with gpuMapping/,
     );
     // Onto the other GPU, with the first one still full.
     const [a, b] = sim.gpus.map((g) => g.uuid);
@@ -146,6 +152,35 @@ describe("2. a failed resume: still checkpointed, and the error says how to try 
     await proc.resume({ gpuMapping: { [a]: b, [b]: a } });
     assert.deepEqual(target.gpuUuids, [a]);
     assert.equal(await target.memoryDigest(), digest);
+  });
+
+  test("out of GPU memory inside the driver (checkRoom: false): the error says the process is lost", async () => {
+    const { sim, target, proc } = await setup({ gpus: 2 });
+    await proc.suspend();
+    const filler = sim.fillGpu(0);
+    const err = await failure(proc.resume({ checkRoom: false }));
+    assert.ok(err instanceof CudaError && !(err instanceof GpuRoomError), `${err}`);
+    assert.equal(err.code, CUDA_ERROR_OUT_OF_MEMORY);
+    assert.equal(target.state, "checkpointed");
+    assert.match(
+      err.message,
+      /out of memory\. The driver ran out of GPU memory restoring the process\. It still reports the process checkpointed, but driver 580 then refuses every later restore of it, onto any GPU and even once memory is free \(CUDA_ERROR_OPERATING_SYSTEM\): its GPU state cannot be brought back, so end it and start it again from a saved state/,
+    );
+    // As driver 580 does: every later restore is refused, here or elsewhere, room or not.
+    filler.exit();
+    const [a, b] = sim.gpus.map((g) => g.uuid);
+    for (const options of [{}, { gpuMapping: { [a]: b, [b]: a } }]) {
+      const again = await failure(proc.resume(options));
+      assert.ok(
+        again instanceof CudaError && again.code === CUDA_ERROR_OPERATING_SYSTEM,
+        `${again}`,
+      );
+      assert.match(
+        again.message,
+        /The process is there and checkpointed, yet the driver refuses to restore it: driver 580 does this to every restore after one ran out of GPU memory/,
+      );
+      assert.equal(target.state, "checkpointed");
+    }
   });
 
   const others: [string, "restore" | "unlock", number, "failed" | undefined, string, RegExp][] = [

@@ -39,6 +39,12 @@ describe("NVML binding, against a fake libnvidia-ml", { skip: noCompiler }, () =
         assert.deepEqual(report.byPid.get(1000 + i), { [g1]: i + 1.5 }, `pid ${1000 + i}`);
       }
       assert.equal(report.byPid.size, 72);
+      // Free memory per GPU from nvmlDeviceGetMemoryInfo's 24-byte nvmlMemory_t, `free` at 8: the
+      // fake's 80 GiB less what its processes hold (the unknown one counts as all ones, so GPU 0
+      // wraps round: left out would be wrong, any number is what NVML said) and 1 MiB per index.
+      const held1 = 2048 + Array.from({ length: 70 }, (_, i) => i + 1.5).reduce((a, b) => a + b);
+      assert.equal(report.freeMiB?.get(g1), 80 * 1024 - held1 - 1, "GPU 1's free memory");
+      assert.equal(report.freeMiB?.size, 2, "both GPUs' free memory read");
       assert.equal(fake.liveInits(), 0, "nvmlShutdown matched nvmlInit_v2");
       assert.equal(fake.v2Calls(), 0, "_v3 is preferred");
       assert.equal(nvml.libraryPath, path);
@@ -59,6 +65,23 @@ describe("NVML binding, against a fake libnvidia-ml", { skip: noCompiler }, () =
       assert.ok("byPid" in report);
       assert.deepEqual(report.byPid.get(4243), { [fakeNvmlUuid(0)]: 700 });
       assert.ok(fake.v2Calls() > 0);
+      assert.equal(report.freeMiB?.get(fakeNvmlUuid(0)), 80 * 1024 - 1300, "GPU 0's free memory");
+    } finally {
+      await nvml.close();
+      fake.close();
+    }
+  });
+
+  test("an NVML without nvmlDeviceGetMemoryInfo: processes read, free memory left out", async () => {
+    const path = buildFakeNvml(dir, "nvml-nomem", ["-DNO_MEMINFO"]);
+    const fake = await controlFakeNvml(path);
+    fake.add(1, 4244, 512n * MiB);
+    const nvml = openNvml(await runtimeAdapter(), { libraryPath: path });
+    try {
+      const report = await nvml.gpuMemory();
+      assert.ok("byPid" in report, JSON.stringify(report));
+      assert.deepEqual(report.byPid.get(4244), { [fakeNvmlUuid(1)]: 512 });
+      assert.equal(report.freeMiB?.size ?? 0, 0, "no free memory without the function");
     } finally {
       await nvml.close();
       fake.close();

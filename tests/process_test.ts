@@ -13,6 +13,7 @@ import {
   CudaError,
   CudaProcess,
   getDefaultDriver,
+  GpuRoomError,
   setDefaultDriver,
 } from "../mod.ts";
 import { SimulatedDriver } from "../mock/mod.ts";
@@ -280,19 +281,80 @@ describe("rollback", () => {
     assert.equal(sim.gpus[0].usedMiB, 0);
   });
 
-  test("resume leaves the process checkpointed when restore fails, and can be tried again", async () => {
-    const { sim, proc } = setup(4096, 1);
+  test("resume without room is refused before the driver, and can be tried again", async () => {
+    const { sim, proc, target } = setup(4096, 1);
     await proc.suspend();
     const hog = sim.spawn({ memoryMiB: sim.gpus[0].freeMiB - 1000 });
+    const calls = sim.calls.length;
     await rejectsWith(
       proc.resume(),
       CUDA_ERROR_OUT_OF_MEMORY,
-      /^restore of process \d+ failed: CUDA_ERROR_OUT_OF_MEMORY \(2\): out of memory\. Resume left the process checkpointed, its GPU memory still held in host memory; resume can be tried again once its GPUs have room \(free GPU memory there\), or onto other GPUs with gpuMapping$/,
+      /^restore of process \d+ failed: CUDA_ERROR_OUT_OF_MEMORY \(2\): not enough free GPU memory, found before asking the driver \(the process is checkpointed\)\. It held 4616 MiB for GPU-[0-9a-f-]+ when it was checkpointed, and that GPU has 480 MiB free\./,
     );
+    assert.deepEqual(
+      sim.calls.slice(calls).filter((c) => c.op === "restore"),
+      [],
+      "no restore call",
+    );
+    assert.equal(target.restoreRefused, false);
     assert.equal(await proc.state(), "checkpointed");
     hog.exit();
     await proc.resume();
     assert.equal(await proc.state(), "running");
+  });
+
+  test("the room check: only what this package checkpointed, mapped GPUs, restores under way", async () => {
+    const sim = new SimulatedDriver({
+      gpus: [{ memoryMiB: 10_000, contextMiB: 500 }, { memoryMiB: 10_000, contextMiB: 500 }],
+    });
+    const [a, b] = sim.gpus.map((g) => g.uuid);
+    // Three 2 GiB processes (2548 MiB each with its context) on GPU 0, suspended at once.
+    const targets = [0, 1, 2].map(() => sim.spawn({ memoryMiB: 2048 }));
+    const procs = targets.map((t) => new CudaProcess(t.pid, { driver: sim }));
+    await Promise.all(procs.map((p) => p.suspend()));
+    // 10 000 - 6000 = 4000 free on GPU 1 for a mapped resume of all three: each check alone would
+    // pass, but the restores under way claim their room, so exactly one fits and the others wait.
+    sim.spawn({ memoryMiB: 5500, gpu: 1 }); // 6000 with its context
+    const swap = { gpuMapping: { [a]: b, [b]: a } };
+    const outcomes = await Promise.allSettled(procs.map((p) => p.resume(swap)));
+    const refused = outcomes.filter((o) => o.status === "rejected");
+    assert.equal(
+      outcomes.filter((o) => o.status === "fulfilled").length,
+      1,
+      JSON.stringify(outcomes),
+    );
+    assert.equal(refused.length, 2);
+    for (const o of refused) {
+      const err = (o as PromiseRejectedResult).reason;
+      assert.ok(err instanceof GpuRoomError, String(err));
+      assert.equal(err.shortage.gpu, b);
+      assert.equal(err.shortage.neededMiB, 2548);
+    }
+    assert.equal(targets.filter((t) => t.restoreRefused).length, 0, "the driver never ran out");
+    assert.equal(targets.filter((t) => t.state === "checkpointed").length, 2);
+    // In place, GPU 0 has room for both.
+    for (const [i, t] of targets.entries()) if (t.state === "checkpointed") await procs[i].resume();
+    assert.deepEqual(targets.map((t) => t.state), ["running", "running", "running"]);
+
+    // Checkpointed by the raw driver (another program): nothing known, nothing checked.
+    const other = sim.spawn({ memoryMiB: 1024 });
+    await sim.lock(other.pid, null);
+    await sim.checkpoint(other.pid);
+    sim.fillGpu(0);
+    await rejectsWith(
+      new CudaProcess(other.pid, { driver: sim }).resume(),
+      CUDA_ERROR_OUT_OF_MEMORY,
+      /out of memory\. The driver ran out of GPU memory restoring the process/,
+    );
+    assert.equal(other.restoreRefused, true);
+  });
+
+  test("checkRoom must be true or false", async () => {
+    const { proc } = setup();
+    await assert.rejects(
+      proc.resume({ checkRoom: "yes" as unknown as boolean }),
+      /checkRoom must be true or false, got "yes"/,
+    );
   });
 
   test("resume says the process is restored but locked when unlock fails", async () => {

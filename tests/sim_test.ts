@@ -105,15 +105,42 @@ describe("GPU memory, CUDA contexts included", () => {
     await sim.lock(p.pid, null);
     await sim.checkpoint(p.pid);
     assert.equal(sim.gpus[0].usedMiB, 0);
+    const filler = sim.spawn({ memoryMiB: 1150 }); // 1250 used, 750 free: 700 fits
+    assert.equal(await sim.restore(p.pid, null), CUDA_SUCCESS);
+    assert.equal(sim.gpus[0].usedMiB, 1950);
+    filler.exit();
+    assert.equal(sim.gpus[0].usedMiB, 700);
+    p.exit();
+    assert.equal(sim.gpus[0].usedMiB, 0);
+  });
+
+  test("a restore that runs out of memory (the context does not fit) leaves the process unrestorable, as driver 580 does", async () => {
+    const sim = new SimulatedDriver({ gpus: [{ memoryMiB: 2000, contextMiB: 100 }, {}] });
+    const p = sim.spawn({ memoryMiB: 600 });
+    await sim.lock(p.pid, null);
+    await sim.checkpoint(p.pid);
     const filler = sim.spawn({ memoryMiB: 1250 }); // 1350 used, 650 free: the memory fits, not the context
     assert.equal(await sim.restore(p.pid, null), CUDA_ERROR_OUT_OF_MEMORY);
     assert.match(sim.calls.at(-1)!.note!, /GPU 0 has 650 MiB free, too little for 700 MiB more/);
     assert.equal(p.state, "checkpointed");
+    assert.equal(p.restoreRefused, true);
+    assert.equal(sim.gpus[0].usedMiB, 1350, "the failed restore holds nothing");
     filler.exit();
-    assert.equal(await sim.restore(p.pid, null), CUDA_SUCCESS);
-    assert.equal(sim.gpus[0].usedMiB, 700);
-    p.exit();
+    // tests/gpu/reports/oom-probe-2xh200.txt: in place or mapped, at once or later, 304 in 5-8 ms.
+    const [a, b] = sim.gpus.map((g) => parseGpuUuid(g.uuid));
+    for (
+      const args of [null, { gpuPairs: [{ oldUuid: a, newUuid: b }, { oldUuid: b, newUuid: a }] }]
+    ) {
+      const t0 = sim.now();
+      assert.equal(await sim.restore(p.pid, args), CUDA_ERROR_OPERATING_SYSTEM);
+      assert.equal(sim.now() - t0, 6, "answered in the measured time");
+      assert.equal(p.state, "checkpointed");
+      assert.deepEqual(await sim.getState(p.pid), { code: CUDA_SUCCESS, value: 2 });
+      assert.deepEqual(await sim.getRestoreThreadId(p.pid), { code: CUDA_SUCCESS, value: p.tid });
+    }
     assert.equal(sim.gpus[0].usedMiB, 0);
+    p.exit();
+    assert.equal(await sim.getState(p.pid).then((r) => r.code), CUDA_ERROR_OPERATING_SYSTEM);
   });
 });
 

@@ -5,7 +5,8 @@
 # Steps, each under its own timeout (tests/gpu/soak.ts says what each checks):
 #   cycles     one 1 GiB target, 200 suspend/resume cycles, hash every 10, controller RSS steady
 #   many       four 1 GiB targets, 50 cycles all at once
-#   oom        a restore onto a full GPU fails, stays checkpointed, succeeds once freed
+#   oom        a resume onto a full GPU is refused first and succeeds once freed; the driver's own
+#              out-of-memory (checkRoom: false) leaves the process unrestorable
 #   killed     targets killed while checkpointed, while locked, while a lock waits on them
 #   interrupt  SIGINT to cuda-checkpoint in the middle of a group suspend
 #   privilege  a getState by an unprivileged user (nobody): what the driver and our CLI say

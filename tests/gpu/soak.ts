@@ -12,8 +12,10 @@
  * - `many [N]`: four 1 GiB targets through N (50) cycles at once (suspendAll / resumeAll, all or
  *   nothing), hashes every 10 cycles, RSS as above.
  * - `oom`: a 1 GiB target checkpointed, its GPU then filled (`target fill`) so that its restore
- *   does not fit: resume fails with CUDA_ERROR_OUT_OF_MEMORY and says how to retry, the target
- *   stays checkpointed; once the filler exits, resume succeeds and the memory is intact.
+ *   does not fit: resume is refused before the driver (GpuRoomError) and says how to retry, the
+ *   target stays checkpointed; once the filler exits, resume succeeds and the memory is intact.
+ *   Then the driver's own answer (`checkRoom: false`): OUT_OF_MEMORY, and once the GPU is free
+ *   every restore refused with OPERATING_SYSTEM while the driver still says checkpointed.
  * - `killed`: a target killed while checkpointed, one killed while locked, and one killed while
  *   a lock waits on its kernel: every later call answers at once with a clear error, no hang.
  * - `interrupt`: three 4 GiB targets; our command line (`cli/main.ts` on this runtime, or the
@@ -28,9 +30,11 @@ import { execFileSync } from "node:child_process";
 import { readFileSync } from "node:fs";
 import process from "node:process";
 import {
+  CUDA_ERROR_OPERATING_SYSTEM,
   CUDA_ERROR_OUT_OF_MEMORY,
   CudaError,
   CudaProcess,
+  GpuRoomError,
   openNativeDriver,
   resumeAll,
   suspendAll,
@@ -160,56 +164,76 @@ function freeMiB(): number[] {
 }
 
 async function oom(): Promise<void> {
-  // The target is on GPU 0 (the first the driver sees); the filler too (CUDA_VISIBLE_DEVICES=0).
+  // The targets are on GPU 0 (the first the driver sees); the filler too (CUDA_VISIBLE_DEVICES=0).
+  // Leave about 700 MiB: the filler's own CUDA context takes about 520 MiB of what it is given
+  // room for, and a target needs 1 GiB and a context.
+  const fill = async () => {
+    const filler = await startTarget(targetPath, "fill", Math.max(0, freeMiB()[0] - 1200), 0);
+    started.push(filler);
+    return filler;
+  };
+  const message = (err: unknown) => err instanceof Error ? err.message : String(err);
+
+  // 1. This package checkpointed it, so it knows what the restore needs: refused first.
   const t = await target("cuda", 1024);
   const proc = new CudaProcess(t.pid, { driver });
   await proc.suspend();
-  const free = freeMiB()[0];
-  // Leave about 700 MiB: the filler's own CUDA context takes about 520 MiB of what it is given
-  // room for, and the target needs 1 GiB and a context.
-  const filler = await startTarget(targetPath, "fill", Math.max(0, free - 1200), 0);
-  started.push(filler);
-  report.freeBeforeFillMiB = free;
+  report.freeBeforeFillMiB = freeMiB()[0];
+  let filler = await fill();
   report.freeAfterFillMiB = freeMiB()[0];
   let error: unknown;
-  try {
-    await proc.resume();
-  } catch (err) {
-    error = err;
-  }
-  const said = error instanceof Error ? error.message : String(error);
-  report.message = said;
-  console.log(`resume on a full GPU said: ${said}`);
+  await proc.resume().catch((err) => error = err);
+  report.refused = message(error);
+  console.log(`resume on a full GPU said: ${message(error)}`);
   result(
-    error instanceof CudaError && error.code === CUDA_ERROR_OUT_OF_MEMORY,
-    "a restore that does not fit fails with CUDA_ERROR_OUT_OF_MEMORY",
+    error instanceof GpuRoomError && error.code === CUDA_ERROR_OUT_OF_MEMORY,
+    "a resume that does not fit is refused before the driver (GpuRoomError, OUT_OF_MEMORY)",
   );
-  result(
-    /free GPU memory there\), or onto other GPUs with gpuMapping/.test(said),
-    "and says how to retry",
-  );
+  result(/Nothing was asked of the driver/.test(message(error)), "and says so, and how to retry");
   result((await proc.state()) === "checkpointed", "the target stays checkpointed");
-  console.log(`after the failed restore the target is ${aliveOrGone(t.pid)}`);
   await filler.exit();
-  console.log(`the filler exited; the target is ${aliveOrGone(t.pid)}`);
   let retryError: unknown;
-  for (let attempt = 1; attempt <= 2; attempt++) {
-    try {
-      await proc.resume();
-      retryError = undefined;
-      break;
-    } catch (err) {
-      retryError = err;
-      console.log(
-        `retry ${attempt} failed: ${err instanceof Error ? err.message : err}; the target is ${
-          aliveOrGone(t.pid)
-        }`,
-      );
-      await new Promise((resolve) => setTimeout(resolve, 2000));
-    }
+  await proc.resume().catch((err) => retryError = err);
+  if (
+    !result(
+      retryError === undefined,
+      `once the filler exits, resume succeeds ${message(retryError ?? "")}`,
+    )
+  ) {
+    return;
   }
-  if (!result(retryError === undefined, "once the filler exits, resume succeeds")) return;
-  result(await intact(t), "memory intact after the failed restore and the retry");
+  result(await intact(t), "memory intact after the refused resume and the retry");
+
+  // 2. The driver's own answer (checkRoom: false), as measured: out of memory, then every later
+  // restore refused with OPERATING_SYSTEM while the driver still says checkpointed.
+  const u = await target("cuda", 1024);
+  const lost = new CudaProcess(u.pid, { driver });
+  await lost.suspend();
+  filler = await fill();
+  let driverError: unknown;
+  await lost.resume({ checkRoom: false }).catch((err) => driverError = err);
+  console.log(`the driver's own restore on a full GPU said: ${message(driverError)}`);
+  result(
+    driverError instanceof CudaError && !(driverError instanceof GpuRoomError) &&
+      driverError.code === CUDA_ERROR_OUT_OF_MEMORY,
+    "with checkRoom: false the driver itself runs out of memory (OUT_OF_MEMORY)",
+  );
+  result(
+    /its GPU state cannot be brought back/.test(message(driverError)),
+    "and the error says the process cannot be restored again",
+  );
+  await filler.exit();
+  let afterError: unknown;
+  await lost.resume().catch((err) => afterError = err);
+  console.log(`a resume once the GPU is free said: ${message(afterError)}`);
+  result(
+    afterError instanceof CudaError && afterError.code === CUDA_ERROR_OPERATING_SYSTEM &&
+      /yet the driver refuses to restore it/.test(afterError.message),
+    "once the GPU is free the driver refuses the restore (OPERATING_SYSTEM), and the error says why",
+  );
+  result((await lost.state()) === "checkpointed", "the driver still reports it checkpointed");
+  await u.exit();
+  result(aliveOrGone(u.pid).startsWith("gone"), "SIGKILL ends it");
 }
 
 /** "alive" or "gone" (a zombie counts as gone), for the log. */

@@ -9,6 +9,7 @@ import fc from "fast-check";
 
 import { CudaError, CudaProcess, type GroupAction, runGroup } from "../../mod.ts";
 import { SimulatedDriver, type SimulatedProcess } from "../../mock/mod.ts";
+import { heldWhenCheckpointed } from "../../core/room.ts";
 
 // ---- the driver, from DRIVER_FACTS.md ----
 
@@ -46,6 +47,10 @@ export interface ModelProcess {
   /** Whether its memory is on the GPU (running, locked) or in host memory (checkpointed). */
   onGpu: boolean;
   faults: Map<Step, Fault>;
+  /** Driver: a restore of it ran out of GPU memory, and every restore since is refused. */
+  refused: boolean;
+  /** Library: it remembers what the process held when it checkpointed it (core/room.ts). */
+  heldKnown: boolean;
 }
 
 /** The machine as the model sees it: one GPU. */
@@ -86,11 +91,18 @@ export function call(m: Model, p: ModelProcess, op: Step | "getState"): number {
     }
     if (state === "checkpointed") p.onGpu = false;
     if (state !== undefined) p.state = state;
+    if (state !== undefined && state !== "checkpointed") p.refused = false;
     return fault.code;
   }
+  // Measured on driver 580 (docs/DRIVER_NOTES.md): after a restore ran out of memory, every
+  // restore of the process fails with OPERATING_SYSTEM and it stays checkpointed.
+  if (op === "restore" && p.refused) return OPERATING_SYSTEM;
   // "restore onto a GPU without enough free memory gives OUT_OF_MEMORY and leaves the process
   // checkpointed"
-  if (op === "restore" && !fits(m, p)) return OUT_OF_MEMORY;
+  if (op === "restore" && !fits(m, p)) {
+    p.refused = true;
+    return OUT_OF_MEMORY;
+  }
   p.state = to;
   if (op === "checkpoint") p.onGpu = false; // "releases the GPU"
   if (op === "restore") p.onGpu = true;
@@ -114,6 +126,21 @@ function take(p: ModelProcess, op: Step): Fault | undefined {
 }
 
 // ---- what the library does with those calls (README "Reliability") ----
+
+/**
+ * A step as the library makes it: a restore of a process it checkpointed itself is refused
+ * without a driver call where it would not fit, while the process is checkpointed (core/room.ts);
+ * what it held is remembered from its checkpoint until it is locked or restored again.
+ */
+function lib(m: Model, p: ModelProcess, step: Step): number {
+  if (step === "restore" && p.heldKnown && !fits(m, p)) {
+    if (!p.gone && p.cuda && p.state === "checkpointed") return OUT_OF_MEMORY;
+    p.heldKnown = false;
+  }
+  const code = call(m, p, step);
+  if (code === SUCCESS && step !== "unlock") p.heldKnown = step === "checkpoint";
+  return code;
+}
 
 /** The operations of `CudaProcess` the model knows. */
 const OPERATIONS = [
@@ -147,7 +174,7 @@ export function operate(m: Model, p: ModelProcess, op: Operation): Outcome {
     case "checkpoint":
     case "restore":
     case "unlock": {
-      const code = call(m, p, op);
+      const code = lib(m, p, op);
       return code === SUCCESS ? done() : failed(code);
     }
     case "suspend":
@@ -177,13 +204,13 @@ export function operate(m: Model, p: ModelProcess, op: Operation): Outcome {
  */
 function suspend(m: Model, p: ModelProcess): Outcome {
   for (const step of ["lock", "checkpoint"] as const) {
-    const code = call(m, p, step);
+    const code = lib(m, p, step);
     if (code === SUCCESS) continue;
     if (isGoneCode(code)) return failed(code);
     const now = p.state;
     if (code === ILLEGAL_STATE && (step === "lock" || now !== "locked")) return failed(code);
     for (const back of wayBetween(now, "running") ?? []) {
-      if (call(m, p, back) !== SUCCESS) break;
+      if (lib(m, p, back) !== SUCCESS) break;
     }
     return failed(code);
   }
@@ -192,9 +219,9 @@ function suspend(m: Model, p: ModelProcess): Outcome {
 
 /** restore + unlock; a failed restore leaves the process where the driver left it. */
 function resume(m: Model, p: ModelProcess): Outcome {
-  const restore = call(m, p, "restore");
+  const restore = lib(m, p, "restore");
   if (restore !== SUCCESS) return failed(restore);
-  const unlock = call(m, p, "unlock");
+  const unlock = lib(m, p, "unlock");
   return unlock === SUCCESS ? done() : failed(unlock);
 }
 
@@ -239,11 +266,11 @@ export function groupMember(m: Model, p: ModelProcess, action: GroupAction): Sta
   const plan = planOf(action, initial);
   if (plan === undefined) return "failed";
   for (const step of plan) {
-    const code = call(m, p, step);
+    const code = lib(m, p, step);
     if (code === SUCCESS) continue;
     if (!isGoneCode(code) && !p.gone) {
       const way = wayBetween(p.state, initial);
-      for (const back of way ?? []) if (call(m, p, back) !== SUCCESS) break;
+      for (const back of way ?? []) if (lib(m, p, back) !== SUCCESS) break;
     }
     return "failed";
   }
@@ -290,6 +317,8 @@ export async function start(specs: readonly Spec[]): Promise<{ model: Model; rea
       state: specs[i]?.state ?? "running",
       onGpu: specs[i]?.state !== "checkpointed",
       faults: new Map(),
+      refused: false,
+      heldKnown: false,
     })),
     capacityMiB: sim.gpus[0].memoryMiB,
     contextMiB: sim.gpus[0].contextMiB,
@@ -338,6 +367,8 @@ function resync(m: Model, r: Real): void {
     if (p.gone || !p.cuda) continue;
     p.state = q.state;
     p.onGpu = q.memoryLocation === "gpu";
+    p.refused = q.restoreRefused;
+    p.heldKnown = heldWhenCheckpointed(r.sim, p.pid) !== undefined;
     p.faults = new Map(
       q.pendingFaults.flatMap((f): [Step, Fault][] =>
         f.kind === "fail"
