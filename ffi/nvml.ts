@@ -80,7 +80,12 @@ export const NVML_SYMBOLS = {
   nvmlDeviceGetComputeRunningProcesses_v2: LIST_PROCESSES,
   // nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory): total, free
   // and used bytes (three unsigned long long); optional, as only the free memory needs it
-  nvmlDeviceGetMemoryInfo: { parameters: ["u64", "buffer"], result: "i32", ...WAITS, optional: true },
+  nvmlDeviceGetMemoryInfo: {
+    parameters: ["u64", "buffer"],
+    result: "i32",
+    ...WAITS,
+    optional: true,
+  },
 } as const satisfies Record<string, CudaForeignFunction>;
 
 /** The C names of {@link NVML_SYMBOLS}. */

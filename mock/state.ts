@@ -556,7 +556,10 @@ function checkedProcess(
     }
     if (version === 1) fail(where, `${where} needs version 2 of the snapshot, not 1`);
     if (state !== "checkpointed") {
-      fail(where, `${where}: only a checkpointed process can be refused restores, not a ${state} one`);
+      fail(
+        where,
+        `${where}: only a checkpointed process can be refused restores, not a ${state} one`,
+      );
     }
     out.restoreRefused = true;
   }

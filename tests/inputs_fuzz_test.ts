@@ -119,6 +119,13 @@ describe("the library's inputs", () => {
     );
   });
 
+  test("checkRoom: restore, resume, toggle", async () => {
+    const notBoolean = anything.filter((v) => v !== undefined && typeof v !== "boolean");
+    await each(notBoolean, (v) => proc.restore({ checkRoom: v as boolean }));
+    await each(notBoolean, (v) => proc.resume({ checkRoom: v as boolean }));
+    await each(notBoolean, (v) => proc.toggle({ checkRoom: v as boolean }));
+  });
+
   test("GPU mappings: the mapping, its keys, its values", async () => {
     const gpu = sim.gpus[0].uuid;
     const notMapping = anything.filter((v) =>

@@ -28,7 +28,12 @@ import {
   SimulatorSnapshotError,
   snapshotSimulator,
 } from "../mock/mod.ts";
-import { CUDA_ERROR_UNKNOWN, CUDA_SUCCESS } from "../core/codes.ts";
+import {
+  CUDA_ERROR_OPERATING_SYSTEM,
+  CUDA_ERROR_OUT_OF_MEMORY,
+  CUDA_ERROR_UNKNOWN,
+  CUDA_SUCCESS,
+} from "../core/codes.ts";
 import {
   openSimulatedMachine,
   SIMULATED_STATE_FILE,
@@ -188,6 +193,23 @@ describe("snapshots of the simulated driver", () => {
     assert.equal(await again.checkpoint(p.pid), CUDA_SUCCESS);
   });
 
+  test("a process whose restore ran out of memory stays refused after a reload (version 2)", async () => {
+    const sim = new SimulatedDriver({ gpus: [{ memoryMiB: 4000, contextMiB: 100 }] });
+    const p = sim.spawn({ memoryMiB: 1000 });
+    assert.equal(await sim.lock(p.pid, null), CUDA_SUCCESS);
+    assert.equal(await sim.checkpoint(p.pid), CUDA_SUCCESS);
+    const filler = sim.fillGpu(0);
+    assert.equal(await sim.restore(p.pid, null), CUDA_ERROR_OUT_OF_MEMORY);
+    filler.exit();
+    const saved = snapshotSimulator(sim);
+    assert.equal(saved.version, 2, "version 1 cannot hold it");
+    assert.equal(saved.processes.find((q) => q.pid === p.pid)?.restoreRefused, true);
+    const again = loadSimulator(JSON.parse(JSON.stringify(saved)));
+    assert.equal(again.process(p.pid)?.restoreRefused, true);
+    assert.equal(await again.restore(p.pid, null), CUDA_ERROR_OPERATING_SYSTEM);
+    assert.equal(again.process(p.pid)?.state, "checkpointed");
+  });
+
   test("only a quiescent driver is saved: not during a call, a kernel, blocked work, or after close", async () => {
     const sim = new SimulatedDriver();
     const p = sim.spawn({ memoryMiB: 1024 });
@@ -333,6 +355,26 @@ describe("snapshots of the simulated driver", () => {
         /unknown field "fly"/,
       ],
     ];
+    cases.push(
+      [
+        "restoreRefused not true",
+        (s) => (s.version = 2, s.processes[2].restoreRefused = 1, s),
+        "processes[2].restoreRefused",
+        /processes\[2\]\.restoreRefused must be true where present, got 1/,
+      ],
+      [
+        "restoreRefused in version 1",
+        (s) => (s.processes[2].restoreRefused = true, s),
+        "processes[2].restoreRefused",
+        /needs version 2 of the snapshot, not 1/,
+      ],
+      [
+        "restoreRefused on a running process",
+        (s) => (s.version = 2, s.processes[0].restoreRefused = true, s),
+        "processes[0].restoreRefused",
+        /only a checkpointed process can be refused restores, not a running one/,
+      ],
+    );
     test("the snapshot the cases spoil loads as it is", async () => {
       base = snapshotSimulator((await everyState()).sim);
       loadSimulator(base);
