@@ -517,17 +517,17 @@ export class CudaProcess {
     checkRoom: boolean,
   ): Promise<void> {
     let release = () => {};
-    try {
-      if (checkRoom) release = await reserveRoom(driver, this.pid, pairs);
-    } catch (err) {
-      // What it held is remembered from its checkpoint; refuse only while it is still
-      // checkpointed (else the driver's own answer says what is wrong, and the record is old).
-      const now = err instanceof GpuRoomError
-        ? await driver.getState(this.pid).catch(() => undefined)
-        : undefined;
-      if (now?.code === CUDA_SUCCESS && now.value === CU_PROCESS_STATE_CHECKPOINTED) throw err;
-      if (!(err instanceof GpuRoomError)) throw err;
-      forgetHeld(driver, this.pid);
+    if (checkRoom) {
+      try {
+        release = await reserveRoom(driver, this.pid, pairs);
+      } catch (err) {
+        if (!(err instanceof GpuRoomError)) throw err;
+        // What it held is remembered from its checkpoint: refuse only while it is checkpointed
+        // still; else the record is old, and the driver's own answer says what is wrong.
+        const now = await driver.getState(this.pid).catch(() => undefined);
+        if (now?.code === CUDA_SUCCESS && now.value === CU_PROCESS_STATE_CHECKPOINTED) throw err;
+        forgetHeld(driver, this.pid);
+      }
     }
     let code: number;
     try {

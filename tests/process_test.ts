@@ -10,6 +10,7 @@ import {
   CUDA_ERROR_NOT_READY,
   CUDA_ERROR_OPERATING_SYSTEM,
   CUDA_ERROR_OUT_OF_MEMORY,
+  CUDA_ERROR_UNKNOWN,
   CudaError,
   CudaProcess,
   getDefaultDriver,
@@ -347,6 +348,19 @@ describe("rollback", () => {
       /out of memory\. The driver ran out of GPU memory restoring the process/,
     );
     assert.equal(other.restoreRefused, true);
+  });
+
+  test("an old record does not hide the driver's answer: a process no longer checkpointed", async () => {
+    const { sim, proc, target } = setup(1024, 1);
+    await proc.suspend();
+    // A restore that fails but leaves the process running (an injected fault): the record stays.
+    target.failNext("restore", { code: CUDA_ERROR_UNKNOWN, state: "running" });
+    await rejectsWith(proc.restore(), CUDA_ERROR_UNKNOWN, /./);
+    assert.equal(target.state, "running");
+    sim.fillGpu(0);
+    // The room check would refuse, but the process is running: the driver's ILLEGAL_STATE is the
+    // answer, not a GpuRoomError.
+    await rejectsWith(proc.restore(), CUDA_ERROR_ILLEGAL_STATE, /\(the process is running\)/);
   });
 
   test("checkRoom must be true or false", async () => {
