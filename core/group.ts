@@ -16,7 +16,7 @@ import { CudaError } from "./errors.ts";
 import type { CheckpointDriver } from "./driver.ts";
 import { askGpuMemory, chooseHost, type HostProcesses } from "./listing.ts";
 import { clockOf, CudaProcess, inTurn, isGone, type ProcessSteps } from "./process.ts";
-import { heldWhenCheckpointed } from "./room.ts";
+import { heldWhenCheckpointed, selfIsHeld } from "./room.ts";
 import type { DriverSource } from "./sources.ts";
 import { type Step, wayBetween } from "./steps.ts";
 import { describeValue } from "./uuid.ts";
@@ -444,6 +444,8 @@ async function memoryOf(
   host: HostProcesses | undefined,
 ): Promise<Map<number, number>> {
   const known = new Map<number, number>();
+  // NVML would wait in a process this package holds checkpointed (core/room.ts).
+  if (selfIsHeld()) return known;
   let opened: { close?(): void | Promise<void> } | undefined;
   try {
     const chosen = await chooseHost({ host }, driver);

@@ -36,7 +36,16 @@ import {
   explainRejectedMapping,
 } from "./gate.ts";
 import { inProcessOrder } from "./order.ts";
-import { forgetHeld, GpuRoomError, heldNow, rememberHeld, reserveRoom } from "./room.ts";
+import {
+  beforeSelfLock,
+  forgetHeld,
+  GpuRoomError,
+  heldNow,
+  isOwnPid,
+  rememberHeld,
+  reserveRoom,
+  selfRunning,
+} from "./room.ts";
 import { wayBetween } from "./steps.ts";
 import {
   checkSource,
@@ -486,8 +495,14 @@ export class CudaProcess {
 
   async #lock(driver: CheckpointDriver, timeoutMs: number): Promise<void> {
     await checkCapability(driver, "lock", this.pid);
+    // Locking this very process: the room check's NVML reads stop until it runs again.
+    const self = isOwnPid(this.pid);
+    if (self) await beforeSelfLock();
     const code = await driver.lock(this.pid, { timeoutMs });
-    if (code !== CUDA_SUCCESS) throw await this.#failure(driver, "lock", code);
+    if (code !== CUDA_SUCCESS) {
+      if (self) selfRunning();
+      throw await this.#failure(driver, "lock", code);
+    }
     // Locked from running: what it held when last checkpointed is no longer what it holds.
     forgetHeld(driver, this.pid);
   }
@@ -499,6 +514,7 @@ export class CudaProcess {
     const code = await driver[operation](this.pid);
     if (code !== CUDA_SUCCESS) throw await this.#failure(driver, operation, code);
     if (held) rememberHeld(driver, this.pid, held);
+    if (operation === "unlock" && isOwnPid(this.pid)) selfRunning();
   }
 
   /** Checks that the driver can take the mapping and that it can work; throws before any call. */

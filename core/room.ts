@@ -170,12 +170,44 @@ async function withHost<T>(
   }
 }
 
-function letGoOfHost(): void {
+function letGoOfHost(): Promise<void> {
+  if (keptTimer !== undefined) clearTimeout(keptTimer);
   keptTimer = undefined;
   const close = keptClose;
   kept = undefined;
   keptClose = undefined;
-  void Promise.resolve(close?.()).catch(() => {});
+  return Promise.resolve(close?.()).catch(() => {});
+}
+
+/**
+ * Whether this package may be holding the calling process locked or checkpointed: from just
+ * before a lock of its own pid until an unlock of it succeeds (or the lock fails). NVML called in
+ * a process that is checkpointed waits for that process's restore, which the program would make
+ * only after the call returned; so no read starts meanwhile, and nothing is checked.
+ */
+let selfHeld = false;
+/** Reads under way, of every driver: a lock of the calling process waits for them. */
+const underWay = new Set<Promise<unknown>>();
+
+/**
+ * Before this package locks the calling process: no read starts from now on, the reads under way
+ * end first, and the machine's host lets go of NVML (nothing of it stays initialised in a process
+ * that is about to be checkpointed).
+ */
+export async function beforeSelfLock(): Promise<void> {
+  selfHeld = true;
+  await Promise.allSettled([...underWay]);
+  if (keptUsers === 0) await letGoOfHost();
+}
+
+/** Whether NVML must not be asked now: this package may hold the calling process locked. */
+export function selfIsHeld(): boolean {
+  return selfHeld;
+}
+
+/** The calling process runs again (its unlock succeeded, or its lock failed): reads may start. */
+export function selfRunning(): void {
+  selfHeld = false;
 }
 
 /** Lets a timer not keep the program alive: Node's and Bun's `unref`, Deno's `unrefTimer`. */
@@ -191,6 +223,7 @@ function unrefTimer(timer: ReturnType<typeof setTimeout>): void {
  * read; its report is `undefined` where there is none (no host, no NVML); never rejects.
  */
 function memoryReport(driver: CheckpointDriver): Promise<NumberedReport> {
+  if (selfHeld) return Promise.resolve({ report: undefined, number: started.get(driver) ?? 0 });
   let under = reading.get(driver);
   if (!under) {
     const number = (started.get(driver) ?? 0) + 1;
@@ -206,6 +239,9 @@ function memoryReport(driver: CheckpointDriver): Promise<NumberedReport> {
       }
     })();
     reading.set(driver, under);
+    const tracked = under;
+    underWay.add(tracked);
+    void tracked.finally(() => underWay.delete(tracked));
   }
   return under;
 }
@@ -294,7 +330,7 @@ export async function reserveRoom(
 }
 
 /** Whether `pid` is this very process (NVML would wait for its own restore). */
-function isOwnPid(pid: number): boolean {
+export function isOwnPid(pid: number): boolean {
   const g = globalThis as { process?: { pid?: number }; Deno?: { pid?: number } };
   return pid === (g.process?.pid ?? g.Deno?.pid);
 }

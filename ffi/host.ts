@@ -142,7 +142,8 @@ export class LinuxHost implements ClosableHost, AsyncDisposable {
   }
 
   /**
-   * GPU memory per process from NVML (loaded on first use, kept until {@link LinuxHost.close}), or
+   * GPU memory per process, and free memory per GPU, from NVML (loaded and initialised on first
+   * use, kept until {@link LinuxHost.close}), or
    * why it is unknown: NVML not loaded, not asked for, or this program in a PID namespace of its
    * own (a container), where NVML's pids, the host's, are not the pids `/proc` shows.
    *
@@ -158,7 +159,10 @@ export class LinuxHost implements ClosableHost, AsyncDisposable {
     this.#nvml ??= (async () => {
       const { runtimeAdapter } = await import("./mod.ts");
       const { openNvml } = await import("./nvml.ts");
-      return openNvml(await runtimeAdapter(), { libraryPath: this.#nvmlPath });
+      return openNvml(await runtimeAdapter(), {
+        libraryPath: this.#nvmlPath,
+        keepInitialized: true,
+      });
     })();
     let nvml: Nvml;
     try {

@@ -97,13 +97,22 @@ export interface NvmlOptions {
   libraryPath?: string;
   /** Where to look after the system loader; the directories libcuda is looked for in, by default. */
   searchPaths?: readonly string[];
+  /**
+   * Keep NVML initialised from the first read until {@link Nvml.close}, instead of one
+   * `nvmlInit_v2`/`nvmlShutdown` pair per read: a read then costs a few list calls instead of
+   * NVML's start-up (what the room check before each checkpoint and restore reads). Default false.
+   */
+  keepInitialized?: boolean;
 }
 
 /** NVML, opened: reads GPU memory per process, and closes. */
 export interface Nvml {
   /** The absolute path of the library that opened. */
   readonly libraryPath: string;
-  /** GPU memory by pid, read in one NVML session (init, the GPUs' process lists, shutdown). */
+  /**
+   * GPU memory by pid and free memory by GPU, read in one NVML session (init, the GPUs' process
+   * lists and memory, shutdown), or in the session kept open (`keepInitialized`).
+   */
   gpuMemory(): Promise<GpuMemoryReport>;
   /** Closes the library (on Bun, its worker threads too). Once no call is in flight. */
   close(): Promise<void>;
@@ -136,7 +145,11 @@ export function openNvml(adapter: FfiAdapter, options: NvmlOptions = {}): Nvml {
   const byReason = new Map<string, string[]>();
   for (const candidate of candidates) {
     try {
-      return new NvmlLibrary(adapter, ...openOne(adapter, candidate));
+      return new NvmlLibrary(
+        adapter,
+        ...openOne(adapter, candidate),
+        options.keepInitialized ?? false,
+      );
     } catch (error) {
       const reason = shortReason(error, candidate);
       byReason.set(reason, [...byReason.get(reason) ?? [], candidate]);
@@ -181,11 +194,20 @@ class NvmlLibrary implements Nvml {
   /** Buffers of calls not yet settled, kept reachable until they do. */
   readonly #inFlight = new Set<readonly NativeArg[]>();
   #busy: Promise<unknown> = Promise.resolve();
+  readonly #keep: boolean;
+  /** Whether a kept `nvmlInit_v2` waits for its `nvmlShutdown` (at close). */
+  #initialized = false;
 
-  constructor(adapter: FfiAdapter, lib: FfiLibrary<NvmlSymbolName>, path: string) {
+  constructor(
+    adapter: FfiAdapter,
+    lib: FfiLibrary<NvmlSymbolName>,
+    path: string,
+    keepInitialized: boolean,
+  ) {
     this.#adapter = adapter;
     this.#lib = lib;
     this.libraryPath = path;
+    this.#keep = keepInitialized;
   }
 
   gpuMemory(): Promise<GpuMemoryReport> {
@@ -197,17 +219,27 @@ class NvmlLibrary implements Nvml {
 
   async close(): Promise<void> {
     await this.#busy;
+    if (this.#initialized) {
+      this.#initialized = false;
+      await this.#call("nvmlShutdown", []).catch(() => {});
+    }
     await this.#lib.close();
   }
 
   async #session(): Promise<GpuMemoryReport> {
-    const init = await this.#call("nvmlInit_v2", []);
-    if (init !== 0) return { unknown: this.#failure("nvmlInit_v2", init) };
-    try {
-      return await this.#read();
-    } finally {
-      await this.#call("nvmlShutdown", []);
+    if (!this.#initialized) {
+      const init = await this.#call("nvmlInit_v2", []);
+      if (init !== 0) return { unknown: this.#failure("nvmlInit_v2", init) };
+      if (!this.#keep) {
+        try {
+          return await this.#read();
+        } finally {
+          await this.#call("nvmlShutdown", []);
+        }
+      }
+      this.#initialized = true;
     }
+    return await this.#read();
   }
 
   async #read(): Promise<GpuMemoryReport> {

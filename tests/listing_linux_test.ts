@@ -211,7 +211,12 @@ describe("the Linux host with libcuda mapped, and the whole listing", {
       });
       assert.ok(!listing.processes.some((p) => p.pid === plain.pid), "no libcuda: not asked");
       assert.equal(listing.gpuMemoryUnknown, undefined);
-      assert.equal(fake.liveInits(), 0);
+      // The host keeps NVML initialised from its first read until it is closed.
+      assert.equal(fake.liveInits(), 1, "one nvmlInit_v2 kept while the host is open");
+      await listCudaProcesses({ driver, host });
+      assert.equal(fake.liveInits(), 1, "a second read initialises nothing more");
+      await host.close();
+      assert.equal(fake.liveInits(), 0, "close shut NVML down");
     } finally {
       cuda.kill();
       plain.kill();

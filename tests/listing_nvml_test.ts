@@ -72,6 +72,25 @@ describe("NVML binding, against a fake libnvidia-ml", { skip: noCompiler }, () =
     }
   });
 
+  test("keepInitialized: one nvmlInit_v2 for every read, its nvmlShutdown at close", async () => {
+    const path = buildFakeNvml(dir, "nvml-keep");
+    const fake = await controlFakeNvml(path);
+    fake.add(0, 4245, 256n * MiB);
+    const nvml = openNvml(await runtimeAdapter(), { libraryPath: path, keepInitialized: true });
+    try {
+      for (let i = 0; i < 3; i++) {
+        const report = await nvml.gpuMemory();
+        assert.ok("byPid" in report, JSON.stringify(report));
+        assert.deepEqual(report.byPid.get(4245), { [fakeNvmlUuid(0)]: 256 });
+        assert.equal(fake.liveInits(), 1, `read ${i + 1}: still the one init`);
+      }
+    } finally {
+      await nvml.close();
+      assert.equal(fake.liveInits(), 0, "close shut it down");
+      fake.close();
+    }
+  });
+
   test("an NVML without nvmlDeviceGetMemoryInfo: processes read, free memory left out", async () => {
     const path = buildFakeNvml(dir, "nvml-nomem", ["-DNO_MEMINFO"]);
     const fake = await controlFakeNvml(path);

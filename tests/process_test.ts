@@ -18,6 +18,8 @@ import {
   setDefaultDriver,
 } from "../mod.ts";
 import { SimulatedDriver } from "../mock/mod.ts";
+import { heldWhenCheckpointed } from "../core/room.ts";
+import process from "node:process";
 import { forward } from "./support/forward.ts";
 import { rejectsWith } from "./support/rejects.ts";
 
@@ -361,6 +363,36 @@ describe("rollback", () => {
     // The room check would refuse, but the process is running: the driver's ILLEGAL_STATE is the
     // answer, not a GpuRoomError.
     await rejectsWith(proc.restore(), CUDA_ERROR_ILLEGAL_STATE, /\(the process is running\)/);
+  });
+
+  test("no NVML read while this package holds the calling process: nothing recorded, nothing checked", async () => {
+    // The simulated process with this program's own pid stands for the program itself.
+    const sim = new SimulatedDriver({ firstPid: process.pid });
+    const me = sim.spawn({ memoryMiB: 256 });
+    const peer = sim.spawn({ memoryMiB: 512 });
+    assert.equal(me.pid, process.pid);
+    let reads = 0;
+    const host = sim.hostProcesses();
+    sim.hostProcesses = () => ({
+      ...host,
+      gpuMemory: () => (reads++, host.gpuMemory!()),
+    });
+    const self = new CudaProcess(me.pid, { driver: sim });
+    const other = new CudaProcess(peer.pid, { driver: sim });
+    await self.lock();
+    await other.suspend();
+    assert.equal(reads, 0, "no read while this process is locked");
+    assert.equal(heldWhenCheckpointed(sim, peer.pid), undefined);
+    await self.checkpoint();
+    await self.resume();
+    assert.equal(reads, 0, "nor while it is checkpointed, nor for its own restore");
+    await other.resume(); // no record: no check, no read
+    assert.equal(reads, 0);
+    await other.suspend();
+    assert.equal(reads, 1, "once it runs again, a checkpoint reads what the process holds");
+    assert.deepEqual(heldWhenCheckpointed(sim, peer.pid), { [sim.gpus[0].uuid]: 512 + 520 });
+    await other.resume();
+    assert.equal(reads, 2, "and the resume checks the room");
   });
 
   test("checkRoom must be true or false", async () => {
