@@ -112,7 +112,7 @@ echo "== privilege (each command under its own timeout)"
 t0=$SECONDS; privilege 2>&1 | tee -a "$tally"; echo "== privilege in $((SECONDS - t0))s"
 
 echo "== done in $((SECONDS - start))s"
-pass=$(grep -c '^PASS ' "$tally"); fail=$(grep -c '^FAIL ' "$tally")
-echo "SOAK $rt: $pass PASS, $fail FAIL (log: $log)"
+pass=$(grep -c '^PASS ' "$tally"); fail=$(grep -c '^FAIL ' "$tally"); skip=$(grep -c '^SKIP ' "$tally")
+echo "SOAK $rt: $pass PASS, $fail FAIL, $skip SKIP (log: $log)"
 rm -f "$tally"
 [ "$fail" = 0 ]

@@ -76,6 +76,11 @@ function rssMiB(): number {
 
 /** Judges RSS samples (the first after warm-up): steady if the last is within 20% + 32 MiB. */
 function steady(samples: number[]): void {
+  if (samples.length === 0) {
+    // A shortened run (fewer than 10 cycles) takes no sample: there is nothing to judge.
+    console.log(`SKIP ${step}: controller RSS not judged: no sample in so few cycles`);
+    return;
+  }
   const [first, last, max] = [samples[0], samples.at(-1)!, Math.max(...samples)];
   const limit = Math.round(first * 1.2 + 32);
   report.rssMiB = { first, last, max, limit, samples };
