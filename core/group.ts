@@ -14,9 +14,9 @@ import { CUDA_ERROR_ILLEGAL_STATE, type ProcessState } from "./codes.ts";
 import type { GpuPair } from "./driver.ts";
 import { CudaError } from "./errors.ts";
 import type { CheckpointDriver } from "./driver.ts";
-import { askGpuMemory, chooseHost, type HostProcesses } from "./listing.ts";
+import type { HostProcesses } from "./listing.ts";
 import { clockOf, CudaProcess, inTurn, isGone, type ProcessSteps } from "./process.ts";
-import { heldWhenCheckpointed, selfIsHeld } from "./room.ts";
+import { gpuMemoryNow, heldWhenCheckpointed } from "./room.ts";
 import type { DriverSource } from "./sources.ts";
 import { type Step, wayBetween } from "./steps.ts";
 import { describeValue } from "./uuid.ts";
@@ -444,29 +444,18 @@ async function memoryOf(
   host: HostProcesses | undefined,
 ): Promise<Map<number, number>> {
   const known = new Map<number, number>();
-  // NVML would wait in a process this package holds checkpointed (core/room.ts).
-  if (selfIsHeld()) return known;
-  let opened: { close?(): void | Promise<void> } | undefined;
-  try {
-    const chosen = await chooseHost({ host }, driver);
-    opened = chosen.opened;
-    const report = await askGpuMemory(chosen.host, true);
-    if (!("byPid" in report)) return known;
-    for (const pid of pids) {
-      const memory = report.byPid.get(pid);
-      const mib = memory === undefined || memory === "unknown"
-        ? 0
-        : Object.values(memory).reduce((a, b) => a + b, 0);
-      // Once checkpointed a process holds none: what it held when this package checkpointed it.
-      const was = heldWhenCheckpointed(driver, pid);
-      const fallback = was && Object.values(was).reduce((a, b) => a + b, 0);
-      if (mib > 0) known.set(pid, mib);
-      else if (fallback !== undefined) known.set(pid, fallback);
-    }
-  } catch {
-    // No host: the events go without memory.
-  } finally {
-    await Promise.resolve(opened?.close?.()).catch(() => {});
+  const report = await gpuMemoryNow(driver, host);
+  if (!report) return known;
+  for (const pid of pids) {
+    const memory = report.byPid.get(pid);
+    const mib = memory === undefined || memory === "unknown"
+      ? 0
+      : Object.values(memory).reduce((a, b) => a + b, 0);
+    // Once checkpointed a process holds none: what it held when this package checkpointed it.
+    const was = heldWhenCheckpointed(driver, pid);
+    const fallback = was && Object.values(was).reduce((a, b) => a + b, 0);
+    if (mib > 0) known.set(pid, mib);
+    else if (fallback !== undefined) known.set(pid, fallback);
   }
   return known;
 }

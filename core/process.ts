@@ -540,8 +540,7 @@ export class CudaProcess {
         if (!(err instanceof GpuRoomError)) throw err;
         // What it held is remembered from its checkpoint: refuse only while it is checkpointed
         // still; else the record is old, and the driver's own answer says what is wrong.
-        const now = await driver.getState(this.pid).catch(() => undefined);
-        if (now?.code === CUDA_SUCCESS && now.value === CU_PROCESS_STATE_CHECKPOINTED) throw err;
+        if (await this.#checkpointedNow(driver)) throw err;
         forgetHeld(driver, this.pid);
       }
     }
@@ -700,6 +699,12 @@ export class CudaProcess {
       : `the process is ${state}`;
   }
 
+  /** Whether the driver says, now, that the process is there and checkpointed; never rejects. */
+  async #checkpointedNow(driver: CheckpointDriver): Promise<boolean> {
+    const now = await driver.getState(this.pid).catch(() => undefined);
+    return now?.code === CUDA_SUCCESS && now.value === CU_PROCESS_STATE_CHECKPOINTED;
+  }
+
   /** The process's state for a message: its name, or why it cannot be read. */
   async #describeState(driver: CheckpointDriver): Promise<string> {
     try {
@@ -737,11 +742,11 @@ export class CudaProcess {
     }
     // A restore refused although the process is there and checkpointed: what driver 580 does
     // after a restore of it ran out of GPU memory.
-    if (code === CUDA_ERROR_OPERATING_SYSTEM && operation === "restore" && !detail) {
-      const now = await driver.getState(this.pid).catch(() => undefined);
-      if (now?.code === CUDA_SUCCESS && now.value === CU_PROCESS_STATE_CHECKPOINTED) {
-        detail = REFUSED;
-      }
+    if (
+      code === CUDA_ERROR_OPERATING_SYSTEM && operation === "restore" && !detail &&
+      await this.#checkpointedNow(driver)
+    ) {
+      detail = REFUSED;
     }
     return errorFor(driver, code, { operation, pid: this.pid, state, detail })!;
   }

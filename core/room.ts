@@ -200,11 +200,6 @@ export async function beforeSelfLock(): Promise<void> {
   if (keptUsers === 0) await letGoOfHost();
 }
 
-/** Whether NVML must not be asked now: this package may hold the calling process locked. */
-export function selfIsHeld(): boolean {
-  return selfHeld;
-}
-
 /** The calling process runs again (its unlock succeeded, or its lock failed): reads may start. */
 export function selfRunning(): void {
   selfHeld = false;
@@ -244,6 +239,27 @@ function memoryReport(driver: CheckpointDriver): Promise<NumberedReport> {
     void tracked.finally(() => underWay.delete(tracked));
   }
   return under;
+}
+
+/**
+ * The GPU memory report to use now: from `host` where the caller names one, else the driver's own
+ * host or the machine's (shared, kept); `undefined` where the host cannot tell, and while this
+ * package holds the calling process (NVML would wait there). Never rejects.
+ */
+export async function gpuMemoryNow(
+  driver: CheckpointDriver,
+  host?: HostProcesses,
+): Promise<NumberedReport["report"]> {
+  if (!host) return (await memoryReport(driver)).report;
+  if (selfHeld) return undefined;
+  const asked = askGpuMemory(host, true);
+  underWay.add(asked);
+  try {
+    const r = await asked;
+    return "byPid" in r ? r : undefined;
+  } finally {
+    underWay.delete(asked);
+  }
 }
 
 /**

@@ -15,6 +15,7 @@ import {
   CudaProcess,
   getDefaultDriver,
   GpuRoomError,
+  runGroup,
   setDefaultDriver,
 } from "../mod.ts";
 import { SimulatedDriver } from "../mock/mod.ts";
@@ -382,6 +383,19 @@ describe("rollback", () => {
     await self.lock();
     await other.suspend();
     assert.equal(reads, 0, "no read while this process is locked");
+    // Nor a group's progress memory, from the driver's host or from one the caller names.
+    for (const options of [{}, { host: sim.hostProcesses() }]) {
+      const events: (number | undefined)[] = [];
+      const r = await runGroup("resume", [peer.pid], {
+        driver: sim,
+        ...options,
+        onProgress: (e) => events.push(e.gpuMemoryMiB),
+      });
+      assert.equal(r.ok, true);
+      await other.suspend();
+      assert.ok(events.every((m) => m === undefined), `no memory in the events: ${events}`);
+    }
+    assert.equal(reads, 0, "no read by a group while this process is locked");
     assert.equal(heldWhenCheckpointed(sim, peer.pid), undefined);
     await self.checkpoint();
     await self.resume();
