@@ -7,9 +7,8 @@
  * @module
  */
 
-import { createHash } from "node:crypto";
 import type { CudaContext, CudaKernel, DeviceBuffer } from "../ffi/cuda.ts";
-import type { SimulatedProcess } from "../mock/mod.ts";
+import { ChunkedSha256, type SimulatedProcess } from "../mock/mod.ts";
 
 /** PTX that sets `out` to mix(`x`) (lowbias32), through the scratch register `%t`. */
 function mix(out: string, x: string): string {
@@ -163,18 +162,22 @@ export function fillOnGpu(
 /** Pieces a buffer is copied back or written in, so that no host copy of the whole is needed. */
 const PIECE_BYTES = 64 << 20;
 
-/** The SHA-256 (hex) of a GPU buffer, copied back piece by piece. */
+/**
+ * The chunked SHA-256 (hex) of a GPU buffer, copied back piece by piece: the SHA-256 of the
+ * SHA-256s of its 1 MiB chunks (`ChunkedSha256` of mock/memory.ts), the value the simulator's
+ * `memoryChunkedSha256()` gives for a process whose memory holds the same bytes.
+ */
 export function hashOnGpu(ctx: CudaContext, buffer: DeviceBuffer): string {
-  const sha = createHash("sha256");
+  const hasher = new ChunkedSha256();
   for (let at = 0; at < buffer.bytes; at += PIECE_BYTES) {
-    sha.update(ctx.download(buffer, at, Math.min(PIECE_BYTES, buffer.bytes - at)));
+    hasher.update(ctx.download(buffer, at, Math.min(PIECE_BYTES, buffer.bytes - at)));
   }
-  return sha.digest("hex");
+  return hasher.digest();
 }
 
 /**
  * Writes what `fill` would write over `bytes` bytes into a simulated process's memory at `at`
- * (the simulator runs no PTX): the same bytes, so the same SHA-256, as on a GPU.
+ * (the simulator runs no PTX): the same bytes, so the same chunked SHA-256, as on a GPU.
  */
 export async function fillSimulated(
   target: SimulatedProcess,

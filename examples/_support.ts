@@ -432,7 +432,7 @@ export function table(
     .join("\n");
 }
 
-/** The first 16 hex digits of a SHA-256, as NVIDIA's sample prints a hash. */
+/** The first 16 hex digits of a hash, as NVIDIA's sample prints a hash. */
 export function shortHash(hex: string): string {
   return hex.slice(0, 16);
 }

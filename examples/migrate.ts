@@ -91,7 +91,7 @@ const before = await mover.hash();
 console.log();
 console.log(
   `Process ${mover.pid}${machine.kind === "simulated" ? " (simulated)" : " (this program)"}: ` +
-    `${bufferMiB} MiB buffer on GPU ${home}, SHA-256 ${shortHash(before)}`,
+    `${bufferMiB} MiB buffer on GPU ${home}, chunked SHA-256 ${shortHash(before)}`,
 );
 console.log(
   `Each move: suspend (lock + checkpoint), then resume with the device map ${
@@ -144,7 +144,7 @@ console.log(table(
     { title: "resume (ms)", align: "right" },
     { title: "runs on" },
     { title: "GPU memory (by GPU)" },
-    { title: "buffer SHA-256" },
+    { title: "buffer chunked SHA-256" },
   ],
   rows,
 ));
@@ -213,7 +213,7 @@ async function simulatedMover(sim: SimulatedDriver): Promise<Mover> {
   return {
     pid: target.pid,
     where: () => Promise.resolve(target.gpuUuids[0]),
-    hash: () => target.memoryDigest(),
+    hash: () => target.memoryChunkedSha256(),
     close: () => target.exit(),
   };
 }

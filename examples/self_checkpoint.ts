@@ -2,7 +2,8 @@
  * A process checkpoints itself and shows that its GPU memory survives: the four steps of the
  * CUDA checkpoint API (lock, checkpoint, restore, unlock), each with its time and the state it
  * leaves the process in, the GPU memory the process holds before, while checkpointed (none: the
- * GPU is released) and after, and a SHA-256 of its GPU buffer before and after.
+ * GPU is released) and after, and a hash of its GPU buffer before and after (the chunked SHA-256
+ * of mock/memory.ts, which the simulator keeps cheaply).
  *
  *   deno run -A examples/self_checkpoint.ts [--buffer-mib 16] [--device 0] [--json]
  *   bun examples/self_checkpoint.ts --buffer-mib 4096
@@ -47,8 +48,8 @@ const SPEC: ExampleSpec = {
   about: `
 A process checkpoints itself: it fills a GPU buffer with a kernel, hashes it, then locks,
 checkpoints, restores and unlocks its own CUDA state, printing each step's time and the state
-after it, and checks that the buffer's SHA-256 is unchanged (PASS, else FAIL and exit 1).
-Without a usable NVIDIA driver it runs on the simulated driver, and says so first.`,
+after it, and checks that the buffer's hash (a chunked SHA-256) is unchanged (PASS, else FAIL
+and exit 1). Without a usable NVIDIA driver it runs on the simulated driver, and says so first.`,
   json: true,
   options: {
     "buffer-mib": { type: "string", value: "N", default: "16", help: "GPU buffer size in MiB" },
@@ -74,7 +75,7 @@ interface Subject {
   fill(): Promise<string>;
   /** Compares the start of the buffer with the host's computation of the pattern. */
   checkAgainstHost(): Promise<boolean>;
-  /** SHA-256 of the whole buffer, as hex. */
+  /** The chunked SHA-256 of the whole buffer, as hex (`ChunkedSha256`). */
   hash(): Promise<string>;
   close(): void;
 }
@@ -312,7 +313,7 @@ function simulatedSubject(sim: SimulatedDriver): Subject {
       const length = Math.min(bytes, HOST_CHECK_BYTES);
       return sameBytes(await target.read(0, length), fillPattern(seed, 0, length));
     },
-    hash: () => target.memoryDigest(),
+    hash: () => target.memoryChunkedSha256(),
     close: () => target.exit(),
   };
 }

@@ -59,7 +59,7 @@ export {
   type TimingModel,
   type TimingPoint,
 } from "./timing.ts";
-export { MemoryImage, PAGE_SIZE } from "./memory.ts";
+export { ChunkedSha256, chunkedSha256, HASH_CHUNK_SIZE, MemoryImage, PAGE_SIZE } from "./memory.ts";
 export {
   type FaultSnapshot,
   type GpuSnapshot,

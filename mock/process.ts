@@ -322,21 +322,25 @@ export class SimulatedProcess {
   }
 
   /**
-   * SHA-256 of every byte of its GPU memory (zeros included), as lowercase hex, wherever the
-   * memory is held now (on the GPU or, checkpointed, in host memory): the same as hashing what
-   * `read(0, memoryMiB * 2 ** 20)` returns. An inspection for tests, not a CUDA call: it never
-   * waits for the process, and takes no simulated time. It hashes on the calling thread, about
-   * 0.6 s of real time per GiB (a whole 140 GiB H200 would hold the event loop over a minute);
-   * the result is kept until the memory changes.
+   * The chunked SHA-256 of every byte of its GPU memory (zeros included), as 64 lowercase hex
+   * digits, wherever the memory is held now (on the GPU or, checkpointed, in host memory): the
+   * SHA-256 of the SHA-256s of its 1 MiB chunks, defined at `ChunkedSha256`, the same as
+   * `chunkedSha256()` of what `read(0, memoryMiB * 2 ** 20)` returns, and as a `ChunkedSha256`
+   * fed a real GPU's memory piece by piece. It is not the SHA-256 of the
+   * bytes. An inspection for tests, not a CUDA call: it never waits for the process and takes no
+   * simulated time. Its cost follows what was written, not the size: it hashes the chunks written
+   * since the last call, plus 32 bytes per 1 MiB chunk (a few ms for 40 GiB with a few writes;
+   * bench/digest.ts); memory written all over still costs a full pass, on the calling thread, the
+   * first time. It rejects when the process has no GPU memory.
    */
-  memoryDigest(): Promise<string> {
+  memoryChunkedSha256(): Promise<string> {
     const image = this.deviceMemory ?? this.hostMemory;
     if (!image) {
       return Promise.reject(
         new Error(`process ${this.pid} has no GPU memory (it never used CUDA, or it exited)`),
       );
     }
-    return image.digest();
+    return Promise.resolve(image.chunkedSha256());
   }
 
   // ---- faults: what a test can make go wrong (see mock/faults.ts) ----

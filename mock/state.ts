@@ -184,7 +184,8 @@ const BASE64 = /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$
  *
  * const again = loadSimulator(JSON.parse(text));
  * console.log(again.process(p.pid)?.state); // "locked"
- * console.log(await again.process(p.pid)?.memoryDigest() === await p.memoryDigest()); // true
+ * const hash = await p.memoryChunkedSha256();
+ * console.log(await again.process(p.pid)?.memoryChunkedSha256() === hash); // true
  * ```
  */
 export function snapshotSimulator(sim: SimulatedDriver): SimulatorSnapshot {

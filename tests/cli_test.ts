@@ -220,7 +220,7 @@ describe("CRIU's CUDA plugin's contract", () => {
 
   test("dump and restore as the plugin runs them: state and thread id parse, every step exits 0", async () => {
     const { sim, target, pid } = machine();
-    const digest = await target.memoryDigest();
+    const digest = await target.memoryChunkedSha256();
     const tid = await cli(["--get-restore-tid", "--pid", pid], { driver: sim });
     assert.equal(tid.code, 0);
     assert.match(tid.out, /^[0-9]+\n$/);
@@ -245,7 +245,7 @@ describe("CRIU's CUDA plugin's contract", () => {
       assert.deepEqual([r.code, r.out, r.err], [0, "", ""]);
     }
     assert.equal((await cli(["--get-state", "-p", pid], { driver: sim })).out, "running\n");
-    assert.equal(await target.memoryDigest(), digest);
+    assert.equal(await target.memoryChunkedSha256(), digest);
   });
 
   test("a failure exits nonzero, with the output within the 127 bytes the plugin keeps", async () => {

@@ -3,9 +3,9 @@
 // running. Runs under Deno and Bun alike. Not a test file.
 
 import { type ChildProcess, execFile, spawn } from "node:child_process";
-import { createHash } from "node:crypto";
 import process from "node:process";
 import { DEFAULT_SEED, fillPattern } from "../examples/_kernels.ts";
+import { ChunkedSha256 } from "../mock/mod.ts";
 
 /** The path of an example. */
 export function examplePath(file: string): string {
@@ -115,14 +115,17 @@ function environment(env: Record<string, string | undefined>): Record<string, st
   return out;
 }
 
-/** The SHA-256 of a buffer of `mib` MiB filled by the `fill` kernel with the default seed. */
+/**
+ * The chunked SHA-256 (mock/memory.ts) of a buffer of `mib` MiB filled by the `fill` kernel with
+ * the default seed, computed on the host in pieces of 16 MiB.
+ */
 export function expectedFillHash(mib: number): string {
-  const sha = createHash("sha256");
-  const chunk = 16 << 20;
-  for (let at = 0; at < mib * 2 ** 20; at += chunk) {
-    sha.update(fillPattern(DEFAULT_SEED, at, Math.min(chunk, mib * 2 ** 20 - at)));
+  const hasher = new ChunkedSha256();
+  const piece = 16 << 20;
+  for (let at = 0; at < mib * 2 ** 20; at += piece) {
+    hasher.update(fillPattern(DEFAULT_SEED, at, Math.min(piece, mib * 2 ** 20 - at)));
   }
-  return sha.digest("hex");
+  return hasher.digest();
 }
 
 /** The option that runs an example on the simulator, without waiting. */

@@ -206,7 +206,7 @@ describe("answerNext, enterFailedState, fillGpu", () => {
   test("fillGpu leaves a restore without room: refused first, still checkpointed, fine once freed", async () => {
     const { sim, target, proc } = machine(256);
     await target.write(0, new Uint8Array([1, 2, 3]));
-    const digest = await target.memoryDigest();
+    const digest = await target.memoryChunkedSha256();
     await proc.suspend();
     const filler = sim.fillGpu(0, { leaveMiB: 100 });
     assert.equal(sim.gpus[0].freeMiB, 100);
@@ -230,7 +230,7 @@ describe("answerNext, enterFailedState, fillGpu", () => {
     await rejectsWith(again.proc.resume(), CUDA_ERROR_OUT_OF_MEMORY, /Nothing was asked/);
     other.exit();
     await again.proc.resume();
-    assert.equal(await again.target.memoryDigest(), digest);
+    assert.equal(await again.target.memoryChunkedSha256(), digest);
     assert.throws(
       () => sim.fillGpu(0, { leaveMiB: 10_000_000 }),
       /fillGpu: GPU 0 has \d+ MiB free, less than the 10000000 MiB to leave/,

@@ -41,7 +41,7 @@ async function group(sim: SimulatedDriver, states: readonly ProcessState[], memo
     procs.push(p);
     await into(sim, p, state);
   }
-  const digests = await Promise.all(procs.map((p) => p.memoryDigest()));
+  const digests = await Promise.all(procs.map((p) => p.memoryChunkedSha256()));
   return { procs, digests };
 }
 
@@ -128,7 +128,11 @@ describe("group operations", () => {
         const label = `${action} from ${mix.join(", ")}`;
         assert.equal(result.ok, false, label);
         assert.deepEqual(procs.map((p) => p.state), mix, `${label}: every process back`);
-        assert.deepEqual(await Promise.all(procs.map((p) => p.memoryDigest())), digests, label);
+        assert.deepEqual(
+          await Promise.all(procs.map((p) => p.memoryChunkedSha256())),
+          digests,
+          label,
+        );
         assert.equal(failing.state, action === "suspend" ? "running" : "checkpointed", label);
         const done = result.processes.filter((p) =>
           p.rollback !== undefined && p.pid !== failing.pid

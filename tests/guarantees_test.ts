@@ -32,7 +32,7 @@ async function setup(options: { gpus?: number; memoryMiB?: number } = {}) {
   const sim = new SimulatedDriver({ gpus: options.gpus ?? 1 });
   const target = sim.spawn({ memoryMiB: options.memoryMiB ?? 64 });
   await target.write(4096, new Uint8Array([1, 2, 3, 4]));
-  const digest = await target.memoryDigest();
+  const digest = await target.memoryChunkedSha256();
   return { sim, target, digest, proc: new CudaProcess(target.pid, { driver: sim }) };
 }
 
@@ -111,7 +111,7 @@ describe("1. a failed suspend: running again where the driver allows it, and the
       const err = await failure(proc.suspend({ timeoutMs: 1000 }));
       assert.equal(target.exited ? "gone" : target.state, after);
       saysState(err, target);
-      if (after === "running") assert.equal(await target.memoryDigest(), digest);
+      if (after === "running") assert.equal(await target.memoryChunkedSha256(), digest);
     });
   }
 
@@ -145,13 +145,13 @@ describe("2. a failed resume: still checkpointed, and the error says how to try 
     const [a, b] = sim.gpus.map((g) => g.uuid);
     await proc.resume({ gpuMapping: { [a]: b, [b]: a } });
     assert.deepEqual(target.gpuUuids, [b]);
-    assert.equal(await target.memoryDigest(), digest);
+    assert.equal(await target.memoryChunkedSha256(), digest);
     // And back where it was, once that GPU is free again.
     await proc.suspend();
     filler.exit();
     await proc.resume({ gpuMapping: { [a]: b, [b]: a } });
     assert.deepEqual(target.gpuUuids, [a]);
-    assert.equal(await target.memoryDigest(), digest);
+    assert.equal(await target.memoryChunkedSha256(), digest);
   });
 
   test("out of GPU memory inside the driver (checkRoom: false): the error says the process is lost", async () => {
@@ -284,7 +284,7 @@ describe("4. all-or-nothing leaves every process as it was", () => {
       if (state === "checkpointed") assert.equal(await sim.checkpoint(p.pid), 0);
       procs.push(p);
     }
-    return { procs, digests: await Promise.all(procs.map((p) => p.memoryDigest())) };
+    return { procs, digests: await Promise.all(procs.map((p) => p.memoryChunkedSha256())) };
   }
 
   const failures: [string, GroupAction, (p: SimulatedProcess) => void, string | undefined][] = [
@@ -324,7 +324,7 @@ describe("4. all-or-nothing leaves every process as it was", () => {
       });
       assert.equal(result.ok, false);
       assert.deepEqual(procs.map((p) => p.state), ["running", "locked", "checkpointed"]);
-      assert.deepEqual(await Promise.all(procs.map((p) => p.memoryDigest())), digests);
+      assert.deepEqual(await Promise.all(procs.map((p) => p.memoryChunkedSha256())), digests);
       for (const [i, o] of result.processes.entries()) {
         const real = [...procs, failing][i];
         assert.equal(o.state, real.exited ? undefined : real.state, `pid ${o.pid}'s outcome`);

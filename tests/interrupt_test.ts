@@ -61,7 +61,7 @@ describe("an interrupt during an operation on several processes, in-process", ()
     const big = sim.spawn({ memoryMiB: 4096 });
     const small = [sim.spawn(), sim.spawn()];
     await small[0].write(100, new Uint8Array([7, 8, 9]));
-    const digest = await small[0].memoryDigest();
+    const digest = await small[0].memoryChunkedSha256();
     const seen: string[][] = [];
     const look = () => seen.push([big, ...small].map((p) => p.state));
     const fake = fakeInterrupts(sim, [
@@ -88,7 +88,7 @@ describe("an interrupt during an operation on several processes, in-process", ()
       "cuda-checkpoint: interrupted: every process is as it was before",
     ]);
     assert.ok([big, ...small].every((p) => p.state === "running"));
-    assert.equal(await small[0].memoryDigest(), digest);
+    assert.equal(await small[0].memoryChunkedSha256(), digest);
     assert.equal(fake.watching, false, "no longer watched once the command is over");
   });
 

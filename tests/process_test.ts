@@ -573,27 +573,27 @@ describe("migration between GPUs", () => {
     const data = Uint8Array.from({ length: 65536 * 3 + 17 }, (_, i) => (i * 7919) % 256);
     await target.write(123_456, data);
     await target.write(1024 * 1024 * 1024 - 4, new Uint8Array([1, 2, 3, 4]));
-    const digest = await target.memoryDigest();
+    const digest = await target.memoryChunkedSha256();
     const [g0, g1] = sim.gpus;
     const rotate = { [g0.uuid]: g1.uuid, [g1.uuid]: g0.uuid };
     await proc.suspend();
-    assert.equal(await target.memoryDigest(), digest, "intact in host memory");
+    assert.equal(await target.memoryChunkedSha256(), digest, "intact in host memory");
     await proc.resume({ gpuMapping: rotate });
     assert.deepEqual(target.gpuUuids, [g1.uuid]);
     assert.deepEqual([g0.usedMiB, g1.usedMiB], [0, 1024 + g1.contextMiB]);
-    assert.equal(await target.memoryDigest(), digest);
+    assert.equal(await target.memoryChunkedSha256(), digest);
     assert.deepEqual(await target.read(123_456, data.length), data);
     await proc.suspend();
     await proc.resume({ gpuMapping: new Map(Object.entries(rotate)) });
     assert.deepEqual(target.gpuUuids, [g0.uuid]);
-    assert.equal(await target.memoryDigest(), digest);
+    assert.equal(await target.memoryChunkedSha256(), digest);
   });
 
   test("a changed byte changes the digest (the proof can fail)", async () => {
     const { target } = setup(64, 1);
-    const before = await target.memoryDigest();
+    const before = await target.memoryChunkedSha256();
     await target.write(5, new Uint8Array([1]));
-    assert.notEqual(await target.memoryDigest(), before);
+    assert.notEqual(await target.memoryChunkedSha256(), before);
   });
 
   test("a process on two of three GPUs moves both, and the mapping still names all three", async () => {

@@ -14,7 +14,7 @@ describe("the virtual clock", () => {
     const sim = new SimulatedDriver();
     const target = sim.spawn({ memoryMiB: 64 });
     target.launch(3000);
-    await target.memoryDigest();
+    await target.memoryChunkedSha256();
     await new Promise((r) => setTimeout(r, 20));
     assert.equal(sim.now(), 0, "nothing waited on the simulator yet");
     assert.equal(await sim.lock(target.pid, { timeoutMs: 200 }), CUDA_ERROR_NOT_READY);

@@ -97,7 +97,7 @@ describe("snapshots of the simulated driver", () => {
       assert.equal(q.inspectable, p.inspectable);
       assert.equal(q.libcudaLoaded, p.libcudaLoaded);
       assert.equal(q.usesCuda, p.usesCuda);
-      if (p.usesCuda) assert.equal(await q.memoryDigest(), await p.memoryDigest());
+      if (p.usesCuda) assert.equal(await q.memoryChunkedSha256(), await p.memoryChunkedSha256());
     }
     assert.deepEqual(
       await again.getState(checkpointed.pid),
@@ -130,14 +130,14 @@ describe("snapshots of the simulated driver", () => {
     const p = sim.spawn({ memoryMiB: 8, gpu: [0, 1] });
     const bytes = Uint8Array.from({ length: 3 * PAGE + 17 }, (_, i) => (i * 7 + 3) & 255);
     await p.write(PAGE / 2, bytes);
-    const digest = await p.memoryDigest();
+    const digest = await p.memoryChunkedSha256();
     const proc = new CudaProcess(p.pid, { driver: sim });
     await proc.suspend();
     const again = reload(sim);
     await new CudaProcess(p.pid, { driver: again }).resume();
     const q = live(again, p.pid);
     assert.equal(q.state, "running");
-    assert.equal(await q.memoryDigest(), digest);
+    assert.equal(await q.memoryChunkedSha256(), digest);
     assert.deepEqual(await q.read(PAGE / 2, bytes.length), bytes);
   });
 
@@ -163,7 +163,7 @@ describe("snapshots of the simulated driver", () => {
     });
     const r = live(saved, p.pid);
     assert.deepEqual(r.gpuUuids, [g0, g1]);
-    assert.equal(await r.memoryDigest(), await p.memoryDigest());
+    assert.equal(await r.memoryChunkedSha256(), await p.memoryChunkedSha256());
   });
 
   test("pids keep going up after a reload, and never come back; restore thread ids are stable", async () => {

@@ -4,8 +4,8 @@ import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
 import {
+  chunkedSha256,
   CONTEXT_MIB,
-  MemoryImage,
   SimulatedDriver,
   type SimulatedDriverOptions,
 } from "../mock/mod.ts";
@@ -200,39 +200,39 @@ describe("processes and threads", () => {
   });
 });
 
-describe("memoryDigest", () => {
-  test("is the SHA-256 of every byte, as a test computes it over read()", async () => {
+describe("memoryChunkedSha256", () => {
+  test("is the chunked SHA-256 of every byte, as a test computes it over read(), not their SHA-256", async () => {
     const sim = new SimulatedDriver();
-    const p = sim.spawn({ memoryMiB: 1 });
-    const sha = (b: Uint8Array) => createHash("sha256").update(b).digest("hex");
-    assert.equal(await p.memoryDigest(), sha(new Uint8Array(MIB)), "all zeros");
+    const p = sim.spawn({ memoryMiB: 3 });
+    assert.equal(await p.memoryChunkedSha256(), chunkedSha256(new Uint8Array(3 * MIB)), "zeros");
     await p.write(65530, Uint8Array.from({ length: 70000 }, (_, i) => i % 251));
-    await p.write(MIB - 1, new Uint8Array([9]));
-    const digest = await p.memoryDigest();
-    assert.equal(digest, sha(await p.read(0, MIB)));
+    await p.write(2 * MIB - 2, new Uint8Array([7, 8, 9, 10]));
+    await p.write(3 * MIB - 1, new Uint8Array([9]));
+    const hash = await p.memoryChunkedSha256();
+    const bytes = await p.read(0, 3 * MIB);
+    assert.equal(hash, chunkedSha256(bytes));
+    assert.notEqual(hash, createHash("sha256").update(bytes).digest("hex"));
     await sim.lock(p.pid, null);
     await sim.checkpoint(p.pid);
-    assert.equal(await p.memoryDigest(), digest, "the same in host memory");
+    assert.equal(await p.memoryChunkedSha256(), hash, "the same in host memory");
+    await sim.restore(p.pid, null);
+    await sim.unlock(p.pid);
+    await p.write(MIB, new Uint8Array([1]));
+    assert.equal(await p.memoryChunkedSha256(), chunkedSha256(await p.read(0, 3 * MIB)));
   });
 
   test("takes no virtual time", async () => {
     const sim = new SimulatedDriver();
     const p = sim.spawn({ memoryMiB: 64 });
     p.launch(100);
-    await p.memoryDigest();
+    await p.memoryChunkedSha256();
     assert.equal(sim.now(), 0);
   });
 
-  test("a memory image's copy is independent, and zero pages touched change nothing", async () => {
-    const m = new MemoryImage(1 << 20);
-    const untouched = await m.digest();
-    m.write(500_000, new Uint8Array(10));
-    assert.equal(await m.digest(), untouched);
-    m.write(10, new Uint8Array([1]));
-    const c = m.copy();
-    m.write(10, new Uint8Array([2]));
-    assert.equal(c.read(10, 1)[0], 1);
-    assert.notEqual(await c.digest(), await m.digest());
+  test("rejects for a process with no GPU memory, naming it", async () => {
+    const sim = new SimulatedDriver();
+    const p = sim.spawn({ cuda: false });
+    await assert.rejects(p.memoryChunkedSha256(), new RegExp(`process ${p.pid} has no GPU memory`));
   });
 });
 

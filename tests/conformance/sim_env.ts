@@ -31,7 +31,7 @@ export function simulatedEnv(options: SimulatedDriverOptions = {}): ConformanceE
           void p.launch(ms);
           return Promise.resolve();
         },
-        memoryHash: () => p.read(0, 0).then(() => p.memoryDigest()),
+        memoryHash: () => p.read(0, 0).then(() => p.memoryChunkedSha256()),
         exit() {
           p.exit();
           return Promise.resolve();

@@ -302,7 +302,7 @@ export async function start(specs: readonly Spec[]): Promise<{ model: Model; rea
   for (const [i, spec] of specs.entries()) {
     const p = sim.spawn({ memoryMiB: spec.memoryMiB });
     await p.write(i * 4099, new Uint8Array([i + 1, 42, i * 3]));
-    digests.set(p.pid, await p.memoryDigest());
+    digests.set(p.pid, await p.memoryChunkedSha256());
     if (spec.state !== "running") assert.equal(await sim.lock(p.pid, null), SUCCESS);
     if (spec.state === "checkpointed") assert.equal(await sim.checkpoint(p.pid), SUCCESS);
     procs.push(p);
@@ -342,7 +342,11 @@ export function agree(m: Model, r: Real, after: string): void {
 export async function memoryIntact(m: Model, r: Real): Promise<void> {
   for (const [i, p] of m.procs.entries()) {
     if (p.gone || !p.cuda || p.state !== "running") continue;
-    assert.equal(await r.procs[i].memoryDigest(), r.digests.get(p.pid), `pid ${p.pid}'s memory`);
+    assert.equal(
+      await r.procs[i].memoryChunkedSha256(),
+      r.digests.get(p.pid),
+      `pid ${p.pid}'s memory`,
+    );
   }
 }
 
