@@ -73,14 +73,26 @@ export function runtimeInfo(): { name: string; version: string } {
   return { name: "node", version: process.version };
 }
 
-/** The machine, the GPU (nvidia-smi, unless the fake libcuda is in use) and the runtime. */
+/**
+ * The machine, the GPU (nvidia-smi, unless the fake libcuda is in use or `noGpu` says why none is)
+ * and the runtime.
+ */
 export function environment(
-  options: { fake: boolean; libcuda: string; driverVersion?: number; date?: Date },
+  options: {
+    fake: boolean;
+    libcuda: string;
+    driverVersion?: number;
+    date?: Date;
+    /** Why no GPU is used (a benchmark of the simulator): nvidia-smi is not asked then. */
+    noGpu?: string;
+  },
 ): Environment {
   const cpuList = cpus();
   let gpus: Environment["gpu"]["gpus"] = [];
   let description: string;
-  if (options.fake) {
+  if (options.noGpu !== undefined) {
+    description = `none (${options.noGpu})`;
+  } else if (options.fake) {
     description = "none (fake libcuda)";
   } else {
     try {

@@ -254,3 +254,64 @@ describe(`benchmarks against the fake libcuda (${runtime})`, { skip: noCompiler 
     }
   });
 });
+
+describe(`digest.ts on the simulator (${runtime})`, () => {
+  test("both sides taking turns per round, the check over every byte, the 40 GiB goals not measured", () => {
+    const dir = join(out, "digest");
+    const argv = [
+      ...(runtime === "deno" ? ["run", "-A"] : []),
+      join(BENCH, "digest.ts"),
+      "--sizes-mib",
+      "2,3",
+      "--rounds",
+      "2",
+      "--baseline-max-mib",
+      "2",
+      "--out",
+      dir,
+    ];
+    const run = spawnSync(process.execPath, argv, { encoding: "utf8", timeout: 60_000 });
+    assert.equal(run.status, 0, run.stdout + run.stderr);
+    const stem = join(dir, `digest-${runtime}-${safeName(hostname())}`);
+    const json = JSON.parse(readFileSync(`${stem}.json`, "utf8"));
+    assert.equal(json.environment.gpu.description, "none (the simulated driver, on the CPU)");
+    assert.equal(json.environment.fake, false);
+    assert.deepEqual(json.config.sizesMiB, [2, 3]);
+    // Round 0 starts with the chunked hash, round 1 with the old SHA-256; the baseline and the
+    // check over every byte only at 2 MiB (--baseline-max-mib 2), the check in round 0 only.
+    const kinds = (size: number) =>
+      json.runs.filter((r: { sizeMiB: number }) => r.sizeMiB === size).map((r: { kind: string }) =>
+        r.kind
+      );
+    assert.deepEqual(kinds(2), [
+      "first",
+      "after writes",
+      "unchanged",
+      "old SHA-256",
+      "every byte, chunked",
+      "old SHA-256",
+      "first",
+      "after writes",
+      "unchanged",
+    ]);
+    assert.deepEqual(kinds(3), [
+      ...["first", "after writes", "unchanged"],
+      ...["first", "after writes", "unchanged"],
+    ]);
+    for (const r of json.runs) {
+      assert.ok(r.ms >= 0 && /^[0-9a-f]{64}$/.test(r.hash), JSON.stringify(r));
+    }
+    const at2 = json.runs.filter((r: { sizeMiB: number; round: number }) =>
+      r.sizeMiB === 2 && r.round === 0
+    );
+    const hashOf = (kind: string) => at2.find((r: { kind: string }) => r.kind === kind).hash;
+    assert.equal(hashOf("every byte, chunked"), hashOf("after writes"));
+    assert.equal(hashOf("unchanged"), hashOf("after writes"));
+    assert.notEqual(hashOf("first"), hashOf("after writes"));
+    assert.deepEqual(json.goals.map((g: { met: boolean | null }) => g.met), [null, null, true]);
+    const md = readFileSync(`${stem}.md`, "utf8");
+    assert.match(md, /none \(the simulated driver, on the CPU\)/);
+    assert.match(md, /left out above 2 MiB/);
+    assert.doesNotMatch(md, /measures nothing real/);
+  });
+});
