@@ -1,6 +1,7 @@
 /**
  * Simulated GPU memory contents: sparse pages, so that a process of many GiB costs host memory
- * only for what a test writes. Unwritten bytes read as zero.
+ * only for what a test writes. Unwritten bytes read as zero. And their hash, the chunked SHA-256
+ * ({@link ChunkedSha256}), whose cost follows what was written, not the memory's size.
  *
  * @module
  */
