@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 8, part 7: our compiled cuda-checkpoint under CRIU, on the GPU machine, from the repo root,
 # with these carried (64 MiB in all; name the files, not all of .carry/): .carry/criu-cuda.tgz
-# (../shared/tools/carry-criu-cuda.sh), .carry/cuda-checkpoint-ours.xz (bash cli/carry.sh),
+# (bash tests/gpu/tools/carry-criu-cuda.sh), .carry/cuda-checkpoint-ours.xz (bash cli/carry.sh),
 # .carry/cuda-checkpoint (NVIDIA's). Root, one GPU is enough.
 #
 #   bash tests/gpu/criu_cli.sh           # ~4 min on one H100 (ROUNDS=2, SIZES="1024 4096")

@@ -139,7 +139,7 @@ if [ -n "$criu" ]; then
     has "$f" '^PASS: the counter answered 101, then 102 after a CRIU dump and restore\.$'
   rm -rf "$tmp/criu-images"
 else
-  skip "counter_criu: no .carry/criu-cuda.tgz or .carry/criu.tgz (../shared/tools/carry-criu*.sh)"
+  skip "counter_criu: no .carry/criu-cuda.tgz or .carry/criu.tgz (tests/gpu/tools/carry-criu*.sh)"
 fi
 
 # --- migrate.ts -------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The reliability soak (issue 10) on a GPU machine, one runtime per run, from the repo root with
-# .carry/ carried (../shared/tools/carry-runtimes.sh deno, or bun):
+# .carry/ carried (bash tests/gpu/tools/carry-runtimes.sh deno, or bun):
 #   bash tests/gpu/soak.sh deno      (or bun)
 # Steps, each under its own timeout (tests/gpu/soak.ts says what each checks):
 #   cycles     one 1 GiB target, 200 suspend/resume cycles, hash every 10, controller RSS steady

@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# Builds criu 4.1.1 from its source together with its CUDA plugin (Debian's criu package has no
+# cuda_plugin.so) and packs criu, the plugin and every library they need but glibc's into
+# .carry/criu-cuda.tgz (about 4 MB), for the GPU machine, which has no criu and reaches no
+# registry. From the project root:
+#
+#   bash tests/gpu/tools/carry-criu-cuda.sh [SRC]
+#
+# SRC (or $CRIU_SRC), optional: a criu source tree, a source tarball, or a git directory (bare or
+# not) that has the tag $CRIU_TAG (default v$CRIU_VERSION, v4.1.1). Without it, the upstream
+# tarball criu_<version>.orig.tar.* is downloaded from the deb-src of Debian suite $CRIU_SUITE
+# (default trixie), checked against the SHA256 of apt's signed Sources index; nothing else of the
+# source package is fetched. The build dependencies are installed with this machine's apt where
+# missing. The packed tree is usr/sbin/criu (its RPATH finds the libraries beside it, so no
+# LD_LIBRARY_PATH), usr/lib/x86_64-linux-gnu/*.so.* and usr/lib/criu/cuda_plugin.so. What to type
+# on the GPU machine is printed at the end (and in tests/gpu/README.md).
+set -euo pipefail
+src=${1:-${CRIU_SRC:-}}
+# SRC is named from the caller's directory; carry_dir.sh moves to the project root.
+[[ -z $src || ! -e $src ]] || src=$(realpath -- "$src")
+# shellcheck source=tests/gpu/tools/carry_dir.sh
+. "$(dirname "$0")/carry_dir.sh"
+version=${CRIU_VERSION:-4.1.1}
+tag=${CRIU_TAG:-v$version}
+suite=${CRIU_SUITE:-trixie}
+out=.carry/criu-cuda.tgz
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+quiet() { grep -v -e unsandboxed -e '^$' || true; }
+
+# 1. Build dependencies, installed only where missing.
+deps=(build-essential pkg-config libprotobuf-dev libprotobuf-c-dev protobuf-c-compiler
+  protobuf-compiler libcap-dev libnl-3-dev libnet1-dev libbsd-dev libgnutls28-dev libnftables-dev
+  uuid-dev patchelf xz-utils)
+missing=()
+for p in "${deps[@]}"; do
+  [[ $(dpkg-query -W -f='${Status}' "$p" 2>/dev/null) == "install ok installed" ]] ||
+    missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "installing: ${missing[*]}"
+  apt-get update -qq 2>&1 | quiet
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" \
+    >"$work/apt.log" 2>&1 || { tail -20 "$work/apt.log" >&2; exit 1; }
+fi
+
+# 2. The source, into $work/src.
+mkdir -p "$work/src"
+gitdir=
+if [[ -n $src ]]; then
+  for g in "$src" "$src/.git"; do
+    if [[ -d $g ]] && git --git-dir="$g" rev-parse -q --verify "$tag^{commit}" >/dev/null 2>&1; then
+      gitdir=$g
+      break
+    fi
+  done
+fi
+if [[ -n $gitdir ]]; then
+  echo "source: $tag of the git directory $gitdir"
+  git --git-dir="$gitdir" archive "$tag" | tar -x -C "$work/src"
+elif [[ -n $src && -d $src ]]; then
+  echo "source: the tree $src"
+  cp -a "$src/." "$work/src/"
+  make -s -C "$work/src" mrproper >/dev/null 2>&1 || true
+elif [[ -n $src && -f $src ]]; then
+  echo "source: the tarball $src"
+  tar -xf "$src" -C "$work/src"
+elif [[ -n $src ]]; then
+  echo "no such source: $src" >&2
+  exit 1
+else
+  uri=$(sed -n 's/^URIs: *//p' /etc/apt/sources.list.d/*.sources 2>/dev/null | head -1)
+  [[ -n $uri ]] || uri=$(awk '/^deb /{print $2; exit}' /etc/apt/sources.list 2>/dev/null)
+  [[ -n $uri ]] || { echo "cannot find this machine's Debian package mirror; pass a criu source" >&2; exit 1; }
+  mkdir -p "$work/lists/partial" "$work/dl"
+  echo "deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $uri $suite main" \
+    >"$work/sources.list"
+  apt=(apt-get -oDir::Etc::SourceList="$work/sources.list" -oDir::Etc::SourceParts=/dev/null
+    -oDir::State::Lists="$work/lists")
+  "${apt[@]}" update -qq 2>&1 | quiet
+  # --print-uris gives 'URI' NAME SIZE SHA256:HEX per file of the source package.
+  line=$(cd "$work/dl" && "${apt[@]}" source --print-uris -qq criu |
+    grep -F " criu_$version.orig.tar." | head -1) ||
+    { echo "Debian $suite has no criu_$version.orig.tar.*; pass a criu $version source" >&2; exit 1; }
+  read -r uri_quoted name _ hash <<<"$line"
+  echo "source: Debian $suite, $name ($hash)"
+  /usr/lib/apt/apt-helper download-file "${uri_quoted//\'/}" "$work/dl/$name" "$hash" 2>&1 | quiet
+  [[ -s $work/dl/$name ]] || { echo "the download of $name failed" >&2; exit 1; }
+  tar -xf "$work/dl/$name" -C "$work/src"
+fi
+# A tarball or an archive may hold the tree in one folder.
+s=$work/src
+if [[ ! -f $s/Makefile ]]; then
+  top=("$s"/*)
+  [[ ${#top[@]} -eq 1 && -f ${top[0]}/Makefile ]] && s=${top[0]}
+fi
+[[ -f $s/Makefile && -f $s/plugins/cuda/cuda_plugin.c ]] ||
+  { echo "not a criu source tree with plugins/cuda: ${src:-the download}" >&2; exit 1; }
+v=$(awk '/^CRIU_VERSION_(MAJOR|MINOR|SUBLEVEL)[ \t]/ && $3 != "" {printf "%s%s", (n++ ? "." : ""), $3}' \
+  "$s/Makefile.versions")
+[[ $v == "$version" ]] || echo "warning: the source is criu $v, not $version" >&2
+
+# 3. Build criu and the plugin (these two targets build no manual pages).
+echo "building criu $v with its CUDA plugin ($(nproc) jobs)..."
+make -C "$s" -j"$(nproc)" PREFIX=/usr criu cuda_plugin >"$work/build.log" 2>&1 ||
+  { tail -30 "$work/build.log" >&2; exit 1; }
+nm -D --defined-only "$s/plugins/cuda/cuda_plugin.so" | grep -qw CR_PLUGIN_DESC ||
+  { echo "cuda_plugin.so has no CR_PLUGIN_DESC: criu would not load it" >&2; exit 1; }
+
+# 4. Stage: criu (stripped, its RPATH pointing at the libraries), the plugin, the libraries.
+st=$work/root
+libs=$st/usr/lib/x86_64-linux-gnu
+mkdir -p "$st/usr/sbin" "$st/usr/lib/criu" "$libs" "$st/usr/share/doc/criu"
+install -m 755 "$s/criu/criu" "$st/usr/sbin/criu"
+install -m 755 "$s/plugins/cuda/cuda_plugin.so" "$st/usr/lib/criu/cuda_plugin.so"
+strip --strip-unneeded "$st/usr/sbin/criu" "$st/usr/lib/criu/cuda_plugin.so"
+# shellcheck disable=SC2016 # $ORIGIN is for the loader, not for the shell
+patchelf --force-rpath --set-rpath '$ORIGIN/../lib/x86_64-linux-gnu' "$st/usr/sbin/criu"
+glibc='^(linux-vdso|ld-linux-x86-64|libc|libm|libdl|libpthread|librt|libresolv|libutil|libanl)\.so'
+ldd "$s/criu/criu" "$s/plugins/cuda/cuda_plugin.so" | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' |
+  sort -u | while read -r soname path; do
+  [[ $soname =~ $glibc ]] || cp -L "$path" "$libs/$soname"
+done
+cp "$s/COPYING" "$st/usr/share/doc/criu/COPYING"
+"$st/usr/sbin/criu" --version >/dev/null || { echo "the staged criu does not run" >&2; exit 1; }
+if env -u LD_LIBRARY_PATH ldd "$st/usr/sbin/criu" | grep 'not found'; then
+  echo "the staged criu misses a library" >&2
+  exit 1
+fi
+
+# 5. Pack.
+tar -C "$st" --owner=0 --group=0 -czf "$out.tmp" . && mv "$out.tmp" "$out"
+echo "$out: $(du -h "$out" | cut -f1), criu $v, cuda_plugin.so and $(find "$libs" -type f | wc -l) libraries"
+cat <<'EOF'
+On the GPU machine, as root (never unpack it into /: its libraries would replace the system's):
+  mkdir -p /tmp/criu && tar -C /tmp/criu -xzf .carry/criu-cuda.tgz
+  /tmp/criu/usr/sbin/criu --version; /tmp/criu/usr/sbin/criu check
+  export PATH=/DIR/OF/cuda-checkpoint:$PATH   # the plugin runs "cuda-checkpoint" found on PATH
+  /tmp/criu/usr/sbin/criu dump -t PID -D IMG --shell-job --libdir /tmp/criu/usr/lib/criu -v4 -o dump.log
+  /tmp/criu/usr/sbin/criu restore -D IMG --shell-job --libdir /tmp/criu/usr/lib/criu -v4 -o restore.log
+Name the plugin's folder with --libdir DIR (-L DIR) or CRIU_LIBS_DIR=DIR. Without either criu looks
+in /usr/lib/criu only and, where that is absent, loads no plugin without a word: a restore of a CUDA
+dump then "succeeds" without it. (A --libdir without the plugin fails: "Missing required plugin".)
+The plugin turns itself off unless /proc/driver/nvidia/gpus/ exists and "cuda-checkpoint -h" prints
+"--action": look for "cuda_plugin: initialized" in the log. Its lock waits criu's --timeout (10 s).
+EOF
