@@ -13,72 +13,76 @@
  * const proc = new CudaProcess(12345);          // the native driver, opened on first use
  * await proc.suspend({ timeoutMs: 10_000 });     // lock + checkpoint; unlocks again on failure
  * // the GPU is free now; CRIU may dump the process
- * await proc.resume();                           // restore + unlock
+ * await proc.resume();                           // restore + unlock, after checking the GPU's room
  * ```
  *
- * Without a GPU, pass a simulated driver from `@ckpt/cuda/mock` as `{ driver }`. To choose the
- * library yourself, `openNativeDriver({ libraryPath })` and pass the result as `{ driver }`.
+ * This module holds what a program needs to checkpoint, restore, list and handle errors. The
+ * driver seam and the driver's codes are on `@ckpt/cuda/driver`; the simulated driver, for tests
+ * without a GPU, on `@ckpt/cuda/mock`; the command line on `@ckpt/cuda/cli`.
  *
  * @module
  */
 
 import { setFallbackDriverOpener } from "./core/sources.ts";
-import { setFallbackHostOpener } from "./core/listing.ts";
+import { setFallbackHostOpener } from "./core/host.ts";
 import { openLinuxHost, openNativeDriver } from "./ffi/mod.ts";
 
-// The native driver and this machine's /proc are the defaults: core/ itself loads no runtime's
-// FFI and reads no files.
+// The native driver and this machine's /proc, NVML and records are the defaults: core/ itself
+// loads no runtime's FFI and reads no files.
 setFallbackDriverOpener(openNativeDriver);
 setFallbackHostOpener(() => openLinuxHost());
 
 export {
+  type CheckpointOptions,
   CudaProcess,
   type CudaProcessOptions,
   type DriverSource,
-  getDefaultDriver,
   type LockOptions,
-  ProcessStates,
+  type Outcome,
   type RestoreOptions,
   setDefaultDriver,
+  type StepRecord,
+  type SuspendOptions,
   type ToggleOptions,
   type WaitOptions,
-  WaitTimeoutError,
 } from "./core/process.ts";
-export {
-  type CandidateRule,
-  type ClosableHost,
-  type CudaProcessInfo,
-  type CudaProcessListing,
-  type GpuMemory,
-  type GpuMemoryReport,
-  type HostProcesses,
-  listCudaProcesses,
-  type ListCudaProcessesOptions,
-  type ScannedProcess,
-  type UninspectedProcess,
-} from "./core/listing.ts";
-export { LinuxHost, type LinuxHostOptions, openLinuxHost, type ProcReader } from "./ffi/mod.ts";
+export type { ProcessState, Step } from "./core/states.ts";
+export type { GroupStep } from "./core/group.ts";
+export type { GpuMapping } from "./core/options.ts";
 export {
   type GroupAction,
   type GroupEvent,
   type GroupOptions,
   type GroupResult,
-  type GroupStep,
   type NotStartedReason,
   type ProcessOutcome,
   resumeAll,
   runGroup,
-  type StepRecord,
   suspendAll,
+  toggleAll,
 } from "./core/group.ts";
-export { GpuRoomError, type RoomShortage } from "./core/room.ts";
 export {
+  type CandidateRule,
+  type CudaProcessInfo,
+  type CudaProcessListing,
+  listCudaProcesses,
+  type ListCudaProcessesOptions,
+  listGpus,
+  type ListGpusOptions,
+  type UninspectedProcess,
+} from "./core/listing.ts";
+export { GpuRoomError, type RoomCheck, type RoomShortage } from "./core/room.ts";
+export {
+  CheckpointError,
   CheckpointUnsupportedError,
   CudaError,
-  type CudaErrorInit,
   DriverLoadError,
   type Operation,
+  type RefusalCode,
+  RefusedError,
+  WaitTimeoutError,
 } from "./core/errors.ts";
+// The driver seam's types, which the options above name (the seam itself: @ckpt/cuda/driver).
 export type {
   CheckpointDriver,
   DriverResult,
@@ -87,21 +91,13 @@ export type {
   LockArgs,
   RestoreArgs,
 } from "./core/driver.ts";
-export * from "./core/codes.ts";
-export { describeValue, formatGpuUuid, parseGpuUuid } from "./core/uuid.ts";
-export {
-  checkGpuMapping,
-  checkPid,
-  checkTimeoutMs,
-  DEFAULT_LOCK_TIMEOUT_MS,
-  type GpuMapping,
-  MAX_PID,
-  MAX_TIMEOUT_MS,
-} from "./core/validate.ts";
-export {
-  LIBCUDA_ENV_VAR,
-  type NativeDriver,
-  nativeDriverAvailable,
-  type NativeDriverOptions,
-  openNativeDriver,
-} from "./ffi/mod.ts";
+export type {
+  GpuMemory,
+  GpuMemoryReport,
+  HeldRecord,
+  HeldRecords,
+  HostProcesses,
+  ProcessIdentity,
+  RoomClaim,
+  ScannedProcess,
+} from "./core/host.ts";

@@ -1,7 +1,7 @@
 // Growth: how checkpoint (suspend: lock + checkpoint) and restore (resume: restore + unlock) time
 // grows with the GPU memory of one process (16 MiB to 32 GiB), and with the number of processes
 // (1 to 8 of 4 GiB), all on GPU 0 and spread over the GPUs where the machine has several. The
-// report gives the aggregate GB/s beside the ceilings measured before (shared/DRIVER_FACTS.md:
+// report gives the aggregate GB/s beside the ceilings measured before (docs/DRIVER.md#four-h200s:
 // about 8.5 GB/s checkpoint and 19 GB/s restore host-side on a 4 x H200 host) and the PCIe Gen5
 // x16 link of each GPU used (about 63 GB/s). Only our API is timed (suspendAll / resumeAll): the
 // side-by-side comparisons with C are bench/overhead.ts and bench/many.ts.
@@ -55,7 +55,7 @@ for (const p of placements) {
   }
 }
 
-/** Host-side ceilings measured on a 4 x H200 host (DRIVER_FACTS.md), and one PCIe Gen5 x16 link. */
+/** Host-side ceilings of a 4 x H200 host (docs/DRIVER.md#four-h200s), one PCIe Gen5 x16 link. */
 const CEILING_GBS = { suspend: 8.5, resume: 19, pcieLink: 63 } as const;
 /** A process's CUDA context on an H200, measured (mock/timing.ts CONTEXT_MIB). */
 const CONTEXT_MIB = 520;
@@ -299,9 +299,9 @@ const report: Report = {
   notes: [
     ...(s.fake ? [FAKE_NOTE] : []),
     "The ceilings are not limits of this package: they are what the driver reached with every " +
-    "call made at once from C (DRIVER_FACTS.md). Checkpoint copies into host memory the driver " +
-    "allocates in the target process, so it is bound by host memory bandwidth and page faults " +
-    "rather than by the PCIe link.",
+    "call made at once from C (docs/DRIVER.md#four-h200s). Checkpoint copies into host memory " +
+    "the driver allocates in the target process, so it is bound by host memory bandwidth and " +
+    "page faults rather than by the PCIe link.",
   ],
 };
 publish(report, values.out, { digits: 2 });

@@ -22,7 +22,8 @@ import process from "node:process";
 import { parseArgs } from "node:util";
 
 import type { CheckpointDriver } from "../core/driver.ts";
-import { listCudaProcesses, setFallbackHostOpener } from "../core/listing.ts";
+import { listCudaProcesses } from "../core/listing.ts";
+import { setFallbackHostOpener } from "../core/host.ts";
 import { openLinuxHost } from "../ffi/host.ts";
 import { openNativeDriver } from "../ffi/mod.ts";
 import { COMMON_OPTIONS, integers, startTargets } from "./harness.ts";

@@ -253,7 +253,7 @@ for (const [i, [phase, key]] of PHASES.entries()) {
     note: !counts.includes(8)
       ? "8 is not among --counts"
       : i === 1
-      ? "DRIVER_FACTS.md measured 3-3.4x for restore+unlock of 8 x 4 GiB with C threads"
+      ? "C threads: 3-3.4x for restore+unlock of 8 x 4 GiB (docs/DRIVER.md#many-processes-at-once)"
       : undefined,
   });
 }

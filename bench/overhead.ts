@@ -237,7 +237,7 @@ const report: Report = {
   runTables: [runTable],
   notes: [
     ...(s.fake ? [FAKE_NOTE] : []),
-    "The driver's own times vary between cycles by more than 1% (shared/DRIVER_FACTS.md: " +
+    "The driver's own times vary between cycles by more than 1% (docs/DRIVER.md#h100: " +
     "checkpoint of 1 GiB 704-910 ms on an H100): read the ratio next to the spread column.",
   ],
 };

@@ -1,6 +1,6 @@
 /**
  * The command line of `cuda-checkpoint`, read into a {@link Command}. The flags, and the messages
- * for bad input, are those of NVIDIA's utility as of driver 580 (shared/DRIVER_FACTS.md) wherever it
+ * for bad input, are NVIDIA's as of driver 580 (docs/DRIVER.md#messages-and-exit-codes) where it
  * has them; what it lacks (several pids, `--all`, `--json`, `list`, `--simulate`) has messages of
  * our own in the same style. A message is one line; where ours can say more (the bad value), the
  * error's `detail` says it, and the command line shows it on a terminal only, so that piped output
@@ -13,7 +13,7 @@
  * @module
  */
 
-import { MAX_PID, MAX_TIMEOUT_MS } from "../core/validate.ts";
+import { MAX_PID, MAX_TIMEOUT_MS } from "../core/options.ts";
 import { parseGpuUuid } from "../core/uuid.ts";
 
 /** An operation of NVIDIA's utility. */
@@ -273,17 +273,20 @@ function take(seen: Seen, long: string, value: string | undefined): void {
   }
 }
 
-/** `--pid`'s value: one pid or a comma list. */
+/**
+ * `--pid`'s value: one pid or a comma list. As NVIDIA's utility: a number that a C `int` holds
+ * (0 included: the driver then says that no process has it), else "pid must be a non-negative
+ * integer".
+ */
 export function parsePids(text: string): number[] {
   return text.split(",").map((part) => {
-    if (!/^[0-9]+$/.test(part)) {
-      throw new UsageError(NVIDIA_MESSAGES.badPid, `got ${JSON.stringify(part)}`);
-    }
-    const pid = Number(part);
-    if (pid < 1 || pid > MAX_PID) {
+    const pid = /^[0-9]+$/.test(part) ? Number(part) : NaN;
+    if (!(pid <= MAX_PID)) {
       throw new UsageError(
-        `pid must be a process id from 1 to ${MAX_PID}`,
-        `got ${part}${pid === 0 ? " (no process has pid 0)" : ""}`,
+        NVIDIA_MESSAGES.badPid,
+        /^[0-9]+$/.test(part)
+          ? `got ${part}, more than the largest pid, ${MAX_PID}`
+          : `got ${JSON.stringify(part)}`,
       );
     }
     return pid;

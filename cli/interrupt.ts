@@ -10,7 +10,7 @@
  * @module
  */
 
-import type { ProcessState } from "../core/codes.ts";
+import type { ProcessState } from "../core/states.ts";
 import type { GroupEvent } from "../core/group.ts";
 import type { Printer } from "./report.ts";
 
@@ -75,7 +75,7 @@ export class Interruption {
   /** Follows the group's steps, to name those still inside the driver on a forced exit. */
   event(event: GroupEvent): void {
     if (event.type === "step-start") this.#underWay.set(event.pid, event.step);
-    else this.#underWay.delete(event.pid);
+    else if (event.type === "step-end") this.#underWay.delete(event.pid);
   }
 
   /** Stops watching: an interrupt ends the program again. Idempotent. */

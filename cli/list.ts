@@ -6,7 +6,8 @@
  * @module
  */
 
-import { type CudaProcessInfo, type GpuMemory, listCudaProcesses } from "../core/listing.ts";
+import type { GpuMemory } from "../core/host.ts";
+import { type CudaProcessInfo, listCudaProcesses } from "../core/listing.ts";
 import type { Machine } from "./machine.ts";
 import { type Printer, warnUninspectable } from "./report.ts";
 

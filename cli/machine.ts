@@ -8,7 +8,7 @@
  */
 
 import type { CheckpointDriver } from "../core/driver.ts";
-import type { ClosableHost, HostProcesses } from "../core/listing.ts";
+import type { ClosableHost, HostProcesses } from "../core/host.ts";
 import type { CliIo } from "./main.ts";
 import type { SimulatedMachine } from "./simulate.ts";
 

@@ -35,7 +35,7 @@
  */
 
 import type { CheckpointDriver } from "../core/driver.ts";
-import type { HostProcesses } from "../core/listing.ts";
+import type { HostProcesses } from "../core/host.ts";
 import { parseCommandLine, UsageError } from "./args.ts";
 import type { Interrupts } from "./interrupt.ts";
 import { VERSION } from "./version.ts";
@@ -43,7 +43,16 @@ import { VERSION } from "./version.ts";
 // The types CliIo's fields use, so that this module documents completely on its own (type-only:
 // nothing more is loaded).
 export type * from "../core/driver.ts";
-export type { GpuMemory, GpuMemoryReport, HostProcesses, ScannedProcess } from "../core/listing.ts";
+export type {
+  GpuMemory,
+  GpuMemoryReport,
+  HeldRecord,
+  HeldRecords,
+  HostProcesses,
+  ProcessIdentity,
+  RoomClaim,
+  ScannedProcess,
+} from "../core/host.ts";
 export type { Interrupts } from "./interrupt.ts";
 
 /** Where {@link main} writes and what it works on. */

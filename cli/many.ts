@@ -1,28 +1,26 @@
 /**
  * An operation on several pids, or on every CUDA process (`--all`): all at once, through the group
- * operations (`runGroup`, `suspendAll`, `resumeAll`), one `<pid> <result>` line each, and exit 1 if
- * any failed. A process already where the operation takes it is left alone (`unchanged`);
- * `--all-or-nothing` brings the others back when one fails. On a terminal a progress line shows
- * which step runs on which pid.
+ * operations (`runGroup`: a step, or `toggle`), one `<pid> <result>` line each, and exit 1 if any
+ * failed. Each process gets what it would get alone (a step the driver refuses fails, as with one
+ * pid); `--all-or-nothing` brings the others back when one fails. On a terminal a progress line
+ * shows which step runs on which pid.
  *
  * @module
  */
 
 import type { CliOperation, OperationCommand } from "./args.ts";
-import { CUDA_ERROR_ILLEGAL_STATE, type ProcessState } from "../core/codes.ts";
 import type { CheckpointDriver } from "../core/driver.ts";
-import { CudaError } from "../core/errors.ts";
-import { CudaProcess, isGone } from "../core/process.ts";
+import { isGone } from "../core/process.ts";
 import {
   type GroupAction,
   type GroupEvent,
   type GroupOptions,
-  type GroupResult,
   type ProcessOutcome,
   runGroup,
   type StepRecord,
 } from "../core/group.ts";
-import { type HostProcesses, listCudaProcesses } from "../core/listing.ts";
+import type { HostProcesses } from "../core/host.ts";
+import { listCudaProcesses } from "../core/listing.ts";
 import { INTERRUPTED_EXIT_CODE, Interruption, type Interrupts, type Left } from "./interrupt.ts";
 import type { Machine } from "./machine.ts";
 import { ProgressLine } from "./progress.ts";
@@ -31,10 +29,11 @@ import {
   type PidReport,
   type Printer,
   resultWord,
+  roomNote,
   type StepReport,
   warnUninspectable,
 } from "./report.ts";
-import { operateOne } from "./single.ts";
+import { query } from "./query.ts";
 
 /**
  * What follows the group's steps: the progress line of a terminal (and where the group reads
@@ -51,16 +50,6 @@ interface Acted {
   readonly reports: PidReport[];
   readonly left: Left[];
 }
-
-/** The step after which a process of each action is done, for the progress line's count. */
-const LAST_STEP: Readonly<Record<GroupAction, string>> = {
-  suspend: "checkpoint",
-  resume: "unlock",
-  lock: "lock",
-  checkpoint: "checkpoint",
-  restore: "restore",
-  unlock: "unlock",
-};
 
 /** Why a process was not started or was stopped, in words. */
 const REASONS: Readonly<Record<string, string>> = {
@@ -111,7 +100,7 @@ export async function runMany(
   try {
     acted = querying
       ? {
-        reports: await Promise.all(pids.map((p) => operateOne(command, p, machine.driver))),
+        reports: await Promise.all(pids.map((p) => query(command.operation, p, machine.driver))),
         left: [],
       }
       : await act(command, pids, machine.driver, progress);
@@ -125,6 +114,10 @@ export async function runMany(
     else print.out(`${report.pid} ${resultWord(report)}`);
   }
   for (const report of reports) explain(report, print);
+  for (const report of reports) {
+    const note = roomNote(report);
+    if (note) print.more(note);
+  }
   if (progress?.interruption?.interrupted) {
     progress.interruption.closing(acted.left);
     return INTERRUPTED_EXIT_CODE;
@@ -180,20 +173,14 @@ function groupOptions(
   command: OperationCommand,
   driver: CheckpointDriver,
   progress: Progress | undefined,
-  action: GroupAction,
-  interruptible = true,
 ): GroupOptions {
   const line = progress?.line;
-  const interruption = interruptible ? progress?.interruption : undefined;
+  const interruption = progress?.interruption;
   const onProgress = (line || interruption) && ((event: GroupEvent) => {
     interruption?.event(event);
     if (!line) return;
-    line.event(event);
-    if (
-      event.type === "step-end" && event.ok && !event.rollback && LAST_STEP[action] === event.step
-    ) {
-      line.finished(event.pid);
-    }
+    if (event.type !== "process-end") line.event(event);
+    else if (event.status === "done" || event.status === "unchanged") line.finished(event.pid);
   });
   return {
     driver,
@@ -213,10 +200,9 @@ async function act(
   driver: CheckpointDriver,
   progress: Progress | undefined,
 ): Promise<Acted> {
-  if (command.operation === "toggle") return await toggleAll(command, pids, driver, progress);
   const action = command.operation as GroupAction;
   const result = await runGroup(action, pids, {
-    ...groupOptions(command, driver, progress, action),
+    ...groupOptions(command, driver, progress),
     ...(command.gpuMapping ? { gpuMapping: command.gpuMapping } : {}),
   });
   return {
@@ -242,6 +228,7 @@ function fromOutcome(operation: CliOperation, o: ProcessOutcome): PidReport {
     ms: round([...o.steps, ...(o.rollback?.steps ?? [])].reduce((sum, s) => sum + s.ms, 0)),
     steps: o.steps.map(stepReport),
     ...(o.error ? { error: errorReport(operation, o.pid, o.error) } : {}),
+    ...(o.roomCheck !== undefined ? { roomCheck: o.roomCheck } : {}),
     ...(o.rollback
       ? {
         rollback: {
@@ -260,127 +247,4 @@ function stepReport(s: StepRecord): StepReport {
 
 function round(ms: number): number {
   return Math.round(ms * 1000) / 1000;
-}
-
-/**
- * `--toggle` on every pid: the running ones are suspended and the checkpointed ones resumed, both
- * groups at once. Any other state fails, as with one pid. With `--all-or-nothing`, nothing starts
- * when a state cannot be toggled, and when one group fails the other is brought back.
- */
-async function toggleAll(
-  command: OperationCommand,
-  pids: readonly number[],
-  driver: CheckpointDriver,
-  progress: Progress | undefined,
-): Promise<Acted> {
-  const reports = new Map<number, PidReport>();
-  const running: number[] = [];
-  const checkpointed: number[] = [];
-  type Seen = { pid: number; state?: ProcessState; error?: unknown };
-  const states = await Promise.all(pids.map(async (pid): Promise<Seen> => {
-    const proc = new CudaProcess(pid, { driver });
-    try {
-      return { pid, state: await proc.state() };
-    } catch (error) {
-      return { pid, error };
-    } finally {
-      await proc.close();
-    }
-  }));
-  for (const { pid, state, error } of states) {
-    let refused: unknown = error;
-    if (state === "running") {
-      running.push(pid);
-    } else if (state === "checkpointed") {
-      checkpointed.push(pid);
-    } else if (state !== undefined) {
-      refused = illegal(pid, state);
-    }
-    if (refused !== undefined) {
-      reports.set(pid, {
-        pid,
-        operation: "toggle",
-        ok: false,
-        ...(state !== undefined ? { state } : {}),
-        status: "failed",
-        error: errorReport("toggle", pid, refused),
-      });
-    }
-  }
-  if (command.allOrNothing && reports.size > 0) {
-    for (const pid of pids) {
-      if (!reports.has(pid)) {
-        reports.set(pid, {
-          pid,
-          operation: "toggle",
-          ok: false,
-          status: "not-started",
-          reason: "another-failed",
-        });
-      }
-    }
-    return { reports: pids.map((pid) => reports.get(pid)!), left: [] };
-  }
-  const group = (action: GroupAction, members: number[]) =>
-    members.length === 0 ? undefined : runGroup(action, members, {
-      ...groupOptions(command, driver, progress, action),
-      ...(action === "resume" && command.gpuMapping ? { gpuMapping: command.gpuMapping } : {}),
-    });
-  const [suspended, resumed] = await Promise.all([
-    group("suspend", running),
-    group("resume", checkpointed),
-  ]);
-  const outcomes = new Map<number, ProcessOutcome>();
-  for (const o of [...suspended?.processes ?? [], ...resumed?.processes ?? []]) {
-    outcomes.set(o.pid, o);
-  }
-  if (command.allOrNothing && (suspended?.ok === false || resumed?.ok === false)) {
-    await undoGroup(suspended, "resume", command, driver, progress, outcomes);
-    await undoGroup(resumed, "suspend", command, driver, progress, outcomes);
-  }
-  for (const [pid, o] of outcomes) reports.set(pid, fromOutcome("toggle", o));
-  return { reports: pids.map((pid) => reports.get(pid)!), left: leftBy(outcomes.values()) };
-}
-
-/**
- * All-or-nothing across the two halves of a toggle: a half that succeeded is brought back by the
- * other half's action, and each of its processes gets that as its rollback.
- */
-async function undoGroup(
-  result: GroupResult | undefined,
-  undo: GroupAction,
-  command: OperationCommand,
-  driver: CheckpointDriver,
-  progress: Progress | undefined,
-  outcomes: Map<number, ProcessOutcome>,
-): Promise<void> {
-  if (!result?.ok) return;
-  const done = result.processes.filter((o) => o.status === "done").map((o) => o.pid);
-  if (done.length === 0) return;
-  const back = await runGroup(undo, done, {
-    ...groupOptions(command, driver, progress, undo, false),
-    allOrNothing: false,
-  });
-  for (const b of back.processes) {
-    const before = outcomes.get(b.pid)!;
-    const ok = b.status === "done" || b.status === "unchanged";
-    outcomes.set(b.pid, {
-      ...before,
-      ...(b.state !== undefined ? { state: b.state } : {}),
-      rollback: { ok, steps: b.steps, ...(b.error ? { error: b.error } : {}) },
-    });
-  }
-}
-
-/** The error for a toggle of a process that is neither running nor checkpointed. */
-function illegal(pid: number, state: ProcessState): CudaError {
-  return new CudaError({
-    code: CUDA_ERROR_ILLEGAL_STATE,
-    operation: "toggle",
-    pid,
-    state,
-    detail: state === "locked"
-      ? "toggle goes between running and checkpointed; --action unlock or --action checkpoint first"
-      : "a process in the failed state cannot be recovered",
-  });
 }

@@ -7,17 +7,23 @@
 
 import type { CliOperation } from "./args.ts";
 import type { CliIo } from "./main.ts";
-import { CudaError } from "../core/errors.ts";
-import type { ProcessState } from "../core/codes.ts";
+import { CudaError, type RefusalCode, RefusedError } from "../core/errors.ts";
+import type { RoomCheck } from "../core/room.ts";
+import type { ProcessState } from "../core/states.ts";
 
 /** An error as `--json` gives it. */
 export interface ErrorReport {
   /** The line printed on stderr: NVIDIA's, where it has one. */
   readonly message: string;
-  /** The driver's `CUresult`, for a driver error. */
-  readonly code?: number;
-  /** Its name, such as `CUDA_ERROR_ILLEGAL_STATE`. */
+  /**
+   * The driver's `CUresult` for a driver error (a number); for an operation refused before the
+   * driver was asked, why, as a string (`NO_ROOM`, `MAPPING`, `STATE`, `UNSUPPORTED`).
+   */
+  readonly code?: number | string;
+  /** The driver code's name, such as `CUDA_ERROR_ILLEGAL_STATE` (driver errors only). */
   readonly codeName?: string;
+  /** True where the operation was refused before the driver was asked. */
+  readonly refused?: boolean;
   /** Everything known: what failed, the state the process is in, what was done about it. */
   readonly detail: string;
 }
@@ -54,6 +60,11 @@ export interface PidReport {
   readonly steps?: readonly StepReport[];
   /** Why it failed. */
   readonly error?: ErrorReport;
+  /**
+   * Where a restore was made: whether its room was checked first (`"checked"`), or why it could
+   * not be (`{ "unknown": "..." }`).
+   */
+  readonly roomCheck?: RoomCheck;
   /** Its rollback (its own after a failed step, or all-or-nothing's), where one was made. */
   readonly rollback?: {
     readonly ok: boolean;
@@ -62,10 +73,26 @@ export interface PidReport {
   };
 }
 
+/**
+ * What NVIDIA's utility would quote for an operation this package refused before asking the
+ * driver: the driver's own description of the code it would have answered (a toggle of a locked
+ * process, a mapping the GPUs rule out), or, for a restore refused for room, which NVIDIA's would
+ * have made, what happened instead.
+ */
+const REFUSAL_TEXT: Readonly<Record<RefusalCode, string>> = {
+  STATE: "the operation cannot be performed in the present state",
+  MAPPING: "invalid argument",
+  UNSUPPORTED: "operation not supported",
+  NO_ROOM: "not enough free GPU memory for it: refused before asking the driver",
+  REPLACED: "the pid names another process now",
+};
+
 /** NVIDIA's line for a failed operation on a pid, with the driver's description of the code. */
 export function nvidiaLine(operation: CliOperation, pid: number, error: unknown): string {
   const text = error instanceof CudaError
     ? error.description || error.codeName
+    : error instanceof RefusedError
+    ? REFUSAL_TEXT[error.code]
     : error instanceof Error
     ? error.message
     : String(error);
@@ -87,8 +114,16 @@ export function errorReport(operation: CliOperation, pid: number, error: unknown
   return {
     message: nvidiaLine(operation, pid, error),
     ...(error instanceof CudaError ? { code: error.code, codeName: error.codeName } : {}),
+    ...(error instanceof RefusedError ? { code: error.code, refused: true } : {}),
     detail,
   };
+}
+
+/** The line a terminal gets where a restore's room could not be checked; `undefined` otherwise. */
+export function roomNote(report: PidReport): string | undefined {
+  const check = report.roomCheck;
+  if (check === undefined || typeof check === "string") return undefined;
+  return `the GPU room for process ${report.pid} could not be checked before its restore: ${check.unknown}`;
 }
 
 /** The word for a process in the `<pid> <result>` lines of several pids. */

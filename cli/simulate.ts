@@ -8,7 +8,7 @@
  */
 
 import { existsSync } from "node:fs";
-import { lstat, mkdir, open, readFile, rename, rm, stat } from "node:fs/promises";
+import { lstat, open, readFile, rm, stat } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import process from "node:process";
@@ -19,6 +19,14 @@ import {
   snapshotSimulator,
   type SpawnOptions,
 } from "../mock/mod.ts";
+import {
+  errorCode,
+  errorText,
+  myUid,
+  octal,
+  privateDirectory,
+  writePrivately,
+} from "../ffi/private.ts";
 
 /** The file name of the state file in its directory, by default. */
 export const SIMULATED_STATE_FILE = "simulated-machine.json";
@@ -207,7 +215,7 @@ export async function openSimulatedMachine(
     throw new RangeError(`gpus must be an integer from 1 to 1024, got ${gpus}`);
   }
   const clock = simulatedClock(options.env, options);
-  await privateDirectory(path.dirname(file));
+  await privateStateDirectory(path.dirname(file));
   const unlock = await lock(file, options.lockTimeoutMs ?? 15_000);
   try {
     const saved = options.fresh ? undefined : await readMachine(file, clock);
@@ -266,7 +274,12 @@ class Machine implements SimulatedMachine {
   async save(): Promise<void> {
     this.#check("save it");
     const text = JSON.stringify(snapshotSimulator(this.#driver), null, 2) + "\n";
-    await writePrivately(this.path, text);
+    await writePrivately(
+      this.path,
+      text,
+      (at, message, cause) =>
+        new SimulatedStateError(at, `the simulated machine's state file: ${message}`, { cause }),
+    );
   }
 
   async reset(): Promise<void> {
@@ -299,45 +312,12 @@ class Machine implements SimulatedMachine {
 
 // ---- the file and its directory ----
 
-function myUid(): number | undefined {
-  return process.getuid?.();
-}
-
 /** Makes `dir` (mode 0700) where missing; refuses one another user owns or others may write. */
-async function privateDirectory(dir: string): Promise<void> {
-  try {
-    await mkdir(dir, { recursive: true, mode: 0o700 });
-  } catch (err) {
-    throw new SimulatedStateError(
-      dir,
-      `cannot create the simulated machine's directory ${dir}: ${errorText(err)}`,
-      { cause: err },
-    );
-  }
-  const st = await stat(dir);
-  const uid = myUid();
-  if (!st.isDirectory()) {
-    throw new SimulatedStateError(
-      dir,
-      `${dir} is not a directory; remove it, or name another state file in CKPT_SIM_STATE`,
-    );
-  }
-  // Root's sticky directories (/tmp) are fine too: nobody else can replace a file of ours there.
-  if (uid !== undefined && st.uid !== uid && st.uid !== 0) {
-    throw new SimulatedStateError(
-      dir,
-      `the simulated machine's directory ${dir} belongs to another user (uid ${st.uid}); ` +
-        `remove it, or name a state file of yours in CKPT_SIM_STATE`,
-    );
-  }
-  if ((st.mode & 0o022) !== 0 && (st.mode & 0o1000) === 0) {
-    throw new SimulatedStateError(
-      dir,
-      `the simulated machine's directory ${dir} may be written by other users (mode ${
-        octal(st.mode)
-      }); run \`chmod go-w ${dir}\`, or name a state file elsewhere in CKPT_SIM_STATE`,
-    );
-  }
+function privateStateDirectory(dir: string): Promise<void> {
+  return privateDirectory(dir, {
+    refuse: (at, message, cause) => new SimulatedStateError(at, message, { cause }),
+    hint: "name a state file elsewhere in CKPT_SIM_STATE",
+  });
 }
 
 /** The machine in `file`, or `undefined` where there is no file. */
@@ -385,29 +365,6 @@ async function readMachine(
       throw refuse(`was written by another version of @ckpt/cuda (${detail})`, err);
     }
     throw refuse(`is corrupt: ${detail}`, err);
-  }
-}
-
-/** Writes `text` to `file` through a new temporary file (mode 0600) in its directory, renamed over it. */
-async function writePrivately(file: string, text: string): Promise<void> {
-  const temp = `${file}.${process.pid}.${Math.random().toString(36).slice(2)}.tmp`;
-  try {
-    const handle = await open(temp, "wx", 0o600);
-    try {
-      await handle.chmod(0o600); // whatever the umask
-      await handle.writeFile(text);
-      await handle.sync();
-    } finally {
-      await handle.close();
-    }
-    await rename(temp, file);
-  } catch (err) {
-    await rm(temp, { force: true });
-    throw new SimulatedStateError(
-      file,
-      `cannot write the simulated machine's state file ${file}: ${errorText(err)}`,
-      { cause: err },
-    );
   }
 }
 
@@ -473,18 +430,4 @@ async function lockHolder(lockFile: string): Promise<number | "gone" | "abandone
   // /proc says whether the holder lives, where it can be read; else the lock's age has to do.
   if (existsSync("/proc/self")) return existsSync(`/proc/${pid}`) ? pid : "abandoned";
   return age > STALE_LOCK_MS ? "abandoned" : pid;
-}
-
-// ---- small helpers ----
-
-function octal(mode: number): string {
-  return `0${(mode & 0o7777).toString(8).padStart(3, "0")}`;
-}
-
-function errorCode(err: unknown): string | undefined {
-  return (err as { code?: unknown })?.code as string | undefined;
-}
-
-function errorText(err: unknown): string {
-  return err instanceof Error ? err.message : String(err);
 }

@@ -1,26 +1,20 @@
 /**
  * An operation on one pid, as NVIDIA's utility makes it: the driver's own rules (a lock of a
  * locked process is an error), its output (`running`, a thread id, nothing for a step that
- * succeeded) and its error lines. Also what the operations on several pids use to ask each pid's
- * state or restore thread.
+ * succeeded) and its error lines. One difference on purpose: a restore (or the resume of a
+ * toggle) that would not fit in the free GPU memory, as this package recorded what the process
+ * held when a program of it checkpointed the process, is refused before the driver is asked; on
+ * driver 580 the driver's own out-of-memory restore loses the process.
  *
  * @module
  */
 
 import type { CliOperation, OperationCommand } from "./args.ts";
 import type { CheckpointDriver } from "../core/driver.ts";
-import type { ProcessState } from "../core/codes.ts";
-import { clockOf, CudaProcess } from "../core/process.ts";
+import { clockOf, CudaProcess, type Outcome } from "../core/process.ts";
 import type { ProgressLine } from "./progress.ts";
-import { errorReport, type PidReport, type Printer } from "./report.ts";
-
-/** The state each step leaves a process in. */
-const AFTER: Readonly<Record<string, ProcessState>> = {
-  lock: "locked",
-  checkpoint: "checkpointed",
-  restore: "locked",
-  unlock: "running",
-};
+import { errorReport, type PidReport, type Printer, roomNote } from "./report.ts";
+import { query } from "./query.ts";
 
 /** Runs the command on one pid, prints NVIDIA's output for it, and resolves to the exit code. */
 export async function runOne(
@@ -49,6 +43,8 @@ export async function runOne(
     print.out(String(report.restoreThreadId));
   }
   if (report.error) print.failure(report.error);
+  const note = roomNote(report);
+  if (note) print.more(note);
   return report.ok ? 0 : 1;
 }
 
@@ -59,42 +55,47 @@ export async function operateOne(
   driver: CheckpointDriver,
 ): Promise<PidReport> {
   const operation: CliOperation = command.operation;
+  if (operation === "get-state" || operation === "get-restore-tid" || pid === 0) {
+    // NVIDIA's utility asks the driver even about pid 0 (no process has it): so does this.
+    return await query(operation, pid, driver);
+  }
   const proc = new CudaProcess(pid, { driver });
   // The driver's clock: the simulator's virtual time, as the group operations measure it.
   const clock = clockOf(driver);
   const start = clock.now();
   const ms = () => Math.round((clock.now() - start) * 1000) / 1000;
   try {
-    if (operation === "get-state") return { pid, operation, ok: true, state: await proc.state() };
-    if (operation === "get-restore-tid") {
-      return { pid, operation, ok: true, restoreThreadId: await proc.restoreThreadId() };
-    }
     const mapping = command.gpuMapping ? { gpuMapping: command.gpuMapping } : {};
-    let state: ProcessState;
+    let outcome: Outcome;
     switch (operation) {
       case "lock":
         // NVIDIA's utility locks without a timeout unless --timeout is given (CRIU leaves it out
         // for "no timeout").
-        await proc.lock({ timeoutMs: command.timeoutMs ?? 0 });
+        outcome = await proc.lock({ timeoutMs: command.timeoutMs ?? 0 });
         break;
       case "checkpoint":
-        await proc.checkpoint();
+        outcome = await proc.checkpoint();
         break;
       case "restore":
-        await proc.restore(mapping);
+        outcome = await proc.restore(mapping);
         break;
       case "unlock":
-        await proc.unlock();
+        outcome = await proc.unlock();
+        break;
+      case "toggle":
+        outcome = await proc.toggle({ timeoutMs: 0, ...mapping });
         break;
     }
-    if (operation === "toggle") state = await proc.toggle({ timeoutMs: 0, ...mapping });
-    else state = AFTER[operation];
-    return { pid, operation, ok: true, state, status: "done", ms: ms() };
+    return {
+      pid,
+      operation,
+      ok: true,
+      state: outcome.state,
+      status: "done",
+      ms: ms(),
+      ...(outcome.roomCheck !== undefined ? { roomCheck: outcome.roomCheck } : {}),
+    };
   } catch (error) {
-    const report = errorReport(operation, pid, error);
-    if (operation === "get-state" || operation === "get-restore-tid") {
-      return { pid, operation, ok: false, error: report };
-    }
     const took = ms();
     // Where the failed step left the process, for --json.
     const state = await proc.state().catch(() => undefined);
@@ -105,7 +106,7 @@ export async function operateOne(
       ...(state ? { state } : {}),
       status: "failed",
       ms: took,
-      error: report,
+      error: errorReport(operation, pid, error),
     };
   } finally {
     await proc.close();

@@ -1,7 +1,8 @@
 /**
- * Named constants for the CUDA driver's result codes (`CUresult`) and checkpoint process states
- * (`CUprocessState`) that the checkpoint API uses, with their names and the driver's own
- * descriptions (what `cuGetErrorName` and `cuGetErrorString` return).
+ * Named constants for the CUDA driver's result codes (`CUresult`) that the checkpoint API uses,
+ * with their names and the driver's own descriptions (what `cuGetErrorName` and
+ * `cuGetErrorString` return), and the driver versions that brought the API. The process states
+ * (`CUprocessState`) are in `states.ts`, with the state machine.
  *
  * @module
  */
@@ -80,31 +81,6 @@ export const CU_RESULTS: Readonly<Record<number, { name: string; description: st
 /** The name of a `CUresult` (`CUDA_ERROR_ILLEGAL_STATE`), or `CUresult <n>` for one not known. */
 export function resultName(code: number): string {
   return CU_RESULTS[code]?.name ?? `CUresult ${code}`;
-}
-
-/** `CU_PROCESS_STATE_RUNNING`: CUDA in the process runs normally. */
-export const CU_PROCESS_STATE_RUNNING = 0;
-/** `CU_PROCESS_STATE_LOCKED`: CUDA API calls are blocked and submitted work has finished. */
-export const CU_PROCESS_STATE_LOCKED = 1;
-/** `CU_PROCESS_STATE_CHECKPOINTED`: GPU memory is in host memory and the GPU is released. */
-export const CU_PROCESS_STATE_CHECKPOINTED = 2;
-/** `CU_PROCESS_STATE_FAILED`: a checkpoint or restore failed and the process cannot recover. */
-export const CU_PROCESS_STATE_FAILED = 3;
-
-/** A process's checkpoint state by name, as NVIDIA's utility prints it. */
-export type ProcessState = "running" | "locked" | "checkpointed" | "failed";
-
-/** The names of the process states this package knows, indexed by `CUprocessState` number. */
-export const PROCESS_STATE_NAMES: readonly ProcessState[] = [
-  "running",
-  "locked",
-  "checkpointed",
-  "failed",
-];
-
-/** The state name for a `CUprocessState` number, or `undefined` for a number this package does not know. */
-export function stateName(state: number): ProcessState | undefined {
-  return Number.isInteger(state) ? PROCESS_STATE_NAMES[state] : undefined;
 }
 
 /** The driver version (`cuDriverGetVersion`) from which the checkpoint API exists: 12.8, driver 570. */

@@ -6,7 +6,7 @@
  * @module
  */
 
-import type { HostProcesses } from "./listing.ts";
+import type { HostProcesses } from "./host.ts";
 
 /** Arguments of `cuCheckpointProcessLock` (`CUcheckpointLockArgs`, 64 bytes). */
 export interface LockArgs {

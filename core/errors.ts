@@ -1,133 +1,244 @@
 /**
- * The errors this package throws, and the one place where a driver's `CUresult` becomes one.
+ * The errors this package throws, and the one place where a driver's `CUresult` becomes one
+ * ({@link driverError}, as sqlite3's `unwrap`).
+ *
+ * Two kinds are told apart by type and by `code`:
+ *
+ * - {@link CudaError}: the driver was asked and answered a failure. `code` is the `CUresult` it
+ *   returned, a number.
+ * - {@link RefusedError}: refused before the driver was asked, so nothing happened to the
+ *   process. `code` is a string that says why ({@link RefusalCode}): no room on the GPU, a GPU
+ *   mapping that cannot work, a state with no way to what was asked, a driver without the
+ *   function, a pid that is now another process. No refusal carries a `CUresult` the driver never
+ *   returned.
+ *
+ * Both are {@link CheckpointError}s. Messages are one or two sentences; what to do about each is
+ * in the documentation (docs/ERRORS.md).
  *
  * @module
  */
 
 import {
   CU_RESULTS,
-  CUDA_ERROR_ILLEGAL_STATE,
-  CUDA_ERROR_NOT_FOUND,
   CUDA_ERROR_NOT_INITIALIZED,
-  CUDA_ERROR_NOT_SUPPORTED,
   CUDA_ERROR_OPERATING_SYSTEM,
   CUDA_SUCCESS,
-  type ProcessState,
   resultName,
 } from "./codes.ts";
-import type { CheckpointDriver } from "./driver.ts";
+import type { ProcessState } from "./states.ts";
 
-/** The checkpoint operations, as they are named in messages. */
-export type Operation =
-  | "getState"
-  | "getRestoreThreadId"
-  | "lock"
-  | "checkpoint"
-  | "restore"
-  | "unlock"
-  | "suspend"
-  | "resume"
-  | "toggle"
-  | "driverVersion";
+/**
+ * The operation an error is about: a step (`lock`, ...), a goal (`suspend`, `resume`,
+ * `toggle`), a query (`getState`, `getRestoreThreadId`), `waitForState`, or the C function of a
+ * call made for another purpose (`cuInit`, `cuMemAlloc_v2`, ...).
+ */
+export type Operation = string;
 
-/** What {@link CudaError}'s constructor takes. */
-export interface CudaErrorInit {
-  /** The `CUresult`. */
-  code: number;
-  /** The operation that failed. */
+/** Why an operation was refused before the driver was asked. */
+export type RefusalCode =
+  /** The process is in a state from which there is no way to what was asked (a toggle of a locked process, anything of a failed one). */
+  | "STATE"
+  /** The GPUs the restore would go to lack the free memory the process held (see {@link GpuRoomError}). */
+  | "NO_ROOM"
+  /** The GPU mapping cannot work on this machine's GPUs: an unknown UUID, a GPU left out, two sent onto one. */
+  | "MAPPING"
+  /** The driver lacks the function, or the feature needs a newer driver (see {@link CheckpointUnsupportedError}). */
+  | "UNSUPPORTED"
+  /** The pid now belongs to another process than the one this handle was made for. */
+  | "REPLACED";
+
+/** Where an error happened. */
+export interface ErrorPlace {
+  /** The operation. */
   operation: Operation;
-  /** The pid the operation was given, where there is one. */
+  /** The pid (or thread id) it was given, where there is one. */
   pid?: number;
-  /** The name of the code (`CUDA_ERROR_ILLEGAL_STATE`); looked up when left out. */
-  codeName?: string;
-  /** The driver's description of the code (`cuGetErrorString`); looked up when left out. */
-  description?: string;
-  /** The process's state when the error was made, where it could be read. */
+  /** The process's state when the error was made, where it is known. */
   state?: ProcessState;
-  /** A sentence added to the message: what was left behind, what to do. */
+  /** A sentence added to the message: what was left behind. */
   detail?: string;
   /** The error that led to this one. */
   cause?: unknown;
 }
 
 /**
- * A CUDA driver call failed. `code` is the driver's `CUresult` (`CUDA_ERROR_ILLEGAL_STATE` is 401);
- * the message says the operation, the pid, the code's name and the driver's description, and for an
- * illegal state the state the process is in.
+ * Any error about a checkpoint operation: a {@link CudaError} (the driver failed), a
+ * {@link RefusedError} (refused before asking it) or a {@link WaitTimeoutError}.
+ */
+export abstract class CheckpointError extends Error {
+  /** A number for a driver failure (its `CUresult`), a string otherwise. */
+  abstract readonly code: number | string;
+  /** The operation. */
+  readonly operation: Operation;
+  /** The pid (or thread id) the operation was given, if any. */
+  readonly pid: number | undefined;
+  /** The process's state when the error was made, where it is known. */
+  readonly state: ProcessState | undefined;
+  /** The sentence the message adds: what was left behind. */
+  readonly detail: string | undefined;
+
+  /** Makes the error; `message` is what happened, {@link ErrorPlace.detail} is added to it. */
+  protected constructor(message: string, place: ErrorPlace) {
+    let text = message;
+    if (place.detail) text += `. ${capitalize(place.detail)}`;
+    super(text, place.cause === undefined ? undefined : { cause: place.cause });
+    this.operation = place.operation;
+    this.pid = place.pid;
+    this.state = place.state;
+    this.detail = place.detail;
+  }
+}
+
+/** What {@link CudaError}'s constructor takes. */
+export interface CudaErrorInit extends ErrorPlace {
+  /** The `CUresult` the driver returned. */
+  code: number;
+  /** Its name (`CUDA_ERROR_ILLEGAL_STATE`); this package's table's when left out. */
+  codeName?: string;
+  /** The driver's description of it (`cuGetErrorString`); this package's table's when left out. */
+  description?: string;
+}
+
+/**
+ * The driver was asked and failed. `code` is the `CUresult` it returned (`CUDA_ERROR_ILLEGAL_STATE`
+ * is 401); the message gives the operation, the pid, the code's name, the driver's description,
+ * the state for an illegal state, and what was left behind.
  *
  * @example
  * ```ts
- * import { CudaError, CUDA_ERROR_ILLEGAL_STATE } from "@ckpt/cuda";
- * const err = new CudaError({ code: CUDA_ERROR_ILLEGAL_STATE, operation: "unlock", pid: 42 });
- * err.message; // "unlock of process 42 failed: CUDA_ERROR_ILLEGAL_STATE (401): the operation ..."
+ * import { CudaError, CudaProcess } from "@ckpt/cuda";
+ * import { SimulatedDriver } from "@ckpt/cuda/mock";
+ *
+ * const sim = new SimulatedDriver();
+ * const proc = new CudaProcess(sim.spawn().pid, { driver: sim });
+ * try {
+ *   await proc.unlock(); // it is running
+ * } catch (err) {
+ *   if (err instanceof CudaError) console.log(err.code, err.codeName); // 401 CUDA_ERROR_ILLEGAL_STATE
+ * }
  * ```
  */
-export class CudaError extends Error {
+export class CudaError extends CheckpointError {
   /** The driver's `CUresult`. */
   readonly code: number;
-  /** The name of {@link CudaError.code}, such as `CUDA_ERROR_NOT_READY`. */
+  /** Its name, such as `CUDA_ERROR_NOT_READY`, or `CUresult <n>` for one nobody knows. */
   readonly codeName: string;
   /** The driver's description of the code; empty when neither the driver nor this package knows it. */
   readonly description: string;
-  /** The operation that failed. */
-  readonly operation: Operation;
-  /** The pid the operation was given, if any. */
-  readonly pid: number | undefined;
-  /** The process's state when the error was made, where it could be read. */
-  readonly state: ProcessState | undefined;
-  /** What the message adds after the driver's description: what was left behind, what to do. */
-  readonly detail: string | undefined;
 
-  /** Makes an error from a `CUresult` and where it happened. */
+  /** Made by {@link driverError}; public for tests that need one. */
   constructor(init: CudaErrorInit) {
     const known = CU_RESULTS[init.code];
     const name = init.codeName ?? known?.name;
-    const codeName = name ?? resultName(init.code);
     const description = init.description ?? known?.description;
-    const subject = init.pid === undefined
-      ? init.operation
-      : `${init.operation} of process ${init.pid}`;
+    const subject = subjectOf(init);
     let message = name === undefined && description === undefined
-      ? `${subject} failed with CUresult ${init.code}, a code that neither the driver nor this ` +
+      ? `${subject} failed with CUresult ${init.code}, a code neither the driver nor this ` +
         `version of @ckpt/cuda knows`
-      : `${subject} failed: ${codeName} (${init.code}): ${
+      : `${subject} failed: ${name ?? resultName(init.code)} (${init.code}): ${
         description ?? "the driver gives no description"
       }`;
     if (init.state !== undefined) message += ` (the process is ${init.state})`;
-    if (init.detail) message += `. ${capitalize(init.detail)}`;
-    super(message, init.cause === undefined ? undefined : { cause: init.cause });
+    super(message, init);
     this.name = "CudaError";
     this.code = init.code;
-    this.codeName = codeName;
+    this.codeName = name ?? resultName(init.code);
     this.description = description ?? "";
-    this.operation = init.operation;
-    this.pid = init.pid;
-    this.state = init.state;
-    this.detail = init.detail;
+  }
+
+  /** The same error with another sentence about what was left behind. */
+  withDetail(detail: string): CudaError {
+    return new CudaError({
+      code: this.code,
+      codeName: this.codeName.startsWith("CUresult ") ? undefined : this.codeName,
+      description: this.description || undefined,
+      operation: this.operation,
+      pid: this.pid,
+      state: this.state,
+      detail: this.detail ? `${this.detail}. ${capitalize(detail)}` : detail,
+      cause: this,
+    });
+  }
+}
+
+/** What {@link RefusedError}'s constructor takes. */
+export interface RefusedErrorInit extends ErrorPlace {
+  /** Why. */
+  code: RefusalCode;
+  /** The reason, as a clause: "it needs 4136 MiB on GPU-…, which has 1024 MiB free". */
+  reason: string;
+}
+
+/**
+ * Refused before the driver was asked: nothing happened to the process. `code` says why (see
+ * {@link RefusalCode}); the message names the operation, the pid and the reason.
+ *
+ * @example
+ * ```ts
+ * import { CudaProcess, RefusedError } from "@ckpt/cuda";
+ * import { SimulatedDriver } from "@ckpt/cuda/mock";
+ *
+ * const sim = new SimulatedDriver();
+ * const target = sim.spawn();
+ * await sim.lock(target.pid, null);
+ * try {
+ *   await new CudaProcess(target.pid, { driver: sim }).toggle();
+ * } catch (err) {
+ *   if (err instanceof RefusedError) console.log(err.code); // "STATE"
+ * }
+ * ```
+ */
+export class RefusedError extends CheckpointError {
+  /** Why it was refused. */
+  readonly code: RefusalCode;
+  /** The reason, as the message gives it. */
+  readonly reason: string;
+
+  /** Makes the error. */
+  constructor(init: RefusedErrorInit) {
+    super(`${subjectOf(init)} refused: ${init.reason}`, init);
+    this.name = "RefusedError";
+    this.code = init.code;
+    this.reason = init.reason;
   }
 }
 
 /**
- * The driver has no CUDA checkpoint API: it is older than 570 (CUDA 12.8), or the operation needs a
- * newer one (GPU remapping needs 580, CUDA 13.0). `code` is `CUDA_ERROR_NOT_SUPPORTED`.
+ * The driver has no CUDA checkpoint API (it is older than 570, CUDA 12.8), or the operation needs
+ * a newer one (a GPU mapping needs 580, CUDA 13.0). A {@link RefusedError} with code
+ * `"UNSUPPORTED"`: the driver was not asked.
  */
-export class CheckpointUnsupportedError extends CudaError {
+export class CheckpointUnsupportedError extends RefusedError {
   /** The driver's `cuDriverGetVersion`, where it could be read. */
   readonly driverVersion: number | undefined;
 
-  /** Makes the error; `detail` says what is missing and which driver is needed. */
-  constructor(
-    init: { operation: Operation; pid?: number; detail: string; driverVersion?: number },
-  ) {
-    super({
-      code: CUDA_ERROR_NOT_SUPPORTED,
-      operation: init.operation,
-      pid: init.pid,
-      description: "not supported by this driver",
-      detail: init.detail,
-    });
+  /** Makes the error; `reason` says what is missing and which driver is needed. */
+  constructor(init: ErrorPlace & { reason: string; driverVersion?: number }) {
+    super({ ...init, code: "UNSUPPORTED" });
     this.name = "CheckpointUnsupportedError";
     this.driverVersion = init.driverVersion;
+  }
+}
+
+/**
+ * A wait for a state that did not come in time (`CudaProcess.waitForState`). `state` is the last
+ * state seen.
+ */
+export class WaitTimeoutError extends CheckpointError {
+  /** Always `"TIMEOUT"`. */
+  readonly code: "TIMEOUT" = "TIMEOUT";
+  /** The state waited for. */
+  readonly wanted: ProcessState;
+
+  /** Makes the error; the message names the process, the state wanted and the one seen. */
+  constructor(pid: number, wanted: ProcessState, timeoutMs: number, state: ProcessState) {
+    super(`process ${pid} did not become ${wanted} within ${timeoutMs} ms; it is ${state}`, {
+      operation: "waitForState",
+      pid,
+      state,
+    });
+    this.name = "WaitTimeoutError";
+    this.wanted = wanted;
   }
 }
 
@@ -144,55 +255,54 @@ export class DriverLoadError extends Error {
   }
 }
 
-/** Where a failed call happened, for {@link errorFor}. */
-export interface CallContext {
-  /** The operation that failed. */
-  operation: Operation;
-  /** The pid it was given. */
-  pid?: number;
-  /** The process's state after the failure, where it is known. */
-  state?: ProcessState;
-  /** A sentence to add to the message. */
-  detail?: string;
+/** What {@link driverError} needs of a driver: its own names for codes. */
+export interface CodeNames {
+  /** `cuGetErrorName`, or `undefined` for a code the driver does not know. */
+  errorName(code: number): string | undefined;
+  /** `cuGetErrorString`, or `undefined` for a code the driver does not know. */
+  errorString(code: number): string | undefined;
 }
 
 /**
- * The one place that turns a driver's `CUresult` into an error: names and descriptions come from
- * the driver where it knows them, from this package's table otherwise. Returns `undefined` for
- * `CUDA_SUCCESS`.
+ * The one place where a driver's `CUresult` becomes an error: `undefined` for `CUDA_SUCCESS`,
+ * else a {@link CudaError} with the driver's own name and description of the code (this
+ * package's where the driver knows none).
+ *
+ * @example
+ * ```ts
+ * import { driverError } from "./errors.ts";
+ * import { SimulatedDriver } from "../mock/mod.ts";
+ * const sim = new SimulatedDriver();
+ * driverError(sim, 401, { operation: "unlock", pid: 42 })?.message;
+ * // "unlock of process 42 failed: CUDA_ERROR_ILLEGAL_STATE (401): the operation cannot be ..."
+ * ```
  */
-export function errorFor(
-  driver: CheckpointDriver,
+export function driverError(
+  driver: CodeNames,
   code: number,
-  ctx: CallContext,
+  place: ErrorPlace,
 ): CudaError | undefined {
   if (code === CUDA_SUCCESS) return undefined;
-  const codeName = driver.errorName(code);
-  const description = driver.errorString(code);
-  let detail = ctx.detail;
-  if (code === CUDA_ERROR_NOT_INITIALIZED && ctx.pid !== undefined && !detail) {
-    detail = "The process exists but has never initialised CUDA: it has no GPU state to " +
-      "checkpoint or restore";
-  }
-  if (code === CUDA_ERROR_OPERATING_SYSTEM && ctx.pid !== undefined && !detail) {
-    detail = "No process has this pid (it may have exited), or this process may not act on it: " +
-      "checkpointing needs root or CAP_SYS_PTRACE over the target";
-  }
-  if (code === CUDA_ERROR_NOT_SUPPORTED || code === CUDA_ERROR_NOT_FOUND) {
-    const hint = "The driver does not support this for this process: processes using managed " +
-      "(UVM) memory, or CUDA IPC memory before driver 610, cannot be checkpointed, and drivers " +
-      "older than 570 have no checkpoint API";
-    detail = detail ? `${detail}. ${hint}` : hint;
-  }
+  const detail = place.detail ?? (place.pid !== undefined ? WHY[code] : undefined);
   return new CudaError({
+    ...place,
+    ...(detail !== undefined ? { detail } : {}),
     code,
-    codeName,
-    description,
-    operation: ctx.operation,
-    pid: ctx.pid,
-    state: code === CUDA_ERROR_ILLEGAL_STATE ? ctx.state : undefined,
-    detail,
+    codeName: driver.errorName(code),
+    description: driver.errorString(code),
   });
+}
+
+/** A sentence for the codes whose name alone would mislead about a process. */
+const WHY: Readonly<Record<number, string>> = {
+  [CUDA_ERROR_NOT_INITIALIZED]: "the process has never initialised CUDA",
+  [CUDA_ERROR_OPERATING_SYSTEM]: "no process has this pid, or this program may not act on it " +
+    "(that needs root or CAP_SYS_PTRACE)",
+};
+
+/** "lock of process 42", or the operation alone where there is no pid. */
+function subjectOf(place: ErrorPlace): string {
+  return place.pid === undefined ? place.operation : `${place.operation} of process ${place.pid}`;
 }
 
 /** The sentence with its first letter in upper case. */

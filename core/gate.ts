@@ -7,13 +7,13 @@
  */
 
 import {
-  CUDA_ERROR_INVALID_VALUE,
+  CHECKPOINT_MIN_DRIVER_VERSION,
   CUDA_SUCCESS,
   formatDriverVersion,
   GPU_PAIRS_MIN_DRIVER_VERSION,
 } from "./codes.ts";
 import type { CheckpointDriver, DriverResult, GpuInfo, GpuPair } from "./driver.ts";
-import { CheckpointUnsupportedError, CudaError, type Operation } from "./errors.ts";
+import { CheckpointUnsupportedError, type Operation, RefusedError } from "./errors.ts";
 import { formatGpuUuid } from "./uuid.ts";
 
 /** The C function behind each driver operation. */
@@ -34,22 +34,24 @@ export type DriverOperation = keyof typeof C_FUNCTIONS;
 
 /**
  * Throws {@link CheckpointUnsupportedError} when `driver` lacks the function behind `operation`,
- * or when GPU pairs are given to a driver older than 13.0. Resolves otherwise.
+ * or when GPU pairs are given to a driver older than 13.0. Resolves otherwise. `shown` is the
+ * operation as the error names it (`suspend` for its lock).
  */
 export async function checkCapability(
   driver: CheckpointDriver,
   operation: DriverOperation,
-  pid: number,
+  pid: number | undefined,
   gpuPairs = 0,
+  shown: Operation = operation,
 ): Promise<void> {
   const fn = C_FUNCTIONS[operation];
   if (driver.missingFunctions?.includes(fn)) {
-    throw unsupportedError(operation, pid, await driver.driverVersion(), { missing: fn });
+    throw unsupportedError(shown, pid, await driver.driverVersion(), { missing: fn });
   }
   if (gpuPairs > 0) {
     const version = await driver.driverVersion();
     if (version.code === CUDA_SUCCESS && version.value < GPU_PAIRS_MIN_DRIVER_VERSION) {
-      throw unsupportedError(operation, pid, version, { gpuPairs });
+      throw unsupportedError(shown, pid, version, { gpuPairs });
     }
   }
 }
@@ -66,26 +68,21 @@ export function unsupportedError(
 ): CheckpointUnsupportedError {
   const known = version.code === CUDA_SUCCESS;
   const driverText = known
-    ? `this driver (CUDA ${
-      formatDriverVersion(version.value)
-    }, cuDriverGetVersion ${version.value})`
-    : `this driver (its version could not be read: cuDriverGetVersion gave CUresult ${version.code})`;
-  let detail: string;
+    ? `this driver (CUDA ${formatDriverVersion(version.value)})`
+    : `this driver (its version could not be read)`;
+  let reason: string;
   if ("gpuPairs" in what) {
-    detail = `restoring onto other GPUs (a GPU mapping) needs NVIDIA driver 580 (CUDA 13.0) or ` +
-      `later, and ${driverText} is older`;
-  } else if (!known || version.value < 12080) {
-    detail = `${driverText} has no CUDA checkpoint API (${what.missing} is missing); NVIDIA ` +
-      `driver 570 (CUDA 12.8) or later is needed`;
+    reason = `a GPU mapping needs driver 580 (CUDA 13.0) or later, and ${driverText} is older`;
+  } else if (!known || version.value < CHECKPOINT_MIN_DRIVER_VERSION) {
+    reason = `${driverText} has no checkpoint API (${what.missing}); driver 570 (CUDA 12.8) or ` +
+      `later has`;
   } else {
-    detail = `${driverText} should have the checkpoint API but lacks ${what.missing}: the ` +
-      `library looks incomplete or mismatched; point CKPT_LIBCUDA_PATH at the driver's own ` +
-      `libcuda.so.1`;
+    reason = `${driverText} lacks ${what.missing}: the library looks incomplete or mismatched`;
   }
   return new CheckpointUnsupportedError({
     operation,
     pid,
-    detail,
+    reason,
     driverVersion: known ? version.value : undefined,
   });
 }
@@ -128,17 +125,13 @@ export function mappingProblems(pairs: readonly GpuPair[], gpus: readonly GpuInf
   const left = gpus.filter((g) => !named.has(g.uuid.toLowerCase()));
   if (left.length > 0) {
     problems.push(
-      `it leaves out ${left.map(describeGpu).join(" and ")}: the driver wants every GPU it sees ` +
-        `named, even one the process never used and even with CUDA_VISIBLE_DEVICES set (map a ` +
-        `GPU to itself to leave it where it is)`,
+      `it leaves out ${left.map(describeGpu).join(" and ")} (a mapping names every GPU)`,
     );
   }
   for (const [to, froms] of onto) {
     if (froms.length > 1 && byKey.has(to)) {
       problems.push(
-        `it sends ${froms.join(" and ")} onto the same GPU, ${
-          describeGpu(byKey.get(to)!)
-        }: each GPU can take the place of one`,
+        `it sends ${froms.join(" and ")} onto the same GPU, ${describeGpu(byKey.get(to)!)}`,
       );
     }
   }
@@ -149,12 +142,13 @@ export function mappingProblems(pairs: readonly GpuPair[], gpus: readonly GpuInf
 }
 
 /**
- * Checks a mapping against the driver's GPUs, where the driver can list all of them, and throws the
- * error the driver would give (`CUDA_ERROR_INVALID_VALUE`) with what exactly is wrong, before any
- * call reaches the process.
+ * Checks a mapping against the driver's GPUs, where the driver can list all of them, and refuses
+ * it (a {@link RefusedError} with code `"MAPPING"`) with what exactly is wrong, before any call
+ * reaches the process.
  */
 export async function checkMapping(
   driver: CheckpointDriver,
+  operation: Operation,
   pid: number,
   pairs: readonly GpuPair[],
 ): Promise<void> {
@@ -164,14 +158,12 @@ export async function checkMapping(
   if (gpus.length === 0) return;
   const problems = mappingProblems(pairs, gpus);
   if (problems.length === 0) return;
-  throw new CudaError({
-    code: CUDA_ERROR_INVALID_VALUE,
-    operation: "restore",
+  throw new RefusedError({
+    code: "MAPPING",
+    operation,
     pid,
-    description: "invalid argument",
-    detail: `the GPU mapping cannot work, so it was not sent to the driver: ${
-      problems.join("; ")
-    }. The process is unchanged`,
+    reason: `the GPU mapping cannot work: ${problems.join("; ")}`,
+    detail: "the process is unchanged",
   });
 }
 
@@ -193,12 +185,8 @@ export async function explainRejectedMapping(
         : [];
     });
     if (crossing.length > 0) {
-      return `the driver refused the GPU mapping: it moves ${
-        crossing.join(" and ")
-      }, and a process's memory can only move to the same chip`;
+      return `the driver refused the GPU mapping: it moves ${crossing.join(" and ")}, another chip`;
     }
   }
-  return "the driver refused the GPU mapping. It does so when the mapping leaves out a GPU it " +
-    "sees (every GPU must be named, even with CUDA_VISIBLE_DEVICES set), names a UUID no GPU " +
-    "has, sends two GPUs onto one, or moves a process's memory onto a different chip";
+  return "the driver refused the GPU mapping (docs/ERRORS.md#a-refused-gpu-mapping)";
 }

@@ -1,42 +1,59 @@
 /**
- * Operations on many processes at once: suspend, resume, or one step, on a group of pids or
- * {@link CudaProcess}es, all at once (or a few at a time), with a result per process, an optional
- * all-or-nothing rollback, a deadline or `AbortSignal` for the whole group, and progress events.
+ * Operations on many processes at once: a step or a goal (suspend, resume, toggle) on a group of
+ * pids or {@link CudaProcess}es, all at once (or a few at a time), with a result per process, an
+ * optional all-or-nothing rollback, a deadline or `AbortSignal` for the whole group, and progress
+ * events. Each process goes through the same executor as `CudaProcess`'s own methods
+ * (`runAction`), so `suspendAll([p])` does to `p` what `p.suspend()` does.
  *
  * The driver works on each process on its own thread, so N processes checkpoint together in
- * about the time of the largest, not the sum (4 x 4 GiB on an H200: 2.4 s against 8-12 s one
- * after another).
+ * about the time of the largest, not the sum (docs/DRIVER.md#several-processes-at-once).
  *
  * @module
  */
 
-import { CUDA_ERROR_ILLEGAL_STATE, type ProcessState } from "./codes.ts";
 import type { GpuPair } from "./driver.ts";
-import { CudaError } from "./errors.ts";
-import type { CheckpointDriver } from "./driver.ts";
-import type { HostProcesses } from "./listing.ts";
-import { clockOf, CudaProcess, inTurn, isGone, type ProcessSteps } from "./process.ts";
-import { gpuMemoryNow, heldWhenCheckpointed } from "./room.ts";
-import type { DriverSource } from "./sources.ts";
-import { type Step, wayBetween } from "./steps.ts";
-import { describeValue } from "./uuid.ts";
+import { RefusedError } from "./errors.ts";
+import type { HostProcesses } from "./host.ts";
+import { checkHost } from "./listing.ts";
 import {
+  checkChoice,
+  checkFlag,
+  checkFunction,
   checkGpuMapping,
   checkInteger,
-  checkOptionsObject,
+  checkOptions,
   checkPid,
+  checkSignal,
   checkTimeoutMs,
   DEFAULT_LOCK_TIMEOUT_MS,
   type GpuMapping,
-} from "./validate.ts";
+} from "./options.ts";
+import {
+  type ActionReport,
+  type ActionSettings,
+  clockOf,
+  CudaProcess,
+  inTurn,
+  returnTo,
+  runAction,
+  type StepRecord,
+  type StopReason,
+  type Target,
+} from "./process.ts";
+import type { RoomCheck } from "./room.ts";
+import type { DriverSource } from "./sources.ts";
+import { type Action, ACTIONS, isStep, plan, type ProcessState, type Step } from "./states.ts";
+import { describeValue } from "./uuid.ts";
 
-/** What a group does to each process. */
-export type GroupAction = "suspend" | "resume" | "lock" | "checkpoint" | "restore" | "unlock";
+export type { StepRecord } from "./process.ts";
+
+/** What a group does to each process: one step, or a goal (`suspend`, `resume`, `toggle`). */
+export type GroupAction = Action;
 
 /** One driver call of a process's plan. */
 export type GroupStep = Step;
 
-/** Options of {@link runGroup}, {@link suspendAll} and {@link resumeAll}. */
+/** Options of {@link runGroup}, {@link suspendAll}, {@link resumeAll} and {@link toggleAll}. */
 export interface GroupOptions {
   /** The driver for targets given as pids; the default driver when left out. */
   driver?: DriverSource;
@@ -50,10 +67,9 @@ export interface GroupOptions {
   allOrNothing?: boolean;
   /**
    * When the signal aborts before the group is over, bring every process it moved back to the
-   * state it was in before the call, as `allOrNothing` does, even those that are done: an
-   * interrupted call leaves the processes as they were. A step inside the driver cannot be
-   * interrupted: its process is brought back when the step ends. Default `false`: only
-   * `allOrNothing` rolls back. The command line uses it for Ctrl-C.
+   * state it was in before the call, as `allOrNothing` does, even those that are done. A step
+   * inside the driver cannot be interrupted: its process is brought back when the step ends.
+   * Default `false`. The command line uses it for Ctrl-C.
    */
   rollBackOnAbort?: boolean;
   /**
@@ -75,6 +91,8 @@ export interface GroupOptions {
    * `undefined` to restore it in place). See `RestoreOptions.gpuMapping`.
    */
   gpuMapping?: GpuMapping | ((pid: number) => GpuMapping | undefined);
+  /** Whether to record and check GPU room (see `RestoreOptions.checkRoom`); default `true`. */
+  checkRoom?: boolean;
   /**
    * Called as each process's steps start and end, for a progress display. Must not throw. When it
    * is given, the group first asks the host for each process's GPU memory (one NVML query on
@@ -83,13 +101,12 @@ export interface GroupOptions {
   onProgress?: (event: GroupEvent) => void;
   /**
    * Whether the progress events carry each process's GPU memory: `true` (the default) asks the
-   * host first, as `onProgress` says; `false` skips that query, for a program that follows the
-   * steps without showing memory.
+   * host first, as `onProgress` says; `false` skips that query.
    */
   gpuMemory?: boolean;
   /**
    * Where the events' GPU memory comes from: the driver's own host (the simulator's), else the
-   * machine's (NVML, installed by the main module) when left out. Read only with `onProgress`.
+   * machine's (NVML) when left out. Read only with `onProgress`.
    */
   host?: HostProcesses;
 }
@@ -98,9 +115,8 @@ export interface GroupOptions {
  * A step of one process starting or ending. Times are ms since the group started.
  * `gpuMemoryMiB` is the GPU memory the process held when the group started, summed over its GPUs,
  * its CUDA context included (what a checkpoint copies out): from the host (NVML on Linux) for a
- * process that holds GPU memory, or, for a checkpointed process, what it held when a group
- * through the same driver last checkpointed it. Left out where it is not known (no NVML, or a
- * process checkpointed elsewhere).
+ * process that holds GPU memory, or, for a checkpointed process, what was recorded at its
+ * checkpoint. Left out where it is not known.
  */
 export type GroupEvent =
   | {
@@ -124,31 +140,29 @@ export type GroupEvent =
     readonly rollback: boolean;
     /** The process's GPU memory in MiB, where known (see {@link GroupEvent}). */
     readonly gpuMemoryMiB?: number;
+  }
+  | {
+    /** A process's part ended (before any rollback that all-or-nothing may make later). */
+    readonly type: "process-end";
+    readonly pid: number;
+    readonly at: number;
+    /** How it ended (see {@link ProcessOutcome.status}). */
+    readonly status: ProcessOutcome["status"];
   };
 
-/** One step a process went through, and how long it took. */
-export interface StepRecord {
-  /** The step. */
-  readonly step: GroupStep;
-  /** Its time in ms. */
-  readonly ms: number;
-  /** Whether it succeeded. */
-  readonly ok: boolean;
-}
-
-/** Why a process was never started. */
-export type NotStartedReason = "deadline" | "aborted" | "another-failed";
+/** Why a process was never started, or was stopped between steps. */
+export type NotStartedReason = StopReason;
 
 /** What the group did to one process. */
 export interface ProcessOutcome {
-  /** The pid. */
+  /** The pid, as given. */
   readonly pid: number;
   /**
-   * `done`: its steps ran; `unchanged`: it was already in the wanted state and was left alone;
-   * `failed`: a step failed (see `error`; what it had done is undone where possible);
+   * `done`: its steps ran; `unchanged`: a goal found it already where it leads; `failed`: it was
+   * refused, or a step failed (see `error`; what it had done is undone where possible);
    * `stopped`: it was between steps when the deadline passed, the signal aborted or (all or
    * nothing) another process failed, so its next step was not made and what it had done was
-   * undone (see `stopped` and `rollback`); `not-started` (see `notStarted`).
+   * undone; `not-started` (see `notStarted`).
    */
   readonly status: "done" | "unchanged" | "failed" | "stopped" | "not-started";
   /** The state before the call, where it was read. */
@@ -172,13 +186,15 @@ export interface ProcessOutcome {
     readonly steps: readonly StepRecord[];
     readonly error?: Error;
   };
+  /** Where a restore was made: whether its room was checked, and if not, why. */
+  readonly roomCheck?: RoomCheck;
 }
 
 /** What a group operation did. */
 export interface GroupResult {
   /** The action. */
   readonly action: GroupAction;
-  /** Whether every process is now in the wanted state (`done` or `unchanged`). */
+  /** Whether every process is now where the action takes it (`done` or `unchanged`). */
   readonly ok: boolean;
   /** One outcome per target, in the order given. */
   readonly processes: readonly ProcessOutcome[];
@@ -192,45 +208,13 @@ export interface GroupResult {
   readonly ms: number;
 }
 
-/** The state each action leaves a process in. */
-const WANTED: Readonly<Record<GroupAction, ProcessState>> = {
-  suspend: "checkpointed",
-  resume: "running",
-  lock: "locked",
-  checkpoint: "checkpointed",
-  restore: "locked",
-  unlock: "running",
-};
-
-/** The steps from each state to each action's wanted state; a state not listed has no way. */
-const PLANS: Readonly<Record<GroupAction, Partial<Record<ProcessState, readonly GroupStep[]>>>> = {
-  suspend: { running: ["lock", "checkpoint"], locked: ["checkpoint"] },
-  resume: { checkpointed: ["restore", "unlock"], locked: ["unlock"] },
-  lock: { running: ["lock"] },
-  checkpoint: { locked: ["checkpoint"] },
-  restore: { checkpointed: ["restore"] },
-  unlock: { locked: ["unlock"] },
-};
-
-/** The steps from a state to the action's wanted state; `undefined` where there is no way. */
-function plan(action: GroupAction, from: ProcessState): readonly GroupStep[] | undefined {
-  return from === WANTED[action] ? [] : PLANS[action][from];
-}
-
-/** The step that undoes a step. */
-const UNDO: Readonly<Record<GroupStep, GroupStep>> = {
-  lock: "unlock",
-  checkpoint: "restore",
-  restore: "checkpoint",
-  unlock: "lock",
-};
-
 /**
  * Runs `action` on every target at once (or `concurrency` at a time) and resolves to what
- * happened to each; it rejects only for bad input. Each process is first asked its state: one
- * already in the wanted state is left alone; otherwise the steps from its state are made (suspend
- * from `locked` only checkpoints). A process whose step fails is brought back to its initial
- * state where the steps it made can be undone, and with `allOrNothing` so is every other.
+ * happened to each; it rejects only for bad input. A goal reads each process's state and makes
+ * the steps the state table plans from there (suspend of a locked process only checkpoints it;
+ * one already where the goal leads is `unchanged`); a step is made as asked, and the driver has
+ * the last word on it. A process whose step fails is brought back to its initial state where the
+ * steps it made can be undone, and with `allOrNothing` so is every other.
  *
  * @example
  * ```ts
@@ -246,17 +230,11 @@ const UNDO: Readonly<Record<GroupStep, GroupStep>> = {
 export async function runGroup(
   action: GroupAction,
   targets: readonly (number | CudaProcess)[],
-  options: GroupOptions = {},
+  options?: GroupOptions,
 ): Promise<GroupResult> {
-  if (typeof action !== "string" || !Object.hasOwn(WANTED, action)) {
-    throw new RangeError(
-      `action must be one of ${Object.keys(WANTED).map((a) => `"${a}"`).join(", ")}, got ${
-        describeValue(action)
-      }`,
-    );
-  }
-  const settings = checkOptions(options);
-  const { procs, owned } = handles(targets, options.driver);
+  checkChoice(action, "action", ACTIONS);
+  const settings = checkGroupOptions(options);
+  const { procs, owned } = handles(targets, settings.driver);
   try {
     return await new Group(action, procs, settings).run();
   } finally {
@@ -265,7 +243,8 @@ export async function runGroup(
 }
 
 /**
- * Suspends (lock + checkpoint) every target at once; see {@link runGroup}.
+ * Suspends every target at once (to checkpointed: lock + checkpoint from running); see
+ * {@link runGroup}.
  *
  * @example
  * ```ts ignore
@@ -275,20 +254,32 @@ export async function runGroup(
  */
 export function suspendAll(
   targets: readonly (number | CudaProcess)[],
-  options: GroupOptions = {},
+  options?: GroupOptions,
 ): Promise<GroupResult> {
   return runGroup("suspend", targets, options);
 }
 
-/** Resumes (restore + unlock) every target at once; see {@link runGroup}. */
+/** Resumes every target at once (to running: restore + unlock from checkpointed); see {@link runGroup}. */
 export function resumeAll(
   targets: readonly (number | CudaProcess)[],
-  options: GroupOptions = {},
+  options?: GroupOptions,
 ): Promise<GroupResult> {
   return runGroup("resume", targets, options);
 }
 
+/**
+ * Toggles every target at once, as `cuda-checkpoint --toggle` does one: the running ones are
+ * suspended and the checkpointed ones resumed; any other state is refused. See {@link runGroup}.
+ */
+export function toggleAll(
+  targets: readonly (number | CudaProcess)[],
+  options?: GroupOptions,
+): Promise<GroupResult> {
+  return runGroup("toggle", targets, options);
+}
+
 interface Settings {
+  driver: DriverSource | undefined;
   concurrency: number;
   allOrNothing: boolean;
   rollBackOnAbort: boolean;
@@ -296,52 +287,29 @@ interface Settings {
   signal: AbortSignal | undefined;
   lockTimeoutMs: number;
   pairsFor: (pid: number) => GpuPair[] | null;
+  checkRoom: boolean;
   onProgress: (event: GroupEvent) => void;
   /** Whether the events want GPU memory (an onProgress was given). */
   wantsMemory: boolean;
   host?: HostProcesses;
 }
 
-/** Every option of {@link GroupOptions}: a key not among them is a mistake, said as one. */
-const GROUP_OPTION_KEYS = [
-  "driver",
-  "concurrency",
-  "allOrNothing",
-  "rollBackOnAbort",
-  "timeoutMs",
-  "signal",
-  "lockTimeoutMs",
-  "gpuMapping",
-  "onProgress",
-  "gpuMemory",
-  "host",
-];
-
-function checkOptions(options: GroupOptions): Settings {
-  checkOptionsObject(options, "{ allOrNothing: true }");
-  for (const key of Object.keys(options)) {
-    if (!GROUP_OPTION_KEYS.includes(key)) {
-      throw new TypeError(
-        `runGroup has no option ${JSON.stringify(key)}; it takes ${GROUP_OPTION_KEYS.join(", ")}`,
-      );
-    }
-  }
-  const concurrency = options.concurrency === undefined
-    ? Infinity
-    : checkInteger(options.concurrency, "concurrency", 1);
-  const timeoutMs = options.timeoutMs === undefined
-    ? undefined
-    : checkInteger(options.timeoutMs, "timeoutMs (ms for the whole group)", 0);
-  const lockTimeoutMs = options.lockTimeoutMs === undefined
-    ? DEFAULT_LOCK_TIMEOUT_MS
-    : checkTimeoutMs(options.lockTimeoutMs);
-  if (options.signal !== undefined && !(options.signal instanceof AbortSignal)) {
-    throw new TypeError(`signal must be an AbortSignal, got ${describeValue(options.signal)}`);
-  }
-  if (options.onProgress !== undefined && typeof options.onProgress !== "function") {
-    throw new TypeError(`onProgress must be a function, got ${describeValue(options.onProgress)}`);
-  }
-  const mapping = options.gpuMapping;
+function checkGroupOptions(options: GroupOptions | undefined): Settings {
+  const o = checkOptions(options, "runGroup", [
+    "driver",
+    "concurrency",
+    "allOrNothing",
+    "rollBackOnAbort",
+    "timeoutMs",
+    "signal",
+    "lockTimeoutMs",
+    "gpuMapping",
+    "checkRoom",
+    "onProgress",
+    "gpuMemory",
+    "host",
+  ]);
+  const mapping = o.gpuMapping;
   let pairsFor: (pid: number) => GpuPair[] | null = () => null;
   if (typeof mapping === "function") {
     pairsFor = (pid) => {
@@ -352,44 +320,35 @@ function checkOptions(options: GroupOptions): Settings {
     const pairs = checkGpuMapping(mapping); // checked once, before anything starts
     pairsFor = () => pairs;
   }
-  if (options.gpuMemory !== undefined) checkFlag(options.gpuMemory, "gpuMemory");
-  const onProgress = options.onProgress ?? (() => {});
-  const host = options.host as unknown;
-  if (
-    host !== undefined &&
-    (typeof host !== "object" || host === null ||
-      typeof (host as HostProcesses).scan !== "function")
-  ) {
-    throw new TypeError(`host must be an object with a scan() method, got ${describeValue(host)}`);
-  }
+  const onProgress = checkFunction(o.onProgress, "onProgress");
+  const gpuMemory = checkFlag(o.gpuMemory, "gpuMemory", true);
+  checkHost(o.host, "host");
   return {
-    wantsMemory: options.onProgress !== undefined &&
-      (options.gpuMemory === undefined || options.gpuMemory),
-    ...(options.host ? { host: options.host } : {}),
-    concurrency,
-    allOrNothing: checkFlag(options.allOrNothing, "allOrNothing"),
-    rollBackOnAbort: checkFlag(options.rollBackOnAbort, "rollBackOnAbort"),
-    timeoutMs,
-    signal: options.signal,
-    lockTimeoutMs,
+    driver: o.driver,
+    concurrency: o.concurrency === undefined
+      ? Infinity
+      : checkInteger(o.concurrency, "concurrency", 1),
+    allOrNothing: checkFlag(o.allOrNothing, "allOrNothing", false),
+    rollBackOnAbort: checkFlag(o.rollBackOnAbort, "rollBackOnAbort", false),
+    timeoutMs: o.timeoutMs === undefined
+      ? undefined
+      : checkInteger(o.timeoutMs, "timeoutMs (ms for the whole group)", 0),
+    signal: checkSignal(o.signal),
+    lockTimeoutMs: o.lockTimeoutMs === undefined
+      ? DEFAULT_LOCK_TIMEOUT_MS
+      : checkTimeoutMs(o.lockTimeoutMs, "lockTimeoutMs"),
     pairsFor,
+    checkRoom: checkFlag(o.checkRoom, "checkRoom", true),
+    wantsMemory: onProgress !== undefined && gpuMemory,
+    ...(o.host ? { host: o.host } : {}),
     onProgress: (event) => {
       try {
-        onProgress(event);
+        onProgress?.(event);
       } catch {
         // A progress display that throws must not break the group.
       }
     },
   };
-}
-
-/** A boolean option, `false` when left out; anything else is a TypeError naming it. */
-function checkFlag(value: unknown, what: string): boolean {
-  if (value === undefined) return false;
-  if (typeof value !== "boolean") {
-    throw new TypeError(`${what} must be true or false, got ${describeValue(value)}`);
-  }
-  return value;
 }
 
 /** The handles for the targets; those made here from pids are closed by the caller. */
@@ -410,7 +369,7 @@ function handles(
       proc = t;
     } else {
       checkPid(t, `targets[${i}]`);
-      proc = new CudaProcess(t, { driver });
+      proc = new CudaProcess(t, { ...(driver !== undefined ? { driver } : {}) });
       owned.push(proc);
     }
     if (seen.has(proc.pid)) {
@@ -426,38 +385,10 @@ function handles(
 
 /** A process's part in the group, as it goes. */
 interface Entry {
-  proc: CudaProcess;
-  status: ProcessOutcome["status"];
-  initialState?: ProcessState;
-  state?: ProcessState;
-  steps: StepRecord[];
-  error?: Error;
+  readonly proc: CudaProcess;
+  report: ActionReport | undefined;
   notStarted?: NotStartedReason;
-  stopped?: NotStartedReason;
-  rollback?: { ok: boolean; steps: StepRecord[]; error?: Error };
-}
-
-/** Each target's GPU memory in MiB, where known (see {@link GroupEvent}); never rejects. */
-async function memoryOf(
-  driver: CheckpointDriver,
-  pids: readonly number[],
-  host: HostProcesses | undefined,
-): Promise<Map<number, number>> {
-  const known = new Map<number, number>();
-  const report = await gpuMemoryNow(driver, host);
-  if (!report) return known;
-  for (const pid of pids) {
-    const memory = report.byPid.get(pid);
-    const mib = memory === undefined || memory === "unknown"
-      ? 0
-      : Object.values(memory).reduce((a, b) => a + b, 0);
-    // Once checkpointed a process holds none: what it held when this package checkpointed it.
-    const was = heldWhenCheckpointed(driver, pid);
-    const fallback = was && Object.values(was).reduce((a, b) => a + b, 0);
-    if (mib > 0) known.set(pid, mib);
-    else if (fallback !== undefined) known.set(pid, fallback);
-  }
-  return known;
+  rollingBack?: Promise<void>;
 }
 
 class Group {
@@ -471,33 +402,31 @@ class Group {
   #failed = false;
   #doomed = false;
   #rolledBack = false;
-  readonly #rolling = new Set<Entry>();
   readonly #rollbacks: Promise<void>[] = [];
-  #driver: CheckpointDriver | undefined;
   #memory = new Map<number, number>();
 
   constructor(action: GroupAction, procs: CudaProcess[], settings: Settings) {
     this.#action = action;
     this.#s = settings;
-    this.#entries = procs.map((proc) => ({ proc, status: "not-started", steps: [] }));
+    this.#entries = procs.map((proc) => ({ proc, report: undefined }));
   }
 
   async run(): Promise<GroupResult> {
     if (this.#entries.length > 0) {
-      this.#driver = await this.#entries[0].proc.driver();
-      this.#now = clockOf(this.#driver).now;
-      if (this.#s.wantsMemory) {
-        this.#memory = await memoryOf(
-          this.#driver,
-          this.#entries.map((e) => e.proc.pid),
-          this.#s.host,
-        );
-      }
+      const driver = await this.#entries[0].proc.driver();
+      this.#now = clockOf(driver).now;
+      if (this.#s.wantsMemory) this.#memory = await this.#memoryOf();
     }
     this.#start = this.#now();
     if (this.#s.timeoutMs !== undefined) this.#deadline = this.#start + this.#s.timeoutMs;
+    // All or nothing: what can be checked is checked before anything changes. A goal that some
+    // member's state rules out (a toggle of a locked process), or a member that cannot be read,
+    // fails the group before any step.
+    if (this.#s.allOrNothing && !isStep(this.#action) && !(await this.#allCanStart())) {
+      return this.#result();
+    }
     let next = 0;
-    const worker = async () => {
+    const lane = async () => {
       while (next < this.#entries.length) {
         const entry = this.#entries[next++];
         const stop = this.#stopReason();
@@ -507,13 +436,20 @@ class Group {
           continue;
         }
         await this.#work(entry);
-        if (this.#s.allOrNothing && entry.status !== "done" && entry.status !== "unchanged") {
-          this.#doom();
+        const status = entry.report!.status;
+        this.#s.onProgress({
+          type: "process-end",
+          pid: entry.proc.pid,
+          at: this.#now() - this.#start,
+          status,
+        });
+        if (status !== "done" && status !== "unchanged") {
+          this.#failed = true;
+          if (this.#s.allOrNothing) this.#doom();
         }
         this.#rollBackIfDone(entry);
       }
     };
-    const lanes = Math.min(this.#s.concurrency, this.#entries.length);
     const signal = this.#s.signal;
     const onAbort = () => {
       if (this.#s.allOrNothing || this.#s.rollBackOnAbort) this.#doom();
@@ -521,28 +457,69 @@ class Group {
     signal?.addEventListener("abort", onAbort, { once: true });
     try {
       if (signal?.aborted) onAbort();
-      await Promise.all(Array.from({ length: lanes }, worker));
+      const lanes = Math.min(this.#s.concurrency, this.#entries.length);
+      await Promise.all(Array.from({ length: lanes }, lane));
     } finally {
       signal?.removeEventListener("abort", onAbort);
     }
-    const incomplete = this.#entries.some((e) => e.status !== "done" && e.status !== "unchanged");
-    if (
-      (this.#s.allOrNothing && incomplete) || (this.#s.rollBackOnAbort && signal?.aborted)
-    ) {
+    const incomplete = this.#entries.some((e) => !succeeded(e));
+    if ((this.#s.allOrNothing && incomplete) || (this.#s.rollBackOnAbort && signal?.aborted)) {
       this.#doom();
     }
     // Rollbacks started as soon as the group could no longer succeed; wait for every one.
     while (this.#rollbacks.length > 0) await Promise.all(this.#rollbacks.splice(0));
-    const rolledBack = this.#rolledBack;
+    return this.#result();
+  }
+
+  #result(): GroupResult {
+    const incomplete = this.#entries.some((e) => !succeeded(e));
     return {
       action: this.#action,
-      ok: !incomplete && !rolledBack,
+      ok: !incomplete && !this.#rolledBack,
       processes: this.#entries.map(outcome),
       deadlinePassed: this.#deadlinePassed,
-      aborted: signal?.aborted === true,
-      rolledBack,
+      aborted: this.#s.signal?.aborted === true,
+      rolledBack: this.#rolledBack,
       ms: this.#now() - this.#start,
     };
+  }
+
+  /**
+   * Reads every member's state and plans the goal from it; where one is refused or cannot be
+   * read, that member fails and no other starts (`another-failed`). True where all can start.
+   */
+  async #allCanStart(): Promise<boolean> {
+    const checks = await Promise.all(this.#entries.map((e) =>
+      inTurn(e.proc, async (target) => {
+        const state = await target.state();
+        const p = plan(this.#action, state);
+        if (p.kind !== "refused") return undefined;
+        return {
+          status: "failed",
+          steps: [],
+          initialState: state,
+          state,
+          error: new RefusedError({
+            code: "STATE",
+            operation: this.#action,
+            pid: e.proc.pid,
+            state,
+            reason: p.why,
+          }),
+        } as ActionReport;
+      }).catch((err): ActionReport => ({
+        status: "failed",
+        steps: [],
+        error: err instanceof Error ? err : new Error(String(err)),
+      }))
+    ));
+    if (checks.every((c) => c === undefined)) return true;
+    this.#failed = true;
+    for (const [i, e] of this.#entries.entries()) {
+      if (checks[i]) e.report = checks[i];
+      else e.notStarted = "another-failed";
+    }
+    return false;
   }
 
   /**
@@ -556,10 +533,19 @@ class Group {
   }
 
   #rollBackIfDone(entry: Entry): void {
-    if (!this.#doomed || entry.status !== "done" || this.#rolling.has(entry)) return;
-    this.#rolling.add(entry);
+    if (!this.#doomed || entry.report?.status !== "done" || entry.rollingBack) return;
     this.#rolledBack = true;
-    this.#rollbacks.push(this.#rollBack(entry));
+    entry.rollingBack = inTurn(
+      entry.proc,
+      (target) => returnTo(target, entry.report!, this.#hooks(entry.proc.pid)),
+    ).catch((err) => {
+      entry.report!.rollback = {
+        ok: false,
+        steps: entry.report!.rollback?.steps ?? [],
+        error: err as Error,
+      };
+    });
+    this.#rollbacks.push(entry.rollingBack);
   }
 
   /** Why nothing more may start now, if so. */
@@ -573,190 +559,109 @@ class Group {
     return undefined;
   }
 
-  /** One process: its state, then its plan's steps, each undone in turn if a later one fails. */
+  /** One process, in its turn, through the one executor. */
   async #work(entry: Entry): Promise<void> {
+    const pid = entry.proc.pid;
+    const settings: ActionSettings = {
+      lockTimeoutMs: () => this.#lockTimeout(),
+      pairs: this.#s.pairsFor(pid),
+      checkRoom: this.#s.checkRoom,
+    };
     try {
-      await inTurn(entry.proc, async (steps) => {
-        const from = await steps.state();
-        entry.initialState = from;
-        const todo = plan(this.#action, from);
-        if (todo === undefined) {
-          throw this.#illegal(
-            entry,
-            from,
-            `${this.#action} takes a process to ${WANTED[this.#action]}, and there is no way ` +
-              `there from ${from}; it was left as it was`,
-          );
-        }
-        if (todo.length === 0) {
-          entry.status = "unchanged";
-          entry.state = from;
-          return;
-        }
-        entry.status = "failed"; // until the last step succeeds
-        const done: GroupStep[] = [];
-        for (const step of todo) {
-          const stop = this.#stopReason();
-          if (stop) {
-            entry.status = "stopped";
-            entry.stopped = stop;
-            await this.#undo(entry, steps, done, false);
-            return;
-          }
-          try {
-            await this.#step(entry, steps, step, entry.steps, false);
-          } catch (err) {
-            // Bring it back from wherever the failure left it, so a failure leaves it as it was
-            // (a suspend whose checkpoint failed is unlocked again); a process that is gone has
-            // nothing left to undo.
-            if (!isGone(err)) await this.#undo(entry, steps, done, true);
-            throw err;
-          }
-          done.push(step);
-        }
-        entry.status = "done";
-        entry.state = WANTED[this.#action];
-      });
+      entry.report = await inTurn(
+        entry.proc,
+        (target: Target) =>
+          runAction(target, this.#action, settings, {
+            ...this.#hooks(pid),
+            stopBefore: () => this.#stopReason(),
+          }, true),
+      );
     } catch (err) {
-      entry.status = "failed";
-      entry.error = err instanceof Error ? err : new Error(String(err));
-      this.#failed = true;
+      // The handle could not be used at all (its driver did not open, it was closed).
+      entry.report = {
+        status: "failed",
+        steps: [],
+        error: err instanceof Error ? err : new Error(String(err)),
+      };
     }
   }
 
-  /** Makes one step, timing it and telling the progress display. */
-  async #step(
-    entry: Entry,
-    steps: ProcessSteps,
-    step: GroupStep,
-    record: StepRecord[],
-    rollback: boolean,
-  ): Promise<void> {
-    const pid = entry.proc.pid;
-    const t0 = this.#now();
+  /** The progress hooks of one process. */
+  #hooks(pid: number) {
     const mib = this.#memory.get(pid);
     const memory = mib === undefined ? {} : { gpuMemoryMiB: mib };
-    this.#s.onProgress({ type: "step-start", pid, step, at: t0 - this.#start, ...memory });
-    let ok = false;
-    try {
-      switch (step) {
-        case "lock":
-          await steps.lock(this.#lockTimeout(rollback));
-          break;
-        case "checkpoint":
-          await steps.checkpoint();
-          break;
-        case "restore":
-          await steps.restore(rollback ? null : this.#s.pairsFor(pid));
-          break;
-        case "unlock":
-          await steps.unlock();
-          break;
-      }
-      ok = true;
-    } finally {
-      const t1 = this.#now();
-      record.push({ step, ms: t1 - t0, ok });
-      this.#s.onProgress({
-        type: "step-end",
-        pid,
-        step,
-        at: t1 - this.#start,
-        ms: t1 - t0,
-        ok,
-        rollback,
-        ...memory,
-      });
-    }
+    let t0 = 0;
+    return {
+      stepStarted: (step: Step) => {
+        t0 = this.#now();
+        this.#s.onProgress({ type: "step-start", pid, step, at: t0 - this.#start, ...memory });
+      },
+      stepEnded: (r: StepRecord, rollback: boolean) => {
+        this.#s.onProgress({
+          type: "step-end",
+          pid,
+          step: r.step,
+          at: this.#now() - this.#start,
+          ms: r.ms,
+          ok: r.ok,
+          rollback,
+          ...memory,
+        });
+      },
+    };
   }
 
-  /** The lock timeout: the option, cut to what is left of the deadline (not for a rollback). */
-  #lockTimeout(rollback: boolean): number {
-    if (rollback || this.#deadline === Infinity) return this.#s.lockTimeoutMs;
+  /** The lock timeout: the option, cut to what is left of the deadline. */
+  #lockTimeout(): number {
+    if (this.#deadline === Infinity) return this.#s.lockTimeoutMs;
     // Rounded up: a lock that times out ends at the deadline, not a fraction of a ms before it.
     const left = Math.max(1, Math.ceil(this.#deadline - this.#now()));
     return this.#s.lockTimeoutMs === 0 ? left : Math.min(this.#s.lockTimeoutMs, left);
   }
 
   /**
-   * Brings the process back to its initial state within the caller's turn, after it made the
-   * steps `done` (and, `afterFailure`, a step that failed); records it as the entry's rollback.
-   * The way back starts from the state the driver reports now, which a failed step may have
-   * left elsewhere than `done` says (a failed checkpoint that left the process checkpointed is
-   * restored and unlocked, a failed lock that locked it is unlocked); where the state cannot be
-   * read, `done` is undone newest first. A failed process is left alone: the failed state is
-   * final, and no step can bring it back.
+   * Each target's GPU memory in MiB, where known (see {@link GroupEvent}): from one report of the
+   * host, or what was recorded at its checkpoint. Never rejects.
    */
-  async #undo(
-    entry: Entry,
-    steps: ProcessSteps,
-    done: readonly GroupStep[],
-    afterFailure: boolean,
-  ): Promise<void> {
-    if (done.length === 0 && !afterFailure) {
-      entry.state = entry.initialState; // stopped before any step: it is as it was
-      return;
-    }
-    const record: StepRecord[] = [];
-    try {
-      const now = await steps.state().catch(() => undefined);
-      if (now === undefined && done.length === 0) return; // nothing known to undo
-      const back = now === undefined
-        ? [...done].reverse().map((step) => UNDO[step])
-        : wayBetween(now, entry.initialState!);
-      if (back === undefined) {
-        throw this.#illegal(
-          entry,
-          now,
-          `the failed state is final: it cannot be brought back to ${entry.initialState}`,
-        );
-      }
-      if (back.length === 0 && done.length === 0) {
-        entry.state = now; // the failed step changed nothing
-        return;
-      }
-      for (const step of back) await this.#step(entry, steps, step, record, true);
-      entry.rollback = { ok: true, steps: record };
-      entry.state = entry.initialState;
-    } catch (err) {
-      entry.rollback = { ok: false, steps: record, error: err as Error };
-      entry.state = await steps.state().catch(() => undefined);
-    }
-  }
-
-  /** The error for a process in a state the group cannot move it from; `detail` says why. */
-  #illegal(entry: Entry, state: ProcessState | undefined, detail: string): CudaError {
-    return new CudaError({
-      code: CUDA_ERROR_ILLEGAL_STATE,
-      operation: this.#action,
-      pid: entry.proc.pid,
-      state,
-      description: "the operation cannot be performed in the present state",
-      detail,
-    });
-  }
-
-  /** All-or-nothing: takes a process that succeeded back to its initial state. */
-  async #rollBack(entry: Entry): Promise<void> {
-    const done = entry.steps.filter((s) => s.ok).map((s) => s.step);
-    try {
-      await inTurn(entry.proc, (steps) => this.#undo(entry, steps, done, false));
-    } catch (err) {
-      entry.rollback = { ok: false, steps: entry.rollback?.steps ?? [], error: err as Error };
-    }
+  async #memoryOf(): Promise<Map<number, number>> {
+    const known = new Map<number, number>();
+    const sum = (m: Readonly<Record<string, number>>) =>
+      Object.values(m).reduce((a, b) => a + b, 0);
+    const first = this.#entries[0].proc;
+    const report = await inTurn(first, (t) => t.memoryReport(this.#s.host)).catch(() => undefined);
+    await Promise.all(this.#entries.map((e) =>
+      inTurn(e.proc, async (target) => {
+        const now = report && "byPid" in report ? report.byPid.get(target.identity.pid) : undefined;
+        if (now !== undefined && now !== "unknown" && sum(now) > 0) {
+          known.set(e.proc.pid, sum(now));
+          return;
+        }
+        const record = await target.heldRecord();
+        if (record) known.set(e.proc.pid, sum(record.heldMiB));
+      }).catch(() => {})
+    ));
+    return known;
   }
 }
 
+function succeeded(e: Entry): boolean {
+  return e.report?.status === "done" || e.report?.status === "unchanged";
+}
+
 function outcome(e: Entry): ProcessOutcome {
+  const r = e.report;
+  if (!r) {
+    return { pid: e.proc.pid, status: "not-started", steps: [], notStarted: e.notStarted };
+  }
   return {
     pid: e.proc.pid,
-    status: e.status,
-    ...(e.initialState !== undefined ? { initialState: e.initialState } : {}),
-    ...(e.state !== undefined ? { state: e.state } : {}),
-    steps: e.steps,
-    ...(e.error ? { error: e.error } : {}),
-    ...(e.notStarted ? { notStarted: e.notStarted } : {}),
-    ...(e.stopped ? { stopped: e.stopped } : {}),
-    ...(e.rollback ? { rollback: e.rollback } : {}),
+    status: r.status,
+    ...(r.initialState !== undefined ? { initialState: r.initialState } : {}),
+    ...(r.state !== undefined ? { state: r.state } : {}),
+    steps: r.steps,
+    ...(r.error ? { error: r.error } : {}),
+    ...(r.stopped ? { stopped: r.stopped } : {}),
+    ...(r.rollback ? { rollback: r.rollback } : {}),
+    ...(r.roomCheck !== undefined ? { roomCheck: r.roomCheck } : {}),
   };
 }

@@ -1,85 +1,21 @@
 /**
- * Finding the CUDA processes of a machine: {@link listCudaProcesses}. A host
- * ({@link HostProcesses}) says which processes exist, which of them have the CUDA driver library
- * mapped, which could not be looked at, and how much GPU memory each holds; the driver has the last
- * word on which are CUDA processes (`cuCheckpointProcessGetState`), and gives their state and
- * restore thread.
- *
- * Runtime-free: the Linux host (`/proc` and NVML) lives in `ffi/host.ts` and is installed as the
- * default by the main module ({@link setFallbackHostOpener}); the simulated driver brings its own
- * host ({@link CheckpointDriver.hostProcesses}).
+ * Finding the CUDA processes of a machine: {@link listCudaProcesses}. A host (`core/host.ts`)
+ * says which processes exist, which of them have the CUDA driver library mapped, which could not
+ * be looked at, and how much GPU memory each holds; the driver has the last word on which are CUDA
+ * processes (`cuCheckpointProcessGetState`), and gives their state and restore thread.
  *
  * @module
  */
 
-import {
-  CUDA_ERROR_NOT_INITIALIZED,
-  CUDA_ERROR_OPERATING_SYSTEM,
-  CUDA_SUCCESS,
-  type ProcessState,
-  resultName,
-  stateName,
-} from "./codes.ts";
-import type { CheckpointDriver, DriverResult } from "./driver.ts";
+import { CUDA_ERROR_NOT_INITIALIZED, CUDA_ERROR_OPERATING_SYSTEM, CUDA_SUCCESS } from "./codes.ts";
+import type { DriverResult, GpuInfo } from "./driver.ts";
+import { driverError } from "./errors.ts";
 import { C_FUNCTIONS, unsupportedError } from "./gate.ts";
+import type { GpuMemory, GpuMemoryReport, HostProcesses, ScannedProcess } from "./host.ts";
+import { checkChoice, checkFlag, checkOptions, checkPid } from "./options.ts";
 import { checkSource, currentDefaultSource, type DriverSource, lease } from "./sources.ts";
+import { type ProcessState, stateName } from "./states.ts";
 import { describeValue } from "./uuid.ts";
-import { checkPid } from "./validate.ts";
-
-/** One process a host found (a process, never a thread of one), as far as the host could see it. */
-export interface ScannedProcess {
-  /** Its process id. */
-  readonly pid: number;
-  /** Its command line, arguments joined by spaces; left out where it is empty or unreadable. */
-  readonly command?: string;
-  /**
-   * Whether it has the CUDA driver library (`libcuda.so`) mapped. Left out where the process could
-   * not be looked at ({@link ScannedProcess.notInspectable} says why).
-   */
-  readonly cudaLibrary?: boolean;
-  /** Why the process could not be looked at (another user's process, seen without privilege). */
-  readonly notInspectable?: string;
-}
-
-/** GPU memory of one process: MiB by GPU UUID, or `"unknown"`. */
-export type GpuMemory = Readonly<Record<string, number>> | "unknown";
-
-/**
- * What a host knows of GPU memory: the GPU memory of every process that holds some, by pid (a
- * process left out holds none), or why it cannot be known.
- */
-export type GpuMemoryReport =
-  | {
-    readonly byPid: ReadonlyMap<number, GpuMemory>;
-    /**
-     * Free memory of each GPU in MiB, by GPU UUID (`GPU-…`), read in the same query; left out
-     * where the host cannot tell. A restore is checked against it (`RestoreOptions.checkRoom`).
-     */
-    readonly freeMiB?: ReadonlyMap<string, number>;
-  }
-  | { readonly unknown: string };
-
-/**
- * The processes of a machine, as {@link listCudaProcesses} needs them. The Linux host reads
- * `/proc` and asks NVML for GPU memory; the simulated driver's host lists simulated processes.
- */
-export interface HostProcesses {
-  /** What the host is, for messages: `"linux"`, `"simulated"`. */
-  readonly kind: string;
-  /**
-   * Every process of the machine (processes only: a thread is part of its process), including the
-   * ones that could not be looked at. A process that ends meanwhile may be left out.
-   */
-  scan(): Promise<readonly ScannedProcess[]>;
-  /** The GPU memory each process holds; left out where the host cannot tell. */
-  gpuMemory?(): Promise<GpuMemoryReport>;
-}
-
-/** A host that can be let go of: what {@link setFallbackHostOpener}'s opener makes. */
-export interface ClosableHost extends HostProcesses {
-  /** Lets go of what the host holds (a library). */
-  close?(): void | Promise<void>;
-}
 
 /** Which processes the driver is asked about. */
 export type CandidateRule = "libcuda" | "all";
@@ -149,79 +85,32 @@ export interface CudaProcessListing {
   readonly asked: number;
 }
 
-let fallbackHost: (() => ClosableHost | Promise<ClosableHost>) | undefined;
-
-/**
- * Installs the host used when neither the options nor the driver give one. The main module
- * installs the Linux host (`/proc` and NVML), so that core/ itself reads no files.
- */
-export function setFallbackHostOpener(opener: () => ClosableHost | Promise<ClosableHost>): void {
-  fallbackHost = opener;
+/** Checks the options; throws a TypeError naming what is wrong. */
+function checkListOptions(options: ListCudaProcessesOptions | undefined): ListCudaProcessesOptions {
+  const o = checkOptions(options, "listCudaProcesses", [
+    "driver",
+    "host",
+    "candidates",
+    "gpuMemory",
+  ]);
+  if (o.driver !== undefined) checkSource(o.driver, "listCudaProcesses's driver");
+  if (o.candidates !== undefined) checkChoice(o.candidates, "candidates", ["libcuda", "all"]);
+  checkFlag(o.gpuMemory, "gpuMemory", true);
+  checkHost(o.host, "listCudaProcesses's host");
+  return o;
 }
 
-const OPTION_KEYS = ["driver", "host", "candidates", "gpuMemory"];
-
-/** Checks the options; throws a TypeError naming what is wrong. */
-function checkOptions(options: unknown): ListCudaProcessesOptions {
-  if (options === undefined) return {};
-  if (typeof options !== "object" || options === null || Array.isArray(options)) {
-    throw new TypeError(
-      `listCudaProcesses's options must be an object, got ${describeValue(options)}`,
-    );
-  }
-  for (const key of Object.keys(options)) {
-    if (!OPTION_KEYS.includes(key)) {
-      throw new TypeError(
-        `listCudaProcesses has no option ${JSON.stringify(key)}; it takes ${
-          OPTION_KEYS.join(", ")
-        }`,
-      );
-    }
-  }
-  const o = options as ListCudaProcessesOptions;
-  if (o.driver !== undefined) checkSource(o.driver, "listCudaProcesses's driver");
-  if (o.candidates !== undefined && o.candidates !== "libcuda" && o.candidates !== "all") {
-    throw new TypeError(
-      `candidates must be "libcuda" or "all", got ${describeValue(o.candidates)}`,
-    );
-  }
-  if (o.gpuMemory !== undefined && typeof o.gpuMemory !== "boolean") {
-    throw new TypeError(`gpuMemory must be true or false, got ${describeValue(o.gpuMemory)}`);
-  }
-  const host = o.host as unknown;
+/** Checks a host option, where given: an object with a `scan()` method. */
+export function checkHost(host: unknown, what: string): void {
   if (
     host !== undefined &&
     (typeof host !== "object" || host === null ||
       typeof (host as HostProcesses).scan !== "function")
   ) {
     throw new TypeError(
-      `listCudaProcesses's host must be an object with a scan() method, got ${describeValue(host)}`,
+      `${what} must be an object with a scan() method, got ${describeValue(host)}`,
     );
   }
-  return o;
-}
-
-/**
- * The host to use (the one given, the driver's own, else the fallback's), and whether it was
- * opened here (and so must be closed by the caller). Shared by the listing and the group
- * operations' progress events.
- */
-export async function chooseHost(
-  options: { host?: HostProcesses },
-  driver: CheckpointDriver,
-): Promise<{ host: HostProcesses; opened?: ClosableHost }> {
-  if (options.host) return { host: options.host };
-  const own = driver.hostProcesses?.();
-  if (own) return { host: own };
-  if (!fallbackHost) {
-    throw new Error(
-      `No host to list processes of: this ${driver.kind} driver has none of its own; pass ` +
-        `{ host }, or import listCudaProcesses from @ckpt/cuda's main module, which makes the ` +
-        `machine's own (/proc) the default`,
-    );
-  }
-  const opened = await fallbackHost();
-  return { host: opened, opened };
 }
 
 /** The host's GPU memory report, never rejecting: a failure becomes the reason it is unknown. */
@@ -276,18 +165,23 @@ interface Confirmation {
 export async function listCudaProcesses(
   options?: ListCudaProcessesOptions,
 ): Promise<CudaProcessListing> {
-  const o = checkOptions(options);
+  const o = checkListOptions(options);
   const taken = lease(o.driver ?? currentDefaultSource());
-  let opened: ClosableHost | undefined;
   try {
-    const driver = await taken.driver;
+    const session = await taken.session;
+    const driver = session.driver;
     const missing = C_FUNCTIONS.getState;
     if (driver.missingFunctions?.includes(missing)) {
       throw unsupportedError("getState", undefined, await driver.driverVersion(), { missing });
     }
-    const chosen = await chooseHost(o, driver);
-    opened = chosen.opened;
-    const host = chosen.host;
+    const host = o.host ?? await session.host();
+    if (!host) {
+      throw new Error(
+        `No host to list processes of: this ${driver.kind} driver has none of its own; pass ` +
+          `{ host }, or import listCudaProcesses from @ckpt/cuda's main module, which makes the ` +
+          `machine's own (/proc) the default`,
+      );
+    }
     // NVML's start-up runs while /proc is read and the driver is asked.
     const memory = askGpuMemory(host, o.gpuMemory ?? true);
     const scanned = await host.scan();
@@ -322,9 +216,7 @@ export async function listCudaProcesses(
       if (state.code !== CUDA_SUCCESS) {
         uninspectable.push(withCommand(p, {
           pid: p.pid,
-          reason: `the driver answered ${
-            driverCode(driver, state.code)
-          } for cuCheckpointProcessGetState`,
+          reason: driverError(driver, state.code, { operation: "getState", pid: p.pid })!.message,
         }));
         continue;
       }
@@ -344,11 +236,7 @@ export async function listCudaProcesses(
       asked: candidates.length,
     };
   } finally {
-    try {
-      await opened?.close?.();
-    } finally {
-      await taken.release();
-    }
+    await taken.release();
   }
 }
 
@@ -357,7 +245,36 @@ function withCommand<T extends object>(p: ScannedProcess, record: T): T & { comm
   return p.command === undefined ? record : { ...record, command: p.command };
 }
 
-/** A driver's code as `NAME (n)`. */
-function driverCode(driver: CheckpointDriver, code: number): string {
-  return `${driver.errorName(code) ?? resultName(code)} (${code})`;
+/** Options of {@link listGpus}. */
+export interface ListGpusOptions {
+  /** The driver to ask; the default driver when left out. */
+  driver?: DriverSource;
+}
+
+/**
+ * Every GPU the driver sees, by ordinal, with its UUID and chip: what a GPU mapping for
+ * `restore({ gpuMapping })` is built from (`cuDeviceGet`, `cuDeviceGetUuid`, `cuDeviceGetName`).
+ *
+ * @throws {Error} (as a rejection) when the driver cannot list its GPUs.
+ *
+ * @example
+ * ```ts
+ * import { listGpus } from "@ckpt/cuda";
+ * import { SimulatedDriver } from "@ckpt/cuda/mock";
+ *
+ * const gpus = await listGpus({ driver: new SimulatedDriver({ gpus: 2 }) });
+ * const swapped = { [gpus[0].uuid]: gpus[1].uuid, [gpus[1].uuid]: gpus[0].uuid };
+ * ```
+ */
+export async function listGpus(options?: ListGpusOptions): Promise<readonly GpuInfo[]> {
+  const o = checkOptions(options, "listGpus", ["driver"]);
+  if (o.driver !== undefined) checkSource(o.driver, "listGpus's driver");
+  const taken = lease(o.driver ?? currentDefaultSource());
+  try {
+    const driver = (await taken.session).driver;
+    if (!driver.listGpus) throw new Error(`this ${driver.kind} driver cannot list its GPUs`);
+    return await driver.listGpus();
+  } finally {
+    await taken.release();
+  }
 }

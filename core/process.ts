@@ -1,52 +1,58 @@
 /**
  * {@link CudaProcess}: one CUDA process, locked, checkpointed, restored and unlocked through a
- * {@link CheckpointDriver}.
+ * {@link CheckpointDriver}; and {@link runAction}, the one executor of an action (a step or a
+ * goal) on one process, which the methods of `CudaProcess` and the group operations share, so that
+ * `suspend()` and `suspendAll` cannot disagree.
  *
  * @module
  */
 
 import {
-  CU_PROCESS_STATE_CHECKPOINTED,
-  CU_PROCESS_STATE_FAILED,
-  CU_PROCESS_STATE_LOCKED,
-  CU_PROCESS_STATE_RUNNING,
   CUDA_ERROR_ILLEGAL_STATE,
   CUDA_ERROR_INVALID_VALUE,
   CUDA_ERROR_NOT_INITIALIZED,
   CUDA_ERROR_OPERATING_SYSTEM,
   CUDA_ERROR_OUT_OF_MEMORY,
   CUDA_SUCCESS,
-  PROCESS_STATE_NAMES,
-  type ProcessState,
-  stateName,
 } from "./codes.ts";
 import type { CheckpointDriver, GpuPair } from "./driver.ts";
+import { capitalize, CudaError, driverError, RefusedError, WaitTimeoutError } from "./errors.ts";
+import { checkCapability, checkMapping, explainRejectedMapping } from "./gate.ts";
 import {
-  capitalize,
-  CheckpointUnsupportedError,
-  CudaError,
-  errorFor,
-  type Operation,
-} from "./errors.ts";
-import { describeValue } from "./uuid.ts";
+  type GpuMemoryReport,
+  type HeldRecord,
+  type HostProcesses,
+  type ProcessIdentity,
+  sameProcess,
+} from "./host.ts";
 import {
-  checkCapability,
-  checkMapping,
-  type DriverOperation,
-  explainRejectedMapping,
-} from "./gate.ts";
-import { inProcessOrder } from "./order.ts";
+  checkFlag,
+  checkGpuMapping,
+  checkInteger,
+  checkOptions,
+  checkPid,
+  checkSignal,
+  checkTimeoutMs,
+  DEFAULT_LOCK_TIMEOUT_MS,
+  type GpuMapping,
+} from "./options.ts";
+import type { RoomCheck } from "./room.ts";
+import type { Session } from "./session.ts";
 import {
-  beforeSelfLock,
-  forgetHeld,
-  GpuRoomError,
-  heldNow,
-  isOwnPid,
-  rememberHeld,
-  reserveRoom,
-  selfRunning,
-} from "./room.ts";
-import { wayBetween } from "./steps.ts";
+  type Action,
+  isFinal,
+  isProcessState,
+  isStep,
+  plan,
+  PROCESS_STATES,
+  type ProcessState,
+  rollbackWay,
+  stateName,
+  type Step,
+  stepAllowed,
+  stepTo,
+  undoOf,
+} from "./states.ts";
 import {
   checkSource,
   currentDefaultSource,
@@ -54,66 +60,70 @@ import {
   type DriverSource,
   lease,
 } from "./sources.ts";
-import {
-  checkGpuMapping,
-  checkInteger,
-  checkOptionsObject,
-  checkPid,
-  checkTimeoutMs,
-  DEFAULT_LOCK_TIMEOUT_MS,
-  type GpuMapping,
-} from "./validate.ts";
+import { describeValue } from "./uuid.ts";
 
-export { type DriverSource, getDefaultDriver, setDefaultDriver } from "./sources.ts";
+export { type DriverSource, setDefaultDriver } from "./sources.ts";
 
 /** Options of {@link CudaProcess}'s constructor. */
 export interface CudaProcessOptions {
   /**
-   * The driver to use; the default driver ({@link getDefaultDriver}) when left out. A driver given
-   * as an object is yours to close; one given as a function that opens it is opened on first use,
-   * shared by every process given the same function, and closed when the last of them is closed.
+   * The driver to use; the default driver when left out (the native one, unless
+   * `setDefaultDriver` named another). A driver given as an object is yours to close; one given as
+   * a function that opens it is opened on first use, shared by every process given the same
+   * function, and closed when the last of them is closed.
    */
   driver?: DriverSource;
 }
 
-/** Options of {@link CudaProcess.lock} and {@link CudaProcess.suspend}. */
+/** Options of {@link CudaProcess.lock}. */
 export interface LockOptions {
   /**
    * How long to wait for work already submitted to the GPU to finish, in milliseconds: an integer
-   * from 0 to 2^32-1, where 0 waits forever. Defaults to 10 000 ms, as CRIU uses. A lock that
-   * times out fails with `CUDA_ERROR_NOT_READY` and leaves the process running.
+   * from 0 to 2^32-1, where 0 waits forever. Defaults to 10 000 ms (the command line's default is
+   * 0, as NVIDIA's utility's; docs/API.md says why). A lock that times out fails with
+   * `CUDA_ERROR_NOT_READY` and leaves the process running.
    */
   timeoutMs?: number;
 }
+
+/** Options of {@link CudaProcess.checkpoint}. */
+export interface CheckpointOptions {
+  /**
+   * Whether to read the GPU memory the process holds before its checkpoint (NVML on Linux, about
+   * a millisecond once loaded) and record it for the room check of its restore (default `true`).
+   * `false` skips the read; its restore then cannot be checked for room, by any program.
+   */
+  checkRoom?: boolean;
+}
+
+/** Options of {@link CudaProcess.suspend}: a lock's and a checkpoint's. */
+export interface SuspendOptions extends LockOptions, CheckpointOptions {}
 
 /** Options of {@link CudaProcess.restore} and {@link CudaProcess.resume}. */
 export interface RestoreOptions {
   /**
    * Restore onto other GPUs: from the UUID of each GPU the process was checkpointed on to the UUID
    * of the GPU to restore onto (`GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx` or 32 hex digits). The
-   * real driver wants every GPU it sees named, even with `CUDA_VISIBLE_DEVICES` set, and the new
-   * GPU must be the same chip. Where the driver can list its GPUs the mapping is checked before the
-   * call, and the error names what is wrong. Needs driver 580 (CUDA 13.0) or later.
+   * driver wants every GPU it sees named, and the same chip; where the driver can list its GPUs
+   * the mapping is checked before the call. Needs driver 580 (CUDA 13.0) or later.
    */
   gpuMapping?: GpuMapping;
   /**
    * Whether to check, before asking the driver, that the GPUs the process goes to have as much
-   * free memory as it held when this package checkpointed it (default `true`). Too little, and the
-   * restore is refused with a {@link GpuRoomError}: the process stays checkpointed and can be
-   * resumed once there is room. On driver 580 a restore that runs out of GPU memory inside the
-   * driver leaves the process unrestorable for good, so turn this off only to see the driver's
-   * own answer. Nothing is checked for a process checkpointed by another program or an earlier
-   * run, or where the host cannot tell GPU memory (no NVML).
+   * free memory as it held when a program of this package checkpointed it (default `true`): see
+   * {@link GpuRoomError}. On driver 580 a restore that runs out of GPU memory inside the driver
+   * leaves the process unrestorable for good, so turn this off only to see the driver's own
+   * answer. {@link Outcome.roomCheck} says whether the room could be checked.
    */
   checkRoom?: boolean;
 }
 
 /**
- * Options of {@link CudaProcess.toggle}: those of a suspend and of a resume. Both are checked
- * first; then only the half that runs uses its own (`timeoutMs` a suspend, `gpuMapping` a
- * resume), so one set of options serves a toggle both ways, as NVIDIA's utility takes them.
+ * Options of {@link CudaProcess.toggle}: a suspend's and a resume's. All are checked first; then
+ * the half that runs uses its own (`timeoutMs` a suspend, `gpuMapping` a resume, `checkRoom`
+ * both), so one set of options serves a toggle both ways, as NVIDIA's utility takes them.
  */
-export interface ToggleOptions extends LockOptions, RestoreOptions {}
+export interface ToggleOptions extends SuspendOptions, RestoreOptions {}
 
 /** Options of {@link CudaProcess.waitForState}. */
 export interface WaitOptions {
@@ -125,81 +135,43 @@ export interface WaitOptions {
   intervalMs?: number;
 }
 
-/**
- * A wait for a state that did not come in time. `state` is the last state seen (or why it could
- * not be read).
- */
-export class WaitTimeoutError extends Error {
-  /** The pid waited on. */
-  readonly pid: number;
-  /** The state waited for. */
-  readonly wanted: ProcessState;
-  /** The last state seen. */
-  readonly state: ProcessState | undefined;
-
-  /** Makes the error; the message names the process, the state wanted and the one seen. */
-  constructor(
-    pid: number,
-    wanted: ProcessState,
-    timeoutMs: number,
-    state: ProcessState | undefined,
-  ) {
-    super(
-      `process ${pid} did not become ${wanted} within ${timeoutMs} ms; it is ${
-        state ?? "of unknown state"
-      }`,
-    );
-    this.name = "WaitTimeoutError";
-    this.pid = pid;
-    this.wanted = wanted;
-    this.state = state;
-  }
+/** One driver call an operation made, and how long it took. */
+export interface StepRecord {
+  /** The step. */
+  readonly step: Step;
+  /** Its time in ms, on the driver's clock. */
+  readonly ms: number;
+  /** Whether it succeeded. */
+  readonly ok: boolean;
 }
 
-/** The steps of {@link CudaProcess}, one driver call each, for a caller that holds its turn. */
-export interface ProcessSteps {
-  /** The driver the steps go to. */
-  readonly driver: CheckpointDriver;
-  /** `getState`, by name. */
-  state(): Promise<ProcessState>;
-  /** `lock` with this timeout. */
-  lock(timeoutMs: number): Promise<void>;
-  /** `checkpoint`. */
-  checkpoint(): Promise<void>;
-  /** `restore`, with GPU pairs (checked first) or without. */
-  restore(pairs: GpuPair[] | null): Promise<void>;
-  /** `unlock`. */
-  unlock(): Promise<void>;
+/** What a state-changing operation of {@link CudaProcess} did. */
+export interface Outcome {
+  /** `done`: its steps ran; `unchanged`: the process was already where it leads (a goal only). */
+  readonly status: "done" | "unchanged";
+  /** The state the process is in now. */
+  readonly state: ProcessState;
+  /** The driver calls made, in order. */
+  readonly steps: readonly StepRecord[];
+  /**
+   * Where a restore was made: whether its room was checked first (`"checked"`), not asked for
+   * (`"skipped"`), or could not be, and why (`{ unknown }`).
+   */
+  readonly roomCheck?: RoomCheck;
 }
-
-/**
- * Runs `body` with the process's steps while holding its turn: no other operation on the pid
- * through the driver runs in between. For the group operations of this package; not exported from
- * its main module.
- */
-export function inTurn<T>(
-  proc: CudaProcess,
-  body: (steps: ProcessSteps) => Promise<T>,
-): Promise<T> {
-  return turns.get(proc)!(body) as Promise<T>;
-}
-
-/** Each process's way into its turn; kept off the class so that it is no public member. */
-const turns = new WeakMap<
-  CudaProcess,
-  (body: (steps: ProcessSteps) => Promise<unknown>) => Promise<unknown>
->();
 
 /**
  * A CUDA process whose GPU state can be checkpointed and restored.
  *
- * Every call that reaches the driver returns a Promise and rejects with a {@link CudaError} that
- * carries the driver's `CUresult` as `code`. Bad input rejects with a `TypeError` or `RangeError`
- * that names the value and what was expected, before any driver call.
+ * Every call that reaches the driver returns a Promise. A driver failure rejects with a
+ * {@link CudaError} (`code` is the driver's `CUresult`); an operation refused before the driver
+ * was asked rejects with a {@link RefusedError} (`code` is a string: no room, a mapping that
+ * cannot work, a state with no way there); bad input rejects with a `TypeError` or `RangeError`
+ * that names the value.
  *
- * Operations on one pid through one driver run one after another, in the order they were made:
- * a `state()` asked during a `suspend()` answers once the suspend is done, and two `resume()`s
- * made at once restore the process once, and the second then says it was not checkpointed.
+ * Operations on one process run one after another, in the order they were made, whichever handle
+ * and whichever of its thread ids they were made through: a `state()` asked during a `suspend()`
+ * answers once the suspend is done.
  *
  * @example
  * ```ts
@@ -215,11 +187,13 @@ const turns = new WeakMap<
  * ```
  */
 export class CudaProcess {
-  /** The process id (a thread id of the process works as well). */
+  /** The process id (a thread id of the process works as well), as given. */
   readonly pid: number;
   readonly #source: DriverSource | undefined;
   #lease: DriverLease | undefined;
   #closed = false;
+  /** The process this handle was first used on: a pid that later names another is refused. */
+  #identity: ProcessIdentity | undefined;
   readonly #running = new Set<Promise<unknown>>();
 
   /**
@@ -228,36 +202,17 @@ export class CudaProcess {
    * @param pid the process id, or the id of one of its threads: an integer from 1 to 2^31-1.
    * @param options the driver to use; the default driver when left out.
    */
-  constructor(pid: number, options: CudaProcessOptions = {}) {
+  constructor(pid: number, options?: CudaProcessOptions) {
     this.pid = checkPid(pid);
-    checkOptionsObject(options, "{ driver }");
-    if (options.driver !== undefined) checkSource(options.driver, "options.driver");
-    this.#source = options.driver;
-    turns.set(this, (body) =>
-      this.#run(true, (driver) =>
-        body({
-          driver,
-          state: () => this.#getState(driver),
-          lock: (timeoutMs) => this.#lock(driver, checkTimeoutMs(timeoutMs)),
-          checkpoint: () => this.#step(driver, "checkpoint"),
-          restore: (pairs) => this.#restore(driver, pairs, true),
-          unlock: () => this.#step(driver, "unlock"),
-        })));
+    const o = checkOptions(options, "CudaProcess", ["driver"]);
+    if (o.driver !== undefined) checkSource(o.driver, "options.driver");
+    this.#source = o.driver;
+    turns.set(this, (body) => this.#ordered(body));
   }
 
   /** The driver this process talks to, opened on first use. */
-  driver(): Promise<CheckpointDriver> {
-    if (this.#closed) return Promise.reject(this.#closedError());
-    if (!this.#lease) {
-      const taken = lease(this.#source ?? currentDefaultSource());
-      this.#lease = taken;
-      // A driver that failed to open is not kept: the next call tries again.
-      taken.driver.catch(() => {
-        if (this.#lease === taken) this.#lease = undefined;
-        taken.release().catch(() => {});
-      });
-    }
-    return this.#lease.driver;
+  async driver(): Promise<CheckpointDriver> {
+    return (await this.#session()).driver;
   }
 
   /**
@@ -266,7 +221,7 @@ export class CudaProcess {
    * `CUDA_ERROR_OPERATING_SYSTEM` for a pid that does not exist.
    */
   state(): Promise<ProcessState> {
-    return this.#run(true, (driver) => this.#getState(driver));
+    return this.#ordered((target) => target.state());
   }
 
   /**
@@ -274,10 +229,14 @@ export class CudaProcess {
    * answers at once even while another operation is under way, and so does this.
    */
   restoreThreadId(): Promise<number> {
-    return this.#run(false, async (driver) => {
+    return this.#track(async () => {
+      const session = await this.#session();
+      const driver = session.driver;
       await checkCapability(driver, "getRestoreThreadId", this.pid);
       const { code, value } = await driver.getRestoreThreadId(this.pid);
-      if (code !== CUDA_SUCCESS) throw await this.#failure(driver, "getRestoreThreadId", code);
+      if (code !== CUDA_SUCCESS) {
+        throw driverError(driver, code, { operation: "getRestoreThreadId", pid: this.pid })!;
+      }
       return value;
     });
   }
@@ -287,88 +246,61 @@ export class CudaProcess {
    * `timeoutMs` (10 s by default; 0 waits forever) and then fails with `CUDA_ERROR_NOT_READY`,
    * leaving the process running.
    */
-  lock(options: LockOptions = {}): Promise<void> {
-    return this.#checked(
-      () => timeoutOf(options),
-      (timeoutMs, driver) => this.#lock(driver, timeoutMs),
-    );
+  lock(options?: LockOptions): Promise<Outcome> {
+    return this.#act("lock", () => settingsOf(options, "lock", ["timeoutMs"]));
   }
 
   /** Checkpoints a locked process: copies its GPU memory into host memory and releases the GPU. */
-  checkpoint(): Promise<void> {
-    return this.#run(true, (driver) => this.#step(driver, "checkpoint"));
+  checkpoint(options?: CheckpointOptions): Promise<Outcome> {
+    return this.#act("checkpoint", () => settingsOf(options, "checkpoint", ["checkRoom"]));
   }
 
   /**
    * Restores a checkpointed process onto the GPUs it came from, or onto others with
-   * `gpuMapping`. The process is then locked: call {@link CudaProcess.unlock} to let it run.
+   * `gpuMapping`, after checking their room ({@link RestoreOptions.checkRoom}). The process is
+   * then locked: {@link CudaProcess.unlock} lets it run.
    */
-  restore(options: RestoreOptions = {}): Promise<void> {
-    return this.#checked(
-      () => restoreInputsOf(options),
-      ({ pairs, checkRoom }, driver) => this.#restore(driver, pairs, checkRoom),
-    );
+  restore(options?: RestoreOptions): Promise<Outcome> {
+    return this.#act("restore", () => settingsOf(options, "restore", ["gpuMapping", "checkRoom"]));
   }
 
   /** Unlocks a locked process so that its CUDA calls run again. */
-  unlock(): Promise<void> {
-    return this.#run(true, (driver) => this.#step(driver, "unlock"));
+  unlock(): Promise<Outcome> {
+    return this.#act("unlock", () => settingsOf(undefined, "unlock", []));
   }
 
   /**
-   * Lock and checkpoint. If the checkpoint fails, the process is unlocked again and the error
-   * says that it was left running (or, if even that failed, the state it is in).
+   * Takes the process to checkpointed: lock and checkpoint from running, checkpoint from locked,
+   * nothing from checkpointed (`status: "unchanged"`). If a step fails, what this call did is
+   * undone and the error says where the process was left.
    */
-  suspend(options: LockOptions = {}): Promise<void> {
-    return this.#checked(
-      () => timeoutOf(options),
-      (timeoutMs, driver) => this.#suspend(driver, timeoutMs),
+  suspend(options?: SuspendOptions): Promise<Outcome> {
+    return this.#act(
+      "suspend",
+      () => settingsOf(options, "suspend", ["timeoutMs", "checkRoom"]),
     );
   }
 
   /**
-   * Restore and unlock. A restore that would not fit in the free GPU memory is refused before the
-   * driver is asked ({@link GpuRoomError}; see {@link RestoreOptions.checkRoom}): the process stays
-   * checkpointed and resume can be tried again once there is room, or onto other GPUs with
-   * `gpuMapping`. Where the driver's own restore fails the error says what state that left, and
-   * whether a retry can work. If the unlock fails, the error says that the process is restored but
-   * locked.
+   * Takes the process to running: restore and unlock from checkpointed, unlock from locked,
+   * nothing from running (`status: "unchanged"`). A restore that would not fit in the free GPU
+   * memory is refused before the driver is asked ({@link GpuRoomError}). If a step fails, the
+   * error says where the process was left (a failed restore leaves it checkpointed, to be tried
+   * again).
    */
-  resume(options: RestoreOptions = {}): Promise<void> {
-    return this.#checked(
-      () => restoreInputsOf(options),
-      ({ pairs, checkRoom }, driver) => this.#resume(driver, pairs, checkRoom),
-    );
+  resume(options?: RestoreOptions): Promise<Outcome> {
+    return this.#act("resume", () => settingsOf(options, "resume", ["gpuMapping", "checkRoom"]));
   }
 
   /**
    * Does what NVIDIA's `cuda-checkpoint --toggle` does: suspends a running process, resumes a
-   * checkpointed one, and refuses any other state. Resolves to the new state. A `gpuMapping` is
-   * used by a resume only (a suspend has nothing to map), a `timeoutMs` by a suspend only.
+   * checkpointed one, and refuses any other state (a {@link RefusedError} with code `"STATE"`).
    */
-  toggle(options: ToggleOptions = {}): Promise<ProcessState> {
-    // Both halves' options are checked before anything is asked of the driver.
-    const inputs = () => ({ timeoutMs: timeoutOf(options), ...restoreInputsOf(options) });
-    return this.#checked(inputs, async ({ timeoutMs, pairs, checkRoom }, driver) => {
-      const state = await this.#getState(driver);
-      if (state === "running") {
-        await this.#suspend(driver, timeoutMs);
-        return "checkpointed";
-      }
-      if (state === "checkpointed") {
-        await this.#resume(driver, pairs, checkRoom);
-        return "running";
-      }
-      throw new CudaError({
-        code: CUDA_ERROR_ILLEGAL_STATE,
-        operation: "toggle",
-        pid: this.pid,
-        state,
-        detail: state === "locked"
-          ? "toggle goes between running and checkpointed; call unlock() or checkpoint() first"
-          : "a process in the failed state cannot be recovered",
-      });
-    });
+  toggle(options?: ToggleOptions): Promise<Outcome> {
+    return this.#act(
+      "toggle",
+      () => settingsOf(options, "toggle", ["timeoutMs", "checkRoom", "gpuMapping"]),
+    );
   }
 
   /**
@@ -378,9 +310,7 @@ export class CudaProcess {
    */
   async close(): Promise<void> {
     this.#closed = true;
-    while (this.#running.size > 0) {
-      await Promise.allSettled([...this.#running]);
-    }
+    while (this.#running.size > 0) await Promise.allSettled([...this.#running]);
     const held = this.#lease;
     this.#lease = undefined;
     await held?.release();
@@ -392,46 +322,47 @@ export class CudaProcess {
   }
 
   /**
-   * Resolves once the process is in `state` (asking the driver every `intervalMs`); rejects with
+   * Resolves once the process is in `state` (asking the driver every `intervalMs`); rejects with a
    * {@link WaitTimeoutError} when `timeoutMs` passes first, with the signal's reason when it is
-   * aborted, and with the driver's error when the process cannot be read (it exited, or never used
-   * CUDA). Useful when another program (CRIU, NVIDIA's utility) changes the state.
+   * aborted, with a {@link RefusedError} (`"STATE"`) when the process is in the failed state, and
+   * with the driver's error when the process cannot be read. Useful when another program (CRIU,
+   * NVIDIA's utility) changes the state.
    *
    * @example
    * ```ts ignore
    * await proc.waitForState("checkpointed", { timeoutMs: 30_000 });
    * ```
    */
-  async waitForState(state: ProcessState, options: WaitOptions = {}): Promise<void> {
-    if (!(PROCESS_STATE_NAMES as readonly unknown[]).includes(state)) {
+  async waitForState(state: ProcessState, options?: WaitOptions): Promise<void> {
+    if (!isProcessState(state)) {
       throw new RangeError(
-        `state must be one of ${PROCESS_STATE_NAMES.map((n) => `"${n}"`).join(", ")}, got ${
+        `state must be one of ${PROCESS_STATES.map((n) => `"${n}"`).join(", ")}, got ${
           describeValue(state)
         }`,
       );
     }
-    checkOptionsObject(options, "{ timeoutMs: 5000 }");
-    const timeoutMs = options.timeoutMs === undefined
+    const o = checkOptions(options, "waitForState", ["timeoutMs", "signal", "intervalMs"]);
+    const timeoutMs = o.timeoutMs === undefined
       ? undefined
-      : checkInteger(options.timeoutMs, "timeoutMs", 0);
-    const intervalMs = options.intervalMs === undefined
+      : checkInteger(o.timeoutMs, "timeoutMs", 0);
+    const intervalMs = o.intervalMs === undefined
       ? 50
-      : checkInteger(options.intervalMs, "intervalMs", 1);
-    const signal = options.signal;
-    if (signal !== undefined && !(signal instanceof AbortSignal)) {
-      throw new TypeError(`signal must be an AbortSignal, got ${describeValue(signal)}`);
-    }
-    const driver = await this.driver();
-    const clock = clockOf(driver);
+      : checkInteger(o.intervalMs, "intervalMs", 1);
+    const signal = checkSignal(o.signal);
+    const clock = clockOf(await this.driver());
     const start = clock.now();
     for (;;) {
       signal?.throwIfAborted();
       const seen = await this.state();
       if (seen === state) return;
-      if (seen === "failed") {
-        throw new Error(
-          `process ${this.pid} is in the failed state, which is final: it will never be ${state}`,
-        );
+      if (isFinal(seen)) {
+        throw new RefusedError({
+          code: "STATE",
+          operation: "waitForState",
+          pid: this.pid,
+          state: seen,
+          reason: `it is ${seen}, which is final: it will never be ${state}`,
+        });
       }
       signal?.throwIfAborted();
       const left = timeoutMs === undefined ? Infinity : timeoutMs - (clock.now() - start);
@@ -447,308 +378,511 @@ export class CudaProcess {
 
   // ---- running operations ----
 
-  /** Checks the inputs, then runs the operation in this process's order. */
-  #checked<I, T>(
-    inputs: () => I,
-    body: (input: I, driver: CheckpointDriver) => Promise<T>,
-  ): Promise<T> {
-    let input: I;
+  /** The session of this handle's driver, leased on first use. */
+  #session(): Promise<Session> {
+    if (this.#closed) return Promise.reject(this.#closedError());
+    if (!this.#lease) {
+      const taken = lease(this.#source ?? currentDefaultSource());
+      this.#lease = taken;
+      // A driver that failed to open is not kept: the next call tries again.
+      taken.session.catch(() => {
+        if (this.#lease === taken) this.#lease = undefined;
+        taken.release().catch(() => {});
+      });
+    }
+    return this.#lease.session;
+  }
+
+  /** Checks the inputs first, then runs the action in this process's order. */
+  #act(action: Action, inputs: () => ActionSettings): Promise<Outcome> {
+    let settings: ActionSettings;
     try {
-      input = inputs();
+      settings = inputs();
     } catch (err) {
       return Promise.reject(err);
     }
-    return this.#run(true, (driver) => body(input, driver));
+    return this.#ordered(async (target) => {
+      const report = await runAction(target, action, settings);
+      if (report.error) throw report.error;
+      return {
+        status: report.status === "unchanged" ? "unchanged" : "done",
+        state: report.state!,
+        steps: report.steps,
+        ...(report.roomCheck !== undefined ? { roomCheck: report.roomCheck } : {}),
+      };
+    });
   }
 
-  /** Runs `body` with the driver: after this pid's earlier operations when `ordered`. */
-  #run<T>(ordered: boolean, body: (driver: CheckpointDriver) => Promise<T>): Promise<T> {
+  /** Runs `body` with the process's target, after the operations queued before it on the process. */
+  #ordered<T>(body: (target: Target) => Promise<T>): Promise<T> {
+    return this.#track(async () => {
+      const session = await this.#session();
+      const found = await session.identify(this.pid);
+      if (found && this.#identity && !sameProcess(this.#identity, found)) {
+        throw new RefusedError({
+          code: "REPLACED",
+          operation: "getState",
+          pid: this.pid,
+          reason: `the process this handle was made for has ended, and ${this.pid} now names ` +
+            `another process`,
+        });
+      }
+      this.#identity ??= found;
+      // No process has the id now (the driver will say so): the process it named, or the number.
+      const identity = found ?? this.#identity ?? { pid: this.pid };
+      const self = identity.pid === await session.selfPid();
+      return await session.inOrder(
+        identity,
+        () => body(new Target(this.pid, identity, session, self)),
+      );
+    });
+  }
+
+  /** Keeps `run` among this handle's operations until it settles (close waits for them). */
+  #track<T>(run: () => Promise<T>): Promise<T> {
     if (this.#closed) return Promise.reject(this.#closedError());
-    const run = this.driver().then((driver) =>
-      ordered ? inProcessOrder(driver, this.pid, () => body(driver)) : body(driver)
-    );
-    this.#running.add(run);
-    const forget = () => this.#running.delete(run);
-    run.then(forget, forget);
-    return run;
+    const running = run();
+    this.#running.add(running);
+    const forget = () => this.#running.delete(running);
+    running.then(forget, forget);
+    return running;
   }
 
   #closedError(): Error {
     return new Error(`${this}: this handle has been closed; make a new CudaProcess to go on`);
   }
+}
 
-  // ---- the steps, each one driver call (callers hold this pid's turn) ----
+/**
+ * Runs `body` with the target of `proc` while holding its turn: no other operation on the process
+ * through the same driver runs in between. For the group operations of this package.
+ */
+export function inTurn<T>(proc: CudaProcess, body: (target: Target) => Promise<T>): Promise<T> {
+  return turns.get(proc)!(body) as Promise<T>;
+}
 
-  async #getState(driver: CheckpointDriver): Promise<ProcessState> {
+// Each handle's way into its turn, kept off the class so that it is no public member.
+const turns = new WeakMap<
+  CudaProcess,
+  (body: (target: Target) => Promise<unknown>) => Promise<unknown>
+>();
+
+/** What an action needs besides the process: each input, checked. */
+export interface ActionSettings {
+  /** The lock timeout, in ms; a function where it is cut to a deadline as the action goes. */
+  readonly lockTimeoutMs: number | (() => number);
+  /** The GPU pairs of a restore (`null`: in place). */
+  readonly pairs: GpuPair[] | null;
+  /** Whether to record what a checkpoint takes off the GPU, and to check a restore's room. */
+  readonly checkRoom: boolean;
+}
+
+/** Checks the options of `where` and turns them into {@link ActionSettings}. */
+export function settingsOf(
+  options: ToggleOptions | undefined,
+  where: string,
+  keys: readonly (keyof ToggleOptions)[],
+): ActionSettings {
+  const o = checkOptions(options, where, keys);
+  return {
+    lockTimeoutMs: o.timeoutMs === undefined
+      ? DEFAULT_LOCK_TIMEOUT_MS
+      : checkTimeoutMs(o.timeoutMs),
+    pairs: o.gpuMapping === undefined ? null : checkGpuMapping(o.gpuMapping),
+    checkRoom: checkFlag(o.checkRoom, "checkRoom", true),
+  };
+}
+
+/** Why an action was stopped between steps. */
+export type StopReason = "deadline" | "aborted" | "another-failed";
+
+/** What a caller of {@link runAction} follows. */
+export interface ActionHooks {
+  /** Before each step but the first of a plan: a reason to stop there, if there is one. */
+  stopBefore?(): StopReason | undefined;
+  /** A step starts (`rollback`: to undo what the action did). */
+  stepStarted?(step: Step, rollback: boolean): void;
+  /** A step ended. */
+  stepEnded?(record: StepRecord, rollback: boolean): void;
+}
+
+/** What {@link runAction} did to one process. */
+export interface ActionReport {
+  /**
+   * `done`: its steps ran; `unchanged`: a goal found it already there; `failed`: it was refused or
+   * a step failed (see `error`; what it did is undone where it can be); `stopped`: a hook stopped
+   * it between steps, and what it did was undone.
+   */
+  status: "done" | "unchanged" | "failed" | "stopped";
+  /** The state before the first step, where it was read (a goal reads it; a step does not). */
+  initialState?: ProcessState;
+  /** The state after it (and its rollback), where known. */
+  state?: ProcessState;
+  /** The steps made, in order (rollback steps are in `rollback`). */
+  steps: StepRecord[];
+  /** Why it failed. */
+  error?: Error;
+  /** Why it was stopped. */
+  stopped?: StopReason;
+  /** Its rollback, where one was made; `ok` says whether the process is back where it was. */
+  rollback?: { ok: boolean; steps: StepRecord[]; error?: Error };
+  /** Whether a restore's room was checked. */
+  roomCheck?: RoomCheck;
+}
+
+/**
+ * Runs `action` on one process, whose turn the caller holds: a goal reads the state and follows
+ * the plan of the state table (core/states.ts); a step is one driver call. A step of a goal that
+ * fails is undone as the table's {@link rollbackWay} says, and so is a goal stopped between
+ * steps. Never rejects: the report says what happened.
+ */
+export async function runAction(
+  target: Target,
+  action: Action,
+  settings: ActionSettings,
+  hooks: ActionHooks = {},
+  readInitial = false,
+): Promise<ActionReport> {
+  const report: ActionReport = { status: "failed", steps: [] };
+  try {
+    let steps: readonly Step[];
+    if (isStep(action)) {
+      // One driver call, as asked; with `readInitial` (a group), the state first, so that a
+      // failure or an all-or-nothing rollback can bring the process back to it.
+      if (readInitial) report.initialState = await target.state();
+      steps = [action];
+    } else {
+      const from = await target.state();
+      report.initialState = from;
+      const p = plan(action, from);
+      if (p.kind === "refused") {
+        report.state = from;
+        throw new RefusedError({
+          code: "STATE",
+          operation: action,
+          pid: target.pid,
+          state: from,
+          reason: p.why,
+        });
+      }
+      if (p.kind === "unchanged") {
+        report.status = "unchanged";
+        report.state = from;
+        return report;
+      }
+      steps = p.steps;
+    }
+    // A driver without a function this plan (or its way back) needs is refused before the first
+    // step: a suspend never locks a process it could not checkpoint.
+    if (!isStep(action)) await target.capable([...steps, ...steps.map(undoOf)], action);
+    const done: Step[] = [];
+    for (const step of steps) {
+      const stop = done.length > 0 ? hooks.stopBefore?.() : undefined;
+      if (stop) {
+        report.status = "stopped";
+        report.stopped = stop;
+        await undo(target, report, done, undefined, hooks);
+        return report;
+      }
+      try {
+        await timed(target, step, settings, report, report.steps, false, hooks, action);
+      } catch (err) {
+        // A goal brings the process back from wherever the failure left it; a process that is
+        // gone, or a refusal that changed nothing, has nothing to undo.
+        if (report.initialState !== undefined && !isGone(err) && !(err instanceof RefusedError)) {
+          const detail = await undo(target, report, done, { step, err }, hooks);
+          if (!detail) throw err;
+          if (err instanceof CudaError) throw err.withDetail(detail);
+          throw new Error(`${messageOf(err)}. ${capitalize(detail)}`, { cause: err });
+        }
+        throw err;
+      }
+      done.push(step);
+    }
+    report.status = "done";
+    report.state = stepTo(steps[steps.length - 1]);
+  } catch (err) {
+    report.status = "failed";
+    report.error = err instanceof Error ? err : new Error(String(err));
+    // Where the failure left it, for a report that says states (a group's; a goal's has it).
+    if (readInitial) report.state ??= await target.state().catch(() => undefined);
+  }
+  return report;
+}
+
+/**
+ * Brings a process that an action took elsewhere back to the state it was in before
+ * (all-or-nothing, or an interrupt), recording it as the report's rollback.
+ */
+export async function returnTo(
+  target: Target,
+  report: ActionReport,
+  hooks: ActionHooks = {},
+): Promise<void> {
+  const done = report.steps.filter((s) => s.ok).map((s) => s.step);
+  await undo(target, report, done, undefined, hooks);
+}
+
+/** One step, timed and told to the hooks; its record goes into `record`. */
+async function timed(
+  target: Target,
+  step: Step,
+  settings: ActionSettings,
+  report: ActionReport,
+  record: StepRecord[],
+  rollback: boolean,
+  hooks: ActionHooks,
+  action: Action,
+): Promise<void> {
+  const clock = clockOf(target.driver);
+  const t0 = clock.now();
+  hooks.stepStarted?.(step, rollback);
+  let ok = false;
+  try {
+    switch (step) {
+      case "lock": {
+        const t = settings.lockTimeoutMs;
+        await target.lock(typeof t === "function" ? t() : t);
+        break;
+      }
+      case "checkpoint":
+        await target.checkpoint(settings.checkRoom);
+        break;
+      case "restore":
+        report.roomCheck = await target.restore(
+          rollback ? null : settings.pairs,
+          settings.checkRoom,
+          rollback || action === "restore" ? "restore" : action,
+        );
+        break;
+      case "unlock":
+        await target.unlock();
+        break;
+    }
+    ok = true;
+  } finally {
+    const r = { step, ms: clock.now() - t0, ok };
+    record.push(r);
+    hooks.stepEnded?.(r, rollback);
+  }
+}
+
+/**
+ * Brings the process back to its initial state after the steps `done` (and, where given, a step
+ * that failed), as the state table's {@link rollbackWay} says; records it as the report's
+ * rollback. Returns a sentence about where the process was left, for the failed step's error.
+ */
+async function undo(
+  target: Target,
+  report: ActionReport,
+  done: readonly Step[],
+  failure: { step: Step; err: unknown } | undefined,
+  hooks: ActionHooks,
+): Promise<string> {
+  const initial = report.initialState!;
+  if (done.length === 0 && failure === undefined) {
+    report.state = initial; // stopped before any step: it is as it was
+    return "";
+  }
+  const now = await target.state().catch(() => undefined);
+  const illegal = failure?.err instanceof CudaError &&
+    failure.err.code === CUDA_ERROR_ILLEGAL_STATE;
+  const way = rollbackWay({ initial, done, failed: failure?.step, illegal, now });
+  if (way === undefined) {
+    report.state = now;
+    return `the process is ${now}, which is final`;
+  }
+  if (way.length === 0) {
+    report.state = now;
+    // Nothing to undo; the state is said once (an illegal state's error says it already).
+    const said = failure?.err instanceof CudaError && failure.err.state === now;
+    return now === undefined || said ? "" : `the process is ${now}`;
+  }
+  const record: StepRecord[] = [];
+  // A rollback restore goes back where the process was, its room checked as any restore's.
+  const settings: ActionSettings = {
+    lockTimeoutMs: DEFAULT_LOCK_TIMEOUT_MS,
+    pairs: null,
+    checkRoom: true,
+  };
+  try {
+    for (const step of way) {
+      await timed(target, step, settings, report, record, true, hooks, "restore");
+    }
+    report.rollback = { ok: true, steps: record };
+    report.state = initial;
+    return `it was brought back to ${initial}`;
+  } catch (err) {
+    report.rollback = { ok: false, steps: record, error: err as Error };
+    report.state = await target.state().catch(() => undefined);
+    return `it could not be brought back to ${initial} (${messageOf(err)}); the process is ${
+      report.state ?? "of unknown state"
+    }`;
+  }
+}
+
+/**
+ * One process, while its turn is held: each step is one driver call, through the checks that
+ * come before it (capability, mapping, room) and the one choke point from its result to an error.
+ */
+export class Target {
+  /** The pid (or thread id) as given: what the driver is called with. */
+  readonly pid: number;
+  /** The process it belongs to. */
+  readonly identity: ProcessIdentity;
+  /** Whether the process is the program making the calls (it checkpoints itself). */
+  readonly self: boolean;
+  readonly #session: Session;
+
+  /** A target in `session`. */
+  constructor(pid: number, identity: ProcessIdentity, session: Session, self: boolean) {
+    this.pid = pid;
+    this.identity = identity;
+    this.#session = session;
+    this.self = self;
+  }
+
+  /** The driver. */
+  get driver(): CheckpointDriver {
+    return this.#session.driver;
+  }
+
+  /** The host's GPU memory report (`host`, else the session's); `undefined` where unknown. */
+  memoryReport(host?: HostProcesses): Promise<GpuMemoryReport | undefined> {
+    return this.#session.room.report(host);
+  }
+
+  /** What a program of this package recorded the process held at its checkpoint, if it did. */
+  heldRecord(): Promise<HeldRecord | undefined> {
+    return this.#session.room.record(this.identity);
+  }
+
+  /** Refuses (`UNSUPPORTED`) where the driver lacks the function of one of `steps`. */
+  async capable(steps: readonly Step[], shown: string): Promise<void> {
+    for (const step of new Set(steps)) {
+      await checkCapability(this.driver, step, this.pid, 0, shown);
+    }
+  }
+
+  /** `getState`, by name. */
+  async state(): Promise<ProcessState> {
+    const driver = this.driver;
     await checkCapability(driver, "getState", this.pid);
     const { code, value } = await driver.getState(this.pid);
-    if (code !== CUDA_SUCCESS) throw await this.#failure(driver, "getState", code);
+    if (code !== CUDA_SUCCESS) throw await this.#failure("getState", code);
     const name = stateName(value);
     if (name === undefined) {
-      const known = PROCESS_STATE_NAMES.map((n, i) => `${i} ${n}`).join(", ");
       throw new RangeError(
-        `getState of process ${this.pid} returned process state ${value}, which this version of @ckpt/cuda does not know (known: ${known}); a newer driver may have added it`,
+        `getState of process ${this.pid} gave state ${value}, which this version of @ckpt/cuda ` +
+          `does not know (a newer driver's)`,
       );
     }
     return name;
   }
 
-  async #lock(driver: CheckpointDriver, timeoutMs: number): Promise<void> {
+  /** `lock` with this timeout. */
+  async lock(timeoutMs: number): Promise<void> {
+    const driver = this.driver;
     await checkCapability(driver, "lock", this.pid);
     // Locking this very process: the room check's NVML reads stop until it runs again.
-    const self = isOwnPid(this.pid);
-    if (self) await beforeSelfLock();
+    const self = this.self;
+    if (self) await this.#session.room.beforeSelfLock();
     const code = await driver.lock(this.pid, { timeoutMs });
     if (code !== CUDA_SUCCESS) {
-      if (self) selfRunning();
-      throw await this.#failure(driver, "lock", code);
+      if (self) this.#session.room.selfRunning();
+      throw await this.#failure("lock", code);
     }
     // Locked from running: what it held when last checkpointed is no longer what it holds.
-    forgetHeld(driver, this.pid);
+    await this.#session.room.forget(this.identity);
   }
 
-  async #step(driver: CheckpointDriver, operation: "checkpoint" | "unlock"): Promise<void> {
-    await checkCapability(driver, operation, this.pid);
-    // What a checkpoint takes off the GPU is what its restore will need there (core/room.ts).
-    const held = operation === "checkpoint" ? await heldNow(driver, this.pid) : undefined;
-    const code = await driver[operation](this.pid);
-    if (code !== CUDA_SUCCESS) throw await this.#failure(driver, operation, code);
-    if (held) rememberHeld(driver, this.pid, held);
-    if (operation === "unlock" && isOwnPid(this.pid)) selfRunning();
-  }
-
-  /** Checks that the driver can take the mapping and that it can work; throws before any call. */
-  async #checkRestore(driver: CheckpointDriver, pairs: GpuPair[] | null): Promise<void> {
-    await checkCapability(driver, "restore", this.pid, pairs?.length ?? 0);
-    if (pairs) await checkMapping(driver, this.pid, pairs);
+  /** `checkpoint`; with `checkRoom`, what it held is read first and recorded after. */
+  async checkpoint(checkRoom: boolean): Promise<void> {
+    const driver = this.driver;
+    await checkCapability(driver, "checkpoint", this.pid);
+    const room = this.#session.room;
+    const held = checkRoom ? await room.heldNow(this.identity, this.self) : undefined;
+    const code = await driver.checkpoint(this.pid);
+    if (code !== CUDA_SUCCESS) throw await this.#failure("checkpoint", code);
+    if (held) await room.recorded(this.identity, held);
   }
 
   /**
-   * The restore call itself, the room for it checked and claimed first (unless `checkRoom` is
-   * false); {@link CudaProcess.#checkRestore} has been made.
+   * `restore`, with GPU pairs (checked first) or without, its room checked and claimed first
+   * unless `checkRoom` is false. `shown` is the operation errors name (`resume` for its restore).
    */
-  async #restoreCall(
-    driver: CheckpointDriver,
+  async restore(
     pairs: GpuPair[] | null,
     checkRoom: boolean,
-  ): Promise<void> {
-    let release = () => {};
-    if (checkRoom) {
-      try {
-        release = await reserveRoom(driver, this.pid, pairs);
-      } catch (err) {
-        if (!(err instanceof GpuRoomError)) throw err;
-        // What it held is remembered from its checkpoint: refuse only while it is checkpointed
-        // still; else the record is old, and the driver's own answer says what is wrong.
-        if (await this.#checkpointedNow(driver)) throw err;
-        forgetHeld(driver, this.pid);
-      }
-    }
+    shown: string,
+  ): Promise<RoomCheck> {
+    const driver = this.driver;
+    await checkCapability(driver, "restore", this.pid, pairs?.length ?? 0, shown);
+    if (pairs) await checkMapping(driver, shown, this.pid, pairs);
+    const reservation = checkRoom
+      ? await this.#session.room.reserve(
+        this.identity,
+        pairs,
+        { operation: shown, pid: this.pid, self: this.self },
+        () => this.#checkpointedNow(),
+      )
+      : undefined;
     let code: number;
     try {
       code = await driver.restore(this.pid, pairs === null ? null : { gpuPairs: pairs });
-    } finally {
-      release();
+    } catch (err) {
+      await reservation?.done(false);
+      throw err;
     }
-    if (code === CUDA_SUCCESS) {
-      forgetHeld(driver, this.pid);
-      return;
-    }
+    await reservation?.done(code === CUDA_SUCCESS);
+    if (code === CUDA_SUCCESS) return reservation?.check ?? "skipped";
     const detail = code === CUDA_ERROR_INVALID_VALUE && pairs !== null && pairs.length > 0
       ? await explainRejectedMapping(driver, pairs)
       : code === CUDA_ERROR_OUT_OF_MEMORY
       ? RAN_OUT
       : undefined;
-    throw await this.#failure(driver, "restore", code, detail);
+    throw await this.#failure("restore", code, detail);
   }
 
-  async #restore(
-    driver: CheckpointDriver,
-    pairs: GpuPair[] | null,
-    checkRoom: boolean,
-  ): Promise<void> {
-    await this.#checkRestore(driver, pairs);
-    await this.#restoreCall(driver, pairs, checkRoom);
-  }
-
-  async #suspend(driver: CheckpointDriver, timeoutMs: number): Promise<void> {
-    await checkCapability(driver, "checkpoint", this.pid);
+  /** `unlock`. */
+  async unlock(): Promise<void> {
+    const driver = this.driver;
     await checkCapability(driver, "unlock", this.pid);
-    for (const step of ["lock", "checkpoint"] as const) {
-      try {
-        if (step === "lock") await this.#lock(driver, timeoutMs);
-        else await this.#step(driver, "checkpoint");
-      } catch (err) {
-        // No process (it exited) or no CUDA in it: nothing is left to undo, and the error says
-        // so. A missing capability reached no process.
-        if (isGone(err) || err instanceof CheckpointUnsupportedError) throw err;
-        throw restate(err, await this.#afterFailedSuspend(driver, step, err));
-      }
-    }
+    const code = await driver.unlock(this.pid);
+    if (code !== CUDA_SUCCESS) throw await this.#failure("unlock", code);
+    if (this.self) this.#session.room.selfRunning();
+  }
+
+  /** Whether the driver says, now, that the process is there and may be restored; never rejects. */
+  async #checkpointedNow(): Promise<boolean> {
+    const now = await this.state().catch(() => undefined);
+    return now !== undefined && stepAllowed("restore", now);
   }
 
   /**
-   * Brings a process whose lock or checkpoint failed inside suspend back to running, from the
-   * state the failure left it in, where the driver allows it; says what was done and where the
-   * process is.
+   * The error for a failed call, through the one choke point: with the state for an illegal
+   * state, and a sentence where the code alone would mislead.
    */
-  async #afterFailedSuspend(
-    driver: CheckpointDriver,
-    step: "lock" | "checkpoint",
-    err: unknown,
-  ): Promise<string> {
-    const state = await this.#getState(driver).catch(() => undefined);
-    // An illegal state means the call changed nothing: the error names the state, and a process
-    // another program moved (a lock refused, a checkpoint of a process no longer locked) is not
-    // ours to move back. A checkpoint refused while the process is still locked leaves our lock.
-    if (
-      err instanceof CudaError && err.code === CUDA_ERROR_ILLEGAL_STATE &&
-      (step === "lock" || state !== "locked")
-    ) {
-      return "";
-    }
-    if (state === undefined && step === "lock") {
-      return `nothing was checkpointed; ${await this.#stateSentence(driver)}`;
-    }
-    // Not known (the state could not be read) after our lock: the lock is ours to undo.
-    const back = state === undefined ? ["unlock" as const] : wayBetween(state, "running");
-    if (back === undefined) {
-      return `the failed ${step} left the process in the failed state: ${FAILED_IS_FINAL}`;
-    }
-    if (back.length === 0) {
-      return step === "lock"
-        ? "nothing was checkpointed: the process is running"
-        : "the failed checkpoint left the process running";
-    }
-    try {
-      for (const s of back) {
-        if (s === "restore") await this.#restore(driver, null, true);
-        else await this.#step(driver, "unlock");
-      }
-    } catch (undoErr) {
-      return `suspend could not bring it back to running (${messageOf(undoErr)}); ${await this
-        .#stateSentence(driver)}`;
-    }
-    return back.length === 1
-      ? "suspend unlocked the process again: it was left running"
-      : "suspend restored and unlocked the process again: it was left running";
-  }
-
-  async #resume(
-    driver: CheckpointDriver,
-    pairs: GpuPair[] | null,
-    checkRoom: boolean,
-  ): Promise<void> {
-    await this.#checkRestore(driver, pairs);
-    await checkCapability(driver, "unlock", this.pid);
-    try {
-      await this.#restoreCall(driver, pairs, checkRoom);
-    } catch (err) {
-      throw restate(err, await this.#afterFailedRestore(driver, err));
-    }
-    try {
-      await this.#step(driver, "unlock");
-    } catch (err) {
-      const state = await this.#describeState(driver);
-      throw restate(
-        err,
-        state === "locked"
-          ? "resume restored the process but could not unlock it: it is locked; call unlock() to let it run"
-          : `resume restored the process but could not unlock it; the process is ${state}`,
-      );
-    }
-  }
-
-  /** What a failed restore inside resume left behind, as a sentence. */
-  async #afterFailedRestore(driver: CheckpointDriver, err: unknown): Promise<string> {
-    // The restore's own code already says there is no process, or no CUDA in it, or that the
-    // driver refuses it; a GpuRoomError says that nothing was asked.
-    if (isGone(err) || err instanceof GpuRoomError) return "";
-    const state = err instanceof CudaError && err.state !== undefined
-      ? err.state
-      : await this.#describeState(driver);
-    // An illegal state means the restore changed nothing; anything else was the restore's doing.
-    const illegal = err instanceof CudaError && err.code === CUDA_ERROR_ILLEGAL_STATE;
-    switch (state) {
-      case "checkpointed":
-        // The restore's error says what running out of memory left (RAN_OUT).
-        return err instanceof CudaError && err.code === CUDA_ERROR_OUT_OF_MEMORY
-          ? ""
-          : "resume left the process checkpointed, its GPU memory still held in host memory; " +
-            "resume can be tried again, onto other GPUs with gpuMapping if these cannot take it";
-      case "running":
-        return illegal
-          ? "nothing was restored: it was not checkpointed"
-          : "the failed restore left the process running";
-      case "locked":
-        return illegal
-          ? "nothing was restored: it is locked, not checkpointed; call unlock() to let it run"
-          : "the failed restore left the process locked; call unlock() to let it run";
-      case "failed":
-        return `the failed restore left the process in the failed state: ${FAILED_IS_FINAL}`;
-      default:
-        return `the process is ${state}`;
-    }
-  }
-
-  /** "the process is running", or what else is known of its state, for a message. */
-  async #stateSentence(driver: CheckpointDriver): Promise<string> {
-    const state = await this.#describeState(driver);
-    return state === "failed"
-      ? `the process is in the failed state: ${FAILED_IS_FINAL}`
-      : `the process is ${state}`;
-  }
-
-  /** Whether the driver says, now, that the process is there and checkpointed; never rejects. */
-  async #checkpointedNow(driver: CheckpointDriver): Promise<boolean> {
-    const now = await driver.getState(this.pid).catch(() => undefined);
-    return now?.code === CUDA_SUCCESS && now.value === CU_PROCESS_STATE_CHECKPOINTED;
-  }
-
-  /** The process's state for a message: its name, or why it cannot be read. */
-  async #describeState(driver: CheckpointDriver): Promise<string> {
-    try {
-      return await this.#getState(driver);
-    } catch (err) {
-      if (err instanceof CudaError && err.code === CUDA_ERROR_OPERATING_SYSTEM) {
-        return "gone (no process has this pid any more)";
-      }
-      if (err instanceof CudaError && err.code === CUDA_ERROR_NOT_INITIALIZED) {
-        return "not a CUDA process";
-      }
-      return `of unknown state (getState failed: ${messageOf(err)})`;
-    }
-  }
-
-  /** The error for a failed call: the state for an illegal state, and why it may have happened. */
-  async #failure(
-    driver: CheckpointDriver,
-    operation: DriverOperation,
-    code: number,
-    detail?: string,
-  ): Promise<CudaError> {
+  async #failure(operation: Step | "getState", code: number, detail?: string): Promise<CudaError> {
     let state: ProcessState | undefined;
     if (code === CUDA_ERROR_ILLEGAL_STATE && operation !== "getState") {
-      const described = await this.#describeState(driver);
-      state = (PROCESS_STATE_NAMES as readonly string[]).includes(described)
-        ? described as ProcessState
-        : undefined;
-      // Refused as illegal in a state the operation accepts: something else changed it meanwhile.
-      if (state !== undefined && ACCEPTS[operation] === state) {
-        detail = "another program, or a handle on another thread id of this process, changed its " +
-          "state while this call was made";
+      state = await this.state().catch(() => undefined);
+      // Refused as illegal in a state the step accepts: something else changed it meanwhile.
+      if (state !== undefined && stepAllowed(operation, state)) {
+        detail = "another program (or another thread id of this process) changed its state " +
+          "meanwhile";
       }
-      if (state === "failed") detail = FAILED_IS_FINAL;
+      if (state !== undefined && isFinal(state)) detail = "the failed state is final";
     }
     // A restore refused although the process is there and checkpointed: what driver 580 does
     // after a restore of it ran out of GPU memory.
     if (
       code === CUDA_ERROR_OPERATING_SYSTEM && operation === "restore" && !detail &&
-      await this.#checkpointedNow(driver)
+      await this.#checkpointedNow()
     ) {
       detail = REFUSED;
     }
-    return errorFor(driver, code, { operation, pid: this.pid, state, detail })!;
+    return driverError(this.driver, code, { operation, pid: this.pid, state, detail })!;
   }
 }
 
@@ -791,82 +925,14 @@ export function isGone(err: unknown): boolean {
     (err.code === CUDA_ERROR_OPERATING_SYSTEM || err.code === CUDA_ERROR_NOT_INITIALIZED);
 }
 
-/** The lock timeout an options object asks for; throws a TypeError or RangeError naming it. */
-function timeoutOf(options: LockOptions): number {
-  checkOptionsObject(options, "{ timeoutMs: 10000 }");
-  return options.timeoutMs === undefined
-    ? DEFAULT_LOCK_TIMEOUT_MS
-    : checkTimeoutMs(options.timeoutMs);
-}
-
-/** The GPU pairs a restore's options ask for (`null` for none), and whether to check the room. */
-function restoreInputsOf(
-  options: RestoreOptions,
-): { pairs: GpuPair[] | null; checkRoom: boolean } {
-  checkOptionsObject(options, '{ gpuMapping: { "GPU-...": "GPU-..." } }');
-  const pairs = options.gpuMapping === undefined ? null : checkGpuMapping(options.gpuMapping);
-  if (options.checkRoom !== undefined && typeof options.checkRoom !== "boolean") {
-    throw new TypeError(
-      `checkRoom must be true or false, got ${describeValue(options.checkRoom)}`,
-    );
-  }
-  return { pairs, checkRoom: options.checkRoom ?? true };
-}
-
 /** What a restore that ran out of GPU memory inside the driver leaves, for messages. */
-const RAN_OUT = "the driver ran out of GPU memory restoring the process. It still reports the " +
-  "process checkpointed, but driver 580 then refuses every later restore of it, onto any GPU and " +
-  "even once memory is free (CUDA_ERROR_OPERATING_SYSTEM): its GPU state cannot be brought back, " +
-  "so end it and start it again from a saved state. The room is checked before the driver is " +
-  "asked only for a process this package checkpointed (with checkRoom left on)";
+const RAN_OUT = "on driver 580 the process cannot be restored after this, even once memory is " +
+  "free (docs/ERRORS.md#out-of-memory)";
 
 /** Why a restore of a checkpointed process may be refused with OPERATING_SYSTEM, for messages. */
-const REFUSED = "The process is there and checkpointed, yet the driver refuses to restore it: " +
-  "driver 580 does this to every restore after one ran out of GPU memory (onto any GPU, even once " +
-  "memory is free), so its GPU state cannot be brought back; end it and start it again from a " +
-  "saved state";
-
-/** What the failed state means, for messages. */
-const FAILED_IS_FINAL = "a checkpoint or restore failed in it, and the failed state is final; " +
-  "no operation can recover the process (restart it)";
-
-/** The state each state-changing operation starts from. */
-const ACCEPTS: Partial<Record<Operation, ProcessState>> = {
-  lock: "running",
-  checkpoint: "locked",
-  restore: "checkpointed",
-  unlock: "locked",
-};
-
-/** The process state numbers, for callers that work with the raw driver. */
-export const ProcessStates: Readonly<Record<ProcessState, number>> = {
-  running: CU_PROCESS_STATE_RUNNING,
-  locked: CU_PROCESS_STATE_LOCKED,
-  checkpointed: CU_PROCESS_STATE_CHECKPOINTED,
-  failed: CU_PROCESS_STATE_FAILED,
-};
-
-/**
- * The error again, with a sentence saying what was done about it and what the process is now;
- * the error itself when there is nothing to add.
- */
-function restate(err: unknown, detail: string): Error {
-  if (!detail) return err instanceof Error ? err : new Error(String(err));
-  if (!(err instanceof CudaError)) {
-    return new Error(`${messageOf(err)}. ${capitalize(detail)}`, { cause: err });
-  }
-  return new CudaError({
-    code: err.code,
-    // An unknown code's placeholder name is not a name the driver gave.
-    codeName: err.codeName.startsWith("CUresult ") ? undefined : err.codeName,
-    description: err.description || undefined,
-    operation: err.operation,
-    pid: err.pid,
-    state: err.state,
-    detail: err.detail ? `${err.detail}. ${capitalize(detail)}` : detail,
-    cause: err,
-  });
-}
+const REFUSED =
+  "the process is checkpointed, yet the driver refuses to restore it, as driver 580 " +
+  "does after a restore of it ran out of memory (docs/ERRORS.md#out-of-memory)";
 
 function messageOf(err: unknown): string {
   return err instanceof Error ? err.message : String(err);

@@ -3,23 +3,31 @@
  *
  * On driver 580 a restore that runs out of GPU memory is not the end of one call: the driver keeps
  * reporting the process checkpointed, but refuses every later restore of it, in place or onto
- * another GPU, even once memory is free (`CUDA_ERROR_OPERATING_SYSTEM`, measured on two H200s,
- * tests/gpu/reports/oom-probe-2xh200.txt). The process's GPU state is then lost. So this package
- * remembers the GPU memory a process held when it checkpointed it (from the host: NVML on Linux),
- * and before a restore compares it with the free memory of the GPUs it would go to, less what
- * other restores under way through this package are about to take there. Too little, and the
- * restore is refused with a {@link GpuRoomError} without a driver call: the process stays
- * checkpointed, and can be resumed once there is room.
+ * another GPU, even once memory is free (docs/DRIVER.md#a-restore-that-runs-out-of-gpu-memory).
+ * The process's GPU state is lost. So before a checkpoint this package reads the GPU memory the
+ * process holds (NVML on Linux) and records it in the host's records, which every program of this
+ * package on the machine shares; before a restore it compares that with the free memory of the
+ * GPUs it would go to, less what other restores under way claim there (theirs are in the records
+ * too). Too little, and the restore is refused with a {@link GpuRoomError} without a driver call:
+ * the process stays checkpointed, and can be resumed once there is room.
  *
- * Nothing is checked where nothing is known: a process this package did not checkpoint (another
- * program, an earlier run of the command line), a host that cannot tell GPU memory, or this very
- * process (NVML waits in a program that has checkpointed itself).
+ * A {@link RoomGuard} belongs to one session (one driver in use); nothing here is module state.
+ *
+ * @module
  */
 
-import type { CheckpointDriver, GpuPair } from "./driver.ts";
-import { CudaError } from "./errors.ts";
-import { askGpuMemory, chooseHost, type GpuMemoryReport, type HostProcesses } from "./listing.ts";
-import { CUDA_ERROR_OUT_OF_MEMORY } from "./codes.ts";
+import type { GpuPair } from "./driver.ts";
+import { RefusedError } from "./errors.ts";
+import {
+  type GpuMemoryReport,
+  type HeldRecord,
+  type HeldRecords,
+  type HostProcesses,
+  MemoryHeldRecords,
+  type ProcessIdentity,
+  sameProcess,
+} from "./host.ts";
+import { stepFrom } from "./states.ts";
 import { formatGpuUuid } from "./uuid.ts";
 
 /** Where a restore would not fit: what {@link GpuRoomError} carries. */
@@ -30,17 +38,16 @@ export interface RoomShortage {
   readonly neededMiB: number;
   /** The GPU's free memory when checked, MiB. */
   readonly freeMiB: number;
-  /** GPU memory that other restores under way through this package are about to take there, MiB. */
-  readonly pendingMiB: number;
+  /** GPU memory that other restores under way are about to take there, MiB. */
+  readonly claimedMiB: number;
 }
 
 /**
  * A restore refused before the driver was asked: the GPUs it would go to have less free memory
- * than the process held when it was checkpointed. Its `code` is `CUDA_ERROR_OUT_OF_MEMORY`, as the
- * driver's own would be, but nothing happened to the process: it is still checkpointed and can be
- * resumed once there is room (free GPU memory there, or restore onto other GPUs with
- * `gpuMapping`). A restore the driver itself runs out of memory in leaves the process unrestorable
- * on driver 580, hence the check; `checkRoom: false` skips it.
+ * than the process held when it was checkpointed. A {@link RefusedError} with code `"NO_ROOM"`:
+ * nothing happened to the process; it is still checkpointed and can be resumed once there is room,
+ * or onto other GPUs with `gpuMapping`. (A restore the driver itself runs out of memory in leaves
+ * the process unrestorable on driver 580: docs/ERRORS.md.)
  *
  * @example
  * ```ts
@@ -60,28 +67,25 @@ export interface RoomShortage {
  * await proc.resume(); // it fits now
  * ```
  */
-export class GpuRoomError extends CudaError {
+export class GpuRoomError extends RefusedError {
   /** The GPU without room, what was needed there and what was free. */
   readonly shortage: RoomShortage;
 
-  /** Makes the error for `pid`'s restore. */
-  constructor(init: { operation: "restore"; pid: number; shortage: RoomShortage }) {
+  /** Makes the error for a restore (or a resume or toggle) of `pid`. */
+  constructor(init: { operation: string; pid: number; shortage: RoomShortage }) {
     const s = init.shortage;
-    const pending = s.pendingMiB > 0
-      ? `, ${mib(s.pendingMiB)} of it about to be taken by other restores under way`
+    const claimed = s.claimedMiB > 0
+      ? `, ${mib(s.claimedMiB)} of it claimed by other restores`
       : "";
     super({
-      code: CUDA_ERROR_OUT_OF_MEMORY,
+      code: "NO_ROOM",
       operation: init.operation,
       pid: init.pid,
-      description: "not enough free GPU memory, found before asking the driver",
-      state: "checkpointed",
-      detail: `it held ${mib(s.neededMiB)} for ${s.gpu} when it was checkpointed, and that GPU ` +
-        `has ${mib(s.freeMiB)} free${pending}. Nothing was asked of the driver, and the ` +
-        `process can be resumed once there is room: free GPU memory there, or resume onto other ` +
-        `GPUs with gpuMapping. (A restore that runs out of GPU memory inside the driver leaves ` +
-        `the process unrestorable on driver 580, so the room is checked first; checkRoom: false ` +
-        `skips the check)`,
+      state: stepFrom("restore"),
+      reason: `it needs ${mib(s.neededMiB)} on ${s.gpu}, which has ${
+        mib(s.freeMiB)
+      } free${claimed}`,
+      detail: "nothing was asked of the driver: the process is still checkpointed",
     });
     this.name = "GpuRoomError";
     this.shortage = s;
@@ -92,261 +96,235 @@ function mib(n: number): string {
   return `${Math.round(n)} MiB`;
 }
 
-/** What each process held when this package checkpointed it, by driver and pid: MiB by GPU UUID. */
-const held = new WeakMap<CheckpointDriver, Map<number, Readonly<Record<string, number>>>>();
-
 /**
- * A restore's claim on GPU memory: from its check until the host's reports show what it took.
- * `doneAfter` is the number of the last report started before the restore returned: a report
- * numbered above it started after, and sees the memory itself.
+ * Whether a restore's room was checked: `"checked"` (it fits), `"skipped"` (`checkRoom: false`),
+ * or why it could not be checked (`{ unknown }`): no record of what the process held (another
+ * tool checkpointed it), no GPU memory readings (no NVML), or this very process.
  */
-interface Claim {
-  readonly need: ReadonlyMap<string, number>;
-  doneAfter?: number;
+export type RoomCheck = "checked" | "skipped" | { readonly unknown: string };
+
+/** What a {@link RoomGuard} needs of its session. */
+export interface RoomSession {
+  /** The host (the driver's own, or the machine's); `undefined` where there is none. */
+  host(): Promise<HostProcesses | undefined>;
+  /** Lets go of the machine's host (and NVML in it) until it is asked for again. */
+  releaseHost(): Promise<void>;
+  /** This program, as the host identifies it: the owner of its claims. */
+  self(): Promise<ProcessIdentity | undefined>;
+  /** The clock, for record times: ms since the epoch. */
+  now(): number;
 }
 
-/** What each driver's restores under way (or just done) claim. */
-const claims = new WeakMap<CheckpointDriver, Set<Claim>>();
-
-/** A report of the host's GPU memory, numbered in the order the reports were started. */
-interface NumberedReport {
-  readonly report: Extract<GpuMemoryReport, { byPid: unknown }> | undefined;
-  readonly number: number;
-}
-
-/** The report under way, per driver: asks made meanwhile share it. */
-const reading = new WeakMap<CheckpointDriver, Promise<NumberedReport>>();
-const started = new WeakMap<CheckpointDriver, number>();
-
-/** The GPU memory `pid` held when this package checkpointed it, where known. */
-export function heldWhenCheckpointed(
-  driver: CheckpointDriver,
-  pid: number,
-): Readonly<Record<string, number>> | undefined {
-  return held.get(driver)?.get(pid);
-}
-
-/** Forgets what `pid` held (it was restored, or is gone). */
-export function forgetHeld(driver: CheckpointDriver, pid: number): void {
-  held.get(driver)?.delete(pid);
+/** A restore's claim, until it has returned. */
+export interface Reservation {
+  /** Whether the room was checked, and if not, why. */
+  readonly check: RoomCheck;
+  /** The restore has returned: `ok` removes the process's record, else its claim only. */
+  done(ok: boolean): Promise<void>;
 }
 
 /**
- * The machine's host (`/proc` and NVML), opened for the first ask and kept while asks come: let go
- * of once none has come for {@link KEEP_HOST_MS}, so that a run of suspends and resumes loads NVML
- * once. Its timer does not keep a program alive.
+ * The room check of one session: reads what a process holds before its checkpoint, records it,
+ * and checks and claims the room for its restore. See the module documentation.
  */
-let kept: Promise<HostProcesses> | undefined;
-let keptClose: (() => Promise<void>) | undefined;
-let keptUsers = 0;
-let keptTimer: ReturnType<typeof setTimeout> | undefined;
-const KEEP_HOST_MS = 5000;
+export class RoomGuard {
+  readonly #session: RoomSession;
+  /** Records for a host that keeps none: this session's own. */
+  readonly #ownRecords = new MemoryHeldRecords();
+  /** Whether this package may be holding the calling process locked or checkpointed. */
+  #selfHeld = false;
+  /** Reads of the host under way: a lock of the calling process waits for them. */
+  readonly #reads = new Set<Promise<unknown>>();
 
-/** Runs `ask` with the driver's own host (the simulator's), else the machine's, kept a while. */
-async function withHost<T>(
-  driver: CheckpointDriver,
-  ask: (host: HostProcesses) => Promise<T>,
-): Promise<T> {
-  const own = driver.hostProcesses?.();
-  if (own) return await ask(own);
-  if (keptTimer !== undefined) clearTimeout(keptTimer);
-  keptTimer = undefined;
-  keptUsers++;
-  const opening = kept ??= chooseHost({}, driver).then(({ host, opened }) => {
-    keptClose = async () => await opened?.close?.();
-    return host;
-  });
-  try {
-    return await ask(await opening);
-  } catch (err) {
-    if (kept === opening) kept = undefined;
-    throw err;
-  } finally {
-    keptUsers--;
-    if (keptUsers === 0 && kept === opening) {
-      keptTimer = setTimeout(letGoOfHost, KEEP_HOST_MS);
-      unrefTimer(keptTimer);
-    }
+  /** A guard for one session. */
+  constructor(session: RoomSession) {
+    this.#session = session;
   }
-}
 
-function letGoOfHost(): Promise<void> {
-  if (keptTimer !== undefined) clearTimeout(keptTimer);
-  keptTimer = undefined;
-  const close = keptClose;
-  kept = undefined;
-  keptClose = undefined;
-  return Promise.resolve(close?.()).catch(() => {});
-}
+  /**
+   * What `process` holds now, MiB by GPU UUID, for {@link RoomGuard.recorded} once its checkpoint
+   * succeeds; `undefined` where the host cannot tell, where it holds none, for this very process
+   * (NVML waits in a process that has checkpointed itself), and while this process is held.
+   */
+  async heldNow(
+    process: ProcessIdentity,
+    self: boolean,
+  ): Promise<Readonly<Record<string, number>> | undefined> {
+    if (self) return undefined;
+    const report = await this.#memory();
+    if (!report || !("byPid" in report)) return undefined;
+    const memory = report.byPid.get(process.pid);
+    if (memory === undefined || memory === "unknown") return undefined;
+    return Object.values(memory).some((m) => m > 0) ? memory : undefined;
+  }
 
-/**
- * Whether this package may be holding the calling process locked or checkpointed: from just
- * before a lock of its own pid until an unlock of it succeeds (or the lock fails). NVML called in
- * a process that is checkpointed waits for that process's restore, which the program would make
- * only after the call returned; so no read starts meanwhile, and nothing is checked.
- */
-let selfHeld = false;
-/** Reads under way, of every driver: a lock of the calling process waits for them. */
-const underWay = new Set<Promise<unknown>>();
+  /** Records what `process` held, after its checkpoint succeeded. Never rejects. */
+  async recorded(
+    process: ProcessIdentity,
+    heldMiB: Readonly<Record<string, number>>,
+  ): Promise<void> {
+    const records = await this.#records();
+    await records.put({ process, heldMiB, at: this.#session.now() }).catch(() => {});
+  }
 
-/**
- * Before this package locks the calling process: no read starts from now on, the reads under way
- * end first, and the machine's host lets go of NVML (nothing of it stays initialised in a process
- * that is about to be checkpointed).
- */
-export async function beforeSelfLock(): Promise<void> {
-  selfHeld = true;
-  await Promise.allSettled([...underWay]);
-  if (keptUsers === 0) await letGoOfHost();
-}
+  /** What `process` held when last checkpointed by a program of this package, where recorded. */
+  async record(process: ProcessIdentity): Promise<HeldRecord | undefined> {
+    const records = await this.#records();
+    return await records.get(process).catch(() => undefined);
+  }
 
-/** The calling process runs again (its unlock succeeded, or its lock failed): reads may start. */
-export function selfRunning(): void {
-  selfHeld = false;
-}
+  /** Forgets the record of `process` (it was locked from running, or restored). Never rejects. */
+  async forget(process: ProcessIdentity): Promise<void> {
+    const records = await this.#records();
+    await records.remove(process).catch(() => {});
+  }
 
-/** Lets a timer not keep the program alive: Node's and Bun's `unref`, Deno's `unrefTimer`. */
-function unrefTimer(timer: ReturnType<typeof setTimeout>): void {
-  const t = timer as unknown as { unref?: () => void };
-  if (typeof t.unref === "function") return t.unref();
-  const deno = (globalThis as { Deno?: { unrefTimer?: (id: number) => void } }).Deno;
-  if (typeof timer === "number") deno?.unrefTimer?.(timer);
-}
-
-/**
- * The host's GPU memory report (one NVML session on Linux), shared by the asks made while it is
- * read; its report is `undefined` where there is none (no host, no NVML); never rejects.
- */
-function memoryReport(driver: CheckpointDriver): Promise<NumberedReport> {
-  if (selfHeld) return Promise.resolve({ report: undefined, number: started.get(driver) ?? 0 });
-  let under = reading.get(driver);
-  if (!under) {
-    const number = (started.get(driver) ?? 0) + 1;
-    started.set(driver, number);
-    under = (async () => {
-      try {
-        const r = await withHost(driver, (host) => askGpuMemory(host, true));
-        return { report: "byPid" in r ? r : undefined, number };
-      } catch {
-        return { report: undefined, number };
-      } finally {
-        reading.delete(driver);
+  /**
+   * Checks that a restore of `process` (onto the GPUs `pairs` name, or where it was) fits in the
+   * GPUs' free memory less what other restores under way claim, and claims the room until
+   * {@link Reservation.done}. Throws a {@link GpuRoomError} where it does not fit, unless
+   * `stillCheckpointed` says the process is no longer checkpointed (then the record was old: it
+   * is forgotten, and the driver's own answer will say what is wrong).
+   */
+  async reserve(
+    process: ProcessIdentity,
+    pairs: readonly GpuPair[] | null,
+    where: { operation: string; pid: number; self: boolean },
+    stillCheckpointed: () => Promise<boolean>,
+  ): Promise<Reservation> {
+    const none = (why: string): Reservation => ({
+      check: { unknown: why },
+      done: async (ok) => {
+        if (ok) await this.forget(process);
+      },
+    });
+    if (where.self) {
+      return none("a process's restore of itself is not checked: NVML would wait for it");
+    }
+    if (this.#selfHeld) {
+      return none("this process is checkpointed or locked itself, and NVML would wait for it");
+    }
+    const records = await this.#records();
+    const record = await records.get(process).catch(() => undefined);
+    if (!record) {
+      return none(
+        `no record of the GPU memory it held (kept in ${records.where}): another program ` +
+          `checkpointed it, or it was checkpointed without the record`,
+      );
+    }
+    // Where each GPU's memory goes: the mapping's new GPU, else the same one.
+    const to = new Map<string, string>();
+    for (const p of pairs ?? []) to.set(formatGpuUuid(p.oldUuid), formatGpuUuid(p.newUuid));
+    const need: Record<string, number> = {};
+    for (const [gpu, mib] of Object.entries(record.heldMiB)) {
+      const target = to.get(gpu) ?? gpu;
+      need[target] = (need[target] ?? 0) + mib;
+    }
+    // Claim first, then read: two restores that check at once each see the other's claim.
+    const by = await this.#session.self() ?? { pid: 0 };
+    await records.put({ ...record, claim: { needMiB: need, by, since: this.#session.now() } })
+      .catch(() => {});
+    const unclaim = async () => {
+      const now = await records.get(process).catch(() => undefined);
+      if (now?.claim && sameProcess(now.claim.by, by)) {
+        const { claim: _, ...rest } = now;
+        await records.put(rest).catch(() => {});
       }
-    })();
-    reading.set(driver, under);
-    const tracked = under;
-    underWay.add(tracked);
-    void tracked.finally(() => underWay.delete(tracked));
-  }
-  return under;
-}
-
-/**
- * The GPU memory report to use now: from `host` where the caller names one, else the driver's own
- * host or the machine's (shared, kept); `undefined` where the host cannot tell, and while this
- * package holds the calling process (NVML would wait there). Never rejects.
- */
-export async function gpuMemoryNow(
-  driver: CheckpointDriver,
-  host?: HostProcesses,
-): Promise<NumberedReport["report"]> {
-  if (!host) return (await memoryReport(driver)).report;
-  if (selfHeld) return undefined;
-  const asked = askGpuMemory(host, true);
-  underWay.add(asked);
-  try {
-    const r = await asked;
-    return "byPid" in r ? r : undefined;
-  } finally {
-    underWay.delete(asked);
-  }
-}
-
-/**
- * What `pid` holds now, for {@link rememberHeld} once its checkpoint succeeds; `undefined` where
- * the host cannot tell, and for this very process (NVML waits in a process that has checkpointed
- * itself, and its resume would ask).
- */
-export async function heldNow(
-  driver: CheckpointDriver,
-  pid: number,
-): Promise<Readonly<Record<string, number>> | undefined> {
-  if (isOwnPid(pid)) return undefined;
-  const { report } = await memoryReport(driver);
-  const memory = report?.byPid.get(pid);
-  if (memory === undefined || memory === "unknown") return undefined;
-  return Object.values(memory).some((m) => m > 0) ? memory : undefined;
-}
-
-/** Remembers what `pid` held when it was checkpointed. */
-export function rememberHeld(
-  driver: CheckpointDriver,
-  pid: number,
-  memory: Readonly<Record<string, number>>,
-): void {
-  let byPid = held.get(driver);
-  if (!byPid) held.set(driver, byPid = new Map());
-  byPid.set(pid, memory);
-}
-
-/**
- * Checks that a restore of `pid` (onto the GPUs `pairs` name, or where it was) fits, less what
- * other restores under way claim, and claims the room until the returned function is called (when
- * the restore has returned). Throws a {@link GpuRoomError} where it does not fit. Where nothing is
- * known, checks nothing.
- */
-export async function reserveRoom(
-  driver: CheckpointDriver,
-  pid: number,
-  pairs: readonly GpuPair[] | null,
-): Promise<() => void> {
-  const was = heldWhenCheckpointed(driver, pid);
-  if (!was) return () => {};
-  const { report, number } = await memoryReport(driver);
-  const free = report?.freeMiB;
-  if (!free || free.size === 0) return () => {};
-  // Where each GPU's memory goes: the mapping's new GPU, else the same one.
-  const to = new Map<string, string>();
-  for (const p of pairs ?? []) to.set(formatGpuUuid(p.oldUuid), formatGpuUuid(p.newUuid));
-  const need = new Map<string, number>();
-  for (const [gpu, mib] of Object.entries(was)) {
-    const target = to.get(gpu) ?? gpu;
-    need.set(target, (need.get(target) ?? 0) + mib);
-  }
-  let all = claims.get(driver);
-  if (!all) claims.set(driver, all = new Set());
-  // A claim counts until a report started after its restore returned: this one, if numbered
-  // above. One report more is kept, for asks that shared the report before this one.
-  const claimed = new Map<string, number>();
-  for (const c of all) {
-    if (c.doneAfter !== undefined && c.doneAfter < number - 1) {
-      all.delete(c);
-      continue;
+    };
+    try {
+      const claimed: Record<string, number> = {};
+      for (const other of await records.list().catch(() => [])) {
+        if (!other.claim || sameProcess(other.process, process)) continue;
+        for (const [gpu, mib] of Object.entries(other.claim.needMiB)) {
+          claimed[gpu] = (claimed[gpu] ?? 0) + mib;
+        }
+      }
+      const report = await this.#memory();
+      const free = report && "byPid" in report ? report.freeMiB : undefined;
+      if (!free || free.size === 0) {
+        await unclaim();
+        return none(
+          report && "unknown" in report
+            ? `the free GPU memory is unknown: ${report.unknown}`
+            : "the host cannot tell free GPU memory",
+        );
+      }
+      for (const [gpu, neededMiB] of Object.entries(need)) {
+        const freeMiB = free.get(gpu);
+        if (freeMiB === undefined) continue;
+        const claimedMiB = claimed[gpu] ?? 0;
+        if (neededMiB > freeMiB - claimedMiB) {
+          throw new GpuRoomError({
+            operation: where.operation,
+            pid: where.pid,
+            shortage: { gpu, neededMiB, freeMiB, claimedMiB },
+          });
+        }
+      }
+    } catch (err) {
+      await unclaim();
+      if (err instanceof GpuRoomError && !(await stillCheckpointed())) {
+        await this.forget(process);
+        return none("its record was old: the process is no longer checkpointed");
+      }
+      throw err;
     }
-    if (c.doneAfter !== undefined && c.doneAfter < number) continue;
-    for (const [gpu, mib] of c.need) claimed.set(gpu, (claimed.get(gpu) ?? 0) + mib);
+    return {
+      check: "checked",
+      done: async (ok) => {
+        if (ok) await this.forget(process);
+        else await unclaim();
+      },
+    };
   }
-  for (const [gpu, neededMiB] of need) {
-    const freeMiB = free.get(gpu);
-    if (freeMiB === undefined) continue;
-    const pendingMiB = claimed.get(gpu) ?? 0;
-    if (neededMiB > freeMiB - pendingMiB) {
-      throw new GpuRoomError({
-        operation: "restore",
-        pid,
-        shortage: { gpu, neededMiB, freeMiB, pendingMiB },
-      });
+
+  /**
+   * Before this package locks the calling process: no read starts from now on, the reads under
+   * way end first, and the machine's host lets go of NVML (nothing of it stays initialised in a
+   * process that is about to be checkpointed, and NVML would wait for that process's restore).
+   */
+  async beforeSelfLock(): Promise<void> {
+    this.#selfHeld = true;
+    await Promise.allSettled([...this.#reads]);
+    await this.#session.releaseHost();
+  }
+
+  /** The calling process runs again (its unlock succeeded, or its lock failed). */
+  selfRunning(): void {
+    this.#selfHeld = false;
+  }
+
+  /** The host's records, or this session's own where it keeps none. */
+  async #records(): Promise<HeldRecords> {
+    const host = await this.#session.host().catch(() => undefined);
+    return host?.heldRecords ?? this.#ownRecords;
+  }
+
+  /**
+   * The GPU memory report of `host`, or of the session's host; `undefined` while this process is
+   * held (NVML would wait for its restore) or without a host. Never rejects.
+   */
+  report(host?: HostProcesses): Promise<GpuMemoryReport | undefined> {
+    return this.#memory(host);
+  }
+
+  /** The host's GPU memory report; `undefined` while this process is held or without a host. */
+  async #memory(given?: HostProcesses): Promise<GpuMemoryReport | undefined> {
+    if (this.#selfHeld) return undefined;
+    const read = (async () => {
+      const host = given ?? await this.#session.host();
+      if (!host?.gpuMemory) return undefined;
+      return await host.gpuMemory();
+    })().catch((err): GpuMemoryReport => ({ unknown: messageOf(err) }));
+    this.#reads.add(read);
+    try {
+      return await read;
+    } finally {
+      this.#reads.delete(read);
     }
   }
-  const claim: Claim = { need };
-  all.add(claim);
-  return () => {
-    claim.doneAfter ??= started.get(driver) ?? 0;
-  };
 }
 
-/** Whether `pid` is this very process (NVML would wait for its own restore). */
-export function isOwnPid(pid: number): boolean {
-  const g = globalThis as { process?: { pid?: number }; Deno?: { pid?: number } };
-  return pid === (g.process?.pid ?? g.Deno?.pid);
+function messageOf(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
 }

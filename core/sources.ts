@@ -11,60 +11,84 @@
  */
 
 import type { CheckpointDriver } from "./driver.ts";
+import { Session } from "./session.ts";
 import { describeValue } from "./uuid.ts";
 
 /** A driver, or a function that opens one on first use (and is closed by this package). */
 export type DriverSource = CheckpointDriver | (() => Promise<CheckpointDriver>);
 
-/** A use of a driver: the driver, and the way to let go of it. */
+/** A use of a driver: its session (the driver, opened on first use), and the way to let go. */
 export interface DriverLease {
-  /** The driver, opened on first use. */
-  readonly driver: Promise<CheckpointDriver>;
-  /** Lets go; the last lease of a driver opened from a function closes it. Idempotent. */
+  /** The session of the driver, opened on first use. */
+  readonly session: Promise<Session>;
+  /**
+   * Lets go; the last lease of a driver closes its session, and a driver opened from a function
+   * too. Idempotent.
+   */
   release(): Promise<void>;
 }
 
 interface Shared {
-  driver: Promise<CheckpointDriver>;
+  session: Promise<Session>;
   users: number;
 }
 
-const shared = new Map<() => Promise<CheckpointDriver>, Shared>();
+/** The sessions of drivers opened from functions, by function. */
+const opened = new Map<() => Promise<CheckpointDriver>, Shared>();
+/** The sessions of drivers given as objects, by driver: their owner closes the driver. */
+const given = new WeakMap<CheckpointDriver, Shared>();
 
-/** Takes a lease on a source: opens it (once per function, shared) if it is a function. */
+/**
+ * Takes a lease on a source: opens it (once per function, shared) if it is a function, and the
+ * session of the driver (one per driver, shared by every lease on it).
+ */
 export function lease(source: DriverSource): DriverLease {
+  let entry: Shared;
   if (typeof source !== "function") {
-    return { driver: Promise.resolve(source), release: () => Promise.resolve() };
-  }
-  let entry = shared.get(source);
-  if (!entry) {
-    const opening = (async () => await source())();
-    const created: Shared = { driver: opening, users: 0 };
-    shared.set(source, created);
-    // A failed open is not kept: the cause (a path, a permission) may be fixed and tried again.
-    opening.catch(() => {
-      if (shared.get(source) === created) shared.delete(source);
-    });
-    entry = created;
+    let found = given.get(source);
+    if (!found) {
+      given.set(source, found = { session: Promise.resolve(new Session(source)), users: 0 });
+    }
+    entry = found;
+  } else {
+    let found = opened.get(source);
+    if (!found) {
+      const opening = (async () => new Session(await source()))();
+      const created: Shared = { session: opening, users: 0 };
+      opened.set(source, created);
+      // A failed open is not kept: the cause (a path, a permission) may be fixed and tried again.
+      opening.catch(() => {
+        if (opened.get(source) === created) opened.delete(source);
+      });
+      found = created;
+    }
+    entry = found;
   }
   entry.users++;
   const held = entry;
   let released = false;
   return {
-    driver: held.driver,
+    session: held.session,
     async release() {
       if (released) return;
       released = true;
       held.users--;
       if (held.users > 0) return;
-      if (shared.get(source) === held) shared.delete(source);
-      let driver: CheckpointDriver;
+      let session: Session;
       try {
-        driver = await held.driver;
+        session = await held.session;
       } catch {
         return; // it never opened: nothing to close
       }
+      if (typeof source !== "function") {
+        if (given.get(source) === held) given.delete(source);
+        await session.close();
+        return;
+      }
+      if (opened.get(source) === held) opened.delete(source);
+      await session.close();
       // Resolves when the driver has really let go (its threads ended), where it can say so.
+      const driver = session.driver;
       const dispose = driver[Symbol.asyncDispose];
       if (dispose) await dispose.call(driver);
       else driver.close?.();
@@ -74,7 +98,7 @@ export function lease(source: DriverSource): DriverLease {
 
 /** How many drivers opened from functions are open now (for tests). */
 export function openSharedDrivers(): number {
-  return shared.size;
+  return opened.size;
 }
 
 let defaultSource: DriverSource | undefined;
@@ -124,11 +148,11 @@ export function getDefaultDriver(): Promise<CheckpointDriver> {
     const taken = lease(currentDefaultSource());
     defaultLease = taken;
     // Not kept when it fails, so the next call tries again.
-    taken.driver.catch(() => {
+    taken.session.catch(() => {
       if (defaultLease === taken) defaultLease = undefined;
     });
   }
-  return defaultLease.driver;
+  return defaultLease.session.then((s) => s.driver);
 }
 
 /** The source of the default driver now: the one set, else the runtime's native opener. */

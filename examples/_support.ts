@@ -12,7 +12,7 @@ import process from "node:process";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { parseArgs } from "node:util";
-import { formatDriverVersion } from "../mod.ts";
+import { formatDriverVersion } from "../driver.ts";
 import { type LinuxHost, type NativeDriver, openLinuxHost, openNativeDriver } from "../ffi/mod.ts";
 import { SimulatedDriver, type SimulatedGpuSpec } from "../mock/mod.ts";
 

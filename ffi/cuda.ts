@@ -6,9 +6,9 @@
  *
  * The table is bound through the same runtime adapters as the checkpoint functions (`adapter.ts`:
  * `Deno.dlopen` on Deno, `bun:ffi` on Bun), on the libcuda the native driver opened
- * ({@link NativeDriver.libraryPath}), and a failed call becomes a {@link CudaCallError} whose name
- * and description come from that driver (`cuGetErrorName`, `cuGetErrorString`), as the checkpoint
- * calls' errors do.
+ * ({@link NativeDriver.libraryPath}), and a failed call becomes a `CudaError` through the package's
+ * one choke point (`driverError`), with that driver's name and description of the code, as the
+ * checkpoint calls' errors have.
  *
  * Unlike the checkpoint calls, these run **on the calling thread**: a CUDA context is current on
  * one thread, and every call here needs it. So they block that thread while the driver works (a
@@ -31,7 +31,8 @@
  * @module
  */
 
-import { CU_RESULTS, CUDA_SUCCESS, resultName } from "../core/codes.ts";
+import { CUDA_SUCCESS } from "../core/codes.ts";
+import { type CudaError, driverError } from "../core/errors.ts";
 import { CUUUID_SIZE, nativeBuffer } from "../core/structs.ts";
 import { formatGpuUuid } from "../core/uuid.ts";
 import type { FfiLibrary, NativeArg, NativeLink } from "./adapter.ts";
@@ -113,34 +114,6 @@ const NAME_SIZE = 256;
 /** Copies are made in pieces of at most this many bytes (a host buffer of its own each). */
 export const COPY_CHUNK_BYTES = 64 * 1024 * 1024;
 
-/** A CUDA call (other than a checkpoint call) failed: `code` is its `CUresult`. */
-export class CudaCallError extends Error {
-  /** The C function that failed, such as `cuMemAlloc_v2`. */
-  readonly call: string;
-  /** The driver's `CUresult`. */
-  readonly code: number;
-  /** The code's name, such as `CUDA_ERROR_OUT_OF_MEMORY`. */
-  readonly codeName: string;
-  /** The driver's description of the code; empty where neither it nor this package knows one. */
-  readonly description: string;
-
-  /** Makes the error; `detail` is added to the message (a JIT log, what was asked). */
-  constructor(
-    init: { call: string; code: number; codeName: string; description: string; detail?: string },
-  ) {
-    super(
-      `${init.call} failed: ${init.codeName} (${init.code}): ${
-        init.description || "the driver gives no description"
-      }${init.detail ? `. ${init.detail}` : ""}`,
-    );
-    this.name = "CudaCallError";
-    this.call = init.call;
-    this.code = init.code;
-    this.codeName = init.codeName;
-    this.description = init.description;
-  }
-}
-
 /** A GPU, as the context's calls describe it. */
 export interface CudaDevice {
   /** Its ordinal, as `cuDeviceGet` numbers the GPUs this process sees. */
@@ -187,7 +160,7 @@ export interface CudaContextOptions {
 /**
  * A CUDA context of this process on one GPU (its primary context), current on the calling thread.
  * Every method is a synchronous driver call on this thread (see the module documentation) and
- * throws a {@link CudaCallError} when the driver fails.
+ * throws a `CudaError` when the driver fails.
  */
 export interface CudaContext {
   /** The GPU the context was made on. */
@@ -223,7 +196,7 @@ export interface CudaContext {
 /**
  * Opens libcuda again (the file `driver` opened, bound with {@link CUDA_COMPUTE_SYMBOLS}), calls
  * `cuInit`, makes the device's primary context current on this thread, and reads what the device
- * is. Rejects with a {@link CudaCallError} when a call fails, or with the adapter's error when the
+ * is. Rejects with a `CudaError` when a call fails, or with the adapter's error when the
  * library lacks one of the functions.
  */
 export async function openCudaContext(options: CudaContextOptions): Promise<CudaContext> {
@@ -427,14 +400,8 @@ class Context implements CudaContext {
     return Number(this.#lib.call({ symbol, args, links }));
   }
 
-  #error(call: string, code: number, detail: string): CudaCallError {
-    return new CudaCallError({
-      call,
-      code,
-      codeName: this.#driver.errorName(code) ?? CU_RESULTS[code]?.name ?? resultName(code),
-      description: this.#driver.errorString(code) ?? CU_RESULTS[code]?.description ?? "",
-      detail,
-    });
+  #error(call: string, code: number, detail: string): CudaError {
+    return driverError(this.#driver, code, { operation: call, ...(detail ? { detail } : {}) })!;
   }
 }
 

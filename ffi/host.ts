@@ -14,8 +14,15 @@
  * @module
  */
 
-import type { ClosableHost, GpuMemoryReport, ScannedProcess } from "../core/listing.ts";
+import type {
+  ClosableHost,
+  GpuMemoryReport,
+  HeldRecords,
+  ProcessIdentity,
+  ScannedProcess,
+} from "../core/host.ts";
 import type { Nvml } from "./nvml.ts";
+import { FileHeldRecords, recordsDirectory } from "./records.ts";
 
 /** How many `/proc` files are read at once. */
 export const PROC_READS_AT_ONCE = 32;
@@ -47,6 +54,13 @@ export interface LinuxHostOptions {
   procRoot?: string;
   /** How `/proc` is read; the runtime's file system by default. */
   reader?: ProcReader;
+  /**
+   * The directory of the records of held GPU memory (see `records.ts`); `false` for none (then
+   * each program remembers only what it checkpointed itself). Left out: `$CKPT_RECORDS_DIR`, else
+   * `/run/ckpt-cuda` as root, else one of the user's own. On Deno without permission to read and
+   * write it (`--allow-read`, `--allow-write`, or `-A`), there are none.
+   */
+  recordsDir?: string | false;
 }
 
 /** A path to the CUDA driver library in a `/proc/PID/maps` line (`libcuda.so.580.95.05`, ...). */
@@ -70,6 +84,28 @@ function runtimeReader(): ProcReader {
     list: async (path) => (await import("node:fs/promises")).readdir(path),
     read: async (path) => (await import("node:fs/promises")).readFile(path, "utf8"),
   };
+}
+
+/** An environment variable, without a permission prompt on Deno (unset where not granted). */
+function readEnv(name: string): string | undefined {
+  const deno = (globalThis as { Deno?: typeof Deno }).Deno;
+  if (deno) {
+    if (deno.permissions.querySync({ name: "env", variable: name }).state !== "granted") {
+      return undefined;
+    }
+    return deno.env.get(name);
+  }
+  return (globalThis as { process?: { env: Record<string, string | undefined> } }).process?.env[
+    name
+  ];
+}
+
+/** Whether this program may read and write `dir` without a permission prompt (Deno asks). */
+function mayWrite(dir: string): boolean {
+  const deno = (globalThis as { Deno?: typeof Deno }).Deno;
+  if (!deno) return true;
+  return deno.permissions.querySync({ name: "read", path: dir }).state === "granted" &&
+    deno.permissions.querySync({ name: "write", path: dir }).state === "granted";
 }
 
 /** What a failed read means: the process is gone, it may not be looked at, or something else. */
@@ -98,6 +134,11 @@ export class LinuxHost implements ClosableHost, AsyncDisposable {
   readonly #nvmlPath: string | undefined;
   #nvml: Promise<Nvml> | undefined;
   #closed = false;
+  /** The records of held GPU memory, shared by every program of this package on the machine. */
+  readonly heldRecords: HeldRecords | undefined;
+  /** This program's pid. */
+  readonly self: number | undefined = (globalThis as { Deno?: { pid: number } }).Deno?.pid ??
+    (globalThis as { process?: { pid: number } }).process?.pid;
 
   /** Use {@link openLinuxHost}. */
   constructor(options: LinuxHostOptions = {}) {
@@ -105,6 +146,47 @@ export class LinuxHost implements ClosableHost, AsyncDisposable {
     this.#reader = options.reader ?? runtimeReader();
     this.#nvmlWanted = options.nvml ?? true;
     this.#nvmlPath = options.nvmlPath;
+    const dir = options.recordsDir === false
+      ? undefined
+      : options.recordsDir ?? recordsDirectory(readEnv);
+    this.heldRecords = dir !== undefined && mayWrite(dir)
+      ? new FileHeldRecords(dir, (p) => this.#alive(p))
+      : undefined;
+  }
+
+  /**
+   * The process that has `id` as its pid or as one of its thread ids (`/proc/ID/status`'s
+   * `Tgid`), with its start time (`/proc/PID/stat`, clock ticks since boot); `undefined` where no
+   * process has it or `/proc` cannot be read.
+   */
+  async identify(id: number): Promise<ProcessIdentity | undefined> {
+    try {
+      const status = await this.#reader.read(`${this.#root}/${id}/status`);
+      const tgid = Number(/^Tgid:\s*([0-9]+)/m.exec(status)?.[1]);
+      if (!Number.isSafeInteger(tgid) || tgid <= 0) return undefined;
+      const start = await this.#startOf(tgid);
+      return start === undefined ? { pid: tgid } : { pid: tgid, start };
+    } catch {
+      return undefined;
+    }
+  }
+
+  /** Whether a process lives, the same one (its start time, where known). */
+  async #alive(process: ProcessIdentity): Promise<boolean> {
+    try {
+      const start = await this.#startOf(process.pid);
+      return process.start === undefined || start === process.start;
+    } catch (error) {
+      return classify(error) !== "gone";
+    }
+  }
+
+  /** A process's start time, field 22 of `/proc/PID/stat` (after its name, which may hold spaces). */
+  async #startOf(pid: number): Promise<number | undefined> {
+    const stat = await this.#reader.read(`${this.#root}/${pid}/stat`);
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    const start = Number(fields[19]);
+    return Number.isSafeInteger(start) ? start : undefined;
   }
 
   /**

@@ -17,8 +17,8 @@
  * @module
  */
 
+import { driverError } from "../core/errors.ts";
 import {
-  CU_RESULTS,
   CUDA_ERROR_NO_DEVICE,
   CUDA_ERROR_NOT_SUPPORTED,
   CUDA_ERROR_OPERATING_SYSTEM,
@@ -571,9 +571,7 @@ export class LibcudaDriver implements NativeDriver {
 
   /** The error for a call made for the driver's own needs (cuInit, the device queries). */
   #failure(symbol: string, code: number): Error {
-    const name = this.errorName(code) ?? CU_RESULTS[code]?.name ?? `CUresult ${code}`;
-    const text = this.errorString(code) ?? CU_RESULTS[code]?.description ?? "no description";
-    return new Error(`listGpus: ${symbol} failed with ${name} (${code}): ${text}`);
+    return driverError(this, code, { operation: symbol, detail: "the GPUs could not be listed" })!;
   }
 
   #describe(code: number, symbol: "cuGetErrorName" | "cuGetErrorString"): string | undefined {

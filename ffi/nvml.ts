@@ -18,7 +18,7 @@
  */
 
 import { nativeBuffer } from "../core/structs.ts";
-import type { GpuMemory, GpuMemoryReport } from "../core/listing.ts";
+import type { GpuMemory, GpuMemoryReport } from "../core/host.ts";
 import { formatGpuUuid, parseGpuUuid } from "../core/uuid.ts";
 import type { FfiAdapter, FfiLibrary, NativeArg } from "./adapter.ts";
 import { LIBCUDA_SEARCH_PATHS, LIBCUDA_SONAME } from "./find.ts";

@@ -45,7 +45,7 @@ const MAY_LACK = { nonblocking: true, optional: true } as const;
  * calling thread. Every other function can wait: `cuInit` and the device queries block in a
  * process that has locked itself, and a checkpoint function called while a checkpoint or restore
  * of the same process is in flight waits until it ends (3.3 s measured for getState; see
- * DRIVER_FACTS.md, "Calls that overlap"). Those run on another thread.
+ * docs/DRIVER.md#overlapping-calls). Those run on another thread.
  */
 export const CUDA_SYMBOLS = {
   // CUresult cuDriverGetVersion(int *driverVersion)

@@ -5,6 +5,7 @@
  * @module
  */
 
+import { checkKeys as checkOptionKeys } from "../core/options.ts";
 import { describeValue } from "../core/uuid.ts";
 import type { CopyTiming, TimingModel } from "./timing.ts";
 
@@ -13,19 +14,12 @@ export function orDefault<T>(value: T | undefined, fallback: T): T {
   return value === undefined ? fallback : value;
 }
 
-/** Throws unless `value` is undefined or a plain object with no keys but `allowed`. */
+/**
+ * Throws unless `value` is undefined or a plain object with no keys but `allowed`: the package's
+ * one options check (core/options.ts).
+ */
 export function checkKeys(value: unknown, what: string, allowed: readonly string[]): void {
-  if (value === undefined) return;
-  if (typeof value !== "object" || value === null || Array.isArray(value)) {
-    throw new TypeError(`${what} must be an object, got ${describeValue(value)}`);
-  }
-  for (const key of Object.keys(value)) {
-    if (!allowed.includes(key)) {
-      throw new TypeError(
-        `${what} has no option ${JSON.stringify(key)}; it takes ${allowed.join(", ")}`,
-      );
-    }
-  }
+  checkOptionKeys(value as object | undefined, what, allowed as never[]);
 }
 
 /** Throws unless `value` is an integer from `min` to `max`; returns it. */

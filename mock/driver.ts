@@ -7,9 +7,6 @@
 
 import {
   CHECKPOINT_MIN_DRIVER_VERSION,
-  CU_PROCESS_STATE_CHECKPOINTED,
-  CU_PROCESS_STATE_LOCKED,
-  CU_PROCESS_STATE_RUNNING,
   CU_RESULTS,
   CUDA_ERROR_ILLEGAL_STATE,
   CUDA_ERROR_INVALID_VALUE,
@@ -21,8 +18,8 @@ import {
   CUDA_SUCCESS,
   formatDriverVersion,
   GPU_PAIRS_MIN_DRIVER_VERSION,
-  PROCESS_STATE_NAMES,
 } from "../core/codes.ts";
+import { isFinal, memoryOnHost, type Step, stepAllowed, stepFrom, stepTo } from "../core/states.ts";
 import type {
   CheckpointDriver,
   DriverResult,
@@ -32,7 +29,13 @@ import type {
   RestoreArgs,
 } from "../core/driver.ts";
 import type { Operation } from "../core/errors.ts";
-import type { GpuMemoryReport, HostProcesses, ScannedProcess } from "../core/listing.ts";
+import {
+  type GpuMemoryReport,
+  type HostProcesses,
+  MemoryHeldRecords,
+  type ProcessIdentity,
+  type ScannedProcess,
+} from "../core/host.ts";
 import { CHECKPOINT_FUNCTIONS } from "../core/gate.ts";
 import { describeValue, formatGpuUuid, parseGpuUuid } from "../core/uuid.ts";
 import {
@@ -210,7 +213,7 @@ interface Waiting {
 
 /**
  * A simulated CUDA driver with GPUs and processes. It implements {@link CheckpointDriver} with the
- * state machine, error codes and timing measured on the real driver (shared/DRIVER_FACTS.md), so
+ * state machine, error codes and timing measured on the real driver (docs/DRIVER.md), so
  * code written against {@link CudaProcess} can be tested without a GPU. Like the real driver it
  * serialises calls on each process: a call made while a lock, checkpoint, restore or unlock of
  * the same process is under way waits for it, then acts on the state it left.
@@ -256,6 +259,16 @@ export class SimulatedDriver implements CheckpointDriver, AsyncDisposable {
   readonly #timers = new Set<number>();
   readonly #waiting = new Set<Waiting>();
   readonly #host: ProcessHost;
+  /**
+   * The records of held GPU memory that programs of this package keep on the simulated machine;
+   * the programs that claim room are those using the simulator, alive as long as it is.
+   */
+  readonly #records = new MemoryHeldRecords((p) => this.#alive(p));
+  /**
+   * The simulated process that stands for the program using this driver, if any: a test of a
+   * program that checkpoints itself names it here (its host's `self`). Default none.
+   */
+  selfPid: number | undefined = undefined;
   #nextPid: number;
   #closed = false;
 
@@ -463,10 +476,11 @@ export class SimulatedDriver implements CheckpointDriver, AsyncDisposable {
   }
 
   /**
-   * The simulated machine's processes, as `listCudaProcesses` sees them: each live process with
-   * its command line, whether it has libcuda mapped (or could not be looked at), and the GPU
-   * memory it holds per GPU and each GPU's free memory, as NVML would report them.
-   * `listCudaProcesses({ driver: sim })` uses it by itself. Reading it takes no simulated time.
+   * The simulated machine as a host: each live process with its command line, whether it has
+   * libcuda mapped (or could not be looked at), the GPU memory it holds per GPU and each GPU's
+   * free memory (as NVML would report them), which process a thread id belongs to, and the
+   * records of held GPU memory that `CudaProcess` keeps for the room check. Every `CudaProcess`,
+   * group and listing on this driver uses it by itself. Reading it takes no simulated time.
    */
   hostProcesses(): HostProcesses {
     return {
@@ -492,7 +506,27 @@ export class SimulatedDriver implements CheckpointDriver, AsyncDisposable {
           ),
           freeMiB: new Map(this.gpus.map((g) => [g.uuid, g.freeMiB])),
         })),
+      identify: (id) =>
+        this.#now("identify a process", () => {
+          const p = this.#byPid.get(id);
+          return p ? { pid: p.pid } : undefined;
+        }),
+      heldRecords: this.#records,
+      ...(this.selfPid !== undefined ? { self: this.selfPid } : {}),
     };
+  }
+
+  /**
+   * @internal the records of held GPU memory kept on the simulated machine (`CudaProcess` writes
+   * them through {@link SimulatedDriver.hostProcesses}); a snapshot keeps them
+   */
+  get heldRecords(): MemoryHeldRecords {
+    return this.#records;
+  }
+
+  /** Whether a simulated process with this identity lives (simulated pids are never reused). */
+  #alive(process: ProcessIdentity): boolean {
+    return this.#byPid.get(process.pid)?.pid === process.pid;
   }
 
   /** Every GPU the driver sees, by index: what `cuDeviceGet`, `cuDeviceGetUuid` and `cuDeviceGetName` give. */
@@ -577,7 +611,7 @@ export class SimulatedDriver implements CheckpointDriver, AsyncDisposable {
           note: "a reserved field of CUcheckpointLockArgs is nonzero",
         }));
     }
-    return this.#transition("lock", pid, CU_PROCESS_STATE_RUNNING, async (proc, run) => {
+    return this.#transition("lock", pid, async (proc, run) => {
       const busyFor = proc.kernelsUntil - this.now();
       if (busyFor > 0) {
         if (timeoutMs > 0 && busyFor > timeoutMs) {
@@ -590,20 +624,20 @@ export class SimulatedDriver implements CheckpointDriver, AsyncDisposable {
         await run.sleep(busyFor);
       }
       await run.sleep(this.timing.lockMs);
-      proc.setState(CU_PROCESS_STATE_LOCKED);
+      proc.enter(stepTo("lock"));
       return { code: CUDA_SUCCESS };
     });
   }
 
   /** `cuCheckpointProcessCheckpoint`. */
   checkpoint(pid: number): Promise<number> {
-    return this.#transition("checkpoint", pid, CU_PROCESS_STATE_LOCKED, async (proc, run) => {
+    return this.#transition("checkpoint", pid, async (proc, run) => {
       const t = this.timing.checkpoint;
       await run.sleep(t.fixedMs);
       const bytes = mibToBytes(proc.memoryMiB);
       await run.copy(this.#checkpointLink, bytes, singleRate(t, proc.memoryMiB));
       proc.moveToHost();
-      proc.setState(CU_PROCESS_STATE_CHECKPOINTED);
+      proc.enter(stepTo("checkpoint"));
       return { code: CUDA_SUCCESS };
     });
   }
@@ -618,7 +652,7 @@ export class SimulatedDriver implements CheckpointDriver, AsyncDisposable {
           note: `driver ${formatDriverVersion(this.version)} takes no GPU pairs; 13.0 (580) does`,
         }));
     }
-    return this.#transition("restore", pid, CU_PROCESS_STATE_CHECKPOINTED, async (proc, run) => {
+    return this.#transition("restore", pid, async (proc, run) => {
       if (proc.restoreRefused) {
         // Driver 580.159.04 after a restore that ran out of memory: every later restore, in place
         // or mapped, fails in 5-8 ms with OPERATING_SYSTEM and the state stays checkpointed.
@@ -648,16 +682,16 @@ export class SimulatedDriver implements CheckpointDriver, AsyncDisposable {
       const bytes = mibToBytes(proc.memoryMiB);
       await run.copy(this.#restoreLink, bytes, singleRate(t, proc.memoryMiB));
       proc.moveToGpu(targets);
-      proc.setState(CU_PROCESS_STATE_LOCKED);
+      proc.enter(stepTo("restore"));
       return { code: CUDA_SUCCESS };
     });
   }
 
   /** `cuCheckpointProcessUnlock`. */
   unlock(pid: number): Promise<number> {
-    return this.#transition("unlock", pid, CU_PROCESS_STATE_LOCKED, async (proc, run) => {
+    return this.#transition("unlock", pid, async (proc, run) => {
       await run.sleep(this.timing.unlockMs);
-      proc.setState(CU_PROCESS_STATE_RUNNING);
+      proc.enter(stepTo("unlock"));
       return { code: CUDA_SUCCESS };
     });
   }
@@ -812,17 +846,17 @@ export class SimulatedDriver implements CheckpointDriver, AsyncDisposable {
    * is abandoned and the call returns OPERATING_SYSTEM `exitNoticeMs` after the exit.
    */
   #transition(
-    op: Operation,
+    op: Step,
     pid: number,
-    from: number,
     body: (proc: SimulatedProcess, run: OpRun) => Promise<Answer>,
   ): Promise<number> {
     return this.#call(op, pid, code, (proc) =>
       this.#serially(proc, async () => {
-        if (proc.stateNumber !== from) {
+        // Legal or not, as the state table (core/states.ts) says.
+        if (!stepAllowed(op, proc.state)) {
           return await this.#after({
             code: CUDA_ERROR_ILLEGAL_STATE,
-            note: `${op} needs a ${PROCESS_STATE_NAMES[from]} process; it is ${proc.state}`,
+            note: `${op} needs a ${stepFrom(op)} process; it is ${proc.state}`,
           });
         }
         const hit = proc.faultPlan.take(op as FaultableOperation);
@@ -912,9 +946,12 @@ export class SimulatedDriver implements CheckpointDriver, AsyncDisposable {
     await this.#sleep(this.timing.queryMs);
     const note = `injected by failNext(${JSON.stringify(op)})`;
     // The failed state is final: a fault cannot bring a process back from it.
-    const state = proc.state === "failed" ? undefined : fault.state;
-    if (state === "checkpointed") proc.moveToHost();
-    if ((state === "running" || state === "locked") && proc.memoryLocation === "host") {
+    const state = isFinal(proc.state) ? undefined : fault.state;
+    if (state !== undefined && memoryOnHost(state)) proc.moveToHost();
+    if (
+      state !== undefined && !memoryOnHost(state) && !isFinal(state) &&
+      proc.memoryLocation === "host"
+    ) {
       // Memory goes back onto the GPU only where it fits, as a restore's would.
       const need = needsOn(proc.memoryMiB, proc.gpus);
       const short = shortage(need, proc.memoryMiB);
@@ -927,7 +964,7 @@ export class SimulatedDriver implements CheckpointDriver, AsyncDisposable {
       proc.claim(need);
       proc.moveToGpu(proc.gpus);
     }
-    if (state !== undefined) proc.setState(PROCESS_STATE_NAMES.indexOf(state));
+    if (state !== undefined) proc.enter(state);
     return { code: fault.code, note };
   }
 

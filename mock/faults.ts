@@ -9,7 +9,7 @@
  * @module
  */
 
-import { PROCESS_STATE_NAMES, type ProcessState } from "../core/codes.ts";
+import { PROCESS_STATES, type ProcessState, type Step, STEPS } from "../core/states.ts";
 import { checkAmount, checkChoice, checkInteger, checkKeys } from "./checks.ts";
 
 /** The driver calls a fault can be injected into, by their C names without `cuCheckpointProcess`. */
@@ -31,13 +31,8 @@ export const FAULTABLE_OPERATIONS: readonly FaultableOperation[] = [
   "unlock",
 ];
 
-/** The operations that change a process's state. */
-export const STATE_CHANGING: readonly FaultableOperation[] = [
-  "lock",
-  "checkpoint",
-  "restore",
-  "unlock",
-];
+/** The operations that change a process's state: the steps of the state table. */
+export const STATE_CHANGING: readonly Step[] = STEPS;
 
 /** The queries, whose answer {@link SimulatedProcess.answerNext} can replace. */
 export type QueryOperation = "getState" | "getRestoreThreadId";
@@ -170,7 +165,7 @@ export function checkFault(
       );
       const nth = checkNth(f.nth, `${method}: fault`);
       if (f.state === undefined) return { kind: "fail", operation: op, nth, code };
-      const state = checkChoice(f.state, `${method}: fault.state`, PROCESS_STATE_NAMES);
+      const state = checkChoice(f.state, `${method}: fault.state`, PROCESS_STATES);
       return { kind: "fail", operation: op, nth, code, state };
     }
     case "exitDuring": {

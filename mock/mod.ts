@@ -28,7 +28,29 @@
 
 export { CHECKPOINT_FUNCTIONS } from "../core/gate.ts";
 // What SimulatedDriver.hostProcesses() gives, so that this module documents completely on its own.
-export type { GpuMemory, GpuMemoryReport, HostProcesses, ScannedProcess } from "../core/listing.ts";
+export type {
+  GpuMemory,
+  GpuMemoryReport,
+  HeldRecord,
+  HeldRecords,
+  HostProcesses,
+  ProcessIdentity,
+  RoomClaim,
+  ScannedProcess,
+} from "../core/host.ts";
+export { MemoryHeldRecords } from "../core/host.ts";
+// The driver seam's types, which the simulated driver implements (so that this module documents
+// completely on its own).
+export type {
+  CheckpointDriver,
+  DriverResult,
+  GpuInfo,
+  GpuPair,
+  LockArgs,
+  RestoreArgs,
+} from "../core/driver.ts";
+export type { ProcessState } from "../core/states.ts";
+export type { Operation } from "../core/errors.ts";
 export {
   type SimulatedCall,
   SimulatedDriver,
@@ -63,6 +85,7 @@ export { ChunkedSha256, chunkedSha256, HASH_CHUNK_SIZE, MemoryImage, PAGE_SIZE }
 export {
   type FaultSnapshot,
   type GpuSnapshot,
+  type HeldRecordSnapshot,
   loadSimulator,
   type LoadSimulatorOptions,
   type MemorySnapshot,

@@ -6,12 +6,14 @@
  */
 
 import {
-  CU_PROCESS_STATE_CHECKPOINTED,
-  CU_PROCESS_STATE_FAILED,
-  CU_PROCESS_STATE_RUNNING,
-  PROCESS_STATE_NAMES,
+  cudaRuns,
+  INITIAL_STATE,
+  isFinal,
+  memoryOnHost,
   type ProcessState,
-} from "../core/codes.ts";
+  stateName,
+  stateNumber as numberOfState,
+} from "../core/states.ts";
 import type { Operation } from "../core/errors.ts";
 import { describeValue, parseGpuUuid } from "../core/uuid.ts";
 import { checkAmount } from "./checks.ts";
@@ -170,7 +172,7 @@ export class SimulatedProcess {
   /** @internal the GPUs it has or had memory on */
   gpus: SimulatedGpu[];
   /** @internal */
-  stateNumber: number = CU_PROCESS_STATE_RUNNING;
+  stateNumber: number = numberOfState(INITIAL_STATE);
   /** @internal */
   deviceMemory: MemoryImage | undefined;
   /** @internal */
@@ -230,7 +232,7 @@ export class SimulatedProcess {
 
   /** Its checkpoint state by name. */
   get state(): ProcessState {
-    return PROCESS_STATE_NAMES[this.stateNumber] ?? "failed";
+    return stateName(this.stateNumber) ?? "failed";
   }
 
   /** Whether it has exited. */
@@ -447,7 +449,7 @@ export class SimulatedProcess {
           `${JSON.stringify(this.busy)}, { code, state: "failed" }) to make that call fail`,
       );
     }
-    this.setState(CU_PROCESS_STATE_FAILED);
+    this.enter("failed");
     this.stopKernels(new Error(`process ${this.pid} entered the failed state`));
   }
 
@@ -548,10 +550,10 @@ export class SimulatedProcess {
     this.#restoreRefused = true;
   }
 
-  /** @internal */
-  setState(state: number): void {
-    this.stateNumber = state;
-    if (state !== CU_PROCESS_STATE_CHECKPOINTED) this.#restoreRefused = false;
+  /** @internal puts it in `state` (a step the state table allows, or an injected fault) */
+  enter(state: ProcessState): void {
+    this.stateNumber = numberOfState(state);
+    if (!memoryOnHost(state)) this.#restoreRefused = false;
     this.wake();
   }
 
@@ -569,7 +571,7 @@ export class SimulatedProcess {
         throw new Error(`process ${this.pid} never initialised CUDA; cannot ${what}`);
       }
       if (this.#exited) throw new Error(`process ${this.pid} has exited; cannot ${what}`);
-      if (this.stateNumber === CU_PROCESS_STATE_FAILED) {
+      if (isFinal(this.state)) {
         throw new Error(`process ${this.pid} is in the failed state; cannot ${what}`);
       }
       if (this.#canRun()) return;
@@ -586,7 +588,7 @@ export class SimulatedProcess {
   }
 
   #canRun(): boolean {
-    return this.usesCuda && !this.#exited && this.stateNumber === CU_PROCESS_STATE_RUNNING &&
+    return this.usesCuda && !this.#exited && cudaRuns(this.state) &&
       this.busy !== "lock";
   }
 

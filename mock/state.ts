@@ -7,7 +7,14 @@
  */
 
 import { Buffer } from "node:buffer";
-import { PROCESS_STATE_NAMES, type ProcessState } from "../core/codes.ts";
+import {
+  INITIAL_STATE,
+  isFinal,
+  memoryOnHost,
+  PROCESS_STATES,
+  type ProcessState,
+  stateNumber,
+} from "../core/states.ts";
 import { describeValue, formatGpuUuid, parseGpuUuid } from "../core/uuid.ts";
 import {
   checkAmount,
@@ -31,11 +38,12 @@ import { mibToBytes } from "./timing.ts";
 /** The `format` tag of every snapshot. */
 export const SIMULATOR_SNAPSHOT_FORMAT = "ckpt-cuda-simulated-machine";
 /**
- * The newest snapshot `version`, which this module reads and writes. It reads version 1 as well,
- * and writes a snapshot as version 1, which older readers understand, unless a process has a
- * fault waiting that only version 2 can hold (see {@link FaultSnapshot}).
+ * The newest snapshot `version`, which this module reads and writes. It reads versions 1 and 2 as
+ * well, and writes the oldest version that holds the machine, which older readers understand:
+ * version 2 where a process has a fault waiting that only it can hold (see {@link FaultSnapshot}),
+ * version 3 where the machine keeps records of held GPU memory ({@link HeldRecordSnapshot}).
  */
-export const SIMULATOR_SNAPSHOT_VERSION = 2;
+export const SIMULATOR_SNAPSHOT_VERSION = 3;
 
 /** A GPU in a {@link SimulatorSnapshot}: every field of a `SimulatedGpuSpec`. */
 export interface GpuSnapshot {
@@ -109,6 +117,19 @@ export type FaultSnapshot =
   | { kind: "answer"; nth: number; value: number };
 
 /**
+ * A record of held GPU memory in a {@link SimulatorSnapshot} (version 3): what a program of this
+ * package recorded a checkpointed simulated process held, for the room check of its restore.
+ */
+export interface HeldRecordSnapshot {
+  /** The process (a live one of the snapshot). */
+  pid: number;
+  /** MiB by GPU UUID (GPUs of the snapshot). */
+  heldMiB: Record<string, number>;
+  /** When it was recorded, ms since the epoch. */
+  at: number;
+}
+
+/**
  * A simulated machine as plain JSON: what {@link snapshotSimulator} gives and
  * {@link loadSimulator} takes. Exited processes are not in it: the driver has forgotten them, and
  * their pids, below `nextPid`, are never given again. Neither are the calls log, the clock's time
@@ -118,10 +139,10 @@ export interface SimulatorSnapshot {
   /** Always {@link SIMULATOR_SNAPSHOT_FORMAT}. */
   format: typeof SIMULATOR_SNAPSHOT_FORMAT;
   /**
-   * 1, or 2 ({@link SIMULATOR_SNAPSHOT_VERSION}) where a process has a fault waiting that only
-   * version 2 can hold.
+   * 1; 2 where a process has a fault waiting that only version 2 can hold; 3
+   * ({@link SIMULATOR_SNAPSHOT_VERSION}) where there are records of held GPU memory.
    */
-  version: 1 | 2;
+  version: 1 | 2 | 3;
   /** What `cuDriverGetVersion` reports, e.g. 13000. */
   driverVersion: number;
   /** The seed its made-up GPU UUIDs came from. */
@@ -132,6 +153,8 @@ export interface SimulatorSnapshot {
   gpus: GpuSnapshot[];
   /** The live processes, in the order they were spawned. */
   processes: ProcessSnapshot[];
+  /** The records of held GPU memory (version 3 only; left out where there are none). */
+  heldRecords?: HeldRecordSnapshot[];
 }
 
 /** Options of {@link loadSimulator}: how the loaded driver keeps time. */
@@ -194,8 +217,13 @@ export function snapshotSimulator(sim: SimulatedDriver): SimulatorSnapshot {
   }
   const busy = sim.busyWith();
   if (busy) throw new Error(`cannot save the simulated machine now: ${busy}`);
-  const version =
+  const live = new Set(sim.processes.map((p) => p.pid));
+  const records: HeldRecordSnapshot[] = sim.heldRecords.entries()
+    .filter((r) => live.has(r.process.pid))
+    .map((r) => ({ pid: r.process.pid, heldMiB: { ...r.heldMiB }, at: r.at }));
+  const faults =
     sim.processes.every((p) => !p.restoreRefused && p.pendingFaults.every(fitsVersion1)) ? 1 : 2;
+  const version = records.length > 0 ? 3 : faults;
   return {
     format: SIMULATOR_SNAPSHOT_FORMAT,
     version,
@@ -208,13 +236,15 @@ export function snapshotSimulator(sim: SimulatedDriver): SimulatorSnapshot {
       memoryMiB: g.memoryMiB,
       contextMiB: g.contextMiB,
     })),
-    processes: sim.processes.map((p) => processSnapshot(p, version)),
+    processes: sim.processes.map((p) => processSnapshot(p, version === 1 ? 1 : 2)),
+    ...(records.length > 0 ? { heldRecords: records } : {}),
   };
 }
 
 /** Whether version 1 can hold a fault: a failure of the next state-changing call. */
 function fitsVersion1(f: PendingFault): boolean {
-  return f.kind === "fail" && f.nth === 1 && STATE_CHANGING.includes(f.operation);
+  return f.kind === "fail" && f.nth === 1 &&
+    (STATE_CHANGING as readonly string[]).includes(f.operation);
 }
 
 function processSnapshot(p: SimulatedProcess, version: 1 | 2): ProcessSnapshot {
@@ -275,7 +305,7 @@ function savedPages(p: SimulatedProcess, image: MemoryImage): [number, string][]
  *   loadSimulator({ format: "ckpt-cuda-simulated-machine", version: 7 });
  * } catch (err) {
  *   if (err instanceof SimulatorSnapshotError) console.log(err.field, err.message);
- *   // "version" "invalid simulated machine snapshot: version 7 is not known: this module reads version 1"
+ *   // "version" "invalid simulated machine snapshot: version 7 is not known: this module reads versions 1 to 3"
  * }
  * ```
  */
@@ -293,6 +323,9 @@ export function loadSimulator(
     firstPid: s.nextPid,
   });
   s.processes.forEach((p, i) => sim.adopt((host) => loadProcess(sim, p, host, `processes[${i}]`)));
+  for (const r of s.heldRecords ?? []) {
+    void sim.heldRecords.put({ process: { pid: r.pid }, heldMiB: r.heldMiB, at: r.at });
+  }
   return sim;
 }
 
@@ -308,7 +341,7 @@ function loadProcess(
     inspectable: p.inspectable,
     libcudaLoaded: p.libcuda,
   });
-  proc.stateNumber = PROCESS_STATE_NAMES.indexOf(p.state);
+  proc.stateNumber = stateNumber(p.state);
   if (p.restoreRefused) proc.refuseRestores();
   for (const [op, fault] of Object.entries(p.faults ?? {})) {
     const operation = op as FaultableOperation;
@@ -409,10 +442,10 @@ function checkedSnapshot(value: unknown): SimulatorSnapshot {
       }`,
     );
   }
-  if (tagged.version !== 1 && tagged.version !== 2) {
+  if (tagged.version !== 1 && tagged.version !== 2 && tagged.version !== 3) {
     fail(
       "version",
-      `version ${describeValue(tagged.version)} is not known: this module reads versions 1 and 2`,
+      `version ${describeValue(tagged.version)} is not known: this module reads versions 1 to 3`,
     );
   }
   const version = tagged.version;
@@ -424,6 +457,7 @@ function checkedSnapshot(value: unknown): SimulatorSnapshot {
     "nextPid",
     "gpus",
     "processes",
+    ...(version === 3 ? ["heldRecords"] : []),
   ]);
   const nextPid = field("nextPid", (w) => checkInteger(top.nextPid, w, 1, MAX_PID));
   const gpus = array(top.gpus, "gpus", 1, 1024).map((g, i) => checkedGpu(g, `gpus[${i}]`));
@@ -433,8 +467,13 @@ function checkedSnapshot(value: unknown): SimulatorSnapshot {
   });
   const taken = new Set<number>();
   const processes = array(top.processes, "processes").map((p, i) =>
-    checkedProcess(p, `processes[${i}]`, gpus, nextPid, taken, version)
+    checkedProcess(p, `processes[${i}]`, gpus, nextPid, taken, version === 1 ? 1 : 2)
   );
+  const heldRecords = top.heldRecords === undefined
+    ? undefined
+    : array(top.heldRecords, "heldRecords").map((r, i) =>
+      checkedRecord(r, `heldRecords[${i}]`, processes, gpus)
+    );
   return {
     format: SIMULATOR_SNAPSHOT_FORMAT,
     version,
@@ -443,7 +482,30 @@ function checkedSnapshot(value: unknown): SimulatorSnapshot {
     nextPid,
     gpus,
     processes,
+    ...(heldRecords ? { heldRecords } : {}),
   };
+}
+
+function checkedRecord(
+  value: unknown,
+  at: string,
+  processes: readonly ProcessSnapshot[],
+  gpus: readonly GpuSnapshot[],
+): HeldRecordSnapshot {
+  const r = record(value, at, ["pid", "heldMiB", "at"]);
+  const pid = field(`${at}.pid`, (w) => checkInteger(r.pid, w, 1, MAX_PID));
+  if (!processes.some((p) => p.pid === pid && p.cuda)) {
+    fail(`${at}.pid`, `${at}.pid ${pid} is no CUDA process of the snapshot`);
+  }
+  const held = object(r.heldMiB, `${at}.heldMiB`);
+  const heldMiB: Record<string, number> = {};
+  for (const [uuid, mib] of Object.entries(held)) {
+    const where = `${at}.heldMiB[${JSON.stringify(uuid)}]`;
+    const gpu = field(where, (w) => formatGpuUuid(parseGpuUuid(uuid, w)));
+    if (!gpus.some((g) => g.uuid === gpu)) fail(where, `${where} is no GPU of the snapshot`);
+    heldMiB[gpu] = field(where, (w) => checkAmount(mib, w));
+  }
+  return { pid, heldMiB, at: field(`${at}.at`, (w) => checkInteger(r.at, w, 0)) };
 }
 
 function checkedGpu(value: unknown, at: string): GpuSnapshot {
@@ -502,9 +564,12 @@ function checkedProcess(
       }), got ${describeValue(p.restoreThreadId)}`,
     );
   }
-  const state = field(`${at}.state`, (w) => checkChoice(p.state, w, PROCESS_STATE_NAMES));
-  if (!cuda && state !== "running") {
-    fail(`${at}.state`, `${at}.state must be "running" for a process without CUDA, got "${state}"`);
+  const state = field(`${at}.state`, (w) => checkChoice(p.state, w, PROCESS_STATES));
+  if (!cuda && state !== INITIAL_STATE) {
+    fail(
+      `${at}.state`,
+      `${at}.state must be "${INITIAL_STATE}" for a process without CUDA, got "${state}"`,
+    );
   }
   const seen = new Set<number>();
   const gpuCount = machineGpus.length;
@@ -556,7 +621,7 @@ function checkedProcess(
       fail(where, `${where} must be true where present, got ${describeValue(p.restoreRefused)}`);
     }
     if (version === 1) fail(where, `${where} needs version 2 of the snapshot, not 1`);
-    if (state !== "checkpointed") {
+    if (!memoryOnHost(state)) {
       fail(
         where,
         `${where}: only a checkpointed process can be refused restores, not a ${state} one`,
@@ -577,7 +642,7 @@ function checkedMemory(
   const on = field(`${at}.on`, (w) => checkChoice(m.on, w, ["gpu", "host"] as const));
   // Only a failed process can have its memory anywhere: a checkpointed one has it in host memory,
   // a running or locked one on the GPU.
-  const expected = state === "checkpointed" ? "host" : state === "failed" ? on : "gpu";
+  const expected = memoryOnHost(state) ? "host" : isFinal(state) ? on : "gpu";
   if (on !== expected) {
     fail(`${at}.on`, `${at}.on must be "${expected}" for a ${state} process, got "${on}"`);
   }
@@ -608,7 +673,10 @@ function checkedFaults(value: unknown, at: string, version: 1 | 2): ProcessSnaps
     if (f[op] === undefined) continue;
     const path = `${at}.${op}`;
     const entry = object(f[op], path);
-    if (version === 1 && (!STATE_CHANGING.includes(op) || "kind" in entry || "nth" in entry)) {
+    if (
+      version === 1 &&
+      (!(STATE_CHANGING as readonly string[]).includes(op) || "kind" in entry || "nth" in entry)
+    ) {
       fail(
         path,
         `${path} is a fault only version 2 can hold (a kind, an nth, or a query's fault), but ` +
@@ -619,7 +687,7 @@ function checkedFaults(value: unknown, at: string, version: 1 | 2): ProcessSnaps
       field(`${path}.code`, (w) => checkInteger(fault.code, w, 1, MAX_PID));
     const state = (fault: Record<string, unknown>) =>
       fault.state === undefined ? {} : {
-        state: field(`${path}.state`, (w) => checkChoice(fault.state, w, PROCESS_STATE_NAMES)),
+        state: field(`${path}.state`, (w) => checkChoice(fault.state, w, PROCESS_STATES)),
       };
     if (version === 1) {
       const fault = record(f[op], path, ["code"], ["state"]);

@@ -1,6 +1,6 @@
 /**
  * The simulated driver's timing model, one per chip, from the figures measured with driver 580
- * (shared/DRIVER_FACTS.md, docs/DRIVER_NOTES.md). A checkpoint or restore is a fixed cost, then a
+ * (docs/DRIVER.md#timings). A checkpoint or restore is a fixed cost, then a
  * copy of the process's GPU memory through the host. One process alone copies at the rate that
  * its measured whole-operation time implies (interpolated in the measured table). Copies of
  * several processes at once slow each other down in two ways, fitted to four processes of 4 GiB
@@ -68,8 +68,8 @@ export interface TimingModel {
 /**
  * One H200, driver 580.159.04: midpoints of the measured ranges. Single process: 16 MiB
  * checkpoint 283-309 ms and restore 173-222 ms (this project's runs); 1 GiB to 32 GiB from
- * DRIVER_FACTS.md. Many at once: fitted to 4 x 4 GiB (lock+checkpoint 2.36 s, restore+unlock
- * 1.17 s).
+ * the probes (docs/DRIVER.md#one-process-on-one-h200). Many at once: fitted to 4 x 4 GiB
+ * (lock+checkpoint 2.36 s, restore+unlock 1.17 s).
  */
 export const H200_TIMING: TimingModel = {
   checkpoint: {
@@ -85,13 +85,13 @@ export const H200_TIMING: TimingModel = {
     slowdownPerProcess: 0,
   },
   // A separate 1 GiB process rotated onto the other H200 restored in 357 ms against about 335 ms
-  // in place (tests/gpu/reports); a process migrating itself took 600-630 ms (DRIVER_FACTS.md).
+  // in place (tests/gpu/reports); one migrating itself took 600-630 ms (docs/DRIVER.md#migration).
   migrationMs: 22,
   lockMs: 0.2,
   unlockMs: 1.5,
   queryMs: 0.05,
-  // DRIVER_FACTS measured 2 ms for an unknown UUID; this project's runs saw 23-34 ms for every
-  // rejected mapping, and 8-24 ms for OUT_OF_MEMORY (docs/DRIVER_NOTES.md).
+  // The probes measured 2 ms for an unknown UUID; this project's runs saw 23-34 ms for every
+  // rejected mapping, and 8-24 ms for OUT_OF_MEMORY (docs/DRIVER.md#state-machine).
   rejectMs: 28,
   oomMs: 16,
   // After a restore ran out of memory, every later restore failed in 5-8 ms (oom-probe-2xh200).

@@ -1,5 +1,5 @@
 // Golden tests of `cuda-checkpoint` (cli/), run in-process through `main()` on the simulated
-// driver: every row of NVIDIA's utility's table (shared/DRIVER_FACTS.md) word for word, CRIU's
+// driver: every NVIDIA message (docs/DRIVER.md#messages-and-exit-codes) word for word, CRIU's
 // contract (help names --action, the state and thread id parse, a failure exits nonzero), and our
 // extras (several pids, --all, --all-or-nothing, list, --json, --version, a terminal's extra lines
 // and progress, bad input, internal errors). Runs unchanged under `deno test -A` and `bun test`.
@@ -115,7 +115,7 @@ describe("NVIDIA's table: bad input", () => {
     });
   }
 
-  test("the exact messages, as DRIVER_FACTS.md quotes them", () => {
+  test("the exact messages, as docs/DRIVER.md quotes them", () => {
     assert.deepEqual(Object.values(NVIDIA_MESSAGES), [
       "No operation selected",
       "Missing pid to perform operation on",
@@ -312,7 +312,7 @@ describe("toggle and the device map", () => {
     });
     assert.match(
       onTerminal.errLines[1],
-      /^cuda-checkpoint: restore of process \d+ failed: .*leaves out/,
+      /^cuda-checkpoint: restore of process \d+ refused: the GPU mapping cannot work: .*leaves out/,
     );
     const full = await cli(["--action", "restore", "-p", pid, "-d", `${g0}=${g1},${g1}=${g0}`], {
       driver: sim,
@@ -361,15 +361,15 @@ describe("toggle and the device map", () => {
 describe("our own checks of bad input", () => {
   const rows: [string, (string | number)[], string, RegExp?][] = [
     [
-      "pid 0",
-      ["--get-state", "--pid", 0],
-      "pid must be a process id from 1 to 2147483647",
-      /no process has pid 0/,
+      "a pid beyond a C int (NVIDIA's line)",
+      ["--get-state", "--pid", "2147483648"],
+      NVIDIA_MESSAGES.badPid,
+      /got 2147483648, more than the largest pid, 2147483647/,
     ],
     [
       "a huge pid",
       ["--get-state", "--pid", "99999999999"],
-      "pid must be a process id from 1 to 2147483647",
+      NVIDIA_MESSAGES.badPid,
       /got 99999999999/,
     ],
     ["an empty pid in a list", ["--get-state", "--pid", "5,,6"], NVIDIA_MESSAGES.badPid, /got ""/],
@@ -454,6 +454,28 @@ describe("our own checks of bad input", () => {
       }
     });
   }
+
+  test("pid 0 goes to the driver, as NVIDIA's utility hands it over: the driver's line", async () => {
+    const sim = new SimulatedDriver();
+    for (
+      const [args, line] of [
+        [["--get-state", "--pid", "0"], "Error getting process state for process ID 0"],
+        [["--action", "lock", "--pid", "0"], "Could not lock on process ID 0"],
+        [["--toggle", "--pid", "0"], "Error toggling CUDA in process ID 0"],
+      ] as const
+    ) {
+      const r = await cli([...args], { driver: sim });
+      assert.equal(r.code, 1);
+      assert.equal(r.out, "");
+      assert.deepEqual(r.errLines, [
+        `${line}: "OS call failed or operation not supported on this OS"`,
+      ]);
+    }
+    assert.deepEqual(
+      sim.calls.map((c) => `${c.op} ${c.pid} ${c.code}`),
+      ["getState 0 304", "lock 0 304", "getState 0 304"],
+    );
+  });
 
   test("--device-map with lock is checked for its place once its value is good", async () => {
     const g = "GPU-00000000-0000-0000-0000-000000000001";
@@ -566,7 +588,7 @@ describe("several pids at once", () => {
     assert.deepEqual(procs.map((p) => p.state), ["running", "running", "locked"]);
   });
 
-  test("--toggle --all-or-nothing: when resuming fails, the suspended half is resumed again", async () => {
+  test("--toggle --all-or-nothing: when a resume fails, the ones being suspended come back", async () => {
     const { sim, procs, pids } = three();
     await cli(["--toggle", "-p", pids[0]], { driver: sim });
     procs[0].failNext("restore", { code: 2 });
@@ -575,24 +597,26 @@ describe("several pids at once", () => {
     });
     assert.equal(r.code, 1);
     const lines = r.out.trim().split("\n").map((l) => JSON.parse(l));
+    // The restore fails at once; the others are between their lock and checkpoint, are stopped
+    // there, and unlocked again.
     assert.deepEqual(lines.map((l) => [l.pid, l.status, l.ok, l.state]), [
       [pids[0], "failed", false, "checkpointed"],
-      [pids[1], "done", false, "running"],
-      [pids[2], "done", false, "running"],
+      [pids[1], "stopped", false, "running"],
+      [pids[2], "stopped", false, "running"],
     ]);
-    assert.equal(lines[1].rollback.ok, true);
-    assert.deepEqual(lines[1].rollback.steps.map((s: { step: string }) => s.step), [
-      "restore",
-      "unlock",
-    ]);
+    for (const line of lines.slice(1)) {
+      assert.equal(line.rollback.ok, true);
+      assert.deepEqual(line.rollback.steps.map((s: { step: string }) => s.step), ["unlock"]);
+    }
     assert.deepEqual(procs.map((p) => p.state), ["checkpointed", "running", "running"]);
   });
 
-  test("--action lock of several: one already locked is unchanged; --json has every field", async () => {
+  test("--action lock of several: one already locked fails as it would alone; --json has every field", async () => {
     const { sim, pids } = three();
     await cli(["--action", "lock", "-p", pids[1]], { driver: sim });
+    const alone = await cli(["--action", "lock", "-p", pids[1]], { driver: sim });
     const r = await cli(["--action", "lock", "-p", pids.join(","), "--json"], { driver: sim });
-    assert.equal(r.code, 0, r.err);
+    assert.equal(r.code, 1, r.err);
     const [a, b] = r.out.trim().split("\n").map((l) => JSON.parse(l));
     assert.deepEqual(Object.keys(a), ["pid", "operation", "ok", "state", "status", "ms", "steps"]);
     assert.deepEqual(
@@ -607,8 +631,19 @@ describe("several pids at once", () => {
         steps: [{ step: "lock", ms: 0, ok: true }],
       },
     );
-    assert.equal(b.status, "unchanged");
-    assert.deepEqual(b.steps, []);
+    assert.deepEqual([b.status, b.ok, b.state], ["failed", false, "locked"]);
+    assert.deepEqual(b.steps.map((s: { step: string; ok: boolean }) => [s.step, s.ok]), [
+      ["lock", false],
+    ]);
+    assert.equal(b.error.code, 401);
+    // The same line on stderr as the pid alone gets, NVIDIA's.
+    assert.equal(r.err, alone.err);
+    assert.equal(
+      alone.err,
+      `Could not lock on process ID ${
+        pids[1]
+      }: "the operation cannot be performed in the present state"\n`,
+    );
   });
 
   test("--action checkpoint --all-or-nothing: one failure rolls the others back", async () => {

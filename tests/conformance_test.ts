@@ -1,4 +1,4 @@
-// Every row of the state table (tests/conformance/scenarios.ts, from shared/DRIVER_FACTS.md),
+// Every row of the state table (tests/conformance/scenarios.ts, from docs/DRIVER.md#state-machine),
 // reproduced by the simulated driver through the raw driver interface.
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";

@@ -4,15 +4,14 @@
 // otherwise). Runs unchanged under `deno test -A` and `bun test`.
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
+import { CudaError, CudaProcess } from "../mod.ts";
 import {
   CUDA_ERROR_ILLEGAL_STATE,
   CUDA_ERROR_OPERATING_SYSTEM,
   CUDA_ERROR_OUT_OF_MEMORY,
   CUDA_ERROR_UNKNOWN,
   CUDA_SUCCESS,
-  CudaError,
-  CudaProcess,
-} from "../mod.ts";
+} from "../driver.ts";
 import {
   loadSimulator,
   SimulatedDriver,
@@ -58,7 +57,7 @@ describe("failNext", () => {
     await rejectsWith(
       proc.suspend(),
       7777,
-      /^checkpoint of process \d+ failed with CUresult 7777, a code that neither the driver nor this version of @ckpt\/cuda knows\. Suspend unlocked the process again: it was left running$/,
+      /^checkpoint of process \d+ failed with CUresult 7777, a code neither the driver nor this version of @ckpt\/cuda knows\. It was brought back to running$/,
     );
   });
 
@@ -103,7 +102,7 @@ describe("exitDuring", () => {
     await proc.lock();
     const start = sim.now();
     await rejectsWith(proc.checkpoint(), CUDA_ERROR_OPERATING_SYSTEM);
-    // Measured on an H200: 217-225 ms after the checkpoint started (DRIVER_NOTES.md).
+    // Measured on an H200: 217-225 ms after the checkpoint started (docs/DRIVER.md#state-machine).
     const ms = sim.now() - start;
     assert.ok(ms > 200 && ms < 240, `${ms} ms`);
     assert.equal(target.exited, true);
@@ -178,7 +177,7 @@ describe("answerNext, enterFailedState, fillGpu", () => {
     target.answerNext("getState", { value: 4 });
     await assert.rejects(proc.state(), (err: unknown) => {
       assert.ok(err instanceof RangeError);
-      assert.match(err.message, /returned process state 4, which this version .* does not know/);
+      assert.match(err.message, /gave state 4, which this version .* does not know/);
       return true;
     });
     target.answerNext("getRestoreThreadId", { value: 99 });
@@ -210,13 +209,13 @@ describe("answerNext, enterFailedState, fillGpu", () => {
     await proc.suspend();
     const filler = sim.fillGpu(0, { leaveMiB: 100 });
     assert.equal(sim.gpus[0].freeMiB, 100);
-    await rejectsWith(proc.resume(), CUDA_ERROR_OUT_OF_MEMORY, /Nothing was asked of the driver/);
+    await rejectsWith(proc.resume(), "NO_ROOM", /Nothing was asked of the driver/);
     assert.equal(target.state, "checkpointed");
     // The driver's own answer, as on driver 580: out of memory, and no restore of it ever again.
     await rejectsWith(
       proc.restore({ checkRoom: false }),
       CUDA_ERROR_OUT_OF_MEMORY,
-      /The driver ran out of GPU memory restoring the process/,
+      /out of memory\. On driver 580 the process cannot be restored after this/,
     );
     assert.equal(target.restoreRefused, true);
     filler.exit();
@@ -227,7 +226,7 @@ describe("answerNext, enterFailedState, fillGpu", () => {
     await again.target.write(0, new Uint8Array([1, 2, 3]));
     await again.proc.suspend();
     const other = again.sim.fillGpu(0, { leaveMiB: 100 });
-    await rejectsWith(again.proc.resume(), CUDA_ERROR_OUT_OF_MEMORY, /Nothing was asked/);
+    await rejectsWith(again.proc.resume(), "NO_ROOM", /Nothing was asked/);
     other.exit();
     await again.proc.resume();
     assert.equal(await again.target.memoryChunkedSha256(), digest);

@@ -2,19 +2,18 @@
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import {
-  CUDA_ERROR_ILLEGAL_STATE,
-  CUDA_ERROR_NOT_READY,
-  CUDA_ERROR_UNKNOWN,
   CudaError,
   CudaProcess,
   type GroupAction,
   type GroupEvent,
   type ProcessState,
+  RefusedError,
   resumeAll,
   runGroup,
   suspendAll,
   WaitTimeoutError,
 } from "../mod.ts";
+import { CUDA_ERROR_ILLEGAL_STATE, CUDA_ERROR_NOT_READY, CUDA_ERROR_UNKNOWN } from "../driver.ts";
 import { SimulatedDriver, type SimulatedProcess } from "../mock/mod.ts";
 
 const STATES: readonly ProcessState[] = ["running", "locked", "checkpointed"];
@@ -77,21 +76,50 @@ describe("group operations", () => {
     assert.equal(calls.filter((c) => c.pid === procs[2].pid).length, 0, "no call but getState");
   });
 
-  test("a state with no way to the wanted one fails that process alone, said plainly", async () => {
+  test("a step the driver refuses fails that process alone, with the driver's answer, as alone", async () => {
     const sim = new SimulatedDriver();
-    const { procs } = await group(sim, ["running", "checkpointed"]);
+    const { procs } = await group(sim, ["running", "checkpointed", "locked"]);
     const result = await runGroup("unlock", procs.map((p) => p.pid), { driver: sim });
     assert.equal(result.ok, false);
-    assert.equal(result.processes[0].status, "unchanged");
-    const failed = result.processes[1];
-    assert.equal(failed.status, "failed");
-    assert.ok(failed.error instanceof CudaError);
-    assert.equal(failed.error.code, CUDA_ERROR_ILLEGAL_STATE);
-    assert.match(
-      failed.error.message,
-      /^unlock of process \d+ failed: CUDA_ERROR_ILLEGAL_STATE \(401\): .* \(the process is checkpointed\)\. Unlock takes a process to running, and there is no way there from checkpointed; it was left as it was$/,
+    assert.deepEqual(result.processes.map((p) => p.status), ["failed", "failed", "done"]);
+    for (const [i, state] of [[0, "running"], [1, "checkpointed"]] as const) {
+      const failed = result.processes[i];
+      assert.ok(failed.error instanceof CudaError);
+      assert.equal(failed.error.code, CUDA_ERROR_ILLEGAL_STATE);
+      assert.match(
+        failed.error.message,
+        new RegExp(
+          `^unlock of process \\d+ failed: CUDA_ERROR_ILLEGAL_STATE \\(401\\): the operation cannot be performed in the present state \\(the process is ${state}\\)$`,
+        ),
+      );
+      assert.equal(failed.rollback, undefined, "the refused step changed nothing");
+      assert.equal(procs[i].state, state);
+    }
+    // What the same step gets from one CudaProcess: the same error.
+    await assert.rejects(
+      new CudaProcess(procs[1].pid, { driver: sim }).unlock(),
+      (e: Error) => e.message === result.processes[1].error!.message,
     );
-    assert.equal(procs[1].state, "checkpointed");
+  });
+
+  test("a goal with no way from a state refuses that process alone, without a driver call", async () => {
+    const sim = new SimulatedDriver();
+    const { procs } = await group(sim, ["running", "locked"]);
+    const before = sim.calls.length;
+    const result = await runGroup("toggle", procs.map((p) => p.pid), { driver: sim });
+    assert.deepEqual(result.processes.map((p) => p.status), ["done", "failed"]);
+    const refused = result.processes[1].error;
+    assert.ok(refused instanceof RefusedError);
+    assert.equal(refused.code, "STATE");
+    assert.equal(
+      refused.message,
+      `toggle of process ${
+        procs[1].pid
+      } refused: toggle goes between running and checkpointed, and the process is locked`,
+    );
+    const calls = sim.calls.slice(before).filter((c) => c.pid === procs[1].pid);
+    assert.deepEqual(calls.map((c) => c.op), ["getState"], "only its state was asked");
+    assert.equal(procs[1].state, "locked");
   });
 
   test("a failed step is undone for that process: a checkpoint that fails is unlocked again", async () => {
@@ -184,12 +212,16 @@ describe("group operations", () => {
     const p = sim.spawn({ memoryMiB: 1024 });
     const events: GroupEvent[] = [];
     await suspendAll([p.pid], { driver: sim, onProgress: (e) => void events.push(e) });
-    assert.deepEqual(events.map((e) => `${e.type}:${e.step}`), [
-      "step-start:lock",
-      "step-end:lock",
-      "step-start:checkpoint",
-      "step-end:checkpoint",
-    ]);
+    assert.deepEqual(
+      events.map((e) => `${e.type}:${e.type === "process-end" ? e.status : e.step}`),
+      [
+        "step-start:lock",
+        "step-end:lock",
+        "step-start:checkpoint",
+        "step-end:checkpoint",
+        "process-end:done",
+      ],
+    );
     const end = events[3] as Extract<GroupEvent, { type: "step-end" }>;
     assert.ok(end.ok && !end.rollback && end.ms > 500, `checkpoint took ${end.ms} ms`);
   });
@@ -202,7 +234,9 @@ describe("group operations", () => {
       const seen = new Map<number, (number | undefined)[]>();
       const result = await runGroup(action, pids, {
         driver: sim,
-        onProgress: (e) => seen.set(e.pid, [...seen.get(e.pid) ?? [], e.gpuMemoryMiB]),
+        onProgress: (e) => {
+          if (e.type !== "process-end") seen.set(e.pid, [...seen.get(e.pid) ?? [], e.gpuMemoryMiB]);
+        },
       });
       assert.equal(result.ok, true);
       return seen;
@@ -246,7 +280,7 @@ describe("group operations", () => {
       onProgress: (e) => void events.push(e),
     });
     assert.equal(result.ok, true);
-    assert.equal(events.length, 4);
+    assert.equal(events.length, 5, "four step events and the process's end");
     assert.ok(events.every((e) => !("gpuMemoryMiB" in e)));
     await assert.rejects(
       () => resumeAll([p.pid], { driver: sim, host: 42 as never }),
@@ -310,23 +344,44 @@ describe("group operations", () => {
     assert.ok(procs.every((p) => p.state === "running"), procs.map((p) => p.state).join());
   });
 
-  test("all-or-nothing: a process that fails at once stops the others between their steps", async () => {
+  test("all-or-nothing: a process that cannot be read or planned means nothing starts", async () => {
     const sim = new SimulatedDriver();
     const procs = Array.from({ length: 3 }, () => sim.spawn({ memoryMiB: 1024 }));
     const plain = sim.spawn({ cuda: false });
+    const before = sim.calls.length;
     const result = await suspendAll([...procs, plain].map((p) => p.pid), {
       driver: sim,
       allOrNothing: true,
     });
     const [a, b, c, d] = result.processes;
     assert.equal(d.status, "failed", "the process without CUDA fails on its own");
+    assert.ok(d.error instanceof CudaError && d.error.code === 3, String(d.error));
     for (const p of [a, b, c]) {
+      assert.equal(p.status, "not-started", "the others did not fail: they never started");
+      assert.equal(p.notStarted, "another-failed");
+      assert.deepEqual(p.steps, []);
+      assert.equal(p.rollback, undefined);
+    }
+    const calls = sim.calls.slice(before).map((c) => c.op);
+    assert.ok(calls.every((op) => op === "getState"), `only states were read: ${calls}`);
+    assert.ok(procs.every((p) => p.state === "running"));
+    assert.equal(result.ok, false);
+  });
+
+  test("all-or-nothing: a failure between steps stops the others there and undoes them", async () => {
+    const sim = new SimulatedDriver();
+    const procs = Array.from({ length: 3 }, () => sim.spawn({ memoryMiB: 1024 }));
+    // The last one's lock fails at once; the others are locked by then and stop before their
+    // checkpoint.
+    procs[2].failNext("lock", { code: CUDA_ERROR_UNKNOWN });
+    const result = await suspendAll(procs.map((p) => p.pid), { driver: sim, allOrNothing: true });
+    const [a, b, c] = result.processes;
+    assert.equal(c.status, "failed");
+    for (const p of [a, b]) {
       assert.equal(p.status, "stopped", "the others did not fail: they were stopped");
       assert.equal(p.stopped, "another-failed");
       assert.equal(p.error, undefined);
-      // Stopped before its first step (nothing to undo), or after its lock (which is undone).
-      if (p.steps.length === 0) assert.equal(p.rollback, undefined);
-      else assert.deepEqual(p.rollback?.steps.map((s) => `${s.step}:${s.ok}`), ["unlock:true"]);
+      assert.deepEqual(p.rollback?.steps.map((s) => `${s.step}:${s.ok}`), ["unlock:true"]);
       assert.equal(p.state, "running");
     }
     assert.ok(procs.every((p) => p.state === "running"));
@@ -365,7 +420,7 @@ describe("group operations", () => {
     const p = sim.spawn();
     await assert.rejects(
       runGroup("freeze" as GroupAction, [p.pid], { driver: sim }),
-      /action must be one of "suspend", .* got "freeze"/,
+      /action must be one of "lock", "checkpoint", "restore", "unlock", "suspend", "resume", "toggle", got "freeze"/,
     );
     await assert.rejects(
       suspendAll([p.pid, p.pid], { driver: sim }),

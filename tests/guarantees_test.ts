@@ -1,7 +1,8 @@
 // The library's reliability guarantees (README "Reliability", docs/RELIABILITY.md), one describe
 // each, on the simulator with injected faults:
-//   1. a failed suspend leaves the process running where the driver allows it, and says its state;
-//   2. a failed resume leaves it checkpointed and says how to try again;
+//   1. a failed suspend leaves the process as it was where the driver allows it, and says its state;
+//   2. a failed resume leaves it checkpointed (a room refusal before the driver is even asked), and
+//      says where it is;
 //   3. operations on one process never interleave;
 //   4. all-or-nothing leaves every process as it was (or says why one could not be);
 //   5. a process in the failed state is reported as such, and nothing pretends to fix it;
@@ -11,19 +12,22 @@
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import {
-  CUDA_ERROR_ILLEGAL_STATE,
-  CUDA_ERROR_INVALID_VALUE,
-  CUDA_ERROR_OPERATING_SYSTEM,
-  CUDA_ERROR_OUT_OF_MEMORY,
-  CUDA_ERROR_UNKNOWN,
   CudaError,
   CudaProcess,
   GpuRoomError,
   type GroupAction,
   type ProcessState,
+  RefusedError,
   runGroup,
   suspendAll,
 } from "../mod.ts";
+import {
+  CUDA_ERROR_ILLEGAL_STATE,
+  CUDA_ERROR_INVALID_VALUE,
+  CUDA_ERROR_OPERATING_SYSTEM,
+  CUDA_ERROR_OUT_OF_MEMORY,
+  CUDA_ERROR_UNKNOWN,
+} from "../driver.ts";
 import { SimulatedDriver, type SimulatedProcess } from "../mock/mod.ts";
 import { cli } from "./cli_support.ts";
 
@@ -53,11 +57,11 @@ function saysState(err: Error, target: SimulatedProcess): void {
     assert.match(err.message, /No process has this pid/, err.message);
     return;
   }
-  const said = target.state === "running"
-    ? /left running|left the process running|the process is running|\(the process is running\)/
-    : target.state === "failed"
-    ? /failed state/
-    : new RegExp(`the process is ${target.state}|\\(the process is ${target.state}\\)`);
+  const said = target.state === "failed"
+    ? /[Tt]he process is failed, which is final|the failed state is final/
+    : new RegExp(
+      `[Bb]rought back to ${target.state}|[Tt]he process is ${target.state}|\\(the process is ${target.state}\\)`,
+    );
   assert.match(err.message, said, `${target.state}: ${err.message}`);
 }
 
@@ -115,11 +119,17 @@ describe("1. a failed suspend: running again where the driver allows it, and the
     });
   }
 
-  test("a suspend of a locked process changes nothing and names the state", async () => {
+  test("a suspend of a locked process checkpoints it; a failed checkpoint leaves it locked", async () => {
     const { target, proc } = await setup();
     await proc.lock();
+    const done = await proc.suspend();
+    assert.deepEqual([done.status, done.state], ["done", "checkpointed"]);
+    assert.deepEqual(done.steps.map((s) => s.step), ["checkpoint"]);
+    await proc.resume();
+    await proc.lock();
+    target.failNext("checkpoint", { code: CUDA_ERROR_UNKNOWN });
     const err = await failure(proc.suspend());
-    assert.equal(target.state, "locked");
+    assert.equal(target.state, "locked", "as it was: its lock was not this suspend's");
     saysState(err, target);
   });
 });
@@ -131,7 +141,8 @@ describe("2. a failed resume: still checkpointed, and the error says how to try 
     const filler = sim.fillGpu(0);
     const err = await failure(proc.resume());
     assert.ok(err instanceof GpuRoomError, `a GpuRoomError: ${err}`);
-    assert.equal(err.code, CUDA_ERROR_OUT_OF_MEMORY, "the driver's code for it");
+    assert.ok(err instanceof RefusedError && !(err instanceof CudaError), "no driver error");
+    assert.equal(err.code, "NO_ROOM", "a code of its own: the driver never returned one");
     assert.equal(target.state, "checkpointed");
     assert.equal(target.restoreRefused, false, "the driver was not asked");
     assert.equal(err.shortage.gpu, sim.gpus[0].uuid);
@@ -139,7 +150,7 @@ describe("2. a failed resume: still checkpointed, and the error says how to try 
     assert.equal(err.shortage.neededMiB, target.memoryMiB + sim.gpus[0].contextMiB);
     assert.match(
       err.message,
-      /^restore of process \d+ failed: CUDA_ERROR_OUT_OF_MEMORY \(2\): not enough free GPU memory, found before asking the driver \(the process is checkpointed\)\. It held \d+ MiB for GPU-[0-9a-f-]+ when it was checkpointed, and that GPU has 0 MiB free\. Nothing was asked of the driver, and the process can be resumed once there is room: free GPU memory there, or resume onto other GPUs with gpuMapping/,
+      /^resume of process \d+ refused: it needs \d+ MiB on GPU-[0-9a-f-]+, which has 0 MiB free\. Nothing was asked of the driver: the process is still checkpointed$/,
     );
     // Onto the other GPU, with the first one still full.
     const [a, b] = sim.gpus.map((g) => g.uuid);
@@ -164,7 +175,7 @@ describe("2. a failed resume: still checkpointed, and the error says how to try 
     assert.equal(target.state, "checkpointed");
     assert.match(
       err.message,
-      /out of memory\. The driver ran out of GPU memory restoring the process\. It still reports the process checkpointed, but driver 580 then refuses every later restore of it, onto any GPU and even once memory is free \(CUDA_ERROR_OPERATING_SYSTEM\): its GPU state cannot be brought back, so end it and start it again from a saved state/,
+      /^restore of process \d+ failed: CUDA_ERROR_OUT_OF_MEMORY \(2\): out of memory\. On driver 580 the process cannot be restored after this, even once memory is free \(docs\/ERRORS\.md#out-of-memory\)\. The process is checkpointed$/,
     );
     // As driver 580 does: every later restore is refused, here or elsewhere, room or not.
     filler.exit();
@@ -177,7 +188,7 @@ describe("2. a failed resume: still checkpointed, and the error says how to try 
       );
       assert.match(
         again.message,
-        /The process is there and checkpointed, yet the driver refuses to restore it: driver 580 does this to every restore after one ran out of GPU memory/,
+        /\. The process is checkpointed, yet the driver refuses to restore it, as driver 580 does after a restore of it ran out of memory \(docs\/ERRORS\.md#out-of-memory\)$/,
       );
       assert.equal(target.state, "checkpointed");
     }
@@ -185,20 +196,20 @@ describe("2. a failed resume: still checkpointed, and the error says how to try 
 
   const others: [string, "restore" | "unlock", number, "failed" | undefined, string, RegExp][] = [
     [
-      "any other failure: checkpointed, try again (elsewhere if need be)",
+      "any other failure: checkpointed, and it says so",
       "restore",
       CUDA_ERROR_INVALID_VALUE,
       undefined,
       "checkpointed",
-      /resume can be tried again, onto other GPUs with gpuMapping/,
+      /^restore of process \d+ failed: CUDA_ERROR_INVALID_VALUE \(1\): invalid argument\. The process is checkpointed$/,
     ],
     [
-      "restored but not unlocked: it says locked, and how to go on",
+      "restored but not unlocked: checkpointed again, as it was, and it says so",
       "unlock",
       CUDA_ERROR_UNKNOWN,
       undefined,
-      "locked",
-      /it is locked; call unlock\(\) to let it run/,
+      "checkpointed",
+      /^unlock of process \d+ failed: CUDA_ERROR_UNKNOWN \(999\): unknown error\. It was brought back to checkpointed$/,
     ],
     [
       "a restore that leaves the process failed says the state is final",
@@ -206,7 +217,7 @@ describe("2. a failed resume: still checkpointed, and the error says how to try 
       CUDA_ERROR_UNKNOWN,
       "failed",
       "failed",
-      /left the process in the failed state: .*no operation can recover/,
+      /\. The process is failed, which is final$/,
     ],
   ];
   for (const [what, op, code, state, after, said] of others) {
@@ -217,7 +228,7 @@ describe("2. a failed resume: still checkpointed, and the error says how to try 
       const err = await failure(proc.resume());
       assert.equal(target.state, after);
       assert.match(err.message, said);
-      if (after !== "failed") await (after === "locked" ? proc.unlock() : proc.resume());
+      if (after !== "failed") await proc.resume();
       if (after !== "failed") assert.equal(target.state, "running", "and it goes on from there");
     });
   }
@@ -238,14 +249,28 @@ describe("3. operations on one process never interleave", () => {
       proc.state(),
     ]);
     assert.deepEqual(
-      settled.map((s) => s.status === "fulfilled" ? s.value ?? "ok" : "rejected"),
-      ["ok", "checkpointed", "ok", "checkpointed", "rejected", "rejected", "checkpointed"],
+      settled.map((s) =>
+        s.status === "rejected"
+          ? "rejected"
+          : typeof s.value === "string"
+          ? s.value
+          : (s.value as { state: string }).state
+      ),
+      [
+        "checkpointed",
+        "checkpointed",
+        "running",
+        "checkpointed",
+        "rejected",
+        "rejected",
+        "checkpointed",
+      ],
     );
     // The driver saw each operation's calls together, in the order the operations were made.
     assert.deepEqual(sim.calls.slice(before).map((c) => c.op), [
-      ...["lock", "checkpoint"], // suspend
+      ...["getState", "lock", "checkpoint"], // suspend
       "getState", // state
-      ...["restore", "unlock"], // resume
+      ...["getState", "restore", "unlock"], // resume
       ...["getState", "lock", "checkpoint"], // toggle
       ...["lock", "getState"], // lock: refused, and the state for the message
       ...["unlock", "getState"], // unlock: refused, and the state for the message
@@ -269,8 +294,11 @@ describe("3. operations on one process never interleave", () => {
       "checkpoint",
       `no call between the group's lock and checkpoint: ${ops}`,
     );
-    // Whichever came first, the outcome agrees: a resume after the suspend brought it back.
-    assert.equal(a.state, resumed.status === "fulfilled" ? "running" : "checkpointed");
+    // Whichever came first, the outcome agrees: a resume after the suspend brought it back, one
+    // before it found the process running and left it.
+    assert.equal(resumed.status, "fulfilled");
+    const { status } = (resumed as PromiseFulfilledResult<{ status: string }>).value;
+    assert.equal(a.state, status === "done" ? "running" : "checkpointed");
   });
 });
 
@@ -408,17 +436,19 @@ describe("5. a failed process is reported as failed, and nothing pretends to fix
     ];
     for (const [what, run] of operations) {
       const err = await failure(run());
-      assert.ok(err instanceof CudaError && err.code === CUDA_ERROR_ILLEGAL_STATE, what);
-      assert.equal(err.state, "failed", what);
-      assert.match(
-        err.message,
-        /failed state is final|cannot be recovered/,
-        `${what}: ${err.message}`,
-      );
+      // A step asks the driver, which refuses it; a goal is refused before the driver is asked.
+      const goal = what === "suspend" || what === "resume" || what === "toggle";
+      if (goal) assert.ok(err instanceof RefusedError && err.code === "STATE", what);
+      else assert.ok(err instanceof CudaError && err.code === CUDA_ERROR_ILLEGAL_STATE, what);
+      assert.equal((err as CudaError | RefusedError).state, "failed", what);
+      assert.match(err.message, /the failed state is final/i, `${what}: ${err.message}`);
     }
     await assert.rejects(
       proc.waitForState("running", { timeoutMs: 60_000 }),
-      /is in the failed state, which is final: it will never be running/,
+      (err: unknown) =>
+        err instanceof RefusedError &&
+        err.message ===
+          `waitForState of process ${target.pid} refused: it is failed, which is final: it will never be running`,
     );
     for (const action of ["suspend", "resume", "lock", "unlock"] as GroupAction[]) {
       const result = await runGroup(action, [target.pid], { driver: sim });
@@ -440,7 +470,7 @@ describe("5. a failed process is reported as failed, and nothing pretends to fix
     );
     const r = await cli(["--toggle", "--pid", target.pid], { driver: sim, isTerminal: true });
     assert.equal(r.code, 1);
-    assert.match(r.err, /cannot be recovered/);
+    assert.match(r.err, /the failed state is final/);
     assert.equal(target.state, "failed");
   });
 });
@@ -449,7 +479,7 @@ describe("6. an unknown state number or code is a clear error that names it", ()
   test("a state number from a newer driver: every reader names it", async () => {
     const { sim, target, proc } = await setup();
     const named =
-      /returned process state 5, which this version of @ckpt\/cuda does not know \(known: 0 running, 1 locked, 2 checkpointed, 3 failed\); a newer driver may have added it/;
+      /gave state 5, which this version of @ckpt\/cuda does not know \(a newer driver's\)/;
     for (
       const read of [() => proc.state(), () => proc.toggle(), () => proc.waitForState("locked")]
     ) {
@@ -463,7 +493,7 @@ describe("6. an unknown state number or code is a clear error that names it", ()
     target.answerNext("getState", { value: 5 });
     const r = await cli(["--get-state", "--pid", target.pid], { driver: sim });
     assert.equal(r.code, 1);
-    assert.match(r.err, /returned process state 5/);
+    assert.match(r.err, /gave state 5/);
   });
 
   test("a code the driver does not know: named by number, by the library and the command line", async () => {
@@ -473,7 +503,7 @@ describe("6. an unknown state number or code is a clear error that names it", ()
     assert.ok(err instanceof CudaError);
     assert.equal(err.code, 7777);
     assert.equal(err.codeName, "CUresult 7777");
-    assert.match(err.message, /failed with CUresult 7777, a code that neither the driver nor/);
+    assert.match(err.message, /failed with CUresult 7777, a code neither the driver nor/);
     target.failNext("lock", { code: 7777 });
     const r = await cli(["--action", "lock", "--pid", target.pid, "--json"], { driver: sim });
     assert.equal(r.code, 1);
@@ -488,6 +518,6 @@ describe("6. an unknown state number or code is a clear error that names it", ()
     target.failNext("checkpoint", { code: CUDA_ERROR_OPERATING_SYSTEM + 1 });
     target.failNext("unlock", { code: 8888 });
     const err = await failure(proc.suspend());
-    assert.match(err.message, /could not bring it back to running \(.*CUresult 8888.*\)/);
+    assert.match(err.message, /could not be brought back to running \(.*CUresult 8888.*\)/);
   });
 });

@@ -10,13 +10,8 @@ import { join } from "node:path";
 import process from "node:process";
 import fc from "fast-check";
 
-import {
-  CudaProcess,
-  listCudaProcesses,
-  parseGpuUuid,
-  runGroup,
-  setDefaultDriver,
-} from "../mod.ts";
+import { CudaProcess, listCudaProcesses, runGroup, setDefaultDriver } from "../mod.ts";
+import { parseGpuUuid } from "../core/uuid.ts";
 import { SimulatedDriver } from "../mock/mod.ts";
 import { describeValue } from "../core/uuid.ts";
 import { simulatedClock } from "../cli/simulate.ts";
@@ -160,7 +155,7 @@ describe("the library's inputs", () => {
   });
 
   test("groups: the action, the targets, every option", async () => {
-    const actions = ["suspend", "resume", "lock", "checkpoint", "restore", "unlock"];
+    const actions = ["suspend", "resume", "toggle", "lock", "checkpoint", "restore", "unlock"];
     await each(
       anything.filter((v) => !actions.includes(v as string)),
       (v) => runGroup(v as never, [target.pid], { driver: sim }),
@@ -179,6 +174,7 @@ describe("the library's inputs", () => {
     await option("allOrNothing", (v) => typeof v === "boolean");
     await option("rollBackOnAbort", (v) => typeof v === "boolean");
     await option("gpuMemory", (v) => typeof v === "boolean");
+    await option("checkRoom", (v) => typeof v === "boolean");
     await option("signal", (v) => v instanceof AbortSignal);
     await option("onProgress", (v) => typeof v === "function");
     await option(
@@ -189,7 +185,8 @@ describe("the library's inputs", () => {
     await each(
       fc.string({ minLength: 1, maxLength: 12 }).filter((k) =>
         !["driver", "concurrency", "allOrNothing", "rollBackOnAbort", "timeoutMs", "signal"]
-          .concat(["lockTimeoutMs", "gpuMapping", "onProgress", "gpuMemory", "host"]).includes(k)
+          .concat(["lockTimeoutMs", "gpuMapping", "onProgress", "gpuMemory", "host", "checkRoom"])
+          .includes(k)
       ),
       (k) => runGroup("lock", [target.pid], { driver: sim, [k]: true } as never),
     );
@@ -287,7 +284,8 @@ describe("the command line's options, with what it says on a terminal", () => {
       ),
       settings,
     );
-    const outOfRange = fc.oneof(fc.constant(0), fc.bigInt({ min: 2n ** 31n, max: 10n ** 20n }));
+    // Beyond a C int: NVIDIA's "pid must be a non-negative integer" (0 goes to the driver).
+    const outOfRange = fc.bigInt({ min: 2n ** 31n, max: 10n ** 20n });
     await fc.assert(
       fc.asyncProperty(outOfRange, (v) => usage(["--get-state", "--pid", String(v)], String(v))),
       settings,

@@ -8,12 +8,8 @@ import assert from "node:assert/strict";
 
 import { CUDA_ERROR_ILLEGAL_STATE, CUDA_ERROR_OPERATING_SYSTEM } from "../core/codes.ts";
 import { CheckpointUnsupportedError } from "../core/errors.ts";
-import {
-  type ClosableHost,
-  type HostProcesses,
-  listCudaProcesses,
-  setFallbackHostOpener,
-} from "../core/listing.ts";
+import { listCudaProcesses } from "../core/listing.ts";
+import { type ClosableHost, type HostProcesses, setFallbackHostOpener } from "../core/host.ts";
 import { CudaProcess } from "../core/process.ts";
 import { setDefaultDriver } from "../core/sources.ts";
 import { SimulatedDriver } from "../mock/mod.ts";
@@ -155,7 +151,8 @@ describe("listCudaProcesses on the simulator", () => {
     assert.deepEqual(listing.processes, []);
     assert.deepEqual(listing.uninspectable, [{
       pid: target.pid,
-      reason: "the driver answered CUDA_ERROR_ILLEGAL_STATE (401) for cuCheckpointProcessGetState",
+      reason: `getState of process ${target.pid} failed: CUDA_ERROR_ILLEGAL_STATE (401): the ` +
+        "operation cannot be performed in the present state",
       command: "odd",
     }]);
   });
@@ -179,7 +176,7 @@ describe("listCudaProcesses on the simulator", () => {
       const viaDefault = await listCudaProcesses();
       assert.equal(viaDefault.processes.length, 1, "the simulator's own host, by default");
       // A driver with no host of its own uses the fallback host, which the listing closes.
-      const bare = forward(sim); // no hostProcesses
+      const bare = forward(sim, { hostProcesses: undefined }); // no host of its own
       let closed = 0;
       setFallbackHostOpener((): ClosableHost => ({
         kind: "fallback",
@@ -200,7 +197,7 @@ describe("listCudaProcesses on the simulator", () => {
     await using sim = new SimulatedDriver();
     await assert.rejects(
       listCudaProcesses({ driver: sim, candidates: "cuda" as "all" }),
-      /candidates must be "libcuda" or "all", got "cuda"/,
+      /candidates must be one of "libcuda", "all", got "cuda"/,
     );
     await assert.rejects(
       listCudaProcesses({ driver: sim, pids: [1] } as never),

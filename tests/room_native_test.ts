@@ -1,18 +1,21 @@
 // The room check before a restore (core/room.ts) on the native path, without a GPU: the fake
 // libcuda (tests/fixtures/fake_libcuda.c) as the driver, and the Linux host reading the fake
-// libnvidia-ml (tests/fixtures/fake_libnvml.c) through ffi/nvml.ts: what the process held is read
-// by NVML before its checkpoint, free memory by nvmlDeviceGetMemoryInfo before its restore, and a
-// resume that would not fit is refused before libcuda is asked. Runs under `deno test -A` and
-// `bun test`; needs cc.
+// libnvidia-ml (tests/fixtures/fake_libnvml.c) through ffi/nvml.ts and keeping its records in a
+// private directory (ffi/records.ts): what the process held is read by NVML before its
+// checkpoint and recorded there, free memory by nvmlDeviceGetMemoryInfo before its restore, and a
+// resume that would not fit is refused before libcuda is asked, by this program or another that
+// shares the directory. Runs under `deno test -A` and `bun test`; needs cc.
 
 import { after, describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { readdir, readFile } from "node:fs/promises";
+import { spawn } from "node:child_process";
+import { mkdtemp, readdir, readFile, rm, stat } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 
 import { CudaProcess, GpuRoomError } from "../mod.ts";
 import type { CheckpointDriver } from "../core/driver.ts";
-import type { HostProcesses } from "../core/listing.ts";
-import { heldWhenCheckpointed } from "../core/room.ts";
+import type { HostProcesses } from "../core/host.ts";
 import { openLinuxHost, type ProcReader } from "../ffi/host.ts";
 import { openNativeDriver } from "../ffi/mod.ts";
 import { FakeDir, noCompiler, openCounters } from "./fixtures/fake.ts";
@@ -50,16 +53,27 @@ describe(
         read: (path) =>
           path === "/proc/self/status" ? Promise.resolve("NSpid:\t1\n") : readFile(path, "utf8"),
       };
+      const records = await mkdtemp(join(tmpdir(), "ckpt-records-"));
+      const recordsDir = join(records, "held");
       await using native = await openNativeDriver({ libraryPath: libcuda });
-      await using host = openLinuxHost({ nvmlPath, reader });
+      await using host = openLinuxHost({ nvmlPath, reader, recordsDir });
       const driver = withHost(native, host);
-      const pid = 424_242; // the fake libcuda takes every pid as a running CUDA process
+      // The fake libcuda takes every pid as a running CUDA process; a live process of this
+      // machine lends its pid, so that the host can tell its start time, as for a real target.
+      const child = spawn("sleep", ["60"], { stdio: "ignore" });
+      const pid = child.pid!;
+      const start = (await host.identify(pid))?.start;
+      assert.ok(start !== undefined && start > 0, "the host reads the start time from /proc");
       const gpu0 = fakeNvmlUuid(0);
+      // The record is keyed by the process: its pid and its start time.
+      const record = join(recordsDir, `${pid}-${start}.json`);
       try {
         nvml.add(0, pid, 1544n * MiB);
         const proc = new CudaProcess(pid, { driver });
         await proc.suspend();
-        assert.deepEqual(heldWhenCheckpointed(driver, pid), { [gpu0]: 1544 });
+        assert.deepEqual((await host.heldRecords!.get({ pid, start }))?.heldMiB, { [gpu0]: 1544 });
+        assert.equal((await stat(recordsDir)).mode & 0o777, 0o700, "a private directory");
+        assert.equal((await stat(record)).mode & 0o777, 0o600, "a private record");
 
         // Checkpointed, it holds nothing; another process now holds all of GPU 0 but 1000 MiB.
         nvml.clear();
@@ -71,28 +85,40 @@ describe(
           gpu: gpu0,
           neededMiB: 1544,
           freeMiB: 1000,
-          pendingMiB: 0,
+          claimedMiB: 0,
         });
-        assert.match(
-          err.message,
-          /It held 1544 MiB for GPU-1{8}-.* and that GPU has 1000 MiB free/,
-        );
-        // One checkpoint call only: the getState that saw it still checkpointed, no restore (the
-        // fake's restore of a checkpointed process would succeed and leave it locked).
-        assert.equal(counters.fake_calls() - calls, 1, "libcuda was asked nothing but its state");
+        assert.match(err.message, /it needs 1544 MiB on GPU-1{8}-.*, which has 1000 MiB free/);
+        // Two getState calls only: the one the resume starts from, and the one that saw it still
+        // checkpointed when the room was short; no restore (the fake's restore of a checkpointed
+        // process would succeed and leave it locked).
+        assert.equal(counters.fake_calls() - calls, 2, "libcuda was asked nothing but its state");
         assert.equal(await proc.state(), "checkpointed");
+
+        // Another program (its own driver and host, the same records) is refused the same way:
+        // the record is the machine's, not this handle's.
+        {
+          await using otherNative = await openNativeDriver({ libraryPath: libcuda });
+          await using otherHost = openLinuxHost({ nvmlPath, reader, recordsDir });
+          const other = new CudaProcess(pid, { driver: withHost(otherNative, otherHost) });
+          await assert.rejects(other.resume(), GpuRoomError);
+          await other.close();
+        }
 
         // The other process ends: the resume goes through, and the record is forgotten.
         nvml.clear();
-        await proc.resume();
+        const outcome = await proc.resume();
+        assert.equal(outcome.roomCheck, "checked");
         assert.equal(await proc.state(), "running");
-        assert.equal(heldWhenCheckpointed(driver, pid), undefined);
+        assert.equal(await host.heldRecords!.get({ pid, start }), undefined);
+        await assert.rejects(stat(record), /ENOENT|No such file/, "the record file is gone");
         assert.equal(nvml.liveInits(), 1, "the host keeps one nvmlInit_v2 while open");
       } finally {
         await host.close();
         assert.equal(nvml.liveInits(), 0, "closing the host shut NVML down");
         nvml.close();
         counters.close();
+        await rm(records, { recursive: true, force: true });
+        child.kill();
       }
     });
   },

@@ -10,7 +10,8 @@ import assert from "node:assert/strict";
 import { readdirSync, readFileSync, statSync } from "node:fs";
 import { join, relative } from "node:path";
 
-import { CUDA_ERROR_OPERATING_SYSTEM, CudaError, CudaProcess } from "../mod.ts";
+import { CudaError, CudaProcess } from "../mod.ts";
+import { CUDA_ERROR_OPERATING_SYSTEM } from "../driver.ts";
 import { SimulatedDriver } from "../mock/mod.ts";
 import { forward } from "./support/forward.ts";
 
@@ -80,13 +81,17 @@ describe("no shell", () => {
 describe("privilege", () => {
   test("without root or CAP_SYS_PTRACE over the target, the error says what is needed", async () => {
     // The driver answers CUDA_ERROR_OPERATING_SYSTEM for a process this one may not act on, as for
-    // one that does not exist (DRIVER_FACTS.md); the GPU run records the real message.
+    // one that does not exist (docs/DRIVER.md#symbols-and-versions); the GPU run records the real
+    // message.
     const sim = new SimulatedDriver();
     const p = sim.spawn();
     const denied = forward(sim, { getState: () => Promise.resolve({ code: 304, value: 0 }) });
     await assert.rejects(new CudaProcess(p.pid, { driver: denied }).state(), (err: unknown) => {
       assert.ok(err instanceof CudaError && err.code === CUDA_ERROR_OPERATING_SYSTEM);
-      assert.match(err.message, /checkpointing needs root or CAP_SYS_PTRACE over the target/);
+      assert.match(
+        err.message,
+        /this program may not act on it \(that needs root or CAP_SYS_PTRACE\)/,
+      );
       return true;
     });
   });

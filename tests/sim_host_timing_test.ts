@@ -1,5 +1,5 @@
 // The 4 x H200 host's timing model (mock/timing.ts H200_X4_HOST_TIMING) against measurements that
-// were NOT used to build it: DRIVER_FACTS.md's 4 x 8 GiB, one per GPU, on a 4 x H200 host
+// were NOT used to build it: docs/DRIVER.md#four-h200s, 4 x 8 GiB, one per GPU, on a 4 x H200 host
 // (lock+checkpoint all at once 3.9-4.2 s, restore+unlock 1.78-1.87 s), and the default H200 model
 // for contrast. The model's points come from bench/reports/growth-deno-4xh200 (one process).
 import { test } from "node:test";

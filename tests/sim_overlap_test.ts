@@ -1,4 +1,4 @@
-// Calls that overlap on one process (DRIVER_FACTS.md, "Calls that overlap on one process"): the
+// Calls that overlap on one process (docs/DRIVER.md#overlapping-calls): the
 // driver serialises calls on a process, so a call made while another is under way waits for it,
 // then acts on the state it left. Each row of the measured tables, through the raw driver.
 import { describe, test } from "node:test";
@@ -10,7 +10,7 @@ import {
   CUDA_ERROR_ILLEGAL_STATE as ILLEGAL,
   CUDA_ERROR_OPERATING_SYSTEM,
   CUDA_SUCCESS as OK,
-} from "../core/codes.ts";
+} from "../driver.ts";
 
 type Op = "getState" | "getRestoreThreadId" | "lock" | "checkpoint" | "restore" | "unlock";
 

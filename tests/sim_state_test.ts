@@ -118,7 +118,7 @@ describe("snapshots of the simulated driver", () => {
     await new CudaProcess(p.pid, { driver: again }).suspend();
     assert.ok(performance.now() - began < 1000, "no real time for 0.75 s of simulated work");
     const call = again.calls.find((c) => c.op === "checkpoint")!;
-    assert.equal(Math.round(call.at - call.started), 752); // H200, 1 GiB: DRIVER_FACTS.md
+    assert.equal(Math.round(call.at - call.started), 752); // H200, 1 GiB: docs/DRIVER.md#timings
     assert.equal(
       loadSimulator(snapshotSimulator(sim), { clock: "real", speed: 100 }).clock.kind,
       "real",
@@ -245,7 +245,12 @@ describe("snapshots of the simulated driver", () => {
         "format",
         /format must be "ckpt-cuda-simulated-machine", got "my-thing"/,
       ],
-      ["a newer version", (s) => (s.version = 3, s), "version", /version 3 is not known/],
+      [
+        "a newer version",
+        (s) => (s.version = 4, s),
+        "version",
+        /version 4 is not known: this module reads versions 1 to 3/,
+      ],
       ["a missing field", (s) => (delete s.gpus, s), "gpus", /gpus is missing/],
       ["an unknown field", (s) => (s.colour = "red", s), "colour", /unknown field "colour"/],
       ["no GPU", (s) => (s.gpus = [], s), "gpus", /gpus must be an array of 1 to 1024 entries/],

@@ -1,7 +1,7 @@
 // The simulator's timing model checked against MEASUREMENTS it was not built from. The model
 // (mock/timing.ts) takes each chip's single-process table and fits its two concurrency figures to
 // four processes of 4 GiB at once; everything below compares a prediction with a measured figure
-// from shared/DRIVER_FACTS.md or docs/DRIVER_NOTES.md, copied here as the measurement itself.
+// from docs/DRIVER.md#timings, copied here as the measurement itself.
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { SimulatedDriver, type SimulatedDriverOptions } from "../mock/mod.ts";
@@ -12,21 +12,21 @@ import { parseGpuUuid } from "../core/uuid.ts";
 type Range = readonly [number, number];
 
 const MEASURED = {
-  // H200 host, lock+checkpoint / restore+unlock of N x 4 GiB all at once (DRIVER_FACTS.md).
+  // One H200, N x 4 GiB all at once (the probes, docs/DRIVER.md#many-processes-at-once).
   h200_4x4_together: { suspend: [2360, 2360], resume: [1170, 1170] }, // used to fit the model
   h200_8x4_together: { suspend: [2900, 3400], resume: [2000, 2300] },
-  // The same one after another: DRIVER_FACTS (8.2-8.4 s / 3.2-3.4 s; 20.3 s / 6.8 s) and four
-  // bench runs on other lent machines (DRIVER_NOTES: 7.70-12.22 s / 2.92-3.96 s; 17.25 s / 6.51 s).
+  // The same one after another, same section: the probes (8.2-8.4 s / 3.2-3.4 s; 20.3 s / 6.8 s)
+  // and four bench runs on other lent machines (7.70-12.22 s / 2.92-3.96 s; 17.25 s / 6.51 s).
   h200_4x4_serial: { suspend: [7700, 12220], resume: [2920, 3960] },
   h200_8x4_serial: { suspend: [17250, 20300], resume: [6510, 6800] },
-  // 1 GiB suspend/resume cycles through CudaProcess on four machines and on Bun (DRIVER_NOTES:
-  // minima and maxima of 20 cycles each); not the DRIVER_FACTS row the table holds.
+  // 1 GiB suspend/resume cycles through CudaProcess on four machines and on Bun (minima and
+  // maxima of 20 cycles each, docs/DRIVER.md#timings); not the probes' row the model holds.
   h200_1g_cycles: { suspend: [587, 869], resume: [279, 421] },
-  // A separate 1 GiB process restored onto the other H200 (DRIVER_NOTES).
+  // A separate 1 GiB process restored onto the other H200 (docs/DRIVER.md#migration).
   h200_1g_migration: 357,
   // H100, medians of 9: 1 GiB is NOT in the H100 table (16 MiB and 4 GiB are).
   h100_1g: { checkpoint: [704, 910], restore: [338, 448], cycle: 1100 },
-  // SIGKILL 150 ms into a 4 GiB checkpoint: OPERATING_SYSTEM after (DRIVER_NOTES).
+  // SIGKILL 150 ms into a 4 GiB checkpoint: OPERATING_SYSTEM after (docs/DRIVER.md#state-machine).
   exitDuringCheckpoint: { killAtMs: 150, returnsAt: [217, 225] },
 } as const;
 

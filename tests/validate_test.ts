@@ -1,14 +1,9 @@
 // Every input check: each bad value gets an error that names it and says what was expected.
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
-import {
-  checkGpuMapping,
-  checkPid,
-  checkTimeoutMs,
-  CudaProcess,
-  formatGpuUuid,
-  parseGpuUuid,
-} from "../mod.ts";
+import { CudaProcess } from "../mod.ts";
+import { checkGpuMapping, checkPid, checkTimeoutMs } from "../core/options.ts";
+import { formatGpuUuid, parseGpuUuid } from "../core/uuid.ts";
 import { SimulatedDriver } from "../mock/mod.ts";
 import { encodeGpuPairs, encodeLockArgs, encodeRestoreArgs } from "../core/structs.ts";
 
@@ -85,7 +80,17 @@ describe("timeoutMs", () => {
   test("options must be an object", async () => {
     await assert.rejects(
       () => proc.lock(5 as never),
-      /options must be an object such as \{ timeoutMs: 10000 \}, got 5/,
+      /^TypeError: lock's options must be an object with timeoutMs, got 5$/,
+    );
+  });
+  test("an option that is not one is refused, naming it and the nearest one", async () => {
+    await assert.rejects(
+      () => proc.lock({ timeout: 5 } as never),
+      /^TypeError: lock has no option "timeout" \(did you mean "timeoutMs"\?\); it takes timeoutMs$/,
+    );
+    assert.throws(
+      () => new CudaProcess(4000, { drvier: 1 } as never),
+      /^TypeError: CudaProcess has no option "drvier" \(did you mean "driver"\?\); it takes driver$/,
     );
   });
 });

@@ -5,15 +5,15 @@
 
 import {
   CUDA_ERROR_ILLEGAL_STATE,
+  CUDA_ERROR_INVALID_VALUE,
   CUDA_SUCCESS,
-  type ProcessState,
   resultName,
-  stateName,
 } from "../../core/codes.ts";
 import type { CheckpointDriver, GpuPair } from "../../core/driver.ts";
 import { parseGpuUuid } from "../../core/uuid.ts";
-import { CudaError } from "../../core/errors.ts";
-import { CudaProcess, ProcessStates } from "../../core/process.ts";
+import { CudaError, RefusedError } from "../../core/errors.ts";
+import { CudaProcess } from "../../core/process.ts";
+import { type ProcessState, stateName, stateNumber } from "../../core/states.ts";
 import type { Call, Scenario } from "./scenarios.ts";
 
 /** A target process started for one scenario. */
@@ -284,7 +284,7 @@ async function callProcess(
   try {
     switch (c.op) {
       case "getState":
-        return { code: 0, value: ProcessStates[await proc.state()] };
+        return { code: 0, value: stateNumber(await proc.state()) };
       case "getRestoreThreadId":
         return { code: 0, value: await proc.restoreThreadId() };
       case "lock":
@@ -308,6 +308,11 @@ async function callProcess(
     return { code: 0, value: 0 };
   } catch (err) {
     if (err instanceof CudaError) return { code: err.code, value: 0 };
+    // A mapping the machine's GPUs rule out is refused before the driver is asked: the code the
+    // driver gives such a mapping is what the scenario expects of it.
+    if (err instanceof RefusedError && err.code === "MAPPING") {
+      return { code: CUDA_ERROR_INVALID_VALUE, value: 0 };
+    }
     throw err;
   }
 }

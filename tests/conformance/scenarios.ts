@@ -1,5 +1,5 @@
 /**
- * The state table of shared/DRIVER_FACTS.md as data: each scenario puts a target process in a
+ * The state table of docs/DRIVER.md#state-machine as data: each scenario puts a target process in a
  * state, makes one driver call, and says the CUresult and the state after it that the real driver
  * gives. The unit tests run every scenario against the simulated driver; tests/gpu/ runs the same
  * scenarios against the native driver on a GPU and reports where the two agree.
@@ -13,8 +13,8 @@ import {
   CUDA_ERROR_OPERATING_SYSTEM as OPERATING_SYSTEM,
   CUDA_ERROR_OUT_OF_MEMORY as OUT_OF_MEMORY,
   CUDA_SUCCESS as SUCCESS,
-  type ProcessState,
 } from "../../core/codes.ts";
+import type { ProcessState } from "../../core/states.ts";
 
 /** A driver call a scenario makes. */
 export type Call =
@@ -57,7 +57,7 @@ export interface Scenario {
   fillGpuLeavingMiB?: number;
   /**
    * Another call on the same process, started just before the call under test, which is made
-   * `afterMs` later while it is still in flight (calls that overlap, DRIVER_FACTS.md).
+   * `afterMs` later while it is still in flight (docs/DRIVER.md#overlapping-calls).
    */
   during?: { call: Call; afterMs: number };
   /** The call under test. */
@@ -89,8 +89,8 @@ export interface Scenario {
     eitherWins?: boolean;
   };
   /**
-   * Where the row comes from: measured on the real driver (DRIVER_FACTS.md or this project's own
-   * runs, docs/DRIVER_NOTES.md), NVIDIA's header, or assumed until a GPU run measures it.
+   * Where the row comes from: measured on the real driver (docs/DRIVER.md#state-machine: the
+   * probes or this project's own runs), NVIDIA's header, or assumed until a GPU run measures it.
    */
   source: "measured" | "header" | "assumed";
   /**
@@ -118,7 +118,7 @@ interface Overlap {
   ends: "after-other" | "before-other";
 }
 
-/** The calls that overlap on one process (DRIVER_FACTS.md, measured on an H100, driver 580). */
+/** The calls that overlap on one process (docs/DRIVER.md#overlapping-calls; H100 and H200, 580). */
 function overlapping(): Scenario[] {
   const rows: Scenario[] = [];
   const inFlight: {
@@ -222,7 +222,7 @@ function overlapping(): Scenario[] {
   return rows;
 }
 
-/** Every scenario, in the order of the table in DRIVER_FACTS.md. */
+/** Every scenario, in the order of the table in docs/DRIVER.md#state-machine. */
 export const SCENARIOS: readonly Scenario[] = [
   {
     name: "getState of a process that never initialised CUDA",

@@ -7,7 +7,7 @@
  *       --ours /tmp/ckpt/cuda-checkpoint --nvidia /tmp/ckpt/nvidia/cuda-checkpoint
  *       --target /tmp/ckpt/target [--mib 64] [--report FILE]
  *
- * - compare: every row of DRIVER_FACTS.md's utility table and every operation (each query, each
+ * - compare: every row of docs/DRIVER.md's message table and every operation (each query, each
  *   `--action`, `--toggle` both ways, illegal states, a missing pid, a non-CUDA pid, bad input),
  *   run by NVIDIA's utility and by ours on the same target process brought to the same state
  *   before each; stdout, stderr, exit code and the state afterwards must be equal. The only
@@ -38,7 +38,7 @@ import process from "node:process";
 import { parseArgs } from "node:util";
 
 import type { CheckpointDriver } from "../../core/driver.ts";
-import { PROCESS_STATE_NAMES, type ProcessState } from "../../core/codes.ts";
+import { type ProcessState, stateName } from "../../core/states.ts";
 import { startTarget } from "./native_env.ts";
 
 type Step = "lock" | "checkpoint" | "restore" | "unlock";
@@ -268,7 +268,7 @@ async function simulatedMachine(): Promise<Machine> {
 /** The state of a pid by the driver: a state name, or `error <CUresult>`. */
 async function stateOf(m: Machine, pid: number): Promise<string> {
   const r = await m.call((d) => d.getState(pid));
-  return r.code === 0 ? PROCESS_STATE_NAMES[r.value] ?? `state ${r.value}` : `error ${r.code}`;
+  return r.code === 0 ? stateName(r.value) ?? `state ${r.value}` : `error ${r.code}`;
 }
 
 async function stepOf(m: Machine, pid: number, step: Step): Promise<number> {
@@ -344,7 +344,7 @@ interface Case {
   id: string;
   /** The arguments, split at spaces, with `{pid}`, `{tid}`, ... of {@link Ctx} filled in. */
   args: string;
-  /** What it stands for ("row:" marks a row of DRIVER_FACTS' utility table). */
+  /** What it stands for ("row:" marks a row of docs/DRIVER.md#messages-and-exit-codes). */
   what: string;
   /** The state the CUDA target is brought to before each program's run. Default running. */
   from?: ProcessState;

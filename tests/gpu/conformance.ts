@@ -14,7 +14,8 @@
 import process from "node:process";
 import { mkdirSync, writeFileSync } from "node:fs";
 import { execFileSync } from "node:child_process";
-import { CU_RESULTS, CudaProcess, formatDriverVersion } from "../../mod.ts";
+import { CudaProcess } from "../../mod.ts";
+import { CU_RESULTS, formatDriverVersion } from "../../driver.ts";
 import { openNativeDriver } from "../../ffi/mod.ts";
 import {
   type Outcome,

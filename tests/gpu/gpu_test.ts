@@ -6,13 +6,12 @@ import assert from "node:assert/strict";
 import process from "node:process";
 import { readFileSync } from "node:fs";
 import { execFileSync } from "node:child_process";
+import { CudaError, CudaProcess } from "../../mod.ts";
 import {
   CUDA_ERROR_ILLEGAL_STATE,
   CUDA_ERROR_NOT_INITIALIZED,
   CUDA_ERROR_OPERATING_SYSTEM,
-  CudaError,
-  CudaProcess,
-} from "../../mod.ts";
+} from "../../driver.ts";
 import { nativeDriverAvailable, openNativeDriver } from "../../ffi/mod.ts";
 
 const available = await nativeDriverAvailable();

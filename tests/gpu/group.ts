@@ -12,7 +12,8 @@
  */
 
 import process from "node:process";
-import { openNativeDriver, resumeAll, suspendAll } from "../../mod.ts";
+import { resumeAll, suspendAll } from "../../mod.ts";
+import { openNativeDriver } from "../../driver.ts";
 import { checks, startTarget } from "./native_env.ts";
 
 const [targetPath] = process.argv.slice(2);

@@ -11,7 +11,8 @@
 
 import process from "node:process";
 import { execFileSync } from "node:child_process";
-import { CudaProcess, listCudaProcesses, openLinuxHost, openNativeDriver } from "../../mod.ts";
+import { CudaProcess, listCudaProcesses } from "../../mod.ts";
+import { openLinuxHost, openNativeDriver } from "../../driver.ts";
 import { checks, startTarget } from "./native_env.ts";
 
 const [targetPath] = process.argv.slice(2);

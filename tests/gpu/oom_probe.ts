@@ -15,7 +15,7 @@
 import { execFileSync, spawnSync } from "node:child_process";
 import { existsSync, readFileSync } from "node:fs";
 import process from "node:process";
-import { openNativeDriver } from "../../mod.ts";
+import { openNativeDriver } from "../../driver.ts";
 import type { RestoreArgs } from "../../core/driver.ts";
 import { parseGpuUuid } from "../../core/uuid.ts";
 import { startTarget, type TargetProcess } from "./native_env.ts";

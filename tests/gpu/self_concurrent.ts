@@ -13,7 +13,8 @@
  */
 
 import process from "node:process";
-import { CudaProcess, openNativeDriver } from "../../mod.ts";
+import { CudaProcess } from "../../mod.ts";
+import { openNativeDriver } from "../../driver.ts";
 import { openCudaContext } from "../../ffi/cuda.ts";
 import { startTarget } from "./native_env.ts";
 

@@ -29,16 +29,12 @@
 import { execFileSync } from "node:child_process";
 import { readFileSync } from "node:fs";
 import process from "node:process";
+import { CudaError, CudaProcess, GpuRoomError, resumeAll, suspendAll } from "../../mod.ts";
 import {
   CUDA_ERROR_OPERATING_SYSTEM,
   CUDA_ERROR_OUT_OF_MEMORY,
-  CudaError,
-  CudaProcess,
-  GpuRoomError,
   openNativeDriver,
-  resumeAll,
-  suspendAll,
-} from "../../mod.ts";
+} from "../../driver.ts";
 import { runInterrupted } from "../support/interrupted.ts";
 import { startTarget, type TargetProcess } from "./native_env.ts";
 
@@ -191,8 +187,8 @@ async function oom(): Promise<void> {
   report.refused = message(error);
   console.log(`resume on a full GPU said: ${message(error)}`);
   result(
-    error instanceof GpuRoomError && error.code === CUDA_ERROR_OUT_OF_MEMORY,
-    "a resume that does not fit is refused before the driver (GpuRoomError, OUT_OF_MEMORY)",
+    error instanceof GpuRoomError && error.code === "NO_ROOM",
+    "a resume that does not fit is refused before the driver (GpuRoomError, NO_ROOM)",
   );
   result(/Nothing was asked of the driver/.test(message(error)), "and says so, and how to retry");
   result((await proc.state()) === "checkpointed", "the target stays checkpointed");
@@ -219,7 +215,7 @@ async function oom(): Promise<void> {
   await lost.resume({ checkRoom: false }).catch((err) => driverError = err);
   console.log(`the driver's own restore on a full GPU said: ${message(driverError)}`);
   result(
-    driverError instanceof CudaError && !(driverError instanceof GpuRoomError) &&
+    driverError instanceof CudaError &&
       driverError.code === CUDA_ERROR_OUT_OF_MEMORY,
     "with checkRoom: false the driver itself runs out of memory (OUT_OF_MEMORY)",
   );

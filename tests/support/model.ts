@@ -1,5 +1,5 @@
 // A small reference model of the CUDA checkpoint state machine, written from
-// shared/DRIVER_FACTS.md ("State machine, as measured", "Calls that overlap on one process", and
+// docs/DRIVER.md (#state-machine, #overlapping-calls, and
 // NVIDIA's word on OUT_OF_MEMORY and FAILED), not from the simulator's tables, and of what this
 // library promises on top of it (README "Reliability"). tests/model_test.ts drives random
 // sequences of operations through fast-check against it; tests/fixtures/unhandled.ts runs the
@@ -7,11 +7,10 @@
 import assert from "node:assert/strict";
 import fc from "fast-check";
 
-import { CudaError, CudaProcess, type GroupAction, runGroup } from "../../mod.ts";
+import { CudaError, CudaProcess, type GroupAction, RefusedError, runGroup } from "../../mod.ts";
 import { SimulatedDriver, type SimulatedProcess } from "../../mock/mod.ts";
-import { heldWhenCheckpointed } from "../../core/room.ts";
 
-// ---- the driver, from DRIVER_FACTS.md ----
+// ---- the driver, from docs/DRIVER.md ----
 
 /** A process's checkpoint state. */
 export type State = "running" | "locked" | "checkpointed" | "failed";
@@ -94,8 +93,9 @@ export function call(m: Model, p: ModelProcess, op: Step | "getState"): number {
     if (state !== undefined && state !== "checkpointed") p.refused = false;
     return fault.code;
   }
-  // Measured on driver 580 (docs/DRIVER_NOTES.md): after a restore ran out of memory, every
-  // restore of the process fails with OPERATING_SYSTEM and it stays checkpointed.
+  // Measured on driver 580 (docs/DRIVER.md#an-out-of-memory-restore-loses-the-process): after
+  // a restore ran out of memory, every restore of the process fails with OPERATING_SYSTEM and it
+  // stays checkpointed.
   if (op === "restore" && p.refused) return OPERATING_SYSTEM;
   // "restore onto a GPU without enough free memory gives OUT_OF_MEMORY and leaves the process
   // checkpointed"
@@ -125,16 +125,20 @@ function take(p: ModelProcess, op: Step): Fault | undefined {
   return f;
 }
 
-// ---- what the library does with those calls (README "Reliability") ----
+// ---- what the library does with those calls (README "Reliability", docs/API.md) ----
+
+/** A refusal before the driver was asked: `RefusedError.code`. */
+type Refusal = "NO_ROOM" | "STATE";
 
 /**
- * A step as the library makes it: a restore of a process it checkpointed itself is refused
- * without a driver call where it would not fit, while the process is checkpointed (core/room.ts);
- * what it held is remembered from its checkpoint until it is locked or restored again.
+ * A step as the library makes it: a restore of a process that a program of this package
+ * checkpointed is refused without a driver call where it would not fit, while the process is
+ * checkpointed; what it held is recorded at its checkpoint (for the process, whichever id names
+ * it) until it is locked from running or restored again.
  */
-function lib(m: Model, p: ModelProcess, step: Step): number {
+function lib(m: Model, p: ModelProcess, step: Step): number | Refusal {
   if (step === "restore" && p.heldKnown && !fits(m, p)) {
-    if (!p.gone && p.cuda && p.state === "checkpointed") return OUT_OF_MEMORY;
+    if (!p.gone && p.cuda && p.state === "checkpointed") return "NO_ROOM";
     p.heldKnown = false;
   }
   const code = call(m, p, step);
@@ -156,89 +160,100 @@ const OPERATIONS = [
 /** An operation of `CudaProcess`. */
 export type Operation = typeof OPERATIONS[number];
 
-/** What an operation resolves to, or the code it rejects with. */
-export type Outcome = { ok: true; value?: string } | { ok: false; code: number };
+/**
+ * What an operation resolves to (a state-changing one: its status and the state it left), or the
+ * code it rejects with: the driver's `CUresult`, or a refusal's string.
+ */
+export type Outcome = { ok: true; value?: string } | { ok: false; code: number | string };
 
 const done = (value?: string): Outcome => value === undefined ? { ok: true } : { ok: true, value };
-const failed = (code: number): Outcome => ({ ok: false, code });
-const isGoneCode = (code: number) => code === OPERATING_SYSTEM || code === NOT_INITIALIZED;
+const failed = (code: number | string): Outcome => ({ ok: false, code });
+const isGoneCode = (code: number | string) => code === OPERATING_SYSTEM || code === NOT_INITIALIZED;
 
 /** A `CudaProcess` operation on the model: the calls it makes, in order, and its outcome. */
 export function operate(m: Model, p: ModelProcess, op: Operation): Outcome {
-  switch (op) {
-    case "state": {
-      const code = call(m, p, "getState");
-      return code === SUCCESS ? done(p.state) : failed(code);
-    }
-    case "lock":
-    case "checkpoint":
-    case "restore":
-    case "unlock": {
-      const code = lib(m, p, op);
-      return code === SUCCESS ? done() : failed(code);
-    }
+  if (op === "state") {
+    const code = call(m, p, "getState");
+    return code === SUCCESS ? done(p.state) : failed(code);
+  }
+  const r = act(m, p, op, false);
+  return r.code === undefined ? done(`${r.status} ${r.state}`) : failed(r.code);
+}
+
+/** Where each goal leads from a state: `undefined` where it is refused. */
+function destination(action: GroupAction, from: State): State | undefined {
+  if (from === "failed") return undefined; // "the failed state is final"
+  switch (action) {
     case "suspend":
-      return suspend(m, p);
+      return "checkpointed";
     case "resume":
-      return resume(m, p);
-    case "toggle": {
-      const code = call(m, p, "getState");
-      if (code !== SUCCESS) return failed(code);
-      if (p.state === "running") {
-        const r = suspend(m, p);
-        return r.ok ? done("checkpointed") : r;
-      }
-      if (p.state === "checkpointed") {
-        const r = resume(m, p);
-        return r.ok ? done("running") : r;
-      }
-      return failed(ILLEGAL_STATE); // toggle goes between running and checkpointed only
-    }
+      return "running";
+    case "toggle":
+      // "toggle goes between running and checkpointed", as NVIDIA's utility does
+      return from === "running" ? "checkpointed" : from === "checkpointed" ? "running" : undefined;
+    default:
+      return STEP[action][1];
   }
 }
 
+/** What one action did to a process, as the library reports it. */
+interface Acted {
+  status: "done" | "unchanged" | "failed";
+  state?: State;
+  code?: number | string;
+}
+
 /**
- * lock + checkpoint. A failed step is undone from wherever it left the process, back to running
- * (locked -> unlock, checkpointed -> restore + unlock, failed -> nothing); an illegal state means
- * the call changed nothing and the process is not ours to move (unless our lock still holds it).
+ * One action on one process, as `CudaProcess` and the group operations both make it: a step is
+ * one driver call (a group reads the state first, `readState`); a goal reads the state, makes
+ * the steps of running - locked - checkpointed that lead where it leads (none: unchanged), and a
+ * failed step is undone: only what the action did, back to where the process was (a step the
+ * driver refused as illegal changed nothing, so the process is brought back only if it is still
+ * where the done steps left it).
  */
-function suspend(m: Model, p: ModelProcess): Outcome {
-  for (const step of ["lock", "checkpoint"] as const) {
+function act(m: Model, p: ModelProcess, action: GroupAction, readState: boolean): Acted {
+  const isStep = (STEPS as readonly string[]).includes(action);
+  if (isStep && !readState) {
+    const code = lib(m, p, action as Step);
+    return code === SUCCESS ? { status: "done", state: p.state } : { status: "failed", code };
+  }
+  const read = call(m, p, "getState");
+  if (read !== SUCCESS) return { status: "failed", code: read };
+  const initial = p.state;
+  let steps: Step[];
+  if (isStep) {
+    steps = [action as Step];
+  } else {
+    const to = destination(action, initial);
+    if (to === undefined) return { status: "failed", code: "STATE", state: initial };
+    if (to === initial) return { status: "unchanged", state: initial };
+    steps = wayBetween(initial, to)!;
+  }
+  const madeSteps: Step[] = [];
+  for (const step of steps) {
     const code = lib(m, p, step);
-    if (code === SUCCESS) continue;
-    if (isGoneCode(code)) return failed(code);
-    const now = p.state;
-    if (code === ILLEGAL_STATE && (step === "lock" || now !== "locked")) return failed(code);
-    for (const back of wayBetween(now, "running") ?? []) {
-      if (lib(m, p, back) !== SUCCESS) break;
+    if (code === SUCCESS) {
+      madeSteps.push(step);
+      continue;
     }
-    return failed(code);
+    if (!isGoneCode(code) && code !== "NO_ROOM" && !p.gone) {
+      const left = madeSteps.length > 0 ? STEP[madeSteps[madeSteps.length - 1]][1] : initial;
+      if (code !== ILLEGAL_STATE || p.state === left) {
+        for (const back of wayBetween(p.state, initial) ?? []) {
+          if (lib(m, p, back) !== SUCCESS) break;
+        }
+      }
+    }
+    return { status: "failed", code };
   }
-  return done();
+  return { status: "done", state: p.state };
 }
 
-/** restore + unlock; a failed restore leaves the process where the driver left it. */
-function resume(m: Model, p: ModelProcess): Outcome {
-  const restore = lib(m, p, "restore");
-  if (restore !== SUCCESS) return failed(restore);
-  const unlock = lib(m, p, "unlock");
-  return unlock === SUCCESS ? done() : failed(unlock);
+/** Where each group action takes a process (`done` or `unchanged`). */
+function wanted(action: GroupAction, initial: State): State | undefined {
+  return destination(action, initial);
 }
 
-/** Where each group action takes a process. */
-function wanted(action: GroupAction): State {
-  return action === "suspend" ? "checkpointed" : action === "resume" ? "running" : STEP[action][1];
-}
-
-/**
- * The steps a group makes from a state: suspend and resume go the whole way, one step goes only
- * from the state it needs; `undefined` where there is no way.
- */
-function planOf(action: GroupAction, from: State): Step[] | undefined {
-  if (action === "suspend" || action === "resume") return wayBetween(from, wanted(action));
-  const [needs, to] = STEP[action];
-  return from === to ? [] : from === needs ? [action] : undefined;
-}
 const CHAIN: readonly State[] = ["running", "locked", "checkpointed"];
 
 /** The steps between two states of running - locked - checkpointed; none from or to failed. */
@@ -255,35 +270,21 @@ function wayBetween(from: State, to: State): Step[] | undefined {
 /** A group member's status, as `ProcessOutcome.status` says it. */
 export type Status = "done" | "unchanged" | "failed";
 
-/**
- * One process of a group that is not all-or-nothing: its state read first, then its plan's
- * steps; a failed step is undone from the state the driver then reports, back to where it was.
- */
+/** One process of a group that is not all-or-nothing: the same action, its state read first. */
 export function groupMember(m: Model, p: ModelProcess, action: GroupAction): Status {
-  if (call(m, p, "getState") !== SUCCESS) return "failed";
-  const initial = p.state;
-  if (initial === wanted(action)) return "unchanged";
-  const plan = planOf(action, initial);
-  if (plan === undefined) return "failed";
-  for (const step of plan) {
-    const code = lib(m, p, step);
-    if (code === SUCCESS) continue;
-    if (!isGoneCode(code) && !p.gone) {
-      const way = wayBetween(p.state, initial);
-      for (const back of way ?? []) if (lib(m, p, back) !== SUCCESS) break;
-    }
-    return "failed";
-  }
-  return "done";
+  return act(m, p, action, true).status;
 }
 
 // ---- the real side: a simulated machine and handles on it ----
 
-/** What a run works on: the simulator, its processes, a handle each, and the GPU filler. */
+/**
+ * What a run works on: the simulator, its processes, two handles each (one made with its pid, one
+ * with the id of another of its threads: they name one process), and the GPU filler.
+ */
 export interface Real {
   readonly sim: SimulatedDriver;
   readonly procs: SimulatedProcess[];
-  readonly handles: CudaProcess[];
+  readonly handles: (readonly [CudaProcess, CudaProcess])[];
   readonly digests: Map<number, string>;
   filler?: SimulatedProcess;
 }
@@ -324,7 +325,12 @@ export async function start(specs: readonly Spec[]): Promise<{ model: Model; rea
     contextMiB: sim.gpus[0].contextMiB,
     fillerMiB: 0,
   };
-  const handles = procs.map((p) => new CudaProcess(p.pid, { driver: sim }));
+  const handles = procs.map((p) =>
+    [
+      new CudaProcess(p.pid, { driver: sim }),
+      new CudaProcess(p.threads[1], { driver: sim }),
+    ] as const
+  );
   return { model, real: { sim, procs, handles, digests } };
 }
 
@@ -354,9 +360,15 @@ export async function memoryIntact(m: Model, r: Real): Promise<void> {
 async function outcomeOf(p: Promise<unknown>, pid: number): Promise<Outcome> {
   try {
     const value = await p;
-    return typeof value === "string" ? done(value) : done();
+    if (typeof value === "string") return done(value);
+    const o = value as { status: string; state: string };
+    return done(`${o.status} ${o.state}`);
   } catch (err) {
-    assert.ok(err instanceof CudaError, `a CudaError, got ${err}`);
+    if (err instanceof RefusedError) {
+      assert.ok(err.message.includes(`process ${pid} refused`), err.message);
+      return failed(err.code);
+    }
+    assert.ok(err instanceof CudaError, `a CudaError or RefusedError, got ${err}`);
     assert.ok(err.message.includes(`process ${pid}`), err.message);
     if (err.codeName.startsWith("CUresult ")) assert.ok(err.message.includes(`${err.code}`));
     return failed(err.code);
@@ -372,7 +384,7 @@ function resync(m: Model, r: Real): void {
     p.state = q.state;
     p.onGpu = q.memoryLocation === "gpu";
     p.refused = q.restoreRefused;
-    p.heldKnown = heldWhenCheckpointed(r.sim, p.pid) !== undefined;
+    p.heldKnown = r.sim.heldRecords.entries().some((rec) => rec.process.pid === p.pid);
     p.faults = new Map(
       q.pendingFaults.flatMap((f): [Step, Fault][] =>
         f.kind === "fail"
@@ -398,6 +410,7 @@ const STEPS: readonly Step[] = ["lock", "checkpoint", "restore", "unlock"];
 const ACTIONS: readonly GroupAction[] = [
   "suspend",
   "resume",
+  "toggle",
   "lock",
   "checkpoint",
   "restore",
@@ -408,20 +421,27 @@ const FAULT_CODES = [1, OUT_OF_MEMORY, ILLEGAL_STATE, 600, 801, 999, 7777];
 
 const live = (m: Model, i: number) => !m.procs[i].gone && m.procs[i].cuda;
 
-/** One operation on one process, awaited. */
+/** Which handle of a process: 0 made with its pid, 1 with another of its thread ids. */
+type Via = 0 | 1;
+
+/** An operation through one of a process's handles, not awaited. */
+function through(r: Real, i: number, via: Via, op: Operation): Promise<unknown> {
+  const handle = r.handles[i][via];
+  return (handle[op] as () => Promise<unknown>).call(handle);
+}
+
+/** One operation on one process, through its pid or a thread id, awaited. */
 class OperateOne implements Cmd {
-  constructor(readonly i: number, readonly op: Operation) {}
+  constructor(readonly i: number, readonly op: Operation, readonly via: Via) {}
   check = () => true;
   async run(m: Model, r: Real): Promise<void> {
     const expected = operate(m, m.procs[this.i], this.op);
-    const seen = await outcomeOf(
-      (r.handles[this.i][this.op] as () => Promise<unknown>).call(r.handles[this.i]),
-      m.procs[this.i].pid,
-    );
+    const handle = r.handles[this.i][this.via];
+    const seen = await outcomeOf(through(r, this.i, this.via, this.op), handle.pid);
     assert.deepEqual(seen, expected, this.toString());
     agree(m, r, this.toString());
   }
-  toString = () => `${this.op}(#${this.i})`;
+  toString = () => `${this.op}(#${this.i}${this.via ? " by tid" : ""})`;
 }
 
 /**
@@ -430,20 +450,19 @@ class OperateOne implements Cmd {
  * (GPU memory then never decides between processes).
  */
 class OperateAtOnce implements Cmd {
-  constructor(readonly ops: readonly (readonly [number, Operation])[]) {}
+  constructor(readonly ops: readonly (readonly [number, Operation, Via])[]) {}
   check = (m: Readonly<Model>) => m.fillerMiB === 0;
   async run(m: Model, r: Real): Promise<void> {
     const expected = this.ops.map(([i, op]) => operate(m, m.procs[i], op));
-    const promises = this.ops.map(([i, op]) =>
-      (r.handles[i][op] as () => Promise<unknown>).call(r.handles[i])
-    );
+    const promises = this.ops.map(([i, op, via]) => through(r, i, via, op));
     const seen = await Promise.all(
-      promises.map((p, k) => outcomeOf(p, m.procs[this.ops[k][0]].pid)),
+      promises.map((p, k) => outcomeOf(p, r.handles[this.ops[k][0]][this.ops[k][2]].pid)),
     );
     assert.deepEqual(seen, expected, this.toString());
     agree(m, r, this.toString());
   }
-  toString = () => `atOnce(${this.ops.map(([i, op]) => `${op}(#${i})`).join(", ")})`;
+  toString = () =>
+    `atOnce(${this.ops.map(([i, op, via]) => `${op}(#${i}${via ? " by tid" : ""})`).join(", ")})`;
 }
 
 /** A group operation on some processes. */
@@ -466,7 +485,8 @@ class Group implements Cmd {
       const q = r.procs[this.members[k]];
       if (o.state !== undefined) assert.equal(o.state, q.state, `${label}: pid ${o.pid}`);
       if (o.status === "done" || o.status === "unchanged") {
-        if (!o.rollback) assert.equal(q.state, wanted(this.action), label);
+        const to = o.initialState && wanted(this.action, o.initialState);
+        if (!o.rollback) assert.equal(q.state, to, label);
       }
       if (o.error) assert.ok(o.error.message.includes(`${o.pid}`), o.error.message);
     }
@@ -482,7 +502,13 @@ class Group implements Cmd {
       if (this.allOrNothing && !result.ok) {
         for (const [k, o] of result.processes.entries()) {
           const q = r.procs[this.members[k]];
+          // Not ours to bring back: a step refused as illegal changed nothing, so a process no
+          // longer where the done steps left it was moved by something else (here, a fault that
+          // says ILLEGAL_STATE and moves it).
+          const movedByOther = o.error instanceof CudaError && o.error.code === ILLEGAL_STATE &&
+            o.rollback === undefined;
           const couldNot = q.exited || q.state === "failed" || o.rollback?.ok === false ||
+            movedByOther ||
             (o.status === "failed" && o.rollback === undefined && o.steps.some((s) => s.ok));
           if (!couldNot && before[k].cuda) {
             assert.equal(q.state, before[k].state, `${label}: pid ${o.pid} back as it was`);
@@ -563,6 +589,7 @@ export function commands(count: number): fc.Arbitrary<Cmd>[] {
   const proc = fc.integer({ min: 0, max: count - 1 });
   const cuda = fc.integer({ min: 0, max: count - 2 });
   const op = fc.constantFrom(...OPERATIONS);
+  const via = fc.constantFrom<Via>(0, 1);
   const step = fc.constantFrom(...STEPS);
   const nth = fc.integer({ min: 1, max: 3 });
   const fault: fc.Arbitrary<Fault> = fc.oneof(
@@ -580,8 +607,8 @@ export function commands(count: number): fc.Arbitrary<Cmd>[] {
       afterMs: fc.constantFrom(0, 50, 5000),
     }),
   );
-  const one = fc.tuple(proc, op).map(([i, o]) => new OperateOne(i, o));
-  const atOnce = fc.array(fc.tuple(proc, op), { minLength: 2, maxLength: 6 }).map((ops) =>
+  const one = fc.tuple(proc, op, via).map(([i, o, v]) => new OperateOne(i, o, v));
+  const atOnce = fc.array(fc.tuple(proc, op, via), { minLength: 2, maxLength: 6 }).map((ops) =>
     new OperateAtOnce(ops)
   );
   const group = fc.tuple(

@@ -1,0 +1,244 @@
+/**
+ * The host: what this package asks of the machine besides the driver. Which processes exist
+ * (for listings), how much GPU memory each holds and how much each GPU has free (NVML on Linux),
+ * which process a pid or thread id belongs to (so that queues and records follow processes, not
+ * numbers), and a record of what each checkpointed process held, shared by every program of this
+ * package on the machine (so that a restore that would not fit is refused before the driver, by
+ * whichever program makes it).
+ *
+ * Runtime-free: the Linux host (`/proc`, NVML and a private directory of records) lives in
+ * `ffi/host.ts` and is installed as the default by the main module ({@link setFallbackHostOpener});
+ * the simulated driver brings its own host.
+ *
+ * @module
+ */
+
+import type { CheckpointDriver } from "./driver.ts";
+
+/** One process a host found (a process, never a thread of one), as far as the host could see it. */
+export interface ScannedProcess {
+  /** Its process id. */
+  readonly pid: number;
+  /** Its command line, arguments joined by spaces; left out where it is empty or unreadable. */
+  readonly command?: string;
+  /**
+   * Whether it has the CUDA driver library (`libcuda.so`) mapped. Left out where the process could
+   * not be looked at ({@link ScannedProcess.notInspectable} says why).
+   */
+  readonly cudaLibrary?: boolean;
+  /** Why the process could not be looked at (another user's process, seen without privilege). */
+  readonly notInspectable?: string;
+}
+
+/** GPU memory of one process: MiB by GPU UUID, or `"unknown"`. */
+export type GpuMemory = Readonly<Record<string, number>> | "unknown";
+
+/**
+ * What a host knows of GPU memory: the GPU memory of every process that holds some, by pid (a
+ * process left out holds none), or why it cannot be known.
+ */
+export type GpuMemoryReport =
+  | {
+    readonly byPid: ReadonlyMap<number, GpuMemory>;
+    /** Free memory of each GPU in MiB, by GPU UUID (`GPU-…`); left out where the host cannot tell. */
+    readonly freeMiB?: ReadonlyMap<string, number>;
+  }
+  | { readonly unknown: string };
+
+/**
+ * Which process an id belongs to. The driver acts on a process for any of its thread ids, so a
+ * thread id and its pid are one process; and a pid that is reused later is another process,
+ * told apart by its start time.
+ */
+export interface ProcessIdentity {
+  /** Its process id (thread-group id): the same for every thread id of the process. */
+  readonly pid: number;
+  /** When it started, in the host's own units (clock ticks since boot on Linux); left out where unknown. */
+  readonly start?: number;
+}
+
+/** A key for a process: `pid` and its start time, where known (`4242-183877`, or `4242`). */
+export function identityKey(id: ProcessIdentity): string {
+  return id.start === undefined ? `${id.pid}` : `${id.pid}-${id.start}`;
+}
+
+/** Whether two identities are one process. */
+export function sameProcess(a: ProcessIdentity, b: ProcessIdentity): boolean {
+  return a.pid === b.pid && (a.start === undefined || b.start === undefined || a.start === b.start);
+}
+
+/** A restore under way claims the room it is about to take, until it has returned. */
+export interface RoomClaim {
+  /** MiB it is about to take, by GPU UUID. */
+  readonly needMiB: Readonly<Record<string, number>>;
+  /** The program restoring it, so that a claim of a program that died is ignored. */
+  readonly by: ProcessIdentity;
+  /** When it was made, in ms since the epoch. */
+  readonly since: number;
+}
+
+/** What a checkpointed process held, as one program of this package recorded it. */
+export interface HeldRecord {
+  /** The process. */
+  readonly process: ProcessIdentity;
+  /** The GPU memory it held just before its checkpoint, MiB by GPU UUID, its CUDA context included. */
+  readonly heldMiB: Readonly<Record<string, number>>;
+  /** When it was checkpointed, in ms since the epoch. */
+  readonly at: number;
+  /** A restore of it under way, where one is. */
+  readonly claim?: RoomClaim;
+}
+
+/**
+ * The records of what checkpointed processes held, keyed by process identity. The Linux host
+ * keeps them in a private directory (one file each, written atomically), so that every program
+ * of this package on the machine (the command line, a library user, CRIU's plugin through the
+ * command line) sees what another recorded.
+ */
+export interface HeldRecords {
+  /** Where they are kept, for messages (`/run/ckpt-cuda`, `memory`). */
+  readonly where: string;
+  /** The record of a process; `undefined` where there is none. */
+  get(process: ProcessIdentity): Promise<HeldRecord | undefined>;
+  /** Writes the record of its process, replacing any. */
+  put(record: HeldRecord): Promise<void>;
+  /** Removes the record of a process, if there is one. */
+  remove(process: ProcessIdentity): Promise<void>;
+  /**
+   * Every record whose process still lives, with claims of programs that died left out; records
+   * of processes that ended are removed on the way.
+   */
+  list(): Promise<HeldRecord[]>;
+}
+
+/**
+ * The processes of a machine. The Linux host reads `/proc`, asks NVML for GPU memory and keeps
+ * records in a private directory; the simulated driver's host has its simulated processes.
+ */
+export interface HostProcesses {
+  /** What the host is, for messages: `"linux"`, `"simulated"`. */
+  readonly kind: string;
+  /**
+   * Every process of the machine (processes only: a thread is part of its process), including the
+   * ones that could not be looked at. A process that ends meanwhile may be left out.
+   */
+  scan(): Promise<readonly ScannedProcess[]>;
+  /** The GPU memory each process holds and each GPU has free; left out where the host cannot tell. */
+  gpuMemory?(): Promise<GpuMemoryReport>;
+  /**
+   * The process that has `id` as its pid or as one of its thread ids, with its start time;
+   * `undefined` where no process has it. Left out where the host cannot tell: then an id is
+   * taken for a process of its own.
+   */
+  identify?(id: number): Promise<ProcessIdentity | undefined>;
+  /**
+   * The records of what checkpointed processes held, shared by every program of this package on
+   * the machine. Left out where the host keeps none: then a program remembers only what it
+   * checkpointed itself.
+   */
+  readonly heldRecords?: HeldRecords;
+  /**
+   * The pid of the program using this host, where it is one of the host's processes: this
+   * program's own on Linux; on the simulated machine, the simulated process a test names. A
+   * process that checkpoints itself is treated with care (NVML would wait for its restore).
+   */
+  readonly self?: number;
+}
+
+/** A host that can be let go of: what {@link setFallbackHostOpener}'s opener makes. */
+export interface ClosableHost extends HostProcesses {
+  /** Lets go of what the host holds (a library). */
+  close?(): void | Promise<void>;
+}
+
+let fallbackHost: (() => ClosableHost | Promise<ClosableHost>) | undefined;
+
+/**
+ * Installs the host used where neither the caller nor the driver gives one. The main module
+ * installs the Linux host (`/proc`, NVML and the records), so that core/ itself reads no files.
+ */
+export function setFallbackHostOpener(opener: () => ClosableHost | Promise<ClosableHost>): void {
+  fallbackHost = opener;
+}
+
+/**
+ * The host for a driver: its own (the simulator's), else a new one from the fallback opener,
+ * which the caller closes (`opened`); `undefined` where there is neither.
+ */
+export async function openHostFor(
+  driver: CheckpointDriver,
+): Promise<{ host: HostProcesses; opened?: ClosableHost } | undefined> {
+  const own = driver.hostProcesses?.();
+  if (own) return { host: own };
+  if (!fallbackHost) return undefined;
+  const opened = await fallbackHost();
+  return { host: opened, opened };
+}
+
+/**
+ * Records kept in memory, for a host that keeps none of its own: they last as long as the
+ * session that made them, and no other program sees them. `alive` says whether a process still
+ * lives, `claimerAlive` whether the program that claimed room for a restore does; left out, all
+ * do.
+ */
+export class MemoryHeldRecords implements HeldRecords {
+  /** Always `"memory"`. */
+  readonly where: string = "memory";
+  readonly #records = new Map<string, HeldRecord>();
+  readonly #alive: (process: ProcessIdentity) => boolean;
+  readonly #claimerAlive: (program: ProcessIdentity) => boolean;
+
+  /** Records in memory; `alive` tells live processes, `claimerAlive` live claiming programs. */
+  constructor(
+    alive: (process: ProcessIdentity) => boolean = () => true,
+    claimerAlive: (program: ProcessIdentity) => boolean = () => true,
+  ) {
+    this.#alive = alive;
+    this.#claimerAlive = claimerAlive;
+  }
+
+  /** The record of a process. */
+  get(process: ProcessIdentity): Promise<HeldRecord | undefined> {
+    return Promise.resolve(this.#records.get(identityKey(process)));
+  }
+
+  /** Writes a record. */
+  put(record: HeldRecord): Promise<void> {
+    this.#records.set(identityKey(record.process), record);
+    return Promise.resolve();
+  }
+
+  /** Removes a record. */
+  remove(process: ProcessIdentity): Promise<void> {
+    this.#records.delete(identityKey(process));
+    return Promise.resolve();
+  }
+
+  /** The records of live processes, without claims of programs that died. */
+  list(): Promise<HeldRecord[]> {
+    const out: HeldRecord[] = [];
+    for (const [key, record] of this.#records) {
+      if (!this.#alive(record.process)) {
+        this.#records.delete(key);
+        continue;
+      }
+      out.push(withoutDeadClaim(record, this.#claimerAlive));
+    }
+    return Promise.resolve(out);
+  }
+
+  /** Every record as it is kept, for a snapshot of the simulated machine. */
+  entries(): HeldRecord[] {
+    return [...this.#records.values()];
+  }
+}
+
+/** The record, with its claim left out where the claiming program is gone. */
+export function withoutDeadClaim(
+  record: HeldRecord,
+  alive: (process: ProcessIdentity) => boolean,
+): HeldRecord {
+  if (!record.claim || alive(record.claim.by)) return record;
+  const { claim: _, ...rest } = record;
+  return rest;
+}

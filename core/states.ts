@@ -1,0 +1,246 @@
+/**
+ * The checkpoint state machine, written down once. Every other module asks this one which
+ * operation is legal in which state, which steps take a process where an operation leads, and
+ * which steps bring it back after a failure: `CudaProcess`, the group operations, the command
+ * line and the simulated driver. A test fails if any other module decides it for itself.
+ *
+ * The driver's rules (docs/DRIVER.md#the-state-machine): lock takes a running process to locked,
+ * checkpoint a locked one to checkpointed, restore a checkpointed one back to locked (not
+ * running), unlock a locked one to running; a step asked in any other state is refused with
+ * `CUDA_ERROR_ILLEGAL_STATE` and changes nothing; nothing leaves the failed state.
+ *
+ * On top of the steps this package has three goals, with one rule everywhere, for one process
+ * (`suspend()`) or many (`suspendAll`): a goal asked of a process already where it leads does
+ * nothing ("unchanged"); from elsewhere it makes the steps of the chain running - locked -
+ * checkpointed that lead there. So a suspend of a locked process only checkpoints it, and a
+ * resume of a running process is unchanged. `toggle` goes between running and checkpointed only,
+ * as NVIDIA's `cuda-checkpoint --toggle` does.
+ *
+ * @module
+ */
+
+/** A process's checkpoint state by name, as NVIDIA's utility prints it. */
+export type ProcessState = "running" | "locked" | "checkpointed" | "failed";
+
+/** One driver call that changes a process's state. */
+export type Step = "lock" | "checkpoint" | "restore" | "unlock";
+
+/** An operation of this package made of steps, led by where it takes a process. */
+export type Goal = "suspend" | "resume" | "toggle";
+
+/** What can be asked of a process: one step, or a goal. */
+export type Action = Step | Goal;
+
+/** Every state, by its `CUprocessState` number (`CU_PROCESS_STATE_RUNNING` is 0, ...). */
+export const PROCESS_STATES: readonly ProcessState[] = Object.freeze([
+  "running",
+  "locked",
+  "checkpointed",
+  "failed",
+]);
+
+/** Every step, in the order lock and checkpoint, then restore and unlock, make them. */
+export const STEPS: readonly Step[] = Object.freeze(["lock", "checkpoint", "restore", "unlock"]);
+
+/** Every goal. */
+export const GOALS: readonly Goal[] = Object.freeze(["suspend", "resume", "toggle"]);
+
+/** Every action: the steps, then the goals. */
+export const ACTIONS: readonly Action[] = Object.freeze([...STEPS, ...GOALS]);
+
+/** The one transition each step makes. */
+const TRANSITIONS: Readonly<
+  Record<Step, { readonly from: ProcessState; readonly to: ProcessState }>
+> = {
+  lock: { from: "running", to: "locked" },
+  checkpoint: { from: "locked", to: "checkpointed" },
+  restore: { from: "checkpointed", to: "locked" },
+  unlock: { from: "locked", to: "running" },
+};
+
+/** The states the steps go through, in the order lock and checkpoint take a process. */
+const CHAIN: readonly ProcessState[] = ["running", "locked", "checkpointed"];
+
+/** The state a step needs. */
+export function stepFrom(step: Step): ProcessState {
+  return TRANSITIONS[step].from;
+}
+
+/** The state a step leaves a process in when it succeeds. */
+export function stepTo(step: Step): ProcessState {
+  return TRANSITIONS[step].to;
+}
+
+/** Whether the driver takes `step` in `state`; in any other it answers ILLEGAL_STATE. */
+export function stepAllowed(step: Step, state: ProcessState): boolean {
+  return TRANSITIONS[step].from === state;
+}
+
+/** The step that undoes `step`: the one that goes from where it leads back to where it was. */
+export function undoOf(step: Step): Step {
+  return stepBetween(TRANSITIONS[step].to, TRANSITIONS[step].from);
+}
+
+/** The step from one state of the chain to its neighbour. */
+function stepBetween(from: ProcessState, to: ProcessState): Step {
+  return STEPS.find((s) => TRANSITIONS[s].from === from && TRANSITIONS[s].to === to)!;
+}
+
+/**
+ * The steps from one state to another along running - locked - checkpointed, in order (none when
+ * they are the same); `undefined` from or to the failed state, which no step leaves or reaches.
+ *
+ * @example
+ * ```ts
+ * import { wayBetween } from "./states.ts";
+ * wayBetween("checkpointed", "running"); // ["restore", "unlock"]
+ * wayBetween("failed", "running"); // undefined
+ * ```
+ */
+export function wayBetween(from: ProcessState, to: ProcessState): Step[] | undefined {
+  let i = CHAIN.indexOf(from);
+  const j = CHAIN.indexOf(to);
+  if (i < 0 || j < 0) return undefined;
+  const way: Step[] = [];
+  for (; i < j; i++) way.push(stepBetween(CHAIN[i], CHAIN[i + 1]));
+  for (; i > j; i--) way.push(stepBetween(CHAIN[i], CHAIN[i - 1]));
+  return way;
+}
+
+/** What an action does to a process in a given state. */
+export type Plan =
+  /** Make these steps, in order; `to` is where they lead. */
+  | { readonly kind: "steps"; readonly steps: readonly Step[]; readonly to: ProcessState }
+  /** Nothing: the process is already where the goal leads. */
+  | { readonly kind: "unchanged"; readonly to: ProcessState }
+  /** Nothing: there is no way there from this state; `why` says so in a sentence. */
+  | { readonly kind: "refused"; readonly why: string };
+
+/**
+ * What `action` does to a process in state `from`. A step is always made: the driver has the
+ * last word on it (in the wrong state it answers ILLEGAL_STATE and changes nothing), as with
+ * NVIDIA's utility. A goal is planned here: see the module documentation.
+ *
+ * @example
+ * ```ts
+ * import { plan } from "./states.ts";
+ * plan("suspend", "locked"); // { kind: "steps", steps: ["checkpoint"], to: "checkpointed" }
+ * plan("resume", "running"); // { kind: "unchanged", to: "running" }
+ * plan("toggle", "locked").kind; // "refused"
+ * ```
+ */
+export function plan(action: Action, from: ProcessState): Plan {
+  if (isStep(action)) return { kind: "steps", steps: [action], to: TRANSITIONS[action].to };
+  if (from === "failed") {
+    return { kind: "refused", why: "the failed state is final: no operation can recover it" };
+  }
+  let to: ProcessState;
+  if (action === "toggle") {
+    if (from !== "running" && from !== "checkpointed") {
+      return {
+        kind: "refused",
+        why: `toggle goes between running and checkpointed, and the process is ${from}`,
+      };
+    }
+    to = from === "running" ? "checkpointed" : "running";
+  } else {
+    to = action === "suspend" ? "checkpointed" : "running";
+  }
+  const steps = wayBetween(from, to)!;
+  return steps.length === 0 ? { kind: "unchanged", to } : { kind: "steps", steps, to };
+}
+
+/** Whether an action is one step (a driver call) rather than a goal. */
+export function isStep(action: Action): action is Step {
+  return (STEPS as readonly string[]).includes(action);
+}
+
+/** Where a goal leads from a state, or where a step leads; `undefined` where it is refused. */
+export function destination(action: Action, from: ProcessState): ProcessState | undefined {
+  const p = plan(action, from);
+  return p.kind === "refused" ? undefined : p.to;
+}
+
+/** What is known after a step of a plan failed, for {@link rollbackWay}. */
+export interface AfterFailure {
+  /** The state the process was in before the first step. */
+  readonly initial: ProcessState;
+  /** The steps that succeeded, in order. */
+  readonly done: readonly Step[];
+  /** The step that failed, if one did (`undefined`: stopped between steps). */
+  readonly failed?: Step;
+  /** Whether the driver refused the failed step as illegal in the state it found. */
+  readonly illegal?: boolean;
+  /** The state the driver reports now; `undefined` where it could not be read. */
+  readonly now: ProcessState | undefined;
+}
+
+/**
+ * The steps that bring a process back to where it was after a plan stopped or one of its steps
+ * failed: only what this package did is undone.
+ *
+ * - State unknown: the steps done are undone, newest first.
+ * - The failed step was refused as illegal: the driver changed nothing, so something else moved
+ *   the process; it is brought back only if it is still where the steps done left it.
+ * - Any other failure may have left it anywhere: the way from where it is now.
+ *
+ * `undefined` where there is no way back (the failed state); empty where nothing is to be done.
+ *
+ * @example
+ * ```ts
+ * import { rollbackWay } from "./states.ts";
+ * // A suspend whose checkpoint failed and left the process locked: unlock it again.
+ * rollbackWay({ initial: "running", done: ["lock"], failed: "checkpoint", now: "locked" }); // ["unlock"]
+ * ```
+ */
+export function rollbackWay(after: AfterFailure): Step[] | undefined {
+  const { initial, done, now } = after;
+  if (now === undefined) return [...done].reverse().map(undoOf);
+  if (after.failed !== undefined && after.illegal) {
+    const left = done.length === 0 ? initial : TRANSITIONS[done[done.length - 1]].to;
+    return now === left ? wayBetween(now, initial) : [];
+  }
+  return wayBetween(now, initial);
+}
+
+/** `CU_PROCESS_STATE_RUNNING`: CUDA in the process runs normally. */
+export const CU_PROCESS_STATE_RUNNING = 0;
+/** `CU_PROCESS_STATE_LOCKED`: CUDA API calls are blocked and submitted work has finished. */
+export const CU_PROCESS_STATE_LOCKED = 1;
+/** `CU_PROCESS_STATE_CHECKPOINTED`: GPU memory is in host memory and the GPU is released. */
+export const CU_PROCESS_STATE_CHECKPOINTED = 2;
+/** `CU_PROCESS_STATE_FAILED`: a checkpoint or restore failed and the process cannot recover. */
+export const CU_PROCESS_STATE_FAILED = 3;
+
+/** The state names that the C API numbers: `CUprocessState` to name, `undefined` if unknown. */
+export function stateName(state: number): ProcessState | undefined {
+  return Number.isInteger(state) ? PROCESS_STATES[state] : undefined;
+}
+
+/** The `CUprocessState` number of a state name. */
+export function stateNumber(state: ProcessState): number {
+  return PROCESS_STATES.indexOf(state);
+}
+
+/** Whether a value is the name of a state. */
+export function isProcessState(value: unknown): value is ProcessState {
+  return (PROCESS_STATES as readonly unknown[]).includes(value);
+}
+
+/** Whether the process's GPU memory is in host memory in this state (it holds none on a GPU). */
+export function memoryOnHost(state: ProcessState): boolean {
+  return state === "checkpointed";
+}
+
+/** Whether CUDA work in a process in this state runs (in no other does it). */
+export function cudaRuns(state: ProcessState): boolean {
+  return state === "running";
+}
+
+/** Whether no operation can take a process out of this state. */
+export function isFinal(state: ProcessState): boolean {
+  return state === "failed";
+}
+
+/** The state a new CUDA process is in. */
+export const INITIAL_STATE: ProcessState = "running";

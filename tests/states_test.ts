@@ -1,0 +1,203 @@
+// The one state table (core/states.ts): no other module decides which operation is legal in which
+// state, and what derives from it agrees wherever it is used: one process's methods and the group
+// operations on every initial state, the plans' steps with the driver's own rule for each step.
+// Runs unchanged under `deno test -A` and `bun test`.
+import { describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { readdirSync, readFileSync } from "node:fs";
+
+import {
+  CudaError,
+  CudaProcess,
+  type GroupAction,
+  type Outcome,
+  type ProcessState,
+  RefusedError,
+  runGroup,
+} from "../mod.ts";
+import {
+  ACTIONS,
+  GOALS,
+  plan,
+  PROCESS_STATES,
+  rollbackWay,
+  stepAllowed,
+  stepFrom,
+  STEPS,
+  stepTo,
+  undoOf,
+  wayBetween,
+} from "../core/states.ts";
+import { SimulatedDriver, type SimulatedProcess } from "../mock/mod.ts";
+
+const ROOT = new URL("../", import.meta.url);
+
+/** The code of a module: comments and re-export lists left out. */
+function code(path: string): string {
+  return readFileSync(new URL(path, ROOT), "utf8")
+    .replace(/\/\*[\s\S]*?\*\//g, "")
+    .replace(/\/\/[^\n]*/g, "")
+    .replace(/export\s*(type\s*)?\{[^}]*\}\s*from\s*"[^"]+";/g, "");
+}
+
+/** Every module of the package (what is published), but the table itself. */
+function modules(): string[] {
+  const files = ["mod.ts", "driver.ts"];
+  for (const dir of ["core", "cli", "mock", "ffi"]) {
+    for (const name of readdirSync(new URL(`${dir}/`, ROOT))) {
+      if (name.endsWith(".ts")) files.push(`${dir}/${name}`);
+    }
+  }
+  return files.filter((f) => f !== "core/states.ts");
+}
+
+describe("one table decides what is legal in which state", () => {
+  test("no module but core/states.ts names a state a step goes between, or its number", () => {
+    // A decision about legality compares a state with the one an operation needs, or plans steps
+    // from a state: either needs the state's name ("running", "locked", "checkpointed") or its
+    // CUprocessState number. The failed state, which no step leaves, is asked through the table's
+    // isFinal; "failed" is also an outcome's status, so it is not looked for here.
+    const found: string[] = [];
+    for (const file of modules()) {
+      const text = code(file);
+      for (const m of text.matchAll(/"(running|locked|checkpointed)"|\bCU_PROCESS_STATE_\w+/g)) {
+        found.push(`${file}: ${m[0]}`);
+      }
+    }
+    assert.deepEqual(found, [], "ask core/states.ts instead");
+    assert.ok(modules().length > 40, `every module was read (${modules().length})`);
+  });
+
+  test("the scan finds what it looks for: the table itself names every state", () => {
+    const text = code("core/states.ts");
+    for (const state of ["running", "locked", "checkpointed"]) {
+      assert.ok(text.includes(`"${state}"`), state);
+    }
+  });
+
+  test("each step goes between neighbours of the chain, and undoing it comes back", () => {
+    for (const step of STEPS) {
+      assert.deepEqual(wayBetween(stepFrom(step), stepTo(step)), [step], step);
+      assert.equal(stepFrom(undoOf(step)), stepTo(step));
+      assert.equal(stepTo(undoOf(step)), stepFrom(step));
+      for (const state of PROCESS_STATES) {
+        assert.equal(stepAllowed(step, state), state === stepFrom(step), `${step} in ${state}`);
+      }
+    }
+  });
+
+  test("every goal's plan is a way of legal steps that ends where the goal leads", () => {
+    for (const goal of GOALS) {
+      for (const from of PROCESS_STATES) {
+        const p = plan(goal, from);
+        if (p.kind !== "steps") continue;
+        let at: ProcessState = from;
+        for (const step of p.steps) {
+          assert.ok(stepAllowed(step, at), `${goal} from ${from}: ${step} in ${at}`);
+          at = stepTo(step);
+        }
+        assert.equal(at, p.to, `${goal} from ${from}`);
+      }
+    }
+    // The rules the issue asked for, one each for suspend and resume, everywhere.
+    assert.deepEqual(plan("suspend", "locked"), {
+      kind: "steps",
+      steps: ["checkpoint"],
+      to: "checkpointed",
+    });
+    assert.deepEqual(plan("resume", "running"), { kind: "unchanged", to: "running" });
+    assert.equal(plan("toggle", "locked").kind, "refused");
+    assert.equal(plan("suspend", "failed").kind, "refused");
+  });
+
+  test("a rollback undoes only what was done", () => {
+    // A checkpoint that failed and left the process locked: unlock it.
+    assert.deepEqual(
+      rollbackWay({ initial: "running", done: ["lock"], failed: "checkpoint", now: "locked" }),
+      ["unlock"],
+    );
+    // Refused as illegal, and no longer where our lock left it: another program moved it.
+    assert.deepEqual(
+      rollbackWay({
+        initial: "running",
+        done: ["lock"],
+        failed: "checkpoint",
+        illegal: true,
+        now: "checkpointed",
+      }),
+      [],
+    );
+    // State unknown: what was done, undone newest first.
+    assert.deepEqual(
+      rollbackWay({ initial: "running", done: ["lock", "checkpoint"], now: undefined }),
+      ["restore", "unlock"],
+    );
+    assert.equal(rollbackWay({ initial: "running", done: [], now: "failed" }), undefined);
+  });
+});
+
+/** A simulated process brought into `state` through the raw driver. */
+async function into(sim: SimulatedDriver, state: ProcessState): Promise<SimulatedProcess> {
+  const p = sim.spawn({ memoryMiB: 64 });
+  if (state === "failed") {
+    p.enterFailedState();
+    return p;
+  }
+  if (state !== "running") assert.equal(await sim.lock(p.pid, null), 0);
+  if (state === "checkpointed") assert.equal(await sim.checkpoint(p.pid), 0);
+  return p;
+}
+
+/** What an operation did, in words both ways can give. */
+type Seen = { status: string; state: string; steps: string; error?: string };
+
+describe("one process and a group of one do the same, from every initial state", () => {
+  for (const action of ACTIONS) {
+    test(`${action}`, async () => {
+      for (const from of PROCESS_STATES) {
+        // The same machine twice: once through CudaProcess, once through runGroup.
+        const alone = new SimulatedDriver();
+        const single = await into(alone, from);
+        let seenAlone: Seen;
+        const proc = new CudaProcess(single.pid, { driver: alone });
+        try {
+          const o: Outcome = await (proc[action] as () => Promise<Outcome>).call(proc);
+          seenAlone = {
+            status: o.status,
+            state: o.state,
+            steps: o.steps.map((s) => s.step).join("+"),
+          };
+        } catch (err) {
+          assert.ok(err instanceof CudaError || err instanceof RefusedError, String(err));
+          seenAlone = {
+            status: "failed",
+            state: single.state,
+            steps: "",
+            error: `${err.constructor.name} ${err.code}`,
+          };
+        }
+        const grouped = new SimulatedDriver();
+        const member = await into(grouped, from);
+        const result = await runGroup(action as GroupAction, [member.pid], { driver: grouped });
+        const o = result.processes[0];
+        const error = o.error as CudaError | RefusedError | undefined;
+        const seenGrouped: Seen = {
+          status: o.status,
+          state: member.state,
+          steps: o.steps.filter((s) => s.ok).map((s) => s.step).join("+"),
+          ...(error ? { error: `${error.constructor.name} ${error.code}` } : {}),
+        };
+        if (seenAlone.status === "failed") seenAlone.steps = seenGrouped.steps;
+        assert.deepEqual(seenGrouped, seenAlone, `${action} from ${from}`);
+        // The same driver calls, in the same order, with the same answers.
+        const calls = (sim: SimulatedDriver) =>
+          sim.calls.filter((c) => c.op !== "getState").map((c) => `${c.op}:${c.code}`);
+        assert.deepEqual(calls(grouped), calls(alone), `${action} from ${from}: driver calls`);
+        // And both left the process where they say.
+        assert.equal(single.state, member.state, `${action} from ${from}: the state after`);
+        if (o.state !== undefined) assert.equal(o.state, member.state);
+        await proc.close();
+      }
+    });
+  }
+});
