@@ -58,7 +58,7 @@ export async function openMachine(io: CliIo, needs: MachineNeeds): Promise<Machi
   }
   const opened: ClosableHost[] = [];
   const linuxHost = async (gpuMemory: boolean) => {
-    const { openLinuxHost } = await import("../ffi/mod.ts");
+    const { openLinuxHost } = await import("../ffi/host.ts");
     const host = openLinuxHost({ nvml: gpuMemory });
     opened.push(host);
     return host;
@@ -75,8 +75,16 @@ export async function openMachine(io: CliIo, needs: MachineNeeds): Promise<Machi
       close: closeHosts,
     };
   }
-  const { openNativeDriver } = await import("../ffi/mod.ts");
-  const driver = await openNativeDriver({ callingThread: needs.callingThread });
+  // The driver's own modules only (not ffi/mod.ts, which brings the host, NVML and the records):
+  // a query of one pid loads little before it answers.
+  const [{ openLibcudaDriver }, { runtimeAdapter }] = await Promise.all([
+    import("../ffi/native.ts"),
+    import("../ffi/runtime.ts"),
+  ]);
+  const driver = openLibcudaDriver(
+    await runtimeAdapter({ callingThread: needs.callingThread }),
+    { callingThread: needs.callingThread },
+  );
   return {
     driver,
     host: (gpuMemory) => io.host ? Promise.resolve(io.host) : linuxHost(gpuMemory),

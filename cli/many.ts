@@ -201,12 +201,17 @@ async function act(
   progress: Progress | undefined,
 ): Promise<Acted> {
   const action = command.operation as GroupAction;
-  const result = await runGroup(action, pids, {
+  // NVIDIA's utility hands pid 0 to the driver, which says no process has it; so does this, and
+  // the group works on the others.
+  const members = pids.filter((pid) => pid !== 0);
+  const result = await runGroup(action, members, {
     ...groupOptions(command, driver, progress),
     ...(command.gpuMapping ? { gpuMapping: command.gpuMapping } : {}),
   });
+  const zero = pids.includes(0) ? await query(command.operation, 0, driver) : undefined;
+  const reports = result.processes.map((o) => fromOutcome(command.operation, o));
   return {
-    reports: result.processes.map((o) => fromOutcome(command.operation, o)),
+    reports: pids.map((pid) => pid === 0 ? zero! : reports[members.indexOf(pid)]),
     left: leftBy(result.processes),
   };
 }

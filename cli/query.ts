@@ -13,7 +13,7 @@ import type { CheckpointDriver, DriverResult } from "../core/driver.ts";
 import { driverError } from "../core/errors.ts";
 import { C_FUNCTIONS, type DriverOperation, unsupportedError } from "../core/gate.ts";
 import { stateName } from "../core/states.ts";
-import { errorReport, type PidReport } from "./report.ts";
+import { errorReport, type PidReport, type Printer, printOne } from "./report.ts";
 
 /** The driver call behind each operation, as this path makes it. */
 const CALL: Readonly<Record<CliOperation, DriverOperation>> = {
@@ -25,6 +25,17 @@ const CALL: Readonly<Record<CliOperation, DriverOperation>> = {
   restore: "restore",
   unlock: "unlock",
 };
+
+/** Makes the operation's one driver call on `pid`, prints what came of it, resolves to the exit code. */
+export async function runQuery(
+  operation: CliOperation,
+  pid: number,
+  driver: CheckpointDriver,
+  print: Printer,
+  json: boolean,
+): Promise<number> {
+  return printOne(await query(operation, pid, driver), print, json);
+}
 
 /** Makes the operation's one driver call on `pid` and says what came of it; never rejects. */
 export async function query(

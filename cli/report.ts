@@ -119,6 +119,28 @@ export function errorReport(operation: CliOperation, pid: number, error: unknown
   };
 }
 
+/**
+ * What NVIDIA's utility prints for one pid, from its report: the state or the thread id on
+ * stdout (or the `--json` object), the error line on stderr; then, on a terminal, what more there
+ * is to say. Resolves to the exit code.
+ */
+export function printOne(
+  report: PidReport,
+  print: Printer,
+  json: boolean,
+): number {
+  if (json) print.json(report);
+  else if (report.ok && report.state !== undefined && report.operation === "get-state") {
+    print.out(report.state);
+  } else if (report.ok && report.restoreThreadId !== undefined) {
+    print.out(String(report.restoreThreadId));
+  }
+  if (report.error) print.failure(report.error);
+  const note = roomNote(report);
+  if (note) print.more(note);
+  return report.ok ? 0 : 1;
+}
+
 /** The line a terminal gets where a restore's room could not be checked; `undefined` otherwise. */
 export function roomNote(report: PidReport): string | undefined {
   const check = report.roomCheck;

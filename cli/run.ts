@@ -21,8 +21,8 @@ export async function run(command: MachineCommand, io: CliIo): Promise<number> {
   // none): the driver's calls may block this thread, and no worker thread need start.
   const callingThread = command.kind === "operation" && command.targets !== "all" &&
     command.targets.length === 1 &&
-    (!print.terminal || command.operation === "get-state" ||
-      command.operation === "get-restore-tid");
+    (command.operation === "get-state" || command.operation === "get-restore-tid" ||
+      !print.terminal);
   let machine: Machine;
   try {
     machine = await openMachine(io, {
@@ -84,8 +84,15 @@ async function operate(
   io: CliIo,
 ): Promise<number> {
   if (command.targets !== "all" && command.targets.length === 1) {
+    const pid = command.targets[0];
+    const op = command.operation;
+    if (op === "get-state" || op === "get-restore-tid" || pid === 0) {
+      // One driver call: nothing of the library's process handling is loaded.
+      const { runQuery } = await import("./query.ts");
+      return await runQuery(op, pid, machine.driver, print, command.json);
+    }
     const { runOne } = await import("./single.ts");
-    return await runOne(command, command.targets[0], machine.driver, print);
+    return await runOne(command, pid, machine.driver, print);
   }
   const { runMany } = await import("./many.ts");
   return await runMany(command, machine, print, io.interrupts);

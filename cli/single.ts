@@ -13,19 +13,21 @@ import type { CliOperation, OperationCommand } from "./args.ts";
 import type { CheckpointDriver } from "../core/driver.ts";
 import { clockOf, CudaProcess, type Outcome } from "../core/process.ts";
 import type { ProgressLine } from "./progress.ts";
-import { errorReport, type PidReport, type Printer, roomNote } from "./report.ts";
+import { errorReport, type PidReport, type Printer, printOne } from "./report.ts";
 import { query } from "./query.ts";
 
-/** Runs the command on one pid, prints NVIDIA's output for it, and resolves to the exit code. */
+/**
+ * Runs a state-changing command on one pid, prints NVIDIA's output for it, and resolves to the
+ * exit code. (Queries, and anything of pid 0, go through `query.ts`.)
+ */
 export async function runOne(
   command: OperationCommand,
   pid: number,
   driver: CheckpointDriver,
   print: Printer,
 ): Promise<number> {
-  const long = command.operation !== "get-state" && command.operation !== "get-restore-tid";
   let progress: ProgressLine | undefined;
-  if (long && print.terminal) {
+  if (print.terminal) {
     const { ProgressLine } = await import("./progress.ts");
     progress = new ProgressLine({ write: (t) => print.raw(t), total: 1 });
     progress.event({ type: "step-start", pid, step: command.operation });
@@ -36,16 +38,7 @@ export async function runOne(
   } finally {
     progress?.stop();
   }
-  if (command.json) print.json(report);
-  else if (report.ok && report.state !== undefined && command.operation === "get-state") {
-    print.out(report.state);
-  } else if (report.ok && report.restoreThreadId !== undefined) {
-    print.out(String(report.restoreThreadId));
-  }
-  if (report.error) print.failure(report.error);
-  const note = roomNote(report);
-  if (note) print.more(note);
-  return report.ok ? 0 : 1;
+  return printOne(report, print, command.json);
 }
 
 /** Makes the operation on one pid and says what became of it; never rejects. */
@@ -56,7 +49,7 @@ export async function operateOne(
 ): Promise<PidReport> {
   const operation: CliOperation = command.operation;
   if (operation === "get-state" || operation === "get-restore-tid" || pid === 0) {
-    // NVIDIA's utility asks the driver even about pid 0 (no process has it): so does this.
+    // One driver call: NVIDIA's utility asks the driver even about pid 0 (no process has it).
     return await query(operation, pid, driver);
   }
   const proc = new CudaProcess(pid, { driver });

@@ -36,7 +36,8 @@ import { type CudaError, driverError } from "../core/errors.ts";
 import { CUUUID_SIZE, nativeBuffer } from "../core/structs.ts";
 import { formatGpuUuid } from "../core/uuid.ts";
 import type { FfiLibrary, NativeArg, NativeLink } from "./adapter.ts";
-import { type NativeDriver, runtimeAdapter } from "./mod.ts";
+import type { NativeDriver } from "./native.ts";
+import { runtimeAdapter } from "./runtime.ts";
 import type { CudaForeignFunction } from "./symbols.ts";
 
 /**

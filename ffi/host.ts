@@ -239,7 +239,7 @@ export class LinuxHost implements ClosableHost, AsyncDisposable {
     const nested = await this.#inChildPidNamespace();
     if (nested) return { unknown: nested };
     this.#nvml ??= (async () => {
-      const { runtimeAdapter } = await import("./mod.ts");
+      const { runtimeAdapter } = await import("./runtime.ts");
       const { openNvml } = await import("./nvml.ts");
       return openNvml(await runtimeAdapter(), {
         libraryPath: this.#nvmlPath,

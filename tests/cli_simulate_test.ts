@@ -9,6 +9,7 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
+import { openSimulatedMachine } from "../cli/simulate.ts";
 import { cli } from "./cli_support.ts";
 
 const dir = mkdtempSync(join(tmpdir(), "ckpt-cli-simulate-"));
@@ -48,6 +49,66 @@ describe("--simulate", () => {
     );
     assert.equal((await run(["--toggle", "--pid", pid])).code, 0);
     assert.equal((await run(["--get-state", "--pid", pid])).out, "running\n");
+  });
+
+  test("a --toggle resume that would not fit is refused before the driver, run after run", async () => {
+    // Each command is a program of its own: the suspend's record of what the process held is in
+    // the state file, where the next command finds it (as /run/ckpt-cuda is on a real machine).
+    const { run } = machine();
+    const pid = Number.parseInt((await run(["spawn", "--memory-mib", 4096])).out);
+    assert.equal((await run(["--toggle", "--pid", pid])).code, 0);
+    // A filler takes the GPU: 2048 MiB of its memory stay free, less than the target held.
+    const list = JSON.parse((await run(["list", "--json"])).out || "{}");
+    assert.equal(list.state, "checkpointed");
+    const filler = Number.parseInt((await run(["spawn", "--memory-mib", 141_203])).out);
+    const refused = await run(["--toggle", "--pid", pid]);
+    assert.equal(refused.code, 1);
+    assert.equal(refused.out, "");
+    assert.deepEqual(refused.errLines, [
+      `Error toggling CUDA in process ID ${pid}: "not enough free GPU memory for it: refused before asking the driver"`,
+    ]);
+    const said = await run(["--toggle", "--pid", pid, "--json"], true);
+    const report = JSON.parse(said.out);
+    assert.equal(report.error.code, "NO_ROOM");
+    assert.equal(report.error.refused, true);
+    assert.match(report.error.detail, /^toggle of process \d+ refused: it needs 4616 MiB on GPU-/);
+    assert.match(said.err, /cuda-checkpoint: toggle of process \d+ refused: it needs 4616 MiB/);
+    assert.equal((await run(["--get-state", "--pid", pid])).out, "checkpointed\n");
+    // The filler ends: the same command resumes it, its room checked.
+    assert.equal((await run(["kill", filler])).code, 0);
+    const resumed = await run(["--toggle", "--pid", pid, "--json"]);
+    assert.equal(resumed.code, 0, resumed.err);
+    assert.equal(JSON.parse(resumed.out).roomCheck, "checked");
+    assert.equal((await run(["--get-state", "--pid", pid])).out, "running\n");
+  });
+
+  test("a process another tool checkpointed: its room cannot be checked, and a terminal says so", async () => {
+    const { path, run } = machine();
+    const pid = Number.parseInt((await run(["spawn", "--memory-mib", 64])).out);
+    // Another tool (here the raw simulated driver) checkpoints it: no record is left.
+    const m = await openSimulatedMachine({ path });
+    assert.equal(await m.driver.lock(pid, null), 0);
+    assert.equal(await m.driver.checkpoint(pid), 0);
+    await m.save();
+    await m.close();
+    // Piped, NVIDIA's output (none); on a terminal, one more line that says it was not checked.
+    const piped = await run(["--action", "restore", "--pid", pid]);
+    assert.deepEqual([piped.code, piped.out, piped.err], [0, "", ""]);
+    await run(["--action", "checkpoint", "--pid", pid]); // ours: recorded this time
+    await run(["--action", "restore", "--pid", pid]);
+    const m2 = await openSimulatedMachine({ path });
+    assert.equal(await m2.driver.checkpoint(pid), 0);
+    await m2.save();
+    await m2.close();
+    const terminal = await run(["--action", "restore", "--pid", pid, "--json"], true);
+    assert.equal(terminal.code, 0, terminal.err);
+    assert.match(JSON.parse(terminal.out).roomCheck.unknown, /^no record of the GPU memory/);
+    assert.match(
+      terminal.err,
+      new RegExp(
+        `cuda-checkpoint: the GPU room for process ${pid} could not be checked before its restore: no record`,
+      ),
+    );
   });
 
   test("several processes, --all, and a process on two GPUs", async () => {

@@ -18,7 +18,7 @@ import {
 import os from "node:os";
 import path from "node:path";
 import process from "node:process";
-import { CudaProcess } from "../mod.ts";
+import { CudaProcess, GpuRoomError } from "../mod.ts";
 import {
   loadSimulator,
   SimulatedDriver,
@@ -208,6 +208,41 @@ describe("snapshots of the simulated driver", () => {
     assert.equal(again.process(p.pid)?.restoreRefused, true);
     assert.equal(await again.restore(p.pid, null), CUDA_ERROR_OPERATING_SYSTEM);
     assert.equal(again.process(p.pid)?.state, "checkpointed");
+  });
+
+  test("the records of held GPU memory come back (version 3), and the room is checked after a reload", async () => {
+    const sim = new SimulatedDriver();
+    const p = sim.spawn({ memoryMiB: 4096 });
+    const q = sim.spawn({ memoryMiB: 64 });
+    await new CudaProcess(p.pid, { driver: sim }).suspend();
+    const saved = JSON.parse(JSON.stringify(snapshotSimulator(sim)));
+    assert.equal(saved.version, 3);
+    assert.deepEqual(saved.heldRecords.map((r: { pid: number }) => r.pid), [p.pid]);
+    const again = loadSimulator(saved);
+    again.fillGpu(0);
+    await assert.rejects(new CudaProcess(p.pid, { driver: again }).resume(), GpuRoomError);
+    assert.equal(again.process(p.pid)?.restoreRefused, false, "the driver was not asked");
+    // A record of no CUDA process of the snapshot, or of a GPU it lacks, is refused.
+    for (
+      const [bad, field] of [
+        [{ ...saved.heldRecords[0], pid: q.pid + 1 }, "heldRecords[0].pid"],
+        [
+          { ...saved.heldRecords[0], heldMiB: { "GPU-99999999-9999-4999-8999-999999999999": 1 } },
+          'heldRecords[0].heldMiB["GPU-99999999-9999-4999-8999-999999999999"]',
+        ],
+      ] as const
+    ) {
+      assert.throws(
+        () => loadSimulator({ ...saved, heldRecords: [bad] }),
+        (err: unknown) => err instanceof SimulatorSnapshotError && err.field === field,
+        field,
+      );
+    }
+    assert.throws(
+      () => loadSimulator({ ...saved, version: 2 }),
+      /unknown field "heldRecords"/,
+      "version 2 has no records",
+    );
   });
 
   test("only a quiescent driver is saved: not during a call, a kernel, blocked work, or after close", async () => {

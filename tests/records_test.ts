@@ -1,0 +1,177 @@
+// The records of held GPU memory on a Linux host (ffi/records.ts), with no GPU: kept private to
+// their owner, written whole, read strictly, keyed by the process (pid and start time, from
+// /proc), gone when their process is gone; a claim of a program that died is left out. And the
+// Linux host's process identity: a thread id belongs to its process. Runs unchanged under
+// `deno test -A` and `bun test`.
+import { after, describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import {
+  chmod,
+  mkdir,
+  mkdtemp,
+  readdir,
+  readFile,
+  rm,
+  stat,
+  symlink,
+  writeFile,
+} from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import process from "node:process";
+
+import { openLinuxHost } from "../ffi/host.ts";
+import { FileHeldRecords, recordsDirectory } from "../ffi/records.ts";
+
+const root = await mkdtemp(join(tmpdir(), "ckpt-records-test-"));
+after(() => rm(root, { recursive: true, force: true }));
+let dirs = 0;
+const fresh = () => join(root, `held-${dirs++}`);
+
+/** A child that lives until killed, and its identity as the Linux host reads it. */
+async function child() {
+  const c = spawn("sleep", ["60"], { stdio: "ignore" });
+  const host = openLinuxHost({ nvml: false, recordsDir: false });
+  const id = await host.identify(c.pid!);
+  assert.ok(id && id.start !== undefined, "the host reads the child's start time");
+  return { id, kill: () => c.kill() };
+}
+
+const GPU = "GPU-11111111-1111-1111-1111-111111111111";
+
+describe("the Linux host's identity of a process", () => {
+  test("this process and a thread of it are one process, with a start time", async () => {
+    const host = openLinuxHost({ nvml: false, recordsDir: false });
+    const me = await host.identify(process.pid);
+    assert.equal(me?.pid, process.pid);
+    assert.ok(me!.start! > 0);
+    const tasks = await readdir(`/proc/${process.pid}/task`);
+    const other = tasks.map(Number).find((t) => t !== process.pid);
+    if (other !== undefined) assert.deepEqual(await host.identify(other), me);
+    assert.equal(await host.identify(2 ** 31 - 2), undefined, "no process has it");
+    assert.equal(host.self, process.pid);
+  });
+});
+
+describe("records in a private directory", () => {
+  test("written whole, 0600 in a 0700 directory, keyed by pid and start, read back", async () => {
+    const dir = fresh();
+    const { id, kill } = await child();
+    try {
+      const records = new FileHeldRecords(dir, () => Promise.resolve(true));
+      assert.equal(await records.get(id), undefined);
+      await records.put({ process: id, heldMiB: { [GPU]: 1544 }, at: 1 });
+      assert.equal((await stat(dir)).mode & 0o777, 0o700);
+      const file = join(dir, `${id.pid}-${id.start}.json`);
+      assert.equal((await stat(file)).mode & 0o777, 0o600);
+      assert.deepEqual(await records.get(id), { process: id, heldMiB: { [GPU]: 1544 }, at: 1 });
+      assert.equal(await records.get({ pid: id.pid, start: id.start! + 1 }), undefined);
+      assert.deepEqual((await readdir(dir)).filter((n) => n.endsWith(".tmp")), [], "no leftovers");
+      await records.remove(id);
+      assert.deepEqual(await readdir(dir), []);
+    } finally {
+      kill();
+    }
+  });
+
+  test("a record whose process is gone, or that is not one, goes at the next listing", async () => {
+    const dir = fresh();
+    const host = openLinuxHost({ nvml: false, recordsDir: dir });
+    const records = host.heldRecords!;
+    const live = await child();
+    const dead = await child();
+    try {
+      await records.put({ process: live.id, heldMiB: { [GPU]: 1 }, at: 1 });
+      await records.put({ process: dead.id, heldMiB: { [GPU]: 2 }, at: 1 });
+      dead.kill();
+      await new Promise((r) => setTimeout(r, 100));
+      await writeFile(join(dir, "77-1.json"), "{not json", { mode: 0o600 });
+      const listed = await records.list();
+      assert.deepEqual(listed.map((r) => r.process.pid), [live.id.pid]);
+      assert.deepEqual((await readdir(dir)).sort(), [`${live.id.pid}-${live.id.start}.json`]);
+    } finally {
+      live.kill();
+    }
+  });
+
+  test("a claim of a program that died is left out; the record stays", async () => {
+    const dir = fresh();
+    const host = openLinuxHost({ nvml: false, recordsDir: dir });
+    const records = host.heldRecords!;
+    const target = await child();
+    const claimer = await child();
+    try {
+      await records.put({
+        process: target.id,
+        heldMiB: { [GPU]: 1 },
+        at: 1,
+        claim: { needMiB: { [GPU]: 1 }, by: claimer.id, since: 2 },
+      });
+      assert.ok((await records.list())[0].claim, "the claimer lives: its claim counts");
+      claimer.kill();
+      await new Promise((r) => setTimeout(r, 100));
+      const [record] = await records.list();
+      assert.equal(record.claim, undefined);
+      assert.deepEqual(record.heldMiB, { [GPU]: 1 });
+    } finally {
+      target.kill();
+    }
+  });
+
+  test("a record read strictly: another format, a bad UUID or a negative MiB is none", async () => {
+    const dir = fresh();
+    const { id, kill } = await child();
+    try {
+      const records = new FileHeldRecords(dir, () => Promise.resolve(true));
+      await records.put({ process: id, heldMiB: { [GPU]: 1 }, at: 1 });
+      const file = join(dir, `${id.pid}-${id.start}.json`);
+      const good = JSON.parse(await readFile(file, "utf8"));
+      for (
+        const bad of [
+          { ...good, format: "ckpt-cuda-held/2" },
+          { ...good, heldMiB: { "not-a-gpu": 1 } },
+          { ...good, heldMiB: { [GPU]: -1 } },
+          { ...good, process: { pid: "x" } },
+        ]
+      ) {
+        await writeFile(file, JSON.stringify(bad));
+        assert.equal(await records.get(id), undefined, JSON.stringify(bad));
+      }
+    } finally {
+      kill();
+    }
+  });
+
+  test("a directory others may read or write, or a symbolic link, is refused, naming it", async () => {
+    const open = fresh();
+    await mkdir(open, { mode: 0o755 });
+    await chmod(open, 0o755);
+    const records = new FileHeldRecords(open, () => Promise.resolve(true));
+    await assert.rejects(
+      records.put({ process: { pid: 1 }, heldMiB: {}, at: 1 }),
+      new RegExp(`${open} may be read or written by other users \\(mode 0755\\)`),
+    );
+    const real = fresh();
+    await mkdir(real, { mode: 0o700 });
+    const link = fresh();
+    await symlink(real, link);
+    await assert.rejects(
+      new FileHeldRecords(link, () => Promise.resolve(true)).get({ pid: 1 }),
+      new RegExp(`${link} is a symbolic link`),
+    );
+  });
+
+  test("where they are kept: CKPT_RECORDS_DIR, else /run/ckpt-cuda as root, else the user's own", () => {
+    const env = (vars: Record<string, string>) => (name: string) => vars[name];
+    assert.equal(recordsDirectory(env({ CKPT_RECORDS_DIR: "/x/held" })), "/x/held");
+    const uid = process.getuid?.();
+    if (uid === 0) assert.equal(recordsDirectory(env({})), "/run/ckpt-cuda");
+    else {
+      assert.equal(
+        recordsDirectory(env({ XDG_RUNTIME_DIR: "/run/user/1000" })),
+        "/run/user/1000/ckpt-cuda",
+      );
+    }
+  });
+});
