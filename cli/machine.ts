@@ -8,7 +8,7 @@
  */
 
 import type { CheckpointDriver } from "../core/driver.ts";
-import type { ClosableHost, HostProcesses } from "../core/host.ts";
+import { type ClosableHost, type HostProcesses, setFallbackHostOpener } from "../core/host.ts";
 import type { CliIo } from "./main.ts";
 import type { SimulatedMachine } from "./simulate.ts";
 
@@ -44,6 +44,18 @@ export interface MachineNeeds {
   readonly fresh?: boolean;
 }
 
+/** A host lent to a session, which closes what it opened: the same host, without its close(). */
+function lent(host: HostProcesses): HostProcesses {
+  return {
+    kind: host.kind,
+    scan: () => host.scan(),
+    ...(host.gpuMemory ? { gpuMemory: () => host.gpuMemory!() } : {}),
+    ...(host.identify ? { identify: (id: number) => host.identify!(id) } : {}),
+    ...(host.heldRecords ? { heldRecords: host.heldRecords } : {}),
+    ...(host.self !== undefined ? { self: host.self } : {}),
+  };
+}
+
 /** Opens the machine the command works on. */
 export async function openMachine(io: CliIo, needs: MachineNeeds): Promise<Machine> {
   if (needs.simulate) {
@@ -56,6 +68,13 @@ export async function openMachine(io: CliIo, needs: MachineNeeds): Promise<Machi
       close: () => simulated.close(),
     };
   }
+  // The host the library's sessions use on this machine (its processes, NVML, the records of held
+  // GPU memory that the room check shares with every program of this package): the one given to
+  // main(), never closed here, else this machine's, opened only when an operation asks for it.
+  const given = io.host;
+  const before = setFallbackHostOpener(
+    given ? () => lent(given) : async () => (await import("../ffi/host.ts")).openLinuxHost(),
+  );
   const opened: ClosableHost[] = [];
   const linuxHost = async (gpuMemory: boolean) => {
     const { openLinuxHost } = await import("../ffi/host.ts");
@@ -65,6 +84,7 @@ export async function openMachine(io: CliIo, needs: MachineNeeds): Promise<Machi
   };
   const closeHosts = async () => {
     for (const host of opened.splice(0)) await host.close?.();
+    setFallbackHostOpener(before);
   };
   if (io.driver) {
     const driver = io.driver;

@@ -151,14 +151,20 @@ export interface ClosableHost extends HostProcesses {
   close?(): void | Promise<void>;
 }
 
-let fallbackHost: (() => ClosableHost | Promise<ClosableHost>) | undefined;
+let fallbackHost: HostOpener | undefined;
+
+/** What opens the host where neither the caller nor the driver gives one. */
+export type HostOpener = () => ClosableHost | Promise<ClosableHost>;
 
 /**
- * Installs the host used where neither the caller nor the driver gives one. The main module
- * installs the Linux host (`/proc`, NVML and the records), so that core/ itself reads no files.
+ * Installs the host used where neither the caller nor the driver gives one, and returns the one
+ * it replaces. The main module installs the Linux host (`/proc`, NVML and the records), so that
+ * core/ itself reads no files; the command line installs the same, or the host given to it.
  */
-export function setFallbackHostOpener(opener: () => ClosableHost | Promise<ClosableHost>): void {
+export function setFallbackHostOpener(opener: HostOpener | undefined): HostOpener | undefined {
+  const before = fallbackHost;
   fallbackHost = opener;
+  return before;
 }
 
 /**

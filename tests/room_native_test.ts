@@ -19,6 +19,7 @@ import type { HostProcesses } from "../core/host.ts";
 import { openLinuxHost, type ProcReader } from "../ffi/host.ts";
 import { openNativeDriver } from "../ffi/mod.ts";
 import { FakeDir, noCompiler, openCounters } from "./fixtures/fake.ts";
+import { cli } from "./cli_support.ts";
 import { buildFakeNvml, controlFakeNvml, fakeNvmlUuid } from "./fixtures/fake_nvml.ts";
 
 const MiB = 2n ** 20n;
@@ -119,6 +120,48 @@ describe(
         counters.close();
         await rm(records, { recursive: true, force: true });
         child.kill();
+      }
+    });
+
+    test("the command line: a --toggle resume that does not fit is refused, run after run", async () => {
+      // Each command line is a program of its own (its own session): what the suspend recorded
+      // is in the records' directory, where the next one finds it.
+      const libcuda = dir.build("libcuda-room-cli", ["-DFAKE_CUDA_DELAY_MS=1"]);
+      const nvmlPath = buildFakeNvml(dir, "nvml-room-cli");
+      const nvml = await controlFakeNvml(nvmlPath);
+      const records = await mkdtemp(join(tmpdir(), "ckpt-records-cli-"));
+      const reader: ProcReader = {
+        list: (path) => readdir(path),
+        read: (path) =>
+          path === "/proc/self/status" ? Promise.resolve("NSpid:\t1\n") : readFile(path, "utf8"),
+      };
+      await using native = await openNativeDriver({ libraryPath: libcuda });
+      await using host = openLinuxHost({ nvmlPath, reader, recordsDir: join(records, "held") });
+      const child = spawn("sleep", ["60"], { stdio: "ignore" });
+      const pid = child.pid!;
+      const run = (args: (string | number)[]) => cli(args, { driver: native, host });
+      try {
+        nvml.add(0, pid, 4616n * MiB);
+        const suspended = await run(["--toggle", "--pid", pid]);
+        assert.deepEqual([suspended.code, suspended.out, suspended.err], [0, "", ""]);
+        nvml.clear();
+        nvml.add(0, 777, 80n * GiB - 2048n * MiB);
+        const refused = await run(["--toggle", "--pid", pid]);
+        assert.equal(refused.code, 1);
+        assert.equal(
+          refused.err,
+          `Error toggling CUDA in process ID ${pid}: "not enough free GPU memory for it: refused before asking the driver"\n`,
+        );
+        assert.equal((await run(["--get-state", "--pid", pid])).out, "checkpointed\n");
+        nvml.clear();
+        const resumed = await run(["--toggle", "--pid", pid, "--json"]);
+        assert.equal(resumed.code, 0, resumed.err);
+        assert.equal(JSON.parse(resumed.out).roomCheck, "checked");
+        assert.equal((await run(["--get-state", "--pid", pid])).out, "running\n");
+      } finally {
+        nvml.close();
+        child.kill();
+        await rm(records, { recursive: true, force: true });
       }
     });
   },
