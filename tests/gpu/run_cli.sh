@@ -116,7 +116,7 @@ step "map (--device-map across two GPUs)" 150 "${cli[@]}" map "${common[@]}"
 step "many (several pids, list, --json)" 120 "${cli[@]}" many "${common[@]}"
 
 # 5. Start-up: whole program, spawn to exit, 20 rounds (the benchmark's goals become PASS/FAIL).
-startup=(--ours "$ours" --nvidia "$nvidia" --rounds 20 --out "$bin/reports")
+startup=(--ours "$ours" --nvidia "$nvidia" --rounds "${RUN_CLI_ROUNDS:-20}" --out "$bin/reports")
 [[ -z $simulate ]] && startup+=(--target "$bin/target")
 rm -f "$bin/reports"/cli-startup-*
 step "startup (bench/cli_startup.ts)" 150 env BUN_BE_BUN=1 "$ours" --preload "$PWD/tests/gpu/unset_bun_be_bun.ts" \
