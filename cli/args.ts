@@ -78,6 +78,8 @@ export const NVIDIA_MESSAGES = {
   badDeviceMap: "Invalid device remap",
   badAction: "Invalid process state",
   badOption: "Invalid option(s) or option(s) not supported by this CUDA Driver",
+  tooManyOperations: "Too many operations selected",
+  remapNotRestore: "Device remap only allowed for restore action",
 } as const;
 
 /**
@@ -395,8 +397,8 @@ function finish(seen: Seen): Command {
   if (seen.operations.length === 0) throw new UsageError(NVIDIA_MESSAGES.noOperation);
   if (seen.operations.length > 1) {
     throw new UsageError(
-      "Only one operation can be performed at a time",
-      `got ${seen.operations.join(" and ")}`,
+      NVIDIA_MESSAGES.tooManyOperations,
+      `got ${seen.operations.join(" and ")}; one operation at a time`,
     );
   }
   const operation = seen.operation!;
@@ -409,7 +411,10 @@ function finish(seen: Seen): Command {
     throw new UsageError(NVIDIA_MESSAGES.timeoutNotLock);
   }
   if (seen.gpuMapping !== undefined && operation !== "restore" && operation !== "toggle") {
-    throw new UsageError("Device map is only valid for --action restore and --toggle operations");
+    throw new UsageError(
+      NVIDIA_MESSAGES.remapNotRestore,
+      "--device-map goes with --action restore and --toggle",
+    );
   }
   const allOrNothing = seen.flags.has("--all-or-nothing");
   if (allOrNothing && (operation === "get-state" || operation === "get-restore-tid")) {

@@ -398,11 +398,11 @@ describe("our own checks of bad input", () => {
       5,
       "-d",
       "GPU-00000000-0000-0000-0000-000000000001=GPU-00000000-0000-0000-0000-000000000001",
-    ], "Device map is only valid for --action restore and --toggle operations"],
+    ], NVIDIA_MESSAGES.remapNotRestore],
     [
       "two operations",
       ["--get-state", "--toggle", "-p", 5],
-      "Only one operation can be performed at a time",
+      NVIDIA_MESSAGES.tooManyOperations,
       /--get-state and --toggle/,
     ],
     [
@@ -481,7 +481,7 @@ describe("our own checks of bad input", () => {
     const g = "GPU-00000000-0000-0000-0000-000000000001";
     const r = await cli(["--action", "lock", "-p", 5, "-d", `${g}=${g}`]);
     assert.deepEqual(r.errLines, [
-      "Device map is only valid for --action restore and --toggle operations",
+      NVIDIA_MESSAGES.remapNotRestore,
     ]);
   });
 
