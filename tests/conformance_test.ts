@@ -1,5 +1,8 @@
-// Every row of the state table (tests/conformance/scenarios.ts, from docs/DRIVER.md#state-machine),
-// reproduced by the simulated driver through the raw driver interface.
+// Regression tests: every row of the state table (tests/conformance/scenarios.ts, written from
+// docs/DRIVER.md#state-machine) run on the simulated driver through the raw driver interface. They
+// catch a simulator that drifts from the table; they do not prove the table right. That proof is
+// the same scenarios run on a real GPU (tests/gpu/conformance.ts, reports in tests/gpu/reports/),
+// where the runner's own expectations meet the real driver.
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import type { CheckpointDriver } from "../core/driver.ts";
@@ -8,7 +11,7 @@ import { notThroughProcess, runScenario, timesAgree } from "./conformance/runner
 import { SCENARIOS } from "./conformance/scenarios.ts";
 import { simulatedEnv } from "./conformance/sim_env.ts";
 
-describe("the simulated driver reproduces the state table", () => {
+describe("regression: the simulator still follows the recorded state table", () => {
   for (const s of SCENARIOS) {
     test(s.name, async () => {
       const env = simulatedEnv({ gpus: s.minGpus ?? 1 });
@@ -121,7 +124,7 @@ describe("times: the band in which the simulator agrees with the real driver", (
   });
 });
 
-describe("the state table through the public API (CudaProcess)", () => {
+describe("regression: the recorded state table through the public API (CudaProcess)", () => {
   for (const s of SCENARIOS) {
     const why = notThroughProcess(s);
     test(s.name, { skip: why ? `raw driver only: ${why}` : false }, async () => {
