@@ -219,6 +219,9 @@ export function askCounter(address: CounterAddress, timeoutMs = 30_000): Promise
   });
 }
 
+/** How long `--ask` waits: long enough for a resume of a few GiB, short enough to say why. */
+const ASK_TIMEOUT_MS = 5_000;
+
 function removeStaleSocket(path: string): void {
   let stat;
   try {
@@ -239,9 +242,14 @@ async function main(): Promise<void> {
     : { port: intOption(SPEC, args, "port", 0, 65535) };
   if (args.values.ask) {
     try {
-      console.log(await askCounter(address, 10_000));
+      console.log(await askCounter(address, ASK_TIMEOUT_MS));
     } catch (error) {
-      console.error(`counter.ts --ask: ${messageOf(error)}`);
+      const where = "unix" in address ? `--unix ${address.unix}` : `--port ${address.port}`;
+      // Over UDP a missing counter and a suspended one look the same: no answer.
+      console.error(
+        `counter.ts --ask: ${messageOf(error)}. Is a counter running (deno run -A ` +
+          `examples/counter.ts ${where}) and not suspended? A suspended one answers once resumed.`,
+      );
       process.exitCode = 1;
     }
     return;

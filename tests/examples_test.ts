@@ -183,6 +183,23 @@ describe("counter.ts and counter_criu.ts", () => {
     }
   });
 
+  test("--ask with no counter there fails at once and says what to start", SLOW, async () => {
+    const dir = mkdtempSync(join(tmpdir(), "ckpt-counter-test-"));
+    try {
+      const unix = join(dir, "nobody.sock");
+      const asked = await runExample("counter.ts", ["--ask", "--unix", unix]);
+      assert.equal(asked.code, 1);
+      assert.equal(asked.out, "");
+      assert.match(asked.err, /^counter\.ts --ask: .*ENOENT/);
+      assert.ok(
+        asked.err.includes(`Is a counter running (deno run -A examples/counter.ts --unix ${unix})`),
+        asked.err,
+      );
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   test(
     "counter_criu.ts without a GPU runs the CUDA half and says why the CRIU half is skipped",
     SLOW,
