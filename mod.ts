@@ -23,8 +23,7 @@
  * @module
  */
 
-import { setFallbackDriverOpener } from "./core/sources.ts";
-import { setFallbackHostOpener } from "./core/host.ts";
+import { setFallbackDriverOpener, setFallbackHostOpener } from "./core/defaults.ts";
 import { openLinuxHost, openNativeDriver } from "./ffi/mod.ts";
 
 // The native driver and this machine's /proc, NVML and records are the defaults: core/ itself

@@ -23,7 +23,7 @@ import { parseArgs } from "node:util";
 
 import type { CheckpointDriver } from "../core/driver.ts";
 import { listCudaProcesses } from "../core/listing.ts";
-import { setFallbackHostOpener } from "../core/host.ts";
+import { setFallbackHostOpener } from "../core/defaults.ts";
 import { openLinuxHost } from "../ffi/host.ts";
 import { openNativeDriver } from "../ffi/mod.ts";
 import { COMMON_OPTIONS, integers, startTargets } from "./harness.ts";

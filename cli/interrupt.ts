@@ -12,21 +12,11 @@
 
 import type { ProcessState } from "../core/states.ts";
 import type { GroupEvent } from "../core/group.ts";
+import type { Interrupts } from "./io.ts";
 import type { Printer } from "./report.ts";
 
 /** The exit code of a command that was interrupted: 128 + SIGINT, as shells report it. */
 export const INTERRUPTED_EXIT_CODE = 130;
-
-/** Where a program's interrupts come from (SIGINT, when `cuda-checkpoint` runs as a program). */
-export interface Interrupts {
-  /**
-   * Calls `onInterrupt` at each interrupt until the returned function is called; meanwhile an
-   * interrupt does not end the program.
-   */
-  watch(onInterrupt: () => void): () => void;
-  /** Ends the program at once with `code` (a second interrupt, which does not wait). */
-  exit(code: number): void;
-}
 
 /** Where a process ended up, as the closing line needs it. */
 export interface Left {

@@ -8,8 +8,9 @@
  */
 
 import type { CheckpointDriver } from "../core/driver.ts";
-import { type ClosableHost, type HostProcesses, setFallbackHostOpener } from "../core/host.ts";
-import type { CliIo } from "./main.ts";
+import type { ClosableHost, HostProcesses } from "../core/host.ts";
+import { setFallbackHostOpener } from "../core/defaults.ts";
+import type { CliIo } from "./io.ts";
 import type { SimulatedMachine } from "./simulate.ts";
 
 /** A driver to work with, and what else the command may need of the machine. */

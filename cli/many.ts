@@ -21,7 +21,8 @@ import {
 } from "../core/group.ts";
 import type { HostProcesses } from "../core/host.ts";
 import { listCudaProcesses } from "../core/listing.ts";
-import { INTERRUPTED_EXIT_CODE, Interruption, type Interrupts, type Left } from "./interrupt.ts";
+import { INTERRUPTED_EXIT_CODE, Interruption, type Left } from "./interrupt.ts";
+import type { Interrupts } from "./io.ts";
 import type { Machine } from "./machine.ts";
 import { ProgressLine } from "./progress.ts";
 import {

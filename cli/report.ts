@@ -6,7 +6,7 @@
  */
 
 import type { CliOperation } from "./args.ts";
-import type { CliIo } from "./main.ts";
+import type { CliIo } from "./io.ts";
 import { CudaError, type RefusalCode, RefusedError } from "../core/errors.ts";
 import type { RoomCheck } from "../core/room.ts";
 import type { ProcessState } from "../core/states.ts";

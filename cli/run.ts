@@ -8,7 +8,7 @@
 
 import type { Command, OperationCommand } from "./args.ts";
 import { type Machine, openMachine } from "./machine.ts";
-import type { CliIo } from "./main.ts";
+import type { CliIo } from "./io.ts";
 import { Printer } from "./report.ts";
 
 /** A command that works on a machine: anything but help and version. */
@@ -92,7 +92,7 @@ async function operate(
       return await runQuery(op, pid, machine.driver, print, command.json);
     }
     const { runOne } = await import("./single.ts");
-    return await runOne(command, pid, machine.driver, print);
+    return await runOne({ ...command, operation: op }, pid, machine.driver, print);
   }
   const { runMany } = await import("./many.ts");
   return await runMany(command, machine, print, io.interrupts);

@@ -14,14 +14,16 @@ import type { CheckpointDriver } from "../core/driver.ts";
 import { clockOf, CudaProcess, type Outcome } from "../core/process.ts";
 import type { ProgressLine } from "./progress.ts";
 import { errorReport, type PidReport, type Printer, printOne } from "./report.ts";
-import { query } from "./query.ts";
+
+/** The operations that change a process's state (the queries go through `query.ts`). */
+export type StepOperation = Exclude<CliOperation, "get-state" | "get-restore-tid">;
 
 /**
  * Runs a state-changing command on one pid, prints NVIDIA's output for it, and resolves to the
  * exit code. (Queries, and anything of pid 0, go through `query.ts`.)
  */
 export async function runOne(
-  command: OperationCommand,
+  command: OperationCommand & { readonly operation: StepOperation },
   pid: number,
   driver: CheckpointDriver,
   print: Printer,
@@ -42,16 +44,12 @@ export async function runOne(
 }
 
 /** Makes the operation on one pid and says what became of it; never rejects. */
-export async function operateOne(
-  command: Pick<OperationCommand, "operation" | "timeoutMs" | "gpuMapping">,
+async function operateOne(
+  command: Pick<OperationCommand, "timeoutMs" | "gpuMapping"> & { operation: StepOperation },
   pid: number,
   driver: CheckpointDriver,
 ): Promise<PidReport> {
-  const operation: CliOperation = command.operation;
-  if (operation === "get-state" || operation === "get-restore-tid" || pid === 0) {
-    // One driver call: NVIDIA's utility asks the driver even about pid 0 (no process has it).
-    return await query(operation, pid, driver);
-  }
+  const operation = command.operation;
   const proc = new CudaProcess(pid, { driver });
   // The driver's clock: the simulator's virtual time, as the group operations measure it.
   const clock = clockOf(driver);

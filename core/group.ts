@@ -6,7 +6,7 @@
  * (`runAction`), so `suspendAll([p])` does to `p` what `p.suspend()` does.
  *
  * The driver works on each process on its own thread, so N processes checkpoint together in
- * about the time of the largest, not the sum (docs/DRIVER.md#several-processes-at-once).
+ * about the time of the largest, not the sum (docs/DRIVER.md#many-processes-at-once).
  *
  * @module
  */

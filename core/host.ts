@@ -7,13 +7,12 @@
  * whichever program makes it).
  *
  * Runtime-free: the Linux host (`/proc`, NVML and a private directory of records) lives in
- * `ffi/host.ts` and is installed as the default by the main module ({@link setFallbackHostOpener});
+ * `ffi/host.ts` and is installed as the default by the main module (`setFallbackHostOpener` in
+ * `session.ts`);
  * the simulated driver brings its own host.
  *
  * @module
  */
-
-import type { CheckpointDriver } from "./driver.ts";
 
 /** One process a host found (a process, never a thread of one), as far as the host could see it. */
 export interface ScannedProcess {
@@ -145,40 +144,10 @@ export interface HostProcesses {
   readonly self?: number;
 }
 
-/** A host that can be let go of: what {@link setFallbackHostOpener}'s opener makes. */
+/** A host that can be let go of: what the fallback host opener (`session.ts`) makes. */
 export interface ClosableHost extends HostProcesses {
   /** Lets go of what the host holds (a library). */
   close?(): void | Promise<void>;
-}
-
-let fallbackHost: HostOpener | undefined;
-
-/** What opens the host where neither the caller nor the driver gives one. */
-export type HostOpener = () => ClosableHost | Promise<ClosableHost>;
-
-/**
- * Installs the host used where neither the caller nor the driver gives one, and returns the one
- * it replaces. The main module installs the Linux host (`/proc`, NVML and the records), so that
- * core/ itself reads no files; the command line installs the same, or the host given to it.
- */
-export function setFallbackHostOpener(opener: HostOpener | undefined): HostOpener | undefined {
-  const before = fallbackHost;
-  fallbackHost = opener;
-  return before;
-}
-
-/**
- * The host for a driver: its own (the simulator's), else a new one from the fallback opener,
- * which the caller closes (`opened`); `undefined` where there is neither.
- */
-export async function openHostFor(
-  driver: CheckpointDriver,
-): Promise<{ host: HostProcesses; opened?: ClosableHost } | undefined> {
-  const own = driver.hostProcesses?.();
-  if (own) return { host: own };
-  if (!fallbackHost) return undefined;
-  const opened = await fallbackHost();
-  return { host: opened, opened };
 }
 
 /**

@@ -3,7 +3,7 @@
  *
  * On driver 580 a restore that runs out of GPU memory is not the end of one call: the driver keeps
  * reporting the process checkpointed, but refuses every later restore of it, in place or onto
- * another GPU, even once memory is free (docs/DRIVER.md#a-restore-that-runs-out-of-gpu-memory).
+ * another GPU, even once memory is free (docs/DRIVER.md#an-out-of-memory-restore-loses-the-process).
  * The process's GPU state is lost. So before a checkpoint this package reads the GPU memory the
  * process holds (NVML on Linux) and records it in the host's records, which every program of this
  * package on the machine shares; before a restore it compares that with the free memory of the

@@ -4,7 +4,7 @@
  *
  * - the order of operations on each process: one at a time, in the order asked, keyed by the
  *   process (its thread-group id and start time), so that a thread id and the pid are one process;
- * - the host (the driver's own, or the machine's, opened on first use and closed with the session);
+ * - the host (the driver's own, or the machine's from `defaults.ts`, opened on first use and closed with the session);
  * - the room check ({@link RoomGuard}).
  *
  * Sessions are made and closed by `sources.ts`, with the lease of their driver.
@@ -13,11 +13,11 @@
  */
 
 import type { CheckpointDriver } from "./driver.ts";
+import { openHostFor } from "./defaults.ts";
 import {
   type ClosableHost,
   type HostProcesses,
   identityKey,
-  openHostFor,
   type ProcessIdentity,
 } from "./host.ts";
 import { RoomGuard } from "./room.ts";

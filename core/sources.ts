@@ -11,6 +11,7 @@
  */
 
 import type { CheckpointDriver } from "./driver.ts";
+import { fallbackDriverOpener } from "./defaults.ts";
 import { Session } from "./session.ts";
 import { describeValue } from "./uuid.ts";
 
@@ -102,7 +103,6 @@ export function openSharedDrivers(): number {
 }
 
 let defaultSource: DriverSource | undefined;
-let fallback: (() => Promise<CheckpointDriver>) | undefined;
 let defaultLease: DriverLease | undefined;
 
 /**
@@ -157,15 +157,7 @@ export function getDefaultDriver(): Promise<CheckpointDriver> {
 
 /** The source of the default driver now: the one set, else the runtime's native opener. */
 export function currentDefaultSource(): DriverSource {
-  return defaultSource ?? fallback ?? noDefault;
-}
-
-/**
- * Installs the opener used when no default driver was set. `mod.ts` installs the native driver's
- * opener, so that core/ itself never loads a runtime's FFI.
- */
-export function setFallbackDriverOpener(opener: () => Promise<CheckpointDriver>): void {
-  fallback = opener;
+  return defaultSource ?? fallbackDriverOpener() ?? noDefault;
 }
 
 function noDefault(): Promise<CheckpointDriver> {

@@ -4,7 +4,7 @@
  * which steps bring it back after a failure: `CudaProcess`, the group operations, the command
  * line and the simulated driver. A test fails if any other module decides it for itself.
  *
- * The driver's rules (docs/DRIVER.md#the-state-machine): lock takes a running process to locked,
+ * The driver's rules (docs/DRIVER.md#state-machine): lock takes a running process to locked,
  * checkpoint a locked one to checkpointed, restore a checkpointed one back to locked (not
  * running), unlock a locked one to running; a step asked in any other state is refused with
  * `CUDA_ERROR_ILLEGAL_STATE` and changes nothing; nothing leaves the failed state.

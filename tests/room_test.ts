@@ -144,7 +144,7 @@ describe("the room check belongs to a session, which closes with its driver", ()
     // No host of its own: the session opens one through the fallback opener (here, one that
     // counts), and closes it when the last lease of the driver is let go.
     const bare = forward(sim, { hostProcesses: undefined });
-    const { setFallbackHostOpener } = await import("../core/host.ts");
+    const { setFallbackHostOpener } = await import("../core/defaults.ts");
     setFallbackHostOpener(() => (opened++, { ...host, close: () => void closed++ }));
     try {
       const target = sim.spawn({ memoryMiB: 256 });
