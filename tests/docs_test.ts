@@ -112,3 +112,54 @@ describe("references to the project's documents", () => {
     assert.equal(slug("The cuda-checkpoint utility"), "the-cuda-checkpoint-utility");
   });
 });
+
+describe("imports shown in the documents", () => {
+  const ENTRY: Record<string, string> = {
+    "@ckpt/cuda": "mod.ts",
+    "@ckpt/cuda/driver": "driver.ts",
+    "@ckpt/cuda/mock": "mock/mod.ts",
+    "@ckpt/cuda/cli": "cli/main.ts",
+  };
+  const shown: { from: string; name: string; entry: string }[] = [];
+  for (const path of files(ROOT).filter((p) => p.endsWith(".md"))) {
+    const text = readFileSync(path, "utf8");
+    for (const m of text.matchAll(/import \{([^}]*)\} from "(?:jsr:)?(@ckpt\/cuda[^"]*)"/g)) {
+      for (const part of m[1].split(",")) {
+        const name = part.trim().replace(/^type\s+/, "");
+        if (name) shown.push({ from: relative(ROOT, path), name, entry: m[2] });
+      }
+    }
+  }
+
+  test("there are imports to check", () => {
+    assert.ok(shown.length > 10, `${shown.length} names imported in the documents`);
+  });
+
+  test("every name a document imports is exported by that entry point", async () => {
+    const missing: string[] = [];
+    for (const { from, name, entry } of shown) {
+      const file = ENTRY[entry];
+      if (!file) {
+        missing.push(`${from}: ${entry} is not an entry point of deno.json`);
+        continue;
+      }
+      const module = await import(join(ROOT, file));
+      const source = readFileSync(join(ROOT, file), "utf8");
+      // A value is there at run time; a type only in the entry point's export lists.
+      const asType = new RegExp(`\\btype ${name}\\b|export type \\{[^}]*\\b${name}\\b`);
+      if (!(name in module) && !asType.test(source)) missing.push(`${from}: ${name} from ${entry}`);
+    }
+    assert.deepEqual(missing, []);
+  });
+
+  test("the entry points are deno.json's", () => {
+    const exports = JSON.parse(readFileSync(join(ROOT, "deno.json"), "utf8")).exports;
+    assert.deepEqual(
+      Object.entries(exports).map(([k, v]) => [k, String(v).replace(/^\.\//, "")]),
+      [[".", "mod.ts"], ["./driver", "driver.ts"], ["./mock", "mock/mod.ts"], [
+        "./cli",
+        "cli/main.ts",
+      ]],
+    );
+  });
+});
