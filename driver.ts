@@ -35,9 +35,11 @@ export type {
   HeldRecord,
   HeldRecords,
   HostProcesses,
+  MachineFacts,
   ProcessIdentity,
   RoomClaim,
   ScannedProcess,
+  TreeProcess,
 } from "./core/host.ts";
 export {
   CHECKPOINT_MIN_DRIVER_VERSION,

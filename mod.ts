@@ -96,7 +96,9 @@ export type {
   HeldRecord,
   HeldRecords,
   HostProcesses,
+  MachineFacts,
   ProcessIdentity,
   RoomClaim,
   ScannedProcess,
+  TreeProcess,
 } from "./core/host.ts";

@@ -51,6 +51,46 @@ export interface OperationCommand extends Common {
   readonly gpuMapping?: Readonly<Record<string, string>>;
   /** `--all-or-nothing`: a failure rolls the other processes back. */
   readonly allOrNothing: boolean;
+  /** `--job`: the processes share GPU state: all locked before any checkpoint, and so on. */
+  readonly job: boolean;
+}
+
+/** `snapshot`: process trees to a directory. */
+export interface SnapshotCommand extends Common {
+  /** Always `"snapshot"`. */
+  readonly kind: "snapshot";
+  /** The roots of the trees (`--pid`). */
+  readonly roots: readonly number[];
+  /** `--dir`. */
+  readonly dir: string;
+  /** `--leave-running`. */
+  readonly leaveRunning: boolean;
+  /** `--job`. */
+  readonly job: boolean;
+  /** `--timeout`: each CUDA process's lock timeout in ms (10 000 when left out). */
+  readonly lockTimeoutMs?: number;
+  /** `--deadline`: ms for the whole snapshot. */
+  readonly deadlineMs?: number;
+}
+
+/** `inspect`: a snapshot's manifest, checked against its files. */
+export interface InspectCommand extends Common {
+  /** Always `"inspect"`. */
+  readonly kind: "inspect";
+  /** The snapshot's directory. */
+  readonly dir: string;
+}
+
+/** `restore-snapshot`: a snapshot's processes back. */
+export interface RestoreSnapshotCommand extends Common {
+  /** Always `"restore-snapshot"`. */
+  readonly kind: "restore-snapshot";
+  /** `--dir`. */
+  readonly dir: string;
+  /** `--device-map`: the snapshot's GPUs onto this machine's. */
+  readonly gpuMapping?: Readonly<Record<string, string>>;
+  /** `--deadline`: ms for the whole restore. */
+  readonly deadlineMs?: number;
 }
 
 /** What the command line asks for. */
@@ -58,6 +98,9 @@ export type Command =
   | { readonly kind: "help" }
   | { readonly kind: "version" }
   | OperationCommand
+  | SnapshotCommand
+  | RestoreSnapshotCommand
+  | InspectCommand
   | (Common & { readonly kind: "list" })
   | (Common & {
     readonly kind: "spawn";
@@ -117,6 +160,10 @@ const OPTIONS: Readonly<Record<string, "flag" | "value">> = {
   "--version": "flag",
   "--all": "flag",
   "--all-or-nothing": "flag",
+  "--job": "flag",
+  "--dir": "value",
+  "--leave-running": "flag",
+  "--deadline": "value",
   "--json": "flag",
   "--simulate": "flag",
   "--memory-mib": "value",
@@ -142,7 +189,17 @@ const NEWER: Readonly<Record<string, { name: string; driver: number; what: strin
   "-j": { name: "--launch-job (-j)", driver: 590, what: "starts a program with a job file" },
 };
 
-const SUBCOMMANDS = ["list", "ps", "spawn", "kill", "reset"];
+const SUBCOMMANDS = [
+  "list",
+  "ps",
+  "spawn",
+  "kill",
+  "reset",
+  "snapshot",
+  "restore-snapshot",
+  "inspect",
+];
+const SNAPSHOT_COMMANDS = ["snapshot", "restore-snapshot", "inspect"];
 const SIMULATOR_ONLY = ["spawn", "kill", "reset"];
 
 /** What the parse loop collects before the checks that need all of it. */
@@ -151,6 +208,8 @@ interface Seen {
   operation?: CliOperation;
   pids: number[];
   timeout?: number;
+  deadline?: number;
+  dir?: string;
   gpuMapping?: Record<string, string>;
   flags: Set<string>;
   positionals: string[];
@@ -259,6 +318,15 @@ function take(seen: Seen, long: string, value: string | undefined): void {
     case "--device-map":
       seen.gpuMapping = parseDeviceMap(value!);
       return;
+    case "--deadline":
+      seen.deadline = parseCount(value!, "--deadline", "a whole number of milliseconds");
+      return;
+    case "--dir":
+      if (value === "" || value!.includes("\0")) {
+        throw new UsageError("--dir must name a directory", `got ${JSON.stringify(value)}`);
+      }
+      seen.dir = value!;
+      return;
     case "--memory-mib":
       seen.spawn.memoryMiB = parseCount(value!, "--memory-mib", "a whole number of MiB");
       return;
@@ -358,6 +426,19 @@ function finish(seen: Seen): Command {
   if (spawnOptions && sub !== "spawn") {
     throw new UsageError("--memory-mib, --gpu and --command are only valid with --simulate spawn");
   }
+  const snapshotOnly = ["--dir", "--leave-running", "--deadline"].filter((f) =>
+    f === "--dir"
+      ? seen.dir !== undefined
+      : f === "--deadline"
+      ? seen.deadline !== undefined
+      : seen.flags.has(f)
+  );
+  if (sub !== undefined && SNAPSHOT_COMMANDS.includes(sub)) return snapshotCommand(sub, rest, seen);
+  if (snapshotOnly.length > 0) {
+    throw new UsageError(
+      `${snapshotOnly[0]} is only valid with snapshot, restore-snapshot and inspect`,
+    );
+  }
   if (sub !== undefined) {
     if (SIMULATOR_ONLY.includes(sub) && !simulate) {
       throw new UsageError(
@@ -375,7 +456,7 @@ function finish(seen: Seen): Command {
     const others = [
       ...seen.operations,
       ...(seen.pids.length > 0 && sub !== "kill" ? ["--pid"] : []),
-      ...["--all", "--all-or-nothing"].filter((f) => seen.flags.has(f)),
+      ...["--all", "--all-or-nothing", "--job"].filter((f) => seen.flags.has(f)),
       ...(seen.timeout !== undefined ? ["--timeout"] : []),
       ...(seen.gpuMapping ? ["--device-map"] : []),
     ];
@@ -420,6 +501,10 @@ function finish(seen: Seen): Command {
   if (allOrNothing && (operation === "get-state" || operation === "get-restore-tid")) {
     throw new UsageError("--all-or-nothing is only valid for --action and --toggle operations");
   }
+  const job = seen.flags.has("--job");
+  if (job && (operation === "get-state" || operation === "get-restore-tid")) {
+    throw new UsageError("--job is only valid for --action and --toggle operations");
+  }
   return {
     kind: "operation",
     operation,
@@ -427,6 +512,69 @@ function finish(seen: Seen): Command {
     ...(seen.timeout !== undefined ? { timeoutMs: seen.timeout } : {}),
     ...(seen.gpuMapping !== undefined ? { gpuMapping: seen.gpuMapping } : {}),
     allOrNothing,
+    job,
+    json,
+    simulate,
+  };
+}
+
+/** `snapshot`, `restore-snapshot` and `inspect`: what each takes, and nothing else. */
+function snapshotCommand(sub: string, rest: readonly string[], seen: Seen): Command {
+  const json = seen.flags.has("--json");
+  const simulate = seen.flags.has("--simulate");
+  const allowed: Record<string, readonly string[]> = {
+    "snapshot": ["--pid", "--dir", "--leave-running", "--job", "--timeout", "--deadline"],
+    "restore-snapshot": ["--dir", "--device-map", "--deadline"],
+    "inspect": ["--dir"],
+  };
+  const given = [
+    ...seen.operations,
+    ...(seen.pids.length > 0 ? ["--pid"] : []),
+    ...(seen.dir !== undefined ? ["--dir"] : []),
+    ...(seen.timeout !== undefined ? ["--timeout"] : []),
+    ...(seen.deadline !== undefined ? ["--deadline"] : []),
+    ...(seen.gpuMapping ? ["--device-map"] : []),
+    ...["--all", "--all-or-nothing", "--job", "--leave-running"].filter((f) => seen.flags.has(f)),
+  ];
+  const stray = given.find((g) => !allowed[sub].includes(g));
+  if (stray) throw new UsageError(`${sub} takes no ${stray}`);
+  let dir = seen.dir;
+  if (sub === "inspect" && rest.length === 1 && dir === undefined) dir = rest[0];
+  else if (rest.length > 0) {
+    throw new UsageError(
+      NVIDIA_MESSAGES.badOption,
+      `unexpected argument ${JSON.stringify(rest[0])}`,
+    );
+  }
+  if (dir === undefined) {
+    throw new UsageError(`${sub} needs --dir DIR`, "the snapshot's directory");
+  }
+  const deadline = seen.deadline !== undefined ? { deadlineMs: seen.deadline } : {};
+  if (sub === "inspect") return { kind: "inspect", dir, json, simulate };
+  if (sub === "restore-snapshot") {
+    return {
+      kind: "restore-snapshot",
+      dir,
+      ...(seen.gpuMapping ? { gpuMapping: seen.gpuMapping } : {}),
+      ...deadline,
+      json,
+      simulate,
+    };
+  }
+  if (seen.pids.length === 0) {
+    throw new UsageError("snapshot needs --pid PID[,PID...]", "the roots of the process trees");
+  }
+  if (seen.pids.includes(0)) {
+    throw new UsageError(NVIDIA_MESSAGES.badPid, "got 0: no process has it");
+  }
+  return {
+    kind: "snapshot",
+    roots: seen.pids,
+    dir,
+    leaveRunning: seen.flags.has("--leave-running"),
+    job: seen.flags.has("--job"),
+    ...(seen.timeout !== undefined ? { lockTimeoutMs: seen.timeout } : {}),
+    ...deadline,
     json,
     simulate,
   };

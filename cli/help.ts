@@ -5,7 +5,7 @@
  * @module
  */
 
-import { VERSION } from "./version.ts";
+import { VERSION } from "../core/version.ts";
 
 /** The help text, ending with a newline. */
 export function helpText(): string {
@@ -31,6 +31,18 @@ Operations:
 list | ps
         Lists the CUDA processes of this machine: pid, state, restore thread, GPU memory, command
 
+snapshot --pid <pid>[,<pid>...] --dir <dir> [--leave-running] [--job] [--timeout <ms>]
+        Saves the process trees of <pid>... to the new directory <dir> through criu (4.0 or
+        later, as root), their CUDA processes included, then ends them (--leave-running: they go
+        on). --timeout: each CUDA process's lock timeout (default 10000)
+
+restore-snapshot --dir <dir> [--device-map <map>]
+        Brings a snapshot's processes back with their pids, onto the GPUs they left, or onto those
+        the map names (the snapshot's GPU UUIDs to this machine's); checks everything first
+
+inspect <dir>
+        Prints what a snapshot holds, checked against its files
+
 Options:
 --pid|-p <pid>[,<pid>...]
         The process (or one of its threads). Several pids, repeated or in a comma list, are worked
@@ -42,6 +54,14 @@ Options:
 
 --all-or-nothing
         With several processes: when one fails, bring the others back to where they were
+
+--job
+        With several processes, or a snapshot: they share GPU state (NCCL ranks, CUDA IPC), so
+        every one is locked before any is checkpointed, and restored before any is unlocked; all
+        or nothing
+
+--deadline <ms>
+        For snapshot and restore-snapshot: the time the whole may take; what it changed is put back
 
 --timeout|-t <ms>
         For --action lock only: how long to wait, 0 to 4294967295 milliseconds
@@ -71,12 +91,13 @@ Options:
 --help|-h
         Prints this help
 
-Exit status: 0 when every process succeeded, 1 otherwise. Errors are on stderr, with NVIDIA's
+Exit status: 0 when everything asked succeeded, 1 otherwise. Errors are on stderr, with NVIDIA's
 messages; on a terminal a second line says more, and long operations show their progress.
 Ctrl-C during an operation on several processes brings back every process it changed, says what
 it could not, and exits 130; a second Ctrl-C exits at once.
 NVIDIA's --launch-job (driver 590 and later) is not supported.
-Environment: CKPT_LIBCUDA_PATH (the libcuda to load), CKPT_SIM_STATE, CKPT_SIM_CLOCK and
+Environment: CKPT_LIBCUDA_PATH (the libcuda to load), CKPT_CRIU_PATH (the criu to run),
+CKPT_RECORDS_DIR (the records of GPU memory held), CKPT_SIM_STATE, CKPT_SIM_CLOCK and
 CKPT_SIM_SPEED (the simulated machine).
 `;
 }

@@ -53,6 +53,8 @@ function lent(host: HostProcesses): HostProcesses {
     ...(host.gpuMemory ? { gpuMemory: () => host.gpuMemory!() } : {}),
     ...(host.identify ? { identify: (id: number) => host.identify!(id) } : {}),
     ...(host.heldRecords ? { heldRecords: host.heldRecords } : {}),
+    ...(host.processTree ? { processTree: (root: number) => host.processTree!(root) } : {}),
+    ...(host.facts ? { facts: () => host.facts!() } : {}),
     ...(host.self !== undefined ? { self: host.self } : {}),
   };
 }

@@ -36,7 +36,7 @@
 
 import { parseCommandLine, UsageError } from "./args.ts";
 import type { CliIo } from "./io.ts";
-import { VERSION } from "./version.ts";
+import { VERSION } from "../core/version.ts";
 
 // The types CliIo's fields use, so that this module documents completely on its own (type-only:
 // nothing more is loaded).
@@ -47,9 +47,11 @@ export type {
   HeldRecord,
   HeldRecords,
   HostProcesses,
+  MachineFacts,
   ProcessIdentity,
   RoomClaim,
   ScannedProcess,
+  TreeProcess,
 } from "../core/host.ts";
 export type { CliIo, Interrupts } from "./io.ts";
 

@@ -186,6 +186,7 @@ function groupOptions(
   return {
     driver,
     allOrNothing: command.allOrNothing,
+    job: command.job,
     // As with one pid: no lock timeout unless --timeout gives one.
     lockTimeoutMs: command.timeoutMs ?? 0,
     ...(onProgress ? { onProgress, gpuMemory: line !== undefined } : {}),

@@ -85,6 +85,9 @@ const REFUSAL_TEXT: Readonly<Record<RefusalCode, string>> = {
   UNSUPPORTED: "operation not supported",
   NO_ROOM: "not enough free GPU memory for it: refused before asking the driver",
   REPLACED: "the pid names another process now",
+  PREREQUISITE: "a prerequisite is missing",
+  PID_TAKEN: "the pid is taken",
+  SNAPSHOT: "not a snapshot this version can read",
 };
 
 /** NVIDIA's line for a failed operation on a pid, with the driver's description of the code. */

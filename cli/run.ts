@@ -68,6 +68,10 @@ async function dispatch(
       return await operate(command, machine, print, io);
     case "list":
       return await (await import("./list.ts")).runList(machine, print, command.json);
+    case "snapshot":
+    case "restore-snapshot":
+    case "inspect":
+      return await (await import("./snapshot.ts")).runSnapshotCommand(command, machine, print, io);
     default:
       return simulator(command, machine, print);
   }
@@ -100,7 +104,7 @@ async function operate(
 
 /** `--simulate spawn`, `kill` and `reset`. */
 async function simulator(
-  command: Exclude<MachineCommand, { kind: "operation" | "list" }>,
+  command: Extract<MachineCommand, { kind: "spawn" | "kill" | "reset" }>,
   machine: Machine,
   print: Printer,
 ): Promise<number> {

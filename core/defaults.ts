@@ -10,6 +10,7 @@
  */
 
 import type { CheckpointDriver } from "./driver.ts";
+import type { SnapshotEngine, SnapshotStore } from "./engine.ts";
 import type { ClosableHost, HostProcesses } from "./host.ts";
 
 let fallbackDriver: (() => Promise<CheckpointDriver>) | undefined;
@@ -55,4 +56,30 @@ export async function openHostFor(
   if (!fallbackHost) return undefined;
   const opened = await fallbackHost();
   return { host: opened, opened };
+}
+
+let fallbackEngine: (() => SnapshotEngine) | undefined;
+let fallbackStore: SnapshotStore | undefined;
+
+/**
+ * Installs what snapshots use where neither the caller nor the driver gives an engine or a
+ * store: the `@ckpt/cuda/snapshot` module installs the installed `criu` and the file system.
+ */
+export function setFallbackSnapshotParts(
+  engine: (() => SnapshotEngine) | undefined,
+  store: SnapshotStore | undefined,
+): void {
+  fallbackEngine = engine;
+  fallbackStore = store;
+}
+
+/** The engine opener and the store installed with {@link setFallbackSnapshotParts}. */
+export function fallbackSnapshotParts(): {
+  engine?: () => SnapshotEngine;
+  store?: SnapshotStore;
+} {
+  return {
+    ...(fallbackEngine ? { engine: fallbackEngine } : {}),
+    ...(fallbackStore ? { store: fallbackStore } : {}),
+  };
 }

@@ -45,7 +45,19 @@ export type RefusalCode =
   /** The driver lacks the function, or the feature needs a newer driver (see {@link CheckpointUnsupportedError}). */
   | "UNSUPPORTED"
   /** The pid now belongs to another process than the one this handle was made for. */
-  | "REPLACED";
+  | "REPLACED"
+  /**
+   * Something the machine must have is missing: criu, or a version of it new enough; root; a kernel
+   * feature; the driver a snapshot was taken with.
+   */
+  | "PREREQUISITE"
+  /** A pid a snapshot's processes must come back with is taken by another process. */
+  | "PID_TAKEN"
+  /**
+   * Not a snapshot this version can read: no manifest, a manifest that is corrupt, truncated or of
+   * another format, image files missing or of the wrong size, or a directory others may write in.
+   */
+  | "SNAPSHOT";
 
 /** Where an error happened. */
 export interface ErrorPlace {
@@ -239,6 +251,44 @@ export class WaitTimeoutError extends CheckpointError {
     });
     this.name = "WaitTimeoutError";
     this.wanted = wanted;
+  }
+}
+
+/** Which part of a snapshot, or of its restore, failed. */
+export type SnapshotFailure =
+  /** Suspending its CUDA processes failed; they were brought back. */
+  | "SUSPEND_FAILED"
+  /** The engine (CRIU) failed to dump a tree; every process was put back. */
+  | "DUMP_FAILED"
+  /** Writing the manifest failed; every process was put back. */
+  | "WRITE_FAILED"
+  /** The engine failed to restore a tree; the processes it made were ended. */
+  | "RESTORE_FAILED"
+  /** The processes are back, but their GPU restore failed: they are still checkpointed. */
+  | "RESUME_FAILED"
+  /** The deadline passed or the signal aborted; what was done was undone. */
+  | "STOPPED";
+
+/**
+ * A snapshot, or the restore of one, failed after it had begun to change things. `code` says
+ * which part; the message says what failed and where every process was left (`detail`), and
+ * `cause` is the error of the part that failed (a {@link CudaError}, an engine's error with its
+ * log).
+ */
+export class SnapshotError extends CheckpointError {
+  /** Which part failed. */
+  readonly code: SnapshotFailure;
+  /** The engine's log of the failed part, where there is one. */
+  readonly log: string | undefined;
+
+  /** Makes the error: `message` is what failed, `detail` where the processes were left. */
+  constructor(
+    init: ErrorPlace & { code: SnapshotFailure; message: string; log?: string },
+  ) {
+    super(init.message, init);
+    this.name = "SnapshotError";
+    this.code = init.code;
+    this.log = init.log;
   }
 }
 

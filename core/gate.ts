@@ -104,12 +104,15 @@ function describeGpu(gpu: GpuInfo): string {
 export function mappingProblems(pairs: readonly GpuPair[], gpus: readonly GpuInfo[]): string[] {
   if (pairs.length === 0) return [];
   const byKey = new Map(gpus.map((g) => [g.uuid.toLowerCase(), g]));
+  // A mapping from GPUs none of which is here is from another machine's GPUs (a snapshot taken
+  // there): only where it goes can be checked here.
+  const foreign = pairs.every((p) => !byKey.has(key(p.oldUuid)));
   const problems: string[] = [];
   const named = new Set<string>();
   const onto = new Map<string, string[]>();
   for (const pair of pairs) {
     const from = key(pair.oldUuid), to = key(pair.newUuid);
-    if (!byKey.has(from)) {
+    if (!byKey.has(from) && !foreign) {
       problems.push(`${formatGpuUuid(pair.oldUuid)} is not a GPU of this machine`);
     }
     if (!byKey.has(to)) {
@@ -122,7 +125,7 @@ export function mappingProblems(pairs: readonly GpuPair[], gpus: readonly GpuInf
     named.add(from);
     onto.set(to, [...onto.get(to) ?? [], formatGpuUuid(pair.oldUuid)]);
   }
-  const left = gpus.filter((g) => !named.has(g.uuid.toLowerCase()));
+  const left = foreign ? [] : gpus.filter((g) => !named.has(g.uuid.toLowerCase()));
   if (left.length > 0) {
     problems.push(
       `it leaves out ${left.map(describeGpu).join(" and ")} (a mapping names every GPU)`,

@@ -14,6 +14,7 @@
 import type { GpuPair } from "./driver.ts";
 import { RefusedError } from "./errors.ts";
 import type { HostProcesses } from "./host.ts";
+import { runJob } from "./job.ts";
 import { checkHost } from "./listing.ts";
 import {
   checkChoice,
@@ -78,6 +79,15 @@ export interface GroupOptions {
    * the driver cannot be interrupted: a checkpoint under way when the deadline passes finishes.
    */
   timeoutMs?: number;
+  /**
+   * The processes are one job: they share GPU state (NCCL ranks, CUDA IPC, the ranks of one
+   * inference server), so every one is locked before any is checkpointed, and every one restored
+   * before any is unlocked; if any step fails, every process is brought back, in the same order.
+   * Implies `allOrNothing`, works on all of them at once (`concurrency` cannot be given), and
+   * holds every process's turn until the job is over. Default `false`. Drivers before 590 cannot
+   * checkpoint processes that share CUDA IPC memory at all (docs/API.md#jobs).
+   */
+  job?: boolean;
   /**
    * Stops the group: no step starts after it aborts (calls inside the driver finish), and a
    * process between steps is brought back to its initial state (`stopped`). See
@@ -283,6 +293,7 @@ interface Settings {
   concurrency: number;
   allOrNothing: boolean;
   rollBackOnAbort: boolean;
+  job: boolean;
   timeoutMs: number | undefined;
   signal: AbortSignal | undefined;
   lockTimeoutMs: number;
@@ -300,6 +311,7 @@ function checkGroupOptions(options: GroupOptions | undefined): Settings {
     "concurrency",
     "allOrNothing",
     "rollBackOnAbort",
+    "job",
     "timeoutMs",
     "signal",
     "lockTimeoutMs",
@@ -323,12 +335,21 @@ function checkGroupOptions(options: GroupOptions | undefined): Settings {
   const onProgress = checkFunction(o.onProgress, "onProgress");
   const gpuMemory = checkFlag(o.gpuMemory, "gpuMemory", true);
   checkHost(o.host, "host");
+  const job = checkFlag(o.job, "job", false);
+  if (job && o.concurrency !== undefined) {
+    throw new RangeError(
+      `a job works on every process at once: concurrency cannot be given with job: true, got ${
+        describeValue(o.concurrency)
+      }`,
+    );
+  }
   return {
     driver: o.driver,
     concurrency: o.concurrency === undefined
       ? Infinity
       : checkInteger(o.concurrency, "concurrency", 1),
-    allOrNothing: checkFlag(o.allOrNothing, "allOrNothing", false),
+    allOrNothing: job || checkFlag(o.allOrNothing, "allOrNothing", false),
+    job,
     rollBackOnAbort: checkFlag(o.rollBackOnAbort, "rollBackOnAbort", false),
     timeoutMs: o.timeoutMs === undefined
       ? undefined
@@ -419,6 +440,7 @@ class Group {
     }
     this.#start = this.#now();
     if (this.#s.timeoutMs !== undefined) this.#deadline = this.#start + this.#s.timeoutMs;
+    if (this.#s.job) return await this.#runJob();
     // All or nothing: what can be checked is checked before anything changes. A goal that some
     // member's state rules out (a toggle of a locked process), or a member that cannot be read,
     // fails the group before any step.
@@ -468,6 +490,29 @@ class Group {
     }
     // Rollbacks started as soon as the group could no longer succeed; wait for every one.
     while (this.#rollbacks.length > 0) await Promise.all(this.#rollbacks.splice(0));
+    return this.#result();
+  }
+
+  /** The group as one job (core/job.ts). */
+  async #runJob(): Promise<GroupResult> {
+    this.#rolledBack = await runJob(this.#entries, {
+      action: this.#action,
+      settingsFor: (pid) => ({
+        lockTimeoutMs: () => this.#lockTimeout(),
+        pairs: this.#s.pairsFor(pid),
+        checkRoom: this.#s.checkRoom,
+      }),
+      hooks: (pid) => this.#hooks(pid),
+      stopReason: () => this.#stopReason(),
+    });
+    for (const e of this.#entries) {
+      this.#s.onProgress({
+        type: "process-end",
+        pid: e.proc.pid,
+        at: this.#now() - this.#start,
+        status: outcome(e).status,
+      });
+    }
     return this.#result();
   }
 

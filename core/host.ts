@@ -29,6 +29,28 @@ export interface ScannedProcess {
   readonly notInspectable?: string;
 }
 
+/** One process of a process tree ({@link HostProcesses.processTree}). */
+export interface TreeProcess {
+  /** Its pid. */
+  readonly pid: number;
+  /** Its parent's pid (0 for a process without one). */
+  readonly parent: number;
+  /** Its thread ids, its pid first. */
+  readonly threads: readonly number[];
+  /** Its command line, where it could be read. */
+  readonly command?: string;
+}
+
+/** What a snapshot's manifest says of the machine it was taken on. */
+export interface MachineFacts {
+  /** The host's name. */
+  readonly hostname: string;
+  /** The kernel's release (`uname -r`). */
+  readonly kernel: string;
+  /** The NVIDIA kernel module's version (`580.159.04`), where it can be read. */
+  readonly driverRelease?: string;
+}
+
 /** GPU memory of one process: MiB by GPU UUID, or `"unknown"`. */
 export type GpuMemory = Readonly<Record<string, number>> | "unknown";
 
@@ -41,6 +63,8 @@ export type GpuMemoryReport =
     readonly byPid: ReadonlyMap<number, GpuMemory>;
     /** Free memory of each GPU in MiB, by GPU UUID (`GPU-…`); left out where the host cannot tell. */
     readonly freeMiB?: ReadonlyMap<string, number>;
+    /** Total memory of each GPU in MiB, by GPU UUID; left out where the host cannot tell. */
+    readonly totalMiB?: ReadonlyMap<string, number>;
   }
   | { readonly unknown: string };
 
@@ -130,6 +154,14 @@ export interface HostProcesses {
    * taken for a process of its own.
    */
   identify?(id: number): Promise<ProcessIdentity | undefined>;
+  /**
+   * The process tree rooted at `root`: the root first, then every process descended from it, each
+   * after its parent; `undefined` where no process has the pid. Left out where the host cannot
+   * tell (then a snapshot cannot be taken on it).
+   */
+  processTree?(root: number): Promise<readonly TreeProcess[] | undefined>;
+  /** The machine's name, kernel and NVIDIA driver release, for a snapshot's manifest. */
+  facts?(): Promise<MachineFacts>;
   /**
    * The records of what checkpointed processes held, shared by every program of this package on
    * the machine. Left out where the host keeps none: then a program remembers only what it

@@ -552,29 +552,9 @@ export async function runAction(
       if (readInitial) report.initialState = await target.state();
       steps = [action];
     } else {
-      const from = await target.state();
-      report.initialState = from;
-      const p = plan(action, from);
-      if (p.kind === "refused") {
-        report.state = from;
-        throw new RefusedError({
-          code: "STATE",
-          operation: action,
-          pid: target.pid,
-          state: from,
-          reason: p.why,
-        });
-      }
-      if (p.kind === "unchanged") {
-        report.status = "unchanged";
-        report.state = from;
-        return report;
-      }
-      steps = p.steps;
+      steps = await planGoal(target, action, report);
+      if (report.status === "unchanged") return report;
     }
-    // A driver without a function this plan (or its way back) needs is refused before the first
-    // step: a suspend never locks a process it could not checkpoint.
-    if (!isStep(action)) await target.capable([...steps, ...steps.map(undoOf)], action);
     const done: Step[] = [];
     for (const step of steps) {
       const stop = done.length > 0 ? hooks.stopBefore?.() : undefined;
@@ -611,6 +591,40 @@ export async function runAction(
 }
 
 /**
+ * Reads the state of a process whose turn the caller holds and plans `action` from it, as the
+ * state table says: the steps to make, or none where the process is already where a goal leads
+ * (the report then says `unchanged`). Refuses (`STATE`) a goal the table rules out, and (a driver
+ * without a function the plan or its way back needs) refuses before the first step: a suspend
+ * never locks a process it could not checkpoint. The report records the initial state.
+ */
+export async function planGoal(
+  target: Target,
+  action: Action,
+  report: ActionReport,
+): Promise<readonly Step[]> {
+  const from = await target.state();
+  report.initialState = from;
+  const p = plan(action, from);
+  if (p.kind === "refused") {
+    report.state = from;
+    throw new RefusedError({
+      code: "STATE",
+      operation: action,
+      pid: target.pid,
+      state: from,
+      reason: p.why,
+    });
+  }
+  if (p.kind === "unchanged") {
+    report.status = "unchanged";
+    report.state = from;
+    return [];
+  }
+  if (!isStep(action)) await target.capable([...p.steps, ...p.steps.map(undoOf)], action);
+  return p.steps;
+}
+
+/**
  * Brings a process that an action took elsewhere back to the state it was in before
  * (all-or-nothing, or an interrupt), recording it as the report's rollback.
  */
@@ -624,7 +638,7 @@ export async function returnTo(
 }
 
 /** One step, timed and told to the hooks; its record goes into `record`. */
-async function timed(
+export async function timed(
   target: Target,
   step: Step,
   settings: ActionSettings,

@@ -203,6 +203,31 @@ export function rollbackWay(after: AfterFailure): Step[] | undefined {
   return wayBetween(now, initial);
 }
 
+/**
+ * Which of a job's two phases a step belongs to. Processes that share GPU state (NCCL ranks, CUDA
+ * IPC) must all stop before any of them is taken off the GPU, and must all be back on it before
+ * any runs again: every lock before any checkpoint, every restore before any unlock. Every plan
+ * and every way back is at most one step of each phase, first then second.
+ */
+export function jobPhase(step: Step): 1 | 2 {
+  return step === "lock" || step === "restore" ? 1 : 2;
+}
+
+/**
+ * The states a snapshot takes a CUDA process in: running (suspended for the dump, and resumed
+ * after the restore) or checkpointed (dumped as it is, and left checkpointed after the restore).
+ * A locked process is between the two, and a failed one cannot come back.
+ */
+export const SNAPSHOT_STATES: readonly SnapshotState[] = Object.freeze(["running", "checkpointed"]);
+
+/** A state a snapshot takes a process in ({@link SNAPSHOT_STATES}). */
+export type SnapshotState = "running" | "checkpointed";
+
+/** Whether a snapshot takes a CUDA process in this state. */
+export function isSnapshotState(value: unknown): value is SnapshotState {
+  return (SNAPSHOT_STATES as readonly unknown[]).includes(value);
+}
+
 /** `CU_PROCESS_STATE_RUNNING`: CUDA in the process runs normally. */
 export const CU_PROCESS_STATE_RUNNING = 0;
 /** `CU_PROCESS_STATE_LOCKED`: CUDA API calls are blocked and submitted work has finished. */

@@ -14,12 +14,15 @@
  * @module
  */
 
+import os from "node:os";
 import type {
   ClosableHost,
   GpuMemoryReport,
   HeldRecords,
+  MachineFacts,
   ProcessIdentity,
   ScannedProcess,
+  TreeProcess,
 } from "../core/host.ts";
 import type { Nvml } from "./nvml.ts";
 import { FileHeldRecords, recordsDirectory } from "./records.ts";
@@ -166,6 +169,70 @@ export class LinuxHost implements ClosableHost, AsyncDisposable {
       if (!Number.isSafeInteger(tgid) || tgid <= 0) return undefined;
       const start = await this.#startOf(tgid);
       return start === undefined ? { pid: tgid } : { pid: tgid, start };
+    } catch {
+      return undefined;
+    }
+  }
+
+  /**
+   * The process tree rooted at `root`, from `/proc`: each process's children (the `children` file
+   * of each of its threads, which needs a kernel with CONFIG_PROC_CHILDREN, as every major
+   * distribution's has), its threads (`task/`), its parent (`stat`) and command line. The root
+   * first, each process after its parent; `undefined` where `root` is no process (a thread id is
+   * not a root).
+   */
+  async processTree(root: number): Promise<TreeProcess[] | undefined> {
+    this.#checkOpen("read a process tree");
+    if ((await this.identify(root))?.pid !== root) return undefined; // no process, or a thread
+    const first = await this.#treeProcess(root);
+    if (!first) return undefined;
+    const out: TreeProcess[] = [first];
+    const seen = new Set([root]);
+    for (let i = 0; i < out.length; i++) {
+      const p = out[i];
+      const children = new Set<number>();
+      for (const tid of p.threads) {
+        const text = await this.#reader.read(`${this.#root}/${p.pid}/task/${tid}/children`)
+          .catch(() => "");
+        for (const word of text.split(/\s+/)) if (/^[1-9][0-9]*$/.test(word)) children.add(+word);
+      }
+      for (const child of [...children].sort((a, b) => a - b)) {
+        if (seen.has(child)) continue;
+        seen.add(child);
+        const proc = await this.#treeProcess(child);
+        if (proc) out.push(proc);
+      }
+    }
+    return out;
+  }
+
+  /** The machine's name, kernel and NVIDIA driver release (`/proc/driver/nvidia/version`). */
+  async facts(): Promise<MachineFacts> {
+    const version = await this.#reader.read("/proc/driver/nvidia/version").catch(() => "");
+    const release = /Kernel Module\s+([0-9][0-9.]*)/.exec(version)?.[1];
+    return {
+      hostname: os.hostname(),
+      kernel: os.release(),
+      ...(release ? { driverRelease: release } : {}),
+    };
+  }
+
+  /** One process of a tree; `undefined` where it is gone. */
+  async #treeProcess(pid: number): Promise<TreeProcess | undefined> {
+    try {
+      const stat = await this.#reader.read(`${this.#root}/${pid}/stat`);
+      const parent = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
+      const tasks = (await this.#reader.list(`${this.#root}/${pid}/task`))
+        .filter((n) => /^[1-9][0-9]*$/.test(n)).map(Number).sort((a, b) => a - b);
+      const threads = [pid, ...tasks.filter((t) => t !== pid)];
+      const command = (await this.#reader.read(`${this.#root}/${pid}/cmdline`).catch(() => ""))
+        .replace(/\0+$/, "").replaceAll("\0", " ");
+      return {
+        pid,
+        parent: Number.isSafeInteger(parent) ? parent : 0,
+        threads: tasks.includes(pid) ? threads : [],
+        ...(command ? { command } : {}),
+      };
     } catch {
       return undefined;
     }

@@ -259,6 +259,7 @@ class NvmlLibrary implements Nvml {
     if (code !== 0) return { unknown: this.#failure("nvmlDeviceGetCount_v2", code) };
     const byPid = new Map<number, Record<string, number> | "unknown">();
     const freeMiB = new Map<string, number>();
+    const totalMiB = new Map<string, number>();
     for (let index = 0; index < u32(count, 0); index++) {
       const handleOut = nativeBuffer(8);
       code = await this.#call("nvmlDeviceGetHandleByIndex_v2", [index, handleOut]);
@@ -274,8 +275,9 @@ class NvmlLibrary implements Nvml {
       if (present.has("nvmlDeviceGetMemoryInfo")) {
         const memory = nativeBuffer(NVML_MEMORY_SIZE);
         if (await this.#call("nvmlDeviceGetMemoryInfo", [handle, memory]) === 0) {
-          const free = new DataView(memory.buffer).getBigUint64(NVML_MEMORY_FREE_OFFSET, true);
-          freeMiB.set(uuid, Number(free) / 2 ** 20);
+          const view = new DataView(memory.buffer);
+          freeMiB.set(uuid, Number(view.getBigUint64(NVML_MEMORY_FREE_OFFSET, true)) / 2 ** 20);
+          totalMiB.set(uuid, Number(view.getBigUint64(0, true)) / 2 ** 20);
         }
       }
       const entries = await this.#processes(list, handle, `${list} (GPU ${index}, ${uuid})`);
@@ -292,7 +294,7 @@ class NvmlLibrary implements Nvml {
         held[uuid] = (held[uuid] ?? 0) + Number(bytes) / 2 ** 20;
       }
     }
-    return { byPid: byPid as ReadonlyMap<number, GpuMemory>, freeMiB };
+    return { byPid: byPid as ReadonlyMap<number, GpuMemory>, freeMiB, totalMiB };
   }
 
   /** One GPU's compute processes, or why they could not be read. */

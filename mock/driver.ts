@@ -32,9 +32,11 @@ import type { Operation } from "../core/errors.ts";
 import {
   type GpuMemoryReport,
   type HostProcesses,
+  type MachineFacts,
   MemoryHeldRecords,
   type ProcessIdentity,
   type ScannedProcess,
+  type TreeProcess,
 } from "../core/host.ts";
 import { CHECKPOINT_FUNCTIONS } from "../core/gate.ts";
 import { describeValue, formatGpuUuid, parseGpuUuid } from "../core/uuid.ts";
@@ -48,6 +50,7 @@ import {
   orDefault,
 } from "./checks.ts";
 import { holdClock, RealClock, type SimClock, VirtualClock } from "./clock.ts";
+import { SimulatedCriu } from "./criu.ts";
 import type { FaultableOperation, PendingFault, QueryOperation } from "./faults.ts";
 import {
   type GpuNeeds,
@@ -61,6 +64,7 @@ import {
 import {
   CONTEXT_MIB,
   CopyLink,
+  CRIU_TIMING,
   mibToBytes,
   singleRate,
   timingForChip,
@@ -129,6 +133,11 @@ export interface SpawnOptions {
    */
   inspectable?: boolean;
   /**
+   * The pid of its parent, a live simulated process (not one of its thread ids): the process is
+   * part of that process's tree (`processTree`, what a snapshot dumps). Default none (0).
+   */
+  parent?: number;
+  /**
    * Whether it has the CUDA driver library mapped. Default: as `cuda`. `cuda: false` with
    * `libcuda: true` is a process that loaded libcuda but never called `cuInit`, which the driver
    * answers `CUDA_ERROR_NOT_INITIALIZED` for. A CUDA process always has it.
@@ -151,6 +160,14 @@ export interface SimulatedCall {
   /** Why, where the code alone does not say: which mapping rule failed, what it waited for, … */
   note?: string;
 }
+
+/**
+ * The simulated machine's facts (`hostProcesses().facts()`). Its NVIDIA driver is the one the
+ * timings were measured with, 580.159.04, for a driver version of 13.0; for another version it
+ * is left out, as nothing says which release that would be.
+ */
+const SIMULATED_HOST = { hostname: "simulated", kernel: "6.8.0-simulated" } as const;
+const SIMULATED_DRIVER_RELEASES: Readonly<Record<number, string>> = { 13000: "580.159.04" };
 
 /** Default memory by chip, in MiB, as nvidia-smi reports it. */
 const CHIP_MEMORY_MIB: Readonly<Record<string, number>> = {
@@ -270,6 +287,9 @@ export class SimulatedDriver implements CheckpointDriver, AsyncDisposable {
    */
   selfPid: number | undefined = undefined;
   #nextPid: number;
+  #nextStart = 1;
+  #disk: CopyLink | undefined;
+  #engine: SimulatedCriu | undefined;
   #closed = false;
 
   /** A simulated machine; one H200, virtual time and driver 13.0 unless told otherwise. */
@@ -312,7 +332,11 @@ export class SimulatedDriver implements CheckpointDriver, AsyncDisposable {
       forget: (proc) => {
         this.#processes.delete(proc);
         for (const t of proc.threads) this.#byPid.delete(t);
+        // Its children are orphans now: a later process with its pid (a restore) is no parent of
+        // theirs.
+        for (const p of this.#processes) if (p.parent === proc.pid) p.orphan();
       },
+      nextStart: () => this.#nextStart++,
     };
   }
 
@@ -337,9 +361,22 @@ export class SimulatedDriver implements CheckpointDriver, AsyncDisposable {
     return this.#byPid.get(pid);
   }
 
-  /** The pid the next {@link SimulatedDriver.spawn} gives; pids are never given twice. */
+  /**
+   * The pid the next {@link SimulatedDriver.spawn} gives; spawn never gives a pid twice (a
+   * snapshot restore brings a process back with the pid it had).
+   */
   get nextPid(): number {
     return this.#nextPid;
+  }
+
+  /** The start number the next process started gets (see {@link SimulatedProcess.start}). */
+  get nextStart(): number {
+    return this.#nextStart;
+  }
+
+  /** @internal makes the next start number at least `next` (what loading a machine does) */
+  reserveStarts(next: number): void {
+    this.#nextStart = Math.max(this.#nextStart, next);
   }
 
   /**
@@ -370,6 +407,9 @@ export class SimulatedDriver implements CheckpointDriver, AsyncDisposable {
     if (taken !== undefined) throw new RangeError(`pid ${taken} is taken by another process`);
     this.#processes.add(proc);
     for (const t of proc.threads) this.#byPid.set(t, proc);
+    // Neither a pid nor a start number it has is given again.
+    for (const t of proc.threads) this.#nextPid = Math.max(this.#nextPid, t + 1);
+    this.#nextStart = Math.max(this.#nextStart, proc.start + 1);
     return proc;
   }
 
@@ -389,7 +429,9 @@ export class SimulatedDriver implements CheckpointDriver, AsyncDisposable {
       "command",
       "inspectable",
       "libcuda",
+      "parent",
     ]);
+    const parent = this.#parentFor(options.parent);
     const usesCuda = checkBoolean(orDefault(options.cuda, true), "spawn: cuda");
     if (!usesCuda && options.memoryMiB) {
       throw new TypeError(
@@ -428,6 +470,7 @@ export class SimulatedDriver implements CheckpointDriver, AsyncDisposable {
         : checkName(options.command, "spawn: command"),
       inspectable: checkBoolean(orDefault(options.inspectable, true), "spawn: inspectable"),
       libcudaLoaded: loadsLibcuda,
+      parent,
     });
     proc.claim(need);
     this.#processes.add(proc);
@@ -478,9 +521,11 @@ export class SimulatedDriver implements CheckpointDriver, AsyncDisposable {
   /**
    * The simulated machine as a host: each live process with its command line, whether it has
    * libcuda mapped (or could not be looked at), the GPU memory it holds per GPU and each GPU's
-   * free memory (as NVML would report them), which process a thread id belongs to, and the
-   * records of held GPU memory that `CudaProcess` keeps for the room check. Every `CudaProcess`,
-   * group and listing on this driver uses it by itself. Reading it takes no simulated time.
+   * free and total memory (as NVML would report them), which process a thread id belongs to
+   * (with its start number, {@link SimulatedProcess.start}), process trees (`spawn`'s `parent`),
+   * the machine's facts (hostname `simulated`), and the records of held GPU memory that
+   * `CudaProcess` keeps for the room check. Every `CudaProcess`, group, listing and snapshot on
+   * this driver uses it by itself. Reading it takes no simulated time.
    */
   hostProcesses(): HostProcesses {
     return {
@@ -505,11 +550,25 @@ export class SimulatedDriver implements CheckpointDriver, AsyncDisposable {
               .filter(([, mib]) => Object.keys(mib).length > 0),
           ),
           freeMiB: new Map(this.gpus.map((g) => [g.uuid, g.freeMiB])),
+          totalMiB: new Map(this.gpus.map((g) => [g.uuid, g.memoryMiB])),
         })),
       identify: (id) =>
         this.#now("identify a process", () => {
           const p = this.#byPid.get(id);
-          return p ? { pid: p.pid } : undefined;
+          return p ? { pid: p.pid, start: p.start } : undefined;
+        }),
+      processTree: (root) =>
+        this.#now("read a process tree", () =>
+          this.tree(root)?.map((p): TreeProcess => ({
+            pid: p.pid,
+            parent: p.parent,
+            threads: [...p.threads],
+            command: p.command,
+          }))),
+      facts: () =>
+        this.#now("read the machine's facts", (): MachineFacts => {
+          const release = SIMULATED_DRIVER_RELEASES[this.version];
+          return { ...SIMULATED_HOST, ...(release ? { driverRelease: release } : {}) };
         }),
       heldRecords: this.#records,
       ...(this.selfPid !== undefined ? { self: this.selfPid } : {}),
@@ -524,9 +583,65 @@ export class SimulatedDriver implements CheckpointDriver, AsyncDisposable {
     return this.#records;
   }
 
-  /** Whether a simulated process with this identity lives (simulated pids are never reused). */
+  /**
+   * @internal the live process `root` (a pid, not a thread id) and every process descended from
+   * it, each after its parent (breadth first, children in the order they started); `undefined`
+   * where no live process has the pid `root`
+   */
+  tree(root: number): SimulatedProcess[] | undefined {
+    const top = this.#byPid.get(root);
+    if (!top || top.pid !== root) return undefined;
+    const children = new Map<number, SimulatedProcess[]>();
+    for (const p of this.#processes) {
+      if (p.parent === 0) continue;
+      const siblings = children.get(p.parent);
+      if (siblings) siblings.push(p);
+      else children.set(p.parent, [p]);
+    }
+    const out = [top];
+    for (let i = 0; i < out.length; i++) out.push(...children.get(out[i].pid) ?? []);
+    return out;
+  }
+
+  /**
+   * What dumps and restores this machine's process trees: its simulated CRIU, made on the first
+   * call (one per driver, with its defaults; make a {@link SimulatedCriu} yourself for others).
+   */
+  snapshotEngine(): SimulatedCriu {
+    return this.#engine ??= new SimulatedCriu(this);
+  }
+
+  /**
+   * @internal the disk that snapshot images are written to and read from, shared by every
+   * dump and restore of this machine under way (`CRIU_TIMING.diskBytesPerSecond`)
+   */
+  get disk(): CopyLink {
+    return this.#disk ??= new CopyLink(
+      { now: () => this.now(), start: (ms, fn) => this.#start(ms, fn) },
+      { aggregateBytesPerSecond: CRIU_TIMING.diskBytesPerSecond, slowdownPerProcess: 0 },
+    );
+  }
+
+  /** @internal starts a timer of the simulator's time, cancelled if the driver closes; returns its cancel */
+  startTimer(ms: number, fn: () => void): () => void {
+    return this.#start(ms, fn);
+  }
+
+  /**
+   * @internal runs `work` as something the program waits on (a snapshot engine's dump or
+   * restore): the clock is held meanwhile, the machine is busy, and closing the driver rejects it
+   */
+  waitOn<T>(what: string, work: () => Promise<T>): Promise<T> {
+    return this.#waitOn(what, work);
+  }
+
+  /**
+   * Whether a simulated process with this identity lives: its pid is a live process's, and so is
+   * its start number where it has one (a restored process has its pid, with a new start number).
+   */
   #alive(process: ProcessIdentity): boolean {
-    return this.#byPid.get(process.pid)?.pid === process.pid;
+    const p = this.#byPid.get(process.pid);
+    return p?.pid === process.pid && (process.start === undefined || p.start === process.start);
   }
 
   /** Every GPU the driver sees, by index: what `cuDeviceGet`, `cuDeviceGetUuid` and `cuDeviceGetName` give. */
@@ -1005,6 +1120,20 @@ export class SimulatedDriver implements CheckpointDriver, AsyncDisposable {
       }
     }
     return targets;
+  }
+
+  /** The pid of `spawn`'s `parent` option (0 for none), a live process's. */
+  #parentFor(parent: unknown): number {
+    if (parent === undefined || parent === 0) return 0;
+    const pid = checkInteger(parent, "spawn: parent (a pid)", 1, 2 ** 31 - 1);
+    const p = this.#byPid.get(pid);
+    if (!p) throw new RangeError(`spawn: parent ${pid} is no live simulated process`);
+    if (p.pid !== pid) {
+      throw new RangeError(
+        `spawn: parent ${pid} is a thread of process ${p.pid}, not a process: give its pid`,
+      );
+    }
+    return pid;
   }
 
   /** The GPUs of `spawn`'s `gpu` option. */

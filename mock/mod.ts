@@ -10,6 +10,11 @@
  * newer driver reports (`answerNext`), the failed state (`enterFailedState`), a GPU without room
  * for a restore (`SimulatedDriver.fillGpu`). docs/RELIABILITY.md lists them.
  *
+ * Snapshots of whole process trees go through its simulated CRIU ({@link SimulatedCriu}, what
+ * `SimulatedDriver.snapshotEngine()` gives): processes spawned as children of others
+ * (`spawn({ parent })`) are dumped into image files and restored with their pids, with the
+ * times criu took on a GPU machine, and dumps and restores can be made to fail or be stopped.
+ *
  * @example
  * ```ts
  * import { CudaProcess } from "@ckpt/cuda";
@@ -34,9 +39,11 @@ export type {
   HeldRecord,
   HeldRecords,
   HostProcesses,
+  MachineFacts,
   ProcessIdentity,
   RoomClaim,
   ScannedProcess,
+  TreeProcess,
 } from "../core/host.ts";
 export { MemoryHeldRecords } from "../core/host.ts";
 // The driver seam's types, which the simulated driver implements (so that this module documents
@@ -49,6 +56,15 @@ export type {
   LockArgs,
   RestoreArgs,
 } from "../core/driver.ts";
+// The snapshot engine seam, which the simulated CRIU implements.
+export type {
+  DumpedProcess,
+  DumpRequest,
+  EngineProbe,
+  RestoreRequest,
+  SnapshotEngine,
+} from "../core/engine.ts";
+export { EngineError } from "../core/engine.ts";
 export type { ProcessState } from "../core/states.ts";
 export type { Operation } from "../core/errors.ts";
 export {
@@ -59,6 +75,12 @@ export {
   type SpawnOptions,
 } from "./driver.ts";
 export { SimulatedGpu, SimulatedProcess } from "./process.ts";
+export {
+  type CriuFault,
+  type CriuOperation,
+  SimulatedCriu,
+  type SimulatedCriuOptions,
+} from "./criu.ts";
 export {
   type AnswerFault,
   type ExitFault,
@@ -73,6 +95,9 @@ export { RealClock, type SimClock, type TimerOptions, VirtualClock } from "./clo
 export {
   CONTEXT_MIB,
   type CopyTiming,
+  CRIU_TIMING,
+  criuImageBytes,
+  type CriuTiming,
   H100_TIMING,
   H200_TIMING,
   H200_X4_HOST_TIMING,

@@ -114,6 +114,22 @@ export interface ProcessHost {
   closedError(what: string): Error | undefined;
   /** Forgets an exited process. */
   forget(proc: SimulatedProcess): void;
+  /** A start number no process of the machine has had: the next of an increasing count. */
+  nextStart(): number;
+}
+
+/** How a process is seen from outside, as {@link SimulatedProcess}'s constructor takes it. @internal */
+export interface ProcessLooks {
+  /** Its command line. */
+  command: string;
+  /** Whether the caller may look at it. */
+  inspectable: boolean;
+  /** Whether it has libcuda mapped. */
+  libcudaLoaded: boolean;
+  /** Its parent's pid; 0 (the default) for none. */
+  parent?: number;
+  /** Its start number; a new one from its host (`nextStart`) when left out. */
+  start?: number;
 }
 
 /**
@@ -156,6 +172,13 @@ type Waiter = () => void;
 export class SimulatedProcess {
   /** Its process id. */
   readonly pid: number;
+  /**
+   * Its start number, which tells it from an earlier process with the same pid: what the host's
+   * `identify` gives as the process's `start`, as Linux gives its start time. Every process the
+   * machine starts gets a new one, larger than any before, also one that a snapshot restore
+   * brings back with the pid it had (which the simulated machine otherwise never gives twice).
+   */
+  readonly start: number;
   /**
    * The id of the thread the driver restores it from (`getRestoreThreadId`): the driver's own
    * thread, never the main one. 0 for a process that never initialised CUDA (it has none).
@@ -202,6 +225,20 @@ export class SimulatedProcess {
   readonly inspectable: boolean;
   /** Whether it has the CUDA driver library mapped (every CUDA process has; others may). */
   readonly libcudaLoaded: boolean;
+  #parent: number;
+
+  /**
+   * Its parent's pid: the live simulated process it was spawned (or restored) as a child of, or
+   * 0 for none. When the parent exits, its children get 0, as Linux gives them to init.
+   */
+  get parent(): number {
+    return this.#parent;
+  }
+
+  /** @internal its parent exited: it has none now */
+  orphan(): void {
+    this.#parent = 0;
+  }
 
   /** @internal made by {@link SimulatedDriver.spawn}, which then claims its GPU memory */
   constructor(
@@ -211,7 +248,7 @@ export class SimulatedProcess {
     memoryMiB: number,
     gpus: SimulatedGpu[],
     usesCuda: boolean,
-    seen: { command: string; inspectable: boolean; libcudaLoaded: boolean } = {
+    seen: ProcessLooks = {
       command: `simulated-process ${pid}`,
       inspectable: true,
       libcudaLoaded: usesCuda,
@@ -220,6 +257,8 @@ export class SimulatedProcess {
     this.command = seen.command;
     this.inspectable = seen.inspectable;
     this.libcudaLoaded = seen.libcudaLoaded;
+    this.#parent = seen.parent ?? 0;
+    this.start = seen.start ?? sim.nextStart();
     this.sim = sim;
     this.pid = pid;
     this.threads = threads;

@@ -6,7 +6,6 @@
  * @module
  */
 
-import { Buffer } from "node:buffer";
 import {
   INITIAL_STATE,
   isFinal,
@@ -25,7 +24,7 @@ import {
   checkName,
 } from "./checks.ts";
 import { SimulatedDriver, type SimulatedDriverOptions } from "./driver.ts";
-import { MemoryImage, PAGE_SIZE } from "./memory.ts";
+import { checkPages, loadPages, savePages } from "./pages.ts";
 import {
   FAULTABLE_OPERATIONS,
   type FaultableOperation,
@@ -38,12 +37,15 @@ import { mibToBytes } from "./timing.ts";
 /** The `format` tag of every snapshot. */
 export const SIMULATOR_SNAPSHOT_FORMAT = "ckpt-cuda-simulated-machine";
 /**
- * The newest snapshot `version`, which this module reads and writes. It reads versions 1 and 2 as
+ * The newest snapshot `version`, which this module reads and writes. It reads versions 1 to 3 as
  * well, and writes the oldest version that holds the machine, which older readers understand:
  * version 2 where a process has a fault waiting that only it can hold (see {@link FaultSnapshot}),
- * version 3 where the machine keeps records of held GPU memory ({@link HeldRecordSnapshot}).
+ * version 3 where the machine keeps records of held GPU memory ({@link HeldRecordSnapshot}),
+ * version 4 where a process has a parent, or start numbers other than those a load of an older
+ * version gives (1, 2, … in the order of the processes, the next one after them; see
+ * {@link ProcessSnapshot}): after a process exited, or a snapshot restore.
  */
-export const SIMULATOR_SNAPSHOT_VERSION = 3;
+export const SIMULATOR_SNAPSHOT_VERSION = 4;
 
 /** A GPU in a {@link SimulatorSnapshot}: every field of a `SimulatedGpuSpec`. */
 export interface GpuSnapshot {
@@ -63,7 +65,7 @@ export interface MemorySnapshot {
   on: "gpu" | "host";
   /**
    * The pages that are not all zero, ascending: `[page index, base64 of its bytes]`, a page being
-   * {@link PAGE_SIZE} bytes, with its trailing zeros left out. Every other byte is zero.
+   * `PAGE_SIZE` (64 KiB) bytes, with its trailing zeros left out. Every other byte is zero.
    */
   pages: [number, string][];
 }
@@ -72,6 +74,16 @@ export interface MemorySnapshot {
 export interface ProcessSnapshot {
   /** Its process id. */
   pid: number;
+  /**
+   * Its parent's pid (a process listed before it), or 0 for none (version 4; left out before,
+   * where it is 0).
+   */
+  parent?: number;
+  /**
+   * Its start number (`SimulatedProcess.start`), below the snapshot's `nextStart` and no other
+   * process's (version 4; left out before, where the process gets a new one as it is loaded).
+   */
+  start?: number;
   /** All its thread ids: the pid first and, for a CUDA process, the driver's thread last. */
   threads: number[];
   /** What `getRestoreThreadId` answers: the last thread of a CUDA process, else 0. */
@@ -117,11 +129,12 @@ export type FaultSnapshot =
   | { kind: "answer"; nth: number; value: number };
 
 /**
- * A record of held GPU memory in a {@link SimulatorSnapshot} (version 3): what a program of this
- * package recorded a checkpointed simulated process held, for the room check of its restore.
+ * A record of held GPU memory in a {@link SimulatorSnapshot} (version 3 and later): what a program
+ * of this package recorded a checkpointed simulated process held, for the room check of its
+ * restore.
  */
 export interface HeldRecordSnapshot {
-  /** The process (a live one of the snapshot). */
+  /** The process (a live one of the snapshot: the record is of it, with its start number). */
   pid: number;
   /** MiB by GPU UUID (GPUs of the snapshot). */
   heldMiB: Record<string, number>;
@@ -139,21 +152,27 @@ export interface SimulatorSnapshot {
   /** Always {@link SIMULATOR_SNAPSHOT_FORMAT}. */
   format: typeof SIMULATOR_SNAPSHOT_FORMAT;
   /**
-   * 1; 2 where a process has a fault waiting that only version 2 can hold; 3
-   * ({@link SIMULATOR_SNAPSHOT_VERSION}) where there are records of held GPU memory.
+   * 1; 2 where a process has a fault waiting that only version 2 can hold; 3 where there are
+   * records of held GPU memory; 4 ({@link SIMULATOR_SNAPSHOT_VERSION}) where the processes'
+   * parents and start numbers must be kept.
    */
-  version: 1 | 2 | 3;
+  version: 1 | 2 | 3 | 4;
   /** What `cuDriverGetVersion` reports, e.g. 13000. */
   driverVersion: number;
   /** The seed its made-up GPU UUIDs came from. */
   seed: number;
   /** The pid the next spawn gives. */
   nextPid: number;
+  /** The start number the next process gets (version 4; left out before). */
+  nextStart?: number;
   /** The GPUs, by index. */
   gpus: GpuSnapshot[];
   /** The live processes, in the order they were spawned. */
   processes: ProcessSnapshot[];
-  /** The records of held GPU memory (version 3 only; left out where there are none). */
+  /**
+   * The records of held GPU memory (version 3: always there; version 4: left out where there are
+   * none).
+   */
   heldRecords?: HeldRecordSnapshot[];
 }
 
@@ -187,7 +206,6 @@ export class SimulatorSnapshotError extends Error {
 }
 
 const MAX_PID = 2 ** 31 - 1;
-const BASE64 = /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/;
 
 /**
  * The simulated machine as a plain JSON object: its GPUs, and every live process with its state,
@@ -217,26 +235,31 @@ export function snapshotSimulator(sim: SimulatedDriver): SimulatorSnapshot {
   }
   const busy = sim.busyWith();
   if (busy) throw new Error(`cannot save the simulated machine now: ${busy}`);
-  const live = new Set(sim.processes.map((p) => p.pid));
+  // A record is kept where its process lives: the same pid, and the same start where it has one.
   const records: HeldRecordSnapshot[] = sim.heldRecords.entries()
-    .filter((r) => live.has(r.process.pid))
+    .filter((r) => {
+      const p = sim.process(r.process.pid);
+      return p?.pid === r.process.pid &&
+        (r.process.start === undefined || r.process.start === p.start);
+    })
     .map((r) => ({ pid: r.process.pid, heldMiB: { ...r.heldMiB }, at: r.at }));
   const faults =
     sim.processes.every((p) => !p.restoreRefused && p.pendingFaults.every(fitsVersion1)) ? 1 : 2;
-  const version = records.length > 0 ? 3 : faults;
+  const version = !startsImplied(sim) ? 4 : records.length > 0 ? 3 : faults;
   return {
     format: SIMULATOR_SNAPSHOT_FORMAT,
     version,
     driverVersion: sim.version,
     seed: sim.seed,
     nextPid: sim.nextPid,
+    ...(version === 4 ? { nextStart: sim.nextStart } : {}),
     gpus: sim.gpus.map((g) => ({
       name: g.name,
       uuid: g.uuid,
       memoryMiB: g.memoryMiB,
       contextMiB: g.contextMiB,
     })),
-    processes: sim.processes.map((p) => processSnapshot(p, version === 1 ? 1 : 2)),
+    processes: sim.processes.map((p) => processSnapshot(p, version)),
     ...(records.length > 0 ? { heldRecords: records } : {}),
   };
 }
@@ -247,9 +270,20 @@ function fitsVersion1(f: PendingFault): boolean {
     (STATE_CHANGING as readonly string[]).includes(f.operation);
 }
 
-function processSnapshot(p: SimulatedProcess, version: 1 | 2): ProcessSnapshot {
+/**
+ * Whether a load of an older version than 4 gives every process its parent and start number: no
+ * process has a parent, and the start numbers are 1, 2, … in order, the next one after them.
+ */
+function startsImplied(sim: SimulatedDriver): boolean {
+  const processes = sim.processes;
+  return sim.nextStart === processes.length + 1 &&
+    processes.every((p, i) => p.parent === 0 && p.start === i + 1);
+}
+
+function processSnapshot(p: SimulatedProcess, version: 1 | 2 | 3 | 4): ProcessSnapshot {
   const out: ProcessSnapshot = {
     pid: p.pid,
+    ...(version === 4 ? { parent: p.parent, start: p.start } : {}),
     threads: [...p.threads],
     restoreThreadId: p.tid,
     command: p.command,
@@ -262,11 +296,13 @@ function processSnapshot(p: SimulatedProcess, version: 1 | 2): ProcessSnapshot {
   };
   if (p.restoreRefused) out.restoreRefused = true;
   const image = p.deviceMemory ?? p.hostMemory;
-  if (image) out.memory = { on: p.deviceMemory ? "gpu" : "host", pages: savedPages(p, image) };
+  if (image) {
+    out.memory = { on: p.deviceMemory ? "gpu" : "host", pages: savePages(image, p.writtenPages) };
+  }
   const faults = p.pendingFaults;
   if (faults.length > 0) {
     out.faults = Object.fromEntries(faults.map(({ operation, ...f }) => {
-      if (version === 2) return [operation, f];
+      if (version !== 1) return [operation, f];
       const v1 = f as PendingFault & { kind: "fail" };
       return [
         operation,
@@ -275,19 +311,6 @@ function processSnapshot(p: SimulatedProcess, version: 1 | 2): ProcessSnapshot {
     }));
   }
   return out;
-}
-
-/** The written pages of `image` that are not all zero, trailing zeros trimmed, as base64. */
-function savedPages(p: SimulatedProcess, image: MemoryImage): [number, string][] {
-  const pages: [number, string][] = [];
-  for (const index of [...p.writtenPages].sort((a, b) => a - b)) {
-    const start = index * PAGE_SIZE;
-    const bytes = image.read(start, Math.min(PAGE_SIZE, image.size - start));
-    let end = bytes.length;
-    while (end > 0 && bytes[end - 1] === 0) end--;
-    if (end > 0) pages.push([index, Buffer.from(bytes.subarray(0, end)).toString("base64")]);
-  }
-  return pages;
 }
 
 /**
@@ -323,8 +346,11 @@ export function loadSimulator(
     firstPid: s.nextPid,
   });
   s.processes.forEach((p, i) => sim.adopt((host) => loadProcess(sim, p, host, `processes[${i}]`)));
+  if (s.nextStart !== undefined) sim.reserveStarts(s.nextStart);
   for (const r of s.heldRecords ?? []) {
-    void sim.heldRecords.put({ process: { pid: r.pid }, heldMiB: r.heldMiB, at: r.at });
+    // The record is of the live process with the pid (checked), under its start number.
+    const process = { pid: r.pid, start: sim.process(r.pid)!.start };
+    void sim.heldRecords.put({ process, heldMiB: r.heldMiB, at: r.at });
   }
   return sim;
 }
@@ -340,6 +366,8 @@ function loadProcess(
     command: p.command,
     inspectable: p.inspectable,
     libcudaLoaded: p.libcuda,
+    ...(p.parent !== undefined ? { parent: p.parent } : {}),
+    ...(p.start !== undefined ? { start: p.start } : {}),
   });
   proc.stateNumber = stateNumber(p.state);
   if (p.restoreRefused) proc.refuseRestores();
@@ -352,14 +380,8 @@ function loadProcess(
     );
   }
   if (!p.memory) return proc;
-  const pages = new Map<number, Uint8Array>();
-  for (const [index, base64] of p.memory.pages) {
-    const page = new Uint8Array(PAGE_SIZE);
-    page.set(Buffer.from(base64, "base64"));
-    pages.set(index, page);
-    proc.writtenPages.add(index);
-  }
-  const image = new MemoryImage(mibToBytes(p.memoryMiB), pages);
+  const { image, written } = loadPages(mibToBytes(p.memoryMiB), p.memory.pages);
+  for (const index of written) proc.writtenPages.add(index);
   if (p.memory.on === "host") {
     proc.deviceMemory = undefined;
     proc.hostMemory = image;
@@ -442,13 +464,15 @@ function checkedSnapshot(value: unknown): SimulatorSnapshot {
       }`,
     );
   }
-  if (tagged.version !== 1 && tagged.version !== 2 && tagged.version !== 3) {
+  if (![1, 2, 3, 4].includes(tagged.version as number)) {
     fail(
       "version",
-      `version ${describeValue(tagged.version)} is not known: this module reads versions 1 to 3`,
+      `version ${
+        describeValue(tagged.version)
+      } is not known: this module reads versions 1 to ${SIMULATOR_SNAPSHOT_VERSION}`,
     );
   }
-  const version = tagged.version;
+  const version = tagged.version as 1 | 2 | 3 | 4;
   const top = record(value, "", [
     "format",
     "version",
@@ -458,16 +482,20 @@ function checkedSnapshot(value: unknown): SimulatorSnapshot {
     "gpus",
     "processes",
     ...(version === 3 ? ["heldRecords"] : []),
-  ]);
+    ...(version === 4 ? ["nextStart"] : []),
+  ], version === 4 ? ["heldRecords"] : []);
   const nextPid = field("nextPid", (w) => checkInteger(top.nextPid, w, 1, MAX_PID));
+  const nextStart = version === 4
+    ? field("nextStart", (w) => checkInteger(top.nextStart, w, 1))
+    : undefined;
   const gpus = array(top.gpus, "gpus", 1, 1024).map((g, i) => checkedGpu(g, `gpus[${i}]`));
   gpus.forEach((g, i) => {
     const first = gpus.findIndex((o) => o.uuid === g.uuid);
     if (first !== i) fail(`gpus[${i}].uuid`, `gpus[${i}].uuid ${g.uuid} is also GPU ${first}'s`);
   });
-  const taken = new Set<number>();
+  const seen: Seen = { threads: new Set(), pids: new Set(), starts: new Set() };
   const processes = array(top.processes, "processes").map((p, i) =>
-    checkedProcess(p, `processes[${i}]`, gpus, nextPid, taken, version === 1 ? 1 : 2)
+    checkedProcess(p, `processes[${i}]`, gpus, nextPid, seen, version, nextStart)
   );
   const heldRecords = top.heldRecords === undefined
     ? undefined
@@ -480,6 +508,7 @@ function checkedSnapshot(value: unknown): SimulatorSnapshot {
     driverVersion: field("driverVersion", (w) => checkInteger(top.driverVersion, w, 0, MAX_PID)),
     seed: field("seed", (w) => checkInteger(top.seed, w, 0, 2 ** 32 - 1)),
     nextPid,
+    ...(nextStart !== undefined ? { nextStart } : {}),
     gpus,
     processes,
     ...(heldRecords ? { heldRecords } : {}),
@@ -518,16 +547,27 @@ function checkedGpu(value: unknown, at: string): GpuSnapshot {
   };
 }
 
+/** What the processes checked so far have: thread ids, pids and start numbers. */
+interface Seen {
+  threads: Set<number>;
+  pids: Set<number>;
+  starts: Set<number>;
+}
+
 function checkedProcess(
   value: unknown,
   at: string,
   machineGpus: readonly GpuSnapshot[],
   nextPid: number,
-  taken: Set<number>,
-  version: 1 | 2,
+  seen: Seen,
+  snapshotVersion: 1 | 2 | 3 | 4,
+  nextStart: number | undefined,
 ): ProcessSnapshot {
+  // Faults as version 1 wrote them, or as version 2 and later do.
+  const version = snapshotVersion === 1 ? 1 : 2;
   const p = record(value, at, [
     "pid",
+    ...(nextStart !== undefined ? ["parent", "start"] : []),
     "threads",
     "restoreThreadId",
     "command",
@@ -545,13 +585,32 @@ function checkedProcess(
       path,
       (w) => checkInteger(t, `${w} (below nextPid ${nextPid})`, 1, nextPid - 1),
     );
-    if (taken.has(tid)) fail(path, `${path} ${tid} is another thread's or process's id too`);
-    taken.add(tid);
+    if (seen.threads.has(tid)) {
+      fail(path, `${path} ${tid} is another thread's or process's id too`);
+    }
+    seen.threads.add(tid);
     return tid;
   });
   if (threads[0] !== pid) {
     fail(`${at}.threads[0]`, `${at}.threads[0] must be the pid ${pid}, got ${threads[0]}`);
   }
+  let family: Pick<ProcessSnapshot, "parent" | "start"> = {};
+  if (nextStart !== undefined) {
+    const parent = field(`${at}.parent`, (w) => checkInteger(p.parent, w, 0, MAX_PID));
+    if (parent !== 0 && !seen.pids.has(parent)) {
+      fail(`${at}.parent`, `${at}.parent ${parent} is no process listed before it`);
+    }
+    const start = field(
+      `${at}.start`,
+      (w) => checkInteger(p.start, `${w} (below nextStart ${nextStart})`, 1, nextStart - 1),
+    );
+    if (seen.starts.has(start)) {
+      fail(`${at}.start`, `${at}.start ${start} is another process's start number too`);
+    }
+    seen.starts.add(start);
+    family = { parent, start };
+  }
+  seen.pids.add(pid);
   const cuda = field(`${at}.cuda`, (w) => checkBoolean(p.cuda, w));
   const libcuda = field(`${at}.libcuda`, (w) => checkBoolean(p.libcuda, w));
   if (cuda && !libcuda) fail(`${at}.libcuda`, `${at}.libcuda must be true for a CUDA process`);
@@ -571,13 +630,13 @@ function checkedProcess(
       `${at}.state must be "${INITIAL_STATE}" for a process without CUDA, got "${state}"`,
     );
   }
-  const seen = new Set<number>();
+  const listed = new Set<number>();
   const gpuCount = machineGpus.length;
   const gpus = array(p.gpus, `${at}.gpus`, 1, gpuCount).map((g, i) => {
     const path = `${at}.gpus[${i}]`;
     const index = field(path, (w) => checkInteger(g, `${w} (a GPU index)`, 0, gpuCount - 1));
-    if (seen.has(index)) fail(path, `${path}: GPU ${index} is listed twice`);
-    seen.add(index);
+    if (listed.has(index)) fail(path, `${path}: GPU ${index} is listed twice`);
+    listed.add(index);
     return index;
   });
   const memoryMiB = field(`${at}.memoryMiB`, (w) => checkAmount(p.memoryMiB, w));
@@ -597,6 +656,7 @@ function checkedProcess(
   }
   const out: ProcessSnapshot = {
     pid,
+    ...family,
     threads,
     restoreThreadId: tid,
     command: field(`${at}.command`, (w) => checkName(p.command, w)),
@@ -646,24 +706,7 @@ function checkedMemory(
   if (on !== expected) {
     fail(`${at}.on`, `${at}.on must be "${expected}" for a ${state} process, got "${on}"`);
   }
-  let last = -1;
-  const pages = array(m.pages, `${at}.pages`).map((entry, i): [number, string] => {
-    const path = `${at}.pages[${i}]`;
-    const [index, base64] = array(entry, path, 2, 2);
-    const count = Math.ceil(size / PAGE_SIZE);
-    field(`${path}[0]`, (w) => checkInteger(index, `${w} (a page index)`, last + 1, count - 1));
-    last = index as number;
-    if (typeof base64 !== "string" || !BASE64.test(base64)) {
-      fail(`${path}[1]`, `${path}[1] must be a base64 string, got ${describeValue(base64)}`);
-    }
-    const length = Buffer.from(base64, "base64").length;
-    const room = Math.min(PAGE_SIZE, size - last * PAGE_SIZE);
-    if (length > room) {
-      fail(`${path}[1]`, `${path}[1] holds ${length} bytes; page ${last} has ${room}`);
-    }
-    return [last, base64];
-  });
-  return { on, pages };
+  return { on, pages: checkPages(m.pages, size, `${at}.pages`, fail) };
 }
 
 function checkedFaults(value: unknown, at: string, version: 1 | 2): ProcessSnapshot["faults"] {

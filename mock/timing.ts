@@ -201,7 +201,10 @@ export class CopyLink {
   #cancelTimer: (() => void) | undefined;
 
   /** A link with the aggregate rate and slowdown of `timing`. */
-  constructor(timers: LinkTimers, timing: CopyTiming) {
+  constructor(
+    timers: LinkTimers,
+    timing: Pick<CopyTiming, "aggregateBytesPerSecond" | "slowdownPerProcess">,
+  ) {
     this.#timers = timers;
     this.#aggregate = timing.aggregateBytesPerSecond / 1000;
     this.#slowdown = timing.slowdownPerProcess;
@@ -263,4 +266,72 @@ export class CopyLink {
       this.#reschedule();
     });
   }
+}
+
+/**
+ * Timing and image sizes of the simulated CRIU (`SimulatedCriu`), chosen to fit dumps and
+ * restores measured with criu 4.1.1 on an H100 (driver 580.159.04) of one CUDA process that the
+ * driver had checkpointed first: with 1 GiB of GPU memory its images were 2.6 GB, dumped in
+ * 2.6-3.5 s and restored in 2.3-2.6 s; with 4 GiB, 8.6 GB, dumped in 7-10 s and restored in
+ * 5.9-7.6 s. A dump here takes 0.2 s and its images at 1 GB/s (2.8 s and 8.8 s), a restore 0.2 s
+ * and its images at 1.2 GB/s (2.37 s and 7.37 s): inside each measured range. The fixed costs,
+ * the size of a process without CUDA and the disk that dumps and restores at once share were not
+ * measured: they are assumptions, and say so. (On the two-H200 machine of
+ * tests/gpu/reports/criu-cli-2xh200.md, whose images were smaller, criu was about twice as fast.)
+ */
+export interface CriuTiming {
+  /** Fixed cost of one dump of a tree, in ms (an assumption: criu's start, its freeze). */
+  readonly dumpFixedMs: number;
+  /** The rate one dump writes its images at, alone, in bytes per second. */
+  readonly dumpBytesPerSecond: number;
+  /** Fixed cost of one restore of a tree, in ms (an assumption). */
+  readonly restoreFixedMs: number;
+  /** The rate one restore reads its images at, alone, in bytes per second. */
+  readonly restoreBytesPerSecond: number;
+  /**
+   * What every dump and restore under way at once write and read together at most, in bytes per
+   * second: they share the disk. An assumption, not a measurement (a local NVMe disk).
+   */
+  readonly diskBytesPerSecond: number;
+  /**
+   * Image bytes of a CUDA process besides those for its GPU memory: its host memory and CUDA's
+   * own (measured: the 0.6 GB that both measured sizes have beyond 2 GB per GiB).
+   */
+  readonly cudaImageBaseBytes: number;
+  /**
+   * Image bytes per MiB of a checkpointed CUDA process's GPU memory (measured: 2 GB per GiB; the
+   * checkpointed copy in host memory, and the driver's staging of it).
+   */
+  readonly cudaImageBytesPerMiB: number;
+  /** Image bytes of a process without CUDA (an assumption: a small program's pages). */
+  readonly plainImageBytes: number;
+}
+
+/** The simulated CRIU's figures; see {@link CriuTiming} for where each comes from. */
+export const CRIU_TIMING: CriuTiming = {
+  dumpFixedMs: 200,
+  dumpBytesPerSecond: 1e9,
+  restoreFixedMs: 200,
+  restoreBytesPerSecond: 1.2e9,
+  // Assumed, not measured: a local NVMe disk, shared by every dump and restore under way.
+  diskBytesPerSecond: 2.5e9,
+  cudaImageBaseBytes: 0.6e9,
+  cudaImageBytesPerMiB: 2e9 / 1024,
+  plainImageBytes: 4e6,
+};
+
+/**
+ * The simulated size in bytes of the images of one process, as the simulated CRIU accounts for
+ * it (its real image files are small): for a CUDA process with `memoryMiB` of GPU memory,
+ * 0.6 GB + 2 GB per GiB (2.6 GB for 1 GiB, 8.6 GB for 4 GiB, as measured); for a process
+ * without CUDA, 4 MB.
+ */
+export function criuImageBytes(
+  memoryMiB: number,
+  cuda: boolean,
+  timing: CriuTiming = CRIU_TIMING,
+): number {
+  return cuda
+    ? timing.cudaImageBaseBytes + timing.cudaImageBytesPerMiB * memoryMiB
+    : timing.plainImageBytes;
 }

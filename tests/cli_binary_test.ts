@@ -10,7 +10,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
-import { VERSION } from "../cli/version.ts";
+import { VERSION } from "../core/version.ts";
 import {
   assertPrinted,
   BINARY,

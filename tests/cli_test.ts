@@ -17,7 +17,7 @@ import { NVIDIA_MESSAGES, parseCommandLine, UsageError } from "../cli/args.ts";
 import { helpText } from "../cli/help.ts";
 import { main } from "../cli/main.ts";
 import { ProgressLine } from "../cli/progress.ts";
-import { VERSION } from "../cli/version.ts";
+import { VERSION } from "../core/version.ts";
 import { SimulatedDriver } from "../mock/mod.ts";
 import { cli, HELP_FIRST_LINE } from "./cli_support.ts";
 import { forward } from "./support/forward.ts";
@@ -502,6 +502,7 @@ describe("our own checks of bad input", () => {
         operation: "get-state",
         targets: [5],
         allOrNothing: false,
+        job: false,
         json: false,
         simulate: false,
       });

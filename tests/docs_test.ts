@@ -117,6 +117,7 @@ describe("imports shown in the documents", () => {
   const ENTRY: Record<string, string> = {
     "@ckpt/cuda": "mod.ts",
     "@ckpt/cuda/driver": "driver.ts",
+    "@ckpt/cuda/snapshot": "snapshot.ts",
     "@ckpt/cuda/mock": "mock/mod.ts",
     "@ckpt/cuda/cli": "cli/main.ts",
   };
@@ -156,10 +157,13 @@ describe("imports shown in the documents", () => {
     const exports = JSON.parse(readFileSync(join(ROOT, "deno.json"), "utf8")).exports;
     assert.deepEqual(
       Object.entries(exports).map(([k, v]) => [k, String(v).replace(/^\.\//, "")]),
-      [[".", "mod.ts"], ["./driver", "driver.ts"], ["./mock", "mock/mod.ts"], [
-        "./cli",
-        "cli/main.ts",
-      ]],
+      [
+        [".", "mod.ts"],
+        ["./driver", "driver.ts"],
+        ["./snapshot", "snapshot.ts"],
+        ["./mock", "mock/mod.ts"],
+        ["./cli", "cli/main.ts"],
+      ],
     );
   });
 });

@@ -193,7 +193,7 @@ describe("snapshots of the simulated driver", () => {
     assert.equal(await again.checkpoint(p.pid), CUDA_SUCCESS);
   });
 
-  test("a process whose restore ran out of memory stays refused after a reload (version 2)", async () => {
+  test("a process whose restore ran out of memory stays refused after a reload (version 2 on)", async () => {
     const sim = new SimulatedDriver({ gpus: [{ memoryMiB: 4000, contextMiB: 100 }] });
     const p = sim.spawn({ memoryMiB: 1000 });
     assert.equal(await sim.lock(p.pid, null), CUDA_SUCCESS);
@@ -202,7 +202,8 @@ describe("snapshots of the simulated driver", () => {
     assert.equal(await sim.restore(p.pid, null), CUDA_ERROR_OUT_OF_MEMORY);
     filler.exit();
     const saved = snapshotSimulator(sim);
-    assert.equal(saved.version, 2, "version 1 cannot hold it");
+    // Version 4 here: the filler exited, so the start numbers are kept (version 1 cannot hold it).
+    assert.equal(saved.version, 4);
     assert.equal(saved.processes.find((q) => q.pid === p.pid)?.restoreRefused, true);
     const again = loadSimulator(JSON.parse(JSON.stringify(saved)));
     assert.equal(again.process(p.pid)?.restoreRefused, true);
@@ -245,6 +246,70 @@ describe("snapshots of the simulated driver", () => {
     );
   });
 
+  test("parents and start numbers: kept by version 4, given by a load of an older one, checked", () => {
+    const sim = new SimulatedDriver();
+    const a = sim.spawn({ cuda: false });
+    const b = sim.spawn({ parent: a.pid });
+    assert.deepEqual([a.start, b.start, sim.nextStart], [1, 2, 3]);
+    const c = sim.spawn({ parent: b.pid, cuda: false });
+    const saved = JSON.parse(JSON.stringify(snapshotSimulator(sim)));
+    assert.equal(saved.version, 4, "a parent needs version 4");
+    const again = loadSimulator(saved);
+    assert.deepEqual(
+      again.processes.map((p) => [p.pid, p.parent, p.start]),
+      [[a.pid, 0, 1], [b.pid, a.pid, 2], [c.pid, b.pid, 3]],
+    );
+    assert.equal(again.nextStart, 4);
+    // An exit leaves start numbers an older version cannot give: version 4 keeps them.
+    const plain = new SimulatedDriver();
+    const gone = plain.spawn();
+    const kept = plain.spawn();
+    assert.equal(snapshotSimulator(plain).version, 1, "starts 1 and 2, next 3: as a load gives");
+    gone.exit();
+    const after = snapshotSimulator(plain);
+    assert.equal(after.version, 4);
+    assert.equal(loadSimulator(after).process(kept.pid)!.start, kept.start);
+    // A version 3 file (written before version 4): no parents, start numbers in order.
+    const v3 = {
+      ...structuredClone(after),
+      version: 3,
+      heldRecords: [],
+      processes: after.processes.map(({ parent: _, start: __, ...p }) => p),
+    };
+    delete (v3 as { nextStart?: number }).nextStart;
+    const migrated = loadSimulator(v3);
+    assert.deepEqual(migrated.processes.map((p) => [p.parent, p.start]), [[0, 1]]);
+    assert.equal(migrated.spawn().start, 2);
+    // Each field is checked.
+    const cases: [(s: typeof saved) => void, string, RegExp][] = [
+      [
+        (s) => (s.processes[1].parent = c.pid),
+        "processes[1].parent",
+        /is no process listed before it/,
+      ],
+      [
+        (s) => (s.processes[0].parent = a.pid),
+        "processes[0].parent",
+        /is no process listed before it/,
+      ],
+      [(s) => (s.processes[2].start = 1), "processes[2].start", /another process's start number/],
+      [(s) => (s.processes[2].start = 4), "processes[2].start", /below nextStart 4.*got 4/],
+      [(s) => delete s.processes[0].start, "processes[0].start", /is missing/],
+      [(s) => delete s.nextStart, "nextStart", /is missing/],
+      [(s) => (s.version = 3), "nextStart", /unknown field "nextStart"/],
+    ];
+    for (const [spoil, field, message] of cases) {
+      const bad = structuredClone(saved);
+      spoil(bad);
+      assert.throws(() => loadSimulator(bad), (err: unknown) => {
+        assert.ok(err instanceof SimulatorSnapshotError, String(err));
+        assert.equal(err.field, field, err.message);
+        assert.match(err.message, message);
+        return true;
+      });
+    }
+  });
+
   test("only a quiescent driver is saved: not during a call, a kernel, blocked work, or after close", async () => {
     const sim = new SimulatedDriver();
     const p = sim.spawn({ memoryMiB: 1024 });
@@ -282,9 +347,9 @@ describe("snapshots of the simulated driver", () => {
       ],
       [
         "a newer version",
-        (s) => (s.version = 4, s),
+        (s) => (s.version = 5, s),
         "version",
-        /version 4 is not known: this module reads versions 1 to 3/,
+        /version 5 is not known: this module reads versions 1 to 4/,
       ],
       ["a missing field", (s) => (delete s.gpus, s), "gpus", /gpus is missing/],
       ["an unknown field", (s) => (s.colour = "red", s), "colour", /unknown field "colour"/],

@@ -1,0 +1,416 @@
+/**
+ * A snapshot's manifest: what was dumped, from where, and what its restore needs to know. It is a
+ * versioned contract (format `ckpt-cuda-snapshot/1`, documented in docs/SNAPSHOTS.md): written as
+ * JSON beside the images, parsed strictly, and refused with one sentence where it is not exactly
+ * what this version writes: another format, a field missing, of the wrong type or out of range, a
+ * field this version does not know, a path that leaves the snapshot's directory.
+ *
+ * @module
+ */
+
+import { RefusedError } from "./errors.ts";
+import type { SnapshotFile } from "./engine.ts";
+import { isSnapshotState, SNAPSHOT_STATES, type SnapshotState } from "./states.ts";
+import { formatGpuUuid, parseGpuUuid } from "./uuid.ts";
+
+/** The format this version writes and reads. */
+export const MANIFEST_FORMAT = "ckpt-cuda-snapshot/1";
+
+/** The manifest's file name in a snapshot's directory. */
+export const MANIFEST_FILE = "manifest.json";
+
+/** The largest manifest this version reads, in bytes. */
+export const MANIFEST_MAX_BYTES = 16 * 2 ** 20;
+
+/** The CUDA side of a process in a snapshot. */
+export interface ManifestCuda {
+  /** Its CUDA state when the snapshot was asked for: running or checkpointed. */
+  readonly state: SnapshotState;
+  /** The thread the driver restores it on (what CRIU's plugin asks for). */
+  readonly restoreThreadId: number;
+  /**
+   * The GPU memory it held, MiB by GPU UUID (its CUDA context included), read just before its
+   * checkpoint; `null` where it could not be read (then its restore cannot be checked for room).
+   */
+  readonly gpuMemoryMiB: Readonly<Record<string, number>> | null;
+}
+
+/** One process of a dumped tree. */
+export interface ManifestProcess {
+  /** Its pid, which it comes back with. */
+  readonly pid: number;
+  /** Its parent's pid (0 for the root of a tree without one). */
+  readonly parent: number;
+  /** Its thread ids, its pid first: each must be free for the restore. */
+  readonly threads: readonly number[];
+  /** Its command line, where it could be read. */
+  readonly command?: string;
+  /** Its CUDA side; left out for a process that does not use CUDA. */
+  readonly cuda?: ManifestCuda;
+}
+
+/** One dumped process tree. */
+export interface ManifestTree {
+  /** The pid of its root. */
+  readonly root: number;
+  /** The subdirectory its images are in: `tree-<root>`. */
+  readonly images: string;
+  /** Its processes, the root first, each after its parent. */
+  readonly processes: readonly ManifestProcess[];
+}
+
+/** One GPU of the machine the snapshot was taken on. */
+export interface ManifestGpu {
+  /** Its index, as the driver numbers it. */
+  readonly index: number;
+  /** Its UUID, `GPU-…`. */
+  readonly uuid: string;
+  /** Its name (`NVIDIA H100 80GB HBM3`): a restore maps it only onto a GPU of the same name. */
+  readonly name: string;
+  /** Its total memory in MiB, where it could be read. */
+  readonly totalMiB?: number;
+}
+
+/** A snapshot's manifest, as {@link parseManifest} gives it. */
+export interface Manifest {
+  /** Always {@link MANIFEST_FORMAT}. */
+  readonly format: typeof MANIFEST_FORMAT;
+  /** When the snapshot was taken (ISO 8601). */
+  readonly createdAt: string;
+  /** What took it. */
+  readonly tool: { readonly name: string; readonly version: string };
+  /** The machine it was taken on. */
+  readonly host: {
+    readonly hostname: string;
+    readonly kernel: string;
+  };
+  /**
+   * The driver: its CUDA version number (`cuDriverGetVersion`, 13000 for 13.0) and, where known,
+   * the kernel module's release (`580.159.04`).
+   */
+  readonly driver: { readonly cudaVersion: number; readonly release?: string };
+  /** The engine that dumped the trees, and its version. */
+  readonly engine: { readonly kind: string; readonly version?: string };
+  /** Every GPU the driver saw. */
+  readonly gpus: readonly ManifestGpu[];
+  /** The dumped trees. */
+  readonly trees: readonly ManifestTree[];
+  /** How it was taken. */
+  readonly options: {
+    /** Whether the processes were left running after the dump. */
+    readonly leaveRunning: boolean;
+    /** Whether its CUDA processes were handled as one job (all locked before any checkpoint). */
+    readonly job: boolean;
+  };
+  /** How long its parts took, in ms. */
+  readonly timings: {
+    readonly suspendMs: number;
+    readonly dumpMs: number;
+    readonly totalMs: number;
+  };
+  /** Every image file, with its size: a restore refuses a snapshot whose files differ. */
+  readonly files: readonly SnapshotFile[];
+}
+
+/** The subdirectory of a tree's images. */
+export function treeDirName(root: number): string {
+  return `tree-${root}`;
+}
+
+const TREE_DIR = /^tree-[1-9][0-9]{0,9}$/;
+const FILE_PATH = /^tree-[1-9][0-9]{0,9}\/[A-Za-z0-9_][A-Za-z0-9._-]{0,200}$/;
+const MAX_PID = 2 ** 31 - 1;
+
+/** Turns a manifest into the text written to disk (stable key order, one trailing newline). */
+export function serializeManifest(manifest: Manifest): string {
+  return JSON.stringify(manifest, null, 2) + "\n";
+}
+
+/**
+ * Parses a manifest strictly. `where` names it in messages (its path). Throws a
+ * {@link RefusedError} with code `"SNAPSHOT"` that says what is wrong, naming the field and the
+ * value found.
+ *
+ * @example
+ * ```ts
+ * import { parseManifest } from "./manifest.ts";
+ * try {
+ *   parseManifest('{"format":"ckpt-cuda-snapshot/9"}', "/srv/snap/manifest.json");
+ * } catch (err) {
+ *   console.log((err as Error).message); // "... written in format ckpt-cuda-snapshot/9 ..."
+ * }
+ * ```
+ */
+export function parseManifest(text: string, where: string): Manifest {
+  const refuse = (reason: string) =>
+    new RefusedError({ code: "SNAPSHOT", operation: "restoreSnapshot", reason });
+  let data: unknown;
+  try {
+    data = JSON.parse(text);
+  } catch (err) {
+    throw refuse(
+      `${where} is not a snapshot manifest: it is not JSON (${
+        (err as Error).message
+      }); it may be truncated or corrupt`,
+    );
+  }
+  if (!isObject(data) || typeof data.format !== "string") {
+    throw refuse(
+      `${where} is not a snapshot manifest of @ckpt/cuda: it has no "format" field ` +
+        `(expected "${MANIFEST_FORMAT}")`,
+    );
+  }
+  if (data.format !== MANIFEST_FORMAT) {
+    const newer = /^ckpt-cuda-snapshot\/[0-9]+$/.test(data.format);
+    throw refuse(
+      `${where} is written in format ${JSON.stringify(data.format)}, and this version of ` +
+        `@ckpt/cuda reads only "${MANIFEST_FORMAT}"${
+          newer ? " (it was written by another version)" : ""
+        }`,
+    );
+  }
+  const r = new Reader(where, refuse);
+  const m = r.object(data, "manifest", [
+    "format",
+    "createdAt",
+    "tool",
+    "host",
+    "driver",
+    "engine",
+    "gpus",
+    "trees",
+    "options",
+    "timings",
+    "files",
+  ]);
+  const createdAt = r.string(m.createdAt, "createdAt");
+  if (Number.isNaN(Date.parse(createdAt))) r.fail("createdAt", "a date (ISO 8601)", createdAt);
+  const tool = r.object(m.tool, "tool", ["name", "version"]);
+  const host = r.object(m.host, "host", ["hostname", "kernel"]);
+  const driver = r.object(m.driver, "driver", ["cudaVersion", "release"], ["release"]);
+  const engine = r.object(m.engine, "engine", ["kind", "version"], ["version"]);
+  const options = r.object(m.options, "options", ["leaveRunning", "job"]);
+  const timings = r.object(m.timings, "timings", ["suspendMs", "dumpMs", "totalMs"]);
+  const gpus = r.array(m.gpus, "gpus").map((g, i) => {
+    const at = `gpus[${i}]`;
+    const o = r.object(g, at, ["index", "uuid", "name", "totalMiB"], ["totalMiB"]);
+    return {
+      index: r.integer(o.index, `${at}.index`, 0, 1023),
+      uuid: r.uuid(o.uuid, `${at}.uuid`),
+      name: r.string(o.name, `${at}.name`),
+      ...(o.totalMiB !== undefined ? { totalMiB: r.amount(o.totalMiB, `${at}.totalMiB`) } : {}),
+    };
+  });
+  const known = new Set(gpus.map((g) => g.uuid));
+  const trees = r.array(m.trees, "trees").map((t, i) => {
+    const at = `trees[${i}]`;
+    const o = r.object(t, at, ["root", "images", "processes"]);
+    const root = r.integer(o.root, `${at}.root`, 1, MAX_PID);
+    const images = r.string(o.images, `${at}.images`);
+    if (!TREE_DIR.test(images) || images !== treeDirName(root)) {
+      r.fail(`${at}.images`, `"${treeDirName(root)}"`, images);
+    }
+    const processes = r.array(o.processes, `${at}.processes`).map((p, j) =>
+      readProcess(r, p, `${at}.processes[${j}]`, known)
+    );
+    if (processes.length === 0 || processes[0].pid !== root) {
+      r.fail(`${at}.processes[0].pid`, `the root, ${root}`, processes[0]?.pid);
+    }
+    return { root, images, processes };
+  });
+  if (trees.length === 0) r.fail("trees", "at least one tree", []);
+  const pids = new Set<number>();
+  for (const t of trees) {
+    for (const p of t.processes) {
+      for (const id of p.threads) {
+        if (pids.has(id)) r.fail(`trees (root ${t.root})`, "every pid and thread id once", id);
+        pids.add(id);
+      }
+    }
+  }
+  const files = r.array(m.files, "files").map((f, i) => {
+    const at = `files[${i}]`;
+    const o = r.object(f, at, ["path", "bytes"]);
+    const path = r.string(o.path, `${at}.path`);
+    if (!FILE_PATH.test(path) || path.includes("..")) {
+      r.fail(`${at}.path`, "a file inside a tree's images directory (tree-<pid>/<name>)", path);
+    }
+    if (!trees.some((t) => path.startsWith(`${t.images}/`))) {
+      r.fail(`${at}.path`, "a file of one of the manifest's trees", path);
+    }
+    return { path, bytes: r.integer(o.bytes, `${at}.bytes`, 0, Number.MAX_SAFE_INTEGER) };
+  });
+  return {
+    format: MANIFEST_FORMAT,
+    createdAt,
+    tool: {
+      name: r.string(tool.name, "tool.name"),
+      version: r.string(tool.version, "tool.version"),
+    },
+    host: {
+      hostname: r.string(host.hostname, "host.hostname"),
+      kernel: r.string(host.kernel, "host.kernel"),
+    },
+    driver: {
+      cudaVersion: r.integer(driver.cudaVersion, "driver.cudaVersion", 1, 1_000_000),
+      ...(driver.release !== undefined
+        ? { release: r.string(driver.release, "driver.release") }
+        : {}),
+    },
+    engine: {
+      kind: r.string(engine.kind, "engine.kind"),
+      ...(engine.version !== undefined
+        ? { version: r.string(engine.version, "engine.version") }
+        : {}),
+    },
+    gpus,
+    trees,
+    options: {
+      leaveRunning: r.boolean(options.leaveRunning, "options.leaveRunning"),
+      job: r.boolean(options.job, "options.job"),
+    },
+    timings: {
+      suspendMs: r.amount(timings.suspendMs, "timings.suspendMs"),
+      dumpMs: r.amount(timings.dumpMs, "timings.dumpMs"),
+      totalMs: r.amount(timings.totalMs, "timings.totalMs"),
+    },
+    files,
+  };
+}
+
+function readProcess(
+  r: Reader,
+  value: unknown,
+  at: string,
+  gpus: ReadonlySet<string>,
+): ManifestProcess {
+  const o = r.object(value, at, ["pid", "parent", "threads", "command", "cuda"], [
+    "command",
+    "cuda",
+  ]);
+  const pid = r.integer(o.pid, `${at}.pid`, 1, MAX_PID);
+  const threads = r.array(o.threads, `${at}.threads`).map((t, i) =>
+    r.integer(t, `${at}.threads[${i}]`, 1, MAX_PID)
+  );
+  if (threads[0] !== pid) r.fail(`${at}.threads[0]`, `the pid, ${pid}`, threads[0]);
+  const process: ManifestProcess = {
+    pid,
+    parent: r.integer(o.parent, `${at}.parent`, 0, MAX_PID),
+    threads,
+    ...(o.command !== undefined ? { command: r.string(o.command, `${at}.command`) } : {}),
+  };
+  if (o.cuda === undefined) return process;
+  const c = r.object(o.cuda, `${at}.cuda`, ["state", "restoreThreadId", "gpuMemoryMiB"]);
+  const state = r.string(c.state, `${at}.cuda.state`);
+  if (!isSnapshotState(state)) {
+    r.fail(`${at}.cuda.state`, SNAPSHOT_STATES.map((s) => `"${s}"`).join(" or "), state);
+  }
+  let memory: Record<string, number> | null = null;
+  if (c.gpuMemoryMiB !== null) {
+    const m = r.object(c.gpuMemoryMiB, `${at}.cuda.gpuMemoryMiB`, undefined);
+    memory = {};
+    for (const [key, mib] of Object.entries(m)) {
+      const uuid = r.uuid(key, `${at}.cuda.gpuMemoryMiB key`);
+      if (!gpus.has(uuid)) r.fail(`${at}.cuda.gpuMemoryMiB`, "a GPU of the manifest's gpus", key);
+      memory[uuid] = r.amount(mib, `${at}.cuda.gpuMemoryMiB["${key}"]`);
+    }
+  }
+  return {
+    ...process,
+    cuda: {
+      state,
+      restoreThreadId: r.integer(c.restoreThreadId, `${at}.cuda.restoreThreadId`, 1, MAX_PID),
+      gpuMemoryMiB: memory,
+    },
+  };
+}
+
+function isObject(value: unknown): value is Record<string, unknown> {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
+}
+
+/** Reads fields, throwing one sentence that names the manifest, the field and the value. */
+class Reader {
+  constructor(
+    readonly where: string,
+    readonly refuse: (reason: string) => Error,
+  ) {}
+
+  fail(field: string, expected: string, got: unknown): never {
+    throw this.refuse(
+      `${this.where}: ${field} must be ${expected}, got ${describe(got)}`,
+    );
+  }
+
+  object(
+    value: unknown,
+    field: string,
+    keys: readonly string[] | undefined,
+    optional: readonly string[] = [],
+  ): Record<string, unknown> {
+    if (!isObject(value)) this.fail(field, "an object", value);
+    if (keys) {
+      for (const key of Object.keys(value)) {
+        if (!keys.includes(key)) {
+          throw this.refuse(
+            `${this.where}: ${field} has a field this version does not know, ${
+              JSON.stringify(key)
+            }`,
+          );
+        }
+      }
+      for (const key of keys) {
+        if (!optional.includes(key) && !(key in value)) {
+          throw this.refuse(`${this.where}: ${field} lacks ${JSON.stringify(key)}`);
+        }
+      }
+    }
+    return value;
+  }
+
+  array(value: unknown, field: string): unknown[] {
+    if (!Array.isArray(value)) this.fail(field, "an array", value);
+    return value;
+  }
+
+  string(value: unknown, field: string): string {
+    if (typeof value !== "string" || value.length === 0 || value.length > 4096) {
+      this.fail(field, "a string of 1 to 4096 characters", value);
+    }
+    return value;
+  }
+
+  boolean(value: unknown, field: string): boolean {
+    if (typeof value !== "boolean") this.fail(field, "true or false", value);
+    return value;
+  }
+
+  integer(value: unknown, field: string, min: number, max: number): number {
+    if (typeof value !== "number" || !Number.isInteger(value) || value < min || value > max) {
+      this.fail(field, `an integer from ${min} to ${max}`, value);
+    }
+    return value;
+  }
+
+  amount(value: unknown, field: string): number {
+    if (typeof value !== "number" || !Number.isFinite(value) || value < 0) {
+      this.fail(field, "a number from 0", value);
+    }
+    return value;
+  }
+
+  uuid(value: unknown, field: string): string {
+    if (typeof value !== "string") this.fail(field, "a GPU UUID", value);
+    try {
+      return formatGpuUuid(parseGpuUuid(value));
+    } catch {
+      return this.fail(field, "a GPU UUID (GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)", value);
+    }
+  }
+}
+
+function describe(value: unknown): string {
+  if (value === undefined) return "nothing";
+  const text = JSON.stringify(value);
+  return text.length > 80 ? `${text.slice(0, 77)}...` : text;
+}

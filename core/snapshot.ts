@@ -1,0 +1,1120 @@
+/**
+ * Snapshots: whole process trees, their CUDA processes included, to a directory on disk and back,
+ * through an engine (CRIU; `engine.ts`).
+ *
+ * {@link snapshot} checks everything first (the engine and its prerequisites, the trees, the CUDA
+ * state of each process, the directory), suspends every CUDA process of the trees at once (as one
+ * job where asked), has the engine dump every tree (leaving the processes running), writes the
+ * manifest, and only then ends the processes (or resumes them, `leaveRunning`). A failure at any
+ * point before the end puts every process back as it was, running.
+ *
+ * {@link restoreSnapshot} reads the manifest strictly and checks everything before changing
+ * anything: the image files, the engine, the driver (the one the snapshot was taken with), every
+ * pid free, the GPUs (a mapping given, or the snapshot's GPUs onto this machine's by index, the
+ * same chip), room on each for what its processes held. Then the engine restores every tree, and
+ * the CUDA processes are restored onto the GPUs and unlocked (as one job where the snapshot was
+ * one). A failure of the engine ends what it made; a failure of the GPU restore leaves the
+ * processes checkpointed, with what to do in the error.
+ *
+ * @module
+ */
+
+import type { CheckpointDriver, GpuInfo, GpuPair } from "./driver.ts";
+import { fallbackSnapshotParts } from "./defaults.ts";
+import {
+  type DumpedProcess,
+  EngineError,
+  type SnapshotEngine,
+  type SnapshotFile,
+  type SnapshotStore,
+} from "./engine.ts";
+import {
+  capitalize,
+  CheckpointError,
+  RefusedError,
+  SnapshotError,
+  type SnapshotFailure,
+} from "./errors.ts";
+import { type GroupEvent, type GroupResult, resumeAll, suspendAll } from "./group.ts";
+import type { GpuMemoryReport, HostProcesses, TreeProcess } from "./host.ts";
+import { checkHost } from "./listing.ts";
+import {
+  type Manifest,
+  MANIFEST_FILE,
+  MANIFEST_FORMAT,
+  type ManifestGpu,
+  type ManifestProcess,
+  type ManifestTree,
+  parseManifest,
+  serializeManifest,
+  treeDirName,
+} from "./manifest.ts";
+import {
+  checkFlag,
+  checkFunction,
+  checkGpuMapping,
+  checkInteger,
+  checkOptions,
+  checkPid,
+  checkSignal,
+  checkTimeoutMs,
+  DEFAULT_LOCK_TIMEOUT_MS,
+  type GpuMapping,
+} from "./options.ts";
+import { clockOf } from "./process.ts";
+import { checkSource, currentDefaultSource, type DriverSource, lease } from "./sources.ts";
+import { CUDA_SUCCESS } from "./codes.ts";
+import { cudaRuns, isSnapshotState, memoryOnHost, SNAPSHOT_STATES, stateName } from "./states.ts";
+import { describeValue, formatGpuUuid, parseGpuUuid } from "./uuid.ts";
+import { VERSION } from "./version.ts";
+
+/** What takes snapshots, written into manifests. */
+const TOOL = { name: "@ckpt/cuda", version: VERSION };
+
+/** A part of a snapshot or of its restore, as progress events name it. */
+export type SnapshotPhase =
+  /** Checking everything before anything changes. */
+  | "check"
+  /** Suspending the CUDA processes (lock and checkpoint). */
+  | "suspend"
+  /** The engine dumping every tree. */
+  | "dump"
+  /** Writing the manifest. */
+  | "write"
+  /** Ending the processes (or resuming them, `leaveRunning`). */
+  | "end"
+  /** The engine restoring every tree. */
+  | "restore"
+  /** Restoring the CUDA processes onto the GPUs and unlocking them. */
+  | "resume"
+  /** Putting things back after a failure. */
+  | "rollback";
+
+/**
+ * Progress of a snapshot or a restore: a phase starting, image bytes written so far by one tree's
+ * dump, or a step of one CUDA process (the group operations' events). Times are ms since the call.
+ */
+export type SnapshotEvent =
+  | { readonly type: "phase"; readonly phase: SnapshotPhase; readonly at: number }
+  | { readonly type: "bytes"; readonly root: number; readonly bytes: number; readonly at: number }
+  | GroupEvent;
+
+/** What snapshots and their restores are done with. */
+export interface SnapshotParts {
+  /**
+   * The driver; the default driver when left out. A driver given as an object stays open.
+   */
+  driver?: DriverSource;
+  /**
+   * The engine: the driver's own (the simulator's), else the installed `criu` (installed as the
+   * default by `@ckpt/cuda/snapshot`).
+   */
+  engine?: SnapshotEngine;
+  /** Where snapshots live: the file system by default (installed by `@ckpt/cuda/snapshot`). */
+  store?: SnapshotStore;
+  /**
+   * The machine's processes: the driver's own host (the simulator's), else the machine's (`/proc`,
+   * NVML, the records of held GPU memory). A host given here is the caller's to close.
+   */
+  host?: HostProcesses;
+}
+
+/** Options of {@link snapshot}. */
+export interface SnapshotOptions extends SnapshotParts {
+  /**
+   * Keep the processes running after the dump (CRIU's leave-running): a periodic checkpoint of a
+   * job that must go on. Default `false`: once every tree is on disk, its processes are ended.
+   */
+  leaveRunning?: boolean;
+  /**
+   * The CUDA processes share GPU state (NCCL ranks, CUDA IPC): lock all before checkpointing any,
+   * and (recorded in the manifest) restore all before unlocking any. Default `false`.
+   */
+  job?: boolean;
+  /**
+   * A deadline for the whole snapshot in ms (on the driver's clock): lock timeouts are cut to it,
+   * a dump still running when it passes is stopped, and every process is put back.
+   */
+  timeoutMs?: number;
+  /** Stops the snapshot: every process is put back as it was, running. */
+  signal?: AbortSignal;
+  /** Each CUDA process's lock timeout in ms (0 waits forever); 10 000 by default. */
+  lockTimeoutMs?: number;
+  /** Called as the snapshot goes ({@link SnapshotEvent}). Must not throw. */
+  onProgress?: (event: SnapshotEvent) => void;
+}
+
+/** Options of {@link restoreSnapshot}. */
+export interface RestoreSnapshotOptions extends SnapshotParts {
+  /**
+   * Where the snapshot's GPUs go: from each GPU of the snapshot (its UUID, as the manifest names
+   * it) to a GPU of this machine. Left out: the snapshot's GPUs onto this machine's by index
+   * (restored in place where they are the same GPUs), each onto one of the same chip.
+   */
+  gpuMapping?: GpuMapping;
+  /**
+   * Whether to check, before anything changes, that the GPUs have room for what each process held
+   * (default `true`). On driver 580 a restore that runs out of GPU memory loses the process.
+   */
+  checkRoom?: boolean;
+  /** A deadline for the whole restore in ms (on the driver's clock). */
+  timeoutMs?: number;
+  /** Stops the restore: processes the engine made are ended. */
+  signal?: AbortSignal;
+  /** Called as the restore goes ({@link SnapshotEvent}). Must not throw. */
+  onProgress?: (event: SnapshotEvent) => void;
+}
+
+/** What {@link snapshot} made. */
+export interface SnapshotResult {
+  /** The snapshot's directory, absolute. */
+  readonly dir: string;
+  /** Its manifest, as written. */
+  readonly manifest: Manifest;
+  /** The whole snapshot's time in ms. */
+  readonly ms: number;
+}
+
+/** What {@link restoreSnapshot} did. */
+export interface RestoreSnapshotResult {
+  /** The snapshot's directory, absolute. */
+  readonly dir: string;
+  /** Its manifest. */
+  readonly manifest: Manifest;
+  /** The GPU pairs the CUDA processes were restored with (empty: in place). */
+  readonly gpuMapping: Readonly<Record<string, string>>;
+  /** Every process of the snapshot, back with its pid. */
+  readonly pids: readonly number[];
+  /** The CUDA processes' GPU restore, as the group operation reports it. */
+  readonly resume: GroupResult | undefined;
+  /** The whole restore's time in ms. */
+  readonly ms: number;
+}
+
+/**
+ * Takes a snapshot of the process trees rooted at `roots` into `dir`: see the module
+ * documentation. Resolves once the manifest is written and the processes are ended (or resumed,
+ * `leaveRunning`).
+ *
+ * @throws {RefusedError} (as a rejection) before anything changes: code `PREREQUISITE` (no engine,
+ * not root, a kernel feature missing, a pid that is no process), `STATE` (a CUDA process that is
+ * locked or failed), `SNAPSHOT` (a directory that cannot be used), `UNSUPPORTED`.
+ * @throws {SnapshotError} (as a rejection) when a part fails after things began to change; every
+ * process was put back as it was, and the error says so.
+ * @throws {TypeError} or {RangeError} for bad input, naming it.
+ *
+ * @example
+ * ```ts
+ * import { snapshot, restoreSnapshot } from "@ckpt/cuda/snapshot";
+ * import { SimulatedDriver } from "@ckpt/cuda/mock";
+ *
+ * const sim = new SimulatedDriver();
+ * const job = sim.spawn({ memoryMiB: 1024 });
+ * const dir = "/var/lib/snapshots/job-1"; // a new (or empty) directory
+ * await snapshot([job.pid], dir, { driver: sim }); // the process is on disk, and ended
+ * await restoreSnapshot(dir, { driver: sim }); // back, with its pid and its GPU memory
+ * ```
+ */
+export async function snapshot(
+  roots: readonly number[],
+  dir: string,
+  options?: SnapshotOptions,
+): Promise<SnapshotResult> {
+  const o = checkOptions(options, "snapshot", [
+    "driver",
+    "engine",
+    "store",
+    "host",
+    "leaveRunning",
+    "job",
+    "timeoutMs",
+    "signal",
+    "lockTimeoutMs",
+    "onProgress",
+  ]);
+  checkRoots(roots);
+  checkDir(dir);
+  const leaveRunning = checkFlag(o.leaveRunning, "leaveRunning", false);
+  const job = checkFlag(o.job, "job", false);
+  const lockTimeoutMs = o.lockTimeoutMs === undefined
+    ? DEFAULT_LOCK_TIMEOUT_MS
+    : checkTimeoutMs(o.lockTimeoutMs, "lockTimeoutMs");
+  const run = new Run(o, "snapshot");
+  const taken = lease(o.driver ?? currentDefaultSource());
+  try {
+    const session = await taken.session;
+    const driver = session.driver;
+    const clock = run.start(driver);
+    const { signal, progress } = run;
+    const at = () => run.at();
+    const left = () => run.left();
+    const phase = (p: SnapshotPhase) => run.phase(p);
+    const stopped = () => run.stopped();
+
+    // 1. Check everything, change nothing.
+    phase("check");
+    const host = o.host ?? await session.host();
+    const { engine, store } = partsOf(o, driver);
+    if (!host?.processTree) {
+      throw prerequisite(
+        "snapshot",
+        `the ${host?.kind ?? driver.kind} host cannot tell process trees, which a snapshot needs`,
+      );
+    }
+    await probeEngine(engine, "snapshot");
+    const trees = await Promise.all(roots.map(async (root) => {
+      const tree = await host.processTree!(root);
+      if (!tree || tree.length === 0) {
+        throw prerequisite(
+          "snapshot",
+          `no process has pid ${root} (give the pid of a live process)`,
+        );
+      }
+      return { root, processes: tree };
+    }));
+    checkDisjoint(trees);
+    const report = host.gpuMemory
+      ? await host.gpuMemory().catch((e): GpuMemoryReport => ({ unknown: String(e) }))
+      : { unknown: `the ${host.kind} host cannot tell GPU memory` } as GpuMemoryReport;
+    const manifestTrees = await Promise.all(
+      trees.map((t) => describeTree(t.root, t.processes, driver, host, report)),
+    );
+    const cuda = manifestTrees.flatMap((t) => t.processes).filter((p) => p.cuda !== undefined);
+    const toSuspend = cuda.filter((p) => cudaRuns(p.cuda!.state)).map((p) => p.pid);
+    const gpus = await describeGpus(driver, report);
+    const version = await driver.driverVersion();
+    const facts = host.facts ? await host.facts() : { hostname: host.kind, kernel: "unknown" };
+    const probe = await engine.probe();
+    const where = await store.create(dir).catch((err) => {
+      throw new RefusedError({
+        code: "SNAPSHOT",
+        operation: "snapshot",
+        reason: `${dir} cannot hold a snapshot: ${messageOf(err)}`,
+      });
+    });
+    const why = stopped();
+    if (why) {
+      throw new SnapshotError({
+        code: "STOPPED",
+        operation: "snapshot",
+        message: `snapshot stopped before it began: ${why}`,
+        detail: "nothing was changed",
+      });
+    }
+
+    // 2. Suspend every CUDA process at once.
+    phase("suspend");
+    const t1 = clock.now();
+    const suspended = toSuspend.length === 0 ? undefined : await suspendAll(toSuspend, {
+      driver,
+      allOrNothing: true,
+      job,
+      lockTimeoutMs,
+      ...(left() !== undefined ? { timeoutMs: left() } : {}),
+      ...(signal ? { signal, rollBackOnAbort: true } : {}),
+      checkRoom: true,
+      onProgress: progress,
+      gpuMemory: false,
+      host,
+    });
+    if (suspended && !suspended.ok) {
+      throw new SnapshotError({
+        code: suspended.aborted || suspended.deadlinePassed ? "STOPPED" : "SUSPEND_FAILED",
+        operation: "snapshot",
+        message: `snapshot failed while suspending its CUDA processes: ${groupFailure(suspended)}`,
+        detail: wherePutBack(suspended),
+        cause: firstError(suspended),
+      });
+    }
+    const suspendMs = clock.now() - t1;
+    const putBack = async (code: SnapshotFailure, message: string, cause: unknown) => {
+      phase("rollback");
+      const resumed = toSuspend.length === 0 ? undefined : await resumeAll(toSuspend, {
+        driver,
+        allOrNothing: true,
+        job,
+        onProgress: progress,
+        gpuMemory: false,
+        host,
+      });
+      return new SnapshotError({
+        code,
+        operation: "snapshot",
+        message,
+        detail: !resumed || resumed.ok
+          ? "every process was put back as it was, and keeps running"
+          : `the CUDA processes could not all be resumed: ${groupFailure(resumed)}`,
+        cause,
+        ...(cause instanceof EngineError && cause.log ? { log: cause.log } : {}),
+      });
+    };
+
+    // 3. Dump every tree, leaving its processes running.
+    phase("dump");
+    const t2 = clock.now();
+    const dumpStop = new AbortController();
+    const onAbort = () => dumpStop.abort(signal?.reason);
+    signal?.addEventListener("abort", onAbort, { once: true });
+    // Every directory first: the dumps then start together (and, on the simulator, virtual time
+    // does not run on while a directory is being made).
+    const dirs = await Promise.allSettled(
+      trees.map((t) => store.subdir(where, treeDirName(t.root))),
+    );
+    const dumps = await Promise.allSettled(trees.map((t, i) => {
+      const made = dirs[i];
+      if (made.status === "rejected") return Promise.reject(made.reason);
+      return engine.dump({
+        root: t.root,
+        imagesDir: made.value,
+        signal: dumpStop.signal,
+        ...(left() !== undefined ? { timeoutMs: left() } : {}),
+        onBytes: (bytes) => progress({ type: "bytes", root: t.root, bytes, at: at() }),
+      });
+    })).finally(() => signal?.removeEventListener("abort", onAbort));
+    const failedDump = dumps.find((d): d is PromiseRejectedResult => d.status === "rejected");
+    if (failedDump) {
+      const err = failedDump.reason;
+      const why = stopped();
+      throw await putBack(
+        why ? "STOPPED" : "DUMP_FAILED",
+        why
+          ? `snapshot stopped while dumping: ${why}`
+          : `snapshot failed: the ${engine.kind} dump failed: ${messageOf(err)}`,
+        err,
+      );
+    }
+    const dumpMs = clock.now() - t2;
+    // The trees as dumped: a process may have come or gone since they were listed.
+    const dumpedTrees = manifestTrees.map((t, i) =>
+      asDumped(t, (dumps[i] as PromiseFulfilledResult<readonly DumpedProcess[]>).value)
+    );
+
+    // 4. The manifest, last: a directory without one is no snapshot.
+    phase("write");
+    let manifest: Manifest;
+    try {
+      const files: SnapshotFile[] = [];
+      for (const t of dumpedTrees) files.push(...await store.files(where, t.images));
+      manifest = {
+        format: MANIFEST_FORMAT,
+        createdAt: new Date().toISOString(),
+        tool: TOOL,
+        host: { hostname: facts.hostname, kernel: facts.kernel },
+        driver: {
+          cudaVersion: version.code === CUDA_SUCCESS ? version.value : 0,
+          ...(facts.driverRelease ? { release: facts.driverRelease } : {}),
+        },
+        engine: { kind: engine.kind, ...(probe.version ? { version: probe.version } : {}) },
+        gpus,
+        trees: dumpedTrees,
+        options: { leaveRunning, job },
+        timings: { suspendMs, dumpMs, totalMs: run.at() },
+        files: files.sort((a, b) => a.path < b.path ? -1 : a.path > b.path ? 1 : 0),
+      };
+      await store.writeManifest(where, serializeManifest(manifest));
+    } catch (err) {
+      throw await putBack(
+        "WRITE_FAILED",
+        `snapshot failed: its manifest could not be written: ${messageOf(err)}`,
+        err,
+      );
+    }
+
+    // 5. End the processes, or let them go on.
+    phase("end");
+    if (leaveRunning) {
+      const resumed = toSuspend.length === 0 ? undefined : await resumeAll(toSuspend, {
+        driver,
+        job,
+        allOrNothing: true,
+        onProgress: progress,
+        gpuMemory: false,
+        host,
+      });
+      if (resumed && !resumed.ok) {
+        throw new SnapshotError({
+          code: "RESUME_FAILED",
+          operation: "snapshot",
+          message: `the snapshot in ${where} is complete, but its CUDA processes could not be ` +
+            `resumed: ${groupFailure(resumed)}`,
+          detail: "they are checkpointed: resume them (cuda-checkpoint --toggle) once the cause " +
+            "is fixed",
+          cause: firstError(resumed),
+        });
+      }
+    } else {
+      await endTrees(engine, host, dumpedTrees);
+    }
+    return { dir: where, manifest, ms: run.at() };
+  } finally {
+    await taken.release();
+  }
+}
+
+/**
+ * Reads a snapshot's manifest and checks it against its files, without changing anything.
+ *
+ * @throws {RefusedError} (as a rejection) with code `SNAPSHOT` where `dir` is not a snapshot this
+ * version can read, saying why.
+ */
+export async function inspectSnapshot(
+  dir: string,
+  options?: { store?: SnapshotStore },
+): Promise<{ dir: string; manifest: Manifest }> {
+  const o = checkOptions(options, "inspectSnapshot", ["store"]);
+  checkDir(dir);
+  const store = o.store ?? fallbackSnapshotParts().store;
+  if (!store) throw noPart("store", "inspectSnapshot");
+  return await readSnapshot(store, dir, "inspectSnapshot");
+}
+
+/**
+ * Restores the snapshot in `dir`: see the module documentation. Resolves once every process is
+ * back with its pid, its CUDA processes restored onto the GPUs and unlocked (those that were
+ * running when the snapshot was taken).
+ *
+ * @throws {RefusedError} (as a rejection) before anything changes: code `SNAPSHOT` (not a snapshot,
+ * corrupt, truncated, files changed), `PREREQUISITE` (no engine, not root, another driver),
+ * `PID_TAKEN`, `MAPPING` (no GPU of the same chip, a mapping that cannot work), `NO_ROOM`.
+ * @throws {SnapshotError} (as a rejection) when a part fails after things began to change: the
+ * engine's restore (what it made was ended), or the GPU restore (the processes are checkpointed,
+ * and the error says how to go on).
+ */
+export async function restoreSnapshot(
+  dir: string,
+  options?: RestoreSnapshotOptions,
+): Promise<RestoreSnapshotResult> {
+  const o = checkOptions(options, "restoreSnapshot", [
+    "driver",
+    "engine",
+    "store",
+    "host",
+    "gpuMapping",
+    "checkRoom",
+    "timeoutMs",
+    "signal",
+    "onProgress",
+  ]);
+  checkDir(dir);
+  const given = o.gpuMapping === undefined ? undefined : checkGpuMapping(o.gpuMapping);
+  const checkRoom = checkFlag(o.checkRoom, "checkRoom", true);
+  const run = new Run(o, "restore");
+  const taken = lease(o.driver ?? currentDefaultSource());
+  try {
+    const session = await taken.session;
+    const driver = session.driver;
+    run.start(driver);
+    const { signal, progress } = run;
+    const left = () => run.left();
+    const phase = (p: SnapshotPhase) => run.phase(p);
+
+    // 1. Check everything, change nothing.
+    phase("check");
+    const { engine, store } = partsOf(o, driver);
+    const { dir: where, manifest } = await readSnapshot(store, dir, "restoreSnapshot");
+    const host = o.host ?? await session.host();
+    if (!host) throw prerequisite("restoreSnapshot", `the ${driver.kind} driver has no host`);
+    await probeEngine(engine, "restoreSnapshot");
+    const version = await driver.driverVersion();
+    checkDriver(manifest, version.code === CUDA_SUCCESS ? version.value : undefined);
+    await checkPidsFree(manifest, host);
+    const gpus = driver.listGpus ? await driver.listGpus() : [];
+    const pairs = given ?? derivedMapping(manifest, gpus);
+    checkMappingOnto(manifest, pairs, gpus);
+    if (checkRoom) await checkRoomFor(manifest, pairs, host);
+    if (signal?.aborted) {
+      throw new SnapshotError({
+        code: "STOPPED",
+        operation: "restoreSnapshot",
+        message: "restore stopped before it began: it was aborted",
+        detail: "nothing was changed",
+      });
+    }
+
+    // 2. The engine brings every tree back, its CUDA processes checkpointed.
+    phase("restore");
+    const restores = await Promise.allSettled(manifest.trees.map((t) =>
+      engine.restore({
+        root: t.root,
+        imagesDir: `${where}/${t.images}`,
+        ...(signal ? { signal } : {}),
+        ...(left() !== undefined ? { timeoutMs: left() } : {}),
+      })
+    ));
+    const failedRestore = restores.find((r): r is PromiseRejectedResult => r.status === "rejected");
+    if (failedRestore) {
+      phase("rollback");
+      const made = manifest.trees.filter((_, i) => restores[i].status === "fulfilled");
+      await engine.kill(made.flatMap((t) => t.processes.map((p) => p.pid))).catch(() => {});
+      const err = failedRestore.reason;
+      throw new SnapshotError({
+        code: signal?.aborted ? "STOPPED" : "RESTORE_FAILED",
+        operation: "restoreSnapshot",
+        message: `restore of the snapshot in ${where} failed: the ${engine.kind} restore ` +
+          `failed: ${messageOf(err)}`,
+        detail: made.length === 0
+          ? "no process was made"
+          : "the processes it had made were ended; the snapshot is unchanged",
+        cause: err,
+        ...(err instanceof EngineError && err.log ? { log: err.log } : {}),
+      });
+    }
+
+    // 3. The GPU half: what each process held, recorded for the room check of its restore;
+    // then restore and unlock, as a job where the snapshot was one.
+    phase("resume");
+    const cuda = manifest.trees.flatMap((t) => t.processes).filter((p) => p.cuda !== undefined);
+    await recordHeld(cuda, host);
+    const running = cuda.filter((p) => cudaRuns(p.cuda!.state)).map((p) => p.pid);
+    const mapping = Object.fromEntries(
+      pairs.map((p) => [formatGpuUuid(p.oldUuid), formatGpuUuid(p.newUuid)]),
+    );
+    const resumed = running.length === 0 ? undefined : await resumeAll(running, {
+      driver,
+      allOrNothing: true,
+      job: manifest.options.job,
+      ...(pairs.length > 0 ? { gpuMapping: mapping } : {}),
+      checkRoom,
+      onProgress: progress,
+      gpuMemory: false,
+      host,
+      ...(left() !== undefined ? { timeoutMs: left() } : {}),
+      ...(signal ? { signal } : {}),
+    });
+    if (resumed && !resumed.ok) {
+      throw new SnapshotError({
+        code: resumed.aborted || resumed.deadlinePassed ? "STOPPED" : "RESUME_FAILED",
+        operation: "restoreSnapshot",
+        message: `the processes of the snapshot in ${where} are back, but their GPU restore ` +
+          `failed: ${groupFailure(resumed)}`,
+        detail: `they are checkpointed, and nothing is lost: once the cause is fixed, resume ` +
+          `them (cuda-checkpoint --toggle --pid ${running.join(",")}, or resumeAll), or end ` +
+          `them (kill ${manifest.trees.map((t) => t.root).join(" ")})`,
+        cause: firstError(resumed),
+      });
+    }
+    return {
+      dir: where,
+      manifest,
+      gpuMapping: mapping,
+      pids: manifest.trees.flatMap((t) => t.processes.map((p) => p.pid)),
+      resume: resumed,
+      ms: run.at(),
+    };
+  } finally {
+    await taken.release();
+  }
+}
+
+/**
+ * One snapshot or restore under way: its options for the whole (a deadline, a signal, progress),
+ * checked, and its clock (the driver's).
+ */
+class Run {
+  readonly timeoutMs: number | undefined;
+  readonly signal: AbortSignal | undefined;
+  readonly progress: (event: SnapshotEvent) => void;
+  #now: () => number = () => 0;
+  #t0 = 0;
+
+  /** Checks the options shared by snapshots and restores; `what` names the whole in messages. */
+  constructor(
+    o: SnapshotParts & Pick<SnapshotOptions, "timeoutMs" | "signal" | "onProgress">,
+    what: string,
+  ) {
+    this.timeoutMs = o.timeoutMs === undefined
+      ? undefined
+      : checkInteger(o.timeoutMs, `timeoutMs (ms for the whole ${what})`, 0);
+    this.signal = checkSignal(o.signal);
+    this.progress = progressOf(o.onProgress);
+    checkParts(o);
+  }
+
+  /** Starts the clock (the driver's), and returns it. */
+  start(driver: CheckpointDriver) {
+    const clock = clockOf(driver);
+    this.#now = clock.now;
+    this.#t0 = clock.now();
+    return clock;
+  }
+
+  /** ms since the start. */
+  at(): number {
+    return this.#now() - this.#t0;
+  }
+
+  /** ms left before the deadline (whole, rounded up), or `undefined` where there is none. */
+  left(): number | undefined {
+    return this.timeoutMs === undefined
+      ? undefined
+      : Math.max(0, Math.ceil(this.timeoutMs - this.at()));
+  }
+
+  /** Tells the progress that a phase starts. */
+  phase(phase: SnapshotPhase): void {
+    this.progress({ type: "phase", phase, at: this.at() });
+  }
+
+  /** Why the whole must stop now (an abort, the deadline), if it must. */
+  stopped(): string | undefined {
+    if (this.signal?.aborted) return "it was aborted";
+    return this.left() === 0 ? "its deadline passed" : undefined;
+  }
+}
+
+// ---- checks ----
+
+function checkRoots(roots: unknown): asserts roots is readonly number[] {
+  if (!Array.isArray(roots) || roots.length === 0) {
+    throw new TypeError(
+      `roots must be a non-empty array of pids (the roots of the trees to snapshot), got ${
+        describeValue(roots)
+      }`,
+    );
+  }
+  const seen = new Set<number>();
+  roots.forEach((pid, i) => {
+    checkPid(pid, `roots[${i}]`);
+    if (seen.has(pid)) throw new RangeError(`roots names pid ${pid} twice: give each tree once`);
+    seen.add(pid);
+  });
+}
+
+function checkDir(dir: unknown): asserts dir is string {
+  if (typeof dir !== "string" || dir.length === 0 || dir.includes("\0")) {
+    throw new TypeError(`dir must be a path (a non-empty string), got ${describeValue(dir)}`);
+  }
+}
+
+function checkParts(o: SnapshotParts): void {
+  if (o.driver !== undefined) checkSource(o.driver, "the driver");
+  checkHost(o.host, "host");
+  for (const [name, method] of [["engine", "dump"], ["store", "create"]] as const) {
+    const part = o[name] as unknown;
+    if (
+      part !== undefined &&
+      (typeof part !== "object" || part === null ||
+        typeof (part as Record<string, unknown>)[method] !== "function")
+    ) {
+      throw new TypeError(
+        `${name} must be an object with a ${method}() method, got ${describeValue(part)}`,
+      );
+    }
+  }
+}
+
+function progressOf(onProgress: unknown): (event: SnapshotEvent) => void {
+  const f = checkFunction(onProgress as ((e: SnapshotEvent) => void) | undefined, "onProgress");
+  return (event) => {
+    try {
+      f?.(event);
+    } catch {
+      // A progress display that throws must not break the snapshot.
+    }
+  };
+}
+
+function noPart(part: string, operation: string): Error {
+  return new TypeError(
+    `${operation} has no ${part}: pass { ${part} }, or import it from @ckpt/cuda/snapshot, ` +
+      `which makes the installed criu and the file system the defaults`,
+  );
+}
+
+/**
+ * The engine a driver brings of its own, where it has one: the simulated driver's
+ * `snapshotEngine()`, its simulated criu. Not part of the driver seam: the real machine's engine
+ * is the installed criu, whatever the driver.
+ */
+export function ownEngineOf(driver: object): SnapshotEngine | undefined {
+  const own = (driver as { snapshotEngine?: unknown }).snapshotEngine;
+  return typeof own === "function" ? own.call(driver) as SnapshotEngine : undefined;
+}
+
+function partsOf(o: SnapshotParts, driver: object): {
+  engine: SnapshotEngine;
+  store: SnapshotStore;
+} {
+  const fallback = fallbackSnapshotParts();
+  const engine = o.engine ?? ownEngineOf(driver) ?? fallback.engine?.();
+  const store = o.store ?? fallback.store;
+  if (!engine) throw noPart("engine", "a snapshot");
+  if (!store) throw noPart("store", "a snapshot");
+  return { engine, store };
+}
+
+function prerequisite(operation: string, reason: string): RefusedError {
+  return new RefusedError({ code: "PREREQUISITE", operation, reason });
+}
+
+async function probeEngine(engine: SnapshotEngine, operation: string): Promise<void> {
+  const probe = await engine.probe();
+  if (probe.problems.length > 0) {
+    throw prerequisite(operation, `${engine.kind} cannot work here: ${probe.problems.join(" ")}`);
+  }
+}
+
+/** No tree may hold another's root. */
+function checkDisjoint(trees: readonly { root: number; processes: readonly TreeProcess[] }[]) {
+  for (const a of trees) {
+    for (const b of trees) {
+      if (a !== b && a.processes.some((p) => p.pid === b.root)) {
+        throw new RangeError(
+          `roots ${b.root} and ${a.root}: process ${b.root} is in the tree of ${a.root}; give ` +
+            `the root of each tree once`,
+        );
+      }
+    }
+  }
+}
+
+/** A tree for the manifest: each process, and the CUDA side of those that use CUDA. */
+async function describeTree(
+  root: number,
+  tree: readonly TreeProcess[],
+  driver: CheckpointDriver,
+  host: HostProcesses,
+  report: GpuMemoryReport,
+): Promise<ManifestTree> {
+  const processes = await Promise.all(tree.map(async (p): Promise<ManifestProcess> => {
+    const base: ManifestProcess = {
+      pid: p.pid,
+      parent: p.parent,
+      threads: p.threads.length > 0 ? [...p.threads] : [p.pid],
+      ...(p.command ? { command: p.command } : {}),
+    };
+    const [state, tid] = await Promise.all([
+      driver.getState(p.pid),
+      driver.getRestoreThreadId(p.pid),
+    ]);
+    if (state.code !== CUDA_SUCCESS) return base; // not a CUDA process (never initialised CUDA)
+    const name = stateName(state.value);
+    if (!isSnapshotState(name)) {
+      throw new RefusedError({
+        code: "STATE",
+        operation: "snapshot",
+        pid: p.pid,
+        ...(name ? { state: name } : {}),
+        reason: `its CUDA state is ${name ?? `number ${state.value}`}; a snapshot takes ` +
+          `processes that are ${SNAPSHOT_STATES.join(" or ")}`,
+      });
+    }
+    let memory: Record<string, number> | null = null;
+    if (cudaRuns(name) && "byPid" in report) {
+      const m = report.byPid.get(p.pid);
+      if (m && m !== "unknown") memory = { ...m };
+    } else if (memoryOnHost(name) && host.heldRecords && host.identify) {
+      const identity = await host.identify(p.pid);
+      const record = identity ? await host.heldRecords.get(identity) : undefined;
+      if (record) memory = { ...record.heldMiB };
+    }
+    return {
+      ...base,
+      cuda: {
+        state: name,
+        restoreThreadId: tid.code === CUDA_SUCCESS ? tid.value : p.pid,
+        gpuMemoryMiB: memory,
+      },
+    };
+  }));
+  return { root, images: treeDirName(root), processes };
+}
+
+async function describeGpus(
+  driver: { listGpus?(): Promise<readonly GpuInfo[]> },
+  report: GpuMemoryReport,
+): Promise<ManifestGpu[]> {
+  const gpus = driver.listGpus ? await driver.listGpus() : [];
+  const total = "byPid" in report ? report.totalMiB : undefined;
+  return gpus.map((g) => ({
+    index: g.index,
+    uuid: g.uuid,
+    name: g.name,
+    ...(total?.get(g.uuid) !== undefined ? { totalMiB: total.get(g.uuid)! } : {}),
+  }));
+}
+
+/**
+ * A tree as the engine dumped it: its processes are those dumped (with what was learnt of each
+ * when the tree was listed: its command line, its CUDA side).
+ */
+function asDumped(listed: ManifestTree, dumped: readonly DumpedProcess[]): ManifestTree {
+  if (!Array.isArray(dumped) || dumped.length === 0) return listed;
+  const byPid = new Map(listed.processes.map((p) => [p.pid, p]));
+  return {
+    ...listed,
+    processes: dumped.map((d, i) => {
+      const before = byPid.get(d.pid);
+      return {
+        pid: d.pid,
+        parent: i === 0 ? (before?.parent ?? d.parent) : d.parent,
+        threads: d.threads.length > 0 ? [...d.threads] : [d.pid],
+        ...(before?.command ? { command: before.command } : {}),
+        ...(before?.cuda ? { cuda: before.cuda } : {}),
+      };
+    }),
+  };
+}
+
+/**
+ * Ends the processes of the dumped trees: stops every process of each tree (SIGSTOP), again while
+ * new ones turn up, so that none forks any more, then kills them all, the dumped ones included.
+ * A child made between the dump and its end would otherwise live on, holding the tree's session
+ * and group ids, which the restore needs free.
+ */
+async function endTrees(
+  engine: SnapshotEngine,
+  host: HostProcesses,
+  trees: readonly ManifestTree[],
+): Promise<void> {
+  const known = new Set(trees.flatMap((t) => t.processes.map((p) => p.pid)));
+  for (let round = 0; round < 10; round++) {
+    const now: number[] = [];
+    for (const t of trees) {
+      for (const p of (await host.processTree?.(t.root).catch(() => undefined)) ?? []) {
+        now.push(p.pid);
+      }
+    }
+    await engine.stop(now);
+    const before = known.size;
+    for (const pid of now) known.add(pid);
+    if (round > 0 && known.size === before) break;
+  }
+  await engine.kill([...known]);
+}
+
+/** The manifest, read and checked against the snapshot's files. */
+async function readSnapshot(
+  store: SnapshotStore,
+  dir: string,
+  operation: string,
+): Promise<{ dir: string; manifest: Manifest }> {
+  const refuse = (reason: string) => new RefusedError({ code: "SNAPSHOT", operation, reason });
+  let where: string;
+  try {
+    where = await store.open(dir);
+  } catch (err) {
+    throw refuse(`${dir} cannot be read as a snapshot: ${messageOf(err)}`);
+  }
+  let text: string | undefined;
+  try {
+    text = await store.readManifest(where);
+  } catch (err) {
+    throw refuse(`${where}/${MANIFEST_FILE} cannot be read: ${messageOf(err)}`);
+  }
+  if (text === undefined) {
+    throw refuse(`${where} is not a snapshot: it has no ${MANIFEST_FILE}`);
+  }
+  const manifest = parseManifest(text, `${where}/${MANIFEST_FILE}`);
+  const found = new Map<string, number>();
+  for (const t of manifest.trees) {
+    for (const f of await store.files(where, t.images).catch(() => [])) found.set(f.path, f.bytes);
+  }
+  for (const f of manifest.files) {
+    const bytes = found.get(f.path);
+    if (bytes === undefined) {
+      throw refuse(`${where}/${f.path} is missing: the snapshot is incomplete`);
+    }
+    if (bytes !== f.bytes) {
+      throw refuse(
+        `${where}/${f.path} has ${bytes} bytes where the manifest says ${f.bytes}: the ` +
+          `snapshot is truncated or was changed`,
+      );
+    }
+  }
+  return { dir: where, manifest };
+}
+
+function checkDriver(manifest: Manifest, cudaVersion: number | undefined): void {
+  if (cudaVersion !== undefined && cudaVersion !== manifest.driver.cudaVersion) {
+    throw prerequisite(
+      "restoreSnapshot",
+      `the snapshot was taken with a driver of CUDA ${cudaText(manifest.driver.cudaVersion)}${
+        manifest.driver.release ? ` (${manifest.driver.release})` : ""
+      }, and this machine's is CUDA ${cudaText(cudaVersion)}: a process comes back with the ` +
+        `libcuda it had, which needs the same driver`,
+    );
+  }
+}
+
+function cudaText(version: number): string {
+  return `${Math.floor(version / 1000)}.${Math.floor((version % 1000) / 10)}`;
+}
+
+/** Every pid and thread id of the snapshot must be free: its processes come back with them. */
+async function checkPidsFree(manifest: Manifest, host: HostProcesses): Promise<void> {
+  if (!host.identify) return;
+  for (const t of manifest.trees) {
+    for (const p of t.processes) {
+      for (const id of p.threads) {
+        const holder = await host.identify(id);
+        if (holder) {
+          throw new RefusedError({
+            code: "PID_TAKEN",
+            operation: "restoreSnapshot",
+            pid: id,
+            reason:
+              `${id === p.pid ? "pid" : `thread id ${id} of pid`} ${p.pid}${
+                p.command ? ` (${p.command})` : ""
+              } must be free for the snapshot's process to come back, and process ${holder.pid} ` +
+              `has it now${
+                holder.pid === p.pid
+                  ? " (if that is the snapshot's own process, ended but not yet reaped by its " +
+                    "parent, it holds the pid until its parent waits for it)"
+                  : ""
+              }`,
+          });
+        }
+      }
+    }
+  }
+}
+
+/**
+ * The snapshot's GPUs onto this machine's by index: none where they are the same GPUs (in
+ * place); each onto the GPU of the same index and chip otherwise.
+ */
+function derivedMapping(manifest: Manifest, gpus: readonly GpuInfo[]): GpuPair[] {
+  const here = new Set(gpus.map((g) => g.uuid.toLowerCase()));
+  if (manifest.gpus.every((g) => here.has(g.uuid.toLowerCase()))) return [];
+  return manifest.gpus.map((g) => {
+    const onto = gpus.find((h) => h.index === g.index);
+    if (!onto) {
+      throw mapping(
+        `the snapshot's GPU ${g.index} (${g.uuid}, ${g.name}) has no GPU of the same index ` +
+          `here; this machine has ${gpus.length}: give a gpuMapping (--device-map)`,
+      );
+    }
+    return { oldUuid: parseGpuUuid(g.uuid), newUuid: parseGpuUuid(onto.uuid) };
+  });
+}
+
+function mapping(reason: string): RefusedError {
+  return new RefusedError({ code: "MAPPING", operation: "restoreSnapshot", reason });
+}
+
+/** Every GPU a process used is mapped onto a GPU of this machine of the same chip, once. */
+function checkMappingOnto(
+  manifest: Manifest,
+  pairs: readonly GpuPair[],
+  gpus: readonly GpuInfo[],
+): void {
+  if (pairs.length === 0) return;
+  const byUuid = new Map(gpus.map((g) => [g.uuid.toLowerCase(), g]));
+  const snap = new Map(manifest.gpus.map((g) => [g.uuid.toLowerCase(), g]));
+  const onto = new Map<string, string>();
+  for (const pair of pairs) {
+    const from = formatGpuUuid(pair.oldUuid), to = formatGpuUuid(pair.newUuid);
+    const old = snap.get(from.toLowerCase());
+    if (!old) {
+      throw mapping(
+        `the mapping names ${from}, which is not a GPU of the snapshot (${
+          manifest.gpus.map((g) => g.uuid).join(", ")
+        })`,
+      );
+    }
+    const target = byUuid.get(to.toLowerCase());
+    if (!target && gpus.length > 0) {
+      throw mapping(`the mapping sends ${from} onto ${to}, which is not a GPU of this machine`);
+    }
+    if (target && target.name !== old.name) {
+      throw mapping(
+        `the mapping sends ${from} (${old.name}) onto ${to} (${target.name}): a process is ` +
+          `restored only onto GPUs of the chip it was checkpointed on`,
+      );
+    }
+    if (onto.has(to.toLowerCase())) {
+      throw mapping(`the mapping sends ${onto.get(to.toLowerCase())} and ${from} onto ${to}`);
+    }
+    onto.set(to.toLowerCase(), from);
+  }
+  const left = manifest.gpus.filter((g) =>
+    !pairs.some((p) => formatGpuUuid(p.oldUuid).toLowerCase() === g.uuid.toLowerCase())
+  );
+  if (left.length > 0) {
+    throw mapping(
+      `the mapping leaves out the snapshot's ${
+        left.map((g) => `GPU ${g.index} (${g.uuid})`).join(" and ")
+      }: a mapping names every GPU of the snapshot`,
+    );
+  }
+}
+
+/** Room on every GPU for what the snapshot's processes held there, all together. */
+async function checkRoomFor(
+  manifest: Manifest,
+  pairs: readonly GpuPair[],
+  host: HostProcesses,
+): Promise<void> {
+  const onto = new Map(
+    pairs.map((p) => [formatGpuUuid(p.oldUuid).toLowerCase(), formatGpuUuid(p.newUuid)]),
+  );
+  const need = new Map<string, number>();
+  for (const t of manifest.trees) {
+    for (const p of t.processes) {
+      if (!p.cuda || !cudaRuns(p.cuda.state) || !p.cuda.gpuMemoryMiB) continue;
+      for (const [uuid, mib] of Object.entries(p.cuda.gpuMemoryMiB)) {
+        const target = onto.get(uuid.toLowerCase()) ?? uuid;
+        need.set(target, (need.get(target) ?? 0) + mib);
+      }
+    }
+  }
+  if (need.size === 0 || !host.gpuMemory) return;
+  const report = await host.gpuMemory().catch(() => undefined);
+  if (!report || !("byPid" in report) || !report.freeMiB) return;
+  const free = new Map([...report.freeMiB].map(([k, v]) => [k.toLowerCase(), v]));
+  for (const [gpu, mib] of need) {
+    const has = free.get(gpu.toLowerCase());
+    if (has !== undefined && has < mib) {
+      throw new RefusedError({
+        code: "NO_ROOM",
+        operation: "restoreSnapshot",
+        reason: `the snapshot's processes need ${Math.round(mib)} MiB on ${gpu}, which has ${
+          Math.round(has)
+        } MiB free; free memory there, or restore onto other GPUs with a mapping`,
+        detail: "nothing was changed",
+      });
+    }
+  }
+}
+
+/** What each restored CUDA process held, recorded as its checkpoint would have recorded it. */
+async function recordHeld(cuda: readonly ManifestProcess[], host: HostProcesses): Promise<void> {
+  const records = host.heldRecords;
+  if (!records || !host.identify) return;
+  await Promise.all(cuda.map(async (p) => {
+    if (!p.cuda?.gpuMemoryMiB) return;
+    const identity = await host.identify!(p.pid);
+    if (!identity) return;
+    await records.put({ process: identity, heldMiB: p.cuda.gpuMemoryMiB, at: Date.now() });
+  })).catch(() => {});
+}
+
+// ---- messages ----
+
+function groupFailure(result: GroupResult): string {
+  const failed = result.processes.find((p) => p.error);
+  if (failed) return failed.error!.message;
+  if (result.aborted) return "it was aborted";
+  if (result.deadlinePassed) return "its deadline passed";
+  return "not every process could be brought there";
+}
+
+function firstError(result: GroupResult): Error | undefined {
+  return result.processes.find((p) => p.error)?.error;
+}
+
+function wherePutBack(result: GroupResult): string {
+  const stuck = result.processes.filter((p) =>
+    p.state !== undefined && p.initialState !== undefined && p.state !== p.initialState
+  );
+  if (stuck.length === 0) return "every process was put back as it was, and keeps running";
+  return `${
+    capitalize(stuck.map((p) => `process ${p.pid} is ${p.state}`).join(", "))
+  }; the others were put back as they were`;
+}
+
+function messageOf(err: unknown): string {
+  if (err instanceof CheckpointError || err instanceof EngineError) return err.message;
+  return err instanceof Error ? err.message : String(err);
+}

@@ -1,0 +1,167 @@
+// `cuda-checkpoint snapshot`, `restore-snapshot` and `inspect` (cli/snapshot.ts), in-process
+// through `main()`: what each takes and refuses, its lines and its --json, a failure as one line
+// and exit 1; and the whole round trip on the simulated machine of a state file (--simulate),
+// across separate runs, as a user would type it.
+
+import { afterEach, describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { parseCommandLine, UsageError } from "../cli/args.ts";
+import { SimulatedDriver } from "../mock/mod.ts";
+import { cli } from "./cli_support.ts";
+
+const scratch: string[] = [];
+function base(): string {
+  const d = mkdtempSync(join(tmpdir(), "ckpt-cli-snapshot-"));
+  scratch.push(d);
+  return d;
+}
+afterEach(() => {
+  for (const d of scratch.splice(0)) rmSync(d, { recursive: true, force: true });
+});
+
+describe("the command line of snapshots", () => {
+  test("what each takes", () => {
+    assert.deepEqual(
+      parseCommandLine([
+        "snapshot",
+        "--pid",
+        "4242,4300",
+        "--dir",
+        "/s",
+        "--job",
+        "--timeout",
+        "0",
+      ]),
+      {
+        kind: "snapshot",
+        roots: [4242, 4300],
+        dir: "/s",
+        leaveRunning: false,
+        job: true,
+        lockTimeoutMs: 0,
+        json: false,
+        simulate: false,
+      },
+    );
+    assert.deepEqual(parseCommandLine(["inspect", "/s", "--json"]), {
+      kind: "inspect",
+      dir: "/s",
+      json: true,
+      simulate: false,
+    });
+    const map = "GPU-11111111-1111-1111-1111-111111111111=GPU-22222222-2222-2222-2222-222222222222";
+    const restore = parseCommandLine([
+      "restore-snapshot",
+      "--dir",
+      "/s",
+      "-d",
+      map,
+      "--deadline",
+      "60000",
+    ]);
+    assert.equal(restore.kind, "restore-snapshot");
+    assert.equal((restore as { deadlineMs: number }).deadlineMs, 60000);
+  });
+
+  test("what each refuses, in one line naming it", () => {
+    const rows: [string[], RegExp][] = [
+      [["snapshot", "--dir", "/s"], /^snapshot needs --pid/],
+      [["snapshot", "--pid", "5"], /^snapshot needs --dir DIR/],
+      [
+        ["snapshot", "--pid", "5", "--dir", "/s", "--device-map", "a=b"],
+        /Invalid device remap|takes no/,
+      ],
+      [["restore-snapshot", "--dir", "/s", "--pid", "5"], /^restore-snapshot takes no --pid$/],
+      [["restore-snapshot", "--dir", "/s", "--leave-running"], /takes no --leave-running/],
+      [["inspect"], /^inspect needs --dir DIR/],
+      [["snapshot", "--pid", "5", "--dir", "/s", "--toggle"], /^snapshot takes no --toggle$/],
+      [["--toggle", "--pid", "5", "--dir", "/s"], /^--dir is only valid with snapshot/],
+      [["--get-state", "--pid", "5,6", "--job"], /^--job is only valid for --action and --toggle/],
+      [["list", "--job"], /^list takes no --job$/],
+      [["snapshot", "--pid", "5", "--dir", ""], /^--dir must name a directory/],
+    ];
+    for (const [args, pattern] of rows) {
+      assert.throws(() => parseCommandLine(args), (e: unknown) => {
+        assert.ok(e instanceof UsageError, `${args.join(" ")}: ${e}`);
+        assert.match(e.message, pattern, args.join(" "));
+        return true;
+      });
+    }
+  });
+
+  test("a round trip on a driver given to main(): lines, inspect, --json", async () => {
+    const sim = new SimulatedDriver();
+    const p = sim.spawn({ memoryMiB: 1024, command: "python serve.py" });
+    const hash = await p.memoryChunkedSha256();
+    const dir = join(base(), "snap");
+    const made = await cli(["snapshot", "--pid", p.pid, "--dir", dir], { driver: sim });
+    assert.equal(made.code, 0, made.err);
+    const lines = made.out.trim().split("\n");
+    assert.match(lines[0], new RegExp(`^${p.pid} running \\d+ MiB python serve\\.py$`));
+    assert.match(
+      lines[1],
+      /^snapshot in .*snap: 1 tree, 1 process \(1 with CUDA, \d+ MiB of GPU memory\), [\d.]+ (MB|GB) of images; suspend .*; the processes were ended$/,
+    );
+    assert.equal(sim.process(p.pid), undefined);
+
+    const shown = await cli(["inspect", dir], { driver: sim });
+    assert.equal(shown.code, 0, shown.err);
+    assert.match(
+      shown.out,
+      /^snapshot .*snap \(ckpt-cuda-snapshot\/1\)\n {2}taken .* on simulated/,
+    );
+    assert.match(shown.out, /driver CUDA 13\.0 \(580\.159\.04\), simulated criu 4\.1\.1/);
+
+    const back = await cli(["restore-snapshot", "--dir", dir, "--json"], { driver: sim });
+    assert.equal(back.code, 0, back.err);
+    const json = JSON.parse(back.out);
+    assert.equal(json.ok, true);
+    assert.deepEqual(json.pids, [p.pid]);
+    assert.equal(json.processes[0].cuda.state, "running");
+    assert.equal(await sim.process(p.pid)!.memoryChunkedSha256(), hash);
+  });
+
+  test("a failure: one line, exit 1; --json says the code", async () => {
+    const sim = new SimulatedDriver();
+    const p = sim.spawn({ memoryMiB: 1024 });
+    await sim.lock(p.pid, null);
+    const dir = join(base(), "snap");
+    const r = await cli(["snapshot", "--pid", p.pid, "--dir", dir], { driver: sim });
+    assert.equal(r.code, 1);
+    assert.equal(r.out, "");
+    assert.match(
+      r.err,
+      /^cuda-checkpoint: snapshot of process \d+ refused: its CUDA state is locked/,
+    );
+    assert.equal(r.err.trim().split("\n").length, 1);
+    const j = await cli(["restore-snapshot", "--dir", dir, "--json"], { driver: sim });
+    assert.equal(j.code, 1);
+    const json = JSON.parse(j.out);
+    assert.equal(json.ok, false);
+    assert.equal(json.error.code, "SNAPSHOT");
+  });
+});
+
+describe("--simulate: the round trip across runs", () => {
+  test("spawn, snapshot (ended), restore-snapshot (back), get-state", async () => {
+    const b = base();
+    const env = { CKPT_SIM_STATE: join(b, "machine.json") };
+    const sim = (...args: (string | number)[]) => cli(["--simulate", ...args], { env });
+    const spawned = await sim("spawn", "--memory-mib", "2048");
+    assert.equal(spawned.code, 0, spawned.err);
+    const pid = Number(spawned.out.trim());
+    const dir = join(b, "snap");
+    const made = await sim("snapshot", "--pid", pid, "--dir", dir, "--json");
+    assert.equal(made.code, 0, made.err);
+    assert.equal(JSON.parse(made.out).processes[0].pid, pid);
+    const gone = await sim("--get-state", "--pid", pid);
+    assert.equal(gone.code, 1, "the process was ended");
+    const back = await sim("restore-snapshot", "--dir", dir);
+    assert.equal(back.code, 0, back.err);
+    const state = await sim("--get-state", "--pid", pid);
+    assert.equal(state.out, "running\n");
+  });
+});

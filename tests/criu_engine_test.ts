@@ -1,0 +1,321 @@
+// The criu engine (ffi/criu.ts). With a stand-in for criu (tests/fixtures/fake_criu.sh): how it
+// is found, what it is run with (no plugin directory, no outside configuration, leave-running,
+// shell-job), what a failure says; and what its probe reports missing. With the real criu, where
+// this machine has it and runs as root: a plain process tree to disk and back through
+// `snapshot` and `restoreSnapshot`; otherwise that test skips, saying why.
+
+import { describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { execFileSync, spawn } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import process from "node:process";
+import { openCriuEngine, parsePstree } from "../ffi/criu.ts";
+import { EngineError } from "../core/engine.ts";
+import { loud } from "./fixtures/fake.ts";
+
+const FAKE = new URL("./fixtures/fake_criu.sh", import.meta.url).pathname;
+const root = process.getuid?.() === 0;
+
+function scratch() {
+  const dir = mkdtempSync(join(tmpdir(), "ckpt-criu-test-"));
+  return { dir, done: () => rmSync(dir, { recursive: true, force: true }) };
+}
+
+/** A pstree.img as criu writes it: two magic words, then a length and a message per process. */
+function pstree(entries: { pid: number; ppid: number; threads: number[] }[], packed = false) {
+  const varint = (n: number) => {
+    const out: number[] = [];
+    do {
+      out.push((n & 0x7f) | (n >= 0x80 ? 0x80 : 0));
+      n = Math.floor(n / 128);
+    } while (n > 0);
+    return out;
+  };
+  const bytes: number[] = [];
+  const word = (n: number) => bytes.push(n & 255, (n >>> 8) & 255, (n >>> 16) & 255, n >>> 24);
+  word(0x54564319);
+  word(0x50273030);
+  for (const e of entries) {
+    const threads = packed
+      ? [42, ...varint(e.threads.flatMap(varint).length), ...e.threads.flatMap(varint)]
+      : e.threads.flatMap((t) => [40, ...varint(t)]);
+    // pid (1), ppid (2), pgid (3), sid (4), then the threads (5).
+    const message = [
+      8,
+      ...varint(e.pid),
+      16,
+      ...varint(e.ppid),
+      24,
+      ...varint(e.pid),
+      32,
+      ...varint(e.pid),
+      ...threads,
+    ];
+    word(message.length);
+    bytes.push(...message);
+  }
+  return new Uint8Array(bytes);
+}
+
+/** The arguments and environment the fake recorded, a line each. */
+function recorded(file: string): string[] {
+  return readFileSync(file, "utf8").trim().split("\n");
+}
+
+describe("running criu", () => {
+  test("a dump: no plugins, no outside configuration, leave-running, shell-job, a log", async () => {
+    const s = scratch();
+    try {
+      const record = join(s.dir, "record");
+      const tree = join(s.dir, "pstree.img");
+      writeFileSync(
+        tree,
+        pstree([
+          { pid: 4242, ppid: 0, threads: [4242] },
+          { pid: 4250, ppid: 4242, threads: [4250, 4251, 300000] },
+        ]),
+      );
+      const engine = openCriuEngine({
+        criuPath: FAKE,
+        extraArgs: ["--tcp-established"],
+        env: {
+          PATH: "/usr/bin:/bin",
+          FAKE_CRIU_RECORD: record,
+          FAKE_CRIU_PSTREE: tree,
+          CRIU_CONFIG_FILE: "/evil.conf",
+          CRIU_LIBS_DIR: "/usr/lib/criu",
+        },
+      });
+      const images = join(s.dir, "tree-4242");
+      execFileSync("mkdir", ["-m", "700", images]);
+      const seen: number[] = [];
+      const dumped = await engine.dump({
+        root: 4242,
+        imagesDir: images,
+        onBytes: (b) => seen.push(b),
+      });
+      assert.deepEqual(dumped, [
+        { pid: 4242, parent: 0, threads: [4242] },
+        { pid: 4250, parent: 4242, threads: [4250, 4251, 300000] },
+      ], "what criu dumped, read from its pstree.img");
+      const lines = recorded(record);
+      const args = lines.filter((l) => l.startsWith("arg ")).map((l) => l.slice(4));
+      assert.equal(args[0], "dump");
+      for (
+        const a of [
+          "--no-default-config",
+          "--leave-running",
+          "--shell-job",
+          "-v4",
+          "--tcp-established",
+        ]
+      ) {
+        assert.ok(args.includes(a), `criu dump is run with ${a}: ${args.join(" ")}`);
+      }
+      assert.equal(args[args.indexOf("--tree") + 1], "4242");
+      assert.equal(args[args.indexOf("--images-dir") + 1], images);
+      assert.equal(args[args.indexOf("--log-file") + 1], join(images, "dump.log"));
+      assert.ok(lines.includes("libdir empty"), "its plugin directory is empty");
+      assert.ok(lines.includes("env CRIU_CONFIG_FILE=unset"), "no configuration from outside");
+      assert.ok(lines.includes("env CRIU_LIBS_DIR=unset"), "no plugin directory from outside");
+      assert.ok(seen.length > 0 && seen[seen.length - 1] >= 2048, `bytes told: ${seen}`);
+    } finally {
+      s.done();
+    }
+  });
+
+  test("a failed dump: criu's own error lines and its log, in an EngineError", async () => {
+    const s = scratch();
+    try {
+      const engine = openCriuEngine({ criuPath: FAKE, env: { FAKE_CRIU_EXIT: "1" } });
+      const err = await engine.dump({ root: 7, imagesDir: s.dir }).catch((e) => e);
+      assert.ok(err instanceof EngineError);
+      assert.match(err.message, /criu dump of the tree of 7 failed \(exit 1\)/);
+      assert.match(err.message, /Can't dump file 7 of that type .*chr 195:255/);
+      assert.equal(err.log, join(s.dir, "dump.log"));
+    } finally {
+      s.done();
+    }
+  });
+
+  test("a restore: detached, shell-job, its pidfile read; a root it did not make is an error", async () => {
+    const s = scratch();
+    try {
+      const record = join(s.dir, "record");
+      const ok = openCriuEngine({
+        criuPath: FAKE,
+        env: { FAKE_CRIU_RECORD: record, FAKE_CRIU_ROOT: "4242" },
+      });
+      await ok.restore({ root: 4242, imagesDir: s.dir });
+      const args = recorded(record).filter((l) => l.startsWith("arg ")).map((l) => l.slice(4));
+      assert.equal(args[0], "restore");
+      for (const a of ["--restore-detached", "--shell-job", "--no-default-config", "--pidfile"]) {
+        assert.ok(args.includes(a), `criu restore is run with ${a}`);
+      }
+      assert.notEqual(
+        args[args.indexOf("--work-dir") + 1],
+        s.dir,
+        "it writes nothing beside the images",
+      );
+      const wrong = openCriuEngine({ criuPath: FAKE, env: { FAKE_CRIU_ROOT: "99" } });
+      await assert.rejects(
+        wrong.restore({ root: 4242, imagesDir: s.dir }),
+        /criu restored the tree of 4242 as 99/,
+      );
+    } finally {
+      s.done();
+    }
+  });
+
+  test("kill: a process already gone is no error", async () => {
+    const child = spawn("sleep", ["30"]);
+    const ended = new Promise((r) => child.on("exit", (_c, sig) => r(sig)));
+    await openCriuEngine({ criuPath: FAKE }).kill([child.pid!, 2 ** 22 + 12345]);
+    assert.equal(await ended, "SIGKILL");
+  });
+});
+
+describe("criu's pstree.img", () => {
+  test("packed or not, the processes in order; anything else is refused with why", () => {
+    const entries = [{ pid: 7, ppid: 0, threads: [7, 9] }, {
+      pid: 300000,
+      ppid: 7,
+      threads: [300000],
+    }];
+    const want = [{ pid: 7, parent: 0, threads: [7, 9] }, {
+      pid: 300000,
+      parent: 7,
+      threads: [300000],
+    }];
+    assert.deepEqual(parsePstree(pstree(entries)), want);
+    assert.deepEqual(parsePstree(pstree(entries, true)), want);
+    const whole = pstree(entries);
+    assert.throws(() => parsePstree(whole.subarray(0, whole.length - 2)), /cut short/);
+    assert.throws(() => parsePstree(new Uint8Array(16)), /does not start with criu's pstree magic/);
+    assert.throws(() => parsePstree(whole.subarray(0, 8)), /holds no process/);
+  });
+});
+
+describe("what the probe reports missing", () => {
+  test("criu not installed: one sentence naming what to do", async () => {
+    const probe = await openCriuEngine({ env: { PATH: "/nonexistent" } }).probe();
+    // The system's sbin may have a criu; only where it has none is this the answer.
+    if (probe.version === undefined && probe.problems.length === 1) {
+      assert.match(probe.problems[0], /criu is not installed .* install criu 4\.0 or later/);
+    }
+    const named = await openCriuEngine({ criuPath: "/nonexistent/criu" }).probe();
+    assert.deepEqual(named.problems, ["criu was not found at /nonexistent/criu."]);
+    assert.throws(() => openCriuEngine({ criuPath: "criu" }), /criuPath must be an absolute path/);
+    const relative = await openCriuEngine({ env: { CKPT_CRIU_PATH: "./criu" } }).probe();
+    assert.match(relative.problems[0], /CKPT_CRIU_PATH must be an absolute path, got "\.\/criu"/);
+  });
+
+  test("too old a criu, and extra arguments that are not options", async () => {
+    const probe = await openCriuEngine({ criuPath: FAKE, env: { FAKE_CRIU_VERSION: "3.17.1" } })
+      .probe();
+    assert.equal(probe.version, "3.17.1");
+    assert.ok(
+      probe.problems.some((p) => /criu 3\.17\.1 at .* is too old: .* criu 4\.0 or later/.test(p)),
+      probe.problems.join(" | "),
+    );
+    assert.throws(
+      () => openCriuEngine({ criuPath: FAKE, extraArgs: ["-x; rm -rf /"] }),
+      /extraArgs must be criu options starting with --, got "-x; rm -rf \/"/,
+    );
+  });
+
+  test("root, and criu check", async () => {
+    const failing = await openCriuEngine({
+      criuPath: FAKE,
+      env: { FAKE_CRIU_CHECK_FAILS: "1" },
+    }).probe();
+    if (root) {
+      assert.equal(failing.problems.length, 1);
+      assert.match(failing.problems[0], /criu check reports .*PTRACE_O_SUSPEND_SECCOMP/);
+      assert.deepEqual((await openCriuEngine({ criuPath: FAKE }).probe()).problems, []);
+    } else {
+      assert.ok(failing.problems.some((p) => /Snapshots need root/.test(p)));
+    }
+  });
+});
+
+/** Whether no process of the snapshot's trees has its pid now. */
+async function gone(
+  host: { identify(id: number): Promise<unknown> },
+  m: { trees: readonly { processes: readonly { pid: number }[] }[] },
+): Promise<boolean> {
+  for (const p of m.trees.flatMap((t) => t.processes)) {
+    if (await host.identify(p.pid)) return false;
+  }
+  return true;
+}
+
+/** The real criu, where this machine has it and runs as root: or why the test skips. */
+async function realCriu(): Promise<{ path: string } | string> {
+  if (!root) return loud("not root: the test of the real criu needs root");
+  const engine = openCriuEngine();
+  const probe = await engine.probe();
+  if (probe.problems.length > 0) return loud(`no usable criu here: ${probe.problems.join(" ")}`);
+  return { path: "criu" };
+}
+
+const real = await realCriu();
+
+describe("the real criu, on a tree without CUDA", () => {
+  test(
+    "snapshot ends the tree, restoreSnapshot brings it back with its pids",
+    { skip: typeof real === "string" ? real : false },
+    async () => {
+      const { snapshot, restoreSnapshot } = await import("../snapshot.ts");
+      const { SimulatedDriver } = await import("../mock/mod.ts");
+      const { openLinuxHost } = await import("../ffi/host.ts");
+      const s = scratch();
+      // A shell that appends a line to a file five times a second.
+      const out = join(s.dir, "out.txt");
+      writeFileSync(out, "");
+      const child = spawn("sh", ["-c", `while :; do date +%s >> ${out}; sleep 0.2; done`], {
+        stdio: "ignore",
+        detached: true, // setsid(): a session of its own
+      });
+      await new Promise((r) => setTimeout(r, 500));
+      const host = openLinuxHost({ nvml: false, recordsDir: false });
+      // No process here uses CUDA: the simulated driver answers that none of these pids has it.
+      const sim = new SimulatedDriver();
+      try {
+        const tree = await host.processTree(child.pid!);
+        assert.ok(tree && tree.length >= 1);
+        const dir = join(s.dir, "snap");
+        const engine = openCriuEngine();
+        const made = await snapshot([child.pid!], dir, { driver: sim, host, engine });
+        assert.equal(made.manifest.trees[0].root, child.pid);
+        assert.ok(made.manifest.files.some((f) => f.path.endsWith("pstree.img")));
+        // Ended, and reaped (by this program for the root; by init for its children).
+        for (let i = 0; i < 50 && (await gone(host, made.manifest)) === false; i++) {
+          await new Promise((r) => setTimeout(r, 100));
+        }
+        assert.equal(await gone(host, made.manifest), true, "the tree was ended");
+        const size = statSync(out).size;
+        const back = await restoreSnapshot(dir, { driver: sim, host, engine });
+        assert.deepEqual(back.pids, made.manifest.trees[0].processes.map((p) => p.pid));
+        assert.equal((await host.identify(child.pid!))?.pid, child.pid, "back with its pid");
+        await new Promise((r) => setTimeout(r, 700));
+        assert.ok(statSync(out).size > size, "it carries on writing");
+      } finally {
+        await host.close();
+        try {
+          process.kill(-child.pid!, "SIGKILL");
+        } catch {
+          // gone
+        }
+        try {
+          process.kill(child.pid!, "SIGKILL");
+        } catch {
+          // gone
+        }
+        s.done();
+      }
+    },
+  );
+});

@@ -1,0 +1,173 @@
+// Jobs (core/job.ts): processes that share GPU state are locked all before any is checkpointed,
+// restored all before any is unlocked, and brought back in the same order when a step fails.
+// The order is read from the simulated driver's call log: each call's start and end time.
+
+import { describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { CudaProcess, resumeAll, suspendAll, toggleAll } from "../mod.ts";
+import { CUDA_ERROR_NOT_READY, CUDA_ERROR_UNKNOWN } from "../driver.ts";
+import { type SimulatedCall, SimulatedDriver } from "../mock/mod.ts";
+
+function job(n: number, memoryMiB = 2048) {
+  const sim = new SimulatedDriver({ gpus: 2 });
+  const procs = Array.from({ length: n }, (_, i) => sim.spawn({ memoryMiB, gpu: i % 2 }));
+  return { sim, procs, pids: procs.map((p) => p.pid) };
+}
+
+function calls(sim: SimulatedDriver, op: string, from = 0): SimulatedCall[] {
+  return sim.calls.slice(from).filter((c) => c.op === op);
+}
+
+/** Every call of `first` ended before any call of `then` started. */
+function allBefore(sim: SimulatedDriver, first: string, then: string, from = 0): void {
+  const a = calls(sim, first, from), b = calls(sim, then, from);
+  assert.ok(a.length > 0 && b.length > 0, `${first} and ${then} were both called`);
+  const lastEnd = Math.max(...a.map((c) => c.at));
+  const firstStart = Math.min(...b.map((c) => c.started));
+  assert.ok(
+    lastEnd <= firstStart,
+    `every ${first} ended (last at ${lastEnd} ms) before any ${then} started (${firstStart} ms)`,
+  );
+}
+
+describe("a job's order", () => {
+  test("suspend: every lock before any checkpoint; resume: every restore before any unlock", async () => {
+    const { sim, pids } = job(4);
+    const suspended = await suspendAll(pids, { driver: sim, job: true });
+    assert.equal(suspended.ok, true);
+    assert.deepEqual(suspended.processes.map((p) => p.state), pids.map(() => "checkpointed"));
+    allBefore(sim, "lock", "checkpoint");
+    const mark = sim.calls.length;
+    const resumed = await resumeAll(pids, { driver: sim, job: true });
+    assert.equal(resumed.ok, true);
+    allBefore(sim, "restore", "unlock", mark);
+    assert.ok(sim.processes.every((p) => p.state === "running"));
+  });
+
+  test("without job: true a quick process checkpoints while a slow one still locks; with it, none does", async () => {
+    for (const asJob of [false, true]) {
+      const { sim, procs, pids } = job(2);
+      const release = procs[0].hangNext("lock");
+      const suspending = suspendAll(pids, { driver: sim, job: asJob });
+      await sim.sleep(5_000);
+      const checkpointsMeanwhile = calls(sim, "checkpoint").length;
+      release();
+      const result = await suspending;
+      assert.equal(result.ok, true);
+      if (asJob) {
+        assert.equal(checkpointsMeanwhile, 0, "no checkpoint while a lock hangs");
+      } else {
+        assert.equal(checkpointsMeanwhile, 1, "the other process was checkpointed meanwhile");
+      }
+    }
+  });
+
+  test("a member already where the goal leads is unchanged; a locked one is only checkpointed", async () => {
+    const { sim, pids } = job(3);
+    await sim.lock(pids[1], null);
+    await new CudaProcess(pids[2], { driver: sim }).suspend();
+    const result = await suspendAll(pids, { driver: sim, job: true });
+    assert.deepEqual(result.processes.map((p) => p.status), ["done", "done", "unchanged"]);
+    assert.deepEqual(result.processes[1].steps.map((s) => s.step), ["checkpoint"]);
+  });
+});
+
+describe("a job that fails is brought back, in the same order", () => {
+  test("a checkpoint fails: every process is restored before any is unlocked, all running", async () => {
+    const { sim, procs, pids } = job(3);
+    procs[1].failNext("checkpoint", { code: CUDA_ERROR_UNKNOWN });
+    const mark = sim.calls.length;
+    const result = await suspendAll(pids, { driver: sim, job: true });
+    assert.equal(result.ok, false);
+    assert.equal(result.rolledBack, true);
+    assert.deepEqual(result.processes.map((p) => p.status), ["done", "failed", "done"]);
+    assert.deepEqual(result.processes.map((p) => p.state), ["running", "running", "running"]);
+    assert.ok(result.processes.every((p) => p.rollback?.ok !== false));
+    allBefore(sim, "restore", "unlock", mark);
+    assert.match(
+      result.processes[1].error!.message,
+      /every other process of the job|as was every other process of the job/,
+    );
+    assert.ok(sim.processes.every((p) => p.state === "running"));
+  });
+
+  test("a lock fails: no process is ever checkpointed, the locked ones are unlocked", async () => {
+    const { sim, procs, pids } = job(3);
+    procs[2].failNext("lock", { code: CUDA_ERROR_NOT_READY });
+    const result = await suspendAll(pids, { driver: sim, job: true });
+    assert.equal(result.ok, false);
+    assert.equal(calls(sim, "checkpoint").length, 0, "no checkpoint was made");
+    assert.equal(calls(sim, "unlock").length, 2, "the two locked ones were unlocked");
+    assert.ok(sim.processes.every((p) => p.state === "running"));
+  });
+
+  test("an unlock fails: every process is locked again before any is checkpointed", async () => {
+    const { sim, procs, pids } = job(3);
+    await suspendAll(pids, { driver: sim, job: true });
+    procs[0].failNext("unlock", { code: CUDA_ERROR_UNKNOWN });
+    const mark = sim.calls.length;
+    const result = await resumeAll(pids, { driver: sim, job: true });
+    assert.equal(result.ok, false);
+    assert.deepEqual(result.processes.map((p) => p.state), pids.map(() => "checkpointed"));
+    const firstRollbackLock = calls(sim, "lock", mark);
+    assert.equal(firstRollbackLock.length, 2, "the two unlocked ones were locked again");
+    allBefore(sim, "lock", "checkpoint", mark);
+  });
+
+  test("the deadline passes between the phases: every process is stopped and unlocked", async () => {
+    const { sim, procs, pids } = job(2);
+    const release = procs[0].hangNext("lock");
+    const suspending = suspendAll(pids, { driver: sim, job: true, timeoutMs: 1_000 });
+    await sim.sleep(2_000);
+    release();
+    const result = await suspending;
+    assert.equal(result.deadlinePassed, true);
+    assert.deepEqual(result.processes.map((p) => p.status), ["stopped", "stopped"]);
+    assert.equal(calls(sim, "checkpoint").length, 0);
+    assert.ok(sim.processes.every((p) => p.state === "running"));
+  });
+
+  test("a goal refused for one member changes nothing for any", async () => {
+    const { sim, pids } = job(3);
+    await sim.lock(pids[0], null);
+    const before = sim.calls.length;
+    const result = await toggleAll(pids, { driver: sim, job: true });
+    assert.equal(result.ok, false);
+    assert.equal(result.processes[0].status, "failed");
+    assert.equal(result.processes[0].error?.name, "RefusedError");
+    assert.deepEqual(result.processes.slice(1).map((p) => p.status), [
+      "not-started",
+      "not-started",
+    ]);
+    assert.deepEqual(
+      sim.calls.slice(before).map((c) => c.op).filter((op) => op !== "getState"),
+      [],
+      "no call but getState",
+    );
+  });
+});
+
+describe("a job holds its processes", () => {
+  test("another operation on a member waits until the job is over", async () => {
+    const { sim, procs, pids } = job(2);
+    const release = procs[1].hangNext("lock");
+    const suspending = suspendAll(pids, { driver: sim, job: true });
+    await sim.sleep(10);
+    let answered: string | undefined;
+    const asked = new CudaProcess(pids[0], { driver: sim }).state().then((s) => answered = s);
+    await sim.sleep(1_000);
+    assert.equal(answered, undefined, "the state of a member is not read while the job runs");
+    release();
+    await suspending;
+    await asked;
+    assert.equal(answered, "checkpointed");
+  });
+
+  test("concurrency cannot be given with job: true", async () => {
+    const { sim, pids } = job(2);
+    await assert.rejects(
+      suspendAll(pids, { driver: sim, job: true, concurrency: 1 }),
+      /concurrency cannot be given with job: true, got 1/,
+    );
+  });
+});

@@ -1,0 +1,427 @@
+// Snapshots (core/snapshot.ts) end to end on the simulated driver and its simulated criu, with the
+// file system's store: process trees to a directory and back with their pids and GPU memory;
+// everything refused before anything changes; every failure after that putting things back as
+// the error says; deadlines, aborts and progress; jobs; restores onto other GPUs.
+
+import { afterEach, describe, test } from "node:test";
+import assert from "node:assert/strict";
+import {
+  chmodSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  symlinkSync,
+  truncateSync,
+  writeFileSync,
+} from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { RefusedError } from "../mod.ts";
+import {
+  MANIFEST_FILE,
+  restoreSnapshot,
+  snapshot,
+  SnapshotError,
+  type SnapshotEvent,
+} from "../snapshot.ts";
+import { SimulatedCriu, SimulatedDriver, type SimulatedProcess } from "../mock/mod.ts";
+import { mappingProblems } from "../core/gate.ts";
+import { parseGpuUuid } from "../core/uuid.ts";
+
+const scratch: string[] = [];
+function newDir(): string {
+  const base = mkdtempSync(join(tmpdir(), "ckpt-snapshot-test-"));
+  scratch.push(base);
+  return join(base, "snap");
+}
+afterEach(() => {
+  for (const d of scratch.splice(0)) rmSync(d, { recursive: true, force: true });
+});
+
+/** A tree: a plain root, two CUDA children (1 and 2 GiB, on GPU 0), a plain grandchild. */
+async function job(sim = new SimulatedDriver({ gpus: 2 })) {
+  const root = sim.spawn({ cuda: false, command: "bash run.sh" });
+  const a = sim.spawn({ parent: root.pid, memoryMiB: 1024, gpu: 0, command: "python rank0.py" });
+  const b = sim.spawn({ parent: root.pid, memoryMiB: 2048, gpu: 0, command: "python rank1.py" });
+  const c = sim.spawn({ parent: a.pid, cuda: false, command: "tee log" });
+  await a.write(0, new TextEncoder().encode("rank 0 weights"));
+  await b.write(4096, new TextEncoder().encode("rank 1 weights"));
+  const hashes = [await a.memoryChunkedSha256(), await b.memoryChunkedSha256()];
+  return { sim, root, a, b, c, pids: [root.pid, a.pid, b.pid, c.pid], hashes };
+}
+
+/** The live process with `pid`, which must exist. */
+function live(sim: SimulatedDriver, pid: number): SimulatedProcess {
+  const p = sim.process(pid);
+  assert.ok(p && p.pid === pid, `process ${pid} lives`);
+  return p;
+}
+
+async function refusedWith(promise: Promise<unknown>, code: string, pattern: RegExp) {
+  const err = await promise.then(() => undefined, (e) => e);
+  assert.ok(err instanceof RefusedError, `a RefusedError, got ${err}`);
+  assert.equal(err.code, code, err.message);
+  assert.match(err.message, pattern);
+}
+
+describe("a snapshot and its restore", () => {
+  test("a tree to disk, ended, then back with its pids, its CUDA processes running, memory intact", async () => {
+    const { sim, a, b, pids, hashes } = await job();
+    const dir = newDir();
+    const made = await snapshot([pids[0]], dir, { driver: sim });
+    const m = made.manifest;
+    assert.equal(m.format, "ckpt-cuda-snapshot/1");
+    assert.deepEqual(m.trees[0].processes.map((p) => p.pid), pids);
+    assert.deepEqual(
+      m.trees[0].processes.map((p) => p.cuda?.state),
+      [undefined, "running", "running", undefined],
+    );
+    const gpu0 = sim.gpus[0].uuid;
+    assert.ok(m.trees[0].processes[1].cuda!.gpuMemoryMiB![gpu0] >= 1024, "what rank 0 held");
+    assert.equal(m.gpus.length, 2);
+    assert.equal(m.driver.cudaVersion, 13000);
+    assert.ok(m.files.length >= 4, "an image per process");
+    assert.equal(statSync(dir).mode & 0o777, 0o700);
+    assert.equal(statSync(join(dir, MANIFEST_FILE)).mode & 0o777, 0o600);
+    for (const pid of pids) assert.equal(sim.process(pid), undefined, `${pid} was ended`);
+    assert.equal(sim.gpus[0].usedMiB, 0, "the GPU is free");
+
+    const back = await restoreSnapshot(dir, { driver: sim });
+    assert.deepEqual(back.pids, pids);
+    assert.deepEqual(back.gpuMapping, {}, "in place");
+    const [a2, b2] = [live(sim, a.pid), live(sim, b.pid)];
+    assert.equal(a2.state, "running");
+    assert.equal(b2.state, "running");
+    assert.deepEqual([await a2.memoryChunkedSha256(), await b2.memoryChunkedSha256()], hashes);
+    assert.equal(live(sim, pids[3]).parent, a.pid, "the tree is the tree it was");
+    assert.ok(sim.gpus[0].usedMiB >= 3072, "back on GPU 0");
+  });
+
+  test("leaveRunning: the processes go on; the snapshot can be restored once they are gone", async () => {
+    const { sim, a, pids, hashes } = await job();
+    const dir = newDir();
+    const made = await snapshot([pids[0]], dir, { driver: sim, leaveRunning: true });
+    assert.equal(made.manifest.options.leaveRunning, true);
+    assert.equal(live(sim, a.pid).state, "running");
+    await refusedWith(
+      restoreSnapshot(dir, { driver: sim }),
+      "PID_TAKEN",
+      new RegExp(`pid ${pids[0]} \\(bash run\\.sh\\) must be free .* process ${pids[0]} has it`),
+    );
+    for (const pid of pids) sim.process(pid)?.exit();
+    await restoreSnapshot(dir, { driver: sim });
+    assert.equal(await live(sim, a.pid).memoryChunkedSha256(), hashes[0]);
+  });
+
+  test("a CUDA process checkpointed before the snapshot comes back checkpointed", async () => {
+    const sim = new SimulatedDriver();
+    const p = sim.spawn({ memoryMiB: 1024 });
+    const { CudaProcess } = await import("../mod.ts");
+    await new CudaProcess(p.pid, { driver: sim }).suspend();
+    const dir = newDir();
+    const made = await snapshot([p.pid], dir, { driver: sim });
+    const cuda = made.manifest.trees[0].processes[0].cuda!;
+    assert.equal(cuda.state, "checkpointed");
+    assert.ok(cuda.gpuMemoryMiB && Object.values(cuda.gpuMemoryMiB)[0] >= 1024, "from its record");
+    await restoreSnapshot(dir, { driver: sim });
+    assert.equal(live(sim, p.pid).state, "checkpointed");
+  });
+
+  test("several trees at once; progress in phases, bytes growing, each step", async () => {
+    const sim = new SimulatedDriver({ gpus: 2 });
+    const roots = [
+      sim.spawn({ memoryMiB: 4096, gpu: 0 }),
+      sim.spawn({ memoryMiB: 4096, gpu: 1 }),
+    ];
+    const events: SnapshotEvent[] = [];
+    const t0 = sim.now();
+    const made = await snapshot(roots.map((r) => r.pid), newDir(), {
+      driver: sim,
+      onProgress: (e) => events.push(e),
+    });
+    const took = sim.now() - t0;
+    const phases = events.filter((e) => e.type === "phase").map((e) => e.phase);
+    assert.deepEqual(phases, ["check", "suspend", "dump", "write", "end"]);
+    const bytes = events.filter((e) => e.type === "bytes");
+    assert.deepEqual(new Set(bytes.map((e) => e.root)), new Set(roots.map((r) => r.pid)));
+    for (const root of roots) {
+      const mine = bytes.filter((e) => e.root === root.pid).map((e) => e.bytes);
+      assert.deepEqual(mine, [...mine].sort((x, y) => x - y), "bytes only grow");
+      assert.ok(mine[mine.length - 1] > 8e9, `a 4 GiB process's image: ${mine.at(-1)} bytes`);
+    }
+    assert.ok(events.some((e) => e.type === "step-start" && e.step === "checkpoint"));
+    // Together, not one after another: well under twice one dump of 8.8 GB at 1 GB/s.
+    assert.ok(
+      made.manifest.timings.dumpMs < 15_000,
+      `dump took ${made.manifest.timings.dumpMs} ms`,
+    );
+    assert.ok(took < 25_000, `the whole snapshot took ${took} ms`);
+  });
+
+  test("a job: every lock before any checkpoint, and at restore every restore before any unlock", async () => {
+    const { sim, pids } = await job();
+    const dir = newDir();
+    const mark = sim.calls.length;
+    await snapshot([pids[0]], dir, { driver: sim, job: true });
+    const calls = sim.calls.slice(mark);
+    const lastLock = Math.max(...calls.filter((c) => c.op === "lock").map((c) => c.at));
+    const firstCheckpoint = Math.min(
+      ...calls.filter((c) => c.op === "checkpoint").map((c) => c.started),
+    );
+    assert.ok(lastLock <= firstCheckpoint);
+    const mark2 = sim.calls.length;
+    const back = await restoreSnapshot(dir, { driver: sim });
+    assert.equal(back.manifest.options.job, true);
+    const calls2 = sim.calls.slice(mark2);
+    const lastRestore = Math.max(...calls2.filter((c) => c.op === "restore").map((c) => c.at));
+    const firstUnlock = Math.min(...calls2.filter((c) => c.op === "unlock").map((c) => c.started));
+    assert.ok(lastRestore <= firstUnlock);
+  });
+});
+
+describe("refused before anything changes", () => {
+  test("a snapshot: a locked process, no such pid, a tree inside another, criu missing", async () => {
+    const { sim, a, pids } = await job();
+    await sim.lock(a.pid, null);
+    const dir = newDir();
+    await refusedWith(
+      snapshot([pids[0]], dir, { driver: sim }),
+      "STATE",
+      /its CUDA state is locked; a snapshot takes processes that are running or checkpointed/,
+    );
+    await sim.unlock(a.pid);
+    assert.throws(() => statSync(dir), "no directory was made");
+    await refusedWith(
+      snapshot([999_999], dir, { driver: sim }),
+      "PREREQUISITE",
+      /no process has pid 999999/,
+    );
+    await assert.rejects(
+      snapshot([pids[0], a.pid], dir, { driver: sim }),
+      new RegExp(`process ${a.pid} is in the tree of ${pids[0]}`),
+    );
+    const engine = new SimulatedCriu(sim, { problems: ["criu is not installed (simulated)."] });
+    await refusedWith(
+      snapshot([pids[0]], dir, { driver: sim, engine }),
+      "PREREQUISITE",
+      /simulated criu cannot work here: criu is not installed \(simulated\)\./,
+    );
+    assert.ok(sim.processes.every((p) => p.state === "running" || !p.usesCuda));
+    assert.equal(sim.calls.filter((c) => c.op === "lock").length, 1, "only the test's own lock");
+  });
+
+  test("a snapshot: a directory that is not empty, or that others may write in", async () => {
+    const { sim, pids } = await job();
+    const dir = newDir();
+    mkdirSync(dir, { mode: 0o700 });
+    writeFileSync(join(dir, "x"), "x");
+    await refusedWith(snapshot([pids[0]], dir, { driver: sim }), "SNAPSHOT", /is not empty/);
+    assert.ok(sim.processes.every((p) => p.state === "running"));
+  });
+
+  test("bad input names the value", async () => {
+    const sim = new SimulatedDriver();
+    await assert.rejects(
+      snapshot([], newDir(), { driver: sim }),
+      /roots must be a non-empty array/,
+    );
+    await assert.rejects(
+      snapshot([5, 5], newDir(), { driver: sim }),
+      /roots names pid 5 twice/,
+    );
+    await assert.rejects(snapshot([5], "", { driver: sim }), /dir must be a path.*got ""/);
+    await assert.rejects(
+      snapshot([5], newDir(), { driver: sim, leaveRuning: true } as never),
+      /snapshot has no option "leaveRuning" \(did you mean "leaveRunning"\?\)/,
+    );
+    await assert.rejects(
+      restoreSnapshot(newDir(), { driver: sim, gpuMapping: "0=1" } as never),
+      /gpuMapping must be an object or Map/,
+    );
+  });
+
+  describe("a restore", () => {
+    async function taken() {
+      const { sim, pids, a } = await job();
+      const dir = newDir();
+      await snapshot([pids[0]], dir, { driver: sim });
+      return { sim, dir, pids, a };
+    }
+
+    test("no manifest, a corrupt one, a foreign one: not a snapshot, and why", async () => {
+      const { sim, dir } = await taken();
+      const text = readFileSync(join(dir, MANIFEST_FILE), "utf8");
+      writeFileSync(join(dir, MANIFEST_FILE), text.slice(0, 100));
+      await refusedWith(restoreSnapshot(dir, { driver: sim }), "SNAPSHOT", /not JSON.*truncated/);
+      writeFileSync(join(dir, MANIFEST_FILE), JSON.stringify({ format: "other/1" }));
+      await refusedWith(restoreSnapshot(dir, { driver: sim }), "SNAPSHOT", /format "other\/1"/);
+      rmSync(join(dir, MANIFEST_FILE));
+      await refusedWith(restoreSnapshot(dir, { driver: sim }), "SNAPSHOT", /has no manifest\.json/);
+      assert.equal(sim.processes.length, 0, "nothing was made");
+    });
+
+    test("an image file truncated or missing", async () => {
+      const { sim, dir, pids } = await taken();
+      const tree = join(dir, `tree-${pids[0]}`);
+      const image = readdirSync(tree).find((n) => n.endsWith(".img"))!;
+      const size = statSync(join(tree, image)).size;
+      truncateSync(join(tree, image), size - 10);
+      await refusedWith(
+        restoreSnapshot(dir, { driver: sim }),
+        "SNAPSHOT",
+        new RegExp(`${image} has ${size - 10} bytes where the manifest says ${size}`),
+      );
+      rmSync(join(tree, image));
+      await refusedWith(restoreSnapshot(dir, { driver: sim }), "SNAPSHOT", /is missing/);
+    });
+
+    test("a directory given through a symbolic link, or that others may write in", async () => {
+      const { sim, dir } = await taken();
+      symlinkSync(dir, `${dir}-link`);
+      await refusedWith(
+        restoreSnapshot(`${dir}-link`, { driver: sim }),
+        "SNAPSHOT",
+        /is a symbolic link/,
+      );
+      chmodSync(dir, 0o777);
+      await refusedWith(
+        restoreSnapshot(dir, { driver: sim }),
+        "SNAPSHOT",
+        /others may write in .* \(mode 0777\)/,
+      );
+    });
+
+    test("another driver, and no room", async () => {
+      const { sim, dir } = await taken();
+      const other = new SimulatedDriver({ gpus: 2, driverVersion: 12080 });
+      await refusedWith(
+        restoreSnapshot(dir, { driver: other }),
+        "PREREQUISITE",
+        /taken with a driver of CUDA 13\.0 \(580\.159\.04\), and this machine's is CUDA 12\.8/,
+      );
+      const filler = sim.fillGpu(0, { leaveMiB: 1024 });
+      await refusedWith(
+        restoreSnapshot(dir, { driver: sim }),
+        "NO_ROOM",
+        /need \d+ MiB on GPU-\S+, which has 1024 MiB free/,
+      );
+      assert.deepEqual(sim.processes.map((p) => p.pid), [filler.pid], "nothing was made");
+      filler.exit();
+      await restoreSnapshot(dir, { driver: sim });
+    });
+  });
+});
+
+describe("failures after things began to change", () => {
+  test("a failed dump puts every process back, running, memory intact; no manifest", async () => {
+    const { sim, a, b, pids, hashes } = await job();
+    const dir = newDir();
+    sim.snapshotEngine().failNext("dump", { message: "Can't dump file 7 (simulated)" });
+    const err = await snapshot([pids[0]], dir, { driver: sim }).catch((e) => e);
+    assert.ok(err instanceof SnapshotError);
+    assert.equal(err.code, "DUMP_FAILED");
+    assert.match(err.message, /Can't dump file 7 \(simulated\)/);
+    assert.match(err.message, /Every process was put back as it was, and keeps running/);
+    assert.equal(live(sim, a.pid).state, "running");
+    assert.equal(live(sim, b.pid).state, "running");
+    assert.deepEqual([await a.memoryChunkedSha256(), await b.memoryChunkedSha256()], hashes);
+    assert.throws(() => statSync(join(dir, MANIFEST_FILE)));
+  });
+
+  test("an abort during the dump, and a deadline, stop it and put everything back", async () => {
+    const { sim, a, pids } = await job();
+    const controller = new AbortController();
+    const running = snapshot([pids[0]], newDir(), { driver: sim, signal: controller.signal });
+    await sim.sleep(2_500); // into the dump
+    controller.abort();
+    const err = await running.catch((e) => e);
+    assert.ok(err instanceof SnapshotError, String(err));
+    assert.equal(err.code, "STOPPED");
+    assert.equal(live(sim, a.pid).state, "running");
+
+    const late = await snapshot([pids[0]], newDir(), { driver: sim, timeoutMs: 3_000 })
+      .catch((e) => e);
+    assert.ok(late instanceof SnapshotError, String(late));
+    assert.equal(late.code, "STOPPED");
+    assert.match(late.message, /deadline passed/);
+    assert.ok(sim.processes.filter((p) => p.usesCuda).every((p) => p.state === "running"));
+  });
+
+  test("criu's restore fails: what it made is ended, and the snapshot restores later", async () => {
+    const { sim, dir, pids } = await (async () => {
+      const j = await job();
+      const d = newDir();
+      await snapshot([j.pids[0]], d, { driver: j.sim });
+      return { ...j, dir: d };
+    })();
+    sim.snapshotEngine().failNext("restore");
+    const err = await restoreSnapshot(dir, { driver: sim }).catch((e) => e);
+    assert.ok(err instanceof SnapshotError);
+    assert.equal(err.code, "RESTORE_FAILED");
+    assert.equal(sim.processes.length, 0, "no process is left");
+    await restoreSnapshot(dir, { driver: sim });
+    assert.equal(live(sim, pids[1]).state, "running");
+  });
+
+  test("the GPU restore fails: the processes stay checkpointed, and the error says what to do", async () => {
+    const { sim, pids } = await job();
+    const dir = newDir();
+    await snapshot([pids[0]], dir, { driver: sim });
+    sim.fillGpu(0, { leaveMiB: 512 });
+    const err = await restoreSnapshot(dir, { driver: sim, checkRoom: false }).catch((e) => e);
+    assert.ok(err instanceof SnapshotError, String(err));
+    assert.equal(err.code, "RESUME_FAILED");
+    assert.match(err.message, /are back, but their GPU restore failed/);
+    assert.match(err.message, /cuda-checkpoint --toggle --pid \d+,\d+/);
+    assert.equal(live(sim, pids[1]).state, "checkpointed");
+  });
+});
+
+describe("onto other GPUs", () => {
+  test("a mapping moves the processes; another chip is refused before anything changes", async () => {
+    const sim = new SimulatedDriver({ gpus: [{}, {}, { name: "NVIDIA H100 80GB HBM3" }] });
+    const p = sim.spawn({ memoryMiB: 1024, gpu: 0 });
+    const hash = await p.memoryChunkedSha256();
+    const dir = newDir();
+    await snapshot([p.pid], dir, { driver: sim });
+    const [g0, g1, g2] = sim.gpus.map((g) => g.uuid);
+    await refusedWith(
+      restoreSnapshot(dir, { driver: sim, gpuMapping: { [g0]: g2, [g1]: g1, [g2]: g0 } }),
+      "MAPPING",
+      /onto GPU-\S+ \(NVIDIA H100 80GB HBM3\): a process is restored only onto GPUs of the chip/,
+    );
+    assert.equal(sim.processes.length, 0);
+    const back = await restoreSnapshot(dir, {
+      driver: sim,
+      gpuMapping: { [g0]: g1, [g1]: g0, [g2]: g2 },
+    });
+    assert.equal(back.gpuMapping[g0], g1);
+    const moved = live(sim, p.pid);
+    assert.ok((moved.gpuMemoryMiB[g1] ?? 0) >= 1024, "on GPU 1 now");
+    assert.equal(moved.gpuMemoryMiB[g0] ?? 0, 0);
+    assert.equal(await moved.memoryChunkedSha256(), hash);
+  });
+
+  test("a mapping from another machine's GPUs is checked only where it goes", () => {
+    const here = [
+      { index: 0, uuid: "GPU-11111111-1111-1111-1111-111111111111", name: "NVIDIA H200" },
+      { index: 1, uuid: "GPU-22222222-2222-2222-2222-222222222222", name: "NVIDIA H200" },
+    ];
+    const pair = (a: string, b: string) => ({ oldUuid: parseGpuUuid(a), newUuid: parseGpuUuid(b) });
+    const elsewhere = "GPU-aaaaaaaa-aaaa-aaaa-aaaa-aaaaaaaaaaaa";
+    assert.deepEqual(mappingProblems([pair(elsewhere, here[1].uuid)], here), []);
+    const twice = mappingProblems([
+      pair(elsewhere, here[1].uuid),
+      pair("GPU-bbbbbbbb-bbbb-bbbb-bbbb-bbbbbbbbbbbb", here[1].uuid),
+    ], here);
+    assert.match(twice.join("; "), /onto the same GPU/);
+    // One GPU of this machine among them: a mapping of this machine, with all its rules.
+    assert.match(
+      mappingProblems([pair(here[0].uuid, here[1].uuid)], here).join("; "),
+      /leaves out/,
+    );
+  });
+});
