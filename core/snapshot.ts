@@ -443,7 +443,7 @@ export async function snapshot(
         });
       }
     } else {
-      await endTrees(engine, host, dumpedTrees);
+      await endTrees(engine, host, dumpedTrees, clock.sleep);
     }
     return { dir: where, manifest, ms: run.at() };
   } finally {
@@ -866,6 +866,7 @@ async function endTrees(
   engine: SnapshotEngine,
   host: HostProcesses,
   trees: readonly ManifestTree[],
+  sleep: (ms: number) => Promise<void>,
 ): Promise<void> {
   const known = new Set(trees.flatMap((t) => t.processes.map((p) => p.pid)));
   for (let round = 0; round < 10; round++) {
@@ -881,6 +882,13 @@ async function endTrees(
     if (round > 0 && known.size === before) break;
   }
   await engine.kill([...known]);
+  // Ended means gone: until its parent (or init) reaps it, a killed process keeps its pid, and a
+  // restore right after would find it taken. A few seconds at most; one never reaped is left.
+  for (let i = 0; i < 60 && host.identify; i++) {
+    const left = await Promise.all([...known].map((pid) => host.identify!(pid)));
+    if (left.every((p) => p === undefined)) return;
+    await sleep(50);
+  }
 }
 
 /** The manifest, read and checked against the snapshot's files. */

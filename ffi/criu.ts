@@ -11,9 +11,10 @@
  *
  * A dump leaves the processes running (`--leave-running`); the snapshot ends them once every tree
  * is on disk. Both dump and restore use `--shell-job`, so that a tree whose root is not a session
- * leader (a process started from a shell or a program) can be taken and brought back. A dump or a
- * restore under way is not interrupted: criu killed in the middle can leave a process with its
- * parasite code in it; an abort takes effect when criu has ended. The log of each run
+ * leader (a process started from a shell or a program) can be taken and brought back, and
+ * `--file-locks`, so that a process holding a file lock (Deno holds its caches' locks) can. A
+ * dump or a restore under way is not interrupted: criu killed in the middle can leave a process
+ * with its parasite code in it; an abort takes effect when criu has ended. The log of each run
  * (`dump.log` beside the images; `restore.log` in a private temporary directory) is named in
  * every error.
  *
@@ -52,7 +53,7 @@ export interface CriuEngineOptions {
    */
   criuPath?: string;
   /**
-   * More arguments for every dump and restore, such as `--tcp-established` or `--file-locks`
+   * More arguments for every dump and restore, such as `--tcp-established` or `--ext-unix-sk`
    * (each must start with `--`).
    */
   extraArgs?: readonly string[];
@@ -158,6 +159,7 @@ class CriuEngine implements SnapshotEngine {
         "-v4",
         "--leave-running",
         "--shell-job",
+        "--file-locks",
         ...this.#extra,
       ], this.#cleanEnv());
       if (result.code !== 0) {
@@ -207,6 +209,7 @@ class CriuEngine implements SnapshotEngine {
         "-v4",
         "--restore-detached",
         "--shell-job",
+        "--file-locks",
         "--pidfile",
         pidfile,
         ...this.#extra,

@@ -26,6 +26,7 @@ const EXAMPLES = [
   "migrate.ts",
   "preempt.ts",
   "snapshot_all.ts",
+  "snapshot.ts",
 ];
 const SLOW = { timeout: 60_000 };
 
@@ -375,4 +376,34 @@ describe("the GPU memory of a process, asked by a child process (self_checkpoint
     const answer = await gpuMemoryFromChild([process.pid], 1);
     assert.equal(answer, "a child process asking NVML gave no answer in 1 ms");
   });
+});
+
+describe("snapshot.ts", () => {
+  test(
+    "without a GPU: the same steps on the simulator and its criu, memory intact, 101 then 102",
+    SLOW,
+    async () => {
+      const dir = mkdtempSync(join(tmpdir(), "ckpt-snapshot-example-test-"));
+      try {
+        const snap = join(dir, "snap");
+        const run = await runExample("snapshot.ts", [...ON_SIMULATOR, "--dir", snap, "--keep"]);
+        assert.equal(run.code, 0, run.out + run.err);
+        assert.match(run.lines[0], /^Running on the SIMULATED driver/);
+        assert.match(run.out, /^2\. Asked it: 101$/m);
+        assert.match(
+          run.out,
+          /^3\. Snapshot in .*snap: GPU memory \{"GPU-[^"]+":\d+\} MiB; suspend/m,
+        );
+        assert.match(run.out, /^4\. The counter is gone$/m);
+        assert.match(run.out, /^5\. Restored: pid \d+, running, in [\d.]+ s$/m);
+        assert.match(run.out, /^6\. Its GPU memory is the same, byte for byte$/m);
+        assert.match(run.out, /^PASS: the counter answered 101, then 102 after a snapshot/m);
+        // --keep: the snapshot is there, with its manifest.
+        const manifest = JSON.parse(readFileSync(join(snap, "manifest.json"), "utf8"));
+        assert.equal(manifest.format, "ckpt-cuda-snapshot/1");
+      } finally {
+        rmSync(dir, { recursive: true, force: true });
+      }
+    },
+  );
 });
