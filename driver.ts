@@ -36,6 +36,7 @@ export type {
   HeldRecords,
   HostProcesses,
   MachineFacts,
+  PidUse,
   ProcessIdentity,
   RoomClaim,
   ScannedProcess,

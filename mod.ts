@@ -97,6 +97,7 @@ export type {
   HeldRecords,
   HostProcesses,
   MachineFacts,
+  PidUse,
   ProcessIdentity,
   RoomClaim,
   ScannedProcess,

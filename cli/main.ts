@@ -48,6 +48,7 @@ export type {
   HeldRecords,
   HostProcesses,
   MachineFacts,
+  PidUse,
   ProcessIdentity,
   RoomClaim,
   ScannedProcess,

@@ -80,6 +80,16 @@ export interface ProcessIdentity {
   readonly start?: number;
 }
 
+/** An id that a process uses ({@link HostProcesses.pidsInUse}). */
+export interface PidUse {
+  /** The id asked about. */
+  readonly id: number;
+  /** The pid of the process that uses it. */
+  readonly holder: number;
+  /** How: as its pid, as one of its thread ids, as its process group, or as its session. */
+  readonly as: "pid" | "thread" | "group" | "session";
+}
+
 /** A key for a process: `pid` and its start time, where known (`4242-183877`, or `4242`). */
 export function identityKey(id: ProcessIdentity): string {
   return id.start === undefined ? `${id.pid}` : `${id.pid}-${id.start}`;
@@ -160,6 +170,15 @@ export interface HostProcesses {
    * tell (then a snapshot cannot be taken on it).
    */
   processTree?(root: number): Promise<readonly TreeProcess[] | undefined>;
+  /**
+   * Which of `ids` some process uses now, and how: as its pid, a thread id, its process group or
+   * its session. The kernel gives an id to a new process only while nothing uses it in any of
+   * these ways, so a snapshot's processes can come back with their pids only once none is in
+   * use: a process of an ended tree that its parent or init has not reaped yet still holds its
+   * pid, and its session and group. Left out where the host cannot tell more than
+   * {@link HostProcesses.identify} does.
+   */
+  pidsInUse?(ids: readonly number[]): Promise<readonly PidUse[]>;
   /** The machine's name, kernel and NVIDIA driver release, for a snapshot's manifest. */
   facts?(): Promise<MachineFacts>;
   /**

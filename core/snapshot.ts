@@ -36,7 +36,7 @@ import {
   type SnapshotFailure,
 } from "./errors.ts";
 import { type GroupEvent, type GroupResult, resumeAll, suspendAll } from "./group.ts";
-import type { GpuMemoryReport, HostProcesses, TreeProcess } from "./host.ts";
+import type { GpuMemoryReport, HostProcesses, PidUse, TreeProcess } from "./host.ts";
 import { checkHost } from "./listing.ts";
 import {
   type Manifest,
@@ -882,11 +882,11 @@ async function endTrees(
     if (round > 0 && known.size === before) break;
   }
   await engine.kill([...known]);
-  // Ended means gone: until its parent (or init) reaps it, a killed process keeps its pid, and a
-  // restore right after would find it taken. A few seconds at most; one never reaped is left.
-  for (let i = 0; i < 60 && host.identify; i++) {
-    const left = await Promise.all([...known].map((pid) => host.identify!(pid)));
-    if (left.every((p) => p === undefined)) return;
+  // Ended means gone: until its parent (or init) reaps it, a killed process keeps its pid, and
+  // its session and process group, and a restore right after would find them taken. Ten seconds
+  // at most (init took up to 2 s on one machine); what is left then, the restore's check names.
+  for (let i = 0; i < 200; i++) {
+    if ((await usesOf(host, [...known])).length === 0) return;
     await sleep(50);
   }
 }
@@ -949,33 +949,55 @@ function cudaText(version: number): string {
   return `${Math.floor(version / 1000)}.${Math.floor((version % 1000) / 10)}`;
 }
 
-/** Every pid and thread id of the snapshot must be free: its processes come back with them. */
+/**
+ * Every pid and thread id of the snapshot must be free: its processes come back with them, and
+ * the kernel gives out no id that a process still uses as its pid, a thread id, its process
+ * group or its session.
+ */
 async function checkPidsFree(manifest: Manifest, host: HostProcesses): Promise<void> {
-  if (!host.identify) return;
-  for (const t of manifest.trees) {
-    for (const p of t.processes) {
-      for (const id of p.threads) {
-        const holder = await host.identify(id);
-        if (holder) {
-          throw new RefusedError({
-            code: "PID_TAKEN",
-            operation: "restoreSnapshot",
-            pid: id,
-            reason:
-              `${id === p.pid ? "pid" : `thread id ${id} of pid`} ${p.pid}${
-                p.command ? ` (${p.command})` : ""
-              } must be free for the snapshot's process to come back, and process ${holder.pid} ` +
-              `has it now${
-                holder.pid === p.pid
-                  ? " (if that is the snapshot's own process, ended but not yet reaped by its " +
-                    "parent, it holds the pid until its parent waits for it)"
-                  : ""
-              }`,
-          });
-        }
-      }
-    }
+  const owner = new Map<number, ManifestProcess>();
+  for (const p of manifest.trees.flatMap((t) => t.processes)) {
+    for (const id of [p.pid, ...p.threads]) owner.set(id, p);
   }
+  const [use] = await usesOf(host, [...owner.keys()]);
+  if (!use) return;
+  const p = owner.get(use.id)!;
+  const which = `${use.id === p.pid ? "pid" : `thread id ${use.id} of pid`} ${p.pid}${
+    p.command ? ` (${p.command})` : ""
+  }`;
+  const how = {
+    pid: use.holder === p.pid
+      ? "process " + use.holder + " has it now (if that is the snapshot's own process, ended but " +
+        "not yet reaped by its parent, it holds the pid until its parent waits for it)"
+      : `process ${use.holder} has it now`,
+    thread: `a thread of process ${use.holder} has it now`,
+    group: `process ${use.holder} still has it as its process group`,
+    session: `process ${use.holder} still has it as its session`,
+  }[use.as];
+  const hint = use.as === "group" || use.as === "session"
+    ? ` (a process left over from the snapshot's tree, not yet reaped, or one that left the ` +
+      `tree; see it with ps -o pid,stat,pgid,sid,args -p ${use.holder})`
+    : "";
+  throw new RefusedError({
+    code: "PID_TAKEN",
+    operation: "restoreSnapshot",
+    pid: use.id,
+    reason: `${which} must be free for the snapshot's process to come back, and ${how}${hint}`,
+  });
+}
+
+/**
+ * Which of `ids` a process uses now ({@link HostProcesses.pidsInUse}); by
+ * {@link HostProcesses.identify} where the host tells no more, none where it cannot tell at all.
+ */
+async function usesOf(host: HostProcesses, ids: readonly number[]): Promise<readonly PidUse[]> {
+  if (host.pidsInUse) return await host.pidsInUse(ids);
+  const uses: PidUse[] = [];
+  for (const id of host.identify ? ids : []) {
+    const holder = await host.identify!(id);
+    if (holder) uses.push({ id, holder: holder.pid, as: holder.pid === id ? "pid" : "thread" });
+  }
+  return uses;
 }
 
 /**

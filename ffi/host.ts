@@ -20,6 +20,7 @@ import type {
   GpuMemoryReport,
   HeldRecords,
   MachineFacts,
+  PidUse,
   ProcessIdentity,
   ScannedProcess,
   TreeProcess,
@@ -204,6 +205,38 @@ export class LinuxHost implements ClosableHost, AsyncDisposable {
       }
     }
     return out;
+  }
+
+  /**
+   * Which of `ids` some process uses (`/proc`): as its pid or a thread id ({@link identify}), or
+   * as the process group or session of any process (fields 5 and 6 of each `/proc/PID/stat`; a
+   * thread shares its process's). A zombie still uses all three until it is reaped.
+   */
+  async pidsInUse(ids: readonly number[]): Promise<PidUse[]> {
+    this.#checkOpen("look for the users of process ids");
+    const wanted = new Set(ids);
+    const uses: PidUse[] = [];
+    for (const id of wanted) {
+      const holder = await this.identify(id);
+      if (holder) uses.push({ id, holder: holder.pid, as: holder.pid === id ? "pid" : "thread" });
+    }
+    const pids = (await this.#reader.list(this.#root)).filter((n) => /^[1-9][0-9]*$/.test(n))
+      .map(Number);
+    let next = 0;
+    const work = async () => {
+      while (next < pids.length) {
+        const holder = pids[next++];
+        const stat = await this.#reader.read(`${this.#root}/${holder}/stat`).catch(() => "");
+        const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+        const [group, session] = [Number(fields[2]), Number(fields[3])];
+        if (wanted.has(group) && group !== holder) uses.push({ id: group, holder, as: "group" });
+        else if (wanted.has(session) && session !== holder) {
+          uses.push({ id: session, holder, as: "session" });
+        }
+      }
+    };
+    await Promise.all(Array.from({ length: Math.min(PROC_READS_AT_ONCE, pids.length) }, work));
+    return uses;
   }
 
   /** The machine's name, kernel and NVIDIA driver release (`/proc/driver/nvidia/version`). */

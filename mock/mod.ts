@@ -40,6 +40,7 @@ export type {
   HeldRecords,
   HostProcesses,
   MachineFacts,
+  PidUse,
   ProcessIdentity,
   RoomClaim,
   ScannedProcess,

@@ -72,6 +72,62 @@ describe("the Linux host's /proc scan", { skip: onLinux }, () => {
     assert.equal(pids.size, found.length, "each process once");
   });
 
+  test("pidsInUse: a pid is in use while any process has it as its pid, group or session", async () => {
+    // A shell leading a session of its own, with two children: one in its process group, one (job
+    // control on) in a group of its own but still in the shell's session.
+    const shell = spawn("bash", ["-c", "sleep 600 & set -m; sleep 600 & echo $!; wait"], {
+      stdio: ["ignore", "pipe", "ignore"],
+      detached: true,
+    });
+    const own = Number(
+      await new Promise<string>((r) => shell.stdout!.once("data", (d) => r(`${d}`))),
+    );
+    await using host = openLinuxHost({ nvml: false });
+    try {
+      let inGroup = 0;
+      for (let i = 0; i < 200 && !inGroup; i++) {
+        const kids = readFileSync(`/proc/${shell.pid}/task/${shell.pid}/children`, "utf8");
+        inGroup = kids.split(" ").map(Number).find((k) => k > 0 && k !== own) ?? 0;
+        if (!inGroup) await new Promise((r) => setTimeout(r, 10));
+      }
+      const id = shell.pid!;
+      const uses = (await host.pidsInUse([id, own, 0x3fffffff])).map((u) =>
+        `${u.id} ${u.holder} ${u.as}`
+      );
+      assert.deepEqual(
+        uses.sort(),
+        [
+          `${id} ${id} pid`,
+          `${id} ${inGroup} group`,
+          `${id} ${own} session`,
+          `${own} ${own} pid`,
+        ].sort(),
+      );
+      const thread = readdirSync("/proc/self/task").map(Number).find((t) => t !== process.pid)!;
+      assert.deepEqual(await host.pidsInUse([thread]), [
+        { id: thread, holder: process.pid, as: "thread" },
+      ]);
+      // The shell ended and reaped: its pid is still in use through the two children.
+      process.kill(id, "SIGKILL");
+      await new Promise((r) => shell.once("exit", r));
+      for (let i = 0; i < 200 && (await host.identify(id)); i++) {
+        await new Promise((r) => setTimeout(r, 10));
+      }
+      assert.deepEqual(
+        (await host.pidsInUse([id])).map((u) => `${u.holder} ${u.as}`).sort(),
+        [`${inGroup} group`, `${own} session`].sort(),
+      );
+    } finally {
+      for (const pid of [-shell.pid!, own]) {
+        try {
+          process.kill(pid, "SIGKILL");
+        } catch {
+          // gone
+        }
+      }
+    }
+  });
+
   test("a process whose maps may not be read is reported, with the reason", async () => {
     const child = await sleeper();
     try {

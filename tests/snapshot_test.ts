@@ -116,6 +116,32 @@ describe("a snapshot and its restore", () => {
     assert.equal(await live(sim, a.pid).memoryChunkedSha256(), hashes[0]);
   });
 
+  test("a pid still some process's session or group is taken: refused, naming that process", async () => {
+    const { sim, pids, hashes, a } = await job();
+    const dir = newDir();
+    await snapshot([pids[0]], dir, { driver: sim });
+    // A process forked by the tree after its dump and not yet reaped by init keeps the tree's
+    // session: the kernel gives the root's pid to no new process while it does.
+    const plain = sim.hostProcesses();
+    const leftOver = { id: pids[0], holder: 31337, as: "session" as const };
+    const host = {
+      ...plain,
+      pidsInUse: (ids: readonly number[]) =>
+        Promise.resolve(ids.includes(leftOver.id) ? [leftOver] : []),
+    };
+    await refusedWith(
+      restoreSnapshot(dir, { driver: sim, host }),
+      "PID_TAKEN",
+      new RegExp(
+        `pid ${pids[0]} \\(bash run\\.sh\\) must be free .* process 31337 still has it as its ` +
+          `session \\(a process left over .* ps -o pid,stat,pgid,sid,args -p 31337\\)`,
+      ),
+    );
+    assert.equal(sim.process(pids[0]), undefined, "nothing was made");
+    await restoreSnapshot(dir, { driver: sim, host: plain });
+    assert.equal(await live(sim, a.pid).memoryChunkedSha256(), hashes[0]);
+  });
+
   test("a CUDA process checkpointed before the snapshot comes back checkpointed", async () => {
     const sim = new SimulatedDriver();
     const p = sim.spawn({ memoryMiB: 1024 });
