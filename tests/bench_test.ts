@@ -6,7 +6,7 @@
 import { after, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { spawn, spawnSync } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { hostname, tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
@@ -265,6 +265,107 @@ describe(`benchmarks against the fake libcuda (${runtime})`, { skip: noCompiler 
       assert.equal(cc.status, 0, cc.stderr);
       assert.equal(cc.stderr, "");
     }
+  });
+});
+
+describe(`snapshot.ts on the simulated machine (${runtime})`, () => {
+  test("both sides taking turns per round, every target checked, images removed, goals judged only on a GPU", () => {
+    const dir = join(out, "snapshot");
+    const work = join(out, "snapshot-work");
+    // Our command line under this runtime, as a program (the benchmark spawns it).
+    const cli = join(out, "ours-cuda-checkpoint");
+    const main = new URL("../cli/main.ts", import.meta.url).pathname;
+    writeFileSync(
+      cli,
+      `#!/bin/sh\nexec "${process.execPath}" ${
+        runtime === "deno" ? "run -A --quiet " : ""
+      }"${main}" "$@"\n`,
+      { mode: 0o755 },
+    );
+    const argv = [
+      ...(runtime === "deno" ? ["run", "-A"] : []),
+      join(BENCH, "snapshot.ts"),
+      "--simulate",
+      "--ours",
+      cli,
+      "--counts",
+      "1,2",
+      "--mib",
+      "64,32",
+      "--rounds",
+      "2,1",
+      "--disk-mib",
+      "4",
+      "--work",
+      work,
+      "--out",
+      dir,
+    ];
+    const run = spawnSync(process.execPath, argv, { encoding: "utf8", timeout: 120_000 });
+    assert.equal(run.status, 0, run.stdout + run.stderr);
+    const stem = join(dir, `snapshot-${runtime}-${safeName(hostname())}`);
+    const json = JSON.parse(readFileSync(`${stem}.json`, "utf8"));
+    assert.equal(
+      json.environment.gpu.description,
+      "none (the simulated machine of cuda-checkpoint --simulate)",
+    );
+    assert.equal(json.config.simulate, true);
+    assert.deepEqual(json.config.mib, [64, 32]);
+    // Global round k starts with ours when k is even: 1x64 rounds 0 and 1, then 2x32 round 0.
+    assert.deepEqual(
+      json.runs.map((r: { case: string; side: string; order: number }) =>
+        `${r.case} ${r.side} ${r.order}`
+      ),
+      [
+        "1x64MiB ours 0",
+        "1x64MiB shell 1",
+        "1x64MiB shell 0",
+        "1x64MiB ours 1",
+        "2x32MiB ours 0",
+        "2x32MiB shell 1",
+      ],
+    );
+    for (const r of json.runs) {
+      assert.ok(r.ok && r.error === undefined, JSON.stringify(r));
+      assert.equal(r.checks.length, r.count);
+      for (const c of r.checks) assert.ok(c.state === "running" && c.intact, JSON.stringify(c));
+      assert.ok(r.bytes > 0 && r.snapshotMs > 0 && r.restoreMs > 0, JSON.stringify(r));
+      if (r.side === "ours") {
+        // Its own figures, from its --json and the manifest (virtual time on the simulator).
+        for (const k of ["ownSnapshotMs", "suspendMs", "dumpMs", "ownRestoreMs"]) {
+          assert.ok(r.phases[k] > 0, `${k} of ${JSON.stringify(r)}`);
+        }
+      } else {
+        // One toggle and one dump per process, one after another, and back the same way.
+        assert.equal(r.steps.snapshot.length, r.count);
+        assert.equal(r.steps.restore.length, r.count);
+        assert.deepEqual(
+          r.steps.snapshot.map((s: { pid: number }) => s.pid),
+          r.checks.map((c: { pid: number }) => c.pid),
+        );
+      }
+    }
+    // The images and the targets' folders are gone; so is the simulated machine.
+    assert.deepEqual(readdirSync(work), []);
+    assert.equal(json.tables.length, 3);
+    assert.ok(json.tables[2].rows.length >= 2, "the disk's rates, O_DIRECT and page cache");
+    // The speed goals have figures, but the simulator proves nothing about them; no 8-process case.
+    assert.deepEqual(json.goals.map((g: { met: boolean | null }) => g.met), [
+      null,
+      null,
+      null,
+      null,
+      true,
+    ]);
+    assert.equal(typeof json.goals[0].value, "number");
+    assert.equal(json.goals[2].value, null);
+    const md = readFileSync(`${stem}.md`, "utf8");
+    assert.match(md, /SIMULATED: .* This measures nothing real\./s);
+    const fmt = spawnSync("deno", ["fmt", "--check", "--line-width", "100", `${stem}.md`], {
+      encoding: "utf8",
+      env: { ...process.env, NO_COLOR: "1" },
+    });
+    if (!fmt.error) assert.equal(fmt.status, 0, `deno fmt --check: ${fmt.stderr}`);
   });
 });
 

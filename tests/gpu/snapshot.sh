@@ -1,0 +1,602 @@
+#!/usr/bin/env bash
+# Snapshots on the GPU machine: `cuda-checkpoint snapshot`, `inspect` and `restore-snapshot`
+# (docs/SNAPSHOTS.md) on real CUDA processes, with the real criu, from the repo root, as root.
+#
+#   bash tests/gpu/snapshot.sh bun    # our compiled binary: carry .carry/cuda-checkpoint-ours.xz
+#   bash tests/gpu/snapshot.sh deno   # deno run -A cli/main.ts: carry .carry/deno.xz
+#
+# and .carry/criu-cuda.tgz for both (bash tests/gpu/tools/carry-criu-cuda.sh; ours runs criu
+# without its CUDA plugin). One runtime per run: ours.xz and deno.xz together pass the 64 MiB a run
+# carries. An estimated 2-4 minutes on one H100 (SNAPSHOT_BUDGET, default 290 s, skips what no
+# longer fits).
+#
+# a. 1 GiB and 4 GiB targets: snapshot --json (ok, the target gone), inspect, restore-snapshot
+#    --json (ok, the same pid), --get-state running, the memory's hash as at the start; the
+#    snapshot's and the restore's times and the image bytes printed.
+# b. A tree: a bash parent (a session of its own) whose two background children are 1 GiB targets;
+#    snapshot of the parent's pid with --job; the manifest lists the parent and both children,
+#    the children with CUDA, options.job true; after the restore both run, their hashes intact.
+# c. Room: a 4 GiB target snapshotted; a filler leaves about 2 GiB free; restore-snapshot exits 1
+#    with error.code NO_ROOM and the pid is not taken (nothing was made); the filler ends; the
+#    restore succeeds, hash intact.
+# d. --leave-running: a 1 GiB target answers "hash" after its snapshot; it is killed, restored
+#    from the snapshot, hash intact.
+# e. Deno only: tests/criu_engine_test.ts with CKPT_CRIU_PATH, its real-criu test not skipped.
+# f. Onto another GPU (two GPUs; SKIP on one): a target on GPU 0 snapshotted, restored with
+#    --device-map swapping GPUs 0 and 1 (UUIDs as the snapshot's manifest names them); nvidia-smi
+#    sees its memory on GPU 1 only; hash intact.
+#
+# The targets are tests/gpu/target.cu in fifo mode (as in criu_cli.sh): setsid, stdin /dev/null,
+# stdout to a file, commands through a named fifo. Every check is one line PASS/FAIL/SKIP; the
+# summary at the end counts them (exit 1 on any FAIL). Log: $OUT/snapshot-<runtime>.txt; criu's
+# logs of failures: $OUT/snapshot-<runtime>-logs.tgz (where there were any).
+#
+# Dry run without a GPU (the mechanics only; nothing about the driver): SNAPSHOT_DRY_RUN=1 builds
+# the fake libcuda of tests/fixtures (every pid is a running CUDA process; no NVML, so no room
+# check: c's refusal and f's nvidia-smi checks SKIP) and a bash stand-in of the target's fifo mode;
+# criu is $CKPT_CRIU_PATH or /tmp/criu/usr/sbin/criu as unpacked before; ours is OURS_BIN (default
+# dist/cuda-checkpoint, `bash cli/build.sh`) for bun, DENO_BIN (default node_modules/.bin/deno)
+# for deno; nothing of .carry/ is used. Overrides: TARGET_BIN (a built target), SIZES_A (MiB of
+# case a, default "1024 4096").
+set -uo pipefail
+unset BUN_BE_BUN
+cd "$(dirname "$0")/../.." || exit 1
+. tests/gpu/verdicts.sh
+rt=${1:-}
+case $rt in
+  bun | deno) ;;
+  *) echo "usage: bash tests/gpu/snapshot.sh bun|deno"; exit 2 ;;
+esac
+dry=${SNAPSHOT_DRY_RUN:-}
+out=${OUT:-tests/gpu/out}
+bin=/tmp/ckpt-snap${dry:+-dry}
+budget=${SNAPSHOT_BUDGET:-290}
+read -r -a sizes_a <<<"${SIZES_A:-1024 4096}"
+mkdir -p "$out" "$bin"
+rm -rf "${bin:?}"/t-* "${bin:?}"/snap-* "$bin/logs"
+mkdir -p "$bin/logs"
+rm -f "$out/snapshot-$rt.txt" "$out/snapshot-$rt-logs.tgz"
+: >"$bin/verdicts.txt"
+: >"$bin/times.txt"
+exec > >(tee -a "$out/snapshot-$rt.txt") 2>&1
+
+verdict() { echo "$1 $2"; echo "$1 $2" >>"$bin/verdicts.txt"; }
+# check NAME RC [WHY]: PASS where RC is 0, else FAIL (with WHY).
+check() { if [[ $2 == 0 ]]; then verdict PASS "$1"; else verdict FAIL "$1${3:+: $3}"; fi; }
+left() { echo $((budget - SECONDS)); }
+now() { date +%s.%N; }
+secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
+alive() { # a live process (a zombie is gone: nothing here reaps a restored target)
+  local s
+  s=$(ps -o stat= -p "$1" 2>/dev/null) || return 1
+  [[ $s != Z* ]]
+}
+taken() { ps -p "$1" >/dev/null 2>&1; } # a pid in use, zombies included
+# jv FILE EXPR: a Python expression over j, the JSON object in FILE: strings bare, the rest as JSON,
+# "?" where FILE is no JSON or EXPR does not apply.
+jv() {
+  python3 -c 'import json, sys
+try:
+    j = json.load(open(sys.argv[1]))
+    v = eval(sys.argv[2], {"j": j})
+    print(v if isinstance(v, str) else json.dumps(v))
+except Exception:
+    print("?")' "$1" "$2"
+}
+
+echo "== $(date -u +%FT%TZ) $(hostname) tests/gpu/snapshot.sh $rt${dry:+ (DRY RUN: fake libcuda, stand-in targets)} (budget $budget s)"
+echo "commit $(git rev-parse --short HEAD 2>/dev/null)$(git diff --quiet 2>/dev/null || echo ' (with changes)'); kernel $(uname -r)"
+nvidia-smi --query-gpu=index,name,uuid,driver_version,memory.total,memory.used --format=csv,noheader 2>/dev/null ||
+  echo "(no nvidia-smi)"
+df -h /tmp | tail -1
+
+# ---- setup: criu, ours, the target ----
+criu=${CKPT_CRIU_PATH:-/tmp/criu/usr/sbin/criu}
+if [[ -z $dry || ! -x $criu ]]; then
+  criu=/tmp/criu/usr/sbin/criu
+  if ! { [[ -f .carry/criu-cuda.tgz ]] && mkdir -p /tmp/criu && tar -C /tmp/criu -xzf .carry/criu-cuda.tgz; }; then
+    verdict FAIL "setup: carry .carry/criu-cuda.tgz (bash tests/gpu/tools/carry-criu-cuda.sh)"
+    exit 1
+  fi
+fi
+export CKPT_CRIU_PATH=$criu
+c=$(timeout 60 "$criu" check 2>&1 | tail -1)
+[[ $c == *"Looks good"* ]]
+check "setup: $("$criu" --version 2>/dev/null | head -1) at $criu: criu check says: $c" $?
+
+if [[ -n $dry ]]; then
+  if ! timeout 120 cc -shared -fPIC -O2 -DFAKE_CUDA_DELAY_MS=20 -DFAKE_ONE_CHIP -o "$bin/libcuda.so.1" \
+    tests/fixtures/fake_libcuda.c -lpthread; then
+    verdict FAIL "setup: cc tests/fixtures/fake_libcuda.c"
+    exit 1
+  fi
+  export CKPT_LIBCUDA_PATH=$bin/libcuda.so.1
+  echo "dry run: CKPT_LIBCUDA_PATH=$CKPT_LIBCUDA_PATH (fake, two GPUs of one chip)"
+  # The target's fifo mode in bash: "ready <pid> <pid> <hash>", then "hash" and "exit" through the
+  # fifo, one command per opening; "fill" mode reads stdin and holds nothing.
+  cat >"$bin/stand-in-target" <<'EOF'
+#!/bin/bash
+mode=${1:-cuda} mib=${2:-16} fifo=${3:-}
+if [[ $mode == fifo && -z $fifo ]]; then echo "target: fifo mode needs <MiB> <fifo path>" >&2; exit 2; fi
+h=$(printf '%x' $(((mib + 1) * 2654435761)))
+echo "ready $$ $$ $h"
+while :; do
+  if [[ -n $fifo ]]; then
+    [[ -p $fifo ]] || exit 0
+    read -r line <"$fifo" || continue
+  else
+    read -r line || exit 0
+  fi
+  case $line in
+    hash*) echo "hash $h" ;;
+    exit*) exit 0 ;;
+    *) echo "error unknown command: $line" ;;
+  esac
+done
+EOF
+  chmod +x "$bin/stand-in-target"
+fi
+case $rt in
+  bun)
+    if [[ -z $dry ]]; then
+      if ! { xz -dc .carry/cuda-checkpoint-ours.xz >"$bin/cuda-checkpoint.tmp" &&
+        chmod +x "$bin/cuda-checkpoint.tmp" && mv "$bin/cuda-checkpoint.tmp" "$bin/cuda-checkpoint"; }; then
+        verdict FAIL "setup: unpacking .carry/cuda-checkpoint-ours.xz (bash cli/carry.sh)"
+        exit 1
+      fi
+      CK=("$bin/cuda-checkpoint")
+    else
+      CK=("$(realpath "${OURS_BIN:-dist/cuda-checkpoint}")")
+    fi
+    ;;
+  deno)
+    if [[ -z $dry ]]; then
+      if ! { xz -dc .carry/deno.xz >"$bin/deno.tmp" && chmod +x "$bin/deno.tmp" &&
+        mv "$bin/deno.tmp" "$bin/deno"; }; then
+        verdict FAIL "setup: unpacking .carry/deno.xz (bash tests/gpu/tools/carry-runtimes.sh deno)"
+        exit 1
+      fi
+      DENO=$bin/deno
+    else
+      DENO=$(realpath "${DENO_BIN:-node_modules/.bin/deno}")
+    fi
+    CK=("$DENO" run -A --quiet cli/main.ts)
+    ;;
+esac
+v=$(timeout 120 "${CK[@]}" --version 2>&1)
+[[ $v == *"@ckpt/cuda"* ]]
+check "setup: ours runs (${CK[*]}): $v" $?
+# A binary built before snapshots answers NVIDIA's "Invalid option(s)" to the command.
+v=$(timeout 60 "${CK[@]}" inspect --dir /nonexistent-snapshot 2>&1 | head -1)
+[[ $v != *"Invalid option"* ]]
+check "setup: ours knows snapshots (inspect of nothing says: $v)" $? "rebuild it: bash cli/carry.sh"
+
+target=${TARGET_BIN:-}
+if [[ -z $target && -n $dry ]]; then
+  target=$bin/stand-in-target
+elif [[ -z $target ]]; then
+  target=$bin/target
+  t0=$SECONDS
+  if ! timeout 180 nvcc -O2 -o "$target" tests/gpu/target.cu; then
+    verdict FAIL "setup: nvcc tests/gpu/target.cu"
+    exit 1
+  fi
+  verdict PASS "setup: nvcc built tests/gpu/target.cu in $((SECONDS - t0)) s"
+fi
+[[ $("$target" fifo 2>&1) == *"fifo mode needs"* ]] || { verdict FAIL "setup: $target has no fifo mode"; exit 1; }
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+[[ -n $dry && $gpus == 0 ]] && gpus=2 # the fake's
+echo "GPUs: $gpus"
+
+# ---- targets ----
+started=() # every pid started here (targets, parents, fillers): the ones left are ended at exit
+cleanup() {
+  local p
+  for p in "${started[@]}"; do
+    # Only ours: its command line names this script's folder (a pid may have been reused).
+    if alive "$p" && grep -qaF "$bin/" "/proc/$p/cmdline" 2>/dev/null; then kill -9 "$p" 2>/dev/null; fi
+  done
+  rm -rf "${bin:?}"/snap-*
+}
+trap cleanup EXIT
+
+# start_target NAME MIB: a target in fifo mode, a session of its own; sets T_DIR, T_PID, T_HASH.
+start_target() {
+  T_DIR=$bin/t-$1 T_PID='' T_HASH=''
+  rm -rf "$T_DIR"
+  mkdir -p "$T_DIR"
+  mkfifo "$T_DIR/cmd"
+  setsid "$target" fifo "$2" "$T_DIR/cmd" </dev/null >"$T_DIR/out" 2>&1 &
+  local child=$! word i
+  disown "$child" # out of the job table (no "Killed" notice); bash still reaps it
+  for ((i = 0; i < 1200; i++)); do
+    read -r word T_PID _ T_HASH < <(head -1 "$T_DIR/out" 2>/dev/null)
+    [[ ${word:-} == ready ]] && break
+    T_PID=
+    kill -0 "$child" 2>/dev/null || break
+    sleep 0.1
+  done
+  if [[ -z $T_PID ]]; then
+    echo "target $1 did not start: $(head -3 "$T_DIR/out")"
+    return 1
+  fi
+  started+=("$T_PID")
+  echo "target $1: pid $T_PID, $2 MiB, hash $T_HASH"
+}
+
+# wait_ready OUTFILE PID: the "ready <pid> <tid> <hash>" line of a target started elsewhere, while
+# PID (the target, or its parent) lives, for 120 s at most.
+wait_ready() {
+  local i line
+  for ((i = 0; i < 1200; i++)); do
+    line=$(head -1 "$1" 2>/dev/null)
+    [[ $line == ready* ]] && { echo "$line"; return 0; }
+    alive "$2" || break
+    sleep 0.1
+  done
+  echo "(not ready: $(head -3 "$1" 2>/dev/null | tr '\n' ' '))"
+  return 1
+}
+
+# ask DIR COMMAND [SECONDS]: sends a command through DIR/cmd, prints the next line of DIR/out.
+ask() {
+  local dir=$1 n line i
+  n=$(wc -l <"$dir/out")
+  # shellcheck disable=SC2016 # $1 and $2 are the inner shell's
+  timeout 20 bash -c 'printf "%s\n" "$1" >"$2"' _ "$2" "$dir/cmd" || { echo "(the fifo was not read)"; return 1; }
+  for ((i = 0; i < ${3:-60} * 10; i++)); do
+    line=$(sed -n "$((n + 1))p" "$dir/out")
+    [[ -n $line ]] && { echo "$line"; return 0; }
+    sleep 0.1
+  done
+  echo "(no answer in ${3:-60} s)"
+  return 1
+}
+
+# stop_target DIR PID: "exit", else SIGKILL.
+stop_target() {
+  local i
+  if alive "$2"; then
+    # shellcheck disable=SC2016
+    timeout 5 bash -c 'printf "exit\n" >"$1"' _ "$1/cmd" 2>/dev/null
+    for ((i = 0; i < 50; i++)); do alive "$2" || break; sleep 0.1; done
+    alive "$2" && kill -9 "$2" 2>/dev/null
+  fi
+}
+
+# wait_gone PID...: until each pid is free (reaped, not even a zombie), for a restore to take it.
+wait_gone() {
+  local p i
+  for p in "$@"; do
+    for ((i = 0; i < 100; i++)); do taken "$p" || continue 2; sleep 0.1; done
+    echo "note: pid $p is still taken: $(ps -o pid=,stat=,ppid=,comm= -p "$p")"
+    return 1
+  done
+}
+
+state() { timeout 60 "${CK[@]}" --get-state --pid "$1" 2>&1 | head -2 | tr '\n' ' ' | sed 's/ $//'; }
+
+# ck NAME LIMIT ARGS...: ours, stdout in $bin/NAME.out, stderr in $bin/NAME.err; sets rc and ms.
+ck() {
+  local name=$1 limit=$2 t0 t1
+  shift 2
+  t0=$(now)
+  timeout -k 10 "$limit" "${CK[@]}" "$@" >"$bin/$name.out" 2>"$bin/$name.err"
+  rc=$?
+  t1=$(now)
+  ms=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.0f", (b - a) * 1000 }')
+  echo "   \$ cuda-checkpoint $* -> exit $rc in $ms ms"
+  head -c 1500 "$bin/$name.out" | sed 's/^/     out| /'
+  echo
+  head -20 "$bin/$name.err" | sed 's/^/     err| /'
+  ((rc == 124 || rc == 137)) && echo "     (timed out after $limit s)"
+  if ((rc != 0)); then # criu's log, where the error names one
+    local log
+    log=$(jv "$bin/$name.out" 'j["error"]["log"]')
+    if [[ $log != "?" && -f $log ]]; then
+      echo "     the end of $log:"
+      tail -15 "$log" | sed 's/^/     | /'
+      cp "$log" "$bin/logs/$name-$(basename "$log")" 2>/dev/null
+    fi
+  fi
+  return "$rc"
+}
+
+# keep_logs DIR NAME: criu's dump logs of a snapshot, kept for the archive (on a failure).
+keep_logs() {
+  local f
+  for f in "$1"/tree-*/dump.log; do [[ -f $f ]] && cp "$f" "$bin/logs/$2-$(basename "$(dirname "$f")").log"; done
+}
+
+# snap_ok NAME: the --json of a snapshot or restore says ok.
+snap_ok() { [[ $(jv "$bin/$1.out" 'j["ok"]') == true ]]; }
+
+# skip_unless SECONDS CASE: SKIP the case where less is left of the budget.
+skip_unless() {
+  (($(left) >= $1)) && return 0
+  verdict SKIP "$2: $(left) s left of the $budget s budget, it needs about $1 s"
+  return 1
+}
+
+gb() { awk -v b="$1" 'BEGIN { if (b ~ /^[0-9]+$/) printf "%.2f GB", b / 1e9; else printf "? GB" }'; }
+
+free_mib() { nvidia-smi --query-gpu=memory.free --format=csv,noheader,nounits -i 0 2>/dev/null | tr -d ' '; }
+
+# round_trip LABEL MIB: case a for one size.
+round_trip() {
+  local label=$1 mib=$2 d p h snap s a bytes sms rms
+  start_target "$label" "$mib" || { verdict FAIL "$label: the target did not start"; return; }
+  d=$T_DIR p=$T_PID h=$T_HASH
+  snap=$bin/snap-$label
+  ck "$label-snapshot" 240 snapshot --pid "$p" --dir "$snap" --json
+  snap_ok "$label-snapshot" && [[ $rc == 0 && $(jv "$bin/$label-snapshot.out" '[x["pid"] for x in j["processes"]]') == "[$p]" ]]
+  check "$label: snapshot --json of pid $p: ok, the process listed" $? "exit $rc"
+  [[ $(jv "$bin/$label-snapshot.out" 'j["processes"][0]["cuda"]["state"]') == running ]]
+  check "$label: the snapshot took it as a running CUDA process ($(jv "$bin/$label-snapshot.out" 'j["processes"][0]["cuda"]["gpuMemoryMiB"]'))" $?
+  sms=$(jv "$bin/$label-snapshot.out" 'round(j["ms"])')
+  bytes=$(jv "$bin/$label-snapshot.out" 'j["bytes"]')
+  wait_gone "$p"
+  check "$label: the snapshot ended it (pid $p free)" $?
+  ck "$label-inspect" 60 inspect "$snap"
+  [[ $rc == 0 ]] && grep -q "$p" "$bin/$label-inspect.out"
+  check "$label: inspect exits 0 and names pid $p" $?
+  ck "$label-inspect-json" 60 inspect --dir "$snap" --json
+  s=$(jv "$bin/$label-inspect-json.out" '"%s, job %s, %d files, suspend %.0f ms, dump %.0f ms" % (j["manifest"]["format"], j["manifest"]["options"]["job"], len(j["manifest"]["files"]), j["manifest"]["timings"]["suspendMs"], j["manifest"]["timings"]["dumpMs"])')
+  [[ $rc == 0 && $s != "?" ]]
+  check "$label: inspect --json: $s" $?
+  ck "$label-restore" 240 restore-snapshot --dir "$snap" --json
+  snap_ok "$label-restore" && [[ $rc == 0 && $(jv "$bin/$label-restore.out" 'j["pids"]') == "[$p]" ]]
+  check "$label: restore-snapshot --json: ok, pid $p back" $? "exit $rc"
+  rms=$(jv "$bin/$label-restore.out" 'round(j["ms"])')
+  alive "$p"
+  check "$label: pid $p lives again" $?
+  s=$(state "$p")
+  [[ $s == running ]]
+  check "$label: --get-state: $s (want running)" $?
+  a="(not asked: not running)"
+  [[ $s == running ]] && a=$(ask "$d" hash 120)
+  [[ $a == "hash $h" ]]
+  check "$label: memory intact: $a (ready $h)" $?
+  echo "   $label: snapshot $sms ms (its own), restore $rms ms (its own), image $(gb "$bytes") ($bytes bytes)"
+  echo "$label $mib $sms $rms $bytes" >>"$bin/times.txt"
+  ((rc != 0)) && keep_logs "$snap" "$label"
+  rm -rf "$snap"
+  stop_target "$d" "$p"
+}
+
+# ---- a. round trips ----
+echo
+echo "== a. snapshot, inspect, restore-snapshot of one target (${sizes_a[*]} MiB)"
+for mib in "${sizes_a[@]}"; do
+  skip_unless $((20 + mib / 100)) "a-$mib" && round_trip "a-$mib" "$mib"
+done
+
+# ---- b. a tree of two CUDA children, as one job ----
+echo
+echo "== b. a bash parent with two 1 GiB targets, snapshot --job of the parent"
+if skip_unless 60 b; then
+  d=$bin/t-b
+  rm -rf "$d"
+  mkdir -p "$d/c1" "$d/c2"
+  mkfifo "$d/c1/cmd" "$d/c2/cmd"
+  # shellcheck disable=SC2016 # the parent's own $1..$3
+  setsid bash -c 'for c in c1 c2; do "$1" fifo "$2" "$3/$c/cmd" </dev/null >"$3/$c/out" 2>&1 & done; wait' \
+    snapshot-tree-parent "$target" 1024 "$d" </dev/null >"$d/parent.out" 2>&1 &
+  parent=$!
+  disown "$parent"
+  started+=("$parent")
+  r1=$(wait_ready "$d/c1/out" "$parent") && r2=$(wait_ready "$d/c2/out" "$parent")
+  check "b: parent $parent started both children: ${r1:-?} / ${r2:-?}" $?
+  [[ $r1 == ready* ]] || r1="x 0 0 0"
+  [[ $r2 == ready* ]] || r2="x 0 0 0"
+  # shellcheck disable=SC2034 # h1 and h2 are read through ${!h}
+  read -r _ p1 _ h1 <<<"$r1"
+  # shellcheck disable=SC2034
+  read -r _ p2 _ h2 <<<"$r2"
+  started+=("$p1" "$p2")
+  [[ $(ps -o ppid= -p "$p1" | tr -d ' ') == "$parent" && $(ps -o ppid= -p "$p2" | tr -d ' ') == "$parent" ]]
+  check "b: both are the parent's children" $?
+  snap=$bin/snap-b
+  ck b-snapshot 240 snapshot --pid "$parent" --dir "$snap" --job --json
+  snap_ok b-snapshot && [[ $rc == 0 ]]
+  check "b: snapshot --job --json of pid $parent: ok" $? "exit $rc"
+  wait_gone "$parent" "$p1" "$p2"
+  check "b: the snapshot ended the three" $?
+  ck b-inspect 60 inspect --dir "$snap" --json
+  listed=$(jv "$bin/b-inspect.out" 'sorted(p["pid"] for t in j["manifest"]["trees"] for p in t["processes"])')
+  want=$(printf '%s\n' "$parent" "$p1" "$p2" | sort -n | paste -sd, | sed 's/,/, /g')
+  [[ $listed == "[$want]" ]]
+  check "b: the manifest lists the parent and both children: $listed" $?
+  withcuda=$(jv "$bin/b-inspect.out" 'sorted(p["pid"] for t in j["manifest"]["trees"] for p in t["processes"] if "cuda" in p)')
+  [[ $withcuda == *"$p1"* && $withcuda == *"$p2"* ]]
+  check "b: both children have CUDA (with CUDA: $withcuda)" $?
+  if [[ -z $dry ]]; then # the fake libcuda calls every pid a CUDA process
+    [[ $withcuda != *"$parent"* ]]
+    check "b: the parent has none" $?
+  fi
+  [[ $(jv "$bin/b-inspect.out" 'j["manifest"]["options"]["job"]') == true ]]
+  check "b: options.job is true" $?
+  ck b-restore 240 restore-snapshot --dir "$snap" --json
+  snap_ok b-restore && [[ $rc == 0 ]]
+  check "b: restore-snapshot --json: ok, pids $(jv "$bin/b-restore.out" 'j["pids"]')" $? "exit $rc"
+  ok=0
+  for i in 1 2; do
+    p=p$i h=h$i
+    s=$(state "${!p}")
+    a="(not asked)"
+    [[ $s == running ]] && a=$(ask "$d/c$i" hash 120)
+    [[ $s == running && $a == "hash ${!h}" ]] || ok=1
+    echo "   child $i, pid ${!p}: $s, $a (ready ${!h})"
+  done
+  check "b: both children running, their memory intact" $ok
+  [[ $(ps -o ppid= -p "$p1" | tr -d ' ') == "$parent" ]]
+  check "b: the restored children are the restored parent's again" $?
+  ((rc != 0)) && keep_logs "$snap" b
+  rm -rf "$snap"
+  stop_target "$d/c1" "$p1"
+  stop_target "$d/c2" "$p2"
+  for ((i = 0; i < 50; i++)); do alive "$parent" || break; sleep 0.1; done
+  alive "$parent" && kill -9 "$parent" 2>/dev/null
+fi
+
+# ---- c. no room: refused before anything is made ----
+echo
+echo "== c. restore-snapshot onto a GPU without room: NO_ROOM, nothing made; then with room"
+if skip_unless 90 c && start_target c 4096; then
+  d=$T_DIR p=$T_PID h=$T_HASH
+  snap=$bin/snap-c
+  ck c-snapshot 240 snapshot --pid "$p" --dir "$snap" --json
+  snap_ok c-snapshot && [[ $rc == 0 ]]
+  check "c: snapshot of a 4 GiB target: ok ($(jv "$bin/c-snapshot.out" 'j["processes"][0]["cuda"]["gpuMemoryMiB"]'))" $? "exit $rc"
+  wait_gone "$p"
+  fpid=
+  if [[ -n $dry ]]; then
+    verdict SKIP "c: the refusal (dry run: no GPU to fill, no NVML for the room check)"
+  else
+    free=$(free_mib)
+    fill=$((free - 2048 - 600)) # the filler's own context takes about 600 MiB
+    rm -f "$bin/fill-in"
+    mkfifo "$bin/fill-in"
+    "$target" fill "$fill" <"$bin/fill-in" >"$bin/filler.out" 2>&1 &
+    fpid=$!
+    exec 4>"$bin/fill-in"
+    started+=("$fpid")
+    f=$(wait_ready "$bin/filler.out" "$fpid")
+    check "c: a filler of $fill MiB started ($f); free now $(free_mib) MiB (was $free)" $?
+    ck c-refused 120 restore-snapshot --dir "$snap" --json
+    code=$(jv "$bin/c-refused.out" 'j["error"]["code"]')
+    [[ $rc == 1 && $code == NO_ROOM && $(jv "$bin/c-refused.out" 'j["ok"]') == false ]]
+    check "c: refused: exit 1, error.code $code (want NO_ROOM)" $? "exit $rc"
+    ! taken "$p"
+    check "c: pid $p is not taken: nothing was made" $? "$(ps -o pid=,stat=,comm= -p "$p")"
+    echo exit >&4
+    exec 4>&-
+    wait "$fpid"
+    echo "   filler gone; free now $(free_mib) MiB"
+  fi
+  ck c-restore 240 restore-snapshot --dir "$snap" --json
+  snap_ok c-restore && [[ $rc == 0 ]]
+  check "c: with room: restore-snapshot ok" $? "exit $rc"
+  s=$(state "$p")
+  a="(not asked)"
+  [[ $s == running ]] && a=$(ask "$d" hash 120)
+  [[ $s == running && $a == "hash $h" ]]
+  check "c: $s, memory intact: $a (ready $h)" $?
+  ((rc != 0)) && keep_logs "$snap" c
+  rm -rf "$snap"
+  stop_target "$d" "$p"
+else
+  [[ $(left) -ge 90 ]] && verdict FAIL "c: the target did not start"
+fi
+
+# ---- d. --leave-running ----
+echo
+echo "== d. snapshot --leave-running: it goes on; killed, then restored from the snapshot"
+if skip_unless 50 d && start_target d 1024; then
+  d=$T_DIR p=$T_PID h=$T_HASH
+  snap=$bin/snap-d
+  size0=$(stat -c %s "$d/out")
+  ck d-snapshot 240 snapshot --pid "$p" --dir "$snap" --leave-running --json
+  snap_ok d-snapshot && [[ $rc == 0 && $(jv "$bin/d-snapshot.out" 'j["leftRunning"]') == true ]]
+  check "d: snapshot --leave-running --json: ok, leftRunning true" $? "exit $rc"
+  alive "$p"
+  check "d: pid $p still lives" $?
+  s=$(state "$p")
+  a="(not asked)"
+  [[ $s == running ]] && a=$(ask "$d" hash 120)
+  [[ $s == running && $a == "hash $h" ]]
+  check "d: it runs on and answers: $s, $a (ready $h)" $?
+  kill -9 "$p"
+  wait_gone "$p"
+  check "d: killed (pid $p free)" $?
+  # criu refuses to restore a process whose open file changed size since the dump ("File ... has
+  # bad size"): the answer written after the snapshot goes, as if the process had been ended then.
+  truncate -s "$size0" "$d/out"
+  ck d-restore 240 restore-snapshot --dir "$snap" --json
+  snap_ok d-restore && [[ $rc == 0 ]]
+  check "d: restore-snapshot after the kill: ok" $? "exit $rc"
+  s=$(state "$p")
+  a="(not asked)"
+  [[ $s == running ]] && a=$(ask "$d" hash 120)
+  [[ $s == running && $a == "hash $h" ]]
+  check "d: back from the snapshot: $s, memory intact: $a (ready $h)" $?
+  ((rc != 0)) && keep_logs "$snap" d
+  rm -rf "$snap"
+  stop_target "$d" "$p"
+else
+  [[ $(left) -ge 50 ]] && verdict FAIL "d: the target did not start"
+fi
+
+# ---- e. the engine's own test with the real criu (Deno) ----
+echo
+echo "== e. tests/criu_engine_test.ts with the real criu"
+if [[ $rt != deno ]]; then
+  verdict SKIP "e: Deno only (bash tests/gpu/snapshot.sh deno)"
+elif skip_unless 40 e; then
+  t0=$SECONDS
+  NO_COLOR=1 timeout 180 "$DENO" test -A tests/criu_engine_test.ts >"$bin/e.txt" 2>&1
+  rc=$?
+  sed 's/^/     | /' "$bin/e.txt" | tail -25
+  # The test of the real criu skips (loudly) where it is not root or finds no usable criu.
+  grep -q 'snapshot ends the tree, restoreSnapshot brings it back with its pids \.\.\. ok' "$bin/e.txt" &&
+    ! grep -qE 'SKIPPED: (not root|no usable criu)|brings it back with its pids \.\.\. ignored' "$bin/e.txt"
+  check "e: the real-criu test ran and passed, none skipped ($((SECONDS - t0)) s)" $?
+  check "e: deno test tests/criu_engine_test.ts exits 0" "$rc" "exit $rc"
+fi
+
+# ---- f. onto the other GPU ----
+echo
+echo "== f. restore-snapshot --device-map onto the other GPU"
+if ((gpus < 2)); then
+  verdict SKIP "f: needs 2 GPUs (nvidia-h200-x2); this machine has $gpus"
+elif skip_unless 50 f && start_target f 1024; then
+  d=$T_DIR p=$T_PID h=$T_HASH
+  # pid, GPU UUID for each GPU memory entry of pid $1 (nvidia-smi).
+  where() {
+    nvidia-smi --query-compute-apps=pid,gpu_uuid --format=csv,noheader 2>/dev/null |
+      awk -F', *' -v p="$1" '$1 == p { print $2 }' | sort -u | paste -sd' '
+  }
+  [[ -z $dry ]] && echo "   before: pid $p on $(where "$p")"
+  snap=$bin/snap-f
+  ck f-snapshot 240 snapshot --pid "$p" --dir "$snap" --json
+  snap_ok f-snapshot && [[ $rc == 0 ]]
+  check "f: snapshot: ok" $? "exit $rc"
+  wait_gone "$p"
+  ck f-inspect 60 inspect --dir "$snap" --json
+  g0=$(jv "$bin/f-inspect.out" '[g["uuid"] for g in j["manifest"]["gpus"] if g["index"] == 0][0]')
+  g1=$(jv "$bin/f-inspect.out" '[g["uuid"] for g in j["manifest"]["gpus"] if g["index"] == 1][0]')
+  held=$(jv "$bin/f-inspect.out" '",".join(j["manifest"]["trees"][0]["processes"][0]["cuda"]["gpuMemoryMiB"] or {})')
+  # GPUs 0 and 1 swapped, every other GPU onto itself: a mapping names every GPU of the snapshot.
+  map=$(jv "$bin/f-inspect.out" '",".join("%s=%s" % (g["uuid"], {0: "'"$g1"'", 1: "'"$g0"'"}.get(g["index"], g["uuid"])) for g in j["manifest"]["gpus"])')
+  [[ -z $dry ]] && { [[ $held == "$g0" ]]; check "f: the snapshot says it held memory on GPU 0 only ($held)" $?; }
+  ck f-restore 240 restore-snapshot --dir "$snap" --device-map "$map" --json
+  snap_ok f-restore && [[ $rc == 0 && $(jv "$bin/f-restore.out" 'j["gpuMapping"].get("'"$g0"'")') == "$g1" ]]
+  check "f: restore-snapshot --device-map (GPUs 0 and 1 swapped): ok, gpuMapping $(jv "$bin/f-restore.out" 'j["gpuMapping"]')" $? "exit $rc"
+  if [[ -z $dry ]]; then
+    w=$(where "$p")
+    [[ $w == "$g1" ]]
+    check "f: nvidia-smi sees pid $p on GPU 1 only: $w (GPU 1: $g1)" $?
+  else
+    verdict SKIP "f: where the memory is (dry run: no nvidia-smi)"
+  fi
+  s=$(state "$p")
+  a="(not asked)"
+  [[ $s == running ]] && a=$(ask "$d" hash 120)
+  [[ $s == running && $a == "hash $h" ]]
+  check "f: $s on the other GPU, memory intact: $a (ready $h)" $?
+  ((rc != 0)) && keep_logs "$snap" f
+  rm -rf "$snap"
+  stop_target "$d" "$p"
+fi
+
+# ---- summary ----
+echo
+echo "== times (each command's own ms, from its --json)"
+printf '   %-10s %8s %12s %12s %14s\n' case MiB "snapshot ms" "restore ms" "image bytes"
+while read -r label mib sms rms bytes; do
+  printf '   %-10s %8s %12s %12s %14s (%s)\n' "$label" "$mib" "$sms" "$rms" "$bytes" "$(gb "$bytes")"
+done <"$bin/times.txt"
+if compgen -G "$bin/logs/*" >/dev/null; then
+  tar -C "$bin" -czf "$out/snapshot-$rt-logs.tgz" logs && echo "criu's logs of the failures: $out/snapshot-$rt-logs.tgz"
+fi
+verdict_summary "$bin/verdicts.txt" "$rt${dry:+, DRY RUN: fake libcuda, stand-in targets}"
