@@ -434,6 +434,9 @@ async function runSide(side: SideName, targets: Target[], images: string): Promi
         suspendMs: Number(timings.suspendMs),
         dumpMs: Number(timings.dumpMs),
         ownRestoreMs: Number(rj.ms),
+        restoreCheckMs: Number(rj.timings?.checkMs),
+        criuRestoreMs: Number(rj.timings?.restoreMs),
+        resumeMs: Number(rj.timings?.resumeMs),
       },
     };
   }
@@ -798,6 +801,7 @@ const phases: Table = {
     "side",
     "suspend",
     "criu dump",
+    "restore's checks",
     "criu restore",
     "resume",
     "whole, own: snapshot / restore",
@@ -808,8 +812,9 @@ const phases: Table = {
       "ours",
       fmt(medPhase(label, "ours", "suspendMs") / 1000, 2),
       fmt(medPhase(label, "ours", "dumpMs") / 1000, 2),
-      "-",
-      "-",
+      fmt(medPhase(label, "ours", "restoreCheckMs") / 1000, 2),
+      fmt(medPhase(label, "ours", "criuRestoreMs") / 1000, 2),
+      fmt(medPhase(label, "ours", "resumeMs") / 1000, 2),
       `${fmt(medPhase(label, "ours", "ownSnapshotMs") / 1000, 2)} / ${
         fmt(medPhase(label, "ours", "ownRestoreMs") / 1000, 2)
       }`,
@@ -819,6 +824,7 @@ const phases: Table = {
       "shell",
       fmt(medPhase(label, "shell", "toggleMs") / 1000, 2),
       fmt(medPhase(label, "shell", "dumpMs") / 1000, 2),
+      "-",
       fmt(medPhase(label, "shell", "criuRestoreMs") / 1000, 2),
       fmt(medPhase(label, "shell", "resumeToggleMs") / 1000, 2),
       "-",

@@ -107,6 +107,11 @@ export async function runSnapshotCommand(
             operation: "restore-snapshot",
             dir: result.dir,
             ms: round(result.ms),
+            timings: {
+              checkMs: round(result.timings.checkMs),
+              restoreMs: round(result.timings.restoreMs),
+              resumeMs: round(result.timings.resumeMs),
+            },
             pids: result.pids,
             gpuMapping: result.gpuMapping,
             processes: processesOf(m),

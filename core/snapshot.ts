@@ -24,18 +24,13 @@ import { fallbackSnapshotParts } from "./defaults.ts";
 import {
   type DumpedProcess,
   EngineError,
+  type EngineProbe,
   type SnapshotEngine,
   type SnapshotFile,
   type SnapshotStore,
 } from "./engine.ts";
-import {
-  capitalize,
-  CheckpointError,
-  RefusedError,
-  SnapshotError,
-  type SnapshotFailure,
-} from "./errors.ts";
-import { type GroupEvent, type GroupResult, resumeAll, suspendAll } from "./group.ts";
+import { CheckpointError, RefusedError, SnapshotError, type SnapshotFailure } from "./errors.ts";
+import { type GroupEvent, type GroupResult, resumeAll, runGroup } from "./group.ts";
 import type { GpuMemoryReport, HostProcesses, PidUse, TreeProcess } from "./host.ts";
 import { checkHost } from "./listing.ts";
 import {
@@ -185,10 +180,18 @@ export interface RestoreSnapshotResult {
   readonly gpuMapping: Readonly<Record<string, string>>;
   /** Every process of the snapshot, back with its pid. */
   readonly pids: readonly number[];
-  /** The CUDA processes' GPU restore, as the group operation reports it. */
-  readonly resume: GroupResult | undefined;
   /** The whole restore's time in ms. */
   readonly ms: number;
+  /**
+   * Its parts, in ms: the checks; the engine's restore of every tree (`criu restore`), from its
+   * start to the last tree's end; the GPU half, from the first tree's GPU restore to the unlock of
+   * every CUDA process. The two overlap: a tree's GPU restore begins as soon as it is back.
+   */
+  readonly timings: {
+    readonly checkMs: number;
+    readonly restoreMs: number;
+    readonly resumeMs: number;
+  };
 }
 
 /**
@@ -261,7 +264,7 @@ export async function snapshot(
         `the ${host?.kind ?? driver.kind} host cannot tell process trees, which a snapshot needs`,
       );
     }
-    await probeEngine(engine, "snapshot");
+    const probing = probeEngine(engine, "snapshot");
     const trees = await Promise.all(roots.map(async (root) => {
       const tree = await host.processTree!(root);
       if (!tree || tree.length === 0) {
@@ -273,6 +276,7 @@ export async function snapshot(
       return { root, processes: tree };
     }));
     checkDisjoint(trees);
+    const probe = await probing;
     const report = host.gpuMemory
       ? await host.gpuMemory().catch((e): GpuMemoryReport => ({ unknown: String(e) }))
       : { unknown: `the ${host.kind} host cannot tell GPU memory` } as GpuMemoryReport;
@@ -284,7 +288,6 @@ export async function snapshot(
     const gpus = await describeGpus(driver, report);
     const version = await driver.driverVersion();
     const facts = host.facts ? await host.facts() : { hostname: host.kind, kernel: "unknown" };
-    const probe = await engine.probe();
     const where = await store.create(dir).catch((err) => {
       throw new RefusedError({
         code: "SNAPSHOT",
@@ -302,31 +305,16 @@ export async function snapshot(
       });
     }
 
-    // 2. Suspend every CUDA process at once.
-    phase("suspend");
-    const t1 = clock.now();
-    const suspended = toSuspend.length === 0 ? undefined : await suspendAll(toSuspend, {
-      driver,
-      allOrNothing: true,
-      job,
-      lockTimeoutMs,
-      ...(left() !== undefined ? { timeoutMs: left() } : {}),
-      ...(signal ? { signal, rollBackOnAbort: true } : {}),
-      checkRoom: true,
-      onProgress: progress,
-      gpuMemory: false,
-      host,
-    });
-    if (suspended && !suspended.ok) {
-      throw new SnapshotError({
-        code: suspended.aborted || suspended.deadlinePassed ? "STOPPED" : "SUSPEND_FAILED",
-        operation: "snapshot",
-        message: `snapshot failed while suspending its CUDA processes: ${groupFailure(suspended)}`,
-        detail: wherePutBack(suspended),
-        cause: firstError(suspended),
+    // Every tree's directory first, before anything changes (and, on the simulator, so that
+    // virtual time does not run on while a directory is being made).
+    const imageDirs = await Promise.all(trees.map((t) => store.subdir(where, treeDirName(t.root))))
+      .catch((err) => {
+        throw new RefusedError({
+          code: "SNAPSHOT",
+          operation: "snapshot",
+          reason: `${where} cannot hold a snapshot: ${messageOf(err)}`,
+        });
       });
-    }
-    const suspendMs = clock.now() - t1;
     const putBack = async (code: SnapshotFailure, message: string, cause: unknown) => {
       phase("rollback");
       const resumed = toSuspend.length === 0 ? undefined : await resumeAll(toSuspend, {
@@ -349,41 +337,97 @@ export async function snapshot(
       });
     };
 
-    // 3. Dump every tree, leaving its processes running.
-    phase("dump");
-    const t2 = clock.now();
-    const dumpStop = new AbortController();
-    const onAbort = () => dumpStop.abort(signal?.reason);
-    signal?.addEventListener("abort", onAbort, { once: true });
-    // Every directory first: the dumps then start together (and, on the simulator, virtual time
-    // does not run on while a directory is being made).
-    const dirs = await Promise.allSettled(
-      trees.map((t) => store.subdir(where, treeDirName(t.root))),
-    );
-    const dumps = await Promise.allSettled(trees.map((t, i) => {
-      const made = dirs[i];
-      if (made.status === "rejected") return Promise.reject(made.reason);
-      return engine.dump({
-        root: t.root,
-        imagesDir: made.value,
-        signal: dumpStop.signal,
+    // 2 and 3. Suspend every CUDA process, all at once, and dump each tree as soon as its own
+    // CUDA processes are suspended (a tree's dump waits for no other tree's suspend), leaving its
+    // processes running. As a job, every process is locked before any is checkpointed. The first
+    // failure stops the rest, and every process is put back.
+    phase("suspend");
+    const t1 = clock.now();
+    const stopAll = new AbortController();
+    const onAbort = () => stopAll.abort(signal?.reason);
+    if (signal?.aborted) onAbort();
+    else signal?.addEventListener("abort", onAbort, { once: true });
+    const group = (action: "lock" | "checkpoint" | "suspend", pids: number[]) =>
+      runGroup(action, pids, {
+        driver,
+        allOrNothing: true,
+        lockTimeoutMs,
         ...(left() !== undefined ? { timeoutMs: left() } : {}),
-        onBytes: (bytes) => progress({ type: "bytes", root: t.root, bytes, at: at() }),
+        signal: stopAll.signal,
+        rollBackOnAbort: true,
+        checkRoom: true,
+        // A group's times count from its own start; the snapshot's, from the snapshot's.
+        onProgress: (e) => progress({ ...e, at: at() }),
+        gpuMemory: false,
+        host,
       });
-    })).finally(() => signal?.removeEventListener("abort", onAbort));
-    const failedDump = dumps.find((d): d is PromiseRejectedResult => d.status === "rejected");
-    if (failedDump) {
-      const err = failedDump.reason;
+    type Failure = { suspend: GroupResult } | { dump: unknown };
+    let failure: Failure | undefined;
+    const failed = (f: Failure): Error => {
+      if (!failure) {
+        failure = f;
+        stopAll.abort(new Error("another part of the snapshot failed"));
+      }
+      return new Error("the snapshot failed");
+    };
+    let suspendEnd = t1;
+    let dumpStart: number | undefined;
+    let dumpEnd = t1;
+    const dumpTree = async (t: typeof trees[number], i: number) => {
+      const inTree = new Set(t.processes.map((p) => p.pid));
+      const mine = toSuspend.filter((pid) => inTree.has(pid));
+      if (mine.length > 0) {
+        const suspended = await group(job ? "checkpoint" : "suspend", mine);
+        if (!suspended.ok) throw failed({ suspend: suspended });
+      }
+      suspendEnd = Math.max(suspendEnd, clock.now());
+      if (stopAll.signal.aborted) throw new Error("stopped before its dump");
+      if (dumpStart === undefined) {
+        dumpStart = clock.now();
+        phase("dump");
+      }
+      try {
+        return await engine.dump({
+          root: t.root,
+          imagesDir: imageDirs[i],
+          signal: stopAll.signal,
+          ...(left() !== undefined ? { timeoutMs: left() } : {}),
+          onBytes: (bytes) => progress({ type: "bytes", root: t.root, bytes, at: at() }),
+        });
+      } catch (err) {
+        throw failed({ dump: err });
+      } finally {
+        dumpEnd = Math.max(dumpEnd, clock.now());
+      }
+    };
+    const dumps = await (async () => {
+      if (job && toSuspend.length > 0) {
+        const locked = await group("lock", toSuspend);
+        if (!locked.ok) {
+          failed({ suspend: locked });
+          return [];
+        }
+      }
+      return await Promise.allSettled(trees.map(dumpTree));
+    })().finally(() => signal?.removeEventListener("abort", onAbort));
+    if (failure || dumps.length !== trees.length || dumps.some((d) => d.status === "rejected")) {
       const why = stopped();
+      const f = failure as Failure | undefined;
+      const doing = dumpStart === undefined ? "suspending its CUDA processes" : "dumping";
       throw await putBack(
-        why ? "STOPPED" : "DUMP_FAILED",
+        why ? "STOPPED" : f && "dump" in f ? "DUMP_FAILED" : "SUSPEND_FAILED",
         why
-          ? `snapshot stopped while dumping: ${why}`
-          : `snapshot failed: the ${engine.kind} dump failed: ${messageOf(err)}`,
-        err,
+          ? `snapshot stopped while ${doing}: ${why}`
+          : f && "dump" in f
+          ? `snapshot failed: the ${engine.kind} dump failed: ${messageOf(f.dump)}`
+          : `snapshot failed while suspending its CUDA processes: ${
+            f ? groupFailure(f.suspend) : "it was stopped"
+          }`,
+        why ? undefined : f && "dump" in f ? f.dump : f ? firstError(f.suspend) : undefined,
       );
     }
-    const dumpMs = clock.now() - t2;
+    const suspendMs = suspendEnd - t1;
+    const dumpMs = dumpStart === undefined ? 0 : dumpEnd - dumpStart;
     // The trees as dumped: a process may have come or gone since they were listed.
     const dumpedTrees = manifestTrees.map((t, i) =>
       asDumped(t, (dumps[i] as PromiseFulfilledResult<readonly DumpedProcess[]>).value)
@@ -511,10 +555,11 @@ export async function restoreSnapshot(
     // 1. Check everything, change nothing.
     phase("check");
     const { engine, store } = partsOf(o, driver);
+    const probing = probeEngine(engine, "restoreSnapshot");
     const { dir: where, manifest } = await readSnapshot(store, dir, "restoreSnapshot");
     const host = o.host ?? await session.host();
     if (!host) throw prerequisite("restoreSnapshot", `the ${driver.kind} driver has no host`);
-    await probeEngine(engine, "restoreSnapshot");
+    await probing;
     const version = await driver.driverVersion();
     checkDriver(manifest, version.code === CUDA_SUCCESS ? version.value : undefined);
     await checkPidsFree(manifest, host);
@@ -531,75 +576,130 @@ export async function restoreSnapshot(
       });
     }
 
-    // 2. The engine brings every tree back, its CUDA processes checkpointed.
+    // 2 and 3. The engine brings every tree back, its CUDA processes checkpointed; each tree's
+    // running CUDA processes are restored onto the GPUs as soon as it is back (a tree waits for
+    // no other tree's criu), what each held recorded first for the room check; once every one is
+    // restored, all are unlocked (the order of a job: every restore before any unlock).
     phase("restore");
-    const restores = await Promise.allSettled(manifest.trees.map((t) =>
-      engine.restore({
-        root: t.root,
-        imagesDir: `${where}/${t.images}`,
-        ...(signal ? { signal } : {}),
-        ...(left() !== undefined ? { timeoutMs: left() } : {}),
-      })
-    ));
-    const failedRestore = restores.find((r): r is PromiseRejectedResult => r.status === "rejected");
-    if (failedRestore) {
-      phase("rollback");
-      const made = manifest.trees.filter((_, i) => restores[i].status === "fulfilled");
-      await engine.kill(made.flatMap((t) => t.processes.map((p) => p.pid))).catch(() => {});
-      const err = failedRestore.reason;
-      throw new SnapshotError({
-        code: signal?.aborted ? "STOPPED" : "RESTORE_FAILED",
-        operation: "restoreSnapshot",
-        message: `restore of the snapshot in ${where} failed: the ${engine.kind} restore ` +
-          `failed: ${messageOf(err)}`,
-        detail: made.length === 0
-          ? "no process was made"
-          : "the processes it had made were ended; the snapshot is unchanged",
-        cause: err,
-        ...(err instanceof EngineError && err.log ? { log: err.log } : {}),
-      });
-    }
-
-    // 3. The GPU half: what each process held, recorded for the room check of its restore;
-    // then restore and unlock, as a job where the snapshot was one.
-    phase("resume");
-    const cuda = manifest.trees.flatMap((t) => t.processes).filter((p) => p.cuda !== undefined);
-    await recordHeld(cuda, host);
-    const running = cuda.filter((p) => cudaRuns(p.cuda!.state)).map((p) => p.pid);
+    const checkMs = run.at();
     const mapping = Object.fromEntries(
       pairs.map((p) => [formatGpuUuid(p.oldUuid), formatGpuUuid(p.newUuid)]),
     );
-    const resumed = running.length === 0 ? undefined : await resumeAll(running, {
-      driver,
-      allOrNothing: true,
-      job: manifest.options.job,
-      ...(pairs.length > 0 ? { gpuMapping: mapping } : {}),
-      checkRoom,
-      onProgress: progress,
-      gpuMemory: false,
-      host,
-      ...(left() !== undefined ? { timeoutMs: left() } : {}),
-      ...(signal ? { signal } : {}),
-    });
-    if (resumed && !resumed.ok) {
+    const stopAll = new AbortController();
+    const onAbort = () => stopAll.abort(signal?.reason);
+    signal?.addEventListener("abort", onAbort, { once: true });
+    const group = (action: "restore" | "unlock" | "checkpoint", pids: number[]) =>
+      runGroup(action, pids, {
+        driver,
+        allOrNothing: true,
+        ...(action === "restore" && pairs.length > 0 ? { gpuMapping: mapping } : {}),
+        checkRoom,
+        onProgress: (e) => progress({ ...e, at: run.at() }),
+        gpuMemory: false,
+        host,
+        ...(action !== "checkpoint" && left() !== undefined ? { timeoutMs: left() } : {}),
+        ...(action !== "checkpoint" ? { signal: stopAll.signal } : {}),
+      });
+    type Failure = { engine: unknown } | { gpu: GroupResult };
+    let failure: Failure | undefined;
+    const failed = (f: Failure): Error => {
+      if (!failure) {
+        failure = f;
+        stopAll.abort(new Error("another part of the restore failed"));
+      }
+      return new Error("the restore failed");
+    };
+    const made = new Set<ManifestTree>(); // trees the engine brought back
+    const onGpu: number[] = []; // CUDA processes restored onto the GPUs, not yet unlocked
+    let restoreEnd = checkMs;
+    let resumeStart: number | undefined;
+    const restoreTree = async (t: ManifestTree) => {
+      try {
+        await engine.restore({
+          root: t.root,
+          imagesDir: `${where}/${t.images}`,
+          signal: stopAll.signal,
+          ...(left() !== undefined ? { timeoutMs: left() } : {}),
+        });
+        made.add(t);
+      } catch (err) {
+        throw failed({ engine: err });
+      } finally {
+        restoreEnd = Math.max(restoreEnd, run.at());
+      }
+      const cuda = t.processes.filter((p) => p.cuda !== undefined);
+      const running = cuda.filter((p) => cudaRuns(p.cuda!.state)).map((p) => p.pid);
+      if (running.length === 0 || stopAll.signal.aborted) return;
+      if (resumeStart === undefined) {
+        resumeStart = run.at();
+        phase("resume");
+      }
+      await recordHeld(cuda, host);
+      const restored = await group("restore", running);
+      if (!restored.ok) throw failed({ gpu: restored });
+      onGpu.push(...running);
+    };
+    const settled = await Promise.allSettled(manifest.trees.map(restoreTree))
+      .finally(() => signal?.removeEventListener("abort", onAbort));
+    const f = failure as Failure | undefined;
+    const why = run.stopped();
+    if (f && "engine" in f || (why && made.size < manifest.trees.length)) {
+      // The engine failed (or was stopped) on a tree: every tree it made is ended, and the
+      // snapshot, unchanged, can be restored again.
+      phase("rollback");
+      await engine.kill([...made].flatMap((t) => t.processes.map((p) => p.pid))).catch(() => {});
+      const err = f && "engine" in f ? f.engine : undefined;
       throw new SnapshotError({
-        code: resumed.aborted || resumed.deadlinePassed ? "STOPPED" : "RESUME_FAILED",
+        code: why ? "STOPPED" : "RESTORE_FAILED",
         operation: "restoreSnapshot",
-        message: `the processes of the snapshot in ${where} are back, but their GPU restore ` +
-          `failed: ${groupFailure(resumed)}`,
-        detail: `they are checkpointed, and nothing is lost: once the cause is fixed, resume ` +
-          `them (cuda-checkpoint --toggle --pid ${running.join(",")}, or resumeAll), or end ` +
-          `them (kill ${manifest.trees.map((t) => t.root).join(" ")})`,
-        cause: firstError(resumed),
+        message: `restore of the snapshot in ${where} failed: ${
+          why ? `it was stopped: ${why}` : `the ${engine.kind} restore failed: ${messageOf(err)}`
+        }`,
+        detail: made.size === 0
+          ? "no process was made"
+          : "the processes it had made were ended; the snapshot is unchanged",
+        ...(err === undefined ? {} : { cause: err }),
+        ...(err instanceof EngineError && err.log ? { log: err.log } : {}),
       });
     }
+    const allRunning = manifest.trees.flatMap((t) => t.processes)
+      .filter((p) => p.cuda !== undefined && cudaRuns(p.cuda.state)).map((p) => p.pid);
+    const notStarted = settled.some((r) => r.status === "rejected") || why !== undefined;
+    const unlocked = !notStarted && onGpu.length > 0 ? await group("unlock", onGpu) : undefined;
+    if (notStarted || (unlocked && !unlocked.ok)) {
+      // The GPU half failed or was stopped: every process is back, and each CUDA process is put
+      // back checkpointed (where it is not already), which loses nothing.
+      phase("rollback");
+      if (onGpu.length > 0 && !unlocked) await group("checkpoint", onGpu);
+      const g = f && "gpu" in f ? f.gpu : unlocked;
+      throw new SnapshotError({
+        code: why ? "STOPPED" : "RESUME_FAILED",
+        operation: "restoreSnapshot",
+        message: `the processes of the snapshot in ${where} are back, but their GPU restore ` +
+          `failed: ${why ? `it was stopped: ${why}` : g ? groupFailure(g) : "it was stopped"}`,
+        detail: unlocked
+          ? `they are restored onto the GPUs and locked: unlock them (cuda-checkpoint --action ` +
+            `unlock --pid P, for each of ${onGpu.join(", ")}), or end them (kill ${
+              manifest.trees.map((t) => t.root).join(" ")
+            })`
+          : `they are checkpointed: once the cause is fixed, resume ` +
+            `them (cuda-checkpoint --toggle --pid ${allRunning.join(",")}, or resumeAll), or ` +
+            `end them (kill ${manifest.trees.map((t) => t.root).join(" ")})`,
+        ...(g && firstError(g) ? { cause: firstError(g) } : {}),
+      });
+    }
+    const ms = run.at();
     return {
       dir: where,
       manifest,
       gpuMapping: mapping,
       pids: manifest.trees.flatMap((t) => t.processes.map((p) => p.pid)),
-      resume: resumed,
-      ms: run.at(),
+      ms,
+      timings: {
+        checkMs,
+        restoreMs: restoreEnd - checkMs,
+        resumeMs: resumeStart === undefined ? 0 : ms - resumeStart,
+      },
     };
   } finally {
     await taken.release();
@@ -747,11 +847,20 @@ function prerequisite(operation: string, reason: string): RefusedError {
   return new RefusedError({ code: "PREREQUISITE", operation, reason });
 }
 
-async function probeEngine(engine: SnapshotEngine, operation: string): Promise<void> {
-  const probe = await engine.probe();
-  if (probe.problems.length > 0) {
-    throw prerequisite(operation, `${engine.kind} cannot work here: ${probe.problems.join(" ")}`);
-  }
+/**
+ * The engine's probe, refused where it names a problem. Started before the other checks and
+ * awaited after them (criu check takes tens of ms): a refusal waits for its turn, so that the
+ * first failed check is still the one reported, and is never left unhandled.
+ */
+function probeEngine(engine: SnapshotEngine, operation: string): Promise<EngineProbe> {
+  const probing = engine.probe().then((probe) => {
+    if (probe.problems.length > 0) {
+      throw prerequisite(operation, `${engine.kind} cannot work here: ${probe.problems.join(" ")}`);
+    }
+    return probe;
+  });
+  probing.catch(() => {});
+  return probing;
 }
 
 /** No tree may hold another's root. */
@@ -1132,16 +1241,6 @@ function groupFailure(result: GroupResult): string {
 
 function firstError(result: GroupResult): Error | undefined {
   return result.processes.find((p) => p.error)?.error;
-}
-
-function wherePutBack(result: GroupResult): string {
-  const stuck = result.processes.filter((p) =>
-    p.state !== undefined && p.initialState !== undefined && p.state !== p.initialState
-  );
-  if (stuck.length === 0) return "every process was put back as it was, and keeps running";
-  return `${
-    capitalize(stuck.map((p) => `process ${p.pid} is ${p.state}`).join(", "))
-  }; the others were put back as they were`;
 }
 
 function messageOf(err: unknown): string {

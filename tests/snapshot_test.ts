@@ -92,6 +92,16 @@ describe("a snapshot and its restore", () => {
     const back = await restoreSnapshot(dir, { driver: sim });
     assert.deepEqual(back.pids, pids);
     assert.deepEqual(back.gpuMapping, {}, "in place");
+    const t = back.timings;
+    assert.ok(
+      t.restoreMs > 0 && t.resumeMs > 0,
+      `criu's part and the GPU's took time: ${JSON.stringify(t)}`,
+    );
+    assert.ok(
+      t.checkMs + t.restoreMs <= back.ms + 1e-6 &&
+        t.checkMs + t.restoreMs + t.resumeMs >= back.ms - 1e-6,
+      `the parts make the whole, overlapping: ${JSON.stringify(t)} of ${back.ms}`,
+    );
     const [a2, b2] = [live(sim, a.pid), live(sim, b.pid)];
     assert.equal(a2.state, "running");
     assert.equal(b2.state, "running");
@@ -185,6 +195,71 @@ describe("a snapshot and its restore", () => {
       `dump took ${made.manifest.timings.dumpMs} ms`,
     );
     assert.ok(took < 25_000, `the whole snapshot took ${took} ms`);
+  });
+
+  test("each tree is dumped once its own CUDA processes are suspended, not after every tree's", async () => {
+    const sim = new SimulatedDriver();
+    const big = sim.spawn({ memoryMiB: 16384 });
+    const small = sim.spawn({ memoryMiB: 256 });
+    const events: SnapshotEvent[] = [];
+    const made = await snapshot([big.pid, small.pid], newDir(), {
+      driver: sim,
+      onProgress: (e) => events.push(e),
+    });
+    const i = (found: (e: SnapshotEvent) => boolean, what: string) => {
+      const at = events.findIndex(found);
+      assert.ok(at >= 0, `an event: ${what}`);
+      return at;
+    };
+    const smallDumped = i(
+      (e) => e.type === "bytes" && e.root === small.pid,
+      "the small tree's bytes",
+    );
+    const bigSuspended = i(
+      (e) => e.type === "step-end" && e.pid === big.pid && e.step === "checkpoint",
+      "the big process checkpointed",
+    );
+    assert.ok(
+      smallDumped < bigSuspended,
+      "the small tree's dump began while the big one was suspending",
+    );
+    const { suspendMs, dumpMs, totalMs } = made.manifest.timings;
+    assert.ok(
+      suspendMs + dumpMs > totalMs,
+      `the two overlap: ${suspendMs} + ${dumpMs} > ${totalMs}`,
+    );
+    const ats = events.map((e) => e.at);
+    assert.deepEqual(
+      ats,
+      [...ats].sort((x, y) => x - y),
+      "every event's time counts from the snapshot's start",
+    );
+    assert.equal(sim.process(big.pid), undefined, "ended once dumped");
+  });
+
+  test("each tree's GPU restore begins once criu brought it back; every restore before any unlock", async () => {
+    const sim = new SimulatedDriver();
+    const big = sim.spawn({ memoryMiB: 16384 });
+    const small = sim.spawn({ memoryMiB: 256 });
+    const dir = newDir();
+    await snapshot([big.pid, small.pid], dir, { driver: sim });
+    const events: SnapshotEvent[] = [];
+    const back = await restoreSnapshot(dir, { driver: sim, onProgress: (e) => events.push(e) });
+    const steps = events.filter((e) => e.type === "step-start" || e.type === "step-end");
+    const smallStart = steps.find((e) => e.type === "step-start" && e.pid === small.pid);
+    assert.equal(smallStart?.step, "restore");
+    const criuDone = back.timings.checkMs + back.timings.restoreMs;
+    assert.ok(
+      smallStart.at < criuDone,
+      `the small process's GPU restore began at ${smallStart.at} ms, before criu's last tree at ${criuDone} ms`,
+    );
+    const lastRestore = steps.findLastIndex((e) => e.type === "step-end" && e.step === "restore");
+    const firstUnlock = steps.findIndex((e) => e.type === "step-start" && e.step === "unlock");
+    assert.ok(lastRestore >= 0 && lastRestore < firstUnlock, "every restore before any unlock");
+    assert.deepEqual([live(sim, big.pid).state, live(sim, small.pid).state], [
+      "running",
+      "running",
+    ]);
   });
 
   test("a job: every lock before any checkpoint, and at restore every restore before any unlock", async () => {
@@ -404,6 +479,37 @@ describe("failures after things began to change", () => {
     assert.match(err.message, /cuda-checkpoint --toggle --pid \d+,\d+/);
     assert.equal(live(sim, pids[1]).state, "checkpointed");
   });
+});
+
+test("two trees: one's dump fails while the other still suspends; both are put back running", async () => {
+  const sim = new SimulatedDriver();
+  const big = sim.spawn({ memoryMiB: 16384 });
+  const small = sim.spawn({ memoryMiB: 256 });
+  const hashes = [await big.memoryChunkedSha256(), await small.memoryChunkedSha256()];
+  sim.snapshotEngine().failNext("dump", { message: "Can't dump (simulated)" });
+  const err = await snapshot([big.pid, small.pid], newDir(), { driver: sim }).catch((e) => e);
+  assert.ok(err instanceof SnapshotError, String(err));
+  assert.equal(err.code, "DUMP_FAILED");
+  assert.match(err.message, /Every process was put back as it was, and keeps running/);
+  assert.deepEqual([live(sim, big.pid).state, live(sim, small.pid).state], ["running", "running"]);
+  assert.deepEqual([await big.memoryChunkedSha256(), await small.memoryChunkedSha256()], hashes);
+});
+
+test("two trees: one's GPU restore fails after the other's succeeded; both are left checkpointed", async () => {
+  const sim = new SimulatedDriver();
+  const big = sim.spawn({ memoryMiB: 8192 });
+  const small = sim.spawn({ memoryMiB: 256 });
+  const dir = newDir();
+  await snapshot([big.pid, small.pid], dir, { driver: sim });
+  sim.fillGpu(0, { leaveMiB: 2048 }); // room for the small one, not for the big one
+  const err = await restoreSnapshot(dir, { driver: sim, checkRoom: false }).catch((e) => e);
+  assert.ok(err instanceof SnapshotError, String(err));
+  assert.equal(err.code, "RESUME_FAILED");
+  assert.match(err.message, /They are checkpointed: once the cause is fixed, resume them/);
+  assert.deepEqual(
+    [live(sim, big.pid).state, live(sim, small.pid).state],
+    ["checkpointed", "checkpointed"],
+  );
 });
 
 describe("onto other GPUs", () => {
