@@ -99,9 +99,9 @@ interface ProcessImage {
  * (one file per process, `process-<pid>.img`, and `dump.log`, mode 0600), leaving the processes
  * running (as `criu dump --leave-running`), and restores a tree from them with the pids and
  * thread ids it had, its parents, commands and GPU memory contents. It takes the time the
- * measured criu took ({@link CRIU_TIMING}): image bytes of 0.6 GB + 2 GB per GiB of GPU memory
- * for each CUDA process, dumped at 1 GB/s and restored at 1.2 GB/s after 0.2 s, with every dump
- * and restore under way at once sharing a disk of 2.5 GB/s (an assumption).
+ * measured criu took ({@link CRIU_TIMING}): image bytes of 0.59 GB + 1.07 GB per GiB of GPU
+ * memory for each CUDA process, dumped at 2.3 GB/s and restored at 2.1 GB/s after 0.2 s, with
+ * every dump and restore under way at once sharing a disk of 3.7 GB/s.
  *
  * As the real flow needs it: a dump refuses a tree with a CUDA process that is not checkpointed
  * (criu cannot dump its GPU mappings), and a restored CUDA process is checkpointed, its GPU

@@ -269,15 +269,18 @@ export class CopyLink {
 }
 
 /**
- * Timing and image sizes of the simulated CRIU (`SimulatedCriu`), chosen to fit dumps and
- * restores measured with criu 4.1.1 on an H100 (driver 580.159.04) of one CUDA process that the
- * driver had checkpointed first: with 1 GiB of GPU memory its images were 2.6 GB, dumped in
- * 2.6-3.5 s and restored in 2.3-2.6 s; with 4 GiB, 8.6 GB, dumped in 7-10 s and restored in
- * 5.9-7.6 s. A dump here takes 0.2 s and its images at 1 GB/s (2.8 s and 8.8 s), a restore 0.2 s
- * and its images at 1.2 GB/s (2.37 s and 7.37 s): inside each measured range. The fixed costs,
- * the size of a process without CUDA and the disk that dumps and restores at once share were not
- * measured: they are assumptions, and say so. (On the two-H200 machine of
- * tests/gpu/reports/criu-cli-2xh200.md, whose images were smaller, criu was about twice as fast.)
+ * Timing and image sizes of the simulated CRIU (`SimulatedCriu`), chosen to fit criu 4.1.1 on an
+ * H100 (driver 580.159.04, 2026-11-24; tests/gpu/reports/snapshot-*-h100.txt and
+ * bench/reports/snapshot-bun-h100.md) dumping and restoring CUDA processes that were checkpointed
+ * before criu ran, without criu's CUDA plugin, as snapshots do. Images: 1.66, 2.73 and 4.88 GB for
+ * 1, 2 and 4 GiB of GPU memory, which is 0.59 GB + 1.07 GB per GiB: the checkpointed copy of the
+ * GPU memory once, and the process's own host memory. criu's dump alone: 0.60-1.02 s, 1.07-1.48 s
+ * and 2.13-2.39 s; its restore alone at 2 GiB: 1.39-1.77 s. A dump here takes 0.2 s and its images
+ * at 2.3 GB/s (0.92, 1.39, 2.32 s), a restore 0.2 s and its images at 2.1 GB/s (1.50 s at 2 GiB).
+ * Eight dumps of 2 GiB at once wrote 21.8 GB in 5.9 s there, about 3.7 GB/s together, the disk
+ * and page cache that all share. The fixed costs and the size of a process without CUDA are
+ * assumptions, and say so. (Through criu's CUDA plugin, which checkpoints inside the dump, the
+ * same targets gave images of 2.6 and 8.6 GB at 1 and 4 GiB; see docs/DRIVER.md.)
  */
 export interface CriuTiming {
   /** Fixed cost of one dump of a tree, in ms (an assumption: criu's start, its freeze). */
@@ -290,17 +293,17 @@ export interface CriuTiming {
   readonly restoreBytesPerSecond: number;
   /**
    * What every dump and restore under way at once write and read together at most, in bytes per
-   * second: they share the disk. An assumption, not a measurement (a local NVMe disk).
+   * second: they share the disk (measured: eight dumps at once on the H100 machine's disk).
    */
   readonly diskBytesPerSecond: number;
   /**
    * Image bytes of a CUDA process besides those for its GPU memory: its host memory and CUDA's
-   * own (measured: the 0.6 GB that both measured sizes have beyond 2 GB per GiB).
+   * own (measured: 0.59 GB).
    */
   readonly cudaImageBaseBytes: number;
   /**
-   * Image bytes per MiB of a checkpointed CUDA process's GPU memory (measured: 2 GB per GiB; the
-   * checkpointed copy in host memory, and the driver's staging of it).
+   * Image bytes per MiB of a checkpointed CUDA process's GPU memory (measured: 1.07 GB per GiB,
+   * the checkpointed copy in host memory).
    */
   readonly cudaImageBytesPerMiB: number;
   /** Image bytes of a process without CUDA (an assumption: a small program's pages). */
@@ -310,21 +313,20 @@ export interface CriuTiming {
 /** The simulated CRIU's figures; see {@link CriuTiming} for where each comes from. */
 export const CRIU_TIMING: CriuTiming = {
   dumpFixedMs: 200,
-  dumpBytesPerSecond: 1e9,
+  dumpBytesPerSecond: 2.3e9,
   restoreFixedMs: 200,
-  restoreBytesPerSecond: 1.2e9,
-  // Assumed, not measured: a local NVMe disk, shared by every dump and restore under way.
-  diskBytesPerSecond: 2.5e9,
-  cudaImageBaseBytes: 0.6e9,
-  cudaImageBytesPerMiB: 2e9 / 1024,
+  restoreBytesPerSecond: 2.1e9,
+  diskBytesPerSecond: 3.7e9,
+  cudaImageBaseBytes: 0.59e9,
+  cudaImageBytesPerMiB: 1.07e9 / 1024,
   plainImageBytes: 4e6,
 };
 
 /**
  * The simulated size in bytes of the images of one process, as the simulated CRIU accounts for
  * it (its real image files are small): for a CUDA process with `memoryMiB` of GPU memory,
- * 0.6 GB + 2 GB per GiB (2.6 GB for 1 GiB, 8.6 GB for 4 GiB, as measured); for a process
- * without CUDA, 4 MB.
+ * 0.59 GB + 1.07 GB per GiB (1.66 GB for 1 GiB, 4.87 GB for 4 GiB, as measured); for a
+ * process without CUDA, 4 MB.
  */
 export function criuImageBytes(
   memoryMiB: number,

@@ -186,12 +186,12 @@ describe("a snapshot and its restore", () => {
     for (const root of roots) {
       const mine = bytes.filter((e) => e.root === root.pid).map((e) => e.bytes);
       assert.deepEqual(mine, [...mine].sort((x, y) => x - y), "bytes only grow");
-      assert.ok(mine[mine.length - 1] > 8e9, `a 4 GiB process's image: ${mine.at(-1)} bytes`);
+      assert.ok(mine[mine.length - 1] > 4.3e9, `a 4 GiB process's image: ${mine.at(-1)} bytes`);
     }
     assert.ok(events.some((e) => e.type === "step-start" && e.step === "checkpoint"));
-    // Together, not one after another: well under twice one dump of 8.8 GB at 1 GB/s.
+    // Together, not one after another: under twice one dump of a 4 GiB process alone (2.3 s).
     assert.ok(
-      made.manifest.timings.dumpMs < 15_000,
+      made.manifest.timings.dumpMs < 4_600,
       `dump took ${made.manifest.timings.dumpMs} ms`,
     );
     assert.ok(took < 25_000, `the whole snapshot took ${took} ms`);
