@@ -321,10 +321,10 @@ export interface CodeNames {
  * @example
  * ```ts
  * import { driverError } from "./errors.ts";
- * import { SimulatedDriver } from "../mock/mod.ts";
- * const sim = new SimulatedDriver();
- * driverError(sim, 401, { operation: "unlock", pid: 42 })?.message;
- * // "unlock of process 42 failed: CUDA_ERROR_ILLEGAL_STATE (401): the operation cannot be ..."
+ * // Any driver names its codes; a driver that knows none leaves it to this package's table.
+ * const names = { errorName: () => undefined, errorString: () => undefined };
+ * driverError(names, 401, { operation: "unlock", pid: 42 })?.message;
+ * // "unlock of process 42 failed: CUDA_ERROR_ILLEGAL_STATE (401): ..."
  * ```
  */
 export function driverError(
