@@ -30,7 +30,13 @@ import {
   type SnapshotStore,
 } from "./engine.ts";
 import { CheckpointError, RefusedError, SnapshotError, type SnapshotFailure } from "./errors.ts";
-import { type GroupEvent, type GroupResult, resumeAll, runGroup } from "./group.ts";
+import {
+  type GroupEvent,
+  type GroupOptions,
+  type GroupResult,
+  resumeAll,
+  runGroup,
+} from "./group.ts";
 import type { GpuMemoryReport, HostProcesses, PidUse, TreeProcess } from "./host.ts";
 import { checkHost } from "./listing.ts";
 import {
@@ -319,14 +325,9 @@ export async function snapshot(
       });
     const putBack = async (code: SnapshotFailure, message: string, cause: unknown) => {
       phase("rollback");
-      const resumed = toSuspend.length === 0 ? undefined : await resumeAll(toSuspend, {
-        driver,
-        allOrNothing: true,
-        job,
-        onProgress: progress,
-        gpuMemory: false,
-        host,
-      });
+      const resumed = toSuspend.length === 0
+        ? undefined
+        : await resumeAll(toSuspend, { ...run.groupOptions(driver, host, undefined), job });
       return new SnapshotError({
         code,
         operation: "snapshot",
@@ -345,33 +346,14 @@ export async function snapshot(
     // failure stops the rest, and every process is put back.
     phase("suspend");
     const t1 = clock.now();
-    const stopAll = new AbortController();
-    const onAbort = () => stopAll.abort(signal?.reason);
-    if (signal?.aborted) onAbort();
-    else signal?.addEventListener("abort", onAbort, { once: true });
+    const parts = new FirstFailure<{ suspend: GroupResult } | { dump: unknown }>(signal);
     const group = (action: "lock" | "checkpoint" | "suspend", pids: number[]) =>
       runGroup(action, pids, {
-        driver,
-        allOrNothing: true,
+        ...run.groupOptions(driver, host, parts.signal),
         lockTimeoutMs,
-        ...(left() !== undefined ? { timeoutMs: left() } : {}),
-        signal: stopAll.signal,
         rollBackOnAbort: true,
         checkRoom: true,
-        // A group's times count from its own start; the snapshot's, from the snapshot's.
-        onProgress: (e) => progress({ ...e, at: at() }),
-        gpuMemory: false,
-        host,
       });
-    type Failure = { suspend: GroupResult } | { dump: unknown };
-    let failure: Failure | undefined;
-    const failed = (f: Failure): Error => {
-      if (!failure) {
-        failure = f;
-        stopAll.abort(new Error("another part of the snapshot failed"));
-      }
-      return new Error("the snapshot failed");
-    };
     let suspendEnd = t1;
     let dumpStart: number | undefined;
     let dumpEnd = t1;
@@ -380,10 +362,10 @@ export async function snapshot(
       const mine = toSuspend.filter((pid) => inTree.has(pid));
       if (mine.length > 0) {
         const suspended = await group(job ? "checkpoint" : "suspend", mine);
-        if (!suspended.ok) throw failed({ suspend: suspended });
+        if (!suspended.ok) throw parts.fail({ suspend: suspended });
       }
       suspendEnd = Math.max(suspendEnd, clock.now());
-      if (stopAll.signal.aborted) throw new Error("stopped before its dump");
+      if (parts.signal.aborted) throw new Error("stopped before its dump");
       if (dumpStart === undefined) {
         dumpStart = clock.now();
         phase("dump");
@@ -392,12 +374,12 @@ export async function snapshot(
         return await engine.dump({
           root: t.root,
           imagesDir: imageDirs[i],
-          signal: stopAll.signal,
+          signal: parts.signal,
           ...(left() !== undefined ? { timeoutMs: left() } : {}),
           onBytes: (bytes) => progress({ type: "bytes", root: t.root, bytes, at: at() }),
         });
       } catch (err) {
-        throw failed({ dump: err });
+        throw parts.fail({ dump: err });
       } finally {
         dumpEnd = Math.max(dumpEnd, clock.now());
       }
@@ -406,15 +388,15 @@ export async function snapshot(
       if (job && toSuspend.length > 0) {
         const locked = await group("lock", toSuspend);
         if (!locked.ok) {
-          failed({ suspend: locked });
+          parts.fail({ suspend: locked });
           return [];
         }
       }
       return await Promise.allSettled(trees.map(dumpTree));
-    })().finally(() => signal?.removeEventListener("abort", onAbort));
-    if (failure || dumps.length !== trees.length || dumps.some((d) => d.status === "rejected")) {
+    })().finally(() => parts.close());
+    const f = parts.first;
+    if (f || dumps.length !== trees.length || dumps.some((d) => d.status === "rejected")) {
       const why = stopped();
-      const f = failure as Failure | undefined;
       const doing = dumpStart === undefined ? "suspending its CUDA processes" : "dumping";
       throw await putBack(
         why ? "STOPPED" : f && "dump" in f ? "DUMP_FAILED" : "SUSPEND_FAILED",
@@ -550,7 +532,7 @@ export async function restoreSnapshot(
     const session = await taken.session;
     const driver = session.driver;
     run.start(driver);
-    const { signal, progress } = run;
+    const { signal } = run;
     const left = () => run.left();
     const phase = (p: SnapshotPhase) => run.phase(p);
 
@@ -588,30 +570,14 @@ export async function restoreSnapshot(
     const mapping = Object.fromEntries(
       pairs.map((p) => [formatGpuUuid(p.oldUuid), formatGpuUuid(p.newUuid)]),
     );
-    const stopAll = new AbortController();
-    const onAbort = () => stopAll.abort(signal?.reason);
-    signal?.addEventListener("abort", onAbort, { once: true });
+    const parts = new FirstFailure<{ engine: unknown } | { gpu: GroupResult }>(signal);
     const group = (action: "restore" | "unlock" | "checkpoint", pids: number[]) =>
       runGroup(action, pids, {
-        driver,
-        allOrNothing: true,
+        // Checkpointing back after a failure is a rollback: it runs to its end.
+        ...run.groupOptions(driver, host, action === "checkpoint" ? undefined : parts.signal),
         ...(action === "restore" && pairs.length > 0 ? { gpuMapping: mapping } : {}),
         checkRoom,
-        onProgress: (e) => progress({ ...e, at: run.at() }),
-        gpuMemory: false,
-        host,
-        ...(action !== "checkpoint" && left() !== undefined ? { timeoutMs: left() } : {}),
-        ...(action !== "checkpoint" ? { signal: stopAll.signal } : {}),
       });
-    type Failure = { engine: unknown } | { gpu: GroupResult };
-    let failure: Failure | undefined;
-    const failed = (f: Failure): Error => {
-      if (!failure) {
-        failure = f;
-        stopAll.abort(new Error("another part of the restore failed"));
-      }
-      return new Error("the restore failed");
-    };
     const made = new Set<ManifestTree>(); // trees the engine brought back
     const onGpu: number[] = []; // CUDA processes restored onto the GPUs, not yet unlocked
     let restoreEnd = checkMs;
@@ -621,30 +587,30 @@ export async function restoreSnapshot(
         await engine.restore({
           root: t.root,
           imagesDir: `${where}/${t.images}`,
-          signal: stopAll.signal,
+          signal: parts.signal,
           ...(left() !== undefined ? { timeoutMs: left() } : {}),
         });
         made.add(t);
       } catch (err) {
-        throw failed({ engine: err });
+        throw parts.fail({ engine: err });
       } finally {
         restoreEnd = Math.max(restoreEnd, run.at());
       }
       const cuda = t.processes.filter((p) => p.cuda !== undefined);
       const running = cuda.filter((p) => cudaRuns(p.cuda!.state)).map((p) => p.pid);
-      if (running.length === 0 || stopAll.signal.aborted) return;
+      if (running.length === 0 || parts.signal.aborted) return;
       if (resumeStart === undefined) {
         resumeStart = run.at();
         phase("resume");
       }
       await recordHeld(cuda, host);
       const restored = await group("restore", running);
-      if (!restored.ok) throw failed({ gpu: restored });
+      if (!restored.ok) throw parts.fail({ gpu: restored });
       onGpu.push(...running);
     };
     const settled = await Promise.allSettled(manifest.trees.map(restoreTree))
-      .finally(() => signal?.removeEventListener("abort", onAbort));
-    const f = failure as Failure | undefined;
+      .finally(() => parts.close());
+    const f = parts.first;
     const why = run.stopped();
     if (f && "engine" in f || (why && made.size < manifest.trees.length)) {
       // The engine failed (or was stopped) on a tree: every tree it made is ended, and the
@@ -763,6 +729,68 @@ class Run {
     if (this.signal?.aborted) return "it was aborted";
     return this.left() === 0 ? "its deadline passed" : undefined;
   }
+
+  /**
+   * The options of a group operation that is one part of the whole: all or nothing, its events'
+   * times counted from the whole's start. Given a signal, it stops with it and at the deadline;
+   * without one (a rollback), it runs to its end.
+   */
+  groupOptions(
+    driver: CheckpointDriver,
+    host: HostProcesses,
+    signal: AbortSignal | undefined,
+  ): GroupOptions {
+    const left = this.left();
+    return {
+      driver,
+      host,
+      allOrNothing: true,
+      gpuMemory: false,
+      onProgress: (e) => this.progress({ ...e, at: this.at() }),
+      ...(signal ? { signal, ...(left !== undefined ? { timeoutMs: left } : {}) } : {}),
+    };
+  }
+}
+
+/**
+ * Parts of a snapshot or restore under way at once, a tree each: the first failure is kept and
+ * stops the others, as the caller's abort does. Each part runs under {@link FirstFailure.signal}.
+ */
+class FirstFailure<F> {
+  readonly #stop = new AbortController();
+  readonly #caller: AbortSignal | undefined;
+  readonly #onAbort = () => this.#stop.abort(this.#caller?.reason);
+  #first: F | undefined;
+
+  constructor(caller: AbortSignal | undefined) {
+    this.#caller = caller;
+    if (caller?.aborted) this.#onAbort();
+    else caller?.addEventListener("abort", this.#onAbort, { once: true });
+  }
+
+  /** What the parts run under: aborted at the first failure or by the caller. */
+  get signal(): AbortSignal {
+    return this.#stop.signal;
+  }
+
+  /** The first failure, where there was one. */
+  get first(): F | undefined {
+    return this.#first;
+  }
+
+  /** Keeps `failure` where it is the first and stops the other parts; an error for its part to throw. */
+  fail(failure: F): Error {
+    if (this.#first === undefined) {
+      this.#first = failure;
+      this.#stop.abort(new Error("another part failed"));
+    }
+    return new Error("a part failed");
+  }
+
+  /** Lets go of the caller's signal, once every part has settled. */
+  close(): void {
+    this.#caller?.removeEventListener("abort", this.#onAbort);
+  }
 }
 
 // ---- checks ----
@@ -865,14 +893,17 @@ function started<T>(promise: Promise<T>): Promise<T> {
  * first failed check is still the one reported, and is never left unhandled.
  */
 function probeEngine(engine: SnapshotEngine, operation: string): Promise<EngineProbe> {
-  const probing = engine.probe().then((probe) => {
-    if (probe.problems.length > 0) {
-      throw prerequisite(operation, `${engine.kind} cannot work here: ${probe.problems.join(" ")}`);
-    }
-    return probe;
-  });
-  probing.catch(() => {});
-  return probing;
+  return started(
+    engine.probe().then((probe) => {
+      if (probe.problems.length > 0) {
+        throw prerequisite(
+          operation,
+          `${engine.kind} cannot work here: ${probe.problems.join(" ")}`,
+        );
+      }
+      return probe;
+    }),
+  );
 }
 
 /** No tree may hold another's root. */

@@ -9,6 +9,9 @@ import { checkKeys as checkOptionKeys } from "../core/options.ts";
 import { describeValue } from "../core/uuid.ts";
 import type { CopyTiming, TimingModel } from "./timing.ts";
 
+/** One of `choices`, else a RangeError naming the value and the choices: the package's own. */
+export { checkChoice } from "../core/options.ts";
+
 /** `value`, or `fallback` when it is left out (`undefined`; `null` is a value, and checked). */
 export function orDefault<T>(value: T | undefined, fallback: T): T {
   return value === undefined ? fallback : value;
@@ -46,22 +49,6 @@ export function checkAmount(value: unknown, what: string, positive = false): num
     );
   }
   return value;
-}
-
-/** Throws unless `value` is one of `choices`; returns it. */
-export function checkChoice<T extends string>(
-  value: unknown,
-  what: string,
-  choices: readonly T[],
-): T {
-  if (!choices.includes(value as T)) {
-    throw new TypeError(
-      `${what} must be one of ${choices.map((c) => JSON.stringify(c)).join(", ")}, got ${
-        describeValue(value)
-      }`,
-    );
-  }
-  return value as T;
 }
 
 /** Throws unless `value` is a boolean; returns it. */
