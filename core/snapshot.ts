@@ -65,7 +65,15 @@ import {
 import { clockOf } from "./process.ts";
 import { checkSource, currentDefaultSource, type DriverSource, lease } from "./sources.ts";
 import { CUDA_SUCCESS } from "./codes.ts";
-import { cudaRuns, isSnapshotState, memoryOnHost, SNAPSHOT_STATES, stateName } from "./states.ts";
+import {
+  cudaRuns,
+  isSnapshotState,
+  memoryOnHost,
+  plan,
+  SNAPSHOT_STATES,
+  stateName,
+  type Step,
+} from "./states.ts";
 import { describeValue, formatGpuUuid, parseGpuUuid } from "./uuid.ts";
 import { VERSION } from "./version.ts";
 
@@ -579,7 +587,8 @@ export async function restoreSnapshot(
         checkRoom,
       });
     const made = new Set<ManifestTree>(); // trees the engine brought back
-    const onGpu: number[] = []; // CUDA processes restored onto the GPUs, not yet unlocked
+    const onGpu: number[] = []; // CUDA processes restored onto the GPUs here, not yet unlocked
+    const toUnlock: number[] = []; // every CUDA process that is locked, to unlock at the end
     let restoreEnd = checkMs;
     let resumeStart: number | undefined;
     const restoreTree = async (t: ManifestTree) => {
@@ -604,9 +613,27 @@ export async function restoreSnapshot(
         phase("resume");
       }
       await recordHeld(cuda, host);
-      const restored = await group("restore", running);
-      if (!restored.ok) throw parts.fail({ gpu: restored });
-      onGpu.push(...running);
+      // From where the driver says each is, the way to running (the state table's): criu leaves
+      // it checkpointed, but an engine that brings the GPU half back itself (criu with its CUDA
+      // plugin) leaves it running, with nothing left to do.
+      const ways = await Promise.all(running.map(async (pid) => {
+        const now = await driver.getState(pid);
+        const from = now.code === CUDA_SUCCESS ? stateName(now.value) : undefined;
+        const way = from === undefined ? undefined : plan("resume", from);
+        const steps: readonly Step[] = way?.kind === "steps"
+          ? way.steps
+          : way?.kind === "unchanged"
+          ? []
+          : ["restore", "unlock"]; // the driver has the last word
+        return { pid, steps };
+      }));
+      const toRestore = ways.filter((w) => w.steps.includes("restore")).map((w) => w.pid);
+      if (toRestore.length > 0) {
+        const restored = await group("restore", toRestore);
+        if (!restored.ok) throw parts.fail({ gpu: restored });
+        onGpu.push(...toRestore);
+      }
+      toUnlock.push(...ways.filter((w) => w.steps.includes("unlock")).map((w) => w.pid));
     };
     const settled = await Promise.allSettled(manifest.trees.map(restoreTree))
       .finally(() => parts.close());
@@ -634,7 +661,9 @@ export async function restoreSnapshot(
     const allRunning = manifest.trees.flatMap((t) => t.processes)
       .filter((p) => p.cuda !== undefined && cudaRuns(p.cuda.state)).map((p) => p.pid);
     const notStarted = settled.some((r) => r.status === "rejected") || why !== undefined;
-    const unlocked = !notStarted && onGpu.length > 0 ? await group("unlock", onGpu) : undefined;
+    const unlocked = !notStarted && toUnlock.length > 0
+      ? await group("unlock", toUnlock)
+      : undefined;
     if (notStarted || (unlocked && !unlocked.ok)) {
       // The GPU half failed or was stopped: every process is back, and each CUDA process is put
       // back checkpointed (where it is not already), which loses nothing.
@@ -648,7 +677,7 @@ export async function restoreSnapshot(
           `failed: ${why ? `it was stopped: ${why}` : g ? groupFailure(g) : "it was stopped"}`,
         detail: unlocked
           ? `they are restored onto the GPUs and locked: unlock them (cuda-checkpoint --action ` +
-            `unlock --pid P, for each of ${onGpu.join(", ")}), or end them (kill ${
+            `unlock --pid P, for each of ${toUnlock.join(", ")}), or end them (kill ${
               manifest.trees.map((t) => t.root).join(" ")
             })`
           : `they are checkpointed: once the cause is fixed, resume ` +

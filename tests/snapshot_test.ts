@@ -262,6 +262,32 @@ describe("a snapshot and its restore", () => {
     ]);
   });
 
+  test("an engine that brings the GPU half back itself (criu's CUDA plugin): nothing left to do", async () => {
+    const sim = new SimulatedDriver();
+    const p = sim.spawn({ memoryMiB: 1024 });
+    const hash = await p.memoryChunkedSha256();
+    const dir = newDir();
+    await snapshot([p.pid], dir, { driver: sim });
+    const criu = sim.snapshotEngine();
+    const { CudaProcess } = await import("../mod.ts");
+    const plugin = {
+      kind: criu.kind,
+      probe: () => criu.probe(),
+      dump: (r: Parameters<typeof criu.dump>[0]) => criu.dump(r),
+      stop: (pids: readonly number[]) => criu.stop(pids),
+      kill: (pids: readonly number[]) => criu.kill(pids),
+      restore: async (r: Parameters<typeof criu.restore>[0]) => {
+        await criu.restore(r);
+        await new CudaProcess(r.root, { driver: sim }).resume(); // as the plugin does
+      },
+    };
+    const events: SnapshotEvent[] = [];
+    await restoreSnapshot(dir, { driver: sim, engine: plugin, onProgress: (e) => events.push(e) });
+    assert.equal(live(sim, p.pid).state, "running");
+    assert.equal(await live(sim, p.pid).memoryChunkedSha256(), hash);
+    assert.deepEqual(events.filter((e) => e.type === "step-start"), [], "no step of its own");
+  });
+
   test("a job: every lock before any checkpoint, and at restore every restore before any unlock", async () => {
     const { sim, pids } = await job();
     const dir = newDir();
