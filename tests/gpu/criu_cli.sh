@@ -27,6 +27,7 @@ set -uo pipefail
 unset BUN_BE_BUN
 cd "$(dirname "$0")/../.." || exit 1
 . tests/gpu/verdicts.sh
+. tests/gpu/targets.sh
 out=${OUT:-tests/gpu/out}
 bin=/tmp/ckpt
 criu_root=/tmp/criu
@@ -48,12 +49,6 @@ check() { if [[ $2 == 0 ]]; then verdict PASS "$1"; else verdict FAIL "$1"; fi; 
 now() { date +%s.%N; }
 secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
 left() { echo $((budget - SECONDS)); }
-alive() { # a live process (a zombie is gone: nothing here reaps a restored target)
-  local s
-  s=$(ps -o stat= -p "$1" 2>/dev/null) || return 1
-  [[ $s != Z* ]]
-}
-
 echo "== $(date -u +%FT%TZ) $(hostname) tests/gpu/criu_cli.sh (rounds $rounds, sizes ${sizes[*]} MiB, budget $budget s)"
 echo "commit $(git rev-parse --short HEAD 2>/dev/null)$(git diff --quiet 2>/dev/null || echo ' (with changes)'); kernel $(uname -r)"
 nvidia-smi --query-gpu=index,name,uuid,driver_version,memory.total,memory.used,persistence_mode \
@@ -107,66 +102,6 @@ cleanup() {
   done
 }
 trap cleanup EXIT
-
-# start_target NAME MIB: sets T_DIR, T_PID, T_HASH, T_CHILD.
-start_target() {
-  T_DIR=$bin/t-$1
-  rm -rf "$T_DIR"
-  mkdir -p "$T_DIR"
-  mkfifo "$T_DIR/cmd"
-  setsid "$target" fifo "$2" "$T_DIR/cmd" </dev/null >"$T_DIR/out" 2>&1 &
-  T_CHILD=$!
-  # Out of the job table (no "Killed" notice when criu kills it); bash still reaps it.
-  disown "$T_CHILD"
-  for ((i = 0; i < 1200; i++)); do
-    read -r word T_PID _ T_HASH < <(head -1 "$T_DIR/out" 2>/dev/null)
-    [[ ${word:-} == ready ]] && break
-    T_PID=
-    kill -0 "$T_CHILD" 2>/dev/null || break
-    sleep 0.1
-  done
-  if [[ -z $T_PID ]]; then
-    echo "target $1 did not start: $(head -3 "$T_DIR/out")"
-    return 1
-  fi
-  started+=("$T_PID")
-  # setsid forks only when it is a process group leader, which a background job here is not.
-  [[ $T_PID == "$T_CHILD" ]] || echo "note: setsid forked: target $T_PID, child $T_CHILD"
-  echo "target $1: pid $T_PID, $2 MiB, hash $T_HASH"
-}
-
-# ask DIR COMMAND [SECONDS]: sends a command through the fifo, prints the target's next line.
-ask() {
-  local dir=$1 n line i
-  n=$(wc -l <"$dir/out")
-  # shellcheck disable=SC2016 # $1 and $2 are the inner shell's
-  timeout 20 bash -c 'printf "%s\n" "$1" >"$2"' _ "$2" "$dir/cmd" || { echo "(the fifo was not read)"; return 1; }
-  for ((i = 0; i < ${3:-60} * 10; i++)); do
-    line=$(sed -n "$((n + 1))p" "$dir/out")
-    [[ -n $line ]] && { echo "$line"; return 0; }
-    sleep 0.1
-  done
-  echo "(no answer in ${3:-60} s)"
-  return 1
-}
-
-# stop_target DIR PID: "exit", else SIGKILL.
-stop_target() {
-  if alive "$2"; then
-    # shellcheck disable=SC2016
-    timeout 5 bash -c 'printf "exit\n" >"$1"' _ "$1/cmd" 2>/dev/null
-    for ((i = 0; i < 50; i++)); do alive "$2" || break; sleep 0.1; done
-    alive "$2" && kill -9 "$2" 2>/dev/null
-  fi
-  rm -rf "$1"
-}
-
-# wait_gone PID: until the pid is free (reaped, not even a zombie), for criu restore to take it.
-wait_gone() {
-  for ((i = 0; i < 100; i++)); do ps -p "$1" >/dev/null 2>&1 || return 0; sleep 0.1; done
-  echo "note: pid $1 is still taken: $(ps -o pid=,stat=,ppid= -p "$1")"
-  return 1
-}
 
 who() { if [[ $1 == ours ]]; then echo our; else echo "NVIDIA's"; fi; }
 

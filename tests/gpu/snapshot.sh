@@ -42,6 +42,7 @@ set -uo pipefail
 unset BUN_BE_BUN
 cd "$(dirname "$0")/../.." || exit 1
 . tests/gpu/verdicts.sh
+. tests/gpu/targets.sh
 rt=${1:-}
 case $rt in
   bun | deno) ;;
@@ -66,12 +67,6 @@ check() { if [[ $2 == 0 ]]; then verdict PASS "$1"; else verdict FAIL "$1${3:+: 
 left() { echo $((budget - SECONDS)); }
 now() { date +%s.%N; }
 secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
-alive() { # a live process (a zombie is gone: nothing here reaps a restored target)
-  local s
-  s=$(ps -o stat= -p "$1" 2>/dev/null) || return 1
-  [[ $s != Z* ]]
-}
-taken() { ps -p "$1" >/dev/null 2>&1; } # a pid in use, zombies included
 # jv FILE EXPR: a Python expression over j, the JSON object in FILE: strings bare, the rest as JSON,
 # "?" where FILE is no JSON or EXPR does not apply.
 jv() {
@@ -200,30 +195,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# start_target NAME MIB: a target in fifo mode, a session of its own; sets T_DIR, T_PID, T_HASH.
-start_target() {
-  T_DIR=$bin/t-$1 T_PID='' T_HASH=''
-  rm -rf "$T_DIR"
-  mkdir -p "$T_DIR"
-  mkfifo "$T_DIR/cmd"
-  setsid "$target" fifo "$2" "$T_DIR/cmd" </dev/null >"$T_DIR/out" 2>&1 &
-  local child=$! word i
-  disown "$child" # out of the job table (no "Killed" notice); bash still reaps it
-  for ((i = 0; i < 1200; i++)); do
-    read -r word T_PID _ T_HASH < <(head -1 "$T_DIR/out" 2>/dev/null)
-    [[ ${word:-} == ready ]] && break
-    T_PID=
-    kill -0 "$child" 2>/dev/null || break
-    sleep 0.1
-  done
-  if [[ -z $T_PID ]]; then
-    echo "target $1 did not start: $(head -3 "$T_DIR/out")"
-    return 1
-  fi
-  started+=("$T_PID")
-  echo "target $1: pid $T_PID, $2 MiB, hash $T_HASH"
-}
-
 # wait_ready OUTFILE PID: the "ready <pid> <tid> <hash>" line of a target started elsewhere, while
 # PID (the target, or its parent) lives, for 120 s at most.
 wait_ready() {
@@ -238,43 +209,17 @@ wait_ready() {
   return 1
 }
 
-# ask DIR COMMAND [SECONDS]: sends a command through DIR/cmd, prints the next line of DIR/out.
-ask() {
-  local dir=$1 n line i
-  n=$(wc -l <"$dir/out")
-  # shellcheck disable=SC2016 # $1 and $2 are the inner shell's
-  timeout 20 bash -c 'printf "%s\n" "$1" >"$2"' _ "$2" "$dir/cmd" || { echo "(the fifo was not read)"; return 1; }
-  for ((i = 0; i < ${3:-60} * 10; i++)); do
-    line=$(sed -n "$((n + 1))p" "$dir/out")
-    [[ -n $line ]] && { echo "$line"; return 0; }
-    sleep 0.1
-  done
-  echo "(no answer in ${3:-60} s)"
-  return 1
-}
-
-# stop_target DIR PID: "exit", else SIGKILL.
-stop_target() {
-  local i
-  if alive "$2"; then
-    # shellcheck disable=SC2016
-    timeout 5 bash -c 'printf "exit\n" >"$1"' _ "$1/cmd" 2>/dev/null
-    for ((i = 0; i < 50; i++)); do alive "$2" || break; sleep 0.1; done
-    alive "$2" && kill -9 "$2" 2>/dev/null
-  fi
-}
-
-# wait_gone PID...: until each pid is free (reaped, not even a zombie), for a restore to take it.
-wait_gone() {
-  local p i
-  for p in "$@"; do
-    for ((i = 0; i < 100; i++)); do taken "$p" || continue 2; sleep 0.1; done
-    echo "note: pid $p is still taken: $(ps -o pid=,stat=,ppid=,comm= -p "$p")"
-    return 1
-  done
-}
-
 state() { timeout 60 "${CK[@]}" --get-state --pid "$1" 2>&1 | head -2 | tr '\n' ' ' | sed 's/ $//'; }
+
+# intact WHAT DIR PID HASH: PASS where --get-state says running and the target in DIR answers the
+# hash it had when it started.
+intact() {
+  local s a="(not asked: not running)"
+  s=$(state "$3")
+  [[ $s == running ]] && a=$(ask "$2" hash 120)
+  [[ $s == running && $a == "hash $4" ]]
+  check "$1: $s, memory intact: $a (ready $4)" $?
+}
 
 # ck NAME LIMIT ARGS...: ours, stdout in $bin/NAME.out, stderr in $bin/NAME.err; sets rc and ms.
 ck() {
@@ -350,13 +295,7 @@ round_trip() {
   rms=$(jv "$bin/$label-restore.out" 'round(j["ms"])')
   alive "$p"
   check "$label: pid $p lives again" $?
-  s=$(state "$p")
-  [[ $s == running ]]
-  check "$label: --get-state: $s (want running)" $?
-  a="(not asked: not running)"
-  [[ $s == running ]] && a=$(ask "$d" hash 120)
-  [[ $a == "hash $h" ]]
-  check "$label: memory intact: $a (ready $h)" $?
+  intact "$label" "$d" "$p" "$h"
   echo "   $label: snapshot $sms ms (its own), restore $rms ms (its own), image $(gb "$bytes") ($bytes bytes)"
   echo "$label $mib $sms $rms $bytes" >>"$bin/times.txt"
   ((rc != 0)) && keep_logs "$snap" "$label"
@@ -389,9 +328,7 @@ if skip_unless 60 b; then
   check "b: parent $parent started both children: ${r1:-?} / ${r2:-?}" $?
   [[ $r1 == ready* ]] || r1="x 0 0 0"
   [[ $r2 == ready* ]] || r2="x 0 0 0"
-  # shellcheck disable=SC2034 # h1 and h2 are read through ${!h}
   read -r _ p1 _ h1 <<<"$r1"
-  # shellcheck disable=SC2034
   read -r _ p2 _ h2 <<<"$r2"
   started+=("$p1" "$p2")
   [[ $(ps -o ppid= -p "$p1" | tr -d ' ') == "$parent" && $(ps -o ppid= -p "$p2" | tr -d ' ') == "$parent" ]]
@@ -419,16 +356,8 @@ if skip_unless 60 b; then
   ck b-restore 240 restore-snapshot --dir "$snap" --json
   snap_ok b-restore && [[ $rc == 0 ]]
   check "b: restore-snapshot --json: ok, pids $(jv "$bin/b-restore.out" 'j["pids"]')" $? "exit $rc"
-  ok=0
-  for i in 1 2; do
-    p=p$i h=h$i
-    s=$(state "${!p}")
-    a="(not asked)"
-    [[ $s == running ]] && a=$(ask "$d/c$i" hash 120)
-    [[ $s == running && $a == "hash ${!h}" ]] || ok=1
-    echo "   child $i, pid ${!p}: $s, $a (ready ${!h})"
-  done
-  check "b: both children running, their memory intact" $ok
+  intact "b: child 1, pid $p1" "$d/c1" "$p1" "$h1"
+  intact "b: child 2, pid $p2" "$d/c2" "$p2" "$h2"
   [[ $(ps -o ppid= -p "$p1" | tr -d ' ') == "$parent" ]]
   check "b: the restored children are the restored parent's again" $?
   ((rc != 0)) && keep_logs "$snap" b
@@ -477,11 +406,7 @@ if skip_unless 90 c && start_target c 4096; then
   ck c-restore 240 restore-snapshot --dir "$snap" --json
   snap_ok c-restore && [[ $rc == 0 ]]
   check "c: with room: restore-snapshot ok" $? "exit $rc"
-  s=$(state "$p")
-  a="(not asked)"
-  [[ $s == running ]] && a=$(ask "$d" hash 120)
-  [[ $s == running && $a == "hash $h" ]]
-  check "c: $s, memory intact: $a (ready $h)" $?
+  intact c "$d" "$p" "$h"
   ((rc != 0)) && keep_logs "$snap" c
   rm -rf "$snap"
   stop_target "$d" "$p"
@@ -501,11 +426,7 @@ if skip_unless 50 d && start_target d 1024; then
   check "d: snapshot --leave-running --json: ok, leftRunning true" $? "exit $rc"
   alive "$p"
   check "d: pid $p still lives" $?
-  s=$(state "$p")
-  a="(not asked)"
-  [[ $s == running ]] && a=$(ask "$d" hash 120)
-  [[ $s == running && $a == "hash $h" ]]
-  check "d: it runs on and answers: $s, $a (ready $h)" $?
+  intact "d: it runs on" "$d" "$p" "$h"
   kill -9 "$p"
   wait_gone "$p"
   check "d: killed (pid $p free)" $?
@@ -515,11 +436,7 @@ if skip_unless 50 d && start_target d 1024; then
   ck d-restore 240 restore-snapshot --dir "$snap" --json
   snap_ok d-restore && [[ $rc == 0 ]]
   check "d: restore-snapshot after the kill: ok" $? "exit $rc"
-  s=$(state "$p")
-  a="(not asked)"
-  [[ $s == running ]] && a=$(ask "$d" hash 120)
-  [[ $s == running && $a == "hash $h" ]]
-  check "d: back from the snapshot: $s, memory intact: $a (ready $h)" $?
+  intact "d: back from the snapshot" "$d" "$p" "$h"
   ((rc != 0)) && keep_logs "$snap" d
   rm -rf "$snap"
   stop_target "$d" "$p"
@@ -580,11 +497,7 @@ elif skip_unless 50 f && start_target f 1024; then
   else
     verdict SKIP "f: where the memory is (dry run: no nvidia-smi)"
   fi
-  s=$(state "$p")
-  a="(not asked)"
-  [[ $s == running ]] && a=$(ask "$d" hash 120)
-  [[ $s == running && $a == "hash $h" ]]
-  check "f: $s on the other GPU, memory intact: $a (ready $h)" $?
+  intact "f: on the other GPU" "$d" "$p" "$h"
   ((rc != 0)) && keep_logs "$snap" f
   rm -rf "$snap"
   stop_target "$d" "$p"

@@ -1,0 +1,79 @@
+# Sourced by criu_cli.sh and snapshot.sh: tests/gpu/target.cu in fifo mode, a session of its own
+# (setsid, stdin /dev/null, stdout to a file, one command per opening of a named fifo), so that
+# criu has nothing it cannot dump. The sourcing script sets $bin (its scratch folder), $target (the
+# built target) and the array started=() (pids it ends at exit).
+#   alive PID                 a live process (a zombie is gone: nothing here reaps a restored one)
+#   taken PID                 the pid is in use, zombies included
+#   start_target NAME MIB     sets T_DIR, T_PID, T_HASH (the "ready" line's) and T_CHILD
+#   ask DIR COMMAND [SECONDS] sends a command through DIR/cmd, prints the target's next line
+#   stop_target DIR PID       "exit", else SIGKILL; DIR removed
+#   wait_gone PID...          until each pid is free (reaped, not even a zombie), for a restore
+
+alive() {
+  local s
+  s=$(ps -o stat= -p "$1" 2>/dev/null) || return 1
+  [[ $s != Z* ]]
+}
+
+taken() { ps -p "$1" >/dev/null 2>&1; }
+
+start_target() {
+  T_DIR=$bin/t-$1 T_PID='' T_HASH=''
+  rm -rf "$T_DIR"
+  mkdir -p "$T_DIR"
+  mkfifo "$T_DIR/cmd"
+  setsid "$target" fifo "$2" "$T_DIR/cmd" </dev/null >"$T_DIR/out" 2>&1 &
+  T_CHILD=$!
+  # Out of the job table (no "Killed" notice when criu kills it); bash still reaps it.
+  disown "$T_CHILD"
+  local word i
+  for ((i = 0; i < 1200; i++)); do
+    read -r word T_PID _ T_HASH < <(head -1 "$T_DIR/out" 2>/dev/null)
+    [[ ${word:-} == ready ]] && break
+    T_PID=
+    kill -0 "$T_CHILD" 2>/dev/null || break
+    sleep 0.1
+  done
+  if [[ -z $T_PID ]]; then
+    echo "target $1 did not start: $(head -3 "$T_DIR/out")"
+    return 1
+  fi
+  started+=("$T_PID")
+  # setsid forks only when it is a process group leader, which a background job here is not.
+  [[ $T_PID == "$T_CHILD" ]] || echo "note: setsid forked: target $T_PID, child $T_CHILD"
+  echo "target $1: pid $T_PID, $2 MiB, hash $T_HASH"
+}
+
+ask() {
+  local dir=$1 n line i
+  n=$(wc -l <"$dir/out")
+  # shellcheck disable=SC2016 # $1 and $2 are the inner shell's
+  timeout 20 bash -c 'printf "%s\n" "$1" >"$2"' _ "$2" "$dir/cmd" || { echo "(the fifo was not read)"; return 1; }
+  for ((i = 0; i < ${3:-60} * 10; i++)); do
+    line=$(sed -n "$((n + 1))p" "$dir/out")
+    [[ -n $line ]] && { echo "$line"; return 0; }
+    sleep 0.1
+  done
+  echo "(no answer in ${3:-60} s)"
+  return 1
+}
+
+stop_target() {
+  local i
+  if alive "$2"; then
+    # shellcheck disable=SC2016
+    timeout 5 bash -c 'printf "exit\n" >"$1"' _ "$1/cmd" 2>/dev/null
+    for ((i = 0; i < 50; i++)); do alive "$2" || break; sleep 0.1; done
+    alive "$2" && kill -9 "$2" 2>/dev/null
+  fi
+  rm -rf "$1"
+}
+
+wait_gone() {
+  local p i
+  for p in "$@"; do
+    for ((i = 0; i < 100; i++)); do taken "$p" || continue 2; sleep 0.1; done
+    echo "note: pid $p is still taken: $(ps -o pid=,stat=,ppid=,comm= -p "$p")"
+    return 1
+  done
+}
