@@ -8,6 +8,7 @@
  */
 
 import { execFile } from "node:child_process";
+import { existsSync, readFileSync } from "node:fs";
 import process from "node:process";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
@@ -451,4 +452,40 @@ export function runtimeName(): string {
 /** The message of an error, whatever was thrown. */
 export function messageOf(error: unknown): string {
   return error instanceof Error ? error.message : String(error);
+}
+
+/** Polls `probe` every 50 ms until it gives a value, `timeoutMs` passes, or `stop` settles. */
+export async function waitFor<T>(
+  probe: () => T | undefined | null | false,
+  timeoutMs: number,
+  stop?: Promise<unknown>,
+): Promise<T | undefined> {
+  let stopped = false;
+  stop?.then(() => stopped = true);
+  const end = Date.now() + timeoutMs;
+  for (;;) {
+    const value = probe();
+    if (value) return value;
+    if (stopped || Date.now() > end) return undefined;
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}
+
+/** Whether `pid` is a live process (a zombie is not: it waits to be reaped). */
+export function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return existsSync(`/proc/${pid}`) && !/^\S+ \(.*\) Z/.test(readText(`/proc/${pid}/stat`));
+  } catch {
+    return false;
+  }
+}
+
+/** A file's text, or "" where it cannot be read (not yet written, gone). */
+export function readText(path: string): string {
+  try {
+    return readFileSync(path, "utf8");
+  } catch {
+    return "";
+  }
 }

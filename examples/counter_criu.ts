@@ -21,12 +21,10 @@
 import { execFile, execFileSync, spawn } from "node:child_process";
 import {
   closeSync,
-  existsSync,
   mkdirSync,
   mkdtempSync,
   openSync,
   readdirSync,
-  readFileSync,
   rmSync,
   statSync,
 } from "node:fs";
@@ -42,13 +40,16 @@ import {
   serveCounter,
 } from "./counter.ts";
 import {
+  alive,
   describeMemory,
   type ExampleSpec,
   type Machine,
   messageOf,
   openMachine,
   parseExampleArgs,
+  readText,
   runtimeCommand,
+  waitFor,
 } from "./_support.ts";
 
 const SPEC: ExampleSpec = {
@@ -325,40 +326,6 @@ function run(
       });
     });
   });
-}
-
-/** Polls `probe` every 50 ms until it gives a value, `timeoutMs` passes, or `stop` settles. */
-async function waitFor<T>(
-  probe: () => T | undefined | null,
-  timeoutMs: number,
-  stop?: Promise<unknown>,
-): Promise<T | undefined> {
-  let stopped = false;
-  stop?.then(() => stopped = true);
-  const end = Date.now() + timeoutMs;
-  for (;;) {
-    const value = probe();
-    if (value) return value;
-    if (stopped || Date.now() > end) return undefined;
-    await new Promise((resolve) => setTimeout(resolve, 50));
-  }
-}
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return existsSync(`/proc/${pid}`) && !/^\S+ \(.*\) Z/.test(readText(`/proc/${pid}/stat`));
-  } catch {
-    return false;
-  }
-}
-
-function readText(path: string): string {
-  try {
-    return readFileSync(path, "utf8");
-  } catch {
-    return "";
-  }
 }
 
 function lastLine(text: string): string {

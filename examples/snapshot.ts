@@ -15,7 +15,7 @@
  */
 
 import { spawn } from "node:child_process";
-import { closeSync, existsSync, mkdtempSync, openSync, readFileSync, rmSync } from "node:fs";
+import { closeSync, mkdtempSync, openSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
@@ -29,12 +29,15 @@ import {
 import type { SimulatedDriver } from "../mock/mod.ts";
 import { askCounter, COUNTER_START } from "./counter.ts";
 import {
+  alive,
   type ExampleSpec,
   type Machine,
   messageOf,
   openMachine,
   parseExampleArgs,
+  readText,
   runtimeCommand,
+  waitFor,
 } from "./_support.ts";
 
 const SPEC: ExampleSpec = {
@@ -126,8 +129,8 @@ async function onThisMachine(engine: SnapshotEngine): Promise<boolean> {
   const pid = child.pid!;
   const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
   try {
-    const ready = await until(() => /counter ready/.test(read(log)), 60_000, exited);
-    if (!ready) throw new Error(`the counter did not start:\n${read(log)}`);
+    const ready = await waitFor(() => /counter ready/.test(readText(log)), 60_000, exited);
+    if (!ready) throw new Error(`the counter did not start:\n${readText(log)}`);
     step(`Started the counter: pid ${pid}`);
     const first = await askCounter({ unix: socket });
     step(`Asked it: ${first}`);
@@ -204,38 +207,6 @@ function verdict(first: number, second: number): boolean {
       : `FAIL: the counter answered ${first}, then ${second} (expected 101, then 102).`,
   );
   return pass;
-}
-
-async function until(
-  probe: () => boolean,
-  timeoutMs: number,
-  stop: Promise<unknown>,
-): Promise<boolean> {
-  let stopped = false;
-  stop.then(() => stopped = true);
-  const end = Date.now() + timeoutMs;
-  while (!probe()) {
-    if (stopped || Date.now() > end) return false;
-    await new Promise((r) => setTimeout(r, 50));
-  }
-  return true;
-}
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return existsSync(`/proc/${pid}`) && !/^\S+ \(.*\) Z/.test(read(`/proc/${pid}/stat`));
-  } catch {
-    return false;
-  }
-}
-
-function read(path: string): string {
-  try {
-    return readFileSync(path, "utf8");
-  } catch {
-    return "";
-  }
 }
 
 function sec(ms: number): string {
