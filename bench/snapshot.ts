@@ -407,6 +407,11 @@ interface SideOutcome {
 }
 
 /** Runs one side on `targets`: snapshot, wait until their pids are free, restore. */
+/** What the shell workflow's criu runs share with ours: a shell job, no plugin, its log. */
+function criuAlike(log: string): string[] {
+  return ["--shell-job", "--no-default-config", "--libdir", noPlugins, "-v4", "-o", log];
+}
+
 async function runSide(side: SideName, targets: Target[], images: string): Promise<SideOutcome> {
   const pids = targets.map((t) => t.pid);
   const gone = async () => {
@@ -455,13 +460,7 @@ async function runSide(side: SideName, targets: Target[], images: string): Promi
       String(pid),
       "--images-dir",
       dirs[i],
-      "--shell-job",
-      "--no-default-config",
-      "--libdir",
-      noPlugins,
-      "-v4",
-      "-o",
-      "dump.log",
+      ...criuAlike("dump.log"),
     ]);
     snapshotMs += dump.ms;
     snapshotSteps.push({ pid, toggleMs: toggle.ms, dumpMs: dump.ms });
@@ -479,13 +478,7 @@ async function runSide(side: SideName, targets: Target[], images: string): Promi
       "--images-dir",
       dirs[i],
       "--restore-detached",
-      "--shell-job",
-      "--no-default-config",
-      "--libdir",
-      noPlugins,
-      "-v4",
-      "-o",
-      "restore.log",
+      ...criuAlike("restore.log"),
     ]);
     restoreMs += restore.ms;
     if (restore.code !== 0) {
