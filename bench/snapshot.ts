@@ -11,8 +11,9 @@
 //          --restore-detached --shell-job --no-default-config --libdir <empty> -v4 -o
 //          restore.log`, then `nvidia --toggle --pid P`.
 //
-// Each side's time is its commands' spawn-to-exit, summed; the wait until a dumped process's pid
-// is free (for its restore) is outside both. Every run starts fresh targets (tests/gpu/target.cu
+// Each side's time is its commands' spawn-to-exit, summed; a snapshot's ends once its processes
+// are gone, their pids free for the restore (ours waits for that before it exits; the shell's
+// wait after its last dump is added to its time). Every run starts fresh targets (tests/gpu/target.cu
 // in fifo mode, a session each), checks afterwards that each is running with the memory hash it
 // had when it started (a failed check is reported, and fails the run), ends them and removes the
 // images. The disk's own rate is measured first, in the images' directory (dd with O_DIRECT, and
@@ -23,9 +24,9 @@
 // snapshot and for the restore. Also: every target of every run back, running, memory intact.
 //
 // On the GPU machine (as root; tests/gpu/README.md says what to carry), under our binary's Bun:
-//   BUN_BE_BUN=1 /tmp/ckpt/cuda-checkpoint --preload ./tests/gpu/unset_bun_be_bun.ts \
-//     bench/snapshot.ts --ours /tmp/ckpt/cuda-checkpoint --nvidia /tmp/ckpt/nvidia \
-//     --criu /tmp/criu/usr/sbin/criu --target /tmp/ckpt/target --out $OUT
+//   BUN_BE_BUN=1 /tmp/bench-ckpt/cuda-checkpoint --preload ./tests/gpu/unset_bun_be_bun.ts \
+//     bench/snapshot.ts --ours /tmp/bench-ckpt/cuda-checkpoint --nvidia /tmp/bench-ckpt/nvidia \
+//     --criu /tmp/criu/usr/sbin/criu --target /tmp/bench-ckpt/target --out $OUT
 //   [--counts 1,8] [--mib 2048] [--rounds 2,1] [--budget-s 480] [--work /tmp/ckpt-snapshot-bench]
 //   [--disk-mib 4096] [--warmup-mib 256] [--timeout-s 300]
 // --mib and --rounds take one value, or one per count. --budget-s: no round starts after it, nor
@@ -469,7 +470,11 @@ async function runSide(side: SideName, targets: Target[], images: string): Promi
     }
   }
   const bytes = dirs.reduce((sum, d) => sum + bytesUnder(d), 0);
+  // Until the ended processes are gone (reaped, their pids free for a restore), as ours waits.
+  const g0 = performance.now();
   await gone();
+  const untilGoneMs = performance.now() - g0;
+  snapshotMs += untilGoneMs;
   const restoreSteps: Step[] = [];
   let restoreMs = 0;
   for (const [i, pid] of pids.entries()) {
@@ -499,6 +504,7 @@ async function runSide(side: SideName, targets: Target[], images: string): Promi
     phases: {
       toggleMs: sum(snapshotSteps, "toggleMs"),
       dumpMs: sum(snapshotSteps, "dumpMs"),
+      untilGoneMs,
       criuRestoreMs: sum(restoreSteps, "restoreMs"),
       resumeToggleMs: sum(restoreSteps, "toggleMs"),
     },
@@ -794,6 +800,7 @@ const phases: Table = {
     "side",
     "suspend",
     "criu dump",
+    "until gone",
     "restore's checks",
     "criu restore",
     "resume",
@@ -805,6 +812,7 @@ const phases: Table = {
       "ours",
       fmt(medPhase(label, "ours", "suspendMs") / 1000, 2),
       fmt(medPhase(label, "ours", "dumpMs") / 1000, 2),
+      "(in its own)",
       fmt(medPhase(label, "ours", "restoreCheckMs") / 1000, 2),
       fmt(medPhase(label, "ours", "criuRestoreMs") / 1000, 2),
       fmt(medPhase(label, "ours", "resumeMs") / 1000, 2),
@@ -817,6 +825,7 @@ const phases: Table = {
       "shell",
       fmt(medPhase(label, "shell", "toggleMs") / 1000, 2),
       fmt(medPhase(label, "shell", "dumpMs") / 1000, 2),
+      fmt(medPhase(label, "shell", "untilGoneMs") / 1000, 2),
       "-",
       fmt(medPhase(label, "shell", "criuRestoreMs") / 1000, 2),
       fmt(medPhase(label, "shell", "resumeToggleMs") / 1000, 2),
@@ -873,9 +882,10 @@ const report: Report = {
     "process after another: `cuda-checkpoint --toggle` (NVIDIA's) and `criu dump --tree P " +
     "--shell-job`; " +
     "then `criu restore --restore-detached --shell-job` and `--toggle`, with the same criu, " +
-    "without its plugin. Times are spawn to exit of each command, summed; the wait until the " +
-    "dumped pids are free is outside both (ours waits for its ended processes to be gone before " +
-    "it exits, which its time includes). The two sides take turns (global round k starts with " +
+    "without its plugin. Times are spawn to exit of each command, summed; a snapshot ends once " +
+    "its processes are gone, their pids free for the restore (ours waits for that before it " +
+    "exits; the shell workflow's wait after its last dump is added to its time). " +
+    "The two sides take turns (global round k starts with " +
     "ours when k is even); the images go to the same directory and are removed after each run. " +
     "Every run checks its targets running with their memory's hash unchanged.",
   environment: environment({
