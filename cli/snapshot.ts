@@ -12,6 +12,7 @@
  */
 
 import type { InspectCommand, RestoreSnapshotCommand, SnapshotCommand } from "./args.ts";
+import { formatDriverVersion } from "../core/codes.ts";
 import type { SnapshotEngine } from "../core/engine.ts";
 import { CheckpointError } from "../core/errors.ts";
 import type { Manifest } from "../core/manifest.ts";
@@ -216,9 +217,9 @@ function describe(m: Manifest, dir: string, print: Printer): void {
   print.out(`snapshot ${dir} (${m.format})`);
   print.out(`  taken ${m.createdAt} on ${m.host.hostname} (kernel ${m.host.kernel})`);
   print.out(
-    `  driver CUDA ${Math.floor(m.driver.cudaVersion / 1000)}.${
-      Math.floor((m.driver.cudaVersion % 1000) / 10)
-    }${m.driver.release ? ` (${m.driver.release})` : ""}, ${m.engine.kind}${
+    `  driver CUDA ${formatDriverVersion(m.driver.cudaVersion)}${
+      m.driver.release ? ` (${m.driver.release})` : ""
+    }, ${m.engine.kind}${
       m.engine.version ? ` ${m.engine.version}` : ""
     }, by ${m.tool.name} ${m.tool.version}`,
   );

@@ -9,6 +9,7 @@
  */
 
 import { RefusedError } from "./errors.ts";
+import { MAX_PID } from "./options.ts";
 import type { SnapshotFile } from "./engine.ts";
 import { isSnapshotState, SNAPSHOT_STATES, type SnapshotState } from "./states.ts";
 import { formatGpuUuid, parseGpuUuid } from "./uuid.ts";
@@ -119,7 +120,6 @@ export function treeDirName(root: number): string {
 
 const TREE_DIR = /^tree-[1-9][0-9]{0,9}$/;
 const FILE_PATH = /^tree-[1-9][0-9]{0,9}\/[A-Za-z0-9_][A-Za-z0-9._-]{0,200}$/;
-const MAX_PID = 2 ** 31 - 1;
 
 /** Turns a manifest into the text written to disk (stable key order, one trailing newline). */
 export function serializeManifest(manifest: Manifest): string {

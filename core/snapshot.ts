@@ -29,7 +29,7 @@ import {
   type SnapshotFile,
   type SnapshotStore,
 } from "./engine.ts";
-import { CheckpointError, RefusedError, SnapshotError, type SnapshotFailure } from "./errors.ts";
+import { RefusedError, SnapshotError, type SnapshotFailure } from "./errors.ts";
 import {
   type GroupEvent,
   type GroupOptions,
@@ -64,7 +64,7 @@ import {
 } from "./options.ts";
 import { clockOf } from "./process.ts";
 import { checkSource, currentDefaultSource, type DriverSource, lease } from "./sources.ts";
-import { CUDA_SUCCESS } from "./codes.ts";
+import { CUDA_SUCCESS, formatDriverVersion } from "./codes.ts";
 import {
   cudaRuns,
   isSnapshotState,
@@ -403,20 +403,25 @@ export async function snapshot(
       return await Promise.allSettled(trees.map(dumpTree));
     })().finally(() => parts.close());
     const f = parts.first;
-    if (f || dumps.length !== trees.length || dumps.some((d) => d.status === "rejected")) {
+    if (f || dumps.some((d) => d.status === "rejected")) {
       const why = stopped();
       const doing = dumpStart === undefined ? "suspending its CUDA processes" : "dumping";
-      throw await putBack(
-        why ? "STOPPED" : f && "dump" in f ? "DUMP_FAILED" : "SUSPEND_FAILED",
-        why
-          ? `snapshot stopped while ${doing}: ${why}`
-          : f && "dump" in f
-          ? `snapshot failed: the ${engine.kind} dump failed: ${messageOf(f.dump)}`
-          : `snapshot failed while suspending its CUDA processes: ${
+      const [code, message, cause]: [SnapshotFailure, string, unknown] = why
+        ? ["STOPPED", `snapshot stopped while ${doing}: ${why}`, undefined]
+        : f && "dump" in f
+        ? [
+          "DUMP_FAILED",
+          `snapshot failed: the ${engine.kind} dump failed: ${messageOf(f.dump)}`,
+          f.dump,
+        ]
+        : [
+          "SUSPEND_FAILED",
+          `snapshot failed while suspending its CUDA processes: ${
             f ? groupFailure(f.suspend) : "it was stopped"
           }`,
-        why ? undefined : f && "dump" in f ? f.dump : f ? firstError(f.suspend) : undefined,
-      );
+          f && firstError(f.suspend),
+        ];
+      throw await putBack(code, message, cause);
     }
     const suspendMs = suspendEnd - t1;
     const dumpMs = dumpStart === undefined ? 0 : dumpEnd - dumpStart;
@@ -459,14 +464,9 @@ export async function snapshot(
     // 5. End the processes, or let them go on.
     phase("end");
     if (leaveRunning) {
-      const resumed = toSuspend.length === 0 ? undefined : await resumeAll(toSuspend, {
-        driver,
-        job,
-        allOrNothing: true,
-        onProgress: progress,
-        gpuMemory: false,
-        host,
-      });
+      const resumed = toSuspend.length === 0
+        ? undefined
+        : await resumeAll(toSuspend, { ...run.groupOptions(driver, host, undefined), job });
       if (resumed && !resumed.ok) {
         throw new SnapshotError({
           code: "RESUME_FAILED",
@@ -1114,16 +1114,16 @@ function checkDriver(manifest: Manifest, cudaVersion: number | undefined): void 
   if (cudaVersion !== undefined && cudaVersion !== manifest.driver.cudaVersion) {
     throw prerequisite(
       "restoreSnapshot",
-      `the snapshot was taken with a driver of CUDA ${cudaText(manifest.driver.cudaVersion)}${
+      `the snapshot was taken with a driver of CUDA ${
+        formatDriverVersion(manifest.driver.cudaVersion)
+      }${
         manifest.driver.release ? ` (${manifest.driver.release})` : ""
-      }, and this machine's is CUDA ${cudaText(cudaVersion)}: a process comes back with the ` +
+      }, and this machine's is CUDA ${
+        formatDriverVersion(cudaVersion)
+      }: a process comes back with the ` +
         `libcuda it had, which needs the same driver`,
     );
   }
-}
-
-function cudaText(version: number): string {
-  return `${Math.floor(version / 1000)}.${Math.floor((version % 1000) / 10)}`;
 }
 
 /**
@@ -1312,6 +1312,5 @@ function firstError(result: GroupResult): Error | undefined {
 }
 
 function messageOf(err: unknown): string {
-  if (err instanceof CheckpointError || err instanceof EngineError) return err.message;
   return err instanceof Error ? err.message : String(err);
 }

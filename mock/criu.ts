@@ -22,6 +22,7 @@ import {
   type RestoreRequest,
   type SnapshotEngine,
 } from "../core/engine.ts";
+import { MAX_PID } from "../core/options.ts";
 import { INITIAL_STATE, type ProcessState, stateNumber, stepTo } from "../core/states.ts";
 import { describeValue, formatGpuUuid, parseGpuUuid } from "../core/uuid.ts";
 import {
@@ -67,7 +68,6 @@ const imageName = (pid: number) => `process-${pid}.img`;
 const IMAGE_NAME = /^process-([1-9][0-9]{0,9})\.img$/;
 /** The most simulated image bytes one step of a dump or restore moves: onBytes is told after each. */
 const PIECE_BYTES = 0.5e9;
-const MAX_PID = 2 ** 31 - 1;
 /** The state a CUDA process must be in to be dumped, and is in once restored. */
 const CHECKPOINTED: ProcessState = stepTo("checkpoint");
 
