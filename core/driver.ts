@@ -1,12 +1,11 @@
 /**
  * The seam between {@link CudaProcess} and a driver: one method for each C checkpoint call,
  * reporting raw `CUresult` codes. The native driver (libcuda) and the simulated driver both
- * implement it, so one conformance suite can compare them code for code.
+ * implement it, so one conformance suite can compare them code for code. What else a call runs on
+ * (the host, the clock, the snapshot engine) is the {@link Machine}'s (`machine.ts`).
  *
  * @module
  */
-
-import type { HostProcesses } from "./host.ts";
 
 /** Arguments of `cuCheckpointProcessLock` (`CUcheckpointLockArgs`, 64 bytes). */
 export interface LockArgs {
@@ -100,29 +99,4 @@ export interface CheckpointDriver {
    * could not be read). Only then is a mapping checked before the restore call.
    */
   readonly listsEveryGpu?: boolean;
-  /**
-   * The processes of the machine this driver drives, where the driver knows them itself: the
-   * simulated driver lists its simulated processes. Left out for a driver of the real machine,
-   * whose processes `listCudaProcesses` finds in `/proc`. What it returns belongs to the driver
-   * (nothing closes it).
-   */
-  hostProcesses?(): HostProcesses;
-  /**
-   * Lets go of what the driver holds (a library, worker threads, timers). Calls made afterwards
-   * reject. The native driver lets calls already made finish first; the simulated driver, whose
-   * time stops, rejects them.
-   */
-  close?(): void;
-  /**
-   * Closes the driver and resolves once it has let go of everything (the calls under way settled,
-   * threads ended). Where a driver has it, this package uses it instead of `close()`.
-   */
-  [Symbol.asyncDispose]?(): Promise<void>;
-  /**
-   * The driver's clock in ms, where it keeps its own (the simulator's virtual time): deadlines and
-   * waits are measured on it. Left out: the real clock (`performance.now()`).
-   */
-  now?(): number;
-  /** Resolves after `ms` of the driver's clock. Left out: a real timer (`setTimeout`). */
-  sleep?(ms: number): Promise<void>;
 }

@@ -1,12 +1,11 @@
 /**
- * The seam below snapshots: what dumps whole process trees to disk and brings them back (CRIU on
- * Linux, `ffi/criu.ts`; a simulated one for tests, `mock/criu.ts`), and where a snapshot's files
- * live. The GPU half is not the engine's: before a dump this package has already locked and
- * checkpointed every CUDA process of the tree through the driver (their GPU memory is in host
- * memory, the GPUs are free), and after a restore it restores and unlocks them itself. So the
- * engine runs without CRIU's CUDA plugin, on a criu that has it or not.
- *
- * Runtime-free: only the shapes. The flows that use them are in `snapshot.ts`.
+ * The seam below snapshots (only its shapes; the flows are `to_disk.ts` and `from_disk.ts`): what
+ * dumps whole process trees to disk and brings them back (CRIU on Linux, `os/criu.ts`; a simulated
+ * one for tests, `mock/sim_criu.ts`), and where a snapshot's files live. The GPU half is not the
+ * engine's: before a dump this package has already locked and checkpointed every CUDA process of
+ * the tree through the driver (their GPU memory is in host memory, the GPUs are free), and after a
+ * restore it restores and unlocks them itself. So the engine runs without CRIU's CUDA plugin, on
+ * a criu that has it or not.
  *
  * @module
  */
@@ -103,6 +102,11 @@ export class EngineError extends Error {
   }
 }
 
+/** The engine's log, where `err` is an engine's error with one, for a `SnapshotError`. */
+export function logOf(err: unknown): { log?: string } {
+  return err instanceof EngineError && err.log ? { log: err.log } : {};
+}
+
 /** A file of a snapshot, by its path inside the snapshot's directory. */
 export interface SnapshotFile {
   /** Its path relative to the snapshot's directory, `/`-separated (`tree-4242/pages-1.img`). */
@@ -113,7 +117,7 @@ export interface SnapshotFile {
 
 /**
  * Where snapshots live: private directories, a manifest written atomically. The Linux one
- * (`ffi/snapshot_files.ts`) uses the file system; the simulated engine's snapshots use it too.
+ * (`os/snapshot_store.ts`) uses the file system; the simulated engine's snapshots use it too.
  */
 export interface SnapshotStore {
   /**

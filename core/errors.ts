@@ -1,19 +1,8 @@
 /**
- * The errors this package throws, and the one place where a driver's `CUresult` becomes one
- * ({@link driverError}, as sqlite3's `unwrap`).
- *
- * Two kinds are told apart by type and by `code`:
- *
- * - {@link CudaError}: the driver was asked and answered a failure. `code` is the `CUresult` it
- *   returned, a number.
- * - {@link RefusedError}: refused before the driver was asked, so nothing happened to the
- *   process. `code` is a string that says why ({@link RefusalCode}): no room on the GPU, a GPU
- *   mapping that cannot work, a state with no way to what was asked, a driver without the
- *   function, a pid that is now another process. No refusal carries a `CUresult` the driver never
- *   returned.
- *
- * Both are {@link CheckpointError}s. Messages are one or two sentences; what to do about each is
- * in the documentation (docs/ERRORS.md).
+ * The errors this package throws ({@link CheckpointError} and its kinds, told apart by type and by
+ * `code`), and the one place where a driver's `CUresult` becomes one ({@link driverError}, as
+ * sqlite3's `unwrap`): no refusal carries a `CUresult` the driver never returned. Messages are one
+ * or two sentences; what to do about each is in the documentation (docs/ERRORS.md).
  *
  * @module
  */
@@ -25,14 +14,8 @@ import {
   CUDA_SUCCESS,
   resultName,
 } from "./codes.ts";
+import type { CheckpointDriver } from "./driver.ts";
 import type { ProcessState } from "./states.ts";
-
-/**
- * The operation an error is about: a step (`lock`, ...), a goal (`suspend`, `resume`,
- * `toggle`), a query (`getState`, `getRestoreThreadId`), `waitForState`, or the C function of a
- * call made for another purpose (`cuInit`, `cuMemAlloc_v2`, ...).
- */
-export type Operation = string;
 
 /** Why an operation was refused before the driver was asked. */
 export type RefusalCode =
@@ -61,8 +44,12 @@ export type RefusalCode =
 
 /** Where an error happened. */
 export interface ErrorPlace {
-  /** The operation. */
-  operation: Operation;
+  /**
+   * The operation: a step (`lock`, ...), a goal (`suspend`, `resume`, `toggle`), a query
+   * (`getState`, `getRestoreThreadId`), `waitForState`, a snapshot's (`snapshot`,
+   * `restoreSnapshot`), or the C function of a call made for another purpose (`cuInit`, ...).
+   */
+  operation: string;
   /** The pid (or thread id) it was given, where there is one. */
   pid?: number;
   /** The process's state when the error was made, where it is known. */
@@ -81,7 +68,7 @@ export abstract class CheckpointError extends Error {
   /** A number for a driver failure (its `CUresult`), a string otherwise. */
   abstract readonly code: number | string;
   /** The operation. */
-  readonly operation: Operation;
+  readonly operation: string;
   /** The pid (or thread id) the operation was given, if any. */
   readonly pid: number | undefined;
   /** The process's state when the error was made, where it is known. */
@@ -101,16 +88,6 @@ export abstract class CheckpointError extends Error {
   }
 }
 
-/** What {@link CudaError}'s constructor takes. */
-export interface CudaErrorInit extends ErrorPlace {
-  /** The `CUresult` the driver returned. */
-  code: number;
-  /** Its name (`CUDA_ERROR_ILLEGAL_STATE`); this package's table's when left out. */
-  codeName?: string;
-  /** The driver's description of it (`cuGetErrorString`); this package's table's when left out. */
-  description?: string;
-}
-
 /**
  * The driver was asked and failed. `code` is the `CUresult` it returned (`CUDA_ERROR_ILLEGAL_STATE`
  * is 401); the message gives the operation, the pid, the code's name, the driver's description,
@@ -119,10 +96,10 @@ export interface CudaErrorInit extends ErrorPlace {
  * @example
  * ```ts
  * import { CudaError, CudaProcess } from "@ckpt/cuda";
- * import { SimulatedDriver } from "@ckpt/cuda/mock";
+ * import { SimulatedMachine } from "@ckpt/cuda/mock";
  *
- * const sim = new SimulatedDriver();
- * const proc = new CudaProcess(sim.spawn().pid, { driver: sim });
+ * const sim = new SimulatedMachine();
+ * const proc = new CudaProcess(sim.spawn().pid, { machine: sim });
  * try {
  *   await proc.unlock(); // it is running
  * } catch (err) {
@@ -138,8 +115,12 @@ export class CudaError extends CheckpointError {
   /** The driver's description of the code; empty when neither the driver nor this package knows it. */
   readonly description: string;
 
-  /** Made by {@link driverError}; public for tests that need one. */
-  constructor(init: CudaErrorInit) {
+  /**
+   * Made by the package where the driver failed; public for tests that need one. `codeName` and
+   * `description` are the driver's (`cuGetErrorName`, `cuGetErrorString`); this package's table's
+   * where left out.
+   */
+  constructor(init: ErrorPlace & { code: number; codeName?: string; description?: string }) {
     const known = CU_RESULTS[init.code];
     const name = init.codeName ?? known?.name;
     const description = init.description ?? known?.description;
@@ -173,14 +154,6 @@ export class CudaError extends CheckpointError {
   }
 }
 
-/** What {@link RefusedError}'s constructor takes. */
-export interface RefusedErrorInit extends ErrorPlace {
-  /** Why. */
-  code: RefusalCode;
-  /** The reason, as a clause: "it needs 4136 MiB on GPU-…, which has 1024 MiB free". */
-  reason: string;
-}
-
 /**
  * Refused before the driver was asked: nothing happened to the process. `code` says why (see
  * {@link RefusalCode}); the message names the operation, the pid and the reason.
@@ -188,13 +161,13 @@ export interface RefusedErrorInit extends ErrorPlace {
  * @example
  * ```ts
  * import { CudaProcess, RefusedError } from "@ckpt/cuda";
- * import { SimulatedDriver } from "@ckpt/cuda/mock";
+ * import { SimulatedMachine } from "@ckpt/cuda/mock";
  *
- * const sim = new SimulatedDriver();
+ * const sim = new SimulatedMachine();
  * const target = sim.spawn();
- * await sim.lock(target.pid, null);
+ * await sim.driver.lock(target.pid, null);
  * try {
- *   await new CudaProcess(target.pid, { driver: sim }).toggle();
+ *   await new CudaProcess(target.pid, { machine: sim }).toggle();
  * } catch (err) {
  *   if (err instanceof RefusedError) console.log(err.code); // "STATE"
  * }
@@ -206,8 +179,11 @@ export class RefusedError extends CheckpointError {
   /** The reason, as the message gives it. */
   readonly reason: string;
 
-  /** Makes the error. */
-  constructor(init: RefusedErrorInit) {
+  /**
+   * Makes the error; `reason` is a clause ("it needs 4136 MiB on GPU-…, which has 1024 MiB
+   * free").
+   */
+  constructor(init: ErrorPlace & { code: RefusalCode; reason: string }) {
     super(`${subjectOf(init)} refused: ${init.reason}`, init);
     this.name = "RefusedError";
     this.code = init.code;
@@ -305,14 +281,6 @@ export class DriverLoadError extends Error {
   }
 }
 
-/** What {@link driverError} needs of a driver: its own names for codes. */
-export interface CodeNames {
-  /** `cuGetErrorName`, or `undefined` for a code the driver does not know. */
-  errorName(code: number): string | undefined;
-  /** `cuGetErrorString`, or `undefined` for a code the driver does not know. */
-  errorString(code: number): string | undefined;
-}
-
 /**
  * The one place where a driver's `CUresult` becomes an error: `undefined` for `CUDA_SUCCESS`,
  * else a {@link CudaError} with the driver's own name and description of the code (this
@@ -328,7 +296,7 @@ export interface CodeNames {
  * ```
  */
 export function driverError(
-  driver: CodeNames,
+  driver: Pick<CheckpointDriver, "errorName" | "errorString">,
   code: number,
   place: ErrorPlace,
 ): CudaError | undefined {
@@ -353,6 +321,37 @@ const WHY: Readonly<Record<number, string>> = {
 /** "lock of process 42", or the operation alone where there is no pid. */
 function subjectOf(place: ErrorPlace): string {
   return place.pid === undefined ? place.operation : `${place.operation} of process ${place.pid}`;
+}
+
+/**
+ * `err` with a sentence about what was left behind added to its message: a `CudaError` stays one
+ * (`withDetail`); anything else becomes an `Error` whose cause it is. No sentence: `err` as it is.
+ */
+export function withDetail(err: unknown, detail: string): Error {
+  if (!detail) return asError(err);
+  if (err instanceof CudaError) return err.withDetail(detail);
+  return new Error(`${messageOf(err)}. ${capitalize(detail)}`, { cause: err });
+}
+
+/** `err` as an `Error`: itself where it is one. */
+export function asError(err: unknown): Error {
+  return err instanceof Error ? err : new Error(String(err));
+}
+
+/** An error's message, or the value as text: the one way this package words an unknown error. */
+export function messageOf(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}
+
+/** Describes a value for an error message: strings quoted, other types named. */
+export function describeValue(value: unknown): string {
+  if (typeof value === "string") return JSON.stringify(value);
+  if (typeof value === "bigint") return `${value}n`;
+  if (value === null) return "null";
+  if (Array.isArray(value)) return "an array";
+  if (typeof value === "object") return "an object";
+  if (typeof value === "function") return "a function";
+  return String(value);
 }
 
 /** The sentence with its first letter in upper case. */

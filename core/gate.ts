@@ -13,7 +13,7 @@ import {
   GPU_PAIRS_MIN_DRIVER_VERSION,
 } from "./codes.ts";
 import type { CheckpointDriver, DriverResult, GpuInfo, GpuPair } from "./driver.ts";
-import { CheckpointUnsupportedError, type Operation, RefusedError } from "./errors.ts";
+import { CheckpointUnsupportedError, RefusedError } from "./errors.ts";
 import { formatGpuUuid } from "./uuid.ts";
 
 /** The C function behind each driver operation. */
@@ -42,7 +42,7 @@ export async function checkCapability(
   operation: DriverOperation,
   pid: number | undefined,
   gpuPairs = 0,
-  shown: Operation = operation,
+  shown: string = operation,
 ): Promise<void> {
   const fn = C_FUNCTIONS[operation];
   if (driver.missingFunctions?.includes(fn)) {
@@ -61,7 +61,7 @@ export async function checkCapability(
  * a newer driver, with the driver's version.
  */
 export function unsupportedError(
-  operation: Operation,
+  operation: string,
   pid: number | undefined,
   version: DriverResult,
   what: { missing: string } | { gpuPairs: number },
@@ -96,36 +96,50 @@ function describeGpu(gpu: GpuInfo): string {
 }
 
 /**
- * What is wrong with a GPU mapping on a machine whose GPUs are `gpus`, as sentences; empty when
- * nothing is. The rules are the real driver's (measured on two H200s): every GPU it sees must be
- * named, even one the process never used; every UUID must be one of its GPUs; no two GPUs may be
- * sent onto one.
+ * What is wrong with a GPU mapping onto a machine whose GPUs are `gpus`, as sentences; empty when
+ * nothing is: the one mapping check, before a restore and before a snapshot's restore. The rules
+ * are the real driver's (measured on two H200s): every GPU the process's driver saw must be named,
+ * even one the process never used; every UUID must be a GPU; no two GPUs may be sent onto one.
+ * `from` is the GPUs the process saw where they are another machine's (a snapshot's): each is then
+ * sent onto a GPU of its own chip. Left out, they are `gpus`, and a mapping from GPUs none of
+ * which is here is taken for another machine's, of which only where it goes can be checked.
  */
-export function mappingProblems(pairs: readonly GpuPair[], gpus: readonly GpuInfo[]): string[] {
+export function mappingProblems(
+  pairs: readonly GpuPair[],
+  gpus: readonly GpuInfo[],
+  from?: readonly GpuInfo[],
+): string[] {
   if (pairs.length === 0) return [];
   const byKey = new Map(gpus.map((g) => [g.uuid.toLowerCase(), g]));
-  // A mapping from GPUs none of which is here is from another machine's GPUs (a snapshot taken
-  // there): only where it goes can be checked here.
-  const foreign = pairs.every((p) => !byKey.has(key(p.oldUuid)));
+  const fromKey = new Map((from ?? gpus).map((g) => [g.uuid.toLowerCase(), g]));
+  const foreign = !from && pairs.every((p) => !byKey.has(key(p.oldUuid)));
+  const seen = from ? "the snapshot" : "this machine";
   const problems: string[] = [];
   const named = new Set<string>();
   const onto = new Map<string, string[]>();
   for (const pair of pairs) {
-    const from = key(pair.oldUuid), to = key(pair.newUuid);
-    if (!byKey.has(from) && !foreign) {
-      problems.push(`${formatGpuUuid(pair.oldUuid)} is not a GPU of this machine`);
+    const old = key(pair.oldUuid), to = key(pair.newUuid);
+    const source = fromKey.get(old), target = byKey.get(to);
+    if (!source && !foreign) {
+      problems.push(`${formatGpuUuid(pair.oldUuid)} is not a GPU of ${seen}`);
     }
-    if (!byKey.has(to)) {
+    if (!target) {
       problems.push(
         `${formatGpuUuid(pair.newUuid)} (the GPU given for ${
           formatGpuUuid(pair.oldUuid)
         }) is not a GPU of this machine`,
       );
     }
-    named.add(from);
+    if (from && source && target && source.name !== target.name) {
+      problems.push(
+        `it sends ${describeGpu(source)} onto ${describeGpu(target)}: a process is restored ` +
+          `only onto GPUs of the chip it was checkpointed on`,
+      );
+    }
+    named.add(old);
     onto.set(to, [...onto.get(to) ?? [], formatGpuUuid(pair.oldUuid)]);
   }
-  const left = foreign ? [] : gpus.filter((g) => !named.has(g.uuid.toLowerCase()));
+  const left = foreign ? [] : [...fromKey.values()].filter((g) => !named.has(g.uuid.toLowerCase()));
   if (left.length > 0) {
     problems.push(
       `it leaves out ${left.map(describeGpu).join(" and ")} (a mapping names every GPU)`,
@@ -139,6 +153,7 @@ export function mappingProblems(pairs: readonly GpuPair[], gpus: readonly GpuInf
     }
   }
   if (problems.length > 0) {
+    if (from) problems.push(`the snapshot's GPUs are ${from.map(describeGpu).join(", ")}`);
     problems.push(`this machine's GPUs are ${gpus.map(describeGpu).join(", ")}`);
   }
   return problems;
@@ -151,7 +166,7 @@ export function mappingProblems(pairs: readonly GpuPair[], gpus: readonly GpuInf
  */
 export async function checkMapping(
   driver: CheckpointDriver,
-  operation: Operation,
+  operation: string,
   pid: number,
   pairs: readonly GpuPair[],
 ): Promise<void> {

@@ -1,15 +1,8 @@
 /**
- * The host: what this package asks of the machine besides the driver. Which processes exist
- * (for listings), how much GPU memory each holds and how much each GPU has free (NVML on Linux),
- * which process a pid or thread id belongs to (so that queues and records follow processes, not
- * numbers), and a record of what each checkpointed process held, shared by every program of this
- * package on the machine (so that a restore that would not fit is refused before the driver, by
- * whichever program makes it).
- *
- * Runtime-free: the Linux host (`/proc`, NVML and a private directory of records) lives in
- * `ffi/host.ts` and is installed as the default by the main module (`setFallbackHostOpener` in
- * `session.ts`);
- * the simulated driver brings its own host.
+ * The host ({@link HostProcesses}): what this package asks of the machine besides the driver, so
+ * that queues and records follow processes, not numbers, and a restore that would not fit is
+ * refused before the driver by whichever program of this package makes it. The Linux host is
+ * `os/linux_host.ts`; the simulator brings its own.
  *
  * @module
  */
@@ -193,64 +186,49 @@ export interface HostProcesses {
    * process that checkpoints itself is treated with care (NVML would wait for its restore).
    */
   readonly self?: number;
-}
-
-/** A host that can be let go of: what the fallback host opener (`session.ts`) makes. */
-export interface ClosableHost extends HostProcesses {
-  /** Lets go of what the host holds (a library). */
-  close?(): void | Promise<void>;
+  /**
+   * Lets go of what reading GPU memory keeps open (NVML), until it is asked for again: before
+   * this package locks the program itself, in which NVML would wait for its restore.
+   */
+  release?(): Promise<void>;
 }
 
 /**
  * Records kept in memory, for a host that keeps none of its own: they last as long as the
  * session that made them, and no other program sees them. `alive` says whether a process still
- * lives, `claimerAlive` whether the program that claimed room for a restore does; left out, all
- * do.
+ * lives (left out, all do); a claim is never taken for dead.
  */
 export class MemoryHeldRecords implements HeldRecords {
   /** Always `"memory"`. */
   readonly where: string = "memory";
   readonly #records = new Map<string, HeldRecord>();
   readonly #alive: (process: ProcessIdentity) => boolean;
-  readonly #claimerAlive: (program: ProcessIdentity) => boolean;
 
-  /** Records in memory; `alive` tells live processes, `claimerAlive` live claiming programs. */
-  constructor(
-    alive: (process: ProcessIdentity) => boolean = () => true,
-    claimerAlive: (program: ProcessIdentity) => boolean = () => true,
-  ) {
+  /** Records in memory; `alive` tells live processes. */
+  constructor(alive: (process: ProcessIdentity) => boolean = () => true) {
     this.#alive = alive;
-    this.#claimerAlive = claimerAlive;
   }
 
-  /** The record of a process. */
   get(process: ProcessIdentity): Promise<HeldRecord | undefined> {
     return Promise.resolve(this.#records.get(identityKey(process)));
   }
 
-  /** Writes a record. */
   put(record: HeldRecord): Promise<void> {
     this.#records.set(identityKey(record.process), record);
     return Promise.resolve();
   }
 
-  /** Removes a record. */
   remove(process: ProcessIdentity): Promise<void> {
     this.#records.delete(identityKey(process));
     return Promise.resolve();
   }
 
-  /** The records of live processes, without claims of programs that died. */
+  /** The records of live processes; those of processes that ended are removed. */
   list(): Promise<HeldRecord[]> {
-    const out: HeldRecord[] = [];
     for (const [key, record] of this.#records) {
-      if (!this.#alive(record.process)) {
-        this.#records.delete(key);
-        continue;
-      }
-      out.push(withoutDeadClaim(record, this.#claimerAlive));
+      if (!this.#alive(record.process)) this.#records.delete(key);
     }
-    return Promise.resolve(out);
+    return Promise.resolve([...this.#records.values()]);
   }
 
   /** Every record as it is kept, for a snapshot of the simulated machine. */

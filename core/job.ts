@@ -8,35 +8,30 @@
  * in the same order: all restores before any unlock, all locks before any checkpoint.
  *
  * While a job runs it holds the turn of every one of its processes, taken in pid order so that
- * two jobs never wait for each other in a circle.
+ * two jobs never wait for each other in a circle; where its processes come into being over time
+ * (a snapshot's restore), each is taken as it comes.
  *
  * @module
  */
 
-import { capitalize, CudaError, RefusedError } from "./errors.ts";
 import {
   type ActionHooks,
   type ActionReport,
   type ActionSettings,
-  type CudaProcess,
-  inTurn,
-  isGone,
   planGoal,
   type StopReason,
-  type Target,
   timed,
-} from "./process.ts";
-import { DEFAULT_LOCK_TIMEOUT_MS } from "./options.ts";
-import { type Action, jobPhase, rollbackWay, type Step, stepTo } from "./states.ts";
-import { CUDA_ERROR_ILLEGAL_STATE } from "./codes.ts";
+  wayBack,
+} from "./action.ts";
+import { asError, withDetail } from "./errors.ts";
+import type { Handle } from "./handle.ts";
+import { type Action, jobPhase, type Step, stepTo } from "./states.ts";
+import type { Target } from "./target.ts";
 
 /** A process's part in a job, filled in as it goes (the group's entry). */
 export interface JobMember {
-  /** The process. */
-  readonly proc: CudaProcess;
-  /** What was done to it. */
+  readonly proc: Handle;
   report: ActionReport | undefined;
-  /** Why it was never started. */
   notStarted?: StopReason;
 }
 
@@ -50,6 +45,13 @@ export interface JobContext {
   hooks(pid: number): ActionHooks;
   /** Why nothing more may start now (a deadline, an abort), if so. */
   stopReason(): StopReason | undefined;
+  /**
+   * Where the members come into being over time (a snapshot's processes, as criu brings each
+   * tree back): resolves once `pid` may be acted on; a rejection fails it, and the job. Each member
+   * then makes its first step as soon as it is ready; every first step is still made before any
+   * second one.
+   */
+  ready?(pid: number): Promise<void>;
 }
 
 /** A member as the job works on it. */
@@ -57,10 +59,7 @@ interface Working {
   readonly member: JobMember;
   readonly target: Target;
   readonly report: ActionReport;
-  /** The steps still to make. */
   left: Step[];
-  /** The steps made. */
-  readonly done: Step[];
   /** The step that failed, and how. */
   failure?: { step: Step; err: unknown };
 }
@@ -70,60 +69,17 @@ interface Working {
  * member's report. Resolves to whether processes that had moved were brought back; never rejects.
  */
 export async function runJob(members: readonly JobMember[], ctx: JobContext): Promise<boolean> {
-  const held = await holdTurns(members);
+  const releases: (() => void)[] = [];
   try {
-    if (held.failed.size > 0) {
-      for (const m of members) {
-        const err = held.failed.get(m);
-        if (err) m.report = { status: "failed", steps: [], error: err };
-        else m.notStarted = "another-failed";
-      }
-      return false;
-    }
-    const stop = ctx.stopReason();
-    if (stop) {
-      for (const m of members) m.notStarted = stop;
-      return false;
-    }
-    const working = await plans(members, held.targets, ctx.action);
+    const working = ctx.ready
+      ? await asReady(members, ctx, releases)
+      : await allAtOnce(members, ctx, releases);
     if (!working) return false;
-    let failed = false;
     let stopped: StopReason | undefined;
-    for (const phase of [1, 2] as const) {
-      if (phase === 2) {
-        stopped = ctx.stopReason();
-        if (stopped) break;
-      }
-      await Promise.all(working.map(async (w) => {
-        const step = w.left[0];
-        if (step === undefined || jobPhase(step) !== phase) return;
-        try {
-          await timed(
-            w.target,
-            step,
-            ctx.settingsFor(w.member.proc.pid),
-            w.report,
-            w.report.steps,
-            false,
-            ctx.hooks(w.member.proc.pid),
-            ctx.action,
-          );
-          w.done.push(w.left.shift()!);
-        } catch (err) {
-          w.failure = { step, err };
-          w.left = [];
-          failed = true;
-        }
-      }));
-      if (failed) break;
-    }
-    if (!failed && !stopped) {
-      for (const w of working) {
-        if (w.report.status === "unchanged") continue;
-        w.report.status = "done";
-        w.report.state = stepTo(w.done[w.done.length - 1]);
-      }
-      return false;
+    let failed = working.some((w) => w.failure);
+    if (!failed) {
+      stopped = ctx.stopReason();
+      if (!stopped) failed = await phase(working, 2, ctx);
     }
     for (const w of working) {
       if (w.report.status === "unchanged") continue;
@@ -134,69 +90,129 @@ export async function runJob(members: readonly JobMember[], ctx: JobContext): Pr
         w.report.stopped = stopped ?? "another-failed";
       } else {
         w.report.status = "done";
-        w.report.state = stepTo(w.done[w.done.length - 1]);
+        w.report.state = stepTo(w.report.steps[w.report.steps.length - 1].step);
       }
     }
-    return await rollBack(working, ctx);
+    return failed || stopped ? await rollBack(working, ctx) : false;
   } finally {
-    held.release();
+    for (const release of releases) release();
   }
-}
-
-/** Every member's turn, taken one after another in pid order; and the members that could not be. */
-async function holdTurns(members: readonly JobMember[]) {
-  const targets = new Map<JobMember, Target>();
-  const failed = new Map<JobMember, Error>();
-  const releases: (() => void)[] = [];
-  const sorted = [...members].sort((a, b) => a.proc.pid - b.proc.pid);
-  for (const m of sorted) {
-    await new Promise<void>((taken) => {
-      inTurn(m.proc, (target) => {
-        targets.set(m, target);
-        taken();
-        return new Promise<void>((release) => releases.push(release));
-      }).catch((err) => {
-        failed.set(m, err instanceof Error ? err : new Error(String(err)));
-        taken();
-      });
-    });
-  }
-  return { targets, failed, release: () => releases.forEach((r) => r()) };
 }
 
 /**
- * Each member's state and plan. Where any member cannot be read or its goal is refused, that
- * member fails and no other starts (`undefined`): nothing has changed.
+ * Every member's turn, taken one after another in pid order (so that two jobs never wait for
+ * each other in a circle), then every plan, then every first step. Where a member cannot be read
+ * or its goal is refused, or the job is stopped first, nothing starts (`undefined`).
  */
-async function plans(
+async function allAtOnce(
   members: readonly JobMember[],
-  targets: ReadonlyMap<JobMember, Target>,
-  action: Action,
+  ctx: JobContext,
+  releases: (() => void)[],
 ): Promise<Working[] | undefined> {
-  const working: Working[] = [];
-  const errors = new Map<JobMember, ActionReport>();
-  await Promise.all(members.map(async (m) => {
-    const target = targets.get(m)!;
-    const report: ActionReport = { status: "failed", steps: [] };
-    try {
-      const steps = await planGoal(target, action, report);
-      working.push({ member: m, target, report, left: [...steps], done: [] });
-    } catch (err) {
-      report.error = err instanceof Error ? err : new Error(String(err));
-      errors.set(m, report);
-    }
-  }));
-  if (errors.size === 0) {
-    for (const w of working) w.member.report = w.report;
-    // In the order given, as the group reports them.
-    return members.map((m) => working.find((w) => w.member === m)!);
+  const targets = new Map<JobMember, Target>();
+  const failed = new Map<JobMember, Error>();
+  for (const m of [...members].sort((a, b) => a.proc.pid - b.proc.pid)) {
+    const taken = await turnOf(m, releases);
+    if (taken instanceof Error) failed.set(m, taken);
+    else targets.set(m, taken);
+  }
+  const stop = ctx.stopReason();
+  const planned = failed.size > 0 || stop
+    ? []
+    : await Promise.all(members.map((m) => planOf(m, targets.get(m)!, ctx.action)));
+  const refused = planned.filter((w) => w.failure);
+  if (failed.size === 0 && !stop && refused.length === 0) {
+    for (const w of planned) w.member.report = w.report;
+    await phase(planned, 1, ctx);
+    return planned;
   }
   for (const m of members) {
-    const report = errors.get(m);
-    if (report) m.report = report;
-    else m.notStarted = "another-failed";
+    const refusal = refused.find((w) => w.member === m);
+    const error = failed.get(m);
+    if (error) m.report = { status: "failed", steps: [], error };
+    else if (refusal) m.report = refusal.report;
+    else m.notStarted = stop ?? "another-failed";
   }
   return undefined;
+}
+
+/**
+ * Each member as soon as it is ready: its turn, its plan and its first step; a member that is
+ * not ready (or cannot be read, or refused) fails the job, and members ready after that do not
+ * start.
+ */
+async function asReady(
+  members: readonly JobMember[],
+  ctx: JobContext,
+  releases: (() => void)[],
+): Promise<Working[]> {
+  let failed = false;
+  const working: Working[] = [];
+  await Promise.all(members.map(async (m) => {
+    const pid = m.proc.pid;
+    const error = await ctx.ready!(pid).then(() => undefined, (err) => asError(err));
+    const stop = failed ? "another-failed" : ctx.stopReason();
+    if (!error && stop) return void (m.notStarted = stop);
+    const taken = error ?? await turnOf(m, releases);
+    if (taken instanceof Error) {
+      m.report = { status: "failed", steps: [], error: taken };
+      failed = true;
+      return;
+    }
+    const w = await planOf(m, taken, ctx.action);
+    working.push(w);
+    m.report = w.report;
+    if (w.failure || await phase([w], 1, ctx)) failed = true;
+  }));
+  if (failed) {
+    // Those that have not started are left so; the others are brought back with the job.
+    for (const m of members) if (!m.report && !m.notStarted) m.notStarted = "another-failed";
+  }
+  return members.flatMap((m) => working.filter((w) => w.member === m));
+}
+
+/** Holds the turn of `m` until the job lets go of it; the error where it cannot be taken. */
+function turnOf(m: JobMember, releases: (() => void)[]): Promise<Target | Error> {
+  return new Promise((taken) => {
+    m.proc.ordered((target) => {
+      taken(target);
+      return new Promise<void>((release) => releases.push(release));
+    }).catch((err) => taken(asError(err)));
+  });
+}
+
+/** A member's plan from its state; a refusal or a state that cannot be read is its failure. */
+async function planOf(m: JobMember, target: Target, action: Action): Promise<Working> {
+  const report: ActionReport = { status: "failed", steps: [] };
+  try {
+    const steps = await planGoal(target, action, report);
+    return { member: m, target, report, left: [...steps] };
+  } catch (err) {
+    report.error = asError(err);
+    return { member: m, target, report, left: [], failure: { step: "lock", err } };
+  }
+}
+
+/** Makes each member's next step where it is of `phase`, all at once; true where one failed. */
+async function phase(working: readonly Working[], n: 1 | 2, ctx: JobContext): Promise<boolean> {
+  let failed = false;
+  await Promise.all(working.map(async (w) => {
+    const step = w.left[0];
+    if (step === undefined || jobPhase(step) !== n) return;
+    const pid = w.member.proc.pid;
+    try {
+      await timed(w.target, step, w.report, ctx.hooks(pid), {
+        action: ctx.action,
+        settings: ctx.settingsFor(pid),
+      });
+      w.left.shift();
+    } catch (err) {
+      w.failure = { step, err };
+      w.left = [];
+      failed = true;
+    }
+  }));
+  return failed;
 }
 
 /**
@@ -205,72 +221,30 @@ async function plans(
  * had succeeded was brought back.
  */
 async function rollBack(working: readonly Working[], ctx: JobContext): Promise<boolean> {
-  const settings: ActionSettings = {
-    lockTimeoutMs: DEFAULT_LOCK_TIMEOUT_MS,
-    pairs: null,
-    checkRoom: true,
-  };
-  const ways = new Map<Working, Step[]>();
-  const records = new Map<Working, ActionReport["steps"]>();
+  const ways = new Map<Working, { way: Step[]; steps: ActionReport["steps"] }>();
   const errors = new Map<Working, Error>();
   let rolledBackDone = false;
   await Promise.all(working.map(async (w) => {
     if (w.report.status === "unchanged") return;
-    if (w.done.length === 0 && !w.failure) {
-      w.report.state = w.report.initialState; // stopped before any step
-      return;
-    }
-    if (w.failure && isGone(w.failure.err)) return; // nothing is left to bring back
-    if (w.done.length === 0 && w.failure?.err instanceof RefusedError) {
-      w.report.state = w.report.initialState; // refused before the driver: nothing happened
-      return;
-    }
-    const now = await w.target.state().catch(() => undefined);
-    const illegal = w.failure?.err instanceof CudaError &&
-      w.failure.err.code === CUDA_ERROR_ILLEGAL_STATE;
-    const way = rollbackWay({
-      initial: w.report.initialState!,
-      done: w.done,
-      failed: w.failure?.step,
-      illegal,
-      now,
-    });
-    w.report.state = now;
-    if (way === undefined || way.length === 0) return;
-    ways.set(w, way);
-    records.set(w, []);
+    const way = await wayBack(w.target, w.report, w.failure);
+    if (way) ways.set(w, { way, steps: [] });
   }));
   for (const phase of [1, 2] as const) {
-    await Promise.all([...ways].map(async ([w, way]) => {
+    await Promise.all([...ways].map(async ([w, { way, steps }]) => {
       const step = way[0];
       if (step === undefined || jobPhase(step) !== phase || errors.has(w)) return;
       try {
-        await timed(
-          w.target,
-          step,
-          settings,
-          w.report,
-          records.get(w)!,
-          true,
-          ctx.hooks(w.member.proc.pid),
-          "restore",
-        );
+        await timed(w.target, step, w.report, ctx.hooks(w.member.proc.pid), { rollback: steps });
         way.shift();
       } catch (err) {
-        errors.set(w, err instanceof Error ? err : new Error(String(err)));
+        errors.set(w, asError(err));
       }
     }));
   }
-  for (const [w] of ways) {
+  for (const [w, { steps }] of ways) {
     const error = errors.get(w);
-    const initial = w.report.initialState!;
-    w.report.rollback = {
-      ok: !error,
-      steps: records.get(w)!,
-      ...(error ? { error } : {}),
-    };
-    if (error) w.report.state = await w.target.state().catch(() => undefined);
-    else w.report.state = initial;
+    w.report.rollback = { ok: !error, steps, ...(error ? { error } : {}) };
+    w.report.state = error ? await w.target.state().catch(() => undefined) : w.report.initialState;
     if (w.report.status === "done" && !error) rolledBackDone = true;
   }
   // The failed step's error says where its process, and the job, were left.
@@ -290,14 +264,7 @@ async function rollBack(working: readonly Working[], ctx: JobContext): Promise<b
       : others
       ? `every other process of the job was brought back`
       : "";
-    const err = w.failure.err;
-    w.report.error = !detail
-      ? (err instanceof Error ? err : new Error(String(err)))
-      : err instanceof CudaError
-      ? err.withDetail(detail)
-      : new Error(`${err instanceof Error ? err.message : String(err)}. ${capitalize(detail)}`, {
-        cause: err,
-      });
+    w.report.error = withDetail(w.failure.err, detail);
   }
   return rolledBackDone;
 }

@@ -8,37 +8,26 @@
  */
 
 import { CUDA_ERROR_NOT_INITIALIZED, CUDA_ERROR_OPERATING_SYSTEM, CUDA_SUCCESS } from "./codes.ts";
-import type { DriverResult, GpuInfo } from "./driver.ts";
-import { driverError } from "./errors.ts";
-import { C_FUNCTIONS, unsupportedError } from "./gate.ts";
+import { driverError, messageOf } from "./errors.ts";
+import { checkCapability } from "./gate.ts";
 import type { GpuMemory, GpuMemoryReport, HostProcesses, ScannedProcess } from "./host.ts";
+import type { Machine } from "./machine.ts";
 import { checkChoice, checkFlag, checkOptions, checkPid } from "./options.ts";
-import { checkSource, currentDefaultSource, type DriverSource, lease } from "./sources.ts";
 import { type ProcessState, stateName } from "./states.ts";
-import { describeValue } from "./uuid.ts";
-
-/** Which processes the driver is asked about. */
-export type CandidateRule = "libcuda" | "all";
 
 /** Options of {@link listCudaProcesses}. */
 export interface ListCudaProcessesOptions {
   /**
-   * The driver that confirms each process and gives its state; the default driver when left out
-   * (a lease, let go of when the listing ends). A driver given as an object stays open.
+   * The machine whose processes are listed (its host finds them, its driver confirms each): a
+   * `SimulatedMachine`, or one `openMachine` opened; this machine when left out.
    */
-  driver?: DriverSource;
-  /**
-   * Where the processes come from. Left out: the driver's own ({@link CheckpointDriver.hostProcesses},
-   * the simulator's), else the machine's (`/proc` and NVML, installed by the main module), opened
-   * for this listing and closed after it. A host given here is the caller's to close.
-   */
-  host?: HostProcesses;
+  machine?: Machine;
   /**
    * `"libcuda"` (the default): the driver is asked only about processes with the CUDA driver
    * library mapped; a CUDA process always has it, checkpointed or not. `"all"`: about every process
    * that could be looked at (hundreds of driver calls; for a libcuda under another file name).
    */
-  candidates?: CandidateRule;
+  candidates?: "libcuda" | "all";
   /** Whether to ask the host for GPU memory (NVML on Linux). Default true. */
   gpuMemory?: boolean;
 }
@@ -85,196 +74,94 @@ export interface CudaProcessListing {
   readonly asked: number;
 }
 
-/** Checks the options; throws a TypeError naming what is wrong. */
-function checkListOptions(options: ListCudaProcessesOptions | undefined): ListCudaProcessesOptions {
-  const o = checkOptions(options, "listCudaProcesses", [
-    "driver",
-    "host",
-    "candidates",
-    "gpuMemory",
-  ]);
-  if (o.driver !== undefined) checkSource(o.driver, "listCudaProcesses's driver");
-  if (o.candidates !== undefined) checkChoice(o.candidates, "candidates", ["libcuda", "all"]);
-  checkFlag(o.gpuMemory, "gpuMemory", true);
-  checkHost(o.host, "listCudaProcesses's host");
-  return o;
+/** What a listing is asked for, checked. */
+export interface ListSettings {
+  readonly candidates: "libcuda" | "all";
+  readonly gpuMemory: boolean;
 }
 
-/** Checks a host option, where given: an object with a `scan()` method. */
-export function checkHost(host: unknown, what: string): void {
-  if (
-    host !== undefined &&
-    (typeof host !== "object" || host === null ||
-      typeof (host as HostProcesses).scan !== "function")
-  ) {
-    throw new TypeError(
-      `${what} must be an object with a scan() method, got ${describeValue(host)}`,
-    );
-  }
+/** Checks the options of a listing, where they enter; the machine is left to the caller. */
+export function checkListOptions(options: ListCudaProcessesOptions | undefined): ListSettings {
+  const o = checkOptions(options, "listCudaProcesses", ["machine", "candidates", "gpuMemory"]);
+  return {
+    candidates: o.candidates === undefined
+      ? "libcuda"
+      : checkChoice(o.candidates, "candidates", ["libcuda", "all"]),
+    gpuMemory: checkFlag(o.gpuMemory, "gpuMemory", true),
+  };
 }
 
 /** The host's GPU memory report, never rejecting: a failure becomes the reason it is unknown. */
-export async function askGpuMemory(host: HostProcesses, wanted: boolean): Promise<GpuMemoryReport> {
+export async function askGpuMemory(host: HostProcesses, wanted = true): Promise<GpuMemoryReport> {
   if (!wanted) return { unknown: "GPU memory was not asked for (gpuMemory: false)" };
   if (!host.gpuMemory) return { unknown: `the ${host.kind} host cannot tell GPU memory` };
   try {
     return await host.gpuMemory();
   } catch (error) {
-    return { unknown: error instanceof Error ? error.message : String(error) };
+    return { unknown: messageOf(error) };
   }
 }
 
-/** What the driver said of one candidate. */
-interface Confirmation {
-  readonly scanned: ScannedProcess;
-  readonly state: DriverResult;
-  readonly tid: DriverResult;
-}
-
-/**
- * Lists the CUDA processes of the machine: the host's processes (from `/proc` by default, or the
- * simulator's), the candidates among them confirmed by the driver, each with its state, restore
- * thread id, command line and GPU memory per GPU. Thread ids fold into their process. A process
- * the driver says never initialised CUDA (`CUDA_ERROR_NOT_INITIALIZED`: it may have the library
- * loaded) or that has ended (`CUDA_ERROR_OPERATING_SYSTEM`) is left out; a process that merely
- * called `cuInit` counts as a CUDA process, as the driver counts it. Processes that could not be
- * looked at are reported in `uninspectable`, with the reason, not skipped.
- *
- * The driver calls for all candidates are made at once, off the main thread on the native
- * driver. A process being checkpointed or restored answers when that ends (the driver makes
- * `cuCheckpointProcessGetState` wait), so the listing may take that long. A program that has
- * checkpointed itself should not list with GPU memory until it is restored: NVML waits for that
- * restore (measured on two H200s); pass `gpuMemory: false`, or list from another process.
- *
- * @throws {CheckpointUnsupportedError} (as a rejection) when the driver has no
- * `cuCheckpointProcessGetState` (a driver older than 570).
- * @throws {TypeError} (as a rejection) for an option that is not one, naming it.
- *
- * @example
- * ```ts
- * import { listCudaProcesses } from "@ckpt/cuda";
- * import { SimulatedDriver } from "@ckpt/cuda/mock";
- *
- * await using sim = new SimulatedDriver({ gpus: 2 });
- * sim.spawn({ memoryMiB: 1024, command: "python train.py" });
- * const { processes } = await listCudaProcesses({ driver: sim });
- * console.log(processes[0].state, processes[0].command, processes[0].gpuMemory);
- * // "running" "python train.py" { "GPU-…": 1544 }
- * ```
- */
-export async function listCudaProcesses(
-  options?: ListCudaProcessesOptions,
-): Promise<CudaProcessListing> {
-  const o = checkListOptions(options);
-  const taken = lease(o.driver ?? currentDefaultSource());
-  try {
-    const session = await taken.session;
-    const driver = session.driver;
-    const missing = C_FUNCTIONS.getState;
-    if (driver.missingFunctions?.includes(missing)) {
-      throw unsupportedError("getState", undefined, await driver.driverVersion(), { missing });
-    }
-    const host = o.host ?? await session.host();
-    if (!host) {
-      throw new Error(
-        `No host to list processes of: this ${driver.kind} driver has none of its own; pass ` +
-          `{ host }, or import listCudaProcesses from @ckpt/cuda's main module, which makes the ` +
-          `machine's own (/proc) the default`,
-      );
-    }
-    // NVML's start-up runs while /proc is read and the driver is asked.
-    const memory = askGpuMemory(host, o.gpuMemory ?? true);
-    const scanned = await host.scan();
-    const rule = o.candidates ?? "libcuda";
-    const uninspectable: UninspectedProcess[] = [];
-    const candidates: ScannedProcess[] = [];
-    for (const p of scanned) {
-      checkPid(p?.pid, `a pid from the ${host.kind} host's scan`);
-      if (p.notInspectable !== undefined || p.cudaLibrary === undefined) {
-        uninspectable.push(withCommand(p, {
-          pid: p.pid,
-          reason: p.notInspectable ?? "the host could not tell whether it maps libcuda",
-        }));
-      } else if (p.cudaLibrary || rule === "all") {
-        candidates.push(p);
-      }
-    }
-    const answers: Confirmation[] = await Promise.all(candidates.map(async (p) => {
-      const [state, tid] = await Promise.all([
-        driver.getState(p.pid),
-        driver.getRestoreThreadId(p.pid),
-      ]);
-      return { scanned: p, state, tid };
-    }));
-    const report = await memory;
-    const processes: CudaProcessInfo[] = [];
-    for (const { scanned: p, state, tid } of answers) {
-      const codes = [state.code, tid.code];
-      // Never initialised CUDA, or gone since the scan: not a CUDA process (now).
-      if (codes.includes(CUDA_ERROR_OPERATING_SYSTEM)) continue;
-      if (state.code === CUDA_ERROR_NOT_INITIALIZED) continue;
-      if (state.code !== CUDA_SUCCESS) {
-        uninspectable.push(withCommand(p, {
-          pid: p.pid,
-          reason: driverError(driver, state.code, { operation: "getState", pid: p.pid })!.message,
-        }));
-        continue;
-      }
-      processes.push(withCommand(p, {
+/** Lists the CUDA processes of `machine`: see `listCudaProcesses` of the main module. */
+export async function listOn(machine: Machine, o: ListSettings): Promise<CudaProcessListing> {
+  const driver = machine.driver;
+  await checkCapability(driver, "getState", undefined);
+  const host = machine.host;
+  if (!host) throw new Error(`No host to list processes of: this ${driver.kind} machine has none`);
+  // NVML's start-up runs while /proc is read and the driver is asked.
+  const memory = askGpuMemory(host, o.gpuMemory);
+  const scanned = await host.scan();
+  const uninspectable: UninspectedProcess[] = [];
+  const candidates: ScannedProcess[] = [];
+  for (const p of scanned) {
+    checkPid(p?.pid, `a pid from the ${host.kind} host's scan`);
+    if (p.notInspectable !== undefined || p.cudaLibrary === undefined) {
+      uninspectable.push(withCommand(p, {
         pid: p.pid,
-        state: stateName(state.value) ?? "unknown",
-        ...(tid.code === CUDA_SUCCESS ? { restoreThreadId: tid.value } : {}),
-        gpuMemory: "byPid" in report ? report.byPid.get(p.pid) ?? {} : "unknown",
+        reason: p.notInspectable ?? "the host could not tell whether it maps libcuda",
       }));
+    } else if (p.cudaLibrary || o.candidates === "all") {
+      candidates.push(p);
     }
-    const byPid = (a: { pid: number }, b: { pid: number }) => a.pid - b.pid;
-    return {
-      processes: processes.sort(byPid),
-      uninspectable: uninspectable.sort(byPid),
-      ...("unknown" in report ? { gpuMemoryUnknown: report.unknown } : {}),
-      scanned: scanned.length,
-      asked: candidates.length,
-    };
-  } finally {
-    await taken.release();
   }
+  const answers = await Promise.all(candidates.map(async (p) => {
+    const [state, tid] = await Promise.all([
+      driver.getState(p.pid),
+      driver.getRestoreThreadId(p.pid),
+    ]);
+    return { scanned: p, state, tid };
+  }));
+  const report = await memory;
+  const processes: CudaProcessInfo[] = [];
+  for (const { scanned: p, state, tid } of answers) {
+    // Never initialised CUDA, or gone since the scan: not a CUDA process (now).
+    if ([state.code, tid.code].includes(CUDA_ERROR_OPERATING_SYSTEM)) continue;
+    if (state.code === CUDA_ERROR_NOT_INITIALIZED) continue;
+    if (state.code !== CUDA_SUCCESS) {
+      uninspectable.push(withCommand(p, {
+        pid: p.pid,
+        reason: driverError(driver, state.code, { operation: "getState", pid: p.pid })!.message,
+      }));
+      continue;
+    }
+    processes.push(withCommand(p, {
+      pid: p.pid,
+      state: stateName(state.value) ?? "unknown",
+      ...(tid.code === CUDA_SUCCESS ? { restoreThreadId: tid.value } : {}),
+      gpuMemory: "byPid" in report ? report.byPid.get(p.pid) ?? {} : "unknown",
+    }));
+  }
+  const byPid = (a: { pid: number }, b: { pid: number }) => a.pid - b.pid;
+  return {
+    processes: processes.sort(byPid),
+    uninspectable: uninspectable.sort(byPid),
+    ...("unknown" in report ? { gpuMemoryUnknown: report.unknown } : {}),
+    scanned: scanned.length,
+    asked: candidates.length,
+  };
 }
 
 /** `record` with the scanned process's command line, where it has one. */
 function withCommand<T extends object>(p: ScannedProcess, record: T): T & { command?: string } {
   return p.command === undefined ? record : { ...record, command: p.command };
-}
-
-/** Options of {@link listGpus}. */
-export interface ListGpusOptions {
-  /** The driver to ask; the default driver when left out. */
-  driver?: DriverSource;
-}
-
-/**
- * Every GPU the driver sees, by ordinal, with its UUID and chip: what a GPU mapping for
- * `restore({ gpuMapping })` is built from (`cuDeviceGet`, `cuDeviceGetUuid`, `cuDeviceGetName`).
- *
- * @throws {Error} (as a rejection) when the driver cannot list its GPUs.
- *
- * @example
- * ```ts
- * import { listGpus } from "@ckpt/cuda";
- * import { SimulatedDriver } from "@ckpt/cuda/mock";
- *
- * const gpus = await listGpus({ driver: new SimulatedDriver({ gpus: 2 }) });
- * const swapped = { [gpus[0].uuid]: gpus[1].uuid, [gpus[1].uuid]: gpus[0].uuid };
- * ```
- */
-export async function listGpus(options?: ListGpusOptions): Promise<readonly GpuInfo[]> {
-  const o = checkOptions(options, "listGpus", ["driver"]);
-  if (o.driver !== undefined) checkSource(o.driver, "listGpus's driver");
-  const taken = lease(o.driver ?? currentDefaultSource());
-  try {
-    const driver = (await taken.session).driver;
-    if (!driver.listGpus) throw new Error(`this ${driver.kind} driver cannot list its GPUs`);
-    return await driver.listGpus();
-  } finally {
-    await taken.release();
-  }
 }

@@ -9,32 +9,20 @@
  */
 
 import { RefusedError } from "./errors.ts";
+import { StrictReader } from "./json.ts";
 import { MAX_PID } from "./options.ts";
+
 import type { SnapshotFile } from "./engine.ts";
 import { isSnapshotState, SNAPSHOT_STATES, type SnapshotState } from "./states.ts";
-import { formatGpuUuid, parseGpuUuid } from "./uuid.ts";
 
 /** The format this version writes and reads. */
-export const MANIFEST_FORMAT = "ckpt-cuda-snapshot/1";
+export const MANIFEST_FORMAT: Manifest["format"] = "ckpt-cuda-snapshot/1";
 
 /** The manifest's file name in a snapshot's directory. */
 export const MANIFEST_FILE = "manifest.json";
 
 /** The largest manifest this version reads, in bytes. */
 export const MANIFEST_MAX_BYTES = 16 * 2 ** 20;
-
-/** The CUDA side of a process in a snapshot. */
-export interface ManifestCuda {
-  /** Its CUDA state when the snapshot was asked for: running or checkpointed. */
-  readonly state: SnapshotState;
-  /** The thread the driver restores it on (what CRIU's plugin asks for). */
-  readonly restoreThreadId: number;
-  /**
-   * The GPU memory it held, MiB by GPU UUID (its CUDA context included), read just before its
-   * checkpoint; `null` where it could not be read (then its restore cannot be checked for room).
-   */
-  readonly gpuMemoryMiB: Readonly<Record<string, number>> | null;
-}
 
 /** One process of a dumped tree. */
 export interface ManifestProcess {
@@ -47,7 +35,17 @@ export interface ManifestProcess {
   /** Its command line, where it could be read. */
   readonly command?: string;
   /** Its CUDA side; left out for a process that does not use CUDA. */
-  readonly cuda?: ManifestCuda;
+  readonly cuda?: {
+    /** Its CUDA state when the snapshot was asked for: running or checkpointed. */
+    readonly state: SnapshotState;
+    /** The thread the driver restores it on (what CRIU's plugin asks for). */
+    readonly restoreThreadId: number;
+    /**
+     * The GPU memory it held, MiB by GPU UUID (its CUDA context included), read just before its
+     * checkpoint; `null` where it could not be read (then its restore cannot be checked for room).
+     */
+    readonly gpuMemoryMiB: Readonly<Record<string, number>> | null;
+  };
 }
 
 /** One dumped process tree. */
@@ -74,8 +72,8 @@ export interface ManifestGpu {
 
 /** A snapshot's manifest, as {@link parseManifest} gives it. */
 export interface Manifest {
-  /** Always {@link MANIFEST_FORMAT}. */
-  readonly format: typeof MANIFEST_FORMAT;
+  /** The format, always `"ckpt-cuda-snapshot/1"` in this version. */
+  readonly format: "ckpt-cuda-snapshot/1";
   /** When the snapshot was taken (ISO 8601). */
   readonly createdAt: string;
   /** What took it. */
@@ -141,36 +139,34 @@ export function serializeManifest(manifest: Manifest): string {
  * }
  * ```
  */
-export function parseManifest(text: string, where: string): Manifest {
-  const refuse = (reason: string) =>
-    new RefusedError({ code: "SNAPSHOT", operation: "restoreSnapshot", reason });
-  let data: unknown;
-  try {
-    data = JSON.parse(text);
-  } catch (err) {
-    throw refuse(
-      `${where} is not a snapshot manifest: it is not JSON (${
-        (err as Error).message
-      }); it may be truncated or corrupt`,
-    );
-  }
-  if (!isObject(data) || typeof data.format !== "string") {
-    throw refuse(
-      `${where} is not a snapshot manifest of @ckpt/cuda: it has no "format" field ` +
+export function parseManifest(
+  text: string,
+  where: string,
+  operation = "restoreSnapshot",
+): Manifest {
+  const r = new StrictReader((_field, reason) =>
+    new RefusedError({ code: "SNAPSHOT", operation, reason: `${where}: ${reason}` })
+  );
+  const data = r.parse(text, "it");
+  const tag = typeof data === "object" && data !== null
+    ? (data as { format?: unknown }).format
+    : undefined;
+  if (typeof tag !== "string") {
+    return r.refuse(
+      "format",
+      `it is not a snapshot manifest of @ckpt/cuda: it has no "format" field ` +
         `(expected "${MANIFEST_FORMAT}")`,
     );
   }
-  if (data.format !== MANIFEST_FORMAT) {
-    const newer = /^ckpt-cuda-snapshot\/[0-9]+$/.test(data.format);
-    throw refuse(
-      `${where} is written in format ${JSON.stringify(data.format)}, and this version of ` +
-        `@ckpt/cuda reads only "${MANIFEST_FORMAT}"${
-          newer ? " (it was written by another version)" : ""
-        }`,
+  if (tag !== MANIFEST_FORMAT) {
+    const newer = /^ckpt-cuda-snapshot\/[0-9]+$/.test(tag);
+    r.refuse(
+      "format",
+      `it is written in format ${JSON.stringify(tag)}, and this version of @ckpt/cuda reads ` +
+        `only "${MANIFEST_FORMAT}"${newer ? " (it was written by another version)" : ""}`,
     );
   }
-  const r = new Reader(where, refuse);
-  const m = r.object(data, "manifest", [
+  const m = r.object(data, "", [
     "format",
     "createdAt",
     "tool",
@@ -187,13 +183,13 @@ export function parseManifest(text: string, where: string): Manifest {
   if (Number.isNaN(Date.parse(createdAt))) r.fail("createdAt", "a date (ISO 8601)", createdAt);
   const tool = r.object(m.tool, "tool", ["name", "version"]);
   const host = r.object(m.host, "host", ["hostname", "kernel"]);
-  const driver = r.object(m.driver, "driver", ["cudaVersion", "release"], ["release"]);
-  const engine = r.object(m.engine, "engine", ["kind", "version"], ["version"]);
+  const driver = r.object(m.driver, "driver", ["cudaVersion"], ["release"]);
+  const engine = r.object(m.engine, "engine", ["kind"], ["version"]);
   const options = r.object(m.options, "options", ["leaveRunning", "job"]);
   const timings = r.object(m.timings, "timings", ["suspendMs", "dumpMs", "totalMs"]);
   const gpus = r.array(m.gpus, "gpus").map((g, i) => {
     const at = `gpus[${i}]`;
-    const o = r.object(g, at, ["index", "uuid", "name", "totalMiB"], ["totalMiB"]);
+    const o = r.object(g, at, ["index", "uuid", "name"], ["totalMiB"]);
     return {
       index: r.integer(o.index, `${at}.index`, 0, 1023),
       uuid: r.uuid(o.uuid, `${at}.uuid`),
@@ -279,15 +275,12 @@ export function parseManifest(text: string, where: string): Manifest {
 }
 
 function readProcess(
-  r: Reader,
+  r: StrictReader,
   value: unknown,
   at: string,
   gpus: ReadonlySet<string>,
 ): ManifestProcess {
-  const o = r.object(value, at, ["pid", "parent", "threads", "command", "cuda"], [
-    "command",
-    "cuda",
-  ]);
+  const o = r.object(value, at, ["pid", "parent", "threads"], ["command", "cuda"]);
   const pid = r.integer(o.pid, `${at}.pid`, 1, MAX_PID);
   const threads = r.array(o.threads, `${at}.threads`).map((t, i) =>
     r.integer(t, `${at}.threads[${i}]`, 1, MAX_PID)
@@ -307,7 +300,7 @@ function readProcess(
   }
   let memory: Record<string, number> | null = null;
   if (c.gpuMemoryMiB !== null) {
-    const m = r.object(c.gpuMemoryMiB, `${at}.cuda.gpuMemoryMiB`, undefined);
+    const m = r.object(c.gpuMemoryMiB, `${at}.cuda.gpuMemoryMiB`);
     memory = {};
     for (const [key, mib] of Object.entries(m)) {
       const uuid = r.uuid(key, `${at}.cuda.gpuMemoryMiB key`);
@@ -323,94 +316,4 @@ function readProcess(
       gpuMemoryMiB: memory,
     },
   };
-}
-
-function isObject(value: unknown): value is Record<string, unknown> {
-  return typeof value === "object" && value !== null && !Array.isArray(value);
-}
-
-/** Reads fields, throwing one sentence that names the manifest, the field and the value. */
-class Reader {
-  constructor(
-    readonly where: string,
-    readonly refuse: (reason: string) => Error,
-  ) {}
-
-  fail(field: string, expected: string, got: unknown): never {
-    throw this.refuse(
-      `${this.where}: ${field} must be ${expected}, got ${describe(got)}`,
-    );
-  }
-
-  object(
-    value: unknown,
-    field: string,
-    keys: readonly string[] | undefined,
-    optional: readonly string[] = [],
-  ): Record<string, unknown> {
-    if (!isObject(value)) this.fail(field, "an object", value);
-    if (keys) {
-      for (const key of Object.keys(value)) {
-        if (!keys.includes(key)) {
-          throw this.refuse(
-            `${this.where}: ${field} has a field this version does not know, ${
-              JSON.stringify(key)
-            }`,
-          );
-        }
-      }
-      for (const key of keys) {
-        if (!optional.includes(key) && !(key in value)) {
-          throw this.refuse(`${this.where}: ${field} lacks ${JSON.stringify(key)}`);
-        }
-      }
-    }
-    return value;
-  }
-
-  array(value: unknown, field: string): unknown[] {
-    if (!Array.isArray(value)) this.fail(field, "an array", value);
-    return value;
-  }
-
-  string(value: unknown, field: string): string {
-    if (typeof value !== "string" || value.length === 0 || value.length > 4096) {
-      this.fail(field, "a string of 1 to 4096 characters", value);
-    }
-    return value;
-  }
-
-  boolean(value: unknown, field: string): boolean {
-    if (typeof value !== "boolean") this.fail(field, "true or false", value);
-    return value;
-  }
-
-  integer(value: unknown, field: string, min: number, max: number): number {
-    if (typeof value !== "number" || !Number.isInteger(value) || value < min || value > max) {
-      this.fail(field, `an integer from ${min} to ${max}`, value);
-    }
-    return value;
-  }
-
-  amount(value: unknown, field: string): number {
-    if (typeof value !== "number" || !Number.isFinite(value) || value < 0) {
-      this.fail(field, "a number from 0", value);
-    }
-    return value;
-  }
-
-  uuid(value: unknown, field: string): string {
-    if (typeof value !== "string") this.fail(field, "a GPU UUID", value);
-    try {
-      return formatGpuUuid(parseGpuUuid(value));
-    } catch {
-      return this.fail(field, "a GPU UUID (GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)", value);
-    }
-  }
-}
-
-function describe(value: unknown): string {
-  if (value === undefined) return "nothing";
-  const text = JSON.stringify(value);
-  return text.length > 80 ? `${text.slice(0, 77)}...` : text;
 }

@@ -9,8 +9,9 @@
  * @module
  */
 
+import { describeValue } from "./errors.ts";
 import type { GpuPair } from "./driver.ts";
-import { describeValue, parseGpuUuid } from "./uuid.ts";
+import { parseGpuUuid } from "./uuid.ts";
 
 /** The largest pid a C `int` holds (Linux hands out at most 2^22). */
 export const MAX_PID = 2 ** 31 - 1;
@@ -29,8 +30,9 @@ export const DEFAULT_LOCK_TIMEOUT_MS = 10_000;
  * @example
  * ```ts
  * import { checkOptions } from "./options.ts";
- * checkOptions({ timeout: 5 }, "lock", ["timeoutMs", "checkRoom"]);
- * // TypeError: lock has no option "timeout" (did you mean "timeoutMs"?); it takes timeoutMs, checkRoom
+ *
+ * checkOptions({ timeout: 5 } as { timeoutMs?: number }, "lock", ["timeoutMs"]);
+ * // TypeError: lock has no option "timeout" (did you mean "timeoutMs"?); it takes timeoutMs
  * ```
  */
 export function checkOptions<T extends object>(
@@ -108,22 +110,23 @@ function editDistance(a: string, b: string): number {
  * 2^31-1.
  */
 export function checkPid(pid: unknown, what = "pid"): number {
-  if (typeof pid !== "number" || !Number.isInteger(pid) || pid < 1 || pid > MAX_PID) {
-    const Err = typeof pid === "number" && Number.isInteger(pid) ? RangeError : TypeError;
-    throw new Err(
-      `${what} must be an integer process or thread id from 1 to ${MAX_PID}, got ${
-        describeValue(pid)
-      }`,
-    );
-  }
-  return pid;
+  return checkBetween(pid, what, 1, MAX_PID, `process or thread id from 1 to ${MAX_PID}`);
 }
 
-/** Checks an integer option from `min` (to `max`); the error names the option and the value. */
+/** An integer from `min` to `max`: a TypeError for what is no integer, else a RangeError. */
+function checkBetween(value: unknown, what: string, min: number, max: number, expected: string) {
+  if (typeof value !== "number" || !Number.isInteger(value) || value < min || value > max) {
+    const Err = typeof value === "number" && Number.isInteger(value) ? RangeError : TypeError;
+    throw new Err(`${what} must be an integer ${expected}, got ${describeValue(value)}`);
+  }
+  return value;
+}
+
+/** Checks an integer from `min` (to `max`); the error names the option and the value. */
 export function checkInteger(
   value: unknown,
   what: string,
-  min: number,
+  min = 0,
   max = Number.MAX_SAFE_INTEGER,
 ): number {
   if (typeof value !== "number" || !Number.isInteger(value) || value < min || value > max) {
@@ -135,19 +138,33 @@ export function checkInteger(
 
 /** Checks a lock timeout in milliseconds: an integer from 0 (wait forever) to 2^32-1. */
 export function checkTimeoutMs(timeoutMs: unknown, what = "timeoutMs"): number {
-  if (typeof timeoutMs !== "number" || !Number.isInteger(timeoutMs)) {
-    throw new TypeError(
-      `${what} must be an integer number of milliseconds from 0 (no timeout) to ${MAX_TIMEOUT_MS}, got ${
-        describeValue(timeoutMs)
-      }`,
-    );
-  }
-  if (timeoutMs < 0 || timeoutMs > MAX_TIMEOUT_MS) {
+  const expected = `number of milliseconds from 0 (no timeout) to ${MAX_TIMEOUT_MS}`;
+  return checkBetween(timeoutMs, what, 0, MAX_TIMEOUT_MS, expected);
+}
+
+/** A lock timeout option, checked as {@link checkTimeoutMs}; the default where left out. */
+export function checkLockTimeout(value: unknown, what: string): number {
+  return value === undefined ? DEFAULT_LOCK_TIMEOUT_MS : checkTimeoutMs(value, what);
+}
+
+/** Checks a finite number from 0 (above 0 with `positive`); returns it. */
+export function checkAmount(value: unknown, what: string, positive = false): number {
+  if (
+    typeof value !== "number" || !Number.isFinite(value) || value < 0 || (positive && value === 0)
+  ) {
     throw new RangeError(
-      `${what} must be an integer number of milliseconds from 0 (no timeout) to ${MAX_TIMEOUT_MS}, got ${timeoutMs}`,
+      `${what} must be a finite number ${positive ? "> 0" : ">= 0"}, got ${describeValue(value)}`,
     );
   }
-  return timeoutMs;
+  return value;
+}
+
+/** Checks a non-empty string; returns it. */
+export function checkName(value: unknown, what: string): string {
+  if (typeof value !== "string" || value.trim() === "") {
+    throw new TypeError(`${what} must be a non-empty string, got ${describeValue(value)}`);
+  }
+  return value;
 }
 
 /** A boolean option: `fallback` when left out; anything else is a TypeError naming it. */

@@ -11,13 +11,11 @@
  * too). Too little, and the restore is refused with a {@link GpuRoomError} without a driver call:
  * the process stays checkpointed, and can be resumed once there is room.
  *
- * A {@link RoomGuard} belongs to one session (one driver in use); nothing here is module state.
- *
  * @module
  */
 
 import type { GpuPair } from "./driver.ts";
-import { RefusedError } from "./errors.ts";
+import { messageOf, RefusedError } from "./errors.ts";
 import {
   type GpuMemoryReport,
   type HeldRecord,
@@ -52,10 +50,10 @@ export interface RoomShortage {
  * @example
  * ```ts
  * import { CudaProcess, GpuRoomError } from "@ckpt/cuda";
- * import { SimulatedDriver } from "@ckpt/cuda/mock";
+ * import { SimulatedMachine } from "@ckpt/cuda/mock";
  *
- * const sim = new SimulatedDriver();
- * const proc = new CudaProcess(sim.spawn({ memoryMiB: 4096 }).pid, { driver: sim });
+ * const sim = new SimulatedMachine();
+ * const proc = new CudaProcess(sim.spawn({ memoryMiB: 4096 }).pid, { machine: sim });
  * await proc.suspend();
  * const filler = sim.fillGpu(0);
  * try {
@@ -71,8 +69,11 @@ export class GpuRoomError extends RefusedError {
   /** The GPU without room, what was needed there and what was free. */
   readonly shortage: RoomShortage;
 
-  /** Makes the error for a restore (or a resume or toggle) of `pid`. */
-  constructor(init: { operation: string; pid: number; shortage: RoomShortage }) {
+  /**
+   * Makes the error for a restore (or a resume or toggle) of `pid`, or, without a pid, for the
+   * processes of a snapshot (`who` names them).
+   */
+  constructor(init: { operation: string; pid?: number; shortage: RoomShortage; who?: string }) {
     const s = init.shortage;
     const claimed = s.claimedMiB > 0
       ? `, ${mib(s.claimedMiB)} of it claimed by other restores`
@@ -80,12 +81,12 @@ export class GpuRoomError extends RefusedError {
     super({
       code: "NO_ROOM",
       operation: init.operation,
-      pid: init.pid,
-      state: stepFrom("restore"),
-      reason: `it needs ${mib(s.neededMiB)} on ${s.gpu}, which has ${
-        mib(s.freeMiB)
-      } free${claimed}`,
-      detail: "nothing was asked of the driver: the process is still checkpointed",
+      ...(init.pid !== undefined ? { pid: init.pid, state: stepFrom("restore") } : {}),
+      reason: `${init.who ?? "it"} need${init.who ? "" : "s"} ${mib(s.neededMiB)} on ${s.gpu}, ` +
+        `which has ${mib(s.freeMiB)} free${claimed}`,
+      detail: init.pid !== undefined
+        ? "nothing was asked of the driver: the process is still checkpointed"
+        : "nothing was changed: free memory there, or restore onto other GPUs with a mapping",
     });
     this.name = "GpuRoomError";
     this.shortage = s;
@@ -103,18 +104,6 @@ function mib(n: number): string {
  */
 export type RoomCheck = "checked" | "skipped" | { readonly unknown: string };
 
-/** What a {@link RoomGuard} needs of its session. */
-export interface RoomSession {
-  /** The host (the driver's own, or the machine's); `undefined` where there is none. */
-  host(): Promise<HostProcesses | undefined>;
-  /** Lets go of the machine's host (and NVML in it) until it is asked for again. */
-  releaseHost(): Promise<void>;
-  /** This program, as the host identifies it: the owner of its claims. */
-  self(): Promise<ProcessIdentity | undefined>;
-  /** The clock, for record times: ms since the epoch. */
-  now(): number;
-}
-
 /** A restore's claim, until it has returned. */
 export interface Reservation {
   /** Whether the room was checked, and if not, why. */
@@ -128,7 +117,9 @@ export interface Reservation {
  * and checks and claims the room for its restore. See the module documentation.
  */
 export class RoomGuard {
-  readonly #session: RoomSession;
+  readonly #host: HostProcesses | undefined;
+  /** This program, as the host identifies it: the owner of its claims. */
+  readonly #self: () => Promise<ProcessIdentity | undefined>;
   /** Records for a host that keeps none: this session's own. */
   readonly #ownRecords = new MemoryHeldRecords();
   /** Whether this package may be holding the calling process locked or checkpointed. */
@@ -136,22 +127,19 @@ export class RoomGuard {
   /** Reads of the host under way: a lock of the calling process waits for them. */
   readonly #reads = new Set<Promise<unknown>>();
 
-  /** A guard for one session. */
-  constructor(session: RoomSession) {
-    this.#session = session;
+  /** A guard for one session: its machine's host (`undefined`: none), and this program. */
+  constructor(host: HostProcesses | undefined, self: () => Promise<ProcessIdentity | undefined>) {
+    this.#host = host;
+    this.#self = self;
   }
 
   /**
    * What `process` holds now, MiB by GPU UUID, for {@link RoomGuard.recorded} once its checkpoint
-   * succeeds; `undefined` where the host cannot tell, where it holds none, for this very process
-   * (NVML waits in a process that has checkpointed itself), and while this process is held.
+   * succeeds; `undefined` where the host cannot tell, where it holds none, and while this process
+   * is held.
    */
-  async heldNow(
-    process: ProcessIdentity,
-    self: boolean,
-  ): Promise<Readonly<Record<string, number>> | undefined> {
-    if (self) return undefined;
-    const report = await this.#memory();
+  async heldNow(process: ProcessIdentity): Promise<Readonly<Record<string, number>> | undefined> {
+    const report = await this.report();
     if (!report || !("byPid" in report)) return undefined;
     const memory = report.byPid.get(process.pid);
     if (memory === undefined || memory === "unknown") return undefined;
@@ -163,20 +151,17 @@ export class RoomGuard {
     process: ProcessIdentity,
     heldMiB: Readonly<Record<string, number>>,
   ): Promise<void> {
-    const records = await this.#records();
-    await records.put({ process, heldMiB, at: this.#session.now() }).catch(() => {});
+    await this.#records().put({ process, heldMiB, at: Date.now() }).catch(() => {});
   }
 
   /** What `process` held when last checkpointed by a program of this package, where recorded. */
-  async record(process: ProcessIdentity): Promise<HeldRecord | undefined> {
-    const records = await this.#records();
-    return await records.get(process).catch(() => undefined);
+  record(process: ProcessIdentity): Promise<HeldRecord | undefined> {
+    return this.#records().get(process).catch(() => undefined);
   }
 
   /** Forgets the record of `process` (it was locked from running, or restored). Never rejects. */
   async forget(process: ProcessIdentity): Promise<void> {
-    const records = await this.#records();
-    await records.remove(process).catch(() => {});
+    await this.#records().remove(process).catch(() => {});
   }
 
   /**
@@ -204,25 +189,18 @@ export class RoomGuard {
     if (this.#selfHeld) {
       return none("this process is checkpointed or locked itself, and NVML would wait for it");
     }
-    const records = await this.#records();
-    const record = await records.get(process).catch(() => undefined);
+    const records = this.#records();
+    const record = await this.record(process);
     if (!record) {
       return none(
         `no record of the GPU memory it held (kept in ${records.where}): another program ` +
           `checkpointed it, or it was checkpointed without the record`,
       );
     }
-    // Where each GPU's memory goes: the mapping's new GPU, else the same one.
-    const to = new Map<string, string>();
-    for (const p of pairs ?? []) to.set(formatGpuUuid(p.oldUuid), formatGpuUuid(p.newUuid));
-    const need: Record<string, number> = {};
-    for (const [gpu, mib] of Object.entries(record.heldMiB)) {
-      const target = to.get(gpu) ?? gpu;
-      need[target] = (need[target] ?? 0) + mib;
-    }
+    const need = onto(record.heldMiB, pairs);
     // Claim first, then read: two restores that check at once each see the other's claim.
-    const by = await this.#session.self() ?? { pid: 0 };
-    await records.put({ ...record, claim: { needMiB: need, by, since: this.#session.now() } })
+    const by = await this.#self() ?? { pid: 0 };
+    await records.put({ ...record, claim: { needMiB: need, by, since: Date.now() } })
       .catch(() => {});
     const unclaim = async () => {
       const now = await records.get(process).catch(() => undefined);
@@ -231,36 +209,9 @@ export class RoomGuard {
         await records.put(rest).catch(() => {});
       }
     };
+    let check: RoomCheck;
     try {
-      const claimed: Record<string, number> = {};
-      for (const other of await records.list().catch(() => [])) {
-        if (!other.claim || sameProcess(other.process, process)) continue;
-        for (const [gpu, mib] of Object.entries(other.claim.needMiB)) {
-          claimed[gpu] = (claimed[gpu] ?? 0) + mib;
-        }
-      }
-      const report = await this.#memory();
-      const free = report && "byPid" in report ? report.freeMiB : undefined;
-      if (!free || free.size === 0) {
-        await unclaim();
-        return none(
-          report && "unknown" in report
-            ? `the free GPU memory is unknown: ${report.unknown}`
-            : "the host cannot tell free GPU memory",
-        );
-      }
-      for (const [gpu, neededMiB] of Object.entries(need)) {
-        const freeMiB = free.get(gpu);
-        if (freeMiB === undefined) continue;
-        const claimedMiB = claimed[gpu] ?? 0;
-        if (neededMiB > freeMiB - claimedMiB) {
-          throw new GpuRoomError({
-            operation: where.operation,
-            pid: where.pid,
-            shortage: { gpu, neededMiB, freeMiB, claimedMiB },
-          });
-        }
-      }
+      check = await this.fits(need, { operation: where.operation, pid: where.pid }, process);
     } catch (err) {
       await unclaim();
       if (err instanceof GpuRoomError && !(await stillCheckpointed())) {
@@ -269,13 +220,56 @@ export class RoomGuard {
       }
       throw err;
     }
+    if (check !== "checked") {
+      await unclaim();
+      return none(check === "skipped" ? "not checked" : check.unknown);
+    }
     return {
-      check: "checked",
+      check,
       done: async (ok) => {
         if (ok) await this.forget(process);
         else await unclaim();
       },
     };
+  }
+
+  /**
+   * The one room check: throws a {@link GpuRoomError} where `need` (MiB by GPU UUID) does not fit
+   * in a GPU's free memory less what restores under way claim there (those of processes other
+   * than `except`); `"checked"` where it fits; why it could not be told otherwise. `where` names
+   * the operation, and the pid, or (`who`) the processes, the error is about.
+   */
+  async fits(
+    need: Readonly<Record<string, number>>,
+    where: { operation: string; pid?: number; who?: string },
+    except?: ProcessIdentity,
+  ): Promise<RoomCheck> {
+    const claimed: Record<string, number> = {};
+    for (const other of await this.#records().list().catch(() => [])) {
+      if (!other.claim || (except && sameProcess(other.process, except))) continue;
+      for (const [gpu, mib] of Object.entries(other.claim.needMiB)) {
+        claimed[gpu] = (claimed[gpu] ?? 0) + mib;
+      }
+    }
+    const report = await this.report();
+    const free = report && "byPid" in report ? report.freeMiB : undefined;
+    if (!free || free.size === 0) {
+      return {
+        unknown: report && "unknown" in report
+          ? `the free GPU memory is unknown: ${report.unknown}`
+          : "the host cannot tell free GPU memory",
+      };
+    }
+    const freeOf = new Map([...free].map(([gpu, mib]) => [gpu.toLowerCase(), mib]));
+    for (const [gpu, neededMiB] of Object.entries(need)) {
+      const freeMiB = freeOf.get(gpu.toLowerCase());
+      if (freeMiB === undefined) continue;
+      const claimedMiB = claimed[gpu] ?? 0;
+      if (neededMiB > freeMiB - claimedMiB) {
+        throw new GpuRoomError({ ...where, shortage: { gpu, neededMiB, freeMiB, claimedMiB } });
+      }
+    }
+    return "checked";
   }
 
   /**
@@ -286,7 +280,7 @@ export class RoomGuard {
   async beforeSelfLock(): Promise<void> {
     this.#selfHeld = true;
     await Promise.allSettled([...this.#reads]);
-    await this.#session.releaseHost();
+    await this.#host?.release?.();
   }
 
   /** The calling process runs again (its unlock succeeded, or its lock failed). */
@@ -295,27 +289,18 @@ export class RoomGuard {
   }
 
   /** The host's records, or this session's own where it keeps none. */
-  async #records(): Promise<HeldRecords> {
-    const host = await this.#session.host().catch(() => undefined);
-    return host?.heldRecords ?? this.#ownRecords;
+  #records(): HeldRecords {
+    return this.#host?.heldRecords ?? this.#ownRecords;
   }
 
   /**
-   * The GPU memory report of `host`, or of the session's host; `undefined` while this process is
-   * held (NVML would wait for its restore) or without a host. Never rejects.
+   * The host's GPU memory report; `undefined` while this process is held (NVML would wait for
+   * its restore) or without a host. Never rejects.
    */
-  report(host?: HostProcesses): Promise<GpuMemoryReport | undefined> {
-    return this.#memory(host);
-  }
-
-  /** The host's GPU memory report; `undefined` while this process is held or without a host. */
-  async #memory(given?: HostProcesses): Promise<GpuMemoryReport | undefined> {
-    if (this.#selfHeld) return undefined;
-    const read = (async () => {
-      const host = given ?? await this.#session.host();
-      if (!host?.gpuMemory) return undefined;
-      return await host.gpuMemory();
-    })().catch((err): GpuMemoryReport => ({ unknown: messageOf(err) }));
+  async report(): Promise<GpuMemoryReport | undefined> {
+    const host = this.#host;
+    if (this.#selfHeld || !host?.gpuMemory) return undefined;
+    const read = host.gpuMemory().catch((err): GpuMemoryReport => ({ unknown: messageOf(err) }));
     this.#reads.add(read);
     try {
       return await read;
@@ -325,6 +310,19 @@ export class RoomGuard {
   }
 }
 
-function messageOf(err: unknown): string {
-  return err instanceof Error ? err.message : String(err);
+/** Where each GPU's memory goes: MiB by GPU, moved onto the mapping's new GPU where it has one. */
+export function onto(
+  heldMiB: Readonly<Record<string, number>>,
+  pairs: readonly GpuPair[] | null,
+): Record<string, number> {
+  const to = new Map<string, string>();
+  for (const p of pairs ?? []) {
+    to.set(formatGpuUuid(p.oldUuid).toLowerCase(), formatGpuUuid(p.newUuid));
+  }
+  const need: Record<string, number> = {};
+  for (const [gpu, mib] of Object.entries(heldMiB)) {
+    const target = to.get(gpu.toLowerCase()) ?? gpu;
+    need[target] = (need[target] ?? 0) + mib;
+  }
+  return need;
 }

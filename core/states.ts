@@ -10,7 +10,7 @@
  * `CUDA_ERROR_ILLEGAL_STATE` and changes nothing; nothing leaves the failed state.
  *
  * On top of the steps this package has three goals, with one rule everywhere, for one process
- * (`suspend()`) or many (`suspendAll`): a goal asked of a process already where it leads does
+ * (`suspend()`) or many (`runGroup`): a goal asked of a process already where it leads does
  * nothing ("unchanged"); from elsewhere it makes the steps of the chain running - locked -
  * checkpointed that lead there. So a suspend of a locked process only checkpoints it, and a
  * resume of a running process is unchanged. `toggle` goes between running and checkpointed only,
@@ -25,11 +25,14 @@ export type ProcessState = "running" | "locked" | "checkpointed" | "failed";
 /** One driver call that changes a process's state. */
 export type Step = "lock" | "checkpoint" | "restore" | "unlock";
 
-/** An operation of this package made of steps, led by where it takes a process. */
-export type Goal = "suspend" | "resume" | "toggle";
+/**
+ * What can be asked of a process: one step, or a goal (`suspend`, `resume`, `toggle`), an
+ * operation of this package made of steps, led by where it takes a process.
+ */
+export type Action = Step | "suspend" | "resume" | "toggle";
 
-/** What can be asked of a process: one step, or a goal. */
-export type Action = Step | Goal;
+/** A goal: an action that is not one step. */
+export type Goal = Exclude<Action, Step>;
 
 /** Every state, by its `CUprocessState` number (`CU_PROCESS_STATE_RUNNING` is 0, ...). */
 export const PROCESS_STATES: readonly ProcessState[] = Object.freeze([
@@ -155,12 +158,6 @@ export function isStep(action: Action): action is Step {
   return (STEPS as readonly string[]).includes(action);
 }
 
-/** Where a goal leads from a state, or where a step leads; `undefined` where it is refused. */
-export function destination(action: Action, from: ProcessState): ProcessState | undefined {
-  const p = plan(action, from);
-  return p.kind === "refused" ? undefined : p.to;
-}
-
 /** What is known after a step of a plan failed, for {@link rollbackWay}. */
 export interface AfterFailure {
   /** The state the process was in before the first step. */
@@ -228,14 +225,16 @@ export function isSnapshotState(value: unknown): value is SnapshotState {
   return (SNAPSHOT_STATES as readonly unknown[]).includes(value);
 }
 
-/** `CU_PROCESS_STATE_RUNNING`: CUDA in the process runs normally. */
-export const CU_PROCESS_STATE_RUNNING = 0;
-/** `CU_PROCESS_STATE_LOCKED`: CUDA API calls are blocked and submitted work has finished. */
-export const CU_PROCESS_STATE_LOCKED = 1;
-/** `CU_PROCESS_STATE_CHECKPOINTED`: GPU memory is in host memory and the GPU is released. */
-export const CU_PROCESS_STATE_CHECKPOINTED = 2;
-/** `CU_PROCESS_STATE_FAILED`: a checkpoint or restore failed and the process cannot recover. */
-export const CU_PROCESS_STATE_FAILED = 3;
+/**
+ * The `CUprocessState` numbers by their C names, as `cuCheckpointProcessGetState` gives them;
+ * `stateName` turns one into its name.
+ */
+export const CUprocessState = {
+  CU_PROCESS_STATE_RUNNING: 0,
+  CU_PROCESS_STATE_LOCKED: 1,
+  CU_PROCESS_STATE_CHECKPOINTED: 2,
+  CU_PROCESS_STATE_FAILED: 3,
+} as const;
 
 /** The state names that the C API numbers: `CUprocessState` to name, `undefined` if unknown. */
 export function stateName(state: number): ProcessState | undefined {
@@ -245,11 +244,6 @@ export function stateName(state: number): ProcessState | undefined {
 /** The `CUprocessState` number of a state name. */
 export function stateNumber(state: ProcessState): number {
   return PROCESS_STATES.indexOf(state);
-}
-
-/** Whether a value is the name of a state. */
-export function isProcessState(value: unknown): value is ProcessState {
-  return (PROCESS_STATES as readonly unknown[]).includes(value);
 }
 
 /** Whether the process's GPU memory is in host memory in this state (it holds none on a GPU). */

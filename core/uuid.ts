@@ -4,6 +4,8 @@
  * @module
  */
 
+import { describeValue } from "./errors.ts";
+
 const BARE = /^[0-9a-fA-F]{32}$/;
 const DASHED = /^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$/;
 
@@ -49,15 +51,4 @@ export function formatGpuUuid(bytes: Uint8Array): string {
   return `GPU-${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${
     hex.slice(20)
   }`;
-}
-
-/** Describes a value for an error message: strings quoted, other types named. */
-export function describeValue(value: unknown): string {
-  if (typeof value === "string") return JSON.stringify(value);
-  if (typeof value === "bigint") return `${value}n`;
-  if (value === null) return "null";
-  if (Array.isArray(value)) return "an array";
-  if (typeof value === "object") return "an object";
-  if (typeof value === "function") return "a function";
-  return String(value);
 }

@@ -1,0 +1,329 @@
+/**
+ * {@link runAction}: the one executor of an action (a step, or a goal planned from the state
+ * table) on one process whose turn is held, which `CudaProcess`'s methods and the group
+ * operations share, so that `suspend()` and a group's suspend cannot disagree; and the way back
+ * after a failure, as the state table says.
+ *
+ * @module
+ */
+
+import { asError, CudaError, messageOf, RefusedError, withDetail } from "./errors.ts";
+import { clockOf } from "./machine.ts";
+import {
+  checkFlag,
+  checkGpuMapping,
+  checkLockTimeout,
+  checkOptions,
+  DEFAULT_LOCK_TIMEOUT_MS,
+  type GpuMapping,
+} from "./options.ts";
+import type { ProcessOutcome } from "./group_options.ts";
+import {
+  type Action,
+  isFinal,
+  isStep,
+  plan,
+  rollbackWay,
+  type Step,
+  stepTo,
+  undoOf,
+} from "./states.ts";
+import { CUDA_ERROR_ILLEGAL_STATE } from "./codes.ts";
+import type { GpuPair } from "./driver.ts";
+import { isGone, type Target } from "./target.ts";
+
+/** One driver call an operation made, and how long it took. */
+export interface StepRecord {
+  /** The step. */
+  readonly step: Step;
+  /** Its time in ms, on the driver's clock. */
+  readonly ms: number;
+  /** Whether it succeeded. */
+  readonly ok: boolean;
+}
+
+/** What an action needs besides the process: each input, checked. */
+export interface ActionSettings {
+  /** The lock timeout, in ms; a function where it is cut to a deadline as the action goes. */
+  readonly lockTimeoutMs: number | (() => number);
+  /** The GPU pairs of a restore (`null`: in place). */
+  readonly pairs: readonly GpuPair[] | null;
+  /** Whether to record what a checkpoint takes off the GPU, and to check a restore's room. */
+  readonly checkRoom: boolean;
+}
+
+/** A rollback's settings: a restore goes back where the process was, its room checked as any. */
+const ROLLBACK_SETTINGS: ActionSettings = Object.freeze({
+  lockTimeoutMs: DEFAULT_LOCK_TIMEOUT_MS,
+  pairs: null,
+  checkRoom: true,
+});
+
+/**
+ * Options of `CudaProcess`'s steps and goals. Each method takes those it names (`lock` takes
+ * `timeoutMs`, `restore` and `resume` take `gpuMapping` and `checkRoom`, ...), and refuses any
+ * other; a `toggle` takes all three and uses those of the half it makes.
+ */
+export interface StepOptions {
+  /**
+   * How long a lock waits for work already submitted to the GPU to finish, in milliseconds: an
+   * integer from 0 to 2^32-1, where 0 waits forever. Defaults to 10 000 ms (the command line's
+   * default is 0, as NVIDIA's utility's; docs/API.md says why). A lock that times out fails with
+   * `CUDA_ERROR_NOT_READY` and leaves the process running.
+   */
+  timeoutMs?: number;
+  /**
+   * Whether to record what the process holds before its checkpoint (NVML on Linux, about a
+   * millisecond), and to check before a restore that the GPUs it goes to have that much free
+   * (default `true`): see `GpuRoomError`. On driver 580 a restore that runs out of GPU memory
+   * inside the driver leaves the process unrestorable for good, so turn this off only to see the
+   * driver's own answer. `Outcome.roomCheck` says whether the room could be checked.
+   */
+  checkRoom?: boolean;
+  /**
+   * Restore onto other GPUs: from the UUID of each GPU the process was checkpointed on to the UUID
+   * of the GPU to restore onto (`GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx` or 32 hex digits). The
+   * driver wants every GPU it sees named, and the same chip; where the driver can list its GPUs
+   * the mapping is checked before the call. Needs driver 580 (CUDA 13.0) or later.
+   */
+  gpuMapping?: GpuMapping;
+}
+
+/** Checks the options of `where` and turns them into {@link ActionSettings}. */
+export function settingsOf(
+  options: StepOptions | undefined,
+  where: string,
+  keys: readonly (keyof StepOptions)[],
+): ActionSettings {
+  const o = checkOptions(options, where, keys);
+  return {
+    lockTimeoutMs: checkLockTimeout(o.timeoutMs, "timeoutMs"),
+    pairs: o.gpuMapping === undefined ? null : checkGpuMapping(o.gpuMapping),
+    checkRoom: checkFlag(o.checkRoom, "checkRoom", true),
+  };
+}
+
+/** Why an action was stopped between steps. */
+export type StopReason = "deadline" | "aborted" | "another-failed";
+
+/** What a caller of {@link runAction} follows. */
+export interface ActionHooks {
+  /** Before each step but the first of a plan: a reason to stop there, if there is one. */
+  stopBefore?(): StopReason | undefined;
+  /** A step starts (`rollback`: to undo what the action did). */
+  stepStarted?(step: Step, rollback: boolean): void;
+  /** A step ended. */
+  stepEnded?(record: StepRecord, rollback: boolean): void;
+}
+
+/**
+ * What {@link runAction} did to one process, filled in as it goes: the fields of a group's
+ * {@link ProcessOutcome} but `pid` and `notStarted`.
+ */
+export type ActionReport =
+  & {
+    -readonly [K in "initialState" | "state" | "error" | "stopped" | "rollback" | "roomCheck"]?:
+      ProcessOutcome[K];
+  }
+  & { status: Exclude<ProcessOutcome["status"], "not-started">; steps: StepRecord[] };
+
+/**
+ * Runs `action` on one process, whose turn the caller holds: a goal reads the state and follows
+ * the plan of the state table (core/states.ts); a step is one driver call. A step of a goal that
+ * fails is undone as the table's {@link rollbackWay} says, and so is a goal stopped between
+ * steps. Never rejects: the report says what happened.
+ */
+export async function runAction(
+  target: Target,
+  action: Action,
+  settings: ActionSettings,
+  hooks: ActionHooks = {},
+  readInitial = false,
+): Promise<ActionReport> {
+  const report: ActionReport = { status: "failed", steps: [] };
+  try {
+    let steps: readonly Step[];
+    if (isStep(action)) {
+      // One driver call, as asked; with `readInitial` (a group), the state first, so that a
+      // failure or an all-or-nothing rollback can bring the process back to it.
+      if (readInitial) report.initialState = await target.state();
+      steps = [action];
+    } else {
+      steps = await planGoal(target, action, report);
+      if (report.status === "unchanged") return report;
+    }
+    for (const step of steps) {
+      const stop = report.steps.length > 0 ? hooks.stopBefore?.() : undefined;
+      if (stop) {
+        report.status = "stopped";
+        report.stopped = stop;
+        await undo(target, report, hooks);
+        return report;
+      }
+      try {
+        await timed(target, step, report, hooks, { action, settings });
+      } catch (err) {
+        // A goal brings the process back from wherever the failure left it; a process that is
+        // gone, or a refusal that changed nothing, has nothing to undo.
+        if (report.initialState !== undefined && !isGone(err) && !(err instanceof RefusedError)) {
+          throw withDetail(err, await undo(target, report, hooks, { step, err }));
+        }
+        throw err;
+      }
+    }
+    report.status = "done";
+    report.state = stepTo(steps[steps.length - 1]);
+  } catch (err) {
+    report.status = "failed";
+    report.error = asError(err);
+    // Where the failure left it, for a report that says states (a group's; a goal's has it).
+    if (readInitial) report.state ??= await target.state().catch(() => undefined);
+  }
+  return report;
+}
+
+/**
+ * Reads the state of a process whose turn the caller holds and plans `action` from it, as the
+ * state table says: the steps to make, or none where the process is already where a goal leads
+ * (the report then says `unchanged`). Refuses (`STATE`) a goal the table rules out, and (a driver
+ * without a function the plan or its way back needs) refuses before the first step: a suspend
+ * never locks a process it could not checkpoint. The report records the initial state.
+ */
+export async function planGoal(
+  target: Target,
+  action: Action,
+  report: ActionReport,
+): Promise<readonly Step[]> {
+  const from = await target.state();
+  report.initialState = from;
+  const p = plan(action, from);
+  if (p.kind === "refused") {
+    report.state = from;
+    throw new RefusedError({
+      code: "STATE",
+      operation: action,
+      pid: target.pid,
+      state: from,
+      reason: p.why,
+    });
+  }
+  if (p.kind === "unchanged") {
+    report.status = "unchanged";
+    report.state = from;
+    return [];
+  }
+  if (!isStep(action)) await target.capable([...p.steps, ...p.steps.map(undoOf)], action);
+  return p.steps;
+}
+
+/**
+ * One step, timed and told to the hooks: a step of `action`, recorded in the report's steps, or
+ * of a rollback, recorded in `rollback` (its restore goes back where the process was).
+ */
+export async function timed(
+  target: Target,
+  step: Step,
+  report: ActionReport,
+  hooks: ActionHooks,
+  of: { action: Action; settings: ActionSettings } | { rollback: StepRecord[] },
+): Promise<void> {
+  const rollback = "rollback" in of;
+  const settings = rollback ? ROLLBACK_SETTINGS : of.settings;
+  const clock = clockOf(target.machine);
+  const t0 = clock.now();
+  hooks.stepStarted?.(step, rollback);
+  let ok = false;
+  try {
+    switch (step) {
+      case "lock": {
+        const t = settings.lockTimeoutMs;
+        await target.lock(typeof t === "function" ? t() : t);
+        break;
+      }
+      case "checkpoint":
+        await target.checkpoint(settings.checkRoom);
+        break;
+      case "restore":
+        report.roomCheck = await target.restore(
+          settings.pairs,
+          settings.checkRoom,
+          rollback || of.action === "restore" ? "restore" : of.action,
+        );
+        break;
+      case "unlock":
+        await target.unlock();
+        break;
+    }
+    ok = true;
+  } finally {
+    const r = { step, ms: clock.now() - t0, ok };
+    (rollback ? of.rollback : report.steps).push(r);
+    hooks.stepEnded?.(r, rollback);
+  }
+}
+
+/**
+ * The way back to its initial state for a process after the steps its report says succeeded
+ * (and, where given, a step that failed), as the state table's {@link rollbackWay} says;
+ * `undefined` where there is none to make (never read, untouched, refused, gone, already there,
+ * or final), with `report.state` then set to where it is. For one process here, and for a job's
+ * members (`job.ts`).
+ */
+export async function wayBack(
+  target: Target,
+  report: ActionReport,
+  failure?: { step: Step; err: unknown },
+): Promise<Step[] | undefined> {
+  const done = report.steps.filter((s) => s.ok).map((s) => s.step);
+  const initial = report.initialState;
+  if (initial === undefined || (failure && isGone(failure.err))) return undefined;
+  if (done.length === 0 && (!failure || failure.err instanceof RefusedError)) {
+    report.state = initial; // nothing happened to it
+    return undefined;
+  }
+  const now = await target.state().catch(() => undefined);
+  const illegal = failure?.err instanceof CudaError &&
+    failure.err.code === CUDA_ERROR_ILLEGAL_STATE;
+  report.state = now;
+  const way = rollbackWay({ initial, done, failed: failure?.step, illegal, now });
+  return way?.length ? way : undefined;
+}
+
+/**
+ * Brings the process back to its initial state after the steps its report says succeeded (and,
+ * where given, a step that failed): a goal that failed or was stopped, or a group's rollback;
+ * records it as the report's rollback. Returns a sentence about where the process was left, for
+ * the failed step's error.
+ */
+export async function undo(
+  target: Target,
+  report: ActionReport,
+  hooks: ActionHooks,
+  failure?: { step: Step; err: unknown },
+): Promise<string> {
+  const initial = report.initialState!;
+  const way = await wayBack(target, report, failure);
+  const now = report.state;
+  if (!way) {
+    if (!failure && report.steps.length === 0) return ""; // stopped before any step
+    if (now !== undefined && isFinal(now)) return `the process is ${now}, which is final`;
+    // Nothing to undo; the state is said once (an illegal state's error says it already).
+    const said = failure?.err instanceof CudaError && failure.err.state === now;
+    return now === undefined || said ? "" : `the process is ${now}`;
+  }
+  const record: StepRecord[] = [];
+  try {
+    for (const step of way) {
+      await timed(target, step, report, hooks, { rollback: record });
+    }
+    report.rollback = { ok: true, steps: record };
+    report.state = initial;
+    return `it was brought back to ${initial}`;
+  } catch (err) {
+    report.rollback = { ok: false, steps: record, error: err as Error };
+    report.state = await target.state().catch(() => undefined);
+    return `it could not be brought back to ${initial} (${messageOf(err)}); the process is ${
+      report.state ?? "of unknown state"
+    }`;
+  }
+}

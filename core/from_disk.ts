@@ -1,0 +1,304 @@
+/**
+ * A snapshot's restore ({@link restoreFrom}). The manifest is read strictly and everything is
+ * checked before anything changes: the image files, the engine, the driver (the one the snapshot
+ * was taken with), every pid free, the GPUs (a mapping given, or the snapshot's GPUs onto this
+ * machine's by index, the same chip, the one mapping check), room on each for what its processes
+ * held (the one room check). Then the engine restores every tree, and the CUDA processes go back
+ * onto the GPUs through the group operations, as one job (every restore before any unlock). A
+ * failure of the engine ends what it made; a failure of the GPU half leaves the processes
+ * checkpointed (the job's rollback), with what to do in the error.
+ *
+ * @module
+ */
+
+import { CUDA_SUCCESS, formatDriverVersion } from "./codes.ts";
+import {
+  checkDir,
+  checkWhole,
+  FirstFailure,
+  partsOf,
+  prerequisite,
+  Progress,
+  readSnapshot,
+  type RestoreSnapshotOptions,
+  type RestoreSnapshotResult,
+  started,
+  usesOf,
+} from "./disk.ts";
+import type { GpuInfo, GpuPair } from "./driver.ts";
+import { logOf, type SnapshotStore } from "./engine.ts";
+import { messageOf, RefusedError, SnapshotError } from "./errors.ts";
+import { mappingProblems } from "./gate.ts";
+import { runGroup } from "./group.ts";
+import type { HostProcesses } from "./host.ts";
+import { type Machine, sessionOf } from "./machine.ts";
+import type { Manifest, ManifestProcess } from "./manifest.ts";
+import { checkFlag, checkGpuMapping, checkOptions } from "./options.ts";
+import { onto } from "./room.ts";
+import { cudaRuns, memoryOnHost } from "./states.ts";
+import { firstError, groupFailure, partOf } from "./to_disk.ts";
+import { formatGpuUuid, parseGpuUuid } from "./uuid.ts";
+
+/** A restore's options, checked. */
+export interface RestoreSettings extends ReturnType<typeof checkWhole> {
+  /** The GPU pairs given (`undefined`: derived from the snapshot's GPUs and this machine's). */
+  readonly pairs: GpuPair[] | undefined;
+  readonly checkRoom: boolean;
+}
+
+/** Checks a restore's arguments where they enter; the machine is left to the caller. */
+export function checkRestoreArgs(
+  dir: unknown,
+  options: RestoreSnapshotOptions | undefined,
+): { dir: string; settings: RestoreSettings } {
+  const o = checkOptions(options, "restoreSnapshot", [
+    "machine",
+    "gpuMapping",
+    "checkRoom",
+    "timeoutMs",
+    "signal",
+    "onProgress",
+  ]);
+  return {
+    dir: checkDir(dir),
+    settings: {
+      ...checkWhole(o, "restore"),
+      pairs: o.gpuMapping === undefined ? undefined : checkGpuMapping(o.gpuMapping),
+      checkRoom: checkFlag(o.checkRoom, "checkRoom", true),
+    },
+  };
+}
+
+/** The manifest of the snapshot in `dir`, checked against its files; nothing else is touched. */
+export function inspectIn(
+  store: SnapshotStore,
+  dir: string,
+): Promise<{ dir: string; manifest: Manifest }> {
+  return readSnapshot(store, dir, "inspectSnapshot");
+}
+
+/** Restores the snapshot in `dir` onto `machine`: see the module documentation. */
+export async function restoreFrom(
+  machine: Machine,
+  dir: string,
+  o: RestoreSettings,
+): Promise<RestoreSnapshotResult> {
+  const progress = new Progress(machine, o);
+  const driver = machine.driver;
+  const session = sessionOf(machine);
+
+  // 1. Check everything, change nothing.
+  progress.phase("check");
+  const { engine, store, host, probing, listing } = partsOf(machine, "restoreSnapshot");
+  const { dir: where, manifest } = await readSnapshot(store, dir, "restoreSnapshot");
+  await probing;
+  const version = await driver.driverVersion();
+  const taken = manifest.driver;
+  if (version.code === CUDA_SUCCESS && version.value !== taken.cudaVersion) {
+    throw prerequisite(
+      "restoreSnapshot",
+      `the snapshot was taken with a driver of CUDA ${formatDriverVersion(taken.cudaVersion)}${
+        taken.release ? ` (${taken.release})` : ""
+      }, and this machine's is CUDA ${formatDriverVersion(version.value)}: a process comes ` +
+        `back with the libcuda it had, which needs the same driver`,
+    );
+  }
+  await checkPidsFree(manifest, host);
+  const gpus = await listing;
+  const pairs = o.pairs ?? derivedMapping(manifest, gpus);
+  const problems = mappingProblems(pairs, gpus, manifest.gpus);
+  if (problems.length > 0) {
+    throw mappingRefused(`the GPU mapping cannot work: ${problems.join("; ")}`);
+  }
+  const running = manifest.trees.flatMap((t) => t.processes)
+    .filter((p) => p.cuda !== undefined && cudaRuns(p.cuda.state));
+  if (o.checkRoom) {
+    const need: Record<string, number> = {};
+    for (const p of running) {
+      for (const [gpu, mib] of Object.entries(onto(p.cuda!.gpuMemoryMiB ?? {}, pairs))) {
+        need[gpu] = (need[gpu] ?? 0) + mib;
+      }
+    }
+    await session.room.fits(need, {
+      operation: "restoreSnapshot",
+      who: "the snapshot's processes",
+    });
+  }
+  if (o.signal?.aborted) progress.notBegun("restoreSnapshot", "restore", "it was aborted");
+
+  // 2 and 3. The engine brings every tree back, its CUDA processes checkpointed; the CUDA
+  // processes that ran go back onto the GPUs as one job, each tree's as soon as it is back (a
+  // tree waits for no other tree's criu), what each held recorded first for the room check of
+  // its restore; every restore before any unlock. Each goes from where the driver says it is:
+  // criu leaves it checkpointed, but an engine that restores the GPU half itself (criu with its
+  // CUDA plugin) leaves it running, with nothing left to do.
+  progress.phase("restore");
+  const checkMs = progress.at();
+  const parts = new FirstFailure<unknown>(o.signal);
+  const made: number[][] = [];
+  let restoreEnd = checkMs;
+  let resumeStart: number | undefined;
+  const treeOf = new Map<number, Promise<void>>();
+  const restoring = manifest.trees.map((t) => {
+    const back = (async () => {
+      const left = progress.deadline.left();
+      try {
+        await engine.restore({
+          root: t.root,
+          imagesDir: `${where}/${t.images}`,
+          signal: parts.signal,
+          ...(left !== undefined ? { timeoutMs: left } : {}),
+        });
+        made.push(t.processes.map((p) => p.pid));
+      } catch (err) {
+        parts.fail(err);
+        throw err;
+      } finally {
+        restoreEnd = Math.max(restoreEnd, progress.at());
+      }
+      // What each of its CUDA processes held, recorded as its checkpoint would have recorded it.
+      await Promise.all(
+        running.filter((p) => t.processes.includes(p)).map(async ({ pid, cuda }) => {
+          if (!cuda?.gpuMemoryMiB) return;
+          const identity = await session.identify(pid);
+          if (identity) await session.room.recorded(identity, cuda.gpuMemoryMiB);
+        }),
+      );
+      if (resumeStart === undefined) {
+        resumeStart = progress.at();
+        progress.phase("resume");
+      }
+    })();
+    for (const p of t.processes) treeOf.set(p.pid, back);
+    return started(back);
+  });
+  const resumed = running.length === 0 ? undefined : runGroup(
+    machine,
+    "resume",
+    running.map((p) => p.pid),
+    {
+      ...partOf(progress, o.timeoutMs, parts.signal),
+      job: true,
+      checkRoom: o.checkRoom,
+      pairsFor: () => pairs.length === 0 ? null : pairs,
+      ready: (pid) => treeOf.get(pid)!,
+    },
+  );
+  await Promise.allSettled(restoring);
+  const result = await resumed;
+  const restoreMs = restoreEnd - checkMs;
+  const stopped = progress.stopped();
+  if (parts.first !== undefined || (stopped && made.length < manifest.trees.length)) {
+    // Every tree the engine made is ended, and the snapshot, unchanged, can be restored again.
+    progress.phase("rollback");
+    await engine.kill(made.flat()).catch(() => {});
+    const err = parts.first;
+    throw new SnapshotError({
+      code: err === undefined ? "STOPPED" : "RESTORE_FAILED",
+      operation: "restoreSnapshot",
+      message: `restore of the snapshot in ${where} failed: ${
+        err === undefined
+          ? `it was stopped: ${stopped}`
+          : `the ${engine.kind} restore failed: ${messageOf(err)}`
+      }`,
+      detail: made.length === 0
+        ? "no process was made"
+        : "the processes it had made were ended; the snapshot is unchanged",
+      ...(err === undefined ? {} : { cause: err }),
+      ...logOf(err),
+    });
+  }
+  if (result && !result.ok) {
+    const left = result.processes.map((p) => `${p.pid} ${p.state ?? "of unknown state"}`);
+    const checkpointed = result.processes.every((p) => p.state && memoryOnHost(p.state));
+    throw new SnapshotError({
+      code: result.aborted || result.deadlinePassed ? "STOPPED" : "RESUME_FAILED",
+      operation: "restoreSnapshot",
+      message: `the processes of the snapshot in ${where} are back, but their GPU restore ` +
+        `failed: ${groupFailure(result)}`,
+      detail: checkpointed
+        ? `they are checkpointed: once the cause is fixed, resume them (cuda-checkpoint ` +
+          `--toggle --pid ${running.map((p) => p.pid).join(",")}), or end them (kill ${
+            manifest.trees.map((t) => t.root).join(" ")
+          })`
+        : `they are left so: ${left.join(", ")}`,
+      ...(firstError(result) ? { cause: firstError(result) } : {}),
+    });
+  }
+  const ms = progress.at();
+  return {
+    dir: where,
+    manifest,
+    gpuMapping: Object.fromEntries(
+      pairs.map((p) => [formatGpuUuid(p.oldUuid), formatGpuUuid(p.newUuid)]),
+    ),
+    pids: manifest.trees.flatMap((t) => t.processes.map((p) => p.pid)),
+    ms,
+    timings: { checkMs, restoreMs, resumeMs: resumeStart === undefined ? 0 : ms - resumeStart },
+  };
+}
+
+/**
+ * Every pid and thread id of the snapshot must be free: its processes come back with them, and
+ * the kernel gives out no id that a process still uses as its pid, a thread id, its process
+ * group or its session.
+ */
+async function checkPidsFree(manifest: Manifest, host: HostProcesses): Promise<void> {
+  const owner = new Map<number, ManifestProcess>();
+  for (const p of manifest.trees.flatMap((t) => t.processes)) {
+    for (const id of [p.pid, ...p.threads]) owner.set(id, p);
+  }
+  const [use] = await usesOf(host, [...owner.keys()]);
+  if (!use) return;
+  const p = owner.get(use.id)!;
+  const which = `${use.id === p.pid ? "pid" : `thread id ${use.id} of pid`} ${p.pid}${
+    p.command ? ` (${p.command})` : ""
+  }`;
+  const how = {
+    pid: use.holder === p.pid
+      ? "process " + use.holder + " has it now (if that is the snapshot's own process, ended but " +
+        "not yet reaped by its parent, it holds the pid until its parent waits for it)"
+      : `process ${use.holder} has it now`,
+    thread: `a thread of process ${use.holder} has it now`,
+    group: `process ${use.holder} still has it as its process group`,
+    session: `process ${use.holder} still has it as its session`,
+  }[use.as];
+  const hint = use.as === "group" || use.as === "session"
+    ? ` (a process left over from the snapshot's tree, not yet reaped, or one that left the ` +
+      `tree; see it with ps -o pid,stat,pgid,sid,args -p ${use.holder})`
+    : "";
+  throw new RefusedError({
+    code: "PID_TAKEN",
+    operation: "restoreSnapshot",
+    pid: use.id,
+    reason: `${which} must be free for the snapshot's process to come back, and ${how}${hint}`,
+  });
+}
+
+/**
+ * The snapshot's GPUs onto this machine's by index: none where they are the same GPUs (in
+ * place); each onto the GPU of the same index otherwise (the mapping check then checks its chip).
+ */
+function derivedMapping(manifest: Manifest, gpus: readonly GpuInfo[]): GpuPair[] {
+  const here = new Set(gpus.map((g) => g.uuid.toLowerCase()));
+  if (manifest.gpus.every((g) => here.has(g.uuid.toLowerCase()))) return [];
+  return manifest.gpus.map((g) => {
+    const to = gpus.find((h) => h.index === g.index);
+    if (!to) {
+      throw mappingRefused(
+        `the snapshot's GPU ${g.index} (${g.uuid}, ${g.name}) has no GPU of the same index ` +
+          `here; this machine has ${gpus.length}: give a gpuMapping (--device-map)`,
+      );
+    }
+    return { oldUuid: parseGpuUuid(g.uuid), newUuid: parseGpuUuid(to.uuid) };
+  });
+}
+
+function mappingRefused(reason: string): RefusedError {
+  return new RefusedError({
+    code: "MAPPING",
+    operation: "restoreSnapshot",
+    reason,
+    detail: "nothing was changed",
+  });
+}

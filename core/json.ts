@@ -1,0 +1,153 @@
+/**
+ * The one strict reader of the JSON this package keeps: a snapshot's manifest, a record of held
+ * GPU memory, the simulated machine's state file and its criu's images. A value is read field by
+ * field, each named by its path (`trees[0].processes[1].pid`); anything not exactly as expected (a
+ * field missing, of the wrong type or out of range, or one the reader was not told of) is refused
+ * with one sentence that names the field and the value found.
+ *
+ * @module
+ */
+
+import { formatGpuUuid, parseGpuUuid } from "./uuid.ts";
+
+/** Makes the error for a field: `reason` is a whole sentence that names it. */
+export type Refuse = (field: string, reason: string) => Error;
+
+/** Reads fields strictly: see the module documentation. */
+export class StrictReader {
+  readonly #refuse: Refuse;
+
+  /** A reader whose refusals `refuse` makes. */
+  constructor(refuse: Refuse) {
+    this.#refuse = refuse;
+  }
+
+  /** Refuses `field`: it must be `expected`, and is `got`. */
+  fail(field: string, expected: string, got: unknown): never {
+    throw this.#refuse(field, `${field} must be ${expected}, got ${describe(got)}`);
+  }
+
+  /** Refuses `field` with a sentence of the caller's. */
+  refuse(field: string, reason: string): never {
+    throw this.#refuse(field, reason);
+  }
+
+  /** The text as JSON, or a refusal that says it is not JSON (`what` names the text). */
+  parse(text: string, what: string): unknown {
+    try {
+      return JSON.parse(text);
+    } catch (err) {
+      return this.refuse(
+        "",
+        `${what} is not JSON (${(err as Error).message}); it may be truncated or corrupt`,
+      );
+    }
+  }
+
+  /**
+   * An object with every `required` field, perhaps some `optional` ones, and no other; with
+   * `required` left out, any fields.
+   */
+  object(
+    value: unknown,
+    field: string,
+    required?: readonly string[],
+    optional: readonly string[] = [],
+  ): Record<string, unknown> {
+    if (typeof value !== "object" || value === null || Array.isArray(value)) {
+      this.fail(field || "it", "an object", value);
+    }
+    const o = value as Record<string, unknown>;
+    if (!required) return o;
+    for (const key of Object.keys(o)) {
+      if (!required.includes(key) && !optional.includes(key)) {
+        this.refuse(
+          join(field, key),
+          `${field || "it"} has a field this version does not know, ${JSON.stringify(key)}`,
+        );
+      }
+    }
+    for (const key of required) {
+      if (!(key in o)) {
+        this.refuse(join(field, key), `${field || "it"} lacks ${JSON.stringify(key)}`);
+      }
+    }
+    return o;
+  }
+
+  /** An array of `min` to `max` entries. */
+  array(value: unknown, field: string, min = 0, max = Infinity): unknown[] {
+    if (!Array.isArray(value) || value.length < min || value.length > max) {
+      this.fail(
+        field,
+        max === Infinity
+          ? `an array of at least ${min} entries`
+          : `an array of ${min} to ${max} entries`,
+        value,
+      );
+    }
+    return value;
+  }
+
+  /** A string of 1 to `max` characters. */
+  string(value: unknown, field: string, max = 4096): string {
+    if (typeof value !== "string" || value.length === 0 || value.length > max) {
+      this.fail(field, `a string of 1 to ${max} characters`, value);
+    }
+    return value;
+  }
+
+  /** `true` or `false`. */
+  boolean(value: unknown, field: string): boolean {
+    if (typeof value !== "boolean") this.fail(field, "true or false", value);
+    return value;
+  }
+
+  /** An integer from `min` to `max`. */
+  integer(value: unknown, field: string, min: number, max = Number.MAX_SAFE_INTEGER): number {
+    if (typeof value !== "number" || !Number.isInteger(value) || value < min || value > max) {
+      this.fail(field, `an integer from ${min} to ${max}`, value);
+    }
+    return value;
+  }
+
+  /** A finite number from 0 (above 0 with `positive`). */
+  amount(value: unknown, field: string, positive = false): number {
+    if (
+      typeof value !== "number" || !Number.isFinite(value) || value < 0 ||
+      (positive && value === 0)
+    ) {
+      this.fail(field, positive ? "a number above 0" : "a number from 0", value);
+    }
+    return value;
+  }
+
+  /** One of `choices`. */
+  choice<T>(value: unknown, field: string, choices: readonly T[]): T {
+    if (!choices.includes(value as T)) {
+      this.fail(field, `one of ${choices.map((c) => JSON.stringify(c)).join(", ")}`, value);
+    }
+    return value as T;
+  }
+
+  /** A GPU UUID, as nvidia-smi writes it (`GPU-…`, lower case). */
+  uuid(value: unknown, field: string): string {
+    try {
+      return formatGpuUuid(parseGpuUuid(value));
+    } catch {
+      return this.fail(field, "a GPU UUID (GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)", value);
+    }
+  }
+}
+
+/** `path.key`, or `key` at the top. */
+function join(path: string, key: string): string {
+  return path ? `${path}.${key}` : key;
+}
+
+/** A value as a message shows it: JSON, cut at 80 characters; `nothing` for undefined. */
+function describe(value: unknown): string {
+  if (value === undefined) return "nothing";
+  const text = JSON.stringify(value) ?? String(value);
+  return text.length > 80 ? `${text.slice(0, 77)}...` : text;
+}

@@ -1,0 +1,433 @@
+/**
+ * The Linux host of `listCudaProcesses`: the processes in `/proc`, whether each has the CUDA driver
+ * library mapped (`/proc/PID/maps`), its command line (`/proc/PID/cmdline`), and GPU memory per
+ * process from NVML (`nvml.ts`), where NVML can be loaded.
+ *
+ * `/proc` is read asynchronously, at most {@link PROC_READS_AT_ONCE} files at a time: reading
+ * another process's `maps` or `cmdline` takes that process's memory-map lock, which a process in
+ * the middle of a large memory operation can hold for a long time, and that wait must not stop
+ * the caller's event loop. On Deno the reads use `Deno.readFile`, on Bun `node:fs/promises`: each
+ * runtime's faster asynchronous read (measured: 466 processes in about 30 ms and 10 ms).
+ *
+ * Thread ids fold into their process by themselves: `/proc` lists processes only.
+ *
+ * @module
+ */
+
+import os from "node:os";
+import type {
+  HostProcesses,
+  GpuMemoryReport,
+  HeldRecords,
+  MachineFacts,
+  PidUse,
+  ProcessIdentity,
+  ScannedProcess,
+  TreeProcess,
+} from "../core/host.ts";
+import { messageOf } from "../core/errors.ts";
+import type { Nvml } from "../ffi/nvml.ts";
+import { FileHeldRecords, recordsDirectory } from "./records.ts";
+
+/** How many `/proc` files are read at once. */
+export const PROC_READS_AT_ONCE = 32;
+
+/**
+ * How `/proc` is read: the runtime's file system by default; tests give one that fails as a
+ * process of another user would.
+ */
+export interface ProcReader {
+  /** The names in a folder. */
+  list(path: string): Promise<string[]>;
+  /**
+   * A file's contents as text. Rejects as the file system does: an error whose `code` (Node) or
+   * `name` (Deno) says `EACCES`/`PermissionDenied` or `ENOENT`/`NotFound`.
+   */
+  read(path: string): Promise<string>;
+}
+
+/** Options of {@link LinuxHost}. */
+export interface LinuxHostOptions {
+  /** Whether to load NVML for GPU memory. Default true. */
+  nvml?: boolean;
+  /**
+   * The NVML library to load. Left out: `CKPT_LIBNVML_PATH`, else `libnvidia-ml.so.1` through the
+   * system loader, else the driver's usual directories; never the current directory.
+   */
+  nvmlPath?: string;
+  /** Where `/proc` is: `/proc` by default. */
+  procRoot?: string;
+  /** How `/proc` is read; the runtime's file system by default. */
+  reader?: ProcReader;
+  /**
+   * The directory of the records of held GPU memory (see `records.ts`); `false` for none (then
+   * each program remembers only what it checkpointed itself). Left out: `$CKPT_RECORDS_DIR`, else
+   * `/run/ckpt-cuda` as root, else one of the user's own. On Deno without permission to read and
+   * write it (`--allow-read`, `--allow-write`, or `-A`), there are none.
+   */
+  recordsDir?: string | false;
+}
+
+/** A path to the CUDA driver library in a `/proc/PID/maps` line (`libcuda.so.580.95.05`, ...). */
+const LIBCUDA_MAPPED = /\/libcuda\.so(\.[0-9]+)*( \(deleted\))?$/m;
+
+/** The runtime's own asynchronous reads. */
+function runtimeReader(): ProcReader {
+  const deno = (globalThis as { Deno?: typeof Deno }).Deno;
+  if (deno) {
+    const decoder = new TextDecoder();
+    return {
+      async list(path) {
+        const names: string[] = [];
+        for await (const entry of deno.readDir(path)) names.push(entry.name);
+        return names;
+      },
+      read: async (path) => decoder.decode(await deno.readFile(path)),
+    };
+  }
+  return {
+    list: async (path) => (await import("node:fs/promises")).readdir(path),
+    read: async (path) => (await import("node:fs/promises")).readFile(path, "utf8"),
+  };
+}
+
+/** An environment variable, without a permission prompt on Deno (unset where not granted). */
+function readEnv(name: string): string | undefined {
+  const deno = (globalThis as { Deno?: typeof Deno }).Deno;
+  if (deno) {
+    if (deno.permissions.querySync({ name: "env", variable: name }).state !== "granted") {
+      return undefined;
+    }
+    return deno.env.get(name);
+  }
+  return (globalThis as { process?: { env: Record<string, string | undefined> } }).process?.env[
+    name
+  ];
+}
+
+/** Whether this program may read and write `dir` without a permission prompt (Deno asks). */
+function mayWrite(dir: string): boolean {
+  const deno = (globalThis as { Deno?: typeof Deno }).Deno;
+  if (!deno) return true;
+  return deno.permissions.querySync({ name: "read", path: dir }).state === "granted" &&
+    deno.permissions.querySync({ name: "write", path: dir }).state === "granted";
+}
+
+/** What a failed read means: the process is gone, it may not be looked at, or something else. */
+function classify(error: unknown): "gone" | "denied" | "other" {
+  const e = error as { code?: string; name?: string };
+  if (e?.code === "ENOENT" || e?.code === "ESRCH" || e?.name === "NotFound") return "gone";
+  if (e?.code === "EACCES" || e?.code === "EPERM" || e?.name === "PermissionDenied") {
+    return "denied";
+  }
+  return "other";
+}
+
+
+/**
+ * The Linux host: `/proc`, NVML for GPU memory where it loads (on the first `gpuMemory()`), and
+ * the records of held GPU memory. Opening reads nothing. Close it to let go of NVML.
+ */
+export class LinuxHost implements HostProcesses, AsyncDisposable {
+  /** Always `"linux"`. */
+  readonly kind: string = "linux";
+  readonly #root: string;
+  readonly #reader: ProcReader;
+  readonly #nvmlWanted: boolean;
+  readonly #nvmlPath: string | undefined;
+  #nvml: Promise<Nvml> | undefined;
+  #closed = false;
+  /** The records of held GPU memory, shared by every program of this package on the machine. */
+  readonly heldRecords: HeldRecords | undefined;
+  /** This program's pid. */
+  readonly self: number | undefined = (globalThis as { Deno?: { pid: number } }).Deno?.pid ??
+    (globalThis as { process?: { pid: number } }).process?.pid;
+
+  /** A host of this machine, as `options` says. */
+  constructor(options: LinuxHostOptions = {}) {
+    this.#root = options.procRoot ?? "/proc";
+    this.#reader = options.reader ?? runtimeReader();
+    this.#nvmlWanted = options.nvml ?? true;
+    this.#nvmlPath = options.nvmlPath;
+    const dir = options.recordsDir === false
+      ? undefined
+      : options.recordsDir ?? recordsDirectory(readEnv);
+    this.heldRecords = dir !== undefined && mayWrite(dir)
+      ? new FileHeldRecords(dir, (p) => this.#alive(p))
+      : undefined;
+  }
+
+  /**
+   * The process that has `id` as its pid or as one of its thread ids (`/proc/ID/status`'s
+   * `Tgid`), with its start time (`/proc/PID/stat`, clock ticks since boot); `undefined` where no
+   * process has it or `/proc` cannot be read.
+   */
+  async identify(id: number): Promise<ProcessIdentity | undefined> {
+    try {
+      const status = await this.#reader.read(`${this.#root}/${id}/status`);
+      const tgid = Number(/^Tgid:\s*([0-9]+)/m.exec(status)?.[1]);
+      if (!Number.isSafeInteger(tgid) || tgid <= 0) return undefined;
+      const start = await this.#startOf(tgid);
+      return start === undefined ? { pid: tgid } : { pid: tgid, start };
+    } catch {
+      return undefined;
+    }
+  }
+
+  /**
+   * The process tree rooted at `root`, from `/proc`: each process's children (the `children` file
+   * of each of its threads, which needs a kernel with CONFIG_PROC_CHILDREN, as every major
+   * distribution's has), its threads (`task/`), its parent (`stat`) and command line. The root
+   * first, each process after its parent; `undefined` where `root` is no process (a thread id is
+   * not a root).
+   */
+  async processTree(root: number): Promise<TreeProcess[] | undefined> {
+    this.#checkOpen("read a process tree");
+    if ((await this.identify(root))?.pid !== root) return undefined; // no process, or a thread
+    const first = await this.#treeProcess(root);
+    if (!first) return undefined;
+    const out: TreeProcess[] = [first];
+    const seen = new Set([root]);
+    for (let i = 0; i < out.length; i++) {
+      const p = out[i];
+      const children = new Set<number>();
+      for (const tid of p.threads) {
+        const text = await this.#reader.read(`${this.#root}/${p.pid}/task/${tid}/children`)
+          .catch(() => "");
+        for (const word of text.split(/\s+/)) if (/^[1-9][0-9]*$/.test(word)) children.add(+word);
+      }
+      for (const child of [...children].sort((a, b) => a - b)) {
+        if (seen.has(child)) continue;
+        seen.add(child);
+        const proc = await this.#treeProcess(child);
+        if (proc) out.push(proc);
+      }
+    }
+    return out;
+  }
+
+  /**
+   * Which of `ids` some process uses (`/proc`): as its pid or a thread id ({@link identify}), or
+   * as the process group or session of any process (fields 5 and 6 of each `/proc/PID/stat`; a
+   * thread shares its process's). A zombie still uses all three until it is reaped.
+   */
+  async pidsInUse(ids: readonly number[]): Promise<PidUse[]> {
+    this.#checkOpen("look for the users of process ids");
+    const wanted = new Set(ids);
+    const uses: PidUse[] = [];
+    for (const id of wanted) {
+      const holder = await this.identify(id);
+      if (holder) uses.push({ id, holder: holder.pid, as: holder.pid === id ? "pid" : "thread" });
+    }
+    const pids = (await this.#reader.list(this.#root)).filter((n) => /^[1-9][0-9]*$/.test(n))
+      .map(Number);
+    let next = 0;
+    const work = async () => {
+      while (next < pids.length) {
+        const holder = pids[next++];
+        const stat = await this.#reader.read(`${this.#root}/${holder}/stat`).catch(() => "");
+        const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+        const [group, session] = [Number(fields[2]), Number(fields[3])];
+        if (wanted.has(group) && group !== holder) uses.push({ id: group, holder, as: "group" });
+        else if (wanted.has(session) && session !== holder) {
+          uses.push({ id: session, holder, as: "session" });
+        }
+      }
+    };
+    await Promise.all(Array.from({ length: Math.min(PROC_READS_AT_ONCE, pids.length) }, work));
+    return uses;
+  }
+
+  /** The machine's name, kernel and NVIDIA driver release (`/proc/driver/nvidia/version`). */
+  async facts(): Promise<MachineFacts> {
+    const version = await this.#reader.read("/proc/driver/nvidia/version").catch(() => "");
+    const release = /Kernel Module\s+([0-9][0-9.]*)/.exec(version)?.[1];
+    return {
+      hostname: os.hostname(),
+      kernel: os.release(),
+      ...(release ? { driverRelease: release } : {}),
+    };
+  }
+
+  /** One process of a tree; `undefined` where it is gone. */
+  async #treeProcess(pid: number): Promise<TreeProcess | undefined> {
+    try {
+      const stat = await this.#reader.read(`${this.#root}/${pid}/stat`);
+      const parent = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
+      const tasks = (await this.#reader.list(`${this.#root}/${pid}/task`))
+        .filter((n) => /^[1-9][0-9]*$/.test(n)).map(Number).sort((a, b) => a - b);
+      const threads = [pid, ...tasks.filter((t) => t !== pid)];
+      const command = (await this.#reader.read(`${this.#root}/${pid}/cmdline`).catch(() => ""))
+        .replace(/\0+$/, "").replaceAll("\0", " ");
+      return {
+        pid,
+        parent: Number.isSafeInteger(parent) ? parent : 0,
+        threads: tasks.includes(pid) ? threads : [],
+        ...(command ? { command } : {}),
+      };
+    } catch {
+      return undefined;
+    }
+  }
+
+  /** Whether a process lives, the same one (its start time, where known). */
+  async #alive(process: ProcessIdentity): Promise<boolean> {
+    try {
+      const start = await this.#startOf(process.pid);
+      return process.start === undefined || start === process.start;
+    } catch (error) {
+      return classify(error) !== "gone";
+    }
+  }
+
+  /** A process's start time, field 22 of `/proc/PID/stat` (after its name, which may hold spaces). */
+  async #startOf(pid: number): Promise<number | undefined> {
+    const stat = await this.#reader.read(`${this.#root}/${pid}/stat`);
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    const start = Number(fields[19]);
+    return Number.isSafeInteger(start) ? start : undefined;
+  }
+
+  /**
+   * Every process in `/proc`: its command line, and whether `/proc/PID/maps` shows libcuda. A
+   * process whose `maps` cannot be read (another user's, without privilege) is reported with the
+   * reason; one that ends meanwhile is left out.
+   *
+   * @throws {Error} (as a rejection) when `/proc` itself cannot be listed (on Deno without
+   * `--allow-read`, say).
+   */
+  async scan(): Promise<ScannedProcess[]> {
+    this.#checkOpen("scan /proc");
+    let names: string[];
+    try {
+      names = await this.#reader.list(this.#root);
+    } catch (error) {
+      throw new Error(
+        `the processes cannot be listed: ${this.#root} could not be read (${
+          messageOf(error)
+        }); on Deno, allow reading it (--allow-read=${this.#root})`,
+        { cause: error },
+      );
+    }
+    const pids = names.filter((name) => /^[1-9][0-9]*$/.test(name)).map(Number);
+    const found: (ScannedProcess | undefined)[] = new Array(pids.length);
+    let next = 0;
+    const work = async () => {
+      while (next < pids.length) {
+        const i = next++;
+        found[i] = await this.#look(pids[i]);
+      }
+    };
+    await Promise.all(Array.from({ length: Math.min(PROC_READS_AT_ONCE, pids.length) }, work));
+    return found.filter((p): p is ScannedProcess => p !== undefined);
+  }
+
+  /**
+   * GPU memory per process, and free memory per GPU, from NVML (loaded and initialised on first
+   * use, kept until {@link LinuxHost.close}), or
+   * why it is unknown: NVML not loaded, not asked for, or this program in a PID namespace of its
+   * own (a container), where NVML's pids, the host's, are not the pids `/proc` shows.
+   *
+   * Not from a program that has checkpointed itself, until it is restored: NVML's call then waits
+   * for that restore (measured on two H200s, driver 580), which the program cannot make while it
+   * waits. Ask from another process (examples/self_checkpoint.ts does).
+   */
+  async gpuMemory(): Promise<GpuMemoryReport> {
+    this.#checkOpen("read GPU memory");
+    if (!this.#nvmlWanted) return { unknown: "NVML was not asked for (nvml: false)" };
+    const nested = await this.#inChildPidNamespace();
+    if (nested) return { unknown: nested };
+    this.#nvml ??= (async () => {
+      const { runtimeAdapter } = await import("../ffi/runtime.ts");
+      const { openNvml } = await import("../ffi/nvml.ts");
+      return openNvml(await runtimeAdapter(), {
+        libraryPath: this.#nvmlPath,
+        keepInitialized: true,
+      });
+    })();
+    let nvml: Nvml;
+    try {
+      nvml = await this.#nvml;
+    } catch (error) {
+      return { unknown: messageOf(error) };
+    }
+    return await nvml.gpuMemory();
+  }
+
+  /** Lets go of NVML until the next `gpuMemory()`: before this program checkpoints itself. */
+  async release(): Promise<void> {
+    const nvml = this.#nvml;
+    this.#nvml = undefined;
+    if (!nvml) return;
+    try {
+      await (await nvml).close();
+    } catch {
+      // It never opened: nothing to close.
+    }
+  }
+
+  /** Lets go of NVML, once the reads under way have ended. Idempotent. */
+  async close(): Promise<void> {
+    this.#closed = true;
+    const nvml = this.#nvml;
+    this.#nvml = undefined;
+    if (!nvml) return;
+    try {
+      await (await nvml).close();
+    } catch {
+      // It never opened: nothing to close.
+    }
+  }
+
+  /** {@link LinuxHost.close}, for `await using`. */
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.close();
+  }
+
+  #checkOpen(what: string): void {
+    if (this.#closed) throw new Error(`this Linux host has been closed: cannot ${what}`);
+  }
+
+  /** One process, or `undefined` when it is gone. */
+  async #look(pid: number): Promise<ScannedProcess | undefined> {
+    const dir = `${this.#root}/${pid}`;
+    let command: string | undefined;
+    try {
+      command = (await this.#reader.read(`${dir}/cmdline`)).replace(/\0+$/, "")
+        .replaceAll("\0", " ") || undefined;
+    } catch (error) {
+      const kind = classify(error);
+      if (kind === "gone") return undefined;
+      // Unreadable here (hidepid, say) but maybe not its maps: go on without it.
+    }
+    const withCommand = command === undefined ? { pid } : { pid, command };
+    try {
+      const maps = await this.#reader.read(`${dir}/maps`);
+      return { ...withCommand, cudaLibrary: LIBCUDA_MAPPED.test(maps) };
+    } catch (error) {
+      const kind = classify(error);
+      if (kind === "gone") return undefined;
+      return {
+        ...withCommand,
+        notInspectable: kind === "denied"
+          ? `permission denied reading ${dir}/maps (another user's process, or one the kernel ` +
+            `protects; root with CAP_SYS_PTRACE can read most)`
+          : `${dir}/maps could not be read: ${messageOf(error)}`,
+      };
+    }
+  }
+
+  /** Why NVML's pids would not match, when this program is in a PID namespace of its own. */
+  async #inChildPidNamespace(): Promise<string | undefined> {
+    let status: string;
+    try {
+      status = await this.#reader.read(`${this.#root}/self/status`);
+    } catch {
+      return undefined;
+    }
+    const line = /^NSpid:\s*(.*)$/m.exec(status)?.[1].trim();
+    if (!line || line.split(/\s+/).length < 2) return undefined;
+    return `this program runs in a PID namespace of its own (a container: NSpid ${line}), and ` +
+      `NVML reports the host's pids, which /proc here does not show`;
+  }
+}

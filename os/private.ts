@@ -1,0 +1,138 @@
+/**
+ * Files private to their owner: a directory only its owner may write (mode 0700 where this makes
+ * it), and files written whole (a temporary file of mode 0600, renamed over the old one), so that
+ * a reader sees the old contents or the new, never half of them. The records of the room check
+ * (`records.ts`) and the simulated machine's state file (`cli/simulate.ts`) are kept so: this
+ * package runs as root, and what it keeps must not be planted or read by others.
+ *
+ * Only `node:` modules that Deno and Bun both have.
+ *
+ * @module
+ */
+
+import { lstat, mkdir, open, rename, rm } from "node:fs/promises";
+import process from "node:process";
+import { messageOf } from "../core/errors.ts";
+
+/** Makes the error for a path that cannot be used; `message` says what is wrong. */
+export type Refuse = (path: string, message: string, cause?: unknown) => Error;
+
+const plainError: Refuse = (_path, message, cause) =>
+  new Error(message, cause === undefined ? undefined : { cause });
+
+/** This program's user id, where the platform has one. */
+export function myUid(): number | undefined {
+  return process.getuid?.();
+}
+
+/** What {@link checkPrivate} asks of a path. */
+export interface PrivateRules {
+  /** Nobody else may read it either (mode 0700 or 0600 or tighter); else only write. */
+  strict?: boolean;
+  /** A directory with the sticky bit (`/tmp`, root's or this user's) is fine too (not with `strict`). */
+  sticky?: boolean;
+  /** Makes the error; a plain `Error` by default. */
+  refuse?: Refuse;
+  /** What to do about it, added to each message. */
+  hint?: string;
+}
+
+/**
+ * The one check of a path that this package keeps private: a `kind` of its own (not a symbolic
+ * link to one), owned by this user, that nobody else may write (or, `strict`, read). Resolves to
+ * its size; `undefined` where it does not exist.
+ *
+ * @throws the error `rules.refuse` makes, naming the path and the fault.
+ */
+export async function checkPrivate(
+  file: string,
+  kind: "directory" | "file",
+  rules: PrivateRules = {},
+): Promise<{ size: number } | undefined> {
+  const refuse = rules.refuse ?? plainError;
+  const hint = rules.hint ? `; ${rules.hint}` : "";
+  let st;
+  try {
+    st = await lstat(file);
+  } catch (err) {
+    if (errorCode(err) === "ENOENT") return undefined;
+    throw refuse(file, `${file} cannot be looked at: ${messageOf(err)}`, err);
+  }
+  if (st.isSymbolicLink()) {
+    throw refuse(file, `${file} is a symbolic link, not a ${kind} of its own${hint}`);
+  }
+  if (kind === "directory" ? !st.isDirectory() : !st.isFile()) {
+    throw refuse(file, `${file} is not a ${kind === "file" ? "regular file" : kind}${hint}`);
+  }
+  const uid = myUid();
+  // A sticky directory (/tmp): nobody can replace a file of ours there, whoever may write in it.
+  const sticky = rules.sticky && !rules.strict && (st.mode & 0o1000) !== 0;
+  if (uid !== undefined && st.uid !== uid && !(sticky && st.uid === 0)) {
+    throw refuse(file, `${file} belongs to another user (uid ${st.uid}, you are ${uid})${hint}`);
+  }
+  if (rules.strict ? (st.mode & 0o077) !== 0 : (st.mode & 0o022) !== 0 && !sticky) {
+    throw refuse(
+      file,
+      `${file} may be ${rules.strict ? "read or written" : "written"} by other users (mode ${
+        octal(st.mode)
+      }${rules.strict ? `, not ${kind === "file" ? "0600" : "0700"}` : ""})${hint}`,
+    );
+  }
+  return { size: st.size };
+}
+
+/**
+ * Makes `dir` (mode 0700) where missing, and checks it ({@link checkPrivate}).
+ *
+ * @throws the error `refuse` makes (a plain `Error` by default), naming the directory and the fault.
+ */
+export async function privateDirectory(dir: string, rules: PrivateRules = {}): Promise<void> {
+  try {
+    await mkdir(dir, { recursive: true, mode: 0o700 });
+  } catch (err) {
+    throw (rules.refuse ?? plainError)(
+      dir,
+      `cannot create the directory ${dir}: ${messageOf(err)}`,
+      err,
+    );
+  }
+  await checkPrivate(dir, "directory", rules);
+}
+
+/**
+ * Writes `text` to `file` through a new temporary file (mode 0600, whatever the umask) in its
+ * directory, renamed over it.
+ *
+ * @throws the error `refuse` makes, naming the file and the fault.
+ */
+export async function writePrivately(
+  file: string,
+  text: string,
+  refuse: Refuse = plainError,
+): Promise<void> {
+  const temp = `${file}.${process.pid}.${Math.random().toString(36).slice(2)}.tmp`;
+  try {
+    const handle = await open(temp, "wx", 0o600);
+    try {
+      await handle.chmod(0o600);
+      await handle.writeFile(text);
+      await handle.sync();
+    } finally {
+      await handle.close();
+    }
+    await rename(temp, file);
+  } catch (err) {
+    await rm(temp, { force: true });
+    throw refuse(file, `cannot write ${file}: ${messageOf(err)}`, err);
+  }
+}
+
+/** A file mode as `0600`. */
+export function octal(mode: number): string {
+  return `0${(mode & 0o7777).toString(8).padStart(3, "0")}`;
+}
+
+/** The `code` of a file system error (`ENOENT`, ...), where it has one. */
+export function errorCode(err: unknown): string | undefined {
+  return (err as { code?: unknown })?.code as string | undefined;
+}

@@ -1,0 +1,162 @@
+/**
+ * The records of what checkpointed processes held, kept in a private directory so that every
+ * program of this package on the machine shares them: the command line that suspends a process
+ * and the one that resumes it later, a library user, CRIU's plugin running the command line.
+ *
+ * One file per process, `<pid>-<start>.json` (start: the process's start time in clock ticks
+ * since boot, so that a reused pid never finds an old record), written whole through a temporary
+ * file and a rename, mode 0600, in a directory of mode 0700 that belongs to this user: as root,
+ * `/run/ckpt-cuda` (a tmpfs, emptied at boot, as pids are); otherwise `$XDG_RUNTIME_DIR/ckpt-cuda`
+ * or `<temp dir>/ckpt-cuda-<uid>`. A record goes when its process is restored, and when a listing
+ * finds its process gone.
+ *
+ * @module
+ */
+
+import { readdir, readFile, rm } from "node:fs/promises";
+import os from "node:os";
+import path from "node:path";
+import type { HeldRecord, HeldRecords, ProcessIdentity, RoomClaim } from "../core/host.ts";
+import { identityKey, withoutDeadClaim } from "../core/host.ts";
+import { StrictReader } from "../core/json.ts";
+import { messageOf } from "../core/errors.ts";
+import { errorCode, myUid, privateDirectory, writePrivately } from "./private.ts";
+
+/** The environment variable that names the directory of records, overriding the default. */
+export const RECORDS_ENV_VAR = "CKPT_RECORDS_DIR";
+
+/** The format written in each record, to refuse what another version wrote differently. */
+const FORMAT = "ckpt-cuda-held/1";
+
+/**
+ * The directory of records: `$CKPT_RECORDS_DIR` where set, else `/run/ckpt-cuda` as root, else
+ * `$XDG_RUNTIME_DIR/ckpt-cuda`, else `<temp dir>/ckpt-cuda-<uid>/held`.
+ */
+export function recordsDirectory(env: (name: string) => string | undefined): string {
+  const given = env(RECORDS_ENV_VAR);
+  if (given) return path.resolve(given);
+  const uid = myUid();
+  if (uid === 0) return "/run/ckpt-cuda";
+  const runtime = env("XDG_RUNTIME_DIR");
+  if (runtime) return path.join(runtime, "ckpt-cuda");
+  return path.join(env("TMPDIR") || os.tmpdir(), `ckpt-cuda-${uid ?? "user"}`, "held");
+}
+
+/**
+ * Records in a private directory (see the module documentation). `alive` says whether a process
+ * still lives, as the host sees it (its start time included).
+ */
+export class FileHeldRecords implements HeldRecords {
+  /** The directory. */
+  readonly where: string;
+  readonly #alive: (process: ProcessIdentity) => Promise<boolean>;
+  #checked: Promise<void> | undefined;
+
+  /** Records in `dir`, made (mode 0700) on the first write. */
+  constructor(dir: string, alive: (process: ProcessIdentity) => Promise<boolean>) {
+    this.where = dir;
+    this.#alive = alive;
+  }
+
+  /** The record of a process; `undefined` where there is none (or it cannot be read as one). */
+  async get(process: ProcessIdentity): Promise<HeldRecord | undefined> {
+    await this.#directory();
+    return await this.#read(this.#file(process));
+  }
+
+  /** Writes the record of its process, whole. */
+  async put(record: HeldRecord): Promise<void> {
+    await this.#directory();
+    const text = JSON.stringify({ format: FORMAT, ...record }) + "\n";
+    await writePrivately(this.#file(record.process), text);
+  }
+
+  /** Removes the record of a process. */
+  async remove(process: ProcessIdentity): Promise<void> {
+    await rm(this.#file(process), { force: true });
+  }
+
+  /** Every record whose process lives; the others are removed. */
+  async list(): Promise<HeldRecord[]> {
+    await this.#directory();
+    const out: HeldRecord[] = [];
+    for (const name of await readdir(this.where)) {
+      if (!/^[0-9]+(-[0-9]+)?\.json$/.test(name)) continue;
+      const file = path.join(this.where, name);
+      const record = await this.#read(file);
+      if (!record || !(await this.#alive(record.process))) {
+        await rm(file, { force: true });
+        continue;
+      }
+      const claimAlive = record.claim ? await this.#alive(record.claim.by) : true;
+      out.push(withoutDeadClaim(record, () => claimAlive));
+    }
+    return out;
+  }
+
+  #file(process: ProcessIdentity): string {
+    return path.join(this.where, `${identityKey(process)}.json`);
+  }
+
+  /** Makes and checks the directory once: private to this user, mode 0700. */
+  #directory(): Promise<void> {
+    this.#checked ??= privateDirectory(this.where, {
+      strict: true,
+      hint: `remove it, or name another in ${RECORDS_ENV_VAR}`,
+    }).catch((err) => {
+      this.#checked = undefined;
+      throw new Error(`the records of held GPU memory cannot be kept: ${messageOf(err)}`, {
+        cause: err,
+      });
+    });
+    return this.#checked;
+  }
+
+  /** A record file, strictly read: anything that is not one counts as none. */
+  async #read(file: string): Promise<HeldRecord | undefined> {
+    let text: string;
+    try {
+      text = await readFile(file, "utf8");
+    } catch (err) {
+      if (errorCode(err) === "ENOENT") return undefined;
+      throw err;
+    }
+    try {
+      return parseRecord(JSON.parse(text));
+    } catch {
+      return undefined;
+    }
+  }
+}
+
+/** A record as written by {@link FileHeldRecords.put}; throws for anything else. */
+export function parseRecord(value: unknown): HeldRecord {
+  const r = new StrictReader((_field, reason) => new Error(`not a record of ${FORMAT}: ${reason}`));
+  const v = r.object(value, "", ["format", "process", "heldMiB", "at"], ["claim"]);
+  r.choice(v.format, "format", [FORMAT]);
+  const identity = (value: unknown, field: string): ProcessIdentity => {
+    const o = r.object(value, field, ["pid"], ["start"]);
+    const pid = r.integer(o.pid, `${field}.pid`, 0);
+    return o.start === undefined ? { pid } : { pid, start: r.integer(o.start, `${field}.start`, 0) };
+  };
+  const mib = (value: unknown, field: string): Record<string, number> => {
+    const out: Record<string, number> = {};
+    for (const [gpu, n] of Object.entries(r.object(value, field))) {
+      out[r.uuid(gpu, `${field} key`)] = r.amount(n, `${field}[${JSON.stringify(gpu)}]`);
+    }
+    return out;
+  };
+  const record: HeldRecord = {
+    process: identity(v.process, "process"),
+    heldMiB: mib(v.heldMiB, "heldMiB"),
+    at: r.integer(v.at, "at", 0),
+  };
+  if (v.claim === undefined) return record;
+  const c = r.object(v.claim, "claim", ["needMiB", "by", "since"]);
+  const claim: RoomClaim = {
+    needMiB: mib(c.needMiB, "claim.needMiB"),
+    by: identity(c.by, "claim.by"),
+    since: r.integer(c.since, "claim.since", 0),
+  };
+  return { ...record, claim };
+}
