@@ -1,9 +1,7 @@
 /**
- * The seam between the native driver (`native.ts`, written once) and the runtime's FFI: what Deno
- * (`deno.ts`) and Bun (`bun.ts`) each supply. An adapter opens a library and says which of the
- * functions asked for it has, calls a function here or on another thread, reads C strings and
- * pointers, and closes. Everything else (finding libcuda, the stub check, version gating, cuInit,
- * the GPU list, error names) is the native driver's.
+ * The seam between the native libraries' bindings (`native.ts`, `nvml.ts`, written once) and the
+ * runtime's FFI that Deno (`deno.ts`) and Bun (`bun.ts`) each supply: open a library, say which
+ * functions it has, call one here or on another thread, read C strings and pointers, close.
  *
  * @module
  */
@@ -14,10 +12,10 @@ import type { CudaForeignFunction } from "./symbols.ts";
 export type NativeArg = number | bigint | Uint8Array | null;
 
 /**
- * A pointer field filled in just before the call, on the thread that makes it: the address of
- * `target` is written (u64, little-endian) at `offset` of the buffer `args[arg]`. A struct that
- * points at another buffer (`CUcheckpointRestoreArgs.gpuPairs`) is passed so, because on Bun the
- * call runs in a worker, where the buffers are copies at other addresses.
+ * A pointer field filled in on the thread that makes the call, just before it: the address of
+ * `target` is written (u64, little-endian) at `offset` of the buffer `args[arg]`. On Bun the call
+ * runs in a worker, where the buffers are copies at other addresses
+ * (`CUcheckpointRestoreArgs.gpuPairs` is passed so).
  */
 export interface NativeLink {
   /** Which argument holds the pointer field (a `Uint8Array`). */
@@ -32,12 +30,9 @@ export interface NativeLink {
 export interface NativeCall<N extends string = string> {
   /** The function's C name. */
   readonly symbol: N;
-  /**
-   * The arguments. Buffers are read and written by the function; once the call settles they hold
-   * what it wrote (on Bun, the worker's copies are copied back).
-   */
+  /** The arguments; once the call settles, buffers hold what it wrote (on Bun, copied back). */
   readonly args: readonly NativeArg[];
-  /** Pointer fields inside argument buffers, filled in on the calling thread. */
+  /** Pointer fields inside argument buffers. */
   readonly links?: readonly NativeLink[];
 }
 
@@ -51,21 +46,18 @@ export interface FfiLibrary<N extends string> {
   /** Calls a function that returns at once, on this thread. Returns its result. */
   call(call: NativeCall<N>): number | bigint;
   /**
-   * Calls a function that can wait (a `nonblocking` one of the table) on another thread: Deno's
-   * FFI thread, or a Bun worker. Resolves its `CUresult`; rejects only when the call could not be
-   * made or finished (a worker thread ended). The caller keeps the buffers alive until it settles.
+   * Calls a `nonblocking` function of the table on another thread (Deno's FFI thread, or a Bun
+   * worker). Resolves its result; rejects only when the call could not be made or finished. The
+   * caller keeps the buffers alive until it settles.
    */
   callOffThread(call: NativeCall<N>): Promise<number>;
   /** How many threads of its own the library keeps now (Bun's workers; 0 on Deno). */
   threadCount(): number;
-  /**
-   * Closes the library: on Bun each worker closes its own handles and exits. Call it once no call
-   * is in flight; resolves when everything is let go.
-   */
+  /** Closes the library once no call is in flight (on Bun, its workers too); resolves when done. */
   close(): Promise<void>;
 }
 
-/** What a runtime supplies to the native driver. */
+/** What a runtime supplies to the native bindings. */
 export interface FfiAdapter {
   /** The driver's `kind`: `native (Deno)` or `native (Bun)`. */
   readonly kind: string;
@@ -75,24 +67,17 @@ export interface FfiAdapter {
   readonly platform: string | undefined;
   /**
    * Whether opening a bare library name (no `/`) uses only the system loader's search. Deno's
-   * does; Bun's `dlopen`, when the loader does not find the name, tries it again relative to the
-   * current directory, which would load a planted library: the native driver never gives Bun a
-   * bare name.
+   * does; Bun's `dlopen` then tries the current directory, which would load a planted library, so
+   * Bun is never given a bare name.
    */
   readonly bareNamesSafe: boolean;
   /** Reads an environment variable; may throw where the runtime needs a permission for it. */
   getEnv(name: string): string | undefined;
   /** The current working directory, to make a relative library path absolute. */
   cwd(): string;
-  /**
-   * The C library, to ask the system loader where it finds a name: an absolute path, or a name
-   * the loader resolves by itself where {@link FfiAdapter.bareNamesSafe} holds.
-   */
+  /** The C library, to ask the system loader where it finds a name. */
   libcPath(): string;
-  /**
-   * Opens a library and binds the table's functions; throws when the library does not open or
-   * lacks a function that is not `optional`.
-   */
+  /** Opens a library and binds the table; throws when it does not open or lacks a required one. */
   open<N extends string>(path: string, table: FfiTable<N>): FfiLibrary<N>;
   /** The NUL-terminated string at an address. */
   cString(address: bigint): string;
@@ -100,10 +85,7 @@ export interface FfiAdapter {
   readPointer(address: bigint): bigint;
 }
 
-/**
- * Fills in a call's pointer fields with the addresses `addressOf` gives its buffers; each adapter
- * calls it on the thread that makes the call, just before it.
- */
+/** Fills in a call's pointer fields with the addresses `addressOf` gives its buffers. */
 export function linkPointers(call: NativeCall, addressOf: (buf: Uint8Array) => bigint): void {
   for (const link of call.links ?? []) {
     const holder = call.args[link.arg];
@@ -118,4 +100,19 @@ export function linkPointers(call: NativeCall, addressOf: (buf: Uint8Array) => b
       true,
     );
   }
+}
+
+/**
+ * A zeroed buffer of `size` bytes with an `ArrayBuffer` of its own, whose address does not move:
+ * a small typed array made by length may live inside the JavaScript heap, where the garbage
+ * collector may move it, which a call running on another thread must not see.
+ */
+export function nativeBuffer(size: number): Uint8Array {
+  return new Uint8Array(new ArrayBuffer(size));
+}
+
+/** The NUL-terminated text at the start of a buffer. */
+export function cText(buf: Uint8Array): string {
+  const end = buf.indexOf(0);
+  return new TextDecoder().decode(buf.subarray(0, end < 0 ? buf.length : end));
 }

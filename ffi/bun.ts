@@ -1,24 +1,16 @@
 /**
- * The Bun adapter of the native driver (`native.ts`): libcuda through `bun:ffi`.
- *
- * `bun:ffi` has no optional symbols, so each optional function is probed with a `dlopen` of its
- * own. Its calls are synchronous, one at a time per thread, so every call that can wait runs in a
- * worker thread (`bun_pool.ts`, `bun_worker.ts`); only the driver version, the error names and the
- * system loader's answers are read on the calling thread. Idle workers do not keep the process
- * alive. With `callingThread` (a program that makes one call, such as the command line) every
- * call is made on the calling thread instead, and no worker starts.
- *
- * Given a name the system loader does not find, Bun's `dlopen` tries it again relative to the
- * current directory (Bun 1.4.5; see `loader.ts`), so this adapter says that bare names are not
- * safe, and the native driver hands it absolute paths only. To ask the system loader, the C
- * library is opened by the absolute path this process already has mapped (`/proc/self/maps`).
- *
- * `bun:ffi` is imported through a variable so that Deno's checker and JSR never resolve `bun:`.
+ * The Bun adapter of the native bindings: `bun:ffi`, which has no optional symbols (each optional
+ * function is probed with a `dlopen` of its own) and whose calls are synchronous, so every call
+ * that can wait runs in a worker thread (`bun_pool.ts`, `bun_worker.ts`), unless `callingThread`.
+ * Bun's `dlopen` tries a bare name relative to the current directory (`find.ts`), so bare names
+ * are not safe here; to ask the system loader, the C library is opened by the absolute path this
+ * process has mapped (`/proc/self/maps`).
  *
  * @module
  */
 
 import process from "node:process";
+import { messageOf } from "../core/errors.ts";
 import {
   type FfiAdapter,
   type FfiLibrary,
@@ -34,21 +26,15 @@ import { bunDefinition } from "./symbols.ts";
 export interface BunAdapterOptions {
   /** The script workers run: `bun_worker.ts` (or `.js` once transpiled) next to this module. */
   workerUrl?: URL;
-  /**
-   * Make the calls that can wait on the calling thread, blocking it, and start no worker (see
-   * `NativeDriverOptions.callingThread`). Default false.
-   */
+  /** Make every call on the calling thread, starting no worker (`NativeDriverOptions`). */
   callingThread?: boolean;
 }
 
 /**
- * The worker script next to this module, with this module's extension: `.ts` in the source, `.js`
- * where the package was delivered as JavaScript (JSR's npm layer, which Bun installs from).
- *
- * In a standalone executable (`bun build --compile`) every module has the executable's URL
- * (`file:///$bunfs/root/<name>`), and the worker is the build's entry point `ffi/bun_worker.ts`,
- * kept as `ffi/bun_worker.js` under the build's root: build from the package's root with it as an
- * entry point, as `cli/build.sh` does.
+ * The worker script next to this module, with this module's extension (`.js` where the package was
+ * delivered as JavaScript). In a standalone executable (`bun build --compile`, whose modules all
+ * have the executable's URL, `file:///$bunfs/root/<name>`) it is the entry point
+ * `ffi/bun_worker.ts`, kept as `ffi/bun_worker.js` under the build's root (`cli/build.sh`).
  */
 export function defaultWorkerUrl(moduleUrl: string = import.meta.url): URL {
   if (new URL(moduleUrl).pathname.startsWith("/$bunfs/")) {
@@ -58,37 +44,24 @@ export function defaultWorkerUrl(moduleUrl: string = import.meta.url): URL {
   return new URL(`./bun_worker${ext}`, moduleUrl);
 }
 
-/** What this module uses of Bun's own file API. */
-interface BunFiles {
-  Bun: { file(path: string): { text(): Promise<string> } };
-}
-
 /** The C library this process has mapped, by absolute path: glibc's, or musl's. */
 async function mappedLibc(): Promise<string> {
+  const why = "the system loader cannot be asked where libraries are";
   let maps: string;
   try {
     // Bun's own read: node:fs costs a millisecond to load, a tenth of the command line's start.
-    maps = await (globalThis as unknown as BunFiles).Bun.file("/proc/self/maps").text();
+    const bun = (globalThis as unknown as { Bun: { file(path: string): Blob } }).Bun;
+    maps = await bun.file("/proc/self/maps").text();
   } catch (error) {
-    throw new Error(
-      `the system loader cannot be asked where libraries are: /proc/self/maps is unreadable (${
-        error instanceof Error ? error.message : String(error)
-      })`,
-    );
+    throw new Error(`${why}: /proc/self/maps is unreadable (${messageOf(error)})`);
   }
   for (const line of maps.split("\n")) {
     const path = line.slice(line.indexOf("/"));
-    if (
-      line.includes("/") &&
-      /\/(libc\.so\.6|libc\.musl-[^/]+\.so\.1|ld-musl-[^/]+\.so\.1)$/.test(path)
-    ) {
+    if (path.startsWith("/") && /\/(libc\.so\.6|(libc\.musl|ld-musl)-[^/]+\.so\.1)$/.test(path)) {
       return path;
     }
   }
-  throw new Error(
-    "the system loader cannot be asked where libraries are: no C library (libc.so.6, musl) is " +
-      "mapped into this process",
-  );
+  throw new Error(`${why}: no C library (libc.so.6, musl) is mapped into this process`);
 }
 
 /** Opens a library: the required functions in one `dlopen`, each optional one in its own. */

@@ -1,11 +1,8 @@
 /**
  * The Bun adapter's worker threads: one call per worker at a time, a worker started when a call
- * finds none idle (the native driver caps how many calls are in flight, hence how many workers
- * there are). A worker keeps the process alive only while it runs a call.
- *
- * A worker that ends while running a call (it exited, failed, or was terminated) rejects that call
- * with an Error that says which call and that the thread ended; the next call starts a new worker.
- * {@link WorkerPool.close} lets each worker finish its call, close its own libraries and end.
+ * finds none idle (the native driver caps the calls in flight, hence the workers). A worker keeps
+ * the process alive only while it runs a call; one that ends meanwhile rejects that call, saying
+ * so, and the next call starts a new one.
  *
  * @module
  */
@@ -15,11 +12,9 @@ import type { WorkerClose, WorkerReply, WorkerRequest } from "./bun_types.ts";
 /** A Worker as Bun has it: `ref`/`unref` decide whether it keeps the process alive. */
 type RefWorker = Worker & { ref?(): void; unref?(): void };
 
-/** What a call came to: its result and the buffers as the function left them. */
-export interface WorkerResult {
-  /** The function's result. */
+/** What a call came to: its result, and the argument buffers as it left them (else `null`). */
+interface WorkerResult {
   readonly code: number;
-  /** The argument buffers after the call (`null` for arguments that were not buffers). */
   readonly buffers: readonly (Uint8Array | null)[];
 }
 
@@ -74,10 +69,7 @@ export class WorkerPool {
     });
   }
 
-  /**
-   * Closes the pool: idle workers close their libraries and end now, busy ones once their call
-   * returns. Resolves when every thread has ended.
-   */
+  /** Closes the pool: idle workers end now, busy ones once their call returns; resolves after. */
   close(): Promise<void> {
     this.#closing = true;
     const ended = [...this.#workers].map((w) => w.ended);

@@ -1,7 +1,6 @@
 /**
- * The little of `bun:ffi` the Bun binding uses, typed locally so that Deno's type checker and JSR
- * never resolve a `bun:` specifier or need bun-types, and the messages between the Bun binding and
- * its workers.
+ * The little of `bun:ffi` the Bun binding uses, typed here so that Deno's checker and JSR never
+ * resolve a `bun:` specifier, and the messages between the binding and its workers.
  *
  * @module
  */
@@ -19,21 +18,14 @@ export interface BunLibrary {
 
 /** The parts of the `bun:ffi` module the binding uses. */
 export interface BunFfi {
-  /**
-   * Opens a library and binds the given functions; throws when one is missing. Given a name the
-   * system loader does not find, it tries the name again relative to the current directory: only
-   * ever give it an absolute path.
-   */
+  /** Opens a library and binds the functions (throws when one is missing): absolute paths only. */
   dlopen(path: string, symbols: Record<string, BunFunctionDefinition>): BunLibrary;
   /** The address of a typed array's memory. */
   ptr(view: ArrayBufferView): number;
   /** Reads the NUL-terminated string at an address. */
   CString: new (address: number) => { toString(): string };
-  /** Reads memory at an address. */
-  read: {
-    /** The u64 at `address + byteOffset`. */
-    u64(address: number, byteOffset?: number): bigint;
-  };
+  /** Reads the u64 at `address + byteOffset`. */
+  read: { u64(address: number, byteOffset?: number): bigint };
 }
 
 /** Imports `bun:ffi` through a variable, so that no static analyser sees the specifier. */
@@ -60,7 +52,6 @@ export interface WorkerRequest {
 
 /** Tells a worker to close every library it opened, then end. */
 export interface WorkerClose {
-  /** Always `true`. */
   readonly close: true;
 }
 

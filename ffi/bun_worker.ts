@@ -1,14 +1,8 @@
 /**
- * A worker thread of the Bun adapter. `bun:ffi` calls are synchronous, one at a time per thread,
- * so every call that can wait runs here, one call per worker at a time, each worker with its own
- * `dlopen` of the same libcuda (the loader shares the one copy in the process). It answers each
- * {@link WorkerRequest} with the result and its copies of the buffers; asked to close, it closes
- * every library it opened and ends.
- *
- * It never calls `cuInit` or anything else of its own accord: the native driver decides what is
- * called, and when.
- *
- * Loaded by `ffi/bun.ts` only; not for import, except by tests that wrap its message handler.
+ * A worker thread of the Bun adapter: it makes the calls it is sent, one at a time, with its own
+ * `dlopen` of the library (the loader shares the one copy in the process), and answers each with
+ * the result and its copies of the buffers; asked to close, it closes its libraries and ends. It
+ * calls nothing of its own accord. Loaded by `bun_pool.ts`; imported only by tests.
  *
  * @module
  */

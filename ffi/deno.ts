@@ -1,11 +1,7 @@
 /**
- * The Deno adapter of the native driver (`native.ts`): libcuda through `Deno.dlopen`. Functions
- * that can wait are `nonblocking` symbols: each call runs on a thread of Deno's and returns a
- * Promise, so several processes can be worked on at once and the event loop keeps running.
- *
- * Needs `--allow-ffi` (and `--allow-env=CKPT_LIBCUDA_PATH` for the environment variable to count).
- * Deno's `dlopen` gives a bare name to the system loader and nowhere else (it does not try the
- * current directory, unlike Bun's).
+ * The Deno adapter of the native bindings: `Deno.dlopen`, whose `nonblocking` symbols run each
+ * call on a thread of Deno's and return a Promise. Needs `--allow-ffi` (and
+ * `--allow-env=CKPT_LIBCUDA_PATH` for the variable to count).
  *
  * @module
  */
@@ -13,8 +9,13 @@
 import { type FfiAdapter, type FfiLibrary, type FfiTable, linkPointers } from "./adapter.ts";
 import { CUDA_SYMBOLS } from "./symbols.ts";
 
-/** The table is checked against Deno's own FFI types here, where they exist. */
-CUDA_SYMBOLS satisfies Deno.ForeignLibraryInterface;
+/** Deno's namespace as Deno types it; `any` for tsc on the Bun path, which lacks Deno's types. */
+// deno-lint-ignore no-explicit-any
+type DenoApi = typeof globalThis extends { Deno: infer D } ? D : any;
+const Deno: DenoApi = (globalThis as unknown as { Deno: DenoApi }).Deno;
+type DenoSymbols = Parameters<DenoApi["dlopen"]>[1];
+
+CUDA_SYMBOLS satisfies DenoSymbols; // the table checked against Deno's own FFI types
 
 /** A bound function, as this adapter calls it. */
 type Bound = (...args: unknown[]) => unknown;
@@ -26,7 +27,7 @@ type Bound = (...args: unknown[]) => unknown;
  */
 function openLibrary<N extends string>(path: string, table: FfiTable<N>): FfiLibrary<N> {
   const names = Object.keys(table) as N[];
-  const lib = Deno.dlopen(path, table as unknown as Deno.ForeignLibraryInterface);
+  const lib = Deno.dlopen(path, table as unknown as DenoSymbols);
   const present = new Set(names.filter((name) => !table[name].optional));
   const optional = names.filter((name) => table[name].optional);
   if (optional.length > 0) {
@@ -36,7 +37,7 @@ function openLibrary<N extends string>(path: string, table: FfiTable<N>): FfiLib
         Object.fromEntries(optional.map((name) => {
           const { parameters, result } = table[name];
           return [name, { parameters, result, optional: true }];
-        })) as Deno.ForeignLibraryInterface,
+        })) as DenoSymbols,
       );
       for (const name of optional) if (probe.symbols[name] !== null) present.add(name);
       probe.close();
@@ -76,16 +77,13 @@ function addressOf(buf: Uint8Array): bigint {
 }
 
 /** A pointer object for an address, which must not be NULL. */
-function pointer(address: bigint): Deno.PointerObject {
+function pointer(address: bigint): NonNullable<ReturnType<DenoApi["UnsafePointer"]["create"]>> {
   const ptr = Deno.UnsafePointer.create(address);
   if (ptr === null) throw new TypeError("a NULL pointer cannot be read");
   return ptr;
 }
 
-/**
- * Reads an environment variable only where permission is already granted, so that an optional
- * variable never triggers a permission prompt; otherwise throws `NotCapable` (counted as not set).
- */
+/** An environment variable where permission is granted (so none prompts); else `NotCapable`. */
 function readEnv(name: string): string | undefined {
   const status = Deno.permissions.querySync({ name: "env", variable: name });
   if (status.state !== "granted") {
@@ -94,7 +92,7 @@ function readEnv(name: string): string | undefined {
   return Deno.env.get(name);
 }
 
-/** The adapter for Deno. Opening anything needs `--allow-ffi`. */
+/** The adapter for Deno. Deno's `dlopen` gives a bare name to the system loader and nowhere else. */
 export function denoAdapter(): FfiAdapter {
   return {
     kind: "native (Deno)",

@@ -1,12 +1,24 @@
 /**
- * Finding libcuda: where to look, in which order, and what to say when it is nowhere. The logic is
- * runtime-free: the caller passes a `tryOpen(path)` callback (`Deno.dlopen`, `bun:ffi`'s `dlopen`,
- * or a fake in tests), so the search order and the error messages can be tested anywhere.
+ * Finding libcuda: where to look, in which order, and what to say when it is nowhere. The search
+ * is runtime-free: the caller passes `tryOpen(path)`, so the order and the messages can be tested
+ * anywhere.
+ *
+ * Only absolute paths reach the runtime's `dlopen`. A bare name (`libcuda.so.1`) goes to the
+ * system loader itself (libc's `dlopen`, then `dlinfo(RTLD_DI_LINKMAP)` for the file it picked); a
+ * relative path gets the current directory in front, once. Why: Bun's `dlopen`, when the loader
+ * does not find a bare name, tries it again relative to the current directory (Bun 1.4.5; its
+ * source says "try resolving the filepath relative to the current working directory"), which
+ * would load a `libcuda.so.1` planted where a root process runs. On Deno too, `libraryPath` is
+ * then absolute, naming one library for the once-per-process `cuInit`.
+ *
+ * Linux on 64-bit machines only: `struct link_map` has `l_name` at offset 8 there.
  *
  * @module
  */
 
-import { DriverLoadError } from "../core/errors.ts";
+import { DriverLoadError, messageOf } from "../core/errors.ts";
+import type { FfiAdapter, FfiLibrary, FfiTable } from "./adapter.ts";
+import type { CudaForeignFunction } from "./symbols.ts";
 
 /** The environment variable that names the libcuda to load, overriding the search. */
 export const LIBCUDA_ENV_VAR = "CKPT_LIBCUDA_PATH";
@@ -14,11 +26,7 @@ export const LIBCUDA_ENV_VAR = "CKPT_LIBCUDA_PATH";
 /** The name the system loader resolves (through `LD_LIBRARY_PATH`, `ld.so.cache` and its defaults). */
 export const LIBCUDA_SONAME = "libcuda.so.1";
 
-/**
- * Where NVIDIA drivers put libcuda on the common Linux distributions and container images, tried in
- * this order after the system loader. The toolkit's `stubs/libcuda.so` is left out on purpose: it
- * only links, every call fails with `CUDA_ERROR_STUB_LIBRARY`.
- */
+/** Where drivers put libcuda, tried in order after the system loader (not the toolkit's stub). */
 export const LIBCUDA_SEARCH_PATHS: readonly string[] = [
   // Debian, Ubuntu (x86_64)
   "/usr/lib/x86_64-linux-gnu/libcuda.so.1",
@@ -42,36 +50,25 @@ export const LIBCUDA_SEARCH_PATHS: readonly string[] = [
   "/usr/local/cuda/compat/libcuda.so.1",
 ];
 
-/** One library path that was tried, and why it did not open. */
-export interface TriedPath {
-  /** The path (or bare name, for the system loader) given to `tryOpen`. */
+/** Where a library path came from. */
+type LibcudaSource = "option" | "env" | "system" | "search";
+
+/** A path that was tried (a bare name: the system loader's), where it came from, and why it failed. */
+interface TriedPath {
   readonly path: string;
-  /** Where the path came from. */
   readonly source: LibcudaSource;
-  /** The loader's reason, on one line. */
   readonly reason: string;
 }
 
-/** Where a library path came from. */
-export type LibcudaSource = "option" | "env" | "system" | "search";
-
 /** What {@link findLibcuda} takes. */
 export interface FindLibcudaOptions<T> {
-  /**
-   * Opens the library at `path` (a full path, or {@link LIBCUDA_SONAME} for the system loader), or
-   * throws. It may also throw to reject a library that opened but is unusable (a stub); the message
-   * becomes the reason listed for that path.
-   */
+  /** Opens the library at `path`, or throws; the message is the reason listed for the path. */
   tryOpen(path: string): T;
   /** An explicit path: when given, it is the only one tried. */
   libraryPath?: string;
-  /**
-   * Reads an environment variable; may throw (Deno without `--allow-env`), which counts as "not
-   * set" and is mentioned in the error should the search fail. Left out, the environment is not
-   * read.
-   */
+  /** Reads an environment variable; one that throws counts as not set (and the error says so). */
   getEnv?(name: string): string | undefined;
-  /** The operating system (`Deno.build.os`, `process.platform`); anything but "linux" fails at once. */
+  /** The operating system; anything but "linux" fails at once. */
   platform?: string;
   /** The runtime, for advice in messages ("deno" adds the permission flags). */
   runtime?: string;
@@ -79,36 +76,27 @@ export interface FindLibcudaOptions<T> {
   searchPaths?: readonly string[];
 }
 
-/** The library {@link findLibcuda} opened, with where it was found. */
+/** What `tryOpen` returned, the path that opened, where it came from, and the paths tried before. */
 export interface FoundLibcuda<T> {
-  /** What `tryOpen` returned. */
   readonly library: T;
-  /** The path that opened. */
   readonly path: string;
-  /** Where that path came from. */
   readonly source: LibcudaSource;
-  /** The paths tried before it, with their reasons. */
   readonly tried: readonly TriedPath[];
 }
 
-/**
- * Whether an error is a missing permission: Deno throws `Deno.errors.NotCapable` (Deno 2) or
- * `PermissionDenied` (Deno 1) when `--allow-ffi` or `--allow-env` is missing.
- */
-export function isPermissionError(error: unknown): boolean {
+/** Whether an error is Deno's missing permission (`NotCapable`; Deno 1's `PermissionDenied`). */
+function isPermissionError(error: unknown): boolean {
   return error instanceof Error &&
     (error.name === "NotCapable" || error.name === "PermissionDenied");
 }
 
 /**
- * The message of an error, on one line, without what the line already says: Deno's doubled
- * "Could not open library: ", Bun's "Failed to open library", and the loader's repetition of the
- * path.
+ * A loader's message on one line, without what the line already says: Deno's doubled "Could not
+ * open library: ", Bun's "Failed to open library", and the loader's repetition of the path.
  */
-function reasonOf(error: unknown, path?: string): string {
-  let text = (error instanceof Error ? error.message : String(error)).replace(/\s*\n\s*/g, " ")
-    .trim();
-  text = text.replace(/^(Could not open library: )+/, "");
+export function reasonOf(error: unknown, path?: string): string {
+  let text = messageOf(error).replace(/\s*\n\s*/g, " ").trim()
+    .replace(/^(Could not open library: )+/, "");
   if (path) {
     for (const prefix of [`Failed to open library "${path}": `, `${path}: `]) {
       if (text.startsWith(prefix)) text = text.slice(prefix.length);
@@ -118,29 +106,16 @@ function reasonOf(error: unknown, path?: string): string {
 }
 
 /**
- * Finds and opens libcuda. The order: `libraryPath` when given, else the environment variable
- * {@link LIBCUDA_ENV_VAR} when set (either one is then the only path tried, so that a wrong
- * override is reported instead of silently replaced by another library), else
- * {@link LIBCUDA_SONAME} through the system loader, then {@link LIBCUDA_SEARCH_PATHS}.
+ * Finds and opens libcuda: `libraryPath` when given, else {@link LIBCUDA_ENV_VAR} when set (either
+ * is then the only path tried, so that a wrong override is reported, not replaced by another
+ * library), else {@link LIBCUDA_SONAME} through the system loader, then
+ * {@link LIBCUDA_SEARCH_PATHS}.
  *
  * @throws {DriverLoadError} on a platform other than Linux; when `tryOpen` reports a missing
- * permission (saying which flag Deno needs); when nothing opens, listing every path tried with its
- * reason, the environment variable to set and the permissions Deno needs.
- *
- * @example
- * ```ts
- * import { findLibcuda } from "./find.ts";
- * const found = findLibcuda({
- *   tryOpen: (path) => {
- *     throw new Error(`${path}: cannot open shared object file`);
- *   },
- *   platform: "linux",
- * });
- * ```
+ * permission; when nothing opens, listing every path tried with its reason and what to do.
  */
 export function findLibcuda<T>(options: FindLibcudaOptions<T>): FoundLibcuda<T> {
-  const runtime = options.runtime ?? "";
-  const isDeno = runtime.toLowerCase() === "deno";
+  const isDeno = options.runtime?.toLowerCase() === "deno";
   if (options.platform !== undefined && options.platform !== "linux") {
     throw new DriverLoadError(
       `CUDA checkpointing is Linux-only: NVIDIA's checkpoint API (cuCheckpointProcess*) exists ` +
@@ -225,8 +200,7 @@ function notFoundMessage(tried: readonly TriedPath[], isDeno: boolean, envNote: 
       `Is the NVIDIA driver installed (nvidia-smi works)? CUDA checkpointing needs driver 570 or ` +
         `later. If libcuda.so.1 is elsewhere, set ${LIBCUDA_ENV_VAR} to its full path ` +
         `(\`ldconfig -p | grep libcuda\` shows where it is). On a machine without a GPU, pass a ` +
-        `SimulatedDriver from @ckpt/cuda/mock as { driver } (or setDefaultDriver) to run on the ` +
-        `simulator.`,
+        `SimulatedMachine from @ckpt/cuda/mock as { machine } to run on the simulator.`,
     );
   }
   if (envNote) lines.push(`Note: ${envNote}.`);
@@ -241,4 +215,99 @@ function notFoundMessage(tried: readonly TriedPath[], isDeno: boolean, envNote: 
     );
   }
   return lines.join("\n");
+}
+
+/** The C library's loader functions, as the native bindings use them. */
+const LIBC_SYMBOLS = {
+  dlopen: { parameters: ["buffer", "i32"], result: "u64" }, // void *dlopen(const char *, int)
+  dlinfo: { parameters: ["u64", "i32", "buffer"], result: "i32" }, // int dlinfo(void *, int, void *)
+  dlclose: { parameters: ["u64"], result: "i32" }, // int dlclose(void *)
+  dlerror: { parameters: [], result: "u64" }, // char *dlerror(void)
+} as const satisfies Record<string, CudaForeignFunction>;
+
+type LibcName = keyof typeof LIBC_SYMBOLS;
+
+/** `RTLD_NOW`: resolve every symbol at once, as the runtimes' own `dlopen` does. */
+const RTLD_NOW = 2;
+/** `RTLD_DI_LINKMAP`: `dlinfo` writes the library's `struct link_map *`. */
+const RTLD_DI_LINKMAP = 2;
+/** Offset of `l_name` (the path the loader opened) in `struct link_map` on 64-bit Linux. */
+const LINK_MAP_NAME_OFFSET = 8n;
+
+/**
+ * Asks the system loader where it finds `name` (`LD_LIBRARY_PATH`, `ld.so.cache`, its defaults;
+ * never the current directory unless `LD_LIBRARY_PATH` names it), and calls `open` with that
+ * absolute path while the loader still holds the library.
+ *
+ * @throws {Error} with the loader's own message when it does not find the name, or when the C
+ * library cannot be asked.
+ */
+function viaSystemLoader<T>(adapter: FfiAdapter, name: string, open: (path: string) => T): T {
+  const libc: FfiLibrary<LibcName> = adapter.open(adapter.libcPath(), LIBC_SYMBOLS);
+  let handle = 0n;
+  try {
+    handle = BigInt(libc.call({ symbol: "dlopen", args: [cString(name), RTLD_NOW] }));
+    if (handle === 0n) {
+      const error = BigInt(libc.call({ symbol: "dlerror", args: [] }));
+      throw new Error(
+        error === 0n ? `${name}: not found by the system loader` : adapter.cString(error),
+      );
+    }
+    const out = new Uint8Array(new ArrayBuffer(8));
+    if (libc.call({ symbol: "dlinfo", args: [handle, RTLD_DI_LINKMAP, out] }) !== 0) {
+      throw new Error(
+        `${name}: the system loader found it but would not say where (dlinfo failed)`,
+      );
+    }
+    const linkMap = new DataView(out.buffer).getBigUint64(0, true);
+    const found = adapter.cString(adapter.readPointer(linkMap + LINK_MAP_NAME_OFFSET));
+    return open(absolutePath(found, adapter.cwd()));
+  } finally {
+    if (handle !== 0n) libc.call({ symbol: "dlclose", args: [handle] });
+    void libc.close();
+  }
+}
+
+/**
+ * `path` made absolute against `cwd`: a relative path gets `cwd/` in front, nothing else. `.` and
+ * `..` are left to the kernel, which follows the symbolic links before them: as text, `..` could
+ * name another file.
+ */
+export function absolutePath(path: string, cwd: string): string {
+  if (path.startsWith("/")) return path;
+  return `${cwd.endsWith("/") ? cwd : `${cwd}/`}${path}`;
+}
+
+/** A NUL-terminated copy of a string, for a `const char *` argument. */
+function cString(text: string): Uint8Array {
+  const bytes = new TextEncoder().encode(`${text}\0`);
+  const buf = new Uint8Array(new ArrayBuffer(bytes.length));
+  buf.set(bytes);
+  return buf;
+}
+
+/**
+ * Opens one candidate of a search by an absolute path: a bare name is the file the system loader
+ * picks (on Deno, where the loader cannot be asked, the name itself: Deno's `dlopen` searches only
+ * as the loader does); a relative path gets the current directory in front.
+ */
+export function openCandidate<N extends string>(
+  adapter: FfiAdapter,
+  candidate: string,
+  table: FfiTable<N>,
+): { lib: FfiLibrary<N>; path: string } {
+  const open = (path: string) => ({ lib: adapter.open(path, table), path });
+  if (candidate.includes("/")) {
+    return open(absolutePath(candidate, candidate.startsWith("/") ? "/" : adapter.cwd()));
+  }
+  let asked = false;
+  try {
+    return viaSystemLoader(adapter, candidate, (path) => {
+      asked = true; // the loader answered: a failure now is the runtime's
+      return open(path);
+    });
+  } catch (error) {
+    if (asked || !adapter.bareNamesSafe) throw error;
+    return open(candidate);
+  }
 }

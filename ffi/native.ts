@@ -1,18 +1,13 @@
 /**
  * The native driver, written once for both runtimes: libcuda's checkpoint API behind the
- * {@link CheckpointDriver} seam, on an {@link FfiAdapter} that supplies the runtime's FFI (Deno's
- * `Deno.dlopen`, Bun's `bun:ffi` with worker threads).
+ * {@link CheckpointDriver} seam, on an {@link FfiAdapter} that supplies the runtime's FFI.
  *
- * What lives here: opening libcuda (the search of `find.ts`, the system loader asked for a bare
- * name, a relative path made absolute, the toolkit's stub refused), the driver version, error
- * names, gating (a missing checkpoint function or GPU pairs on a driver before 13.0 answer
- * `CUDA_ERROR_NOT_SUPPORTED` without a call; a pid that no C `int` holds answers
- * `CUDA_ERROR_OPERATING_SYSTEM`), `cuInit` once per process before the first lock, restore or GPU
- * list, the GPU list read right after it, a cap on the calls in flight, and closing.
- *
- * Drivers only report codes: this module throws no `CheckpointUnsupportedError` and no
- * `RangeError` for a pid. It rejects only when a call cannot be made at all: the driver was
- * closed, or the thread running the call ended.
+ * It opens libcuda (`find.ts`; the toolkit's stub refused), gates calls (a missing checkpoint
+ * function, or GPU pairs before driver 13.0, answer `CUDA_ERROR_NOT_SUPPORTED` without a call; a
+ * pid no C `int` holds answers `CUDA_ERROR_OPERATING_SYSTEM`), calls `cuInit` once per process
+ * before the first lock, restore or GPU list, caps the calls in flight, and closes. It only
+ * reports codes: it rejects only when a call cannot be made (the driver was closed, or the thread
+ * running the call ended).
  *
  * @module
  */
@@ -32,107 +27,92 @@ import type {
   LockArgs,
   RestoreArgs,
 } from "../core/driver.ts";
+import { checkFlag, checkInteger } from "../core/options.ts";
 import {
   CUUUID_SIZE,
   encodeGpuPairs,
   encodeLockArgs,
   encodeRestoreArgs,
-  nativeBuffer,
   RESTORE_ARGS_PAIRS_OFFSET,
-} from "../core/structs.ts";
+} from "./structs.ts";
 import { formatGpuUuid } from "../core/uuid.ts";
-import type { FfiAdapter, FfiLibrary, NativeArg, NativeCall, NativeLink } from "./adapter.ts";
-import { findLibcuda } from "./find.ts";
-import { absolutePath, askSystemLoader } from "./loader.ts";
+import {
+  cText,
+  type FfiAdapter,
+  type FfiLibrary,
+  type NativeArg,
+  nativeBuffer,
+  type NativeCall,
+  type NativeLink,
+} from "./adapter.ts";
+import { findLibcuda, openCandidate } from "./find.ts";
 import { CHECKPOINT_SYMBOL_NAMES, CUDA_SYMBOLS, type CudaSymbolName } from "./symbols.ts";
+import { runtimeAdapter } from "./runtime.ts";
 
 /** `CUDA_ERROR_STUB_LIBRARY`: every call of the toolkit's link-only stub `libcuda.so` fails so. */
 export const CUDA_ERROR_STUB_LIBRARY = 34;
 
 /** How many calls that can wait one native driver runs at once, by default. */
-export const DEFAULT_MAX_WORKERS = 16;
-/** The most {@link NativeDriverOptions.maxWorkers} may be. */
-export const MAX_WORKERS_LIMIT = 1024;
+const DEFAULT_MAX_WORKERS = 16;
 
-/** Options of {@link openLibcudaDriver} (and `openNativeDriver`). */
+/** Options of `openMachine`'s driver (and of {@link openLibcudaDriver}). */
 export interface NativeDriverOptions {
   /**
    * The libcuda to load. Left out: the environment variable `CKPT_LIBCUDA_PATH`, else
-   * `libcuda.so.1` through the system loader, else the usual driver locations. A path with a `/`
-   * that is relative gets the current directory put in front of it once, when the driver opens;
-   * a bare name (no `/`) is looked up by the system loader only, never in the current directory.
+   * `libcuda.so.1` through the system loader, else the usual driver locations. A relative path
+   * (with a `/`) is made absolute against the current directory once; a bare name goes to the
+   * system loader only, never the current directory.
    */
   libraryPath?: string;
   /**
    * How many calls that can wait (lock, checkpoint, restore, unlock, getState,
    * getRestoreThreadId, cuInit, the device queries) run at once; more wait their turn in order.
    * On Deno each runs on a thread of Deno's; on Bun it is the size of the worker pool. An integer
-   * from 1 to 1024; {@link DEFAULT_MAX_WORKERS} (16) by default.
+   * from 1 to 1024; 16 by default.
    */
   maxWorkers?: number;
   /**
-   * Make every call on the calling thread, which waits until the driver answers: a lock with a
-   * timeout, a checkpoint, or a getState while another program checkpoints the process can take
-   * seconds, and nothing else of the program runs meanwhile. On Bun no worker thread is started,
-   * which saves a worker's start-up: for a short program that makes one call and has nothing
-   * else to do, such as a command line. On Deno it changes nothing (its calls off the main thread
-   * start no thread of this package's). Default false.
+   * Make every call on the calling thread, which waits until the driver answers (a lock with a
+   * timeout or a checkpoint can take seconds, and nothing else of the program runs meanwhile). On
+   * Bun no worker thread is started, which saves a worker's start-up: for a short program that
+   * makes one call, such as a command line. On Deno it changes nothing. Default false.
    */
   callingThread?: boolean;
 }
 
-/** Checks `callingThread`: a boolean where given. */
-export function checkCallingThread(value: unknown): void {
-  if (value !== undefined && typeof value !== "boolean") {
-    throw new TypeError(
-      `callingThread must be true or false, got ${
-        typeof value === "string" ? JSON.stringify(value) : String(value)
-      }`,
-    );
-  }
-}
-
 /** A {@link CheckpointDriver} backed by libcuda, with what it loaded and a way to let go of it. */
 export interface NativeDriver extends CheckpointDriver {
-  /**
-   * The absolute path of the library that opened: the one given, made absolute, or the file the
-   * system loader picked for `libcuda.so.1`.
-   */
+  /** The absolute path of the library that opened (for `libcuda.so.1`, the loader's pick). */
   readonly libraryPath: string;
   /** Whether the library has all six checkpoint functions (driver 570, CUDA 12.8, or later). */
   readonly checkpointSupported: boolean;
   /** The C names of the checkpoint functions the library lacks (all six before driver 570). */
   readonly missingFunctions: readonly string[];
   /**
-   * Every GPU the driver sees, by ordinal: `cuDeviceGetCount`, `cuDeviceGet`,
-   * `cuDeviceGetUuid_v2` (or `cuDeviceGetUuid`) and `cuDeviceGetName`, read once, right after
-   * `cuInit` (a process that has locked itself could not read them later: every CUDA call of such
-   * a process blocks). Rejects when the list cannot be read.
+   * Every GPU the driver sees, by ordinal, read once right after `cuInit` (a process that has
+   * locked itself could not read them later: its every CUDA call blocks). Rejects when the list
+   * cannot be read.
    */
   listGpus(): Promise<readonly GpuInfo[]>;
   /**
    * Whether {@link NativeDriver.listGpus} gives every GPU of the machine: true when
-   * `CUDA_VISIBLE_DEVICES` is not set for this process (read when the driver opened; on Deno an
-   * unreadable variable counts as set), so that a GPU mapping can be checked before the call.
+   * `CUDA_VISIBLE_DEVICES` is not set for this process (on Deno an unreadable variable counts as
+   * set), so that a GPU mapping can be checked before the call.
    */
   readonly listsEveryGpu: boolean;
   /**
-   * Closes the library (and, on Bun, its worker threads, each closing its own handles). Calls
-   * made afterwards reject. Calls already made finish first: the library is let go when the last
-   * of them settles. Idempotent.
+   * Closes the library (and Bun's worker threads) once the calls already made finish; calls made
+   * afterwards reject. Idempotent.
    */
   close(): void;
   /** {@link NativeDriver.close}, resolving once the calls in flight have settled and all is let go. */
   [Symbol.asyncDispose](): Promise<void>;
 }
 
-/** What `cuInit` and the GPU list came to, for one library in this process. */
+/** What `cuInit` (its `CUresult`) and the GPU list (or why it could not be read) came to. */
 interface Initialization {
-  /** `cuInit`'s `CUresult`. */
   readonly code: number;
-  /** The GPUs, where they could be read. */
   readonly gpus?: readonly GpuInfo[];
-  /** Why they could not. */
   readonly gpuError?: Error;
 }
 
@@ -143,42 +123,21 @@ interface LibraryUse {
 }
 
 /**
- * `cuInit` is per process, not per driver or thread: drivers on the same library share one call
- * (and its GPU list). The entry goes when the last driver on the library closes, as the library
- * may be unloaded then.
+ * `cuInit` is per process: drivers on the same library share one call (and its GPU list). The
+ * entry goes when the last driver on the library closes, as the library may be unloaded then.
  */
 const libraryUses = new Map<string, LibraryUse>();
 
-/** A library that opened, with its version. */
+/** A library that opened, its absolute path and its version. */
 interface Opened {
   readonly lib: FfiLibrary<CudaSymbolName>;
   readonly path: string;
   readonly version: DriverResult;
 }
 
-/**
- * Opens one candidate of the search. A bare name is looked up by the system loader alone (see
- * `loader.ts`); a relative path gets the current directory in front. The CUDA toolkit's link-only stub is refused
- * (closed again, with a reason), so that the search goes on.
- */
-function openCandidate(adapter: FfiAdapter, candidate: string): Opened {
-  let path = absolutePath(candidate, candidate.startsWith("/") ? "/" : adapter.cwd());
-  let located: ReturnType<typeof askSystemLoader> | undefined;
-  if (!candidate.includes("/")) {
-    try {
-      located = askSystemLoader(adapter, candidate);
-      path = located.path;
-    } catch (error) {
-      if (!adapter.bareNamesSafe) throw error;
-      path = candidate; // Deno: its own dlopen searches as the system loader does, and only so.
-    }
-  }
-  let lib: FfiLibrary<CudaSymbolName>;
-  try {
-    lib = adapter.open(path, CUDA_SYMBOLS);
-  } finally {
-    located?.release();
-  }
+/** Opens one candidate of the search; the CUDA toolkit's stub is refused, so the search goes on. */
+function openLibcuda(adapter: FfiAdapter, candidate: string): Opened {
+  const { lib, path } = openCandidate(adapter, candidate, CUDA_SYMBOLS);
   const out = nativeBuffer(4);
   const code = Number(lib.call({ symbol: "cuDriverGetVersion", args: [out] }));
   if (code === CUDA_ERROR_STUB_LIBRARY) {
@@ -192,54 +151,36 @@ function openCandidate(adapter: FfiAdapter, candidate: string): Opened {
 }
 
 /**
- * Whether this process's driver sees every GPU: `CUDA_VISIBLE_DEVICES` hides and renumbers GPUs
- * for `cuDeviceGet`, while a restore mapping must name every GPU of the machine.
- */
-function seesEveryGpu(adapter: FfiAdapter): boolean {
-  try {
-    return adapter.getEnv("CUDA_VISIBLE_DEVICES") === undefined;
-  } catch {
-    return false; // unreadable: it may be set
-  }
-}
-
-/** Checks `maxWorkers`; returns it, or the default. */
-function checkMaxWorkers(value: unknown): number {
-  if (value === undefined) return DEFAULT_MAX_WORKERS;
-  if (
-    typeof value !== "number" || !Number.isInteger(value) || value < 1 || value > MAX_WORKERS_LIMIT
-  ) {
-    throw new RangeError(
-      `maxWorkers must be an integer from 1 to ${MAX_WORKERS_LIMIT}, got ${
-        typeof value === "string" ? JSON.stringify(value) : String(value)
-      }`,
-    );
-  }
-  return value;
-}
-
-/**
- * Finds libcuda (`libraryPath`, else `CKPT_LIBCUDA_PATH`, else the system loader, else the usual
- * locations; see `find.ts`) and opens it with the given runtime's FFI. No thread starts until a
- * call needs one.
+ * Finds libcuda (see {@link NativeDriverOptions.libraryPath}) and opens it with `adapter`. A
+ * driver older than 570 still opens: its checkpoint calls answer `CUDA_ERROR_NOT_SUPPORTED`. No
+ * thread starts until a call needs one.
  *
  * @throws {RangeError} when `maxWorkers` is not an integer from 1 to 1024.
+ * @throws {TypeError} when `callingThread` is given and not a boolean.
  * @throws {DriverLoadError} when libcuda cannot be found or opened.
  */
 export function openLibcudaDriver(
   adapter: FfiAdapter,
   options: NativeDriverOptions = {},
 ): LibcudaDriver {
-  const maxWorkers = checkMaxWorkers(options.maxWorkers);
-  checkCallingThread(options.callingThread);
+  const maxWorkers = options.maxWorkers === undefined
+    ? DEFAULT_MAX_WORKERS
+    : checkInteger(options.maxWorkers, "maxWorkers", 1, 1024);
+  checkFlag(options.callingThread, "callingThread", false);
   const found = findLibcuda({
-    tryOpen: (candidate) => openCandidate(adapter, candidate),
+    tryOpen: (candidate) => openLibcuda(adapter, candidate),
     libraryPath: options.libraryPath,
     getEnv: (name) => adapter.getEnv(name),
     platform: adapter.platform,
     runtime: adapter.runtime,
   });
   return new LibcudaDriver(adapter, found.library, maxWorkers);
+}
+
+/** {@link openLibcudaDriver} with the FFI of the current runtime (rejects where it has none). */
+export async function openNativeDriver(options: NativeDriverOptions = {}): Promise<NativeDriver> {
+  const callingThread = checkFlag(options.callingThread, "callingThread", false);
+  return openLibcudaDriver(await runtimeAdapter({ callingThread }), options);
 }
 
 /** Calls in flight, at most `max` at once; the rest wait their turn in order. */
@@ -275,26 +216,13 @@ const DEVICE_SYMBOL_NAMES: readonly CudaSymbolName[] = [
 /** Room for a GPU's name, with its NUL (NVIDIA's tools use 256). */
 const GPU_NAME_SIZE = 256;
 
-/**
- * The native driver: see the module documentation. Made by {@link openLibcudaDriver}.
- *
- * @example
- * ```ts ignore
- * import { openNativeDriver } from "./mod.ts";
- * await using driver = await openNativeDriver();
- * const { code, value } = await driver.getState(1234);
- * ```
- */
+/** The native driver (see the module documentation), made by {@link openLibcudaDriver}. */
 export class LibcudaDriver implements NativeDriver {
   /** `native (Deno)` or `native (Bun)`. */
   readonly kind: string;
-  /** The absolute path of the library that opened (see {@link NativeDriver.libraryPath}). */
   readonly libraryPath: string;
-  /** Whether all six checkpoint functions are present. */
   readonly checkpointSupported: boolean;
-  /** The C names of the checkpoint functions the library lacks. */
   readonly missingFunctions: readonly string[];
-  /** Whether {@link LibcudaDriver.listGpus} gives every GPU (see {@link NativeDriver.listsEveryGpu}). */
   readonly listsEveryGpu: boolean;
 
   #adapter: FfiAdapter;
@@ -322,7 +250,12 @@ export class LibcudaDriver implements NativeDriver {
       CHECKPOINT_SYMBOL_NAMES.filter((name) => !opened.lib.present.has(name)),
     );
     this.checkpointSupported = this.missingFunctions.length === 0;
-    this.listsEveryGpu = seesEveryGpu(adapter);
+    // CUDA_VISIBLE_DEVICES hides and renumbers GPUs, while a restore mapping must name them all.
+    try {
+      this.listsEveryGpu = adapter.getEnv("CUDA_VISIBLE_DEVICES") === undefined;
+    } catch {
+      this.listsEveryGpu = false; // unreadable: it may be set
+    }
     this.#limiter = new Limiter(maxWorkers);
     this.#done = new Promise((resolve) => this.#finish = resolve);
     // A library that fails to close is reported to whoever awaits the disposal, and to no one else.
@@ -348,7 +281,7 @@ export class LibcudaDriver implements NativeDriver {
     return this.#query("getState", pid, "cuCheckpointProcessGetState");
   }
 
-  /** `cuCheckpointProcessGetRestoreThreadId`, off the main thread; the value is a thread id. */
+  /** `cuCheckpointProcessGetRestoreThreadId`, off the main thread. */
   getRestoreThreadId(pid: number): Promise<DriverResult> {
     return this.#query("getRestoreThreadId", pid, "cuCheckpointProcessGetRestoreThreadId");
   }
@@ -365,10 +298,9 @@ export class LibcudaDriver implements NativeDriver {
   }
 
   /**
-   * `cuCheckpointProcessRestore`; `null` passes NULL args. GPU pairs need driver 13.0 (580): before
-   * it the args struct is all reserved, so pairs answer `CUDA_ERROR_NOT_SUPPORTED` without a call
-   * and an empty list is passed as NULL. `cuInit` comes first, once, as NVIDIA's header asks of
-   * the process that restores.
+   * `cuCheckpointProcessRestore`; `null` passes NULL args. Before driver 13.0 (580) the args
+   * struct is all reserved: GPU pairs answer `CUDA_ERROR_NOT_SUPPORTED` without a call, and an
+   * empty list is passed as NULL. `cuInit` comes first, once, as NVIDIA's header asks.
    */
   async restore(pid: number, args: RestoreArgs | null): Promise<number> {
     const count = args?.gpuPairs.length ?? 0;
@@ -406,7 +338,6 @@ export class LibcudaDriver implements NativeDriver {
     return this.#describe(code, "cuGetErrorString");
   }
 
-  /** Every GPU the driver sees (see {@link NativeDriver.listGpus}). */
   listGpus(): Promise<readonly GpuInfo[]> {
     return this.#span("listGpus", async () => {
       const init = await this.#initialize();
@@ -415,13 +346,11 @@ export class LibcudaDriver implements NativeDriver {
     });
   }
 
-  /** Closes the driver (see {@link NativeDriver.close}). */
   close(): void {
     this.#closed = true;
     this.#releaseIfIdle();
   }
 
-  /** Closes the driver and resolves once the calls in flight have settled and all is let go. */
   [Symbol.asyncDispose](): Promise<void> {
     this.close();
     return this.#done;
@@ -504,9 +433,8 @@ export class LibcudaDriver implements NativeDriver {
   }
 
   /**
-   * `cuInit(0)` and the GPU list, once per library in this process, before the first lock,
-   * restore or listGpus. A failed `cuInit` (other than "no device") is not kept, so a later call
-   * tries again.
+   * `cuInit(0)` and the GPU list, once per library in this process. A failed `cuInit` (other than
+   * "no device") is not kept, so a later call tries again.
    */
   #initialize(): Promise<Initialization> {
     const use = this.#use;
@@ -553,12 +481,7 @@ export class LibcudaDriver implements NativeDriver {
       await this.#device(uuidSymbol, [uuid, readInt(device)]);
       const name = nativeBuffer(GPU_NAME_SIZE);
       await this.#device("cuDeviceGetName", [name, GPU_NAME_SIZE, readInt(device)]);
-      const end = name.indexOf(0);
-      gpus.push(Object.freeze({
-        index,
-        uuid: formatGpuUuid(uuid),
-        name: new TextDecoder().decode(name.subarray(0, end < 0 ? name.length : end)),
-      }));
+      gpus.push(Object.freeze({ index, uuid: formatGpuUuid(uuid), name: cText(name) }));
     }
     return Object.freeze(gpus);
   }

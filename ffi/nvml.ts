@@ -1,13 +1,9 @@
 /**
- * GPU memory per process through NVML (`libnvidia-ml.so.1`, which NVIDIA's driver installs next to
- * libcuda), bound through the same runtime adapters as libcuda (`adapter.ts`). Optional: where it
- * cannot be loaded, the listing says GPU memory is unknown, and why.
- *
- * The library is found as libcuda is, never in the current directory: the path given, else the
- * environment variable `CKPT_LIBNVML_PATH`, else the system loader's own search for
- * `libnvidia-ml.so.1` (asked for the absolute path, `loader.ts`), else the driver's usual
- * directories. Every NVML call but `nvmlErrorString` runs off the main thread (`nvmlInit_v2` can
- * take seconds while the driver brings GPUs up).
+ * GPU memory per process through NVML (`libnvidia-ml.so.1`, installed next to libcuda), on the
+ * same runtime adapters as libcuda. Optional: where it cannot be loaded, the listing says GPU
+ * memory is unknown, and why. It is found as libcuda is (`find.ts`), never in the current
+ * directory. Every call but `nvmlErrorString` runs off the main thread (`nvmlInit_v2` can take
+ * seconds while the driver brings GPUs up).
  *
  * `nvmlProcessInfo_t` (nvml.h, CUDA 11 and later; `nvmlProcessInfo_v2_t` is the same) is 24 bytes:
  * `unsigned int pid` at 0, 4 bytes of padding, `unsigned long long usedGpuMemory` at 8,
@@ -17,49 +13,47 @@
  * @module
  */
 
-import { nativeBuffer } from "../core/structs.ts";
 import type { GpuMemory, GpuMemoryReport } from "../core/host.ts";
 import { formatGpuUuid, parseGpuUuid } from "../core/uuid.ts";
-import type { FfiAdapter, FfiLibrary, NativeArg } from "./adapter.ts";
-import { LIBCUDA_SEARCH_PATHS, LIBCUDA_SONAME } from "./find.ts";
-import { askSystemLoader } from "./loader.ts";
+import {
+  cText,
+  type FfiAdapter,
+  type FfiLibrary,
+  type NativeArg,
+  nativeBuffer,
+} from "./adapter.ts";
+import { LIBCUDA_SEARCH_PATHS, LIBCUDA_SONAME, openCandidate, reasonOf } from "./find.ts";
 import type { CudaForeignFunction } from "./symbols.ts";
 
-/** The name the system loader resolves for NVML. */
-export const NVML_SONAME = "libnvidia-ml.so.1";
-
+const NVML_SONAME = "libnvidia-ml.so.1";
 /** The environment variable that names the NVML library to load, overriding the search. */
-export const NVML_ENV_VAR = "CKPT_LIBNVML_PATH";
+const NVML_ENV_VAR = "CKPT_LIBNVML_PATH";
 
-/** Size in bytes of one `nvmlProcessInfo_t` (v2/v3 list functions). */
-export const NVML_PROCESS_INFO_SIZE = 24;
-/** Offset of `usedGpuMemory` in `nvmlProcessInfo_t` (after `pid` and 4 bytes of padding). */
-export const NVML_USED_MEMORY_OFFSET = 8;
+/** `sizeof(nvmlProcessInfo_t)` (v2/v3 list functions), and the offset of `usedGpuMemory` in it. */
+const NVML_PROCESS_INFO_SIZE = 24;
+const NVML_USED_MEMORY_OFFSET = 8;
 /** `NVML_VALUE_NOT_AVAILABLE`: what `usedGpuMemory` holds where NVML cannot tell. */
 export const NVML_VALUE_NOT_AVAILABLE = 0xffff_ffff_ffff_ffffn;
-
 /** `NVML_ERROR_INSUFFICIENT_SIZE`: the list is longer than the room given. */
 const NVML_ERROR_INSUFFICIENT_SIZE = 7;
-/** `sizeof(nvmlMemory_t)`: total, free and used, three unsigned long long. */
-export const NVML_MEMORY_SIZE = 24;
-/** The offset of `free` in `nvmlMemory_t`. */
-export const NVML_MEMORY_FREE_OFFSET = 8;
+/** `sizeof(nvmlMemory_t)` (total, free and used, three unsigned long long), and `free`'s offset. */
+const NVML_MEMORY_SIZE = 24;
+const NVML_MEMORY_FREE_OFFSET = 8;
 /** `NVML_DEVICE_UUID_V2_BUFFER_SIZE`: room for a UUID with its NUL. */
 const UUID_BUFFER_SIZE = 96;
 
-/** A function that can wait: it runs off the main thread. */
+/** A function that can wait (it runs off the main thread), and one that an NVML may lack. */
 const WAITS = { nonblocking: true } as const;
-
-/** A process-list function: it can wait, and an NVML may have only one of the two versions. */
+const MAY_LACK = { nonblocking: true, optional: true } as const;
+/** A process-list function: an NVML may have only one of the two versions. */
 const LIST_PROCESSES = {
   parameters: ["u64", "buffer", "buffer"],
   result: "i32",
-  nonblocking: true,
-  optional: true,
+  ...MAY_LACK,
 } as const;
 
 /** The NVML functions bound, by their C names. Every one returns an `nvmlReturn_t` (an int). */
-export const NVML_SYMBOLS = {
+const NVML_SYMBOLS = {
   // nvmlReturn_t nvmlInit_v2(void)
   nvmlInit_v2: { parameters: [], result: "i32", ...WAITS },
   // nvmlReturn_t nvmlShutdown(void)
@@ -73,30 +67,20 @@ export const NVML_SYMBOLS = {
   // nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length)
   nvmlDeviceGetUUID: { parameters: ["u64", "buffer", "u32"], result: "i32", ...WAITS },
   // nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t, unsigned int *infoCount,
-  //   nvmlProcessInfo_t *infos)
+  //   nvmlProcessInfo_t *infos); _v2 takes the same 24-byte struct, in older NVMLs
   nvmlDeviceGetComputeRunningProcesses_v3: LIST_PROCESSES,
-  // nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t, unsigned int *infoCount,
-  //   nvmlProcessInfo_v2_t *infos): the same 24-byte struct, in older NVMLs
   nvmlDeviceGetComputeRunningProcesses_v2: LIST_PROCESSES,
-  // nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory): total, free
-  // and used bytes (three unsigned long long); optional, as only the free memory needs it
-  nvmlDeviceGetMemoryInfo: {
-    parameters: ["u64", "buffer"],
-    result: "i32",
-    ...WAITS,
-    optional: true,
-  },
+  // nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory); only the
+  // free memory needs it
+  nvmlDeviceGetMemoryInfo: { parameters: ["u64", "buffer"], result: "i32", ...MAY_LACK },
 } as const satisfies Record<string, CudaForeignFunction>;
 
-/** The C names of {@link NVML_SYMBOLS}. */
-export type NvmlSymbolName = keyof typeof NVML_SYMBOLS;
+type NvmlSymbolName = keyof typeof NVML_SYMBOLS;
 
 /** Options of {@link openNvml}. */
 export interface NvmlOptions {
   /** The NVML library to load (then the only one tried); a relative path gets the cwd in front. */
   libraryPath?: string;
-  /** Where to look after the system loader; the directories libcuda is looked for in, by default. */
-  searchPaths?: readonly string[];
   /**
    * Keep NVML initialised from the first read until {@link Nvml.close}, instead of one
    * `nvmlInit_v2`/`nvmlShutdown` pair per read: a read then costs a few list calls instead of
@@ -109,23 +93,15 @@ export interface NvmlOptions {
 export interface Nvml {
   /** The absolute path of the library that opened. */
   readonly libraryPath: string;
-  /**
-   * GPU memory by pid and free memory by GPU, read in one NVML session (init, the GPUs' process
-   * lists and memory, shutdown), or in the session kept open (`keepInitialized`).
-   */
+  /** GPU memory by pid and free memory by GPU, read in one NVML session (or the one kept open). */
   gpuMemory(): Promise<GpuMemoryReport>;
   /** Closes the library (on Bun, its worker threads too). Once no call is in flight. */
   close(): Promise<void>;
 }
 
-/** The usual places of `libnvidia-ml.so.1`: the driver puts it next to libcuda. */
-export const NVML_SEARCH_PATHS: readonly string[] = LIBCUDA_SEARCH_PATHS.map((path) =>
-  path.slice(0, -LIBCUDA_SONAME.length) + NVML_SONAME
-);
-
 /**
  * Finds and opens NVML: `libraryPath`, else {@link NVML_ENV_VAR}, else the system loader, else
- * {@link NVML_SEARCH_PATHS}. Only absolute paths reach the runtime's `dlopen`.
+ * libcuda's usual directories (the driver puts NVML next to it).
  *
  * @throws {Error} listing every path tried with its reason, when none opens.
  */
@@ -139,19 +115,17 @@ export function openNvml(adapter: FfiAdapter, options: NvmlOptions = {}): Nvml {
       envNote = ` (${NVML_ENV_VAR} could not be read, so it counted as not set)`;
     }
   }
-  const candidates = explicit
-    ? [explicit]
-    : [NVML_SONAME, ...(options.searchPaths ?? NVML_SEARCH_PATHS)];
+  const candidates = explicit ? [explicit] : [
+    NVML_SONAME,
+    ...LIBCUDA_SEARCH_PATHS.map((path) => path.slice(0, -LIBCUDA_SONAME.length) + NVML_SONAME),
+  ];
   const byReason = new Map<string, string[]>();
   for (const candidate of candidates) {
     try {
-      return new NvmlLibrary(
-        adapter,
-        ...openOne(adapter, candidate),
-        options.keepInitialized ?? false,
-      );
+      const { lib, path } = openCandidate(adapter, candidate, NVML_SYMBOLS);
+      return new NvmlLibrary(adapter, lib, path, options.keepInitialized ?? false);
     } catch (error) {
-      const reason = shortReason(error, candidate);
+      const reason = reasonOf(error, candidate);
       byReason.set(reason, [...byReason.get(reason) ?? [], candidate]);
     }
   }
@@ -161,29 +135,6 @@ export function openNvml(adapter: FfiAdapter, options: NvmlOptions = {}): Nvml {
       tried.join("; ")
     }`,
   );
-}
-
-/** A loader's message without the runtime's prefixes and the path it repeats. */
-function shortReason(error: unknown, candidate: string): string {
-  const text = (error instanceof Error ? error.message : String(error))
-    .replaceAll("Could not open library: ", "")
-    .replaceAll(`Failed to open library "${candidate}": `, "")
-    .replaceAll(`${candidate}: `, "");
-  return text.replace(/\s*\n\s*/g, " ").trim() || "failed to open (no reason given)";
-}
-
-/** Opens one candidate by its absolute path (a bare name: the path the system loader picks). */
-function openOne(adapter: FfiAdapter, candidate: string): [FfiLibrary<NvmlSymbolName>, string] {
-  if (!candidate.includes("/")) {
-    const located = askSystemLoader(adapter, candidate);
-    try {
-      return [adapter.open(located.path, NVML_SYMBOLS), located.path];
-    } finally {
-      located.release();
-    }
-  }
-  const path = candidate.startsWith("/") ? candidate : `${adapter.cwd()}/${candidate}`;
-  return [adapter.open(path, NVML_SYMBOLS), path];
 }
 
 /** NVML on a runtime's adapter. */
@@ -198,16 +149,11 @@ class NvmlLibrary implements Nvml {
   /** Whether a kept `nvmlInit_v2` waits for its `nvmlShutdown` (at close). */
   #initialized = false;
 
-  constructor(
-    adapter: FfiAdapter,
-    lib: FfiLibrary<NvmlSymbolName>,
-    path: string,
-    keepInitialized: boolean,
-  ) {
+  constructor(adapter: FfiAdapter, lib: FfiLibrary<NvmlSymbolName>, path: string, keep: boolean) {
     this.#adapter = adapter;
     this.#lib = lib;
     this.libraryPath = path;
-    this.#keep = keepInitialized;
+    this.#keep = keep;
   }
 
   gpuMemory(): Promise<GpuMemoryReport> {
@@ -244,11 +190,11 @@ class NvmlLibrary implements Nvml {
 
   async #read(): Promise<GpuMemoryReport> {
     const present = this.#lib.present;
-    const list = present.has("nvmlDeviceGetComputeRunningProcesses_v3")
-      ? "nvmlDeviceGetComputeRunningProcesses_v3"
-      : present.has("nvmlDeviceGetComputeRunningProcesses_v2")
-      ? "nvmlDeviceGetComputeRunningProcesses_v2"
-      : undefined;
+    const list = ([
+      "nvmlDeviceGetComputeRunningProcesses_v3",
+      "nvmlDeviceGetComputeRunningProcesses_v2",
+    ] as const)
+      .find((name) => present.has(name));
     if (!list) {
       return {
         unknown: `${this.libraryPath} has neither nvmlDeviceGetComputeRunningProcesses_v3 nor _v2`,
@@ -260,7 +206,7 @@ class NvmlLibrary implements Nvml {
     const byPid = new Map<number, Record<string, number> | "unknown">();
     const freeMiB = new Map<string, number>();
     const totalMiB = new Map<string, number>();
-    for (let index = 0; index < u32(count, 0); index++) {
+    for (let index = 0; index < u32(count); index++) {
       const handleOut = nativeBuffer(8);
       code = await this.#call("nvmlDeviceGetHandleByIndex_v2", [index, handleOut]);
       if (code !== 0) {
@@ -311,12 +257,12 @@ class NvmlLibrary implements Nvml {
       const infos = nativeBuffer(room * NVML_PROCESS_INFO_SIZE);
       const code = await this.#call(symbol, [handle, count, infos]);
       if (code === NVML_ERROR_INSUFFICIENT_SIZE) {
-        room = u32(count, 0) + 16;
+        room = u32(count) + 16;
         continue;
       }
       if (code !== 0) return this.#failure(what, code);
       const view = new DataView(infos.buffer);
-      return Array.from({ length: u32(count, 0) }, (_, i) => ({
+      return Array.from({ length: u32(count) }, (_, i) => ({
         pid: view.getUint32(i * NVML_PROCESS_INFO_SIZE, true),
         bytes: view.getBigUint64(i * NVML_PROCESS_INFO_SIZE + NVML_USED_MEMORY_OFFSET, true),
       }));
@@ -336,16 +282,15 @@ class NvmlLibrary implements Nvml {
 
   /** `what failed: <nvmlErrorString> (NVML code n)`. */
   #failure(what: string, code: number): string {
-    let text = "no description";
     const address = BigInt(this.#lib.call({ symbol: "nvmlErrorString", args: [code] }));
-    if (address !== 0n) text = this.#adapter.cString(address);
+    const text = address === 0n ? "no description" : this.#adapter.cString(address);
     return `${what} failed: ${text} (NVML code ${code})`;
   }
 }
 
-/** The unsigned int at `offset`. */
-function u32(buf: Uint8Array, offset: number): number {
-  return new DataView(buf.buffer, buf.byteOffset).getUint32(offset, true);
+/** The unsigned int at the start of a buffer. */
+function u32(buf: Uint8Array): number {
+  return new DataView(buf.buffer, buf.byteOffset).getUint32(0, true);
 }
 
 /** A GPU UUID in the form the driver's GPU list uses (lowercase hex); another text as it is. */
@@ -355,10 +300,4 @@ function sameForm(uuid: string): string {
   } catch {
     return uuid;
   }
-}
-
-/** The NUL-terminated text at the start of a buffer. */
-function cText(buf: Uint8Array): string {
-  const end = buf.indexOf(0);
-  return new TextDecoder().decode(buf.subarray(0, end < 0 ? buf.length : end));
 }

@@ -1,7 +1,5 @@
 /**
- * Which runtime this is, and its FFI adapter (Deno's or Bun's), loaded only when asked: the one
- * thing every user of the native libraries (libcuda, NVML, libc) needs, in a module of its own so
- * that loading it loads nothing else.
+ * This runtime's FFI adapter (Deno's or Bun's), loaded only when asked.
  *
  * @module
  */
@@ -9,20 +7,14 @@
 import { DriverLoadError } from "../core/errors.ts";
 import type { FfiAdapter } from "./adapter.ts";
 
-/** The JavaScript runtime, as far as the native driver cares. */
-export type NativeRuntime = "deno" | "bun" | "other";
-
 /** Which runtime this is: Deno and Bun each have a native binding; anything else has none. */
-export function detectRuntime(): NativeRuntime {
+export function detectRuntime(): "deno" | "bun" | "other" {
   if ("Deno" in globalThis) return "deno";
   if ("Bun" in globalThis) return "bun";
   return "other";
 }
 
-/**
- * The adapter of this runtime's FFI (Deno's or Bun's); a `DriverLoadError` on any other runtime.
- * `callingThread` is the native driver's option of that name (no worker threads on Bun).
- */
+/** The adapter of this runtime's FFI; a `DriverLoadError` on any other runtime. */
 export async function runtimeAdapter(
   options: { callingThread?: boolean } = {},
 ): Promise<FfiAdapter> {

@@ -2,7 +2,7 @@
  * Byte layouts of the checkpoint API's argument structs (cuda.h 13.0), written into plain
  * `Uint8Array`s so that every runtime's FFI can pass them as pointers.
  *
- * Every buffer here has an `ArrayBuffer` of its own ({@link nativeBuffer}): a small typed array
+ * Every buffer here has an `ArrayBuffer` of its own (`nativeBuffer`, adapter.ts): a small typed array
  * made by length may live inside the JavaScript heap, where the garbage collector is free to move
  * it, which an address written into a struct (`gpuPairs`) or held by a call running on another
  * thread must not see. An `ArrayBuffer`'s backing store stays where it is.
@@ -10,7 +10,8 @@
  * @module
  */
 
-import type { GpuPair, LockArgs } from "./driver.ts";
+import type { GpuPair, LockArgs } from "../core/driver.ts";
+import { nativeBuffer } from "./adapter.ts";
 
 /** Size in bytes of every checkpoint args struct (lock, checkpoint, restore, unlock). */
 export const ARGS_STRUCT_SIZE = 64;
@@ -20,11 +21,6 @@ export const GPU_PAIR_SIZE = 32;
 export const CUUUID_SIZE = 16;
 /** Offset of the `gpuPairs` pointer in `CUcheckpointRestoreArgs`. */
 export const RESTORE_ARGS_PAIRS_OFFSET = 0;
-
-/** A zeroed buffer of `size` bytes with an `ArrayBuffer` of its own, whose address does not move. */
-export function nativeBuffer(size: number): Uint8Array {
-  return new Uint8Array(new ArrayBuffer(size));
-}
 
 /** Encodes `CUcheckpointLockArgs`: `u32 timeoutMs` at 0, then 60 reserved bytes (zero unless given). */
 export function encodeLockArgs(args: LockArgs): Uint8Array {

@@ -1,51 +1,39 @@
 /**
- * The libcuda functions this package binds, keyed by their exact C names, in one table that both
- * runtimes use: Deno passes it to `Deno.dlopen` as it is (`ffi/deno.ts` checks it against
- * `Deno.ForeignLibraryInterface`), and Bun's binding derives its `bun:ffi` definitions from it
- * with {@link bunDefinition}.
- *
- * Every function returns a `CUresult` (a C `int`). Struct arguments are passed as pointers to
- * buffers built by `core/structs.ts`; out-parameters are pointers to small buffers.
+ * The libcuda functions this package binds, by their exact C names, in one table for both
+ * runtimes: Deno's `dlopen` takes it as it is, Bun's definitions come from {@link bunDefinition}.
+ * Every function returns a `CUresult` (a C `int`); structs (`structs.ts`) and out-parameters
+ * are passed as pointers to buffers.
  *
  * @module
  */
 
 import { C_FUNCTIONS } from "../core/gate.ts";
 
-/** The FFI parameter and result types the tables use (a subset of Deno's `NativeType`). */
-export type CudaNativeType = "i32" | "u32" | "u64" | "buffer";
+/** The FFI parameter types the tables use (a subset of Deno's `NativeType`). */
+type CudaNativeType = "i32" | "u32" | "u64" | "buffer";
 
-/**
- * One function of a table, in the shape of `Deno.ForeignFunction`: `nonblocking` calls can wait,
- * so they run on another thread (Deno's own, a Bun worker) and return a Promise; `optional`
- * functions may be missing from the library without failing the whole `dlopen`.
- */
+/** One function of a table, in the shape of `Deno.ForeignFunction`. */
 export interface CudaForeignFunction {
   /** The parameters, in order. */
   readonly parameters: readonly CudaNativeType[];
   /** The result: a `CUresult` (`i32`), or a pointer (`u64`, for the C library's `dlopen`). */
   readonly result: "i32" | "u64";
-  /** Whether the call can wait, so runs on another thread and returns a Promise. */
+  /** Whether the call can wait, so runs on another thread (Deno's own, a Bun worker). */
   readonly nonblocking?: boolean;
-  /** Whether the library may lack the function. */
+  /** Whether the library may lack the function without failing the whole `dlopen`. */
   readonly optional?: boolean;
 }
 
 /** A function that can wait: it runs on another thread, never on the main one. */
 const WAITS = { nonblocking: true } as const;
-/**
- * A function that can wait and that some libraries lack: the checkpoint functions (drivers before
- * 570), `cuDeviceGetUuid_v2` (before CUDA 11.4). The device queries are optional too, so that a
- * library without them still checkpoints; only the GPU list needs them.
- */
+/** One some libraries lack: checkpoint (before 570), `_v2` (before CUDA 11.4), the GPU list's. */
 const MAY_LACK = { nonblocking: true, optional: true } as const;
 
 /**
- * The symbol table. `cuDriverGetVersion` and the error names never wait, so they are called on the
- * calling thread. Every other function can wait: `cuInit` and the device queries block in a
- * process that has locked itself, and a checkpoint function called while a checkpoint or restore
- * of the same process is in flight waits until it ends (3.3 s measured for getState; see
- * docs/DRIVER.md#overlapping-calls). Those run on another thread.
+ * The symbol table. `cuDriverGetVersion` and the error names never wait. Every other function can:
+ * `cuInit` and the device queries block in a process that has locked itself, and a checkpoint
+ * function called while a checkpoint or restore of the same process is in flight waits until it
+ * ends (3.3 s measured for getState; docs/DRIVER.md#overlapping-calls).
  */
 export const CUDA_SYMBOLS = {
   // CUresult cuDriverGetVersion(int *driverVersion)
@@ -84,11 +72,8 @@ export const CUDA_SYMBOLS = {
   cuCheckpointProcessUnlock: { parameters: ["i32", "buffer"], result: "i32", ...MAY_LACK },
 } as const satisfies Record<string, CudaForeignFunction>;
 
-/** The type of {@link CUDA_SYMBOLS}. */
-export type CudaSymbols = typeof CUDA_SYMBOLS;
-
 /** The C names of every function in {@link CUDA_SYMBOLS}. */
-export type CudaSymbolName = keyof CudaSymbols;
+export type CudaSymbolName = keyof typeof CUDA_SYMBOLS;
 
 /** The six checkpoint functions (driver 570 and later), as core names them. */
 export const CHECKPOINT_SYMBOL_NAMES: readonly CudaSymbolName[] = Object.values(C_FUNCTIONS);
@@ -102,9 +87,8 @@ export interface BunFunctionDefinition {
 }
 
 /**
- * The `bun:ffi` definition of one function of a table: the same C signature with Bun's type names
- * (a Deno `"buffer"` is a Bun `"ptr"`, which takes a typed array or `null`). Bun has no `optional`
- * or `nonblocking`: its binding probes functions one by one and runs waiting calls in workers.
+ * The `bun:ffi` definition of a function: a Deno `"buffer"` is a Bun `"ptr"`. Bun has no
+ * `optional` or `nonblocking`: its binding probes functions one by one, and runs waits in workers.
  */
 export function bunDefinition(fn: CudaForeignFunction): BunFunctionDefinition {
   return {

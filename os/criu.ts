@@ -1,22 +1,12 @@
 /**
- * CRIU as the engine of snapshots: the installed `criu` program, run with an argument array
- * (never through a shell), one run per tree.
- *
- * This package suspends the CUDA processes itself before a dump and resumes them after a restore,
- * so criu runs without its CUDA plugin, whether the machine has it or not: with
- * `--no-default-config` and `--libdir` pointing at an empty private directory, and without the
- * `CRIU_CONFIG_FILE` and `CRIU_LIBS_DIR` variables (a loaded plugin would restore and unlock the
- * processes behind this package's back at restore). As NVIDIA's README says, a checkpointed CUDA
- * process no longer refers to the GPU, and criu dumps it as any other.
- *
- * A dump leaves the processes running (`--leave-running`); the snapshot ends them once every tree
- * is on disk. Both dump and restore use `--shell-job`, so that a tree whose root is not a session
- * leader (a process started from a shell or a program) can be taken and brought back, and
- * `--file-locks`, so that a process holding a file lock (Deno holds its caches' locks) can. A
- * dump or a restore under way is not interrupted: criu killed in the middle can leave a process
- * with its parasite code in it; an abort takes effect when criu has ended. The log of each run
- * (`dump.log` beside the images; `restore.log` in a private temporary directory) is named in
- * every error.
+ * CRIU as the engine of snapshots: the installed `criu`, run with an argument array, one run per
+ * tree. This package suspends and resumes the CUDA processes itself (a checkpointed one no longer
+ * refers to the GPU), so criu runs without its CUDA plugin (`--no-default-config`, an empty
+ * `--libdir`, no `CRIU_CONFIG_FILE` or `CRIU_LIBS_DIR`), which would restore and unlock them
+ * behind its back. A dump leaves the processes running (the snapshot ends them once every tree is
+ * on disk); `--shell-job` takes a tree whose root leads no session, `--file-locks` one holding a
+ * file lock (Deno holds its caches'). A run is never interrupted (criu killed midway can leave its
+ * parasite code in a process). Each error names the run's log.
  *
  * @module
  */
@@ -38,10 +28,9 @@ import { messageOf } from "../core/errors.ts";
 import { errorCode, myUid } from "./private.ts";
 
 /** The environment variable that names the criu program, where it is not on `PATH`. */
-export const CRIU_ENV_VAR = "CKPT_CRIU_PATH";
-
+const CRIU_ENV_VAR = "CKPT_CRIU_PATH";
 /** The oldest criu this package runs. */
-export const CRIU_MIN_VERSION = "4.0";
+const CRIU_MIN_VERSION = "4.0";
 
 /** Where criu is looked for after `PATH`'s absolute directories. */
 const SYSTEM_DIRS = ["/usr/local/sbin", "/usr/sbin", "/sbin", "/usr/local/bin", "/usr/bin"];
@@ -53,26 +42,13 @@ export interface CriuEngineOptions {
    * absolute directories, else in the system's sbin and bin directories; never a relative path.
    */
   criuPath?: string;
-  /**
-   * More arguments for every dump and restore, such as `--tcp-established` or `--ext-unix-sk`
-   * (each must start with `--`).
-   */
+  /** More arguments for every dump and restore (`--tcp-established`, `--ext-unix-sk`, ...). */
   extraArgs?: readonly string[];
   /** The environment to find criu in and run it with; the process's by default. */
   env?: Readonly<Record<string, string | undefined>>;
 }
 
-/**
- * The installed criu as the engine of snapshots (see the module documentation). Opening runs
- * nothing; {@link SnapshotEngine.probe} finds criu, reads its version and runs `criu check`.
- *
- * @example
- * ```ts ignore
- * import { openCriuEngine, snapshot } from "@ckpt/cuda/snapshot";
- * const engine = openCriuEngine({ criuPath: "/opt/criu/sbin/criu", extraArgs: ["--tcp-established"] });
- * await snapshot([4242], "/srv/snapshots/job-1", { engine });
- * ```
- */
+/** The installed criu. Opening runs nothing; `probe()` finds it, and runs `criu check`. */
 export function openCriuEngine(options: CriuEngineOptions = {}): SnapshotEngine {
   return new CriuEngine(options);
 }
@@ -82,13 +58,12 @@ class CriuEngine implements SnapshotEngine {
   readonly #given: string | undefined;
   readonly #extra: readonly string[];
   readonly #env: Readonly<Record<string, string | undefined>>;
-  #probe: Promise<EngineProbe & { path?: string }> | undefined;
+  #probe: Promise<EngineProbe> | undefined;
 
   constructor(options: CriuEngineOptions) {
-    if (options.criuPath !== undefined && !path.isAbsolute(options.criuPath)) {
-      throw new TypeError(
-        `criuPath must be an absolute path, got ${JSON.stringify(options.criuPath)}`,
-      );
+    const given = options.criuPath;
+    if (given !== undefined && !path.isAbsolute(given)) {
+      throw new TypeError(`criuPath must be an absolute path, got ${JSON.stringify(given)}`);
     }
     for (const arg of options.extraArgs ?? []) {
       if (typeof arg !== "string" || !arg.startsWith("--") || arg.includes("\0")) {
@@ -97,7 +72,7 @@ class CriuEngine implements SnapshotEngine {
         );
       }
     }
-    this.#given = options.criuPath;
+    this.#given = given;
     this.#extra = [...(options.extraArgs ?? [])];
     this.#env = options.env ?? process.env;
   }
@@ -126,18 +101,16 @@ class CriuEngine implements SnapshotEngine {
         const check = await run(found.path, ["check", "--no-default-config"], this.#cleanEnv())
           .catch((err) => ({ code: -1, stdout: "", stderr: messageOf(err) }));
         if (check.code !== 0 || !/Looks good/.test(check.stdout)) {
-          const said = lastLines(`${check.stdout}\n${check.stderr}`, 4);
+          const said = `${check.stdout}\n${check.stderr}`.split("\n").map((l) => l.trim())
+            .filter(Boolean).slice(-4).join("; ");
           problems.push(
             `criu check reports that this kernel lacks what criu needs: ${said || "no output"}.`,
           );
         }
       }
-      return { ...(version ? { version } : {}), problems, path: found.path };
+      return { ...(version ? { version } : {}), problems };
     });
-    return this.#probe.then(({ version, problems }) => ({
-      ...(version ? { version } : {}),
-      problems,
-    }));
+    return this.#probe;
   }
 
   async dump(request: DumpRequest): Promise<readonly DumpedProcess[]> {
@@ -146,32 +119,10 @@ class CriuEngine implements SnapshotEngine {
     const noPlugins = await mkdtemp(path.join(os.tmpdir(), "ckpt-criu-noplugins-"));
     const watch = watchBytes(request.imagesDir, request.onBytes);
     try {
-      const result = await run(criu, [
-        "dump",
-        "--no-default-config",
-        "--libdir",
-        noPlugins,
-        "--tree",
-        String(request.root),
-        "--images-dir",
-        request.imagesDir,
-        "--log-file",
-        log,
-        "-v4",
-        "--leave-running",
-        "--shell-job",
-        "--file-locks",
-        ...this.#extra,
-      ], this.#cleanEnv());
-      if (result.code !== 0) {
-        throw new EngineError(
-          `criu dump of the tree of ${request.root} failed (exit ${result.code}): ${await logErrors(
-            log,
-            result.stderr,
-          )}`,
-          { log },
-        );
-      }
+      await this.#run(criu, "dump", request.root, log, [
+        ...["--libdir", noPlugins, "--tree", String(request.root)],
+        ...["--images-dir", request.imagesDir, "--leave-running"],
+      ]);
       if (request.signal?.aborted) {
         throw new EngineError(`the dump of the tree of ${request.root} was stopped`, { log });
       }
@@ -196,34 +147,10 @@ class CriuEngine implements SnapshotEngine {
     let ok = false;
     try {
       await mkdir(noPlugins, { mode: 0o700 });
-      const result = await run(criu, [
-        "restore",
-        "--no-default-config",
-        "--libdir",
-        noPlugins,
-        "--images-dir",
-        request.imagesDir,
-        "--work-dir",
-        work,
-        "--log-file",
-        log,
-        "-v4",
-        "--restore-detached",
-        "--shell-job",
-        "--file-locks",
-        "--pidfile",
-        pidfile,
-        ...this.#extra,
-      ], this.#cleanEnv());
-      if (result.code !== 0) {
-        throw new EngineError(
-          `criu restore of the tree of ${request.root} failed (exit ${result.code}): ${await logErrors(
-            log,
-            result.stderr,
-          )}`,
-          { log },
-        );
-      }
+      await this.#run(criu, "restore", request.root, log, [
+        ...["--libdir", noPlugins, "--images-dir", request.imagesDir, "--work-dir", work],
+        ...["--pidfile", pidfile, "--restore-detached"],
+      ]);
       const root = Number((await readFile(pidfile, "utf8").catch(() => "")).trim());
       if (root !== request.root) {
         throw new EngineError(
@@ -240,19 +167,30 @@ class CriuEngine implements SnapshotEngine {
   }
 
   stop(pids: readonly number[]): Promise<void> {
-    signalEach(pids, "SIGSTOP");
-    return Promise.resolve();
+    return Promise.resolve(signalEach(pids, "SIGSTOP"));
   }
 
   kill(pids: readonly number[]): Promise<void> {
-    signalEach(pids, "SIGKILL");
-    return Promise.resolve();
+    return Promise.resolve(signalEach(pids, "SIGKILL"));
   }
 
   async #path(): Promise<string> {
     const found = await this.#find();
     if (!found.path) throw new EngineError(found.problem!);
     return found.path;
+  }
+
+  /** Runs `criu op` on the tree of `root` with the options every run has; throws on a failure. */
+  async #run(criu: string, op: string, root: number, log: string, args: string[]): Promise<void> {
+    const result = await run(criu, [
+      ...[op, "--no-default-config", "--log-file", log, "-v4", "--shell-job", "--file-locks"],
+      ...args,
+      ...this.#extra,
+    ], this.#cleanEnv());
+    if (result.code !== 0) {
+      const why = `criu ${op} of the tree of ${root} failed (exit ${result.code})`;
+      throw new EngineError(`${why}: ${await logErrors(log, result.stderr)}`, { log });
+    }
   }
 
   /** criu's path: the one given, else `$CKPT_CRIU_PATH`, else `PATH`'s absolute dirs, else sbin. */
@@ -273,12 +211,10 @@ class CriuEngine implements SnapshotEngine {
       const candidate = path.join(dir, "criu");
       if (await isProgram(candidate)) return { path: candidate };
     }
+    const where = `PATH's directories nor in ${SYSTEM_DIRS.join(", ")}`;
+    const what = `install criu ${CRIU_MIN_VERSION} or later (apt install criu)`;
     return {
-      problem:
-        `criu is not installed (not in PATH's directories nor in ${
-          SYSTEM_DIRS.join(", ")
-        }): install criu ${CRIU_MIN_VERSION} or later (apt install criu), or name it with ` +
-        `${CRIU_ENV_VAR}.`,
+      problem: `criu is not installed (not in ${where}): ${what}, or name it with ${CRIU_ENV_VAR}.`,
     };
   }
 
@@ -362,10 +298,8 @@ function pstreeEntry(message: Uint8Array): DumpedProcess {
       if (end > message.length) throw new Error("a field is cut short");
       if (field === 5) { while (at < end) threads.push(varint()); }
       at = end;
-    } else if (wire === 5) {
-      at += 4;
-    } else if (wire === 1) {
-      at += 8;
+    } else if (wire === 5 || wire === 1) {
+      at += wire === 5 ? 4 : 8; // fixed32, fixed64
     } else {
       throw new Error(`a field of wire type ${wire}, which pstree entries do not have`);
     }
@@ -388,13 +322,8 @@ function older(version: string, min: string): boolean {
   return false;
 }
 
-async function isProgram(file: string): Promise<boolean> {
-  try {
-    const st = await stat(file);
-    return st.isFile() && (st.mode & 0o111) !== 0;
-  } catch {
-    return false;
-  }
+function isProgram(file: string): Promise<boolean> {
+  return stat(file).then((st) => st.isFile() && (st.mode & 0o111) !== 0, () => false);
 }
 
 /** Runs a program with an argument array; resolves to its exit code and output. */
@@ -420,10 +349,6 @@ async function logErrors(log: string, stderr: string): Promise<string> {
   const picked = (errors.length > 0 ? errors : text.split("\n")).slice(-4)
     .map((l) => l.replace(/^\(\s*[0-9.]+\)\s*/, "").trim()).filter(Boolean);
   return `${picked.join("; ") || "no output"} (log: ${log})`;
-}
-
-function lastLines(text: string, n: number): string {
-  return text.split("\n").map((l) => l.trim()).filter(Boolean).slice(-n).join("; ");
 }
 
 /** Tells `onBytes` the size of the images so far, every 250 ms, and once more at the end. */

@@ -1,24 +1,22 @@
 /**
- * The Linux host of `listCudaProcesses`: the processes in `/proc`, whether each has the CUDA driver
- * library mapped (`/proc/PID/maps`), its command line (`/proc/PID/cmdline`), and GPU memory per
- * process from NVML (`nvml.ts`), where NVML can be loaded.
+ * The Linux host: the processes in `/proc` (command line, libcuda mapped or not, trees, ids in
+ * use), GPU memory per process from NVML where it loads, and the records of held GPU memory.
  *
  * `/proc` is read asynchronously, at most {@link PROC_READS_AT_ONCE} files at a time: reading
- * another process's `maps` or `cmdline` takes that process's memory-map lock, which a process in
- * the middle of a large memory operation can hold for a long time, and that wait must not stop
- * the caller's event loop. On Deno the reads use `Deno.readFile`, on Bun `node:fs/promises`: each
- * runtime's faster asynchronous read (measured: 466 processes in about 30 ms and 10 ms).
- *
- * Thread ids fold into their process by themselves: `/proc` lists processes only.
+ * another process's `maps` or `cmdline` takes its memory-map lock, which a process in the middle
+ * of a large memory operation can hold for long, and that wait must not stop the event loop. On
+ * Deno the reads use `Deno.readFile`, on Bun `node:fs/promises`: each runtime's faster one
+ * (measured: 466 processes in about 30 ms and 10 ms). `/proc` lists processes, not threads.
  *
  * @module
  */
 
 import os from "node:os";
+import process from "node:process";
 import type {
-  HostProcesses,
   GpuMemoryReport,
   HeldRecords,
+  HostProcesses,
   MachineFacts,
   PidUse,
   ProcessIdentity,
@@ -30,12 +28,9 @@ import type { Nvml } from "../ffi/nvml.ts";
 import { FileHeldRecords, recordsDirectory } from "./records.ts";
 
 /** How many `/proc` files are read at once. */
-export const PROC_READS_AT_ONCE = 32;
+const PROC_READS_AT_ONCE = 32;
 
-/**
- * How `/proc` is read: the runtime's file system by default; tests give one that fails as a
- * process of another user would.
- */
+/** How `/proc` is read: the runtime's file system by default (tests give one that fails). */
 export interface ProcReader {
   /** The names in a folder. */
   list(path: string): Promise<string[]>;
@@ -60,10 +55,9 @@ export interface LinuxHostOptions {
   /** How `/proc` is read; the runtime's file system by default. */
   reader?: ProcReader;
   /**
-   * The directory of the records of held GPU memory (see `records.ts`); `false` for none (then
-   * each program remembers only what it checkpointed itself). Left out: `$CKPT_RECORDS_DIR`, else
-   * `/run/ckpt-cuda` as root, else one of the user's own. On Deno without permission to read and
-   * write it (`--allow-read`, `--allow-write`, or `-A`), there are none.
+   * The directory of the records of held GPU memory; `false` for none (each program then knows
+   * only what it checkpointed itself). Left out: `$CKPT_RECORDS_DIR`, else `/run/ckpt-cuda` as
+   * root, else one of the user's own; none on Deno without permission to read and write it.
    */
   recordsDir?: string | false;
 }
@@ -71,17 +65,14 @@ export interface LinuxHostOptions {
 /** A path to the CUDA driver library in a `/proc/PID/maps` line (`libcuda.so.580.95.05`, ...). */
 const LIBCUDA_MAPPED = /\/libcuda\.so(\.[0-9]+)*( \(deleted\))?$/m;
 
+const deno = (globalThis as { Deno?: typeof Deno }).Deno;
+
 /** The runtime's own asynchronous reads. */
 function runtimeReader(): ProcReader {
-  const deno = (globalThis as { Deno?: typeof Deno }).Deno;
   if (deno) {
     const decoder = new TextDecoder();
     return {
-      async list(path) {
-        const names: string[] = [];
-        for await (const entry of deno.readDir(path)) names.push(entry.name);
-        return names;
-      },
+      list: async (path) => (await Array.fromAsync(deno.readDir(path))).map((e) => e.name),
       read: async (path) => decoder.decode(await deno.readFile(path)),
     };
   }
@@ -93,21 +84,13 @@ function runtimeReader(): ProcReader {
 
 /** An environment variable, without a permission prompt on Deno (unset where not granted). */
 function readEnv(name: string): string | undefined {
-  const deno = (globalThis as { Deno?: typeof Deno }).Deno;
-  if (deno) {
-    if (deno.permissions.querySync({ name: "env", variable: name }).state !== "granted") {
-      return undefined;
-    }
-    return deno.env.get(name);
-  }
-  return (globalThis as { process?: { env: Record<string, string | undefined> } }).process?.env[
-    name
-  ];
+  if (!deno) return process.env[name];
+  const granted = deno.permissions.querySync({ name: "env", variable: name }).state === "granted";
+  return granted ? deno.env.get(name) : undefined;
 }
 
 /** Whether this program may read and write `dir` without a permission prompt (Deno asks). */
 function mayWrite(dir: string): boolean {
-  const deno = (globalThis as { Deno?: typeof Deno }).Deno;
   if (!deno) return true;
   return deno.permissions.querySync({ name: "read", path: dir }).state === "granted" &&
     deno.permissions.querySync({ name: "write", path: dir }).state === "granted";
@@ -123,6 +106,32 @@ function classify(error: unknown): "gone" | "denied" | "other" {
   return "other";
 }
 
+/** The fields of a `/proc/PID/stat` after its name (which may hold spaces): field 3 first. */
+function statFields(stat: string): string[] {
+  return stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+}
+
+/** A `/proc/PID/cmdline` with spaces between the arguments. */
+function commandLine(raw: string): string {
+  return raw.replace(/\0+$/, "").replaceAll("\0", " ");
+}
+
+/** The names of a `/proc` folder that are process or thread ids, as numbers. */
+function numbered(names: readonly string[]): number[] {
+  return names.filter((n) => /^[1-9][0-9]*$/.test(n)).map(Number);
+}
+
+/** Runs `fn` on each of `items`, at most {@link PROC_READS_AT_ONCE} at a time. */
+async function atMostSome<T>(items: readonly T[], fn: (item: T, i: number) => Promise<void>) {
+  let next = 0;
+  const work = async () => {
+    while (next < items.length) {
+      const i = next++;
+      await fn(items[i], i);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(PROC_READS_AT_ONCE, items.length) }, work));
+}
 
 /**
  * The Linux host: `/proc`, NVML for GPU memory where it loads (on the first `gpuMemory()`), and
@@ -140,8 +149,7 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
   /** The records of held GPU memory, shared by every program of this package on the machine. */
   readonly heldRecords: HeldRecords | undefined;
   /** This program's pid. */
-  readonly self: number | undefined = (globalThis as { Deno?: { pid: number } }).Deno?.pid ??
-    (globalThis as { process?: { pid: number } }).process?.pid;
+  readonly self: number | undefined = process.pid;
 
   /** A host of this machine, as `options` says. */
   constructor(options: LinuxHostOptions = {}) {
@@ -158,9 +166,8 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
   }
 
   /**
-   * The process that has `id` as its pid or as one of its thread ids (`/proc/ID/status`'s
-   * `Tgid`), with its start time (`/proc/PID/stat`, clock ticks since boot); `undefined` where no
-   * process has it or `/proc` cannot be read.
+   * The process that has `id` as its pid or a thread id (`Tgid` in `/proc/ID/status`), with its
+   * start time (clock ticks since boot); `undefined` where none has it or `/proc` is unreadable.
    */
   async identify(id: number): Promise<ProcessIdentity | undefined> {
     try {
@@ -175,11 +182,9 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
   }
 
   /**
-   * The process tree rooted at `root`, from `/proc`: each process's children (the `children` file
-   * of each of its threads, which needs a kernel with CONFIG_PROC_CHILDREN, as every major
-   * distribution's has), its threads (`task/`), its parent (`stat`) and command line. The root
-   * first, each process after its parent; `undefined` where `root` is no process (a thread id is
-   * not a root).
+   * The process tree of `root` (a pid, not a thread id), the root first and each process after its
+   * parent, through each thread's `children` file (CONFIG_PROC_CHILDREN, as every major
+   * distribution's kernel has); `undefined` where `root` is no process.
    */
   async processTree(root: number): Promise<TreeProcess[] | undefined> {
     this.#checkOpen("read a process tree");
@@ -207,9 +212,8 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
   }
 
   /**
-   * Which of `ids` some process uses (`/proc`): as its pid or a thread id ({@link identify}), or
-   * as the process group or session of any process (fields 5 and 6 of each `/proc/PID/stat`; a
-   * thread shares its process's). A zombie still uses all three until it is reaped.
+   * Which of `ids` some process uses: as its pid or a thread id, or as its process group or
+   * session (fields 5 and 6 of `/proc/PID/stat`). A zombie uses all three until it is reaped.
    */
   async pidsInUse(ids: readonly number[]): Promise<PidUse[]> {
     this.#checkOpen("look for the users of process ids");
@@ -219,22 +223,15 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
       const holder = await this.identify(id);
       if (holder) uses.push({ id, holder: holder.pid, as: holder.pid === id ? "pid" : "thread" });
     }
-    const pids = (await this.#reader.list(this.#root)).filter((n) => /^[1-9][0-9]*$/.test(n))
-      .map(Number);
-    let next = 0;
-    const work = async () => {
-      while (next < pids.length) {
-        const holder = pids[next++];
-        const stat = await this.#reader.read(`${this.#root}/${holder}/stat`).catch(() => "");
-        const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-        const [group, session] = [Number(fields[2]), Number(fields[3])];
-        if (wanted.has(group) && group !== holder) uses.push({ id: group, holder, as: "group" });
-        else if (wanted.has(session) && session !== holder) {
-          uses.push({ id: session, holder, as: "session" });
-        }
+    await atMostSome(numbered(await this.#reader.list(this.#root)), async (holder) => {
+      const stat = await this.#reader.read(`${this.#root}/${holder}/stat`).catch(() => "");
+      const fields = statFields(stat);
+      const [group, session] = [Number(fields[2]), Number(fields[3])];
+      if (wanted.has(group) && group !== holder) uses.push({ id: group, holder, as: "group" });
+      else if (wanted.has(session) && session !== holder) {
+        uses.push({ id: session, holder, as: "session" });
       }
-    };
-    await Promise.all(Array.from({ length: Math.min(PROC_READS_AT_ONCE, pids.length) }, work));
+    });
     return uses;
   }
 
@@ -253,16 +250,16 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
   async #treeProcess(pid: number): Promise<TreeProcess | undefined> {
     try {
       const stat = await this.#reader.read(`${this.#root}/${pid}/stat`);
-      const parent = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
-      const tasks = (await this.#reader.list(`${this.#root}/${pid}/task`))
-        .filter((n) => /^[1-9][0-9]*$/.test(n)).map(Number).sort((a, b) => a - b);
-      const threads = [pid, ...tasks.filter((t) => t !== pid)];
-      const command = (await this.#reader.read(`${this.#root}/${pid}/cmdline`).catch(() => ""))
-        .replace(/\0+$/, "").replaceAll("\0", " ");
+      const parent = Number(statFields(stat)[1]);
+      const tasks = numbered(await this.#reader.list(`${this.#root}/${pid}/task`));
+      const others = tasks.filter((t) => t !== pid).sort((a, b) => a - b);
+      const command = commandLine(
+        await this.#reader.read(`${this.#root}/${pid}/cmdline`).catch(() => ""),
+      );
       return {
         pid,
         parent: Number.isSafeInteger(parent) ? parent : 0,
-        threads: tasks.includes(pid) ? threads : [],
+        threads: tasks.includes(pid) ? [pid, ...others] : [],
         ...(command ? { command } : {}),
       };
     } catch {
@@ -271,30 +268,24 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
   }
 
   /** Whether a process lives, the same one (its start time, where known). */
-  async #alive(process: ProcessIdentity): Promise<boolean> {
+  async #alive(who: ProcessIdentity): Promise<boolean> {
     try {
-      const start = await this.#startOf(process.pid);
-      return process.start === undefined || start === process.start;
+      const start = await this.#startOf(who.pid);
+      return who.start === undefined || start === who.start;
     } catch (error) {
       return classify(error) !== "gone";
     }
   }
 
-  /** A process's start time, field 22 of `/proc/PID/stat` (after its name, which may hold spaces). */
+  /** A process's start time, field 22 of `/proc/PID/stat`. */
   async #startOf(pid: number): Promise<number | undefined> {
-    const stat = await this.#reader.read(`${this.#root}/${pid}/stat`);
-    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-    const start = Number(fields[19]);
+    const start = Number(statFields(await this.#reader.read(`${this.#root}/${pid}/stat`))[19]);
     return Number.isSafeInteger(start) ? start : undefined;
   }
 
   /**
-   * Every process in `/proc`: its command line, and whether `/proc/PID/maps` shows libcuda. A
-   * process whose `maps` cannot be read (another user's, without privilege) is reported with the
-   * reason; one that ends meanwhile is left out.
-   *
-   * @throws {Error} (as a rejection) when `/proc` itself cannot be listed (on Deno without
-   * `--allow-read`, say).
+   * Every process in `/proc`: its command line, and whether its `maps` show libcuda (or why they
+   * cannot be read); one that ends meanwhile is left out. Rejects where `/proc` cannot be listed.
    */
   async scan(): Promise<ScannedProcess[]> {
     this.#checkOpen("scan /proc");
@@ -309,28 +300,19 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
         { cause: error },
       );
     }
-    const pids = names.filter((name) => /^[1-9][0-9]*$/.test(name)).map(Number);
+    const pids = numbered(names);
     const found: (ScannedProcess | undefined)[] = new Array(pids.length);
-    let next = 0;
-    const work = async () => {
-      while (next < pids.length) {
-        const i = next++;
-        found[i] = await this.#look(pids[i]);
-      }
-    };
-    await Promise.all(Array.from({ length: Math.min(PROC_READS_AT_ONCE, pids.length) }, work));
+    await atMostSome(pids, async (pid, i) => {
+      found[i] = await this.#look(pid);
+    });
     return found.filter((p): p is ScannedProcess => p !== undefined);
   }
 
   /**
-   * GPU memory per process, and free memory per GPU, from NVML (loaded and initialised on first
-   * use, kept until {@link LinuxHost.close}), or
-   * why it is unknown: NVML not loaded, not asked for, or this program in a PID namespace of its
-   * own (a container), where NVML's pids, the host's, are not the pids `/proc` shows.
-   *
-   * Not from a program that has checkpointed itself, until it is restored: NVML's call then waits
-   * for that restore (measured on two H200s, driver 580), which the program cannot make while it
-   * waits. Ask from another process (examples/self_checkpoint.ts does).
+   * GPU memory per process and free memory per GPU from NVML (kept initialised until
+   * {@link LinuxHost.release}), or why it is unknown: no NVML, or a PID namespace of this
+   * program's own, where NVML's pids (the host's) are not `/proc`'s. Not from a program that has
+   * checkpointed itself: NVML's call then waits for its restore (two H200s, driver 580).
    */
   async gpuMemory(): Promise<GpuMemoryReport> {
     this.#checkOpen("read GPU memory");
@@ -358,25 +340,13 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
   async release(): Promise<void> {
     const nvml = this.#nvml;
     this.#nvml = undefined;
-    if (!nvml) return;
-    try {
-      await (await nvml).close();
-    } catch {
-      // It never opened: nothing to close.
-    }
+    await nvml?.then((n) => n.close()).catch(() => {}); // one that never opened has nothing to close
   }
 
   /** Lets go of NVML, once the reads under way have ended. Idempotent. */
-  async close(): Promise<void> {
+  close(): Promise<void> {
     this.#closed = true;
-    const nvml = this.#nvml;
-    this.#nvml = undefined;
-    if (!nvml) return;
-    try {
-      await (await nvml).close();
-    } catch {
-      // It never opened: nothing to close.
-    }
+    return this.release();
   }
 
   /** {@link LinuxHost.close}, for `await using`. */
@@ -393,12 +363,10 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
     const dir = `${this.#root}/${pid}`;
     let command: string | undefined;
     try {
-      command = (await this.#reader.read(`${dir}/cmdline`)).replace(/\0+$/, "")
-        .replaceAll("\0", " ") || undefined;
+      command = commandLine(await this.#reader.read(`${dir}/cmdline`)) || undefined;
     } catch (error) {
-      const kind = classify(error);
-      if (kind === "gone") return undefined;
       // Unreadable here (hidepid, say) but maybe not its maps: go on without it.
+      if (classify(error) === "gone") return undefined;
     }
     const withCommand = command === undefined ? { pid } : { pid, command };
     try {
@@ -419,12 +387,7 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
 
   /** Why NVML's pids would not match, when this program is in a PID namespace of its own. */
   async #inChildPidNamespace(): Promise<string | undefined> {
-    let status: string;
-    try {
-      status = await this.#reader.read(`${this.#root}/self/status`);
-    } catch {
-      return undefined;
-    }
+    const status = await this.#reader.read(`${this.#root}/self/status`).catch(() => "");
     const line = /^NSpid:\s*(.*)$/m.exec(status)?.[1].trim();
     if (!line || line.split(/\s+/).length < 2) return undefined;
     return `this program runs in a PID namespace of its own (a container: NSpid ${line}), and ` +

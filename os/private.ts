@@ -1,11 +1,8 @@
 /**
  * Files private to their owner: a directory only its owner may write (mode 0700 where this makes
  * it), and files written whole (a temporary file of mode 0600, renamed over the old one), so that
- * a reader sees the old contents or the new, never half of them. The records of the room check
- * (`records.ts`) and the simulated machine's state file (`cli/simulate.ts`) are kept so: this
- * package runs as root, and what it keeps must not be planted or read by others.
- *
- * Only `node:` modules that Deno and Bun both have.
+ * a reader sees the old contents or the new, never half. This package runs as root: what it keeps
+ * (records, snapshots, the simulator's state file) must not be planted or read by others.
  *
  * @module
  */
@@ -38,11 +35,9 @@ export interface PrivateRules {
 }
 
 /**
- * The one check of a path that this package keeps private: a `kind` of its own (not a symbolic
- * link to one), owned by this user, that nobody else may write (or, `strict`, read). Resolves to
- * its size; `undefined` where it does not exist.
- *
- * @throws the error `rules.refuse` makes, naming the path and the fault.
+ * The one check of a path this package keeps private: a `kind` of its own (not a symbolic link),
+ * this user's, that nobody else may write (or, `strict`, read). Resolves to its size; `undefined`
+ * where it does not exist. Throws the error `rules.refuse` makes, naming the path and the fault.
  */
 export async function checkPrivate(
   file: string,
@@ -81,30 +76,18 @@ export async function checkPrivate(
   return { size: st.size };
 }
 
-/**
- * Makes `dir` (mode 0700) where missing, and checks it ({@link checkPrivate}).
- *
- * @throws the error `refuse` makes (a plain `Error` by default), naming the directory and the fault.
- */
+/** Makes `dir` (mode 0700) where missing, and checks it ({@link checkPrivate}). */
 export async function privateDirectory(dir: string, rules: PrivateRules = {}): Promise<void> {
   try {
     await mkdir(dir, { recursive: true, mode: 0o700 });
   } catch (err) {
-    throw (rules.refuse ?? plainError)(
-      dir,
-      `cannot create the directory ${dir}: ${messageOf(err)}`,
-      err,
-    );
+    const refuse = rules.refuse ?? plainError;
+    throw refuse(dir, `cannot create the directory ${dir}: ${messageOf(err)}`, err);
   }
   await checkPrivate(dir, "directory", rules);
 }
 
-/**
- * Writes `text` to `file` through a new temporary file (mode 0600, whatever the umask) in its
- * directory, renamed over it.
- *
- * @throws the error `refuse` makes, naming the file and the fault.
- */
+/** Writes `text` to `file` through a new temporary file (mode 0600) in its directory, renamed. */
 export async function writePrivately(
   file: string,
   text: string,
@@ -128,7 +111,7 @@ export async function writePrivately(
 }
 
 /** A file mode as `0600`. */
-export function octal(mode: number): string {
+function octal(mode: number): string {
   return `0${(mode & 0o7777).toString(8).padStart(3, "0")}`;
 }
 

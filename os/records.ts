@@ -1,14 +1,9 @@
 /**
- * The records of what checkpointed processes held, kept in a private directory so that every
- * program of this package on the machine shares them: the command line that suspends a process
- * and the one that resumes it later, a library user, CRIU's plugin running the command line.
- *
- * One file per process, `<pid>-<start>.json` (start: the process's start time in clock ticks
- * since boot, so that a reused pid never finds an old record), written whole through a temporary
- * file and a rename, mode 0600, in a directory of mode 0700 that belongs to this user: as root,
- * `/run/ckpt-cuda` (a tmpfs, emptied at boot, as pids are); otherwise `$XDG_RUNTIME_DIR/ckpt-cuda`
- * or `<temp dir>/ckpt-cuda-<uid>`. A record goes when its process is restored, and when a listing
- * finds its process gone.
+ * The records of what checkpointed processes held, in a private directory that every program of
+ * this package on the machine shares (the command line that suspends a process, the one that
+ * resumes it, a library user). One file per process, `<pid>-<start>.json` (start: its start time
+ * in clock ticks since boot, so that a reused pid never finds an old record), written whole, mode
+ * 0600. A record goes when its process is restored, or a listing finds it gone.
  *
  * @module
  */
@@ -23,13 +18,14 @@ import { messageOf } from "../core/errors.ts";
 import { errorCode, myUid, privateDirectory, writePrivately } from "./private.ts";
 
 /** The environment variable that names the directory of records, overriding the default. */
-export const RECORDS_ENV_VAR = "CKPT_RECORDS_DIR";
+const RECORDS_ENV_VAR = "CKPT_RECORDS_DIR";
 
 /** The format written in each record, to refuse what another version wrote differently. */
 const FORMAT = "ckpt-cuda-held/1";
 
 /**
- * The directory of records: `$CKPT_RECORDS_DIR` where set, else `/run/ckpt-cuda` as root, else
+ * The directory of records (mode 0700, this user's): `$CKPT_RECORDS_DIR` where set, else
+ * `/run/ckpt-cuda` as root (a tmpfs, emptied at boot, as pids are), else
  * `$XDG_RUNTIME_DIR/ckpt-cuda`, else `<temp dir>/ckpt-cuda-<uid>/held`.
  */
 export function recordsDirectory(env: (name: string) => string | undefined): string {
@@ -42,10 +38,7 @@ export function recordsDirectory(env: (name: string) => string | undefined): str
   return path.join(env("TMPDIR") || os.tmpdir(), `ckpt-cuda-${uid ?? "user"}`, "held");
 }
 
-/**
- * Records in a private directory (see the module documentation). `alive` says whether a process
- * still lives, as the host sees it (its start time included).
- */
+/** Records in a private directory; `alive` says whether a process still lives (start included). */
 export class FileHeldRecords implements HeldRecords {
   /** The directory. */
   readonly where: string;
@@ -114,15 +107,11 @@ export class FileHeldRecords implements HeldRecords {
 
   /** A record file, strictly read: anything that is not one counts as none. */
   async #read(file: string): Promise<HeldRecord | undefined> {
-    let text: string;
+    const text = await readFile(file, "utf8").catch((err) => {
+      if (errorCode(err) !== "ENOENT") throw err;
+    });
     try {
-      text = await readFile(file, "utf8");
-    } catch (err) {
-      if (errorCode(err) === "ENOENT") return undefined;
-      throw err;
-    }
-    try {
-      return parseRecord(JSON.parse(text));
+      return text === undefined ? undefined : parseRecord(JSON.parse(text));
     } catch {
       return undefined;
     }
@@ -130,14 +119,16 @@ export class FileHeldRecords implements HeldRecords {
 }
 
 /** A record as written by {@link FileHeldRecords.put}; throws for anything else. */
-export function parseRecord(value: unknown): HeldRecord {
+function parseRecord(value: unknown): HeldRecord {
   const r = new StrictReader((_field, reason) => new Error(`not a record of ${FORMAT}: ${reason}`));
   const v = r.object(value, "", ["format", "process", "heldMiB", "at"], ["claim"]);
   r.choice(v.format, "format", [FORMAT]);
   const identity = (value: unknown, field: string): ProcessIdentity => {
     const o = r.object(value, field, ["pid"], ["start"]);
     const pid = r.integer(o.pid, `${field}.pid`, 0);
-    return o.start === undefined ? { pid } : { pid, start: r.integer(o.start, `${field}.start`, 0) };
+    return o.start === undefined
+      ? { pid }
+      : { pid, start: r.integer(o.start, `${field}.start`, 0) };
   };
   const mib = (value: unknown, field: string): Record<string, number> => {
     const out: Record<string, number> = {};

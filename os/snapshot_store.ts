@@ -1,11 +1,8 @@
 /**
- * Snapshots on the file system: each in a private directory (mode 0700, this user's, nobody else
- * may write in it), its manifest written whole (a temporary file of mode 0600, renamed), each
- * tree's images in a private subdirectory. A snapshot holds the memory of the processes it took,
- * and a restore runs what it finds as root: it must not be read, planted or changed by others, and
- * nothing in it is followed through a symbolic link.
- *
- * Only `node:` modules that Deno and Bun both have.
+ * Snapshots on the file system: each in a private directory (mode 0700, this user's), its manifest
+ * written whole (mode 0600), each tree's images in a private subdirectory. A snapshot holds the
+ * memory of the processes it took, and a restore runs what it finds as root: it must not be read,
+ * planted or changed by others, and nothing in it is followed through a symbolic link.
  *
  * @module
  */
@@ -18,17 +15,14 @@ import { messageOf } from "../core/errors.ts";
 import { checkPrivate, errorCode, writePrivately } from "./private.ts";
 
 const SUBDIR = /^[A-Za-z0-9_][A-Za-z0-9._-]{0,100}$/;
+const HINT = "a snapshot's directory must be this user's and private (chmod 700)";
 
 /** The file system's snapshots: see the module documentation. */
 export class FileSnapshotStore implements SnapshotStore {
   /** Makes `dir` for a new snapshot (or takes an empty, private one), mode 0700. */
   async create(dir: string): Promise<string> {
     const where = path.resolve(dir);
-    const st = await lstat(where).catch((err) => {
-      if (errorCode(err) === "ENOENT") return undefined;
-      throw new Error(`${where} cannot be looked at: ${messageOf(err)}`);
-    });
-    if (!st) {
+    if (!await checkPrivate(where, "directory", { hint: HINT })) {
       try {
         await mkdir(where, { mode: 0o700 });
       } catch (err) {
@@ -41,7 +35,6 @@ export class FileSnapshotStore implements SnapshotStore {
       await this.#check(where);
       return where;
     }
-    await this.#check(where);
     const names = await readdir(where);
     if (names.length > 0) {
       throw new Error(
@@ -78,8 +71,7 @@ export class FileSnapshotStore implements SnapshotStore {
   async readManifest(dir: string): Promise<string | undefined> {
     const file = path.join(dir, MANIFEST_FILE);
     const st = await lstat(file).catch((err) => {
-      if (errorCode(err) === "ENOENT") return undefined;
-      throw err;
+      if (errorCode(err) !== "ENOENT") throw err;
     });
     if (!st) return undefined;
     if (st.isSymbolicLink()) throw new Error(`${file} is a symbolic link`);
@@ -113,9 +105,8 @@ export class FileSnapshotStore implements SnapshotStore {
 
   /** A directory of this user that nobody else may write in, not a symbolic link. */
   async #check(where: string): Promise<void> {
-    const found = await checkPrivate(where, "directory", {
-      hint: "a snapshot's directory must be this user's and private (chmod 700)",
-    });
-    if (!found) throw new Error(`${where} does not exist`);
+    if (!await checkPrivate(where, "directory", { hint: HINT })) {
+      throw new Error(`${where} does not exist`);
+    }
   }
 }

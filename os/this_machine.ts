@@ -1,0 +1,85 @@
+/**
+ * This machine as a {@link Machine}: libcuda through the runtime's FFI, `/proc` and NVML, the
+ * installed criu, and snapshots on the file system. The public functions open it when given no
+ * machine (api/cuda_process.ts), on first use, and close it when their last user lets go.
+ *
+ * @module
+ */
+
+import type { Machine } from "../core/machine.ts";
+import type { HostProcesses } from "../core/host.ts";
+import type { SnapshotEngine, SnapshotStore } from "../core/engine.ts";
+import { checkKeys } from "../core/options.ts";
+import { type NativeDriver, type NativeDriverOptions, openNativeDriver } from "../ffi/native.ts";
+import { type CriuEngineOptions, openCriuEngine } from "./criu.ts";
+import { LinuxHost, type LinuxHostOptions } from "./linux_host.ts";
+import { FileSnapshotStore } from "./snapshot_store.ts";
+
+/** Options of {@link openMachine}: the driver's, and those of the host and of criu. */
+export interface MachineOptions extends NativeDriverOptions {
+  /** How `/proc`, NVML and the records of held GPU memory are found. */
+  host?: LinuxHostOptions;
+  /** How criu is found and run. */
+  criu?: CriuEngineOptions;
+}
+
+/** This machine, opened: what {@link openMachine} resolves to. Close it when done. */
+export interface NativeMachine extends Machine, AsyncDisposable {
+  /** libcuda. */
+  readonly driver: NativeDriver;
+  /** `/proc`, NVML (loaded on first use) and the records of held GPU memory. */
+  readonly host: HostProcesses;
+  /** The installed criu (found on first use). */
+  readonly engine: SnapshotEngine;
+  /** The file system. */
+  readonly store: SnapshotStore;
+  /** Lets go of the library, its worker threads and NVML. */
+  close(): Promise<void>;
+}
+
+/**
+ * Opens this machine: libcuda with the FFI of the current runtime (see
+ * {@link NativeDriverOptions.libraryPath}), and its host, criu engine and snapshot store, which
+ * load what they need on first use. Pass it as `{ machine }`; close it when done (`await using`
+ * works). A driver older than 570 opens: its checkpoint calls answer `CUDA_ERROR_NOT_SUPPORTED`.
+ *
+ * @throws {DriverLoadError} (as a rejection) when libcuda is not found or cannot be opened here
+ * (Deno without `--allow-ffi`, not Linux, neither Deno nor Bun); a RangeError or TypeError for
+ * bad options, naming them.
+ *
+ * @example
+ * ```ts ignore
+ * import { CudaProcess } from "@ckpt/cuda";
+ * import { openMachine } from "@ckpt/cuda/driver";
+ *
+ * await using machine = await openMachine({ libraryPath: "/usr/lib64/libcuda.so.1" });
+ * const { code, value } = await machine.driver.getState(4242); // the raw call
+ * await new CudaProcess(4242, { machine }).suspend();
+ * ```
+ */
+export async function openMachine(options: MachineOptions = {}): Promise<NativeMachine> {
+  checkKeys(options, "openMachine's options", [
+    "libraryPath",
+    "maxWorkers",
+    "callingThread",
+    "host",
+    "criu",
+  ]);
+  const driver = await openNativeDriver(options);
+  const host = new LinuxHost(options.host);
+  const close = async () => {
+    try {
+      await host.close();
+    } finally {
+      await driver[Symbol.asyncDispose]();
+    }
+  };
+  return {
+    driver,
+    host,
+    engine: openCriuEngine(options.criu),
+    store: new FileSnapshotStore(),
+    close,
+    [Symbol.asyncDispose]: close,
+  };
+}
