@@ -1,21 +1,15 @@
 /**
- * Clocks for the simulated driver: a virtual clock that jumps from one pending timer to the next
- * while the program waits on the simulator (tests take no real time, and timings are exact), and
- * the real clock (for demos).
+ * Clocks for the simulated machine: a virtual one, and the real one (for demos).
  *
  * @module
  */
 
 import { clearTimeout, setImmediate, setTimeout } from "node:timers";
-import { describeValue } from "../core/uuid.ts";
+import { describeValue } from "../core/errors.ts";
 
 /** How a timer takes part in moving time; see {@link SimClock.setTimer}. */
 export interface TimerOptions {
-  /**
-   * A passive timer (a kernel nobody waits on) fires in its turn, but does not by itself make
-   * virtual time move, and does not keep the program alive on the real clock. Default `false`:
-   * a driving timer, which someone waits on (a driver call, `sleep`).
-   */
+  /** A passive timer (a kernel nobody waits on) moves no virtual time by itself. Default `false`. */
   passive?: boolean;
 }
 
@@ -29,17 +23,8 @@ export interface SimClock {
   setTimer(ms: number, fn: () => void, options?: TimerOptions): number;
   /** Cancels a timer that has not fired. */
   clearTimer(handle: number): void;
-  /**
-   * Says that the program waits on the simulator until the returned function is called (a
-   * driver call under way, an awaited kernel). A virtual clock moves only while something holds
-   * it or a driving timer is pending. Clocks without it move as they please.
-   */
+  /** Holds the clock (the program waits on the simulator) until the returned function is called. */
   hold?(): () => void;
-}
-
-/** Holds `clock` if it can be held; returns the function that lets go (idempotent). */
-export function holdClock(clock: SimClock): () => void {
-  return clock.hold?.() ?? (() => {});
 }
 
 interface VirtualTimer {
@@ -50,13 +35,10 @@ interface VirtualTimer {
 }
 
 /**
- * Virtual time. It moves only while the program waits on the simulator: while a driving timer is
- * pending (a driver call's work, `sleep`) or something holds the clock (a call queued behind
- * another, an awaited kernel). Then, whenever the program has nothing else to do (the microtask
- * queue is empty and a macrotask turn comes), the clock moves to the earliest pending timer of
- * any kind and fires it. Work started together (`Promise.all`) therefore overlaps in virtual time
- * exactly as it would in real time, and an unrelated wait (a file read, a real `setTimeout`) moves
- * nothing.
+ * Virtual time. While the program waits on the simulator (a driving timer is pending, or something
+ * holds the clock), each time it has nothing else to do (a macrotask turn), the clock moves to the
+ * earliest pending timer and fires it. Work started together overlaps in virtual time as it would
+ * in real time, and an unrelated wait (a file read, a real `setTimeout`) moves nothing.
  */
 export class VirtualClock implements SimClock {
   /** Always `"virtual"`. */
@@ -91,7 +73,7 @@ export class VirtualClock implements SimClock {
     if (t.driving) this.#driving--;
   }
 
-  /** Holds the clock: time moves (through every pending timer) until the returned function is called. */
+  /** Holds the clock: time moves until the returned function is called. */
   hold(): () => void {
     this.#holds++;
     this.#schedule();
@@ -140,11 +122,7 @@ interface RealTimer {
   driving: boolean;
 }
 
-/**
- * Real time, optionally sped up: with `speed` 10, an operation measured at 750 ms takes 75 ms,
- * while {@link RealClock.now} still reports the simulated 750 ms. Passive timers do not keep the
- * program alive unless something holds the clock.
- */
+/** Real time, optionally sped up: with `speed` 10, 750 ms take 75, and `now()` says 750. */
 export class RealClock implements SimClock {
   /** Always `"real"`. */
   readonly kind: string = "real";
@@ -155,11 +133,7 @@ export class RealClock implements SimClock {
   #holds = 0;
   #timers = new Map<number, RealTimer>();
 
-  /**
-   * The real clock, sped up `speed` times.
-   *
-   * @param speed how many times faster than the real driver to run; 1 by default.
-   */
+  /** The real clock, sped up `speed` times (1 by default). */
   constructor(speed = 1) {
     if (!(typeof speed === "number" && speed > 0 && Number.isFinite(speed))) {
       throw new RangeError(`speed must be a positive finite number, got ${describeValue(speed)}`);
@@ -205,7 +179,23 @@ export class RealClock implements SimClock {
   }
 }
 
-/** Resolves after `ms` milliseconds of the clock's time (a driving timer). */
-export function sleep(clock: SimClock, ms: number): Promise<void> {
-  return new Promise((resolve) => clock.setTimer(ms, resolve));
+/** The clock a simulated machine's `clock` (and `speed`) option asks for. */
+export function makeClock(clock: unknown = "virtual", speed?: unknown): SimClock {
+  if (speed !== undefined && clock !== "real") {
+    throw new TypeError(`speed ${describeValue(speed)} is used only with clock: "real"`);
+  }
+  if (clock === "virtual") return new VirtualClock();
+  if (clock === "real") return new RealClock(speed as number | undefined);
+  const c = clock as SimClock | null;
+  if (
+    typeof c === "object" && c !== null && typeof c.now === "function" &&
+    typeof c.setTimer === "function" && typeof c.clearTimer === "function"
+  ) {
+    return c;
+  }
+  throw new TypeError(
+    `clock must be "virtual", "real" or a SimClock (with now, setTimer and clearTimer), got ${
+      describeValue(clock)
+    }`,
+  );
 }

@@ -1,21 +1,19 @@
 /**
- * Simulated GPU memory contents: sparse pages, so that a process of many GiB costs host memory
- * only for what a test writes. Unwritten bytes read as zero. And their hash, the chunked SHA-256
- * ({@link ChunkedSha256}), whose cost follows what was written, not the memory's size.
+ * Simulated GPU memory contents in sparse pages (a process of many GiB costs what a test wrote),
+ * their hash ({@link ChunkedSha256}), and their saved form.
  *
  * @module
  */
 
+import { Buffer } from "node:buffer";
 import { createHash, type Hash } from "node:crypto";
-import { describeValue } from "../core/uuid.ts";
+import { describeValue } from "../core/errors.ts";
+import type { StrictReader } from "../core/json.ts";
 
 /** Page size of the sparse store, in bytes. */
 export const PAGE_SIZE = 64 * 1024;
 
-/**
- * The chunk size of the chunked SHA-256 ({@link ChunkedSha256}), in bytes: 1 MiB. A multiple of
- * {@link PAGE_SIZE}.
- */
+/** The chunk size of the chunked SHA-256, in bytes: 1 MiB (a multiple of {@link PAGE_SIZE}). */
 export const HASH_CHUNK_SIZE = 1024 * 1024;
 
 /** Pages in one chunk of the chunked SHA-256. */
@@ -25,22 +23,18 @@ const PAGES_PER_CHUNK = HASH_CHUNK_SIZE / PAGE_SIZE;
 const DIGEST_BYTES = 32;
 
 /**
- * The chunked SHA-256 of a run of bytes, computed from pieces of any size as they come (for
- * example GPU memory copied back to the host piece by piece), without holding the whole.
+ * The chunked SHA-256 of a run of bytes, fed in pieces of any size as they come (GPU memory copied
+ * back piece by piece), without holding the whole.
  *
- * The chunked SHA-256 of `n` bytes is defined so: split the bytes into chunks of
- * {@link HASH_CHUNK_SIZE} (1 MiB) bytes, the last chunk shorter where `n` is not a multiple of
- * it; take the SHA-256 of each chunk (32 bytes each); the result is the SHA-256 of those digests
- * concatenated in order, as 64 lowercase hex digits. No bytes make no chunks, whose result is the
- * SHA-256 of nothing (`e3b0c442...`). It is not the SHA-256 of the bytes themselves: it is a
- * hash over the chunks' hashes, so that a simulator can keep the digest of every chunk nobody
- * wrote. {@link MemoryImage.chunkedSha256} and {@link chunkedSha256} give the same value over the
- * same bytes. With coreutils: `split -b 1M --filter='sha256sum | head -c 64 | xxd -r -p' FILE |
- * sha256sum`.
+ * Defined so: the SHA-256 of the SHA-256s (32 bytes each, in order) of the bytes' 1 MiB chunks,
+ * the last one shorter, as 64 lowercase hex digits; no bytes give the SHA-256 of nothing
+ * (`e3b0c442...`). It is not the SHA-256 of the bytes: a hash over the chunks' hashes, so that the
+ * simulator can keep the digest of every chunk nobody wrote. With coreutils:
+ * `split -b 1M --filter='sha256sum | head -c 64 | xxd -r -p' FILE | sha256sum`.
  *
  * @example
  * ```ts
- * import { ChunkedSha256, chunkedSha256 } from "@ckpt/cuda/mock";
+ * import { ChunkedSha256, chunkedSha256 } from "./memory.ts";
  *
  * const bytes = new Uint8Array(3 * 2 ** 20 + 5).fill(7);
  * const hasher = new ChunkedSha256();
@@ -57,10 +51,7 @@ export class ChunkedSha256 {
   #filled = 0;
   #done = false;
 
-  /**
-   * Feeds the next `bytes`, which continue those fed before; any piece size works, an empty one
-   * included. Returns this hasher. Throws once {@link ChunkedSha256.digest} was called.
-   */
+  /** Feeds the next `bytes` (any size); returns this hasher. Throws once the digest was given. */
   update(bytes: Uint8Array): this {
     if (!(bytes instanceof Uint8Array)) {
       throw new TypeError(`bytes must be a Uint8Array, got ${describeValue(bytes)}`);
@@ -76,10 +67,7 @@ export class ChunkedSha256 {
     return this;
   }
 
-  /**
-   * The chunked SHA-256 of every byte fed, as 64 lowercase hex digits. It can be asked once: the
-   * hasher is finished then, and a later call throws.
-   */
+  /** The chunked SHA-256 of every byte fed, as 64 lowercase hex digits; once only. */
   digest(): string {
     if (this.#done) throw new Error("this ChunkedSha256 has given its digest: make a new one");
     if (this.#filled > 0) this.#endChunk();
@@ -94,10 +82,7 @@ export class ChunkedSha256 {
   }
 }
 
-/**
- * The chunked SHA-256 of `bytes` (defined at {@link ChunkedSha256}), as 64 lowercase hex digits:
- * what {@link MemoryImage.chunkedSha256} gives for memory holding these bytes.
- */
+/** The chunked SHA-256 of `bytes` (defined at {@link ChunkedSha256}), as 64 lowercase hex digits. */
 export function chunkedSha256(bytes: Uint8Array): string {
   return new ChunkedSha256().update(bytes).digest();
 }
@@ -107,10 +92,7 @@ export class MemoryImage {
   /** The size of the memory in bytes. */
   readonly size: number;
   readonly #pages: Map<number, Uint8Array>;
-  /**
-   * The SHA-256 of every chunk, 32 bytes each, in chunk order (those of chunks in #stale are out
-   * of date); made by the first {@link MemoryImage.chunkedSha256}.
-   */
+  /** Every chunk's SHA-256 in order (those in #stale out of date), from the first hash on. */
   #chunkDigests: Uint8Array | undefined;
   /** Chunks written since #chunkDigests was last brought up to date. */
   #stale = new Set<number>();
@@ -125,7 +107,7 @@ export class MemoryImage {
 
   /** Writes `data` at byte `offset`. */
   write(offset: number, data: Uint8Array): void {
-    this.#checkRange(offset, data.length);
+    checkRange(this.size, offset, data.length);
     if (data.length === 0) return;
     this.#hex = undefined;
     if (this.#chunkDigests) {
@@ -141,7 +123,7 @@ export class MemoryImage {
 
   /** Reads `length` bytes from byte `offset`. */
   read(offset: number, length: number): Uint8Array {
-    this.#checkRange(offset, length);
+    checkRange(this.size, offset, length);
     const out = new Uint8Array(length);
     this.#spans(offset, length, (index, within, done, n) => {
       const page = this.#pages.get(index);
@@ -150,7 +132,7 @@ export class MemoryImage {
     return out;
   }
 
-  /** Calls `fn` for each page the bytes from `offset` touch: page index, offset in it, bytes before, bytes in it. */
+  /** Calls `fn` for each page the bytes touch: its index, the offset in it, bytes before, in it. */
   #spans(
     offset: number,
     length: number,
@@ -166,11 +148,7 @@ export class MemoryImage {
     }
   }
 
-  /**
-   * A copy of every byte, as a driver's copy to or from the host makes one. The copy keeps the
-   * chunk digests known so far (its own copy of them), so its first hash costs no more than the
-   * original's next one would.
-   */
+  /** A copy of every byte (a driver's copy to or from the host), with the chunk digests known. */
   copy(): MemoryImage {
     const pages = new Map<number, Uint8Array>();
     for (const [i, p] of this.#pages) pages.set(i, p.slice());
@@ -182,12 +160,8 @@ export class MemoryImage {
   }
 
   /**
-   * The chunked SHA-256 of every byte of the contents, unwritten (zero) bytes included, as 64
-   * lowercase hex digits: the same as {@link chunkedSha256} of `read(0, size)` (the definition is
-   * at {@link ChunkedSha256}). Its cost follows what was written: the first call hashes the 1 MiB
-   * chunks ever written (an unwritten chunk's digest is the zero chunk's, computed once), a later
-   * call only the chunks written since; both then hash 32 bytes per chunk (1.25 MiB for 40 GiB).
-   * The result is kept until the next write.
+   * {@link chunkedSha256} of `read(0, size)`, hashing only the chunks written since the last call
+   * (an unwritten one's digest is the zero chunk's), then 32 bytes per chunk (1.25 MiB for 40 GiB).
    */
   chunkedSha256(): string {
     if (this.#hex !== undefined) return this.#hex;
@@ -213,38 +187,18 @@ export class MemoryImage {
   /** The SHA-256 of chunk `chunk` as it is now. */
   #chunkDigest(chunk: number): Uint8Array {
     const start = chunk * HASH_CHUNK_SIZE;
-    const length = Math.min(HASH_CHUNK_SIZE, this.size - start);
-    const first = chunk * PAGES_PER_CHUNK;
-    let hash: Hash | undefined;
-    let zeros = 0; // unwritten bytes not yet fed
-    for (let i = first; i < first + Math.ceil(length / PAGE_SIZE); i++) {
-      const n = Math.min(PAGE_SIZE, start + length - i * PAGE_SIZE);
-      const page = this.#pages.get(i);
-      if (!page) {
-        zeros += n;
-        continue;
-      }
-      hash ??= createHash("sha256");
-      feedZeros(hash, zeros);
-      zeros = 0;
-      hash.update(page.subarray(0, n));
+    const end = Math.min(start + HASH_CHUNK_SIZE, this.size);
+    const hash = createHash("sha256");
+    for (let at = start; at < end; at += PAGE_SIZE) {
+      const n = Math.min(PAGE_SIZE, end - at);
+      hash.update(this.#pages.get(at / PAGE_SIZE)?.subarray(0, n) ?? ZEROS.subarray(0, n));
     }
-    if (!hash) return zeroChunkDigest(length);
-    feedZeros(hash, zeros);
     return new Uint8Array(hash.digest());
-  }
-
-  #checkRange(offset: number, length: number): void {
-    checkRange(this.size, offset, length);
   }
 }
 
 /** One shared run of zero bytes, fed to a hash for unwritten pages. */
 const ZEROS = new Uint8Array(HASH_CHUNK_SIZE);
-
-function feedZeros(hash: Hash, n: number): void {
-  if (n > 0) hash.update(ZEROS.subarray(0, n));
-}
 
 /** The SHA-256 of a chunk of `length` zero bytes, by length: computed once each. */
 const ZERO_CHUNK_DIGESTS = new Map<number, Uint8Array>();
@@ -258,10 +212,7 @@ function zeroChunkDigest(length: number): Uint8Array {
   return digest;
 }
 
-/**
- * Throws a RangeError unless `offset` and `length` are non-negative integers naming bytes inside
- * `size` bytes of GPU memory.
- */
+/** Throws a RangeError unless `offset` and `length` name bytes inside `size` bytes of memory. */
 export function checkRange(size: number, offset: number, length: number): void {
   if (!Number.isSafeInteger(offset) || offset < 0) {
     throw new RangeError(`offset must be a non-negative integer, got ${describeValue(offset)}`);
@@ -274,4 +225,65 @@ export function checkRange(size: number, offset: number, length: number): void {
       `bytes ${offset} to ${offset + length} are outside the process's ${size} bytes of GPU memory`,
     );
   }
+}
+
+/**
+ * GPU memory contents saved (in the simulator's state file and the simulated CRIU's images) as the
+ * pages written, ascending: `[page index, base64 of its bytes, trailing zeros left out]`.
+ */
+export type SavedPages = [number, string][];
+
+const BASE64 = /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/;
+
+/** The pages `written` of `image` that are not all zero, trailing zeros trimmed, as base64. */
+export function savePages(image: MemoryImage, written: Iterable<number>): SavedPages {
+  const pages: SavedPages = [];
+  for (const index of [...written].sort((a, b) => a - b)) {
+    const start = index * PAGE_SIZE;
+    const bytes = image.read(start, Math.min(PAGE_SIZE, image.size - start));
+    let end = bytes.length;
+    while (end > 0 && bytes[end - 1] === 0) end--;
+    if (end > 0) pages.push([index, Buffer.from(bytes.subarray(0, end)).toString("base64")]);
+  }
+  return pages;
+}
+
+/** Memory of `size` bytes holding `pages` (read with {@link readPages}), and the pages written. */
+export function loadPages(
+  size: number,
+  pages: SavedPages,
+): { image: MemoryImage; written: number[] } {
+  const map = new Map<number, Uint8Array>();
+  for (const [index, base64] of pages) {
+    const page = new Uint8Array(PAGE_SIZE);
+    page.set(Buffer.from(base64, "base64"));
+    map.set(index, page);
+  }
+  return { image: new MemoryImage(size, map), written: [...map.keys()] };
+}
+
+/** `value` read strictly as the saved pages of `size` bytes of memory. */
+export function readPages(
+  read: StrictReader,
+  value: unknown,
+  size: number,
+  at: string,
+): SavedPages {
+  if (!Array.isArray(value)) read.fail(at, "an array of [page index, base64] entries", value);
+  const count = Math.ceil(size / PAGE_SIZE);
+  let last = -1;
+  return value.map((entry: unknown, i): [number, string] => {
+    const path = `${at}[${i}]`;
+    const [index, base64] = read.array(entry, path, 2, 2);
+    last = read.integer(index, `${path}[0]`, last + 1, count - 1);
+    if (typeof base64 !== "string" || !BASE64.test(base64)) {
+      read.fail(`${path}[1]`, "a base64 string", base64);
+    }
+    const length = Buffer.from(base64, "base64").length;
+    const room = Math.min(PAGE_SIZE, size - last * PAGE_SIZE);
+    if (length > room) {
+      read.refuse(`${path}[1]`, `${path}[1] holds ${length} bytes; page ${last} has ${room}`);
+    }
+    return [last, base64];
+  });
 }

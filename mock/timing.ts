@@ -1,22 +1,21 @@
 /**
  * The simulated driver's timing model, one per chip, from the figures measured with driver 580
- * (docs/DRIVER.md#timings). A checkpoint or restore is a fixed cost, then a
- * copy of the process's GPU memory through the host. One process alone copies at the rate that
- * its measured whole-operation time implies (interpolated in the measured table). Copies of
- * several processes at once slow each other down in two ways, fitted to four processes of 4 GiB
- * at once: each copy's rate falls to `single / (1 + slowdownPerProcess * (N - 1))` with N copies
- * under way (checkpoint), and all copies together move at most `aggregateBytesPerSecond`
+ * (docs/DRIVER.md#timings), and the simulated CRIU's. A checkpoint or restore is a fixed cost,
+ * then a copy of the process's GPU memory through the host, at the rate its measured time implies
+ * (interpolated in the table). Copies at once slow each other (fitted to four of 4 GiB): each by
+ * `1 + slowdownPerProcess * (N - 1)` (checkpoint), all together to `aggregateBytesPerSecond`
  * (restore).
  *
  * @module
  */
 
+import { checkAmount, checkKeys } from "../core/options.ts";
+
 const MIB = 1024 * 1024;
 
 /**
- * GPU memory a process's CUDA context takes on each GPU it uses, in MiB, besides what it
- * allocates. Measured with nvidia-smi on an H200, driver 580.159.04 (2026-11-21): the project's
- * target with 16 MiB allocated showed 536 MiB, and with 1024 MiB, 1544 MiB.
+ * GPU memory a CUDA context takes on each GPU, in MiB: nvidia-smi on an H200, driver 580.159.04,
+ * showed 536 MiB for the target with 16 MiB allocated, 1544 MiB with 1024 (2026-11-21).
  */
 export const CONTEXT_MIB = 520;
 
@@ -31,10 +30,7 @@ export interface CopyTiming {
   readonly points: readonly TimingPoint[];
   /** The most all copies at once move together, in bytes per second (`Infinity`: no cap). */
   readonly aggregateBytesPerSecond: number;
-  /**
-   * How much each copy slows the others: with N copies under way, each runs at its single-process
-   * rate divided by `1 + slowdownPerProcess * (N - 1)`. 0: no slowdown.
-   */
+  /** With N copies under way, each runs at its single-process rate / `1 + this * (N - 1)`. */
   readonly slowdownPerProcess: number;
 }
 
@@ -56,10 +52,7 @@ export interface TimingModel {
   readonly rejectMs: number;
   /** A restore refused for want of free GPU memory, in ms. */
   readonly oomMs: number;
-  /**
-   * A restore the driver refuses because an earlier one of the same process ran out of GPU
-   * memory, in ms; 6 (as measured on two H200s) when left out.
-   */
+  /** A restore refused after an earlier one ran out of GPU memory, in ms; 6 when left out. */
   readonly refusedMs?: number;
   /** How long after the target exits a checkpoint or restore under way returns, in ms. */
   readonly exitNoticeMs: number;
@@ -144,6 +137,47 @@ export const H200_X4_HOST_TIMING: TimingModel = {
   },
 };
 
+const TIMING_FIELDS = [
+  ...["migrationMs", "lockMs", "unlockMs", "queryMs", "rejectMs", "oomMs", "exitNoticeMs"] as const,
+];
+
+/** `timing` checked as a whole {@link TimingModel} of sensible numbers; throws naming the field. */
+export function checkTiming(timing: unknown): TimingModel {
+  const t = checkKeys(timing as TimingModel, "timing", [
+    "checkpoint",
+    "restore",
+    ...TIMING_FIELDS,
+    "refusedMs",
+  ]);
+  for (const field of TIMING_FIELDS) checkAmount(t[field], `timing.${field}`);
+  if (t.refusedMs !== undefined) checkAmount(t.refusedMs, "timing.refusedMs");
+  for (const kind of ["checkpoint", "restore"] as const) checkCopyTiming(t[kind], `timing.${kind}`);
+  return t;
+}
+
+function checkCopyTiming(c: CopyTiming, what: string): void {
+  if (c === undefined) throw new TypeError(`${what} is missing`);
+  checkKeys(c, what, ["fixedMs", "points", "aggregateBytesPerSecond", "slowdownPerProcess"]);
+  checkAmount(c.fixedMs, `${what}.fixedMs`);
+  checkAmount(c.slowdownPerProcess, `${what}.slowdownPerProcess`);
+  const cap = c.aggregateBytesPerSecond;
+  if (cap !== Infinity) checkAmount(cap, `${what}.aggregateBytesPerSecond`, true);
+  if (!Array.isArray(c.points) || c.points.length === 0) {
+    throw new TypeError(`${what}.points must be a non-empty array of [memoryMiB, ms]`);
+  }
+  let [lastMiB, lastMs] = [0, c.fixedMs];
+  c.points.forEach(([mib, ms], i) => {
+    checkAmount(mib, `${what}.points[${i}][0] (MiB)`, true);
+    checkAmount(ms, `${what}.points[${i}][1] (ms)`);
+    if (mib <= lastMiB || ms < lastMs) {
+      throw new RangeError(
+        `${what}.points must ascend in memory and time from [0, fixedMs]; [${mib}, ${ms}] follows [${lastMiB}, ${lastMs}]`,
+      );
+    }
+    [lastMiB, lastMs] = [mib, ms];
+  });
+}
+
 /** The timing model for a chip name: {@link H100_TIMING} for an H100, else {@link H200_TIMING}. */
 export function timingForChip(name: string): TimingModel {
   return /\bH100\b/.test(name) ? H100_TIMING : H200_TIMING;
@@ -173,114 +207,15 @@ export function mibToBytes(memoryMiB: number): number {
   return memoryMiB * MIB;
 }
 
-/** The timers a {@link CopyLink} runs on. */
-export interface LinkTimers {
-  /** The current time in ms. */
-  now(): number;
-  /** Calls `fn` after `ms`; returns a function that cancels it. */
-  start(ms: number, fn: () => void): () => void;
-}
-
-interface Transfer {
-  remaining: number;
-  singleRate: number;
-  done: () => void;
-}
-
 /**
- * The host side of the driver's copies, shared by every process. Each transfer runs at the rate
- * one process alone would get, slowed by the others under way (`slowdownPerProcess`) and capped,
- * with them, at the aggregate rate. Rates are recomputed whenever a transfer starts or ends.
- */
-export class CopyLink {
-  readonly #timers: LinkTimers;
-  readonly #aggregate: number;
-  readonly #slowdown: number;
-  readonly #active = new Set<Transfer>();
-  #last = 0;
-  #cancelTimer: (() => void) | undefined;
-
-  /** A link with the aggregate rate and slowdown of `timing`. */
-  constructor(
-    timers: LinkTimers,
-    timing: Pick<CopyTiming, "aggregateBytesPerSecond" | "slowdownPerProcess">,
-  ) {
-    this.#timers = timers;
-    this.#aggregate = timing.aggregateBytesPerSecond / 1000;
-    this.#slowdown = timing.slowdownPerProcess;
-  }
-
-  /** How many transfers are under way. */
-  get active(): number {
-    return this.#active.size;
-  }
-
-  /**
-   * Moves `bytes` at up to `singleRate` bytes per ms, then calls `done`. Returns a function that
-   * cancels the transfer (then `done` is never called).
-   */
-  transfer(bytes: number, singleRate: number, done: () => void): () => void {
-    this.#advance();
-    const t: Transfer = { remaining: bytes, singleRate, done };
-    this.#active.add(t);
-    this.#reschedule();
-    return () => {
-      if (!this.#active.has(t)) return;
-      this.#advance();
-      this.#active.delete(t);
-      this.#reschedule();
-    };
-  }
-
-  #rate(t: Transfer): number {
-    const n = this.#active.size;
-    return Math.min(t.singleRate / (1 + this.#slowdown * (n - 1)), this.#aggregate / n);
-  }
-
-  #advance(): void {
-    const now = this.#timers.now();
-    const dt = now - this.#last;
-    this.#last = now;
-    if (dt <= 0) return;
-    for (const t of this.#active) t.remaining -= this.#rate(t) * dt;
-  }
-
-  #reschedule(): void {
-    this.#cancelTimer?.();
-    this.#cancelTimer = undefined;
-    let soonest = Infinity;
-    for (const t of this.#active) {
-      soonest = Math.min(soonest, Math.max(0, t.remaining) / this.#rate(t));
-    }
-    if (soonest === Infinity) return;
-    this.#cancelTimer = this.#timers.start(soonest, () => {
-      this.#cancelTimer = undefined;
-      this.#advance();
-      for (const t of [...this.#active]) {
-        // Within a byte of the end counts as done (floating-point rests).
-        if (t.remaining <= 1) {
-          this.#active.delete(t);
-          t.done();
-        }
-      }
-      this.#reschedule();
-    });
-  }
-}
-
-/**
- * Timing and image sizes of the simulated CRIU (`SimulatedCriu`), chosen to fit criu 4.1.1 on an
- * H100 (driver 580.159.04, 2026-11-24; tests/gpu/reports/snapshot-*-h100.txt and
- * bench/reports/snapshot-bun-h100.md) dumping and restoring CUDA processes that were checkpointed
- * before criu ran, without criu's CUDA plugin, as snapshots do. Images: 1.66, 2.73 and 4.88 GB for
- * 1, 2 and 4 GiB of GPU memory, which is 0.59 GB + 1.07 GB per GiB: the checkpointed copy of the
- * GPU memory once, and the process's own host memory. criu's dump alone: 0.60-1.02 s, 1.07-1.48 s
- * and 2.13-2.39 s; its restore alone at 2 GiB: 1.39-1.77 s. A dump here takes 0.2 s and its images
- * at 2.3 GB/s (0.92, 1.39, 2.32 s), a restore 0.2 s and its images at 2.1 GB/s (1.50 s at 2 GiB).
- * Eight dumps of 2 GiB at once wrote 21.8 GB in 5.9 s there, about 3.7 GB/s together, the disk
- * and page cache that all share. The fixed costs and the size of a process without CUDA are
- * assumptions, and say so. (Through criu's CUDA plugin, which checkpoints inside the dump, the
- * same targets gave images of 2.6 and 8.6 GB at 1 and 4 GiB; see docs/DRIVER.md.)
+ * Timing and image sizes of the simulated CRIU, fitted to criu 4.1.1 on an H100 (driver
+ * 580.159.04, 2026-11-24; tests/gpu/reports/snapshot-*-h100.txt, bench/reports/
+ * snapshot-bun-h100.md) dumping and restoring checkpointed CUDA processes without its CUDA plugin.
+ * Images: 1.66, 2.73 and 4.88 GB for 1, 2 and 4 GiB of GPU memory (0.59 GB + 1.07 GB per GiB: the
+ * checkpointed copy, and the process's own host memory). criu's dump alone: 0.60-1.02 s,
+ * 1.07-1.48 s and 2.13-2.39 s; its restore at 2 GiB: 1.39-1.77 s; here 0.92, 1.39, 2.32 s and
+ * 1.50 s. Eight dumps of 2 GiB at once wrote 21.8 GB in 5.9 s, about 3.7 GB/s together. (Through
+ * the CUDA plugin, images were 2.6 and 8.6 GB at 1 and 4 GiB; docs/DRIVER.md.)
  */
 export interface CriuTiming {
   /** Fixed cost of one dump of a tree, in ms (an assumption: criu's start, its freeze). */
@@ -291,20 +226,11 @@ export interface CriuTiming {
   readonly restoreFixedMs: number;
   /** The rate one restore reads its images at, alone, in bytes per second. */
   readonly restoreBytesPerSecond: number;
-  /**
-   * What every dump and restore under way at once write and read together at most, in bytes per
-   * second: they share the disk (measured: eight dumps at once on the H100 machine's disk).
-   */
+  /** What every dump and restore under way move together at most, in bytes per second. */
   readonly diskBytesPerSecond: number;
-  /**
-   * Image bytes of a CUDA process besides those for its GPU memory: its host memory and CUDA's
-   * own (measured: 0.59 GB).
-   */
+  /** Image bytes of a CUDA process besides its GPU memory's (measured: 0.59 GB). */
   readonly cudaImageBaseBytes: number;
-  /**
-   * Image bytes per MiB of a checkpointed CUDA process's GPU memory (measured: 1.07 GB per GiB,
-   * the checkpointed copy in host memory).
-   */
+  /** Image bytes per MiB of a checkpointed CUDA process's GPU memory (measured: 1.07 GB per GiB). */
   readonly cudaImageBytesPerMiB: number;
   /** Image bytes of a process without CUDA (an assumption: a small program's pages). */
   readonly plainImageBytes: number;
@@ -322,18 +248,8 @@ export const CRIU_TIMING: CriuTiming = {
   plainImageBytes: 4e6,
 };
 
-/**
- * The simulated size in bytes of the images of one process, as the simulated CRIU accounts for
- * it (its real image files are small): for a CUDA process with `memoryMiB` of GPU memory,
- * 0.59 GB + 1.07 GB per GiB (1.66 GB for 1 GiB, 4.87 GB for 4 GiB, as measured); for a
- * process without CUDA, 4 MB.
- */
-export function criuImageBytes(
-  memoryMiB: number,
-  cuda: boolean,
-  timing: CriuTiming = CRIU_TIMING,
-): number {
-  return cuda
-    ? timing.cudaImageBaseBytes + timing.cudaImageBytesPerMiB * memoryMiB
-    : timing.plainImageBytes;
+/** The simulated size in bytes of one process's images (its real image files are small). */
+export function criuImageBytes(memoryMiB: number, cuda: boolean): number {
+  const t = CRIU_TIMING;
+  return cuda ? t.cudaImageBaseBytes + t.cudaImageBytesPerMiB * memoryMiB : t.plainImageBytes;
 }

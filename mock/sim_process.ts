@@ -1,6 +1,5 @@
 /**
- * GPUs and processes of the simulated machine: who holds how much GPU memory, and a process's
- * CUDA work (kernels, memory reads and writes), which blocks while the process is not running.
+ * A process of the simulated machine: its state, GPU memory, CUDA work and faults.
  *
  * @module
  */
@@ -14,9 +13,8 @@ import {
   stateName,
   stateNumber as numberOfState,
 } from "../core/states.ts";
-import type { Operation } from "../core/errors.ts";
-import { describeValue, parseGpuUuid } from "../core/uuid.ts";
-import { checkAmount } from "./checks.ts";
+import { describeValue } from "../core/errors.ts";
+import { checkAmount } from "../core/options.ts";
 import {
   type AnswerFault,
   checkFault,
@@ -28,116 +26,33 @@ import {
   type PendingFault,
   type QueryOperation,
 } from "./faults.ts";
-import { checkRange, MemoryImage, PAGE_SIZE } from "./memory.ts";
+import type { MachineView } from "./machine_view.ts";
+import {
+  checkRange,
+  loadPages,
+  MemoryImage,
+  PAGE_SIZE,
+  type SavedPages,
+  savePages,
+} from "./memory.ts";
+import type { GpuNeeds, SimulatedGpu } from "./sim_gpu.ts";
 import { mibToBytes } from "./timing.ts";
 
-/** A GPU of the simulated machine. */
-export class SimulatedGpu {
-  /** Its index, as `nvidia-smi` numbers it. */
-  readonly index: number;
-  /** Its chip name. */
-  readonly name: string;
-  /** Its UUID, `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`. */
-  readonly uuid: string;
-  /** Its memory in MiB. */
-  readonly memoryMiB: number;
-  /** GPU memory a CUDA context takes on it, per process, in MiB. */
-  readonly contextMiB: number;
-  /** @internal the UUID's 16 bytes, as lowercase hex */
-  readonly key: string;
-  #usedMiB = 0;
-
-  /** @internal made by {@link SimulatedDriver} */
-  constructor(index: number, name: string, uuid: string, memoryMiB: number, contextMiB: number) {
-    this.index = index;
-    this.name = name;
-    this.uuid = uuid;
-    this.memoryMiB = memoryMiB;
-    this.contextMiB = contextMiB;
-    this.key = uuidKey(parseGpuUuid(uuid));
-  }
-
-  /** GPU memory in use by processes (memory and contexts, and what restores under way hold), in MiB. */
-  get usedMiB(): number {
-    return this.#usedMiB;
-  }
-
-  /** Free GPU memory in MiB. */
-  get freeMiB(): number {
-    return this.memoryMiB - this.#usedMiB;
-  }
-
-  /** @internal */
-  take(mib: number): void {
-    this.#usedMiB += mib;
-  }
-
-  /** @internal */
-  give(mib: number): void {
-    this.#usedMiB = Math.max(0, this.#usedMiB - mib);
-  }
-}
-
-/** GPU memory in MiB that a process needs on each GPU: its share of `memoryMiB` plus a context. */
-export type GpuNeeds = Map<SimulatedGpu, number>;
-
-/** What a process of `memoryMiB` needs on `gpus` (a GPU named twice needs both shares). */
-export function needsOn(memoryMiB: number, gpus: readonly SimulatedGpu[]): GpuNeeds {
-  const need: GpuNeeds = new Map();
-  for (const g of gpus) {
-    need.set(g, (need.get(g) ?? 0) + memoryMiB / gpus.length + g.contextMiB);
-  }
-  return need;
-}
-
-/** Why `need` does not fit on its GPUs, or `undefined` when it fits. */
-export function shortage(need: GpuNeeds, memoryMiB: number): string | undefined {
-  for (const [g, mib] of need) {
-    if (mib > g.freeMiB) {
-      return `GPU ${g.index} has ${g.freeMiB} MiB free, too little for ${mib} MiB more (${
-        mib - g.contextMiB
-      } MiB of ${memoryMiB} MiB of memory and ${g.contextMiB} MiB of CUDA context)`;
-    }
-  }
-  return undefined;
-}
-
-/** What a process needs from its driver. @internal */
-export interface ProcessHost {
-  /** The clock's time in ms. */
-  now(): number;
-  /** Starts a timer; returns its cancel function. */
-  startTimer(ms: number, fn: () => void, passive?: boolean): () => void;
-  /** Holds the clock: the program waits on the simulator. */
-  holdClock(): () => void;
-  /** The error for `what` once the driver is closed, else `undefined`. */
-  closedError(what: string): Error | undefined;
-  /** Forgets an exited process. */
-  forget(proc: SimulatedProcess): void;
-  /** A start number no process of the machine has had: the next of an increasing count. */
-  nextStart(): number;
-}
-
-/** How a process is seen from outside, as {@link SimulatedProcess}'s constructor takes it. @internal */
-export interface ProcessLooks {
-  /** Its command line. */
+/** A process to make (its start left out: a new one), as {@link SimulatedProcess} has them. @internal */
+export interface NewProcess {
+  pid: number;
+  threads: number[];
+  memoryMiB: number;
+  gpus: SimulatedGpu[];
+  cuda: boolean;
   command: string;
-  /** Whether the caller may look at it. */
   inspectable: boolean;
-  /** Whether it has libcuda mapped. */
-  libcudaLoaded: boolean;
-  /** Its parent's pid; 0 (the default) for none. */
+  libcuda: boolean;
   parent?: number;
-  /** Its start number; a new one from its host (`nextStart`) when left out. */
   start?: number;
 }
 
-/**
- * A kernel launch: a Promise that resolves when the kernel has finished. Awaiting it (or calling
- * `then`, `catch` or `finally`) is waiting on the simulator, so virtual time moves until the kernel
- * ends; a launch nobody waits on lets time stand still, and never reports an unhandled rejection
- * when its process exits.
- */
+/** A kernel launch. Awaiting it is waiting on the simulator: virtual time moves until it ends. */
 class KernelLaunch extends Promise<void> {
   static override get [Symbol.species](): PromiseConstructor {
     return Promise;
@@ -164,25 +79,13 @@ interface Kernel {
 
 type Waiter = () => void;
 
-/**
- * A process of the simulated machine. Its CUDA work (kernels, memory reads and writes) blocks while
- * it is locked or checkpointed, as CUDA calls in a real process do, and goes on once it is
- * unlocked.
- */
+/** A process of the simulated machine. Its CUDA work blocks while it is locked or checkpointed. */
 export class SimulatedProcess {
   /** Its process id. */
   readonly pid: number;
-  /**
-   * Its start number, which tells it from an earlier process with the same pid: what the host's
-   * `identify` gives as the process's `start`, as Linux gives its start time. Every process the
-   * machine starts gets a new one, larger than any before, also one that a snapshot restore
-   * brings back with the pid it had (which the simulated machine otherwise never gives twice).
-   */
+  /** Its start number, larger than any before (a restored process gets a new one), as Linux's. */
   readonly start: number;
-  /**
-   * The id of the thread the driver restores it from (`getRestoreThreadId`): the driver's own
-   * thread, never the main one. 0 for a process that never initialised CUDA (it has none).
-   */
+  /** Its restore thread (`getRestoreThreadId`): the driver's own, last; 0 without CUDA. */
   readonly tid: number;
   /** All its thread ids, the main thread (= pid) first, the driver's last; any of them works as a pid. */
   readonly threads: readonly number[];
@@ -190,8 +93,7 @@ export class SimulatedProcess {
   readonly memoryMiB: number;
   /** Whether it ever initialised CUDA. */
   readonly usesCuda: boolean;
-  /** @internal */
-  readonly sim: ProcessHost;
+  readonly #host: MachineView;
   /** @internal the GPUs it has or had memory on */
   gpus: SimulatedGpu[];
   /** @internal */
@@ -201,17 +103,14 @@ export class SimulatedProcess {
   /** @internal */
   hostMemory: MemoryImage | undefined;
   /** @internal the state-changing operation under way, one at a time */
-  busy: Operation | undefined;
+  busy: string | undefined;
   /** @internal virtual time at which the last kernel launched ends */
   kernelsUntil = 0;
   /** @internal the faults injected into its calls, waiting for them */
   readonly faultPlan: FaultPlan = new FaultPlan();
   /** @internal called when the process exits */
   exitListeners: Set<() => void> = new Set();
-  /**
-   * @internal the pages of its memory that {@link SimulatedProcess.write} has written: all that a
-   * snapshot needs to save, the others being zero
-   */
+  /** @internal the pages of its memory written (all a snapshot saves: the others are zero) */
   writtenPages: Set<number> = new Set();
   #held: GpuNeeds = new Map();
   #exited = false;
@@ -227,10 +126,7 @@ export class SimulatedProcess {
   readonly libcudaLoaded: boolean;
   #parent: number;
 
-  /**
-   * Its parent's pid: the live simulated process it was spawned (or restored) as a child of, or
-   * 0 for none. When the parent exits, its children get 0, as Linux gives them to init.
-   */
+  /** Its parent's pid, or 0 for none (also once the parent exited: Linux gives it to init). */
   get parent(): number {
     return this.#parent;
   }
@@ -240,33 +136,21 @@ export class SimulatedProcess {
     this.#parent = 0;
   }
 
-  /** @internal made by {@link SimulatedDriver.spawn}, which then claims its GPU memory */
-  constructor(
-    sim: ProcessHost,
-    pid: number,
-    threads: number[],
-    memoryMiB: number,
-    gpus: SimulatedGpu[],
-    usesCuda: boolean,
-    seen: ProcessLooks = {
-      command: `simulated-process ${pid}`,
-      inspectable: true,
-      libcudaLoaded: usesCuda,
-    },
-  ) {
-    this.command = seen.command;
-    this.inspectable = seen.inspectable;
-    this.libcudaLoaded = seen.libcudaLoaded;
-    this.#parent = seen.parent ?? 0;
-    this.start = seen.start ?? sim.nextStart();
-    this.sim = sim;
-    this.pid = pid;
-    this.threads = threads;
-    this.tid = usesCuda ? threads[threads.length - 1] : 0;
-    this.memoryMiB = memoryMiB;
-    this.gpus = gpus;
-    this.usesCuda = usesCuda;
-    if (usesCuda) this.deviceMemory = new MemoryImage(mibToBytes(memoryMiB));
+  /** @internal made by the machine: running, its GPU memory all zero (and not yet claimed) */
+  constructor(host: MachineView, made: NewProcess) {
+    this.#host = host;
+    this.pid = made.pid;
+    this.threads = made.threads;
+    this.memoryMiB = made.memoryMiB;
+    this.gpus = made.gpus;
+    this.usesCuda = made.cuda;
+    this.tid = made.cuda ? made.threads[made.threads.length - 1] : 0;
+    this.command = made.command;
+    this.inspectable = made.inspectable;
+    this.libcudaLoaded = made.libcuda;
+    this.#parent = made.parent ?? 0;
+    this.start = made.start ?? host.takeStart();
+    if (made.cuda) this.deviceMemory = new MemoryImage(mibToBytes(made.memoryMiB));
   }
 
   /** Its checkpoint state by name. */
@@ -284,10 +168,7 @@ export class SimulatedProcess {
     return this.gpus.map((g) => g.uuid);
   }
 
-  /**
-   * The GPU memory it holds now, in MiB by GPU UUID, its CUDA context included, as NVML reports
-   * it: nothing while checkpointed, after it exits, or for a process that never used CUDA.
-   */
+  /** The GPU memory it holds now, MiB by GPU UUID, its CUDA context included (as NVML says). */
   get gpuMemoryMiB(): Record<string, number> {
     const held: Record<string, number> = {};
     for (const [g, mib] of this.#held) held[g.uuid] = mib;
@@ -300,11 +181,9 @@ export class SimulatedProcess {
   }
 
   /**
-   * Launches a kernel that runs for `ms` (of the simulator's time). Like a CUDA launch it returns
-   * at once, and blocks first while the process is locked or checkpointed. The Promise resolves
-   * when the kernel has finished, and rejects if the process exits first. Virtual time moves for
-   * the kernel only while someone waits on it (awaits it) or on the driver; a launch nobody awaits
-   * never reports an unhandled rejection.
+   * Launches a kernel that runs for `ms` (after the process is unlocked), returning at once as a
+   * CUDA launch does; resolves when it ends, rejects if the process exits first. Virtual time moves
+   * for it only while someone awaits it; unawaited, it never reports an unhandled rejection.
    */
   launch(ms: number): Promise<void> {
     checkAmount(ms, "kernel duration (ms)");
@@ -322,14 +201,14 @@ export class SimulatedProcess {
       },
     };
     promise.onWait = () => {
-      if (this.#kernels.has(kernel)) release = this.sim.holdClock();
+      if (this.#kernels.has(kernel)) release = this.#host.holdClock();
     };
     this.#kernels.add(kernel);
     const enqueue = () => {
       // Kernels on one stream run one after another.
-      const now = this.sim.now();
+      const now = this.#host.now();
       this.kernelsUntil = Math.max(now, this.kernelsUntil) + ms;
-      kernel.cancel = this.sim.startTimer(this.kernelsUntil - now, () => {
+      kernel.cancel = this.#host.startTimer(this.kernelsUntil - now, () => {
         kernel.cancel = undefined;
         kernel.settle();
       }, true);
@@ -363,16 +242,10 @@ export class SimulatedProcess {
   }
 
   /**
-   * The chunked SHA-256 of every byte of its GPU memory (zeros included), as 64 lowercase hex
-   * digits, wherever the memory is held now (on the GPU or, checkpointed, in host memory): the
-   * SHA-256 of the SHA-256s of its 1 MiB chunks, defined at `ChunkedSha256`, the same as
-   * `chunkedSha256()` of what `read(0, memoryMiB * 2 ** 20)` returns, and as a `ChunkedSha256`
-   * fed a real GPU's memory piece by piece. It is not the SHA-256 of the
-   * bytes. An inspection for tests, not a CUDA call: it never waits for the process and takes no
-   * simulated time. Its cost follows what was written, not the size: it hashes the chunks written
-   * since the last call, plus 32 bytes per 1 MiB chunk (a few ms for 40 GiB with a few writes;
-   * bench/digest.ts); memory written all over still costs a full pass, on the calling thread, the
-   * first time. It rejects when the process has no GPU memory.
+   * The chunked SHA-256 (defined at `ChunkedSha256`) of all its GPU memory, wherever it is now, as
+   * a `ChunkedSha256` fed a real GPU's memory gives it. An inspection: it never waits, and costs
+   * what was written since the last call (a few ms for 40 GiB; bench/digest.ts). Rejects when the
+   * process has no GPU memory.
    */
   memoryChunkedSha256(): Promise<string> {
     const image = this.deviceMemory ?? this.hostMemory;
@@ -384,23 +257,21 @@ export class SimulatedProcess {
     return Promise.resolve(image.chunkedSha256());
   }
 
-  // ---- faults: what a test can make go wrong (see mock/faults.ts) ----
-
   /**
-   * Makes the next call of `op` on this process (or the `nth`) fail: it returns `fault.code` and
-   * leaves the process in `fault.state` (unchanged when left out; `"failed"` is final). A code the
-   * driver does not know is allowed, as a newer driver may return one. One fault waits per
-   * operation: a new one for the same operation replaces it. The fault is kept in snapshots.
+   * Makes the next call of `op` (or the `nth`) return `fault.code` (any, as a newer driver may
+   * return one) and leave the process in `fault.state` (unchanged when left out). One fault waits
+   * per operation: a new one replaces it.
    *
    * @example
    * ```ts
-   * import { CudaProcess, CUDA_ERROR_OUT_OF_MEMORY } from "@ckpt/cuda";
-   * import { SimulatedDriver } from "@ckpt/cuda/mock";
+   * import { CudaProcess } from "@ckpt/cuda";
+   * import { CUresult } from "@ckpt/cuda/driver";
+   * import { SimulatedMachine } from "@ckpt/cuda/mock";
    *
-   * const sim = new SimulatedDriver();
+   * const sim = new SimulatedMachine();
    * const target = sim.spawn({ memoryMiB: 1024 });
-   * target.failNext("checkpoint", { code: CUDA_ERROR_OUT_OF_MEMORY });
-   * const proc = new CudaProcess(target.pid, { driver: sim });
+   * target.failNext("checkpoint", { code: CUresult.CUDA_ERROR_OUT_OF_MEMORY });
+   * const proc = new CudaProcess(target.pid, { machine: sim });
    * await proc.suspend().catch((e) => console.log(e.message)); // "... Suspend unlocked the process again: it was left running"
    * target.failNext("restore", { code: 999, state: "failed", nth: 2 }); // the second restore from now
    * ```
@@ -410,20 +281,18 @@ export class SimulatedProcess {
   }
 
   /**
-   * Makes the process exit during the next call of `op` (or the `nth`), `afterMs` into it (as the
-   * call starts, by default; a call that would end sooner waits for the exit, as a lock waits on
-   * a busy process): the call returns `CUDA_ERROR_OPERATING_SYSTEM` shortly after, its GPU memory
-   * is freed, and its pid stops existing, as when a target is killed during a checkpoint or while
-   * a lock waits on it.
+   * Makes the process exit `afterMs` into the next call of `op` (or the `nth`), as a target killed
+   * during a checkpoint: the call returns `CUDA_ERROR_OPERATING_SYSTEM` shortly after (see
+   * {@link ExitFault}), its GPU memory is freed and its pid stops existing.
    *
    * @example
    * ```ts
-   * import { SimulatedDriver } from "@ckpt/cuda/mock";
-   * const sim = new SimulatedDriver();
+   * import { SimulatedMachine } from "@ckpt/cuda/mock";
+   * const sim = new SimulatedMachine();
    * const target = sim.spawn({ memoryMiB: 4096 });
    * target.exitDuring("checkpoint", { afterMs: 150 });
-   * await sim.lock(target.pid, null);
-   * await sim.checkpoint(target.pid); // 304: CUDA_ERROR_OPERATING_SYSTEM, about 220 ms in
+   * await sim.driver.lock(target.pid, null);
+   * await sim.driver.checkpoint(target.pid); // 304: CUDA_ERROR_OPERATING_SYSTEM, about 220 ms in
    * ```
    */
   exitDuring(op: FaultableOperation, options: ExitFault = {}): void {
@@ -431,20 +300,17 @@ export class SimulatedProcess {
   }
 
   /**
-   * Makes the next call of `op` (or the `nth`) hang: it is under way, and holds up the calls on
-   * this process that the driver serialises behind it, until the returned function releases it
-   * (it then does what it would have done) or the process exits (it then returns
-   * `CUDA_ERROR_OPERATING_SYSTEM`). Releasing before the call comes lets it through at once.
-   * {@link SimulatedProcess.releaseHung} releases every held call (after a snapshot was loaded,
-   * say). Virtual time does not move for a hung call: only other waits move it.
+   * Makes the next call of `op` (or the `nth`) hang, holding up the calls queued behind it, until
+   * the returned function releases it (released early, it lets the call through) or the process
+   * exits (`CUDA_ERROR_OPERATING_SYSTEM`). Virtual time does not move for a hung call.
    *
    * @example
    * ```ts
-   * import { SimulatedDriver } from "@ckpt/cuda/mock";
-   * const sim = new SimulatedDriver();
+   * import { SimulatedMachine } from "@ckpt/cuda/mock";
+   * const sim = new SimulatedMachine();
    * const target = sim.spawn();
    * const release = target.hangNext("lock"); // a lock that never returns: a rank stuck in a kernel
-   * const lock = sim.lock(target.pid, { timeoutMs: 0 });
+   * const lock = sim.driver.lock(target.pid, { timeoutMs: 0 });
    * await sim.sleep(60_000);
    * release();
    * await lock; // 0: CUDA_SUCCESS, a minute later
@@ -455,18 +321,17 @@ export class SimulatedProcess {
   }
 
   /**
-   * Makes the next `getState` (or `getRestoreThreadId`), or the `nth`, answer `CUDA_SUCCESS` with
-   * `answer.value` as its out-parameter: a process state number this package does not know (4
-   * and 5 are CUDA 13.4's CHECKPOINTING and RESTORING), or another thread id.
+   * Makes the next `getState` or `getRestoreThreadId` (or the `nth`) answer `CUDA_SUCCESS` with
+   * `answer.value` (see {@link AnswerFault}).
    *
    * @example
    * ```ts
    * import { CudaProcess } from "@ckpt/cuda";
-   * import { SimulatedDriver } from "@ckpt/cuda/mock";
-   * const sim = new SimulatedDriver();
+   * import { SimulatedMachine } from "@ckpt/cuda/mock";
+   * const sim = new SimulatedMachine();
    * const target = sim.spawn();
    * target.answerNext("getState", { value: 5 });
-   * await new CudaProcess(target.pid, { driver: sim }).state().catch((e) => console.log(e.message));
+   * await new CudaProcess(target.pid, { machine: sim }).state().catch((e) => console.log(e.message));
    * // "getState of process 4000 returned process state 5, which this version of @ckpt/cuda does not know ..."
    * ```
    */
@@ -475,10 +340,8 @@ export class SimulatedProcess {
   }
 
   /**
-   * Puts the process in the FAILED state now, as a failed checkpoint or restore can leave it for
-   * good: every later lock, checkpoint, restore and unlock is refused with
-   * `CUDA_ERROR_ILLEGAL_STATE`, and its CUDA work fails. Its memory stays where it is. Throws while
-   * a call is under way on it (fail that call with `failNext(op, { code, state: "failed" })`).
+   * Puts the process in the FAILED state for good, as a failed call can: every later state change
+   * is `CUDA_ERROR_ILLEGAL_STATE`. Throws while a call is under way (fail it with `failNext`).
    */
   enterFailedState(): void {
     this.#reachable("enterFailedState");
@@ -532,7 +395,7 @@ export class SimulatedProcess {
     this.deviceMemory = undefined;
     this.hostMemory = undefined;
     for (const fn of [...this.exitListeners]) fn();
-    this.sim.forget(this);
+    this.#host.forget(this);
     this.stopKernels(new Error(`process ${this.pid} exited before its kernel finished`));
   }
 
@@ -558,6 +421,19 @@ export class SimulatedProcess {
     this.#held = need;
   }
 
+  /** @internal the pages of its memory it wrote, wherever the memory is (none without any) */
+  savedPages(): SavedPages {
+    const image = this.deviceMemory ?? this.hostMemory;
+    return image ? savePages(image, this.writtenPages) : [];
+  }
+
+  /** @internal its memory made of saved pages, on its GPUs (to be claimed) or in host memory */
+  loadPages(on: "gpu" | "host", pages: SavedPages): void {
+    const { image, written } = loadPages(mibToBytes(this.memoryMiB), pages);
+    for (const page of written) this.writtenPages.add(page);
+    [this.deviceMemory, this.hostMemory] = on === "gpu" ? [image, undefined] : [undefined, image];
+  }
+
   /** @internal its GPU memory into host memory, freeing the GPU (what a checkpoint does) */
   moveToHost(): void {
     if (!this.deviceMemory) return;
@@ -575,9 +451,8 @@ export class SimulatedProcess {
   }
 
   /**
-   * Whether the driver refuses every restore of this process: a restore of it ran out of GPU
-   * memory, which on driver 580 leaves it reported checkpointed but never restorable again
-   * (tests/gpu/reports/oom-probe-2xh200.txt). Cleared once it leaves the checkpointed state.
+   * Whether the driver refuses every restore: on driver 580 a restore that ran out of GPU memory
+   * leaves the process checkpointed for good (tests/gpu/reports/oom-probe-2xh200.txt).
    */
   get restoreRefused(): boolean {
     return this.#restoreRefused;
@@ -596,7 +471,7 @@ export class SimulatedProcess {
     this.wake();
   }
 
-  /** @internal its kernels fail with `error` (the process exited, or the driver was closed) */
+  /** @internal its kernels fail with `error` (the process exited, or the machine was closed) */
   stopKernels(error: Error): void {
     for (const k of [...this.#kernels]) k.settle(error);
     this.wake();
@@ -604,7 +479,7 @@ export class SimulatedProcess {
 
   async #whenRunning(what: string): Promise<void> {
     for (;;) {
-      const closed = this.sim.closedError(`${what} in process ${this.pid}`);
+      const closed = this.#host.closedError(`${what} in process ${this.pid}`);
       if (closed) throw closed;
       if (!this.usesCuda) {
         throw new Error(`process ${this.pid} never initialised CUDA; cannot ${what}`);
@@ -635,15 +510,10 @@ export class SimulatedProcess {
     if (this.usesCuda) checkRange(mibToBytes(this.memoryMiB), offset, length);
   }
 
-  /** @internal wakes blocked CUDA work to look again (after a state change, a failed lock, an exit) */
+  /** @internal wakes blocked CUDA work to look again */
   wake(): void {
     const waiters = this.#runWaiters;
     this.#runWaiters = [];
     for (const w of waiters) w();
   }
-}
-
-/** The 16 bytes of a UUID as lowercase hex, for lookups. */
-export function uuidKey(bytes: Uint8Array): string {
-  return Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
 }

@@ -1,0 +1,255 @@
+/**
+ * The simulated CRIU's files: its log of each run, and a JSON image per process. Written and read
+ * synchronously: a pending file operation would let virtual time run on.
+ *
+ * @module
+ */
+
+import { lstatSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { EngineError } from "../core/engine.ts";
+import { messageOf } from "../core/errors.ts";
+import { StrictReader } from "../core/json.ts";
+import { MAX_PID } from "../core/options.ts";
+import { INITIAL_STATE, type ProcessState, stepTo } from "../core/states.ts";
+import { readPages, type SavedPages } from "./memory.ts";
+import type { SimulatedGpu } from "./sim_gpu.ts";
+import type { MachineView } from "./machine_view.ts";
+import { SimulatedProcess } from "./sim_process.ts";
+import { mibToBytes } from "./timing.ts";
+
+const IMAGE_FORMAT = "ckpt-cuda-simulated-criu-image";
+const IMAGE_VERSION = 1;
+const imageName = (pid: number): string => `process-${pid}.img`;
+const IMAGE_NAME = /^process-([1-9][0-9]{0,9})\.img$/;
+/** The state a CUDA process must be in to be dumped, and is in once restored. */
+export const CHECKPOINTED: ProcessState = stepTo("checkpoint");
+const FIELDS =
+  "format version pid parent threads command cuda libcuda inspectable state gpus memoryMiB"
+    .split(" ");
+
+/** The image of one process, all that brings it back (the state: checkpointed, or no CUDA). */
+export interface ProcessImage {
+  format: typeof IMAGE_FORMAT;
+  version: typeof IMAGE_VERSION;
+  pid: number;
+  parent: number;
+  threads: number[];
+  command: string;
+  cuda: boolean;
+  libcuda: boolean;
+  inspectable: boolean;
+  state: ProcessState;
+  gpus: string[];
+  memoryMiB: number;
+  memory?: SavedPages;
+}
+
+/** The image of a process that can be dumped (checkpointed, or without CUDA). */
+export function imageOf(p: SimulatedProcess): ProcessImage {
+  return {
+    format: IMAGE_FORMAT,
+    version: IMAGE_VERSION,
+    pid: p.pid,
+    parent: p.parent,
+    threads: [...p.threads],
+    command: p.command,
+    cuda: p.usesCuda,
+    libcuda: p.libcudaLoaded,
+    inspectable: p.inspectable,
+    state: p.usesCuda ? CHECKPOINTED : INITIAL_STATE,
+    gpus: p.gpuUuids,
+    memoryMiB: p.memoryMiB,
+    ...(p.usesCuda ? { memory: p.savedPages() } : {}),
+  };
+}
+
+/** A process made from its image, with a new start number; the root of the tree has no parent. */
+export function restoredProcess(
+  host: MachineView,
+  image: ProcessImage,
+  gpus: SimulatedGpu[],
+  root: number,
+): SimulatedProcess {
+  const parent = image.pid === root ? 0 : image.parent;
+  const proc = new SimulatedProcess(host, { ...image, threads: [...image.threads], gpus, parent });
+  if (!image.cuda) return proc;
+  proc.loadPages("host", image.memory ?? []);
+  proc.enter(CHECKPOINTED);
+  return proc;
+}
+
+/** Throws unless `dir` is an existing empty directory (not a symbolic link). */
+export function emptyDirectory(dir: string, log: EngineLog): void {
+  let entries: string[];
+  try {
+    if (!lstatSync(dir).isDirectory()) {
+      throw log.error(`images directory ${dir} is not a directory`);
+    }
+    entries = readdirSync(dir);
+  } catch (err) {
+    throw failed(err, log, `cannot use images directory ${dir}`);
+  }
+  if (entries.length > 0) {
+    throw log.error(
+      `images directory ${dir} is not empty (it has ${entries.length} entries, ` +
+        `${JSON.stringify(entries[0])} first)`,
+    );
+  }
+}
+
+/** Writes the image file of `image` into `dir` (mode 0600, never over a file). */
+export function writeImage(dir: string, image: ProcessImage, log: EngineLog): void {
+  const file = join(dir, imageName(image.pid));
+  try {
+    writeFileSync(file, JSON.stringify(image) + "\n", { mode: 0o600, flag: "wx" });
+  } catch (err) {
+    throw log.error(`cannot write ${file}: ${messageOf(err)}`, err);
+  }
+}
+
+/** The images of the tree of `root` in `dir`, read strictly, the root first, each after its parent. */
+export function readTree(dir: string, root: number, log: EngineLog): ProcessImage[] {
+  let names: string[];
+  try {
+    names = readdirSync(dir);
+  } catch (err) {
+    throw log.error(`cannot read images directory ${dir}: ${messageOf(err)}`, err);
+  }
+  const byPid = new Map<number, ProcessImage>();
+  const threads = new Map<number, number>();
+  for (const name of names.sort()) {
+    const match = IMAGE_NAME.exec(name);
+    if (!match) continue;
+    const file = join(dir, name);
+    const image = readImage(file, Number(match[1]), log);
+    for (const t of image.threads) {
+      const other = threads.get(t);
+      if (other !== undefined) {
+        throw log.error(`${file} is corrupt: thread ${t} is process ${other}'s too`);
+      }
+      threads.set(t, image.pid);
+    }
+    byPid.set(image.pid, image);
+  }
+  const top = byPid.get(root);
+  if (!top) throw log.error(`no image of process ${root} in ${dir}`);
+  const tree = [top];
+  for (let i = 0; i < tree.length; i++) {
+    for (const image of byPid.values()) {
+      if (image.parent === tree[i].pid && image.pid !== root) tree.push(image);
+    }
+  }
+  const stray = [...byPid.values()].find((image) => !tree.includes(image));
+  if (stray) {
+    throw log.error(
+      `${join(dir, imageName(stray.pid))} is no image of the tree of ${root}: its parent ` +
+        `${stray.parent} is not in it`,
+    );
+  }
+  return tree;
+}
+
+/** The image of process `pid` in `file`, read field by field. */
+function readImage(file: string, pid: number, log: EngineLog): ProcessImage {
+  let text: string;
+  try {
+    if (!lstatSync(file).isFile()) throw log.error(`${file} is not a regular file`);
+    text = readFileSync(file, "utf8");
+  } catch (err) {
+    throw failed(err, log, `cannot read the image ${file}`);
+  }
+  const read = new StrictReader((_, reason) => log.error(`${file} is corrupt: ${reason}`));
+  const value = new StrictReader((_, reason) => log.error(reason)).parse(text, `the image ${file}`);
+  // The tag and version first, so that a foreign file is called foreign, not broken.
+  const tagged = read.object(value, "");
+  if (tagged.format !== IMAGE_FORMAT) {
+    read.fail("format", JSON.stringify(IMAGE_FORMAT), tagged.format);
+  }
+  if (tagged.version !== IMAGE_VERSION) read.fail("version", `${IMAGE_VERSION}`, tagged.version);
+  const v = read.object(value, "", FIELDS, ["memory"]);
+  if (v.pid !== pid) read.fail("pid", `${pid}, as its name says`, v.pid);
+  const threads = read.array(v.threads, "threads", 1, 100_002)
+    .map((t, i) => read.integer(t, `threads[${i}]`, 1, MAX_PID));
+  if (threads[0] !== pid) read.refuse("threads", `threads must begin with the pid ${pid}`);
+  if (new Set(threads).size !== threads.length) read.refuse("threads", "threads lists an id twice");
+  const cuda = read.boolean(v.cuda, "cuda");
+  const libcuda = read.boolean(v.libcuda, "libcuda");
+  if (cuda && !libcuda) read.refuse("libcuda", "libcuda must be true for a CUDA process");
+  const state = cuda ? CHECKPOINTED : INITIAL_STATE;
+  if (v.state !== state) {
+    read.fail("state", `${JSON.stringify(state)} for a ${cuda ? "CUDA " : ""}process`, v.state);
+  }
+  const memoryMiB = read.amount(v.memoryMiB, "memoryMiB");
+  if (!cuda && memoryMiB !== 0) read.fail("memoryMiB", "0 for a process without CUDA", memoryMiB);
+  if (!cuda && v.memory !== undefined) {
+    read.refuse("memory", "a process without CUDA has no memory");
+  }
+  return {
+    format: IMAGE_FORMAT,
+    version: IMAGE_VERSION,
+    pid,
+    parent: read.integer(v.parent, "parent", 0, MAX_PID),
+    threads,
+    command: read.string(v.command, "command", 1 << 20),
+    cuda,
+    libcuda,
+    inspectable: read.boolean(v.inspectable, "inspectable"),
+    state,
+    gpus: read.array(v.gpus, "gpus", 1).map((g, i) => read.uuid(g, `gpus[${i}]`)),
+    memoryMiB,
+    ...(cuda ? { memory: readPages(read, v.memory, mibToBytes(memoryMiB), "memory") } : {}),
+  };
+}
+
+/** `err` as it is, where it is a failure already made; else a failure of `what`, naming it. */
+function failed(err: unknown, log: EngineLog, what: string): Error {
+  return err instanceof EngineError ? err : log.error(`${what}: ${messageOf(err)}`, err);
+}
+
+/** An engine's log: lines stamped with the time since the run began (as criu's `(00.123456)`). */
+export class EngineLog {
+  /** Where it is written. */
+  readonly path: string;
+  readonly #lines: string[] = [];
+  readonly #clock: { now(): number };
+  readonly #began: number;
+  #written = false;
+  /** The log `name` in `dir`, of an operation beginning now on `clock`; `lines` begin it. */
+  constructor(clock: { now(): number }, dir: string, name: string, ...lines: string[]) {
+    this.path = join(dir, name);
+    this.#clock = clock;
+    this.#began = clock.now();
+    for (const line of lines) this.line(line);
+  }
+
+  /** Adds a line, stamped with the time. */
+  line(text: string): void {
+    const s = (this.#clock.now() - this.#began) / 1000;
+    this.#lines.push(`(${s.toFixed(6).padStart(9, "0")}) ${text}`);
+  }
+
+  /** The error of a failure, logged and the log written (where it can be). */
+  error(message: string, cause?: unknown): EngineError {
+    this.line(`Error: ${message}`);
+    const written = this.write(true);
+    return new EngineError(message, {
+      ...(written ? { log: this.path } : {}),
+      ...(cause === undefined ? {} : { cause }),
+    });
+  }
+
+  /** Writes the log once, replacing an earlier one (not through a link); `quietly`: false if not. */
+  write(quietly = false): boolean {
+    if (this.#written) return true;
+    try {
+      rmSync(this.path, { force: true });
+      writeFileSync(this.path, this.#lines.join("\n") + "\n", { mode: 0o600, flag: "wx" });
+      this.#written = true;
+    } catch (err) {
+      if (quietly) return false;
+      throw new EngineError(`cannot write the log ${this.path}: ${messageOf(err)}`, { cause: err });
+    }
+    return true;
+  }
+}

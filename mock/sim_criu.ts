@@ -1,0 +1,384 @@
+/**
+ * The simulated CRIU, so that the snapshot flow runs in tests without root, criu or a GPU.
+ *
+ * @module
+ */
+
+import type {
+  DumpedProcess,
+  DumpRequest,
+  EngineProbe,
+  RestoreRequest,
+  SnapshotEngine,
+} from "../core/engine.ts";
+import { describeValue } from "../core/errors.ts";
+import {
+  checkAmount,
+  checkChoice,
+  checkFunction,
+  checkInteger,
+  checkKeys,
+  checkName,
+  checkSignal,
+  MAX_PID,
+} from "../core/options.ts";
+import {
+  CHECKPOINTED,
+  emptyDirectory,
+  EngineLog,
+  imageOf,
+  type ProcessImage,
+  readTree,
+  restoredProcess,
+  writeImage,
+} from "./criu_files.ts";
+import type { MachineView } from "./machine_view.ts";
+import type { SimulatedGpu } from "./sim_gpu.ts";
+import type { SimulatedProcess } from "./sim_process.ts";
+import { CRIU_TIMING, criuImageBytes } from "./timing.ts";
+import { Waits } from "./waits.ts";
+
+/** Options of {@link SimulatedCriu}. */
+export interface SimulatedCriuOptions {
+  /** The version `probe()` reports, as `criu --version` gives it. Default `"4.1.1"`. */
+  version?: string;
+  /** What `probe()` reports missing, a sentence each; while any is, runs reject. Default none. */
+  problems?: readonly string[];
+}
+
+/** An operation of the simulated CRIU that {@link SimulatedCriu.failNext} can make fail. */
+export type CriuOperation = "dump" | "restore";
+
+/** What {@link SimulatedCriu.failNext} takes. */
+export interface CriuFault {
+  /** The failure's words, as criu's last log line would give them. Default: says it was injected. */
+  message?: string;
+}
+
+/** The most simulated image bytes one step of a dump or restore moves: onBytes is told after each. */
+const PIECE_BYTES = 0.5e9;
+
+/**
+ * The simulated machine's CRIU: it dumps a tree of simulated processes into an images directory,
+ * leaving them running, and restores it as it was, in the time the measured criu took
+ * ({@link CRIU_TIMING}). A dump refuses a CUDA process that is not checkpointed (criu cannot dump
+ * its GPU mappings); a restored one is checkpointed, a new process with its old pid and a new start
+ * number (a `CudaProcess` made for the dumped one refuses it: `REPLACED`); the restored root has no
+ * parent. {@link SimulatedCriu.failNext} makes a run fail, as criu can; an `AbortSignal` stops it.
+ *
+ * @example
+ * ```ts
+ * import { CudaProcess } from "@ckpt/cuda";
+ * import { SimulatedMachine } from "@ckpt/cuda/mock";
+ * import { mkdtemp } from "node:fs/promises";
+ * import { tmpdir } from "node:os";
+ * import { join } from "node:path";
+ *
+ * const sim = new SimulatedMachine();
+ * const criu = sim.engine;
+ * const job = sim.spawn({ memoryMiB: 1024 });
+ * await job.write(0, new TextEncoder().encode("state"));
+ * await new CudaProcess(job.pid, { machine: sim }).suspend(); // criu cannot dump GPU mappings
+ * const imagesDir = await mkdtemp(join(tmpdir(), "images-"));
+ * await criu.dump({ root: job.pid, imagesDir, onBytes: (n) => console.log(n) });
+ * await criu.kill([job.pid]);
+ * await criu.restore({ root: job.pid, imagesDir });
+ * const back = sim.process(job.pid)!;
+ * console.log(back.state, back.start !== job.start); // "checkpointed" true
+ * await new CudaProcess(job.pid, { machine: sim }).resume();
+ * console.log(new TextDecoder().decode(await back.read(0, 5))); // "state"
+ * ```
+ */
+export class SimulatedCriu implements SnapshotEngine {
+  /** Always `"simulated criu"`. */
+  readonly kind: string = "simulated criu";
+  /** The version `probe()` reports. */
+  readonly version: string;
+  /** What `probe()` reports missing. */
+  readonly problems: readonly string[];
+  readonly #faults = new Map<CriuOperation, string>();
+  readonly #machine: MachineView;
+
+  /** The CRIU of `machine` (whose `engine` has the defaults), for another version or problems. */
+  constructor(machine: MachineView, options: SimulatedCriuOptions = {}) {
+    if (typeof machine?.adopt !== "function" || typeof machine?.tree !== "function") {
+      throw new TypeError(`SimulatedCriu takes a SimulatedMachine, got ${describeValue(machine)}`);
+    }
+    const o = checkKeys(options, "SimulatedCriu options", ["version", "problems"]);
+    this.#machine = machine;
+    this.version = o.version === undefined
+      ? "4.1.1"
+      : checkName(o.version, "SimulatedCriu: version");
+    const problems = o.problems === undefined ? [] : o.problems;
+    if (!Array.isArray(problems)) {
+      throw new TypeError(
+        `SimulatedCriu: problems must be an array of sentences, got ${describeValue(problems)}`,
+      );
+    }
+    this.problems = Object.freeze(
+      problems.map((p: unknown, i) => checkName(p, `SimulatedCriu: problems[${i}]`)),
+    );
+  }
+
+  /** Its version and problems, as given to the constructor. */
+  probe(): Promise<EngineProbe> {
+    const probe = { version: this.version, problems: [...this.problems] };
+    return this.#machine.waitOn("probe the simulated criu", () => Promise.resolve(probe));
+  }
+
+  /**
+   * Makes the next `op` reject with an `EngineError` of `fault.message`, after its fixed cost, as
+   * criu fails: leaving the tree running, or (a restore) none of it. A new fault replaces one.
+   */
+  failNext(op: CriuOperation, fault: CriuFault = {}): void {
+    checkChoice(op, "failNext: op", ["dump", "restore"] as const);
+    checkKeys(fault, "failNext fault", ["message"]);
+    const message = fault.message === undefined
+      ? `simulated criu: failure injected by failNext(${JSON.stringify(op)})`
+      : checkName(fault.message, "failNext: message");
+    this.#faults.set(op, message);
+  }
+
+  /**
+   * Dumps the tree of `request.root` into `request.imagesDir` (an existing empty directory),
+   * leaving it running; tells `onBytes` the image bytes written after each 0.5 GB at most. Rejects
+   * with an `EngineError` where the tree cannot be dumped, or the signal or timeout stops it.
+   */
+  dump(request: DumpRequest): Promise<readonly DumpedProcess[]> {
+    return this.#operate("dump", request, (r, run, log) => this.#dump(r, run, log));
+  }
+
+  /**
+   * Restores the tree of `request.root` from `request.imagesDir`, its processes existing from the
+   * start (criu forks them first). Rejects with an `EngineError`, leaving none of them, where an
+   * image is amiss, an id is taken (`Can't fork for PID N`), a GPU is missing, or it is stopped.
+   */
+  restore(request: RestoreRequest): Promise<void> {
+    return this.#operate("restore", request, (r, run, log) => this.#restore(r, run, log));
+  }
+
+  /** Ends at once each live process that has one of `pids` as its pid or a thread id. */
+  kill(pids: readonly number[]): Promise<void> {
+    const bad = badPids(pids, "kill");
+    return bad ? Promise.reject(bad) : this.#machine.waitOn("kill processes", () => {
+      for (const pid of pids) this.#machine.process(pid)?.exit();
+      return Promise.resolve();
+    });
+  }
+
+  /** Nothing but checks: simulated processes fork only when a test spawns them. */
+  stop(pids: readonly number[]): Promise<void> {
+    const bad = badPids(pids, "stop");
+    return bad ? Promise.reject(bad) : Promise.resolve();
+  }
+
+  /** `simulated criu 4.1.1`. */
+  toString(): string {
+    return `${this.kind} ${this.version}`;
+  }
+
+  /** A dump or restore: the request checked, then `body`, waited on, with its log and waits. */
+  #operate<T>(
+    op: CriuOperation,
+    request: DumpRequest,
+    body: (r: DumpRequest, run: Waits, log: EngineLog) => Promise<T>,
+  ): Promise<T> {
+    let r: DumpRequest;
+    try {
+      r = checkedRequest(request, op);
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    return this.#machine.waitOn(`${op} the process tree of ${r.root}`, async () => {
+      const first = op === "dump"
+        ? `Dumping processes (pid: ${r.root})`
+        : `Restoring (pid: ${r.root})`;
+      const version = `Version: ${this.version} (${this.kind})`;
+      const log = new EngineLog(this.#machine, r.imagesDir, `${op}.log`, version, first);
+      const { waits, end } = waitsOf(this.#machine, r, op, log);
+      try {
+        waits.check();
+        if (this.problems.length > 0) {
+          throw log.error(`criu cannot run here: ${this.problems.join("; ")}`);
+        }
+        return await body(r, waits, log);
+      } finally {
+        end();
+      }
+    });
+  }
+
+  async #dump(r: DumpRequest, run: Waits, log: EngineLog): Promise<readonly DumpedProcess[]> {
+    const tree = this.#machine.tree(r.root);
+    if (!tree) throw log.error(`no process with pid ${r.root}`);
+    for (const p of tree) {
+      const why = undumpable(p);
+      if (why) throw log.error(why);
+    }
+    emptyDirectory(r.imagesDir, log);
+    const images = tree.map(imageOf); // taken now: criu freezes the tree first
+    await this.#fixedCost("dump", run, log);
+    let written = 0;
+    for (const image of images) {
+      await this.#copy(image, run, CRIU_TIMING.dumpBytesPerSecond, (piece) => {
+        written += piece;
+        tell(r.onBytes, written);
+      });
+      const gone = tree.find((p) => p.exited);
+      if (gone) throw log.error(`process ${gone.pid} ended during the dump`);
+      writeImage(r.imagesDir, image, log);
+      log.line(`Dumped process ${image.pid}`);
+    }
+    log.line(`Dumping finished successfully (${written} bytes of images)`);
+    log.write();
+    return images.map((image, i) => ({
+      pid: image.pid,
+      parent: i === 0 ? 0 : image.parent,
+      threads: [...image.threads],
+    }));
+  }
+
+  async #restore(r: RestoreRequest, run: Waits, log: EngineLog): Promise<void> {
+    const made: SimulatedProcess[] = [];
+    try {
+      const images = readTree(r.imagesDir, r.root, log);
+      const gpus = images.map((image) => this.#gpusOf(image, log));
+      for (const t of images.flatMap((image) => image.threads)) {
+        const other = this.#machine.process(t);
+        if (other) throw log.error(`Can't fork for PID ${t}: process ${other.pid} has it`);
+      }
+      images.forEach((image, i) => {
+        made.push(this.#machine.adopt(restoredProcess(this.#machine, image, gpus[i], r.root)));
+      });
+      await this.#fixedCost("restore", run, log);
+      for (const image of images) {
+        await this.#copy(image, run, CRIU_TIMING.restoreBytesPerSecond);
+        log.line(`Restored process ${image.pid}`);
+      }
+      const gone = made.find((p) => p.exited);
+      if (gone) throw log.error(`process ${gone.pid} ended during the restore`);
+      log.line("Restore finished successfully");
+      log.write();
+    } catch (err) {
+      for (const p of made) p.exit();
+      throw err;
+    }
+  }
+
+  /** The fixed cost of `op`, after which a failure injected into it happens. */
+  async #fixedCost(op: CriuOperation, run: Waits, log: EngineLog): Promise<void> {
+    await run.sleep(op === "dump" ? CRIU_TIMING.dumpFixedMs : CRIU_TIMING.restoreFixedMs);
+    const message = this.#faults.get(op);
+    if (message === undefined) return;
+    this.#faults.delete(op);
+    throw log.error(message);
+  }
+
+  /** Moves an image's simulated bytes over the disk at `bytesPerSecond`, piece by piece. */
+  async #copy(image: ProcessImage, run: Waits, bytesPerSecond: number, each?: (n: number) => void) {
+    for (const piece of pieces(criuImageBytes(image.memoryMiB, image.cuda))) {
+      await run.copy(this.#machine.disk, piece, bytesPerSecond / 1000);
+      each?.(piece);
+    }
+  }
+
+  /** The GPUs of this machine that an image names. */
+  #gpusOf(image: ProcessImage, log: EngineLog): SimulatedGpu[] {
+    return image.gpus.map((uuid) => {
+      const gpu = this.#machine.gpus.find((g) => g.uuid === uuid);
+      if (!gpu) {
+        throw log.error(
+          `the image of process ${image.pid} names GPU ${uuid}, which this simulated machine lacks`,
+        );
+      }
+      return gpu;
+    });
+  }
+}
+
+/** The request of `op`: its keys, root, directory, timeout, signal and (a dump's) `onBytes`. */
+function checkedRequest(request: DumpRequest, op: CriuOperation): DumpRequest {
+  if (typeof request !== "object" || request === null) {
+    throw new TypeError(`${op} takes a request object, got ${describeValue(request)}`);
+  }
+  const keys = ["root", "imagesDir", "signal", "timeoutMs"] as const;
+  checkKeys(request, `${op} request`, op === "dump" ? [...keys, "onBytes"] : keys);
+  checkInteger(request.root, `${op}: root (a pid)`, 1, MAX_PID);
+  checkName(request.imagesDir, `${op}: imagesDir`);
+  if (request.timeoutMs !== undefined) checkAmount(request.timeoutMs, `${op}: timeoutMs`);
+  checkSignal(request.signal, `${op}: signal`);
+  checkFunction(request.onBytes, `${op}: onBytes`);
+  return request;
+}
+
+/** Why criu cannot dump the process, or `undefined` where it can. */
+function undumpable(p: SimulatedProcess): string | undefined {
+  if (p.busy) return `process ${p.pid} has a ${p.busy} under way: wait for it`;
+  if (!p.usesCuda) return undefined;
+  if (p.memoryLocation === "gpu") {
+    return `process ${p.pid} still has its GPU state on the GPU (it is ${p.state}): it must be ` +
+      `checkpointed first, as criu cannot dump its /dev/nvidia* mappings`;
+  }
+  if (p.state !== CHECKPOINTED) {
+    return `process ${p.pid} is ${p.state}, not checkpointed: only a checkpointed CUDA process ` +
+      `can be dumped`;
+  }
+  return undefined;
+}
+
+/** `bytes` in steps of at most {@link PIECE_BYTES}, the last the rest. */
+function pieces(bytes: number): number[] {
+  const n = Math.max(1, Math.ceil(bytes / PIECE_BYTES));
+  return Array.from(
+    { length: n },
+    (_, i) => i < n - 1 ? PIECE_BYTES : bytes - PIECE_BYTES * (n - 1),
+  );
+}
+
+/** Tells a progress callback; one that throws (it must not) does not stop the dump. */
+function tell(onBytes: ((bytes: number) => void) | undefined, bytes: number): void {
+  try {
+    onBytes?.(bytes);
+  } catch { /* the dump goes on */ }
+}
+
+/** The waits of one run, stopped (logged) by its signal or timeout; `end` lets go of both. */
+function waitsOf(
+  machine: MachineView,
+  request: DumpRequest | RestoreRequest,
+  what: CriuOperation,
+  log: EngineLog,
+): { waits: Waits; end(): void } {
+  const waits = new Waits((ms, fn) => machine.startTimer(ms, fn));
+  const stop = (why = "") => waits.stop(log.error(`the ${what} was stopped${why}`));
+  const onAbort = () => stop();
+  const ms = request.timeoutMs;
+  let cancelTimeout: (() => void) | undefined;
+  const late = `: its timeout of ${ms} ms passed`;
+  if (request.signal?.aborted) stop();
+  else if (ms === 0) stop(late);
+  else {
+    request.signal?.addEventListener("abort", onAbort, { once: true });
+    if (ms !== undefined) cancelTimeout = machine.startTimer(ms, () => stop(late));
+  }
+  return {
+    waits,
+    end() {
+      request.signal?.removeEventListener("abort", onAbort);
+      cancelTimeout?.();
+    },
+  };
+}
+
+/** What is wrong with a list of pids given to `what`, as an error; `undefined` where nothing is. */
+function badPids(pids: unknown, what: string): Error | undefined {
+  if (!Array.isArray(pids)) {
+    return new TypeError(`${what}: pids must be an array of pids, got ${describeValue(pids)}`);
+  }
+  try {
+    pids.forEach((pid, i) => checkInteger(pid, `${what}: pids[${i}]`, 1, MAX_PID));
+  } catch (err) {
+    return err as Error;
+  }
+  return undefined;
+}

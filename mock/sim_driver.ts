@@ -1,0 +1,498 @@
+/**
+ * The simulated driver: the CUDA checkpoint state machine, its error codes and its timing.
+ *
+ * @module
+ */
+
+import {
+  CHECKPOINT_MIN_DRIVER_VERSION,
+  CU_RESULTS,
+  CUDA_ERROR_ILLEGAL_STATE,
+  CUDA_ERROR_INVALID_VALUE,
+  CUDA_ERROR_NOT_INITIALIZED,
+  CUDA_ERROR_NOT_READY,
+  CUDA_ERROR_NOT_SUPPORTED,
+  CUDA_ERROR_OPERATING_SYSTEM,
+  CUDA_ERROR_OUT_OF_MEMORY,
+  CUDA_SUCCESS,
+  formatDriverVersion,
+  GPU_PAIRS_MIN_DRIVER_VERSION,
+} from "../core/codes.ts";
+import type {
+  CheckpointDriver,
+  DriverResult,
+  GpuInfo,
+  GpuPair,
+  LockArgs,
+  RestoreArgs,
+} from "../core/driver.ts";
+import { CHECKPOINT_FUNCTIONS } from "../core/gate.ts";
+import { isFinal, memoryOnHost, type Step, stepAllowed, stepFrom, stepTo } from "../core/states.ts";
+import { formatGpuUuid } from "../core/uuid.ts";
+import type { FaultableOperation, PendingFault, QueryOperation } from "./faults.ts";
+import { instantly, type MachineView } from "./machine_view.ts";
+import { needsOn, shortage, type SimulatedGpu } from "./sim_gpu.ts";
+import type { SimulatedProcess } from "./sim_process.ts";
+import { mibToBytes, singleRate, type TimingModel } from "./timing.ts";
+import { CopyLink, Waits } from "./waits.ts";
+
+/** One call the simulated driver answered, for tests that check what their code did. */
+export interface SimulatedCall {
+  /** The machine's time in ms at which the call ended. */
+  at: number;
+  /** The time in ms at which the call was made. */
+  started: number;
+  /** The C call, without the `cuCheckpointProcess` prefix: `"lock"`, `"getState"`, … */
+  op: string;
+  /** The pid it was given. */
+  pid: number;
+  /** The `CUresult` it returned. */
+  code: number;
+  /** Why, where the code alone does not say: which mapping rule failed, what it waited for, … */
+  note?: string;
+}
+
+/** What a driver call answers, before it becomes a code or a {@link DriverResult}. */
+interface Answer {
+  code: number;
+  value?: number;
+  note?: string;
+}
+
+/**
+ * The simulated machine's driver (`sim.driver`): a {@link CheckpointDriver} with the state
+ * machine, error codes and timing measured on the real driver (docs/DRIVER.md). Like the real
+ * driver it serialises calls on each process: a call made while another is under way waits for
+ * it, then acts on the state it left. Every call it answered is in {@link SimulatedDriver.calls}.
+ *
+ * @example
+ * ```ts
+ * import { CudaProcess } from "@ckpt/cuda";
+ * import { SimulatedMachine } from "@ckpt/cuda/mock";
+ *
+ * await using sim = new SimulatedMachine({ gpus: 2 });
+ * const target = sim.spawn({ memoryMiB: 1024 });
+ * await target.write(0, new TextEncoder().encode("hello"));
+ * const proc = new CudaProcess(target.pid, { machine: sim });
+ * await proc.suspend();
+ * console.log(target.memoryLocation, sim.gpus[0].usedMiB); // "host" 0
+ * await proc.resume({ gpuMapping: { [sim.gpus[0].uuid]: sim.gpus[1].uuid, [sim.gpus[1].uuid]: sim.gpus[0].uuid } });
+ * console.log(target.gpuUuids[0] === sim.gpus[1].uuid); // true
+ * ```
+ */
+export class SimulatedDriver implements CheckpointDriver {
+  /** Always `"simulated"`. */
+  readonly kind: string = "simulated";
+  /** The checkpoint functions this driver lacks: all six below version 12080, else none. */
+  readonly missingFunctions: readonly string[];
+  /** Always true: {@link SimulatedDriver.listGpus} gives every simulated GPU. */
+  readonly listsEveryGpu: boolean = true;
+  /** Every call answered so far, oldest first. */
+  readonly calls: SimulatedCall[] = [];
+  readonly #machine: MachineView;
+  readonly #timing: TimingModel;
+  readonly #version: number;
+  readonly #checkpointLink: CopyLink;
+  readonly #restoreLink: CopyLink;
+
+  /** @internal made by `SimulatedMachine`, as its `driver` */
+  constructor(machine: MachineView) {
+    this.#machine = machine;
+    this.#timing = machine.timing;
+    this.#version = machine.version;
+    const old = machine.version < CHECKPOINT_MIN_DRIVER_VERSION;
+    this.missingFunctions = old ? [...CHECKPOINT_FUNCTIONS] : [];
+    const timers = {
+      now: () => machine.now(),
+      start: (ms: number, fn: () => void) => this.#start(ms, fn),
+    };
+    this.#checkpointLink = new CopyLink(timers, machine.timing.checkpoint);
+    this.#restoreLink = new CopyLink(timers, machine.timing.restore);
+  }
+
+  /** Every GPU the driver sees, by index (`cuDeviceGet`, `cuDeviceGetUuid`, `cuDeviceGetName`). */
+  listGpus(): Promise<GpuInfo[]> {
+    const gpus = this.#machine.gpus.map((g) => ({ index: g.index, uuid: g.uuid, name: g.name }));
+    return instantly(this.#machine, "list GPUs", () => gpus);
+  }
+
+  /** `cuDriverGetVersion`. */
+  driverVersion(): Promise<DriverResult> {
+    const answer = { code: CUDA_SUCCESS, value: this.#version };
+    return instantly(this.#machine, "call cuDriverGetVersion", () => answer);
+  }
+
+  /** `cuCheckpointProcessGetState`: waits for a state change of the process under way. */
+  getState(pid: number): Promise<DriverResult> {
+    return this.#call(
+      "getState",
+      pid,
+      result,
+      (proc) =>
+        this.#serially(proc, () =>
+          this.#query(proc, "getState", async () => {
+            await this.#sleep(this.#timing.queryMs);
+            return { code: CUDA_SUCCESS, value: proc.stateNumber };
+          })),
+    );
+  }
+
+  /** `cuCheckpointProcessGetRestoreThreadId`: answers at once, even while the process is busy. */
+  getRestoreThreadId(pid: number): Promise<DriverResult> {
+    return this.#call(
+      "getRestoreThreadId",
+      pid,
+      result,
+      (proc) =>
+        this.#query(
+          proc,
+          "getRestoreThreadId",
+          () => this.#after({ code: CUDA_SUCCESS, value: proc.tid }),
+        ),
+    );
+  }
+
+  /** `cuCheckpointProcessLock`. */
+  lock(pid: number, args: LockArgs | null): Promise<number> {
+    const timeoutMs = args?.timeoutMs ?? 0;
+    if (args?.reserved?.some((b) => b !== 0)) {
+      return this.#call("lock", pid, codeOf, () =>
+        this.#after({
+          code: CUDA_ERROR_INVALID_VALUE,
+          note: "a reserved field of CUcheckpointLockArgs is nonzero",
+        }));
+    }
+    return this.#transition("lock", pid, async (proc, run) => {
+      const busyFor = proc.kernelsUntil - this.#machine.now();
+      if (busyFor > 0) {
+        if (timeoutMs > 0 && busyFor > timeoutMs) {
+          await run.sleep(timeoutMs);
+          return {
+            code: CUDA_ERROR_NOT_READY,
+            note: `its kernels had ${busyFor} ms to run, more than the ${timeoutMs} ms timeout`,
+          };
+        }
+        await run.sleep(busyFor);
+      }
+      await run.sleep(this.#timing.lockMs);
+      proc.enter(stepTo("lock"));
+      return { code: CUDA_SUCCESS };
+    });
+  }
+
+  /** `cuCheckpointProcessCheckpoint`. */
+  checkpoint(pid: number): Promise<number> {
+    return this.#transition("checkpoint", pid, async (proc, run) => {
+      const t = this.#timing.checkpoint;
+      await run.sleep(t.fixedMs);
+      const bytes = mibToBytes(proc.memoryMiB);
+      await run.copy(this.#checkpointLink, bytes, singleRate(t, proc.memoryMiB));
+      proc.moveToHost();
+      proc.enter(stepTo("checkpoint"));
+      return { code: CUDA_SUCCESS };
+    });
+  }
+
+  /** `cuCheckpointProcessRestore`. */
+  restore(pid: number, args: RestoreArgs | null): Promise<number> {
+    const pairs = args?.gpuPairs ?? [];
+    if (pairs.length > 0 && this.#version < GPU_PAIRS_MIN_DRIVER_VERSION) {
+      return this.#call("restore", pid, codeOf, () =>
+        this.#after({
+          code: CUDA_ERROR_NOT_SUPPORTED,
+          note: `driver ${formatDriverVersion(this.#version)} takes no GPU pairs; 13.0 (580) does`,
+        }));
+    }
+    return this.#transition("restore", pid, async (proc, run) => {
+      if (proc.restoreRefused) {
+        // Driver 580.159.04 after a restore that ran out of memory: every later restore, in place
+        // or mapped, fails in 5-8 ms with OPERATING_SYSTEM and the state stays checkpointed.
+        await run.sleep(this.#timing.refusedMs ?? 6);
+        return {
+          code: CUDA_ERROR_OPERATING_SYSTEM,
+          note: "an earlier restore of this process ran out of GPU memory; the driver refuses " +
+            "every restore of it since",
+        };
+      }
+      const targets = this.#mapGpus(proc, pairs);
+      if (typeof targets === "string") {
+        await run.sleep(this.#timing.rejectMs);
+        return { code: CUDA_ERROR_INVALID_VALUE, note: targets };
+      }
+      const need = needsOn(proc.memoryMiB, targets);
+      const short = shortage(need, proc.memoryMiB);
+      if (short) {
+        await run.sleep(this.#timing.oomMs);
+        proc.refuseRestores();
+        return { code: CUDA_ERROR_OUT_OF_MEMORY, note: short };
+      }
+      proc.claim(need);
+      const t = this.#timing.restore;
+      const moved = targets.some((g, i) => g !== proc.gpus[i]);
+      await run.sleep(t.fixedMs + (moved ? this.#timing.migrationMs : 0));
+      const bytes = mibToBytes(proc.memoryMiB);
+      await run.copy(this.#restoreLink, bytes, singleRate(t, proc.memoryMiB));
+      proc.moveToGpu(targets);
+      proc.enter(stepTo("restore"));
+      return { code: CUDA_SUCCESS };
+    });
+  }
+
+  /** `cuCheckpointProcessUnlock`. */
+  unlock(pid: number): Promise<number> {
+    return this.#transition("unlock", pid, async (proc, run) => {
+      await run.sleep(this.#timing.unlockMs);
+      proc.enter(stepTo("unlock"));
+      return { code: CUDA_SUCCESS };
+    });
+  }
+
+  /** `cuGetErrorName`. */
+  errorName(code: number): string | undefined {
+    return CU_RESULTS[code]?.name;
+  }
+
+  /** `cuGetErrorString`. */
+  errorString(code: number): string | undefined {
+    return CU_RESULTS[code]?.description;
+  }
+
+  /** A short description for logs: `simulated driver 13.0, 2 GPUs (NVIDIA H200)`. */
+  toString(): string {
+    const gpus = this.#machine.gpus;
+    return `simulated driver ${formatDriverVersion(this.#version)}, ${gpus.length} GPU${
+      gpus.length === 1 ? "" : "s"
+    } (${[...new Set(gpus.map((g) => g.name))].join(", ")})`;
+  }
+
+  /** Starts a timer of the machine; returns its cancel function. */
+  #start(ms: number, fn: () => void): () => void {
+    return this.#machine.startTimer(ms, fn);
+  }
+
+  #sleep(ms: number): Promise<void> {
+    return new Promise((resolve) => this.#start(ms, resolve));
+  }
+
+  /** `answer` after the time a query takes. */
+  async #after(answer: Answer): Promise<Answer> {
+    await this.#sleep(this.#timing.queryMs);
+    return answer;
+  }
+
+  /** The answer for a process that has exited. */
+  #exited(note = "the process exited"): Promise<Answer> {
+    return this.#after({ code: CUDA_ERROR_OPERATING_SYSTEM, note });
+  }
+
+  /** One call: gated by the version, the pid looked up, `body` run, the answer logged and `out`. */
+  #call<T>(
+    op: string,
+    pid: number,
+    out: (answer: Answer) => T,
+    body: (proc: SimulatedProcess) => Promise<Answer>,
+  ): Promise<T> {
+    const name = `cuCheckpointProcess${op[0].toUpperCase()}${op.slice(1)}`;
+    return this.#machine.waitOn(`call ${name} on pid ${pid}`, async () => {
+      const started = this.#machine.now();
+      let answer: Answer;
+      if (this.missingFunctions.includes(name)) {
+        answer = {
+          code: CUDA_ERROR_NOT_SUPPORTED,
+          note: `driver ${formatDriverVersion(this.#version)} has no ${name}; 12.8 (570) has`,
+        };
+      } else {
+        const proc = this.#find(pid);
+        answer = typeof proc === "number" ? await this.#after({ code: proc }) : await body(proc);
+      }
+      this.calls.push({
+        at: this.#machine.now(),
+        started,
+        op,
+        pid,
+        code: answer.code,
+        ...(answer.note === undefined ? {} : { note: answer.note }),
+      });
+      return out(answer);
+    });
+  }
+
+  /** The process for a pid or thread id, or the code the real driver gives. */
+  #find(pid: number): SimulatedProcess | number {
+    const proc = Number.isInteger(pid) && pid > 0 ? this.#machine.process(pid) : undefined;
+    if (!proc) return CUDA_ERROR_OPERATING_SYSTEM;
+    if (!proc.usesCuda) return CUDA_ERROR_NOT_INITIALIZED;
+    return proc;
+  }
+
+  /** Runs `fn` in the process's turn, after the calls on it under way (the driver serialises). */
+  async #serially(proc: SimulatedProcess, fn: () => Promise<Answer>): Promise<Answer> {
+    const waitingFor = proc.busy;
+    const issued = this.#machine.now();
+    const done = await proc.turn();
+    try {
+      const waited = this.#machine.now() - issued;
+      const answer = proc.exited ? await this.#exited() : await fn();
+      if (waitingFor === undefined || waited <= 0) return answer;
+      const note = `waited ${+waited.toFixed(3)} ms for the ${waitingFor} under way`;
+      return { ...answer, note: answer.note ? `${note}; ${answer.note}` : note };
+    } finally {
+      done();
+    }
+  }
+
+  /**
+   * A state-changing call, in the process's turn: the state checked, a fault applied, else `body`,
+   * abandoned if the process exits (OPERATING_SYSTEM `exitNoticeMs` after the exit).
+   */
+  #transition(
+    op: Step,
+    pid: number,
+    body: (proc: SimulatedProcess, run: Waits) => Promise<Answer>,
+  ): Promise<number> {
+    return this.#call(op, pid, codeOf, (proc) =>
+      this.#serially(proc, async () => {
+        if (!stepAllowed(op, proc.state)) {
+          return await this.#after({
+            code: CUDA_ERROR_ILLEGAL_STATE,
+            note: `${op} needs a ${stepFrom(op)} process; it is ${proc.state}`,
+          });
+        }
+        const hit = proc.faultPlan.take(op as FaultableOperation);
+        if (hit?.fault.kind === "fail") return await this.#applyFault(proc, op, hit.fault);
+        const run = new Waits((ms, fn) => this.#start(ms, fn));
+        let onExit = () => {};
+        proc.busy = op;
+        try {
+          return await new Promise<Answer>((resolve, reject) => {
+            onExit = () => {
+              run.stop();
+              const note = `the process exited during the ${op}`;
+              this.#start(this.#timing.exitNoticeMs, () =>
+                resolve({ code: CUDA_ERROR_OPERATING_SYSTEM, note }));
+            };
+            proc.exitListeners.add(onExit);
+            const work = async () => {
+              await hit?.hold(); // an injected hang holds the call here
+              return await body(proc, run);
+            };
+            if (hit?.fault.kind !== "exit") {
+              return void work().then(resolve, reject);
+            }
+            // An injected exit, `afterMs` in: a call that would end sooner waits for it (onExit answers).
+            this.#start(hit.fault.afterMs, () =>
+              proc.exit());
+            work().then((answer) => proc.exited && resolve(answer), reject);
+          });
+        } finally {
+          proc.busy = undefined;
+          proc.exitListeners.delete(onExit);
+          proc.wake();
+        }
+      }));
+  }
+
+  /** A query with the fault injected into it (a failure, an exit, a hang, an answer), or `answer`. */
+  async #query(proc: SimulatedProcess, op: QueryOperation, answer: () => Promise<Answer>) {
+    const hit = proc.faultPlan.take(op);
+    if (!hit) return await answer();
+    const fault = hit.fault;
+    switch (fault.kind) {
+      case "fail":
+        return await this.#applyFault(proc, op, fault);
+      case "answer":
+        await this.#sleep(this.#timing.queryMs);
+        return { code: CUDA_SUCCESS, value: fault.value, note: `injected by answerNext("${op}")` };
+      case "exit":
+        proc.exit();
+        return await this.#exited(`injected by exitDuring("${op}"): the process exited`);
+      case "hang": {
+        let exited = () => {};
+        const gone = new Promise<"exited">((resolve) => exited = () => resolve("exited"));
+        proc.exitListeners.add(exited);
+        try {
+          if (await Promise.race([hit.hold(), gone]) === "exited") return await this.#exited();
+        } finally {
+          proc.exitListeners.delete(exited);
+        }
+        return await answer();
+      }
+    }
+  }
+
+  /** Answers with an injected failure, moving memory where its state keeps it. */
+  async #applyFault(proc: SimulatedProcess, op: string, fault: FailFault): Promise<Answer> {
+    await this.#sleep(this.#timing.queryMs);
+    const note = `injected by failNext(${JSON.stringify(op)})`;
+    // The failed state is final: a fault cannot bring a process back from it.
+    const state = isFinal(proc.state) ? undefined : fault.state;
+    if (state !== undefined && memoryOnHost(state)) proc.moveToHost();
+    if (
+      state !== undefined && !memoryOnHost(state) && !isFinal(state) &&
+      proc.memoryLocation === "host"
+    ) {
+      // Memory goes back onto the GPU only where it fits, as a restore's would.
+      const need = needsOn(proc.memoryMiB, proc.gpus);
+      const short = shortage(need, proc.memoryMiB);
+      if (short) {
+        return {
+          code: CUDA_ERROR_OUT_OF_MEMORY,
+          note: `${note} to leave the process ${state}, but ${short}; it stays checkpointed`,
+        };
+      }
+      proc.claim(need);
+      proc.moveToGpu(proc.gpus);
+    }
+    if (state !== undefined) proc.enter(state);
+    return { code: fault.code, note };
+  }
+
+  /** The GPUs to restore onto, or why the mapping is rejected (INVALID_VALUE). */
+  #mapGpus(proc: SimulatedProcess, pairs: readonly GpuPair[]): SimulatedGpu[] | string {
+    if (pairs.length === 0) return proc.gpus;
+    const byUuid = new Map(this.#machine.gpus.map((g) => [g.uuid, g]));
+    const map = new Map<SimulatedGpu, SimulatedGpu>();
+    for (const pair of pairs) {
+      const from = byUuid.get(formatGpuUuid(pair.oldUuid));
+      const to = byUuid.get(formatGpuUuid(pair.newUuid));
+      if (!from) return `old UUID ${formatGpuUuid(pair.oldUuid)} is not a GPU of this machine`;
+      if (!to) return `new UUID ${formatGpuUuid(pair.newUuid)} is not a GPU of this machine`;
+      if (map.has(from)) return `GPU ${from.index} (${from.uuid}) is mapped twice`;
+      map.set(from, to);
+    }
+    // Measured on two H200s: a mapping that leaves out a GPU the driver sees is INVALID_VALUE,
+    // even a GPU the process never used, and so is one that sends two GPUs onto one.
+    const left = this.#machine.gpus.find((g) => !map.has(g));
+    if (left) {
+      return `the mapping leaves out GPU ${left.index} (${left.uuid}); it must name every GPU`;
+    }
+    const onto = new Map<SimulatedGpu, SimulatedGpu>();
+    for (const [from, to] of map) {
+      const other = onto.get(to);
+      if (other) {
+        return `GPUs ${other.index} and ${from.index} are both mapped onto GPU ${to.index}`;
+      }
+      onto.set(to, from);
+    }
+    const targets = proc.gpus.map((g) => map.get(g)!);
+    // The process's memory must land on the same chip (NVIDIA's documentation; not measured here,
+    // where every GPU is an H200). GPUs the process never used are not checked.
+    for (const [i, to] of targets.entries()) {
+      const from = proc.gpus[i];
+      if (to.name !== from.name) {
+        return `the process's GPU ${from.index} (${from.name}) would move onto GPU ${to.index} (${to.name}): restore needs the same chip`;
+      }
+    }
+    return targets;
+  }
+}
+
+type FailFault = PendingFault & { kind: "fail" };
+
+/** A state-changing call's answer: its code. */
+const codeOf = (answer: Answer): number => answer.code;
+
+/** A query's answer: its code, and its value where it succeeded. */
+function result(answer: Answer): DriverResult {
+  return { code: answer.code, value: answer.code === CUDA_SUCCESS ? answer.value ?? 0 : 0 };
+}

@@ -1,0 +1,110 @@
+/**
+ * The simulated machine as a host (`sim.host`), as Linux gives `/proc` and NVML, in no time.
+ *
+ * @module
+ */
+
+import type {
+  GpuMemoryReport,
+  HostProcesses,
+  MachineFacts,
+  MemoryHeldRecords,
+  PidUse,
+  ProcessIdentity,
+  ScannedProcess,
+  TreeProcess,
+} from "../core/host.ts";
+import { instantly, type MachineView } from "./machine_view.ts";
+
+/** The machine's facts: the timings' driver, 580.159.04, for 13.0; none for other versions. */
+const SIMULATED_HOST = { hostname: "simulated", kernel: "6.8.0-simulated" } as const;
+const SIMULATED_DRIVER_RELEASES: Readonly<Record<number, string>> = { 13000: "580.159.04" };
+
+/** The simulated machine as a host; its `self` is the machine's `selfPid`. @internal */
+export class SimulatedHost implements HostProcesses {
+  /** Always `"simulated"`. */
+  readonly kind: string = "simulated";
+  readonly #machine: MachineView;
+
+  /** The host of `machine`. */
+  constructor(machine: MachineView) {
+    this.#machine = machine;
+  }
+
+  /** The machine's `selfPid`. */
+  get self(): number | undefined {
+    return this.#machine.selfPid;
+  }
+
+  /** The records of held GPU memory kept on the machine. */
+  get heldRecords(): MemoryHeldRecords {
+    return this.#machine.heldRecords;
+  }
+
+  /** Every live process. */
+  scan(): Promise<readonly ScannedProcess[]> {
+    const why = "(simulated: spawned with inspectable: false)";
+    return instantly(
+      this.#machine,
+      "list processes",
+      () =>
+        this.#machine.processes.map(({ pid, command, inspectable, libcudaLoaded }) =>
+          inspectable
+            ? { pid, command, cudaLibrary: libcudaLoaded }
+            : { pid, command, notInspectable: `permission denied reading /proc/${pid}/maps ${why}` }
+        ),
+    );
+  }
+
+  /** The GPU memory of every process that holds some, and each GPU's free and total memory. */
+  gpuMemory(): Promise<GpuMemoryReport> {
+    return instantly(this.#machine, "read GPU memory", () => ({
+      byPid: new Map(
+        this.#machine.processes.map((p) => [p.pid, p.gpuMemoryMiB] as const)
+          .filter(([, mib]) => Object.keys(mib).length > 0),
+      ),
+      freeMiB: new Map(this.#machine.gpus.map((g) => [g.uuid, g.freeMiB])),
+      totalMiB: new Map(this.#machine.gpus.map((g) => [g.uuid, g.memoryMiB])),
+    }));
+  }
+
+  /** The process that has `id` as its pid or a thread id, with its start number. */
+  identify(id: number): Promise<ProcessIdentity | undefined> {
+    return instantly(this.#machine, "identify a process", () => {
+      const p = this.#machine.process(id);
+      return p ? { pid: p.pid, start: p.start } : undefined;
+    });
+  }
+
+  /** Which of `ids` a live process uses as its pid or a thread id (there are no groups). */
+  pidsInUse(ids: readonly number[]): Promise<readonly PidUse[]> {
+    return instantly(this.#machine, "look up pids", () =>
+      ids.flatMap((id): PidUse[] => {
+        const p = this.#machine.process(id);
+        return p ? [{ id, holder: p.pid, as: p.pid === id ? "pid" : "thread" }] : [];
+      }));
+  }
+
+  /** The tree of `root`: it first, then each descendant after its parent. */
+  processTree(root: number): Promise<readonly TreeProcess[] | undefined> {
+    return instantly(
+      this.#machine,
+      "read a process tree",
+      () =>
+        this.#machine.tree(root)?.map(({ pid, parent, threads, command }) => ({
+          pid,
+          parent,
+          threads: [...threads],
+          command,
+        })),
+    );
+  }
+
+  /** Hostname `simulated`, a simulated kernel, and driver 580.159.04 for version 13.0. */
+  facts(): Promise<MachineFacts> {
+    return instantly(this.#machine, "read the machine's facts", () => {
+      const release = SIMULATED_DRIVER_RELEASES[this.#machine.version];
+      return { ...SIMULATED_HOST, ...(release ? { driverRelease: release } : {}) };
+    });
+  }
+}

@@ -1,0 +1,470 @@
+/**
+ * The simulated machine, which owns what its parts share: processes, GPUs, clock, what is under way.
+ *
+ * @module
+ */
+
+import type { SnapshotStore } from "../core/engine.ts";
+import type { Clock, Machine } from "../core/machine.ts";
+import { describeValue } from "../core/errors.ts";
+import { type HostProcesses, MemoryHeldRecords, type ProcessIdentity } from "../core/host.ts";
+import {
+  checkAmount,
+  checkFlag,
+  checkInteger,
+  checkKeys,
+  checkName,
+  MAX_PID,
+} from "../core/options.ts";
+import { FileSnapshotStore } from "../os/snapshot_store.ts";
+import { makeClock, type SimClock } from "./clock.ts";
+import { SimulatedCriu } from "./sim_criu.ts";
+import { SimulatedDriver } from "./sim_driver.ts";
+import {
+  type GpuNeeds,
+  makeGpus,
+  needsOn,
+  shortage,
+  type SimulatedGpu,
+  type SimulatedGpuSpec,
+} from "./sim_gpu.ts";
+import { SimulatedHost } from "./sim_host.ts";
+import { SimulatedProcess } from "./sim_process.ts";
+import { checkTiming, CRIU_TIMING, timingForChip, type TimingModel } from "./timing.ts";
+import { CopyLink } from "./waits.ts";
+
+/** Options of {@link SimulatedMachine}. */
+export interface SimulatedMachineOptions {
+  /** How many H200s (an integer >= 1), or a description of each GPU. Default 1. */
+  gpus?: number | readonly SimulatedGpuSpec[];
+  /**
+   * `"virtual"` (the default): time jumps from event to event while the program waits on the
+   * simulator. `"real"`: as long as on the real driver, divided by `speed`. Or a {@link SimClock}.
+   */
+  clock?: "virtual" | "real" | SimClock;
+  /** With `clock: "real"` only: how many times faster than the measured driver to run. Default 1. */
+  speed?: number;
+  /**
+   * What `cuDriverGetVersion` reports. Default 13000 (CUDA 13.0, driver 580). Below 12080 (driver
+   * 570) the checkpoint calls, and below 13000 a restore with GPU pairs, resolve
+   * `CUDA_ERROR_NOT_SUPPORTED`.
+   */
+  driverVersion?: number;
+  /** Seeds the made-up GPU UUIDs, so that two simulators can have different GPUs. Default 1. */
+  seed?: number;
+  /** The first pid handed out. Default 4000. */
+  firstPid?: number;
+  /** Timing figures; by default the model of GPU 0's chip (an H200's, or an H100's). */
+  timing?: TimingModel;
+}
+
+/** What {@link SimulatedMachine.spawn} takes. */
+export interface SpawnOptions {
+  /** GPU memory the process has allocated, in MiB (split evenly over its GPUs). Default 16. */
+  memoryMiB?: number;
+  /** The index of its GPU, or of each of its GPUs (no GPU twice). Default 0. */
+  gpu?: number | readonly number[];
+  /** `false` for a live process that never initialised CUDA (it has no GPU memory). Default true. */
+  cuda?: boolean;
+  /** Threads besides its main one. Default 1. A CUDA process has one more, its restore thread. */
+  extraThreads?: number;
+  /** Its command line, as a process listing shows it. Default `simulated-process <pid>`. */
+  command?: string;
+  /** `false` for a process a listing may not look at (another user's). Default true. */
+  inspectable?: boolean;
+  /** The pid of its parent, a live process: it is part of that one's tree. Default none (0). */
+  parent?: number;
+  /**
+   * Whether it has libcuda mapped. Default: as `cuda`. With `cuda: false`, a process that loaded
+   * libcuda but never called `cuInit` (the driver answers `CUDA_ERROR_NOT_INITIALIZED`).
+   */
+  libcuda?: boolean;
+}
+
+/** Something the program waits on: it rejects when the machine closes. */
+interface Waiting {
+  reject(error: Error): void;
+  release(): void;
+}
+
+/**
+ * A simulated machine with GPUs and processes, for testing code that checkpoints GPU processes
+ * without a GPU: pass it as `{ machine: sim }`. Its driver has the real driver's state machine,
+ * error codes and timing (driver 580), its host lists its processes, its engine dumps and restores
+ * process trees as criu does, and its clock is virtual by default, moving only while the program
+ * waits on the simulator (a driver call, an awaited kernel, {@link SimulatedMachine.sleep}).
+ *
+ * @example
+ * ```ts
+ * import { SimulatedMachine } from "@ckpt/cuda/mock";
+ *
+ * await using sim = new SimulatedMachine({ gpus: 2 });
+ * const p = sim.spawn({ memoryMiB: 4096, gpu: 1 });
+ * console.log(await sim.driver.lock(p.pid, null), await sim.driver.checkpoint(p.pid)); // 0 0
+ * console.log(p.state, sim.now(), sim.gpus[1].usedMiB); // "checkpointed" 1880.2 0
+ * console.log((await sim.host.identify!(p.threads[1]))?.pid === p.pid); // true: a thread id is its process
+ * ```
+ */
+export class SimulatedMachine implements Machine, AsyncDisposable {
+  /** The simulated driver. */
+  readonly driver: SimulatedDriver;
+  /** The machine's processes, as a host gives them (`/proc` and NVML on Linux). */
+  readonly host: HostProcesses;
+  /** Its simulated CRIU, which dumps and restores its process trees. */
+  readonly engine: SimulatedCriu;
+  /** Where its snapshots live: the file system, as on a real machine. */
+  readonly store: SnapshotStore = new FileSnapshotStore();
+  /** Its clock, as this package's deadlines and waits read it. */
+  readonly clock: Clock = { now: () => this.now(), sleep: (ms) => this.sleep(ms) };
+  /** The clock operations are timed on: a {@link VirtualClock} unless told otherwise. */
+  readonly time: SimClock;
+  /** The machine's GPUs. */
+  readonly gpus: readonly SimulatedGpu[];
+  /** What `cuDriverGetVersion` reports. */
+  readonly version: number;
+  /** The timing figures in use. */
+  readonly timing: TimingModel;
+  /** The seed its made-up GPU UUIDs came from. */
+  readonly seed: number;
+  /** The simulated process that stands for the program using the machine (the host's `self`). */
+  selfPid: number | undefined = undefined;
+  readonly #byPid = new Map<number, SimulatedProcess>();
+  readonly #processes = new Set<SimulatedProcess>();
+  readonly #timers = new Set<number>();
+  readonly #waiting = new Set<Waiting>();
+  /** The records of held GPU memory; the programs that claim room live as long as the machine. */
+  readonly #records = new MemoryHeldRecords((p) => this.#alive(p));
+  #nextPid: number;
+  #nextStart = 1;
+  #disk: CopyLink | undefined;
+  #closed = false;
+
+  /** A simulated machine; one H200, virtual time and driver 13.0 unless told otherwise. */
+  constructor(options: SimulatedMachineOptions = {}) {
+    const keys = ["gpus", "clock", "speed", "driverVersion", "seed", "firstPid", "timing"] as const;
+    const o = checkKeys(options, "SimulatedMachine options", keys);
+    this.time = makeClock(o.clock, o.speed);
+    this.version = o.driverVersion === undefined
+      ? 13000
+      : checkInteger(o.driverVersion, "driverVersion");
+    this.seed = o.seed === undefined ? 1 : checkInteger(o.seed, "seed", 0, 2 ** 32 - 1);
+    this.#nextPid = o.firstPid === undefined
+      ? 4000
+      : checkInteger(o.firstPid, "firstPid", 1, MAX_PID);
+    this.gpus = makeGpus(o.gpus, this.seed);
+    this.timing = o.timing === undefined ? timingForChip(this.gpus[0].name) : checkTiming(o.timing);
+    this.driver = new SimulatedDriver(this);
+    this.host = new SimulatedHost(this);
+    this.engine = new SimulatedCriu(this);
+  }
+
+  /** The clock's current time in ms. */
+  now(): number {
+    return this.time.now();
+  }
+
+  /** Resolves after `ms` of the simulator's time; virtual time moves meanwhile. */
+  sleep(ms: number): Promise<void> {
+    checkAmount(ms, "sleep: ms");
+    return this.waitOn("sleep", () => new Promise<void>((resolve) => this.startTimer(ms, resolve)));
+  }
+
+  /** The live processes, in the order they started. */
+  get processes(): SimulatedProcess[] {
+    return [...this.#processes];
+  }
+
+  /** The live process that has `pid` as its pid or as one of its thread ids. */
+  process(pid: number): SimulatedProcess | undefined {
+    return this.#byPid.get(pid);
+  }
+
+  /** The pid the next {@link SimulatedMachine.spawn} gives: never one given before. */
+  get nextPid(): number {
+    return this.#nextPid;
+  }
+
+  /** The start number the next process started gets (see {@link SimulatedProcess.start}). */
+  get nextStart(): number {
+    return this.#nextStart;
+  }
+
+  /** Starts a process: by default a CUDA process, with its memory and a context on each GPU. */
+  spawn(options: SpawnOptions = {}): SimulatedProcess {
+    this.#throwIfClosed("spawn a process");
+    const o = checkKeys(options, "spawn options", [
+      ...["memoryMiB", "gpu", "cuda", "extraThreads"] as const,
+      ...["command", "inspectable", "libcuda", "parent"] as const,
+    ]);
+    const parent = this.#parentFor(o.parent);
+    const cuda = checkFlag(o.cuda, "spawn: cuda", true);
+    if (!cuda && o.memoryMiB) {
+      throw new TypeError(
+        `spawn: a process with cuda: false has no GPU memory, got memoryMiB ${
+          describeValue(o.memoryMiB)
+        }`,
+      );
+    }
+    const memoryMiB = !cuda
+      ? 0
+      : o.memoryMiB === undefined
+      ? 16
+      : checkAmount(o.memoryMiB, "spawn: memoryMiB");
+    const gpus = this.#gpusFor(o.gpu);
+    const extra = o.extraThreads === undefined
+      ? 1
+      : checkInteger(o.extraThreads, "spawn: extraThreads", 0, 100_000);
+    const libcuda = checkFlag(o.libcuda, "spawn: libcuda", cuda);
+    if (cuda && !libcuda) {
+      throw new TypeError(
+        "spawn: a CUDA process has libcuda mapped; libcuda: false needs cuda: false",
+      );
+    }
+    const need: GpuNeeds = cuda ? needsOn(memoryMiB, gpus) : new Map();
+    const short = shortage(need, memoryMiB);
+    if (short) throw new RangeError(`spawn: ${short}`);
+    const pid = this.#nextPid;
+    const count = 1 + extra + (cuda ? 1 : 0);
+    if (pid + count > MAX_PID) throw new RangeError(`spawn: no pids left after ${pid}`);
+    const threads = Array.from({ length: count }, (_, i) => pid + i);
+    this.#nextPid += Math.max(10, count + 7);
+    const proc = new SimulatedProcess(this, {
+      pid,
+      threads,
+      memoryMiB,
+      gpus,
+      cuda,
+      command: o.command === undefined
+        ? `simulated-process ${pid}`
+        : checkName(o.command, "spawn: command"),
+      inspectable: checkFlag(o.inspectable, "spawn: inspectable", true),
+      libcuda,
+      parent,
+    });
+    proc.claim(need);
+    this.#add(proc);
+    return proc;
+  }
+
+  /**
+   * Fills GPU `gpu` so that only `leaveMiB` (0 by default) stays free: starts a process that holds
+   * the rest, as `target fill` does on a real GPU; its `exit()` frees the GPU again. A restore that
+   * needs more fails with `CUDA_ERROR_OUT_OF_MEMORY`, and, as on driver 580, every later restore
+   * of that process with `CUDA_ERROR_OPERATING_SYSTEM`: `CudaProcess` checks the room first where
+   * it knows what the process held, so that the process can be resumed once there is room.
+   *
+   * @example
+   * ```ts
+   * import { CudaProcess } from "@ckpt/cuda";
+   * import { SimulatedMachine } from "@ckpt/cuda/mock";
+   * const sim = new SimulatedMachine();
+   * const proc = new CudaProcess(sim.spawn({ memoryMiB: 4096 }).pid, { machine: sim });
+   * await proc.suspend();
+   * const filler = sim.fillGpu(0, { leaveMiB: 1024 });
+   * await proc.resume().catch((e) => console.log(e.name)); // "GpuRoomError": the driver not asked
+   * filler.exit();
+   * await proc.resume(); // now it fits
+   * ```
+   */
+  fillGpu(gpu: number, options: { leaveMiB?: number } = {}): SimulatedProcess {
+    this.#throwIfClosed("fill a GPU");
+    const index = checkInteger(gpu, "fillGpu: gpu (an index)", 0, this.gpus.length - 1);
+    const o = checkKeys(options, "fillGpu options", ["leaveMiB"]);
+    const leave = o.leaveMiB === undefined ? 0 : checkAmount(o.leaveMiB, "fillGpu: leaveMiB");
+    const g = this.gpus[index];
+    const memoryMiB = g.freeMiB - leave - g.contextMiB;
+    if (memoryMiB < 0) {
+      throw new RangeError(
+        `fillGpu: GPU ${index} has ${g.freeMiB} MiB free, less than the ${leave} MiB to leave ` +
+          `and a CUDA context (${g.contextMiB} MiB)`,
+      );
+    }
+    return this.spawn({ memoryMiB, gpu: index, command: `simulated GPU filler (GPU ${index})` });
+  }
+
+  /** Closes the machine: timers are cancelled; calls, sleeps and kernels under way and later reject. */
+  close(): void {
+    if (this.#closed) return;
+    this.#closed = true;
+    for (const handle of this.#timers) this.time.clearTimer(handle);
+    this.#timers.clear();
+    const error = new Error("the simulated driver was closed while this was under way");
+    for (const w of this.#waiting) {
+      w.release();
+      w.reject(error);
+    }
+    this.#waiting.clear();
+    for (const p of this.#processes) p.stopKernels(error);
+  }
+
+  /** {@link SimulatedMachine.close}, for `await using`. */
+  [Symbol.asyncDispose](): Promise<void> {
+    this.close();
+    return Promise.resolve();
+  }
+
+  /** A short description for logs: `simulated driver 13.0, 2 GPUs (NVIDIA H200)`. */
+  toString(): string {
+    return this.driver.toString();
+  }
+
+  /** @internal makes the next start number at least `next` (what loading a machine does) */
+  reserveStarts(next: number): void {
+    this.#nextStart = Math.max(this.#nextStart, next);
+  }
+
+  /** @internal why the machine cannot be saved now (closed, or something under way) */
+  busyWith(): string | undefined {
+    if (this.#closed) return "the simulated driver was closed";
+    if (this.#waiting.size > 0) {
+      return `${this.#waiting.size} driver call(s) or sleep(s) are under way`;
+    }
+    for (const p of this.#processes) {
+      const work = p.pendingWork;
+      if (work) return `process ${p.pid} has ${work}`;
+    }
+    return undefined;
+  }
+
+  /** @internal adds a process made on it (a RangeError where one of its ids is taken) */
+  adopt(proc: SimulatedProcess): SimulatedProcess {
+    this.#throwIfClosed("adopt a process");
+    const taken = proc.threads.find((t) => this.#byPid.has(t));
+    if (taken !== undefined) throw new RangeError(`pid ${taken} is taken by another process`);
+    this.#add(proc);
+    // Neither a pid nor a start number it has is given again.
+    for (const t of proc.threads) this.#nextPid = Math.max(this.#nextPid, t + 1);
+    this.#nextStart = Math.max(this.#nextStart, proc.start + 1);
+    return proc;
+  }
+
+  /** @internal the live process `root` and its descendants, breadth first, in order of start */
+  tree(root: number): SimulatedProcess[] | undefined {
+    const top = this.#byPid.get(root);
+    if (!top || top.pid !== root) return undefined;
+    const out = [top];
+    for (let i = 0; i < out.length; i++) {
+      for (const p of this.#processes) if (p.parent === out[i].pid) out.push(p);
+    }
+    return out;
+  }
+
+  /** @internal the records of held GPU memory kept on the machine (a snapshot keeps them) */
+  get heldRecords(): MemoryHeldRecords {
+    return this.#records;
+  }
+
+  /** @internal the disk that every dump and restore under way shares */
+  get disk(): CopyLink {
+    return this.#disk ??= new CopyLink(
+      { now: () => this.now(), start: (ms, fn) => this.startTimer(ms, fn) },
+      { aggregateBytesPerSecond: CRIU_TIMING.diskBytesPerSecond, slowdownPerProcess: 0 },
+    );
+  }
+
+  /** @internal starts a timer, cancelled if the machine closes; returns its cancel function */
+  startTimer(ms: number, fn: () => void, passive = false): () => void {
+    if (this.#closed) return () => {};
+    const handle = this.time.setTimer(ms, () => {
+      this.#timers.delete(handle);
+      fn();
+    }, { passive });
+    this.#timers.add(handle);
+    return () => {
+      if (this.#timers.delete(handle)) this.time.clearTimer(handle);
+    };
+  }
+
+  /** @internal runs `work` as something the program waits on (closing the machine rejects it) */
+  waitOn<T>(what: string, work: () => Promise<T>): Promise<T> {
+    const closed = this.closedError(what);
+    if (closed) return Promise.reject(closed);
+    const release = this.holdClock();
+    const promise = new Promise<T>((resolve, reject) => {
+      const entry: Waiting = { reject, release };
+      this.#waiting.add(entry);
+      // Done before the caller hears the answer: a call that has answered is no longer under way.
+      work().finally(() => {
+        this.#waiting.delete(entry);
+        release();
+      }).then(resolve, reject);
+    });
+    promise.catch(() => {});
+    return promise;
+  }
+
+  /** @internal the error for `what` once the machine is closed, else `undefined` */
+  closedError(what: string): Error | undefined {
+    return this.#closed ? new Error(`the simulated driver was closed: cannot ${what}`) : undefined;
+  }
+
+  #throwIfClosed(what: string): void {
+    const closed = this.closedError(what);
+    if (closed) throw closed;
+  }
+
+  #add(proc: SimulatedProcess): void {
+    this.#processes.add(proc);
+    for (const t of proc.threads) this.#byPid.set(t, proc);
+  }
+
+  /** @internal the time the program waits on the simulator, held until the returned call */
+  holdClock(): () => void {
+    return this.time.hold?.() ?? (() => {});
+  }
+
+  /** @internal a start number no process of the machine has had */
+  takeStart(): number {
+    return this.#nextStart++;
+  }
+
+  /** @internal forgets a process that exited; its children are orphans now */
+  forget(proc: SimulatedProcess): void {
+    this.#processes.delete(proc);
+    for (const t of proc.threads) this.#byPid.delete(t);
+    // A later process with its pid (a restore) is no parent of theirs.
+    for (const p of this.#processes) if (p.parent === proc.pid) p.orphan();
+  }
+
+  /** Whether a process with this identity (pid, and start number where given) lives. */
+  #alive(process: ProcessIdentity): boolean {
+    const p = this.#byPid.get(process.pid);
+    return p?.pid === process.pid && (process.start === undefined || p.start === process.start);
+  }
+
+  /** The pid of `spawn`'s `parent` option (0 for none), a live process's. */
+  #parentFor(parent: unknown): number {
+    if (parent === undefined || parent === 0) return 0;
+    const pid = checkInteger(parent, "spawn: parent (a pid)", 1, MAX_PID);
+    const p = this.#byPid.get(pid);
+    if (!p) throw new RangeError(`spawn: parent ${pid} is no live simulated process`);
+    if (p.pid !== pid) {
+      throw new RangeError(
+        `spawn: parent ${pid} is a thread of process ${p.pid}, not a process: give its pid`,
+      );
+    }
+    return pid;
+  }
+
+  /** The GPUs of `spawn`'s `gpu` option. */
+  #gpusFor(gpu: SpawnOptions["gpu"]): SimulatedGpu[] {
+    const last = this.gpus.length - 1;
+    const indexes = gpu === undefined ? [0] : typeof gpu === "number" ? [gpu] : gpu;
+    if (!Array.isArray(indexes) || indexes.length === 0) {
+      throw new TypeError(
+        `spawn: gpu must be a GPU index or a non-empty array of them, got ${describeValue(gpu)}`,
+      );
+    }
+    const seen = new Set<number>();
+    return indexes.map((i: unknown) => {
+      if (typeof i !== "number" || !Number.isInteger(i) || i < 0 || i > last) {
+        throw new RangeError(
+          `spawn: gpu ${describeValue(i)} does not exist: this simulator has GPUs 0 to ${last}`,
+        );
+      }
+      if (seen.has(i)) throw new RangeError(`spawn: gpu lists GPU ${i} twice`);
+      seen.add(i);
+      return this.gpus[i];
+    });
+  }
+}

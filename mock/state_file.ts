@@ -1,0 +1,452 @@
+/**
+ * A quiescent {@link SimulatedMachine} as plain JSON, and back: what `cuda-checkpoint --simulate`
+ * keeps between calls. Another format or version is refused, naming it.
+ *
+ * @module
+ */
+
+import { describeValue } from "../core/errors.ts";
+import { StrictReader } from "../core/json.ts";
+import { checkKeys, MAX_PID } from "../core/options.ts";
+import {
+  INITIAL_STATE,
+  isFinal,
+  memoryOnHost,
+  PROCESS_STATES,
+  type ProcessState,
+} from "../core/states.ts";
+import { FAULTABLE_OPERATIONS, type FaultableOperation, type PendingFault } from "./faults.ts";
+import { readPages, type SavedPages } from "./memory.ts";
+import { needsOn, shortage, type SimulatedGpuSpec } from "./sim_gpu.ts";
+import { SimulatedProcess } from "./sim_process.ts";
+import { SimulatedMachine, type SimulatedMachineOptions } from "./simulator.ts";
+import { mibToBytes } from "./timing.ts";
+
+/** The `format` tag of every snapshot. */
+export const SIMULATOR_SNAPSHOT_FORMAT = "ckpt-cuda-simulated-machine";
+/** The snapshot `version` this module writes and reads (1 to 3, before 0.1.0, are not read). */
+export const SIMULATOR_SNAPSHOT_VERSION = 4;
+
+/** A GPU in a snapshot: every field of a `SimulatedGpuSpec`, the UUID as nvidia-smi writes it. */
+type GpuSnapshot = Required<SimulatedGpuSpec>;
+
+/** A live process in a snapshot, as `SimulatedProcess` has the fields (GPUs by index). */
+interface ProcessSnapshot {
+  pid: number;
+  parent: number;
+  start: number;
+  threads: number[];
+  restoreThreadId: number;
+  command: string;
+  cuda: boolean;
+  libcuda: boolean;
+  inspectable: boolean;
+  state: ProcessState;
+  gpus: number[];
+  memoryMiB: number;
+  memory?: MemorySnapshot;
+  faults?: Partial<Record<FaultableOperation, FaultSnapshot>>;
+  restoreRefused?: true;
+}
+
+/** A process's GPU memory contents: where they are, and the pages it wrote. */
+type MemorySnapshot = { on: "gpu" | "host"; pages: SavedPages };
+
+/** A fault waiting for its call, as `SimulatedProcess.pendingFaults` lists it, less its operation. */
+type FaultSnapshot = PendingFault extends infer F
+  ? F extends PendingFault ? Omit<F, "operation"> : never
+  : never;
+
+/** A record of held GPU memory in a snapshot: of a live CUDA process, MiB by GPU UUID, and when. */
+interface HeldRecordSnapshot {
+  pid: number;
+  heldMiB: Record<string, number>;
+  at: number;
+}
+
+/**
+ * A simulated machine as plain JSON; not its exited processes, calls log, time or timing model (a
+ * loaded one uses its chip's).
+ */
+export interface SimulatorSnapshot {
+  format: typeof SIMULATOR_SNAPSHOT_FORMAT;
+  version: typeof SIMULATOR_SNAPSHOT_VERSION;
+  driverVersion: number;
+  seed: number;
+  nextPid: number;
+  nextStart: number;
+  gpus: GpuSnapshot[];
+  processes: ProcessSnapshot[];
+  heldRecords?: HeldRecordSnapshot[];
+}
+
+/** Options of {@link loadSimulator}: how the loaded machine keeps time (virtual by default). */
+export type LoadSimulatorOptions = Pick<SimulatedMachineOptions, "clock" | "speed" | "timing">;
+
+/** A snapshot that cannot be loaded: another format or version, or a field amiss. */
+export class SimulatorSnapshotError extends Error {
+  /** The field at fault, as a path: `"version"`, `"processes[2].state"`, `"gpus[0].uuid"`. */
+  readonly field: string;
+
+  /** An error for `field`; `message` says what is wrong with it. */
+  constructor(field: string, message: string) {
+    super(`invalid simulated machine snapshot: ${message}`);
+    this.name = "SimulatorSnapshotError";
+    this.field = field;
+  }
+}
+
+/**
+ * The simulated machine as a plain JSON object, which {@link loadSimulator} takes back. Only a
+ * quiescent machine can be saved: it throws, saying what is under way, or if closed.
+ */
+export function snapshotSimulator(sim: SimulatedMachine): SimulatorSnapshot {
+  if (!(sim instanceof SimulatedMachine)) {
+    throw new TypeError(`snapshotSimulator takes a SimulatedMachine, got ${describeValue(sim)}`);
+  }
+  const busy = sim.busyWith();
+  if (busy) throw new Error(`cannot save the simulated machine now: ${busy}`);
+  // A record is kept where its process lives: the same pid, and the same start where it has one.
+  const records: HeldRecordSnapshot[] = sim.heldRecords.entries()
+    .filter((r) => {
+      const p = sim.process(r.process.pid);
+      return p?.pid === r.process.pid &&
+        (r.process.start === undefined || r.process.start === p.start);
+    })
+    .map((r) => ({ pid: r.process.pid, heldMiB: { ...r.heldMiB }, at: r.at }));
+  return {
+    format: SIMULATOR_SNAPSHOT_FORMAT,
+    version: SIMULATOR_SNAPSHOT_VERSION,
+    driverVersion: sim.version,
+    seed: sim.seed,
+    nextPid: sim.nextPid,
+    nextStart: sim.nextStart,
+    gpus: sim.gpus.map(({ name, uuid, memoryMiB, contextMiB }) => ({
+      name,
+      uuid,
+      memoryMiB,
+      contextMiB,
+    })),
+    processes: sim.processes.map(processSnapshot),
+    ...(records.length > 0 ? { heldRecords: records } : {}),
+  };
+}
+
+function processSnapshot(p: SimulatedProcess): ProcessSnapshot {
+  const on = p.memoryLocation;
+  const faults = p.pendingFaults;
+  return {
+    pid: p.pid,
+    parent: p.parent,
+    start: p.start,
+    threads: [...p.threads],
+    restoreThreadId: p.tid,
+    command: p.command,
+    cuda: p.usesCuda,
+    libcuda: p.libcudaLoaded,
+    inspectable: p.inspectable,
+    state: p.state,
+    gpus: p.gpus.map((g) => g.index),
+    memoryMiB: p.memoryMiB,
+    ...(on === "none" ? {} : { memory: { on, pages: p.savedPages() } }),
+    ...(faults.length === 0
+      ? {}
+      : { faults: Object.fromEntries(faults.map(({ operation, ...f }) => [operation, f])) }),
+    ...(p.restoreRefused ? { restoreRefused: true } : {}),
+  };
+}
+
+/**
+ * A simulated machine built from a snapshot, on the virtual clock unless `options` say otherwise.
+ * Every field is read strictly first: anything amiss is a {@link SimulatorSnapshotError}.
+ */
+export function loadSimulator(
+  snapshot: unknown,
+  options: LoadSimulatorOptions = {},
+): SimulatedMachine {
+  const o = checkKeys(options, "loadSimulator options", ["clock", "speed", "timing"]);
+  const s = readSnapshot(snapshot);
+  const sim = new SimulatedMachine({
+    ...o,
+    gpus: s.gpus,
+    driverVersion: s.driverVersion,
+    seed: s.seed,
+    firstPid: s.nextPid,
+  });
+  s.processes.forEach((p, i) => sim.adopt(loadProcess(sim, p, `processes[${i}]`)));
+  sim.reserveStarts(s.nextStart);
+  for (const r of s.heldRecords ?? []) {
+    // The record is of the live process with the pid (checked), under its start number.
+    const process = { pid: r.pid, start: sim.process(r.pid)!.start };
+    void sim.heldRecords.put({ process, heldMiB: r.heldMiB, at: r.at });
+  }
+  return sim;
+}
+
+function loadProcess(
+  sim: SimulatedMachine,
+  p: ProcessSnapshot,
+  at: string,
+): SimulatedProcess {
+  const gpus = p.gpus.map((i) => sim.gpus[i]);
+  const proc = new SimulatedProcess(sim, { ...p, gpus });
+  proc.enter(p.state);
+  if (p.restoreRefused) proc.refuseRestores();
+  for (const [operation, fault] of Object.entries(p.faults ?? {})) {
+    proc.faultPlan.add({ ...fault, operation } as PendingFault);
+  }
+  if (!p.memory) return proc;
+  proc.loadPages(p.memory.on, p.memory.pages);
+  if (p.memory.on === "host") return proc;
+  const need = needsOn(p.memoryMiB, gpus);
+  const short = shortage(need, p.memoryMiB);
+  if (short) throw new SimulatorSnapshotError(at, `${at} (pid ${p.pid}) does not fit: ${short}`);
+  proc.claim(need);
+  return proc;
+}
+
+const PROCESS_FIELDS =
+  "pid parent start threads restoreThreadId command cuda libcuda inspectable state gpus memoryMiB"
+    .split(" ");
+
+/** What the processes read so far have: thread ids, pids and start numbers. */
+interface Seen {
+  threads: Set<number>;
+  pids: Set<number>;
+  starts: Set<number>;
+}
+
+/** `value` read strictly as a whole snapshot, with GPU UUIDs normalised. */
+function readSnapshot(value: unknown): SimulatorSnapshot {
+  const read = new StrictReader((field, reason) => new SimulatorSnapshotError(field, reason));
+  if (typeof value !== "object" || value === null || Array.isArray(value)) {
+    read.refuse("", `the snapshot must be an object, got ${describeValue(value)}`);
+  }
+  // The tag and version first, so that a foreign file is called foreign, not broken.
+  const tagged = value as Record<string, unknown>;
+  const format = SIMULATOR_SNAPSHOT_FORMAT;
+  if (tagged.format !== format) read.fail("format", JSON.stringify(format), tagged.format);
+  if (tagged.version !== SIMULATOR_SNAPSHOT_VERSION) {
+    const reads = `this module reads version ${SIMULATOR_SNAPSHOT_VERSION}`;
+    read.refuse("version", `version ${describeValue(tagged.version)} is not known: ${reads}`);
+  }
+  const fields = "format version driverVersion seed nextPid nextStart gpus processes".split(" ");
+  const top = read.object(value, "", fields, ["heldRecords"]);
+  const nextPid = read.integer(top.nextPid, "nextPid", 1, MAX_PID);
+  const nextStart = read.integer(top.nextStart, "nextStart", 1);
+  const gpus = read.array(top.gpus, "gpus", 1, 1024).map((g, i) => readGpu(read, g, `gpus[${i}]`));
+  gpus.forEach((g, i) => {
+    const first = gpus.findIndex((o) => o.uuid === g.uuid);
+    if (first !== i) {
+      read.refuse(`gpus[${i}].uuid`, `gpus[${i}].uuid ${g.uuid} is also GPU ${first}'s`);
+    }
+  });
+  const seen: Seen = { threads: new Set(), pids: new Set(), starts: new Set() };
+  const processes = read.array(top.processes, "processes").map((p, i) =>
+    readProcess(read, p, `processes[${i}]`, gpus, { nextPid, nextStart }, seen)
+  );
+  const heldRecords = top.heldRecords === undefined
+    ? undefined
+    : read.array(top.heldRecords, "heldRecords").map((r, i) =>
+      readRecord(read, r, `heldRecords[${i}]`, processes, gpus)
+    );
+  return {
+    format,
+    version: SIMULATOR_SNAPSHOT_VERSION,
+    driverVersion: read.integer(top.driverVersion, "driverVersion", 0, MAX_PID),
+    seed: read.integer(top.seed, "seed", 0, 2 ** 32 - 1),
+    nextPid,
+    nextStart,
+    gpus,
+    processes,
+    ...(heldRecords ? { heldRecords } : {}),
+  };
+}
+
+function readGpu(read: StrictReader, value: unknown, at: string): GpuSnapshot {
+  const g = read.object(value, at, ["name", "uuid", "memoryMiB", "contextMiB"]);
+  return {
+    name: read.string(g.name, `${at}.name`),
+    uuid: read.uuid(g.uuid, `${at}.uuid`),
+    memoryMiB: read.amount(g.memoryMiB, `${at}.memoryMiB`, true),
+    contextMiB: read.amount(g.contextMiB, `${at}.contextMiB`),
+  };
+}
+
+function readRecord(
+  read: StrictReader,
+  value: unknown,
+  at: string,
+  processes: readonly ProcessSnapshot[],
+  gpus: readonly GpuSnapshot[],
+): HeldRecordSnapshot {
+  const r = read.object(value, at, ["pid", "heldMiB", "at"]);
+  const pid = read.integer(r.pid, `${at}.pid`, 1, MAX_PID);
+  if (!processes.some((p) => p.pid === pid && p.cuda)) {
+    read.refuse(`${at}.pid`, `${at}.pid ${pid} is no CUDA process of the snapshot`);
+  }
+  const heldMiB: Record<string, number> = {};
+  for (const [uuid, mib] of Object.entries(read.object(r.heldMiB, `${at}.heldMiB`))) {
+    const where = `${at}.heldMiB[${JSON.stringify(uuid)}]`;
+    const gpu = read.uuid(uuid, where);
+    if (!gpus.some((g) => g.uuid === gpu)) read.refuse(where, `${where} is no GPU of the snapshot`);
+    heldMiB[gpu] = read.amount(mib, where);
+  }
+  return { pid, heldMiB, at: read.integer(r.at, `${at}.at`, 0) };
+}
+
+function readProcess(
+  read: StrictReader,
+  value: unknown,
+  at: string,
+  machineGpus: readonly GpuSnapshot[],
+  { nextPid, nextStart }: { nextPid: number; nextStart: number },
+  seen: Seen,
+): ProcessSnapshot {
+  const p = read.object(value, at, PROCESS_FIELDS, ["memory", "faults", "restoreRefused"]);
+  /** Refuses the field `${at}.${field}`, its path followed by `why`. */
+  const no = (field: string, why: string): never =>
+    read.refuse(`${at}.${field}`, `${at}.${field}${why}`);
+  const pid = read.integer(p.pid, `${at}.pid`, 1, nextPid - 1);
+  const threads = read.array(p.threads, `${at}.threads`, 1, 100_002).map((t, i) => {
+    const tid = read.integer(t, `${at}.threads[${i}]`, 1, nextPid - 1);
+    if (seen.threads.has(tid)) {
+      no(`threads[${i}]`, ` ${tid} is another thread's or process's id too`);
+    }
+    seen.threads.add(tid);
+    return tid;
+  });
+  if (threads[0] !== pid) no("threads[0]", ` must be the pid ${pid}, got ${threads[0]}`);
+  const parent = read.integer(p.parent, `${at}.parent`, 0, MAX_PID);
+  if (parent !== 0 && !seen.pids.has(parent)) {
+    no("parent", ` ${parent} is no process listed before it`);
+  }
+  const start = read.integer(p.start, `${at}.start`, 1, nextStart - 1);
+  if (seen.starts.has(start)) no("start", ` ${start} is another process's start number too`);
+  seen.starts.add(start);
+  seen.pids.add(pid);
+  const cuda = read.boolean(p.cuda, `${at}.cuda`);
+  const libcuda = read.boolean(p.libcuda, `${at}.libcuda`);
+  if (cuda && !libcuda) no("libcuda", " must be true for a CUDA process");
+  const tid = cuda ? threads[threads.length - 1] : 0;
+  if (p.restoreThreadId !== tid) {
+    const expected = `${tid} (${cuda ? "its last thread" : "none: it has no CUDA"})`;
+    read.fail(`${at}.restoreThreadId`, expected, p.restoreThreadId);
+  }
+  const state = read.choice(p.state, `${at}.state`, PROCESS_STATES);
+  if (!cuda && state !== INITIAL_STATE) {
+    read.fail(`${at}.state`, `"${INITIAL_STATE}" for a process without CUDA`, state);
+  }
+  const listed = new Set<number>();
+  const gpus = read.array(p.gpus, `${at}.gpus`, 1, machineGpus.length).map((g, i) => {
+    const index = read.integer(g, `${at}.gpus[${i}]`, 0, machineGpus.length - 1);
+    if (listed.has(index)) no(`gpus[${i}]`, `: GPU ${index} is listed twice`);
+    listed.add(index);
+    return index;
+  });
+  const memoryMiB = read.amount(p.memoryMiB, `${at}.memoryMiB`);
+  if (!cuda && memoryMiB !== 0) {
+    read.fail(`${at}.memoryMiB`, "0 for a process without CUDA", memoryMiB);
+  }
+  // Checkpointed memory holds no GPU, but it came from these GPUs: no share can be larger.
+  const smallest = Math.min(...gpus.map((g) => machineGpus[g].memoryMiB));
+  if (memoryMiB / gpus.length > smallest) {
+    no("memoryMiB", ` ${memoryMiB} cannot have fitted on its GPUs (${smallest} MiB the smallest)`);
+  }
+  for (const field of ["memory", "faults"]) {
+    if (!cuda && p[field] !== undefined) no(field, ": a process without CUDA has none");
+  }
+  if (p.restoreRefused !== undefined) {
+    if (p.restoreRefused !== true) {
+      read.fail(`${at}.restoreRefused`, "true where present", p.restoreRefused);
+    }
+    if (!memoryOnHost(state)) {
+      no(
+        "restoreRefused",
+        `: only a checkpointed process can be refused restores, not a ${state} one`,
+      );
+    }
+  }
+  return {
+    pid,
+    parent,
+    start,
+    threads,
+    restoreThreadId: tid,
+    command: read.string(p.command, `${at}.command`, 1 << 20),
+    cuda,
+    libcuda,
+    inspectable: read.boolean(p.inspectable, `${at}.inspectable`),
+    state,
+    gpus,
+    memoryMiB,
+    ...(cuda
+      ? { memory: readMemory(read, p.memory, `${at}.memory`, state, mibToBytes(memoryMiB)) }
+      : {}),
+    ...(p.faults === undefined ? {} : { faults: readFaults(read, p.faults, `${at}.faults`) }),
+    ...(p.restoreRefused ? { restoreRefused: true } : {}),
+  };
+}
+
+function readMemory(
+  read: StrictReader,
+  value: unknown,
+  at: string,
+  state: ProcessState,
+  size: number,
+): MemorySnapshot {
+  const m = read.object(value, at, ["on", "pages"]);
+  const on = read.choice(m.on, `${at}.on`, ["gpu", "host"] as const);
+  // Only a failed process can have its memory anywhere: a checkpointed one has it in host memory,
+  // a running or locked one on the GPU.
+  const expected = memoryOnHost(state) ? "host" : isFinal(state) ? on : "gpu";
+  if (on !== expected) read.fail(`${at}.on`, `"${expected}" for a ${state} process`, on);
+  return { on, pages: readPages(read, m.pages, size, `${at}.pages`) };
+}
+
+function readFaults(read: StrictReader, value: unknown, at: string): ProcessSnapshot["faults"] {
+  const f = read.object(value, at, [], FAULTABLE_OPERATIONS);
+  const out: ProcessSnapshot["faults"] = {};
+  for (const op of FAULTABLE_OPERATIONS) {
+    if (f[op] === undefined) continue;
+    const path = `${at}.${op}`;
+    const kind = read.choice(
+      read.object(f[op], path).kind,
+      `${path}.kind`,
+      ["fail", "exit", "hang", "answer"] as const,
+    );
+    const field = { fail: ["code"], exit: ["afterMs"], hang: [], answer: ["value"] }[kind];
+    const fault = read.object(
+      f[op],
+      path,
+      ["kind", "nth", ...field],
+      kind === "fail" ? ["state"] : [],
+    );
+    const nth = read.integer(fault.nth, `${path}.nth`, 1, 1_000_000);
+    switch (kind) {
+      case "fail": {
+        const code = read.integer(fault.code, `${path}.code`, 1, MAX_PID);
+        out[op] = fault.state === undefined
+          ? { kind, nth, code }
+          : { kind, nth, code, state: read.choice(fault.state, `${path}.state`, PROCESS_STATES) };
+        break;
+      }
+      case "exit":
+        out[op] = { kind, nth, afterMs: read.amount(fault.afterMs, `${path}.afterMs`) };
+        break;
+      case "hang":
+        out[op] = { kind, nth };
+        break;
+      case "answer":
+        if (op !== "getState" && op !== "getRestoreThreadId") {
+          read.refuse(
+            `${path}.kind`,
+            `${path}: only getState and getRestoreThreadId have an answer`,
+          );
+        }
+        out[op] = { kind, nth, value: read.integer(fault.value, `${path}.value`, 0, MAX_PID) };
+        break;
+    }
+  }
+  return out;
+}

@@ -1,0 +1,140 @@
+/**
+ * What an operation of the simulated machine waits on: timers, and copies over shared links.
+ *
+ * @module
+ */
+
+import type { CopyTiming } from "./timing.ts";
+
+/** The timers a {@link CopyLink} runs on: the time in ms, and a timer that returns its cancel. */
+interface LinkTimers {
+  now(): number;
+  start(ms: number, fn: () => void): () => void;
+}
+
+interface Transfer {
+  remaining: number;
+  singleRate: number;
+  done: () => void;
+}
+
+/** A link copies share: each at its rate alone, slowed by the others, all capped together. */
+export class CopyLink {
+  readonly #timers: LinkTimers;
+  readonly #aggregate: number;
+  readonly #slowdown: number;
+  readonly #active = new Set<Transfer>();
+  #last = 0;
+  #cancelTimer: (() => void) | undefined;
+
+  /** A link with the aggregate rate and slowdown of `timing`. */
+  constructor(
+    timers: LinkTimers,
+    timing: Pick<CopyTiming, "aggregateBytesPerSecond" | "slowdownPerProcess">,
+  ) {
+    this.#timers = timers;
+    this.#aggregate = timing.aggregateBytesPerSecond / 1000;
+    this.#slowdown = timing.slowdownPerProcess;
+  }
+
+  /** Moves `bytes` at up to `singleRate` bytes per ms, then calls `done`; returns a cancel. */
+  transfer(bytes: number, singleRate: number, done: () => void): () => void {
+    this.#advance();
+    const t: Transfer = { remaining: bytes, singleRate, done };
+    this.#active.add(t);
+    this.#reschedule();
+    return () => {
+      if (!this.#active.has(t)) return;
+      this.#advance();
+      this.#active.delete(t);
+      this.#reschedule();
+    };
+  }
+
+  #rate(t: Transfer): number {
+    const n = this.#active.size;
+    return Math.min(t.singleRate / (1 + this.#slowdown * (n - 1)), this.#aggregate / n);
+  }
+
+  #advance(): void {
+    const now = this.#timers.now();
+    const dt = now - this.#last;
+    this.#last = now;
+    if (dt <= 0) return;
+    for (const t of this.#active) t.remaining -= this.#rate(t) * dt;
+  }
+
+  #reschedule(): void {
+    this.#cancelTimer?.();
+    this.#cancelTimer = undefined;
+    let soonest = Infinity;
+    for (const t of this.#active) {
+      soonest = Math.min(soonest, Math.max(0, t.remaining) / this.#rate(t));
+    }
+    if (soonest === Infinity) return;
+    this.#cancelTimer = this.#timers.start(soonest, () => {
+      this.#cancelTimer = undefined;
+      this.#advance();
+      for (const t of [...this.#active]) {
+        // Within a byte of the end counts as done (floating-point rests).
+        if (t.remaining <= 1) {
+          this.#active.delete(t);
+          t.done();
+        }
+      }
+      this.#reschedule();
+    });
+  }
+}
+
+/** One operation's waits, stopped together: with an error (they reject), or abandoned. */
+export class Waits {
+  readonly #start: (ms: number, fn: () => void) => () => void;
+  readonly #under = new Map<() => void, (error: Error) => void>();
+  /** Why it was stopped: an error, or `null` when abandoned; `undefined` while it runs. */
+  #stopped: Error | null | undefined;
+
+  /** The waits of an operation whose timers `start` starts (it returns their cancel function). */
+  constructor(start: (ms: number, fn: () => void) => () => void) {
+    this.#start = start;
+  }
+
+  /** Resolves after `ms`. */
+  sleep(ms: number): Promise<void> {
+    return this.#wait((done) => this.#start(ms, done));
+  }
+
+  /** Moves `bytes` through `link` at up to `rate` bytes per ms. */
+  copy(link: CopyLink, bytes: number, rate: number): Promise<void> {
+    return this.#wait((done) => link.transfer(bytes, rate, done));
+  }
+
+  /** Throws the error it was stopped with, if any. */
+  check(): void {
+    if (this.#stopped) throw this.#stopped;
+  }
+
+  /** Stops every wait under way and later: see {@link Waits}. Only the first stop counts. */
+  stop(error?: Error): void {
+    if (this.#stopped !== undefined) return;
+    this.#stopped = error ?? null;
+    const under = [...this.#under];
+    this.#under.clear();
+    for (const [cancel, reject] of under) {
+      cancel();
+      if (error) reject(error);
+    }
+  }
+
+  #wait(begin: (done: () => void) => () => void): Promise<void> {
+    return new Promise((resolve, reject) => {
+      if (this.#stopped) return reject(this.#stopped);
+      if (this.#stopped === null) return;
+      const cancel = begin(() => {
+        this.#under.delete(cancel);
+        resolve();
+      });
+      this.#under.set(cancel, reject);
+    });
+  }
+}
