@@ -15,6 +15,7 @@
 
 import { MAX_PID, MAX_TIMEOUT_MS } from "../core/options.ts";
 import { parseGpuUuid } from "../core/uuid.ts";
+import type { GpuPair } from "../core/driver.ts";
 
 /** An operation of NVIDIA's utility. */
 export type CliOperation =
@@ -29,43 +30,34 @@ export type CliOperation =
 /** The steps `--action` takes. */
 export const ACTIONS: readonly CliOperation[] = ["lock", "checkpoint", "restore", "unlock"];
 
-/** What every command but help and version has. */
+/** What every command but help and version has: `--json`, `--simulate` (the state file's machine). */
 interface Common {
-  /** One JSON object per line instead of text. */
   readonly json: boolean;
-  /** Work on the simulated machine of the state file instead of the real driver. */
   readonly simulate: boolean;
 }
 
 /** An operation on processes. */
 export interface OperationCommand extends Common {
-  /** Always `"operation"`. */
   readonly kind: "operation";
-  /** The operation. */
   readonly operation: CliOperation;
   /** The pids, in the order given, or every CUDA process of the machine. */
   readonly targets: readonly number[] | "all";
   /** `--timeout`, in ms (lock only). */
   readonly timeoutMs?: number;
-  /** `--device-map`: old GPU UUID to new (restore and toggle only). */
-  readonly gpuMapping?: Readonly<Record<string, string>>;
+  /** `--device-map`: each old GPU onto its new one (restore and toggle only). */
+  readonly pairs?: readonly GpuPair[];
   /** `--all-or-nothing`: a failure rolls the other processes back. */
   readonly allOrNothing: boolean;
   /** `--job`: the processes share GPU state: all locked before any checkpoint, and so on. */
   readonly job: boolean;
 }
 
-/** `snapshot`: process trees to a directory. */
+/** `snapshot`: process trees (`--pid`: their roots) to a directory. */
 export interface SnapshotCommand extends Common {
-  /** Always `"snapshot"`. */
   readonly kind: "snapshot";
-  /** The roots of the trees (`--pid`). */
   readonly roots: readonly number[];
-  /** `--dir`. */
   readonly dir: string;
-  /** `--leave-running`. */
   readonly leaveRunning: boolean;
-  /** `--job`. */
   readonly job: boolean;
   /** `--timeout`: each CUDA process's lock timeout in ms (10 000 when left out). */
   readonly lockTimeoutMs?: number;
@@ -75,20 +67,16 @@ export interface SnapshotCommand extends Common {
 
 /** `inspect`: a snapshot's manifest, checked against its files. */
 export interface InspectCommand extends Common {
-  /** Always `"inspect"`. */
   readonly kind: "inspect";
-  /** The snapshot's directory. */
   readonly dir: string;
 }
 
 /** `restore-snapshot`: a snapshot's processes back. */
 export interface RestoreSnapshotCommand extends Common {
-  /** Always `"restore-snapshot"`. */
   readonly kind: "restore-snapshot";
-  /** `--dir`. */
   readonly dir: string;
   /** `--device-map`: the snapshot's GPUs onto this machine's. */
-  readonly gpuMapping?: Readonly<Record<string, string>>;
+  readonly pairs?: readonly GpuPair[];
   /** `--deadline`: ms for the whole restore. */
   readonly deadlineMs?: number;
 }
@@ -138,7 +126,6 @@ export class UsageError extends Error {
    */
   readonly getopt: string | undefined;
 
-  /** Makes the error. */
   constructor(message: string, detail?: string, getopt?: string) {
     super(message);
     this.name = "UsageError";
@@ -147,30 +134,14 @@ export class UsageError extends Error {
   }
 }
 
-/** What each option is: a flag, or one that takes a value; by its long name. */
-const OPTIONS: Readonly<Record<string, "flag" | "value">> = {
-  "--get-state": "flag",
-  "--get-restore-tid": "flag",
-  "--toggle": "flag",
-  "--action": "value",
-  "--pid": "value",
-  "--timeout": "value",
-  "--device-map": "value",
-  "--help": "flag",
-  "--version": "flag",
-  "--all": "flag",
-  "--all-or-nothing": "flag",
-  "--job": "flag",
-  "--dir": "value",
-  "--leave-running": "flag",
-  "--deadline": "value",
-  "--json": "flag",
-  "--simulate": "flag",
-  "--memory-mib": "value",
-  "--gpu": "value",
-  "--command": "value",
-};
-
+/** The options, by long name: those that take no value, and those that take one. */
+const FLAGS = new Set(
+  ("--get-state --get-restore-tid --toggle --help --version --all --all-or-nothing --job " +
+    "--leave-running --json --simulate").split(" "),
+);
+const VALUED = new Set(
+  "--action --pid --timeout --device-map --dir --deadline --memory-mib --gpu --command".split(" "),
+);
 /** The short names NVIDIA's utility has. */
 const SHORT: Readonly<Record<string, string>> = {
   "-p": "--pid",
@@ -178,40 +149,28 @@ const SHORT: Readonly<Record<string, string>> = {
   "-d": "--device-map",
   "-h": "--help",
 };
-
-/** Options of later drivers' utility, and the driver that brought each. */
-const NEWER: Readonly<Record<string, { name: string; driver: number; what: string }>> = {
-  "--launch-job": {
-    name: "--launch-job (-j)",
-    driver: 590,
-    what: "starts a program with a job file",
-  },
-  "-j": { name: "--launch-job (-j)", driver: 590, what: "starts a program with a job file" },
-};
-
-const SUBCOMMANDS = [
-  "list",
-  "ps",
-  "spawn",
-  "kill",
-  "reset",
-  "snapshot",
-  "restore-snapshot",
-  "inspect",
-];
+const SUBCOMMANDS = "list ps spawn kill reset snapshot restore-snapshot inspect".split(" ");
 const SNAPSHOT_COMMANDS = ["snapshot", "restore-snapshot", "inspect"];
+/** The options of operations and snapshots that each subcommand takes: the others are refused. */
+const TAKES: Readonly<Record<string, readonly string[]>> = {
+  kill: ["--pid"],
+  snapshot: ["--pid", "--dir", "--leave-running", "--job", "--timeout", "--deadline"],
+  "restore-snapshot": ["--dir", "--device-map", "--deadline"],
+  inspect: ["--dir"],
+};
 const SIMULATOR_ONLY = ["spawn", "kill", "reset"];
 
 /** What the parse loop collects before the checks that need all of it. */
 interface Seen {
+  /** `--toggle`, `--action lock`, ... */
   operations: string[];
-  operation?: CliOperation;
+  /** Every option given, by long name. */
+  given: Set<string>;
   pids: number[];
   timeout?: number;
   deadline?: number;
   dir?: string;
-  gpuMapping?: Record<string, string>;
-  flags: Set<string>;
+  pairs?: GpuPair[];
   positionals: string[];
   spawn: { memoryMiB?: number; gpus?: number[]; command?: string };
 }
@@ -221,7 +180,7 @@ interface Seen {
  * has one. `--help` and `--version` win over what comes after them, as in `getopt` loops.
  */
 export function parseCommandLine(args: readonly string[]): Command {
-  const seen: Seen = { operations: [], pids: [], flags: new Set(), positionals: [], spawn: {} };
+  const seen: Seen = { operations: [], given: new Set(), pids: [], positionals: [], spawn: {} };
   for (let i = 0; i < args.length; i++) {
     const arg = args[i];
     if (arg === "--") {
@@ -232,68 +191,52 @@ export function parseCommandLine(args: readonly string[]): Command {
       seen.positionals.push(arg);
       continue;
     }
-    let name: string;
-    let inline: string | undefined;
-    if (arg.startsWith("--")) {
-      const eq = arg.indexOf("=");
-      name = eq < 0 ? arg : arg.slice(0, eq);
-      inline = eq < 0 ? undefined : arg.slice(eq + 1);
-    } else {
-      name = arg.slice(0, 2);
-      inline = arg.length > 2 ? arg.slice(2) : undefined;
-    }
-    const newer = NEWER[name];
-    if (newer) {
+    const isLong = arg.startsWith("--");
+    const eq = isLong ? arg.indexOf("=") : -1;
+    const name = isLong ? (eq < 0 ? arg : arg.slice(0, eq)) : arg.slice(0, 2);
+    let inline = isLong ? (eq < 0 ? undefined : arg.slice(eq + 1)) : arg.slice(2) || undefined;
+    if (name === "--launch-job" || name === "-j") {
       throw new UsageError(
-        `${newer.name} is an option of NVIDIA's cuda-checkpoint from driver ${newer.driver} (it ` +
-          `${newer.what}); this cuda-checkpoint follows driver 580's, which lacks it`,
+        "--launch-job (-j) is an option of NVIDIA's cuda-checkpoint from driver 590 (it starts a " +
+          "program with a job file); this cuda-checkpoint follows driver 580's, which lacks it",
       );
     }
     const long = SHORT[name] ?? name;
-    const kind = OPTIONS[long];
-    const isLong = name.startsWith("--");
-    if (kind === undefined) {
-      throw new UsageError(
-        NVIDIA_MESSAGES.badOption,
+    const valued = VALUED.has(long);
+    if (!valued && !FLAGS.has(long)) {
+      throw badOption(
         `unknown option ${JSON.stringify(name)}`,
         isLong ? `unrecognized option '${arg}'` : `invalid option -- '${name.slice(1)}'`,
       );
     }
-    let value: string | undefined;
-    if (kind === "value") {
-      value = inline ?? args[++i];
-      if (value === undefined) {
-        throw new UsageError(
-          NVIDIA_MESSAGES.badOption,
-          `${long} needs a value`,
-          isLong
-            ? `option '${name}' requires an argument`
-            : `option requires an argument -- '${name.slice(1)}'`,
-        );
-      }
-    } else if (inline !== undefined) {
-      throw new UsageError(
-        NVIDIA_MESSAGES.badOption,
+    if (valued && (inline ??= args[++i]) === undefined) {
+      throw badOption(
+        `${long} needs a value`,
+        isLong
+          ? `option '${name}' requires an argument`
+          : `option requires an argument -- '${name.slice(1)}'`,
+      );
+    }
+    if (!valued && inline !== undefined) {
+      throw badOption(
         `${long} takes no value, got ${arg}`,
         isLong ? `option '${name}' doesn't allow an argument` : undefined,
       );
     }
     if (long === "--help") return { kind: "help" };
     if (long === "--version") return { kind: "version" };
-    take(seen, long, value);
+    seen.given.add(long);
+    if (valued) take(seen, long, inline!);
+    else if (long === "--get-state" || long === "--get-restore-tid" || long === "--toggle") {
+      seen.operations.push(long);
+    }
   }
   return finish(seen);
 }
 
-/** Records one option. */
-function take(seen: Seen, long: string, value: string | undefined): void {
+/** Records the value of an option that takes one. */
+function take(seen: Seen, long: string, value: string): void {
   switch (long) {
-    case "--get-state":
-    case "--get-restore-tid":
-    case "--toggle":
-      seen.operations.push(long);
-      seen.operation = long.slice(2) as CliOperation;
-      return;
     case "--action":
       if (!ACTIONS.includes(value as CliOperation)) {
         throw new UsageError(
@@ -302,10 +245,9 @@ function take(seen: Seen, long: string, value: string | undefined): void {
         );
       }
       seen.operations.push(`--action ${value}`);
-      seen.operation = value as CliOperation;
       return;
     case "--pid":
-      for (const pid of parsePids(value!)) {
+      for (const pid of parsePids(value)) {
         if (seen.pids.includes(pid)) {
           throw new UsageError(`pid ${pid} is given twice`, "give each process once");
         }
@@ -313,33 +255,30 @@ function take(seen: Seen, long: string, value: string | undefined): void {
       }
       return;
     case "--timeout":
-      seen.timeout = parseTimeout(value!);
+      seen.timeout = parseTimeout(value);
       return;
     case "--device-map":
-      seen.gpuMapping = parseDeviceMap(value!);
+      seen.pairs = parseDeviceMap(value);
       return;
     case "--deadline":
-      seen.deadline = parseCount(value!, "--deadline", "a whole number of milliseconds");
+      seen.deadline = parseCount(value, "--deadline", "a whole number of milliseconds");
       return;
     case "--dir":
-      if (value === "" || value!.includes("\0")) {
+      if (value === "" || value.includes("\0")) {
         throw new UsageError("--dir must name a directory", `got ${JSON.stringify(value)}`);
       }
-      seen.dir = value!;
+      seen.dir = value;
       return;
     case "--memory-mib":
-      seen.spawn.memoryMiB = parseCount(value!, "--memory-mib", "a whole number of MiB");
+      seen.spawn.memoryMiB = parseCount(value, "--memory-mib", "a whole number of MiB");
       return;
     case "--gpu":
-      seen.spawn.gpus = value!.split(",").map((part) =>
+      seen.spawn.gpus = value.split(",").map((part) =>
         parseCount(part, "--gpu", "a GPU index or a comma list of them (0,1)", value)
       );
       return;
-    case "--command":
-      seen.spawn.command = value!;
-      return;
-    default:
-      seen.flags.add(long);
+    default: // --command
+      seen.spawn.command = value;
   }
 }
 
@@ -348,18 +287,14 @@ function take(seen: Seen, long: string, value: string | undefined): void {
  * (0 included: the driver then says that no process has it), else "pid must be a non-negative
  * integer".
  */
-export function parsePids(text: string): number[] {
+function parsePids(text: string): number[] {
   return text.split(",").map((part) => {
-    const pid = /^[0-9]+$/.test(part) ? Number(part) : NaN;
-    if (!(pid <= MAX_PID)) {
-      throw new UsageError(
-        NVIDIA_MESSAGES.badPid,
-        /^[0-9]+$/.test(part)
-          ? `got ${part}, more than the largest pid, ${MAX_PID}`
-          : `got ${JSON.stringify(part)}`,
-      );
-    }
-    return pid;
+    const digits = /^[0-9]+$/.test(part);
+    if (digits && Number(part) <= MAX_PID) return Number(part);
+    throw new UsageError(
+      NVIDIA_MESSAGES.badPid,
+      digits ? `got ${part}, more than the largest pid, ${MAX_PID}` : `got ${JSON.stringify(part)}`,
+    );
   });
 }
 
@@ -377,9 +312,8 @@ function parseTimeout(text: string): number {
 }
 
 /** `--device-map`'s value: `old=new,old=new`, GPU UUIDs, each old GPU once. */
-export function parseDeviceMap(text: string): Record<string, string> {
-  const mapping: Record<string, string> = {};
-  const olds = new Set<string>();
+function parseDeviceMap(text: string): GpuPair[] {
+  const pairs: GpuPair[] = [];
   for (const pair of text.split(",")) {
     const parts = pair.split("=");
     if (parts.length !== 2) {
@@ -390,20 +324,18 @@ export function parseDeviceMap(text: string): Record<string, string> {
       );
     }
     const [from, to] = parts;
-    let key: string;
+    let parsed: GpuPair;
     try {
-      key = Array.from(parseGpuUuid(from, "the GPU")).join(",");
-      parseGpuUuid(to, "the GPU");
+      parsed = { oldUuid: parseGpuUuid(from, "the GPU"), newUuid: parseGpuUuid(to, "the GPU") };
     } catch (error) {
       throw new UsageError(NVIDIA_MESSAGES.badDeviceMap, (error as Error).message);
     }
-    if (olds.has(key)) {
+    if (pairs.some((p) => p.oldUuid.join() === parsed.oldUuid.join())) {
       throw new UsageError(NVIDIA_MESSAGES.badDeviceMap, `${from} is mapped twice`);
     }
-    olds.add(key);
-    mapping[from] = to;
+    pairs.push(parsed);
   }
-  return mapping;
+  return pairs;
 }
 
 /** A whole number for the simulator's options. */
@@ -414,58 +346,53 @@ function parseCount(text: string, option: string, what: string, whole = text): n
   return Number(text);
 }
 
+/** NVIDIA's message for an option it does not know, or an argument no option takes. */
+function badOption(detail: string, getopt?: string): UsageError {
+  return new UsageError(NVIDIA_MESSAGES.badOption, detail, getopt);
+}
+
+function unexpected(arg: string): UsageError {
+  return badOption(`unexpected argument ${JSON.stringify(arg)}`);
+}
+
+/** Refuses the first operation, else the first of `options`, given that `sub` does not take. */
+function refuseStray(sub: string, seen: Seen, options: string): void {
+  const stray = [...seen.operations, ...options.split(" ").filter((o) => seen.given.has(o))]
+    .find((o) => !TAKES[sub]?.includes(o));
+  if (stray) throw new UsageError(`${sub} takes no ${stray}`);
+}
+
 /** The checks that need the whole command line, in NVIDIA's order where it has them. */
 function finish(seen: Seen): Command {
-  const json = seen.flags.has("--json");
-  const simulate = seen.flags.has("--simulate");
+  const has = (option: string) => seen.given.has(option);
+  const common = { json: has("--json"), simulate: has("--simulate") };
   const [sub, ...rest] = seen.positionals;
-  if (sub !== undefined && !SUBCOMMANDS.includes(sub)) {
-    throw new UsageError(NVIDIA_MESSAGES.badOption, `unexpected argument ${JSON.stringify(sub)}`);
-  }
-  const spawnOptions = Object.keys(seen.spawn).length > 0;
-  if (spawnOptions && sub !== "spawn") {
+  if (sub !== undefined && !SUBCOMMANDS.includes(sub)) throw unexpected(sub);
+  if (Object.keys(seen.spawn).length > 0 && sub !== "spawn") {
     throw new UsageError("--memory-mib, --gpu and --command are only valid with --simulate spawn");
   }
-  const snapshotOnly = ["--dir", "--leave-running", "--deadline"].filter((f) =>
-    f === "--dir"
-      ? seen.dir !== undefined
-      : f === "--deadline"
-      ? seen.deadline !== undefined
-      : seen.flags.has(f)
-  );
-  if (sub !== undefined && SNAPSHOT_COMMANDS.includes(sub)) return snapshotCommand(sub, rest, seen);
-  if (snapshotOnly.length > 0) {
+  if (sub !== undefined && SNAPSHOT_COMMANDS.includes(sub)) {
+    return snapshotCommand(sub, rest, seen, common);
+  }
+  const snapshotOnly = ["--dir", "--leave-running", "--deadline"].find(has);
+  if (snapshotOnly) {
     throw new UsageError(
-      `${snapshotOnly[0]} is only valid with snapshot, restore-snapshot and inspect`,
+      `${snapshotOnly} is only valid with snapshot, restore-snapshot and inspect`,
     );
   }
   if (sub !== undefined) {
-    if (SIMULATOR_ONLY.includes(sub) && !simulate) {
+    if (SIMULATOR_ONLY.includes(sub) && !common.simulate) {
       throw new UsageError(
         `${sub} is only valid with --simulate`,
         "spawn, kill and reset work on the simulated machine of the state file",
       );
     }
     const extra = sub === "kill" ? rest.slice(1) : rest;
-    if (extra.length > 0) {
-      throw new UsageError(
-        NVIDIA_MESSAGES.badOption,
-        `unexpected argument ${JSON.stringify(extra[0])}`,
-      );
-    }
-    const others = [
-      ...seen.operations,
-      ...(seen.pids.length > 0 && sub !== "kill" ? ["--pid"] : []),
-      ...["--all", "--all-or-nothing", "--job"].filter((f) => seen.flags.has(f)),
-      ...(seen.timeout !== undefined ? ["--timeout"] : []),
-      ...(seen.gpuMapping ? ["--device-map"] : []),
-    ];
-    if (others.length > 0) {
-      throw new UsageError(`${sub} takes no ${others[0]}`);
-    }
-    if (sub === "list" || sub === "ps") return { kind: "list", json, simulate };
-    if (sub === "reset") return { kind: "reset", json, simulate };
-    if (sub === "spawn") return { kind: "spawn", json, simulate, ...seen.spawn };
+    if (extra.length > 0) throw unexpected(extra[0]);
+    refuseStray(sub, seen, "--pid --all --all-or-nothing --job --timeout --device-map");
+    if (sub === "list" || sub === "ps") return { kind: "list", ...common };
+    if (sub === "reset") return { kind: "reset", ...common };
+    if (sub === "spawn") return { kind: "spawn", ...common, ...seen.spawn };
     const pids = rest.length > 0 ? parsePids(rest[0]) : seen.pids;
     if (pids.length !== 1) {
       throw new UsageError(
@@ -473,7 +400,7 @@ function finish(seen: Seen): Command {
         `got ${pids.length === 0 ? "none" : pids.join(",")}`,
       );
     }
-    return { kind: "kill", json, simulate, pid: pids[0] };
+    return { kind: "kill", ...common, pid: pids[0] };
   }
   if (seen.operations.length === 0) throw new UsageError(NVIDIA_MESSAGES.noOperation);
   if (seen.operations.length > 1) {
@@ -482,83 +409,55 @@ function finish(seen: Seen): Command {
       `got ${seen.operations.join(" and ")}; one operation at a time`,
     );
   }
-  const operation = seen.operation!;
-  const all = seen.flags.has("--all");
-  if (all && seen.pids.length > 0) {
-    throw new UsageError("--all and --pid cannot be used together");
-  }
-  if (!all && seen.pids.length === 0) throw new UsageError(NVIDIA_MESSAGES.missingPid);
-  if (seen.timeout !== undefined && operation !== "lock") {
+  const operation = seen.operations[0].replace(/^--(action )?/, "") as CliOperation;
+  const all = has("--all");
+  if (all && has("--pid")) throw new UsageError("--all and --pid cannot be used together");
+  if (!all && !has("--pid")) throw new UsageError(NVIDIA_MESSAGES.missingPid);
+  if (has("--timeout") && operation !== "lock") {
     throw new UsageError(NVIDIA_MESSAGES.timeoutNotLock);
   }
-  if (seen.gpuMapping !== undefined && operation !== "restore" && operation !== "toggle") {
+  if (has("--device-map") && operation !== "restore" && operation !== "toggle") {
     throw new UsageError(
       NVIDIA_MESSAGES.remapNotRestore,
       "--device-map goes with --action restore and --toggle",
     );
   }
-  const allOrNothing = seen.flags.has("--all-or-nothing");
-  if (allOrNothing && (operation === "get-state" || operation === "get-restore-tid")) {
-    throw new UsageError("--all-or-nothing is only valid for --action and --toggle operations");
-  }
-  const job = seen.flags.has("--job");
-  if (job && (operation === "get-state" || operation === "get-restore-tid")) {
-    throw new UsageError("--job is only valid for --action and --toggle operations");
+  const groupOnly = ["--all-or-nothing", "--job"].find(has);
+  if (groupOnly && (operation === "get-state" || operation === "get-restore-tid")) {
+    throw new UsageError(`${groupOnly} is only valid for --action and --toggle operations`);
   }
   return {
     kind: "operation",
     operation,
     targets: all ? "all" : seen.pids,
     ...(seen.timeout !== undefined ? { timeoutMs: seen.timeout } : {}),
-    ...(seen.gpuMapping !== undefined ? { gpuMapping: seen.gpuMapping } : {}),
-    allOrNothing,
-    job,
-    json,
-    simulate,
+    ...(seen.pairs !== undefined ? { pairs: seen.pairs } : {}),
+    allOrNothing: has("--all-or-nothing"),
+    job: has("--job"),
+    ...common,
   };
 }
 
 /** `snapshot`, `restore-snapshot` and `inspect`: what each takes, and nothing else. */
-function snapshotCommand(sub: string, rest: readonly string[], seen: Seen): Command {
-  const json = seen.flags.has("--json");
-  const simulate = seen.flags.has("--simulate");
-  const allowed: Record<string, readonly string[]> = {
-    "snapshot": ["--pid", "--dir", "--leave-running", "--job", "--timeout", "--deadline"],
-    "restore-snapshot": ["--dir", "--device-map", "--deadline"],
-    "inspect": ["--dir"],
-  };
-  const given = [
-    ...seen.operations,
-    ...(seen.pids.length > 0 ? ["--pid"] : []),
-    ...(seen.dir !== undefined ? ["--dir"] : []),
-    ...(seen.timeout !== undefined ? ["--timeout"] : []),
-    ...(seen.deadline !== undefined ? ["--deadline"] : []),
-    ...(seen.gpuMapping ? ["--device-map"] : []),
-    ...["--all", "--all-or-nothing", "--job", "--leave-running"].filter((f) => seen.flags.has(f)),
-  ];
-  const stray = given.find((g) => !allowed[sub].includes(g));
-  if (stray) throw new UsageError(`${sub} takes no ${stray}`);
+function snapshotCommand(sub: string, rest: string[], seen: Seen, common: Common): Command {
+  refuseStray(
+    sub,
+    seen,
+    "--pid --dir --timeout --deadline --device-map --all --all-or-nothing --job --leave-running",
+  );
   let dir = seen.dir;
   if (sub === "inspect" && rest.length === 1 && dir === undefined) dir = rest[0];
-  else if (rest.length > 0) {
-    throw new UsageError(
-      NVIDIA_MESSAGES.badOption,
-      `unexpected argument ${JSON.stringify(rest[0])}`,
-    );
-  }
-  if (dir === undefined) {
-    throw new UsageError(`${sub} needs --dir DIR`, "the snapshot's directory");
-  }
+  else if (rest.length > 0) throw unexpected(rest[0]);
+  if (dir === undefined) throw new UsageError(`${sub} needs --dir DIR`, "the snapshot's directory");
   const deadline = seen.deadline !== undefined ? { deadlineMs: seen.deadline } : {};
-  if (sub === "inspect") return { kind: "inspect", dir, json, simulate };
+  if (sub === "inspect") return { kind: "inspect", dir, ...common };
   if (sub === "restore-snapshot") {
     return {
       kind: "restore-snapshot",
       dir,
-      ...(seen.gpuMapping ? { gpuMapping: seen.gpuMapping } : {}),
+      ...(seen.pairs ? { pairs: seen.pairs } : {}),
       ...deadline,
-      json,
-      simulate,
+      ...common,
     };
   }
   if (seen.pids.length === 0) {
@@ -571,11 +470,10 @@ function snapshotCommand(sub: string, rest: readonly string[], seen: Seen): Comm
     kind: "snapshot",
     roots: seen.pids,
     dir,
-    leaveRunning: seen.flags.has("--leave-running"),
-    job: seen.flags.has("--job"),
+    leaveRunning: seen.given.has("--leave-running"),
+    job: seen.given.has("--job"),
     ...(seen.timeout !== undefined ? { lockTimeoutMs: seen.timeout } : {}),
     ...deadline,
-    json,
-    simulate,
+    ...common,
   };
 }

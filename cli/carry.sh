@@ -19,7 +19,7 @@ case ${1:-} in
   *) echo "usage: bash cli/carry.sh [--rebuild]" >&2; exit 2 ;;
 esac
 if [[ -z $rebuild && -x $bin ]]; then
-  newer=$(find cli core ffi mod.ts deno.json -newer "$bin" -type f -name '*.ts' -o -newer "$bin" -name deno.json | head -3)
+  newer=$(find api cli core ffi os mock mod.ts driver.ts snapshot.ts types.ts deno.json -newer "$bin" -type f -name '*.ts' -o -newer "$bin" -name deno.json | head -3)
   [[ -z $newer ]] || { echo "sources newer than $bin: $(echo "$newer" | tr '\n' ' ')"; rebuild=1; }
 fi
 if [[ -n $rebuild || ! -x $bin ]]; then

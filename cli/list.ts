@@ -7,34 +7,28 @@
  */
 
 import type { GpuMemory } from "../core/host.ts";
-import { type CudaProcessInfo, listCudaProcesses } from "../core/listing.ts";
-import type { Machine } from "./machine.ts";
+import { type CudaProcessInfo, listOn } from "../core/listing.ts";
+import type { Machine } from "../core/machine.ts";
 import { type Printer, warnUninspectable } from "./report.ts";
 
-/** A listed process as `--json` gives it. */
+/**
+ * A listed process as `--json` gives it: its state (`unknown` for a state number this version
+ * does not know), restore thread id (where the driver gave one), GPU memory in MiB by GPU UUID
+ * (`"unknown"` where NVML is missing), command line (where it could be read).
+ */
 export interface ListedProcess {
-  /** Its pid. */
   readonly pid: number;
-  /** Its checkpoint state, or `unknown` for a state number this version does not know. */
   readonly state: CudaProcessInfo["state"];
-  /** Its restore thread id, where the driver gave one. */
   readonly restoreThreadId?: number;
-  /** Its GPU memory in MiB by GPU UUID, or `"unknown"` where NVML is missing. */
   readonly gpuMemoryMiB: GpuMemory;
-  /** Its command line, where it could be read. */
   readonly command?: string;
 }
 
 /** Prints the listing; resolves to the exit code. */
 export async function runList(machine: Machine, print: Printer, json: boolean): Promise<number> {
-  let listing;
-  try {
-    const host = await machine.host(true);
-    listing = await listCudaProcesses({ driver: machine.driver, ...(host ? { host } : {}) });
-  } catch (error) {
-    print.err(`cuda-checkpoint: ${error instanceof Error ? error.message : String(error)}`);
-    return 1;
-  }
+  const listing = await listOn(machine, { candidates: "libcuda", gpuMemory: true })
+    .catch((error) => print.error(error));
+  if (!listing) return 1;
   const rows: ListedProcess[] = listing.processes.map((p) => ({
     pid: p.pid,
     state: p.state,
@@ -42,11 +36,8 @@ export async function runList(machine: Machine, print: Printer, json: boolean): 
     gpuMemoryMiB: p.gpuMemory,
     ...(p.command !== undefined ? { command: p.command } : {}),
   }));
-  if (json) {
-    for (const row of rows) print.json(row);
-  } else {
-    printTable(rows, print);
-  }
+  if (!json) printTable(rows, print);
+  else for (const row of rows) print.json(row);
   warnUninspectable(listing.uninspectable, print);
   if (listing.gpuMemoryUnknown) print.more(`GPU memory is unknown: ${listing.gpuMemoryUnknown}`);
   return 0;

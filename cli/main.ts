@@ -1,9 +1,9 @@
 /**
  * `cuda-checkpoint`: the command line of `@ckpt/cuda`, a stand-in for NVIDIA's utility of the same
  * name (driver 580) that CRIU's CUDA plugin can run from `PATH`, with more: several pids at once,
- * `--all`, `list`, `--json`, progress on a terminal, and `--simulate`.
- *
- * Run as a program, it reads the process's arguments and exits with the code {@link main} returns:
+ * `--all`, `list`, `--json`, progress on a terminal, and `--simulate`. Run as a program, it exits
+ * with the code {@link main} returns; imported, {@link main} runs one command line in-process, on
+ * the machine and output given (tests give it the simulated machine).
  *
  * ```sh
  * deno install -g -A -n cuda-checkpoint jsr:@ckpt/cuda/cli
@@ -11,57 +11,35 @@
  * cuda-checkpoint --toggle --pid 4242,4243 --json
  * ```
  *
- * Imported, {@link main} runs one command line in-process, on the driver and output given: tests
- * run it on the simulated driver.
- *
  * @example
  * ```ts
  * import { main } from "@ckpt/cuda/cli";
- * import { SimulatedDriver } from "@ckpt/cuda/mock";
+ * import { SimulatedMachine } from "@ckpt/cuda/mock";
  *
- * const sim = new SimulatedDriver();
+ * const sim = new SimulatedMachine();
  * const { pid } = sim.spawn({ memoryMiB: 1024 });
  * let out = "";
- * const io = { driver: sim, stdout: (t: string) => out += t, stderr: () => {} };
+ * const io = { machine: sim, stdout: (t: string) => out += t, stderr: () => {} };
  * await main(["--toggle", "--pid", String(pid)], io); // 0
  * await main(["--get-state", "--pid", String(pid)], io); // 0, and out is "checkpointed\n"
  * ```
  *
- * This module loads only the command-line parser; each command then loads what it needs (the
- * native driver, the group operations, the listing, the simulator), so that `--get-state` and
- * `--get-restore-tid` start fast.
+ * This module loads only the command-line parser; each command then loads what it needs (libcuda
+ * alone for a query, this machine, the simulator), so that `--get-state` and `--get-restore-tid`
+ * start fast.
  *
  * @module
  */
 
 import { parseCommandLine, UsageError } from "./args.ts";
-import type { CliIo } from "./io.ts";
+import type { Machine } from "../core/machine.ts";
 import { VERSION } from "../core/version.ts";
-
-// The types CliIo's fields use, so that this module documents completely on its own (type-only:
-// nothing more is loaded).
-export type * from "../core/driver.ts";
-export type {
-  GpuMemory,
-  GpuMemoryReport,
-  HeldRecord,
-  HeldRecords,
-  HostProcesses,
-  MachineFacts,
-  PidUse,
-  ProcessIdentity,
-  RoomClaim,
-  ScannedProcess,
-  TreeProcess,
-} from "../core/host.ts";
-export type { CliIo, Interrupts } from "./io.ts";
 
 /**
  * Runs one `cuda-checkpoint` command line (the arguments after the program's name) and resolves
- * to its exit code: 0 when everything asked succeeded, 1 otherwise. It never rejects: bad input is
- * one line and the help on stderr, an unexpected error is one line,
- * `cuda-checkpoint: internal error: ...`. `--help` is the only command that writes the help to
- * stdout.
+ * to its exit code: 0 when everything asked succeeded, 130 when interrupted, 1 otherwise. It never
+ * rejects: bad input is one line and the help on stderr (only `--help` writes it to stdout), an
+ * unexpected error one line, `cuda-checkpoint: internal error: ...`.
  */
 export async function main(args: readonly string[], io: CliIo): Promise<number> {
   try {
@@ -85,14 +63,62 @@ export async function main(args: readonly string[], io: CliIo): Promise<number> 
         if (error.detail && io.isTerminal) io.stderr(`cuda-checkpoint: ${error.detail}\n`);
         io.stderr(`\n${(await import("./help.ts")).helpText()}`);
       } else {
-        const text = error instanceof Error ? error.message : String(error);
-        io.stderr(`cuda-checkpoint: internal error: ${text.split("\n")[0]}\n`);
+        const text = (error instanceof Error ? error.message : String(error)).split("\n")[0];
+        io.stderr(`cuda-checkpoint: internal error: ${text}\n`);
       }
     } catch {
       // Nowhere left to say it: the exit code says it.
     }
     return 1;
   }
+}
+
+/** Where `main()` writes and what it works on. */
+export interface CliIo {
+  /** Writes text to standard output (results: states, thread ids, `--json` lines, tables). */
+  stdout(text: string): void;
+  /** Writes text to standard error (errors, the help after a usage error, progress). */
+  stderr(text: string): void;
+  /**
+   * Whether standard error is a terminal. Then errors get a second line that says more, long
+   * operations show their progress, and `--simulate` says that it is simulated. Default false:
+   * the output is NVIDIA's utility's, line for line.
+   */
+  isTerminal?: boolean;
+  /**
+   * The name the program was run by (its `argv[0]`), which starts the line `getopt` would print
+   * for an unknown option or a missing value, as NVIDIA's utility does. Default `cuda-checkpoint`.
+   */
+  programName?: string;
+  /**
+   * The environment: `CKPT_SIM_STATE` (the simulated machine's file), `CKPT_CRIU_PATH` (criu).
+   * Default: none.
+   */
+  env?: Readonly<Record<string, string | undefined>>;
+  /**
+   * The machine to work on instead of this one (a `SimulatedMachine` in tests): its driver, its
+   * processes, its criu. It stays open: it is the caller's. `--simulate` uses the state file's
+   * machine instead.
+   */
+  machine?: Machine;
+  /**
+   * Where interrupts come from (SIGINT, when `cuda-checkpoint` runs as a program). During an
+   * operation on several processes the first brings back every process the command changed, and
+   * it exits 130; a second exits at once through `interrupts.exit(130)`. Left out (in-process
+   * use): not watched. One pid never watches them: as with NVIDIA's utility, the program ends.
+   */
+  interrupts?: Interrupts;
+}
+
+/** Where a program's interrupts come from (SIGINT, when `cuda-checkpoint` runs as a program). */
+export interface Interrupts {
+  /**
+   * Calls `onInterrupt` at each interrupt until the returned function is called; meanwhile an
+   * interrupt does not end the program.
+   */
+  watch(onInterrupt: () => void): () => void;
+  /** Ends the program at once with `code` (a second interrupt, which does not wait). */
+  exit(code: number): void;
 }
 
 /** This process's arguments, output and environment, and the way it exits. */
@@ -117,10 +143,7 @@ interface BunGlobals {
 }
 
 /** A Bun `FileSink`: buffered writes, flushed at once where the file takes them. */
-interface Sink {
-  write(chunk: string): number;
-  flush(): number | Promise<number>;
-}
+type Sink = { write(chunk: string): number; flush(): number | Promise<number> };
 
 /** This process's arguments, output and environment, on Deno or Bun. */
 function processIo(): ProcessIo {
@@ -140,7 +163,9 @@ function processIo(): ProcessIo {
     return {
       args: deno.args,
       io: {
-        programName: programName(() => deno.readFileSync("/proc/self/cmdline")),
+        programName: programName(() =>
+          new TextDecoder().decode(deno.readFileSync("/proc/self/cmdline")).split("\0")[0]
+        ),
         stdout: writer(deno.stdout),
         stderr: writer(deno.stderr),
         isTerminal: deno.stderr.isTerminal(),
@@ -170,9 +195,7 @@ function processIo(): ProcessIo {
   return {
     args: process.argv.slice(2),
     io: {
-      programName: /(^|\/)(deno|bun|node)$/.test(process.argv0) || process.argv0 === ""
-        ? "cuda-checkpoint"
-        : process.argv0,
+      programName: programName(() => process.argv0),
       stdout: writer(Bun.stdout.writer()),
       stderr: writer(Bun.stderr.writer()),
       get isTerminal() {
@@ -196,16 +219,14 @@ function processIo(): ProcessIo {
 }
 
 /**
- * `argv[0]` as this program was run (`/proc/self/cmdline`), as getopt names a program; or
- * `cuda-checkpoint` where that is a runtime running this file as a script (`deno`, `bun`, `node`),
- * or cannot be read.
+ * `argv[0]` as this program was run (on Deno, from `/proc/self/cmdline`), as getopt names a
+ * program; or `cuda-checkpoint` where that is a runtime running this file as a script (`deno`,
+ * `bun`, `node`), or cannot be read.
  */
-function programName(read: () => Uint8Array): string {
+function programName(argv0: () => string): string {
   try {
-    const bytes = read();
-    const end = bytes.indexOf(0);
-    const argv0 = new TextDecoder().decode(end < 0 ? bytes : bytes.subarray(0, end));
-    if (argv0 !== "" && !/(^|\/)(deno|bun|node)$/.test(argv0)) return argv0;
+    const name = argv0();
+    if (name !== "" && !/(^|\/)(deno|bun|node)$/.test(name)) return name;
   } catch {
     // No /proc here: the plain name.
   }

@@ -5,178 +5,106 @@
  * pid); `--all-or-nothing` brings the others back when one fails. On a terminal a progress line
  * shows which step runs on which pid.
  *
+ * Ctrl-C (SIGINT) meanwhile: the first interrupt stops the group (its `AbortSignal`): no new step
+ * starts, and every process the command changed is brought back to where it was
+ * (`rollBackOnAbort`), each as soon as its step inside the driver ends. The command then prints
+ * its lines as usual, one more saying what was left changed, and exits 130. A second interrupt
+ * exits at once, naming the steps still inside the driver, whose processes' states it cannot know.
+ * One pid keeps the default: the program ends at the interrupt, as NVIDIA's utility does.
+ *
  * @module
  */
 
 import type { CliOperation, OperationCommand } from "./args.ts";
-import type { CheckpointDriver } from "../core/driver.ts";
-import { isGone } from "../core/process.ts";
+import type { StepRecord } from "../core/action.ts";
+import { runGroup } from "../core/group.ts";
 import {
-  type GroupAction,
+  checkGroupOptions,
   type GroupEvent,
-  type GroupOptions,
+  type GroupResult,
+  type GroupSettings,
   type ProcessOutcome,
-  runGroup,
-  type StepRecord,
-} from "../core/group.ts";
-import type { HostProcesses } from "../core/host.ts";
-import { listCudaProcesses } from "../core/listing.ts";
-import { INTERRUPTED_EXIT_CODE, Interruption, type Left } from "./interrupt.ts";
-import type { Interrupts } from "./io.ts";
-import type { Machine } from "./machine.ts";
+} from "../core/group_options.ts";
+import { listOn } from "../core/listing.ts";
+import type { Machine } from "../core/machine.ts";
+import type { Action } from "../core/states.ts";
+import { isGone } from "../core/target.ts";
+import type { Interrupts } from "./main.ts";
 import { ProgressLine } from "./progress.ts";
 import {
   errorReport,
   type PidReport,
   type Printer,
-  resultWord,
-  roomNote,
+  printReports,
+  round,
   type StepReport,
   warnUninspectable,
 } from "./report.ts";
 import { query } from "./query.ts";
 
 /**
- * What follows the group's steps: the progress line of a terminal (and where the group reads
- * each process's GPU memory for it), and the watch over interrupts.
- */
-interface Progress {
-  readonly line?: ProgressLine;
-  readonly host?: HostProcesses;
-  readonly interruption?: Interruption;
-}
-
-/** The reports, and where each process was left, for the closing line of an interrupt. */
-interface Acted {
-  readonly reports: PidReport[];
-  readonly left: Left[];
-}
-
-/** Why a process was not started or was stopped, in words. */
-const REASONS: Readonly<Record<string, string>> = {
-  "another-failed": "another process failed and --all-or-nothing was given",
-  deadline: "the deadline passed",
-  aborted: "it was aborted",
-};
-
-/**
  * Runs the command on several pids (or all), prints a line each, resolves to the exit code. With
  * `interrupts`, an interrupt during a step stops the group and brings back what it changed (exit
- * code 130); see interrupt.ts.
+ * code 130; see the module documentation).
  */
 export async function runMany(
   command: OperationCommand,
   machine: Machine,
   print: Printer,
   interrupts?: Interrupts,
+  simulated = false,
 ): Promise<number> {
-  let pids: readonly number[];
-  if (command.targets === "all") {
-    try {
-      pids = await everyCudaProcess(machine, print);
-    } catch (error) {
-      print.err(`cuda-checkpoint: ${error instanceof Error ? error.message : String(error)}`);
-      return 1;
-    }
+  let pids = command.targets;
+  if (pids === "all") {
+    const listing = await listOn(machine, { candidates: "libcuda", gpuMemory: false })
+      .catch((error) => print.error(error));
+    if (!listing) return 1;
+    warnUninspectable(listing.uninspectable, print);
+    pids = listing.processes.map((p) => p.pid);
     if (pids.length === 0) print.more("no CUDA processes on this machine");
-  } else {
-    pids = command.targets;
   }
-  const querying = command.operation === "get-state" || command.operation === "get-restore-tid";
-  let progress: Progress | undefined;
-  if (!querying && pids.length > 0 && (print.terminal || interrupts)) {
-    // The host tells each process's GPU memory for the line (NVML on Linux; a few ms).
-    const host = print.terminal ? await machine.host(true) : undefined;
-    progress = {
-      ...(print.terminal
-        ? { line: new ProgressLine({ write: (t) => print.raw(t), total: pids.length }) }
-        : {}),
-      ...(host ? { host } : {}),
-      ...(interrupts
-        ? { interruption: new Interruption(interrupts, print, pids, !!machine.simulated) }
-        : {}),
-    };
+  const { operation } = command;
+  if (operation === "get-state" || operation === "get-restore-tid") {
+    const reports = await Promise.all(pids.map((p) => query(operation, p, machine.driver)));
+    return printReports(reports, print, command.json, true);
   }
-  let acted: Acted;
+  const acting = pids.length > 0;
+  const line = acting && print.terminal
+    ? new ProgressLine({ write: (t) => print.raw(t), total: pids.length })
+    : undefined;
+  const interruption = acting && interrupts
+    ? new Interruption(interrupts, print, pids, simulated)
+    : undefined;
+  // NVIDIA's utility hands pid 0 to the driver, which says no process has it; so does this, and
+  // the group works on the others.
+  const members = pids.filter((pid) => pid !== 0);
+  let result: GroupResult, zero: PidReport | undefined;
   try {
-    acted = querying
-      ? {
-        reports: await Promise.all(pids.map((p) => query(command.operation, p, machine.driver))),
-        left: [],
-      }
-      : await act(command, pids, machine.driver, progress);
+    const settings = groupSettings(command, line, interruption);
+    result = await runGroup(machine, operation as Action, members, settings);
+    zero = pids.includes(0) ? await query(operation, 0, machine.driver) : undefined;
   } finally {
-    progress?.line?.stop();
-    progress?.interruption?.stop();
+    line?.stop();
+    interruption?.stop();
   }
-  const { reports } = acted;
-  for (const report of reports) {
-    if (command.json) print.json(report);
-    else print.out(`${report.pid} ${resultWord(report)}`);
-  }
-  for (const report of reports) explain(report, print);
-  for (const report of reports) {
-    const note = roomNote(report);
-    if (note) print.more(note);
-  }
-  if (progress?.interruption?.interrupted) {
-    progress.interruption.closing(acted.left);
-    return INTERRUPTED_EXIT_CODE;
-  }
-  return reports.every((r) => r.ok) ? 0 : 1;
-}
-
-/** Where a group left each process. */
-function leftBy(outcomes: Iterable<ProcessOutcome>): Left[] {
-  return [...outcomes].map((o) => ({
-    pid: o.pid,
-    ...(o.initialState !== undefined ? { was: o.initialState } : {}),
-    ...(o.state !== undefined ? { now: o.state } : {}),
-    untouched: o.status === "not-started" ||
-      (o.status === "failed" && o.steps.length === 0 && o.rollback === undefined),
-    gone: isGone(o.error) || isGone(o.rollback?.error),
-  }));
-}
-
-/** The pids of every CUDA process of the machine; says on stderr which could not be looked at. */
-async function everyCudaProcess(machine: Machine, print: Printer): Promise<number[]> {
-  const host = await machine.host(false);
-  const listing = await listCudaProcesses({
-    driver: machine.driver,
-    gpuMemory: false,
-    ...(host ? { host } : {}),
-  });
-  warnUninspectable(listing.uninspectable, print);
-  return listing.processes.map((p) => p.pid);
-}
-
-/** What went wrong with a process, on stderr: NVIDIA's line, or ours where it has none. */
-function explain(report: PidReport, print: Printer): void {
-  if (report.error) print.failure(report.error);
-  if (report.status === "not-started" || report.status === "stopped") {
-    const what = report.status === "stopped" ? "was stopped between steps" : "was not started";
-    print.err(`Process ID ${report.pid} ${what}: ${REASONS[report.reason ?? ""] ?? report.reason}`);
-  }
-  if (report.rollback && report.status === "done") {
-    print.more(
-      report.rollback.ok
-        ? `process ID ${report.pid} was brought back to ${report.state}: another process failed`
-        : `process ID ${report.pid} could not be brought back: ${report.rollback.error?.detail}`,
-    );
-  }
+  const reports = pids.map((pid) =>
+    pid === 0 ? zero! : fromOutcome(operation, result.processes[members.indexOf(pid)])
+  );
+  const code = printReports(reports, print, command.json, true);
+  if (!interruption?.interrupted) return code;
+  interruption.closing(result.processes);
+  return INTERRUPTED_EXIT_CODE;
 }
 
 /**
- * The group options every action shares. `interruptible`: an interrupt stops the group and
- * brings back what it changed (not for the group that undoes the other half of a toggle).
+ * The group's settings: as with one pid, no lock timeout unless --timeout gives one; an interrupt
+ * stops the group and brings back what it changed.
  */
-function groupOptions(
+function groupSettings(
   command: OperationCommand,
-  driver: CheckpointDriver,
-  progress: Progress | undefined,
-): GroupOptions {
-  const line = progress?.line;
-  const interruption = progress?.interruption;
+  line: ProgressLine | undefined,
+  interruption: Interruption | undefined,
+): GroupSettings {
   const onProgress = (line || interruption) && ((event: GroupEvent) => {
     interruption?.event(event);
     if (!line) return;
@@ -184,37 +112,14 @@ function groupOptions(
     else if (event.status === "done" || event.status === "unchanged") line.finished(event.pid);
   });
   return {
-    driver,
-    allOrNothing: command.allOrNothing,
-    job: command.job,
-    // As with one pid: no lock timeout unless --timeout gives one.
-    lockTimeoutMs: command.timeoutMs ?? 0,
-    ...(onProgress ? { onProgress, gpuMemory: line !== undefined } : {}),
-    ...(progress?.host ? { host: progress.host } : {}),
-    ...(interruption ? { signal: interruption.signal, rollBackOnAbort: true } : {}),
-  };
-}
-
-/** A step, or a toggle, on every pid at once. */
-async function act(
-  command: OperationCommand,
-  pids: readonly number[],
-  driver: CheckpointDriver,
-  progress: Progress | undefined,
-): Promise<Acted> {
-  const action = command.operation as GroupAction;
-  // NVIDIA's utility hands pid 0 to the driver, which says no process has it; so does this, and
-  // the group works on the others.
-  const members = pids.filter((pid) => pid !== 0);
-  const result = await runGroup(action, members, {
-    ...groupOptions(command, driver, progress),
-    ...(command.gpuMapping ? { gpuMapping: command.gpuMapping } : {}),
-  });
-  const zero = pids.includes(0) ? await query(command.operation, 0, driver) : undefined;
-  const reports = result.processes.map((o) => fromOutcome(command.operation, o));
-  return {
-    reports: pids.map((pid) => pid === 0 ? zero! : reports[members.indexOf(pid)]),
-    left: leftBy(result.processes),
+    ...checkGroupOptions({
+      allOrNothing: command.allOrNothing,
+      job: command.job,
+      lockTimeoutMs: command.timeoutMs ?? 0,
+      ...(onProgress ? { onProgress, gpuMemory: line !== undefined } : {}),
+      ...(interruption ? { signal: interruption.signal, rollBackOnAbort: true } : {}),
+    }),
+    pairsFor: () => command.pairs ? [...command.pairs] : null,
   };
 }
 
@@ -248,10 +153,95 @@ function fromOutcome(operation: CliOperation, o: ProcessOutcome): PidReport {
   };
 }
 
-function stepReport(s: StepRecord): StepReport {
-  return { step: s.step, ms: round(s.ms), ok: s.ok };
-}
+const stepReport = ({ step, ms, ok }: StepRecord): StepReport => ({ step, ms: round(ms), ok });
 
-function round(ms: number): number {
-  return Math.round(ms * 1000) / 1000;
+/** The exit code of a command that was interrupted: 128 + SIGINT, as shells report it. */
+const INTERRUPTED_EXIT_CODE = 130;
+
+/** One operation's watch over interrupts (see the module documentation). */
+class Interruption {
+  readonly #controller = new AbortController();
+  /** Aborts at the first interrupt. */
+  readonly signal: AbortSignal = this.#controller.signal;
+  readonly #print: Printer;
+  readonly #interrupts: Interrupts;
+  readonly #pids: readonly number[];
+  readonly #simulated: boolean;
+  readonly #underWay = new Map<number, string>();
+  #count = 0;
+  #unwatch: (() => void) | undefined;
+
+  constructor(interrupts: Interrupts, print: Printer, pids: readonly number[], simulated: boolean) {
+    this.#interrupts = interrupts;
+    this.#print = print;
+    this.#pids = pids;
+    this.#simulated = simulated;
+    this.#unwatch = interrupts.watch(() => this.#onInterrupt());
+  }
+
+  /** Whether an interrupt came. */
+  get interrupted(): boolean {
+    return this.#count > 0;
+  }
+
+  /** Follows the group's steps, to name those still inside the driver on a forced exit. */
+  event(event: GroupEvent): void {
+    if (event.type === "step-start") this.#underWay.set(event.pid, event.step);
+    else if (event.type === "step-end") this.#underWay.delete(event.pid);
+  }
+
+  /** Stops watching: an interrupt ends the program again. Idempotent. */
+  stop(): void {
+    this.#unwatch?.();
+    this.#unwatch = undefined;
+  }
+
+  /** The closing line of an interrupted command: what it left changed, if anything. */
+  closing(outcomes: readonly ProcessOutcome[]): void {
+    const changed = outcomes.filter((o) =>
+      o.status !== "not-started" &&
+      !(o.status === "failed" && o.steps.length === 0 && o.rollback === undefined) &&
+      (o.initialState === undefined || o.state !== o.initialState)
+    );
+    if (changed.length === 0) {
+      this.#print.err("cuda-checkpoint: interrupted: every process is as it was before");
+      return;
+    }
+    const each = changed.map((o) =>
+      `${o.pid} ${
+        isGone(o.error) || isGone(o.rollback?.error) ? "gone" : o.state ?? "in an unknown state"
+      }${o.initialState === undefined ? "" : ` (was ${o.initialState})`}`
+    );
+    this.#print.err(`cuda-checkpoint: interrupted: left changed: ${each.join(", ")}`);
+  }
+
+  #onInterrupt(): void {
+    this.#count++;
+    if (this.#count === 1) {
+      this.#print.err(
+        "cuda-checkpoint: interrupted: no new step starts, and each process this command " +
+          "changed is brought back once its step inside the driver ends (interrupt again to " +
+          "exit without waiting)",
+      );
+      this.#controller.abort(new Error("interrupted (SIGINT)"));
+      return;
+    }
+    const under = [...this.#underWay].map(([pid, step]) => `${pid} (${step})`);
+    this.#print.err(
+      "cuda-checkpoint: interrupted again: exiting without waiting for the driver" +
+        (under.length > 0 ? `; still under way, their state unknown: ${under.join(", ")}` : ""),
+    );
+    this.#print.err(
+      `cuda-checkpoint: check each process with: cuda-checkpoint --get-state --pid ${
+        this.#pids.join(",")
+      }${this.#simulated ? " --simulate" : ""}`,
+    );
+    if (this.#simulated) {
+      this.#print.err(
+        "cuda-checkpoint: the simulated machine was not saved: its state file is as before " +
+          "this command",
+      );
+    }
+    this.#interrupts.exit(INTERRUPTED_EXIT_CODE);
+  }
 }

@@ -13,29 +13,7 @@ import type { CheckpointDriver, DriverResult } from "../core/driver.ts";
 import { driverError } from "../core/errors.ts";
 import { C_FUNCTIONS, type DriverOperation, unsupportedError } from "../core/gate.ts";
 import { stateName } from "../core/states.ts";
-import { errorReport, type PidReport, type Printer, printOne } from "./report.ts";
-
-/** The driver call behind each operation, as this path makes it. */
-const CALL: Readonly<Record<CliOperation, DriverOperation>> = {
-  "get-state": "getState",
-  "get-restore-tid": "getRestoreThreadId",
-  toggle: "getState",
-  lock: "lock",
-  checkpoint: "checkpoint",
-  restore: "restore",
-  unlock: "unlock",
-};
-
-/** Makes the operation's one driver call on `pid`, prints what came of it, resolves to the exit code. */
-export async function runQuery(
-  operation: CliOperation,
-  pid: number,
-  driver: CheckpointDriver,
-  print: Printer,
-  json: boolean,
-): Promise<number> {
-  return printOne(await query(operation, pid, driver), print, json);
-}
+import { errorReport, type PidReport } from "./report.ts";
 
 /** Makes the operation's one driver call on `pid` and says what came of it; never rejects. */
 export async function query(
@@ -43,7 +21,12 @@ export async function query(
   pid: number,
   driver: CheckpointDriver,
 ): Promise<PidReport> {
-  const call = CALL[operation];
+  // The driver call behind the operation, as this path makes it (a toggle asks the state).
+  const call: DriverOperation = operation === "get-restore-tid"
+    ? "getRestoreThreadId"
+    : operation === "get-state" || operation === "toggle"
+    ? "getState"
+    : operation;
   const fail = (error: unknown): PidReport => ({
     pid,
     operation,
@@ -56,7 +39,14 @@ export async function query(
   }
   let result: DriverResult;
   try {
-    result = await ask(driver, call, pid);
+    result = call === "getState" || call === "getRestoreThreadId" ? await driver[call](pid) : {
+      code: await (call === "lock"
+        ? driver.lock(pid, { timeoutMs: 0 })
+        : call === "restore"
+        ? driver.restore(pid, null)
+        : driver[call](pid)),
+      value: 0,
+    };
   } catch (error) {
     return fail(error);
   }
@@ -81,24 +71,4 @@ export async function query(
     );
   }
   return { pid, operation, ok: true, state };
-}
-
-/** The driver call, as a {@link DriverResult}. */
-async function ask(
-  driver: CheckpointDriver,
-  call: DriverOperation,
-  pid: number,
-): Promise<DriverResult> {
-  switch (call) {
-    case "getState":
-      return await driver.getState(pid);
-    case "getRestoreThreadId":
-      return await driver.getRestoreThreadId(pid);
-    case "lock":
-      return { code: await driver.lock(pid, { timeoutMs: 0 }), value: 0 };
-    case "restore":
-      return { code: await driver.restore(pid, null), value: 0 };
-    default:
-      return { code: await driver[call](pid), value: 0 };
-  }
 }

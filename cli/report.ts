@@ -6,51 +6,49 @@
  */
 
 import type { CliOperation } from "./args.ts";
-import type { CliIo } from "./io.ts";
-import { CudaError, type RefusalCode, RefusedError } from "../core/errors.ts";
+import type { CliIo } from "./main.ts";
+import {
+  CheckpointError,
+  CudaError,
+  messageOf,
+  type RefusalCode,
+  RefusedError,
+} from "../core/errors.ts";
 import type { RoomCheck } from "../core/room.ts";
 import type { ProcessState } from "../core/states.ts";
 
-/** An error as `--json` gives it. */
+/**
+ * An error as `--json` gives it: `message` the line printed on stderr (NVIDIA's, where it has one);
+ * `code` the driver's `CUresult`, or for an operation `refused` before the driver was asked, why
+ * (`NO_ROOM`, `MAPPING`, ...); `codeName` and `name` the code's and the error class's names;
+ * `detail` everything known (what failed, the state the process is in, what was done about it).
+ */
 export interface ErrorReport {
-  /** The line printed on stderr: NVIDIA's, where it has one. */
   readonly message: string;
-  /**
-   * The driver's `CUresult` for a driver error (a number); for an operation refused before the
-   * driver was asked, why, as a string (`NO_ROOM`, `MAPPING`, `STATE`, `UNSUPPORTED`).
-   */
   readonly code?: number | string;
-  /** The driver code's name, such as `CUDA_ERROR_ILLEGAL_STATE` (driver errors only). */
   readonly codeName?: string;
-  /** True where the operation was refused before the driver was asked. */
+  readonly name?: string;
   readonly refused?: boolean;
-  /** Everything known: what failed, the state the process is in, what was done about it. */
   readonly detail: string;
 }
 
-/** A step as `--json` gives it. */
+/** A step (`lock`, `checkpoint`, `restore` or `unlock`) as `--json` gives it: its time in ms. */
 export interface StepReport {
-  /** `lock`, `checkpoint`, `restore` or `unlock`. */
   readonly step: string;
-  /** Its time in ms. */
   readonly ms: number;
-  /** Whether it succeeded. */
   readonly ok: boolean;
 }
 
 /** What became of one process: one `--json` line (keys are left out where they do not apply). */
 export interface PidReport {
-  /** The pid as given. */
   readonly pid: number;
-  /** The operation, as the command line names it (`get-state`, `lock`, `toggle`, ...). */
   readonly operation: CliOperation;
   /** Whether the process is now where the operation takes it. */
   readonly ok: boolean;
   /** Its state afterwards, where known. */
   readonly state?: ProcessState;
-  /** `--get-restore-tid`'s answer. */
   readonly restoreThreadId?: number;
-  /** For a step or toggle: `done`, `unchanged`, `failed`, `stopped` or `not-started`. */
+  /** For a step or toggle. */
   readonly status?: "done" | "unchanged" | "failed" | "stopped" | "not-started";
   /** Why it was not started, or stopped between steps: `deadline`, `another-failed`. */
   readonly reason?: string;
@@ -58,12 +56,8 @@ export interface PidReport {
   readonly ms?: number;
   /** The driver calls made, in order. */
   readonly steps?: readonly StepReport[];
-  /** Why it failed. */
   readonly error?: ErrorReport;
-  /**
-   * Where a restore was made: whether its room was checked first (`"checked"`), or why it could
-   * not be (`{ "unknown": "..." }`).
-   */
+  /** Where a restore was made: `"checked"`, or why its room could not be (`{ "unknown": "..." }`). */
   readonly roomCheck?: RoomCheck;
   /** Its rollback (its own after a failed step, or all-or-nothing's), where one was made. */
   readonly rollback?: {
@@ -90,75 +84,97 @@ const REFUSAL_TEXT: Readonly<Record<RefusalCode, string>> = {
   SNAPSHOT: "not a snapshot this version can read",
 };
 
-/** NVIDIA's line for a failed operation on a pid, with the driver's description of the code. */
-export function nvidiaLine(operation: CliOperation, pid: number, error: unknown): string {
+/**
+ * The report of an error: NVIDIA's line for a failed operation on a pid, with the driver's
+ * description of the code, and everything known.
+ */
+export function errorReport(operation: CliOperation, pid: number, error: unknown): ErrorReport {
   const text = error instanceof CudaError
     ? error.description || error.codeName
     : error instanceof RefusedError
     ? REFUSAL_TEXT[error.code]
-    : error instanceof Error
-    ? error.message
-    : String(error);
-  switch (operation) {
-    case "get-state":
-      return `Error getting process state for process ID ${pid}: "${text}"`;
-    case "get-restore-tid":
-      return `Could not find restore thread for process ID ${pid}`;
-    case "toggle":
-      return `Error toggling CUDA in process ID ${pid}: "${text}"`;
-    default:
-      return `Could not ${operation} on process ID ${pid}: "${text}"`;
-  }
-}
-
-/** The report of an error. */
-export function errorReport(operation: CliOperation, pid: number, error: unknown): ErrorReport {
-  const detail = error instanceof Error ? error.message : String(error);
+    : messageOf(error);
+  const message = operation === "get-state"
+    ? `Error getting process state for process ID ${pid}: "${text}"`
+    : operation === "get-restore-tid"
+    ? `Could not find restore thread for process ID ${pid}`
+    : operation === "toggle"
+    ? `Error toggling CUDA in process ID ${pid}: "${text}"`
+    : `Could not ${operation} on process ID ${pid}: "${text}"`;
   return {
-    message: nvidiaLine(operation, pid, error),
+    message,
+    ...(error instanceof CheckpointError ? { name: error.name } : {}),
     ...(error instanceof CudaError ? { code: error.code, codeName: error.codeName } : {}),
     ...(error instanceof RefusedError ? { code: error.code, refused: true } : {}),
-    detail,
+    detail: messageOf(error),
   };
 }
 
+/** Why a process was not started or was stopped, in words. */
+const REASONS: Readonly<Record<string, string>> = {
+  "another-failed": "another process failed and --all-or-nothing was given",
+  deadline: "the deadline passed",
+  aborted: "it was aborted",
+};
+
 /**
- * What NVIDIA's utility prints for one pid, from its report: the state or the thread id on
- * stdout (or the `--json` object), the error line on stderr; then, on a terminal, what more there
- * is to say. Resolves to the exit code.
+ * Prints the reports and returns the exit code. On stdout: the `--json` objects; else NVIDIA's
+ * output for one pid (the state or thread id a query asked for, nothing for a step), or the
+ * `<pid> <result>` line each of several. On stderr: what went wrong with each process (NVIDIA's
+ * line, or ours where it has none), then, on a terminal, what more there is to say.
  */
-export function printOne(
-  report: PidReport,
+export function printReports(
+  reports: readonly PidReport[],
   print: Printer,
   json: boolean,
+  several: boolean,
 ): number {
-  if (json) print.json(report);
-  else if (report.ok && report.state !== undefined && report.operation === "get-state") {
-    print.out(report.state);
-  } else if (report.ok && report.restoreThreadId !== undefined) {
-    print.out(String(report.restoreThreadId));
+  for (const report of reports) {
+    const line = json
+      ? JSON.stringify(report)
+      : several
+      ? `${report.pid} ${resultWord(report)}`
+      : answer(report);
+    if (line !== undefined) print.out(line);
   }
-  if (report.error) print.failure(report.error);
-  const note = roomNote(report);
-  if (note) print.more(note);
-  return report.ok ? 0 : 1;
+  for (const { pid, error, status, reason, rollback, state } of reports) {
+    if (error) {
+      print.err(error.message);
+      if (error.detail !== error.message && !error.message.endsWith(`"${error.detail}"`)) {
+        print.more(error.detail);
+      }
+    }
+    if (status === "not-started" || status === "stopped") {
+      const what = status === "stopped" ? "was stopped between steps" : "was not started";
+      print.err(`Process ID ${pid} ${what}: ${REASONS[reason ?? ""] ?? reason}`);
+    }
+    if (rollback && status === "done") {
+      print.more(
+        rollback.ok
+          ? `process ID ${pid} was brought back to ${state}: another process failed`
+          : `process ID ${pid} could not be brought back: ${rollback.error?.detail}`,
+      );
+    }
+  }
+  for (const { pid, roomCheck } of reports) {
+    if (roomCheck === undefined || typeof roomCheck === "string") continue;
+    print.more(
+      `the GPU room for process ${pid} could not be checked before its restore: ${roomCheck.unknown}`,
+    );
+  }
+  return reports.every((r) => r.ok) ? 0 : 1;
 }
 
-/** The line a terminal gets where a restore's room could not be checked; `undefined` otherwise. */
-export function roomNote(report: PidReport): string | undefined {
-  const check = report.roomCheck;
-  if (check === undefined || typeof check === "string") return undefined;
-  return `the GPU room for process ${report.pid} could not be checked before its restore: ${check.unknown}`;
+/** What a query that succeeded answers: the state, or the restore thread id. */
+function answer(report: PidReport): string | undefined {
+  return report.ok && report.status === undefined
+    ? String(report.restoreThreadId ?? report.state)
+    : undefined;
 }
 
 /** The word for a process in the `<pid> <result>` lines of several pids. */
-export function resultWord(report: PidReport): string {
-  if (report.status === undefined) {
-    if (!report.ok) return "error";
-    return report.operation === "get-restore-tid"
-      ? String(report.restoreThreadId)
-      : report.state ?? "error";
-  }
+function resultWord(report: PidReport): string {
+  if (report.status === undefined) return answer(report) ?? "error";
   let word: string = report.status;
   if (report.status === "done" && report.rollback) {
     word = report.rollback.ok ? "rolled-back" : "rollback-failed";
@@ -170,22 +186,18 @@ export function resultWord(report: PidReport): string {
 export class Printer {
   readonly #io: CliIo;
 
-  /** A printer on `io`. */
   constructor(io: CliIo) {
     this.#io = io;
   }
 
-  /** Whether stderr is a terminal. */
   get terminal(): boolean {
     return this.#io.isTerminal === true;
   }
 
-  /** A line on stdout. */
   out(line: string): void {
     this.#io.stdout(`${line}\n`);
   }
 
-  /** A line on stderr. */
   err(line: string): void {
     this.#io.stderr(`${line}\n`);
   }
@@ -200,17 +212,13 @@ export class Printer {
     if (this.terminal) this.err(`cuda-checkpoint: ${line}`);
   }
 
-  /** A value as one JSON line on stdout. */
-  json(value: unknown): void {
-    this.out(JSON.stringify(value));
+  /** `cuda-checkpoint: <message>` on stderr, for an error of the command rather than a process. */
+  error(error: unknown): void {
+    this.err(`cuda-checkpoint: ${messageOf(error)}`);
   }
 
-  /** NVIDIA's line for a failure, then (on a terminal) everything known about it. */
-  failure(error: ErrorReport): void {
-    this.err(error.message);
-    if (error.detail !== error.message && !error.message.endsWith(`"${error.detail}"`)) {
-      this.more(error.detail);
-    }
+  json(value: unknown): void {
+    this.out(JSON.stringify(value));
   }
 }
 
@@ -236,4 +244,9 @@ export function warnUninspectable(
     `cuda-checkpoint: ${count} process${count === 1 ? "" : "es"} could not be looked at and may ` +
       `be ${count === 1 ? "a CUDA process" : "CUDA processes"} (${pids}): ${why}`,
   );
+}
+
+/** A time in ms, to the microsecond, for `--json`. */
+export function round(ms: number): number {
+  return Math.round(ms * 1000) / 1000;
 }

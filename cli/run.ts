@@ -1,123 +1,97 @@
 /**
- * Runs a parsed `cuda-checkpoint` command on its machine: opens the driver the command needs,
- * hands the command to its module (loaded only then), saves the simulated machine after it, and
- * closes what it opened.
+ * Runs a parsed `cuda-checkpoint` command on its machine: opens the machine the command needs
+ * (the one given to `main()`, the simulated machine of the state file with `--simulate`, or this
+ * machine: libcuda alone for a query of one pid, which loads nothing else), hands the command to
+ * its module (loaded only then), saves the simulated machine after it, and closes what it opened.
  *
  * @module
  */
 
-import type { Command, OperationCommand } from "./args.ts";
-import { type Machine, openMachine } from "./machine.ts";
-import type { CliIo } from "./io.ts";
-import { Printer } from "./report.ts";
+import type { Command } from "./args.ts";
+import type { CliIo } from "./main.ts";
+import type { Machine } from "../core/machine.ts";
+import type { SavedMachine } from "./simulate.ts";
+import { Printer, printReports } from "./report.ts";
 
 /** A command that works on a machine: anything but help and version. */
 export type MachineCommand = Exclude<Command, { kind: "help" } | { kind: "version" }>;
 
 /** Runs the command; resolves to the exit code. */
 export async function run(command: MachineCommand, io: CliIo): Promise<number> {
-  const print = new Printer(io);
+  const op = command.kind === "operation" ? command : undefined;
+  const one = op && op.targets !== "all" && op.targets.length === 1 ? op.targets[0] : undefined;
+  // A query of one pid (or anything of pid 0, which NVIDIA's utility hands to the driver as it is)
+  // is one driver call: nothing of the library's process handling is loaded.
+  const query = one !== undefined &&
+    (op!.operation === "get-state" || op!.operation === "get-restore-tid" || one === 0);
   // One process and no progress line to draw meanwhile (off a terminal, or a query, which shows
   // none): the driver's calls may block this thread, and no worker thread need start.
-  const callingThread = command.kind === "operation" && command.targets !== "all" &&
-    command.targets.length === 1 &&
-    (command.operation === "get-state" || command.operation === "get-restore-tid" ||
-      !print.terminal);
-  let machine: Machine;
+  const callingThread = query || (one !== undefined && io.isTerminal !== true);
+  let opened: CliMachine;
   try {
-    machine = await openMachine(io, {
-      simulate: command.simulate,
-      callingThread,
-      fresh: command.kind === "reset",
-    });
+    opened = await openCliMachine(io, command, callingThread, query);
   } catch (error) {
-    print.err(`cuda-checkpoint: ${error instanceof Error ? error.message : String(error)}`);
+    const print = new Printer(io);
+    print.error(error);
     if (error instanceof Error && error.name === "DriverLoadError") {
       print.more("without a GPU, --simulate runs the same commands on a simulated machine");
     }
     return 1;
   }
+  const { machine, simulated } = opened;
+  const print = new Printer(io);
   let code = 1;
   try {
-    if (machine.simulated) {
-      print.more(`simulated machine, kept in ${machine.simulated.path}`);
+    if (simulated) print.more(`simulated machine, kept in ${simulated.path}`);
+    switch (command.kind) {
+      case "operation":
+        if (query) {
+          const { query: ask } = await import("./query.ts");
+          const report = await ask(command.operation, one!, machine.driver);
+          code = printReports([report], print, command.json, false);
+        } else if (one !== undefined) {
+          code = await (await import("./single.ts")).runOne(command, one, machine, print);
+        } else {
+          const { runMany } = await import("./many.ts");
+          code = await runMany(command, machine, print, io.interrupts, simulated !== undefined);
+        }
+        break;
+      case "list":
+        code = await (await import("./list.ts")).runList(machine, print, command.json);
+        break;
+      case "snapshot":
+      case "restore-snapshot":
+      case "inspect":
+        code = await (await import("./disk.ts")).runDiskCommand(command, machine, print, io);
+        break;
+      default:
+        code = await simulator(command, simulated!, print);
     }
-    code = await dispatch(command, machine, print, io);
   } finally {
     try {
       // What the command did to the simulated machine, for the next command.
-      await machine.simulated?.save();
+      await simulated?.save();
     } catch (error) {
-      print.err(`cuda-checkpoint: ${error instanceof Error ? error.message : String(error)}`);
+      print.error(error);
       code = 1;
     } finally {
-      await machine.close();
+      await opened.close();
     }
   }
   return code;
 }
 
-async function dispatch(
-  command: MachineCommand,
-  machine: Machine,
-  print: Printer,
-  io: CliIo,
-): Promise<number> {
-  switch (command.kind) {
-    case "operation":
-      return await operate(command, machine, print, io);
-    case "list":
-      return await (await import("./list.ts")).runList(machine, print, command.json);
-    case "snapshot":
-    case "restore-snapshot":
-    case "inspect":
-      return await (await import("./snapshot.ts")).runSnapshotCommand(command, machine, print, io);
-    default:
-      return simulator(command, machine, print);
-  }
-}
-
-/**
- * An operation on one pid (NVIDIA's output exactly; an interrupt ends the program, as it ends
- * NVIDIA's) or several (a line each; an interrupt stops the group and brings back what it changed).
- */
-async function operate(
-  command: OperationCommand,
-  machine: Machine,
-  print: Printer,
-  io: CliIo,
-): Promise<number> {
-  if (command.targets !== "all" && command.targets.length === 1) {
-    const pid = command.targets[0];
-    const op = command.operation;
-    if (op === "get-state" || op === "get-restore-tid" || pid === 0) {
-      // One driver call: nothing of the library's process handling is loaded.
-      const { runQuery } = await import("./query.ts");
-      return await runQuery(op, pid, machine.driver, print, command.json);
-    }
-    const { runOne } = await import("./single.ts");
-    return await runOne({ ...command, operation: op }, pid, machine.driver, print);
-  }
-  const { runMany } = await import("./many.ts");
-  return await runMany(command, machine, print, io.interrupts);
-}
-
 /** `--simulate spawn`, `kill` and `reset`. */
 async function simulator(
   command: Extract<MachineCommand, { kind: "spawn" | "kill" | "reset" }>,
-  machine: Machine,
+  sim: SavedMachine,
   print: Printer,
 ): Promise<number> {
-  const sim = machine.simulated!;
   try {
     switch (command.kind) {
       case "spawn": {
-        const gpus = command.gpus;
-        const pid = sim.spawn({
-          ...(command.memoryMiB !== undefined ? { memoryMiB: command.memoryMiB } : {}),
-          ...(gpus !== undefined ? { gpu: gpus.length === 1 ? gpus[0] : gpus } : {}),
-          ...(command.command !== undefined ? { command: command.command } : {}),
-        });
+        const { memoryMiB, gpus: gpu, command: line } = command;
+        const pid = sim.spawn({ memoryMiB, gpu, command: line });
         if (command.json) print.json({ pid, spawned: true });
         else print.out(String(pid));
         return 0;
@@ -134,7 +108,51 @@ async function simulator(
         return 0;
     }
   } catch (error) {
-    print.err(`cuda-checkpoint: ${error instanceof Error ? error.message : String(error)}`);
+    print.error(error);
     return 1;
   }
+}
+
+/**
+ * Opens the machine the command works on. `callingThread`: the driver's calls are made on this
+ * thread (no worker threads on Bun); `driverOnly`: the driver alone, which loads nothing else.
+ */
+async function openCliMachine(
+  io: CliIo,
+  { simulate, kind }: MachineCommand,
+  callingThread: boolean,
+  driverOnly: boolean,
+): Promise<CliMachine> {
+  if (simulate) {
+    const { openSimulatedMachine } = await import("./simulate.ts");
+    // `--simulate reset` starts a new machine without reading the state file.
+    const simulated = await openSimulatedMachine({ env: { ...io.env }, fresh: kind === "reset" });
+    return { machine: simulated.machine, simulated, close: () => simulated.close() };
+  }
+  if (io.machine) return { machine: io.machine, close: () => Promise.resolve() };
+  if (driverOnly) {
+    const [{ openLibcudaDriver }, { runtimeAdapter }] = await Promise.all([
+      import("../ffi/native.ts"),
+      import("../ffi/runtime.ts"),
+    ]);
+    const driver = openLibcudaDriver(await runtimeAdapter({ callingThread }), { callingThread });
+    return { machine: { driver }, close: () => driver[Symbol.asyncDispose]() };
+  }
+  const { openMachine } = await import("../os/this_machine.ts");
+  const machine = await openMachine({
+    callingThread,
+    ...(io.env ? { criu: { env: io.env } } : {}),
+  });
+  return { machine, close: () => machine.close() };
+}
+
+/**
+ * The machine a command works on, the simulated machine of the state file with `--simulate`, and
+ * `close()`, which lets go of what was opened here (save the simulated machine first; a machine
+ * given to `main()` is the caller's).
+ */
+interface CliMachine {
+  readonly machine: Machine;
+  readonly simulated?: SavedMachine;
+  close(): Promise<void>;
 }

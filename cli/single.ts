@@ -9,97 +9,66 @@
  * @module
  */
 
-import type { CliOperation, OperationCommand } from "./args.ts";
-import type { CheckpointDriver } from "../core/driver.ts";
-import { clockOf, CudaProcess, type Outcome } from "../core/process.ts";
-import type { ProgressLine } from "./progress.ts";
-import { errorReport, type PidReport, type Printer, printOne } from "./report.ts";
-
-/** The operations that change a process's state (the queries go through `query.ts`). */
-export type StepOperation = Exclude<CliOperation, "get-state" | "get-restore-tid">;
+import type { OperationCommand } from "./args.ts";
+import { Handle } from "../core/handle.ts";
+import { clockOf, type Machine } from "../core/machine.ts";
+import { errorReport, type PidReport, type Printer, printReports, round } from "./report.ts";
 
 /**
  * Runs a state-changing command on one pid, prints NVIDIA's output for it, and resolves to the
  * exit code. (Queries, and anything of pid 0, go through `query.ts`.)
  */
 export async function runOne(
-  command: OperationCommand & { readonly operation: StepOperation },
+  command: OperationCommand,
   pid: number,
-  driver: CheckpointDriver,
+  machine: Machine,
   print: Printer,
 ): Promise<number> {
-  let progress: ProgressLine | undefined;
+  const operation = command.operation as Exclude<OperationCommand["operation"], `get-${string}`>;
+  let progress;
   if (print.terminal) {
     const { ProgressLine } = await import("./progress.ts");
     progress = new ProgressLine({ write: (t) => print.raw(t), total: 1 });
-    progress.event({ type: "step-start", pid, step: command.operation });
+    progress.event({ type: "step-start", pid, step: operation });
   }
+  const handle = new Handle(pid, machine);
+  // The machine's clock: the simulator's virtual time, as the group operations measure it.
+  const clock = clockOf(machine);
+  const start = clock.now();
   let report: PidReport;
   try {
-    report = await operateOne(command, pid, driver);
-  } finally {
-    progress?.stop();
-  }
-  return printOne(report, print, command.json);
-}
-
-/** Makes the operation on one pid and says what became of it; never rejects. */
-async function operateOne(
-  command: Pick<OperationCommand, "timeoutMs" | "gpuMapping"> & { operation: StepOperation },
-  pid: number,
-  driver: CheckpointDriver,
-): Promise<PidReport> {
-  const operation = command.operation;
-  const proc = new CudaProcess(pid, { driver });
-  // The driver's clock: the simulator's virtual time, as the group operations measure it.
-  const clock = clockOf(driver);
-  const start = clock.now();
-  const ms = () => Math.round((clock.now() - start) * 1000) / 1000;
-  try {
-    const mapping = command.gpuMapping ? { gpuMapping: command.gpuMapping } : {};
-    let outcome: Outcome;
-    switch (operation) {
-      case "lock":
-        // NVIDIA's utility locks without a timeout unless --timeout is given (CRIU leaves it out
-        // for "no timeout").
-        outcome = await proc.lock({ timeoutMs: command.timeoutMs ?? 0 });
-        break;
-      case "checkpoint":
-        outcome = await proc.checkpoint();
-        break;
-      case "restore":
-        outcome = await proc.restore(mapping);
-        break;
-      case "unlock":
-        outcome = await proc.unlock();
-        break;
-      case "toggle":
-        outcome = await proc.toggle({ timeoutMs: 0, ...mapping });
-        break;
-    }
-    return {
+    const outcome = await handle.act(operation, {
+      // NVIDIA's utility locks without a timeout unless --timeout is given (CRIU leaves it out
+      // for "no timeout"); its toggle, never.
+      lockTimeoutMs: operation === "lock" ? command.timeoutMs ?? 0 : 0,
+      pairs: command.pairs ?? null,
+      checkRoom: true,
+    });
+    report = {
       pid,
       operation,
       ok: true,
       state: outcome.state,
       status: "done",
-      ms: ms(),
+      ms: round(clock.now() - start),
       ...(outcome.roomCheck !== undefined ? { roomCheck: outcome.roomCheck } : {}),
     };
   } catch (error) {
-    const took = ms();
+    const ms = round(clock.now() - start);
     // Where the failed step left the process, for --json.
-    const state = await proc.state().catch(() => undefined);
-    return {
+    const state = await handle.state().catch(() => undefined);
+    report = {
       pid,
       operation,
       ok: false,
       ...(state ? { state } : {}),
       status: "failed",
-      ms: took,
+      ms,
       error: errorReport(operation, pid, error),
     };
   } finally {
-    await proc.close();
+    progress?.stop();
+    await handle.close();
   }
+  return printReports([report], print, command.json, false);
 }
