@@ -1,20 +1,23 @@
 /**
- * `@ckpt/cuda/driver`: the driver seam and what sits at it. For a program that opens the native
- * driver itself (to name the library, or to size its thread pool), talks to the driver's raw calls,
- * writes a driver of its own, or needs the driver's result codes and state numbers.
+ * `@ckpt/cuda/driver`: what a machine is made of. For a program that opens this machine itself
+ * (to name libcuda, or to size its thread pool), talks to the driver's raw calls, writes a driver
+ * or a host of its own, or needs the driver's result codes and state numbers.
  *
- * Every method of a {@link CheckpointDriver} mirrors one C call of libcuda's checkpoint API and
- * resolves to the raw `CUresult`; `CudaProcess` (from `@ckpt/cuda`) turns those into errors.
+ * A {@link Machine} is what every call of `@ckpt/cuda` runs on: a {@link CheckpointDriver}, whose
+ * methods mirror the C calls of libcuda's checkpoint API one to one and resolve to the raw
+ * `CUresult`, and the rest of the machine around it (its processes, its snapshot engine and
+ * store, its clock). {@link openMachine} opens this machine; `@ckpt/cuda/mock` makes a simulated
+ * one.
  *
  * @example
  * ```ts ignore
  * import { CudaProcess } from "@ckpt/cuda";
- * import { CU_PROCESS_STATE_LOCKED, openNativeDriver } from "@ckpt/cuda/driver";
+ * import { CUprocessState, openMachine } from "@ckpt/cuda/driver";
  *
- * await using driver = await openNativeDriver({ libraryPath: "/usr/lib64/libcuda.so.1" });
- * const { code, value } = await driver.getState(4242); // the raw call
- * console.log(code, value === CU_PROCESS_STATE_LOCKED);
- * const proc = new CudaProcess(4242, { driver });
+ * await using machine = await openMachine({ libraryPath: "/usr/lib64/libcuda.so.1" });
+ * const { code, value } = await machine.driver.getState(4242); // the raw call
+ * console.log(code, value === CUprocessState.CU_PROCESS_STATE_LOCKED);
+ * const proc = new CudaProcess(4242, { machine });
  * ```
  *
  * @module
@@ -28,8 +31,8 @@ export type {
   LockArgs,
   RestoreArgs,
 } from "./core/driver.ts";
+export type { Clock, Machine } from "./core/machine.ts";
 export type {
-  ClosableHost,
   GpuMemory,
   GpuMemoryReport,
   HeldRecord,
@@ -42,44 +45,8 @@ export type {
   ScannedProcess,
   TreeProcess,
 } from "./core/host.ts";
-export {
-  CHECKPOINT_MIN_DRIVER_VERSION,
-  CU_RESULTS,
-  CUDA_ERROR_DEINITIALIZED,
-  CUDA_ERROR_ILLEGAL_STATE,
-  CUDA_ERROR_INVALID_DEVICE,
-  CUDA_ERROR_INVALID_HANDLE,
-  CUDA_ERROR_INVALID_VALUE,
-  CUDA_ERROR_NO_DEVICE,
-  CUDA_ERROR_NOT_FOUND,
-  CUDA_ERROR_NOT_INITIALIZED,
-  CUDA_ERROR_NOT_READY,
-  CUDA_ERROR_NOT_SUPPORTED,
-  CUDA_ERROR_OPERATING_SYSTEM,
-  CUDA_ERROR_OUT_OF_MEMORY,
-  CUDA_ERROR_UNKNOWN,
-  CUDA_SUCCESS,
-  formatDriverVersion,
-  GPU_PAIRS_MIN_DRIVER_VERSION,
-  resultName,
-} from "./core/codes.ts";
-export {
-  CU_PROCESS_STATE_CHECKPOINTED,
-  CU_PROCESS_STATE_FAILED,
-  CU_PROCESS_STATE_LOCKED,
-  CU_PROCESS_STATE_RUNNING,
-  type ProcessState,
-  stateName,
-} from "./core/states.ts";
-export { DriverLoadError } from "./core/errors.ts";
-export {
-  LIBCUDA_ENV_VAR,
-  LinuxHost,
-  type LinuxHostOptions,
-  type NativeDriver,
-  nativeDriverAvailable,
-  type NativeDriverOptions,
-  openLinuxHost,
-  openNativeDriver,
-  type ProcReader,
-} from "./ffi/mod.ts";
+export { CUresult, resultName } from "./core/codes.ts";
+export { CUprocessState, stateName } from "./core/states.ts";
+export { type MachineOptions, type NativeMachine, openMachine } from "./os/this_machine.ts";
+export type { NativeDriver, NativeDriverOptions } from "./ffi/native.ts";
+export type { LinuxHostOptions, ProcReader } from "./os/linux_host.ts";
