@@ -2,6 +2,10 @@
 // report writer) from rotting: each runs in its smallest configuration against the fake libcuda of
 // tests/fixtures (with shell stand-in targets), under the runtime that runs the tests, and its
 // report must have the promised fields. No figure is checked: the fake measures nothing real.
+//
+// Each benchmark is a child process, run without blocking (so that the runner's timeout can act),
+// killed after its own limit and given a test timeout above that limit, so that a slow machine
+// reports the benchmark's output rather than a cut test.
 
 import { after, describe, test } from "node:test";
 import assert from "node:assert/strict";
@@ -18,29 +22,40 @@ const BENCH = new URL("../bench/", import.meta.url).pathname;
 const out = mkdtempSync(join(tmpdir(), "ckpt-bench-test-"));
 after(() => rmSync(out, { recursive: true, force: true }));
 
-/** Runs a benchmark with the fake; resolves to its exit status and output. */
-function bench(script: string, ...args: string[]): Promise<{ status: number | null; log: string }> {
-  const argv = [
-    ...(runtime === "deno" ? ["run", "-A"] : []),
-    join(BENCH, script),
-    "--fake",
-    "--fake-delay-ms",
-    "2",
-    "--out",
-    out,
-    ...args,
-  ];
+/** How long a benchmark may run before it is killed (a few seconds on a quiet machine). */
+const RUN_LIMIT_MS = 90_000;
+/** A test's timeout: above the limit of the runs it waits for, so a kill shows their output. */
+const SLOW = { timeout: RUN_LIMIT_MS + 30_000 };
+
+/** What a benchmark run did. */
+interface Ran {
+  status: number | null;
+  /** Its stdout and stderr, interleaved; says so where it was killed at the limit. */
+  log: string;
+}
+
+/** Runs a script with this runtime, without blocking; kills it after `limitMs`. */
+function runScript(script: string, args: readonly string[], limitMs = RUN_LIMIT_MS): Promise<Ran> {
+  const argv = [...(runtime === "deno" ? ["run", "-A"] : []), script, ...args];
   return new Promise((resolve) => {
     const child = spawn(process.execPath, argv, { stdio: ["ignore", "pipe", "pipe"] });
     let log = "";
     child.stdout!.on("data", (d) => log += d);
     child.stderr!.on("data", (d) => log += d);
-    const timer = setTimeout(() => child.kill("SIGKILL"), 30_000);
+    const timer = setTimeout(() => {
+      log += `\n(killed after ${limitMs} ms)`;
+      child.kill("SIGKILL");
+    }, limitMs);
     child.on("close", (status) => {
       clearTimeout(timer);
       resolve({ status, log });
     });
   });
+}
+
+/** Runs a benchmark with the fake; resolves to its exit status and output. */
+function bench(script: string, ...args: string[]): Promise<Ran> {
+  return runScript(join(BENCH, script), ["--fake", "--fake-delay-ms", "2", "--out", out, ...args]);
 }
 
 /** Reads a report pair; checks what every report promises; returns the JSON. */
@@ -83,12 +98,15 @@ function readReport(name: string): Record<string, any> {
 }
 
 describe(`benchmarks against the fake libcuda (${runtime})`, { skip: noCompiler }, () => {
-  // Both at once: each is mostly waiting on its children.
-  const runs = Promise.all([
-    bench("overhead.ts", "--sizes", "1,2", "--cycles", "2", "--warmup", "1"),
-    bench("many.ts", "--counts", "2,3", "--mib", "1", "--trials", "2", "--placement", "spread"),
-    bench("growth.ts", "--sizes", "1,2", "--counts", "1,2", "--count-mib", "1", "--cycles", "2"),
-  ]);
+  // All three at once, started by the first test that needs them (none where the tests are
+  // skipped): each is mostly waiting on its children.
+  let started: Promise<Ran[]> | undefined;
+  const runs = () =>
+    started ??= Promise.all([
+      bench("overhead.ts", "--sizes", "1,2", "--cycles", "2", "--warmup", "1"),
+      bench("many.ts", "--counts", "2,3", "--mib", "1", "--trials", "2", "--placement", "spread"),
+      bench("growth.ts", "--sizes", "1,2", "--counts", "1,2", "--count-mib", "1", "--cycles", "2"),
+    ]);
   // A stand-in for a cuda-checkpoint program: answers as the real one would, for any pid.
   const standIn = join(out, "stand-in-cuda-checkpoint");
   writeFileSync(
@@ -97,32 +115,36 @@ describe(`benchmarks against the fake libcuda (${runtime})`, { skip: noCompiler 
     { mode: 0o755 },
   );
 
-  test("overhead.ts: alternating cycles, ours and C, each size, every run reported", async () => {
-    const [run] = await runs;
-    assert.equal(run.status, 0, run.log);
-    const json = readReport("overhead");
-    assert.deepEqual(json.config.sizesMiB, [1, 2]);
-    // 2 sizes x (1 warm-up + 2 cycles) x 2 sides, alternating ours, C, ours, C.
-    assert.equal(json.runs.length, 12);
-    assert.deepEqual(json.runs.slice(0, 4).map((r: { side: string }) => r.side), [
-      "ours",
-      "c",
-      "ours",
-      "c",
-    ]);
-    for (const r of json.runs) {
-      for (const k of ["lockMs", "checkpointMs", "restoreMs", "unlockMs", "totalMs"]) {
-        assert.equal(typeof r[k], "number", `${k} of ${JSON.stringify(r)}`);
+  test(
+    "overhead.ts: alternating cycles, ours and C, each size, every run reported",
+    SLOW,
+    async () => {
+      const [run] = await runs();
+      assert.equal(run.status, 0, run.log);
+      const json = readReport("overhead");
+      assert.deepEqual(json.config.sizesMiB, [1, 2]);
+      // 2 sizes x (1 warm-up + 2 cycles) x 2 sides, alternating ours, C, ours, C.
+      assert.equal(json.runs.length, 12);
+      assert.deepEqual(json.runs.slice(0, 4).map((r: { side: string }) => r.side), [
+        "ours",
+        "c",
+        "ours",
+        "c",
+      ]);
+      for (const r of json.runs) {
+        for (const k of ["lockMs", "checkpointMs", "restoreMs", "unlockMs", "totalMs"]) {
+          assert.equal(typeof r[k], "number", `${k} of ${JSON.stringify(r)}`);
+        }
+        // The fake's checkpoint and restore each sleep 2 ms.
+        assert.ok(r.totalMs >= 4, JSON.stringify(r));
       }
-      // The fake's checkpoint and restore each sleep 2 ms.
-      assert.ok(r.totalMs >= 4, JSON.stringify(r));
-    }
-    assert.equal(json.goals.length, 2);
-    assert.ok(json.goals.every((g: { value: number }) => g.value > 0));
-  });
+      assert.equal(json.goals.length, 2);
+      assert.ok(json.goals.every((g: { value: number }) => g.value > 0));
+    },
+  );
 
-  test("many.ts: the three modes taking turns per trial, placement recorded", async () => {
-    const [, run] = await runs;
+  test("many.ts: the three modes taking turns per trial, placement recorded", SLOW, async () => {
+    const [, run] = await runs();
     assert.equal(run.status, 0, run.log);
     const json = readReport("many-spread");
     assert.equal(json.config.placement, "spread");
@@ -142,115 +164,127 @@ describe(`benchmarks against the fake libcuda (${runtime})`, { skip: noCompiler 
     assert.equal(json.goals.at(-1).value, null);
   });
 
-  test("growth.ts: each size and count, both placements, GB/s beside the ceilings", async () => {
-    const [, , run] = await runs;
-    assert.equal(run.status, 0, run.log);
-    const json = readReport("growth");
-    // Sizes: 1 process each; counts: gpu0 and spread; each (1 warm-up + 2 cycles).
-    const keys = json.runs.map((r: Record<string, unknown>) =>
-      `${r.axis}:${r.placement}:${r.processes}x${r.mibEach}`
-    );
-    assert.deepEqual([...new Set(keys)], [
-      "size:gpu0:1x1",
-      "size:gpu0:1x2",
-      "count:gpu0:1x1",
-      "count:gpu0:2x1",
-      "count:spread:1x1",
-      "count:spread:2x1",
-    ]);
-    assert.equal(json.runs.length, 6 * 3);
-    assert.equal(json.runs.filter((r: { warmup: boolean }) => r.warmup).length, 6);
-    // Without NVML the bytes are the estimate: allocated + a 520 MiB context per process.
-    const two = json.runs.find((r: Record<string, unknown>) => r.processes === 2);
-    assert.equal(two.gpuMiB, 2 * (1 + 520));
-    assert.equal(json.tables.length, 2);
-    assert.equal(json.tables[1].rows.length, 4);
-    assert.ok(json.tables[1].columns.includes("suspend / host ceiling"));
-    for (const row of json.tables[1].rows) assert.match(String(row.at(-1)), /^\d+%$/);
-  });
+  test(
+    "growth.ts: each size and count, both placements, GB/s beside the ceilings",
+    SLOW,
+    async () => {
+      const [, , run] = await runs();
+      assert.equal(run.status, 0, run.log);
+      const json = readReport("growth");
+      // Sizes: 1 process each; counts: gpu0 and spread; each (1 warm-up + 2 cycles).
+      const keys = json.runs.map((r: Record<string, unknown>) =>
+        `${r.axis}:${r.placement}:${r.processes}x${r.mibEach}`
+      );
+      assert.deepEqual([...new Set(keys)], [
+        "size:gpu0:1x1",
+        "size:gpu0:1x2",
+        "count:gpu0:1x1",
+        "count:gpu0:2x1",
+        "count:spread:1x1",
+        "count:spread:2x1",
+      ]);
+      assert.equal(json.runs.length, 6 * 3);
+      assert.equal(json.runs.filter((r: { warmup: boolean }) => r.warmup).length, 6);
+      // Without NVML the bytes are the estimate: allocated + a 520 MiB context per process.
+      const two = json.runs.find((r: Record<string, unknown>) => r.processes === 2);
+      assert.equal(two.gpuMiB, 2 * (1 + 520));
+      assert.equal(json.tables.length, 2);
+      assert.equal(json.tables[1].rows.length, 4);
+      assert.ok(json.tables[1].columns.includes("suspend / host ceiling"));
+      for (const row of json.tables[1].rows) assert.match(String(row.at(-1)), /^\d+%$/);
+    },
+  );
 
-  test("listing.ts: the listing, a getState per pid and programs per pid, taking turns", async () => {
-    const run = await bench(
-      "listing.ts",
-      "--processes",
-      "20",
-      "--rounds",
-      "2",
-      "--utility",
-      standIn,
-      "--cli",
-      standIn,
-      "--utility-sample",
-      "3",
-    );
-    assert.equal(run.status, 0, run.log);
-    const json = readReport("listing");
-    const ways = json.runs.map((r: { way: string }) => r.way);
-    assert.deepEqual(ways.slice(0, 5), [
-      "listing",
-      "per-pid getState",
-      "utility per pid",
-      "our CLI per pid",
-      "per-pid getState",
-    ]);
-    const utility = json.runs.find((r: { way: string }) => r.way === "utility per pid");
-    assert.equal(utility.calls.length, 3);
-    assert.ok(
-      utility.calls.every((c: { exit: number; out: string }) =>
-        c.exit === 0 && c.out === "running"
-      ),
-    );
-    // Extrapolated: the median call times every pid of /proc.
-    assert.ok(utility.ms > utility.calls[0].ms * 10, JSON.stringify(utility));
-    assert.equal(json.goals[0].goal, "a whole-host listing well under 100 ms (median)");
-    assert.equal(typeof json.goals[0].value, "number");
-  });
+  test(
+    "listing.ts: the listing, a getState per pid and programs per pid, taking turns",
+    SLOW,
+    async () => {
+      const run = await bench(
+        "listing.ts",
+        "--processes",
+        "20",
+        "--rounds",
+        "2",
+        "--utility",
+        standIn,
+        "--cli",
+        standIn,
+        "--utility-sample",
+        "3",
+      );
+      assert.equal(run.status, 0, run.log);
+      const json = readReport("listing");
+      const ways = json.runs.map((r: { way: string }) => r.way);
+      assert.deepEqual(ways.slice(0, 5), [
+        "listing",
+        "per-pid getState",
+        "utility per pid",
+        "our CLI per pid",
+        "per-pid getState",
+      ]);
+      const utility = json.runs.find((r: { way: string }) => r.way === "utility per pid");
+      assert.equal(utility.calls.length, 3);
+      assert.ok(
+        utility.calls.every((c: { exit: number; out: string }) =>
+          c.exit === 0 && c.out === "running"
+        ),
+      );
+      // Extrapolated: the median call times every pid of /proc.
+      assert.ok(utility.ms > utility.calls[0].ms * 10, JSON.stringify(utility));
+      assert.equal(json.goals[0].goal, "a whole-host listing well under 100 ms (median)");
+      assert.equal(typeof json.goals[0].value, "number");
+    },
+  );
 
-  test("cli_startup.ts: both programs, both queries, taking turns, answers compared", async () => {
-    const run = await bench(
-      "cli_startup.ts",
-      "--ours",
-      standIn,
-      "--nvidia",
-      standIn,
-      "--rounds",
-      "2",
-    );
-    assert.equal(run.status, 0, run.log);
-    const json = readReport("cli-startup");
-    // 2 rounds x 2 programs x 2 queries; round 1 starts with NVIDIA's.
-    assert.deepEqual(
-      json.runs.map((r: { program: string; query: string }) => `${r.program}${r.query}`),
-      [
-        "ours--get-state",
-        "ours--get-restore-tid",
-        "nvidia--get-state",
-        "nvidia--get-restore-tid",
-        "nvidia--get-state",
-        "nvidia--get-restore-tid",
-        "ours--get-state",
-        "ours--get-restore-tid",
-      ],
-    );
-    assert.deepEqual(
-      new Set(json.runs.map((r: { out: string }) => r.out)),
-      new Set(["running", "4242"]),
-    );
-    // Each query's three goals; against the fake libcuda none is judged (no real target).
-    assert.deepEqual(
-      json.goals.map((g: { goal: string }) => g.goal.replace(/^--[a-z-]+: /, "")),
-      ["--get-state", "--get-restore-tid"].flatMap(() => [
-        "ours at most 50 ms (median)",
-        "on a 4-GPU host, ours at least 15x faster than NVIDIA's",
-        "ours at or below NVIDIA's (median, NVIDIA's / ours >= 1)",
-      ]),
-    );
-    assert.ok(
-      json.goals.filter((g: { goal: string }) => g.goal.includes("at or below"))
-        .every((g: { met: unknown }) => g.met === null),
-      "the fake libcuda proves nothing about NVIDIA's speed",
-    );
-  });
+  test(
+    "cli_startup.ts: both programs, both queries, taking turns, answers compared",
+    SLOW,
+    async () => {
+      const run = await bench(
+        "cli_startup.ts",
+        "--ours",
+        standIn,
+        "--nvidia",
+        standIn,
+        "--rounds",
+        "2",
+      );
+      assert.equal(run.status, 0, run.log);
+      const json = readReport("cli-startup");
+      // 2 rounds x 2 programs x 2 queries; round 1 starts with NVIDIA's.
+      assert.deepEqual(
+        json.runs.map((r: { program: string; query: string }) => `${r.program}${r.query}`),
+        [
+          "ours--get-state",
+          "ours--get-restore-tid",
+          "nvidia--get-state",
+          "nvidia--get-restore-tid",
+          "nvidia--get-state",
+          "nvidia--get-restore-tid",
+          "ours--get-state",
+          "ours--get-restore-tid",
+        ],
+      );
+      assert.deepEqual(
+        new Set(json.runs.map((r: { out: string }) => r.out)),
+        new Set(["running", "4242"]),
+      );
+      // Each query's three goals; against the fake libcuda none is judged (no real target).
+      assert.deepEqual(
+        json.goals.map((g: { goal: string }) => g.goal.replace(/^--[a-z-]+: /, "")),
+        ["--get-state", "--get-restore-tid"].flatMap(() => [
+          "ours at most 50 ms (median)",
+          "on a 4-GPU host, ours at least 15x faster than NVIDIA's",
+          "ours at or below NVIDIA's (median, NVIDIA's / ours >= 1)",
+        ]),
+      );
+      assert.ok(
+        json.goals.filter((g: { goal: string }) => g.goal.includes("at or below"))
+          .every((g: { met: unknown }) => g.met === null),
+        "the fake libcuda proves nothing about NVIDIA's speed",
+      );
+    },
+  );
 
   test("the C baselines build with -Wall -Wextra without a warning", () => {
     for (const name of ["cycle", "many"]) {
@@ -268,164 +302,169 @@ describe(`benchmarks against the fake libcuda (${runtime})`, { skip: noCompiler 
   });
 });
 
-describe(`snapshot.ts on the simulated machine (${runtime})`, () => {
-  test("both sides taking turns per round, every target checked, images removed, goals judged only on a GPU", () => {
-    const dir = join(out, "snapshot");
-    const work = join(out, "snapshot-work");
-    // Our command line under this runtime, as a program (the benchmark spawns it).
-    const cli = join(out, "ours-cuda-checkpoint");
-    const main = new URL("../cli/main.ts", import.meta.url).pathname;
-    writeFileSync(
-      cli,
-      `#!/bin/sh\nexec "${process.execPath}" ${
-        runtime === "deno" ? "run -A --quiet " : ""
-      }"${main}" "$@"\n`,
-      { mode: 0o755 },
-    );
-    const argv = [
-      ...(runtime === "deno" ? ["run", "-A"] : []),
-      join(BENCH, "snapshot.ts"),
-      "--simulate",
-      "--ours",
-      cli,
-      "--counts",
-      "1,2",
-      "--mib",
-      "64,32",
-      "--rounds",
-      "2,1",
-      "--disk-mib",
-      "4",
-      "--work",
-      work,
-      "--out",
-      dir,
-    ];
-    const run = spawnSync(process.execPath, argv, { encoding: "utf8", timeout: 120_000 });
-    assert.equal(run.status, 0, run.stdout + run.stderr);
-    const stem = join(dir, `snapshot-${runtime}-${safeName(hostname())}`);
-    const json = JSON.parse(readFileSync(`${stem}.json`, "utf8"));
-    assert.equal(
-      json.environment.gpu.description,
-      "none (the simulated machine of cuda-checkpoint --simulate)",
-    );
-    assert.equal(json.config.simulate, true);
-    assert.deepEqual(json.config.mib, [64, 32]);
-    // Global round k starts with ours when k is even: 1x64 rounds 0 and 1, then 2x32 round 0.
-    assert.deepEqual(
-      json.runs.map((r: { case: string; side: string; order: number }) =>
-        `${r.case} ${r.side} ${r.order}`
-      ),
-      [
-        "1x64MiB ours 0",
-        "1x64MiB shell 1",
-        "1x64MiB shell 0",
-        "1x64MiB ours 1",
-        "2x32MiB ours 0",
-        "2x32MiB shell 1",
-      ],
-    );
-    for (const r of json.runs) {
-      assert.ok(r.ok && r.error === undefined, JSON.stringify(r));
-      assert.equal(r.checks.length, r.count);
-      for (const c of r.checks) assert.ok(c.state === "running" && c.intact, JSON.stringify(c));
-      assert.ok(r.bytes > 0 && r.snapshotMs > 0 && r.restoreMs > 0, JSON.stringify(r));
-      if (r.side === "ours") {
-        // Its own figures, from its --json and the manifest (virtual time on the simulator).
-        for (const k of ["ownSnapshotMs", "suspendMs", "dumpMs", "ownRestoreMs"]) {
-          assert.ok(r.phases[k] > 0, `${k} of ${JSON.stringify(r)}`);
+describe(`disk_bench.ts on the simulated machine (${runtime})`, () => {
+  // About 50 runs of our command line, each a program start: the slowest test here.
+  test(
+    "both sides taking turns per round, every target checked, images removed, goals judged only on a GPU",
+    {
+      timeout: 3 * RUN_LIMIT_MS,
+    },
+    async () => {
+      const dir = join(out, "snapshot");
+      const work = join(out, "snapshot-work");
+      // Our command line under this runtime, as a program (the benchmark spawns it).
+      const cli = join(out, "ours-cuda-checkpoint");
+      const main = new URL("../cli/main.ts", import.meta.url).pathname;
+      writeFileSync(
+        cli,
+        `#!/bin/sh\nexec "${process.execPath}" ${
+          runtime === "deno" ? "run -A --quiet " : ""
+        }"${main}" "$@"\n`,
+        { mode: 0o755 },
+      );
+      const run = await runScript(join(BENCH, "disk_bench.ts"), [
+        "--simulate",
+        "--ours",
+        cli,
+        "--counts",
+        "1,2",
+        "--mib",
+        "64,32",
+        "--rounds",
+        "2,1",
+        "--disk-mib",
+        "4",
+        "--work",
+        work,
+        "--out",
+        dir,
+      ], 2 * RUN_LIMIT_MS);
+      assert.equal(run.status, 0, run.log);
+      const stem = join(dir, `snapshot-${runtime}-${safeName(hostname())}`);
+      const json = JSON.parse(readFileSync(`${stem}.json`, "utf8"));
+      assert.equal(
+        json.environment.gpu.description,
+        "none (the simulated machine of cuda-checkpoint --simulate)",
+      );
+      assert.equal(json.config.simulate, true);
+      assert.deepEqual(json.config.mib, [64, 32]);
+      // Global round k starts with ours when k is even: 1x64 rounds 0 and 1, then 2x32 round 0.
+      assert.deepEqual(
+        json.runs.map((r: { case: string; side: string; order: number }) =>
+          `${r.case} ${r.side} ${r.order}`
+        ),
+        [
+          "1x64MiB ours 0",
+          "1x64MiB shell 1",
+          "1x64MiB shell 0",
+          "1x64MiB ours 1",
+          "2x32MiB ours 0",
+          "2x32MiB shell 1",
+        ],
+      );
+      for (const r of json.runs) {
+        assert.ok(r.ok && r.error === undefined, JSON.stringify(r));
+        assert.equal(r.checks.length, r.count);
+        for (const c of r.checks) assert.ok(c.state === "running" && c.intact, JSON.stringify(c));
+        assert.ok(r.bytes > 0 && r.snapshotMs > 0 && r.restoreMs > 0, JSON.stringify(r));
+        if (r.side === "ours") {
+          // Its own figures, from its --json and the manifest (virtual time on the simulator).
+          for (const k of ["ownSnapshotMs", "suspendMs", "dumpMs", "ownRestoreMs"]) {
+            assert.ok(r.phases[k] > 0, `${k} of ${JSON.stringify(r)}`);
+          }
+        } else {
+          // One toggle and one dump per process, one after another, and back the same way.
+          assert.equal(r.steps.snapshot.length, r.count);
+          assert.equal(r.steps.restore.length, r.count);
+          assert.deepEqual(
+            r.steps.snapshot.map((s: { pid: number }) => s.pid),
+            r.checks.map((c: { pid: number }) => c.pid),
+          );
         }
-      } else {
-        // One toggle and one dump per process, one after another, and back the same way.
-        assert.equal(r.steps.snapshot.length, r.count);
-        assert.equal(r.steps.restore.length, r.count);
-        assert.deepEqual(
-          r.steps.snapshot.map((s: { pid: number }) => s.pid),
-          r.checks.map((c: { pid: number }) => c.pid),
-        );
       }
-    }
-    // The images and the targets' folders are gone; so is the simulated machine.
-    assert.deepEqual(readdirSync(work), []);
-    assert.equal(json.tables.length, 3);
-    assert.ok(json.tables[2].rows.length >= 2, "the disk's rates, O_DIRECT and page cache");
-    // The speed goals have figures, but the simulator proves nothing about them; no 8-process case.
-    assert.deepEqual(json.goals.map((g: { met: boolean | null }) => g.met), [
-      null,
-      null,
-      null,
-      null,
-      true,
-    ]);
-    assert.equal(typeof json.goals[0].value, "number");
-    assert.equal(json.goals[2].value, null);
-    const md = readFileSync(`${stem}.md`, "utf8");
-    assert.match(md, /SIMULATED: .* This measures nothing real\./s);
-    const fmt = spawnSync("deno", ["fmt", "--check", "--line-width", "100", `${stem}.md`], {
-      encoding: "utf8",
-      env: { ...process.env, NO_COLOR: "1" },
-    });
-    if (!fmt.error) assert.equal(fmt.status, 0, `deno fmt --check: ${fmt.stderr}`);
-  });
+      // The images and the targets' folders are gone; so is the simulated machine.
+      assert.deepEqual(readdirSync(work), []);
+      assert.equal(json.tables.length, 3);
+      assert.ok(json.tables[2].rows.length >= 2, "the disk's rates, O_DIRECT and page cache");
+      // The speed goals have figures, but the simulator proves nothing about them; no 8-process case.
+      assert.deepEqual(json.goals.map((g: { met: boolean | null }) => g.met), [
+        null,
+        null,
+        null,
+        null,
+        true,
+      ]);
+      assert.equal(typeof json.goals[0].value, "number");
+      assert.equal(json.goals[2].value, null);
+      const md = readFileSync(`${stem}.md`, "utf8");
+      assert.match(md, /SIMULATED: .* This measures nothing real\./s);
+      const fmt = spawnSync("deno", ["fmt", "--check", "--line-width", "100", `${stem}.md`], {
+        encoding: "utf8",
+        env: { ...process.env, NO_COLOR: "1" },
+      });
+      if (!fmt.error) assert.equal(fmt.status, 0, `deno fmt --check: ${fmt.stderr}`);
+    },
+  );
 });
 
 describe(`digest.ts on the simulator (${runtime})`, () => {
-  test("both sides taking turns per round, the check over every byte, the 40 GiB goals not measured", () => {
-    const dir = join(out, "digest");
-    const argv = [
-      ...(runtime === "deno" ? ["run", "-A"] : []),
-      join(BENCH, "digest.ts"),
-      "--sizes-mib",
-      "2,3",
-      "--rounds",
-      "2",
-      "--baseline-max-mib",
-      "2",
-      "--out",
-      dir,
-    ];
-    const run = spawnSync(process.execPath, argv, { encoding: "utf8", timeout: 60_000 });
-    assert.equal(run.status, 0, run.stdout + run.stderr);
-    const stem = join(dir, `digest-${runtime}-${safeName(hostname())}`);
-    const json = JSON.parse(readFileSync(`${stem}.json`, "utf8"));
-    assert.equal(json.environment.gpu.description, "none (the simulated driver, on the CPU)");
-    assert.equal(json.environment.fake, false);
-    assert.deepEqual(json.config.sizesMiB, [2, 3]);
-    // Round 0 starts with the chunked hash, round 1 with the old SHA-256; the baseline and the
-    // check over every byte only at 2 MiB (--baseline-max-mib 2), the check in round 0 only.
-    const kinds = (size: number) =>
-      json.runs.filter((r: { sizeMiB: number }) => r.sizeMiB === size).map((r: { kind: string }) =>
-        r.kind
+  test(
+    "both sides taking turns per round, the check over every byte, the 40 GiB goals not measured",
+    SLOW,
+    async () => {
+      const dir = join(out, "digest");
+      const run = await runScript(join(BENCH, "digest.ts"), [
+        "--sizes-mib",
+        "2,3",
+        "--rounds",
+        "2",
+        "--baseline-max-mib",
+        "2",
+        "--out",
+        dir,
+      ]);
+      assert.equal(run.status, 0, run.log);
+      const stem = join(dir, `digest-${runtime}-${safeName(hostname())}`);
+      const json = JSON.parse(readFileSync(`${stem}.json`, "utf8"));
+      assert.equal(json.environment.gpu.description, "none (the simulated driver, on the CPU)");
+      assert.equal(json.environment.fake, false);
+      assert.deepEqual(json.config.sizesMiB, [2, 3]);
+      // Round 0 starts with the chunked hash, round 1 with the old SHA-256; the baseline and the
+      // check over every byte only at 2 MiB (--baseline-max-mib 2), the check in round 0 only.
+      const kinds = (size: number) =>
+        json.runs.filter((r: { sizeMiB: number }) => r.sizeMiB === size).map((
+          r: { kind: string },
+        ) => r.kind);
+      assert.deepEqual(kinds(2), [
+        "first",
+        "after writes",
+        "unchanged",
+        "old SHA-256",
+        "every byte, chunked",
+        "old SHA-256",
+        "first",
+        "after writes",
+        "unchanged",
+      ]);
+      assert.deepEqual(kinds(3), [
+        ...["first", "after writes", "unchanged"],
+        ...["first", "after writes", "unchanged"],
+      ]);
+      for (const r of json.runs) {
+        assert.ok(r.ms >= 0 && /^[0-9a-f]{64}$/.test(r.hash), JSON.stringify(r));
+      }
+      const at2 = json.runs.filter((r: { sizeMiB: number; round: number }) =>
+        r.sizeMiB === 2 && r.round === 0
       );
-    assert.deepEqual(kinds(2), [
-      "first",
-      "after writes",
-      "unchanged",
-      "old SHA-256",
-      "every byte, chunked",
-      "old SHA-256",
-      "first",
-      "after writes",
-      "unchanged",
-    ]);
-    assert.deepEqual(kinds(3), [
-      ...["first", "after writes", "unchanged"],
-      ...["first", "after writes", "unchanged"],
-    ]);
-    for (const r of json.runs) {
-      assert.ok(r.ms >= 0 && /^[0-9a-f]{64}$/.test(r.hash), JSON.stringify(r));
-    }
-    const at2 = json.runs.filter((r: { sizeMiB: number; round: number }) =>
-      r.sizeMiB === 2 && r.round === 0
-    );
-    const hashOf = (kind: string) => at2.find((r: { kind: string }) => r.kind === kind).hash;
-    assert.equal(hashOf("every byte, chunked"), hashOf("after writes"));
-    assert.equal(hashOf("unchanged"), hashOf("after writes"));
-    assert.notEqual(hashOf("first"), hashOf("after writes"));
-    assert.deepEqual(json.goals.map((g: { met: boolean | null }) => g.met), [null, null, true]);
-    const md = readFileSync(`${stem}.md`, "utf8");
-    assert.match(md, /none \(the simulated driver, on the CPU\)/);
-    assert.match(md, /left out above 2 MiB/);
-    assert.doesNotMatch(md, /measures nothing real/);
-  });
+      const hashOf = (kind: string) => at2.find((r: { kind: string }) => r.kind === kind).hash;
+      assert.equal(hashOf("every byte, chunked"), hashOf("after writes"));
+      assert.equal(hashOf("unchanged"), hashOf("after writes"));
+      assert.notEqual(hashOf("first"), hashOf("after writes"));
+      assert.deepEqual(json.goals.map((g: { met: boolean | null }) => g.met), [null, null, true]);
+      const md = readFileSync(`${stem}.md`, "utf8");
+      assert.match(md, /none \(the simulated driver, on the CPU\)/);
+      assert.match(md, /left out above 2 MiB/);
+      assert.doesNotMatch(md, /measures nothing real/);
+    },
+  );
 });

@@ -11,7 +11,7 @@ import {
   HASH_CHUNK_SIZE,
   MemoryImage,
   PAGE_SIZE,
-} from "../mock/mod.ts";
+} from "../mock/memory.ts";
 
 const MIB = 2 ** 20;
 

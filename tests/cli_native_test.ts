@@ -10,7 +10,7 @@ import assert from "node:assert/strict";
 import process from "node:process";
 
 import { defaultWorkerUrl } from "../ffi/bun.ts";
-import { openNativeDriver } from "../ffi/mod.ts";
+import { openNativeDriver } from "../ffi/native.ts";
 import type { LibcudaDriver } from "../ffi/native.ts";
 import { assertPrinted, cli, type Exited, runProgram } from "./cli_support.ts";
 import { FakeDir, noCompiler, openCounters, runtime } from "./fixtures/fake.ts";
@@ -65,13 +65,22 @@ describe("in-process on the native driver", { skip: noCompiler }, () => {
     const driver = await openNativeDriver({ libraryPath: fake, callingThread: true });
     try {
       const before = counters.fake_init_count();
-      assert.equal((await cli(["--get-state", "-p", 777], { driver })).out, "running\n");
-      assert.equal((await cli(["--get-restore-tid", "-p", 777], { driver })).out, "778\n");
+      assert.equal(
+        (await cli(["--get-state", "-p", 777], { machine: { driver } })).out,
+        "running\n",
+      );
+      assert.equal(
+        (await cli(["--get-restore-tid", "-p", 777], { machine: { driver } })).out,
+        "778\n",
+      );
       assert.equal(counters.fake_init_count(), before, "no cuInit for the queries");
-      assert.equal((await cli(["--action", "lock", "-p", 777], { driver })).code, 0);
+      assert.equal((await cli(["--action", "lock", "-p", 777], { machine: { driver } })).code, 0);
       assert.ok(counters.fake_init_count() <= before + 1);
-      assert.equal((await cli(["--get-state", "-p", 777], { driver })).out, "locked\n");
-      assert.equal((await cli(["--action", "unlock", "-p", 777], { driver })).code, 0);
+      assert.equal(
+        (await cli(["--get-state", "-p", 777], { machine: { driver } })).out,
+        "locked\n",
+      );
+      assert.equal((await cli(["--action", "unlock", "-p", 777], { machine: { driver } })).code, 0);
     } finally {
       await driver[Symbol.asyncDispose]();
       counters.close();

@@ -87,8 +87,8 @@ describe("--simulate", () => {
     const pid = Number.parseInt((await run(["spawn", "--memory-mib", 64])).out);
     // Another tool (here the raw simulated driver) checkpoints it: no record is left.
     const m = await openSimulatedMachine({ path });
-    assert.equal(await m.driver.lock(pid, null), 0);
-    assert.equal(await m.driver.checkpoint(pid), 0);
+    assert.equal(await m.machine.driver.lock(pid, null), 0);
+    assert.equal(await m.machine.driver.checkpoint(pid), 0);
     await m.save();
     await m.close();
     // Piped, NVIDIA's output (none); on a terminal, one more line that says it was not checked.
@@ -97,7 +97,7 @@ describe("--simulate", () => {
     await run(["--action", "checkpoint", "--pid", pid]); // ours: recorded this time
     await run(["--action", "restore", "--pid", pid]);
     const m2 = await openSimulatedMachine({ path });
-    assert.equal(await m2.driver.checkpoint(pid), 0);
+    assert.equal(await m2.machine.driver.checkpoint(pid), 0);
     await m2.save();
     await m2.close();
     const terminal = await run(["--action", "restore", "--pid", pid, "--json"], true);

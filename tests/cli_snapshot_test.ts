@@ -1,4 +1,4 @@
-// `cuda-checkpoint snapshot`, `restore-snapshot` and `inspect` (cli/snapshot.ts), in-process
+// `cuda-checkpoint snapshot`, `restore-snapshot` and `inspect` (cli/disk.ts), in-process
 // through `main()`: what each takes and refuses, its lines and its --json, a failure as one line
 // and exit 1; and the whole round trip on the simulated machine of a state file (--simulate),
 // across separate runs, as a user would type it.
@@ -9,8 +9,9 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseCommandLine, UsageError } from "../cli/args.ts";
-import { SimulatedDriver } from "../mock/mod.ts";
+import { SimulatedMachine } from "../mock/mod.ts";
 import { cli } from "./cli_support.ts";
+import { hostWith, machineWith } from "./support/forward.ts";
 
 const scratch: string[] = [];
 function base(): string {
@@ -93,11 +94,11 @@ describe("the command line of snapshots", () => {
   });
 
   test("a round trip on a driver given to main(): lines, inspect, --json", async () => {
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     const p = sim.spawn({ memoryMiB: 1024, command: "python serve.py" });
     const hash = await p.memoryChunkedSha256();
     const dir = join(base(), "snap");
-    const made = await cli(["snapshot", "--pid", p.pid, "--dir", dir], { driver: sim });
+    const made = await cli(["snapshot", "--pid", p.pid, "--dir", dir], { machine: sim });
     assert.equal(made.code, 0, made.err);
     const lines = made.out.trim().split("\n");
     assert.match(lines[0], new RegExp(`^${p.pid} running \\d+ MiB python serve\\.py$`));
@@ -107,7 +108,7 @@ describe("the command line of snapshots", () => {
     );
     assert.equal(sim.process(p.pid), undefined);
 
-    const shown = await cli(["inspect", dir], { driver: sim });
+    const shown = await cli(["inspect", dir], { machine: sim });
     assert.equal(shown.code, 0, shown.err);
     assert.match(
       shown.out,
@@ -115,7 +116,7 @@ describe("the command line of snapshots", () => {
     );
     assert.match(shown.out, /driver CUDA 13\.0 \(580\.159\.04\), simulated criu 4\.1\.1/);
 
-    const back = await cli(["restore-snapshot", "--dir", dir, "--json"], { driver: sim });
+    const back = await cli(["restore-snapshot", "--dir", dir, "--json"], { machine: sim });
     assert.equal(back.code, 0, back.err);
     const json = JSON.parse(back.out);
     assert.equal(json.ok, true);
@@ -125,11 +126,11 @@ describe("the command line of snapshots", () => {
   });
 
   test("a failure: one line, exit 1; --json says the code", async () => {
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     const p = sim.spawn({ memoryMiB: 1024 });
-    await sim.lock(p.pid, null);
+    await sim.driver.lock(p.pid, null);
     const dir = join(base(), "snap");
-    const r = await cli(["snapshot", "--pid", p.pid, "--dir", dir], { driver: sim });
+    const r = await cli(["snapshot", "--pid", p.pid, "--dir", dir], { machine: sim });
     assert.equal(r.code, 1);
     assert.equal(r.out, "");
     assert.match(
@@ -137,11 +138,35 @@ describe("the command line of snapshots", () => {
       /^cuda-checkpoint: snapshot of process \d+ refused: its CUDA state is locked/,
     );
     assert.equal(r.err.trim().split("\n").length, 1);
-    const j = await cli(["restore-snapshot", "--dir", dir, "--json"], { driver: sim });
+    const j = await cli(["restore-snapshot", "--dir", dir, "--json"], { machine: sim });
     assert.equal(j.code, 1);
     const json = JSON.parse(j.out);
     assert.equal(json.ok, false);
     assert.equal(json.error.code, "SNAPSHOT");
+  });
+
+  test("the machine given to main() is used whole: its host's pidsInUse refuses a pid still a session", async () => {
+    const sim = new SimulatedMachine();
+    const p = sim.spawn({ memoryMiB: 256, command: "python serve.py" });
+    const dir = join(base(), "snap");
+    assert.equal((await cli(["snapshot", "--pid", p.pid, "--dir", dir], { machine: sim })).code, 0);
+    // A process forked by the tree and not yet reaped keeps its session: only pidsInUse says so.
+    const leftOver = { id: p.pid, holder: 31337, as: "session" as const };
+    const host = hostWith(sim.host, {
+      pidsInUse: (ids) => Promise.resolve(ids.includes(p.pid) ? [leftOver] : []),
+    });
+    const r = await cli(["restore-snapshot", "--dir", dir], {
+      machine: machineWith(sim, { host }),
+    });
+    assert.equal(r.code, 1);
+    assert.match(
+      r.err,
+      new RegExp(
+        `^cuda-checkpoint: restoreSnapshot of process ${p.pid} refused: pid ${p.pid} ` +
+          `\\(python serve\\.py\\) must be free .* process 31337 still has it as its session`,
+      ),
+    );
+    assert.equal(sim.process(p.pid), undefined, "nothing was made");
   });
 });
 

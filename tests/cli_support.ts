@@ -7,7 +7,6 @@ import { existsSync } from "node:fs";
 import process from "node:process";
 
 import { type CliIo, main } from "../cli/main.ts";
-import type { CheckpointDriver } from "../core/driver.ts";
 
 /** What a command line did. */
 export interface Ran {
@@ -25,10 +24,10 @@ export interface Ran {
 export const HELP_FIRST_LINE =
   "Usage: cuda-checkpoint <operation> --pid <pid>[,<pid>...] [options]";
 
-/** Runs `main()` with the arguments on the driver given; collects stdout and stderr. */
+/** Runs `main()` with the arguments on the machine given; collects stdout and stderr. */
 export async function cli(
   args: readonly (string | number)[],
-  options: Partial<Omit<CliIo, "stdout" | "stderr">> & { driver?: CheckpointDriver } = {},
+  options: Partial<Omit<CliIo, "stdout" | "stderr">> = {},
 ): Promise<Ran> {
   let out = "", err = "";
   const code = await main(args.map(String), {

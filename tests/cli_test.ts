@@ -18,13 +18,13 @@ import { helpText } from "../cli/help.ts";
 import { main } from "../cli/main.ts";
 import { ProgressLine } from "../cli/progress.ts";
 import { VERSION } from "../core/version.ts";
-import { SimulatedDriver } from "../mock/mod.ts";
+import { SimulatedMachine } from "../mock/mod.ts";
 import { cli, HELP_FIRST_LINE } from "./cli_support.ts";
 import { forward } from "./support/forward.ts";
 
 /** A simulator with two GPUs and a CUDA process of 1 GiB on GPU 0. */
 function machine() {
-  const sim = new SimulatedDriver({ gpus: 2 });
+  const sim = new SimulatedMachine({ gpus: 2 });
   const target = sim.spawn({ memoryMiB: 1024, command: "python train.py" });
   return { sim, target, pid: target.pid };
 }
@@ -64,7 +64,7 @@ describe("regression: NVIDIA's lines for bad input", () => {
   ];
   for (const [what, args, message] of rows) {
     test(`${what}: "${message}", then the help, on stderr; exit 1`, async () => {
-      const r = await cli(args, { driver: new SimulatedDriver() });
+      const r = await cli(args, { machine: new SimulatedMachine() });
       assert.equal(r.code, 1);
       assert.equal(r.out, "", "stdout stays clean");
       assert.deepEqual(r.errLines, [message], "one line, exactly NVIDIA's (not on a terminal)");
@@ -99,7 +99,7 @@ describe("regression: NVIDIA's lines for bad input", () => {
   for (const [what, args, getopt] of getoptRows) {
     test(`${what}: getopt's line, then "${NVIDIA_MESSAGES.badOption}"; exit 1`, async () => {
       const r = await cli(args, {
-        driver: new SimulatedDriver(),
+        machine: new SimulatedMachine(),
         programName: "/opt/bin/cuda-checkpoint",
       });
       assert.equal(r.code, 1);
@@ -109,7 +109,7 @@ describe("regression: NVIDIA's lines for bad input", () => {
         NVIDIA_MESSAGES.badOption,
       ]);
       assert.ok(r.err.endsWith(`${NVIDIA_MESSAGES.badOption}\n\n${helpText()}`));
-      const unnamed = await cli(args, { driver: new SimulatedDriver() });
+      const unnamed = await cli(args, { machine: new SimulatedMachine() });
       assert.equal(
         unnamed.errLines[0],
         `cuda-checkpoint: ${getopt}`,
@@ -139,7 +139,7 @@ describe("regression: NVIDIA's lines for bad input", () => {
 
 describe("regression: NVIDIA's lines for what the driver says", () => {
   test("get-state of a pid that does not exist", async () => {
-    const r = await cli(["--get-state", "--pid", 999999], { driver: new SimulatedDriver() });
+    const r = await cli(["--get-state", "--pid", 999999], { machine: new SimulatedMachine() });
     assert.equal(r.code, 1);
     assert.equal(r.out, "");
     assert.equal(
@@ -149,9 +149,9 @@ describe("regression: NVIDIA's lines for what the driver says", () => {
   });
 
   test("get-restore-tid of a process that is not a CUDA process", async () => {
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     const bash = sim.spawn({ cuda: false, command: "bash" });
-    const r = await cli(["--get-restore-tid", "--pid", bash.pid], { driver: sim });
+    const r = await cli(["--get-restore-tid", "--pid", bash.pid], { machine: sim });
     assert.equal(r.code, 1);
     assert.equal(r.out, "");
     assert.equal(r.err, `Could not find restore thread for process ID ${bash.pid}\n`);
@@ -159,7 +159,7 @@ describe("regression: NVIDIA's lines for what the driver says", () => {
 
   test("unlock of a running process", async () => {
     const { sim, pid } = machine();
-    const r = await cli(["--action", "unlock", "--pid", pid], { driver: sim });
+    const r = await cli(["--action", "unlock", "--pid", pid], { machine: sim });
     assert.equal(r.code, 1);
     assert.equal(
       r.err,
@@ -175,23 +175,23 @@ describe("regression: NVIDIA's lines for what the driver says", () => {
       [["--action", "unlock"], "unlock"],
     ];
     for (const [args, step] of failures) {
-      const r = await cli([...args, "--pid", pid], { driver: sim });
+      const r = await cli([...args, "--pid", pid], { machine: sim });
       assert.equal(r.code, 1);
       assert.equal(
         r.err,
         `Could not ${step} on process ID ${pid}: "the operation cannot be performed in the present state"\n`,
       );
     }
-    assert.equal((await cli(["--action", "lock", "-p", pid], { driver: sim })).code, 0);
-    const again = await cli(["--action", "lock", "-p", pid], { driver: sim });
+    assert.equal((await cli(["--action", "lock", "-p", pid], { machine: sim })).code, 0);
+    const again = await cli(["--action", "lock", "-p", pid], { machine: sim });
     assert.equal(again.code, 1, "a lock of a locked process fails, as the driver says");
     assert.match(again.err, new RegExp(`^Could not lock on process ID ${pid}: "the operation`));
   });
 
   test("a toggle of a locked process fails with NVIDIA's toggle line", async () => {
     const { sim, pid } = machine();
-    await cli(["--action", "lock", "--pid", pid], { driver: sim });
-    const r = await cli(["--toggle", "--pid", pid], { driver: sim });
+    await cli(["--action", "lock", "--pid", pid], { machine: sim });
+    const r = await cli(["--toggle", "--pid", pid], { machine: sim });
     assert.equal(r.code, 1);
     assert.equal(
       r.err,
@@ -202,7 +202,7 @@ describe("regression: NVIDIA's lines for what the driver says", () => {
   test("a lock that times out on a busy process: device not ready, still running", async () => {
     const { sim, target, pid } = machine();
     const kernel = target.launch(3000);
-    const r = await cli(["--action", "lock", "--pid", pid, "--timeout", 200], { driver: sim });
+    const r = await cli(["--action", "lock", "--pid", pid, "--timeout", 200], { machine: sim });
     assert.equal(r.code, 1);
     assert.equal(r.err, `Could not lock on process ID ${pid}: "device not ready"\n`);
     assert.equal(target.state, "running");
@@ -229,11 +229,11 @@ describe("CRIU's CUDA plugin's contract", () => {
   test("dump and restore as the plugin runs them: state and thread id parse, every step exits 0", async () => {
     const { sim, target, pid } = machine();
     const digest = await target.memoryChunkedSha256();
-    const tid = await cli(["--get-restore-tid", "--pid", pid], { driver: sim });
+    const tid = await cli(["--get-restore-tid", "--pid", pid], { machine: sim });
     assert.equal(tid.code, 0);
     assert.match(tid.out, /^[0-9]+\n$/);
     assert.equal(Number.parseInt(tid.out), target.tid);
-    const state = await cli(["--get-state", "--pid", Number.parseInt(tid.out)], { driver: sim });
+    const state = await cli(["--get-state", "--pid", Number.parseInt(tid.out)], { machine: sim });
     assert.equal(state.out, "running\n", "asked by the restore thread's id, as the plugin does");
     for (
       const args of [
@@ -242,23 +242,23 @@ describe("CRIU's CUDA plugin's contract", () => {
         ["--action", "checkpoint", "--pid", pid],
       ]
     ) {
-      const r = await cli(args, { driver: sim });
+      const r = await cli(args, { machine: sim });
       assert.equal(r.code, 0, r.err);
       assert.equal(r.err, "");
     }
-    assert.equal((await cli(["--get-state", "-p", pid], { driver: sim })).out, "checkpointed\n");
+    assert.equal((await cli(["--get-state", "-p", pid], { machine: sim })).out, "checkpointed\n");
     assert.equal(sim.gpus[0].usedMiB, 0);
     for (const action of ["restore", "unlock"]) {
-      const r = await cli(["--action", action, "--pid", pid], { driver: sim });
+      const r = await cli(["--action", action, "--pid", pid], { machine: sim });
       assert.deepEqual([r.code, r.out, r.err], [0, "", ""]);
     }
-    assert.equal((await cli(["--get-state", "-p", pid], { driver: sim })).out, "running\n");
+    assert.equal((await cli(["--get-state", "-p", pid], { machine: sim })).out, "running\n");
     assert.equal(await target.memoryChunkedSha256(), digest);
   });
 
   test("a failure exits nonzero, with the output within the 127 bytes the plugin keeps", async () => {
     const r = await cli(["--action", "checkpoint", "--pid", machine().pid], {
-      driver: machine().sim,
+      machine: machine().sim,
     });
     assert.equal(r.code, 1);
     assert.ok(r.err.length <= 127, r.err);
@@ -267,7 +267,7 @@ describe("CRIU's CUDA plugin's contract", () => {
   test("a lock without --timeout waits as long as it takes (CRIU leaves it out for 0)", async () => {
     const { sim, target, pid } = machine();
     const kernel = target.launch(3000);
-    const r = await cli(["--action", "lock", "--pid", pid], { driver: sim });
+    const r = await cli(["--action", "lock", "--pid", pid], { machine: sim });
     assert.equal(r.code, 0, r.err);
     assert.equal(target.state, "locked");
     await kernel;
@@ -278,9 +278,9 @@ describe("the minimum for one pid", () => {
   test("--get-state and --get-restore-tid make one driver call each; a step one, too", async () => {
     const { sim, pid } = machine();
     const calls = async (args: (string | number)[]) => {
-      const before = sim.calls.length;
-      assert.equal((await cli(args, { driver: sim })).code, 0);
-      return sim.calls.slice(before).map((c) => c.op);
+      const before = sim.driver.calls.length;
+      assert.equal((await cli(args, { machine: sim })).code, 0);
+      return sim.driver.calls.slice(before).map((c) => c.op);
     };
     assert.deepEqual(await calls(["--get-state", "--pid", pid]), ["getState"]);
     assert.deepEqual(await calls(["--get-restore-tid", "--pid", pid]), ["getRestoreThreadId"]);
@@ -294,20 +294,20 @@ describe("toggle and the device map", () => {
   test("--toggle suspends a running process and resumes a checkpointed one, silently", async () => {
     const { sim, target, pid } = machine();
     assert.deepEqual(
-      [await cli(["--toggle", "--pid", pid], { driver: sim })].map((r) => [r.code, r.out, r.err]),
+      [await cli(["--toggle", "--pid", pid], { machine: sim })].map((r) => [r.code, r.out, r.err]),
       [[0, "", ""]],
     );
     assert.equal(target.state, "checkpointed");
-    assert.equal((await cli(["--toggle", "-p", pid], { driver: sim })).code, 0);
+    assert.equal((await cli(["--toggle", "-p", pid], { machine: sim })).code, 0);
     assert.equal(target.state, "running");
   });
 
   test("restore with a full device map moves the process; a partial one is refused, retry allowed", async () => {
     const { sim, target, pid } = machine();
     const [g0, g1] = sim.gpus.map((g) => g.uuid);
-    await cli(["--toggle", "--pid", pid], { driver: sim });
+    await cli(["--toggle", "--pid", pid], { machine: sim });
     const partial = await cli(["--action", "restore", "-p", pid, "-d", `${g0}=${g1}`], {
-      driver: sim,
+      machine: sim,
     });
     assert.equal(partial.code, 1);
     assert.deepEqual(partial.errLines, [
@@ -315,7 +315,7 @@ describe("toggle and the device map", () => {
     ]);
     assert.equal(target.state, "checkpointed");
     const onTerminal = await cli(["--action", "restore", "-p", pid, "-d", `${g0}=${g1}`], {
-      driver: sim,
+      machine: sim,
       isTerminal: true,
     });
     assert.match(
@@ -323,7 +323,7 @@ describe("toggle and the device map", () => {
       /^cuda-checkpoint: restore of process \d+ refused: the GPU mapping cannot work: .*leaves out/,
     );
     const full = await cli(["--action", "restore", "-p", pid, "-d", `${g0}=${g1},${g1}=${g0}`], {
-      driver: sim,
+      machine: sim,
     });
     assert.equal(full.code, 0, full.err);
     assert.equal(target.gpuUuids[0], g1);
@@ -336,12 +336,12 @@ describe("toggle and the device map", () => {
     const map = `${g0}=${g1},${g1}=${g0}`;
     // NVIDIA's utility (580, two H200s) checkpoints a running process given --toggle -d, exit 0:
     // the same command line serves both ways. (Its toggle back ignores the map; ours uses it.)
-    const running = await cli(["--toggle", "-p", pid, "--device-map", map], { driver: sim });
+    const running = await cli(["--toggle", "-p", pid, "--device-map", map], { machine: sim });
     assert.deepEqual([running.code, running.out, running.err], [0, "", ""]);
     assert.equal(target.state, "checkpointed");
     assert.equal(target.gpuUuids[0], g0, "a suspend moves nothing");
     assert.equal(
-      (await cli(["--toggle", "-p", pid, "--device-map", map], { driver: sim })).code,
+      (await cli(["--toggle", "-p", pid, "--device-map", map], { machine: sim })).code,
       0,
     );
     assert.equal(target.gpuUuids[0], g1);
@@ -464,7 +464,7 @@ describe("our own checks of bad input", () => {
   }
 
   test("pid 0 goes to the driver, as NVIDIA's utility hands it over: the driver's line", async () => {
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     for (
       const [args, line] of [
         [["--get-state", "--pid", "0"], "Error getting process state for process ID 0"],
@@ -472,7 +472,7 @@ describe("our own checks of bad input", () => {
         [["--toggle", "--pid", "0"], "Error toggling CUDA in process ID 0"],
       ] as const
     ) {
-      const r = await cli([...args], { driver: sim });
+      const r = await cli([...args], { machine: sim });
       assert.equal(r.code, 1);
       assert.equal(r.out, "");
       assert.deepEqual(r.errLines, [
@@ -480,7 +480,7 @@ describe("our own checks of bad input", () => {
       ]);
     }
     assert.deepEqual(
-      sim.calls.map((c) => `${c.op} ${c.pid} ${c.code}`),
+      sim.driver.calls.map((c) => `${c.op} ${c.pid} ${c.code}`),
       ["getState 0 304", "lock 0 304", "getState 0 304"],
     );
   });
@@ -523,7 +523,7 @@ describe("our own checks of bad input", () => {
 
 describe("several pids at once", () => {
   function three() {
-    const sim = new SimulatedDriver({ gpus: 2 });
+    const sim = new SimulatedMachine({ gpus: 2 });
     const procs = [1024, 2048, 512].map((memoryMiB, i) =>
       sim.spawn({ memoryMiB, gpu: i % 2, command: `rank ${i}` })
     );
@@ -533,7 +533,7 @@ describe("several pids at once", () => {
   test("--get-state of several pids: a line each, in the order given", async () => {
     const { sim, pids } = three();
     const r = await cli(["--get-state", "--pid", `${pids[2]},${pids[0]}`, "-p", pids[1]], {
-      driver: sim,
+      machine: sim,
     });
     assert.equal(r.code, 0);
     assert.equal(r.out, `${pids[2]} running\n${pids[0]} running\n${pids[1]} running\n`);
@@ -542,7 +542,7 @@ describe("several pids at once", () => {
   test("--get-restore-tid of several pids, one of them gone: exit 1, its line says error", async () => {
     const { sim, procs, pids } = three();
     procs[1].exit();
-    const r = await cli(["--get-restore-tid", "--pid", pids.join(",")], { driver: sim });
+    const r = await cli(["--get-restore-tid", "--pid", pids.join(",")], { machine: sim });
     assert.equal(r.code, 1);
     assert.equal(
       r.out,
@@ -554,21 +554,21 @@ describe("several pids at once", () => {
   test("--toggle of three processes runs them at once, in about the time of the largest", async () => {
     const { sim, pids } = three();
     const t0 = sim.now();
-    const r = await cli(["--toggle", "--pid", pids.join(",")], { driver: sim });
+    const r = await cli(["--toggle", "--pid", pids.join(",")], { machine: sim });
     assert.equal(r.code, 0, r.err);
     assert.equal(r.out, pids.map((p) => `${p} done checkpointed\n`).join(""));
     const together = sim.now() - t0;
     const { sim: sim2, pids: pids2 } = three();
     const t1 = sim2.now();
-    for (const pid of pids2) await cli(["--toggle", "--pid", pid], { driver: sim2 });
+    for (const pid of pids2) await cli(["--toggle", "--pid", pid], { machine: sim2 });
     assert.ok(together < (sim2.now() - t1) * 0.8, `${together} ms at once`);
   });
 
   test("--toggle of a mix suspends the running and resumes the checkpointed", async () => {
     const { sim, procs, pids } = three();
-    await cli(["--toggle", "-p", pids[0]], { driver: sim });
-    await cli(["--action", "lock", "-p", pids[2]], { driver: sim });
-    const r = await cli(["--toggle", "-p", pids.join(",")], { driver: sim });
+    await cli(["--toggle", "-p", pids[0]], { machine: sim });
+    await cli(["--action", "lock", "-p", pids[2]], { machine: sim });
+    const r = await cli(["--toggle", "-p", pids.join(",")], { machine: sim });
     assert.equal(r.code, 1);
     assert.equal(
       r.out,
@@ -583,8 +583,8 @@ describe("several pids at once", () => {
 
   test("--toggle --all-or-nothing: a process that cannot toggle means nothing starts", async () => {
     const { sim, procs, pids } = three();
-    await cli(["--action", "lock", "-p", pids[2]], { driver: sim });
-    const r = await cli(["--toggle", "-p", pids.join(","), "--all-or-nothing"], { driver: sim });
+    await cli(["--action", "lock", "-p", pids[2]], { machine: sim });
+    const r = await cli(["--toggle", "-p", pids.join(","), "--all-or-nothing"], { machine: sim });
     assert.equal(r.code, 1);
     assert.equal(
       r.out,
@@ -599,10 +599,10 @@ describe("several pids at once", () => {
 
   test("--toggle --all-or-nothing: when a resume fails, the ones being suspended come back", async () => {
     const { sim, procs, pids } = three();
-    await cli(["--toggle", "-p", pids[0]], { driver: sim });
+    await cli(["--toggle", "-p", pids[0]], { machine: sim });
     procs[0].failNext("restore", { code: 2 });
     const r = await cli(["--toggle", "-p", pids.join(","), "--all-or-nothing", "--json"], {
-      driver: sim,
+      machine: sim,
     });
     assert.equal(r.code, 1);
     const lines = r.out.trim().split("\n").map((l) => JSON.parse(l));
@@ -622,9 +622,9 @@ describe("several pids at once", () => {
 
   test("--action lock of several: one already locked fails as it would alone; --json has every field", async () => {
     const { sim, pids } = three();
-    await cli(["--action", "lock", "-p", pids[1]], { driver: sim });
-    const alone = await cli(["--action", "lock", "-p", pids[1]], { driver: sim });
-    const r = await cli(["--action", "lock", "-p", pids.join(","), "--json"], { driver: sim });
+    await cli(["--action", "lock", "-p", pids[1]], { machine: sim });
+    const alone = await cli(["--action", "lock", "-p", pids[1]], { machine: sim });
+    const r = await cli(["--action", "lock", "-p", pids.join(","), "--json"], { machine: sim });
     assert.equal(r.code, 1, r.err);
     const [a, b] = r.out.trim().split("\n").map((l) => JSON.parse(l));
     assert.deepEqual(Object.keys(a), ["pid", "operation", "ok", "state", "status", "ms", "steps"]);
@@ -657,10 +657,10 @@ describe("several pids at once", () => {
 
   test("--action checkpoint --all-or-nothing: one failure rolls the others back", async () => {
     const { sim, procs, pids } = three();
-    await cli(["--action", "lock", "-p", pids.join(",")], { driver: sim });
+    await cli(["--action", "lock", "-p", pids.join(",")], { machine: sim });
     procs[2].failNext("checkpoint", { code: 999 });
     const r = await cli(["--action", "checkpoint", "--all-or-nothing", "-p", pids.join(",")], {
-      driver: sim,
+      machine: sim,
       isTerminal: true,
     });
     assert.equal(r.code, 1);
@@ -679,27 +679,27 @@ describe("several pids at once", () => {
   test("--all works on every CUDA process of the machine, not the others", async () => {
     const { sim, procs, pids } = three();
     sim.spawn({ cuda: false, command: "bash" });
-    const r = await cli(["--toggle", "--all"], { driver: sim });
+    const r = await cli(["--toggle", "--all"], { machine: sim });
     assert.equal(r.code, 0, r.err);
     assert.equal(r.out, pids.map((p) => `${p} done checkpointed\n`).join(""));
     assert.deepEqual(procs.map((p) => p.state), ["checkpointed", "checkpointed", "checkpointed"]);
-    const states = await cli(["--get-state", "--all"], { driver: sim });
+    const states = await cli(["--get-state", "--all"], { machine: sim });
     assert.equal(states.out, pids.map((p) => `${p} checkpointed\n`).join(""));
   });
 
   test("--all on a machine without CUDA processes prints nothing and exits 0", async () => {
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     sim.spawn({ cuda: false });
-    const r = await cli(["--toggle", "--all"], { driver: sim });
+    const r = await cli(["--toggle", "--all"], { machine: sim });
     assert.deepEqual([r.code, r.out, r.err], [0, "", ""]);
-    const terminal = await cli(["--toggle", "--all"], { driver: sim, isTerminal: true });
+    const terminal = await cli(["--toggle", "--all"], { machine: sim, isTerminal: true });
     assert.equal(terminal.err, "cuda-checkpoint: no CUDA processes on this machine\n");
   });
 
   test("--all says on stderr how many processes could not be looked at", async () => {
     const { sim } = three();
     sim.spawn({ inspectable: false });
-    const r = await cli(["--get-state", "--all"], { driver: sim });
+    const r = await cli(["--get-state", "--all"], { machine: sim });
     assert.equal(r.code, 0);
     assert.match(
       r.err,
@@ -710,7 +710,7 @@ describe("several pids at once", () => {
   test("the line about processes not looked at names their pids, the first eight", async () => {
     const { sim } = three();
     const hidden = Array.from({ length: 10 }, () => sim.spawn({ inspectable: false }).pid);
-    const r = await cli(["--get-state", "--all"], { driver: sim });
+    const r = await cli(["--get-state", "--all"], { machine: sim });
     assert.equal(r.code, 0);
     assert.equal(
       r.err.split("\n")[0],
@@ -725,21 +725,21 @@ describe("several pids at once", () => {
 describe("--json for one pid", () => {
   test("get-state, get-restore-tid and a step, each one object with stable names", async () => {
     const { sim, target, pid } = machine();
-    const state = await cli(["--get-state", "-p", pid, "--json"], { driver: sim });
+    const state = await cli(["--get-state", "-p", pid, "--json"], { machine: sim });
     assert.deepEqual(JSON.parse(state.out), {
       pid,
       operation: "get-state",
       ok: true,
       state: "running",
     });
-    const tid = await cli(["--get-restore-tid", "-p", pid, "--json"], { driver: sim });
+    const tid = await cli(["--get-restore-tid", "-p", pid, "--json"], { machine: sim });
     assert.deepEqual(JSON.parse(tid.out), {
       pid,
       operation: "get-restore-tid",
       ok: true,
       restoreThreadId: target.tid,
     });
-    const toggle = await cli(["--toggle", "-p", pid, "--json"], { driver: sim });
+    const toggle = await cli(["--toggle", "-p", pid, "--json"], { machine: sim });
     const parsed = JSON.parse(toggle.out);
     assert.deepEqual(Object.keys(parsed), ["pid", "operation", "ok", "state", "status", "ms"]);
     assert.equal(parsed.state, "checkpointed");
@@ -748,7 +748,7 @@ describe("--json for one pid", () => {
 
   test("a failure: the NVIDIA line on stderr, and code, name and detail in the object", async () => {
     const { sim, pid } = machine();
-    const r = await cli(["--action", "unlock", "-p", pid, "--json"], { driver: sim });
+    const r = await cli(["--action", "unlock", "-p", pid, "--json"], { machine: sim });
     assert.equal(r.code, 1);
     const parsed = JSON.parse(r.out);
     assert.equal(parsed.ok, false);
@@ -759,6 +759,7 @@ describe("--json for one pid", () => {
       {
         message:
           `Could not unlock on process ID ${pid}: "the operation cannot be performed in the present state"`,
+        name: "CudaError",
         code: 401,
         codeName: "CUDA_ERROR_ILLEGAL_STATE",
         detail: undefined,
@@ -771,13 +772,13 @@ describe("--json for one pid", () => {
 
 describe("list", () => {
   test("a table of the CUDA processes: pid, state, restore thread, GPU memory, command", async () => {
-    const sim = new SimulatedDriver({ gpus: 2 });
+    const sim = new SimulatedMachine({ gpus: 2 });
     const a = sim.spawn({ memoryMiB: 1024, command: "python train.py --epochs 3" });
     const b = sim.spawn({ memoryMiB: 2048, gpu: [0, 1], command: "./infer" });
     sim.spawn({ cuda: false, command: "bash" });
-    await cli(["--toggle", "-p", b.pid], { driver: sim });
+    await cli(["--toggle", "-p", b.pid], { machine: sim });
     for (const word of ["list", "ps"]) {
-      const r = await cli([word], { driver: sim });
+      const r = await cli([word], { machine: sim });
       assert.equal(r.code, 0);
       assert.equal(
         r.out,
@@ -792,9 +793,9 @@ describe("list", () => {
   });
 
   test("--json: one object per process, memory by GPU UUID", async () => {
-    const sim = new SimulatedDriver({ gpus: 2 });
+    const sim = new SimulatedMachine({ gpus: 2 });
     const b = sim.spawn({ memoryMiB: 2048, gpu: [0, 1], command: "./infer" });
-    const r = await cli(["list", "--json"], { driver: sim });
+    const r = await cli(["list", "--json"], { machine: sim });
     const [g0, g1] = sim.gpus.map((g) => g.uuid);
     assert.deepEqual(JSON.parse(r.out), {
       pid: b.pid,
@@ -806,10 +807,10 @@ describe("list", () => {
   });
 
   test("a host without GPU memory: unknown, and why on a terminal", async () => {
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     const a = sim.spawn({ memoryMiB: 64 });
-    const host = { kind: "test", scan: () => sim.hostProcesses().scan() };
-    const r = await cli(["list"], { driver: sim, host, isTerminal: true });
+    const host = { kind: "test", scan: () => sim.host.scan() };
+    const r = await cli(["list"], { machine: { driver: sim.driver, host }, isTerminal: true });
     assert.match(r.out, new RegExp(`${a.pid}  running  ${a.tid}  +unknown`));
     assert.match(r.err, /GPU memory is unknown: the test host cannot tell GPU memory/);
   });
@@ -818,7 +819,7 @@ describe("list", () => {
 describe("on a terminal", () => {
   test("a failure gets a second line with everything known", async () => {
     const { sim, pid } = machine();
-    const r = await cli(["--action", "unlock", "-p", pid], { driver: sim, isTerminal: true });
+    const r = await cli(["--action", "unlock", "-p", pid], { machine: sim, isTerminal: true });
     assert.deepEqual(r.errLines, [
       `Could not unlock on process ID ${pid}: "the operation cannot be performed in the present state"`,
       `cuda-checkpoint: unlock of process ${pid} failed: CUDA_ERROR_ILLEGAL_STATE (401): the operation cannot be performed in the present state (the process is running)`,
@@ -826,9 +827,9 @@ describe("on a terminal", () => {
   });
 
   test("a long operation shows its step, pid and elapsed time on stderr, then clears it", async () => {
-    await using sim = new SimulatedDriver({ clock: "real", speed: 1 });
+    await using sim = new SimulatedMachine({ clock: "real", speed: 1 });
     const target = sim.spawn({ memoryMiB: 1024 });
-    const r = await cli(["--toggle", "-p", target.pid], { driver: sim, isTerminal: true });
+    const r = await cli(["--toggle", "-p", target.pid], { machine: sim, isTerminal: true });
     assert.equal(r.code, 0, r.err);
     assert.equal(r.out, "");
     assert.match(
@@ -839,9 +840,12 @@ describe("on a terminal", () => {
   });
 
   test("several pids: each running step with its GPU memory, and how many are done", async () => {
-    await using sim = new SimulatedDriver({ clock: "real", speed: 1 });
+    await using sim = new SimulatedMachine({ clock: "real", speed: 1 });
     const [a, b] = [sim.spawn({ memoryMiB: 1024 }), sim.spawn({ memoryMiB: 1024 })];
-    const r = await cli(["--toggle", "-p", `${a.pid},${b.pid}`], { driver: sim, isTerminal: true });
+    const r = await cli(["--toggle", "-p", `${a.pid},${b.pid}`], {
+      machine: sim,
+      isTerminal: true,
+    });
     assert.equal(r.code, 0, r.err);
     assert.equal(r.out, `${a.pid} done checkpointed\n${b.pid} done checkpointed\n`);
     assert.match(
@@ -853,9 +857,9 @@ describe("on a terminal", () => {
   });
 
   test("nothing of the kind when piped", async () => {
-    await using sim = new SimulatedDriver({ clock: "real", speed: 2 });
+    await using sim = new SimulatedMachine({ clock: "real", speed: 2 });
     const target = sim.spawn({ memoryMiB: 1024 });
-    const r = await cli(["--toggle", "-p", target.pid], { driver: sim });
+    const r = await cli(["--toggle", "-p", target.pid], { machine: sim });
     assert.deepEqual([r.code, r.out, r.err], [0, "", ""]);
   });
 
@@ -904,7 +908,7 @@ describe("the rest", () => {
     const { sim, pid } = machine();
     let err = "";
     const code = await main(["--get-state", "--pid", String(pid)], {
-      driver: sim,
+      machine: sim,
       stdout: () => {
         throw new Error("the pipe broke\n    at somewhere (file.ts:1:1)");
       },
@@ -915,12 +919,12 @@ describe("the rest", () => {
   });
 
   test("a driver call that cannot be made is the operation's failure, with its reason", async () => {
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     const target = sim.spawn();
     const broken = forward(sim, {
       getState: () => Promise.reject(new Error("the worker thread ended")),
     });
-    const r = await cli(["--get-state", "-p", target.pid], { driver: broken });
+    const r = await cli(["--get-state", "-p", target.pid], { machine: broken });
     assert.equal(r.code, 1);
     assert.equal(
       r.err,
@@ -930,8 +934,8 @@ describe("the rest", () => {
 
   test("main() never closes a driver it was given", async () => {
     const { sim, pid } = machine();
-    await cli(["--toggle", "-p", pid], { driver: sim });
-    await cli(["--toggle", "-p", `${pid},${sim.spawn().pid}`], { driver: sim });
-    assert.equal((await cli(["--get-state", "-p", pid], { driver: sim })).out, "running\n");
+    await cli(["--toggle", "-p", pid], { machine: sim });
+    await cli(["--toggle", "-p", `${pid},${sim.spawn().pid}`], { machine: sim });
+    assert.equal((await cli(["--get-state", "-p", pid], { machine: sim })).out, "running\n");
   });
 });

@@ -5,7 +5,7 @@
 // where the runner's own expectations meet the real driver.
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
-import type { CheckpointDriver } from "../core/driver.ts";
+import type { Machine } from "../core/machine.ts";
 import { forward } from "./support/forward.ts";
 import { notThroughProcess, runScenario, timesAgree } from "./conformance/runner.ts";
 import { SCENARIOS } from "./conformance/scenarios.ts";
@@ -66,7 +66,7 @@ describe("the runner's own checks can fail", () => {
     const env = simulatedEnv();
     const sim = env.sim;
     // Answers from the state it saw last, without waiting for the checkpoint in flight.
-    const impatient: CheckpointDriver = forward(sim, {
+    const impatient: Machine = forward(sim, {
       getState: (pid: number) => {
         const p = sim.process(pid);
         return Promise.resolve(
@@ -78,7 +78,7 @@ describe("the runner's own checks can fail", () => {
       },
     });
     const s = SCENARIOS.find((s) => s.name === "getState issued 100 ms into a 4 GiB checkpoint")!;
-    const out = await runScenario({ ...env, driver: impatient }, s);
+    const out = await runScenario({ ...env, machine: impatient }, s);
     assert.deepEqual(out.problems, [
       "getState returned locked, expected checkpointed",
       "the call ended before the other call, expected after it (it waits)",
@@ -88,10 +88,10 @@ describe("the runner's own checks can fail", () => {
   test("two racing calls that both succeed are caught", async () => {
     const env = simulatedEnv();
     const s = SCENARIOS.find((s) => s.name === "two lock calls at the same moment: one wins")!;
-    const lenient: CheckpointDriver = forward(env.sim, {
+    const lenient: Machine = forward(env.sim, {
       lock: () => Promise.resolve(0),
     });
-    const out = await runScenario({ ...env, driver: lenient }, s);
+    const out = await runScenario({ ...env, machine: lenient }, s);
     assert.match(
       out.problems[0],
       /gave CUDA_SUCCESS and CUDA_SUCCESS, expected one CUDA_SUCCESS and one CUDA_ERROR_ILLEGAL_STATE/,
@@ -103,7 +103,7 @@ describe("the runner's own checks can fail", () => {
     const s = SCENARIOS.find((s) => s.name === "restore with an unknown old GPU UUID")!;
     const out = await runScenario(env, s);
     assert.deepEqual(out.problems, []);
-    const restore = env.sim.calls.find((c) => c.op === "restore")!;
+    const restore = env.sim.driver.calls.find((c) => c.op === "restore")!;
     assert.match(restore.note ?? "", /GPU-0badc0de-0000-4000-8000-00000000dead/);
   });
 });

@@ -5,49 +5,45 @@ import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { readdirSync, readFileSync } from "node:fs";
 import {
-  type CheckpointDriver,
   CheckpointUnsupportedError,
   CudaError,
   CudaProcess,
+  DriverLoadError,
   RefusedError,
-  setDefaultDriver,
 } from "../mod.ts";
 import {
   CUDA_ERROR_ILLEGAL_STATE,
   CUDA_ERROR_INVALID_VALUE,
   CUDA_ERROR_NOT_INITIALIZED,
-} from "../driver.ts";
-import { getDefaultDriver } from "../core/sources.ts";
-import { SimulatedDriver } from "../mock/mod.ts";
-import { openSharedDrivers } from "../core/sources.ts";
-import { lease } from "../core/sources.ts";
+} from "../core/codes.ts";
+import type { CheckpointDriver } from "../core/driver.ts";
+import { Handle } from "../core/handle.ts";
+import { type Machine, sessionOf, SharedMachine } from "../core/machine.ts";
+import { SimulatedMachine } from "../mock/mod.ts";
 import { forward } from "./support/forward.ts";
 import { rejectsWith } from "./support/rejects.ts";
 
 const CORE = new URL("../core/", import.meta.url);
 
-/** How many processes have operations queued on the driver's session (its lease let go after). */
-async function queued(driver: CheckpointDriver): Promise<number> {
-  const taken = lease(driver);
-  try {
-    return (await taken.session).queued;
-  } finally {
-    await taken.release();
-  }
+/** How many processes have operations queued on the machine's session. */
+function queued(machine: Machine): number {
+  return sessionOf(machine).queued;
 }
 
-/** A driver that forwards to the simulator and counts what is asked of it. */
-function counting(sim: SimulatedDriver, extra: Partial<CheckpointDriver> = {}) {
+/** A machine whose driver forwards to the simulator and counts what is asked of it. */
+function counting(sim: SimulatedMachine, extra: Partial<CheckpointDriver> = {}) {
   const counts = { close: 0, lock: 0, restore: 0, getState: 0 };
-  const driver = forward(sim, {
-    kind: "counting",
-    getState: (pid) => (counts.getState++, sim.getState(pid)),
-    lock: (pid, args) => (counts.lock++, sim.lock(pid, args)),
-    restore: (pid, args) => (counts.restore++, sim.restore(pid, args)),
-    close: () => void counts.close++,
-    ...extra,
-  });
-  return { driver, counts };
+  const machine = {
+    ...forward(sim, {
+      kind: "counting",
+      getState: (pid) => (counts.getState++, sim.driver.getState(pid)),
+      lock: (pid, args) => (counts.lock++, sim.driver.lock(pid, args)),
+      restore: (pid, args) => (counts.restore++, sim.driver.restore(pid, args)),
+      ...extra,
+    }),
+    close: () => (counts.close++, Promise.resolve()),
+  };
+  return { machine, counts };
 }
 
 describe("layering", () => {
@@ -80,9 +76,9 @@ describe("layering", () => {
 
 describe("one operation at a time per process", () => {
   test("two resumes at once: one restores, the other finds it running and leaves it", async () => {
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     const target = sim.spawn({ memoryMiB: 1024 });
-    const proc = new CudaProcess(target.pid, { driver: sim });
+    const proc = new CudaProcess(target.pid, { machine: sim });
     await proc.suspend();
     const [a, b] = await Promise.all([proc.resume(), proc.resume()]);
     assert.equal(a.status, "done");
@@ -90,16 +86,16 @@ describe("one operation at a time per process", () => {
     assert.deepEqual(b, { status: "unchanged", state: "running", steps: [] });
     assert.equal(target.state, "running");
     assert.deepEqual(
-      sim.calls.filter((c) => c.op !== "getState").map((c) => `${c.op}:${c.code}`),
+      sim.driver.calls.filter((c) => c.op !== "getState").map((c) => `${c.op}:${c.code}`),
       ["lock:0", "checkpoint:0", "restore:0", "unlock:0"],
       "the second resume asked the state and made no step",
     );
   });
 
   test("operations made without waiting run in call order, each after the one before", async () => {
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     const target = sim.spawn({ memoryMiB: 4096 });
-    const proc = new CudaProcess(target.pid, { driver: sim });
+    const proc = new CudaProcess(target.pid, { machine: sim });
     const order: string[] = [];
     const note = (what: string) => () => void order.push(`${what}@${Math.round(sim.now())}`);
     await Promise.all([
@@ -123,13 +119,13 @@ describe("one operation at a time per process", () => {
     const at = (what: string) => Number(order.find((o) => o.startsWith(what))!.split("@")[1]);
     assert.ok(at("checkpoint") > 1000, "the 4 GiB checkpoint took its time");
     assert.ok(at("restore") > at("checkpoint"), "restore began after the checkpoint ended");
-    assert.equal(await queued(sim), 0, "nothing is left queued");
+    assert.equal(queued(sim), 0, "nothing is left queued");
   });
 
   test("a failed operation does not block the ones after it", async () => {
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     const target = sim.spawn();
-    const proc = new CudaProcess(target.pid, { driver: sim });
+    const proc = new CudaProcess(target.pid, { machine: sim });
     const [unlock, lock] = await Promise.allSettled([proc.unlock(), proc.lock()]);
     assert.equal(unlock.status, "rejected");
     assert.equal(lock.status, "fulfilled");
@@ -137,9 +133,9 @@ describe("one operation at a time per process", () => {
   });
 
   test("state() asked during a suspend answers when the suspend is done", async () => {
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     const target = sim.spawn({ memoryMiB: 1024 });
-    const proc = new CudaProcess(target.pid, { driver: sim });
+    const proc = new CudaProcess(target.pid, { machine: sim });
     const suspending = proc.suspend();
     const state = await proc.state();
     assert.equal(state, "checkpointed");
@@ -147,9 +143,9 @@ describe("one operation at a time per process", () => {
   });
 
   test("the restore thread id is answered at once, even during a suspend", async () => {
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     const target = sim.spawn({ memoryMiB: 4096 });
-    const proc = new CudaProcess(target.pid, { driver: sim });
+    const proc = new CudaProcess(target.pid, { machine: sim });
     const suspending = proc.suspend();
     assert.equal(await proc.restoreThreadId(), target.tid);
     assert.ok(sim.now() < 100, `answered at ${sim.now()} ms, before the checkpoint ended`);
@@ -157,20 +153,20 @@ describe("one operation at a time per process", () => {
   });
 
   test("other processes are not held up", async () => {
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     const big = sim.spawn({ memoryMiB: 8192 });
     const other = sim.spawn();
-    const suspending = new CudaProcess(big.pid, { driver: sim }).suspend();
-    assert.equal(await new CudaProcess(other.pid, { driver: sim }).state(), "running");
+    const suspending = new CudaProcess(big.pid, { machine: sim }).suspend();
+    assert.equal(await new CudaProcess(other.pid, { machine: sim }).state(), "running");
     assert.ok(sim.now() < 100, `answered at ${sim.now()} ms`);
     await suspending;
   });
 
   test("two handles on one pid share the order", async () => {
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     const target = sim.spawn({ memoryMiB: 1024 });
-    const a = new CudaProcess(target.pid, { driver: sim });
-    const b = new CudaProcess(target.pid, { driver: sim });
+    const a = new CudaProcess(target.pid, { machine: sim });
+    const b = new CudaProcess(target.pid, { machine: sim });
     const [x, y] = await Promise.all([a.suspend(), b.resume()]);
     assert.equal(x.status, "done");
     assert.equal(y.status, "done", "the resume waited for the suspend, then restored");
@@ -178,10 +174,10 @@ describe("one operation at a time per process", () => {
   });
 
   test("a thread id and the pid are one process: they share the order", async () => {
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     const target = sim.spawn({ memoryMiB: 1024, extraThreads: 2 });
-    const byPid = new CudaProcess(target.pid, { driver: sim });
-    const byTid = new CudaProcess(target.threads[2], { driver: sim });
+    const byPid = new CudaProcess(target.pid, { machine: sim });
+    const byTid = new CudaProcess(target.threads[2], { machine: sim });
     // Without one queue for both, the resume through the thread id would ask the state in the
     // middle of the suspend (the driver answers it once the checkpoint ends: "checkpointed") or
     // find it running and do nothing; in order, it restores what the suspend checkpointed.
@@ -189,59 +185,64 @@ describe("one operation at a time per process", () => {
     assert.equal(x.status, "done");
     assert.deepEqual(y.steps.map((s) => s.step), ["restore", "unlock"]);
     assert.equal(z, "running");
-    assert.equal(await queued(sim), 0);
+    assert.equal(queued(sim), 0);
   });
 });
 
-describe("lifecycles: who opens a driver closes it", () => {
-  test("a driver given as a function is opened once, shared, and closed by the last handle", async () => {
-    const sim = new SimulatedDriver();
-    const { driver, counts } = counting(sim);
+describe("lifecycles: who opens a machine closes it", () => {
+  test("a shared machine is opened on first use, shared, and closed by its last user", async () => {
+    const sim = new SimulatedMachine();
+    const { machine, counts } = counting(sim);
     let opened = 0;
-    const open = () => (opened++, Promise.resolve(driver));
-    const before = openSharedDrivers();
-    const targets = Array.from({ length: 20 }, () => sim.spawn());
-    const procs = targets.map((t) => new CudaProcess(t.pid, { driver: open }));
-    await Promise.all(procs.map((p) => p.state()));
-    assert.equal(opened, 1, "twenty handles, one driver");
-    assert.equal(openSharedDrivers(), before + 1);
-    for (const p of procs.slice(0, 19)) await p.close();
+    const shared = new SharedMachine(() => (opened++, Promise.resolve(machine)));
+    const handles = Array.from({ length: 20 }, () => new Handle(sim.spawn().pid, shared));
+    await Promise.all(handles.map((h) => h.state()));
+    assert.equal(opened, 1, "twenty handles, one machine");
+    assert.equal(shared.users, 20);
+    for (const h of handles.slice(0, 19)) await h.close();
     assert.equal(counts.close, 0, "still used by one handle");
-    await procs[19].close();
+    await handles[19].close();
     assert.equal(counts.close, 1, "closed with the last handle");
-    assert.equal(openSharedDrivers(), before);
-    await procs[0].close(); // idempotent
+    assert.equal(shared.users, 0);
+    await handles[0].close(); // idempotent
     assert.equal(counts.close, 1);
+    assert.equal(await new Handle(sim.spawn().pid, shared).state(), "running");
+    assert.equal(opened, 2, "used again, it opens again");
   });
 
-  test("close() resolves once the driver it closes has let go of everything", async () => {
-    const sim = new SimulatedDriver();
-    let disposed = false;
-    const driver = forward(sim, {
-      // Like the native driver: its threads end some time after it is asked to close.
-      [Symbol.asyncDispose]: () =>
-        new Promise<void>((resolve) => setTimeout(() => (disposed = true, resolve()), 30)),
-    });
-    const proc = new CudaProcess(sim.spawn().pid, { driver: () => Promise.resolve(driver) });
-    await proc.state();
-    await proc.close();
-    assert.equal(disposed, true);
-  });
-
-  test("a driver given as an object is the caller's: closing the handle leaves it open", async () => {
-    const sim = new SimulatedDriver();
-    const { driver, counts } = counting(sim);
+  test("a shared machine that failed to open is tried again on the next call", async () => {
+    const sim = new SimulatedMachine();
     const t = sim.spawn();
-    const proc = new CudaProcess(t.pid, { driver });
+    let tries = 0;
+    const shared = new SharedMachine(() =>
+      ++tries === 1
+        ? Promise.reject(new Error("no library yet"))
+        : Promise.resolve({ ...forward(sim), close: () => Promise.resolve() })
+    );
+    const handle = new Handle(t.pid, shared);
+    await assert.rejects(handle.state(), /no library yet/);
+    assert.equal(await handle.state(), "running");
+    assert.equal(tries, 2);
+  });
+
+  test("a machine given is the caller's: closing the process, even by await using, leaves it open", async () => {
+    const sim = new SimulatedMachine();
+    const { machine, counts } = counting(sim);
+    const t = sim.spawn();
+    const proc = new CudaProcess(t.pid, { machine });
     assert.equal(await proc.state(), "running");
     await proc.close();
+    {
+      await using again = new CudaProcess(t.pid, { machine });
+      assert.equal(await again.state(), "running");
+    }
     assert.equal(counts.close, 0);
   });
 
   test("close() waits for the handle's operations; later ones reject and say why", async () => {
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     const t = sim.spawn({ memoryMiB: 1024 });
-    const proc = new CudaProcess(t.pid, { driver: sim });
+    const proc = new CudaProcess(t.pid, { machine: sim });
     const suspending = proc.suspend();
     await proc.close();
     assert.equal(t.state, "checkpointed", "the suspend finished before close resolved");
@@ -252,80 +253,33 @@ describe("lifecycles: who opens a driver closes it", () => {
     );
   });
 
-  test("await using closes the handle and its driver", async () => {
-    const sim = new SimulatedDriver();
-    const { driver, counts } = counting(sim);
-    const t = sim.spawn();
-    {
-      await using proc = new CudaProcess(t.pid, { driver: () => Promise.resolve(driver) });
-      assert.equal(await proc.state(), "running");
-    }
-    assert.equal(counts.close, 1);
+  test("without a machine, a process is this machine's: its libcuda, or an error saying where none was found", async () => {
+    const proc = new CudaProcess(2 ** 31 - 1);
+    await assert.rejects(proc.state(), (err: unknown) => {
+      // No driver here (CI): every path tried is named. A driver: it knows no such process.
+      if (err instanceof DriverLoadError) return err.tried.length > 0;
+      return err instanceof CudaError && err.code === 304;
+    });
+    await proc.close();
   });
 
-  test("a driver that failed to open is tried again on the next call", async () => {
-    const sim = new SimulatedDriver();
-    const t = sim.spawn();
-    let tries = 0;
-    const open = () =>
-      ++tries === 1 ? Promise.reject(new Error("no library yet")) : Promise.resolve(sim);
-    const proc = new CudaProcess(t.pid, { driver: open });
-    await assert.rejects(proc.state(), /no library yet/);
-    assert.equal(await proc.state(), "running");
-    assert.equal(tries, 2);
-  });
-
-  test("setDefaultDriver(undefined) closes a default this package opened, once nothing uses it", async () => {
-    const sim = new SimulatedDriver();
-    const { driver, counts } = counting(sim);
-    const t = sim.spawn();
-    setDefaultDriver(() => Promise.resolve(driver));
-    try {
-      assert.equal(await getDefaultDriver(), driver);
-      const proc = new CudaProcess(t.pid);
-      assert.equal(await proc.state(), "running");
-      setDefaultDriver(undefined);
-      await Promise.resolve();
-      assert.equal(counts.close, 0, "a process still uses it");
-      assert.equal(await proc.state(), "running");
-      await proc.close();
-      assert.equal(counts.close, 1);
-    } finally {
-      setDefaultDriver(undefined);
-    }
-  });
-
-  test("a default given as an object is never closed by this package", async () => {
-    const sim = new SimulatedDriver();
-    const { driver, counts } = counting(sim);
-    setDefaultDriver(driver);
-    try {
-      const proc = new CudaProcess(sim.spawn().pid);
-      await proc.state();
-      await proc.close();
-    } finally {
-      setDefaultDriver(undefined);
-    }
-    assert.equal(counts.close, 0);
-  });
-
-  test("setDefaultDriver refuses what is not a driver, naming it", () => {
+  test("a machine option that is not one is refused, naming it", () => {
     assert.throws(
-      () => setDefaultDriver(42 as never),
-      /^TypeError: setDefaultDriver's argument must be a CheckpointDriver .* got 42$/,
+      () => new CudaProcess(1, { machine: 42 as never }),
+      /^TypeError: CudaProcess's machine must be a Machine .* got 42$/,
     );
   });
 });
 
 describe("capability is checked above the seam, once for every driver", () => {
   test("a driver that lacks a function: the error names it, and nothing reaches the driver", async () => {
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     const t = sim.spawn();
-    const { driver, counts } = counting(sim, {
+    const { machine, counts } = counting(sim, {
       missingFunctions: ["cuCheckpointProcessLock"],
     });
     await assert.rejects(
-      new CudaProcess(t.pid, { driver }).suspend(),
+      new CudaProcess(t.pid, { machine }).suspend(),
       (err: unknown) => {
         assert.ok(err instanceof CheckpointUnsupportedError);
         assert.ok(err instanceof RefusedError, "refused before the driver was asked");
@@ -342,12 +296,12 @@ describe("capability is checked above the seam, once for every driver", () => {
   });
 
   test("suspend does not lock a process it could not checkpoint", async () => {
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     const t = sim.spawn();
-    const { driver, counts } = counting(sim, {
+    const { machine, counts } = counting(sim, {
       missingFunctions: ["cuCheckpointProcessCheckpoint"],
     });
-    await assert.rejects(new CudaProcess(t.pid, { driver }).suspend(), CheckpointUnsupportedError);
+    await assert.rejects(new CudaProcess(t.pid, { machine }).suspend(), CheckpointUnsupportedError);
     assert.equal(counts.lock, 0);
     assert.equal(t.state, "running");
   });
@@ -355,12 +309,12 @@ describe("capability is checked above the seam, once for every driver", () => {
 
 describe("GPU mappings are checked against the driver's GPUs before the call", () => {
   async function checkpointed(gpus: number | { name: string }[] = 3) {
-    const sim = new SimulatedDriver({ gpus });
+    const sim = new SimulatedMachine({ gpus });
     const t = sim.spawn({ memoryMiB: 256 });
-    const proc = new CudaProcess(t.pid, { driver: sim });
+    const proc = new CudaProcess(t.pid, { machine: sim });
     await proc.suspend();
     const [a, b, c] = sim.gpus.map((g) => g.uuid);
-    const restores = () => sim.calls.filter((x) => x.op === "restore").length;
+    const restores = () => sim.driver.calls.filter((x) => x.op === "restore").length;
     return { sim, t, proc, a, b, c, restores };
   }
   const UNKNOWN = "GPU-0badc0de-0000-4000-8000-00000000dead";
@@ -427,9 +381,9 @@ describe("GPU mappings are checked against the driver's GPUs before the call", (
 
   test("where the driver cannot list its GPUs, a refusal says what usually causes it", async () => {
     const { sim, t, a, b } = await checkpointed(2);
-    const { driver } = counting(sim);
+    const { machine } = counting(sim);
     await rejectsWith(
-      new CudaProcess(t.pid, { driver }).resume({ gpuMapping: { [a]: b } }),
+      new CudaProcess(t.pid, { machine }).resume({ gpuMapping: { [a]: b } }),
       CUDA_ERROR_INVALID_VALUE,
       /invalid argument\. The driver refused the GPU mapping \(docs\/ERRORS\.md#a-refused-gpu-mapping\)\. The process is checkpointed$/,
     );
@@ -440,10 +394,10 @@ describe("GPU mappings are checked against the driver's GPUs before the call", (
     const { sim, t, a, b, c } = await checkpointed();
     // This process sees only GPUs 0 and 1; the machine has three, and the mapping names all.
     const partial = forward(sim, {
-      listGpus: async () => (await sim.listGpus()).slice(0, 2),
+      listGpus: async () => (await sim.driver.listGpus()).slice(0, 2),
       listsEveryGpu: false,
     });
-    await new CudaProcess(t.pid, { driver: partial }).resume({
+    await new CudaProcess(t.pid, { machine: partial }).resume({
       gpuMapping: { [a]: b, [b]: c, [c]: a },
     });
     assert.deepEqual(t.gpuUuids, [b]);
@@ -456,7 +410,7 @@ describe("GPU mappings are checked against the driver's GPUs before the call", (
       listsEveryGpu: true,
     });
     await rejectsWith(
-      new CudaProcess(t.pid, { driver: broken }).resume({ gpuMapping: { [a]: b } }),
+      new CudaProcess(t.pid, { machine: broken }).resume({ gpuMapping: { [a]: b } }),
       CUDA_ERROR_INVALID_VALUE,
       /The driver refused the GPU mapping \(docs/,
     );
@@ -472,14 +426,14 @@ describe("GPU mappings are checked against the driver's GPUs before the call", (
 
 describe("messages", () => {
   test("a code nobody knows is said plainly", async () => {
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     const t = sim.spawn();
-    const { driver } = counting(sim, {
+    const { machine } = counting(sim, {
       lock: () => Promise.resolve(12345),
       errorName: () => undefined,
       errorString: () => undefined,
     });
-    await assert.rejects(new CudaProcess(t.pid, { driver }).lock(), (err: unknown) => {
+    await assert.rejects(new CudaProcess(t.pid, { machine }).lock(), (err: unknown) => {
       assert.ok(err instanceof CudaError);
       assert.equal(
         err.message,
@@ -491,19 +445,19 @@ describe("messages", () => {
   });
 
   test("resume of a process that never used CUDA says so, not that it is gone", async () => {
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     const t = sim.spawn({ cuda: false });
     await rejectsWith(
-      new CudaProcess(t.pid, { driver: sim }).resume(),
+      new CudaProcess(t.pid, { machine: sim }).resume(),
       CUDA_ERROR_NOT_INITIALIZED,
       /^getState of process \d+ failed: CUDA_ERROR_NOT_INITIALIZED \(3\): initialization error\. The process has never initialised CUDA$/,
     );
   });
 
   test("restore of a running process says the state once", async () => {
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     const t = sim.spawn();
-    await assert.rejects(new CudaProcess(t.pid, { driver: sim }).restore(), (err: unknown) => {
+    await assert.rejects(new CudaProcess(t.pid, { machine: sim }).restore(), (err: unknown) => {
       assert.ok(err instanceof CudaError);
       assert.equal(err.code, CUDA_ERROR_ILLEGAL_STATE);
       assert.equal(err.message.match(/running/gi)?.length, 1, err.message);
@@ -516,8 +470,8 @@ describe("messages", () => {
   });
 
   test("a message is one or two sentences: a room refusal from the simulator", async () => {
-    const sim = new SimulatedDriver();
-    const proc = new CudaProcess(sim.spawn({ memoryMiB: 4096 }).pid, { driver: sim });
+    const sim = new SimulatedMachine();
+    const proc = new CudaProcess(sim.spawn({ memoryMiB: 4096 }).pid, { machine: sim });
     await proc.suspend();
     sim.fillGpu(0);
     await assert.rejects(proc.resume(), (err: unknown) => {

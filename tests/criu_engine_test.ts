@@ -1,4 +1,4 @@
-// The criu engine (ffi/criu.ts). With a stand-in for criu (tests/fixtures/fake_criu.sh): how it
+// The criu engine (os/criu.ts). With a stand-in for criu (tests/fixtures/fake_criu.sh): how it
 // is found, what it is run with (no plugin directory, no outside configuration, leave-running,
 // shell-job), what a failure says; and what its probe reports missing. With the real criu, where
 // this machine has it and runs as root: a plain process tree to disk and back through
@@ -11,7 +11,7 @@ import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
-import { openCriuEngine, parsePstree } from "../ffi/criu.ts";
+import { openCriuEngine, parsePstree } from "../os/criu.ts";
 import { EngineError } from "../core/engine.ts";
 import { loud } from "./fixtures/fake.ts";
 
@@ -255,11 +255,12 @@ const real = await realCriu();
 describe("the real criu, on a tree without CUDA", () => {
   test(
     "snapshot ends the tree, restoreSnapshot brings it back with its pids",
-    { skip: typeof real === "string" ? real : false },
+    { skip: typeof real === "string" ? real : false, timeout: 120_000 },
     async () => {
-      const { snapshot, restoreSnapshot } = await import("../snapshot.ts");
-      const { SimulatedDriver } = await import("../mock/mod.ts");
-      const { openLinuxHost } = await import("../ffi/host.ts");
+      const { snapshot, restoreSnapshot } = await import("../mod.ts");
+      const { machineWith } = await import("./support/forward.ts");
+      const { SimulatedMachine } = await import("../mock/mod.ts");
+      const { LinuxHost } = await import("../os/linux_host.ts");
       const s = scratch();
       // A shell that appends a line to a file five times a second.
       const out = join(s.dir, "out.txt");
@@ -269,16 +270,17 @@ describe("the real criu, on a tree without CUDA", () => {
         detached: true, // setsid(): a session of its own
       });
       await new Promise((r) => setTimeout(r, 500));
-      const host = openLinuxHost({ nvml: false, recordsDir: false });
+      const host = new LinuxHost({ nvml: false, recordsDir: false });
       // No process here uses CUDA: the simulated driver answers that none of these pids has it.
       // On the real clock: the snapshot waits on it for the ended tree to be reaped.
-      const sim = new SimulatedDriver({ clock: "real" });
+      const sim = new SimulatedMachine({ clock: "real" });
       try {
         const tree = await host.processTree(child.pid!);
         assert.ok(tree && tree.length >= 1);
         const dir = join(s.dir, "snap");
         const engine = openCriuEngine();
-        const made = await snapshot([child.pid!], dir, { driver: sim, host, engine });
+        const machine = machineWith(sim, { host, engine });
+        const made = await snapshot([child.pid!], dir, { machine });
         assert.equal(made.manifest.trees[0].root, child.pid);
         assert.ok(made.manifest.files.some((f) => f.path.endsWith("pstree.img")));
         // Ended and reaped (by this program for the root, by init for the rest) when it returns:
@@ -287,7 +289,7 @@ describe("the real criu, on a tree without CUDA", () => {
         const ids = made.manifest.trees[0].processes.map((p) => p.pid);
         assert.deepEqual(await host.pidsInUse(ids), [], "the tree was ended and reaped");
         const size = statSync(out).size;
-        const back = await restoreSnapshot(dir, { driver: sim, host, engine });
+        const back = await restoreSnapshot(dir, { machine });
         assert.deepEqual(back.pids, made.manifest.trees[0].processes.map((p) => p.pid));
         assert.equal((await host.identify(child.pid!))?.pid, child.pid, "back with its pid");
         await new Promise((r) => setTimeout(r, 700));

@@ -20,7 +20,8 @@ import { expectedFillHash, runExample, startExample } from "./examples_support.t
 const fakes = noCompiler ? undefined : new FakeDir();
 const library = fakes?.build("examples", ["-DFAKE_ONE_CHIP"], join(fakes.path, "libcuda.so.1"));
 const env = { CKPT_LIBCUDA_PATH: library, CKPT_LIBNVML_PATH: undefined };
-const SLOW = { timeout: 60_000, skip: noCompiler };
+// Each example run is cut at 60 s (runExample): the test's limit is above that.
+const SLOW = { timeout: 120_000, skip: noCompiler };
 after(() => fakes?.remove());
 
 /** criu, where this machine has it and the test runs as root: the whole CRIU workflow can run. */
@@ -141,8 +142,11 @@ describe("examples on the native driver (the fake libcuda)", () => {
     },
   );
 
+  // The examples with criu: a run may take up to 120 s on a slow machine, the test a little more.
+  const WITH_CRIU = { timeout: 150_000 };
+
   test("counter_criu.ts: the whole workflow with criu (root and criu only)", {
-    ...SLOW,
+    ...WITH_CRIU,
     skip: noCompiler ||
       (criu ? false : loud("counter_criu.ts with criu needs root and criu (or CKPT_TEST_CRIU)")),
   }, async () => {
@@ -156,4 +160,30 @@ describe("examples on the native driver (the fake libcuda)", () => {
       /^PASS: the counter answered 101, then 102 after a CRIU dump and restore\.$/m,
     );
   });
+
+  test(
+    "snapshot.ts: the counter to disk and back through the library and criu (root and criu only)",
+    {
+      ...WITH_CRIU,
+      skip: noCompiler ||
+        (criu ? false : loud("snapshot.ts with criu needs root and criu (or CKPT_TEST_CRIU)")),
+    },
+    async () => {
+      // The library finds criu itself: CKPT_CRIU_PATH where the test was given a path.
+      const withCriu = criu!.includes("/") ? { ...env, CKPT_CRIU_PATH: criu } : env;
+      const run = await runExample("snapshot.ts", [], withCriu, 120_000);
+      assert.equal(run.code, 0, run.out + run.err);
+      assert.equal(run.lines[0], `NVIDIA driver found (CUDA 13.0, ${library}).`);
+      assert.match(run.out, /^criu [\d.]+ is ready\.$/m);
+      assert.match(run.out, /^2\. Asked it: 101$/m);
+      assert.match(run.out, /^3\. Snapshot in .*: 1 process\(es\), .* in all$/m);
+      assert.match(run.out, /^4\. The counter is gone$/m);
+      assert.match(run.out, /^5\. Restored: pid \d+ is back, in [\d.]+ s$/m);
+      assert.match(run.out, /^6\. Asked it again: 102$/m);
+      assert.match(
+        run.out,
+        /^PASS: the counter answered 101, then 102 after a snapshot and its restore\.$/m,
+      );
+    },
+  );
 });

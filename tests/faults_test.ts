@@ -1,7 +1,7 @@
 // The simulator's fault injection, the public API users test their own orchestration with:
 // failNext (a code, a state, the nth call), exitDuring, hangNext, answerNext, enterFailedState,
-// fillGpu; every input checked; faults kept in snapshots (version 1 where it can hold them, 2
-// otherwise). Runs unchanged under `deno test -A` and `bun test`.
+// fillGpu; every input checked; faults kept in snapshots of the machine. Runs unchanged under
+// `deno test -A` and `bun test`.
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { CudaError, CudaProcess } from "../mod.ts";
@@ -11,28 +11,24 @@ import {
   CUDA_ERROR_OUT_OF_MEMORY,
   CUDA_ERROR_UNKNOWN,
   CUDA_SUCCESS,
-} from "../driver.ts";
-import {
-  loadSimulator,
-  SimulatedDriver,
-  SimulatorSnapshotError,
-  snapshotSimulator,
-} from "../mock/mod.ts";
+} from "../core/codes.ts";
+import { SimulatedMachine } from "../mock/mod.ts";
+import { loadSimulator, SimulatorSnapshotError, snapshotSimulator } from "../mock/state_file.ts";
 import { rejectsWith } from "./support/rejects.ts";
 
 function machine(memoryMiB = 1024) {
-  const sim = new SimulatedDriver();
+  const sim = new SimulatedMachine();
   const target = sim.spawn({ memoryMiB });
-  return { sim, target, proc: new CudaProcess(target.pid, { driver: sim }) };
+  return { sim, target, proc: new CudaProcess(target.pid, { machine: sim }) };
 }
 
 describe("failNext", () => {
   test("the next call fails with the code and leaves the state; the one after succeeds", async () => {
     const { sim, target } = machine();
     target.failNext("lock", { code: CUDA_ERROR_UNKNOWN });
-    assert.equal(await sim.lock(target.pid, null), CUDA_ERROR_UNKNOWN);
+    assert.equal(await sim.driver.lock(target.pid, null), CUDA_ERROR_UNKNOWN);
     assert.equal(target.state, "running");
-    assert.equal(await sim.lock(target.pid, null), CUDA_SUCCESS);
+    assert.equal(await sim.driver.lock(target.pid, null), CUDA_SUCCESS);
   });
 
   test("nth: the third lock the driver carries out; refused calls do not count", async () => {
@@ -41,13 +37,13 @@ describe("failNext", () => {
     assert.deepEqual(target.pendingFaults, [
       { kind: "fail", operation: "lock", nth: 3, code: 7777 },
     ]);
-    assert.equal(await sim.lock(target.pid, null), CUDA_SUCCESS); // 1
-    assert.equal(await sim.lock(target.pid, null), CUDA_ERROR_ILLEGAL_STATE); // refused: not counted
-    assert.equal(await sim.unlock(target.pid), CUDA_SUCCESS);
-    assert.equal(await sim.lock(target.pid, null), CUDA_SUCCESS); // 2
+    assert.equal(await sim.driver.lock(target.pid, null), CUDA_SUCCESS); // 1
+    assert.equal(await sim.driver.lock(target.pid, null), CUDA_ERROR_ILLEGAL_STATE); // refused: not counted
+    assert.equal(await sim.driver.unlock(target.pid), CUDA_SUCCESS);
+    assert.equal(await sim.driver.lock(target.pid, null), CUDA_SUCCESS); // 2
     assert.equal(target.pendingFaults[0].nth, 1);
-    assert.equal(await sim.unlock(target.pid), CUDA_SUCCESS);
-    assert.equal(await sim.lock(target.pid, null), 7777); // 3
+    assert.equal(await sim.driver.unlock(target.pid), CUDA_SUCCESS);
+    assert.equal(await sim.driver.lock(target.pid, null), 7777); // 3
     assert.deepEqual(target.pendingFaults, []);
   });
 
@@ -74,9 +70,9 @@ describe("failNext", () => {
   test("the failed state is final: a later fault cannot bring the process back", async () => {
     const { sim, target } = machine();
     target.failNext("lock", { code: CUDA_ERROR_UNKNOWN, state: "failed" });
-    assert.equal(await sim.lock(target.pid, null), CUDA_ERROR_UNKNOWN);
+    assert.equal(await sim.driver.lock(target.pid, null), CUDA_ERROR_UNKNOWN);
     target.failNext("getState", { code: CUDA_ERROR_UNKNOWN, state: "running" });
-    assert.equal((await sim.getState(target.pid)).code, CUDA_ERROR_UNKNOWN);
+    assert.equal((await sim.driver.getState(target.pid)).code, CUDA_ERROR_UNKNOWN);
     assert.equal(target.state, "failed");
   });
 
@@ -89,7 +85,7 @@ describe("failNext", () => {
       ["lock", "fail"],
       ["checkpoint", "exit"],
     ]);
-    assert.equal(await sim.lock(target.pid, null), 2);
+    assert.equal(await sim.driver.lock(target.pid, null), 2);
     target.clearFaults();
     assert.deepEqual(target.pendingFaults, []);
   });
@@ -113,8 +109,8 @@ describe("exitDuring", () => {
   test("a call that would end sooner waits for the exit: a lock killed after a minute", async () => {
     const { sim, target } = machine(16);
     target.exitDuring("lock", { afterMs: 60_000 });
-    const lock = sim.lock(target.pid, null);
-    const state = sim.getState(target.pid);
+    const lock = sim.driver.lock(target.pid, null);
+    const state = sim.driver.getState(target.pid);
     assert.equal(await lock, CUDA_ERROR_OPERATING_SYSTEM);
     assert.ok(sim.now() >= 60_000 && sim.now() < 60_100, `${sim.now()} ms`);
     assert.equal(target.exited, true);
@@ -124,8 +120,8 @@ describe("exitDuring", () => {
   test("during a query: the process is gone and the query says so", async () => {
     const { sim, target } = machine(16);
     target.exitDuring("getState", { nth: 2 });
-    assert.equal((await sim.getState(target.pid)).code, CUDA_SUCCESS);
-    assert.equal((await sim.getState(target.pid)).code, CUDA_ERROR_OPERATING_SYSTEM);
+    assert.equal((await sim.driver.getState(target.pid)).code, CUDA_SUCCESS);
+    assert.equal((await sim.driver.getState(target.pid)).code, CUDA_ERROR_OPERATING_SYSTEM);
     assert.equal(target.exited, true);
   });
 });
@@ -134,13 +130,13 @@ describe("hangNext", () => {
   test("a lock that hangs holds up the process's calls, not getRestoreThreadId, until released", async () => {
     const { sim, target } = machine();
     const release = target.hangNext("lock");
-    const lock = sim.lock(target.pid, { timeoutMs: 0 });
-    const state = sim.getState(target.pid);
+    const lock = sim.driver.lock(target.pid, { timeoutMs: 0 });
+    const state = sim.driver.getState(target.pid);
     let settled = false;
     lock.then(() => settled = true);
     await sim.sleep(60_000);
     assert.equal(settled, false, "still under way after a minute");
-    assert.equal((await sim.getRestoreThreadId(target.pid)).value, target.tid);
+    assert.equal((await sim.driver.getRestoreThreadId(target.pid)).value, target.tid);
     assert.throws(() => snapshotSimulator(sim), /driver call\(s\) .* under way/);
     release();
     assert.equal(await lock, CUDA_SUCCESS);
@@ -150,8 +146,8 @@ describe("hangNext", () => {
   test("a process that exits while its call hangs: the call returns OPERATING_SYSTEM", async () => {
     const { sim, target } = machine();
     target.hangNext("checkpoint");
-    assert.equal(await sim.lock(target.pid, null), CUDA_SUCCESS);
-    const checkpoint = sim.checkpoint(target.pid);
+    assert.equal(await sim.driver.lock(target.pid, null), CUDA_SUCCESS);
+    const checkpoint = sim.driver.checkpoint(target.pid);
     await sim.sleep(1000);
     target.exit();
     assert.equal(await checkpoint, CUDA_ERROR_OPERATING_SYSTEM);
@@ -160,10 +156,10 @@ describe("hangNext", () => {
   test("released before its call comes, the call goes through; releaseHung counts held calls", async () => {
     const { sim, target } = machine(16);
     target.hangNext("unlock")();
-    assert.equal(await sim.lock(target.pid, null), CUDA_SUCCESS);
-    assert.equal(await sim.unlock(target.pid), CUDA_SUCCESS);
+    assert.equal(await sim.driver.lock(target.pid, null), CUDA_SUCCESS);
+    assert.equal(await sim.driver.unlock(target.pid), CUDA_SUCCESS);
     target.hangNext("getState");
-    const state = sim.getState(target.pid);
+    const state = sim.driver.getState(target.pid);
     await sim.sleep(10);
     assert.equal(target.releaseHung(), 1);
     assert.deepEqual(await state, { code: CUDA_SUCCESS, value: 0 });
@@ -196,7 +192,7 @@ describe("answerNext, enterFailedState, fillGpu", () => {
     assert.equal(target.state, "failed");
     const busy = sim.spawn();
     target.exit();
-    const lock = sim.lock(busy.pid, null);
+    const lock = sim.driver.lock(busy.pid, null);
     await sim.sleep(0); // the lock is now under way
     assert.throws(() => busy.enterFailedState(), /has a lock under way; use failNext\("lock"/);
     await lock;
@@ -267,21 +263,20 @@ describe("every fault input is checked, and the error names it", () => {
 });
 
 describe("faults in snapshots", () => {
-  test("version 1 where it holds them: failures of the next state-changing call", async () => {
+  test("a failure of the next state-changing call is kept, and still hits its call", async () => {
     const { sim, target } = machine(16);
     target.failNext("checkpoint", { code: CUDA_ERROR_UNKNOWN, state: "failed" });
     const saved = snapshotSimulator(sim);
-    assert.equal(saved.version, 1);
     assert.deepEqual(saved.processes[0].faults, {
-      checkpoint: { code: CUDA_ERROR_UNKNOWN, state: "failed" },
+      checkpoint: { kind: "fail", nth: 1, code: CUDA_ERROR_UNKNOWN, state: "failed" },
     });
     const again = loadSimulator(JSON.parse(JSON.stringify(saved)));
-    assert.equal(await again.lock(target.pid, null), CUDA_SUCCESS);
-    assert.equal(await again.checkpoint(target.pid), CUDA_ERROR_UNKNOWN);
+    assert.equal(await again.driver.lock(target.pid, null), CUDA_SUCCESS);
+    assert.equal(await again.driver.checkpoint(target.pid), CUDA_ERROR_UNKNOWN);
     assert.equal(again.process(target.pid)!.state, "failed");
   });
 
-  test("version 2 for every other kind; each comes back and still hits its call", async () => {
+  test("every other kind is kept too; each comes back and still hits its call", async () => {
     const { sim, target } = machine(16);
     target.failNext("lock", { code: 5, nth: 2 });
     target.exitDuring("checkpoint", { afterMs: 10 });
@@ -289,43 +284,45 @@ describe("faults in snapshots", () => {
     target.answerNext("getState", { value: 4 });
     target.failNext("getRestoreThreadId", { code: 3 });
     const saved = snapshotSimulator(sim);
-    assert.equal(saved.version, 2);
     const again = loadSimulator(JSON.parse(JSON.stringify(saved)));
     const p = again.process(target.pid)!;
     assert.deepEqual(p.pendingFaults, target.pendingFaults);
     assert.deepEqual(snapshotSimulator(again), saved);
-    assert.deepEqual(await again.getState(p.pid), { code: 0, value: 4 });
-    assert.equal((await again.getRestoreThreadId(p.pid)).code, 3);
-    assert.equal(await again.lock(p.pid, null), CUDA_SUCCESS);
-    const unlock = again.unlock(p.pid);
+    assert.deepEqual(await again.driver.getState(p.pid), { code: 0, value: 4 });
+    assert.equal((await again.driver.getRestoreThreadId(p.pid)).code, 3);
+    assert.equal(await again.driver.lock(p.pid, null), CUDA_SUCCESS);
+    const unlock = again.driver.unlock(p.pid);
     await again.sleep(5);
     assert.equal(p.releaseHung(), 1);
     assert.equal(await unlock, CUDA_SUCCESS);
-    assert.equal(await again.lock(p.pid, null), 5);
-    assert.equal(await again.lock(p.pid, null), CUDA_SUCCESS);
-    assert.equal(await again.checkpoint(p.pid), CUDA_ERROR_OPERATING_SYSTEM);
+    assert.equal(await again.driver.lock(p.pid, null), 5);
+    assert.equal(await again.driver.lock(p.pid, null), CUDA_SUCCESS);
+    assert.equal(await again.driver.checkpoint(p.pid), CUDA_ERROR_OPERATING_SYSTEM);
   });
 
-  test("a version 1 file cannot hold version 2's faults, and says so; bad ones are named", () => {
+  test("a fault that cannot be is refused, naming it", () => {
     const { sim, target } = machine(16);
     target.hangNext("lock");
-    const v2 = snapshotSimulator(sim);
+    const saved = snapshotSimulator(sim);
     const cases: [unknown, string, RegExp][] = [
       [
-        { ...v2, version: 1 },
-        "processes[0].faults.lock",
-        /only version 2 can hold .* says version 1/,
+        { ...saved, processes: [{ ...saved.processes[0], faults: { lock: { code: 1 } } }] },
+        "processes[0].faults.lock.kind",
+        /must be one of "fail", "exit", "hang", "answer", got nothing/,
       ],
       [
-        { ...v2, processes: [{ ...v2.processes[0], faults: { lock: { kind: "melt", nth: 1 } } }] },
+        {
+          ...saved,
+          processes: [{ ...saved.processes[0], faults: { lock: { kind: "melt", nth: 1 } } }],
+        },
         "processes[0].faults.lock.kind",
         /must be one of "fail", "exit", "hang", "answer", got "melt"/,
       ],
       [
         {
-          ...v2,
+          ...saved,
           processes: [{
-            ...v2.processes[0],
+            ...saved.processes[0],
             faults: { lock: { kind: "answer", nth: 1, value: 1 } },
           }],
         },
@@ -333,7 +330,10 @@ describe("faults in snapshots", () => {
         /only getState and getRestoreThreadId have an answer/,
       ],
       [
-        { ...v2, processes: [{ ...v2.processes[0], faults: { lock: { kind: "hang", nth: 0 } } }] },
+        {
+          ...saved,
+          processes: [{ ...saved.processes[0], faults: { lock: { kind: "hang", nth: 0 } } }],
+        },
         "processes[0].faults.lock.nth",
         /got 0/,
       ],

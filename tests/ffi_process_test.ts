@@ -10,7 +10,7 @@ import { existsSync, mkdirSync, realpathSync } from "node:fs";
 import { join } from "node:path";
 import process from "node:process";
 
-import { LIBCUDA_ENV_VAR } from "../ffi/mod.ts";
+import { LIBCUDA_ENV_VAR } from "../ffi/find.ts";
 import { FakeDir, noCompiler, runtime } from "./fixtures/fake.ts";
 
 const CHILD = new URL("./fixtures/native_child.ts", import.meta.url).pathname;

@@ -15,20 +15,13 @@ import { tmpdir } from "node:os";
 import process from "node:process";
 
 import { DriverLoadError } from "../core/errors.ts";
-import { CudaProcess } from "../core/process.ts";
-import {
-  CHECKPOINT_SYMBOL_NAMES,
-  CUDA_SYMBOLS,
-  findLibcuda,
-  LIBCUDA_ENV_VAR,
-  LIBCUDA_SEARCH_PATHS,
-  LIBCUDA_SONAME,
-  type NativeDriver,
-  nativeDriverAvailable,
-  openNativeDriver,
-} from "../ffi/mod.ts";
-import { bunDefinition } from "../ffi/symbols.ts";
-import { absolutePath } from "../ffi/loader.ts";
+import { Handle } from "../core/handle.ts";
+import { SharedMachine } from "../core/machine.ts";
+import { findLibcuda, LIBCUDA_ENV_VAR, LIBCUDA_SEARCH_PATHS, LIBCUDA_SONAME } from "../ffi/find.ts";
+import { type NativeDriver, openNativeDriver } from "../ffi/native.ts";
+import { bunDefinition, CHECKPOINT_SYMBOL_NAMES, CUDA_SYMBOLS } from "../ffi/symbols.ts";
+import { openMachine } from "../os/this_machine.ts";
+import { absolutePath } from "../ffi/find.ts";
 import {
   FakeDir,
   knownUuid,
@@ -439,14 +432,6 @@ describe("openNativeDriver on a machine without libcuda", () => {
     assert.match(realError.message, /CKPT_LIBCUDA_PATH/);
     assert.match(realError.message, /--allow-ffi/);
   });
-
-  test(
-    "nativeDriverAvailable() answers false and does not throw",
-    { skip: absentSkip },
-    async () => {
-      assert.equal(await nativeDriverAvailable(), false);
-    },
-  );
 });
 
 // ---------------------------------------------------------------------------------------------
@@ -515,7 +500,6 @@ describe(`native driver (${runtime}) against a fake libcuda`, { skip: noCompiler
       const driver = await openNativeDriver();
       driver.close();
       assert.equal(driver.libraryPath, fake!.v128);
-      assert.equal(await nativeDriverAvailable(), true);
     } finally {
       if (before === undefined) delete process.env[LIBCUDA_ENV_VAR];
       else process.env[LIBCUDA_ENV_VAR] = before;
@@ -736,13 +720,16 @@ describe(`native driver (${runtime}) against a fake libcuda`, { skip: noCompiler
     }
   });
 
-  test("a CudaProcess that opened the driver closes it, threads and all, before close() resolves", async () => {
-    const proc = new CudaProcess(3201, {
-      driver: () => openNativeDriver({ libraryPath: fake!.v13 }),
-    });
-    const d = (await proc.driver()) as NativeDriver & { workerCount: number };
-    await Promise.all([proc.lock(), new CudaProcess(3202, { driver: d }).lock()]);
-    await proc.unlock();
+  test("the last handle of a shared machine closes its driver, threads and all, before close() resolves", async () => {
+    const proc = new Handle(
+      3201,
+      new SharedMachine(() => openMachine({ libraryPath: fake!.v13, host: { nvml: false } })),
+    );
+    const machine = await proc.machine();
+    const d = machine.driver as NativeDriver & { workerCount: number };
+    const lock = { lockTimeoutMs: 0, pairs: null, checkRoom: true };
+    await Promise.all([proc.act("lock", lock), new Handle(3202, machine).act("lock", lock)]);
+    await proc.act("unlock", lock);
     if (runtime === "bun") assert.ok(d.workerCount >= 1, "calls started worker threads");
     await proc.close();
     assert.equal(d.workerCount, 0, "every worker ended before close() resolved");

@@ -4,25 +4,30 @@ import assert from "node:assert/strict";
 import {
   CudaError,
   CudaProcess,
-  type GroupAction,
-  type GroupEvent,
   type ProcessState,
   RefusedError,
-  resumeAll,
   runGroup,
-  suspendAll,
   WaitTimeoutError,
 } from "../mod.ts";
-import { CUDA_ERROR_ILLEGAL_STATE, CUDA_ERROR_NOT_READY, CUDA_ERROR_UNKNOWN } from "../driver.ts";
-import { SimulatedDriver, type SimulatedProcess } from "../mock/mod.ts";
+import type { Action, GroupEvent } from "../types.ts";
+import {
+  CUDA_ERROR_ILLEGAL_STATE,
+  CUDA_ERROR_NOT_READY,
+  CUDA_ERROR_UNKNOWN,
+} from "../core/codes.ts";
+import { SimulatedMachine, type SimulatedProcess } from "../mock/mod.ts";
 
 const STATES: readonly ProcessState[] = ["running", "locked", "checkpointed"];
 
 /** Brings a simulated process into `state` through the raw driver. */
-async function into(sim: SimulatedDriver, p: SimulatedProcess, state: ProcessState): Promise<void> {
+async function into(
+  sim: SimulatedMachine,
+  p: SimulatedProcess,
+  state: ProcessState,
+): Promise<void> {
   if (state === "running") return;
-  assert.equal(await sim.lock(p.pid, { timeoutMs: 0 }), 0);
-  if (state === "checkpointed") assert.equal(await sim.checkpoint(p.pid), 0);
+  assert.equal(await sim.driver.lock(p.pid, { timeoutMs: 0 }), 0);
+  if (state === "checkpointed") assert.equal(await sim.driver.checkpoint(p.pid), 0);
 }
 
 /** Every list of `n` states. */
@@ -32,7 +37,7 @@ function mixes(n: number): ProcessState[][] {
 }
 
 /** Spawns one process per state, with some memory contents, and brings each into its state. */
-async function group(sim: SimulatedDriver, states: readonly ProcessState[], memoryMiB = 256) {
+async function group(sim: SimulatedMachine, states: readonly ProcessState[], memoryMiB = 256) {
   const procs: SimulatedProcess[] = [];
   for (const [i, state] of states.entries()) {
     const p = sim.spawn({ memoryMiB });
@@ -46,25 +51,25 @@ async function group(sim: SimulatedDriver, states: readonly ProcessState[], memo
 
 describe("group operations", () => {
   test("suspend a group: each process done, in about the time of one, not the sum", async () => {
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     const procs = Array.from({ length: 4 }, () => sim.spawn({ memoryMiB: 4096 }));
-    const result = await suspendAll(procs.map((p) => p.pid), { driver: sim });
+    const result = await runGroup("suspend", procs.map((p) => p.pid), { machine: sim });
     assert.equal(result.ok, true);
     assert.deepEqual(result.processes.map((p) => p.status), ["done", "done", "done", "done"]);
     assert.deepEqual(result.processes[0].steps.map((s) => s.step), ["lock", "checkpoint"]);
     assert.ok(procs.every((p) => p.state === "checkpointed"));
     // Measured on an H200: 4 x 4 GiB at once 2.36 s, one after another 8.2-8.4 s.
     assert.ok(result.ms > 2000 && result.ms < 3000, `${result.ms} ms`);
-    const back = await resumeAll(procs.map((p) => p.pid), { driver: sim });
+    const back = await runGroup("resume", procs.map((p) => p.pid), { machine: sim });
     assert.equal(back.ok, true);
     assert.ok(procs.every((p) => p.state === "running"));
   });
 
   test("a process already in the wanted state is left alone; suspend from locked only checkpoints", async () => {
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     const { procs } = await group(sim, ["running", "locked", "checkpointed"]);
-    const before = sim.calls.length;
-    const result = await suspendAll(procs.map((p) => p.pid), { driver: sim });
+    const before = sim.driver.calls.length;
+    const result = await runGroup("suspend", procs.map((p) => p.pid), { machine: sim });
     assert.deepEqual(result.processes.map((p) => p.status), ["done", "done", "unchanged"]);
     assert.deepEqual(result.processes.map((p) => p.steps.map((s) => s.step).join("+")), [
       "lock+checkpoint",
@@ -72,14 +77,14 @@ describe("group operations", () => {
       "",
     ]);
     assert.deepEqual(result.processes.map((p) => p.initialState), STATES);
-    const calls = sim.calls.slice(before).filter((c) => c.op !== "getState");
+    const calls = sim.driver.calls.slice(before).filter((c) => c.op !== "getState");
     assert.equal(calls.filter((c) => c.pid === procs[2].pid).length, 0, "no call but getState");
   });
 
   test("a step the driver refuses fails that process alone, with the driver's answer, as alone", async () => {
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     const { procs } = await group(sim, ["running", "checkpointed", "locked"]);
-    const result = await runGroup("unlock", procs.map((p) => p.pid), { driver: sim });
+    const result = await runGroup("unlock", procs.map((p) => p.pid), { machine: sim });
     assert.equal(result.ok, false);
     assert.deepEqual(result.processes.map((p) => p.status), ["failed", "failed", "done"]);
     for (const [i, state] of [[0, "running"], [1, "checkpointed"]] as const) {
@@ -97,16 +102,16 @@ describe("group operations", () => {
     }
     // What the same step gets from one CudaProcess: the same error.
     await assert.rejects(
-      new CudaProcess(procs[1].pid, { driver: sim }).unlock(),
+      new CudaProcess(procs[1].pid, { machine: sim }).unlock(),
       (e: Error) => e.message === result.processes[1].error!.message,
     );
   });
 
   test("a goal with no way from a state refuses that process alone, without a driver call", async () => {
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     const { procs } = await group(sim, ["running", "locked"]);
-    const before = sim.calls.length;
-    const result = await runGroup("toggle", procs.map((p) => p.pid), { driver: sim });
+    const before = sim.driver.calls.length;
+    const result = await runGroup("toggle", procs.map((p) => p.pid), { machine: sim });
     assert.deepEqual(result.processes.map((p) => p.status), ["done", "failed"]);
     const refused = result.processes[1].error;
     assert.ok(refused instanceof RefusedError);
@@ -117,16 +122,16 @@ describe("group operations", () => {
         procs[1].pid
       } refused: toggle goes between running and checkpointed, and the process is locked`,
     );
-    const calls = sim.calls.slice(before).filter((c) => c.pid === procs[1].pid);
+    const calls = sim.driver.calls.slice(before).filter((c) => c.pid === procs[1].pid);
     assert.deepEqual(calls.map((c) => c.op), ["getState"], "only its state was asked");
     assert.equal(procs[1].state, "locked");
   });
 
   test("a failed step is undone for that process: a checkpoint that fails is unlocked again", async () => {
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     const { procs } = await group(sim, ["running", "running"]);
     procs[1].failNext("checkpoint", { code: CUDA_ERROR_UNKNOWN });
-    const result = await suspendAll(procs.map((p) => p.pid), { driver: sim });
+    const result = await runGroup("suspend", procs.map((p) => p.pid), { machine: sim });
     assert.equal(result.ok, false);
     assert.equal(result.rolledBack, false, "without allOrNothing the others stand");
     assert.equal(procs[0].state, "checkpointed");
@@ -138,10 +143,10 @@ describe("group operations", () => {
     assert.equal(procs[1].state, "running");
   });
 
-  for (const action of ["suspend", "resume"] as GroupAction[]) {
+  for (const action of ["suspend", "resume"] as Action[]) {
     test(`all-or-nothing ${action}: from every mix of three initial states, all come back`, async () => {
       for (const mix of mixes(3)) {
-        const sim = new SimulatedDriver();
+        const sim = new SimulatedMachine();
         const { procs, digests } = await group(sim, mix, 16);
         // A fourth process, which can be worked on, fails at its last step.
         const failing = sim.spawn({ memoryMiB: 256 });
@@ -150,7 +155,7 @@ describe("group operations", () => {
           code: CUDA_ERROR_UNKNOWN,
         });
         const result = await runGroup(action, [...procs, failing].map((p) => p.pid), {
-          driver: sim,
+          machine: sim,
           allOrNothing: true,
         });
         const label = `${action} from ${mix.join(", ")}`;
@@ -172,11 +177,11 @@ describe("group operations", () => {
   }
 
   test("all-or-nothing with a limit: after a failure, nothing more starts", async () => {
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     const procs = Array.from({ length: 4 }, () => sim.spawn({ memoryMiB: 256 }));
     procs[0].failNext("lock", { code: CUDA_ERROR_NOT_READY });
-    const result = await suspendAll(procs.map((p) => p.pid), {
-      driver: sim,
+    const result = await runGroup("suspend", procs.map((p) => p.pid), {
+      machine: sim,
       allOrNothing: true,
       concurrency: 1,
     });
@@ -191,15 +196,15 @@ describe("group operations", () => {
   });
 
   test("the concurrency limit is honoured", async () => {
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     const procs = Array.from({ length: 6 }, () => sim.spawn({ memoryMiB: 1024 }));
     let running = 0, most = 0;
     const onProgress = (e: GroupEvent) => {
       if (e.type === "step-start" && e.step === "lock") most = Math.max(most, ++running);
       if (e.type === "step-end" && e.step === "checkpoint") running--;
     };
-    const result = await suspendAll(procs.map((p) => p.pid), {
-      driver: sim,
+    const result = await runGroup("suspend", procs.map((p) => p.pid), {
+      machine: sim,
       concurrency: 2,
       onProgress,
     });
@@ -208,10 +213,10 @@ describe("group operations", () => {
   });
 
   test("progress events: each step starts and ends, with times", async () => {
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     const p = sim.spawn({ memoryMiB: 1024 });
     const events: GroupEvent[] = [];
-    await suspendAll([p.pid], { driver: sim, onProgress: (e) => void events.push(e) });
+    await runGroup("suspend", [p.pid], { machine: sim, onProgress: (e) => void events.push(e) });
     assert.deepEqual(
       events.map((e) => `${e.type}:${e.type === "process-end" ? e.status : e.step}`),
       [
@@ -227,13 +232,13 @@ describe("group operations", () => {
   });
 
   test("progress events carry each process's GPU memory, and a resume remembers it", async () => {
-    const sim = new SimulatedDriver({ gpus: 2 });
+    const sim = new SimulatedMachine({ gpus: 2 });
     const one = sim.spawn({ memoryMiB: 1024 });
     const two = sim.spawn({ memoryMiB: 2048, gpu: [0, 1] }); // 1024 on each, and two contexts
     const mib = async (action: "suspend" | "resume", pids: number[]) => {
       const seen = new Map<number, (number | undefined)[]>();
       const result = await runGroup(action, pids, {
-        driver: sim,
+        machine: sim,
         onProgress: (e) => {
           if (e.type !== "process-end") seen.set(e.pid, [...seen.get(e.pid) ?? [], e.gpuMemoryMiB]);
         },
@@ -252,15 +257,15 @@ describe("group operations", () => {
 
     // Checkpointed by this package outside a group: remembered too.
     const three = sim.spawn({ memoryMiB: 256 });
-    await new CudaProcess(three.pid, { driver: sim }).suspend();
+    await new CudaProcess(three.pid, { machine: sim }).suspend();
     assert.deepEqual(
       (await mib("resume", [three.pid])).get(three.pid),
       Array(4).fill(256 + context),
     );
     // Checkpointed by another program (the raw driver): what a restore brings back is not known.
     const four = sim.spawn({ memoryMiB: 256 });
-    await sim.lock(four.pid, null);
-    await sim.checkpoint(four.pid);
+    await sim.driver.lock(four.pid, null);
+    await sim.driver.checkpoint(four.pid);
     assert.deepEqual((await mib("resume", [four.pid])).get(four.pid), [
       undefined,
       undefined,
@@ -269,32 +274,32 @@ describe("group operations", () => {
     ]);
   });
 
-  test("progress events go without memory where the host cannot tell, and a bad host is refused", async () => {
-    const sim = new SimulatedDriver();
+  test("progress events go without memory where the host cannot tell, and a bad machine is refused", async () => {
+    const sim = new SimulatedMachine();
     const p = sim.spawn({ memoryMiB: 64 });
     const events: GroupEvent[] = [];
-    const host = { kind: "test", scan: () => Promise.resolve([]) }; // no gpuMemory()
-    const result = await suspendAll([p.pid], {
-      driver: sim,
-      host,
+    // A machine whose host cannot tell GPU memory (no gpuMemory()).
+    const machine = { driver: sim.driver, host: { kind: "test", scan: () => Promise.resolve([]) } };
+    const result = await runGroup("suspend", [p.pid], {
+      machine,
       onProgress: (e) => void events.push(e),
     });
     assert.equal(result.ok, true);
     assert.equal(events.length, 5, "four step events and the process's end");
     assert.ok(events.every((e) => !("gpuMemoryMiB" in e)));
     await assert.rejects(
-      () => resumeAll([p.pid], { driver: sim, host: 42 as never }),
-      (e: Error) => e instanceof TypeError && /host must be an object .* got 42/.test(e.message),
+      () => runGroup("resume", [p.pid], { machine: 42 as never }),
+      (e: Error) => e instanceof TypeError && /machine must be a Machine .* got 42/.test(e.message),
     );
   });
 
   test("the deadline: lock timeouts are cut to it, and nothing starts after it", async () => {
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     const busy = sim.spawn({ memoryMiB: 256 });
     void busy.launch(5000); // a kernel that outlasts the deadline
     const others = Array.from({ length: 2 }, () => sim.spawn({ memoryMiB: 256 }));
-    const result = await suspendAll([busy, ...others].map((p) => p.pid), {
-      driver: sim,
+    const result = await runGroup("suspend", [busy, ...others].map((p) => p.pid), {
+      machine: sim,
       timeoutMs: 1000,
       concurrency: 1,
     });
@@ -309,12 +314,12 @@ describe("group operations", () => {
   });
 
   test("the deadline passing between a process's steps undoes its first step", async () => {
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     const p = sim.spawn({ memoryMiB: 256 });
     void p.launch(800);
     // The lock waits for the kernel (800 ms) within the 1000 ms; the checkpoint could not finish
     // in what is left, but no call is interrupted: it is only not started once the time is up.
-    const result = await suspendAll([p.pid], { driver: sim, timeoutMs: 800 });
+    const result = await runGroup("suspend", [p.pid], { machine: sim, timeoutMs: 800 });
     const out = result.processes[0];
     assert.equal(out.status, "stopped");
     assert.equal(out.stopped, "deadline");
@@ -324,11 +329,11 @@ describe("group operations", () => {
   });
 
   test("abort mid-group: what runs finishes, nothing new starts, all-or-nothing rolls back", async () => {
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     const procs = Array.from({ length: 4 }, () => sim.spawn({ memoryMiB: 1024 }));
     const controller = new AbortController();
-    const aborting = suspendAll(procs.map((p) => p.pid), {
-      driver: sim,
+    const aborting = runGroup("suspend", procs.map((p) => p.pid), {
+      machine: sim,
       concurrency: 2,
       allOrNothing: true,
       signal: controller.signal,
@@ -345,12 +350,12 @@ describe("group operations", () => {
   });
 
   test("all-or-nothing: a process that cannot be read or planned means nothing starts", async () => {
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     const procs = Array.from({ length: 3 }, () => sim.spawn({ memoryMiB: 1024 }));
     const plain = sim.spawn({ cuda: false });
-    const before = sim.calls.length;
-    const result = await suspendAll([...procs, plain].map((p) => p.pid), {
-      driver: sim,
+    const before = sim.driver.calls.length;
+    const result = await runGroup("suspend", [...procs, plain].map((p) => p.pid), {
+      machine: sim,
       allOrNothing: true,
     });
     const [a, b, c, d] = result.processes;
@@ -362,19 +367,22 @@ describe("group operations", () => {
       assert.deepEqual(p.steps, []);
       assert.equal(p.rollback, undefined);
     }
-    const calls = sim.calls.slice(before).map((c) => c.op);
+    const calls = sim.driver.calls.slice(before).map((c) => c.op);
     assert.ok(calls.every((op) => op === "getState"), `only states were read: ${calls}`);
     assert.ok(procs.every((p) => p.state === "running"));
     assert.equal(result.ok, false);
   });
 
   test("all-or-nothing: a failure between steps stops the others there and undoes them", async () => {
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     const procs = Array.from({ length: 3 }, () => sim.spawn({ memoryMiB: 1024 }));
     // The last one's lock fails at once; the others are locked by then and stop before their
     // checkpoint.
     procs[2].failNext("lock", { code: CUDA_ERROR_UNKNOWN });
-    const result = await suspendAll(procs.map((p) => p.pid), { driver: sim, allOrNothing: true });
+    const result = await runGroup("suspend", procs.map((p) => p.pid), {
+      machine: sim,
+      allOrNothing: true,
+    });
     const [a, b, c] = result.processes;
     assert.equal(c.status, "failed");
     for (const p of [a, b]) {
@@ -389,9 +397,12 @@ describe("group operations", () => {
   });
 
   test("a process that exits mid-group fails alone, saying it is gone; the rest roll back", async () => {
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     const procs = Array.from({ length: 3 }, () => sim.spawn({ memoryMiB: 4096 }));
-    const suspending = suspendAll(procs.map((p) => p.pid), { driver: sim, allOrNothing: true });
+    const suspending = runGroup("suspend", procs.map((p) => p.pid), {
+      machine: sim,
+      allOrNothing: true,
+    });
     await sim.sleep(500);
     procs[1].exit();
     const result = await suspending;
@@ -403,12 +414,12 @@ describe("group operations", () => {
   });
 
   test("a GPU mapping for all moves the group to the other GPU", async () => {
-    const sim = new SimulatedDriver({ gpus: 2 });
+    const sim = new SimulatedMachine({ gpus: 2 });
     const [a, b] = sim.gpus.map((g) => g.uuid);
     const procs = [sim.spawn(), sim.spawn()];
-    await suspendAll(procs.map((p) => p.pid), { driver: sim });
-    const result = await resumeAll(procs.map((p) => p.pid), {
-      driver: sim,
+    await runGroup("suspend", procs.map((p) => p.pid), { machine: sim });
+    const result = await runGroup("resume", procs.map((p) => p.pid), {
+      machine: sim,
       gpuMapping: { [a]: b, [b]: a },
     });
     assert.equal(result.ok, true);
@@ -416,39 +427,39 @@ describe("group operations", () => {
   });
 
   test("bad input is refused before anything happens, naming it", async () => {
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     const p = sim.spawn();
     await assert.rejects(
-      runGroup("freeze" as GroupAction, [p.pid], { driver: sim }),
+      runGroup("freeze" as Action, [p.pid], { machine: sim }),
       /action must be one of "lock", "checkpoint", "restore", "unlock", "suspend", "resume", "toggle", got "freeze"/,
     );
     await assert.rejects(
-      suspendAll([p.pid, p.pid], { driver: sim }),
+      runGroup("suspend", [p.pid, p.pid], { machine: sim }),
       /names process \d+ twice \(targets\[1\]\)/,
     );
     await assert.rejects(
-      suspendAll([0], { driver: sim }),
+      runGroup("suspend", [0], { machine: sim }),
       /targets\[0\] must be an integer process or thread id from 1/,
     );
     await assert.rejects(
-      suspendAll([p.pid], { driver: sim, concurrency: 0 }),
+      runGroup("suspend", [p.pid], { machine: sim, concurrency: 0 }),
       /concurrency must be an integer from 1, got 0/,
     );
     await assert.rejects(
-      suspendAll([p.pid], { driver: sim, timeoutMs: -1 }),
+      runGroup("suspend", [p.pid], { machine: sim, timeoutMs: -1 }),
       /timeoutMs \(ms for the whole group\) must be an integer from 0, got -1/,
     );
     await assert.rejects(
-      resumeAll([p.pid], { driver: sim, gpuMapping: { x: "y" } }),
+      runGroup("resume", [p.pid], { machine: sim, gpuMapping: { x: "y" } }),
       /gpuMapping key "x" is not a GPU UUID/,
     );
-    assert.equal(sim.calls.length, 0);
+    assert.equal(sim.driver.calls.length, 0);
   });
 
   test("handles given as CudaProcess keep their own driver and stay open", async () => {
-    const sim = new SimulatedDriver();
-    const proc = new CudaProcess(sim.spawn().pid, { driver: sim });
-    const result = await suspendAll([proc]);
+    const sim = new SimulatedMachine();
+    const proc = new CudaProcess(sim.spawn().pid, { machine: sim });
+    const result = await runGroup("suspend", [proc]);
     assert.equal(result.ok, true);
     assert.equal(await proc.state(), "checkpointed");
   });
@@ -456,10 +467,10 @@ describe("group operations", () => {
 
 describe("waitForState", () => {
   test("resolves when another party brings the process there", async () => {
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     const p = sim.spawn({ memoryMiB: 1024 });
-    const proc = new CudaProcess(p.pid, { driver: sim });
-    const other = new CudaProcess(p.pid, { driver: sim });
+    const proc = new CudaProcess(p.pid, { machine: sim });
+    const other = new CudaProcess(p.pid, { machine: sim });
     const waiting = proc.waitForState("checkpointed", { timeoutMs: 5000 });
     await sim.sleep(300);
     await other.suspend();
@@ -468,8 +479,8 @@ describe("waitForState", () => {
   });
 
   test("times out on the driver's clock, saying what it saw", async () => {
-    const sim = new SimulatedDriver();
-    const proc = new CudaProcess(sim.spawn().pid, { driver: sim });
+    const sim = new SimulatedMachine();
+    const proc = new CudaProcess(sim.spawn().pid, { machine: sim });
     await assert.rejects(proc.waitForState("locked", { timeoutMs: 2000 }), (err: unknown) => {
       assert.ok(err instanceof WaitTimeoutError);
       assert.equal(
@@ -482,8 +493,8 @@ describe("waitForState", () => {
   });
 
   test("an abort stops it with the signal's reason", async () => {
-    const sim = new SimulatedDriver();
-    const proc = new CudaProcess(sim.spawn().pid, { driver: sim });
+    const sim = new SimulatedMachine();
+    const proc = new CudaProcess(sim.spawn().pid, { machine: sim });
     const controller = new AbortController();
     const waiting = proc.waitForState("checkpointed", { signal: controller.signal });
     await sim.sleep(120);
@@ -492,9 +503,9 @@ describe("waitForState", () => {
   });
 
   test("a process that exits rejects with the driver's error; bad input is named", async () => {
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     const p = sim.spawn();
-    const proc = new CudaProcess(p.pid, { driver: sim });
+    const proc = new CudaProcess(p.pid, { machine: sim });
     const waiting = proc.waitForState("checkpointed");
     await sim.sleep(100);
     p.exit();

@@ -15,29 +15,28 @@ import {
   CudaError,
   CudaProcess,
   GpuRoomError,
-  type GroupAction,
   type ProcessState,
   RefusedError,
   runGroup,
-  suspendAll,
 } from "../mod.ts";
+import type { Action } from "../types.ts";
 import {
   CUDA_ERROR_ILLEGAL_STATE,
   CUDA_ERROR_INVALID_VALUE,
   CUDA_ERROR_OPERATING_SYSTEM,
   CUDA_ERROR_OUT_OF_MEMORY,
   CUDA_ERROR_UNKNOWN,
-} from "../driver.ts";
-import { SimulatedDriver, type SimulatedProcess } from "../mock/mod.ts";
+} from "../core/codes.ts";
+import { SimulatedMachine, type SimulatedProcess } from "../mock/mod.ts";
 import { cli } from "./cli_support.ts";
 
 /** A machine with one target, some bytes written into it, and a handle on it. */
 async function setup(options: { gpus?: number; memoryMiB?: number } = {}) {
-  const sim = new SimulatedDriver({ gpus: options.gpus ?? 1 });
+  const sim = new SimulatedMachine({ gpus: options.gpus ?? 1 });
   const target = sim.spawn({ memoryMiB: options.memoryMiB ?? 64 });
   await target.write(4096, new Uint8Array([1, 2, 3, 4]));
   const digest = await target.memoryChunkedSha256();
-  return { sim, target, digest, proc: new CudaProcess(target.pid, { driver: sim }) };
+  return { sim, target, digest, proc: new CudaProcess(target.pid, { machine: sim }) };
 }
 
 /** The error `p` rejects with. */
@@ -68,7 +67,7 @@ function saysState(err: Error, target: SimulatedProcess): void {
 describe("1. a failed suspend: running again where the driver allows it, and the error says so", () => {
   const cases: [
     string,
-    (s: SimulatedDriver, t: SimulatedProcess) => void,
+    (s: SimulatedMachine, t: SimulatedProcess) => void,
     ProcessState | "gone",
   ][] = [
     ["a lock that times out", (_, t) => void t.launch(60_000), "running"],
@@ -237,8 +236,8 @@ describe("2. a failed resume: still checkpointed, and the error says how to try 
 describe("3. operations on one process never interleave", () => {
   test("made all at once through two handles, they run one after another, in order", async () => {
     const { sim, target, proc } = await setup();
-    const other = new CudaProcess(target.pid, { driver: sim });
-    const before = sim.calls.length;
+    const other = new CudaProcess(target.pid, { machine: sim });
+    const before = sim.driver.calls.length;
     const settled = await Promise.allSettled([
       proc.suspend(),
       other.state(),
@@ -267,7 +266,7 @@ describe("3. operations on one process never interleave", () => {
       ],
     );
     // The driver saw each operation's calls together, in the order the operations were made.
-    assert.deepEqual(sim.calls.slice(before).map((c) => c.op), [
+    assert.deepEqual(sim.driver.calls.slice(before).map((c) => c.op), [
       ...["getState", "lock", "checkpoint"], // suspend
       "getState", // state
       ...["getState", "restore", "unlock"], // resume
@@ -279,15 +278,17 @@ describe("3. operations on one process never interleave", () => {
   });
 
   test("a group and single operations on the same process: the group's steps stay together", async () => {
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     const [a, b] = [sim.spawn({ memoryMiB: 1024 }), sim.spawn()];
-    const single = new CudaProcess(a.pid, { driver: sim });
+    const single = new CudaProcess(a.pid, { machine: sim });
     const [group, resumed] = await Promise.allSettled([
-      suspendAll([a.pid, b.pid], { driver: sim }),
+      runGroup("suspend", [a.pid, b.pid], { machine: sim }),
       single.resume(),
     ]);
     assert.equal(group.status, "fulfilled");
-    const ops = sim.calls.filter((c) => c.pid === a.pid && c.op !== "getState").map((c) => c.op);
+    const ops = sim.driver.calls.filter((c) => c.pid === a.pid && c.op !== "getState").map((c) =>
+      c.op
+    );
     const lock = ops.indexOf("lock");
     assert.equal(
       ops[lock + 1],
@@ -303,19 +304,19 @@ describe("3. operations on one process never interleave", () => {
 });
 
 describe("4. all-or-nothing leaves every process as it was", () => {
-  async function many(sim: SimulatedDriver, states: ProcessState[]) {
+  async function many(sim: SimulatedMachine, states: ProcessState[]) {
     const procs = [];
     for (const [i, state] of states.entries()) {
       const p = sim.spawn({ memoryMiB: 64 });
       await p.write(i * 100, new Uint8Array([i + 1]));
-      if (state !== "running") assert.equal(await sim.lock(p.pid, { timeoutMs: 0 }), 0);
-      if (state === "checkpointed") assert.equal(await sim.checkpoint(p.pid), 0);
+      if (state !== "running") assert.equal(await sim.driver.lock(p.pid, { timeoutMs: 0 }), 0);
+      if (state === "checkpointed") assert.equal(await sim.driver.checkpoint(p.pid), 0);
       procs.push(p);
     }
     return { procs, digests: await Promise.all(procs.map((p) => p.memoryChunkedSha256())) };
   }
 
-  const failures: [string, GroupAction, (p: SimulatedProcess) => void, string | undefined][] = [
+  const failures: [string, Action, (p: SimulatedProcess) => void, string | undefined][] = [
     [
       "a member's checkpoint fails but leaves it checkpointed",
       "suspend",
@@ -338,16 +339,16 @@ describe("4. all-or-nothing leaves every process as it was", () => {
   ];
   for (const [what, action, arrange, failingEnds] of failures) {
     test(`${action}: ${what}; the others come back, each outcome says where it is`, async () => {
-      const sim = new SimulatedDriver();
+      const sim = new SimulatedMachine();
       const { procs, digests } = await many(sim, ["running", "locked", "checkpointed"]);
       const failing = sim.spawn({ memoryMiB: 64 });
       if (action === "resume") {
-        await sim.lock(failing.pid, null);
-        await sim.checkpoint(failing.pid);
+        await sim.driver.lock(failing.pid, null);
+        await sim.driver.checkpoint(failing.pid);
       }
       arrange(failing);
       const result = await runGroup(action, [...procs, failing].map((p) => p.pid), {
-        driver: sim,
+        machine: sim,
         allOrNothing: true,
       });
       assert.equal(result.ok, false);
@@ -362,13 +363,13 @@ describe("4. all-or-nothing leaves every process as it was", () => {
   }
 
   test("the done ones come back at once, not after a member stuck in the driver", async () => {
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     const [stuck, failing, ok] = [sim.spawn(), sim.spawn(), sim.spawn()];
     const release = stuck.hangNext("lock");
     failing.failNext("checkpoint", { code: CUDA_ERROR_UNKNOWN });
     let seen: string[] = [];
     const group = runGroup("suspend", [stuck, failing, ok].map((p) => p.pid), {
-      driver: sim,
+      machine: sim,
       allOrNothing: true,
     });
     await sim.sleep(5_000);
@@ -382,12 +383,12 @@ describe("4. all-or-nothing leaves every process as it was", () => {
   });
 
   test("rollBackOnAbort: an aborted group brings back even the processes that were done", async () => {
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     const big = sim.spawn({ memoryMiB: 4096 });
     const small = sim.spawn();
     const controller = new AbortController();
-    const group = suspendAll([big.pid, small.pid], {
-      driver: sim,
+    const group = runGroup("suspend", [big.pid, small.pid], {
+      machine: sim,
       signal: controller.signal,
       rollBackOnAbort: true,
     });
@@ -405,11 +406,14 @@ describe("4. all-or-nothing leaves every process as it was", () => {
   });
 
   test("without it, an abort keeps what is done and brings back the one between steps", async () => {
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     const [slow, fast] = [sim.spawn({ memoryMiB: 4096 }), sim.spawn()];
     slow.launch(1000); // its lock waits for the kernel
     const controller = new AbortController();
-    const group = suspendAll([slow.pid, fast.pid], { driver: sim, signal: controller.signal });
+    const group = runGroup("suspend", [slow.pid, fast.pid], {
+      machine: sim,
+      signal: controller.signal,
+    });
     await sim.sleep(500);
     controller.abort();
     const result = await group;
@@ -450,13 +454,13 @@ describe("5. a failed process is reported as failed, and nothing pretends to fix
         err.message ===
           `waitForState of process ${target.pid} refused: it is failed, which is final: it will never be running`,
     );
-    for (const action of ["suspend", "resume", "lock", "unlock"] as GroupAction[]) {
-      const result = await runGroup(action, [target.pid], { driver: sim });
+    for (const action of ["suspend", "resume", "lock", "unlock"] as Action[]) {
+      const result = await runGroup(action, [target.pid], { machine: sim });
       assert.deepEqual(result.processes.map((p) => [p.status, p.state ?? p.initialState]), [
         ["failed", "failed"],
       ]);
     }
-    const changing = sim.calls.filter((c) => c.pid === target.pid && c.op !== "getState");
+    const changing = sim.driver.calls.filter((c) => c.pid === target.pid && c.op !== "getState");
     assert.ok(changing.every((c) => c.code !== 0), "no state-changing call ever succeeded");
     assert.equal(target.state, "failed");
   });
@@ -465,10 +469,10 @@ describe("5. a failed process is reported as failed, and nothing pretends to fix
     const { sim, target } = await setup();
     target.enterFailedState();
     assert.equal(
-      (await cli(["--get-state", "--pid", target.pid], { driver: sim })).out,
+      (await cli(["--get-state", "--pid", target.pid], { machine: sim })).out,
       "failed\n",
     );
-    const r = await cli(["--toggle", "--pid", target.pid], { driver: sim, isTerminal: true });
+    const r = await cli(["--toggle", "--pid", target.pid], { machine: sim, isTerminal: true });
     assert.equal(r.code, 1);
     assert.match(r.err, /the failed state is final/);
     assert.equal(target.state, "failed");
@@ -487,11 +491,11 @@ describe("6. an unknown state number or code is a clear error that names it", ()
       await assert.rejects(read(), named);
     }
     target.answerNext("getState", { value: 5 });
-    const result = await runGroup("suspend", [target.pid], { driver: sim });
+    const result = await runGroup("suspend", [target.pid], { machine: sim });
     assert.match(result.processes[0].error!.message, named);
     assert.equal(target.state, "running", "nothing was done to it");
     target.answerNext("getState", { value: 5 });
-    const r = await cli(["--get-state", "--pid", target.pid], { driver: sim });
+    const r = await cli(["--get-state", "--pid", target.pid], { machine: sim });
     assert.equal(r.code, 1);
     assert.match(r.err, /gave state 5/);
   });
@@ -505,7 +509,7 @@ describe("6. an unknown state number or code is a clear error that names it", ()
     assert.equal(err.codeName, "CUresult 7777");
     assert.match(err.message, /failed with CUresult 7777, a code neither the driver nor/);
     target.failNext("lock", { code: 7777 });
-    const r = await cli(["--action", "lock", "--pid", target.pid, "--json"], { driver: sim });
+    const r = await cli(["--action", "lock", "--pid", target.pid, "--json"], { machine: sim });
     assert.equal(r.code, 1);
     const line = JSON.parse(r.out);
     assert.equal(line.error.code, 7777);

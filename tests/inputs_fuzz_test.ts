@@ -10,10 +10,10 @@ import { join } from "node:path";
 import process from "node:process";
 import fc from "fast-check";
 
-import { CudaProcess, listCudaProcesses, runGroup, setDefaultDriver } from "../mod.ts";
+import { CudaProcess, listCudaProcesses, runGroup } from "../mod.ts";
 import { parseGpuUuid } from "../core/uuid.ts";
-import { SimulatedDriver } from "../mock/mod.ts";
-import { describeValue } from "../core/uuid.ts";
+import { SimulatedMachine } from "../mock/mod.ts";
+import { describeValue } from "../core/errors.ts";
 import { simulatedClock } from "../cli/simulate.ts";
 import { cli } from "./cli_support.ts";
 
@@ -21,9 +21,9 @@ const SEED = Number(process.env.CKPT_FUZZ_SEED || 1121);
 const RUNS = Number(process.env.CKPT_FUZZ_RUNS || 60);
 const settings = { numRuns: RUNS, seed: SEED };
 
-const sim = new SimulatedDriver({ gpus: 2 });
+const sim = new SimulatedMachine({ gpus: 2 });
 const target = sim.spawn({ memoryMiB: 16 });
-const proc = new CudaProcess(target.pid, { driver: sim });
+const proc = new CudaProcess(target.pid, { machine: sim });
 
 /** Any value at all, small, with the awkward numbers in it. */
 const anything = fc.oneof(
@@ -39,7 +39,7 @@ const isInt = (v: unknown, min: number, max: number) =>
  * `value`, and that the driver was not called.
  */
 async function refused(value: unknown, run: () => unknown): Promise<void> {
-  const calls = sim.calls.length;
+  const calls = sim.driver.calls.length;
   let error: unknown;
   try {
     await run();
@@ -54,7 +54,7 @@ async function refused(value: unknown, run: () => unknown): Promise<void> {
     error.message.includes(describeValue(value)),
     `the message names ${describeValue(value)}: ${error.message}`,
   );
-  assert.equal(sim.calls.length, calls, "nothing reached the driver");
+  assert.equal(sim.driver.calls.length, calls, "nothing reached the driver");
 }
 
 /** A property over the bad values of `bad`: each one is refused, naming it. */
@@ -78,10 +78,10 @@ const notUuid = fc.string({ maxLength: 40 }).filter((s) => {
 
 describe("the library's inputs", () => {
   test("pids: the constructor, group targets", async () => {
-    await each(badPid, (v) => new CudaProcess(v as number, { driver: sim }));
+    await each(badPid, (v) => new CudaProcess(v as number, { machine: sim }));
     await each(
       badPid,
-      (v) => runGroup("suspend", [target.pid + 1000, v as number], { driver: sim }),
+      (v) => runGroup("suspend", [target.pid + 1000, v as number], { machine: sim }),
     );
   });
 
@@ -89,19 +89,13 @@ describe("the library's inputs", () => {
     await each(notObject, (v) => new CudaProcess(target.pid, v as never));
     await each(
       notObject.filter((v) => typeof v !== "function"),
-      (v) => new CudaProcess(target.pid, { driver: v as never }),
+      (v) => new CudaProcess(target.pid, { machine: v as never }),
     );
     await each(notObject, (v) => proc.lock(v as never));
     await each(notObject, (v) => proc.resume(v as never));
     await each(notObject, (v) => proc.waitForState("running", v as never));
     await each(notObject, (v) => runGroup("lock", [target.pid], v as never));
     await each(notObject, (v) => listCudaProcesses(v as never));
-    await each(
-      anything.filter((v) =>
-        v !== undefined && typeof v !== "function" && (typeof v !== "object" || v === null)
-      ),
-      (v) => setDefaultDriver(v as never),
-    );
   });
 
   test("lock timeouts: lock, suspend, toggle, groups", async () => {
@@ -110,7 +104,7 @@ describe("the library's inputs", () => {
     await each(badTimeout, (v) => proc.toggle({ timeoutMs: v as number }));
     await each(
       badTimeout,
-      (v) => runGroup("suspend", [target.pid], { driver: sim, lockTimeoutMs: v as number }),
+      (v) => runGroup("suspend", [target.pid], { machine: sim, lockTimeoutMs: v as number }),
     );
   });
 
@@ -133,7 +127,7 @@ describe("the library's inputs", () => {
     await each(notUuid, (value) => proc.restore({ gpuMapping: { [gpu]: value } }));
     await each(
       notUuid,
-      (value) => runGroup("resume", [target.pid], { driver: sim, gpuMapping: { [gpu]: value } }),
+      (value) => runGroup("resume", [target.pid], { machine: sim, gpuMapping: { [gpu]: value } }),
     );
   });
 
@@ -158,16 +152,16 @@ describe("the library's inputs", () => {
     const actions = ["suspend", "resume", "toggle", "lock", "checkpoint", "restore", "unlock"];
     await each(
       anything.filter((v) => !actions.includes(v as string)),
-      (v) => runGroup(v as never, [target.pid], { driver: sim }),
+      (v) => runGroup(v as never, [target.pid], { machine: sim }),
     );
     await each(
       anything.filter((v) => !Array.isArray(v)),
-      (v) => runGroup("lock", v as never, { driver: sim }),
+      (v) => runGroup("lock", v as never, { machine: sim }),
     );
     const option = (key: string, ok: (v: unknown) => boolean) =>
       each(
         anything.filter((v) => v !== undefined && !ok(v)),
-        (v) => runGroup("lock", [target.pid], { driver: sim, [key]: v }),
+        (v) => runGroup("lock", [target.pid], { machine: sim, [key]: v }),
       );
     await option("concurrency", (v) => isInt(v, 1, Infinity));
     await option("timeoutMs", (v) => isInt(v, 0, Infinity));
@@ -178,17 +172,18 @@ describe("the library's inputs", () => {
     await option("signal", (v) => v instanceof AbortSignal);
     await option("onProgress", (v) => typeof v === "function");
     await option(
-      "host",
+      "machine",
       (v) =>
-        typeof v === "object" && v !== null && typeof (v as { scan?: unknown }).scan === "function",
+        typeof v === "object" && v !== null &&
+        typeof (v as { driver?: { getState?: unknown } }).driver?.getState === "function",
     );
     await each(
       fc.string({ minLength: 1, maxLength: 12 }).filter((k) =>
-        !["driver", "concurrency", "allOrNothing", "rollBackOnAbort", "timeoutMs", "signal"]
-          .concat(["lockTimeoutMs", "gpuMapping", "onProgress", "gpuMemory", "host", "checkRoom"])
+        !["machine", "concurrency", "allOrNothing", "rollBackOnAbort", "timeoutMs", "signal"]
+          .concat(["lockTimeoutMs", "gpuMapping", "onProgress", "gpuMemory", "job", "checkRoom"])
           .includes(k)
       ),
-      (k) => runGroup("lock", [target.pid], { driver: sim, [k]: true } as never),
+      (k) => runGroup("lock", [target.pid], { machine: sim, [k]: true } as never),
     );
   });
 });
@@ -198,7 +193,7 @@ describe("the simulator's inputs", () => {
     const option = (key: string, ok: (v: unknown) => boolean) =>
       each(
         anything.filter((v) => v !== undefined && !ok(v)),
-        (v) => new SimulatedDriver({ [key]: v } as never),
+        (v) => new SimulatedMachine({ [key]: v } as never),
       );
     await option("driverVersion", (v) => isInt(v, 0, Number.MAX_SAFE_INTEGER));
     await option("seed", (v) => isInt(v, 0, 2 ** 32 - 1));
@@ -207,7 +202,7 @@ describe("the simulator's inputs", () => {
     await option("clock", (v) => v === "virtual" || v === "real");
     await each(
       anything.filter((v) => v !== undefined && !(typeof v === "number" && v > 0 && v < Infinity)),
-      (v) => new SimulatedDriver({ clock: "real", speed: v as number }),
+      (v) => new SimulatedMachine({ clock: "real", speed: v as number }),
     );
   });
 
@@ -259,14 +254,14 @@ describe("the simulator's inputs", () => {
 describe("the command line's options, with what it says on a terminal", () => {
   /** Runs the command line; asserts a usage error (exit 1) whose lines name `named`. */
   async function usage(args: string[], named: string, env: Record<string, string> = {}) {
-    const calls = sim.calls.length;
-    const r = await cli(args, { driver: sim, isTerminal: true, env });
+    const calls = sim.driver.calls.length;
+    const r = await cli(args, { machine: sim, isTerminal: true, env });
     assert.equal(r.code, 1, `${JSON.stringify(args)}: ${r.err}`);
     assert.ok(
       r.errLines.some((l) => l.includes(named)),
       `${JSON.stringify(args)}: the error names ${named}: ${r.errLines.join(" / ")}`,
     );
-    assert.equal(sim.calls.length, calls, "nothing reached the driver");
+    assert.equal(sim.driver.calls.length, calls, "nothing reached the driver");
   }
   const text = fc.string({ maxLength: 24 });
   const quoted = (s: string) => JSON.stringify(s);

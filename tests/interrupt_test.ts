@@ -13,7 +13,7 @@ import process from "node:process";
 
 import { type Interrupts, main } from "../cli/main.ts";
 import { openSimulatedMachine } from "../cli/simulate.ts";
-import { SimulatedDriver } from "../mock/mod.ts";
+import { SimulatedMachine } from "../mock/mod.ts";
 import { cli } from "./cli_support.ts";
 import { type Interrupted, runInterrupted } from "./support/interrupted.ts";
 import { runtime } from "./fixtures/fake.ts";
@@ -24,7 +24,7 @@ import { runtime } from "./fixtures/fake.ts";
  * command's own driver calls move), and `fire()` in it is one Ctrl-C.
  */
 function fakeInterrupts(
-  sim: SimulatedDriver,
+  sim: SimulatedMachine,
   plan: { ms: number; act: (fire: () => void) => void }[],
 ) {
   let handler: (() => void) | undefined;
@@ -57,7 +57,7 @@ function fakeInterrupts(
 
 describe("an interrupt during an operation on several processes, in-process", () => {
   test("toggle: the done ones come back at once, the one in its checkpoint when it ends; exit 130", async () => {
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     const big = sim.spawn({ memoryMiB: 4096 });
     const small = [sim.spawn(), sim.spawn()];
     await small[0].write(100, new Uint8Array([7, 8, 9]));
@@ -71,7 +71,7 @@ describe("an interrupt during an operation on several processes, in-process", ()
       { ms: 1000, act: look },
     ]);
     const pids = [big, ...small].map((p) => p.pid).join(",");
-    const r = await cli(["--toggle", "--pid", pids], { driver: sim, interrupts: fake.interrupts });
+    const r = await cli(["--toggle", "--pid", pids], { machine: sim, interrupts: fake.interrupts });
     assert.deepEqual(seen, [
       ["locked", "checkpointed", "checkpointed"],
       ["locked", "running", "running"],
@@ -93,13 +93,13 @@ describe("an interrupt during an operation on several processes, in-process", ()
   });
 
   test("a process that cannot come back is named in the closing line, with what it was", async () => {
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     const [a, b] = [sim.spawn({ memoryMiB: 4096 }), sim.spawn()];
     a.exitDuring("checkpoint", { afterMs: 1000 });
     b.failNext("restore", { code: 999, state: "failed" }); // its rollback fails
     const fake = fakeInterrupts(sim, [{ ms: 500, act: (fire) => fire() }]);
     const r = await cli(["--toggle", "--pid", `${a.pid},${b.pid}`, "--json"], {
-      driver: sim,
+      machine: sim,
       interrupts: fake.interrupts,
     });
     assert.equal(r.code, 130);
@@ -115,7 +115,7 @@ describe("an interrupt during an operation on several processes, in-process", ()
   });
 
   test("a second interrupt exits at once, naming the step still inside the driver", async () => {
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     const [stuck, other] = [sim.spawn(), sim.spawn()];
     const release = stuck.hangNext("lock");
     let otherThen = "";
@@ -132,7 +132,7 @@ describe("an interrupt during an operation on several processes, in-process", ()
     ]);
     let err = "";
     const code = await main(["--action", "lock", "--pid", `${stuck.pid},${other.pid}`], {
-      driver: sim,
+      machine: sim,
       interrupts: fake.interrupts,
       stdout: () => {},
       stderr: (t) => err += t,
@@ -150,14 +150,17 @@ describe("an interrupt during an operation on several processes, in-process", ()
   });
 
   test("one pid is not watched: the program ends at the interrupt, as NVIDIA's does", async () => {
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     const p = sim.spawn();
     const fake = fakeInterrupts(sim, []);
-    const r = await cli(["--toggle", "--pid", p.pid], { driver: sim, interrupts: fake.interrupts });
+    const r = await cli(["--toggle", "--pid", p.pid], {
+      machine: sim,
+      interrupts: fake.interrupts,
+    });
     assert.equal(r.code, 0);
     assert.equal(fake.watched, 0);
     const q = await cli(["--get-state", "--pid", `${p.pid},${p.pid + 100}`], {
-      driver: sim,
+      machine: sim,
       interrupts: fake.interrupts,
     });
     assert.equal(q.code, 1);
@@ -174,12 +177,12 @@ let files = 0;
 
 /** A simulated machine in a new state file, with processes made by `setup`; their pids. */
 async function machineFile(
-  setup: (sim: SimulatedDriver) => number[],
+  setup: (sim: SimulatedMachine) => number[],
 ): Promise<{ path: string; pids: number[] }> {
   const path = join(dir, `machine-${files++}.json`);
   const machine = await openSimulatedMachine({ path });
   try {
-    const pids = setup(machine.driver);
+    const pids = setup(machine.machine);
     await machine.save();
     return { path, pids };
   } finally {
@@ -211,7 +214,9 @@ function sleep(ms: number): Promise<void> {
 }
 
 describe(`SIGINT to cuda-checkpoint as a program (${runtime}), --simulate in real time`, () => {
-  test("the others come back at once, the one whose lock ends later then; exit 130", async () => {
+  test("the others come back at once, the one whose lock ends later then; exit 130", {
+    timeout: 60_000,
+  }, async () => {
     // One process's lock waits 3 s and then finds it gone (it exits: a rank killed while locked).
     const { path, pids } = await machineFile((sim) => {
       const slow = sim.spawn();
@@ -244,6 +249,7 @@ describe(`SIGINT to cuda-checkpoint as a program (${runtime}), --simulate in rea
 
   test(
     "a second SIGINT exits at once; the state file is left as it was",
+    { timeout: 60_000 },
     async () => {
       const { path, pids } = await machineFile((sim) => {
         const stuck = sim.spawn();

@@ -4,22 +4,22 @@
 
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { CudaProcess, resumeAll, suspendAll, toggleAll } from "../mod.ts";
-import { CUDA_ERROR_NOT_READY, CUDA_ERROR_UNKNOWN } from "../driver.ts";
-import { type SimulatedCall, SimulatedDriver } from "../mock/mod.ts";
+import { CudaProcess, runGroup } from "../mod.ts";
+import { CUDA_ERROR_NOT_READY, CUDA_ERROR_UNKNOWN } from "../core/codes.ts";
+import { type SimulatedCall, SimulatedMachine } from "../mock/mod.ts";
 
 function job(n: number, memoryMiB = 2048) {
-  const sim = new SimulatedDriver({ gpus: 2 });
+  const sim = new SimulatedMachine({ gpus: 2 });
   const procs = Array.from({ length: n }, (_, i) => sim.spawn({ memoryMiB, gpu: i % 2 }));
   return { sim, procs, pids: procs.map((p) => p.pid) };
 }
 
-function calls(sim: SimulatedDriver, op: string, from = 0): SimulatedCall[] {
-  return sim.calls.slice(from).filter((c) => c.op === op);
+function calls(sim: SimulatedMachine, op: string, from = 0): SimulatedCall[] {
+  return sim.driver.calls.slice(from).filter((c) => c.op === op);
 }
 
 /** Every call of `first` ended before any call of `then` started. */
-function allBefore(sim: SimulatedDriver, first: string, then: string, from = 0): void {
+function allBefore(sim: SimulatedMachine, first: string, then: string, from = 0): void {
   const a = calls(sim, first, from), b = calls(sim, then, from);
   assert.ok(a.length > 0 && b.length > 0, `${first} and ${then} were both called`);
   const lastEnd = Math.max(...a.map((c) => c.at));
@@ -33,12 +33,12 @@ function allBefore(sim: SimulatedDriver, first: string, then: string, from = 0):
 describe("a job's order", () => {
   test("suspend: every lock before any checkpoint; resume: every restore before any unlock", async () => {
     const { sim, pids } = job(4);
-    const suspended = await suspendAll(pids, { driver: sim, job: true });
+    const suspended = await runGroup("suspend", pids, { machine: sim, job: true });
     assert.equal(suspended.ok, true);
     assert.deepEqual(suspended.processes.map((p) => p.state), pids.map(() => "checkpointed"));
     allBefore(sim, "lock", "checkpoint");
-    const mark = sim.calls.length;
-    const resumed = await resumeAll(pids, { driver: sim, job: true });
+    const mark = sim.driver.calls.length;
+    const resumed = await runGroup("resume", pids, { machine: sim, job: true });
     assert.equal(resumed.ok, true);
     allBefore(sim, "restore", "unlock", mark);
     assert.ok(sim.processes.every((p) => p.state === "running"));
@@ -48,7 +48,7 @@ describe("a job's order", () => {
     for (const asJob of [false, true]) {
       const { sim, procs, pids } = job(2);
       const release = procs[0].hangNext("lock");
-      const suspending = suspendAll(pids, { driver: sim, job: asJob });
+      const suspending = runGroup("suspend", pids, { machine: sim, job: asJob });
       await sim.sleep(5_000);
       const checkpointsMeanwhile = calls(sim, "checkpoint").length;
       release();
@@ -64,9 +64,9 @@ describe("a job's order", () => {
 
   test("a member already where the goal leads is unchanged; a locked one is only checkpointed", async () => {
     const { sim, pids } = job(3);
-    await sim.lock(pids[1], null);
-    await new CudaProcess(pids[2], { driver: sim }).suspend();
-    const result = await suspendAll(pids, { driver: sim, job: true });
+    await sim.driver.lock(pids[1], null);
+    await new CudaProcess(pids[2], { machine: sim }).suspend();
+    const result = await runGroup("suspend", pids, { machine: sim, job: true });
     assert.deepEqual(result.processes.map((p) => p.status), ["done", "done", "unchanged"]);
     assert.deepEqual(result.processes[1].steps.map((s) => s.step), ["checkpoint"]);
   });
@@ -76,8 +76,8 @@ describe("a job that fails is brought back, in the same order", () => {
   test("a checkpoint fails: every process is restored before any is unlocked, all running", async () => {
     const { sim, procs, pids } = job(3);
     procs[1].failNext("checkpoint", { code: CUDA_ERROR_UNKNOWN });
-    const mark = sim.calls.length;
-    const result = await suspendAll(pids, { driver: sim, job: true });
+    const mark = sim.driver.calls.length;
+    const result = await runGroup("suspend", pids, { machine: sim, job: true });
     assert.equal(result.ok, false);
     assert.equal(result.rolledBack, true);
     assert.deepEqual(result.processes.map((p) => p.status), ["done", "failed", "done"]);
@@ -94,7 +94,7 @@ describe("a job that fails is brought back, in the same order", () => {
   test("a lock fails: no process is ever checkpointed, the locked ones are unlocked", async () => {
     const { sim, procs, pids } = job(3);
     procs[2].failNext("lock", { code: CUDA_ERROR_NOT_READY });
-    const result = await suspendAll(pids, { driver: sim, job: true });
+    const result = await runGroup("suspend", pids, { machine: sim, job: true });
     assert.equal(result.ok, false);
     assert.equal(calls(sim, "checkpoint").length, 0, "no checkpoint was made");
     assert.equal(calls(sim, "unlock").length, 2, "the two locked ones were unlocked");
@@ -103,10 +103,10 @@ describe("a job that fails is brought back, in the same order", () => {
 
   test("an unlock fails: every process is locked again before any is checkpointed", async () => {
     const { sim, procs, pids } = job(3);
-    await suspendAll(pids, { driver: sim, job: true });
+    await runGroup("suspend", pids, { machine: sim, job: true });
     procs[0].failNext("unlock", { code: CUDA_ERROR_UNKNOWN });
-    const mark = sim.calls.length;
-    const result = await resumeAll(pids, { driver: sim, job: true });
+    const mark = sim.driver.calls.length;
+    const result = await runGroup("resume", pids, { machine: sim, job: true });
     assert.equal(result.ok, false);
     assert.deepEqual(result.processes.map((p) => p.state), pids.map(() => "checkpointed"));
     const firstRollbackLock = calls(sim, "lock", mark);
@@ -117,7 +117,7 @@ describe("a job that fails is brought back, in the same order", () => {
   test("the deadline passes between the phases: every process is stopped and unlocked", async () => {
     const { sim, procs, pids } = job(2);
     const release = procs[0].hangNext("lock");
-    const suspending = suspendAll(pids, { driver: sim, job: true, timeoutMs: 1_000 });
+    const suspending = runGroup("suspend", pids, { machine: sim, job: true, timeoutMs: 1_000 });
     await sim.sleep(2_000);
     release();
     const result = await suspending;
@@ -129,9 +129,9 @@ describe("a job that fails is brought back, in the same order", () => {
 
   test("a goal refused for one member changes nothing for any", async () => {
     const { sim, pids } = job(3);
-    await sim.lock(pids[0], null);
-    const before = sim.calls.length;
-    const result = await toggleAll(pids, { driver: sim, job: true });
+    await sim.driver.lock(pids[0], null);
+    const before = sim.driver.calls.length;
+    const result = await runGroup("toggle", pids, { machine: sim, job: true });
     assert.equal(result.ok, false);
     assert.equal(result.processes[0].status, "failed");
     assert.equal(result.processes[0].error?.name, "RefusedError");
@@ -140,7 +140,7 @@ describe("a job that fails is brought back, in the same order", () => {
       "not-started",
     ]);
     assert.deepEqual(
-      sim.calls.slice(before).map((c) => c.op).filter((op) => op !== "getState"),
+      sim.driver.calls.slice(before).map((c) => c.op).filter((op) => op !== "getState"),
       [],
       "no call but getState",
     );
@@ -151,10 +151,10 @@ describe("a job holds its processes", () => {
   test("another operation on a member waits until the job is over", async () => {
     const { sim, procs, pids } = job(2);
     const release = procs[1].hangNext("lock");
-    const suspending = suspendAll(pids, { driver: sim, job: true });
+    const suspending = runGroup("suspend", pids, { machine: sim, job: true });
     await sim.sleep(10);
     let answered: string | undefined;
-    const asked = new CudaProcess(pids[0], { driver: sim }).state().then((s) => answered = s);
+    const asked = new CudaProcess(pids[0], { machine: sim }).state().then((s) => answered = s);
     await sim.sleep(1_000);
     assert.equal(answered, undefined, "the state of a member is not read while the job runs");
     release();
@@ -166,7 +166,7 @@ describe("a job holds its processes", () => {
   test("concurrency cannot be given with job: true", async () => {
     const { sim, pids } = job(2);
     await assert.rejects(
-      suspendAll(pids, { driver: sim, job: true, concurrency: 1 }),
+      runGroup("suspend", pids, { machine: sim, job: true, concurrency: 1 }),
       /concurrency cannot be given with job: true, got 1/,
     );
   });

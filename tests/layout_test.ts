@@ -1,9 +1,10 @@
 // core/ is the runtime-free heart of the package: it names no FFI, no simulator and no runtime.
-// The native driver, the Linux host, criu and the simulator are wired in from the entry points
-// (mod.ts, snapshot.ts, mock/mod.ts) through core/defaults.ts. This test reads every module of
+// What a call runs on is a Machine passed in (this machine's from os/, the simulator's from mock/);
+// api/ gives the public functions this machine as their default. This test reads every module of
 // core/ and fails on an import that leaves it: a relative path out of core/ (to ffi/ or mock/), a
-// runtime's module (node:, npm:, jsr:), or Deno's and Bun's globals. Documentation examples may
-// import the package by its published names (`@ckpt/cuda/mock`), as a user would.
+// runtime's module (node:, npm:, jsr:), or Deno's and Bun's globals, and on module state (a
+// top-level `let`). Documentation examples may import the package by its published names
+// (`@ckpt/cuda/mock`), as a user would. It also holds the rule that one place orders a job.
 
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
@@ -55,6 +56,65 @@ describe("core/ stays runtime-free", () => {
       }
       const code = text.split("\n").filter((l) => !/^\s*(\*|\/\/)/.test(l)).join("\n");
       assert.doesNotMatch(code, /\b(Deno|Bun)\.[a-zA-Z]/, `core/${file} uses a runtime's global`);
+      assert.doesNotMatch(code, /^(export\s+)?(let|var)\s/m, `core/${file} keeps module state`);
+    });
+  }
+});
+
+/** Every product module's text (TypeScript outside tests, benches and examples), by path. */
+function productModules(): Map<string, string> {
+  const out = new Map<string, string>();
+  for (const dir of ["core", "api", "os", "ffi", "mock", "cli"]) {
+    for (const f of readdirSync(new URL(`../${dir}/`, import.meta.url))) {
+      if (f.endsWith(".ts")) {
+        out.set(`${dir}/${f}`, readFileSync(new URL(`../${dir}/${f}`, import.meta.url), "utf8"));
+      }
+    }
+  }
+  return out;
+}
+
+/** The text without comment lines. */
+function codeOf(text: string): string {
+  return text.split("\n").filter((l) => !/^\s*(\*|\/\/|\/\*)/.test(l)).join("\n");
+}
+
+describe("one place orders a job, and snapshots go through the group operations", () => {
+  const modules = productModules();
+
+  test("the scan reads the product's modules", () => {
+    assert.ok(
+      modules.has("core/job.ts") && modules.has("core/to_disk.ts"),
+      [...modules.keys()].join(),
+    );
+    assert.ok(modules.size >= 50, `${modules.size} modules`);
+  });
+
+  test("only core/job.ts splits steps into a job's phases (jobPhase)", () => {
+    const users = [...modules].filter(([path, text]) =>
+      path !== "core/job.ts" && path !== "core/states.ts" && /\bjobPhase\b/.test(codeOf(text))
+    ).map(([path]) => path);
+    assert.deepEqual(users, []);
+    assert.match(codeOf(modules.get("core/job.ts")!), /\bjobPhase\(/);
+  });
+
+  test("no module runs a group of one step of its own choosing (lock all, then checkpoint all)", () => {
+    const step = /\brunGroup\(\s*[^,]*,\s*"(lock|checkpoint|restore|unlock)"/;
+    const found = [...modules].filter(([, text]) => step.test(codeOf(text))).map(([p]) => p);
+    assert.deepEqual(found, []);
+    // The check itself: it sees such a call.
+    assert.ok(step.test('await runGroup(machine, "lock", pids, settings);'));
+  });
+
+  for (const file of ["core/to_disk.ts", "core/from_disk.ts"]) {
+    test(`${file} reaches the driver's steps only through the group operations`, () => {
+      const code = codeOf(modules.get(file)!);
+      assert.match(code, /\brunGroup\(/);
+      for (const m of code.matchAll(/\brunGroup\(\s*[^,]*,\s*("[a-z]+")/g)) {
+        assert.ok(['"suspend"', '"resume"'].includes(m[1]), `${file} runs a group of ${m[1]}`);
+      }
+      assert.doesNotMatch(code, /\.(lock|checkpoint|restore|unlock)\(\s*[a-zA-Z.]*pid/);
+      assert.doesNotMatch(code, /from "\.\/(target|action|handle|job)\.ts"/);
     });
   }
 });

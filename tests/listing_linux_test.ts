@@ -1,4 +1,4 @@
-// The Linux host (ffi/host.ts) on this machine's /proc: it finds this test's own process with its
+// The Linux host (os/linux_host.ts) on this machine's /proc: it finds this test's own process with its
 // command line, folds threads into their process, sees libcuda mapped into a process (a fake one,
 // put in with LD_PRELOAD), reports a process it may not read (a reader that fails as the kernel
 // does for another user's process: this runs as root here), survives processes that end while it
@@ -13,9 +13,9 @@ import { readdir, readFile } from "node:fs/promises";
 import { join } from "node:path";
 import process from "node:process";
 
-import { listCudaProcesses } from "../core/listing.ts";
-import { openLinuxHost, type ProcReader } from "../ffi/host.ts";
-import { openNativeDriver } from "../ffi/mod.ts";
+import { listCudaProcesses } from "../mod.ts";
+import { LinuxHost, type ProcReader } from "../os/linux_host.ts";
+import { openNativeDriver } from "../ffi/native.ts";
 import { FakeDir, noCompiler } from "./fixtures/fake.ts";
 import { buildFakeNvml, controlFakeNvml, fakeNvmlUuid } from "./fixtures/fake_nvml.ts";
 
@@ -57,7 +57,7 @@ async function sleeper(
 
 describe("the Linux host's /proc scan", { skip: onLinux }, () => {
   test("finds this process with its command line, and folds its threads into it", async () => {
-    await using host = openLinuxHost({ nvml: false });
+    await using host = new LinuxHost({ nvml: false });
     const found = await host.scan();
     const me = found.find((p) => p.pid === process.pid);
     assert.ok(me, `pid ${process.pid} is in the scan`);
@@ -82,7 +82,7 @@ describe("the Linux host's /proc scan", { skip: onLinux }, () => {
     const own = Number(
       await new Promise<string>((r) => shell.stdout!.once("data", (d) => r(`${d}`))),
     );
-    await using host = openLinuxHost({ nvml: false });
+    await using host = new LinuxHost({ nvml: false });
     try {
       let inGroup = 0;
       for (let i = 0; i < 200 && !inGroup; i++) {
@@ -138,7 +138,7 @@ describe("the Linux host's /proc scan", { skip: onLinux }, () => {
             ? Promise.reject(fsError("EACCES", path))
             : nodeReader.read(path),
       };
-      await using host = openLinuxHost({ nvml: false, reader: denying });
+      await using host = new LinuxHost({ nvml: false, reader: denying });
       const entry = (await host.scan()).find((p) => p.pid === child.pid);
       assert.deepEqual(entry, {
         pid: child.pid,
@@ -165,7 +165,7 @@ describe("the Linux host's /proc scan", { skip: onLinux }, () => {
             ? Promise.reject(fsError("ESRCH", path))
             : nodeReader.read(path),
       };
-      await using host = openLinuxHost({ nvml: false, reader: vanishing });
+      await using host = new LinuxHost({ nvml: false, reader: vanishing });
       const pids = (await host.scan()).map((p) => p.pid);
       assert.ok(!pids.includes(a.pid!) && !pids.includes(b.pid!));
       assert.ok(pids.includes(process.pid));
@@ -182,7 +182,7 @@ describe("the Linux host's /proc scan", { skip: onLinux }, () => {
       }
     })();
     try {
-      await using host = openLinuxHost({ nvml: false });
+      await using host = new LinuxHost({ nvml: false });
       for (let i = 0; i < 10; i++) assert.ok((await host.scan()).length > 0);
     } finally {
       churning = false;
@@ -195,7 +195,7 @@ describe("the Linux host's /proc scan", { skip: onLinux }, () => {
       list: (path) => Promise.reject(fsError("EACCES", path)),
       read: nodeReader.read,
     };
-    await using host = openLinuxHost({ nvml: false, reader: closed });
+    await using host = new LinuxHost({ nvml: false, reader: closed });
     await assert.rejects(host.scan(), /\/proc could not be read .*--allow-read=\/proc/);
   });
 
@@ -207,7 +207,7 @@ describe("the Linux host's /proc scan", { skip: onLinux }, () => {
           ? Promise.resolve("Name:\tx\nNSpid:\t4321\t12\n")
           : nodeReader.read(path),
     };
-    await using host = openLinuxHost({ reader: nested });
+    await using host = new LinuxHost({ reader: nested });
     const report = await host.gpuMemory();
     assert.ok("unknown" in report);
     assert.match(report.unknown, /PID namespace of its own .*NSpid 4321\t12/);
@@ -228,7 +228,7 @@ describe("the Linux host with libcuda mapped, and the whole listing", {
     const cuda = await sleeper({ LD_PRELOAD: libcuda });
     const plain = await sleeper();
     try {
-      await using host = openLinuxHost({ nvml: false });
+      await using host = new LinuxHost({ nvml: false });
       const found = await host.scan();
       assert.equal(found.find((p) => p.pid === cuda.pid)?.cudaLibrary, true);
       assert.equal(found.find((p) => p.pid === plain.pid)?.cudaLibrary, false);
@@ -253,9 +253,9 @@ describe("the Linux host with libcuda mapped, and the whole listing", {
         path === "/proc/self/status" ? Promise.resolve("NSpid:\t1\n") : nodeReader.read(path),
     };
     await using driver = await openNativeDriver({ libraryPath: libcuda });
-    await using host = openLinuxHost({ nvmlPath, reader });
+    await using host = new LinuxHost({ nvmlPath, reader });
     try {
-      const listing = await listCudaProcesses({ driver, host });
+      const listing = await listCudaProcesses({ machine: { driver, host } });
       const entry = listing.processes.find((p) => p.pid === cuda.pid);
       // The fake libcuda says every pid is a running CUDA process whose restore thread is pid + 1.
       assert.deepEqual(entry, {
@@ -269,7 +269,7 @@ describe("the Linux host with libcuda mapped, and the whole listing", {
       assert.equal(listing.gpuMemoryUnknown, undefined);
       // The host keeps NVML initialised from its first read until it is closed.
       assert.equal(fake.liveInits(), 1, "one nvmlInit_v2 kept while the host is open");
-      await listCudaProcesses({ driver, host });
+      await listCudaProcesses({ machine: { driver, host } });
       assert.equal(fake.liveInits(), 1, "a second read initialises nothing more");
       await host.close();
       assert.equal(fake.liveInits(), 0, "close shut NVML down");

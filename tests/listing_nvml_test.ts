@@ -8,7 +8,7 @@ import { after, describe, test } from "node:test";
 import assert from "node:assert/strict";
 
 import { openNvml } from "../ffi/nvml.ts";
-import { openLinuxHost } from "../ffi/host.ts";
+import { LinuxHost } from "../os/linux_host.ts";
 import { FakeDir, noCompiler, runtimeAdapter } from "./fixtures/fake.ts";
 import { buildFakeNvml, controlFakeNvml, fakeNvmlUuid } from "./fixtures/fake_nvml.ts";
 
@@ -136,13 +136,13 @@ describe("NVML binding, against a fake libnvidia-ml", { skip: noCompiler }, () =
   test("a library that is not there is reported with the path tried", async () => {
     const missing = `${dir.path}/no-such-libnvidia-ml.so.1`;
     assert.throws(
-      () => openNvml({} as never, { libraryPath: missing, searchPaths: [] }),
+      () => openNvml({} as never, { libraryPath: missing }),
       (error: unknown) => error instanceof Error && error.message.includes(missing),
     );
     const adapter = await runtimeAdapter();
     assert.throws(() => openNvml(adapter, { libraryPath: missing }), /could not be loaded/);
     // Through the host, it is a reason, not an error.
-    await using host = openLinuxHost({ nvmlPath: missing });
+    await using host = new LinuxHost({ nvmlPath: missing });
     const report = await host.gpuMemory();
     assert.ok("unknown" in report);
     assert.match(report.unknown, /NVML \(libnvidia-ml\.so\.1\) could not be loaded/);

@@ -1,6 +1,6 @@
 // listCudaProcesses on the simulated driver: which processes are listed (CUDA ones, not those
 // that never initialised CUDA or ended meanwhile), uninspectable ones reported, thread ids folded,
-// GPU memory per GPU, hosts chosen and closed, and the checks of the options.
+// GPU memory per GPU, the machine's host, and the checks of the options.
 // Runs unchanged under `deno test -A` and `bun test`.
 
 import { describe, test } from "node:test";
@@ -8,22 +8,19 @@ import assert from "node:assert/strict";
 
 import { CUDA_ERROR_ILLEGAL_STATE, CUDA_ERROR_OPERATING_SYSTEM } from "../core/codes.ts";
 import { CheckpointUnsupportedError } from "../core/errors.ts";
-import { listCudaProcesses } from "../core/listing.ts";
-import type { ClosableHost, HostProcesses } from "../core/host.ts";
-import { setFallbackHostOpener } from "../core/defaults.ts";
-import { CudaProcess } from "../core/process.ts";
-import { setDefaultDriver } from "../core/sources.ts";
-import { SimulatedDriver } from "../mock/mod.ts";
+import { CudaProcess, listCudaProcesses } from "../mod.ts";
+import type { HostProcesses } from "../core/host.ts";
+import { SimulatedMachine } from "../mock/mod.ts";
 import { CONTEXT_MIB } from "../mock/timing.ts";
 import { forward } from "./support/forward.ts";
 
 describe("listCudaProcesses on the simulator", () => {
   test("lists CUDA processes with state, restore thread, command and GPU memory per GPU", async () => {
-    await using sim = new SimulatedDriver({ gpus: 2 });
+    await using sim = new SimulatedMachine({ gpus: 2 });
     const a = sim.spawn({ memoryMiB: 1024, command: "python train.py --epochs 3" });
     const b = sim.spawn({ memoryMiB: 2048, gpu: [0, 1], command: "./infer" });
     sim.spawn({ cuda: false, command: "bash" });
-    const listing = await listCudaProcesses({ driver: sim });
+    const listing = await listCudaProcesses({ machine: sim });
     assert.deepEqual(listing.processes.map((p) => p.pid), [a.pid, b.pid]);
     const [pa, pb] = listing.processes;
     assert.equal(pa.state, "running");
@@ -40,59 +37,59 @@ describe("listCudaProcesses on the simulator", () => {
   });
 
   test("a checkpointed process is listed as such and holds no GPU memory", async () => {
-    await using sim = new SimulatedDriver();
+    await using sim = new SimulatedMachine();
     const target = sim.spawn({ memoryMiB: 512 });
-    await using proc = new CudaProcess(target.pid, { driver: sim });
+    await using proc = new CudaProcess(target.pid, { machine: sim });
     await proc.suspend();
-    const { processes } = await listCudaProcesses({ driver: sim });
+    const { processes } = await listCudaProcesses({ machine: sim });
     assert.equal(processes.length, 1);
     assert.equal(processes[0].state, "checkpointed");
     assert.deepEqual(processes[0].gpuMemory, {});
     await proc.resume();
-    const again = await listCudaProcesses({ driver: sim });
+    const again = await listCudaProcesses({ machine: sim });
     assert.equal(again.processes[0].state, "running");
     assert.deepEqual(again.processes[0].gpuMemory, { [sim.gpus[0].uuid]: 512 + CONTEXT_MIB });
   });
 
   test("libcuda loaded without cuInit: asked, and left out on NOT_INITIALIZED", async () => {
-    await using sim = new SimulatedDriver();
+    await using sim = new SimulatedMachine();
     const loaded = sim.spawn({ cuda: false, libcuda: true, command: "python -c 'import torch'" });
-    const listing = await listCudaProcesses({ driver: sim });
+    const listing = await listCudaProcesses({ machine: sim });
     assert.equal(listing.asked, 1);
     assert.deepEqual(listing.processes, []);
-    assert.ok(sim.calls.some((c) => c.pid === loaded.pid && c.op === "getState"));
+    assert.ok(sim.driver.calls.some((c) => c.pid === loaded.pid && c.op === "getState"));
   });
 
   test('candidates: "all" asks the driver about every inspectable process', async () => {
-    await using sim = new SimulatedDriver();
+    await using sim = new SimulatedMachine();
     const cuda = sim.spawn();
     sim.spawn({ cuda: false });
     sim.spawn({ cuda: false });
     sim.spawn({ inspectable: false });
-    const listing = await listCudaProcesses({ driver: sim, candidates: "all" });
+    const listing = await listCudaProcesses({ machine: sim, candidates: "all" });
     assert.equal(listing.asked, 3, "every process that could be looked at, not the hidden one");
     assert.deepEqual(listing.processes.map((p) => p.pid), [cuda.pid]);
   });
 
   test("processes the caller may not inspect are reported, with the reason, not asked", async () => {
-    await using sim = new SimulatedDriver();
+    await using sim = new SimulatedMachine();
     const hidden = sim.spawn({ inspectable: false, command: "/usr/bin/other-users-job" });
     const mine = sim.spawn();
-    const listing = await listCudaProcesses({ driver: sim });
+    const listing = await listCudaProcesses({ machine: sim });
     assert.deepEqual(listing.processes.map((p) => p.pid), [mine.pid]);
     assert.equal(listing.uninspectable.length, 1);
     const [u] = listing.uninspectable;
     assert.equal(u.pid, hidden.pid);
     assert.equal(u.command, "/usr/bin/other-users-job");
     assert.match(u.reason, /permission denied reading \/proc\/\d+\/maps/);
-    assert.ok(!sim.calls.some((c) => c.pid === hidden.pid), "the driver was not asked");
+    assert.ok(!sim.driver.calls.some((c) => c.pid === hidden.pid), "the driver was not asked");
   });
 
   test("a process that exits between the scan and the driver call is left out", async () => {
-    await using sim = new SimulatedDriver();
+    await using sim = new SimulatedMachine();
     const stays = sim.spawn();
     const leaves = sim.spawn({ memoryMiB: 64 });
-    const own = sim.hostProcesses();
+    const own = sim.host;
     const host: HostProcesses = {
       kind: "simulated, with an exit",
       scan: async () => {
@@ -102,32 +99,32 @@ describe("listCudaProcesses on the simulator", () => {
       },
       gpuMemory: () => own.gpuMemory!(),
     };
-    const listing = await listCudaProcesses({ driver: sim, host });
+    const listing = await listCudaProcesses({ machine: { driver: sim.driver, host } });
     assert.deepEqual(listing.processes.map((p) => p.pid), [stays.pid]);
     assert.equal(listing.asked, 2);
     assert.ok(
-      sim.calls.some((c) => c.pid === leaves.pid && c.code === CUDA_ERROR_OPERATING_SYSTEM),
+      sim.driver.calls.some((c) => c.pid === leaves.pid && c.code === CUDA_ERROR_OPERATING_SYSTEM),
       "the driver said the process was gone",
     );
     assert.deepEqual(listing.uninspectable, []);
   });
 
   test("thread ids fold into their process: one record per process, by its pid", async () => {
-    await using sim = new SimulatedDriver();
+    await using sim = new SimulatedMachine();
     const target = sim.spawn({ extraThreads: 5 });
     assert.equal(target.threads.length, 7);
-    const listing = await listCudaProcesses({ driver: sim });
+    const listing = await listCudaProcesses({ machine: sim });
     assert.equal(listing.processes.length, 1);
     assert.equal(listing.processes[0].pid, target.pid);
     assert.ok(target.threads.includes(listing.processes[0].restoreThreadId!));
   });
 
   test('a host without GPU memory gives "unknown", and says why', async () => {
-    await using sim = new SimulatedDriver();
+    await using sim = new SimulatedMachine();
     sim.spawn();
-    const own = sim.hostProcesses();
+    const own = sim.host;
     const noMemory: HostProcesses = { kind: "bare", scan: () => own.scan() };
-    const listing = await listCudaProcesses({ driver: sim, host: noMemory });
+    const listing = await listCudaProcesses({ machine: { driver: sim.driver, host: noMemory } });
     assert.equal(listing.processes[0].gpuMemory, "unknown");
     assert.match(listing.gpuMemoryUnknown!, /bare host cannot tell GPU memory/);
     const failing: HostProcesses = {
@@ -135,20 +132,20 @@ describe("listCudaProcesses on the simulator", () => {
       scan: () => own.scan(),
       gpuMemory: () => Promise.reject(new Error("NVML (libnvidia-ml.so.1) could not be loaded")),
     };
-    const failed = await listCudaProcesses({ driver: sim, host: failing });
+    const failed = await listCudaProcesses({ machine: { driver: sim.driver, host: failing } });
     assert.equal(failed.processes[0].gpuMemory, "unknown");
     assert.match(failed.gpuMemoryUnknown!, /could not be loaded/);
-    const skipped = await listCudaProcesses({ driver: sim, gpuMemory: false });
+    const skipped = await listCudaProcesses({ machine: sim, gpuMemory: false });
     assert.match(skipped.gpuMemoryUnknown!, /gpuMemory: false/);
   });
 
   test("an answer other than success, NOT_INITIALIZED or OPERATING_SYSTEM is reported", async () => {
-    await using sim = new SimulatedDriver();
+    await using sim = new SimulatedMachine();
     const target = sim.spawn({ command: "odd" });
     const odd = forward(sim, {
       getState: () => Promise.resolve({ code: CUDA_ERROR_ILLEGAL_STATE, value: 0 }),
     });
-    const listing = await listCudaProcesses({ driver: odd, host: sim.hostProcesses() });
+    const listing = await listCudaProcesses({ machine: odd });
     assert.deepEqual(listing.processes, []);
     assert.deepEqual(listing.uninspectable, [{
       pid: target.pid,
@@ -159,68 +156,52 @@ describe("listCudaProcesses on the simulator", () => {
   });
 
   test("a driver without the checkpoint API is refused before any call", async () => {
-    await using old = new SimulatedDriver({ driverVersion: 12040 });
+    await using old = new SimulatedMachine({ driverVersion: 12040 });
     old.spawn();
-    await assert.rejects(listCudaProcesses({ driver: old }), (error: unknown) => {
+    await assert.rejects(listCudaProcesses({ machine: old }), (error: unknown) => {
       assert.ok(error instanceof CheckpointUnsupportedError);
       assert.match(error.message, /cuCheckpointProcessGetState/);
       return true;
     });
-    assert.equal(old.calls.length, 0);
+    assert.equal(old.driver.calls.length, 0);
   });
 
-  test("the default driver, and the fallback host opened and closed per listing", async () => {
-    await using sim = new SimulatedDriver();
+  test("a machine without a host cannot be listed, and says so", async () => {
+    await using sim = new SimulatedMachine();
     sim.spawn();
-    setDefaultDriver(sim);
-    try {
-      const viaDefault = await listCudaProcesses();
-      assert.equal(viaDefault.processes.length, 1, "the simulator's own host, by default");
-      // A driver with no host of its own uses the fallback host, which the listing closes.
-      const bare = forward(sim, { hostProcesses: undefined }); // no host of its own
-      let closed = 0;
-      setFallbackHostOpener((): ClosableHost => ({
-        kind: "fallback",
-        scan: () => sim.hostProcesses().scan(),
-        close: () => void closed++,
-      }));
-      const viaFallback = await listCudaProcesses({ driver: bare });
-      assert.equal(viaFallback.processes.length, 1);
-      assert.equal(closed, 1, "the host the listing opened is closed");
-      await listCudaProcesses({ driver: bare, host: sim.hostProcesses() });
-      assert.equal(closed, 1, "a host given by the caller is not opened or closed");
-    } finally {
-      setDefaultDriver(undefined);
-    }
+    await assert.rejects(
+      listCudaProcesses({ machine: { driver: sim.driver } }),
+      /^Error: No host to list processes of: this simulated machine has none$/,
+    );
   });
 
   test("options are checked, naming the bad value", async () => {
-    await using sim = new SimulatedDriver();
+    await using sim = new SimulatedMachine();
     await assert.rejects(
-      listCudaProcesses({ driver: sim, candidates: "cuda" as "all" }),
+      listCudaProcesses({ machine: sim, candidates: "cuda" as "all" }),
       /candidates must be one of "libcuda", "all", got "cuda"/,
     );
     await assert.rejects(
-      listCudaProcesses({ driver: sim, pids: [1] } as never),
-      /no option "pids"; it takes driver, host, candidates, gpuMemory/,
+      listCudaProcesses({ machine: sim, pids: [1] } as never),
+      /no option "pids"; it takes machine, candidates, gpuMemory/,
     );
     await assert.rejects(
-      listCudaProcesses({ driver: sim, gpuMemory: "yes" as unknown as boolean }),
+      listCudaProcesses({ machine: sim, gpuMemory: "yes" as unknown as boolean }),
       /gpuMemory must be true or false, got "yes"/,
     );
     await assert.rejects(
-      listCudaProcesses({ driver: sim, host: {} as HostProcesses }),
-      /host must be an object with a scan\(\) method, got an object/,
+      listCudaProcesses({ machine: {} as never }),
+      /listCudaProcesses's machine must be a Machine .* got an object/,
     );
     const bad: HostProcesses = { kind: "bad", scan: () => Promise.resolve([{ pid: -4 }]) };
     await assert.rejects(
-      listCudaProcesses({ driver: sim, host: bad }),
+      listCudaProcesses({ machine: { driver: sim.driver, host: bad } }),
       /a pid from the bad host's scan must be an integer .* got -4/,
     );
   });
 
   test("spawn's new options are checked", () => {
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     assert.throws(() => sim.spawn({ command: "" }), /spawn: command must be a non-empty string/);
     assert.throws(
       () => sim.spawn({ inspectable: 0 as unknown as boolean }),

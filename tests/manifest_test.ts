@@ -109,8 +109,11 @@ describe("what the manifest parser refuses", () => {
   });
 
   test("a field missing, unknown, or of the wrong type names the field and the value", () => {
-    refused(edited((m) => delete m.driver), /manifest lacks "driver"/);
-    refused(edited((m) => m.extra = 1), /manifest has a field this version does not know, "extra"/);
+    refused(edited((m) => delete m.driver), /manifest\.json: it lacks "driver"/);
+    refused(
+      edited((m) => m.extra = 1),
+      /manifest\.json: it has a field this version does not know, "extra"/,
+    );
     refused(
       edited((m) => m.trees[0].processes[1].cuda.state = "locked"),
       /trees\[0\]\.processes\[1\]\.cuda\.state must be "running" or "checkpointed", got "locked"/,

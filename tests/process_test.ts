@@ -2,13 +2,11 @@
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import {
-  type CheckpointDriver,
   CheckpointUnsupportedError,
   CudaError,
   CudaProcess,
   GpuRoomError,
   runGroup,
-  setDefaultDriver,
 } from "../mod.ts";
 import {
   CUDA_ERROR_ILLEGAL_STATE,
@@ -18,17 +16,16 @@ import {
   CUDA_ERROR_OPERATING_SYSTEM,
   CUDA_ERROR_OUT_OF_MEMORY,
   CUDA_ERROR_UNKNOWN,
-} from "../driver.ts";
-import { getDefaultDriver } from "../core/sources.ts";
-import { SimulatedDriver } from "../mock/mod.ts";
+} from "../core/codes.ts";
+import { SimulatedMachine } from "../mock/mod.ts";
 import { heldWhenCheckpointed } from "./support/held.ts";
-import { forward } from "./support/forward.ts";
+import { forward, hostWith, machineWith } from "./support/forward.ts";
 import { rejectsWith } from "./support/rejects.ts";
 
 function setup(memoryMiB = 1024, gpus = 2) {
-  const sim = new SimulatedDriver({ gpus });
+  const sim = new SimulatedMachine({ gpus });
   const target = sim.spawn({ memoryMiB });
-  const proc = new CudaProcess(target.pid, { driver: sim });
+  const proc = new CudaProcess(target.pid, { machine: sim });
   return { sim, target, proc };
 }
 
@@ -49,7 +46,7 @@ describe("the issue's example", () => {
       "needed again on restore, with the context's",
     );
     assert.deepEqual(
-      sim.calls.filter((c) => c.op !== "getState").map((c) => c.op),
+      sim.driver.calls.filter((c) => c.op !== "getState").map((c) => c.op),
       ["lock", "checkpoint", "restore", "unlock"],
     );
   });
@@ -68,36 +65,25 @@ describe("the issue's example", () => {
 
   test("restoreThreadId is the driver's restore thread, and a thread id works as a pid", async () => {
     const { sim, target } = setup();
-    const proc = new CudaProcess(target.pid, { driver: sim });
+    const proc = new CudaProcess(target.pid, { machine: sim });
     assert.equal(await proc.restoreThreadId(), target.tid);
     assert.notEqual(target.tid, target.pid);
-    const byThread = new CudaProcess(target.tid, { driver: sim });
+    const byThread = new CudaProcess(target.tid, { machine: sim });
     await byThread.suspend();
     assert.equal(await proc.state(), "checkpointed");
     await byThread.resume();
     assert.equal(target.state, "running");
   });
 
-  test("a driver can be given as a function that opens it, and as the default", async () => {
-    const sim = new SimulatedDriver();
+  test("a machine given is its owner's: closing the process leaves it open for others", async () => {
+    const sim = new SimulatedMachine();
     const t = sim.spawn();
-    let opened = 0;
-    const proc = new CudaProcess(t.pid, {
-      driver: () => {
-        opened++;
-        return Promise.resolve(sim);
-      },
-    });
+    const proc = new CudaProcess(t.pid, { machine: sim });
+    assert.equal(await proc.machine(), sim);
     assert.equal(await proc.state(), "running");
-    assert.equal(await proc.state(), "running");
-    assert.equal(opened, 1, "opened once");
-    setDefaultDriver(sim);
-    try {
-      assert.equal(await getDefaultDriver(), sim);
-      assert.equal(await new CudaProcess(t.pid).state(), "running");
-    } finally {
-      setDefaultDriver(undefined);
-    }
+    await proc.close();
+    await assert.rejects(proc.state(), /this handle has been closed/);
+    assert.equal(await new CudaProcess(t.pid, { machine: sim }).state(), "running");
   });
 });
 
@@ -124,15 +110,15 @@ describe("errors name the operation, pid, code, description and state", () => {
   });
 
   test("a pid that does not exist, and a process without CUDA", async () => {
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     const plain = sim.spawn({ cuda: false });
     await rejectsWith(
-      new CudaProcess(999_999, { driver: sim }).state(),
+      new CudaProcess(999_999, { machine: sim }).state(),
       CUDA_ERROR_OPERATING_SYSTEM,
       /^getState of process 999999 failed: CUDA_ERROR_OPERATING_SYSTEM \(304\): OS call failed or operation not supported on this OS\. No process has this pid, or this program may not act on it \(that needs root or CAP_SYS_PTRACE\)$/,
     );
     await rejectsWith(
-      new CudaProcess(plain.pid, { driver: sim }).restoreThreadId(),
+      new CudaProcess(plain.pid, { machine: sim }).restoreThreadId(),
       CUDA_ERROR_NOT_INITIALIZED,
       /^getRestoreThreadId of process \d+ failed: CUDA_ERROR_NOT_INITIALIZED \(3\): initialization error\. The process has never initialised CUDA$/,
     );
@@ -147,37 +133,35 @@ describe("errors name the operation, pid, code, description and state", () => {
   });
 
   test("an unknown state number is a clear error, not a crash", async () => {
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     const t = sim.spawn();
-    const newer: CheckpointDriver = {
-      ...forward(sim),
+    const newer = forward(sim, {
       getState: () => Promise.resolve({ code: 0, value: 7 }),
-    };
+    });
     await assert.rejects(
-      new CudaProcess(t.pid, { driver: newer }).state(),
+      new CudaProcess(t.pid, { machine: newer }).state(),
       /^RangeError: getState of process \d+ gave state 7, which this version of @ckpt\/cuda does not know \(a newer driver's\)$/,
     );
   });
 
   test("names and descriptions come from the driver when it knows them", async () => {
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     const t = sim.spawn();
-    const d: CheckpointDriver = {
-      ...forward(sim),
+    const d = forward(sim, {
       errorName: (c) => `NAME_${c}`,
       errorString: (c) => `description ${c}`,
-    };
+    });
     await rejectsWith(
-      new CudaProcess(t.pid, { driver: d }).unlock(),
+      new CudaProcess(t.pid, { machine: d }).unlock(),
       401,
       /failed: NAME_401 \(401\): description 401/,
     );
   });
 
   test("a driver without checkpoint support says which driver is needed", async () => {
-    const old = new SimulatedDriver({ driverVersion: 12040 });
+    const old = new SimulatedMachine({ driverVersion: 12040 });
     const t = old.spawn();
-    await assert.rejects(new CudaProcess(t.pid, { driver: old }).state(), (err: unknown) => {
+    await assert.rejects(new CudaProcess(t.pid, { machine: old }).state(), (err: unknown) => {
       assert.ok(err instanceof CheckpointUnsupportedError);
       assert.equal(err.code, "UNSUPPORTED", "no CUresult: the driver was not asked");
       assert.match(
@@ -186,13 +170,13 @@ describe("errors name the operation, pid, code, description and state", () => {
       );
       return true;
     });
-    assert.equal(old.calls.length, 0, "nothing reached the driver");
+    assert.equal(old.driver.calls.length, 0, "nothing reached the driver");
   });
 
   test("a GPU mapping on a 12.8 driver says 580 is needed", async () => {
-    const sim = new SimulatedDriver({ driverVersion: 12080, gpus: 2 });
+    const sim = new SimulatedMachine({ driverVersion: 12080, gpus: 2 });
     const t = sim.spawn();
-    const proc = new CudaProcess(t.pid, { driver: sim });
+    const proc = new CudaProcess(t.pid, { machine: sim });
     await proc.suspend();
     await assert.rejects(
       proc.resume({ gpuMapping: { [sim.gpus[0].uuid]: sim.gpus[1].uuid } }),
@@ -281,7 +265,7 @@ describe("rollback", () => {
       return true;
     });
     assert.equal(
-      sim.calls.filter((c) => c.op === "unlock").length,
+      sim.driver.calls.filter((c) => c.op === "unlock").length,
       0,
       "no unlock of a process that is gone",
     );
@@ -292,14 +276,14 @@ describe("rollback", () => {
     const { sim, proc, target } = setup(4096, 1);
     await proc.suspend();
     const hog = sim.spawn({ memoryMiB: sim.gpus[0].freeMiB - 1000 });
-    const calls = sim.calls.length;
+    const calls = sim.driver.calls.length;
     await rejectsWith(
       proc.resume(),
       "NO_ROOM",
       /^resume of process \d+ refused: it needs 4616 MiB on GPU-[0-9a-f-]+, which has 480 MiB free\. Nothing was asked of the driver: the process is still checkpointed$/,
     );
     assert.deepEqual(
-      sim.calls.slice(calls).filter((c) => c.op === "restore"),
+      sim.driver.calls.slice(calls).filter((c) => c.op === "restore"),
       [],
       "no restore call",
     );
@@ -311,13 +295,13 @@ describe("rollback", () => {
   });
 
   test("the room check: only what this package checkpointed, mapped GPUs, restores under way", async () => {
-    const sim = new SimulatedDriver({
+    const sim = new SimulatedMachine({
       gpus: [{ memoryMiB: 10_000, contextMiB: 500 }, { memoryMiB: 10_000, contextMiB: 500 }],
     });
     const [a, b] = sim.gpus.map((g) => g.uuid);
     // Three 2 GiB processes (2548 MiB each with its context) on GPU 0, suspended at once.
     const targets = [0, 1, 2].map(() => sim.spawn({ memoryMiB: 2048 }));
-    const procs = targets.map((t) => new CudaProcess(t.pid, { driver: sim }));
+    const procs = targets.map((t) => new CudaProcess(t.pid, { machine: sim }));
     await Promise.all(procs.map((p) => p.suspend()));
     // 10 000 - 6000 = 4000 free on GPU 1 for a mapped resume of all three: each check alone would
     // pass, but the restores under way claim their room, so exactly one fits and the others wait.
@@ -345,10 +329,10 @@ describe("rollback", () => {
 
     // Checkpointed by the raw driver (another program): nothing known, nothing checked.
     const other = sim.spawn({ memoryMiB: 1024 });
-    await sim.lock(other.pid, null);
-    await sim.checkpoint(other.pid);
+    await sim.driver.lock(other.pid, null);
+    await sim.driver.checkpoint(other.pid);
     sim.fillGpu(0);
-    const unchecked = new CudaProcess(other.pid, { driver: sim });
+    const unchecked = new CudaProcess(other.pid, { machine: sim });
     await rejectsWith(
       unchecked.resume(),
       CUDA_ERROR_OUT_OF_MEMORY,
@@ -372,27 +356,25 @@ describe("rollback", () => {
 
   test("no NVML read while this package holds the calling process: nothing recorded, nothing checked", async () => {
     // A simulated process named as the driver's self stands for the program itself.
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     const me = sim.spawn({ memoryMiB: 256 });
     const peer = sim.spawn({ memoryMiB: 512 });
     sim.selfPid = me.pid;
     let reads = 0;
-    const host = sim.hostProcesses();
-    sim.hostProcesses = () => ({
-      ...host,
-      gpuMemory: () => (reads++, host.gpuMemory!()),
+    const host = sim.host;
+    const machine = machineWith(sim, {
+      host: hostWith(host, { gpuMemory: () => (reads++, host.gpuMemory!()) }),
     });
-    const self = new CudaProcess(me.pid, { driver: sim });
-    const other = new CudaProcess(peer.pid, { driver: sim });
+    const self = new CudaProcess(me.pid, { machine });
+    const other = new CudaProcess(peer.pid, { machine });
     await self.lock();
     await other.suspend();
     assert.equal(reads, 0, "no read while this process is locked");
-    // Nor a group's progress memory, from the driver's host or from one the caller names.
-    for (const options of [{}, { host: sim.hostProcesses() }]) {
+    // Nor a group's progress memory, read from the machine's host, twice.
+    for (const _ of [1, 2]) {
       const events: (number | undefined)[] = [];
       const r = await runGroup("resume", [peer.pid], {
-        driver: sim,
-        ...options,
+        machine,
         onProgress: (e) => void (e.type !== "process-end" && events.push(e.gpuMemoryMiB)),
       });
       assert.equal(r.ok, true);
@@ -440,11 +422,10 @@ describe("rollback", () => {
 describe("rollback when a call cannot complete at all", () => {
   test("suspend unlocks again when checkpoint rejects with a non-driver error", async () => {
     const { sim, target } = setup();
-    const broken: CheckpointDriver = {
-      ...forward(sim),
+    const broken = forward(sim, {
       checkpoint: () => Promise.reject(new Error("a Bun FFI worker failed")),
-    };
-    const proc = new CudaProcess(target.pid, { driver: broken });
+    });
+    const proc = new CudaProcess(target.pid, { machine: broken });
     await assert.rejects(
       proc.suspend(),
       /^Error: a Bun FFI worker failed\. It was brought back to running$|^a Bun FFI worker failed\. It was brought back to running$/,
@@ -455,16 +436,15 @@ describe("rollback when a call cannot complete at all", () => {
   test("resume says the process is gone when it exits before the unlock", async () => {
     const sim2 = setup();
     const proc2 = new CudaProcess(sim2.target.pid, {
-      driver: {
-        ...forward(sim2.sim),
+      machine: forward(sim2.sim, {
         unlock: (pid) => {
           sim2.target.exit();
-          return sim2.sim.unlock(pid);
+          return sim2.sim.driver.unlock(pid);
         },
-      },
+      }),
     });
-    await sim2.sim.lock(sim2.target.pid, null);
-    await sim2.sim.checkpoint(sim2.target.pid);
+    await sim2.sim.driver.lock(sim2.target.pid, null);
+    await sim2.sim.driver.checkpoint(sim2.target.pid);
     await rejectsWith(
       proc2.resume(),
       CUDA_ERROR_OPERATING_SYSTEM,
@@ -487,17 +467,16 @@ describe("rollback when a call cannot complete at all", () => {
   test("a state change made meanwhile by someone else is named as the likely cause", async () => {
     const { sim, target, proc } = setup();
     // Another program (here the raw driver) unlocks between our lock and our own check.
-    const racing: CheckpointDriver = {
-      ...forward(sim),
+    const racing = forward(sim, {
       checkpoint: async (pid) => {
-        const code = await sim.checkpoint(pid);
-        await sim.restore(pid, null);
+        const code = await sim.driver.checkpoint(pid);
+        await sim.driver.restore(pid, null);
         return code === 0 ? CUDA_ERROR_ILLEGAL_STATE : code;
       },
-    };
-    await new CudaProcess(target.pid, { driver: racing }).lock();
+    });
+    await new CudaProcess(target.pid, { machine: racing }).lock();
     await rejectsWith(
-      new CudaProcess(target.pid, { driver: racing }).checkpoint(),
+      new CudaProcess(target.pid, { machine: racing }).checkpoint(),
       CUDA_ERROR_ILLEGAL_STATE,
       /\(the process is locked\)\. Another program \(or another thread id of this process\) changed its state meanwhile$/,
     );
@@ -544,13 +523,13 @@ describe("toggle, like cuda-checkpoint --toggle", () => {
   test("refuses a locked process without touching it", async () => {
     const { sim, proc } = setup();
     await proc.lock();
-    const before = sim.calls.filter((c) => c.op !== "getState").length;
+    const before = sim.driver.calls.filter((c) => c.op !== "getState").length;
     await rejectsWith(
       proc.toggle(),
       "STATE",
       /^toggle of process \d+ refused: toggle goes between running and checkpointed, and the process is locked$/,
     );
-    assert.equal(sim.calls.filter((c) => c.op !== "getState").length, before);
+    assert.equal(sim.driver.calls.filter((c) => c.op !== "getState").length, before);
   });
 
   test("one set of options serves both ways: a GPU mapping is used by the resume only", async () => {
@@ -603,10 +582,10 @@ describe("migration between GPUs", () => {
   });
 
   test("a process on two of three GPUs moves both, and the mapping still names all three", async () => {
-    const sim = new SimulatedDriver({ gpus: 3 });
+    const sim = new SimulatedMachine({ gpus: 3 });
     const [g0, g1, g2] = sim.gpus;
     const t = sim.spawn({ memoryMiB: 2048, gpu: [0, 1] });
-    const proc = new CudaProcess(t.pid, { driver: sim });
+    const proc = new CudaProcess(t.pid, { machine: sim });
     await proc.suspend();
     await rejectsWith(
       proc.resume({ gpuMapping: { [g0.uuid]: g1.uuid, [g1.uuid]: g0.uuid } }),
@@ -623,12 +602,12 @@ describe("migration between GPUs", () => {
   });
 
   test("only the GPUs the process used must keep their chip (others may map anywhere)", async () => {
-    const sim = new SimulatedDriver({
+    const sim = new SimulatedMachine({
       gpus: [{ name: "NVIDIA H200" }, { name: "NVIDIA H200" }, { name: "NVIDIA H100 80GB HBM3" }],
     });
     const [g0, g1, g2] = sim.gpus;
     const t = sim.spawn({ memoryMiB: 512, gpu: 0 });
-    const proc = new CudaProcess(t.pid, { driver: sim });
+    const proc = new CudaProcess(t.pid, { machine: sim });
     await proc.suspend();
     await rejectsWith(
       proc.resume({ gpuMapping: { [g0.uuid]: g2.uuid, [g1.uuid]: g1.uuid, [g2.uuid]: g0.uuid } }),
@@ -641,11 +620,11 @@ describe("migration between GPUs", () => {
   });
 
   test("unknown UUIDs and a different chip give INVALID_VALUE and keep the process checkpointed", async () => {
-    const sim = new SimulatedDriver({
+    const sim = new SimulatedMachine({
       gpus: [{ name: "NVIDIA H200" }, { name: "NVIDIA H100 80GB HBM3", memoryMiB: 81559 }],
     });
     const t = sim.spawn({ memoryMiB: 512 });
-    const proc = new CudaProcess(t.pid, { driver: sim });
+    const proc = new CudaProcess(t.pid, { machine: sim });
     await proc.suspend();
     const unknown = "GPU-00000000-0000-4000-8000-000000000001";
     // Unknown UUIDs are refused before the driver; a move onto another chip, by the driver.
@@ -696,12 +675,12 @@ describe("migration between GPUs", () => {
 
 describe("many processes", () => {
   test("eight 4 GiB processes checkpoint together much faster than one after another", async () => {
-    const serial = new SimulatedDriver();
-    const parallel = new SimulatedDriver();
-    const mk = (sim: SimulatedDriver) =>
+    const serial = new SimulatedMachine();
+    const parallel = new SimulatedMachine();
+    const mk = (sim: SimulatedMachine) =>
       Array.from(
         { length: 8 },
-        () => new CudaProcess(sim.spawn({ memoryMiB: 4096 }).pid, { driver: sim }),
+        () => new CudaProcess(sim.spawn({ memoryMiB: 4096 }).pid, { machine: sim }),
       );
     const ps = mk(serial), pp = mk(parallel);
     let t0 = serial.now();

@@ -1,4 +1,4 @@
-// The records of held GPU memory on a Linux host (ffi/records.ts), with no GPU: kept private to
+// The records of held GPU memory on a Linux host (os/records.ts), with no GPU: kept private to
 // their owner, written whole, read strictly, keyed by the process (pid and start time, from
 // /proc), gone when their process is gone; a claim of a program that died is left out. And the
 // Linux host's process identity: a thread id belongs to its process. Runs unchanged under
@@ -21,8 +21,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
 
-import { openLinuxHost } from "../ffi/host.ts";
-import { FileHeldRecords, recordsDirectory } from "../ffi/records.ts";
+import { LinuxHost } from "../os/linux_host.ts";
+import { FileHeldRecords, recordsDirectory } from "../os/records.ts";
 
 const root = await mkdtemp(join(tmpdir(), "ckpt-records-test-"));
 after(() => rm(root, { recursive: true, force: true }));
@@ -32,7 +32,7 @@ const fresh = () => join(root, `held-${dirs++}`);
 /** A child that lives until killed, and its identity as the Linux host reads it. */
 async function child() {
   const c = spawn("sleep", ["60"], { stdio: "ignore" });
-  const host = openLinuxHost({ nvml: false, recordsDir: false });
+  const host = new LinuxHost({ nvml: false, recordsDir: false });
   const id = await host.identify(c.pid!);
   assert.ok(id && id.start !== undefined, "the host reads the child's start time");
   return { id, kill: () => c.kill() };
@@ -42,7 +42,7 @@ const GPU = "GPU-11111111-1111-1111-1111-111111111111";
 
 describe("the Linux host's identity of a process", () => {
   test("this process and a thread of it are one process, with a start time", async () => {
-    const host = openLinuxHost({ nvml: false, recordsDir: false });
+    const host = new LinuxHost({ nvml: false, recordsDir: false });
     const me = await host.identify(process.pid);
     assert.equal(me?.pid, process.pid);
     assert.ok(me!.start! > 0);
@@ -77,7 +77,7 @@ describe("records in a private directory", () => {
 
   test("a record whose process is gone, or that is not one, goes at the next listing", async () => {
     const dir = fresh();
-    const host = openLinuxHost({ nvml: false, recordsDir: dir });
+    const host = new LinuxHost({ nvml: false, recordsDir: dir });
     const records = host.heldRecords!;
     const live = await child();
     const dead = await child();
@@ -97,7 +97,7 @@ describe("records in a private directory", () => {
 
   test("a claim of a program that died is left out; the record stays", async () => {
     const dir = fresh();
-    const host = openLinuxHost({ nvml: false, recordsDir: dir });
+    const host = new LinuxHost({ nvml: false, recordsDir: dir });
     const records = host.heldRecords!;
     const target = await child();
     const claimer = await child();
@@ -150,7 +150,7 @@ describe("records in a private directory", () => {
     const records = new FileHeldRecords(open, () => Promise.resolve(true));
     await assert.rejects(
       records.put({ process: { pid: 1 }, heldMiB: {}, at: 1 }),
-      new RegExp(`${open} may be read or written by other users \\(mode 0755\\)`),
+      new RegExp(`${open} may be read or written by other users \\(mode 0755, not 0700\\)`),
     );
     const real = fresh();
     await mkdir(real, { mode: 0o700 });

@@ -1,7 +1,7 @@
 // The room check before a restore (core/room.ts) on the native path, without a GPU: the fake
 // libcuda (tests/fixtures/fake_libcuda.c) as the driver, and the Linux host reading the fake
 // libnvidia-ml (tests/fixtures/fake_libnvml.c) through ffi/nvml.ts and keeping its records in a
-// private directory (ffi/records.ts): what the process held is read by NVML before its
+// private directory (os/records.ts): what the process held is read by NVML before its
 // checkpoint and recorded there, free memory by nvmlDeviceGetMemoryInfo before its restore, and a
 // resume that would not fit is refused before libcuda is asked, by this program or another that
 // shares the directory. Runs under `deno test -A` and `bun test`; needs cc.
@@ -14,27 +14,14 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 
 import { CudaProcess, GpuRoomError } from "../mod.ts";
-import type { CheckpointDriver } from "../core/driver.ts";
-import type { HostProcesses } from "../core/host.ts";
-import { openLinuxHost, type ProcReader } from "../ffi/host.ts";
-import { openNativeDriver } from "../ffi/mod.ts";
+import { LinuxHost, type ProcReader } from "../os/linux_host.ts";
+import { openNativeDriver } from "../ffi/native.ts";
 import { FakeDir, noCompiler, openCounters } from "./fixtures/fake.ts";
 import { cli } from "./cli_support.ts";
 import { buildFakeNvml, controlFakeNvml, fakeNvmlUuid } from "./fixtures/fake_nvml.ts";
 
 const MiB = 2n ** 20n;
 const GiB = 1024n * MiB;
-
-/** The driver with a host of its own, as the simulator has one: the room check then uses it. */
-function withHost(driver: CheckpointDriver, host: HostProcesses): CheckpointDriver {
-  return new Proxy(driver, {
-    get(target, key) {
-      if (key === "hostProcesses") return () => host;
-      const value = Reflect.get(target, key, target);
-      return typeof value === "function" ? value.bind(target) : value;
-    },
-  });
-}
 
 describe(
   "the room check on the native path (fake libcuda, fake NVML)",
@@ -57,8 +44,8 @@ describe(
       const records = await mkdtemp(join(tmpdir(), "ckpt-records-"));
       const recordsDir = join(records, "held");
       await using native = await openNativeDriver({ libraryPath: libcuda });
-      await using host = openLinuxHost({ nvmlPath, reader, recordsDir });
-      const driver = withHost(native, host);
+      await using host = new LinuxHost({ nvmlPath, reader, recordsDir });
+      const machine = { driver: native, host };
       // The fake libcuda takes every pid as a running CUDA process; a live process of this
       // machine lends its pid, so that the host can tell its start time, as for a real target.
       const child = spawn("sleep", ["60"], { stdio: "ignore" });
@@ -70,7 +57,7 @@ describe(
       const record = join(recordsDir, `${pid}-${start}.json`);
       try {
         nvml.add(0, pid, 1544n * MiB);
-        const proc = new CudaProcess(pid, { driver });
+        const proc = new CudaProcess(pid, { machine });
         await proc.suspend();
         assert.deepEqual((await host.heldRecords!.get({ pid, start }))?.heldMiB, { [gpu0]: 1544 });
         assert.equal((await stat(recordsDir)).mode & 0o777, 0o700, "a private directory");
@@ -99,8 +86,8 @@ describe(
         // the record is the machine's, not this handle's.
         {
           await using otherNative = await openNativeDriver({ libraryPath: libcuda });
-          await using otherHost = openLinuxHost({ nvmlPath, reader, recordsDir });
-          const other = new CudaProcess(pid, { driver: withHost(otherNative, otherHost) });
+          await using otherHost = new LinuxHost({ nvmlPath, reader, recordsDir });
+          const other = new CudaProcess(pid, { machine: { driver: otherNative, host: otherHost } });
           await assert.rejects(other.resume(), GpuRoomError);
           await other.close();
         }
@@ -136,10 +123,10 @@ describe(
           path === "/proc/self/status" ? Promise.resolve("NSpid:\t1\n") : readFile(path, "utf8"),
       };
       await using native = await openNativeDriver({ libraryPath: libcuda });
-      await using host = openLinuxHost({ nvmlPath, reader, recordsDir: join(records, "held") });
+      await using host = new LinuxHost({ nvmlPath, reader, recordsDir: join(records, "held") });
       const child = spawn("sleep", ["60"], { stdio: "ignore" });
       const pid = child.pid!;
-      const run = (args: (string | number)[]) => cli(args, { driver: native, host });
+      const run = (args: (string | number)[]) => cli(args, { machine: { driver: native, host } });
       try {
         nvml.add(0, pid, 4616n * MiB);
         const suspended = await run(["--toggle", "--pid", pid]);

@@ -5,70 +5,63 @@
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 
-import {
-  type CheckpointDriver,
-  CudaProcess,
-  GpuRoomError,
-  type HostProcesses,
-  type ProcessIdentity,
-  RefusedError,
-  resumeAll,
-  suspendAll,
-} from "../mod.ts";
-import { SimulatedDriver } from "../mock/mod.ts";
-import { lease } from "../core/sources.ts";
-import { forward } from "./support/forward.ts";
+import { CudaProcess, GpuRoomError, RefusedError, runGroup } from "../mod.ts";
+import type { ProcessIdentity } from "../core/host.ts";
+import { type Machine, sessionOf } from "../core/machine.ts";
+import { SimulatedMachine } from "../mock/mod.ts";
+import { forward, hostWith } from "./support/forward.ts";
 import { heldWhenCheckpointed } from "./support/held.ts";
 
 describe("a thread id and the pid are one process, for the room too", () => {
   test("suspended through the pid, a resume through a thread id is refused for room like the pid's", async () => {
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     const target = sim.spawn({ memoryMiB: 4096, extraThreads: 3 });
-    await new CudaProcess(target.pid, { driver: sim }).suspend();
+    await new CudaProcess(target.pid, { machine: sim }).suspend();
     const filler = sim.fillGpu(0, { leaveMiB: 1024 });
-    const calls = sim.calls.length;
+    const calls = sim.driver.calls.length;
     for (const id of [target.pid, target.threads[1], target.threads[3], target.tid]) {
       await assert.rejects(
-        new CudaProcess(id, { driver: sim }).resume(),
+        new CudaProcess(id, { machine: sim }).resume(),
         (err: unknown) => err instanceof GpuRoomError && err.pid === id,
         `through ${id}`,
       );
     }
     assert.deepEqual(
-      sim.calls.slice(calls).filter((c) => c.op !== "getState"),
+      sim.driver.calls.slice(calls).filter((c) => c.op !== "getState"),
       [],
       "no restore reached the driver, through any id",
     );
     assert.equal(target.restoreRefused, false, "the driver never ran out");
     filler.exit();
-    const outcome = await new CudaProcess(target.threads[2], { driver: sim }).resume();
+    const outcome = await new CudaProcess(target.threads[2], { machine: sim }).resume();
     assert.equal(outcome.roomCheck, "checked");
     assert.equal(target.state, "running");
   });
 
   test("suspended through a thread id by a group, recorded for the process", async () => {
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     const target = sim.spawn({ memoryMiB: 1024, extraThreads: 2 });
-    const result = await suspendAll([target.threads[2]], { driver: sim });
+    const result = await runGroup("suspend", [target.threads[2]], { machine: sim });
     assert.equal(result.ok, true);
     assert.deepEqual(heldWhenCheckpointed(sim, target.pid), {
       [sim.gpus[0].uuid]: 1024 + sim.gpus[0].contextMiB,
     });
     sim.fillGpu(0);
-    const back = await resumeAll([target.pid], { driver: sim });
+    const back = await runGroup("resume", [target.pid], { machine: sim });
     assert.ok(back.processes[0].error instanceof GpuRoomError);
     assert.equal(target.state, "checkpointed");
   });
 
   test("checkRoom: false skips the read before the checkpoint; nothing is recorded or checked", async () => {
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     let reads = 0;
-    const host = sim.hostProcesses();
-    const counted = forward(sim, {
-      hostProcesses: () => ({ ...host, gpuMemory: () => (reads++, host.gpuMemory!()) }),
-    });
+    const host = sim.host;
+    const counted = {
+      ...forward(sim),
+      host: hostWith(host, { gpuMemory: () => (reads++, host.gpuMemory!()) }),
+    };
     const target = sim.spawn({ memoryMiB: 1024 });
-    const proc = new CudaProcess(target.pid, { driver: counted });
+    const proc = new CudaProcess(target.pid, { machine: counted });
     await proc.suspend({ checkRoom: false });
     assert.equal(reads, 0, "no NVML read");
     assert.equal(heldWhenCheckpointed(sim, target.pid), undefined);
@@ -85,50 +78,49 @@ describe("a thread id and the pid are one process, for the room too", () => {
 });
 
 /** A simulated machine whose host says a process started at `starts.get(pid)` (a test's clock). */
-function withStarts(sim: SimulatedDriver, starts: Map<number, number>): CheckpointDriver {
-  const host = sim.hostProcesses();
+function withStarts(sim: SimulatedMachine, starts: Map<number, number>): Machine {
+  const host = sim.host;
   const identify = async (id: number): Promise<ProcessIdentity | undefined> => {
     const found = await host.identify!(id);
     return found && { pid: found.pid, start: starts.get(found.pid) ?? 1 };
   };
-  const withIdentity: HostProcesses = { ...host, identify };
-  return forward(sim, { hostProcesses: () => withIdentity });
+  return { ...forward(sim), host: hostWith(host, { identify }) };
 }
 
 describe("a pid that is reused is another process", () => {
   test("a handle made for one process refuses to act on the next one with its pid", async () => {
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     const starts = new Map<number, number>();
-    const driver = withStarts(sim, starts);
+    const machine = withStarts(sim, starts);
     const target = sim.spawn();
     starts.set(target.pid, 100);
-    const proc = new CudaProcess(target.pid, { driver });
+    const proc = new CudaProcess(target.pid, { machine });
     assert.equal(await proc.state(), "running");
     // The process ends and another one gets its pid (the host says: a later start).
     starts.set(target.pid, 200);
-    const before = sim.calls.length;
+    const before = sim.driver.calls.length;
     await assert.rejects(proc.lock(), (err: unknown) => {
       assert.ok(err instanceof RefusedError);
       assert.equal(err.code, "REPLACED");
       assert.match(err.message, /the process this handle was made for has ended/);
       return true;
     });
-    assert.equal(sim.calls.length, before, "nothing reached the driver");
+    assert.equal(sim.driver.calls.length, before, "nothing reached the driver");
     // A new handle is for the new process.
-    assert.equal((await new CudaProcess(target.pid, { driver }).lock()).state, "locked");
+    assert.equal((await new CudaProcess(target.pid, { machine }).lock()).state, "locked");
   });
 
   test("a record of an earlier process with the pid is not this process's", async () => {
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     const starts = new Map<number, number>();
-    const driver = withStarts(sim, starts);
+    const machine = withStarts(sim, starts);
     const target = sim.spawn({ memoryMiB: 4096 });
     starts.set(target.pid, 100);
-    await new CudaProcess(target.pid, { driver }).suspend();
+    await new CudaProcess(target.pid, { machine }).suspend();
     sim.fillGpu(0);
     // Same pid, a later start: not the process the record was written for.
     starts.set(target.pid, 300);
-    await assert.rejects(new CudaProcess(target.pid, { driver }).resume(), (err: unknown) => {
+    await assert.rejects(new CudaProcess(target.pid, { machine }).resume(), (err: unknown) => {
       // Nothing known, nothing refused: the driver's own answer.
       assert.ok(!(err instanceof GpuRoomError), String(err));
       return true;
@@ -136,33 +128,22 @@ describe("a pid that is reused is another process", () => {
   });
 });
 
-describe("the room check belongs to a session, which closes with its driver", () => {
-  test("the host a session opened for a driver without one is closed with the last handle", async () => {
-    const sim = new SimulatedDriver();
-    let opened = 0, closed = 0;
-    const host = sim.hostProcesses();
-    // No host of its own: the session opens one through the fallback opener (here, one that
-    // counts), and closes it when the last lease of the driver is let go.
-    const bare = forward(sim, { hostProcesses: undefined });
-    const { setFallbackHostOpener } = await import("../core/defaults.ts");
-    setFallbackHostOpener(() => (opened++, { ...host, close: () => void closed++ }));
-    try {
-      const target = sim.spawn({ memoryMiB: 256 });
-      const a = new CudaProcess(target.pid, { driver: bare });
-      const b = new CudaProcess(target.pid, { driver: bare });
-      await a.suspend();
-      await b.resume();
-      assert.equal(opened, 1, "one host for the session, shared by both handles");
-      await a.close();
-      assert.equal(closed, 0, "b still uses it");
-      await b.close();
-      assert.equal(closed, 1, "closed with the last handle");
-      const taken = lease(bare);
-      assert.equal((await taken.session).queued, 0);
-      await taken.release();
-    } finally {
-      const { openLinuxHost } = await import("../ffi/host.ts");
-      setFallbackHostOpener(() => openLinuxHost());
-    }
+describe("the room check belongs to the machine's session", () => {
+  test("two handles share it; a machine without a host keeps its records for itself", async () => {
+    const sim = new SimulatedMachine();
+    const bare: Machine = { driver: sim.driver }; // no host: no /proc, no NVML, no shared records
+    const target = sim.spawn({ memoryMiB: 256 });
+    const a = new CudaProcess(target.pid, { machine: bare });
+    const b = new CudaProcess(target.pid, { machine: bare });
+    await a.suspend();
+    const resumed = await b.resume();
+    assert.deepEqual(resumed.roomCheck, {
+      unknown: "no record of the GPU memory it held (kept in memory): another program " +
+        "checkpointed it, or it was checkpointed without the record",
+    });
+    assert.equal(target.state, "running");
+    await Promise.all([a.close(), b.close()]);
+    assert.equal(sessionOf(bare).queued, 0);
+    assert.notEqual(sessionOf(bare), sessionOf(sim), "each machine has its own");
   });
 });

@@ -11,8 +11,8 @@ import { readdirSync, readFileSync, statSync } from "node:fs";
 import { join, relative } from "node:path";
 
 import { CudaError, CudaProcess } from "../mod.ts";
-import { CUDA_ERROR_OPERATING_SYSTEM } from "../driver.ts";
-import { SimulatedDriver } from "../mock/mod.ts";
+import { CUDA_ERROR_OPERATING_SYSTEM } from "../core/codes.ts";
+import { SimulatedMachine } from "../mock/mod.ts";
 import { forward } from "./support/forward.ts";
 
 const ROOT = new URL("..", import.meta.url).pathname;
@@ -43,7 +43,7 @@ describe("no shell", () => {
   const code = publishedFiles().filter((f) => /\.(ts|js|mjs|cjs)$/.test(f));
 
   test("the published files are found (the check below looks at something)", () => {
-    for (const f of ["mod.ts", "core/process.ts", "cli/main.ts", "ffi/mod.ts", "mock/mod.ts"]) {
+    for (const f of ["mod.ts", "core/handle.ts", "cli/main.ts", "os/criu.ts", "mock/mod.ts"]) {
       assert.ok(code.includes(f), `${f} is published: ${code.join(", ")}`);
     }
     assert.ok(!code.some((f) => f.startsWith("tests/")), "tests are not published");
@@ -83,10 +83,10 @@ describe("privilege", () => {
     // The driver answers CUDA_ERROR_OPERATING_SYSTEM for a process this one may not act on, as for
     // one that does not exist (docs/DRIVER.md#symbols-and-versions); the GPU run records the real
     // message.
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     const p = sim.spawn();
     const denied = forward(sim, { getState: () => Promise.resolve({ code: 304, value: 0 }) });
-    await assert.rejects(new CudaProcess(p.pid, { driver: denied }).state(), (err: unknown) => {
+    await assert.rejects(new CudaProcess(p.pid, { machine: denied }).state(), (err: unknown) => {
       assert.ok(err instanceof CudaError && err.code === CUDA_ERROR_OPERATING_SYSTEM);
       assert.match(
         err.message,

@@ -6,30 +6,30 @@ import { spawnSync } from "node:child_process";
 import { writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { SimulatedDriver, VirtualClock } from "../mock/mod.ts";
+import { SimulatedMachine, VirtualClock } from "../mock/mod.ts";
 import { CUDA_ERROR_NOT_READY, CUDA_SUCCESS } from "../core/codes.ts";
 
 describe("the virtual clock", () => {
   test("the issue's example: an unawaited 3 s kernel, other awaits, then lock (200 ms) gives NOT_READY at t=200", async () => {
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     const target = sim.spawn({ memoryMiB: 64 });
     target.launch(3000);
     await target.memoryChunkedSha256();
     await new Promise((r) => setTimeout(r, 20));
     assert.equal(sim.now(), 0, "nothing waited on the simulator yet");
-    assert.equal(await sim.lock(target.pid, { timeoutMs: 200 }), CUDA_ERROR_NOT_READY);
+    assert.equal(await sim.driver.lock(target.pid, { timeoutMs: 200 }), CUDA_ERROR_NOT_READY);
     assert.equal(sim.now(), 200);
     assert.equal(target.state, "running");
   });
 
   test("awaiting a kernel alone moves time to its end", async () => {
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     await sim.spawn().launch(500);
     assert.equal(sim.now(), 500);
   });
 
   test("kernels on one process run one after another; awaiting the second waits for both", async () => {
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     const p = sim.spawn();
     p.launch(300);
     await p.launch(200);
@@ -37,7 +37,7 @@ describe("the virtual clock", () => {
   });
 
   test("concurrent waits overlap in virtual time, firing in time order", async () => {
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     const seen: number[] = [];
     const wall = performance.now();
     await Promise.all(
@@ -48,10 +48,10 @@ describe("the virtual clock", () => {
   });
 
   test("a lock with timeout 0 waits for an unawaited kernel to end", async () => {
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     const p = sim.spawn();
     p.launch(2300);
-    assert.equal(await sim.lock(p.pid, { timeoutMs: 0 }), CUDA_SUCCESS);
+    assert.equal(await sim.driver.lock(p.pid, { timeoutMs: 0 }), CUDA_SUCCESS);
     assert.ok(sim.now() >= 2300 && sim.now() < 2301);
   });
 
@@ -76,7 +76,7 @@ describe("the virtual clock", () => {
   });
 
   test("a kernel of a process that exits rejects when awaited, and not at all when not", async () => {
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     const p = sim.spawn();
     p.launch(1000); // nobody awaits it: no unhandled rejection may follow
     const awaited = p.launch(1000);
@@ -86,26 +86,26 @@ describe("the virtual clock", () => {
   });
 
   test("work launched while checkpointed waits for unlock", async () => {
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     const p = sim.spawn({ memoryMiB: 64 });
-    await sim.lock(p.pid, null);
-    await sim.checkpoint(p.pid);
+    await sim.driver.lock(p.pid, null);
+    await sim.driver.checkpoint(p.pid);
     let ran = false;
     const kernel = p.launch(5).then(() => ran = true);
     await sim.sleep(1000);
     assert.equal(ran, false);
-    await sim.restore(p.pid, null);
-    await sim.unlock(p.pid);
+    await sim.driver.restore(p.pid, null);
+    await sim.driver.unlock(p.pid);
     await kernel;
     assert.equal(ran, true);
   });
 
   test("the real clock, sped up, runs a 1 GiB checkpoint in about its measured time", async () => {
-    const sim = new SimulatedDriver({ clock: "real", speed: 50 });
+    const sim = new SimulatedMachine({ clock: "real", speed: 50 });
     const p = sim.spawn({ memoryMiB: 1024 });
     const t = sim.now();
-    await sim.lock(p.pid, null);
-    await sim.checkpoint(p.pid);
+    await sim.driver.lock(p.pid, null);
+    await sim.driver.checkpoint(p.pid);
     const ms = sim.now() - t;
     assert.ok(ms >= 740 && ms < 2000, `took ${ms} simulated ms`);
     sim.close();
@@ -114,10 +114,10 @@ describe("the virtual clock", () => {
 
 describe("closing the driver", () => {
   test("later calls reject saying so; calls and sleeps under way reject; nothing is left pending", async () => {
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     const p = sim.spawn({ memoryMiB: 4096 });
-    await sim.lock(p.pid, null);
-    const ckpt = sim.checkpoint(p.pid);
+    await sim.driver.lock(p.pid, null);
+    const ckpt = sim.driver.checkpoint(p.pid);
     const nap = sim.sleep(10_000);
     const kernelWaitedOn = sim.spawn().launch(10_000);
     kernelWaitedOn.then(() => {}, () => {});
@@ -126,19 +126,19 @@ describe("closing the driver", () => {
     await assert.rejects(nap, /simulated driver was closed/);
     await assert.rejects(kernelWaitedOn, /simulated driver was closed/);
     await assert.rejects(
-      sim.getState(p.pid),
+      sim.driver.getState(p.pid),
       /the simulated driver was closed: cannot call cuCheckpointProcessGetState/,
     );
-    await assert.rejects(sim.listGpus(), /simulated driver was closed/);
-    await assert.rejects(sim.driverVersion(), /simulated driver was closed/);
+    await assert.rejects(sim.driver.listGpus(), /simulated driver was closed/);
+    await assert.rejects(sim.driver.driverVersion(), /simulated driver was closed/);
     assert.throws(() => sim.spawn(), /simulated driver was closed: cannot spawn a process/);
-    assert.equal((sim.clock as VirtualClock).pending, 0);
+    assert.equal((sim.time as VirtualClock).pending, 0);
   });
 
   test("asyncDispose closes it", async () => {
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     await sim[Symbol.asyncDispose]();
-    await assert.rejects(sim.lock(4000, null), /closed/);
+    await assert.rejects(sim.driver.lock(4000, null), /closed/);
   });
 
   test("on the real clock, a program with an unawaited kernel exits; so does one closed mid-sleep", () => {
@@ -146,10 +146,10 @@ describe("closing the driver", () => {
     const file = join(tmpdir(), `sim_exit_${process.pid}.ts`);
     writeFileSync(
       file,
-      `import { SimulatedDriver } from ${JSON.stringify(mod)};
-const sim = new SimulatedDriver({ clock: "real" });
+      `import { SimulatedMachine } from ${JSON.stringify(mod)};
+const sim = new SimulatedMachine({ clock: "real" });
 sim.spawn().launch(60_000);
-const idle = new SimulatedDriver({ clock: "real" });
+const idle = new SimulatedMachine({ clock: "real" });
 idle.sleep(60_000).catch(() => console.log("sleep rejected"));
 idle.close();
 console.log("done");

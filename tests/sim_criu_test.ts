@@ -1,4 +1,4 @@
-// The simulated machine's process trees and its simulated CRIU (mock/criu.ts): trees dumped into
+// The simulated machine's process trees and its simulated CRIU (mock/sim_criu.ts): trees dumped into
 // image files and restored with their pids, as new processes (a new start number), their GPU
 // memory intact and checkpointed; what a dump refuses; injected failures and stops, which leave
 // the processes as the real criu leaves them; and the time each takes, checked against what criu
@@ -9,15 +9,15 @@ import { mkdir, mkdtemp, readdir, readFile, rm, stat, writeFile } from "node:fs/
 import os from "node:os";
 import path from "node:path";
 import { CudaProcess, RefusedError } from "../mod.ts";
+import { EngineError } from "../snapshot.ts";
 import {
-  criuImageBytes,
-  EngineError,
   SimulatedCriu,
-  SimulatedDriver,
+  SimulatedMachine,
   type SimulatedProcess,
-  snapshotSimulator,
   type VirtualClock,
 } from "../mock/mod.ts";
+import { loadSimulator, snapshotSimulator } from "../mock/state_file.ts";
+import { criuImageBytes } from "../mock/timing.ts";
 
 const dirs: string[] = [];
 async function imagesDir(): Promise<string> {
@@ -32,8 +32,8 @@ afterEach(async () => {
 const H100 = { name: "NVIDIA H100 80GB HBM3" };
 
 /** Suspends a CUDA process through the library, as the snapshot flow does before a dump. */
-async function suspend(sim: SimulatedDriver, p: SimulatedProcess): Promise<CudaProcess> {
-  const proc = new CudaProcess(p.pid, { driver: sim });
+async function suspend(sim: SimulatedMachine, p: SimulatedProcess): Promise<CudaProcess> {
+  const proc = new CudaProcess(p.pid, { machine: sim });
   await proc.suspend();
   assert.equal(p.state, "checkpointed");
   return proc;
@@ -52,7 +52,7 @@ async function engineFails(promise: Promise<unknown>, re: RegExp): Promise<Engin
 }
 
 /** Simulated ms that `work` takes. */
-async function timed(sim: SimulatedDriver, work: () => Promise<unknown>): Promise<number> {
+async function timed(sim: SimulatedMachine, work: () => Promise<unknown>): Promise<number> {
   const began = sim.now();
   await work();
   return sim.now() - began;
@@ -60,7 +60,7 @@ async function timed(sim: SimulatedDriver, work: () => Promise<unknown>): Promis
 
 describe("process trees of the simulated machine", () => {
   test("spawn takes a live parent; anything else is refused, naming it; orphans get none", () => {
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     const root = sim.spawn({ cuda: false });
     assert.equal(root.parent, 0, "no parent by default");
     const child = sim.spawn({ parent: root.pid });
@@ -84,14 +84,14 @@ describe("process trees of the simulated machine", () => {
   });
 
   test("processTree: the root, then each descendant after its parent; undefined for a thread id or no process", async () => {
-    const sim = new SimulatedDriver({ gpus: 2 });
+    const sim = new SimulatedMachine({ gpus: 2 });
     const root = sim.spawn({ cuda: false, command: "launcher" });
     const a = sim.spawn({ parent: root.pid, memoryMiB: 64 });
     const other = sim.spawn({ command: "not of the tree" });
     const b = sim.spawn({ parent: root.pid, gpu: 1, extraThreads: 3 });
     const a1 = sim.spawn({ parent: a.pid, cuda: false });
     const b1 = sim.spawn({ parent: b.pid, cuda: false });
-    const host = sim.hostProcesses();
+    const host = sim.host;
     const tree = (await host.processTree!(root.pid))!;
     assert.deepEqual(tree.map((p) => p.pid), [root.pid, a.pid, b.pid, a1.pid, b1.pid]);
     for (const p of tree) {
@@ -118,10 +118,10 @@ describe("process trees of the simulated machine", () => {
   });
 
   test("the host tells GPU totals, the machine's facts, and each process's start number", async () => {
-    const sim = new SimulatedDriver({ gpus: [{ memoryMiB: 1000 }, H100] });
+    const sim = new SimulatedMachine({ gpus: [{ memoryMiB: 1000 }, H100] });
     const p = sim.spawn({ memoryMiB: 100 });
     const q = sim.spawn({ gpu: 1 });
-    const host = sim.hostProcesses();
+    const host = sim.host;
     const report = await host.gpuMemory!();
     assert.ok("byPid" in report);
     assert.deepEqual(
@@ -134,20 +134,32 @@ describe("process trees of the simulated machine", () => {
       kernel: "6.8.0-simulated",
       driverRelease: "580.159.04",
     });
-    const old = new SimulatedDriver({ driverVersion: 12080 }).hostProcesses();
+    const old = new SimulatedMachine({ driverVersion: 12080 }).host;
     assert.equal((await old.facts!()).driverRelease, undefined, "no release known for 12.8");
     assert.ok(q.start > p.start, "start numbers go up");
     assert.deepEqual(await host.identify!(p.threads[2]), { pid: p.pid, start: p.start });
     assert.deepEqual(await host.identify!(q.pid), { pid: q.pid, start: q.start });
   });
+  test("pidsInUse: an id a live process has as its pid or as a thread id, and whose", async () => {
+    const sim = new SimulatedMachine();
+    const p = sim.spawn({ extraThreads: 2 });
+    const gone = sim.spawn();
+    gone.exit();
+    assert.deepEqual(await sim.host.pidsInUse!([p.pid, p.threads[2], gone.pid, 12345]), [
+      { id: p.pid, holder: p.pid, as: "pid" },
+      { id: p.threads[2], holder: p.pid, as: "thread" },
+    ]);
+    sim.selfPid = p.pid;
+    assert.equal(sim.host.self, p.pid, "the host's self follows the machine's selfPid");
+  });
 });
 
 describe("the simulated CRIU", () => {
   test("one per driver; probe gives its version and problems; options are checked", async () => {
-    const sim = new SimulatedDriver();
-    const criu = sim.snapshotEngine();
+    const sim = new SimulatedMachine();
+    const criu = sim.engine;
     assert.ok(criu instanceof SimulatedCriu);
-    assert.equal(sim.snapshotEngine(), criu);
+    assert.equal(sim.engine, criu);
     assert.equal(criu.kind, "simulated criu");
     assert.equal(String(criu), "simulated criu 4.1.1");
     assert.deepEqual(await criu.probe(), { version: "4.1.1", problems: [] });
@@ -178,7 +190,7 @@ describe("the simulated CRIU", () => {
       () => new SimulatedCriu(sim, { colour: 1 } as never),
       /colour/,
     );
-    assert.throws(() => new SimulatedCriu({} as SimulatedDriver), /takes a SimulatedDriver/);
+    assert.throws(() => new SimulatedCriu({} as SimulatedMachine), /takes a SimulatedMachine/);
     assert.throws(() => criu.failNext("freeze" as "dump"), /must be one of "dump", "restore"/);
     await assert.rejects(criu.dump({ root: 0, imagesDir: "/x" }), /root \(a pid\).*got 0/);
     await assert.rejects(criu.dump({ root: p.pid, imagesDir: "" }), /imagesDir/);
@@ -188,8 +200,8 @@ describe("the simulated CRIU", () => {
   });
 
   test("dump, kill, restore: the pid comes back as a new process, checkpointed, its memory intact", async () => {
-    const sim = new SimulatedDriver({ gpus: [H100] });
-    const criu = sim.snapshotEngine();
+    const sim = new SimulatedMachine({ gpus: [H100] });
+    const criu = sim.engine;
     const job = sim.spawn({ memoryMiB: 1024, command: "train --epochs 3", extraThreads: 2 });
     const bytes = Uint8Array.from({ length: 3 * 65536 + 11 }, (_, i) => (i * 31 + 7) & 255);
     await job.write(5 * 2 ** 20 + 100, bytes);
@@ -223,7 +235,7 @@ describe("the simulated CRIU", () => {
     assert.equal(back.memoryLocation, "host", "its GPU memory is not on the GPU");
     assert.equal(sim.gpus[0].usedMiB, 0);
     assert.ok(back.start > job.start, "a new start number");
-    assert.deepEqual(await sim.hostProcesses().identify!(job.pid), {
+    assert.deepEqual(await sim.host.identify!(job.pid), {
       pid: job.pid,
       start: back.start,
     });
@@ -237,7 +249,7 @@ describe("the simulated CRIU", () => {
       return true;
     });
     assert.deepEqual(await sim.heldRecords.list(), [], "the old record is of a process gone");
-    const resumed = await new CudaProcess(job.pid, { driver: sim }).resume();
+    const resumed = await new CudaProcess(job.pid, { machine: sim }).resume();
     assert.equal(resumed.state, "running");
     assert.ok(typeof resumed.roomCheck === "object" && "unknown" in resumed.roomCheck);
     assert.equal(await back.memoryChunkedSha256(), digest);
@@ -246,8 +258,8 @@ describe("the simulated CRIU", () => {
   });
 
   test("a tree of a launcher, two CUDA children on two GPUs and a plain child comes back whole", async () => {
-    const sim = new SimulatedDriver({ gpus: 2 });
-    const criu = sim.snapshotEngine();
+    const sim = new SimulatedMachine({ gpus: 2 });
+    const criu = sim.engine;
     const root = sim.spawn({ cuda: false, command: "torchrun" });
     const rank0 = sim.spawn({ parent: root.pid, memoryMiB: 256, gpu: 0, command: "rank 0" });
     const rank1 = sim.spawn({ parent: root.pid, memoryMiB: 512, gpu: 1, command: "rank 1" });
@@ -259,7 +271,7 @@ describe("the simulated CRIU", () => {
     const digests = [await rank0.memoryChunkedSha256(), await rank1.memoryChunkedSha256()];
     await suspend(sim, rank0);
     await suspend(sim, rank1);
-    const before = (await sim.hostProcesses().processTree!(root.pid))!;
+    const before = (await sim.host.processTree!(root.pid))!;
     const dir = await imagesDir();
     await criu.dump({ root: root.pid, imagesDir: dir });
     assert.deepEqual(
@@ -270,7 +282,7 @@ describe("the simulated CRIU", () => {
     assert.deepEqual(sim.processes, [outsider]);
     await criu.restore({ root: root.pid, imagesDir: dir });
 
-    assert.deepEqual(await sim.hostProcesses().processTree!(root.pid), before);
+    assert.deepEqual(await sim.host.processTree!(root.pid), before);
     const [r0, r1] = [sim.process(rank0.pid)!, sim.process(rank1.pid)!];
     assert.deepEqual([r0.state, r1.state], ["checkpointed", "checkpointed"]);
     assert.deepEqual(r1.gpuUuids, [sim.gpus[1].uuid]);
@@ -278,8 +290,8 @@ describe("the simulated CRIU", () => {
     assert.deepEqual([log.state, log.usesCuda, log.libcudaLoaded], ["running", false, true]);
     assert.equal(sim.process(watcher.pid)!.inspectable, false);
     assert.equal(sim.process(watcher.pid)!.parent, rank1.pid);
-    await new CudaProcess(rank0.pid, { driver: sim }).resume();
-    await new CudaProcess(rank1.pid, { driver: sim }).resume();
+    await new CudaProcess(rank0.pid, { machine: sim }).resume();
+    await new CudaProcess(rank1.pid, { machine: sim }).resume();
     assert.deepEqual([await r0.memoryChunkedSha256(), await r1.memoryChunkedSha256()], digests);
     assert.deepEqual(
       await r1.read(2 ** 20, 14),
@@ -288,8 +300,8 @@ describe("the simulated CRIU", () => {
   });
 
   test("a dump refuses a CUDA process that is not checkpointed, and a root no process has", async () => {
-    const sim = new SimulatedDriver();
-    const criu = sim.snapshotEngine();
+    const sim = new SimulatedMachine();
+    const criu = sim.engine;
     const root = sim.spawn({ cuda: false });
     const done = sim.spawn({ parent: root.pid, memoryMiB: 64 });
     const running = sim.spawn({ parent: root.pid, memoryMiB: 64 });
@@ -305,7 +317,7 @@ describe("the simulated CRIU", () => {
     assert.equal(err.log, path.join(dir, "dump.log"));
     assert.match(await readFile(err.log!, "utf8"), /Error: process \d+ still has its GPU state/);
     assert.deepEqual(await readdir(dir), ["dump.log"], "no image written");
-    assert.equal(await sim.lock(running.pid, null), 0);
+    assert.equal(await sim.driver.lock(running.pid, null), 0);
     await engineFails(
       criu.dump({ root: root.pid, imagesDir: await imagesDir() }),
       /still has its GPU state on the GPU \(it is locked\)/,
@@ -331,8 +343,8 @@ describe("the simulated CRIU", () => {
   });
 
   test("a restore whose pid is taken fails, naming it, and leaves no process of the tree behind", async () => {
-    const sim = new SimulatedDriver();
-    const criu = sim.snapshotEngine();
+    const sim = new SimulatedMachine();
+    const criu = sim.engine;
     const root = sim.spawn({ cuda: false });
     const child = sim.spawn({ parent: root.pid, memoryMiB: 32 });
     await suspend(sim, child);
@@ -356,8 +368,8 @@ describe("the simulated CRIU", () => {
   });
 
   test("a restore refuses images that are missing, corrupt or of another tree", async () => {
-    const sim = new SimulatedDriver();
-    const criu = sim.snapshotEngine();
+    const sim = new SimulatedMachine();
+    const criu = sim.engine;
     const root = sim.spawn({ cuda: false });
     const child = sim.spawn({ parent: root.pid, memoryMiB: 16 });
     await child.write(0, new Uint8Array([1, 2, 3]));
@@ -368,8 +380,8 @@ describe("the simulated CRIU", () => {
     const file = path.join(dir, `process-${child.pid}.img`);
     const good = await readFile(file, "utf8");
     const spoilt: [string, string, RegExp][] = [
-      ["not JSON", "{ nope", /cannot read the image .*process-\d+\.img/],
-      ["truncated", good.slice(0, good.length / 2), /cannot read the image/],
+      ["not JSON", "{ nope", /the image .*process-\d+\.img is not JSON/],
+      ["truncated", good.slice(0, good.length / 2), /is not JSON .*; it may be truncated/],
       [
         "another pid",
         good.replace(`"pid":${child.pid}`, `"pid":${child.pid + 1}`),
@@ -383,12 +395,12 @@ describe("the simulated CRIU", () => {
       [
         "a page past its memory",
         good.replace(/"memory":\[\[0,/, `"memory":[[999,`),
-        /is corrupt: memory\[0\]\[0\] \(a page index\) must be an integer from 0 to 255, got 999/,
+        /is corrupt: memory\[0\]\[0\] must be an integer from 0 to 255, got 999/,
       ],
       [
         "an unknown field",
         good.replace(`{"format"`, `{"colour":1,"format"`),
-        /unknown field "colour"/,
+        /is corrupt: it has a field this version does not know, "colour"/,
       ],
       [
         "a GPU of another machine",
@@ -422,8 +434,8 @@ describe("the simulated CRIU", () => {
   });
 
   test("failNext: a failed dump leaves the tree running as it was; a failed restore leaves none of it", async () => {
-    const sim = new SimulatedDriver();
-    const criu = sim.snapshotEngine();
+    const sim = new SimulatedMachine();
+    const criu = sim.engine;
     const root = sim.spawn({ cuda: false });
     const child = sim.spawn({ parent: root.pid, memoryMiB: 256 });
     await suspend(sim, child);
@@ -448,8 +460,8 @@ describe("the simulated CRIU", () => {
   });
 
   test("a stopped dump leaves the processes untouched; a stopped restore leaves none behind", async () => {
-    const sim = new SimulatedDriver({ gpus: [H100] });
-    const criu = sim.snapshotEngine();
+    const sim = new SimulatedMachine({ gpus: [H100] });
+    const criu = sim.engine;
     const job = sim.spawn({ memoryMiB: 4096 });
     await suspend(sim, job);
     const dir = await imagesDir();
@@ -481,8 +493,8 @@ describe("the simulated CRIU", () => {
   });
 
   test("a process killed during a dump or a restore fails it; a failed restore ends the rest", async () => {
-    const sim = new SimulatedDriver();
-    const criu = sim.snapshotEngine();
+    const sim = new SimulatedMachine();
+    const criu = sim.engine;
     const root = sim.spawn({ cuda: false });
     const child = sim.spawn({ parent: root.pid, memoryMiB: 1024 });
     await suspend(sim, child);
@@ -506,9 +518,9 @@ describe("the simulated CRIU", () => {
   });
 
   test("timeoutMs stops a dump or restore on the driver's clock; 0 stops it at once", async () => {
-    const sim = new SimulatedDriver({ gpus: [H100] });
-    const clock = sim.clock as VirtualClock;
-    const criu = sim.snapshotEngine();
+    const sim = new SimulatedMachine({ gpus: [H100] });
+    const clock = sim.time as VirtualClock;
+    const criu = sim.engine;
     const job = sim.spawn({ memoryMiB: 4096 });
     await suspend(sim, job);
     const began = sim.now();
@@ -540,8 +552,8 @@ describe("the simulated CRIU", () => {
   });
 
   test("onBytes hears the simulated image bytes grow to what a 1 GiB process made on an H100", async () => {
-    const sim = new SimulatedDriver();
-    const criu = sim.snapshotEngine();
+    const sim = new SimulatedMachine();
+    const criu = sim.engine;
     const root = sim.spawn({ cuda: false });
     const job = sim.spawn({ parent: root.pid, memoryMiB: 1024 });
     await suspend(sim, job);
@@ -583,8 +595,8 @@ describe("the simulated CRIU", () => {
       { mib: 4096, dump: [2130, 2390] },
     ];
     for (const m of measured) {
-      const sim = new SimulatedDriver({ gpus: [H100] });
-      const criu = sim.snapshotEngine();
+      const sim = new SimulatedMachine({ gpus: [H100] });
+      const criu = sim.engine;
       const job = sim.spawn({ memoryMiB: m.mib });
       await suspend(sim, job);
       const dir = await imagesDir();
@@ -604,8 +616,8 @@ describe("the simulated CRIU", () => {
   test("dumps at once share the disk: eight of 2 GiB take what eight took on the H100", async () => {
     // bench/reports/snapshot-bun-h100.md: eight 2 GiB processes' dumps, all under way at once,
     // wrote 21.8 GB in 5.9 s (median of two; the disk and the page cache shared).
-    const sim = new SimulatedDriver({ gpus: [H100] });
-    const criu = sim.snapshotEngine();
+    const sim = new SimulatedMachine({ gpus: [H100] });
+    const criu = sim.engine;
     const jobs = Array.from({ length: 8 }, () => sim.spawn({ memoryMiB: 2048 }));
     for (const j of jobs) await suspend(sim, j);
     const dumpAll = async (some: SimulatedProcess[]) => {
@@ -628,8 +640,8 @@ describe("the simulated CRIU", () => {
   });
 
   test("kill ends each process named (a thread id ends its process); ids of no process are ignored", async () => {
-    const sim = new SimulatedDriver();
-    const criu = sim.snapshotEngine();
+    const sim = new SimulatedMachine();
+    const criu = sim.engine;
     const a = sim.spawn();
     const b = sim.spawn({ extraThreads: 2 });
     const c = sim.spawn();
@@ -641,10 +653,10 @@ describe("the simulated CRIU", () => {
   });
 
   test("the machine is busy during a dump: it cannot be saved then", async () => {
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     const job = sim.spawn({ memoryMiB: 64 });
     await suspend(sim, job);
-    const dumping = sim.snapshotEngine().dump({ root: job.pid, imagesDir: await imagesDir() });
+    const dumping = sim.engine.dump({ root: job.pid, imagesDir: await imagesDir() });
     assert.throws(() => snapshotSimulator(sim), /under way/);
     await dumping;
     snapshotSimulator(sim);
@@ -653,8 +665,8 @@ describe("the simulated CRIU", () => {
 
 describe("a restored tree in the state file", () => {
   test("parents and start numbers survive a save and a load (version 4)", async () => {
-    const sim = new SimulatedDriver();
-    const criu = sim.snapshotEngine();
+    const sim = new SimulatedMachine();
+    const criu = sim.engine;
     const root = sim.spawn({ cuda: false });
     const child = sim.spawn({ parent: root.pid, memoryMiB: 64 });
     await suspend(sim, child);
@@ -663,7 +675,6 @@ describe("a restored tree in the state file", () => {
     await criu.dump({ root: root.pid, imagesDir: dir });
     await criu.kill([root.pid, child.pid]);
     await criu.restore({ root: root.pid, imagesDir: dir });
-    const { loadSimulator } = await import("../mock/mod.ts");
     const saved = JSON.parse(JSON.stringify(snapshotSimulator(sim)));
     assert.equal(saved.version, 4);
     const again = loadSimulator(saved);

@@ -4,19 +4,15 @@
 // for contrast. The model's points come from bench/reports/growth-deno-4xh200 (one process).
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { resumeAll, suspendAll } from "../mod.ts";
-import {
-  H200_TIMING,
-  H200_X4_HOST_TIMING,
-  SimulatedDriver,
-  type TimingModel,
-} from "../mock/mod.ts";
+import { runGroup } from "../mod.ts";
+import { SimulatedMachine, type TimingModel } from "../mock/mod.ts";
+import { H200_TIMING, H200_X4_HOST_TIMING } from "../mock/timing.ts";
 
 async function fourByEight(timing: TimingModel): Promise<{ suspend: number; resume: number }> {
-  const sim = new SimulatedDriver({ gpus: 4, timing });
+  const sim = new SimulatedMachine({ gpus: 4, timing });
   const pids = [0, 1, 2, 3].map((gpu) => sim.spawn({ memoryMiB: 8192, gpu }).pid);
-  const s = await suspendAll(pids, { driver: sim });
-  const r = await resumeAll(pids, { driver: sim });
+  const s = await runGroup("suspend", pids, { machine: sim });
+  const r = await runGroup("resume", pids, { machine: sim });
   assert.ok(s.ok && r.ok);
   return { suspend: s.ms, resume: r.ms };
 }

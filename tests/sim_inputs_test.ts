@@ -2,11 +2,12 @@
 // was expected.
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { H200_TIMING, SimulatedDriver, type SimulatedDriverOptions } from "../mock/mod.ts";
+import { SimulatedMachine, type SimulatedMachineOptions } from "../mock/mod.ts";
+import { H200_TIMING } from "../mock/timing.ts";
 
-const bad = (o: unknown) => () => new SimulatedDriver(o as SimulatedDriverOptions);
+const bad = (o: unknown) => () => new SimulatedMachine(o as SimulatedMachineOptions);
 
-describe("SimulatedDriver options", () => {
+describe("SimulatedMachine options", () => {
   const rows: [string, unknown, RegExp][] = [
     ["clock", { clock: "fast" }, /clock must be "virtual", "real" or a SimClock .*, got "fast"/],
     ["speed", { clock: "real", speed: 0 }, /speed must be a positive finite number, got 0/],
@@ -34,11 +35,11 @@ describe("SimulatedDriver options", () => {
     [
       "driverVersion",
       { driverVersion: "13.0" },
-      /driverVersion must be an integer >= 0, got "13\.0"/,
+      /driverVersion must be an integer from 0, got "13\.0"/,
     ],
     ["seed", { seed: -1 }, /seed must be an integer from 0 to 4294967295, got -1/],
     ["firstPid", { firstPid: 0 }, /firstPid must be an integer from 1 to 2147483647, got 0/],
-    ["unknown option", { gpu: 2 }, /SimulatedDriver options has no option "gpu"/],
+    ["unknown option", { gpu: 2 }, /SimulatedMachine options has no option "gpu"/],
     [
       "timing",
       { timing: { ...H200_TIMING, lockMs: -1 } },
@@ -61,7 +62,7 @@ describe("SimulatedDriver options", () => {
 });
 
 describe("spawn and process inputs", () => {
-  const sim = new SimulatedDriver({ gpus: 2 });
+  const sim = new SimulatedMachine({ gpus: 2 });
   const rows: [string, () => unknown, RegExp][] = [
     ["gpu [0, 0]", () => sim.spawn({ gpu: [0, 0] }), /spawn: gpu lists GPU 0 twice/],
     [

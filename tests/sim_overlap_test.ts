@@ -3,38 +3,37 @@
 // then acts on the state it left. Each row of the measured tables, through the raw driver.
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { SimulatedDriver, type SimulatedProcess } from "../mock/mod.ts";
+import { SimulatedMachine, type SimulatedProcess } from "../mock/mod.ts";
 import {
-  CU_PROCESS_STATE_CHECKPOINTED,
-  CU_PROCESS_STATE_LOCKED,
   CUDA_ERROR_ILLEGAL_STATE as ILLEGAL,
   CUDA_ERROR_OPERATING_SYSTEM,
   CUDA_SUCCESS as OK,
-} from "../driver.ts";
+} from "../core/codes.ts";
+import { CUprocessState } from "../core/states.ts";
 
 type Op = "getState" | "getRestoreThreadId" | "lock" | "checkpoint" | "restore" | "unlock";
 
 function callOp(
-  sim: SimulatedDriver,
+  sim: SimulatedMachine,
   op: Op,
   pid: number,
 ): Promise<{ code: number; value: number }> {
   switch (op) {
     case "getState":
-      return sim.getState(pid);
+      return sim.driver.getState(pid);
     case "getRestoreThreadId":
-      return sim.getRestoreThreadId(pid);
+      return sim.driver.getRestoreThreadId(pid);
     case "lock":
-      return sim.lock(pid, { timeoutMs: 1000 }).then((code) => ({ code, value: 0 }));
+      return sim.driver.lock(pid, { timeoutMs: 1000 }).then((code) => ({ code, value: 0 }));
     case "restore":
-      return sim.restore(pid, null).then((code) => ({ code, value: 0 }));
+      return sim.driver.restore(pid, null).then((code) => ({ code, value: 0 }));
     default:
-      return sim[op](pid).then((code) => ({ code, value: 0 }));
+      return sim.driver[op](pid).then((code) => ({ code, value: 0 }));
   }
 }
 
 interface Run {
-  sim: SimulatedDriver;
+  sim: SimulatedMachine;
   p: SimulatedProcess;
   code: number;
   value: number;
@@ -45,10 +44,10 @@ interface Run {
 
 /** Starts `first` on a 4 GiB process in `setup`'s state, then `op` 100 ms into it. */
 async function during(first: "checkpoint" | "restore", op: Op): Promise<Run> {
-  const sim = new SimulatedDriver();
+  const sim = new SimulatedMachine();
   const p = sim.spawn({ memoryMiB: 4096 });
-  await sim.lock(p.pid, null);
-  if (first === "restore") await sim.checkpoint(p.pid);
+  await sim.driver.lock(p.pid, null);
+  if (first === "restore") await sim.driver.checkpoint(p.pid);
   let otherEnded = 0;
   const other = callOp(sim, first, p.pid).then((r) => {
     otherEnded = sim.now();
@@ -66,7 +65,7 @@ describe("issued 100 ms into a 4 GiB checkpoint", () => {
   test("getState waits, then returns checkpointed", async () => {
     const r = await during("checkpoint", "getState");
     assert.equal(r.code, OK);
-    assert.equal(r.value, CU_PROCESS_STATE_CHECKPOINTED);
+    assert.equal(r.value, CUprocessState.CU_PROCESS_STATE_CHECKPOINTED);
     assert.ok(r.ended >= r.otherEnded && r.otherEnded > 1000, `${r.ended} vs ${r.otherEnded}`);
   });
 
@@ -101,7 +100,7 @@ describe("issued 100 ms into a 4 GiB checkpoint", () => {
 describe("issued 100 ms into a 4 GiB restore", () => {
   test("getState waits, then returns locked", async () => {
     const r = await during("restore", "getState");
-    assert.equal(r.value, CU_PROCESS_STATE_LOCKED);
+    assert.equal(r.value, CUprocessState.CU_PROCESS_STATE_LOCKED);
     assert.ok(r.ended >= r.otherEnded && r.otherEnded > 500);
   });
 
@@ -144,7 +143,7 @@ describe("two identical calls at the same moment: one SUCCESS, the other ILLEGAL
   };
   for (const [op, setup] of Object.entries(setups)) {
     test(op, async () => {
-      const sim = new SimulatedDriver();
+      const sim = new SimulatedMachine();
       const p = sim.spawn({ memoryMiB: 1024 });
       for (const s of setup) assert.equal((await callOp(sim, s, p.pid)).code, OK);
       const codes =
@@ -161,24 +160,24 @@ describe("two identical calls at the same moment: one SUCCESS, the other ILLEGAL
 
 describe("around the queue", () => {
   test("calls on another process are not held up", async () => {
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     const a = sim.spawn({ memoryMiB: 4096 }), b = sim.spawn();
-    await sim.lock(a.pid, null);
-    const ckpt = sim.checkpoint(a.pid);
+    await sim.driver.lock(a.pid, null);
+    const ckpt = sim.driver.checkpoint(a.pid);
     await sim.sleep(100);
     const t = sim.now();
-    assert.equal((await sim.getState(b.pid)).code, OK);
+    assert.equal((await sim.driver.getState(b.pid)).code, OK);
     assert.ok(sim.now() - t < 1);
     assert.equal(await ckpt, OK);
   });
 
   test("a call queued behind a checkpoint whose process exits gives OPERATING_SYSTEM", async () => {
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     const p = sim.spawn({ memoryMiB: 4096 });
-    await sim.lock(p.pid, null);
-    const ckpt = sim.checkpoint(p.pid);
+    await sim.driver.lock(p.pid, null);
+    const ckpt = sim.driver.checkpoint(p.pid);
     await sim.sleep(50);
-    const queued = sim.getState(p.pid);
+    const queued = sim.driver.getState(p.pid);
     await sim.sleep(50);
     p.exit();
     assert.equal(await ckpt, CUDA_ERROR_OPERATING_SYSTEM);
@@ -187,7 +186,7 @@ describe("around the queue", () => {
 
   test("the call log says what a call waited for", async () => {
     const r = await during("checkpoint", "lock");
-    const lock = r.sim.calls.findLast((c) => c.op === "lock")!;
+    const lock = r.sim.driver.calls.findLast((c) => c.op === "lock")!;
     assert.match(
       lock.note ?? "",
       /^waited [\d.]+ ms for the checkpoint under way; lock needs a running process; it is checkpointed$/,

@@ -3,12 +3,9 @@
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
-import {
-  chunkedSha256,
-  CONTEXT_MIB,
-  SimulatedDriver,
-  type SimulatedDriverOptions,
-} from "../mock/mod.ts";
+import { SimulatedMachine, type SimulatedMachineOptions } from "../mock/mod.ts";
+import { chunkedSha256 } from "../mock/memory.ts";
+import { CONTEXT_MIB } from "../mock/timing.ts";
 import {
   CUDA_ERROR_INVALID_VALUE,
   CUDA_ERROR_NOT_INITIALIZED,
@@ -21,24 +18,24 @@ import { parseGpuUuid } from "../core/uuid.ts";
 
 const MIB = 1024 * 1024;
 
-async function suspended(options: SimulatedDriverOptions, memoryMiB = 256) {
-  const sim = new SimulatedDriver(options);
+async function suspended(options: SimulatedMachineOptions, memoryMiB = 256) {
+  const sim = new SimulatedMachine(options);
   const p = sim.spawn({ memoryMiB });
-  assert.equal(await sim.lock(p.pid, null), CUDA_SUCCESS);
-  assert.equal(await sim.checkpoint(p.pid), CUDA_SUCCESS);
+  assert.equal(await sim.driver.lock(p.pid, null), CUDA_SUCCESS);
+  assert.equal(await sim.driver.checkpoint(p.pid), CUDA_SUCCESS);
   return { sim, p };
 }
 
 describe("GPUs", () => {
   test("defaults: one H200 with an H200's memory and a GPU- UUID; listGpus names it", async () => {
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     assert.equal(sim.gpus.length, 1);
     assert.equal(sim.gpus[0].memoryMiB, 143771);
     assert.match(
       sim.gpus[0].uuid,
       /^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/,
     );
-    assert.deepEqual(await sim.listGpus(), [{
+    assert.deepEqual(await sim.driver.listGpus(), [{
       index: 0,
       uuid: sim.gpus[0].uuid,
       name: "NVIDIA H200",
@@ -46,24 +43,24 @@ describe("GPUs", () => {
   });
 
   test("an H100 by name has an H100's memory", () => {
-    const sim = new SimulatedDriver({ gpus: [{ name: "NVIDIA H100 80GB HBM3" }] });
+    const sim = new SimulatedMachine({ gpus: [{ name: "NVIDIA H100 80GB HBM3" }] });
     assert.equal(sim.gpus[0].memoryMiB, 81559);
   });
 
   test("UUIDs are stable for a seed, differ between GPUs and between seeds", () => {
-    const a = new SimulatedDriver({ gpus: 4 }).gpus.map((g) => g.uuid);
-    const b = new SimulatedDriver({ gpus: 4 }).gpus.map((g) => g.uuid);
-    const c = new SimulatedDriver({ gpus: 4, seed: 2 }).gpus.map((g) => g.uuid);
+    const a = new SimulatedMachine({ gpus: 4 }).gpus.map((g) => g.uuid);
+    const b = new SimulatedMachine({ gpus: 4 }).gpus.map((g) => g.uuid);
+    const c = new SimulatedMachine({ gpus: 4, seed: 2 }).gpus.map((g) => g.uuid);
     assert.deepEqual(a, b);
     assert.equal(new Set(a).size, 4);
     assert.notDeepEqual(a, c);
   });
 
   test("given UUIDs are normalised, and duplicates refused", () => {
-    const sim = new SimulatedDriver({ gpus: [{ uuid: "12345678123412341234123456789ABC" }] });
+    const sim = new SimulatedMachine({ gpus: [{ uuid: "12345678123412341234123456789ABC" }] });
     assert.equal(sim.gpus[0].uuid, "GPU-12345678-1234-1234-1234-123456789abc");
     const uuid = sim.gpus[0].uuid;
-    assert.throws(() => new SimulatedDriver({ gpus: [{ uuid }, { uuid }] }), /same UUID/);
+    assert.throws(() => new SimulatedMachine({ gpus: [{ uuid }, { uuid }] }), /same UUID/);
   });
 });
 
@@ -71,16 +68,16 @@ describe("GPU memory, CUDA contexts included", () => {
   test("a process shows the GPU memory nvidia-smi showed for the same allocation on an H200", () => {
     // nvidia-smi on an H200, driver 580.159.04, 2026-11-21: 536 MiB for a target that allocated
     // 16 MiB, 1544 MiB for one that allocated 1024 MiB (tests/gpu/reports/log-deno-2gpu.txt).
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     sim.spawn({ memoryMiB: 16 });
     assert.ok(Math.abs(sim.gpus[0].usedMiB - 536) <= 4, `${sim.gpus[0].usedMiB} MiB`);
-    const other = new SimulatedDriver();
+    const other = new SimulatedMachine();
     other.spawn({ memoryMiB: 1024 });
     assert.ok(Math.abs(other.gpus[0].usedMiB - 1544) <= 4, `${other.gpus[0].usedMiB} MiB`);
   });
 
   test(`a CUDA process takes its memory and a context (default ${CONTEXT_MIB} MiB) on each GPU`, () => {
-    const sim = new SimulatedDriver({ gpus: 2 });
+    const sim = new SimulatedMachine({ gpus: 2 });
     sim.spawn({ memoryMiB: 1024, gpu: [0, 1] });
     assert.deepEqual(sim.gpus.map((g) => g.usedMiB), [512 + CONTEXT_MIB, 512 + CONTEXT_MIB]);
     sim.spawn({ cuda: false });
@@ -88,7 +85,7 @@ describe("GPU memory, CUDA contexts included", () => {
   });
 
   test("spawn refuses what does not fit, context counted", () => {
-    const sim = new SimulatedDriver({ gpus: [{ memoryMiB: 1000, contextMiB: 100 }] });
+    const sim = new SimulatedMachine({ gpus: [{ memoryMiB: 1000, contextMiB: 100 }] });
     sim.spawn({ memoryMiB: 600 });
     assert.equal(sim.gpus[0].freeMiB, 300);
     assert.throws(
@@ -100,13 +97,13 @@ describe("GPU memory, CUDA contexts included", () => {
   });
 
   test("checkpoint frees memory and context; restore needs both again; exit frees them", async () => {
-    const sim = new SimulatedDriver({ gpus: [{ memoryMiB: 2000, contextMiB: 100 }] });
+    const sim = new SimulatedMachine({ gpus: [{ memoryMiB: 2000, contextMiB: 100 }] });
     const p = sim.spawn({ memoryMiB: 600 });
-    await sim.lock(p.pid, null);
-    await sim.checkpoint(p.pid);
+    await sim.driver.lock(p.pid, null);
+    await sim.driver.checkpoint(p.pid);
     assert.equal(sim.gpus[0].usedMiB, 0);
     const filler = sim.spawn({ memoryMiB: 1150 }); // 1250 used, 750 free: 700 fits
-    assert.equal(await sim.restore(p.pid, null), CUDA_SUCCESS);
+    assert.equal(await sim.driver.restore(p.pid, null), CUDA_SUCCESS);
     assert.equal(sim.gpus[0].usedMiB, 1950);
     filler.exit();
     assert.equal(sim.gpus[0].usedMiB, 700);
@@ -115,13 +112,16 @@ describe("GPU memory, CUDA contexts included", () => {
   });
 
   test("a restore that runs out of memory (the context does not fit) leaves the process unrestorable, as driver 580 does", async () => {
-    const sim = new SimulatedDriver({ gpus: [{ memoryMiB: 2000, contextMiB: 100 }, {}] });
+    const sim = new SimulatedMachine({ gpus: [{ memoryMiB: 2000, contextMiB: 100 }, {}] });
     const p = sim.spawn({ memoryMiB: 600 });
-    await sim.lock(p.pid, null);
-    await sim.checkpoint(p.pid);
+    await sim.driver.lock(p.pid, null);
+    await sim.driver.checkpoint(p.pid);
     const filler = sim.spawn({ memoryMiB: 1250 }); // 1350 used, 650 free: the memory fits, not the context
-    assert.equal(await sim.restore(p.pid, null), CUDA_ERROR_OUT_OF_MEMORY);
-    assert.match(sim.calls.at(-1)!.note!, /GPU 0 has 650 MiB free, too little for 700 MiB more/);
+    assert.equal(await sim.driver.restore(p.pid, null), CUDA_ERROR_OUT_OF_MEMORY);
+    assert.match(
+      sim.driver.calls.at(-1)!.note!,
+      /GPU 0 has 650 MiB free, too little for 700 MiB more/,
+    );
     assert.equal(p.state, "checkpointed");
     assert.equal(p.restoreRefused, true);
     assert.equal(sim.gpus[0].usedMiB, 1350, "the failed restore holds nothing");
@@ -132,44 +132,50 @@ describe("GPU memory, CUDA contexts included", () => {
       const args of [null, { gpuPairs: [{ oldUuid: a, newUuid: b }, { oldUuid: b, newUuid: a }] }]
     ) {
       const t0 = sim.now();
-      assert.equal(await sim.restore(p.pid, args), CUDA_ERROR_OPERATING_SYSTEM);
+      assert.equal(await sim.driver.restore(p.pid, args), CUDA_ERROR_OPERATING_SYSTEM);
       assert.equal(sim.now() - t0, 6, "answered in the measured time");
       assert.equal(p.state, "checkpointed");
-      assert.deepEqual(await sim.getState(p.pid), { code: CUDA_SUCCESS, value: 2 });
-      assert.deepEqual(await sim.getRestoreThreadId(p.pid), { code: CUDA_SUCCESS, value: p.tid });
+      assert.deepEqual(await sim.driver.getState(p.pid), { code: CUDA_SUCCESS, value: 2 });
+      assert.deepEqual(await sim.driver.getRestoreThreadId(p.pid), {
+        code: CUDA_SUCCESS,
+        value: p.tid,
+      });
     }
     assert.equal(sim.gpus[0].usedMiB, 0);
     p.exit();
-    assert.equal(await sim.getState(p.pid).then((r) => r.code), CUDA_ERROR_OPERATING_SYSTEM);
+    assert.equal(await sim.driver.getState(p.pid).then((r) => r.code), CUDA_ERROR_OPERATING_SYSTEM);
   });
 });
 
 describe("processes and threads", () => {
   test("a CUDA process's restore thread is the driver's own, never the main one", async () => {
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     for (const extraThreads of [0, 1, 5]) {
       const p = sim.spawn({ extraThreads });
       assert.equal(p.threads.length, 2 + extraThreads);
       assert.notEqual(p.tid, p.pid);
       assert.equal(p.tid, p.threads.at(-1));
-      assert.deepEqual(await sim.getRestoreThreadId(p.pid), { code: CUDA_SUCCESS, value: p.tid });
+      assert.deepEqual(await sim.driver.getRestoreThreadId(p.pid), {
+        code: CUDA_SUCCESS,
+        value: p.tid,
+      });
       assert.equal(sim.process(p.tid), p);
     }
   });
 
   test("a process that never used CUDA has no restore thread", async () => {
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     const p = sim.spawn({ cuda: false, extraThreads: 0 });
     assert.deepEqual(p.threads, [p.pid]);
     assert.equal(p.tid, 0);
-    assert.deepEqual(await sim.getRestoreThreadId(p.pid), {
+    assert.deepEqual(await sim.driver.getRestoreThreadId(p.pid), {
       code: CUDA_ERROR_NOT_INITIALIZED,
       value: 0,
     });
   });
 
   test("pids and thread ids of different processes never collide", () => {
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     const all = [sim.spawn(), sim.spawn({ extraThreads: 30 }), sim.spawn()].flatMap((p) =>
       p.threads
     );
@@ -177,11 +183,11 @@ describe("processes and threads", () => {
   });
 
   test("an exited process is gone: its ids give OPERATING_SYSTEM and its memory is free", async () => {
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     const p = sim.spawn({ memoryMiB: 100 });
     p.exit();
-    assert.equal((await sim.getState(p.pid)).code, CUDA_ERROR_OPERATING_SYSTEM);
-    assert.equal((await sim.getState(p.tid)).code, CUDA_ERROR_OPERATING_SYSTEM);
+    assert.equal((await sim.driver.getState(p.pid)).code, CUDA_ERROR_OPERATING_SYSTEM);
+    assert.equal((await sim.driver.getState(p.tid)).code, CUDA_ERROR_OPERATING_SYSTEM);
     assert.equal(sim.gpus[0].usedMiB, 0);
     assert.equal(sim.processes.length, 0);
     await assert.rejects(p.write(0, new Uint8Array(1)), /has exited/);
@@ -194,15 +200,15 @@ describe("processes and threads", () => {
     const blocked = p.read(0, 3).then((b) => (done = true, b));
     await sim.sleep(5000);
     assert.equal(done, false);
-    await sim.restore(p.pid, null);
-    await sim.unlock(p.pid);
+    await sim.driver.restore(p.pid, null);
+    await sim.driver.unlock(p.pid);
     assert.deepEqual(await blocked, new Uint8Array(3));
   });
 });
 
 describe("memoryChunkedSha256", () => {
   test("is the chunked SHA-256 of every byte, as a test computes it over read(), not their SHA-256", async () => {
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     const p = sim.spawn({ memoryMiB: 3 });
     assert.equal(await p.memoryChunkedSha256(), chunkedSha256(new Uint8Array(3 * MIB)), "zeros");
     await p.write(65530, Uint8Array.from({ length: 70000 }, (_, i) => i % 251));
@@ -212,17 +218,17 @@ describe("memoryChunkedSha256", () => {
     const bytes = await p.read(0, 3 * MIB);
     assert.equal(hash, chunkedSha256(bytes));
     assert.notEqual(hash, createHash("sha256").update(bytes).digest("hex"));
-    await sim.lock(p.pid, null);
-    await sim.checkpoint(p.pid);
+    await sim.driver.lock(p.pid, null);
+    await sim.driver.checkpoint(p.pid);
     assert.equal(await p.memoryChunkedSha256(), hash, "the same in host memory");
-    await sim.restore(p.pid, null);
-    await sim.unlock(p.pid);
+    await sim.driver.restore(p.pid, null);
+    await sim.driver.unlock(p.pid);
     await p.write(MIB, new Uint8Array([1]));
     assert.equal(await p.memoryChunkedSha256(), chunkedSha256(await p.read(0, 3 * MIB)));
   });
 
   test("takes no virtual time", async () => {
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     const p = sim.spawn({ memoryMiB: 64 });
     p.launch(100);
     await p.memoryChunkedSha256();
@@ -230,7 +236,7 @@ describe("memoryChunkedSha256", () => {
   });
 
   test("rejects for a process with no GPU memory, naming it", async () => {
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     const p = sim.spawn({ cuda: false });
     await assert.rejects(p.memoryChunkedSha256(), new RegExp(`process ${p.pid} has no GPU memory`));
   });
@@ -238,9 +244,9 @@ describe("memoryChunkedSha256", () => {
 
 describe("driver versions", () => {
   test("below 12080 every checkpoint call resolves NOT_SUPPORTED, and missingFunctions names all six", async () => {
-    const sim = new SimulatedDriver({ driverVersion: 12040 });
+    const sim = new SimulatedMachine({ driverVersion: 12040 });
     const p = sim.spawn();
-    assert.deepEqual(sim.missingFunctions, [
+    assert.deepEqual(sim.driver.missingFunctions, [
       "cuCheckpointProcessGetState",
       "cuCheckpointProcessGetRestoreThreadId",
       "cuCheckpointProcessLock",
@@ -248,30 +254,30 @@ describe("driver versions", () => {
       "cuCheckpointProcessRestore",
       "cuCheckpointProcessUnlock",
     ]);
-    assert.equal((await sim.getState(p.pid)).code, CUDA_ERROR_NOT_SUPPORTED);
-    assert.equal((await sim.getRestoreThreadId(p.pid)).code, CUDA_ERROR_NOT_SUPPORTED);
+    assert.equal((await sim.driver.getState(p.pid)).code, CUDA_ERROR_NOT_SUPPORTED);
+    assert.equal((await sim.driver.getRestoreThreadId(p.pid)).code, CUDA_ERROR_NOT_SUPPORTED);
     for (
       const code of [
-        await sim.lock(p.pid, null),
-        await sim.checkpoint(p.pid),
-        await sim.restore(p.pid, null),
-        await sim.unlock(p.pid),
+        await sim.driver.lock(p.pid, null),
+        await sim.driver.checkpoint(p.pid),
+        await sim.driver.restore(p.pid, null),
+        await sim.driver.unlock(p.pid),
       ]
     ) {
       assert.equal(code, CUDA_ERROR_NOT_SUPPORTED);
     }
-    assert.match(sim.calls[2].note!, /driver 12\.4 has no cuCheckpointProcessLock/);
-    assert.deepEqual(await sim.driverVersion(), { code: CUDA_SUCCESS, value: 12040 });
-    assert.deepEqual(new SimulatedDriver({ driverVersion: 12080 }).missingFunctions, []);
+    assert.match(sim.driver.calls[2].note!, /driver 12\.4 has no cuCheckpointProcessLock/);
+    assert.deepEqual(await sim.driver.driverVersion(), { code: CUDA_SUCCESS, value: 12040 });
+    assert.deepEqual(new SimulatedMachine({ driverVersion: 12080 }).driver.missingFunctions, []);
   });
 
   test("on 12.8 a restore with GPU pairs resolves NOT_SUPPORTED and leaves the process checkpointed", async () => {
     const { sim, p } = await suspended({ driverVersion: 12080, gpus: 2 });
     const [a, b] = sim.gpus.map((g) => parseGpuUuid(g.uuid));
     const pairs = [{ oldUuid: a, newUuid: b }, { oldUuid: b, newUuid: a }];
-    assert.equal(await sim.restore(p.pid, { gpuPairs: pairs }), CUDA_ERROR_NOT_SUPPORTED);
+    assert.equal(await sim.driver.restore(p.pid, { gpuPairs: pairs }), CUDA_ERROR_NOT_SUPPORTED);
     assert.equal(p.state, "checkpointed");
-    assert.equal(await sim.restore(p.pid, { gpuPairs: [] }), CUDA_SUCCESS);
+    assert.equal(await sim.driver.restore(p.pid, { gpuPairs: [] }), CUDA_SUCCESS);
   });
 });
 
@@ -280,11 +286,11 @@ describe("injected faults", () => {
     const { sim, p } = await suspended({ gpus: [{ memoryMiB: 2000, contextMiB: 0 }] }, 1000);
     sim.spawn({ memoryMiB: 1500 });
     p.failNext("restore", { code: 999, state: "locked" });
-    assert.equal(await sim.restore(p.pid, null), CUDA_ERROR_OUT_OF_MEMORY);
+    assert.equal(await sim.driver.restore(p.pid, null), CUDA_ERROR_OUT_OF_MEMORY);
     assert.equal(p.state, "checkpointed");
     assert.equal(sim.gpus[0].usedMiB, 1500, "never over-committed");
     assert.match(
-      sim.calls.at(-1)!.note!,
+      sim.driver.calls.at(-1)!.note!,
       /injected by failNext\("restore"\) to leave the process locked, but GPU 0 has 500 MiB free.*it stays checkpointed/,
     );
   });
@@ -292,7 +298,7 @@ describe("injected faults", () => {
   test("with room, the fault's state and code apply and the memory moves back", async () => {
     const { sim, p } = await suspended({}, 1000);
     p.failNext("restore", { code: 999, state: "locked" });
-    assert.equal(await sim.restore(p.pid, null), 999);
+    assert.equal(await sim.driver.restore(p.pid, null), 999);
     assert.equal(p.state, "locked");
     assert.equal(p.memoryLocation, "gpu");
     assert.equal(sim.gpus[0].usedMiB, 1000 + CONTEXT_MIB);
@@ -330,8 +336,8 @@ describe("rejected GPU mappings say why in the call log", () => {
       const pairs = mapping(sim.gpus.map((g) => parseGpuUuid(g.uuid))).map((
         [oldUuid, newUuid],
       ) => ({ oldUuid, newUuid }));
-      assert.equal(await sim.restore(p.pid, { gpuPairs: pairs }), CUDA_ERROR_INVALID_VALUE);
-      assert.match(sim.calls.at(-1)!.note!, note);
+      assert.equal(await sim.driver.restore(p.pid, { gpuPairs: pairs }), CUDA_ERROR_INVALID_VALUE);
+      assert.match(sim.driver.calls.at(-1)!.note!, note);
       assert.equal(p.state, "checkpointed");
     });
   }
@@ -342,12 +348,15 @@ describe("rejected GPU mappings say why in the call log", () => {
     const map = (m: Uint8Array[][]) => ({
       gpuPairs: m.map(([oldUuid, newUuid]) => ({ oldUuid, newUuid })),
     });
-    assert.equal(await sim.restore(p.pid, map([[a, c], [b, b], [c, a]])), CUDA_ERROR_INVALID_VALUE);
+    assert.equal(
+      await sim.driver.restore(p.pid, map([[a, c], [b, b], [c, a]])),
+      CUDA_ERROR_INVALID_VALUE,
+    );
     assert.match(
-      sim.calls.at(-1)!.note!,
+      sim.driver.calls.at(-1)!.note!,
       /GPU 0 \(NVIDIA H200\) would move onto GPU 2 \(NVIDIA H100 80GB HBM3\): restore needs the same chip/,
     );
-    assert.equal(await sim.restore(p.pid, map([[a, b], [b, c], [c, a]])), CUDA_SUCCESS);
+    assert.equal(await sim.driver.restore(p.pid, map([[a, b], [b, c], [c, a]])), CUDA_SUCCESS);
     assert.deepEqual(p.gpuUuids, [sim.gpus[1].uuid]);
   });
 });

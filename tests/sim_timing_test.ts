@@ -1,10 +1,11 @@
 // The simulator's timing model checked against MEASUREMENTS it was not built from. The model
 // (mock/timing.ts) takes each chip's single-process table and fits its two concurrency figures to
-// four processes of 4 GiB at once; everything below compares a prediction with a measured figure
-// from docs/DRIVER.md#timings, copied here as the measurement itself.
+// four processes of 4 GiB at once; everything below compares a prediction with another measured
+// figure from docs/DRIVER.md#timings, copied here as the measurement itself (the figures the model
+// was fitted to are not checked against themselves).
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { SimulatedDriver, type SimulatedDriverOptions } from "../mock/mod.ts";
+import { SimulatedMachine, type SimulatedMachineOptions } from "../mock/mod.ts";
 import { CUDA_ERROR_OPERATING_SYSTEM, CUDA_SUCCESS } from "../core/codes.ts";
 import { parseGpuUuid } from "../core/uuid.ts";
 
@@ -13,7 +14,6 @@ type Range = readonly [number, number];
 
 const MEASURED = {
   // One H200, N x 4 GiB all at once (the probes, docs/DRIVER.md#many-processes-at-once).
-  h200_4x4_together: { suspend: [2360, 2360], resume: [1170, 1170] }, // used to fit the model
   h200_8x4_together: { suspend: [2900, 3400], resume: [2000, 2300] },
   // The same one after another, same section: the probes (8.2-8.4 s / 3.2-3.4 s; 20.3 s / 6.8 s)
   // and four bench runs on other lent machines (7.70-12.22 s / 2.92-3.96 s; 17.25 s / 6.51 s).
@@ -39,27 +39,27 @@ function within(ms: number, [min, max]: Range, slack = 0, what = ""): void {
   );
 }
 
-async function timed(sim: SimulatedDriver, work: () => Promise<unknown>): Promise<number> {
+async function timed(sim: SimulatedMachine, work: () => Promise<unknown>): Promise<number> {
   const t = sim.now();
   await work();
   return sim.now() - t;
 }
 
-async function suspend(sim: SimulatedDriver, pid: number): Promise<void> {
-  assert.equal(await sim.lock(pid, null), CUDA_SUCCESS);
-  assert.equal(await sim.checkpoint(pid), CUDA_SUCCESS);
+async function suspend(sim: SimulatedMachine, pid: number): Promise<void> {
+  assert.equal(await sim.driver.lock(pid, null), CUDA_SUCCESS);
+  assert.equal(await sim.driver.checkpoint(pid), CUDA_SUCCESS);
 }
 
-async function resume(sim: SimulatedDriver, pid: number): Promise<void> {
-  assert.equal(await sim.restore(pid, null), CUDA_SUCCESS);
-  assert.equal(await sim.unlock(pid), CUDA_SUCCESS);
+async function resume(sim: SimulatedMachine, pid: number): Promise<void> {
+  assert.equal(await sim.driver.restore(pid, null), CUDA_SUCCESS);
+  assert.equal(await sim.driver.unlock(pid), CUDA_SUCCESS);
 }
 
 /** Suspend and resume times of `n` processes of `mib`, all at once or one after another. */
 async function many(n: number, mib: number, together: boolean): Promise<[number, number]> {
-  const sim = new SimulatedDriver();
+  const sim = new SimulatedMachine();
   const pids = Array.from({ length: n }, () => sim.spawn({ memoryMiB: mib }).pid);
-  const each = async (fn: (sim: SimulatedDriver, pid: number) => Promise<void>) => {
+  const each = async (fn: (sim: SimulatedMachine, pid: number) => Promise<void>) => {
     if (together) await Promise.all(pids.map((p) => fn(sim, p)));
     else for (const p of pids) await fn(sim, p);
   };
@@ -67,12 +67,6 @@ async function many(n: number, mib: number, together: boolean): Promise<[number,
 }
 
 describe("many processes at once, on the H200 host", () => {
-  test("4 x 4 GiB together reproduces the measurement the model was fitted to (within 3%)", async () => {
-    const [s, r] = await many(4, 4096, true);
-    within(s, MEASURED.h200_4x4_together.suspend, 0.03, "suspend");
-    within(r, MEASURED.h200_4x4_together.resume, 0.03, "resume");
-  });
-
   test("8 x 4 GiB together: predicted inside the measured ranges", async () => {
     const [s, r] = await many(8, 4096, true);
     within(s, MEASURED.h200_8x4_together.suspend, 0, "suspend");
@@ -96,7 +90,7 @@ describe("many processes at once, on the H200 host", () => {
 
 describe("one process", () => {
   test("1 GiB on an H200: inside the spread of the CudaProcess cycles measured on four machines", async () => {
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     const { pid } = sim.spawn({ memoryMiB: 1024 });
     within(
       await timed(sim, () => suspend(sim, pid)),
@@ -108,61 +102,66 @@ describe("one process", () => {
   });
 
   test("1 GiB on an H100 (a size its table lacks): inside the measured ranges", async () => {
-    const sim = new SimulatedDriver({ gpus: [{ name: "NVIDIA H100 80GB HBM3" }] });
+    const sim = new SimulatedMachine({ gpus: [{ name: "NVIDIA H100 80GB HBM3" }] });
     const { pid } = sim.spawn({ memoryMiB: 1024 });
-    await sim.lock(pid, null);
-    within(await timed(sim, () => sim.checkpoint(pid)), MEASURED.h100_1g.checkpoint, 0, "ckpt");
-    within(await timed(sim, () => sim.restore(pid, null)), MEASURED.h100_1g.restore, 0, "restore");
-    await sim.unlock(pid);
+    await sim.driver.lock(pid, null);
+    within(
+      await timed(sim, () => sim.driver.checkpoint(pid)),
+      MEASURED.h100_1g.checkpoint,
+      0,
+      "ckpt",
+    );
+    within(
+      await timed(sim, () => sim.driver.restore(pid, null)),
+      MEASURED.h100_1g.restore,
+      0,
+      "restore",
+    );
+    await sim.driver.unlock(pid);
     const cycle = await timed(sim, () => suspend(sim, pid).then(() => resume(sim, pid)));
     within(cycle, [MEASURED.h100_1g.cycle, MEASURED.h100_1g.cycle], 0.1, "whole cycle");
   });
 
   test("the chip's name picks its model: the same 1 GiB differs on an H100 and an H200", async () => {
-    const ckpt = async (o: SimulatedDriverOptions) => {
-      const sim = new SimulatedDriver(o);
+    const ckpt = async (o: SimulatedMachineOptions) => {
+      const sim = new SimulatedMachine(o);
       const { pid } = sim.spawn({ memoryMiB: 1024 });
-      await sim.lock(pid, null);
-      return await timed(sim, () => sim.checkpoint(pid));
+      await sim.driver.lock(pid, null);
+      return await timed(sim, () => sim.driver.checkpoint(pid));
     };
     assert.notEqual(await ckpt({}), await ckpt({ gpus: [{ name: "NVIDIA H100 80GB HBM3" }] }));
   });
 
   test("a 1 GiB restore onto the other GPU: within 5% of the measured 357 ms", async () => {
-    const sim = new SimulatedDriver({ gpus: 2 });
+    const sim = new SimulatedMachine({ gpus: 2 });
     const { pid } = sim.spawn({ memoryMiB: 1024 });
     const [a, b] = sim.gpus.map((g) => parseGpuUuid(g.uuid));
     await suspend(sim, pid);
     const ms = await timed(sim, async () => {
       const pairs = [{ oldUuid: a, newUuid: b }, { oldUuid: b, newUuid: a }];
-      assert.equal(await sim.restore(pid, { gpuPairs: pairs }), CUDA_SUCCESS);
+      assert.equal(await sim.driver.restore(pid, { gpuPairs: pairs }), CUDA_SUCCESS);
     });
     const m = MEASURED.h200_1g_migration;
     within(ms, [m, m], 0.05, "migration restore");
   });
 
-  test("an exit 150 ms into a 4 GiB checkpoint returns OPERATING_SYSTEM when measured (the one figure exitNoticeMs was fitted to)", async () => {
-    const sim = new SimulatedDriver();
-    const p = sim.spawn({ memoryMiB: 4096 });
-    await sim.lock(p.pid, null);
-    const t = sim.now();
-    const call = sim.checkpoint(p.pid);
-    await sim.sleep(MEASURED.exitDuringCheckpoint.killAtMs);
-    p.exit();
-    assert.equal(await call, CUDA_ERROR_OPERATING_SYSTEM);
-    within(sim.now() - t, MEASURED.exitDuringCheckpoint.returnsAt, 0, "exit noticed");
-  });
-
-  test("an exit late in a checkpoint is noticed as soon, not when the copy would have ended", async () => {
-    const sim = new SimulatedDriver();
-    const p = sim.spawn({ memoryMiB: 4096 });
-    await sim.lock(p.pid, null);
-    const call = sim.checkpoint(p.pid);
-    await sim.sleep(1000);
-    p.exit();
-    const t = sim.now();
-    assert.equal(await call, CUDA_ERROR_OPERATING_SYSTEM);
-    assert.equal(sim.now() - t, sim.timing.exitNoticeMs);
-    assert.equal(sim.gpus[0].usedMiB, 0);
+  test("an exit during a checkpoint is noticed as soon, early or late, not when the copy ends", async () => {
+    // Measured: killed 150 ms into a 4 GiB checkpoint, the call returned at 217-225 ms; the model
+    // was fitted to that one figure, so what is checked here is that the notice does not depend on
+    // how far the copy had come, and that nothing of the process stays on the GPU.
+    const noticed: number[] = [];
+    for (const killAt of [MEASURED.exitDuringCheckpoint.killAtMs, 1000, 1800]) {
+      const sim = new SimulatedMachine();
+      const p = sim.spawn({ memoryMiB: 4096 });
+      await sim.driver.lock(p.pid, null);
+      const call = sim.driver.checkpoint(p.pid);
+      await sim.sleep(killAt);
+      p.exit();
+      const t = sim.now();
+      assert.equal(await call, CUDA_ERROR_OPERATING_SYSTEM);
+      noticed.push(sim.now() - t);
+      assert.equal(sim.gpus[0].usedMiB, 0);
+    }
+    assert.ok(noticed[0] > 0 && noticed.every((ms) => ms === noticed[0]), `${noticed}`);
   });
 });

@@ -1,4 +1,4 @@
-// Snapshots (core/snapshot.ts) end to end on the simulated driver and its simulated criu, with the
+// Snapshots (core/to_disk.ts, core/from_disk.ts) end to end on the simulated driver and its simulated criu, with the
 // file system's store: process trees to a directory and back with their pids and GPU memory;
 // everything refused before anything changes; every failure after that putting things back as
 // the error says; deadlines, aborts and progress; jobs; restores onto other GPUs.
@@ -19,15 +19,11 @@ import {
 } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { RefusedError } from "../mod.ts";
-import {
-  MANIFEST_FILE,
-  restoreSnapshot,
-  snapshot,
-  SnapshotError,
-  type SnapshotEvent,
-} from "../snapshot.ts";
-import { SimulatedCriu, SimulatedDriver, type SimulatedProcess } from "../mock/mod.ts";
+import { RefusedError, restoreSnapshot, snapshot, SnapshotError } from "../mod.ts";
+import type { SnapshotEvent } from "../snapshot.ts";
+import { MANIFEST_FILE } from "../core/manifest.ts";
+import { hostWith, machineWith } from "./support/forward.ts";
+import { SimulatedCriu, SimulatedMachine, type SimulatedProcess } from "../mock/mod.ts";
 import { mappingProblems } from "../core/gate.ts";
 import { parseGpuUuid } from "../core/uuid.ts";
 
@@ -42,7 +38,7 @@ afterEach(() => {
 });
 
 /** A tree: a plain root, two CUDA children (1 and 2 GiB, on GPU 0), a plain grandchild. */
-async function job(sim = new SimulatedDriver({ gpus: 2 })) {
+async function job(sim = new SimulatedMachine({ gpus: 2 })) {
   const root = sim.spawn({ cuda: false, command: "bash run.sh" });
   const a = sim.spawn({ parent: root.pid, memoryMiB: 1024, gpu: 0, command: "python rank0.py" });
   const b = sim.spawn({ parent: root.pid, memoryMiB: 2048, gpu: 0, command: "python rank1.py" });
@@ -54,7 +50,7 @@ async function job(sim = new SimulatedDriver({ gpus: 2 })) {
 }
 
 /** The live process with `pid`, which must exist. */
-function live(sim: SimulatedDriver, pid: number): SimulatedProcess {
+function live(sim: SimulatedMachine, pid: number): SimulatedProcess {
   const p = sim.process(pid);
   assert.ok(p && p.pid === pid, `process ${pid} lives`);
   return p;
@@ -71,7 +67,7 @@ describe("a snapshot and its restore", () => {
   test("a tree to disk, ended, then back with its pids, its CUDA processes running, memory intact", async () => {
     const { sim, a, b, pids, hashes } = await job();
     const dir = newDir();
-    const made = await snapshot([pids[0]], dir, { driver: sim });
+    const made = await snapshot([pids[0]], dir, { machine: sim });
     const m = made.manifest;
     assert.equal(m.format, "ckpt-cuda-snapshot/1");
     assert.deepEqual(m.trees[0].processes.map((p) => p.pid), pids);
@@ -89,7 +85,7 @@ describe("a snapshot and its restore", () => {
     for (const pid of pids) assert.equal(sim.process(pid), undefined, `${pid} was ended`);
     assert.equal(sim.gpus[0].usedMiB, 0, "the GPU is free");
 
-    const back = await restoreSnapshot(dir, { driver: sim });
+    const back = await restoreSnapshot(dir, { machine: sim });
     assert.deepEqual(back.pids, pids);
     assert.deepEqual(back.gpuMapping, {}, "in place");
     const t = back.timings;
@@ -113,34 +109,33 @@ describe("a snapshot and its restore", () => {
   test("leaveRunning: the processes go on; the snapshot can be restored once they are gone", async () => {
     const { sim, a, pids, hashes } = await job();
     const dir = newDir();
-    const made = await snapshot([pids[0]], dir, { driver: sim, leaveRunning: true });
+    const made = await snapshot([pids[0]], dir, { machine: sim, leaveRunning: true });
     assert.equal(made.manifest.options.leaveRunning, true);
     assert.equal(live(sim, a.pid).state, "running");
     await refusedWith(
-      restoreSnapshot(dir, { driver: sim }),
+      restoreSnapshot(dir, { machine: sim }),
       "PID_TAKEN",
       new RegExp(`pid ${pids[0]} \\(bash run\\.sh\\) must be free .* process ${pids[0]} has it`),
     );
     for (const pid of pids) sim.process(pid)?.exit();
-    await restoreSnapshot(dir, { driver: sim });
+    await restoreSnapshot(dir, { machine: sim });
     assert.equal(await live(sim, a.pid).memoryChunkedSha256(), hashes[0]);
   });
 
   test("a pid still some process's session or group is taken: refused, naming that process", async () => {
     const { sim, pids, hashes, a } = await job();
     const dir = newDir();
-    await snapshot([pids[0]], dir, { driver: sim });
+    await snapshot([pids[0]], dir, { machine: sim });
     // A process forked by the tree after its dump and not yet reaped by init keeps the tree's
     // session: the kernel gives the root's pid to no new process while it does.
-    const plain = sim.hostProcesses();
+    const plain = sim.host;
     const leftOver = { id: pids[0], holder: 31337, as: "session" as const };
-    const host = {
-      ...plain,
+    const host = hostWith(plain, {
       pidsInUse: (ids: readonly number[]) =>
         Promise.resolve(ids.includes(leftOver.id) ? [leftOver] : []),
-    };
+    });
     await refusedWith(
-      restoreSnapshot(dir, { driver: sim, host }),
+      restoreSnapshot(dir, { machine: machineWith(sim, { host }) }),
       "PID_TAKEN",
       new RegExp(
         `pid ${pids[0]} \\(bash run\\.sh\\) must be free .* process 31337 still has it as its ` +
@@ -148,26 +143,26 @@ describe("a snapshot and its restore", () => {
       ),
     );
     assert.equal(sim.process(pids[0]), undefined, "nothing was made");
-    await restoreSnapshot(dir, { driver: sim, host: plain });
+    await restoreSnapshot(dir, { machine: machineWith(sim, { host: plain }) });
     assert.equal(await live(sim, a.pid).memoryChunkedSha256(), hashes[0]);
   });
 
   test("a CUDA process checkpointed before the snapshot comes back checkpointed", async () => {
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     const p = sim.spawn({ memoryMiB: 1024 });
     const { CudaProcess } = await import("../mod.ts");
-    await new CudaProcess(p.pid, { driver: sim }).suspend();
+    await new CudaProcess(p.pid, { machine: sim }).suspend();
     const dir = newDir();
-    const made = await snapshot([p.pid], dir, { driver: sim });
+    const made = await snapshot([p.pid], dir, { machine: sim });
     const cuda = made.manifest.trees[0].processes[0].cuda!;
     assert.equal(cuda.state, "checkpointed");
     assert.ok(cuda.gpuMemoryMiB && Object.values(cuda.gpuMemoryMiB)[0] >= 1024, "from its record");
-    await restoreSnapshot(dir, { driver: sim });
+    await restoreSnapshot(dir, { machine: sim });
     assert.equal(live(sim, p.pid).state, "checkpointed");
   });
 
   test("several trees at once; progress in phases, bytes growing, each step", async () => {
-    const sim = new SimulatedDriver({ gpus: 2 });
+    const sim = new SimulatedMachine({ gpus: 2 });
     const roots = [
       sim.spawn({ memoryMiB: 4096, gpu: 0 }),
       sim.spawn({ memoryMiB: 4096, gpu: 1 }),
@@ -175,7 +170,7 @@ describe("a snapshot and its restore", () => {
     const events: SnapshotEvent[] = [];
     const t0 = sim.now();
     const made = await snapshot(roots.map((r) => r.pid), newDir(), {
-      driver: sim,
+      machine: sim,
       onProgress: (e) => events.push(e),
     });
     const took = sim.now() - t0;
@@ -198,12 +193,12 @@ describe("a snapshot and its restore", () => {
   });
 
   test("each tree is dumped once its own CUDA processes are suspended, not after every tree's", async () => {
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     const big = sim.spawn({ memoryMiB: 16384 });
     const small = sim.spawn({ memoryMiB: 256 });
     const events: SnapshotEvent[] = [];
     const made = await snapshot([big.pid, small.pid], newDir(), {
-      driver: sim,
+      machine: sim,
       onProgress: (e) => events.push(e),
     });
     const i = (found: (e: SnapshotEvent) => boolean, what: string) => {
@@ -238,13 +233,13 @@ describe("a snapshot and its restore", () => {
   });
 
   test("each tree's GPU restore begins once criu brought it back; every restore before any unlock", async () => {
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     const big = sim.spawn({ memoryMiB: 16384 });
     const small = sim.spawn({ memoryMiB: 256 });
     const dir = newDir();
-    await snapshot([big.pid, small.pid], dir, { driver: sim });
+    await snapshot([big.pid, small.pid], dir, { machine: sim });
     const events: SnapshotEvent[] = [];
-    const back = await restoreSnapshot(dir, { driver: sim, onProgress: (e) => events.push(e) });
+    const back = await restoreSnapshot(dir, { machine: sim, onProgress: (e) => events.push(e) });
     const steps = events.filter((e) => e.type === "step-start" || e.type === "step-end");
     const smallStart = steps.find((e) => e.type === "step-start" && e.pid === small.pid);
     assert.equal(smallStart?.step, "restore");
@@ -263,12 +258,12 @@ describe("a snapshot and its restore", () => {
   });
 
   test("an engine that brings the GPU half back itself (criu's CUDA plugin): nothing left to do", async () => {
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     const p = sim.spawn({ memoryMiB: 1024 });
     const hash = await p.memoryChunkedSha256();
     const dir = newDir();
-    await snapshot([p.pid], dir, { driver: sim });
-    const criu = sim.snapshotEngine();
+    await snapshot([p.pid], dir, { machine: sim });
+    const criu = sim.engine;
     const { CudaProcess } = await import("../mod.ts");
     const plugin = {
       kind: criu.kind,
@@ -278,11 +273,14 @@ describe("a snapshot and its restore", () => {
       kill: (pids: readonly number[]) => criu.kill(pids),
       restore: async (r: Parameters<typeof criu.restore>[0]) => {
         await criu.restore(r);
-        await new CudaProcess(r.root, { driver: sim }).resume(); // as the plugin does
+        await new CudaProcess(r.root, { machine: sim }).resume(); // as the plugin does
       },
     };
     const events: SnapshotEvent[] = [];
-    await restoreSnapshot(dir, { driver: sim, engine: plugin, onProgress: (e) => events.push(e) });
+    await restoreSnapshot(dir, {
+      machine: machineWith(sim, { engine: plugin }),
+      onProgress: (e) => events.push(e),
+    });
     assert.equal(live(sim, p.pid).state, "running");
     assert.equal(await live(sim, p.pid).memoryChunkedSha256(), hash);
     assert.deepEqual(events.filter((e) => e.type === "step-start"), [], "no step of its own");
@@ -291,18 +289,18 @@ describe("a snapshot and its restore", () => {
   test("a job: every lock before any checkpoint, and at restore every restore before any unlock", async () => {
     const { sim, pids } = await job();
     const dir = newDir();
-    const mark = sim.calls.length;
-    await snapshot([pids[0]], dir, { driver: sim, job: true });
-    const calls = sim.calls.slice(mark);
+    const mark = sim.driver.calls.length;
+    await snapshot([pids[0]], dir, { machine: sim, job: true });
+    const calls = sim.driver.calls.slice(mark);
     const lastLock = Math.max(...calls.filter((c) => c.op === "lock").map((c) => c.at));
     const firstCheckpoint = Math.min(
       ...calls.filter((c) => c.op === "checkpoint").map((c) => c.started),
     );
     assert.ok(lastLock <= firstCheckpoint);
-    const mark2 = sim.calls.length;
-    const back = await restoreSnapshot(dir, { driver: sim });
+    const mark2 = sim.driver.calls.length;
+    const back = await restoreSnapshot(dir, { machine: sim });
     assert.equal(back.manifest.options.job, true);
-    const calls2 = sim.calls.slice(mark2);
+    const calls2 = sim.driver.calls.slice(mark2);
     const lastRestore = Math.max(...calls2.filter((c) => c.op === "restore").map((c) => c.at));
     const firstUnlock = Math.min(...calls2.filter((c) => c.op === "unlock").map((c) => c.started));
     assert.ok(lastRestore <= firstUnlock);
@@ -312,32 +310,36 @@ describe("a snapshot and its restore", () => {
 describe("refused before anything changes", () => {
   test("a snapshot: a locked process, no such pid, a tree inside another, criu missing", async () => {
     const { sim, a, pids } = await job();
-    await sim.lock(a.pid, null);
+    await sim.driver.lock(a.pid, null);
     const dir = newDir();
     await refusedWith(
-      snapshot([pids[0]], dir, { driver: sim }),
+      snapshot([pids[0]], dir, { machine: sim }),
       "STATE",
       /its CUDA state is locked; a snapshot takes processes that are running or checkpointed/,
     );
-    await sim.unlock(a.pid);
+    await sim.driver.unlock(a.pid);
     assert.throws(() => statSync(dir), "no directory was made");
     await refusedWith(
-      snapshot([999_999], dir, { driver: sim }),
+      snapshot([999_999], dir, { machine: sim }),
       "PREREQUISITE",
       /no process has pid 999999/,
     );
     await assert.rejects(
-      snapshot([pids[0], a.pid], dir, { driver: sim }),
+      snapshot([pids[0], a.pid], dir, { machine: sim }),
       new RegExp(`process ${a.pid} is in the tree of ${pids[0]}`),
     );
     const engine = new SimulatedCriu(sim, { problems: ["criu is not installed (simulated)."] });
     await refusedWith(
-      snapshot([pids[0]], dir, { driver: sim, engine }),
+      snapshot([pids[0]], dir, { machine: machineWith(sim, { engine }) }),
       "PREREQUISITE",
       /simulated criu cannot work here: criu is not installed \(simulated\)\./,
     );
     assert.ok(sim.processes.every((p) => p.state === "running" || !p.usesCuda));
-    assert.equal(sim.calls.filter((c) => c.op === "lock").length, 1, "only the test's own lock");
+    assert.equal(
+      sim.driver.calls.filter((c) => c.op === "lock").length,
+      1,
+      "only the test's own lock",
+    );
   });
 
   test("a snapshot: a directory that is not empty, or that others may write in", async () => {
@@ -345,27 +347,27 @@ describe("refused before anything changes", () => {
     const dir = newDir();
     mkdirSync(dir, { mode: 0o700 });
     writeFileSync(join(dir, "x"), "x");
-    await refusedWith(snapshot([pids[0]], dir, { driver: sim }), "SNAPSHOT", /is not empty/);
+    await refusedWith(snapshot([pids[0]], dir, { machine: sim }), "SNAPSHOT", /is not empty/);
     assert.ok(sim.processes.every((p) => p.state === "running"));
   });
 
   test("bad input names the value", async () => {
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     await assert.rejects(
-      snapshot([], newDir(), { driver: sim }),
+      snapshot([], newDir(), { machine: sim }),
       /roots must be a non-empty array/,
     );
     await assert.rejects(
-      snapshot([5, 5], newDir(), { driver: sim }),
+      snapshot([5, 5], newDir(), { machine: sim }),
       /roots names pid 5 twice/,
     );
-    await assert.rejects(snapshot([5], "", { driver: sim }), /dir must be a path.*got ""/);
+    await assert.rejects(snapshot([5], "", { machine: sim }), /dir must be a path.*got ""/);
     await assert.rejects(
-      snapshot([5], newDir(), { driver: sim, leaveRuning: true } as never),
+      snapshot([5], newDir(), { machine: sim, leaveRuning: true } as never),
       /snapshot has no option "leaveRuning" \(did you mean "leaveRunning"\?\)/,
     );
     await assert.rejects(
-      restoreSnapshot(newDir(), { driver: sim, gpuMapping: "0=1" } as never),
+      restoreSnapshot(newDir(), { machine: sim, gpuMapping: "0=1" } as never),
       /gpuMapping must be an object or Map/,
     );
   });
@@ -374,7 +376,7 @@ describe("refused before anything changes", () => {
     async function taken() {
       const { sim, pids, a } = await job();
       const dir = newDir();
-      await snapshot([pids[0]], dir, { driver: sim });
+      await snapshot([pids[0]], dir, { machine: sim });
       return { sim, dir, pids, a };
     }
 
@@ -382,11 +384,15 @@ describe("refused before anything changes", () => {
       const { sim, dir } = await taken();
       const text = readFileSync(join(dir, MANIFEST_FILE), "utf8");
       writeFileSync(join(dir, MANIFEST_FILE), text.slice(0, 100));
-      await refusedWith(restoreSnapshot(dir, { driver: sim }), "SNAPSHOT", /not JSON.*truncated/);
+      await refusedWith(restoreSnapshot(dir, { machine: sim }), "SNAPSHOT", /not JSON.*truncated/);
       writeFileSync(join(dir, MANIFEST_FILE), JSON.stringify({ format: "other/1" }));
-      await refusedWith(restoreSnapshot(dir, { driver: sim }), "SNAPSHOT", /format "other\/1"/);
+      await refusedWith(restoreSnapshot(dir, { machine: sim }), "SNAPSHOT", /format "other\/1"/);
       rmSync(join(dir, MANIFEST_FILE));
-      await refusedWith(restoreSnapshot(dir, { driver: sim }), "SNAPSHOT", /has no manifest\.json/);
+      await refusedWith(
+        restoreSnapshot(dir, { machine: sim }),
+        "SNAPSHOT",
+        /has no manifest\.json/,
+      );
       assert.equal(sim.processes.length, 0, "nothing was made");
     });
 
@@ -397,47 +403,47 @@ describe("refused before anything changes", () => {
       const size = statSync(join(tree, image)).size;
       truncateSync(join(tree, image), size - 10);
       await refusedWith(
-        restoreSnapshot(dir, { driver: sim }),
+        restoreSnapshot(dir, { machine: sim }),
         "SNAPSHOT",
         new RegExp(`${image} has ${size - 10} bytes where the manifest says ${size}`),
       );
       rmSync(join(tree, image));
-      await refusedWith(restoreSnapshot(dir, { driver: sim }), "SNAPSHOT", /is missing/);
+      await refusedWith(restoreSnapshot(dir, { machine: sim }), "SNAPSHOT", /is missing/);
     });
 
     test("a directory given through a symbolic link, or that others may write in", async () => {
       const { sim, dir } = await taken();
       symlinkSync(dir, `${dir}-link`);
       await refusedWith(
-        restoreSnapshot(`${dir}-link`, { driver: sim }),
+        restoreSnapshot(`${dir}-link`, { machine: sim }),
         "SNAPSHOT",
         /is a symbolic link/,
       );
       chmodSync(dir, 0o777);
       await refusedWith(
-        restoreSnapshot(dir, { driver: sim }),
+        restoreSnapshot(dir, { machine: sim }),
         "SNAPSHOT",
-        /others may write in .* \(mode 0777\)/,
+        /may be written by other users \(mode 0777\); a snapshot.s directory must be this user.s and private/,
       );
     });
 
     test("another driver, and no room", async () => {
       const { sim, dir } = await taken();
-      const other = new SimulatedDriver({ gpus: 2, driverVersion: 12080 });
+      const other = new SimulatedMachine({ gpus: 2, driverVersion: 12080 });
       await refusedWith(
-        restoreSnapshot(dir, { driver: other }),
+        restoreSnapshot(dir, { machine: other }),
         "PREREQUISITE",
         /taken with a driver of CUDA 13\.0 \(580\.159\.04\), and this machine's is CUDA 12\.8/,
       );
       const filler = sim.fillGpu(0, { leaveMiB: 1024 });
       await refusedWith(
-        restoreSnapshot(dir, { driver: sim }),
+        restoreSnapshot(dir, { machine: sim }),
         "NO_ROOM",
         /need \d+ MiB on GPU-\S+, which has 1024 MiB free/,
       );
       assert.deepEqual(sim.processes.map((p) => p.pid), [filler.pid], "nothing was made");
       filler.exit();
-      await restoreSnapshot(dir, { driver: sim });
+      await restoreSnapshot(dir, { machine: sim });
     });
   });
 });
@@ -446,8 +452,8 @@ describe("failures after things began to change", () => {
   test("a failed dump puts every process back, running, memory intact; no manifest", async () => {
     const { sim, a, b, pids, hashes } = await job();
     const dir = newDir();
-    sim.snapshotEngine().failNext("dump", { message: "Can't dump file 7 (simulated)" });
-    const err = await snapshot([pids[0]], dir, { driver: sim }).catch((e) => e);
+    sim.engine.failNext("dump", { message: "Can't dump file 7 (simulated)" });
+    const err = await snapshot([pids[0]], dir, { machine: sim }).catch((e) => e);
     assert.ok(err instanceof SnapshotError);
     assert.equal(err.code, "DUMP_FAILED");
     assert.match(err.message, /Can't dump file 7 \(simulated\)/);
@@ -461,7 +467,7 @@ describe("failures after things began to change", () => {
   test("an abort during the dump, and a deadline, stop it and put everything back", async () => {
     const { sim, a, pids } = await job();
     const controller = new AbortController();
-    const running = snapshot([pids[0]], newDir(), { driver: sim, signal: controller.signal });
+    const running = snapshot([pids[0]], newDir(), { machine: sim, signal: controller.signal });
     await sim.sleep(2_500); // into the dump
     controller.abort();
     const err = await running.catch((e) => e);
@@ -469,7 +475,7 @@ describe("failures after things began to change", () => {
     assert.equal(err.code, "STOPPED");
     assert.equal(live(sim, a.pid).state, "running");
 
-    const late = await snapshot([pids[0]], newDir(), { driver: sim, timeoutMs: 3_000 })
+    const late = await snapshot([pids[0]], newDir(), { machine: sim, timeoutMs: 3_000 })
       .catch((e) => e);
     assert.ok(late instanceof SnapshotError, String(late));
     assert.equal(late.code, "STOPPED");
@@ -481,24 +487,24 @@ describe("failures after things began to change", () => {
     const { sim, dir, pids } = await (async () => {
       const j = await job();
       const d = newDir();
-      await snapshot([j.pids[0]], d, { driver: j.sim });
+      await snapshot([j.pids[0]], d, { machine: j.sim });
       return { ...j, dir: d };
     })();
-    sim.snapshotEngine().failNext("restore");
-    const err = await restoreSnapshot(dir, { driver: sim }).catch((e) => e);
+    sim.engine.failNext("restore");
+    const err = await restoreSnapshot(dir, { machine: sim }).catch((e) => e);
     assert.ok(err instanceof SnapshotError);
     assert.equal(err.code, "RESTORE_FAILED");
     assert.equal(sim.processes.length, 0, "no process is left");
-    await restoreSnapshot(dir, { driver: sim });
+    await restoreSnapshot(dir, { machine: sim });
     assert.equal(live(sim, pids[1]).state, "running");
   });
 
   test("the GPU restore fails: the processes stay checkpointed, and the error says what to do", async () => {
     const { sim, pids } = await job();
     const dir = newDir();
-    await snapshot([pids[0]], dir, { driver: sim });
+    await snapshot([pids[0]], dir, { machine: sim });
     sim.fillGpu(0, { leaveMiB: 512 });
-    const err = await restoreSnapshot(dir, { driver: sim, checkRoom: false }).catch((e) => e);
+    const err = await restoreSnapshot(dir, { machine: sim, checkRoom: false }).catch((e) => e);
     assert.ok(err instanceof SnapshotError, String(err));
     assert.equal(err.code, "RESUME_FAILED");
     assert.match(err.message, /are back, but their GPU restore failed/);
@@ -508,12 +514,12 @@ describe("failures after things began to change", () => {
 });
 
 test("two trees: one's dump fails while the other still suspends; both are put back running", async () => {
-  const sim = new SimulatedDriver();
+  const sim = new SimulatedMachine();
   const big = sim.spawn({ memoryMiB: 16384 });
   const small = sim.spawn({ memoryMiB: 256 });
   const hashes = [await big.memoryChunkedSha256(), await small.memoryChunkedSha256()];
-  sim.snapshotEngine().failNext("dump", { message: "Can't dump (simulated)" });
-  const err = await snapshot([big.pid, small.pid], newDir(), { driver: sim }).catch((e) => e);
+  sim.engine.failNext("dump", { message: "Can't dump (simulated)" });
+  const err = await snapshot([big.pid, small.pid], newDir(), { machine: sim }).catch((e) => e);
   assert.ok(err instanceof SnapshotError, String(err));
   assert.equal(err.code, "DUMP_FAILED");
   assert.match(err.message, /Every process was put back as it was, and keeps running/);
@@ -522,13 +528,13 @@ test("two trees: one's dump fails while the other still suspends; both are put b
 });
 
 test("two trees: one's GPU restore fails after the other's succeeded; both are left checkpointed", async () => {
-  const sim = new SimulatedDriver();
+  const sim = new SimulatedMachine();
   const big = sim.spawn({ memoryMiB: 8192 });
   const small = sim.spawn({ memoryMiB: 256 });
   const dir = newDir();
-  await snapshot([big.pid, small.pid], dir, { driver: sim });
+  await snapshot([big.pid, small.pid], dir, { machine: sim });
   sim.fillGpu(0, { leaveMiB: 2048 }); // room for the small one, not for the big one
-  const err = await restoreSnapshot(dir, { driver: sim, checkRoom: false }).catch((e) => e);
+  const err = await restoreSnapshot(dir, { machine: sim, checkRoom: false }).catch((e) => e);
   assert.ok(err instanceof SnapshotError, String(err));
   assert.equal(err.code, "RESUME_FAILED");
   assert.match(err.message, /They are checkpointed: once the cause is fixed, resume them/);
@@ -540,20 +546,20 @@ test("two trees: one's GPU restore fails after the other's succeeded; both are l
 
 describe("onto other GPUs", () => {
   test("a mapping moves the processes; another chip is refused before anything changes", async () => {
-    const sim = new SimulatedDriver({ gpus: [{}, {}, { name: "NVIDIA H100 80GB HBM3" }] });
+    const sim = new SimulatedMachine({ gpus: [{}, {}, { name: "NVIDIA H100 80GB HBM3" }] });
     const p = sim.spawn({ memoryMiB: 1024, gpu: 0 });
     const hash = await p.memoryChunkedSha256();
     const dir = newDir();
-    await snapshot([p.pid], dir, { driver: sim });
+    await snapshot([p.pid], dir, { machine: sim });
     const [g0, g1, g2] = sim.gpus.map((g) => g.uuid);
     await refusedWith(
-      restoreSnapshot(dir, { driver: sim, gpuMapping: { [g0]: g2, [g1]: g1, [g2]: g0 } }),
+      restoreSnapshot(dir, { machine: sim, gpuMapping: { [g0]: g2, [g1]: g1, [g2]: g0 } }),
       "MAPPING",
-      /onto GPU-\S+ \(NVIDIA H100 80GB HBM3\): a process is restored only onto GPUs of the chip/,
+      /onto GPU-\S+ \(GPU 2, NVIDIA H100 80GB HBM3\): a process is restored only onto GPUs of the chip/,
     );
     assert.equal(sim.processes.length, 0);
     const back = await restoreSnapshot(dir, {
-      driver: sim,
+      machine: sim,
       gpuMapping: { [g0]: g1, [g1]: g0, [g2]: g2 },
     });
     assert.equal(back.gpuMapping[g0], g1);

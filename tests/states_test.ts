@@ -9,12 +9,12 @@ import { readdirSync, readFileSync } from "node:fs";
 import {
   CudaError,
   CudaProcess,
-  type GroupAction,
   type Outcome,
   type ProcessState,
   RefusedError,
   runGroup,
 } from "../mod.ts";
+import type { Action } from "../types.ts";
 import {
   ACTIONS,
   GOALS,
@@ -28,13 +28,21 @@ import {
   undoOf,
   wayBetween,
 } from "../core/states.ts";
-import { SimulatedDriver, type SimulatedProcess } from "../mock/mod.ts";
+import { SimulatedMachine, type SimulatedProcess } from "../mock/mod.ts";
 
 const ROOT = new URL("../", import.meta.url);
 
-/** The code of a module: comments and re-export lists left out. */
+/** The state names and numbers a module's code names. */
+function stateNames(text: string): string[] {
+  return [...text.matchAll(/"(running|locked|checkpointed)"|\bCU_PROCESS_STATE_\w+/g)].map((m) =>
+    m[0]
+  );
+}
+
+/** The code of a module (a path, or the text itself): comments and re-export lists left out. */
 function code(path: string): string {
-  return readFileSync(new URL(path, ROOT), "utf8")
+  const text = path.endsWith(".ts") ? readFileSync(new URL(path, ROOT), "utf8") : path;
+  return text
     .replace(/\/\*[\s\S]*?\*\//g, "")
     .replace(/\/\/[^\n]*/g, "")
     .replace(/export\s*(type\s*)?\{[^}]*\}\s*from\s*"[^"]+";/g, "");
@@ -42,8 +50,8 @@ function code(path: string): string {
 
 /** Every module of the package (what is published), but the table itself. */
 function modules(): string[] {
-  const files = ["mod.ts", "driver.ts"];
-  for (const dir of ["core", "cli", "mock", "ffi"]) {
+  const files = ["mod.ts", "driver.ts", "snapshot.ts", "types.ts"];
+  for (const dir of ["api", "core", "os", "cli", "mock", "ffi"]) {
     for (const name of readdirSync(new URL(`${dir}/`, ROOT))) {
       if (name.endsWith(".ts")) files.push(`${dir}/${name}`);
     }
@@ -57,22 +65,15 @@ describe("one table decides what is legal in which state", () => {
     // from a state: either needs the state's name ("running", "locked", "checkpointed") or its
     // CUprocessState number. The failed state, which no step leaves, is asked through the table's
     // isFinal; "failed" is also an outcome's status, so it is not looked for here.
-    const found: string[] = [];
-    for (const file of modules()) {
-      const text = code(file);
-      for (const m of text.matchAll(/"(running|locked|checkpointed)"|\bCU_PROCESS_STATE_\w+/g)) {
-        found.push(`${file}: ${m[0]}`);
-      }
-    }
+    const found = modules().flatMap((file) => stateNames(code(file)).map((n) => `${file}: ${n}`));
     assert.deepEqual(found, [], "ask core/states.ts instead");
-    assert.ok(modules().length > 40, `every module was read (${modules().length})`);
+    assert.ok(modules().length > 50, `every module was read (${modules().length})`);
   });
 
-  test("the scan finds what it looks for: the table itself names every state", () => {
-    const text = code("core/states.ts");
-    for (const state of ["running", "locked", "checkpointed"]) {
-      assert.ok(text.includes(`"${state}"`), state);
-    }
+  test("the scan finds what it looks for, and not in comments", () => {
+    const sample = 'if (s === "locked") return;\nconst n = CU_PROCESS_STATE_RUNNING;\n' +
+      '// "checkpointed" in a comment\n/* "running" */ const x = "runningly";';
+    assert.deepEqual(stateNames(code(sample)), ['"locked"', "CU_PROCESS_STATE_RUNNING"]);
   });
 
   test("each step goes between neighbours of the chain, and undoing it comes back", () => {
@@ -137,14 +138,14 @@ describe("one table decides what is legal in which state", () => {
 });
 
 /** A simulated process brought into `state` through the raw driver. */
-async function into(sim: SimulatedDriver, state: ProcessState): Promise<SimulatedProcess> {
+async function into(sim: SimulatedMachine, state: ProcessState): Promise<SimulatedProcess> {
   const p = sim.spawn({ memoryMiB: 64 });
   if (state === "failed") {
     p.enterFailedState();
     return p;
   }
-  if (state !== "running") assert.equal(await sim.lock(p.pid, null), 0);
-  if (state === "checkpointed") assert.equal(await sim.checkpoint(p.pid), 0);
+  if (state !== "running") assert.equal(await sim.driver.lock(p.pid, null), 0);
+  if (state === "checkpointed") assert.equal(await sim.driver.checkpoint(p.pid), 0);
   return p;
 }
 
@@ -156,10 +157,10 @@ describe("one process and a group of one do the same, from every initial state",
     test(`${action}`, async () => {
       for (const from of PROCESS_STATES) {
         // The same machine twice: once through CudaProcess, once through runGroup.
-        const alone = new SimulatedDriver();
+        const alone = new SimulatedMachine();
         const single = await into(alone, from);
         let seenAlone: Seen;
-        const proc = new CudaProcess(single.pid, { driver: alone });
+        const proc = new CudaProcess(single.pid, { machine: alone });
         try {
           const o: Outcome = await (proc[action] as () => Promise<Outcome>).call(proc);
           seenAlone = {
@@ -176,9 +177,9 @@ describe("one process and a group of one do the same, from every initial state",
             error: `${err.constructor.name} ${err.code}`,
           };
         }
-        const grouped = new SimulatedDriver();
+        const grouped = new SimulatedMachine();
         const member = await into(grouped, from);
-        const result = await runGroup(action as GroupAction, [member.pid], { driver: grouped });
+        const result = await runGroup(action as Action, [member.pid], { machine: grouped });
         const o = result.processes[0];
         const error = o.error as CudaError | RefusedError | undefined;
         const seenGrouped: Seen = {
@@ -190,8 +191,8 @@ describe("one process and a group of one do the same, from every initial state",
         if (seenAlone.status === "failed") seenAlone.steps = seenGrouped.steps;
         assert.deepEqual(seenGrouped, seenAlone, `${action} from ${from}`);
         // The same driver calls, in the same order, with the same answers.
-        const calls = (sim: SimulatedDriver) =>
-          sim.calls.filter((c) => c.op !== "getState").map((c) => `${c.op}:${c.code}`);
+        const calls = (sim: SimulatedMachine) =>
+          sim.driver.calls.filter((c) => c.op !== "getState").map((c) => `${c.op}:${c.code}`);
         assert.deepEqual(calls(grouped), calls(alone), `${action} from ${from}: driver calls`);
         // And both left the process where they say.
         assert.equal(single.state, member.state, `${action} from ${from}: the state after`);

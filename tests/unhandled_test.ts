@@ -24,7 +24,9 @@ function run(...args: string[]): Promise<{ unhandled: number; messages: string[]
   );
 }
 
-test(`no unhandled rejection, whatever goes wrong (${runtime}, process-level listener)`, async () => {
+test(`no unhandled rejection, whatever goes wrong (${runtime}, process-level listener)`, {
+  timeout: 120_000,
+}, async () => {
   const [canary, clean] = await Promise.all([run("canary"), run()]);
   assert.deepEqual(canary, { unhandled: 1, messages: ["the canary"] }, "the listener works");
   assert.deepEqual(clean, { unhandled: 0, messages: [] });

@@ -4,8 +4,8 @@ import assert from "node:assert/strict";
 import { CudaProcess } from "../mod.ts";
 import { checkGpuMapping, checkPid, checkTimeoutMs } from "../core/options.ts";
 import { formatGpuUuid, parseGpuUuid } from "../core/uuid.ts";
-import { SimulatedDriver } from "../mock/mod.ts";
-import { encodeGpuPairs, encodeLockArgs, encodeRestoreArgs } from "../core/structs.ts";
+import { SimulatedMachine } from "../mock/mod.ts";
+import { encodeGpuPairs, encodeLockArgs, encodeRestoreArgs } from "../ffi/structs.ts";
 
 const A = "GPU-12345678-9abc-4def-8123-456789abcdef";
 const B = "GPU-fedcba98-7654-4321-8fed-cba987654321";
@@ -43,9 +43,9 @@ describe("pid", () => {
 });
 
 describe("timeoutMs", () => {
-  const sim = new SimulatedDriver();
+  const sim = new SimulatedMachine();
   const target = sim.spawn();
-  const proc = new CudaProcess(target.pid, { driver: sim });
+  const proc = new CudaProcess(target.pid, { machine: sim });
   const bad: [unknown, RegExp][] = [
     [-1, /got -1$/],
     [2 ** 32, /got 4294967296$/],
@@ -89,8 +89,8 @@ describe("timeoutMs", () => {
       /^TypeError: lock has no option "timeout" \(did you mean "timeoutMs"\?\); it takes timeoutMs$/,
     );
     assert.throws(
-      () => new CudaProcess(4000, { drvier: 1 } as never),
-      /^TypeError: CudaProcess has no option "drvier" \(did you mean "driver"\?\); it takes driver$/,
+      () => new CudaProcess(4000, { machnie: 1 } as never),
+      /^TypeError: CudaProcess has no option "machnie" \(did you mean "machine"\?\); it takes machine$/,
     );
   });
 });
@@ -161,22 +161,26 @@ describe("GPU UUIDs and gpuMapping", () => {
     assert.deepEqual(checkGpuMapping({}), []);
   });
   test("restore rejects a bad mapping before calling the driver", async () => {
-    const sim = new SimulatedDriver();
+    const sim = new SimulatedMachine();
     const t = sim.spawn();
-    const proc = new CudaProcess(t.pid, { driver: sim });
+    const proc = new CudaProcess(t.pid, { machine: sim });
     await proc.suspend();
-    const before = sim.calls.length;
+    const before = sim.driver.calls.length;
     await assert.rejects(() => proc.resume({ gpuMapping: { [A]: "bad" } }), RangeError);
-    assert.equal(sim.calls.length, before);
+    assert.equal(sim.driver.calls.length, before);
     assert.equal(t.state, "checkpointed");
   });
 });
 
-describe("driver option", () => {
-  test("rejects something that is not a driver", () => {
+describe("machine option", () => {
+  test("rejects something that is not a machine", () => {
     assert.throws(
-      () => new CudaProcess(10, { driver: {} as never }),
-      /^TypeError: options\.driver must be a CheckpointDriver \(such as a SimulatedDriver, or what openNativeDriver resolves to\) or a function that opens one, got an object$/,
+      () => new CudaProcess(10, { machine: {} as never }),
+      /^TypeError: CudaProcess's machine must be a Machine \(a SimulatedMachine, or what openMachine resolves to\), got an object$/,
+    );
+    assert.throws(
+      () => new CudaProcess(10, { driver: {} } as never),
+      /^TypeError: CudaProcess has no option "driver"; it takes machine$/,
     );
   });
 });

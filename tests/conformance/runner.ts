@@ -10,9 +10,10 @@ import {
   resultName,
 } from "../../core/codes.ts";
 import type { CheckpointDriver, GpuPair } from "../../core/driver.ts";
+import type { Machine } from "../../core/machine.ts";
 import { parseGpuUuid } from "../../core/uuid.ts";
 import { CudaError, RefusedError } from "../../core/errors.ts";
-import { CudaProcess } from "../../core/process.ts";
+import { CudaProcess } from "../../api/cuda_process.ts";
 import { type ProcessState, stateName, stateNumber } from "../../core/states.ts";
 import type { Call, Scenario } from "./scenarios.ts";
 
@@ -36,8 +37,8 @@ export interface Target {
 export interface ConformanceEnv {
   /** For reports: "simulated", "native (Deno)", … */
   readonly name: string;
-  /** The driver under test. */
-  readonly driver: CheckpointDriver;
+  /** The machine whose driver is under test. */
+  readonly machine: Machine;
   /** Starts a target: a CUDA process with `memoryMiB` of GPU memory, or one that never used CUDA. */
   spawn(options: { cuda: boolean; memoryMiB: number }): Promise<Target>;
   /** A pid that no process has. */
@@ -102,7 +103,7 @@ export async function runScenario(
   s: Scenario,
   via: Via = "driver",
 ): Promise<Outcome> {
-  const d = env.driver;
+  const d = env.machine.driver;
   const problems: string[] = [];
   const skip = (skipped: string): Outcome => ({
     scenario: s.name,
@@ -150,7 +151,7 @@ export async function runScenario(
       if (s.during.afterMs > 0) await env.sleep(s.during.afterMs);
     }
     const start = env.now();
-    const pending = via === "process" ? callProcess(env, d, id, s.call) : call(env, d, id, s.call);
+    const pending = via === "process" ? callProcess(env, id, s.call) : call(env, d, id, s.call);
     if (s.exitAfterMs !== undefined) {
       await Promise.race([pending, env.sleep(s.exitAfterMs)]);
       await target!.exit();
@@ -276,11 +277,10 @@ async function call(
 /** Makes the call through `CudaProcess`; a `CudaError` gives its code, success gives 0. */
 async function callProcess(
   env: ConformanceEnv,
-  d: CheckpointDriver,
   pid: number,
   c: Call,
 ): Promise<{ code: number; value: number }> {
-  const proc = new CudaProcess(pid, { driver: d });
+  const proc = new CudaProcess(pid, { machine: env.machine });
   try {
     switch (c.op) {
       case "getState":

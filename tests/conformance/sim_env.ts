@@ -1,16 +1,16 @@
 /** The conformance environment for the simulated driver. */
 
-import { SimulatedDriver, type SimulatedDriverOptions } from "../../mock/mod.ts";
+import { SimulatedMachine, type SimulatedMachineOptions } from "../../mock/mod.ts";
 import type { ConformanceEnv, Target } from "./runner.ts";
 
 /** A fresh simulated machine as a conformance environment. */
-export function simulatedEnv(options: SimulatedDriverOptions = {}): ConformanceEnv & {
-  sim: SimulatedDriver;
+export function simulatedEnv(options: SimulatedMachineOptions = {}): ConformanceEnv & {
+  sim: SimulatedMachine;
 } {
-  const sim = new SimulatedDriver(options);
+  const sim = new SimulatedMachine(options);
   return {
     name: "simulated",
-    driver: sim,
+    machine: sim,
     sim,
     spawn({ cuda, memoryMiB }): Promise<Target> {
       const p = cuda ? sim.spawn({ memoryMiB }) : sim.spawn({ cuda });

@@ -7,8 +7,9 @@
 import assert from "node:assert/strict";
 import fc from "fast-check";
 
-import { CudaError, CudaProcess, type GroupAction, RefusedError, runGroup } from "../../mod.ts";
-import { SimulatedDriver, type SimulatedProcess } from "../../mock/mod.ts";
+import { CudaError, CudaProcess, RefusedError, runGroup } from "../../mod.ts";
+import type { Action } from "../../types.ts";
+import { SimulatedMachine, type SimulatedProcess } from "../../mock/mod.ts";
 
 // ---- the driver, from docs/DRIVER.md ----
 
@@ -181,7 +182,7 @@ export function operate(m: Model, p: ModelProcess, op: Operation): Outcome {
 }
 
 /** Where each goal leads from a state: `undefined` where it is refused. */
-function destination(action: GroupAction, from: State): State | undefined {
+function destination(action: Action, from: State): State | undefined {
   if (from === "failed") return undefined; // "the failed state is final"
   switch (action) {
     case "suspend":
@@ -211,7 +212,7 @@ interface Acted {
  * driver refused as illegal changed nothing, so the process is brought back only if it is still
  * where the done steps left it).
  */
-function act(m: Model, p: ModelProcess, action: GroupAction, readState: boolean): Acted {
+function act(m: Model, p: ModelProcess, action: Action, readState: boolean): Acted {
   const isStep = (STEPS as readonly string[]).includes(action);
   if (isStep && !readState) {
     const code = lib(m, p, action as Step);
@@ -250,7 +251,7 @@ function act(m: Model, p: ModelProcess, action: GroupAction, readState: boolean)
 }
 
 /** Where each group action takes a process (`done` or `unchanged`). */
-function wanted(action: GroupAction, initial: State): State | undefined {
+function wanted(action: Action, initial: State): State | undefined {
   return destination(action, initial);
 }
 
@@ -271,7 +272,7 @@ function wayBetween(from: State, to: State): Step[] | undefined {
 export type Status = "done" | "unchanged" | "failed";
 
 /** One process of a group that is not all-or-nothing: the same action, its state read first. */
-export function groupMember(m: Model, p: ModelProcess, action: GroupAction): Status {
+export function groupMember(m: Model, p: ModelProcess, action: Action): Status {
   return act(m, p, action, true).status;
 }
 
@@ -282,7 +283,7 @@ export function groupMember(m: Model, p: ModelProcess, action: GroupAction): Sta
  * with the id of another of its threads: they name one process), and the GPU filler.
  */
 export interface Real {
-  readonly sim: SimulatedDriver;
+  readonly sim: SimulatedMachine;
   readonly procs: SimulatedProcess[];
   readonly handles: (readonly [CudaProcess, CudaProcess])[];
   readonly digests: Map<number, string>;
@@ -297,15 +298,15 @@ export interface Spec {
 
 /** A machine with the processes of `specs` (and one that never used CUDA), and its model. */
 export async function start(specs: readonly Spec[]): Promise<{ model: Model; real: Real }> {
-  const sim = new SimulatedDriver();
+  const sim = new SimulatedMachine();
   const procs: SimulatedProcess[] = [];
   const digests = new Map<number, string>();
   for (const [i, spec] of specs.entries()) {
     const p = sim.spawn({ memoryMiB: spec.memoryMiB });
     await p.write(i * 4099, new Uint8Array([i + 1, 42, i * 3]));
     digests.set(p.pid, await p.memoryChunkedSha256());
-    if (spec.state !== "running") assert.equal(await sim.lock(p.pid, null), SUCCESS);
-    if (spec.state === "checkpointed") assert.equal(await sim.checkpoint(p.pid), SUCCESS);
+    if (spec.state !== "running") assert.equal(await sim.driver.lock(p.pid, null), SUCCESS);
+    if (spec.state === "checkpointed") assert.equal(await sim.driver.checkpoint(p.pid), SUCCESS);
     procs.push(p);
   }
   procs.push(sim.spawn({ cuda: false }));
@@ -327,8 +328,8 @@ export async function start(specs: readonly Spec[]): Promise<{ model: Model; rea
   };
   const handles = procs.map((p) =>
     [
-      new CudaProcess(p.pid, { driver: sim }),
-      new CudaProcess(p.threads[1], { driver: sim }),
+      new CudaProcess(p.pid, { machine: sim }),
+      new CudaProcess(p.threads[1], { machine: sim }),
     ] as const
   );
   return { model, real: { sim, procs, handles, digests } };
@@ -407,7 +408,7 @@ function resync(m: Model, r: Real): void {
 type Cmd = fc.AsyncCommand<Model, Real, boolean>;
 
 const STEPS: readonly Step[] = ["lock", "checkpoint", "restore", "unlock"];
-const ACTIONS: readonly GroupAction[] = [
+const ACTIONS: readonly Action[] = [
   "suspend",
   "resume",
   "toggle",
@@ -468,7 +469,7 @@ class OperateAtOnce implements Cmd {
 /** A group operation on some processes. */
 class Group implements Cmd {
   constructor(
-    readonly action: GroupAction,
+    readonly action: Action,
     readonly members: readonly number[],
     readonly allOrNothing: boolean,
   ) {}
@@ -476,7 +477,7 @@ class Group implements Cmd {
   async run(m: Model, r: Real): Promise<void> {
     const before = this.members.map((i) => ({ ...m.procs[i] }));
     const result = await runGroup(this.action, this.members.map((i) => r.procs[i].pid), {
-      driver: r.sim,
+      machine: r.sim,
       allOrNothing: this.allOrNothing,
     });
     const label = this.toString();
