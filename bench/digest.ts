@@ -18,7 +18,8 @@ import { createHash, type Hash } from "node:crypto";
 import process from "node:process";
 import { parseArgs } from "node:util";
 
-import { ChunkedSha256, PAGE_SIZE, SimulatedDriver, type SimulatedProcess } from "../mock/mod.ts";
+import { SimulatedMachine, type SimulatedProcess } from "../mock/mod.ts";
+import { ChunkedSha256, PAGE_SIZE } from "../mock/memory.ts";
 import { integers } from "./harness.ts";
 import { environment, fmt, median, publish, type Report } from "./report.ts";
 
@@ -124,7 +125,7 @@ async function timed(fn: () => Promise<string>): Promise<{ ms: number; hash: str
 
 const runs: Run[] = [];
 const checks: { sizeMiB: number; same: boolean }[] = [];
-const sim = new SimulatedDriver({ gpus: [{ memoryMiB: 200_000 }] });
+const sim = new SimulatedMachine({ gpus: [{ memoryMiB: 200_000 }] });
 for (const sizeMiB of sizesMiB) {
   const size = sizeMiB * 2 ** 20;
   const baseline = sizeMiB <= baselineMaxMiB;

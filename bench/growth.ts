@@ -3,8 +3,8 @@
 // (1 to 8 of 4 GiB), all on GPU 0 and spread over the GPUs where the machine has several. The
 // report gives the aggregate GB/s beside the ceilings measured before (docs/DRIVER.md#four-h200s:
 // about 8.5 GB/s checkpoint and 19 GB/s restore host-side on a 4 x H200 host) and the PCIe Gen5
-// x16 link of each GPU used (about 63 GB/s). Only our API is timed (suspendAll / resumeAll): the
-// side-by-side comparisons with C are bench/overhead.ts and bench/many.ts.
+// x16 link of each GPU used (about 63 GB/s). Only our API is timed (runGroup "suspend" and
+// "resume"): the side-by-side comparisons with C are bench/overhead.ts and bench/many.ts.
 //
 //   deno run -A bench/growth.ts --target /tmp/ckpt/target [--sizes 16,256,1024,4096,16384,32768]
 //       [--counts 1,2,4,8] [--count-mib 4096] [--cycles 2] [--warmup 1] [--placements gpu0,spread]
@@ -20,7 +20,7 @@
 
 import process from "node:process";
 
-import { listCudaProcesses, resumeAll, suspendAll } from "../mod.ts";
+import { listCudaProcesses, runGroup } from "../mod.ts";
 import {
   benchArgs,
   environmentOf,
@@ -89,7 +89,7 @@ let exitCode = 0;
 
 /** The GPU memory of `pids` in MiB as the host sees it, or undefined where it cannot tell. */
 async function gpuMemoryOf(pids: readonly number[]): Promise<number | undefined> {
-  const listing = await listCudaProcesses({ driver: s.driver });
+  const listing = await listCudaProcesses({ machine: s.machine });
   let total = 0;
   for (const pid of pids) {
     const p = listing.processes.find((q) => q.pid === pid);
@@ -113,9 +113,9 @@ async function measure(
     const gpuMiB = measured ?? count * (mibEach + CONTEXT_MIB);
     const gpusUsed = placement === "spread" ? Math.min(count, gpus) : 1;
     for (let c = -warmups; c < cycles; c++) {
-      const [suspendMs, sr] = await timed(() => suspendAll(pids, { driver: s.driver }));
+      const [suspendMs, sr] = await timed(() => runGroup("suspend", pids, { machine: s.machine }));
       const [resumeMs, rr] = sr.ok
-        ? await timed(() => resumeAll(pids, { driver: s.driver }))
+        ? await timed(() => runGroup("resume", pids, { machine: s.machine }))
         : [NaN, undefined];
       const stepMs = (r: typeof sr | undefined, step: string) =>
         r?.processes.map((p) => p.steps.find((x) => x.step === step)?.ms ?? NaN) ?? [];
@@ -242,9 +242,11 @@ const env = environmentOf(s, started);
 const report: Report = {
   name: "growth",
   title: `@ckpt/cuda, growth (${env.runtime.name}): time and GB/s against memory and processes`,
-  description: "suspendAll (lock + checkpoint) and resumeAll (restore + unlock) of target " +
-    `processes: one process of each size on GPU 0, then ${countMiB} MiB processes in counts of ` +
-    `${counts.join(", ")}, all on GPU 0 and spread (target i on GPU i mod ${gpus}). Each size or ` +
+  description: 'runGroup("suspend") (lock + checkpoint) and runGroup("resume") (restore + ' +
+    `unlock) of target processes: one process of each size on GPU 0, then ${countMiB} MiB ` +
+    `processes in counts of ${
+      counts.join(", ")
+    }, all on GPU 0 and spread (target i on GPU i mod ${gpus}). Each size or ` +
     `count: ${warmups} untimed warm-up cycle(s), then ${cycles} timed. GB/s is the GPU memory of ` +
     "all the processes (decimal GB) over the group's time, beside the host-side ceilings " +
     `measured before on a 4 x H200 host (${CEILING_GBS.suspend} GB/s checkpoint, ` +

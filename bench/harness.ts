@@ -10,8 +10,7 @@ import { join } from "node:path";
 import process from "node:process";
 import { parseArgs } from "node:util";
 
-import { openNativeDriver } from "../ffi/mod.ts";
-import type { NativeDriver } from "../ffi/native.ts";
+import { type NativeMachine, openMachine } from "../driver.ts";
 import { startTarget, type TargetProcess } from "../tests/gpu/native_env.ts";
 import { type Environment, environment } from "./report.ts";
 
@@ -36,9 +35,10 @@ const FIXTURES = new URL("../tests/fixtures/", import.meta.url).pathname;
 /** The stand-in target for runs without a GPU: says "ready <pid> <pid> 0", answers "hash 0". */
 export const FAKE_TARGET = join(FIXTURES, "fake_target.sh");
 
-/** What a benchmark runs on: the driver, the library both sides use, and the programs. */
+/** What a benchmark runs on: the machine, the library both sides use, and the programs. */
 export interface Setup {
-  driver: NativeDriver;
+  /** This machine, on the libcuda chosen (`machine.driver`), with its Linux host. */
+  machine: NativeMachine;
   /** The absolute path of the libcuda the driver opened (the C side is given the same). */
   libcuda: string;
   fake: boolean;
@@ -48,7 +48,7 @@ export interface Setup {
   cBin: string;
   /** The driver's `cuDriverGetVersion`, where it answers. */
   driverVersion?: number;
-  /** Removes what was built here and closes the driver. */
+  /** Removes what was built here and closes the machine. */
   cleanup(): Promise<void>;
 }
 
@@ -71,7 +71,7 @@ function isFake(path: string): boolean {
   }
 }
 
-/** Opens the driver, builds what is missing (the fake, the C baseline `cName`), picks the target. */
+/** Opens the machine, builds what is missing (the fake, the C baseline `cName`), picks a target. */
 export async function setup(values: CommonValues, cName: "cycle" | "many"): Promise<Setup> {
   let dir: string | undefined;
   const scratch = () => dir ??= mkdtempSync(join(tmpdir(), "ckpt-bench-"));
@@ -97,11 +97,12 @@ export async function setup(values: CommonValues, cName: "cycle" | "many"): Prom
     const source = new URL(`./${cName}.c`, import.meta.url).pathname;
     execFileSync("cc", ["-O2", "-pthread", "-o", cBin, source, "-ldl"], { stdio: "inherit" });
   }
-  const driver = await openNativeDriver(libraryPath ? { libraryPath } : {});
+  const machine = await openMachine(libraryPath ? { libraryPath } : {});
+  const driver = machine.driver;
   const fake = values.fake || isFake(driver.libraryPath);
   const target = values.target ?? (fake ? FAKE_TARGET : undefined);
   if (!target || !existsSync(target)) {
-    driver.close();
+    await machine.close();
     throw new Error(
       `--target: the target program (tests/gpu/target.cu built with nvcc), got ${target}`,
     );
@@ -110,16 +111,15 @@ export async function setup(values: CommonValues, cName: "cycle" | "many"): Prom
   await driver.listGpus().catch(() => {});
   const version = await driver.driverVersion();
   return {
-    driver,
+    machine,
     libcuda: driver.libraryPath,
     fake,
     target,
     cBin,
     driverVersion: version.code === 0 ? version.value : undefined,
-    cleanup() {
-      driver.close();
+    async cleanup() {
+      await machine.close();
       if (dir) rmSync(dir, { recursive: true, force: true });
-      return Promise.resolve();
     },
   };
 }

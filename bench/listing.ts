@@ -21,11 +21,9 @@ import { join } from "node:path";
 import process from "node:process";
 import { parseArgs } from "node:util";
 
-import type { CheckpointDriver } from "../core/driver.ts";
-import { listCudaProcesses } from "../core/listing.ts";
-import { setFallbackHostOpener } from "../core/defaults.ts";
-import { openLinuxHost } from "../ffi/host.ts";
-import { openNativeDriver } from "../ffi/mod.ts";
+import { listCudaProcesses } from "../mod.ts";
+import { type NativeMachine, openMachine } from "../driver.ts";
+import { LinuxHost } from "../os/linux_host.ts";
 import { COMMON_OPTIONS, integers, startTargets } from "./harness.ts";
 import { environment, fmt, median, publish, type Report, type Table } from "./report.ts";
 import type { TargetProcess } from "../tests/gpu/native_env.ts";
@@ -52,27 +50,26 @@ const [sample] = integers(values["utility-sample"], "--utility-sample");
 const started = new Date();
 
 let fakeDir: string | undefined;
-let driver: CheckpointDriver & AsyncDisposable & { libraryPath: string };
+let machine: NativeMachine;
 let preload: string | undefined;
 let fake = false;
 try {
   if (values.fake) throw new Error("--fake: the fake libcuda was asked for");
-  driver = await openNativeDriver(values.libcuda ? { libraryPath: values.libcuda } : {});
+  machine = await openMachine(values.libcuda ? { libraryPath: values.libcuda } : {});
 } catch (error) {
   fake = true;
   fakeDir = mkdtempSync(join(tmpdir(), "ckpt-bench-listing-"));
   preload = join(fakeDir, "libcuda.so.1");
   const source = new URL("../tests/fixtures/fake_libcuda.c", import.meta.url).pathname;
   execFileSync("cc", ["-shared", "-fPIC", "-O2", "-o", preload, source, "-lpthread"]);
-  driver = await openNativeDriver({ libraryPath: preload });
+  machine = await openMachine({ libraryPath: preload });
   console.log(
     `no libcuda here (${(error as Error).message.split("\n")[0]}); using the fake libcuda ` +
       `(every pid a CUDA process): these figures are this package's own cost`,
   );
 }
+const driver = machine.driver;
 const version = await driver.driverVersion();
-// As the main module does: the Linux host is the default.
-setFallbackHostOpener(() => openLinuxHost({ nvmlPath: values.nvml }));
 
 const kids: ChildProcess[] = [];
 let targets: TargetProcess[] = [];
@@ -124,7 +121,7 @@ try {
     targets = await startTargets(values.target, cudaCount, mib, () => undefined);
   }
   await new Promise((r) => setTimeout(r, 300 + idle));
-  await using host = openLinuxHost({ nvmlPath: values.nvml });
+  await using host = new LinuxHost({ nvmlPath: values.nvml });
   const pids = (await host.scan()).map((p) => p.pid);
   pidCount = pids.length;
   const targetPids = targets.map((t) => t.pid);
@@ -150,7 +147,10 @@ try {
       const t0 = performance.now();
       let run: Run;
       if (way === "listing") {
-        const l = await listCudaProcesses({ driver });
+        // The Linux host opened and closed per call (NVML loaded each time), as a caller of
+        // listCudaProcesses() without a machine gets it; the driver stays open.
+        await using perCall = new LinuxHost({ nvmlPath: values.nvml });
+        const l = await listCudaProcesses({ machine: { driver, host: perCall } });
         cudaFound = l.processes.length;
         run = {
           round,
@@ -188,7 +188,7 @@ try {
 } finally {
   for (const kid of kids) kid.kill();
   await Promise.all(targets.map((t) => t.exit()));
-  await driver[Symbol.asyncDispose]();
+  await machine.close();
   if (fakeDir) rmSync(fakeDir, { recursive: true, force: true });
 }
 

@@ -1,6 +1,6 @@
 // Many processes at once: suspend (lock + checkpoint) and then resume (restore + unlock) of N
 // target processes, three ways in the same run, the modes taking turns in every trial:
-//   ours     suspendAll / resumeAll from mod.ts (all at once)
+//   ours     runGroup("suspend") / runGroup("resume") from mod.ts (all at once)
 //   threads  bench/many.c, one pthread per process (all at once)
 //   serial   bench/many.c, one process after another
 // Goals: ours at least 6x one-after-another at 8 processes, and within 5% of C threads.
@@ -16,8 +16,8 @@
 
 import process from "node:process";
 
-import { resumeAll, suspendAll } from "../mod.ts";
-import type { GroupResult } from "../core/group.ts";
+import { runGroup } from "../mod.ts";
+import type { GroupResult } from "../mod.ts";
 import {
   benchArgs,
   environmentOf,
@@ -118,7 +118,7 @@ try {
       await c.next(30_000); // ready, cuInit done
       // Our side's threads (Bun's workers, Deno's nonblocking-call threads) start on first use:
       // start them with a getState of every target at once, outside the timing.
-      await Promise.all(pids.map((pid) => s.driver.getState(pid)));
+      await Promise.all(pids.map((pid) => s.machine.driver.getState(pid)));
       // A fresh process's first checkpoint also pays for the host memory it is copied into: warm
       // every target up with untimed cycles (C threads), so no mode's first trial pays it alone.
       for (let w = 0; w < warmups; w++) {
@@ -135,9 +135,11 @@ try {
         for (const [order, mode] of modes.entries()) {
           let run: Run;
           if (mode === "ours") {
-            const [suspendMs, sr] = await timed(() => suspendAll(pids, { driver: s.driver }));
+            const [suspendMs, sr] = await timed(() =>
+              runGroup("suspend", pids, { machine: s.machine })
+            );
             const [resumeMs, rr] = sr.ok
-              ? await timed(() => resumeAll(pids, { driver: s.driver }))
+              ? await timed(() => runGroup("resume", pids, { machine: s.machine }))
               : [0, undefined];
             run = runOf(
               { count, trial, mode, order },
@@ -276,16 +278,16 @@ const runTable: Table = {
 const env = environmentOf(s, started);
 const report: Report = {
   name: `many-${placement}`,
-  title: `@ckpt/cuda, many processes at once (${env.runtime.name}): suspendAll/resumeAll vs C ` +
-    `threads vs one after another`,
+  title: `@ckpt/cuda, many processes at once (${env.runtime.name}): runGroup vs C threads vs ` +
+    `one after another`,
   description: `For each count, that many target processes of ${memoryMiB} MiB (placement ` +
     `${placement}: ${
       placement === "spread" ? `target i on GPU i mod ${gpus}` : "all on GPU 0"
     }, through CUDA_VISIBLE_DEVICES). Each trial runs the three modes on the same processes, ` +
-    "taking turns (trial t starts with mode t mod 3): ours = suspendAll then resumeAll from " +
-    "mod.ts; threads = bench/many.c with a pthread per process; serial = bench/many.c, one " +
-    "process after another. Each mode is timed from the first call to the last answer, suspend " +
-    "(lock + checkpoint) and resume (restore + unlock) apart.",
+    'taking turns (trial t starts with mode t mod 3): ours = runGroup("suspend") then ' +
+    'runGroup("resume") from mod.ts; threads = bench/many.c with a pthread per process; ' +
+    "serial = bench/many.c, one process after another. Each mode is timed from the first call " +
+    "to the last answer, suspend (lock + checkpoint) and resume (restore + unlock) apart.",
   environment: env,
   config: {
     counts,
@@ -303,9 +305,9 @@ const report: Report = {
   runTables: [runTable],
   notes: [
     ...(s.fake ? [FAKE_NOTE] : []),
-    "suspendAll and resumeAll ask each process's state first (one getState each) and then make " +
-    "the two steps; the C program makes the two steps only. That difference is part of what is " +
-    "measured.",
+    "runGroup's suspend and resume ask each process's state first (one getState each) and then " +
+    "make the two steps; the C program makes the two steps only. That difference is part of " +
+    "what is measured.",
     "Issue 7: on a host with four H200s, Deno was 17% slower than C threads with four 8 GiB " +
     "processes all on GPU 0, and matched them with one process per GPU; compare the placements.",
     "Per process in the last column: checkpoint/restore ms.",

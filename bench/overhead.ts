@@ -68,7 +68,7 @@ try {
   for (const sizeMiB of sizes) {
     const [target] = await startTargets(s.target, 1, sizeMiB, () => gpu);
     const c = new LineChild(s.cBin, ["--lib", s.libcuda, String(target.pid), "0"]);
-    const proc = new CudaProcess(target.pid, { driver: s.driver });
+    const proc = new CudaProcess(target.pid, { machine: s.machine });
     const timeoutMs = 120_000 + sizeMiB * 60;
     try {
       await c.next(30_000); // ready, cuInit done

@@ -12,7 +12,7 @@
 
 import process from "node:process";
 import { CudaProcess } from "../mod.ts";
-import { openNativeDriver } from "../ffi/mod.ts";
+import { openMachine } from "../driver.ts";
 import { startTarget } from "../tests/gpu/native_env.ts";
 
 const [targetPath, n = "4", mib = "4096"] = process.argv.slice(2);
@@ -21,12 +21,13 @@ if (!targetPath) {
   process.exit(2);
 }
 const count = Number(n), memoryMiB = Number(mib);
-const driver = await openNativeDriver();
+const machine = await openMachine();
+const driver = machine.driver;
 const targets = await Promise.all(
   Array.from({ length: count }, () => startTarget(targetPath, "cuda", memoryMiB)),
 );
 try {
-  const procs = targets.map((t) => new CudaProcess(t.pid, { driver }));
+  const procs = targets.map((t) => new CudaProcess(t.pid, { machine }));
   const time = async (fn: () => Promise<unknown>) => {
     const t = performance.now();
     await fn();
@@ -52,5 +53,5 @@ try {
   if (intact !== count) process.exitCode = 1;
 } finally {
   for (const t of targets) await t.exit();
-  driver.close();
+  await machine.close();
 }

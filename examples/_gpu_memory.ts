@@ -2,13 +2,15 @@
  * Prints, as one JSON object, the GPU memory (MiB by GPU UUID) each pid given holds, as NVML sees
  * it, or `{"unknown": "why"}`. Not an example: self_checkpoint.ts runs it as a child process to
  * ask about itself while it is checkpointed, when it cannot ask NVML itself (see
- * `Machine.gpuMemoryFromOutside`).
+ * `ExampleMachine.gpuMemoryFromOutside`).
  *
  *   deno run -A examples/_gpu_memory.ts PID...
  */
 
 import process from "node:process";
-import { openLinuxHost } from "../ffi/mod.ts";
+// NVML alone, without libcuda: the host part of this machine (not published; the examples' own
+// helper). A process that has checkpointed itself asks through this child.
+import { LinuxHost } from "../os/linux_host.ts";
 
 const pids = process.argv.slice(2).map(Number);
 const bad = process.argv.slice(2).find((arg) => !/^[1-9][0-9]*$/.test(arg));
@@ -20,7 +22,7 @@ if (bad !== undefined || pids.length === 0) {
   );
   process.exit(2);
 }
-await using host = openLinuxHost();
+await using host = new LinuxHost();
 const report = await host.gpuMemory();
 if ("unknown" in report) {
   console.log(JSON.stringify({ unknown: report.unknown }));

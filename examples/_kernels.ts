@@ -7,8 +7,9 @@
  * @module
  */
 
-import type { CudaContext, CudaKernel, DeviceBuffer } from "../ffi/cuda.ts";
-import { ChunkedSha256, type SimulatedProcess } from "../mock/mod.ts";
+import type { CudaContext, CudaKernel, DeviceBuffer } from "./cuda.ts";
+import type { SimulatedProcess } from "../mock/mod.ts";
+import { ChunkedSha256 } from "../mock/memory.ts";
 
 /** PTX that sets `out` to mix(`x`) (lowbias32), through the scratch register `%t`. */
 function mix(out: string, x: string): string {

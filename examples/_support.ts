@@ -1,8 +1,8 @@
 /**
  * What every example shares: its command line (`--help`, `--driver native|sim`,
- * `--virtual-time`), the choice of driver (the native one where this machine has a usable NVIDIA
- * driver, else the simulated one, saying why), a clock that gives the simulated driver's times on
- * the simulator, GPU memory per process (NVML, or the simulator's), and tables.
+ * `--virtual-time`), the choice of machine (this one, where it has a usable NVIDIA driver, else a
+ * simulated one, saying why), a clock that gives the simulated driver's times on the simulator,
+ * GPU memory per process (NVML, or the simulator's), and tables.
  *
  * @module
  */
@@ -13,9 +13,8 @@ import process from "node:process";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { parseArgs } from "node:util";
-import { formatDriverVersion } from "../driver.ts";
-import { type LinuxHost, type NativeDriver, openLinuxHost, openNativeDriver } from "../ffi/mod.ts";
-import { SimulatedDriver, type SimulatedGpuSpec } from "../mock/mod.ts";
+import { type NativeMachine, openMachine } from "../driver.ts";
+import { type SimulatedGpuSpec, SimulatedMachine } from "../mock/mod.ts";
 
 /** One option of an example, besides the common ones. */
 export interface OptionSpec {
@@ -170,10 +169,10 @@ export function intOption(
 /** GPU memory of one process: MiB by GPU UUID (its CUDA context included). */
 export type MemoryByGpu = Readonly<Record<string, number>>;
 
-/** What the examples run on. */
-interface MachineBase {
-  /** The driver, for `CudaProcess` and the group operations. */
-  readonly driver: NativeDriver | SimulatedDriver;
+/** What an example runs on: a machine, and what the example wants to know about it. */
+interface ExampleMachineBase {
+  /** The machine, for `CudaProcess`, the group operations and snapshots (`{ machine }`). */
+  readonly machine: NativeMachine | SimulatedMachine;
   /**
    * Lines saying what was chosen and why, which an example prints first: on the simulator, why
    * (no usable driver here, or `--driver sim`).
@@ -197,26 +196,28 @@ interface MachineBase {
     pids: readonly number[],
     timeoutMs?: number,
   ): Promise<Map<number, MemoryByGpu> | string>;
-  /** Lets go of the driver (and NVML). */
+  /** Lets go of the machine (libcuda and NVML, or the simulator). */
   close(): Promise<void>;
 }
 
-/** The native driver of this machine. */
-export interface NativeMachine extends MachineBase {
+/** This machine, with its NVIDIA driver. */
+export interface NativeExampleMachine extends ExampleMachineBase {
   readonly kind: "native";
-  readonly driver: NativeDriver;
+  /** This machine: libcuda (`machine.driver.libraryPath`), `/proc` and NVML, criu. */
+  readonly machine: NativeMachine;
   /** `cuDriverGetVersion`, such as 13000. */
   readonly driverVersion: number;
 }
 
-/** The simulated driver. */
-export interface SimulatedMachine extends MachineBase {
+/** A simulated machine. */
+export interface SimulatedExampleMachine extends ExampleMachineBase {
   readonly kind: "simulated";
-  readonly driver: SimulatedDriver;
+  /** The simulated machine: its GPUs, processes and simulated criu. */
+  readonly machine: SimulatedMachine;
 }
 
-/** The native driver of this machine, or the simulated one. */
-export type Machine = NativeMachine | SimulatedMachine;
+/** This machine, or a simulated one. */
+export type ExampleMachine = NativeExampleMachine | SimulatedExampleMachine;
 
 /** How an example wants its simulated machine, where it runs on one. */
 export interface SimulatorWish {
@@ -227,26 +228,29 @@ export interface SimulatorWish {
 }
 
 /**
- * Opens the native driver where it can be used (libcuda found, with the checkpoint API), else the
- * simulated driver; `--driver` forces one (a native driver that cannot be used is then an error,
+ * Opens this machine where its driver can be used (libcuda found, with the checkpoint API), else a
+ * simulated machine; `--driver` forces one (a native driver that cannot be used is then an error,
  * thrown with the reason).
  */
-export async function openMachine(args: ParsedArgs, wish: SimulatorWish): Promise<Machine> {
+export async function chooseMachine(
+  args: ParsedArgs,
+  wish: SimulatorWish,
+): Promise<ExampleMachine> {
   let reason: string;
   if (args.driver === "sim") {
     reason = "--driver sim";
   } else {
     const probe = await probeNative();
-    if ("driver" in probe) return nativeMachine(probe.driver, probe.version);
+    if ("machine" in probe) return nativeMachine(probe.machine, probe.version);
     if (args.driver === "native") throw new Error(`--driver native: ${probe.reason}`);
     reason = probe.reason;
   }
-  const sim = new SimulatedDriver({
+  const sim = new SimulatedMachine({
     gpus: wish.gpus ?? 1,
     clock: args.virtualTime ? "virtual" : "real",
   });
   const simulatedMemory = async (pids: readonly number[]) => {
-    const report = await sim.hostProcesses().gpuMemory!();
+    const report = await sim.host.gpuMemory!();
     return "unknown" in report ? report.unknown : pick(report.byPid, pids);
   };
   const notes = args.driver === "sim"
@@ -257,7 +261,7 @@ export async function openMachine(args: ParsedArgs, wish: SimulatorWish): Promis
     ];
   return {
     kind: "simulated",
-    driver: sim,
+    machine: sim,
     notes: [
       ...notes,
       `Its times are the real driver's, as measured (${
@@ -265,7 +269,7 @@ export async function openMachine(args: ParsedArgs, wish: SimulatorWish): Promis
       }).`,
     ],
     now: () => sim.now(),
-    sleep: (ms) => sim.sleep(ms),
+    sleep: (ms: number) => sim.sleep(ms),
     gpuMemory: simulatedMemory,
     // The simulated process is not this one: nothing here is checkpointed.
     gpuMemoryFromOutside: simulatedMemory,
@@ -274,7 +278,7 @@ export async function openMachine(args: ParsedArgs, wish: SimulatorWish): Promis
 }
 
 /**
- * {@link openMachine} for an example: prints the notes and a blank line first (on stderr with
+ * {@link chooseMachine} for an example: prints the notes and a blank line first (on stderr with
  * `--json`, so that stdout stays one JSON object), and where the machine cannot be opened, says
  * why (`file: reason`) and exits 1.
  */
@@ -282,10 +286,10 @@ export async function openExampleMachine(
   spec: ExampleSpec,
   args: ParsedArgs,
   wish: SimulatorWish,
-): Promise<Machine> {
-  let machine: Machine;
+): Promise<ExampleMachine> {
+  let machine: ExampleMachine;
   try {
-    machine = await openMachine(args, wish);
+    machine = await chooseMachine(args, wish);
   } catch (error) {
     console.error(`${spec.file}: ${messageOf(error)}`);
     process.exit(1);
@@ -296,28 +300,36 @@ export async function openExampleMachine(
   return machine;
 }
 
-function nativeMachine(driver: NativeDriver, version: number): NativeMachine {
-  let host: LinuxHost | undefined;
+function nativeMachine(machine: NativeMachine, version: number): NativeExampleMachine {
   return {
     kind: "native",
-    driver,
+    machine,
     driverVersion: version,
     notes: [
-      `NVIDIA driver found (CUDA ${formatDriverVersion(version)}, ${driver.libraryPath}).`,
+      `NVIDIA driver found (CUDA ${formatDriverVersion(version)}, ${machine.driver.libraryPath}).`,
     ],
     now: () => performance.now(),
     sleep: (ms) => new Promise((resolve) => setTimeout(resolve, ms)),
-    gpuMemory: async (pids) => {
-      host ??= openLinuxHost();
-      const report = await host.gpuMemory();
-      return "unknown" in report ? report.unknown : pick(report.byPid, pids);
-    },
+    gpuMemory: (pids) => nvmlMemory(machine, pids),
     gpuMemoryFromOutside: (pids, timeoutMs = 15_000) => gpuMemoryFromChild(pids, timeoutMs),
-    close: async () => {
-      await host?.close();
-      await driver[Symbol.asyncDispose]();
-    },
+    close: () => machine.close(),
   };
+}
+
+/** The GPU memory each of `pids` holds, as this machine's NVML sees it, or why it is not known. */
+async function nvmlMemory(
+  machine: NativeMachine,
+  pids: readonly number[],
+): Promise<Map<number, MemoryByGpu> | string> {
+  const gpuMemory = machine.host.gpuMemory;
+  if (!gpuMemory) return "this machine's host cannot read GPU memory";
+  const report = await gpuMemory.call(machine.host);
+  return "unknown" in report ? report.unknown : pick(report.byPid, pids);
+}
+
+/** A `cuDriverGetVersion` number as CUDA names it: 13000 is `13.0`, 12080 is `12.8`. */
+function formatDriverVersion(version: number): string {
+  return `${Math.floor(version / 1000)}.${Math.floor((version % 1000) / 10)}`;
 }
 
 /** Runs examples/_gpu_memory.ts with this runtime, without a shell, and reads its answer. */
@@ -368,17 +380,18 @@ function pick(
   return out;
 }
 
-/** Opens the native driver; resolves why not, where it cannot be used (closing it again). */
+/** Opens this machine; resolves why not, where its driver cannot be used (closing it again). */
 async function probeNative(): Promise<
-  { driver: NativeDriver; version: number } | { reason: string }
+  { machine: NativeMachine; version: number } | { reason: string }
 > {
-  let driver: NativeDriver;
+  let machine: NativeMachine;
   try {
-    driver = await openNativeDriver();
+    machine = await openMachine();
   } catch (err) {
     const message = err instanceof Error ? err.message : String(err);
     return { reason: message.split("\n")[0].replace(/\. Tried .*$|:$/, "") };
   }
+  const driver = machine.driver;
   const { code, value } = await driver.driverVersion();
   let reason: string | undefined;
   if (!driver.checkpointSupported) {
@@ -388,8 +401,8 @@ async function probeNative(): Promise<
   } else if (code !== 0) {
     reason = `cuDriverGetVersion failed with CUresult ${code}`;
   }
-  if (reason === undefined) return { driver, version: value };
-  await driver[Symbol.asyncDispose]();
+  if (reason === undefined) return { machine, version: value };
+  await machine.close();
   return { reason };
 }
 

@@ -25,14 +25,14 @@ import { createSocket } from "node:dgram";
 import { lstatSync, unlinkSync } from "node:fs";
 import { connect, createServer } from "node:net";
 import process from "node:process";
-import { openCudaContext } from "../ffi/cuda.ts";
+import { openCudaContext } from "./cuda.ts";
 import { KERNEL_NAMES, KERNELS_PTX } from "./_kernels.ts";
 import {
+  chooseMachine,
+  type ExampleMachine,
   type ExampleSpec,
   intOption,
-  type Machine,
   messageOf,
-  openMachine,
   parseExampleArgs,
 } from "./_support.ts";
 
@@ -81,9 +81,9 @@ export interface RunningCounter {
  * The integer in GPU memory: on a GPU, in this process (a CUDA context, 4 bytes, the `increment`
  * kernel; every call on this thread); on the simulator, in a simulated process.
  */
-export async function counterGpu(machine: Machine, device = 0): Promise<CounterGpu> {
-  if (machine.kind === "simulated") {
-    const sim = machine.driver;
+export async function counterGpu(here: ExampleMachine, device = 0): Promise<CounterGpu> {
+  if (here.kind === "simulated") {
+    const sim = here.machine;
     if (!sim.gpus[device]) {
       throw new Error(`--device ${device}: the simulated machine has no GPU ${device}`);
     }
@@ -105,7 +105,7 @@ export async function counterGpu(machine: Machine, device = 0): Promise<CounterG
       close: () => target.exit(),
     };
   }
-  const ctx = await openCudaContext({ driver: machine.driver, device });
+  const ctx = await openCudaContext({ driver: here.machine.driver, device });
   const cell = ctx.alloc(4);
   const start = new Uint8Array(4);
   new DataView(start.buffer).setUint32(0, COUNTER_START, true);
@@ -254,15 +254,15 @@ async function main(): Promise<void> {
     }
     return;
   }
-  let machine: Machine;
+  let here: ExampleMachine;
   let gpu: CounterGpu;
   let server: RunningCounter;
   try {
-    machine = await openMachine(args, {
+    here = await chooseMachine(args, {
       what: "the counter lives in the memory of a simulated process, inside this program",
     });
-    for (const note of machine.notes) console.log(note);
-    gpu = await counterGpu(machine, device);
+    for (const note of here.notes) console.log(note);
+    gpu = await counterGpu(here, device);
     server = await serveCounter(gpu, address, (v) => console.log(`request: counter is now ${v}`));
   } catch (error) {
     console.error(`counter.ts: ${messageOf(error)}`);
@@ -275,7 +275,7 @@ async function main(): Promise<void> {
   const stop = async () => {
     await server.close();
     gpu.close();
-    await machine.close();
+    await here.close();
     process.exit(0);
   };
   process.on("SIGINT", stop);

@@ -41,11 +41,11 @@ import {
 } from "./counter.ts";
 import {
   alive,
+  chooseMachine,
   describeMemory,
+  type ExampleMachine,
   type ExampleSpec,
-  type Machine,
   messageOf,
-  openMachine,
   parseExampleArgs,
   readText,
   runtimeCommand,
@@ -81,19 +81,19 @@ const step = (() => {
   return (text: string) => console.log(`${++n}. ${text}`);
 })();
 
-let machine: Machine;
+let here: ExampleMachine;
 try {
-  machine = await openMachine(args, {
+  here = await chooseMachine(args, {
     what: "the counter runs inside this program, its integer in a simulated process",
   });
 } catch (error) {
   console.error(`counter_criu.ts: ${messageOf(error)}`);
   process.exit(1);
 }
-for (const note of machine.notes) console.log(note);
+for (const note of here.notes) console.log(note);
 console.log();
 
-const missing = await checkPrerequisites(machine);
+const missing = await checkPrerequisites(here);
 console.log();
 const work = mkdtempSync(join(tmpdir(), "ckpt-counter-"));
 const address: CounterAddress = args.values.udp
@@ -101,13 +101,13 @@ const address: CounterAddress = args.values.udp
   : { unix: (args.values.unix as string | undefined) ?? join(work, "counter.sock") };
 let ok = false;
 try {
-  ok = missing.length === 0 && machine.kind === "native"
-    ? await withCriu(machine, address)
-    : await cudaHalfOnly(machine, address, missing);
+  ok = missing.length === 0 && here.kind === "native"
+    ? await withCriu(here, address)
+    : await cudaHalfOnly(here, address, missing);
 } catch (error) {
   console.log(`FAIL: ${messageOf(error)}`);
 } finally {
-  await machine.close();
+  await here.close();
   if (ok) rmSync(work, { recursive: true, force: true });
   else console.log(`(the counter's output and criu's logs, if any, are in ${work})`);
 }
@@ -120,7 +120,7 @@ interface Criu {
 }
 
 /** Prints what the CRIU half needs and whether this machine has it; resolves what is missing. */
-async function checkPrerequisites(m: Machine): Promise<string[]> {
+async function checkPrerequisites(m: ExampleMachine): Promise<string[]> {
   const missing: string[] = [];
   const line = (what: string, good: boolean | undefined, text: string) => {
     console.log(`  ${what.padEnd(41)} ${good ? "yes" : good === false ? "NO " : " - "}  ${text}`);
@@ -130,7 +130,7 @@ async function checkPrerequisites(m: Machine): Promise<string[]> {
   line(
     "an NVIDIA driver with the checkpoint API",
     m.kind === "native",
-    m.kind === "native" ? m.driver.libraryPath : "not here (see above)",
+    m.kind === "native" ? m.machine.driver.libraryPath : "not here (see above)",
   );
   const criu = findCriu(args.values.criu as string | undefined);
   line("criu", criu.path !== undefined, criu.version ?? "not found");
@@ -157,14 +157,14 @@ interface CriuHalf {
  * (the CRIU half, or a line saying it is skipped), resume, ask again.
  */
 async function workflow(
-  m: Machine,
+  m: ExampleMachine,
   addr: CounterAddress,
   pid: number,
   criu: CriuHalf | undefined,
 ): Promise<boolean> {
   const first = await askCounter(addr);
   step(`Asked it: ${first}`);
-  const proc = new CudaProcess(pid, { driver: m.driver });
+  let proc = new CudaProcess(pid, { machine: m.machine });
   const memory = async () => describeMemory(await m.gpuMemory([pid]), pid);
   step(`GPU memory it holds: ${await memory()}`);
   let t = m.now();
@@ -172,6 +172,13 @@ async function workflow(
   step(`Suspended its CUDA state (lock + checkpoint): ${sec(m.now() - t)}, ${await proc.state()}`);
   step(`GPU memory it holds now: ${await memory()}`);
   step(criu ? await criu.dump() : "criu dump: SKIPPED");
+  if (criu) {
+    // The process criu restores has the pid, but to the kernel it is a new process (a new start
+    // time), and a handle refuses to act on a process other than the one it was made for: a new
+    // handle for it.
+    await proc.close();
+    proc = new CudaProcess(pid, { machine: m.machine });
+  }
   step(criu ? await criu.restore(proc) : "criu restore: SKIPPED");
   t = m.now();
   await proc.resume();
@@ -200,7 +207,7 @@ async function workflow(
 }
 
 /** The whole workflow: the counter as a process of its own, suspended, dumped, restored, resumed. */
-async function withCriu(m: Machine, addr: CounterAddress): Promise<boolean> {
+async function withCriu(m: ExampleMachine, addr: CounterAddress): Promise<boolean> {
   const criu = findCriu(args.values.criu as string | undefined).path!;
   const images = (args.values["images-dir"] as string | undefined) ?? join(work, "images");
   const log = join(work, "counter.log");
@@ -264,7 +271,11 @@ async function withCriu(m: Machine, addr: CounterAddress): Promise<boolean> {
 }
 
 /** The CUDA half alone: the counter inside this program, on whatever driver the machine has. */
-async function cudaHalfOnly(m: Machine, addr: CounterAddress, missing: string[]): Promise<boolean> {
+async function cudaHalfOnly(
+  m: ExampleMachine,
+  addr: CounterAddress,
+  missing: string[],
+): Promise<boolean> {
   console.log(
     `The CRIU half is SKIPPED: ${missing.map((s) => s.split(":")[0]).join(", ")} missing.`,
   );

@@ -33,7 +33,8 @@
 
 import { CUDA_SUCCESS } from "../core/codes.ts";
 import { type CudaError, driverError } from "../core/errors.ts";
-import { CUUUID_SIZE, nativeBuffer } from "../core/structs.ts";
+import { CUUUID_SIZE } from "../ffi/structs.ts";
+import { nativeBuffer } from "../ffi/adapter.ts";
 import { formatGpuUuid } from "../core/uuid.ts";
 import type { FfiLibrary, NativeArg, NativeLink } from "../ffi/adapter.ts";
 import type { NativeDriver } from "../ffi/native.ts";

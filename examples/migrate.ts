@@ -15,9 +15,10 @@
  */
 
 import process from "node:process";
-import { CudaProcess, type GpuInfo } from "../mod.ts";
-import { type CudaContext, type DeviceBuffer, openCudaContext } from "../ffi/cuda.ts";
-import type { SimulatedDriver } from "../mock/mod.ts";
+import { CudaProcess, listGpus } from "../mod.ts";
+import type { GpuInfo } from "../driver.ts";
+import { type CudaContext, type DeviceBuffer, openCudaContext } from "./cuda.ts";
+import type { SimulatedMachine } from "../mock/mod.ts";
 import { DEFAULT_SEED, fillOnGpu, fillSimulated, hashOnGpu, loadKernels } from "./_kernels.ts";
 import {
   type ExampleSpec,
@@ -25,7 +26,7 @@ import {
   type MemoryByGpu,
   messageOf,
   ms,
-  type NativeMachine,
+  type NativeExampleMachine,
   openExampleMachine,
   parseExampleArgs,
   shortHash,
@@ -58,16 +59,16 @@ const bufferMiB = intOption(SPEC, args, "buffer-mib", 1, 1 << 20);
 const home = intOption(SPEC, args, "device", 0, 1023);
 const bytes = bufferMiB * 2 ** 20;
 
-const machine = await openExampleMachine(SPEC, args, {
+const here = await openExampleMachine(SPEC, args, {
   gpus: 2,
   what: "a simulated process with the buffer, on two simulated H200s",
 });
 
-const gpus = await machine.driver.listGpus();
+const gpus = await listGpus({ machine: here.machine });
 const start = gpus[home];
 if (!start) {
   console.error(`migrate.ts: --device ${home}: this machine has ${gpus.length} GPU(s)`);
-  await machine.close();
+  await here.close();
   process.exit(2);
 }
 // The GPUs it moves around: those of the same chip as its own (a restore needs the same chip).
@@ -80,17 +81,15 @@ if (ring.length < 2) {
     `Migration needs two GPUs of the same chip; this machine has ${ring.length} ${start.name}. ` +
       `Run with --driver sim to see it on two simulated H200s.`,
   );
-  await machine.close();
+  await here.close();
   process.exit(0);
 }
 
-const mover = machine.kind === "native"
-  ? await selfMover(machine)
-  : await simulatedMover(machine.driver);
+const mover = here.kind === "native" ? await selfMover(here) : await simulatedMover(here.machine);
 const before = await mover.hash();
 console.log();
 console.log(
-  `Process ${mover.pid}${machine.kind === "simulated" ? " (simulated)" : " (this program)"}: ` +
+  `Process ${mover.pid}${here.kind === "simulated" ? " (simulated)" : " (this program)"}: ` +
     `${bufferMiB} MiB buffer on GPU ${home}, chunked SHA-256 ${shortHash(before)}`,
 );
 console.log(
@@ -100,7 +99,7 @@ console.log(
 );
 console.log();
 
-const proc = new CudaProcess(mover.pid, { driver: machine.driver });
+const proc = new CudaProcess(mover.pid, { machine: here.machine });
 const rows: string[][] = [];
 let where = start;
 let ok = true;
@@ -108,20 +107,20 @@ let failure: string | undefined;
 for (let move = 1; move <= ring.length; move++) {
   const mapping = deviceMap(gpus, ring);
   const to = gpus.find((g) => g.uuid === mapping[where.uuid])!;
-  let t = machine.now();
+  let t = here.now();
   let suspendMs = 0, resumeMs = 0;
   try {
     await proc.suspend();
-    suspendMs = machine.now() - t;
-    t = machine.now();
+    suspendMs = here.now() - t;
+    t = here.now();
     await proc.resume({ gpuMapping: mapping });
-    resumeMs = machine.now() - t;
+    resumeMs = here.now() - t;
   } catch (error) {
     failure = `move ${move} (GPU ${where.index} -> GPU ${to.index}) failed: ${messageOf(error)}`;
     break;
   }
   const inside = await mover.where();
-  const outside = await machine.gpuMemory([mover.pid]);
+  const outside = await here.gpuMemory([mover.pid]);
   const hash = await mover.hash();
   const arrived = inside === to.uuid;
   ok &&= arrived && hash === before;
@@ -156,7 +155,7 @@ console.log(
 console.log();
 mover.close();
 await proc.close();
-await machine.close();
+await here.close();
 if (failure) console.log(`FAIL: ${failure}`);
 else if (ok && where.uuid === start.uuid) {
   console.log(
@@ -191,8 +190,8 @@ function memoryByGpu(
  * This program on the GPU: a context on the home GPU, a buffer filled by the kernel. Its CUDA
  * calls run on this thread between moves only, never while it is locked or checkpointed.
  */
-async function selfMover(m: NativeMachine): Promise<Mover> {
-  const ctx: CudaContext = await openCudaContext({ driver: m.driver, device: home });
+async function selfMover(m: NativeExampleMachine): Promise<Mover> {
+  const ctx: CudaContext = await openCudaContext({ driver: m.machine.driver, device: home });
   const buffer: DeviceBuffer = ctx.alloc(bytes);
   fillOnGpu(ctx, loadKernels(ctx), buffer, DEFAULT_SEED);
   return {
@@ -207,7 +206,7 @@ async function selfMover(m: NativeMachine): Promise<Mover> {
 }
 
 /** A simulated process holding the same bytes. */
-async function simulatedMover(sim: SimulatedDriver): Promise<Mover> {
+async function simulatedMover(sim: SimulatedMachine): Promise<Mover> {
   const target = sim.spawn({ memoryMiB: bufferMiB, gpu: home, command: "migrate.ts (simulated)" });
   await fillSimulated(target, DEFAULT_SEED, bytes);
   return {

@@ -18,21 +18,16 @@
 import process from "node:process";
 import { spawn } from "node:child_process";
 import { createInterface } from "node:readline";
-import {
-  type GroupResult,
-  type ProcessOutcome,
-  resumeAll,
-  type StepRecord,
-  suspendAll,
-} from "../mod.ts";
-import { openNativeDriver } from "../ffi/mod.ts";
-import { openCudaContext } from "../ffi/cuda.ts";
-import type { SimulatedDriver, SimulatedProcess } from "../mock/mod.ts";
+import { type GroupResult, listGpus, type ProcessOutcome, runGroup } from "../mod.ts";
+import { openMachine } from "../driver.ts";
+import type { StepRecord } from "../types.ts";
+import { openCudaContext } from "./cuda.ts";
+import type { SimulatedMachine, SimulatedProcess } from "../mock/mod.ts";
 import { fillOnGpu, fillPattern, fillSimulated, loadKernels } from "./_kernels.ts";
 import {
+  type ExampleMachine,
   type ExampleSpec,
   intOption,
-  type Machine,
   type MemoryByGpu,
   messageOf,
   ms,
@@ -122,13 +117,13 @@ if (args.values.job !== undefined) {
 }
 
 async function preempt(): Promise<boolean> {
-  const machine = await openExampleMachine(SPEC, args, {
+  const here = await openExampleMachine(SPEC, args, {
     what: "the jobs are simulated processes on a simulated H200, with an inference server",
   });
   const workers: Worker[] = [];
   try {
-    const sim = machine.kind === "simulated" ? machine.driver : undefined;
-    const gpu = (await machine.driver.listGpus())[device];
+    const sim = here.kind === "simulated" ? here.machine : undefined;
+    const gpu = (await listGpus({ machine: here.machine }))[device];
     if (!gpu) throw new Error(`--device ${device}: no such GPU here`);
     console.log(`GPU ${device}: ${gpu.name} ${gpu.uuid}`);
     if (sim) fillWithOtherWork(sim);
@@ -140,7 +135,7 @@ async function preempt(): Promise<boolean> {
         workers.map((w) => w.pid).join(", ")
       }), one training step every ${stepMs} ms.`,
     );
-    await Promise.all(workers.map((w) => untilSteps(machine, w, 3)));
+    await Promise.all(workers.map((w) => untilSteps(here, w, 3)));
     if (sim) {
       const free = sim.gpus[device].freeMiB;
       const fits = free >= highMiB + sim.gpus[device].contextMiB;
@@ -155,19 +150,19 @@ async function preempt(): Promise<boolean> {
     console.log();
 
     const pids = workers.map((w) => w.pid);
-    const before = await machine.gpuMemory(pids);
+    const before = await here.gpuMemory(pids);
     console.log(
-      `Preempting the low-priority job: suspendAll of ${pids.length} processes, all or nothing, ` +
-        `deadline ${deadlineMs} ms.`,
+      `Preempting the low-priority job: runGroup("suspend") of ${pids.length} processes, all or ` +
+        `nothing, deadline ${deadlineMs} ms.`,
     );
-    const suspended = await suspendAll(pids, {
-      driver: machine.driver,
+    const suspended = await runGroup("suspend", pids, {
+      machine: here.machine,
       allOrNothing: true,
       timeoutMs: deadlineMs,
     });
     const stepsAtPreemption = workers.map(lastStep);
     const seenAtPreemption = workers.map((w) => w.steps.length);
-    const during = await machine.gpuMemory(pids);
+    const during = await here.gpuMemory(pids);
     printOutcomes(suspended, workers, before, ["lock", "checkpoint"]);
     if (!suspended.ok) {
       console.log(
@@ -190,20 +185,20 @@ async function preempt(): Promise<boolean> {
 
     const madeWhileSuspended = workers.map((w, i) => w.steps.length - seenAtPreemption[i]);
     const seenAtResume = workers.map((w) => w.steps.length);
-    console.log("Resuming the low-priority job: resumeAll.");
-    const resumed = await resumeAll(pids, {
-      driver: machine.driver,
+    console.log('Resuming the low-priority job: runGroup("resume").');
+    const resumed = await runGroup("resume", pids, {
+      machine: here.machine,
       allOrNothing: true,
       timeoutMs: deadlineMs,
     });
-    const after = await machine.gpuMemory(pids);
+    const after = await here.gpuMemory(pids);
     printOutcomes(resumed, workers, after, ["restore", "unlock"]);
     if (!resumed.ok) {
       console.log("FAIL: the job could not be resumed.");
       return false;
     }
     console.log(`Resumed ${pids.length} processes in ${ms(resumed.ms)} ms.`);
-    await Promise.all(workers.map((w, i) => untilSteps(machine, w, seenAtResume[i] + 1)));
+    await Promise.all(workers.map((w, i) => untilSteps(here, w, seenAtResume[i] + 1)));
     const firstAfter = workers.map((w, i) => w.steps[seenAtResume[i]]);
     const frozen = madeWhileSuspended.every((n) => n === 0);
     const carriedOn = frozen && firstAfter.every((s, i) => s === stepsAtPreemption[i] + 1);
@@ -241,7 +236,7 @@ async function preempt(): Promise<boolean> {
     return false;
   } finally {
     await Promise.all(workers.map((w) => w.stop().catch(() => false)));
-    await machine.close();
+    await here.close();
   }
 }
 
@@ -283,7 +278,7 @@ function lastStep(w: Worker): number {
 }
 
 /** Waits (on the machine's clock) until a worker has reported `n` steps since it started. */
-async function untilSteps(m: Machine, w: Worker, n: number): Promise<void> {
+async function untilSteps(m: ExampleMachine, w: Worker, n: number): Promise<void> {
   const end = m.now() + 60_000;
   while (w.steps.length < n) {
     if (m.now() > end) {
@@ -297,7 +292,7 @@ async function untilSteps(m: Machine, w: Worker, n: number): Promise<void> {
  * On the simulator: another team's inference server, left running, that fills the GPU so far
  * that the high-priority job fits only once the low-priority job is suspended.
  */
-function fillWithOtherWork(sim: SimulatedDriver): void {
+function fillWithOtherWork(sim: SimulatedMachine): void {
   const gpu = sim.gpus[device];
   const lowAll = lowCount * (lowMiB + gpu.contextMiB);
   const highAll = highMiB + gpu.contextMiB;
@@ -310,7 +305,7 @@ function fillWithOtherWork(sim: SimulatedDriver): void {
   );
 }
 
-function simulatedWorker(sim: SimulatedDriver, rank: number): Worker {
+function simulatedWorker(sim: SimulatedMachine, rank: number): Worker {
   const command = `train.py --rank ${rank} (simulated)`;
   const target = sim.spawn({ memoryMiB: lowMiB, gpu: device, command });
   const length = Math.min(CHECK_BYTES, lowMiB * 2 ** 20 - PATTERN_AT);
@@ -344,7 +339,7 @@ function simulatedWorker(sim: SimulatedDriver, rank: number): Worker {
   return worker;
 }
 
-async function simulatedHighJob(sim: SimulatedDriver): Promise<HighRun> {
+async function simulatedHighJob(sim: SimulatedMachine): Promise<HighRun> {
   const start = sim.now();
   let target: SimulatedProcess;
   try {
@@ -439,8 +434,8 @@ async function runJob(kind: string): Promise<void> {
     process.exit(2);
   }
   const mib = kind === "low" ? lowMiB : highMiB;
-  const driver = await openNativeDriver();
-  const ctx = await openCudaContext({ driver, device });
+  const machine = await openMachine();
+  const ctx = await openCudaContext({ driver: machine.driver, device });
   const freeAtStart = ctx.memoryInfo().freeBytes;
   const start = performance.now();
   const buffer = ctx.alloc(mib * 2 ** 20);
@@ -464,7 +459,7 @@ async function runJob(kind: string): Promise<void> {
       } ms${ok ? "" : ", DATA WRONG"}`,
     );
     ctx.close();
-    await driver[Symbol.asyncDispose]();
+    await machine.close();
     process.exit(ok ? 0 : 1);
   }
   console.log(`ready ${process.pid}`);
@@ -479,7 +474,7 @@ async function runJob(kind: string): Promise<void> {
     clearInterval(timer);
     console.log(`check ${check() ? "intact" : "changed"}`);
     ctx.close();
-    driver.close();
+    machine.driver.close();
     process.exit(0);
   });
 }

@@ -17,8 +17,8 @@
 
 import process from "node:process";
 import { CudaProcess, type ProcessState } from "../mod.ts";
-import { type CudaContext, type DeviceBuffer, openCudaContext } from "../ffi/cuda.ts";
-import type { SimulatedDriver } from "../mock/mod.ts";
+import { type CudaContext, type DeviceBuffer, openCudaContext } from "./cuda.ts";
+import type { SimulatedMachine } from "../mock/mod.ts";
 import {
   DEFAULT_SEED,
   fillOnGpu,
@@ -29,12 +29,12 @@ import {
 } from "./_kernels.ts";
 import {
   describeMemory,
+  type ExampleMachine,
   type ExampleSpec,
   intOption,
-  type Machine,
   messageOf,
   ms,
-  type NativeMachine,
+  type NativeExampleMachine,
   openExampleMachine,
   parseExampleArgs,
   runtimeName,
@@ -88,18 +88,16 @@ const seed = DEFAULT_SEED;
 const bytes = bufferMiB * 2 ** 20;
 const say = args.json ? () => {} : (line = "") => console.log(line);
 
-const machine = await openExampleMachine(SPEC, args, {
+const here = await openExampleMachine(SPEC, args, {
   what: "a simulated process holds the buffer on a simulated H200",
 });
 
 let subject: Subject;
 try {
-  subject = machine.kind === "native"
-    ? await nativeSubject(machine)
-    : simulatedSubject(machine.driver);
+  subject = here.kind === "native" ? await nativeSubject(here) : simulatedSubject(here.machine);
 } catch (error) {
   console.error(`self_checkpoint.ts: ${messageOf(error)}`);
-  await machine.close();
+  await here.close();
   process.exit(1);
 }
 
@@ -122,7 +120,7 @@ say(
 );
 const hashBefore = await subject.hash();
 say(`Buffer hash (before): ${shortHash(hashBefore)}`);
-const memoryBefore = await machine.gpuMemory([subject.pid]);
+const memoryBefore = await here.gpuMemory([subject.pid]);
 say(
   `GPU memory this process holds: ${describeMemory(memoryBefore, subject.pid)}${
     typeof memoryBefore === "string" ? ` (${memoryBefore.split(";")[0]})` : ""
@@ -132,9 +130,9 @@ say();
 say(`Running the checkpoint cycle on process ${subject.pid} ...`);
 say();
 
-const proc = new CudaProcess(subject.pid, { driver: machine.driver });
+const proc = new CudaProcess(subject.pid, { machine: here.machine });
 const steps: { step: string; ms: number; state: ProcessState }[] = [];
-let memoryCheckpointed: Awaited<ReturnType<Machine["gpuMemory"]>> = "not read";
+let memoryCheckpointed: Awaited<ReturnType<ExampleMachine["gpuMemory"]>> = "not read";
 let restoreThreadId: number | undefined;
 let failure: string | undefined;
 const initial = await proc.state();
@@ -145,20 +143,20 @@ const cycle: [string, () => Promise<unknown>][] = [
   ["unlock", () => proc.unlock()],
 ];
 for (const [step, run] of cycle) {
-  const start = machine.now();
+  const start = here.now();
   try {
     await run();
   } catch (error) {
     failure = `${step} failed: ${messageOf(error)}`;
     break;
   }
-  const took = machine.now() - start;
+  const took = here.now() - start;
   steps.push({ step, ms: took, state: await proc.state() });
   if (step === "checkpoint") {
     // While checkpointed, the process holds no GPU memory: the driver copied it to host memory.
     // Asked by a child process: this one, checkpointed, cannot ask NVML itself (it would wait for
     // its own restore).
-    memoryCheckpointed = await machine.gpuMemoryFromOutside([subject.pid]);
+    memoryCheckpointed = await here.gpuMemoryFromOutside([subject.pid]);
     restoreThreadId = await proc.restoreThreadId();
   }
 }
@@ -175,7 +173,7 @@ say(table(
 ));
 say();
 
-const memoryAfter = await machine.gpuMemory([subject.pid]);
+const memoryAfter = await here.gpuMemory([subject.pid]);
 const hashAfter = failure ? "" : await subject.hash();
 const pass = !failure && hostCheck && hashAfter === hashBefore &&
   steps.map((s) => s.state).join(",") === "locked,checkpointed,locked,running";
@@ -203,7 +201,7 @@ if (args.json) {
     typeof m === "string" ? "unknown" : m.get(subject.pid) ?? {};
   console.log(JSON.stringify(
     {
-      driver: machine.kind,
+      driver: here.kind,
       pid: subject.pid,
       device: subject.device,
       bufferMiB,
@@ -229,7 +227,7 @@ if (args.json) {
   ));
 }
 await proc.close();
-await machine.close();
+await here.close();
 process.exitCode = pass ? 0 : 1;
 
 /**
@@ -238,9 +236,9 @@ process.exitCode = pass ? 0 : 1;
  * locked itself cannot make CUDA calls (they would block until it is unlocked). The checkpoint
  * calls themselves run on the native driver's own threads.
  */
-async function nativeSubject(machine: NativeMachine): Promise<Subject> {
+async function nativeSubject(here: NativeExampleMachine): Promise<Subject> {
   const ctx: CudaContext = await openCudaContext({
-    driver: machine.driver,
+    driver: here.machine.driver,
     device: deviceOrdinal,
   });
   let buffer: DeviceBuffer;
@@ -282,7 +280,7 @@ async function nativeSubject(machine: NativeMachine): Promise<Subject> {
 }
 
 /** A simulated process holding the buffer, given the same bytes the kernel writes on a GPU. */
-function simulatedSubject(sim: SimulatedDriver): Subject {
+function simulatedSubject(sim: SimulatedMachine): Subject {
   const gpu = sim.gpus[deviceOrdinal];
   if (!gpu) {
     throw new Error(`--device ${deviceOrdinal}: the simulated machine has ${sim.gpus.length} GPU`);

@@ -19,21 +19,17 @@ import { closeSync, mkdtempSync, openSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
-import {
-  openCriuEngine,
-  restoreSnapshot,
-  snapshot,
-  type SnapshotEngine,
-  type SnapshotEvent,
-} from "../snapshot.ts";
-import type { SimulatedDriver } from "../mock/mod.ts";
+import { restoreSnapshot, snapshot } from "../mod.ts";
+import type { NativeMachine } from "../driver.ts";
+import type { SnapshotEvent } from "../snapshot.ts";
+import type { SimulatedMachine } from "../mock/mod.ts";
 import { askCounter, COUNTER_START } from "./counter.ts";
 import {
   alive,
+  chooseMachine,
+  type ExampleMachine,
   type ExampleSpec,
-  type Machine,
   messageOf,
-  openMachine,
   parseExampleArgs,
   readText,
   runtimeCommand,
@@ -43,7 +39,7 @@ import {
 const SPEC: ExampleSpec = {
   file: "snapshot.ts",
   about: `
-A running CUDA program to disk and back with @ckpt/cuda/snapshot: the counter of
+A running CUDA program to disk and back with @ckpt/cuda's snapshot: the counter of
 examples/counter.ts answers 101, is snapshotted (suspended, dumped by criu, ended), restored
 with its pid and its GPU memory, and answers 102. Without an NVIDIA driver, criu or root, the
 same steps on the simulated driver and its simulated criu. Exits 1 when a step fails.`,
@@ -65,9 +61,9 @@ const step = (() => {
   return (text: string) => console.log(`${++n}. ${text}`);
 })();
 
-let machine: Machine;
+let here: ExampleMachine;
 try {
-  machine = await openMachine(args, {
+  here = await chooseMachine(args, {
     what: "a simulated process whose GPU memory holds the counter, and a simulated criu",
   });
 } catch (error) {
@@ -77,34 +73,33 @@ try {
 
 let ok = false;
 try {
-  if (machine.kind === "native") {
-    const engine = openCriuEngine();
-    const probe = await engine.probe();
+  if (here.kind === "native") {
+    const probe = await here.machine.engine.probe();
     if (probe.problems.length === 0) {
-      for (const note of machine.notes) console.log(note);
+      for (const note of here.notes) console.log(note);
       console.log(`criu ${probe.version} is ready.`);
       console.log();
-      ok = await onThisMachine(engine);
+      ok = await onThisMachine(here.machine);
     } else {
       // The native driver is here, but the CRIU half is not: the simulator, saying why.
-      await machine.close();
-      machine = await openMachine({ ...args, driver: "sim" }, {
+      await here.close();
+      here = await chooseMachine({ ...args, driver: "sim" }, {
         what: "a simulated process whose GPU memory holds the counter, and a simulated criu",
       });
       console.log(`An NVIDIA driver is here, but criu cannot run: ${probe.problems.join(" ")}`);
       console.log("Running the same steps on the SIMULATED driver and its simulated criu.");
       console.log();
-      ok = await onSimulator(machine.driver as SimulatedDriver);
+      ok = await onSimulator(here.machine as SimulatedMachine);
     }
   } else {
-    for (const note of machine.notes) console.log(note);
+    for (const note of here.notes) console.log(note);
     console.log();
-    ok = await onSimulator(machine.driver);
+    ok = await onSimulator(here.machine);
   }
 } catch (error) {
   console.log(`FAIL: ${messageOf(error)}`);
 } finally {
-  await machine.close();
+  await here.close();
   if (ok && !args.values.keep) rmSync(work, { recursive: true, force: true });
   else console.log(`(the snapshot and the counter's output are in ${work})`);
 }
@@ -116,7 +111,7 @@ function progress(e: SnapshotEvent): void {
 }
 
 /** The counter as a process of its own, snapshotted with the installed criu and restored. */
-async function onThisMachine(engine: SnapshotEngine): Promise<boolean> {
+async function onThisMachine(machine: NativeMachine): Promise<boolean> {
   const socket = join(work, "counter.sock");
   const log = join(work, "counter.log");
   const counterFile = new URL("./counter.ts", import.meta.url).pathname;
@@ -134,7 +129,7 @@ async function onThisMachine(engine: SnapshotEngine): Promise<boolean> {
     step(`Started the counter: pid ${pid}`);
     const first = await askCounter({ unix: socket });
     step(`Asked it: ${first}`);
-    const made = await snapshot([pid], dir, { engine, onProgress: progress });
+    const made = await snapshot([pid], dir, { machine, onProgress: progress });
     const m = made.manifest;
     const cuda = m.trees[0].processes.find((p) => p.cuda);
     const bytes = m.files.reduce((sum, f) => sum + f.bytes, 0);
@@ -146,7 +141,7 @@ async function onThisMachine(engine: SnapshotEngine): Promise<boolean> {
     );
     await exited;
     step(`The counter is ${alive(pid) ? "STILL RUNNING" : "gone"}`);
-    const back = await restoreSnapshot(dir, { engine, onProgress: progress });
+    const back = await restoreSnapshot(dir, { machine, onProgress: progress });
     step(
       `Restored: pid ${back.pids.join(", ")} ${alive(pid) ? "is back" : "is NOT back"}, in ${
         sec(back.ms)
@@ -161,7 +156,7 @@ async function onThisMachine(engine: SnapshotEngine): Promise<boolean> {
 }
 
 /** The same on the simulated machine: the counter's integer in a simulated process's memory. */
-async function onSimulator(sim: SimulatedDriver): Promise<boolean> {
+async function onSimulator(sim: SimulatedMachine): Promise<boolean> {
   const counter = sim.spawn({ memoryMiB: 1024, command: "deno run -A examples/counter.ts" });
   const bump = async () => {
     const [value] = new Uint32Array((await counter_(sim, counter.pid).read(0, 4)).slice().buffer);
@@ -174,7 +169,7 @@ async function onSimulator(sim: SimulatedDriver): Promise<boolean> {
   const first = await bump();
   step(`Asked it: ${first}`);
   const hash = await counter.memoryChunkedSha256();
-  const made = await snapshot([counter.pid], dir, { driver: sim, onProgress: progress });
+  const made = await snapshot([counter.pid], dir, { machine: sim, onProgress: progress });
   const m = made.manifest;
   step(
     `Snapshot in ${made.dir}: GPU memory ${
@@ -182,7 +177,7 @@ async function onSimulator(sim: SimulatedDriver): Promise<boolean> {
     } MiB; suspend ${sec(m.timings.suspendMs)}, dump ${sec(m.timings.dumpMs)} (simulated times)`,
   );
   step(`The counter is ${sim.process(counter.pid) ? "STILL RUNNING" : "gone"}`);
-  const back = await restoreSnapshot(dir, { driver: sim, onProgress: progress });
+  const back = await restoreSnapshot(dir, { machine: sim, onProgress: progress });
   const restored = counter_(sim, counter.pid);
   step(`Restored: pid ${back.pids.join(", ")}, ${restored.state}, in ${sec(back.ms)}`);
   const same = await restored.memoryChunkedSha256() === hash;
@@ -192,7 +187,7 @@ async function onSimulator(sim: SimulatedDriver): Promise<boolean> {
   return same && verdict(first, second);
 }
 
-function counter_(sim: SimulatedDriver, pid: number) {
+function counter_(sim: SimulatedMachine, pid: number) {
   const p = sim.process(pid);
   if (!p) throw new Error(`the simulated counter (pid ${pid}) is gone`);
   return p;

@@ -1,9 +1,10 @@
 /**
  * Suspends every CUDA process of the machine at once, as before a snapshot of the whole machine
  * (CRIU of each, a VM snapshot, a driver update), then resumes them all: the listing
- * (`listCudaProcesses`: `/proc`, the driver, NVML), `suspendAll` with all-or-nothing rollback and
- * a deadline, and `resumeAll`. Prints a table of each process (pid, command, GPU memory, the time
- * of each step) and checks that every process runs again with the GPU memory it had.
+ * (`listCudaProcesses`: `/proc`, the driver, NVML), `runGroup("suspend")` with all-or-nothing
+ * rollback and a deadline, and `runGroup("resume")`. Prints a table of each process (pid, command,
+ * GPU memory, the time of each step) and checks that every process runs again with the GPU memory
+ * it had.
  *
  *   sudo deno run -A examples/snapshot_all.ts --yes [--deadline-ms 60000]
  *   sudo bun examples/snapshot_all.ts --yes
@@ -17,14 +18,14 @@
 
 import process from "node:process";
 import {
-  type CudaProcessInfo,
+  type GroupOptions,
   type GroupResult,
   listCudaProcesses,
   type ProcessOutcome,
-  resumeAll,
-  suspendAll,
+  runGroup,
 } from "../mod.ts";
-import type { SimulatedDriver } from "../mock/mod.ts";
+import type { CudaProcessInfo } from "../types.ts";
+import type { SimulatedMachine } from "../mock/mod.ts";
 import {
   type ExampleSpec,
   intOption,
@@ -70,20 +71,20 @@ const lockTimeoutMs = intOption(SPEC, args, "lock-timeout-ms", 0, 2 ** 32 - 1);
 process.exitCode = await snapshotAll() ? 0 : 1;
 
 async function snapshotAll(): Promise<boolean> {
-  const machine = await openExampleMachine(SPEC, args, {
+  const here = await openExampleMachine(SPEC, args, {
     gpus: 2,
     what: "a simulated machine of two H200s with a few processes",
   });
   try {
-    if (machine.kind === "simulated") populate(machine.driver);
-    const listing = await listCudaProcesses({ driver: machine.driver });
+    if (here.kind === "simulated") populate(here.machine);
+    const listing = await listCudaProcesses({ machine: here.machine });
     const found = listing.processes.filter((p) => p.pid !== process.pid);
     console.log(
       `CUDA processes on this machine: ${found.length} (of ${listing.scanned} processes; ` +
         `GPU memory ${
           listing.gpuMemoryUnknown
             ? `unknown: ${listing.gpuMemoryUnknown}`
-            : machine.kind === "simulated"
+            : here.kind === "simulated"
             ? "from the simulator"
             : "from NVML"
         }).`,
@@ -91,12 +92,12 @@ async function snapshotAll(): Promise<boolean> {
     for (const p of listing.uninspectable) {
       console.log(`  could not look at pid ${p.pid} (${p.command ?? "?"}): ${p.reason}`);
     }
-    const before = await machine.gpuMemory(found.map((p) => p.pid));
+    const before = await here.gpuMemory(found.map((p) => p.pid));
     if (found.length === 0) {
       console.log("Nothing to suspend.");
       return true;
     }
-    if (machine.kind === "native" && !args.values.yes) {
+    if (here.kind === "native" && !args.values.yes) {
       console.log(listTable(found, before));
       console.log();
       console.log(
@@ -106,21 +107,21 @@ async function snapshotAll(): Promise<boolean> {
       return true;
     }
     const pids = found.map((p) => p.pid);
-    const options = {
-      driver: machine.driver,
+    const options: GroupOptions = {
+      machine: here.machine,
       allOrNothing: true,
       timeoutMs: deadlineMs,
       lockTimeoutMs: Math.min(lockTimeoutMs, deadlineMs),
     };
 
-    if (args.values["show-rollback"] && machine.kind === "simulated") {
-      const victim = machine.driver.process(pids[pids.length - 1])!;
+    if (args.values["show-rollback"] && here.kind === "simulated") {
+      const victim = here.machine.process(pids[pids.length - 1])!;
       victim.failNext("checkpoint", { code: 2 /* CUDA_ERROR_OUT_OF_MEMORY */ });
       console.log(
         `First try: process ${victim.pid}'s checkpoint is made to fail (out of host memory), so ` +
           `all or nothing brings the others back:`,
       );
-      const failed = await suspendAll(pids, options);
+      const failed = await runGroup("suspend", pids, options);
       console.log(outcomeTable(found, before, failed, undefined));
       console.log(
         `Group: ${failed.ok ? "ok" : "failed"}, rolled back: ${failed.rolledBack}, ${
@@ -132,10 +133,11 @@ async function snapshotAll(): Promise<boolean> {
     }
 
     console.log(
-      `Suspending ${pids.length} processes at once: suspendAll, all or nothing, deadline ${deadlineMs} ms.`,
+      `Suspending ${pids.length} processes at once: runGroup("suspend"), all or nothing, deadline ` +
+        `${deadlineMs} ms.`,
     );
-    const suspended = await suspendAll(pids, options);
-    const during = await machine.gpuMemory(pids);
+    const suspended = await runGroup("suspend", pids, options);
+    const during = await here.gpuMemory(pids);
     if (!suspended.ok) {
       console.log(outcomeTable(found, before, suspended, undefined));
       console.log(
@@ -151,15 +153,15 @@ async function snapshotAll(): Promise<boolean> {
     console.log(
       `All ${pids.length} checkpointed in ${ms(suspended.ms)} ms; GPU memory released: ${freed}.`,
     );
-    console.log("Resuming them all at once: resumeAll.");
-    const resumed = await resumeAll(pids, options);
-    const after = await machine.gpuMemory(pids);
+    console.log('Resuming them all at once: runGroup("resume").');
+    const resumed = await runGroup("resume", pids, options);
+    const after = await here.gpuMemory(pids);
     console.log();
     console.log(outcomeTable(found, before, suspended, resumed));
     console.log(
-      `suspendAll: ${ms(suspended.ms)} ms for all ${pids.length} at once (their steps add up to ${
-        ms(suspended.processes.reduce((a, p) => a + stepsMs(p), 0))
-      } ms); resumeAll: ${ms(resumed.ms)} ms.`,
+      `runGroup("suspend"): ${ms(suspended.ms)} ms for all ${pids.length} at once (their steps ` +
+        `add up to ${ms(suspended.processes.reduce((a, p) => a + stepsMs(p), 0))} ms); ` +
+        `runGroup("resume"): ${ms(resumed.ms)} ms.`,
     );
     const back = resumed.processes.every((p) => p.state === "running") &&
       (typeof before === "string" || typeof after === "string" ||
@@ -176,12 +178,12 @@ async function snapshotAll(): Promise<boolean> {
     console.log(`FAIL: ${messageOf(error)}`);
     return false;
   } finally {
-    await machine.close();
+    await here.close();
   }
 }
 
 /** On the simulator: a machine with a few processes, some of them CUDA processes. */
-function populate(sim: SimulatedDriver): void {
+function populate(sim: SimulatedMachine): void {
   sim.spawn({ memoryMiB: 2048, gpu: 0, command: "python train.py --rank 0" });
   sim.spawn({ memoryMiB: 2048, gpu: 1, command: "python train.py --rank 1" });
   sim.spawn({ memoryMiB: 6144, gpu: [0, 1], command: "vllm serve llama-3-8b --tp 2" });

@@ -167,8 +167,9 @@ function run(m: Machine, p: Program, args: readonly string[]): Promise<Ran> {
 // ---- the machine: real or simulated ----
 
 async function realMachine(targetPath: string): Promise<Machine> {
-  const { openNativeDriver } = await import("../../ffi/mod.ts");
-  const driver = await openNativeDriver();
+  const { openMachine } = await import("../../driver.ts");
+  const machine = await openMachine();
+  const driver = machine.driver;
   const smi = (args: string[]) =>
     execFileSync("nvidia-smi", args, { encoding: "utf8", timeout: 30_000 }).trim();
   return {
@@ -211,7 +212,7 @@ async function realMachine(targetPath: string): Promise<Machine> {
       for (let pid = 4_000_000;; pid--) if (!existsSync(`/proc/${pid}`)) return pid;
     },
     async close() {
-      await driver[Symbol.asyncDispose]();
+      await machine.close();
     },
   };
 }
@@ -243,7 +244,7 @@ async function simulatedMachine(): Promise<Machine> {
           ...(mode === "cuda" ? { memoryMiB: mib } : {}),
           command: `target ${mode} ${mib}`,
         });
-        const threads = m.driver.process(pid)?.threads ?? [pid];
+        const threads = m.machine.process(pid)?.threads ?? [pid];
         const target: Target = {
           pid,
           tid: threads.find((t) => t !== pid) ?? pid,
@@ -254,9 +255,9 @@ async function simulatedMachine(): Promise<Machine> {
         };
         return target;
       }),
-    call: (fn) => on((m) => fn(m.driver)),
-    uuids: () => on(async (m) => (await m.driver.listGpus()).map((g) => g.uuid)),
-    where: (pid) => on((m) => ({ ...m.driver.process(pid)?.gpuMemoryMiB })),
+    call: (fn) => on((m) => fn(m.machine.driver)),
+    uuids: () => on(async (m) => (await m.machine.driver.listGpus()).map((g) => g.uuid)),
+    where: (pid) => on((m) => ({ ...m.machine.process(pid)?.gpuMemoryMiB })),
     missingPid: () => 999999,
     close() {
       rmSync(dir, { recursive: true, force: true });
@@ -265,7 +266,7 @@ async function simulatedMachine(): Promise<Machine> {
   };
 }
 
-/** The state of a pid by the driver: a state name, or `error <CUresult>`. */
+/** The state of a pid by the machine: a state name, or `error <CUresult>`. */
 async function stateOf(m: Machine, pid: number): Promise<string> {
   const r = await m.call((d) => d.getState(pid));
   return r.code === 0 ? stateName(r.value) ?? `state ${r.value}` : `error ${r.code}`;

@@ -15,8 +15,8 @@ import process from "node:process";
 import { mkdirSync, writeFileSync } from "node:fs";
 import { execFileSync } from "node:child_process";
 import { CudaProcess } from "../../mod.ts";
-import { CU_RESULTS, formatDriverVersion } from "../../driver.ts";
-import { openNativeDriver } from "../../ffi/mod.ts";
+import { openMachine } from "../../driver.ts";
+import { CU_RESULTS, formatDriverVersion } from "../../core/codes.ts";
 import {
   type Outcome,
   QUICK_MS,
@@ -35,7 +35,8 @@ if (!targetPath) {
 }
 mkdirSync(outDir, { recursive: true });
 
-const driver = await openNativeDriver();
+const machine = await openMachine();
+const driver = machine.driver;
 const runtime = driver.kind;
 const version = await driver.driverVersion();
 const tag = runtime.includes("Bun") ? "bun" : "deno";
@@ -59,7 +60,7 @@ interface Row {
 }
 
 const rows: Row[] = [];
-const env = nativeEnv(driver, targetPath);
+const env = nativeEnv(machine, targetPath);
 const gpus = (await env.gpuUuids()).length;
 const gpuName = nvidiaSmiNames()[0];
 // Warm up: the first calls start the driver's threads (and Bun's workers); that start-up is not
@@ -125,7 +126,7 @@ for (const n of names.filter((n) => !n.agree)) {
 const cycles: { suspendMs: number; resumeMs: number; hashOk: boolean }[] = [];
 const target = await startTarget(targetPath, "cuda", 1024);
 try {
-  const proc = new CudaProcess(target.pid, { driver });
+  const proc = new CudaProcess(target.pid, { machine });
   for (let i = 0; i < 20; i++) {
     let t = performance.now();
     await proc.suspend();
@@ -208,7 +209,7 @@ console.log(
   `${agreeing} of ${rows.length} scenarios agree; ${inBand} of ${timedRows.length} times in band; ` +
     `report in ${outDir}/conformance-${tag}.md`,
 );
-driver.close();
+await machine.close();
 process.exit(agreeing === rows.length && inBand === timedRows.length && cyclesOk ? 0 : 1);
 
 function nvidiaSmiNames(): string[] {

@@ -22,7 +22,11 @@
 # $OUT/criu-report.md, $OUT/criu-logs.tgz (criu's logs of the traced runs and of any failure).
 # Overrides: ROUNDS, SIZES (MiB), CRIU_CLI_BUDGET (s, default 540); for a dry run without a GPU
 # (the mechanics only: criu runs, its plugin turns itself off): TARGET_BIN (a built target),
-# NVIDIA_BIN (a stand-in for NVIDIA's), CKPT_LIBCUDA_PATH (a fake libcuda for ours).
+# NVIDIA_BIN (a stand-in for NVIDIA's), OURS_BIN (ours, such as dist/cuda-checkpoint, instead of
+# .carry/cuda-checkpoint-ours.xz), CKPT_LIBCUDA_PATH (a fake libcuda for ours). A file an override
+# stands for need not be carried. Without a GPU (no /proc/driver/nvidia/gpus/*) the checks that
+# only a GPU can pass say SKIP: the states between programs (the fake keeps each program's own),
+# and the plugin's calls (it turns itself off).
 set -uo pipefail
 unset BUN_BE_BUN
 cd "$(dirname "$0")/../.." || exit 1
@@ -46,6 +50,13 @@ exec > >(tee -a "$out/log-criu.txt") 2>&1
 
 verdict() { echo "$1 $2"; echo "$1 $2" >>"$bin/criu-verdicts.txt"; }
 check() { if [[ $2 == 0 ]]; then verdict PASS "$1"; else verdict FAIL "$1"; fi; }
+# A dry run: no GPU here (what CRIU's CUDA plugin looks for).
+nogpu=
+compgen -G "/proc/driver/nvidia/gpus/*" >/dev/null || nogpu=1
+# gpu_check NAME RC WHY: check, but SKIP (saying WHY) where a dry run cannot pass it.
+gpu_check() { if [[ -n $nogpu ]]; then verdict SKIP "$1 (dry run: $3)"; else check "$1" "$2"; fi; }
+NO_STATE="the fake libcuda keeps each program's states to itself"
+NO_PLUGIN="no GPU here, so CRIU's CUDA plugin turns itself off"
 now() { date +%s.%N; }
 secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
 left() { echo $((budget - SECONDS)); }
@@ -57,7 +68,10 @@ echo "GPUs the plugin looks for: $(echo /proc/driver/nvidia/gpus/*)"
 df -h /tmp | tail -1
 
 # ---- setup ----
-for f in .carry/criu-cuda.tgz .carry/cuda-checkpoint-ours.xz .carry/cuda-checkpoint; do
+carried=(.carry/criu-cuda.tgz)
+[[ -n ${OURS_BIN:-} ]] || carried+=(.carry/cuda-checkpoint-ours.xz)
+[[ -n ${NVIDIA_BIN:-} ]] || carried+=(.carry/cuda-checkpoint)
+for f in "${carried[@]}"; do
   [[ -f $f ]] || { verdict FAIL "setup: $f is not carried (see tests/gpu/README.md)"; exit 1; }
 done
 if ! { mkdir -p "$criu_root" && tar -C "$criu_root" -xzf .carry/criu-cuda.tgz; }; then
@@ -71,7 +85,13 @@ echo "criu check: $c"
 check "setup: criu check says Looks good" $?
 [[ -f $plugins/cuda_plugin.so ]]
 check "setup: $plugins/cuda_plugin.so is there" $?
-if ! { xz -dc .carry/cuda-checkpoint-ours.xz >"$bin/cuda-checkpoint.tmp" &&
+if [[ -n ${OURS_BIN:-} ]]; then
+  if ! { cp "$OURS_BIN" "$bin/cuda-checkpoint.tmp" && chmod +x "$bin/cuda-checkpoint.tmp" &&
+    mv "$bin/cuda-checkpoint.tmp" "$bin/cuda-checkpoint"; }; then
+    verdict FAIL "setup: copying OURS_BIN ($OURS_BIN)"
+    exit 1
+  fi
+elif ! { xz -dc .carry/cuda-checkpoint-ours.xz >"$bin/cuda-checkpoint.tmp" &&
   chmod +x "$bin/cuda-checkpoint.tmp" && mv "$bin/cuda-checkpoint.tmp" "$bin/cuda-checkpoint"; }; then
   verdict FAIL "setup: unpacking .carry/cuda-checkpoint-ours.xz"
   exit 1
@@ -139,7 +159,7 @@ if start_target a 1024; then
   check "a: ours --toggle --pid $p (suspend) exits 0" $?
   s=$(state "$ours" "$p")
   [[ $s == checkpointed ]]
-  check "a: ours --get-state: $s (want checkpointed)" $?
+  gpu_check "a: ours --get-state: $s (want checkpointed)" $? "$NO_STATE"
   t0=$(now)
   run_criu "$work/a-dump.log" "$criu" dump --tree "$p" --images-dir "$img" --libdir "$bin/no-plugins"
   rc=$?
@@ -157,7 +177,7 @@ if start_target a 1024; then
   check "a: pid $p lives again" $?
   s=$(state "$ours" "$p")
   [[ $s == checkpointed ]]
-  check "a: ours --get-state after the restore: $s (want checkpointed)" $?
+  gpu_check "a: ours --get-state after the restore: $s (want checkpointed)" $? "$NO_STATE"
   timeout 60 "$ours" --toggle --pid "$p"
   check "a: ours --toggle --pid $p (resume) exits 0" $?
   s=$(state "$ours" "$p")
@@ -220,7 +240,7 @@ plugin_run() {
   local missing=()
   for w in "${want[@]}"; do grep -qF "$w" "$work/$label-dump.log" "$work/$label-restore.log" || missing+=("$w"); done
   ((${#missing[@]} == 0))
-  check "b/$label: criu's log shows the plugin's lock, checkpoint and restore of pid $p${missing[*]:+ (missing: ${missing[*]})}" $?
+  gpu_check "b/$label: criu's log shows the plugin's lock, checkpoint and restore of pid $p${missing[*]:+ (missing: ${missing[*]})}" $? "$NO_PLUGIN"
   LINES_MAX=12 plugin_lines "$work/$label-dump.log" "$work/$label-restore.log"
   # Kept: the logs of a failed run, and of the traced runs.
   if ((ok != 0)) || [[ $label == trace-* ]]; then cp "$work/$label-"*.log "$logs/" 2>/dev/null; fi
@@ -270,7 +290,9 @@ for prog in ours nvidia; do
   awk '/^call /{ h = ($2 == "-h") } !(h && /^  \| /)' "$bin/trace-$prog.txt" | sed -E "${norm[@]}" \
     >"$bin/trace-$prog.seq"
 done
-if [[ -s $bin/trace-ours.seq ]] && cmp -s "$bin/trace-ours.seq" "$bin/trace-nvidia.seq"; then
+if [[ -n $nogpu && ! -s $bin/trace-ours.seq && ! -s $bin/trace-nvidia.seq ]]; then
+  verdict SKIP "b/trace: the plugin called neither program (dry run: $NO_PLUGIN)"
+elif [[ -s $bin/trace-ours.seq ]] && cmp -s "$bin/trace-ours.seq" "$bin/trace-nvidia.seq"; then
   verdict PASS "b/trace: the plugin made the same $(grep -c '^call ' "$bin/trace-ours.seq") calls of ours as of NVIDIA's, with the same exit codes and output"
 else
   verdict FAIL "b/trace: the plugin's calls, exit codes or output differ between NVIDIA's (<) and ours (>)"

@@ -7,14 +7,13 @@ import process from "node:process";
 import { readFileSync } from "node:fs";
 import { execFileSync } from "node:child_process";
 import { CudaError, CudaProcess } from "../../mod.ts";
-import {
-  CUDA_ERROR_ILLEGAL_STATE,
-  CUDA_ERROR_NOT_INITIALIZED,
-  CUDA_ERROR_OPERATING_SYSTEM,
-} from "../../driver.ts";
-import { nativeDriverAvailable, openNativeDriver } from "../../ffi/mod.ts";
+import { CUresult, openMachine } from "../../driver.ts";
+import { openNativeDriver } from "../../ffi/native.ts";
 
-const available = await nativeDriverAvailable();
+// Opening libcuda makes no driver call (cuInit comes with the first one), so the first test below
+// still sees this process before cuInit.
+const available = await openNativeDriver()
+  .then((d) => d[Symbol.asyncDispose]().then(() => true), () => false);
 const skip = available ? false : "no NVIDIA driver (libcuda) here: GPU tests skipped";
 if (!available) {
   console.warn(
@@ -30,37 +29,34 @@ describe("native driver on a real GPU", () => {
     async () => {
       await assert.rejects(new CudaProcess(process.pid).state(), (err: unknown) => {
         assert.ok(err instanceof CudaError);
-        assert.equal(err.code, CUDA_ERROR_NOT_INITIALIZED);
+        assert.equal(err.code, CUresult.CUDA_ERROR_NOT_INITIALIZED);
         return true;
       });
     },
   );
 
   test("has the checkpoint API and a 12.8+ driver", { skip }, async () => {
-    const d = await openNativeDriver();
+    await using machine = await openMachine();
+    const d = machine.driver;
     const v = await d.driverVersion();
     assert.equal(v.code, 0);
     assert.ok(v.value >= 12080, `cuDriverGetVersion ${v.value}`);
     assert.equal(d.checkpointSupported, true);
-    assert.equal(d.errorName(CUDA_ERROR_ILLEGAL_STATE), "CUDA_ERROR_ILLEGAL_STATE");
+    assert.equal(d.errorName(CUresult.CUDA_ERROR_ILLEGAL_STATE), "CUDA_ERROR_ILLEGAL_STATE");
   });
 
   test("listGpus gives every GPU nvidia-smi lists, with its UUID and name", { skip }, async () => {
-    const d = await openNativeDriver();
-    try {
-      const smi = execFileSync("nvidia-smi", [
-        "--query-gpu=index,uuid,name",
-        "--format=csv,noheader",
-      ], {
-        encoding: "utf8",
-      }).trim().split("\n").map((line) => {
-        const [index, uuid, name] = line.split(",").map((x) => x.trim());
-        return { index: Number(index), uuid, name };
-      });
-      assert.deepEqual(await d.listGpus!(), smi);
-    } finally {
-      d.close();
-    }
+    await using machine = await openMachine();
+    const smi = execFileSync("nvidia-smi", [
+      "--query-gpu=index,uuid,name",
+      "--format=csv,noheader",
+    ], {
+      encoding: "utf8",
+    }).trim().split("\n").map((line) => {
+      const [index, uuid, name] = line.split(",").map((x) => x.trim());
+      return { index: Number(index), uuid, name };
+    });
+    assert.deepEqual(await machine.driver.listGpus(), smi);
   });
 
   test(
@@ -71,7 +67,7 @@ describe("native driver on a real GPU", () => {
       const missing = Number(readFileSync("/proc/sys/kernel/pid_max", "utf8").trim());
       await assert.rejects(new CudaProcess(missing).state(), (err: unknown) => {
         assert.ok(err instanceof CudaError);
-        assert.equal(err.code, CUDA_ERROR_OPERATING_SYSTEM);
+        assert.equal(err.code, CUresult.CUDA_ERROR_OPERATING_SYSTEM);
         assert.match(
           err.message,
           new RegExp(
@@ -89,13 +85,9 @@ describe("native driver on a real GPU", () => {
     async () => {
       // Found on two H200s, driver 580.159.04, 2026-11-21: no context, no allocation, yet getState
       // no longer says NOT_INITIALIZED.
-      const d = await openNativeDriver();
-      try {
-        await d.listGpus!();
-        assert.equal(await new CudaProcess(process.pid, { driver: d }).state(), "running");
-      } finally {
-        d.close();
-      }
+      await using machine = await openMachine();
+      await machine.driver.listGpus();
+      assert.equal(await new CudaProcess(process.pid, { machine }).state(), "running");
     },
   );
 });

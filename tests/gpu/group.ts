@@ -3,7 +3,8 @@
  *
  *   deno run -A tests/gpu/group.ts <target binary>      (or: bun tests/gpu/group.ts <target>)
  *
- * 1. Four 1 GiB targets: suspendAll, then resumeAll; every process done, memory intact.
+ * 1. Four 1 GiB targets: runGroup("suspend"), then runGroup("resume"); every process done,
+ *    memory intact.
  * 2. All-or-nothing with a member that cannot be checkpointed (a process that never used CUDA):
  *    it fails, and the three that were checkpointed are brought back to running.
  * 3. A deadline shorter than a busy target's kernel: its lock times out at the deadline and the
@@ -12,8 +13,8 @@
  */
 
 import process from "node:process";
-import { resumeAll, suspendAll } from "../../mod.ts";
-import { openNativeDriver } from "../../driver.ts";
+import { runGroup } from "../../mod.ts";
+import { openMachine } from "../../driver.ts";
 import { checks, startTarget } from "./native_env.ts";
 
 const [targetPath] = process.argv.slice(2);
@@ -21,7 +22,8 @@ if (!targetPath) {
   console.error("usage: group.ts <target binary>");
   process.exit(2);
 }
-const driver = await openNativeDriver();
+const machine = await openMachine();
+const driver = machine.driver;
 const targets = await Promise.all(
   Array.from({ length: 4 }, () => startTarget(targetPath, "cuda", 1024)),
 );
@@ -30,14 +32,17 @@ const report: Record<string, unknown> = { runtime: driver.kind };
 const { check, ok } = checks();
 try {
   const pids = targets.map((t) => t.pid);
-  const s = await suspendAll(pids, { driver });
-  const r = await resumeAll(pids, { driver });
-  check("suspendAll", s.ok && s.processes.every((p) => p.status === "done"));
-  check("resumeAll", r.ok && r.processes.every((p) => p.status === "done"));
+  const s = await runGroup("suspend", pids, { machine });
+  const r = await runGroup("resume", pids, { machine });
+  check('runGroup("suspend")', s.ok && s.processes.every((p) => p.status === "done"));
+  check('runGroup("resume")', r.ok && r.processes.every((p) => p.status === "done"));
   report.suspendAllMs = Math.round(s.ms);
   report.resumeAllMs = Math.round(r.ms);
 
-  const a = await suspendAll([...pids.slice(0, 3), plain.pid], { driver, allOrNothing: true });
+  const a = await runGroup("suspend", [...pids.slice(0, 3), plain.pid], {
+    machine,
+    allOrNothing: true,
+  });
   const states = await Promise.all(pids.map((pid) => driver.getState(pid)));
   check("all-or-nothing failed", !a.ok);
   check("the plain process failed", a.processes[3].status === "failed");
@@ -57,7 +62,7 @@ try {
   report.allOrNothingMs = Math.round(a.ms);
 
   await targets[0].launchKernel(5000);
-  const d = await suspendAll(pids, { driver, timeoutMs: 1000, concurrency: 1 });
+  const d = await runGroup("suspend", pids, { machine, timeoutMs: 1000, concurrency: 1 });
   check("deadline passed", d.deadlinePassed && !d.ok);
   check("busy lock timed out", d.processes[0].status === "failed");
   check("the rest not started", d.processes.slice(1).every((p) => p.notStarted === "deadline"));
@@ -72,7 +77,7 @@ try {
   report.memoryIntact = `${intact} of ${targets.length}`;
 } finally {
   for (const t of [...targets, plain]) await t.exit();
-  await driver[Symbol.asyncDispose]();
+  await machine.close();
 }
 console.log(JSON.stringify({ ok: ok(), ...report }));
 process.exit(ok() ? 0 : 1);

@@ -12,7 +12,7 @@
 import process from "node:process";
 import { execFileSync } from "node:child_process";
 import { CudaProcess, listCudaProcesses } from "../../mod.ts";
-import { openLinuxHost, openNativeDriver } from "../../driver.ts";
+import { openMachine } from "../../driver.ts";
 import { checks, startTarget } from "./native_env.ts";
 
 const [targetPath] = process.argv.slice(2);
@@ -20,18 +20,18 @@ if (!targetPath) {
   console.error("usage: listing.ts <target binary>");
   process.exit(2);
 }
-const driver = await openNativeDriver();
-const host = openLinuxHost();
+const machine = await openMachine();
+const driver = machine.driver;
 const [a, b] = await Promise.all([1, 2].map(() => startTarget(targetPath, "cuda", 1024)));
 const plain = await startTarget(targetPath, "nocuda");
 const { check, ok } = checks();
 try {
-  await new CudaProcess(b.pid, { driver }).suspend();
+  await new CudaProcess(b.pid, { machine }).suspend();
   const smi = execFileSync("nvidia-smi", [
     "--query-compute-apps=pid,gpu_uuid,used_memory",
     "--format=csv,noheader,nounits",
   ], { encoding: "utf8" }).trim().split("\n").map((l) => l.split(",").map((x) => x.trim()));
-  const listing = await listCudaProcesses({ driver, host });
+  const listing = await listCudaProcesses({ machine });
   const byPid = new Map(listing.processes.map((p) => [p.pid, p]));
   const la = byPid.get(a.pid), lb = byPid.get(b.pid);
   check("running target listed", la?.state === "running");
@@ -50,11 +50,11 @@ try {
   const times: number[] = [];
   for (let i = 0; i < 9; i++) {
     const t = performance.now();
-    await listCudaProcesses({ driver, host });
+    await listCudaProcesses({ machine });
     times.push(performance.now() - t);
   }
   times.sort((x, y) => x - y);
-  await new CudaProcess(b.pid, { driver }).resume();
+  await new CudaProcess(b.pid, { machine }).resume();
   console.log(JSON.stringify({
     ok: ok(),
     runtime: driver.kind,
@@ -68,7 +68,6 @@ try {
   }));
 } finally {
   for (const t of [a, b, plain]) await t.exit();
-  await host[Symbol.asyncDispose]();
-  await driver[Symbol.asyncDispose]();
+  await machine.close();
 }
 process.exit(ok() ? 0 : 1);

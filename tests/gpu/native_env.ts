@@ -7,7 +7,7 @@
 import { type ChildProcess, execFileSync, spawn } from "node:child_process";
 import { existsSync, readdirSync } from "node:fs";
 import { createInterface } from "node:readline";
-import type { CheckpointDriver } from "../../core/driver.ts";
+import type { Machine } from "../../driver.ts";
 import type { ConformanceEnv, Target } from "../conformance/runner.ts";
 
 /** A running target process and a way to talk to it. */
@@ -102,11 +102,11 @@ function nvidiaSmi(query: string): string[] {
   }).trim().split("\n").map((s) => s.trim());
 }
 
-/** The real machine as a conformance environment. */
-export function nativeEnv(driver: CheckpointDriver, targetPath: string): ConformanceEnv {
+/** The real machine (`openMachine()`'s) as a conformance environment. */
+export function nativeEnv(machine: Machine, targetPath: string): ConformanceEnv {
   return {
-    name: driver.kind,
-    driver,
+    name: machine.driver.kind,
+    machine,
     spawn: ({ cuda, memoryMiB }) => startTarget(targetPath, cuda ? "cuda" : "nocuda", memoryMiB),
     missingPid() {
       for (let pid = 4_000_000;; pid--) {

@@ -15,7 +15,7 @@
 import { execFileSync, spawnSync } from "node:child_process";
 import { existsSync, readFileSync } from "node:fs";
 import process from "node:process";
-import { openNativeDriver } from "../../driver.ts";
+import { openMachine } from "../../driver.ts";
 import type { RestoreArgs } from "../../core/driver.ts";
 import { parseGpuUuid } from "../../core/uuid.ts";
 import { startTarget, type TargetProcess } from "./native_env.ts";
@@ -25,7 +25,7 @@ if (!targetPath) {
   console.error("usage: oom_probe.ts <target binary>");
   process.exit(2);
 }
-const driver = await openNativeDriver();
+const { driver } = await openMachine();
 const started: TargetProcess[] = [];
 const gpus = smi("index,uuid,memory.free").map((l) => l.split(", "));
 console.log("GPUs:", JSON.stringify(gpus));

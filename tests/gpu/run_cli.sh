@@ -6,8 +6,9 @@
 # TypeScript here with it.
 #
 #   bash tests/gpu/run_cli.sh            # ~3-5 min; on one GPU the device-map part is skipped
-#   bash tests/gpu/run_cli.sh --simulate # the dry run without a GPU: dist/cuda-checkpoint against a
-#                                        # second copy of itself, on the simulated machine
+#   bash tests/gpu/run_cli.sh --simulate # the dry run without a GPU: dist/cuda-checkpoint (or
+#                                        # OURS_BIN) against a second copy of itself, on the
+#                                        # simulated machine
 #
 # 1. unpacks ours to /tmp/ckpt/cuda-checkpoint, NVIDIA's to /tmp/ckpt/nvidia/cuda-checkpoint, builds
 #    tests/gpu/target.cu; 2. tests/gpu/cli.ts compare: every operation and bad input, NVIDIA's and
@@ -71,9 +72,10 @@ nvidia-smi --query-gpu=index,name,uuid,driver_version,memory.total,memory.used,p
 
 # 1. The programs and the target.
 if [[ -n $simulate ]]; then
-  [[ -x dist/cuda-checkpoint ]] || { verdict FAIL "setup: no dist/cuda-checkpoint (bash cli/build.sh)"; exit 1; }
-  cp dist/cuda-checkpoint "$bin/cuda-checkpoint"
-  cp dist/cuda-checkpoint "$bin/nvidia/cuda-checkpoint" # a stand-in: ours again
+  built=${OURS_BIN:-dist/cuda-checkpoint}
+  [[ -x $built ]] || { verdict FAIL "setup: no $built (bash cli/build.sh)"; exit 1; }
+  cp "$built" "$bin/cuda-checkpoint"
+  cp "$built" "$bin/nvidia/cuda-checkpoint" # a stand-in: ours again
 else
   if [[ ! -f .carry/cuda-checkpoint-ours.xz || ! -f .carry/cuda-checkpoint ]]; then
     verdict FAIL "setup: carry .carry/cuda-checkpoint-ours.xz (bash cli/carry.sh) and .carry/cuda-checkpoint (NVIDIA's)"

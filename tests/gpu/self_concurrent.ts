@@ -14,8 +14,8 @@
 
 import process from "node:process";
 import { CudaProcess } from "../../mod.ts";
-import { openNativeDriver } from "../../driver.ts";
-import { openCudaContext } from "../../ffi/cuda.ts";
+import { openMachine } from "../../driver.ts";
+import { openCudaContext } from "../../examples/cuda.ts";
 import { startTarget } from "./native_env.ts";
 
 const [targetPath] = process.argv.slice(2);
@@ -25,15 +25,15 @@ if (!targetPath) {
 }
 
 const BYTES = 256 * 1024 * 1024;
-const driver = await openNativeDriver();
-const ctx = await openCudaContext({ driver });
+const machine = await openMachine();
+const ctx = await openCudaContext({ driver: machine.driver });
 const mem = ctx.alloc(BYTES);
 const pattern = new Uint8Array(BYTES);
 for (let i = 0; i < BYTES; i += 65536) crypto.getRandomValues(pattern.subarray(i, i + 65536));
 ctx.upload(mem, pattern);
 const other = await startTarget(targetPath, "cuda", 1024);
-const self = new CudaProcess(process.pid, { driver });
-const peer = new CudaProcess(other.pid, { driver });
+const self = new CudaProcess(process.pid, { machine });
+const peer = new CudaProcess(other.pid, { machine });
 const rounds: Record<string, number | string>[] = [];
 let ok = true;
 try {
@@ -78,6 +78,6 @@ try {
   await other.exit();
   await self.close();
   await peer.close();
-  await driver[Symbol.asyncDispose]();
+  await machine.close();
 }
 process.exit(ok ? 0 : 1);

@@ -66,7 +66,7 @@ privilege() {
   pid=$(cut -d' ' -f2 <<<"$ready")
   # A copy of the package and a home that nobody can read and write.
   local pkg=/tmp/ckpt/pkg home=/tmp/ckpt/nobody-home
-  rm -rf "$pkg" "$home" && mkdir -p "$pkg" "$home" && cp -r mod.ts deno.json core ffi mock cli "$pkg/"
+  rm -rf "$pkg" "$home" && mkdir -p "$pkg" "$home" && cp -r mod.ts driver.ts snapshot.ts types.ts deno.json api core ffi os mock cli "$pkg/"
   chmod -R a+rX "$pkg" && chown 65534 "$home"
   local py='import ctypes,sys
 cuda=ctypes.CDLL("libcuda.so.1"); s=ctypes.c_int(-1)

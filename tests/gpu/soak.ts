@@ -9,8 +9,8 @@
  *   every 10 cycles and at the end; this controller's RSS sampled every 10 cycles and required to
  *   stay steady (the last sample at most 20% + 32 MiB above the first, taken after 10 cycles of
  *   warm-up).
- * - `many [N]`: four 1 GiB targets through N (50) cycles at once (suspendAll / resumeAll, all or
- *   nothing), hashes every 10 cycles, RSS as above.
+ * - `many [N]`: four 1 GiB targets through N (50) cycles at once (`runGroup` suspend / resume,
+ *   all or nothing), hashes every 10 cycles, RSS as above.
  * - `oom`: a 1 GiB target checkpointed, its GPU then filled (`target fill`) so that its restore
  *   does not fit: resume is refused before the driver (GpuRoomError) and says how to retry, the
  *   target stays checkpointed; once the filler exits, resume succeeds and the memory is intact.
@@ -29,12 +29,8 @@
 import { execFileSync } from "node:child_process";
 import { readFileSync } from "node:fs";
 import process from "node:process";
-import { CudaError, CudaProcess, GpuRoomError, resumeAll, suspendAll } from "../../mod.ts";
-import {
-  CUDA_ERROR_OPERATING_SYSTEM,
-  CUDA_ERROR_OUT_OF_MEMORY,
-  openNativeDriver,
-} from "../../driver.ts";
+import { CudaError, CudaProcess, GpuRoomError, runGroup } from "../../mod.ts";
+import { CUresult, openMachine } from "../../driver.ts";
 import { runInterrupted } from "../support/interrupted.ts";
 import { startTarget, type TargetProcess } from "./native_env.ts";
 
@@ -44,7 +40,8 @@ if (!targetPath || !step) {
   process.exit(2);
 }
 const MIB = 1024 * 1024;
-const driver = await openNativeDriver();
+const machine = await openMachine();
+const driver = machine.driver;
 const started: TargetProcess[] = [];
 const report: Record<string, unknown> = { step, runtime: driver.kind };
 let failures = 0;
@@ -92,7 +89,7 @@ function ms(t0: number): number {
 
 async function cycles(n: number): Promise<void> {
   const t = await target("cuda", 1024);
-  const proc = new CudaProcess(t.pid, { driver });
+  const proc = new CudaProcess(t.pid, { machine });
   const suspendMs: number[] = [], resumeMs: number[] = [];
   const samples: number[] = [];
   let hashes = 0, bad = 0;
@@ -137,8 +134,8 @@ async function many(n: number): Promise<void> {
   const times: number[] = [];
   for (let i = 1; i <= n; i++) {
     const t0 = performance.now();
-    const s = await suspendAll(pids, { driver, allOrNothing: true });
-    const r = await resumeAll(pids, { driver, allOrNothing: true });
+    const s = await runGroup("suspend", pids, { machine, allOrNothing: true });
+    const r = await runGroup("resume", pids, { machine, allOrNothing: true });
     times.push(ms(t0));
     if (!s.ok || !r.ok) {
       groupsFailed++;
@@ -177,7 +174,7 @@ async function oom(): Promise<void> {
 
   // 1. This package checkpointed it, so it knows what the restore needs: refused first.
   const t = await target("cuda", 1024);
-  const proc = new CudaProcess(t.pid, { driver });
+  const proc = new CudaProcess(t.pid, { machine });
   await proc.suspend();
   report.freeBeforeFillMiB = freeMiB()[0];
   let filler = await fill();
@@ -208,7 +205,7 @@ async function oom(): Promise<void> {
   // 2. The driver's own answer (checkRoom: false), as measured: out of memory, then every later
   // restore refused with OPERATING_SYSTEM while the driver still says checkpointed.
   const u = await target("cuda", 1024);
-  const lost = new CudaProcess(u.pid, { driver });
+  const lost = new CudaProcess(u.pid, { machine });
   await lost.suspend();
   filler = await fill();
   let driverError: unknown;
@@ -216,7 +213,7 @@ async function oom(): Promise<void> {
   console.log(`the driver's own restore on a full GPU said: ${message(driverError)}`);
   result(
     driverError instanceof CudaError &&
-      driverError.code === CUDA_ERROR_OUT_OF_MEMORY,
+      driverError.code === CUresult.CUDA_ERROR_OUT_OF_MEMORY,
     "with checkRoom: false the driver itself runs out of memory (OUT_OF_MEMORY)",
   );
   result(
@@ -228,7 +225,7 @@ async function oom(): Promise<void> {
   await lost.resume().catch((err) => afterError = err);
   console.log(`a resume once the GPU is free said: ${message(afterError)}`);
   result(
-    afterError instanceof CudaError && afterError.code === CUDA_ERROR_OPERATING_SYSTEM &&
+    afterError instanceof CudaError && afterError.code === CUresult.CUDA_ERROR_OPERATING_SYSTEM &&
       /yet the driver refuses to restore it/.test(afterError.message),
     "once the GPU is free the driver refuses the restore (OPERATING_SYSTEM), and the error says why",
   );
@@ -265,7 +262,7 @@ async function failsFast(run: () => Promise<unknown>, limitMs = 5000): Promise<[
 async function killed(): Promise<void> {
   // Killed while checkpointed.
   const a = await target("cuda", 256);
-  const pa = new CudaProcess(a.pid, { driver });
+  const pa = new CudaProcess(a.pid, { machine });
   await pa.suspend();
   await a.exit();
   for (
@@ -276,7 +273,7 @@ async function killed(): Promise<void> {
   }
   // Killed while locked.
   const b = await target("cuda", 256);
-  const pb = new CudaProcess(b.pid, { driver });
+  const pb = new CudaProcess(b.pid, { machine });
   await pb.lock();
   await b.exit();
   for (
@@ -290,7 +287,7 @@ async function killed(): Promise<void> {
   }
   // Killed while a lock waits on its 5 s kernel.
   const c = await target("cuda", 256);
-  const pc = new CudaProcess(c.pid, { driver });
+  const pc = new CudaProcess(c.pid, { machine });
   await c.launchKernel(5000);
   const t0 = performance.now();
   const locking = pc.lock({ timeoutMs: 0 });
@@ -349,7 +346,7 @@ async function interrupt(): Promise<void> {
     /interrupted: every process is as it was before/.test(r.err),
     "the closing line says nothing was left changed",
   );
-  const states = await Promise.all(pids.map((pid) => new CudaProcess(pid, { driver }).state()));
+  const states = await Promise.all(pids.map((pid) => new CudaProcess(pid, { machine }).state()));
   result(states.every((s) => s === "running"), `every target running again (${states.join(", ")})`);
   let good = 0;
   for (const t of targets) if (await intact(t)) good++;
@@ -381,7 +378,7 @@ try {
   result(false, `unexpected error: ${err instanceof Error ? err.stack ?? err.message : err}`);
 } finally {
   for (const t of started) await t.exit().catch(() => {});
-  await driver[Symbol.asyncDispose]();
+  await machine.close();
 }
 console.log(JSON.stringify({ ok: failures === 0, ...report }));
 process.exit(failures === 0 ? 0 : 1);

@@ -4,9 +4,9 @@
 // overlap. Run as root from the repo root:
 //   BUN_BE_BUN=1 /tmp/ckpt/cuda-checkpoint tests/gpu/exp/check_costs.ts   (or deno run -A)
 import process from "node:process";
-import { openNativeDriver } from "../../../ffi/mod.ts";
-import { openLinuxHost } from "../../../ffi/host.ts";
-import { openCriuEngine } from "../../../ffi/criu.ts";
+import { openNativeDriver } from "../../../ffi/native.ts";
+import { LinuxHost } from "../../../os/linux_host.ts";
+import { openCriuEngine } from "../../../os/criu.ts";
 
 let t = performance.now();
 const lap = (what: string) => {
@@ -22,8 +22,8 @@ await driver.listGpus();
 lap("listGpus (cuInit, first)");
 await driver.listGpus();
 lap("listGpus (second)");
-const host = openLinuxHost();
-lap("openLinuxHost");
+const host = new LinuxHost();
+lap("new LinuxHost");
 await host.gpuMemory();
 lap("gpuMemory (NVML, first)");
 await host.gpuMemory();
@@ -35,7 +35,7 @@ lap("criu probe (version, check)");
 await host.close();
 await driver.close();
 t = performance.now();
-const [d2, h2] = [await openNativeDriver(), openLinuxHost()];
+const [d2, h2] = [await openNativeDriver(), new LinuxHost()];
 await Promise.all([d2.listGpus(), h2.gpuMemory()]);
 lap("a fresh listGpus and gpuMemory at once");
 await h2.close();
