@@ -17,7 +17,7 @@ import { CheckpointError, messageOf } from "../core/errors.ts";
 import { checkRestoreArgs, inspectIn, restoreFrom } from "../core/from_disk.ts";
 import type { Manifest } from "../core/manifest.ts";
 import { checkSnapshotArgs, takeSnapshot } from "../core/to_disk.ts";
-import type { CliIo } from "./main.ts";
+import type { CliIo } from "./io.ts";
 import type { Machine } from "../core/machine.ts";
 import { type Printer, round } from "./report.ts";
 

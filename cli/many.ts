@@ -16,7 +16,7 @@
  */
 
 import type { CliOperation, OperationCommand } from "./args.ts";
-import type { StepRecord } from "../core/action.ts";
+import type { StepRecord } from "../core/group_options.ts";
 import { runGroup } from "../core/group.ts";
 import {
   checkGroupOptions,
@@ -29,7 +29,7 @@ import { listOn } from "../core/listing.ts";
 import type { Machine } from "../core/machine.ts";
 import type { Action } from "../core/states.ts";
 import { isGone } from "../core/target.ts";
-import type { Interrupts } from "./main.ts";
+import type { Interrupts } from "./io.ts";
 import { ProgressLine } from "./progress.ts";
 import {
   errorReport,

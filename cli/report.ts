@@ -6,7 +6,7 @@
  */
 
 import type { CliOperation } from "./args.ts";
-import type { CliIo } from "./main.ts";
+import type { CliIo } from "./io.ts";
 import {
   CheckpointError,
   CudaError,

@@ -8,7 +8,7 @@
  */
 
 import type { Command } from "./args.ts";
-import type { CliIo } from "./main.ts";
+import type { CliIo } from "./io.ts";
 import type { Machine } from "../core/machine.ts";
 import type { SavedMachine } from "./simulate.ts";
 import { Printer, printReports } from "./report.ts";

@@ -17,7 +17,7 @@ import {
   DEFAULT_LOCK_TIMEOUT_MS,
   type GpuMapping,
 } from "./options.ts";
-import type { ProcessOutcome } from "./group_options.ts";
+import type { ProcessOutcome, StepRecord, StopReason } from "./group_options.ts";
 import {
   type Action,
   isFinal,
@@ -31,16 +31,6 @@ import {
 import { CUDA_ERROR_ILLEGAL_STATE } from "./codes.ts";
 import type { GpuPair } from "./driver.ts";
 import { isGone, type Target } from "./target.ts";
-
-/** One driver call an operation made, and how long it took. */
-export interface StepRecord {
-  /** The step. */
-  readonly step: Step;
-  /** Its time in ms, on the driver's clock. */
-  readonly ms: number;
-  /** Whether it succeeded. */
-  readonly ok: boolean;
-}
 
 /** What an action needs besides the process: each input, checked. */
 export interface ActionSettings {
@@ -102,9 +92,6 @@ export function settingsOf(
     checkRoom: checkFlag(o.checkRoom, "checkRoom", true),
   };
 }
-
-/** Why an action was stopped between steps. */
-export type StopReason = "deadline" | "aborted" | "another-failed";
 
 /** What a caller of {@link runAction} follows. */
 export interface ActionHooks {

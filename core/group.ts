@@ -18,11 +18,10 @@ import {
   type ActionSettings,
   planGoal,
   runAction,
-  type StopReason,
   undo,
 } from "./action.ts";
 import { asError, describeValue } from "./errors.ts";
-import type { GroupResult, GroupSettings, ProcessOutcome } from "./group_options.ts";
+import type { GroupResult, GroupSettings, ProcessOutcome, StopReason } from "./group_options.ts";
 import { Handle } from "./handle.ts";
 import { type JobMember, runJob } from "./job.ts";
 import { clockOf, Deadline, type MachineSource } from "./machine.ts";

@@ -5,7 +5,6 @@
  * @module
  */
 
-import type { StepRecord, StopReason } from "./action.ts";
 import type { GpuPair } from "./driver.ts";
 import { describeValue } from "./errors.ts";
 import type { Machine } from "./machine.ts";
@@ -21,6 +20,19 @@ import {
 } from "./options.ts";
 import type { RoomCheck } from "./room.ts";
 import type { Action, ProcessState, Step } from "./states.ts";
+
+/** One driver call an operation made, and how long it took. */
+export interface StepRecord {
+  /** The step. */
+  readonly step: Step;
+  /** Its time in ms, on the driver's clock. */
+  readonly ms: number;
+  /** Whether it succeeded. */
+  readonly ok: boolean;
+}
+
+/** Why an action was stopped between steps. */
+export type StopReason = "deadline" | "aborted" | "another-failed";
 
 /** Options of `runGroup`. */
 export interface GroupOptions {

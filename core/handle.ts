@@ -20,7 +20,8 @@ import {
   type Session,
   sessionOf,
 } from "./machine.ts";
-import { type ActionSettings, runAction, type StepRecord } from "./action.ts";
+import { type ActionSettings, runAction } from "./action.ts";
+import type { StepRecord } from "./group_options.ts";
 import type { RoomCheck } from "./room.ts";
 import { type Action, isFinal, type ProcessState } from "./states.ts";
 import { Target } from "./target.ts";

@@ -19,11 +19,11 @@ import {
   type ActionReport,
   type ActionSettings,
   planGoal,
-  type StopReason,
   timed,
   wayBack,
 } from "./action.ts";
 import { asError, withDetail } from "./errors.ts";
+import type { StopReason } from "./group_options.ts";
 import type { Handle } from "./handle.ts";
 import { type Action, jobPhase, type Step, stepTo } from "./states.ts";
 import type { Target } from "./target.ts";

@@ -6,12 +6,12 @@
 
 import type { MemoryHeldRecords } from "../core/host.ts";
 import type { SimulatedGpu } from "./sim_gpu.ts";
-import type { SimulatedProcess } from "./sim_process.ts";
+import type { ProcessHost, SimulatedProcess } from "./sim_process.ts";
 import type { TimingModel } from "./timing.ts";
 import type { CopyLink } from "./waits.ts";
 
 /** What the parts of a simulated machine use of it. @internal */
-export interface MachineView {
+export interface MachineView extends ProcessHost {
   /** The machine's GPUs, by index. */
   readonly gpus: readonly SimulatedGpu[];
   /** What `cuDriverGetVersion` reports. */
@@ -26,26 +26,14 @@ export interface MachineView {
   readonly selfPid: number | undefined;
   /** The disk images are written to and read from, shared by every dump and restore. */
   readonly disk: CopyLink;
-  /** The clock's time in ms. */
-  now(): number;
   /** The live process that has `id` as its pid or as one of its thread ids. */
   process(id: number): SimulatedProcess | undefined;
   /** The live process `root` and its descendants, each after its parent. */
   tree(root: number): SimulatedProcess[] | undefined;
   /** Adds a process made on it (throws where one of its ids is taken). */
   adopt(proc: SimulatedProcess): SimulatedProcess;
-  /** Forgets a process that exited. */
-  forget(proc: SimulatedProcess): void;
-  /** A start number no process of the machine has had. */
-  takeStart(): number;
-  /** Starts a timer the machine cancels when closed (`passive`: it moves no time by itself). */
-  startTimer(ms: number, fn: () => void, passive?: boolean): () => void;
-  /** Holds the clock (the program waits on the simulator) until the returned function is called. */
-  holdClock(): () => void;
   /** Runs `work` as something the program waits on (the clock moves meanwhile). */
   waitOn<T>(what: string, work: () => Promise<T>): Promise<T>;
-  /** The error for `what` once the machine is closed, else `undefined`. */
-  closedError(what: string): Error | undefined;
 }
 
 /** `fn`'s answer at once, taking no simulated time; a rejection once the machine is closed. */

@@ -26,7 +26,6 @@ import {
   type PendingFault,
   type QueryOperation,
 } from "./faults.ts";
-import type { MachineView } from "./machine_view.ts";
 import {
   checkRange,
   loadPages,
@@ -37,6 +36,22 @@ import {
 } from "./memory.ts";
 import type { GpuNeeds, SimulatedGpu } from "./sim_gpu.ts";
 import { mibToBytes } from "./timing.ts";
+
+/** What a simulated process uses of its machine (the machine's view of itself has more). @internal */
+export interface ProcessHost {
+  /** The clock's time in ms. */
+  now(): number;
+  /** Forgets a process that exited. */
+  forget(proc: SimulatedProcess): void;
+  /** A start number no process of the machine has had. */
+  takeStart(): number;
+  /** Starts a timer the machine cancels when closed (`passive`: it moves no time by itself). */
+  startTimer(ms: number, fn: () => void, passive?: boolean): () => void;
+  /** Holds the clock (the program waits on the simulator) until the returned function is called. */
+  holdClock(): () => void;
+  /** The error for `what` once the machine is closed, else `undefined`. */
+  closedError(what: string): Error | undefined;
+}
 
 /** A process to make (its start left out: a new one), as {@link SimulatedProcess} has them. @internal */
 export interface NewProcess {
@@ -93,7 +108,7 @@ export class SimulatedProcess {
   readonly memoryMiB: number;
   /** Whether it ever initialised CUDA. */
   readonly usesCuda: boolean;
-  readonly #host: MachineView;
+  readonly #host: ProcessHost;
   /** @internal the GPUs it has or had memory on */
   gpus: SimulatedGpu[];
   /** @internal */
@@ -137,7 +152,7 @@ export class SimulatedProcess {
   }
 
   /** @internal made by the machine: running, its GPU memory all zero (and not yet claimed) */
-  constructor(host: MachineView, made: NewProcess) {
+  constructor(host: ProcessHost, made: NewProcess) {
     this.#host = host;
     this.pid = made.pid;
     this.threads = made.threads;
