@@ -136,12 +136,13 @@ export async function takeSnapshot(
   // processes running. The first failure stops the rest, and every process is put back.
   progress.phase("suspend");
   const parts = new FirstFailure<{ suspend: GroupResult } | { dump: unknown }>(o.signal);
-  const group = (pids: readonly number[], settings: Partial<GroupSettings>) =>
+  // As a job, one group of every CUDA process, which core/job.ts orders: every lock first.
+  const group = (pids: readonly number[]) =>
     runGroup(machine, "suspend", pids, {
       ...partOf(progress, o.timeoutMs, parts.signal),
       lockTimeoutMs: o.lockTimeoutMs,
       rollBackOnAbort: true,
-      ...settings,
+      job: o.job,
     });
   /** Puts every process back, running, and makes the error that says so. */
   const rollBack = async (code: SnapshotFailure, message: string, cause: unknown) => {
@@ -164,7 +165,7 @@ export async function takeSnapshot(
   let dumpEnd = t1;
   const suspendTree = async (pids: readonly number[]) => {
     if (pids.length === 0) return true;
-    const suspended = await group(pids, {});
+    const suspended = await group(pids);
     suspendEnd = progress.at();
     if (!suspended.ok) parts.fail({ suspend: suspended });
     return suspended.ok;

@@ -286,6 +286,29 @@ describe("a snapshot and its restore", () => {
     assert.deepEqual(events.filter((e) => e.type === "step-start"), [], "no step of its own");
   });
 
+  test("a job's snapshot checkpoints nothing while a lock hangs; without job, the other rank is", async () => {
+    for (const asJob of [false, true]) {
+      const { sim, a, b, pids } = await job();
+      const mark = sim.driver.calls.length;
+      const release = a.hangNext("lock");
+      const taking = snapshot([pids[0]], newDir(), { machine: sim, job: asJob });
+      // Until b is locked: the suspend has begun, and a's lock hangs. The snapshot's directory is
+      // real, so real time passes too.
+      for (let i = 0; i < 400 && b.state === "running"; i++) {
+        await sim.sleep(100);
+        await new Promise((r) => setTimeout(r, 5));
+      }
+      assert.equal(b.state === "running", false, "b was locked");
+      await sim.sleep(5_000);
+      const meanwhile = sim.driver.calls.slice(mark).filter((c) => c.op === "checkpoint").length;
+      assert.equal(a.state, "running", "a's lock still hangs");
+      release();
+      const taken = await taking;
+      assert.equal(taken.manifest.options.job, asJob);
+      assert.equal(meanwhile, asJob ? 0 : 1, asJob ? "no checkpoint while a lock hangs" : "b was");
+    }
+  });
+
   test("a job: every lock before any checkpoint, and at restore every restore before any unlock", async () => {
     const { sim, pids } = await job();
     const dir = newDir();
