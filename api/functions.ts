@@ -29,7 +29,7 @@ import { checkChoice, checkOptions } from "../core/options.ts";
 import { type Action, ACTIONS } from "../core/states.ts";
 import { checkSnapshotArgs, takeSnapshot } from "../core/to_disk.ts";
 import { checkDir } from "../core/disk.ts";
-import { FileSnapshotStore } from "../os/snapshot_store.ts";
+import { storeOf } from "../os/snapshot_store.ts";
 
 /**
  * Runs `action` (a step: `lock`, `checkpoint`, `restore`, `unlock`; or a goal: `suspend`,
@@ -214,7 +214,6 @@ export async function inspectSnapshot(
 ): Promise<{ dir: string; manifest: Manifest }> {
   const o = checkOptions(options, "inspectSnapshot", ["machine"]);
   checkDir(dir);
-  const machine = o.machine === undefined ? undefined : machineOf(o.machine, "inspectSnapshot");
-  const store = (machine as Machine | undefined)?.store ?? new FileSnapshotStore();
-  return await inspectIn(store, dir);
+  if (o.machine !== undefined) machineOf(o.machine, "inspectSnapshot"); // a Machine, checked
+  return await inspectIn(storeOf(o.machine), dir);
 }

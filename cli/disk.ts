@@ -19,6 +19,7 @@ import type { Manifest } from "../core/manifest.ts";
 import { checkSnapshotArgs, takeSnapshot } from "../core/to_disk.ts";
 import type { CliIo } from "./io.ts";
 import type { Machine } from "../core/machine.ts";
+import { storeOf } from "../os/snapshot_store.ts";
 import { type Printer, round } from "./report.ts";
 
 /** Runs `snapshot`, `restore-snapshot` or `inspect`; resolves to the exit code. */
@@ -47,12 +48,8 @@ export async function runDiskCommand(
   };
   try {
     switch (command.kind) {
-      case "inspect": {
-        const store = machine.store ??
-          new (await import("../os/snapshot_store.ts")).FileSnapshotStore();
-        const { dir, manifest } = await inspectIn(store, command.dir);
-        return done({ dir, manifest }, describe(manifest, dir));
-      }
+      case "inspect":
+        return await runInspect(command, machine, print);
       case "snapshot": {
         const args = checkSnapshotArgs(command.roots, command.dir, {
           leaveRunning: command.leaveRunning,
@@ -105,24 +102,49 @@ export async function runDiskCommand(
     }
   } catch (error) {
     progress?.stop();
-    if (command.json) {
-      print.json({
-        ok: false,
-        operation: command.kind,
-        dir: command.dir,
-        error: {
-          message: messageOf(error),
-          ...(error instanceof CheckpointError ? { code: error.code } : {}),
-          ...(error instanceof Error ? { name: error.name } : {}),
-          ...(error instanceof Error && "log" in error && error.log ? { log: error.log } : {}),
-        },
-      });
-    }
-    print.error(error);
-    return 1;
+    return failed(command, print, error);
   } finally {
     unwatch?.();
   }
+}
+
+/** `inspect`: the manifest, checked against its files, from the machine's store or the disk. */
+export async function runInspect(
+  command: InspectCommand,
+  machine: Machine | undefined,
+  print: Printer,
+): Promise<number> {
+  try {
+    const { dir, manifest } = await inspectIn(storeOf(machine), command.dir);
+    if (command.json) print.json({ ok: true, operation: command.kind, dir, manifest });
+    else for (const line of describe(manifest, dir)) print.out(line);
+    return 0;
+  } catch (error) {
+    return failed(command, print, error);
+  }
+}
+
+/** A failure: the `--json` object where asked, and the error's line; exit code 1. */
+function failed(
+  command: SnapshotCommand | RestoreSnapshotCommand | InspectCommand,
+  print: Printer,
+  error: unknown,
+): number {
+  if (command.json) {
+    print.json({
+      ok: false,
+      operation: command.kind,
+      dir: command.dir,
+      error: {
+        message: messageOf(error),
+        ...(error instanceof CheckpointError ? { code: error.code } : {}),
+        ...(error instanceof Error ? { name: error.name } : {}),
+        ...(error instanceof Error && "log" in error && error.log ? { log: error.log } : {}),
+      },
+    });
+  }
+  print.error(error);
+  return 1;
 }
 
 /** Each process of the snapshot, for --json. */

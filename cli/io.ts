@@ -25,8 +25,9 @@ export interface CliIo {
    */
   programName?: string;
   /**
-   * The environment: `CKPT_SIM_STATE` (the simulated machine's file), `CKPT_CRIU_PATH` (criu).
-   * Default: none.
+   * The environment that `--simulate` (`CKPT_SIM_STATE`, the simulated machine's file) and criu
+   * (`CKPT_CRIU_PATH`) are read from; left out, `--simulate` sees none and criu this process's.
+   * libcuda (`CKPT_LIBCUDA_PATH`) and the records (`CKPT_RECORDS_DIR`) are always this process's.
    */
   env?: Readonly<Record<string, string | undefined>>;
   /**

@@ -33,6 +33,7 @@
 
 import { parseCommandLine, UsageError } from "./args.ts";
 import type { CliIo } from "./io.ts";
+import { messageOf } from "../core/errors.ts";
 import { VERSION } from "../core/version.ts";
 
 export type { CliIo, Interrupts } from "./io.ts";
@@ -65,7 +66,7 @@ export async function main(args: readonly string[], io: CliIo): Promise<number> 
         if (error.detail && io.isTerminal) io.stderr(`cuda-checkpoint: ${error.detail}\n`);
         io.stderr(`\n${(await import("./help.ts")).helpText()}`);
       } else {
-        const text = (error instanceof Error ? error.message : String(error)).split("\n")[0];
+        const text = messageOf(error).split("\n")[0];
         io.stderr(`cuda-checkpoint: internal error: ${text}\n`);
       }
     } catch {

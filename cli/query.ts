@@ -11,7 +11,7 @@ import type { CliOperation } from "./args.ts";
 import { CUDA_SUCCESS } from "../core/codes.ts";
 import type { CheckpointDriver, DriverResult } from "../core/driver.ts";
 import { driverError } from "../core/errors.ts";
-import { C_FUNCTIONS, type DriverOperation, unsupportedError } from "../core/gate.ts";
+import { checkCapability, type DriverOperation } from "../core/gate.ts";
 import { stateName } from "../core/states.ts";
 import { errorReport, type PidReport } from "./report.ts";
 
@@ -33,12 +33,9 @@ export async function query(
     ok: false,
     error: errorReport(operation, pid, error),
   });
-  if (driver.missingFunctions?.includes(C_FUNCTIONS[call])) {
-    const version = await driver.driverVersion();
-    return fail(unsupportedError(call, pid, version, { missing: C_FUNCTIONS[call] }));
-  }
   let result: DriverResult;
   try {
+    await checkCapability(driver, call, pid);
     result = call === "getState" || call === "getRestoreThreadId" ? await driver[call](pid) : {
       code: await (call === "lock"
         ? driver.lock(pid, { timeoutMs: 0 })

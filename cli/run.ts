@@ -27,6 +27,11 @@ export async function run(command: MachineCommand, io: CliIo): Promise<number> {
   // One process and no progress line to draw meanwhile (off a terminal, or a query, which shows
   // none): the driver's calls may block this thread, and no worker thread need start.
   const callingThread = query || (one !== undefined && io.isTerminal !== true);
+  if (command.kind === "inspect" && !command.simulate) {
+    // It reads the file system (or the given machine's store) only: nothing here is opened.
+    const { runInspect } = await import("./disk.ts");
+    return await runInspect(command, io.machine, new Printer(io));
+  }
   let opened: CliMachine;
   try {
     opened = await openCliMachine(io, command, callingThread, query);
@@ -131,11 +136,8 @@ async function openCliMachine(
   }
   if (io.machine) return { machine: io.machine, close: () => Promise.resolve() };
   if (driverOnly) {
-    const [{ openLibcudaDriver }, { runtimeAdapter }] = await Promise.all([
-      import("../ffi/native.ts"),
-      import("../ffi/runtime.ts"),
-    ]);
-    const driver = openLibcudaDriver(await runtimeAdapter({ callingThread }), { callingThread });
+    const { openNativeDriver } = await import("../ffi/native.ts");
+    const driver = await openNativeDriver({ callingThread });
     return { machine: { driver }, close: () => driver[Symbol.asyncDispose]() };
   }
   const { openMachine } = await import("../os/this_machine.ts");

@@ -60,7 +60,7 @@ export async function checkCapability(
  * The one place that says a driver cannot do something: which function is missing or what needs
  * a newer driver, with the driver's version.
  */
-export function unsupportedError(
+function unsupportedError(
   operation: string,
   pid: number | undefined,
   version: DriverResult,

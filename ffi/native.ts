@@ -12,7 +12,7 @@
  * @module
  */
 
-import { driverError } from "../core/errors.ts";
+import { asError, driverError, messageOf } from "../core/errors.ts";
 import {
   CUDA_ERROR_NO_DEVICE,
   CUDA_ERROR_NOT_SUPPORTED,
@@ -55,7 +55,7 @@ export const CUDA_ERROR_STUB_LIBRARY = 34;
 /** How many calls that can wait one native driver runs at once, by default. */
 const DEFAULT_MAX_WORKERS = 16;
 
-/** Options of `openMachine`'s driver (and of {@link openLibcudaDriver}). */
+/** Options of `openMachine`'s driver: which libcuda, and how its calls are made. */
 export interface NativeDriverOptions {
   /**
    * The libcuda to load. Left out: the environment variable `CKPT_LIBCUDA_PATH`, else
@@ -166,7 +166,6 @@ export function openLibcudaDriver(
   const maxWorkers = options.maxWorkers === undefined
     ? DEFAULT_MAX_WORKERS
     : checkInteger(options.maxWorkers, "maxWorkers", 1, 1024);
-  checkFlag(options.callingThread, "callingThread", false);
   const found = findLibcuda({
     tryOpen: (candidate) => openLibcuda(adapter, candidate),
     libraryPath: options.libraryPath,
@@ -400,7 +399,7 @@ export class LibcudaDriver implements NativeDriver {
         if (needsInit) await this.#initialize();
         return await this.#offThread({ symbol, args: [pid, arg], links });
       } catch (error) {
-        const why = error instanceof Error ? error.message : String(error);
+        const why = messageOf(error);
         throw new Error(`${operation} of process ${pid} could not finish: ${why}`, {
           cause: error,
         });
@@ -458,7 +457,7 @@ export class LibcudaDriver implements NativeDriver {
     try {
       return { code, gpus: await this.#readGpus() };
     } catch (error) {
-      return { code, gpuError: error instanceof Error ? error : new Error(String(error)) };
+      return { code, gpuError: asError(error) };
     }
   }
 

@@ -1,5 +1,6 @@
 /**
- * Snapshots on the file system: each in a private directory (mode 0700, this user's), its manifest
+ * Snapshots on the file system: each in a directory of this user's that others may not write in
+ * (made with mode 0700; an existing empty one is taken with its mode), its manifest
  * written whole (mode 0600), each tree's images in a private subdirectory. A snapshot holds the
  * memory of the processes it took, and a restore runs what it finds as root: it must not be read,
  * planted or changed by others, and nothing in it is followed through a symbolic link.
@@ -10,6 +11,7 @@
 import { lstat, mkdir, readdir, readFile } from "node:fs/promises";
 import path from "node:path";
 import type { SnapshotFile, SnapshotStore } from "../core/engine.ts";
+import type { Machine } from "../core/machine.ts";
 import { MANIFEST_FILE, MANIFEST_MAX_BYTES } from "../core/manifest.ts";
 import { messageOf } from "../core/errors.ts";
 import { checkPrivate, errorCode, writePrivately } from "./private.ts";
@@ -109,4 +111,9 @@ export class FileSnapshotStore implements SnapshotStore {
       throw new Error(`${where} does not exist`);
     }
   }
+}
+
+/** The machine's snapshot store; the file system where there is no machine, or it has none. */
+export function storeOf(machine: Machine | undefined): SnapshotStore {
+  return machine?.store ?? new FileSnapshotStore();
 }

@@ -65,8 +65,18 @@ export async function openMachine(options: MachineOptions = {}): Promise<NativeM
     "host",
     "criu",
   ]);
-  const driver = await openNativeDriver(options);
+  // Checked before libcuda is opened, which a bad option's error would otherwise leave open.
+  checkKeys(options.host, "openMachine's host options", [
+    "nvml",
+    "nvmlPath",
+    "procRoot",
+    "reader",
+    "recordsDir",
+  ]);
+  checkKeys(options.criu, "openMachine's criu options", ["criuPath", "extraArgs", "env"]);
   const host = new LinuxHost(options.host);
+  const engine = openCriuEngine(options.criu);
+  const driver = await openNativeDriver(options);
   const close = async () => {
     try {
       await host.close();
@@ -77,7 +87,7 @@ export async function openMachine(options: MachineOptions = {}): Promise<NativeM
   return {
     driver,
     host,
-    engine: openCriuEngine(options.criu),
+    engine,
     store: new FileSnapshotStore(),
     close,
     [Symbol.asyncDispose]: close,

@@ -115,6 +115,12 @@ describe("the command line of snapshots", () => {
       /^snapshot .*snap \(ckpt-cuda-snapshot\/1\)\n {2}taken .* on simulated/,
     );
     assert.match(shown.out, /driver CUDA 13\.0 \(580\.159\.04\), simulated criu 4\.1\.1/);
+    // Without a machine, on this one: the file system alone, no libcuda (CI has none) opened.
+    const here = await cli(["inspect", "--dir", dir, "--json"]);
+    assert.equal(here.code, 0, here.err);
+    const read = JSON.parse(here.out);
+    assert.equal(read.ok, true);
+    assert.equal(read.manifest.trees[0].root, p.pid);
 
     const back = await cli(["restore-snapshot", "--dir", dir, "--json"], { machine: sim });
     assert.equal(back.code, 0, back.err);

@@ -432,6 +432,27 @@ describe("openNativeDriver on a machine without libcuda", () => {
     assert.match(realError.message, /CKPT_LIBCUDA_PATH/);
     assert.match(realError.message, /--allow-ffi/);
   });
+
+  test("openMachine checks the host's and criu's options before it opens libcuda", async () => {
+    // A library that is not there: reaching it would reject with a DriverLoadError instead, and
+    // a library opened first would stay open after the bad option's error.
+    const libraryPath = "/nonexistent/libcuda.so.1";
+    await assert.rejects(
+      openMachine({ libraryPath, criu: { criuPath: "criu" } }),
+      (e) => e instanceof TypeError && /criuPath must be an absolute path/.test(e.message),
+    );
+    await assert.rejects(
+      openMachine({ libraryPath, host: { recordDir: "/x" } as never }),
+      (e) =>
+        e instanceof TypeError &&
+        /no option "recordDir" \(did you mean "recordsDir"\?\)/.test(e.message),
+    );
+    await assert.rejects(
+      openMachine({ libraryPath, criu: { path: "/usr/sbin/criu" } as never }),
+      (e) => e instanceof TypeError && /criu options has no option "path"/.test(e.message),
+    );
+    await assert.rejects(openMachine({ libraryPath }), DriverLoadError);
+  });
 });
 
 // ---------------------------------------------------------------------------------------------
