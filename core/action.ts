@@ -23,6 +23,7 @@ import {
   isFinal,
   isStep,
   plan,
+  type ProcessState,
   rollbackWay,
   type Step,
   stepTo,
@@ -305,12 +306,19 @@ export async function undo(
     }
     report.rollback = { ok: true, steps: record };
     report.state = initial;
-    return `it was brought back to ${initial}`;
+    return broughtBack(initial);
   } catch (err) {
-    report.rollback = { ok: false, steps: record, error: err as Error };
+    report.rollback = { ok: false, steps: record, error: asError(err) };
     report.state = await target.state().catch(() => undefined);
-    return `it could not be brought back to ${initial} (${messageOf(err)}); the process is ${
-      report.state ?? "of unknown state"
-    }`;
+    return broughtBack(initial, err, report.state);
   }
+}
+
+/** What a rollback came to, as the failed step's error says it (`err`: the rollback's failure). */
+export function broughtBack(initial: ProcessState, err?: unknown, now?: ProcessState): string {
+  return err === undefined
+    ? `it was brought back to ${initial}`
+    : `it could not be brought back to ${initial} (${messageOf(err)}); the process is ${
+      now ?? "of unknown state"
+    }`;
 }

@@ -9,7 +9,12 @@
 import type { GpuInfo } from "./driver.ts";
 import type { EngineProbe, SnapshotEngine, SnapshotStore } from "./engine.ts";
 import { describeValue, messageOf, RefusedError, SnapshotError } from "./errors.ts";
-import type { GroupEvent } from "./group_options.ts";
+import {
+  checkGroupOptions,
+  type GroupEvent,
+  type GroupResult,
+  type GroupSettings,
+} from "./group_options.ts";
 import type { HostProcesses, PidUse } from "./host.ts";
 import { clockOf, Deadline, type Machine } from "./machine.ts";
 import { type Manifest, MANIFEST_FILE, parseManifest } from "./manifest.ts";
@@ -342,4 +347,30 @@ export async function usesOf(
     if (holder) uses.push({ id, holder: holder.pid, as: holder.pid === id ? "pid" : "thread" });
   }
   return uses;
+}
+
+/**
+ * A group that is one part of a snapshot or restore: all or nothing, its events timed from the
+ * whole's start; given a signal, it stops with it and at the deadline (a rollback has none).
+ */
+export function partOf(progress: Progress, signal: AbortSignal | undefined): GroupSettings {
+  return {
+    ...checkGroupOptions({ allOrNothing: true, gpuMemory: false }),
+    onProgress: (e) => progress.tell(e),
+    ...(signal ? { signal, timeoutMs: progress.deadline.left() } : {}),
+  };
+}
+
+/** What went wrong in a group, in a clause. */
+export function groupFailure(result: GroupResult): string {
+  const failed = result.processes.find((p) => p.error);
+  if (failed) return failed.error!.message;
+  if (result.aborted) return "it was aborted";
+  if (result.deadlinePassed) return "its deadline passed";
+  return "not every process could be brought there";
+}
+
+/** The first error of a group, where one failed. */
+export function firstError(result: GroupResult): Error | undefined {
+  return result.processes.find((p) => p.error)?.error;
 }

@@ -55,8 +55,8 @@ export interface GpuInfo {
 
 /**
  * A CUDA checkpoint driver. Every method mirrors one C call and resolves to the raw `CUresult`.
- * Drivers only report codes: input checks and capability gating happen once, above the seam, in
- * `CudaProcess`. A call to a checkpoint function the driver lacks (a driver older than 570), or a
+ * Drivers only report codes: input checks and capability gating happen once, above the seam
+ * (core/gate.ts). A call to a checkpoint function the driver lacks (older than 570), or a
  * restore with GPU pairs on a driver older than 13.0, resolves `CUDA_ERROR_NOT_SUPPORTED` without
  * reaching the library; a pid that no process can have (0, negative, beyond a C `int`) resolves
  * `CUDA_ERROR_OPERATING_SYSTEM`, as the real driver answers for a pid no process has. A method

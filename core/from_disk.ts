@@ -15,7 +15,10 @@ import { CUDA_SUCCESS, formatDriverVersion } from "./codes.ts";
 import {
   checkDir,
   checkWhole,
+  firstError,
   FirstFailure,
+  groupFailure,
+  partOf,
   partsOf,
   prerequisite,
   Progress,
@@ -36,7 +39,6 @@ import type { Manifest, ManifestProcess } from "./manifest.ts";
 import { checkFlag, checkGpuMapping, checkOptions } from "./options.ts";
 import { onto } from "./room.ts";
 import { cudaRuns, memoryOnHost } from "./states.ts";
-import { firstError, groupFailure, partOf } from "./to_disk.ts";
 import { formatGpuUuid, parseGpuUuid } from "./uuid.ts";
 
 /** A restore's options, checked. */
@@ -177,7 +179,7 @@ export async function restoreFrom(
     "resume",
     running.map((p) => p.pid),
     {
-      ...partOf(progress, o.timeoutMs, parts.signal),
+      ...partOf(progress, parts.signal),
       job: true,
       checkRoom: o.checkRoom,
       pairsFor: () => pairs.length === 0 ? null : pairs,

@@ -224,7 +224,7 @@ class Group {
       entry.report!.rollback = {
         ok: false,
         steps: entry.report!.rollback?.steps ?? [],
-        error: err as Error,
+        error: asError(err),
       };
     });
     this.#rollbacks.push(entry.rollingBack);

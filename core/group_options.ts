@@ -25,7 +25,7 @@ import type { Action, ProcessState, Step } from "./states.ts";
 export interface StepRecord {
   /** The step. */
   readonly step: Step;
-  /** Its time in ms, on the driver's clock. */
+  /** Its time in ms, on the machine's clock. */
   readonly ms: number;
   /** Whether it succeeded. */
   readonly ok: boolean;
@@ -57,7 +57,7 @@ export interface GroupOptions {
    */
   rollBackOnAbort?: boolean;
   /**
-   * A deadline for the whole group, in ms from the call (on the driver's clock). Lock timeouts
+   * A deadline for the whole group, in ms from the call (on the machine's clock). Lock timeouts
    * are cut to what is left of it, and no step starts after it has passed. A call already inside
    * the driver cannot be interrupted: a checkpoint under way when the deadline passes finishes.
    */
@@ -81,10 +81,10 @@ export interface GroupOptions {
   lockTimeoutMs?: number;
   /**
    * Where to restore: one mapping for every process, or a function giving each pid's (or
-   * `undefined` to restore it in place). See `RestoreOptions.gpuMapping`.
+   * `undefined` to restore it in place). See `StepOptions.gpuMapping`.
    */
   gpuMapping?: GpuMapping | ((pid: number) => GpuMapping | undefined);
-  /** Whether to record and check GPU room (see `RestoreOptions.checkRoom`); default `true`. */
+  /** Whether to record and check GPU room (see `StepOptions.checkRoom`); default `true`. */
   checkRoom?: boolean;
   /**
    * Called as each process's steps start and end, for a progress display. Must not throw. When it
@@ -189,7 +189,7 @@ export interface GroupResult {
   readonly aborted: boolean;
   /** Whether all-or-nothing (or `rollBackOnAbort`) rolled processes back that were done. */
   readonly rolledBack: boolean;
-  /** The whole group's time in ms, on the driver's clock. */
+  /** The whole group's time in ms, on the machine's clock. */
   readonly ms: number;
 }
 

@@ -18,6 +18,7 @@ import {
   type ActionHooks,
   type ActionReport,
   type ActionSettings,
+  broughtBack,
   planGoal,
   timed,
   wayBack,
@@ -254,13 +255,9 @@ async function rollBack(working: readonly Working[], ctx: JobContext): Promise<b
     const initial = w.report.initialState!;
     const others = working.some((o) => o !== w && ways.has(o));
     const detail = error
-      ? `it could not be brought back to ${initial} (${error.message}); the process is ${
-        w.report.state ?? "of unknown state"
-      }`
+      ? broughtBack(initial, error, w.report.state)
       : ways.has(w)
-      ? `it was brought back to ${initial}${
-        others ? ", as was every other process of the job" : ""
-      }`
+      ? `${broughtBack(initial)}${others ? ", as was every other process of the job" : ""}`
       : others
       ? `every other process of the job was brought back`
       : "";

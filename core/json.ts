@@ -8,6 +8,7 @@
  * @module
  */
 
+import { messageOf } from "./errors.ts";
 import { formatGpuUuid, parseGpuUuid } from "./uuid.ts";
 
 /** Makes the error for a field: `reason` is a whole sentence that names it. */
@@ -39,7 +40,7 @@ export class StrictReader {
     } catch (err) {
       return this.refuse(
         "",
-        `${what} is not JSON (${(err as Error).message}); it may be truncated or corrupt`,
+        `${what} is not JSON (${messageOf(err)}); it may be truncated or corrupt`,
       );
     }
   }
@@ -137,6 +138,21 @@ export class StrictReader {
     } catch {
       return this.fail(field, "a GPU UUID (GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)", value);
     }
+  }
+
+  /** GPU memory, MiB by GPU UUID (`GPU-…`); with `known`, each a GPU of those (`where` says). */
+  mibByGpu(
+    value: unknown,
+    field: string,
+    known?: { uuids: ReadonlySet<string>; where: string },
+  ): Record<string, number> {
+    const out: Record<string, number> = {};
+    for (const [key, mib] of Object.entries(this.object(value, field))) {
+      const uuid = this.uuid(key, `${field} key`);
+      if (known && !known.uuids.has(uuid)) this.fail(field, known.where, key);
+      out[uuid] = this.amount(mib, `${field}[${JSON.stringify(key)}]`);
+    }
+    return out;
   }
 }
 

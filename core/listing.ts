@@ -8,10 +8,10 @@
  */
 
 import { CUDA_ERROR_NOT_INITIALIZED, CUDA_ERROR_OPERATING_SYSTEM, CUDA_SUCCESS } from "./codes.ts";
-import { driverError, messageOf } from "./errors.ts";
+import { driverError } from "./errors.ts";
 import { checkCapability } from "./gate.ts";
-import type { GpuMemory, GpuMemoryReport, HostProcesses, ScannedProcess } from "./host.ts";
-import type { Machine } from "./machine.ts";
+import type { GpuMemory, GpuMemoryReport, ScannedProcess } from "./host.ts";
+import { type Machine, sessionOf } from "./machine.ts";
 import { checkChoice, checkFlag, checkOptions, checkPid } from "./options.ts";
 import { type ProcessState, stateName } from "./states.ts";
 
@@ -91,15 +91,13 @@ export function checkListOptions(options: ListCudaProcessesOptions | undefined):
   };
 }
 
-/** The host's GPU memory report, never rejecting: a failure becomes the reason it is unknown. */
-export async function askGpuMemory(host: HostProcesses, wanted = true): Promise<GpuMemoryReport> {
+/** The host's GPU memory report, through the room guard (none while this program is held). */
+export async function askGpuMemory(machine: Machine, wanted = true): Promise<GpuMemoryReport> {
+  const host = machine.host;
   if (!wanted) return { unknown: "GPU memory was not asked for (gpuMemory: false)" };
-  if (!host.gpuMemory) return { unknown: `the ${host.kind} host cannot tell GPU memory` };
-  try {
-    return await host.gpuMemory();
-  } catch (error) {
-    return { unknown: messageOf(error) };
-  }
+  if (!host?.gpuMemory) return { unknown: `the ${host?.kind} host cannot tell GPU memory` };
+  return await sessionOf(machine).room.report() ??
+    { unknown: "this process is locked or checkpointed itself, and NVML would wait for it" };
 }
 
 /** Lists the CUDA processes of `machine`: see `listCudaProcesses` of the main module. */
@@ -109,7 +107,7 @@ export async function listOn(machine: Machine, o: ListSettings): Promise<CudaPro
   const host = machine.host;
   if (!host) throw new Error(`No host to list processes of: this ${driver.kind} machine has none`);
   // NVML's start-up runs while /proc is read and the driver is asked.
-  const memory = askGpuMemory(host, o.gpuMemory);
+  const memory = askGpuMemory(machine, o.gpuMemory);
   const scanned = await host.scan();
   const uninspectable: UninspectedProcess[] = [];
   const candidates: ScannedProcess[] = [];

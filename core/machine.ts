@@ -228,15 +228,14 @@ export class Session {
     return this.machine.host?.self;
   }
 
-  /** This program, as the host identifies it: the owner of its claims of GPU room. */
+  /**
+   * This program, as the host identifies it (`HostProcesses.self`): the owner of its claims of GPU
+   * room; `undefined` where it is none of the host's processes (most simulated machines).
+   */
   #selfIdentity(): Promise<ProcessIdentity | undefined> {
     this.#self ??= (async () => {
-      const g = globalThis as { process?: { pid?: number }; Deno?: { pid?: number } };
-      const pid = g.Deno?.pid ?? g.process?.pid;
-      if (pid === undefined) return undefined;
-      // On the simulated machine this program is none of the host's processes.
-      if (this.selfPid !== pid) return { pid };
-      return await this.identify(pid) ?? { pid };
+      const pid = this.selfPid;
+      return pid === undefined ? undefined : await this.identify(pid) ?? { pid };
     })();
     return this.#self;
   }

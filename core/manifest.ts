@@ -298,16 +298,11 @@ function readProcess(
   if (!isSnapshotState(state)) {
     r.fail(`${at}.cuda.state`, SNAPSHOT_STATES.map((s) => `"${s}"`).join(" or "), state);
   }
-  let memory: Record<string, number> | null = null;
-  if (c.gpuMemoryMiB !== null) {
-    const m = r.object(c.gpuMemoryMiB, `${at}.cuda.gpuMemoryMiB`);
-    memory = {};
-    for (const [key, mib] of Object.entries(m)) {
-      const uuid = r.uuid(key, `${at}.cuda.gpuMemoryMiB key`);
-      if (!gpus.has(uuid)) r.fail(`${at}.cuda.gpuMemoryMiB`, "a GPU of the manifest's gpus", key);
-      memory[uuid] = r.amount(mib, `${at}.cuda.gpuMemoryMiB["${key}"]`);
-    }
-  }
+  const memory = c.gpuMemoryMiB === null ? null : r.mibByGpu(
+    c.gpuMemoryMiB,
+    `${at}.cuda.gpuMemoryMiB`,
+    { uuids: gpus, where: "a GPU of the manifest's gpus" },
+  );
   return {
     ...process,
     cuda: {

@@ -44,7 +44,7 @@ export function checkOptions<T extends object>(
 }
 
 /**
- * Checks an object of named values (`what`: "SimulatedDriver options", "gpus[0]"): `undefined`
+ * Checks an object of named values (`what`: "SimulatedCriu options", "gpus[0]"): `undefined`
  * or a plain object whose keys are all in `keys`; returns it (`{}` for `undefined`). The one
  * check behind every options argument of this package and its simulator.
  */

@@ -15,7 +15,10 @@ import { CUDA_SUCCESS } from "./codes.ts";
 import {
   checkDir,
   checkWhole,
+  firstError,
   FirstFailure,
+  groupFailure,
+  partOf,
   partsOf,
   prerequisite,
   Progress,
@@ -23,7 +26,7 @@ import {
   type SnapshotResult,
   usesOf,
 } from "./disk.ts";
-import type { CheckpointDriver, GpuInfo } from "./driver.ts";
+import type { GpuInfo } from "./driver.ts";
 import { type DumpedProcess, logOf, type SnapshotEngine, type SnapshotFile } from "./engine.ts";
 import {
   describeValue,
@@ -32,11 +35,12 @@ import {
   SnapshotError,
   type SnapshotFailure,
 } from "./errors.ts";
+import { checkCapability } from "./gate.ts";
 import { runGroup } from "./group.ts";
-import { checkGroupOptions, type GroupResult, type GroupSettings } from "./group_options.ts";
+import type { GroupResult } from "./group_options.ts";
 import type { GpuMemoryReport, HostProcesses, TreeProcess } from "./host.ts";
 import { askGpuMemory } from "./listing.ts";
-import { clockOf, type Machine } from "./machine.ts";
+import { clockOf, type Machine, sessionOf } from "./machine.ts";
 import {
   type Manifest,
   MANIFEST_FORMAT,
@@ -97,6 +101,8 @@ export async function takeSnapshot(
   // 1. Check everything, change nothing.
   progress.phase("check");
   const { engine, store, host, probing, listing } = partsOf(machine, "snapshot");
+  // Before 570 every getState fails, and each process would pass for one without CUDA.
+  await checkCapability(driver, "getState", undefined, 0, "snapshot");
   const trees = await Promise.all(roots.map(async (root) => {
     const tree = await host.processTree!(root);
     if (!tree || tree.length === 0) {
@@ -106,8 +112,8 @@ export async function takeSnapshot(
   }));
   checkDisjoint(trees);
   const probe = await probing;
-  const report = await askGpuMemory(host);
-  const listed = await Promise.all(trees.map((t) => describeTree(t, driver, host, report)));
+  const report = await askGpuMemory(machine);
+  const listed = await Promise.all(trees.map((t) => describeTree(t, machine, report)));
   // Each tree's CUDA processes that run: those the snapshot suspends, and puts back on failure.
   const running = listed.map((t) =>
     t.processes.filter((p) => p.cuda && cudaRuns(p.cuda.state)).map((p) => p.pid)
@@ -139,7 +145,7 @@ export async function takeSnapshot(
   // As a job, one group of every CUDA process, which core/job.ts orders: every lock first.
   const group = (pids: readonly number[]) =>
     runGroup(machine, "suspend", pids, {
-      ...partOf(progress, o.timeoutMs, parts.signal),
+      ...partOf(progress, parts.signal),
       lockTimeoutMs: o.lockTimeoutMs,
       rollBackOnAbort: true,
       job: o.job,
@@ -274,24 +280,6 @@ export async function takeSnapshot(
   return { dir: where, manifest, ms: progress.at() };
 }
 
-/**
- * A group that is one part of a snapshot or restore: all or nothing, its events told with times
- * from the whole's start. Given a signal, it stops with it and at the deadline; without one (a
- * rollback), it runs to its end.
- */
-export function partOf(
-  progress: Progress,
-  timeoutMs: number | undefined,
-  signal: AbortSignal | undefined,
-): GroupSettings {
-  const left = progress.deadline.left();
-  return {
-    ...checkGroupOptions({ allOrNothing: true, gpuMemory: false }),
-    onProgress: (e) => progress.tell(e),
-    ...(signal ? { signal, timeoutMs: timeoutMs === undefined ? undefined : left } : {}),
-  };
-}
-
 /** Resumes `pids` (a rollback, or `leaveRunning`): as a job where the snapshot is one. */
 function resumeAll(
   machine: Machine,
@@ -300,21 +288,7 @@ function resumeAll(
   progress: Progress,
 ): Promise<GroupResult | undefined> {
   if (pids.length === 0) return Promise.resolve(undefined);
-  return runGroup(machine, "resume", pids, { ...partOf(progress, undefined, undefined), job });
-}
-
-/** What went wrong in a group, in a clause. */
-export function groupFailure(result: GroupResult): string {
-  const failed = result.processes.find((p) => p.error);
-  if (failed) return failed.error!.message;
-  if (result.aborted) return "it was aborted";
-  if (result.deadlinePassed) return "its deadline passed";
-  return "not every process could be brought there";
-}
-
-/** The first error of a group, where one failed. */
-export function firstError(result: GroupResult): Error | undefined {
-  return result.processes.find((p) => p.error)?.error;
+  return runGroup(machine, "resume", pids, { ...partOf(progress, undefined), job });
 }
 
 function checkRoots(roots: unknown): number[] {
@@ -351,10 +325,10 @@ function checkDisjoint(trees: readonly { root: number; processes: readonly TreeP
 /** A tree for the manifest: each process, and the CUDA side of those that use CUDA. */
 async function describeTree(
   { root, processes: tree }: { root: number; processes: readonly TreeProcess[] },
-  driver: CheckpointDriver,
-  host: HostProcesses,
+  machine: Machine,
   report: GpuMemoryReport,
 ): Promise<ManifestTree> {
+  const driver = machine.driver;
   const processes = await Promise.all(tree.map(async (p): Promise<ManifestProcess> => {
     const base: ManifestProcess = {
       pid: p.pid,
@@ -382,9 +356,11 @@ async function describeTree(
     if (cudaRuns(name) && "byPid" in report) {
       const m = report.byPid.get(p.pid);
       if (m && m !== "unknown") memory = { ...m };
-    } else if (memoryOnHost(name) && host.heldRecords && host.identify) {
-      const identity = await host.identify(p.pid);
-      const record = identity ? await host.heldRecords.get(identity) : undefined;
+    } else if (memoryOnHost(name)) {
+      // What was recorded at its checkpoint, as its restore's room check will read it.
+      const session = sessionOf(machine);
+      const identity = await session.identify(p.pid) ?? { pid: p.pid };
+      const record = await session.room.record(identity);
       if (record) memory = { ...record.heldMiB };
     }
     return {

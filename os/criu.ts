@@ -35,7 +35,7 @@ const CRIU_MIN_VERSION = "4.0";
 /** Where criu is looked for after `PATH`'s absolute directories. */
 const SYSTEM_DIRS = ["/usr/local/sbin", "/usr/sbin", "/sbin", "/usr/local/bin", "/usr/bin"];
 
-/** Options of {@link openCriuEngine}. */
+/** How criu is found and run: `openMachine`'s `criu` option. */
 export interface CriuEngineOptions {
   /**
    * The criu program: an absolute path. Left out: `$CKPT_CRIU_PATH`, else `criu` in `PATH`'s

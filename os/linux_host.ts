@@ -41,7 +41,7 @@ export interface ProcReader {
   read(path: string): Promise<string>;
 }
 
-/** Options of {@link LinuxHost}. */
+/** How `/proc`, NVML and the records are found: `openMachine`'s `host` option. */
 export interface LinuxHostOptions {
   /** Whether to load NVML for GPU memory. Default true. */
   nvml?: boolean;

@@ -111,17 +111,17 @@ export class FileHeldRecords implements HeldRecords {
       if (errorCode(err) !== "ENOENT") throw err;
     });
     try {
-      return text === undefined ? undefined : parseRecord(JSON.parse(text));
+      return text === undefined ? undefined : parseRecord(text);
     } catch {
       return undefined;
     }
   }
 }
 
-/** A record as written by {@link FileHeldRecords.put}; throws for anything else. */
-function parseRecord(value: unknown): HeldRecord {
+/** A record's text as written by {@link FileHeldRecords.put}; throws for anything else. */
+function parseRecord(text: string): HeldRecord {
   const r = new StrictReader((_field, reason) => new Error(`not a record of ${FORMAT}: ${reason}`));
-  const v = r.object(value, "", ["format", "process", "heldMiB", "at"], ["claim"]);
+  const v = r.object(r.parse(text, "it"), "", ["format", "process", "heldMiB", "at"], ["claim"]);
   r.choice(v.format, "format", [FORMAT]);
   const identity = (value: unknown, field: string): ProcessIdentity => {
     const o = r.object(value, field, ["pid"], ["start"]);
@@ -130,22 +130,15 @@ function parseRecord(value: unknown): HeldRecord {
       ? { pid }
       : { pid, start: r.integer(o.start, `${field}.start`, 0) };
   };
-  const mib = (value: unknown, field: string): Record<string, number> => {
-    const out: Record<string, number> = {};
-    for (const [gpu, n] of Object.entries(r.object(value, field))) {
-      out[r.uuid(gpu, `${field} key`)] = r.amount(n, `${field}[${JSON.stringify(gpu)}]`);
-    }
-    return out;
-  };
   const record: HeldRecord = {
     process: identity(v.process, "process"),
-    heldMiB: mib(v.heldMiB, "heldMiB"),
+    heldMiB: r.mibByGpu(v.heldMiB, "heldMiB"),
     at: r.integer(v.at, "at", 0),
   };
   if (v.claim === undefined) return record;
   const c = r.object(v.claim, "claim", ["needMiB", "by", "since"]);
   const claim: RoomClaim = {
-    needMiB: mib(c.needMiB, "claim.needMiB"),
+    needMiB: r.mibByGpu(c.needMiB, "claim.needMiB"),
     by: identity(c.by, "claim.by"),
     since: r.integer(c.since, "claim.since", 0),
   };

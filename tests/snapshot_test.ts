@@ -19,7 +19,13 @@ import {
 } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { RefusedError, restoreSnapshot, snapshot, SnapshotError } from "../mod.ts";
+import {
+  CheckpointUnsupportedError,
+  RefusedError,
+  restoreSnapshot,
+  snapshot,
+  SnapshotError,
+} from "../mod.ts";
 import type { SnapshotEvent } from "../snapshot.ts";
 import { MANIFEST_FILE } from "../core/manifest.ts";
 import { hostWith, machineWith } from "./support/forward.ts";
@@ -331,6 +337,16 @@ describe("a snapshot and its restore", () => {
 });
 
 describe("refused before anything changes", () => {
+  test("a snapshot on a driver without the checkpoint API: refused before any process is asked", async () => {
+    const old = new SimulatedMachine({ driverVersion: 12040 });
+    const p = old.spawn({ memoryMiB: 1024 });
+    const err = await snapshot([p.pid], newDir(), { machine: old }).catch((e) => e);
+    assert.ok(err instanceof CheckpointUnsupportedError, String(err));
+    assert.match(err.message, /^snapshot refused: .*cuCheckpointProcessGetState/);
+    assert.equal(old.driver.calls.length, 0, "no driver call");
+    assert.equal(live(old, p.pid).state, "running");
+  });
+
   test("a snapshot: a locked process, no such pid, a tree inside another, criu missing", async () => {
     const { sim, a, pids } = await job();
     await sim.driver.lock(a.pid, null);
