@@ -231,9 +231,9 @@ export class MemoryHeldRecords implements HeldRecords {
     return Promise.resolve([...this.#records.values()]);
   }
 
-  /** Every record as it is kept, for a snapshot of the simulated machine. */
-  entries(): HeldRecord[] {
-    return [...this.#records.values()];
+  /** The records of live processes as they are kept, claims and all; none is removed. */
+  liveEntries(): HeldRecord[] {
+    return [...this.#records.values()].filter((r) => this.#alive(r.process));
   }
 }
 

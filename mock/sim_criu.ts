@@ -349,7 +349,7 @@ function waitsOf(
   what: CriuOperation,
   log: EngineLog,
 ): { waits: Waits; end(): void } {
-  const waits = new Waits((ms, fn) => machine.startTimer(ms, fn));
+  const waits = new Waits(machine);
   const stop = (why = "") => waits.stop(log.error(`the ${what} was stopped${why}`));
   const onAbort = () => stop();
   const ms = request.timeoutMs;

@@ -31,7 +31,7 @@ import { isFinal, memoryOnHost, type Step, stepAllowed, stepFrom, stepTo } from 
 import { formatGpuUuid } from "../core/uuid.ts";
 import type { FaultableOperation, PendingFault, QueryOperation } from "./faults.ts";
 import { instantly, type MachineView } from "./machine_view.ts";
-import { needsOn, shortage, type SimulatedGpu } from "./sim_gpu.ts";
+import type { SimulatedGpu } from "./sim_gpu.ts";
 import type { SimulatedProcess } from "./sim_process.ts";
 import { mibToBytes, singleRate, type TimingModel } from "./timing.ts";
 import { CopyLink, Waits } from "./waits.ts";
@@ -102,12 +102,8 @@ export class SimulatedDriver implements CheckpointDriver {
     this.#version = machine.version;
     const old = machine.version < CHECKPOINT_MIN_DRIVER_VERSION;
     this.missingFunctions = old ? [...CHECKPOINT_FUNCTIONS] : [];
-    const timers = {
-      now: () => machine.now(),
-      start: (ms: number, fn: () => void) => this.#start(ms, fn),
-    };
-    this.#checkpointLink = new CopyLink(timers, machine.timing.checkpoint);
-    this.#restoreLink = new CopyLink(timers, machine.timing.restore);
+    this.#checkpointLink = new CopyLink(machine, machine.timing.checkpoint);
+    this.#restoreLink = new CopyLink(machine, machine.timing.restore);
   }
 
   /** Every GPU the driver sees, by index (`cuDeviceGet`, `cuDeviceGetUuid`, `cuDeviceGetName`). */
@@ -219,14 +215,12 @@ export class SimulatedDriver implements CheckpointDriver {
         await run.sleep(this.#timing.rejectMs);
         return { code: CUDA_ERROR_INVALID_VALUE, note: targets };
       }
-      const need = needsOn(proc.memoryMiB, targets);
-      const short = shortage(need, proc.memoryMiB);
+      const short = proc.claimOn(targets);
       if (short) {
         await run.sleep(this.#timing.oomMs);
         proc.refuseRestores();
         return { code: CUDA_ERROR_OUT_OF_MEMORY, note: short };
       }
-      proc.claim(need);
       const t = this.#timing.restore;
       const moved = targets.some((g, i) => g !== proc.gpus[i]);
       await run.sleep(t.fixedMs + (moved ? this.#timing.migrationMs : 0));
@@ -360,7 +354,7 @@ export class SimulatedDriver implements CheckpointDriver {
         }
         const hit = proc.faultPlan.take(op as FaultableOperation);
         if (hit?.fault.kind === "fail") return await this.#applyFault(proc, op, hit.fault);
-        const run = new Waits((ms, fn) => this.#start(ms, fn));
+        const run = new Waits(this.#machine);
         let onExit = () => {};
         proc.busy = op;
         try {
@@ -432,15 +426,13 @@ export class SimulatedDriver implements CheckpointDriver {
       proc.memoryLocation === "host"
     ) {
       // Memory goes back onto the GPU only where it fits, as a restore's would.
-      const need = needsOn(proc.memoryMiB, proc.gpus);
-      const short = shortage(need, proc.memoryMiB);
+      const short = proc.claimOn(proc.gpus);
       if (short) {
         return {
           code: CUDA_ERROR_OUT_OF_MEMORY,
           note: `${note} to leave the process ${state}, but ${short}; it stays checkpointed`,
         };
       }
-      proc.claim(need);
       proc.moveToGpu(proc.gpus);
     }
     if (state !== undefined) proc.enter(state);

@@ -34,7 +34,7 @@ import {
   type SavedPages,
   savePages,
 } from "./memory.ts";
-import type { GpuNeeds, SimulatedGpu } from "./sim_gpu.ts";
+import { type GpuNeeds, needsOn, shortage, type SimulatedGpu } from "./sim_gpu.ts";
 import { mibToBytes } from "./timing.ts";
 
 /** What a simulated process uses of its machine (the machine's view of itself has more). @internal */
@@ -257,10 +257,9 @@ export class SimulatedProcess {
   }
 
   /**
-   * The chunked SHA-256 (defined at `ChunkedSha256`) of all its GPU memory, wherever it is now, as
-   * a `ChunkedSha256` fed a real GPU's memory gives it. An inspection: it never waits, and costs
-   * what was written since the last call (a few ms for 40 GiB; bench/digest.ts). Rejects when the
-   * process has no GPU memory.
+   * The SHA-256 of its GPU memory's 1 MiB chunks' SHA-256s, wherever it is now, as for a real GPU's
+   * memory. It never waits, and costs what was written since the last call (a few ms for 40 GiB;
+   * bench/digest.ts). Rejects when the process has no GPU memory.
    */
   memoryChunkedSha256(): Promise<string> {
     const image = this.deviceMemory ?? this.hostMemory;
@@ -429,11 +428,15 @@ export class SimulatedProcess {
     this.#held = new Map();
   }
 
-  /** @internal takes what `need` says (checked with {@link shortage} first) */
-  claim(need: GpuNeeds): void {
+  /** @internal takes its memory and a context on each of `gpus`, or says why they lack room */
+  claimOn(gpus: readonly SimulatedGpu[]): string | undefined {
+    const need = needsOn(this.memoryMiB, gpus);
+    const short = shortage(need, this.memoryMiB);
+    if (short) return short;
     this.release();
     for (const [g, mib] of need) g.take(mib);
     this.#held = need;
+    return undefined;
   }
 
   /** @internal the pages of its memory it wrote, wherever the memory is (none without any) */

@@ -20,14 +20,7 @@ import { FileSnapshotStore } from "../os/snapshot_store.ts";
 import { makeClock, type SimClock } from "./clock.ts";
 import { SimulatedCriu } from "./sim_criu.ts";
 import { SimulatedDriver } from "./sim_driver.ts";
-import {
-  type GpuNeeds,
-  makeGpus,
-  needsOn,
-  shortage,
-  type SimulatedGpu,
-  type SimulatedGpuSpec,
-} from "./sim_gpu.ts";
+import { makeGpus, type SimulatedGpu, type SimulatedGpuSpec } from "./sim_gpu.ts";
 import { SimulatedHost } from "./sim_host.ts";
 import { SimulatedProcess } from "./sim_process.ts";
 import { checkTiming, CRIU_TIMING, timingForChip, type TimingModel } from "./timing.ts";
@@ -134,9 +127,9 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
   readonly #waiting = new Set<Waiting>();
   /** The records of held GPU memory; the programs that claim room live as long as the machine. */
   readonly #records = new MemoryHeldRecords((p) => this.#alive(p));
+  #disk: CopyLink | undefined;
   #nextPid: number;
   #nextStart = 1;
-  #disk: CopyLink | undefined;
   #closed = false;
 
   /** A simulated machine; one H200, virtual time and driver 13.0 unless told otherwise. */
@@ -220,17 +213,13 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
         "spawn: a CUDA process has libcuda mapped; libcuda: false needs cuda: false",
       );
     }
-    const need: GpuNeeds = cuda ? needsOn(memoryMiB, gpus) : new Map();
-    const short = shortage(need, memoryMiB);
-    if (short) throw new RangeError(`spawn: ${short}`);
     const pid = this.#nextPid;
     const count = 1 + extra + (cuda ? 1 : 0);
     if (pid + count > MAX_PID) throw new RangeError(`spawn: no pids left after ${pid}`);
-    const threads = Array.from({ length: count }, (_, i) => pid + i);
-    this.#nextPid += Math.max(10, count + 7);
     const proc = new SimulatedProcess(this, {
       pid,
-      threads,
+      threads: Array.from({ length: count }, (_, i) => pid + i),
+      start: this.#nextStart, // taken only once it fits
       memoryMiB,
       gpus,
       cuda,
@@ -241,7 +230,10 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
       libcuda,
       parent,
     });
-    proc.claim(need);
+    const short = cuda ? proc.claimOn(gpus) : undefined;
+    if (short) throw new RangeError(`spawn: ${short}`);
+    this.#nextPid += Math.max(10, count + 7);
+    this.#nextStart++;
     this.#add(proc);
     return proc;
   }
@@ -282,7 +274,10 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
     return this.spawn({ memoryMiB, gpu: index, command: `simulated GPU filler (GPU ${index})` });
   }
 
-  /** Closes the machine: timers are cancelled; calls, sleeps and kernels under way and later reject. */
+  /**
+   * Closes the machine: timers are cancelled; driver calls, sleeps, CRIU runs and kernels under way
+   * and later reject ("the simulated driver was closed"), and `spawn` throws.
+   */
   close(): void {
     if (this.#closed) return;
     this.#closed = true;
@@ -354,12 +349,12 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
     return this.#records;
   }
 
-  /** @internal the disk that every dump and restore under way shares */
+  /** @internal the disk that every dump and restore under way shares, of any CRIU of it */
   get disk(): CopyLink {
-    return this.#disk ??= new CopyLink(
-      { now: () => this.now(), start: (ms, fn) => this.startTimer(ms, fn) },
-      { aggregateBytesPerSecond: CRIU_TIMING.diskBytesPerSecond, slowdownPerProcess: 0 },
-    );
+    return this.#disk ??= new CopyLink(this, {
+      aggregateBytesPerSecond: CRIU_TIMING.diskBytesPerSecond,
+      slowdownPerProcess: 0,
+    });
   }
 
   /** @internal starts a timer, cancelled if the machine closes; returns its cancel function */
@@ -393,7 +388,7 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
     return promise;
   }
 
-  /** @internal the error for `what` once the machine is closed, else `undefined` */
+  /** @internal the error for `what` once the machine is closed (naming the driver), or undefined */
   closedError(what: string): Error | undefined {
     return this.#closed ? new Error(`the simulated driver was closed: cannot ${what}`) : undefined;
   }

@@ -17,7 +17,7 @@ import {
 } from "../core/states.ts";
 import { FAULTABLE_OPERATIONS, type FaultableOperation, type PendingFault } from "./faults.ts";
 import { readPages, type SavedPages } from "./memory.ts";
-import { needsOn, shortage, type SimulatedGpuSpec } from "./sim_gpu.ts";
+import type { SimulatedGpuSpec } from "./sim_gpu.ts";
 import { SimulatedProcess } from "./sim_process.ts";
 import { SimulatedMachine, type SimulatedMachineOptions } from "./simulator.ts";
 import { mibToBytes } from "./timing.ts";
@@ -107,12 +107,7 @@ export function snapshotSimulator(sim: SimulatedMachine): SimulatorSnapshot {
   const busy = sim.busyWith();
   if (busy) throw new Error(`cannot save the simulated machine now: ${busy}`);
   // A record is kept where its process lives: the same pid, and the same start where it has one.
-  const records: HeldRecordSnapshot[] = sim.heldRecords.entries()
-    .filter((r) => {
-      const p = sim.process(r.process.pid);
-      return p?.pid === r.process.pid &&
-        (r.process.start === undefined || r.process.start === p.start);
-    })
+  const records: HeldRecordSnapshot[] = sim.heldRecords.liveEntries()
     .map((r) => ({ pid: r.process.pid, heldMiB: { ...r.heldMiB }, at: r.at }));
   return {
     format: SIMULATOR_SNAPSHOT_FORMAT,
@@ -198,10 +193,8 @@ function loadProcess(
   if (!p.memory) return proc;
   proc.loadPages(p.memory.on, p.memory.pages);
   if (p.memory.on === "host") return proc;
-  const need = needsOn(p.memoryMiB, gpus);
-  const short = shortage(need, p.memoryMiB);
+  const short = proc.claimOn(gpus);
   if (short) throw new SimulatorSnapshotError(at, `${at} (pid ${p.pid}) does not fit: ${short}`);
-  proc.claim(need);
   return proc;
 }
 

@@ -6,10 +6,10 @@
 
 import type { CopyTiming } from "./timing.ts";
 
-/** The timers a {@link CopyLink} runs on: the time in ms, and a timer that returns its cancel. */
-interface LinkTimers {
+/** What waits run on (the machine): the time in ms, and a timer that returns its cancel. */
+interface Timers {
   now(): number;
-  start(ms: number, fn: () => void): () => void;
+  startTimer(ms: number, fn: () => void): () => void;
 }
 
 interface Transfer {
@@ -20,7 +20,7 @@ interface Transfer {
 
 /** A link copies share: each at its rate alone, slowed by the others, all capped together. */
 export class CopyLink {
-  readonly #timers: LinkTimers;
+  readonly #timers: Timers;
   readonly #aggregate: number;
   readonly #slowdown: number;
   readonly #active = new Set<Transfer>();
@@ -29,7 +29,7 @@ export class CopyLink {
 
   /** A link with the aggregate rate and slowdown of `timing`. */
   constructor(
-    timers: LinkTimers,
+    timers: Timers,
     timing: Pick<CopyTiming, "aggregateBytesPerSecond" | "slowdownPerProcess">,
   ) {
     this.#timers = timers;
@@ -72,7 +72,7 @@ export class CopyLink {
       soonest = Math.min(soonest, Math.max(0, t.remaining) / this.#rate(t));
     }
     if (soonest === Infinity) return;
-    this.#cancelTimer = this.#timers.start(soonest, () => {
+    this.#cancelTimer = this.#timers.startTimer(soonest, () => {
       this.#cancelTimer = undefined;
       this.#advance();
       for (const t of [...this.#active]) {
@@ -89,19 +89,19 @@ export class CopyLink {
 
 /** One operation's waits, stopped together: with an error (they reject), or abandoned. */
 export class Waits {
-  readonly #start: (ms: number, fn: () => void) => () => void;
+  readonly #timers: Pick<Timers, "startTimer">;
   readonly #under = new Map<() => void, (error: Error) => void>();
   /** Why it was stopped: an error, or `null` when abandoned; `undefined` while it runs. */
   #stopped: Error | null | undefined;
 
-  /** The waits of an operation whose timers `start` starts (it returns their cancel function). */
-  constructor(start: (ms: number, fn: () => void) => () => void) {
-    this.#start = start;
+  /** The waits of an operation whose timers `timers` starts. */
+  constructor(timers: Pick<Timers, "startTimer">) {
+    this.#timers = timers;
   }
 
   /** Resolves after `ms`. */
   sleep(ms: number): Promise<void> {
-    return this.#wait((done) => this.#start(ms, done));
+    return this.#wait((done) => this.#timers.startTimer(ms, done));
   }
 
   /** Moves `bytes` through `link` at up to `rate` bytes per ms. */

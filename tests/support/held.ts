@@ -7,5 +7,5 @@ export function heldWhenCheckpointed(
   sim: SimulatedMachine,
   pid: number,
 ): Readonly<Record<string, number>> | undefined {
-  return sim.heldRecords.entries().find((r) => r.process.pid === pid)?.heldMiB;
+  return sim.heldRecords.liveEntries().find((r) => r.process.pid === pid)?.heldMiB;
 }

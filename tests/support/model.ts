@@ -385,7 +385,7 @@ function resync(m: Model, r: Real): void {
     p.state = q.state;
     p.onGpu = q.memoryLocation === "gpu";
     p.refused = q.restoreRefused;
-    p.heldKnown = r.sim.heldRecords.entries().some((rec) => rec.process.pid === p.pid);
+    p.heldKnown = r.sim.heldRecords.liveEntries().some((rec) => rec.process.pid === p.pid);
     p.faults = new Map(
       q.pendingFaults.flatMap((f): [Step, Fault][] =>
         f.kind === "fail"
