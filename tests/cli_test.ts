@@ -20,7 +20,7 @@ import { ProgressLine } from "../cli/progress.ts";
 import { VERSION } from "../core/version.ts";
 import { SimulatedMachine } from "../mock/mod.ts";
 import { cli, HELP_FIRST_LINE } from "./cli_support.ts";
-import { forward } from "./support/forward.ts";
+import { forward, machineWith } from "./support/forward.ts";
 
 /** A simulator with two GPUs and a CUDA process of 1 GiB on GPU 0. */
 function machine() {
@@ -810,7 +810,7 @@ describe("list", () => {
     const sim = new SimulatedMachine();
     const a = sim.spawn({ memoryMiB: 64 });
     const host = { kind: "test", scan: () => sim.host.scan() };
-    const r = await cli(["list"], { machine: { driver: sim.driver, host }, isTerminal: true });
+    const r = await cli(["list"], { machine: machineWith(sim, { host }), isTerminal: true });
     assert.match(r.out, new RegExp(`${a.pid}  running  ${a.tid}  +unknown`));
     assert.match(r.err, /GPU memory is unknown: the test host cannot tell GPU memory/);
   });

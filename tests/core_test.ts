@@ -30,9 +30,13 @@ function queued(machine: Machine): number {
   return sessionOf(machine).queued;
 }
 
-/** A machine whose driver forwards to the simulator and counts what is asked of it. */
+/**
+ * A machine whose driver forwards to the simulator and counts what is asked of it. Its close, like
+ * the native machine's (whose threads end some time after it is asked to), resolves after a real
+ * 30 ms timer, and only then sets `counts.closed`.
+ */
 function counting(sim: SimulatedMachine, extra: Partial<CheckpointDriver> = {}) {
-  const counts = { close: 0, lock: 0, restore: 0, getState: 0 };
+  const counts = { close: 0, closed: false, lock: 0, restore: 0, getState: 0 };
   const machine = {
     ...forward(sim, {
       kind: "counting",
@@ -41,7 +45,12 @@ function counting(sim: SimulatedMachine, extra: Partial<CheckpointDriver> = {}) 
       restore: (pid, args) => (counts.restore++, sim.driver.restore(pid, args)),
       ...extra,
     }),
-    close: () => (counts.close++, Promise.resolve()),
+    close: () => {
+      counts.close++;
+      return new Promise<void>((resolve) =>
+        setTimeout(() => (counts.closed = true, resolve()), 30)
+      );
+    },
   };
   return { machine, counts };
 }
@@ -190,7 +199,7 @@ describe("one operation at a time per process", () => {
 });
 
 describe("lifecycles: who opens a machine closes it", () => {
-  test("a shared machine is opened on first use, shared, and closed by its last user", async () => {
+  test("a shared machine is opened on first use, shared, and closed by its last user, whose close waits for it", async () => {
     const sim = new SimulatedMachine();
     const { machine, counts } = counting(sim);
     let opened = 0;
@@ -202,6 +211,7 @@ describe("lifecycles: who opens a machine closes it", () => {
     for (const h of handles.slice(0, 19)) await h.close();
     assert.equal(counts.close, 0, "still used by one handle");
     await handles[19].close();
+    assert.equal(counts.closed, true, "the last close resolved once the machine had closed");
     assert.equal(counts.close, 1, "closed with the last handle");
     assert.equal(shared.users, 0);
     await handles[0].close(); // idempotent

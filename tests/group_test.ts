@@ -16,6 +16,7 @@ import {
   CUDA_ERROR_UNKNOWN,
 } from "../core/codes.ts";
 import { SimulatedMachine, type SimulatedProcess } from "../mock/mod.ts";
+import { machineWith } from "./support/forward.ts";
 
 const STATES: readonly ProcessState[] = ["running", "locked", "checkpointed"];
 
@@ -279,7 +280,7 @@ describe("group operations", () => {
     const p = sim.spawn({ memoryMiB: 64 });
     const events: GroupEvent[] = [];
     // A machine whose host cannot tell GPU memory (no gpuMemory()).
-    const machine = { driver: sim.driver, host: { kind: "test", scan: () => Promise.resolve([]) } };
+    const machine = machineWith(sim, { host: { kind: "test", scan: () => Promise.resolve([]) } });
     const result = await runGroup("suspend", [p.pid], {
       machine,
       onProgress: (e) => void events.push(e),

@@ -87,10 +87,13 @@ describe("the library's inputs", () => {
 
   test("options objects and the driver", async () => {
     await each(notObject, (v) => new CudaProcess(target.pid, v as never));
-    await each(
-      notObject.filter((v) => typeof v !== "function"),
-      (v) => new CudaProcess(target.pid, { machine: v as never }),
+    // Functions too: one used to open a driver, and is now refused as not a machine.
+    const notMachine = fc.oneof(
+      notObject,
+      fc.func(anything),
+      fc.constantFrom(() => sim, () => Promise.resolve(sim), () => Promise.resolve(sim.driver)),
     );
+    await each(notMachine, (v) => new CudaProcess(target.pid, { machine: v as never }));
     await each(notObject, (v) => proc.lock(v as never));
     await each(notObject, (v) => proc.resume(v as never));
     await each(notObject, (v) => proc.waitForState("running", v as never));

@@ -12,7 +12,7 @@ import { CudaProcess, listCudaProcesses } from "../mod.ts";
 import type { HostProcesses } from "../core/host.ts";
 import { SimulatedMachine } from "../mock/mod.ts";
 import { CONTEXT_MIB } from "../mock/timing.ts";
-import { forward } from "./support/forward.ts";
+import { forward, machineWith } from "./support/forward.ts";
 
 describe("listCudaProcesses on the simulator", () => {
   test("lists CUDA processes with state, restore thread, command and GPU memory per GPU", async () => {
@@ -99,7 +99,7 @@ describe("listCudaProcesses on the simulator", () => {
       },
       gpuMemory: () => own.gpuMemory!(),
     };
-    const listing = await listCudaProcesses({ machine: { driver: sim.driver, host } });
+    const listing = await listCudaProcesses({ machine: machineWith(sim, { host }) });
     assert.deepEqual(listing.processes.map((p) => p.pid), [stays.pid]);
     assert.equal(listing.asked, 2);
     assert.ok(
@@ -124,7 +124,7 @@ describe("listCudaProcesses on the simulator", () => {
     sim.spawn();
     const own = sim.host;
     const noMemory: HostProcesses = { kind: "bare", scan: () => own.scan() };
-    const listing = await listCudaProcesses({ machine: { driver: sim.driver, host: noMemory } });
+    const listing = await listCudaProcesses({ machine: machineWith(sim, { host: noMemory }) });
     assert.equal(listing.processes[0].gpuMemory, "unknown");
     assert.match(listing.gpuMemoryUnknown!, /bare host cannot tell GPU memory/);
     const failing: HostProcesses = {
@@ -132,7 +132,7 @@ describe("listCudaProcesses on the simulator", () => {
       scan: () => own.scan(),
       gpuMemory: () => Promise.reject(new Error("NVML (libnvidia-ml.so.1) could not be loaded")),
     };
-    const failed = await listCudaProcesses({ machine: { driver: sim.driver, host: failing } });
+    const failed = await listCudaProcesses({ machine: machineWith(sim, { host: failing }) });
     assert.equal(failed.processes[0].gpuMemory, "unknown");
     assert.match(failed.gpuMemoryUnknown!, /could not be loaded/);
     const skipped = await listCudaProcesses({ machine: sim, gpuMemory: false });
@@ -195,7 +195,7 @@ describe("listCudaProcesses on the simulator", () => {
     );
     const bad: HostProcesses = { kind: "bad", scan: () => Promise.resolve([{ pid: -4 }]) };
     await assert.rejects(
-      listCudaProcesses({ machine: { driver: sim.driver, host: bad } }),
+      listCudaProcesses({ machine: machineWith(sim, { host: bad }) }),
       /a pid from the bad host's scan must be an integer .* got -4/,
     );
   });

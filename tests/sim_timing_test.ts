@@ -2,10 +2,14 @@
 // (mock/timing.ts) takes each chip's single-process table and fits its two concurrency figures to
 // four processes of 4 GiB at once; everything below compares a prediction with another measured
 // figure from docs/DRIVER.md#timings, copied here as the measurement itself (the figures the model
-// was fitted to are not checked against themselves).
+// was fitted to are not checked against themselves). Where the model took its figure from the only
+// measurement there is (a migration, an exit during a checkpoint), the test checks the mechanism
+// instead: that the simulator applies the model's figure, or that the result does not depend on
+// what the figure was not fitted to.
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { SimulatedMachine, type SimulatedMachineOptions } from "../mock/mod.ts";
+import { H200_TIMING } from "../mock/timing.ts";
 import { CUDA_ERROR_OPERATING_SYSTEM, CUDA_SUCCESS } from "../core/codes.ts";
 import { parseGpuUuid } from "../core/uuid.ts";
 
@@ -22,8 +26,6 @@ const MEASURED = {
   // 1 GiB suspend/resume cycles through CudaProcess on four machines and on Bun (minima and
   // maxima of 20 cycles each, docs/DRIVER.md#timings); not the probes' row the model holds.
   h200_1g_cycles: { suspend: [587, 869], resume: [279, 421] },
-  // A separate 1 GiB process restored onto the other H200 (docs/DRIVER.md#migration).
-  h200_1g_migration: 357,
   // H100, medians of 9: 1 GiB is NOT in the H100 table (16 MiB and 4 GiB are).
   h100_1g: { checkpoint: [704, 910], restore: [338, 448], cycle: 1100 },
   // SIGKILL 150 ms into a 4 GiB checkpoint: OPERATING_SYSTEM after (docs/DRIVER.md#state-machine).
@@ -132,17 +134,27 @@ describe("one process", () => {
     assert.notEqual(await ckpt({}), await ckpt({ gpus: [{ name: "NVIDIA H100 80GB HBM3" }] }));
   });
 
-  test("a 1 GiB restore onto the other GPU: within 5% of the measured 357 ms", async () => {
-    const sim = new SimulatedMachine({ gpus: 2 });
-    const { pid } = sim.spawn({ memoryMiB: 1024 });
-    const [a, b] = sim.gpus.map((g) => parseGpuUuid(g.uuid));
-    await suspend(sim, pid);
-    const ms = await timed(sim, async () => {
-      const pairs = [{ oldUuid: a, newUuid: b }, { oldUuid: b, newUuid: a }];
-      assert.equal(await sim.driver.restore(pid, { gpuPairs: pairs }), CUDA_SUCCESS);
-    });
-    const m = MEASURED.h200_1g_migration;
-    within(ms, [m, m], 0.05, "migration restore");
+  test("a restore onto the other GPU takes an in-place restore's time and the model's migrationMs", async () => {
+    // migrationMs was worked out from the one migration measured (docs/DRIVER.md#migration), so
+    // that figure is not checked here: what is, is that a restore which moves the process costs
+    // the model's migrationMs more than the same restore in place, whatever that figure is.
+    for (const timing of [H200_TIMING, { ...H200_TIMING, migrationMs: 250 }]) {
+      const restoreMs = async (moved: boolean) => {
+        const sim = new SimulatedMachine({ gpus: 2, timing });
+        const { pid } = sim.spawn({ memoryMiB: 1024 });
+        const [a, b] = sim.gpus.map((g) => parseGpuUuid(g.uuid));
+        await suspend(sim, pid);
+        const pairs = moved ? [{ oldUuid: a, newUuid: b }, { oldUuid: b, newUuid: a }] : [];
+        return await timed(sim, async () => {
+          assert.equal(await sim.driver.restore(pid, { gpuPairs: pairs }), CUDA_SUCCESS);
+        });
+      };
+      const [inPlace, moved] = [await restoreMs(false), await restoreMs(true)];
+      assert.ok(
+        Math.abs(moved - inPlace - timing.migrationMs) < 1e-6,
+        `moved ${moved} ms, in place ${inPlace} ms: migrationMs is ${timing.migrationMs}`,
+      );
+    }
   });
 
   test("an exit during a checkpoint is noticed as soon, early or late, not when the copy ends", async () => {
