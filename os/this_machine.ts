@@ -37,6 +37,9 @@ export interface NativeMachine extends Machine, AsyncDisposable {
   close(): Promise<void>;
 }
 
+/** The names `host` takes: checked, as criu's, before libcuda opens (a bad value closes it). */
+const HOST_OPTIONS = ["nvml", "nvmlPath", "procRoot", "reader", "recordsDir"] as const;
+
 /**
  * Opens this machine: libcuda with the FFI of the current runtime (see
  * {@link NativeDriverOptions.libraryPath}), and its host, criu engine and snapshot store, which
@@ -65,18 +68,17 @@ export async function openMachine(options: MachineOptions = {}): Promise<NativeM
     "host",
     "criu",
   ]);
-  // Checked before libcuda is opened, which a bad option's error would otherwise leave open.
-  checkKeys(options.host, "openMachine's host options", [
-    "nvml",
-    "nvmlPath",
-    "procRoot",
-    "reader",
-    "recordsDir",
-  ]);
+  checkKeys(options.host, "openMachine's host options", HOST_OPTIONS);
   checkKeys(options.criu, "openMachine's criu options", ["criuPath", "extraArgs", "env"]);
-  const host = new LinuxHost(options.host);
-  const engine = openCriuEngine(options.criu);
   const driver = await openNativeDriver(options);
+  let host: LinuxHost, engine: SnapshotEngine;
+  try {
+    host = new LinuxHost(options.host);
+    engine = openCriuEngine(options.criu);
+  } catch (error) {
+    await driver[Symbol.asyncDispose]();
+    throw error;
+  }
   const close = async () => {
     try {
       await host.close();

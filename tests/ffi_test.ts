@@ -433,14 +433,9 @@ describe("openNativeDriver on a machine without libcuda", () => {
     assert.match(realError.message, /--allow-ffi/);
   });
 
-  test("openMachine checks the host's and criu's options before it opens libcuda", async () => {
-    // A library that is not there: reaching it would reject with a DriverLoadError instead, and
-    // a library opened first would stay open after the bad option's error.
+  test("openMachine checks the names of the host's and criu's options before it opens libcuda", async () => {
+    // A library that is not there: reaching it would reject with a DriverLoadError instead.
     const libraryPath = "/nonexistent/libcuda.so.1";
-    await assert.rejects(
-      openMachine({ libraryPath, criu: { criuPath: "criu" } }),
-      (e) => e instanceof TypeError && /criuPath must be an absolute path/.test(e.message),
-    );
     await assert.rejects(
       openMachine({ libraryPath, host: { recordDir: "/x" } as never }),
       (e) =>
@@ -739,6 +734,21 @@ describe(`native driver (${runtime}) against a fake libcuda`, { skip: noCompiler
     } finally {
       counters.close();
     }
+  });
+
+  test("openMachine closes libcuda again when a host or criu option's value is bad", async () => {
+    const path = fakes!.build("libcuda_bad_option");
+    const mapped = () => readFileSync("/proc/self/maps", "utf8").includes(path);
+    await assert.rejects(
+      openMachine({ libraryPath: path, host: { nvml: false }, criu: { criuPath: "criu" } }),
+      (e) => e instanceof TypeError && /criuPath must be an absolute path/.test(e.message),
+    );
+    assert.equal(mapped(), false, "the library is not left mapped");
+    // The check itself: an opened machine maps it until closed.
+    const machine = await openMachine({ libraryPath: path, host: { nvml: false } });
+    assert.equal(mapped(), true);
+    await machine.close();
+    assert.equal(mapped(), false);
   });
 
   test("the last handle of a shared machine closes its driver, threads and all, before close() resolves", async () => {
