@@ -2,7 +2,8 @@
  * `@ckpt/cuda/snapshot`: what snapshots to disk are made of. For a program that reads a
  * snapshot's manifest, follows a snapshot's progress, or brings an engine or a store of its own.
  * The functions that take and restore snapshots (`snapshot`, `restoreSnapshot`,
- * `inspectSnapshot`) are on `@ckpt/cuda`.
+ * `inspectSnapshot`) are on `@ckpt/cuda`; {@link recoverSnapshot}, which resumes what a snapshot
+ * killed outright left suspended, is here.
  *
  * A snapshot is a directory: one subdirectory of images per process tree, written by the
  * machine's {@link SnapshotEngine} (criu, run without its CUDA plugin: the package suspends and
@@ -45,8 +46,11 @@ export {
   EngineError,
   type EngineProbe,
   type RestoreRequest,
+  type SnapshotDir,
   type SnapshotEngine,
   type SnapshotFile,
   type SnapshotStore,
 } from "./core/engine.ts";
+export { recoverSnapshot } from "./api/functions.ts";
+export type { RecoverResult } from "./core/trace.ts";
 export type { CriuEngineOptions } from "./os/criu.ts";

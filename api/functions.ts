@@ -25,7 +25,8 @@ import {
 } from "../core/listing.ts";
 import { type Machine, withMachine } from "../core/machine.ts";
 import type { Manifest } from "../core/manifest.ts";
-import { checkChoice, checkOptions } from "../core/options.ts";
+import { checkChoice, checkFlag, checkOptions } from "../core/options.ts";
+import { recoverFrom, type RecoverResult } from "../core/trace.ts";
 import { type Action, ACTIONS } from "../core/states.ts";
 import { checkSnapshotArgs, takeSnapshot } from "../core/to_disk.ts";
 import { checkDir } from "../core/disk.ts";
@@ -202,18 +203,54 @@ export async function restoreSnapshot(
 }
 
 /**
- * Reads a snapshot's manifest and checks it against its files, without changing anything (and
- * without opening the driver: on this machine, only the file system is read).
+ * Reads a snapshot's manifest and checks everything in its directory against it (who owns and may
+ * write each file, no link, nothing it does not list, each file's size), without changing anything
+ * and without opening the driver (on this machine, only the file system is read). With `verify`,
+ * every file's digest is checked too, as a restore checks it.
  *
  * @throws {RefusedError} (as a rejection) with code `SNAPSHOT` where `dir` is not a snapshot this
- * version can read, saying why.
+ * version can read, or a file differs, saying which.
+ *
+ * @example
+ * ```ts
+ * import { inspectSnapshot } from "@ckpt/cuda";
+ * const { manifest } = await inspectSnapshot("/var/lib/snapshots/job-1", { verify: true });
+ * console.log(manifest.trees.length, "trees, every file as written");
+ * ```
  */
 export async function inspectSnapshot(
   dir: string,
-  options?: { machine?: Machine },
-): Promise<{ dir: string; manifest: Manifest }> {
-  const o = checkOptions(options, "inspectSnapshot", ["machine"]);
+  options?: { machine?: Machine; verify?: boolean },
+): Promise<{ dir: string; manifest: Manifest; verified: boolean }> {
+  const o = checkOptions(options, "inspectSnapshot", ["machine", "verify"]);
   checkDir(dir);
   if (o.machine !== undefined) machineOf(o.machine, "inspectSnapshot"); // a Machine, checked
-  return await inspectIn(storeOf(o.machine), dir);
+  return await inspectIn(storeOf(o.machine), dir, checkFlag(o.verify, "verify", false));
+}
+
+/**
+ * Recovers from a snapshot that was killed outright (SIGKILL, a power cut) while it had processes
+ * suspended: reads the trace it left in `dir` (`in-progress.json`), resumes every process it
+ * names that is still the same process (pid and start time), and removes what the snapshot had
+ * written (the partial images; a complete snapshot is kept). `cuda-checkpoint recover DIR` does
+ * the same.
+ *
+ * @throws {RefusedError} (as a rejection) with code `SNAPSHOT`: no trace in `dir`, the snapshot
+ * still under way, or a process that could not be resumed (the trace is then kept).
+ *
+ * @example
+ * ```ts
+ * import { recoverSnapshot } from "@ckpt/cuda/snapshot";
+ * const { resumed, gone } = await recoverSnapshot("/var/lib/snapshots/job-1");
+ * console.log(`resumed ${resumed.join(", ")}; gone: ${gone.join(", ")}`);
+ * ```
+ */
+export async function recoverSnapshot(
+  dir: string,
+  options?: { machine?: Machine },
+): Promise<RecoverResult> {
+  const o = checkOptions(options, "recoverSnapshot", ["machine"]);
+  checkDir(dir);
+  const machine = machineOf(o.machine, "recoverSnapshot");
+  return await withMachine(machine, (m) => recoverFrom(m, storeOf(m), dir));
 }

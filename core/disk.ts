@@ -7,7 +7,7 @@
  */
 
 import type { GpuInfo } from "./driver.ts";
-import type { EngineProbe, SnapshotEngine, SnapshotStore } from "./engine.ts";
+import type { EngineProbe, SnapshotDir, SnapshotEngine, SnapshotStore } from "./engine.ts";
 import { describeValue, messageOf, RefusedError, SnapshotError } from "./errors.ts";
 import {
   checkGroupOptions,
@@ -17,7 +17,8 @@ import {
 } from "./group_options.ts";
 import type { HostProcesses, PidUse } from "./host.ts";
 import { clockOf, Deadline, type Machine } from "./machine.ts";
-import { type Manifest, MANIFEST_FILE, parseManifest } from "./manifest.ts";
+import { type Manifest, MANIFEST_FILE, MANIFEST_MAX_BYTES, parseManifest } from "./manifest.ts";
+import { TRACE_FILE, TRACE_MAX_BYTES } from "./trace.ts";
 import { checkFunction, checkInteger, checkSignal, type GpuMapping } from "./options.ts";
 
 /** A part of a snapshot or of its restore, as progress events name it. */
@@ -244,6 +245,32 @@ export class FirstFailure<F> {
   }
 }
 
+/** How many engine runs go at once where the engine does not say ({@link SnapshotEngine.parallel}). */
+export const DEFAULT_PARALLEL = 8;
+
+/** Runs at most `size` tasks at once, in the order asked; each waits for a free slot. */
+export class Slots {
+  #free: number;
+  readonly #waiting: (() => void)[] = [];
+
+  constructor(size: number) {
+    this.#free = Math.max(1, Math.floor(size));
+  }
+
+  /** Runs `task` once a slot is free, and frees it when the task settles. */
+  async run<T>(task: () => Promise<T>): Promise<T> {
+    if (this.#free > 0) this.#free--;
+    else await new Promise<void>((resolve) => this.#waiting.push(resolve));
+    try {
+      return await task();
+    } finally {
+      const next = this.#waiting.shift();
+      if (next) next();
+      else this.#free++;
+    }
+  }
+}
+
 /**
  * The machine's parts a snapshot needs, or a refusal naming the one missing; and, started now and
  * awaited after the other checks, the engine's probe (refused where it names a problem; criu check
@@ -290,46 +317,54 @@ export function started<T>(promise: Promise<T>): Promise<T> {
   return promise;
 }
 
-/** The manifest of the snapshot in `dir`, read strictly and checked against its files. */
+/**
+ * The snapshot in `dir`, opened once, its manifest read strictly and everything inside checked
+ * against it (with `digests`, every file's digest too): the open directory, which the caller
+ * closes, and the manifest. Refused with a sentence naming the first thing that differs.
+ */
 export async function readSnapshot(
   store: SnapshotStore,
   dir: string,
   operation: string,
-): Promise<{ dir: string; manifest: Manifest }> {
+  o: { digests: boolean; signal?: AbortSignal },
+): Promise<{ snap: SnapshotDir; manifest: Manifest }> {
   const refuse = (reason: string) => new RefusedError({ code: "SNAPSHOT", operation, reason });
-  let where: string;
+  let snap: SnapshotDir;
   try {
-    where = await store.open(dir);
+    snap = await store.open(dir);
   } catch (err) {
     throw refuse(`${dir} cannot be read as a snapshot: ${messageOf(err)}`);
   }
-  let text: string | undefined;
   try {
-    text = await store.readManifest(where);
-  } catch (err) {
-    throw refuse(`${where}/${MANIFEST_FILE} cannot be read: ${messageOf(err)}`);
-  }
-  if (text === undefined) {
-    throw refuse(`${where} is not a snapshot: it has no ${MANIFEST_FILE}`);
-  }
-  const manifest = parseManifest(text, `${where}/${MANIFEST_FILE}`, operation);
-  const found = new Map<string, number>();
-  for (const t of manifest.trees) {
-    for (const f of await store.files(where, t.images).catch(() => [])) found.set(f.path, f.bytes);
-  }
-  for (const f of manifest.files) {
-    const bytes = found.get(f.path);
-    if (bytes === undefined) {
-      throw refuse(`${where}/${f.path} is missing: the snapshot is incomplete`);
-    }
-    if (bytes !== f.bytes) {
+    const where = snap.path;
+    const read = async (name: string, max: number) => {
+      try {
+        return await snap.readFile(name, max);
+      } catch (err) {
+        throw refuse(`${where}/${name} cannot be read: ${messageOf(err)}`);
+      }
+    };
+    const text = await read(MANIFEST_FILE, MANIFEST_MAX_BYTES);
+    if (await read(TRACE_FILE, TRACE_MAX_BYTES) !== undefined) {
       throw refuse(
-        `${where}/${f.path} has ${bytes} bytes where the manifest says ${f.bytes}: the ` +
-          `snapshot is truncated or was changed`,
+        `${where} holds ${TRACE_FILE}: the snapshot taken there was interrupted${
+          text === undefined ? "" : " before it had ended its processes"
+        }; \`cuda-checkpoint recover ${where}\` resumes the processes it left suspended`,
       );
     }
+    if (text === undefined) throw refuse(`${where} is not a snapshot: it has no ${MANIFEST_FILE}`);
+    const manifest = parseManifest(text, `${where}/${MANIFEST_FILE}`, operation);
+    try {
+      await snap.check(manifest.files, o);
+    } catch (err) {
+      if (o.signal?.aborted) throw err;
+      throw refuse(messageOf(err));
+    }
+    return { snap, manifest };
+  } catch (err) {
+    await snap.close();
+    throw err;
   }
-  return { dir: where, manifest };
 }
 
 /**

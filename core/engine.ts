@@ -66,6 +66,11 @@ export interface DumpedProcess {
 export interface SnapshotEngine {
   /** What the engine is, for messages and the manifest: `"criu"`, `"simulated criu"`. */
   readonly kind: string;
+  /**
+   * How many dumps or restores may run at once (criu: the cores); 8 where left out. A snapshot
+   * of more trees runs them in turn, and starts none once one has failed.
+   */
+  readonly parallel?: number;
   /** What it needs on this machine, and what is missing. */
   probe(): Promise<EngineProbe>;
   /**
@@ -113,33 +118,74 @@ export interface SnapshotFile {
   readonly path: string;
   /** Its size in bytes. */
   readonly bytes: number;
+  /**
+   * Its chunked SHA-256, hex: the SHA-256 of the SHA-256s of its 8 MiB pieces in order
+   * (docs/SNAPSHOTS.md says how to compute it with coreutils).
+   */
+  readonly chunkedSha256: string;
 }
 
 /**
- * Where snapshots live: private directories, a manifest written atomically. The Linux one
+ * A snapshot's directory, opened once: every name below is looked up from the open directory, so
+ * no rename of a directory above it redirects a later step (on Linux, through
+ * `/proc/<pid>/fd/<n>`). Names are single path components (`tree-4242`, `manifest.json`).
+ */
+export interface SnapshotDir {
+  /** Its absolute path, for messages. */
+  readonly path: string;
+  /** Makes the private subdirectory `name` (mode 0700); {@link removeCreated} removes it. */
+  subdir(name: string): Promise<void>;
+  /**
+   * The path the engine is given for the subdirectory `name`: one that leads to the directory
+   * checked here, whatever is renamed meanwhile. Refuses a link, or one others may write.
+   */
+  enginePath(name: string): Promise<string>;
+  /** Writes the file `name` whole and on disk (a temporary file, fsynced, renamed), mode 0600. */
+  writeFile(name: string, text: string): Promise<void>;
+  /**
+   * Reads the file `name`; `undefined` where there is none. Refuses a link, a file that is not
+   * regular, another user's, one others may write, or one over `maxBytes`.
+   */
+  readFile(name: string, maxBytes: number): Promise<string | undefined>;
+  /** Removes the file or subdirectory `name` (with all it holds), where there is one. */
+  remove(name: string): Promise<void>;
+  /**
+   * Puts every file of the subdirectory `sub` on disk (fsync) and resolves to each with its size
+   * and digest, by name. Refuses a link, or a file another user owns or others may write.
+   */
+  seal(sub: string, signal?: AbortSignal): Promise<SnapshotFile[]>;
+  /**
+   * Checks everything inside against `files` (a manifest's): nothing but `manifest.json` and the
+   * files' subdirectories at the top, nothing but the files in those, each a directory or regular
+   * file of root's or this user's that nobody else may write, no link, each file of its size and,
+   * with `digests`, its digest. Throws an error naming the first path that differs.
+   */
+  check(
+    files: readonly SnapshotFile[],
+    options: { digests: boolean; signal?: AbortSignal },
+  ): Promise<void>;
+  /** Removes what this opening made (its subdirectories, files, the directory itself where it made it); resolves to their paths. */
+  removeCreated(): Promise<string[]>;
+  /** Lets go of the directory. */
+  close(): Promise<void>;
+}
+
+/**
+ * Where snapshots live: private directories, opened once (see {@link SnapshotDir}). The Linux one
  * (`os/snapshot_store.ts`) uses the file system; the simulated engine's snapshots use it too.
  */
 export interface SnapshotStore {
   /**
-   * Makes `dir` for a new snapshot, mode 0700, and resolves to its absolute path. Refuses (with a
-   * message that says why) a path that is a symbolic link, a file, or a directory that is not
-   * empty; an empty directory is taken if it belongs to this user and no one else may write in it.
+   * Makes `dir` for a new snapshot, mode 0700, and opens it. Refuses (with a message that says
+   * why) a path that is a symbolic link, a file, a directory that is not empty, or one that lies
+   * where others could swap it (a directory above owned by another user, or that others may write
+   * and is not sticky); an empty directory is taken if it belongs to this user and no one else may
+   * write in it.
    */
-  create(dir: string): Promise<string>;
+  create(dir: string): Promise<SnapshotDir>;
   /**
-   * Opens an existing snapshot directory and resolves to its absolute path. Refuses one that is
-   * a symbolic link, not a directory, owned by another user, or writable by others.
+   * Opens an existing snapshot directory. Refuses one that is a symbolic link, not a directory,
+   * owned by another user, writable by others, or that lies where others could swap it.
    */
-  open(dir: string): Promise<string>;
-  /** Makes a private subdirectory `name` of `dir` (mode 0700) and resolves to its path. */
-  subdir(dir: string, name: string): Promise<string>;
-  /** Writes the manifest of `dir` atomically (a temporary file and a rename), mode 0600. */
-  writeManifest(dir: string, text: string): Promise<void>;
-  /**
-   * Reads the manifest of `dir`; `undefined` where there is none. Refuses a manifest that is a
-   * symbolic link, not a regular file, or larger than a manifest can be.
-   */
-  readManifest(dir: string): Promise<string | undefined>;
-  /** Every regular file under `dir/sub` (symbolic links are not followed), paths from `dir`. */
-  files(dir: string, sub: string): Promise<SnapshotFile[]>;
+  open(dir: string): Promise<SnapshotDir>;
 }

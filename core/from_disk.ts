@@ -15,6 +15,7 @@ import { CUDA_SUCCESS, formatDriverVersion } from "./codes.ts";
 import {
   checkDir,
   checkWhole,
+  DEFAULT_PARALLEL,
   firstError,
   FirstFailure,
   groupFailure,
@@ -25,11 +26,12 @@ import {
   readSnapshot,
   type RestoreSnapshotOptions,
   type RestoreSnapshotResult,
+  Slots,
   started,
   usesOf,
 } from "./disk.ts";
 import type { GpuInfo, GpuPair } from "./driver.ts";
-import { logOf, type SnapshotStore } from "./engine.ts";
+import { logOf, type SnapshotDir, type SnapshotStore } from "./engine.ts";
 import { messageOf, RefusedError, SnapshotError } from "./errors.ts";
 import { mappingProblems } from "./gate.ts";
 import { runGroup } from "./group.ts";
@@ -71,12 +73,20 @@ export function checkRestoreArgs(
   };
 }
 
-/** The manifest of the snapshot in `dir`, checked against its files; nothing else is touched. */
-export function inspectIn(
+/**
+ * The manifest of the snapshot in `dir`, checked against everything in the directory (with
+ * `verify`, every file's digest too); nothing is changed.
+ */
+export async function inspectIn(
   store: SnapshotStore,
   dir: string,
-): Promise<{ dir: string; manifest: Manifest }> {
-  return readSnapshot(store, dir, "inspectSnapshot");
+  verify: boolean,
+): Promise<{ dir: string; manifest: Manifest; verified: boolean }> {
+  const { snap, manifest } = await readSnapshot(store, dir, "inspectSnapshot", {
+    digests: verify,
+  });
+  await snap.close();
+  return { dir: snap.path, manifest, verified: verify };
 }
 
 /** Restores the snapshot in `dir` onto `machine`: see the module documentation. */
@@ -92,152 +102,171 @@ export async function restoreFrom(
   // 1. Check everything, change nothing.
   progress.phase("check");
   const { engine, store, host, probing, listing } = partsOf(machine, "restoreSnapshot");
-  const { dir: where, manifest } = await readSnapshot(store, dir, "restoreSnapshot");
-  await probing;
-  const version = await driver.driverVersion();
-  const taken = manifest.driver;
-  if (version.code === CUDA_SUCCESS && version.value !== taken.cudaVersion) {
-    throw prerequisite(
-      "restoreSnapshot",
-      `the snapshot was taken with a driver of CUDA ${formatDriverVersion(taken.cudaVersion)}${
-        taken.release ? ` (${taken.release})` : ""
-      }, and this machine's is CUDA ${formatDriverVersion(version.value)}: a process comes ` +
-        `back with the libcuda it had, which needs the same driver`,
-    );
-  }
-  await checkPidsFree(manifest, host);
-  const gpus = await listing;
-  const pairs = o.pairs ?? derivedMapping(manifest, gpus);
-  const problems = mappingProblems(pairs, gpus, manifest.gpus);
-  if (problems.length > 0) {
-    throw mappingRefused(`the GPU mapping cannot work: ${problems.join("; ")}`);
-  }
-  const running = manifest.trees.flatMap((t) => t.processes)
-    .filter((p) => p.cuda !== undefined && cudaRuns(p.cuda.state));
-  if (o.checkRoom) {
-    const need: Record<string, number> = {};
-    for (const p of running) {
-      for (const [gpu, mib] of Object.entries(onto(p.cuda!.gpuMemoryMiB ?? {}, pairs))) {
-        need[gpu] = (need[gpu] ?? 0) + mib;
-      }
-    }
-    await session.room.fits(need, {
-      operation: "restoreSnapshot",
-      who: "the snapshot's processes",
-    });
-  }
-  if (o.signal?.aborted) progress.notBegun("restoreSnapshot", "restore", "it was aborted");
-
-  // 2 and 3. The engine brings every tree back, its CUDA processes checkpointed; the CUDA
-  // processes that ran go back onto the GPUs as one job, each tree's as soon as it is back (a
-  // tree waits for no other tree's criu), what each held recorded first for the room check of
-  // its restore; every restore before any unlock. Each goes from where the driver says it is:
-  // criu leaves it checkpointed, but an engine that restores the GPU half itself (criu with its
-  // CUDA plugin) leaves it running, with nothing left to do.
-  progress.phase("restore");
-  const checkMs = progress.at();
-  const parts = new FirstFailure<unknown>(o.signal);
-  const made: number[][] = [];
-  let restoreEnd = checkMs;
-  let resumeStart: number | undefined;
-  const treeOf = new Map<number, Promise<void>>();
-  const restoring = manifest.trees.map((t) => {
-    const back = (async () => {
-      const left = progress.deadline.left();
-      try {
-        await engine.restore({
-          root: t.root,
-          imagesDir: `${where}/${t.images}`,
-          signal: parts.signal,
-          ...(left !== undefined ? { timeoutMs: left } : {}),
-        });
-        made.push(t.processes.map((p) => p.pid));
-      } catch (err) {
-        parts.fail(err);
-        throw err;
-      } finally {
-        restoreEnd = Math.max(restoreEnd, progress.at());
-      }
-      // What each of its CUDA processes held, recorded as its checkpoint would have recorded it.
-      await Promise.all(
-        running.filter((p) => t.processes.includes(p)).map(async ({ pid, cuda }) => {
-          if (!cuda?.gpuMemoryMiB) return;
-          const identity = await session.identify(pid);
-          if (identity) await session.room.recorded(identity, cuda.gpuMemoryMiB);
-        }),
-      );
-      if (resumeStart === undefined) {
-        resumeStart = progress.at();
-        progress.phase("resume");
-      }
-    })();
-    for (const p of t.processes) treeOf.set(p.pid, back);
-    return started(back);
+  // Every file checked, its digest included, before anything changes.
+  const { snap, manifest } = await readSnapshot(store, dir, "restoreSnapshot", {
+    digests: true,
+    ...(o.signal ? { signal: o.signal } : {}),
   });
-  const resumed = running.length === 0 ? undefined : runGroup(
-    machine,
-    "resume",
-    running.map((p) => p.pid),
-    {
-      ...partOf(progress, parts.signal),
-      job: true,
-      checkRoom: o.checkRoom,
-      pairsFor: () => pairs.length === 0 ? null : pairs,
-      ready: (pid) => treeOf.get(pid)!,
-    },
-  );
-  await Promise.allSettled(restoring);
-  const result = await resumed;
-  const restoreMs = restoreEnd - checkMs;
-  const stopped = progress.stopped();
-  if (parts.first !== undefined || (stopped && made.length < manifest.trees.length)) {
-    // Every tree the engine made is ended, and the snapshot, unchanged, can be restored again.
-    progress.phase("rollback");
-    await engine.kill(made.flat()).catch(() => {});
-    const err = parts.first;
-    throw new SnapshotError({
-      code: err === undefined ? "STOPPED" : "RESTORE_FAILED",
-      operation: "restoreSnapshot",
-      message: `restore of the snapshot in ${where} failed: ${
-        err === undefined
-          ? `it was stopped: ${stopped}`
-          : `the ${engine.kind} restore failed: ${messageOf(err)}`
-      }`,
-      detail: made.length === 0
-        ? "no process was made"
-        : "the processes it had made were ended; the snapshot is unchanged",
-      ...(err === undefined ? {} : { cause: err }),
-      ...logOf(err),
-    });
+  try {
+    return await fromDir(snap, manifest);
+  } finally {
+    await snap.close();
   }
-  if (result && !result.ok) {
-    const left = result.processes.map((p) => `${p.pid} ${p.state ?? "of unknown state"}`);
-    const checkpointed = result.processes.every((p) => p.state && memoryOnHost(p.state));
-    throw new SnapshotError({
-      code: result.aborted || result.deadlinePassed ? "STOPPED" : "RESUME_FAILED",
-      operation: "restoreSnapshot",
-      message: `the processes of the snapshot in ${where} are back, but their GPU restore ` +
-        `failed: ${groupFailure(result)}`,
-      detail: checkpointed
-        ? `they are checkpointed: once the cause is fixed, resume them (cuda-checkpoint ` +
-          `--toggle --pid ${running.map((p) => p.pid).join(",")}), or end them (kill ${
-            manifest.trees.map((t) => t.root).join(" ")
-          })`
-        : `they are left so: ${left.join(", ")}`,
-      ...(firstError(result) ? { cause: firstError(result) } : {}),
+
+  async function fromDir(snap: SnapshotDir, manifest: Manifest): Promise<RestoreSnapshotResult> {
+    const where = snap.path;
+    await probing;
+    const version = await driver.driverVersion();
+    const taken = manifest.driver;
+    if (version.code === CUDA_SUCCESS && version.value !== taken.cudaVersion) {
+      throw prerequisite(
+        "restoreSnapshot",
+        `the snapshot was taken with a driver of CUDA ${formatDriverVersion(taken.cudaVersion)}${
+          taken.release ? ` (${taken.release})` : ""
+        }, and this machine's is CUDA ${formatDriverVersion(version.value)}: a process comes ` +
+          `back with the libcuda it had, which needs the same driver`,
+      );
+    }
+    await checkPidsFree(manifest, host);
+    const gpus = await listing;
+    const pairs = o.pairs ?? derivedMapping(manifest, gpus);
+    const problems = mappingProblems(pairs, gpus, manifest.gpus);
+    if (problems.length > 0) {
+      throw mappingRefused(`the GPU mapping cannot work: ${problems.join("; ")}`);
+    }
+    const running = manifest.trees.flatMap((t) => t.processes)
+      .filter((p) => p.cuda !== undefined && cudaRuns(p.cuda.state));
+    if (o.checkRoom) {
+      const need: Record<string, number> = {};
+      for (const p of running) {
+        for (const [gpu, mib] of Object.entries(onto(p.cuda!.gpuMemoryMiB ?? {}, pairs))) {
+          need[gpu] = (need[gpu] ?? 0) + mib;
+        }
+      }
+      await session.room.fits(need, {
+        operation: "restoreSnapshot",
+        who: "the snapshot's processes",
+      });
+    }
+    if (o.signal?.aborted) progress.notBegun("restoreSnapshot", "restore", "it was aborted");
+
+    // 2 and 3. The engine brings every tree back, its CUDA processes checkpointed; the CUDA
+    // processes that ran go back onto the GPUs as one job, each tree's as soon as it is back (a
+    // tree waits for no other tree's criu), what each held recorded first for the room check of
+    // its restore; every restore before any unlock. Each goes from where the driver says it is:
+    // criu leaves it checkpointed, but an engine that restores the GPU half itself (criu with its
+    // CUDA plugin) leaves it running, with nothing left to do.
+    progress.phase("restore");
+    const checkMs = progress.at();
+    const parts = new FirstFailure<unknown>(o.signal);
+    const made: number[][] = [];
+    let restoreEnd = checkMs;
+    let resumeStart: number | undefined;
+    const treeOf = new Map<number, Promise<void>>();
+    // At most as many criu runs at once as the engine allows, none after a failure.
+    const slots = new Slots(engine.parallel ?? DEFAULT_PARALLEL);
+    const notStarted = new Error("stopped before its restore began");
+    const restoring = manifest.trees.map((t) => {
+      const back = (async () => {
+        try {
+          await slots.run(async () => {
+            if (parts.signal.aborted) throw notStarted;
+            const left = progress.deadline.left();
+            await engine.restore({
+              root: t.root,
+              imagesDir: await snap.enginePath(t.images),
+              signal: parts.signal,
+              ...(left !== undefined ? { timeoutMs: left } : {}),
+            });
+          });
+          made.push(t.processes.map((p) => p.pid));
+        } catch (err) {
+          if (err !== notStarted) parts.fail(err);
+          throw err;
+        } finally {
+          restoreEnd = Math.max(restoreEnd, progress.at());
+        }
+        // What each of its CUDA processes held, recorded as its checkpoint would have recorded it.
+        await Promise.all(
+          running.filter((p) => t.processes.includes(p)).map(async ({ pid, cuda }) => {
+            if (!cuda?.gpuMemoryMiB) return;
+            const identity = await session.identify(pid);
+            if (identity) await session.room.recorded(identity, cuda.gpuMemoryMiB);
+          }),
+        );
+        if (resumeStart === undefined) {
+          resumeStart = progress.at();
+          progress.phase("resume");
+        }
+      })();
+      for (const p of t.processes) treeOf.set(p.pid, back);
+      return started(back);
     });
+    const resumed = running.length === 0 ? undefined : runGroup(
+      machine,
+      "resume",
+      running.map((p) => p.pid),
+      {
+        ...partOf(progress, parts.signal),
+        job: true,
+        checkRoom: o.checkRoom,
+        pairsFor: () => pairs.length === 0 ? null : pairs,
+        ready: (pid) => treeOf.get(pid)!,
+      },
+    );
+    await Promise.allSettled(restoring);
+    const result = await resumed;
+    const restoreMs = restoreEnd - checkMs;
+    const stopped = progress.stopped();
+    if (parts.first !== undefined || (stopped && made.length < manifest.trees.length)) {
+      // Every tree the engine made is ended, and the snapshot, unchanged, can be restored again.
+      progress.phase("rollback");
+      await engine.kill(made.flat()).catch(() => {});
+      const err = parts.first;
+      throw new SnapshotError({
+        code: err === undefined ? "STOPPED" : "RESTORE_FAILED",
+        operation: "restoreSnapshot",
+        message: `restore of the snapshot in ${where} failed: ${
+          err === undefined
+            ? `it was stopped: ${stopped}`
+            : `the ${engine.kind} restore failed: ${messageOf(err)}`
+        }`,
+        detail: made.length === 0
+          ? "no process was made"
+          : "the processes it had made were ended; the snapshot is unchanged",
+        ...(err === undefined ? {} : { cause: err }),
+        ...logOf(err),
+      });
+    }
+    if (result && !result.ok) {
+      const left = result.processes.map((p) => `${p.pid} ${p.state ?? "of unknown state"}`);
+      const checkpointed = result.processes.every((p) => p.state && memoryOnHost(p.state));
+      throw new SnapshotError({
+        code: result.aborted || result.deadlinePassed ? "STOPPED" : "RESUME_FAILED",
+        operation: "restoreSnapshot",
+        message: `the processes of the snapshot in ${where} are back, but their GPU restore ` +
+          `failed: ${groupFailure(result)}`,
+        detail: checkpointed
+          ? `they are checkpointed: once the cause is fixed, resume them (cuda-checkpoint ` +
+            `--toggle --pid ${running.map((p) => p.pid).join(",")}), or end them (kill ${
+              manifest.trees.map((t) => t.root).join(" ")
+            })`
+          : `they are left so: ${left.join(", ")}`,
+        ...(firstError(result) ? { cause: firstError(result) } : {}),
+      });
+    }
+    const ms = progress.at();
+    return {
+      dir: where,
+      manifest,
+      gpuMapping: Object.fromEntries(
+        pairs.map((p) => [formatGpuUuid(p.oldUuid), formatGpuUuid(p.newUuid)]),
+      ),
+      pids: manifest.trees.flatMap((t) => t.processes.map((p) => p.pid)),
+      ms,
+      timings: { checkMs, restoreMs, resumeMs: resumeStart === undefined ? 0 : ms - resumeStart },
+    };
   }
-  const ms = progress.at();
-  return {
-    dir: where,
-    manifest,
-    gpuMapping: Object.fromEntries(
-      pairs.map((p) => [formatGpuUuid(p.oldUuid), formatGpuUuid(p.newUuid)]),
-    ),
-    pids: manifest.trees.flatMap((t) => t.processes.map((p) => p.pid)),
-    ms,
-    timings: { checkMs, restoreMs, resumeMs: resumeStart === undefined ? 0 : ms - resumeStart },
-  };
 }
 
 /**

@@ -190,7 +190,7 @@ export class Session {
   /** The session of `machine`: use {@link sessionOf}, which keeps one per machine. */
   constructor(machine: Machine) {
     this.machine = machine;
-    this.room = new RoomGuard(machine.host, () => this.#selfIdentity());
+    this.room = new RoomGuard(machine.host, () => this.selfIdentity());
   }
 
   /**
@@ -232,7 +232,7 @@ export class Session {
    * This program, as the host identifies it (`HostProcesses.self`): the owner of its claims of GPU
    * room; `undefined` where it is none of the host's processes (most simulated machines).
    */
-  #selfIdentity(): Promise<ProcessIdentity | undefined> {
+  selfIdentity(): Promise<ProcessIdentity | undefined> {
     this.#self ??= (async () => {
       const pid = this.selfPid;
       return pid === undefined ? undefined : await this.identify(pid) ?? { pid };

@@ -16,7 +16,7 @@ import type { SnapshotFile } from "./engine.ts";
 import { isSnapshotState, SNAPSHOT_STATES, type SnapshotState } from "./states.ts";
 
 /** The format this version writes and reads. */
-export const MANIFEST_FORMAT: Manifest["format"] = "ckpt-cuda-snapshot/1";
+export const MANIFEST_FORMAT: Manifest["format"] = "ckpt-cuda-snapshot/2";
 
 /** The manifest's file name in a snapshot's directory. */
 export const MANIFEST_FILE = "manifest.json";
@@ -72,8 +72,8 @@ export interface ManifestGpu {
 
 /** A snapshot's manifest, as {@link parseManifest} gives it. */
 export interface Manifest {
-  /** The format, always `"ckpt-cuda-snapshot/1"` in this version. */
-  readonly format: "ckpt-cuda-snapshot/1";
+  /** The format, always `"ckpt-cuda-snapshot/2"` in this version. */
+  readonly format: "ckpt-cuda-snapshot/2";
   /** When the snapshot was taken (ISO 8601). */
   readonly createdAt: string;
   /** What took it. */
@@ -107,7 +107,10 @@ export interface Manifest {
     readonly dumpMs: number;
     readonly totalMs: number;
   };
-  /** Every image file, with its size: a restore refuses a snapshot whose files differ. */
+  /**
+   * Every file of its trees, with its size and digest: a restore refuses a snapshot with a file
+   * that differs, or one it does not list, before anything changes.
+   */
   readonly files: readonly SnapshotFile[];
 }
 
@@ -117,6 +120,7 @@ export function treeDirName(root: number): string {
 }
 
 const TREE_DIR = /^tree-[1-9][0-9]{0,9}$/;
+const DIGEST = /^[0-9a-f]{64}$/;
 const FILE_PATH = /^tree-[1-9][0-9]{0,9}\/[A-Za-z0-9_][A-Za-z0-9._-]{0,200}$/;
 
 /** Turns a manifest into the text written to disk (stable key order, one trailing newline). */
@@ -224,18 +228,34 @@ export function parseManifest(
       }
     }
   }
+  const treeDirs = new Map(trees.map((t) => [t.images, 0]));
   const files = r.array(m.files, "files").map((f, i) => {
     const at = `files[${i}]`;
-    const o = r.object(f, at, ["path", "bytes"]);
+    const o = r.object(f, at, ["path", "bytes", "chunkedSha256"]);
     const path = r.string(o.path, `${at}.path`);
     if (!FILE_PATH.test(path) || path.includes("..")) {
       r.fail(`${at}.path`, "a file inside a tree's images directory (tree-<pid>/<name>)", path);
     }
-    if (!trees.some((t) => path.startsWith(`${t.images}/`))) {
-      r.fail(`${at}.path`, "a file of one of the manifest's trees", path);
-    }
-    return { path, bytes: r.integer(o.bytes, `${at}.bytes`, 0, Number.MAX_SAFE_INTEGER) };
+    const tree = path.slice(0, path.indexOf("/"));
+    const count = treeDirs.get(tree);
+    if (count === undefined) r.fail(`${at}.path`, "a file of one of the manifest's trees", path);
+    treeDirs.set(tree, count! + 1);
+    const digest = r.string(o.chunkedSha256, `${at}.chunkedSha256`);
+    if (!DIGEST.test(digest)) r.fail(`${at}.chunkedSha256`, "64 lowercase hex digits", digest);
+    return {
+      path,
+      bytes: r.integer(o.bytes, `${at}.bytes`, 0, Number.MAX_SAFE_INTEGER),
+      chunkedSha256: digest,
+    };
   });
+  for (const [images, count] of treeDirs) {
+    if (count === 0) {
+      r.refuse(
+        "files",
+        `it lists no file of ${images}: a tree without its images cannot come back`,
+      );
+    }
+  }
   return {
     format: MANIFEST_FORMAT,
     createdAt,

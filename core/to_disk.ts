@@ -15,6 +15,7 @@ import { CUDA_SUCCESS } from "./codes.ts";
 import {
   checkDir,
   checkWhole,
+  DEFAULT_PARALLEL,
   firstError,
   FirstFailure,
   groupFailure,
@@ -22,12 +23,19 @@ import {
   partsOf,
   prerequisite,
   Progress,
+  Slots,
   type SnapshotOptions,
   type SnapshotResult,
   usesOf,
 } from "./disk.ts";
 import type { GpuInfo } from "./driver.ts";
-import { type DumpedProcess, logOf, type SnapshotEngine, type SnapshotFile } from "./engine.ts";
+import {
+  type DumpedProcess,
+  logOf,
+  type SnapshotDir,
+  type SnapshotEngine,
+  type SnapshotFile,
+} from "./engine.ts";
 import {
   describeValue,
   messageOf,
@@ -43,6 +51,7 @@ import { askGpuMemory } from "./listing.ts";
 import { clockOf, type Machine, sessionOf } from "./machine.ts";
 import {
   type Manifest,
+  MANIFEST_FILE,
   MANIFEST_FORMAT,
   type ManifestGpu,
   type ManifestProcess,
@@ -52,6 +61,7 @@ import {
 } from "./manifest.ts";
 import { checkFlag, checkLockTimeout, checkOptions, checkPid } from "./options.ts";
 import { cudaRuns, isSnapshotState, memoryOnHost, SNAPSHOT_STATES, stateName } from "./states.ts";
+import { serializeTrace, TRACE_FILE } from "./trace.ts";
 import { VERSION } from "./version.ts";
 
 /** A snapshot's options, checked. */
@@ -128,156 +138,219 @@ export async function takeSnapshot(
       operation: "snapshot",
       reason: `${where} cannot hold a snapshot: ${messageOf(err)}`,
     });
-  const where = await store.create(dir).catch((err) => {
+  const snap = await store.create(dir).catch((err) => {
     throw cannotHold(dir, err);
   });
-  progress.notBegun("snapshot", "snapshot");
-  // Every tree's directory first, before anything changes.
-  const imageDirs = await Promise.all(trees.map((t) => store.subdir(where, treeDirName(t.root))))
-    .catch((err) => {
-      throw cannotHold(where, err);
-    });
-
-  // 2 and 3. Suspend the CUDA processes and dump each tree once its own are suspended, leaving its
-  // processes running. The first failure stops the rest, and every process is put back.
-  progress.phase("suspend");
-  const parts = new FirstFailure<{ suspend: GroupResult } | { dump: unknown }>(o.signal);
-  // As a job, one group of every CUDA process, which core/job.ts orders: every lock first.
-  const group = (pids: readonly number[]) =>
-    runGroup(machine, "suspend", pids, {
-      ...partOf(progress, parts.signal),
-      lockTimeoutMs: o.lockTimeoutMs,
-      rollBackOnAbort: true,
-      job: o.job,
-    });
-  /** Puts every process back, running, and makes the error that says so. */
-  const rollBack = async (code: SnapshotFailure, message: string, cause: unknown) => {
-    progress.phase("rollback");
-    const back = await resumeAll(machine, everyRunning, o.job, progress);
-    return new SnapshotError({
-      code,
-      operation: "snapshot",
-      message,
-      detail: !back || back.ok
-        ? "every process was put back as it was, and keeps running"
-        : `the CUDA processes could not all be resumed: ${groupFailure(back)}`,
-      cause,
-      ...logOf(cause),
-    });
-  };
-  const t1 = progress.at();
-  let suspendEnd = t1;
-  let dumpStart: number | undefined;
-  let dumpEnd = t1;
-  const suspendTree = async (pids: readonly number[]) => {
-    if (pids.length === 0) return true;
-    const suspended = await group(pids);
-    suspendEnd = progress.at();
-    if (!suspended.ok) parts.fail({ suspend: suspended });
-    return suspended.ok;
-  };
-  const dumpTree = async (i: number): Promise<readonly DumpedProcess[]> => {
-    if (parts.signal.aborted) throw new Error("stopped before its dump");
-    if (dumpStart === undefined) {
-      dumpStart = progress.at();
-      progress.phase("dump");
-    }
-    const left = progress.deadline.left();
-    try {
-      return await engine.dump({
-        root: trees[i].root,
-        imagesDir: imageDirs[i],
-        signal: parts.signal,
-        ...(left !== undefined ? { timeoutMs: left } : {}),
-        onBytes: (bytes) => progress.tell({ type: "bytes", root: trees[i].root, bytes, at: 0 }),
-      });
-    } catch (err) {
-      parts.fail({ dump: err });
-      throw err;
-    } finally {
-      dumpEnd = progress.at();
-    }
-  };
-  const dumps = o.job
-    ? await (async () => {
-      // A job: every CUDA process is locked before any is checkpointed (core/job.ts).
-      if (!(await suspendTree(everyRunning))) return [];
-      return await Promise.allSettled(trees.map((_, i) => dumpTree(i)));
-    })()
-    : await Promise.allSettled(trees.map(async (_, i) => {
-      if (!(await suspendTree(running[i]))) throw new Error("its suspend failed");
-      return await dumpTree(i);
-    }));
-  const f = parts.first;
-  const stopped = progress.stopped();
-  if (stopped) {
-    const doing = dumpStart === undefined ? "suspending its CUDA processes" : "dumping";
-    throw await rollBack("STOPPED", `snapshot stopped while ${doing}: ${stopped}`, undefined);
-  }
-  if (f && "dump" in f) {
-    const why = `snapshot failed: the ${engine.kind} dump failed: ${messageOf(f.dump)}`;
-    throw await rollBack("DUMP_FAILED", why, f.dump);
-  }
-  if (f || dumps.length < trees.length) {
-    const why = `snapshot failed while suspending its CUDA processes: ${
-      f ? groupFailure(f.suspend) : "it was stopped"
-    }`;
-    throw await rollBack("SUSPEND_FAILED", why, f && firstError(f.suspend));
-  }
-  const suspendMs = suspendEnd - t1;
-  const dumpMs = dumpStart === undefined ? 0 : dumpEnd - dumpStart;
-  // The trees as dumped: a process may have come or gone since they were listed.
-  const dumpedTrees = listed.map((t, i) =>
-    asDumped(t, (dumps[i] as PromiseFulfilledResult<readonly DumpedProcess[]>).value)
-  );
-
-  // 4. The manifest, last: a directory without one is no snapshot.
-  progress.phase("write");
-  let manifest: Manifest;
   try {
-    const files: SnapshotFile[] = [];
-    for (const t of dumpedTrees) files.push(...await store.files(where, t.images));
-    manifest = {
-      format: MANIFEST_FORMAT,
-      createdAt: new Date().toISOString(),
-      tool: { name: "@ckpt/cuda", version: VERSION },
-      host: { hostname: facts.hostname, kernel: facts.kernel },
-      driver: {
-        cudaVersion: version.code === CUDA_SUCCESS ? version.value : 0,
-        ...(facts.driverRelease ? { release: facts.driverRelease } : {}),
-      },
-      engine: { kind: engine.kind, ...(probe.version ? { version: probe.version } : {}) },
-      gpus,
-      trees: dumpedTrees,
-      options: { leaveRunning: o.leaveRunning, job: o.job },
-      timings: { suspendMs, dumpMs, totalMs: progress.at() },
-      files: files.sort((a, b) => a.path < b.path ? -1 : a.path > b.path ? 1 : 0),
-    };
-    await store.writeManifest(where, serializeManifest(manifest));
-  } catch (err) {
-    const why = `snapshot failed: its manifest could not be written: ${messageOf(err)}`;
-    throw await rollBack("WRITE_FAILED", why, err);
+    return await intoDir(snap);
+  } finally {
+    await snap.close();
   }
 
-  // 5. End the processes, or let them go on.
-  progress.phase("end");
-  if (o.leaveRunning) {
-    const resumed = await resumeAll(machine, everyRunning, o.job, progress);
-    if (resumed && !resumed.ok) {
-      throw new SnapshotError({
-        code: "RESUME_FAILED",
-        operation: "snapshot",
-        message: `the snapshot in ${where} is complete, but its CUDA processes could not be ` +
-          `resumed: ${groupFailure(resumed)}`,
-        detail: "they are checkpointed: resume them (cuda-checkpoint --toggle) once the cause " +
-          "is fixed",
-        cause: firstError(resumed),
+  async function intoDir(snap: SnapshotDir): Promise<SnapshotResult> {
+    const where = snap.path;
+    const session = sessionOf(machine);
+    const names = trees.map((t) => treeDirName(t.root));
+    /** Removes what the snapshot made in its directory, and says so: a retry finds it as it was. */
+    const cleanUp = async (): Promise<string> => {
+      const removed = await snap.removeCreated().catch((err) => {
+        return `; what it had written in ${where} could not all be removed: ${messageOf(err)}`;
       });
+      return typeof removed === "string"
+        ? removed
+        : removed.length > 0
+        ? `; what it had written in ${where} was removed`
+        : "";
+    };
+    // Every tree's directory first, and the trace that names what is suspended, before anything
+    // changes.
+    let imageDirs: string[];
+    try {
+      progress.notBegun("snapshot", "snapshot");
+      for (const name of names) await snap.subdir(name);
+      imageDirs = await Promise.all(names.map((name) => snap.enginePath(name)));
+      const identities = await Promise.all(
+        everyRunning.map(async (pid) => await session.identify(pid) ?? { pid }),
+      );
+      const by = await session.selfIdentity();
+      await snap.writeFile(
+        TRACE_FILE,
+        serializeTrace({
+          ...(by ? { by } : {}),
+          startedAt: new Date().toISOString(),
+          processes: identities,
+          made: names,
+        }),
+      );
+    } catch (err) {
+      await cleanUp();
+      throw err instanceof SnapshotError ? err : cannotHold(where, err);
     }
-  } else {
-    await endTrees(engine, host, dumpedTrees, clockOf(machine).sleep);
+
+    // 2 and 3. Suspend the CUDA processes and dump each tree once its own are suspended, leaving its
+    // processes running. The first failure stops the rest, and every process is put back.
+    progress.phase("suspend");
+    const parts = new FirstFailure<
+      { suspend: GroupResult } | { dump: unknown } | { write: unknown }
+    >(o.signal);
+    // At most as many criu runs at once as the engine allows (the cores), none after a failure.
+    const slots = new Slots(engine.parallel ?? DEFAULT_PARALLEL);
+    const sealed: SnapshotFile[][] = trees.map(() => []);
+    // As a job, one group of every CUDA process, which core/job.ts orders: every lock first.
+    const group = (pids: readonly number[]) =>
+      runGroup(machine, "suspend", pids, {
+        ...partOf(progress, parts.signal),
+        lockTimeoutMs: o.lockTimeoutMs,
+        rollBackOnAbort: true,
+        job: o.job,
+      });
+    /** Puts every process back, running, and makes the error that says so. */
+    const rollBack = async (code: SnapshotFailure, message: string, cause: unknown) => {
+      progress.phase("rollback");
+      const back = await resumeAll(machine, everyRunning, o.job, progress);
+      return new SnapshotError({
+        code,
+        operation: "snapshot",
+        message,
+        detail: !back || back.ok
+          ? `every process was put back as it was, and keeps running${await cleanUp()}`
+          : `the CUDA processes could not all be resumed: ${groupFailure(back)}; ${where}/` +
+            `${TRACE_FILE} names them: \`cuda-checkpoint recover ${where}\` resumes them once the ` +
+            `cause is fixed`,
+        cause,
+        ...logOf(cause),
+      });
+    };
+    const t1 = progress.at();
+    let suspendEnd = t1;
+    let dumpStart: number | undefined;
+    let dumpEnd = t1;
+    const suspendTree = async (pids: readonly number[]) => {
+      if (pids.length === 0) return true;
+      const suspended = await group(pids);
+      suspendEnd = progress.at();
+      if (!suspended.ok) parts.fail({ suspend: suspended });
+      return suspended.ok;
+    };
+    const dumpTree = (i: number): Promise<readonly DumpedProcess[]> =>
+      slots.run(async () => {
+        if (parts.signal.aborted) throw new Error("stopped before its dump");
+        if (dumpStart === undefined) {
+          dumpStart = progress.at();
+          progress.phase("dump");
+        }
+        const left = progress.deadline.left();
+        let dumped: readonly DumpedProcess[];
+        try {
+          dumped = await engine.dump({
+            root: trees[i].root,
+            imagesDir: imageDirs[i],
+            signal: parts.signal,
+            ...(left !== undefined ? { timeoutMs: left } : {}),
+            onBytes: (bytes) => progress.tell({ type: "bytes", root: trees[i].root, bytes, at: 0 }),
+          });
+        } catch (err) {
+          parts.fail({ dump: err });
+          throw err;
+        } finally {
+          dumpEnd = progress.at();
+        }
+        // Its images on disk and digested, while other trees' dumps go on.
+        try {
+          sealed[i] = await snap.seal(names[i], parts.signal);
+        } catch (err) {
+          parts.fail({ write: err });
+          throw err;
+        } finally {
+          dumpEnd = progress.at();
+        }
+        return dumped;
+      });
+    const dumps = o.job
+      ? await (async () => {
+        // A job: every CUDA process is locked before any is checkpointed (core/job.ts).
+        if (!(await suspendTree(everyRunning))) return [];
+        return await Promise.allSettled(trees.map((_, i) => dumpTree(i)));
+      })()
+      : await Promise.allSettled(trees.map(async (_, i) => {
+        if (!(await suspendTree(running[i]))) throw new Error("its suspend failed");
+        return await dumpTree(i);
+      }));
+    const f = parts.first;
+    const stopped = progress.stopped();
+    if (stopped) {
+      const doing = dumpStart === undefined ? "suspending its CUDA processes" : "dumping";
+      throw await rollBack("STOPPED", `snapshot stopped while ${doing}: ${stopped}`, undefined);
+    }
+    if (f && "dump" in f) {
+      const why = `snapshot failed: the ${engine.kind} dump failed: ${messageOf(f.dump)}`;
+      throw await rollBack("DUMP_FAILED", why, f.dump);
+    }
+    if (f && "write" in f) {
+      const why = `snapshot failed: its images could not be put on disk: ${messageOf(f.write)}`;
+      throw await rollBack("WRITE_FAILED", why, f.write);
+    }
+    if (f || dumps.length < trees.length) {
+      const why = `snapshot failed while suspending its CUDA processes: ${
+        f ? groupFailure(f.suspend) : "it was stopped"
+      }`;
+      throw await rollBack("SUSPEND_FAILED", why, f && firstError(f.suspend));
+    }
+    const suspendMs = suspendEnd - t1;
+    const dumpMs = dumpStart === undefined ? 0 : dumpEnd - dumpStart;
+    // The trees as dumped: a process may have come or gone since they were listed.
+    const dumpedTrees = listed.map((t, i) =>
+      asDumped(t, (dumps[i] as PromiseFulfilledResult<readonly DumpedProcess[]>).value)
+    );
+
+    // 4. The manifest, last: a directory without one is no snapshot.
+    progress.phase("write");
+    let manifest: Manifest;
+    try {
+      const files = sealed.flat();
+      manifest = {
+        format: MANIFEST_FORMAT,
+        createdAt: new Date().toISOString(),
+        tool: { name: "@ckpt/cuda", version: VERSION },
+        host: { hostname: facts.hostname, kernel: facts.kernel },
+        driver: {
+          cudaVersion: version.code === CUDA_SUCCESS ? version.value : 0,
+          ...(facts.driverRelease ? { release: facts.driverRelease } : {}),
+        },
+        engine: { kind: engine.kind, ...(probe.version ? { version: probe.version } : {}) },
+        gpus,
+        trees: dumpedTrees,
+        options: { leaveRunning: o.leaveRunning, job: o.job },
+        timings: { suspendMs, dumpMs, totalMs: progress.at() },
+        files: files.sort((a, b) => a.path < b.path ? -1 : a.path > b.path ? 1 : 0),
+      };
+      await snap.writeFile(MANIFEST_FILE, serializeManifest(manifest));
+    } catch (err) {
+      const why = `snapshot failed: its manifest could not be written: ${messageOf(err)}`;
+      throw await rollBack("WRITE_FAILED", why, err);
+    }
+
+    // 5. End the processes, or let them go on.
+    progress.phase("end");
+    if (o.leaveRunning) {
+      const resumed = await resumeAll(machine, everyRunning, o.job, progress);
+      if (resumed && !resumed.ok) {
+        throw new SnapshotError({
+          code: "RESUME_FAILED",
+          operation: "snapshot",
+          message: `the snapshot in ${where} is complete, but its CUDA processes could not be ` +
+            `resumed: ${groupFailure(resumed)}`,
+          detail: `they are checkpointed: \`cuda-checkpoint recover ${where}\` resumes them ` +
+            `once the cause is fixed`,
+          cause: firstError(resumed),
+        });
+      }
+    } else {
+      await endTrees(engine, host, dumpedTrees, clockOf(machine).sleep);
+    }
+    await snap.remove(TRACE_FILE);
+    return { dir: where, manifest, ms: progress.at() };
   }
-  return { dir: where, manifest, ms: progress.at() };
 }
 
 /** Resumes `pids` (a rollback, or `leaveRunning`): as a job where the snapshot is one. */

@@ -5,7 +5,7 @@
  * @module
  */
 
-import { lstatSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { EngineError } from "../core/engine.ts";
 import { messageOf } from "../core/errors.ts";
@@ -79,11 +79,14 @@ export function restoredProcess(
   return proc;
 }
 
-/** Throws unless `dir` is an existing empty directory (not a symbolic link). */
+/**
+ * Throws unless `dir` is an existing empty directory. Like the real criu, it follows symbolic
+ * links: what may lie in a snapshot's directory is the store's to check, not the engine's.
+ */
 export function emptyDirectory(dir: string, log: EngineLog): void {
   let entries: string[];
   try {
-    if (!lstatSync(dir).isDirectory()) {
+    if (!statSync(dir).isDirectory()) {
       throw log.error(`images directory ${dir} is not a directory`);
     }
     entries = readdirSync(dir);
@@ -154,7 +157,7 @@ export function readTree(dir: string, root: number, log: EngineLog): ProcessImag
 function readImage(file: string, pid: number, log: EngineLog): ProcessImage {
   let text: string;
   try {
-    if (!lstatSync(file).isFile()) throw log.error(`${file} is not a regular file`);
+    if (!statSync(file).isFile()) throw log.error(`${file} is not a regular file`);
     text = readFileSync(file, "utf8");
   } catch (err) {
     throw failed(err, log, `cannot read the image ${file}`);

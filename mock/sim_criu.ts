@@ -4,6 +4,9 @@
  * @module
  */
 
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
 import type {
   DumpedProcess,
   DumpRequest,
@@ -194,7 +197,10 @@ export class SimulatedCriu implements SnapshotEngine {
         ? `Dumping processes (pid: ${r.root})`
         : `Restoring (pid: ${r.root})`;
       const version = `Version: ${this.version} (${this.kind})`;
-      const log = new EngineLog(this.#machine, r.imagesDir, `${op}.log`, version, first);
+      // A restore reads its images and writes nothing beside them: its log goes to a private
+      // work directory, as the real engine's does, kept where the restore fails.
+      const work = op === "dump" ? r.imagesDir : mkdtempSync(join(tmpdir(), "ckpt-sim-restore-"));
+      const log = new EngineLog(this.#machine, work, `${op}.log`, version, first);
       const { waits, end } = waitsOf(this.#machine, r, op, log);
       try {
         waits.check();
@@ -258,7 +264,7 @@ export class SimulatedCriu implements SnapshotEngine {
       const gone = made.find((p) => p.exited);
       if (gone) throw log.error(`process ${gone.pid} ended during the restore`);
       log.line("Restore finished successfully");
-      log.write();
+      rmSync(dirname(log.path), { recursive: true, force: true });
     } catch (err) {
       for (const p of made) p.exit();
       throw err;

@@ -1,114 +1,93 @@
 /**
- * Snapshots on the file system: each in a directory of this user's that others may not write in
- * (made with mode 0700; an existing empty one is taken with its mode), its manifest
- * written whole (mode 0600), each tree's images in a private subdirectory. A snapshot holds the
- * memory of the processes it took, and a restore runs what it finds as root: it must not be read,
- * planted or changed by others, and nothing in it is followed through a symbolic link.
+ * Snapshots on the file system. A restore runs what a snapshot's directory holds, as root, so the
+ * directory is opened once and worked on through that open descriptor from then on: every path
+ * below it, criu's `--images-dir` included, goes through `/proc/<pid>/fd/<n>`, which no rename of
+ * a directory above can redirect. It is opened one directory at a time from `/`, no symbolic link
+ * followed (the path the user gave is resolved first, then walked), and each directory on the way
+ * is checked: owned by root or this user, and nobody else may write in it unless it is sticky
+ * (`/tmp`). The snapshot's own directory is this user's, mode 0700 where this makes it; inside
+ * it, every directory and file belongs to root or this user, may be written by nobody else, and is
+ * no link. Files are written whole (a temporary file, fsynced, renamed; the directory fsynced),
+ * images are fsynced and digested (`digest.ts`) once dumped, and a restore checks everything inside
+ * against the manifest, digests included, before anything changes.
  *
  * @module
  */
 
-import { lstat, mkdir, readdir, readFile } from "node:fs/promises";
+import { constants } from "node:fs";
+import {
+  type FileHandle,
+  lstat,
+  mkdir,
+  open,
+  readdir,
+  readlink,
+  rename,
+  rm,
+} from "node:fs/promises";
 import path from "node:path";
-import type { SnapshotFile, SnapshotStore } from "../core/engine.ts";
+import process from "node:process";
+import type { SnapshotDir, SnapshotFile, SnapshotStore } from "../core/engine.ts";
 import type { Machine } from "../core/machine.ts";
-import { MANIFEST_FILE, MANIFEST_MAX_BYTES } from "../core/manifest.ts";
 import { messageOf } from "../core/errors.ts";
-import { checkPrivate, errorCode, writePrivately } from "./private.ts";
+import { digestAll } from "./digest.ts";
+import { errorCode, myUid } from "./private.ts";
 
-const SUBDIR = /^[A-Za-z0-9_][A-Za-z0-9._-]{0,100}$/;
+const { O_RDONLY, O_DIRECTORY, O_NOFOLLOW, O_NONBLOCK } = constants;
+const DIR = O_RDONLY | O_DIRECTORY | O_NOFOLLOW;
+const FILE = O_RDONLY | O_NOFOLLOW | O_NONBLOCK;
+const NAME = /^[A-Za-z0-9_][A-Za-z0-9._-]{0,200}$/;
 const HINT = "a snapshot's directory must be this user's and private (chmod 700)";
 
 /** The file system's snapshots: see the module documentation. */
 export class FileSnapshotStore implements SnapshotStore {
-  /** Makes `dir` for a new snapshot (or takes an empty, private one), mode 0700. */
-  async create(dir: string): Promise<string> {
+  /** Makes `dir` for a new snapshot (mode 0700), or takes an empty private one, and opens it. */
+  async create(dir: string): Promise<SnapshotDir> {
     const where = path.resolve(dir);
-    if (!await checkPrivate(where, "directory", { hint: HINT })) {
+    const { parent, name } = await walkTo(where);
+    const through = `${pinned(parent)}/${name}`;
+    try {
+      let made = false;
+      await mkdir(through, { mode: 0o700 }).then(() => made = true, (err) => {
+        if (errorCode(err) === "EEXIST") return;
+        throw new Error(`${where} cannot be made: ${messageOf(err)}`);
+      });
+      const handle = await openDir(where, through);
       try {
-        await mkdir(where, { mode: 0o700 });
+        await checkOwn(where, handle);
+        const names = made ? [] : await readdir(pinned(handle));
+        if (names.length > 0) {
+          throw new Error(
+            `${where} is not empty (${names.length} entries): a snapshot needs a new or empty ` +
+              `directory`,
+          );
+        }
       } catch (err) {
-        throw new Error(
-          errorCode(err) === "ENOENT"
-            ? `its parent directory ${path.dirname(where)} does not exist`
-            : `it cannot be made: ${messageOf(err)}`,
-        );
+        await handle.close();
+        throw err;
       }
-      await this.#check(where);
-      return where;
+      if (made) return new FileSnapshotDir(where, handle, { parent, name });
+      await parent.close();
+      return new FileSnapshotDir(where, handle);
+    } catch (err) {
+      await parent.close();
+      throw err;
     }
-    const names = await readdir(where);
-    if (names.length > 0) {
-      throw new Error(
-        `${where} is not empty (${names.length} entries): a snapshot needs a new or empty directory`,
-      );
-    }
-    return where;
   }
 
-  /** Opens an existing snapshot directory, refusing one that is not private. */
-  async open(dir: string): Promise<string> {
+  /** Opens an existing snapshot directory, refusing one that is not private or lies where others could swap it. */
+  async open(dir: string): Promise<SnapshotDir> {
     const where = path.resolve(dir);
-    await this.#check(where);
-    return where;
-  }
-
-  /** Makes a private subdirectory `name` of `dir`. */
-  async subdir(dir: string, name: string): Promise<string> {
-    if (!SUBDIR.test(name)) {
-      throw new RangeError(`not a subdirectory name: ${JSON.stringify(name)}`);
-    }
-    const where = path.join(dir, name);
-    await mkdir(where, { mode: 0o700 });
-    await this.#check(where);
-    return where;
-  }
-
-  /** Writes the manifest whole, mode 0600. */
-  async writeManifest(dir: string, text: string): Promise<void> {
-    await writePrivately(path.join(dir, MANIFEST_FILE), text);
-  }
-
-  /** Reads the manifest; `undefined` where there is none. */
-  async readManifest(dir: string): Promise<string | undefined> {
-    const file = path.join(dir, MANIFEST_FILE);
-    const st = await lstat(file).catch((err) => {
-      if (errorCode(err) !== "ENOENT") throw err;
-    });
-    if (!st) return undefined;
-    if (st.isSymbolicLink()) throw new Error(`${file} is a symbolic link`);
-    if (!st.isFile()) throw new Error(`${file} is not a regular file`);
-    if (st.size > MANIFEST_MAX_BYTES) {
-      throw new Error(
-        `${file} has ${st.size} bytes, more than a manifest can (${MANIFEST_MAX_BYTES})`,
-      );
-    }
-    return await readFile(file, "utf8");
-  }
-
-  /** Every regular file under `dir/sub`, not following symbolic links. */
-  async files(dir: string, sub: string): Promise<SnapshotFile[]> {
-    const out: SnapshotFile[] = [];
-    const walk = async (rel: string): Promise<void> => {
-      const names = await readdir(path.join(dir, rel)).catch((err) => {
-        if (errorCode(err) === "ENOENT") return [] as string[];
+    const { parent, name } = await walkTo(where);
+    try {
+      const handle = await openDir(where, `${pinned(parent)}/${name}`);
+      await checkOwn(where, handle).catch(async (err) => {
+        await handle.close();
         throw err;
       });
-      for (const name of names.sort()) {
-        const relative = `${rel}/${name}`;
-        const st = await lstat(path.join(dir, relative));
-        if (st.isDirectory()) await walk(relative);
-        else if (st.isFile()) out.push({ path: relative, bytes: st.size });
-      }
-    };
-    await walk(sub);
-    return out;
-  }
-
-  /** A directory of this user that nobody else may write in, not a symbolic link. */
-  async #check(where: string): Promise<void> {
-    if (!await checkPrivate(where, "directory", { hint: HINT })) {
-      throw new Error(`${where} does not exist`);
+      return new FileSnapshotDir(where, handle);
+    } finally {
+      await parent.close();
     }
   }
 }
@@ -116,4 +95,387 @@ export class FileSnapshotStore implements SnapshotStore {
 /** The machine's snapshot store; the file system where there is no machine, or it has none. */
 export function storeOf(machine: Machine | undefined): SnapshotStore {
   return machine?.store ?? new FileSnapshotStore();
+}
+
+/** A path to what `handle` has open, which no rename can redirect. */
+function pinned(handle: FileHandle): string {
+  return `/proc/${process.pid}/fd/${handle.fd}`;
+}
+
+/**
+ * Opens the directory above `where` (an absolute path) one directory at a time from `/`, each
+ * checked before anything in it is trusted: owned by root or this user, and nobody else may write
+ * in it unless it is sticky. A symbolic link on the way is followed only from such a directory
+ * (only root or this user can have put it there); the last part of `where` is not opened.
+ */
+async function walkTo(where: string): Promise<{ parent: FileHandle; name: string }> {
+  const parts = where.split("/").filter(Boolean);
+  const name = parts.pop();
+  if (name === undefined || name === "." || name === "..") {
+    throw new Error(`${where} cannot hold a snapshot: give the path of a directory below /`);
+  }
+  let handle = await open("/", DIR);
+  let at: string[] = [];
+  let links = 0;
+  try {
+    await checkAbove(handle, "/", where);
+    while (parts.length > 0) {
+      const part = parts.shift()!;
+      if (part === ".") continue;
+      const through = `${pinned(handle)}/${part}`;
+      const shown = part === ".." ? `/${at.slice(0, -1).join("/")}` : `/${[...at, part].join("/")}`;
+      let next: FileHandle;
+      try {
+        next = await open(through, DIR);
+      } catch (err) {
+        const st = await lstat(through).catch(() => undefined);
+        if (!st?.isSymbolicLink()) {
+          if (errorCode(err) === "ENOENT") {
+            throw new Error(
+              parts.length === 0
+                ? `its parent directory ${shown} does not exist`
+                : `${shown}, above ${where}, does not exist`,
+            );
+          }
+          throw await notOpened(shown, through, "directory", err);
+        }
+        if (++links > 40) throw new Error(`${where}: too many symbolic links on the way`);
+        const target = await readlink(through);
+        parts.unshift(...target.split("/").filter(Boolean));
+        if (target.startsWith("/")) {
+          const root = await open("/", DIR);
+          await handle.close();
+          handle = root;
+          at = [];
+        }
+        continue;
+      }
+      await handle.close();
+      handle = next;
+      at = part === ".." ? at.slice(0, -1) : [...at, part];
+      await checkAbove(handle, shown, where);
+    }
+    return { parent: handle, name };
+  } catch (err) {
+    await handle.close();
+    throw err;
+  }
+}
+
+/** A directory above a snapshot's: root's or this user's, written by nobody else unless sticky. */
+async function checkAbove(handle: FileHandle, shown: string, below: string): Promise<void> {
+  const st = await handle.stat();
+  const me = myUid();
+  if (me !== undefined && st.uid !== 0 && st.uid !== me) {
+    throw new Error(
+      `${shown}, above ${below}, belongs to another user (uid ${st.uid}): that user could swap ` +
+        `the snapshot for their own; keep snapshots where only root and you can write`,
+    );
+  }
+  const othersWrite = (st.mode & 0o002) !== 0 || ((st.mode & 0o020) !== 0 && st.gid !== 0);
+  if (othersWrite && (st.mode & 0o1000) === 0) {
+    throw new Error(
+      `${shown}, above ${below}, may be written by other users (mode ${octal(st.mode)}, not ` +
+        `sticky): they could swap the snapshot for their own; keep snapshots where only root ` +
+        `and you can write`,
+    );
+  }
+}
+
+/** Opens the directory at `through` (a pinned path), named `shown`, not following a link. */
+async function openDir(shown: string, through: string): Promise<FileHandle> {
+  try {
+    return await open(through, DIR);
+  } catch (err) {
+    throw await notOpened(shown, through, "directory", err);
+  }
+}
+
+/** Why `through` could not be opened as a `kind`: a link, something else, or the error itself. */
+async function notOpened(shown: string, through: string, kind: string, err: unknown) {
+  const code = errorCode(err);
+  if (code === "ENOENT") return new Error(`${shown} does not exist`);
+  if (code === "ELOOP" || code === "ENOTDIR") {
+    const st = await lstat(through).catch(() => undefined);
+    if (st?.isSymbolicLink()) {
+      return new Error(`${shown} is a symbolic link, not a ${kind} of its own`);
+    }
+    return new Error(`${shown} is not a ${kind}`);
+  }
+  return new Error(`${shown} cannot be opened: ${messageOf(err)}`, { cause: err });
+}
+
+/** The snapshot's own directory: this user's, and nobody else may write in it. */
+async function checkOwn(where: string, handle: FileHandle): Promise<void> {
+  const st = await handle.stat();
+  const me = myUid();
+  if (me !== undefined && st.uid !== me) {
+    throw new Error(`${where} belongs to another user (uid ${st.uid}, you are ${me}); ${HINT}`);
+  }
+  if ((st.mode & 0o022) !== 0) {
+    throw new Error(`${where} may be written by other users (mode ${octal(st.mode)}); ${HINT}`);
+  }
+}
+
+/** Something inside a snapshot: root's or this user's, and nobody else may write it. */
+async function checkInside(shown: string, handle: FileHandle, kind: "file" | "directory") {
+  const st = await handle.stat();
+  if (kind === "file" ? !st.isFile() : !st.isDirectory()) {
+    throw new Error(`${shown} is not a ${kind === "file" ? "regular file" : "directory"}`);
+  }
+  const me = myUid();
+  if (me !== undefined && st.uid !== 0 && st.uid !== me) {
+    throw new Error(`${shown} belongs to another user (uid ${st.uid}, you are ${me})`);
+  }
+  if ((st.mode & 0o022) !== 0) {
+    throw new Error(`${shown} may be written by other users (mode ${octal(st.mode)})`);
+  }
+  return st;
+}
+
+/** A snapshot's directory, open: see the module documentation. */
+class FileSnapshotDir implements SnapshotDir {
+  readonly path: string;
+  readonly #handle: FileHandle;
+  readonly #made: { parent: FileHandle; name: string } | undefined;
+  readonly #created: string[] = [];
+  readonly #subs = new Map<string, FileHandle>();
+
+  constructor(where: string, handle: FileHandle, made?: { parent: FileHandle; name: string }) {
+    this.path = where;
+    this.#handle = handle;
+    this.#made = made;
+  }
+
+  /** The pinned path of the directory itself. */
+  get base(): string {
+    return pinned(this.#handle);
+  }
+
+  async subdir(name: string): Promise<void> {
+    checkName(name);
+    try {
+      await mkdir(`${this.base}/${name}`, { mode: 0o700 });
+    } catch (err) {
+      throw new Error(`${this.path}/${name} cannot be made: ${messageOf(err)}`);
+    }
+    this.#created.push(name);
+  }
+
+  async enginePath(name: string): Promise<string> {
+    return pinned(await this.#sub(name));
+  }
+
+  async writeFile(name: string, text: string): Promise<void> {
+    checkName(name);
+    const temp = `.${name}.${process.pid}.${Math.random().toString(36).slice(2)}.tmp`;
+    const file = `${this.path}/${name}`;
+    try {
+      const handle = await open(`${this.base}/${temp}`, "wx", 0o600);
+      try {
+        await handle.chmod(0o600);
+        await handle.writeFile(text);
+        await handle.sync();
+      } finally {
+        await handle.close();
+      }
+      await rename(`${this.base}/${temp}`, `${this.base}/${name}`);
+      if (!this.#created.includes(name)) this.#created.push(name);
+      await this.#handle.sync();
+    } catch (err) {
+      await rm(`${this.base}/${temp}`, { force: true });
+      throw new Error(`cannot write ${file}: ${messageOf(err)}`, { cause: err });
+    }
+  }
+
+  async readFile(name: string, maxBytes: number): Promise<string | undefined> {
+    checkName(name);
+    const shown = `${this.path}/${name}`;
+    let handle: FileHandle;
+    try {
+      handle = await open(`${this.base}/${name}`, FILE);
+    } catch (err) {
+      if (errorCode(err) === "ENOENT") return undefined;
+      throw await notOpened(shown, `${this.base}/${name}`, "file", err);
+    }
+    try {
+      const st = await checkInside(shown, handle, "file");
+      if (st.size > maxBytes) {
+        throw new Error(`${shown} has ${st.size} bytes, more than it can (${maxBytes})`);
+      }
+      return await handle.readFile("utf8");
+    } finally {
+      await handle.close();
+    }
+  }
+
+  async remove(name: string): Promise<void> {
+    checkName(name);
+    await this.#subs.get(name)?.close();
+    this.#subs.delete(name);
+    await rm(`${this.base}/${name}`, { recursive: true, force: true });
+    await this.#handle.sync();
+  }
+
+  async seal(sub: string, signal?: AbortSignal): Promise<SnapshotFile[]> {
+    const dir = await this.#sub(sub);
+    const names = (await readdir(pinned(dir))).sort();
+    const opened: { name: string; handle: FileHandle; bytes: number }[] = [];
+    try {
+      for (const name of names) {
+        const handle = await this.#openFile(dir, sub, name);
+        opened.push({ name, handle, bytes: 0 });
+        opened[opened.length - 1].bytes = (await handle.stat()).size;
+      }
+      // On disk before the snapshot says it is done; hashed meanwhile, from the page cache.
+      const [digests] = await Promise.all([
+        digestAll(opened.map((o) => ({ ...o, name: `${this.path}/${sub}/${o.name}` })), signal),
+        Promise.all(opened.map((o) => o.handle.datasync())).then(() => dir.sync()),
+      ]);
+      return opened.map((o, i) => ({
+        path: `${sub}/${o.name}`,
+        bytes: o.bytes,
+        chunkedSha256: digests[i],
+      }));
+    } finally {
+      await Promise.all(opened.map((o) => o.handle.close()));
+    }
+  }
+
+  async check(
+    files: readonly SnapshotFile[],
+    o: { digests: boolean; signal?: AbortSignal },
+  ): Promise<void> {
+    const bySub = new Map<string, Map<string, SnapshotFile>>();
+    for (const f of files) {
+      const [sub, name] = f.path.split("/");
+      if (!bySub.has(sub)) bySub.set(sub, new Map());
+      bySub.get(sub)!.set(name, f);
+    }
+    for (const name of await readdir(this.base)) {
+      if (!bySub.has(name) && name !== "manifest.json") {
+        throw new Error(
+          `${this.path}/${name} is not part of the snapshot: its manifest does not list it`,
+        );
+      }
+    }
+    const opened: { file: SnapshotFile; handle: FileHandle }[] = [];
+    try {
+      for (const [sub, listed] of bySub) {
+        const dir = await this.#sub(sub);
+        const names = new Set(await readdir(pinned(dir)));
+        for (const name of names) {
+          if (!listed.has(name)) {
+            throw new Error(
+              `${this.path}/${sub}/${name} is not part of the snapshot: its manifest does not ` +
+                `list it`,
+            );
+          }
+        }
+        for (const [name, file] of listed) {
+          if (!names.has(name)) {
+            throw new Error(`${this.path}/${file.path} is missing: the snapshot is incomplete`);
+          }
+          const handle = await this.#openFile(dir, sub, name);
+          opened.push({ file, handle });
+          const { size } = await handle.stat();
+          if (size !== file.bytes) {
+            throw new Error(
+              `${this.path}/${file.path} has ${size} bytes where the manifest says ${file.bytes}: ` +
+                `the snapshot is truncated or was changed`,
+            );
+          }
+        }
+      }
+      if (!o.digests) return;
+      const digests = await digestAll(
+        opened.map(({ file, handle }) => ({
+          handle,
+          bytes: file.bytes,
+          name: `${this.path}/${file.path}`,
+        })),
+        o.signal,
+      );
+      opened.forEach(({ file }, i) => {
+        if (digests[i] !== file.chunkedSha256) {
+          throw new Error(
+            `${this.path}/${file.path} is not the file the snapshot wrote: its digest is ` +
+              `${digests[i]}, and the manifest says ${file.chunkedSha256}`,
+          );
+        }
+      });
+    } finally {
+      await Promise.all(opened.map((o) => o.handle.close()));
+    }
+  }
+
+  async removeCreated(): Promise<string[]> {
+    const removed: string[] = [];
+    for (const name of [...this.#created].reverse()) {
+      await this.#subs.get(name)?.close();
+      this.#subs.delete(name);
+      await rm(`${this.base}/${name}`, { recursive: true, force: true });
+      removed.push(`${this.path}/${name}`);
+    }
+    this.#created.length = 0;
+    if (this.#made) {
+      await rm(`${pinned(this.#made.parent)}/${this.#made.name}`, { recursive: true, force: true });
+      removed.push(this.path);
+    }
+    return removed;
+  }
+
+  async close(): Promise<void> {
+    await Promise.all([...this.#subs.values()].map((h) => h.close()));
+    this.#subs.clear();
+    await this.#handle.close();
+    await this.#made?.parent.close();
+  }
+
+  /** The subdirectory `name`, open and checked (once). */
+  async #sub(name: string): Promise<FileHandle> {
+    checkName(name);
+    const known = this.#subs.get(name);
+    if (known) return known;
+    const shown = `${this.path}/${name}`;
+    const handle = await openDir(shown, `${this.base}/${name}`);
+    try {
+      await checkInside(shown, handle, "directory");
+    } catch (err) {
+      await handle.close();
+      throw err;
+    }
+    this.#subs.set(name, handle);
+    return handle;
+  }
+
+  /** The file `name` of the subdirectory `sub` (open as `dir`), open and checked. */
+  async #openFile(dir: FileHandle, sub: string, name: string): Promise<FileHandle> {
+    const shown = `${this.path}/${sub}/${name}`;
+    checkName(name);
+    let handle: FileHandle;
+    try {
+      handle = await open(`${pinned(dir)}/${name}`, FILE);
+    } catch (err) {
+      throw await notOpened(shown, `${pinned(dir)}/${name}`, "file", err);
+    }
+    try {
+      await checkInside(shown, handle, "file");
+      return handle;
+    } catch (err) {
+      await handle.close();
+      throw err;
+    }
+  }
+}
+
+function checkName(name: string): void {
+  if (!NAME.test(name) || name.includes("..")) {
+    throw new RangeError(`not a name inside a snapshot: ${JSON.stringify(name)}`);
+  }
+}
+
+/** A file mode as `0600`. */
+function octal(mode: number): string {
+  return `0${(mode & 0o7777).toString(8).padStart(3, "0")}`;
 }

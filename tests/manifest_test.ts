@@ -40,8 +40,8 @@ function manifest(): Manifest {
     options: { leaveRunning: false, job: true },
     timings: { suspendMs: 2100, dumpMs: 6300, totalMs: 9000 },
     files: [
-      { path: "tree-4242/inventory.img", bytes: 42 },
-      { path: "tree-4242/pages-1.img", bytes: 8_600_000_000 },
+      { path: "tree-4242/inventory.img", bytes: 42, chunkedSha256: "a1".repeat(32) },
+      { path: "tree-4242/pages-1.img", bytes: 8_600_000_000, chunkedSha256: "0f".repeat(32) },
     ],
   };
 }
@@ -102,8 +102,8 @@ describe("what the manifest parser refuses", () => {
     refused(`{"hello": 1}`, /not a snapshot manifest of @ckpt\/cuda: it has no "format"/);
     refused(`[1, 2]`, /no "format"/);
     refused(
-      edited((m) => m.format = "ckpt-cuda-snapshot/2"),
-      /format "ckpt-cuda-snapshot\/2".*reads only "ckpt-cuda-snapshot\/1".*another version/,
+      edited((m) => m.format = "ckpt-cuda-snapshot/1"),
+      /format "ckpt-cuda-snapshot\/1".*reads only "ckpt-cuda-snapshot\/2".*another version/,
     );
     refused(edited((m) => m.format = "oci-image/1"), /format "oci-image\/1"/);
   });
@@ -161,5 +161,51 @@ describe("what the manifest parser refuses", () => {
       /a file of one of the manifest's trees/,
     );
     refused(edited((m) => m.files[0].bytes = -1), /files\[0\]\.bytes must be an integer from 0/);
+  });
+
+  test("every file has its digest; no tree goes without files; an empty list is refused", () => {
+    refused(edited((m) => delete m.files[0].chunkedSha256), /files\[0\] lacks "chunkedSha256"/);
+    refused(
+      edited((m) => m.files[0].chunkedSha256 = "A1".repeat(32)),
+      /files\[0\]\.chunkedSha256 must be 64 lowercase hex digits/,
+    );
+    refused(
+      edited((m) => m.files = []),
+      /it lists no file of tree-4242: a tree without its images/,
+    );
+    refused(
+      edited((m) => {
+        m.trees.push({
+          root: 5000,
+          images: "tree-5000",
+          processes: [{ pid: 5000, parent: 1, threads: [5000] }],
+        });
+      }),
+      /it lists no file of tree-5000/,
+    );
+  });
+
+  test("a manifest of 3,000 trees and 60,000 files is read whole (bench/manifest_parse.ts times it)", () => {
+    const m = JSON.parse(serializeManifest(manifest()));
+    m.trees = [];
+    m.files = [];
+    for (let t = 0; t < 3000; t++) {
+      const root = 10_000 + t;
+      m.trees.push({
+        root,
+        images: `tree-${root}`,
+        processes: [{ pid: root, parent: 1, threads: [root] }],
+      });
+      for (let f = 0; f < 20; f++) {
+        m.files.push({
+          path: `tree-${root}/pages-${f}.img`,
+          bytes: f,
+          chunkedSha256: "ab".repeat(32),
+        });
+      }
+    }
+    const parsed = parseManifest(JSON.stringify(m), "big.json");
+    assert.equal(parsed.files.length, 60_000);
+    assert.equal(parsed.trees.length, 3000);
   });
 });

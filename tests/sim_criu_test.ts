@@ -358,7 +358,11 @@ describe("the simulated CRIU", () => {
       criu.restore({ root: root.pid, imagesDir: dir }),
       new RegExp(`^Can't fork for PID ${root.pid}: process ${root.pid} has it$`),
     );
-    assert.equal(err.log, path.join(dir, "restore.log"));
+    assert.match(
+      err.log ?? "",
+      /ckpt-sim-restore-[^/]+\/restore\.log$/,
+      "beside the images: nothing",
+    );
     assert.deepEqual(sim.processes, before);
     assert.equal(sim.process(child.pid), undefined, "the child was not made either");
     // Restored once, the tree's pids are taken for a second restore of it.

@@ -1,15 +1,21 @@
-// Snapshots on the file system (os/snapshot_store.ts): private directories, a manifest written
-// whole and private, nothing followed through a symbolic link, and a clear sentence for each
-// directory that cannot hold or be read as a snapshot.
+// Snapshots on the file system (os/snapshot_store.ts): a directory opened once and checked with
+// every directory above it, worked on through the open directory from then on (a rename above it
+// redirects nothing), files written whole and private, images fsynced and digested, and a check of
+// everything inside against a manifest's list: owner, mode, no link, nothing unlisted, sizes and
+// digests. Each refusal is a sentence naming the path and what is wrong with it.
 
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
+import { createHash } from "node:crypto";
 import {
   chmodSync,
   chownSync,
+  existsSync,
   mkdirSync,
   mkdtempSync,
   readdirSync,
+  readFileSync,
+  renameSync,
   rmSync,
   statSync,
   symlinkSync,
@@ -19,7 +25,11 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
 import { FileSnapshotStore } from "../os/snapshot_store.ts";
-import { MANIFEST_FILE } from "../core/manifest.ts";
+import { PIECE_BYTES } from "../os/digest.ts";
+import type { SnapshotFile } from "../core/engine.ts";
+
+const ROOT = process.getuid?.() === 0;
+const asRoot = { skip: ROOT ? false : "needs root to give files away (skipped: not root)" };
 
 function scratch(): { dir: string; done: () => void } {
   const dir = mkdtempSync(join(tmpdir(), "ckpt-snapfiles-test-"));
@@ -28,14 +38,39 @@ function scratch(): { dir: string; done: () => void } {
 
 const store = new FileSnapshotStore();
 
+/** The chunked SHA-256 by its definition: the SHA-256 of the 8 MiB pieces' SHA-256s. */
+function byDefinition(bytes: Uint8Array): string {
+  const outer = createHash("sha256");
+  for (let at = 0; at < bytes.length; at += PIECE_BYTES) {
+    outer.update(createHash("sha256").update(bytes.subarray(at, at + PIECE_BYTES)).digest());
+  }
+  return outer.digest("hex");
+}
+
+/** A snapshot directory with one tree of two files, sealed: its files as a manifest lists them. */
+async function sealed(s: { dir: string }) {
+  const snap = await store.create(join(s.dir, "snap"));
+  await snap.subdir("tree-4242");
+  const big = new Uint8Array(PIECE_BYTES * 2 + 12345).map((_, i) => (i * 7) & 255);
+  writeFileSync(join(s.dir, "snap", "tree-4242", "pages-1.img"), big, { mode: 0o600 });
+  writeFileSync(join(s.dir, "snap", "tree-4242", "core-4242.img"), "core", { mode: 0o600 });
+  const files = await snap.seal("tree-4242");
+  await snap.writeFile("manifest.json", "{}\n");
+  return { snap, files, big, tree: join(s.dir, "snap", "tree-4242") };
+}
+
 describe("a new snapshot's directory", () => {
   test("made with mode 0700; an empty private one is taken", async () => {
     const s = scratch();
     try {
       const made = await store.create(join(s.dir, "snap"));
-      assert.equal(statSync(made).mode & 0o777, 0o700);
+      assert.equal(made.path, join(s.dir, "snap"));
+      assert.equal(statSync(made.path).mode & 0o777, 0o700);
+      await made.close();
       mkdirSync(join(s.dir, "empty"), { mode: 0o700 });
-      assert.equal(await store.create(join(s.dir, "empty")), join(s.dir, "empty"));
+      const taken = await store.create(join(s.dir, "empty"));
+      assert.equal(taken.path, join(s.dir, "empty"));
+      await taken.close();
     } finally {
       s.done();
     }
@@ -49,9 +84,14 @@ describe("a new snapshot's directory", () => {
       await assert.rejects(store.create(join(s.dir, "full")), /is not empty \(1 entries\)/);
       mkdirSync(join(s.dir, "real"), { mode: 0o700 });
       symlinkSync(join(s.dir, "real"), join(s.dir, "link"));
-      await assert.rejects(store.create(join(s.dir, "link")), /is a symbolic link/);
+      await assert.rejects(store.create(join(s.dir, "link")), /link is a symbolic link/);
       writeFileSync(join(s.dir, "file"), "x");
-      await assert.rejects(store.create(join(s.dir, "file")), /is not a directory/);
+      await assert.rejects(store.create(join(s.dir, "file")), /file is not a directory/);
+      await assert.rejects(
+        store.create(join(s.dir, "file", "snap")),
+        /\/file is not a directory$/,
+        "a path through a file says so, not ENOTDIR",
+      );
       await assert.rejects(
         store.create(join(s.dir, "no", "such")),
         /its parent directory .*no does not exist/,
@@ -67,11 +107,7 @@ describe("a new snapshot's directory", () => {
     }
   });
 
-  test("another user's directory is refused", {
-    skip: process.getuid?.() !== 0
-      ? "needs root to give a directory away (skipped: not root)"
-      : false,
-  }, async () => {
+  test("another user's directory is refused", asRoot, async () => {
     const s = scratch();
     try {
       mkdirSync(join(s.dir, "theirs"), { mode: 0o700 });
@@ -86,53 +122,288 @@ describe("a new snapshot's directory", () => {
   });
 });
 
-describe("the manifest and the image files", () => {
-  test("the manifest is written whole, mode 0600, and read back; none is undefined", async () => {
+describe("every directory above a snapshot", () => {
+  test(
+    "one owned by another user is refused, for a new snapshot and an existing one",
+    asRoot,
+    async () => {
+      const s = scratch();
+      try {
+        const theirs = join(s.dir, "theirs");
+        mkdirSync(join(theirs, "snap"), { recursive: true, mode: 0o700 });
+        chownSync(theirs, 65534, 65534);
+        const why = new RegExp(`${theirs}, above .*, belongs to another user \\(uid 65534\\)`);
+        await assert.rejects(store.create(join(theirs, "new")), why);
+        await assert.rejects(store.open(join(theirs, "snap")), why);
+      } finally {
+        s.done();
+      }
+    },
+  );
+
+  test("one others may write in is refused unless sticky; a sticky one is fine", async () => {
     const s = scratch();
     try {
-      const dir = await store.create(join(s.dir, "snap"));
-      assert.equal(await store.readManifest(dir), undefined);
-      await store.writeManifest(dir, "{}\n");
-      await store.writeManifest(dir, '{"a":1}\n');
-      assert.equal(await store.readManifest(dir), '{"a":1}\n');
-      assert.equal(statSync(join(dir, MANIFEST_FILE)).mode & 0o777, 0o600);
-      assert.deepEqual(readdirSync(dir), [MANIFEST_FILE], "no temporary file is left");
+      const open = join(s.dir, "open");
+      mkdirSync(open);
+      chmodSync(open, 0o777);
+      await assert.rejects(
+        store.create(join(open, "snap")),
+        /open, above .*snap, may be written by other users \(mode 0777, not sticky\)/,
+      );
+      chmodSync(open, 0o1777);
+      const snap = await store.create(join(open, "snap"));
+      await snap.close();
     } finally {
       s.done();
     }
   });
 
-  test("a manifest that is a symbolic link, or a directory, is refused", async () => {
+  test("a link on the way is followed from a trusted directory, and what it leads to is checked", async () => {
     const s = scratch();
     try {
-      const dir = await store.create(join(s.dir, "snap"));
+      mkdirSync(join(s.dir, "real"), { mode: 0o700 });
+      symlinkSync(join(s.dir, "real"), join(s.dir, "via"));
+      const snap = await store.create(join(s.dir, "via", "snap"));
+      assert.ok(existsSync(join(s.dir, "real", "snap")), "made where the link leads");
+      await snap.close();
+      // A link into a directory others may write: refused there, whatever the link's own place.
+      mkdirSync(join(s.dir, "open"));
+      chmodSync(join(s.dir, "open"), 0o777);
+      symlinkSync(join(s.dir, "open"), join(s.dir, "to-open"));
+      await assert.rejects(
+        store.create(join(s.dir, "to-open", "snap")),
+        /open, above .*, may be written by other users \(mode 0777, not sticky\)/,
+      );
+    } finally {
+      s.done();
+    }
+  });
+
+  test("once open, a directory renamed above it redirects nothing: the engine's path stays", async () => {
+    const s = scratch();
+    try {
+      mkdirSync(join(s.dir, "a"), { mode: 0o700 });
+      const snap = await store.create(join(s.dir, "a", "snap"));
+      await snap.subdir("tree-7");
+      const engine = await snap.enginePath("tree-7");
+      assert.match(engine, /^\/proc\/\d+\/fd\/\d+$/);
+      // Someone swaps the parent for one of their own, with a snap/tree-7 inside.
+      renameSync(join(s.dir, "a"), join(s.dir, "gone"));
+      mkdirSync(join(s.dir, "a", "snap", "tree-7"), { recursive: true, mode: 0o700 });
+      writeFileSync(join(engine, "pages-1.img"), "ours");
+      await snap.writeFile("manifest.json", "{}\n");
+      assert.equal(
+        readFileSync(join(s.dir, "gone", "snap", "tree-7", "pages-1.img"), "utf8"),
+        "ours",
+      );
+      assert.ok(existsSync(join(s.dir, "gone", "snap", "manifest.json")));
+      assert.deepEqual(readdirSync(join(s.dir, "a", "snap", "tree-7")), [], "nothing went astray");
+      await snap.close();
+    } finally {
+      s.done();
+    }
+  });
+});
+
+describe("files inside", () => {
+  test("written whole, mode 0600, fsynced, read back; none is undefined", async () => {
+    const s = scratch();
+    try {
+      const snap = await store.create(join(s.dir, "snap"));
+      assert.equal(await snap.readFile("manifest.json", 100), undefined);
+      await snap.writeFile("manifest.json", "{}\n");
+      await snap.writeFile("manifest.json", '{"a":1}\n');
+      assert.equal(await snap.readFile("manifest.json", 100), '{"a":1}\n');
+      assert.equal(statSync(join(snap.path, "manifest.json")).mode & 0o777, 0o600);
+      assert.deepEqual(readdirSync(snap.path), ["manifest.json"], "no temporary file is left");
+      await assert.rejects(
+        snap.readFile("manifest.json", 3),
+        /has 8 bytes, more than it can \(3\)/,
+      );
+      await assert.rejects(snap.subdir("../x"), /not a name inside a snapshot/);
+      await snap.close();
+    } finally {
+      s.done();
+    }
+  });
+
+  test("a file read is refused: a link, a directory, another user's, one others may write", async () => {
+    const s = scratch();
+    try {
+      const snap = await store.create(join(s.dir, "snap"));
+      const file = join(snap.path, "manifest.json");
       writeFileSync(join(s.dir, "elsewhere.json"), "{}");
-      symlinkSync(join(s.dir, "elsewhere.json"), join(dir, MANIFEST_FILE));
-      await assert.rejects(store.readManifest(dir), /manifest\.json is a symbolic link/);
-      rmSync(join(dir, MANIFEST_FILE));
-      mkdirSync(join(dir, MANIFEST_FILE));
-      await assert.rejects(store.readManifest(dir), /is not a regular file/);
+      symlinkSync(join(s.dir, "elsewhere.json"), file);
+      await assert.rejects(
+        snap.readFile("manifest.json", 100),
+        /manifest\.json is a symbolic link/,
+      );
+      rmSync(file);
+      mkdirSync(file);
+      await assert.rejects(snap.readFile("manifest.json", 100), /is not a regular file/);
+      rmSync(file, { recursive: true });
+      writeFileSync(file, "{}", { mode: 0o666 });
+      chmodSync(file, 0o666);
+      await assert.rejects(
+        snap.readFile("manifest.json", 100),
+        /manifest\.json may be written by other users \(mode 0666\)/,
+      );
+      if (ROOT) {
+        chmodSync(file, 0o600);
+        chownSync(file, 65534, 65534);
+        await assert.rejects(
+          snap.readFile("manifest.json", 100),
+          /manifest\.json belongs to another user \(uid 65534/,
+        );
+      }
+      await snap.close();
     } finally {
       s.done();
     }
   });
 
-  test("files: every regular file of a tree's directory, with its size; links are not followed", async () => {
+  test("seal: each file of a tree with its size and chunked SHA-256, as defined", async () => {
     const s = scratch();
     try {
-      const dir = await store.create(join(s.dir, "snap"));
-      const images = await store.subdir(dir, "tree-4242");
-      assert.equal(statSync(images).mode & 0o777, 0o700);
-      writeFileSync(join(images, "pages-1.img"), new Uint8Array(1000));
-      writeFileSync(join(images, "core-4242.img"), "core");
-      writeFileSync(join(s.dir, "outside"), "secret");
-      symlinkSync(join(s.dir, "outside"), join(images, "link.img"));
-      assert.deepEqual(await store.files(dir, "tree-4242"), [
-        { path: "tree-4242/core-4242.img", bytes: 4 },
-        { path: "tree-4242/pages-1.img", bytes: 1000 },
+      const { snap, files, big } = await sealed(s);
+      assert.deepEqual(files, [
+        {
+          path: "tree-4242/core-4242.img",
+          bytes: 4,
+          chunkedSha256: byDefinition(Buffer.from("core")),
+        },
+        { path: "tree-4242/pages-1.img", bytes: big.length, chunkedSha256: byDefinition(big) },
       ]);
-      assert.deepEqual(await store.files(dir, "tree-1"), [], "a missing tree has no files");
-      await assert.rejects(store.subdir(dir, "../x"), /not a subdirectory name/);
+      assert.notEqual(
+        files[1].chunkedSha256,
+        createHash("sha256").update(big).digest("hex"),
+        "not a plain SHA-256 (a check of this test: the pieces matter)",
+      );
+      await snap.close();
+    } finally {
+      s.done();
+    }
+  });
+});
+
+describe("a snapshot checked against its manifest's list", () => {
+  /** Checks that `change` makes check() refuse with `why`, digests on. */
+  async function refusedAfter(
+    change: (t: { tree: string; snap: string; files: SnapshotFile[] }) => SnapshotFile[] | void,
+    why: RegExp,
+  ) {
+    const s = scratch();
+    try {
+      const { snap, files, tree } = await sealed(s);
+      await snap.close();
+      // As a restore sees it: opened anew.
+      const fine = await store.open(snap.path);
+      await fine.check(files, { digests: true }); // as written: fine
+      await fine.close();
+      const listed = change({ tree, snap: snap.path, files }) ?? files;
+      const changed = await store.open(snap.path);
+      await assert.rejects(changed.check(listed, { digests: true }), why);
+      await changed.close();
+    } finally {
+      s.done();
+    }
+  }
+
+  test("a file the manifest does not list, at the top or in a tree", async () => {
+    await refusedAfter(
+      ({ snap }) => writeFileSync(join(snap, "extra"), "x"),
+      /snap\/extra is not part of the snapshot: its manifest does not list it/,
+    );
+    await refusedAfter(
+      ({ tree }) => writeFileSync(join(tree, "x.img"), "x"),
+      /tree-4242\/x\.img is not part of the snapshot/,
+    );
+  });
+
+  test("a tree directory that is a link to a directory others may write", async () => {
+    await refusedAfter(({ tree, snap }) => {
+      const open = join(snap, "..", "open");
+      renameSync(tree, open);
+      chmodSync(open, 0o777);
+      symlinkSync(open, tree);
+    }, /tree-4242 is a symbolic link, not a directory of its own/);
+  });
+
+  test("an image that is a link (criu would follow it), or that others may write", async () => {
+    await refusedAfter(({ tree }) => {
+      rmSync(join(tree, "core-4242.img"));
+      symlinkSync("/etc/hostname", join(tree, "core-4242.img"));
+    }, /core-4242\.img is a symbolic link, not a file of its own/);
+    await refusedAfter(
+      ({ tree }) => chmodSync(join(tree, "core-4242.img"), 0o666),
+      /core-4242\.img may be written by other users \(mode 0666\)/,
+    );
+  });
+
+  test("an image owned by another user", asRoot, async () => {
+    await refusedAfter(
+      ({ tree }) => chownSync(join(tree, "pages-1.img"), 65534, 65534),
+      /pages-1\.img belongs to another user \(uid 65534/,
+    );
+  });
+
+  test("an image missing, of another size, or with one byte changed at the same size", async () => {
+    await refusedAfter(
+      ({ tree }) => rmSync(join(tree, "core-4242.img")),
+      /core-4242\.img is missing/,
+    );
+    await refusedAfter(
+      ({ tree }) => writeFileSync(join(tree, "core-4242.img"), "core!"),
+      /core-4242\.img has 5 bytes where the manifest says 4/,
+    );
+    await refusedAfter(
+      ({ tree }) => {
+        const bytes = readFileSync(join(tree, "pages-1.img"));
+        bytes[PIECE_BYTES + 3] ^= 1;
+        writeFileSync(join(tree, "pages-1.img"), bytes);
+      },
+      /pages-1\.img is not the file the snapshot wrote: its digest is [0-9a-f]{64}, and the manifest says/,
+    );
+  });
+
+  test("without digests, a changed byte at the same size passes: only inspect's quick look", async () => {
+    const s = scratch();
+    try {
+      const { snap, files, tree } = await sealed(s);
+      const bytes = readFileSync(join(tree, "pages-1.img"));
+      bytes[0] ^= 1;
+      writeFileSync(join(tree, "pages-1.img"), bytes);
+      await snap.check(files, { digests: false });
+      await assert.rejects(snap.check(files, { digests: true }), /not the file the snapshot wrote/);
+      await snap.close();
+    } finally {
+      s.done();
+    }
+  });
+});
+
+describe("what a failed snapshot made", () => {
+  test("removeCreated removes what this opening made, and only that", async () => {
+    const s = scratch();
+    try {
+      mkdirSync(join(s.dir, "given"), { mode: 0o700 });
+      const given = await store.create(join(s.dir, "given"));
+      await given.subdir("tree-1");
+      await given.writeFile("in-progress.json", "{}");
+      assert.deepEqual((await given.removeCreated()).sort(), [
+        join(s.dir, "given", "in-progress.json"),
+        join(s.dir, "given", "tree-1"),
+      ]);
+      assert.deepEqual(readdirSync(join(s.dir, "given")), [], "the given directory stays, empty");
+      await given.close();
+      const made = await store.create(join(s.dir, "made"));
+      await made.subdir("tree-1");
+      await made.removeCreated();
+      await made.close();
+      assert.equal(existsSync(join(s.dir, "made")), false, "a directory it made is removed");
+      const again = await store.create(join(s.dir, "made"));
+      await again.close();
     } finally {
       s.done();
     }

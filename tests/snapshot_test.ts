@@ -75,7 +75,7 @@ describe("a snapshot and its restore", () => {
     const dir = newDir();
     const made = await snapshot([pids[0]], dir, { machine: sim });
     const m = made.manifest;
-    assert.equal(m.format, "ckpt-cuda-snapshot/1");
+    assert.equal(m.format, "ckpt-cuda-snapshot/2");
     assert.deepEqual(m.trees[0].processes.map((p) => p.pid), pids);
     assert.deepEqual(
       m.trees[0].processes.map((p) => p.cuda?.state),

@@ -1,0 +1,323 @@
+// Snapshots you can trust, end to end on the simulator with the file system's store: a restore
+// checks every file against the manifest, digests included, before anything changes; a directory
+// that others could swap is refused, however fast they swap it; a failed snapshot removes what it
+// made, so the same directory works again; one killed outright leaves a trace that `recover`
+// reads; and criu runs are bounded, none started after a failure.
+
+import { afterEach, describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import {
+  chmodSync,
+  chownSync,
+  cpSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
+} from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import process from "node:process";
+import {
+  CudaProcess,
+  inspectSnapshot,
+  RefusedError,
+  restoreSnapshot,
+  snapshot,
+  SnapshotError,
+} from "../mod.ts";
+import { recoverSnapshot, type SnapshotEngine } from "../snapshot.ts";
+import { SimulatedMachine } from "../mock/mod.ts";
+import { machineWith } from "./support/forward.ts";
+import { TRACE_FILE } from "../core/trace.ts";
+
+const scratch: string[] = [];
+function base(): string {
+  const dir = mkdtempSync(join(tmpdir(), "ckpt-trust-test-"));
+  scratch.push(dir);
+  return dir;
+}
+afterEach(() => {
+  for (const d of scratch.splice(0)) rmSync(d, { recursive: true, force: true });
+});
+
+const ROOT = process.getuid?.() === 0;
+
+/** A snapshot of one CUDA process (`command`), taken and ended: its directory and its pid. */
+async function taken(
+  sim = new SimulatedMachine(),
+  dir = join(base(), "snap"),
+  command = "python serve.py",
+) {
+  const p = sim.spawn({ memoryMiB: 256, command });
+  await p.write(0, new TextEncoder().encode("weights"));
+  const memory = await p.memoryChunkedSha256();
+  await snapshot([p.pid], dir, { machine: sim });
+  return {
+    sim,
+    dir,
+    pid: p.pid,
+    memory,
+    image: join(dir, `tree-${p.pid}`, `process-${p.pid}.img`),
+  };
+}
+
+async function refused(promise: Promise<unknown>, pattern: RegExp): Promise<RefusedError> {
+  const err = await promise.then(() => undefined, (e) => e);
+  assert.ok(err instanceof RefusedError, `a RefusedError, got ${err}`);
+  assert.equal(err.code, "SNAPSHOT", err.message);
+  assert.match(err.message, pattern);
+  return err;
+}
+
+/** `engine` with some members replaced, the others its own. */
+function engineWith(engine: SnapshotEngine, replaced: Partial<SnapshotEngine>): SnapshotEngine {
+  return new Proxy(engine, {
+    get(target, key) {
+      if (key in replaced) return (replaced as Record<PropertyKey, unknown>)[key];
+      const value = Reflect.get(target, key);
+      return typeof value === "function" ? value.bind(target) : value;
+    },
+  });
+}
+
+describe("images verified before they run", () => {
+  test("an image edited at the same size is refused before anything changes, and restores once put back", async () => {
+    const { sim, dir, pid, memory, image } = await taken();
+    const original = readFileSync(image);
+    const text = original.toString("utf8");
+    assert.ok(text.includes("python serve.py"));
+    writeFileSync(image, text.replace("python serve.py", "python evil.py!"));
+    assert.equal(readFileSync(image).length, original.length, "the same size");
+    await refused(
+      restoreSnapshot(dir, { machine: sim }),
+      new RegExp(`process-${pid}\\.img is not the file the snapshot wrote: its digest is`),
+    );
+    assert.equal(sim.processes.length, 0, "nothing was made");
+    await refused(inspectSnapshot(dir, { verify: true }), /is not the file the snapshot wrote/);
+    const quick = await inspectSnapshot(dir);
+    assert.equal(quick.verified, false, "inspect without --verify reads no image");
+    writeFileSync(image, original);
+    assert.equal((await inspectSnapshot(dir, { verify: true })).verified, true);
+    await restoreSnapshot(dir, { machine: sim });
+    const back = sim.process(pid)!;
+    assert.equal(back.command, "python serve.py");
+    assert.equal(back.state, "running");
+    assert.equal(await back.memoryChunkedSha256(), memory, "its GPU memory intact");
+  });
+
+  test("a file the manifest does not list, or a manifest that lists no file, is refused", async () => {
+    const { sim, dir, pid } = await taken();
+    writeFileSync(join(dir, `tree-${pid}`, "extra.img"), "x", { mode: 0o600 });
+    await refused(
+      restoreSnapshot(dir, { machine: sim }),
+      /extra\.img is not part of the snapshot: its manifest does not list it/,
+    );
+    rmSync(join(dir, `tree-${pid}`, "extra.img"));
+    const manifest = JSON.parse(readFileSync(join(dir, "manifest.json"), "utf8"));
+    writeFileSync(join(dir, "manifest.json"), JSON.stringify({ ...manifest, files: [] }));
+    await refused(restoreSnapshot(dir, { machine: sim }), /it lists no file of tree-/);
+    assert.equal(sim.processes.length, 0);
+  });
+
+  test("an image that is a link is refused, though criu (the simulated one too) would follow it", async () => {
+    const { sim, dir, pid, image } = await taken();
+    const elsewhere = join(base(), "elsewhere.img");
+    cpSync(image, elsewhere);
+    rmSync(image);
+    symlinkSync(elsewhere, image);
+    await refused(
+      restoreSnapshot(dir, { machine: sim }),
+      /is a symbolic link, not a file of its own/,
+    );
+    // The engine itself follows it, as the real criu does: the store's check is what stops it.
+    await sim.engine.restore({ root: pid, imagesDir: join(dir, `tree-${pid}`) });
+    assert.ok(sim.process(pid), "the simulated criu followed the link");
+  });
+});
+
+describe("a directory nobody else can swap", () => {
+  test(
+    "a parent owned by another user, swapped in a loop during 30 restores: their files never come back",
+    {
+      skip: ROOT ? false : "needs root to give a directory to another user (skipped: not root)",
+      timeout: 60_000,
+    },
+    async () => {
+      const sim = new SimulatedMachine();
+      const theirs = join(base(), "theirs");
+      mkdirSync(theirs, { mode: 0o755 });
+      const ours = await taken(sim, join(theirs, "snap"), "python ours.py");
+      const evil = await taken(sim, join(theirs, "evil"), "python evil.py");
+      chownSync(theirs, 65534, 65534);
+      // The other user's loop: their snapshot and ours change places, again and again.
+      const swapper = spawn("sh", [
+        "-c",
+        `cd ${theirs} && while :; do mv snap t; mv evil snap; mv t evil; done`,
+      ], { stdio: "ignore" });
+      try {
+        for (let i = 0; i < 30; i++) {
+          await refused(
+            restoreSnapshot(join(theirs, "snap"), { machine: sim }),
+            /theirs, above .*, belongs to another user \(uid 65534\)/,
+          );
+          assert.equal(
+            sim.process(evil.pid),
+            undefined,
+            "the other user's process never comes back",
+          );
+          assert.equal(sim.process(ours.pid), undefined);
+        }
+      } finally {
+        swapper.kill("SIGKILL");
+        await new Promise((resolve) => swapper.once("exit", resolve));
+      }
+    },
+  );
+
+  test("a snapshot through a symbolic link into a directory others may write is refused", async () => {
+    const sim = new SimulatedMachine();
+    const top = base();
+    const open = join(top, "open");
+    mkdirSync(open);
+    chmodSync(open, 0o777);
+    symlinkSync(open, join(top, "link"));
+    const p = sim.spawn({ memoryMiB: 64 });
+    await refused(
+      snapshot([p.pid], join(top, "link", "snap"), { machine: sim }),
+      /open, above .*snap, may be written by other users \(mode 0777, not sticky\)/,
+    );
+    assert.equal(sim.process(p.pid)!.state, "running", "nothing changed");
+    assert.deepEqual(readdirSync(open), []);
+  });
+});
+
+describe("a failed snapshot can be retried", () => {
+  test("a dump that fails: the processes run, what it made is removed, the same directory works again", async () => {
+    const sim = new SimulatedMachine();
+    const p = sim.spawn({ memoryMiB: 128 });
+    const dir = join(base(), "snap");
+    sim.engine.failNext("dump");
+    const err = await snapshot([p.pid], dir, { machine: sim }).then(() => undefined, (e) => e);
+    assert.ok(err instanceof SnapshotError && err.code === "DUMP_FAILED", `${err}`);
+    assert.match(err.message, /what it had written in .*snap was removed/);
+    assert.equal(existsSync(dir), false, "the directory it made is gone");
+    assert.equal(sim.process(p.pid)!.state, "running");
+    await snapshot([p.pid], dir, { machine: sim });
+    assert.ok(existsSync(join(dir, "manifest.json")));
+  });
+
+  test("into an empty directory it was given: emptied again, not removed", async () => {
+    const sim = new SimulatedMachine();
+    const p = sim.spawn({ memoryMiB: 128 });
+    const dir = join(base(), "given");
+    mkdirSync(dir, { mode: 0o700 });
+    sim.engine.failNext("dump");
+    await assert.rejects(snapshot([p.pid], dir, { machine: sim }), SnapshotError);
+    assert.deepEqual(readdirSync(dir), []);
+    await snapshot([p.pid], dir, { machine: sim });
+  });
+});
+
+describe("a snapshot killed outright", () => {
+  test("its trace names what it suspended; recover resumes them and removes the partial images", async () => {
+    const sim = new SimulatedMachine();
+    const a = sim.spawn({ memoryMiB: 128 });
+    const b = sim.spawn({ memoryMiB: 256 });
+    const dir = join(base(), "snap");
+    // A dump that never ends: the program taking the snapshot is then killed (here: abandoned).
+    let dumping!: () => void;
+    const dumped = new Promise<void>((resolve) => dumping = resolve);
+    const stuck = new AbortController();
+    const machine = machineWith(sim, {
+      engine: engineWith(sim.engine, {
+        dump: (r) => {
+          dumping();
+          return new Promise((_, reject) =>
+            r.signal?.addEventListener("abort", () => reject(new Error("ended")))
+          );
+        },
+      }),
+    });
+    const pending = snapshot([a.pid, b.pid], dir, { machine, signal: stuck.signal })
+      .catch((e) => e);
+    await dumped;
+    assert.equal(sim.process(a.pid)!.state, "checkpointed");
+    const trace = JSON.parse(readFileSync(join(dir, TRACE_FILE), "utf8"));
+    assert.deepEqual(
+      trace.processes.map((p: { pid: number }) => p.pid).sort(),
+      [a.pid, b.pid].sort(),
+    );
+    await refused(
+      restoreSnapshot(dir, { machine: sim }),
+      /was interrupted.*cuda-checkpoint recover/,
+    );
+    const result = await recoverSnapshot(dir, { machine: sim });
+    assert.deepEqual([...result.resumed].sort(), [a.pid, b.pid].sort());
+    assert.equal(result.complete, false);
+    assert.equal(sim.process(a.pid)!.state, "running");
+    assert.equal(sim.process(b.pid)!.state, "running");
+    assert.deepEqual(readdirSync(dir), [], "the partial images and the trace are gone");
+    await refused(
+      recoverSnapshot(dir, { machine: sim }),
+      /holds no in-progress\.json: .*nothing to recover/,
+    );
+    stuck.abort();
+    await pending;
+  });
+
+  test("a process gone since, or its pid another's, is not touched", async () => {
+    const sim = new SimulatedMachine();
+    const a = sim.spawn({ memoryMiB: 128 });
+    const dir = join(base(), "snap");
+    mkdirSync(dir, { mode: 0o700 });
+    writeFileSync(
+      join(dir, TRACE_FILE),
+      JSON.stringify({
+        format: "ckpt-cuda-in-progress/1",
+        startedAt: new Date().toISOString(),
+        processes: [{ pid: a.pid, start: (a.start ?? 0) + 1 }, { pid: 999_999 }],
+        made: [],
+      }),
+      { mode: 0o600 },
+    );
+    await new CudaProcess(a.pid, { machine: sim }).suspend();
+    const result = await recoverSnapshot(dir, { machine: sim });
+    assert.deepEqual(result.resumed, []);
+    assert.deepEqual([...result.gone].sort(), [a.pid, 999_999].sort());
+  });
+});
+
+describe("criu runs bounded", () => {
+  test("at most `parallel` at once, and none started after the first failure", async () => {
+    const sim = new SimulatedMachine();
+    const roots = Array.from({ length: 6 }, () => sim.spawn({ memoryMiB: 64 }).pid);
+    let running = 0;
+    let most = 0;
+    const started: number[] = [];
+    const machine = machineWith(sim, {
+      engine: engineWith(sim.engine, {
+        parallel: 2,
+        dump: async (r) => {
+          started.push(r.root);
+          most = Math.max(most, ++running);
+          try {
+            if (started.length === 2) throw new Error("criu failed");
+            return await sim.engine.dump(r);
+          } finally {
+            running--;
+          }
+        },
+      }),
+    });
+    await assert.rejects(snapshot(roots, join(base(), "snap"), { machine }), SnapshotError);
+    assert.ok(most <= 2, `${most} dumps ran at once`);
+    assert.ok(started.length < roots.length, `${started.length} of ${roots.length} dumps began`);
+    for (const pid of roots) assert.equal(sim.process(pid)!.state, "running");
+  });
+});
