@@ -1,6 +1,6 @@
 /**
  * A snapshot's manifest: what was dumped, from where, and what its restore needs to know. It is a
- * versioned contract (format `ckpt-cuda-snapshot/1`, documented in docs/SNAPSHOTS.md): written as
+ * versioned contract (format `ckpt-cuda-snapshot/2`, documented in docs/SNAPSHOTS.md): written as
  * JSON beside the images, parsed strictly, and refused with one sentence where it is not exactly
  * what this version writes: another format, a field missing, of the wrong type or out of range, a
  * field this version does not know, a path that leaves the snapshot's directory.
