@@ -25,6 +25,15 @@
 # f. Onto another GPU (two GPUs; SKIP on one): a target on GPU 0 snapshotted, restored with
 #    --device-map swapping GPUs 0 and 1 (UUIDs as the snapshot's manifest names them); nvidia-smi
 #    sees its memory on GPU 1 only; hash intact.
+# g. Verified images: a 1 GiB target snapshotted; one byte of its largest image flipped (same
+#    size): inspect --verify and restore-snapshot refuse naming the file, nothing made (the pid
+#    free); the byte put back: inspect --verify passes (its rate printed), the restore brings the
+#    target back, hash intact.
+# h. SIGTERM in the middle of a snapshot of a 4 GiB target, 1 s and 4.5 s in: ours exits 143, the
+#    target runs with its memory intact, and the same --dir takes a snapshot again.
+# i. SIGKILL in the middle of a snapshot of a 4 GiB target: the target is left suspended;
+#    `recover DIR` resumes it, hash intact, and the directory is emptied.
+# SNAPSHOT_CASES picks cases by letter (default abcdefghi).
 #
 # The targets are tests/gpu/target.cu in fifo mode (as in criu_cli.sh): setsid, stdin /dev/null,
 # stdout to a file, commands through a named fifo. Every check is one line PASS/FAIL/SKIP; the
@@ -52,6 +61,7 @@ dry=${SNAPSHOT_DRY_RUN:-}
 out=${OUT:-tests/gpu/out}
 bin=/tmp/ckpt-snap${dry:+-dry}
 budget=${SNAPSHOT_BUDGET:-290}
+cases=${SNAPSHOT_CASES:-abcdefghi}
 read -r -a sizes_a <<<"${SIZES_A:-1024 4096}"
 mkdir -p "$out" "$bin"
 rm -rf "${bin:?}"/t-* "${bin:?}"/snap-* "$bin/logs"
@@ -256,8 +266,13 @@ keep_logs() {
 # snap_ok NAME: the --json of a snapshot or restore says ok.
 snap_ok() { [[ $(jv "$bin/$1.out" 'j["ok"]') == true ]]; }
 
-# skip_unless SECONDS CASE: SKIP the case where less is left of the budget.
+# skip_unless SECONDS CASE: SKIP the case where less is left of the budget, or where SNAPSHOT_CASES
+# (default: every letter) does not name it.
 skip_unless() {
+  if [[ ${cases} != *"${2:0:1}"* ]]; then
+    verdict SKIP "$2: not asked for (SNAPSHOT_CASES=$cases)"
+    return 1
+  fi
   (($(left) >= $1)) && return 0
   verdict SKIP "$2: $(left) s left of the $budget s budget, it needs about $1 s"
   return 1
@@ -499,6 +514,102 @@ elif skip_unless 50 f && start_target f 1024; then
   fi
   intact "f: on the other GPU" "$d" "$p" "$h"
   ((rc != 0)) && keep_logs "$snap" f
+  rm -rf "$snap"
+  stop_target "$d" "$p"
+fi
+
+# ---- g. verified images ----
+echo
+echo "== g. one byte of an image changed: refused before anything changes; put back: restored"
+if skip_unless 60 g && start_target g 1024; then
+  d=$T_DIR p=$T_PID h=$T_HASH
+  snap=$bin/snap-g
+  ck g-snapshot 240 snapshot --pid "$p" --dir "$snap" --json
+  snap_ok g-snapshot && [[ $rc == 0 ]]
+  check "g: snapshot: ok" $? "exit $rc"
+  wait_gone "$p"
+  img=$(ls -S "$snap/tree-$p"/pages-*.img 2>/dev/null | head -1)
+  size=$(stat -c %s "$img" 2>/dev/null || echo 0)
+  at=$((size / 2 + 12345))
+  old=$(od -An -tx1 -j "$at" -N1 "$img" | tr -d ' ')
+  printf "\\x$(printf '%02x' $((0x$old ^ 1)))" | dd of="$img" bs=1 seek="$at" conv=notrunc status=none
+  echo "   flipped byte $at of $img ($(gb "$size")): 0x$old -> $(od -An -tx1 -j "$at" -N1 "$img" | tr -d ' ')"
+  ck g-verify-bad 120 inspect --verify --dir "$snap"
+  [[ $rc != 0 ]] && grep -q "$(basename "$img") is not the file the snapshot wrote" "$bin/g-verify-bad.err"
+  check "g: inspect --verify refuses the changed image by name (exit $rc)" $?
+  ck g-restore-bad 240 restore-snapshot --dir "$snap" --json
+  [[ $rc != 0 && $(jv "$bin/g-restore-bad.out" 'j["error"]["code"]') == SNAPSHOT ]] && grep -q "$(basename "$img") is not the file" "$bin/g-restore-bad.out"
+  check "g: restore-snapshot refuses it (exit $rc, code $(jv "$bin/g-restore-bad.out" 'j["error"]["code"]'))" $?
+  ! taken "$p"
+  check "g: nothing was made: pid $p is free" $?
+  printf "\\x$old" | dd of="$img" bs=1 seek="$at" conv=notrunc status=none
+  ck g-verify 120 inspect --verify --dir "$snap" --json
+  total=$(du -sb "$snap" | cut -f1)
+  [[ $rc == 0 ]]
+  check "g: the byte put back, inspect --verify passes: $(gb "$total") in $ms ms ($(awk -v b="$total" -v m="$ms" 'BEGIN { printf "%.2f", b / m / 1e6 }') GB/s, spawn to exit)" $? "exit $rc"
+  ck g-restore 240 restore-snapshot --dir "$snap" --json
+  snap_ok g-restore && [[ $rc == 0 ]]
+  check "g: restore-snapshot: ok" $? "exit $rc"
+  intact "g: restored" "$d" "$p" "$h"
+  ((rc != 0)) && keep_logs "$snap" g
+  rm -rf "$snap"
+  stop_target "$d" "$p"
+fi
+
+# ---- h. SIGTERM in the middle of a snapshot ----
+echo
+echo "== h. SIGTERM during a snapshot of a 4 GiB target: everything put back, the --dir usable again"
+for delay in 1 4.5; do
+  skip_unless 60 "h-$delay" && start_target "h-$delay" 4096 || continue
+  d=$T_DIR p=$T_PID h=$T_HASH
+  snap=$bin/snap-h
+  rm -rf "$snap"
+  "${CK[@]}" snapshot --pid "$p" --dir "$snap" >"$bin/h.out" 2>"$bin/h.err" &
+  sp=$!
+  sleep "$delay"
+  kill -TERM "$sp"
+  for ((i = 0; i < 1200; i++)); do kill -0 "$sp" 2>/dev/null || break; sleep 0.1; done
+  kill -0 "$sp" 2>/dev/null && { kill -9 "$sp"; echo "   (ours did not exit in 120 s: killed)"; }
+  wait "$sp"
+  rc=$?
+  sed 's/^/     err| /' "$bin/h.err" | head -8
+  [[ $rc == 143 ]]
+  check "h-$delay: SIGTERM $delay s into the snapshot: ours exits 143 ($rc)" $?
+  intact "h-$delay: put back" "$d" "$p" "$h"
+  [[ ! -e $snap/in-progress.json ]]
+  check "h-$delay: no trace left ($(ls -A "$snap" 2>/dev/null | paste -sd' ' || echo 'no directory'))" $?
+  ck "h-$delay-again" 240 snapshot --pid "$p" --dir "$snap" --leave-running --json
+  snap_ok "h-$delay-again" && [[ $rc == 0 ]]
+  check "h-$delay: the same --dir takes a snapshot again (--leave-running)" $? "exit $rc"
+  intact "h-$delay: after the second snapshot" "$d" "$p" "$h"
+  rm -rf "$snap"
+  stop_target "$d" "$p"
+done
+
+# ---- i. SIGKILL in the middle of a snapshot, then recover ----
+echo
+echo "== i. SIGKILL during a snapshot of a 4 GiB target: recover resumes it"
+if skip_unless 60 i && start_target i 4096; then
+  d=$T_DIR p=$T_PID h=$T_HASH
+  snap=$bin/snap-i
+  "${CK[@]}" snapshot --pid "$p" --dir "$snap" >"$bin/i.out" 2>"$bin/i.err" &
+  sp=$!
+  # Killed once the process is checkpointed (its memory on the host), before criu is done.
+  for ((i = 0; i < 300; i++)); do [[ $(state "$p") == checkpointed ]] && break; sleep 0.05; done
+  kill -9 "$sp"
+  wait "$sp" 2>/dev/null
+  s=$(state "$p")
+  echo "   killed: the target is $s; the directory holds $(ls -A "$snap" | paste -sd' ')"
+  [[ $s == checkpointed || $s == locked ]] && [[ -f $snap/in-progress.json ]]
+  check "i: SIGKILL left it $s, with $snap/in-progress.json" $?
+  # criu may have been killed with ours, or may still be dumping: wait until no criu of ours runs.
+  for ((i = 0; i < 600; i++)); do pgrep -x criu >/dev/null || break; sleep 0.1; done
+  ck i-recover 120 recover --dir "$snap"
+  [[ $rc == 0 ]]
+  check "i: recover --dir: exit 0" $? "exit $rc"
+  intact "i: recovered" "$d" "$p" "$h"
+  [[ -z $(ls -A "$snap" 2>/dev/null) ]]
+  check "i: the partial snapshot is gone ($(ls -A "$snap" 2>/dev/null | paste -sd' '))" $?
   rm -rf "$snap"
   stop_target "$d" "$p"
 fi
