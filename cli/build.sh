@@ -6,7 +6,8 @@
 # bun (`deno task build:cli`): `bun build --compile`, which embeds the Bun runtime this project
 # pins (node_modules/.bin/bun) and needs no network. The Bun driver's worker script
 # (ffi/bun_worker.ts) is a second entry point: the native driver starts it as a worker when several
-# processes are worked on at once, and finds it at ffi/bun_worker.js under the build's root.
+# processes are worked on at once, and finds it at ffi/bun_worker.js under the build's root. So is
+# the snapshot digests' worker (os/digest_worker.ts, found at os/digest_worker.js).
 #
 # deno (`deno task compile`): `deno compile`, which downloads Deno's runtime (denort) from
 # dl.deno.land, so it needs that network access.
@@ -24,7 +25,7 @@ case $runtime in
   # --bytecode (which needs --format=esm): the modules are compiled to bytecode at build time, which
   # takes a third off the start-up (bench/reports/cli-startup-*).
   bun) bun build --compile --bytecode --format=esm --splitting --minify --sourcemap=none \
-    cli/main.ts ffi/bun_worker.ts --outfile "$tmp" ;;
+    cli/main.ts ffi/bun_worker.ts os/digest_worker.ts --outfile "$tmp" ;;
   deno) deno compile -A --output "$tmp" cli/main.ts ;;
   *)
     echo "usage: bash cli/build.sh [bun|deno] [OUTPUT]" >&2

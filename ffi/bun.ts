@@ -19,6 +19,7 @@ import {
   type NativeCall,
 } from "./adapter.ts";
 import { WorkerPool } from "./bun_pool.ts";
+import { scriptBeside } from "./worker_url.ts";
 import { type BunFfi, type BunLibrary, importBunFfi } from "./bun_types.ts";
 import { bunDefinition } from "./symbols.ts";
 
@@ -37,11 +38,7 @@ export interface BunAdapterOptions {
  * `ffi/bun_worker.ts`, kept as `ffi/bun_worker.js` under the build's root (`cli/build.sh`).
  */
 export function defaultWorkerUrl(moduleUrl: string = import.meta.url): URL {
-  if (new URL(moduleUrl).pathname.startsWith("/$bunfs/")) {
-    return new URL("./ffi/bun_worker.js", moduleUrl);
-  }
-  const ext = /\.[cm]?js$/.exec(new URL(moduleUrl).pathname)?.[0] ?? ".ts";
-  return new URL(`./bun_worker${ext}`, moduleUrl);
+  return scriptBeside(moduleUrl, "ffi", "bun_worker");
 }
 
 /** The C library this process has mapped, by absolute path: glibc's, or musl's. */

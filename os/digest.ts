@@ -1,8 +1,8 @@
 /**
  * Digests of a snapshot's files, computed in parallel. A file's digest is its chunked SHA-256: the
  * SHA-256 of the SHA-256s of its 8 MiB pieces in order (an empty file: the SHA-256 of nothing).
- * Its pieces are hashed at once on every core (`crypto.subtle` hashes off the main thread in Deno
- * and Bun), which a plain SHA-256, one stream on one core, cannot be. With coreutils:
+ * Its pieces are hashed at once on every core, in worker threads (`digest_worker.ts`), which a plain
+ * SHA-256, one stream on one core, cannot be. With coreutils:
  * `split -b 8M --filter='sha256sum | head -c 64 | xxd -r -p' FILE | sha256sum`.
  *
  * @module
@@ -11,9 +11,15 @@
 import { createHash } from "node:crypto";
 import type { FileHandle } from "node:fs/promises";
 import { availableParallelism } from "node:os";
+import process from "node:process";
+import { scriptBeside } from "../ffi/worker_url.ts";
+import type { PieceReply, PieceRequest, PiecesDone } from "./digest_worker.ts";
 
 /** Bytes of one piece of a file's chunked SHA-256. */
 export const PIECE_BYTES = 8 * 2 ** 20;
+
+/** Below this many bytes in all, pieces are hashed on the calling thread: no worker is started. */
+const WORKERS_FROM_BYTES = 64 * 2 ** 20;
 
 /** What a digest is of: a file already open, its size, and its name for messages. */
 export interface DigestSource {
@@ -22,19 +28,20 @@ export interface DigestSource {
   readonly name: string;
 }
 
-/** How many pieces are read and hashed at once: two per core, at least four. */
-export function piecesAtOnce(): number {
-  return Math.max(4, 2 * availableParallelism());
+/** How digests are computed: `threads` worker threads (default: one per core; 0: none). */
+export interface DigestOptions {
+  readonly signal?: AbortSignal;
+  readonly threads?: number;
 }
 
 /**
- * The chunked SHA-256 of each source (hex), in their order: every piece of every file read and
- * hashed with {@link piecesAtOnce} pieces at once. Stops at the first error, or once `signal` is
- * aborted, rejecting with it.
+ * The chunked SHA-256 of each source (hex), in their order. Every piece is read from the open file
+ * and hashed, in `threads` worker threads at once (one per core by default) where there is enough
+ * to hash. Rejects at the first piece that cannot be read, or once `signal` is aborted.
  */
 export async function digestAll(
   sources: readonly DigestSource[],
-  signal?: AbortSignal,
+  options: DigestOptions = {},
 ): Promise<string[]> {
   const pieces: { file: number; index: number }[] = [];
   const digests = sources.map((s, file) => {
@@ -42,39 +49,117 @@ export async function digestAll(
     for (let index = 0; index < count; index++) pieces.push({ file, index });
     return new Array<Uint8Array>(count);
   });
-  let next = 0;
-  let failure: unknown;
-  const worker = async () => {
-    while (next < pieces.length && failure === undefined) {
-      if (signal?.aborted) throw signal.reason;
-      const { file, index } = pieces[next++];
-      const s = sources[file];
-      const offset = index * PIECE_BYTES;
-      const length = Math.min(PIECE_BYTES, s.bytes - offset);
-      const buffer = new Uint8Array(length);
-      let got = 0;
-      while (got < length) {
-        const { bytesRead } = await s.handle.read(buffer, got, length - got, offset + got);
-        if (bytesRead === 0) {
-          throw new Error(`${s.name} ended at ${offset + got} bytes, not ${s.bytes}`);
-        }
-        got += bytesRead;
-      }
-      digests[file][index] = new Uint8Array(await crypto.subtle.digest("SHA-256", buffer));
+  const total = sources.reduce((sum, s) => sum + s.bytes, 0);
+  // Workers where there is enough to hash, or where they are asked for.
+  const asked = options.threads !== undefined;
+  const threads = Math.min(options.threads ?? availableParallelism(), pieces.length);
+  if (threads > 0 && (asked || total >= WORKERS_FROM_BYTES)) {
+    await inWorkers(sources, pieces, digests, threads, options.signal);
+  } else {
+    for (const { file, index } of pieces) {
+      if (options.signal?.aborted) throw options.signal.reason;
+      digests[file][index] = await hashHere(sources[file], index);
     }
-  };
-  const workers = Array.from(
-    { length: Math.min(piecesAtOnce(), pieces.length) },
-    () =>
-      worker().catch((err) => {
-        failure ??= err;
-      }),
-  );
-  await Promise.all(workers);
-  if (failure !== undefined) throw failure;
+  }
   return digests.map((list) => {
     const outer = createHash("sha256");
     for (const d of list) outer.update(d);
     return outer.digest("hex");
+  });
+}
+
+/** The SHA-256 of piece `index` of `s`, read and hashed on this thread. */
+async function hashHere(s: DigestSource, index: number): Promise<Uint8Array> {
+  const offset = index * PIECE_BYTES;
+  const length = Math.min(PIECE_BYTES, s.bytes - offset);
+  const buffer = new Uint8Array(length);
+  let got = 0;
+  while (got < length) {
+    const { bytesRead } = await s.handle.read(buffer, got, length - got, offset + got);
+    if (bytesRead === 0) {
+      throw new Error(`${s.name} ended at ${offset + got} bytes, not ${s.bytes}`);
+    }
+    got += bytesRead;
+  }
+  return new Uint8Array(createHash("sha256").update(buffer).digest());
+}
+
+/** Hashes `pieces` in `threads` workers, each sent the next piece once it answers. */
+function inWorkers(
+  sources: readonly DigestSource[],
+  pieces: readonly { file: number; index: number }[],
+  digests: Uint8Array[][],
+  threads: number,
+  signal: AbortSignal | undefined,
+): Promise<void> {
+  const url = scriptBeside(import.meta.url, "os", "digest_worker");
+  const workers: Worker[] = [];
+  let next = 0;
+  let answered = 0;
+  let settled = false;
+  return new Promise<void>((resolve, reject) => {
+    const end = (err?: unknown) => {
+      if (settled) return;
+      settled = true;
+      signal?.removeEventListener("abort", onAbort);
+      // Each closes the files it opened, then ends (terminated if it does not answer).
+      void Promise.all(workers.map((w) => closeWorker(w))).then(() =>
+        err === undefined ? resolve() : reject(err)
+      );
+    };
+    const onAbort = () => end(signal!.reason);
+    if (signal?.aborted) return end(signal.reason);
+    signal?.addEventListener("abort", onAbort, { once: true });
+    const send = (w: Worker) => {
+      if (next >= pieces.length || settled) return;
+      const id = next++;
+      const { file, index } = pieces[id];
+      const s = sources[file];
+      const offset = index * PIECE_BYTES;
+      w.postMessage(
+        {
+          id,
+          path: `/proc/${process.pid}/fd/${s.handle.fd}`,
+          offset,
+          length: Math.min(PIECE_BYTES, s.bytes - offset),
+        } satisfies PieceRequest,
+      );
+    };
+    for (let i = 0; i < threads; i++) {
+      const w = new Worker(url, { type: "module" });
+      workers.push(w);
+      w.addEventListener("message", (event: MessageEvent<PieceReply>) => {
+        const reply = event.data;
+        if ("closed" in reply || settled) return;
+        const { file, index } = pieces[reply.id];
+        if ("error" in reply) {
+          return end(new Error(`${sources[file].name} cannot be read: ${reply.error}`));
+        }
+        digests[file][index] = reply.digest;
+        if (++answered === pieces.length) return end();
+        send(w);
+      });
+      w.addEventListener("error", (event: ErrorEvent) => {
+        event.preventDefault();
+        end(new Error(`a digest worker failed: ${event.message}`));
+      });
+      send(w);
+    }
+  });
+}
+
+/** Asks a worker to close its files and ends it; terminated after a second at most. */
+function closeWorker(w: Worker): Promise<void> {
+  return new Promise<void>((resolve) => {
+    const done = () => {
+      clearTimeout(timer);
+      w.terminate();
+      resolve();
+    };
+    const timer = setTimeout(done, 1000);
+    w.addEventListener("message", (e: MessageEvent<PieceReply>) => {
+      if ("closed" in e.data) done();
+    });
+    w.postMessage({ done: true } satisfies PiecesDone);
   });
 }

@@ -349,7 +349,9 @@ class FileSnapshotDir implements SnapshotDir {
       // On disk before the snapshot says it is done; hashed meanwhile, from the page cache.
       const [digests] = await Promise.all([
         this.#digests
-          ? digestAll(opened.map((o) => ({ ...o, name: `${this.path}/${sub}/${o.name}` })), signal)
+          ? digestAll(opened.map((o) => ({ ...o, name: `${this.path}/${sub}/${o.name}` })), {
+            signal,
+          })
           : opened.map(() => "0".repeat(64)),
         Promise.all(opened.map((o) => o.handle.datasync())).then(() => dir.sync()),
       ]);
@@ -415,7 +417,7 @@ class FileSnapshotDir implements SnapshotDir {
           bytes: file.bytes,
           name: `${this.path}/${file.path}`,
         })),
-        o.signal,
+        { signal: o.signal },
       );
       opened.forEach(({ file }, i) => {
         if (digests[i] !== file.chunkedSha256) {

@@ -25,7 +25,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
 import { FileSnapshotStore } from "../os/snapshot_store.ts";
-import { PIECE_BYTES } from "../os/digest.ts";
+import { open } from "node:fs/promises";
+import { digestAll, PIECE_BYTES } from "../os/digest.ts";
 import type { SnapshotFile } from "../core/engine.ts";
 
 const ROOT = process.getuid?.() === 0;
@@ -281,6 +282,38 @@ describe("files inside", () => {
         "not a plain SHA-256 (a check of this test: the pieces matter)",
       );
       await snap.close();
+    } finally {
+      s.done();
+    }
+  });
+});
+
+describe("digests in worker threads", () => {
+  test("the same as on the calling thread and as defined, for several files at once; an abort stops them", async () => {
+    const s = scratch();
+    try {
+      const sizes = [0, 5, PIECE_BYTES, PIECE_BYTES * 3 + 7];
+      const contents = sizes.map((n, k) => new Uint8Array(n).map((_, i) => (i * 31 + k) & 255));
+      const handles = await Promise.all(contents.map(async (bytes, k) => {
+        const file = join(s.dir, `f${k}`);
+        writeFileSync(file, bytes);
+        return { handle: await open(file, "r"), bytes: bytes.length, name: file };
+      }));
+      try {
+        const expected = contents.map(byDefinition);
+        assert.deepEqual(await digestAll(handles, { threads: 3 }), expected, "in 3 workers");
+        assert.deepEqual(await digestAll(handles, { threads: 0 }), expected, "on this thread");
+        const stop = new AbortController();
+        stop.abort(new Error("stopped by the test"));
+        await assert.rejects(
+          digestAll(handles, { threads: 2, signal: stop.signal }),
+          /stopped by the test/,
+        );
+        const short = { ...handles[3], bytes: handles[3].bytes + PIECE_BYTES };
+        await assert.rejects(digestAll([short], { threads: 2 }), /f3 cannot be read: it ended at/);
+      } finally {
+        await Promise.all(handles.map((h) => h.handle.close()));
+      }
     } finally {
       s.done();
     }
