@@ -5,15 +5,23 @@
  * `--libdir`, no `CRIU_CONFIG_FILE` or `CRIU_LIBS_DIR`), which would restore and unlock them
  * behind its back. A dump leaves the processes running (the snapshot ends them once every tree is
  * on disk); `--shell-job` takes a tree whose root leads no session, `--file-locks` one holding a
- * file lock (Deno holds its caches'). A run is never interrupted (criu killed midway can leave its
- * parasite code in a process). Each error names the run's log.
+ * file lock (Deno holds its caches'). Each error names the run's log.
+ *
+ * criu runs as root, so it is chosen with care (os/trusted.ts): the program, and every directory
+ * above its real path, must belong to root (or this user) and be writable by nobody else; it runs
+ * by its real path with a minimal environment (a fixed `PATH`, no `LD_PRELOAD`, and
+ * `LD_LIBRARY_PATH` only where a library directory is named explicitly, checked the same way);
+ * its work directories are private (0700, under `/run/ckpt-cuda-work` as root).
+ *
+ * A run is bounded by the request's deadline and abort signal (os/bounded_run.ts): a criu that
+ * overstays gets SIGTERM, then SIGKILL, its child processes are killed, and a dump's processes are
+ * sent SIGCONT (criu may have left them stopped); the error says so. A criu killed midway may
+ * leave its parasite code in a process it was dumping: the deadline is for a criu that hangs.
  *
  * @module
  */
 
-import { spawn } from "node:child_process";
 import { lstat, mkdir, mkdtemp, readdir, readFile, rm, stat } from "node:fs/promises";
-import os from "node:os";
 import path from "node:path";
 import process from "node:process";
 import {
@@ -25,12 +33,20 @@ import {
   type SnapshotEngine,
 } from "../core/engine.ts";
 import { messageOf } from "../core/errors.ts";
+import { type Ending, GRACE_MS, type RunBound, runBounded, treeOf } from "./bounded_run.ts";
 import { errorCode, myUid } from "./private.ts";
+import { privateWorkBase, trustedLibraryDir, trustedProgram } from "./trusted.ts";
 
 /** The environment variable that names the criu program, where it is not on `PATH`. */
 const CRIU_ENV_VAR = "CKPT_CRIU_PATH";
+/** The environment variable that names criu's library directory (its `LD_LIBRARY_PATH`). */
+const LIBRARY_ENV_VAR = "CKPT_CRIU_LIBRARY_DIR";
 /** The oldest criu this package runs. */
 const CRIU_MIN_VERSION = "4.0";
+/** The `PATH` criu runs with, whatever the caller's. */
+const CRIU_PATH = "/usr/sbin:/usr/bin:/sbin:/bin";
+/** How long `criu --version` and `criu check` may take, in ms. */
+const PROBE_TIMEOUT_MS = 60_000;
 
 /** Where criu is looked for after `PATH`'s absolute directories. */
 const SYSTEM_DIRS = ["/usr/local/sbin", "/usr/sbin", "/sbin", "/usr/local/bin", "/usr/bin"];
@@ -40,11 +56,23 @@ export interface CriuEngineOptions {
   /**
    * The criu program: an absolute path. Left out: `$CKPT_CRIU_PATH`, else `criu` in `PATH`'s
    * absolute directories, else in the system's sbin and bin directories; never a relative path.
+   * Whichever it is, it and every directory above its real path must belong to root (or this
+   * user) and be writable by nobody else, or it is refused.
    */
   criuPath?: string;
+  /**
+   * A directory of libraries criu needs (a criu unpacked outside the system, Debian's in
+   * `/tmp/criu`): its `LD_LIBRARY_PATH`, which it otherwise runs without. An absolute path,
+   * checked as `criuPath` is, and every file in it. Left out: `$CKPT_CRIU_LIBRARY_DIR`, else none.
+   */
+  libraryDir?: string;
   /** More arguments for every dump and restore (`--tcp-established`, `--ext-unix-sk`, ...). */
   extraArgs?: readonly string[];
-  /** The environment to find criu in and run it with; the process's by default. */
+  /**
+   * The environment criu is found in (`PATH`, `CKPT_CRIU_PATH`, `CKPT_CRIU_LIBRARY_DIR`); the
+   * process's by default. criu itself runs with a minimal one: `PATH` set to
+   * `/usr/sbin:/usr/bin:/sbin:/bin`, and `LD_LIBRARY_PATH` only as `libraryDir` says.
+   */
   env?: Readonly<Record<string, string | undefined>>;
 }
 
@@ -53,17 +81,30 @@ export function openCriuEngine(options: CriuEngineOptions = {}): SnapshotEngine 
   return new CriuEngine(options);
 }
 
+/** criu as found and checked: its real path and the environment it runs with. */
+interface Criu {
+  readonly path: string;
+  readonly env: Record<string, string>;
+}
+
 class CriuEngine implements SnapshotEngine {
   readonly kind: string = "criu";
   readonly #given: string | undefined;
+  readonly #libraryDir: string | undefined;
   readonly #extra: readonly string[];
   readonly #env: Readonly<Record<string, string | undefined>>;
   #probe: Promise<EngineProbe> | undefined;
 
   constructor(options: CriuEngineOptions) {
     const given = options.criuPath;
-    if (given !== undefined && !path.isAbsolute(given)) {
+    if (given !== undefined && (typeof given !== "string" || !path.isAbsolute(given))) {
       throw new TypeError(`criuPath must be an absolute path, got ${JSON.stringify(given)}`);
+    }
+    const lib = options.libraryDir;
+    if (lib !== undefined && (typeof lib !== "string" || !path.isAbsolute(lib))) {
+      throw new TypeError(
+        `libraryDir must be an absolute path of a directory, got ${JSON.stringify(lib)}`,
+      );
     }
     for (const arg of options.extraArgs ?? []) {
       if (typeof arg !== "string" || !arg.startsWith("--") || arg.includes("\0")) {
@@ -73,22 +114,29 @@ class CriuEngine implements SnapshotEngine {
       }
     }
     this.#given = given;
+    this.#libraryDir = lib;
     this.#extra = [...(options.extraArgs ?? [])];
     this.#env = options.env ?? process.env;
   }
 
   probe(): Promise<EngineProbe> {
     this.#probe ??= this.#find().then(async (found) => {
-      if (!found.path) return { problems: [found.problem!] };
+      if ("problem" in found) return { problems: [found.problem] };
+      const criu = found.criu;
       const problems: string[] = [];
-      const version = await run(found.path, ["--version"], this.#cleanEnv())
+      const bound = { timeoutMs: PROBE_TIMEOUT_MS };
+      const version = await runBounded(criu.path, ["--version"], criu.env, bound)
         .then((r) => r.stdout.match(/^Version:\s*([0-9][0-9.]*)/m)?.[1])
         .catch(() => undefined);
       if (!version) {
-        problems.push(`${found.path} does not run as criu (criu --version gave no version).`);
+        const hint = this.#env.LD_LIBRARY_PATH && !criu.env.LD_LIBRARY_PATH
+          ? ` (it runs without LD_LIBRARY_PATH: name its library directory with ` +
+            `${LIBRARY_ENV_VAR} or the libraryDir option)`
+          : "";
+        problems.push(`${criu.path} does not run as criu (criu --version gave no version)${hint}.`);
       } else if (older(version, CRIU_MIN_VERSION)) {
         problems.push(
-          `criu ${version} at ${found.path} is too old: this package needs criu ` +
+          `criu ${version} at ${criu.path} is too old: this package needs criu ` +
             `${CRIU_MIN_VERSION} or later (tested with 4.1.1).`,
         );
       }
@@ -98,7 +146,7 @@ class CriuEngine implements SnapshotEngine {
             "processes, and so do the driver's checkpoint calls; run as root.",
         );
       } else if (version) {
-        const check = await run(found.path, ["check", "--no-default-config"], this.#cleanEnv())
+        const check = await runBounded(criu.path, ["check", "--no-default-config"], criu.env, bound)
           .catch((err) => ({ code: -1, stdout: "", stderr: messageOf(err) }));
         if (check.code !== 0 || !/Looks good/.test(check.stdout)) {
           const said = `${check.stdout}\n${check.stderr}`.split("\n").map((l) => l.trim())
@@ -114,15 +162,18 @@ class CriuEngine implements SnapshotEngine {
   }
 
   async dump(request: DumpRequest): Promise<readonly DumpedProcess[]> {
-    const criu = await this.#path();
+    const criu = await this.#criu();
     const log = path.join(request.imagesDir, "dump.log");
-    const noPlugins = await mkdtemp(path.join(os.tmpdir(), "ckpt-criu-noplugins-"));
+    if (request.signal?.aborted) {
+      throw new EngineError(`the dump of the tree of ${request.root} was stopped before criu ran`);
+    }
+    const noPlugins = await this.#workDir("noplugins-");
     const watch = watchBytes(request.imagesDir, request.onBytes);
     try {
       await this.#run(criu, "dump", request.root, log, [
         ...["--libdir", noPlugins, "--tree", String(request.root)],
         ...["--images-dir", request.imagesDir, "--leave-running"],
-      ]);
+      ], { ...boundOf(request), worksOn: () => treeOf(request.root) });
       if (request.signal?.aborted) {
         throw new EngineError(`the dump of the tree of ${request.root} was stopped`, { log });
       }
@@ -139,8 +190,13 @@ class CriuEngine implements SnapshotEngine {
   }
 
   async restore(request: RestoreRequest): Promise<void> {
-    const criu = await this.#path();
-    const work = await mkdtemp(path.join(os.tmpdir(), "ckpt-criu-restore-"));
+    const criu = await this.#criu();
+    if (request.signal?.aborted) {
+      throw new EngineError(
+        `the restore of the tree of ${request.root} was stopped before criu ran`,
+      );
+    }
+    const work = await this.#workDir("restore-");
     const noPlugins = path.join(work, "no-plugins");
     const log = path.join(work, "restore.log");
     const pidfile = path.join(work, "root.pid");
@@ -150,7 +206,7 @@ class CriuEngine implements SnapshotEngine {
       await this.#run(criu, "restore", request.root, log, [
         ...["--libdir", noPlugins, "--images-dir", request.imagesDir, "--work-dir", work],
         ...["--pidfile", pidfile, "--restore-detached"],
-      ]);
+      ], boundOf(request));
       const root = Number((await readFile(pidfile, "utf8").catch(() => "")).trim());
       if (root !== request.root) {
         throw new EngineError(
@@ -174,58 +230,128 @@ class CriuEngine implements SnapshotEngine {
     return Promise.resolve(signalEach(pids, "SIGKILL"));
   }
 
-  async #path(): Promise<string> {
+  /** criu, found and checked now (a check is a few `lstat`s: made before every run). */
+  async #criu(): Promise<Criu> {
     const found = await this.#find();
-    if (!found.path) throw new EngineError(found.problem!);
-    return found.path;
+    if ("problem" in found) throw new EngineError(found.problem);
+    return found.criu;
+  }
+
+  /** A new private work directory (mode 0700) under the private base; an EngineError if none. */
+  async #workDir(prefix: string): Promise<string> {
+    try {
+      return await mkdtemp(path.join(await privateWorkBase(), prefix));
+    } catch (err) {
+      throw new EngineError(messageOf(err), { cause: err });
+    }
   }
 
   /** Runs `criu op` on the tree of `root` with the options every run has; throws on a failure. */
-  async #run(criu: string, op: string, root: number, log: string, args: string[]): Promise<void> {
-    const result = await run(criu, [
-      ...[op, "--no-default-config", "--log-file", log, "-v4", "--shell-job", "--file-locks"],
-      ...args,
-      ...this.#extra,
-    ], this.#cleanEnv());
+  async #run(
+    criu: Criu,
+    op: string,
+    root: number,
+    log: string,
+    args: string[],
+    bound: RunBound,
+  ): Promise<void> {
+    const result = await runBounded(
+      criu.path,
+      [
+        ...[op, "--no-default-config", "--log-file", log, "-v4", "--shell-job", "--file-locks"],
+        ...args,
+        ...this.#extra,
+      ],
+      criu.env,
+      bound,
+    );
+    if (result.ended) {
+      throw new EngineError(`${endedSentence(op, root, result.ended, bound)} (log: ${log})`, {
+        log,
+      });
+    }
     if (result.code !== 0) {
       const why = `criu ${op} of the tree of ${root} failed (exit ${result.code})`;
       throw new EngineError(`${why}: ${await logErrors(log, result.stderr)}`, { log });
     }
   }
 
-  /** criu's path: the one given, else `$CKPT_CRIU_PATH`, else `PATH`'s absolute dirs, else sbin. */
-  async #find(): Promise<{ path?: string; problem?: string }> {
+  /**
+   * criu's real path, checked, and the environment it runs with: the path given, else
+   * `$CKPT_CRIU_PATH`, else `PATH`'s absolute directories, else sbin; or why there is none.
+   */
+  async #find(): Promise<{ criu: Criu } | { problem: string }> {
     const named = this.#given ?? this.#env[CRIU_ENV_VAR];
+    let candidate: string | undefined;
     if (named) {
       if (!path.isAbsolute(named)) {
         return {
           problem: `${CRIU_ENV_VAR} must be an absolute path, got ${JSON.stringify(named)}.`,
         };
       }
-      return await isProgram(named)
-        ? { path: named }
-        : { problem: `criu was not found at ${named}.` };
+      if (!(await isProgram(named))) return { problem: `criu was not found at ${named}.` };
+      candidate = named;
+    } else {
+      const dirs = (this.#env.PATH ?? "").split(":").filter((d) => path.isAbsolute(d));
+      for (const dir of [...dirs, ...SYSTEM_DIRS]) {
+        if (await isProgram(path.join(dir, "criu"))) {
+          candidate = path.join(dir, "criu");
+          break;
+        }
+      }
     }
-    const dirs = (this.#env.PATH ?? "").split(":").filter((d) => path.isAbsolute(d));
-    for (const dir of [...dirs, ...SYSTEM_DIRS]) {
-      const candidate = path.join(dir, "criu");
-      if (await isProgram(candidate)) return { path: candidate };
+    if (!candidate) {
+      const where = `PATH's directories nor in ${SYSTEM_DIRS.join(", ")}`;
+      const what = `install criu ${CRIU_MIN_VERSION} or later (apt install criu)`;
+      return {
+        problem:
+          `criu is not installed (not in ${where}): ${what}, or name it with ${CRIU_ENV_VAR}.`,
+      };
     }
-    const where = `PATH's directories nor in ${SYSTEM_DIRS.join(", ")}`;
-    const what = `install criu ${CRIU_MIN_VERSION} or later (apt install criu)`;
-    return {
-      problem: `criu is not installed (not in ${where}): ${what}, or name it with ${CRIU_ENV_VAR}.`,
-    };
+    try {
+      const real = await trustedProgram(candidate, "criu");
+      const lib = this.#libraryDir ?? (this.#env[LIBRARY_ENV_VAR] || undefined);
+      const env: Record<string, string> = { PATH: CRIU_PATH };
+      if (lib !== undefined) {
+        env.LD_LIBRARY_PATH = await trustedLibraryDir(lib, "criu's library directory");
+      }
+      return { criu: { path: real, env } };
+    } catch (err) {
+      return { problem: messageOf(err) };
+    }
   }
+}
 
-  /** The environment criu runs with: no configuration or plugin directory from outside. */
-  #cleanEnv(): Record<string, string> {
-    const env: Record<string, string> = {};
-    for (const [k, v] of Object.entries(this.#env)) {
-      if (v !== undefined && k !== "CRIU_CONFIG_FILE" && k !== "CRIU_LIBS_DIR") env[k] = v;
-    }
-    return env;
+/** A request's deadline and signal, as a run's bound. */
+function boundOf(request: DumpRequest | RestoreRequest): RunBound {
+  return {
+    ...(request.signal ? { signal: request.signal } : {}),
+    ...(request.timeoutMs !== undefined ? { timeoutMs: request.timeoutMs } : {}),
+  };
+}
+
+/** What an overstaying criu run was ended for, and what it left, in one sentence. */
+function endedSentence(op: string, root: number, e: Ending, bound: RunBound): string {
+  const why = e.why === "deadline"
+    ? `its deadline of ${bound.timeoutMs} ms passed`
+    : "it was aborted";
+  const how = e.killed
+    ? `criu outlived SIGTERM and was killed with SIGKILL ${bound.graceMs ?? GRACE_MS} ms later`
+    : "criu ended on SIGTERM";
+  const list = (pids: readonly number[]) => pids.join(", ");
+  let left = "";
+  if (e.children.length > 0) {
+    const whose = op === "restore" ? "the processes it had made" : "its child processes";
+    left = `; ${whose} (${list(e.children)}) were killed`;
+    if (e.childrenLeft.length > 0) left += `, though ${list(e.childrenLeft)} still ran after 2 s`;
   }
+  if (op === "dump") {
+    left += e.continued.length > 0
+      ? `; the tree's processes (${list(e.continued)}) were sent SIGCONT, in case criu had ` +
+        `left them stopped`
+      : "; none of the tree's processes was left to send SIGCONT to";
+  }
+  return `criu ${op} of the tree of ${root} was ended after ${e.afterMs} ms (${why}): ${how}${left}`;
 }
 
 /** Sends `signal` to each pid; one already gone is no error. */
@@ -322,24 +448,9 @@ function older(version: string, min: string): boolean {
   return false;
 }
 
+/** Whether `file` is there as an executable file (following links); trust is checked after. */
 function isProgram(file: string): Promise<boolean> {
   return stat(file).then((st) => st.isFile() && (st.mode & 0o111) !== 0, () => false);
-}
-
-/** Runs a program with an argument array; resolves to its exit code and output. */
-function run(
-  program: string,
-  args: readonly string[],
-  env: Record<string, string>,
-): Promise<{ code: number; stdout: string; stderr: string }> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(program, [...args], { env, stdio: ["ignore", "pipe", "pipe"] });
-    let stdout = "", stderr = "";
-    child.stdout!.setEncoding("utf8").on("data", (d: string) => stdout += d);
-    child.stderr!.setEncoding("utf8").on("data", (d: string) => stderr += d);
-    child.on("error", reject);
-    child.on("close", (code, sig) => resolve({ code: code ?? (sig ? 128 : -1), stdout, stderr }));
-  });
 }
 
 /** criu's error lines from its log (or its stderr), the last few. */

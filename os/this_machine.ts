@@ -69,7 +69,12 @@ export async function openMachine(options: MachineOptions = {}): Promise<NativeM
     "criu",
   ]);
   checkKeys(options.host, "openMachine's host options", HOST_OPTIONS);
-  checkKeys(options.criu, "openMachine's criu options", ["criuPath", "extraArgs", "env"]);
+  checkKeys(options.criu, "openMachine's criu options", [
+    "criuPath",
+    "libraryDir",
+    "extraArgs",
+    "env",
+  ]);
   const driver = await openNativeDriver(options);
   let host: LinuxHost, engine: SnapshotEngine;
   try {

@@ -1,0 +1,289 @@
+/**
+ * A program run as root with a bound: an argument array, a deadline and an abort signal. A program
+ * that overstays is ended (SIGTERM, then SIGKILL after a short grace), its own child processes are
+ * killed and waited for, and the processes it was working on are sent SIGCONT (criu may have left
+ * them stopped), so that no stop leaves a process suspended or a child behind. Processes are found
+ * through `/proc`, each with its start time, so that a pid reused meanwhile is never signalled.
+ *
+ * @module
+ */
+
+import { spawn } from "node:child_process";
+import { readdir, readFile } from "node:fs/promises";
+import process from "node:process";
+import { errorCode } from "./private.ts";
+
+/** How long a program has between SIGTERM and SIGKILL, in ms. */
+export const GRACE_MS = 2000;
+
+/** The most output of each stream kept (its end), in characters. */
+const MAX_OUTPUT = 64 * 1024;
+
+/** What bounds a run. */
+export interface RunBound {
+  /** Ends the run when it aborts. */
+  readonly signal?: AbortSignal;
+  /** Ends the run once this many ms have passed. */
+  readonly timeoutMs?: number;
+  /** Between SIGTERM and SIGKILL, in ms; {@link GRACE_MS} where left out. */
+  readonly graceMs?: number;
+  /**
+   * The processes the program works on, read when it is ended (before it is signalled): each is
+   * sent SIGCONT once the program and its children are gone.
+   */
+  readonly worksOn?: () => Promise<readonly number[]>;
+}
+
+/** How an overstaying run was ended. */
+export interface Ending {
+  /** Why: its deadline passed, or its signal aborted. */
+  readonly why: "deadline" | "aborted";
+  /** When, in ms after it started. */
+  readonly afterMs: number;
+  /** Whether it outlived SIGTERM and was killed with SIGKILL. */
+  readonly killed: boolean;
+  /** Its child processes (and theirs), killed with SIGKILL and waited for. */
+  readonly children: readonly number[];
+  /** Those still there after the wait (another process's children now: reported, not hidden). */
+  readonly childrenLeft: readonly number[];
+  /** The processes it worked on that were sent SIGCONT. */
+  readonly continued: readonly number[];
+}
+
+/** What a run came to. */
+export interface RunResult {
+  /** Its exit code (128 for a signal). */
+  readonly code: number;
+  /** The end of its standard output. */
+  readonly stdout: string;
+  /** The end of its standard error. */
+  readonly stderr: string;
+  /** How it was ended, where it overstayed. */
+  readonly ended?: Ending;
+}
+
+/**
+ * Runs `program` with `args` and exactly the environment `env`, bounded as `bound` says; resolves
+ * once it has exited (and, where it was ended, once its children are gone). Rejects where it
+ * cannot be started. A signal already aborted starts nothing: it resolves at once as ended.
+ */
+export function runBounded(
+  program: string,
+  args: readonly string[],
+  env: Record<string, string>,
+  bound: RunBound = {},
+): Promise<RunResult> {
+  if (bound.signal?.aborted) {
+    const ended = { why: "aborted" as const, afterMs: 0, killed: false };
+    return Promise.resolve({
+      code: 128,
+      stdout: "",
+      stderr: "",
+      ended: { ...ended, children: [], childrenLeft: [], continued: [] },
+    });
+  }
+  return new Promise((resolve, reject) => {
+    const t0 = performance.now();
+    const child = spawn(program, [...args], { env, stdio: ["ignore", "pipe", "pipe"] });
+    let stdout = "", stderr = "";
+    const keep = (text: string) => text.length > MAX_OUTPUT ? text.slice(-MAX_OUTPUT) : text;
+    child.stdout!.setEncoding("utf8").on("data", (d: string) => stdout = keep(stdout + d));
+    child.stderr!.setEncoding("utf8").on("data", (d: string) => stderr = keep(stderr + d));
+    const closed = Promise.all([child.stdout!, child.stderr!].map((s) =>
+      new Promise<void>((r) => {
+        s.once("close", () => r());
+        s.once("error", () => r());
+      })
+    ));
+    let exitedNow = false;
+    const exited = new Promise<{ code: number | null; sig: string | null }>((r, fail) => {
+      child.once("exit", (code, sig) => {
+        exitedNow = true;
+        r({ code, sig });
+      });
+      child.once("error", fail);
+    });
+    let ending: Promise<Ending> | undefined;
+    const end = (why: Ending["why"]) => {
+      if (ending || exitedNow) return;
+      ending = endRun(child.pid!, exited, why, performance.now() - t0, bound);
+    };
+    const timer = bound.timeoutMs === undefined
+      ? undefined
+      : setTimeout(() => end("deadline"), Math.max(0, bound.timeoutMs));
+    const onAbort = () => end("aborted");
+    bound.signal?.addEventListener("abort", onAbort, { once: true });
+    const cleanUp = () => {
+      if (timer !== undefined) clearTimeout(timer);
+      bound.signal?.removeEventListener("abort", onAbort);
+    };
+    exited.then(async ({ code, sig }) => {
+      cleanUp();
+      const ended = ending ? await ending : undefined;
+      // A child of the program that still holds its output must not hold this run.
+      if (!(await within(closed, 1000))) {
+        child.stdout!.destroy();
+        child.stderr!.destroy();
+      }
+      resolve({ code: code ?? (sig ? 128 : -1), stdout, stderr, ...(ended ? { ended } : {}) });
+    }, (err) => {
+      cleanUp();
+      reject(err);
+    });
+  });
+}
+
+/** Ends the run of `pid` (see {@link runBounded}). */
+async function endRun(
+  pid: number,
+  exited: Promise<unknown>,
+  why: Ending["why"],
+  afterMs: number,
+  bound: RunBound,
+): Promise<Ending> {
+  const table = await processTable();
+  const children = descendantsIn(table, pid);
+  const worksOn = await bound.worksOn?.().catch(() => []) ?? [];
+  const startOf = new Map([...table].map(([p, e]) => [p, e.start]));
+  // By pid, not ChildProcess.kill(): Deno's sends no second signal once one was sent. The run
+  // has not exited yet (its exit is awaited here), so the pid is still its own.
+  signalRun(pid, "SIGTERM");
+  const grace = bound.graceMs ?? GRACE_MS;
+  let killed = false;
+  if (!(await within(exited, grace))) {
+    // More children may have come meanwhile: theirs too.
+    const later = await processTable();
+    for (const p of descendantsIn(later, pid)) {
+      if (!children.includes(p)) children.push(p);
+      startOf.set(p, later.get(p)!.start);
+    }
+    signalRun(pid, "SIGKILL");
+    killed = true;
+    await exited;
+  }
+  const stillThem = (p: number) => signalSame(p, startOf.get(p), "SIGKILL");
+  await Promise.all(children.map(stillThem));
+  const childrenLeft = await goneWithin(children, startOf, 2000);
+  const continued: number[] = [];
+  const table2 = await processTable();
+  for (const p of worksOn) {
+    const start = table2.get(p)?.start;
+    if (start !== undefined && await signalSame(p, start, "SIGCONT")) continued.push(p);
+  }
+  return { why, afterMs: Math.round(afterMs), killed, children, childrenLeft, continued };
+}
+
+/** Sends `signal` to the run's own process, which has not been reaped; gone meanwhile is fine. */
+function signalRun(pid: number, signal: "SIGTERM" | "SIGKILL"): void {
+  try {
+    process.kill(pid, signal);
+  } catch (err) {
+    if (errorCode(err) !== "ESRCH") throw err;
+  }
+}
+
+/** One process as `/proc/<pid>/stat` gives it. */
+interface ProcEntry {
+  readonly parent: number;
+  readonly start: number;
+  readonly state: string;
+}
+
+/** `/proc/<pid>/stat`'s parent, start time and state; `undefined` where there is no such process. */
+async function statOf(pid: number): Promise<ProcEntry | undefined> {
+  const text = await readFile(`/proc/${pid}/stat`, "utf8").catch(() => undefined);
+  if (text === undefined) return undefined;
+  // The command (field 2) is in parentheses and may hold anything: the rest follows its last ")".
+  const rest = text.slice(text.lastIndexOf(")") + 2).split(" ");
+  return { state: rest[0], parent: Number(rest[1]), start: Number(rest[19]) };
+}
+
+/** Every process of the machine, by pid. */
+async function processTable(): Promise<Map<number, ProcEntry>> {
+  const table = new Map<number, ProcEntry>();
+  const names = await readdir("/proc").catch(() => [] as string[]);
+  await Promise.all(
+    names.filter((n) => /^[0-9]+$/.test(n)).map(async (n) => {
+      const entry = await statOf(Number(n));
+      if (entry) table.set(Number(n), entry);
+    }),
+  );
+  return table;
+}
+
+/** The processes descended from `pid` in `table`, parents before their children. */
+function descendantsIn(table: ReadonlyMap<number, ProcEntry>, pid: number): number[] {
+  const children = new Map<number, number[]>();
+  for (const [p, e] of table) {
+    const list = children.get(e.parent);
+    if (list) list.push(p);
+    else children.set(e.parent, [p]);
+  }
+  const seen = new Set<number>();
+  const queue = [...(children.get(pid) ?? [])];
+  for (let i = 0; i < queue.length; i++) {
+    if (seen.has(queue[i])) continue;
+    seen.add(queue[i]);
+    queue.push(...(children.get(queue[i]) ?? []));
+  }
+  return [...seen];
+}
+
+/**
+ * `pid` and the processes descended from it, read from `/proc`, parents first; empty where
+ * there is no such process.
+ */
+export async function treeOf(pid: number): Promise<number[]> {
+  const table = await processTable();
+  return table.has(pid) ? [pid, ...descendantsIn(table, pid)] : [];
+}
+
+/** Sends `signal` to `pid` where it is still the process that started at `start`. */
+async function signalSame(
+  pid: number,
+  start: number | undefined,
+  signal: "SIGKILL" | "SIGCONT",
+): Promise<boolean> {
+  const now = await statOf(pid);
+  if (!now || (start !== undefined && now.start !== start)) return false;
+  try {
+    process.kill(pid, signal);
+    return true;
+  } catch (err) {
+    if (errorCode(err) === "ESRCH") return false;
+    throw err;
+  }
+}
+
+/** Waits up to `ms` for each of `pids` to be gone (or a zombie); resolves to those left. */
+async function goneWithin(
+  pids: readonly number[],
+  startOf: ReadonlyMap<number, number>,
+  ms: number,
+): Promise<number[]> {
+  const deadline = performance.now() + ms;
+  for (;;) {
+    const left: number[] = [];
+    for (const p of pids) {
+      const now = await statOf(p);
+      if (now && now.start === startOf.get(p) && now.state !== "Z") left.push(p);
+    }
+    if (left.length === 0 || performance.now() >= deadline) return left;
+    await sleep(20);
+  }
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((r) => setTimeout(r, ms));
+}
+
+/** Whether `p` settles within `ms`; no timer is left behind either way. */
+async function within(p: Promise<unknown>, ms: number): Promise<boolean> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const late = new Promise<boolean>((r) => timer = setTimeout(() => r(false), ms));
+  try {
+    return await Promise.race([p.then(() => true, () => true), late]);
+  } finally {
+    clearTimeout(timer);
+  }
+}

@@ -1,0 +1,194 @@
+// Every stop reaches criu (issue 22, item 5): the request's deadline (`timeoutMs`) and abort signal
+// bound the criu run. A criu that overstays is ended (SIGTERM, then SIGKILL after a grace), its
+// child processes are killed and waited for, a dump's processes are sent SIGCONT (criu may have
+// left them stopped), and the error says what it left. With criu stand-ins that hang (no real criu
+// needed): on the code before, each of these runs waited for the stand-in's `sleep` to end. Every
+// test has a timeout and leaves no process behind. Runs under `deno test -A` and `bun test`.
+
+import { describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { mkdirSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+import process from "node:process";
+import { openCriuEngine } from "../os/criu.ts";
+import { EngineError } from "../core/engine.ts";
+import { endedWithin, fakeCriu, scratch, settlesWithin, stateOf } from "./support/fake_criu.ts";
+
+/**
+ * A criu that answers `--version` and `check`, and otherwise hangs: its child `sleep` writes its
+ * pid to `pids` (for a restore, a process it "made"); with `stubborn`, it ignores SIGTERM.
+ */
+function hangingCriu(dir: string, pids: string, stubborn = false): string {
+  const body = `case $1 in
+  --version) echo "Version: 4.1.1"; exit 0 ;;
+  check) echo "Looks good."; exit 0 ;;
+esac
+${stubborn ? "trap '' TERM\n" : ""}sleep 300 &
+echo $! >> '${pids}'
+wait
+`;
+  return fakeCriu(dir, {}, { body, name: stubborn ? "criu-stubborn" : "criu" });
+}
+
+/** The pids the stand-in wrote. */
+function pidsIn(file: string): number[] {
+  try {
+    return readFileSync(file, "utf8").trim().split("\n").filter(Boolean).map(Number);
+  } catch {
+    return [];
+  }
+}
+
+/** A process to stand for the dumped tree, and its end. */
+function aTree() {
+  const child = spawn("sleep", ["300"], { stdio: "ignore" });
+  const exited = new Promise((r) => child.once("exit", r));
+  return {
+    pid: child.pid!,
+    async end() {
+      child.kill("SIGKILL");
+      assert.ok(await settlesWithin(exited, 5000), "the stand-in tree ended");
+    },
+  };
+}
+
+/** The rejection of `run`, and how long it took in ms. */
+async function timedRejection(run: Promise<unknown>): Promise<{ err: unknown; ms: number }> {
+  const t0 = Date.now();
+  const err = await run.then(() => undefined, (e) => e);
+  return { err, ms: Date.now() - t0 };
+}
+
+describe("a criu that overstays is ended, and what it left is said", () => {
+  test("a dump past its deadline: SIGTERM, its child killed, the tree sent SIGCONT", {
+    timeout: 30_000,
+  }, async () => {
+    const s = scratch();
+    const tree = aTree();
+    try {
+      const pids = join(s.dir, "pids");
+      const engine = openCriuEngine({ criuPath: hangingCriu(s.dir, pids) });
+      const images = join(s.dir, `tree-${tree.pid}`);
+      mkdirSync(images, { mode: 0o700 });
+      // As criu may leave it: stopped.
+      process.kill(tree.pid, "SIGSTOP");
+      for (let i = 0; i < 100 && stateOf(tree.pid) !== "T"; i++) {
+        await new Promise((r) => setTimeout(r, 10));
+      }
+      assert.equal(stateOf(tree.pid), "T", "the tree is stopped before the dump");
+      const { err, ms } = await timedRejection(
+        engine.dump({ root: tree.pid, imagesDir: images, timeoutMs: 300 }),
+      );
+      assert.ok(err instanceof EngineError, String(err));
+      assert.ok(ms < 300 + 5000, `ended within the bound: ${ms} ms`);
+      const left = pidsIn(pids);
+      assert.equal(left.length, 1, "criu's child was seen");
+      assert.match(
+        err.message,
+        new RegExp(
+          `^criu dump of the tree of ${tree.pid} was ended after \\d+ ms \\(its deadline of ` +
+            `300 ms passed\\): criu ended on SIGTERM; its child processes \\(${left[0]}\\) were ` +
+            `killed; the tree's processes \\(${tree.pid}\\) were sent SIGCONT, in case criu had ` +
+            `left them stopped \\(log: .*dump\\.log\\)$`,
+        ),
+      );
+      assert.deepEqual(await endedWithin(left, 2000), [], "no child of criu is left");
+      assert.notEqual(stateOf(tree.pid), "T", "the tree runs again");
+    } finally {
+      await tree.end();
+      s.done();
+    }
+  });
+
+  test("an aborted dump of a criu that ignores SIGTERM: SIGKILL after the grace", {
+    timeout: 30_000,
+  }, async () => {
+    const s = scratch();
+    const tree = aTree();
+    try {
+      const pids = join(s.dir, "pids");
+      const engine = openCriuEngine({ criuPath: hangingCriu(s.dir, pids, true) });
+      const images = join(s.dir, `tree-${tree.pid}`);
+      mkdirSync(images, { mode: 0o700 });
+      const stop = new AbortController();
+      setTimeout(() => stop.abort(), 200);
+      const { err, ms } = await timedRejection(
+        engine.dump({ root: tree.pid, imagesDir: images, signal: stop.signal }),
+      );
+      assert.ok(err instanceof EngineError, String(err));
+      assert.ok(ms >= 2000 && ms < 200 + 2000 + 5000, `SIGKILL after the 2 s grace: ${ms} ms`);
+      assert.match(
+        (err as Error).message,
+        /was ended after \d+ ms \(it was aborted\): criu outlived SIGTERM and was killed with SIGKILL 2000 ms later; its child processes \(\d+\) were killed/,
+      );
+      assert.deepEqual(await endedWithin(pidsIn(pids), 2000), [], "no child of criu is left");
+    } finally {
+      await tree.end();
+      s.done();
+    }
+  });
+
+  test("a restore past its deadline: the processes it had made are killed", {
+    timeout: 30_000,
+  }, async () => {
+    const s = scratch();
+    try {
+      const pids = join(s.dir, "pids");
+      const engine = openCriuEngine({ criuPath: hangingCriu(s.dir, pids) });
+      const { err, ms } = await timedRejection(
+        engine.restore({ root: 4242, imagesDir: s.dir, timeoutMs: 300 }),
+      );
+      assert.ok(err instanceof EngineError, String(err));
+      assert.ok(ms < 300 + 5000, `ended within the bound: ${ms} ms`);
+      const made = pidsIn(pids);
+      assert.match(
+        err.message,
+        new RegExp(
+          `^criu restore of the tree of 4242 was ended after \\d+ ms \\(its deadline of 300 ms ` +
+            `passed\\): criu ended on SIGTERM; the processes it had made \\(${made[0]}\\) were ` +
+            `killed \\(log: .*restore\\.log\\)$`,
+        ),
+      );
+      assert.deepEqual(await endedWithin(made, 2000), [], "nothing it made is left");
+    } finally {
+      s.done();
+    }
+  });
+
+  test("a signal aborted before the run starts no criu", { timeout: 10_000 }, async () => {
+    const s = scratch();
+    try {
+      const pids = join(s.dir, "pids");
+      const engine = openCriuEngine({ criuPath: hangingCriu(s.dir, pids) });
+      const images = join(s.dir, "tree-7");
+      mkdirSync(images, { mode: 0o700 });
+      const signal = AbortSignal.abort();
+      await assert.rejects(
+        engine.dump({ root: 7, imagesDir: images, signal }),
+        /the dump of the tree of 7 was stopped before criu ran/,
+      );
+      await assert.rejects(
+        engine.restore({ root: 7, imagesDir: images, signal }),
+        /the restore of the tree of 7 was stopped before criu ran/,
+      );
+      assert.deepEqual(pidsIn(pids), [], "criu never ran");
+    } finally {
+      s.done();
+    }
+  });
+
+  test("a dump that ends by itself is not touched by its deadline afterwards", {
+    timeout: 10_000,
+  }, async () => {
+    const s = scratch();
+    try {
+      const engine = openCriuEngine({ criuPath: fakeCriu(s.dir, { FAKE_CRIU_EXIT: "1" }) });
+      const err = await engine.dump({ root: 7, imagesDir: s.dir, timeoutMs: 60_000 })
+        .catch((e) => e);
+      assert.match(err.message, /criu dump of the tree of 7 failed \(exit 1\)/);
+    } finally {
+      s.done();
+    }
+  });
+});

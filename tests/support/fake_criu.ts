@@ -1,0 +1,80 @@
+// Stand-ins for criu for the tests of the criu engine (tests/criu_*_test.ts): tests/fixtures/
+// fake_criu.sh, or a script of the test's own, installed in a private directory of this user's
+// (mode 0700 under the temporary directory), mode 0755, with its settings written into it (criu
+// runs with a minimal environment, so they cannot travel in it). And the checks that a test left
+// no process behind. Runs under Deno and Bun alike. Not a test file itself.
+
+import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+
+const FAKE = new URL("../fixtures/fake_criu.sh", import.meta.url).pathname;
+
+/** A private scratch directory (mode 0700), and its removal. */
+export function scratch(): { dir: string; done: () => void } {
+  const dir = mkdtempSync(join(tmpdir(), "ckpt-criu-test-"));
+  return { dir, done: () => rmSync(dir, { recursive: true, force: true }) };
+}
+
+/** Single-quotes `value` for sh. */
+function quoted(value: string): string {
+  return `'${value.replaceAll("'", `'"'"'`)}'`;
+}
+
+/**
+ * Writes a criu stand-in into `dir` as `name` (mode `mode`, 0755 by default): `vars` exported
+ * first, then `body` (the fixture's, where left out). Returns its path.
+ */
+export function fakeCriu(
+  dir: string,
+  vars: Record<string, string> = {},
+  options: { body?: string; name?: string; mode?: number } = {},
+): string {
+  const body = options.body ?? readFileSync(FAKE, "utf8").replace(/^#!.*\n/, "");
+  const exports = Object.entries(vars).map(([k, v]) => `export ${k}=${quoted(v)}\n`).join("");
+  const file = join(dir, options.name ?? "criu");
+  writeFileSync(file, `#!/bin/sh\n${exports}${body}`);
+  chmodSync(file, options.mode ?? 0o755);
+  return file;
+}
+
+/** Whether `pid` is gone (or a zombie nobody reaped yet: it runs no more). */
+export function ended(pid: number): boolean {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    return stat.slice(stat.lastIndexOf(")") + 2).startsWith("Z");
+  } catch {
+    return true;
+  }
+}
+
+/** The state letter of `pid` in /proc (`S`, `T` for stopped, ...); `undefined` where gone. */
+export function stateOf(pid: number): string | undefined {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    return stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3);
+  } catch {
+    return undefined;
+  }
+}
+
+/** Whether `p` settles within `ms`; no timer is left behind. */
+export async function settlesWithin(p: Promise<unknown>, ms: number): Promise<boolean> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const late = new Promise<boolean>((r) => timer = setTimeout(() => r(false), ms));
+  try {
+    return await Promise.race([p.then(() => true, () => true), late]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** Waits up to `ms` for every one of `pids` to have {@link ended}; resolves to those left. */
+export async function endedWithin(pids: readonly number[], ms: number): Promise<number[]> {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const left = pids.filter((p) => !ended(p));
+    if (left.length === 0 || Date.now() >= deadline) return left;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
