@@ -244,7 +244,8 @@ export async function timed(
     }
     ok = true;
   } finally {
-    const r = { step, ms: clock.now() - t0, ok };
+    // To the microsecond: a difference of two clock readings carries floating-point noise.
+    const r = { step, ms: Math.round((clock.now() - t0) * 1000) / 1000, ok };
     (rollback ? of.rollback : report.steps).push(r);
     hooks.stepEnded?.(r, rollback);
   }

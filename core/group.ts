@@ -316,7 +316,8 @@ function outcome(e: Entry): ProcessOutcome {
   }
   return {
     pid: e.proc.pid,
-    status: r.status,
+    // A done process that all or nothing (or an interrupt) then brought back says so.
+    status: r.status === "done" && r.rollback ? "rolled-back" : r.status,
     ...(r.initialState !== undefined ? { initialState: r.initialState } : {}),
     ...(r.state !== undefined ? { state: r.state } : {}),
     steps: r.steps,

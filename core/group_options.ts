@@ -147,9 +147,11 @@ export interface ProcessOutcome {
    * refused, or a step failed (see `error`; what it had done is undone where possible);
    * `stopped`: it was between steps when the deadline passed, the signal aborted or (all or
    * nothing) another process failed, so its next step was not made and what it had done was
-   * undone; `not-started` (see `notStarted`).
+   * undone; `rolled-back`: its steps ran, then all or nothing (another process failed) or
+   * `rollBackOnAbort` brought it back (`rollback.ok` says whether that worked); `not-started` (see
+   * `notStarted`).
    */
-  readonly status: "done" | "unchanged" | "failed" | "stopped" | "not-started";
+  readonly status: "done" | "unchanged" | "failed" | "stopped" | "rolled-back" | "not-started";
   /** The state before the call, where it was read. */
   readonly initialState?: ProcessState;
   /** The state after the call (and any rollback), where known. */
@@ -214,10 +216,14 @@ export interface GroupSettings {
 /**
  * Checks a group's options, once, where they enter; `machine` is left to the caller. Every
  * setting left out has its default, so a caller of {@link runGroup} inside this package builds
- * its settings from `checkGroupOptions({ ... })` of its own values.
+ * its settings from `checkGroupOptions({ ... })` of its own values. `where` is the function the
+ * caller called, which a bad option's message names (`runGroup` by default).
  */
-export function checkGroupOptions(options: GroupOptions | undefined): GroupSettings {
-  const o = checkOptions(options, "runGroup", [
+export function checkGroupOptions(
+  options: GroupOptions | undefined,
+  where = "runGroup",
+): GroupSettings {
+  const o = checkOptions(options, where, [
     "machine",
     "concurrency",
     "allOrNothing",

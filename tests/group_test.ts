@@ -10,6 +10,8 @@ import {
   WaitTimeoutError,
 } from "../mod.ts";
 import type { Action, GroupEvent } from "../types.ts";
+import type { GroupOptions } from "../mod.ts";
+import { checkGroupOptions } from "../core/group_options.ts";
 import {
   CUDA_ERROR_ILLEGAL_STATE,
   CUDA_ERROR_NOT_READY,
@@ -176,6 +178,56 @@ describe("group operations", () => {
       }
     });
   }
+
+  test("all-or-nothing: a process that was done and then brought back says rolled-back", async () => {
+    const sim = new SimulatedMachine();
+    const { procs } = await group(sim, ["running", "running", "running"]);
+    procs[2].failNext("checkpoint", { code: CUDA_ERROR_UNKNOWN });
+    // The two small ones are done before the failing one's checkpoint fails.
+    procs[2].launch(2000);
+    const result = await runGroup("suspend", procs.map((p) => p.pid), {
+      machine: sim,
+      allOrNothing: true,
+    });
+    assert.equal(result.rolledBack, true);
+    assert.deepEqual(
+      result.processes.map((p) => [p.status, p.rollback?.ok, p.state]),
+      [["rolled-back", true, "running"], ["rolled-back", true, "running"], [
+        "failed",
+        true,
+        "running",
+      ]],
+    );
+    assert.deepEqual(result.processes[0].steps.map((s) => s.step), ["lock", "checkpoint"]);
+    assert.deepEqual(result.processes[0].rollback?.steps.map((s) => s.step), ["restore", "unlock"]);
+  });
+
+  test("step times are to the microsecond, without floating-point noise", async () => {
+    const sim = new SimulatedMachine();
+    const pids = [1000, 3, 77].map((memoryMiB) => sim.spawn({ memoryMiB }).pid);
+    const times: number[] = [];
+    for (let i = 0; i < 6; i++) {
+      const result = await runGroup("toggle", pids, { machine: sim });
+      times.push(...result.processes.flatMap((p) => p.steps.map((s) => s.ms)));
+    }
+    const proc = new CudaProcess(pids[0], { machine: sim });
+    times.push(...(await proc.toggle()).steps.map((s) => s.ms));
+    await proc.close();
+    assert.equal(times.length, 6 * 6 + 2);
+    const noisy = times.filter((ms) => Math.round(ms * 1000) / 1000 !== ms);
+    assert.deepEqual(noisy, [], "each time is a whole number of microseconds");
+  });
+
+  test("a misspelled option names the function called, not the one underneath", () => {
+    assert.throws(
+      () => checkGroupOptions({ allOrNothin: true } as GroupOptions, "suspendAll"),
+      /^TypeError: suspendAll has no option "allOrNothin" \(did you mean "allOrNothing"\?\)/,
+    );
+    return assert.rejects(
+      () => runGroup("suspend", [1], { allOrNothin: true } as GroupOptions),
+      /^TypeError: runGroup has no option "allOrNothin"/,
+    );
+  });
 
   test("all-or-nothing with a limit: after a failure, nothing more starts", async () => {
     const sim = new SimulatedMachine();
