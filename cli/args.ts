@@ -125,12 +125,18 @@ export class UsageError extends Error {
    * it (`unrecognized option '--bogus'`), where NVIDIA's utility prints one.
    */
   readonly getopt: string | undefined;
+  /**
+   * The subcommand of ours the command line names (`snapshot`, `list`, ...), if any: then the
+   * message is followed by a line pointing at `--help`, not by the whole help as NVIDIA's is.
+   */
+  readonly subcommand: string | undefined;
 
-  constructor(message: string, detail?: string, getopt?: string) {
+  constructor(message: string, detail?: string, getopt?: string, subcommand?: string) {
     super(message);
     this.name = "UsageError";
     this.detail = detail;
     this.getopt = getopt;
+    this.subcommand = subcommand;
   }
 }
 
@@ -159,9 +165,13 @@ const TAKES: Readonly<Record<string, readonly string[]>> = {
   inspect: ["--dir"],
 };
 const SIMULATOR_ONLY = ["spawn", "kill", "reset"];
+/** The options of operations and snapshots that a subcommand may not take (see `TAKES`). */
+const STRAY = ["--pid", "--dir", "--timeout", "--deadline", "--device-map"];
 
 /** What the parse loop collects before the checks that need all of it. */
 interface Seen {
+  /** The subcommand the command line names (its first positional), if one of ours. */
+  sub?: string;
   /** `--toggle`, `--action lock`, ... */
   operations: string[];
   /** Every option given, by long name. */
@@ -180,7 +190,36 @@ interface Seen {
  * has one. `--help` and `--version` win over what comes after them, as in `getopt` loops.
  */
 export function parseCommandLine(args: readonly string[]): Command {
-  const seen: Seen = { operations: [], given: new Set(), pids: [], positionals: [], spawn: {} };
+  const sub = subcommandOf(args);
+  try {
+    return parse(args, sub);
+  } catch (error) {
+    if (!(error instanceof UsageError) || sub === undefined) throw error;
+    throw new UsageError(error.message, error.detail, error.getopt, sub);
+  }
+}
+
+/** The subcommand of ours that is the command line's first positional argument, if any. */
+function subcommandOf(args: readonly string[]): string | undefined {
+  for (let i = 0; i < args.length; i++) {
+    const arg = args[i];
+    const word = arg === "--" ? args[i + 1] : !arg.startsWith("-") || arg === "-" ? arg : null;
+    if (word !== null) return SUBCOMMANDS.includes(word) ? word : undefined;
+    const long = arg.startsWith("--") ? arg.split("=")[0] : SHORT[arg.slice(0, 2)];
+    if (VALUED.has(long) && (arg.startsWith("--") ? !arg.includes("=") : arg.length === 2)) i++;
+  }
+  return undefined;
+}
+
+function parse(args: readonly string[], sub: string | undefined): Command {
+  const seen: Seen = {
+    sub,
+    operations: [],
+    given: new Set(),
+    pids: [],
+    positionals: [],
+    spawn: {},
+  };
   for (let i = 0; i < args.length; i++) {
     const arg = args[i];
     if (arg === "--") {
@@ -236,6 +275,9 @@ export function parseCommandLine(args: readonly string[]): Command {
 
 /** Records the value of an option that takes one. */
 function take(seen: Seen, long: string, value: string): void {
+  // An option the named subcommand does not take is refused as such (refuseStray), its value
+  // unread: `snapshot --device-map X` is not about the map.
+  if (seen.sub && STRAY.includes(long) && !TAKES[seen.sub]?.includes(long)) return;
   switch (long) {
     case "--action":
       if (!ACTIONS.includes(value as CliOperation)) {
@@ -359,6 +401,11 @@ function unexpected(arg: string): UsageError {
 function refuseStray(sub: string, seen: Seen, options: string): void {
   const stray = [...seen.operations, ...options.split(" ").filter((o) => seen.given.has(o))]
     .find((o) => !TAKES[sub]?.includes(o));
+  if (stray === "--device-map" && (sub === "snapshot" || sub === "inspect")) {
+    throw new UsageError(
+      `${sub} takes no --device-map: the GPUs to restore onto are given to restore-snapshot`,
+    );
+  }
   if (stray) throw new UsageError(`${sub} takes no ${stray}`);
 }
 
@@ -445,10 +492,20 @@ function snapshotCommand(sub: string, rest: string[], seen: Seen, common: Common
     seen,
     "--pid --dir --timeout --deadline --device-map --all --all-or-nothing --job --leave-running",
   );
-  let dir = seen.dir;
-  if (sub === "inspect" && rest.length === 1 && dir === undefined) dir = rest[0];
-  else if (rest.length > 0) throw unexpected(rest[0]);
-  if (dir === undefined) throw new UsageError(`${sub} needs --dir DIR`, "the snapshot's directory");
+  // The directory, as `--dir DIR` or as the one positional argument (`inspect DIR`), once.
+  if (rest.length > 1 || (rest.length === 1 && seen.dir !== undefined && seen.dir !== rest[0])) {
+    throw new UsageError(
+      `${sub} takes one directory, as DIR or --dir DIR; got ${
+        [...(seen.dir !== undefined ? [seen.dir] : []), ...rest].map((d) => JSON.stringify(d))
+          .join(" and ")
+      }`,
+    );
+  }
+  if (rest.length === 1) take(seen, "--dir", rest[0]);
+  const dir = seen.dir;
+  if (dir === undefined) {
+    throw new UsageError(`${sub} needs the snapshot's directory, as DIR or --dir DIR`);
+  }
   const deadline = seen.deadline !== undefined ? { deadlineMs: seen.deadline } : {};
   if (sub === "inspect") return { kind: "inspect", dir, ...common };
   if (sub === "restore-snapshot") {

@@ -3,9 +3,10 @@
  * machine's driver and criu, or (`--simulate`) on the simulated machine and its simulated criu.
  *
  * Text output is a line per process and a closing line; `--json` is one object. A failure is one
- * line, `cuda-checkpoint: ...`, saying where every process was left, and exit 1. On a terminal the
- * phase under way is shown on stderr, and Ctrl-C stops the snapshot or restore, which puts back
- * what it changed.
+ * line, `cuda-checkpoint: <subcommand> ...`, saying where every process was left, and exit 1. On
+ * a terminal the phase under way is shown on stderr. Ctrl-C (SIGINT), SIGTERM or SIGHUP stops the
+ * snapshot or restore, which puts back what it changed, and the command exits 128 + the signal's
+ * number; a second one exits at once.
  *
  * @module
  */
@@ -13,25 +14,41 @@
 import type { InspectCommand, RestoreSnapshotCommand, SnapshotCommand } from "./args.ts";
 import { formatDriverVersion } from "../core/codes.ts";
 import type { SnapshotEvent, SnapshotPhase } from "../core/disk.ts";
-import { CheckpointError, messageOf } from "../core/errors.ts";
+import { CheckpointError } from "../core/errors.ts";
 import { checkRestoreArgs, inspectIn, restoreFrom } from "../core/from_disk.ts";
 import type { Manifest } from "../core/manifest.ts";
 import { checkSnapshotArgs, takeSnapshot } from "../core/to_disk.ts";
 import type { CliIo } from "./io.ts";
 import type { Machine } from "../core/machine.ts";
 import { storeOf } from "../os/snapshot_store.ts";
-import { type Printer, round } from "./report.ts";
+import { commandMessage, type Printer, round } from "./report.ts";
+import { interruptedExitCode, type Signal } from "./signals.ts";
 
-/** Runs `snapshot`, `restore-snapshot` or `inspect`; resolves to the exit code. */
+/** A command of this module. */
+type DiskCommand = SnapshotCommand | RestoreSnapshotCommand | InspectCommand;
+
+/**
+ * Runs `snapshot`, `restore-snapshot` or `inspect`; resolves to the exit code (128 + the
+ * signal's number where an interrupt stopped it). `simulated`: on the state file's machine.
+ */
 export async function runDiskCommand(
-  command: SnapshotCommand | RestoreSnapshotCommand | InspectCommand,
+  command: DiskCommand,
   machine: Machine,
   print: Printer,
   io: CliIo,
+  simulated = false,
 ): Promise<number> {
+  if (command.kind === "inspect") return await runInspect(command, machine, print);
   const progress = print.terminal ? phaseLine(print) : undefined;
   const stop = new AbortController();
-  const unwatch = io.interrupts?.watch(() => stop.abort(new Error("interrupted (Ctrl-C)")));
+  const interrupts = watchInterrupts(command.kind, io, print, simulated, (signal) => {
+    stop.abort(new Error(`interrupted (${signal})`));
+  }, progress);
+  /** The exit code: the interrupt's, or `code`. */
+  const exit = (code: number) => {
+    const signal = interrupts.first();
+    return signal ? interruptedExitCode(signal) : code;
+  };
   const watch = {
     ...("deadlineMs" in command && command.deadlineMs !== undefined
       ? { timeoutMs: command.deadlineMs }
@@ -44,12 +61,10 @@ export async function runDiskCommand(
     progress?.stop();
     if (command.json) print.json({ ok: true, operation: command.kind, ...fields });
     else for (const line of lines) print.out(line);
-    return 0;
+    return exit(0);
   };
   try {
     switch (command.kind) {
-      case "inspect":
-        return await runInspect(command, machine, print);
       case "snapshot": {
         const args = checkSnapshotArgs(command.roots, command.dir, {
           leaveRunning: command.leaveRunning,
@@ -102,10 +117,52 @@ export async function runDiskCommand(
     }
   } catch (error) {
     progress?.stop();
-    return failed(command, print, error);
+    return exit(failed(command, print, error, stop.signal.reason));
   } finally {
-    unwatch?.();
+    interrupts.stop();
   }
+}
+
+/**
+ * Watches the program's interrupts (SIGINT, SIGTERM, SIGHUP) while `kind` runs: the first says
+ * so (the progress line erased first) and calls `onFirst`, which stops the command; a second
+ * exits at once, saying what may be left suspended. `first()` is the first one's signal;
+ * `stop()` stops watching.
+ */
+function watchInterrupts(
+  kind: DiskCommand["kind"],
+  io: CliIo,
+  print: Printer,
+  simulated: boolean,
+  onFirst: (signal: Signal) => void,
+  progress?: { stop(): void },
+): { first(): Signal | undefined; stop(): void } {
+  let first: Signal | undefined;
+  const unwatch = io.interrupts?.watch((signal = "SIGINT") => {
+    progress?.stop();
+    if (first === undefined) {
+      first = signal;
+      print.err(
+        `cuda-checkpoint: ${kind} interrupted${signal === "SIGINT" ? "" : ` by ${signal}`}: it ` +
+          "stops, and puts back every process it changed (interrupt again to exit without waiting)",
+      );
+      onFirst(signal);
+      return;
+    }
+    print.err(
+      `cuda-checkpoint: interrupted again: exiting without waiting; processes of the ${kind} ` +
+        `may be left suspended: see cuda-checkpoint list${simulated ? " --simulate" : ""}, and ` +
+        "resume each with cuda-checkpoint --toggle --pid PID",
+    );
+    if (simulated) {
+      print.err(
+        "cuda-checkpoint: the simulated machine was not saved: its state file is as before " +
+          "this command",
+      );
+    }
+    io.interrupts!.exit(interruptedExitCode(signal));
+  });
+  return { first: () => first, stop: () => unwatch?.() };
 }
 
 /** `inspect`: the manifest, checked against its files, from the machine's store or the disk. */
@@ -115,7 +172,7 @@ export async function runInspect(
   print: Printer,
 ): Promise<number> {
   try {
-    const { dir, manifest } = await inspectIn(storeOf(machine), command.dir);
+    const { dir, manifest } = await inspectIn(storeOf(machine), command.dir, false);
     if (command.json) print.json({ ok: true, operation: command.kind, dir, manifest });
     else for (const line of describe(manifest, dir)) print.out(line);
     return 0;
@@ -124,26 +181,29 @@ export async function runInspect(
   }
 }
 
-/** A failure: the `--json` object where asked, and the error's line; exit code 1. */
-function failed(
-  command: SnapshotCommand | RestoreSnapshotCommand | InspectCommand,
-  print: Printer,
-  error: unknown,
-): number {
+/**
+ * A failure: the `--json` object where asked, and the error's line, which names the subcommand
+ * where the library's message names the library's function (or says that it stopped, where the
+ * error is the interrupt, `abort`, itself); exit code 1.
+ */
+function failed(command: DiskCommand, print: Printer, error: unknown, abort?: unknown): number {
+  const message = error === abort && abort !== undefined
+    ? `${command.kind} stopped: ${commandMessage(error)}`
+    : commandMessage(error).replace(/^(snapshot|restoreSnapshot|inspectSnapshot)\b/, command.kind);
   if (command.json) {
     print.json({
       ok: false,
       operation: command.kind,
       dir: command.dir,
       error: {
-        message: messageOf(error),
+        message,
         ...(error instanceof CheckpointError ? { code: error.code } : {}),
         ...(error instanceof Error ? { name: error.name } : {}),
         ...(error instanceof Error && "log" in error && error.log ? { log: error.log } : {}),
       },
     });
   }
-  print.error(error);
+  print.err(`cuda-checkpoint: ${message}`);
   return 1;
 }
 

@@ -31,17 +31,17 @@ Operations:
 list | ps
         Lists the CUDA processes of this machine: pid, state, restore thread, GPU memory, command
 
-snapshot --pid <pid>[,<pid>...] --dir <dir> [--leave-running] [--job] [--timeout <ms>]
+snapshot --pid <pid>[,<pid>...] [--dir] <dir> [--leave-running] [--job] [--timeout <ms>]
         Saves the process trees of <pid>... to the new directory <dir> through criu (4.0 or
         later, as root), their CUDA processes included, then ends them (--leave-running: they go
         on). --timeout: each CUDA process's lock timeout (default 10000)
 
-restore-snapshot --dir <dir> [--device-map <map>]
+restore-snapshot [--dir] <dir> [--device-map <map>]
         Brings a snapshot's processes back with their pids, onto the GPUs they left, or onto those
         the map names (the snapshot's GPU UUIDs to this machine's); checks everything first
 
-inspect <dir>
-        Prints what a snapshot holds, checked against its files
+inspect [--dir] <dir>
+        Prints what a snapshot holds, checked against its files (needs no GPU driver)
 
 Options:
 --pid|-p <pid>[,<pid>...]
@@ -64,7 +64,8 @@ Options:
         For snapshot and restore-snapshot: the time the whole may take; what it changed is put back
 
 --timeout|-t <ms>
-        For --action lock only: how long to wait, 0 to 4294967295 milliseconds
+        For --action lock: how long to wait, 0 to 4294967295 milliseconds; for snapshot: each
+        CUDA process's lock timeout. No other operation takes it
 
 --device-map|-d <old>=<new>[,<old>=<new>...]
         For restore and --toggle (resuming): restore onto other GPUs, by GPU UUID (GPU-xxxxxxxx-...).
@@ -73,8 +74,9 @@ Options:
 --json
         One JSON object per line and per process instead of text. Operations: pid, operation, ok,
         state, restoreThreadId (--get-restore-tid), status (done, unchanged, failed, stopped,
-        not-started), reason, ms, steps, error {message, code, codeName, detail}, rollback. list:
-        pid, state, restoreThreadId, gpuMemoryMiB ({GPU UUID: MiB} or "unknown"), command
+        not-started, rolled-back), reason, ms, steps, error {message, code, codeName, detail},
+        rollback. list: pid, state, restoreThreadId, gpuMemoryMiB ({GPU UUID: MiB} or
+        "unknown"), command
 
 --simulate
         Works on a simulated machine kept in a state file ($CKPT_SIM_STATE, else one in
@@ -91,10 +93,13 @@ Options:
 --help|-h
         Prints this help
 
-Exit status: 0 when everything asked succeeded, 1 otherwise. Errors are on stderr, with NVIDIA's
-messages; on a terminal a second line says more, and long operations show their progress.
-Ctrl-C during an operation on several processes brings back every process it changed, says what
-it could not, and exits 130; a second Ctrl-C exits at once.
+Exit status: 0 when everything asked succeeded; 1 when anything failed or the command line was
+wrong; 128 + the signal's number when interrupted: 130 (Ctrl-C, SIGINT), 143 (SIGTERM), 129
+(SIGHUP). Errors are on stderr, with NVIDIA's messages; on a terminal a second line says more,
+and long operations show their progress.
+Ctrl-C, SIGTERM or SIGHUP during an operation on several processes, a snapshot or a
+restore-snapshot stops it: every process it changed is brought back, it says what it could not,
+and exits as above; a second one of the three exits at once.
 NVIDIA's --launch-job (driver 590 and later) is not supported.
 Environment: CKPT_LIBCUDA_PATH (the libcuda to load), CKPT_CRIU_PATH (the criu to run),
 CKPT_RECORDS_DIR (the records of GPU memory held), CKPT_SIM_STATE, CKPT_SIM_CLOCK and

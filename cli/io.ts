@@ -1,6 +1,8 @@
 /**
- * What `main()` is given: where it writes, and the machine, environment and interrupts it works
- * with. Types only, so that the command line's modules share them without importing `main()`.
+ * What `main()` is given (where it writes, and the machine, environment and interrupts it works
+ * with), and the one place every line the command line prints goes through on its way there
+ * ({@link GuardedIo}), which escapes the control characters that a process's strings (a command
+ * line, a manifest) could carry to a terminal.
  *
  * @module
  */
@@ -37,21 +39,82 @@ export interface CliIo {
    */
   machine?: Machine;
   /**
-   * Where interrupts come from (SIGINT, when `cuda-checkpoint` runs as a program). During an
-   * operation on several processes the first brings back every process the command changed, and
-   * it exits 130; a second exits at once through `interrupts.exit(130)`. Left out (in-process
-   * use): not watched. One pid never watches them: as with NVIDIA's utility, the program ends.
+   * Where interrupts come from (SIGINT, SIGTERM and SIGHUP, when `cuda-checkpoint` runs as a
+   * program). During an operation on several processes, a snapshot or a restore, the first brings
+   * back every process the command changed, and it exits 128 + the signal's number (130 for
+   * SIGINT, 143 for SIGTERM, 129 for SIGHUP); a second, of any of the three, exits at once through
+   * `interrupts.exit(code)`. Left out (in-process use): not watched. One pid never watches them:
+   * as with NVIDIA's utility, the program ends.
    */
   interrupts?: Interrupts;
 }
 
-/** Where a program's interrupts come from (SIGINT, when `cuda-checkpoint` runs as a program). */
+/** Where a program's interrupts come from (SIGINT, SIGTERM, SIGHUP for `cuda-checkpoint`). */
 export interface Interrupts {
   /**
-   * Calls `onInterrupt` at each interrupt until the returned function is called; meanwhile an
-   * interrupt does not end the program.
+   * Calls `onInterrupt` at each interrupt, with the signal's name (SIGINT where left out), until
+   * the returned function is called; meanwhile an interrupt does not end the program.
    */
-  watch(onInterrupt: () => void): () => void;
+  watch(onInterrupt: (signal?: "SIGINT" | "SIGTERM" | "SIGHUP") => void): () => void;
   /** Ends the program at once with `code` (a second interrupt, which does not wait). */
   exit(code: number): void;
+}
+
+/**
+ * Text as it may go to a terminal: every control character but the newline (C0, DEL, and C1,
+ * U+0080 to U+009F, which some terminals obey as well) written as a `\u00XX` escape. A JSON
+ * line stays valid JSON, and means the same.
+ */
+export function escapeControls(text: string): string {
+  return text.replace(
+    // deno-lint-ignore no-control-regex
+    /[\u0000-\u0009\u000b-\u001f\u007f-\u009f]/g,
+    (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`,
+  );
+}
+
+/**
+ * The output `main()` writes through: the given {@link CliIo} with every character written to
+ * stdout and stderr escaped ({@link escapeControls}), except what `control()` writes: the
+ * command line's own terminal controls (a progress line and its erasing), never a process's text.
+ */
+export class GuardedIo implements CliIo {
+  readonly #io: CliIo;
+
+  /** Guards `io`; a `GuardedIo` given is not guarded twice. */
+  static of(io: CliIo): GuardedIo {
+    return io instanceof GuardedIo ? io : new GuardedIo(io);
+  }
+
+  private constructor(io: CliIo) {
+    this.#io = io;
+  }
+
+  /** Writes `text` to stdout, its control characters escaped. */
+  readonly stdout = (text: string): void => this.#io.stdout(escapeControls(text));
+  /** Writes `text` to stderr, its control characters escaped. */
+  readonly stderr = (text: string): void => this.#io.stderr(escapeControls(text));
+  /** Writes the command line's own terminal controls to stderr, as they are. */
+  readonly control = (text: string): void => this.#io.stderr(text);
+
+  /** See {@link CliIo.isTerminal}. */
+  get isTerminal(): boolean | undefined {
+    return this.#io.isTerminal;
+  }
+  /** See {@link CliIo.programName}. */
+  get programName(): string | undefined {
+    return this.#io.programName;
+  }
+  /** See {@link CliIo.env}. */
+  get env(): Readonly<Record<string, string | undefined>> | undefined {
+    return this.#io.env;
+  }
+  /** See {@link CliIo.machine}. */
+  get machine(): Machine | undefined {
+    return this.#io.machine;
+  }
+  /** See {@link CliIo.interrupts}. */
+  get interrupts(): Interrupts | undefined {
+    return this.#io.interrupts;
+  }
 }

@@ -32,7 +32,7 @@
  */
 
 import { parseCommandLine, UsageError } from "./args.ts";
-import type { CliIo } from "./io.ts";
+import { type CliIo, GuardedIo, type Interrupts } from "./io.ts";
 import { messageOf } from "../core/errors.ts";
 import { VERSION } from "../core/version.ts";
 
@@ -40,11 +40,15 @@ export type { CliIo, Interrupts } from "./io.ts";
 
 /**
  * Runs one `cuda-checkpoint` command line (the arguments after the program's name) and resolves
- * to its exit code: 0 when everything asked succeeded, 130 when interrupted, 1 otherwise. It never
- * rejects: bad input is one line and the help on stderr (only `--help` writes it to stdout), an
- * unexpected error one line, `cuda-checkpoint: internal error: ...`.
+ * to its exit code: 0 when everything asked succeeded, 128 + the signal's number when interrupted
+ * (130 for SIGINT, 143 for SIGTERM, 129 for SIGHUP), 1 otherwise. It never rejects: bad input is
+ * one line on stderr, then, for NVIDIA's operations, the help as NVIDIA's utility prints it, and
+ * for a subcommand of ours (`snapshot`, `list`, ...) one line that points at `--help`; an
+ * unexpected error is one line, `cuda-checkpoint: internal error: ...`. Control characters in
+ * anything it writes (a process's command line, say) are escaped, so none reaches a terminal.
  */
-export async function main(args: readonly string[], io: CliIo): Promise<number> {
+export async function main(args: readonly string[], given: CliIo): Promise<number> {
+  const io = GuardedIo.of(given);
   try {
     const command = parseCommandLine(args);
     if (command.kind === "help") {
@@ -64,7 +68,9 @@ export async function main(args: readonly string[], io: CliIo): Promise<number> 
         if (error.getopt) io.stderr(`${io.programName ?? "cuda-checkpoint"}: ${error.getopt}\n`);
         io.stderr(`${error.message}\n`);
         if (error.detail && io.isTerminal) io.stderr(`cuda-checkpoint: ${error.detail}\n`);
-        io.stderr(`\n${(await import("./help.ts")).helpText()}`);
+        if (error.subcommand) {
+          io.stderr(`Run cuda-checkpoint --help for what ${error.subcommand} takes.\n`);
+        } else io.stderr(`\n${(await import("./help.ts")).helpText()}`);
       } else {
         const text = messageOf(error).split("\n")[0];
         io.stderr(`cuda-checkpoint: internal error: ${text}\n`);
@@ -125,13 +131,11 @@ function processIo(): ProcessIo {
         stderr: writer(deno.stderr),
         isTerminal: deno.stderr.isTerminal(),
         env,
-        interrupts: {
-          watch(onInterrupt) {
-            deno.addSignalListener("SIGINT", onInterrupt);
-            return () => deno.removeSignalListener("SIGINT", onInterrupt);
-          },
-          exit: (code) => deno.exit(code),
-        },
+        interrupts: interruptsOf(
+          (signal, listener) => deno.addSignalListener(signal, listener),
+          (signal, listener) => deno.removeSignalListener(signal, listener),
+          (code) => deno.exit(code),
+        ),
       },
       exit: (code) => Promise.resolve(deno.exit(code)),
     };
@@ -158,18 +162,37 @@ function processIo(): ProcessIo {
         return terminal ??= isTerminal((path) => fs.readlinkSync(path));
       },
       env: process.env,
-      interrupts: {
-        watch(onInterrupt) {
-          process.on("SIGINT", onInterrupt);
-          return () => process.off("SIGINT", onInterrupt);
-        },
-        exit: (code) => process.exit(code),
-      },
+      interrupts: interruptsOf(
+        (signal, listener) => process.on(signal, listener),
+        (signal, listener) => process.off(signal, listener),
+        (code) => process.exit(code),
+      ),
     },
     exit: async (code) => {
       await Promise.all(pending);
       return process.exit(code);
     },
+  };
+}
+
+/** The signals that interrupt a command: Ctrl-C, and what systemd, `timeout` and a lost SSH send. */
+const SIGNALS = ["SIGINT", "SIGTERM", "SIGHUP"] as const;
+
+/** Interrupts from this process's SIGINT, SIGTERM and SIGHUP, through the runtime's listeners. */
+function interruptsOf(
+  on: (signal: typeof SIGNALS[number], listener: () => void) => void,
+  off: (signal: typeof SIGNALS[number], listener: () => void) => void,
+  exit: (code: number) => void,
+): Interrupts {
+  return {
+    watch(onInterrupt) {
+      const listeners = SIGNALS.map((signal) => [signal, () => onInterrupt(signal)] as const);
+      for (const [signal, listener] of listeners) on(signal, listener);
+      return () => {
+        for (const [signal, listener] of listeners) off(signal, listener);
+      };
+    },
+    exit,
   };
 }
 

@@ -5,12 +5,13 @@
  * pid); `--all-or-nothing` brings the others back when one fails. On a terminal a progress line
  * shows which step runs on which pid.
  *
- * Ctrl-C (SIGINT) meanwhile: the first interrupt stops the group (its `AbortSignal`): no new step
- * starts, and every process the command changed is brought back to where it was
- * (`rollBackOnAbort`), each as soon as its step inside the driver ends. The command then prints
- * its lines as usual, one more saying what was left changed, and exits 130. A second interrupt
- * exits at once, naming the steps still inside the driver, whose processes' states it cannot know.
- * One pid keeps the default: the program ends at the interrupt, as NVIDIA's utility does.
+ * Ctrl-C (SIGINT), SIGTERM or SIGHUP meanwhile: the first interrupt stops the group (its
+ * `AbortSignal`): no new step starts, and every process the command changed is brought back to
+ * where it was (`rollBackOnAbort`), each as soon as its step inside the driver ends. The command
+ * then prints its lines as usual, one more saying what was left changed, and exits 128 + the
+ * signal's number (130, 143, 129). A second interrupt, of any of the three, exits at once, naming
+ * the steps still inside the driver, whose processes' states it cannot know. One pid keeps the
+ * default: the program ends at the interrupt, as NVIDIA's utility does.
  *
  * @module
  */
@@ -30,6 +31,7 @@ import type { Machine } from "../core/machine.ts";
 import type { Action } from "../core/states.ts";
 import { isGone } from "../core/target.ts";
 import type { Interrupts } from "./io.ts";
+import { interruptedExitCode, type Signal } from "./signals.ts";
 import { ProgressLine } from "./progress.ts";
 import {
   errorReport,
@@ -45,7 +47,7 @@ import { query } from "./query.ts";
 /**
  * Runs the command on several pids (or all), prints a line each, resolves to the exit code. With
  * `interrupts`, an interrupt during a step stops the group and brings back what it changed (exit
- * code 130; see the module documentation).
+ * code 128 + the signal's number; see the module documentation).
  */
 export async function runMany(
   command: OperationCommand,
@@ -93,7 +95,7 @@ export async function runMany(
   const code = printReports(reports, print, command.json, true);
   if (!interruption?.interrupted) return code;
   interruption.closing(result.processes);
-  return INTERRUPTED_EXIT_CODE;
+  return interruptedExitCode(interruption.interrupted);
 }
 
 /**
@@ -125,7 +127,7 @@ function groupSettings(
 
 /** A group's outcome for one process, as reported. */
 function fromOutcome(operation: CliOperation, o: ProcessOutcome): PidReport {
-  const ok = (o.status === "done" && !o.rollback) || o.status === "unchanged";
+  const ok = o.status === "done" || o.status === "unchanged";
   const reason = o.notStarted ?? o.stopped;
   // A process that failed before any step (its state has no way to the action's) is as it was.
   const state = o.state ??
@@ -155,9 +157,6 @@ function fromOutcome(operation: CliOperation, o: ProcessOutcome): PidReport {
 
 const stepReport = ({ step, ms, ok }: StepRecord): StepReport => ({ step, ms: round(ms), ok });
 
-/** The exit code of a command that was interrupted: 128 + SIGINT, as shells report it. */
-const INTERRUPTED_EXIT_CODE = 130;
-
 /** One operation's watch over interrupts (see the module documentation). */
 class Interruption {
   readonly #controller = new AbortController();
@@ -168,7 +167,7 @@ class Interruption {
   readonly #pids: readonly number[];
   readonly #simulated: boolean;
   readonly #underWay = new Map<number, string>();
-  #count = 0;
+  #first: Signal | undefined;
   #unwatch: (() => void) | undefined;
 
   constructor(interrupts: Interrupts, print: Printer, pids: readonly number[], simulated: boolean) {
@@ -176,12 +175,12 @@ class Interruption {
     this.#print = print;
     this.#pids = pids;
     this.#simulated = simulated;
-    this.#unwatch = interrupts.watch(() => this.#onInterrupt());
+    this.#unwatch = interrupts.watch((signal) => this.#onInterrupt(signal ?? "SIGINT"));
   }
 
-  /** Whether an interrupt came. */
-  get interrupted(): boolean {
-    return this.#count > 0;
+  /** The first interrupt's signal, if one came. */
+  get interrupted(): Signal | undefined {
+    return this.#first;
   }
 
   /** Follows the group's steps, to name those still inside the driver on a forced exit. */
@@ -215,15 +214,15 @@ class Interruption {
     this.#print.err(`cuda-checkpoint: interrupted: left changed: ${each.join(", ")}`);
   }
 
-  #onInterrupt(): void {
-    this.#count++;
-    if (this.#count === 1) {
+  #onInterrupt(signal: Signal): void {
+    if (this.#first === undefined) {
+      this.#first = signal;
       this.#print.err(
-        "cuda-checkpoint: interrupted: no new step starts, and each process this command " +
-          "changed is brought back once its step inside the driver ends (interrupt again to " +
-          "exit without waiting)",
+        `cuda-checkpoint: interrupted${signal === "SIGINT" ? "" : ` by ${signal}`}: no new step ` +
+          "starts, and each process this command changed is brought back once its step inside " +
+          "the driver ends (interrupt again to exit without waiting)",
       );
-      this.#controller.abort(new Error("interrupted (SIGINT)"));
+      this.#controller.abort(new Error(`interrupted (${signal})`));
       return;
     }
     const under = [...this.#underWay].map(([pid, step]) => `${pid} (${step})`);
@@ -242,6 +241,6 @@ class Interruption {
           "this command",
       );
     }
-    this.#interrupts.exit(INTERRUPTED_EXIT_CODE);
+    this.#interrupts.exit(interruptedExitCode(signal));
   }
 }

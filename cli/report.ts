@@ -6,7 +6,7 @@
  */
 
 import type { CliOperation } from "./args.ts";
-import type { CliIo } from "./io.ts";
+import { type CliIo, GuardedIo } from "./io.ts";
 import {
   CheckpointError,
   CudaError,
@@ -48,8 +48,8 @@ export interface PidReport {
   /** Its state afterwards, where known. */
   readonly state?: ProcessState;
   readonly restoreThreadId?: number;
-  /** For a step or toggle. */
-  readonly status?: "done" | "unchanged" | "failed" | "stopped" | "not-started";
+  /** For a step or toggle (`rolled-back`: `--all-or-nothing` or an interrupt brought it back). */
+  readonly status?: "done" | "unchanged" | "failed" | "stopped" | "not-started" | "rolled-back";
   /** Why it was not started, or stopped between steps: `deadline`, `another-failed`. */
   readonly reason?: string;
   /** The whole operation's time on this process, in ms. */
@@ -148,7 +148,7 @@ export function printReports(
       const what = status === "stopped" ? "was stopped between steps" : "was not started";
       print.err(`Process ID ${pid} ${what}: ${REASONS[reason ?? ""] ?? reason}`);
     }
-    if (rollback && status === "done") {
+    if (rollback && status === "rolled-back") {
       print.more(
         rollback.ok
           ? `process ID ${pid} was brought back to ${state}: another process failed`
@@ -176,18 +176,19 @@ function answer(report: PidReport): string | undefined {
 function resultWord(report: PidReport): string {
   if (report.status === undefined) return answer(report) ?? "error";
   let word: string = report.status;
-  if (report.status === "done" && report.rollback) {
-    word = report.rollback.ok ? "rolled-back" : "rollback-failed";
-  }
+  if (report.status === "rolled-back" && !report.rollback?.ok) word = "rollback-failed";
   return report.state === undefined ? word : `${word} ${report.state}`;
 }
 
-/** Writes to stdout and stderr; stderr's extra lines only on a terminal. */
+/**
+ * Writes to stdout and stderr, through {@link GuardedIo}: no control character of a process's
+ * text reaches a terminal. stderr's extra lines only on a terminal.
+ */
 export class Printer {
-  readonly #io: CliIo;
+  readonly #io: GuardedIo;
 
   constructor(io: CliIo) {
-    this.#io = io;
+    this.#io = GuardedIo.of(io);
   }
 
   get terminal(): boolean {
@@ -202,9 +203,9 @@ export class Printer {
     this.#io.stderr(`${line}\n`);
   }
 
-  /** Text on stderr as it is (a progress line). */
+  /** The command line's own terminal controls on stderr, as they are (a progress line). */
   raw(text: string): void {
-    this.#io.stderr(text);
+    this.#io.control(text);
   }
 
   /** A line on stderr, on a terminal only. */
@@ -214,7 +215,7 @@ export class Printer {
 
   /** `cuda-checkpoint: <message>` on stderr, for an error of the command rather than a process. */
   error(error: unknown): void {
-    this.err(`cuda-checkpoint: ${messageOf(error)}`);
+    this.err(`cuda-checkpoint: ${commandMessage(error)}`);
   }
 
   json(value: unknown): void {
@@ -249,4 +250,28 @@ export function warnUninspectable(
 /** A time in ms, to the microsecond, for `--json`. */
 export function round(ms: number): number {
   return Math.round(ms * 1000) / 1000;
+}
+
+/** What the system's error codes that a path can meet mean, as the end of a sentence. */
+const PATH_ERRORS: Readonly<Record<string, string>> = {
+  ENOTDIR: "a part of the path above it is a file, not a directory",
+  ENOENT: "it does not exist",
+  EACCES: "permission denied",
+  EPERM: "the operation is not permitted",
+  ELOOP: "it is a symbolic link, or has too many of them on its path",
+  ENAMETOOLONG: "its name is too long",
+  EROFS: "the file system is read-only",
+  ENOSPC: "the disk is full",
+};
+
+/**
+ * An error of a command as the command line says it: its message, with the system's raw lines
+ * (`ENOTDIR: not a directory, lstat '/a/b'`) made into a sentence that names the path.
+ */
+export function commandMessage(error: unknown): string {
+  return messageOf(error).replace(
+    /\b(E[A-Z]+): [^,\n]*, [a-z]+ '([^'\n]*)'/g,
+    (raw, code: string, path: string) =>
+      PATH_ERRORS[code] ? `${path}: ${PATH_ERRORS[code]} (${code})` : raw,
+  );
 }

@@ -37,10 +37,8 @@ export async function run(command: MachineCommand, io: CliIo): Promise<number> {
     opened = await openCliMachine(io, command, callingThread, query);
   } catch (error) {
     const print = new Printer(io);
-    print.error(error);
-    if (error instanceof Error && error.name === "DriverLoadError") {
-      print.more("without a GPU, --simulate runs the same commands on a simulated machine");
-    }
+    if (error instanceof Error && error.name === "DriverLoadError") print.err(noDriver(error));
+    else print.error(error);
     return 1;
   }
   const { machine, simulated } = opened;
@@ -67,7 +65,13 @@ export async function run(command: MachineCommand, io: CliIo): Promise<number> {
       case "snapshot":
       case "restore-snapshot":
       case "inspect":
-        code = await (await import("./disk.ts")).runDiskCommand(command, machine, print, io);
+        code = await (await import("./disk.ts")).runDiskCommand(
+          command,
+          machine,
+          print,
+          io,
+          simulated !== undefined,
+        );
         break;
       default:
         code = await simulator(command, simulated!, print);
@@ -84,6 +88,23 @@ export async function run(command: MachineCommand, io: CliIo): Promise<number> {
     }
   }
   return code;
+}
+
+/**
+ * The library's message for a libcuda that could not be loaded, for the command line: the paths
+ * tried and what to check, with `--simulate` where the library advises its simulator, and without
+ * Deno's permission flags, which are the program's to have (a failure for want of them says so
+ * in the reason of each path).
+ */
+function noDriver(error: Error): string {
+  const simulate = "Without a GPU, --simulate runs the same commands on a simulated machine.";
+  const lines = error.message.split("\n")
+    .filter((line) => !/^(Deno needs --allow-ffi|\(On Deno, run with --allow-ffi)/.test(line))
+    .map((line) =>
+      line.replace(/On a machine without a GPU, pass a SimulatedMachine[^.]*\./, simulate)
+    );
+  if (!lines.some((line) => line.includes(simulate))) lines.push(simulate);
+  return `cuda-checkpoint: ${lines.join("\n")}`;
 }
 
 /** `--simulate spawn`, `kill` and `reset`. */

@@ -70,14 +70,21 @@ describe("the command line of snapshots", () => {
   test("what each refuses, in one line naming it", () => {
     const rows: [string[], RegExp][] = [
       [["snapshot", "--dir", "/s"], /^snapshot needs --pid/],
-      [["snapshot", "--pid", "5"], /^snapshot needs --dir DIR/],
+      [
+        ["snapshot", "--pid", "5"],
+        /^snapshot needs the snapshot's directory, as DIR or --dir DIR$/,
+      ],
       [
         ["snapshot", "--pid", "5", "--dir", "/s", "--device-map", "a=b"],
-        /Invalid device remap|takes no/,
+        /^snapshot takes no --device-map: the GPUs to restore onto are given to restore-snapshot$/,
       ],
+      [["inspect", "/s", "-d", "a=b"], /^inspect takes no --device-map/],
+      [["restore-snapshot", "/s", "--timeout", "x"], /^restore-snapshot takes no --timeout$/],
+      [["inspect", "/s", "--dir", "/t"], /^inspect takes one directory.*"\/t" and "\/s"$/],
+      [["restore-snapshot", "/s", "/t"], /^restore-snapshot takes one directory/],
       [["restore-snapshot", "--dir", "/s", "--pid", "5"], /^restore-snapshot takes no --pid$/],
       [["restore-snapshot", "--dir", "/s", "--leave-running"], /takes no --leave-running/],
-      [["inspect"], /^inspect needs --dir DIR/],
+      [["inspect"], /^inspect needs the snapshot's directory/],
       [["snapshot", "--pid", "5", "--dir", "/s", "--toggle"], /^snapshot takes no --toggle$/],
       [["--toggle", "--pid", "5", "--dir", "/s"], /^--dir is only valid with snapshot/],
       [["--get-state", "--pid", "5,6", "--job"], /^--job is only valid for --action and --toggle/],
@@ -112,7 +119,7 @@ describe("the command line of snapshots", () => {
     assert.equal(shown.code, 0, shown.err);
     assert.match(
       shown.out,
-      /^snapshot .*snap \(ckpt-cuda-snapshot\/1\)\n {2}taken .* on simulated/,
+      /^snapshot .*snap \(ckpt-cuda-snapshot\/\d+\)\n {2}taken .* on simulated/,
     );
     assert.match(shown.out, /driver CUDA 13\.0 \(580\.159\.04\), simulated criu 4\.1\.1/);
     // Without a machine, on this one: the file system alone, no libcuda (CI has none) opened.
@@ -168,7 +175,7 @@ describe("the command line of snapshots", () => {
     assert.match(
       r.err,
       new RegExp(
-        `^cuda-checkpoint: restoreSnapshot of process ${p.pid} refused: pid ${p.pid} ` +
+        `^cuda-checkpoint: restore-snapshot of process ${p.pid} refused: pid ${p.pid} ` +
           `\\(python serve\\.py\\) must be free .* process 31337 still has it as its session`,
       ),
     );

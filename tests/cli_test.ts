@@ -429,13 +429,11 @@ describe("our own checks of bad input", () => {
       ["--get-state", "-p", 5, "--all-or-nothing"],
       "--all-or-nothing is only valid for --action and --toggle operations",
     ],
-    ["spawn without --simulate", ["spawn"], "spawn is only valid with --simulate"],
     [
       "--memory-mib without spawn",
       ["--get-state", "-p", 5, "--memory-mib", 5],
       "--memory-mib, --gpu and --command are only valid with --simulate spawn",
     ],
-    ["list with an operation", ["list", "--get-state"], "list takes no --get-state"],
     [
       "--launch-job",
       ["--launch-job", "./train"],
@@ -462,6 +460,35 @@ describe("our own checks of bad input", () => {
       }
     });
   }
+
+  // Our subcommands are not NVIDIA's: their bad input is their line and one line pointing at
+  // --help, not the help's ninety lines that scroll the one that matters away.
+  const ours: [string, (string | number)[], string][] = [
+    ["spawn without --simulate", ["spawn"], "spawn is only valid with --simulate"],
+    ["list with an operation", ["list", "--get-state"], "list takes no --get-state"],
+    ["snapshot without --pid", ["snapshot", "/s"], "snapshot needs --pid PID[,PID...]"],
+    ["inspect with a bad --pid", ["inspect", "/s", "--pid", "x"], "inspect takes no --pid"],
+    [
+      "restore-snapshot with an unknown option",
+      ["restore-snapshot", "/s", "--bogus"],
+      NVIDIA_MESSAGES.badOption,
+    ],
+  ];
+  for (const [what, args, message] of ours) {
+    test(`${what}: its line and one pointing at --help; exit 1`, async () => {
+      const piped = await cli(args);
+      assert.equal(piped.code, 1);
+      assert.equal(piped.out, "");
+      const sub = args[0];
+      const lines = piped.err.split("\n").filter((l) => !l.startsWith("cuda-checkpoint: unrec"));
+      assert.deepEqual(lines, [message, `Run cuda-checkpoint --help for what ${sub} takes.`, ""]);
+    });
+  }
+
+  test("NVIDIA's operations keep NVIDIA's shape: the line, a blank line, the help", async () => {
+    const r = await cli(["--get-state", "--pid", "x"]);
+    assert.equal(r.err, `${NVIDIA_MESSAGES.badPid}\n\n${helpText()}`);
+  });
 
   test("pid 0 goes to the driver, as NVIDIA's utility hands it over: the driver's line", async () => {
     const sim = new SimulatedMachine();

@@ -1,12 +1,13 @@
-// Ctrl-C during an operation on several processes: the group stops, every process the command
-// changed is brought back, the lines say what became of each and one more what was left
-// changed, and the command exits 130; a second interrupt exits at once, naming the steps still
+// Ctrl-C (SIGINT), SIGTERM or SIGHUP during an operation on several processes, a snapshot or a
+// restore: the command stops, every process it changed is brought back, the lines say what became
+// of each and one more what was left changed, and the command exits 128 + the signal's number
+// (130, 143, 129); a second interrupt, of any of the three, exits at once, naming the steps still
 // inside the driver. In-process with a fake source of interrupts on the virtual clock, then as a
-// program (this runtime running cli/main.ts) on a `--simulate` machine in real time, with a real
-// SIGINT. Runs unchanged under `deno test -A` and `bun test`.
+// program (this runtime running cli/main.ts) on a `--simulate` machine in real time, with real
+// signals. Runs unchanged under `deno test -A` and `bun test`.
 import { after, describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
@@ -14,25 +15,28 @@ import process from "node:process";
 import { type Interrupts, main } from "../cli/main.ts";
 import { openSimulatedMachine } from "../cli/simulate.ts";
 import { SimulatedMachine } from "../mock/mod.ts";
-import { cli } from "./cli_support.ts";
+import { BINARY, binaryBuilt, cli } from "./cli_support.ts";
 import { type Interrupted, runInterrupted } from "./support/interrupted.ts";
 import { runtime } from "./fixtures/fake.ts";
+
+type Signal = "SIGINT" | "SIGTERM" | "SIGHUP";
 
 /**
  * Interrupts a test sends itself, on the simulator's clock: once the command watches (its group
  * is about to start), each of `plan`'s actions runs its `ms` later (virtual time, which the
- * command's own driver calls move), and `fire()` in it is one Ctrl-C.
+ * command's own driver calls move), and `fire()` in it is one Ctrl-C (`fire("SIGTERM")` a
+ * SIGTERM).
  */
 function fakeInterrupts(
   sim: SimulatedMachine,
-  plan: { ms: number; act: (fire: () => void) => void }[],
+  plan: { ms: number; act: (fire: (signal?: Signal) => void) => void }[],
 ) {
-  let handler: (() => void) | undefined;
+  let handler: ((signal?: Signal) => void) | undefined;
   let watched = 0;
   const exits: number[] = [];
-  const fire = () => {
+  const fire = (signal?: Signal) => {
     assert.ok(handler, "an interrupt is being watched");
-    handler();
+    handler(signal);
   };
   const interrupts: Interrupts = {
     watch(onInterrupt) {
@@ -106,7 +110,7 @@ describe("an interrupt during an operation on several processes, in-process", ()
     const lines = r.out.trim().split("\n").map((l) => JSON.parse(l));
     assert.deepEqual(lines.map((l) => [l.pid, l.status, l.rollback?.ok]), [
       [a.pid, "failed", undefined],
-      [b.pid, "done", false],
+      [b.pid, "rolled-back", false],
     ]);
     assert.equal(
       r.errLines.at(-1),
@@ -149,6 +153,41 @@ describe("an interrupt during an operation on several processes, in-process", ()
     assert.equal(stuck.state, "running", "unlocked again once its lock ended");
   });
 
+  for (const [signal, code] of [["SIGTERM", 143], ["SIGHUP", 129]] as const) {
+    test(`${signal} acts as the first Ctrl-C: all come back; exit ${code}`, async () => {
+      const sim = new SimulatedMachine();
+      const procs = [sim.spawn({ memoryMiB: 4096 }), sim.spawn(), sim.spawn()];
+      const fake = fakeInterrupts(sim, [{ ms: 600, act: (fire) => fire(signal) }]);
+      const pids = procs.map((p) => p.pid).join(",");
+      const r = await cli(["--toggle", "--pid", pids], {
+        machine: sim,
+        interrupts: fake.interrupts,
+      });
+      assert.equal(r.code, code, r.err);
+      assert.equal(r.out, procs.map((p) => `${p.pid} rolled-back running\n`).join(""));
+      assert.match(r.errLines[0], new RegExp(`^cuda-checkpoint: interrupted by ${signal}: `));
+      assert.ok(procs.every((p) => p.state === "running"));
+      assert.deepEqual(fake.exits, []);
+    });
+  }
+
+  test("a second interrupt of another kind exits at once, with its own code", async () => {
+    const sim = new SimulatedMachine();
+    const [stuck, other] = [sim.spawn(), sim.spawn()];
+    const release = stuck.hangNext("lock");
+    const fake = fakeInterrupts(sim, [
+      { ms: 100, act: (fire) => fire("SIGINT") },
+      { ms: 200, act: (fire) => (fire("SIGHUP"), release()) },
+    ]);
+    const r = await cli(["--action", "lock", "--pid", `${stuck.pid},${other.pid}`], {
+      machine: sim,
+      interrupts: fake.interrupts,
+    });
+    assert.deepEqual(fake.exits, [129]);
+    assert.match(r.err, /interrupted again: exiting without waiting for the driver/);
+    assert.equal(r.code, 130, "the command itself ends, once the stuck call does, as the first");
+  });
+
   test("one pid is not watched: the program ends at the interrupt, as NVIDIA's does", async () => {
     const sim = new SimulatedMachine();
     const p = sim.spawn();
@@ -168,7 +207,106 @@ describe("an interrupt during an operation on several processes, in-process", ()
   });
 });
 
-// ---- as a program, with a real SIGINT ----
+describe("an interrupt during a snapshot or a restore, in-process", () => {
+  const scratch = mkdtempSync(join(tmpdir(), "ckpt-interrupt-disk-"));
+  after(() => rmSync(scratch, { recursive: true, force: true }));
+  let dirs = 0;
+
+  /**
+   * Interrupts that fire `signals` (one at each `when()` that comes true, checked every 10 ms of
+   * the simulator's clock) once the command watches; `exits` records a forced exit's code.
+   */
+  function interruptsWhen(
+    sim: SimulatedMachine,
+    plan: [when: () => boolean, signal: Signal, then?: () => void][],
+  ) {
+    let handler: ((signal?: Signal) => void) | undefined;
+    const exits: number[] = [];
+    const interrupts: Interrupts = {
+      watch(onInterrupt) {
+        handler = onInterrupt;
+        (async () => {
+          for (const [when, signal, then] of plan) {
+            while (!when()) await sim.sleep(10);
+            handler?.(signal);
+            then?.();
+          }
+        })();
+        return () => handler = undefined;
+      },
+      exit: (code) => exits.push(code),
+    };
+    return { interrupts, exits, watching: () => handler !== undefined };
+  }
+
+  for (const [signal, code] of [["SIGINT", 130], ["SIGTERM", 143], ["SIGHUP", 129]] as const) {
+    test(`snapshot: ${signal} puts every process back, running; exit ${code}`, async () => {
+      const sim = new SimulatedMachine();
+      const procs = [sim.spawn({ memoryMiB: 4096 }), sim.spawn({ memoryMiB: 4096 })];
+      const digest = await procs[0].memoryChunkedSha256();
+      // Once the first is locked: the snapshot is suspending them.
+      const fake = interruptsWhen(sim, [[() => procs[0].state !== "running", signal]]);
+      const dir = join(scratch, `snap-${dirs++}`);
+      const pids = procs.map((p) => p.pid).join(",");
+      const r = await cli(["snapshot", "--pid", pids, "--dir", dir], {
+        machine: sim,
+        interrupts: fake.interrupts,
+      });
+      assert.equal(r.code, code, r.err);
+      assert.equal(r.out, "");
+      assert.match(
+        r.errLines[0],
+        new RegExp(
+          `^cuda-checkpoint: snapshot interrupted${
+            signal === "SIGINT" ? "" : ` by ${signal}`
+          }: it stops, and puts back every process it changed`,
+        ),
+      );
+      assert.match(r.errLines.at(-1)!, /^cuda-checkpoint: snapshot stopped .*keeps running/);
+      assert.deepEqual(procs.map((p) => p.state), ["running", "running"]);
+      assert.equal(await procs[0].memoryChunkedSha256(), digest);
+      assert.equal(fake.watching(), false, "no longer watched once the command is over");
+      assert.deepEqual(fake.exits, []);
+    });
+  }
+
+  test("snapshot: a second interrupt exits at once, saying what may be left suspended", async () => {
+    const sim = new SimulatedMachine();
+    const [stuck, other] = [sim.spawn(), sim.spawn()];
+    const release = stuck.hangNext("lock");
+    const fake = interruptsWhen(sim, [
+      [() => other.state !== "running", "SIGTERM"],
+      [() => other.state === "running", "SIGTERM", release],
+    ]);
+    const r = await cli(
+      ["snapshot", "--pid", `${stuck.pid},${other.pid}`, "--dir", join(scratch, "stuck")],
+      { machine: sim, interrupts: fake.interrupts },
+    );
+    assert.deepEqual(fake.exits, [143]);
+    assert.match(
+      r.err,
+      /cuda-checkpoint: interrupted again: exiting without waiting; processes of the snapshot may be left suspended: see cuda-checkpoint list/,
+    );
+  });
+
+  test("restore-snapshot: an interrupt puts back what it restored; exit 143", async () => {
+    const sim = new SimulatedMachine();
+    const procs = [sim.spawn({ memoryMiB: 4096 }), sim.spawn({ memoryMiB: 4096 })];
+    const dir = join(scratch, "to-restore");
+    const pids = procs.map((p) => p.pid).join(",");
+    assert.equal((await cli(["snapshot", "--pid", pids, "--dir", dir], { machine: sim })).code, 0);
+    // Once the first is back (criu restored it) and its CUDA state is being restored.
+    const fake = interruptsWhen(sim, [[() => sim.process(procs[0].pid) !== undefined, "SIGTERM"]]);
+    const r = await cli(["restore-snapshot", dir], { machine: sim, interrupts: fake.interrupts });
+    assert.equal(r.code, 143, r.err);
+    assert.match(r.errLines[0], /^cuda-checkpoint: restore-snapshot interrupted by SIGTERM: /);
+    // What the restore left: the library's sentence (here, criu's restore stopped).
+    assert.match(r.errLines.at(-1)!, /^cuda-checkpoint: restore(-snapshot| of the snapshot) /);
+    assert.equal(r.errLines.length, 2);
+  });
+});
+
+// ---- as a program, with real signals ----
 
 const MAIN = new URL("../cli/main.ts", import.meta.url).pathname;
 const dir = mkdtempSync(join(tmpdir(), "ckpt-interrupt-"));
@@ -211,6 +349,41 @@ function interruptProgram(args: string[], path: string, delaysMs: number[]): Pro
 
 function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+/**
+ * Runs cli/main.ts as a program, as {@link interruptProgram} does, and sends it each signal of
+ * `plan` its `ms` after the one before (the first after it took the machine's lock), through
+ * the pid the lock file holds: the program's own.
+ */
+function signalProgram(
+  args: string[],
+  path: string,
+  plan: [ms: number, signal: "SIGINT" | "SIGTERM" | "SIGHUP"][],
+  binary = false,
+): Promise<Interrupted> {
+  const env = { ...process.env, CKPT_SIM_STATE: path, CKPT_SIM_CLOCK: "real" } as Record<
+    string,
+    string
+  >;
+  const [file, argv] = binary
+    ? [BINARY, args]
+    : [process.execPath, runtime === "deno" ? ["run", "-A", MAIN, ...args] : [MAIN, ...args]];
+  return runInterrupted(file, argv, env, async (_sigint, running) => {
+    let pid = NaN;
+    while (!(pid > 0) && running()) {
+      try {
+        pid = Number(readFileSync(`${path}.lock`, "utf8").trim()) || NaN;
+      } catch {
+        // Not taken yet.
+      }
+      if (!(pid > 0)) await sleep(10);
+    }
+    for (const [ms, signal] of plan) {
+      await sleep(ms);
+      if (running()) process.kill(pid, signal);
+    }
+  });
 }
 
 describe(`SIGINT to cuda-checkpoint as a program (${runtime}), --simulate in real time`, () => {
@@ -274,4 +447,109 @@ describe(`SIGINT to cuda-checkpoint as a program (${runtime}), --simulate in rea
       assert.equal(state.out, `${pids[0]} running\n${pids[1]} running\n`);
     },
   );
+});
+
+describe(`SIGTERM and SIGHUP to cuda-checkpoint as a program (${runtime}), --simulate in real time`, () => {
+  for (const [signal, code] of [["SIGTERM", 143], ["SIGHUP", 129]] as const) {
+    test(`a group operation: ${signal} brings back what it changed; exit ${code}`, {
+      timeout: 60_000,
+    }, async () => {
+      // As the SIGINT case: one process's lock waits 2 s and then finds it gone.
+      const { path, pids } = await machineFile((sim) => {
+        const slow = sim.spawn();
+        slow.exitDuring("lock", { afterMs: 2000 });
+        return [slow.pid, sim.spawn().pid, sim.spawn().pid];
+      });
+      const r = await signalProgram(
+        ["--simulate", "--action", "lock", "--pid", pids.join(",")],
+        path,
+        [[700, signal]],
+      );
+      assert.equal(r.code, code, `${r.signal} ${r.err}`);
+      assert.equal(
+        r.out,
+        `${pids[0]} failed\n${pids[1]} rolled-back running\n${pids[2]} rolled-back running\n`,
+      );
+      assert.match(r.err, new RegExp(`^cuda-checkpoint: interrupted by ${signal}: no new step`));
+      assert.equal(existsSync(`${path}.lock`), false, "no lock left behind");
+      // Saved: the two back, running, and the third gone.
+      const state = await cli(["--simulate", "--get-state", "--pid", pids.join(",")], {
+        env: { CKPT_SIM_STATE: path },
+      });
+      assert.match(
+        state.out,
+        new RegExp(`^${pids[0]} error\n${pids[1]} running\n${pids[2]} running\n$`),
+      );
+    });
+  }
+
+  // SIGINT's 130 (where 1 was) is checked in-process above.
+  for (const [signal, code] of [["SIGTERM", 143], ["SIGHUP", 129]] as const) {
+    test(`snapshot: ${signal} puts every process back, running; exit ${code}`, {
+      timeout: 60_000,
+    }, async () => {
+      const { path, pids } = await machineFile((sim) => [
+        sim.spawn({ memoryMiB: 4096 }).pid,
+        sim.spawn({ memoryMiB: 4096 }).pid,
+      ]);
+      const snap = join(dir, `snap-${signal}`);
+      const r = await signalProgram(
+        ["--simulate", "snapshot", "--pid", pids.join(","), "--dir", snap],
+        path,
+        [[800, signal]],
+      );
+      assert.equal(r.code, code, `${r.signal} ${r.err}`);
+      assert.equal(r.out, "");
+      assert.match(r.err, new RegExp(`^cuda-checkpoint: snapshot interrupted`));
+      assert.match(
+        r.err,
+        /\ncuda-checkpoint: snapshot stopped .* put back as it was, and keeps running/,
+      );
+      assert.equal(existsSync(`${path}.lock`), false, "no lock left behind");
+      const state = await cli(["--simulate", "--get-state", "--pid", pids.join(",")], {
+        env: { CKPT_SIM_STATE: path },
+      });
+      assert.equal(state.out, `${pids[0]} running\n${pids[1]} running\n`);
+    });
+  }
+
+  test("the compiled binary: SIGTERM during a snapshot puts every process back; exit 143", {
+    timeout: 60_000,
+    skip: binaryBuilt ? false : `${BINARY} is not built: run \`bash cli/build.sh\``,
+  }, async () => {
+    const { path, pids } = await machineFile((sim) => [
+      sim.spawn({ memoryMiB: 4096 }).pid,
+      sim.spawn({ memoryMiB: 4096 }).pid,
+    ]);
+    const r = await signalProgram(
+      ["--simulate", "snapshot", "--pid", pids.join(","), "--dir", join(dir, "snap-binary")],
+      path,
+      [[800, "SIGTERM"]],
+      true,
+    );
+    assert.equal(r.code, 143, `${r.signal} ${r.err}`);
+    assert.match(r.err, /^cuda-checkpoint: snapshot interrupted by SIGTERM: /);
+    const state = await cli(["--simulate", "--get-state", "--pid", pids.join(",")], {
+      env: { CKPT_SIM_STATE: path },
+    });
+    assert.equal(state.out, `${pids[0]} running\n${pids[1]} running\n`);
+  });
+
+  test("snapshot: a second signal exits at once, saying what may be left suspended", {
+    timeout: 60_000,
+  }, async () => {
+    const { path, pids } = await machineFile((sim) => {
+      const stuck = sim.spawn();
+      stuck.hangNext("lock");
+      return [stuck.pid, sim.spawn().pid];
+    });
+    const r = await signalProgram(
+      ["--simulate", "snapshot", "--pid", pids.join(","), "--dir", join(dir, "snap-stuck")],
+      path,
+      [[800, "SIGHUP"], [500, "SIGTERM"]],
+    );
+    assert.equal(r.code, 143, `${r.signal} ${r.err}`);
+    assert.match(r.err, /interrupted again: exiting without waiting; processes of the snapshot/);
+    assert.match(r.err, /the simulated machine was not saved/);
+  });
 });

@@ -1,0 +1,241 @@
+// What `cuda-checkpoint` prints, whoever chose the text: a process's command line holding an escape
+// sequence reaches no terminal raw, in `list`, `snapshot`, `inspect`, `restore-snapshot`, errors
+// and `--json` (which stays valid JSON, meaning the same); the subcommands' errors name the
+// subcommand and say a path's trouble in words; `inspect` runs with no libcuda, and the message for
+// a missing libcuda advises `--simulate`. In-process through `main()` on the simulated machine,
+// and as a program for what needs a process of its own. Runs under `deno test -A` and `bun test`.
+
+import { after, describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import process from "node:process";
+
+import { helpText } from "../cli/help.ts";
+import { commandMessage } from "../cli/report.ts";
+import { SimulatedMachine } from "../mock/mod.ts";
+import { cli, runProgram } from "./cli_support.ts";
+import { runtime } from "./fixtures/fake.ts";
+import { hostWith, machineWith } from "./support/forward.ts";
+
+/** A command line that clears the screen, homes the cursor and prints a fake PASS over a line. */
+const EVIL = "train.py\x1b[2J\x1b[H\r\x1b[32mPASS\x1b[0m\x07 \u009b2J \u0090x\u009c \x7f\x1b";
+/** Every character that must not reach a terminal: C0 but the newline, DEL, C1. */
+// deno-lint-ignore no-control-regex
+const CONTROL = /[\u0000-\u0009\u000b-\u001f\u007f-\u009f]/;
+/** How EVIL's start is printed. */
+const SHOWN = "train.py\\u001b[2J\\u001b[H\\u000d\\u001b[32mPASS";
+
+const scratch = mkdtempSync(join(tmpdir(), "ckpt-cli-output-"));
+after(() => rmSync(scratch, { recursive: true, force: true }));
+let dirs = 0;
+const newDir = () => join(scratch, `d${dirs++}`);
+
+/** Asserts that `text` holds no control character but newlines. */
+function assertClean(text: string, what: string): void {
+  const found = CONTROL.exec(text);
+  assert.equal(found, null, `${what} holds U+${found?.[0].charCodeAt(0).toString(16)}: ${text}`);
+}
+
+describe("nothing a process chose reaches a terminal raw", () => {
+  test("list: the command line's controls are escaped, the rest of the table as it was", async () => {
+    const sim = new SimulatedMachine();
+    const p = sim.spawn({ memoryMiB: 256, command: EVIL });
+    const r = await cli(["list"], { machine: sim });
+    assert.equal(r.code, 0, r.err);
+    assertClean(r.out, "list");
+    const lines = r.out.split("\n");
+    assert.equal(lines.length, 3, "a header, a row, the end");
+    assert.match(lines[1], new RegExp(`^${p.pid} +running .*MiB +${escape(SHOWN)}`));
+    assert.ok(lines[1].endsWith("\\u0007 \\u009b2J \\u0090x\\u009c \\u007f\\u001b"), lines[1]);
+  });
+
+  test("list --json: valid JSON with C1 and DEL escaped too, giving back the command line", async () => {
+    const sim = new SimulatedMachine();
+    sim.spawn({ command: EVIL });
+    const r = await cli(["list", "--json"], { machine: sim });
+    assert.equal(r.code, 0, r.err);
+    assertClean(r.out, "list --json");
+    assert.equal(JSON.parse(r.out).command, EVIL);
+  });
+
+  test("snapshot, inspect and restore-snapshot: every line, text and --json", async () => {
+    const sim = new SimulatedMachine();
+    const p = sim.spawn({ memoryMiB: 256, command: EVIL });
+    const dir = newDir();
+    // On a terminal: the phase line is the command line's own, and keeps its controls.
+    const made = await cli(["snapshot", "--pid", p.pid, "--dir", dir], {
+      machine: sim,
+      isTerminal: true,
+    });
+    assert.equal(made.code, 0, made.err);
+    assertClean(made.out, "snapshot");
+    assert.ok(made.out.includes(SHOWN), made.out);
+    assert.ok(made.err.includes("\r\x1b[K"), "the progress line erases itself");
+    for (const args of [["inspect", dir], ["inspect", dir, "--json"]]) {
+      const shown = await cli(args, { machine: sim });
+      assert.equal(shown.code, 0, shown.err);
+      assertClean(shown.out, args.join(" "));
+      if (args.includes("--json")) {
+        const json = JSON.parse(shown.out);
+        assert.equal(json.manifest.trees[0].processes[0].command, EVIL);
+      } else assert.ok(shown.out.includes(SHOWN), shown.out);
+    }
+    const back = await cli(["restore-snapshot", "--dir", dir], { machine: sim });
+    assert.equal(back.code, 0, back.err);
+    assertClean(back.out, "restore-snapshot");
+    assert.ok(back.out.includes(SHOWN), back.out);
+  });
+
+  test("an error that quotes a command line: escaped", async () => {
+    const sim = new SimulatedMachine();
+    const p = sim.spawn({ memoryMiB: 256, command: EVIL });
+    const dir = newDir();
+    assert.equal((await cli(["snapshot", "--pid", p.pid, "--dir", dir], { machine: sim })).code, 0);
+    // Its pid still another process's session: the refusal names the command line.
+    const leftOver = { id: p.pid, holder: 31337, as: "session" as const };
+    const host = hostWith(sim.host, {
+      pidsInUse: (ids) => Promise.resolve(ids.includes(p.pid) ? [leftOver] : []),
+    });
+    for (const json of [false, true]) {
+      const r = await cli(["restore-snapshot", "--dir", dir, ...(json ? ["--json"] : [])], {
+        machine: machineWith(sim, { host }),
+      });
+      assert.equal(r.code, 1);
+      assert.ok(r.err.includes(`(${SHOWN}`), r.err);
+      assertClean(r.err, "the error");
+      assertClean(r.out, "the --json error");
+      if (json) assert.ok(JSON.parse(r.out).error.message.includes(`(${EVIL}`));
+    }
+  });
+
+  test("bad input that echoes an argument: getopt's line and ours, escaped", async () => {
+    const r = await cli(["--get-state", "--pid", "5", "--\x1b[2Jx"]);
+    assert.equal(r.code, 1);
+    assertClean(r.err, "the usage error");
+    assert.ok(r.err.startsWith("cuda-checkpoint: unrecognized option '--\\u001b[2Jx'\n"), r.err);
+  });
+});
+
+describe("the subcommands, as a new user meets them", () => {
+  test("errors name the subcommand, not the library's function", async () => {
+    const empty = newDir();
+    mkdirSync(empty);
+    const sim = new SimulatedMachine();
+    for (const sub of ["inspect", "restore-snapshot"]) {
+      const r = await cli([sub, "--dir", empty], { machine: sim });
+      assert.equal(r.code, 1);
+      assert.match(r.err, new RegExp(`^cuda-checkpoint: ${sub} refused: .* is not a snapshot`));
+      assert.doesNotMatch(r.err, /inspectSnapshot|restoreSnapshot/);
+      const j = await cli([sub, "--dir", empty, "--json"], { machine: sim });
+      assert.match(JSON.parse(j.out).error.message, new RegExp(`^${sub} refused: `));
+    }
+  });
+
+  test("a directory inside a file: said in words, naming it, not the system's raw line", async () => {
+    const file = newDir();
+    writeFileSync(file, "");
+    const inside = join(file, "snap");
+    const r = await cli(["inspect", inside]);
+    assert.equal(r.code, 1);
+    assert.doesNotMatch(r.err, /ENOTDIR: not a directory, lstat/);
+    assert.match(r.err, new RegExp(`^cuda-checkpoint: inspect refused: ${escape(inside)}`));
+    assert.match(r.err, /: (.* is not a directory|a part of the path above it is a file)/);
+  });
+
+  test("the system's raw line for a path becomes a sentence that names the path", () => {
+    const raw = new Error("/s/x cannot be looked at: ENOTDIR: not a directory, lstat '/s/x'");
+    assert.equal(
+      commandMessage(raw),
+      "/s/x cannot be looked at: /s/x: a part of the path above it is a file, not a directory " +
+        "(ENOTDIR)",
+    );
+    const other = "EWEIRD: who knows, open '/s'";
+    assert.equal(commandMessage(new Error(other)), other, "a code without words stays as it was");
+  });
+
+  test("the directory as DIR or --dir for all three; restore-snapshot DIR is not refused", async () => {
+    const sim = new SimulatedMachine();
+    const p = sim.spawn({ memoryMiB: 256 });
+    const dir = newDir();
+    const made = await cli(["snapshot", dir, "--pid", p.pid], { machine: sim });
+    assert.equal(made.code, 0, made.err);
+    assert.equal((await cli(["inspect", "--dir", dir], { machine: sim })).code, 0);
+    const back = await cli(["restore-snapshot", dir, "--json"], { machine: sim });
+    assert.equal(back.code, 0, back.err);
+    assert.deepEqual(JSON.parse(back.out).pids, [p.pid]);
+  });
+
+  test("snapshot --timeout: the help says what it is, as the command takes it", () => {
+    const option = helpText().split("\n\n").find((p) => p.startsWith("--timeout|-t <ms>"));
+    assert.ok(option, "the help has --timeout");
+    assert.match(option.replace(/\s+/g, " "), /for snapshot: each CUDA process's lock timeout/);
+    assert.doesNotMatch(option, /lock only/);
+  });
+
+  test("--all-or-nothing --json: a process brought back says rolled-back, as its line does", async () => {
+    const sim = new SimulatedMachine();
+    const [a, b] = [sim.spawn(), sim.spawn({ memoryMiB: 4096 })];
+    b.failNext("checkpoint", { code: 999 });
+    const args = ["--toggle", "--pid", `${a.pid},${b.pid}`, "--all-or-nothing"];
+    const text = await cli(args, { machine: sim });
+    assert.equal(text.out.split("\n")[0], `${a.pid} rolled-back running`);
+    b.failNext("checkpoint", { code: 999 });
+    const json = await cli([...args, "--json"], { machine: sim });
+    const first = JSON.parse(json.out.split("\n")[0]);
+    assert.deepEqual([first.status, first.ok, first.rollback.ok], ["rolled-back", false, true]);
+  });
+});
+
+// ---- as a program: libcuda is this process's to load, or not ----
+
+const MAIN = new URL("../cli/main.ts", import.meta.url).pathname;
+const NO_LIBCUDA = { CKPT_LIBCUDA_PATH: join(scratch, "no-such-libcuda.so.1") };
+
+/** Runs cli/main.ts as a program with this runtime. */
+function program(args: (string | number)[], env: Record<string, string>) {
+  const argv = runtime === "deno" ? ["run", "-A", MAIN, ...args] : [MAIN, ...args];
+  return runProgram(process.execPath, argv, env);
+}
+
+describe(`without libcuda, as a program (${runtime})`, () => {
+  test("inspect reads a snapshot; list says there is no driver and advises --simulate", {
+    timeout: 60_000,
+  }, async () => {
+    const sim = new SimulatedMachine();
+    const p = sim.spawn({ memoryMiB: 256, command: "python serve.py" });
+    const dir = newDir();
+    assert.equal((await cli(["snapshot", "--pid", p.pid, "--dir", dir], { machine: sim })).code, 0);
+    // The same environment makes list fail for want of libcuda: inspect never opened it.
+    const listed = await program(["list"], NO_LIBCUDA);
+    assert.equal(listed.code, 1);
+    assert.match(listed.err, /^cuda-checkpoint: Could not load libcuda/);
+    assert.match(listed.err, /--simulate runs the same commands on a simulated machine/);
+    assert.doesNotMatch(listed.err, /SimulatedMachine|--allow-ffi/);
+    const shown = await program(["inspect", dir], NO_LIBCUDA);
+    assert.equal(shown.code, 0, shown.err);
+    assert.match(shown.out, new RegExp(`^ {2}${p.pid} running .*python serve\\.py$`, "m"));
+  });
+});
+
+// In-process, where this machine has no libcuda to find (CI's): the search's own advice.
+const here = await cli(["list"]);
+const found = !(here.code === 1 && here.err.includes("Could not load libcuda"));
+
+describe("without libcuda, in-process", () => {
+  test("the message advises --simulate, not the library's simulator or Deno's flags", {
+    skip: found ? "this machine has a libcuda" : false,
+  }, () => {
+    assert.match(here.err, /Is the NVIDIA driver installed/);
+    assert.match(
+      here.err,
+      /Without a GPU, --simulate runs the same commands on a simulated machine/,
+    );
+    assert.doesNotMatch(here.err, /SimulatedMachine|--allow-ffi/);
+  });
+});
+
+function escape(text: string): string {
+  return text.replace(/[\\^$.*+?()[\]{}|]/g, "\\$&");
+}
