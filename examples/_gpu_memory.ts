@@ -4,7 +4,7 @@
  * ask about itself while it is checkpointed, when it cannot ask NVML itself (see
  * `ExampleMachine.gpuMemoryFromOutside`).
  *
- *   deno run -A examples/_gpu_memory.ts PID...
+ *   npx deno run -A examples/_gpu_memory.ts PID...
  */
 
 import process from "node:process";

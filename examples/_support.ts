@@ -72,8 +72,8 @@ export function helpText(spec: ExampleSpec): string {
   rows.push(["-h, --help", "this help"]);
   const width = Math.max(...rows.map(([l]) => l.length)) + 2;
   return [
-    `Usage: deno run -A examples/${spec.file} [options]`,
-    `   or: bun examples/${spec.file} [options]`,
+    `Usage: npx deno run -A examples/${spec.file} [options]`,
+    `   or: npx bun examples/${spec.file} [options]`,
     "",
     spec.about.trim(),
     "",

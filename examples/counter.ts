@@ -3,11 +3,11 @@
  * memory, starting at 100; every request received makes a kernel add 1 to it, and the new value
  * is sent back. A program to checkpoint from outside (examples/counter_criu.ts does, with CRIU).
  *
- *   deno run -A examples/counter.ts                  UDP on 127.0.0.1:10000, as NVIDIA's counter
- *   deno run -A examples/counter.ts --unix /tmp/counter.sock
- *   deno run -A examples/counter.ts --ask            a client: prints the answer (101, 102, ...)
+ *   npx deno run -A examples/counter.ts              UDP on 127.0.0.1:10000, as NVIDIA's counter
+ *   npx deno run -A examples/counter.ts --unix /tmp/counter.sock
+ *   npx deno run -A examples/counter.ts --ask        a client: prints the answer (101, 102, ...)
  *   echo hello | nc -u -W 1 127.0.0.1 10000          or NVIDIA's client; --unix: nc -U PATH
- *   bun examples/counter.ts ...                      the same on Bun
+ *   npx bun examples/counter.ts ...                  the same on Bun
  *
  * `--unix PATH` serves a unix-domain socket instead of UDP: criu 4.1 cannot dump a process that
  * holds an inet socket on some kernels (6.18), while it dumps a listening unix socket. It is a
@@ -93,7 +93,7 @@ export async function counterGpu(here: ExampleMachine, device = 0): Promise<Coun
     await target.write(0, start);
     return {
       pid: target.pid,
-      where: `${sim.gpus[device].name} (GPU ${device}, simulated process ${target.pid})`,
+      where: `${sim.gpus[device].name} (GPU ${device}) of a simulated machine inside this program`,
       async increment() {
         await target.launch(0.01); // the kernel; blocks while the process is locked or checkpointed
         const bytes = await target.read(0, 4);
@@ -247,7 +247,7 @@ async function main(): Promise<void> {
       const where = "unix" in address ? `--unix ${address.unix}` : `--port ${address.port}`;
       // Over UDP a missing counter and a suspended one look the same: no answer.
       console.error(
-        `counter.ts --ask: ${messageOf(error)}. Is a counter running (deno run -A ` +
+        `counter.ts --ask: ${messageOf(error)}. Is a counter running (npx deno run -A ` +
           `examples/counter.ts ${where}) and not suspended? A suspended one answers once resumed.`,
       );
       process.exitCode = 1;
@@ -272,6 +272,16 @@ async function main(): Promise<void> {
     `counter ready: pid ${process.pid}, ${server.address}, value ${COUNTER_START} in GPU memory ` +
       `on ${gpu.where}`,
   );
+  if (here.kind === "simulated") {
+    // Its simulated machine is this program's own: no other program can reach it, and a pid
+    // that `cuda-checkpoint --simulate` knows is a process of the state file's machine instead.
+    console.log(
+      "No other program can checkpoint this counter: its simulated machine lives inside this " +
+        "program, and cuda-checkpoint --simulate works on a machine of its own (its state file), " +
+        "whose processes are others, whatever their pids. Checkpointing the counter from outside " +
+        "needs a GPU; examples/snapshot.ts runs the whole cycle on the simulator.",
+    );
+  }
   const stop = async () => {
     await server.close();
     gpu.close();

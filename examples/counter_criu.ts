@@ -4,8 +4,8 @@
  * `criu dump` the whole process (it is gone), `criu restore` it (same pid, still checkpointed),
  * resume its CUDA state, and ask again (102): the integer in GPU memory survived.
  *
- *   sudo deno run -A examples/counter_criu.ts [--criu /path/to/criu] [--images-dir DIR]
- *   sudo bun examples/counter_criu.ts
+ *   sudo npx deno run -A examples/counter_criu.ts [--criu /path/to/criu] [--images-dir DIR]
+ *   sudo npx bun examples/counter_criu.ts
  *
  * It first checks what the CRIU half needs (an NVIDIA driver with the checkpoint API, criu, root,
  * and `criu check` on this kernel) and says plainly what is missing. Where something is, it runs

@@ -5,8 +5,8 @@
  * again. Each step shows where the process runs now, seen from inside (`cuCtxGetDevice`) and from
  * outside (the GPU memory NVML reports per GPU), and that its GPU buffer is unchanged.
  *
- *   deno run -A examples/migrate.ts [--buffer-mib 256] [--device 0]
- *   bun examples/migrate.ts
+ *   npx deno run -A examples/migrate.ts [--buffer-mib 256] [--device 0]
+ *   npx bun examples/migrate.ts
  *
  * On a GPU machine the process is this program itself (it checkpoints and restores its own CUDA
  * state, as the sample does); migration needs at least two GPUs of the same chip, and with one it

@@ -4,8 +4,8 @@
  * job runs in that memory; then the low-priority job is resumed and carries on from the step it
  * was at, its data intact.
  *
- *   deno run -A examples/preempt.ts [--low-processes 2] [--low-mib 4096] [--high-mib 16384]
- *   bun examples/preempt.ts
+ *   npx deno run -A examples/preempt.ts [--low-processes 2] [--low-mib 4096] [--high-mib 16384]
+ *   npx bun examples/preempt.ts
  *
  * On a GPU machine the jobs are processes of this program (`--job low|high`: a CUDA context, a
  * buffer filled by a kernel, and, for the low-priority job, a step counter in GPU memory that a

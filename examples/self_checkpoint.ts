@@ -5,8 +5,8 @@
  * GPU is released) and after, and a hash of its GPU buffer before and after (the chunked SHA-256
  * of mock/memory.ts, which the simulator keeps cheaply).
  *
- *   deno run -A examples/self_checkpoint.ts [--buffer-mib 16] [--device 0] [--json]
- *   bun examples/self_checkpoint.ts --buffer-mib 4096
+ *   npx deno run -A examples/self_checkpoint.ts [--buffer-mib 16] [--device 0] [--json]
+ *   npx bun examples/self_checkpoint.ts --buffer-mib 4096
  *
  * On a machine with an NVIDIA driver (570 or later) the program is a CUDA program itself: it
  * allocates the buffer, fills it with a small kernel (PTX text, compiled by the driver: no CUDA

@@ -5,8 +5,8 @@
  * manifest written) and ends it; the snapshot is restored (the same pid, its GPU memory put back
  * on the GPU) and the counter asked again: 102.
  *
- *   sudo deno run -A examples/snapshot.ts [--dir DIR] [--keep]
- *   sudo bun examples/snapshot.ts
+ *   sudo npx deno run -A examples/snapshot.ts [--dir DIR] [--keep]
+ *   sudo npx bun examples/snapshot.ts
  *
  * It needs an NVIDIA driver with the checkpoint API, criu 4.0 or later (or `CKPT_CRIU_PATH`), root
  * and a kernel `criu check` likes. Where one is missing it says which, and runs the same steps on
@@ -21,7 +21,7 @@ import { join } from "node:path";
 import process from "node:process";
 import { restoreSnapshot, snapshot } from "../mod.ts";
 import type { NativeMachine } from "../driver.ts";
-import type { SnapshotEvent } from "../snapshot.ts";
+import type { Manifest, SnapshotEvent } from "../snapshot.ts";
 import type { SimulatedMachine } from "../mock/mod.ts";
 import { askCounter, COUNTER_START } from "./counter.ts";
 import {
@@ -98,10 +98,14 @@ try {
   }
 } catch (error) {
   console.log(`FAIL: ${messageOf(error)}`);
+  // The counter's own words, where it said any: its log is about to go with the folder.
+  const log = readText(join(work, "counter.log")).trim();
+  if (log) console.log(`The counter's output:\n${log}`);
 } finally {
   await here.close();
-  if (ok && !args.values.keep) rmSync(work, { recursive: true, force: true });
-  else console.log(`(the snapshot and the counter's output are in ${work})`);
+  // The folder this program made goes, whatever happened; --keep keeps it for a look.
+  if (args.values.keep) console.log(`(the snapshot and the counter's output are in ${work})`);
+  else rmSync(work, { recursive: true, force: true });
 }
 process.exit(ok ? 0 : 1);
 
@@ -135,8 +139,8 @@ async function onThisMachine(machine: NativeMachine): Promise<boolean> {
     const bytes = m.files.reduce((sum, f) => sum + f.bytes, 0);
     step(
       `Snapshot in ${made.dir}: ${m.trees[0].processes.length} process(es), GPU memory ${
-        JSON.stringify(cuda?.cuda?.gpuMemoryMiB)
-      } MiB, ${(bytes / 1e9).toFixed(2)} GB of images; suspend ${sec(m.timings.suspendMs)}, ` +
+        gpuMemory(m, cuda?.cuda?.gpuMemoryMiB)
+      }, ${(bytes / 1e9).toFixed(2)} GB of images; suspend ${sec(m.timings.suspendMs)}, ` +
         `dump ${sec(m.timings.dumpMs)}, ${sec(made.ms)} in all`,
     );
     await exited;
@@ -157,7 +161,7 @@ async function onThisMachine(machine: NativeMachine): Promise<boolean> {
 
 /** The same on the simulated machine: the counter's integer in a simulated process's memory. */
 async function onSimulator(sim: SimulatedMachine): Promise<boolean> {
-  const counter = sim.spawn({ memoryMiB: 1024, command: "deno run -A examples/counter.ts" });
+  const counter = sim.spawn({ memoryMiB: 1024, command: "npx deno run -A examples/counter.ts" });
   const bump = async () => {
     const [value] = new Uint32Array((await counter_(sim, counter.pid).read(0, 4)).slice().buffer);
     const next = value + 1;
@@ -173,8 +177,8 @@ async function onSimulator(sim: SimulatedMachine): Promise<boolean> {
   const m = made.manifest;
   step(
     `Snapshot in ${made.dir}: GPU memory ${
-      JSON.stringify(m.trees[0].processes[0].cuda?.gpuMemoryMiB)
-    } MiB; suspend ${sec(m.timings.suspendMs)}, dump ${sec(m.timings.dumpMs)} (simulated times)`,
+      gpuMemory(m, m.trees[0].processes[0].cuda?.gpuMemoryMiB)
+    }; suspend ${sec(m.timings.suspendMs)}, dump ${sec(m.timings.dumpMs)} (simulated times)`,
   );
   step(`The counter is ${sim.process(counter.pid) ? "STILL RUNNING" : "gone"}`);
   const back = await restoreSnapshot(dir, { machine: sim, onProgress: progress });
@@ -202,6 +206,19 @@ function verdict(first: number, second: number): boolean {
       : `FAIL: the counter answered ${first}, then ${second} (expected 101, then 102).`,
   );
   return pass;
+}
+
+/** A process's GPU memory, as the manifest holds it: `1544 MiB on GPU 0 (NVIDIA H200)`. */
+function gpuMemory(
+  m: Manifest,
+  byGpu: Readonly<Record<string, number>> | null | undefined,
+): string {
+  if (!byGpu) return "unknown";
+  const parts = Object.entries(byGpu).map(([uuid, mib]) => {
+    const gpu = m.gpus.find((g) => g.uuid === uuid);
+    return `${Math.round(mib)} MiB on ${gpu ? `GPU ${gpu.index} (${gpu.name})` : uuid}`;
+  });
+  return parts.length > 0 ? parts.join(", ") : "none";
 }
 
 function sec(ms: number): string {

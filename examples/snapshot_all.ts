@@ -6,8 +6,8 @@
  * GPU memory, the time of each step) and checks that every process runs again with the GPU memory
  * it had.
  *
- *   sudo deno run -A examples/snapshot_all.ts --yes [--deadline-ms 60000]
- *   sudo bun examples/snapshot_all.ts --yes
+ *   sudo npx deno run -A examples/snapshot_all.ts --yes [--deadline-ms 60000]
+ *   sudo npx bun examples/snapshot_all.ts --yes
  *
  * On a GPU machine it acts on every CUDA process there is (but itself), so it only lists them
  * unless given `--yes`. Without a usable NVIDIA driver it runs on a simulated machine of two H200s
@@ -224,8 +224,10 @@ function outcomeTable(
   };
   const result = (p: ProcessOutcome | undefined) => {
     if (!p) return "";
-    const rollback = p.rollback ? (p.rollback.ok ? ", rolled back" : ", ROLLBACK FAILED") : "";
-    return `${p.status}${rollback}, ${p.state ?? "?"}`;
+    // A failed process's own rollback, or (rolled-back) all or nothing's.
+    const rollback = p.rollback && p.status !== "rolled-back" ? ", rolled back" : "";
+    const failed = p.rollback?.ok === false ? ", ROLLBACK FAILED" : "";
+    return `${p.status}${failed || rollback}, ${p.state ?? "?"}`;
   };
   const errors = [...suspended.processes, ...(resumed?.processes ?? [])]
     .flatMap((p) => [p.error, p.rollback?.error].filter((e) => e !== undefined))

@@ -34,7 +34,7 @@ import {
   type SavedPages,
   savePages,
 } from "./memory.ts";
-import { type GpuNeeds, needsOn, shortage, type SimulatedGpu } from "./sim_gpu.ts";
+import { type GpuNeeds, needsOn, type SimulatedGpu } from "./sim_gpu.ts";
 import { mibToBytes } from "./timing.ts";
 
 /** What a simulated process uses of its machine (the machine's view of itself has more). @internal */
@@ -431,8 +431,19 @@ export class SimulatedProcess {
   /** @internal takes its memory and a context on each of `gpus`, or says why they lack room */
   claimOn(gpus: readonly SimulatedGpu[]): string | undefined {
     const need = needsOn(this.memoryMiB, gpus);
-    const short = shortage(need, this.memoryMiB);
-    if (short) return short;
+    const short = [...need].find(([g, mib]) => mib > g.freeMiB);
+    if (short) {
+      // Its share of the memory (all of it on one GPU) and a context for each time it is named.
+      const [g, mib] = short;
+      const times = gpus.filter((x) => x === g).length;
+      const share = (this.memoryMiB * times) / gpus.length;
+      const n = (x: number) => String(Math.round(x * 10) / 10);
+      const memory = times === gpus.length
+        ? `its ${n(share)} MiB of memory`
+        : `${n(share)} MiB, its share of ${n(this.memoryMiB)} MiB of memory,`;
+      return `GPU ${g.index} has ${n(g.freeMiB)} MiB free, too little for ${n(mib)} MiB more ` +
+        `(${memory} and ${n(times * g.contextMiB)} MiB of CUDA context)`;
+    }
     this.release();
     for (const [g, mib] of need) g.take(mib);
     this.#held = need;

@@ -157,12 +157,21 @@ describe("--simulate", () => {
     assert.equal(terminal.out, "running\n");
   });
 
-  test("a spawn that does not fit on the GPU is one line, exit 1", async () => {
+  test("a spawn that does not fit on the GPU is one line that reads right, exit 1", async () => {
     const { run } = machine();
     const r = await run(["spawn", "--memory-mib", 10_000_000]);
     assert.equal(r.code, 1);
     assert.equal(r.out, "");
-    assert.match(r.err, /^cuda-checkpoint: .*\n$/);
+    assert.match(
+      r.err,
+      /^cuda-checkpoint: spawn: GPU 0 has \d+ MiB free, too little for 10000520 MiB more \(its 10000000 MiB of memory and 520 MiB of CUDA context\)\n$/,
+    );
+    // Over two GPUs, each holds its share.
+    const two = await run(["spawn", "--memory-mib", 10_000_000, "--gpu", "0,1"]);
+    assert.match(
+      two.err,
+      /too little for 5000520 MiB more \(5000000 MiB, its share of 10000000 MiB of memory, and 520 MiB of CUDA context\)\n$/,
+    );
   });
 
   test("a state file that is not one is one line naming it, exit 1", async () => {
@@ -178,6 +187,9 @@ describe("--simulate", () => {
     const { run } = machine();
     const r = await run(["kill"]);
     assert.equal(r.code, 1);
-    assert.deepEqual(r.errLines, ["--simulate kill takes the pid of one simulated process"]);
+    assert.deepEqual(r.errLines, [
+      "--simulate kill takes the pid of one simulated process",
+      "Run cuda-checkpoint --help for what kill takes.",
+    ]);
   });
 });
