@@ -407,6 +407,87 @@ describe(`disk_bench.ts on the simulated machine (${runtime})`, () => {
   );
 });
 
+describe(`integrity.ts on the simulated machine (${runtime})`, () => {
+  test(
+    "with and without digests taking turns per round, every target checked, the verification timed, goals judged only on a GPU",
+    SLOW,
+    async () => {
+      const dir = join(out, "integrity");
+      const work = join(out, "integrity-work");
+      const run = await runScript(join(BENCH, "integrity.ts"), [
+        "--simulate",
+        "--count",
+        "2",
+        "--mib",
+        "64",
+        "--rounds",
+        "2",
+        "--disk-mib",
+        "4",
+        "--work",
+        work,
+        "--out",
+        dir,
+      ]);
+      assert.equal(run.status, 0, run.log);
+      const stem = join(dir, `integrity-${runtime}-${safeName(hostname())}`);
+      const json = JSON.parse(readFileSync(`${stem}.json`, "utf8"));
+      assert.equal(
+        json.environment.gpu.description,
+        "none (the simulated machine of @ckpt/cuda/mock)",
+      );
+      assert.equal(json.config.simulate, true);
+      assert.equal(json.config.count, 2);
+      // Round k starts with "with" when k is even; no warm-up on the simulator.
+      assert.deepEqual(
+        json.runs.map((r: { round: number; side: string; order: number }) =>
+          `${r.round} ${r.side} ${r.order}`
+        ),
+        ["0 with 0", "0 without 1", "1 without 0", "1 with 1"],
+      );
+      for (const r of json.runs) {
+        assert.ok(r.ok && r.error === undefined, JSON.stringify(r));
+        assert.equal(r.checks.length, 2);
+        for (const c of r.checks) assert.ok(c.state === "running" && c.intact, JSON.stringify(c));
+        assert.ok(r.snapshotMs > 0 && r.restoreMs > 0 && r.bytes > 0 && r.files > 0);
+        // The library's own figures (virtual time on the simulator: the checks, file work, take
+        // none of it).
+        for (const k of ["snapshotMs", "dumpMs", "restoreMs", "criuRestoreMs"]) {
+          assert.ok(r.own[k] > 0, `${k} of ${JSON.stringify(r)}`);
+        }
+        assert.ok(r.own.checkMs >= 0, JSON.stringify(r));
+        // The verification, and the disk's rate of the largest image, in the runs with digests.
+        if (r.side === "with") {
+          assert.ok(r.verify.ms > 0 && r.verify.GBps > 0, JSON.stringify(r.verify));
+          assert.ok(r.verify.disk.bytes > 0, JSON.stringify(r.verify));
+        } else {
+          assert.equal(r.verify, undefined);
+        }
+      }
+      // The images and the targets are gone.
+      assert.deepEqual(readdirSync(work), []);
+      assert.equal(json.tables.length, 4);
+      assert.equal(json.tables[2].rows.length, 2, "a verification row per run with digests");
+      // Figures for every goal, none judged on the simulator but the targets' check.
+      assert.deepEqual(json.goals.map((g: { met: boolean | null }) => g.met), [
+        null,
+        null,
+        null,
+        true,
+      ]);
+      for (const g of json.goals) assert.equal(typeof g.value, "number", JSON.stringify(g));
+      assert.match(json.goals[2].note, /the disk's own read rate beside it/);
+      const md = readFileSync(`${stem}.md`, "utf8");
+      assert.match(md, /SIMULATED: .* This measures nothing real\./s);
+      const fmt = spawnSync("deno", ["fmt", "--check", "--line-width", "100", `${stem}.md`], {
+        encoding: "utf8",
+        env: { ...process.env, NO_COLOR: "1" },
+      });
+      if (!fmt.error) assert.equal(fmt.status, 0, `deno fmt --check: ${fmt.stderr}`);
+    },
+  );
+});
+
 describe(`digest.ts on the simulator (${runtime})`, () => {
   test(
     "both sides taking turns per round, the check over every byte, the 40 GiB goals not measured",

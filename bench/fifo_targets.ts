@@ -1,0 +1,242 @@
+// Real CUDA targets for benchmarks that snapshot them to disk from their own process
+// (bench/integrity.ts): tests/gpu/target.cu in fifo mode, each a session of its own (setsid),
+// stdin /dev/null, stdout to a file, its commands through a named fifo, one per opening, so that
+// criu has nothing it cannot dump and the target still answers after a restore. The benchmark
+// process is their parent and reaps them (a zombie keeps its pid, and a restore needs it free).
+// Also what such a benchmark runs besides: a program with a time limit (dd, df), and the end of
+// every process a run left behind. Runs under Deno and Bun alike.
+
+import { spawn } from "node:child_process";
+import {
+  closeSync,
+  constants,
+  existsSync,
+  mkdirSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  writeSync,
+} from "node:fs";
+import { join } from "node:path";
+import process from "node:process";
+
+/** A target that said it was ready. */
+export interface FifoTarget {
+  pid: number;
+  /** The hash of its GPU memory it printed when ready ("ready <pid> <tid> <hash>"). */
+  readyHash: string;
+  /** Its folder: `cmd` (the fifo) and `out` (what it prints). */
+  dir: string;
+}
+
+/** What a program run to its end (or its limit) did. */
+export interface Ran {
+  code: number | null;
+  signal: string | null;
+  out: string;
+  err: string;
+  ms: number;
+  timedOut: boolean;
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** Runs `file` (an argument array, no shell) to its end, or `timeoutMs` (then SIGKILL). */
+export function runProgram(
+  file: string,
+  args: readonly string[],
+  timeoutMs: number,
+  env?: Record<string, string>,
+): Promise<Ran> {
+  const start = performance.now();
+  return new Promise((done) => {
+    let out = "", err = "", timedOut = false, settled = false;
+    const child = spawn(file, [...args], { env, stdio: ["ignore", "pipe", "pipe"] });
+    const timer = setTimeout(() => {
+      timedOut = true;
+      child.kill("SIGKILL");
+    }, timeoutMs);
+    const finish = (code: number | null, signal: string | null) => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      done({ code, signal, out, err, ms: performance.now() - start, timedOut });
+    };
+    child.stdout!.setEncoding("utf8").on("data", (d: string) => out.length < 1e6 && (out += d));
+    child.stderr!.setEncoding("utf8").on("data", (d: string) => err.length < 1e6 && (err += d));
+    child.on("error", (e) => {
+      err += String(e);
+      finish(null, null);
+    });
+    child.on("close", finish);
+  });
+}
+
+/** A run that failed, in one line. */
+export function failure(r: Ran): string {
+  const text = `${r.err.trim()} ${r.out.trim()}`.trim().replace(/\s+/g, " ").slice(0, 400);
+  return `exit ${r.timedOut ? "(timed out)" : r.code ?? r.signal}${text ? `: ${text}` : ""}`;
+}
+
+/** Whether `pid` is free, a zombie (its pid still taken), or a live process. */
+export function pidState(pid: number): "gone" | "zombie" | "alive" {
+  let stat: string;
+  try {
+    stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+  } catch {
+    return "gone";
+  }
+  const after = stat.lastIndexOf(")");
+  return stat.slice(after + 2, after + 3) === "Z" ? "zombie" : "alive";
+}
+
+/** Whether the command line of `pid` names `marker` (a run's folder): a process of that run. */
+export function cmdlineHas(pid: number, marker: string): boolean {
+  try {
+    return readFileSync(`/proc/${pid}/cmdline`, "utf8").includes(marker);
+  } catch {
+    return false;
+  }
+}
+
+/** SIGKILLs every process (but this one) whose command line names `marker`; how many. */
+export function killMarked(marker: string): number {
+  let killed = 0;
+  for (const name of existsSync("/proc") ? readdirSync("/proc") : []) {
+    const pid = Number(name);
+    if (!Number.isInteger(pid) || pid === process.pid || !cmdlineHas(pid, marker)) continue;
+    try {
+      process.kill(pid, "SIGKILL");
+      killed++;
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return killed;
+}
+
+/** The complete lines of a file so far (the last, unfinished one left out). */
+function lines(file: string): string[] {
+  try {
+    return readFileSync(file, "utf8").split("\n").slice(0, -1);
+  } catch {
+    return [];
+  }
+}
+
+/**
+ * Starts `count` targets of `mib` MiB of GPU memory each, target i in `<base>-<i>`, all at once,
+ * and waits until each says it is ready (120 s at most). If one fails, those started are ended.
+ */
+export async function startFifoTargets(
+  program: string,
+  count: number,
+  mib: number,
+  base: string,
+  env?: Record<string, string>,
+): Promise<FifoTarget[]> {
+  const made = await Promise.allSettled(
+    Array.from({ length: count }, (_, i) => startOne(program, mib, `${base}-${i}`, env)),
+  );
+  const ok = made.flatMap((m) => m.status === "fulfilled" ? [m.value] : []);
+  const failed = made.find((m): m is PromiseRejectedResult => m.status === "rejected");
+  if (failed) {
+    await endFifoTargets(ok, base);
+    throw failed.reason;
+  }
+  return ok;
+}
+
+async function startOne(
+  program: string,
+  mib: number,
+  dir: string,
+  env?: Record<string, string>,
+): Promise<FifoTarget> {
+  mkdirSync(dir, { mode: 0o700 });
+  const mk = await runProgram("mkfifo", ["-m", "600", join(dir, "cmd")], 30_000);
+  if (mk.code !== 0) throw new Error(`mkfifo in ${dir}: ${failure(mk)}`);
+  const fd = openSync(join(dir, "out"), "w", 0o600);
+  let exited = false;
+  try {
+    const child = spawn(program, ["fifo", String(mib), join(dir, "cmd")], {
+      detached: true,
+      stdio: ["ignore", fd, fd],
+      env,
+    });
+    child.on("exit", () => exited = true);
+    child.on("error", () => exited = true);
+    child.unref();
+  } finally {
+    closeSync(fd);
+  }
+  for (let k = 0; k < 1200 && !exited; k++) {
+    const m = /^ready (\d+) (\d+) ([0-9a-f]+)$/.exec(lines(join(dir, "out"))[0] ?? "");
+    if (m) return { pid: Number(m[1]), readyHash: m[3], dir };
+    await sleep(100);
+  }
+  const said = readFileSync(join(dir, "out"), "utf8").slice(0, 300).trim();
+  killMarked(dir);
+  throw new Error(`the target in ${dir} did not start${exited ? " (it exited)" : ""}: ${said}`);
+}
+
+/**
+ * Sends `command` through the target's fifo and resolves to the next line it prints, or to a line
+ * in parentheses that says why there is none. The fifo is opened without blocking: the open
+ * succeeds only while the target waits in its own open for a command, and is tried again until
+ * then (20 s at most).
+ */
+export async function askFifo(
+  t: FifoTarget,
+  command: string,
+  timeoutMs = 120_000,
+): Promise<string> {
+  const out = join(t.dir, "out");
+  const before = lines(out).length;
+  let fd: number | undefined;
+  for (let k = 0; fd === undefined; k++) {
+    try {
+      fd = openSync(join(t.dir, "cmd"), constants.O_WRONLY | constants.O_NONBLOCK);
+    } catch (err) {
+      const code = (err as { code?: string }).code;
+      if (code !== "ENXIO" || k >= 400) return `(the fifo was not read: ${code ?? String(err)})`;
+      await sleep(50);
+    }
+  }
+  try {
+    writeSync(fd, `${command}\n`);
+  } finally {
+    closeSync(fd);
+  }
+  const until = performance.now() + timeoutMs;
+  while (performance.now() < until) {
+    const line = lines(out)[before];
+    if (line !== undefined) return line;
+    await sleep(50);
+  }
+  return `(no answer in ${Math.round(timeoutMs / 1000)} s)`;
+}
+
+/**
+ * Ends every target that still lives and is one of this run's (its command line names `marker`):
+ * "exit" through its fifo, then SIGKILL after 5 s.
+ */
+export async function endFifoTargets(
+  targets: readonly FifoTarget[],
+  marker: string,
+): Promise<void> {
+  const live = targets.filter((t) => pidState(t.pid) === "alive" && cmdlineHas(t.pid, marker));
+  await Promise.all(live.map((t) => askFifo(t, "exit", 1)));
+  const until = performance.now() + 5000;
+  while (live.some((t) => pidState(t.pid) === "alive") && performance.now() < until) {
+    await sleep(50);
+  }
+  for (const t of live) {
+    if (pidState(t.pid) !== "alive" || !cmdlineHas(t.pid, marker)) continue;
+    try {
+      process.kill(t.pid, "SIGKILL");
+    } catch {
+      // gone meanwhile
+    }
+  }
+}

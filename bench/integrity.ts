@@ -1,0 +1,737 @@
+// What the snapshots' integrity costs (issue 22): the library's `snapshot()` and
+// `restoreSnapshot()` with the file system's store as it is ("with": every image fsynced and
+// digested right after its dump, every file's digest checked before a restore changes anything)
+// against the same store without digests ("without": `new FileSnapshotStore({ digests: false })`,
+// which still fsyncs every image but neither digests nor verifies), in one run on one machine,
+// the two taking turns (round k starts with "with" when k is even, with "without" when it is odd).
+//
+// Every run starts fresh targets (tests/gpu/target.cu in fifo mode, a session each, N of M MiB of
+// GPU memory), takes one snapshot of them (one tree each) into a fresh directory, timed, restores
+// it, timed (with its own parts: the checks, criu's restore, the GPU's resume), checks that each
+// target runs with the memory hash it had when it started, ends them and removes the images. In
+// the runs "with", after the restore (so that both sides do the same between snapshot and
+// restore) and while the images are still in the page cache: `inspectSnapshot(dir, { verify:
+// true })`, timed (the verification's rate: image bytes / its time), then the disk's own read rate
+// of the largest image (dd, O_DIRECT) and through the page cache (dd, one stream), and with
+// --cold-verify the verification once more after the page cache is dropped. Before the rounds,
+// the disk's own write and read rate in the images' directory (dd O_DIRECT, --disk-mib), and an
+// untimed warm-up of each side with one small target (libcuda, criu and the page cache warm).
+//
+// Goals: integrity costs at most 10% of the snapshot time and at most 15% of the restore time for
+// 8 x 2 GiB processes (medians, with / without); verification reads at 5 GB/s or more (median, from
+// the page cache), the disk's own rate beside it; every target of every run back intact.
+//
+// On the GPU machine, as root, under our binary's Bun (tests/gpu/integrity.sh does all of it):
+//   BUN_BE_BUN=1 /tmp/ckpt-integrity/cuda-checkpoint --preload ./tests/gpu/unset_bun_be_bun.ts \
+//     bench/integrity.ts --criu /tmp/criu/usr/sbin/criu --target /tmp/ckpt-integrity/target \
+//     --out $OUT
+//   [--count 8] [--mib 2048] [--rounds 2] [--budget-s 420] [--work /tmp/ckpt-integrity-bench]
+//   [--disk-mib 4096] [--warmup-mib 256] [--timeout-s 300] [--cold-verify] [--libcuda PATH]
+// --criu: criu's absolute path (left out: $CKPT_CRIU_PATH, else criu in PATH, as the library finds
+// it). --timeout-s bounds each snapshot and restore. --disk-mib 0 and --warmup-mib 0 leave out the
+// disk's test file and the warm-up.
+// --rounds: each round runs both sides; 2 gives each side two runs, each side first once. 4 is
+// fine where the time allows. --budget-s: no round starts after it, nor one that the last round's
+// time says would end after it.
+//
+// Without a GPU (tests/bench_test.ts): --simulate runs both sides on a SimulatedMachine
+// (@ckpt/cuda/mock, virtual time) with the file system's store, with and without digests, and
+// simulated targets (the check: their memory's chunked SHA-256). It measures nothing real: it
+// shows that the benchmark runs and writes its report.
+//
+// A dry run of the real path without a GPU, as root with criu: --libcuda the fake libcuda of
+// tests/fixtures (cc -shared -fPIC -DFAKE_ONE_CHIP -o libcuda.so.1 fake_libcuda.c -lpthread) and
+// --target a stand-in of target.cu's fifo mode (tests/gpu/snapshot.sh writes one): the report says
+// it measures nothing real, and no goal is judged.
+//
+// The report: <out>/integrity-<runtime>-<host>.md and .json (bench/reports without --out). It
+// prints one line per run, the medians per side, each goal with its figure, and the report's path.
+
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { availableParallelism } from "node:os";
+import { join, resolve } from "node:path";
+import process from "node:process";
+import { parseArgs } from "node:util";
+
+import { CudaProcess, inspectSnapshot, restoreSnapshot, snapshot } from "../mod.ts";
+import { type Machine, type NativeMachine, openMachine } from "../driver.ts";
+import { SimulatedMachine } from "../mock/mod.ts";
+import { FileSnapshotStore } from "../os/snapshot_store.ts";
+import type { Manifest } from "../core/manifest.ts";
+import {
+  askFifo,
+  endFifoTargets,
+  failure,
+  type FifoTarget,
+  killMarked,
+  runProgram,
+  startFifoTargets,
+} from "./fifo_targets.ts";
+import { integers } from "./harness.ts";
+import { environment, fmt, median, publish, type Report, type Table } from "./report.ts";
+
+const { values } = parseArgs({
+  args: process.argv.slice(2),
+  options: {
+    criu: { type: "string" },
+    target: { type: "string" },
+    libcuda: { type: "string" },
+    out: { type: "string" },
+    work: { type: "string", default: "/tmp/ckpt-integrity-bench" },
+    count: { type: "string", default: "8" },
+    mib: { type: "string", default: "2048" },
+    rounds: { type: "string", default: "2" },
+    "budget-s": { type: "string", default: "420" },
+    "disk-mib": { type: "string", default: "4096" },
+    "warmup-mib": { type: "string", default: "256" },
+    "timeout-s": { type: "string", default: "300" },
+    "cold-verify": { type: "boolean", default: false },
+    simulate: { type: "boolean", default: false },
+  },
+});
+const sim = values.simulate;
+const one = (name: keyof typeof values) => integers(String(values[name]), `--${name}`)[0];
+const count = one("count");
+const mib = one("mib");
+const rounds = one("rounds");
+const budgetS = one("budget-s");
+const diskMib = one("disk-mib");
+const warmupMib = sim ? 0 : one("warmup-mib");
+const timeoutMs = one("timeout-s") * 1000;
+const coldVerify = values["cold-verify"] && !sim;
+if (count < 1 || mib < 1 || rounds < 1) {
+  throw new RangeError("--count, --mib, --rounds: at least 1");
+}
+if (!sim && !values.target) {
+  throw new Error("--target: tests/gpu/target.cu built with nvcc (it needs the fifo mode)");
+}
+const criuPath = values.criu ? resolve(values.criu) : undefined;
+const targetPath = values.target ? resolve(values.target) : undefined;
+
+const started = new Date();
+const t0 = performance.now();
+const elapsedMs = () => performance.now() - t0;
+const work = resolve(values.work);
+mkdirSync(work, { recursive: true, mode: 0o700 });
+const scratch = join(work, `run-${process.pid}`);
+rmSync(scratch, { recursive: true, force: true });
+mkdirSync(scratch, { mode: 0o700 });
+const env: Record<string, string> = {};
+for (const [k, v] of Object.entries(process.env)) if (v !== undefined) env[k] = v;
+delete env.BUN_BE_BUN;
+
+// ---- the two machines: one driver, host and engine; two stores ----
+
+type Side = "with" | "without";
+const SIDES: readonly Side[] = ["with", "without"];
+const simulated = sim ? new SimulatedMachine() : undefined;
+let native: NativeMachine | undefined;
+let base: Machine;
+if (simulated) {
+  base = simulated;
+} else {
+  native = await openMachine({
+    ...(values.libcuda ? { libraryPath: resolve(values.libcuda) } : {}),
+    ...(criuPath ? { criu: { criuPath } } : {}),
+  }).catch((err) => {
+    rmSync(scratch, { recursive: true, force: true });
+    throw err;
+  });
+  base = native;
+}
+// The fake libcuda of tests/fixtures (a dry run with stand-in targets) measures nothing real.
+const fake = native ? isFakeLibcuda(native.driver.libraryPath) : false;
+function isFakeLibcuda(path: string): boolean {
+  try {
+    return readFileSync(path).includes("fake_max_in_flight");
+  } catch {
+    return false;
+  }
+}
+const machines: Record<Side, Machine> = {
+  with: { ...parts(base), store: new FileSnapshotStore() },
+  without: { ...parts(base), store: new FileSnapshotStore({ digests: false }) },
+};
+function parts(m: Machine): Machine {
+  return { driver: m.driver, host: m.host, engine: m.engine, clock: m.clock };
+}
+
+// ---- the targets: real ones in fifo mode, or the simulated machine's ----
+
+interface Target {
+  pid: number;
+  /** What the check compares after the restore. */
+  readyHash: string;
+  fifo?: FifoTarget;
+}
+interface Check {
+  pid: number;
+  state: string;
+  hash: string;
+  intact: boolean;
+}
+interface World {
+  start(count: number, mib: number, label: string): Promise<Target[]>;
+  /** Each target's state and, where it runs, its hash now, against the one it started with. */
+  check(targets: readonly Target[]): Promise<Check[]>;
+  /** Ends every target that is left. */
+  end(targets: readonly Target[]): Promise<void>;
+}
+
+const realWorld: World = {
+  async start(n, size, label) {
+    const made = await startFifoTargets(targetPath!, n, size, join(scratch, `t-${label}`), env);
+    return made.map((fifo) => ({ pid: fifo.pid, readyHash: fifo.readyHash, fifo }));
+  },
+  async check(targets) {
+    const checks: Check[] = [];
+    for (const t of targets) {
+      const proc = new CudaProcess(t.pid, { machine: base });
+      const state = await proc.state().catch((e) => `(${(e as Error).message.slice(0, 200)})`);
+      await proc.close();
+      const hash = state === "running"
+        ? await askFifo(t.fifo!, "hash")
+        : "(not asked: not running)";
+      checks.push({ pid: t.pid, state, hash, intact: hash === `hash ${t.readyHash}` });
+    }
+    return checks;
+  },
+  async end(targets) {
+    await endFifoTargets(targets.map((t) => t.fifo!), scratch);
+    for (const t of targets) rmSync(t.fifo!.dir, { recursive: true, force: true });
+  },
+};
+
+const simWorld: World = {
+  async start(n, size, label) {
+    const targets: Target[] = [];
+    for (let i = 0; i < n; i++) {
+      const p = simulated!.spawn({ memoryMiB: size, command: `target fifo ${size} ${label}-${i}` });
+      await p.write(4096 * i, new TextEncoder().encode(`${label} target ${i}`));
+      targets.push({ pid: p.pid, readyHash: await p.memoryChunkedSha256() });
+    }
+    return targets;
+  },
+  async check(targets) {
+    return await Promise.all(targets.map(async (t) => {
+      const p = simulated!.process(t.pid);
+      const state = p?.state ?? "(none)";
+      const hash = p && state === "running"
+        ? `hash ${await p.memoryChunkedSha256()}`
+        : "(not asked: not running)";
+      return { pid: t.pid, state, hash, intact: hash === `hash ${t.readyHash}` };
+    }));
+  },
+  end(targets) {
+    for (const t of targets) simulated!.process(t.pid)?.exit();
+    return Promise.resolve();
+  },
+};
+const world = sim ? simWorld : realWorld;
+
+// ---- the disk ----
+
+interface DiskRead {
+  /** What was read: the largest image of the run, or the test file. */
+  file: string;
+  bytes: number;
+  /** GB/s of dd with O_DIRECT, from the disk. */
+  directGBps?: number;
+  /** GB/s of dd through the page cache (one stream). */
+  cachedGBps?: number;
+  note?: string;
+}
+
+/** dd of `file` to /dev/null, with O_DIRECT and then through the page cache. */
+async function ddRead(file: string, bytes: number): Promise<DiskRead> {
+  const rate: DiskRead = { file, bytes };
+  const direct = await runProgram(
+    "dd",
+    [`if=${file}`, "of=/dev/null", "bs=4M", "iflag=direct"],
+    timeoutMs,
+  );
+  if (direct.code === 0) rate.directGBps = bytes / direct.ms / 1e6;
+  else rate.note = `O_DIRECT: ${failure(direct)}`;
+  const cached = await runProgram("dd", [`if=${file}`, "of=/dev/null", "bs=4M"], timeoutMs);
+  if (cached.code === 0) rate.cachedGBps = bytes / cached.ms / 1e6;
+  else rate.note = `${rate.note ? `${rate.note}; ` : ""}cached: ${failure(cached)}`;
+  return rate;
+}
+
+/** The disk's own write rate and read rate in the images' folder: dd O_DIRECT, --disk-mib. */
+async function diskRates(): Promise<{ writeGBps?: number; read?: DiskRead; note?: string }> {
+  if (diskMib === 0) return { note: "not measured (--disk-mib 0)" };
+  const file = join(scratch, "disk-rate.bin");
+  const bytes = diskMib * 2 ** 20;
+  const bs = diskMib % 4 === 0 ? ["bs=4M", `count=${diskMib / 4}`] : ["bs=1M", `count=${diskMib}`];
+  try {
+    const w = await runProgram(
+      "dd",
+      ["if=/dev/zero", `of=${file}`, ...bs, "oflag=direct", "conv=fsync"],
+      timeoutMs,
+    );
+    if (w.code !== 0) return { note: `O_DIRECT write: ${failure(w)}` };
+    return { writeGBps: bytes / w.ms / 1e6, read: await ddRead(file, bytes) };
+  } finally {
+    rmSync(file, { force: true });
+  }
+}
+
+/** MiB free where the images go (df), or undefined. */
+async function freeMib(): Promise<number | undefined> {
+  const r = await runProgram("df", ["-Pm", scratch], 30_000);
+  const n = Number(r.out.trim().split("\n")[1]?.split(/\s+/)[3]);
+  return Number.isFinite(n) ? n : undefined;
+}
+
+/** Writes back what is dirty and drops the page cache (root only). */
+async function dropCaches(): Promise<string | undefined> {
+  const s = await runProgram("sync", [], timeoutMs);
+  if (s.code !== 0) return `sync: ${failure(s)}`;
+  try {
+    writeFileSync("/proc/sys/vm/drop_caches", "3\n");
+    return undefined;
+  } catch (err) {
+    return `drop_caches: ${(err as Error).message}`;
+  }
+}
+
+// ---- one run: fresh targets, one side, the check, the clean-up ----
+
+interface Verification {
+  /** ms of `inspectSnapshot(dir, { verify: true })` from the page cache, and its GB/s. */
+  ms?: number;
+  GBps?: number;
+  /** The same after the page cache was dropped (--cold-verify). */
+  coldMs?: number;
+  coldGBps?: number;
+  /** The largest image read with dd. */
+  disk?: DiskRead;
+  note?: string;
+}
+interface Run {
+  round: number;
+  side: Side;
+  /** 0: this side went first in its round; 1: second. */
+  order: number;
+  warmup: boolean;
+  count: number;
+  mib: number;
+  ok: boolean;
+  error?: string;
+  checks: Check[];
+  /** Wall-clock ms of `snapshot()` and of `restoreSnapshot()`, as the caller waits for them. */
+  snapshotMs?: number;
+  restoreMs?: number;
+  /** Image bytes and files (every file the manifest lists). */
+  bytes?: number;
+  files?: number;
+  /** The library's own figures (the manifest's timings, the restore's). */
+  own?: {
+    snapshotMs: number;
+    suspendMs: number;
+    dumpMs: number;
+    restoreMs: number;
+    checkMs: number;
+    criuRestoreMs: number;
+    resumeMs: number;
+  };
+  verify?: Verification;
+}
+const runs: Run[] = [];
+
+async function oneRun(round: number, side: Side, order: number, warmup: boolean): Promise<Run> {
+  const n = warmup ? 1 : count, size = warmup ? warmupMib : mib;
+  const rec: Run = { round, side, order, warmup, count: n, mib: size, ok: false, checks: [] };
+  const label = `${warmup ? "w" : "r"}${round}-${side}`;
+  const images = join(scratch, `img-${label}`);
+  const machine = machines[side];
+  let targets: Target[] = [];
+  try {
+    if (!sim) {
+      // A CUDA process's images: its GPU memory and some more (2 GiB: 2.7 GB); asked: 1.5 times
+      // its memory and 512 MiB.
+      const need = Math.ceil(n * (size * 1.5 + 512));
+      const free = await freeMib();
+      if (free !== undefined && free < need) {
+        throw new Error(`${free} MiB free in ${scratch}, the images need up to ${need} MiB`);
+      }
+    }
+    targets = await world.start(n, size, label);
+    const pids = targets.map((t) => t.pid);
+    let t = performance.now();
+    const made = await snapshot(pids, images, { machine, timeoutMs });
+    rec.snapshotMs = performance.now() - t;
+    const manifest: Manifest = made.manifest;
+    rec.bytes = manifest.files.reduce((sum, f) => sum + f.bytes, 0);
+    rec.files = manifest.files.length;
+    t = performance.now();
+    const back = await restoreSnapshot(images, { machine, timeoutMs });
+    rec.restoreMs = performance.now() - t;
+    rec.own = {
+      snapshotMs: made.ms,
+      suspendMs: manifest.timings.suspendMs,
+      dumpMs: manifest.timings.dumpMs,
+      restoreMs: back.ms,
+      checkMs: back.timings.checkMs,
+      criuRestoreMs: back.timings.restoreMs,
+      resumeMs: back.timings.resumeMs,
+    };
+    if (side === "with" && !warmup) rec.verify = await verification(images, manifest, rec.bytes);
+  } catch (error) {
+    rec.error = (error as Error).message.replace(/\s+/g, " ").slice(0, 1000);
+  }
+  rec.checks = await world.check(targets);
+  rec.ok = rec.error === undefined && rec.checks.length === n &&
+    rec.checks.every((c) => c.state === "running" && c.intact);
+  await world.end(targets).catch(() => {});
+  rmSync(images, { recursive: true, force: true });
+  const v = rec.verify;
+  console.log(
+    `${warmup ? "warm-up" : `round ${round}`} ${side}${order ? " (second)" : " (first)"}: ` +
+      (rec.error
+        ? `FAILED: ${rec.error}`
+        : `snapshot ${fmt(rec.snapshotMs! / 1000, 2)} s, restore ${
+          fmt(rec.restoreMs! / 1000, 2)
+        } s (its checks ${fmt(rec.own!.checkMs / 1000, 2)} s), images ${
+          fmt(rec.bytes! / 1e9, 2)
+        } GB in ${rec.files} files` +
+          (v
+            ? `; verify ${fmt(v.GBps, 2)} GB/s${
+              v.coldGBps !== undefined ? ` (${fmt(v.coldGBps, 2)} cold)` : ""
+            }, disk ${fmt(v.disk?.directGBps, 2)} GB/s O_DIRECT${v.note ? ` (${v.note})` : ""}`
+            : "")) +
+      `; ${rec.checks.filter((c) => c.state === "running" && c.intact).length}/${n} back ` +
+      `running and intact${
+        rec.ok ? "" : `: ${rec.checks.map((c) => `${c.pid} ${c.state} ${c.hash}`).join("; ")}`
+      }`,
+  );
+  return rec;
+}
+
+/** The verification's rate from the page cache (and cold), with the disk's rate beside. */
+async function verification(dir: string, manifest: Manifest, bytes: number) {
+  const v: Verification = {};
+  let t = performance.now();
+  const warm = await inspectSnapshot(dir, { machine: machines.with, verify: true });
+  v.ms = performance.now() - t;
+  if (!warm.verified) throw new Error(`inspectSnapshot(${dir}, { verify: true }) did not verify`);
+  v.GBps = bytes / v.ms / 1e6;
+  const largest = [...manifest.files].sort((a, b) => b.bytes - a.bytes)[0];
+  if (largest) v.disk = await ddRead(join(dir, ...largest.path.split("/")), largest.bytes);
+  if (coldVerify) {
+    const why = await dropCaches();
+    if (why) {
+      v.note = `no cold verification: ${why}`;
+    } else {
+      t = performance.now();
+      await inspectSnapshot(dir, { machine: machines.with, verify: true });
+      v.coldMs = performance.now() - t;
+      v.coldGBps = bytes / v.coldMs / 1e6;
+    }
+  }
+  return v;
+}
+
+// ---- the run ----
+
+let exitCode = 0;
+let disk: Awaited<ReturnType<typeof diskRates>> = {};
+let engineVersion = "?";
+const skipped: string[] = [];
+const stop = (signal: string) => {
+  console.error(`${signal}: ending this run's targets and removing ${scratch}`);
+  killMarked(scratch);
+  rmSync(scratch, { recursive: true, force: true });
+  process.exit(signal === "SIGINT" ? 130 : 143);
+};
+process.once("SIGINT", () => stop("SIGINT"));
+process.once("SIGTERM", () => stop("SIGTERM"));
+try {
+  const probe = await base.engine!.probe();
+  engineVersion = probe.version ?? "?";
+  if (probe.problems.length > 0) throw new Error(`the engine: ${probe.problems.join("; ")}`);
+  if (!sim) await native!.driver.listGpus(); // cuInit and the GPU list, outside every timing
+  console.log(
+    `${sim ? "SIMULATED; " : ""}${count} x ${mib} MiB, ${rounds} rounds, images in ${scratch} ` +
+      `(${await freeMib()} MiB free); criu ${engineVersion}${criuPath ? ` at ${criuPath}` : ""}; ` +
+      `${availableParallelism()} cores (as many digest threads)`,
+  );
+  disk = await diskRates();
+  console.log(
+    `disk (dd O_DIRECT, ${diskMib} MiB): write ${fmt(disk.writeGBps, 2)} GB/s, read ${
+      fmt(disk.read?.directGBps, 2)
+    } GB/s; through the page cache ${fmt(disk.read?.cachedGBps, 2)} GB/s${
+      disk.note ? ` (${disk.note})` : ""
+    }`,
+  );
+  if (warmupMib > 0) {
+    // Untimed: each side once, so that neither pays a cold start.
+    for (const [i, side] of SIDES.entries()) runs.push(await oneRun(0, side, i, true));
+  }
+  let lastRoundMs = 0;
+  for (let round = 0; round < rounds; round++) {
+    const now = elapsedMs();
+    if (now > budgetS * 1000 || now + lastRoundMs > budgetS * 1000) {
+      skipped.push(
+        `rounds ${round}..${rounds - 1} not started, ${fmt(now / 1000, 0)} s into a ${budgetS} s ` +
+          `budget (the last round took ${fmt(lastRoundMs / 1000, 0)} s)`,
+      );
+      console.log(`skipped: ${skipped.at(-1)}`);
+      break;
+    }
+    const order: Side[] = round % 2 === 0 ? ["with", "without"] : ["without", "with"];
+    for (const [i, side] of order.entries()) runs.push(await oneRun(round, side, i, false));
+    lastRoundMs = elapsedMs() - now;
+  }
+} catch (error) {
+  console.error(error);
+  exitCode = 1;
+} finally {
+  killMarked(scratch);
+  rmSync(scratch, { recursive: true, force: true });
+}
+const driverVersion = native
+  ? await native.driver.driverVersion().then((v) => v.code === 0 ? v.value : undefined)
+  : undefined;
+await native?.close();
+await simulated?.[Symbol.asyncDispose]();
+
+// ---- the report ----
+
+const measured = runs.filter((r) => !r.warmup);
+if (measured.length === 0 || measured.some((r) => !r.ok)) exitCode = 1;
+const okRuns = (side: Side) => measured.filter((r) => r.side === side && r.ok);
+const med = (side: Side, pick: (r: Run) => number | undefined) =>
+  median(okRuns(side).map(pick).filter((x): x is number => Number.isFinite(x)));
+const ratio = (pick: (r: Run) => number | undefined) => med("with", pick) / med("without", pick);
+const snapshotRatio = ratio((r) => r.snapshotMs);
+const restoreRatio = ratio((r) => r.restoreMs);
+const verifyGBps = med("with", (r) => r.verify?.GBps);
+const coldGBps = med("with", (r) => r.verify?.coldGBps);
+const imageDiskGBps = med("with", (r) => r.verify?.disk?.directGBps);
+const s = (ms: number) => fmt(ms / 1000, 2);
+
+const summary: Table = {
+  title: "Medians of the runs that came back intact (s; with / without: the ratio of the medians)",
+  columns: [
+    "side",
+    "runs ok",
+    "snapshot s",
+    "restore s",
+    "images GB",
+    "with / without, snapshot",
+    "with / without, restore",
+  ],
+  rows: SIDES.map((side) => [
+    side,
+    `${okRuns(side).length}/${measured.filter((r) => r.side === side).length}`,
+    s(med(side, (r) => r.snapshotMs)),
+    s(med(side, (r) => r.restoreMs)),
+    fmt(med(side, (r) => r.bytes) / 1e9, 2),
+    side === "with" ? fmt(snapshotRatio, 3) : "",
+    side === "with" ? fmt(restoreRatio, 3) : "",
+  ]),
+};
+const phases: Table = {
+  title: "Where the time goes (medians, s, the library's own figures)",
+  columns: [
+    "side",
+    "suspend",
+    "dump, fsync (and digest)",
+    "whole snapshot",
+    "restore's checks",
+    "criu restore",
+    "resume",
+    "whole restore",
+  ],
+  rows: SIDES.map((side) => [
+    side,
+    ...([
+      "suspendMs",
+      "dumpMs",
+      "snapshotMs",
+      "checkMs",
+      "criuRestoreMs",
+      "resumeMs",
+      "restoreMs",
+    ] as const)
+      .map((k) => s(med(side, (r) => r.own?.[k]))),
+  ]),
+};
+const checkDiff = med("with", (r) => r.own?.checkMs) - med("without", (r) => r.own?.checkMs);
+const verifyTable: Table = {
+  title: "Verification (`inspectSnapshot` with `verify`, after the restore) and the disk, " +
+    "runs with integrity",
+  columns: [
+    "round",
+    "images GB",
+    "files",
+    "verify s",
+    "verify GB/s",
+    "cold verify GB/s",
+    "largest image GB",
+    "its dd O_DIRECT GB/s",
+    "its dd page cache GB/s",
+    "note",
+  ],
+  rows: okRuns("with").map((r) => [
+    r.round,
+    fmt(r.bytes! / 1e9, 2),
+    r.files!,
+    s(r.verify?.ms ?? NaN),
+    fmt(r.verify?.GBps, 2),
+    fmt(r.verify?.coldGBps, 2),
+    fmt((r.verify?.disk?.bytes ?? NaN) / 1e9, 2),
+    fmt(r.verify?.disk?.directGBps, 2),
+    fmt(r.verify?.disk?.cachedGBps, 2),
+    [r.verify?.note, r.verify?.disk?.note].filter(Boolean).join("; "),
+  ]),
+};
+const diskTable: Table = {
+  title: `The disk's own rate, in ${work}, measured in the same run (dd)`,
+  columns: ["method", "write GB/s", "read GB/s", "note"],
+  rows: [
+    [
+      `dd bs=4M O_DIRECT, a ${diskMib} MiB file`,
+      fmt(disk.writeGBps, 2),
+      fmt(disk.read?.directGBps, 2),
+      disk.note ?? disk.read?.note ?? "",
+    ],
+    ["dd bs=4M through the page cache, the same file", "-", fmt(disk.read?.cachedGBps, 2), ""],
+    [
+      "dd bs=4M O_DIRECT, the largest image of each run with integrity (median)",
+      "-",
+      fmt(imageDiskGBps, 2),
+      "",
+    ],
+  ],
+};
+
+const judged = (value: number, met: boolean): Pick<Report["goals"][number], "value" | "met"> => ({
+  value: Number.isFinite(value) ? value : null,
+  met: Number.isFinite(value) && !sim && !fake ? met : null,
+});
+const intact = measured.filter((r) => r.ok).length;
+const goals: Report["goals"] = [
+  {
+    goal: `integrity costs at most 10% of the snapshot time, ${count} x ${mib} MiB ` +
+      "(median with / median without <= 1.10)",
+    ...judged(snapshotRatio, snapshotRatio <= 1.1),
+  },
+  {
+    goal: `integrity costs at most 15% of the restore time, ${count} x ${mib} MiB ` +
+      "(median with / median without <= 1.15)",
+    ...judged(restoreRatio, restoreRatio <= 1.15),
+    ...(Number.isFinite(checkDiff)
+      ? { note: `the restore's checks ${s(checkDiff)} s longer with digests` }
+      : {}),
+  },
+  {
+    goal: `verification reads at 5 GB/s or more (GB/s, median, from the page cache, ` +
+      `${availableParallelism()} cores)`,
+    ...judged(verifyGBps, verifyGBps >= 5),
+    note: `the disk's own read rate beside it: ${fmt(imageDiskGBps, 2)} GB/s (dd O_DIRECT of the ` +
+      `largest image), ${fmt(disk.read?.directGBps, 2)} GB/s (of a ${diskMib} MiB file)` +
+      (Number.isFinite(coldGBps)
+        ? `; verification after the page cache was dropped ${fmt(coldGBps, 2)} GB/s`
+        : ""),
+  },
+  {
+    goal: "every target of every run back, running, its memory intact (both sides)",
+    value: measured.length ? intact / measured.length : null,
+    met: measured.length ? intact === measured.length : null,
+    note: `${intact} of ${measured.length} runs`,
+  },
+];
+
+const report: Report = {
+  name: "integrity",
+  title: "@ckpt/cuda snapshots: what integrity costs, with and without digests, taking turns",
+  description: "Each run starts fresh targets" +
+    (sim ? " (simulated processes)" : " (tests/gpu/target.cu in fifo mode, a session each)") +
+    ", takes one `snapshot()` of them (one tree each) into a fresh directory and one " +
+    "`restoreSnapshot()`, each timed as its caller waits for it, checks every target running " +
+    "with its memory's hash unchanged, ends them and removes the images. With integrity: the " +
+    "file system's store as it is (each image fsynced and digested right after its dump, a " +
+    "chunked SHA-256 of 8 MiB pieces hashed in worker threads, one per core; every file's digest " +
+    "checked before a restore changes anything). Without: the same store made with " +
+    "`digests:false`, which fsyncs as well but neither digests nor verifies. The two sides take " +
+    "turns (round k starts with integrity when k is even), in one process, on one machine, with " +
+    "the same driver and criu. In each run with integrity, after the restore and with the " +
+    "images still in the page cache, `inspectSnapshot` with `verify` is timed (image bytes / " +
+    "its time: the verification's rate) and the largest image is read with dd (O_DIRECT: the " +
+    "disk's own rate).",
+  environment: environment({
+    fake,
+    libcuda: sim ? "(none: the simulated machine)" : native?.driver.libraryPath ?? "?",
+    driverVersion,
+    date: started,
+    ...(sim ? { noGpu: "the simulated machine of @ckpt/cuda/mock" } : {}),
+  }),
+  config: {
+    count,
+    mib,
+    rounds,
+    budgetS,
+    diskMib,
+    warmupMib,
+    timeoutS: timeoutMs / 1000,
+    coldVerify,
+    work,
+    criu: criuPath ?? "(found as the library finds it)",
+    criuVersion: engineVersion,
+    target: targetPath ?? null,
+    cores: availableParallelism(),
+    simulate: sim,
+  },
+  goals,
+  tables: [summary, phases, verifyTable, diskTable],
+  runs,
+  runTables: [{
+    title: "Every run, in the order made",
+    columns: [
+      "round",
+      "side",
+      "order",
+      "snapshot s",
+      "restore s",
+      "restore's checks s",
+      "images GB",
+      "verify GB/s",
+      "back intact",
+      "error",
+    ],
+    rows: runs.map((r) => [
+      r.warmup ? "warm-up" : r.round,
+      r.side,
+      r.order ? "second" : "first",
+      s(r.snapshotMs ?? NaN),
+      s(r.restoreMs ?? NaN),
+      s(r.own?.checkMs ?? NaN),
+      fmt((r.bytes ?? NaN) / 1e9, 2),
+      fmt(r.verify?.GBps, 2),
+      `${r.checks.filter((c) => c.state === "running" && c.intact).length}/${r.count}`,
+      r.error ?? "",
+    ]),
+  }],
+  notes: [
+    ...(sim
+      ? [
+        "SIMULATED: both sides ran on a SimulatedMachine (virtual time for the driver and the " +
+        "simulated criu; the files, their fsync and their digests are real, but tiny); the check " +
+        "compares each simulated process's memory digest. This measures nothing real.",
+      ]
+      : []),
+    ...skipped.map((x) => `Skipped for the time budget: ${x}.`),
+    ...runs.filter((r) => r.error).map((r) =>
+      `${r.warmup ? "warm-up" : `round ${r.round}`} ${r.side} failed: ${r.error}`
+    ),
+    "Both sides fsync every image before a snapshot says it is done; with integrity the digests " +
+    "are computed meanwhile, from the page cache, so what they add to a snapshot is what the " +
+    "fsync does not hide. The verification is timed after the restore, which read the same " +
+    "files: it reads them from the page cache, as a restore right after a snapshot does.",
+  ],
+};
+publish(report, values.out, { columns: 7, digits: 3 });
+process.exit(exitCode);
