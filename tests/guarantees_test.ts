@@ -377,7 +377,7 @@ describe("4. all-or-nothing leaves every process as it was", () => {
     release();
     const result = await group;
     assert.deepEqual(seen, ["running", "running", "running"], "back while the lock still hung");
-    assert.deepEqual(result.processes.map((p) => p.status), ["stopped", "failed", "done"]);
+    assert.deepEqual(result.processes.map((p) => p.status), ["stopped", "failed", "rolled-back"]);
     assert.ok(result.rolledBack);
     assert.deepEqual([stuck, failing, ok].map((p) => p.state), ["running", "running", "running"]);
   });
@@ -399,8 +399,8 @@ describe("4. all-or-nothing leaves every process as it was", () => {
     assert.equal(result.aborted, true);
     assert.equal(result.rolledBack, true);
     assert.deepEqual(result.processes.map((p) => [p.status, p.rollback?.ok, p.state]), [
-      ["done", true, "running"],
-      ["done", true, "running"],
+      ["rolled-back", true, "running"],
+      ["rolled-back", true, "running"],
     ]);
     assert.deepEqual([big.state, small.state], ["running", "running"]);
   });

@@ -80,7 +80,11 @@ describe("a job that fails is brought back, in the same order", () => {
     const result = await runGroup("suspend", pids, { machine: sim, job: true });
     assert.equal(result.ok, false);
     assert.equal(result.rolledBack, true);
-    assert.deepEqual(result.processes.map((p) => p.status), ["done", "failed", "done"]);
+    assert.deepEqual(result.processes.map((p) => p.status), [
+      "rolled-back",
+      "failed",
+      "rolled-back",
+    ]);
     assert.deepEqual(result.processes.map((p) => p.state), ["running", "running", "running"]);
     assert.ok(result.processes.every((p) => p.rollback?.ok !== false));
     allBefore(sim, "restore", "unlock", mark);

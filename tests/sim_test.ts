@@ -91,7 +91,7 @@ describe("GPU memory, CUDA contexts included", () => {
     assert.equal(sim.gpus[0].freeMiB, 300);
     assert.throws(
       () => sim.spawn({ memoryMiB: 250 }),
-      /spawn: GPU 0 has 300 MiB free, too little for 350 MiB more \(250 MiB of 250 MiB of memory and 100 MiB of CUDA context\)/,
+      /spawn: GPU 0 has 300 MiB free, too little for 350 MiB more \(its 250 MiB of memory and 100 MiB of CUDA context\)/,
     );
     sim.spawn({ memoryMiB: 200 });
     assert.equal(sim.gpus[0].freeMiB, 0);

@@ -50,7 +50,8 @@ try {
   check(
     "the others brought back",
     a.processes.slice(0, 3).every((p) =>
-      (p.status === "stopped" || p.status === "done") && (p.rollback?.ok ?? p.steps.length === 0)
+      (p.status === "stopped" || p.status === "rolled-back") &&
+      (p.rollback?.ok ?? p.steps.length === 0)
     ),
   );
   check("all running again", states.every((st) => st.code === 0 && st.value === 0));
