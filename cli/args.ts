@@ -69,6 +69,14 @@ export interface SnapshotCommand extends Common {
 export interface InspectCommand extends Common {
   readonly kind: "inspect";
   readonly dir: string;
+  /** `--verify`: every file's digest checked too, as a restore checks it. */
+  readonly verify: boolean;
+}
+
+/** `recover`: the processes a snapshot killed outright left suspended, resumed. */
+export interface RecoverCommand extends Common {
+  readonly kind: "recover";
+  readonly dir: string;
 }
 
 /** `restore-snapshot`: a snapshot's processes back. */
@@ -89,6 +97,7 @@ export type Command =
   | SnapshotCommand
   | RestoreSnapshotCommand
   | InspectCommand
+  | RecoverCommand
   | (Common & { readonly kind: "list" })
   | (Common & {
     readonly kind: "spawn";
@@ -143,7 +152,7 @@ export class UsageError extends Error {
 /** The options, by long name: those that take no value, and those that take one. */
 const FLAGS = new Set(
   ("--get-state --get-restore-tid --toggle --help --version --all --all-or-nothing --job " +
-    "--leave-running --json --simulate").split(" "),
+    "--leave-running --json --simulate --verify").split(" "),
 );
 const VALUED = new Set(
   "--action --pid --timeout --device-map --dir --deadline --memory-mib --gpu --command".split(" "),
@@ -155,14 +164,17 @@ const SHORT: Readonly<Record<string, string>> = {
   "-d": "--device-map",
   "-h": "--help",
 };
-const SUBCOMMANDS = "list ps spawn kill reset snapshot restore-snapshot inspect".split(" ");
-const SNAPSHOT_COMMANDS = ["snapshot", "restore-snapshot", "inspect"];
+const SUBCOMMANDS = "list ps spawn kill reset snapshot restore-snapshot inspect recover".split(
+  " ",
+);
+const SNAPSHOT_COMMANDS = ["snapshot", "restore-snapshot", "inspect", "recover"];
 /** The options of operations and snapshots that each subcommand takes: the others are refused. */
 const TAKES: Readonly<Record<string, readonly string[]>> = {
   kill: ["--pid"],
   snapshot: ["--pid", "--dir", "--leave-running", "--job", "--timeout", "--deadline"],
   "restore-snapshot": ["--dir", "--device-map", "--deadline"],
-  inspect: ["--dir"],
+  inspect: ["--dir", "--verify"],
+  recover: ["--dir"],
 };
 const SIMULATOR_ONLY = ["spawn", "kill", "reset"];
 /** The options of operations and snapshots that a subcommand may not take (see `TAKES`). */
@@ -421,10 +433,11 @@ function finish(seen: Seen): Command {
   if (sub !== undefined && SNAPSHOT_COMMANDS.includes(sub)) {
     return snapshotCommand(sub, rest, seen, common);
   }
+  if (has("--verify")) throw new UsageError("--verify is only valid with inspect");
   const snapshotOnly = ["--dir", "--leave-running", "--deadline"].find(has);
   if (snapshotOnly) {
     throw new UsageError(
-      `${snapshotOnly} is only valid with snapshot, restore-snapshot and inspect`,
+      `${snapshotOnly} is only valid with snapshot, restore-snapshot, inspect and recover`,
     );
   }
   if (sub !== undefined) {
@@ -485,12 +498,13 @@ function finish(seen: Seen): Command {
   };
 }
 
-/** `snapshot`, `restore-snapshot` and `inspect`: what each takes, and nothing else. */
+/** `snapshot`, `restore-snapshot`, `inspect` and `recover`: what each takes, and nothing else. */
 function snapshotCommand(sub: string, rest: string[], seen: Seen, common: Common): Command {
   refuseStray(
     sub,
     seen,
-    "--pid --dir --timeout --deadline --device-map --all --all-or-nothing --job --leave-running",
+    "--pid --dir --timeout --deadline --device-map --all --all-or-nothing --job --leave-running " +
+      "--verify",
   );
   // The directory, as `--dir DIR` or as the one positional argument (`inspect DIR`), once.
   if (rest.length > 1 || (rest.length === 1 && seen.dir !== undefined && seen.dir !== rest[0])) {
@@ -507,7 +521,10 @@ function snapshotCommand(sub: string, rest: string[], seen: Seen, common: Common
     throw new UsageError(`${sub} needs the snapshot's directory, as DIR or --dir DIR`);
   }
   const deadline = seen.deadline !== undefined ? { deadlineMs: seen.deadline } : {};
-  if (sub === "inspect") return { kind: "inspect", dir, ...common };
+  if (sub === "inspect") {
+    return { kind: "inspect", dir, verify: seen.given.has("--verify"), ...common };
+  }
+  if (sub === "recover") return { kind: "recover", dir, ...common };
   if (sub === "restore-snapshot") {
     return {
       kind: "restore-snapshot",

@@ -11,13 +11,19 @@
  * @module
  */
 
-import type { InspectCommand, RestoreSnapshotCommand, SnapshotCommand } from "./args.ts";
+import type {
+  InspectCommand,
+  RecoverCommand,
+  RestoreSnapshotCommand,
+  SnapshotCommand,
+} from "./args.ts";
 import { formatDriverVersion } from "../core/codes.ts";
 import type { SnapshotEvent, SnapshotPhase } from "../core/disk.ts";
 import { CheckpointError } from "../core/errors.ts";
 import { checkRestoreArgs, inspectIn, restoreFrom } from "../core/from_disk.ts";
 import type { Manifest } from "../core/manifest.ts";
 import { checkSnapshotArgs, takeSnapshot } from "../core/to_disk.ts";
+import { recoverFrom } from "../core/trace.ts";
 import type { CliIo } from "./io.ts";
 import type { Machine } from "../core/machine.ts";
 import { storeOf } from "../os/snapshot_store.ts";
@@ -25,7 +31,7 @@ import { commandMessage, type Printer, round } from "./report.ts";
 import { interruptedExitCode, type Signal } from "./signals.ts";
 
 /** A command of this module. */
-type DiskCommand = SnapshotCommand | RestoreSnapshotCommand | InspectCommand;
+type DiskCommand = SnapshotCommand | RestoreSnapshotCommand | InspectCommand | RecoverCommand;
 
 /**
  * Runs `snapshot`, `restore-snapshot` or `inspect`; resolves to the exit code (128 + the
@@ -39,6 +45,7 @@ export async function runDiskCommand(
   simulated = false,
 ): Promise<number> {
   if (command.kind === "inspect") return await runInspect(command, machine, print);
+  if (command.kind === "recover") return await runRecover(command, machine, print);
   const progress = print.terminal ? phaseLine(print) : undefined;
   const stop = new AbortController();
   const interrupts = watchInterrupts(command.kind, io, print, simulated, (signal) => {
@@ -172,9 +179,47 @@ export async function runInspect(
   print: Printer,
 ): Promise<number> {
   try {
-    const { dir, manifest } = await inspectIn(storeOf(machine), command.dir, false);
-    if (command.json) print.json({ ok: true, operation: command.kind, dir, manifest });
-    else for (const line of describe(manifest, dir)) print.out(line);
+    const { dir, manifest, verified } = await inspectIn(
+      storeOf(machine),
+      command.dir,
+      command.verify,
+    );
+    if (command.json) print.json({ ok: true, operation: command.kind, dir, verified, manifest });
+    else {
+      for (const line of describe(manifest, dir)) print.out(line);
+      print.out(
+        verified
+          ? `  every file read: each is the file the snapshot wrote (its digest as the manifest says)`
+          : `  every file present, private, of its size (--verify reads each and checks its digest)`,
+      );
+    }
+    return 0;
+  } catch (error) {
+    return failed(command, print, error);
+  }
+}
+
+/**
+ * `recover`: the processes that a snapshot killed outright left suspended (its `in-progress.json`),
+ * resumed; what it had written removed.
+ */
+async function runRecover(command: RecoverCommand, machine: Machine, print: Printer) {
+  try {
+    const r = await recoverFrom(machine, storeOf(machine), command.dir);
+    if (command.json) {
+      print.json({ ok: true, operation: command.kind, ...r });
+      return 0;
+    }
+    const list = (pids: readonly number[]) => pids.length > 0 ? pids.join(", ") : "none";
+    print.out(`resumed: ${list(r.resumed)}`);
+    if (r.gone.length > 0) {
+      print.out(`gone (ended, or the pid is another process's): ${list(r.gone)}`);
+    }
+    print.out(
+      r.complete
+        ? `the snapshot in ${r.dir} is complete, and kept; its trace was removed`
+        : `removed what the interrupted snapshot had written in ${r.dir}`,
+    );
     return 0;
   } catch (error) {
     return failed(command, print, error);
@@ -189,7 +234,10 @@ export async function runInspect(
 function failed(command: DiskCommand, print: Printer, error: unknown, abort?: unknown): number {
   const message = error === abort && abort !== undefined
     ? `${command.kind} stopped: ${commandMessage(error)}`
-    : commandMessage(error).replace(/^(snapshot|restoreSnapshot|inspectSnapshot)\b/, command.kind);
+    : commandMessage(error).replace(
+      /^(snapshot|restoreSnapshot|inspectSnapshot|recover)\b/,
+      command.kind,
+    );
   if (command.json) {
     print.json({
       ok: false,

@@ -40,8 +40,13 @@ restore-snapshot [--dir] <dir> [--device-map <map>]
         Brings a snapshot's processes back with their pids, onto the GPUs they left, or onto those
         the map names (the snapshot's GPU UUIDs to this machine's); checks everything first
 
-inspect [--dir] <dir>
-        Prints what a snapshot holds, checked against its files (needs no GPU driver)
+inspect [--dir] <dir> [--verify]
+        Prints what a snapshot holds, checked against its files (needs no GPU driver); --verify
+        reads every file and checks its digest, as restore-snapshot does before it begins
+
+recover [--dir] <dir>
+        After a snapshot was killed outright (SIGKILL, a power cut): resumes the processes it had
+        suspended (its <dir>/in-progress.json names them), and removes what it had written
 
 Options:
 --pid|-p <pid>[,<pid>...]

@@ -65,6 +65,7 @@ export async function run(command: MachineCommand, io: CliIo): Promise<number> {
       case "snapshot":
       case "restore-snapshot":
       case "inspect":
+      case "recover":
         code = await (await import("./disk.ts")).runDiskCommand(
           command,
           machine,

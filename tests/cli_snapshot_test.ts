@@ -5,7 +5,7 @@
 
 import { afterEach, describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseCommandLine, UsageError } from "../cli/args.ts";
@@ -50,9 +50,32 @@ describe("the command line of snapshots", () => {
     assert.deepEqual(parseCommandLine(["inspect", "/s", "--json"]), {
       kind: "inspect",
       dir: "/s",
+      verify: false,
       json: true,
       simulate: false,
     });
+    assert.equal(
+      (parseCommandLine(["inspect", "--verify", "/s"]) as { verify: boolean }).verify,
+      true,
+    );
+    assert.deepEqual(parseCommandLine(["recover", "/s"]), {
+      kind: "recover",
+      dir: "/s",
+      json: false,
+      simulate: false,
+    });
+    for (
+      const [args, why] of [
+        [["restore-snapshot", "/s", "--verify"], /^restore-snapshot takes no --verify$/],
+        [["--toggle", "--pid", "5", "--verify"], /^--verify is only valid with inspect$/],
+        [["recover"], /^recover needs the snapshot's directory, as DIR or --dir DIR$/],
+      ] as const
+    ) {
+      assert.throws(
+        () => parseCommandLine(args),
+        (e: Error) => e instanceof UsageError && why.test(e.message),
+      );
+    }
     const map = "GPU-11111111-1111-1111-1111-111111111111=GPU-22222222-2222-2222-2222-222222222222";
     const restore = parseCommandLine([
       "restore-snapshot",
@@ -180,6 +203,68 @@ describe("the command line of snapshots", () => {
       ),
     );
     assert.equal(sim.process(p.pid), undefined, "nothing was made");
+  });
+});
+
+describe("inspect --verify and recover", () => {
+  test("inspect --verify names a changed image and exits 1; put back, it passes", async () => {
+    const sim = new SimulatedMachine();
+    const p = sim.spawn({ memoryMiB: 256, command: "python serve.py" });
+    const dir = join(base(), "snap");
+    assert.equal((await cli(["snapshot", "--pid", p.pid, "--dir", dir], { machine: sim })).code, 0);
+    const image = join(dir, `tree-${p.pid}`, `process-${p.pid}.img`);
+    const original = readFileSync(image, "utf8");
+    writeFileSync(image, original.replace("python serve.py", "python evil.py!"));
+    const quick = await cli(["inspect", dir]);
+    assert.equal(quick.code, 0, "without --verify the sizes alone are checked");
+    assert.match(quick.out, /--verify reads each and checks its digest/);
+    const bad = await cli(["inspect", "--verify", dir, "--json"]);
+    assert.equal(bad.code, 1);
+    const json = JSON.parse(bad.out);
+    assert.equal(json.error.code, "SNAPSHOT");
+    assert.match(
+      json.error.message,
+      new RegExp(`^inspect refused: .*process-${p.pid}\.img is not the file the snapshot wrote`),
+    );
+    writeFileSync(image, original);
+    const good = await cli(["inspect", "--verify", dir]);
+    assert.equal(good.code, 0, good.err);
+    assert.match(good.out, /every file read: each is the file the snapshot wrote/);
+  });
+
+  test("recover resumes what a snapshot killed outright left suspended, and says what it did", async () => {
+    const sim = new SimulatedMachine();
+    const a = sim.spawn({ memoryMiB: 256 });
+    const dir = join(base(), "snap");
+    mkdirSync(dir, { mode: 0o700 });
+    // What a snapshot killed after its checkpoint leaves: the process checkpointed, its trace.
+    await sim.driver.lock(a.pid, null);
+    await sim.driver.checkpoint(a.pid);
+    mkdirSync(join(dir, `tree-${a.pid}`), { mode: 0o700 });
+    writeFileSync(
+      join(dir, "in-progress.json"),
+      JSON.stringify({
+        format: "ckpt-cuda-in-progress/1",
+        startedAt: new Date().toISOString(),
+        processes: [{ pid: a.pid, start: a.start }],
+        made: [`tree-${a.pid}`],
+      }),
+      { mode: 0o600 },
+    );
+    const refused = await cli(["restore-snapshot", dir], { machine: sim });
+    assert.equal(refused.code, 1);
+    assert.match(refused.err, /was interrupted.*`cuda-checkpoint recover .*snap` resumes/);
+    const r = await cli(["recover", dir], { machine: sim });
+    assert.equal(r.code, 0, r.err);
+    assert.equal(
+      r.out,
+      `resumed: ${a.pid}\nremoved what the interrupted snapshot had written in ${dir}\n`,
+    );
+    assert.equal(sim.process(a.pid)!.state, "running");
+    assert.deepEqual(readdirSync(dir), []);
+    const again = await cli(["recover", dir, "--json"], { machine: sim });
+    assert.equal(again.code, 1);
+    assert.match(JSON.parse(again.out).error.message, /^recover refused: .*nothing to recover/);
   });
 });
 
