@@ -228,9 +228,12 @@ export async function timed(
         await target.lock(typeof t === "function" ? t() : t);
         break;
       }
-      case "checkpoint":
-        await target.checkpoint(settings.checkRoom);
+      case "checkpoint": {
+        // A record that could not be written: the warning, in the outcome's roomCheck.
+        const unrecorded = await target.checkpoint(settings.checkRoom);
+        if (unrecorded && !rollback) report.roomCheck = unrecorded;
         break;
+      }
       case "restore":
         report.roomCheck = await target.restore(
           settings.pairs,

@@ -173,7 +173,11 @@ export interface ProcessOutcome {
     readonly steps: readonly StepRecord[];
     readonly error?: Error;
   };
-  /** Where a restore was made: whether its room was checked, and if not, why. */
+  /**
+   * Where a restore was made: whether its room was checked, and if not, why. Where a checkpoint
+   * was made whose record of GPU memory could not be written: `{ unknown }`, saying why its
+   * restore's room cannot be checked (a warning).
+   */
   readonly roomCheck?: RoomCheck;
 }
 

@@ -36,7 +36,9 @@ export interface Outcome {
   readonly steps: readonly StepRecord[];
   /**
    * Where a restore was made: whether its room was checked first (`"checked"`), not asked for
-   * (`"skipped"`), or could not be, and why (`{ unknown }`).
+   * (`"skipped"`), or could not be, and why (`{ unknown }`). Where a checkpoint was made whose
+   * record of GPU memory could not be written: `{ unknown }`, saying why its restore's room
+   * cannot be checked (a warning: the checkpoint succeeded).
    */
   readonly roomCheck?: RoomCheck;
 }

@@ -124,15 +124,20 @@ export interface HeldRecord {
 export interface HeldRecords {
   /** Where they are kept, for messages (`/run/ckpt-cuda`, `memory`). */
   readonly where: string;
-  /** The record of a process; `undefined` where there is none. */
+  /**
+   * The record of a process; `undefined` where there is none. Rejects, naming the path and the
+   * fault, where the records cannot be used or the record cannot be read as one: a checked
+   * restore is then refused (the room check fails closed).
+   */
   get(process: ProcessIdentity): Promise<HeldRecord | undefined>;
-  /** Writes the record of its process, replacing any. */
+  /** Writes the record of its process, replacing any; rejects, saying why, where it cannot. */
   put(record: HeldRecord): Promise<void>;
   /** Removes the record of a process, if there is one. */
   remove(process: ProcessIdentity): Promise<void>;
   /**
    * Every record whose process still lives, with claims of programs that died left out; records
-   * of processes that ended are removed on the way.
+   * of processes that ended are removed on the way, and what cannot be read as a record is left
+   * out (it blocks no restore). Rejects where the records cannot be used at all.
    */
   list(): Promise<HeldRecord[]>;
 }

@@ -164,6 +164,8 @@ function join(path: string, key: string): string {
 /** A value as a message shows it: JSON, cut at 80 characters; `nothing` for undefined. */
 function describe(value: unknown): string {
   if (value === undefined) return "nothing";
+  // JSON.stringify writes Infinity and NaN (a 1e400 parsed) as null.
+  if (typeof value === "number" && !Number.isFinite(value)) return String(value);
   const text = JSON.stringify(value) ?? String(value);
   return text.length > 80 ? `${text.slice(0, 77)}...` : text;
 }

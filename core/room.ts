@@ -11,6 +11,12 @@
  * too). Too little, and the restore is refused with a {@link GpuRoomError} without a driver call:
  * the process stays checkpointed, and can be resumed once there is room.
  *
+ * The check fails closed. A record that cannot be written at a checkpoint is said in the step's
+ * `roomCheck` (its restore will not be checked); records that cannot be read refuse a checked
+ * restore ({@link roomUnknownError}, a `RefusedError` with code `"PREREQUISITE"` that names the
+ * fault and says that `checkRoom: false` skips the check), rather than let it reach a driver that
+ * may lose the process. A claim that is not a finite amount from 0 is left out, never blocking.
+ *
  * @module
  */
 
@@ -98,6 +104,33 @@ function mib(n: number): string {
 }
 
 /**
+ * The refusal of a checked restore whose room cannot be checked because the records of held GPU
+ * memory cannot be read or written (`err` says why, naming the path): a `RefusedError` with code
+ * `"PREREQUISITE"`, which says that `checkRoom: false` skips the check.
+ */
+export function roomUnknownError(
+  where: { operation: string; pid?: number; who?: string },
+  err: unknown,
+): RefusedError {
+  return new RefusedError({
+    code: "PREREQUISITE",
+    operation: where.operation,
+    ...(where.pid !== undefined ? { pid: where.pid, state: stepFrom("restore") } : {}),
+    reason:
+      `the GPU room for ${
+        where.who ?? "its restore"
+      } cannot be checked, and a restore that runs out of GPU memory can lose the process: ` +
+      messageOf(err),
+    detail: `${
+      where.pid !== undefined
+        ? "nothing was asked of the driver: the process is still checkpointed"
+        : "nothing was changed"
+    }; checkRoom: false skips the check`,
+    cause: err,
+  });
+}
+
+/**
  * Whether a restore's room was checked: `"checked"` (it fits), `"skipped"` (`checkRoom: false`),
  * or why it could not be checked (`{ unknown }`): no record of what the process held (another
  * tool checkpointed it), no GPU memory readings (no NVML), or this very process.
@@ -146,15 +179,32 @@ export class RoomGuard {
     return Object.values(memory).some((m) => m > 0) ? memory : undefined;
   }
 
-  /** Records what `process` held, after its checkpoint succeeded. Never rejects. */
+  /**
+   * Records what `process` held, after its checkpoint succeeded. Never rejects: where the record
+   * cannot be written, resolves to why its restore's room will not be checked, for the step's
+   * `roomCheck` (the warning a caller sees).
+   */
   async recorded(
     process: ProcessIdentity,
     heldMiB: Readonly<Record<string, number>>,
-  ): Promise<void> {
-    await this.#records().put({ process, heldMiB, at: Date.now() }).catch(() => {});
+  ): Promise<RoomCheck | undefined> {
+    const records = this.#records();
+    try {
+      await records.put({ process, heldMiB, at: Date.now() });
+      return undefined;
+    } catch (err) {
+      return {
+        unknown: `what it held was not recorded (${messageOf(err)}), so its restore's GPU room ` +
+          `cannot be checked: a checked resume is refused until the records can be read, or ` +
+          `made with checkRoom: false`,
+      };
+    }
   }
 
-  /** What `process` held when last checkpointed by a program of this package, where recorded. */
+  /**
+   * What `process` held when last checkpointed by a program of this package, where recorded;
+   * `undefined` too where the records cannot be read (a restore's check refuses then).
+   */
   record(process: ProcessIdentity): Promise<HeldRecord | undefined> {
     return this.#records().get(process).catch(() => undefined);
   }
@@ -169,7 +219,8 @@ export class RoomGuard {
    * GPUs' free memory less what other restores under way claim, and claims the room until
    * {@link Reservation.done}. Throws a {@link GpuRoomError} where it does not fit, unless
    * `stillCheckpointed` says the process is no longer checkpointed (then the record was old: it
-   * is forgotten, and the driver's own answer will say what is wrong).
+   * is forgotten, and the driver's own answer will say what is wrong); and the refusal of
+   * {@link roomUnknownError} where the records cannot be read, or its claim cannot be written.
    */
   async reserve(
     process: ProcessIdentity,
@@ -190,7 +241,14 @@ export class RoomGuard {
       return none("this process is checkpointed or locked itself, and NVML would wait for it");
     }
     const records = this.#records();
-    const record = await this.record(process);
+    const refused = (err: unknown) =>
+      roomUnknownError({ operation: where.operation, pid: where.pid }, err);
+    let record: HeldRecord | undefined;
+    try {
+      record = await records.get(process);
+    } catch (err) {
+      throw refused(err);
+    }
     if (!record) {
       return none(
         `no record of the GPU memory it held (kept in ${records.where}): another program ` +
@@ -200,8 +258,11 @@ export class RoomGuard {
     const need = onto(record.heldMiB, pairs);
     // Claim first, then read: two restores that check at once each see the other's claim.
     const by = await this.#self() ?? { pid: 0 };
-    await records.put({ ...record, claim: { needMiB: need, by, since: Date.now() } })
-      .catch(() => {});
+    try {
+      await records.put({ ...record, claim: { needMiB: need, by, since: Date.now() } });
+    } catch (err) {
+      throw refused(err);
+    }
     const unclaim = async () => {
       const now = await records.get(process).catch(() => undefined);
       if (now?.claim && sameProcess(now.claim.by, by)) {
@@ -237,7 +298,9 @@ export class RoomGuard {
    * The one room check: throws a {@link GpuRoomError} where `need` (MiB by GPU UUID) does not fit
    * in a GPU's free memory less what restores under way claim there (those of processes other
    * than `except`); `"checked"` where it fits; why it could not be told otherwise. `where` names
-   * the operation, and the pid, or (`who`) the processes, the error is about.
+   * the operation, and the pid, or (`who`) the processes, the error is about. Throws the refusal
+   * of {@link roomUnknownError} where the records of claims cannot be read; a claim that is not a
+   * finite amount from 0 is left out.
    */
   async fits(
     need: Readonly<Record<string, number>>,
@@ -245,10 +308,16 @@ export class RoomGuard {
     except?: ProcessIdentity,
   ): Promise<RoomCheck> {
     const claimed: Record<string, number> = {};
-    for (const other of await this.#records().list().catch(() => [])) {
+    let others: HeldRecord[];
+    try {
+      others = await this.#records().list();
+    } catch (err) {
+      throw roomUnknownError(where, err);
+    }
+    for (const other of others) {
       if (!other.claim || (except && sameProcess(other.process, except))) continue;
       for (const [gpu, mib] of Object.entries(other.claim.needMiB)) {
-        claimed[gpu] = (claimed[gpu] ?? 0) + mib;
+        if (Number.isFinite(mib) && mib >= 0) claimed[gpu] = (claimed[gpu] ?? 0) + mib;
       }
     }
     const report = await this.report();

@@ -97,8 +97,11 @@ export class Target {
     await this.#session.room.forget(this.identity);
   }
 
-  /** `checkpoint`; with `checkRoom`, what it held is read first and recorded after. */
-  async checkpoint(checkRoom: boolean): Promise<void> {
+  /**
+   * `checkpoint`; with `checkRoom`, what it held is read first and recorded after. Resolves to
+   * why its restore's room cannot be checked where the record could not be written (a warning).
+   */
+  async checkpoint(checkRoom: boolean): Promise<RoomCheck | undefined> {
     const driver = this.driver;
     await checkCapability(driver, "checkpoint", this.pid);
     const room = this.#session.room;
@@ -106,7 +109,7 @@ export class Target {
     const held = checkRoom && !this.self ? await room.heldNow(this.identity) : undefined;
     const code = await driver.checkpoint(this.pid);
     if (code !== CUDA_SUCCESS) throw await this.#failure("checkpoint", code);
-    if (held) await room.recorded(this.identity, held);
+    return held ? await room.recorded(this.identity, held) : undefined;
   }
 
   /**

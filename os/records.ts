@@ -5,10 +5,18 @@
  * in clock ticks since boot, so that a reused pid never finds an old record), written whole, mode
  * 0600. A record goes when its process is restored, or a listing finds it gone.
  *
+ * A record is read as a regular file only (opened without following a link and without blocking,
+ * so a FIFO among them hangs nothing), under {@link RECORD_MAX_BYTES}, strictly, with every MiB
+ * finite and at most {@link RECORD_MAX_MIB}. A directory that cannot be used, or a process's own
+ * record that cannot be read, is an error the room check turns into a refusal (it fails closed);
+ * a listing leaves out a file that is not a record (it never blocks the restores of others), and
+ * removes it once its process is gone.
+ *
  * @module
  */
 
-import { readdir, readFile, rm } from "node:fs/promises";
+import { constants } from "node:fs";
+import { open, readdir, rm } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import type { HeldRecord, HeldRecords, ProcessIdentity, RoomClaim } from "../core/host.ts";
@@ -22,6 +30,15 @@ const RECORDS_ENV_VAR = "CKPT_RECORDS_DIR";
 
 /** The format written in each record, to refuse what another version wrote differently. */
 const FORMAT = "ckpt-cuda-held/1";
+
+/** The largest record read, in bytes (one is a few hundred). */
+const RECORD_MAX_BYTES = 64 * 1024;
+
+/** The most MiB a record may say of one GPU: 16 TiB, far above any GPU's memory. */
+const RECORD_MAX_MIB = 2 ** 24;
+
+/** A record's file name: `<pid>-<start>.json` (or `<pid>.json` where the start is unknown). */
+const RECORD_NAME = /^([0-9]+)(?:-([0-9]+))?\.json$/;
 
 /**
  * The directory of records (mode 0700, this user's): `$CKPT_RECORDS_DIR` where set, else
@@ -43,7 +60,6 @@ export class FileHeldRecords implements HeldRecords {
   /** The directory. */
   readonly where: string;
   readonly #alive: (process: ProcessIdentity) => Promise<boolean>;
-  #checked: Promise<void> | undefined;
 
   /** Records in `dir`, made (mode 0700) on the first write. */
   constructor(dir: string, alive: (process: ProcessIdentity) => Promise<boolean>) {
@@ -51,10 +67,20 @@ export class FileHeldRecords implements HeldRecords {
     this.#alive = alive;
   }
 
-  /** The record of a process; `undefined` where there is none (or it cannot be read as one). */
+  /**
+   * The record of a process; `undefined` where there is none. Rejects, naming the file and the
+   * fault, where the directory cannot be used or the record cannot be read as one.
+   */
   async get(process: ProcessIdentity): Promise<HeldRecord | undefined> {
     await this.#directory();
-    return await this.#read(this.#file(process));
+    const file = this.#file(process);
+    const text = await readRecordFile(file);
+    if (text === undefined) return undefined;
+    try {
+      return parseRecord(text);
+    } catch (err) {
+      throw new Error(`the record ${file} cannot be read: ${messageOf(err)}`, { cause: err });
+    }
   }
 
   /** Writes the record of its process, whole. */
@@ -69,15 +95,40 @@ export class FileHeldRecords implements HeldRecords {
     await rm(this.#file(process), { force: true });
   }
 
-  /** Every record whose process lives; the others are removed. */
+  /**
+   * Every record whose process lives; the others are removed. A file that cannot be read as a
+   * record (not a regular file, too large, not of this format, a MiB out of range) is left out,
+   * and removed once the process its name gives is gone. Rejects where the directory cannot be
+   * used.
+   */
   async list(): Promise<HeldRecord[]> {
     await this.#directory();
     const out: HeldRecord[] = [];
-    for (const name of await readdir(this.where)) {
-      if (!/^[0-9]+(-[0-9]+)?\.json$/.test(name)) continue;
+    let names: string[];
+    try {
+      names = await readdir(this.where);
+    } catch (err) {
+      throw new Error(
+        `the records of held GPU memory in ${this.where} cannot be listed: ${messageOf(err)}`,
+        { cause: err },
+      );
+    }
+    for (const name of names) {
+      const named = RECORD_NAME.exec(name);
+      if (!named) continue;
       const file = path.join(this.where, name);
-      const record = await this.#read(file);
-      if (!record || !(await this.#alive(record.process))) {
+      let record: HeldRecord | undefined;
+      try {
+        const text = await readRecordFile(file);
+        if (text === undefined) continue; // removed meanwhile
+        record = parseRecord(text);
+      } catch {
+        const pid = Number(named[1]);
+        const owner = named[2] === undefined ? { pid } : { pid, start: Number(named[2]) };
+        if (!(await this.#alive(owner))) await rm(file, { recursive: true, force: true });
+        continue;
+      }
+      if (!(await this.#alive(record.process))) {
         await rm(file, { force: true });
         continue;
       }
@@ -91,30 +142,60 @@ export class FileHeldRecords implements HeldRecords {
     return path.join(this.where, `${identityKey(process)}.json`);
   }
 
-  /** Makes and checks the directory once: private to this user, mode 0700. */
-  #directory(): Promise<void> {
-    this.#checked ??= privateDirectory(this.where, {
-      strict: true,
-      hint: `remove it, or name another in ${RECORDS_ENV_VAR}`,
-    }).catch((err) => {
-      this.#checked = undefined;
-      throw new Error(`the records of held GPU memory cannot be kept: ${messageOf(err)}`, {
+  /**
+   * Makes the directory where missing and checks it, on every use (a few system calls): private
+   * to this user, mode 0700. A directory that changed owner or mode since is refused at once.
+   */
+  async #directory(): Promise<void> {
+    try {
+      await privateDirectory(this.where, {
+        strict: true,
+        hint: `remove it, or name another in ${RECORDS_ENV_VAR}`,
+      });
+    } catch (err) {
+      throw new Error(`the records of held GPU memory cannot be used: ${messageOf(err)}`, {
         cause: err,
       });
-    });
-    return this.#checked;
-  }
-
-  /** A record file, strictly read: anything that is not one counts as none. */
-  async #read(file: string): Promise<HeldRecord | undefined> {
-    const text = await readFile(file, "utf8").catch((err) => {
-      if (errorCode(err) !== "ENOENT") throw err;
-    });
-    try {
-      return text === undefined ? undefined : parseRecord(text);
-    } catch {
-      return undefined;
     }
+  }
+}
+
+/**
+ * The text of the record file `file`; `undefined` where there is none. Opened without following a
+ * link and without blocking (a FIFO opens at once, and is refused as not a regular file); refused
+ * where it is not a regular file or is over {@link RECORD_MAX_BYTES}, naming the file.
+ */
+async function readRecordFile(file: string): Promise<string | undefined> {
+  let handle;
+  try {
+    handle = await open(file, constants.O_RDONLY | constants.O_NONBLOCK | constants.O_NOFOLLOW);
+  } catch (err) {
+    const code = errorCode(err);
+    if (code === "ENOENT") return undefined;
+    if (code === "ELOOP") throw new Error(`the record ${file} is a symbolic link`);
+    throw new Error(`the record ${file} cannot be opened: ${messageOf(err)}`, { cause: err });
+  }
+  try {
+    const st = await handle.stat();
+    if (!st.isFile()) throw new Error(`the record ${file} is not a regular file`);
+    if (st.size > RECORD_MAX_BYTES) {
+      throw new Error(
+        `the record ${file} is ${st.size} bytes, more than a record can be (${RECORD_MAX_BYTES})`,
+      );
+    }
+    const buffer = new Uint8Array(RECORD_MAX_BYTES + 1);
+    let length = 0;
+    for (;;) {
+      const { bytesRead } = await handle.read(buffer, length, buffer.length - length, null);
+      if (bytesRead === 0) break;
+      length += bytesRead;
+      if (length > RECORD_MAX_BYTES) {
+        throw new Error(`the record ${file} grew past ${RECORD_MAX_BYTES} bytes as it was read`);
+      }
+    }
+    return new TextDecoder().decode(buffer.subarray(0, length));
+  } finally {
+    await handle.close();
   }
 }
 
@@ -130,15 +211,26 @@ function parseRecord(text: string): HeldRecord {
       ? { pid }
       : { pid, start: r.integer(o.start, `${field}.start`, 0) };
   };
+  // Each MiB finite (JSON's 1e400 parses as Infinity) and at most RECORD_MAX_MIB: a claim of
+  // more than any GPU has would block every restore onto its GPU.
+  const mib = (value: unknown, field: string): Record<string, number> => {
+    const out = r.mibByGpu(value, field);
+    for (const [gpu, n] of Object.entries(out)) {
+      if (n > RECORD_MAX_MIB) {
+        r.fail(`${field}[${JSON.stringify(gpu)}]`, `a number from 0 to ${RECORD_MAX_MIB}`, n);
+      }
+    }
+    return out;
+  };
   const record: HeldRecord = {
     process: identity(v.process, "process"),
-    heldMiB: r.mibByGpu(v.heldMiB, "heldMiB"),
+    heldMiB: mib(v.heldMiB, "heldMiB"),
     at: r.integer(v.at, "at", 0),
   };
   if (v.claim === undefined) return record;
   const c = r.object(v.claim, "claim", ["needMiB", "by", "since"]);
   const claim: RoomClaim = {
-    needMiB: r.mibByGpu(c.needMiB, "claim.needMiB"),
+    needMiB: mib(c.needMiB, "claim.needMiB"),
     by: identity(c.by, "claim.by"),
     since: r.integer(c.since, "claim.since", 0),
   };

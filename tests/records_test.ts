@@ -5,9 +5,10 @@
 // `deno test -A` and `bun test`.
 import { after, describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
+import { execFileSync, spawn } from "node:child_process";
 import {
   chmod,
+  chown,
   mkdir,
   mkdtemp,
   readdir,
@@ -23,6 +24,7 @@ import process from "node:process";
 
 import { LinuxHost } from "../os/linux_host.ts";
 import { FileHeldRecords, recordsDirectory } from "../os/records.ts";
+import { loud } from "./fixtures/fake.ts";
 
 const root = await mkdtemp(join(tmpdir(), "ckpt-records-test-"));
 after(() => rm(root, { recursive: true, force: true }));
@@ -119,7 +121,7 @@ describe("records in a private directory", () => {
     }
   });
 
-  test("a record read strictly: another format, a bad UUID or a negative MiB is none", async () => {
+  test("a record read strictly: another format, a bad UUID or an amount out of range is refused, naming it", async () => {
     const dir = fresh();
     const { id, kill } = await child();
     try {
@@ -127,20 +129,72 @@ describe("records in a private directory", () => {
       await records.put({ process: id, heldMiB: { [GPU]: 1 }, at: 1 });
       const file = join(dir, `${id.pid}-${id.start}.json`);
       const good = JSON.parse(await readFile(file, "utf8"));
+      const text = JSON.stringify(good);
+      const at = (field: string) => new RegExp(`the record ${file} cannot be read: .*${field}`);
       for (
-        const bad of [
-          { ...good, format: "ckpt-cuda-held/2" },
-          { ...good, heldMiB: { "not-a-gpu": 1 } },
-          { ...good, heldMiB: { [GPU]: -1 } },
-          { ...good, process: { pid: "x" } },
-        ]
+        const [bad, field] of [
+          [JSON.stringify({ ...good, format: "ckpt-cuda-held/2" }), "format must be"],
+          [JSON.stringify({ ...good, heldMiB: { "not-a-gpu": 1 } }), "heldMiB key must be"],
+          [JSON.stringify({ ...good, heldMiB: { [GPU]: -1 } }), "must be a number from 0"],
+          [JSON.stringify({ ...good, process: { pid: "x" } }), "process.pid must be"],
+          // JSON's 1e400 is Infinity once parsed; 1e300 MiB is more than any GPU holds.
+          [text.replace('":1},"at"', '":1e400},"at"'), "must be a number from 0, got Infinity"],
+          [text.replace('":1},"at"', '":1e300},"at"'), "must be a number from 0 to 16777216"],
+        ] as const
       ) {
-        await writeFile(file, JSON.stringify(bad));
-        assert.equal(await records.get(id), undefined, JSON.stringify(bad));
+        assert.ok(bad !== text, "the record was spoiled");
+        await writeFile(file, bad);
+        await assert.rejects(records.get(id), at(field), bad);
       }
     } finally {
       kill();
     }
+  });
+
+  test("a record read only as a regular file under the size cap: a FIFO hangs nothing", {
+    timeout: 20_000,
+  }, async () => {
+    const dir = fresh();
+    const live = await child();
+    const other = await child();
+    try {
+      const records = new FileHeldRecords(dir, () => Promise.resolve(true));
+      await records.put({ process: live.id, heldMiB: { [GPU]: 1 }, at: 1 });
+      const file = join(dir, `${other.id.pid}-${other.id.start}.json`);
+      execFileSync("mkfifo", ["-m", "600", file]);
+      await assert.rejects(records.get(other.id), new RegExp(`${file} is not a regular file`));
+      // A listing leaves it out (it blocks nobody), and keeps it while its process lives.
+      assert.deepEqual((await records.list()).map((r) => r.process.pid), [live.id.pid]);
+      assert.ok((await readdir(dir)).includes(`${other.id.pid}-${other.id.start}.json`));
+      await rm(file);
+      await writeFile(file, " ".repeat(70_000), { mode: 0o600 });
+      await assert.rejects(
+        records.get(other.id),
+        new RegExp(`${file} is 70000 bytes, more than a record can be \\(65536\\)`),
+      );
+      await rm(file);
+      await symlink(join(dir, `${live.id.pid}-${live.id.start}.json`), file);
+      await assert.rejects(records.get(other.id), new RegExp(`${file} is a symbolic link`));
+      assert.deepEqual((await records.list()).map((r) => r.process.pid), [live.id.pid]);
+    } finally {
+      live.kill();
+      other.kill();
+    }
+  });
+
+  test("a directory that changed owner after its first use is refused at the next", {
+    skip: process.getuid?.() === 0 ? false : loud("not root: owners can be changed by root only"),
+  }, async () => {
+    const dir = fresh();
+    const records = new FileHeldRecords(dir, () => Promise.resolve(true));
+    await records.put({ process: { pid: 1 }, heldMiB: {}, at: 1 });
+    await chown(dir, 65534, 65534);
+    const theirs = new RegExp(
+      `the records of held GPU memory cannot be used: ${dir} belongs to another user \\(uid 65534`,
+    );
+    await assert.rejects(records.get({ pid: 1 }), theirs);
+    await assert.rejects(records.list(), theirs);
+    await assert.rejects(records.put({ process: { pid: 1 }, heldMiB: {}, at: 2 }), theirs);
   });
 
   test("a directory others may read or write, or a symbolic link, is refused, naming it", async () => {
