@@ -8,8 +8,8 @@
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
-import { mkdirSync, readFileSync } from "node:fs";
-import { join } from "node:path";
+import { mkdirSync, readFileSync, rmSync } from "node:fs";
+import { dirname, join } from "node:path";
 import process from "node:process";
 import { openCriuEngine } from "../os/criu.ts";
 import { EngineError } from "../core/engine.ts";
@@ -151,6 +151,8 @@ describe("a criu that overstays is ended, and what it left is said", () => {
         ),
       );
       assert.deepEqual(await endedWithin(made, 2000), [], "nothing it made is left");
+      // Its log is kept in its private work directory, for the error to name; the test's own.
+      rmSync(dirname((err as EngineError).log!), { recursive: true, force: true });
     } finally {
       s.done();
     }
