@@ -50,6 +50,8 @@ export interface OperationCommand extends Common {
   readonly allOrNothing: boolean;
   /** `--job`: the processes share GPU state: all locked before any checkpoint, and so on. */
   readonly job: boolean;
+  /** `--no-room-check`: `false`, a restore is not checked for GPU room first (restore, toggle). */
+  readonly checkRoom?: false;
 }
 
 /** `snapshot`: process trees (`--pid`: their roots) to a directory. */
@@ -87,6 +89,8 @@ export interface RestoreSnapshotCommand extends Common {
   readonly pairs?: readonly GpuPair[];
   /** `--deadline`: ms for the whole restore. */
   readonly deadlineMs?: number;
+  /** `--no-room-check`: `false`, the GPUs' room is not checked first. */
+  readonly checkRoom?: false;
 }
 
 /** What the command line asks for. */
@@ -152,7 +156,7 @@ export class UsageError extends Error {
 /** The options, by long name: those that take no value, and those that take one. */
 const FLAGS = new Set(
   ("--get-state --get-restore-tid --toggle --help --version --all --all-or-nothing --job " +
-    "--leave-running --json --simulate --verify").split(" "),
+    "--leave-running --json --simulate --verify --no-room-check").split(" "),
 );
 const VALUED = new Set(
   "--action --pid --timeout --device-map --dir --deadline --memory-mib --gpu --command".split(" "),
@@ -172,7 +176,7 @@ const SNAPSHOT_COMMANDS = ["snapshot", "restore-snapshot", "inspect", "recover"]
 const TAKES: Readonly<Record<string, readonly string[]>> = {
   kill: ["--pid"],
   snapshot: ["--pid", "--dir", "--leave-running", "--job", "--timeout", "--deadline"],
-  "restore-snapshot": ["--dir", "--device-map", "--deadline"],
+  "restore-snapshot": ["--dir", "--device-map", "--deadline", "--no-room-check"],
   inspect: ["--dir", "--verify"],
   recover: ["--dir"],
 };
@@ -434,6 +438,7 @@ function finish(seen: Seen): Command {
     return snapshotCommand(sub, rest, seen, common);
   }
   if (has("--verify")) throw new UsageError("--verify is only valid with inspect");
+  const noRoom = has("--no-room-check") ? { checkRoom: false as const } : {};
   const snapshotOnly = ["--dir", "--leave-running", "--deadline"].find(has);
   if (snapshotOnly) {
     throw new UsageError(
@@ -449,7 +454,11 @@ function finish(seen: Seen): Command {
     }
     const extra = sub === "kill" ? rest.slice(1) : rest;
     if (extra.length > 0) throw unexpected(extra[0]);
-    refuseStray(sub, seen, "--pid --all --all-or-nothing --job --timeout --device-map");
+    refuseStray(
+      sub,
+      seen,
+      "--pid --all --all-or-nothing --job --timeout --device-map --no-room-check",
+    );
     if (sub === "list" || sub === "ps") return { kind: "list", ...common };
     if (sub === "reset") return { kind: "reset", ...common };
     if (sub === "spawn") return { kind: "spawn", ...common, ...seen.spawn };
@@ -482,6 +491,11 @@ function finish(seen: Seen): Command {
       "--device-map goes with --action restore and --toggle",
     );
   }
+  if (has("--no-room-check") && operation !== "restore" && operation !== "toggle") {
+    throw new UsageError(
+      "--no-room-check is only valid with --action restore, --toggle and restore-snapshot",
+    );
+  }
   const groupOnly = ["--all-or-nothing", "--job"].find(has);
   if (groupOnly && (operation === "get-state" || operation === "get-restore-tid")) {
     throw new UsageError(`${groupOnly} is only valid for --action and --toggle operations`);
@@ -494,6 +508,7 @@ function finish(seen: Seen): Command {
     ...(seen.pairs !== undefined ? { pairs: seen.pairs } : {}),
     allOrNothing: has("--all-or-nothing"),
     job: has("--job"),
+    ...noRoom,
     ...common,
   };
 }
@@ -504,7 +519,7 @@ function snapshotCommand(sub: string, rest: string[], seen: Seen, common: Common
     sub,
     seen,
     "--pid --dir --timeout --deadline --device-map --all --all-or-nothing --job --leave-running " +
-      "--verify",
+      "--verify --no-room-check",
   );
   // The directory, as `--dir DIR` or as the one positional argument (`inspect DIR`), once.
   if (rest.length > 1 || (rest.length === 1 && seen.dir !== undefined && seen.dir !== rest[0])) {
@@ -531,6 +546,7 @@ function snapshotCommand(sub: string, rest: string[], seen: Seen, common: Common
       dir,
       ...(seen.pairs ? { pairs: seen.pairs } : {}),
       ...deadline,
+      ...(seen.given.has("--no-room-check") ? { checkRoom: false as const } : {}),
       ...common,
     };
   }

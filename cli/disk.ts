@@ -100,6 +100,7 @@ export async function runDiskCommand(
         const result = await restoreFrom(machine, args.dir, {
           ...args.settings,
           ...(command.pairs ? { pairs: [...command.pairs] } : {}),
+          checkRoom: command.checkRoom ?? true,
         });
         const m = result.manifest;
         const moved = Object.entries(result.gpuMapping).filter(([a, b]) => a !== b);

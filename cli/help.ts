@@ -76,6 +76,11 @@ Options:
         For restore and --toggle (resuming): restore onto other GPUs, by GPU UUID (GPU-xxxxxxxx-...).
         Must name every GPU the driver sees, even one the process does not use
 
+--no-room-check
+        For restore, --toggle (resuming) and restore-snapshot: do not check first that the GPUs
+        have room for what each process held (needed where this machine's records of what it held
+        cannot be read). On driver 580 a restore that runs out of GPU memory loses the process
+
 --json
         One JSON object per line and per process instead of text. Operations: pid, operation, ok,
         state, restoreThreadId (--get-restore-tid), status (done, unchanged, failed, stopped,

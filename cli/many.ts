@@ -118,6 +118,7 @@ function groupSettings(
       allOrNothing: command.allOrNothing,
       job: command.job,
       lockTimeoutMs: command.timeoutMs ?? 0,
+      checkRoom: command.checkRoom ?? true,
       ...(onProgress ? { onProgress, gpuMemory: line !== undefined } : {}),
       ...(interruption ? { signal: interruption.signal, rollBackOnAbort: true } : {}),
     }),

@@ -42,7 +42,7 @@ export async function runOne(
       // for "no timeout"); its toggle, never.
       lockTimeoutMs: operation === "lock" ? command.timeoutMs ?? 0 : 0,
       pairs: command.pairs ?? null,
-      checkRoom: true,
+      checkRoom: command.checkRoom ?? true,
     });
     report = {
       pid,

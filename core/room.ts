@@ -125,7 +125,7 @@ export function roomUnknownError(
       where.pid !== undefined
         ? "nothing was asked of the driver: the process is still checkpointed"
         : "nothing was changed"
-    }; checkRoom: false skips the check`,
+    }; checkRoom: false (cuda-checkpoint --no-room-check) skips the check`,
     cause: err,
   });
 }

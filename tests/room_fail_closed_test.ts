@@ -62,7 +62,7 @@ function closedRefusal(err: unknown, fault: RegExp): boolean {
   assert.equal(err.code, "PREREQUISITE");
   assert.match(err.message, /cannot be checked/);
   assert.match(err.message, fault);
-  assert.match(err.message, /checkRoom: false skips the check/);
+  assert.match(err.message, /checkRoom: false \(cuda-checkpoint --no-room-check\) skips the check/);
   return true;
 }
 
@@ -164,5 +164,49 @@ describe("claims that are not finite amounts block nobody", () => {
       claim: { needMiB: { [sim.gpus[0].uuid]: Infinity }, by: id, since: 1 },
     });
     assert.equal((await proc.resume()).roomCheck, "checked");
+  });
+});
+
+describe("cuda-checkpoint --no-room-check", () => {
+  test("a toggle refused for records it cannot read goes ahead with --no-room-check", async () => {
+    const { dir, machine, target, restores } = setUp();
+    const { cli } = await import("./cli_support.ts");
+    assert.equal((await cli(["--toggle", "--pid", target.pid], { machine })).code, 0);
+    const file = join(dir, `${target.pid}-${target.start}.json`);
+    writeFileSync(file, "{", { mode: 0o600 });
+    const refused = await cli(["--toggle", "--pid", target.pid, "--json"], { machine });
+    assert.equal(refused.code, 1);
+    const error = JSON.parse(refused.out).error;
+    assert.equal(error.code, "PREREQUISITE");
+    assert.match(error.detail, /cannot be checked.*cuda-checkpoint --no-room-check\) skips/);
+    assert.equal(restores(), 0, "the driver was not asked");
+    const forced = await cli(["--toggle", "--pid", target.pid, "--no-room-check", "--json"], {
+      machine,
+    });
+    assert.equal(forced.code, 0, forced.err);
+    assert.equal(JSON.parse(forced.out).state, "running");
+  });
+
+  test("taken by restore and toggle operations and restore-snapshot only", async () => {
+    const { parseCommandLine } = await import("../cli/args.ts");
+    assert.equal(
+      (parseCommandLine(["restore-snapshot", "/s", "--no-room-check"]) as { checkRoom?: boolean })
+        .checkRoom,
+      false,
+    );
+    assert.equal(
+      (parseCommandLine(["--action", "restore", "--pid", "5", "--no-room-check"]) as {
+        checkRoom?: boolean;
+      }).checkRoom,
+      false,
+    );
+    assert.throws(
+      () => parseCommandLine(["--action", "lock", "--pid", "5", "--no-room-check"]),
+      /--no-room-check is only valid with --action restore, --toggle and restore-snapshot/,
+    );
+    assert.throws(
+      () => parseCommandLine(["snapshot", "--pid", "5", "/s", "--no-room-check"]),
+      /snapshot takes no --no-room-check/,
+    );
   });
 });
