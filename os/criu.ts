@@ -22,6 +22,7 @@
  */
 
 import { lstat, mkdir, mkdtemp, readdir, readFile, rm, stat } from "node:fs/promises";
+import { availableParallelism } from "node:os";
 import path from "node:path";
 import process from "node:process";
 import {
@@ -89,6 +90,8 @@ interface Criu {
 
 class CriuEngine implements SnapshotEngine {
   readonly kind: string = "criu";
+  /** At most one criu run per core at once: a snapshot of more trees runs them in turn. */
+  readonly parallel: number = availableParallelism();
   readonly #given: string | undefined;
   readonly #libraryDir: string | undefined;
   readonly #extra: readonly string[];
