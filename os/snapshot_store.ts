@@ -15,23 +15,14 @@
  */
 
 import { constants } from "node:fs";
-import {
-  type FileHandle,
-  lstat,
-  mkdir,
-  open,
-  readdir,
-  readlink,
-  rename,
-  rm,
-} from "node:fs/promises";
+import { type FileHandle, lstat, mkdir, open, readdir, readlink, rm } from "node:fs/promises";
 import path from "node:path";
 import process from "node:process";
 import type { SnapshotDir, SnapshotFile, SnapshotStore } from "../core/engine.ts";
 import type { Machine } from "../core/machine.ts";
 import { messageOf } from "../core/errors.ts";
 import { digestAll } from "./digest.ts";
-import { errorCode, myUid } from "./private.ts";
+import { errorCode, myUid, writePrivately } from "./private.ts";
 
 const { O_RDONLY, O_DIRECTORY, O_NOFOLLOW, O_NONBLOCK } = constants;
 const DIR = O_RDONLY | O_DIRECTORY | O_NOFOLLOW;
@@ -287,24 +278,14 @@ class FileSnapshotDir implements SnapshotDir {
 
   async writeFile(name: string, text: string): Promise<void> {
     checkName(name);
-    const temp = `.${name}.${process.pid}.${Math.random().toString(36).slice(2)}.tmp`;
-    const file = `${this.path}/${name}`;
-    try {
-      const handle = await open(`${this.base}/${temp}`, "wx", 0o600);
-      try {
-        await handle.chmod(0o600);
-        await handle.writeFile(text);
-        await handle.sync();
-      } finally {
-        await handle.close();
-      }
-      await rename(`${this.base}/${temp}`, `${this.base}/${name}`);
-      if (!this.#created.includes(name)) this.#created.push(name);
-      await this.#handle.sync();
-    } catch (err) {
-      await rm(`${this.base}/${temp}`, { force: true });
-      throw new Error(`cannot write ${file}: ${messageOf(err)}`, { cause: err });
-    }
+    // Named by the path the user knows, not the pinned one it is written through.
+    await writePrivately(
+      `${this.base}/${name}`,
+      text,
+      (_file, message, cause) => new Error(message.replaceAll(this.base, this.path), { cause }),
+    );
+    if (!this.#created.includes(name)) this.#created.push(name);
+    await this.#handle.sync();
   }
 
   async readFile(name: string, maxBytes: number): Promise<string | undefined> {
