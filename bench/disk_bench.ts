@@ -57,6 +57,7 @@ import { join, resolve } from "node:path";
 import process from "node:process";
 import { parseArgs } from "node:util";
 
+import { cmdlineHas, completeLines, pidState } from "./fifo_targets.ts";
 import { integers } from "./harness.ts";
 import { environment, fmt, median, publish, type Report, type Table } from "./report.ts";
 
@@ -231,34 +232,8 @@ interface World {
   end(targets: readonly Target[]): Promise<void>;
 }
 
-/** Whether a pid is taken (a zombie too), and whether it lives (not a zombie). */
-function procState(pid: number): "gone" | "zombie" | "alive" {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-    return stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3) === "Z"
-      ? "zombie"
-      : "alive";
-  } catch {
-    return "gone";
-  }
-}
-
 /** Whether pid is a target of this run (its command line names the run's folder). */
-function isOurs(pid: number): boolean {
-  try {
-    return readFileSync(`/proc/${pid}/cmdline`, "utf8").includes(scratch);
-  } catch {
-    return false;
-  }
-}
-
-function completeLines(file: string): string[] {
-  try {
-    return readFileSync(file, "utf8").split("\n").slice(0, -1);
-  } catch {
-    return [];
-  }
-}
+const isOurs = (pid: number): boolean => cmdlineHas(pid, scratch);
 
 /** A real target's answer to "hash", through its fifo. */
 async function fifoHash(t: Target): Promise<string> {
@@ -333,14 +308,14 @@ const realWorld: World = {
   async waitGone(pids, timeoutMs) {
     const until = performance.now() + timeoutMs;
     let left = [...pids];
-    while ((left = left.filter((p) => procState(p) !== "gone")).length > 0) {
+    while ((left = left.filter((p) => pidState(p) !== "gone")).length > 0) {
       if (performance.now() > until) break;
       await sleep(50);
     }
     return left;
   },
   async end(targets) {
-    const live = targets.filter((t) => procState(t.pid) === "alive" && isOurs(t.pid));
+    const live = targets.filter((t) => pidState(t.pid) === "alive" && isOurs(t.pid));
     await Promise.all(
       live.map((t) =>
         run(
@@ -351,11 +326,11 @@ const realWorld: World = {
       ),
     );
     const until = performance.now() + 5000;
-    while (live.some((t) => procState(t.pid) === "alive") && performance.now() < until) {
+    while (live.some((t) => pidState(t.pid) === "alive") && performance.now() < until) {
       await sleep(50);
     }
     for (const t of live) {
-      if (procState(t.pid) === "alive" && isOurs(t.pid)) {
+      if (pidState(t.pid) === "alive" && isOurs(t.pid)) {
         try {
           process.kill(t.pid, "SIGKILL");
         } catch {

@@ -116,7 +116,7 @@ export function killMarked(marker: string): number {
 }
 
 /** The complete lines of a file so far (the last, unfinished one left out). */
-function lines(file: string): string[] {
+export function completeLines(file: string): string[] {
   try {
     return readFileSync(file, "utf8").split("\n").slice(0, -1);
   } catch {
@@ -171,7 +171,7 @@ async function startOne(
     closeSync(fd);
   }
   for (let k = 0; k < 1200 && !exited; k++) {
-    const m = /^ready (\d+) (\d+) ([0-9a-f]+)$/.exec(lines(join(dir, "out"))[0] ?? "");
+    const m = /^ready (\d+) (\d+) ([0-9a-f]+)$/.exec(completeLines(join(dir, "out"))[0] ?? "");
     if (m) return { pid: Number(m[1]), readyHash: m[3], dir };
     await sleep(100);
   }
@@ -192,7 +192,7 @@ export async function askFifo(
   timeoutMs = 120_000,
 ): Promise<string> {
   const out = join(t.dir, "out");
-  const before = lines(out).length;
+  const before = completeLines(out).length;
   let fd: number | undefined;
   for (let k = 0; fd === undefined; k++) {
     try {
@@ -210,7 +210,7 @@ export async function askFifo(
   }
   const until = performance.now() + timeoutMs;
   while (performance.now() < until) {
-    const line = lines(out)[before];
+    const line = completeLines(out)[before];
     if (line !== undefined) return line;
     await sleep(50);
   }
