@@ -107,8 +107,9 @@ function pinned(handle: FileHandle): string {
 /**
  * Opens the directory above `where` (an absolute path) one directory at a time from `/`, each
  * checked before anything in it is trusted: owned by root or this user, and nobody else may write
- * in it unless it is sticky. A symbolic link on the way is followed only from such a directory
- * (only root or this user can have put it there); the last part of `where` is not opened.
+ * in it unless it is sticky. A symbolic link on the way is followed only where it is root's or
+ * this user's (in a sticky directory, `/tmp`, anyone may have put one there), and only from such a
+ * directory; the last part of `where` is not opened.
  */
 async function walkTo(where: string): Promise<{ parent: FileHandle; name: string }> {
   const parts = where.split("/").filter(Boolean);
@@ -142,6 +143,15 @@ async function walkTo(where: string): Promise<{ parent: FileHandle; name: string
           throw await notOpened(shown, through, "directory", err);
         }
         if (++links > 40) throw new Error(`${where}: too many symbolic links on the way`);
+        // In a sticky directory others may write (/tmp), anyone can plant a link: only root's or
+        // this user's is followed, as the kernel's protected_symlinks would have it.
+        const me = myUid();
+        if (me !== undefined && st.uid !== 0 && st.uid !== me) {
+          throw new Error(
+            `${shown}, above ${where}, is a symbolic link of another user (uid ${st.uid}): ` +
+              `they could lead the snapshot anywhere; give the path it leads to`,
+          );
+        }
         const target = await readlink(through);
         parts.unshift(...target.split("/").filter(Boolean));
         if (target.startsWith("/")) {

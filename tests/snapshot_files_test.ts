@@ -11,6 +11,7 @@ import {
   chmodSync,
   chownSync,
   existsSync,
+  lchownSync,
   mkdirSync,
   mkdtempSync,
   readdirSync,
@@ -180,6 +181,33 @@ describe("every directory above a snapshot", () => {
       s.done();
     }
   });
+
+  test(
+    "a link another user planted in a sticky directory (/tmp) is not followed",
+    asRoot,
+    async () => {
+      const s = scratch();
+      try {
+        mkdirSync(join(s.dir, "real"), { mode: 0o700 });
+        mkdirSync(join(s.dir, "sticky"));
+        chmodSync(join(s.dir, "sticky"), 0o1777);
+        // Anyone may make a link in a sticky directory others may write, leading where they like.
+        symlinkSync(join(s.dir, "real"), join(s.dir, "sticky", "link"));
+        lchownSync(join(s.dir, "sticky", "link"), 65534, 65534);
+        const why = /sticky\/link, above .*snap, is a symbolic link of another user \(uid 65534\)/;
+        await assert.rejects(store.create(join(s.dir, "sticky", "link", "snap")), why);
+        await assert.rejects(store.open(join(s.dir, "sticky", "link", "snap")), why);
+        assert.deepEqual(readdirSync(join(s.dir, "real")), [], "nothing made where it leads");
+        // The same link of root's (or this user's) is followed.
+        lchownSync(join(s.dir, "sticky", "link"), 0, 0);
+        const snap = await store.create(join(s.dir, "sticky", "link", "snap"));
+        await snap.close();
+        assert.ok(existsSync(join(s.dir, "real", "snap")));
+      } finally {
+        s.done();
+      }
+    },
+  );
 
   test("once open, a directory renamed above it redirects nothing: the engine's path stays", async () => {
     const s = scratch();
