@@ -106,7 +106,7 @@ export function runBounded(
     let ending: Promise<Ending> | undefined;
     const end = (why: Ending["why"]) => {
       if (ending || exitedNow) return;
-      ending = endRun(child.pid!, exited, why, performance.now() - t0, bound);
+      ending = endRun(child.pid!, exited, () => exitedNow, why, performance.now() - t0, bound);
     };
     const timer = bound.timeoutMs === undefined
       ? undefined
@@ -133,10 +133,14 @@ export function runBounded(
   });
 }
 
-/** Ends the run of `pid` (see {@link runBounded}). */
+/**
+ * Ends the run of `pid` (see {@link runBounded}). `gone` says whether its exit was seen: once it
+ * was, the pid may be reaped and another process's, so it is signalled no more.
+ */
 async function endRun(
   pid: number,
   exited: Promise<unknown>,
+  gone: () => boolean,
   why: Ending["why"],
   afterMs: number,
   bound: RunBound,
@@ -145,9 +149,9 @@ async function endRun(
   const children = descendantsIn(table, pid);
   const worksOn = await bound.worksOn?.().catch(() => []) ?? [];
   const startOf = new Map([...table].map(([p, e]) => [p, e.start]));
-  // By pid, not ChildProcess.kill(): Deno's sends no second signal once one was sent. The run
-  // has not exited yet (its exit is awaited here), so the pid is still its own.
-  signalRun(pid, "SIGTERM");
+  // By pid, not ChildProcess.kill(): Deno's sends no second signal once one was sent. Only while
+  // its exit has not been seen (the reads above took a while): until then, the pid is its own.
+  if (!gone()) signalRun(pid, "SIGTERM");
   const grace = bound.graceMs ?? GRACE_MS;
   let killed = false;
   if (!(await within(exited, grace))) {
@@ -157,8 +161,10 @@ async function endRun(
       if (!children.includes(p)) children.push(p);
       startOf.set(p, later.get(p)!.start);
     }
-    signalRun(pid, "SIGKILL");
-    killed = true;
+    if (!gone()) {
+      signalRun(pid, "SIGKILL");
+      killed = true;
+    }
     await exited;
   }
   const stillThem = (p: number) => signalSame(p, startOf.get(p), "SIGKILL");

@@ -12,6 +12,7 @@ import { mkdirSync, readFileSync, rmSync } from "node:fs";
 import { dirname, join } from "node:path";
 import process from "node:process";
 import { openCriuEngine } from "../os/criu.ts";
+import { runBounded } from "../os/bounded_run.ts";
 import { EngineError } from "../core/engine.ts";
 import { endedWithin, fakeCriu, scratch, settlesWithin, stateOf } from "./support/fake_criu.ts";
 
@@ -191,6 +192,30 @@ describe("a criu that overstays is ended, and what it left is said", () => {
       assert.match(err.message, /criu dump of the tree of 7 failed \(exit 1\)/);
     } finally {
       s.done();
+    }
+  });
+
+  test("a run that exits while it is being ended is not signalled: its pid may be another's", {
+    timeout: 10_000,
+  }, async () => {
+    // The deadline passes at once; while the processes it worked on are read (a second here),
+    // the program exits by itself and is reaped: its pid is free, and no signal may go to it.
+    const sent: unknown[][] = [];
+    const kill = process.kill;
+    process.kill = ((...args: Parameters<typeof process.kill>) => {
+      sent.push(args);
+      return kill.apply(process, args);
+    }) as typeof process.kill;
+    try {
+      const result = await runBounded("sleep", ["0.2"], { PATH: "/usr/bin:/bin" }, {
+        timeoutMs: 10,
+        worksOn: () => new Promise((r) => setTimeout(() => r([]), 1000)),
+      });
+      assert.equal(result.ended?.why, "deadline");
+      assert.equal(result.ended?.killed, false);
+      assert.deepEqual(sent, [], "no signal sent after the program was reaped");
+    } finally {
+      process.kill = kill;
     }
   });
 });
