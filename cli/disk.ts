@@ -48,7 +48,7 @@ export async function runDiskCommand(
   if (command.kind === "recover") return await runRecover(command, machine, print);
   const progress = print.terminal ? phaseLine(print) : undefined;
   const stop = new AbortController();
-  const interrupts = watchInterrupts(command.kind, io, print, simulated, (signal) => {
+  const interrupts = watchInterrupts(command, io, print, simulated, (signal) => {
     stop.abort(new Error(`interrupted (${signal})`));
   }, progress);
   /** The exit code: the interrupt's, or `code`. */
@@ -132,19 +132,20 @@ export async function runDiskCommand(
 }
 
 /**
- * Watches the program's interrupts (SIGINT, SIGTERM, SIGHUP) while `kind` runs: the first says
+ * Watches the program's interrupts (SIGINT, SIGTERM, SIGHUP) while `command` runs: the first says
  * so (the progress line erased first) and calls `onFirst`, which stops the command; a second
- * exits at once, saying what may be left suspended. `first()` is the first one's signal;
- * `stop()` stops watching.
+ * exits at once, saying what may be left suspended (and, for a snapshot, that `recover` resumes
+ * what its trace names). `first()` is the first one's signal; `stop()` stops watching.
  */
 function watchInterrupts(
-  kind: DiskCommand["kind"],
+  command: SnapshotCommand | RestoreSnapshotCommand,
   io: CliIo,
   print: Printer,
   simulated: boolean,
   onFirst: (signal: Signal) => void,
   progress?: { stop(): void },
 ): { first(): Signal | undefined; stop(): void } {
+  const kind = command.kind;
   let first: Signal | undefined;
   const unwatch = io.interrupts?.watch((signal = "SIGINT") => {
     progress?.stop();
@@ -160,7 +161,10 @@ function watchInterrupts(
     print.err(
       `cuda-checkpoint: interrupted again: exiting without waiting; processes of the ${kind} ` +
         `may be left suspended: see cuda-checkpoint list${simulated ? " --simulate" : ""}, and ` +
-        "resume each with cuda-checkpoint --toggle --pid PID",
+        "resume each with cuda-checkpoint --toggle --pid PID" + (kind === "snapshot"
+          ? `, or all that its trace names with cuda-checkpoint recover ${command.dir}` +
+            (simulated ? " --simulate" : "")
+          : ""),
     );
     if (simulated) {
       print.err(

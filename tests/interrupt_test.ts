@@ -287,6 +287,8 @@ describe("an interrupt during a snapshot or a restore, in-process", () => {
       r.err,
       /cuda-checkpoint: interrupted again: exiting without waiting; processes of the snapshot may be left suspended: see cuda-checkpoint list/,
     );
+    // The trace it leaves names them: the one command that resumes them all is said.
+    assert.match(r.err, /or all that its trace names with cuda-checkpoint recover .*stuck\n/);
   });
 
   test("restore-snapshot: an interrupt puts back what it restored; exit 143", async () => {
@@ -550,6 +552,7 @@ describe(`SIGTERM and SIGHUP to cuda-checkpoint as a program (${runtime}), --sim
     );
     assert.equal(r.code, 143, `${r.signal} ${r.err}`);
     assert.match(r.err, /interrupted again: exiting without waiting; processes of the snapshot/);
+    assert.match(r.err, /cuda-checkpoint recover .*snap-stuck --simulate\n/);
     assert.match(r.err, /the simulated machine was not saved/);
   });
 });
