@@ -83,18 +83,6 @@ export function needsOn(memoryMiB: number, gpus: readonly SimulatedGpu[]): GpuNe
   return need;
 }
 
-/** Why `need` does not fit on its GPUs, or `undefined` when it fits. */
-export function shortage(need: GpuNeeds, memoryMiB: number): string | undefined {
-  for (const [g, mib] of need) {
-    if (mib > g.freeMiB) {
-      return `GPU ${g.index} has ${g.freeMiB} MiB free, too little for ${mib} MiB more (${
-        mib - g.contextMiB
-      } MiB of ${memoryMiB} MiB of memory and ${g.contextMiB} MiB of CUDA context)`;
-    }
-  }
-  return undefined;
-}
-
 /** The GPUs of a simulated machine's `gpus` option, their UUIDs made up from `seed` if not given. */
 export function makeGpus(
   gpus: number | readonly SimulatedGpuSpec[] | undefined,
