@@ -229,6 +229,7 @@ export function parseManifest(
     }
   }
   const treeDirs = new Map(trees.map((t) => [t.images, 0]));
+  const paths = new Set<string>();
   const files = r.array(m.files, "files").map((f, i) => {
     const at = `files[${i}]`;
     const o = r.object(f, at, ["path", "bytes", "chunkedSha256"]);
@@ -236,6 +237,9 @@ export function parseManifest(
     if (!FILE_PATH.test(path) || path.includes("..")) {
       r.fail(`${at}.path`, "a file inside a tree's images directory (tree-<pid>/<name>)", path);
     }
+    // Listed twice, a file would be checked against one entry only, the other's digest unread.
+    if (paths.has(path)) r.fail(`${at}.path`, "a file not listed before", path);
+    paths.add(path);
     const tree = path.slice(0, path.indexOf("/"));
     const count = treeDirs.get(tree);
     if (count === undefined) r.fail(`${at}.path`, "a file of one of the manifest's trees", path);

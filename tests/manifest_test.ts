@@ -173,6 +173,12 @@ describe("what the manifest parser refuses", () => {
       edited((m) => m.files = []),
       /it lists no file of tree-4242: a tree without its images/,
     );
+    // A file listed twice, with another size and digest the second time: one entry would go
+    // unchecked.
+    refused(
+      edited((m) => m.files.push({ ...m.files[0], bytes: 1, chunkedSha256: "b2".repeat(32) })),
+      /files\[2\]\.path must be a file not listed before, got "tree-4242\/inventory\.img"/,
+    );
     refused(
       edited((m) => {
         m.trees.push({
