@@ -271,6 +271,45 @@ describe("a snapshot killed outright", () => {
     await pending;
   });
 
+  test("a snapshot still under way is not recovered: its processes are left to it", async () => {
+    const sim = new SimulatedMachine();
+    const a = sim.spawn({ memoryMiB: 128 });
+    // The program taking the snapshot is one of the machine's processes, alive.
+    const taker = sim.spawn();
+    sim.selfPid = taker.pid;
+    let dumping!: () => void;
+    const dumped = new Promise<void>((resolve) => dumping = resolve);
+    const stuck = new AbortController();
+    const machine = machineWith(sim, {
+      engine: engineWith(sim.engine, {
+        dump: (r) => {
+          dumping();
+          return new Promise((_, reject) =>
+            r.signal?.addEventListener("abort", () => reject(new Error("ended")))
+          );
+        },
+      }),
+    });
+    const dir = join(base(), "snap");
+    const pending = snapshot([a.pid], dir, { machine, signal: stuck.signal }).catch((e) => e);
+    await dumped;
+    const trace = JSON.parse(readFileSync(join(dir, TRACE_FILE), "utf8"));
+    assert.equal(trace.by.pid, taker.pid, "the trace names who takes it");
+    await refused(
+      recoverSnapshot(dir, { machine: sim }),
+      new RegExp(`still under way: process ${taker.pid} is taking it`),
+    );
+    assert.equal(sim.process(a.pid)!.state, "checkpointed", "left to the snapshot");
+    assert.ok(existsSync(join(dir, TRACE_FILE)), "its trace kept");
+    // Once the program taking it is gone (killed outright), recover does its work.
+    taker.exit();
+    const result = await recoverSnapshot(dir, { machine: sim });
+    assert.deepEqual(result.resumed, [a.pid]);
+    assert.equal(sim.process(a.pid)!.state, "running");
+    stuck.abort();
+    await pending;
+  });
+
   test("a process gone since, or its pid another's, is not touched", async () => {
     const sim = new SimulatedMachine();
     const a = sim.spawn({ memoryMiB: 128 });
