@@ -74,6 +74,15 @@ export function escapeControls(text: string): string {
 }
 
 /**
+ * One line as it may go to a terminal: {@link escapeControls}, and a newline within it escaped
+ * too (`\u000a`), so that a process's text (a command line may hold one) cannot start a line of
+ * its own that reads as the command's.
+ */
+export function escapeLine(line: string): string {
+  return escapeControls(line).replaceAll("\n", "\\u000a");
+}
+
+/**
  * The output `main()` writes through: the given {@link CliIo} with every character written to
  * stdout and stderr escaped ({@link escapeControls}), except what `control()` writes: the
  * command line's own terminal controls (a progress line and its erasing), never a process's text.

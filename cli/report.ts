@@ -6,7 +6,7 @@
  */
 
 import type { CliOperation } from "./args.ts";
-import { type CliIo, GuardedIo } from "./io.ts";
+import { type CliIo, escapeLine, GuardedIo } from "./io.ts";
 import {
   CheckpointError,
   CudaError,
@@ -195,12 +195,14 @@ export class Printer {
     return this.#io.isTerminal === true;
   }
 
+  /** Writes one line to stdout: a newline within it is escaped ({@link escapeLine}). */
   out(line: string): void {
-    this.#io.stdout(`${line}\n`);
+    this.#io.stdout(`${escapeLine(line)}\n`);
   }
 
+  /** Writes one line to stderr: a newline within it is escaped ({@link escapeLine}). */
   err(line: string): void {
-    this.#io.stderr(`${line}\n`);
+    this.#io.stderr(`${escapeLine(line)}\n`);
   }
 
   /** The command line's own terminal controls on stderr, as they are (a progress line). */

@@ -37,8 +37,9 @@ export async function run(command: MachineCommand, io: CliIo): Promise<number> {
     opened = await openCliMachine(io, command, callingThread, query);
   } catch (error) {
     const print = new Printer(io);
-    if (error instanceof Error && error.name === "DriverLoadError") print.err(noDriver(error));
-    else print.error(error);
+    if (error instanceof Error && error.name === "DriverLoadError") {
+      for (const line of noDriver(error).split("\n")) print.err(line);
+    } else print.error(error);
     return 1;
   }
   const { machine, simulated } = opened;

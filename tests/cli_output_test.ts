@@ -51,6 +51,29 @@ describe("nothing a process chose reaches a terminal raw", () => {
     assert.ok(lines[1].endsWith("\\u0007 \\u009b2J \\u0090x\\u009c \\u007f\\u001b"), lines[1]);
   });
 
+  test("a newline in a command line starts no line of its own: a forged row stays in its row", async () => {
+    const sim = new SimulatedMachine();
+    const forged = "train.py\n4242  checkpointed  80000 MiB  PASS";
+    const p = sim.spawn({ memoryMiB: 256, command: forged });
+    const r = await cli(["list"], { machine: sim });
+    assert.equal(r.code, 0, r.err);
+    const lines = r.out.split("\n");
+    assert.equal(lines.length, 3, `a header, a row, the end: ${r.out}`);
+    assert.ok(lines[1].startsWith(`${p.pid} `), lines[1]);
+    assert.ok(lines[1].endsWith("train.py\\u000a4242  checkpointed  80000 MiB  PASS"), lines[1]);
+    // In a snapshot's lines and inspect's too.
+    const dir = newDir();
+    const made = await cli(["snapshot", "--pid", p.pid, "--dir", dir], { machine: sim });
+    assert.equal(made.code, 0, made.err);
+    assert.equal(made.out.split("\n").length, 3, made.out);
+    const shown = await cli(["inspect", dir], { machine: sim });
+    assert.ok(!shown.out.split("\n").some((l) => l.startsWith("4242")), shown.out);
+    assert.ok(shown.out.includes("train.py\\u000a4242"), shown.out);
+    // --json keeps it as it was.
+    const json = await cli(["inspect", dir, "--json"], { machine: sim });
+    assert.equal(JSON.parse(json.out).manifest.trees[0].processes[0].command, forged);
+  });
+
   test("list --json: valid JSON with C1 and DEL escaped too, giving back the command line", async () => {
     const sim = new SimulatedMachine();
     sim.spawn({ command: EVIL });
