@@ -232,8 +232,8 @@ export async function inspectSnapshot(
  * Recovers from a snapshot that was killed outright (SIGKILL, a power cut) while it had processes
  * suspended: reads the trace it left in `dir` (`in-progress.json`), resumes every process it
  * names that is still the same process (pid and start time), and removes what the snapshot had
- * written (the partial images; a complete snapshot is kept). `cuda-checkpoint recover DIR` does
- * the same.
+ * written (the partial images; a complete snapshot is kept). Each resume's room is checked, as a
+ * resume's is, unless `checkRoom` is `false`. `cuda-checkpoint recover DIR` does the same.
  *
  * @throws {RefusedError} (as a rejection) with code `SNAPSHOT`: no trace in `dir`, the snapshot
  * still under way, or a process that could not be resumed (the trace is then kept).
@@ -247,10 +247,11 @@ export async function inspectSnapshot(
  */
 export async function recoverSnapshot(
   dir: string,
-  options?: { machine?: Machine },
+  options?: { machine?: Machine; checkRoom?: boolean },
 ): Promise<RecoverResult> {
-  const o = checkOptions(options, "recoverSnapshot", ["machine"]);
+  const o = checkOptions(options, "recoverSnapshot", ["machine", "checkRoom"]);
   checkDir(dir);
+  const checkRoom = checkFlag(o.checkRoom, "checkRoom", true);
   const machine = machineOf(o.machine, "recoverSnapshot");
-  return await withMachine(machine, (m) => recoverFrom(m, storeOf(m), dir));
+  return await withMachine(machine, (m) => recoverFrom(m, storeOf(m), dir, checkRoom));
 }

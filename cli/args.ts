@@ -79,6 +79,8 @@ export interface InspectCommand extends Common {
 export interface RecoverCommand extends Common {
   readonly kind: "recover";
   readonly dir: string;
+  /** `--no-room-check`: `false`, the resumes' room is not checked first. */
+  readonly checkRoom?: false;
 }
 
 /** `restore-snapshot`: a snapshot's processes back. */
@@ -178,7 +180,7 @@ const TAKES: Readonly<Record<string, readonly string[]>> = {
   snapshot: ["--pid", "--dir", "--leave-running", "--job", "--timeout", "--deadline"],
   "restore-snapshot": ["--dir", "--device-map", "--deadline", "--no-room-check"],
   inspect: ["--dir", "--verify"],
-  recover: ["--dir"],
+  recover: ["--dir", "--no-room-check"],
 };
 const SIMULATOR_ONLY = ["spawn", "kill", "reset"];
 /** The options of operations and snapshots that a subcommand may not take (see `TAKES`). */
@@ -493,7 +495,7 @@ function finish(seen: Seen): Command {
   }
   if (has("--no-room-check") && operation !== "restore" && operation !== "toggle") {
     throw new UsageError(
-      "--no-room-check is only valid with --action restore, --toggle and restore-snapshot",
+      "--no-room-check is only valid with --action restore, --toggle, restore-snapshot and recover",
     );
   }
   const groupOnly = ["--all-or-nothing", "--job"].find(has);
@@ -539,7 +541,14 @@ function snapshotCommand(sub: string, rest: string[], seen: Seen, common: Common
   if (sub === "inspect") {
     return { kind: "inspect", dir, verify: seen.given.has("--verify"), ...common };
   }
-  if (sub === "recover") return { kind: "recover", dir, ...common };
+  if (sub === "recover") {
+    return {
+      kind: "recover",
+      dir,
+      ...(seen.given.has("--no-room-check") ? { checkRoom: false as const } : {}),
+      ...common,
+    };
+  }
   if (sub === "restore-snapshot") {
     return {
       kind: "restore-snapshot",

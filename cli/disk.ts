@@ -1,6 +1,8 @@
 /**
- * `snapshot`, `restore-snapshot` and `inspect`: whole process trees to disk and back, on this
- * machine's driver and criu, or (`--simulate`) on the simulated machine and its simulated criu.
+ * `snapshot`, `restore-snapshot`, `inspect` and `recover`: whole process trees to disk and back,
+ * on this machine's driver and criu, or (`--simulate`) on the simulated machine and its simulated
+ * criu; `inspect` (`--verify`: every file's digest) reads only the file system, and `recover`
+ * resumes what a snapshot killed outright left suspended.
  *
  * Text output is a line per process and a closing line; `--json` is one object. A failure is one
  * line, `cuda-checkpoint: <subcommand> ...`, saying where every process was left, and exit 1. On
@@ -34,7 +36,7 @@ import { interruptedExitCode, type Signal } from "./signals.ts";
 type DiskCommand = SnapshotCommand | RestoreSnapshotCommand | InspectCommand | RecoverCommand;
 
 /**
- * Runs `snapshot`, `restore-snapshot` or `inspect`; resolves to the exit code (128 + the
+ * Runs `snapshot`, `restore-snapshot`, `inspect` or `recover`; resolves to the exit code (128 + the
  * signal's number where an interrupt stopped it). `simulated`: on the state file's machine.
  */
 export async function runDiskCommand(
@@ -210,7 +212,7 @@ export async function runInspect(
  */
 async function runRecover(command: RecoverCommand, machine: Machine, print: Printer) {
   try {
-    const r = await recoverFrom(machine, storeOf(machine), command.dir);
+    const r = await recoverFrom(machine, storeOf(machine), command.dir, command.checkRoom ?? true);
     if (command.json) {
       print.json({ ok: true, operation: command.kind, ...r });
       return 0;

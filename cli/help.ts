@@ -44,7 +44,7 @@ inspect [--dir] <dir> [--verify]
         Prints what a snapshot holds, checked against its files (needs no GPU driver); --verify
         reads every file and checks its digest, as restore-snapshot does before it begins
 
-recover [--dir] <dir>
+recover [--dir] <dir> [--no-room-check]
         After a snapshot was killed outright (SIGKILL, a power cut): resumes the processes it had
         suspended (its <dir>/in-progress.json names them), and removes what it had written
 
@@ -77,7 +77,7 @@ Options:
         Must name every GPU the driver sees, even one the process does not use
 
 --no-room-check
-        For restore, --toggle (resuming) and restore-snapshot: do not check first that the GPUs
+        For restore, --toggle (resuming), restore-snapshot and recover: do not check first that the GPUs
         have room for what each process held (needed where this machine's records of what it held
         cannot be read). On driver 580 a restore that runs out of GPU memory loses the process
 

@@ -167,8 +167,7 @@ export async function takeSnapshot(
     let imageDirs: string[];
     try {
       progress.notBegun("snapshot", "snapshot");
-      for (const name of names) await snap.subdir(name);
-      imageDirs = await Promise.all(names.map((name) => snap.enginePath(name)));
+      // The trace first: a snapshot killed at any later point leaves a directory recover reads.
       const identities = await Promise.all(
         everyRunning.map(async (pid) => await session.identify(pid) ?? { pid }),
       );
@@ -182,6 +181,8 @@ export async function takeSnapshot(
           made: names,
         }),
       );
+      for (const name of names) await snap.subdir(name);
+      imageDirs = await Promise.all(names.map((name) => snap.enginePath(name)));
     } catch (err) {
       await cleanUp();
       throw err instanceof SnapshotError ? err : cannotHold(where, err);

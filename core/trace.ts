@@ -96,6 +96,7 @@ export async function recoverFrom(
   machine: Machine,
   store: SnapshotStore,
   dir: string,
+  checkRoom = true,
 ): Promise<RecoverResult> {
   const refuse = (reason: string) =>
     new RefusedError({ code: "SNAPSHOT", operation: "recover", reason });
@@ -134,7 +135,12 @@ export async function recoverFrom(
     for (const p of trace.processes) (await same(p) ? alive : gone).push(p.pid);
     let result: GroupResult | undefined;
     if (alive.length > 0) {
-      result = await runGroup(machine, "resume", alive, checkGroupOptions({}));
+      result = await runGroup(
+        machine,
+        "resume",
+        alive,
+        checkGroupOptions({ checkRoom }, "recoverSnapshot"),
+      );
     }
     if (result && !result.ok) {
       const failed = result.processes.find((p) => p.error);

@@ -12,6 +12,7 @@ import { createHash } from "node:crypto";
 import type { FileHandle } from "node:fs/promises";
 import { availableParallelism } from "node:os";
 import process from "node:process";
+import { messageOf } from "../core/errors.ts";
 import { scriptBeside } from "../ffi/worker_url.ts";
 import type { PieceReply, PieceRequest, PiecesDone } from "./digest_worker.ts";
 
@@ -125,8 +126,14 @@ function inWorkers(
         } satisfies PieceRequest,
       );
     };
-    for (let i = 0; i < threads; i++) {
-      const w = new Worker(url, { type: "module" });
+    for (let i = 0; i < threads && !settled; i++) {
+      let w: Worker;
+      try {
+        w = new Worker(url, { type: "module" });
+      } catch (err) {
+        // Those already started end too.
+        return end(new Error(`a digest worker cannot start: ${messageOf(err)}`, { cause: err }));
+      }
       workers.push(w);
       w.addEventListener("message", (event: MessageEvent<PieceReply>) => {
         const reply = event.data;

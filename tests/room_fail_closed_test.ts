@@ -202,11 +202,41 @@ describe("cuda-checkpoint --no-room-check", () => {
     );
     assert.throws(
       () => parseCommandLine(["--action", "lock", "--pid", "5", "--no-room-check"]),
-      /--no-room-check is only valid with --action restore, --toggle and restore-snapshot/,
+      /--no-room-check is only valid with --action restore, --toggle, restore-snapshot and recover/,
     );
     assert.throws(
       () => parseCommandLine(["snapshot", "--pid", "5", "/s", "--no-room-check"]),
       /snapshot takes no --no-room-check/,
     );
+  });
+});
+
+describe("recover, with records it cannot read", () => {
+  test("refused, naming the way round; with checkRoom: false (--no-room-check) it resumes", async () => {
+    const { dir, machine, target, restores, proc } = setUp();
+    await proc.suspend();
+    writeFileSync(join(dir, `${target.pid}-${target.start}.json`), "{", { mode: 0o600 });
+    const snap = join(base, `trace-${made++}`);
+    mkdirSync(snap, { mode: 0o700 });
+    writeFileSync(
+      join(snap, "in-progress.json"),
+      JSON.stringify({
+        format: "ckpt-cuda-in-progress/1",
+        startedAt: new Date().toISOString(),
+        processes: [{ pid: target.pid, start: target.start }],
+        made: [],
+      }),
+      { mode: 0o600 },
+    );
+    const { recoverSnapshot } = await import("../snapshot.ts");
+    await assert.rejects(
+      recoverSnapshot(snap, { machine }),
+      /could be resumed: .*cannot be checked.*--no-room-check\) skips the check; in-progress\.json is kept/,
+    );
+    assert.equal(restores(), 0, "the driver was not asked");
+    const { cli } = await import("./cli_support.ts");
+    const r = await cli(["recover", snap, "--no-room-check"], { machine });
+    assert.equal(r.code, 0, r.err);
+    assert.equal(await proc.state(), "running");
   });
 });

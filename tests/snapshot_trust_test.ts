@@ -360,3 +360,34 @@ describe("criu runs bounded", () => {
     for (const pid of roots) assert.equal(sim.process(pid)!.state, "running");
   });
 });
+
+describe("the trace comes first", () => {
+  test("in-progress.json is written before any tree directory, so a kill at any point leaves it", async () => {
+    const sim = new SimulatedMachine();
+    const p = sim.spawn({ memoryMiB: 64 });
+    const order: string[] = [];
+    const store = sim.store;
+    const machine = machineWith(sim, {
+      store: {
+        create: async (dir) => {
+          const snap = await store.create(dir);
+          return new Proxy(snap, {
+            get(target, key) {
+              const value = Reflect.get(target, key);
+              if (key === "writeFile" || key === "subdir") {
+                return (name: string, ...rest: unknown[]) => {
+                  order.push(`${String(key)} ${name}`);
+                  return (value as (...a: unknown[]) => unknown).call(target, name, ...rest);
+                };
+              }
+              return typeof value === "function" ? value.bind(target) : value;
+            },
+          });
+        },
+        open: (dir) => store.open(dir),
+      },
+    });
+    await snapshot([p.pid], join(base(), "snap"), { machine });
+    assert.deepEqual(order.slice(0, 2), [`writeFile ${TRACE_FILE}`, `subdir tree-${p.pid}`]);
+  });
+});
