@@ -59,21 +59,51 @@ export async function checkPrivate(
   if (kind === "directory" ? !st.isDirectory() : !st.isFile()) {
     throw refuse(file, `${file} is not a ${kind === "file" ? "regular file" : kind}${hint}`);
   }
-  const uid = myUid();
-  // A sticky directory (/tmp): nobody can replace a file of ours there, whoever may write in it.
+  // A sticky directory (/tmp): nobody can replace a file of ours there, whoever may write in it,
+  // so root may own it too.
   const sticky = rules.sticky && !rules.strict && (st.mode & 0o1000) !== 0;
-  if (uid !== undefined && st.uid !== uid && !(sticky && st.uid === 0)) {
-    throw refuse(file, `${file} belongs to another user (uid ${st.uid}, you are ${uid})${hint}`);
-  }
-  if (rules.strict ? (st.mode & 0o077) !== 0 : (st.mode & 0o022) !== 0 && !sticky) {
-    throw refuse(
-      file,
-      `${file} may be ${rules.strict ? "read or written" : "written"} by other users (mode ${
-        octal(st.mode)
-      }${rules.strict ? `, not ${kind === "file" ? "0600" : "0700"}` : ""})${hint}`,
-    );
-  }
+  const fault = ownerFault(st, { rootToo: sticky, sticky, strict: rules.strict, kind });
+  if (fault) throw refuse(file, `${file} ${fault}${hint}`);
   return { size: st.size };
+}
+
+/** Whom {@link ownerFault} lets own and write a file or directory. */
+export interface OwnerRules {
+  /** Root may own it too (else: only this user). */
+  rootToo?: boolean;
+  /** A directory with the sticky bit (`/tmp`) may be written by others. */
+  sticky?: boolean;
+  /** Nobody else may read it either (mode 0600 or 0700 or tighter). */
+  strict?: boolean;
+  /** What it is, for the mode a strict one should have. */
+  kind?: "file" | "directory";
+}
+
+/**
+ * The one judgement of who owns and may change a file or directory, from its status: a clause
+ * saying what is wrong (`belongs to another user (uid 1000, you are 0)`, `may be written by its
+ * group (mode 0775)`), or `undefined` where nothing is. Owned by this user (or root, `rootToo`);
+ * written by neither its group nor others unless it is a sticky directory (`sticky`); with
+ * `strict`, read by neither either.
+ */
+export function ownerFault(
+  st: { uid: number; mode: number },
+  rules: OwnerRules = {},
+): string | undefined {
+  const uid = myUid();
+  if (uid !== undefined && st.uid !== uid && !(rules.rootToo && st.uid === 0)) {
+    return `belongs to another user (uid ${st.uid}, you are ${uid})`;
+  }
+  const mode = st.mode & 0o7777;
+  if (rules.strict) {
+    if ((mode & 0o077) === 0) return undefined;
+    const should = rules.kind === "directory" ? "0700" : "0600";
+    return `may be read or written by other users (mode ${octal(mode)}, not ${should})`;
+  }
+  if ((mode & 0o022) === 0 || (rules.sticky && (mode & 0o1000) !== 0)) return undefined;
+  return `may be written by ${(mode & 0o002) !== 0 ? "other users" : "its group"} (mode ${
+    octal(mode)
+  })`;
 }
 
 /** Makes `dir` (mode 0700) where missing, and checks it ({@link checkPrivate}). */
@@ -111,7 +141,7 @@ export async function writePrivately(
 }
 
 /** A file mode as `0600`. */
-function octal(mode: number): string {
+export function octal(mode: number): string {
   return `0${(mode & 0o7777).toString(8).padStart(3, "0")}`;
 }
 

@@ -22,7 +22,7 @@ import type { SnapshotDir, SnapshotFile, SnapshotStore } from "../core/engine.ts
 import type { Machine } from "../core/machine.ts";
 import { messageOf } from "../core/errors.ts";
 import { digestAll } from "./digest.ts";
-import { errorCode, myUid, writePrivately } from "./private.ts";
+import { errorCode, myUid, ownerFault, writePrivately } from "./private.ts";
 
 const { O_RDONLY, O_DIRECTORY, O_NOFOLLOW, O_NONBLOCK } = constants;
 const DIR = O_RDONLY | O_DIRECTORY | O_NOFOLLOW;
@@ -176,20 +176,12 @@ async function walkTo(where: string): Promise<{ parent: FileHandle; name: string
 
 /** A directory above a snapshot's: root's or this user's, written by nobody else unless sticky. */
 async function checkAbove(handle: FileHandle, shown: string, below: string): Promise<void> {
-  const st = await handle.stat();
-  const me = myUid();
-  if (me !== undefined && st.uid !== 0 && st.uid !== me) {
+  const fault = ownerFault(await handle.stat(), { rootToo: true, sticky: true });
+  if (fault) {
     throw new Error(
-      `${shown}, above ${below}, belongs to another user (uid ${st.uid}): that user could swap ` +
-        `the snapshot for their own; keep snapshots where only root and you can write`,
-    );
-  }
-  const othersWrite = (st.mode & 0o002) !== 0 || ((st.mode & 0o020) !== 0 && st.gid !== 0);
-  if (othersWrite && (st.mode & 0o1000) === 0) {
-    throw new Error(
-      `${shown}, above ${below}, may be written by other users (mode ${octal(st.mode)}, not ` +
-        `sticky): they could swap the snapshot for their own; keep snapshots where only root ` +
-        `and you can write`,
+      `${shown}, above ${below}, ${fault}: ${
+        fault.startsWith("belongs") ? "that user" : "they"
+      } could swap the snapshot for their own; keep snapshots where only root and you can write`,
     );
   }
 }
@@ -219,14 +211,8 @@ async function notOpened(shown: string, through: string, kind: string, err: unkn
 
 /** The snapshot's own directory: this user's, and nobody else may write in it. */
 async function checkOwn(where: string, handle: FileHandle): Promise<void> {
-  const st = await handle.stat();
-  const me = myUid();
-  if (me !== undefined && st.uid !== me) {
-    throw new Error(`${where} belongs to another user (uid ${st.uid}, you are ${me}); ${HINT}`);
-  }
-  if ((st.mode & 0o022) !== 0) {
-    throw new Error(`${where} may be written by other users (mode ${octal(st.mode)}); ${HINT}`);
-  }
+  const fault = ownerFault(await handle.stat());
+  if (fault) throw new Error(`${where} ${fault}; ${HINT}`);
 }
 
 /** Something inside a snapshot: root's or this user's, and nobody else may write it. */
@@ -235,13 +221,8 @@ async function checkInside(shown: string, handle: FileHandle, kind: "file" | "di
   if (kind === "file" ? !st.isFile() : !st.isDirectory()) {
     throw new Error(`${shown} is not a ${kind === "file" ? "regular file" : "directory"}`);
   }
-  const me = myUid();
-  if (me !== undefined && st.uid !== 0 && st.uid !== me) {
-    throw new Error(`${shown} belongs to another user (uid ${st.uid}, you are ${me})`);
-  }
-  if ((st.mode & 0o022) !== 0) {
-    throw new Error(`${shown} may be written by other users (mode ${octal(st.mode)})`);
-  }
+  const fault = ownerFault(st, { rootToo: true });
+  if (fault) throw new Error(`${shown} ${fault}`);
   return st;
 }
 
@@ -487,9 +468,4 @@ function checkName(name: string): void {
   if (!NAME.test(name) || name.includes("..")) {
     throw new RangeError(`not a name inside a snapshot: ${JSON.stringify(name)}`);
   }
-}
-
-/** A file mode as `0600`. */
-function octal(mode: number): string {
-  return `0${(mode & 0o7777).toString(8).padStart(3, "0")}`;
 }

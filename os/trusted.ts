@@ -14,7 +14,7 @@ import { lstat, readdir, realpath } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import { messageOf } from "../core/errors.ts";
-import { errorCode, myUid, privateDirectory } from "./private.ts";
+import { errorCode, myUid, ownerFault, privateDirectory } from "./private.ts";
 
 /**
  * What is wrong with `p` as a trusted `kind` (a file or directory of root's or this user's that
@@ -36,16 +36,8 @@ async function faultOf(
   if (kind === "file" ? !st.isFile() : !st.isDirectory()) {
     return `${p} is not a ${kind === "file" ? "regular file" : "directory"}`;
   }
-  const uid = myUid();
-  if (st.uid !== 0 && st.uid !== uid) {
-    return `${p} belongs to uid ${st.uid}, neither root nor you (uid ${uid ?? "unknown"})`;
-  }
-  const mode = st.mode & 0o7777;
-  if ((mode & 0o022) !== 0 && !(sticky && (mode & 0o1000) !== 0)) {
-    const who = (mode & 0o002) !== 0 ? "other users" : "its group";
-    return `${p} may be written by ${who} (mode 0${mode.toString(8).padStart(3, "0")})`;
-  }
-  return undefined;
+  const fault = ownerFault(st, { rootToo: true, sticky });
+  return fault === undefined ? undefined : `${p} ${fault}`;
 }
 
 /** The first fault of the directories above `real` (an absolute real path), up to `/`. */

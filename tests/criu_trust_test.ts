@@ -95,14 +95,13 @@ describe("a criu another user could change is refused, naming the path and the f
       chownSync(theirs, 65534, 65534);
       const probe = await openCriuEngine({ criuPath: criu }).probe();
       assert.deepEqual(probe.problems, [
-        `criu at ${criu} is refused: ${theirs} belongs to uid 65534, neither root nor you ` +
-        `(uid 0).`,
+        `criu at ${criu} is refused: ${theirs} belongs to another user (uid 65534, you are 0).`,
       ]);
       chownSync(theirs, 0, 0);
       chownSync(criu, 65534, 65534);
       const file = await openCriuEngine({ env: { PATH: theirs } }).probe();
       assert.deepEqual(file.problems, [
-        `criu at ${criu} is refused: ${criu} belongs to uid 65534, neither root nor you (uid 0).`,
+        `criu at ${criu} is refused: ${criu} belongs to another user (uid 65534, you are 0).`,
       ]);
       chownSync(criu, 0, 0);
       assert.deepEqual((await openCriuEngine({ criuPath: criu }).probe()).problems, []);
