@@ -84,7 +84,14 @@ export function runBounded(
   }
   return new Promise((resolve, reject) => {
     const t0 = performance.now();
-    const child = spawn(program, [...args], { env, stdio: ["ignore", "pipe", "pipe"] });
+    // A session of its own: a terminal's Ctrl-C or hangup reaches this program, which stops the
+    // run as its bound says, never the run directly (a criu dying mid-dump, its tree untended);
+    // and a tree criu restores (--shell-job) joins criu's session, not the terminal's.
+    const child = spawn(program, [...args], {
+      env,
+      stdio: ["ignore", "pipe", "pipe"],
+      detached: true,
+    });
     let stdout = "", stderr = "";
     const keep = (text: string) => text.length > MAX_OUTPUT ? text.slice(-MAX_OUTPUT) : text;
     child.stdout!.setEncoding("utf8").on("data", (d: string) => stdout = keep(stdout + d));

@@ -219,3 +219,24 @@ describe("a criu that overstays is ended, and what it left is said", () => {
     }
   });
 });
+
+describe("a bounded run's session", () => {
+  test(
+    "criu runs in a session of its own: a terminal's Ctrl-C or hangup reaches this program, not it",
+    {
+      timeout: 20_000,
+    },
+    async () => {
+      const sessionOf = (stat: string) =>
+        Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[3]);
+      const result = await runBounded("/bin/sh", ["-c", "cat /proc/self/stat"], {
+        PATH: "/usr/bin:/bin",
+      });
+      assert.equal(result.code, 0, result.stderr);
+      const mine = sessionOf(readFileSync("/proc/self/stat", "utf8"));
+      const its = sessionOf(result.stdout);
+      assert.ok(Number.isInteger(its) && its > 0, `its session: ${result.stdout}`);
+      assert.notEqual(its, mine, "not this program's session");
+    },
+  );
+});
