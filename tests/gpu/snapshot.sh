@@ -30,7 +30,8 @@
 #    free); the byte put back: inspect --verify passes (its rate printed), the restore brings the
 #    target back, hash intact.
 # h. SIGTERM in the middle of a snapshot of a 4 GiB target, 1 s and 4.5 s in: ours exits 143, the
-#    target runs with its memory intact, and the same --dir takes a snapshot again.
+#    target runs with its memory intact, and the same --dir takes a snapshot again; and SIGINT to
+#    ours' whole process group 4.5 s in, as a terminal's Ctrl-C: exit 130, the same.
 # i. SIGKILL in the middle of a snapshot of a 4 GiB target: the target is left suspended;
 #    `recover DIR` resumes it, hash intact, and the directory is emptied.
 # SNAPSHOT_CASES picks cases by letter (default abcdefghi).
@@ -559,22 +560,35 @@ fi
 # ---- h. SIGTERM in the middle of a snapshot ----
 echo
 echo "== h. SIGTERM during a snapshot of a 4 GiB target: everything put back, the --dir usable again"
-for delay in 1 4.5; do
+# h-grp: SIGINT to ours' whole process group 4.5 s in, as a terminal's Ctrl-C sends it (ours
+# started under setsid, a group of its own): criu, in a session of its own, is not hit directly.
+for delay in 1 4.5 grp; do
   skip_unless 60 "h-$delay" && start_target "h-$delay" 4096 || continue
   d=$T_DIR p=$T_PID h=$T_HASH
   snap=$bin/snap-h
   rm -rf "$snap"
-  "${CK[@]}" snapshot --pid "$p" --dir "$snap" >"$bin/h.out" 2>"$bin/h.err" &
+  if [[ $delay == grp ]]; then
+    setsid "${CK[@]}" snapshot --pid "$p" --dir "$snap" >"$bin/h.out" 2>"$bin/h.err" &
+  else
+    "${CK[@]}" snapshot --pid "$p" --dir "$snap" >"$bin/h.out" 2>"$bin/h.err" &
+  fi
   sp=$!
-  sleep "$delay"
-  kill -TERM "$sp"
+  if [[ $delay == grp ]]; then
+    sleep 4.5
+    kill -INT -- "-$sp"
+    want=130 how="SIGINT to its process group 4.5 s into the snapshot"
+  else
+    sleep "$delay"
+    kill -TERM "$sp"
+    want=143 how="SIGTERM $delay s into the snapshot"
+  fi
   for ((i = 0; i < 1200; i++)); do kill -0 "$sp" 2>/dev/null || break; sleep 0.1; done
   kill -0 "$sp" 2>/dev/null && { kill -9 "$sp"; echo "   (ours did not exit in 120 s: killed)"; }
   wait "$sp"
   rc=$?
   sed 's/^/     err| /' "$bin/h.err" | head -8
-  [[ $rc == 143 ]]
-  check "h-$delay: SIGTERM $delay s into the snapshot: ours exits 143 ($rc)" $?
+  [[ $rc == "$want" ]]
+  check "h-$delay: $how: ours exits $want ($rc)" $?
   intact "h-$delay: put back" "$d" "$p" "$h"
   [[ ! -e $snap/in-progress.json ]]
   check "h-$delay: no trace left ($(ls -A "$snap" 2>/dev/null | paste -sd' ' || echo 'no directory'))" $?
