@@ -128,7 +128,7 @@ export function runBounded(
       cleanUp();
       const ended = ending ? await ending : undefined;
       // A child of the program that still holds its output must not hold this run.
-      if (!(await within(closed, 1000))) {
+      if (!(await settlesWithin(closed, 1000))) {
         child.stdout!.destroy();
         child.stderr!.destroy();
       }
@@ -161,7 +161,7 @@ async function endRun(
   if (!gone()) signalRun(pid, "SIGTERM");
   const grace = bound.graceMs ?? GRACE_MS;
   let killed = false;
-  if (!(await within(exited, grace))) {
+  if (!(await settlesWithin(exited, grace))) {
     // More children may have come meanwhile: theirs too.
     const later = await processTable();
     for (const p of descendantsIn(later, pid)) {
@@ -291,7 +291,7 @@ function sleep(ms: number): Promise<void> {
 }
 
 /** Whether `p` settles within `ms`; no timer is left behind either way. */
-async function within(p: Promise<unknown>, ms: number): Promise<boolean> {
+export async function settlesWithin(p: Promise<unknown>, ms: number): Promise<boolean> {
   let timer: ReturnType<typeof setTimeout> | undefined;
   const late = new Promise<boolean>((r) => timer = setTimeout(() => r(false), ms));
   try {

@@ -224,29 +224,42 @@ describe("a failed snapshot can be retried", () => {
   });
 });
 
+/**
+ * A snapshot of `pids` into `dir` whose dump never ends, resolved once its dump has begun (the
+ * processes suspended, the trace written); `end()` aborts it and waits for it.
+ */
+async function stuckInDump(sim: SimulatedMachine, pids: number[], dir: string) {
+  let dumping!: () => void;
+  const dumped = new Promise<void>((resolve) => dumping = resolve);
+  const stop = new AbortController();
+  const machine = machineWith(sim, {
+    engine: engineWith(sim.engine, {
+      dump: (r) => {
+        dumping();
+        return new Promise((_, reject) =>
+          r.signal?.addEventListener("abort", () => reject(new Error("ended")))
+        );
+      },
+    }),
+  });
+  const pending = snapshot(pids, dir, { machine, signal: stop.signal }).catch((e) => e);
+  await dumped;
+  return {
+    end: async () => {
+      stop.abort();
+      await pending;
+    },
+  };
+}
+
 describe("a snapshot killed outright", () => {
   test("its trace names what it suspended; recover resumes them and removes the partial images", async () => {
     const sim = new SimulatedMachine();
     const a = sim.spawn({ memoryMiB: 128 });
     const b = sim.spawn({ memoryMiB: 256 });
     const dir = join(base(), "snap");
-    // A dump that never ends: the program taking the snapshot is then killed (here: abandoned).
-    let dumping!: () => void;
-    const dumped = new Promise<void>((resolve) => dumping = resolve);
-    const stuck = new AbortController();
-    const machine = machineWith(sim, {
-      engine: engineWith(sim.engine, {
-        dump: (r) => {
-          dumping();
-          return new Promise((_, reject) =>
-            r.signal?.addEventListener("abort", () => reject(new Error("ended")))
-          );
-        },
-      }),
-    });
-    const pending = snapshot([a.pid, b.pid], dir, { machine, signal: stuck.signal })
-      .catch((e) => e);
-    await dumped;
+    // The program taking the snapshot is then killed (here: abandoned in its dump).
+    const stuck = await stuckInDump(sim, [a.pid, b.pid], dir);
     assert.equal(sim.process(a.pid)!.state, "checkpointed");
     const trace = JSON.parse(readFileSync(join(dir, TRACE_FILE), "utf8"));
     assert.deepEqual(
@@ -267,8 +280,7 @@ describe("a snapshot killed outright", () => {
       recoverSnapshot(dir, { machine: sim }),
       /holds no in-progress\.json: .*nothing to recover/,
     );
-    stuck.abort();
-    await pending;
+    await stuck.end();
   });
 
   test("a snapshot still under way is not recovered: its processes are left to it", async () => {
@@ -277,22 +289,8 @@ describe("a snapshot killed outright", () => {
     // The program taking the snapshot is one of the machine's processes, alive.
     const taker = sim.spawn();
     sim.selfPid = taker.pid;
-    let dumping!: () => void;
-    const dumped = new Promise<void>((resolve) => dumping = resolve);
-    const stuck = new AbortController();
-    const machine = machineWith(sim, {
-      engine: engineWith(sim.engine, {
-        dump: (r) => {
-          dumping();
-          return new Promise((_, reject) =>
-            r.signal?.addEventListener("abort", () => reject(new Error("ended")))
-          );
-        },
-      }),
-    });
     const dir = join(base(), "snap");
-    const pending = snapshot([a.pid], dir, { machine, signal: stuck.signal }).catch((e) => e);
-    await dumped;
+    const stuck = await stuckInDump(sim, [a.pid], dir);
     const trace = JSON.parse(readFileSync(join(dir, TRACE_FILE), "utf8"));
     assert.equal(trace.by.pid, taker.pid, "the trace names who takes it");
     await refused(
@@ -306,8 +304,7 @@ describe("a snapshot killed outright", () => {
     const result = await recoverSnapshot(dir, { machine: sim });
     assert.deepEqual(result.resumed, [a.pid]);
     assert.equal(sim.process(a.pid)!.state, "running");
-    stuck.abort();
-    await pending;
+    await stuck.end();
   });
 
   test("a process gone since, or its pid another's, is not touched", async () => {
