@@ -320,14 +320,14 @@ export function started<T>(promise: Promise<T>): Promise<T> {
 /**
  * The snapshot in `dir`, opened once, its manifest read strictly and everything inside checked
  * against it (with `digests`, every file's digest too): the open directory, which the caller
- * closes, and the manifest. Refused with a sentence naming the first thing that differs.
+ * closes, the manifest, and whether the digests were compared. Refused with a sentence naming the first thing that differs.
  */
 export async function readSnapshot(
   store: SnapshotStore,
   dir: string,
   operation: string,
   o: { digests: boolean; signal?: AbortSignal },
-): Promise<{ snap: SnapshotDir; manifest: Manifest }> {
+): Promise<{ snap: SnapshotDir; manifest: Manifest; verified: boolean }> {
   const refuse = (reason: string) => new RefusedError({ code: "SNAPSHOT", operation, reason });
   let snap: SnapshotDir;
   try {
@@ -354,13 +354,14 @@ export async function readSnapshot(
     }
     if (text === undefined) throw refuse(`${where} is not a snapshot: it has no ${MANIFEST_FILE}`);
     const manifest = parseManifest(text, `${where}/${MANIFEST_FILE}`, operation);
+    let verified: boolean;
     try {
-      await snap.check(manifest.files, o);
+      verified = await snap.check(manifest.files, o);
     } catch (err) {
       if (o.signal?.aborted) throw err;
       throw refuse(messageOf(err));
     }
-    return { snap, manifest };
+    return { snap, manifest, verified };
   } catch (err) {
     await snap.close();
     throw err;

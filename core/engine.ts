@@ -158,12 +158,13 @@ export interface SnapshotDir {
    * Checks everything inside against `files` (a manifest's): nothing but `manifest.json` and the
    * files' subdirectories at the top, nothing but the files in those, each a directory or regular
    * file of root's or this user's that nobody else may write, no link, each file of its size and,
-   * with `digests`, its digest. Throws an error naming the first path that differs.
+   * with `digests`, its digest. Throws an error naming the first path that differs. Resolves to
+   * whether digests were compared (a store that keeps none, a benchmark's, compares none).
    */
   check(
     files: readonly SnapshotFile[],
     options: { digests: boolean; signal?: AbortSignal },
-  ): Promise<void>;
+  ): Promise<boolean>;
   /** Removes what this opening made (its subdirectories, files, the directory itself where it made it); resolves to their paths. */
   removeCreated(): Promise<string[]>;
   /** Lets go of the directory. */

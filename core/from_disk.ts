@@ -82,11 +82,11 @@ export async function inspectIn(
   dir: string,
   verify: boolean,
 ): Promise<{ dir: string; manifest: Manifest; verified: boolean }> {
-  const { snap, manifest } = await readSnapshot(store, dir, "inspectSnapshot", {
+  const { snap, manifest, verified } = await readSnapshot(store, dir, "inspectSnapshot", {
     digests: verify,
   });
   await snap.close();
-  return { dir: snap.path, manifest, verified: verify };
+  return { dir: snap.path, manifest, verified };
 }
 
 /** Restores the snapshot in `dir` onto `machine`: see the module documentation. */

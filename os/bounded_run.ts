@@ -114,6 +114,7 @@ export function runBounded(
     const end = (why: Ending["why"]) => {
       if (ending || exitedNow) return;
       ending = endRun(child.pid!, exited, () => exitedNow, why, performance.now() - t0, bound);
+      ending.catch(() => {}); // awaited once the program has exited, or it rejects the run there
     };
     const timer = bound.timeoutMs === undefined
       ? undefined
@@ -126,7 +127,13 @@ export function runBounded(
     };
     exited.then(async ({ code, sig }) => {
       cleanUp();
-      const ended = ending ? await ending : undefined;
+      let ended: Ending | undefined;
+      try {
+        ended = ending ? await ending : undefined;
+      } catch (err) {
+        // It could not be ended as its bound says (a signal refused): the run fails, saying so.
+        return reject(err);
+      }
       // A child of the program that still holds its output must not hold this run.
       if (!(await settlesWithin(closed, 1000))) {
         child.stdout!.destroy();

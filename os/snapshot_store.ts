@@ -340,7 +340,7 @@ class FileSnapshotDir implements SnapshotDir {
   async check(
     files: readonly SnapshotFile[],
     o: { digests: boolean; signal?: AbortSignal },
-  ): Promise<void> {
+  ): Promise<boolean> {
     const bySub = new Map<string, Map<string, SnapshotFile>>();
     for (const f of files) {
       const [sub, name] = f.path.split("/");
@@ -382,7 +382,7 @@ class FileSnapshotDir implements SnapshotDir {
           }
         }
       }
-      if (!o.digests || !this.#digests) return;
+      if (!o.digests || !this.#digests) return false;
       const digests = await digestAll(
         opened.map(({ file, handle }) => ({
           handle,
@@ -399,6 +399,7 @@ class FileSnapshotDir implements SnapshotDir {
           );
         }
       });
+      return true;
     } finally {
       await Promise.all(opened.map((o) => o.handle.close()));
     }

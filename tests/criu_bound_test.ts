@@ -14,7 +14,14 @@ import process from "node:process";
 import { openCriuEngine } from "../os/criu.ts";
 import { runBounded } from "../os/bounded_run.ts";
 import { EngineError } from "../core/engine.ts";
-import { endedWithin, fakeCriu, scratch, settlesWithin, stateOf } from "./support/fake_criu.ts";
+import {
+  ended,
+  endedWithin,
+  fakeCriu,
+  scratch,
+  settlesWithin,
+  stateOf,
+} from "./support/fake_criu.ts";
 
 /**
  * A criu that answers `--version` and `check`, and otherwise hangs: its child `sleep` writes its
@@ -239,4 +246,28 @@ describe("a bounded run's session", () => {
       assert.notEqual(its, mine, "not this program's session");
     },
   );
+});
+
+describe("a run that cannot be ended", () => {
+  test("a signal refused (EPERM) rejects the run, saying so, rather than leave it pending", {
+    timeout: 20_000,
+  }, async () => {
+    const kill = process.kill;
+    let child: number | undefined;
+    process.kill = ((pid: number, signal?: string | number) => {
+      if (signal === "SIGTERM") {
+        child = pid;
+        throw Object.assign(new Error(`kill EPERM ${pid}`), { code: "EPERM" });
+      }
+      return kill.call(process, pid, signal);
+    }) as typeof process.kill;
+    try {
+      const run = runBounded("sleep", ["1"], { PATH: "/usr/bin:/bin" }, { timeoutMs: 10 });
+      assert.ok(await settlesWithin(run.catch(() => {}), 10_000), "the run settles");
+      await assert.rejects(run, /kill EPERM/);
+    } finally {
+      process.kill = kill;
+      if (child !== undefined && !ended(child)) kill.call(process, child, "SIGKILL");
+    }
+  });
 });

@@ -446,6 +446,31 @@ describe("a snapshot checked against its manifest's list", () => {
   });
 });
 
+describe("a store that keeps no digests (a benchmark's side without them)", () => {
+  test("all-zero digests, and a check that says it compared none", async () => {
+    const s = scratch();
+    try {
+      const bare = new FileSnapshotStore({ digests: false });
+      const snap = await bare.create(join(s.dir, "snap"));
+      await snap.subdir("tree-7");
+      writeFileSync(join(snap.path, "tree-7", "pages-1.img"), "pages", { mode: 0o600 });
+      const files = await snap.seal("tree-7");
+      assert.deepEqual(files.map((f) => f.chunkedSha256), ["0".repeat(64)]);
+      assert.equal(await snap.check(files, { digests: true }), false, "none compared");
+      await snap.close();
+      const real = await store.open(join(s.dir, "snap"));
+      await assert.rejects(
+        real.check(files, { digests: true }),
+        /is not the file the snapshot wrote/,
+      );
+      assert.equal(await real.check(files, { digests: false }), false);
+      await real.close();
+    } finally {
+      s.done();
+    }
+  });
+});
+
 describe("what a failed snapshot made", () => {
   test("removeCreated removes what this opening made, and only that", async () => {
     const s = scratch();
