@@ -92,6 +92,11 @@ export interface SnapshotEngine {
   stop(pids: readonly number[]): Promise<void>;
   /** Ends processes at once (SIGKILL on Linux); a process already gone is no error. */
   kill(pids: readonly number[]): Promise<void>;
+  /**
+   * Lets stopped processes go on (SIGCONT on Linux): what a snapshot killed while it was ending
+   * its trees ({@link stop}) left stopped; a process not stopped, or gone, is no error.
+   */
+  wake?(pids: readonly number[]): Promise<void>;
 }
 
 /** An engine failed: its own words, and where its log is. */

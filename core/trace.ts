@@ -135,6 +135,8 @@ export async function recoverFrom(
     for (const p of trace.processes) (await same(p) ? alive : gone).push(p.pid);
     let result: GroupResult | undefined;
     if (alive.length > 0) {
+      // Killed while it was ending its trees, the snapshot may have left them stopped (SIGSTOP).
+      await machine.engine?.wake?.(alive);
       result = await runGroup(
         machine,
         "resume",

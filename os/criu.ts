@@ -233,6 +233,10 @@ class CriuEngine implements SnapshotEngine {
     return Promise.resolve(signalEach(pids, "SIGKILL"));
   }
 
+  wake(pids: readonly number[]): Promise<void> {
+    return Promise.resolve(signalEach(pids, "SIGCONT"));
+  }
+
   /** criu, found and checked now (a check is a few `lstat`s: made before every run). */
   async #criu(): Promise<Criu> {
     const found = await this.#find();
@@ -358,7 +362,7 @@ function endedSentence(op: string, root: number, e: Ending, bound: RunBound): st
 }
 
 /** Sends `signal` to each pid; one already gone is no error. */
-function signalEach(pids: readonly number[], signal: "SIGSTOP" | "SIGKILL"): void {
+function signalEach(pids: readonly number[], signal: "SIGSTOP" | "SIGKILL" | "SIGCONT"): void {
   for (const pid of pids) {
     try {
       process.kill(pid, signal);

@@ -271,3 +271,30 @@ describe("a run that cannot be ended", () => {
     }
   });
 });
+
+describe("wake", () => {
+  test("the criu engine's wake lets a stopped process go on; one gone is no error", {
+    timeout: 20_000,
+  }, async () => {
+    const sleeper = spawn("sleep", ["10"], { stdio: "ignore" });
+    const exit = new Promise((r) => sleeper.once("exit", r));
+    try {
+      const pid = sleeper.pid!;
+      process.kill(pid, "SIGSTOP");
+      for (let i = 0; i < 100 && stateOf(pid) !== "T"; i++) {
+        await new Promise((r) => setTimeout(r, 10));
+      }
+      assert.equal(stateOf(pid), "T", "stopped first (a check of this test)");
+      const done = spawn("true");
+      await new Promise((r) => done.once("exit", r));
+      await openCriuEngine({ criuPath: "/nonexistent/criu" }).wake!([pid, done.pid!]);
+      for (let i = 0; i < 100 && stateOf(pid) === "T"; i++) {
+        await new Promise((r) => setTimeout(r, 10));
+      }
+      assert.notEqual(stateOf(pid), "T", "it goes on");
+    } finally {
+      sleeper.kill("SIGKILL");
+      await exit;
+    }
+  });
+});

@@ -307,6 +307,26 @@ describe("a snapshot killed outright", () => {
     await stuck.end();
   });
 
+  test("recover lets the processes go on (SIGCONT) before it resumes them: the end may have stopped them", async () => {
+    const sim = new SimulatedMachine();
+    const a = sim.spawn({ memoryMiB: 128 });
+    const dir = join(base(), "snap");
+    const stuck = await stuckInDump(sim, [a.pid], dir);
+    const order: string[] = [];
+    const machine = machineWith(sim, {
+      engine: engineWith(sim.engine, {
+        wake: (pids) => {
+          order.push(`wake ${pids.join(",")} (${sim.process(a.pid)!.state})`);
+          return Promise.resolve();
+        },
+      }),
+    });
+    await recoverSnapshot(dir, { machine });
+    assert.deepEqual(order, [`wake ${a.pid} (checkpointed)`], "woken before its resume");
+    assert.equal(sim.process(a.pid)!.state, "running");
+    await stuck.end();
+  });
+
   test("a process gone since, or its pid another's, is not touched", async () => {
     const sim = new SimulatedMachine();
     const a = sim.spawn({ memoryMiB: 128 });
