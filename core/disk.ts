@@ -18,6 +18,7 @@ import {
 import type { HostProcesses, PidUse } from "./host.ts";
 import { clockOf, Deadline, type Machine } from "./machine.ts";
 import { type Manifest, MANIFEST_FILE, MANIFEST_MAX_BYTES, parseManifest } from "./manifest.ts";
+import { Slots } from "./slots.ts";
 import { TRACE_FILE, TRACE_MAX_BYTES } from "./trace.ts";
 import { checkFunction, checkInteger, checkSignal, type GpuMapping } from "./options.ts";
 
@@ -246,35 +247,13 @@ export class FirstFailure<F> {
 }
 
 /** How many engine runs go at once where the engine does not say ({@link SnapshotEngine.parallel}). */
-export const DEFAULT_PARALLEL = 8;
-
-/** Runs at most `size` tasks at once, in the order asked; each waits for a free slot. */
-export class Slots {
-  #free: number;
-  readonly #waiting: (() => void)[] = [];
-
-  constructor(size: number) {
-    this.#free = Math.max(1, Math.floor(size));
-  }
-
-  /** Runs `task` once a slot is free, and frees it when the task settles. */
-  async run<T>(task: () => Promise<T>): Promise<T> {
-    if (this.#free > 0) this.#free--;
-    else await new Promise<void>((resolve) => this.#waiting.push(resolve));
-    try {
-      return await task();
-    } finally {
-      const next = this.#waiting.shift();
-      if (next) next();
-      else this.#free++;
-    }
-  }
-}
+const DEFAULT_PARALLEL = 8;
 
 /**
  * The machine's parts a snapshot needs, or a refusal naming the one missing; and, started now and
  * awaited after the other checks, the engine's probe (refused where it names a problem; criu check
- * takes tens of ms) and the driver's GPUs (cuInit, the first time, takes about 0.2 s on an H100).
+ * takes tens of ms) and the driver's GPUs (cuInit, the first time, takes about 0.2 s on an H100);
+ * and the slots the engine's runs take, as many as it allows at once.
  */
 export function partsOf(machine: Machine, operation: string): {
   engine: SnapshotEngine;
@@ -282,6 +261,7 @@ export function partsOf(machine: Machine, operation: string): {
   host: HostProcesses;
   probing: Promise<EngineProbe>;
   listing: Promise<readonly GpuInfo[]>;
+  slots: Slots;
 } {
   const { engine, store, host, driver } = machine;
   const kind = driver.kind;
@@ -300,7 +280,9 @@ export function partsOf(machine: Machine, operation: string): {
     return probe;
   });
   const listing = driver.listGpus ? driver.listGpus() : Promise.resolve([]);
-  return { engine, store, host, probing: started(probing), listing: started(listing) };
+  // At most as many engine runs at once as the engine allows (criu: the cores).
+  const slots = new Slots(engine.parallel ?? DEFAULT_PARALLEL);
+  return { engine, store, host, probing: started(probing), listing: started(listing), slots };
 }
 
 /** A refusal for something the machine must have. */

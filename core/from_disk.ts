@@ -15,7 +15,6 @@ import { CUDA_SUCCESS, formatDriverVersion } from "./codes.ts";
 import {
   checkDir,
   checkWhole,
-  DEFAULT_PARALLEL,
   firstError,
   FirstFailure,
   groupFailure,
@@ -26,7 +25,6 @@ import {
   readSnapshot,
   type RestoreSnapshotOptions,
   type RestoreSnapshotResult,
-  Slots,
   started,
   usesOf,
 } from "./disk.ts";
@@ -101,7 +99,7 @@ export async function restoreFrom(
 
   // 1. Check everything, change nothing.
   progress.phase("check");
-  const { engine, store, host, probing, listing } = partsOf(machine, "restoreSnapshot");
+  const { engine, store, host, probing, listing, slots } = partsOf(machine, "restoreSnapshot");
   // Every file checked, its digest included, before anything changes.
   const { snap, manifest } = await readSnapshot(store, dir, "restoreSnapshot", {
     digests: true,
@@ -163,8 +161,7 @@ export async function restoreFrom(
     let restoreEnd = checkMs;
     let resumeStart: number | undefined;
     const treeOf = new Map<number, Promise<void>>();
-    // At most as many criu runs at once as the engine allows, none after a failure.
-    const slots = new Slots(engine.parallel ?? DEFAULT_PARALLEL);
+    // The engine's slots (criu: one per core): none taken after a failure.
     const notStarted = new Error("stopped before its restore began");
     const restoring = manifest.trees.map((t) => {
       const back = (async () => {

@@ -15,7 +15,6 @@ import { CUDA_SUCCESS } from "./codes.ts";
 import {
   checkDir,
   checkWhole,
-  DEFAULT_PARALLEL,
   firstError,
   FirstFailure,
   groupFailure,
@@ -23,7 +22,6 @@ import {
   partsOf,
   prerequisite,
   Progress,
-  Slots,
   type SnapshotOptions,
   type SnapshotResult,
   usesOf,
@@ -110,7 +108,7 @@ export async function takeSnapshot(
 
   // 1. Check everything, change nothing.
   progress.phase("check");
-  const { engine, store, host, probing, listing } = partsOf(machine, "snapshot");
+  const { engine, store, host, probing, listing, slots } = partsOf(machine, "snapshot");
   // Before 570 every getState fails, and each process would pass for one without CUDA.
   await checkCapability(driver, "getState", undefined, 0, "snapshot");
   const trees = await Promise.all(roots.map(async (root) => {
@@ -194,8 +192,7 @@ export async function takeSnapshot(
     const parts = new FirstFailure<
       { suspend: GroupResult } | { dump: unknown } | { write: unknown }
     >(o.signal);
-    // At most as many criu runs at once as the engine allows (the cores), none after a failure.
-    const slots = new Slots(engine.parallel ?? DEFAULT_PARALLEL);
+    // The engine's slots (criu: one per core): none taken after a failure.
     const sealed: SnapshotFile[][] = trees.map(() => []);
     // As a job, one group of every CUDA process, which core/job.ts orders: every lock first.
     const group = (pids: readonly number[]) =>

@@ -12,6 +12,7 @@
  * @module
  */
 
+import { Slots } from "../core/slots.ts";
 import { asError, driverError, messageOf } from "../core/errors.ts";
 import {
   CUDA_ERROR_NO_DEVICE,
@@ -182,28 +183,6 @@ export async function openNativeDriver(options: NativeDriverOptions = {}): Promi
   return openLibcudaDriver(await runtimeAdapter({ callingThread }), options);
 }
 
-/** Calls in flight, at most `max` at once; the rest wait their turn in order. */
-class Limiter {
-  #free: number;
-  #waiting: (() => void)[] = [];
-
-  constructor(max: number) {
-    this.#free = max;
-  }
-
-  async run<T>(fn: () => Promise<T>): Promise<T> {
-    if (this.#free > 0) this.#free--;
-    else await new Promise<void>((resolve) => this.#waiting.push(resolve));
-    try {
-      return await fn();
-    } finally {
-      const next = this.#waiting.shift();
-      if (next) next();
-      else this.#free++;
-    }
-  }
-}
-
 /** The driver's GPU-listing functions, of which `cuDeviceGetUuid_v2` may stand for the v1. */
 const DEVICE_SYMBOL_NAMES: readonly CudaSymbolName[] = [
   "cuDeviceGetCount",
@@ -228,7 +207,7 @@ export class LibcudaDriver implements NativeDriver {
   #lib: FfiLibrary<CudaSymbolName>;
   #version: DriverResult;
   #use: LibraryUse;
-  #limiter: Limiter;
+  #slots: Slots;
   /** Every call not yet settled, with its buffers: kept reachable until it settles. */
   #inFlight = new Set<NativeCall>();
   /** Public calls not yet settled; the library is let go when this is 0 after close(). */
@@ -255,7 +234,7 @@ export class LibcudaDriver implements NativeDriver {
     } catch {
       this.listsEveryGpu = false; // unreadable: it may be set
     }
-    this.#limiter = new Limiter(maxWorkers);
+    this.#slots = new Slots(maxWorkers);
     this.#done = new Promise((resolve) => this.#finish = resolve);
     // A library that fails to close is reported to whoever awaits the disposal, and to no one else.
     this.#done.catch(() => {});
@@ -416,7 +395,7 @@ export class LibcudaDriver implements NativeDriver {
 
   /** A call that can wait, on another thread, when its turn comes. */
   #offThread(call: NativeCall<CudaSymbolName>): Promise<number> {
-    return this.#limiter.run(async () => {
+    return this.#slots.run(async () => {
       this.#inFlight.add(call);
       try {
         return await this.#lib.callOffThread(call);
