@@ -57,7 +57,15 @@ import { join, resolve } from "node:path";
 import process from "node:process";
 import { parseArgs } from "node:util";
 
-import { cmdlineHas, completeLines, pidState } from "./fifo_targets.ts";
+import {
+  cmdlineHas,
+  completeLines,
+  failure,
+  killMarked,
+  pidState,
+  type Ran,
+  runProgram,
+} from "./fifo_targets.ts";
 import { integers } from "./harness.ts";
 import { environment, fmt, median, publish, type Report, type Table } from "./report.ts";
 
@@ -136,46 +144,12 @@ const simArgs = sim ? ["--simulate"] : [];
 
 // ---- running programs ----
 
-interface Ran {
-  code: number | null;
-  signal: string | null;
-  out: string;
-  err: string;
-  ms: number;
-  timedOut: boolean;
-}
-
 /** Runs a program (argument array, no shell) to its end or `timeoutMs` (then SIGKILL). */
-function run(file: string, args: readonly string[], timeoutMs = timeoutS * 1000): Promise<Ran> {
-  const start = performance.now();
-  return new Promise((done) => {
-    let out = "", err = "", timedOut = false, settled = false;
-    const finish = (code: number | null, signal: string | null) => {
-      if (settled) return;
-      settled = true;
-      clearTimeout(timer);
-      done({ code, signal, out, err, ms: performance.now() - start, timedOut });
-    };
-    const child = spawn(file, [...args], { env, stdio: ["ignore", "pipe", "pipe"] });
-    const timer = setTimeout(() => {
-      timedOut = true;
-      child.kill("SIGKILL");
-    }, timeoutMs);
-    child.stdout!.setEncoding("utf8").on("data", (d: string) => out.length < 1e6 && (out += d));
-    child.stderr!.setEncoding("utf8").on("data", (d: string) => err.length < 1e6 && (err += d));
-    child.on("error", (e) => {
-      err += String(e);
-      finish(null, null);
-    });
-    child.on("close", (code, signal) => finish(code, signal));
-  });
-}
+const run = (file: string, args: readonly string[], timeoutMs = timeoutS * 1000): Promise<Ran> =>
+  runProgram(file, args, timeoutMs, env);
 
 /** What a failed run said, in one line. */
-function said(r: Ran): string {
-  const text = `${r.err.trim()} ${r.out.trim()}`.trim().replace(/\s+/g, " ").slice(0, 400);
-  return `exit ${r.timedOut ? "(timed out)" : r.code ?? r.signal}${text ? `: ${text}` : ""}`;
-}
+const said = failure;
 
 // deno-lint-ignore no-explicit-any
 function parseJson(text: string): Record<string, any> | undefined {
@@ -683,19 +657,8 @@ let disk: DiskRate[] = [];
 const versions: Record<string, string> = {};
 const skipped: string[] = [];
 const caseLabel = (n: number, mib: number) => `${n}x${mib}MiB`;
-const kill = () => {
-  // Targets of this run left behind (a failure, Ctrl-C): ended, by their command line.
-  for (const name of existsSync("/proc") ? readdirSync("/proc") : []) {
-    const pid = Number(name);
-    if (Number.isInteger(pid) && pid !== process.pid && isOurs(pid)) {
-      try {
-        process.kill(pid, "SIGKILL");
-      } catch {
-        // gone
-      }
-    }
-  }
-};
+// Targets of this run left behind (a failure, Ctrl-C): ended, by their command line.
+const kill = () => void killMarked(scratch);
 try {
   versions.ours = (await ours(["--version"])).out.trim();
   versions.criu = (await run(criuPath, ["--version"])).out.trim().split("\n")[0];
