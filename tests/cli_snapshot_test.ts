@@ -11,6 +11,7 @@ import { join } from "node:path";
 import { parseCommandLine, UsageError } from "../cli/args.ts";
 import { SimulatedMachine } from "../mock/mod.ts";
 import { cli } from "./cli_support.ts";
+import { plantTrace } from "./support/trace.ts";
 import { hostWith, machineWith } from "./support/forward.ts";
 
 const scratch: string[] = [];
@@ -240,17 +241,7 @@ describe("inspect --verify and recover", () => {
     // What a snapshot killed after its checkpoint leaves: the process checkpointed, its trace.
     await sim.driver.lock(a.pid, null);
     await sim.driver.checkpoint(a.pid);
-    mkdirSync(join(dir, `tree-${a.pid}`), { mode: 0o700 });
-    writeFileSync(
-      join(dir, "in-progress.json"),
-      JSON.stringify({
-        format: "ckpt-cuda-in-progress/1",
-        startedAt: new Date().toISOString(),
-        processes: [{ pid: a.pid, start: a.start }],
-        made: [`tree-${a.pid}`],
-      }),
-      { mode: 0o600 },
-    );
+    plantTrace(dir, [{ pid: a.pid, start: a.start }], [`tree-${a.pid}`]);
     const refused = await cli(["restore-snapshot", dir], { machine: sim });
     assert.equal(refused.code, 1);
     assert.match(refused.err, /was interrupted.*`cuda-checkpoint recover .*snap` resumes/);

@@ -25,6 +25,7 @@ import { FileHeldRecords } from "../os/records.ts";
 import { machineWith } from "./support/forward.ts";
 import { hostWith } from "./support/forward.ts";
 import { loud } from "./fixtures/fake.ts";
+import { plantTrace } from "./support/trace.ts";
 
 const notRoot = process.getuid?.() === 0
   ? false
@@ -217,17 +218,7 @@ describe("recover, with records it cannot read", () => {
     await proc.suspend();
     writeFileSync(join(dir, `${target.pid}-${target.start}.json`), "{", { mode: 0o600 });
     const snap = join(base, `trace-${made++}`);
-    mkdirSync(snap, { mode: 0o700 });
-    writeFileSync(
-      join(snap, "in-progress.json"),
-      JSON.stringify({
-        format: "ckpt-cuda-in-progress/1",
-        startedAt: new Date().toISOString(),
-        processes: [{ pid: target.pid, start: target.start }],
-        made: [],
-      }),
-      { mode: 0o600 },
-    );
+    plantTrace(snap, [{ pid: target.pid, start: target.start }]);
     const { recoverSnapshot } = await import("../snapshot.ts");
     await assert.rejects(
       recoverSnapshot(snap, { machine }),

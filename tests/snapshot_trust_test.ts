@@ -35,6 +35,7 @@ import { recoverSnapshot, type SnapshotEngine } from "../snapshot.ts";
 import { SimulatedMachine } from "../mock/mod.ts";
 import { machineWith } from "./support/forward.ts";
 import { TRACE_FILE } from "../core/trace.ts";
+import { plantTrace } from "./support/trace.ts";
 
 const scratch: string[] = [];
 function base(): string {
@@ -331,17 +332,7 @@ describe("a snapshot killed outright", () => {
     const sim = new SimulatedMachine();
     const a = sim.spawn({ memoryMiB: 128 });
     const dir = join(base(), "snap");
-    mkdirSync(dir, { mode: 0o700 });
-    writeFileSync(
-      join(dir, TRACE_FILE),
-      JSON.stringify({
-        format: "ckpt-cuda-in-progress/1",
-        startedAt: new Date().toISOString(),
-        processes: [{ pid: a.pid, start: (a.start ?? 0) + 1 }, { pid: 999_999 }],
-        made: [],
-      }),
-      { mode: 0o600 },
-    );
+    plantTrace(dir, [{ pid: a.pid, start: (a.start ?? 0) + 1 }, { pid: 999_999 }]);
     await new CudaProcess(a.pid, { machine: sim }).suspend();
     const result = await recoverSnapshot(dir, { machine: sim });
     assert.deepEqual(result.resumed, []);
