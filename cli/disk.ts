@@ -103,6 +103,7 @@ export async function runDiskCommand(
           ...args.settings,
           ...(command.pairs ? { pairs: [...command.pairs] } : {}),
           checkRoom: command.checkRoom ?? true,
+          operation: command.kind,
         });
         const m = result.manifest;
         const moved = Object.entries(result.gpuMapping).filter(([a, b]) => a !== b);
@@ -190,6 +191,7 @@ export async function runInspect(
       storeOf(machine),
       command.dir,
       command.verify,
+      command.kind,
     );
     if (command.json) print.json({ ok: true, operation: command.kind, dir, verified, manifest });
     else {
@@ -235,16 +237,13 @@ async function runRecover(command: RecoverCommand, machine: Machine, print: Prin
 
 /**
  * A failure: the `--json` object where asked, and the error's line, which names the subcommand
- * where the library's message names the library's function (or says that it stopped, where the
- * error is the interrupt, `abort`, itself); exit code 1.
+ * (each is run under its own name; or it says that it stopped, where the error is the interrupt,
+ * `abort`, itself); exit code 1.
  */
 function failed(command: DiskCommand, print: Printer, error: unknown, abort?: unknown): number {
   const message = error === abort && abort !== undefined
     ? `${command.kind} stopped: ${commandMessage(error)}`
-    : commandMessage(error).replace(
-      /^(snapshot|restoreSnapshot|inspectSnapshot|recover)\b/,
-      command.kind,
-    );
+    : commandMessage(error);
   if (command.json) {
     print.json({
       ok: false,

@@ -46,6 +46,8 @@ export interface RestoreSettings extends ReturnType<typeof checkWhole> {
   /** The GPU pairs given (`undefined`: derived from the snapshot's GPUs and this machine's). */
   readonly pairs: GpuPair[] | undefined;
   readonly checkRoom: boolean;
+  /** What its errors call it: `restoreSnapshot`, or the command line's `restore-snapshot`. */
+  readonly operation: string;
 }
 
 /** Checks a restore's arguments where they enter; the machine is left to the caller. */
@@ -67,20 +69,22 @@ export function checkRestoreArgs(
       ...checkWhole(o, "restore"),
       pairs: o.gpuMapping === undefined ? undefined : checkGpuMapping(o.gpuMapping),
       checkRoom: checkFlag(o.checkRoom, "checkRoom", true),
+      operation: "restoreSnapshot",
     },
   };
 }
 
 /**
  * The manifest of the snapshot in `dir`, checked against everything in the directory (with
- * `verify`, every file's digest too); nothing is changed.
+ * `verify`, every file's digest too); nothing is changed. `operation` names it in errors.
  */
 export async function inspectIn(
   store: SnapshotStore,
   dir: string,
   verify: boolean,
+  operation = "inspectSnapshot",
 ): Promise<{ dir: string; manifest: Manifest; verified: boolean }> {
-  const { snap, manifest, verified } = await readSnapshot(store, dir, "inspectSnapshot", {
+  const { snap, manifest, verified } = await readSnapshot(store, dir, operation, {
     digests: verify,
   });
   await snap.close();
@@ -99,9 +103,9 @@ export async function restoreFrom(
 
   // 1. Check everything, change nothing.
   progress.phase("check");
-  const { engine, store, host, probing, listing, slots } = partsOf(machine, "restoreSnapshot");
+  const { engine, store, host, probing, listing, slots } = partsOf(machine, o.operation);
   // Every file checked, its digest included, before anything changes.
-  const { snap, manifest } = await readSnapshot(store, dir, "restoreSnapshot", {
+  const { snap, manifest } = await readSnapshot(store, dir, o.operation, {
     digests: true,
     ...(o.signal ? { signal: o.signal } : {}),
   });
@@ -118,19 +122,19 @@ export async function restoreFrom(
     const taken = manifest.driver;
     if (version.code === CUDA_SUCCESS && version.value !== taken.cudaVersion) {
       throw prerequisite(
-        "restoreSnapshot",
+        o.operation,
         `the snapshot was taken with a driver of CUDA ${formatDriverVersion(taken.cudaVersion)}${
           taken.release ? ` (${taken.release})` : ""
         }, and this machine's is CUDA ${formatDriverVersion(version.value)}: a process comes ` +
           `back with the libcuda it had, which needs the same driver`,
       );
     }
-    await checkPidsFree(manifest, host);
+    await checkPidsFree(manifest, host, o.operation);
     const gpus = await listing;
-    const pairs = o.pairs ?? derivedMapping(manifest, gpus);
+    const pairs = o.pairs ?? derivedMapping(manifest, gpus, o.operation);
     const problems = mappingProblems(pairs, gpus, manifest.gpus);
     if (problems.length > 0) {
-      throw mappingRefused(`the GPU mapping cannot work: ${problems.join("; ")}`);
+      throw mappingRefused(o.operation, `the GPU mapping cannot work: ${problems.join("; ")}`);
     }
     const running = manifest.trees.flatMap((t) => t.processes)
       .filter((p) => p.cuda !== undefined && cudaRuns(p.cuda.state));
@@ -142,11 +146,11 @@ export async function restoreFrom(
         }
       }
       await session.room.fits(need, {
-        operation: "restoreSnapshot",
+        operation: o.operation,
         who: "the snapshot's processes",
       });
     }
-    if (o.signal?.aborted) progress.notBegun("restoreSnapshot", "restore", "it was aborted");
+    if (o.signal?.aborted) progress.notBegun(o.operation, "restore", "it was aborted");
 
     // 2 and 3. The engine brings every tree back, its CUDA processes checkpointed; the CUDA
     // processes that ran go back onto the GPUs as one job, each tree's as soon as it is back (a
@@ -222,7 +226,7 @@ export async function restoreFrom(
       const err = parts.first;
       throw new SnapshotError({
         code: err === undefined ? "STOPPED" : "RESTORE_FAILED",
-        operation: "restoreSnapshot",
+        operation: o.operation,
         message: `restore of the snapshot in ${where} failed: ${
           err === undefined
             ? `it was stopped: ${stopped}`
@@ -240,7 +244,7 @@ export async function restoreFrom(
       const checkpointed = result.processes.every((p) => p.state && memoryOnHost(p.state));
       throw new SnapshotError({
         code: result.aborted || result.deadlinePassed ? "STOPPED" : "RESUME_FAILED",
-        operation: "restoreSnapshot",
+        operation: o.operation,
         message: `the processes of the snapshot in ${where} are back, but their GPU restore ` +
           `failed: ${groupFailure(result)}`,
         detail: checkpointed
@@ -271,7 +275,11 @@ export async function restoreFrom(
  * the kernel gives out no id that a process still uses as its pid, a thread id, its process
  * group or its session.
  */
-async function checkPidsFree(manifest: Manifest, host: HostProcesses): Promise<void> {
+async function checkPidsFree(
+  manifest: Manifest,
+  host: HostProcesses,
+  operation: string,
+): Promise<void> {
   const owner = new Map<number, ManifestProcess>();
   for (const p of manifest.trees.flatMap((t) => t.processes)) {
     for (const id of [p.pid, ...p.threads]) owner.set(id, p);
@@ -297,7 +305,7 @@ async function checkPidsFree(manifest: Manifest, host: HostProcesses): Promise<v
     : "";
   throw new RefusedError({
     code: "PID_TAKEN",
-    operation: "restoreSnapshot",
+    operation,
     pid: use.id,
     reason: `${which} must be free for the snapshot's process to come back, and ${how}${hint}`,
   });
@@ -307,13 +315,18 @@ async function checkPidsFree(manifest: Manifest, host: HostProcesses): Promise<v
  * The snapshot's GPUs onto this machine's by index: none where they are the same GPUs (in
  * place); each onto the GPU of the same index otherwise (the mapping check then checks its chip).
  */
-function derivedMapping(manifest: Manifest, gpus: readonly GpuInfo[]): GpuPair[] {
+function derivedMapping(
+  manifest: Manifest,
+  gpus: readonly GpuInfo[],
+  operation: string,
+): GpuPair[] {
   const here = new Set(gpus.map((g) => g.uuid.toLowerCase()));
   if (manifest.gpus.every((g) => here.has(g.uuid.toLowerCase()))) return [];
   return manifest.gpus.map((g) => {
     const to = gpus.find((h) => h.index === g.index);
     if (!to) {
       throw mappingRefused(
+        operation,
         `the snapshot's GPU ${g.index} (${g.uuid}, ${g.name}) has no GPU of the same index ` +
           `here; this machine has ${gpus.length}: give a gpuMapping (--device-map)`,
       );
@@ -322,10 +335,10 @@ function derivedMapping(manifest: Manifest, gpus: readonly GpuInfo[]): GpuPair[]
   });
 }
 
-function mappingRefused(reason: string): RefusedError {
+function mappingRefused(operation: string, reason: string): RefusedError {
   return new RefusedError({
     code: "MAPPING",
-    operation: "restoreSnapshot",
+    operation,
     reason,
     detail: "nothing was changed",
   });
