@@ -280,23 +280,16 @@ class FileSnapshotDir implements SnapshotDir {
   }
 
   async readFile(name: string, maxBytes: number): Promise<string | undefined> {
-    checkName(name);
     const shown = `${this.path}/${name}`;
-    let handle: FileHandle;
+    const file = await this.#openFile(this.#handle, shown, name);
+    if (!file) return undefined;
     try {
-      handle = await open(`${this.base}/${name}`, FILE);
-    } catch (err) {
-      if (errorCode(err) === "ENOENT") return undefined;
-      throw await notOpened(shown, `${this.base}/${name}`, "file", err);
-    }
-    try {
-      const st = await checkInside(shown, handle, "file");
-      if (st.size > maxBytes) {
-        throw new Error(`${shown} has ${st.size} bytes, more than it can (${maxBytes})`);
+      if (file.size > maxBytes) {
+        throw new Error(`${shown} has ${file.size} bytes, more than it can (${maxBytes})`);
       }
-      return await handle.readFile("utf8");
+      return await file.handle.readFile("utf8");
     } finally {
-      await handle.close();
+      await file.handle.close();
     }
   }
 
@@ -314,9 +307,8 @@ class FileSnapshotDir implements SnapshotDir {
     const opened: { name: string; handle: FileHandle; bytes: number }[] = [];
     try {
       for (const name of names) {
-        const handle = await this.#openFile(dir, sub, name);
-        opened.push({ name, handle, bytes: 0 });
-        opened[opened.length - 1].bytes = (await handle.stat()).size;
+        const { handle, size } = await this.#existing(dir, `${this.path}/${sub}/${name}`, name);
+        opened.push({ name, handle, bytes: size });
       }
       // On disk before the snapshot says it is done; hashed meanwhile, from the page cache.
       const [digests] = await Promise.all([
@@ -371,9 +363,8 @@ class FileSnapshotDir implements SnapshotDir {
           if (!names.has(name)) {
             throw new Error(`${this.path}/${file.path} is missing: the snapshot is incomplete`);
           }
-          const handle = await this.#openFile(dir, sub, name);
+          const { handle, size } = await this.#existing(dir, `${this.path}/${file.path}`, name);
           opened.push({ file, handle });
-          const { size } = await handle.stat();
           if (size !== file.bytes) {
             throw new Error(
               `${this.path}/${file.path} has ${size} bytes where the manifest says ${file.bytes}: ` +
@@ -408,9 +399,7 @@ class FileSnapshotDir implements SnapshotDir {
   async removeCreated(): Promise<string[]> {
     const removed: string[] = [];
     for (const name of [...this.#created].reverse()) {
-      await this.#subs.get(name)?.close();
-      this.#subs.delete(name);
-      await rm(`${this.base}/${name}`, { recursive: true, force: true });
+      await this.remove(name);
       removed.push(`${this.path}/${name}`);
     }
     this.#created.length = 0;
@@ -445,23 +434,36 @@ class FileSnapshotDir implements SnapshotDir {
     return handle;
   }
 
-  /** The file `name` of the subdirectory `sub` (open as `dir`), open and checked. */
-  async #openFile(dir: FileHandle, sub: string, name: string): Promise<FileHandle> {
-    const shown = `${this.path}/${sub}/${name}`;
+  /**
+   * The file `name` in the open directory `dir` (`shown` in messages), opened without following a
+   * link and checked, with its size; `undefined` where there is none.
+   */
+  async #openFile(
+    dir: FileHandle,
+    shown: string,
+    name: string,
+  ): Promise<{ handle: FileHandle; size: number } | undefined> {
     checkName(name);
     let handle: FileHandle;
     try {
       handle = await open(`${pinned(dir)}/${name}`, FILE);
     } catch (err) {
+      if (errorCode(err) === "ENOENT") return undefined;
       throw await notOpened(shown, `${pinned(dir)}/${name}`, "file", err);
     }
     try {
-      await checkInside(shown, handle, "file");
-      return handle;
+      return { handle, size: (await checkInside(shown, handle, "file")).size };
     } catch (err) {
       await handle.close();
       throw err;
     }
+  }
+
+  /** {@link #openFile}, of a file that must be there. */
+  async #existing(dir: FileHandle, shown: string, name: string) {
+    const file = await this.#openFile(dir, shown, name);
+    if (!file) throw new Error(`${shown} does not exist`);
+    return file;
   }
 }
 
