@@ -12,7 +12,7 @@ import type { SnapshotStore } from "./engine.ts";
 import { messageOf, RefusedError } from "./errors.ts";
 import { checkGroupOptions, type GroupResult } from "./group_options.ts";
 import { runGroup } from "./group.ts";
-import type { ProcessIdentity } from "./host.ts";
+import { type ProcessIdentity, sameProcess } from "./host.ts";
 import { StrictReader } from "./json.ts";
 import { type Machine, sessionOf } from "./machine.ts";
 import { MANIFEST_FILE, MANIFEST_MAX_BYTES } from "./manifest.ts";
@@ -118,10 +118,10 @@ export async function recoverFrom(
     }
     const trace = parseTrace(text, `${where}/${TRACE_FILE}`, "recover");
     const session = sessionOf(machine);
+    /** Whether the process `p` still lives (its pid is no other process's now). */
     const same = async (p: ProcessIdentity) => {
       const now = await session.identify(p.pid);
-      return now !== undefined && now.pid === p.pid &&
-        (p.start === undefined || now.start === undefined || now.start === p.start);
+      return now !== undefined && sameProcess(now, p);
     };
     if (trace.by && await same(trace.by)) {
       const by = trace.by.pid;
