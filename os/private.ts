@@ -7,6 +7,7 @@
  * @module
  */
 
+import { constants, type Stats } from "node:fs";
 import { lstat, mkdir, open, rename, rm } from "node:fs/promises";
 import process from "node:process";
 import { messageOf } from "../core/errors.ts";
@@ -104,6 +105,48 @@ export function ownerFault(
   return `may be written by ${(mode & 0o002) !== 0 ? "other users" : "its group"} (mode ${
     octal(mode)
   })`;
+}
+
+/**
+ * The text of a small file, read whole: opened without following a link and without blocking (a
+ * FIFO opens at once, and is refused as not a regular file), judged by `check` on its status (it
+ * throws to refuse the file), and at most `maxBytes`, also where it grows as it is read.
+ * `undefined` where there is none. `shown` names it in messages.
+ */
+export async function readSmallFile(
+  file: string,
+  shown: string,
+  maxBytes: number,
+  check?: (st: Stats) => void,
+): Promise<string | undefined> {
+  let handle;
+  try {
+    handle = await open(file, constants.O_RDONLY | constants.O_NONBLOCK | constants.O_NOFOLLOW);
+  } catch (err) {
+    const code = errorCode(err);
+    if (code === "ENOENT") return undefined;
+    if (code === "ELOOP") throw new Error(`${shown} is a symbolic link, not a file of its own`);
+    throw new Error(`${shown} cannot be opened: ${messageOf(err)}`, { cause: err });
+  }
+  try {
+    const st = await handle.stat();
+    if (!st.isFile()) throw new Error(`${shown} is not a regular file`);
+    check?.(st);
+    if (st.size > maxBytes) {
+      throw new Error(`${shown} is ${st.size} bytes, more than it can be (${maxBytes})`);
+    }
+    const buffer = new Uint8Array(maxBytes + 1);
+    let length = 0;
+    for (;;) {
+      const { bytesRead } = await handle.read(buffer, length, buffer.length - length, null);
+      if (bytesRead === 0) break;
+      length += bytesRead;
+      if (length > maxBytes) throw new Error(`${shown} grew past ${maxBytes} bytes as it was read`);
+    }
+    return new TextDecoder().decode(buffer.subarray(0, length));
+  } finally {
+    await handle.close();
+  }
 }
 
 /** Makes `dir` (mode 0700) where missing, and checks it ({@link checkPrivate}). */

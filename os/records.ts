@@ -15,15 +15,14 @@
  * @module
  */
 
-import { constants } from "node:fs";
-import { open, readdir, rm } from "node:fs/promises";
+import { readdir, rm } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import type { HeldRecord, HeldRecords, ProcessIdentity, RoomClaim } from "../core/host.ts";
 import { identityKey, withoutDeadClaim } from "../core/host.ts";
 import { StrictReader } from "../core/json.ts";
 import { messageOf } from "../core/errors.ts";
-import { errorCode, myUid, privateDirectory, writePrivately } from "./private.ts";
+import { myUid, privateDirectory, readSmallFile, writePrivately } from "./private.ts";
 
 /** The environment variable that names the directory of records, overriding the default. */
 const RECORDS_ENV_VAR = "CKPT_RECORDS_DIR";
@@ -161,42 +160,11 @@ export class FileHeldRecords implements HeldRecords {
 }
 
 /**
- * The text of the record file `file`; `undefined` where there is none. Opened without following a
- * link and without blocking (a FIFO opens at once, and is refused as not a regular file); refused
- * where it is not a regular file or is over {@link RECORD_MAX_BYTES}, naming the file.
+ * The text of the record file `file`; `undefined` where there is none. Refused where it is a link,
+ * not a regular file (a FIFO hangs nothing), or over {@link RECORD_MAX_BYTES}, naming the file.
  */
-async function readRecordFile(file: string): Promise<string | undefined> {
-  let handle;
-  try {
-    handle = await open(file, constants.O_RDONLY | constants.O_NONBLOCK | constants.O_NOFOLLOW);
-  } catch (err) {
-    const code = errorCode(err);
-    if (code === "ENOENT") return undefined;
-    if (code === "ELOOP") throw new Error(`the record ${file} is a symbolic link`);
-    throw new Error(`the record ${file} cannot be opened: ${messageOf(err)}`, { cause: err });
-  }
-  try {
-    const st = await handle.stat();
-    if (!st.isFile()) throw new Error(`the record ${file} is not a regular file`);
-    if (st.size > RECORD_MAX_BYTES) {
-      throw new Error(
-        `the record ${file} is ${st.size} bytes, more than a record can be (${RECORD_MAX_BYTES})`,
-      );
-    }
-    const buffer = new Uint8Array(RECORD_MAX_BYTES + 1);
-    let length = 0;
-    for (;;) {
-      const { bytesRead } = await handle.read(buffer, length, buffer.length - length, null);
-      if (bytesRead === 0) break;
-      length += bytesRead;
-      if (length > RECORD_MAX_BYTES) {
-        throw new Error(`the record ${file} grew past ${RECORD_MAX_BYTES} bytes as it was read`);
-      }
-    }
-    return new TextDecoder().decode(buffer.subarray(0, length));
-  } finally {
-    await handle.close();
-  }
+function readRecordFile(file: string): Promise<string | undefined> {
+  return readSmallFile(file, `the record ${file}`, RECORD_MAX_BYTES);
 }
 
 /** A record's text as written by {@link FileHeldRecords.put}; throws for anything else. */

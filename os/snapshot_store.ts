@@ -22,7 +22,7 @@ import type { SnapshotDir, SnapshotFile, SnapshotStore } from "../core/engine.ts
 import type { Machine } from "../core/machine.ts";
 import { messageOf } from "../core/errors.ts";
 import { digestAll } from "./digest.ts";
-import { errorCode, myUid, ownerFault, writePrivately } from "./private.ts";
+import { errorCode, myUid, ownerFault, readSmallFile, writePrivately } from "./private.ts";
 
 const { O_RDONLY, O_DIRECTORY, O_NOFOLLOW, O_NONBLOCK } = constants;
 const DIR = O_RDONLY | O_DIRECTORY | O_NOFOLLOW;
@@ -280,17 +280,12 @@ class FileSnapshotDir implements SnapshotDir {
   }
 
   async readFile(name: string, maxBytes: number): Promise<string | undefined> {
+    checkName(name);
     const shown = `${this.path}/${name}`;
-    const file = await this.#openFile(this.#handle, shown, name);
-    if (!file) return undefined;
-    try {
-      if (file.size > maxBytes) {
-        throw new Error(`${shown} has ${file.size} bytes, more than it can (${maxBytes})`);
-      }
-      return await file.handle.readFile("utf8");
-    } finally {
-      await file.handle.close();
-    }
+    return await readSmallFile(`${this.base}/${name}`, shown, maxBytes, (st) => {
+      const fault = ownerFault(st, { rootToo: true });
+      if (fault) throw new Error(`${shown} ${fault}`);
+    });
   }
 
   async remove(name: string): Promise<void> {

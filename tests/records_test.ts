@@ -170,7 +170,7 @@ describe("records in a private directory", () => {
       await writeFile(file, " ".repeat(70_000), { mode: 0o600 });
       await assert.rejects(
         records.get(other.id),
-        new RegExp(`${file} is 70000 bytes, more than a record can be \\(65536\\)`),
+        new RegExp(`${file} is 70000 bytes, more than it can be \\(65536\\)`),
       );
       await rm(file);
       await symlink(join(dir, `${live.id.pid}-${live.id.start}.json`), file);

@@ -104,7 +104,7 @@ describe("a record store that cannot be written warns at the suspend; unread, it
       else writeFileSync(file, spoil === "large" ? " ".repeat(100_000) : "{", { mode: 0o600 });
       const fault = {
         fifo: /is not a regular file/,
-        large: /is 100000 bytes, more than a record can be \(65536\)/,
+        large: /is 100000 bytes, more than it can be \(65536\)/,
         garbage: /cannot be read: not a record of ckpt-cuda-held\/1: it is not JSON/,
       }[spoil];
       await assert.rejects(proc.resume(), (err) => closedRefusal(err, fault), spoil);

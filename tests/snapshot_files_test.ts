@@ -250,7 +250,7 @@ describe("files inside", () => {
       assert.deepEqual(readdirSync(snap.path), ["manifest.json"], "no temporary file is left");
       await assert.rejects(
         snap.readFile("manifest.json", 3),
-        /has 8 bytes, more than it can \(3\)/,
+        /is 8 bytes, more than it can be \(3\)/,
       );
       await assert.rejects(snap.subdir("../x"), /not a name inside a snapshot/);
       await snap.close();
