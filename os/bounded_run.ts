@@ -8,6 +8,7 @@
  * @module
  */
 
+import { statFields } from "./linux_host.ts";
 import { spawn } from "node:child_process";
 import { readdir, readFile } from "node:fs/promises";
 import process from "node:process";
@@ -213,8 +214,7 @@ interface ProcEntry {
 async function statOf(pid: number): Promise<ProcEntry | undefined> {
   const text = await readFile(`/proc/${pid}/stat`, "utf8").catch(() => undefined);
   if (text === undefined) return undefined;
-  // The command (field 2) is in parentheses and may hold anything: the rest follows its last ")".
-  const rest = text.slice(text.lastIndexOf(")") + 2).split(" ");
+  const rest = statFields(text);
   return { state: rest[0], parent: Number(rest[1]), start: Number(rest[19]) };
 }
 

@@ -106,8 +106,11 @@ function classify(error: unknown): "gone" | "denied" | "other" {
   return "other";
 }
 
-/** The fields of a `/proc/PID/stat` after its name (which may hold spaces): field 3 first. */
-function statFields(stat: string): string[] {
+/**
+ * The fields of a `/proc/PID/stat` after its name (which may hold spaces and parentheses): field 3
+ * (the state) first, then the parent, ..., the start time at index 19.
+ */
+export function statFields(stat: string): string[] {
   return stat.slice(stat.lastIndexOf(")") + 2).split(" ");
 }
 
