@@ -12,7 +12,6 @@
  * @module
  */
 
-import { Slots } from "../core/slots.ts";
 import { asError, driverError, messageOf } from "../core/errors.ts";
 import {
   CUDA_ERROR_NO_DEVICE,
@@ -37,6 +36,7 @@ import {
   RESTORE_ARGS_PAIRS_OFFSET,
 } from "./structs.ts";
 import { formatGpuUuid } from "../core/uuid.ts";
+import { Slots } from "../core/slots.ts";
 import {
   cText,
   type FfiAdapter,

@@ -8,10 +8,10 @@
  * @module
  */
 
-import { statFields } from "./linux_host.ts";
 import { spawn } from "node:child_process";
 import { readdir, readFile } from "node:fs/promises";
 import process from "node:process";
+import { statFields } from "./linux_host.ts";
 import { errorCode } from "./private.ts";
 
 /** How long a program has between SIGTERM and SIGKILL, in ms. */
