@@ -61,6 +61,7 @@ import {
   cmdlineHas,
   completeLines,
   failure,
+  freeMib,
   killMarked,
   pidState,
   type Ran,
@@ -174,13 +175,6 @@ function bytesUnder(dir: string): number {
     else if (st.isFile()) total += st.size;
   }
   return total;
-}
-
-/** MiB free on the file system of `dir` (df), or undefined. */
-async function freeMib(dir: string): Promise<number | undefined> {
-  const r = await run("df", ["-Pm", dir], 30_000);
-  const n = Number(r.out.trim().split("\n")[1]?.split(/\s+/)[3]);
-  return Number.isFinite(n) ? n : undefined;
 }
 
 // ---- the targets ----

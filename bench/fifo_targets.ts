@@ -72,6 +72,13 @@ export function runProgram(
   });
 }
 
+/** MiB free on the file system of `dir` (df), or undefined. */
+export async function freeMib(dir: string): Promise<number | undefined> {
+  const r = await runProgram("df", ["-Pm", dir], 30_000);
+  const n = Number(r.out.trim().split("\n")[1]?.split(/\s+/)[3]);
+  return Number.isFinite(n) ? n : undefined;
+}
+
 /** A run that failed, in one line. */
 export function failure(r: Ran): string {
   const text = `${r.err.trim()} ${r.out.trim()}`.trim().replace(/\s+/g, " ").slice(0, 400);

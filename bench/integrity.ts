@@ -67,6 +67,7 @@ import {
   endFifoTargets,
   failure,
   type FifoTarget,
+  freeMib,
   killMarked,
   runProgram,
   startFifoTargets,
@@ -283,13 +284,6 @@ async function diskRates(): Promise<{ writeGBps?: number; read?: DiskRead; note?
   }
 }
 
-/** MiB free where the images go (df), or undefined. */
-async function freeMib(): Promise<number | undefined> {
-  const r = await runProgram("df", ["-Pm", scratch], 30_000);
-  const n = Number(r.out.trim().split("\n")[1]?.split(/\s+/)[3]);
-  return Number.isFinite(n) ? n : undefined;
-}
-
 /** Writes back what is dirty and drops the page cache (root only). */
 async function dropCaches(): Promise<string | undefined> {
   const s = await runProgram("sync", [], timeoutMs);
@@ -358,7 +352,7 @@ async function oneRun(round: number, side: Side, order: number, warmup: boolean)
       // A CUDA process's images: its GPU memory and some more (2 GiB: 2.7 GB); asked: 1.5 times
       // its memory and 512 MiB.
       const need = Math.ceil(n * (size * 1.5 + 512));
-      const free = await freeMib();
+      const free = await freeMib(scratch);
       if (free !== undefined && free < need) {
         throw new Error(`${free} MiB free in ${scratch}, the images need up to ${need} MiB`);
       }
@@ -464,7 +458,9 @@ try {
   if (!sim) await native!.driver.listGpus(); // cuInit and the GPU list, outside every timing
   console.log(
     `${sim ? "SIMULATED; " : ""}${count} x ${mib} MiB, ${rounds} rounds, images in ${scratch} ` +
-      `(${await freeMib()} MiB free); criu ${engineVersion}${criuPath ? ` at ${criuPath}` : ""}; ` +
+      `(${await freeMib(scratch)} MiB free); criu ${engineVersion}${
+        criuPath ? ` at ${criuPath}` : ""
+      }; ` +
       `${availableParallelism()} cores (as many digest threads)`,
   );
   disk = await diskRates();
