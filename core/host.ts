@@ -113,6 +113,12 @@ export interface HeldRecord {
   readonly at: number;
   /** A restore of it under way, where one is. */
   readonly claim?: RoomClaim;
+  /**
+   * What of the process outlasts criu's dump and restore ({@link HostProcesses.lastingMark}), so
+   * that the process criu brings back, with a new start time, finds this record; left out where
+   * the host cannot tell.
+   */
+  readonly mark?: string;
 }
 
 /**
@@ -136,10 +142,29 @@ export interface HeldRecords {
   remove(process: ProcessIdentity): Promise<void>;
   /**
    * Every record whose process still lives, with claims of programs that died left out; records
-   * of processes that ended are removed on the way, and what cannot be read as a record is left
-   * out (it blocks no restore). Rejects where the records cannot be used at all.
+   * of processes that ended are removed on the way, but for those kept for {@link ended}, and
+   * what cannot be read as a record is left out (it blocks no restore). Rejects where the records
+   * cannot be used at all.
    */
   list(): Promise<HeldRecord[]>;
+  /**
+   * The records of checkpointed processes that ended, kept because criu may bring them back
+   * (a dump through criu's CUDA plugin ends the process it checkpointed): those with a
+   * {@link HeldRecord.mark}, for {@link ENDED_RECORD_KEEP_MS} after their checkpoint; their claims
+   * left out. Rejects where the records cannot be used at all.
+   */
+  ended(): Promise<HeldRecord[]>;
+}
+
+/**
+ * How long the record of a checkpointed process that ended is kept for criu to bring it back:
+ * 30 days (records live in a directory emptied at boot, as the processes are).
+ */
+export const ENDED_RECORD_KEEP_MS = 30 * 24 * 3600 * 1000;
+
+/** Whether the record of a process that ended is kept for {@link HeldRecords.ended}. */
+export function keptEnded(record: HeldRecord, now: number): boolean {
+  return record.mark !== undefined && now - record.at <= ENDED_RECORD_KEEP_MS;
 }
 
 /**
@@ -177,6 +202,15 @@ export interface HostProcesses {
    * {@link HostProcesses.identify} does.
    */
   pidsInUse?(ids: readonly number[]): Promise<readonly PidUse[]>;
+  /**
+   * What of a process outlasts criu's dump and restore, as one string that is the same before
+   * and after: criu gives a process back its pid in its own pid namespace, its user and its
+   * command line, but a new start time (and, restored into a new pid namespace, as a container
+   * is, another pid on the host). `undefined` where the process is gone (or is no longer the one
+   * named) or cannot be read. Left out where the host cannot tell: then a process criu brought
+   * back is not known by the record of the one it was.
+   */
+  lastingMark?(process: ProcessIdentity): Promise<string | undefined>;
   /** The machine's name, kernel and NVIDIA driver release, for a snapshot's manifest. */
   facts?(): Promise<MachineFacts>;
   /**
@@ -208,10 +242,15 @@ export class MemoryHeldRecords implements HeldRecords {
   readonly where: string = "memory";
   readonly #records = new Map<string, HeldRecord>();
   readonly #alive: (process: ProcessIdentity) => boolean;
+  readonly #now: () => number;
 
-  /** Records in memory; `alive` tells live processes. */
-  constructor(alive: (process: ProcessIdentity) => boolean = () => true) {
+  /** Records in memory; `alive` tells live processes, `now` the time in ms since the epoch. */
+  constructor(
+    alive: (process: ProcessIdentity) => boolean = () => true,
+    now: () => number = Date.now,
+  ) {
     this.#alive = alive;
+    this.#now = now;
   }
 
   get(process: ProcessIdentity): Promise<HeldRecord | undefined> {
@@ -228,12 +267,25 @@ export class MemoryHeldRecords implements HeldRecords {
     return Promise.resolve();
   }
 
-  /** The records of live processes; those of processes that ended are removed. */
+  /** The records of live processes; those of processes that ended are removed, but kept ones. */
   list(): Promise<HeldRecord[]> {
+    this.#prune();
+    return Promise.resolve([...this.#records.values()].filter((r) => this.#alive(r.process)));
+  }
+
+  /** The records kept of processes that ended, without their claims. */
+  ended(): Promise<HeldRecord[]> {
+    this.#prune();
+    return Promise.resolve(
+      [...this.#records.values()].filter((r) => !this.#alive(r.process)).map(withoutClaim),
+    );
+  }
+
+  #prune(): void {
+    const now = this.#now();
     for (const [key, record] of this.#records) {
-      if (!this.#alive(record.process)) this.#records.delete(key);
+      if (!this.#alive(record.process) && !keptEnded(record, now)) this.#records.delete(key);
     }
-    return Promise.resolve([...this.#records.values()]);
   }
 
   /** The records of live processes as they are kept, claims and all; none is removed. */
@@ -242,12 +294,17 @@ export class MemoryHeldRecords implements HeldRecords {
   }
 }
 
+/** The record without its claim. */
+export function withoutClaim(record: HeldRecord): HeldRecord {
+  if (!record.claim) return record;
+  const { claim: _, ...rest } = record;
+  return rest;
+}
+
 /** The record, with its claim left out where the claiming program is gone. */
 export function withoutDeadClaim(
   record: HeldRecord,
   alive: (process: ProcessIdentity) => boolean,
 ): HeldRecord {
-  if (!record.claim || alive(record.claim.by)) return record;
-  const { claim: _, ...rest } = record;
-  return rest;
+  return !record.claim || alive(record.claim.by) ? record : withoutClaim(record);
 }

@@ -11,6 +11,16 @@
  * too). Too little, and the restore is refused with a {@link GpuRoomError} without a driver call:
  * the process stays checkpointed, and can be resumed once there is room.
  *
+ * A process is known to the records by its pid and start time. A process that criu brought back
+ * (criu's CUDA plugin runs `cuda-checkpoint --action restore` on it) has a new start time, and in a
+ * container restored into a new pid namespace another pid on the host; what outlasts the round
+ * trip is its pid in its own namespace, its user and its command line (the host's
+ * {@link HostProcesses.lastingMark}). So the record of a checkpointed process that ended is kept
+ * (30 days), and a restore of a process without a record of its own takes the record of an ended
+ * one with the same mark, moving it to the new process. Where nothing is recorded (the dump was
+ * made on another machine, or by another program), the restore is not checked, and the step's
+ * `roomCheck` says so.
+ *
  * The check fails closed. A record that cannot be written at a checkpoint is said in the step's
  * `roomCheck` (its restore will not be checked); records that cannot be read refuse a checked
  * restore ({@link roomUnknownError}, a `RefusedError` with code `"PREREQUISITE"` that names the
@@ -189,8 +199,9 @@ export class RoomGuard {
     heldMiB: Readonly<Record<string, number>>,
   ): Promise<RoomCheck | undefined> {
     const records = this.#records();
+    const mark = await this.#host?.lastingMark?.(process).catch(() => undefined);
     try {
-      await records.put({ process, heldMiB, at: Date.now() });
+      await records.put({ process, heldMiB, at: Date.now(), ...(mark ? { mark } : {}) });
       return undefined;
     } catch (err) {
       return {
@@ -245,14 +256,14 @@ export class RoomGuard {
       roomUnknownError({ operation: where.operation, pid: where.pid }, err);
     let record: HeldRecord | undefined;
     try {
-      record = await records.get(process);
+      record = await records.get(process) ?? await this.#cameBack(process, records);
     } catch (err) {
       throw refused(err);
     }
     if (!record) {
       return none(
         `no record of the GPU memory it held (kept in ${records.where}): another program ` +
-          `checkpointed it, or it was checkpointed without the record`,
+          `checkpointed it, or it was checkpointed on another machine or without the record`,
       );
     }
     const need = onto(record.heldMiB, pairs);
@@ -355,6 +366,25 @@ export class RoomGuard {
   /** The calling process runs again (its unlock succeeded, or its lock failed). */
   selfRunning(): void {
     this.#selfHeld = false;
+  }
+
+  /**
+   * The record of the process that `process` was before criu brought it back, moved to it: a
+   * record of an ended process with the same lasting mark (its pid in its own pid namespace, its
+   * user and its command line; its start time is new). Where several have it, the one that held
+   * the most: a restore refused for room is safe, one that runs out of memory is not.
+   */
+  async #cameBack(process: ProcessIdentity, records: HeldRecords): Promise<HeldRecord | undefined> {
+    const mark = await this.#host?.lastingMark?.(process).catch(() => undefined);
+    if (!mark) return undefined;
+    const total = (r: HeldRecord) => Object.values(r.heldMiB).reduce((a, b) => a + b, 0);
+    const was = (await records.ended()).filter((r) => r.mark === mark)
+      .sort((a, b) => total(b) - total(a) || b.at - a.at)[0];
+    if (!was) return undefined;
+    const moved: HeldRecord = { process, heldMiB: was.heldMiB, at: was.at, mark };
+    await records.put(moved);
+    await records.remove(was.process);
+    return moved;
   }
 
   /** The host's records, or this session's own where it keeps none. */

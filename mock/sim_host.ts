@@ -76,6 +76,20 @@ export class SimulatedHost implements HostProcesses {
     });
   }
 
+  /**
+   * What of a process outlasts the simulated criu's dump and restore: `<pid>:<command line>` (the
+   * machine has one pid namespace and one user; a restored process keeps both, with a new start
+   * number); `undefined` where the process named is gone.
+   */
+  lastingMark(process: ProcessIdentity): Promise<string | undefined> {
+    return instantly(this.#machine, "read what outlasts a restore", () => {
+      const p = this.#machine.process(process.pid);
+      if (!p || p.pid !== process.pid) return undefined;
+      if (process.start !== undefined && p.start !== process.start) return undefined;
+      return `${p.pid}:${p.command}`;
+    });
+  }
+
   /** Which of `ids` a live process uses as its pid or a thread id (there are no groups). */
   pidsInUse(ids: readonly number[]): Promise<readonly PidUse[]> {
     return instantly(this.#machine, "look up pids", () =>

@@ -11,6 +11,7 @@
  * @module
  */
 
+import { createHash } from "node:crypto";
 import os from "node:os";
 import process from "node:process";
 import type {
@@ -179,6 +180,27 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
       if (!Number.isSafeInteger(tgid) || tgid <= 0) return undefined;
       const start = await this.#startOf(tgid);
       return start === undefined ? { pid: tgid } : { pid: tgid, start };
+    } catch {
+      return undefined;
+    }
+  }
+
+  /**
+   * What of `who` outlasts criu's dump and restore: `<pid in its innermost pid namespace>:<real
+   * uid>:<SHA-256 of its command line>` (`NSpid` and `Uid` of `/proc/PID/status`, and
+   * `/proc/PID/cmdline`); `undefined` where it is gone, is no longer the process named (its start
+   * time), or has no command line.
+   */
+  async lastingMark(who: ProcessIdentity): Promise<string | undefined> {
+    try {
+      const status = await this.#reader.read(`${this.#root}/${who.pid}/status`);
+      const cmdline = await this.#reader.read(`${this.#root}/${who.pid}/cmdline`);
+      const nsPid = /^NSpid:\s*([0-9 \t]+)$/m.exec(status)?.[1].trim().split(/\s+/).at(-1);
+      const uid = /^Uid:\s*([0-9]+)/m.exec(status)?.[1];
+      if (!nsPid || !uid || cmdline.length === 0) return undefined;
+      // Read after the rest: a pid taken by another process meanwhile has another start.
+      if (who.start !== undefined && (await this.#startOf(who.pid)) !== who.start) return undefined;
+      return `${nsPid}:${uid}:${createHash("sha256").update(cmdline).digest("hex")}`;
     } catch {
       return undefined;
     }

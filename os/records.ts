@@ -3,7 +3,9 @@
  * this package on the machine shares (the command line that suspends a process, the one that
  * resumes it, a library user). One file per process, `<pid>-<start>.json` (start: its start time
  * in clock ticks since boot, so that a reused pid never finds an old record), written whole, mode
- * 0600. A record goes when its process is restored, or a listing finds it gone.
+ * 0600. A record goes when its process is restored, or a listing finds it gone; but one with a
+ * mark (what of the process outlasts criu's dump and restore) stays for 30 days after its
+ * checkpoint, for the process criu may bring back ({@link FileHeldRecords.ended}).
  *
  * A record is read as a regular file only (opened without following a link and without blocking,
  * so a FIFO among them hangs nothing), under {@link RECORD_MAX_BYTES}, strictly, with every MiB
@@ -19,7 +21,7 @@ import { readdir, rm } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import type { HeldRecord, HeldRecords, ProcessIdentity, RoomClaim } from "../core/host.ts";
-import { identityKey, withoutDeadClaim } from "../core/host.ts";
+import { identityKey, keptEnded, withoutClaim, withoutDeadClaim } from "../core/host.ts";
 import { StrictReader } from "../core/json.ts";
 import { messageOf } from "../core/errors.ts";
 import { myUid, privateDirectory, readSmallFile, writePrivately } from "./private.ts";
@@ -35,6 +37,9 @@ const RECORD_MAX_BYTES = 64 * 1024;
 
 /** The most MiB a record may say of one GPU: 16 TiB, far above any GPU's memory. */
 const RECORD_MAX_MIB = 2 ** 24;
+
+/** The longest mark kept in a record, in characters (the Linux host's are about 80). */
+const MARK_MAX_CHARS = 512;
 
 /** A record's file name: `<pid>-<start>.json` (or `<pid>.json` where the start is unknown). */
 const RECORD_NAME = /^([0-9]+)(?:-([0-9]+))?\.json$/;
@@ -95,14 +100,34 @@ export class FileHeldRecords implements HeldRecords {
   }
 
   /**
-   * Every record whose process lives; the others are removed. A file that cannot be read as a
-   * record (not a regular file, too large, not of this format, a MiB out of range) is left out,
-   * and removed once the process its name gives is gone. Rejects where the directory cannot be
-   * used.
+   * Every record whose process lives; the others are removed, but those kept for
+   * {@link FileHeldRecords.ended}. A file that cannot be read as a record (not a regular file,
+   * too large, not of this format, a MiB out of range) is left out, and removed once the process
+   * its name gives is gone. Rejects where the directory cannot be used.
    */
   async list(): Promise<HeldRecord[]> {
-    await this.#directory();
     const out: HeldRecord[] = [];
+    for (const { record, alive } of await this.#all()) {
+      if (!alive) continue;
+      const claimAlive = record.claim ? await this.#alive(record.claim.by) : true;
+      out.push(withoutDeadClaim(record, () => claimAlive));
+    }
+    return out;
+  }
+
+  /**
+   * The records of checkpointed processes that ended, kept for criu to bring them back (those
+   * with a mark, for 30 days after their checkpoint), without their claims. Rejects where the
+   * directory cannot be used.
+   */
+  async ended(): Promise<HeldRecord[]> {
+    return (await this.#all()).filter((e) => !e.alive).map((e) => withoutClaim(e.record));
+  }
+
+  /** Every record, and whether its process lives; what is neither kept nor alive is removed. */
+  async #all(): Promise<{ record: HeldRecord; alive: boolean }[]> {
+    await this.#directory();
+    const out: { record: HeldRecord; alive: boolean }[] = [];
     let names: string[];
     try {
       names = await readdir(this.where);
@@ -112,6 +137,7 @@ export class FileHeldRecords implements HeldRecords {
         { cause: err },
       );
     }
+    const now = Date.now();
     for (const name of names) {
       const named = RECORD_NAME.exec(name);
       if (!named) continue;
@@ -127,12 +153,12 @@ export class FileHeldRecords implements HeldRecords {
         if (!(await this.#alive(owner))) await rm(file, { recursive: true, force: true });
         continue;
       }
-      if (!(await this.#alive(record.process))) {
+      const alive = await this.#alive(record.process);
+      if (!alive && !keptEnded(record, now)) {
         await rm(file, { force: true });
         continue;
       }
-      const claimAlive = record.claim ? await this.#alive(record.claim.by) : true;
-      out.push(withoutDeadClaim(record, () => claimAlive));
+      out.push({ record, alive });
     }
     return out;
   }
@@ -170,7 +196,10 @@ function readRecordFile(file: string): Promise<string | undefined> {
 /** A record's text as written by {@link FileHeldRecords.put}; throws for anything else. */
 function parseRecord(text: string): HeldRecord {
   const r = new StrictReader((_field, reason) => new Error(`not a record of ${FORMAT}: ${reason}`));
-  const v = r.object(r.parse(text, "it"), "", ["format", "process", "heldMiB", "at"], ["claim"]);
+  const v = r.object(r.parse(text, "it"), "", ["format", "process", "heldMiB", "at"], [
+    "claim",
+    "mark",
+  ]);
   r.choice(v.format, "format", [FORMAT]);
   const identity = (value: unknown, field: string): ProcessIdentity => {
     const o = r.object(value, field, ["pid"], ["start"]);
@@ -190,11 +219,14 @@ function parseRecord(text: string): HeldRecord {
     }
     return out;
   };
-  const record: HeldRecord = {
+  let record: HeldRecord = {
     process: identity(v.process, "process"),
     heldMiB: mib(v.heldMiB, "heldMiB"),
     at: r.integer(v.at, "at", 0),
   };
+  if (v.mark !== undefined) {
+    record = { ...record, mark: r.string(v.mark, "mark", MARK_MAX_CHARS) };
+  }
   if (v.claim === undefined) return record;
   const c = r.object(v.claim, "claim", ["needMiB", "by", "since"]);
   const claim: RoomClaim = {

@@ -68,7 +68,7 @@ describe("a thread id and the pid are one process, for the room too", () => {
     const resumed = await proc.resume();
     assert.deepEqual(resumed.roomCheck, {
       unknown: "no record of the GPU memory it held (kept in memory): another program " +
-        "checkpointed it, or it was checkpointed without the record",
+        "checkpointed it, or it was checkpointed on another machine or without the record",
     });
     await proc.suspend();
     assert.equal(reads, 1, "one read when asked for");
@@ -139,7 +139,7 @@ describe("the room check belongs to the machine's session", () => {
     const resumed = await b.resume();
     assert.deepEqual(resumed.roomCheck, {
       unknown: "no record of the GPU memory it held (kept in memory): another program " +
-        "checkpointed it, or it was checkpointed without the record",
+        "checkpointed it, or it was checkpointed on another machine or without the record",
     });
     assert.equal(target.state, "running");
     await Promise.all([a.close(), b.close()]);

@@ -243,17 +243,23 @@ describe("the simulated CRIU", () => {
     });
     assert.equal(await back.memoryChunkedSha256(), digest);
 
-    // A handle made for the dumped process refuses the restored one; a new handle works, and finds
-    // no record of what the old process held (it was another process's).
+    // A handle made for the dumped process refuses the restored one; a new handle works, and its
+    // room is checked with what the dumped process held: the record of a checkpointed process
+    // that ended is kept for the process criu brings back (same pid, same command line).
     await assert.rejects(handle.resume(), (err: unknown) => {
       assert.ok(err instanceof RefusedError, String(err));
       assert.equal(err.code, "REPLACED");
       return true;
     });
     assert.deepEqual(await sim.heldRecords.list(), [], "the old record is of a process gone");
+    assert.equal(
+      (await sim.heldRecords.ended()).length,
+      1,
+      "and kept for the one criu brings back",
+    );
     const resumed = await new CudaProcess(job.pid, { machine: sim }).resume();
     assert.equal(resumed.state, "running");
-    assert.ok(typeof resumed.roomCheck === "object" && "unknown" in resumed.roomCheck);
+    assert.equal(resumed.roomCheck, "checked");
     assert.equal(await back.memoryChunkedSha256(), digest);
     assert.deepEqual(await back.read(5 * 2 ** 20 + 100, bytes.length), bytes);
     assert.equal(sim.gpus[0].usedMiB, 1024 + 520);
