@@ -1,9 +1,10 @@
 // Real CUDA targets for benchmarks that snapshot them to disk from their own process
-// (bench/integrity.ts): tests/gpu/target.cu in fifo mode, each a session of its own (setsid),
+// (bench/integrity.ts, bench/criu_restore.ts): tests/gpu/target.cu in fifo mode, each a session of its own (setsid),
 // stdin /dev/null, stdout to a file, its commands through a named fifo, one per opening, so that
 // criu has nothing it cannot dump and the target still answers after a restore. The benchmark
 // process is their parent and reaps them (a zombie keeps its pid, and a restore needs it free).
-// Also what such a benchmark runs besides: a program with a time limit (dd, df), and the end of
+// Also what such a benchmark runs besides: a program with a time limit (dd, df), the disk's own
+// read rate (dd), the page cache dropped, the wait until ended pids are free again, and the end of
 // every process a run left behind. Runs under Deno and Bun alike.
 
 import { spawn } from "node:child_process";
@@ -15,6 +16,7 @@ import {
   openSync,
   readdirSync,
   readFileSync,
+  writeFileSync,
   writeSync,
 } from "node:fs";
 import { join } from "node:path";
@@ -85,6 +87,55 @@ export function failure(r: Ran): string {
   return `exit ${r.timedOut ? "(timed out)" : r.code ?? r.signal}${text ? `: ${text}` : ""}`;
 }
 
+/** How fast `dd` read one file. */
+export interface DiskRead {
+  /** What was read: the largest image of the run, or a test file. */
+  file: string;
+  bytes: number;
+  /** GB/s of dd with O_DIRECT, from the disk. */
+  directGBps?: number;
+  /** GB/s of dd through the page cache (one stream). */
+  cachedGBps?: number;
+  note?: string;
+}
+
+/** dd of `file` to /dev/null, with O_DIRECT and then through the page cache. */
+export async function ddRead(file: string, bytes: number, timeoutMs: number): Promise<DiskRead> {
+  const rate: DiskRead = { file, bytes };
+  const direct = await runProgram(
+    "dd",
+    [`if=${file}`, "of=/dev/null", "bs=4M", "iflag=direct"],
+    timeoutMs,
+  );
+  if (direct.code === 0) rate.directGBps = bytes / direct.ms / 1e6;
+  else rate.note = `O_DIRECT: ${failure(direct)}`;
+  const cached = await runProgram("dd", [`if=${file}`, "of=/dev/null", "bs=4M"], timeoutMs);
+  if (cached.code === 0) rate.cachedGBps = bytes / cached.ms / 1e6;
+  else rate.note = `${rate.note ? `${rate.note}; ` : ""}cached: ${failure(cached)}`;
+  return rate;
+}
+
+/** Writes back what is dirty and drops the page cache (root only); why not, where it failed. */
+export async function dropCaches(timeoutMs: number): Promise<string | undefined> {
+  const s = await runProgram("sync", [], timeoutMs);
+  if (s.code !== 0) return `sync: ${failure(s)}`;
+  try {
+    writeFileSync("/proc/sys/vm/drop_caches", "3\n");
+    return undefined;
+  } catch (err) {
+    return `drop_caches: ${(err as Error).message}`;
+  }
+}
+
+/** Whether a libcuda is the fake of tests/fixtures (a dry run, which measures nothing real). */
+export function isFakeLibcuda(path: string): boolean {
+  try {
+    return readFileSync(path).includes("fake_max_in_flight");
+  } catch {
+    return false;
+  }
+}
+
 /** Whether `pid` is free, a zombie (its pid still taken), or a live process. */
 export function pidState(pid: number): "gone" | "zombie" | "alive" {
   let stat: string;
@@ -95,6 +146,20 @@ export function pidState(pid: number): "gone" | "zombie" | "alive" {
   }
   const after = stat.lastIndexOf(")");
   return stat.slice(after + 2, after + 3) === "Z" ? "zombie" : "alive";
+}
+
+/**
+ * Waits up to `timeoutMs` until each of `pids` is free (reaped: not even a zombie, which keeps its
+ * pid, and a restore needs it); resolves to those still taken.
+ */
+export async function waitPidsFree(pids: readonly number[], timeoutMs: number): Promise<number[]> {
+  const until = performance.now() + timeoutMs;
+  let left = pids.filter((p) => pidState(p) !== "gone");
+  while (left.length > 0 && performance.now() < until) {
+    await sleep(50);
+    left = left.filter((p) => pidState(p) !== "gone");
+  }
+  return left;
 }
 
 /** Whether the command line of `pid` names `marker` (a run's folder): a process of that run. */

@@ -51,7 +51,7 @@
 // The report: <out>/integrity-<runtime>-<host>.md and .json (bench/reports without --out). It
 // prints one line per run, the medians per side, each goal with its figure, and the report's path.
 
-import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, rmSync } from "node:fs";
 import { availableParallelism } from "node:os";
 import { join, resolve } from "node:path";
 import process from "node:process";
@@ -64,10 +64,14 @@ import { FileSnapshotStore } from "../os/snapshot_store.ts";
 import type { Manifest } from "../core/manifest.ts";
 import {
   askFifo,
+  ddRead,
+  type DiskRead,
+  dropCaches,
   endFifoTargets,
   failure,
   type FifoTarget,
   freeMib,
+  isFakeLibcuda,
   killMarked,
   runProgram,
   startFifoTargets,
@@ -148,13 +152,6 @@ if (simulated) {
 }
 // The fake libcuda of tests/fixtures (a dry run with stand-in targets) measures nothing real.
 const fake = native ? isFakeLibcuda(native.driver.libraryPath) : false;
-function isFakeLibcuda(path: string): boolean {
-  try {
-    return readFileSync(path).includes("fake_max_in_flight");
-  } catch {
-    return false;
-  }
-}
 const machines: Record<Side, Machine> = {
   with: { ...parts(base), store: new FileSnapshotStore() },
   without: { ...parts(base), store: new FileSnapshotStore({ digests: false }) },
@@ -238,33 +235,6 @@ const world = sim ? simWorld : realWorld;
 
 // ---- the disk ----
 
-interface DiskRead {
-  /** What was read: the largest image of the run, or the test file. */
-  file: string;
-  bytes: number;
-  /** GB/s of dd with O_DIRECT, from the disk. */
-  directGBps?: number;
-  /** GB/s of dd through the page cache (one stream). */
-  cachedGBps?: number;
-  note?: string;
-}
-
-/** dd of `file` to /dev/null, with O_DIRECT and then through the page cache. */
-async function ddRead(file: string, bytes: number): Promise<DiskRead> {
-  const rate: DiskRead = { file, bytes };
-  const direct = await runProgram(
-    "dd",
-    [`if=${file}`, "of=/dev/null", "bs=4M", "iflag=direct"],
-    timeoutMs,
-  );
-  if (direct.code === 0) rate.directGBps = bytes / direct.ms / 1e6;
-  else rate.note = `O_DIRECT: ${failure(direct)}`;
-  const cached = await runProgram("dd", [`if=${file}`, "of=/dev/null", "bs=4M"], timeoutMs);
-  if (cached.code === 0) rate.cachedGBps = bytes / cached.ms / 1e6;
-  else rate.note = `${rate.note ? `${rate.note}; ` : ""}cached: ${failure(cached)}`;
-  return rate;
-}
-
 /** The disk's own write rate and read rate in the images' folder: dd O_DIRECT, --disk-mib. */
 async function diskRates(): Promise<{ writeGBps?: number; read?: DiskRead; note?: string }> {
   if (diskMib === 0) return { note: "not measured (--disk-mib 0)" };
@@ -278,21 +248,9 @@ async function diskRates(): Promise<{ writeGBps?: number; read?: DiskRead; note?
       timeoutMs,
     );
     if (w.code !== 0) return { note: `O_DIRECT write: ${failure(w)}` };
-    return { writeGBps: bytes / w.ms / 1e6, read: await ddRead(file, bytes) };
+    return { writeGBps: bytes / w.ms / 1e6, read: await ddRead(file, bytes, timeoutMs) };
   } finally {
     rmSync(file, { force: true });
-  }
-}
-
-/** Writes back what is dirty and drops the page cache (root only). */
-async function dropCaches(): Promise<string | undefined> {
-  const s = await runProgram("sync", [], timeoutMs);
-  if (s.code !== 0) return `sync: ${failure(s)}`;
-  try {
-    writeFileSync("/proc/sys/vm/drop_caches", "3\n");
-    return undefined;
-  } catch (err) {
-    return `drop_caches: ${(err as Error).message}`;
   }
 }
 
@@ -366,7 +324,7 @@ async function oneRun(round: number, side: Side, order: number, warmup: boolean)
     rec.bytes = manifest.files.reduce((sum, f) => sum + f.bytes, 0);
     rec.files = manifest.files.length;
     if (coldRestore) {
-      const why = await dropCaches();
+      const why = await dropCaches(timeoutMs);
       if (why) throw new Error(`--cold-restore: ${why}`);
     }
     t = performance.now();
@@ -422,9 +380,11 @@ async function verification(dir: string, manifest: Manifest, bytes: number) {
   if (!warm.verified) throw new Error(`inspectSnapshot(${dir}, { verify: true }) did not verify`);
   v.GBps = bytes / v.ms / 1e6;
   const largest = [...manifest.files].sort((a, b) => b.bytes - a.bytes)[0];
-  if (largest) v.disk = await ddRead(join(dir, ...largest.path.split("/")), largest.bytes);
+  if (largest) {
+    v.disk = await ddRead(join(dir, ...largest.path.split("/")), largest.bytes, timeoutMs);
+  }
   if (coldVerify) {
-    const why = await dropCaches();
+    const why = await dropCaches(timeoutMs);
     if (why) {
       v.note = `no cold verification: ${why}`;
     } else {
