@@ -1,0 +1,199 @@
+// Keeps bench/criu_restore.ts (our restore with criu A against criu B, issue 23) from rotting: it
+// runs on the simulated machine (--simulate), under the runtime that runs the tests, in its
+// smallest configuration, and its report must say what it promises: the sides taking turns per
+// round on the same images, every target checked, the library's parts of each restore, the disk's
+// rate beside the images, no goal judged but the targets' check; and, where B cannot restore A's
+// images, B's own snapshot. No figure is checked: the simulator measures nothing real. The GPU
+// proof is tests/gpu/criu_speed.sh.
+//
+// The benchmark is a child process, run without blocking and killed after its own limit, with a
+// test timeout above that limit, so that a slow machine shows its output rather than a cut test.
+
+import { after, describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { spawn, spawnSync } from "node:child_process";
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { hostname, tmpdir } from "node:os";
+import { join } from "node:path";
+import process from "node:process";
+
+import { safeName } from "../bench/report.ts";
+import { runtime } from "./fixtures/fake.ts";
+
+const SCRIPT = new URL("../bench/criu_restore.ts", import.meta.url).pathname;
+const out = mkdtempSync(join(tmpdir(), "ckpt-criu-restore-test-"));
+after(() => rmSync(out, { recursive: true, force: true }));
+
+/** How long a run may take before it is killed (a second or two on a quiet machine). */
+const RUN_LIMIT_MS = 60_000;
+const SLOW = { timeout: RUN_LIMIT_MS + 30_000 };
+
+/** Runs the benchmark with this runtime; resolves to its exit status and output. */
+function runBench(args: readonly string[]): Promise<{ status: number | null; log: string }> {
+  const argv = [...(runtime === "deno" ? ["run", "-A"] : []), SCRIPT, ...args];
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, argv, { stdio: ["ignore", "pipe", "pipe"] });
+    let log = "";
+    child.stdout!.on("data", (d) => log += d);
+    child.stderr!.on("data", (d) => log += d);
+    const timer = setTimeout(() => {
+      log += `\n(killed after ${RUN_LIMIT_MS} ms)`;
+      child.kill("SIGKILL");
+    }, RUN_LIMIT_MS);
+    child.on("close", (status) => {
+      clearTimeout(timer);
+      resolve({ status, log });
+    });
+  });
+}
+
+interface RunRecord {
+  round: number;
+  side: string;
+  order: number;
+  imagesBy: string;
+  snapshot: number;
+  fallback: boolean;
+  ok: boolean;
+  error?: string;
+  checks: { state: string; intact: boolean }[];
+  restoreMs?: number;
+  own?: Record<string, number>;
+  criuGBps?: number;
+}
+
+/** The report's JSON, after the checks every report of this benchmark must pass. */
+// deno-lint-ignore no-explicit-any
+function readReport(dir: string, caseName: string): Record<string, any> {
+  const stem = join(dir, `criu-restore-${caseName}-${runtime}-${safeName(hostname())}`);
+  const json = JSON.parse(readFileSync(`${stem}.json`, "utf8"));
+  assert.equal(json.environment.gpu.description, "none (the simulated machine of @ckpt/cuda/mock)");
+  assert.equal(json.config.simulate, true);
+  assert.deepEqual(
+    [json.config.criuA.label, json.config.criuB.label],
+    ["simulated criu 4.1.1", "simulated criu 4.2"],
+  );
+  const md = readFileSync(`${stem}.md`, "utf8");
+  assert.match(md, /SIMULATED: .* This measures nothing real\./s);
+  for (const heading of ["## Where and when", "## Goals", "## Summary", "## Every run"]) {
+    assert.ok(md.includes(heading), `${heading} missing from the Markdown report`);
+  }
+  const fmt = spawnSync("deno", ["fmt", "--check", "--line-width", "100", `${stem}.md`], {
+    encoding: "utf8",
+    env: { ...process.env, NO_COLOR: "1" },
+  });
+  if (!fmt.error) assert.equal(fmt.status, 0, `deno fmt --check: ${fmt.stderr}`);
+  return json;
+}
+
+/** What every measured run must show: back intact, the library's parts of its restore. */
+function checkRun(r: RunRecord, count: number): void {
+  assert.ok(r.ok && r.error === undefined, JSON.stringify(r));
+  assert.equal(r.checks.length, count);
+  for (const c of r.checks) assert.ok(c.state === "running" && c.intact, JSON.stringify(c));
+  assert.ok(r.restoreMs! > 0 && r.criuGBps! > 0, JSON.stringify(r));
+  for (const k of ["restoreMs", "criuRestoreMs", "resumeMs"]) {
+    assert.ok(r.own![k] > 0, `${k} of ${JSON.stringify(r)}`);
+  }
+  assert.ok(r.own!.checkMs >= 0, JSON.stringify(r));
+}
+
+describe(`criu_restore.ts on the simulated machine (${runtime})`, () => {
+  test(
+    "A and B take turns per round on one snapshot's images, every target checked, goals judged only on a GPU",
+    SLOW,
+    async () => {
+      const dir = join(out, "warm");
+      const work = join(out, "warm-work");
+      const run = await runBench([
+        "--simulate",
+        "--count",
+        "2",
+        "--mib",
+        "64",
+        "--rounds",
+        "2",
+        "--work",
+        work,
+        "--out",
+        dir,
+      ]);
+      assert.equal(run.status, 0, run.log);
+      const json = readReport(dir, "2x64-warm");
+      assert.deepEqual(
+        [json.config.count, json.config.mib, json.config.cold, json.config.digests],
+        [2, 64, false, true],
+      );
+      // Round k starts with A when k is even; both restore the one snapshot, taken by A.
+      const runs: RunRecord[] = json.runs;
+      assert.deepEqual(
+        runs.map((r) => `${r.round} ${r.side} ${r.order} ${r.imagesBy} ${r.snapshot}`),
+        ["0 a 0 a 0", "0 b 1 a 0", "1 b 0 a 0", "1 a 1 a 0"],
+      );
+      for (const r of runs) checkRun(r, 2);
+      // The snapshot, its images and the disk's rate of its largest.
+      assert.equal(json.tables.length, 2);
+      assert.equal(json.tables[1].rows.length, 1, "one snapshot");
+      assert.match(json.tables[1].rows[0][0], /^A \(simulated criu 4\.1\.1\)$/);
+      // The images and the targets are gone.
+      assert.deepEqual(readdirSync(work), []);
+      // Figures for the speed goal; the cold goals not measured warm; none judged on the
+      // simulator but the targets' check.
+      assert.deepEqual(json.goals.map((g: { met: boolean | null }) => g.met), [
+        null,
+        null,
+        null,
+        true,
+      ]);
+      assert.equal(typeof json.goals[0].value, "number");
+      assert.deepEqual([json.goals[1].value, json.goals[2].value], [null, null]);
+      assert.match(json.goals[0].note, /not judged \(the goal is for 1 x 8192 MiB, warm\)/);
+    },
+  );
+
+  test(
+    "where B cannot restore A's images, B takes a snapshot of its own (not counted), cold",
+    SLOW,
+    async () => {
+      const dir = join(out, "fallback");
+      const work = join(out, "fallback-work");
+      const run = await runBench([
+        "--simulate",
+        "--simulate-b-refuses-a",
+        "--cold",
+        "--count",
+        "1",
+        "--mib",
+        "32",
+        "--rounds",
+        "2",
+        "--work",
+        work,
+        "--out",
+        dir,
+      ]);
+      assert.equal(run.status, 0, run.log);
+      assert.match(
+        run.log,
+        /fallback: B \(simulated criu 4\.2\) could not restore the images of A/,
+      );
+      const json = readReport(dir, "1x32-cold");
+      const runs: RunRecord[] = json.runs;
+      assert.deepEqual(
+        runs.map((r) => `${r.round} ${r.side} ${r.imagesBy} ${r.snapshot} ${r.fallback}`),
+        ["0 a a 0 false", "0 b a 0 true", "0 b b 1 false", "1 b b 1 false", "1 a a 0 false"],
+      );
+      assert.ok(!runs[1].ok && /cannot read the other's images/.test(runs[1].error!));
+      for (const r of runs.filter((x) => !x.fallback)) checkRun(r, 1);
+      assert.equal(json.tables[1].rows.length, 2, "a snapshot per side");
+      assert.ok(json.notes.some((n: string) => n.startsWith("Fallback: B ")));
+      // The cold goals have figures (the simulator's), judged nowhere but on a GPU.
+      for (const g of json.goals.slice(1, 3)) {
+        assert.equal(typeof g.value, "number", JSON.stringify(g));
+        assert.equal(g.met, null);
+      }
+      assert.equal(json.goals[3].met, true);
+      assert.deepEqual(readdirSync(work), []);
+    },
+  );
+});
