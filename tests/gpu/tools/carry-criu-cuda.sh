@@ -1,29 +1,45 @@
 #!/usr/bin/env bash
-# Builds criu 4.1.1 from its source together with its CUDA plugin (Debian's criu package has no
+# Builds criu from its source together with its CUDA plugin (Debian's criu package has no
 # cuda_plugin.so) and packs criu, the plugin and every library they need but glibc's into
 # .carry/criu-cuda.tgz (about 4 MB), for the GPU machine, which has no criu and reaches no
-# registry. From the project root:
+# registry. By default criu 4.1.1; from the project root:
 #
 #   bash tests/gpu/tools/carry-criu-cuda.sh [SRC]
 #
 # SRC (or $CRIU_SRC), optional: a criu source tree, a source tarball, or a git directory (bare or
-# not) that has the tag $CRIU_TAG (default v$CRIU_VERSION, v4.1.1). Without it, the upstream
-# tarball criu_<version>.orig.tar.* is downloaded from the deb-src of Debian suite $CRIU_SUITE
-# (default trixie), checked against the SHA256 of apt's signed Sources index; nothing else of the
-# source package is fetched. The build dependencies are installed with this machine's apt where
-# missing. The packed tree is usr/sbin/criu (its RPATH finds the libraries beside it, so no
-# LD_LIBRARY_PATH), usr/lib/x86_64-linux-gnu/*.so.* and usr/lib/criu/cuda_plugin.so. What to type
-# on the GPU machine is printed at the end (and in tests/gpu/README.md).
+# not) that has $CRIU_TAG: a tag, a branch or a commit (default v$CRIU_VERSION, v4.1.1). Without
+# SRC, the upstream tarball criu_<version>.orig.tar.* is downloaded from the deb-src of Debian
+# suite $CRIU_SUITE (default trixie), checked against the SHA256 of apt's signed Sources index;
+# nothing else of the source package is fetched. $CRIU_VERSION is what the source's
+# Makefile.versions should say (a warning where it does not). $CRIU_OUT (default
+# .carry/criu-cuda.tgz, named from the caller's directory) is the file written: give another
+# name for another criu, so that the 4.1.1 build stays where the GPU scripts look for it. For
+# example, a commit of criu's development line, from a clone of it:
+#
+#   CRIU_TAG=<commit> CRIU_VERSION=4.2 CRIU_OUT=.carry/criu-dev-cuda.tgz \
+#     bash tests/gpu/tools/carry-criu-cuda.sh ~/src/criu
+#
+# A build from git records `git describe` of what it built as criu's GitID (`criu --version`
+# prints it). The build dependencies are installed with this machine's apt where missing. The
+# packed tree is usr/sbin/criu (its RPATH finds the libraries beside it, so no LD_LIBRARY_PATH),
+# usr/lib/x86_64-linux-gnu/*.so.* and usr/lib/criu/cuda_plugin.so. What to type on the GPU
+# machine is printed at the end (and in tests/gpu/README.md).
 set -euo pipefail
 src=${1:-${CRIU_SRC:-}}
 # SRC is named from the caller's directory; carry_dir.sh moves to the project root.
 [[ -z $src || ! -e $src ]] || src=$(realpath -- "$src")
+# So is CRIU_OUT; it must end in .tgz, so that a mistyped name replaces nothing else.
+out=
+if [[ -n ${CRIU_OUT:-} ]]; then
+  [[ $CRIU_OUT == *.tgz ]] || { echo "CRIU_OUT must end in .tgz: $CRIU_OUT" >&2; exit 1; }
+  out=$(realpath -m -- "$CRIU_OUT")
+fi
 # shellcheck source=tests/gpu/tools/carry_dir.sh
 . "$(dirname "$0")/carry_dir.sh"
 version=${CRIU_VERSION:-4.1.1}
 tag=${CRIU_TAG:-v$version}
 suite=${CRIU_SUITE:-trixie}
-out=.carry/criu-cuda.tgz
+out=${out:-$PWD/.carry/criu-cuda.tgz}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 quiet() { grep -v -e unsandboxed -e '^$' || true; }
@@ -55,9 +71,12 @@ if [[ -n $src ]]; then
     fi
   done
 fi
+gitid=
 if [[ -n $gitdir ]]; then
-  echo "source: $tag of the git directory $gitdir"
-  git --git-dir="$gitdir" archive "$tag" | tar -x -C "$work/src"
+  commit=$(git --git-dir="$gitdir" rev-parse "$tag^{commit}")
+  gitid=$(git --git-dir="$gitdir" describe --always --tags "$commit")
+  echo "source: $tag ($gitid, $commit) of the git directory $gitdir"
+  git --git-dir="$gitdir" archive "$commit" | tar -x -C "$work/src"
 elif [[ -n $src && -d $src ]]; then
   echo "source: the tree $src"
   cp -a "$src/." "$work/src/"
@@ -100,9 +119,10 @@ v=$(awk '/^CRIU_VERSION_(MAJOR|MINOR|SUBLEVEL)[ \t]/ && $3 != "" {printf "%s%s",
   "$s/Makefile.versions")
 [[ $v == "$version" ]] || echo "warning: the source is criu $v, not $version" >&2
 
-# 3. Build criu and the plugin (these two targets build no manual pages).
-echo "building criu $v with its CUDA plugin ($(nproc) jobs)..."
-make -C "$s" -j"$(nproc)" PREFIX=/usr criu cuda_plugin >"$work/build.log" 2>&1 ||
+# 3. Build criu and the plugin (these two targets build no manual pages). An archive has no .git,
+# so criu's Makefile would record GitID 0: give it the description of what was archived.
+echo "building criu $v${gitid:+ ($gitid)} with its CUDA plugin ($(nproc) jobs)..."
+make -C "$s" -j"$(nproc)" PREFIX=/usr ${gitid:+GITID="$gitid"} criu cuda_plugin >"$work/build.log" 2>&1 ||
   { tail -30 "$work/build.log" >&2; exit 1; }
 nm -D --defined-only "$s/plugins/cuda/cuda_plugin.so" | grep -qw CR_PLUGIN_DESC ||
   { echo "cuda_plugin.so has no CR_PLUGIN_DESC: criu would not load it" >&2; exit 1; }
@@ -122,20 +142,23 @@ ldd "$s/criu/criu" "$s/plugins/cuda/cuda_plugin.so" | awk '$2 == "=>" && $3 ~ /^
   [[ $soname =~ $glibc ]] || cp -L "$path" "$libs/$soname"
 done
 cp "$s/COPYING" "$st/usr/share/doc/criu/COPYING"
-"$st/usr/sbin/criu" --version >/dev/null || { echo "the staged criu does not run" >&2; exit 1; }
-if env -u LD_LIBRARY_PATH ldd "$st/usr/sbin/criu" | grep 'not found'; then
-  echo "the staged criu misses a library" >&2
+ver=$(env -u LD_LIBRARY_PATH "$st/usr/sbin/criu" --version) || { echo "the staged criu does not run" >&2; exit 1; }
+if env -u LD_LIBRARY_PATH ldd "$st/usr/sbin/criu" "$st/usr/lib/criu/cuda_plugin.so" | grep 'not found'; then
+  echo "the staged criu or its plugin misses a library" >&2
   exit 1
 fi
 
 # 5. Pack.
+mkdir -p "$(dirname "$out")"
 tar -C "$st" --owner=0 --group=0 -czf "$out.tmp" . && mv "$out.tmp" "$out"
 echo "$out: $(du -h "$out" | cut -f1), criu $v, cuda_plugin.so and $(find "$libs" -type f | wc -l) libraries"
-cat <<'EOF'
+echo "criu --version: ${ver//$'\n'/; }"
+rel=${out#"$PWD"/}
+cat <<EOF
 On the GPU machine, as root (never unpack it into /: its libraries would replace the system's):
-  mkdir -p /tmp/criu && tar -C /tmp/criu -xzf .carry/criu-cuda.tgz
+  mkdir -p /tmp/criu && tar -C /tmp/criu -xzf $rel
   /tmp/criu/usr/sbin/criu --version; /tmp/criu/usr/sbin/criu check
-  export PATH=/DIR/OF/cuda-checkpoint:$PATH   # the plugin runs "cuda-checkpoint" found on PATH
+  export PATH=/DIR/OF/cuda-checkpoint:\$PATH   # the plugin runs "cuda-checkpoint" found on PATH
   /tmp/criu/usr/sbin/criu dump -t PID -D IMG --shell-job --libdir /tmp/criu/usr/lib/criu -v4 -o dump.log
   /tmp/criu/usr/sbin/criu restore -D IMG --shell-job --libdir /tmp/criu/usr/lib/criu -v4 -o restore.log
 Name the plugin's folder with --libdir DIR (-L DIR) or CRIU_LIBS_DIR=DIR. Without either criu looks
