@@ -456,9 +456,9 @@ round_trip() {
     "$label-restore.log:resuming devices on pid ${p1:-?}")
   missing=()
   for w in "${want[@]}"; do grep -qF "${w#*:}" "$bin/logs/${w%%:*}" 2>/dev/null || missing+=("${w#*:} (${w%%:*})"); done
-  ((${#missing[@]} == 0))
+  w=${#missing[@]}
   [[ -n $dry ]] && missing=() # no plugin at work: the list says nothing
-  gpu_check "$label: criu's logs show the plugin initialized, pausing and checkpointing pid $p0, resuming pid ${p1:-?}${missing[*]:+ (missing: ${missing[*]})}" $? "$NO_GPU" || ok=1
+  gpu_check "$label: criu's logs show the plugin initialized, pausing and checkpointing pid $p0, resuming pid ${p1:-?}${missing[*]:+ (missing: ${missing[*]})}" "$w" "$NO_GPU" || ok=1
   LINES_MAX=14 plugin_lines "$bin/logs/$label-dump.log" "$bin/logs/$label-restore.log"
   echo "    checkpoint $ck s (image $size), restore $rs s; memory: $a (ready $C_HASH)"
   if ((ok != 0)) || [[ $label == trace-* ]]; then cp "$bin/logs/$label-"* "$bin/keep/" 2>/dev/null; fi
