@@ -13,20 +13,30 @@ import { StrictReader } from "../core/json.ts";
 import { MAX_PID } from "../core/options.ts";
 import { INITIAL_STATE, type ProcessState, stepTo } from "../core/states.ts";
 import { readPages, type SavedPages } from "./memory.ts";
-import type { SimulatedGpu } from "./sim_gpu.ts";
+import { SimulatedGpu } from "./sim_gpu.ts";
 import type { MachineView } from "./machine_view.ts";
 import { SimulatedProcess } from "./sim_process.ts";
 import { mibToBytes } from "./timing.ts";
 
 const IMAGE_FORMAT = "ckpt-cuda-simulated-criu-image";
-const IMAGE_VERSION = 1;
+/** 2: `devices`, the GPUs the process saw, so that its images restore on another machine. */
+const IMAGE_VERSION = 2;
 const imageName = (pid: number): string => `process-${pid}.img`;
 const IMAGE_NAME = /^process-([1-9][0-9]{0,9})\.img$/;
 /** The state a CUDA process must be in to be dumped, and is in once restored. */
 export const CHECKPOINTED: ProcessState = stepTo("checkpoint");
 const FIELDS =
-  "format version pid parent threads command cuda libcuda inspectable state gpus memoryMiB"
+  "format version pid parent threads command cuda libcuda inspectable state gpus devices memoryMiB"
     .split(" ");
+/** The most GPUs an image names: as many as a simulated machine may have. */
+const MAX_GPUS = 1024;
+
+/** A GPU as an image remembers it: one the process saw on the machine it was dumped on. */
+export interface ImageGpu {
+  index: number;
+  uuid: string;
+  name: string;
+}
 
 /** The image of one process, all that brings it back (the state: checkpointed, or no CUDA). */
 export interface ProcessImage {
@@ -40,13 +50,50 @@ export interface ProcessImage {
   libcuda: boolean;
   inspectable: boolean;
   state: ProcessState;
+  /** The UUIDs of the GPUs it used, each one of `devices`. */
   gpus: string[];
+  /**
+   * Every GPU the process saw (the machine's), as a checkpointed CUDA process remembers them: a
+   * restore onto other GPUs maps each of them, as the driver measured on two H200s requires.
+   */
+  devices: ImageGpu[];
   memoryMiB: number;
   memory?: SavedPages;
 }
 
-/** The image of a process that can be dumped (checkpointed, or without CUDA). */
-export function imageOf(p: SimulatedProcess): ProcessImage {
+/**
+ * A GPU of the machine a process was dumped on, which the machine it was restored on lacks: what
+ * the restored process, checkpointed, remembers of it (criu brings a checkpointed CUDA process
+ * back on any machine; only the driver's restore needs GPUs). It is no GPU of this machine: it
+ * holds nothing, and the driver restores the process only with GPU pairs that map every one
+ * ({@link gpusSeenBy}).
+ */
+export class RememberedGpu extends SimulatedGpu {
+  /** Every GPU the process saw there, this one among them. */
+  readonly seen: readonly RememberedGpu[];
+
+  /** @internal one of `seen`, which is filled in once all are made */
+  constructor(gpu: ImageGpu, seen: readonly RememberedGpu[]) {
+    super(gpu.index, gpu.name, gpu.uuid, 0, 0);
+    this.seen = seen;
+  }
+}
+
+/**
+ * The GPUs of another machine that `p` saw when it was checkpointed there, where criu restored it
+ * here from that machine's images; `undefined` where it saw this machine's.
+ */
+export function gpusSeenBy(p: SimulatedProcess): readonly SimulatedGpu[] | undefined {
+  const first = p.gpus[0];
+  return first instanceof RememberedGpu ? first.seen : undefined;
+}
+
+/**
+ * The image of a process that can be dumped (checkpointed, or without CUDA); `machineGpus`: the
+ * GPUs of the machine it runs on, which it saw.
+ */
+export function imageOf(p: SimulatedProcess, machineGpus: readonly SimulatedGpu[]): ProcessImage {
+  const seen = gpusSeenBy(p) ?? machineGpus;
   return {
     format: IMAGE_FORMAT,
     version: IMAGE_VERSION,
@@ -59,9 +106,32 @@ export function imageOf(p: SimulatedProcess): ProcessImage {
     inspectable: p.inspectable,
     state: p.usesCuda ? CHECKPOINTED : INITIAL_STATE,
     gpus: p.gpuUuids,
+    devices: seen.map(({ index, uuid, name }) => ({ index, uuid, name })),
     memoryMiB: p.memoryMiB,
     ...(p.usesCuda ? { memory: p.savedPages() } : {}),
   };
+}
+
+/**
+ * The GPUs of `host` that the image's process used, where it saw `host`'s GPUs (every one of its
+ * `devices` is one of them, by UUID: restored in place); else the GPUs it remembers of the
+ * machine it was dumped on ({@link RememberedGpu}), as criu brings it back anywhere. The image
+ * must be whole: each of its `gpus` one of its `devices` ({@link strayGpu}).
+ */
+export function gpusOf(host: MachineView, image: ProcessImage): SimulatedGpu[] {
+  const here = new Map(host.gpus.map((g) => [g.uuid, g]));
+  if (image.devices.every((d) => here.has(d.uuid))) {
+    return image.gpus.map((uuid) => here.get(uuid)!);
+  }
+  const seen: RememberedGpu[] = [];
+  for (const d of image.devices) seen.push(new RememberedGpu(d, seen));
+  Object.freeze(seen);
+  return image.gpus.map((uuid) => seen.find((g) => g.uuid === uuid)!);
+}
+
+/** The first of the image's `gpus` that is none of its `devices` (a corrupt image), if any. */
+export function strayGpu(image: ProcessImage): string | undefined {
+  return image.gpus.find((uuid) => !image.devices.some((d) => d.uuid === uuid));
 }
 
 /** A process made from its image, with a new start number; the root of the tree has no parent. */
@@ -199,10 +269,30 @@ function readImage(file: string, pid: number, log: EngineLog): ProcessImage {
     libcuda,
     inspectable: read.boolean(v.inspectable, "inspectable"),
     state,
-    gpus: read.array(v.gpus, "gpus", 1).map((g, i) => read.uuid(g, `gpus[${i}]`)),
+    gpus: read.array(v.gpus, "gpus", 1, MAX_GPUS).map((g, i) => read.uuid(g, `gpus[${i}]`)),
+    devices: readDevices(read, v.devices),
     memoryMiB,
     ...(cuda ? { memory: readPages(read, v.memory, mibToBytes(memoryMiB), "memory") } : {}),
   };
+}
+
+/** An image's `devices`: the GPUs its process saw, each once. */
+function readDevices(read: StrictReader, value: unknown): ImageGpu[] {
+  const devices = read.array(value, "devices", 1, MAX_GPUS).map((d, i) => {
+    const at = `devices[${i}]`;
+    const gpu = read.object(d, at, ["index", "uuid", "name"]);
+    return {
+      index: read.integer(gpu.index, `${at}.index`, 0, MAX_GPUS - 1),
+      uuid: read.uuid(gpu.uuid, `${at}.uuid`),
+      name: read.string(gpu.name, `${at}.name`, 256),
+    };
+  });
+  devices.forEach((d, i) => {
+    if (devices.findIndex((e) => e.uuid === d.uuid) !== i) {
+      read.refuse(`devices[${i}]`, `devices names ${d.uuid} twice`);
+    }
+  });
+  return devices;
 }
 
 /** `err` as it is, where it is a failure already made; else a failure of `what`, naming it. */

@@ -29,10 +29,12 @@ import {
   CHECKPOINTED,
   emptyDirectory,
   EngineLog,
+  gpusOf,
   imageOf,
   type ProcessImage,
   readTree,
   restoredProcess,
+  strayGpu,
   writeImage,
 } from "./criu_files.ts";
 import type { MachineView } from "./machine_view.ts";
@@ -67,7 +69,8 @@ const PIECE_BYTES = 0.5e9;
  * ({@link CRIU_TIMING}). A dump refuses a CUDA process that is not checkpointed (criu cannot dump
  * its GPU mappings); a restored one is checkpointed, a new process with its old pid and a new start
  * number (a `CudaProcess` made for the dumped one refuses it: `REPLACED`); the restored root has no
- * parent. {@link SimulatedCriu.failNext} makes a run fail, as criu can; an `AbortSignal` stops it.
+ * parent. Images taken on another simulated machine restore too (a snapshot copied there).
+ * {@link SimulatedCriu.failNext} makes a run fail, as criu can; an `AbortSignal` stops it.
  *
  * @example
  * ```ts
@@ -154,7 +157,9 @@ export class SimulatedCriu implements SnapshotEngine {
   /**
    * Restores the tree of `request.root` from `request.imagesDir`, its processes existing from the
    * start (criu forks them first). Rejects with an `EngineError`, leaving none of them, where an
-   * image is amiss, an id is taken (`Can't fork for PID N`), a GPU is missing, or it is stopped.
+   * image is amiss, an id is taken (`Can't fork for PID N`), or it is stopped. Like criu, it needs
+   * no GPU: images of another machine's processes come back here, checkpointed, remembering the
+   * GPUs they saw there, and the driver's restore then needs GPU pairs for them.
    */
   restore(request: RestoreRequest): Promise<void> {
     return this.#operate("restore", request, (r, run, log) => this.#restore(r, run, log));
@@ -222,7 +227,8 @@ export class SimulatedCriu implements SnapshotEngine {
       if (why) throw log.error(why);
     }
     emptyDirectory(r.imagesDir, log);
-    const images = tree.map(imageOf); // taken now: criu freezes the tree first
+    // Taken now: criu freezes the tree first.
+    const images = tree.map((p) => imageOf(p, this.#machine.gpus));
     await this.#fixedCost("dump", run, log);
     let written = 0;
     for (const image of images) {
@@ -288,17 +294,22 @@ export class SimulatedCriu implements SnapshotEngine {
     }
   }
 
-  /** The GPUs of this machine that an image names. */
+  /**
+   * The GPUs the image's process used: this machine's where it saw them, else those it remembers
+   * of the machine it was dumped on (criu restores a checkpointed CUDA process anywhere; the
+   * driver's restore then needs GPU pairs). Refused where the image is not whole.
+   */
   #gpusOf(image: ProcessImage, log: EngineLog): SimulatedGpu[] {
-    return image.gpus.map((uuid) => {
-      const gpu = this.#machine.gpus.find((g) => g.uuid === uuid);
-      if (!gpu) {
-        throw log.error(
-          `the image of process ${image.pid} names GPU ${uuid}, which this simulated machine lacks`,
-        );
-      }
-      return gpu;
-    });
+    const stray = strayGpu(image);
+    if (stray) {
+      const here = this.#machine.gpus.some((g) => g.uuid === stray);
+      throw log.error(
+        `the image of process ${image.pid} names GPU ${stray}, which ${
+          here ? "this simulated machine has but" : "this simulated machine lacks and"
+        } the process did not see when it was dumped (its devices): the image is corrupt`,
+      );
+    }
+    return gpusOf(this.#machine, image);
   }
 }
 

@@ -29,6 +29,7 @@ import type {
 import { CHECKPOINT_FUNCTIONS } from "../core/gate.ts";
 import { isFinal, memoryOnHost, type Step, stepAllowed, stepFrom, stepTo } from "../core/states.ts";
 import { formatGpuUuid } from "../core/uuid.ts";
+import { gpusSeenBy } from "./criu_files.ts";
 import type { FaultableOperation, PendingFault, QueryOperation } from "./faults.ts";
 import { instantly, type MachineView } from "./machine_view.ts";
 import type { SimulatedGpu } from "./sim_gpu.ts";
@@ -441,20 +442,36 @@ export class SimulatedDriver implements CheckpointDriver {
 
   /** The GPUs to restore onto, or why the mapping is rejected (INVALID_VALUE). */
   #mapGpus(proc: SimulatedProcess, pairs: readonly GpuPair[]): SimulatedGpu[] | string {
-    if (pairs.length === 0) return proc.gpus;
+    // The GPUs the process saw when it was checkpointed: this machine's, or, where criu restored
+    // it from another machine's images, that machine's (not measured: modelled on the rule below,
+    // which on one machine is the same thing).
+    const elsewhere = gpusSeenBy(proc);
+    if (pairs.length === 0) {
+      return elsewhere
+        ? `the process was checkpointed on another machine's GPUs (${
+          elsewhere.map((g) => g.uuid).join(", ")
+        }): restoring it here needs GPU pairs`
+        : proc.gpus;
+    }
+    const seen = elsewhere ?? this.#machine.gpus;
+    const fromUuid = new Map(seen.map((g) => [g.uuid, g]));
     const byUuid = new Map(this.#machine.gpus.map((g) => [g.uuid, g]));
     const map = new Map<SimulatedGpu, SimulatedGpu>();
     for (const pair of pairs) {
-      const from = byUuid.get(formatGpuUuid(pair.oldUuid));
+      const from = fromUuid.get(formatGpuUuid(pair.oldUuid));
       const to = byUuid.get(formatGpuUuid(pair.newUuid));
-      if (!from) return `old UUID ${formatGpuUuid(pair.oldUuid)} is not a GPU of this machine`;
+      if (!from) {
+        return `old UUID ${formatGpuUuid(pair.oldUuid)} is not a GPU of ${
+          elsewhere ? "the machine the process was checkpointed on" : "this machine"
+        }`;
+      }
       if (!to) return `new UUID ${formatGpuUuid(pair.newUuid)} is not a GPU of this machine`;
       if (map.has(from)) return `GPU ${from.index} (${from.uuid}) is mapped twice`;
       map.set(from, to);
     }
     // Measured on two H200s: a mapping that leaves out a GPU the driver sees is INVALID_VALUE,
     // even a GPU the process never used, and so is one that sends two GPUs onto one.
-    const left = this.#machine.gpus.find((g) => !map.has(g));
+    const left = seen.find((g) => !map.has(g));
     if (left) {
       return `the mapping leaves out GPU ${left.index} (${left.uuid}); it must name every GPU`;
     }
