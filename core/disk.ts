@@ -315,7 +315,11 @@ export async function readSnapshot(
   try {
     snap = await store.open(dir);
   } catch (err) {
-    throw refuse(`${dir} cannot be read as a snapshot: ${messageOf(err)}`);
+    // Where the store's sentence begins with the directory itself, it is said once.
+    const said = messageOf(err);
+    throw refuse(
+      said.startsWith(`${dir} `) ? said : `${dir} cannot be read as a snapshot: ${said}`,
+    );
   }
   try {
     const where = snap.path;
@@ -323,7 +327,10 @@ export async function readSnapshot(
       try {
         return await snap.readFile(name, max);
       } catch (err) {
-        throw refuse(`${where}/${name} cannot be read: ${messageOf(err)}`);
+        const said = messageOf(err);
+        throw refuse(
+          said.startsWith(`${where}/${name} `) ? said : `${where}/${name} cannot be read: ${said}`,
+        );
       }
     };
     const text = await read(MANIFEST_FILE, MANIFEST_MAX_BYTES);
@@ -334,7 +341,12 @@ export async function readSnapshot(
         }; \`cuda-checkpoint recover ${where}\` resumes the processes it left suspended`,
       );
     }
-    if (text === undefined) throw refuse(`${where} is not a snapshot: it has no ${MANIFEST_FILE}`);
+    if (text === undefined) {
+      throw refuse(
+        `${where} is not a snapshot: it has no ${MANIFEST_FILE}, which a snapshot writes last ` +
+          `(a copy made before the snapshot ended, or one that left it out, has none)`,
+      );
+    }
     const manifest = parseManifest(text, `${where}/${MANIFEST_FILE}`, operation);
     let verified: boolean;
     try {

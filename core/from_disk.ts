@@ -121,12 +121,15 @@ export async function restoreFrom(
     const version = await driver.driverVersion();
     const taken = manifest.driver;
     if (version.code === CUDA_SUCCESS && version.value !== taken.cudaVersion) {
+      const wanted = `CUDA ${formatDriverVersion(taken.cudaVersion)}${
+        taken.release ? ` (${taken.release})` : ""
+      }`;
       throw prerequisite(
         o.operation,
-        `the snapshot was taken with a driver of CUDA ${formatDriverVersion(taken.cudaVersion)}${
-          taken.release ? ` (${taken.release})` : ""
-        }, and this machine's is CUDA ${formatDriverVersion(version.value)}: a process comes ` +
-          `back with the libcuda it had, which needs the same driver`,
+        `the snapshot was taken with a driver of ${wanted}, and this machine's is CUDA ${
+          formatDriverVersion(version.value)
+        }: a process comes back with the libcuda it had, which needs the same driver, so ` +
+          `restore it on a machine whose driver is ${wanted}`,
       );
     }
     await checkPidsFree(manifest, host, o.operation);
@@ -307,13 +310,16 @@ async function checkPidsFree(
     code: "PID_TAKEN",
     operation,
     pid: use.id,
-    reason: `${which} must be free for the snapshot's process to come back, and ${how}${hint}`,
+    reason: `${which} must be free for the snapshot's process to come back, and ${how}${hint}; ` +
+      `end that process, or restore where ${use.id} is free`,
   });
 }
 
 /**
  * The snapshot's GPUs onto this machine's by index: none where they are the same GPUs (in
- * place); each onto the GPU of the same index otherwise (the mapping check then checks its chip).
+ * place); each onto the GPU of the same index otherwise, which must be of the same chip (the
+ * mapping check then checks the rest). Refused, in one sentence naming both sides, where this
+ * machine has fewer GPUs than the snapshot or GPUs of another chip at those indices.
  */
 function derivedMapping(
   manifest: Manifest,
@@ -322,17 +328,47 @@ function derivedMapping(
 ): GpuPair[] {
   const here = new Set(gpus.map((g) => g.uuid.toLowerCase()));
   if (manifest.gpus.every((g) => here.has(g.uuid.toLowerCase()))) return [];
-  return manifest.gpus.map((g) => {
-    const to = gpus.find((h) => h.index === g.index);
-    if (!to) {
-      throw mappingRefused(
-        operation,
-        `the snapshot's GPU ${g.index} (${g.uuid}, ${g.name}) has no GPU of the same index ` +
-          `here; this machine has ${gpus.length}: give a gpuMapping (--device-map)`,
-      );
-    }
-    return { oldUuid: parseGpuUuid(g.uuid), newUuid: parseGpuUuid(to.uuid) };
-  });
+  const taken = `${manifest.gpus.length} GPU${manifest.gpus.length === 1 ? "" : "s"}`;
+  const chips = chipsOf(manifest.gpus);
+  if (gpus.length < manifest.gpus.length) {
+    throw mappingRefused(
+      operation,
+      `the snapshot was taken where the driver saw ${taken} (${chips}), and this machine has ` +
+        `${gpus.length} (${chipsOf(gpus) || "none"}): each of the snapshot's GPUs is restored ` +
+        `onto one of its own, so restore it on a machine with at least ${taken} of its chip`,
+    );
+  }
+  const pairs = manifest.gpus.map((g) => ({ from: g, to: gpus.find((h) => h.index === g.index) }));
+  const crossing = pairs.find(({ from, to }) => to && to.name !== from.name);
+  if (crossing || pairs.some(({ to }) => !to)) {
+    // Enough GPUs of the snapshot's chips, at other indices: a mapping can say which.
+    const enough = [...new Set(manifest.gpus.map((g) => g.name))].every((name) =>
+      gpus.filter((h) => h.name === name).length >=
+        manifest.gpus.filter((g) => g.name === name).length
+    );
+    const { from, to } = crossing ?? pairs.find(({ to }) => !to)!;
+    throw mappingRefused(
+      operation,
+      `the snapshot's GPU ${from.index} (${from.uuid}) is an ${from.name}, and this machine's ${
+        to ? `GPU ${to.index} (${to.uuid}) is an ${to.name}` : `GPUs are ${chipsOf(gpus)}`
+      }: a process is restored only onto GPUs of the chip it was checkpointed on, so ${
+        enough
+          ? "give a gpuMapping (--device-map) onto GPUs of that chip"
+          : `restore it on a machine with ${taken} of that chip (${chips})`
+      }`,
+    );
+  }
+  return pairs.map(({ from, to }) => ({
+    oldUuid: parseGpuUuid(from.uuid),
+    newUuid: parseGpuUuid(to!.uuid),
+  }));
+}
+
+/** GPUs by chip, counted: `2 x NVIDIA H200`, `1 x NVIDIA H200 and 1 x NVIDIA H100 80GB HBM3`. */
+function chipsOf(gpus: readonly GpuInfo[]): string {
+  const count = new Map<string, number>();
+  for (const g of gpus) count.set(g.name, (count.get(g.name) ?? 0) + 1);
+  return [...count].map(([name, n]) => `${n} x ${name}`).join(" and ");
 }
 
 function mappingRefused(operation: string, reason: string): RefusedError {

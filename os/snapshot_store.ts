@@ -29,6 +29,9 @@ const DIR = O_RDONLY | O_DIRECTORY | O_NOFOLLOW;
 const FILE = O_RDONLY | O_NOFOLLOW | O_NONBLOCK;
 const NAME = /^[A-Za-z0-9_][A-Za-z0-9._-]{0,200}$/;
 const HINT = "a snapshot's directory must be this user's and private (chmod 700)";
+/** What to do with a snapshot another user's copy made: said after {@link HINT}. */
+const COPY = ", so copy it as the user who will restore it (tar or rsync -a run by that user), " +
+  "or give it to that user (chown -R)";
 
 /** The file system's snapshots: see the module documentation. */
 export class FileSnapshotStore implements SnapshotStore {
@@ -212,7 +215,9 @@ async function notOpened(shown: string, through: string, kind: string, err: unkn
 /** The snapshot's own directory: this user's, and nobody else may write in it. */
 async function checkOwn(where: string, handle: FileHandle): Promise<void> {
   const fault = ownerFault(await handle.stat());
-  if (fault) throw new Error(`${where} ${fault}; ${HINT}`);
+  if (fault) {
+    throw new Error(`${where} ${fault}; ${HINT}${fault.startsWith("belongs") ? COPY : ""}`);
+  }
 }
 
 /** Something inside a snapshot: root's or this user's, and nobody else may write it. */
@@ -221,9 +226,21 @@ async function checkInside(shown: string, handle: FileHandle, kind: "file" | "di
   if (kind === "file" ? !st.isFile() : !st.isDirectory()) {
     throw new Error(`${shown} is not a ${kind === "file" ? "regular file" : "directory"}`);
   }
-  const fault = ownerFault(st, { rootToo: true });
-  if (fault) throw new Error(`${shown} ${fault}`);
+  refuseInside(shown, st);
   return st;
+}
+
+/** Throws where something inside a snapshot is another user's or others may write it. */
+function refuseInside(shown: string, st: { uid: number; mode: number }): void {
+  const fault = ownerFault(st, { rootToo: true });
+  if (!fault) return;
+  throw new Error(
+    `${shown} ${fault}; ${
+      fault.startsWith("belongs")
+        ? `what a snapshot holds must be root's or this user's${COPY}`
+        : "nobody else may write what a snapshot holds (chmod go-w)"
+    }`,
+  );
 }
 
 /** A snapshot's directory, open: see the module documentation. */
@@ -283,8 +300,7 @@ class FileSnapshotDir implements SnapshotDir {
     checkName(name);
     const shown = `${this.path}/${name}`;
     return await readSmallFile(`${this.base}/${name}`, shown, maxBytes, (st) => {
-      const fault = ownerFault(st, { rootToo: true });
-      if (fault) throw new Error(`${shown} ${fault}`);
+      refuseInside(shown, st);
     });
   }
 
@@ -334,7 +350,8 @@ class FileSnapshotDir implements SnapshotDir {
       if (!bySub.has(sub)) bySub.set(sub, new Map());
       bySub.get(sub)!.set(name, f);
     }
-    for (const name of await readdir(this.base)) {
+    const present = new Set(await readdir(this.base));
+    for (const name of present) {
       if (!bySub.has(name) && name !== "manifest.json") {
         throw new Error(
           `${this.path}/${name} is not part of the snapshot: its manifest does not list it`,
@@ -344,6 +361,13 @@ class FileSnapshotDir implements SnapshotDir {
     const opened: { file: SnapshotFile; handle: FileHandle }[] = [];
     try {
       for (const [sub, listed] of bySub) {
+        if (!present.has(sub)) {
+          throw new Error(
+            `${this.path}/${sub} is missing, which the manifest lists with ${listed.size} ` +
+              `file${listed.size === 1 ? "" : "s"}: the snapshot is incomplete, or a copy of it ` +
+              `left the directory out`,
+          );
+        }
         const dir = await this.#sub(sub);
         const names = new Set(await readdir(pinned(dir)));
         for (const name of names) {
@@ -356,7 +380,10 @@ class FileSnapshotDir implements SnapshotDir {
         }
         for (const [name, file] of listed) {
           if (!names.has(name)) {
-            throw new Error(`${this.path}/${file.path} is missing: the snapshot is incomplete`);
+            throw new Error(
+              `${this.path}/${file.path} is missing, which the manifest lists (${file.bytes} ` +
+                `bytes): the snapshot is incomplete, or a copy of it left the file out`,
+            );
           }
           const { handle, size } = await this.#existing(dir, `${this.path}/${file.path}`, name);
           opened.push({ file, handle });
