@@ -34,7 +34,12 @@
 #    ours' whole process group 4.5 s in, as a terminal's Ctrl-C: exit 130, the same.
 # i. SIGKILL in the middle of a snapshot of a 4 GiB target: the target is left suspended;
 #    `recover DIR` resumes it, hash intact, and the directory is emptied.
-# SNAPSHOT_CASES picks cases by letter (default abcdefghi).
+# j. A snapshot that moves: a 1 GiB target snapshotted; the directory copied with tar (modes and
+#    owners kept) into another directory and the original removed; inspect --verify of the copy
+#    passes; a second copy with its largest image removed is refused by restore-snapshot (code
+#    SNAPSHOT, the file named as missing, nothing made: the pid free); restore-snapshot from the
+#    first copy brings the target back, hash intact. About 20 s.
+# SNAPSHOT_CASES picks cases by letter (default abcdefghij).
 #
 # The targets are tests/gpu/target.cu in fifo mode (as in criu_cli.sh): setsid, stdin /dev/null,
 # stdout to a file, commands through a named fifo. Every check is one line PASS/FAIL/SKIP; the
@@ -62,7 +67,7 @@ dry=${SNAPSHOT_DRY_RUN:-}
 out=${OUT:-tests/gpu/out}
 bin=/tmp/ckpt-snap${dry:+-dry}
 budget=${SNAPSHOT_BUDGET:-290}
-cases=${SNAPSHOT_CASES:-abcdefghi}
+cases=${SNAPSHOT_CASES:-abcdefghij}
 read -r -a sizes_a <<<"${SIZES_A:-1024 4096}"
 mkdir -p "$out" "$bin"
 rm -rf "${bin:?}"/t-* "${bin:?}"/snap-* "$bin/logs"
@@ -625,6 +630,56 @@ if skip_unless 60 i && start_target i 4096; then
   [[ -z $(ls -A "$snap" 2>/dev/null) ]]
   check "i: the partial snapshot is gone ($(ls -A "$snap" 2>/dev/null | paste -sd' '))" $?
   rm -rf "$snap"
+  stop_target "$d" "$p"
+fi
+
+# ---- j. a snapshot that moves ----
+echo
+echo "== j. a snapshot copied elsewhere with tar, the original removed: verified, restored from the copy"
+if skip_unless 60 j && start_target j 1024; then
+  d=$T_DIR p=$T_PID h=$T_HASH
+  snap=$bin/snap-j moved=$bin/snap-j-moved broken=$bin/snap-j-broken
+  rm -rf "$snap" "$moved" "$broken"
+  mkdir -m 700 "$moved" "$broken"
+  ck j-snapshot 240 snapshot --pid "$p" --dir "$snap" --json
+  snap_ok j-snapshot && [[ $rc == 0 ]]
+  check "j: snapshot of a 1 GiB target: ok" $? "exit $rc"
+  wait_gone "$p"
+  # copy FROM INTO: FROM's directory into the directory INTO, through tar, modes and owners kept.
+  copy() { timeout 120 bash -o pipefail -c 'tar -C "$(dirname "$1")" -cpf - "$(basename "$1")" | tar -C "$2" -xpf -' _ "$1" "$2"; }
+  # What each entry is, for comparing two copies: path, mode, owner, size.
+  entries() { (cd "$1" && find . -printf '%P %m %U %s\n' | sort); }
+  t0=$(now)
+  copy "$snap" "$moved"
+  crc=$?
+  t1=$(now)
+  copied=$moved/snap-j
+  [[ $crc == 0 && $(entries "$snap") == "$(entries "$copied")" ]]
+  check "j: tar copied $(gb "$(du -sb "$snap" | cut -f1)") to $copied in $(secs "$t0" "$t1") s, every mode, owner and size kept" $? "tar exit $crc"
+  rm -rf "$snap"
+  [[ ! -e $snap ]]
+  check "j: the original $snap removed" $?
+  ck j-verify 120 inspect --verify --dir "$copied" --json
+  [[ $rc == 0 && $(jv "$bin/j-verify.out" 'j["verified"]') == true ]]
+  check "j: inspect --verify of the copy: every digest as the manifest says" $? "exit $rc"
+  # A second copy, its largest image left out: refused before anything is made.
+  copy "$copied" "$broken"
+  img=$(ls -S "$broken/snap-j/tree-$p"/pages-*.img 2>/dev/null | head -1)
+  rm -f "$img"
+  ck j-broken 120 restore-snapshot --dir "$broken/snap-j" --json
+  msg=$(jv "$bin/j-broken.out" 'j["error"]["message"]')
+  [[ $rc == 1 && $(jv "$bin/j-broken.out" 'j["error"]["code"]') == SNAPSHOT &&
+    $msg == *"$(basename "${img:-none}") is missing, which the manifest lists"* ]]
+  check "j: a copy without $(basename "${img:-its image}") refused (exit $rc): $msg" $?
+  ! taken "$p"
+  check "j: nothing was made: pid $p is free" $?
+  rm -rf "$broken"
+  ck j-restore 240 restore-snapshot --dir "$copied" --json
+  snap_ok j-restore && [[ $rc == 0 && $(jv "$bin/j-restore.out" 'j["pids"]') == "[$p]" ]]
+  check "j: restore-snapshot from the copy: ok, pid $p back ($(jv "$bin/j-restore.out" 'round(j["ms"])') ms)" $? "exit $rc"
+  intact "j: restored from the copy" "$d" "$p" "$h"
+  ((rc != 0)) && keep_logs "$copied" j
+  rm -rf "$moved"
   stop_target "$d" "$p"
 fi
 
