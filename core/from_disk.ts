@@ -40,6 +40,7 @@ import { checkFlag, checkGpuMapping, checkOptions } from "./options.ts";
 import { onto } from "./room.ts";
 import { cudaRuns, memoryOnHost } from "./states.ts";
 import { formatGpuUuid, parseGpuUuid } from "./uuid.ts";
+import { olderVersion } from "./version.ts";
 
 /** A restore's options, checked. */
 export interface RestoreSettings extends ReturnType<typeof checkWhole> {
@@ -117,7 +118,19 @@ export async function restoreFrom(
 
   async function fromDir(snap: SnapshotDir, manifest: Manifest): Promise<RestoreSnapshotResult> {
     const where = snap.path;
-    await probing;
+    const probe = await probing;
+    const dumped = manifest.engine;
+    if (
+      dumped.kind === engine.kind && dumped.version && probe.version &&
+      olderVersion(probe.version, dumped.version, 2)
+    ) {
+      throw prerequisite(
+        o.operation,
+        `the snapshot's images were written by ${dumped.kind} ${dumped.version}, and this ` +
+          `machine's ${engine.kind} is ${probe.version}, which cannot read images of a newer ` +
+          `release, so restore it with ${dumped.kind} ${dumped.version} or later`,
+      );
+    }
     const version = await driver.driverVersion();
     const taken = manifest.driver;
     if (version.code === CUDA_SUCCESS && version.value !== taken.cudaVersion) {

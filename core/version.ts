@@ -7,3 +7,17 @@
 
 /** The version of `@ckpt/cuda`. */
 export const VERSION = "0.1.0";
+
+/**
+ * Whether the dotted version `version` is older than `than` (`"4.1.1"` is older than `"4.2"`); each
+ * part compared as a number, a missing part as 0. With `parts`, only the first so many are compared
+ * (2: major and minor). @internal
+ */
+export function olderVersion(version: string, than: string, parts = Infinity): boolean {
+  const a = version.split(".").map(Number), b = than.split(".").map(Number);
+  for (let i = 0; i < Math.min(Math.max(a.length, b.length), parts); i++) {
+    const x = a[i] ?? 0, y = b[i] ?? 0;
+    if (x !== y) return x < y;
+  }
+  return false;
+}

@@ -34,6 +34,7 @@ import {
   type SnapshotEngine,
 } from "../core/engine.ts";
 import { messageOf } from "../core/errors.ts";
+import { olderVersion } from "../core/version.ts";
 import { type Ending, GRACE_MS, type RunBound, runBounded, treeOf } from "./bounded_run.ts";
 import { errorCode, myUid } from "./private.ts";
 import { privateWorkBase, trustedLibraryDir, trustedProgram } from "./trusted.ts";
@@ -137,10 +138,10 @@ class CriuEngine implements SnapshotEngine {
             `${LIBRARY_ENV_VAR} or the libraryDir option)`
           : "";
         problems.push(`${criu.path} does not run as criu (criu --version gave no version)${hint}.`);
-      } else if (older(version, CRIU_MIN_VERSION)) {
+      } else if (olderVersion(version, CRIU_MIN_VERSION)) {
         problems.push(
           `criu ${version} at ${criu.path} is too old: this package needs criu ` +
-            `${CRIU_MIN_VERSION} or later (tested with 4.1.1).`,
+            `${CRIU_MIN_VERSION} or later (tested with 4.1.1 and 4.2).`,
         );
       }
       if (myUid() !== 0) {
@@ -154,8 +155,16 @@ class CriuEngine implements SnapshotEngine {
         if (check.code !== 0 || !/Looks good/.test(check.stdout)) {
           const said = `${check.stdout}\n${check.stderr}`.split("\n").map((l) => l.trim())
             .filter(Boolean).slice(-4).join("; ");
+          // criu 4.0 reads the vDSO of kernels from 6.x (split vDSO areas, fixed in 4.1) wrongly,
+          // and its check fails on them though the kernel lacks nothing.
+          const vdso = olderVersion(version, "4.1") && /vdso/i.test(said)
+            ? ` criu ${version} cannot read this kernel's vDSO (criu 4.1 fixed that): use criu ` +
+              `4.1 or later.`
+            : "";
           problems.push(
-            `criu check reports that this kernel lacks what criu needs: ${said || "no output"}.`,
+            `criu check reports that this kernel lacks what criu needs: ${
+              said || "no output"
+            }.${vdso}`,
           );
         }
       }
@@ -443,16 +452,6 @@ function pstreeEntry(message: Uint8Array): DumpedProcess {
     parent,
     threads: threads.includes(pid) ? [pid, ...threads.filter((t) => t !== pid)] : [pid, ...threads],
   };
-}
-
-/** Whether `version` is older than `min` (dotted numbers). */
-function older(version: string, min: string): boolean {
-  const a = version.split(".").map(Number), b = min.split(".").map(Number);
-  for (let i = 0; i < Math.max(a.length, b.length); i++) {
-    const x = a[i] ?? 0, y = b[i] ?? 0;
-    if (x !== y) return x < y;
-  }
-  return false;
 }
 
 /** Whether `file` is there as an executable file (following links); trust is checked after. */

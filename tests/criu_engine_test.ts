@@ -246,8 +246,20 @@ describe("what the probe reports missing", () => {
       if (root) {
         assert.equal(failing.problems.length, 1);
         assert.match(failing.problems[0], /criu check reports .*PTRACE_O_SUSPEND_SECCOMP/);
+        assert.doesNotMatch(failing.problems[0], /vDSO/, "no vDSO advice where it is not one");
         const fine = openCriuEngine({ criuPath: fakeCriu(s.dir) });
         assert.deepEqual((await fine.probe()).problems, []);
+        // criu 4.0's check fails on a 6.x kernel's vDSO: the problem says to take 4.1 or later.
+        const vdso = await openCriuEngine({
+          criuPath: fakeCriu(s.dir, { FAKE_CRIU_CHECK_FAILS: "vdso", FAKE_CRIU_VERSION: "4.0" }, {
+            name: "criu40",
+          }),
+        }).probe();
+        assert.equal(vdso.problems.length, 1);
+        assert.match(
+          vdso.problems[0],
+          /Unexpected rt vDSO area bounds.*criu 4\.0 cannot read this kernel's vDSO \(criu 4\.1 fixed that\): use criu 4\.1 or later\.$/,
+        );
       } else {
         assert.ok(failing.problems.some((p) => /Snapshots need root/.test(p)));
       }

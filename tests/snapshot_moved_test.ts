@@ -30,7 +30,9 @@ import process from "node:process";
 import { inspectSnapshot, RefusedError, restoreSnapshot, snapshot } from "../mod.ts";
 import { MANIFEST_FILE } from "../core/manifest.ts";
 import { parseGpuUuid } from "../core/uuid.ts";
-import { SimulatedMachine, type SimulatedMachineOptions } from "../mock/mod.ts";
+import type { Machine } from "../core/machine.ts";
+import { SimulatedCriu, SimulatedMachine, type SimulatedMachineOptions } from "../mock/mod.ts";
+import { machineWith } from "./support/forward.ts";
 import { snapshotSimulator } from "../mock/state_file.ts";
 import { cli } from "./cli_support.ts";
 
@@ -125,8 +127,9 @@ async function backOn(
   machine: SimulatedMachine,
   taken: Awaited<ReturnType<typeof takenOnA>>,
   dir: string,
+  through: Machine = machine,
 ) {
-  const back = await restoreSnapshot(dir, { machine });
+  const back = await restoreSnapshot(dir, { machine: through });
   assert.deepEqual(back.pids, taken.pids);
   const hashes = [];
   for (const pid of taken.cuda) {
@@ -315,6 +318,28 @@ describe("refused on the new machine before anything changes, in one sentence", 
       /^restoreSnapshot refused: the snapshot was taken with a driver of CUDA 13\.0 \(580\.159\.04\), and this machine's is CUDA 12\.8: a process comes back with the libcuda it had, which needs the same driver, so restore it on a machine whose driver is CUDA 13\.0 \(580\.159\.04\)$/,
     );
     await backOn(machineB(), taken, copy);
+  });
+
+  test("an older criu than the one that wrote the images: refused; with as new a criu it restores", async () => {
+    const taken = await takenOnA(); // the simulated criu 4.1.1 wrote it
+    const copy = copied(taken.dir);
+    const b = machineB();
+    const older = machineWith(b, { engine: new SimulatedCriu(b, { version: "4.0" }) });
+    const calls = b.driver.calls.length;
+    const before = listing(copy);
+    const err = await restoreSnapshot(copy, { machine: older }).then(() => undefined, (e) => e);
+    assert.ok(err instanceof RefusedError, `a RefusedError, got ${err}`);
+    assert.equal(err.code, "PREREQUISITE");
+    assert.match(
+      err.message,
+      /^restoreSnapshot refused: the snapshot's images were written by simulated criu 4\.1\.1, and this machine's simulated criu is 4\.0, which cannot read images of a newer release, so restore it with simulated criu 4\.1\.1 or later$/,
+    );
+    assert.deepEqual(b.processes, [], "no process was made");
+    assert.deepEqual(b.driver.calls.slice(calls).filter((c) => CHANGING.has(c.op)), []);
+    assert.deepEqual(listing(copy), before, "the snapshot is unchanged");
+    // A patch release of the same line, or a newer one, reads them.
+    const patch = machineWith(b, { engine: new SimulatedCriu(b, { version: "4.1" }) });
+    await backOn(b, taken, copy, patch);
   });
 
   test("a pid taken on the new machine: refused, naming it; once that process ends it restores", async () => {
