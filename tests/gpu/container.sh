@@ -35,7 +35,11 @@
 # Every check is one line PASS/FAIL/SKIP, counted at the end (tests/gpu/verdicts.sh). Log:
 # $OUT/container.txt; report: $OUT/container-report.md (every run, medians, ours/NVIDIA's);
 # $OUT/container-logs.tgz (criu's logs of the traced runs and of every failure, the traces).
-# CONTAINER_CASES picks cases by letter (default ab); CONTAINER_BUDGET (s, default 330) skips
+# g. the guard across criu (GUARD_MIB, default 4096): ours records what the process held at the
+#    plugin's checkpoint; a filler takes the GPU; `runc restore`: ours refuses the plugin's
+#    --action restore of the process criu made (another host pid and start) before the driver;
+#    the process stays checkpointed; the filler ends; `--toggle` restores it, memory intact.
+# CONTAINER_CASES picks cases by letter (default abg); CONTAINER_BUDGET (s, default 330) skips
 # runs that no longer fit. The pieces (ct_start, ct_checkpoint, ct_restore, ct_end) are functions,
 # for cases to come.
 #
@@ -59,7 +63,7 @@ runc_root=/tmp/runc
 rounds=${ROUNDS:-2}
 mib=${MIB:-1024}
 budget=${CONTAINER_BUDGET:-330}
-cases=${CONTAINER_CASES:-ab}
+cases=${CONTAINER_CASES:-abg}
 libdir_by=${CONTAINER_LIBDIR_BY:-conf}
 step_limit=$((60 + mib / 20)) # s, for one runc checkpoint or restore (111 s for 1 GiB)
 mark=ct-$$ # in the environment of every runc we start (and so of its criu): leftovers are ours
@@ -540,8 +544,71 @@ if [[ $cases == *b* ]]; then
 else
   verdict SKIP "b: not asked (CONTAINER_CASES=$cases)"
 fi
-# (The guard across criu, a restore through the plugin onto a full GPU refused by ours before the
-# driver, is to come as a case of its own here, built from ct_start, ct_checkpoint and ct_restore.)
+
+# ---- g. the guard across criu: a restore through the plugin onto a full GPU ----
+# Our binary recorded what the container's process held at the plugin's `--action checkpoint`
+# (keyed by host pid and start, with what outlasts criu: its pid in its namespace, its uid, its
+# command line). `runc restore` brings it back with another host pid and start; the plugin's
+# `--action restore` of it onto a GPU a filler has taken is refused by ours before the driver (on
+# driver 580 a restore that runs out of memory loses the process for good). criu 4.1.1 and 4.2 only
+# log the plugin's failure: runc restore succeeds and the process is left checkpointed. Once the
+# filler ends, `cuda-checkpoint --toggle` restores it: running, its GPU memory intact.
+gpu_free_mib() { nvidia-smi --query-gpu=memory.free --format=csv,noheader,nounits -i 0 2>/dev/null | tr -d ' '; }
+guard() {
+  local mg=${GUARD_MIB:-4096} label=g-guard p0 p1 rec s a fill fpid rc w ok=0 tr=$bin/trace-guard
+  echo
+  echo "== g. the guard across criu: our cuda-checkpoint under the plugin, $mg MiB, a full GPU at the restore"
+  if [[ -n $dry ]]; then verdict SKIP "g: the guard needs a GPU (dry run: $NO_GPU)"; return; fi
+  if (($(free_mib) < mg * 3 + 2048)); then verdict SKIP "g: $(free_mib) MiB free under $bin"; return; fi
+  make_tracer guard "$(prog_bin ours)"
+  ct_start "$label" "$mg" || { verdict FAIL "g: the container did not start"; ct_end; return; }
+  p0=$C_PID
+  ct_checkpoint "$label" "$tr"
+  check "g: runc checkpoint, the plugin running ours ($C_SECS s)" $? || { ct_end; return; }
+  for ((w = 0; w < 50; w++)); do alive "$p0" || break; sleep 0.1; done
+  rec=$(ls /run/ckpt-cuda/"$p0"-*.json 2>/dev/null | head -1)
+  echo "   the record of pid $p0: ${rec:-none}: $(cat "$rec" 2>/dev/null)"
+  [[ -n $rec ]] && ! alive "$p0" && grep -q '"mark":"1:0:[0-9a-f]\{64\}"' "$rec"
+  check "g: the container is gone; ours kept the record of what pid $p0 held, with its mark (pid 1 in its namespace, uid 0, its command line's SHA-256)" $? || ok=1
+  # A filler takes the GPU: 1 GiB less free than the process held.
+  fill=$(($(gpu_free_mib) - mg + 1024))
+  mkfifo "$bin/fin"
+  "$target" fill "$fill" <"$bin/fin" >"$bin/filler.out" 2>&1 &
+  fpid=$!
+  exec 4>"$bin/fin"
+  for _ in $(seq 150); do grep -q '^ready' "$bin/filler.out" && break; sleep 0.2; done
+  echo "   filler: pid $fpid holds $fill MiB; free now $(gpu_free_mib) MiB"
+  ct_restore "$label" "$tr"
+  check "g: runc restore -d exits 0 ($C_SECS s): criu only logs the plugin's failure" $? || ok=1
+  p1=$C_PID
+  echo "   the calls the plugin made of ours:"
+  sed 's/^/     /' "$tr.txt"
+  grep -A2 -- "call --action restore --pid ${p1:-x} " "$tr.txt" | grep -q 'rc=1' &&
+    grep -A2 -- "call --action restore --pid ${p1:-x} " "$tr.txt" | grep -q 'not enough free GPU memory for it: refused before asking the driver'
+  check "g: ours refused the plugin's --action restore of pid ${p1:-?} (the process criu made, was $p0): not enough free GPU memory, before the driver" $? || ok=1
+  s=$(timeout 30 "$(prog_bin ours)" --get-state --pid "${p1:-0}" 2>&1 | head -1)
+  [[ $s == checkpointed ]]
+  check "g: the container runs, its process checkpointed (state: $s), not lost" $? || ok=1
+  ls /run/ckpt-cuda/"${p1:-x}"-*.json >/dev/null 2>&1 && ! ls /run/ckpt-cuda/"$p0"-*.json >/dev/null 2>&1
+  check "g: the record moved to the process criu made (pid ${p1:-?})" $? || ok=1
+  echo exit >&4
+  exec 4>&-
+  wait "$fpid" 2>/dev/null
+  echo "   filler gone; free now $(gpu_free_mib) MiB"
+  timeout 60 "$(prog_bin ours)" --toggle --pid "${p1:-0}" >"$bin/g-toggle.txt" 2>&1
+  rc=$?
+  check "g: once there is room, cuda-checkpoint --toggle --pid ${p1:-?} restores it (exit $rc: $(head -1 "$bin/g-toggle.txt"))" "$rc" || ok=1
+  s=$(timeout 30 "$(prog_bin ours)" --get-state --pid "${p1:-0}" 2>&1 | head -1)
+  a=$(ask "$C_DIR" hash)
+  [[ $s == running && $a == "hash $C_HASH" ]]
+  check "g: running, GPU memory intact: $a (ready $C_HASH)" $? || ok=1
+  ((ok == 0)) || cp "$bin/logs/$label-"* "$tr.txt" "$bin/keep/" 2>/dev/null
+  cp "$tr.txt" "$bin/keep/" 2>/dev/null
+  rm -rf "$C_IMG"
+  ct_end
+  check "g: the target exited and the container was deleted" $?
+}
+if [[ $cases == *g* ]]; then guard; else verdict SKIP "g: not asked (CONTAINER_CASES=$cases)"; fi
 
 # ---- report ----
 med() { # PROGRAM COLUMN: the median of that column of the timed runs
