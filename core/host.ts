@@ -150,10 +150,11 @@ export interface HeldRecords {
   /**
    * The records of checkpointed processes that ended, kept because criu may bring them back
    * (a dump through criu's CUDA plugin ends the process it checkpointed): those with a
-   * {@link HeldRecord.mark}, for {@link ENDED_RECORD_KEEP_MS} after their checkpoint; their claims
-   * left out. Rejects where the records cannot be used at all.
+   * {@link HeldRecord.mark}, for 30 days after their checkpoint; their claims
+   * left out. Rejects where the records cannot be used at all. Left out where records keep none:
+   * then a process criu brought back is not known by the record of the one it was.
    */
-  ended(): Promise<HeldRecord[]>;
+  ended?(): Promise<HeldRecord[]>;
 }
 
 /**

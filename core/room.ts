@@ -375,6 +375,7 @@ export class RoomGuard {
    * the most: a restore refused for room is safe, one that runs out of memory is not.
    */
   async #cameBack(process: ProcessIdentity, records: HeldRecords): Promise<HeldRecord | undefined> {
+    if (!records.ended) return undefined;
     const mark = await this.#host?.lastingMark?.(process).catch(() => undefined);
     if (!mark) return undefined;
     const total = (r: HeldRecord) => Object.values(r.heldMiB).reduce((a, b) => a + b, 0);
