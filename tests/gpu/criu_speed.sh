@@ -48,6 +48,7 @@ set -uo pipefail
 unset BUN_BE_BUN
 cd "$(dirname "$0")/../.." || exit 1
 . tests/gpu/verdicts.sh
+. tests/gpu/setup.sh # our binary's Bun, the target or its stand-in
 dry=${CRIU_SPEED_DRY_RUN:-}
 out=${OUT:-tests/gpu/out}
 bin=/tmp/ckpt-criu-speed${dry:+-dry}
@@ -76,40 +77,24 @@ fail_setup() {
 }
 
 echo "== $(date -u +%FT%TZ) $(hostname) tests/gpu/criu_speed.sh${dry:+ (DRY RUN: fake libcuda, stand-in targets)}"
-echo "commit $(git rev-parse --short HEAD 2>/dev/null)$(git diff --quiet 2>/dev/null || echo ' (with changes)'); kernel $(uname -r); $(nproc) cores; $(free -g | awk '/^Mem:/ { print $2 " GiB of memory" }')"
-nvidia-smi --query-gpu=index,name,uuid,driver_version,memory.total,memory.used --format=csv,noheader 2>/dev/null ||
-  echo "(no nvidia-smi)"
-df -h /tmp | tail -1
+describe_machine
 echo "cases: $cases; rounds $rounds; budget $budget s; digests warm $warm_digests, cold $cold_digests"
 
 # Anything of this script's left behind (a target, a criu): ended at exit, by its command line.
-cleanup() {
-  local p
-  for p in $(pgrep -f "$bin/" 2>/dev/null); do
-    [[ $p == "$$" ]] && continue
-    grep -qaF "$bin/" "/proc/$p/cmdline" 2>/dev/null && kill -9 "$p" 2>/dev/null
-  done
-  rm -rf "${work:?}"
-}
-trap cleanup EXIT
+trap end_leftovers EXIT
 
 # ---- setup: the two criu, our binary's Bun, the target ----
-# unpack TGZ DIR: criu's tree into DIR (emptied first).
-unpack() {
-  [[ -f $1 ]] || return 1
-  rm -rf "$2" && mkdir -p "$2" && timeout 120 tar -C "$2" -xzf "$1"
-}
 if [[ -n $dry ]]; then
   criu_a=${CRIU_A:-${CKPT_CRIU_PATH:-/tmp/criu/usr/sbin/criu}}
   if [[ ! -x $criu_a ]]; then
-    unpack .carry/criu-cuda.tgz /tmp/criu-a || fail_setup "no criu: set CRIU_A, or carry .carry/criu-cuda.tgz"
+    unpack_tgz .carry/criu-cuda.tgz /tmp/criu-a fresh || fail_setup "no criu: set CRIU_A, or carry .carry/criu-cuda.tgz"
     criu_a=/tmp/criu-a/usr/sbin/criu
   fi
   criu_b=${CRIU_B:-$criu_a}
 else
-  unpack .carry/criu-cuda.tgz /tmp/criu-a ||
+  unpack_tgz .carry/criu-cuda.tgz /tmp/criu-a fresh ||
     fail_setup "unpacking .carry/criu-cuda.tgz (criu 4.1.1: bash tests/gpu/tools/carry-criu-cuda.sh)"
-  unpack .carry/criu-dev-cuda.tgz /tmp/criu-b ||
+  unpack_tgz .carry/criu-dev-cuda.tgz /tmp/criu-b fresh ||
     fail_setup "unpacking .carry/criu-dev-cuda.tgz (the newer criu: CRIU_OUT=.carry/criu-dev-cuda.tgz bash tests/gpu/tools/carry-criu-cuda.sh)"
   criu_a=/tmp/criu-a/usr/sbin/criu criu_b=/tmp/criu-b/usr/sbin/criu
 fi
@@ -121,53 +106,15 @@ for side in A B; do
   check "setup: criu $side at $c: ${v:-(no version)}; criu check says: $said" $?
 done
 
-if [[ -z $dry ]]; then
-  ours=$bin/cuda-checkpoint
-  if ! { timeout 120 xz -dc .carry/cuda-checkpoint-ours.xz >"$ours.tmp" && chmod +x "$ours.tmp" &&
-    mv "$ours.tmp" "$ours"; }; then
-    fail_setup "unpacking .carry/cuda-checkpoint-ours.xz (bash cli/carry.sh)"
-  fi
-  BUN=(env BUN_BE_BUN=1 "$ours" --preload ./tests/gpu/unset_bun_be_bun.ts)
-elif [[ -x ${OURS_BIN:-dist/cuda-checkpoint} ]]; then
-  BUN=(env BUN_BE_BUN=1 "$(realpath "${OURS_BIN:-dist/cuda-checkpoint}")" --preload ./tests/gpu/unset_bun_be_bun.ts)
-else
-  BUN=("$(realpath node_modules/.bin/bun)")
-fi
-v=$(timeout 60 "${BUN[@]}" --version 2>&1 | head -1)
-[[ $v =~ ^[0-9]+\.[0-9]+ ]]
-check "setup: Bun $v (${BUN[*]})" $?
+setup_bun
 
 if [[ -n $dry ]]; then
-  if ! timeout 120 cc -shared -fPIC -O2 -DFAKE_CUDA_DELAY_MS=20 -DFAKE_ONE_CHIP -o "$bin/libcuda.so.1" \
-    tests/fixtures/fake_libcuda.c -lpthread; then
-    fail_setup "cc tests/fixtures/fake_libcuda.c"
-  fi
+  fake_libcuda
   more+=(--libcuda "$bin/libcuda.so.1")
   target=$bin/stand-in-target
-  # target.cu's fifo mode in bash: "ready <pid> <pid> <hash>", then "hash" and "exit" through the
-  # fifo, one command per opening.
-  cat >"$target" <<'EOF'
-#!/bin/bash
-mode=${1:-cuda} mib=${2:-16} fifo=${3:-}
-if [[ $mode == fifo && -z $fifo ]]; then echo "target: fifo mode needs <MiB> <fifo path>" >&2; exit 2; fi
-h=$(printf '%x' $(((mib + 7) * 2654435761)))
-echo "ready $$ $$ $h"
-while :; do
-  [[ -p $fifo ]] || exit 0
-  read -r line <"$fifo" || continue
-  case $line in
-    hash*) echo "hash $h" ;;
-    exit*) exit 0 ;;
-    *) echo "error unknown command: $line" ;;
-  esac
-done
-EOF
-  chmod +x "$target"
+  write_stand_in "$target"
 else
-  target=$bin/target
-  t0=$SECONDS
-  timeout 180 nvcc -O2 -o "$target" tests/gpu/target.cu || fail_setup "nvcc tests/gpu/target.cu"
-  verdict PASS "setup: nvcc built tests/gpu/target.cu in $((SECONDS - t0)) s"
+  build_target
 fi
 [[ $("$target" fifo 2>&1) == *"fifo mode needs"* ]]
 check "setup: $target has the fifo mode" $?

@@ -32,6 +32,7 @@ set -uo pipefail
 unset BUN_BE_BUN
 cd "$(dirname "$0")/../.." || exit 1
 . tests/gpu/verdicts.sh
+. tests/gpu/setup.sh # criu, our binary's Bun, the target or its stand-in
 dry=${INTEGRITY_DRY_RUN:-}
 out=${OUT:-tests/gpu/out}
 bin=/tmp/ckpt-integrity${dry:+-dry}
@@ -53,93 +54,29 @@ exec > >(tee -a "$out/integrity.txt") 2>&1
 verdict() { echo "$1 $2"; echo "$1 $2" >>"$bin/verdicts.txt"; }
 # check NAME RC [WHY]: PASS where RC is 0, else FAIL (with WHY).
 check() { if [[ $2 == 0 ]]; then verdict PASS "$1"; else verdict FAIL "$1${3:+: $3}"; fi; }
+# fail_setup WHY: a FAIL and the summary; the script ends.
+fail_setup() {
+  verdict FAIL "setup: $1"
+  verdict_summary "$bin/verdicts.txt" integrity
+  exit 1
+}
 
 echo "== $(date -u +%FT%TZ) $(hostname) tests/gpu/integrity.sh${dry:+ (DRY RUN: fake libcuda, stand-in targets)}"
-echo "commit $(git rev-parse --short HEAD 2>/dev/null)$(git diff --quiet 2>/dev/null || echo ' (with changes)'); kernel $(uname -r); $(nproc) cores; $(free -g | awk '/^Mem:/ { print $2 " GiB of memory" }')"
-nvidia-smi --query-gpu=index,name,uuid,driver_version,memory.total,memory.used --format=csv,noheader 2>/dev/null ||
-  echo "(no nvidia-smi)"
-df -h /tmp | tail -1
+describe_machine
 
 # Anything of this script's left behind (a target, a criu): ended at exit, by its command line.
-cleanup() {
-  local p
-  for p in $(pgrep -f "$bin/" 2>/dev/null); do
-    [[ $p == "$$" ]] && continue
-    grep -qaF "$bin/" "/proc/$p/cmdline" 2>/dev/null && kill -9 "$p" 2>/dev/null
-  done
-  rm -rf "${work:?}"
-}
-trap cleanup EXIT
+trap end_leftovers EXIT
 
 # ---- setup: criu, our binary's Bun, the target ----
-criu=${CKPT_CRIU_PATH:-/tmp/criu/usr/sbin/criu}
-if [[ -z $dry || ! -x $criu ]]; then
-  criu=/tmp/criu/usr/sbin/criu
-  if ! { [[ -f .carry/criu-cuda.tgz ]] && mkdir -p /tmp/criu && timeout 120 tar -C /tmp/criu -xzf .carry/criu-cuda.tgz; }; then
-    verdict FAIL "setup: carry .carry/criu-cuda.tgz (bash tests/gpu/tools/carry-criu-cuda.sh)"
-    verdict_summary "$bin/verdicts.txt" integrity
-    exit 1
-  fi
-fi
-c=$(timeout 60 "$criu" check 2>&1 | tail -1)
-[[ $c == *"Looks good"* ]]
-check "setup: $("$criu" --version 2>/dev/null | head -1) at $criu: criu check says: $c" $?
-
-if [[ -z $dry ]]; then
-  ours=$bin/cuda-checkpoint
-  if ! { timeout 120 xz -dc .carry/cuda-checkpoint-ours.xz >"$ours.tmp" && chmod +x "$ours.tmp" &&
-    mv "$ours.tmp" "$ours"; }; then
-    verdict FAIL "setup: unpacking .carry/cuda-checkpoint-ours.xz (bash cli/carry.sh)"
-    verdict_summary "$bin/verdicts.txt" integrity
-    exit 1
-  fi
-  BUN=(env BUN_BE_BUN=1 "$ours" --preload ./tests/gpu/unset_bun_be_bun.ts)
-elif [[ -x ${OURS_BIN:-dist/cuda-checkpoint} ]]; then
-  BUN=(env BUN_BE_BUN=1 "$(realpath "${OURS_BIN:-dist/cuda-checkpoint}")" --preload ./tests/gpu/unset_bun_be_bun.ts)
-else
-  BUN=("$(realpath node_modules/.bin/bun)")
-fi
-v=$(timeout 60 "${BUN[@]}" --version 2>&1 | head -1)
-[[ $v =~ ^[0-9]+\.[0-9]+ ]]
-check "setup: Bun $v (${BUN[*]})" $?
-
+setup_criu
+setup_bun
 if [[ -n $dry ]]; then
-  if ! timeout 120 cc -shared -fPIC -O2 -DFAKE_CUDA_DELAY_MS=20 -DFAKE_ONE_CHIP -o "$bin/libcuda.so.1" \
-    tests/fixtures/fake_libcuda.c -lpthread; then
-    verdict FAIL "setup: cc tests/fixtures/fake_libcuda.c"
-    verdict_summary "$bin/verdicts.txt" integrity
-    exit 1
-  fi
+  fake_libcuda
   more+=(--libcuda "$bin/libcuda.so.1")
   target=$bin/stand-in-target
-  # target.cu's fifo mode in bash: "ready <pid> <pid> <hash>", then "hash" and "exit" through the
-  # fifo, one command per opening.
-  cat >"$target" <<'EOF'
-#!/bin/bash
-mode=${1:-cuda} mib=${2:-16} fifo=${3:-}
-if [[ $mode == fifo && -z $fifo ]]; then echo "target: fifo mode needs <MiB> <fifo path>" >&2; exit 2; fi
-h=$(printf '%x' $(((mib + 1) * 2654435761)))
-echo "ready $$ $$ $h"
-while :; do
-  [[ -p $fifo ]] || exit 0
-  read -r line <"$fifo" || continue
-  case $line in
-    hash*) echo "hash $h" ;;
-    exit*) exit 0 ;;
-    *) echo "error unknown command: $line" ;;
-  esac
-done
-EOF
-  chmod +x "$target"
+  write_stand_in "$target"
 else
-  target=$bin/target
-  t0=$SECONDS
-  if ! timeout 180 nvcc -O2 -o "$target" tests/gpu/target.cu; then
-    verdict FAIL "setup: nvcc tests/gpu/target.cu"
-    verdict_summary "$bin/verdicts.txt" integrity
-    exit 1
-  fi
-  verdict PASS "setup: nvcc built tests/gpu/target.cu in $((SECONDS - t0)) s"
+  build_target
 fi
 [[ $("$target" fifo 2>&1) == *"fifo mode needs"* ]]
 check "setup: $target has the fifo mode" $?

@@ -58,6 +58,7 @@ unset BUN_BE_BUN
 cd "$(dirname "$0")/../.." || exit 1
 . tests/gpu/verdicts.sh
 . tests/gpu/targets.sh
+. tests/gpu/setup.sh # criu, ours, the target or its stand-in
 rt=${1:-}
 case $rt in
   bun | deno) ;;
@@ -80,6 +81,11 @@ exec > >(tee -a "$out/snapshot-$rt.txt") 2>&1
 verdict() { echo "$1 $2"; echo "$1 $2" >>"$bin/verdicts.txt"; }
 # check NAME RC [WHY]: PASS where RC is 0, else FAIL (with WHY).
 check() { if [[ $2 == 0 ]]; then verdict PASS "$1"; else verdict FAIL "$1${3:+: $3}"; fi; }
+# fail_setup WHY: a FAIL; the script ends.
+fail_setup() {
+  verdict FAIL "setup: $1"
+  exit 1
+}
 left() { echo $((budget - SECONDS)); }
 now() { date +%s.%N; }
 secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
@@ -102,59 +108,20 @@ nvidia-smi --query-gpu=index,name,uuid,driver_version,memory.total,memory.used -
 df -h /tmp | tail -1
 
 # ---- setup: criu, ours, the target ----
-criu=${CKPT_CRIU_PATH:-/tmp/criu/usr/sbin/criu}
-if [[ -z $dry || ! -x $criu ]]; then
-  criu=/tmp/criu/usr/sbin/criu
-  if ! { [[ -f .carry/criu-cuda.tgz ]] && mkdir -p /tmp/criu && tar -C /tmp/criu -xzf .carry/criu-cuda.tgz; }; then
-    verdict FAIL "setup: carry .carry/criu-cuda.tgz (bash tests/gpu/tools/carry-criu-cuda.sh)"
-    exit 1
-  fi
-fi
+setup_criu
 export CKPT_CRIU_PATH=$criu
-c=$(timeout 60 "$criu" check 2>&1 | tail -1)
-[[ $c == *"Looks good"* ]]
-check "setup: $("$criu" --version 2>/dev/null | head -1) at $criu: criu check says: $c" $?
 
 if [[ -n $dry ]]; then
-  if ! timeout 120 cc -shared -fPIC -O2 -DFAKE_CUDA_DELAY_MS=20 -DFAKE_ONE_CHIP -o "$bin/libcuda.so.1" \
-    tests/fixtures/fake_libcuda.c -lpthread; then
-    verdict FAIL "setup: cc tests/fixtures/fake_libcuda.c"
-    exit 1
-  fi
+  fake_libcuda
   export CKPT_LIBCUDA_PATH=$bin/libcuda.so.1
   echo "dry run: CKPT_LIBCUDA_PATH=$CKPT_LIBCUDA_PATH (fake, two GPUs of one chip)"
-  # The target's fifo mode in bash: "ready <pid> <pid> <hash>", then "hash" and "exit" through the
-  # fifo, one command per opening; "fill" mode reads stdin and holds nothing.
-  cat >"$bin/stand-in-target" <<'EOF'
-#!/bin/bash
-mode=${1:-cuda} mib=${2:-16} fifo=${3:-}
-if [[ $mode == fifo && -z $fifo ]]; then echo "target: fifo mode needs <MiB> <fifo path>" >&2; exit 2; fi
-h=$(printf '%x' $(((mib + 1) * 2654435761)))
-echo "ready $$ $$ $h"
-while :; do
-  if [[ -n $fifo ]]; then
-    [[ -p $fifo ]] || exit 0
-    read -r line <"$fifo" || continue
-  else
-    read -r line || exit 0
-  fi
-  case $line in
-    hash*) echo "hash $h" ;;
-    exit*) exit 0 ;;
-    *) echo "error unknown command: $line" ;;
-  esac
-done
-EOF
-  chmod +x "$bin/stand-in-target"
+  write_stand_in "$bin/stand-in-target"
 fi
 case $rt in
   bun)
     if [[ -z $dry ]]; then
-      if ! { xz -dc .carry/cuda-checkpoint-ours.xz >"$bin/cuda-checkpoint.tmp" &&
-        chmod +x "$bin/cuda-checkpoint.tmp" && mv "$bin/cuda-checkpoint.tmp" "$bin/cuda-checkpoint"; }; then
-        verdict FAIL "setup: unpacking .carry/cuda-checkpoint-ours.xz (bash cli/carry.sh)"
-        exit 1
-      fi
+      unxz_to .carry/cuda-checkpoint-ours.xz "$bin/cuda-checkpoint" ||
+        fail_setup "unpacking .carry/cuda-checkpoint-ours.xz (bash cli/carry.sh)"
       CK=("$bin/cuda-checkpoint")
     else
       CK=("$(realpath "${OURS_BIN:-dist/cuda-checkpoint}")")
@@ -162,11 +129,8 @@ case $rt in
     ;;
   deno)
     if [[ -z $dry ]]; then
-      if ! { xz -dc .carry/deno.xz >"$bin/deno.tmp" && chmod +x "$bin/deno.tmp" &&
-        mv "$bin/deno.tmp" "$bin/deno"; }; then
-        verdict FAIL "setup: unpacking .carry/deno.xz (bash tests/gpu/tools/carry-runtimes.sh deno)"
-        exit 1
-      fi
+      unxz_to .carry/deno.xz "$bin/deno" ||
+        fail_setup "unpacking .carry/deno.xz (bash tests/gpu/tools/carry-runtimes.sh deno)"
       DENO=$bin/deno
     else
       DENO=$(realpath "${DENO_BIN:-node_modules/.bin/deno}")
@@ -186,13 +150,7 @@ target=${TARGET_BIN:-}
 if [[ -z $target && -n $dry ]]; then
   target=$bin/stand-in-target
 elif [[ -z $target ]]; then
-  target=$bin/target
-  t0=$SECONDS
-  if ! timeout 180 nvcc -O2 -o "$target" tests/gpu/target.cu; then
-    verdict FAIL "setup: nvcc tests/gpu/target.cu"
-    exit 1
-  fi
-  verdict PASS "setup: nvcc built tests/gpu/target.cu in $((SECONDS - t0)) s"
+  build_target
 fi
 [[ $("$target" fifo 2>&1) == *"fifo mode needs"* ]] || { verdict FAIL "setup: $target has no fifo mode"; exit 1; }
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
