@@ -334,40 +334,41 @@ ct_start() {
   echo "container $C_ID: host pid $C_PID, $2 MiB, hash $C_HASH"
 }
 
-# ct_checkpoint LABEL DIR: `runc checkpoint` with criu and the plugin running the cuda-checkpoint
-# in DIR; sets C_SECS and C_IMG; criu's log in $bin/logs/LABEL-dump.log.
-ct_checkpoint() {
-  local t0 rc
-  C_IMG=$bin/img-$1
-  rm -rf "$C_IMG" "$bin/work-$1"
+# ct_runc LABEL DIR ACTION LOG ARGS...: `runc ACTION ARGS...` (stdin /dev/null) with criu and the
+# plugin running the cuda-checkpoint in DIR, timed into C_SECS; runc's output in
+# $bin/logs/LABEL-runc-ACTION.txt, criu's LOG (in the work path $bin/work-LABEL) copied to
+# $bin/logs/LABEL-LOG; where runc fails, the ends of both printed. Its status is runc's.
+ct_runc() {
+  local label=$1 dir=$2 action=$3 log=$4 t0 rc
+  shift 4
   t0=$(now)
-  rn "$step_limit" "$2" checkpoint --image-path "$C_IMG" --work-path "$bin/work-$1" "$C_ID" >"$bin/logs/$1-runc-checkpoint.txt" 2>&1
+  rn "$step_limit" "$dir" "$action" "$@" </dev/null >"$bin/logs/$label-runc-$action.txt" 2>&1
   rc=$?
   C_SECS=$(secs "$t0" "$(now)")
-  cp "$bin/work-$1/dump.log" "$bin/logs/$1-dump.log" 2>/dev/null
+  cp "$bin/work-$label/$log" "$bin/logs/$label-$log" 2>/dev/null
   if ((rc != 0)); then
-    echo "runc checkpoint exited $rc: $(tail -5 "$bin/logs/$1-runc-checkpoint.txt")"
-    echo "the end of criu's dump.log:"
-    tail -20 "$bin/logs/$1-dump.log" 2>/dev/null | sed 's/^/    /'
+    echo "runc $action exited $rc: $(tail -5 "$bin/logs/$label-runc-$action.txt")"
+    echo "the end of criu's $log:"
+    tail -20 "$bin/logs/$label-$log" 2>/dev/null | sed 's/^/    /'
   fi
   return $rc
 }
 
+# ct_checkpoint LABEL DIR: `runc checkpoint` with criu and the plugin running the cuda-checkpoint
+# in DIR; sets C_SECS and C_IMG; criu's log in $bin/logs/LABEL-dump.log.
+ct_checkpoint() {
+  C_IMG=$bin/img-$1
+  rm -rf "$C_IMG" "$bin/work-$1"
+  ct_runc "$1" "$2" checkpoint dump.log --image-path "$C_IMG" --work-path "$bin/work-$1" "$C_ID"
+}
+
 # ct_restore LABEL DIR: `runc restore -d` the same way; sets C_SECS and C_PID (the new host pid).
 ct_restore() {
-  local t0 rc
-  t0=$(now)
-  rn "$step_limit" "$2" restore -d --image-path "$C_IMG" --work-path "$bin/work-$1" --bundle "$C_BUNDLE" "$C_ID" \
-    </dev/null >"$bin/logs/$1-runc-restore.txt" 2>&1
+  local rc
+  ct_runc "$1" "$2" restore restore.log -d --image-path "$C_IMG" --work-path "$bin/work-$1" \
+    --bundle "$C_BUNDLE" "$C_ID"
   rc=$?
-  C_SECS=$(secs "$t0" "$(now)")
-  cp "$bin/work-$1/restore.log" "$bin/logs/$1-restore.log" 2>/dev/null
   C_PID=$(host_pid "$C_ID")
-  if ((rc != 0)); then
-    echo "runc restore exited $rc: $(tail -5 "$bin/logs/$1-runc-restore.txt")"
-    echo "the end of criu's restore.log:"
-    tail -20 "$bin/logs/$1-restore.log" 2>/dev/null | sed 's/^/    /'
-  fi
   return $rc
 }
 
