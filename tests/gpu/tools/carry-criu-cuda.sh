@@ -34,6 +34,8 @@ if [[ -n ${CRIU_OUT:-} ]]; then
   [[ $CRIU_OUT == *.tgz ]] || { echo "CRIU_OUT must end in .tgz: $CRIU_OUT" >&2; exit 1; }
   out=$(realpath -m -- "$CRIU_OUT")
 fi
+# shellcheck source=tests/gpu/tools/debian_sources.sh
+. "$(dirname "$0")/debian_sources.sh"
 # shellcheck source=tests/gpu/tools/carry_dir.sh
 . "$(dirname "$0")/carry_dir.sh"
 version=${CRIU_VERSION:-4.1.1}
@@ -88,14 +90,10 @@ elif [[ -n $src ]]; then
   echo "no such source: $src" >&2
   exit 1
 else
-  uri=$(sed -n 's/^URIs: *//p' /etc/apt/sources.list.d/*.sources 2>/dev/null | head -1)
-  [[ -n $uri ]] || uri=$(awk '/^deb /{print $2; exit}' /etc/apt/sources.list 2>/dev/null)
-  [[ -n $uri ]] || { echo "cannot find this machine's Debian package mirror; pass a criu source" >&2; exit 1; }
-  mkdir -p "$work/lists/partial" "$work/dl"
-  echo "deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $uri $suite main" \
-    >"$work/sources.list"
-  apt=(apt-get -oDir::Etc::SourceList="$work/sources.list" -oDir::Etc::SourceParts=/dev/null
-    -oDir::State::Lists="$work/lists")
+  debian_sources "$work" deb-src "$suite" ||
+    { echo "cannot find this machine's Debian package mirror; pass a criu source" >&2; exit 1; }
+  mkdir -p "$work/dl"
+  apt=(apt-get "${apt_dirs[@]}")
   "${apt[@]}" update -qq 2>&1 | quiet
   # --print-uris gives 'URI' NAME SIZE SHA256:HEX per file of the source package.
   line=$(cd "$work/dl" && "${apt[@]}" source --print-uris -qq criu |

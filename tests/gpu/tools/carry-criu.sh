@@ -12,6 +12,8 @@
 #   mkdir -p /tmp/criu && tar -C /tmp/criu -xzf .carry/criu.tgz
 #   export LD_LIBRARY_PATH=/tmp/criu/usr/lib/x86_64-linux-gnu; /tmp/criu/usr/sbin/criu check
 set -euo pipefail
+# shellcheck source=tests/gpu/tools/debian_sources.sh
+. "$(dirname "$0")/debian_sources.sh"
 # shellcheck source=tests/gpu/tools/carry_dir.sh
 . "$(dirname "$0")/carry_dir.sh"
 suite=${CRIU_SUITE:-trixie}
@@ -20,14 +22,10 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 quiet() { grep -v -e unsandboxed -e '^$' || true; }
 
-uri=$(sed -n 's/^URIs: *//p' /etc/apt/sources.list.d/*.sources 2>/dev/null | head -1)
-[[ -n $uri ]] || uri=$(awk '/^deb /{print $2; exit}' /etc/apt/sources.list 2>/dev/null)
-[[ -n $uri ]] || { echo "cannot find this machine's Debian package mirror" >&2; exit 1; }
-mkdir -p "$work/lists/partial" "$work/deb" "$work/root"
-echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $uri $suite main" \
-  >"$work/sources.list"
-apt=(apt-get -oDir::Etc::SourceList="$work/sources.list" -oDir::Etc::SourceParts=/dev/null
-  -oDir::State::Lists="$work/lists")
+debian_sources "$work" deb "$suite" ||
+  { echo "cannot find this machine's Debian package mirror" >&2; exit 1; }
+mkdir -p "$work/deb" "$work/root"
+apt=(apt-get "${apt_dirs[@]}")
 "${apt[@]}" update -qq 2>&1 | quiet || echo "warning: apt-get update of $suite failed" >&2
 # criu and every library it links that a bare Debian or Ubuntu system may lack.
 packages=(criu libcompel1 libgnutls30t64 libnftables1 libnl-3-200 libprotobuf-c1 libnet1 libbsd0

@@ -21,6 +21,8 @@
 #   usr/share/doc/runc/carried.txt                 the packages' names, versions and suites
 # On the GPU machine (container.sh does it): mkdir -p /tmp/runc && tar -C /tmp/runc -xzf .carry/runc.tgz
 set -euo pipefail
+# shellcheck source=tests/gpu/tools/debian_sources.sh
+. "$(dirname "$0")/debian_sources.sh"
 # shellcheck source=tests/gpu/tools/carry_dir.sh
 . "$(dirname "$0")/carry_dir.sh"
 read -r -a suites <<<"${RUNC_SUITES:-bookworm trixie forky sid}"
@@ -30,15 +32,10 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 quiet() { grep -v -e unsandboxed -e '^$' || true; }
 
-uri=$(sed -n 's/^URIs: *//p' /etc/apt/sources.list.d/*.sources 2>/dev/null | head -1)
-[[ -n $uri ]] || uri=$(awk '/^deb /{print $2; exit}' /etc/apt/sources.list 2>/dev/null)
-[[ -n $uri ]] || { echo "cannot find this machine's Debian package mirror" >&2; exit 1; }
-mkdir -p "$work/lists/partial" "$work/deb" "$work/x" "$work/root"
-for s in "${suites[@]}"; do
-  echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $uri $s main"
-done >"$work/sources.list"
-apt=(-oDir::Etc::SourceList="$work/sources.list" -oDir::Etc::SourceParts=/dev/null
-  -oDir::State::Lists="$work/lists" -oAPT::Default-Release=)
+debian_sources "$work" deb "${suites[@]}" ||
+  { echo "cannot find this machine's Debian package mirror" >&2; exit 1; }
+mkdir -p "$work/deb" "$work/x" "$work/root"
+apt=("${apt_dirs[@]}" -oAPT::Default-Release=)
 apt-get "${apt[@]}" update -qq 2>&1 | quiet
 
 # madison PACKAGE: "VERSION SUITE" per suite that has it, newest first (apt-cache madison's third
