@@ -58,14 +58,17 @@ import process from "node:process";
 import { parseArgs } from "node:util";
 
 import {
+  childEnv,
   cmdlineHas,
   completeLines,
+  endRun,
   failure,
   freeMib,
-  killMarked,
   pidState,
   type Ran,
+  roundsWithin,
   runProgram,
+  scratchFolder,
 } from "./fifo_targets.ts";
 import { integers } from "./harness.ts";
 import { environment, fmt, median, publish, type Report, type Table } from "./report.ts";
@@ -121,15 +124,10 @@ const started = new Date();
 const t0 = performance.now();
 const elapsedMs = () => performance.now() - t0;
 const work = resolve(values.work);
-mkdirSync(work, { recursive: true, mode: 0o700 });
-const scratch = join(work, `run-${process.pid}`);
-rmSync(scratch, { recursive: true, force: true });
-mkdirSync(scratch, { mode: 0o700 });
+const scratch = scratchFolder(work);
 const noPlugins = join(scratch, "no-plugins"); // criu's --libdir: empty, so no CUDA plugin
 mkdirSync(noPlugins, { mode: 0o700 });
-const env: Record<string, string> = {};
-for (const [k, v] of Object.entries(process.env)) if (v !== undefined) env[k] = v;
-delete env.BUN_BE_BUN; // our binary must be itself, not Bun
+const env = childEnv(); // without BUN_BE_BUN: our binary must be itself, not Bun
 delete env.CRIU_CONFIG_FILE;
 delete env.CRIU_LIBS_DIR;
 let criuPath: string;
@@ -651,8 +649,6 @@ let disk: DiskRate[] = [];
 const versions: Record<string, string> = {};
 const skipped: string[] = [];
 const caseLabel = (n: number, mib: number) => `${n}x${mib}MiB`;
-// Targets of this run left behind (a failure, Ctrl-C): ended, by their command line.
-const kill = () => void killMarked(scratch);
 try {
   versions.ours = (await ours(["--version"])).out.trim();
   versions.criu = (await run(criuPath, ["--version"])).out.trim().split("\n")[0];
@@ -673,32 +669,20 @@ try {
   for (const [ci, count] of counts.entries()) {
     const mib = mibs[ci];
     const label = caseLabel(count, mib);
-    let lastRoundMs = 0;
-    for (let round = 0; round < roundsOf[ci]; round++, k++) {
-      const now = elapsedMs();
-      if (now > budgetS * 1000 || now + lastRoundMs > budgetS * 1000) {
-        skipped.push(
-          `${label}: rounds ${round}..${roundsOf[ci] - 1} not started, ${
-            fmt(now / 1000, 0)
-          } s into a ${budgetS} s budget (the last round ` +
-            `took ${fmt(lastRoundMs / 1000, 0)} s)`,
-        );
-        console.log(`skipped: ${skipped.at(-1)}`);
-        break;
-      }
+    await roundsWithin(roundsOf[ci], { budgetS, elapsedMs, skipped, label }, async (round) => {
       const order: SideName[] = k % 2 === 0 ? ["ours", "shell"] : ["shell", "ours"];
       for (const [i, side] of order.entries()) {
         runs.push(await oneRun(label, count, mib, round, side, i, false));
       }
-      lastRoundMs = elapsedMs() - now;
-    }
+      k++;
+    });
   }
 } catch (error) {
   console.error(error);
   exitCode = 1;
 } finally {
-  kill();
-  rmSync(scratch, { recursive: true, force: true });
+  // Targets of this run left behind (a failure): ended, by their command line.
+  endRun(scratch);
 }
 
 // ---- the report ----

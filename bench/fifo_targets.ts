@@ -3,9 +3,11 @@
 // stdin /dev/null, stdout to a file, its commands through a named fifo, one per opening, so that
 // criu has nothing it cannot dump and the target still answers after a restore. The benchmark
 // process is their parent and reaps them (a zombie keeps its pid, and a restore needs it free).
-// Also what such a benchmark runs besides: a program with a time limit (dd, df), the disk's own
-// read rate (dd), the page cache dropped, the wait until ended pids are free again, and the end of
-// every process a run left behind. Runs under Deno and Bun alike.
+// Also what such a benchmark runs besides: a program with a time limit (dd, df), the room left on
+// the disk, the disk's own read rate (dd), the page cache dropped, the wait until ended pids are
+// free again; and the frame of a run (bench/disk_bench.ts's too): its own folder, the environment
+// of its children, its rounds within a time budget, and the end of every process it left behind,
+// at its end or on SIGINT and SIGTERM. Runs under Deno and Bun alike.
 
 import { spawn } from "node:child_process";
 import {
@@ -16,11 +18,14 @@ import {
   openSync,
   readdirSync,
   readFileSync,
+  rmSync,
   writeFileSync,
   writeSync,
 } from "node:fs";
 import { join } from "node:path";
 import process from "node:process";
+
+import { fmt } from "./report.ts";
 
 /** A target that said it was ready. */
 export interface FifoTarget {
@@ -79,6 +84,14 @@ export async function freeMib(dir: string): Promise<number | undefined> {
   const r = await runProgram("df", ["-Pm", dir], 30_000);
   const n = Number(r.out.trim().split("\n")[1]?.split(/\s+/)[3]);
   return Number.isFinite(n) ? n : undefined;
+}
+
+/** Throws where `dir`'s file system has less than `need` MiB free for a run's images. */
+export async function needMib(dir: string, need: number): Promise<void> {
+  const free = await freeMib(dir);
+  if (free !== undefined && free < need) {
+    throw new Error(`${free} MiB free in ${dir}, the images need up to ${need} MiB`);
+  }
 }
 
 /** A run that failed, in one line. */
@@ -185,6 +198,83 @@ export function killMarked(marker: string): number {
     }
   }
   return killed;
+}
+
+/**
+ * This run's own folder, `<work>/run-<pid>` (`work` made where missing), made afresh with mode 0700.
+ * Every target of the run lives in it, so its path in a command line marks the run's processes.
+ */
+export function scratchFolder(work: string): string {
+  mkdirSync(work, { recursive: true, mode: 0o700 });
+  const scratch = join(work, `run-${process.pid}`);
+  rmSync(scratch, { recursive: true, force: true });
+  mkdirSync(scratch, { mode: 0o700 });
+  return scratch;
+}
+
+/** This process's environment for the programs it starts, without BUN_BE_BUN (ours must be itself). */
+export function childEnv(): Record<string, string> {
+  const env: Record<string, string> = {};
+  for (const [k, v] of Object.entries(process.env)) if (v !== undefined) env[k] = v;
+  delete env.BUN_BE_BUN;
+  return env;
+}
+
+/** The end of a run: every process of it (its command line names `scratch`) killed, the folder removed. */
+export function endRun(scratch: string): void {
+  killMarked(scratch);
+  rmSync(scratch, { recursive: true, force: true });
+}
+
+/** On SIGINT or SIGTERM: the end of the run (`endRun`), then exit 130 or 143. */
+export function endRunOnSignals(scratch: string): void {
+  const stop = (signal: string) => {
+    console.error(`${signal}: ending this run's targets and removing ${scratch}`);
+    endRun(scratch);
+    process.exit(signal === "SIGINT" ? 130 : 143);
+  };
+  process.once("SIGINT", () => stop("SIGINT"));
+  process.once("SIGTERM", () => stop("SIGTERM"));
+}
+
+/** The time budget of a run's rounds, and where to say which were not started. */
+export interface Budget {
+  /** Seconds from the run's start after which no round starts. */
+  budgetS: number;
+  /** ms since the run started. */
+  elapsedMs: () => number;
+  /** Receives one line where rounds were left out (it is printed as well). */
+  skipped: string[];
+  /** Said first in that line (a configuration's name, where a run has several). */
+  label?: string;
+}
+
+/**
+ * Runs `round(k)` for k = 0 .. `rounds` - 1 while the budget allows: no round starts after
+ * `budgetS`, nor one that the last round's time says would end after it. The rounds left out are
+ * said in one line, into `skipped` and printed.
+ */
+export async function roundsWithin(
+  rounds: number,
+  budget: Budget,
+  round: (k: number) => Promise<void>,
+): Promise<void> {
+  const { budgetS, elapsedMs, skipped, label } = budget;
+  let lastRoundMs = 0;
+  for (let k = 0; k < rounds; k++) {
+    const now = elapsedMs();
+    if (now > budgetS * 1000 || now + lastRoundMs > budgetS * 1000) {
+      skipped.push(
+        `${label ? `${label}: ` : ""}rounds ${k}..${rounds - 1} not started, ${
+          fmt(now / 1000, 0)
+        } s into a ${budgetS} s budget (the last round took ${fmt(lastRoundMs / 1000, 0)} s)`,
+      );
+      console.log(`skipped: ${skipped.at(-1)}`);
+      return;
+    }
+    await round(k);
+    lastRoundMs = elapsedMs() - now;
+  }
 }
 
 /** The complete lines of a file so far (the last, unfinished one left out). */
