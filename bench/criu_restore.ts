@@ -59,37 +59,54 @@
 // (bench/reports without --out). It prints one line per run, the medians per side, each goal with
 // its figure, and the report's path.
 
-import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
 import { availableParallelism } from "node:os";
 import { join, resolve } from "node:path";
 import process from "node:process";
 import { parseArgs } from "node:util";
 
-import { CudaProcess, restoreSnapshot, snapshot } from "../mod.ts";
-import { type Machine, type NativeMachine, openMachine } from "../driver.ts";
+import { restoreSnapshot, snapshot } from "../mod.ts";
+import type { Machine, NativeMachine } from "../driver.ts";
 import { SimulatedCriu, SimulatedMachine } from "../mock/mod.ts";
 import { openCriuEngine } from "../os/criu.ts";
 import { FileSnapshotStore } from "../os/snapshot_store.ts";
 import type { SnapshotEngine } from "../core/engine.ts";
 import type { Manifest } from "../core/manifest.ts";
 import {
-  askFifo,
+  childEnv,
   cmdlineHas,
   ddRead,
   type DiskRead,
   dropCaches,
+  endRun,
+  endRunOnSignals,
   failure,
-  type FifoTarget,
   freeMib,
   isFakeLibcuda,
-  killMarked,
+  needMib,
   pidState,
+  roundsWithin,
   runProgram,
-  startFifoTargets,
+  scratchFolder,
   waitPidsFree,
 } from "./fifo_targets.ts";
-import { integers } from "./harness.ts";
-import { environment, fmt, median, publish, type Report, type Table } from "./report.ts";
+import { fmt, publish, type Report, type Table } from "./report.ts";
+import {
+  allBack,
+  backLine,
+  bySide,
+  type Check,
+  closeMachines,
+  everyTargetBack,
+  fifoTargets,
+  oneLine,
+  openNative,
+  runEnvironment,
+  runNumbers,
+  simulatedTargets,
+  type Target as AnyTarget,
+  type Targets,
+} from "./snapshot_runs.ts";
 
 const { values } = parseArgs({
   args: process.argv.slice(2),
@@ -115,16 +132,8 @@ const { values } = parseArgs({
   },
 });
 const sim = values.simulate;
-const one = (name: keyof typeof values) => integers(String(values[name]), `--${name}`)[0];
-const count = one("count");
-const mib = one("mib");
-const rounds = one("rounds");
-const budgetS = one("budget-s");
-const timeoutMs = one("timeout-s") * 1000;
+const { count, mib, rounds, budgetS, timeoutMs } = runNumbers(values);
 const cold = values.cold;
-if (count < 1 || mib < 1 || rounds < 1) {
-  throw new RangeError("--count, --mib, --rounds: at least 1");
-}
 if (values.digests !== "on" && values.digests !== "off") {
   throw new RangeError(`--digests: on or off, got ${JSON.stringify(values.digests)}`);
 }
@@ -161,13 +170,8 @@ const started = new Date();
 const t0 = performance.now();
 const elapsedMs = () => performance.now() - t0;
 const work = resolve(values.work);
-mkdirSync(work, { recursive: true, mode: 0o700 });
-const scratch = join(work, `run-${process.pid}`);
-rmSync(scratch, { recursive: true, force: true });
-mkdirSync(scratch, { mode: 0o700 });
-const env: Record<string, string> = {};
-for (const [k, v] of Object.entries(process.env)) if (v !== undefined) env[k] = v;
-delete env.BUN_BE_BUN;
+const scratch = scratchFolder(work);
+const env = childEnv();
 
 // ---- the two machines: one driver and host; an engine (criu) each; one kind of store ----
 
@@ -182,13 +186,10 @@ if (simulated) {
     b: new SimulatedCriu(simulated, { version: "4.2" }),
   };
 } else {
-  native = await openMachine({
+  native = await openNative({
     ...(values.libcuda ? { libraryPath: resolve(values.libcuda) } : {}),
     criu: { criuPath: criuPath.a, extraArgs: extraArgs.a },
-  }).catch((err) => {
-    rmSync(scratch, { recursive: true, force: true });
-    throw err;
-  });
+  }, scratch);
   base = native;
   engines = {
     a: native.engine!,
@@ -207,55 +208,27 @@ function parts(m: Machine): Machine {
 
 // ---- the targets: real ones in fifo mode, or the simulated machine's ----
 
-interface Target {
-  pid: number;
-  /** What the check compares after each restore. */
-  readyHash: string;
-  fifo?: FifoTarget;
+interface Target extends AnyTarget {
   /** Its output file as it was when the snapshot was taken (criu checks its size). */
   outAtSnapshot?: Uint8Array;
 }
-interface Check {
-  pid: number;
-  state: string;
-  hash: string;
-  intact: boolean;
-}
-interface World {
+interface World extends Targets {
   start(count: number, mib: number, label: string): Promise<Target[]>;
   /** After the snapshot: what each target's restore needs put back before it. */
   keep(targets: readonly Target[]): void;
   /** Before a restore: each target's files as they were at the snapshot. */
   putBack(targets: readonly Target[]): void;
-  /** Each target's state and, where it runs, its hash now, against the one it started with. */
-  check(targets: readonly Target[]): Promise<Check[]>;
   /** Kills every target that lives and waits until its pid is free; the pids still taken. */
   kill(targets: readonly Target[]): Promise<number[]>;
 }
 
 const realWorld: World = {
-  async start(n, size, label) {
-    const made = await startFifoTargets(targetPath!, n, size, join(scratch, `t-${label}`), env);
-    return made.map((fifo) => ({ pid: fifo.pid, readyHash: fifo.readyHash, fifo }));
-  },
+  ...fifoTargets(targetPath!, scratch, env, base),
   keep(targets) {
     for (const t of targets) t.outAtSnapshot = readFileSync(join(t.fifo!.dir, "out"));
   },
   putBack(targets) {
     for (const t of targets) writeFileSync(join(t.fifo!.dir, "out"), t.outAtSnapshot!);
-  },
-  async check(targets) {
-    const checks: Check[] = [];
-    for (const t of targets) {
-      const proc = new CudaProcess(t.pid, { machine: base });
-      const state = await proc.state().catch((e) => `(${(e as Error).message.slice(0, 200)})`);
-      await proc.close();
-      const hash = state === "running"
-        ? await askFifo(t.fifo!, "hash")
-        : "(not asked: not running)";
-      checks.push({ pid: t.pid, state, hash, intact: hash === `hash ${t.readyHash}` });
-    }
-    return checks;
   },
   async kill(targets) {
     for (const t of targets) {
@@ -273,27 +246,9 @@ const realWorld: World = {
 };
 
 const simWorld: World = {
-  async start(n, size, label) {
-    const targets: Target[] = [];
-    for (let i = 0; i < n; i++) {
-      const p = simulated!.spawn({ memoryMiB: size, command: `target fifo ${size} ${label}-${i}` });
-      await p.write(4096 * i, new TextEncoder().encode(`${label} target ${i}`));
-      targets.push({ pid: p.pid, readyHash: await p.memoryChunkedSha256() });
-    }
-    return targets;
-  },
+  ...simulatedTargets(simulated!),
   keep() {},
   putBack() {},
-  async check(targets) {
-    return await Promise.all(targets.map(async (t) => {
-      const p = simulated!.process(t.pid);
-      const state = p?.state ?? "(none)";
-      const hash = p && state === "running"
-        ? `hash ${await p.memoryChunkedSha256()}`
-        : "(not asked: not running)";
-      return { pid: t.pid, state, hash, intact: hash === `hash ${t.readyHash}` };
-    }));
-  },
   kill(targets) {
     for (const t of targets) simulated!.process(t.pid)?.exit();
     return Promise.resolve(targets.filter((t) => simulated!.process(t.pid)).map((t) => t.pid));
@@ -333,11 +288,7 @@ async function takeSnapshot(by: Side): Promise<ImageSet> {
   if (!sim) {
     // One 8 GiB target made 17.8 GB of images, eight of 2 GiB 21.8 GB: asked, 2.2 GB a GiB and
     // 512 MiB more a target.
-    const need = Math.ceil(count * (mib * 2.2 + 512));
-    const free = await freeMib(scratch);
-    if (free !== undefined && free < need) {
-      throw new Error(`${free} MiB free in ${scratch}, the images need up to ${need} MiB`);
-    }
+    await needMib(scratch, Math.ceil(count * (mib * 2.2 + 512)));
   }
   const targets = await world.start(count, mib, label);
   try {
@@ -484,13 +435,12 @@ async function oneRun(round: number, side: Side, order: number, set: ImageSet): 
     };
     rec.criuGBps = set.bytes / back.timings.restoreMs / 1e6;
   } catch (error) {
-    rec.error = (error as Error).message.replace(/\s+/g, " ").slice(0, 1000);
+    rec.error = oneLine(error);
     const code = (error as { code?: unknown }).code;
     if (typeof code === "string") rec.code = code;
   }
   rec.checks = await world.check(set.targets);
-  rec.ok = rec.error === undefined && rec.checks.length === count &&
-    rec.checks.every((c) => c.state === "running" && c.intact);
+  rec.ok = rec.error === undefined && allBack(rec.checks, count);
   const t = performance.now();
   const taken = await world.kill(set.targets);
   rec.endMs = performance.now() - t;
@@ -510,10 +460,8 @@ async function oneRun(round: number, side: Side, order: number, set: ImageSet): 
           } s${
             rec.dropMs !== undefined ? `; page cache dropped in ${fmt(rec.dropMs / 1000, 2)} s` : ""
           }${rec.error ? `; ${rec.error}` : ""}`) +
-      `; ${rec.checks.filter((c) => c.state === "running" && c.intact).length}/${count} back ` +
-      `running and intact${
-        rec.ok ? "" : `: ${rec.checks.map((c) => `${c.pid} ${c.state} ${c.hash}`).join("; ")}`
-      }; pids free ${fmt(rec.endMs / 1000, 2)} s after the kill`,
+      backLine(rec.checks, count, rec.ok) +
+      `; pids free ${fmt(rec.endMs / 1000, 2)} s after the kill`,
   );
   return rec;
 }
@@ -525,14 +473,7 @@ const criuLabel: Record<Side, string> = { a: "?", b: "?" };
 const engineVersion: Record<Side, string> = { a: "?", b: "?" };
 const skipped: string[] = [];
 const fallbacks: string[] = [];
-const stop = (signal: string) => {
-  console.error(`${signal}: ending this run's targets and removing ${scratch}`);
-  killMarked(scratch);
-  rmSync(scratch, { recursive: true, force: true });
-  process.exit(signal === "SIGINT" ? 130 : 143);
-};
-process.once("SIGINT", () => stop("SIGINT"));
-process.once("SIGTERM", () => stop("SIGTERM"));
+endRunOnSignals(scratch);
 try {
   for (const side of SIDES) {
     const probe = await engines[side].probe();
@@ -564,17 +505,7 @@ try {
     const by: Side = snapshotWith === "b" ? "b" : "a";
     imagesOf.a = imagesOf.b = await takeSnapshot(by);
   }
-  let lastRoundMs = 0;
-  for (let round = 0; round < rounds; round++) {
-    const now = elapsedMs();
-    if (now > budgetS * 1000 || now + lastRoundMs > budgetS * 1000) {
-      skipped.push(
-        `rounds ${round}..${rounds - 1} not started, ${fmt(now / 1000, 0)} s into a ${budgetS} s ` +
-          `budget (the last round took ${fmt(lastRoundMs / 1000, 0)} s)`,
-      );
-      console.log(`skipped: ${skipped.at(-1)}`);
-      break;
-    }
+  await roundsWithin(rounds, { budgetS, elapsedMs, skipped }, async (round) => {
     const order: Side[] = round % 2 === 0 ? ["a", "b"] : ["b", "a"];
     for (const [i, side] of order.entries()) {
       let set = imagesOf[side]!;
@@ -597,20 +528,14 @@ try {
       }
       runs.push(run);
     }
-    lastRoundMs = elapsedMs() - now;
-  }
+  });
 } catch (error) {
   console.error(error);
   exitCode = 1;
 } finally {
-  killMarked(scratch);
-  rmSync(scratch, { recursive: true, force: true });
+  endRun(scratch);
 }
-const driverVersion = native
-  ? await native.driver.driverVersion().then((v) => v.code === 0 ? v.value : undefined)
-  : undefined;
-await native?.close();
-await simulated?.[Symbol.asyncDispose]();
+const driverVersion = await closeMachines(native, simulated);
 
 /** "criu 4.1.1" and its GitID where it names one, from `criu --version`. */
 async function versionLabel(side: Side): Promise<string> {
@@ -624,9 +549,7 @@ async function versionLabel(side: Side): Promise<string> {
 
 const measured = runs.filter((r) => !r.fallback);
 if (measured.length === 0 || measured.some((r) => !r.ok)) exitCode = 1;
-const okRuns = (side: Side) => measured.filter((r) => r.side === side && r.ok);
-const med = (side: Side, pick: (r: Run) => number | undefined) =>
-  median(okRuns(side).map(pick).filter((x): x is number => Number.isFinite(x)));
+const { okRuns, med } = bySide<Side, Run>(measured);
 const s = (ms: number | undefined) => fmt((ms ?? NaN) / 1000, 2);
 /** The cold goal's bound of a run: image bytes / the disk's O_DIRECT rate + its GPU resume. */
 const boundMs = (r: Run) => {
@@ -698,7 +621,6 @@ const judged = (value: number, met: boolean, applies = true) => ({
   value: Number.isFinite(value) ? value : null,
   met: Number.isFinite(value) && applies && !sim && !fake ? met : null,
 });
-const intact = measured.filter((r) => r.ok).length;
 const goalCase = count === 1 && mib === 8192 && !cold;
 const goals: Report["goals"] = [
   {
@@ -729,12 +651,7 @@ const goals: Report["goals"] = [
       }`
       : "not measured: the page cache was warm (--cold measures it)",
   })),
-  {
-    goal: "every target of every run back, running, its memory intact (both sides)",
-    value: measured.length ? intact / measured.length : null,
-    met: measured.length ? intact === measured.length : null,
-    note: `${intact} of ${measured.length} runs`,
-  },
+  everyTargetBack(measured),
 ];
 
 const caseName = `${count}x${mib}-${cold ? "cold" : "warm"}`;
@@ -756,13 +673,7 @@ const report: Report = {
     (cold
       ? "The page cache is dropped before every restore."
       : "Every image was read into the page cache before the rounds."),
-  environment: environment({
-    fake,
-    libcuda: sim ? "(none: the simulated machine)" : native?.driver.libraryPath ?? "?",
-    driverVersion,
-    date: started,
-    ...(sim ? { noGpu: "the simulated machine of @ckpt/cuda/mock" } : {}),
-  }),
+  environment: runEnvironment({ sim, fake, native, driverVersion, date: started }),
   config: {
     count,
     mib,

@@ -51,33 +51,51 @@
 // The report: <out>/integrity-<runtime>-<host>.md and .json (bench/reports without --out). It
 // prints one line per run, the medians per side, each goal with its figure, and the report's path.
 
-import { mkdirSync, rmSync } from "node:fs";
+import { rmSync } from "node:fs";
 import { availableParallelism } from "node:os";
 import { join, resolve } from "node:path";
 import process from "node:process";
 import { parseArgs } from "node:util";
 
-import { CudaProcess, inspectSnapshot, restoreSnapshot, snapshot } from "../mod.ts";
-import { type Machine, type NativeMachine, openMachine } from "../driver.ts";
+import { inspectSnapshot, restoreSnapshot, snapshot } from "../mod.ts";
+import type { Machine, NativeMachine } from "../driver.ts";
 import { SimulatedMachine } from "../mock/mod.ts";
 import { FileSnapshotStore } from "../os/snapshot_store.ts";
 import type { Manifest } from "../core/manifest.ts";
 import {
-  askFifo,
+  childEnv,
   ddRead,
   type DiskRead,
   dropCaches,
   endFifoTargets,
+  endRun,
+  endRunOnSignals,
   failure,
-  type FifoTarget,
   freeMib,
   isFakeLibcuda,
-  killMarked,
+  needMib,
+  roundsWithin,
   runProgram,
-  startFifoTargets,
+  scratchFolder,
 } from "./fifo_targets.ts";
 import { integers } from "./harness.ts";
-import { environment, fmt, median, publish, type Report, type Table } from "./report.ts";
+import { fmt, publish, type Report, type Table } from "./report.ts";
+import {
+  allBack,
+  backLine,
+  bySide,
+  type Check,
+  closeMachines,
+  everyTargetBack,
+  fifoTargets,
+  oneLine,
+  openNative,
+  runEnvironment,
+  runNumbers,
+  simulatedTargets,
+  type Target,
+  type Targets,
+} from "./snapshot_runs.ts";
 
 const { values } = parseArgs({
   args: process.argv.slice(2),
@@ -100,19 +118,11 @@ const { values } = parseArgs({
   },
 });
 const sim = values.simulate;
-const one = (name: keyof typeof values) => integers(String(values[name]), `--${name}`)[0];
-const count = one("count");
-const mib = one("mib");
-const rounds = one("rounds");
-const budgetS = one("budget-s");
-const diskMib = one("disk-mib");
-const warmupMib = sim ? 0 : one("warmup-mib");
-const timeoutMs = one("timeout-s") * 1000;
+const { count, mib, rounds, budgetS, timeoutMs } = runNumbers(values);
+const [diskMib] = integers(values["disk-mib"], "--disk-mib");
+const warmupMib = sim ? 0 : integers(values["warmup-mib"], "--warmup-mib")[0];
 const coldVerify = values["cold-verify"] && !sim;
 const coldRestore = values["cold-restore"] && !sim;
-if (count < 1 || mib < 1 || rounds < 1) {
-  throw new RangeError("--count, --mib, --rounds: at least 1");
-}
 if (!sim && !values.target) {
   throw new Error("--target: tests/gpu/target.cu built with nvcc (it needs the fifo mode)");
 }
@@ -123,13 +133,8 @@ const started = new Date();
 const t0 = performance.now();
 const elapsedMs = () => performance.now() - t0;
 const work = resolve(values.work);
-mkdirSync(work, { recursive: true, mode: 0o700 });
-const scratch = join(work, `run-${process.pid}`);
-rmSync(scratch, { recursive: true, force: true });
-mkdirSync(scratch, { mode: 0o700 });
-const env: Record<string, string> = {};
-for (const [k, v] of Object.entries(process.env)) if (v !== undefined) env[k] = v;
-delete env.BUN_BE_BUN;
+const scratch = scratchFolder(work);
+const env = childEnv();
 
 // ---- the two machines: one driver, host and engine; two stores ----
 
@@ -141,13 +146,10 @@ let base: Machine;
 if (simulated) {
   base = simulated;
 } else {
-  native = await openMachine({
+  native = await openNative({
     ...(values.libcuda ? { libraryPath: resolve(values.libcuda) } : {}),
     ...(criuPath ? { criu: { criuPath } } : {}),
-  }).catch((err) => {
-    rmSync(scratch, { recursive: true, force: true });
-    throw err;
-  });
+  }, scratch);
   base = native;
 }
 // The fake libcuda of tests/fixtures (a dry run with stand-in targets) measures nothing real.
@@ -162,44 +164,13 @@ function parts(m: Machine): Machine {
 
 // ---- the targets: real ones in fifo mode, or the simulated machine's ----
 
-interface Target {
-  pid: number;
-  /** What the check compares after the restore. */
-  readyHash: string;
-  fifo?: FifoTarget;
-}
-interface Check {
-  pid: number;
-  state: string;
-  hash: string;
-  intact: boolean;
-}
-interface World {
-  start(count: number, mib: number, label: string): Promise<Target[]>;
-  /** Each target's state and, where it runs, its hash now, against the one it started with. */
-  check(targets: readonly Target[]): Promise<Check[]>;
+interface World extends Targets {
   /** Ends every target that is left. */
   end(targets: readonly Target[]): Promise<void>;
 }
 
 const realWorld: World = {
-  async start(n, size, label) {
-    const made = await startFifoTargets(targetPath!, n, size, join(scratch, `t-${label}`), env);
-    return made.map((fifo) => ({ pid: fifo.pid, readyHash: fifo.readyHash, fifo }));
-  },
-  async check(targets) {
-    const checks: Check[] = [];
-    for (const t of targets) {
-      const proc = new CudaProcess(t.pid, { machine: base });
-      const state = await proc.state().catch((e) => `(${(e as Error).message.slice(0, 200)})`);
-      await proc.close();
-      const hash = state === "running"
-        ? await askFifo(t.fifo!, "hash")
-        : "(not asked: not running)";
-      checks.push({ pid: t.pid, state, hash, intact: hash === `hash ${t.readyHash}` });
-    }
-    return checks;
-  },
+  ...fifoTargets(targetPath!, scratch, env, base),
   async end(targets) {
     await endFifoTargets(targets.map((t) => t.fifo!), scratch);
     for (const t of targets) rmSync(t.fifo!.dir, { recursive: true, force: true });
@@ -207,25 +178,7 @@ const realWorld: World = {
 };
 
 const simWorld: World = {
-  async start(n, size, label) {
-    const targets: Target[] = [];
-    for (let i = 0; i < n; i++) {
-      const p = simulated!.spawn({ memoryMiB: size, command: `target fifo ${size} ${label}-${i}` });
-      await p.write(4096 * i, new TextEncoder().encode(`${label} target ${i}`));
-      targets.push({ pid: p.pid, readyHash: await p.memoryChunkedSha256() });
-    }
-    return targets;
-  },
-  async check(targets) {
-    return await Promise.all(targets.map(async (t) => {
-      const p = simulated!.process(t.pid);
-      const state = p?.state ?? "(none)";
-      const hash = p && state === "running"
-        ? `hash ${await p.memoryChunkedSha256()}`
-        : "(not asked: not running)";
-      return { pid: t.pid, state, hash, intact: hash === `hash ${t.readyHash}` };
-    }));
-  },
+  ...simulatedTargets(simulated!),
   end(targets) {
     for (const t of targets) simulated!.process(t.pid)?.exit();
     return Promise.resolve();
@@ -309,11 +262,7 @@ async function oneRun(round: number, side: Side, order: number, warmup: boolean)
     if (!sim) {
       // A CUDA process's images: its GPU memory and some more (2 GiB: 2.7 GB); asked: 1.5 times
       // its memory and 512 MiB.
-      const need = Math.ceil(n * (size * 1.5 + 512));
-      const free = await freeMib(scratch);
-      if (free !== undefined && free < need) {
-        throw new Error(`${free} MiB free in ${scratch}, the images need up to ${need} MiB`);
-      }
+      await needMib(scratch, Math.ceil(n * (size * 1.5 + 512)));
     }
     targets = await world.start(n, size, label);
     const pids = targets.map((t) => t.pid);
@@ -341,11 +290,10 @@ async function oneRun(round: number, side: Side, order: number, warmup: boolean)
     };
     if (side === "with" && !warmup) rec.verify = await verification(images, manifest, rec.bytes);
   } catch (error) {
-    rec.error = (error as Error).message.replace(/\s+/g, " ").slice(0, 1000);
+    rec.error = oneLine(error);
   }
   rec.checks = await world.check(targets);
-  rec.ok = rec.error === undefined && rec.checks.length === n &&
-    rec.checks.every((c) => c.state === "running" && c.intact);
+  rec.ok = rec.error === undefined && allBack(rec.checks, n);
   await world.end(targets).catch(() => {});
   rmSync(images, { recursive: true, force: true });
   const v = rec.verify;
@@ -363,10 +311,7 @@ async function oneRun(round: number, side: Side, order: number, warmup: boolean)
               v.coldGBps !== undefined ? ` (${fmt(v.coldGBps, 2)} cold)` : ""
             }, disk ${fmt(v.disk?.directGBps, 2)} GB/s O_DIRECT${v.note ? ` (${v.note})` : ""}`
             : "")) +
-      `; ${rec.checks.filter((c) => c.state === "running" && c.intact).length}/${n} back ` +
-      `running and intact${
-        rec.ok ? "" : `: ${rec.checks.map((c) => `${c.pid} ${c.state} ${c.hash}`).join("; ")}`
-      }`,
+      backLine(rec.checks, n, rec.ok),
   );
   return rec;
 }
@@ -403,14 +348,7 @@ let exitCode = 0;
 let disk: Awaited<ReturnType<typeof diskRates>> = {};
 let engineVersion = "?";
 const skipped: string[] = [];
-const stop = (signal: string) => {
-  console.error(`${signal}: ending this run's targets and removing ${scratch}`);
-  killMarked(scratch);
-  rmSync(scratch, { recursive: true, force: true });
-  process.exit(signal === "SIGINT" ? 130 : 143);
-};
-process.once("SIGINT", () => stop("SIGINT"));
-process.once("SIGTERM", () => stop("SIGTERM"));
+endRunOnSignals(scratch);
 try {
   const probe = await base.engine!.probe();
   engineVersion = probe.version ?? "?";
@@ -435,41 +373,23 @@ try {
     // Untimed: each side once, so that neither pays a cold start.
     for (const [i, side] of SIDES.entries()) runs.push(await oneRun(0, side, i, true));
   }
-  let lastRoundMs = 0;
-  for (let round = 0; round < rounds; round++) {
-    const now = elapsedMs();
-    if (now > budgetS * 1000 || now + lastRoundMs > budgetS * 1000) {
-      skipped.push(
-        `rounds ${round}..${rounds - 1} not started, ${fmt(now / 1000, 0)} s into a ${budgetS} s ` +
-          `budget (the last round took ${fmt(lastRoundMs / 1000, 0)} s)`,
-      );
-      console.log(`skipped: ${skipped.at(-1)}`);
-      break;
-    }
+  await roundsWithin(rounds, { budgetS, elapsedMs, skipped }, async (round) => {
     const order: Side[] = round % 2 === 0 ? ["with", "without"] : ["without", "with"];
     for (const [i, side] of order.entries()) runs.push(await oneRun(round, side, i, false));
-    lastRoundMs = elapsedMs() - now;
-  }
+  });
 } catch (error) {
   console.error(error);
   exitCode = 1;
 } finally {
-  killMarked(scratch);
-  rmSync(scratch, { recursive: true, force: true });
+  endRun(scratch);
 }
-const driverVersion = native
-  ? await native.driver.driverVersion().then((v) => v.code === 0 ? v.value : undefined)
-  : undefined;
-await native?.close();
-await simulated?.[Symbol.asyncDispose]();
+const driverVersion = await closeMachines(native, simulated);
 
 // ---- the report ----
 
 const measured = runs.filter((r) => !r.warmup);
 if (measured.length === 0 || measured.some((r) => !r.ok)) exitCode = 1;
-const okRuns = (side: Side) => measured.filter((r) => r.side === side && r.ok);
-const med = (side: Side, pick: (r: Run) => number | undefined) =>
-  median(okRuns(side).map(pick).filter((x): x is number => Number.isFinite(x)));
+const { okRuns, med } = bySide<Side, Run>(measured);
 const ratio = (pick: (r: Run) => number | undefined) => med("with", pick) / med("without", pick);
 const snapshotRatio = ratio((r) => r.snapshotMs);
 const restoreRatio = ratio((r) => r.restoreMs);
@@ -578,7 +498,6 @@ const judged = (value: number, met: boolean): Pick<Report["goals"][number], "val
   value: Number.isFinite(value) ? value : null,
   met: Number.isFinite(value) && !sim && !fake ? met : null,
 });
-const intact = measured.filter((r) => r.ok).length;
 const goals: Report["goals"] = [
   {
     goal: `integrity costs at most 10% of the snapshot time, ${count} x ${mib} MiB ` +
@@ -603,12 +522,7 @@ const goals: Report["goals"] = [
         ? `; verification after the page cache was dropped ${fmt(coldGBps, 2)} GB/s`
         : ""),
   },
-  {
-    goal: "every target of every run back, running, its memory intact (both sides)",
-    value: measured.length ? intact / measured.length : null,
-    met: measured.length ? intact === measured.length : null,
-    note: `${intact} of ${measured.length} runs`,
-  },
+  everyTargetBack(measured),
 ];
 
 const report: Report = {
@@ -628,13 +542,7 @@ const report: Report = {
     "images still in the page cache, `inspectSnapshot` with `verify` is timed (image bytes / " +
     "its time: the verification's rate) and the largest image is read with dd (O_DIRECT: the " +
     "disk's own rate).",
-  environment: environment({
-    fake,
-    libcuda: sim ? "(none: the simulated machine)" : native?.driver.libraryPath ?? "?",
-    driverVersion,
-    date: started,
-    ...(sim ? { noGpu: "the simulated machine of @ckpt/cuda/mock" } : {}),
-  }),
+  environment: runEnvironment({ sim, fake, native, driverVersion, date: started }),
   config: {
     count,
     mib,
