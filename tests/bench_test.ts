@@ -9,13 +9,14 @@
 
 import { after, describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { spawn, spawnSync } from "node:child_process";
+import { spawnSync } from "node:child_process";
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { hostname, tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
 
 import { safeName } from "../bench/report.ts";
+import { runScript, type ScriptRun } from "../bench/run_script.ts";
 import { noCompiler, runtime } from "./fixtures/fake.ts";
 
 const BENCH = new URL("../bench/", import.meta.url).pathname;
@@ -27,35 +28,13 @@ const RUN_LIMIT_MS = 90_000;
 /** A test's timeout: above the limit of the runs it waits for, so a kill shows their output. */
 const SLOW = { timeout: RUN_LIMIT_MS + 30_000 };
 
-/** What a benchmark run did. */
-interface Ran {
-  status: number | null;
-  /** Its stdout and stderr, interleaved; says so where it was killed at the limit. */
-  log: string;
-}
-
-/** Runs a script with this runtime, without blocking; kills it after `limitMs`. */
-function runScript(script: string, args: readonly string[], limitMs = RUN_LIMIT_MS): Promise<Ran> {
-  const argv = [...(runtime === "deno" ? ["run", "-A"] : []), script, ...args];
-  return new Promise((resolve) => {
-    const child = spawn(process.execPath, argv, { stdio: ["ignore", "pipe", "pipe"] });
-    let log = "";
-    child.stdout!.on("data", (d) => log += d);
-    child.stderr!.on("data", (d) => log += d);
-    const timer = setTimeout(() => {
-      log += `\n(killed after ${limitMs} ms)`;
-      child.kill("SIGKILL");
-    }, limitMs);
-    child.on("close", (status) => {
-      clearTimeout(timer);
-      resolve({ status, log });
-    });
-  });
-}
-
 /** Runs a benchmark with the fake; resolves to its exit status and output. */
-function bench(script: string, ...args: string[]): Promise<Ran> {
-  return runScript(join(BENCH, script), ["--fake", "--fake-delay-ms", "2", "--out", out, ...args]);
+function bench(script: string, ...args: string[]): Promise<ScriptRun> {
+  return runScript(
+    join(BENCH, script),
+    ["--fake", "--fake-delay-ms", "2", "--out", out, ...args],
+    RUN_LIMIT_MS,
+  );
 }
 
 /** Reads a report pair; checks what every report promises; returns the JSON. */
@@ -100,7 +79,7 @@ function readReport(name: string): Record<string, any> {
 describe(`benchmarks against the fake libcuda (${runtime})`, { skip: noCompiler }, () => {
   // All three at once, started by the first test that needs them (none where the tests are
   // skipped): each is mostly waiting on its children.
-  let started: Promise<Ran[]> | undefined;
+  let started: Promise<ScriptRun[]> | undefined;
   const runs = () =>
     started ??= Promise.all([
       bench("overhead.ts", "--sizes", "1,2", "--cycles", "2", "--warmup", "1"),
@@ -428,7 +407,7 @@ describe(`integrity.ts on the simulated machine (${runtime})`, () => {
         work,
         "--out",
         dir,
-      ]);
+      ], RUN_LIMIT_MS);
       assert.equal(run.status, 0, run.log);
       const stem = join(dir, `integrity-${runtime}-${safeName(hostname())}`);
       const json = JSON.parse(readFileSync(`${stem}.json`, "utf8"));
@@ -503,7 +482,7 @@ describe(`digest.ts on the simulator (${runtime})`, () => {
         "2",
         "--out",
         dir,
-      ]);
+      ], RUN_LIMIT_MS);
       assert.equal(run.status, 0, run.log);
       const stem = join(dir, `digest-${runtime}-${safeName(hostname())}`);
       const json = JSON.parse(readFileSync(`${stem}.json`, "utf8"));

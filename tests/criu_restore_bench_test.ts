@@ -11,13 +11,14 @@
 
 import { after, describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { spawn, spawnSync } from "node:child_process";
+import { spawnSync } from "node:child_process";
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { hostname, tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
 
 import { safeName } from "../bench/report.ts";
+import { runScript } from "../bench/run_script.ts";
 import { runtime } from "./fixtures/fake.ts";
 
 const SCRIPT = new URL("../bench/criu_restore.ts", import.meta.url).pathname;
@@ -27,25 +28,6 @@ after(() => rmSync(out, { recursive: true, force: true }));
 /** How long a run may take before it is killed (a second or two on a quiet machine). */
 const RUN_LIMIT_MS = 60_000;
 const SLOW = { timeout: RUN_LIMIT_MS + 30_000 };
-
-/** Runs the benchmark with this runtime; resolves to its exit status and output. */
-function runBench(args: readonly string[]): Promise<{ status: number | null; log: string }> {
-  const argv = [...(runtime === "deno" ? ["run", "-A"] : []), SCRIPT, ...args];
-  return new Promise((resolve) => {
-    const child = spawn(process.execPath, argv, { stdio: ["ignore", "pipe", "pipe"] });
-    let log = "";
-    child.stdout!.on("data", (d) => log += d);
-    child.stderr!.on("data", (d) => log += d);
-    const timer = setTimeout(() => {
-      log += `\n(killed after ${RUN_LIMIT_MS} ms)`;
-      child.kill("SIGKILL");
-    }, RUN_LIMIT_MS);
-    child.on("close", (status) => {
-      clearTimeout(timer);
-      resolve({ status, log });
-    });
-  });
-}
 
 interface RunRecord {
   round: number;
@@ -86,6 +68,29 @@ function readReport(dir: string, caseName: string): Record<string, any> {
   return json;
 }
 
+/**
+ * Runs the benchmark on the simulator with `args`, its report in `<out>/<name>` and its work folder
+ * `<out>/<name>-work`; it must exit 0 and leave that folder empty (the images and the targets
+ * gone). Resolves to its output and its report's JSON (after `readReport`'s checks).
+ */
+async function simulated(
+  name: string,
+  caseName: string,
+  args: string[],
+): Promise<{ log: string; json: ReturnType<typeof readReport> }> {
+  const dir = join(out, name);
+  const work = join(out, `${name}-work`);
+  const run = await runScript(
+    SCRIPT,
+    ["--simulate", ...args, "--work", work, "--out", dir],
+    RUN_LIMIT_MS,
+  );
+  assert.equal(run.status, 0, run.log);
+  const json = readReport(dir, caseName);
+  assert.deepEqual(readdirSync(work), []);
+  return { log: run.log, json };
+}
+
 /** What every measured run must show: back intact, the library's parts of its restore. */
 function checkRun(r: RunRecord, count: number): void {
   assert.ok(r.ok && r.error === undefined, JSON.stringify(r));
@@ -103,23 +108,14 @@ describe(`criu_restore.ts on the simulated machine (${runtime})`, () => {
     "A and B take turns per round on one snapshot's images, every target checked, goals judged only on a GPU",
     SLOW,
     async () => {
-      const dir = join(out, "warm");
-      const work = join(out, "warm-work");
-      const run = await runBench([
-        "--simulate",
+      const { json } = await simulated("warm", "2x64-warm", [
         "--count",
         "2",
         "--mib",
         "64",
         "--rounds",
         "2",
-        "--work",
-        work,
-        "--out",
-        dir,
       ]);
-      assert.equal(run.status, 0, run.log);
-      const json = readReport(dir, "2x64-warm");
       assert.deepEqual(
         [json.config.count, json.config.mib, json.config.cold, json.config.digests],
         [2, 64, false, true],
@@ -135,8 +131,6 @@ describe(`criu_restore.ts on the simulated machine (${runtime})`, () => {
       assert.equal(json.tables.length, 2);
       assert.equal(json.tables[1].rows.length, 1, "one snapshot");
       assert.match(json.tables[1].rows[0][0], /^A \(simulated criu 4\.1\.1\)$/);
-      // The images and the targets are gone.
-      assert.deepEqual(readdirSync(work), []);
       // Figures for the speed goal; the cold goals not measured warm; none judged on the
       // simulator but the targets' check.
       assert.deepEqual(json.goals.map((g: { met: boolean | null }) => g.met), [
@@ -155,10 +149,7 @@ describe(`criu_restore.ts on the simulated machine (${runtime})`, () => {
     "where B cannot restore A's images, B takes a snapshot of its own (not counted), cold",
     SLOW,
     async () => {
-      const dir = join(out, "fallback");
-      const work = join(out, "fallback-work");
-      const run = await runBench([
-        "--simulate",
+      const { log, json } = await simulated("fallback", "1x32-cold", [
         "--simulate-b-refuses-a",
         "--cold",
         "--count",
@@ -167,17 +158,8 @@ describe(`criu_restore.ts on the simulated machine (${runtime})`, () => {
         "32",
         "--rounds",
         "2",
-        "--work",
-        work,
-        "--out",
-        dir,
       ]);
-      assert.equal(run.status, 0, run.log);
-      assert.match(
-        run.log,
-        /fallback: B \(simulated criu 4\.2\) could not restore the images of A/,
-      );
-      const json = readReport(dir, "1x32-cold");
+      assert.match(log, /fallback: B \(simulated criu 4\.2\) could not restore the images of A/);
       const runs: RunRecord[] = json.runs;
       assert.deepEqual(
         runs.map((r) => `${r.round} ${r.side} ${r.imagesBy} ${r.snapshot} ${r.fallback}`),
@@ -193,7 +175,6 @@ describe(`criu_restore.ts on the simulated machine (${runtime})`, () => {
         assert.equal(g.met, null);
       }
       assert.equal(json.goals[3].met, true);
-      assert.deepEqual(readdirSync(work), []);
     },
   );
 });
