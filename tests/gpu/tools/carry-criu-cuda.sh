@@ -44,7 +44,6 @@ suite=${CRIU_SUITE:-trixie}
 out=${out:-$PWD/.carry/criu-cuda.tgz}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-quiet() { grep -v -e unsandboxed -e '^$' || true; }
 
 # 1. Build dependencies, installed only where missing.
 deps=(build-essential pkg-config libprotobuf-dev libprotobuf-c-dev protobuf-c-compiler
@@ -90,8 +89,7 @@ elif [[ -n $src ]]; then
   echo "no such source: $src" >&2
   exit 1
 else
-  debian_sources "$work" deb-src "$suite" ||
-    { echo "cannot find this machine's Debian package mirror; pass a criu source" >&2; exit 1; }
+  debian_sources "$work" deb-src "$suite" || { echo "pass a criu source instead" >&2; exit 1; }
   mkdir -p "$work/dl"
   apt=(apt-get "${apt_dirs[@]}")
   "${apt[@]}" update -qq 2>&1 | quiet

@@ -20,10 +20,8 @@ suite=${CRIU_SUITE:-trixie}
 out=.carry/criu.tgz
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-quiet() { grep -v -e unsandboxed -e '^$' || true; }
 
-debian_sources "$work" deb "$suite" ||
-  { echo "cannot find this machine's Debian package mirror" >&2; exit 1; }
+debian_sources "$work" deb "$suite" || exit 1
 mkdir -p "$work/deb" "$work/root"
 apt=(apt-get "${apt_dirs[@]}")
 "${apt[@]}" update -qq 2>&1 | quiet || echo "warning: apt-get update of $suite failed" >&2

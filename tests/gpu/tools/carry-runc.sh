@@ -30,10 +30,8 @@ pin=${RUNC_VERSION:-}
 out=.carry/runc.tgz
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-quiet() { grep -v -e unsandboxed -e '^$' || true; }
 
-debian_sources "$work" deb "${suites[@]}" ||
-  { echo "cannot find this machine's Debian package mirror" >&2; exit 1; }
+debian_sources "$work" deb "${suites[@]}" || exit 1
 mkdir -p "$work/deb" "$work/x" "$work/root"
 apt=("${apt_dirs[@]}" -oAPT::Default-Release=)
 apt-get "${apt[@]}" update -qq 2>&1 | quiet

@@ -8,13 +8,16 @@
 #                                      against Debian's archive key; makes DIR/lists for its
 #                                      indexes; sets apt_dirs, the apt-get and apt-cache options
 #                                      that read them and nothing of the machine's own. Fails,
-#                                      writing nothing, where no mirror is found.
+#                                      writing nothing but a line to stderr, where no mirror is
+#                                      found.
+#   quiet                              apt's output (stdin) without empty lines and the notes that
+#                                      a download as root is unsandboxed
 debian_sources() {
   local dir=$1 type=$2 uri s
   shift 2
   uri=$(sed -n 's/^URIs: *//p' /etc/apt/sources.list.d/*.sources 2>/dev/null | head -1)
   [[ -n $uri ]] || uri=$(awk '/^deb /{print $2; exit}' /etc/apt/sources.list 2>/dev/null)
-  [[ -n $uri ]] || return 1
+  [[ -n $uri ]] || { echo "cannot find this machine's Debian package mirror" >&2; return 1; }
   mkdir -p "$dir/lists/partial"
   for s in "$@"; do
     echo "$type [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $uri $s main"
@@ -23,3 +26,5 @@ debian_sources() {
   apt_dirs=(-oDir::Etc::SourceList="$dir/sources.list" -oDir::Etc::SourceParts=/dev/null
     -oDir::State::Lists="$dir/lists")
 }
+
+quiet() { grep -v -e unsandboxed -e '^$' || true; }
