@@ -108,16 +108,8 @@ done
 
 setup_bun
 
-if [[ -n $dry ]]; then
-  fake_libcuda
-  more+=(--libcuda "$bin/libcuda.so.1")
-  target=$bin/stand-in-target
-  write_stand_in "$target"
-else
-  build_target
-fi
-[[ $("$target" fifo 2>&1) == *"fifo mode needs"* ]]
-check "setup: $target has the fifo mode" $?
+fifo_target
+if [[ -n $dry ]]; then more+=(--libcuda "$bin/libcuda.so.1"); fi
 
 # ---- the configurations ----
 read -r -a list <<<"$cases"

@@ -70,16 +70,8 @@ trap end_leftovers EXIT
 # ---- setup: criu, our binary's Bun, the target ----
 setup_criu
 setup_bun
-if [[ -n $dry ]]; then
-  fake_libcuda
-  more+=(--libcuda "$bin/libcuda.so.1")
-  target=$bin/stand-in-target
-  write_stand_in "$target"
-else
-  build_target
-fi
-[[ $("$target" fifo 2>&1) == *"fifo mode needs"* ]]
-check "setup: $target has the fifo mode" $?
+fifo_target
+if [[ -n $dry ]]; then more+=(--libcuda "$bin/libcuda.so.1"); fi
 
 # ---- the benchmark ----
 args=(--criu "$criu" --target "$target" --out "$out" --work "$work" --count "$count" --mib "$mib"

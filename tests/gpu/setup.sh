@@ -22,6 +22,9 @@
 #                            "hash" and "exit", through the fifo of the fifo mode (one command per
 #                            opening) or, without one, from stdin ("fill" mode: it holds nothing)
 #   build_target             sets $target: tests/gpu/target.cu built with nvcc, a PASS line
+#   fifo_target              sets $target for a benchmark's fifo targets: in a dry run the stand-in
+#                            at $bin/stand-in-target and the fake libcuda built, else build_target;
+#                            then a check line that it has the fifo mode
 
 describe_machine() {
   echo "commit $(git rev-parse --short HEAD 2>/dev/null)$(git diff --quiet 2>/dev/null || echo ' (with changes)'); kernel $(uname -r); $(nproc) cores; $(free -g | awk '/^Mem:/ { print $2 " GiB of memory" }')"
@@ -112,4 +115,16 @@ build_target() {
   target=$bin/target
   timeout 180 nvcc -O2 -o "$target" tests/gpu/target.cu || fail_setup "nvcc tests/gpu/target.cu"
   verdict PASS "setup: nvcc built tests/gpu/target.cu in $((SECONDS - t0)) s"
+}
+
+fifo_target() {
+  if [[ -n $dry ]]; then
+    fake_libcuda
+    target=$bin/stand-in-target
+    write_stand_in "$target"
+  else
+    build_target
+  fi
+  [[ $("$target" fifo 2>&1) == *"fifo mode needs"* ]]
+  check "setup: $target has the fifo mode" $?
 }
