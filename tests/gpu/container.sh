@@ -39,6 +39,8 @@
 #    plugin's checkpoint; a filler takes the GPU; `runc restore`: ours refuses the plugin's
 #    --action restore of the process criu made (another host pid and start) before the driver;
 #    the process stays checkpointed; the filler ends; `--toggle` restores it, memory intact.
+# CONTAINER_CRIU names the criu to unpack (default .carry/criu-cuda.tgz, criu 4.1.1; e.g.
+# .carry/criu-dev-cuda.tgz, criu 4.2, made by tests/gpu/tools/carry-criu-cuda.sh with CRIU_OUT).
 # CONTAINER_CASES picks cases by letter (default abg); CONTAINER_BUDGET (s, default 330) skips
 # runs that no longer fit. The pieces (ct_start, ct_checkpoint, ct_restore, ct_end) are functions,
 # for cases to come.
@@ -57,6 +59,7 @@ dry=${CONTAINER_DRY_RUN:-}
 out=${OUT:-tests/gpu/out}
 bin=/tmp/ct${dry:+-dry} # scratch: bundles, the targets' folders, images, runc's state
 criu_root=${CRIU_ROOT:-/tmp/criu}
+criu_tgz=${CONTAINER_CRIU:-.carry/criu-cuda.tgz} # criu with its plugin: 4.1.1, or another build
 criu_dir=$criu_root/usr/sbin
 plugins=$criu_root/usr/lib/criu
 runc_root=/tmp/runc
@@ -102,7 +105,7 @@ df -h /tmp | tail -1
 # ---- setup: runc, criu, the two programs, the target, the rootfs ----
 carried=()
 [[ -n ${RUNC_BIN:-} ]] || carried+=(.carry/runc.tgz)
-[[ -n $dry && -x $criu_dir/criu ]] || carried+=(.carry/criu-cuda.tgz)
+[[ -n $dry && -x $criu_dir/criu ]] || carried+=("$criu_tgz")
 [[ -n ${OURS_BIN:-} || -n $dry ]] || carried+=(.carry/cuda-checkpoint-ours.xz)
 [[ -n ${NVIDIA_BIN:-} || -n $dry ]] || carried+=(.carry/cuda-checkpoint)
 for f in "${carried[@]}"; do
@@ -133,8 +136,8 @@ while read -r l; do echo "runc --version: $l"; done <<<"$runc_v"
 check "setup: $(echo "$runc_v" | head -1) runs" $? || exit 1
 
 if [[ -z $dry || ! -x $criu_dir/criu ]]; then
-  if ! { mkdir -p "$criu_root" && tar -C "$criu_root" -xzf .carry/criu-cuda.tgz; }; then
-    verdict FAIL "setup: unpacking .carry/criu-cuda.tgz"
+  if ! { mkdir -p "$criu_root" && tar -C "$criu_root" -xzf "$criu_tgz"; }; then
+    verdict FAIL "setup: unpacking $criu_tgz"
     exit 1
   fi
 fi
