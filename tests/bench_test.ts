@@ -18,6 +18,7 @@ import process from "node:process";
 import { safeName } from "../bench/report.ts";
 import { runScript, type ScriptRun } from "../bench/run_script.ts";
 import { noCompiler, runtime } from "./fixtures/fake.ts";
+import { assertAllBack, assertFormatted, simulatedMarkdown } from "./support/bench_report.ts";
 
 const BENCH = new URL("../bench/", import.meta.url).pathname;
 const out = mkdtempSync(join(tmpdir(), "ckpt-bench-test-"));
@@ -60,20 +61,28 @@ function readReport(name: string): Record<string, any> {
   }
   assert.match(md, /measures nothing real/);
   assert.match(md, /none \(fake libcuda\)/);
-  // Reports are committed: they must pass `deno fmt --check` as written (where deno is on PATH).
-  const fmt = spawnSync("deno", [
-    "fmt",
-    "--check",
-    "--line-width",
-    "100",
-    `${stem}.md`,
-    `${stem}.json`,
-  ], {
-    encoding: "utf8",
-    env: { ...process.env, NO_COLOR: "1" },
-  });
-  if (!fmt.error) assert.equal(fmt.status, 0, `deno fmt --check: ${fmt.stderr}`);
+  assertFormatted(`${stem}.md`, `${stem}.json`);
   return json;
+}
+
+/**
+ * A benchmark's run on the simulator: it must exit 0, and its report `<dir>/<name>-…` say where it
+ * ran (`gpu`, the simulated machine's description) and that it was simulated. Returns the report's
+ * stem and JSON.
+ */
+function simulatedReport(
+  run: ScriptRun,
+  dir: string,
+  name: string,
+  gpu: string,
+  // deno-lint-ignore no-explicit-any
+): { stem: string; json: Record<string, any> } {
+  assert.equal(run.status, 0, run.log);
+  const stem = join(dir, `${name}-${runtime}-${safeName(hostname())}`);
+  const json = JSON.parse(readFileSync(`${stem}.json`, "utf8"));
+  assert.equal(json.environment.gpu.description, gpu);
+  assert.equal(json.config.simulate, true);
+  return { stem, json };
 }
 
 describe(`benchmarks against the fake libcuda (${runtime})`, { skip: noCompiler }, () => {
@@ -318,14 +327,12 @@ describe(`disk_bench.ts on the simulated machine (${runtime})`, () => {
         "--out",
         dir,
       ], 2 * RUN_LIMIT_MS);
-      assert.equal(run.status, 0, run.log);
-      const stem = join(dir, `snapshot-${runtime}-${safeName(hostname())}`);
-      const json = JSON.parse(readFileSync(`${stem}.json`, "utf8"));
-      assert.equal(
-        json.environment.gpu.description,
+      const { stem, json } = simulatedReport(
+        run,
+        dir,
+        "snapshot",
         "none (the simulated machine of cuda-checkpoint --simulate)",
       );
-      assert.equal(json.config.simulate, true);
       assert.deepEqual(json.config.mib, [64, 32]);
       // Global round k starts with ours when k is even: 1x64 rounds 0 and 1, then 2x32 round 0.
       assert.deepEqual(
@@ -342,9 +349,7 @@ describe(`disk_bench.ts on the simulated machine (${runtime})`, () => {
         ],
       );
       for (const r of json.runs) {
-        assert.ok(r.ok && r.error === undefined, JSON.stringify(r));
-        assert.equal(r.checks.length, r.count);
-        for (const c of r.checks) assert.ok(c.state === "running" && c.intact, JSON.stringify(c));
+        assertAllBack(r, r.count);
         assert.ok(r.bytes > 0 && r.snapshotMs > 0 && r.restoreMs > 0, JSON.stringify(r));
         if (r.side === "ours") {
           // Its own figures, from its --json and the manifest (virtual time on the simulator).
@@ -375,13 +380,7 @@ describe(`disk_bench.ts on the simulated machine (${runtime})`, () => {
       ]);
       assert.equal(typeof json.goals[0].value, "number");
       assert.equal(json.goals[2].value, null);
-      const md = readFileSync(`${stem}.md`, "utf8");
-      assert.match(md, /SIMULATED: .* This measures nothing real\./s);
-      const fmt = spawnSync("deno", ["fmt", "--check", "--line-width", "100", `${stem}.md`], {
-        encoding: "utf8",
-        env: { ...process.env, NO_COLOR: "1" },
-      });
-      if (!fmt.error) assert.equal(fmt.status, 0, `deno fmt --check: ${fmt.stderr}`);
+      simulatedMarkdown(stem);
     },
   );
 });
@@ -408,14 +407,12 @@ describe(`integrity.ts on the simulated machine (${runtime})`, () => {
         "--out",
         dir,
       ], RUN_LIMIT_MS);
-      assert.equal(run.status, 0, run.log);
-      const stem = join(dir, `integrity-${runtime}-${safeName(hostname())}`);
-      const json = JSON.parse(readFileSync(`${stem}.json`, "utf8"));
-      assert.equal(
-        json.environment.gpu.description,
+      const { stem, json } = simulatedReport(
+        run,
+        dir,
+        "integrity",
         "none (the simulated machine of @ckpt/cuda/mock)",
       );
-      assert.equal(json.config.simulate, true);
       assert.equal(json.config.count, 2);
       // Round k starts with "with" when k is even; no warm-up on the simulator.
       assert.deepEqual(
@@ -425,9 +422,7 @@ describe(`integrity.ts on the simulated machine (${runtime})`, () => {
         ["0 with 0", "0 without 1", "1 without 0", "1 with 1"],
       );
       for (const r of json.runs) {
-        assert.ok(r.ok && r.error === undefined, JSON.stringify(r));
-        assert.equal(r.checks.length, 2);
-        for (const c of r.checks) assert.ok(c.state === "running" && c.intact, JSON.stringify(c));
+        assertAllBack(r, 2);
         assert.ok(r.snapshotMs > 0 && r.restoreMs > 0 && r.bytes > 0 && r.files > 0);
         // The library's own figures (virtual time on the simulator: the checks, file work, take
         // none of it).
@@ -456,13 +451,7 @@ describe(`integrity.ts on the simulated machine (${runtime})`, () => {
       ]);
       for (const g of json.goals) assert.equal(typeof g.value, "number", JSON.stringify(g));
       assert.match(json.goals[2].note, /the disk's own read rate beside it/);
-      const md = readFileSync(`${stem}.md`, "utf8");
-      assert.match(md, /SIMULATED: .* This measures nothing real\./s);
-      const fmt = spawnSync("deno", ["fmt", "--check", "--line-width", "100", `${stem}.md`], {
-        encoding: "utf8",
-        env: { ...process.env, NO_COLOR: "1" },
-      });
-      if (!fmt.error) assert.equal(fmt.status, 0, `deno fmt --check: ${fmt.stderr}`);
+      simulatedMarkdown(stem);
     },
   );
 });

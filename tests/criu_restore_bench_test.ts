@@ -11,15 +11,14 @@
 
 import { after, describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { spawnSync } from "node:child_process";
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { hostname, tmpdir } from "node:os";
 import { join } from "node:path";
-import process from "node:process";
 
 import { safeName } from "../bench/report.ts";
 import { runScript } from "../bench/run_script.ts";
 import { runtime } from "./fixtures/fake.ts";
+import { assertAllBack, simulatedMarkdown } from "./support/bench_report.ts";
 
 const SCRIPT = new URL("../bench/criu_restore.ts", import.meta.url).pathname;
 const out = mkdtempSync(join(tmpdir(), "ckpt-criu-restore-test-"));
@@ -55,16 +54,10 @@ function readReport(dir: string, caseName: string): Record<string, any> {
     [json.config.criuA.label, json.config.criuB.label],
     ["simulated criu 4.1.1", "simulated criu 4.2"],
   );
-  const md = readFileSync(`${stem}.md`, "utf8");
-  assert.match(md, /SIMULATED: .* This measures nothing real\./s);
+  const md = simulatedMarkdown(stem);
   for (const heading of ["## Where and when", "## Goals", "## Summary", "## Every run"]) {
     assert.ok(md.includes(heading), `${heading} missing from the Markdown report`);
   }
-  const fmt = spawnSync("deno", ["fmt", "--check", "--line-width", "100", `${stem}.md`], {
-    encoding: "utf8",
-    env: { ...process.env, NO_COLOR: "1" },
-  });
-  if (!fmt.error) assert.equal(fmt.status, 0, `deno fmt --check: ${fmt.stderr}`);
   return json;
 }
 
@@ -93,9 +86,7 @@ async function simulated(
 
 /** What every measured run must show: back intact, the library's parts of its restore. */
 function checkRun(r: RunRecord, count: number): void {
-  assert.ok(r.ok && r.error === undefined, JSON.stringify(r));
-  assert.equal(r.checks.length, count);
-  for (const c of r.checks) assert.ok(c.state === "running" && c.intact, JSON.stringify(c));
+  assertAllBack(r, count);
   assert.ok(r.restoreMs! > 0 && r.criuGBps! > 0, JSON.stringify(r));
   for (const k of ["restoreMs", "criuRestoreMs", "resumeMs"]) {
     assert.ok(r.own![k] > 0, `${k} of ${JSON.stringify(r)}`);
