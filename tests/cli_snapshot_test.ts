@@ -3,26 +3,19 @@
 // and exit 1; and the whole round trip on the simulated machine of a state file (--simulate),
 // across separate runs, as a user would type it.
 
-import { afterEach, describe, test } from "node:test";
+import { describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { parseCommandLine, UsageError } from "../cli/args.ts";
 import { SimulatedMachine } from "../mock/mod.ts";
 import { cli } from "./cli_support.ts";
 import { plantTrace } from "./support/trace.ts";
 import { hostWith, machineWith } from "./support/forward.ts";
+import { tempDirs } from "./support/temp_dirs.ts";
 
-const scratch: string[] = [];
-function base(): string {
-  const d = mkdtempSync(join(tmpdir(), "ckpt-cli-snapshot-"));
-  scratch.push(d);
-  return d;
-}
-afterEach(() => {
-  for (const d of scratch.splice(0)) rmSync(d, { recursive: true, force: true });
-});
+/** A new folder, removed after the test. */
+const base = tempDirs("ckpt-cli-snapshot-");
 
 describe("the command line of snapshots", () => {
   test("what each takes", () => {

@@ -9,7 +9,7 @@
 // GPUs, another driver, a pid taken, a file of the snapshot, an image of a process or the manifest
 // missing, and a copy another user owns.
 
-import { afterEach, describe, test } from "node:test";
+import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
@@ -18,13 +18,11 @@ import {
   cpSync,
   lstatSync,
   mkdirSync,
-  mkdtempSync,
   readdirSync,
   readFileSync,
   rmSync,
   writeFileSync,
 } from "node:fs";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
 import { inspectSnapshot, RefusedError, restoreSnapshot, snapshot } from "../mod.ts";
@@ -35,21 +33,15 @@ import { SimulatedCriu, SimulatedMachine, type SimulatedMachineOptions } from ".
 import { machineWith } from "./support/forward.ts";
 import { snapshotSimulator } from "../mock/state_file.ts";
 import { cli } from "./cli_support.ts";
+import { tempDirs } from "./support/temp_dirs.ts";
 
 const ROOT = process.getuid?.() === 0;
 const H100 = "NVIDIA H100 80GB HBM3";
 /** Driver calls that change a process's state. */
 const CHANGING = new Set(["lock", "checkpoint", "restore", "unlock"]);
 
-const scratch: string[] = [];
-function base(): string {
-  const dir = mkdtempSync(join(tmpdir(), "ckpt-moved-test-"));
-  scratch.push(dir);
-  return dir;
-}
-afterEach(() => {
-  for (const d of scratch.splice(0)) rmSync(d, { recursive: true, force: true });
-});
+/** A new folder, removed after the test. */
+const base = tempDirs("ckpt-moved-test-");
 
 /** Whether `tar` runs here (Deno and Bun both have child_process's spawnSync). */
 const TAR = spawnSync("tar", ["--version"], { stdio: "ignore" }).status === 0;

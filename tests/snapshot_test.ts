@@ -3,12 +3,11 @@
 // everything refused before anything changes; every failure after that putting things back as
 // the error says; deadlines, aborts and progress; jobs; restores onto other GPUs.
 
-import { afterEach, describe, test } from "node:test";
+import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import {
   chmodSync,
   mkdirSync,
-  mkdtempSync,
   readdirSync,
   readFileSync,
   rmSync,
@@ -17,7 +16,6 @@ import {
   truncateSync,
   writeFileSync,
 } from "node:fs";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 import {
   CheckpointUnsupportedError,
@@ -32,16 +30,13 @@ import { hostWith, machineWith } from "./support/forward.ts";
 import { SimulatedCriu, SimulatedMachine, type SimulatedProcess } from "../mock/mod.ts";
 import { mappingProblems } from "../core/gate.ts";
 import { parseGpuUuid } from "../core/uuid.ts";
+import { tempDirs } from "./support/temp_dirs.ts";
 
-const scratch: string[] = [];
+const base = tempDirs("ckpt-snapshot-test-");
+/** Where a new snapshot may go: `snap` in a new folder, removed after the test. */
 function newDir(): string {
-  const base = mkdtempSync(join(tmpdir(), "ckpt-snapshot-test-"));
-  scratch.push(base);
-  return join(base, "snap");
+  return join(base(), "snap");
 }
-afterEach(() => {
-  for (const d of scratch.splice(0)) rmSync(d, { recursive: true, force: true });
-});
 
 /** A tree: a plain root, two CUDA children (1 and 2 GiB, on GPU 0), a plain grandchild. */
 async function job(sim = new SimulatedMachine({ gpus: 2 })) {

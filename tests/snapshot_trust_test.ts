@@ -4,7 +4,7 @@
 // made, so the same directory works again; one killed outright leaves a trace that `recover`
 // reads; and criu runs are bounded, none started after a failure.
 
-import { afterEach, describe, test } from "node:test";
+import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import {
@@ -13,14 +13,12 @@ import {
   cpSync,
   existsSync,
   mkdirSync,
-  mkdtempSync,
   readdirSync,
   readFileSync,
   rmSync,
   symlinkSync,
   writeFileSync,
 } from "node:fs";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
 import {
@@ -36,16 +34,10 @@ import { SimulatedMachine } from "../mock/mod.ts";
 import { machineWith } from "./support/forward.ts";
 import { TRACE_FILE } from "../core/trace.ts";
 import { plantTrace } from "./support/trace.ts";
+import { tempDirs } from "./support/temp_dirs.ts";
 
-const scratch: string[] = [];
-function base(): string {
-  const dir = mkdtempSync(join(tmpdir(), "ckpt-trust-test-"));
-  scratch.push(dir);
-  return dir;
-}
-afterEach(() => {
-  for (const d of scratch.splice(0)) rmSync(d, { recursive: true, force: true });
-});
+/** A new folder, removed after the test. */
+const base = tempDirs("ckpt-trust-test-");
 
 const ROOT = process.getuid?.() === 0;
 
