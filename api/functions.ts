@@ -253,5 +253,8 @@ export async function recoverSnapshot(
   checkDir(dir);
   const checkRoom = checkFlag(o.checkRoom, "checkRoom", true);
   const machine = machineOf(o.machine, "recoverSnapshot");
-  return await withMachine(machine, (m) => recoverFrom(m, storeOf(m), dir, checkRoom));
+  return await withMachine(
+    machine,
+    (m) => recoverFrom(m, storeOf(m), dir, checkRoom, "recoverSnapshot"),
+  );
 }

@@ -214,7 +214,13 @@ export async function runInspect(
  */
 async function runRecover(command: RecoverCommand, machine: Machine, print: Printer) {
   try {
-    const r = await recoverFrom(machine, storeOf(machine), command.dir, command.checkRoom ?? true);
+    const r = await recoverFrom(
+      machine,
+      storeOf(machine),
+      command.dir,
+      command.checkRoom ?? true,
+      command.kind,
+    );
     if (command.json) {
       print.json({ ok: true, operation: command.kind, ...r });
       return 0;

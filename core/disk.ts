@@ -17,9 +17,15 @@ import {
 } from "./group_options.ts";
 import type { HostProcesses, PidUse } from "./host.ts";
 import { clockOf, Deadline, type Machine } from "./machine.ts";
-import { type Manifest, MANIFEST_FILE, MANIFEST_MAX_BYTES, parseManifest } from "./manifest.ts";
+import {
+  type Manifest,
+  MANIFEST_FILE,
+  MANIFEST_MAX_BYTES,
+  parseManifest,
+  TRACE_FILE,
+  TRACE_MAX_BYTES,
+} from "./manifest.ts";
 import { Slots } from "./slots.ts";
-import { TRACE_FILE, TRACE_MAX_BYTES } from "./trace.ts";
 import { checkFunction, checkInteger, checkSignal, type GpuMapping } from "./options.ts";
 
 /** A part of a snapshot or of its restore, as progress events name it. */
@@ -311,28 +317,15 @@ export async function readSnapshot(
   o: { digests: boolean; signal?: AbortSignal },
 ): Promise<{ snap: SnapshotDir; manifest: Manifest; verified: boolean }> {
   const refuse = (reason: string) => new RefusedError({ code: "SNAPSHOT", operation, reason });
-  let snap: SnapshotDir;
-  try {
-    snap = await store.open(dir);
-  } catch (err) {
-    // Where the store's sentence begins with the directory itself, it is said once.
-    const said = messageOf(err);
-    throw refuse(
-      said.startsWith(`${dir} `) ? said : `${dir} cannot be read as a snapshot: ${said}`,
-    );
-  }
+  const snap = await store.open(dir).catch((err) => {
+    throw storeRefusal(operation, dir, "cannot be read as a snapshot", err);
+  });
   try {
     const where = snap.path;
-    const read = async (name: string, max: number) => {
-      try {
-        return await snap.readFile(name, max);
-      } catch (err) {
-        const said = messageOf(err);
-        throw refuse(
-          said.startsWith(`${where}/${name} `) ? said : `${where}/${name} cannot be read: ${said}`,
-        );
-      }
-    };
+    const read = (name: string, max: number) =>
+      snap.readFile(name, max).catch((err) => {
+        throw storeRefusal(operation, `${where}/${name}`, "cannot be read", err);
+      });
     const text = await read(MANIFEST_FILE, MANIFEST_MAX_BYTES);
     if (await read(TRACE_FILE, TRACE_MAX_BYTES) !== undefined) {
       throw refuse(
@@ -391,10 +384,28 @@ export function partOf(progress: Progress, signal: AbortSignal | undefined): Gro
   };
 }
 
+/**
+ * The refusal of `operation` where the store fails on `path`: `<path> <what>: <the store's
+ * sentence>`, or the store's sentence alone where it begins with the path (said once).
+ */
+export function storeRefusal(
+  operation: string,
+  path: string,
+  what: string,
+  err: unknown,
+): RefusedError {
+  const said = messageOf(err);
+  return new RefusedError({
+    code: "SNAPSHOT",
+    operation,
+    reason: said.startsWith(`${path} `) ? said : `${path} ${what}: ${said}`,
+  });
+}
+
 /** What went wrong in a group, in a clause. */
 export function groupFailure(result: GroupResult): string {
-  const failed = result.processes.find((p) => p.error);
-  if (failed) return failed.error!.message;
+  const failed = firstError(result);
+  if (failed) return failed.message;
   if (result.aborted) return "it was aborted";
   if (result.deadlinePassed) return "its deadline passed";
   return "not every process could be brought there";

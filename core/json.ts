@@ -9,6 +9,7 @@
  */
 
 import { messageOf } from "./errors.ts";
+import type { ProcessIdentity } from "./host.ts";
 import { formatGpuUuid, parseGpuUuid } from "./uuid.ts";
 
 /** Makes the error for a field: `reason` is a whole sentence that names it. */
@@ -138,6 +139,18 @@ export class StrictReader {
     } catch {
       return this.fail(field, "a GPU UUID (GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)", value);
     }
+  }
+
+  /**
+   * A process identity, `{ pid, start? }`: a pid from `minPid` (0 for a claim's owner that the
+   * host could not name) to 2^31 - 1, a start from 0.
+   */
+  identity(value: unknown, field: string, minPid = 1): ProcessIdentity {
+    const o = this.object(value, field, ["pid"], ["start"]);
+    const pid = this.integer(o.pid, `${field}.pid`, minPid, 2 ** 31 - 1);
+    return o.start === undefined
+      ? { pid }
+      : { pid, start: this.integer(o.start, `${field}.start`, 0, Number.MAX_SAFE_INTEGER) };
   }
 
   /** GPU memory, MiB by GPU UUID (`GPU-…`); with `known`, each a GPU of those (`where` says). */

@@ -21,6 +21,12 @@ export const MANIFEST_FORMAT: Manifest["format"] = "ckpt-cuda-snapshot/2";
 /** The manifest's file name in a snapshot's directory. */
 export const MANIFEST_FILE = "manifest.json";
 
+/** The file name of the trace a snapshot keeps in its directory while it runs (core/trace.ts). */
+export const TRACE_FILE = "in-progress.json";
+
+/** The largest trace read, in bytes. */
+export const TRACE_MAX_BYTES = 4 * 2 ** 20;
+
 /** The largest manifest this version reads, in bytes. */
 export const MANIFEST_MAX_BYTES = 16 * 2 ** 20;
 

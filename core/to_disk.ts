@@ -24,6 +24,7 @@ import {
   Progress,
   type SnapshotOptions,
   type SnapshotResult,
+  storeRefusal,
   usesOf,
 } from "./disk.ts";
 import type { GpuInfo } from "./driver.ts";
@@ -55,11 +56,12 @@ import {
   type ManifestProcess,
   type ManifestTree,
   serializeManifest,
+  TRACE_FILE,
   treeDirName,
 } from "./manifest.ts";
 import { checkFlag, checkLockTimeout, checkOptions, checkPid } from "./options.ts";
 import { cudaRuns, isSnapshotState, memoryOnHost, SNAPSHOT_STATES, stateName } from "./states.ts";
-import { serializeTrace, TRACE_FILE } from "./trace.ts";
+import { serializeTrace } from "./trace.ts";
 import { VERSION } from "./version.ts";
 
 /** A snapshot's options, checked. */
@@ -131,11 +133,7 @@ export async function takeSnapshot(
   const version = await driver.driverVersion();
   const facts = host.facts ? await host.facts() : { hostname: host.kind, kernel: "unknown" };
   const cannotHold = (where: string, err: unknown) =>
-    new RefusedError({
-      code: "SNAPSHOT",
-      operation: "snapshot",
-      reason: `${where} cannot hold a snapshot: ${messageOf(err)}`,
-    });
+    storeRefusal("snapshot", where, "cannot hold a snapshot", err);
   const snap = await store.create(dir).catch((err) => {
     throw cannotHold(dir, err);
   });

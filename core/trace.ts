@@ -8,21 +8,15 @@
  * @module
  */
 
+import { groupFailure, storeRefusal } from "./disk.ts";
 import type { SnapshotStore } from "./engine.ts";
-import { messageOf, RefusedError } from "./errors.ts";
+import { RefusedError } from "./errors.ts";
 import { checkGroupOptions, type GroupResult } from "./group_options.ts";
 import { runGroup } from "./group.ts";
 import { type ProcessIdentity, sameProcess } from "./host.ts";
 import { StrictReader } from "./json.ts";
 import { type Machine, sessionOf } from "./machine.ts";
-import { MANIFEST_FILE, MANIFEST_MAX_BYTES } from "./manifest.ts";
-import { MAX_PID } from "./options.ts";
-
-/** The trace's file name in a snapshot's directory. */
-export const TRACE_FILE = "in-progress.json";
-
-/** The largest trace read, in bytes. */
-export const TRACE_MAX_BYTES = 4 * 2 ** 20;
+import { MANIFEST_FILE, MANIFEST_MAX_BYTES, TRACE_FILE, TRACE_MAX_BYTES } from "./manifest.ts";
 
 const FORMAT = "ckpt-cuda-in-progress/1";
 
@@ -44,7 +38,7 @@ export function serializeTrace(trace: Trace): string {
 }
 
 /** Parses a trace strictly; `where` names it in messages. */
-export function parseTrace(text: string, where: string, operation: string): Trace {
+function parseTrace(text: string, where: string, operation: string): Trace {
   const r = new StrictReader((_field, reason) =>
     new RefusedError({ code: "SNAPSHOT", operation, reason: `${where}: ${reason}` })
   );
@@ -52,19 +46,10 @@ export function parseTrace(text: string, where: string, operation: string): Trac
     "by",
   ]);
   if (o.format !== FORMAT) r.fail("format", JSON.stringify(FORMAT), o.format);
-  const identity = (value: unknown, at: string): ProcessIdentity => {
-    const p = r.object(value, at, ["pid"], ["start"]);
-    return {
-      pid: r.integer(p.pid, `${at}.pid`, 1, MAX_PID),
-      ...(p.start !== undefined
-        ? { start: r.integer(p.start, `${at}.start`, 0, Number.MAX_SAFE_INTEGER) }
-        : {}),
-    };
-  };
   return {
-    ...(o.by !== undefined ? { by: identity(o.by, "by") } : {}),
+    ...(o.by !== undefined ? { by: r.identity(o.by, "by") } : {}),
     startedAt: r.string(o.startedAt, "startedAt"),
-    processes: r.array(o.processes, "processes").map((p, i) => identity(p, `processes[${i}]`)),
+    processes: r.array(o.processes, "processes").map((p, i) => r.identity(p, `processes[${i}]`)),
     made: r.array(o.made, "made").map((m, i) => {
       const name = r.string(m, `made[${i}]`);
       if (!/^tree-[1-9][0-9]{0,9}$/.test(name)) r.fail(`made[${i}]`, '"tree-<pid>"', name);
@@ -96,18 +81,18 @@ export async function recoverFrom(
   machine: Machine,
   store: SnapshotStore,
   dir: string,
-  checkRoom = true,
+  checkRoom: boolean,
+  operation: string,
 ): Promise<RecoverResult> {
-  const refuse = (reason: string) =>
-    new RefusedError({ code: "SNAPSHOT", operation: "recover", reason });
+  const refuse = (reason: string) => new RefusedError({ code: "SNAPSHOT", operation, reason });
   const snap = await store.open(dir).catch((err) => {
-    throw refuse(`${dir} cannot be read as a snapshot's directory: ${messageOf(err)}`);
+    throw storeRefusal(operation, dir, "cannot be read as a snapshot's directory", err);
   });
   try {
     const where = snap.path;
     const read = (name: string, max: number) =>
       snap.readFile(name, max).catch((err) => {
-        throw refuse(`${where}/${name} cannot be read: ${messageOf(err)}`);
+        throw storeRefusal(operation, `${where}/${name}`, "cannot be read", err);
       });
     const text = await read(TRACE_FILE, TRACE_MAX_BYTES);
     if (text === undefined) {
@@ -116,7 +101,7 @@ export async function recoverFrom(
           `nothing to recover`,
       );
     }
-    const trace = parseTrace(text, `${where}/${TRACE_FILE}`, "recover");
+    const trace = parseTrace(text, `${where}/${TRACE_FILE}`, operation);
     const session = sessionOf(machine);
     /** Whether the process `p` still lives (its pid is no other process's now). */
     const same = async (p: ProcessIdentity) => {
@@ -137,19 +122,14 @@ export async function recoverFrom(
     if (alive.length > 0) {
       // Killed while it was ending its trees, the snapshot may have left them stopped (SIGSTOP).
       await machine.engine?.wake?.(alive);
-      result = await runGroup(
-        machine,
-        "resume",
-        alive,
-        checkGroupOptions({ checkRoom }, "recoverSnapshot"),
-      );
+      result = await runGroup(machine, "resume", alive, checkGroupOptions({ checkRoom }));
     }
     if (result && !result.ok) {
       const failed = result.processes.find((p) => p.error);
       throw refuse(
         `not every process of the interrupted snapshot in ${where} could be resumed: ${
-          failed ? `${failed.pid}: ${failed.error!.message}` : "the group did not finish"
-        }; ${TRACE_FILE} is kept, so that this can be tried again`,
+          failed ? `${failed.pid}: ` : ""
+        }${groupFailure(result)}; ${TRACE_FILE} is kept, so that this can be tried again`,
       );
     }
     const complete = await read(MANIFEST_FILE, MANIFEST_MAX_BYTES) !== undefined;

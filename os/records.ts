@@ -201,13 +201,6 @@ function parseRecord(text: string): HeldRecord {
     "mark",
   ]);
   r.choice(v.format, "format", [FORMAT]);
-  const identity = (value: unknown, field: string): ProcessIdentity => {
-    const o = r.object(value, field, ["pid"], ["start"]);
-    const pid = r.integer(o.pid, `${field}.pid`, 0);
-    return o.start === undefined
-      ? { pid }
-      : { pid, start: r.integer(o.start, `${field}.start`, 0) };
-  };
   // Each MiB finite (JSON's 1e400 parses as Infinity) and at most RECORD_MAX_MIB: a claim of
   // more than any GPU has would block every restore onto its GPU.
   const mib = (value: unknown, field: string): Record<string, number> => {
@@ -220,7 +213,7 @@ function parseRecord(text: string): HeldRecord {
     return out;
   };
   let record: HeldRecord = {
-    process: identity(v.process, "process"),
+    process: r.identity(v.process, "process", 0),
     heldMiB: mib(v.heldMiB, "heldMiB"),
     at: r.integer(v.at, "at", 0),
   };
@@ -231,7 +224,7 @@ function parseRecord(text: string): HeldRecord {
   const c = r.object(v.claim, "claim", ["needMiB", "by", "since"]);
   const claim: RoomClaim = {
     needMiB: mib(c.needMiB, "claim.needMiB"),
-    by: identity(c.by, "claim.by"),
+    by: r.identity(c.by, "claim.by", 0),
     since: r.integer(c.since, "claim.since", 0),
   };
   return { ...record, claim };

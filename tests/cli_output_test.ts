@@ -167,6 +167,25 @@ describe("the subcommands, as a new user meets them", () => {
     assert.match(r.err, /: (.* is not a directory|a part of the path above it is a file)/);
   });
 
+  test("a path that is a file: inspect, snapshot and recover say the store's sentence alike, the path once", async () => {
+    const file = newDir();
+    writeFileSync(file, "");
+    const sim = new SimulatedMachine();
+    const pid = String(sim.spawn({ memoryMiB: 256 }).pid);
+    const said: string[] = [];
+    for (const sub of ["inspect", "snapshot", "recover"]) {
+      const args = sub === "snapshot" ? [sub, "--pid", pid, "--dir", file] : [sub, file];
+      const r = await cli(args, { machine: sim });
+      assert.equal(r.code, 1, `${sub}: ${r.err}`);
+      const prefix = `cuda-checkpoint: ${sub} refused: `;
+      assert.ok(r.err.startsWith(prefix), `${sub}: ${r.err}`);
+      const sentence = r.err.slice(prefix.length).trim();
+      assert.equal(sentence.split(file).length, 2, `${sub} names the path once: ${sentence}`);
+      said.push(sentence);
+    }
+    assert.equal(new Set(said).size, 1, `one sentence for all three: ${said.join(" | ")}`);
+  });
+
   test("the system's raw line for a path becomes a sentence that names the path", () => {
     const raw = new Error("/s/x cannot be looked at: ENOTDIR: not a directory, lstat '/s/x'");
     assert.equal(

@@ -32,7 +32,7 @@ import {
 import { recoverSnapshot, type SnapshotEngine } from "../snapshot.ts";
 import { SimulatedMachine } from "../mock/mod.ts";
 import { machineWith } from "./support/forward.ts";
-import { TRACE_FILE } from "../core/trace.ts";
+import { TRACE_FILE } from "../core/manifest.ts";
 import { plantTrace } from "./support/trace.ts";
 import { tempDirs } from "./support/temp_dirs.ts";
 
