@@ -23,7 +23,7 @@
  *
  * The check fails closed. A record that cannot be written at a checkpoint is said in the step's
  * `roomCheck` (its restore will not be checked); records that cannot be read refuse a checked
- * restore ({@link roomUnknownError}, a `RefusedError` with code `"PREREQUISITE"` that names the
+ * restore (a `RefusedError` with code `"PREREQUISITE"` that names the
  * fault and says that `checkRoom: false` skips the check), rather than let it reach a driver that
  * may lose the process. A claim that is not a finite amount from 0 is left out, never blocking.
  *
@@ -40,6 +40,7 @@ import {
   MemoryHeldRecords,
   type ProcessIdentity,
   sameProcess,
+  withoutClaim,
 } from "./host.ts";
 import { stepFrom } from "./states.ts";
 import { formatGpuUuid } from "./uuid.ts";
@@ -118,7 +119,7 @@ function mib(n: number): string {
  * memory cannot be read or written (`err` says why, naming the path): a `RefusedError` with code
  * `"PREREQUISITE"`, which says that `checkRoom: false` skips the check.
  */
-export function roomUnknownError(
+function roomUnknownError(
   where: { operation: string; pid?: number; who?: string },
   err: unknown,
 ): RefusedError {
@@ -231,7 +232,7 @@ export class RoomGuard {
    * {@link Reservation.done}. Throws a {@link GpuRoomError} where it does not fit, unless
    * `stillCheckpointed` says the process is no longer checkpointed (then the record was old: it
    * is forgotten, and the driver's own answer will say what is wrong); and the refusal of
-   * {@link roomUnknownError} where the records cannot be read, or its claim cannot be written.
+   * a `PREREQUISITE` refusal where the records cannot be read, or its claim cannot be written.
    */
   async reserve(
     process: ProcessIdentity,
@@ -277,8 +278,7 @@ export class RoomGuard {
     const unclaim = async () => {
       const now = await records.get(process).catch(() => undefined);
       if (now?.claim && sameProcess(now.claim.by, by)) {
-        const { claim: _, ...rest } = now;
-        await records.put(rest).catch(() => {});
+        await records.put(withoutClaim(now)).catch(() => {});
       }
     };
     let check: RoomCheck;
