@@ -218,16 +218,12 @@ export interface GroupSettings {
 }
 
 /**
- * Checks a group's options, once, where they enter; `machine` is left to the caller. Every
- * setting left out has its default, so a caller of {@link runGroup} inside this package builds
- * its settings from `checkGroupOptions({ ... })` of its own values. `where` is the function the
- * caller called, which a bad option's message names (`runGroup` by default).
+ * Checks a group's options, once, where they enter (`runGroup`'s); `machine` is left to the
+ * caller. Every setting left out has its default, so a caller of {@link runGroup} inside this
+ * package builds its settings from `checkGroupOptions({ ... })` of its own values.
  */
-export function checkGroupOptions(
-  options: GroupOptions | undefined,
-  where = "runGroup",
-): GroupSettings {
-  const o = checkOptions(options, where, [
+export function checkGroupOptions(options: GroupOptions | undefined): GroupSettings {
+  const o = checkOptions(options, "runGroup", [
     "machine",
     "concurrency",
     "allOrNothing",
