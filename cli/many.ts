@@ -156,7 +156,7 @@ function fromOutcome(operation: CliOperation, o: ProcessOutcome): PidReport {
   };
 }
 
-const stepReport = ({ step, ms, ok }: StepRecord): StepReport => ({ step, ms: round(ms), ok });
+const stepReport = ({ step, ms, ok }: StepRecord): StepReport => ({ step, ms, ok });
 
 /** One operation's watch over interrupts (see the module documentation). */
 class Interruption {

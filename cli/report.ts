@@ -249,10 +249,8 @@ export function warnUninspectable(
   );
 }
 
-/** A time in ms, to the microsecond, for `--json`. */
-export function round(ms: number): number {
-  return Math.round(ms * 1000) / 1000;
-}
+/** A time in ms, to the microsecond, for `--json`: the library's own rounding of step times. */
+export { roundMs as round } from "../core/machine.ts";
 
 /** What the system's error codes that a path can meet mean, as the end of a sentence. */
 const PATH_ERRORS: Readonly<Record<string, string>> = {

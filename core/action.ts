@@ -8,7 +8,7 @@
  */
 
 import { asError, CudaError, messageOf, RefusedError, withDetail } from "./errors.ts";
-import { clockOf } from "./machine.ts";
+import { clockOf, roundMs } from "./machine.ts";
 import {
   checkFlag,
   checkGpuMapping,
@@ -248,7 +248,7 @@ export async function timed(
     ok = true;
   } finally {
     // To the microsecond: a difference of two clock readings carries floating-point noise.
-    const r = { step, ms: Math.round((clock.now() - t0) * 1000) / 1000, ok };
+    const r = { step, ms: roundMs(clock.now() - t0), ok };
     (rollback ? of.rollback : report.steps).push(r);
     hooks.stepEnded?.(r, rollback);
   }

@@ -138,6 +138,11 @@ export interface SignalClock extends Clock {
   sleep(ms: number, signal?: AbortSignal): Promise<void>;
 }
 
+/** A time in ms to the microsecond, without floating-point noise (`0.2`, not `0.20000000000000004`). */
+export function roundMs(ms: number): number {
+  return Math.round(ms * 1000) / 1000;
+}
+
 /** The clock of `machine`: its own where it keeps one (the simulator's), else the real clock. */
 export function clockOf(machine: Machine): SignalClock {
   const own = machine.clock;
