@@ -80,8 +80,8 @@ rm -f "$out/container.txt" "$out/container-report.md" "$out/container-logs.tgz"
 : >"$bin/times.txt"
 exec > >(tee -a "$out/container.txt") 2>&1
 
-verdict() { echo "$1 $2"; echo "$1 $2" >>"$bin/verdicts.txt"; }
-# check NAME RC: PASS where RC is 0, else FAIL (and a failing status, for `|| ...`).
+# verdict: tests/gpu/verdicts.sh's. check NAME RC: PASS where RC is 0, else FAIL (and, unlike
+# verdicts.sh's, a failing status, for `|| ...`).
 check() { if [[ $2 == 0 ]]; then verdict PASS "$1"; else verdict FAIL "$1"; return 1; fi; }
 # gpu_check NAME RC WHY: check, but SKIP (saying WHY) in a dry run.
 gpu_check() { if [[ -n $dry ]]; then verdict SKIP "$1 (dry run: $3)"; else check "$1" "$2"; fi; }

@@ -2,8 +2,8 @@
 # Sourced by integrity.sh, criu_speed.sh and snapshot.sh: the setup they share, on the GPU machine
 # and in their dry runs (the fake libcuda, a stand-in target). The sourcing script sets $bin (its
 # scratch folder), $work (integrity.sh and criu_speed.sh: the benchmark's folder under $bin) and
-# $dry (not empty: a dry run), and defines verdict and check (PASS/FAIL lines, as in verdicts.sh's
-# users) and fail_setup WHY (a line "FAIL setup: WHY", then the script's end).
+# $dry (not empty: a dry run), sources verdicts.sh (verdict and check: PASS/FAIL lines) and
+# defines fail_setup WHY (a line "FAIL setup: WHY", then the script's end).
 #   describe_machine         the commit, kernel, cores and memory, the GPUs, /tmp's disk
 #   end_leftovers            every process whose command line names $bin/ killed (not this shell),
 #                            $work removed: the EXIT trap of a benchmark's script

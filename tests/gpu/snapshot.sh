@@ -78,9 +78,7 @@ rm -f "$out/snapshot-$rt.txt" "$out/snapshot-$rt-logs.tgz"
 : >"$bin/times.txt"
 exec > >(tee -a "$out/snapshot-$rt.txt") 2>&1
 
-verdict() { echo "$1 $2"; echo "$1 $2" >>"$bin/verdicts.txt"; }
-# check NAME RC [WHY]: PASS where RC is 0, else FAIL (with WHY).
-check() { if [[ $2 == 0 ]]; then verdict PASS "$1"; else verdict FAIL "$1${3:+: $3}"; fi; }
+# verdict and check: tests/gpu/verdicts.sh.
 # fail_setup WHY: a FAIL; the script ends.
 fail_setup() {
   verdict FAIL "setup: $1"

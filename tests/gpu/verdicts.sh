@@ -1,7 +1,15 @@
-# Sourced by run_cli.sh and criu_cli.sh: the closing summary of a run's verdicts file (one
-# `PASS|FAIL|SKIP what` line per check).
+# shellcheck shell=bash disable=SC2154 # $bin, $out: the sourcing script's
+# Sourced by the scripts of tests/gpu: the lines of a run's verdicts (one `PASS|FAIL|SKIP what`
+# line per check, in $bin/verdicts.txt) and their closing summary. A script whose lines go
+# elsewhere, or whose check differs, defines its own after sourcing this (criu_cli.sh, room_cli.sh,
+# container.sh's check).
+#   verdict KIND WHAT              the line, on stdout and in $bin/verdicts.txt
+#   check NAME RC [WHY]            PASS where RC is 0, else FAIL (with WHY)
 #   verdict_summary FILE [LABEL]   prints the counts, the FAIL and SKIP lines and $OUT's files;
 #                                  succeeds when nothing failed and something passed
+verdict() { echo "$1 $2"; echo "$1 $2" >>"$bin/verdicts.txt"; }
+check() { if [[ $2 == 0 ]]; then verdict PASS "$1"; else verdict FAIL "$1${3:+: $3}"; fi; }
+
 verdict_summary() {
   local file=$1 label=${2:-} pass fail skip
   pass=$(grep -c '^PASS ' "$file")
