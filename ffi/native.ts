@@ -157,7 +157,6 @@ function openLibcuda(adapter: FfiAdapter, candidate: string): Opened {
  * thread starts until a call needs one.
  *
  * @throws {RangeError} when `maxWorkers` is not an integer from 1 to 1024.
- * @throws {TypeError} when `callingThread` is given and not a boolean.
  * @throws {DriverLoadError} when libcuda cannot be found or opened.
  */
 export function openLibcudaDriver(

@@ -17,6 +17,9 @@ import { errorCode } from "./private.ts";
 /** How long a program has between SIGTERM and SIGKILL, in ms. */
 export const GRACE_MS = 2000;
 
+/** How long the children of an ended program have to go after SIGKILL, in ms. */
+export const CHILDREN_WAIT_MS = 2000;
+
 /** The most output of each stream kept (its end), in characters. */
 const MAX_OUTPUT = 64 * 1024;
 
@@ -26,8 +29,6 @@ export interface RunBound {
   readonly signal?: AbortSignal;
   /** Ends the run once this many ms have passed. */
   readonly timeoutMs?: number;
-  /** Between SIGTERM and SIGKILL, in ms; {@link GRACE_MS} where left out. */
-  readonly graceMs?: number;
   /**
    * The processes the program works on, read when it is ended (before it is signalled): each is
    * sent SIGCONT once the program and its children are gone.
@@ -166,8 +167,8 @@ async function endRun(
   const startOf = new Map([...table].map(([p, e]) => [p, e.start]));
   // By pid, not ChildProcess.kill(): Deno's sends no second signal once one was sent. Only while
   // its exit has not been seen (the reads above took a while): until then, the pid is its own.
-  if (!gone()) signalRun(pid, "SIGTERM");
-  const grace = bound.graceMs ?? GRACE_MS;
+  if (!gone()) signalEach([pid], "SIGTERM");
+  const grace = GRACE_MS;
   let killed = false;
   if (!(await settlesWithin(exited, grace))) {
     // More children may have come meanwhile: theirs too.
@@ -177,14 +178,14 @@ async function endRun(
       startOf.set(p, later.get(p)!.start);
     }
     if (!gone()) {
-      signalRun(pid, "SIGKILL");
+      signalEach([pid], "SIGKILL");
       killed = true;
     }
     await exited;
   }
   const stillThem = (p: number) => signalSame(p, startOf.get(p), "SIGKILL");
   await Promise.all(children.map(stillThem));
-  const childrenLeft = await goneWithin(children, startOf, 2000);
+  const childrenLeft = await goneWithin(children, startOf, CHILDREN_WAIT_MS);
   const continued: number[] = [];
   const table2 = await processTable();
   for (const p of worksOn) {
@@ -194,12 +195,17 @@ async function endRun(
   return { why, afterMs: Math.round(afterMs), killed, children, childrenLeft, continued };
 }
 
-/** Sends `signal` to the run's own process, which has not been reaped; gone meanwhile is fine. */
-function signalRun(pid: number, signal: "SIGTERM" | "SIGKILL"): void {
-  try {
-    process.kill(pid, signal);
-  } catch (err) {
-    if (errorCode(err) !== "ESRCH") throw err;
+/** Sends `signal` to each pid; one already gone (or not yet reaped) is no error. */
+export function signalEach(
+  pids: readonly number[],
+  signal: "SIGSTOP" | "SIGCONT" | "SIGTERM" | "SIGKILL",
+): void {
+  for (const pid of pids) {
+    try {
+      process.kill(pid, signal);
+    } catch (err) {
+      if (errorCode(err) !== "ESRCH") throw err;
+    }
   }
 }
 

@@ -35,8 +35,16 @@ import {
 } from "../core/engine.ts";
 import { messageOf } from "../core/errors.ts";
 import { olderVersion } from "../core/version.ts";
-import { type Ending, GRACE_MS, type RunBound, runBounded, treeOf } from "./bounded_run.ts";
-import { errorCode, myUid } from "./private.ts";
+import {
+  CHILDREN_WAIT_MS,
+  type Ending,
+  GRACE_MS,
+  type RunBound,
+  runBounded,
+  signalEach,
+  treeOf,
+} from "./bounded_run.ts";
+import { myUid } from "./private.ts";
 import { privateWorkBase, trustedLibraryDir, trustedProgram } from "./trusted.ts";
 
 /** The environment variable that names the criu program, where it is not on `PATH`. */
@@ -352,14 +360,16 @@ function endedSentence(op: string, root: number, e: Ending, bound: RunBound): st
     ? `its deadline of ${bound.timeoutMs} ms passed`
     : "it was aborted";
   const how = e.killed
-    ? `criu outlived SIGTERM and was killed with SIGKILL ${bound.graceMs ?? GRACE_MS} ms later`
+    ? `criu outlived SIGTERM and was killed with SIGKILL ${GRACE_MS} ms later`
     : "criu ended on SIGTERM";
   const list = (pids: readonly number[]) => pids.join(", ");
   let left = "";
   if (e.children.length > 0) {
     const whose = op === "restore" ? "the processes it had made" : "its child processes";
     left = `; ${whose} (${list(e.children)}) were killed`;
-    if (e.childrenLeft.length > 0) left += `, though ${list(e.childrenLeft)} still ran after 2 s`;
+    if (e.childrenLeft.length > 0) {
+      left += `, though ${list(e.childrenLeft)} still ran after ${CHILDREN_WAIT_MS / 1000} s`;
+    }
   }
   if (op === "dump") {
     left += e.continued.length > 0
@@ -368,17 +378,6 @@ function endedSentence(op: string, root: number, e: Ending, bound: RunBound): st
       : "; none of the tree's processes was left to send SIGCONT to";
   }
   return `criu ${op} of the tree of ${root} was ended after ${e.afterMs} ms (${why}): ${how}${left}`;
-}
-
-/** Sends `signal` to each pid; one already gone is no error. */
-function signalEach(pids: readonly number[], signal: "SIGSTOP" | "SIGKILL" | "SIGCONT"): void {
-  for (const pid of pids) {
-    try {
-      process.kill(pid, signal);
-    } catch (err) {
-      if (errorCode(err) !== "ESRCH") throw err;
-    }
-  }
 }
 
 /** `IMG_COMMON_MAGIC` and `PSTREE_MAGIC`, the first two words of criu's `pstree.img`. */

@@ -11,9 +11,9 @@
 import { createHash } from "node:crypto";
 import type { FileHandle } from "node:fs/promises";
 import { availableParallelism } from "node:os";
-import process from "node:process";
 import { messageOf } from "../core/errors.ts";
 import { scriptBeside } from "../ffi/worker_url.ts";
+import { pinned } from "./private.ts";
 import type { PieceReply, PieceRequest, PiecesDone } from "./digest_worker.ts";
 
 /** Bytes of one piece of a file's chunked SHA-256. */
@@ -120,7 +120,7 @@ function inWorkers(
       w.postMessage(
         {
           id,
-          path: `/proc/${process.pid}/fd/${s.handle.fd}`,
+          path: pinned(s.handle),
           offset,
           length: Math.min(PIECE_BYTES, s.bytes - offset),
         } satisfies PieceRequest,

@@ -192,3 +192,8 @@ export function octal(mode: number): string {
 export function errorCode(err: unknown): string | undefined {
   return (err as { code?: unknown })?.code as string | undefined;
 }
+
+/** A path to what `handle` has open, which no rename can redirect (`/proc/<pid>/fd/<n>`). */
+export function pinned(handle: { readonly fd: number }): string {
+  return `/proc/${process.pid}/fd/${handle.fd}`;
+}

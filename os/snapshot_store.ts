@@ -17,12 +17,12 @@
 import { constants } from "node:fs";
 import { type FileHandle, lstat, mkdir, open, readdir, readlink, rm } from "node:fs/promises";
 import path from "node:path";
-import process from "node:process";
 import type { SnapshotDir, SnapshotFile, SnapshotStore } from "../core/engine.ts";
 import type { Machine } from "../core/machine.ts";
+import { MANIFEST_FILE } from "../core/manifest.ts";
 import { messageOf } from "../core/errors.ts";
 import { digestAll } from "./digest.ts";
-import { errorCode, myUid, ownerFault, readSmallFile, writePrivately } from "./private.ts";
+import { errorCode, myUid, ownerFault, pinned, readSmallFile, writePrivately } from "./private.ts";
 
 const { O_RDONLY, O_DIRECTORY, O_NOFOLLOW, O_NONBLOCK } = constants;
 const DIR = O_RDONLY | O_DIRECTORY | O_NOFOLLOW;
@@ -100,11 +100,6 @@ export class FileSnapshotStore implements SnapshotStore {
 /** The machine's snapshot store; the file system where there is no machine, or it has none. */
 export function storeOf(machine: Machine | undefined): SnapshotStore {
   return machine?.store ?? new FileSnapshotStore();
-}
-
-/** A path to what `handle` has open, which no rename can redirect. */
-function pinned(handle: FileHandle): string {
-  return `/proc/${process.pid}/fd/${handle.fd}`;
 }
 
 /**
@@ -352,7 +347,7 @@ class FileSnapshotDir implements SnapshotDir {
     }
     const present = new Set(await readdir(this.base));
     for (const name of present) {
-      if (!bySub.has(name) && name !== "manifest.json") {
+      if (!bySub.has(name) && name !== MANIFEST_FILE) {
         throw new Error(
           `${this.path}/${name} is not part of the snapshot: its manifest does not list it`,
         );
