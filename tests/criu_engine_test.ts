@@ -16,7 +16,7 @@ import process from "node:process";
 import { openCriuEngine, parsePstree } from "../os/criu.ts";
 import { EngineError } from "../core/engine.ts";
 import { loud } from "./fixtures/fake.ts";
-import { endedWithin, fakeCriu, scratch, settlesWithin } from "./support/fake_criu.ts";
+import { endedWithin, fakeCriu, inScratch, scratch, settlesWithin } from "./support/fake_criu.ts";
 
 const root = process.getuid?.() === 0;
 
@@ -62,9 +62,8 @@ function recorded(file: string): string[] {
 }
 
 describe("running criu", () => {
-  test("a dump: no plugins, no outside configuration, leave-running, shell-job, a log", async () => {
-    const s = scratch();
-    try {
+  test("a dump: no plugins, no outside configuration, leave-running, shell-job, a log", () =>
+    inScratch(async (s) => {
       const record = join(s.dir, "record");
       const tree = join(s.dir, "pstree.img");
       writeFileSync(
@@ -116,28 +115,20 @@ describe("running criu", () => {
       assert.ok(lines.includes("env CRIU_CONFIG_FILE=unset"), "no configuration from outside");
       assert.ok(lines.includes("env CRIU_LIBS_DIR=unset"), "no plugin directory from outside");
       assert.ok(seen.length > 0 && seen[seen.length - 1] >= 2048, `bytes told: ${seen}`);
-    } finally {
-      s.done();
-    }
-  });
+    }));
 
-  test("a failed dump: criu's own error lines and its log, in an EngineError", async () => {
-    const s = scratch();
-    try {
+  test("a failed dump: criu's own error lines and its log, in an EngineError", () =>
+    inScratch(async (s) => {
       const engine = openCriuEngine({ criuPath: fakeCriu(s.dir, { FAKE_CRIU_EXIT: "1" }) });
       const err = await engine.dump({ root: 7, imagesDir: s.dir }).catch((e) => e);
       assert.ok(err instanceof EngineError);
       assert.match(err.message, /criu dump of the tree of 7 failed \(exit 1\)/);
       assert.match(err.message, /Can't dump file 7 of that type .*chr 195:255/);
       assert.equal(err.log, join(s.dir, "dump.log"));
-    } finally {
-      s.done();
-    }
-  });
+    }));
 
-  test("a restore: detached, shell-job, its pidfile read; a root it did not make is an error", async () => {
-    const s = scratch();
-    try {
+  test("a restore: detached, shell-job, its pidfile read; a root it did not make is an error", () =>
+    inScratch(async (s) => {
       const record = join(s.dir, "record");
       const ok = openCriuEngine({
         criuPath: fakeCriu(s.dir, { FAKE_CRIU_RECORD: record, FAKE_CRIU_ROOT: "4242" }),
@@ -161,10 +152,7 @@ describe("running criu", () => {
       // Its log is kept in its private work directory, for the error to name; the test's own.
       assert.ok(err.log, "the error names the log");
       rmSync(dirname(err.log), { recursive: true, force: true });
-    } finally {
-      s.done();
-    }
-  });
+    }));
 
   test("kill: a process already gone is no error", { timeout: 30_000 }, async () => {
     const child = spawn("sleep", ["30"]);
@@ -214,9 +202,8 @@ describe("what the probe reports missing", () => {
     assert.match(relative.problems[0], /CKPT_CRIU_PATH must be an absolute path, got "\.\/criu"/);
   });
 
-  test("too old a criu, and extra arguments that are not options", async () => {
-    const s = scratch();
-    try {
+  test("too old a criu, and extra arguments that are not options", () =>
+    inScratch(async (s) => {
       const old = fakeCriu(s.dir, { FAKE_CRIU_VERSION: "3.17.1" });
       const probe = await openCriuEngine({ criuPath: old }).probe();
       assert.equal(probe.version, "3.17.1");
@@ -232,14 +219,10 @@ describe("what the probe reports missing", () => {
         () => openCriuEngine({ libraryDir: "lib" }),
         /libraryDir must be an absolute path of a directory, got "lib"/,
       );
-    } finally {
-      s.done();
-    }
-  });
+    }));
 
-  test("root, and criu check", async () => {
-    const s = scratch();
-    try {
+  test("root, and criu check", () =>
+    inScratch(async (s) => {
       const failing = await openCriuEngine({
         criuPath: fakeCriu(s.dir, { FAKE_CRIU_CHECK_FAILS: "1" }, { name: "failing" }),
       }).probe();
@@ -263,10 +246,7 @@ describe("what the probe reports missing", () => {
       } else {
         assert.ok(failing.problems.some((p) => /Snapshots need root/.test(p)));
       }
-    } finally {
-      s.done();
-    }
-  });
+    }));
 });
 
 /** The real criu, where this machine has it and runs as root: or why the test skips. */

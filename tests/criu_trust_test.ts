@@ -14,7 +14,7 @@ import process from "node:process";
 import { openCriuEngine } from "../os/criu.ts";
 import { EngineError } from "../core/engine.ts";
 import { loud } from "./fixtures/fake.ts";
-import { fakeCriu, scratch } from "./support/fake_criu.ts";
+import { fakeCriu, inScratch } from "./support/fake_criu.ts";
 
 const notRoot = process.getuid?.() === 0
   ? false
@@ -37,9 +37,8 @@ function dirWith(parent: string, name: string, mode: number): string {
 }
 
 describe("a criu another user could change is refused, naming the path and the fault", () => {
-  test("a 0777 criu first in PATH", async () => {
-    const s = scratch();
-    try {
+  test("a 0777 criu first in PATH", () =>
+    inScratch(async (s) => {
       const bin = dirWith(s.dir, "bin", 0o755);
       const criu = fakeCriu(bin, {}, { mode: 0o777 });
       const engine = openCriuEngine({ env: { PATH: `${bin}:/usr/bin` } });
@@ -56,14 +55,10 @@ describe("a criu another user could change is refused, naming the path and the f
       assert.deepEqual(named.problems, [
         `criu at ${criu} is refused: ${criu} may be written by its group (mode 0775).`,
       ]);
-    } finally {
-      s.done();
-    }
-  });
+    }));
 
-  test("a criu in a directory others may write, or behind a link into one", async () => {
-    const s = scratch();
-    try {
+  test("a criu in a directory others may write, or behind a link into one", () =>
+    inScratch(async (s) => {
       const open = dirWith(s.dir, "open", 0o777);
       const criu = fakeCriu(open);
       const probe = await openCriuEngine({ criuPath: criu }).probe();
@@ -82,39 +77,35 @@ describe("a criu another user could change is refused, naming the path and the f
       // entry of root's there.
       chmodSync(open, 0o1777);
       assert.deepEqual((await openCriuEngine({ criuPath: criu }).probe()).problems, []);
-    } finally {
-      s.done();
-    }
-  });
+    }));
 
-  test("a criu, or a directory above it, of another user", { skip: notRoot }, async () => {
-    const s = scratch();
-    try {
-      const theirs = dirWith(s.dir, "theirs", 0o755);
-      const criu = fakeCriu(theirs);
-      chownSync(theirs, 65534, 65534);
-      const probe = await openCriuEngine({ criuPath: criu }).probe();
-      assert.deepEqual(probe.problems, [
-        `criu at ${criu} is refused: ${theirs} belongs to another user (uid 65534, you are 0).`,
-      ]);
-      chownSync(theirs, 0, 0);
-      chownSync(criu, 65534, 65534);
-      const file = await openCriuEngine({ env: { PATH: theirs } }).probe();
-      assert.deepEqual(file.problems, [
-        `criu at ${criu} is refused: ${criu} belongs to another user (uid 65534, you are 0).`,
-      ]);
-      chownSync(criu, 0, 0);
-      assert.deepEqual((await openCriuEngine({ criuPath: criu }).probe()).problems, []);
-    } finally {
-      s.done();
-    }
-  });
+  test(
+    "a criu, or a directory above it, of another user",
+    { skip: notRoot },
+    () =>
+      inScratch(async (s) => {
+        const theirs = dirWith(s.dir, "theirs", 0o755);
+        const criu = fakeCriu(theirs);
+        chownSync(theirs, 65534, 65534);
+        const probe = await openCriuEngine({ criuPath: criu }).probe();
+        assert.deepEqual(probe.problems, [
+          `criu at ${criu} is refused: ${theirs} belongs to another user (uid 65534, you are 0).`,
+        ]);
+        chownSync(theirs, 0, 0);
+        chownSync(criu, 65534, 65534);
+        const file = await openCriuEngine({ env: { PATH: theirs } }).probe();
+        assert.deepEqual(file.problems, [
+          `criu at ${criu} is refused: ${criu} belongs to another user (uid 65534, you are 0).`,
+        ]);
+        chownSync(criu, 0, 0);
+        assert.deepEqual((await openCriuEngine({ criuPath: criu }).probe()).problems, []);
+      }),
+  );
 });
 
 describe("criu runs with a minimal environment", () => {
-  test("a fixed PATH; no LD_PRELOAD, LD_LIBRARY_PATH or anything else of the caller's", async () => {
-    const s = scratch();
-    try {
+  test("a fixed PATH; no LD_PRELOAD, LD_LIBRARY_PATH or anything else of the caller's", () =>
+    inScratch(async (s) => {
       const out = join(s.dir, "env.txt");
       const engine = openCriuEngine({
         criuPath: envWriter(s.dir, out),
@@ -131,14 +122,10 @@ describe("criu runs with a minimal environment", () => {
       const env = readFileSync(out, "utf8").trim().split("\n")
         .filter((l) => !/^(PWD|SHLVL|_|OLDPWD)=/.test(l)); // what sh sets itself
       assert.deepEqual(env.sort(), ["PATH=/usr/sbin:/usr/bin:/sbin:/bin"]);
-    } finally {
-      s.done();
-    }
-  });
+    }));
 
-  test("LD_LIBRARY_PATH only from a library directory named explicitly, and checked", async () => {
-    const s = scratch();
-    try {
+  test("LD_LIBRARY_PATH only from a library directory named explicitly, and checked", () =>
+    inScratch(async (s) => {
       const out = join(s.dir, "env.txt");
       const criu = envWriter(s.dir, out);
       const lib = dirWith(s.dir, "lib", 0o755);
@@ -166,14 +153,10 @@ describe("criu runs with a minimal environment", () => {
         `criu's library directory ${lib} is refused: ${lib} may be written by other users ` +
         `(mode 01777).`,
       ]);
-    } finally {
-      s.done();
-    }
-  });
+    }));
 
-  test("its work directories are private, and not under the caller's TMPDIR", async () => {
-    const s = scratch();
-    try {
+  test("its work directories are private, and not under the caller's TMPDIR", () =>
+    inScratch(async (s) => {
       const record = join(s.dir, "record");
       const criu = fakeCriu(s.dir, { FAKE_CRIU_RECORD: record, FAKE_CRIU_ROOT: "4242" });
       await openCriuEngine({ criuPath: criu }).restore({ root: 4242, imagesDir: s.dir });
@@ -194,8 +177,5 @@ describe("criu runs with a minimal environment", () => {
           assert.equal(statSync(above).mode & 0o777, 0o700, `${above} is 0700`);
         }
       }
-    } finally {
-      s.done();
-    }
-  });
+    }));
 });

@@ -13,7 +13,6 @@ import {
   existsSync,
   lchownSync,
   mkdirSync,
-  mkdtempSync,
   readdirSync,
   readFileSync,
   renameSync,
@@ -22,10 +21,10 @@ import {
   symlinkSync,
   writeFileSync,
 } from "node:fs";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
 import { FileSnapshotStore } from "../os/snapshot_store.ts";
+import { withScratch } from "./support/temp_dirs.ts";
 import { open } from "node:fs/promises";
 import { digestAll, PIECE_BYTES } from "../os/digest.ts";
 import type { SnapshotFile } from "../core/engine.ts";
@@ -33,9 +32,9 @@ import type { SnapshotFile } from "../core/engine.ts";
 const ROOT = process.getuid?.() === 0;
 const asRoot = { skip: ROOT ? false : "needs root to give files away (skipped: not root)" };
 
-function scratch(): { dir: string; done: () => void } {
-  const dir = mkdtempSync(join(tmpdir(), "ckpt-snapfiles-test-"));
-  return { dir, done: () => rmSync(dir, { recursive: true, force: true }) };
+/** Runs `body` with a new private scratch folder, removed after it however it ends. */
+function inScratch<T>(body: (s: { dir: string }) => Promise<T>): Promise<T> {
+  return withScratch("ckpt-snapfiles-test-", body);
 }
 
 const store = new FileSnapshotStore();
@@ -62,9 +61,8 @@ async function sealed(s: { dir: string }) {
 }
 
 describe("a new snapshot's directory", () => {
-  test("made with mode 0700; an empty private one is taken", async () => {
-    const s = scratch();
-    try {
+  test("made with mode 0700; an empty private one is taken", () =>
+    inScratch(async (s) => {
       const made = await store.create(join(s.dir, "snap"));
       assert.equal(made.path, join(s.dir, "snap"));
       assert.equal(statSync(made.path).mode & 0o777, 0o700);
@@ -73,14 +71,10 @@ describe("a new snapshot's directory", () => {
       const taken = await store.create(join(s.dir, "empty"));
       assert.equal(taken.path, join(s.dir, "empty"));
       await taken.close();
-    } finally {
-      s.done();
-    }
-  });
+    }));
 
-  test("refused: not empty, a symbolic link, a file, a missing parent, others may write", async () => {
-    const s = scratch();
-    try {
+  test("refused: not empty, a symbolic link, a file, a missing parent, others may write", () =>
+    inScratch(async (s) => {
       mkdirSync(join(s.dir, "full"), { mode: 0o700 });
       writeFileSync(join(s.dir, "full", "x"), "x");
       await assert.rejects(store.create(join(s.dir, "full")), /is not empty \(1 entries\)/);
@@ -104,33 +98,25 @@ describe("a new snapshot's directory", () => {
         store.create(join(s.dir, "open")),
         /may be written by other users \(mode 0777\); a snapshot.s directory must be this user.s and private/,
       );
-    } finally {
-      s.done();
-    }
-  });
+    }));
 
-  test("another user's directory is refused", asRoot, async () => {
-    const s = scratch();
-    try {
+  test("another user's directory is refused", asRoot, () =>
+    inScratch(async (s) => {
       mkdirSync(join(s.dir, "theirs"), { mode: 0o700 });
       chownSync(join(s.dir, "theirs"), 65534, 65534);
       await assert.rejects(
         store.open(join(s.dir, "theirs")),
         /belongs to another user \(uid 65534, you are \d+\)/,
       );
-    } finally {
-      s.done();
-    }
-  });
+    }));
 });
 
 describe("every directory above a snapshot", () => {
   test(
     "one owned by another user is refused, for a new snapshot and an existing one",
     asRoot,
-    async () => {
-      const s = scratch();
-      try {
+    () =>
+      inScratch(async (s) => {
         const theirs = join(s.dir, "theirs");
         mkdirSync(join(theirs, "snap"), { recursive: true, mode: 0o700 });
         chownSync(theirs, 65534, 65534);
@@ -139,15 +125,11 @@ describe("every directory above a snapshot", () => {
         );
         await assert.rejects(store.create(join(theirs, "new")), why);
         await assert.rejects(store.open(join(theirs, "snap")), why);
-      } finally {
-        s.done();
-      }
-    },
+      }),
   );
 
-  test("one others may write in is refused unless sticky; a sticky one is fine", async () => {
-    const s = scratch();
-    try {
+  test("one others may write in is refused unless sticky; a sticky one is fine", () =>
+    inScratch(async (s) => {
       const open = join(s.dir, "open");
       mkdirSync(open);
       chmodSync(open, 0o777);
@@ -158,14 +140,10 @@ describe("every directory above a snapshot", () => {
       chmodSync(open, 0o1777);
       const snap = await store.create(join(open, "snap"));
       await snap.close();
-    } finally {
-      s.done();
-    }
-  });
+    }));
 
-  test("a link on the way is followed from a trusted directory, and what it leads to is checked", async () => {
-    const s = scratch();
-    try {
+  test("a link on the way is followed from a trusted directory, and what it leads to is checked", () =>
+    inScratch(async (s) => {
       mkdirSync(join(s.dir, "real"), { mode: 0o700 });
       symlinkSync(join(s.dir, "real"), join(s.dir, "via"));
       const snap = await store.create(join(s.dir, "via", "snap"));
@@ -179,17 +157,13 @@ describe("every directory above a snapshot", () => {
         store.create(join(s.dir, "to-open", "snap")),
         /open, above .*, may be written by other users \(mode 0777\): they could swap/,
       );
-    } finally {
-      s.done();
-    }
-  });
+    }));
 
   test(
     "a link another user planted in a sticky directory (/tmp) is not followed",
     asRoot,
-    async () => {
-      const s = scratch();
-      try {
+    () =>
+      inScratch(async (s) => {
         mkdirSync(join(s.dir, "real"), { mode: 0o700 });
         mkdirSync(join(s.dir, "sticky"));
         chmodSync(join(s.dir, "sticky"), 0o1777);
@@ -205,15 +179,11 @@ describe("every directory above a snapshot", () => {
         const snap = await store.create(join(s.dir, "sticky", "link", "snap"));
         await snap.close();
         assert.ok(existsSync(join(s.dir, "real", "snap")));
-      } finally {
-        s.done();
-      }
-    },
+      }),
   );
 
-  test("once open, a directory renamed above it redirects nothing: the engine's path stays", async () => {
-    const s = scratch();
-    try {
+  test("once open, a directory renamed above it redirects nothing: the engine's path stays", () =>
+    inScratch(async (s) => {
       mkdirSync(join(s.dir, "a"), { mode: 0o700 });
       const snap = await store.create(join(s.dir, "a", "snap"));
       await snap.subdir("tree-7");
@@ -231,16 +201,12 @@ describe("every directory above a snapshot", () => {
       assert.ok(existsSync(join(s.dir, "gone", "snap", "manifest.json")));
       assert.deepEqual(readdirSync(join(s.dir, "a", "snap", "tree-7")), [], "nothing went astray");
       await snap.close();
-    } finally {
-      s.done();
-    }
-  });
+    }));
 });
 
 describe("files inside", () => {
-  test("written whole, mode 0600, fsynced, read back; none is undefined", async () => {
-    const s = scratch();
-    try {
+  test("written whole, mode 0600, fsynced, read back; none is undefined", () =>
+    inScratch(async (s) => {
       const snap = await store.create(join(s.dir, "snap"));
       assert.equal(await snap.readFile("manifest.json", 100), undefined);
       await snap.writeFile("manifest.json", "{}\n");
@@ -254,14 +220,10 @@ describe("files inside", () => {
       );
       await assert.rejects(snap.subdir("../x"), /not a name inside a snapshot/);
       await snap.close();
-    } finally {
-      s.done();
-    }
-  });
+    }));
 
-  test("a file read is refused: a link, a directory, another user's, one others may write", async () => {
-    const s = scratch();
-    try {
+  test("a file read is refused: a link, a directory, another user's, one others may write", () =>
+    inScratch(async (s) => {
       const snap = await store.create(join(s.dir, "snap"));
       const file = join(snap.path, "manifest.json");
       writeFileSync(join(s.dir, "elsewhere.json"), "{}");
@@ -289,14 +251,10 @@ describe("files inside", () => {
         );
       }
       await snap.close();
-    } finally {
-      s.done();
-    }
-  });
+    }));
 
-  test("seal: each file of a tree with its size and chunked SHA-256, as defined", async () => {
-    const s = scratch();
-    try {
+  test("seal: each file of a tree with its size and chunked SHA-256, as defined", () =>
+    inScratch(async (s) => {
       const { snap, files, big } = await sealed(s);
       assert.deepEqual(files, [
         {
@@ -312,16 +270,12 @@ describe("files inside", () => {
         "not a plain SHA-256 (a check of this test: the pieces matter)",
       );
       await snap.close();
-    } finally {
-      s.done();
-    }
-  });
+    }));
 });
 
 describe("digests in worker threads", () => {
-  test("the same as on the calling thread and as defined, for several files at once; an abort stops them", async () => {
-    const s = scratch();
-    try {
+  test("the same as on the calling thread and as defined, for several files at once; an abort stops them", () =>
+    inScratch(async (s) => {
       const sizes = [0, 5, PIECE_BYTES, PIECE_BYTES * 3 + 7];
       const contents = sizes.map((n, k) => new Uint8Array(n).map((_, i) => (i * 31 + k) & 255));
       const handles = await Promise.all(contents.map(async (bytes, k) => {
@@ -344,10 +298,7 @@ describe("digests in worker threads", () => {
       } finally {
         await Promise.all(handles.map((h) => h.handle.close()));
       }
-    } finally {
-      s.done();
-    }
-  });
+    }));
 });
 
 describe("a snapshot checked against its manifest's list", () => {
@@ -356,8 +307,7 @@ describe("a snapshot checked against its manifest's list", () => {
     change: (t: { tree: string; snap: string; files: SnapshotFile[] }) => SnapshotFile[] | void,
     why: RegExp,
   ) {
-    const s = scratch();
-    try {
+    await inScratch(async (s) => {
       const { snap, files, tree } = await sealed(s);
       await snap.close();
       // As a restore sees it: opened anew.
@@ -368,9 +318,7 @@ describe("a snapshot checked against its manifest's list", () => {
       const changed = await store.open(snap.path);
       await assert.rejects(changed.check(listed, { digests: true }), why);
       await changed.close();
-    } finally {
-      s.done();
-    }
+    });
   }
 
   test("a file the manifest does not list, at the top or in a tree", async () => {
@@ -430,9 +378,8 @@ describe("a snapshot checked against its manifest's list", () => {
     );
   });
 
-  test("without digests, a changed byte at the same size passes: only inspect's quick look", async () => {
-    const s = scratch();
-    try {
+  test("without digests, a changed byte at the same size passes: only inspect's quick look", () =>
+    inScratch(async (s) => {
       const { snap, files, tree } = await sealed(s);
       const bytes = readFileSync(join(tree, "pages-1.img"));
       bytes[0] ^= 1;
@@ -440,16 +387,12 @@ describe("a snapshot checked against its manifest's list", () => {
       await snap.check(files, { digests: false });
       await assert.rejects(snap.check(files, { digests: true }), /not the file the snapshot wrote/);
       await snap.close();
-    } finally {
-      s.done();
-    }
-  });
+    }));
 });
 
 describe("a store that keeps no digests (a benchmark's side without them)", () => {
-  test("all-zero digests, and a check that says it compared none", async () => {
-    const s = scratch();
-    try {
+  test("all-zero digests, and a check that says it compared none", () =>
+    inScratch(async (s) => {
       const bare = new FileSnapshotStore({ digests: false });
       const snap = await bare.create(join(s.dir, "snap"));
       await snap.subdir("tree-7");
@@ -465,16 +408,12 @@ describe("a store that keeps no digests (a benchmark's side without them)", () =
       );
       assert.equal(await real.check(files, { digests: false }), false);
       await real.close();
-    } finally {
-      s.done();
-    }
-  });
+    }));
 });
 
 describe("what a failed snapshot made", () => {
-  test("removeCreated removes what this opening made, and only that", async () => {
-    const s = scratch();
-    try {
+  test("removeCreated removes what this opening made, and only that", () =>
+    inScratch(async (s) => {
       mkdirSync(join(s.dir, "given"), { mode: 0o700 });
       const given = await store.create(join(s.dir, "given"));
       await given.subdir("tree-1");
@@ -492,8 +431,5 @@ describe("what a failed snapshot made", () => {
       assert.equal(existsSync(join(s.dir, "made")), false, "a directory it made is removed");
       const again = await store.create(join(s.dir, "made"));
       await again.close();
-    } finally {
-      s.done();
-    }
-  });
+    }));
 });

@@ -4,16 +4,22 @@
 // runs with a minimal environment, so they cannot travel in it). And the checks that a test left
 // no process behind. Runs under Deno and Bun alike. Not a test file itself.
 
-import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { chmodSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { scratchDir, withScratch } from "./temp_dirs.ts";
 
 const FAKE = new URL("../fixtures/fake_criu.sh", import.meta.url).pathname;
 
+const PREFIX = "ckpt-criu-test-";
+
 /** A private scratch directory (mode 0700), and its removal. */
 export function scratch(): { dir: string; done: () => void } {
-  const dir = mkdtempSync(join(tmpdir(), "ckpt-criu-test-"));
-  return { dir, done: () => rmSync(dir, { recursive: true, force: true }) };
+  return scratchDir(PREFIX);
+}
+
+/** Runs `body` with a new private scratch directory, removed after it however it ends. */
+export function inScratch<T>(body: (s: { dir: string }) => Promise<T>): Promise<T> {
+  return withScratch(PREFIX, body);
 }
 
 /** Single-quotes `value` for sh. */

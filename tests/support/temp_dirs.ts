@@ -21,3 +21,22 @@ export function tempDirs(prefix: string): () => string {
     return dir;
   };
 }
+
+/** A private scratch folder (mode 0700) named `<prefix>XXXXXX`, and its removal. */
+export function scratchDir(prefix: string): { dir: string; done: () => void } {
+  const dir = mkdtempSync(join(tmpdir(), prefix));
+  return { dir, done: () => rmSync(dir, { recursive: true, force: true }) };
+}
+
+/** Runs `body` with a new scratch folder (`scratchDir(prefix)`), removed after it however it ends. */
+export async function withScratch<T>(
+  prefix: string,
+  body: (s: { dir: string }) => Promise<T>,
+): Promise<T> {
+  const s = scratchDir(prefix);
+  try {
+    return await body(s);
+  } finally {
+    s.done();
+  }
+}
