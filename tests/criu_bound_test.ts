@@ -18,6 +18,7 @@ import {
   ended,
   endedWithin,
   fakeCriu,
+  inScratch,
   scratch,
   settlesWithin,
   stateOf,
@@ -61,6 +62,42 @@ function aTree() {
   };
 }
 
+/** A hanging criu (`hangingCriu`) in `s`, the engine that runs it, and the file of its pids. */
+function hangingEngine(s: { dir: string }, stubborn = false) {
+  const pids = join(s.dir, "pids");
+  return { pids, engine: openCriuEngine({ criuPath: hangingCriu(s.dir, pids, stubborn) }) };
+}
+
+/**
+ * A dump's stage: a scratch directory with a hanging criu's engine (`hangingEngine`), a process
+ * standing for the tree (`aTree`) and its images folder (mode 0700); `body` runs on it, and the
+ * tree is ended and the directory removed after, however it ends.
+ */
+async function withTreeToDump(
+  stubborn: boolean,
+  body: (
+    t: ReturnType<typeof hangingEngine> & { tree: ReturnType<typeof aTree>; images: string },
+  ) => Promise<void>,
+): Promise<void> {
+  const s = scratch();
+  const tree = aTree();
+  try {
+    const images = join(s.dir, `tree-${tree.pid}`);
+    mkdirSync(images, { mode: 0o700 });
+    await body({ ...hangingEngine(s, stubborn), tree, images });
+  } finally {
+    await tree.end();
+    s.done();
+  }
+}
+
+/** Waits (a second at most) until `pid` is stopped (state T), or, with `stopped` false, is not. */
+async function untilStopped(pid: number, stopped: boolean): Promise<void> {
+  for (let i = 0; i < 100 && (stateOf(pid) === "T") !== stopped; i++) {
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
 /** The rejection of `run`, and how long it took in ms. */
 async function timedRejection(run: Promise<unknown>): Promise<{ err: unknown; ms: number }> {
   const t0 = Date.now();
@@ -71,19 +108,11 @@ async function timedRejection(run: Promise<unknown>): Promise<{ err: unknown; ms
 describe("a criu that overstays is ended, and what it left is said", () => {
   test("a dump past its deadline: SIGTERM, its child killed, the tree sent SIGCONT", {
     timeout: 30_000,
-  }, async () => {
-    const s = scratch();
-    const tree = aTree();
-    try {
-      const pids = join(s.dir, "pids");
-      const engine = openCriuEngine({ criuPath: hangingCriu(s.dir, pids) });
-      const images = join(s.dir, `tree-${tree.pid}`);
-      mkdirSync(images, { mode: 0o700 });
+  }, () =>
+    withTreeToDump(false, async ({ tree, pids, engine, images }) => {
       // As criu may leave it: stopped.
       process.kill(tree.pid, "SIGSTOP");
-      for (let i = 0; i < 100 && stateOf(tree.pid) !== "T"; i++) {
-        await new Promise((r) => setTimeout(r, 10));
-      }
+      await untilStopped(tree.pid, true);
       assert.equal(stateOf(tree.pid), "T", "the tree is stopped before the dump");
       const { err, ms } = await timedRejection(
         engine.dump({ root: tree.pid, imagesDir: images, timeoutMs: 300 }),
@@ -103,22 +132,12 @@ describe("a criu that overstays is ended, and what it left is said", () => {
       );
       assert.deepEqual(await endedWithin(left, 2000), [], "no child of criu is left");
       assert.notEqual(stateOf(tree.pid), "T", "the tree runs again");
-    } finally {
-      await tree.end();
-      s.done();
-    }
-  });
+    }));
 
   test("an aborted dump of a criu that ignores SIGTERM: SIGKILL after the grace", {
     timeout: 30_000,
-  }, async () => {
-    const s = scratch();
-    const tree = aTree();
-    try {
-      const pids = join(s.dir, "pids");
-      const engine = openCriuEngine({ criuPath: hangingCriu(s.dir, pids, true) });
-      const images = join(s.dir, `tree-${tree.pid}`);
-      mkdirSync(images, { mode: 0o700 });
+  }, () =>
+    withTreeToDump(true, async ({ tree, pids, engine, images }) => {
       const stop = new AbortController();
       setTimeout(() => stop.abort(), 200);
       const { err, ms } = await timedRejection(
@@ -131,19 +150,13 @@ describe("a criu that overstays is ended, and what it left is said", () => {
         /was ended after \d+ ms \(it was aborted\): criu outlived SIGTERM and was killed with SIGKILL 2000 ms later; its child processes \(\d+\) were killed/,
       );
       assert.deepEqual(await endedWithin(pidsIn(pids), 2000), [], "no child of criu is left");
-    } finally {
-      await tree.end();
-      s.done();
-    }
-  });
+    }));
 
   test("a restore past its deadline: the processes it had made are killed", {
     timeout: 30_000,
-  }, async () => {
-    const s = scratch();
-    try {
-      const pids = join(s.dir, "pids");
-      const engine = openCriuEngine({ criuPath: hangingCriu(s.dir, pids) });
+  }, () =>
+    inScratch(async (s) => {
+      const { pids, engine } = hangingEngine(s);
       const { err, ms } = await timedRejection(
         engine.restore({ root: 4242, imagesDir: s.dir, timeoutMs: 300 }),
       );
@@ -161,46 +174,38 @@ describe("a criu that overstays is ended, and what it left is said", () => {
       assert.deepEqual(await endedWithin(made, 2000), [], "nothing it made is left");
       // Its log is kept in its private work directory, for the error to name; the test's own.
       rmSync(dirname((err as EngineError).log!), { recursive: true, force: true });
-    } finally {
-      s.done();
-    }
-  });
+    }));
 
-  test("a signal aborted before the run starts no criu", { timeout: 10_000 }, async () => {
-    const s = scratch();
-    try {
-      const pids = join(s.dir, "pids");
-      const engine = openCriuEngine({ criuPath: hangingCriu(s.dir, pids) });
-      const images = join(s.dir, "tree-7");
-      mkdirSync(images, { mode: 0o700 });
-      const signal = AbortSignal.abort();
-      await assert.rejects(
-        engine.dump({ root: 7, imagesDir: images, signal }),
-        /the dump of the tree of 7 was stopped before criu ran/,
-      );
-      await assert.rejects(
-        engine.restore({ root: 7, imagesDir: images, signal }),
-        /the restore of the tree of 7 was stopped before criu ran/,
-      );
-      assert.deepEqual(pidsIn(pids), [], "criu never ran");
-    } finally {
-      s.done();
-    }
-  });
+  test(
+    "a signal aborted before the run starts no criu",
+    { timeout: 10_000 },
+    () =>
+      inScratch(async (s) => {
+        const { pids, engine } = hangingEngine(s);
+        const images = join(s.dir, "tree-7");
+        mkdirSync(images, { mode: 0o700 });
+        const signal = AbortSignal.abort();
+        await assert.rejects(
+          engine.dump({ root: 7, imagesDir: images, signal }),
+          /the dump of the tree of 7 was stopped before criu ran/,
+        );
+        await assert.rejects(
+          engine.restore({ root: 7, imagesDir: images, signal }),
+          /the restore of the tree of 7 was stopped before criu ran/,
+        );
+        assert.deepEqual(pidsIn(pids), [], "criu never ran");
+      }),
+  );
 
   test("a dump that ends by itself is not touched by its deadline afterwards", {
     timeout: 10_000,
-  }, async () => {
-    const s = scratch();
-    try {
+  }, () =>
+    inScratch(async (s) => {
       const engine = openCriuEngine({ criuPath: fakeCriu(s.dir, { FAKE_CRIU_EXIT: "1" }) });
       const err = await engine.dump({ root: 7, imagesDir: s.dir, timeoutMs: 60_000 })
         .catch((e) => e);
       assert.match(err.message, /criu dump of the tree of 7 failed \(exit 1\)/);
-    } finally {
-      s.done();
-    }
-  });
+    }));
 
   test("a run that exits while it is being ended is not signalled: its pid may be another's", {
     timeout: 10_000,
@@ -281,16 +286,12 @@ describe("wake", () => {
     try {
       const pid = sleeper.pid!;
       process.kill(pid, "SIGSTOP");
-      for (let i = 0; i < 100 && stateOf(pid) !== "T"; i++) {
-        await new Promise((r) => setTimeout(r, 10));
-      }
+      await untilStopped(pid, true);
       assert.equal(stateOf(pid), "T", "stopped first (a check of this test)");
       const done = spawn("true");
       await new Promise((r) => done.once("exit", r));
       await openCriuEngine({ criuPath: "/nonexistent/criu" }).wake!([pid, done.pid!]);
-      for (let i = 0; i < 100 && stateOf(pid) === "T"; i++) {
-        await new Promise((r) => setTimeout(r, 10));
-      }
+      await untilStopped(pid, false);
       assert.notEqual(stateOf(pid), "T", "it goes on");
     } finally {
       sleeper.kill("SIGKILL");
