@@ -388,16 +388,24 @@ function signalProgram(
   });
 }
 
+/**
+ * A state file of three processes, the first of which exits while it is being locked, `afterMs`
+ * into its lock (its lock then finds it gone): the file and the three pids.
+ */
+function oneOfThreeGoneInLock(afterMs: number) {
+  return machineFile((sim) => {
+    const slow = sim.spawn();
+    slow.exitDuring("lock", { afterMs });
+    return [slow.pid, sim.spawn().pid, sim.spawn().pid];
+  });
+}
+
 describe(`SIGINT to cuda-checkpoint as a program (${runtime}), --simulate in real time`, () => {
   test("the others come back at once, the one whose lock ends later then; exit 130", {
     timeout: 60_000,
   }, async () => {
     // One process's lock waits 3 s and then finds it gone (it exits: a rank killed while locked).
-    const { path, pids } = await machineFile((sim) => {
-      const slow = sim.spawn();
-      slow.exitDuring("lock", { afterMs: 3000 });
-      return [slow.pid, sim.spawn().pid, sim.spawn().pid];
-    });
+    const { path, pids } = await oneOfThreeGoneInLock(3000);
     const r = await interruptProgram(
       ["--simulate", "--action", "lock", "--pid", pids.join(",")],
       path,
@@ -457,11 +465,7 @@ describe(`SIGTERM and SIGHUP to cuda-checkpoint as a program (${runtime}), --sim
       timeout: 60_000,
     }, async () => {
       // As the SIGINT case: one process's lock waits 2 s and then finds it gone.
-      const { path, pids } = await machineFile((sim) => {
-        const slow = sim.spawn();
-        slow.exitDuring("lock", { afterMs: 2000 });
-        return [slow.pid, sim.spawn().pid, sim.spawn().pid];
-      });
+      const { path, pids } = await oneOfThreeGoneInLock(2000);
       const r = await signalProgram(
         ["--simulate", "--action", "lock", "--pid", pids.join(",")],
         path,
