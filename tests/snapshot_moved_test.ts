@@ -115,6 +115,23 @@ async function refusedBeforeAnything(
 }
 
 /** The snapshot's processes live on `machine`, running, on its GPUs, their memory intact. */
+/**
+ * A snapshot taken on A and copied: refused on the machine `refusing` makes (`code`, `pattern`)
+ * before anything changes, then restored on the one `accepting` makes (each made when its turn
+ * comes, after the snapshot).
+ */
+async function refusedThenBack(
+  refusing: () => SimulatedMachine,
+  code: string,
+  pattern: RegExp,
+  accepting: () => SimulatedMachine,
+): Promise<void> {
+  const taken = await takenOnA();
+  const copy = copied(taken.dir);
+  await refusedBeforeAnything(refusing(), copy, code, pattern);
+  await backOn(accepting(), taken, copy);
+}
+
 async function backOn(
   machine: SimulatedMachine,
   taken: Awaited<ReturnType<typeof takenOnA>>,
@@ -289,27 +306,21 @@ describe("refused on the new machine before anything changes, in one sentence", 
   });
 
   test("fewer GPUs, without a mapping: refused; on a machine with enough it restores", async () => {
-    const taken = await takenOnA();
-    const copy = copied(taken.dir);
-    await refusedBeforeAnything(
-      machineB({ gpus: 1 }),
-      copy,
+    await refusedThenBack(
+      () => machineB({ gpus: 1 }),
       "MAPPING",
       /^restoreSnapshot refused: the snapshot was taken where the driver saw 2 GPUs \(2 x NVIDIA H200\), and this machine has 1 \(1 x NVIDIA H200\): each of the snapshot's GPUs is restored onto one of its own, so restore it on a machine with at least 2 GPUs of its chip\. Nothing was changed$/,
+      () => machineB({ gpus: 4 }),
     );
-    await backOn(machineB({ gpus: 4 }), taken, copy);
   });
 
   test("another driver (CUDA 12.8): refused; with the snapshot's driver it restores", async () => {
-    const taken = await takenOnA();
-    const copy = copied(taken.dir);
-    await refusedBeforeAnything(
-      machineB({ driverVersion: 12080 }),
-      copy,
+    await refusedThenBack(
+      () => machineB({ driverVersion: 12080 }),
       "PREREQUISITE",
       /^restoreSnapshot refused: the snapshot was taken with a driver of CUDA 13\.0 \(580\.159\.04\), and this machine's is CUDA 12\.8: a process comes back with the libcuda it had, which needs the same driver, so restore it on a machine whose driver is CUDA 13\.0 \(580\.159\.04\)$/,
+      () => machineB(),
     );
-    await backOn(machineB(), taken, copy);
   });
 
   test("an older criu than the one that wrote the images: refused; with as new a criu it restores", async () => {
