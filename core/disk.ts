@@ -317,15 +317,9 @@ export async function readSnapshot(
   o: { digests: boolean; signal?: AbortSignal },
 ): Promise<{ snap: SnapshotDir; manifest: Manifest; verified: boolean }> {
   const refuse = (reason: string) => new RefusedError({ code: "SNAPSHOT", operation, reason });
-  const snap = await store.open(dir).catch((err) => {
-    throw storeRefusal(operation, dir, "cannot be read as a snapshot", err);
-  });
+  const { snap, read } = await openToRead(store, dir, operation, "cannot be read as a snapshot");
   try {
     const where = snap.path;
-    const read = (name: string, max: number) =>
-      snap.readFile(name, max).catch((err) => {
-        throw storeRefusal(operation, `${where}/${name}`, "cannot be read", err);
-      });
     const text = await read(MANIFEST_FILE, MANIFEST_MAX_BYTES);
     if (await read(TRACE_FILE, TRACE_MAX_BYTES) !== undefined) {
       throw refuse(
@@ -382,6 +376,29 @@ export function partOf(progress: Progress, signal: AbortSignal | undefined): Gro
     onProgress: (e) => progress.tell(e),
     ...(signal ? { signal, timeoutMs: progress.deadline.left() } : {}),
   };
+}
+
+/**
+ * The snapshot directory `dir` opened from `store` for `operation`, which closes it, and a read of
+ * a small file in it (`undefined` where there is none); where the store fails, the refusal of
+ * {@link storeRefusal} (`what` says what could not be done with the directory).
+ */
+export async function openToRead(
+  store: SnapshotStore,
+  dir: string,
+  operation: string,
+  what: string,
+): Promise<
+  { snap: SnapshotDir; read: (name: string, max: number) => Promise<string | undefined> }
+> {
+  const snap = await store.open(dir).catch((err) => {
+    throw storeRefusal(operation, dir, what, err);
+  });
+  const read = (name: string, max: number) =>
+    snap.readFile(name, max).catch((err) => {
+      throw storeRefusal(operation, `${snap.path}/${name}`, "cannot be read", err);
+    });
+  return { snap, read };
 }
 
 /**

@@ -8,7 +8,7 @@
  * @module
  */
 
-import { groupFailure, storeRefusal } from "./disk.ts";
+import { groupFailure, openToRead } from "./disk.ts";
 import type { SnapshotStore } from "./engine.ts";
 import { RefusedError } from "./errors.ts";
 import { checkGroupOptions, type GroupResult } from "./group_options.ts";
@@ -85,15 +85,14 @@ export async function recoverFrom(
   operation: string,
 ): Promise<RecoverResult> {
   const refuse = (reason: string) => new RefusedError({ code: "SNAPSHOT", operation, reason });
-  const snap = await store.open(dir).catch((err) => {
-    throw storeRefusal(operation, dir, "cannot be read as a snapshot's directory", err);
-  });
+  const { snap, read } = await openToRead(
+    store,
+    dir,
+    operation,
+    "cannot be read as a snapshot's directory",
+  );
   try {
     const where = snap.path;
-    const read = (name: string, max: number) =>
-      snap.readFile(name, max).catch((err) => {
-        throw storeRefusal(operation, `${where}/${name}`, "cannot be read", err);
-      });
     const text = await read(TRACE_FILE, TRACE_MAX_BYTES);
     if (text === undefined) {
       throw refuse(
