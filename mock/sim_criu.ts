@@ -5,7 +5,6 @@
  */
 
 import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import type {
   DumpedProcess,
@@ -203,8 +202,11 @@ export class SimulatedCriu implements SnapshotEngine {
         : `Restoring (pid: ${r.root})`;
       const version = `Version: ${this.version} (${this.kind})`;
       // A restore reads its images and writes nothing beside them: its log goes to a private
-      // work directory, as the real engine's does, kept where the restore fails.
-      const work = op === "dump" ? r.imagesDir : mkdtempSync(join(tmpdir(), "ckpt-sim-restore-"));
+      // work directory, as the real engine's does, kept where the restore fails (until the
+      // machine closes).
+      const work = op === "dump"
+        ? r.imagesDir
+        : mkdtempSync(join(this.#machine.workDir(), "restore-"));
       const log = new EngineLog(this.#machine, work, `${op}.log`, version, first);
       const { waits, end } = waitsOf(this.#machine, r, op, log);
       try {

@@ -14,6 +14,7 @@ import type {
   ScannedProcess,
   TreeProcess,
 } from "../core/host.ts";
+import { sameProcess } from "../core/host.ts";
 import { instantly, type MachineView } from "./machine_view.ts";
 
 /** The machine's facts: the timings' driver, 580.159.04, for 13.0; none for other versions. */
@@ -84,9 +85,9 @@ export class SimulatedHost implements HostProcesses {
   lastingMark(process: ProcessIdentity): Promise<string | undefined> {
     return instantly(this.#machine, "read what outlasts a restore", () => {
       const p = this.#machine.process(process.pid);
-      if (!p || p.pid !== process.pid) return undefined;
-      if (process.start !== undefined && p.start !== process.start) return undefined;
-      return `${p.pid}:${p.command}`;
+      return p?.pid === process.pid && sameProcess(process, p)
+        ? `${p.pid}:${p.command}`
+        : undefined;
     });
   }
 

@@ -4,10 +4,18 @@
  * @module
  */
 
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import type { SnapshotStore } from "../core/engine.ts";
 import type { Clock, Machine } from "../core/machine.ts";
 import { describeValue } from "../core/errors.ts";
-import { type HostProcesses, MemoryHeldRecords, type ProcessIdentity } from "../core/host.ts";
+import {
+  type HostProcesses,
+  MemoryHeldRecords,
+  type ProcessIdentity,
+  sameProcess,
+} from "../core/host.ts";
 import {
   checkAmount,
   checkFlag,
@@ -131,6 +139,7 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
   #nextPid: number;
   #nextStart = 1;
   #closed = false;
+  #workDir: string | undefined;
 
   /** A simulated machine; one H200, virtual time and driver 13.0 unless told otherwise. */
   constructor(options: SimulatedMachineOptions = {}) {
@@ -290,6 +299,13 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
     }
     this.#waiting.clear();
     for (const p of this.#processes) p.stopKernels(error);
+    if (this.#workDir) rmSync(this.#workDir, { recursive: true, force: true });
+  }
+
+  /** @internal the machine's own private folder (see MachineView.workDir), made on first use */
+  workDir(): string {
+    this.#workDir ??= mkdtempSync(join(tmpdir(), "ckpt-sim-"));
+    return this.#workDir;
   }
 
   /** {@link SimulatedMachine.close}, for `await using`. */
@@ -424,7 +440,7 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
   /** Whether a process with this identity (pid, and start number where given) lives. */
   #alive(process: ProcessIdentity): boolean {
     const p = this.#byPid.get(process.pid);
-    return p?.pid === process.pid && (process.start === undefined || p.start === process.start);
+    return p?.pid === process.pid && sameProcess(process, p);
   }
 
   /** The pid of `spawn`'s `parent` option (0 for none), a live process's. */

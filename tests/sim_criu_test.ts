@@ -366,7 +366,7 @@ describe("the simulated CRIU", () => {
     );
     assert.match(
       err.log ?? "",
-      /ckpt-sim-restore-[^/]+\/restore\.log$/,
+      /ckpt-sim-[^/]+\/restore-[^/]+\/restore\.log$/,
       "beside the images: nothing",
     );
     assert.deepEqual(sim.processes, before);
@@ -462,13 +462,18 @@ describe("the simulated CRIU", () => {
     await criu.dump({ root: root.pid, imagesDir: dir }); // one failure only
     await criu.kill([root.pid, child.pid]);
     criu.failNext("restore");
-    await engineFails(
+    const restoreFailed = await engineFails(
       criu.restore({ root: root.pid, imagesDir: dir }),
       /failure injected by failNext\("restore"\)/,
     );
     assert.deepEqual(sim.processes, []);
+    // Its log is kept, in the machine's own folder, not beside the images, until the machine closes.
+    assert.match(await readFile(restoreFailed.log!, "utf8"), /failure injected/);
+    assert.ok(!restoreFailed.log!.startsWith(dir), `not beside the images: ${restoreFailed.log}`);
     await criu.restore({ root: root.pid, imagesDir: dir });
     assert.equal(sim.process(child.pid)?.state, "checkpointed");
+    sim.close();
+    await assert.rejects(stat(restoreFailed.log!), /ENOENT/, "closed: nothing left in /tmp");
   });
 
   test("a stopped dump leaves the processes untouched; a stopped restore leaves none behind", async () => {
