@@ -197,16 +197,7 @@ export function parseManifest(
   const engine = r.object(m.engine, "engine", ["kind"], ["version"]);
   const options = r.object(m.options, "options", ["leaveRunning", "job"]);
   const timings = r.object(m.timings, "timings", ["suspendMs", "dumpMs", "totalMs"]);
-  const gpus = r.array(m.gpus, "gpus").map((g, i) => {
-    const at = `gpus[${i}]`;
-    const o = r.object(g, at, ["index", "uuid", "name"], ["totalMiB"]);
-    return {
-      index: r.integer(o.index, `${at}.index`, 0, 1023),
-      uuid: r.uuid(o.uuid, `${at}.uuid`),
-      name: r.string(o.name, `${at}.name`),
-      ...(o.totalMiB !== undefined ? { totalMiB: r.amount(o.totalMiB, `${at}.totalMiB`) } : {}),
-    };
-  });
+  const gpus = readGpus(r, m.gpus, "gpus");
   const known = new Set(gpus.map((g) => g.uuid));
   const trees = r.array(m.trees, "trees").map((t, i) => {
     const at = `trees[${i}]`;
@@ -341,4 +332,27 @@ function readProcess(
       gpuMemoryMiB: memory,
     },
   };
+}
+
+/**
+ * GPUs as a manifest lists them (and the simulated criu's images): `{ index, uuid, name,
+ * totalMiB? }` each, an index from 0 to 1023, each UUID once; at least `min` of them. @internal
+ */
+export function readGpus(r: StrictReader, value: unknown, field: string, min = 0): ManifestGpu[] {
+  const gpus: ManifestGpu[] = r.array(value, field, min, 1024).map((g, i) => {
+    const at = `${field}[${i}]`;
+    const o = r.object(g, at, ["index", "uuid", "name"], ["totalMiB"]);
+    return {
+      index: r.integer(o.index, `${at}.index`, 0, 1023),
+      uuid: r.uuid(o.uuid, `${at}.uuid`),
+      name: r.string(o.name, `${at}.name`),
+      ...(o.totalMiB !== undefined ? { totalMiB: r.amount(o.totalMiB, `${at}.totalMiB`) } : {}),
+    };
+  });
+  gpus.forEach((g, i) => {
+    if (gpus.findIndex((e) => e.uuid === g.uuid) !== i) {
+      r.refuse(`${field}[${i}]`, `${field} names ${g.uuid} twice`);
+    }
+  });
+  return gpus;
 }

@@ -10,6 +10,7 @@ import { join } from "node:path";
 import { EngineError } from "../core/engine.ts";
 import { messageOf } from "../core/errors.ts";
 import { StrictReader } from "../core/json.ts";
+import { type ManifestGpu, readGpus } from "../core/manifest.ts";
 import { MAX_PID } from "../core/options.ts";
 import { INITIAL_STATE, type ProcessState, stepTo } from "../core/states.ts";
 import { readPages, type SavedPages } from "./memory.ts";
@@ -32,11 +33,7 @@ const FIELDS =
 const MAX_GPUS = 1024;
 
 /** A GPU as an image remembers it: one the process saw on the machine it was dumped on. */
-export interface ImageGpu {
-  index: number;
-  uuid: string;
-  name: string;
-}
+export type ImageGpu = Omit<ManifestGpu, "totalMiB">;
 
 /** The image of one process, all that brings it back (the state: checkpointed, or no CUDA). */
 export interface ProcessImage {
@@ -115,8 +112,8 @@ export function imageOf(p: SimulatedProcess, machineGpus: readonly SimulatedGpu[
 /**
  * The GPUs of `host` that the image's process used, where it saw `host`'s GPUs (every one of its
  * `devices` is one of them, by UUID: restored in place); else the GPUs it remembers of the
- * machine it was dumped on ({@link RememberedGpu}), as criu brings it back anywhere. The image
- * must be whole: each of its `gpus` one of its `devices` ({@link strayGpu}).
+ * machine it was dumped on ({@link RememberedGpu}), as criu brings it back anywhere. (Reading an
+ * image checks that each of its `gpus` is one of its `devices`.)
  */
 export function gpusOf(host: MachineView, image: ProcessImage): SimulatedGpu[] {
   const here = new Map(host.gpus.map((g) => [g.uuid, g]));
@@ -127,11 +124,6 @@ export function gpusOf(host: MachineView, image: ProcessImage): SimulatedGpu[] {
   for (const d of image.devices) seen.push(new RememberedGpu(d, seen));
   Object.freeze(seen);
   return image.gpus.map((uuid) => seen.find((g) => g.uuid === uuid)!);
-}
-
-/** The first of the image's `gpus` that is none of its `devices` (a corrupt image), if any. */
-export function strayGpu(image: ProcessImage): string | undefined {
-  return image.gpus.find((uuid) => !image.devices.some((d) => d.uuid === uuid));
 }
 
 /** A process made from its image, with a new start number; the root of the tree has no parent. */
@@ -258,6 +250,15 @@ function readImage(file: string, pid: number, log: EngineLog): ProcessImage {
   if (!cuda && v.memory !== undefined) {
     read.refuse("memory", "a process without CUDA has no memory");
   }
+  // Whole: each GPU it used is one it saw.
+  const devices = readGpus(read, v.devices, "devices", 1);
+  const gpus = read.array(v.gpus, "gpus", 1, MAX_GPUS).map((g, i) => {
+    const uuid = read.uuid(g, `gpus[${i}]`);
+    if (!devices.some((d) => d.uuid === uuid)) {
+      read.refuse(`gpus[${i}]`, `gpus[${i}] names ${uuid}, which is none of its devices`);
+    }
+    return uuid;
+  });
   return {
     format: IMAGE_FORMAT,
     version: IMAGE_VERSION,
@@ -269,30 +270,11 @@ function readImage(file: string, pid: number, log: EngineLog): ProcessImage {
     libcuda,
     inspectable: read.boolean(v.inspectable, "inspectable"),
     state,
-    gpus: read.array(v.gpus, "gpus", 1, MAX_GPUS).map((g, i) => read.uuid(g, `gpus[${i}]`)),
-    devices: readDevices(read, v.devices),
+    gpus,
+    devices,
     memoryMiB,
     ...(cuda ? { memory: readPages(read, v.memory, mibToBytes(memoryMiB), "memory") } : {}),
   };
-}
-
-/** An image's `devices`: the GPUs its process saw, each once. */
-function readDevices(read: StrictReader, value: unknown): ImageGpu[] {
-  const devices = read.array(value, "devices", 1, MAX_GPUS).map((d, i) => {
-    const at = `devices[${i}]`;
-    const gpu = read.object(d, at, ["index", "uuid", "name"]);
-    return {
-      index: read.integer(gpu.index, `${at}.index`, 0, MAX_GPUS - 1),
-      uuid: read.uuid(gpu.uuid, `${at}.uuid`),
-      name: read.string(gpu.name, `${at}.name`, 256),
-    };
-  });
-  devices.forEach((d, i) => {
-    if (devices.findIndex((e) => e.uuid === d.uuid) !== i) {
-      read.refuse(`devices[${i}]`, `devices names ${d.uuid} twice`);
-    }
-  });
-  return devices;
 }
 
 /** `err` as it is, where it is a failure already made; else a failure of `what`, naming it. */

@@ -33,11 +33,9 @@ import {
   type ProcessImage,
   readTree,
   restoredProcess,
-  strayGpu,
   writeImage,
 } from "./criu_files.ts";
 import type { MachineView } from "./machine_view.ts";
-import type { SimulatedGpu } from "./sim_gpu.ts";
 import type { SimulatedProcess } from "./sim_process.ts";
 import { CRIU_TIMING, criuImageBytes } from "./timing.ts";
 import { Waits } from "./waits.ts";
@@ -256,7 +254,7 @@ export class SimulatedCriu implements SnapshotEngine {
     const made: SimulatedProcess[] = [];
     try {
       const images = readTree(r.imagesDir, r.root, log);
-      const gpus = images.map((image) => this.#gpusOf(image, log));
+      const gpus = images.map((image) => gpusOf(this.#machine, image));
       for (const t of images.flatMap((image) => image.threads)) {
         const other = this.#machine.process(t);
         if (other) throw log.error(`Can't fork for PID ${t}: process ${other.pid} has it`);
@@ -294,24 +292,6 @@ export class SimulatedCriu implements SnapshotEngine {
       await run.copy(this.#machine.disk, piece, bytesPerSecond / 1000);
       each?.(piece);
     }
-  }
-
-  /**
-   * The GPUs the image's process used: this machine's where it saw them, else those it remembers
-   * of the machine it was dumped on (criu restores a checkpointed CUDA process anywhere; the
-   * driver's restore then needs GPU pairs). Refused where the image is not whole.
-   */
-  #gpusOf(image: ProcessImage, log: EngineLog): SimulatedGpu[] {
-    const stray = strayGpu(image);
-    if (stray) {
-      const here = this.#machine.gpus.some((g) => g.uuid === stray);
-      throw log.error(
-        `the image of process ${image.pid} names GPU ${stray}, which ${
-          here ? "this simulated machine has but" : "this simulated machine lacks and"
-        } the process did not see when it was dumped (its devices): the image is corrupt`,
-      );
-    }
-    return gpusOf(this.#machine, image);
   }
 }
 

@@ -150,6 +150,10 @@ describe("what the manifest parser refuses", () => {
       ),
       /must be a GPU of the manifest's gpus/,
     );
+    refused(
+      edited((m) => m.gpus.push({ ...m.gpus[0], index: 1 })),
+      /gpus names GPU-[0-9a-f-]+ twice/,
+    );
   });
 
   test("a file path that leaves the snapshot's directory, or names no tree of it", () => {

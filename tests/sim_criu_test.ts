@@ -415,9 +415,9 @@ describe("the simulated CRIU", () => {
         /is corrupt: it has a field this version does not know, "colour"/,
       ],
       [
-        "a GPU of another machine",
+        "a GPU it used that is none of those it saw",
         good.replace(sim.gpus[0].uuid, "GPU-12345678-1234-4234-8234-123456789abc"),
-        /names GPU GPU-12345678-1234-4234-8234-123456789abc, which this simulated machine lacks/,
+        /is corrupt: gpus\[0\] names GPU-12345678-1234-4234-8234-123456789abc, which is none of its devices/,
       ],
       [
         "of another tree",
