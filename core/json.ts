@@ -162,8 +162,9 @@ export class StrictReader {
     const out: Record<string, number> = {};
     for (const [key, mib] of Object.entries(this.object(value, field))) {
       const uuid = this.uuid(key, `${field} key`);
-      if (known && !known.uuids.has(uuid)) this.fail(field, known.where, key);
-      out[uuid] = this.amount(mib, `${field}[${JSON.stringify(key)}]`);
+      const at = `${field}[${JSON.stringify(key)}]`;
+      if (known && !known.uuids.has(uuid)) this.fail(at, known.where, key);
+      out[uuid] = this.amount(mib, at);
     }
     return out;
   }

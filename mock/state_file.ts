@@ -278,13 +278,10 @@ function readRecord(
   if (!processes.some((p) => p.pid === pid && p.cuda)) {
     read.refuse(`${at}.pid`, `${at}.pid ${pid} is no CUDA process of the snapshot`);
   }
-  const heldMiB: Record<string, number> = {};
-  for (const [uuid, mib] of Object.entries(read.object(r.heldMiB, `${at}.heldMiB`))) {
-    const where = `${at}.heldMiB[${JSON.stringify(uuid)}]`;
-    const gpu = read.uuid(uuid, where);
-    if (!gpus.some((g) => g.uuid === gpu)) read.refuse(where, `${where} is no GPU of the snapshot`);
-    heldMiB[gpu] = read.amount(mib, where);
-  }
+  const heldMiB = read.mibByGpu(r.heldMiB, `${at}.heldMiB`, {
+    uuids: new Set(gpus.map((g) => g.uuid)),
+    where: "a GPU of the snapshot",
+  });
   return { pid, heldMiB, at: read.integer(r.at, `${at}.at`, 0) };
 }
 
