@@ -30,7 +30,7 @@ import type { CliIo } from "./io.ts";
 import type { Machine } from "../core/machine.ts";
 import { storeOf } from "../os/snapshot_store.ts";
 import { commandMessage, type Printer, round } from "./report.ts";
-import { interruptedExitCode, type Signal } from "./signals.ts";
+import { InterruptWatch } from "./signals.ts";
 
 /** A command of this module. */
 type DiskCommand = SnapshotCommand | RestoreSnapshotCommand | InspectCommand | RecoverCommand;
@@ -49,20 +49,14 @@ export async function runDiskCommand(
   if (command.kind === "inspect") return await runInspect(command, machine, print);
   if (command.kind === "recover") return await runRecover(command, machine, print);
   const progress = print.terminal ? phaseLine(print) : undefined;
-  const stop = new AbortController();
-  const interrupts = watchInterrupts(command, io, print, simulated, (signal) => {
-    stop.abort(new Error(`interrupted (${signal})`));
-  }, progress);
+  const interrupts = watchInterrupts(command, io, print, simulated, progress);
   /** The exit code: the interrupt's, or `code`. */
-  const exit = (code: number) => {
-    const signal = interrupts.first();
-    return signal ? interruptedExitCode(signal) : code;
-  };
+  const exit = (code: number) => interrupts.exitCode(code);
   const watch = {
     ...("deadlineMs" in command && command.deadlineMs !== undefined
       ? { timeoutMs: command.deadlineMs }
       : {}),
-    signal: stop.signal,
+    signal: interrupts.signal,
     ...(progress ? { onProgress: (e: SnapshotEvent) => progress.event(e) } : {}),
   };
   /** Success: the `--json` object (after `ok` and `operation`), or the lines of text. */
@@ -128,56 +122,41 @@ export async function runDiskCommand(
     }
   } catch (error) {
     progress?.stop();
-    return exit(failed(command, print, error, stop.signal.reason));
+    return exit(failed(command, print, error, interrupts.signal.reason));
   } finally {
     interrupts.stop();
   }
 }
 
 /**
- * Watches the program's interrupts (SIGINT, SIGTERM, SIGHUP) while `command` runs: the first says
- * so (the progress line erased first) and calls `onFirst`, which stops the command; a second
- * exits at once, saying what may be left suspended (and, for a snapshot, that `recover` resumes
- * what its trace names). `first()` is the first one's signal; `stop()` stops watching.
+ * Watches the program's interrupts (SIGINT, SIGTERM, SIGHUP) while `command` runs
+ * ({@link InterruptWatch}): each erases the progress line first; the first stops the command; a
+ * second exits at once, saying what may be left suspended (and, for a snapshot, that `recover`
+ * resumes what its trace names).
  */
 function watchInterrupts(
   command: SnapshotCommand | RestoreSnapshotCommand,
   io: CliIo,
   print: Printer,
   simulated: boolean,
-  onFirst: (signal: Signal) => void,
   progress?: { stop(): void },
-): { first(): Signal | undefined; stop(): void } {
+): InterruptWatch {
   const kind = command.kind;
-  let first: Signal | undefined;
-  const unwatch = io.interrupts?.watch((signal = "SIGINT") => {
-    progress?.stop();
-    if (first === undefined) {
-      first = signal;
-      print.err(
-        `cuda-checkpoint: ${kind} interrupted${signal === "SIGINT" ? "" : ` by ${signal}`}: it ` +
-          "stops, and puts back every process it changed (interrupt again to exit without waiting)",
-      );
-      onFirst(signal);
-      return;
-    }
-    print.err(
-      `cuda-checkpoint: interrupted again: exiting without waiting; processes of the ${kind} ` +
-        `may be left suspended: see cuda-checkpoint list${simulated ? " --simulate" : ""}, and ` +
-        "resume each with cuda-checkpoint --toggle --pid PID" + (kind === "snapshot"
+  return new InterruptWatch(io.interrupts, print, simulated, {
+    subject: kind,
+    meanwhile: "it stops, and puts back every process it changed (interrupt again to exit " +
+      "without waiting)",
+    leftBehind: () => ({
+      rest:
+        `; processes of the ${kind} may be left suspended: see cuda-checkpoint list${
+          simulated ? " --simulate" : ""
+        }, and resume each with cuda-checkpoint --toggle --pid PID` + (kind === "snapshot"
           ? `, or all that its trace names with cuda-checkpoint recover ${command.dir}` +
             (simulated ? " --simulate" : "")
           : ""),
-    );
-    if (simulated) {
-      print.err(
-        "cuda-checkpoint: the simulated machine was not saved: its state file is as before " +
-          "this command",
-      );
-    }
-    io.interrupts!.exit(interruptedExitCode(signal));
+    }),
+    ...(progress ? { onEach: () => progress.stop() } : {}),
   });
-  return { first: () => first, stop: () => unwatch?.() };
 }
 
 /** `inspect`: the manifest, checked against its files, from the machine's store or the disk. */

@@ -33,6 +33,7 @@
 
 import { parseCommandLine, UsageError } from "./args.ts";
 import { type CliIo, GuardedIo, type Interrupts } from "./io.ts";
+import { type Signal, SIGNALS } from "./signals.ts";
 import { messageOf } from "../core/errors.ts";
 import { VERSION } from "../core/version.ts";
 
@@ -175,13 +176,10 @@ function processIo(): ProcessIo {
   };
 }
 
-/** The signals that interrupt a command: Ctrl-C, and what systemd, `timeout` and a lost SSH send. */
-const SIGNALS = ["SIGINT", "SIGTERM", "SIGHUP"] as const;
-
 /** Interrupts from this process's SIGINT, SIGTERM and SIGHUP, through the runtime's listeners. */
 function interruptsOf(
-  on: (signal: typeof SIGNALS[number], listener: () => void) => void,
-  off: (signal: typeof SIGNALS[number], listener: () => void) => void,
+  on: (signal: Signal, listener: () => void) => void,
+  off: (signal: Signal, listener: () => void) => void,
   exit: (code: number) => void,
 ): Interrupts {
   return {

@@ -31,7 +31,7 @@ import type { Machine } from "../core/machine.ts";
 import type { Action } from "../core/states.ts";
 import { isGone } from "../core/target.ts";
 import type { Interrupts } from "./io.ts";
-import { interruptedExitCode, type Signal } from "./signals.ts";
+import { interruptedExitCode, InterruptWatch, type Signal } from "./signals.ts";
 import { ProgressLine } from "./progress.ts";
 import {
   errorReport,
@@ -158,30 +158,41 @@ function fromOutcome(operation: CliOperation, o: ProcessOutcome): PidReport {
 
 const stepReport = ({ step, ms, ok }: StepRecord): StepReport => ({ step, ms, ok });
 
-/** One operation's watch over interrupts (see the module documentation). */
+/**
+ * One operation's watch over interrupts (see the module documentation): an {@link InterruptWatch}
+ * that follows the group's steps, to name those still inside the driver on a forced exit.
+ */
 class Interruption {
-  readonly #controller = new AbortController();
+  readonly #watch: InterruptWatch;
   /** Aborts at the first interrupt. */
-  readonly signal: AbortSignal = this.#controller.signal;
+  readonly signal: AbortSignal;
   readonly #print: Printer;
-  readonly #interrupts: Interrupts;
-  readonly #pids: readonly number[];
-  readonly #simulated: boolean;
   readonly #underWay = new Map<number, string>();
-  #first: Signal | undefined;
-  #unwatch: (() => void) | undefined;
 
   constructor(interrupts: Interrupts, print: Printer, pids: readonly number[], simulated: boolean) {
-    this.#interrupts = interrupts;
     this.#print = print;
-    this.#pids = pids;
-    this.#simulated = simulated;
-    this.#unwatch = interrupts.watch((signal) => this.#onInterrupt(signal ?? "SIGINT"));
+    this.#watch = new InterruptWatch(interrupts, print, simulated, {
+      meanwhile: "no new step starts, and each process this command changed is brought back " +
+        "once its step inside the driver ends (interrupt again to exit without waiting)",
+      leftBehind: () => {
+        const under = [...this.#underWay].map(([pid, step]) => `${pid} (${step})`);
+        return {
+          rest: " for the driver" +
+            (under.length > 0 ? `; still under way, their state unknown: ${under.join(", ")}` : ""),
+          lines: [
+            `check each process with: cuda-checkpoint --get-state --pid ${pids.join(",")}${
+              simulated ? " --simulate" : ""
+            }`,
+          ],
+        };
+      },
+    });
+    this.signal = this.#watch.signal;
   }
 
   /** The first interrupt's signal, if one came. */
   get interrupted(): Signal | undefined {
-    return this.#first;
+    return this.#watch.first;
   }
 
   /** Follows the group's steps, to name those still inside the driver on a forced exit. */
@@ -192,8 +203,7 @@ class Interruption {
 
   /** Stops watching: an interrupt ends the program again. Idempotent. */
   stop(): void {
-    this.#unwatch?.();
-    this.#unwatch = undefined;
+    this.#watch.stop();
   }
 
   /** The closing line of an interrupted command: what it left changed, if anything. */
@@ -213,35 +223,5 @@ class Interruption {
       }${o.initialState === undefined ? "" : ` (was ${o.initialState})`}`
     );
     this.#print.err(`cuda-checkpoint: interrupted: left changed: ${each.join(", ")}`);
-  }
-
-  #onInterrupt(signal: Signal): void {
-    if (this.#first === undefined) {
-      this.#first = signal;
-      this.#print.err(
-        `cuda-checkpoint: interrupted${signal === "SIGINT" ? "" : ` by ${signal}`}: no new step ` +
-          "starts, and each process this command changed is brought back once its step inside " +
-          "the driver ends (interrupt again to exit without waiting)",
-      );
-      this.#controller.abort(new Error(`interrupted (${signal})`));
-      return;
-    }
-    const under = [...this.#underWay].map(([pid, step]) => `${pid} (${step})`);
-    this.#print.err(
-      "cuda-checkpoint: interrupted again: exiting without waiting for the driver" +
-        (under.length > 0 ? `; still under way, their state unknown: ${under.join(", ")}` : ""),
-    );
-    this.#print.err(
-      `cuda-checkpoint: check each process with: cuda-checkpoint --get-state --pid ${
-        this.#pids.join(",")
-      }${this.#simulated ? " --simulate" : ""}`,
-    );
-    if (this.#simulated) {
-      this.#print.err(
-        "cuda-checkpoint: the simulated machine was not saved: its state file is as before " +
-          "this command",
-      );
-    }
-    this.#interrupts.exit(interruptedExitCode(signal));
   }
 }
