@@ -15,6 +15,7 @@ import {
   RefusedError,
 } from "../core/errors.ts";
 import type { RoomCheck } from "../core/room.ts";
+import { PATH_ERRORS } from "../os/private.ts";
 import type { ProcessState } from "../core/states.ts";
 
 /**
@@ -252,21 +253,13 @@ export function warnUninspectable(
 /** A time in ms, to the microsecond, for `--json`: the library's own rounding of step times. */
 export { roundMs as round } from "../core/machine.ts";
 
-/** What the system's error codes that a path can meet mean, as the end of a sentence. */
-const PATH_ERRORS: Readonly<Record<string, string>> = {
-  ENOTDIR: "a part of the path above it is a file, not a directory",
-  ENOENT: "it does not exist",
-  EACCES: "permission denied",
-  EPERM: "the operation is not permitted",
-  ELOOP: "it is a symbolic link, or has too many of them on its path",
-  ENAMETOOLONG: "its name is too long",
-  EROFS: "the file system is read-only",
-  ENOSPC: "the disk is full",
-};
-
 /**
  * An error of a command as the command line says it: its message, with the system's raw lines
- * (`ENOTDIR: not a directory, lstat '/a/b'`) made into a sentence that names the path.
+ * (`ENOTDIR: not a directory, lstat '/a/b'`) made into a sentence that names the path, in the
+ * words of {@link PATH_ERRORS}. The snapshot store words its own (a directory made or opened, a
+ * small file read); this is for the raw lines that other messages still carry (a file or folder
+ * the store looks at or writes in os/private.ts, and core's `snapshot failed: ...` around an
+ * engine's or a write's error).
  */
 export function commandMessage(error: unknown): string {
   return messageOf(error).replace(

@@ -126,7 +126,7 @@ export async function readSmallFile(
     const code = errorCode(err);
     if (code === "ENOENT") return undefined;
     if (code === "ELOOP") throw new Error(`${shown} is a symbolic link, not a file of its own`);
-    throw new Error(`${shown} cannot be opened: ${messageOf(err)}`, { cause: err });
+    throw new Error(`${shown} cannot be opened: ${pathTrouble(err)}`, { cause: err });
   }
   try {
     const st = await handle.stat();
@@ -191,6 +191,30 @@ export function octal(mode: number): string {
 /** The `code` of a file system error (`ENOENT`, ...), where it has one. */
 export function errorCode(err: unknown): string | undefined {
   return (err as { code?: unknown })?.code as string | undefined;
+}
+
+/** What the system's error codes that a path can meet mean, as the end of a sentence about it. */
+export const PATH_ERRORS: Readonly<Record<string, string>> = {
+  ENOTDIR: "a part of the path above it is a file, not a directory",
+  ENOENT: "it does not exist",
+  EACCES: "permission denied",
+  EPERM: "the operation is not permitted",
+  ELOOP: "it is a symbolic link, or has too many of them on its path",
+  ENAMETOOLONG: "its name is too long",
+  EROFS: "the file system is read-only",
+  ENOSPC: "the disk is full",
+};
+
+/**
+ * What a file system error met on a path means, as the end of a sentence that has named the path
+ * already (`it does not exist (ENOENT)`): the words for its code; a code without words, the
+ * system's line without the path it was met on (`EIO: i/o error`), which may be a pinned
+ * `/proc/<pid>/fd/<n>` one the user never gave.
+ */
+export function pathTrouble(err: unknown): string {
+  const code = errorCode(err);
+  if (code !== undefined && PATH_ERRORS[code]) return `${PATH_ERRORS[code]} (${code})`;
+  return messageOf(err).replace(/, [a-z]+ '[^'\n]*'(?: -> '[^'\n]*')?$/, "");
 }
 
 /** A path to what `handle` has open, which no rename can redirect (`/proc/<pid>/fd/<n>`). */

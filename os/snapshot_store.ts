@@ -20,9 +20,16 @@ import path from "node:path";
 import type { SnapshotDir, SnapshotFile, SnapshotStore } from "../core/engine.ts";
 import type { Machine } from "../core/machine.ts";
 import { MANIFEST_FILE } from "../core/manifest.ts";
-import { messageOf } from "../core/errors.ts";
 import { digestAll } from "./digest.ts";
-import { errorCode, myUid, ownerFault, pinned, readSmallFile, writePrivately } from "./private.ts";
+import {
+  errorCode,
+  myUid,
+  ownerFault,
+  pathTrouble,
+  pinned,
+  readSmallFile,
+  writePrivately,
+} from "./private.ts";
 
 const { O_RDONLY, O_DIRECTORY, O_NOFOLLOW, O_NONBLOCK } = constants;
 const DIR = O_RDONLY | O_DIRECTORY | O_NOFOLLOW;
@@ -55,7 +62,7 @@ export class FileSnapshotStore implements SnapshotStore {
       let made = false;
       await mkdir(through, { mode: 0o700 }).then(() => made = true, (err) => {
         if (errorCode(err) === "EEXIST") return;
-        throw new Error(`${where} cannot be made: ${messageOf(err)}`);
+        throw new Error(`${where} cannot be made: ${pathTrouble(err)}`);
       });
       const handle = await openDir(where, through);
       try {
@@ -204,7 +211,7 @@ async function notOpened(shown: string, through: string, kind: string, err: unkn
     }
     return new Error(`${shown} is not a ${kind}`);
   }
-  return new Error(`${shown} cannot be opened: ${messageOf(err)}`, { cause: err });
+  return new Error(`${shown} cannot be opened: ${pathTrouble(err)}`, { cause: err });
 }
 
 /** The snapshot's own directory: this user's, and nobody else may write in it. */
@@ -270,7 +277,7 @@ class FileSnapshotDir implements SnapshotDir {
     try {
       await mkdir(`${this.base}/${name}`, { mode: 0o700 });
     } catch (err) {
-      throw new Error(`${this.path}/${name} cannot be made: ${messageOf(err)}`);
+      throw new Error(`${this.path}/${name} cannot be made: ${pathTrouble(err)}`);
     }
     this.#created.push(name);
   }

@@ -14,6 +14,7 @@ import process from "node:process";
 
 import { helpText } from "../cli/help.ts";
 import { commandMessage } from "../cli/report.ts";
+import { snapshot } from "../mod.ts";
 import { SimulatedMachine } from "../mock/mod.ts";
 import { cli, runProgram } from "./cli_support.ts";
 import { runtime } from "./fixtures/fake.ts";
@@ -184,6 +185,26 @@ describe("the subcommands, as a new user meets them", () => {
       said.push(sentence);
     }
     assert.equal(new Set(said).size, 1, `one sentence for all three: ${said.join(" | ")}`);
+  });
+
+  test("a directory the system will not make: the path as given, not the store's /proc/<pid>/fd/ one; also for the library's snapshot()", async () => {
+    // /proc/1 opens as a directory, and mkdir in it says ENOENT.
+    const dir = "/proc/1/x";
+    const sim = new SimulatedMachine();
+    const pid = sim.spawn({ memoryMiB: 256 }).pid;
+    const expected = `snapshot refused: ${dir} cannot be made: it does not exist (ENOENT)`;
+    const r = await cli(["snapshot", "--pid", String(pid), "--dir", dir], { machine: sim });
+    assert.equal(r.code, 1, r.err);
+    assert.equal(r.err, `cuda-checkpoint: ${expected}\n`);
+    const j = await cli(["snapshot", "--pid", String(pid), "--dir", dir, "--json"], {
+      machine: sim,
+    });
+    assert.equal(JSON.parse(j.out).error.message, expected);
+    await assert.rejects(snapshot([pid], dir, { machine: sim }), (err: Error) => {
+      assert.equal(err.message, expected);
+      return true;
+    });
+    assert.doesNotMatch(r.err + j.out, /\/proc\/\d+\/fd\//);
   });
 
   test("the system's raw line for a path becomes a sentence that names the path", () => {

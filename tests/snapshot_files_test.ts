@@ -24,6 +24,7 @@ import {
 import { join } from "node:path";
 import process from "node:process";
 import { FileSnapshotStore } from "../os/snapshot_store.ts";
+import { pathTrouble } from "../os/private.ts";
 import { withScratch } from "./support/temp_dirs.ts";
 import { open } from "node:fs/promises";
 import { digestAll, PIECE_BYTES } from "../os/digest.ts";
@@ -99,6 +100,33 @@ describe("a new snapshot's directory", () => {
         /may be written by other users \(mode 0777\); a snapshot.s directory must be this user.s and private/,
       );
     }));
+
+  test("a directory inside one removed once open cannot be made: named by its path, not the pinned one", () =>
+    inScratch(async (s) => {
+      const snap = await store.create(join(s.dir, "snap"));
+      try {
+        rmSync(join(s.dir, "snap"), { recursive: true });
+        await assert.rejects(snap.subdir("tree-7"), (err: Error) => {
+          assert.equal(
+            err.message,
+            `${join(s.dir, "snap", "tree-7")} cannot be made: it does not exist (ENOENT)`,
+          );
+          return true;
+        });
+      } finally {
+        await snap.close();
+      }
+    }));
+
+  test("a system error in words: a code with words, and one without keeps its line less the path", () => {
+    const enoent = Object.assign(
+      new Error("ENOENT: no such file or directory, mkdir '/proc/1/fd/3/x'"),
+      { code: "ENOENT" },
+    );
+    assert.equal(pathTrouble(enoent), "it does not exist (ENOENT)");
+    const eio = Object.assign(new Error("EIO: i/o error, open '/proc/1/fd/3/x'"), { code: "EIO" });
+    assert.equal(pathTrouble(eio), "EIO: i/o error");
+  });
 
   test("another user's directory is refused", asRoot, () =>
     inScratch(async (s) => {
