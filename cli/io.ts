@@ -8,7 +8,6 @@
  */
 
 import type { Machine } from "../core/machine.ts";
-import type { Signal } from "./signals.ts";
 
 /** Where `main()` writes and what it works on. */
 export interface CliIo {
@@ -56,7 +55,7 @@ export interface Interrupts {
    * Calls `onInterrupt` at each interrupt, with the signal's name (SIGINT where left out), until
    * the returned function is called; meanwhile an interrupt does not end the program.
    */
-  watch(onInterrupt: (signal?: Signal) => void): () => void;
+  watch(onInterrupt: (signal?: "SIGINT" | "SIGTERM" | "SIGHUP") => void): () => void;
   /** Ends the program at once with `code` (a second interrupt, which does not wait). */
   exit(code: number): void;
 }

@@ -9,14 +9,14 @@
 import type { Interrupts } from "./io.ts";
 import type { Printer } from "./report.ts";
 
+/** A signal that interrupts a command: as {@link Interrupts.watch} names it (its one spelling). */
+export type Signal = NonNullable<Parameters<Parameters<Interrupts["watch"]>[0]>[0]>;
+
+/** Linux's number of each (a Record of every Signal: the type sees that none is left out). */
+const NUMBERS: Readonly<Record<Signal, number>> = { SIGINT: 2, SIGTERM: 15, SIGHUP: 1 };
+
 /** The signals that interrupt a command: Ctrl-C, and what systemd, `timeout` and a lost SSH send. */
-export const SIGNALS = ["SIGINT", "SIGTERM", "SIGHUP"] as const;
-
-/** A signal that interrupts a command. */
-export type Signal = typeof SIGNALS[number];
-
-/** Linux's number of each. */
-const NUMBERS: Readonly<Record<Signal, number>> = { SIGHUP: 1, SIGINT: 2, SIGTERM: 15 };
+export const SIGNALS = Object.keys(NUMBERS) as readonly Signal[];
 
 /** The exit code of a command that `signal` interrupted: 128 + its number, as shells report it. */
 export function interruptedExitCode(signal: Signal): number {
