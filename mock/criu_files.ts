@@ -1,6 +1,12 @@
 /**
- * The simulated CRIU's files: its log of each run, and a JSON image per process. Written and read
- * synchronously: a pending file operation would let virtual time run on.
+ * The simulated CRIU's files: its log of each run, and two JSON files per process, as criu splits
+ * its images: `process-<pid>.img`, all that makes the process but its memory, and
+ * `pages-<pid>.img`, its memory alone (the pages it wrote of its GPU memory, which a checkpointed
+ * process holds in host memory), which the restore reads only as it copies the memory in. Every
+ * process dumped has both, one without CUDA a pages file with no pages (as criu writes a
+ * `pages-N.img` for every process). Images of version 2, the memory inside `process-<pid>.img` and
+ * no pages file, are still read. Written and read synchronously: a pending file operation would
+ * let virtual time run on.
  *
  * @module
  */
@@ -20,10 +26,20 @@ import { SimulatedProcess } from "./sim_process.ts";
 import { mibToBytes } from "./timing.ts";
 
 const IMAGE_FORMAT = "ckpt-cuda-simulated-criu-image";
-/** 2: `devices`, the GPUs the process saw, so that its images restore on another machine. */
-const IMAGE_VERSION = 2;
+const PAGES_FORMAT = "ckpt-cuda-simulated-criu-pages";
+/**
+ * The version a dump writes. 2: `devices`, the GPUs the process saw, so that its images restore on
+ * another machine (still read: its memory inline, `memory`). 3: the memory in a pages file of its
+ * own, `pages-<pid>.img` (of the same version).
+ */
+const IMAGE_VERSION = 3;
+/** The version of process images whose memory is inside them, which a restore still reads. */
+const INLINE_MEMORY_VERSION = 2;
 const imageName = (pid: number): string => `process-${pid}.img`;
+const pagesName = (pid: number): string => `pages-${pid}.img`;
 const IMAGE_NAME = /^process-([1-9][0-9]{0,9})\.img$/;
+/** The name of a pages file, which holds a process's memory and nothing else. */
+export const PAGES_NAME: RegExp = /^pages-([1-9][0-9]{0,9})\.img$/;
 /** The state a CUDA process must be in to be dumped, and is in once restored. */
 export const CHECKPOINTED: ProcessState = stepTo("checkpoint");
 const FIELDS =
@@ -35,10 +51,14 @@ const MAX_GPUS = 1024;
 /** A GPU as an image remembers it: one the process saw on the machine it was dumped on. */
 export type ImageGpu = Omit<ManifestGpu, "totalMiB">;
 
-/** The image of one process, all that brings it back (the state: checkpointed, or no CUDA). */
+/**
+ * The image of one process, all that brings it back but its memory (the state: checkpointed, or no
+ * CUDA), as `process-<pid>.img` holds it.
+ */
 export interface ProcessImage {
   format: typeof IMAGE_FORMAT;
-  version: typeof IMAGE_VERSION;
+  /** 3, as a dump writes it (its memory in its pages file); 2 as read (its memory in `memory`). */
+  version: typeof IMAGE_VERSION | typeof INLINE_MEMORY_VERSION;
   pid: number;
   parent: number;
   threads: number[];
@@ -55,7 +75,23 @@ export interface ProcessImage {
    */
   devices: ImageGpu[];
   memoryMiB: number;
+  /** Version 2 only: the pages it wrote of its memory (a CUDA process's; none without CUDA). */
   memory?: SavedPages;
+}
+
+/** A pages file, `pages-<pid>.img`: the memory of process `pid`, nothing else. */
+interface PagesImage {
+  format: typeof PAGES_FORMAT;
+  version: typeof IMAGE_VERSION;
+  pid: number;
+  /** The pages it wrote of its GPU memory; none for a process without CUDA. */
+  pages: SavedPages;
+}
+
+/** What a dump writes of one process: its image, and the memory its pages file holds. */
+export interface DumpedImages {
+  image: ProcessImage;
+  pages: SavedPages;
 }
 
 /**
@@ -86,12 +122,12 @@ export function gpusSeenBy(p: SimulatedProcess): readonly SimulatedGpu[] | undef
 }
 
 /**
- * The image of a process that can be dumped (checkpointed, or without CUDA); `machineGpus`: the
- * GPUs of the machine it runs on, which it saw.
+ * The images of a process that can be dumped (checkpointed, or without CUDA), taken now;
+ * `machineGpus`: the GPUs of the machine it runs on, which it saw.
  */
-export function imageOf(p: SimulatedProcess, machineGpus: readonly SimulatedGpu[]): ProcessImage {
+export function imageOf(p: SimulatedProcess, machineGpus: readonly SimulatedGpu[]): DumpedImages {
   const seen = gpusSeenBy(p) ?? machineGpus;
-  return {
+  const image: ProcessImage = {
     format: IMAGE_FORMAT,
     version: IMAGE_VERSION,
     pid: p.pid,
@@ -105,8 +141,8 @@ export function imageOf(p: SimulatedProcess, machineGpus: readonly SimulatedGpu[
     gpus: p.gpuUuids,
     devices: seen.map(({ index, uuid, name }) => ({ index, uuid, name })),
     memoryMiB: p.memoryMiB,
-    ...(p.usesCuda ? { memory: p.savedPages() } : {}),
   };
+  return { image, pages: p.usesCuda ? p.savedPages() : [] };
 }
 
 /**
@@ -126,7 +162,11 @@ export function gpusOf(host: MachineView, image: ProcessImage): SimulatedGpu[] {
   return image.gpus.map((uuid) => seen.find((g) => g.uuid === uuid)!);
 }
 
-/** A process made from its image, with a new start number; the root of the tree has no parent. */
+/**
+ * A process made from its image, with a new start number; the root of the tree has no parent. A
+ * CUDA process is checkpointed, its memory all zero until the restore copies its pages in
+ * ({@link memoryOf}, then `loadPages`).
+ */
 export function restoredProcess(
   host: MachineView,
   image: ProcessImage,
@@ -136,7 +176,7 @@ export function restoredProcess(
   const parent = image.pid === root ? 0 : image.parent;
   const proc = new SimulatedProcess(host, { ...image, threads: [...image.threads], gpus, parent });
   if (!image.cuda) return proc;
-  proc.loadPages("host", image.memory ?? []);
+  proc.loadPages("host", []);
   proc.enter(CHECKPOINTED);
   return proc;
 }
@@ -163,17 +203,33 @@ export function emptyDirectory(dir: string, log: EngineLog): void {
   }
 }
 
-/** Writes the image file of `image` into `dir` (mode 0600, never over a file). */
-export function writeImage(dir: string, image: ProcessImage, log: EngineLog): void {
-  const file = join(dir, imageName(image.pid));
-  try {
-    writeFileSync(file, JSON.stringify(image) + "\n", { mode: 0o600, flag: "wx" });
-  } catch (err) {
-    throw log.error(`cannot write ${file}: ${messageOf(err)}`, err);
+/** Writes the image file and the pages file of a process into `dir` (mode 0600, never over a file). */
+export function writeImages(dir: string, { image, pages }: DumpedImages, log: EngineLog): void {
+  const pagesImage: PagesImage = {
+    format: PAGES_FORMAT,
+    version: IMAGE_VERSION,
+    pid: image.pid,
+    pages,
+  };
+  const files: [string, ProcessImage | PagesImage][] = [
+    [imageName(image.pid), image],
+    [pagesName(image.pid), pagesImage],
+  ];
+  for (const [name, value] of files) {
+    const file = join(dir, name);
+    try {
+      writeFileSync(file, JSON.stringify(value) + "\n", { mode: 0o600, flag: "wx" });
+    } catch (err) {
+      throw log.error(`cannot write ${file}: ${messageOf(err)}`, err);
+    }
   }
 }
 
-/** The images of the tree of `root` in `dir`, read strictly, the root first, each after its parent. */
+/**
+ * The images of the tree of `root` in `dir`, read strictly, the root first, each after its parent;
+ * their memory is not read (see {@link memoryOf}), but each pages file must be there where its
+ * image says (version 3), and none where none should be.
+ */
 export function readTree(dir: string, root: number, log: EngineLog): ProcessImage[] {
   let names: string[];
   try {
@@ -183,7 +239,10 @@ export function readTree(dir: string, root: number, log: EngineLog): ProcessImag
   }
   const byPid = new Map<number, ProcessImage>();
   const threads = new Map<number, number>();
+  const withPages = new Set<number>();
   for (const name of names.sort()) {
+    const pages = PAGES_NAME.exec(name);
+    if (pages) withPages.add(Number(pages[1]));
     const match = IMAGE_NAME.exec(name);
     if (!match) continue;
     const file = join(dir, name);
@@ -212,27 +271,83 @@ export function readTree(dir: string, root: number, log: EngineLog): ProcessImag
         `${stray.parent} is not in it`,
     );
   }
+  for (const pid of withPages) {
+    const image = byPid.get(pid);
+    const file = join(dir, pagesName(pid));
+    if (!image) {
+      throw log.error(
+        `${file} is the memory of no process: there is no ${imageName(pid)} beside it`,
+      );
+    }
+    if (image.version === INLINE_MEMORY_VERSION) {
+      throw log.error(
+        `${file} does not belong beside ${imageName(pid)}, an image of version ` +
+          `${INLINE_MEMORY_VERSION}, which holds its memory itself`,
+      );
+    }
+  }
+  for (const image of tree) {
+    if (image.version === IMAGE_VERSION && !withPages.has(image.pid)) {
+      throw log.error(
+        `${join(dir, pagesName(image.pid))} is missing: it holds the memory of process ` +
+          `${image.pid}, whose ${imageName(image.pid)} is there`,
+      );
+    }
+  }
   return tree;
 }
 
-/** The image of process `pid` in `file`, read field by field. */
-function readImage(file: string, pid: number, log: EngineLog): ProcessImage {
+/**
+ * The pages of memory of the process of `image` (read from `dir` with {@link readTree}): those of
+ * its pages file, read now, strictly, where the image is of version 3; else those inside it.
+ */
+export function memoryOf(dir: string, image: ProcessImage, log: EngineLog): SavedPages {
+  if (image.version === INLINE_MEMORY_VERSION) return image.memory ?? [];
+  const file = join(dir, pagesName(image.pid));
+  const value = readJson(file, "pages file", log);
+  const read = new StrictReader((_, reason) => log.error(`${file} is corrupt: ${reason}`));
+  const tagged = read.object(value, "");
+  if (tagged.format !== PAGES_FORMAT) {
+    read.fail("format", JSON.stringify(PAGES_FORMAT), tagged.format);
+  }
+  if (tagged.version !== IMAGE_VERSION) read.fail("version", `${IMAGE_VERSION}`, tagged.version);
+  const v = read.object(value, "", ["format", "version", "pid", "pages"]);
+  if (v.pid !== image.pid) read.fail("pid", `${image.pid}, as its name says`, v.pid);
+  if (image.cuda) return readPages(read, v.pages, mibToBytes(image.memoryMiB), "pages");
+  if (!Array.isArray(v.pages) || v.pages.length > 0) {
+    read.fail("pages", "[] for a process without CUDA (it has no GPU memory)", v.pages);
+  }
+  return [];
+}
+
+/** The JSON text of the file, parsed; `what` names the kind of file in messages. */
+function readJson(file: string, what: string, log: EngineLog): unknown {
   let text: string;
   try {
     if (!statSync(file).isFile()) throw log.error(`${file} is not a regular file`);
     text = readFileSync(file, "utf8");
   } catch (err) {
-    throw failed(err, log, `cannot read the image ${file}`);
+    throw failed(err, log, `cannot read the ${what} ${file}`);
   }
+  return new StrictReader((_, reason) => log.error(reason)).parse(text, `the ${what} ${file}`);
+}
+
+/** The image of process `pid` in `file` (version 3, or 2 with its memory), read field by field. */
+function readImage(file: string, pid: number, log: EngineLog): ProcessImage {
+  const value = readJson(file, "image", log);
   const read = new StrictReader((_, reason) => log.error(`${file} is corrupt: ${reason}`));
-  const value = new StrictReader((_, reason) => log.error(reason)).parse(text, `the image ${file}`);
   // The tag and version first, so that a foreign file is called foreign, not broken.
   const tagged = read.object(value, "");
   if (tagged.format !== IMAGE_FORMAT) {
     read.fail("format", JSON.stringify(IMAGE_FORMAT), tagged.format);
   }
-  if (tagged.version !== IMAGE_VERSION) read.fail("version", `${IMAGE_VERSION}`, tagged.version);
-  const v = read.object(value, "", FIELDS, ["memory"]);
+  const version = tagged.version;
+  if (version !== IMAGE_VERSION && version !== INLINE_MEMORY_VERSION) {
+    read.fail("version", `${IMAGE_VERSION} (or ${INLINE_MEMORY_VERSION}, still read)`, version);
+  }
+  const inline = version === INLINE_MEMORY_VERSION;
+  const known: ProcessImage["version"] = inline ? INLINE_MEMORY_VERSION : IMAGE_VERSION;
+  const v = read.object(value, "", FIELDS, inline ? ["memory"] : []);
   if (v.pid !== pid) read.fail("pid", `${pid}, as its name says`, v.pid);
   const threads = read.array(v.threads, "threads", 1, 100_002)
     .map((t, i) => read.integer(t, `threads[${i}]`, 1, MAX_PID));
@@ -261,7 +376,7 @@ function readImage(file: string, pid: number, log: EngineLog): ProcessImage {
   });
   return {
     format: IMAGE_FORMAT,
-    version: IMAGE_VERSION,
+    version: known,
     pid,
     parent: read.integer(v.parent, "parent", 0, MAX_PID),
     threads,
@@ -273,7 +388,9 @@ function readImage(file: string, pid: number, log: EngineLog): ProcessImage {
     gpus,
     devices,
     memoryMiB,
-    ...(cuda ? { memory: readPages(read, v.memory, mibToBytes(memoryMiB), "memory") } : {}),
+    ...(inline && cuda
+      ? { memory: readPages(read, v.memory, mibToBytes(memoryMiB), "memory") }
+      : {}),
   };
 }
 

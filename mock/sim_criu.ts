@@ -30,10 +30,12 @@ import {
   EngineLog,
   gpusOf,
   imageOf,
+  memoryOf,
+  PAGES_NAME,
   type ProcessImage,
   readTree,
   restoredProcess,
-  writeImage,
+  writeImages,
 } from "./criu_files.ts";
 import type { MachineView } from "./machine_view.ts";
 import type { SimulatedProcess } from "./sim_process.ts";
@@ -63,11 +65,14 @@ const PIECE_BYTES = 0.5e9;
 /**
  * The simulated machine's CRIU: it dumps a tree of simulated processes into an images directory,
  * leaving them running, and restores it as it was, in the time the measured criu took
- * ({@link CRIU_TIMING}). A dump refuses a CUDA process that is not checkpointed (criu cannot dump
- * its GPU mappings); a restored one is checkpointed, a new process with its old pid and a new start
- * number (a `CudaProcess` made for the dumped one refuses it: `REPLACED`); the restored root has no
- * parent. Images taken on another simulated machine restore too (a snapshot copied there).
- * {@link SimulatedCriu.failNext} makes a run fail, as criu can; an `AbortSignal` stops it.
+ * ({@link CRIU_TIMING}). Each process has two image files, as with criu: `process-<pid>.img`, and
+ * `pages-<pid>.img`, its memory alone ({@link SimulatedCriu.memoryImage}), which a restore reads
+ * only as it copies the memory in, after the tree's processes are made. A dump refuses a CUDA
+ * process that is not checkpointed (criu cannot dump its GPU mappings); a restored one is
+ * checkpointed, a new process with its old pid and a new start number (a `CudaProcess` made for
+ * the dumped one refuses it: `REPLACED`); the restored root has no parent. Images taken on another
+ * simulated machine restore too (a snapshot copied there). {@link SimulatedCriu.failNext} makes a
+ * run fail, as criu can; an `AbortSignal` stops it.
  *
  * @example
  * ```ts
@@ -153,10 +158,11 @@ export class SimulatedCriu implements SnapshotEngine {
 
   /**
    * Restores the tree of `request.root` from `request.imagesDir`, its processes existing from the
-   * start (criu forks them first). Rejects with an `EngineError`, leaving none of them, where an
-   * image is amiss, an id is taken (`Can't fork for PID N`), or it is stopped. Like criu, it needs
-   * no GPU: images of another machine's processes come back here, checkpointed, remembering the
-   * GPUs they saw there, and the driver's restore then needs GPU pairs for them.
+   * start (criu forks them first), each process's memory read from its pages file as it is copied
+   * in. Rejects with an `EngineError`, leaving none of them, where an image is amiss (a pages file
+   * too, read late), an id is taken (`Can't fork for PID N`), or it is stopped. Like criu, it
+   * needs no GPU: images of another machine's processes come back here, checkpointed, remembering
+   * the GPUs they saw there, and the driver's restore then needs GPU pairs for them.
    */
   restore(request: RestoreRequest): Promise<void> {
     return this.#operate("restore", request, (r, run, log) => this.#restore(r, run, log));
@@ -175,6 +181,14 @@ export class SimulatedCriu implements SnapshotEngine {
   stop(pids: readonly number[]): Promise<void> {
     const bad = badPids(pids, "stop");
     return bad ? Promise.reject(bad) : Promise.resolve();
+  }
+
+  /**
+   * Whether the image file `name` holds nothing but a process's memory: a pages file,
+   * `pages-<pid>.img`, which a restore reads only while it copies the memory in.
+   */
+  memoryImage(name: string): boolean {
+    return typeof name === "string" && PAGES_NAME.test(name);
   }
 
   /** `simulated criu 4.1.1`. */
@@ -231,19 +245,20 @@ export class SimulatedCriu implements SnapshotEngine {
     const images = tree.map((p) => imageOf(p, this.#machine.gpus));
     await this.#fixedCost("dump", run, log);
     let written = 0;
-    for (const image of images) {
+    for (const taken of images) {
+      const { image } = taken;
       await this.#copy(image, run, CRIU_TIMING.dumpBytesPerSecond, (piece) => {
         written += piece;
         tell(r.onBytes, written);
       });
       const gone = tree.find((p) => p.exited);
       if (gone) throw log.error(`process ${gone.pid} ended during the dump`);
-      writeImage(r.imagesDir, image, log);
+      writeImages(r.imagesDir, taken, log);
       log.line(`Dumped process ${image.pid}`);
     }
     log.line(`Dumping finished successfully (${written} bytes of images)`);
     log.write();
-    return images.map((image, i) => ({
+    return images.map(({ image }, i) => ({
       pid: image.pid,
       parent: i === 0 ? 0 : image.parent,
       threads: [...image.threads],
@@ -263,8 +278,11 @@ export class SimulatedCriu implements SnapshotEngine {
         made.push(this.#machine.adopt(restoredProcess(this.#machine, image, gpus[i], r.root)));
       });
       await this.#fixedCost("restore", run, log);
-      for (const image of images) {
+      for (const [i, image] of images.entries()) {
         await this.#copy(image, run, CRIU_TIMING.restoreBytesPerSecond);
+        // Its pages file is read as its memory is copied in, not before: the tree is made first.
+        const pages = memoryOf(r.imagesDir, image, log);
+        if (image.cuda && !made[i].exited) made[i].loadPages("host", pages);
         log.line(`Restored process ${image.pid}`);
       }
       const gone = made.find((p) => p.exited);

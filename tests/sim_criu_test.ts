@@ -1,9 +1,10 @@
 // The simulated machine's process trees and its simulated CRIU (mock/sim_criu.ts): trees dumped into
-// image files and restored with their pids, as new processes (a new start number), their GPU
-// memory intact and checkpointed; what a dump refuses; injected failures and stops, which leave
-// the processes as the real criu leaves them; and the time each takes and the bytes it writes,
-// checked against the model's own figures (CRIU_TIMING, fitted to criu 4.1.1 on an H100): that the
-// simulator applies each of them, not the measurements they were fitted to.
+// image files (a process image and a pages file, its memory, per process) and restored with their
+// pids, as new processes (a new start number), their GPU memory intact and checkpointed, the
+// pages read late, images of version 2 still; what a dump refuses; injected failures and stops, which leave the processes as the real criu leaves
+// them; and the time each takes and the bytes it writes, checked against the model's own figures
+// (CRIU_TIMING, fitted to criu 4.1.1 on an H100): that the simulator applies each of them, not the
+// measurements they were fitted to.
 import { afterEach, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { mkdir, mkdtemp, readdir, readFile, rm, stat, writeFile } from "node:fs/promises";
@@ -214,12 +215,33 @@ describe("the simulated CRIU", () => {
     assert.equal(job.exited, false, "left running, as criu dump --leave-running");
     assert.equal(job.state, "checkpointed");
     const files = (await readdir(dir)).sort();
-    assert.deepEqual(files, ["dump.log", `process-${job.pid}.img`]);
+    assert.deepEqual(files, ["dump.log", `pages-${job.pid}.img`, `process-${job.pid}.img`]);
     for (const f of files) {
       assert.equal((await stat(path.join(dir, f))).mode & 0o777, 0o600, f);
     }
-    const image = await stat(path.join(dir, `process-${job.pid}.img`));
-    assert.ok(image.size < 2 ** 20, `1 GiB of memory, ${image.size} bytes: only written pages`);
+    // The memory is in the pages file, as criu's pages-N.img, and only there.
+    const pagesFile = path.join(dir, `pages-${job.pid}.img`);
+    const pagesSize = (await stat(pagesFile)).size;
+    assert.ok(pagesSize < 2 ** 20, `1 GiB of memory, ${pagesSize} bytes: only written pages`);
+    const pages = JSON.parse(await readFile(pagesFile, "utf8"));
+    assert.deepEqual(Object.keys(pages), ["format", "version", "pid", "pages"]);
+    assert.deepEqual([pages.format, pages.version, pages.pid], [
+      "ckpt-cuda-simulated-criu-pages",
+      3,
+      job.pid,
+    ]);
+    const first = (5 * 2 ** 20 + 100) >> 16; // the 64 KiB page the bytes begin in
+    assert.deepEqual(pages.pages.map(([i]: [number, string]) => i), [first, 81, 82, 83]);
+    const saved = new Uint8Array(4 * 65536);
+    pages.pages.forEach(([i, b64]: [number, string]) => {
+      saved.set(Uint8Array.from(atob(b64), (c) => c.charCodeAt(0)), (i - first) * 65536);
+    });
+    assert.deepEqual(saved.subarray(100, 100 + bytes.length), bytes, "the bytes written, in it");
+    const imageText = await readFile(path.join(dir, `process-${job.pid}.img`), "utf8");
+    const image = JSON.parse(imageText);
+    assert.equal(image.version, 3);
+    assert.equal(image.memory, undefined, "no memory in the process image");
+    assert.ok(!imageText.includes(pages.pages[1][1].slice(0, 40)), "not even a page of it");
     assert.match(await readFile(path.join(dir, "dump.log"), "utf8"), /Dumping finished/);
 
     await criu.kill([job.pid]);
@@ -282,10 +304,16 @@ describe("the simulated CRIU", () => {
     const before = (await sim.host.processTree!(root.pid))!;
     const dir = await imagesDir();
     await criu.dump({ root: root.pid, imagesDir: dir });
+    const all = [root, rank0, rank1, logger, watcher];
     assert.deepEqual(
       (await readdir(dir)).filter((f) => f.endsWith(".img")).sort(),
-      [root, rank0, rank1, logger, watcher].map((p) => `process-${p.pid}.img`).sort(),
+      all.flatMap((p) => [`process-${p.pid}.img`, `pages-${p.pid}.img`]).sort(),
+      "a process image and a pages file for each process, as criu",
     );
+    for (const p of [root, logger, watcher]) {
+      const text = await readFile(path.join(dir, `pages-${p.pid}.img`), "utf8");
+      assert.deepEqual(JSON.parse(text).pages, [], `${p.command}: no GPU memory, no pages`);
+    }
     await criu.kill(before.map((p) => p.pid));
     assert.deepEqual(sim.processes, [outsider]);
     await criu.restore({ root: root.pid, imagesDir: dir });
@@ -405,9 +433,14 @@ describe("the simulated CRIU", () => {
         /is corrupt: state must be "checkpointed" for a CUDA process, got "running"/,
       ],
       [
-        "a page past its memory",
-        good.replace(/"memory":\[\[0,/, `"memory":[[999,`),
-        /is corrupt: memory\[0\]\[0\] must be an integer from 0 to 255, got 999/,
+        "its memory inside, in a version-3 image",
+        good.replace(`{"format"`, `{"memory":[],"format"`),
+        /is corrupt: it has a field this version does not know, "memory"/,
+      ],
+      [
+        "a version this one does not know",
+        good.replace(`"version":3`, `"version":4`),
+        /is corrupt: version must be 3 \(or 2, still read\), got 4/,
       ],
       [
         "an unknown field",
@@ -443,6 +476,193 @@ describe("the simulated CRIU", () => {
     );
     await criu.restore({ root: root.pid, imagesDir: dir });
     assert.equal(sim.processes.length, 2);
+  });
+
+  test("a pages file is read as its memory is copied in: one amiss fails the restore, naming it, and leaves no process", async () => {
+    const sim = new SimulatedMachine();
+    const criu = sim.engine;
+    const root = sim.spawn({ cuda: false });
+    const child = sim.spawn({ parent: root.pid, memoryMiB: 16 });
+    await child.write(0, new Uint8Array([1, 2, 3]));
+    await suspend(sim, child);
+    const dir = await imagesDir();
+    await criu.dump({ root: root.pid, imagesDir: dir });
+    await criu.kill([root.pid, child.pid]);
+    const file = path.join(dir, `pages-${child.pid}.img`);
+    const name = `pages-${child.pid}\\.img`;
+    const good = await readFile(file, "utf8");
+    const spoilt: [string, string, RegExp][] = [
+      ["not JSON", "{ nope", new RegExp(`^the pages file .*${name} is not JSON`)],
+      ["truncated", good.slice(0, good.length / 2), /is not JSON .*; it may be truncated/],
+      [
+        "another pid",
+        good.replace(`"pid":${child.pid}`, `"pid":${child.pid + 1}`),
+        new RegExp(`${name} is corrupt: pid must be ${child.pid}, as its name says`),
+      ],
+      [
+        "a page past its memory",
+        good.replace(/"pages":\[\[0,/, `"pages":[[999,`),
+        new RegExp(
+          `${name} is corrupt: pages\\[0\\]\\[0\\] must be an integer from 0 to 255, got 999`,
+        ),
+      ],
+      [
+        "an unknown field",
+        good.replace(`{"format"`, `{"colour":1,"format"`),
+        new RegExp(`${name} is corrupt: it has a field this version does not know, "colour"`),
+      ],
+      [
+        "a file of another kind",
+        good.replace("criu-pages", "criu-image"),
+        /is corrupt: format must be "ckpt-cuda-simulated-criu-pages"/,
+      ],
+    ];
+    for (const [what, text, re] of spoilt) {
+      await writeFile(file, text);
+      const began = sim.now();
+      const failing = engineFails(criu.restore({ root: root.pid, imagesDir: dir }), re);
+      // Read late, as criu reads pages: the tree is made first, and the fixed cost is paid.
+      await sim.sleep(CRIU_TIMING.restoreFixedMs / 2);
+      assert.equal(
+        sim.processes.length,
+        2,
+        `${what}: the tree was made before its pages were read`,
+      );
+      await failing.catch((err) => {
+        throw new Error(`${what}: ${err.message}`);
+      });
+      assert.ok(
+        sim.now() - began > CRIU_TIMING.restoreFixedMs,
+        `${what}: failed after the fixed cost`,
+      );
+      assert.deepEqual(sim.processes, [], `${what}: nothing left behind`);
+    }
+    // A process image amiss fails before anything is made; so does a pages file missing, or one
+    // of no process of the tree, seen in the directory's listing.
+    const image = path.join(dir, `process-${child.pid}.img`);
+    const goodImage = await readFile(image, "utf8");
+    await writeFile(image, "{ nope");
+    await writeFile(file, good);
+    const began = sim.now();
+    await engineFails(criu.restore({ root: root.pid, imagesDir: dir }), /is not JSON/);
+    assert.equal(sim.now(), began, "at once");
+    await writeFile(image, goodImage);
+    await rm(file);
+    await engineFails(
+      criu.restore({ root: root.pid, imagesDir: dir }),
+      new RegExp(
+        `^.*/${name} is missing: it holds the memory of process ${child.pid}, whose ` +
+          `process-${child.pid}\\.img is there$`,
+      ),
+    );
+    assert.deepEqual(sim.processes, []);
+    await mkdir(file);
+    await engineFails(
+      criu.restore({ root: root.pid, imagesDir: dir }),
+      new RegExp(`^/.*/${name} is not a regular file$`),
+    );
+    assert.deepEqual(sim.processes, []);
+    await rm(file, { recursive: true });
+    await writeFile(file, good);
+    const stray = path.join(dir, "pages-99999.img");
+    await writeFile(stray, good);
+    await engineFails(
+      criu.restore({ root: root.pid, imagesDir: dir }),
+      /pages-99999\.img is the memory of no process: there is no process-99999\.img beside it$/,
+    );
+    await rm(stray);
+    // A process without CUDA has a pages file with no pages.
+    const plain = path.join(dir, `pages-${root.pid}.img`);
+    const plainGood = await readFile(plain, "utf8");
+    await writeFile(plain, plainGood.replace(`"pages":[]`, `"pages":[[0,"AQID"]]`));
+    await engineFails(
+      criu.restore({ root: root.pid, imagesDir: dir }),
+      /is corrupt: pages must be \[\] for a process without CUDA \(it has no GPU memory\), got/,
+    );
+    assert.deepEqual(sim.processes, []);
+    await writeFile(plain, plainGood);
+    await criu.restore({ root: root.pid, imagesDir: dir });
+    await new CudaProcess(child.pid, { machine: sim }).resume();
+    assert.deepEqual(await sim.process(child.pid)!.read(0, 4), new Uint8Array([1, 2, 3, 0]));
+  });
+
+  test("an image of version 2, its memory inside it and no pages file, still restores", async () => {
+    const sim = new SimulatedMachine({ gpus: [H100] });
+    const criu = sim.engine;
+    const gpu = sim.gpus[0];
+    const dir = await imagesDir();
+    // Written as the simulated criu wrote version 2: a launcher, and a CUDA child with 16 MiB.
+    const launcher = {
+      format: "ckpt-cuda-simulated-criu-image",
+      version: 2,
+      pid: 9000,
+      parent: 1,
+      threads: [9000],
+      command: "launcher",
+      cuda: false,
+      libcuda: false,
+      inspectable: true,
+      state: "running",
+      gpus: [gpu.uuid],
+      devices: [{ index: 0, uuid: gpu.uuid, name: gpu.name }],
+      memoryMiB: 0,
+    };
+    const child = {
+      ...launcher,
+      pid: 9001,
+      parent: 9000,
+      threads: [9001, 9002],
+      command: "python old.py",
+      cuda: true,
+      libcuda: true,
+      state: "checkpointed",
+      memoryMiB: 16,
+      memory: [[1, btoa("version 2")]],
+    };
+    await writeFile(path.join(dir, "process-9000.img"), JSON.stringify(launcher) + "\n");
+    const childImage = path.join(dir, "process-9001.img");
+    await writeFile(childImage, JSON.stringify(child) + "\n");
+    await criu.restore({ root: 9000, imagesDir: dir });
+    const back = sim.process(9001)!;
+    assert.deepEqual([back.parent, back.state, back.tid], [9000, "checkpointed", 9002]);
+    await new CudaProcess(9001, { machine: sim }).resume();
+    assert.deepEqual(await back.read(65536, 9), new TextEncoder().encode("version 2"));
+    await criu.kill([9000, 9001]);
+    // Strict still: its memory must be in it, and no pages file may lie beside it.
+    const { memory: _, ...noMemory } = child;
+    await writeFile(childImage, JSON.stringify(noMemory));
+    await engineFails(
+      criu.restore({ root: 9000, imagesDir: dir }),
+      /process-9001\.img is corrupt: memory must be an array of \[page index, base64\] entries, got nothing/,
+    );
+    await writeFile(childImage, JSON.stringify(child));
+    await writeFile(path.join(dir, "pages-9001.img"), "{}");
+    await engineFails(
+      criu.restore({ root: 9000, imagesDir: dir }),
+      /pages-9001\.img does not belong beside process-9001\.img, an image of version 2, which holds its memory itself$/,
+    );
+    assert.deepEqual(sim.processes, []);
+  });
+
+  test("memoryImage: a pages file of a process, by its name, and nothing else", () => {
+    const criu = new SimulatedMachine().engine;
+    assert.equal(criu.memoryImage("pages-12.img"), true);
+    assert.equal(criu.memoryImage("pages-4294967295.img"), true);
+    for (
+      const name of [
+        "process-12.img",
+        "pages-0.img",
+        "pages-012.img",
+        "pages-12.img.tmp",
+        "x/pages-1.img",
+        "pages-.img",
+        "pages-12345678901.img",
+        "dump.log",
+        "",
+      ]
+    ) {
+      assert.equal(criu.memoryImage(name), false, name);
+    }
   });
 
   test("failNext: a failed dump leaves the tree running as it was; a failed restore leaves none of it", async () => {

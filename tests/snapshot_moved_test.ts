@@ -402,7 +402,7 @@ describe("refused on the new machine before anything changes, in one sentence", 
       copy,
       "SNAPSHOT",
       new RegExp(
-        `^restoreSnapshot refused: ${copy}/${tree} is missing, which the manifest lists with 4 ` +
+        `^restoreSnapshot refused: ${copy}/${tree} is missing, which the manifest lists with 7 ` +
           `files: the snapshot is incomplete, or a copy of it left the directory out$`,
       ),
     );
