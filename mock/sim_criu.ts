@@ -17,6 +17,7 @@ import { describeValue } from "../core/errors.ts";
 import {
   checkAmount,
   checkChoice,
+  checkFlag,
   checkFunction,
   checkInteger,
   checkKeys,
@@ -72,7 +73,8 @@ const PIECE_BYTES = 0.5e9;
  * checkpointed, a new process with its old pid and a new start number (a `CudaProcess` made for
  * the dumped one refuses it: `REPLACED`); the restored root has no parent. Images taken on another
  * simulated machine restore too (a snapshot copied there). {@link SimulatedCriu.failNext} makes a
- * run fail, as criu can; an `AbortSignal` stops it.
+ * run fail, as criu can; an `AbortSignal` stops it. `stop` and `wake` stop processes and let them
+ * go on ({@link SimulatedProcess.stopped}).
  *
  * @example
  * ```ts
@@ -160,9 +162,11 @@ export class SimulatedCriu implements SnapshotEngine {
    * Restores the tree of `request.root` from `request.imagesDir`, its processes existing from the
    * start (criu forks them first), each process's memory read from its pages file as it is copied
    * in. Rejects with an `EngineError`, leaving none of them, where an image is amiss (a pages file
-   * too, read late), an id is taken (`Can't fork for PID N`), or it is stopped. Like criu, it
-   * needs no GPU: images of another machine's processes come back here, checkpointed, remembering
-   * the GPUs they saw there, and the driver's restore then needs GPU pairs for them.
+   * too, read late), an id is taken (`Can't fork for PID N`), or it is stopped. With
+   * `leaveStopped`, every process of the tree is left stopped ({@link SimulatedProcess.stopped})
+   * until {@link wake}. Like criu, it needs no GPU: images of another machine's processes come
+   * back here, checkpointed, remembering the GPUs they saw there, and the driver's restore then
+   * needs GPU pairs for them.
    */
   restore(request: RestoreRequest): Promise<void> {
     return this.#operate("restore", request, (r, run, log) => this.#restore(r, run, log));
@@ -177,10 +181,21 @@ export class SimulatedCriu implements SnapshotEngine {
     });
   }
 
-  /** Nothing but checks: simulated processes fork only when a test spawns them. */
+  /**
+   * Stops each live process that has one of `pids` as its pid or a thread id (SIGSTOP: it is
+   * {@link SimulatedProcess.stopped} until {@link wake}); an id of no live process is no error.
+   */
   stop(pids: readonly number[]): Promise<void> {
-    const bad = badPids(pids, "stop");
-    return bad ? Promise.reject(bad) : Promise.resolve();
+    return this.#signal(pids, "stop", true);
+  }
+
+  /**
+   * Lets each live process that has one of `pids` as its pid or a thread id go on (SIGCONT: no
+   * longer {@link SimulatedProcess.stopped}); an id of no live process, or of one not stopped, is
+   * no error.
+   */
+  wake(pids: readonly number[]): Promise<void> {
+    return this.#signal(pids, "wake", false);
   }
 
   /**
@@ -196,13 +211,22 @@ export class SimulatedCriu implements SnapshotEngine {
     return `${this.kind} ${this.version}`;
   }
 
+  /** Stops (`stopped`) or wakes the live processes of `pids`, after checking them for `what`. */
+  #signal(pids: readonly number[], what: string, stopped: boolean): Promise<void> {
+    const bad = badPids(pids, what);
+    return bad ? Promise.reject(bad) : this.#machine.waitOn(`${what} processes`, () => {
+      for (const pid of pids) this.#machine.process(pid)?.setStopped(stopped);
+      return Promise.resolve();
+    });
+  }
+
   /** A dump or restore: the request checked, then `body`, waited on, with its log and waits. */
-  #operate<T>(
+  #operate<R extends DumpRequest | RestoreRequest, T>(
     op: CriuOperation,
-    request: DumpRequest,
-    body: (r: DumpRequest, run: Waits, log: EngineLog) => Promise<T>,
+    request: R,
+    body: (r: R, run: Waits, log: EngineLog) => Promise<T>,
   ): Promise<T> {
-    let r: DumpRequest;
+    let r: R;
     try {
       r = checkedRequest(request, op);
     } catch (err) {
@@ -287,6 +311,10 @@ export class SimulatedCriu implements SnapshotEngine {
       }
       const gone = made.find((p) => p.exited);
       if (gone) throw log.error(`process ${gone.pid} ended during the restore`);
+      if (r.leaveStopped) {
+        for (const p of made) p.setStopped(true);
+        log.line("Leaving the tree stopped");
+      }
       log.line("Restore finished successfully");
       rmSync(dirname(log.path), { recursive: true, force: true });
     } catch (err) {
@@ -313,18 +341,26 @@ export class SimulatedCriu implements SnapshotEngine {
   }
 }
 
-/** The request of `op`: its keys, root, directory, timeout, signal and (a dump's) `onBytes`. */
-function checkedRequest(request: DumpRequest, op: CriuOperation): DumpRequest {
+/**
+ * The request of `op`: its keys, root, directory, timeout, signal, and a dump's `onBytes` or a
+ * restore's `leaveStopped`.
+ */
+function checkedRequest<R extends DumpRequest | RestoreRequest>(request: R, op: CriuOperation): R {
   if (typeof request !== "object" || request === null) {
     throw new TypeError(`${op} takes a request object, got ${describeValue(request)}`);
   }
   const keys = ["root", "imagesDir", "signal", "timeoutMs"] as const;
-  checkKeys(request, `${op} request`, op === "dump" ? [...keys, "onBytes"] : keys);
-  checkInteger(request.root, `${op}: root (a pid)`, 1, MAX_PID);
-  checkName(request.imagesDir, `${op}: imagesDir`);
-  if (request.timeoutMs !== undefined) checkAmount(request.timeoutMs, `${op}: timeoutMs`);
-  checkSignal(request.signal, `${op}: signal`);
-  checkFunction(request.onBytes, `${op}: onBytes`);
+  const r = checkKeys(
+    request as DumpRequest & RestoreRequest,
+    `${op} request`,
+    [...keys, op === "dump" ? "onBytes" : "leaveStopped"],
+  );
+  checkInteger(r.root, `${op}: root (a pid)`, 1, MAX_PID);
+  checkName(r.imagesDir, `${op}: imagesDir`);
+  if (r.timeoutMs !== undefined) checkAmount(r.timeoutMs, `${op}: timeoutMs`);
+  checkSignal(r.signal, `${op}: signal`);
+  checkFunction(r.onBytes, `${op}: onBytes`);
+  checkFlag(r.leaveStopped, `${op}: leaveStopped`, false);
   return request;
 }
 

@@ -178,6 +178,23 @@ export class SimulatedProcess {
     return this.#exited;
   }
 
+  /**
+   * Whether it is stopped (SIGSTOP on Linux): the simulated criu's `stop` stops it, as does a
+   * restore with `leaveStopped`, and `wake` (SIGCONT) lets it go on; `false` once it exited. The
+   * simulated driver does not consult it, nor does the process's own CUDA work (kernels, `write`,
+   * `read`): a stopped process answers as a running one, as what the real driver does for a
+   * stopped process has not been measured.
+   */
+  get stopped(): boolean {
+    return this.#stopped;
+  }
+  #stopped = false;
+
+  /** @internal stops it (SIGSTOP), or lets it go on (SIGCONT); nothing once it exited */
+  setStopped(stopped: boolean): void {
+    if (!this.#exited) this.#stopped = stopped;
+  }
+
   /** The UUIDs of the GPUs it runs on (or ran on, while checkpointed). */
   get gpuUuids(): string[] {
     return this.gpus.map((g) => g.uuid);
@@ -405,6 +422,7 @@ export class SimulatedProcess {
   exit(): void {
     if (this.#exited) return;
     this.#exited = true;
+    this.#stopped = false;
     this.release();
     this.deviceMemory = undefined;
     this.hostMemory = undefined;

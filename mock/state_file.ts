@@ -47,6 +47,8 @@ interface ProcessSnapshot {
   memory?: MemorySnapshot;
   faults?: Partial<Record<FaultableOperation, FaultSnapshot>>;
   restoreRefused?: true;
+  /** Present where it is stopped (SIGSTOP), until woken: `SimulatedProcess.stopped`. */
+  stopped?: true;
 }
 
 /** A process's GPU memory contents: where they are, and the pages it wrote. */
@@ -148,6 +150,7 @@ function processSnapshot(p: SimulatedProcess): ProcessSnapshot {
       ? {}
       : { faults: Object.fromEntries(faults.map(({ operation, ...f }) => [operation, f])) }),
     ...(p.restoreRefused ? { restoreRefused: true } : {}),
+    ...(p.stopped ? { stopped: true } : {}),
   };
 }
 
@@ -187,6 +190,7 @@ function loadProcess(
   const proc = new SimulatedProcess(sim, { ...p, gpus });
   proc.enter(p.state);
   if (p.restoreRefused) proc.refuseRestores();
+  if (p.stopped) proc.setStopped(true);
   for (const [operation, fault] of Object.entries(p.faults ?? {})) {
     proc.faultPlan.add({ ...fault, operation } as PendingFault);
   }
@@ -293,7 +297,12 @@ function readProcess(
   { nextPid, nextStart }: { nextPid: number; nextStart: number },
   seen: Seen,
 ): ProcessSnapshot {
-  const p = read.object(value, at, PROCESS_FIELDS, ["memory", "faults", "restoreRefused"]);
+  const p = read.object(value, at, PROCESS_FIELDS, [
+    "memory",
+    "faults",
+    "restoreRefused",
+    "stopped",
+  ]);
   /** Refuses the field `${at}.${field}`, its path followed by `why`. */
   const no = (field: string, why: string): never =>
     read.refuse(`${at}.${field}`, `${at}.${field}${why}`);
@@ -357,6 +366,9 @@ function readProcess(
       );
     }
   }
+  if (p.stopped !== undefined && p.stopped !== true) {
+    read.fail(`${at}.stopped`, "true where present", p.stopped);
+  }
   return {
     pid,
     parent,
@@ -375,6 +387,7 @@ function readProcess(
       : {}),
     ...(p.faults === undefined ? {} : { faults: readFaults(read, p.faults, `${at}.faults`) }),
     ...(p.restoreRefused ? { restoreRefused: true } : {}),
+    ...(p.stopped ? { stopped: true } : {}),
   };
 }
 

@@ -1,7 +1,8 @@
 // The simulated machine's process trees and its simulated CRIU (mock/sim_criu.ts): trees dumped into
 // image files (a process image and a pages file, its memory, per process) and restored with their
 // pids, as new processes (a new start number), their GPU memory intact and checkpointed, the
-// pages read late, images of version 2 still; what a dump refuses; injected failures and stops, which leave the processes as the real criu leaves
+// pages read late, images of version 2 still; trees left stopped, woken, and stop and wake; what
+// a dump refuses; injected failures and stops, which leave the processes as the real criu leaves
 // them; and the time each takes and the bytes it writes, checked against the model's own figures
 // (CRIU_TIMING, fitted to criu 4.1.1 on an H100): that the simulator applies each of them, not the
 // measurements they were fitted to.
@@ -665,6 +666,87 @@ describe("the simulated CRIU", () => {
     }
   });
 
+  test("leaveStopped: every process of the tree comes back stopped; wake lets them go on, kill ends them", async () => {
+    const sim = new SimulatedMachine();
+    const criu = sim.engine;
+    const root = sim.spawn({ cuda: false });
+    const child = sim.spawn({ parent: root.pid, memoryMiB: 64, extraThreads: 1 });
+    await child.write(0, new TextEncoder().encode("kept"));
+    const other = sim.spawn({ cuda: false, command: "not of the tree" });
+    await suspend(sim, child);
+    const dir = await imagesDir();
+    await criu.dump({ root: root.pid, imagesDir: dir });
+    const tree = [root.pid, child.pid];
+    await criu.kill(tree);
+    await assert.rejects(
+      criu.restore({ root: root.pid, imagesDir: dir, leaveStopped: "yes" as unknown as boolean }),
+      /^TypeError: restore: leaveStopped must be true or false, got "yes"$/,
+    );
+    await assert.rejects(
+      criu.dump({ root: other.pid, imagesDir: await imagesDir(), leaveStopped: true } as never),
+      /dump request has no option "leaveStopped"/,
+    );
+    assert.deepEqual(sim.processes, [other], "refused before anything");
+
+    await criu.restore({ root: root.pid, imagesDir: dir, leaveStopped: true });
+    const back = tree.map((pid) => sim.process(pid)!);
+    assert.deepEqual(back.map((p) => p.stopped), [true, true], "every process of the tree");
+    assert.equal(other.stopped, false, "and none other");
+    assert.equal(back[1].state, "checkpointed");
+    await criu.wake([root.pid, child.threads[1]]); // a thread id wakes its process
+    assert.deepEqual(back.map((p) => p.stopped), [false, false]);
+    await new CudaProcess(child.pid, { machine: sim }).resume();
+    assert.deepEqual(await back[1].read(0, 4), new TextEncoder().encode("kept"));
+
+    await criu.kill(tree);
+    await criu.restore({ root: root.pid, imagesDir: dir, leaveStopped: true });
+    const again = tree.map((pid) => sim.process(pid)!);
+    assert.deepEqual(again.map((p) => p.stopped), [true, true]);
+    await criu.kill(tree);
+    assert.deepEqual(again.map((p) => [p.exited, p.stopped]), [[true, false], [true, false]]);
+    assert.deepEqual(sim.processes, [other]);
+
+    for (const leaveStopped of [undefined, false]) {
+      await criu.restore({ root: root.pid, imagesDir: dir, leaveStopped });
+      assert.deepEqual(
+        tree.map((pid) => sim.process(pid)!.stopped),
+        [false, false],
+        `${leaveStopped}`,
+      );
+      await criu.kill(tree);
+    }
+  });
+
+  test("stop and wake act on live processes (a thread id on its process); ids of no process are no error; bad pids are refused", async () => {
+    const sim = new SimulatedMachine();
+    const criu = sim.engine;
+    const a = sim.spawn();
+    const b = sim.spawn({ extraThreads: 2 });
+    const c = sim.spawn({ cuda: false });
+    await criu.stop([a.pid, b.threads[2], 77_777]);
+    assert.deepEqual([a.stopped, b.stopped, c.stopped], [true, true, false]);
+    await criu.stop([a.pid]); // stopped already: no error
+    await criu.wake([a.pid, 77_777]);
+    assert.deepEqual([a.stopped, b.stopped, c.stopped], [false, true, false]);
+    await criu.wake([a.pid, c.pid]); // not stopped: no error
+    assert.deepEqual([a.stopped, b.stopped, c.stopped], [false, true, false]);
+    b.exit();
+    assert.equal(b.stopped, false, "an exited process is not stopped");
+    await criu.wake([b.pid]);
+    await criu.stop([b.pid]);
+    assert.equal(b.stopped, false, "nor stopped again");
+    await assert.rejects(
+      criu.stop([a.pid, 0]),
+      /stop: pids\[1\] must be an integer from 1 to \d+, got 0/,
+    );
+    await assert.rejects(
+      criu.wake("all" as unknown as number[]),
+      /wake: pids must be an array of pids, got "all"/,
+    );
+    await assert.rejects(criu.wake([1.5]), /wake: pids\[0\].*got 1.5/);
+    assert.deepEqual([a.stopped, c.stopped], [false, false], "a refused call does nothing");
+  });
+
   test("failNext: a failed dump leaves the tree running as it was; a failed restore leaves none of it", async () => {
     const sim = new SimulatedMachine();
     const criu = sim.engine;
@@ -950,5 +1032,34 @@ describe("a restored tree in the state file", () => {
     assert.ok(c.start > child.start, "the restored one's, not the dumped one's");
     assert.equal(again.nextStart, sim.nextStart);
     assert.equal(again.spawn().start, sim.nextStart, "no start number is given twice");
+  });
+
+  test("a tree left stopped stays stopped through a save and a load; stopped must be true where given", async () => {
+    const sim = new SimulatedMachine();
+    const criu = sim.engine;
+    const root = sim.spawn({ cuda: false });
+    const child = sim.spawn({ parent: root.pid, memoryMiB: 64 });
+    const running = sim.spawn({ cuda: false });
+    await suspend(sim, child);
+    const dir = await imagesDir();
+    await criu.dump({ root: root.pid, imagesDir: dir });
+    await criu.kill([root.pid, child.pid]);
+    await criu.restore({ root: root.pid, imagesDir: dir, leaveStopped: true });
+    const saved = JSON.parse(JSON.stringify(snapshotSimulator(sim)));
+    const entry = (pid: number) => saved.processes.find((p: { pid: number }) => p.pid === pid);
+    assert.deepEqual([entry(root.pid).stopped, entry(child.pid).stopped], [true, true]);
+    assert.equal("stopped" in entry(running.pid), false, "written only where true");
+    const again = loadSimulator(saved);
+    assert.deepEqual(
+      [root.pid, child.pid, running.pid].map((pid) => again.process(pid)!.stopped),
+      [true, true, false],
+    );
+    await again.engine.wake([root.pid, child.pid]);
+    assert.equal(again.process(child.pid)!.stopped, false);
+    entry(running.pid).stopped = false;
+    assert.throws(
+      () => loadSimulator(saved),
+      /processes\[\d+\]\.stopped must be true where present, got false/,
+    );
   });
 });
