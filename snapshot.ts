@@ -41,6 +41,8 @@ export {
 } from "./core/manifest.ts";
 export type { SnapshotState } from "./core/states.ts";
 export {
+  type Checked,
+  type CheckOptions,
   type DumpedProcess,
   type DumpRequest,
   EngineError,

@@ -7,7 +7,14 @@
  */
 
 import type { GpuInfo } from "./driver.ts";
-import type { EngineProbe, SnapshotDir, SnapshotEngine, SnapshotStore } from "./engine.ts";
+import type {
+  Checked,
+  CheckOptions,
+  EngineProbe,
+  SnapshotDir,
+  SnapshotEngine,
+  SnapshotStore,
+} from "./engine.ts";
 import { describeValue, messageOf, RefusedError, SnapshotError } from "./errors.ts";
 import {
   checkGroupOptions,
@@ -307,15 +314,17 @@ export function started<T>(promise: Promise<T>): Promise<T> {
 
 /**
  * The snapshot in `dir`, opened once, its manifest read strictly and everything inside checked
- * against it (with `digests`, every file's digest too): the open directory, which the caller
- * closes, the manifest, and whether the digests were compared. Refused with a sentence naming the first thing that differs.
+ * against it (with `digests`, every file's digest too, those `later` picks from then on): the open
+ * directory, which the caller closes (after the digests left for later end), the manifest, and
+ * what the check found. Refused with a sentence naming the first thing that differs, and so are
+ * the digests left for later.
  */
 export async function readSnapshot(
   store: SnapshotStore,
   dir: string,
   operation: string,
-  o: { digests: boolean; signal?: AbortSignal },
-): Promise<{ snap: SnapshotDir; manifest: Manifest; verified: boolean }> {
+  o: CheckOptions,
+): Promise<{ snap: SnapshotDir; manifest: Manifest; checked: Checked }> {
   const refuse = (reason: string) => new RefusedError({ code: "SNAPSHOT", operation, reason });
   const { snap, read } = await openToRead(store, dir, operation, "cannot be read as a snapshot");
   try {
@@ -335,14 +344,20 @@ export async function readSnapshot(
       );
     }
     const manifest = parseManifest(text, `${where}/${MANIFEST_FILE}`, operation);
-    let verified: boolean;
-    try {
-      verified = await snap.check(manifest.files, o);
-    } catch (err) {
-      if (o.signal?.aborted) throw err;
-      throw refuse(messageOf(err));
-    }
-    return { snap, manifest, verified };
+    const refused = (err: unknown) => {
+      throw o.signal?.aborted ? err : refuse(messageOf(err));
+    };
+    const checked = await snap.check(manifest.files, o).catch(refused);
+    const all = started(checked.all.catch(refused));
+    return {
+      snap,
+      manifest,
+      checked: {
+        digests: checked.digests,
+        later: (sub) => checked.later(sub).catch(refused),
+        all,
+      },
+    };
   } catch (err) {
     await snap.close();
     throw err;

@@ -45,6 +45,13 @@ export interface RestoreRequest {
   readonly signal?: AbortSignal;
   /** Stops the restore as `signal` does once this many ms (on the engine's clock) have passed. */
   readonly timeoutMs?: number;
+  /**
+   * Leaves every process of the tree stopped once it is back (SIGSTOP on Linux; criu's
+   * `--leave-stopped`), having run nothing of its own since the dump: the caller lets them go on
+   * with {@link SnapshotEngine.wake}, or ends them with {@link SnapshotEngine.kill}. Asked only of
+   * an engine with {@link SnapshotEngine.memoryImage} and `wake`.
+   */
+  readonly leaveStopped?: boolean;
 }
 
 /** A process as an engine dumped it. */
@@ -71,6 +78,15 @@ export interface SnapshotEngine {
    * of more trees runs them in turn, and starts none once one has failed.
    */
   readonly parallel?: number;
+  /**
+   * Whether the image file `name` (of a tree's directory) holds nothing but the memory of the
+   * tree's processes (criu: `pages-N.img`): bytes the engine copies into them and never acts on.
+   * A restore checks the digests of these files while the engine restores, the tree left stopped
+   * ({@link RestoreRequest.leaveStopped}) and woken only once every one matched; every other file
+   * is checked before the engine starts. Left out (or without `wake`): every file is checked
+   * before.
+   */
+  memoryImage?(name: string): boolean;
   /** What it needs on this machine, and what is missing. */
   probe(): Promise<EngineProbe>;
   /**
@@ -94,7 +110,8 @@ export interface SnapshotEngine {
   kill(pids: readonly number[]): Promise<void>;
   /**
    * Lets stopped processes go on (SIGCONT on Linux): what a snapshot killed while it was ending
-   * its trees ({@link stop}) left stopped; a process not stopped, or gone, is no error.
+   * its trees ({@link stop}) left stopped, or a tree restored with `leaveStopped`; a process not
+   * stopped, or gone, is no error.
    */
   wake?(pids: readonly number[]): Promise<void>;
 }
@@ -163,17 +180,42 @@ export interface SnapshotDir {
    * Checks everything inside against `files` (a manifest's): nothing but `manifest.json` and the
    * files' subdirectories at the top, nothing but the files in those, each a directory or regular
    * file of root's or this user's that nobody else may write, no link, each file of its size and,
-   * with `digests`, its digest. Throws an error naming the first path that differs. Resolves to
-   * whether digests were compared (a store that keeps none, a benchmark's, compares none).
+   * with `digests`, its digest: before it resolves, or, for the files `later` picks, from then on
+   * ({@link Checked.later}). Throws an error naming the first path that differs.
    */
-  check(
-    files: readonly SnapshotFile[],
-    options: { digests: boolean; signal?: AbortSignal },
-  ): Promise<boolean>;
+  check(files: readonly SnapshotFile[], options: CheckOptions): Promise<Checked>;
   /** Removes what this opening made (its subdirectories, files, the directory itself where it made it); resolves to their paths. */
   removeCreated(): Promise<string[]>;
   /** Lets go of the directory. */
   close(): Promise<void>;
+}
+
+/** What {@link SnapshotDir.check} is asked to check. */
+export interface CheckOptions {
+  /** Whether digests are compared too (a store that keeps none compares none). */
+  readonly digests: boolean;
+  /** Ends the digests, those left for later too: they then reject with its reason. */
+  readonly signal?: AbortSignal;
+  /**
+   * The files whose digests are compared after `check` resolves, while the caller goes on (the
+   * memory images a restore loads into processes it keeps stopped until they matched); the
+   * others' are compared before. Their sizes and the rest are checked before, as for every file.
+   */
+  readonly later?: (file: SnapshotFile) => boolean;
+}
+
+/** What {@link SnapshotDir.check} found; the digests it left for later go on. */
+export interface Checked {
+  /** Whether digests are compared (a store that keeps none, a benchmark's, compares none). */
+  readonly digests: boolean;
+  /**
+   * Resolves once every file left for later in the subdirectory `sub` matched its digest (at once
+   * where none was left); rejects, as soon as any file left for later differs or cannot be read,
+   * with the error naming it.
+   */
+  later(sub: string): Promise<void>;
+  /** Resolves once every digest left for later matched; rejects as {@link later} does. */
+  readonly all: Promise<void>;
 }
 
 /**

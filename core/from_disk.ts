@@ -29,16 +29,16 @@ import {
   usesOf,
 } from "./disk.ts";
 import type { GpuInfo, GpuPair } from "./driver.ts";
-import { logOf, type SnapshotDir, type SnapshotStore } from "./engine.ts";
+import { type Checked, logOf, type SnapshotDir, type SnapshotStore } from "./engine.ts";
 import { messageOf, RefusedError, SnapshotError } from "./errors.ts";
 import { mappingProblems } from "./gate.ts";
 import { runGroup } from "./group.ts";
 import type { HostProcesses } from "./host.ts";
-import { type Machine, sessionOf } from "./machine.ts";
+import { type Clock, clockOf, type Machine, sessionOf } from "./machine.ts";
 import type { Manifest, ManifestProcess } from "./manifest.ts";
 import { checkFlag, checkGpuMapping, checkOptions } from "./options.ts";
 import { onto } from "./room.ts";
-import { cudaRuns, memoryOnHost } from "./states.ts";
+import { cudaRuns, memoryOnHost, stateName } from "./states.ts";
 import { formatGpuUuid, parseGpuUuid } from "./uuid.ts";
 import { olderVersion } from "./version.ts";
 
@@ -85,11 +85,11 @@ export async function inspectIn(
   verify: boolean,
   operation = "inspectSnapshot",
 ): Promise<{ dir: string; manifest: Manifest; verified: boolean }> {
-  const { snap, manifest, verified } = await readSnapshot(store, dir, operation, {
+  const { snap, manifest, checked } = await readSnapshot(store, dir, operation, {
     digests: verify,
   });
   await snap.close();
-  return { dir: snap.path, manifest, verified };
+  return { dir: snap.path, manifest, verified: checked.digests };
 }
 
 /** Restores the snapshot in `dir` onto `machine`: see the module documentation. */
@@ -105,19 +105,42 @@ export async function restoreFrom(
   // 1. Check everything, change nothing.
   progress.phase("check");
   const { engine, store, host, probing, listing, slots } = partsOf(machine, o.operation);
-  // Every file checked, its digest included, before anything changes.
-  const { snap, manifest } = await readSnapshot(store, dir, o.operation, {
-    digests: true,
-    ...(o.signal ? { signal: o.signal } : {}),
-  });
+  // Every file checked, its digest included, before anything changes; but where the engine can
+  // keep the processes it restores stopped, the memory images' digests are compared while it
+  // loads them, and each tree is let go only once every one of its images matched.
+  const holds = engine.memoryImage !== undefined && engine.wake !== undefined;
+  const verifying = new AbortController();
+  const stop = () => verifying.abort(o.signal!.reason);
+  if (o.signal?.aborted) stop();
+  o.signal?.addEventListener("abort", stop, { once: true });
   try {
-    return await fromDir(snap, manifest);
+    const { snap, manifest, checked } = await readSnapshot(store, dir, o.operation, {
+      digests: true,
+      signal: verifying.signal,
+      ...(holds ? { later: (f) => engine.memoryImage!(f.path.split("/").pop()!) } : {}),
+    });
+    try {
+      return await fromDir(snap, manifest, checked);
+    } finally {
+      verifying.abort(new Error("the restore ended"));
+      await snap.close();
+    }
   } finally {
-    await snap.close();
+    o.signal?.removeEventListener("abort", stop);
   }
 
-  async function fromDir(snap: SnapshotDir, manifest: Manifest): Promise<RestoreSnapshotResult> {
+  async function fromDir(
+    snap: SnapshotDir,
+    manifest: Manifest,
+    checked: Checked,
+  ): Promise<RestoreSnapshotResult> {
     const where = snap.path;
+    // A memory image that differs, found while the checks below go on (or the engine runs).
+    let found: RefusedError | undefined;
+    checked.all.catch((err) => {
+      if (err instanceof RefusedError) found = err;
+    });
+    const differs = (): RefusedError | undefined => found;
     const probe = await probing;
     const dumped = manifest.engine;
     if (
@@ -177,12 +200,28 @@ export async function restoreFrom(
     progress.phase("restore");
     const checkMs = progress.at();
     const parts = new FirstFailure<unknown>(o.signal);
+    // The digests left for later: a tree is restored stopped, and let go once they matched.
+    const held = holds && checked.digests;
+    if (differs()) throw differs();
+    // The first failure ends the digests too.
+    parts.signal.addEventListener("abort", () => verifying.abort(parts.signal.reason), {
+      once: true,
+    });
     const made: number[][] = [];
     let restoreEnd = checkMs;
     let resumeStart: number | undefined;
     const treeOf = new Map<number, Promise<void>>();
     // The engine's slots (criu: one per core): none taken after a failure.
-    const notStarted = new Error("stopped before its restore began");
+    const notStarted = new Error("stopped before its restore began, or before it was let go");
+    // Trees back whole (restored, and let go where held).
+    let whole = 0;
+    const partsStopped = started(
+      new Promise<never>((_, reject) => {
+        const stop = () => reject(notStarted);
+        if (parts.signal.aborted) stop();
+        else parts.signal.addEventListener("abort", stop, { once: true });
+      }),
+    );
     const restoring = manifest.trees.map((t) => {
       const back = (async () => {
         try {
@@ -194,9 +233,19 @@ export async function restoreFrom(
               imagesDir: await snap.enginePath(t.images),
               signal: parts.signal,
               ...(left !== undefined ? { timeoutMs: left } : {}),
+              ...(held ? { leaveStopped: true } : {}),
             });
           });
-          made.push(t.processes.map((p) => p.pid));
+          const pids = t.processes.map((p) => p.pid);
+          made.push(pids);
+          if (held) {
+            // Stopped, having run nothing: let go once every image of the tree matched, unless
+            // the whole must stop meanwhile.
+            await Promise.race([checked.later(t.images), partsStopped]);
+            if (progress.stopped()) throw notStarted;
+            await engine.wake!(pids);
+          }
+          whole++;
         } catch (err) {
           if (err !== notStarted) parts.fail(err);
           throw err;
@@ -235,10 +284,24 @@ export async function restoreFrom(
     const result = await resumed;
     const restoreMs = restoreEnd - checkMs;
     const stopped = progress.stopped();
-    if (parts.first !== undefined || (stopped && made.length < manifest.trees.length)) {
+    if (parts.first !== undefined || (stopped && whole < manifest.trees.length)) {
       // Every tree the engine made is ended, and the snapshot, unchanged, can be restored again.
       progress.phase("rollback");
       await engine.kill(made.flat()).catch(() => {});
+      await freed(host, made.flat(), clockOf(machine));
+      const refusal = differs();
+      if (refusal) {
+        // An image that differs is the refusal, whatever else failed meanwhile.
+        throw new RefusedError({
+          code: "SNAPSHOT",
+          operation: o.operation,
+          reason: refusal.reason,
+          detail: made.length === 0
+            ? "no process was made"
+            : `the processes ${engine.kind} had made, stopped before any of them ran, were ` +
+              `ended; the snapshot is unchanged`,
+        });
+      }
       const err = parts.first;
       throw new SnapshotError({
         code: err === undefined ? "STOPPED" : "RESTORE_FAILED",
@@ -256,8 +319,18 @@ export async function restoreFrom(
       });
     }
     if (result && !result.ok) {
-      const left = result.processes.map((p) => `${p.pid} ${p.state ?? "of unknown state"}`);
-      const checkpointed = result.processes.every((p) => p.state && memoryOnHost(p.state));
+      // A process the job never started (its tree let go after another's restore failed) is as
+      // criu left it: the driver says where.
+      const states = await Promise.all(
+        result.processes.map(async (p) =>
+          p.state ?? await driver.getState(p.pid).then(
+            ({ code, value }) => code === CUDA_SUCCESS ? stateName(value) : undefined,
+            () => undefined,
+          )
+        ),
+      );
+      const left = result.processes.map((p, i) => `${p.pid} ${states[i] ?? "of unknown state"}`);
+      const checkpointed = states.every((state) => state && memoryOnHost(state));
       throw new SnapshotError({
         code: result.aborted || result.deadlinePassed ? "STOPPED" : "RESUME_FAILED",
         operation: o.operation,
@@ -283,6 +356,21 @@ export async function restoreFrom(
       ms,
       timings: { checkMs, restoreMs, resumeMs: resumeStart === undefined ? 0 : ms - resumeStart },
     };
+  }
+}
+
+/** How long a rollback waits for the processes it ended to be gone (reaped), in ms. */
+const FREED_WAIT_MS = 2000;
+
+/**
+ * Waits until none of `pids` is in use any more ({@link FREED_WAIT_MS} at most), so that the
+ * snapshot can be restored again at once: a process ended is a zombie until its parent (init, for
+ * a detached tree) reaps it, and holds its pid meanwhile.
+ */
+async function freed(host: HostProcesses, pids: readonly number[], clock: Clock): Promise<void> {
+  for (let waited = 0; pids.length > 0 && waited < FREED_WAIT_MS; waited += 10) {
+    if ((await usesOf(host, pids).catch(() => [])).length === 0) return;
+    await clock.sleep(10);
   }
 }
 

@@ -131,6 +131,11 @@ class CriuEngine implements SnapshotEngine {
     this.#env = options.env ?? process.env;
   }
 
+  /** criu's memory images: `pages-N.img`, the pages it copies into the restored processes. */
+  memoryImage(name: string): boolean {
+    return /^pages-[1-9][0-9]{0,9}\.img$/.test(name);
+  }
+
   probe(): Promise<EngineProbe> {
     this.#probe ??= this.#find().then(async (found) => {
       if ("problem" in found) return { problems: [found.problem] };
@@ -226,6 +231,7 @@ class CriuEngine implements SnapshotEngine {
       await this.#run(criu, "restore", request.root, log, [
         ...["--libdir", noPlugins, "--images-dir", request.imagesDir, "--work-dir", work],
         ...["--pidfile", pidfile, "--restore-detached"],
+        ...(request.leaveStopped ? ["--leave-stopped"] : []),
       ], boundOf(request));
       const root = Number((await readFile(pidfile, "utf8").catch(() => "")).trim());
       if (root !== request.root) {

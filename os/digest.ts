@@ -33,6 +33,12 @@ export interface DigestSource {
 export interface DigestOptions {
   readonly signal?: AbortSignal;
   readonly threads?: number;
+  /**
+   * Told each source's digest (by its index) as soon as its last piece is hashed: the pieces are
+   * taken in the sources' order, so the first sources are done first. Throwing from it rejects
+   * `digestAll` with what it threw, and ends the hashing.
+   */
+  readonly onDigest?: (file: number, digest: string) => void;
 }
 
 /**
@@ -50,23 +56,33 @@ export async function digestAll(
     for (let index = 0; index < count; index++) pieces.push({ file, index });
     return new Array<Uint8Array>(count);
   });
+  const left = digests.map((list) => list.length);
+  const outers: string[] = [];
+  const outer = (file: number) => {
+    const hash = createHash("sha256");
+    for (const d of digests[file]) hash.update(d);
+    outers[file] = hash.digest("hex");
+    options.onDigest?.(file, outers[file]);
+  };
+  // Files of no bytes have no pieces: done at once.
+  for (const [file, n] of left.entries()) if (n === 0) outer(file);
+  const hashed = (file: number, index: number, digest: Uint8Array) => {
+    digests[file][index] = digest;
+    if (--left[file] === 0) outer(file);
+  };
   const total = sources.reduce((sum, s) => sum + s.bytes, 0);
   // Workers where there is enough to hash, or where they are asked for.
   const asked = options.threads !== undefined;
   const threads = Math.min(options.threads ?? availableParallelism(), pieces.length);
   if (threads > 0 && (asked || total >= WORKERS_FROM_BYTES)) {
-    await inWorkers(sources, pieces, digests, threads, options.signal);
+    await inWorkers(sources, pieces, hashed, threads, options.signal);
   } else {
     for (const { file, index } of pieces) {
       if (options.signal?.aborted) throw options.signal.reason;
-      digests[file][index] = await hashHere(sources[file], index);
+      hashed(file, index, await hashHere(sources[file], index));
     }
   }
-  return digests.map((list) => {
-    const outer = createHash("sha256");
-    for (const d of list) outer.update(d);
-    return outer.digest("hex");
-  });
+  return outers;
 }
 
 /** The SHA-256 of piece `index` of `s`, read and hashed on this thread. */
@@ -89,7 +105,7 @@ async function hashHere(s: DigestSource, index: number): Promise<Uint8Array> {
 function inWorkers(
   sources: readonly DigestSource[],
   pieces: readonly { file: number; index: number }[],
-  digests: Uint8Array[][],
+  hashed: (file: number, index: number, digest: Uint8Array) => void,
   threads: number,
   signal: AbortSignal | undefined,
 ): Promise<void> {
@@ -142,7 +158,11 @@ function inWorkers(
         if ("error" in reply) {
           return end(new Error(`${sources[file].name} cannot be read: ${reply.error}`));
         }
-        digests[file][index] = reply.digest;
+        try {
+          hashed(file, index, reply.digest);
+        } catch (err) {
+          return end(err);
+        }
         if (++answered === pieces.length) return end();
         send(w);
       });

@@ -17,10 +17,16 @@
 import { constants } from "node:fs";
 import { type FileHandle, lstat, mkdir, open, readdir, readlink, rm } from "node:fs/promises";
 import path from "node:path";
-import type { SnapshotDir, SnapshotFile, SnapshotStore } from "../core/engine.ts";
+import type {
+  Checked,
+  CheckOptions,
+  SnapshotDir,
+  SnapshotFile,
+  SnapshotStore,
+} from "../core/engine.ts";
 import type { Machine } from "../core/machine.ts";
 import { MANIFEST_FILE } from "../core/manifest.ts";
-import { digestAll } from "./digest.ts";
+import { digestAll, type DigestSource } from "./digest.ts";
 import {
   errorCode,
   myUid,
@@ -245,6 +251,11 @@ function refuseInside(shown: string, st: { uid: number; mode: number }): void {
   );
 }
 
+/** A check that left nothing for later, having compared digests or not. */
+function nothingLater(digests: boolean): Checked {
+  return { digests, later: () => Promise.resolve(), all: Promise.resolve() };
+}
+
 /** A snapshot's directory, open: see the module documentation. */
 class FileSnapshotDir implements SnapshotDir {
   readonly path: string;
@@ -254,6 +265,8 @@ class FileSnapshotDir implements SnapshotDir {
   readonly #subs = new Map<string, FileHandle>();
 
   readonly #digests: boolean;
+  /** The digests {@link check} left for later, where it left some: settled once they end. */
+  #verifying: Promise<void> | undefined;
 
   constructor(
     where: string,
@@ -344,8 +357,8 @@ class FileSnapshotDir implements SnapshotDir {
 
   async check(
     files: readonly SnapshotFile[],
-    o: { digests: boolean; signal?: AbortSignal },
-  ): Promise<boolean> {
+    o: CheckOptions,
+  ): Promise<Checked> {
     const bySub = new Map<string, Map<string, SnapshotFile>>();
     for (const f of files) {
       const [sub, name] = f.path.split("/");
@@ -397,27 +410,72 @@ class FileSnapshotDir implements SnapshotDir {
           }
         }
       }
-      if (!o.digests || !this.#digests) return false;
-      const digests = await digestAll(
-        opened.map(({ file, handle }) => ({
-          handle,
-          bytes: file.bytes,
-          name: `${this.path}/${file.path}`,
-        })),
-        { signal: o.signal },
-      );
-      opened.forEach(({ file }, i) => {
-        if (digests[i] !== file.chunkedSha256) {
-          throw new Error(
-            `${this.path}/${file.path} is not the file the snapshot wrote: its digest is ` +
-              `${digests[i]}, and the manifest says ${file.chunkedSha256}`,
-          );
-        }
+      if (!o.digests || !this.#digests) return nothingLater(false);
+      const later = opened.filter(({ file }) => o.later?.(file) ?? false);
+      const now = opened.filter((x) => !later.includes(x));
+      const source = ({ file, handle }: { file: SnapshotFile; handle: FileHandle }) => ({
+        handle,
+        bytes: file.bytes,
+        name: `${this.path}/${file.path}`,
       });
-      return true;
+      await digestAll(now.map(source), {
+        signal: o.signal,
+        onDigest: (i, digest) => this.#compare(now[i].file, digest),
+      });
+      if (later.length === 0) return nothingLater(true);
+      // The files left for later stay open, and are closed once their digests are done.
+      opened.splice(0, opened.length, ...now);
+      return this.#verifyLater(later, source, o.signal);
     } finally {
       await Promise.all(opened.map((o) => o.handle.close()));
     }
+  }
+
+  /** Throws where `digest` is not the one the manifest gives `file`. */
+  #compare(file: SnapshotFile, digest: string): void {
+    if (digest !== file.chunkedSha256) {
+      throw new Error(
+        `${this.path}/${file.path} is not the file the snapshot wrote: its digest is ` +
+          `${digest}, and the manifest says ${file.chunkedSha256}`,
+      );
+    }
+  }
+
+  /** Compares the digests of `later` (open files) from now on: see {@link Checked.later}. */
+  #verifyLater(
+    later: readonly { file: SnapshotFile; handle: FileHandle }[],
+    source: (x: { file: SnapshotFile; handle: FileHandle }) => DigestSource,
+    signal: AbortSignal | undefined,
+  ): Checked {
+    const subOf = (f: SnapshotFile) => f.path.split("/")[0];
+    const left = new Map<string, number>();
+    for (const { file } of later) left.set(subOf(file), (left.get(subOf(file)) ?? 0) + 1);
+    const subs = new Map([...left.keys()].map((sub) => [sub, Promise.withResolvers<void>()]));
+    // Awaited or not: a refusal must never be an unhandled rejection.
+    for (const w of subs.values()) w.promise.catch(() => {});
+    const done = digestAll(later.map(source), {
+      ...(signal ? { signal } : {}),
+      onDigest: (i, digest) => {
+        const { file } = later[i];
+        this.#compare(file, digest);
+        const sub = subOf(file);
+        left.set(sub, left.get(sub)! - 1);
+        if (left.get(sub) === 0) subs.get(sub)!.resolve();
+      },
+    }).then(
+      () => {},
+      (err) => {
+        for (const w of subs.values()) w.reject(err);
+        throw err;
+      },
+    ).finally(() => Promise.all(later.map((x) => x.handle.close())));
+    done.catch(() => {});
+    this.#verifying = done.catch(() => {});
+    return {
+      digests: true,
+      later: (sub) => subs.get(sub)?.promise ?? Promise.resolve(),
+      all: done,
+    };
   }
 
   async removeCreated(): Promise<string[]> {
@@ -435,6 +493,8 @@ class FileSnapshotDir implements SnapshotDir {
   }
 
   async close(): Promise<void> {
+    // The digests left for later end first (stopped by check's signal, or done).
+    await this.#verifying;
     await Promise.all([...this.#subs.values()].map((h) => h.close()));
     this.#subs.clear();
     await this.#handle.close();

@@ -418,6 +418,60 @@ describe("a snapshot checked against its manifest's list", () => {
     }));
 });
 
+describe("digests left for later (the memory images a restore loads into stopped processes)", () => {
+  const pages = (f: SnapshotFile) => f.path.endsWith("/pages-1.img");
+
+  test("the others are compared before check resolves; the later ones after, by subdirectory", () =>
+    inScratch(async (s) => {
+      const { snap, files, tree } = await sealed(s);
+      const bytes = readFileSync(join(tree, "pages-1.img"));
+      bytes[PIECE_BYTES + 5] ^= 4;
+      writeFileSync(join(tree, "pages-1.img"), bytes);
+      // The changed file is left for later: check resolves, and its tree's digests then refuse.
+      const checked = await snap.check(files, { digests: true, later: pages });
+      assert.equal(checked.digests, true);
+      await assert.rejects(
+        checked.later("tree-4242"),
+        /tree-4242\/pages-1\.img is not the file the snapshot wrote: its digest is/,
+      );
+      await assert.rejects(checked.all, /pages-1\.img is not the file the snapshot wrote/);
+      await checked.later("no-such-tree"); // nothing left for later there
+      // Left for now, the same file is refused before check resolves.
+      await assert.rejects(snap.check(files, { digests: true }), /pages-1\.img is not the file/);
+      await snap.close();
+    }));
+
+  test("a file not left for later that differs is refused before check resolves", () =>
+    inScratch(async (s) => {
+      const { snap, files, tree } = await sealed(s);
+      writeFileSync(join(tree, "core-4242.img"), "CORE");
+      await assert.rejects(
+        snap.check(files, { digests: true, later: pages }),
+        /core-4242\.img is not the file the snapshot wrote/,
+      );
+      await snap.close();
+    }));
+
+  test("all matching: later and all resolve, and close waits for them; an abort ends them", () =>
+    inScratch(async (s) => {
+      const { snap, files } = await sealed(s);
+      const checked = await snap.check(files, { digests: true, later: pages });
+      await checked.later("tree-4242");
+      await checked.all;
+      await snap.close();
+      const again = await store.open(snap.path);
+      const stop = new AbortController();
+      const stopped = await again.check(files, {
+        digests: true,
+        later: pages,
+        signal: stop.signal,
+      });
+      stop.abort(new Error("stopped here"));
+      await assert.rejects(stopped.all, /stopped here/);
+      await again.close();
+    }));
+});
+
 describe("a store that keeps no digests (a benchmark's side without them)", () => {
   test("all-zero digests, and a check that says it compared none", () =>
     inScratch(async (s) => {
@@ -427,14 +481,14 @@ describe("a store that keeps no digests (a benchmark's side without them)", () =
       writeFileSync(join(snap.path, "tree-7", "pages-1.img"), "pages", { mode: 0o600 });
       const files = await snap.seal("tree-7");
       assert.deepEqual(files.map((f) => f.chunkedSha256), ["0".repeat(64)]);
-      assert.equal(await snap.check(files, { digests: true }), false, "none compared");
+      assert.equal((await snap.check(files, { digests: true })).digests, false, "none compared");
       await snap.close();
       const real = await store.open(join(s.dir, "snap"));
       await assert.rejects(
         real.check(files, { digests: true }),
         /is not the file the snapshot wrote/,
       );
-      assert.equal(await real.check(files, { digests: false }), false);
+      assert.equal((await real.check(files, { digests: false })).digests, false);
       await real.close();
     }));
 });

@@ -29,7 +29,14 @@ import {
   snapshot,
   SnapshotError,
 } from "../mod.ts";
-import { recoverSnapshot, type SnapshotEngine } from "../snapshot.ts";
+import {
+  type Checked,
+  recoverSnapshot,
+  type SnapshotDir,
+  type SnapshotEngine,
+  type SnapshotStore,
+} from "../snapshot.ts";
+import { FileSnapshotStore } from "../os/snapshot_store.ts";
 import { SimulatedMachine } from "../mock/mod.ts";
 import { machineWith } from "./support/forward.ts";
 import { TRACE_FILE } from "../core/manifest.ts";
@@ -68,6 +75,27 @@ async function refused(promise: Promise<unknown>, pattern: RegExp): Promise<Refu
   return err;
 }
 
+/** The file system's store, each check's digests left for later passed through `change`. */
+function storeWith(change: (checked: Checked) => Checked): SnapshotStore {
+  const store = new FileSnapshotStore();
+  return {
+    create: (dir) => store.create(dir),
+    open: async (dir) => {
+      const snap = await store.open(dir);
+      return new Proxy(snap, {
+        get(target, key) {
+          if (key === "check") {
+            return async (...args: Parameters<SnapshotDir["check"]>) =>
+              change(await target.check(...args));
+          }
+          const value = Reflect.get(target, key);
+          return typeof value === "function" ? value.bind(target) : value;
+        },
+      });
+    },
+  };
+}
+
 /** `engine` with some members replaced, the others its own. */
 function engineWith(engine: SnapshotEngine, replaced: Partial<SnapshotEngine>): SnapshotEngine {
   return new Proxy(engine, {
@@ -102,6 +130,126 @@ describe("images verified before they run", () => {
     assert.equal(back.command, "python serve.py");
     assert.equal(back.state, "running");
     assert.equal(await back.memoryChunkedSha256(), memory, "its GPU memory intact");
+  });
+
+  test("a memory image changed at the same size: loaded into processes kept stopped, ended before any ran, refused by name; put back, let go once verified", async () => {
+    const { sim, dir, pid, memory } = await taken();
+    const pages = join(dir, `tree-${pid}`, `pages-${pid}.img`);
+    const original = readFileSync(pages, "utf8");
+    // "weights" as the simulated criu keeps it (base64), made "weighty": the same size.
+    assert.ok(original.includes("d2VpZ2h0cw=="));
+    writeFileSync(pages, original.replace("d2VpZ2h0cw==", "d2VpZ2h0eQ=="));
+    const calls: string[] = [];
+    const state = () => {
+      const p = sim.process(pid);
+      return p ? `${p.state}${p.stopped ? ", stopped" : ""}` : "gone";
+    };
+    // The memory images' digests are held back until the engine has restored the tree, so that
+    // the mismatch is found while the tree is back but stopped, whatever the timing.
+    let engineDone!: () => void;
+    const restored = new Promise<void>((resolve) => engineDone = resolve);
+    const held = (checked: Checked): Checked => ({
+      digests: checked.digests,
+      later: (sub) => restored.then(() => checked.later(sub)),
+      all: restored.then(() => checked.all),
+    });
+    const machine = machineWith(sim, {
+      engine: engineWith(sim.engine, {
+        restore: async (r) => {
+          await sim.engine.restore(r);
+          calls.push(`restore leaveStopped=${r.leaveStopped} -> ${state()}`);
+          engineDone();
+        },
+        wake: (pids) => {
+          calls.push(`wake ${pids.join(",")}`);
+          return sim.engine.wake!(pids);
+        },
+        kill: (pids) => {
+          calls.push(`kill ${pids.join(",")} (${state()})`);
+          return sim.engine.kill(pids);
+        },
+      }),
+      store: storeWith(held),
+    });
+    const err = await refused(
+      restoreSnapshot(dir, { machine }),
+      new RegExp(`pages-${pid}\\.img is not the file the snapshot wrote: its digest is`),
+    );
+    assert.match(err.message, /criu had made, stopped before any of them ran, were ended/);
+    assert.deepEqual(calls, [
+      `restore leaveStopped=true -> checkpointed, stopped`,
+      `kill ${pid} (checkpointed, stopped)`,
+    ], "never let go, never restored onto the GPU: ended where criu left it");
+    assert.equal(sim.processes.length, 0, "nothing is left");
+    // Put back, the same restore lets the tree go once its images matched, then restores it.
+    writeFileSync(pages, original);
+    calls.length = 0;
+    await restoreSnapshot(dir, { machine });
+    assert.deepEqual(calls, [`restore leaveStopped=true -> checkpointed, stopped`, `wake ${pid}`]);
+    const back = sim.process(pid)!;
+    assert.equal(back.stopped, false, "let go");
+    assert.equal(back.state, "running");
+    assert.equal(await back.memoryChunkedSha256(), memory, "its GPU memory intact");
+  });
+
+  test("stopped while a tree waits, stopped, for its images' digests: ended, never let go", async () => {
+    const { sim, dir, pid } = await taken();
+    const calls: string[] = [];
+    const stop = new AbortController();
+    const machine = machineWith(sim, {
+      engine: engineWith(sim.engine, {
+        restore: async (r) => {
+          await sim.engine.restore(r);
+          calls.push(`restore ${sim.process(pid)?.stopped ? "stopped" : "running"}`);
+          stop.abort(new Error("Ctrl-C"));
+        },
+        wake: (pids) => {
+          calls.push(`wake ${pids.join(",")}`);
+          return sim.engine.wake!(pids);
+        },
+        kill: (pids) => {
+          calls.push(`kill ${pids.join(",")}`);
+          return sim.engine.kill(pids);
+        },
+      }),
+      // Digests that never end: only the stop lets the restore go on.
+      store: storeWith((checked) => ({
+        digests: checked.digests,
+        later: () => new Promise(() => {}),
+        all: new Promise(() => {}),
+      })),
+    });
+    const err = await restoreSnapshot(dir, { machine, signal: stop.signal }).catch((e) => e);
+    assert.ok(err instanceof SnapshotError, String(err));
+    assert.equal(err.code, "STOPPED", err.message);
+    assert.deepEqual(calls, ["restore stopped", `kill ${pid}`]);
+    assert.equal(sim.processes.length, 0, "nothing is left");
+  });
+
+  test("an engine that cannot keep a tree stopped (no memoryImage) has every file verified before it runs", async () => {
+    const { sim, dir, pid } = await taken();
+    const pages = join(dir, `tree-${pid}`, `pages-${pid}.img`);
+    const original = readFileSync(pages, "utf8");
+    writeFileSync(pages, original.replace("d2VpZ2h0cw==", "d2VpZ2h0eQ=="));
+    const asked: (boolean | undefined)[] = [];
+    const machine = machineWith(sim, {
+      engine: engineWith(sim.engine, {
+        memoryImage: undefined,
+        restore: (r) => {
+          asked.push(r.leaveStopped);
+          return sim.engine.restore(r);
+        },
+      }),
+    });
+    await refused(
+      restoreSnapshot(dir, { machine }),
+      new RegExp(`pages-${pid}\\.img is not the file`),
+    );
+    assert.deepEqual(asked, [], "the engine never ran");
+    writeFileSync(pages, original);
+    await restoreSnapshot(dir, { machine });
+    assert.deepEqual(asked, [undefined], "not asked to keep the tree stopped");
+    assert.equal(sim.process(pid)!.stopped, false);
   });
 
   test("a file the manifest does not list, or a manifest that lists no file, is refused", async () => {
