@@ -1,6 +1,8 @@
 // What the snapshots' integrity costs (issue 22): the library's `snapshot()` and
 // `restoreSnapshot()` with the file system's store as it is ("with": every image fsynced and
-// digested right after its dump, every file's digest checked before a restore changes anything)
+// digested right after its dump; at restore, every file's digest checked before criu reads it,
+// but the memory images' (pages-N.img) while criu loads them into processes it leaves stopped, let
+// go once they matched)
 // against the same store without digests ("without": `new FileSnapshotStore({ digests: false })`,
 // which still fsyncs every image but neither digests nor verifies), in one run on one machine,
 // the two taking turns (round k starts with "with" when k is even, with "without" when it is odd).
@@ -509,7 +511,10 @@ const goals: Report["goals"] = [
       `${coldRestore ? "from a cold page cache " : ""}(median with / median without <= 1.15)`,
     ...judged(restoreRatio, restoreRatio <= 1.15),
     ...(Number.isFinite(checkDiff)
-      ? { note: `the restore's checks ${s(checkDiff)} s longer with digests` }
+      ? {
+        note: `the restore's checks before criu ${s(checkDiff)} s longer with digests (the ` +
+          "memory images' digests are compared while criu runs)",
+      }
       : {}),
   },
   {
@@ -534,8 +539,10 @@ const report: Report = {
     "`restoreSnapshot()`, each timed as its caller waits for it, checks every target running " +
     "with its memory's hash unchanged, ends them and removes the images. With integrity: the " +
     "file system's store as it is (each image fsynced and digested right after its dump, a " +
-    "chunked SHA-256 of 8 MiB pieces hashed in worker threads, one per core; every file's digest " +
-    "checked before a restore changes anything). Without: the same store made with " +
+    "chunked SHA-256 of 8 MiB pieces hashed in worker threads, one per core; at restore every " +
+    "file's digest checked before criu reads it, the memory images' (pages-N.img) while criu " +
+    "loads them into processes it leaves stopped, which are let go only once they matched). " +
+    "Without: the same store made with " +
     "`digests:false`, which fsyncs as well but neither digests nor verifies. The two sides take " +
     "turns (round k starts with integrity when k is even), in one process, on one machine, with " +
     "the same driver and criu. In each run with integrity, after the restore and with the " +

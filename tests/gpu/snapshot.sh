@@ -25,10 +25,11 @@
 # f. Onto another GPU (two GPUs; SKIP on one): a target on GPU 0 snapshotted, restored with
 #    --device-map swapping GPUs 0 and 1 (UUIDs as the snapshot's manifest names them); nvidia-smi
 #    sees its memory on GPU 1 only; hash intact.
-# g. Verified images: a 1 GiB target snapshotted; one byte of its largest image flipped (same
-#    size): inspect --verify and restore-snapshot refuse naming the file, nothing made (the pid
-#    free); the byte put back: inspect --verify passes (its rate printed), the restore brings the
-#    target back, hash intact.
+# g. Verified images: a 4 GiB target snapshotted; one byte near the end of its largest image
+#    flipped (same size): inspect --verify and restore-snapshot refuse naming the file, nothing
+#    left (the pid free; the refusal's detail says whether criu had loaded it into the target,
+#    kept stopped and then ended); the byte put back: inspect --verify passes (its rate printed),
+#    the restore brings the target back, hash intact.
 # h. SIGTERM in the middle of a snapshot of a 4 GiB target, 1 s and 4.5 s in: ours exits 143, the
 #    target runs with its memory intact, and the same --dir takes a snapshot again; and SIGINT to
 #    ours' whole process group 4.5 s in, as a terminal's Ctrl-C: exit 130, the same.
@@ -39,7 +40,11 @@
 #    passes; a second copy with its largest image removed is refused by restore-snapshot (code
 #    SNAPSHOT, the file named as missing, nothing made: the pid free); restore-snapshot from the
 #    first copy brings the target back, hash intact. About 20 s.
-# SNAPSHOT_CASES picks cases by letter (default abcdefghij).
+# k. A shell job: a 1 GiB target that leads no session (started without setsid, in this script's
+#    session and process group), snapshotted and restored: criu puts it in its own session, and
+#    the restore keeps it stopped until its memory images matched their digests; it runs (ps
+#    state not T), hash intact. About 15 s.
+# SNAPSHOT_CASES picks cases by letter (default abcdefghijk).
 #
 # The targets are tests/gpu/target.cu in fifo mode (as in criu_cli.sh): setsid, stdin /dev/null,
 # stdout to a file, commands through a named fifo. Every check is one line PASS/FAIL/SKIP; the
@@ -68,7 +73,7 @@ dry=${SNAPSHOT_DRY_RUN:-}
 out=${OUT:-tests/gpu/out}
 bin=/tmp/ckpt-snap${dry:+-dry}
 budget=${SNAPSHOT_BUDGET:-290}
-cases=${SNAPSHOT_CASES:-abcdefghij}
+cases=${SNAPSHOT_CASES:-abcdefghijk}
 read -r -a sizes_a <<<"${SIZES_A:-1024 4096}"
 mkdir -p "$out" "$bin"
 rm -rf "${bin:?}"/t-* "${bin:?}"/snap-* "$bin/logs"
@@ -483,7 +488,7 @@ fi
 # ---- g. verified images ----
 echo
 echo "== g. one byte of an image changed: refused before anything changes; put back: restored"
-if skip_unless 60 g && start_target g 1024; then
+if skip_unless 70 g && start_target g 4096; then
   d=$T_DIR p=$T_PID h=$T_HASH
   snap=$bin/snap-g
   ck g-snapshot 240 snapshot --pid "$p" --dir "$snap" --json
@@ -492,7 +497,8 @@ if skip_unless 60 g && start_target g 1024; then
   wait_gone "$p"
   img=$(ls -S "$snap/tree-$p"/pages-*.img 2>/dev/null | head -1)
   size=$(stat -c %s "$img" 2>/dev/null || echo 0)
-  at=$((size / 2 + 12345))
+  # Near its end: the last piece hashed, most likely while criu already loads the image.
+  at=$((size > 99999 ? size - 12345 : size / 2))
   old=$(od -An -tx1 -j "$at" -N1 "$img" | tr -d ' ')
   printf "\\x$(printf '%02x' $((0x$old ^ 1)))" | dd of="$img" bs=1 seek="$at" conv=notrunc status=none
   echo "   flipped byte $at of $img ($(gb "$size")): 0x$old -> $(od -An -tx1 -j "$at" -N1 "$img" | tr -d ' ')"
@@ -504,6 +510,12 @@ if skip_unless 60 g && start_target g 1024; then
   check "g: restore-snapshot refuses it (exit $rc, code $(jv "$bin/g-restore-bad.out" 'j["error"]["code"]'))" $?
   ! taken "$p"
   check "g: nothing was made: pid $p is free" $?
+  # Found before criu ran, or while it loaded the image into the target kept stopped (then ended).
+  if grep -q "stopped before any of them ran" "$bin/g-restore-bad.out"; then
+    echo "   found while criu loaded the image into the target, kept stopped: ended before it ran"
+  else
+    echo "   found before criu started: nothing was made"
+  fi
   printf "\\x$old" | dd of="$img" bs=1 seek="$at" conv=notrunc status=none
   ck g-verify 120 inspect --verify --dir "$snap" --json
   total=$(du -sb "$snap" | cut -f1)
@@ -636,6 +648,30 @@ if skip_unless 60 j && start_target j 1024; then
   intact "j: restored from the copy" "$d" "$p" "$h"
   ((rc != 0)) && keep_logs "$copied" j
   rm -rf "$moved"
+  stop_target "$d" "$p"
+fi
+
+# ---- k. a shell job ----
+echo
+echo "== k. a target that leads no session: restored held until verified, then let go; it runs"
+if skip_unless 40 k && T_SETSID=0 start_target k 1024; then
+  d=$T_DIR p=$T_PID h=$T_HASH
+  snap=$bin/snap-k
+  [[ $(ps -o sid= -p "$p" | tr -d ' ') != "$p" ]]
+  check "k: pid $p leads no session (sid $(ps -o sid= -p "$p" | tr -d ' '), pgid $(ps -o pgid= -p "$p" | tr -d ' '))" $?
+  ck k-snapshot 240 snapshot --pid "$p" --dir "$snap" --json
+  snap_ok k-snapshot && [[ $rc == 0 ]]
+  check "k: snapshot: ok" $? "exit $rc"
+  wait_gone "$p"
+  ck k-restore 240 restore-snapshot --dir "$snap" --json
+  snap_ok k-restore && [[ $rc == 0 ]]
+  check "k: restore-snapshot: ok ($(jv "$bin/k-restore.out" 'round(j["ms"])') ms)" $? "exit $rc"
+  st=$(ps -o stat= -p "$p" | tr -d ' ')
+  [[ -n $st && $st != T* ]]
+  check "k: let go: state $st, session $(ps -o sid= -p "$p" | tr -d ' '), group $(ps -o pgid= -p "$p" | tr -d ' ')" $?
+  intact "k: restored" "$d" "$p" "$h"
+  ((rc != 0)) && keep_logs "$snap" k
+  rm -rf "$snap"
   stop_target "$d" "$p"
 fi
 

@@ -4,7 +4,9 @@
 # built target) and the array started=() (pids it ends at exit).
 #   alive PID                 a live process (a zombie is gone: nothing here reaps a restored one)
 #   taken PID                 the pid is in use, zombies included
-#   start_target NAME MIB     sets T_DIR, T_PID, T_HASH (the "ready" line's) and T_CHILD
+#   start_target NAME MIB     sets T_DIR, T_PID, T_HASH (the "ready" line's) and T_CHILD; with
+#                             T_SETSID=0, started without setsid: a shell job, in this script's
+#                             session and process group
 #   ask DIR COMMAND [SECONDS] sends a command through DIR/cmd, prints the target's next line
 #   stop_target DIR PID       "exit", else SIGKILL; DIR removed
 #   wait_gone PID...          until each pid is free (reaped, not even a zombie), for a restore
@@ -22,7 +24,11 @@ start_target() {
   rm -rf "$T_DIR"
   mkdir -p "$T_DIR"
   mkfifo "$T_DIR/cmd"
-  setsid "$target" fifo "$2" "$T_DIR/cmd" </dev/null >"$T_DIR/out" 2>&1 &
+  if [[ ${T_SETSID:-1} == 0 ]]; then
+    "$target" fifo "$2" "$T_DIR/cmd" </dev/null >"$T_DIR/out" 2>&1 &
+  else
+    setsid "$target" fifo "$2" "$T_DIR/cmd" </dev/null >"$T_DIR/out" 2>&1 &
+  fi
   T_CHILD=$!
   # Out of the job table (no "Killed" notice when criu kills it); bash still reaps it.
   disown "$T_CHILD"
