@@ -61,6 +61,20 @@ async function timed(sim: SimulatedMachine, work: () => Promise<unknown>): Promi
   return sim.now() - began;
 }
 
+/** A tree dumped and ended: a root without CUDA and its CUDA child, 3 bytes written, checkpointed. */
+async function dumpedPair() {
+  const sim = new SimulatedMachine();
+  const criu = sim.engine;
+  const root = sim.spawn({ cuda: false });
+  const child = sim.spawn({ parent: root.pid, memoryMiB: 16 });
+  await child.write(0, new Uint8Array([1, 2, 3]));
+  await suspend(sim, child);
+  const dir = await imagesDir();
+  await criu.dump({ root: root.pid, imagesDir: dir });
+  await criu.kill([root.pid, child.pid]);
+  return { sim, criu, root, child, dir };
+}
+
 describe("process trees of the simulated machine", () => {
   test("spawn takes a live parent; anything else is refused, naming it; orphans get none", () => {
     const sim = new SimulatedMachine();
@@ -409,15 +423,7 @@ describe("the simulated CRIU", () => {
   });
 
   test("a restore refuses images that are missing, corrupt or of another tree", async () => {
-    const sim = new SimulatedMachine();
-    const criu = sim.engine;
-    const root = sim.spawn({ cuda: false });
-    const child = sim.spawn({ parent: root.pid, memoryMiB: 16 });
-    await child.write(0, new Uint8Array([1, 2, 3]));
-    await suspend(sim, child);
-    const dir = await imagesDir();
-    await criu.dump({ root: root.pid, imagesDir: dir });
-    await criu.kill([root.pid, child.pid]);
+    const { sim, criu, root, child, dir } = await dumpedPair();
     const file = path.join(dir, `process-${child.pid}.img`);
     const good = await readFile(file, "utf8");
     const spoilt: [string, string, RegExp][] = [
@@ -480,15 +486,7 @@ describe("the simulated CRIU", () => {
   });
 
   test("a pages file is read as its memory is copied in: one amiss fails the restore, naming it, and leaves no process", async () => {
-    const sim = new SimulatedMachine();
-    const criu = sim.engine;
-    const root = sim.spawn({ cuda: false });
-    const child = sim.spawn({ parent: root.pid, memoryMiB: 16 });
-    await child.write(0, new Uint8Array([1, 2, 3]));
-    await suspend(sim, child);
-    const dir = await imagesDir();
-    await criu.dump({ root: root.pid, imagesDir: dir });
-    await criu.kill([root.pid, child.pid]);
+    const { sim, criu, root, child, dir } = await dumpedPair();
     const file = path.join(dir, `pages-${child.pid}.img`);
     const name = `pages-${child.pid}\\.img`;
     const good = await readFile(file, "utf8");
