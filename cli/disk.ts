@@ -27,9 +27,9 @@ import type { Manifest } from "../core/manifest.ts";
 import { checkSnapshotArgs, takeSnapshot } from "../core/to_disk.ts";
 import { recoverFrom } from "../core/trace.ts";
 import type { CliIo } from "./io.ts";
-import type { Machine } from "../core/machine.ts";
+import { type Machine, roundMs } from "../core/machine.ts";
 import { storeOf } from "../os/snapshot_store.ts";
-import { commandMessage, type Printer, round } from "./report.ts";
+import { commandMessage, type Printer } from "./report.ts";
 import { InterruptWatch } from "./signals.ts";
 
 /** A command of this module. */
@@ -79,7 +79,7 @@ export async function runDiskCommand(
         const m = result.manifest;
         return done({
           dir: result.dir,
-          ms: round(result.ms),
+          ms: roundMs(result.ms),
           bytes: imageBytes(m),
           leftRunning: m.options.leaveRunning,
           processes: processesOf(m),
@@ -103,11 +103,11 @@ export async function runDiskCommand(
         const moved = Object.entries(result.gpuMapping).filter(([a, b]) => a !== b);
         return done({
           dir: result.dir,
-          ms: round(result.ms),
+          ms: roundMs(result.ms),
           timings: {
-            checkMs: round(result.timings.checkMs),
-            restoreMs: round(result.timings.restoreMs),
-            resumeMs: round(result.timings.resumeMs),
+            checkMs: roundMs(result.timings.checkMs),
+            restoreMs: roundMs(result.timings.restoreMs),
+            resumeMs: roundMs(result.timings.resumeMs),
           },
           pids: result.pids,
           gpuMapping: result.gpuMapping,

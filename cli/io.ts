@@ -74,12 +74,12 @@ export function escapeControls(text: string): string {
 }
 
 /**
- * One line as it may go to a terminal: {@link escapeControls}, and a newline within it escaped
- * too (`\u000a`), so that a process's text (a command line may hold one) cannot start a line of
- * its own that reads as the command's.
+ * One line as it is written: a newline within it escaped (`\u000a`), so that a process's text (a
+ * command line may hold one) cannot start a line of its own that reads as the command's. Its other
+ * control characters are {@link GuardedIo}'s to escape, as everything written through it.
  */
-export function escapeLine(line: string): string {
-  return escapeControls(line).replaceAll("\n", "\\u000a");
+export function oneLine(line: string): string {
+  return line.replaceAll("\n", "\\u000a");
 }
 
 /**

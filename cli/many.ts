@@ -27,7 +27,7 @@ import {
   type ProcessOutcome,
 } from "../core/group_options.ts";
 import { listOn } from "../core/listing.ts";
-import type { Machine } from "../core/machine.ts";
+import { type Machine, roundMs } from "../core/machine.ts";
 import type { Action } from "../core/states.ts";
 import { isGone } from "../core/target.ts";
 import type { Interrupts } from "./io.ts";
@@ -38,7 +38,6 @@ import {
   type PidReport,
   type Printer,
   printReports,
-  round,
   type StepReport,
   warnUninspectable,
 } from "./report.ts";
@@ -140,7 +139,7 @@ function fromOutcome(operation: CliOperation, o: ProcessOutcome): PidReport {
     ...(state !== undefined ? { state } : {}),
     status: o.status,
     ...(reason ? { reason } : {}),
-    ms: round([...o.steps, ...(o.rollback?.steps ?? [])].reduce((sum, s) => sum + s.ms, 0)),
+    ms: roundMs([...o.steps, ...(o.rollback?.steps ?? [])].reduce((sum, s) => sum + s.ms, 0)),
     steps: o.steps.map(stepReport),
     ...(o.error ? { error: errorReport(operation, o.pid, o.error) } : {}),
     ...(o.roomCheck !== undefined ? { roomCheck: o.roomCheck } : {}),

@@ -6,7 +6,7 @@
  */
 
 import type { CliOperation } from "./args.ts";
-import { type CliIo, escapeLine, GuardedIo } from "./io.ts";
+import { type CliIo, GuardedIo, oneLine } from "./io.ts";
 import {
   CheckpointError,
   CudaError,
@@ -196,14 +196,14 @@ export class Printer {
     return this.#io.isTerminal === true;
   }
 
-  /** Writes one line to stdout: a newline within it is escaped ({@link escapeLine}). */
+  /** Writes one line to stdout: a newline within it is escaped ({@link oneLine}). */
   out(line: string): void {
-    this.#io.stdout(`${escapeLine(line)}\n`);
+    this.#io.stdout(`${oneLine(line)}\n`);
   }
 
-  /** Writes one line to stderr: a newline within it is escaped ({@link escapeLine}). */
+  /** Writes one line to stderr: a newline within it is escaped ({@link oneLine}). */
   err(line: string): void {
-    this.#io.stderr(`${escapeLine(line)}\n`);
+    this.#io.stderr(`${oneLine(line)}\n`);
   }
 
   /** The command line's own terminal controls on stderr, as they are (a progress line). */
@@ -249,9 +249,6 @@ export function warnUninspectable(
       `be ${count === 1 ? "a CUDA process" : "CUDA processes"} (${pids}): ${why}`,
   );
 }
-
-/** A time in ms, to the microsecond, for `--json`: the library's own rounding of step times. */
-export { roundMs as round } from "../core/machine.ts";
 
 /**
  * An error of a command as the command line says it: its message, with the system's raw lines

@@ -11,8 +11,8 @@
 
 import type { OperationCommand } from "./args.ts";
 import { Handle } from "../core/handle.ts";
-import { clockOf, type Machine } from "../core/machine.ts";
-import { errorReport, type PidReport, type Printer, printReports, round } from "./report.ts";
+import { clockOf, type Machine, roundMs } from "../core/machine.ts";
+import { errorReport, type PidReport, type Printer, printReports } from "./report.ts";
 
 /**
  * Runs a state-changing command on one pid, prints NVIDIA's output for it, and resolves to the
@@ -50,11 +50,11 @@ export async function runOne(
       ok: true,
       state: outcome.state,
       status: "done",
-      ms: round(clock.now() - start),
+      ms: roundMs(clock.now() - start),
       ...(outcome.roomCheck !== undefined ? { roomCheck: outcome.roomCheck } : {}),
     };
   } catch (error) {
-    const ms = round(clock.now() - start);
+    const ms = roundMs(clock.now() - start);
     // Where the failed step left the process, for --json.
     const state = await handle.state().catch(() => undefined);
     report = {
