@@ -49,7 +49,7 @@ export interface RestoreRequest {
    * Leaves every process of the tree stopped once it is back (SIGSTOP on Linux; criu's
    * `--leave-stopped`), having run nothing of its own since the dump: the caller lets them go on
    * with {@link SnapshotEngine.wake}, or ends them with {@link SnapshotEngine.kill}. Asked only of
-   * an engine with {@link SnapshotEngine.memoryImage} and `wake`.
+   * an engine with {@link SnapshotEngine.inertFile} and `wake`.
    */
   readonly leaveStopped?: boolean;
 }
@@ -79,14 +79,15 @@ export interface SnapshotEngine {
    */
   readonly parallel?: number;
   /**
-   * Whether the image file `name` (of a tree's directory) holds nothing but the memory of the
-   * tree's processes (criu: `pages-N.img`): bytes the engine copies into them and never acts on.
-   * A restore checks the digests of these files while the engine restores, the tree left stopped
+   * Whether the file `name` (of a tree's directory) is one the engine's restore does not act on:
+   * an image of the tree's processes' memory, whose bytes it only copies into them (criu:
+   * `pages-N.img`), or a file it does not read at all (criu: its `dump.log`). A restore checks the
+   * digests of these files while the engine restores, the tree left stopped
    * ({@link RestoreRequest.leaveStopped}) and woken only once every one matched; every other file
    * is checked before the engine starts. Left out (or without `wake`): every file is checked
    * before.
    */
-  memoryImage?(name: string): boolean;
+  inertFile?(name: string): boolean;
   /** What it needs on this machine, and what is missing. */
   probe(): Promise<EngineProbe>;
   /**

@@ -108,7 +108,7 @@ export async function restoreFrom(
   // Every file checked, its digest included, before anything changes; but where the engine can
   // keep the processes it restores stopped, the memory images' digests are compared while it
   // loads them, and each tree is let go only once every one of its images matched.
-  const holds = engine.memoryImage !== undefined && engine.wake !== undefined;
+  const holds = engine.inertFile !== undefined && engine.wake !== undefined;
   const verifying = new AbortController();
   const stop = () => verifying.abort(o.signal!.reason);
   if (o.signal?.aborted) stop();
@@ -117,7 +117,7 @@ export async function restoreFrom(
     const { snap, manifest, checked } = await readSnapshot(store, dir, o.operation, {
       digests: true,
       signal: verifying.signal,
-      ...(holds ? { later: (f) => engine.memoryImage!(f.path.split("/").pop()!) } : {}),
+      ...(holds ? { later: (f) => engine.inertFile!(f.path.split("/").pop()!) } : {}),
     });
     try {
       return await fromDir(snap, manifest, checked);
@@ -247,6 +247,8 @@ export async function restoreFrom(
           }
           whole++;
         } catch (err) {
+          // A digest that differs (the tree's images, compared while it was held) is the refusal.
+          if (err instanceof RefusedError) found ??= err;
           if (err !== notStarted) parts.fail(err);
           throw err;
         } finally {

@@ -67,7 +67,7 @@ const PIECE_BYTES = 0.5e9;
  * The simulated machine's CRIU: it dumps a tree of simulated processes into an images directory,
  * leaving them running, and restores it as it was, in the time the measured criu took
  * ({@link CRIU_TIMING}). Each process has two image files, as with criu: `process-<pid>.img`, and
- * `pages-<pid>.img`, its memory alone ({@link SimulatedCriu.memoryImage}), which a restore reads
+ * `pages-<pid>.img`, its memory alone ({@link SimulatedCriu.inertFile}), which a restore reads
  * only as it copies the memory in, after the tree's processes are made. A dump refuses a CUDA
  * process that is not checkpointed (criu cannot dump its GPU mappings); a restored one is
  * checkpointed, a new process with its old pid and a new start number (a `CudaProcess` made for
@@ -199,11 +199,12 @@ export class SimulatedCriu implements SnapshotEngine {
   }
 
   /**
-   * Whether the image file `name` holds nothing but a process's memory: a pages file,
-   * `pages-<pid>.img`, which a restore reads only while it copies the memory in.
+   * Whether the file `name` is one a restore does not act on: a pages file, `pages-<pid>.img`,
+   * which it reads only while it copies the memory in, or the dump's log, `dump.log`, which it does
+   * not read.
    */
-  memoryImage(name: string): boolean {
-    return typeof name === "string" && PAGES_NAME.test(name);
+  inertFile(name: string): boolean {
+    return typeof name === "string" && (name === "dump.log" || PAGES_NAME.test(name));
   }
 
   /** `simulated criu 4.1.1`. */

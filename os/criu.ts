@@ -131,9 +131,12 @@ class CriuEngine implements SnapshotEngine {
     this.#env = options.env ?? process.env;
   }
 
-  /** criu's memory images: `pages-N.img`, the pages it copies into the restored processes. */
-  memoryImage(name: string): boolean {
-    return /^pages-[1-9][0-9]{0,9}\.img$/.test(name);
+  /**
+   * What criu's restore does not act on: its memory images (`pages-N.img`, the pages it copies
+   * into the restored processes) and its dump's log (`dump.log`, which it does not read).
+   */
+  inertFile(name: string): boolean {
+    return name === "dump.log" || /^pages-[1-9][0-9]{0,9}\.img$/.test(name);
   }
 
   probe(): Promise<EngineProbe> {

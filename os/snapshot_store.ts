@@ -468,9 +468,13 @@ class FileSnapshotDir implements SnapshotDir {
         for (const w of subs.values()) w.reject(err);
         throw err;
       },
-    ).finally(() => Promise.all(later.map((x) => x.handle.close())));
+    );
     done.catch(() => {});
-    this.#verifying = done.catch(() => {});
+    // Settled as soon as the digests are (a refusal waits for no file to close); the files are
+    // closed after, and close() waits for that.
+    this.#verifying = done.then(() => {}, () => {}).then(() =>
+      Promise.all(later.map((x) => x.handle.close())).then(() => {})
+    );
     return {
       digests: true,
       later: (sub) => subs.get(sub)?.promise ?? Promise.resolve(),

@@ -643,10 +643,11 @@ describe("the simulated CRIU", () => {
     assert.deepEqual(sim.processes, []);
   });
 
-  test("memoryImage: a pages file of a process, by its name, and nothing else", () => {
+  test("inertFile: a pages file of a process, by its name, and the dump's log, nothing else", () => {
     const criu = new SimulatedMachine().engine;
-    assert.equal(criu.memoryImage("pages-12.img"), true);
-    assert.equal(criu.memoryImage("pages-4294967295.img"), true);
+    assert.equal(criu.inertFile("pages-12.img"), true);
+    assert.equal(criu.inertFile("pages-4294967295.img"), true);
+    assert.equal(criu.inertFile("dump.log"), true);
     for (
       const name of [
         "process-12.img",
@@ -656,11 +657,12 @@ describe("the simulated CRIU", () => {
         "x/pages-1.img",
         "pages-.img",
         "pages-12345678901.img",
-        "dump.log",
+        "restore.log",
+        "dump.log.tmp",
         "",
       ]
     ) {
-      assert.equal(criu.memoryImage(name), false, name);
+      assert.equal(criu.inertFile(name), false, name);
     }
   });
 

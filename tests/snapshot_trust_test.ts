@@ -226,7 +226,7 @@ describe("images verified before they run", () => {
     assert.equal(sim.processes.length, 0, "nothing is left");
   });
 
-  test("an engine that cannot keep a tree stopped (no memoryImage) has every file verified before it runs", async () => {
+  test("an engine that cannot keep a tree stopped (no inertFile) has every file verified before it runs", async () => {
     const { sim, dir, pid } = await taken();
     const pages = join(dir, `tree-${pid}`, `pages-${pid}.img`);
     const original = readFileSync(pages, "utf8");
@@ -234,7 +234,7 @@ describe("images verified before they run", () => {
     const asked: (boolean | undefined)[] = [];
     const machine = machineWith(sim, {
       engine: engineWith(sim.engine, {
-        memoryImage: undefined,
+        inertFile: undefined,
         restore: (r) => {
           asked.push(r.leaveStopped);
           return sim.engine.restore(r);
