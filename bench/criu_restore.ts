@@ -73,7 +73,6 @@ import { FileSnapshotStore } from "../os/snapshot_store.ts";
 import type { SnapshotEngine } from "../core/engine.ts";
 import type { Manifest } from "../core/manifest.ts";
 import {
-  childEnv,
   cmdlineHas,
   ddRead,
   type DiskRead,
@@ -87,7 +86,6 @@ import {
   pidState,
   roundsWithin,
   runProgram,
-  scratchFolder,
   waitPidsFree,
 } from "./fifo_targets.ts";
 import { fmt, publish, type Report, type Table } from "./report.ts";
@@ -103,6 +101,8 @@ import {
   openNative,
   runEnvironment,
   runNumbers,
+  runOptions,
+  runStart,
   simulatedTargets,
   type Target as AnyTarget,
   type Targets,
@@ -116,18 +116,9 @@ const { values } = parseArgs({
     "criu-a-args": { type: "string", default: "" },
     "criu-b-args": { type: "string", default: "" },
     "snapshot-with": { type: "string", default: "auto" },
-    target: { type: "string" },
-    libcuda: { type: "string" },
-    out: { type: "string" },
-    work: { type: "string", default: "/tmp/ckpt-criu-restore" },
-    count: { type: "string", default: "1" },
-    mib: { type: "string", default: "8192" },
-    rounds: { type: "string", default: "2" },
-    "budget-s": { type: "string", default: "420" },
-    "timeout-s": { type: "string", default: "300" },
+    ...runOptions({ work: "/tmp/ckpt-criu-restore", count: "1", mib: "8192" }),
     digests: { type: "string", default: "on" },
     cold: { type: "boolean", default: false },
-    simulate: { type: "boolean", default: false },
     "simulate-b-refuses-a": { type: "boolean", default: false },
   },
 });
@@ -166,12 +157,7 @@ const extraArgs: Record<Side, string[]> = {
   b: values["criu-b-args"].split(/\s+/).filter(Boolean),
 };
 
-const started = new Date();
-const t0 = performance.now();
-const elapsedMs = () => performance.now() - t0;
-const work = resolve(values.work);
-const scratch = scratchFolder(work);
-const env = childEnv();
+const { started, elapsedMs, work, scratch, env } = runStart(values.work);
 
 // ---- the two machines: one driver and host; an engine (criu) each; one kind of store ----
 

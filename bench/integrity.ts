@@ -65,7 +65,6 @@ import { SimulatedMachine } from "../mock/mod.ts";
 import { FileSnapshotStore } from "../os/snapshot_store.ts";
 import type { Manifest } from "../core/manifest.ts";
 import {
-  childEnv,
   ddRead,
   type DiskRead,
   dropCaches,
@@ -78,7 +77,6 @@ import {
   needMib,
   roundsWithin,
   runProgram,
-  scratchFolder,
 } from "./fifo_targets.ts";
 import { integers } from "./harness.ts";
 import { fmt, publish, type Report, type Table } from "./report.ts";
@@ -94,6 +92,8 @@ import {
   openNative,
   runEnvironment,
   runNumbers,
+  runOptions,
+  runStart,
   simulatedTargets,
   type Target,
   type Targets,
@@ -103,20 +103,11 @@ const { values } = parseArgs({
   args: process.argv.slice(2),
   options: {
     criu: { type: "string" },
-    target: { type: "string" },
-    libcuda: { type: "string" },
-    out: { type: "string" },
-    work: { type: "string", default: "/tmp/ckpt-integrity-bench" },
-    count: { type: "string", default: "8" },
-    mib: { type: "string", default: "2048" },
-    rounds: { type: "string", default: "2" },
-    "budget-s": { type: "string", default: "420" },
+    ...runOptions({ work: "/tmp/ckpt-integrity-bench", count: "8", mib: "2048" }),
     "disk-mib": { type: "string", default: "4096" },
     "warmup-mib": { type: "string", default: "256" },
-    "timeout-s": { type: "string", default: "300" },
     "cold-verify": { type: "boolean", default: false },
     "cold-restore": { type: "boolean", default: false },
-    simulate: { type: "boolean", default: false },
   },
 });
 const sim = values.simulate;
@@ -131,12 +122,7 @@ if (!sim && !values.target) {
 const criuPath = values.criu ? resolve(values.criu) : undefined;
 const targetPath = values.target ? resolve(values.target) : undefined;
 
-const started = new Date();
-const t0 = performance.now();
-const elapsedMs = () => performance.now() - t0;
-const work = resolve(values.work);
-const scratch = scratchFolder(work);
-const env = childEnv();
+const { started, elapsedMs, work, scratch, env } = runStart(values.work);
 
 // ---- the two machines: one driver, host and engine; two stores ----
 

@@ -8,12 +8,18 @@
 // the report that say the same in both. Runs under Deno and Bun alike.
 
 import { rmSync } from "node:fs";
-import { join } from "node:path";
+import { join, resolve } from "node:path";
 
 import { CudaProcess } from "../mod.ts";
 import { type Machine, type MachineOptions, type NativeMachine, openMachine } from "../driver.ts";
 import type { SimulatedMachine } from "../mock/mod.ts";
-import { askFifo, type FifoTarget, startFifoTargets } from "./fifo_targets.ts";
+import {
+  askFifo,
+  childEnv,
+  type FifoTarget,
+  scratchFolder,
+  startFifoTargets,
+} from "./fifo_targets.ts";
 import { integers } from "./harness.ts";
 import { type Environment, environment, median, type Report } from "./report.ts";
 
@@ -24,6 +30,64 @@ export interface RunOptions {
   rounds: string;
   "budget-s": string;
   "timeout-s": string;
+}
+
+/**
+ * The `parseArgs` options every such run takes: its targets (`--target`, `--libcuda`,
+ * `--simulate`), where it works and reports (`--work`, `--out`) and {@link RunOptions}, with the
+ * run's own defaults for `--work`, `--count` and `--mib`.
+ */
+export function runOptions(defaults: { work: string; count: string; mib: string }): {
+  target: Given;
+  libcuda: Given;
+  out: Given;
+  work: Defaulted;
+  count: Defaulted;
+  mib: Defaulted;
+  rounds: Defaulted;
+  "budget-s": Defaulted;
+  "timeout-s": Defaulted;
+  simulate: { type: "boolean"; default: boolean };
+} {
+  return {
+    target: { type: "string" },
+    libcuda: { type: "string" },
+    out: { type: "string" },
+    work: { type: "string", default: defaults.work },
+    count: { type: "string", default: defaults.count },
+    mib: { type: "string", default: defaults.mib },
+    rounds: { type: "string", default: "2" },
+    "budget-s": { type: "string", default: "420" },
+    "timeout-s": { type: "string", default: "300" },
+    simulate: { type: "boolean", default: false },
+  };
+}
+
+/** A string option with no default, and one with. */
+type Given = { type: "string" };
+type Defaulted = { type: "string"; default: string };
+
+/**
+ * A run begun now: its date, the ms since, its work folder (`--work`, absolute) with its scratch
+ * folder in it, and the environment its child programs get.
+ */
+export function runStart(workDir: string): {
+  started: Date;
+  elapsedMs: () => number;
+  work: string;
+  scratch: string;
+  env: Record<string, string>;
+} {
+  const started = new Date();
+  const t0 = performance.now();
+  const work = resolve(workDir);
+  return {
+    started,
+    elapsedMs: () => performance.now() - t0,
+    work,
+    scratch: scratchFolder(work),
+    env: childEnv(),
+  };
 }
 
 /** --count, --mib and --rounds (each at least 1), --budget-s and --timeout-s (as ms). */
