@@ -382,6 +382,23 @@ export async function usesOf(
 }
 
 /**
+ * Waits until no process uses any of `pids` (10 s at most): until its parent (or init) reaps it, a
+ * killed process keeps its pid, its session and its process group, which a restore right after
+ * needs free. What is left then, the restore's check of free pids names.
+ */
+export async function untilFree(
+  host: HostProcesses,
+  pids: readonly number[],
+  sleep: (ms: number) => Promise<void>,
+): Promise<void> {
+  // Init took up to 2 s on one machine.
+  for (let i = 0; i < 200 && pids.length > 0; i++) {
+    if ((await usesOf(host, pids)).length === 0) return;
+    await sleep(50);
+  }
+}
+
+/**
  * A group that is one part of a snapshot or restore: all or nothing, its events timed from the
  * whole's start; given a signal, it stops with it and at the deadline (a rollback has none).
  */

@@ -26,6 +26,7 @@ import {
   type RestoreSnapshotOptions,
   type RestoreSnapshotResult,
   started,
+  untilFree,
   usesOf,
 } from "./disk.ts";
 import type { GpuInfo, GpuPair } from "./driver.ts";
@@ -34,7 +35,7 @@ import { messageOf, RefusedError, SnapshotError } from "./errors.ts";
 import { mappingProblems } from "./gate.ts";
 import { runGroup } from "./group.ts";
 import type { HostProcesses } from "./host.ts";
-import { type Clock, clockOf, type Machine, sessionOf } from "./machine.ts";
+import { clockOf, type Machine, sessionOf } from "./machine.ts";
 import type { Manifest, ManifestProcess } from "./manifest.ts";
 import { checkFlag, checkGpuMapping, checkOptions } from "./options.ts";
 import { onto } from "./room.ts";
@@ -290,7 +291,8 @@ export async function restoreFrom(
       // Every tree the engine made is ended, and the snapshot, unchanged, can be restored again.
       progress.phase("rollback");
       await engine.kill(made.flat()).catch(() => {});
-      await freed(host, made.flat(), clockOf(machine));
+      // So that the snapshot can be restored again at once.
+      await untilFree(host, made.flat(), clockOf(machine).sleep).catch(() => {});
       const refusal = differs();
       if (refusal) {
         // An image that differs is the refusal, whatever else failed meanwhile.
@@ -358,21 +360,6 @@ export async function restoreFrom(
       ms,
       timings: { checkMs, restoreMs, resumeMs: resumeStart === undefined ? 0 : ms - resumeStart },
     };
-  }
-}
-
-/** How long a rollback waits for the processes it ended to be gone (reaped), in ms. */
-const FREED_WAIT_MS = 2000;
-
-/**
- * Waits until none of `pids` is in use any more ({@link FREED_WAIT_MS} at most), so that the
- * snapshot can be restored again at once: a process ended is a zombie until its parent (init, for
- * a detached tree) reaps it, and holds its pid meanwhile.
- */
-async function freed(host: HostProcesses, pids: readonly number[], clock: Clock): Promise<void> {
-  for (let waited = 0; pids.length > 0 && waited < FREED_WAIT_MS; waited += 10) {
-    if ((await usesOf(host, pids).catch(() => [])).length === 0) return;
-    await clock.sleep(10);
   }
 }
 

@@ -25,7 +25,7 @@ import {
   type SnapshotOptions,
   type SnapshotResult,
   storeRefusal,
-  usesOf,
+  untilFree,
 } from "./disk.ts";
 import type { GpuInfo } from "./driver.ts";
 import {
@@ -479,8 +479,7 @@ function asDumped(listed: ManifestTree, dumped: readonly DumpedProcess[]): Manif
 /**
  * Ends the processes of the dumped trees: stops every process of each tree (SIGSTOP), again while
  * new ones turn up, so that none forks any more, then kills them all, the dumped ones included,
- * and waits until they are gone: until its parent (or init) reaps it, a killed process keeps its
- * pid, its session and its process group, which a restore right after needs free.
+ * and waits until they are gone ({@link untilFree}).
  */
 async function endTrees(
   engine: SnapshotEngine,
@@ -502,10 +501,5 @@ async function endTrees(
     if (round > 0 && known.size === before) break;
   }
   await engine.kill([...known]);
-  // Ten seconds at most (init took up to 2 s on one machine); what is left then, the restore's
-  // check names.
-  for (let i = 0; i < 200; i++) {
-    if ((await usesOf(host, [...known])).length === 0) return;
-    await sleep(50);
-  }
+  await untilFree(host, [...known], sleep);
 }
