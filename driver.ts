@@ -31,7 +31,8 @@ export type {
   LockArgs,
   RestoreArgs,
 } from "./core/driver.ts";
-export type { Clock, Machine } from "./core/machine.ts";
+export type { Machine } from "./core/machine.ts";
+export type { Clock } from "./core/time.ts";
 export type {
   GpuMemory,
   GpuMemoryReport,
@@ -45,7 +46,7 @@ export type {
   ScannedProcess,
   TreeProcess,
 } from "./core/host.ts";
-export { CUresult, resultName } from "./core/codes.ts";
+export { CUresult, resultName } from "./core/driver.ts";
 export { CUprocessState, stateName } from "./core/states.ts";
 export { type MachineOptions, type NativeMachine, openMachine } from "./os/this_machine.ts";
 export type { NativeDriver, NativeDriverOptions } from "./ffi/native.ts";

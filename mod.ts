@@ -37,10 +37,10 @@ export {
   snapshot,
 } from "./api/functions.ts";
 export type { StepOptions } from "./core/action.ts";
-export type { Outcome } from "./core/handle.ts";
+export type { Outcome } from "./core/action.ts";
 export type { ProcessState } from "./core/states.ts";
 export type { GpuMapping } from "./core/options.ts";
-export type { GroupOptions, GroupResult, ProcessOutcome } from "./core/group_options.ts";
+export type { GroupOptions, GroupResult, ProcessOutcome } from "./core/group_types.ts";
 export type { RestoreSnapshotOptions, SnapshotOptions } from "./core/disk.ts";
 export {
   CheckpointError,

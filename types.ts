@@ -18,8 +18,8 @@
  */
 
 export type { Action, Step } from "./core/states.ts";
-export type { StepRecord, StopReason } from "./core/group_options.ts";
-export type { GroupEvent } from "./core/group_options.ts";
+export type { StepRecord, StopReason } from "./core/group_types.ts";
+export type { GroupEvent } from "./core/group_types.ts";
 export type { RoomCheck, RoomShortage } from "./core/room.ts";
 export type { ErrorPlace, RefusalCode, SnapshotFailure } from "./core/errors.ts";
 export type {

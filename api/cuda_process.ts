@@ -6,8 +6,14 @@
  */
 
 import { describeValue } from "../core/errors.ts";
-import { Handle, type Outcome } from "../core/handle.ts";
-import { type ActionSettings, settingsOf, type StepOptions } from "../core/action.ts";
+import {
+  act,
+  type ActionSettings,
+  type Outcome,
+  settingsOf,
+  type StepOptions,
+} from "../core/action.ts";
+import { Handle } from "../core/process.ts";
 import { isMachine, type Machine, type MachineSource, SharedMachine } from "../core/machine.ts";
 import { checkChoice, checkInteger, checkOptions, checkPid, checkSignal } from "../core/options.ts";
 import { type Action, PROCESS_STATES, type ProcessState } from "../core/states.ts";
@@ -24,7 +30,8 @@ export interface CudaProcessOptions {
   machine?: Machine;
 }
 
-let toHandle: (proc: CudaProcess) => Handle;
+/** Each process's handle, for the group operations (`handleOf`). */
+const HANDLES = new WeakMap<CudaProcess, Handle>();
 
 /**
  * A CUDA process whose GPU state can be checkpointed and restored.
@@ -53,10 +60,6 @@ let toHandle: (proc: CudaProcess) => Handle;
  * ```
  */
 export class CudaProcess {
-  static {
-    toHandle = (proc) => proc.#handle;
-  }
-
   /** The process id (a thread id of the process works as well), as given. */
   readonly pid: number;
   readonly #handle: Handle;
@@ -71,6 +74,7 @@ export class CudaProcess {
     this.pid = checkPid(pid);
     const o = checkOptions(options, "CudaProcess", ["machine"]);
     this.#handle = new Handle(this.pid, machineOf(o.machine, "CudaProcess"));
+    HANDLES.set(this, this.#handle);
   }
 
   /** The machine this process is worked on through, opened on first use. */
@@ -203,7 +207,7 @@ export class CudaProcess {
   /** Checks the inputs first, then runs the action in this process's order. */
   #act(action: Action, inputs: () => ActionSettings): Promise<Outcome> {
     try {
-      return this.#handle.act(action, inputs());
+      return act(this.#handle, action, inputs());
     } catch (err) {
       return Promise.reject(err);
     }
@@ -212,7 +216,7 @@ export class CudaProcess {
 
 /** The handle of a `CudaProcess`, for the group operations. */
 export function handleOf(proc: CudaProcess): Handle {
-  return toHandle(proc);
+  return HANDLES.get(proc)!;
 }
 
 /** This machine as the public functions use it when given none: shared, opened on first use. */

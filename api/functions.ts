@@ -16,7 +16,7 @@ import type {
 import type { GpuInfo } from "../core/driver.ts";
 import { checkRestoreArgs, inspectIn, restoreFrom } from "../core/from_disk.ts";
 import { runGroup as runOn } from "../core/group.ts";
-import { checkGroupOptions, type GroupOptions, type GroupResult } from "../core/group_options.ts";
+import { checkGroupOptions, type GroupOptions, type GroupResult } from "../core/group_types.ts";
 import {
   checkListOptions,
   type CudaProcessListing,

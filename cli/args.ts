@@ -14,7 +14,7 @@
  */
 
 import { MAX_PID, MAX_TIMEOUT_MS } from "../core/options.ts";
-import { parseGpuUuid } from "../core/uuid.ts";
+import { parseGpuUuid } from "../core/options.ts";
 import type { GpuPair } from "../core/driver.ts";
 
 /** An operation of NVIDIA's utility. */

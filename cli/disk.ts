@@ -19,7 +19,7 @@ import type {
   RestoreSnapshotCommand,
   SnapshotCommand,
 } from "./args.ts";
-import { formatDriverVersion } from "../core/codes.ts";
+import { formatDriverVersion } from "../core/driver.ts";
 import type { SnapshotEvent, SnapshotPhase } from "../core/disk.ts";
 import { CheckpointError } from "../core/errors.ts";
 import { checkRestoreArgs, inspectIn, restoreFrom } from "../core/from_disk.ts";
@@ -27,7 +27,8 @@ import type { Manifest } from "../core/manifest.ts";
 import { checkSnapshotArgs, takeSnapshot } from "../core/to_disk.ts";
 import { recoverFrom } from "../core/trace.ts";
 import type { CliIo } from "./io.ts";
-import { type Machine, roundMs } from "../core/machine.ts";
+import type { Machine } from "../core/machine.ts";
+import { roundMs } from "../core/time.ts";
 import { storeOf } from "../os/snapshot_store.ts";
 import { commandMessage, type Printer } from "./report.ts";
 import { InterruptWatch } from "./signals.ts";

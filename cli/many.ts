@@ -17,7 +17,7 @@
  */
 
 import type { CliOperation, OperationCommand } from "./args.ts";
-import type { StepRecord } from "../core/group_options.ts";
+import type { StepRecord } from "../core/group_types.ts";
 import { runGroup } from "../core/group.ts";
 import {
   checkGroupOptions,
@@ -25,11 +25,12 @@ import {
   type GroupResult,
   type GroupSettings,
   type ProcessOutcome,
-} from "../core/group_options.ts";
+} from "../core/group_types.ts";
 import { listOn } from "../core/listing.ts";
-import { type Machine, roundMs } from "../core/machine.ts";
+import type { Machine } from "../core/machine.ts";
+import { roundMs } from "../core/time.ts";
 import type { Action } from "../core/states.ts";
-import { isGone } from "../core/target.ts";
+import { isGone } from "../core/process.ts";
 import type { Interrupts } from "./io.ts";
 import { interruptedExitCode, InterruptWatch, type Signal } from "./signals.ts";
 import { ProgressLine } from "./progress.ts";

@@ -10,8 +10,10 @@
  */
 
 import type { OperationCommand } from "./args.ts";
-import { Handle } from "../core/handle.ts";
-import { clockOf, type Machine, roundMs } from "../core/machine.ts";
+import { act } from "../core/action.ts";
+import type { Machine } from "../core/machine.ts";
+import { Handle } from "../core/process.ts";
+import { clockOf, roundMs } from "../core/time.ts";
 import { errorReport, type PidReport, type Printer, printReports } from "./report.ts";
 
 /**
@@ -37,7 +39,7 @@ export async function runOne(
   const start = clock.now();
   let report: PidReport;
   try {
-    const outcome = await handle.act(operation, {
+    const outcome = await act(handle, operation, {
       // NVIDIA's utility locks without a timeout unless --timeout is given (CRIU leaves it out
       // for "no timeout"); its toggle, never.
       lockTimeoutMs: operation === "lock" ? command.timeoutMs ?? 0 : 0,

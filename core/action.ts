@@ -8,7 +8,7 @@
  */
 
 import { asError, CudaError, messageOf, RefusedError, withDetail } from "./errors.ts";
-import { clockOf, roundMs } from "./machine.ts";
+import { clockOf, roundMs } from "./time.ts";
 import {
   checkFlag,
   checkGpuMapping,
@@ -17,10 +17,9 @@ import {
   DEFAULT_LOCK_TIMEOUT_MS,
   type GpuMapping,
 } from "./options.ts";
-import type { ProcessOutcome, StepRecord, StopReason } from "./group_options.ts";
+import type { ProcessOutcome, StepRecord, StopReason } from "./group_types.ts";
 import {
   type Action,
-  isFinal,
   isStep,
   plan,
   type ProcessState,
@@ -29,9 +28,9 @@ import {
   stepTo,
   undoOf,
 } from "./states.ts";
-import { CUDA_ERROR_ILLEGAL_STATE } from "./codes.ts";
-import type { GpuPair } from "./driver.ts";
-import { isGone, type Target } from "./target.ts";
+import { CUDA_ERROR_ILLEGAL_STATE, type GpuPair } from "./driver.ts";
+import { type Handle, isGone, type Turn } from "./process.ts";
+import type { RoomCheck } from "./room.ts";
 
 /** What an action needs besides the process: each input, checked. */
 export interface ActionSettings {
@@ -41,6 +40,37 @@ export interface ActionSettings {
   readonly pairs: readonly GpuPair[] | null;
   /** Whether to record what a checkpoint takes off the GPU, and to check a restore's room. */
   readonly checkRoom: boolean;
+}
+
+/** What a state-changing operation of `CudaProcess` did. */
+export interface Outcome {
+  /** `done`: its steps ran; `unchanged`: the process was already where it leads (a goal only). */
+  readonly status: "done" | "unchanged";
+  /** The state the process is in now. */
+  readonly state: ProcessState;
+  /** The driver calls made, in order. */
+  readonly steps: readonly StepRecord[];
+  /**
+   * Where a restore was made: whether its room was checked first (`"checked"`), not asked for
+   * (`"skipped"`), or could not be, and why (`{ unknown }`). Where a checkpoint was made whose
+   * record of GPU memory could not be written: `{ unknown }`, saying why its restore's room
+   * cannot be checked (a warning: the checkpoint succeeded).
+   */
+  readonly roomCheck?: RoomCheck;
+}
+
+/** Runs an action (checked settings) on one process in its order; rejects with its error. */
+export function act(handle: Handle, action: Action, settings: ActionSettings): Promise<Outcome> {
+  return handle.ordered(async (turn) => {
+    const report = await runAction(turn, action, settings);
+    if (report.error) throw report.error;
+    return {
+      status: report.status === "unchanged" ? "unchanged" : "done",
+      state: report.state!,
+      steps: report.steps,
+      ...(report.roomCheck !== undefined ? { roomCheck: report.roomCheck } : {}),
+    };
+  });
 }
 
 /** A rollback's settings: a restore goes back where the process was, its room checked as any. */
@@ -122,7 +152,7 @@ export type ActionReport =
  * steps. Never rejects: the report says what happened.
  */
 export async function runAction(
-  target: Target,
+  target: Turn,
   action: Action,
   settings: ActionSettings,
   hooks: ActionHooks = {},
@@ -178,7 +208,7 @@ export async function runAction(
  * never locks a process it could not checkpoint. The report records the initial state.
  */
 export async function planGoal(
-  target: Target,
+  target: Turn,
   action: Action,
   report: ActionReport,
 ): Promise<readonly Step[]> {
@@ -209,7 +239,7 @@ export async function planGoal(
  * of a rollback, recorded in `rollback` (its restore goes back where the process was).
  */
 export async function timed(
-  target: Target,
+  target: Turn,
   step: Step,
   report: ActionReport,
   hooks: ActionHooks,
@@ -262,7 +292,7 @@ export async function timed(
  * members (`job.ts`).
  */
 export async function wayBack(
-  target: Target,
+  target: Turn,
   report: ActionReport,
   failure?: { step: Step; err: unknown },
 ): Promise<Step[] | undefined> {
@@ -288,7 +318,7 @@ export async function wayBack(
  * the failed step's error.
  */
 export async function undo(
-  target: Target,
+  target: Turn,
   report: ActionReport,
   hooks: ActionHooks,
   failure?: { step: Step; err: unknown },
@@ -298,7 +328,7 @@ export async function undo(
   const now = report.state;
   if (!way) {
     if (!failure && report.steps.length === 0) return ""; // stopped before any step
-    if (now !== undefined && isFinal(now)) return `the process is ${now}, which is final`;
+    if (now === "failed") return `the process is ${now}, which is final`;
     // Nothing to undo; the state is said once (an illegal state's error says it already).
     const said = failure?.err instanceof CudaError && failure.err.state === now;
     return now === undefined || said ? "" : `the process is ${now}`;

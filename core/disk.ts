@@ -21,9 +21,10 @@ import {
   type GroupEvent,
   type GroupResult,
   type GroupSettings,
-} from "./group_options.ts";
+} from "./group_types.ts";
 import type { HostProcesses, PidUse } from "./host.ts";
-import { clockOf, Deadline, type Machine } from "./machine.ts";
+import type { Machine } from "./machine.ts";
+import { clockOf, Deadline, Slots } from "./time.ts";
 import {
   type Manifest,
   MANIFEST_FILE,
@@ -32,7 +33,6 @@ import {
   TRACE_FILE,
   TRACE_MAX_BYTES,
 } from "./manifest.ts";
-import { Slots } from "./slots.ts";
 import { checkFunction, checkInteger, checkSignal, type GpuMapping } from "./options.ts";
 
 /** A part of a snapshot or of its restore, as progress events name it. */

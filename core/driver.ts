@@ -1,8 +1,8 @@
 /**
- * The seam between {@link CudaProcess} and a driver: one method for each C checkpoint call,
- * reporting raw `CUresult` codes. The native driver (libcuda) and the simulated driver both
- * implement it, so one conformance suite can compare them code for code. What else a call runs on
- * (the host, the clock, the snapshot engine) is the {@link Machine}'s (`machine.ts`).
+ * The seam between this package and a driver: one method for each C checkpoint call, reporting
+ * raw `CUresult` codes, and the codes themselves with their names and the driver's descriptions.
+ * The native driver (libcuda) and the simulated driver both implement it, so one conformance
+ * suite compares them code for code. `calls.ts` is the one way the rest of the package calls it.
  *
  * @module
  */
@@ -56,7 +56,7 @@ export interface GpuInfo {
 /**
  * A CUDA checkpoint driver. Every method mirrors one C call and resolves to the raw `CUresult`.
  * Drivers only report codes: input checks and capability gating happen once, above the seam
- * (core/gate.ts). A call to a checkpoint function the driver lacks (older than 570), or a
+ * (core/calls.ts). A call to a checkpoint function the driver lacks (older than 570), or a
  * restore with GPU pairs on a driver older than 13.0, resolves `CUDA_ERROR_NOT_SUPPORTED` without
  * reaching the library; a pid that no process can have (0, negative, beyond a C `int`) resolves
  * `CUDA_ERROR_OPERATING_SYSTEM`, as the real driver answers for a pid no process has. A method
@@ -99,4 +99,82 @@ export interface CheckpointDriver {
    * could not be read). Only then is a mapping checked before the restore call.
    */
   readonly listsEveryGpu?: boolean;
+}
+
+/**
+ * The `CUresult` codes of the checkpoint API by their C names, to compare a `CudaError`'s `code`
+ * (or a raw driver result) with: `err.code === CUresult.CUDA_ERROR_NOT_READY`. Their meanings are
+ * the driver's descriptions in {@link CU_RESULTS}; docs/ERRORS.md says what each means here.
+ */
+export const CUresult = {
+  CUDA_SUCCESS: 0,
+  CUDA_ERROR_INVALID_VALUE: 1,
+  CUDA_ERROR_OUT_OF_MEMORY: 2,
+  CUDA_ERROR_NOT_INITIALIZED: 3,
+  CUDA_ERROR_DEINITIALIZED: 4,
+  CUDA_ERROR_NO_DEVICE: 100,
+  CUDA_ERROR_INVALID_DEVICE: 101,
+  CUDA_ERROR_OPERATING_SYSTEM: 304,
+  CUDA_ERROR_INVALID_HANDLE: 400,
+  CUDA_ERROR_ILLEGAL_STATE: 401,
+  CUDA_ERROR_NOT_FOUND: 500,
+  CUDA_ERROR_NOT_READY: 600,
+  CUDA_ERROR_NOT_SUPPORTED: 801,
+  CUDA_ERROR_UNKNOWN: 999,
+} as const;
+
+/** The codes one by one, for this package's own modules. */
+export const {
+  CUDA_SUCCESS,
+  CUDA_ERROR_INVALID_VALUE,
+  CUDA_ERROR_OUT_OF_MEMORY,
+  CUDA_ERROR_NOT_INITIALIZED,
+  CUDA_ERROR_NO_DEVICE,
+  CUDA_ERROR_OPERATING_SYSTEM,
+  CUDA_ERROR_ILLEGAL_STATE,
+  CUDA_ERROR_NOT_READY,
+  CUDA_ERROR_NOT_SUPPORTED,
+  CUDA_ERROR_UNKNOWN,
+} = CUresult;
+
+/** What `cuGetErrorString` says of each code. */
+const DESCRIPTIONS: Readonly<Record<keyof typeof CUresult, string>> = {
+  CUDA_SUCCESS: "no error",
+  CUDA_ERROR_INVALID_VALUE: "invalid argument",
+  CUDA_ERROR_OUT_OF_MEMORY: "out of memory",
+  CUDA_ERROR_NOT_INITIALIZED: "initialization error",
+  CUDA_ERROR_DEINITIALIZED: "driver shutting down",
+  CUDA_ERROR_NO_DEVICE: "no CUDA-capable device is detected",
+  CUDA_ERROR_INVALID_DEVICE: "invalid device ordinal",
+  CUDA_ERROR_OPERATING_SYSTEM: "OS call failed or operation not supported on this OS",
+  CUDA_ERROR_INVALID_HANDLE: "invalid resource handle",
+  CUDA_ERROR_ILLEGAL_STATE: "the operation cannot be performed in the present state",
+  CUDA_ERROR_NOT_FOUND: "named symbol not found",
+  CUDA_ERROR_NOT_READY: "device not ready",
+  CUDA_ERROR_NOT_SUPPORTED: "operation not supported",
+  CUDA_ERROR_UNKNOWN: "unknown error",
+};
+
+/** Name and driver description of every `CUresult` this package knows, keyed by code. */
+export const CU_RESULTS: Readonly<Record<number, { name: string; description: string }>> = Object
+  .fromEntries(
+    Object.entries(CUresult).map(([name, code]) => [
+      code,
+      { name, description: DESCRIPTIONS[name as keyof typeof CUresult] },
+    ]),
+  );
+
+/** The name of a `CUresult` (`CUDA_ERROR_ILLEGAL_STATE`), or `CUresult <n>` for one not known. */
+export function resultName(code: number): string {
+  return CU_RESULTS[code]?.name ?? `CUresult ${code}`;
+}
+
+/** The driver version (`cuDriverGetVersion`) from which the checkpoint API exists: 12.8, driver 570. */
+export const CHECKPOINT_MIN_DRIVER_VERSION = 12080;
+/** The driver version from which restore accepts GPU pairs (migration): 13.0, driver 580. */
+export const GPU_PAIRS_MIN_DRIVER_VERSION = 13000;
+
+/** Formats a `cuDriverGetVersion` number as text: 13000 -> "13.0", 12080 -> "12.8". */
+export function formatDriverVersion(version: number): string {
+  return `${Math.floor(version / 1000)}.${Math.floor((version % 1000) / 10)}`;
 }

@@ -13,7 +13,7 @@ import {
   CUDA_ERROR_OPERATING_SYSTEM,
   CUDA_SUCCESS,
   resultName,
-} from "./codes.ts";
+} from "./driver.ts";
 import type { CheckpointDriver } from "./driver.ts";
 import type { ProcessState } from "./states.ts";
 

@@ -11,7 +11,7 @@
  * @module
  */
 
-import { CUDA_SUCCESS, formatDriverVersion } from "./codes.ts";
+import { CUDA_SUCCESS, formatDriverVersion } from "./driver.ts";
 import {
   checkDir,
   checkWhole,
@@ -32,15 +32,17 @@ import {
 import type { GpuInfo, GpuPair } from "./driver.ts";
 import { type Checked, logOf, type SnapshotDir, type SnapshotStore } from "./engine.ts";
 import { messageOf, RefusedError, SnapshotError } from "./errors.ts";
-import { mappingProblems } from "./gate.ts";
+import { mappingProblems } from "./mapping.ts";
 import { runGroup } from "./group.ts";
 import type { HostProcesses } from "./host.ts";
-import { clockOf, type Machine, sessionOf } from "./machine.ts";
+import type { Machine } from "./machine.ts";
+import { sessionOf } from "./process.ts";
+import { clockOf } from "./time.ts";
 import type { Manifest, ManifestProcess } from "./manifest.ts";
 import { checkFlag, checkGpuMapping, checkOptions } from "./options.ts";
 import { onto } from "./room.ts";
 import { cudaRuns, memoryOnHost, stateName } from "./states.ts";
-import { formatGpuUuid, parseGpuUuid } from "./uuid.ts";
+import { formatGpuUuid, parseGpuUuid } from "./options.ts";
 import { olderVersion } from "./version.ts";
 
 /** A restore's options, checked. */

@@ -21,10 +21,11 @@ import {
   undo,
 } from "./action.ts";
 import { asError, describeValue } from "./errors.ts";
-import type { GroupResult, GroupSettings, ProcessOutcome, StopReason } from "./group_options.ts";
-import { Handle } from "./handle.ts";
+import type { GroupResult, GroupSettings, ProcessOutcome, StopReason } from "./group_types.ts";
+import { Handle } from "./process.ts";
 import { type JobMember, runJob } from "./job.ts";
-import { clockOf, Deadline, type MachineSource } from "./machine.ts";
+import type { MachineSource } from "./machine.ts";
+import { clockOf, Deadline } from "./time.ts";
 import { checkPid } from "./options.ts";
 import { type Action, isStep } from "./states.ts";
 
@@ -289,7 +290,7 @@ class Group {
     const sum = (m: Readonly<Record<string, number>>) =>
       Object.values(m).reduce((a, b) => a + b, 0);
     const first = this.#entries[0].proc;
-    const report = await first.ordered((t) => t.memoryReport()).catch(() => undefined);
+    const report = await first.ordered((t) => t.session.room.report()).catch(() => undefined);
     await Promise.all(this.#entries.map((e) =>
       e.proc.ordered(async (target) => {
         const now = report && "byPid" in report ? report.byPid.get(target.identity.pid) : undefined;
@@ -297,7 +298,7 @@ class Group {
           known.set(e.proc.pid, sum(now));
           return;
         }
-        const record = await target.heldRecord();
+        const record = await target.session.room.record(target.identity);
         if (record) known.set(e.proc.pid, sum(record.heldMiB));
       }).catch(() => {})
     ));

@@ -24,10 +24,9 @@ import {
   wayBack,
 } from "./action.ts";
 import { asError, withDetail } from "./errors.ts";
-import type { StopReason } from "./group_options.ts";
-import type { Handle } from "./handle.ts";
+import type { StopReason } from "./group_types.ts";
+import type { Handle, Turn } from "./process.ts";
 import { type Action, jobPhase, type Step, stepTo } from "./states.ts";
-import type { Target } from "./target.ts";
 
 /** A process's part in a job, filled in as it goes (the group's entry). */
 export interface JobMember {
@@ -58,7 +57,7 @@ export interface JobContext {
 /** A member as the job works on it. */
 interface Working {
   readonly member: JobMember;
-  readonly target: Target;
+  readonly target: Turn;
   readonly report: ActionReport;
   left: Step[];
   /** The step that failed, and how. */
@@ -110,7 +109,7 @@ async function allAtOnce(
   ctx: JobContext,
   releases: (() => void)[],
 ): Promise<Working[] | undefined> {
-  const targets = new Map<JobMember, Target>();
+  const targets = new Map<JobMember, Turn>();
   const failed = new Map<JobMember, Error>();
   for (const m of [...members].sort((a, b) => a.proc.pid - b.proc.pid)) {
     const taken = await turnOf(m, releases);
@@ -173,7 +172,7 @@ async function asReady(
 }
 
 /** Holds the turn of `m` until the job lets go of it; the error where it cannot be taken. */
-function turnOf(m: JobMember, releases: (() => void)[]): Promise<Target | Error> {
+function turnOf(m: JobMember, releases: (() => void)[]): Promise<Turn | Error> {
   return new Promise((taken) => {
     m.proc.ordered((target) => {
       taken(target);
@@ -183,7 +182,7 @@ function turnOf(m: JobMember, releases: (() => void)[]): Promise<Target | Error>
 }
 
 /** A member's plan from its state; a refusal or a state that cannot be read is its failure. */
-async function planOf(m: JobMember, target: Target, action: Action): Promise<Working> {
+async function planOf(m: JobMember, target: Turn, action: Action): Promise<Working> {
   const report: ActionReport = { status: "failed", steps: [] };
   try {
     const steps = await planGoal(target, action, report);

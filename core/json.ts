@@ -10,7 +10,7 @@
 
 import { messageOf } from "./errors.ts";
 import type { ProcessIdentity } from "./host.ts";
-import { formatGpuUuid, parseGpuUuid } from "./uuid.ts";
+import { formatGpuUuid, parseGpuUuid } from "./options.ts";
 
 /** Makes the error for a field: `reason` is a whole sentence that names it. */
 export type Refuse = (field: string, reason: string) => Error;

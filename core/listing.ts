@@ -7,13 +7,14 @@
  * @module
  */
 
-import { CUDA_ERROR_NOT_INITIALIZED, CUDA_ERROR_OPERATING_SYSTEM, CUDA_SUCCESS } from "./codes.ts";
-import { driverError } from "./errors.ts";
-import { checkCapability } from "./gate.ts";
+import { callDriver, checkCapability, stateOf } from "./calls.ts";
+import { CUDA_ERROR_NOT_INITIALIZED, CUDA_ERROR_OPERATING_SYSTEM } from "./driver.ts";
+import { CudaError, messageOf } from "./errors.ts";
 import type { GpuMemory, GpuMemoryReport, ScannedProcess } from "./host.ts";
-import { type Machine, sessionOf } from "./machine.ts";
+import type { Machine } from "./machine.ts";
 import { checkChoice, checkFlag, checkOptions, checkPid } from "./options.ts";
-import { type ProcessState, stateName } from "./states.ts";
+import { sessionOf } from "./process.ts";
+import type { ProcessState } from "./states.ts";
 
 /** Options of {@link listCudaProcesses}. */
 export interface ListCudaProcessesOptions {
@@ -36,8 +37,8 @@ export interface ListCudaProcessesOptions {
 export interface CudaProcessInfo {
   /** Its process id (never one of its other thread ids). */
   readonly pid: number;
-  /** Its checkpoint state (`cuCheckpointProcessGetState`); `"unknown"` for a number this package does not know. */
-  readonly state: ProcessState | "unknown";
+  /** Its checkpoint state (`cuCheckpointProcessGetState`). */
+  readonly state: ProcessState;
   /** The thread to restore it from (`cuCheckpointProcessGetRestoreThreadId`), where the driver gave one. */
   readonly restoreThreadId?: number;
   /** Its command line, arguments joined by spaces; left out where it could not be read. */
@@ -122,30 +123,30 @@ export async function listOn(machine: Machine, o: ListSettings): Promise<CudaPro
       candidates.push(p);
     }
   }
+  // Each candidate's state and restore thread, through the one way to call the driver; a process
+  // that never initialised CUDA, or is gone since the scan, is not a CUDA process (now).
   const answers = await Promise.all(candidates.map(async (p) => {
-    const [state, tid] = await Promise.all([
-      driver.getState(p.pid),
-      driver.getRestoreThreadId(p.pid),
+    const [state, tid] = await Promise.allSettled([
+      callDriver(driver, "getState", p.pid).then((value) => stateOf(value, p.pid)),
+      callDriver(driver, "getRestoreThreadId", p.pid),
     ]);
     return { scanned: p, state, tid };
   }));
   const report = await memory;
   const processes: CudaProcessInfo[] = [];
+  const code = (r: PromiseSettledResult<unknown>) =>
+    r.status === "rejected" && r.reason instanceof CudaError ? r.reason.code : undefined;
   for (const { scanned: p, state, tid } of answers) {
-    // Never initialised CUDA, or gone since the scan: not a CUDA process (now).
-    if ([state.code, tid.code].includes(CUDA_ERROR_OPERATING_SYSTEM)) continue;
-    if (state.code === CUDA_ERROR_NOT_INITIALIZED) continue;
-    if (state.code !== CUDA_SUCCESS) {
-      uninspectable.push(withCommand(p, {
-        pid: p.pid,
-        reason: driverError(driver, state.code, { operation: "getState", pid: p.pid })!.message,
-      }));
+    const gone = [code(state), code(tid)].includes(CUDA_ERROR_OPERATING_SYSTEM);
+    if (gone || code(state) === CUDA_ERROR_NOT_INITIALIZED) continue;
+    if (state.status === "rejected") {
+      uninspectable.push(withCommand(p, { pid: p.pid, reason: messageOf(state.reason) }));
       continue;
     }
     processes.push(withCommand(p, {
       pid: p.pid,
-      state: stateName(state.value) ?? "unknown",
-      ...(tid.code === CUDA_SUCCESS ? { restoreThreadId: tid.value } : {}),
+      state: state.value,
+      ...(tid.status === "fulfilled" ? { restoreThreadId: tid.value } : {}),
       gpuMemory: "byPid" in report ? report.byPid.get(p.pid) ?? {} : "unknown",
     }));
   }

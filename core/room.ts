@@ -42,8 +42,7 @@ import {
   sameProcess,
   withoutClaim,
 } from "./host.ts";
-import { stepFrom } from "./states.ts";
-import { formatGpuUuid } from "./uuid.ts";
+import { formatGpuUuid } from "./options.ts";
 
 /** Where a restore would not fit: what {@link GpuRoomError} carries. */
 export interface RoomShortage {
@@ -98,7 +97,7 @@ export class GpuRoomError extends RefusedError {
     super({
       code: "NO_ROOM",
       operation: init.operation,
-      ...(init.pid !== undefined ? { pid: init.pid, state: stepFrom("restore") } : {}),
+      ...(init.pid !== undefined ? { pid: init.pid, state: "checkpointed" } : {}),
       reason: `${init.who ?? "it"} need${init.who ? "" : "s"} ${mib(s.neededMiB)} on ${s.gpu}, ` +
         `which has ${mib(s.freeMiB)} free${claimed}`,
       detail: init.pid !== undefined
@@ -126,7 +125,7 @@ function roomUnknownError(
   return new RefusedError({
     code: "PREREQUISITE",
     operation: where.operation,
-    ...(where.pid !== undefined ? { pid: where.pid, state: stepFrom("restore") } : {}),
+    ...(where.pid !== undefined ? { pid: where.pid, state: "checkpointed" } : {}),
     reason:
       `the GPU room for ${
         where.who ?? "its restore"

@@ -11,7 +11,7 @@
  * @module
  */
 
-import { CUDA_SUCCESS } from "./codes.ts";
+import { CUDA_SUCCESS } from "./driver.ts";
 import {
   checkDir,
   checkWhole,
@@ -42,12 +42,14 @@ import {
   SnapshotError,
   type SnapshotFailure,
 } from "./errors.ts";
-import { checkCapability } from "./gate.ts";
+import { checkCapability } from "./calls.ts";
 import { runGroup } from "./group.ts";
-import type { GroupResult } from "./group_options.ts";
+import type { GroupResult } from "./group_types.ts";
 import type { GpuMemoryReport, HostProcesses, TreeProcess } from "./host.ts";
 import { askGpuMemory } from "./listing.ts";
-import { clockOf, type Machine, sessionOf } from "./machine.ts";
+import type { Machine } from "./machine.ts";
+import { sessionOf } from "./process.ts";
+import { clockOf } from "./time.ts";
 import {
   type Manifest,
   MANIFEST_FILE,

@@ -11,11 +11,12 @@
 import { groupFailure, openToRead } from "./disk.ts";
 import type { SnapshotStore } from "./engine.ts";
 import { RefusedError } from "./errors.ts";
-import { checkGroupOptions, type GroupResult } from "./group_options.ts";
+import { checkGroupOptions, type GroupResult } from "./group_types.ts";
 import { runGroup } from "./group.ts";
 import { type ProcessIdentity, sameProcess } from "./host.ts";
 import { StrictReader } from "./json.ts";
-import { type Machine, sessionOf } from "./machine.ts";
+import type { Machine } from "./machine.ts";
+import { sessionOf } from "./process.ts";
 import { MANIFEST_FILE, MANIFEST_MAX_BYTES, TRACE_FILE, TRACE_MAX_BYTES } from "./manifest.ts";
 
 const FORMAT = "ckpt-cuda-in-progress/1";

@@ -31,11 +31,11 @@
  * @module
  */
 
-import { CUDA_SUCCESS } from "../core/codes.ts";
+import { CUDA_SUCCESS } from "../core/driver.ts";
 import { type CudaError, driverError } from "../core/errors.ts";
 import { CUUUID_SIZE } from "../ffi/structs.ts";
 import { nativeBuffer } from "../ffi/adapter.ts";
-import { formatGpuUuid } from "../core/uuid.ts";
+import { formatGpuUuid } from "../core/options.ts";
 import type { FfiLibrary, NativeArg, NativeLink } from "../ffi/adapter.ts";
 import type { NativeDriver } from "../ffi/native.ts";
 import { runtimeAdapter } from "../ffi/runtime.ts";

@@ -19,7 +19,7 @@ import {
   CUDA_ERROR_OPERATING_SYSTEM,
   CUDA_SUCCESS,
   GPU_PAIRS_MIN_DRIVER_VERSION,
-} from "../core/codes.ts";
+} from "../core/driver.ts";
 import type {
   CheckpointDriver,
   DriverResult,
@@ -35,8 +35,8 @@ import {
   encodeRestoreArgs,
   RESTORE_ARGS_PAIRS_OFFSET,
 } from "./structs.ts";
-import { formatGpuUuid } from "../core/uuid.ts";
-import { Slots } from "../core/slots.ts";
+import { formatGpuUuid } from "../core/options.ts";
+import { Slots } from "../core/time.ts";
 import {
   cText,
   type FfiAdapter,

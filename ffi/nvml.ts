@@ -14,7 +14,7 @@
  */
 
 import type { GpuMemory, GpuMemoryReport } from "../core/host.ts";
-import { formatGpuUuid, parseGpuUuid } from "../core/uuid.ts";
+import { formatGpuUuid, parseGpuUuid } from "../core/options.ts";
 import {
   cText,
   type FfiAdapter,

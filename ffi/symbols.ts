@@ -7,7 +7,7 @@
  * @module
  */
 
-import { C_FUNCTIONS } from "../core/gate.ts";
+import { C_FUNCTIONS } from "../core/calls.ts";
 
 /** The FFI parameter types the tables use (a subset of Deno's `NativeType`). */
 type CudaNativeType = "i32" | "u32" | "u64" | "buffer";

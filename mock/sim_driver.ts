@@ -17,7 +17,7 @@ import {
   CUDA_SUCCESS,
   formatDriverVersion,
   GPU_PAIRS_MIN_DRIVER_VERSION,
-} from "../core/codes.ts";
+} from "../core/driver.ts";
 import type {
   CheckpointDriver,
   DriverResult,
@@ -26,9 +26,9 @@ import type {
   LockArgs,
   RestoreArgs,
 } from "../core/driver.ts";
-import { CHECKPOINT_FUNCTIONS } from "../core/gate.ts";
+import { CHECKPOINT_FUNCTIONS } from "../core/calls.ts";
 import { isFinal, memoryOnHost, type Step, stepAllowed, stepFrom, stepTo } from "../core/states.ts";
-import { formatGpuUuid } from "../core/uuid.ts";
+import { formatGpuUuid } from "../core/options.ts";
 import { gpusSeenBy } from "./criu_files.ts";
 import type { FaultableOperation, PendingFault, QueryOperation } from "./faults.ts";
 import { instantly, type MachineView } from "./machine_view.ts";

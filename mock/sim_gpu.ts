@@ -6,7 +6,7 @@
 
 import { describeValue } from "../core/errors.ts";
 import { checkAmount, checkInteger, checkKeys, checkName } from "../core/options.ts";
-import { formatGpuUuid, parseGpuUuid } from "../core/uuid.ts";
+import { formatGpuUuid, parseGpuUuid } from "../core/options.ts";
 import { CONTEXT_MIB } from "./timing.ts";
 
 /** A GPU of the simulated machine, as given to `SimulatedMachine`'s constructor. */

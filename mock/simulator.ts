@@ -8,7 +8,8 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { SnapshotStore } from "../core/engine.ts";
-import type { Clock, Machine } from "../core/machine.ts";
+import type { Machine } from "../core/machine.ts";
+import type { Clock } from "../core/time.ts";
 import { describeValue } from "../core/errors.ts";
 import {
   type HostProcesses,

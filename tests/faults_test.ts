@@ -11,7 +11,7 @@ import {
   CUDA_ERROR_OUT_OF_MEMORY,
   CUDA_ERROR_UNKNOWN,
   CUDA_SUCCESS,
-} from "../core/codes.ts";
+} from "../core/driver.ts";
 import { SimulatedMachine } from "../mock/mod.ts";
 import { loadSimulator, SimulatorSnapshotError, snapshotSimulator } from "../mock/state_file.ts";
 import { rejectsWith } from "./support/rejects.ts";

@@ -15,7 +15,8 @@ import { tmpdir } from "node:os";
 import process from "node:process";
 
 import { DriverLoadError } from "../core/errors.ts";
-import { Handle } from "../core/handle.ts";
+import { Handle } from "../core/process.ts";
+import { act } from "../core/action.ts";
 import { SharedMachine } from "../core/machine.ts";
 import { findLibcuda, LIBCUDA_ENV_VAR, LIBCUDA_SEARCH_PATHS, LIBCUDA_SONAME } from "../ffi/find.ts";
 import { type NativeDriver, openNativeDriver } from "../ffi/native.ts";
@@ -759,8 +760,8 @@ describe(`native driver (${runtime}) against a fake libcuda`, { skip: noCompiler
     const machine = await proc.machine();
     const d = machine.driver as NativeDriver & { workerCount: number };
     const lock = { lockTimeoutMs: 0, pairs: null, checkRoom: true };
-    await Promise.all([proc.act("lock", lock), new Handle(3202, machine).act("lock", lock)]);
-    await proc.act("unlock", lock);
+    await Promise.all([act(proc, "lock", lock), act(new Handle(3202, machine), "lock", lock)]);
+    await act(proc, "unlock", lock);
     if (runtime === "bun") assert.ok(d.workerCount >= 1, "calls started worker threads");
     await proc.close();
     assert.equal(d.workerCount, 0, "every worker ended before close() resolved");

@@ -11,12 +11,12 @@ import {
 } from "../mod.ts";
 import type { Action, GroupEvent } from "../types.ts";
 import type { GroupOptions } from "../mod.ts";
-import { checkGroupOptions } from "../core/group_options.ts";
+import { checkGroupOptions } from "../core/group_types.ts";
 import {
   CUDA_ERROR_ILLEGAL_STATE,
   CUDA_ERROR_NOT_READY,
   CUDA_ERROR_UNKNOWN,
-} from "../core/codes.ts";
+} from "../core/driver.ts";
 import { SimulatedMachine, type SimulatedProcess } from "../mock/mod.ts";
 import { machineWith } from "./support/forward.ts";
 

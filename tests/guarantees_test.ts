@@ -26,7 +26,7 @@ import {
   CUDA_ERROR_OPERATING_SYSTEM,
   CUDA_ERROR_OUT_OF_MEMORY,
   CUDA_ERROR_UNKNOWN,
-} from "../core/codes.ts";
+} from "../core/driver.ts";
 import { SimulatedMachine, type SimulatedProcess } from "../mock/mod.ts";
 import { cli } from "./cli_support.ts";
 

@@ -11,7 +11,7 @@ import process from "node:process";
 import fc from "fast-check";
 
 import { CudaProcess, listCudaProcesses, runGroup } from "../mod.ts";
-import { parseGpuUuid } from "../core/uuid.ts";
+import { parseGpuUuid } from "../core/options.ts";
 import { SimulatedMachine } from "../mock/mod.ts";
 import { describeValue } from "../core/errors.ts";
 import { simulatedClock } from "../cli/simulate.ts";

@@ -5,7 +5,7 @@
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { CudaProcess, runGroup } from "../mod.ts";
-import { CUDA_ERROR_NOT_READY, CUDA_ERROR_UNKNOWN } from "../core/codes.ts";
+import { CUDA_ERROR_NOT_READY, CUDA_ERROR_UNKNOWN } from "../core/driver.ts";
 import { type SimulatedCall, SimulatedMachine } from "../mock/mod.ts";
 
 function job(n: number, memoryMiB = 2048) {

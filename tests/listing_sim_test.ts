@@ -6,7 +6,7 @@
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 
-import { CUDA_ERROR_ILLEGAL_STATE, CUDA_ERROR_OPERATING_SYSTEM } from "../core/codes.ts";
+import { CUDA_ERROR_ILLEGAL_STATE, CUDA_ERROR_OPERATING_SYSTEM } from "../core/driver.ts";
 import { CheckpointUnsupportedError } from "../core/errors.ts";
 import { CudaProcess, listCudaProcesses } from "../mod.ts";
 import type { HostProcesses } from "../core/host.ts";

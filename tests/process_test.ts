@@ -16,7 +16,7 @@ import {
   CUDA_ERROR_OPERATING_SYSTEM,
   CUDA_ERROR_OUT_OF_MEMORY,
   CUDA_ERROR_UNKNOWN,
-} from "../core/codes.ts";
+} from "../core/driver.ts";
 import { SimulatedMachine } from "../mock/mod.ts";
 import { heldWhenCheckpointed } from "./support/held.ts";
 import { forward, hostWith, machineWith } from "./support/forward.ts";

@@ -11,7 +11,7 @@ import { readdirSync, readFileSync, statSync } from "node:fs";
 import { join, relative } from "node:path";
 
 import { CudaError, CudaProcess } from "../mod.ts";
-import { CUDA_ERROR_OPERATING_SYSTEM } from "../core/codes.ts";
+import { CUDA_ERROR_OPERATING_SYSTEM } from "../core/driver.ts";
 import { SimulatedMachine } from "../mock/mod.ts";
 import { forward } from "./support/forward.ts";
 
@@ -43,7 +43,7 @@ describe("no shell", () => {
   const code = publishedFiles().filter((f) => /\.(ts|js|mjs|cjs)$/.test(f));
 
   test("the published files are found (the check below looks at something)", () => {
-    for (const f of ["mod.ts", "core/handle.ts", "cli/main.ts", "os/criu.ts", "mock/mod.ts"]) {
+    for (const f of ["mod.ts", "core/process.ts", "cli/main.ts", "os/criu.ts", "mock/mod.ts"]) {
       assert.ok(code.includes(f), `${f} is published: ${code.join(", ")}`);
     }
     assert.ok(!code.some((f) => f.startsWith("tests/")), "tests are not published");

@@ -7,7 +7,7 @@ import { writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { SimulatedMachine, VirtualClock } from "../mock/mod.ts";
-import { CUDA_ERROR_NOT_READY, CUDA_SUCCESS } from "../core/codes.ts";
+import { CUDA_ERROR_NOT_READY, CUDA_SUCCESS } from "../core/driver.ts";
 
 describe("the virtual clock", () => {
   test("the issue's example: an unawaited 3 s kernel, other awaits, then lock (200 ms) gives NOT_READY at t=200", async () => {

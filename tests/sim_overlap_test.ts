@@ -8,7 +8,7 @@ import {
   CUDA_ERROR_ILLEGAL_STATE as ILLEGAL,
   CUDA_ERROR_OPERATING_SYSTEM,
   CUDA_SUCCESS as OK,
-} from "../core/codes.ts";
+} from "../core/driver.ts";
 import { CUprocessState } from "../core/states.ts";
 
 type Op = "getState" | "getRestoreThreadId" | "lock" | "checkpoint" | "restore" | "unlock";

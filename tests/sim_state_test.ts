@@ -33,7 +33,7 @@ import {
   CUDA_ERROR_OUT_OF_MEMORY,
   CUDA_ERROR_UNKNOWN,
   CUDA_SUCCESS,
-} from "../core/codes.ts";
+} from "../core/driver.ts";
 import {
   openSimulatedMachine,
   SIMULATED_STATE_FILE,

@@ -13,8 +13,8 @@ import {
   CUDA_ERROR_OPERATING_SYSTEM,
   CUDA_ERROR_OUT_OF_MEMORY,
   CUDA_SUCCESS,
-} from "../core/codes.ts";
-import { parseGpuUuid } from "../core/uuid.ts";
+} from "../core/driver.ts";
+import { parseGpuUuid } from "../core/options.ts";
 
 const MIB = 1024 * 1024;
 

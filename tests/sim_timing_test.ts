@@ -10,8 +10,8 @@ import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { SimulatedMachine, type SimulatedMachineOptions } from "../mock/mod.ts";
 import { H200_TIMING } from "../mock/timing.ts";
-import { CUDA_ERROR_OPERATING_SYSTEM, CUDA_SUCCESS } from "../core/codes.ts";
-import { parseGpuUuid } from "../core/uuid.ts";
+import { CUDA_ERROR_OPERATING_SYSTEM, CUDA_SUCCESS } from "../core/driver.ts";
+import { parseGpuUuid } from "../core/options.ts";
 
 /** Measured ranges in ms, [min, max]; where one figure was measured, min = max. */
 type Range = readonly [number, number];

@@ -27,7 +27,7 @@ import { join } from "node:path";
 import process from "node:process";
 import { inspectSnapshot, RefusedError, restoreSnapshot, snapshot } from "../mod.ts";
 import { MANIFEST_FILE } from "../core/manifest.ts";
-import { parseGpuUuid } from "../core/uuid.ts";
+import { parseGpuUuid } from "../core/options.ts";
 import type { Machine } from "../core/machine.ts";
 import { SimulatedCriu, SimulatedMachine, type SimulatedMachineOptions } from "../mock/mod.ts";
 import { machineWith } from "./support/forward.ts";

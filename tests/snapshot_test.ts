@@ -28,8 +28,8 @@ import type { SnapshotEvent } from "../snapshot.ts";
 import { MANIFEST_FILE } from "../core/manifest.ts";
 import { hostWith, machineWith } from "./support/forward.ts";
 import { SimulatedCriu, SimulatedMachine, type SimulatedProcess } from "../mock/mod.ts";
-import { mappingProblems } from "../core/gate.ts";
-import { parseGpuUuid } from "../core/uuid.ts";
+import { mappingProblems } from "../core/mapping.ts";
+import { parseGpuUuid } from "../core/options.ts";
 import { tempDirs } from "./support/temp_dirs.ts";
 import { FileSnapshotStore } from "../os/snapshot_store.ts";
 

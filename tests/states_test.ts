@@ -1,10 +1,9 @@
-// The one state table (core/states.ts): no other module decides which operation is legal in which
-// state, and what derives from it agrees wherever it is used: one process's methods and the group
-// operations on every initial state, the plans' steps with the driver's own rule for each step.
+// The one state table (core/states.ts), and what derives from it agrees wherever it is used: one
+// process's methods and the group operations on every initial state, the plans' steps with the
+// driver's own rule for each step.
 // Runs unchanged under `deno test -A` and `bun test`.
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { readdirSync, readFileSync } from "node:fs";
 
 import {
   CudaError,
@@ -30,52 +29,7 @@ import {
 } from "../core/states.ts";
 import { SimulatedMachine, type SimulatedProcess } from "../mock/mod.ts";
 
-const ROOT = new URL("../", import.meta.url);
-
-/** The state names and numbers a module's code names. */
-function stateNames(text: string): string[] {
-  return [...text.matchAll(/"(running|locked|checkpointed)"|\bCU_PROCESS_STATE_\w+/g)].map((m) =>
-    m[0]
-  );
-}
-
-/** The code of a module (a path, or the text itself): comments and re-export lists left out. */
-function code(path: string): string {
-  const text = path.endsWith(".ts") ? readFileSync(new URL(path, ROOT), "utf8") : path;
-  return text
-    .replace(/\/\*[\s\S]*?\*\//g, "")
-    .replace(/\/\/[^\n]*/g, "")
-    .replace(/export\s*(type\s*)?\{[^}]*\}\s*from\s*"[^"]+";/g, "");
-}
-
-/** Every module of the package (what is published), but the table itself. */
-function modules(): string[] {
-  const files = ["mod.ts", "driver.ts", "snapshot.ts", "types.ts"];
-  for (const dir of ["api", "core", "os", "cli", "mock", "ffi"]) {
-    for (const name of readdirSync(new URL(`${dir}/`, ROOT))) {
-      if (name.endsWith(".ts")) files.push(`${dir}/${name}`);
-    }
-  }
-  return files.filter((f) => f !== "core/states.ts");
-}
-
 describe("one table decides what is legal in which state", () => {
-  test("no module but core/states.ts names a state a step goes between, or its number", () => {
-    // A decision about legality compares a state with the one an operation needs, or plans steps
-    // from a state: either needs the state's name ("running", "locked", "checkpointed") or its
-    // CUprocessState number. The failed state, which no step leaves, is asked through the table's
-    // isFinal; "failed" is also an outcome's status, so it is not looked for here.
-    const found = modules().flatMap((file) => stateNames(code(file)).map((n) => `${file}: ${n}`));
-    assert.deepEqual(found, [], "ask core/states.ts instead");
-    assert.ok(modules().length > 50, `every module was read (${modules().length})`);
-  });
-
-  test("the scan finds what it looks for, and not in comments", () => {
-    const sample = 'if (s === "locked") return;\nconst n = CU_PROCESS_STATE_RUNNING;\n' +
-      '// "checkpointed" in a comment\n/* "running" */ const x = "runningly";';
-    assert.deepEqual(stateNames(code(sample)), ['"locked"', "CU_PROCESS_STATE_RUNNING"]);
-  });
-
   test("each step goes between neighbours of the chain, and undoing it comes back", () => {
     for (const step of STEPS) {
       assert.deepEqual(wayBetween(stepFrom(step), stepTo(step)), [step], step);

@@ -3,7 +3,7 @@ import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { CudaProcess } from "../mod.ts";
 import { checkGpuMapping, checkPid, checkTimeoutMs } from "../core/options.ts";
-import { formatGpuUuid, parseGpuUuid } from "../core/uuid.ts";
+import { formatGpuUuid, parseGpuUuid } from "../core/options.ts";
 import { SimulatedMachine } from "../mock/mod.ts";
 import { encodeGpuPairs, encodeLockArgs, encodeRestoreArgs } from "../ffi/structs.ts";
 

@@ -8,10 +8,10 @@ import {
   CUDA_ERROR_INVALID_VALUE,
   CUDA_SUCCESS,
   resultName,
-} from "../../core/codes.ts";
+} from "../../core/driver.ts";
 import type { CheckpointDriver, GpuPair } from "../../core/driver.ts";
 import type { Machine } from "../../core/machine.ts";
-import { parseGpuUuid } from "../../core/uuid.ts";
+import { parseGpuUuid } from "../../core/options.ts";
 import { CudaError, RefusedError } from "../../core/errors.ts";
 import { CudaProcess } from "../../api/cuda_process.ts";
 import { type ProcessState, stateName, stateNumber } from "../../core/states.ts";

@@ -13,7 +13,7 @@ import {
   CUDA_ERROR_OPERATING_SYSTEM as OPERATING_SYSTEM,
   CUDA_ERROR_OUT_OF_MEMORY as OUT_OF_MEMORY,
   CUDA_SUCCESS as SUCCESS,
-} from "../../core/codes.ts";
+} from "../../core/driver.ts";
 import type { ProcessState } from "../../core/states.ts";
 
 /** A driver call a scenario makes. */

@@ -16,7 +16,7 @@ import { mkdirSync, writeFileSync } from "node:fs";
 import { execFileSync } from "node:child_process";
 import { CudaProcess } from "../../mod.ts";
 import { openMachine } from "../../driver.ts";
-import { CU_RESULTS, formatDriverVersion } from "../../core/codes.ts";
+import { CU_RESULTS, formatDriverVersion } from "../../core/driver.ts";
 import {
   type Outcome,
   QUICK_MS,

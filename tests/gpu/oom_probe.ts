@@ -17,7 +17,7 @@ import { existsSync, readFileSync } from "node:fs";
 import process from "node:process";
 import { openMachine } from "../../driver.ts";
 import type { RestoreArgs } from "../../core/driver.ts";
-import { parseGpuUuid } from "../../core/uuid.ts";
+import { parseGpuUuid } from "../../core/options.ts";
 import { startTarget, type TargetProcess } from "./native_env.ts";
 
 const targetPath = process.argv[2];

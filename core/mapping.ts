@@ -1,91 +1,13 @@
 /**
- * What is checked above the seam before a driver call, once for every driver: whether the driver
- * has the function at all (a driver older than 570 has none), whether it takes GPU pairs (580 and
- * later), and, where the driver can list its GPUs, whether a GPU mapping can work.
+ * GPU mappings, the one check: whether a mapping of a restore (or of a snapshot's restore) can
+ * work on this machine's GPUs, before anything reaches the driver, and why the driver refused one.
  *
  * @module
  */
 
-import {
-  CHECKPOINT_MIN_DRIVER_VERSION,
-  CUDA_SUCCESS,
-  formatDriverVersion,
-  GPU_PAIRS_MIN_DRIVER_VERSION,
-} from "./codes.ts";
-import type { CheckpointDriver, DriverResult, GpuInfo, GpuPair } from "./driver.ts";
-import { CheckpointUnsupportedError, RefusedError } from "./errors.ts";
-import { formatGpuUuid } from "./uuid.ts";
-
-/** The C function behind each driver operation. */
-export const C_FUNCTIONS = {
-  getState: "cuCheckpointProcessGetState",
-  getRestoreThreadId: "cuCheckpointProcessGetRestoreThreadId",
-  lock: "cuCheckpointProcessLock",
-  checkpoint: "cuCheckpointProcessCheckpoint",
-  restore: "cuCheckpointProcessRestore",
-  unlock: "cuCheckpointProcessUnlock",
-} as const;
-
-/** The C names of the six checkpoint functions, which drivers older than 570 lack. */
-export const CHECKPOINT_FUNCTIONS: readonly string[] = Object.freeze(Object.values(C_FUNCTIONS));
-
-/** A driver operation that calls one C checkpoint function. */
-export type DriverOperation = keyof typeof C_FUNCTIONS;
-
-/**
- * Throws {@link CheckpointUnsupportedError} when `driver` lacks the function behind `operation`,
- * or when GPU pairs are given to a driver older than 13.0. Resolves otherwise. `shown` is the
- * operation as the error names it (`suspend` for its lock).
- */
-export async function checkCapability(
-  driver: CheckpointDriver,
-  operation: DriverOperation,
-  pid: number | undefined,
-  gpuPairs = 0,
-  shown: string = operation,
-): Promise<void> {
-  const fn = C_FUNCTIONS[operation];
-  if (driver.missingFunctions?.includes(fn)) {
-    throw unsupportedError(shown, pid, await driver.driverVersion(), { missing: fn });
-  }
-  if (gpuPairs > 0) {
-    const version = await driver.driverVersion();
-    if (version.code === CUDA_SUCCESS && version.value < GPU_PAIRS_MIN_DRIVER_VERSION) {
-      throw unsupportedError(shown, pid, version, { gpuPairs });
-    }
-  }
-}
-
-/**
- * The one place that says a driver cannot do something: which function is missing or what needs
- * a newer driver, with the driver's version.
- */
-function unsupportedError(
-  operation: string,
-  pid: number | undefined,
-  version: DriverResult,
-  what: { missing: string } | { gpuPairs: number },
-): CheckpointUnsupportedError {
-  const known = version.code === CUDA_SUCCESS;
-  const driverText = known
-    ? `this driver (CUDA ${formatDriverVersion(version.value)})`
-    : `this driver (its version could not be read)`;
-  let reason: string;
-  if ("gpuPairs" in what) {
-    reason = `a GPU mapping needs driver 580 (CUDA 13.0) or later, and ${driverText} is older`;
-  } else if (!known || version.value < CHECKPOINT_MIN_DRIVER_VERSION) {
-    reason = `${driverText} has no checkpoint API (${what.missing}); driver 570 (CUDA 12.8) or ` +
-      `later has`;
-  } else {
-    reason = `${driverText} lacks ${what.missing}: the library looks incomplete or mismatched`;
-  }
-  return new CheckpointUnsupportedError({
-    operation,
-    pid,
-    reason,
-    driverVersion: known ? version.value : undefined,
-  });
-}
+import type { CheckpointDriver, GpuInfo, GpuPair } from "./driver.ts";
+import { RefusedError } from "./errors.ts";
+import { formatGpuUuid } from "./options.ts";
 
 function key(bytes: Uint8Array): string {
   return formatGpuUuid(bytes).toLowerCase();

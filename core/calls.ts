@@ -1,0 +1,156 @@
+/**
+ * The one way this package calls the driver: {@link callDriver} checks first that the driver has
+ * the function (a driver older than 570 has none; GPU pairs need 580), makes the call, and turns a
+ * failure into a `CudaError` through the one choke point (`driverError`); {@link readState} reads a
+ * state by name, with one rule for a state number this version does not know
+ * ({@link unknownState}), wherever it is read.
+ *
+ * @module
+ */
+
+import {
+  CHECKPOINT_MIN_DRIVER_VERSION,
+  type CheckpointDriver,
+  CUDA_SUCCESS,
+  type DriverResult,
+  formatDriverVersion,
+  GPU_PAIRS_MIN_DRIVER_VERSION,
+  type LockArgs,
+  type RestoreArgs,
+} from "./driver.ts";
+import { CheckpointUnsupportedError, driverError } from "./errors.ts";
+import { type ProcessState, stateName } from "./states.ts";
+
+/** The C function behind each driver operation. */
+export const C_FUNCTIONS = {
+  getState: "cuCheckpointProcessGetState",
+  getRestoreThreadId: "cuCheckpointProcessGetRestoreThreadId",
+  lock: "cuCheckpointProcessLock",
+  checkpoint: "cuCheckpointProcessCheckpoint",
+  restore: "cuCheckpointProcessRestore",
+  unlock: "cuCheckpointProcessUnlock",
+} as const;
+
+/** The C names of the six checkpoint functions, which drivers older than 570 lack. */
+export const CHECKPOINT_FUNCTIONS: readonly string[] = Object.freeze(Object.values(C_FUNCTIONS));
+
+/** A driver operation that calls one C checkpoint function. */
+export type DriverOperation = keyof typeof C_FUNCTIONS;
+
+/** What a failed call's error says besides the code: the state, and a sentence. */
+export interface FailureDetail {
+  state?: ProcessState;
+  detail?: string;
+}
+
+/**
+ * Calls `operation` of `driver` on `pid` and resolves to the value it gave (a state number, a
+ * thread id; 0 for a step); `args` are a lock's or a restore's (`null`: NULL). Refuses (`UNSUPPORTED`) where the driver lacks the function or the GPU
+ * pairs; rejects with the driver's `CudaError` where the call fails, its message completed by
+ * `explain` (asked after the failure). `shown` is the operation as errors name it (`suspend` for
+ * its lock).
+ */
+export async function callDriver(
+  driver: CheckpointDriver,
+  operation: DriverOperation,
+  pid: number,
+  args: LockArgs | RestoreArgs | null = null,
+  o: { shown?: string; explain?: (code: number) => Promise<FailureDetail> } = {},
+): Promise<number> {
+  const pairs = args && "gpuPairs" in args ? args.gpuPairs.length : 0;
+  await checkCapability(driver, operation, pid, pairs, o.shown ?? operation);
+  let result: DriverResult;
+  switch (operation) {
+    case "getState":
+    case "getRestoreThreadId":
+      result = await driver[operation](pid);
+      break;
+    case "lock":
+      result = { code: await driver.lock(pid, args as LockArgs | null), value: 0 };
+      break;
+    case "restore":
+      result = { code: await driver.restore(pid, args as RestoreArgs | null), value: 0 };
+      break;
+    default:
+      result = { code: await driver[operation](pid), value: 0 };
+  }
+  if (result.code === CUDA_SUCCESS) return result.value;
+  const more = await o.explain?.(result.code) ?? {};
+  throw driverError(driver, result.code, { operation, pid, ...more })!;
+}
+
+/** The state of `pid`, by name (see {@link unknownState} for a number this version does not know). */
+export async function readState(driver: CheckpointDriver, pid: number): Promise<ProcessState> {
+  return stateOf(await callDriver(driver, "getState", pid), pid);
+}
+
+/** A state number by name; refused as {@link unknownState} says where this version knows none. */
+export function stateOf(value: number, pid: number): ProcessState {
+  const name = stateName(value);
+  if (name === undefined) throw unknownState(value, pid);
+  return name;
+}
+
+/**
+ * The one rule for a state number this version does not know (a newer driver's: CUDA 13.4 names
+ * more): a `RangeError` naming it, wherever it is read. Nothing is done to such a process: a goal
+ * is not planned, a snapshot is refused, a listing puts it among the processes it could not tell.
+ */
+export function unknownState(value: number, pid: number): RangeError {
+  return new RangeError(
+    `getState of process ${pid} gave state ${value}, which this version of @ckpt/cuda does not ` +
+      `know (a newer driver's)`,
+  );
+}
+
+/**
+ * Throws {@link CheckpointUnsupportedError} when `driver` lacks the function behind `operation`,
+ * or when GPU pairs are given to a driver older than 13.0. `shown` is the operation as the error
+ * names it.
+ */
+export async function checkCapability(
+  driver: CheckpointDriver,
+  operation: DriverOperation,
+  pid: number | undefined,
+  gpuPairs = 0,
+  shown: string = operation,
+): Promise<void> {
+  const fn = C_FUNCTIONS[operation];
+  if (driver.missingFunctions?.includes(fn)) {
+    throw unsupported(shown, pid, await driver.driverVersion(), { missing: fn });
+  }
+  if (gpuPairs > 0) {
+    const version = await driver.driverVersion();
+    if (version.code === CUDA_SUCCESS && version.value < GPU_PAIRS_MIN_DRIVER_VERSION) {
+      throw unsupported(shown, pid, version, { gpuPairs });
+    }
+  }
+}
+
+/** Which function is missing or what needs a newer driver, with the driver's version. */
+function unsupported(
+  operation: string,
+  pid: number | undefined,
+  version: DriverResult,
+  what: { missing: string } | { gpuPairs: number },
+): CheckpointUnsupportedError {
+  const known = version.code === CUDA_SUCCESS;
+  const driverText = known
+    ? `this driver (CUDA ${formatDriverVersion(version.value)})`
+    : `this driver (its version could not be read)`;
+  let reason: string;
+  if ("gpuPairs" in what) {
+    reason = `a GPU mapping needs driver 580 (CUDA 13.0) or later, and ${driverText} is older`;
+  } else if (!known || version.value < CHECKPOINT_MIN_DRIVER_VERSION) {
+    reason = `${driverText} has no checkpoint API (${what.missing}); driver 570 (CUDA 12.8) or ` +
+      `later has`;
+  } else {
+    reason = `${driverText} lacks ${what.missing}: the library looks incomplete or mismatched`;
+  }
+  return new CheckpointUnsupportedError({
+    operation,
+    pid,
+    reason,
+    driverVersion: known ? version.value : undefined,
+  });
+}

@@ -1,0 +1,368 @@
+/**
+ * One process as this package works on it, from a caller's handle down to each driver call:
+ *
+ * - {@link Session}: what this package keeps for a machine while it is in use, one per machine:
+ *   the order of operations on each process (one at a time, in the order asked, keyed by the
+ *   process's thread-group id and start time, so a thread id and its pid are one process) and the
+ *   room check.
+ * - {@link Handle}: one process through one machine, as `CudaProcess` and the group operations
+ *   use it: it leases the machine, refuses a pid that has come to name another process, and waits
+ *   for its operations when closed.
+ * - {@link Turn}: the process while its turn is held, given only inside {@link Handle.ordered}:
+ *   each step is one driver call through `calls.ts`, with the room check around it.
+ *
+ * @module
+ */
+
+import { callDriver, checkCapability, type FailureDetail, readState } from "./calls.ts";
+import {
+  CUDA_ERROR_ILLEGAL_STATE,
+  CUDA_ERROR_INVALID_VALUE,
+  CUDA_ERROR_NOT_INITIALIZED,
+  CUDA_ERROR_OPERATING_SYSTEM,
+  CUDA_ERROR_OUT_OF_MEMORY,
+  type GpuPair,
+  type LockArgs,
+  type RestoreArgs,
+} from "./driver.ts";
+import { CudaError, RefusedError, WaitTimeoutError } from "./errors.ts";
+import { identityKey, type ProcessIdentity, sameProcess } from "./host.ts";
+import { leaseOf, type Machine, type MachineLease, type MachineSource } from "./machine.ts";
+import { checkMapping, explainRejectedMapping } from "./mapping.ts";
+import { type RoomCheck, RoomGuard } from "./room.ts";
+import { type ProcessState, type Step, stepAllowed } from "./states.ts";
+import { clockOf } from "./time.ts";
+
+/** The session of each machine in use: kept beside the machine, never written on it. */
+const SESSIONS = new WeakMap<Machine, Session>();
+
+/** The session of `machine`, made on first use. */
+export function sessionOf(machine: Machine): Session {
+  let session = SESSIONS.get(machine);
+  if (!session) SESSIONS.set(machine, session = new Session(machine));
+  return session;
+}
+
+/** A machine in use: see the module documentation. */
+export class Session {
+  readonly machine: Machine;
+  readonly room: RoomGuard;
+  #self: Promise<ProcessIdentity | undefined> | undefined;
+  readonly #tails = new Map<string, Promise<unknown>>();
+
+  /** The session of `machine`: use {@link sessionOf}, which keeps one per machine. */
+  constructor(machine: Machine) {
+    this.machine = machine;
+    this.room = new RoomGuard(machine.host, () => this.selfIdentity());
+  }
+
+  /** The process `id` (a pid or a thread id) belongs to now; `undefined` where none or unknown. */
+  async identify(id: number): Promise<ProcessIdentity | undefined> {
+    return await this.machine.host?.identify?.(id).catch(() => undefined);
+  }
+
+  /** Runs `operation` once every operation queued before it on the same process has settled. */
+  inOrder<T>(process: ProcessIdentity, operation: () => Promise<T>): Promise<T> {
+    const key = identityKey(process);
+    const before = this.#tails.get(key);
+    const run = before ? before.then(operation, operation) : operation();
+    // The queue holds a promise that never rejects, so that one failure does not fail the rest.
+    const tail = run.then(() => {}, () => {});
+    this.#tails.set(key, tail);
+    tail.then(() => {
+      if (this.#tails.get(key) === tail) this.#tails.delete(key);
+    });
+    return run;
+  }
+
+  /** The pid of the program using the machine, where it is one of the host's processes. */
+  get selfPid(): number | undefined {
+    return this.machine.host?.self;
+  }
+
+  /** This program as the host identifies it (the owner of its room claims), where it can. */
+  selfIdentity(): Promise<ProcessIdentity | undefined> {
+    this.#self ??= (async () => {
+      const pid = this.selfPid;
+      return pid === undefined ? undefined : await this.identify(pid) ?? { pid };
+    })();
+    return this.#self;
+  }
+}
+
+/** One process through one machine: see the module documentation. */
+export class Handle {
+  /** The process id (or one of its thread ids), as given: what the driver is called with. */
+  readonly pid: number;
+  readonly #source: MachineSource;
+  #lease: MachineLease | undefined;
+  #closed = false;
+  /** The process this handle was first used on: a pid that later names another is refused. */
+  #identity: ProcessIdentity | undefined;
+  readonly #running = new Set<Promise<unknown>>();
+
+  /** A handle on `pid` (checked by the caller) through the machine of `source`. */
+  constructor(pid: number, source: MachineSource) {
+    this.pid = pid;
+    this.#source = source;
+  }
+
+  /** The machine, opened on first use. */
+  async machine(): Promise<Machine> {
+    return (await this.#session()).machine;
+  }
+
+  /** The process's state, in its order. */
+  state(): Promise<ProcessState> {
+    return this.ordered((turn) => turn.state());
+  }
+
+  /** The restore thread id, at once (the driver answers even while the process is busy). */
+  restoreThreadId(): Promise<number> {
+    return this.#track(async () =>
+      await callDriver((await this.machine()).driver, "getRestoreThreadId", this.pid)
+    );
+  }
+
+  /** Resolves once the process is in `state`, asking every `intervalMs` (checked by the caller). */
+  async waitForState(
+    state: ProcessState,
+    o: { timeoutMs?: number; signal?: AbortSignal; intervalMs: number },
+  ): Promise<void> {
+    const clock = clockOf(await this.machine());
+    const start = clock.now();
+    for (;;) {
+      o.signal?.throwIfAborted();
+      const seen = await this.state();
+      if (seen === state) return;
+      if (seen === "failed") {
+        throw new RefusedError({
+          code: "STATE",
+          operation: "waitForState",
+          pid: this.pid,
+          state: seen,
+          reason: `it is failed, which is final: it will never be ${state}`,
+        });
+      }
+      o.signal?.throwIfAborted();
+      const left = o.timeoutMs === undefined ? Infinity : o.timeoutMs - (clock.now() - start);
+      if (left <= 0) throw new WaitTimeoutError(this.pid, state, o.timeoutMs!, seen);
+      await clock.sleep(Math.min(o.intervalMs, left), o.signal);
+    }
+  }
+
+  /**
+   * Runs `body` with the process's {@link Turn}: no other operation on the process through the
+   * same machine runs in between.
+   */
+  ordered<T>(body: (turn: Turn) => Promise<T>): Promise<T> {
+    return this.#track(async () => {
+      const session = await this.#session();
+      const found = await session.identify(this.pid);
+      if (found && this.#identity && !sameProcess(this.#identity, found)) {
+        throw new RefusedError({
+          code: "REPLACED",
+          operation: "getState",
+          pid: this.pid,
+          reason: `the process this handle was made for has ended, and ${this.pid} now names ` +
+            `another process`,
+        });
+      }
+      this.#identity ??= found;
+      // No process has the id now (the driver will say so): the process it named, or the number.
+      const identity = found ?? this.#identity ?? { pid: this.pid };
+      return await session.inOrder(identity, () => body(new Turn(this.pid, identity, session)));
+    });
+  }
+
+  /** Waits for this handle's operations, then lets go of its machine. Idempotent. */
+  async close(): Promise<void> {
+    this.#closed = true;
+    while (this.#running.size > 0) await Promise.allSettled([...this.#running]);
+    const held = this.#lease;
+    this.#lease = undefined;
+    await held?.release();
+  }
+
+  /** The session of this handle's machine, leased on first use. */
+  #session(): Promise<Session> {
+    if (this.#closed) return Promise.reject(this.#closedError());
+    if (!this.#lease) {
+      const taken = leaseOf(this.#source);
+      this.#lease = taken;
+      // A machine that failed to open is not kept: the next call tries again.
+      taken.machine.catch(() => {
+        if (this.#lease === taken) this.#lease = undefined;
+        taken.release().catch(() => {});
+      });
+    }
+    return this.#lease.machine.then(sessionOf);
+  }
+
+  /** Keeps `run` among this handle's operations until it settles (close waits for them). */
+  #track<T>(run: () => Promise<T>): Promise<T> {
+    if (this.#closed) return Promise.reject(this.#closedError());
+    const running = run();
+    this.#running.add(running);
+    const forget = () => this.#running.delete(running);
+    running.then(forget, forget);
+    return running;
+  }
+
+  #closedError(): Error {
+    return new Error(
+      `CudaProcess(${this.pid}): this handle has been closed; make a new CudaProcess to go on`,
+    );
+  }
+}
+
+/** The process while its turn is held: see the module documentation. */
+export class Turn {
+  /** The pid (or thread id) as given: what the driver is called with. */
+  readonly pid: number;
+  /** The process it belongs to. */
+  readonly identity: ProcessIdentity;
+  /** Whether the process is the program making the calls (it checkpoints itself). */
+  readonly self: boolean;
+  readonly session: Session;
+
+  /** The turn of `pid` (of the process `identity`) in `session`. */
+  constructor(pid: number, identity: ProcessIdentity, session: Session) {
+    this.pid = pid;
+    this.identity = identity;
+    this.session = session;
+    this.self = identity.pid === session.selfPid;
+  }
+
+  get machine(): Machine {
+    return this.session.machine;
+  }
+
+  /** Refuses (`UNSUPPORTED`) where the driver lacks the function of one of `steps`. */
+  async capable(steps: readonly Step[], shown: string): Promise<void> {
+    for (const step of new Set(steps)) {
+      await checkCapability(this.machine.driver, step, this.pid, 0, shown);
+    }
+  }
+
+  /** The state, by name. */
+  state(): Promise<ProcessState> {
+    return readState(this.machine.driver, this.pid);
+  }
+
+  /** `lock` with this timeout. */
+  async lock(timeoutMs: number): Promise<void> {
+    const room = this.session.room;
+    // Locking this very process: the room check's NVML reads stop until it runs again.
+    if (this.self) await room.beforeSelfLock();
+    try {
+      await this.#call("lock", { timeoutMs });
+    } catch (err) {
+      if (this.self) room.selfRunning();
+      throw err;
+    }
+    // Locked from running: what it held when last checkpointed is no longer what it holds.
+    await room.forget(this.identity);
+  }
+
+  /**
+   * `checkpoint`; with `checkRoom`, what it held is read first and recorded after. Resolves to
+   * why its restore's room cannot be checked where the record could not be written (a warning).
+   */
+  async checkpoint(checkRoom: boolean): Promise<RoomCheck | undefined> {
+    const room = this.session.room;
+    // Never of this very process: NVML waits in a process that has checkpointed itself.
+    const held = checkRoom && !this.self ? await room.heldNow(this.identity) : undefined;
+    await this.#call("checkpoint");
+    return held ? await room.recorded(this.identity, held) : undefined;
+  }
+
+  /**
+   * `restore`, with GPU pairs or without, its room checked and claimed first unless `checkRoom`
+   * is false. `shown` is the operation errors name (`resume` for its restore).
+   */
+  async restore(
+    pairs: readonly GpuPair[] | null,
+    checkRoom: boolean,
+    shown: string,
+  ): Promise<RoomCheck> {
+    const driver = this.machine.driver;
+    await checkCapability(driver, "restore", this.pid, pairs?.length ?? 0, shown);
+    if (pairs) await checkMapping(driver, shown, this.pid, pairs);
+    const reservation = checkRoom
+      ? await this.session.room.reserve(
+        this.identity,
+        pairs,
+        { operation: shown, pid: this.pid, self: this.self },
+        () => this.#checkpointedNow(),
+      )
+      : undefined;
+    let ok = false;
+    try {
+      await this.#call("restore", pairs === null ? null : { gpuPairs: pairs }, async (code) => ({
+        detail: code === CUDA_ERROR_INVALID_VALUE && pairs !== null && pairs.length > 0
+          ? await explainRejectedMapping(driver, pairs)
+          : code === CUDA_ERROR_OUT_OF_MEMORY
+          ? "on driver 580 the process cannot be restored after this, even once memory is free " +
+            "(docs/ERRORS.md#out-of-memory)"
+          : undefined,
+      }));
+      ok = true;
+    } finally {
+      await reservation?.done(ok);
+    }
+    return reservation?.check ?? "skipped";
+  }
+
+  /** `unlock`. */
+  async unlock(): Promise<void> {
+    await this.#call("unlock");
+    if (this.self) this.session.room.selfRunning();
+  }
+
+  /**
+   * A step's driver call; a failure's error says the state for an illegal state, and a sentence
+   * where the code alone would mislead (`explain` adds the step's own).
+   */
+  #call(
+    step: Step,
+    args: LockArgs | RestoreArgs | null = null,
+    explain?: (code: number) => Promise<FailureDetail>,
+  ): Promise<number> {
+    return callDriver(this.machine.driver, step, this.pid, args, {
+      explain: async (code) => {
+        const more: FailureDetail = await explain?.(code) ?? {};
+        if (code === CUDA_ERROR_ILLEGAL_STATE) {
+          more.state = await this.state().catch(() => undefined);
+          // Refused as illegal in a state the step accepts: something else changed it meanwhile.
+          if (more.state !== undefined && stepAllowed(step, more.state)) {
+            more.detail = "another program (or another thread id of this process) changed its " +
+              "state meanwhile";
+          }
+          if (more.state === "failed") more.detail = "the failed state is final";
+        }
+        // A restore refused although the process is there and checkpointed: what driver 580 does
+        // after a restore of it ran out of GPU memory.
+        if (
+          code === CUDA_ERROR_OPERATING_SYSTEM && step === "restore" && !more.detail &&
+          await this.#checkpointedNow()
+        ) {
+          more.detail = "the process is checkpointed, yet the driver refuses to restore it, as " +
+            "driver 580 does after a restore of it ran out of memory (docs/ERRORS.md#out-of-memory)";
+        }
+        return more;
+      },
+    });
+  }
+
+  /** Whether the driver says, now, that the process is there and checkpointed; never rejects. */
+  async #checkpointedNow(): Promise<boolean> {
+    return await this.state().catch(() => undefined) === "checkpointed";
+  }
+}
+
+/** Whether an error says there is no process, or no CUDA in it: nothing is left to undo. */
+export function isGone(err: unknown): boolean {
+  return err instanceof CudaError &&
+    (err.code === CUDA_ERROR_OPERATING_SYSTEM || err.code === CUDA_ERROR_NOT_INITIALIZED);
+}

@@ -1,0 +1,118 @@
+/**
+ * Time, as this package measures and spends it: a machine's clock (the simulator's virtual time,
+ * or the real one), a deadline for a whole operation on it, times rounded for reports, and
+ * {@link Slots}, which lets at most so much work run at once.
+ *
+ * @module
+ */
+
+/** A clock in ms: the simulator's virtual time, or the real one. */
+export interface Clock {
+  /** Now, in ms. */
+  now(): number;
+  /** Resolves after `ms`. */
+  sleep(ms: number): Promise<void>;
+}
+
+/** A clock that can be interrupted: {@link Clock} with an `AbortSignal` on its sleep. */
+export interface SignalClock extends Clock {
+  /** Resolves after `ms`; rejects with the signal's reason when it is aborted first. */
+  sleep(ms: number, signal?: AbortSignal): Promise<void>;
+}
+
+/** A time in ms to the microsecond, without floating-point noise (`0.2`, not `0.20000000000000004`). */
+export function roundMs(ms: number): number {
+  return Math.round(ms * 1000) / 1000;
+}
+
+/** The clock of a machine: its own where it keeps one (the simulator's), else the real clock. */
+export function clockOf(machine: { readonly clock?: Clock }): SignalClock {
+  const own = machine.clock;
+  const now = own ? () => own.now() : () => performance.now();
+  const sleep = (ms: number, signal?: AbortSignal): Promise<void> => {
+    if (signal?.aborted) return Promise.reject(signal.reason);
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const slept = own
+      ? own.sleep(ms)
+      : new Promise<void>((resolve) => timer = setTimeout(resolve, ms));
+    if (!signal) return slept;
+    return new Promise<void>((resolve, reject) => {
+      const onAbort = () => {
+        if (timer !== undefined) clearTimeout(timer);
+        reject(signal.reason);
+      };
+      signal.addEventListener("abort", onAbort, { once: true });
+      slept.then(() => {
+        signal.removeEventListener("abort", onAbort);
+        resolve();
+      }, reject);
+    });
+  };
+  return { now, sleep };
+}
+
+/**
+ * A deadline on a clock, for a whole operation (a group, a snapshot): what is left of it, and a
+ * lock timeout cut to it. No deadline (`timeoutMs` undefined) never passes.
+ */
+export class Deadline {
+  readonly #start: number;
+  readonly #now: () => number;
+  readonly #end: number;
+
+  /** A deadline `timeoutMs` from now on `clock`'s time. */
+  constructor(clock: { now(): number }, timeoutMs: number | undefined) {
+    this.#now = () => clock.now();
+    this.#start = clock.now();
+    this.#end = timeoutMs === undefined ? Infinity : this.#start + timeoutMs;
+  }
+
+  /** ms since the start. */
+  elapsed(): number {
+    return this.#now() - this.#start;
+  }
+
+  /** Whole ms left (rounded up: a wait that uses them ends at the deadline), or `undefined`. */
+  left(): number | undefined {
+    return this.#end === Infinity ? undefined : Math.max(0, Math.ceil(this.#end - this.#now()));
+  }
+
+  /** Whether it has passed. */
+  passed(): boolean {
+    return this.#now() >= this.#end;
+  }
+
+  /** A lock timeout (0: forever) cut to what is left, at least 1 ms. */
+  cut(lockTimeoutMs: number): number {
+    const left = this.left();
+    if (left === undefined) return lockTimeoutMs;
+    return lockTimeoutMs === 0 ? Math.max(1, left) : Math.min(lockTimeoutMs, Math.max(1, left));
+  }
+}
+
+/**
+ * Work in flight, at most so much at once (the native driver's calls on its worker threads, a
+ * snapshot's criu runs); the rest wait their turn, in the order they came.
+ */
+export class Slots {
+  #free: number;
+  readonly #waiting: (() => void)[] = [];
+
+  /** At most `size` at once (at least one). */
+  constructor(size: number) {
+    this.#free = Math.max(1, Math.floor(size));
+  }
+
+  /** Runs `task` once a slot is free, and frees it when the task settles. */
+  async run<T>(task: () => Promise<T>): Promise<T> {
+    if (this.#free > 0) this.#free--;
+    else await new Promise<void>((resolve) => this.#waiting.push(resolve));
+    try {
+      return await task();
+    } finally {
+      const next = this.#waiting.shift();
+      if (next) next();
+      else this.#free++;
+    }
+  }
+}
