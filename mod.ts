@@ -41,7 +41,8 @@ export type { Outcome } from "./core/action.ts";
 export type { ProcessState } from "./core/states.ts";
 export type { GpuMapping } from "./core/options.ts";
 export type { GroupOptions, GroupResult, ProcessOutcome } from "./core/group_types.ts";
-export type { RestoreSnapshotOptions, SnapshotOptions } from "./core/disk.ts";
+export type { RestoreSnapshotOptions } from "./core/snapshot/restore.ts";
+export type { SnapshotOptions } from "./core/snapshot/take.ts";
 export {
   CheckpointError,
   CheckpointUnsupportedError,

@@ -26,33 +26,32 @@
  * @module
  */
 
-export type {
-  RestoreSnapshotResult,
-  SnapshotEvent,
-  SnapshotPhase,
-  SnapshotResult,
-} from "./core/disk.ts";
+export type { RestoreSnapshotResult } from "./core/snapshot/restore.ts";
+export type { SnapshotEvent, SnapshotPhase } from "./core/snapshot/run.ts";
+export type { SnapshotResult } from "./core/snapshot/take.ts";
 export {
   type Manifest,
   type ManifestGpu,
   type ManifestProcess,
   type ManifestTree,
   parseManifest,
-} from "./core/manifest.ts";
+} from "./core/snapshot/manifest.ts";
 export type { SnapshotState } from "./core/states.ts";
 export {
   type Checked,
   type CheckOptions,
+  type SnapshotDir,
+  type SnapshotStore,
+} from "./core/snapshot/store.ts";
+export {
   type DumpedProcess,
   type DumpRequest,
   EngineError,
   type EngineProbe,
   type RestoreRequest,
-  type SnapshotDir,
   type SnapshotEngine,
-  type SnapshotFile,
-  type SnapshotStore,
 } from "./core/engine.ts";
+export { type SnapshotFile } from "./core/snapshot/store.ts";
 export { recoverSnapshot } from "./api/functions.ts";
-export type { RecoverResult } from "./core/trace.ts";
+export type { RecoverResult } from "./core/snapshot/recover.ts";
 export type { CriuEngineOptions } from "./os/criu.ts";

@@ -5,7 +5,7 @@
  * @module
  */
 
-import { describeValue } from "../core/errors.ts";
+import { describeValue } from "../core/options.ts";
 import {
   act,
   type ActionSettings,

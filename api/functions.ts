@@ -7,14 +7,10 @@
  */
 
 import { CudaProcess, handleOf, machineOf } from "./cuda_process.ts";
-import type {
-  RestoreSnapshotOptions,
-  RestoreSnapshotResult,
-  SnapshotOptions,
-  SnapshotResult,
-} from "../core/disk.ts";
+import type { RestoreSnapshotOptions, RestoreSnapshotResult } from "../core/snapshot/restore.ts";
+import type { SnapshotOptions, SnapshotResult } from "../core/snapshot/take.ts";
 import type { GpuInfo } from "../core/driver.ts";
-import { checkRestoreArgs, inspectIn, restoreFrom } from "../core/from_disk.ts";
+import { checkRestoreArgs, inspectIn, restoreFrom } from "../core/snapshot/restore.ts";
 import { runGroup as runOn } from "../core/group.ts";
 import { checkGroupOptions, type GroupOptions, type GroupResult } from "../core/group_types.ts";
 import {
@@ -24,12 +20,12 @@ import {
   listOn,
 } from "../core/listing.ts";
 import { type Machine, withMachine } from "../core/machine.ts";
-import type { Manifest } from "../core/manifest.ts";
+import type { Manifest } from "../core/snapshot/manifest.ts";
 import { checkChoice, checkFlag, checkOptions } from "../core/options.ts";
-import { recoverFrom, type RecoverResult } from "../core/trace.ts";
+import { recoverFrom, type RecoverResult } from "../core/snapshot/recover.ts";
 import { type Action, ACTIONS } from "../core/states.ts";
-import { checkSnapshotArgs, takeSnapshot } from "../core/to_disk.ts";
-import { checkDir } from "../core/disk.ts";
+import { checkSnapshotArgs, takeSnapshot } from "../core/snapshot/take.ts";
+import { checkDir } from "../core/snapshot/run.ts";
 import { storeOf } from "../os/snapshot_store.ts";
 
 /**
@@ -191,14 +187,23 @@ export async function snapshot(
  * engine's restore (what it made was ended), or the GPU restore (the processes are checkpointed,
  * and the error says how to go on).
  */
-export async function restoreSnapshot(
+export function restoreSnapshot(
+  dir: string,
+  options?: RestoreSnapshotOptions,
+): Promise<RestoreSnapshotResult> {
+  return restoreSnapshotAs("restoreSnapshot", dir, options);
+}
+
+/** {@link restoreSnapshot}, its errors naming `operation` (the command line's subcommand). */
+export async function restoreSnapshotAs(
+  operation: string,
   dir: string,
   options?: RestoreSnapshotOptions,
 ): Promise<RestoreSnapshotResult> {
   const args = checkRestoreArgs(dir, options);
   return await withMachine(
-    machineOf(options?.machine, "restoreSnapshot"),
-    (machine) => restoreFrom(machine, args.dir, args.settings),
+    machineOf(options?.machine, operation),
+    (machine) => restoreFrom(machine, args.dir, { ...args.settings, operation }),
   );
 }
 
@@ -218,14 +223,23 @@ export async function restoreSnapshot(
  * console.log(manifest.trees.length, "trees, every file as written");
  * ```
  */
-export async function inspectSnapshot(
+export function inspectSnapshot(
   dir: string,
   options?: { machine?: Machine; verify?: boolean },
 ): Promise<{ dir: string; manifest: Manifest; verified: boolean }> {
-  const o = checkOptions(options, "inspectSnapshot", ["machine", "verify"]);
+  return inspectSnapshotAs("inspectSnapshot", dir, options);
+}
+
+/** {@link inspectSnapshot}, its errors naming `operation` (the command line's subcommand). */
+export async function inspectSnapshotAs(
+  operation: string,
+  dir: string,
+  options?: { machine?: Machine; verify?: boolean },
+): Promise<{ dir: string; manifest: Manifest; verified: boolean }> {
+  const o = checkOptions(options, operation, ["machine", "verify"]);
   checkDir(dir);
-  if (o.machine !== undefined) machineOf(o.machine, "inspectSnapshot"); // a Machine, checked
-  return await inspectIn(storeOf(o.machine), dir, checkFlag(o.verify, "verify", false));
+  if (o.machine !== undefined) machineOf(o.machine, operation); // a Machine, checked
+  return await inspectIn(storeOf(o.machine), dir, checkFlag(o.verify, "verify", false), operation);
 }
 
 /**
@@ -245,16 +259,24 @@ export async function inspectSnapshot(
  * console.log(`resumed ${resumed.join(", ")}; gone: ${gone.join(", ")}`);
  * ```
  */
-export async function recoverSnapshot(
+export function recoverSnapshot(
   dir: string,
   options?: { machine?: Machine; checkRoom?: boolean },
 ): Promise<RecoverResult> {
-  const o = checkOptions(options, "recoverSnapshot", ["machine", "checkRoom"]);
+  return recoverSnapshotAs("recoverSnapshot", dir, options);
+}
+
+/** {@link recoverSnapshot}, its errors naming `operation` (the command line's subcommand). */
+export async function recoverSnapshotAs(
+  operation: string,
+  dir: string,
+  options?: { machine?: Machine; checkRoom?: boolean },
+): Promise<RecoverResult> {
+  const o = checkOptions(options, operation, ["machine", "checkRoom"]);
   checkDir(dir);
   const checkRoom = checkFlag(o.checkRoom, "checkRoom", true);
-  const machine = machineOf(o.machine, "recoverSnapshot");
   return await withMachine(
-    machine,
-    (m) => recoverFrom(m, storeOf(m), dir, checkRoom, "recoverSnapshot"),
+    machineOf(o.machine, operation),
+    (m) => recoverFrom(m, storeOf(m), dir, checkRoom, operation),
   );
 }

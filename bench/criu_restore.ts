@@ -71,7 +71,7 @@ import { SimulatedCriu, SimulatedMachine } from "../mock/mod.ts";
 import { openCriuEngine } from "../os/criu.ts";
 import { FileSnapshotStore } from "../os/snapshot_store.ts";
 import type { SnapshotEngine } from "../core/engine.ts";
-import type { Manifest } from "../core/manifest.ts";
+import type { Manifest } from "../core/snapshot/manifest.ts";
 import {
   cmdlineHas,
   ddRead,

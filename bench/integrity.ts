@@ -63,7 +63,7 @@ import { inspectSnapshot, restoreSnapshot, snapshot } from "../mod.ts";
 import type { Machine, NativeMachine } from "../driver.ts";
 import { SimulatedMachine } from "../mock/mod.ts";
 import { FileSnapshotStore } from "../os/snapshot_store.ts";
-import type { Manifest } from "../core/manifest.ts";
+import type { Manifest } from "../core/snapshot/manifest.ts";
 import {
   ddRead,
   type DiskRead,

@@ -13,7 +13,8 @@
 import process from "node:process";
 import { parseArgs } from "node:util";
 
-import { MANIFEST_MAX_BYTES, parseManifest } from "../core/manifest.ts";
+import { MANIFEST_MAX_BYTES } from "../core/snapshot/layout.ts";
+import { parseManifest } from "../core/snapshot/manifest.ts";
 import { bigManifest, type BigManifestShape } from "../tests/support/big_manifest.ts";
 import { integers } from "./harness.ts";
 import { environment, fmt, median, publish, type Report } from "./report.ts";

@@ -12,12 +12,18 @@ const root = fileURLToPath(new URL("..", import.meta.url));
 const FOLDERS = ["core", "api", "os", "ffi", "mock", "cli"];
 const ENTRIES = ["mod.ts", "driver.ts", "snapshot.ts", "types.ts"];
 
-const files = [
-  ...FOLDERS.flatMap((d) =>
-    readdirSync(join(root, d)).filter((f) => f.endsWith(".ts")).map((f) => `${d}/${f}`)
-  ),
-  ...ENTRIES,
-];
+/** The TypeScript files under a folder, its subfolders included. */
+function tsFiles(dir: string): string[] {
+  return readdirSync(join(root, dir), { withFileTypes: true }).flatMap((e) =>
+    e.isDirectory()
+      ? tsFiles(`${dir}/${e.name}`)
+      : e.name.endsWith(".ts")
+      ? [`${dir}/${e.name}`]
+      : []
+  );
+}
+
+const files = [...FOLDERS.flatMap(tsFiles), ...ENTRIES];
 const text = new Map(files.map((f) => [f, readFileSync(join(root, f), "utf8")]));
 const lines = (f: string) => text.get(f)!.split("\n").length - 1;
 

@@ -13,9 +13,7 @@
  * @module
  */
 
-import { MAX_PID, MAX_TIMEOUT_MS } from "../core/options.ts";
-import { parseGpuUuid } from "../core/options.ts";
-import type { GpuPair } from "../core/driver.ts";
+import { formatGpuUuid, MAX_PID, MAX_TIMEOUT_MS, parseGpuUuid } from "../core/options.ts";
 
 /** An operation of NVIDIA's utility. */
 export type CliOperation =
@@ -45,7 +43,7 @@ export interface OperationCommand extends Common {
   /** `--timeout`, in ms (lock only). */
   readonly timeoutMs?: number;
   /** `--device-map`: each old GPU onto its new one (restore and toggle only). */
-  readonly pairs?: readonly GpuPair[];
+  readonly gpuMapping?: Readonly<Record<string, string>>;
   /** `--all-or-nothing`: a failure rolls the other processes back. */
   readonly allOrNothing: boolean;
   /** `--job`: the processes share GPU state: all locked before any checkpoint, and so on. */
@@ -88,7 +86,7 @@ export interface RestoreSnapshotCommand extends Common {
   readonly kind: "restore-snapshot";
   readonly dir: string;
   /** `--device-map`: the snapshot's GPUs onto this machine's. */
-  readonly pairs?: readonly GpuPair[];
+  readonly gpuMapping?: Readonly<Record<string, string>>;
   /** `--deadline`: ms for the whole restore. */
   readonly deadlineMs?: number;
   /** `--no-room-check`: `false`, the GPUs' room is not checked first. */
@@ -198,7 +196,7 @@ interface Seen {
   timeout?: number;
   deadline?: number;
   dir?: string;
-  pairs?: GpuPair[];
+  gpuMapping?: Record<string, string>;
   positionals: string[];
   spawn: { memoryMiB?: number; gpus?: number[]; command?: string };
 }
@@ -318,7 +316,7 @@ function take(seen: Seen, long: string, value: string): void {
       seen.timeout = parseTimeout(value);
       return;
     case "--device-map":
-      seen.pairs = parseDeviceMap(value);
+      seen.gpuMapping = parseDeviceMap(value);
       return;
     case "--deadline":
       seen.deadline = parseCount(value, "--deadline", "a whole number of milliseconds");
@@ -371,9 +369,9 @@ function parseTimeout(text: string): number {
   return ms;
 }
 
-/** `--device-map`'s value: `old=new,old=new`, GPU UUIDs, each old GPU once. */
-function parseDeviceMap(text: string): GpuPair[] {
-  const pairs: GpuPair[] = [];
+/** `--device-map`'s value: `old=new,old=new`, GPU UUIDs, each old GPU once, as a `gpuMapping`. */
+function parseDeviceMap(text: string): Record<string, string> {
+  const mapping: Record<string, string> = {};
   for (const pair of text.split(",")) {
     const parts = pair.split("=");
     if (parts.length !== 2) {
@@ -384,18 +382,19 @@ function parseDeviceMap(text: string): GpuPair[] {
       );
     }
     const [from, to] = parts;
-    let parsed: GpuPair;
+    let old: string, onto: string;
     try {
-      parsed = { oldUuid: parseGpuUuid(from, "the GPU"), newUuid: parseGpuUuid(to, "the GPU") };
+      old = formatGpuUuid(parseGpuUuid(from, "the GPU"));
+      onto = formatGpuUuid(parseGpuUuid(to, "the GPU"));
     } catch (error) {
       throw new UsageError(NVIDIA_MESSAGES.badDeviceMap, (error as Error).message);
     }
-    if (pairs.some((p) => p.oldUuid.join() === parsed.oldUuid.join())) {
+    if (old in mapping) {
       throw new UsageError(NVIDIA_MESSAGES.badDeviceMap, `${from} is mapped twice`);
     }
-    pairs.push(parsed);
+    mapping[old] = onto;
   }
-  return pairs;
+  return mapping;
 }
 
 /** A whole number for the simulator's options. */
@@ -507,7 +506,7 @@ function finish(seen: Seen): Command {
     operation,
     targets: all ? "all" : seen.pids,
     ...(seen.timeout !== undefined ? { timeoutMs: seen.timeout } : {}),
-    ...(seen.pairs !== undefined ? { pairs: seen.pairs } : {}),
+    ...(seen.gpuMapping !== undefined ? { gpuMapping: seen.gpuMapping } : {}),
     allOrNothing: has("--all-or-nothing"),
     job: has("--job"),
     ...noRoom,
@@ -553,7 +552,7 @@ function snapshotCommand(sub: string, rest: string[], seen: Seen, common: Common
     return {
       kind: "restore-snapshot",
       dir,
-      ...(seen.pairs ? { pairs: seen.pairs } : {}),
+      ...(seen.gpuMapping ? { gpuMapping: seen.gpuMapping } : {}),
       ...deadline,
       ...(seen.given.has("--no-room-check") ? { checkRoom: false as const } : {}),
       ...common,

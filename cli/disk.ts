@@ -19,17 +19,18 @@ import type {
   RestoreSnapshotCommand,
   SnapshotCommand,
 } from "./args.ts";
+import {
+  inspectSnapshotAs,
+  recoverSnapshotAs,
+  restoreSnapshotAs,
+  snapshot,
+} from "../api/functions.ts";
 import { formatDriverVersion } from "../core/driver.ts";
-import type { SnapshotEvent, SnapshotPhase } from "../core/disk.ts";
 import { CheckpointError } from "../core/errors.ts";
-import { checkRestoreArgs, inspectIn, restoreFrom } from "../core/from_disk.ts";
-import type { Manifest } from "../core/manifest.ts";
-import { checkSnapshotArgs, takeSnapshot } from "../core/to_disk.ts";
-import { recoverFrom } from "../core/trace.ts";
-import type { CliIo } from "./io.ts";
-import type { Machine } from "../core/machine.ts";
 import { roundMs } from "../core/time.ts";
-import { storeOf } from "../os/snapshot_store.ts";
+import type { Machine } from "../driver.ts";
+import type { Manifest, SnapshotEvent, SnapshotPhase } from "../snapshot.ts";
+import type { CliIo } from "./io.ts";
 import { commandMessage, type Printer } from "./report.ts";
 import { InterruptWatch } from "./signals.ts";
 
@@ -70,13 +71,13 @@ export async function runDiskCommand(
   try {
     switch (command.kind) {
       case "snapshot": {
-        const args = checkSnapshotArgs(command.roots, command.dir, {
+        const result = await snapshot(command.roots, command.dir, {
+          machine,
           leaveRunning: command.leaveRunning,
           job: command.job,
           ...(command.lockTimeoutMs !== undefined ? { lockTimeoutMs: command.lockTimeoutMs } : {}),
           ...watch,
         });
-        const result = await takeSnapshot(machine, args.roots, args.dir, args.settings);
         const m = result.manifest;
         return done({
           dir: result.dir,
@@ -93,12 +94,11 @@ export async function runDiskCommand(
         ]);
       }
       default: { // restore-snapshot
-        const args = checkRestoreArgs(command.dir, watch);
-        const result = await restoreFrom(machine, args.dir, {
-          ...args.settings,
-          ...(command.pairs ? { pairs: [...command.pairs] } : {}),
+        const result = await restoreSnapshotAs(command.kind, command.dir, {
+          machine,
+          ...watch,
+          ...(command.gpuMapping ? { gpuMapping: command.gpuMapping } : {}),
           checkRoom: command.checkRoom ?? true,
-          operation: command.kind,
         });
         const m = result.manifest;
         const moved = Object.entries(result.gpuMapping).filter(([a, b]) => a !== b);
@@ -167,12 +167,10 @@ export async function runInspect(
   print: Printer,
 ): Promise<number> {
   try {
-    const { dir, manifest, verified } = await inspectIn(
-      storeOf(machine),
-      command.dir,
-      command.verify,
-      command.kind,
-    );
+    const { dir, manifest, verified } = await inspectSnapshotAs(command.kind, command.dir, {
+      ...(machine ? { machine } : {}),
+      verify: command.verify,
+    });
     if (command.json) print.json({ ok: true, operation: command.kind, dir, verified, manifest });
     else {
       for (const line of describe(manifest, dir)) print.out(line);
@@ -194,13 +192,10 @@ export async function runInspect(
  */
 async function runRecover(command: RecoverCommand, machine: Machine, print: Printer) {
   try {
-    const r = await recoverFrom(
+    const r = await recoverSnapshotAs(command.kind, command.dir, {
       machine,
-      storeOf(machine),
-      command.dir,
-      command.checkRoom ?? true,
-      command.kind,
-    );
+      checkRoom: command.checkRoom ?? true,
+    });
     if (command.json) {
       print.json({ ok: true, operation: command.kind, ...r });
       return 0;

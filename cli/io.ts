@@ -7,7 +7,7 @@
  * @module
  */
 
-import type { Machine } from "../core/machine.ts";
+import type { Machine } from "../driver.ts";
 
 /** Where `main()` writes and what it works on. */
 export interface CliIo {

@@ -6,27 +6,27 @@
  * @module
  */
 
-import type { GpuMemory } from "../core/host.ts";
-import { type CudaProcessInfo, listOn } from "../core/listing.ts";
-import type { Machine } from "../core/machine.ts";
+import { listCudaProcesses } from "../mod.ts";
+import type { Machine } from "../driver.ts";
+import type { CudaProcessInfo } from "../types.ts";
 import { type Printer, warnUninspectable } from "./report.ts";
 
 /**
- * A listed process as `--json` gives it: its state (`unknown` for a state number this version
- * does not know), restore thread id (where the driver gave one), GPU memory in MiB by GPU UUID
- * (`"unknown"` where NVML is missing), command line (where it could be read).
+ * A listed process as `--json` gives it: its state, restore thread id (where the driver gave one),
+ * GPU memory in MiB by GPU UUID (`"unknown"` where NVML is missing), command line (where it could
+ * be read).
  */
 export interface ListedProcess {
   readonly pid: number;
   readonly state: CudaProcessInfo["state"];
   readonly restoreThreadId?: number;
-  readonly gpuMemoryMiB: GpuMemory;
+  readonly gpuMemoryMiB: CudaProcessInfo["gpuMemory"];
   readonly command?: string;
 }
 
 /** Prints the listing; resolves to the exit code. */
 export async function runList(machine: Machine, print: Printer, json: boolean): Promise<number> {
-  const listing = await listOn(machine, { candidates: "libcuda", gpuMemory: true })
+  const listing = await listCudaProcesses({ machine })
     .catch((error) => print.error(error));
   if (!listing) return 1;
   const rows: ListedProcess[] = listing.processes.map((p) => ({
@@ -63,7 +63,7 @@ function printTable(rows: readonly ListedProcess[], print: Printer): void {
 }
 
 /** GPU memory as the table shows it: the total in MiB, with each GPU's share when there are several. */
-function memoryText(memory: GpuMemory): string {
+function memoryText(memory: CudaProcessInfo["gpuMemory"]): string {
   if (memory === "unknown") return "unknown";
   const values = Object.values(memory);
   const total = values.reduce((a, b) => a + b, 0);

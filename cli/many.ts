@@ -17,19 +17,16 @@
  */
 
 import type { CliOperation, OperationCommand } from "./args.ts";
-import type { StepRecord } from "../core/group_types.ts";
-import { runGroup } from "../core/group.ts";
 import {
-  checkGroupOptions,
-  type GroupEvent,
+  type GroupOptions,
   type GroupResult,
-  type GroupSettings,
+  listCudaProcesses,
   type ProcessOutcome,
-} from "../core/group_types.ts";
-import { listOn } from "../core/listing.ts";
-import type { Machine } from "../core/machine.ts";
+  runGroup,
+} from "../mod.ts";
+import type { Machine } from "../driver.ts";
+import type { Action, GroupEvent, StepRecord } from "../types.ts";
 import { roundMs } from "../core/time.ts";
-import type { Action } from "../core/states.ts";
 import { isGone } from "../core/process.ts";
 import type { Interrupts } from "./io.ts";
 import { interruptedExitCode, InterruptWatch, type Signal } from "./signals.ts";
@@ -58,7 +55,7 @@ export async function runMany(
 ): Promise<number> {
   let pids = command.targets;
   if (pids === "all") {
-    const listing = await listOn(machine, { candidates: "libcuda", gpuMemory: false })
+    const listing = await listCudaProcesses({ machine, gpuMemory: false })
       .catch((error) => print.error(error));
     if (!listing) return 1;
     warnUninspectable(listing.uninspectable, print);
@@ -82,8 +79,8 @@ export async function runMany(
   const members = pids.filter((pid) => pid !== 0);
   let result: GroupResult, zero: PidReport | undefined;
   try {
-    const settings = groupSettings(command, line, interruption);
-    result = await runGroup(machine, operation as Action, members, settings);
+    const options = groupOptions(command, machine, line, interruption);
+    result = await runGroup(operation as Action, members, options);
     zero = pids.includes(0) ? await query(operation, 0, machine.driver) : undefined;
   } finally {
     line?.stop();
@@ -102,11 +99,12 @@ export async function runMany(
  * The group's settings: as with one pid, no lock timeout unless --timeout gives one; an interrupt
  * stops the group and brings back what it changed.
  */
-function groupSettings(
+function groupOptions(
   command: OperationCommand,
+  machine: Machine,
   line: ProgressLine | undefined,
   interruption: Interruption | undefined,
-): GroupSettings {
+): GroupOptions {
   const onProgress = (line || interruption) && ((event: GroupEvent) => {
     interruption?.event(event);
     if (!line) return;
@@ -114,15 +112,14 @@ function groupSettings(
     else if (event.status === "done" || event.status === "unchanged") line.finished(event.pid);
   });
   return {
-    ...checkGroupOptions({
-      allOrNothing: command.allOrNothing,
-      job: command.job,
-      lockTimeoutMs: command.timeoutMs ?? 0,
-      checkRoom: command.checkRoom ?? true,
-      ...(onProgress ? { onProgress, gpuMemory: line !== undefined } : {}),
-      ...(interruption ? { signal: interruption.signal, rollBackOnAbort: true } : {}),
-    }),
-    pairsFor: () => command.pairs ? [...command.pairs] : null,
+    machine,
+    allOrNothing: command.allOrNothing,
+    job: command.job,
+    lockTimeoutMs: command.timeoutMs ?? 0,
+    checkRoom: command.checkRoom ?? true,
+    ...(command.gpuMapping ? { gpuMapping: command.gpuMapping } : {}),
+    ...(onProgress ? { onProgress, gpuMemory: line !== undefined } : {}),
+    ...(interruption ? { signal: interruption.signal, rollBackOnAbort: true } : {}),
   };
 }
 

@@ -14,9 +14,9 @@ import {
   type RefusalCode,
   RefusedError,
 } from "../core/errors.ts";
-import type { RoomCheck } from "../core/room.ts";
+import type { RoomCheck } from "../types.ts";
 import { PATH_ERRORS } from "../os/private.ts";
-import type { ProcessState } from "../core/states.ts";
+import type { ProcessState } from "../mod.ts";
 
 /**
  * An error as `--json` gives it: `message` the line printed on stderr (NVIDIA's, where it has one);

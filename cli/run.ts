@@ -9,7 +9,7 @@
 
 import type { Command } from "./args.ts";
 import type { CliIo } from "./io.ts";
-import type { Machine } from "../core/machine.ts";
+import type { Machine } from "../driver.ts";
 import type { SavedMachine } from "./simulate.ts";
 import { Printer, printReports } from "./report.ts";
 

@@ -1,18 +1,17 @@
 /**
- * An operation on one pid, as NVIDIA's utility makes it: the driver's own rules (a lock of a
- * locked process is an error), its output (`running`, a thread id, nothing for a step that
- * succeeded) and its error lines. One difference on purpose: a restore (or the resume of a
- * toggle) that would not fit in the free GPU memory, as this package recorded what the process
- * held when a program of it checkpointed the process, is refused before the driver is asked; on
- * driver 580 the driver's own out-of-memory restore loses the process.
+ * An operation on one pid, as NVIDIA's utility makes it, through the public `CudaProcess`: the
+ * driver's own rules (a lock of a locked process is an error), its output (`running`, a thread
+ * id, nothing for a step that succeeded) and its error lines. One difference on purpose: a restore
+ * (or the resume of a toggle) that would not fit in the free GPU memory, as this package recorded
+ * what the process held when a program of it checkpointed the process, is refused before the
+ * driver is asked; on driver 580 the driver's own out-of-memory restore loses the process.
  *
  * @module
  */
 
 import type { OperationCommand } from "./args.ts";
-import { act } from "../core/action.ts";
-import type { Machine } from "../core/machine.ts";
-import { Handle } from "../core/process.ts";
+import { CudaProcess, type Outcome } from "../mod.ts";
+import type { Machine } from "../driver.ts";
 import { clockOf, roundMs } from "../core/time.ts";
 import { errorReport, type PidReport, type Printer, printReports } from "./report.ts";
 
@@ -33,19 +32,13 @@ export async function runOne(
     progress = new ProgressLine({ write: (t) => print.raw(t), total: 1 });
     progress.event({ type: "step-start", pid, step: operation });
   }
-  const handle = new Handle(pid, machine);
+  const proc = new CudaProcess(pid, { machine });
   // The machine's clock: the simulator's virtual time, as the group operations measure it.
   const clock = clockOf(machine);
   const start = clock.now();
   let report: PidReport;
   try {
-    const outcome = await act(handle, operation, {
-      // NVIDIA's utility locks without a timeout unless --timeout is given (CRIU leaves it out
-      // for "no timeout"); its toggle, never.
-      lockTimeoutMs: operation === "lock" ? command.timeoutMs ?? 0 : 0,
-      pairs: command.pairs ?? null,
-      checkRoom: command.checkRoom ?? true,
-    });
+    const outcome = await act(proc, command);
     report = {
       pid,
       operation,
@@ -58,7 +51,7 @@ export async function runOne(
   } catch (error) {
     const ms = roundMs(clock.now() - start);
     // Where the failed step left the process, for --json.
-    const state = await handle.state().catch(() => undefined);
+    const state = await proc.state().catch(() => undefined);
     report = {
       pid,
       operation,
@@ -70,7 +63,28 @@ export async function runOne(
     };
   } finally {
     progress?.stop();
-    await handle.close();
+    await proc.close();
   }
   return printReports([report], print, command.json, false);
+}
+
+/**
+ * The command's call: NVIDIA's utility locks without a timeout unless --timeout is given (CRIU
+ * leaves it out for "no timeout"); its toggle, never.
+ */
+function act(proc: CudaProcess, command: OperationCommand): Promise<Outcome> {
+  const checkRoom = command.checkRoom ?? true;
+  const gpuMapping = command.gpuMapping;
+  switch (command.operation) {
+    case "lock":
+      return proc.lock({ timeoutMs: command.timeoutMs ?? 0 });
+    case "checkpoint":
+      return proc.checkpoint({ checkRoom });
+    case "restore":
+      return proc.restore({ checkRoom, ...(gpuMapping ? { gpuMapping } : {}) });
+    case "unlock":
+      return proc.unlock();
+    default:
+      return proc.toggle({ timeoutMs: 0, checkRoom, ...(gpuMapping ? { gpuMapping } : {}) });
+  }
 }

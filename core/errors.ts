@@ -343,17 +343,6 @@ export function messageOf(err: unknown): string {
   return err instanceof Error ? err.message : String(err);
 }
 
-/** Describes a value for an error message: strings quoted, other types named. */
-export function describeValue(value: unknown): string {
-  if (typeof value === "string") return JSON.stringify(value);
-  if (typeof value === "bigint") return `${value}n`;
-  if (value === null) return "null";
-  if (Array.isArray(value)) return "an array";
-  if (typeof value === "object") return "an object";
-  if (typeof value === "function") return "a function";
-  return String(value);
-}
-
 /** The sentence with its first letter in upper case. */
 export function capitalize(sentence: string): string {
   return sentence.charAt(0).toUpperCase() + sentence.slice(1);

@@ -20,7 +20,8 @@ import {
   runAction,
   undo,
 } from "./action.ts";
-import { asError, describeValue } from "./errors.ts";
+import { asError } from "./errors.ts";
+import { describeValue } from "./options.ts";
 import type { GroupResult, GroupSettings, ProcessOutcome, StopReason } from "./group_types.ts";
 import { Handle } from "./process.ts";
 import { type JobMember, runJob } from "./job.ts";

@@ -6,7 +6,7 @@
  */
 
 import type { GpuPair } from "./driver.ts";
-import { describeValue } from "./errors.ts";
+import { describeValue } from "./options.ts";
 import type { Machine } from "./machine.ts";
 import {
   checkFlag,

@@ -8,7 +8,8 @@
  */
 
 import type { CheckpointDriver } from "./driver.ts";
-import type { SnapshotEngine, SnapshotStore } from "./engine.ts";
+import type { SnapshotEngine } from "./engine.ts";
+import type { SnapshotStore } from "./snapshot/store.ts";
 import type { HostProcesses } from "./host.ts";
 import type { Clock } from "./time.ts";
 

@@ -7,7 +7,7 @@
 
 import type { CheckpointDriver, GpuInfo, GpuPair } from "./driver.ts";
 import { RefusedError } from "./errors.ts";
-import { formatGpuUuid } from "./options.ts";
+import { formatGpuUuid, parseGpuUuid } from "./options.ts";
 
 function key(bytes: Uint8Array): string {
   return formatGpuUuid(bytes).toLowerCase();
@@ -129,4 +129,65 @@ export async function explainRejectedMapping(
     }
   }
   return "the driver refused the GPU mapping (docs/ERRORS.md#a-refused-gpu-mapping)";
+}
+
+/**
+ * A snapshot's GPUs (`snapshotGpus`) onto this machine's by index: none where they are the same GPUs (in
+ * place); each onto the GPU of the same index otherwise, which must be of the same chip (the
+ * mapping check then checks the rest). Refused, in one sentence naming both sides, where this
+ * machine has fewer GPUs than the snapshot or GPUs of another chip at those indices.
+ */
+export function derivedMapping(
+  snapshotGpus: readonly GpuInfo[],
+  gpus: readonly GpuInfo[],
+  operation: string,
+): GpuPair[] {
+  const here = new Set(gpus.map((g) => g.uuid.toLowerCase()));
+  if (snapshotGpus.every((g) => here.has(g.uuid.toLowerCase()))) return [];
+  const taken = `${snapshotGpus.length} GPU${snapshotGpus.length === 1 ? "" : "s"}`;
+  const chips = chipsOf(snapshotGpus);
+  if (gpus.length < snapshotGpus.length) {
+    throw mappingRefused(
+      operation,
+      `the snapshot was taken where the driver saw ${taken} (${chips}), and this machine has ` +
+        `${gpus.length} (${chipsOf(gpus) || "none"}): each of the snapshot's GPUs is restored ` +
+        `onto one of its own, so restore it on a machine with at least ${taken} of its chip`,
+    );
+  }
+  const pairs = snapshotGpus.map((g) => ({ from: g, to: gpus.find((h) => h.index === g.index) }));
+  const crossing = pairs.find(({ from, to }) => to && to.name !== from.name);
+  if (crossing || pairs.some(({ to }) => !to)) {
+    // Enough GPUs of the snapshot's chips, at other indices: a mapping can say which.
+    const enough = [...new Set(snapshotGpus.map((g) => g.name))].every((name) =>
+      gpus.filter((h) => h.name === name).length >=
+        snapshotGpus.filter((g) => g.name === name).length
+    );
+    const { from, to } = crossing ?? pairs.find(({ to }) => !to)!;
+    throw mappingRefused(
+      operation,
+      `the snapshot's GPU ${from.index} (${from.uuid}) is an ${from.name}, and this machine's ${
+        to ? `GPU ${to.index} (${to.uuid}) is an ${to.name}` : `GPUs are ${chipsOf(gpus)}`
+      }: a process is restored only onto GPUs of the chip it was checkpointed on, so ${
+        enough
+          ? "give a gpuMapping (--device-map) onto GPUs of that chip"
+          : `restore it on a machine with ${taken} of that chip (${chips})`
+      }`,
+    );
+  }
+  return pairs.map(({ from, to }) => ({
+    oldUuid: parseGpuUuid(from.uuid),
+    newUuid: parseGpuUuid(to!.uuid),
+  }));
+}
+
+/** GPUs by chip, counted: `2 x NVIDIA H200`, `1 x NVIDIA H200 and 1 x NVIDIA H100 80GB HBM3`. */
+function chipsOf(gpus: readonly { name: string }[]): string {
+  const count = new Map<string, number>();
+  for (const g of gpus) count.set(g.name, (count.get(g.name) ?? 0) + 1);
+  return [...count].map(([name, n]) => `${n} x ${name}`).join(" and ");
+}
+
+/** A refusal of a mapping (`MAPPING`): nothing was changed. */
+export function mappingRefused(operation: string, reason: string): RefusedError {
+  return new RefusedError({ code: "MAPPING", operation, reason, detail: "nothing was changed" });
 }

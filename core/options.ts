@@ -10,7 +10,6 @@
  * @module
  */
 
-import { describeValue } from "./errors.ts";
 import type { GpuPair } from "./driver.ts";
 
 /** The largest pid a C `int` holds (Linux hands out at most 2^22). */
@@ -295,4 +294,15 @@ export function formatGpuUuid(bytes: Uint8Array): string {
   return `GPU-${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${
     hex.slice(20)
   }`;
+}
+
+/** Describes a value for an error message: strings quoted, other types named. */
+export function describeValue(value: unknown): string {
+  if (typeof value === "string") return JSON.stringify(value);
+  if (typeof value === "bigint") return `${value}n`;
+  if (value === null) return "null";
+  if (Array.isArray(value)) return "an array";
+  if (typeof value === "object") return "an object";
+  if (typeof value === "function") return "a function";
+  return String(value);
 }

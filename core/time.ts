@@ -12,6 +12,12 @@ export interface Clock {
   now(): number;
   /** Resolves after `ms`. */
   sleep(ms: number): Promise<void>;
+  /**
+   * Calls `fn` once `ms` have passed, without moving virtual time by itself (a deadline that
+   * passes only while something waits on the clock); returns a function that cancels it. Left
+   * out, a deadline is looked at between steps only.
+   */
+  timer?(ms: number, fn: () => void): () => void;
 }
 
 /** A clock that can be interrupted: {@link Clock} with an `AbortSignal` on its sleep. */

@@ -5,7 +5,7 @@
  */
 
 import { clearTimeout, setImmediate, setTimeout } from "node:timers";
-import { describeValue } from "../core/errors.ts";
+import { describeValue } from "../core/options.ts";
 
 /** How a timer takes part in moving time; see {@link SimClock.setTimer}. */
 export interface TimerOptions {

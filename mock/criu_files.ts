@@ -16,7 +16,7 @@ import { join } from "node:path";
 import { EngineError } from "../core/engine.ts";
 import { messageOf } from "../core/errors.ts";
 import { StrictReader } from "../core/json.ts";
-import { type ManifestGpu, readGpus } from "../core/manifest.ts";
+import { type ManifestGpu, readGpus } from "../core/snapshot/manifest.ts";
 import { MAX_PID } from "../core/options.ts";
 import { INITIAL_STATE, type ProcessState, stepTo } from "../core/states.ts";
 import { readPages, type SavedPages } from "./memory.ts";

@@ -7,7 +7,7 @@
 
 import { Buffer } from "node:buffer";
 import { createHash, type Hash } from "node:crypto";
-import { describeValue } from "../core/errors.ts";
+import { describeValue } from "../core/options.ts";
 import type { StrictReader } from "../core/json.ts";
 
 /** Page size of the sparse store, in bytes. */

@@ -13,7 +13,7 @@ import type {
   RestoreRequest,
   SnapshotEngine,
 } from "../core/engine.ts";
-import { describeValue } from "../core/errors.ts";
+import { describeValue } from "../core/options.ts";
 import {
   checkAmount,
   checkChoice,

@@ -4,7 +4,7 @@
  * @module
  */
 
-import { describeValue } from "../core/errors.ts";
+import { describeValue } from "../core/options.ts";
 import { checkAmount, checkInteger, checkKeys, checkName } from "../core/options.ts";
 import { formatGpuUuid, parseGpuUuid } from "../core/options.ts";
 import { CONTEXT_MIB } from "./timing.ts";

@@ -13,7 +13,7 @@ import {
   stateName,
   stateNumber as numberOfState,
 } from "../core/states.ts";
-import { describeValue } from "../core/errors.ts";
+import { describeValue } from "../core/options.ts";
 import { checkAmount } from "../core/options.ts";
 import {
   type AnswerFault,

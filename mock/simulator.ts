@@ -7,10 +7,10 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import type { SnapshotStore } from "../core/engine.ts";
+import type { SnapshotStore } from "../core/snapshot/store.ts";
 import type { Machine } from "../core/machine.ts";
 import type { Clock } from "../core/time.ts";
-import { describeValue } from "../core/errors.ts";
+import { describeValue } from "../core/options.ts";
 import {
   type HostProcesses,
   MemoryHeldRecords,
@@ -117,7 +117,14 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
   /** Where its snapshots live: the file system, as on a real machine. */
   readonly store: SnapshotStore = new FileSnapshotStore();
   /** Its clock, as this package's deadlines and waits read it. */
-  readonly clock: Clock = { now: () => this.now(), sleep: (ms) => this.sleep(ms) };
+  readonly clock: Clock = {
+    now: () => this.now(),
+    sleep: (ms) => this.sleep(ms),
+    timer: (ms, fn) => {
+      const handle = this.time.setTimer(ms, fn, { passive: true });
+      return () => this.time.clearTimer(handle);
+    },
+  };
   /** The clock operations are timed on: a {@link VirtualClock} unless told otherwise. */
   readonly time: SimClock;
   /** The machine's GPUs. */

@@ -5,7 +5,7 @@
  * @module
  */
 
-import { describeValue } from "../core/errors.ts";
+import { describeValue } from "../core/options.ts";
 import { StrictReader } from "../core/json.ts";
 import { checkKeys, MAX_PID } from "../core/options.ts";
 import {

@@ -17,15 +17,9 @@
 import { constants } from "node:fs";
 import { type FileHandle, lstat, mkdir, open, readdir, readlink, rm } from "node:fs/promises";
 import path from "node:path";
-import type {
-  Checked,
-  CheckOptions,
-  SnapshotDir,
-  SnapshotFile,
-  SnapshotStore,
-} from "../core/engine.ts";
+import type { Checked, CheckOptions, SnapshotDir, SnapshotStore } from "../core/snapshot/store.ts";
+import type { SnapshotFile } from "../core/snapshot/store.ts";
 import type { Machine } from "../core/machine.ts";
-import { MANIFEST_FILE } from "../core/manifest.ts";
 import { digestAll, type DigestSource } from "./digest.ts";
 import {
   errorCode,
@@ -367,7 +361,7 @@ class FileSnapshotDir implements SnapshotDir {
     }
     const present = new Set(await readdir(this.base));
     for (const name of present) {
-      if (!bySub.has(name) && name !== MANIFEST_FILE) {
+      if (!bySub.has(name) && !(o.topFiles ?? []).includes(name)) {
         throw new Error(
           `${this.path}/${name} is not part of the snapshot: its manifest does not list it`,
         );

@@ -8,7 +8,8 @@
 
 import type { Machine } from "../core/machine.ts";
 import type { HostProcesses } from "../core/host.ts";
-import type { SnapshotEngine, SnapshotStore } from "../core/engine.ts";
+import type { SnapshotEngine } from "../core/engine.ts";
+import type { SnapshotStore } from "../core/snapshot/store.ts";
 import { checkKeys } from "../core/options.ts";
 import { type NativeDriver, type NativeDriverOptions, openNativeDriver } from "../ffi/native.ts";
 import { type CriuEngineOptions, openCriuEngine } from "./criu.ts";

@@ -3,7 +3,6 @@
 // any call, and messages say what happened once and plainly.
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { readdirSync, readFileSync } from "node:fs";
 import {
   CheckpointUnsupportedError,
   CudaError,
@@ -22,8 +21,6 @@ import { SharedMachine } from "../core/machine.ts";
 import { SimulatedMachine } from "../mock/mod.ts";
 import { forward } from "./support/forward.ts";
 import { rejectsWith } from "./support/rejects.ts";
-
-const CORE = new URL("../core/", import.meta.url);
 
 /**
  * A machine whose driver forwards to the simulator and counts what is asked of it. Its close, like
@@ -49,34 +46,6 @@ function counting(sim: SimulatedMachine, extra: Partial<CheckpointDriver> = {}) 
   };
   return { machine, counts };
 }
-
-describe("layering", () => {
-  test("core/ imports nothing from ffi/ or mock/, and no runtime", () => {
-    const files = readdirSync(CORE).filter((f) => f.endsWith(".ts"));
-    assert.ok(files.length >= 8, `core/ has its modules (${files})`);
-    let total = 0;
-    for (const file of files) {
-      const text = readFileSync(new URL(file, CORE), "utf8");
-      // Statements start a line; the examples in doc comments start with " * ".
-      const imports = [
-        ...text.matchAll(
-          /^(?:import|export)\s+(?:type\s+)?(?:\{[^}]*\}|\*(?:\s+as\s+\w+)?|\w+)\s+from\s+"([^"]+)"/gm,
-        ),
-      ]
-        .map((m) => m[1]);
-      total += imports.length;
-      for (const spec of imports) {
-        assert.match(
-          spec,
-          /^\.\/[a-z_]+\.ts$/,
-          `${file} imports ${spec}: core/ only imports core/`,
-        );
-      }
-      assert.doesNotMatch(text, /\bDeno\.|\bBun\.|bun:ffi/, `${file} uses no runtime API`);
-    }
-    assert.ok(total > 10, `the imports were found (${total})`);
-  });
-});
 
 describe("one operation at a time per process", () => {
   test("two resumes at once: one restores, the other finds it running and leaves it", async () => {

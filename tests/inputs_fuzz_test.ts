@@ -13,7 +13,7 @@ import fc from "fast-check";
 import { CudaProcess, listCudaProcesses, runGroup } from "../mod.ts";
 import { parseGpuUuid } from "../core/options.ts";
 import { SimulatedMachine } from "../mock/mod.ts";
-import { describeValue } from "../core/errors.ts";
+import { describeValue } from "../core/options.ts";
 import { simulatedClock } from "../cli/simulate.ts";
 import { cli } from "./cli_support.ts";
 

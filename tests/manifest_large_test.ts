@@ -8,7 +8,7 @@
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 
-import { MANIFEST_FORMAT, parseManifest, serializeManifest } from "../core/manifest.ts";
+import { MANIFEST_FORMAT, parseManifest, serializeManifest } from "../core/snapshot/manifest.ts";
 import { RefusedError } from "../core/errors.ts";
 import { bigManifest } from "./support/big_manifest.ts";
 

@@ -9,7 +9,7 @@ import {
   MANIFEST_FORMAT,
   parseManifest,
   serializeManifest,
-} from "../core/manifest.ts";
+} from "../core/snapshot/manifest.ts";
 import { RefusedError } from "../core/errors.ts";
 
 const GPU = "GPU-254ee290-e572-caa1-2c8b-66071d23370d";

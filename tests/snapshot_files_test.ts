@@ -28,7 +28,8 @@ import { pathTrouble } from "../os/private.ts";
 import { withScratch } from "./support/temp_dirs.ts";
 import { open } from "node:fs/promises";
 import { digestAll, PIECE_BYTES } from "../os/digest.ts";
-import type { SnapshotFile } from "../core/engine.ts";
+import type { SnapshotFile } from "../core/snapshot/store.ts";
+import { MANIFEST_FILE } from "../core/snapshot/layout.ts";
 
 const ROOT = process.getuid?.() === 0;
 const asRoot = { skip: ROOT ? false : "needs root to give files away (skipped: not root)" };
@@ -340,11 +341,14 @@ describe("a snapshot checked against its manifest's list", () => {
       await snap.close();
       // As a restore sees it: opened anew.
       const fine = await store.open(snap.path);
-      await fine.check(files, { digests: true }); // as written: fine
+      await fine.check(files, { topFiles: [MANIFEST_FILE], digests: true }); // as written: fine
       await fine.close();
       const listed = change({ tree, snap: snap.path, files }) ?? files;
       const changed = await store.open(snap.path);
-      await assert.rejects(changed.check(listed, { digests: true }), why);
+      await assert.rejects(
+        changed.check(listed, { topFiles: [MANIFEST_FILE], digests: true }),
+        why,
+      );
       await changed.close();
     });
   }
@@ -412,8 +416,11 @@ describe("a snapshot checked against its manifest's list", () => {
       const bytes = readFileSync(join(tree, "pages-1.img"));
       bytes[0] ^= 1;
       writeFileSync(join(tree, "pages-1.img"), bytes);
-      await snap.check(files, { digests: false });
-      await assert.rejects(snap.check(files, { digests: true }), /not the file the snapshot wrote/);
+      await snap.check(files, { topFiles: [MANIFEST_FILE], digests: false });
+      await assert.rejects(
+        snap.check(files, { topFiles: [MANIFEST_FILE], digests: true }),
+        /not the file the snapshot wrote/,
+      );
       await snap.close();
     }));
 });
@@ -428,7 +435,11 @@ describe("digests left for later (the memory images a restore loads into stopped
       bytes[PIECE_BYTES + 5] ^= 4;
       writeFileSync(join(tree, "pages-1.img"), bytes);
       // The changed file is left for later: check resolves, and its tree's digests then refuse.
-      const checked = await snap.check(files, { digests: true, later: pages });
+      const checked = await snap.check(files, {
+        topFiles: [MANIFEST_FILE],
+        digests: true,
+        later: pages,
+      });
       assert.equal(checked.digests, true);
       await assert.rejects(
         checked.later("tree-4242"),
@@ -437,7 +448,10 @@ describe("digests left for later (the memory images a restore loads into stopped
       await assert.rejects(checked.all, /pages-1\.img is not the file the snapshot wrote/);
       await checked.later("no-such-tree"); // nothing left for later there
       // Left for now, the same file is refused before check resolves.
-      await assert.rejects(snap.check(files, { digests: true }), /pages-1\.img is not the file/);
+      await assert.rejects(
+        snap.check(files, { topFiles: [MANIFEST_FILE], digests: true }),
+        /pages-1\.img is not the file/,
+      );
       await snap.close();
     }));
 
@@ -446,7 +460,7 @@ describe("digests left for later (the memory images a restore loads into stopped
       const { snap, files, tree } = await sealed(s);
       writeFileSync(join(tree, "core-4242.img"), "CORE");
       await assert.rejects(
-        snap.check(files, { digests: true, later: pages }),
+        snap.check(files, { topFiles: [MANIFEST_FILE], digests: true, later: pages }),
         /core-4242\.img is not the file the snapshot wrote/,
       );
       await snap.close();
@@ -455,7 +469,11 @@ describe("digests left for later (the memory images a restore loads into stopped
   test("all matching: later and all resolve, and close waits for them; an abort ends them", () =>
     inScratch(async (s) => {
       const { snap, files } = await sealed(s);
-      const checked = await snap.check(files, { digests: true, later: pages });
+      const checked = await snap.check(files, {
+        topFiles: [MANIFEST_FILE],
+        digests: true,
+        later: pages,
+      });
       await checked.later("tree-4242");
       await checked.all;
       await snap.close();
@@ -464,6 +482,7 @@ describe("digests left for later (the memory images a restore loads into stopped
       // picks them: it has nothing to hash before it resolves), so that the abort is what ends them.
       const stop = new AbortController();
       const stopped = await again.check(files, {
+        topFiles: [MANIFEST_FILE],
         digests: true,
         later: () => (stop.abort(new Error("stopped here")), true),
         signal: stop.signal,
@@ -483,14 +502,21 @@ describe("a store that keeps no digests (a benchmark's side without them)", () =
       writeFileSync(join(snap.path, "tree-7", "pages-1.img"), "pages", { mode: 0o600 });
       const files = await snap.seal("tree-7");
       assert.deepEqual(files.map((f) => f.chunkedSha256), ["0".repeat(64)]);
-      assert.equal((await snap.check(files, { digests: true })).digests, false, "none compared");
+      assert.equal(
+        (await snap.check(files, { topFiles: [MANIFEST_FILE], digests: true })).digests,
+        false,
+        "none compared",
+      );
       await snap.close();
       const real = await store.open(join(s.dir, "snap"));
       await assert.rejects(
-        real.check(files, { digests: true }),
+        real.check(files, { topFiles: [MANIFEST_FILE], digests: true }),
         /is not the file the snapshot wrote/,
       );
-      assert.equal((await real.check(files, { digests: false })).digests, false);
+      assert.equal(
+        (await real.check(files, { topFiles: [MANIFEST_FILE], digests: false })).digests,
+        false,
+      );
       await real.close();
     }));
 });

@@ -26,7 +26,7 @@ import {
 import { join } from "node:path";
 import process from "node:process";
 import { inspectSnapshot, RefusedError, restoreSnapshot, snapshot } from "../mod.ts";
-import { MANIFEST_FILE } from "../core/manifest.ts";
+import { MANIFEST_FILE } from "../core/snapshot/layout.ts";
 import { parseGpuUuid } from "../core/options.ts";
 import type { Machine } from "../core/machine.ts";
 import { SimulatedCriu, SimulatedMachine, type SimulatedMachineOptions } from "../mock/mod.ts";

@@ -25,7 +25,7 @@ import {
   SnapshotError,
 } from "../mod.ts";
 import type { SnapshotEvent } from "../snapshot.ts";
-import { MANIFEST_FILE } from "../core/manifest.ts";
+import { MANIFEST_FILE } from "../core/snapshot/layout.ts";
 import { hostWith, machineWith } from "./support/forward.ts";
 import { SimulatedCriu, SimulatedMachine, type SimulatedProcess } from "../mock/mod.ts";
 import { mappingProblems } from "../core/mapping.ts";

@@ -39,7 +39,7 @@ import {
 import { FileSnapshotStore } from "../os/snapshot_store.ts";
 import { SimulatedMachine } from "../mock/mod.ts";
 import { machineWith } from "./support/forward.ts";
-import { TRACE_FILE } from "../core/manifest.ts";
+import { TRACE_FILE } from "../core/snapshot/layout.ts";
 import { plantTrace } from "./support/trace.ts";
 import { tempDirs } from "./support/temp_dirs.ts";
 

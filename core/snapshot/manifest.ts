@@ -8,27 +8,14 @@
  * @module
  */
 
-import { RefusedError } from "./errors.ts";
-import { StrictReader } from "./json.ts";
-import { MAX_PID } from "./options.ts";
-
-import type { SnapshotFile } from "./engine.ts";
-import { isSnapshotState, SNAPSHOT_STATES, type SnapshotState } from "./states.ts";
+import { RefusedError } from "../errors.ts";
+import { StrictReader } from "../json.ts";
+import { MAX_PID } from "../options.ts";
+import { isSnapshotState, SNAPSHOT_STATES, type SnapshotState } from "../states.ts";
+import type { SnapshotFile } from "./store.ts";
 
 /** The format this version writes and reads. */
 export const MANIFEST_FORMAT: Manifest["format"] = "ckpt-cuda-snapshot/2";
-
-/** The manifest's file name in a snapshot's directory. */
-export const MANIFEST_FILE = "manifest.json";
-
-/** The file name of the trace a snapshot keeps in its directory while it runs (core/trace.ts). */
-export const TRACE_FILE = "in-progress.json";
-
-/** The largest trace read, in bytes. */
-export const TRACE_MAX_BYTES = 4 * 2 ** 20;
-
-/** The largest manifest this version reads, in bytes. */
-export const MANIFEST_MAX_BYTES = 16 * 2 ** 20;
 
 /** One process of a dumped tree. */
 export interface ManifestProcess {
@@ -158,24 +145,7 @@ export function parseManifest(
     new RefusedError({ code: "SNAPSHOT", operation, reason: `${where}: ${reason}` })
   );
   const data = r.parse(text, "it");
-  const tag = typeof data === "object" && data !== null
-    ? (data as { format?: unknown }).format
-    : undefined;
-  if (typeof tag !== "string") {
-    return r.refuse(
-      "format",
-      `it is not a snapshot manifest of @ckpt/cuda: it has no "format" field ` +
-        `(expected "${MANIFEST_FORMAT}")`,
-    );
-  }
-  if (tag !== MANIFEST_FORMAT) {
-    const newer = /^ckpt-cuda-snapshot\/[0-9]+$/.test(tag);
-    r.refuse(
-      "format",
-      `it is written in format ${JSON.stringify(tag)}, and this version of @ckpt/cuda reads ` +
-        `only "${MANIFEST_FORMAT}"${newer ? " (it was written by another version)" : ""}`,
-    );
-  }
+  checkFormat(r, data);
   const m = r.object(data, "", [
     "format",
     "createdAt",
@@ -198,8 +168,69 @@ export function parseManifest(
   const options = r.object(m.options, "options", ["leaveRunning", "job"]);
   const timings = r.object(m.timings, "timings", ["suspendMs", "dumpMs", "totalMs"]);
   const gpus = readGpus(r, m.gpus, "gpus");
-  const known = new Set(gpus.map((g) => g.uuid));
-  const trees = r.array(m.trees, "trees").map((t, i) => {
+  const trees = readTrees(r, m.trees, new Set(gpus.map((g) => g.uuid)));
+  const files = readFiles(r, m.files, trees);
+  const optional = (value: unknown, field: string) =>
+    value === undefined ? {} : { [field.split(".")[1]]: r.string(value, field) };
+  return {
+    format: MANIFEST_FORMAT,
+    createdAt,
+    tool: {
+      name: r.string(tool.name, "tool.name"),
+      version: r.string(tool.version, "tool.version"),
+    },
+    host: {
+      hostname: r.string(host.hostname, "host.hostname"),
+      kernel: r.string(host.kernel, "host.kernel"),
+    },
+    driver: {
+      cudaVersion: r.integer(driver.cudaVersion, "driver.cudaVersion", 1, 1_000_000),
+      ...optional(driver.release, "driver.release"),
+    },
+    engine: {
+      kind: r.string(engine.kind, "engine.kind"),
+      ...optional(engine.version, "engine.version"),
+    },
+    gpus,
+    trees,
+    options: {
+      leaveRunning: r.boolean(options.leaveRunning, "options.leaveRunning"),
+      job: r.boolean(options.job, "options.job"),
+    },
+    timings: {
+      suspendMs: r.amount(timings.suspendMs, "timings.suspendMs"),
+      dumpMs: r.amount(timings.dumpMs, "timings.dumpMs"),
+      totalMs: r.amount(timings.totalMs, "timings.totalMs"),
+    },
+    files,
+  };
+}
+
+/** Refuses what is not a manifest of this format, saying what it is instead. */
+function checkFormat(r: StrictReader, data: unknown): void {
+  const tag = typeof data === "object" && data !== null
+    ? (data as { format?: unknown }).format
+    : undefined;
+  if (typeof tag !== "string") {
+    r.refuse(
+      "format",
+      `it is not a snapshot manifest of @ckpt/cuda: it has no "format" field ` +
+        `(expected "${MANIFEST_FORMAT}")`,
+    );
+  }
+  if (tag !== MANIFEST_FORMAT) {
+    const newer = /^ckpt-cuda-snapshot\/[0-9]+$/.test(tag);
+    r.refuse(
+      "format",
+      `it is written in format ${JSON.stringify(tag)}, and this version of @ckpt/cuda reads ` +
+        `only "${MANIFEST_FORMAT}"${newer ? " (it was written by another version)" : ""}`,
+    );
+  }
+}
+
+/** The trees, each with its processes; every pid and thread id once over all of them. */
+function readTrees(r: StrictReader, value: unknown, gpus: ReadonlySet<string>): ManifestTree[] {
+  const trees = r.array(value, "trees").map((t, i) => {
     const at = `trees[${i}]`;
     const o = r.object(t, at, ["root", "images", "processes"]);
     const root = r.integer(o.root, `${at}.root`, 1, MAX_PID);
@@ -208,7 +239,7 @@ export function parseManifest(
       r.fail(`${at}.images`, `"${treeDirName(root)}"`, images);
     }
     const processes = r.array(o.processes, `${at}.processes`).map((p, j) =>
-      readProcess(r, p, `${at}.processes[${j}]`, known)
+      readProcess(r, p, `${at}.processes[${j}]`, gpus)
     );
     if (processes.length === 0 || processes[0].pid !== root) {
       r.fail(`${at}.processes[0].pid`, `the root, ${root}`, processes[0]?.pid);
@@ -218,16 +249,19 @@ export function parseManifest(
   if (trees.length === 0) r.fail("trees", "at least one tree", []);
   const pids = new Set<number>();
   for (const t of trees) {
-    for (const p of t.processes) {
-      for (const id of p.threads) {
-        if (pids.has(id)) r.fail(`trees (root ${t.root})`, "every pid and thread id once", id);
-        pids.add(id);
-      }
+    for (const id of t.processes.flatMap((p) => p.threads)) {
+      if (pids.has(id)) r.fail(`trees (root ${t.root})`, "every pid and thread id once", id);
+      pids.add(id);
     }
   }
+  return trees;
+}
+
+/** The files, each once, each inside one of the trees' directories, every tree with some. */
+function readFiles(r: StrictReader, value: unknown, trees: readonly ManifestTree[]) {
   const treeDirs = new Map(trees.map((t) => [t.images, 0]));
   const paths = new Set<string>();
-  const files = r.array(m.files, "files").map((f, i) => {
+  const files = r.array(value, "files").map((f, i): SnapshotFile => {
     const at = `files[${i}]`;
     const o = r.object(f, at, ["path", "bytes", "chunkedSha256"]);
     const path = r.string(o.path, `${at}.path`);
@@ -257,42 +291,7 @@ export function parseManifest(
       );
     }
   }
-  return {
-    format: MANIFEST_FORMAT,
-    createdAt,
-    tool: {
-      name: r.string(tool.name, "tool.name"),
-      version: r.string(tool.version, "tool.version"),
-    },
-    host: {
-      hostname: r.string(host.hostname, "host.hostname"),
-      kernel: r.string(host.kernel, "host.kernel"),
-    },
-    driver: {
-      cudaVersion: r.integer(driver.cudaVersion, "driver.cudaVersion", 1, 1_000_000),
-      ...(driver.release !== undefined
-        ? { release: r.string(driver.release, "driver.release") }
-        : {}),
-    },
-    engine: {
-      kind: r.string(engine.kind, "engine.kind"),
-      ...(engine.version !== undefined
-        ? { version: r.string(engine.version, "engine.version") }
-        : {}),
-    },
-    gpus,
-    trees,
-    options: {
-      leaveRunning: r.boolean(options.leaveRunning, "options.leaveRunning"),
-      job: r.boolean(options.job, "options.job"),
-    },
-    timings: {
-      suspendMs: r.amount(timings.suspendMs, "timings.suspendMs"),
-      dumpMs: r.amount(timings.dumpMs, "timings.dumpMs"),
-      totalMs: r.amount(timings.totalMs, "timings.totalMs"),
-    },
-    files,
-  };
+  return files;
 }
 
 function readProcess(

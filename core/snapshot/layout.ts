@@ -1,0 +1,262 @@
+/**
+ * A snapshot's directory, the one place that knows its layout: what is in it, in which order it
+ * is written, and how a complete snapshot is told from an interrupted one.
+ *
+ * ```
+ * DIR/in-progress.json     the trace: written first, removed last (who takes it, what it suspends)
+ * DIR/tree-<root>/...      each tree's images, as the engine wrote them, sealed (on disk, digested)
+ * DIR/manifest.json        written once every tree is sealed: a directory without one is no snapshot
+ * ```
+ *
+ * A complete snapshot has its manifest and no trace. One with a trace was interrupted: before its
+ * manifest, it is partial (`cuda-checkpoint recover` resumes what the trace names and removes the
+ * rest); after it, its processes may not have been ended yet. The directory is opened once, and
+ * every name below it is looked up from the open directory ({@link SnapshotDir}).
+ *
+ * @module
+ */
+
+import { messageOf, RefusedError } from "../errors.ts";
+import type { ProcessIdentity } from "../host.ts";
+import { StrictReader } from "../json.ts";
+import { type Manifest, parseManifest, serializeManifest, treeDirName } from "./manifest.ts";
+import type { Checked, CheckOptions, SnapshotDir, SnapshotFile, SnapshotStore } from "./store.ts";
+
+/** The manifest's file name. */
+export const MANIFEST_FILE = "manifest.json";
+/** The trace's file name. */
+export const TRACE_FILE = "in-progress.json";
+/** The largest manifest this version reads, in bytes. */
+export const MANIFEST_MAX_BYTES = 16 * 2 ** 20;
+/** The largest trace read, in bytes. */
+const TRACE_MAX_BYTES = 4 * 2 ** 20;
+const TRACE_FORMAT = "ckpt-cuda-in-progress/1";
+
+/** A snapshot under way, as its trace says: who takes it, what it suspends, what it made. */
+export interface Trace {
+  /** The program taking it, where the host knows it. */
+  readonly by?: ProcessIdentity;
+  /** When it began (ISO 8601). */
+  readonly startedAt: string;
+  /** The CUDA processes it suspends. */
+  readonly processes: readonly ProcessIdentity[];
+  /** The subdirectories it makes (`tree-<pid>`). */
+  readonly made: readonly string[];
+}
+
+/** The refusal of `operation` where the store fails on `path` (said once where it names it). */
+export function storeRefusal(
+  operation: string,
+  path: string,
+  what: string,
+  err: unknown,
+): RefusedError {
+  const said = messageOf(err);
+  return new RefusedError({
+    code: "SNAPSHOT",
+    operation,
+    reason: said.startsWith(`${path} `) ? said : `${path} ${what}: ${said}`,
+  });
+}
+
+/**
+ * A snapshot being written, in the layout's order: {@link SnapshotWriter.begin} makes the
+ * directory, the trace and every tree's directory; each tree is then sealed as its dump ends; the
+ * manifest is written last but one; {@link SnapshotWriter.finish} removes the trace.
+ */
+export class SnapshotWriter {
+  /** The open directory. */
+  readonly dir: SnapshotDir;
+  /** The engine's path for each tree's directory, in the order of the roots. */
+  readonly imagesDirs: readonly string[];
+  readonly #names: readonly string[];
+
+  private constructor(dir: SnapshotDir, names: readonly string[], imagesDirs: string[]) {
+    this.dir = dir;
+    this.#names = names;
+    this.imagesDirs = imagesDirs;
+  }
+
+  /**
+   * Makes `path` for a snapshot of the trees rooted at `roots` and writes its trace, before
+   * anything changes; what it made is removed where it fails. Refuses (`SNAPSHOT`) a directory
+   * that cannot hold a snapshot.
+   */
+  static async begin(
+    store: SnapshotStore,
+    path: string,
+    roots: readonly number[],
+    trace: Omit<Trace, "made">,
+  ): Promise<SnapshotWriter> {
+    const cannotHold = (where: string, err: unknown) =>
+      storeRefusal("snapshot", where, "cannot hold a snapshot", err);
+    const dir = await store.create(path).catch((err) => {
+      throw cannotHold(path, err);
+    });
+    const names = roots.map(treeDirName);
+    try {
+      // The trace first: a snapshot killed at any later point leaves a directory recover reads.
+      const text = JSON.stringify({ format: TRACE_FORMAT, ...trace, made: names }, null, 2);
+      await dir.writeFile(TRACE_FILE, text + "\n");
+      for (const name of names) await dir.subdir(name);
+      const imagesDirs = await Promise.all(names.map((name) => dir.enginePath(name)));
+      return new SnapshotWriter(dir, names, imagesDirs);
+    } catch (err) {
+      await dir.removeCreated().catch(() => {});
+      await dir.close();
+      throw cannotHold(dir.path, err);
+    }
+  }
+
+  /** Puts the images of the `i`th tree on disk and digests them. */
+  seal(i: number, signal?: AbortSignal): Promise<SnapshotFile[]> {
+    return this.dir.seal(this.#names[i], signal);
+  }
+
+  /** Writes the manifest: from now on the directory holds a snapshot. */
+  async writeManifest(manifest: Manifest): Promise<void> {
+    await this.dir.writeFile(MANIFEST_FILE, serializeManifest(manifest));
+  }
+
+  /** The snapshot is over: its trace goes, and the directory is let go. */
+  async finish(): Promise<void> {
+    await this.dir.remove(TRACE_FILE);
+    await this.dir.close();
+  }
+
+  /**
+   * Removes everything the snapshot wrote (a retry finds the directory as it was) and lets go of
+   * it; resolves to a clause for the error that says so.
+   */
+  async discard(): Promise<string> {
+    const where = this.dir.path;
+    const said = await this.dir.removeCreated().then(
+      (removed) => removed.length > 0 ? `; what it had written in ${where} was removed` : "",
+      (err) => `; what it had written in ${where} could not all be removed: ${messageOf(err)}`,
+    );
+    await this.dir.close();
+    return said;
+  }
+
+  /** Lets go of the directory as it is (the trace kept for `recover`). */
+  async abandon(): Promise<void> {
+    await this.dir.close();
+  }
+}
+
+/** An open snapshot directory and a reader of its small files, refused in the store's words. */
+async function openToRead(store: SnapshotStore, path: string, operation: string, what: string) {
+  const dir = await store.open(path).catch((err) => {
+    throw storeRefusal(operation, path, what, err);
+  });
+  const read = (name: string, max: number) =>
+    dir.readFile(name, max).catch((err) => {
+      throw storeRefusal(operation, `${dir.path}/${name}`, "cannot be read", err);
+    });
+  return { dir, read };
+}
+
+/**
+ * The complete snapshot in `path`, opened once, its manifest read strictly and everything inside
+ * checked against it (with `digests`, every file's digest too, those `later` picks from then on).
+ * The caller closes the directory (after the digests left for later end). Refused (`SNAPSHOT`)
+ * with a sentence naming the first thing that differs, an interrupted snapshot, or no snapshot.
+ */
+export async function openSnapshot(
+  store: SnapshotStore,
+  path: string,
+  operation: string,
+  o: CheckOptions,
+): Promise<{ dir: SnapshotDir; manifest: Manifest; checked: Checked }> {
+  const refuse = (reason: string) => new RefusedError({ code: "SNAPSHOT", operation, reason });
+  const { dir, read } = await openToRead(store, path, operation, "cannot be read as a snapshot");
+  try {
+    const where = dir.path;
+    const text = await read(MANIFEST_FILE, MANIFEST_MAX_BYTES);
+    if (await read(TRACE_FILE, TRACE_MAX_BYTES) !== undefined) {
+      throw refuse(
+        `${where} holds ${TRACE_FILE}: the snapshot taken there was interrupted${
+          text === undefined ? "" : " before it had ended its processes"
+        }; \`cuda-checkpoint recover ${where}\` resumes the processes it left suspended`,
+      );
+    }
+    if (text === undefined) {
+      throw refuse(
+        `${where} is not a snapshot: it has no ${MANIFEST_FILE}, which a snapshot writes last ` +
+          `(a copy made before the snapshot ended, or one that left it out, has none)`,
+      );
+    }
+    const manifest = parseManifest(text, `${where}/${MANIFEST_FILE}`, operation);
+    const refused = (err: unknown) => {
+      throw o.signal?.aborted ? err : refuse(messageOf(err));
+    };
+    const checked = await dir.check(manifest.files, { ...o, topFiles: [MANIFEST_FILE] })
+      .catch(refused);
+    const all = checked.all.catch(refused);
+    all.catch(() => {});
+    return {
+      dir,
+      manifest,
+      checked: { digests: checked.digests, later: (sub) => checked.later(sub).catch(refused), all },
+    };
+  } catch (err) {
+    await dir.close();
+    throw err;
+  }
+}
+
+/**
+ * The interrupted snapshot in `path`, for `recover`: its trace, whether it is complete (has its
+ * manifest), and the open directory (which the caller closes). Refused (`SNAPSHOT`) where it has
+ * no trace.
+ */
+export async function openInterrupted(
+  store: SnapshotStore,
+  path: string,
+  operation: string,
+): Promise<{ dir: SnapshotDir; trace: Trace; complete: boolean }> {
+  const { dir, read } = await openToRead(
+    store,
+    path,
+    operation,
+    "cannot be read as a snapshot's directory",
+  );
+  try {
+    const text = await read(TRACE_FILE, TRACE_MAX_BYTES);
+    if (text === undefined) {
+      throw new RefusedError({
+        code: "SNAPSHOT",
+        operation,
+        reason: `${dir.path} holds no ${TRACE_FILE}: no snapshot taken there was interrupted, ` +
+          `so there is nothing to recover`,
+      });
+    }
+    const trace = parseTrace(text, `${dir.path}/${TRACE_FILE}`, operation);
+    const complete = await read(MANIFEST_FILE, MANIFEST_MAX_BYTES) !== undefined;
+    return { dir, trace, complete };
+  } catch (err) {
+    await dir.close();
+    throw err;
+  }
+}
+
+/** Parses a trace strictly; `where` names it in messages. */
+function parseTrace(text: string, where: string, operation: string): Trace {
+  const r = new StrictReader((_field, reason) =>
+    new RefusedError({ code: "SNAPSHOT", operation, reason: `${where}: ${reason}` })
+  );
+  const o = r.object(r.parse(text, "it"), "", ["format", "startedAt", "processes", "made"], [
+    "by",
+  ]);
+  if (o.format !== TRACE_FORMAT) r.fail("format", JSON.stringify(TRACE_FORMAT), o.format);
+  return {
+    ...(o.by !== undefined ? { by: r.identity(o.by, "by") } : {}),
+    startedAt: r.string(o.startedAt, "startedAt"),
+    processes: r.array(o.processes, "processes").map((p, i) => r.identity(p, `processes[${i}]`)),
+    made: r.array(o.made, "made").map((m, i) => {
+      const name = r.string(m, `made[${i}]`);
+      if (!/^tree-[1-9][0-9]{0,9}$/.test(name)) r.fail(`made[${i}]`, '"tree-<pid>"', name);
+      return name;
+    }),
+  };
+}

@@ -1,0 +1,94 @@
+/**
+ * Recovering from a snapshot killed outright (SIGKILL, a power cut): its trace (`layout.ts`) names
+ * who took it and which processes it suspended. {@link recoverFrom} (`cuda-checkpoint recover DIR`)
+ * resumes every process it names that is still the same process and still suspended, and removes
+ * what the snapshot had written; a complete snapshot is kept.
+ *
+ * @module
+ */
+
+import { RefusedError } from "../errors.ts";
+import { runGroup } from "../group.ts";
+import { checkGroupOptions, type GroupResult } from "../group_types.ts";
+import type { ProcessIdentity } from "../host.ts";
+import type { Machine } from "../machine.ts";
+import { sessionOf } from "../process.ts";
+import { openInterrupted, TRACE_FILE } from "./layout.ts";
+import type { SnapshotStore } from "./store.ts";
+import { groupFailure } from "./run.ts";
+
+/** What {@link recoverFrom} did. */
+export interface RecoverResult {
+  /** The snapshot's directory. */
+  readonly dir: string;
+  /** The processes resumed (or found running already), each the one the snapshot suspended. */
+  readonly resumed: readonly number[];
+  /** The processes the trace names that are gone (ended, or their pid now another's). */
+  readonly gone: readonly number[];
+  /** What was removed: the trace, and the partial images where the snapshot had no manifest. */
+  readonly removed: readonly string[];
+  /** Whether the snapshot is complete (it has its manifest, which was kept). */
+  readonly complete: boolean;
+}
+
+/**
+ * Recovers from a snapshot killed outright: see the module documentation. Refuses a directory
+ * without a trace, and one whose snapshot is still under way; where a process cannot be resumed,
+ * refuses naming it and its error, the trace kept for another try.
+ */
+export async function recoverFrom(
+  machine: Machine,
+  store: SnapshotStore,
+  dir: string,
+  checkRoom: boolean,
+  operation: string,
+): Promise<RecoverResult> {
+  const refuse = (reason: string) => new RefusedError({ code: "SNAPSHOT", operation, reason });
+  const { dir: snap, trace, complete } = await openInterrupted(store, dir, operation);
+  try {
+    const where = snap.path;
+    const session = sessionOf(machine);
+    /**
+     * Whether `p` still lives: its pid names the same process, started when the trace says (an
+     * entry that names no start is taken for another process where the host tells starts).
+     */
+    const same = async (p: ProcessIdentity) => {
+      const now = await session.identify(p.pid);
+      return now !== undefined && now.pid === p.pid && now.start === p.start;
+    };
+    if (trace.by && await same(trace.by)) {
+      const by = trace.by.pid;
+      throw refuse(
+        `the snapshot in ${where} is still under way: process ${by} is taking it (stop it with ` +
+          `Ctrl-C or kill -TERM ${by}: it puts the processes back itself)`,
+      );
+    }
+    const alive: number[] = [];
+    const gone: number[] = [];
+    for (const p of trace.processes) (await same(p) ? alive : gone).push(p.pid);
+    let result: GroupResult | undefined;
+    if (alive.length > 0) {
+      // Killed while it was ending its trees, the snapshot may have left them stopped (SIGSTOP).
+      await machine.engine?.wake?.(alive);
+      result = await runGroup(machine, "resume", alive, checkGroupOptions({ checkRoom }));
+    }
+    if (result && !result.ok) {
+      const failed = result.processes.find((p) => p.error);
+      throw refuse(
+        `not every process of the interrupted snapshot in ${where} could be resumed: ${
+          failed ? `${failed.pid}: ` : ""
+        }${groupFailure(result)}; ${TRACE_FILE} is kept, so that this can be tried again`,
+      );
+    }
+    const removed: string[] = [];
+    for (const name of complete ? [] : trace.made) {
+      await snap.remove(name);
+      removed.push(`${where}/${name}`);
+    }
+    await snap.remove(TRACE_FILE);
+    removed.push(`${where}/${TRACE_FILE}`);
+    return { dir: where, resumed: alive, gone, removed, complete };
+  } finally {
+    await snap.close();
+  }
+}

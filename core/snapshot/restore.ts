@@ -1,0 +1,470 @@
+/**
+ * A snapshot's restore ({@link restoreFrom}), in three phases over one record of what was done so
+ * far ({@link Restoring}):
+ *
+ * 1. {@link check}: the manifest is read strictly and everything checked before anything changes:
+ *    the image files, the engine, the driver (the one the snapshot was taken with), every pid
+ *    free, the GPUs (a mapping given, or the snapshot's GPUs onto this machine's by index, the
+ *    same chip: the one mapping check), room on each for what its processes held (the one room
+ *    check).
+ * 2. {@link bringBack}: the engine restores each tree; where it can keep a tree stopped, the
+ *    memory images' digests are compared while it loads them, and the tree is let go only once
+ *    every one matched. The CUDA processes go back onto the GPUs as one job (every restore before
+ *    any unlock), each tree's as soon as it is back.
+ * 3. {@link outcome}: what came of it. A failure of the engine, or an image that differs, ends
+ *    what the engine made ({@link rollBack}); a failure of the GPU half leaves the processes
+ *    checkpointed (the job's rollback), with what to do in the error.
+ *
+ * @module
+ */
+
+import { readState } from "../calls.ts";
+import { CUDA_SUCCESS, formatDriverVersion, type GpuPair } from "../driver.ts";
+import { EngineError } from "../engine.ts";
+import { messageOf, RefusedError, SnapshotError } from "../errors.ts";
+import { runGroup } from "../group.ts";
+import type { GroupResult } from "../group_types.ts";
+import type { Machine } from "../machine.ts";
+import { derivedMapping, mappingProblems, mappingRefused } from "../mapping.ts";
+import {
+  checkFlag,
+  checkGpuMapping,
+  checkOptions,
+  formatGpuUuid,
+  type GpuMapping,
+} from "../options.ts";
+import { sessionOf } from "../process.ts";
+import { onto } from "../room.ts";
+import { clockOf } from "../time.ts";
+import { olderVersion } from "../version.ts";
+import type { Checked, SnapshotDir, SnapshotStore } from "./store.ts";
+import { openSnapshot } from "./layout.ts";
+import type { Manifest, ManifestProcess, ManifestTree } from "./manifest.ts";
+import {
+  checkDir,
+  checkWhole,
+  firstError,
+  groupFailure,
+  prerequisite,
+  Run,
+  type SnapshotEvent,
+  started,
+  type WholeSettings,
+} from "./run.ts";
+import { checkPidsFree, untilFree } from "./trees.ts";
+
+/** Options of `restoreSnapshot`. */
+export interface RestoreSnapshotOptions {
+  /** The machine to restore onto; this machine when left out. */
+  machine?: Machine;
+  /**
+   * Where the snapshot's GPUs go: from each GPU of the snapshot (its UUID, as the manifest names
+   * it) to a GPU of this machine. Left out: the snapshot's GPUs onto this machine's by index
+   * (restored in place where they are the same GPUs), each onto one of the same chip.
+   */
+  gpuMapping?: GpuMapping;
+  /**
+   * Whether to check, before anything changes, that the GPUs have room for what each process held
+   * (default `true`). On driver 580 a restore that runs out of GPU memory loses the process.
+   */
+  checkRoom?: boolean;
+  /** A deadline for the whole restore in ms (on the machine's clock). */
+  timeoutMs?: number;
+  /** Stops the restore: processes the engine made are ended. */
+  signal?: AbortSignal;
+  /** Called as the restore goes ({@link SnapshotEvent}). Must not throw. */
+  onProgress?: (event: SnapshotEvent) => void;
+}
+
+/** What `restoreSnapshot` did. */
+export interface RestoreSnapshotResult {
+  /** The snapshot's directory, absolute. */
+  readonly dir: string;
+  /** Its manifest. */
+  readonly manifest: Manifest;
+  /** The GPU pairs the CUDA processes were restored with (empty: in place). */
+  readonly gpuMapping: Readonly<Record<string, string>>;
+  /** Every process of the snapshot, back with its pid. */
+  readonly pids: readonly number[];
+  /** The whole restore's time in ms. */
+  readonly ms: number;
+  /**
+   * Its parts, in ms: the checks; the engine's restore of every tree (`criu restore`); the GPU
+   * half, the restore and unlock of every CUDA process.
+   */
+  readonly timings: {
+    readonly checkMs: number;
+    readonly restoreMs: number;
+    readonly resumeMs: number;
+  };
+}
+
+/** A restore's options, checked. */
+export interface RestoreSettings extends WholeSettings {
+  /** The GPU pairs given (`undefined`: derived from the snapshot's GPUs and this machine's). */
+  readonly pairs: GpuPair[] | undefined;
+  readonly checkRoom: boolean;
+  /** What its errors call it: `restoreSnapshot`, or the command line's `restore-snapshot`. */
+  readonly operation: string;
+}
+
+/** Checks a restore's arguments where they enter; the machine is left to the caller. */
+export function checkRestoreArgs(
+  dir: unknown,
+  options: RestoreSnapshotOptions | undefined,
+): { dir: string; settings: RestoreSettings } {
+  const o = checkOptions(options, "restoreSnapshot", [
+    "machine",
+    "gpuMapping",
+    "checkRoom",
+    "timeoutMs",
+    "signal",
+    "onProgress",
+  ]);
+  return {
+    dir: checkDir(dir),
+    settings: {
+      ...checkWhole(o, "restore"),
+      pairs: o.gpuMapping === undefined ? undefined : checkGpuMapping(o.gpuMapping),
+      checkRoom: checkFlag(o.checkRoom, "checkRoom", true),
+      operation: "restoreSnapshot",
+    },
+  };
+}
+
+/**
+ * The manifest of the snapshot in `dir`, checked against everything in the directory (with
+ * `verify`, every file's digest too); nothing is changed. `operation` names it in errors.
+ */
+export async function inspectIn(
+  store: SnapshotStore,
+  dir: string,
+  verify: boolean,
+  operation = "inspectSnapshot",
+): Promise<{ dir: string; manifest: Manifest; verified: boolean }> {
+  const opened = await openSnapshot(store, dir, operation, { digests: verify });
+  await opened.dir.close();
+  return { dir: opened.dir.path, manifest: opened.manifest, verified: opened.checked.digests };
+}
+
+/** What a restore has done so far: the one record its phases fill in and its rollback reads. */
+interface Restoring {
+  readonly run: Run;
+  readonly o: RestoreSettings;
+  readonly dir: SnapshotDir;
+  readonly manifest: Manifest;
+  readonly checked: Checked;
+  /** Whether trees are held stopped until their memory images matched. */
+  readonly held: boolean;
+  /** The GPU pairs the CUDA processes are restored with (empty: in place). */
+  pairs: readonly GpuPair[];
+  /** The CUDA processes that ran when the snapshot was taken: they are resumed. */
+  running: readonly ManifestProcess[];
+  /** Each tree the engine made, by its processes' pids. */
+  readonly made: number[][];
+  /** How many trees are back whole (restored, and let go where held). */
+  whole: number;
+  /** A memory image that differs, found while the checks or the engine ran. */
+  differs?: RefusedError;
+  /** When the checks ended, the engine's restores last ended, and the GPU half began (ms). */
+  readonly times: { checked: number; restored: number; resume?: number };
+}
+
+/** Restores the snapshot in `dir` onto `machine`: see the module documentation. */
+export async function restoreFrom(
+  machine: Machine,
+  dir: string,
+  o: RestoreSettings,
+): Promise<RestoreSnapshotResult> {
+  const run = new Run(machine, o.operation, o);
+  // The digests left for later go on until the restore ends, or stops.
+  const verify = new AbortController();
+  const stopVerify = () => verify.abort(run.signal.reason);
+  run.signal.addEventListener("abort", stopVerify, { once: true });
+  if (run.signal.aborted) stopVerify();
+  try {
+    run.phase("check");
+    // Where the engine can keep the processes it restores stopped, the memory images' digests
+    // are compared while it loads them; every other file's before anything changes.
+    const engine = run.engine;
+    const holds = engine.inertFile !== undefined && engine.wake !== undefined;
+    const opened = await openSnapshot(run.store, dir, o.operation, {
+      digests: true,
+      signal: verify.signal,
+      ...(holds ? { later: (f) => engine.inertFile!(f.path.split("/").pop()!) } : {}),
+    });
+    const r: Restoring = {
+      run,
+      o,
+      ...opened,
+      held: holds && opened.checked.digests,
+      pairs: [],
+      running: [],
+      made: [],
+      whole: 0,
+      times: { checked: 0, restored: 0 },
+    };
+    try {
+      // A memory image that differs, found while the checks go on (or the engine runs).
+      r.checked.all.catch((err) => {
+        if (err instanceof RefusedError) r.differs ??= err;
+      });
+      await check(r);
+      return await outcome(r, await bringBack(r));
+    } finally {
+      await r.dir.close();
+    }
+  } finally {
+    verify.abort(new Error("the restore ended"));
+    run.signal.removeEventListener("abort", stopVerify);
+    run.close();
+  }
+}
+
+/** Phase 1: checks everything, changes nothing; the mapping and what runs go in the record. */
+async function check(r: Restoring): Promise<void> {
+  const { run, o, manifest } = r;
+  const probe = await run.probing;
+  const dumped = manifest.engine;
+  const engine = run.engine;
+  if (
+    dumped.kind === engine.kind && dumped.version && probe.version &&
+    olderVersion(probe.version, dumped.version, 2)
+  ) {
+    throw prerequisite(
+      o.operation,
+      `the snapshot's images were written by ${dumped.kind} ${dumped.version}, and this ` +
+        `machine's ${engine.kind} is ${probe.version}, which cannot read images of a newer ` +
+        `release, so restore it with ${dumped.kind} ${dumped.version} or later`,
+    );
+  }
+  await checkDriver(run, manifest);
+  await checkPidsFree(manifest, run.host, o.operation);
+  const gpus = await run.listing;
+  r.pairs = o.pairs ?? derivedMapping(manifest.gpus, gpus, o.operation);
+  const problems = mappingProblems(r.pairs, gpus, manifest.gpus);
+  if (problems.length > 0) {
+    throw mappingRefused(o.operation, `the GPU mapping cannot work: ${problems.join("; ")}`);
+  }
+  r.running = manifest.trees.flatMap((t) => t.processes)
+    .filter((p) => p.cuda?.state === "running");
+  if (o.checkRoom) {
+    const need: Record<string, number> = {};
+    for (const p of r.running) {
+      for (const [gpu, mib] of Object.entries(onto(p.cuda!.gpuMemoryMiB ?? {}, r.pairs))) {
+        need[gpu] = (need[gpu] ?? 0) + mib;
+      }
+    }
+    await sessionOf(run.machine).room.fits(need, {
+      operation: o.operation,
+      who: "the snapshot's processes",
+    });
+  }
+  if (o.signal?.aborted) run.notBegun("restore", "it was aborted");
+  if (r.differs) throw r.differs;
+  r.times.checked = run.at();
+}
+
+/** Refuses a machine whose driver is not the one the snapshot was taken with. */
+async function checkDriver(run: Run, manifest: Manifest): Promise<void> {
+  const version = await run.machine.driver.driverVersion();
+  const taken = manifest.driver;
+  if (version.code !== CUDA_SUCCESS || version.value === taken.cudaVersion) return;
+  const wanted = `CUDA ${formatDriverVersion(taken.cudaVersion)}${
+    taken.release ? ` (${taken.release})` : ""
+  }`;
+  throw prerequisite(
+    run.operation,
+    `the snapshot was taken with a driver of ${wanted}, and this machine's is CUDA ${
+      formatDriverVersion(version.value)
+    }: a process comes back with the libcuda it had, which needs the same driver, so ` +
+      `restore it on a machine whose driver is ${wanted}`,
+  );
+}
+
+/**
+ * Phase 2: the engine brings every tree back, its CUDA processes checkpointed; the CUDA processes
+ * that ran go back onto the GPUs as one job, each tree's as soon as it is back (a tree waits for
+ * no other tree's criu), what each held recorded first for the room check of its restore. Each
+ * goes from where the driver says it is: criu leaves it checkpointed, but an engine that restores
+ * the GPU half itself (criu with its CUDA plugin) leaves it running, with nothing left to do.
+ */
+async function bringBack(r: Restoring): Promise<GroupResult | undefined> {
+  const { run, manifest } = r;
+  run.phase("restore");
+  r.times.restored = r.times.checked;
+  const treeOf = new Map<number, Promise<void>>();
+  const trees = manifest.trees.map((t) => {
+    const back = started(restoreTree(r, t));
+    for (const p of t.processes) treeOf.set(p.pid, back);
+    return back;
+  });
+  const resumed = r.running.length === 0 ? undefined : runGroup(
+    run.machine,
+    "resume",
+    r.running.map((p) => p.pid),
+    {
+      ...run.group(true),
+      job: true,
+      checkRoom: r.o.checkRoom,
+      pairsFor: () => r.pairs.length === 0 ? null : r.pairs,
+      ready: (pid) => treeOf.get(pid)!,
+    },
+  );
+  await Promise.allSettled(trees);
+  return await resumed;
+}
+
+/** Why a tree was not restored, or not let go: the restore stopped first. */
+const NOT_STARTED = new Error("stopped before its restore began, or before it was let go");
+
+/** Restores one tree (held until its images matched, where held) and records its room. */
+async function restoreTree(r: Restoring, t: ManifestTree): Promise<void> {
+  const { run } = r;
+  try {
+    await run.slots.run(async () => {
+      if (run.signal.aborted) throw NOT_STARTED;
+      const left = run.deadline.left();
+      await run.engine.restore({
+        root: t.root,
+        imagesDir: await r.dir.enginePath(t.images),
+        signal: run.signal,
+        ...(left !== undefined ? { timeoutMs: left } : {}),
+        ...(r.held ? { leaveStopped: true } : {}),
+      });
+    });
+    const pids = t.processes.map((p) => p.pid);
+    r.made.push(pids);
+    if (r.held) {
+      // Stopped, having run nothing: let go once every image of the tree matched, unless the
+      // whole must stop meanwhile (an abort, the deadline, another part's failure).
+      await Promise.race([r.checked.later(t.images), aborted(run.signal)]);
+      if (run.signal.aborted) throw NOT_STARTED;
+      await run.engine.wake!(pids);
+    }
+    r.whole++;
+  } catch (err) {
+    // A digest that differs (the tree's images, compared while it was held) is the refusal.
+    if (err instanceof RefusedError) r.differs ??= err;
+    // Stopped (an abort, the deadline, another part's failure): the stop says why, not this.
+    if (err instanceof RefusedError || (err !== NOT_STARTED && !run.signal.aborted)) run.fail(err);
+    throw err;
+  } finally {
+    r.times.restored = Math.max(r.times.restored, run.at());
+  }
+  // What each of its CUDA processes held, recorded as its checkpoint would have recorded it.
+  const session = sessionOf(run.machine);
+  await Promise.all(
+    r.running.filter((p) => t.processes.includes(p)).map(async ({ pid, cuda }) => {
+      if (!cuda?.gpuMemoryMiB) return;
+      const identity = await session.identify(pid);
+      if (identity) await session.room.recorded(identity, cuda.gpuMemoryMiB);
+    }),
+  );
+  if (r.times.resume === undefined) {
+    r.times.resume = run.at();
+    run.phase("resume");
+  }
+}
+
+/** Rejects once `signal` aborts. */
+function aborted(signal: AbortSignal): Promise<never> {
+  return new Promise((_, reject) => {
+    if (signal.aborted) reject(NOT_STARTED);
+    else signal.addEventListener("abort", () => reject(NOT_STARTED), { once: true });
+  });
+}
+
+/** Phase 3: what came of the restore; a failure is undone where it can be, and said. */
+async function outcome(
+  r: Restoring,
+  result: GroupResult | undefined,
+): Promise<RestoreSnapshotResult> {
+  const { run, manifest } = r;
+  const stopped = run.stopped();
+  if (run.failure !== undefined || (stopped && r.whole < manifest.trees.length)) {
+    throw await rollBack(r, stopped);
+  }
+  if (result && !result.ok) throw await resumeFailed(r, result);
+  const ms = run.at();
+  return {
+    dir: r.dir.path,
+    manifest,
+    gpuMapping: Object.fromEntries(
+      r.pairs.map((p) => [formatGpuUuid(p.oldUuid), formatGpuUuid(p.newUuid)]),
+    ),
+    pids: manifest.trees.flatMap((t) => t.processes.map((p) => p.pid)),
+    ms,
+    timings: {
+      checkMs: r.times.checked,
+      restoreMs: r.times.restored - r.times.checked,
+      resumeMs: r.times.resume === undefined ? 0 : ms - r.times.resume,
+    },
+  };
+}
+
+/**
+ * Ends every tree the engine made, so that the snapshot, unchanged, can be restored again at once,
+ * and resolves to the error: the refusal of an image that differs, whatever else failed
+ * meanwhile; else the engine's failure, or the stop.
+ */
+async function rollBack(r: Restoring, stopped: string | undefined): Promise<Error> {
+  const { run, o } = r;
+  run.phase("rollback");
+  const made = r.made.flat();
+  await run.engine.kill(made).catch(() => {});
+  await untilFree(run.host, made, clockOf(run.machine).sleep).catch(() => {});
+  if (r.differs) {
+    return new RefusedError({
+      code: "SNAPSHOT",
+      operation: o.operation,
+      reason: r.differs.reason,
+      detail: made.length === 0
+        ? "no process was made"
+        : `the processes ${run.engine.kind} had made, stopped before any of them ran, were ` +
+          `ended; the snapshot is unchanged`,
+    });
+  }
+  const err = run.failure?.error;
+  return new SnapshotError({
+    code: err === undefined ? "STOPPED" : "RESTORE_FAILED",
+    operation: o.operation,
+    message: `restore of the snapshot in ${r.dir.path} failed: ${
+      err === undefined
+        ? `it was stopped: ${stopped}`
+        : `the ${run.engine.kind} restore failed: ${messageOf(err)}`
+    }`,
+    detail: made.length === 0
+      ? "no process was made"
+      : "the processes it had made were ended; the snapshot is unchanged",
+    ...(err === undefined ? {} : { cause: err }),
+    ...(err instanceof EngineError && err.log ? { log: err.log } : {}),
+  });
+}
+
+/**
+ * The processes are back, but their GPU restore failed: where each is left (the driver says, for
+ * one the job never started), and what to do.
+ */
+async function resumeFailed(r: Restoring, result: GroupResult): Promise<SnapshotError> {
+  const driver = r.run.machine.driver;
+  const states = await Promise.all(
+    result.processes.map(async (p) =>
+      p.state ?? await readState(driver, p.pid).catch(() => undefined)
+    ),
+  );
+  const left = result.processes.map((p, i) => `${p.pid} ${states[i] ?? "of unknown state"}`);
+  const pids = r.running.map((p) => p.pid).join(",");
+  const roots = r.manifest.trees.map((t) => t.root).join(" ");
+  return new SnapshotError({
+    code: result.aborted || result.deadlinePassed ? "STOPPED" : "RESUME_FAILED",
+    operation: r.o.operation,
+    message: `the processes of the snapshot in ${r.dir.path} are back, but their GPU restore ` +
+      `failed: ${groupFailure(result)}`,
+    detail: states.every((state) => state === "checkpointed")
+      ? `they are checkpointed: once the cause is fixed, resume them (cuda-checkpoint --toggle ` +
+        `--pid ${pids}), or end them (kill ${roots})`
+      : `they are left so: ${left.join(", ")}`,
+    ...(firstError(result) ? { cause: firstError(result) } : {}),
+  });
+}

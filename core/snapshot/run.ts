@@ -1,0 +1,258 @@
+/**
+ * One snapshot or restore under way ({@link Run}): the machine's parts it needs, its deadline and
+ * stop signal, the phases and events it tells, and the first failure of its parts; with the
+ * options every snapshot and restore has.
+ *
+ * @module
+ */
+
+import type { GpuInfo } from "../driver.ts";
+import type { EngineProbe, SnapshotEngine } from "../engine.ts";
+import { describeValue } from "../options.ts";
+import { RefusedError, SnapshotError } from "../errors.ts";
+import { checkGroupOptions, type GroupEvent, type GroupResult } from "../group_types.ts";
+import type { GroupSettings } from "../group_types.ts";
+import type { HostProcesses } from "../host.ts";
+import type { Machine } from "../machine.ts";
+import { checkFunction, checkInteger, checkSignal } from "../options.ts";
+import { clockOf, Deadline, Slots } from "../time.ts";
+import type { SnapshotStore } from "./store.ts";
+
+/** A part of a snapshot or of its restore, as progress events name it. */
+export type SnapshotPhase =
+  /** Checking everything before anything changes. */
+  | "check"
+  /** Suspending the CUDA processes (lock and checkpoint). */
+  | "suspend"
+  /** The engine dumping every tree. */
+  | "dump"
+  /** Writing the manifest. */
+  | "write"
+  /** Ending the processes (or resuming them, `leaveRunning`). */
+  | "end"
+  /** The engine restoring every tree. */
+  | "restore"
+  /** Restoring the CUDA processes onto the GPUs and unlocking them. */
+  | "resume"
+  /** Putting things back after a failure. */
+  | "rollback";
+
+/**
+ * Progress of a snapshot or a restore: a phase starting, image bytes written so far by one tree's
+ * dump, or a step of one CUDA process (the group operations' events). Times are ms since the call.
+ */
+export type SnapshotEvent =
+  | { readonly type: "phase"; readonly phase: SnapshotPhase; readonly at: number }
+  | { readonly type: "bytes"; readonly root: number; readonly bytes: number; readonly at: number }
+  | GroupEvent;
+
+/** The options every snapshot and restore has, checked. */
+export interface WholeSettings {
+  readonly timeoutMs: number | undefined;
+  readonly signal: AbortSignal | undefined;
+  readonly onProgress: ((event: SnapshotEvent) => void) | undefined;
+}
+
+/** Checks the options every snapshot and restore has; `what` names the whole in messages. */
+export function checkWhole(
+  o: { timeoutMs?: unknown; signal?: unknown; onProgress?: unknown },
+  what: string,
+): WholeSettings {
+  return {
+    timeoutMs: o.timeoutMs === undefined
+      ? undefined
+      : checkInteger(o.timeoutMs, `timeoutMs (ms for the whole ${what})`, 0),
+    signal: checkSignal(o.signal),
+    onProgress: checkFunction(o.onProgress as WholeSettings["onProgress"], "onProgress"),
+  };
+}
+
+/** Checks a snapshot's directory argument: a path. */
+export function checkDir(dir: unknown): string {
+  if (typeof dir !== "string" || dir.length === 0 || dir.includes("\0")) {
+    throw new TypeError(`dir must be a path (a non-empty string), got ${describeValue(dir)}`);
+  }
+  return dir;
+}
+
+/** How many engine runs go at once where the engine does not say. */
+const DEFAULT_PARALLEL = 8;
+
+/**
+ * A snapshot or restore under way: the machine's parts it needs (a refusal naming the one
+ * missing), its deadline on the machine's clock, a signal that aborts at the caller's abort, at
+ * the deadline or at the first failure of its parts, and the events it tells. The engine's probe
+ * and the driver's GPUs are asked at once, to be awaited after other checks. {@link Run.close}
+ * ends its timer.
+ */
+export class Run {
+  readonly machine: Machine;
+  readonly operation: string;
+  readonly engine: SnapshotEngine;
+  readonly store: SnapshotStore;
+  readonly host: HostProcesses;
+  readonly deadline: Deadline;
+  /** The engine's probe, refused where it names a problem (criu check takes tens of ms). */
+  readonly probing: Promise<EngineProbe>;
+  /** The driver's GPUs (cuInit, the first time, takes about 0.2 s on an H100). */
+  readonly listing: Promise<readonly GpuInfo[]>;
+  /** At most as many engine runs at once as the engine allows (criu: the cores). */
+  readonly slots: Slots;
+  readonly #settings: WholeSettings;
+  readonly #stop = new AbortController();
+  /** The first failure of the run's parts, where one failed. */
+  failure: { readonly error: unknown } | undefined;
+  #cancelTimer: () => void = () => {};
+
+  /** Starts the clock of the whole, now; refuses where the machine lacks a part. */
+  constructor(machine: Machine, operation: string, settings: WholeSettings) {
+    const { engine, store, host, driver } = machine;
+    const kind = driver.kind;
+    if (!engine) {
+      throw prerequisite(operation, `this ${kind} machine has no snapshot engine (criu)`);
+    }
+    if (!store) throw prerequisite(operation, `this ${kind} machine has no snapshot store`);
+    if (!host?.processTree) {
+      throw prerequisite(
+        operation,
+        `the ${host?.kind ?? kind} host cannot tell process trees, which a snapshot needs`,
+      );
+    }
+    this.machine = machine;
+    this.operation = operation;
+    this.engine = engine;
+    this.store = store;
+    this.host = host;
+    this.#settings = settings;
+    const clock = clockOf(machine);
+    this.deadline = new Deadline(clock, settings.timeoutMs);
+    this.probing = started(
+      engine.probe().then((probe) => {
+        if (probe.problems.length > 0) {
+          throw prerequisite(
+            operation,
+            `${engine.kind} cannot work here: ${probe.problems.join(" ")}`,
+          );
+        }
+        return probe;
+      }),
+    );
+    this.listing = started(driver.listGpus ? driver.listGpus() : Promise.resolve([]));
+    this.slots = new Slots(engine.parallel ?? DEFAULT_PARALLEL);
+    const caller = settings.signal;
+    if (caller?.aborted) this.#stop.abort(caller.reason);
+    caller?.addEventListener("abort", () => this.#stop.abort(caller.reason), {
+      once: true,
+      signal: this.#stop.signal,
+    });
+    this.#watchDeadline();
+  }
+
+  /** Aborts at the caller's abort, at the deadline, or at the first failure of a part. */
+  get signal(): AbortSignal {
+    return this.#stop.signal;
+  }
+
+  /** ms since the start. */
+  at(): number {
+    return this.deadline.elapsed();
+  }
+
+  /** Tells an event, its time counted from the whole's start; a listener that throws is ignored. */
+  tell(event: SnapshotEvent): void {
+    try {
+      this.#settings.onProgress?.({ ...event, at: this.at() });
+    } catch {
+      // A progress display that throws must not break the snapshot.
+    }
+  }
+
+  /** Tells that a phase starts. */
+  phase(phase: SnapshotPhase): void {
+    this.tell({ type: "phase", phase, at: 0 });
+  }
+
+  /** Why the whole must stop now (an abort, the deadline), if it must. */
+  stopped(): string | undefined {
+    if (this.#settings.signal?.aborted) return "it was aborted";
+    return this.deadline.passed() ? "its deadline passed" : undefined;
+  }
+
+  /** Refuses to begin `what` where it must stop already (`why`): nothing was changed. */
+  notBegun(what: string, why: string | undefined = this.stopped()): void {
+    if (!why) return;
+    throw new SnapshotError({
+      code: "STOPPED",
+      operation: this.operation,
+      message: `${what} stopped before it began: ${why}`,
+      detail: "nothing was changed",
+    });
+  }
+
+  /** Keeps `error` where it is the first failure of a part, and stops the others. */
+  fail(error: unknown): void {
+    this.failure ??= { error };
+    this.#stop.abort(new Error("another part failed"));
+  }
+
+  /**
+   * The settings of a group that is one part of the run: all or nothing, its events told as the
+   * run's; `stoppable`, it stops with the run and at its deadline (a rollback is not).
+   */
+  group(stoppable: boolean): GroupSettings {
+    return {
+      ...checkGroupOptions({ allOrNothing: true, gpuMemory: false }),
+      onProgress: (e) => this.tell(e),
+      ...(stoppable ? { signal: this.signal, timeoutMs: this.deadline.left() } : {}),
+    };
+  }
+
+  /** Ends the run's deadline timer. */
+  close(): void {
+    this.#cancelTimer();
+  }
+
+  /**
+   * Aborts the signal once the deadline passes: on the machine's own clock where it has timers
+   * that move no virtual time (the simulator's), on the real clock where the machine keeps none.
+   */
+  #watchDeadline(): void {
+    const left = this.deadline.left();
+    if (left === undefined) return;
+    const passed = () => this.#stop.abort(new Error("its deadline passed"));
+    const own = this.machine.clock;
+    if (own?.timer) this.#cancelTimer = own.timer(left, passed);
+    else if (!own) {
+      const timer = setTimeout(passed, left);
+      this.#cancelTimer = () => clearTimeout(timer);
+    }
+  }
+}
+
+/** A refusal for something the machine must have. */
+export function prerequisite(operation: string, reason: string): RefusedError {
+  return new RefusedError({ code: "PREREQUISITE", operation, reason });
+}
+
+/**
+ * A promise started now and awaited later, after other checks: a rejection waits for its turn
+ * (the first failed check is the one reported) and is never left unhandled meanwhile.
+ */
+export function started<T>(promise: Promise<T>): Promise<T> {
+  promise.catch(() => {});
+  return promise;
+}
+
+/** What went wrong in a group, in a clause. */
+export function groupFailure(result: GroupResult): string {
+  const failed = firstError(result);
+  if (failed) return failed.message;
+  if (result.aborted) return "it was aborted";
+  if (result.deadlinePassed) return "its deadline passed";
+  return "not every process could be brought there";
+}
+
+/** The first error of a group, where one failed. */
+export function firstError(result: GroupResult): Error | undefined {
+  return result.processes.find((p) => p.error)?.error;
+}

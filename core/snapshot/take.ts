@@ -1,0 +1,441 @@
+/**
+ * A snapshot to disk ({@link takeSnapshot}): process trees, their CUDA processes included, into a
+ * directory, through the machine's engine (criu), in five phases over one record of what was done
+ * so far ({@link Taken}):
+ *
+ * 1. {@link check}: everything is checked, nothing changed (the engine, the trees, the CUDA state
+ *    of each process, what the manifest will say of the machine).
+ * 2. The directory and its trace are made (`layout.ts`).
+ * 3. {@link suspendAndDump}: the CUDA processes are suspended through the group operations (one
+ *    group per tree, each tree dumped as soon as its own are suspended; or, as a job, one group of
+ *    all of them, every lock first), and the engine dumps each tree, leaving it running; each
+ *    tree's images are sealed (on disk, digested) as its dump ends.
+ * 4. {@link writeManifest}: the manifest, last: a directory without one is no snapshot.
+ * 5. {@link end}: the processes are ended (or resumed, `leaveRunning`), and the trace removed.
+ *
+ * A failure before the end puts every process back as it was, running ({@link rollBack}).
+ *
+ * @module
+ */
+
+import { checkCapability } from "../calls.ts";
+import { CUDA_SUCCESS, type DriverResult } from "../driver.ts";
+import { type DumpedProcess, EngineError, type EngineProbe } from "../engine.ts";
+import { describeValue } from "../options.ts";
+import { messageOf, SnapshotError, type SnapshotFailure } from "../errors.ts";
+import { runGroup } from "../group.ts";
+import type { GroupResult } from "../group_types.ts";
+import type { GpuMemoryReport, MachineFacts, TreeProcess } from "../host.ts";
+import { askGpuMemory } from "../listing.ts";
+import type { Machine } from "../machine.ts";
+import { checkFlag, checkLockTimeout, checkOptions, checkPid } from "../options.ts";
+import { sessionOf } from "../process.ts";
+import { clockOf } from "../time.ts";
+import { VERSION } from "../version.ts";
+import { SnapshotWriter, TRACE_FILE } from "./layout.ts";
+import { type Manifest, MANIFEST_FORMAT, type ManifestTree } from "./manifest.ts";
+import type { SnapshotFile } from "./store.ts";
+import {
+  checkDir,
+  checkWhole,
+  firstError,
+  groupFailure,
+  prerequisite,
+  Run,
+  type SnapshotEvent,
+  type WholeSettings,
+} from "./run.ts";
+import { asDumped, checkDisjoint, describeGpus, describeTree, endTrees } from "./trees.ts";
+
+/** Options of `snapshot`. */
+export interface SnapshotOptions {
+  /**
+   * The machine: a `SimulatedMachine`, or one `openMachine` opened (to name criu, say); this
+   * machine (libcuda, `/proc` and NVML, the installed criu, the file system) when left out.
+   */
+  machine?: Machine;
+  /**
+   * Keep the processes running after the dump (CRIU's leave-running): a periodic checkpoint of a
+   * job that must go on. Default `false`: once every tree is on disk, its processes are ended.
+   */
+  leaveRunning?: boolean;
+  /**
+   * The CUDA processes share GPU state (NCCL ranks, CUDA IPC): lock all before checkpointing any,
+   * and (recorded in the manifest) restore all before unlocking any. Default `false`.
+   */
+  job?: boolean;
+  /**
+   * A deadline for the whole snapshot in ms (on the machine's clock): lock timeouts are cut to it,
+   * a dump still running when it passes is stopped, and every process is put back.
+   */
+  timeoutMs?: number;
+  /** Stops the snapshot: every process is put back as it was, running. */
+  signal?: AbortSignal;
+  /** Each CUDA process's lock timeout in ms (0 waits forever); 10 000 by default. */
+  lockTimeoutMs?: number;
+  /** Called as the snapshot goes ({@link SnapshotEvent}). Must not throw. */
+  onProgress?: (event: SnapshotEvent) => void;
+}
+
+/** What `snapshot` made. */
+export interface SnapshotResult {
+  /** The snapshot's directory, absolute. */
+  readonly dir: string;
+  /** Its manifest, as written. */
+  readonly manifest: Manifest;
+  /** The whole snapshot's time in ms. */
+  readonly ms: number;
+}
+
+/** A snapshot's options, checked. */
+export interface SnapshotSettings extends WholeSettings {
+  readonly leaveRunning: boolean;
+  readonly job: boolean;
+  readonly lockTimeoutMs: number;
+}
+
+/** Checks a snapshot's arguments where they enter; the machine is left to the caller. */
+export function checkSnapshotArgs(
+  roots: unknown,
+  dir: unknown,
+  options: SnapshotOptions | undefined,
+): { roots: number[]; dir: string; settings: SnapshotSettings } {
+  const o = checkOptions(options, "snapshot", [
+    "machine",
+    "leaveRunning",
+    "job",
+    "timeoutMs",
+    "signal",
+    "lockTimeoutMs",
+    "onProgress",
+  ]);
+  return {
+    roots: checkRoots(roots),
+    dir: checkDir(dir),
+    settings: {
+      ...checkWhole(o, "snapshot"),
+      leaveRunning: checkFlag(o.leaveRunning, "leaveRunning", false),
+      job: checkFlag(o.job, "job", false),
+      lockTimeoutMs: checkLockTimeout(o.lockTimeoutMs, "lockTimeoutMs"),
+    },
+  };
+}
+
+function checkRoots(roots: unknown): number[] {
+  if (!Array.isArray(roots) || roots.length === 0) {
+    throw new TypeError(
+      `roots must be a non-empty array of pids (the roots of the trees to snapshot), got ${
+        describeValue(roots)
+      }`,
+    );
+  }
+  const seen = new Set<number>();
+  return roots.map((pid, i) => {
+    checkPid(pid, `roots[${i}]`);
+    if (seen.has(pid)) throw new RangeError(`roots names pid ${pid} twice: give each tree once`);
+    seen.add(pid);
+    return pid;
+  });
+}
+
+/** What the checks found: the trees as listed, and what the manifest says of the machine. */
+interface Plan {
+  readonly trees: readonly ManifestTree[];
+  /** Each tree's CUDA processes that run: those the snapshot suspends, and puts back on failure. */
+  readonly running: readonly (readonly number[])[];
+  readonly report: GpuMemoryReport;
+  readonly probe: EngineProbe;
+  readonly version: DriverResult;
+  readonly facts: MachineFacts;
+}
+
+/** What a snapshot has done so far: the one record its phases fill in and its rollback reads. */
+interface Taken {
+  readonly run: Run;
+  readonly o: SnapshotSettings;
+  readonly plan: Plan;
+  readonly out: SnapshotWriter;
+  /** Every CUDA process the snapshot suspends. */
+  readonly suspending: readonly number[];
+  /** Each tree's processes as the engine dumped them, once it has. */
+  readonly dumped: (readonly DumpedProcess[] | undefined)[];
+  /** Each tree's images, once sealed. */
+  readonly sealed: SnapshotFile[][];
+  /** When the suspends began and last ended, and the dumps began and last ended (ms). */
+  readonly times: { suspend: number; suspended: number; dump?: number; dumped: number };
+  /** The first part that failed: a group's suspend, a tree's dump, or the writing of its images. */
+  failure?: Failure;
+}
+
+/** A part of a snapshot that failed. */
+interface Failure {
+  readonly part: "suspend" | "dump" | "write";
+  readonly error: unknown;
+  readonly result?: GroupResult;
+}
+
+/** Takes a snapshot of the trees rooted at `roots` into `dir`: see the module documentation. */
+export async function takeSnapshot(
+  machine: Machine,
+  roots: readonly number[],
+  dir: string,
+  o: SnapshotSettings,
+): Promise<SnapshotResult> {
+  const run = new Run(machine, "snapshot", o);
+  try {
+    run.phase("check");
+    const plan = await check(run, roots);
+    run.notBegun("snapshot");
+    const suspending = plan.running.flat();
+    const session = sessionOf(machine);
+    const by = await session.selfIdentity();
+    const out = await SnapshotWriter.begin(run.store, dir, roots, {
+      ...(by ? { by } : {}),
+      startedAt: new Date().toISOString(),
+      processes: await Promise.all(
+        suspending.map(async (pid) => await session.identify(pid) ?? { pid }),
+      ),
+    });
+    const at = run.at();
+    const t: Taken = {
+      run,
+      o,
+      plan,
+      out,
+      suspending,
+      dumped: roots.map(() => undefined),
+      sealed: roots.map(() => []),
+      times: { suspend: at, suspended: at, dumped: at },
+    };
+    await suspendAndDump(t);
+    const manifest = await writeManifest(t);
+    await end(t, manifest);
+    return { dir: out.dir.path, manifest, ms: run.at() };
+  } finally {
+    run.close();
+  }
+}
+
+/** Phase 1: checks everything, changes nothing. */
+async function check(run: Run, roots: readonly number[]): Promise<Plan> {
+  const { machine, host } = run;
+  // Before 570 every getState fails, and each process would pass for one without CUDA.
+  await checkCapability(machine.driver, "getState", undefined, 0, "snapshot");
+  const listed = await Promise.all(roots.map(async (root) => {
+    const tree = await host.processTree!(root);
+    if (!tree || tree.length === 0) {
+      throw prerequisite("snapshot", `no process has pid ${root} (give the pid of a live process)`);
+    }
+    return { root, tree: tree as readonly TreeProcess[] };
+  }));
+  checkDisjoint(listed);
+  const probe = await run.probing;
+  const report = await askGpuMemory(machine);
+  const trees = await Promise.all(
+    listed.map(({ root, tree }) => describeTree(root, tree, machine, report)),
+  );
+  return {
+    trees,
+    running: trees.map((t) =>
+      t.processes.filter((p) => p.cuda?.state === "running").map((p) => p.pid)
+    ),
+    report,
+    probe,
+    version: await machine.driver.driverVersion(),
+    facts: host.facts ? await host.facts() : { hostname: host.kind, kernel: "unknown" },
+  };
+}
+
+/**
+ * Phase 3: suspends the CUDA processes and dumps each tree once its own are suspended, leaving
+ * its processes running, and seals its images. The first failure stops the rest, and every
+ * process is put back.
+ */
+async function suspendAndDump(t: Taken): Promise<void> {
+  const { run, plan, o } = t;
+  run.phase("suspend");
+  const trees = plan.trees.map((_, i) => i);
+  if (o.job) {
+    // A job: every CUDA process is locked before any is checkpointed (core/job.ts).
+    if (await suspend(t, t.suspending)) await Promise.allSettled(trees.map((i) => dump(t, i)));
+  } else {
+    await Promise.allSettled(trees.map(async (i) => {
+      if (await suspend(t, plan.running[i])) await dump(t, i);
+    }));
+  }
+  const stopped = run.stopped();
+  if (stopped) {
+    const doing = t.times.dump === undefined ? "suspending its CUDA processes" : "dumping";
+    throw await rollBack(t, "STOPPED", `snapshot stopped while ${doing}: ${stopped}`, undefined);
+  }
+  const f = t.failure;
+  if (f?.part === "dump") {
+    const why = `snapshot failed: the ${run.engine.kind} dump failed: ${messageOf(f.error)}`;
+    throw await rollBack(t, "DUMP_FAILED", why, f.error);
+  }
+  if (f?.part === "write") {
+    const why = `snapshot failed: its images could not be put on disk: ${messageOf(f.error)}`;
+    throw await rollBack(t, "WRITE_FAILED", why, f.error);
+  }
+  if (f || t.dumped.some((d) => d === undefined)) {
+    const why = `snapshot failed while suspending its CUDA processes: ${
+      f?.result ? groupFailure(f.result) : "it was stopped"
+    }`;
+    throw await rollBack(t, "SUSPEND_FAILED", why, f?.result && firstError(f.result));
+  }
+}
+
+/** Keeps the first part's failure in the record, and stops the other parts. */
+function failed(t: Taken, part: Failure["part"], error: unknown, result?: GroupResult): void {
+  t.failure ??= { part, error, ...(result ? { result } : {}) };
+  t.run.fail(error);
+}
+
+/** Suspends `pids` as one group (a job's, or one tree's); false, and the run failed, where not. */
+async function suspend(t: Taken, pids: readonly number[]): Promise<boolean> {
+  if (pids.length === 0) return true;
+  const result = await runGroup(t.run.machine, "suspend", pids, {
+    ...t.run.group(true),
+    lockTimeoutMs: t.o.lockTimeoutMs,
+    rollBackOnAbort: true,
+    job: t.o.job,
+  });
+  t.times.suspended = t.run.at();
+  if (!result.ok) failed(t, "suspend", firstError(result), result);
+  return result.ok;
+}
+
+/** Dumps the `i`th tree in one of the engine's slots, then seals its images. */
+async function dump(t: Taken, i: number): Promise<void> {
+  const { run } = t;
+  const root = t.plan.trees[i].root;
+  await run.slots.run(async () => {
+    if (run.signal.aborted) return;
+    if (t.times.dump === undefined) {
+      t.times.dump = run.at();
+      run.phase("dump");
+    }
+    const left = run.deadline.left();
+    let dumped: readonly DumpedProcess[];
+    try {
+      dumped = await run.engine.dump({
+        root,
+        imagesDir: t.out.imagesDirs[i],
+        signal: run.signal,
+        ...(left !== undefined ? { timeoutMs: left } : {}),
+        onBytes: (bytes) => run.tell({ type: "bytes", root, bytes, at: 0 }),
+      });
+    } catch (err) {
+      return failed(t, "dump", err);
+    } finally {
+      t.times.dumped = run.at();
+    }
+    try {
+      // Its images on disk and digested, while other trees' dumps go on.
+      t.sealed[i] = await t.out.seal(i, run.signal);
+      t.dumped[i] = dumped;
+    } catch (err) {
+      failed(t, "write", err);
+    } finally {
+      t.times.dumped = run.at();
+    }
+  });
+}
+
+/** Phase 4: the manifest, last: a directory without one is no snapshot. */
+async function writeManifest(t: Taken): Promise<Manifest> {
+  const { run, plan, o } = t;
+  run.phase("write");
+  const { facts, version, probe } = plan;
+  try {
+    const manifest: Manifest = {
+      format: MANIFEST_FORMAT,
+      createdAt: new Date().toISOString(),
+      tool: { name: "@ckpt/cuda", version: VERSION },
+      host: { hostname: facts.hostname, kernel: facts.kernel },
+      driver: {
+        cudaVersion: version.code === CUDA_SUCCESS ? version.value : 0,
+        ...(facts.driverRelease ? { release: facts.driverRelease } : {}),
+      },
+      engine: { kind: run.engine.kind, ...(probe.version ? { version: probe.version } : {}) },
+      gpus: describeGpus(await run.listing, plan.report),
+      // The trees as dumped: a process may have come or gone since they were listed.
+      trees: plan.trees.map((tree, i) => asDumped(tree, t.dumped[i]!)),
+      options: { leaveRunning: o.leaveRunning, job: o.job },
+      timings: {
+        suspendMs: t.times.suspended - t.times.suspend,
+        dumpMs: t.times.dump === undefined ? 0 : t.times.dumped - t.times.dump,
+        totalMs: run.at(),
+      },
+      files: t.sealed.flat().sort((a, b) => a.path < b.path ? -1 : a.path > b.path ? 1 : 0),
+    };
+    await t.out.writeManifest(manifest);
+    return manifest;
+  } catch (err) {
+    const why = `snapshot failed: its manifest could not be written: ${messageOf(err)}`;
+    throw await rollBack(t, "WRITE_FAILED", why, err);
+  }
+}
+
+/** Phase 5: ends the processes, or lets them go on; then the snapshot is over. */
+async function end(t: Taken, manifest: Manifest): Promise<void> {
+  const { run, o, out } = t;
+  run.phase("end");
+  if (o.leaveRunning) {
+    const resumed = await resumeAll(t);
+    if (resumed && !resumed.ok) {
+      const where = out.dir.path;
+      await out.abandon();
+      throw new SnapshotError({
+        code: "RESUME_FAILED",
+        operation: "snapshot",
+        message: `the snapshot in ${where} is complete, but its CUDA processes could not be ` +
+          `resumed: ${groupFailure(resumed)}`,
+        detail: `they are checkpointed: \`cuda-checkpoint recover ${where}\` resumes them ` +
+          `once the cause is fixed`,
+        cause: firstError(resumed),
+      });
+    }
+  } else {
+    await endTrees(run.engine, run.host, manifest.trees, clockOf(run.machine).sleep);
+  }
+  await out.finish();
+}
+
+/** Resumes every process the snapshot suspends: as a job where the snapshot is one. */
+function resumeAll(t: Taken): Promise<GroupResult | undefined> {
+  if (t.suspending.length === 0) return Promise.resolve(undefined);
+  return runGroup(t.run.machine, "resume", t.suspending, { ...t.run.group(false), job: t.o.job });
+}
+
+/**
+ * Puts every process back, running, and removes what the snapshot wrote; where a process cannot
+ * be resumed, keeps the trace for `recover`. Resolves to the error that says so.
+ */
+async function rollBack(
+  t: Taken,
+  code: SnapshotFailure,
+  message: string,
+  cause: unknown,
+): Promise<SnapshotError> {
+  t.run.phase("rollback");
+  const back = await resumeAll(t);
+  const where = t.out.dir.path;
+  let detail: string;
+  if (!back || back.ok) {
+    detail = `every process was put back as it was, and keeps running${await t.out.discard()}`;
+  } else {
+    await t.out.abandon();
+    detail = `the CUDA processes could not all be resumed: ${groupFailure(back)}; ${where}/` +
+      `${TRACE_FILE} names them: \`cuda-checkpoint recover ${where}\` resumes them once the ` +
+      `cause is fixed`;
+  }
+  return new SnapshotError({
+    code,
+    operation: "snapshot",
+    message,
+    detail,
+    cause,
+    ...(cause instanceof EngineError && cause.log ? { log: cause.log } : {}),
+  });
+}

@@ -1,0 +1,243 @@
+/**
+ * Process trees as snapshots see them: each tree listed for the manifest with the CUDA side of
+ * its processes, as the engine dumped it, ended once it is on disk; and the pids a restore needs
+ * free.
+ *
+ * @module
+ */
+
+import { readState } from "../calls.ts";
+import { CUDA_SUCCESS, type GpuInfo } from "../driver.ts";
+import type { DumpedProcess, SnapshotEngine } from "../engine.ts";
+import { RefusedError } from "../errors.ts";
+import type { GpuMemoryReport, HostProcesses, PidUse, TreeProcess } from "../host.ts";
+import type { Machine } from "../machine.ts";
+import { sessionOf } from "../process.ts";
+import { SNAPSHOT_STATES } from "../states.ts";
+import {
+  type Manifest,
+  type ManifestGpu,
+  type ManifestProcess,
+  type ManifestTree,
+  treeDirName,
+} from "./manifest.ts";
+
+/** A tree for the manifest: each process, and the CUDA side of those that use CUDA. */
+export async function describeTree(
+  root: number,
+  tree: readonly TreeProcess[],
+  machine: Machine,
+  report: GpuMemoryReport,
+): Promise<ManifestTree> {
+  const processes = await Promise.all(tree.map(async (p): Promise<ManifestProcess> => {
+    const base: ManifestProcess = {
+      pid: p.pid,
+      parent: p.parent,
+      threads: p.threads.length > 0 ? [...p.threads] : [p.pid],
+      ...(p.command ? { command: p.command } : {}),
+    };
+    const [state, tid] = await Promise.allSettled([
+      readState(machine.driver, p.pid),
+      machine.driver.getRestoreThreadId(p.pid),
+    ]);
+    // Not a CUDA process (it never initialised CUDA); a state this version does not know refuses.
+    if (state.status === "rejected") {
+      if (state.reason instanceof RangeError) throw state.reason;
+      return base;
+    }
+    const name = state.value;
+    if (name !== "running" && name !== "checkpointed") {
+      throw new RefusedError({
+        code: "STATE",
+        operation: "snapshot",
+        pid: p.pid,
+        state: name,
+        reason: `its CUDA state is ${name}; a snapshot takes processes that are ${
+          SNAPSHOT_STATES.join(" or ")
+        }`,
+      });
+    }
+    const held = tid.status === "fulfilled" && tid.value.code === CUDA_SUCCESS;
+    return {
+      ...base,
+      cuda: {
+        state: name,
+        restoreThreadId: held ? tid.value.value : p.pid,
+        gpuMemoryMiB: await heldBy(p.pid, name, machine, report),
+      },
+    };
+  }));
+  return { root, images: treeDirName(root), processes };
+}
+
+/**
+ * What a CUDA process holds on the GPUs: now, for a running one; what was recorded at its
+ * checkpoint, for a checkpointed one (as its restore's room check will read it); `null` unknown.
+ */
+async function heldBy(
+  pid: number,
+  state: "running" | "checkpointed",
+  machine: Machine,
+  report: GpuMemoryReport,
+): Promise<Record<string, number> | null> {
+  if (state === "running") {
+    const m = "byPid" in report ? report.byPid.get(pid) : undefined;
+    return m && m !== "unknown" ? { ...m } : null;
+  }
+  const session = sessionOf(machine);
+  const record = await session.room.record(await session.identify(pid) ?? { pid });
+  return record ? { ...record.heldMiB } : null;
+}
+
+/** The machine's GPUs for the manifest, with their total memory where the host tells it. */
+export function describeGpus(gpus: readonly GpuInfo[], report: GpuMemoryReport): ManifestGpu[] {
+  const total = "byPid" in report ? report.totalMiB : undefined;
+  return gpus.map((g) => ({
+    index: g.index,
+    uuid: g.uuid,
+    name: g.name,
+    ...(total?.get(g.uuid) !== undefined ? { totalMiB: total.get(g.uuid)! } : {}),
+  }));
+}
+
+/** No tree may hold another's root. */
+export function checkDisjoint(
+  trees: readonly { root: number; tree: readonly TreeProcess[] }[],
+): void {
+  for (const a of trees) {
+    for (const b of trees) {
+      if (a !== b && a.tree.some((p) => p.pid === b.root)) {
+        throw new RangeError(
+          `roots ${b.root} and ${a.root}: process ${b.root} is in the tree of ${a.root}; give ` +
+            `the root of each tree once`,
+        );
+      }
+    }
+  }
+}
+
+/**
+ * A tree as the engine dumped it: its processes are those dumped (with what was learnt of each
+ * when the tree was listed: its command line, its CUDA side).
+ */
+export function asDumped(listed: ManifestTree, dumped: readonly DumpedProcess[]): ManifestTree {
+  if (!Array.isArray(dumped) || dumped.length === 0) return listed;
+  const byPid = new Map(listed.processes.map((p) => [p.pid, p]));
+  return {
+    ...listed,
+    processes: dumped.map((d, i) => {
+      const before = byPid.get(d.pid);
+      return {
+        pid: d.pid,
+        parent: i === 0 ? (before?.parent ?? d.parent) : d.parent,
+        threads: d.threads.length > 0 ? [...d.threads] : [d.pid],
+        ...(before?.command ? { command: before.command } : {}),
+        ...(before?.cuda ? { cuda: before.cuda } : {}),
+      };
+    }),
+  };
+}
+
+/**
+ * Ends the processes of the dumped trees: stops every process of each tree (SIGSTOP), again while
+ * new ones turn up, so that none forks any more, then kills them all, the dumped ones included,
+ * and waits until they are gone ({@link untilFree}).
+ */
+export async function endTrees(
+  engine: SnapshotEngine,
+  host: HostProcesses,
+  trees: readonly ManifestTree[],
+  sleep: (ms: number) => Promise<void>,
+): Promise<void> {
+  const known = new Set(trees.flatMap((t) => t.processes.map((p) => p.pid)));
+  for (let round = 0; round < 10; round++) {
+    const now: number[] = [];
+    for (const t of trees) {
+      for (const p of (await host.processTree?.(t.root).catch(() => undefined)) ?? []) {
+        now.push(p.pid);
+      }
+    }
+    await engine.stop(now);
+    const before = known.size;
+    for (const pid of now) known.add(pid);
+    if (round > 0 && known.size === before) break;
+  }
+  await engine.kill([...known]);
+  await untilFree(host, [...known], sleep);
+}
+
+/**
+ * Which of `ids` a process uses now (`HostProcesses.pidsInUse`); by `identify` where the host
+ * tells no more, none where it cannot tell at all.
+ */
+export async function usesOf(
+  host: HostProcesses,
+  ids: readonly number[],
+): Promise<readonly PidUse[]> {
+  if (host.pidsInUse) return await host.pidsInUse(ids);
+  const uses: PidUse[] = [];
+  for (const id of host.identify ? ids : []) {
+    const holder = await host.identify!(id);
+    if (holder) uses.push({ id, holder: holder.pid, as: holder.pid === id ? "pid" : "thread" });
+  }
+  return uses;
+}
+
+/**
+ * Waits until no process uses any of `pids` (10 s at most): until its parent (or init) reaps it, a
+ * killed process keeps its pid, its session and its process group, which a restore right after
+ * needs free. What is left then, the restore's check of free pids names.
+ */
+export async function untilFree(
+  host: HostProcesses,
+  pids: readonly number[],
+  sleep: (ms: number) => Promise<void>,
+): Promise<void> {
+  // Init took up to 2 s on one machine.
+  for (let i = 0; i < 200 && pids.length > 0; i++) {
+    if ((await usesOf(host, pids)).length === 0) return;
+    await sleep(50);
+  }
+}
+
+/**
+ * Every pid and thread id of the snapshot must be free: its processes come back with them, and
+ * the kernel gives out no id that a process still uses as its pid, a thread id, its process
+ * group or its session.
+ */
+export async function checkPidsFree(
+  manifest: Manifest,
+  host: HostProcesses,
+  operation: string,
+): Promise<void> {
+  const owner = new Map<number, ManifestProcess>();
+  for (const p of manifest.trees.flatMap((t) => t.processes)) {
+    for (const id of [p.pid, ...p.threads]) owner.set(id, p);
+  }
+  const [use] = await usesOf(host, [...owner.keys()]);
+  if (!use) return;
+  const p = owner.get(use.id)!;
+  const which = `${use.id === p.pid ? "pid" : `thread id ${use.id} of pid`} ${p.pid}${
+    p.command ? ` (${p.command})` : ""
+  }`;
+  const how = {
+    pid: use.holder === p.pid
+      ? "process " + use.holder + " has it now (if that is the snapshot's own process, ended but " +
+        "not yet reaped by its parent, it holds the pid until its parent waits for it)"
+      : `process ${use.holder} has it now`,
+    thread: `a thread of process ${use.holder} has it now`,
+    group: `process ${use.holder} still has it as its process group`,
+    session: `process ${use.holder} still has it as its session`,
+  }[use.as];
+  const hint = use.as === "group" || use.as === "session"
+    ? ` (a process left over from the snapshot's tree, not yet reaped, or one that left the ` +
+      `tree; see it with ps -o pid,stat,pgid,sid,args -p ${use.holder})`
+    : "";
+  throw new RefusedError({
+    code: "PID_TAKEN",
+    operation,
+    pid: use.id,
+    reason: `${which} must be free for the snapshot's process to come back, and ${how}${hint}; ` +
+      `end that process, or restore where ${use.id} is free`,
+  });
+}
