@@ -27,6 +27,7 @@ const EXAMPLES = [
   "preempt.ts",
   "snapshot_all.ts",
   "snapshot.ts",
+  "pytorch.ts",
 ];
 // Each example run is cut at 60 s (runExample); a test makes one or a few, under a second each on
 // a quiet machine: its own limit is above the cut, so a slow machine shows the example's output.
@@ -440,4 +441,43 @@ describe("snapshot.ts", () => {
       }
     },
   );
+});
+
+describe("pytorch.ts", () => {
+  test(
+    "without a GPU: a stand-in PyTorch process found among others, to disk and back, intact",
+    SLOW,
+    async () => {
+      const dir = mkdtempSync(join(tmpdir(), "ckpt-pytorch-example-test-"));
+      try {
+        const snap = join(dir, "snap");
+        const run = await runExample("pytorch.ts", [...ON_SIMULATOR, "--dir", snap, "--keep"]);
+        assert.equal(run.code, 0, run.out + run.err);
+        assert.match(run.lines[0], /^Running on the SIMULATED driver/);
+        // Only the CUDA process whose command line names python or torch is listed.
+        assert.match(run.out, /^1\. PyTorch processes here: 1 \(of 2 CUDA processes; /m);
+        assert.match(run.out, /^ *4000 +running +\d+ MiB +- +python3 train\.py /m);
+        assert.doesNotMatch(run.out, /render --frames/);
+        assert.match(run.out, /^2\. Taking process 4000 to disk: python3 train\.py /m);
+        assert.match(
+          run.out,
+          /^3\. Snapshot in .*snap: GPU memory \d+ MiB, .* of images; suspend/m,
+        );
+        assert.match(run.out, /^4\. Process 4000 is gone: its GPU memory is free$/m);
+        assert.match(run.out, /^5\. Restored in [\d.]+ s: pid 4000, running, GPU memory \d+ MiB$/m);
+        assert.match(run.out, /^6\. Its GPU memory is the same, byte for byte$/m);
+        assert.match(run.out, /^PASS: PyTorch process 4000 went to disk and came back running/m);
+        const manifest = JSON.parse(readFileSync(join(snap, "manifest.json"), "utf8"));
+        assert.match(manifest.trees[0].processes[0].command, /^python3 train\.py/);
+      } finally {
+        rmSync(dir, { recursive: true, force: true });
+      }
+    },
+  );
+
+  test("--pid of a process that is not listed fails, saying so", SLOW, async () => {
+    const run = await runExample("pytorch.ts", [...ON_SIMULATOR, "--pid", "4010"]);
+    assert.equal(run.code, 1, run.out + run.err);
+    assert.match(run.out, /^FAIL: --pid 4010 is not one of the PyTorch processes listed above$/m);
+  });
 });

@@ -133,7 +133,7 @@ fi
 runc_v=$(timeout 20 env ${runc_ld:+LD_LIBRARY_PATH=$runc_ld} "$runc" --version 2>&1)
 while read -r l; do echo "runc --version: $l"; done <<<"$runc_v"
 [[ $runc_v == "runc version"* ]]
-check "setup: $(echo "$runc_v" | head -1) runs" $? || exit 1
+_rc=$?; check "setup: $(echo "$runc_v" | head -1) runs" $_rc || exit 1
 
 if [[ -z $dry || ! -x $criu_dir/criu ]]; then
   if ! { mkdir -p "$criu_root" && tar -C "$criu_root" -xzf "$criu_tgz"; }; then
@@ -420,13 +420,13 @@ round_trip() {
     echo "   the libraries the target mapped in its container:"
     sed 's/^/     /' "$bin/maps.txt"
     grep -q '/libcuda\.so' "$bin/maps.txt"
-    check "$label: the container's target loaded the host's libcuda ($(grep -m1 '/libcuda\.so' "$bin/maps.txt"))" $?
+    _rc=$?; check "$label: the container's target loaded the host's libcuda ($(grep -m1 '/libcuda\.so' "$bin/maps.txt"))" $_rc
   fi
   s=$(timeout 30 "$(prog_bin "$prog")" --get-state --pid "$p0" 2>&1 | head -1 | cut -c1-100)
   [[ $s == running ]]
-  gpu_check "$label: $(who "$prog") --get-state --pid $p0 (host pid): $s" $? "$NO_GPU"
+  _rc=$?; gpu_check "$label: $(who "$prog") --get-state --pid $p0 (host pid): $s" $_rc "$NO_GPU"
   ct_checkpoint "$label" "$dir"
-  check "$label: runc checkpoint (the plugin running $(whose "$prog")) in $C_SECS s" $? || ok=1
+  _rc=$?; check "$label: runc checkpoint (the plugin running $(whose "$prog")) in $C_SECS s" $_rc || ok=1
   ck=$C_SECS
   size=$(du -sh "$C_IMG" 2>/dev/null | cut -f1)
   s=$(ct_status "$C_ID")
@@ -449,7 +449,7 @@ round_trip() {
   check "$label: the container runs again (runc state: $s), host pid ${p1:-none} (was $p0)" $? || ok=1
   s=$(timeout 30 "$(prog_bin "$prog")" --get-state --pid "${p1:-0}" 2>&1 | head -1 | cut -c1-100)
   [[ $s == running ]]
-  gpu_check "$label: $(who "$prog") --get-state --pid ${p1:-?}: $s (want running)" $? "$NO_GPU" || ok=1
+  _rc=$?; gpu_check "$label: $(who "$prog") --get-state --pid ${p1:-?}: $s (want running)" $_rc "$NO_GPU" || ok=1
   a="(not asked)"
   [[ $(ct_status "$C_ID") == running ]] && a=$(ask "$C_DIR" hash)
   [[ $a == "hash $C_HASH" ]]

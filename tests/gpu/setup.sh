@@ -62,7 +62,7 @@ setup_criu() {
   fi
   said=$(timeout 60 "$criu" check 2>&1 | tail -1)
   [[ $said == *"Looks good"* ]]
-  check "setup: $("$criu" --version 2>/dev/null | head -1) at $criu: criu check says: $said" $?
+  _rc=$?; check "setup: $("$criu" --version 2>/dev/null | head -1) at $criu: criu check says: $said" $_rc
 }
 
 setup_bun() {

@@ -259,7 +259,7 @@ round_trip() {
   snap_ok "$label-snapshot" && [[ $rc == 0 && $(jv "$bin/$label-snapshot.out" '[x["pid"] for x in j["processes"]]') == "[$p]" ]]
   check "$label: snapshot --json of pid $p: ok, the process listed" $? "exit $rc"
   [[ $(jv "$bin/$label-snapshot.out" 'j["processes"][0]["cuda"]["state"]') == running ]]
-  check "$label: the snapshot took it as a running CUDA process ($(jv "$bin/$label-snapshot.out" 'j["processes"][0]["cuda"]["gpuMemoryMiB"]'))" $?
+  _rc=$?; check "$label: the snapshot took it as a running CUDA process ($(jv "$bin/$label-snapshot.out" 'j["processes"][0]["cuda"]["gpuMemoryMiB"]'))" $_rc
   sms=$(jv "$bin/$label-snapshot.out" 'round(j["ms"])')
   bytes=$(jv "$bin/$label-snapshot.out" 'j["bytes"]')
   wait_gone "$p"
@@ -337,7 +337,7 @@ if skip_unless 60 b; then
   check "b: options.job is true" $?
   ck b-restore 240 restore-snapshot --dir "$snap" --json
   snap_ok b-restore && [[ $rc == 0 ]]
-  check "b: restore-snapshot --json: ok, pids $(jv "$bin/b-restore.out" 'j["pids"]')" $? "exit $rc"
+  _rc=$?; check "b: restore-snapshot --json: ok, pids $(jv "$bin/b-restore.out" 'j["pids"]')" $_rc "exit $rc"
   intact "b: child 1, pid $p1" "$d/c1" "$p1" "$h1"
   intact "b: child 2, pid $p2" "$d/c2" "$p2" "$h2"
   [[ $(ps -o ppid= -p "$p1" | tr -d ' ') == "$parent" ]]
@@ -358,7 +358,7 @@ if skip_unless 90 c && start_target c 4096; then
   snap=$bin/snap-c
   ck c-snapshot 240 snapshot --pid "$p" --dir "$snap" --json
   snap_ok c-snapshot && [[ $rc == 0 ]]
-  check "c: snapshot of a 4 GiB target: ok ($(jv "$bin/c-snapshot.out" 'j["processes"][0]["cuda"]["gpuMemoryMiB"]'))" $? "exit $rc"
+  _rc=$?; check "c: snapshot of a 4 GiB target: ok ($(jv "$bin/c-snapshot.out" 'j["processes"][0]["cuda"]["gpuMemoryMiB"]'))" $_rc "exit $rc"
   wait_gone "$p"
   fpid=
   if [[ -n $dry ]]; then
@@ -373,7 +373,7 @@ if skip_unless 90 c && start_target c 4096; then
     exec 4>"$bin/fill-in"
     started+=("$fpid")
     f=$(wait_ready "$bin/filler.out" "$fpid")
-    check "c: a filler of $fill MiB started ($f); free now $(free_mib) MiB (was $free)" $?
+    _rc=$?; check "c: a filler of $fill MiB started ($f); free now $(free_mib) MiB (was $free)" $_rc
     ck c-refused 120 restore-snapshot --dir "$snap" --json
     code=$(jv "$bin/c-refused.out" 'j["error"]["code"]')
     [[ $rc == 1 && $code == NO_ROOM && $(jv "$bin/c-refused.out" 'j["ok"]') == false ]]
@@ -471,7 +471,7 @@ elif skip_unless 50 f && start_target f 1024; then
   [[ -z $dry ]] && { [[ $held == "$g0" ]]; check "f: the snapshot says it held memory on GPU 0 only ($held)" $?; }
   ck f-restore 240 restore-snapshot --dir "$snap" --device-map "$map" --json
   snap_ok f-restore && [[ $rc == 0 && $(jv "$bin/f-restore.out" 'j["gpuMapping"].get("'"$g0"'")') == "$g1" ]]
-  check "f: restore-snapshot --device-map (GPUs 0 and 1 swapped): ok, gpuMapping $(jv "$bin/f-restore.out" 'j["gpuMapping"]')" $? "exit $rc"
+  _rc=$?; check "f: restore-snapshot --device-map (GPUs 0 and 1 swapped): ok, gpuMapping $(jv "$bin/f-restore.out" 'j["gpuMapping"]')" $_rc "exit $rc"
   if [[ -z $dry ]]; then
     w=$(where "$p")
     [[ $w == "$g1" ]]
@@ -507,7 +507,7 @@ if skip_unless 70 g && start_target g 4096; then
   check "g: inspect --verify refuses the changed image by name (exit $rc)" $?
   ck g-restore-bad 240 restore-snapshot --dir "$snap" --json
   [[ $rc != 0 && $(jv "$bin/g-restore-bad.out" 'j["error"]["code"]') == SNAPSHOT ]] && grep -q "$(basename "$img") is not the file" "$bin/g-restore-bad.out"
-  check "g: restore-snapshot refuses it (exit $rc, code $(jv "$bin/g-restore-bad.out" 'j["error"]["code"]'))" $?
+  _rc=$?; check "g: restore-snapshot refuses it (exit $rc, code $(jv "$bin/g-restore-bad.out" 'j["error"]["code"]'))" $_rc
   ! taken "$p"
   check "g: nothing was made: pid $p is free" $?
   # Found before criu ran, or while it loaded the image into the target kept stopped (then ended).
@@ -520,7 +520,7 @@ if skip_unless 70 g && start_target g 4096; then
   ck g-verify 120 inspect --verify --dir "$snap" --json
   total=$(du -sb "$snap" | cut -f1)
   [[ $rc == 0 ]]
-  check "g: the byte put back, inspect --verify passes: $(gb "$total") in $ms ms ($(awk -v b="$total" -v m="$ms" 'BEGIN { printf "%.2f", b / m / 1e6 }') GB/s, spawn to exit)" $? "exit $rc"
+  _rc=$?; check "g: the byte put back, inspect --verify passes: $(gb "$total") in $ms ms ($(awk -v b="$total" -v m="$ms" 'BEGIN { printf "%.2f", b / m / 1e6 }') GB/s, spawn to exit)" $_rc "exit $rc"
   ck g-restore 240 restore-snapshot --dir "$snap" --json
   snap_ok g-restore && [[ $rc == 0 ]]
   check "g: restore-snapshot: ok" $? "exit $rc"
@@ -564,7 +564,7 @@ for delay in 1 4.5 grp; do
   check "h-$delay: $how: ours exits $want ($rc)" $?
   intact "h-$delay: put back" "$d" "$p" "$h"
   [[ ! -e $snap/in-progress.json ]]
-  check "h-$delay: no trace left ($(ls -A "$snap" 2>/dev/null | paste -sd' ' || echo 'no directory'))" $?
+  _rc=$?; check "h-$delay: no trace left ($(ls -A "$snap" 2>/dev/null | paste -sd' ' || echo 'no directory'))" $_rc
   ck "h-$delay-again" 240 snapshot --pid "$p" --dir "$snap" --leave-running --json
   snap_ok "h-$delay-again" && [[ $rc == 0 ]]
   check "h-$delay: the same --dir takes a snapshot again (--leave-running)" $? "exit $rc"
@@ -596,7 +596,7 @@ if skip_unless 60 i && start_target i 4096; then
   check "i: recover --dir: exit 0" $? "exit $rc"
   intact "i: recovered" "$d" "$p" "$h"
   [[ -z $(ls -A "$snap" 2>/dev/null) ]]
-  check "i: the partial snapshot is gone ($(ls -A "$snap" 2>/dev/null | paste -sd' '))" $?
+  _rc=$?; check "i: the partial snapshot is gone ($(ls -A "$snap" 2>/dev/null | paste -sd' '))" $_rc
   rm -rf "$snap"
   stop_target "$d" "$p"
 fi
@@ -623,7 +623,7 @@ if skip_unless 60 j && start_target j 1024; then
   t1=$(now)
   copied=$moved/snap-j
   [[ $crc == 0 && $(entries "$snap") == "$(entries "$copied")" ]]
-  check "j: tar copied $(gb "$(du -sb "$snap" | cut -f1)") to $copied in $(secs "$t0" "$t1") s, every mode, owner and size kept" $? "tar exit $crc"
+  _rc=$?; check "j: tar copied $(gb "$(du -sb "$snap" | cut -f1)") to $copied in $(secs "$t0" "$t1") s, every mode, owner and size kept" $_rc "tar exit $crc"
   rm -rf "$snap"
   [[ ! -e $snap ]]
   check "j: the original $snap removed" $?
@@ -638,13 +638,13 @@ if skip_unless 60 j && start_target j 1024; then
   msg=$(jv "$bin/j-broken.out" 'j["error"]["message"]')
   [[ $rc == 1 && $(jv "$bin/j-broken.out" 'j["error"]["code"]') == SNAPSHOT &&
     $msg == *"$(basename "${img:-none}") is missing, which the manifest lists"* ]]
-  check "j: a copy without $(basename "${img:-its image}") refused (exit $rc): $msg" $?
+  _rc=$?; check "j: a copy without $(basename "${img:-its image}") refused (exit $rc): $msg" $_rc
   ! taken "$p"
   check "j: nothing was made: pid $p is free" $?
   rm -rf "$broken"
   ck j-restore 240 restore-snapshot --dir "$copied" --json
   snap_ok j-restore && [[ $rc == 0 && $(jv "$bin/j-restore.out" 'j["pids"]') == "[$p]" ]]
-  check "j: restore-snapshot from the copy: ok, pid $p back ($(jv "$bin/j-restore.out" 'round(j["ms"])') ms)" $? "exit $rc"
+  _rc=$?; check "j: restore-snapshot from the copy: ok, pid $p back ($(jv "$bin/j-restore.out" 'round(j["ms"])') ms)" $_rc "exit $rc"
   intact "j: restored from the copy" "$d" "$p" "$h"
   ((rc != 0)) && keep_logs "$copied" j
   rm -rf "$moved"
@@ -658,17 +658,17 @@ if skip_unless 40 k && T_SETSID=0 start_target k 1024; then
   d=$T_DIR p=$T_PID h=$T_HASH
   snap=$bin/snap-k
   [[ $(ps -o sid= -p "$p" | tr -d ' ') != "$p" ]]
-  check "k: pid $p leads no session (sid $(ps -o sid= -p "$p" | tr -d ' '), pgid $(ps -o pgid= -p "$p" | tr -d ' '))" $?
+  _rc=$?; check "k: pid $p leads no session (sid $(ps -o sid= -p "$p" | tr -d ' '), pgid $(ps -o pgid= -p "$p" | tr -d ' '))" $_rc
   ck k-snapshot 240 snapshot --pid "$p" --dir "$snap" --json
   snap_ok k-snapshot && [[ $rc == 0 ]]
   check "k: snapshot: ok" $? "exit $rc"
   wait_gone "$p"
   ck k-restore 240 restore-snapshot --dir "$snap" --json
   snap_ok k-restore && [[ $rc == 0 ]]
-  check "k: restore-snapshot: ok ($(jv "$bin/k-restore.out" 'round(j["ms"])') ms)" $? "exit $rc"
+  _rc=$?; check "k: restore-snapshot: ok ($(jv "$bin/k-restore.out" 'round(j["ms"])') ms)" $_rc "exit $rc"
   st=$(ps -o stat= -p "$p" | tr -d ' ')
   [[ -n $st && $st != T* ]]
-  check "k: let go: state $st, session $(ps -o sid= -p "$p" | tr -d ' '), group $(ps -o pgid= -p "$p" | tr -d ' ')" $?
+  _rc=$?; check "k: let go: state $st, session $(ps -o sid= -p "$p" | tr -d ' '), group $(ps -o pgid= -p "$p" | tr -d ' ')" $_rc
   intact "k: restored" "$d" "$p" "$h"
   ((rc != 0)) && keep_logs "$snap" k
   rm -rf "$snap"
