@@ -114,8 +114,9 @@ driver() {
   fi
   echo "$s,$t$n"
 }
+# A field of a line: `name=value`, or `name value` (how the targets answer a question).
 field() {
-  local re=" $2=([^ ]*)"
+  local re=" $2[= ]([^ ]*)"
   [[ " $1 " =~ $re ]] && echo "${BASH_REMATCH[1]}"
 }
 
