@@ -109,8 +109,11 @@ export class CudaProcess {
   }
 
   /** Checkpoints a locked process: copies its GPU memory into host memory and releases the GPU. */
-  checkpoint(options?: Pick<StepOptions, "checkRoom">): Promise<Outcome> {
-    return this.#act("checkpoint", () => settingsOf(options, "checkpoint", ["checkRoom"]));
+  checkpoint(options?: Pick<StepOptions, "checkRoom" | "allowIpcImport">): Promise<Outcome> {
+    return this.#act(
+      "checkpoint",
+      () => settingsOf(options, "checkpoint", ["checkRoom", "allowIpcImport"]),
+    );
   }
 
   /**
@@ -132,8 +135,13 @@ export class CudaProcess {
    * nothing from checkpointed (`status: "unchanged"`). If a step fails, what this call did is
    * undone and the error says where the process was left.
    */
-  suspend(options?: Pick<StepOptions, "timeoutMs" | "checkRoom">): Promise<Outcome> {
-    return this.#act("suspend", () => settingsOf(options, "suspend", ["timeoutMs", "checkRoom"]));
+  suspend(
+    options?: Pick<StepOptions, "timeoutMs" | "checkRoom" | "allowIpcImport">,
+  ): Promise<Outcome> {
+    return this.#act(
+      "suspend",
+      () => settingsOf(options, "suspend", ["timeoutMs", "checkRoom", "allowIpcImport"]),
+    );
   }
 
   /**
@@ -154,7 +162,8 @@ export class CudaProcess {
   toggle(options?: StepOptions): Promise<Outcome> {
     return this.#act(
       "toggle",
-      () => settingsOf(options, "toggle", ["timeoutMs", "checkRoom", "gpuMapping"]),
+      () =>
+        settingsOf(options, "toggle", ["timeoutMs", "checkRoom", "gpuMapping", "allowIpcImport"]),
     );
   }
 

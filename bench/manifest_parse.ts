@@ -1,4 +1,4 @@
-// The manifest parser is linear (issue 22, item 9): how long `parseManifest` (core/manifest.ts)
+// The manifest parser is linear (issue 22, item 9): how long `parseManifest` (core/snapshot/manifest.ts)
 // takes for generated manifests of 16 MB, the largest a restore reads (MANIFEST_MAX_BYTES), in
 // three shapes (many small trees; few trees of many files; many processes with long command
 // lines), and for one shape at growing sizes, whose ms per MB must stay flat. Before the fix a
@@ -117,7 +117,8 @@ const flat = perMb[perMb.length - 1].ms / perMb[perMb.length - 1].size /
 const report: Report = {
   name: "manifest-parse",
   title: "@ckpt/cuda, the manifest parser: 16 MB in under 1 s",
-  description: "`parseManifest` (core/manifest.ts, through core/json.ts's strict reader) on " +
+  description:
+    "`parseManifest` (core/snapshot/manifest.ts, through core/json.ts's strict reader) on " +
     "generated manifests (tests/support/big_manifest.ts) of about the size asked for, the " +
     "largest a restore reads being 16 MiB, in three shapes whose rounds take turns; then one " +
     "shape at a quarter, a half and the whole size, whose time per MB must not grow with the " +

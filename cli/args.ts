@@ -50,6 +50,8 @@ export interface OperationCommand extends Common {
   readonly job: boolean;
   /** `--no-room-check`: `false`, a restore is not checked for GPU room first (restore, toggle). */
   readonly checkRoom?: false;
+  /** `--allow-ipc-import`: a process that imported GPU memory is checkpointed anyway. */
+  readonly allowIpcImport?: true;
 }
 
 /** `snapshot`: process trees (`--pid`: their roots) to a directory. */
@@ -63,6 +65,10 @@ export interface SnapshotCommand extends Common {
   readonly lockTimeoutMs?: number;
   /** `--deadline`: ms for the whole snapshot. */
   readonly deadlineMs?: number;
+  /** `--allow-ipc-import`: a process that imported GPU memory is suspended anyway. */
+  readonly allowIpcImport?: true;
+  /** `--tcp-established`: established TCP connections are taken too. */
+  readonly tcpEstablished?: true;
 }
 
 /** `inspect`: a snapshot's manifest, checked against its files. */
@@ -156,7 +162,8 @@ export class UsageError extends Error {
 /** The options, by long name: those that take no value, and those that take one. */
 const FLAGS = new Set(
   ("--get-state --get-restore-tid --toggle --help --version --all --all-or-nothing --job " +
-    "--leave-running --json --simulate --verify --no-room-check").split(" "),
+    "--leave-running --json --simulate --verify --no-room-check --allow-ipc-import " +
+    "--tcp-established").split(" "),
 );
 const VALUED = new Set(
   "--action --pid --timeout --device-map --dir --deadline --memory-mib --gpu --command".split(" "),
@@ -175,7 +182,16 @@ const SNAPSHOT_COMMANDS = ["snapshot", "restore-snapshot", "inspect", "recover"]
 /** The options of operations and snapshots that each subcommand takes: the others are refused. */
 const TAKES: Readonly<Record<string, readonly string[]>> = {
   kill: ["--pid"],
-  snapshot: ["--pid", "--dir", "--leave-running", "--job", "--timeout", "--deadline"],
+  snapshot: [
+    "--pid",
+    "--dir",
+    "--leave-running",
+    "--job",
+    "--timeout",
+    "--deadline",
+    "--allow-ipc-import",
+    "--tcp-established",
+  ],
   "restore-snapshot": ["--dir", "--device-map", "--deadline", "--no-room-check"],
   inspect: ["--dir", "--verify"],
   recover: ["--dir", "--no-room-check"],
@@ -458,7 +474,8 @@ function finish(seen: Seen): Command {
     refuseStray(
       sub,
       seen,
-      "--pid --all --all-or-nothing --job --timeout --device-map --no-room-check",
+      "--pid --all --all-or-nothing --job --timeout --device-map --no-room-check " +
+        "--allow-ipc-import",
     );
     if (sub === "list" || sub === "ps") return { kind: "list", ...common };
     if (sub === "reset") return { kind: "reset", ...common };
@@ -497,6 +514,12 @@ function finish(seen: Seen): Command {
       "--no-room-check is only valid with --action restore, --toggle, restore-snapshot and recover",
     );
   }
+  const allowIpc = has("--allow-ipc-import") ? { allowIpcImport: true as const } : {};
+  if (allowIpc.allowIpcImport && !["checkpoint", "toggle"].includes(operation)) {
+    throw new UsageError(
+      "--allow-ipc-import is only valid with --action checkpoint, --toggle and snapshot",
+    );
+  }
   const groupOnly = ["--all-or-nothing", "--job"].find(has);
   if (groupOnly && (operation === "get-state" || operation === "get-restore-tid")) {
     throw new UsageError(`${groupOnly} is only valid for --action and --toggle operations`);
@@ -510,6 +533,7 @@ function finish(seen: Seen): Command {
     allOrNothing: has("--all-or-nothing"),
     job: has("--job"),
     ...noRoom,
+    ...allowIpc,
     ...common,
   };
 }
@@ -520,7 +544,7 @@ function snapshotCommand(sub: string, rest: string[], seen: Seen, common: Common
     sub,
     seen,
     "--pid --dir --timeout --deadline --device-map --all --all-or-nothing --job --leave-running " +
-      "--verify --no-room-check",
+      "--verify --no-room-check --allow-ipc-import --tcp-established",
   );
   // The directory, as `--dir DIR` or as the one positional argument (`inspect DIR`), once.
   if (rest.length > 1 || (rest.length === 1 && seen.dir !== undefined && seen.dir !== rest[0])) {
@@ -572,6 +596,8 @@ function snapshotCommand(sub: string, rest: string[], seen: Seen, common: Common
     job: seen.given.has("--job"),
     ...(seen.timeout !== undefined ? { lockTimeoutMs: seen.timeout } : {}),
     ...deadline,
+    ...(seen.given.has("--allow-ipc-import") ? { allowIpcImport: true as const } : {}),
+    ...(seen.given.has("--tcp-established") ? { tcpEstablished: true as const } : {}),
     ...common,
   };
 }

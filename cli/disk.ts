@@ -75,6 +75,8 @@ export async function runDiskCommand(
           machine,
           leaveRunning: command.leaveRunning,
           job: command.job,
+          allowIpcImport: command.allowIpcImport ?? false,
+          tcpEstablished: command.tcpEstablished ?? false,
           ...(command.lockTimeoutMs !== undefined ? { lockTimeoutMs: command.lockTimeoutMs } : {}),
           ...watch,
         });

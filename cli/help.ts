@@ -32,9 +32,11 @@ list | ps
         Lists the CUDA processes of this machine: pid, state, restore thread, GPU memory, command
 
 snapshot --pid <pid>[,<pid>...] [--dir] <dir> [--leave-running] [--job] [--timeout <ms>]
+         [--deadline <ms>] [--allow-ipc-import] [--tcp-established]
         Saves the process trees of <pid>... to the new directory <dir> through criu (4.0 or
         later, as root), their CUDA processes included, then ends them (--leave-running: they go
-        on). --timeout: each CUDA process's lock timeout (default 10000)
+        on). --timeout: each CUDA process's lock timeout (default 10000). --tcp-established:
+        take established TCP connections too (both ends in the snapshot, or the peer gone)
 
 restore-snapshot [--dir] <dir> [--device-map <map>]
         Brings a snapshot's processes back with their pids, onto the GPUs they left, or onto those
@@ -80,6 +82,11 @@ Options:
         For restore, --toggle (resuming), restore-snapshot and recover: do not check first that the GPUs
         have room for what each process held (needed where this machine's records of what it held
         cannot be read). On driver 580 a restore that runs out of GPU memory loses the process
+
+--allow-ipc-import
+        For --action checkpoint, --toggle (suspending) and snapshot: checkpoint a process even
+        though it maps another process's CUDA IPC memory. Before driver 610 such a process never
+        restores: refused unless this is given
 
 --json
         One JSON object per line and per process instead of text. Operations: pid, operation, ok,

@@ -117,6 +117,7 @@ function groupOptions(
     job: command.job,
     lockTimeoutMs: command.timeoutMs ?? 0,
     checkRoom: command.checkRoom ?? true,
+    allowIpcImport: command.allowIpcImport ?? false,
     ...(command.gpuMapping ? { gpuMapping: command.gpuMapping } : {}),
     ...(onProgress ? { onProgress, gpuMemory: line !== undefined } : {}),
     ...(interruption ? { signal: interruption.signal, rollBackOnAbort: true } : {}),

@@ -83,6 +83,8 @@ const REFUSAL_TEXT: Readonly<Record<RefusalCode, string>> = {
   PREREQUISITE: "a prerequisite is missing",
   PID_TAKEN: "the pid is taken",
   SNAPSHOT: "not a snapshot this version can read",
+  IPC: "it imported GPU memory of another process (CUDA IPC): its checkpoint could never be " +
+    "restored, refused before asking the driver",
 };
 
 /**

@@ -75,16 +75,22 @@ export async function runOne(
 function act(proc: CudaProcess, command: OperationCommand): Promise<Outcome> {
   const checkRoom = command.checkRoom ?? true;
   const gpuMapping = command.gpuMapping;
+  const allowIpcImport = command.allowIpcImport ?? false;
   switch (command.operation) {
     case "lock":
       return proc.lock({ timeoutMs: command.timeoutMs ?? 0 });
     case "checkpoint":
-      return proc.checkpoint({ checkRoom });
+      return proc.checkpoint({ checkRoom, allowIpcImport });
     case "restore":
       return proc.restore({ checkRoom, ...(gpuMapping ? { gpuMapping } : {}) });
     case "unlock":
       return proc.unlock();
     default:
-      return proc.toggle({ timeoutMs: 0, checkRoom, ...(gpuMapping ? { gpuMapping } : {}) });
+      return proc.toggle({
+        timeoutMs: 0,
+        checkRoom,
+        allowIpcImport,
+        ...(gpuMapping ? { gpuMapping } : {}),
+      });
   }
 }

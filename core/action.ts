@@ -29,7 +29,7 @@ import {
   undoOf,
 } from "./states.ts";
 import { CUDA_ERROR_ILLEGAL_STATE, type GpuPair } from "./driver.ts";
-import { type Handle, isGone, type Turn } from "./process.ts";
+import { type Handle, importRefusal, isGone, type Turn } from "./process.ts";
 import type { RoomCheck } from "./room.ts";
 
 /** What an action needs besides the process: each input, checked. */
@@ -40,6 +40,8 @@ export interface ActionSettings {
   readonly pairs: readonly GpuPair[] | null;
   /** Whether to record what a checkpoint takes off the GPU, and to check a restore's room. */
   readonly checkRoom: boolean;
+  /** Whether a checkpoint of a process that imported GPU memory (CUDA IPC) is made anyway. */
+  readonly allowIpcImport: boolean;
 }
 
 /** What a state-changing operation of `CudaProcess` did. */
@@ -78,6 +80,7 @@ const ROLLBACK_SETTINGS: ActionSettings = Object.freeze({
   lockTimeoutMs: DEFAULT_LOCK_TIMEOUT_MS,
   pairs: null,
   checkRoom: true,
+  allowIpcImport: true,
 });
 
 /**
@@ -108,6 +111,13 @@ export interface StepOptions {
    * the mapping is checked before the call. Needs driver 580 (CUDA 13.0) or later.
    */
   gpuMapping?: GpuMapping;
+  /**
+   * Checkpoint a process that shows it imported GPU memory from another process through CUDA IPC
+   * (default `false`: refused, a `RefusedError` with code `"IPC"`). On drivers before 610 such a
+   * process checkpoints, then never restores: its GPU state is lost (docs/API.md#shared-gpu-memory).
+   * Set it only where you know the sign misleads, or the process will not be resumed.
+   */
+  allowIpcImport?: boolean;
 }
 
 /** Checks the options of `where` and turns them into {@link ActionSettings}. */
@@ -121,6 +131,7 @@ export function settingsOf(
     lockTimeoutMs: checkLockTimeout(o.timeoutMs, "timeoutMs"),
     pairs: o.gpuMapping === undefined ? null : checkGpuMapping(o.gpuMapping),
     checkRoom: checkFlag(o.checkRoom, "checkRoom", true),
+    allowIpcImport: checkFlag(o.allowIpcImport, "allowIpcImport", false),
   };
 }
 
@@ -166,8 +177,9 @@ export async function runAction(
       // failure or an all-or-nothing rollback can bring the process back to it.
       if (readInitial) report.initialState = await target.state();
       steps = [action];
+      await refuseImporter(target, steps, action, settings);
     } else {
-      steps = await planGoal(target, action, report);
+      steps = await planGoal(target, action, report, settings);
       if (report.status === "unchanged") return report;
     }
     for (const step of steps) {
@@ -211,6 +223,7 @@ export async function planGoal(
   target: Turn,
   action: Action,
   report: ActionReport,
+  settings: ActionSettings,
 ): Promise<readonly Step[]> {
   const from = await target.state();
   report.initialState = from;
@@ -231,7 +244,23 @@ export async function planGoal(
     return [];
   }
   if (!isStep(action)) await target.capable([...p.steps, ...p.steps.map(undoOf)], action);
+  await refuseImporter(target, p.steps, action, settings);
   return p.steps;
+}
+
+/**
+ * Refuses (`IPC`) steps with a checkpoint of a process that imported GPU memory from another, which
+ * the driver would never restore, unless the settings allow it.
+ */
+async function refuseImporter(
+  target: Turn,
+  steps: readonly Step[],
+  action: Action,
+  settings: ActionSettings,
+): Promise<void> {
+  if (settings.allowIpcImport || !steps.includes("checkpoint")) return;
+  const imported = await target.session.gpuImport(target.identity.pid);
+  if (imported) throw importRefusal(action, target.pid, imported);
 }
 
 /**

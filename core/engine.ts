@@ -33,6 +33,8 @@ export interface DumpRequest {
   readonly timeoutMs?: number;
   /** Told, now and then, how many bytes of images are written so far. Must not throw. */
   readonly onBytes?: (bytes: number) => void;
+  /** Dump established TCP connections too (criu's `--tcp-established`); else they are refused. */
+  readonly tcpEstablished?: boolean;
 }
 
 /** A tree to restore. */
@@ -52,6 +54,8 @@ export interface RestoreRequest {
    * an engine with {@link SnapshotEngine.inertFile} and `wake`.
    */
   readonly leaveStopped?: boolean;
+  /** Restore the established TCP connections the dump took (criu's `--tcp-established`). */
+  readonly tcpEstablished?: boolean;
 }
 
 /** A process as an engine dumped it. */

@@ -40,7 +40,12 @@ export type RefusalCode =
    * Not a snapshot this version can read: no manifest, a manifest that is corrupt, truncated or of
    * another format, image files missing or of the wrong size, or a directory others may write in.
    */
-  | "SNAPSHOT";
+  | "SNAPSHOT"
+  /**
+   * The process holds GPU memory another process exported to it (CUDA IPC): on drivers before
+   * 610 its checkpoint can never be restored (`allowIpcImport` says you know better).
+   */
+  | "IPC";
 
 /** Where an error happened. */
 export interface ErrorPlace {

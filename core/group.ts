@@ -192,7 +192,9 @@ class Group {
     const checks = await Promise.all(this.#entries.map(async (e) => {
       const report: ActionReport = { status: "failed", steps: [] };
       try {
-        await e.proc.ordered((target) => planGoal(target, this.#action, report));
+        await e.proc.ordered((target) =>
+          planGoal(target, this.#action, report, this.#settingsFor(e.proc.pid))
+        );
         return undefined;
       } catch (err) {
         return { ...report, error: asError(err) };
@@ -279,6 +281,7 @@ class Group {
       lockTimeoutMs: () => this.#deadline.cut(this.#s.lockTimeoutMs),
       pairs: this.#s.pairsFor(pid),
       checkRoom: this.#s.checkRoom,
+      allowIpcImport: this.#s.allowIpcImport,
     };
   }
 

@@ -86,6 +86,8 @@ export interface GroupOptions {
   gpuMapping?: GpuMapping | ((pid: number) => GpuMapping | undefined);
   /** Whether to record and check GPU room (see `StepOptions.checkRoom`); default `true`. */
   checkRoom?: boolean;
+  /** Checkpoint processes that imported GPU memory (see `StepOptions.allowIpcImport`); default `false`. */
+  allowIpcImport?: boolean;
   /**
    * Called as each process's steps start and end, for a progress display. Must not throw. When it
    * is given, the group first asks the machine's host for each process's GPU memory (one NVML
@@ -210,6 +212,7 @@ export interface GroupSettings {
   lockTimeoutMs: number;
   pairsFor: (pid: number) => readonly GpuPair[] | null;
   checkRoom: boolean;
+  allowIpcImport: boolean;
   onProgress: (event: GroupEvent) => void;
   /** Whether the events want GPU memory (an onProgress was given). */
   wantsMemory: boolean;
@@ -234,6 +237,7 @@ export function checkGroupOptions(options: GroupOptions | undefined): GroupSetti
     "lockTimeoutMs",
     "gpuMapping",
     "checkRoom",
+    "allowIpcImport",
     "onProgress",
     "gpuMemory",
   ]);
@@ -272,6 +276,7 @@ export function checkGroupOptions(options: GroupOptions | undefined): GroupSetti
     lockTimeoutMs: checkLockTimeout(o.lockTimeoutMs, "lockTimeoutMs"),
     pairsFor,
     checkRoom: checkFlag(o.checkRoom, "checkRoom", true),
+    allowIpcImport: checkFlag(o.allowIpcImport, "allowIpcImport", false),
     wantsMemory: onProgress !== undefined && gpuMemory,
     onProgress: (event) => {
       try {

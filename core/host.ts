@@ -44,6 +44,14 @@ export interface MachineFacts {
   readonly driverRelease?: string;
 }
 
+/** What shows that a process imported GPU memory from another ({@link HostProcesses.gpuImport}). */
+export interface GpuImport {
+  /** The process that exported it, as the sign names it. */
+  readonly exporter: number;
+  /** The sign, as a clause: `it maps /dev/shm/cuda.shm.0.92b.1, which process 2347 made`. */
+  readonly sign: string;
+}
+
 /** GPU memory of one process: MiB by GPU UUID, or `"unknown"`. */
 export type GpuMemory = Readonly<Record<string, number>> | "unknown";
 
@@ -214,6 +222,19 @@ export interface HostProcesses {
   lastingMark?(process: ProcessIdentity): Promise<string | undefined>;
   /** The machine's name, kernel and NVIDIA driver release, for a snapshot's manifest. */
   facts?(): Promise<MachineFacts>;
+  /**
+   * The sign, where the host finds one, that `pid` holds GPU memory (or an event) another process
+   * exported to it through CUDA IPC: on Linux, it maps `/dev/shm/cuda.shm.<gpu>.<pid>.<n>` named
+   * after another process and holds no descriptor to it, as the importers of legacy CUDA IPC and
+   * of PyTorch's CUDA tensors do. An import of cuMem memory through a file descriptor (NCCL's)
+   * leaves no sign (docs/DRIVER.md, "Processes that share GPU memory").
+   */
+  gpuImport?(pid: number): Promise<GpuImport | undefined>;
+  /**
+   * The CPU time `pid` has had so far, in ns over all its threads (Linux: `schedstat`), to tell
+   * that a process held stopped ran meanwhile; `undefined` where it is gone or cannot be read.
+   */
+  cpuTime?(pid: number): Promise<number | undefined>;
   /**
    * The records of what checkpointed processes held, shared by every program of this package on
    * the machine. Left out where the host keeps none: then a program remembers only what it

@@ -23,7 +23,7 @@ import {
   timed,
   wayBack,
 } from "./action.ts";
-import { asError, withDetail } from "./errors.ts";
+import { asError, CudaError, withDetail } from "./errors.ts";
 import type { StopReason } from "./group_types.ts";
 import type { Handle, Turn } from "./process.ts";
 import { type Action, jobPhase, type Step, stepTo } from "./states.ts";
@@ -75,11 +75,20 @@ export async function runJob(members: readonly JobMember[], ctx: JobContext): Pr
       ? await asReady(members, ctx, releases)
       : await allAtOnce(members, ctx, releases);
     if (!working) return false;
+    // A member whose restore the driver refused is, most often, lost (an importer of CUDA IPC
+    // memory, a restore out of memory on 580): the others go on rather than back to checkpointed.
+    const lost = working.filter((w) =>
+      w.failure?.step === "restore" && w.failure.err instanceof CudaError
+    );
+    const rest = lost.length > 0 && lost.length < working.length &&
+        working.every((w) => !w.failure || lost.includes(w))
+      ? working.filter((w) => !lost.includes(w))
+      : working;
     let stopped: StopReason | undefined;
-    let failed = working.some((w) => w.failure);
+    let failed = rest.some((w) => w.failure);
     if (!failed) {
       stopped = ctx.stopReason();
-      if (!stopped) failed = await phase(working, 2, ctx);
+      if (!stopped) failed = await phase(rest, 2, ctx);
     }
     for (const w of working) {
       if (w.report.status === "unchanged") continue;
@@ -93,9 +102,27 @@ export async function runJob(members: readonly JobMember[], ctx: JobContext): Pr
         w.report.state = stepTo(w.report.steps[w.report.steps.length - 1].step);
       }
     }
-    return failed || stopped ? await rollBack(working, ctx) : false;
+    if (rest !== working) await setAside(working.filter((w) => !rest.includes(w)));
+    return failed || stopped ? await rollBack(rest, ctx) : false;
   } finally {
     for (const release of releases) release();
+  }
+}
+
+/**
+ * The members whose restore the driver refused, set aside while the others went on: each error
+ * says where its process is and that the others were resumed.
+ */
+async function setAside(lost: readonly Working[]): Promise<void> {
+  for (const w of lost) {
+    w.report.state = await w.target.state().catch(() => undefined);
+    w.report.error = withDetail(
+      w.failure!.err,
+      `the process is ${w.report.state ?? "of unknown state"}; a process whose restore the ` +
+        `driver refuses is most often lost (on driver 580, one that imported CUDA IPC memory or ` +
+        `ran out of memory), so the job's other processes were resumed rather than checkpointed ` +
+        `again`,
+    );
   }
 }
 
@@ -119,7 +146,7 @@ async function allAtOnce(
   const stop = ctx.stopReason();
   const planned = failed.size > 0 || stop
     ? []
-    : await Promise.all(members.map((m) => planOf(m, targets.get(m)!, ctx.action)));
+    : await Promise.all(members.map((m) => planOf(m, targets.get(m)!, ctx)));
   const refused = planned.filter((w) => w.failure);
   if (failed.size === 0 && !stop && refused.length === 0) {
     for (const w of planned) w.member.report = w.report;
@@ -159,7 +186,7 @@ async function asReady(
       failed = true;
       return;
     }
-    const w = await planOf(m, taken, ctx.action);
+    const w = await planOf(m, taken, ctx);
     working.push(w);
     m.report = w.report;
     if (w.failure || await phase([w], 1, ctx)) failed = true;
@@ -182,10 +209,10 @@ function turnOf(m: JobMember, releases: (() => void)[]): Promise<Turn | Error> {
 }
 
 /** A member's plan from its state; a refusal or a state that cannot be read is its failure. */
-async function planOf(m: JobMember, target: Turn, action: Action): Promise<Working> {
+async function planOf(m: JobMember, target: Turn, ctx: JobContext): Promise<Working> {
   const report: ActionReport = { status: "failed", steps: [] };
   try {
-    const steps = await planGoal(target, action, report);
+    const steps = await planGoal(target, ctx.action, report, ctx.settingsFor(m.proc.pid));
     return { member: m, target, report, left: [...steps] };
   } catch (err) {
     report.error = asError(err);

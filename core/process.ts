@@ -26,7 +26,7 @@ import {
   type RestoreArgs,
 } from "./driver.ts";
 import { CudaError, RefusedError, WaitTimeoutError } from "./errors.ts";
-import { identityKey, type ProcessIdentity, sameProcess } from "./host.ts";
+import { type GpuImport, identityKey, type ProcessIdentity, sameProcess } from "./host.ts";
 import { leaseOf, type Machine, type MachineLease, type MachineSource } from "./machine.ts";
 import { checkMapping, explainRejectedMapping } from "./mapping.ts";
 import { type RoomCheck, RoomGuard } from "./room.ts";
@@ -48,6 +48,7 @@ export class Session {
   readonly machine: Machine;
   readonly room: RoomGuard;
   #self: Promise<ProcessIdentity | undefined> | undefined;
+  #release: Promise<string | undefined> | undefined;
   readonly #tails = new Map<string, Promise<unknown>>();
 
   /** The session of `machine`: use {@link sessionOf}, which keeps one per machine. */
@@ -78,6 +79,19 @@ export class Session {
   /** The pid of the program using the machine, where it is one of the host's processes. */
   get selfPid(): number | undefined {
     return this.machine.host?.self;
+  }
+
+  /**
+   * The import of GPU memory that makes a checkpoint of `pid` one the driver never restores, where
+   * the host shows one and the driver is older than 610 (or of a release it cannot tell): 610 is
+   * said to restore IPC memory of processes its job launcher started (not measured here).
+   */
+  async gpuImport(pid: number): Promise<GpuImport | undefined> {
+    const host = this.machine.host;
+    const found = await host?.gpuImport?.(pid).catch(() => undefined);
+    if (!found) return undefined;
+    this.#release ??= (async () => (await host?.facts?.())?.driverRelease)().catch(() => undefined);
+    return Number.parseInt(await this.#release ?? "") >= 610 ? undefined : found;
   }
 
   /** This program as the host identifies it (the owner of its room claims), where it can. */
@@ -359,6 +373,24 @@ export class Turn {
   async #checkpointedNow(): Promise<boolean> {
     return await this.state().catch(() => undefined) === "checkpointed";
   }
+}
+
+/**
+ * The refusal to checkpoint `pid`, which imported GPU memory from another process: one sentence
+ * naming the process, the sign, why and what to do.
+ */
+export function importRefusal(operation: string, pid: number, imp: GpuImport): RefusedError {
+  return new RefusedError({
+    code: "IPC",
+    operation,
+    pid,
+    reason:
+      `${imp.sign}: it holds GPU memory that process ${imp.exporter} exported to it through ` +
+      `CUDA IPC, and a driver before 610 never restores such a process once it is checkpointed, ` +
+      `so leave it out (or end it) and suspend the others, or pass allowIpcImport ` +
+      `(--allow-ipc-import) if you know it holds none`,
+    detail: "nothing was done to it",
+  });
 }
 
 /** Whether an error says there is no process, or no CUDA in it: nothing is left to undo. */

@@ -350,12 +350,13 @@ function checkedRequest<R extends DumpRequest | RestoreRequest>(request: R, op: 
   if (typeof request !== "object" || request === null) {
     throw new TypeError(`${op} takes a request object, got ${describeValue(request)}`);
   }
-  const keys = ["root", "imagesDir", "signal", "timeoutMs"] as const;
+  const keys = ["root", "imagesDir", "signal", "timeoutMs", "tcpEstablished"] as const;
   const r = checkKeys(
     request as DumpRequest & RestoreRequest,
     `${op} request`,
     [...keys, op === "dump" ? "onBytes" : "leaveStopped"],
   );
+  checkFlag(r.tcpEstablished, `${op}: tcpEstablished`, false);
   checkInteger(r.root, `${op}: root (a pid)`, 1, MAX_PID);
   checkName(r.imagesDir, `${op}: imagesDir`);
   if (r.timeoutMs !== undefined) checkAmount(r.timeoutMs, `${op}: timeoutMs`);

@@ -201,6 +201,7 @@ class CriuEngine implements SnapshotEngine {
       await this.#run(criu, "dump", request.root, log, [
         ...["--libdir", noPlugins, "--tree", String(request.root)],
         ...["--images-dir", request.imagesDir, "--leave-running"],
+        ...(request.tcpEstablished ? ["--tcp-established"] : []),
       ], { ...boundOf(request), worksOn: () => treeOf(request.root) });
       if (request.signal?.aborted) {
         throw new EngineError(`the dump of the tree of ${request.root} was stopped`, { log });
@@ -235,6 +236,7 @@ class CriuEngine implements SnapshotEngine {
         ...["--libdir", noPlugins, "--images-dir", request.imagesDir, "--work-dir", work],
         ...["--pidfile", pidfile, "--restore-detached"],
         ...(request.leaveStopped ? ["--leave-stopped"] : []),
+        ...(request.tcpEstablished ? ["--tcp-established"] : []),
       ], boundOf(request));
       const root = Number((await readFile(pidfile, "utf8").catch(() => "")).trim());
       if (root !== request.root) {

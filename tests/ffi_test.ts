@@ -759,7 +759,7 @@ describe(`native driver (${runtime}) against a fake libcuda`, { skip: noCompiler
     );
     const machine = await proc.machine();
     const d = machine.driver as NativeDriver & { workerCount: number };
-    const lock = { lockTimeoutMs: 0, pairs: null, checkRoom: true };
+    const lock = { lockTimeoutMs: 0, pairs: null, checkRoom: true, allowIpcImport: false };
     await Promise.all([act(proc, "lock", lock), act(new Handle(3202, machine), "lock", lock)]);
     await act(proc, "unlock", lock);
     if (runtime === "bun") assert.ok(d.workerCount >= 1, "calls started worker threads");

@@ -5,7 +5,11 @@
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { CudaProcess, runGroup } from "../mod.ts";
-import { CUDA_ERROR_NOT_READY, CUDA_ERROR_UNKNOWN } from "../core/driver.ts";
+import {
+  CUDA_ERROR_INVALID_VALUE,
+  CUDA_ERROR_NOT_READY,
+  CUDA_ERROR_UNKNOWN,
+} from "../core/driver.ts";
 import { type SimulatedCall, SimulatedMachine } from "../mock/mod.ts";
 
 function job(n: number, memoryMiB = 2048) {
@@ -29,6 +33,37 @@ function allBefore(sim: SimulatedMachine, first: string, then: string, from = 0)
     `every ${first} ended (last at ${lastEnd} ms) before any ${then} started (${firstStart} ms)`,
   );
 }
+
+describe("a member the driver will not restore", () => {
+  test("the others are resumed, not checkpointed again, and its error says where it is and why", async () => {
+    const { sim, procs, pids } = job(3);
+    assert.equal((await runGroup("suspend", pids, { machine: sim, job: true })).ok, true);
+    // What driver 580 answers for an importer of CUDA IPC memory: invalid argument, still
+    // checkpointed (docs/DRIVER.md, "Processes that share GPU memory").
+    procs[1].failNext("restore", { code: CUDA_ERROR_INVALID_VALUE });
+    const result = await runGroup("resume", pids, { machine: sim, job: true });
+    assert.equal(result.ok, false);
+    assert.deepEqual(result.processes.map((p) => p.status), ["done", "failed", "done"]);
+    assert.deepEqual(procs.map((p) => p.state), ["running", "checkpointed", "running"]);
+    const err = result.processes[1].error!;
+    assert.match(err.message, /CUDA_ERROR_INVALID_VALUE/);
+    assert.match(
+      err.message,
+      /The process is checkpointed; .* the job's other processes were resumed/,
+    );
+  });
+
+  test("a refusal before the driver (no room) still brings every member back: nothing is lost", async () => {
+    const { sim, procs, pids } = job(2);
+    assert.equal((await runGroup("suspend", pids, { machine: sim, job: true })).ok, true);
+    const filler = sim.fillGpu(1);
+    const result = await runGroup("resume", pids, { machine: sim, job: true });
+    assert.equal(result.ok, false);
+    assert.deepEqual(procs.map((p) => p.state), ["checkpointed", "checkpointed"]);
+    filler.exit();
+    assert.equal((await runGroup("resume", pids, { machine: sim, job: true })).ok, true);
+  });
+});
 
 describe("a job's order", () => {
   test("suspend: every lock before any checkpoint; resume: every restore before any unlock", async () => {

@@ -1,4 +1,4 @@
-// The snapshot manifest (core/manifest.ts): what is written is read back as it was, and anything
+// The snapshot manifest (core/snapshot/manifest.ts): what is written is read back as it was, and anything
 // else (another format, a field missing, mistyped, out of range, unknown, a path that leaves the
 // snapshot) is refused with one sentence naming the field and the value.
 

@@ -38,7 +38,8 @@ import {
 } from "../snapshot.ts";
 import { FileSnapshotStore } from "../os/snapshot_store.ts";
 import { SimulatedMachine } from "../mock/mod.ts";
-import { machineWith } from "./support/forward.ts";
+import { EngineError } from "../snapshot.ts";
+import { hostWith, machineWith } from "./support/forward.ts";
 import { TRACE_FILE } from "../core/snapshot/layout.ts";
 import { plantTrace } from "./support/trace.ts";
 import { tempDirs } from "./support/temp_dirs.ts";
@@ -192,6 +193,72 @@ describe("images verified before they run", () => {
     assert.equal(await back.memoryChunkedSha256(), memory, "its GPU memory intact");
   });
 
+  test("a held tree its user woke (SIGCONT) is ended with all it made, and the error says it ran", async () => {
+    // Before, a changed image ran, the refusal said "stopped before any of them ran", and a child
+    // forked with setsid survived the rollback, which ended the manifest's pids only.
+    const { sim, dir, pid } = await taken();
+    const pages = join(dir, `tree-${pid}`, `pages-${pid}.img`);
+    const original = readFileSync(pages, "utf8");
+    writeFileSync(pages, original.replace("d2VpZ2h0cw==", "d2VpZ2h0eQ=="));
+    let cpu = 0;
+    let child: number | undefined;
+    let engineDone!: () => void;
+    const restored = new Promise<void>((resolve) => engineDone = resolve);
+    const machine = machineWith(sim, {
+      // CPU time the held process has had: it grows once its user woke it.
+      host: hostWith(sim.host, { cpuTime: () => Promise.resolve(cpu) }),
+      engine: engineWith(sim.engine, {
+        restore: async (r) => {
+          await sim.engine.restore(r);
+          engineDone();
+        },
+      }),
+      // While its digests are compared, its user lets it go (SIGCONT): it runs, and forks a child
+      // into a session of its own.
+      store: storeWith((checked) => ({
+        digests: checked.digests,
+        later: (sub) =>
+          restored.then(async () => {
+            await sim.engine.wake!([pid]);
+            cpu += 7;
+            child ??= sim.spawn({ parent: pid, command: "setsid child" }).pid;
+            return checked.later(sub);
+          }),
+        all: restored.then(() => checked.all),
+      })),
+    });
+    const err = await refused(
+      restoreSnapshot(dir, { machine }),
+      /is not the file the snapshot wrote/,
+    );
+    assert.match(
+      err.message,
+      new RegExp(`process (${child} was made in the tree of ${pid}|${pid} ran) while it was held`, "i"),
+    );
+    assert.doesNotMatch(err.message, /before any of them ran/);
+    assert.equal(sim.process(pid), undefined, "the woken process was ended");
+    assert.equal(sim.process(child!), undefined, "and the child it made");
+  });
+
+  test("a tree criu made before it failed is ended, and its pids are free again", async () => {
+    const { sim, dir, pid } = await taken();
+    const machine = machineWith(sim, {
+      engine: engineWith(sim.engine, {
+        restore: async (r) => {
+          await sim.engine.restore(r); // detached, then criu fails (or hangs and is killed)
+          throw new EngineError("criu failed after it had detached the tree");
+        },
+      }),
+    });
+    const err = await restoreSnapshot(dir, { machine }).catch((e) => e);
+    assert.ok(err instanceof SnapshotError, String(err));
+    assert.equal(err.code, "RESTORE_FAILED");
+    assert.doesNotMatch(err.message, /No process was made/);
+    assert.equal(sim.process(pid), undefined, "what criu left behind was ended");
+    await restoreSnapshot(dir, { machine: sim }); // its pid is free: no PID_TAKEN
+    assert.equal(sim.process(pid)!.state, "running");
+  });
+
   test("stopped while a tree waits, stopped, for its images' digests: ended, never let go", async () => {
     const { sim, dir, pid } = await taken();
     const calls: string[] = [];
@@ -224,6 +291,24 @@ describe("images verified before they run", () => {
     assert.equal(err.code, "STOPPED", err.message);
     assert.deepEqual(calls, ["restore stopped", `kill ${pid}`]);
     assert.equal(sim.processes.length, 0, "nothing is left");
+  });
+
+  test("a deadline bounds the wait for the digests of a held tree (the real clock)", async () => {
+    const { sim, dir, pid } = await taken();
+    const machine = machineWith(sim, {
+      // The real clock: the digests' time is real time, which the simulator's clock never counts.
+      clock: undefined,
+      store: storeWith((checked) => ({
+        digests: checked.digests,
+        later: () => new Promise(() => {}),
+        all: new Promise(() => {}),
+      })),
+    });
+    const err = await restoreSnapshot(dir, { machine, timeoutMs: 3000 }).catch((e) => e);
+    assert.ok(err instanceof SnapshotError, String(err));
+    assert.equal(err.code, "STOPPED", err.message);
+    assert.match(err.message, /its deadline passed/);
+    assert.equal(sim.process(pid), undefined, "the tree it held was ended");
   });
 
   test("an engine that cannot keep a tree stopped (no inertFile) has every file verified before it runs", async () => {
@@ -477,6 +562,20 @@ describe("a snapshot killed outright", () => {
     const result = await recoverSnapshot(dir, { machine: sim });
     assert.deepEqual(result.resumed, []);
     assert.deepEqual([...result.gone].sort(), [a.pid, 999_999].sort());
+  });
+
+  test("an entry without a start time matches no process the host knows the start of", async () => {
+    // Before, such an entry matched whatever held the pid: it resumed the machine's pid 1.
+    const sim = new SimulatedMachine();
+    const a = sim.spawn({ memoryMiB: 128 });
+    assert.notEqual(a.start, undefined, "the simulated host tells start times");
+    const dir = join(base(), "snap");
+    plantTrace(dir, [{ pid: a.pid }]);
+    await new CudaProcess(a.pid, { machine: sim }).suspend();
+    const result = await recoverSnapshot(dir, { machine: sim });
+    assert.deepEqual(result.resumed, []);
+    assert.deepEqual(result.gone, [a.pid]);
+    assert.equal(a.state, "checkpointed", "left as it was");
   });
 });
 

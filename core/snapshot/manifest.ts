@@ -93,6 +93,11 @@ export interface Manifest {
     readonly leaveRunning: boolean;
     /** Whether its CUDA processes were handled as one job (all locked before any checkpoint). */
     readonly job: boolean;
+    /**
+     * Whether established TCP connections were dumped (criu's `--tcp-established`), to be
+     * restored the same way; left out where they were not.
+     */
+    readonly tcpEstablished?: true;
   };
   /** How long its parts took, in ms. */
   readonly timings: {
@@ -165,7 +170,10 @@ export function parseManifest(
   const host = r.object(m.host, "host", ["hostname", "kernel"]);
   const driver = r.object(m.driver, "driver", ["cudaVersion"], ["release"]);
   const engine = r.object(m.engine, "engine", ["kind"], ["version"]);
-  const options = r.object(m.options, "options", ["leaveRunning", "job"]);
+  const options = r.object(m.options, "options", ["leaveRunning", "job"], ["tcpEstablished"]);
+  if (options.tcpEstablished !== undefined && options.tcpEstablished !== true) {
+    r.fail("options.tcpEstablished", "true (or left out)", options.tcpEstablished);
+  }
   const timings = r.object(m.timings, "timings", ["suspendMs", "dumpMs", "totalMs"]);
   const gpus = readGpus(r, m.gpus, "gpus");
   const trees = readTrees(r, m.trees, new Set(gpus.map((g) => g.uuid)));
@@ -196,6 +204,7 @@ export function parseManifest(
     options: {
       leaveRunning: r.boolean(options.leaveRunning, "options.leaveRunning"),
       job: r.boolean(options.job, "options.job"),
+      ...(options.tcpEstablished ? { tcpEstablished: true as const } : {}),
     },
     timings: {
       suspendMs: r.amount(timings.suspendMs, "timings.suspendMs"),

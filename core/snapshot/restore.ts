@@ -51,7 +51,7 @@ import {
   started,
   type WholeSettings,
 } from "./run.ts";
-import { checkPidsFree, untilFree } from "./trees.ts";
+import { checkPidsFree, treesNow, untilFree, usesOf, watchHeld } from "./trees.ts";
 
 /** Options of `restoreSnapshot`. */
 export interface RestoreSnapshotOptions {
@@ -162,6 +162,12 @@ interface Restoring {
   running: readonly ManifestProcess[];
   /** Each tree the engine made, by its processes' pids. */
   readonly made: number[][];
+  /** The trees whose restore began: where the engine failed, it may have left some behind. */
+  readonly begun: ManifestTree[];
+  /** Each held tree's watch: whether any of it ran meanwhile (`trees.ts`). */
+  readonly watches: (() => Promise<string | undefined>)[];
+  /** What showed that a held tree ran before its images matched. */
+  ran?: string;
   /** How many trees are back whole (restored, and let go where held). */
   whole: number;
   /** A memory image that differs, found while the checks or the engine ran. */
@@ -201,6 +207,8 @@ export async function restoreFrom(
       pairs: [],
       running: [],
       made: [],
+      begun: [],
+      watches: [],
       whole: 0,
       times: { checked: 0, restored: 0 },
     };
@@ -325,21 +333,27 @@ async function restoreTree(r: Restoring, t: ManifestTree): Promise<void> {
     await run.slots.run(async () => {
       if (run.signal.aborted) throw NOT_STARTED;
       const left = run.deadline.left();
+      r.begun.push(t);
       await run.engine.restore({
         root: t.root,
         imagesDir: await r.dir.enginePath(t.images),
         signal: run.signal,
         ...(left !== undefined ? { timeoutMs: left } : {}),
         ...(r.held ? { leaveStopped: true } : {}),
+        ...(r.manifest.options.tcpEstablished ? { tcpEstablished: true } : {}),
       });
     });
     const pids = t.processes.map((p) => p.pid);
     r.made.push(pids);
     if (r.held) {
       // Stopped, having run nothing: let go once every image of the tree matched, unless the
-      // whole must stop meanwhile (an abort, the deadline, another part's failure).
+      // whole must stop meanwhile (an abort, the deadline, another part's failure), or it ran.
+      const ran = await watchHeld(run.host, t.root, pids);
+      r.watches.push(ran);
       await Promise.race([r.checked.later(t.images), aborted(run.signal)]);
       if (run.signal.aborted) throw NOT_STARTED;
+      r.ran ??= await ran();
+      if (r.ran) throw new Error(r.ran);
       await run.engine.wake!(pids);
     }
     r.whole++;
@@ -347,7 +361,8 @@ async function restoreTree(r: Restoring, t: ManifestTree): Promise<void> {
     // A digest that differs (the tree's images, compared while it was held) is the refusal.
     if (err instanceof RefusedError) r.differs ??= err;
     // Stopped (an abort, the deadline, another part's failure): the stop says why, not this.
-    if (err instanceof RefusedError || (err !== NOT_STARTED && !run.signal.aborted)) run.fail(err);
+    const stopping = err === NOT_STARTED || run.signal.aborted || run.stopped() !== undefined;
+    if (err instanceof RefusedError || !stopping) run.fail(err);
     throw err;
   } finally {
     r.times.restored = Math.max(r.times.restored, run.at());
@@ -411,35 +426,56 @@ async function outcome(
 async function rollBack(r: Restoring, stopped: string | undefined): Promise<Error> {
   const { run, o } = r;
   run.phase("rollback");
-  const made = r.made.flat();
+  for (const watch of r.watches) r.ran ??= await watch();
+  const made = await madeBy(r);
   await run.engine.kill(made).catch(() => {});
   await untilFree(run.host, made, clockOf(run.machine).sleep).catch(() => {});
+  const ended = made.length === 0
+    ? "no process was made"
+    : r.ran
+    ? `${r.ran} (something sent it SIGCONT): every process of its tree was ended; the snapshot ` +
+      `is unchanged`
+    : `the processes ${run.engine.kind} had made, stopped before any of them ran, were ended; ` +
+      `the snapshot is unchanged`;
   if (r.differs) {
     return new RefusedError({
       code: "SNAPSHOT",
       operation: o.operation,
       reason: r.differs.reason,
-      detail: made.length === 0
-        ? "no process was made"
-        : `the processes ${run.engine.kind} had made, stopped before any of them ran, were ` +
-          `ended; the snapshot is unchanged`,
+      detail: ended,
     });
   }
   const err = run.failure?.error;
+  const why = err === undefined
+    ? `it was stopped: ${stopped}`
+    : r.ran && messageOf(err) === r.ran
+    ? `a tree ran before its images were verified`
+    : `the ${run.engine.kind} restore failed: ${messageOf(err)}`;
   return new SnapshotError({
     code: err === undefined ? "STOPPED" : "RESTORE_FAILED",
     operation: o.operation,
-    message: `restore of the snapshot in ${r.dir.path} failed: ${
-      err === undefined
-        ? `it was stopped: ${stopped}`
-        : `the ${run.engine.kind} restore failed: ${messageOf(err)}`
-    }`,
-    detail: made.length === 0
-      ? "no process was made"
+    message: `restore of the snapshot in ${r.dir.path} failed: ${why}`,
+    detail: r.ran || made.length === 0
+      ? ended
       : "the processes it had made were ended; the snapshot is unchanged",
     ...(err === undefined ? {} : { cause: err }),
     ...(err instanceof EngineError && err.log ? { log: err.log } : {}),
   });
+}
+
+/**
+ * Every process the engine made: each tree it restored, as it is now (with what its processes
+ * forked, where any ran), and the pids of a tree it failed on that some process holds now (they
+ * were free when checked: the engine made them, and may have left them behind).
+ */
+async function madeBy(r: Restoring): Promise<number[]> {
+  const host = r.run.host;
+  const failed = r.begun.filter((t) => !r.made.some((pids) => pids[0] === t.root));
+  const left = failed.flatMap((t) => t.processes.map((p) => p.pid));
+  const uses = left.length > 0 ? await usesOf(host, left).catch(() => []) : [];
+  const held = uses.filter((u) => u.as === "pid" && u.holder === u.id).map((u) => u.id);
+  const now = await treesNow(host, [...r.made.map((pids) => pids[0]), ...held]);
+  return [...new Set([...r.made.flat(), ...held, ...now])];
 }
 
 /**

@@ -29,7 +29,7 @@ import type { GpuMemoryReport, MachineFacts, TreeProcess } from "../host.ts";
 import { askGpuMemory } from "../listing.ts";
 import type { Machine } from "../machine.ts";
 import { checkFlag, checkLockTimeout, checkOptions, checkPid } from "../options.ts";
-import { sessionOf } from "../process.ts";
+import { importRefusal, sessionOf } from "../process.ts";
 import { clockOf } from "../time.ts";
 import { VERSION } from "../version.ts";
 import { SnapshotWriter, TRACE_FILE } from "./layout.ts";
@@ -73,6 +73,15 @@ export interface SnapshotOptions {
   signal?: AbortSignal;
   /** Each CUDA process's lock timeout in ms (0 waits forever); 10 000 by default. */
   lockTimeoutMs?: number;
+  /** Suspend processes that imported GPU memory anyway (see `StepOptions.allowIpcImport`). */
+  allowIpcImport?: boolean;
+  /**
+   * Take established TCP connections too (criu's `--tcp-established`), to be restored as they
+   * were; without it criu refuses a tree that has one. Both ends must be in the snapshot, or the
+   * peer gone: criu restores the connection's addresses and sequence numbers as they were, and a
+   * peer left running answers the restored connection with a reset. Default `false`.
+   */
+  tcpEstablished?: boolean;
   /** Called as the snapshot goes ({@link SnapshotEvent}). Must not throw. */
   onProgress?: (event: SnapshotEvent) => void;
 }
@@ -92,6 +101,8 @@ export interface SnapshotSettings extends WholeSettings {
   readonly leaveRunning: boolean;
   readonly job: boolean;
   readonly lockTimeoutMs: number;
+  readonly allowIpcImport: boolean;
+  readonly tcpEstablished: boolean;
 }
 
 /** Checks a snapshot's arguments where they enter; the machine is left to the caller. */
@@ -107,6 +118,8 @@ export function checkSnapshotArgs(
     "timeoutMs",
     "signal",
     "lockTimeoutMs",
+    "allowIpcImport",
+    "tcpEstablished",
     "onProgress",
   ]);
   return {
@@ -117,6 +130,8 @@ export function checkSnapshotArgs(
       leaveRunning: checkFlag(o.leaveRunning, "leaveRunning", false),
       job: checkFlag(o.job, "job", false),
       lockTimeoutMs: checkLockTimeout(o.lockTimeoutMs, "lockTimeoutMs"),
+      allowIpcImport: checkFlag(o.allowIpcImport, "allowIpcImport", false),
+      tcpEstablished: checkFlag(o.tcpEstablished, "tcpEstablished", false),
     },
   };
 }
@@ -184,7 +199,7 @@ export async function takeSnapshot(
   const run = new Run(machine, "snapshot", o);
   try {
     run.phase("check");
-    const plan = await check(run, roots);
+    const plan = await check(run, roots, o.allowIpcImport);
     run.notBegun("snapshot");
     const suspending = plan.running.flat();
     const session = sessionOf(machine);
@@ -217,7 +232,7 @@ export async function takeSnapshot(
 }
 
 /** Phase 1: checks everything, changes nothing. */
-async function check(run: Run, roots: readonly number[]): Promise<Plan> {
+async function check(run: Run, roots: readonly number[], allowIpcImport: boolean): Promise<Plan> {
   const { machine, host } = run;
   // Before 570 every getState fails, and each process would pass for one without CUDA.
   await checkCapability(machine.driver, "getState", undefined, 0, "snapshot");
@@ -234,11 +249,17 @@ async function check(run: Run, roots: readonly number[]): Promise<Plan> {
   const trees = await Promise.all(
     listed.map(({ root, tree }) => describeTree(root, tree, machine, report)),
   );
+  const running = trees.map((t) =>
+    t.processes.filter((p) => p.cuda?.state === "running").map((p) => p.pid)
+  );
+  const session = sessionOf(machine);
+  for (const pid of allowIpcImport ? [] : running.flat()) {
+    const imported = await session.gpuImport(pid);
+    if (imported) throw importRefusal("snapshot", pid, imported);
+  }
   return {
     trees,
-    running: trees.map((t) =>
-      t.processes.filter((p) => p.cuda?.state === "running").map((p) => p.pid)
-    ),
+    running,
     report,
     probe,
     version: await machine.driver.driverVersion(),
@@ -297,6 +318,7 @@ async function suspend(t: Taken, pids: readonly number[]): Promise<boolean> {
   const result = await runGroup(t.run.machine, "suspend", pids, {
     ...t.run.group(true),
     lockTimeoutMs: t.o.lockTimeoutMs,
+    allowIpcImport: t.o.allowIpcImport,
     rollBackOnAbort: true,
     job: t.o.job,
   });
@@ -324,6 +346,7 @@ async function dump(t: Taken, i: number): Promise<void> {
         signal: run.signal,
         ...(left !== undefined ? { timeoutMs: left } : {}),
         onBytes: (bytes) => run.tell({ type: "bytes", root, bytes, at: 0 }),
+        ...(t.o.tcpEstablished ? { tcpEstablished: true } : {}),
       });
     } catch (err) {
       return failed(t, "dump", err);
@@ -361,7 +384,11 @@ async function writeManifest(t: Taken): Promise<Manifest> {
       gpus: describeGpus(await run.listing, plan.report),
       // The trees as dumped: a process may have come or gone since they were listed.
       trees: plan.trees.map((tree, i) => asDumped(tree, t.dumped[i]!)),
-      options: { leaveRunning: o.leaveRunning, job: o.job },
+      options: {
+        leaveRunning: o.leaveRunning,
+        job: o.job,
+        ...(o.tcpEstablished ? { tcpEstablished: true as const } : {}),
+      },
       timings: {
         suspendMs: t.times.suspended - t.times.suspend,
         dumpMs: t.times.dump === undefined ? 0 : t.times.dumped - t.times.dump,

@@ -167,6 +167,36 @@ export async function endTrees(
 }
 
 /**
+ * Watches a tree the engine restored stopped: resolves to a function that says, later, whether
+ * any of it ran meanwhile (its user may send it SIGCONT): a process of the tree that has had CPU
+ * time since, or one that was not there. `undefined` where none did, as far as the host tells.
+ */
+export async function watchHeld(
+  host: HostProcesses,
+  root: number,
+  pids: readonly number[],
+): Promise<() => Promise<string | undefined>> {
+  const cpu = (pid: number) => host.cpuTime?.(pid).catch(() => undefined);
+  const before = new Map(await Promise.all(pids.map(async (p) => [p, await cpu(p)] as const)));
+  return async () => {
+    const now = (await host.processTree?.(root).catch(() => undefined)) ?? [];
+    const extra = now.find((p) => !before.has(p.pid));
+    if (extra) return `process ${extra.pid} was made in the tree of ${root} while it was held`;
+    for (const [pid, was] of before) {
+      const is = was === undefined ? undefined : await cpu(pid);
+      if (is !== undefined && is !== was) return `process ${pid} ran while it was held`;
+    }
+    return undefined;
+  };
+}
+
+/** Every process of the trees rooted at `roots` now, as the host sees them. */
+export async function treesNow(host: HostProcesses, roots: readonly number[]): Promise<number[]> {
+  const trees = await Promise.all(roots.map((root) => host.processTree?.(root).catch(() => [])));
+  return trees.flatMap((t) => (t ?? []).map((p) => p.pid));
+}
+
+/**
  * Which of `ids` a process uses now (`HostProcesses.pidsInUse`); by `identify` where the host
  * tells no more, none where it cannot tell at all.
  */

@@ -1,6 +1,6 @@
 // A large manifest-like document for the parser's linearity (tests/json_linear_test.ts) and its
 // benchmark (bench/manifest_parse.ts): many trees, each of a few processes and many image files,
-// valid for core/manifest.ts's parseManifest. A file entry comes from `fileEntry` alone, so that a
+// valid for core/snapshot/manifest.ts's parseManifest. A file entry comes from `fileEntry` alone, so that a
 // change of the format's file entry is one function to adapt.
 
 /** A GPU UUID of the document's one GPU. */
