@@ -73,7 +73,7 @@ export interface CriuEngineOptions {
   /**
    * A directory of libraries criu needs (a criu unpacked outside the system, Debian's in
    * `/tmp/criu`): its `LD_LIBRARY_PATH`, which it otherwise runs without. An absolute path,
-   * checked as `criuPath` is, and every file in it. Left out: `$CKPT_CRIU_LIBRARY_DIR`, else none.
+   * checked as `criuPath` is, and everything below it. Left out: `$CKPT_CRIU_LIBRARY_DIR`, else none.
    */
   libraryDir?: string;
   /** More arguments for every dump and restore (`--tcp-established`, `--ext-unix-sk`, ...). */

@@ -75,7 +75,7 @@ export async function trustedProgram(file: string, what: string): Promise<string
 
 /**
  * The real path of the directory `dir` (absolute) of libraries for a program run as root, where it,
- * every directory above it and every file in it are trusted (the directory itself may not be
+ * every directory above it and everything below it are trusted (the directory itself may not be
  * written by others even with the sticky bit); else an `Error` with one sentence naming the fault.
  */
 export async function trustedLibraryDir(dir: string, what: string): Promise<string> {
@@ -89,18 +89,34 @@ export async function trustedLibraryDir(dir: string, what: string): Promise<stri
     throw new Error(`${what} ${dir} is refused: ${messageOf(err)}.`);
   }
   const shown = real === dir ? dir : `${dir} (${real})`;
-  let fault = await faultOf(real, "directory", false) ?? await faultAbove(real);
-  if (!fault) {
-    for (const entry of await readdir(real, { withFileTypes: true })) {
-      if (entry.isDirectory()) continue;
-      fault = entry.isSymbolicLink()
-        ? await linkFault(path.join(real, entry.name))
-        : await faultOf(path.join(real, entry.name), "file", false);
-      if (fault) break;
-    }
-  }
+  const fault = await faultOf(real, "directory", false) ?? await faultAbove(real) ??
+    await treeFault(real);
   if (fault) throw new Error(`${what} ${shown} is refused: ${fault}.`);
   return real;
+}
+
+/**
+ * The first fault below the library directory `dir`, all of which the loader may search (before
+ * `dir` itself: `glibc-hwcaps/x86-64-v2/`, `tls/`, `x86_64/`, ...): each subdirectory, file and
+ * link must be trusted; one that cannot be read is a fault.
+ */
+async function treeFault(dir: string): Promise<string | undefined> {
+  let entries;
+  try {
+    entries = await readdir(dir, { withFileTypes: true });
+  } catch (err) {
+    return `${dir} cannot be read (${messageOf(err)})`;
+  }
+  for (const entry of entries) {
+    const p = path.join(dir, entry.name);
+    const fault = entry.isSymbolicLink()
+      ? await linkFault(p)
+      : entry.isDirectory()
+      ? await faultOf(p, "directory", false) ?? await treeFault(p)
+      : await faultOf(p, "file", false);
+    if (fault) return fault;
+  }
+  return undefined;
 }
 
 /** A library's symbolic link (`libfoo.so.1 -> libfoo.so.1.2`): what it leads to must be trusted. */
