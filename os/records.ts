@@ -17,7 +17,7 @@
  * @module
  */
 
-import { readdir, rm } from "node:fs/promises";
+import { readdir, realpath, rm } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import type { HeldRecord, HeldRecords, ProcessIdentity, RoomClaim } from "../core/host.ts";
@@ -25,6 +25,7 @@ import { identityKey, keptEnded, withoutClaim, withoutDeadClaim } from "../core/
 import { StrictReader } from "../core/json.ts";
 import { messageOf } from "../core/errors.ts";
 import { myUid, privateDirectory, readSmallFile, writePrivately } from "./private.ts";
+import { faultAbove } from "./trusted.ts";
 
 /** The environment variable that names the directory of records, overriding the default. */
 const RECORDS_ENV_VAR = "CKPT_RECORDS_DIR";
@@ -76,8 +77,7 @@ export class FileHeldRecords implements HeldRecords {
    * fault, where the directory cannot be used or the record cannot be read as one.
    */
   async get(process: ProcessIdentity): Promise<HeldRecord | undefined> {
-    await this.#directory();
-    const file = this.#file(process);
+    const file = this.#file(await this.#directory(), process);
     const text = await readRecordFile(file);
     if (text === undefined) return undefined;
     try {
@@ -89,14 +89,14 @@ export class FileHeldRecords implements HeldRecords {
 
   /** Writes the record of its process, whole. */
   async put(record: HeldRecord): Promise<void> {
-    await this.#directory();
+    const dir = await this.#directory();
     const text = JSON.stringify({ format: FORMAT, ...record }) + "\n";
-    await writePrivately(this.#file(record.process), text);
+    await writePrivately(this.#file(dir, record.process), text);
   }
 
   /** Removes the record of a process. */
   async remove(process: ProcessIdentity): Promise<void> {
-    await rm(this.#file(process), { force: true });
+    await rm(this.#file(await this.#directory(), process), { force: true });
   }
 
   /**
@@ -126,11 +126,11 @@ export class FileHeldRecords implements HeldRecords {
 
   /** Every record, and whether its process lives; what is neither kept nor alive is removed. */
   async #all(): Promise<{ record: HeldRecord; alive: boolean }[]> {
-    await this.#directory();
+    const dir = await this.#directory();
     const out: { record: HeldRecord; alive: boolean }[] = [];
     let names: string[];
     try {
-      names = await readdir(this.where);
+      names = await readdir(dir);
     } catch (err) {
       throw new Error(
         `the records of held GPU memory in ${this.where} cannot be listed: ${messageOf(err)}`,
@@ -141,7 +141,7 @@ export class FileHeldRecords implements HeldRecords {
     for (const name of names) {
       const named = RECORD_NAME.exec(name);
       if (!named) continue;
-      const file = path.join(this.where, name);
+      const file = path.join(dir, name);
       let record: HeldRecord | undefined;
       try {
         const text = await readRecordFile(file);
@@ -163,20 +163,25 @@ export class FileHeldRecords implements HeldRecords {
     return out;
   }
 
-  #file(process: ProcessIdentity): string {
-    return path.join(this.where, `${identityKey(process)}.json`);
+  #file(dir: string, process: ProcessIdentity): string {
+    return path.join(dir, `${identityKey(process)}.json`);
   }
 
   /**
-   * Makes the directory where missing and checks it, on every use (a few system calls): private
-   * to this user, mode 0700. A directory that changed owner or mode since is refused at once.
+   * Makes the directory where missing and checks it on every use (a few system calls): private to
+   * this user (mode 0700), and every directory above its real path root's or this user's, written
+   * by nobody else unless sticky, so that nobody can swap it. Resolves to its real path.
    */
-  async #directory(): Promise<void> {
+  async #directory(): Promise<string> {
     try {
       await privateDirectory(this.where, {
         strict: true,
         hint: `remove it, or name another in ${RECORDS_ENV_VAR}`,
       });
+      const real = await realpath(this.where);
+      const above = await faultAbove(real);
+      if (above) throw new Error(`${above}: another user could swap ${this.where} for their own`);
+      return real;
     } catch (err) {
       throw new Error(`the records of held GPU memory cannot be used: ${messageOf(err)}`, {
         cause: err,

@@ -41,7 +41,7 @@ async function faultOf(
 }
 
 /** The first fault of the directories above `real` (an absolute real path), up to `/`. */
-async function faultAbove(real: string): Promise<string | undefined> {
+export async function faultAbove(real: string): Promise<string | undefined> {
   for (let dir = path.dirname(real);; dir = path.dirname(dir)) {
     const fault = await faultOf(dir, "directory", true);
     if (fault) return fault;
