@@ -9,9 +9,9 @@
  */
 
 import { spawn } from "node:child_process";
-import { readdir, readFile } from "node:fs/promises";
+import { readFile } from "node:fs/promises";
 import process from "node:process";
-import { statFields } from "./linux_host.ts";
+import { parseStat, type ProcEntry, procTable } from "./linux_host.ts";
 import { errorCode } from "./private.ts";
 
 /** How long a program has between SIGTERM and SIGKILL, in ms. */
@@ -161,7 +161,7 @@ async function endRun(
   afterMs: number,
   bound: RunBound,
 ): Promise<Ending> {
-  const table = await processTable();
+  const table = await procTable();
   const children = descendantsIn(table, pid);
   const worksOn = await bound.worksOn?.().catch(() => []) ?? [];
   const startOf = new Map([...table].map(([p, e]) => [p, e.start]));
@@ -172,7 +172,7 @@ async function endRun(
   let killed = false;
   if (!(await settlesWithin(exited, grace))) {
     // More children may have come meanwhile: theirs too.
-    const later = await processTable();
+    const later = await procTable();
     for (const p of descendantsIn(later, pid)) {
       if (!children.includes(p)) children.push(p);
       startOf.set(p, later.get(p)!.start);
@@ -187,7 +187,7 @@ async function endRun(
   await Promise.all(children.map(stillThem));
   const childrenLeft = await goneWithin(children, startOf, CHILDREN_WAIT_MS);
   const continued: number[] = [];
-  const table2 = await processTable();
+  const table2 = await procTable();
   for (const p of worksOn) {
     const start = table2.get(p)?.start;
     if (start !== undefined && await signalSame(p, start, "SIGCONT")) continued.push(p);
@@ -209,32 +209,10 @@ export function signalEach(
   }
 }
 
-/** One process as `/proc/<pid>/stat` gives it. */
-interface ProcEntry {
-  readonly parent: number;
-  readonly start: number;
-  readonly state: string;
-}
-
-/** `/proc/<pid>/stat`'s parent, start time and state; `undefined` where there is no such process. */
+/** `/proc/<pid>/stat` of `pid`; `undefined` where there is no such process. */
 async function statOf(pid: number): Promise<ProcEntry | undefined> {
   const text = await readFile(`/proc/${pid}/stat`, "utf8").catch(() => undefined);
-  if (text === undefined) return undefined;
-  const rest = statFields(text);
-  return { state: rest[0], parent: Number(rest[1]), start: Number(rest[19]) };
-}
-
-/** Every process of the machine, by pid. */
-async function processTable(): Promise<Map<number, ProcEntry>> {
-  const table = new Map<number, ProcEntry>();
-  const names = await readdir("/proc").catch(() => [] as string[]);
-  await Promise.all(
-    names.filter((n) => /^[0-9]+$/.test(n)).map(async (n) => {
-      const entry = await statOf(Number(n));
-      if (entry) table.set(Number(n), entry);
-    }),
-  );
-  return table;
+  return text === undefined ? undefined : parseStat(text);
 }
 
 /** The processes descended from `pid` in `table`, parents before their children. */
@@ -260,7 +238,7 @@ function descendantsIn(table: ReadonlyMap<number, ProcEntry>, pid: number): numb
  * there is no such process.
  */
 export async function treeOf(pid: number): Promise<number[]> {
-  const table = await processTable();
+  const table = await procTable();
   return table.has(pid) ? [pid, ...descendantsIn(table, pid)] : [];
 }
 

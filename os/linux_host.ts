@@ -125,6 +125,44 @@ function numbered(names: readonly string[]): number[] {
   return names.filter((n) => /^[1-9][0-9]*$/.test(n)).map(Number);
 }
 
+/** One process as `/proc/PID/stat` gives it, and its thread ids where they were asked for. */
+export interface ProcEntry {
+  readonly state: string;
+  readonly parent: number;
+  readonly group: number;
+  readonly session: number;
+  readonly start: number;
+  readonly threads?: readonly number[];
+}
+
+/** `/proc/PID/stat`'s state, parent, process group, session and start time. */
+export function parseStat(stat: string): ProcEntry {
+  const f = statFields(stat);
+  return { state: f[0], parent: +f[1], group: +f[2], session: +f[3], start: +f[19] };
+}
+
+/**
+ * Every process of `/proc` by pid, read once (a process that ends meanwhile is left out), with
+ * its thread ids (`task/`) where `threads` asks.
+ */
+export async function procTable(
+  reader: ProcReader = runtimeReader(),
+  root = "/proc",
+  threads = false,
+): Promise<Map<number, ProcEntry>> {
+  const table = new Map<number, ProcEntry>();
+  await atMostSome(numbered(await reader.list(root).catch(() => [])), async (pid) => {
+    try {
+      const entry = parseStat(await reader.read(`${root}/${pid}/stat`));
+      const tasks = threads ? numbered(await reader.list(`${root}/${pid}/task`)) : undefined;
+      table.set(pid, tasks ? { ...entry, threads: tasks } : entry);
+    } catch {
+      // gone meanwhile
+    }
+  });
+  return table;
+}
+
 /** Runs `fn` on each of `items`, at most {@link PROC_READS_AT_ONCE} at a time. */
 async function atMostSome<T>(items: readonly T[], fn: (item: T, i: number) => Promise<void>) {
   let next = 0;
@@ -238,26 +276,25 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
 
   /**
    * Which of `ids` some process uses: as its pid or a thread id, or as its process group or
-   * session (fields 5 and 6 of `/proc/PID/stat`). A zombie uses all three until it is reaped.
+   * session (fields 5 and 6 of `/proc/PID/stat`); a zombie uses all three until it is reaped.
+   * `/proc` is read once, whatever the number of ids: a stat and a task list per process.
    */
   async pidsInUse(ids: readonly number[]): Promise<PidUse[]> {
     this.#checkOpen("look for the users of process ids");
     const wanted = new Set(ids);
-    const uses: PidUse[] = [];
-    for (const id of wanted) {
-      const holder = await this.identify(id);
-      if (holder) uses.push({ id, holder: holder.pid, as: holder.pid === id ? "pid" : "thread" });
-    }
-    await atMostSome(numbered(await this.#reader.list(this.#root)), async (holder) => {
-      const stat = await this.#reader.read(`${this.#root}/${holder}/stat`).catch(() => "");
-      const fields = statFields(stat);
-      const [group, session] = [Number(fields[2]), Number(fields[3])];
-      if (wanted.has(group) && group !== holder) uses.push({ id: group, holder, as: "group" });
-      else if (wanted.has(session) && session !== holder) {
-        uses.push({ id: session, holder, as: "session" });
+    const direct: PidUse[] = [], through: PidUse[] = [];
+    for (const [holder, p] of await procTable(this.#reader, this.#root, true)) {
+      if (wanted.has(holder)) direct.push({ id: holder, holder, as: "pid" });
+      for (const id of p.threads ?? []) {
+        if (id !== holder && wanted.has(id)) direct.push({ id, holder, as: "thread" });
       }
-    });
-    return uses;
+      if (wanted.has(p.group) && p.group !== holder) {
+        through.push({ id: p.group, holder, as: "group" });
+      } else if (wanted.has(p.session) && p.session !== holder) {
+        through.push({ id: p.session, holder, as: "session" });
+      }
+    }
+    return [...direct, ...through];
   }
 
   /** The machine's name, kernel and NVIDIA driver release (`/proc/driver/nvidia/version`). */

@@ -72,6 +72,25 @@ describe("the Linux host's /proc scan", { skip: onLinux }, () => {
     assert.equal(pids.size, found.length, "each process once");
   });
 
+  test("pidsInUse reads /proc once, whatever the number of ids (issue 29, item 13b)", async () => {
+    // A manifest may list 1.5 million thread ids: one /proc read each took 66 s.
+    let reads = 0;
+    const counting: ProcReader = {
+      list: (path) => (reads++, nodeReader.list(path)),
+      read: (path) => (reads++, nodeReader.read(path)),
+    };
+    await using host = new LinuxHost({ nvml: false, recordsDir: false, reader: counting });
+    const processes = readdirSync("/proc").filter((n) => /^[0-9]+$/.test(n)).length;
+    const ids = Array.from({ length: 200_000 }, (_, i) => 0x3f000000 + i); // none in use
+    const thread = readdirSync("/proc/self/task").map(Number).find((t) => t !== process.pid)!;
+    const uses = await host.pidsInUse([...ids, thread, process.pid]);
+    assert.deepEqual(uses.filter((u) => u.as === "pid" || u.as === "thread"), [
+      { id: process.pid, holder: process.pid, as: "pid" },
+      { id: thread, holder: process.pid, as: "thread" },
+    ]);
+    assert.ok(reads <= 2 * processes + 50, `${reads} reads for ${processes} processes`);
+  });
+
   test("pidsInUse: a pid is in use while any process has it as its pid, group or session", async () => {
     // A shell leading a session of its own, with two children: one in its process group, one (job
     // control on) in a group of its own but still in the shell's session.
