@@ -225,20 +225,25 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
 
   /**
    * What of `who` outlasts criu's dump and restore: `<pid in its innermost pid namespace>:<real
-   * uid>:<SHA-256 of its command line>` (`NSpid` and `Uid` of `/proc/PID/status`, and
-   * `/proc/PID/cmdline`); `undefined` where it is gone, is no longer the process named (its start
-   * time), or has no command line.
+   * uid>:<SHA-256 of its command line>:<SHA-256 of its cgroups>` (`NSpid` and `Uid` of
+   * `/proc/PID/status`, `/proc/PID/cmdline` and `/proc/PID/cgroup`, whose paths criu restores and
+   * which tell two containers running the same command as pid 1 apart); `undefined` where it is
+   * gone, is no longer the process named (its start time), or any part cannot be read.
    */
   async lastingMark(who: ProcessIdentity): Promise<string | undefined> {
     try {
-      const status = await this.#reader.read(`${this.#root}/${who.pid}/status`);
-      const cmdline = await this.#reader.read(`${this.#root}/${who.pid}/cmdline`);
+      const [status, cmdline, cgroup] = await Promise.all(
+        ["status", "cmdline", "cgroup"].map((f) =>
+          this.#reader.read(`${this.#root}/${who.pid}/${f}`)
+        ),
+      );
       const nsPid = /^NSpid:\s*([0-9 \t]+)$/m.exec(status)?.[1].trim().split(/\s+/).at(-1);
       const uid = /^Uid:\s*([0-9]+)/m.exec(status)?.[1];
-      if (!nsPid || !uid || cmdline.length === 0) return undefined;
+      if (!nsPid || !uid || cmdline.length === 0 || cgroup.length === 0) return undefined;
       // Read after the rest: a pid taken by another process meanwhile has another start.
       if (who.start !== undefined && (await this.#startOf(who.pid)) !== who.start) return undefined;
-      return `${nsPid}:${uid}:${createHash("sha256").update(cmdline).digest("hex")}`;
+      const sha = (text: string) => createHash("sha256").update(text).digest("hex");
+      return `${nsPid}:${uid}:${sha(cmdline)}:${sha(cgroup)}`;
     } catch {
       return undefined;
     }
