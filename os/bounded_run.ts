@@ -1,14 +1,19 @@
 /**
- * A program run as root with a bound: an argument array, a deadline and an abort signal. A program
- * that overstays is ended (SIGTERM, then SIGKILL after a short grace), its own child processes are
- * killed and waited for, and the processes it was working on are sent SIGCONT (criu may have left
- * them stopped), so that no stop leaves a process suspended or a child behind. Processes are found
- * through `/proc`, each with its start time, so that a pid reused meanwhile is never signalled.
+ * A program run as root with a bound: an argument array, a deadline and an abort signal. One that
+ * overstays is ended (SIGTERM, then SIGKILL after a grace), its child processes are killed and
+ * waited for, and what it worked on is sent SIGCONT (criu may have left it stopped). Processes
+ * are found through `/proc` with their start times, so a pid reused meanwhile is never signalled.
+ *
+ * A run does not outlive this program where the runtime lets it see its end: at exit (a second
+ * Ctrl-C's exit, `process.exit`, `Deno.exit`), each run still going is killed with its children,
+ * and what it worked on is sent SIGCONT, at once. A SIGKILL of this program cannot be seen: the run goes on
+ * (docs/SNAPSHOTS.md, "A snapshot that fails, or is killed").
  *
  * @module
  */
 
 import { spawn } from "node:child_process";
+import { readdirSync, readFileSync } from "node:fs";
 import { readFile } from "node:fs/promises";
 import process from "node:process";
 import { parseStat, type ProcEntry, procTable } from "./linux_host.ts";
@@ -30,8 +35,8 @@ export interface RunBound {
   /** Ends the run once this many ms have passed. */
   readonly timeoutMs?: number;
   /**
-   * The processes the program works on, read when it is ended (before it is signalled): each is
-   * sent SIGCONT once the program and its children are gone.
+   * The processes the program works on, read before it starts and again when it is ended
+   * (before it is signalled): each is sent SIGCONT once the program and its children are gone.
    */
   readonly worksOn?: () => Promise<readonly number[]>;
 }
@@ -64,27 +69,62 @@ export interface RunResult {
   readonly ended?: Ending;
 }
 
+/** The runs under way, each ended at once by {@link endAllNow} when this program exits. */
+const running = new Set<{ pid: number; gone: () => boolean; worksOn: readonly number[] }>();
+let watching = false;
+
+/** Kills every run under way and its children, and sends SIGCONT to what it worked on: at exit. */
+function endAllNow(): void {
+  if (running.size === 0) return;
+  const table = new Map<number, ProcEntry>();
+  for (const name of readdirSync("/proc").filter((n) => /^[0-9]+$/.test(n))) {
+    try {
+      table.set(+name, parseStat(readFileSync(`/proc/${name}/stat`, "utf8")));
+    } catch {
+      // gone
+    }
+  }
+  for (const run of running) {
+    const signal = (pids: number[], sig: "SIGKILL" | "SIGCONT") => {
+      for (const pid of pids) {
+        try {
+          process.kill(pid, sig);
+        } catch {
+          // gone, or not ours to signal: nothing more can be done now
+        }
+      }
+    };
+    if (!run.gone()) signal([run.pid], "SIGKILL");
+    signal(descendantsIn(table, run.pid), "SIGKILL");
+    signal(run.worksOn.filter((p) => table.has(p)), "SIGCONT");
+  }
+  running.clear();
+}
+
 /**
  * Runs `program` with `args` and exactly the environment `env`, bounded as `bound` says; resolves
  * once it has exited (and, where it was ended, once its children are gone). Rejects where it
  * cannot be started. A signal already aborted starts nothing: it resolves at once as ended.
  */
-export function runBounded(
+export async function runBounded(
   program: string,
   args: readonly string[],
   env: Record<string, string>,
   bound: RunBound = {},
 ): Promise<RunResult> {
+  // Known before it starts, for an exit of this program that cannot wait to read them.
+  const worksOn = await bound.worksOn?.().catch(() => []) ?? [];
   if (bound.signal?.aborted) {
-    const ended = { why: "aborted" as const, afterMs: 0, killed: false };
-    return Promise.resolve({
-      code: 128,
-      stdout: "",
-      stderr: "",
-      ended: { ...ended, children: [], childrenLeft: [], continued: [] },
-    });
+    const ended = { why: "aborted", afterMs: 0, killed: false } as const;
+    const none = { children: [], childrenLeft: [], continued: [] };
+    return { code: 128, stdout: "", stderr: "", ended: { ...ended, ...none } };
   }
-  return new Promise((resolve, reject) => {
+  if (!watching) {
+    watching = true;
+    process.on("exit", endAllNow);
+    globalThis.addEventListener?.("unload", endAllNow); // Deno.exit() fires this, not "exit"
+  }
+  return await new Promise((resolve, reject) => {
     const t0 = performance.now();
     // A session of its own: a terminal's Ctrl-C or hangup reaches this program, which stops the
     // run as its bound says, never the run directly (a criu dying mid-dump, its tree untended);
@@ -112,6 +152,8 @@ export function runBounded(
       });
       child.once("error", fail);
     });
+    const run = { pid: child.pid!, gone: () => exitedNow, worksOn };
+    if (child.pid !== undefined) running.add(run);
     let ending: Promise<Ending> | undefined;
     const end = (why: Ending["why"]) => {
       if (ending || exitedNow) return;
@@ -124,6 +166,7 @@ export function runBounded(
     const onAbort = () => end("aborted");
     bound.signal?.addEventListener("abort", onAbort, { once: true });
     const cleanUp = () => {
+      running.delete(run);
       if (timer !== undefined) clearTimeout(timer);
       bound.signal?.removeEventListener("abort", onAbort);
     };
@@ -168,9 +211,8 @@ async function endRun(
   // By pid, not ChildProcess.kill(): Deno's sends no second signal once one was sent. Only while
   // its exit has not been seen (the reads above took a while): until then, the pid is its own.
   if (!gone()) signalEach([pid], "SIGTERM");
-  const grace = GRACE_MS;
   let killed = false;
-  if (!(await settlesWithin(exited, grace))) {
+  if (!(await settlesWithin(exited, GRACE_MS))) {
     // More children may have come meanwhile: theirs too.
     const later = await procTable();
     for (const p of descendantsIn(later, pid)) {
@@ -183,14 +225,12 @@ async function endRun(
     }
     await exited;
   }
-  const stillThem = (p: number) => signalSame(p, startOf.get(p), "SIGKILL");
-  await Promise.all(children.map(stillThem));
+  await Promise.all(children.map((p) => signalSame(p, startOf.get(p), "SIGKILL")));
   const childrenLeft = await goneWithin(children, startOf, CHILDREN_WAIT_MS);
   const continued: number[] = [];
-  const table2 = await procTable();
-  for (const p of worksOn) {
-    const start = table2.get(p)?.start;
-    if (start !== undefined && await signalSame(p, start, "SIGCONT")) continued.push(p);
+  const now = await procTable();
+  for (const p of worksOn.filter((p) => now.has(p))) {
+    if (await signalSame(p, now.get(p)!.start, "SIGCONT")) continued.push(p);
   }
   return { why, afterMs: Math.round(afterMs), killed, children, childrenLeft, continued };
 }
@@ -223,20 +263,15 @@ function descendantsIn(table: ReadonlyMap<number, ProcEntry>, pid: number): numb
     if (list) list.push(p);
     else children.set(e.parent, [p]);
   }
-  const seen = new Set<number>();
-  const queue = [...(children.get(pid) ?? [])];
-  for (let i = 0; i < queue.length; i++) {
-    if (seen.has(queue[i])) continue;
-    seen.add(queue[i]);
-    queue.push(...(children.get(queue[i]) ?? []));
+  const out = [...children.get(pid) ?? []];
+  // Bounded by the table: a pid reused while /proc was read cannot make it loop.
+  for (let i = 0; i < out.length && out.length <= table.size; i++) {
+    out.push(...children.get(out[i]) ?? []);
   }
-  return [...seen];
+  return out;
 }
 
-/**
- * `pid` and the processes descended from it, read from `/proc`, parents first; empty where
- * there is no such process.
- */
+/** `pid` and the processes descended from it, parents first; empty where there is no such process. */
 export async function treeOf(pid: number): Promise<number[]> {
   const table = await procTable();
   return table.has(pid) ? [pid, ...descendantsIn(table, pid)] : [];
@@ -273,12 +308,8 @@ async function goneWithin(
       if (now && now.start === startOf.get(p) && now.state !== "Z") left.push(p);
     }
     if (left.length === 0 || performance.now() >= deadline) return left;
-    await sleep(20);
+    await new Promise((r) => setTimeout(r, 20));
   }
-}
-
-function sleep(ms: number): Promise<void> {
-  return new Promise((r) => setTimeout(r, ms));
 }
 
 /** Whether `p` settles within `ms`; no timer is left behind either way. */
