@@ -19,7 +19,7 @@ import {
   type NativeCall,
 } from "./adapter.ts";
 import { WorkerPool } from "./bun_pool.ts";
-import { scriptBeside } from "./worker_url.ts";
+import { workerScript } from "../os/worker_script.ts";
 import { type BunFfi, type BunLibrary, importBunFfi } from "./bun_types.ts";
 import { bunDefinition } from "./symbols.ts";
 
@@ -31,14 +31,9 @@ export interface BunAdapterOptions {
   callingThread?: boolean;
 }
 
-/**
- * The worker script next to this module, with this module's extension (`.js` where the package was
- * delivered as JavaScript). In a standalone executable (`bun build --compile`, whose modules all
- * have the executable's URL, `file:///$bunfs/root/<name>`) it is the entry point
- * `ffi/bun_worker.ts`, kept as `ffi/bun_worker.js` under the build's root (`cli/build.sh`).
- */
+/** The worker script `bun_worker` beside this module ({@link workerScript}). */
 export function defaultWorkerUrl(moduleUrl: string = import.meta.url): URL {
-  return scriptBeside(moduleUrl, "ffi", "bun_worker");
+  return workerScript(moduleUrl, "ffi", "bun_worker");
 }
 
 /** The C library this process has mapped, by absolute path: glibc's, or musl's. */

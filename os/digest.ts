@@ -12,7 +12,7 @@ import { createHash } from "node:crypto";
 import type { FileHandle } from "node:fs/promises";
 import { availableParallelism } from "node:os";
 import { messageOf } from "../core/errors.ts";
-import { scriptBeside } from "../ffi/worker_url.ts";
+import { workerScript } from "./worker_script.ts";
 import { pinned } from "./private.ts";
 import type { PieceReply, PieceRequest, PiecesDone } from "./digest_worker.ts";
 
@@ -109,7 +109,7 @@ function inWorkers(
   threads: number,
   signal: AbortSignal | undefined,
 ): Promise<void> {
-  const url = scriptBeside(import.meta.url, "os", "digest_worker");
+  const url = workerScript(import.meta.url, "os", "digest_worker");
   const workers: Worker[] = [];
   let next = 0;
   let answered = 0;

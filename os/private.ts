@@ -9,6 +9,7 @@
 
 import { constants, type Stats } from "node:fs";
 import { lstat, mkdir, open, rename, rm } from "node:fs/promises";
+import path from "node:path";
 import process from "node:process";
 import { messageOf } from "../core/errors.ts";
 
@@ -105,6 +106,30 @@ export function ownerFault(
   return `may be written by ${(mode & 0o002) !== 0 ? "other users" : "its group"} (mode ${
     octal(mode)
   })`;
+}
+
+/** What is wrong with `p` as a trusted `kind` (`sticky`: a sticky directory may be written). */
+export async function faultOf(p: string, kind: "file" | "directory", sticky: boolean) {
+  let st;
+  try {
+    st = await lstat(p);
+  } catch (err) {
+    return `${p} cannot be looked at (${messageOf(err)})`;
+  }
+  if (st.isSymbolicLink()) return `${p} is a symbolic link`;
+  if (kind === "file" ? !st.isFile() : !st.isDirectory()) {
+    return `${p} is not a ${kind === "file" ? "regular file" : "directory"}`;
+  }
+  const fault = ownerFault(st, { rootToo: true, sticky });
+  return fault && `${p} ${fault}`;
+}
+
+/** The first fault of the directories above `real` (an absolute real path), up to `/`. */
+export async function faultAbove(real: string): Promise<string | undefined> {
+  for (let dir = path.dirname(real);; dir = path.dirname(dir)) {
+    const fault = await faultOf(dir, "directory", true);
+    if (fault || dir === "/") return fault;
+  }
 }
 
 /**

@@ -24,8 +24,7 @@ import type { HeldRecord, HeldRecords, ProcessIdentity, RoomClaim } from "../cor
 import { identityKey, keptEnded, withoutClaim, withoutDeadClaim } from "../core/host.ts";
 import { StrictReader } from "../core/json.ts";
 import { messageOf } from "../core/errors.ts";
-import { myUid, privateDirectory, readSmallFile, writePrivately } from "./private.ts";
-import { faultAbove } from "./trusted.ts";
+import { faultAbove, myUid, privateDirectory, readSmallFile, writePrivately } from "./private.ts";
 
 /** The environment variable that names the directory of records, overriding the default. */
 const RECORDS_ENV_VAR = "CKPT_RECORDS_DIR";
