@@ -16,7 +16,7 @@ import { spawn } from "node:child_process";
 import { readdirSync, readFileSync } from "node:fs";
 import { readFile } from "node:fs/promises";
 import process from "node:process";
-import { parseStat, type ProcEntry, procTable } from "./linux_host.ts";
+import { descendants, parseStat, type ProcEntry, procTable } from "./linux_host.ts";
 import { errorCode } from "./private.ts";
 
 /** How long a program has between SIGTERM and SIGKILL, in ms. */
@@ -95,7 +95,7 @@ function endAllNow(): void {
       }
     };
     if (!run.gone()) signal([run.pid], "SIGKILL");
-    signal(descendantsIn(table, run.pid), "SIGKILL");
+    signal(descendants(table, run.pid), "SIGKILL");
     signal(run.worksOn.filter((p) => table.has(p)), "SIGCONT");
   }
   running.clear();
@@ -205,7 +205,7 @@ async function endRun(
   bound: RunBound,
 ): Promise<Ending> {
   const table = await procTable();
-  const children = descendantsIn(table, pid);
+  const children = descendants(table, pid);
   const worksOn = await bound.worksOn?.().catch(() => []) ?? [];
   const startOf = new Map([...table].map(([p, e]) => [p, e.start]));
   // By pid, not ChildProcess.kill(): Deno's sends no second signal once one was sent. Only while
@@ -215,7 +215,7 @@ async function endRun(
   if (!(await settlesWithin(exited, GRACE_MS))) {
     // More children may have come meanwhile: theirs too.
     const later = await procTable();
-    for (const p of descendantsIn(later, pid)) {
+    for (const p of descendants(later, pid)) {
       if (!children.includes(p)) children.push(p);
       startOf.set(p, later.get(p)!.start);
     }
@@ -255,26 +255,10 @@ async function statOf(pid: number): Promise<ProcEntry | undefined> {
   return text === undefined ? undefined : parseStat(text);
 }
 
-/** The processes descended from `pid` in `table`, parents before their children. */
-function descendantsIn(table: ReadonlyMap<number, ProcEntry>, pid: number): number[] {
-  const children = new Map<number, number[]>();
-  for (const [p, e] of table) {
-    const list = children.get(e.parent);
-    if (list) list.push(p);
-    else children.set(e.parent, [p]);
-  }
-  const out = [...children.get(pid) ?? []];
-  // Bounded by the table: a pid reused while /proc was read cannot make it loop.
-  for (let i = 0; i < out.length && out.length <= table.size; i++) {
-    out.push(...children.get(out[i]) ?? []);
-  }
-  return out;
-}
-
 /** `pid` and the processes descended from it, parents first; empty where there is no such process. */
 export async function treeOf(pid: number): Promise<number[]> {
   const table = await procTable();
-  return table.has(pid) ? [pid, ...descendantsIn(table, pid)] : [];
+  return table.has(pid) ? [pid, ...descendants(table, pid)] : [];
 }
 
 /** Sends `signal` to `pid` where it is still the process that started at `start`. */

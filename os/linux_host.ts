@@ -1,12 +1,9 @@
 /**
- * The Linux host: the processes in `/proc` (command line, libcuda mapped or not, trees, ids in
+ * The Linux host: the processes in `/proc` (command lines, libcuda mapped or not, trees, ids in
  * use), GPU memory per process from NVML where it loads, and the records of held GPU memory.
- *
- * `/proc` is read asynchronously, at most {@link PROC_READS_AT_ONCE} files at a time: reading
- * another process's `maps` or `cmdline` takes its memory-map lock, which a process in the middle
- * of a large memory operation can hold for long, and that wait must not stop the event loop. On
- * Deno the reads use `Deno.readFile`, on Bun `node:fs/promises`: each runtime's faster one
- * (measured: 466 processes in about 30 ms and 10 ms). `/proc` lists processes, not threads.
+ * `/proc` is read asynchronously, at most {@link PROC_READS_AT_ONCE} files at once (reading another
+ * process's `maps` or `cmdline` waits for its memory-map lock, which must not stop the event
+ * loop), with each runtime's faster reads (`Deno.readFile`; Bun's `node:fs/promises`).
  *
  * @module
  */
@@ -35,10 +32,7 @@ const PROC_READS_AT_ONCE = 32;
 export interface ProcReader {
   /** The names in a folder. */
   list(path: string): Promise<string[]>;
-  /**
-   * A file's contents as text. Rejects as the file system does: an error whose `code` (Node) or
-   * `name` (Deno) says `EACCES`/`PermissionDenied` or `ENOENT`/`NotFound`.
-   */
+  /** A file's text; rejects as the file system does (`code` ENOENT, EACCES; Deno's `name`). */
   read(path: string): Promise<string>;
 }
 
@@ -107,14 +101,6 @@ function classify(error: unknown): "gone" | "denied" | "other" {
   return "other";
 }
 
-/**
- * The fields of a `/proc/PID/stat` after its name (which may hold spaces and parentheses): field 3
- * (the state) first, then the parent, ..., the start time at index 19.
- */
-export function statFields(stat: string): string[] {
-  return stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-}
-
 /** A `/proc/PID/cmdline` with spaces between the arguments. */
 function commandLine(raw: string): string {
   return raw.replace(/\0+$/, "").replaceAll("\0", " ");
@@ -135,10 +121,26 @@ export interface ProcEntry {
   readonly threads?: readonly number[];
 }
 
-/** `/proc/PID/stat`'s state, parent, process group, session and start time. */
+/** `/proc/PID/stat`'s state, parent, process group, session and start time (after the name). */
 export function parseStat(stat: string): ProcEntry {
-  const f = statFields(stat);
+  const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
   return { state: f[0], parent: +f[1], group: +f[2], session: +f[3], start: +f[19] };
+}
+
+/** The processes descended from `pid` in `table`, parents first, each one's children by pid. */
+export function descendants(table: ReadonlyMap<number, ProcEntry>, pid: number): number[] {
+  const children = new Map<number, number[]>();
+  for (const [p, e] of [...table].sort(([a], [b]) => a - b)) {
+    const list = children.get(e.parent);
+    if (list) list.push(p);
+    else children.set(e.parent, [p]);
+  }
+  const out = [...children.get(pid) ?? []];
+  // Bounded by the table: a pid reused while /proc was read cannot make it loop.
+  for (let i = 0; i < out.length && out.length <= table.size; i++) {
+    out.push(...children.get(out[i]) ?? []);
+  }
+  return out;
 }
 
 /**
@@ -251,32 +253,30 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
 
   /**
    * The process tree of `root` (a pid, not a thread id), the root first and each process after its
-   * parent, through each thread's `children` file (CONFIG_PROC_CHILDREN, as every major
-   * distribution's kernel has); `undefined` where `root` is no process.
+   * parent, from one read of `/proc`; `undefined` where `root` is no process.
    */
   async processTree(root: number): Promise<TreeProcess[] | undefined> {
     this.#checkOpen("read a process tree");
-    if ((await this.identify(root))?.pid !== root) return undefined; // no process, or a thread
-    const first = await this.#treeProcess(root);
-    if (!first) return undefined;
-    const out: TreeProcess[] = [first];
-    const seen = new Set([root]);
-    for (let i = 0; i < out.length; i++) {
-      const p = out[i];
-      const children = new Set<number>();
-      for (const tid of p.threads) {
-        const text = await this.#reader.read(`${this.#root}/${p.pid}/task/${tid}/children`)
-          .catch(() => "");
-        for (const word of text.split(/\s+/)) if (/^[1-9][0-9]*$/.test(word)) children.add(+word);
-      }
-      for (const child of [...children].sort((a, b) => a - b)) {
-        if (seen.has(child)) continue;
-        seen.add(child);
-        const proc = await this.#treeProcess(child);
-        if (proc) out.push(proc);
+    const table = await procTable(this.#reader, this.#root);
+    const out: TreeProcess[] = [];
+    for (const pid of table.has(root) ? [root, ...descendants(table, root)] : []) {
+      try {
+        const tasks = numbered(await this.#reader.list(`${this.#root}/${pid}/task`));
+        const others = tasks.filter((t) => t !== pid).sort((a, b) => a - b);
+        const command = commandLine(
+          await this.#reader.read(`${this.#root}/${pid}/cmdline`).catch(() => ""),
+        );
+        out.push({
+          pid,
+          parent: table.get(pid)!.parent || 0,
+          threads: tasks.includes(pid) ? [pid, ...others] : [],
+          ...(command ? { command } : {}),
+        });
+      } catch {
+        // gone meanwhile
       }
     }
-    return out;
+    return out.length > 0 && out[0].pid === root ? out : undefined;
   }
 
   /**
@@ -313,27 +313,6 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
     };
   }
 
-  /** One process of a tree; `undefined` where it is gone. */
-  async #treeProcess(pid: number): Promise<TreeProcess | undefined> {
-    try {
-      const stat = await this.#reader.read(`${this.#root}/${pid}/stat`);
-      const parent = Number(statFields(stat)[1]);
-      const tasks = numbered(await this.#reader.list(`${this.#root}/${pid}/task`));
-      const others = tasks.filter((t) => t !== pid).sort((a, b) => a - b);
-      const command = commandLine(
-        await this.#reader.read(`${this.#root}/${pid}/cmdline`).catch(() => ""),
-      );
-      return {
-        pid,
-        parent: Number.isSafeInteger(parent) ? parent : 0,
-        threads: tasks.includes(pid) ? [pid, ...others] : [],
-        ...(command ? { command } : {}),
-      };
-    } catch {
-      return undefined;
-    }
-  }
-
   /** Whether a process lives, the same one (its start time, where known). */
   async #alive(who: ProcessIdentity): Promise<boolean> {
     try {
@@ -346,7 +325,7 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
 
   /** A process's start time, field 22 of `/proc/PID/stat`. */
   async #startOf(pid: number): Promise<number | undefined> {
-    const start = Number(statFields(await this.#reader.read(`${this.#root}/${pid}/stat`))[19]);
+    const start = parseStat(await this.#reader.read(`${this.#root}/${pid}/stat`)).start;
     return Number.isSafeInteger(start) ? start : undefined;
   }
 
