@@ -51,8 +51,8 @@ export interface LinuxHostOptions {
   reader?: ProcReader;
   /**
    * The directory of the records of held GPU memory; `false` for none (each program then knows
-   * only what it checkpointed itself). Left out: `$CKPT_RECORDS_DIR`, else `/run/ckpt-cuda` as
-   * root, else one of the user's own; none on Deno without permission to read and write it.
+   * what it checkpointed itself). Left out: `$CKPT_RECORDS_DIR`, else `/run/ckpt-cuda` as root,
+   * else one of the user's own; none on Deno without permission to read and write it.
    */
   recordsDir?: string | false;
 }
@@ -77,28 +77,16 @@ function runtimeReader(): ProcReader {
   };
 }
 
-/** An environment variable, without a permission prompt on Deno (unset where not granted). */
-function readEnv(name: string): string | undefined {
-  if (!deno) return process.env[name];
-  const granted = deno.permissions.querySync({ name: "env", variable: name }).state === "granted";
-  return granted ? deno.env.get(name) : undefined;
-}
-
-/** Whether this program may read and write `dir` without a permission prompt (Deno asks). */
-function mayWrite(dir: string): boolean {
-  if (!deno) return true;
-  return deno.permissions.querySync({ name: "read", path: dir }).state === "granted" &&
-    deno.permissions.querySync({ name: "write", path: dir }).state === "granted";
+/** Whether Deno grants a permission without a prompt (on Bun, always). */
+function granted(permission: Deno.PermissionDescriptor): boolean {
+  return !deno || deno.permissions.querySync(permission).state === "granted";
 }
 
 /** What a failed read means: the process is gone, it may not be looked at, or something else. */
 function classify(error: unknown): "gone" | "denied" | "other" {
-  const e = error as { code?: string; name?: string };
-  if (e?.code === "ENOENT" || e?.code === "ESRCH" || e?.name === "NotFound") return "gone";
-  if (e?.code === "EACCES" || e?.code === "EPERM" || e?.name === "PermissionDenied") {
-    return "denied";
-  }
-  return "other";
+  const { code = "", name = "" } = (error ?? {}) as { code?: string; name?: string };
+  if (/^(ENOENT|ESRCH)$/.test(code) || name === "NotFound") return "gone";
+  return /^(EACCES|EPERM)$/.test(code) || name === "PermissionDenied" ? "denied" : "other";
 }
 
 /** A `/proc/PID/cmdline` with spaces between the arguments. */
@@ -201,10 +189,11 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
     this.#reader = options.reader ?? runtimeReader();
     this.#nvmlWanted = options.nvml ?? true;
     this.#nvmlPath = options.nvmlPath;
-    const dir = options.recordsDir === false
-      ? undefined
-      : options.recordsDir ?? recordsDirectory(readEnv);
-    this.heldRecords = dir !== undefined && mayWrite(dir)
+    // None on Deno without permission to read the variable, or to read and write the directory.
+    const env = (v: string) => granted({ name: "env", variable: v }) ? process.env[v] : undefined;
+    const dir = options.recordsDir ?? recordsDirectory(env);
+    this.heldRecords = dir !== false && granted({ name: "read", path: dir }) &&
+        granted({ name: "write", path: dir })
       ? new FileHeldRecords(dir, (p) => this.#alive(p))
       : undefined;
   }
