@@ -1,18 +1,12 @@
 /**
  * CRIU as the engine of snapshots: the installed `criu`, run with an argument array, one run per
- * tree. This package suspends and resumes the CUDA processes itself, so criu runs without its CUDA
- * plugin (`--no-default-config`, an empty `--libdir`, no `CRIU_CONFIG_FILE` or `CRIU_LIBS_DIR`),
- * which would restore and unlock them behind its back. A dump leaves the processes running (the
- * snapshot ends them once every tree is on disk); `--shell-job` takes a tree whose root leads no
- * session, `--file-locks` one holding a file lock (Deno holds its caches').
- *
- * criu runs as root, so it is chosen with care (`trusted.ts`): it and every directory above its
- * real path belong to root (or this user), writable by nobody else; it runs by its real path with
- * a fixed `PATH` and nothing else of the caller's environment (`LD_LIBRARY_PATH` only from a
- * library directory named explicitly, checked through its whole tree); its work directories are
- * private and removed when its run ends. A run is bounded (`bounded_run.ts`): one that overstays
- * is ended, and the error says what it left; a criu killed midway may leave its parasite code in
- * a process it was dumping: the deadline is for a criu that hangs. Each error names criu's log.
+ * tree, without its CUDA plugin (`--no-default-config`, an empty `--libdir`, no `CRIU_CONFIG_FILE`
+ * or `CRIU_LIBS_DIR`), which would restore and unlock the CUDA processes behind this package's
+ * back. A dump leaves the processes running; `--shell-job` takes a tree whose root leads no
+ * session, `--file-locks` one holding a file lock (Deno holds its caches'). criu is chosen with
+ * care (`trusted.ts`) and runs by its real path with a fixed `PATH` and nothing else of the
+ * caller's environment; each run is bounded (`bounded_run.ts`) in a private work directory removed
+ * when it ends. Each error names criu's log.
  *
  * @module
  */
@@ -103,23 +97,17 @@ class CriuEngine implements SnapshotEngine {
   #probe: Promise<EngineProbe> | undefined;
 
   constructor(options: CriuEngineOptions) {
-    const paths = [["criuPath", "", options.criuPath], [
-      "libraryDir",
-      " of a directory",
-      options.libraryDir,
-    ]];
-    for (const [name, what, value] of paths) {
-      if (value !== undefined && (typeof value !== "string" || !path.isAbsolute(value))) {
-        throw new TypeError(
-          `${name} must be an absolute path${what}, got ${JSON.stringify(value)}`,
-        );
-      }
+    const refuse = (name: string, what: string, value: unknown) => {
+      throw new TypeError(`${name} must be ${what}, got ${JSON.stringify(value)}`);
+    };
+    const absolute = (v: unknown) => v === undefined || typeof v === "string" && path.isAbsolute(v);
+    if (!absolute(options.criuPath)) refuse("criuPath", "an absolute path", options.criuPath);
+    if (!absolute(options.libraryDir)) {
+      refuse("libraryDir", "an absolute path of a directory", options.libraryDir);
     }
     for (const arg of options.extraArgs ?? []) {
       if (typeof arg !== "string" || !arg.startsWith("--") || arg.includes("\0")) {
-        throw new TypeError(
-          `extraArgs must be criu options starting with --, got ${JSON.stringify(arg)}`,
-        );
+        refuse("extraArgs", "criu options starting with --", arg);
       }
     }
     this.#given = options.criuPath;
@@ -182,12 +170,9 @@ class CriuEngine implements SnapshotEngine {
   }
 
   async dump(request: DumpRequest): Promise<readonly DumpedProcess[]> {
-    const criu = await this.#criu();
+    const criu = await this.#criu("dump", request);
     const file = path.join(request.imagesDir, "dump.log");
     const log = { file, shown: await shownPath(file) };
-    if (request.signal?.aborted) {
-      throw new EngineError(`the dump of the tree of ${request.root} was stopped before criu ran`);
-    }
     const work = await this.#workDir("dump-");
     const watch = watchBytes(request.imagesDir, request.onBytes);
     try {
@@ -220,12 +205,7 @@ class CriuEngine implements SnapshotEngine {
    * kept beside it as `restore-<root>.log` (the last failed restore of that root's).
    */
   async restore(request: RestoreRequest): Promise<void> {
-    const criu = await this.#criu();
-    if (request.signal?.aborted) {
-      throw new EngineError(
-        `the restore of the tree of ${request.root} was stopped before criu ran`,
-      );
-    }
+    const criu = await this.#criu("restore", request);
     const work = await this.#workDir("restore-");
     const log = {
       file: path.join(work, "restore.log"),
@@ -266,10 +246,13 @@ class CriuEngine implements SnapshotEngine {
     return Promise.resolve(signalEach(pids, "SIGCONT"));
   }
 
-  /** criu, found and checked now (a check is a few `lstat`s: made before every run). */
-  async #criu(): Promise<Criu> {
+  /** criu, found and checked now (a few `lstat`s: before every run), unless `op` was stopped. */
+  async #criu(op: string, request: DumpRequest | RestoreRequest): Promise<Criu> {
     const found = await this.#find();
     if ("problem" in found) throw new EngineError(found.problem);
+    if (request.signal?.aborted) {
+      throw new EngineError(`the ${op} of the tree of ${request.root} was stopped before criu ran`);
+    }
     return found.criu;
   }
 
@@ -284,21 +267,17 @@ class CriuEngine implements SnapshotEngine {
 
   /** Runs `criu op` on the tree of `root` with the options every run has; throws on a failure. */
   async #run(criu: Criu, op: string, root: number, log: Log, args: string[], bound: RunBound) {
+    const every = [
+      "--no-default-config",
+      "--log-file",
+      log.file,
+      "-v4",
+      "--shell-job",
+      "--file-locks",
+    ];
     const result = await runBounded(
       criu.path,
-      [
-        ...[
-          op,
-          "--no-default-config",
-          "--log-file",
-          log.file,
-          "-v4",
-          "--shell-job",
-          "--file-locks",
-        ],
-        ...args,
-        ...this.#extra,
-      ],
+      [op, ...every, ...args, ...this.#extra],
       criu.env,
       bound,
     );
@@ -398,26 +377,21 @@ const PSTREE_MAGICS = [0x54564319, 0x50273030];
 
 /**
  * The processes in criu's `pstree.img`: after its two magic words, one `pstree_entry` message per
- * process (the root first), each after its length as a 32-bit word. Of each message, the fields
- * read are 1 (pid), 2 (ppid) and 5 (threads, packed or not); the rest are skipped.
+ * process (the root first), each after its length as a 32-bit word; of each, fields 1 (pid), 2
+ * (ppid) and 5 (threads, packed or not) are read and the rest skipped.
  */
 export function parsePstree(bytes: Uint8Array): DumpedProcess[] {
   const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-  if (
-    bytes.length < 8 || view.getUint32(0, true) !== PSTREE_MAGICS[0] ||
-    view.getUint32(4, true) !== PSTREE_MAGICS[1]
-  ) {
+  if (bytes.length < 8 || PSTREE_MAGICS.some((m, i) => view.getUint32(4 * i, true) !== m)) {
     throw new Error("it does not start with criu's pstree magic");
   }
   const out: DumpedProcess[] = [];
-  let at = 8;
-  while (at < bytes.length) {
+  for (let at = 8; at < bytes.length;) {
     if (at + 4 > bytes.length) throw new Error(`it ends within an entry's length at byte ${at}`);
-    const length = view.getUint32(at, true);
-    at += 4;
-    if (at + length > bytes.length) throw new Error(`its entry at byte ${at - 4} is cut short`);
-    out.push(pstreeEntry(bytes.subarray(at, at + length)));
-    at += length;
+    const end = at + 4 + view.getUint32(at, true);
+    if (end > bytes.length) throw new Error(`its entry at byte ${at} is cut short`);
+    out.push(pstreeEntry(bytes.subarray(at + 4, end)));
+    at = end;
   }
   if (out.length === 0) throw new Error("it holds no process");
   return out;
