@@ -101,7 +101,11 @@ async function statFault(
 }
 
 /** What is wrong with `p` as a `kind` root runs or trusts (`sticky`: a sticky one may be written). */
-export async function faultOf(p: string, kind: "file" | "directory", sticky: boolean) {
+export async function faultOf(
+  p: string,
+  kind: "file" | "directory",
+  sticky: boolean,
+): Promise<string | undefined> {
   const found = await statFault(p, kind, () => ({ rootToo: true, sticky }));
   return found === "missing" ? `${p} cannot be looked at: it does not exist` : found.fault;
 }

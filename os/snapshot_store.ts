@@ -1,48 +1,26 @@
 /**
  * Snapshots on the file system. A restore runs what a snapshot's directory holds, as root, so the
- * directory is opened once, walked from `/` one directory at a time without following a link it
- * does not trust, and worked on through the open descriptor (`/proc/<pid>/fd/<n>`) from then on,
- * which no rename above can redirect. Each directory on the way is root's or this user's, written
- * by nobody else unless sticky (`/tmp`); the snapshot's own is this user's (mode 0700 where this
- * makes it), and everything inside is root's or this user's, written by nobody else, no link.
- * Files are written whole (a temporary file, fsynced, renamed), images fsynced and digested
- * (`digest.ts`) once dumped, and a check compares everything inside with the manifest, digests
- * included. The files a check opened stay open: the engine is given links to those very files.
+ * directory is opened once, walked from `/` without following a link it does not trust, and worked
+ * on through the open descriptor (`/proc/<pid>/fd/<n>`), which no rename above can redirect. Each
+ * directory on the way is root's or this user's, written by nobody else unless sticky (`/tmp`);
+ * the snapshot's own is this user's, and everything inside root's or this user's, written by
+ * nobody else, no link. Files are written whole, images fsynced and digested once dumped, and a
+ * check compares everything inside with the manifest; the engine reads the very files it opened.
  *
  * @module
  */
 
 import { constants } from "node:fs";
-import {
-  type FileHandle,
-  lstat,
-  mkdir,
-  open,
-  readdir,
-  readlink,
-  rm,
-  symlink,
-} from "node:fs/promises";
+import { type FileHandle, lstat, mkdir, open, readdir, readlink, rm } from "node:fs/promises";
+import { symlink } from "node:fs/promises";
 import path from "node:path";
-import type {
-  Checked,
-  CheckOptions,
-  SnapshotDir,
-  SnapshotFile,
-  SnapshotStore,
-} from "../core/engine.ts";
+import type { Checked, CheckOptions, SnapshotDir, SnapshotFile } from "../core/engine.ts";
+import type { SnapshotStore } from "../core/engine.ts";
 import type { Machine } from "../core/machine.ts";
 import { MANIFEST_FILE } from "../core/manifest.ts";
 import { digestAll } from "./digest.ts";
-import {
-  errorCode,
-  myUid,
-  ownerFault,
-  pathTrouble,
-  pinned,
-  readSmallFile,
-  writePrivately,
-} from "./private.ts";
+import { errorCode, myUid, ownerFault, pathTrouble, pinned } from "./private.ts";
+import { readSmallFile, writePrivately } from "./private.ts";
 import { workDir } from "./trusted.ts";
 
 const { O_RDONLY, O_DIRECTORY, O_NOFOLLOW, O_NONBLOCK } = constants;
