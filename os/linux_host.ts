@@ -11,16 +11,8 @@
 import { createHash } from "node:crypto";
 import os from "node:os";
 import process from "node:process";
-import type {
-  GpuMemoryReport,
-  HeldRecords,
-  HostProcesses,
-  MachineFacts,
-  PidUse,
-  ProcessIdentity,
-  ScannedProcess,
-  TreeProcess,
-} from "../core/host.ts";
+import type { GpuMemoryReport, HeldRecords, HostProcesses, MachineFacts } from "../core/host.ts";
+import type { PidUse, ProcessIdentity, ScannedProcess, TreeProcess } from "../core/host.ts";
 import { messageOf } from "../core/errors.ts";
 import type { Nvml } from "../ffi/nvml.ts";
 import { FileHeldRecords, recordsDirectory } from "./records.ts";
@@ -40,10 +32,7 @@ export interface ProcReader {
 export interface LinuxHostOptions {
   /** Whether to load NVML for GPU memory. Default true. */
   nvml?: boolean;
-  /**
-   * The NVML library to load. Left out: `CKPT_LIBNVML_PATH`, else `libnvidia-ml.so.1` through the
-   * system loader, else the driver's usual directories; never the current directory.
-   */
+  /** The NVML library; left out, `$CKPT_LIBNVML_PATH` or the search of `ffi/nvml.ts`. */
   nvmlPath?: string;
   /** Where `/proc` is: `/proc` by default. */
   procRoot?: string;
@@ -319,56 +308,40 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
   }
 
   /**
-   * Every process in `/proc`: its command line, and whether its `maps` show libcuda (or why they
+   * Every process in `/proc`: its command line and whether its `maps` show libcuda (or why they
    * cannot be read); one that ends meanwhile is left out. Rejects where `/proc` cannot be listed.
    */
   async scan(): Promise<ScannedProcess[]> {
     this.#checkOpen("scan /proc");
-    let names: string[];
-    try {
-      names = await this.#reader.list(this.#root);
-    } catch (error) {
-      throw new Error(
-        `the processes cannot be listed: ${this.#root} could not be read (${
-          messageOf(error)
-        }); on Deno, allow reading it (--allow-read=${this.#root})`,
-        { cause: error },
-      );
-    }
-    const pids = numbered(names);
-    const found: (ScannedProcess | undefined)[] = new Array(pids.length);
-    await atMostSome(pids, async (pid, i) => {
-      found[i] = await this.#look(pid);
-    });
-    return found.filter((p): p is ScannedProcess => p !== undefined);
+    const pids = numbered(
+      await this.#reader.list(this.#root).catch((error) => {
+        const why = `${this.#root} could not be read (${messageOf(error)})`;
+        const deno = `on Deno, allow reading it (--allow-read=${this.#root})`;
+        throw new Error(`the processes cannot be listed: ${why}; ${deno}`, { cause: error });
+      }),
+    );
+    const found: (ScannedProcess | undefined)[] = [];
+    await atMostSome(pids, async (pid, i) => void (found[i] = await this.#look(pid)));
+    return found.filter((p) => p !== undefined);
   }
 
   /**
-   * GPU memory per process and free memory per GPU from NVML (kept initialised until
-   * {@link LinuxHost.release}), or why it is unknown: no NVML, or a PID namespace of this
-   * program's own, where NVML's pids (the host's) are not `/proc`'s. Not from a program that has
-   * checkpointed itself: NVML's call then waits for its restore (two H200s, driver 580).
+   * GPU memory per process and free memory per GPU from NVML (kept initialised until `release`),
+   * or why it is unknown: no NVML, or a PID namespace of this program's own, where NVML's pids
+   * (the host's) are not `/proc`'s. Not in a program that has checkpointed itself: NVML's call
+   * then waits for its restore (two H200s, driver 580).
    */
   async gpuMemory(): Promise<GpuMemoryReport> {
     this.#checkOpen("read GPU memory");
     if (!this.#nvmlWanted) return { unknown: "NVML was not asked for (nvml: false)" };
     const nested = await this.#inChildPidNamespace();
     if (nested) return { unknown: nested };
-    this.#nvml ??= (async () => {
-      const { runtimeAdapter } = await import("../ffi/runtime.ts");
-      const { openNvml } = await import("../ffi/nvml.ts");
-      return openNvml(await runtimeAdapter(), {
-        libraryPath: this.#nvmlPath,
-        keepInitialized: true,
-      });
-    })();
-    let nvml: Nvml;
-    try {
-      nvml = await this.#nvml;
-    } catch (error) {
-      return { unknown: messageOf(error) };
-    }
-    return await nvml.gpuMemory();
+    this.#nvml ??= Promise.all([import("../ffi/runtime.ts"), import("../ffi/nvml.ts")])
+      .then(async ([{ runtimeAdapter }, { openNvml }]) =>
+        openNvml(await runtimeAdapter(), { libraryPath: this.#nvmlPath, keepInitialized: true })
+      );
+    const nvml = await this.#nvml.catch((error) => ({ unknown: messageOf(error) }));
+    return "unknown" in nvml ? nvml : await nvml.gpuMemory();
   }
 
   /** Lets go of NVML until the next `gpuMemory()`: before this program checkpoints itself. */
