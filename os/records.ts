@@ -1,18 +1,13 @@
 /**
  * The records of what checkpointed processes held, in a private directory that every program of
- * this package on the machine shares (the command line that suspends a process, the one that
- * resumes it, a library user). One file per process, `<pid>-<start>.json` (start: its start time
+ * this package on the machine shares. One file per process, `<pid>-<start>.json` (its start time
  * in clock ticks since boot, so that a reused pid never finds an old record), written whole, mode
- * 0600. A record goes when its process is restored, or a listing finds it gone; but one with a
- * mark (what of the process outlasts criu's dump and restore) stays for 30 days after its
- * checkpoint, for the process criu may bring back ({@link FileHeldRecords.ended}).
- *
- * A record is read as a regular file only (opened without following a link and without blocking,
- * so a FIFO among them hangs nothing), under {@link RECORD_MAX_BYTES}, strictly, with every MiB
- * finite and at most {@link RECORD_MAX_MIB}. A directory that cannot be used, or a process's own
- * record that cannot be read, is an error the room check turns into a refusal (it fails closed);
- * a listing leaves out a file that is not a record (it never blocks the restores of others), and
- * removes it once its process is gone.
+ * 0600. A record goes when its process is restored, or a listing finds it gone; one with a mark
+ * (what of the process outlasts criu's round trip) stays 30 days, for the process criu may bring
+ * back. A record is read as a regular file only (a FIFO hangs nothing), under 64 KiB, strictly.
+ * A directory that cannot be used, or a process's own record that cannot be read, is an error the
+ * room check turns into a refusal; a listing leaves out (and, its process gone, removes) a file
+ * that is not a record, so that it never blocks the restores of others.
  *
  * @module
  */
@@ -28,19 +23,10 @@ import { faultAbove, myUid, privateDirectory, readSmallFile, writePrivately } fr
 
 /** The environment variable that names the directory of records, overriding the default. */
 const RECORDS_ENV_VAR = "CKPT_RECORDS_DIR";
-
 /** The format written in each record, to refuse what another version wrote differently. */
 const FORMAT = "ckpt-cuda-held/1";
-
-/** The largest record read, in bytes (one is a few hundred). */
-const RECORD_MAX_BYTES = 64 * 1024;
-
-/** The most MiB a record may say of one GPU: 16 TiB, far above any GPU's memory. */
-const RECORD_MAX_MIB = 2 ** 24;
-
-/** The longest mark kept in a record, in characters (the Linux host's are about 80). */
-const MARK_MAX_CHARS = 512;
-
+/** The most MiB a record may say of one GPU (16 TiB), and the longest mark, in characters. */
+const RECORD_MAX_MIB = 2 ** 24, MARK_MAX_CHARS = 512;
 /** A record's file name: `<pid>-<start>.json` (or `<pid>.json` where the start is unknown). */
 const RECORD_NAME = /^([0-9]+)(?:-([0-9]+))?\.json$/;
 
@@ -77,10 +63,9 @@ export class FileHeldRecords implements HeldRecords {
    */
   async get(process: ProcessIdentity): Promise<HeldRecord | undefined> {
     const file = this.#file(await this.#directory(), process);
-    const text = await readRecordFile(file);
-    if (text === undefined) return undefined;
+    const text = await readSmallFile(file, `the record ${file}`, 64 * 1024);
     try {
-      return parseRecord(text);
+      return text === undefined ? undefined : parseRecord(text);
     } catch (err) {
       throw new Error(`the record ${file} cannot be read: ${messageOf(err)}`, { cause: err });
     }
@@ -127,28 +112,22 @@ export class FileHeldRecords implements HeldRecords {
   async #all(): Promise<{ record: HeldRecord; alive: boolean }[]> {
     const dir = await this.#directory();
     const out: { record: HeldRecord; alive: boolean }[] = [];
-    let names: string[];
-    try {
-      names = await readdir(dir);
-    } catch (err) {
-      throw new Error(
-        `the records of held GPU memory in ${this.where} cannot be listed: ${messageOf(err)}`,
-        { cause: err },
-      );
-    }
+    const names = await readdir(dir).catch((err) => {
+      const why = `${this.where} cannot be listed: ${messageOf(err)}`;
+      throw new Error(`the records of held GPU memory in ${why}`, { cause: err });
+    });
     const now = Date.now();
     for (const name of names) {
       const named = RECORD_NAME.exec(name);
       if (!named) continue;
       const file = path.join(dir, name);
-      let record: HeldRecord | undefined;
+      let record: HeldRecord;
       try {
-        const text = await readRecordFile(file);
+        const text = await readSmallFile(file, `the record ${file}`, 64 * 1024);
         if (text === undefined) continue; // removed meanwhile
         record = parseRecord(text);
       } catch {
-        const pid = Number(named[1]);
-        const owner = named[2] === undefined ? { pid } : { pid, start: Number(named[2]) };
+        const owner = { pid: +named[1], ...(named[2] === undefined ? {} : { start: +named[2] }) };
         if (!(await this.#alive(owner))) await rm(file, { recursive: true, force: true });
         continue;
       }
@@ -189,21 +168,11 @@ export class FileHeldRecords implements HeldRecords {
   }
 }
 
-/**
- * The text of the record file `file`; `undefined` where there is none. Refused where it is a link,
- * not a regular file (a FIFO hangs nothing), or over {@link RECORD_MAX_BYTES}, naming the file.
- */
-function readRecordFile(file: string): Promise<string | undefined> {
-  return readSmallFile(file, `the record ${file}`, RECORD_MAX_BYTES);
-}
-
 /** A record's text as written by {@link FileHeldRecords.put}; throws for anything else. */
 function parseRecord(text: string): HeldRecord {
   const r = new StrictReader((_field, reason) => new Error(`not a record of ${FORMAT}: ${reason}`));
-  const v = r.object(r.parse(text, "it"), "", ["format", "process", "heldMiB", "at"], [
-    "claim",
-    "mark",
-  ]);
+  const fields = ["format", "process", "heldMiB", "at"];
+  const v = r.object(r.parse(text, "it"), "", fields, ["claim", "mark"]);
   r.choice(v.format, "format", [FORMAT]);
   // Each MiB finite (JSON's 1e400 parses as Infinity) and at most RECORD_MAX_MIB: a claim of
   // more than any GPU has would block every restore onto its GPU.
@@ -216,14 +185,12 @@ function parseRecord(text: string): HeldRecord {
     }
     return out;
   };
-  let record: HeldRecord = {
+  const record: HeldRecord = {
     process: r.identity(v.process, "process", 0),
     heldMiB: mib(v.heldMiB, "heldMiB"),
     at: r.integer(v.at, "at", 0),
+    ...(v.mark === undefined ? {} : { mark: r.string(v.mark, "mark", MARK_MAX_CHARS) }),
   };
-  if (v.mark !== undefined) {
-    record = { ...record, mark: r.string(v.mark, "mark", MARK_MAX_CHARS) };
-  }
   if (v.claim === undefined) return record;
   const c = r.object(v.claim, "claim", ["needMiB", "by", "since"]);
   const claim: RoomClaim = {
