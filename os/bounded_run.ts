@@ -6,15 +6,14 @@
  *
  * A run does not outlive this program where the runtime lets it see its end: at exit (a second
  * Ctrl-C's exit, `process.exit`, `Deno.exit`), each run still going is killed with its children,
- * and what it worked on is sent SIGCONT, at once. A SIGKILL of this program cannot be seen: the run goes on
- * (docs/SNAPSHOTS.md, "A snapshot that fails, or is killed").
+ * and what it worked on is sent SIGCONT, at once. A SIGKILL of this program cannot be seen: the run
+ * goes on (docs/SNAPSHOTS.md, "The engine").
  *
  * @module
  */
 
 import { spawn } from "node:child_process";
 import { readdirSync, readFileSync } from "node:fs";
-import { readFile } from "node:fs/promises";
 import process from "node:process";
 import { descendants, parseStat, type ProcEntry, procTable } from "./linux_host.ts";
 import { errorCode } from "./private.ts";
@@ -75,30 +74,33 @@ let watching = false;
 
 /** Kills every run under way and its children, and sends SIGCONT to what it worked on: at exit. */
 function endAllNow(): void {
-  if (running.size === 0) return;
   const table = new Map<number, ProcEntry>();
-  for (const name of readdirSync("/proc").filter((n) => /^[0-9]+$/.test(n))) {
-    try {
-      table.set(+name, parseStat(readFileSync(`/proc/${name}/stat`, "utf8")));
-    } catch {
-      // gone
-    }
+  for (const name of running.size > 0 ? readdirSync("/proc") : []) {
+    const stat = /^[0-9]+$/.test(name) && statOf(name);
+    if (stat) table.set(+name, stat);
   }
+  const send = (pid: number, signal: "SIGKILL" | "SIGCONT") => {
+    try {
+      process.kill(pid, signal);
+    } catch {
+      // gone, or not ours to signal: nothing more can be done now
+    }
+  };
   for (const run of running) {
-    const signal = (pids: number[], sig: "SIGKILL" | "SIGCONT") => {
-      for (const pid of pids) {
-        try {
-          process.kill(pid, sig);
-        } catch {
-          // gone, or not ours to signal: nothing more can be done now
-        }
-      }
-    };
-    if (!run.gone()) signal([run.pid], "SIGKILL");
-    signal(descendants(table, run.pid), "SIGKILL");
-    signal(run.worksOn.filter((p) => table.has(p)), "SIGCONT");
+    if (!run.gone()) send(run.pid, "SIGKILL");
+    for (const p of descendants(table, run.pid)) send(p, "SIGKILL");
+    for (const p of run.worksOn) if (table.has(p)) send(p, "SIGCONT");
   }
   running.clear();
+}
+
+/** `/proc/<pid>/stat`, read now (it waits for no lock); `undefined` where there is none. */
+function statOf(pid: number | string): ProcEntry | undefined {
+  try {
+    return parseStat(readFileSync(`/proc/${pid}/stat`, "utf8"));
+  } catch {
+    return undefined;
+  }
 }
 
 /**
@@ -225,13 +227,12 @@ async function endRun(
     }
     await exited;
   }
-  await Promise.all(children.map((p) => signalSame(p, startOf.get(p), "SIGKILL")));
+  for (const p of children) signalSame(p, startOf.get(p), "SIGKILL");
   const childrenLeft = await goneWithin(children, startOf, CHILDREN_WAIT_MS);
-  const continued: number[] = [];
   const now = await procTable();
-  for (const p of worksOn.filter((p) => now.has(p))) {
-    if (await signalSame(p, now.get(p)!.start, "SIGCONT")) continued.push(p);
-  }
+  const continued = worksOn.filter((p) =>
+    now.has(p) && signalSame(p, now.get(p)!.start, "SIGCONT")
+  );
   return { why, afterMs: Math.round(afterMs), killed, children, childrenLeft, continued };
 }
 
@@ -249,12 +250,6 @@ export function signalEach(
   }
 }
 
-/** `/proc/<pid>/stat` of `pid`; `undefined` where there is no such process. */
-async function statOf(pid: number): Promise<ProcEntry | undefined> {
-  const text = await readFile(`/proc/${pid}/stat`, "utf8").catch(() => undefined);
-  return text === undefined ? undefined : parseStat(text);
-}
-
 /** `pid` and the processes descended from it, parents first; empty where there is no such process. */
 export async function treeOf(pid: number): Promise<number[]> {
   const table = await procTable();
@@ -262,12 +257,12 @@ export async function treeOf(pid: number): Promise<number[]> {
 }
 
 /** Sends `signal` to `pid` where it is still the process that started at `start`. */
-async function signalSame(
+function signalSame(
   pid: number,
   start: number | undefined,
   signal: "SIGKILL" | "SIGCONT",
-): Promise<boolean> {
-  const now = await statOf(pid);
+): boolean {
+  const now = statOf(pid);
   if (!now || (start !== undefined && now.start !== start)) return false;
   try {
     process.kill(pid, signal);
@@ -286,11 +281,10 @@ async function goneWithin(
 ): Promise<number[]> {
   const deadline = performance.now() + ms;
   for (;;) {
-    const left: number[] = [];
-    for (const p of pids) {
-      const now = await statOf(p);
-      if (now && now.start === startOf.get(p) && now.state !== "Z") left.push(p);
-    }
+    const left = pids.filter((p) => {
+      const now = statOf(p);
+      return now && now.start === startOf.get(p) && now.state !== "Z";
+    });
     if (left.length === 0 || performance.now() >= deadline) return left;
     await new Promise((r) => setTimeout(r, 20));
   }
