@@ -2,9 +2,8 @@
  * The Bun adapter of the native bindings: `bun:ffi`, which has no optional symbols (each optional
  * function is probed with a `dlopen` of its own) and whose calls are synchronous, so every call
  * that can wait runs in a worker thread (`bun_pool.ts`, `bun_worker.ts`), unless `callingThread`.
- * Bun's `dlopen` tries a bare name relative to the current directory (`find.ts`), so bare names
- * are not safe here; to ask the system loader, the C library is opened by the absolute path this
- * process has mapped (`/proc/self/maps`).
+ * Bare names are not safe (`find.ts`): to ask the system loader, the C library is opened by the
+ * absolute path this process has mapped (`/proc/self/maps`).
  *
  * @module
  */
