@@ -114,9 +114,9 @@ interface Opened {
 }
 
 /**
- * Finds libcuda (see {@link NativeDriverOptions.libraryPath}) and opens it with `adapter`; the
- * toolkit's stub is refused, so the search goes on. A driver older than 570 still opens: its
- * checkpoint calls answer `CUDA_ERROR_NOT_SUPPORTED`. No thread starts until a call needs one.
+ * Finds libcuda ({@link NativeDriverOptions.libraryPath}; the toolkit's stub is passed over) and
+ * opens it with `adapter`. A driver older than 570 opens too: its checkpoint calls answer
+ * `CUDA_ERROR_NOT_SUPPORTED`. No thread starts until a call needs one.
  *
  * @throws {RangeError} when `maxWorkers` is not an integer from 1 to 1024.
  * @throws {DriverLoadError} when libcuda cannot be found or opened.
@@ -155,12 +155,12 @@ export async function openNativeDriver(options: NativeDriverOptions = {}): Promi
 }
 
 /** The driver's GPU-listing functions, of which `cuDeviceGetUuid_v2` may stand for the v1. */
-const DEVICE_SYMBOL_NAMES = [
+const DEVICE_SYMBOLS: readonly CudaSymbolName[] = [
   "cuDeviceGetCount",
   "cuDeviceGet",
   "cuDeviceGetUuid",
   "cuDeviceGetName",
-] as const satisfies readonly CudaSymbolName[];
+];
 
 /** Room for a GPU's name, with its NUL (NVIDIA's tools use 256). */
 const GPU_NAME_SIZE = 256;
@@ -198,12 +198,11 @@ export class LibcudaDriver implements NativeDriver {
       CHECKPOINT_SYMBOL_NAMES.filter((name) => !opened.lib.present.has(name)),
     );
     this.checkpointSupported = this.missingFunctions.length === 0;
-    // CUDA_VISIBLE_DEVICES hides and renumbers GPUs, while a restore mapping must name them all;
-    // unreadable, it may be set.
-    let visible: string | undefined = "";
+    // CUDA_VISIBLE_DEVICES hides and renumbers GPUs, while a restore mapping must name them all.
+    let visible: string | undefined = "unreadable: it may be set";
     try {
       visible = adapter.getEnv("CUDA_VISIBLE_DEVICES");
-    } catch { /* it may be set */ }
+    } catch { /* as said */ }
     this.listsEveryGpu = visible === undefined;
     this.#slots = new Slots(maxWorkers);
     // A library that fails to close is reported to whoever awaits the disposal, and no one else.
@@ -259,12 +258,8 @@ export class LibcudaDriver implements NativeDriver {
       return this.#checkpointCall("restore", pid, "cuCheckpointProcessRestore", [arg], true);
     }
     // The pairs' address is filled in by the thread that makes the call.
-    const link = {
-      arg: 1,
-      offset: RESTORE_ARGS_PAIRS_OFFSET,
-      target: encodeGpuPairs(args.gpuPairs),
-    };
-    const buf = encodeRestoreArgs(0n, count);
+    const pairs = encodeGpuPairs(args.gpuPairs), buf = encodeRestoreArgs(0n, count);
+    const link = { arg: 1, offset: RESTORE_ARGS_PAIRS_OFFSET, target: pairs };
     return this.#checkpointCall("restore", pid, "cuCheckpointProcessRestore", [buf, link], true);
   }
 
@@ -404,7 +399,7 @@ export class LibcudaDriver implements NativeDriver {
   async #readGpus(): Promise<readonly GpuInfo[]> {
     const present = this.#lib.present;
     const v2 = present.has("cuDeviceGetUuid_v2");
-    const missing = DEVICE_SYMBOL_NAMES.filter((n) =>
+    const missing = DEVICE_SYMBOLS.filter((n) =>
       !present.has(n) && !(n === "cuDeviceGetUuid" && v2)
     );
     if (missing.length > 0) {
