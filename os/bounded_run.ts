@@ -1,13 +1,10 @@
 /**
  * A program run as root with a bound: an argument array, a deadline and an abort signal. One that
- * overstays is ended (SIGTERM, then SIGKILL after a grace), its child processes are killed and
- * waited for, and what it worked on is sent SIGCONT (criu may have left it stopped). Processes
- * are found through `/proc` with their start times, so a pid reused meanwhile is never signalled.
- *
- * A run does not outlive this program where the runtime lets it see its end: at exit (a second
- * Ctrl-C's exit, `process.exit`, `Deno.exit`), each run still going is killed with its children,
- * and what it worked on is sent SIGCONT, at once. A SIGKILL of this program cannot be seen: the run
- * goes on (docs/SNAPSHOTS.md, "The engine").
+ * overstays is ended (SIGTERM, then SIGKILL after a grace), its children are killed and waited
+ * for, and what it worked on is sent SIGCONT (criu may have left it stopped); processes are known
+ * with their start times, so that a reused pid is never signalled. At this program's exit (a
+ * second Ctrl-C, `process.exit`, `Deno.exit`) each run under way is ended so at once; a SIGKILL of
+ * this program cannot be seen, and the run goes on (docs/SNAPSHOTS.md, "The engine").
  *
  * @module
  */
@@ -105,8 +102,8 @@ function statOf(pid: number | string): ProcEntry | undefined {
 
 /**
  * Runs `program` with `args` and exactly the environment `env`, bounded as `bound` says; resolves
- * once it has exited (and, where it was ended, once its children are gone). Rejects where it
- * cannot be started. A signal already aborted starts nothing: it resolves at once as ended.
+ * once it has exited (and its children are gone, where it was ended); rejects where it cannot
+ * start. A signal already aborted starts nothing: it resolves at once as ended.
  */
 export async function runBounded(
   program: string,

@@ -49,15 +49,14 @@ const SYSTEM_DIRS = ["/usr/local/sbin", "/usr/sbin", "/sbin", "/usr/local/bin", 
 /** How criu is found and run: `openMachine`'s `criu` option. */
 export interface CriuEngineOptions {
   /**
-   * The criu program, an absolute path. Left out: `$CKPT_CRIU_PATH`, else `criu` in `PATH`'s
-   * absolute directories, else in the system's sbin and bin directories. It and every directory
-   * above its real path must be root's (or this user's) and writable by nobody else.
+   * The criu program, an absolute path; left out, `$CKPT_CRIU_PATH`, else `criu` in `PATH`'s
+   * absolute directories, else in sbin and bin. It and every directory above its real path must be
+   * root's (or this user's) and writable by nobody else.
    */
   criuPath?: string;
   /**
-   * A directory of libraries criu needs (one unpacked outside the system): its `LD_LIBRARY_PATH`,
-   * an absolute path checked as `criuPath` is, and everything below it. Left out:
-   * `$CKPT_CRIU_LIBRARY_DIR`, else none.
+   * criu's `LD_LIBRARY_PATH` (a criu unpacked outside the system), an absolute path checked as
+   * `criuPath` is, with everything below it; left out, `$CKPT_CRIU_LIBRARY_DIR`, else none.
    */
   libraryDir?: string;
   /** More arguments for every dump and restore (`--tcp-established`, `--ext-unix-sk`, ...). */
@@ -179,7 +178,7 @@ class CriuEngine implements SnapshotEngine {
       await this.#run(criu, "dump", request.root, log, [
         ...["--libdir", work, "--tree", String(request.root)],
         ...["--images-dir", request.imagesDir, "--leave-running"],
-      ], { ...boundOf(request), worksOn: () => treeOf(request.root) });
+      ], { ...request, worksOn: () => treeOf(request.root) });
       if (request.signal?.aborted) {
         throw new EngineError(`the dump of the tree of ${request.root} was stopped`, {
           log: log.shown,
@@ -218,7 +217,7 @@ class CriuEngine implements SnapshotEngine {
         ...["--libdir", path.join(work, "no-plugins"), "--images-dir", request.imagesDir],
         ...["--work-dir", work, "--pidfile", pidfile, "--restore-detached"],
         ...(request.leaveStopped ? ["--leave-stopped"] : []),
-      ], boundOf(request));
+      ], request);
       const root = Number((await readFile(pidfile, "utf8").catch(() => "")).trim());
       if (root !== request.root) {
         const as = root || "an unknown pid";
@@ -291,10 +290,7 @@ class CriuEngine implements SnapshotEngine {
     }
   }
 
-  /**
-   * criu's real path, checked, and the environment it runs with: the path given, else
-   * `$CKPT_CRIU_PATH`, else `PATH`'s absolute directories, else sbin; or why there is none.
-   */
+  /** criu's real path, checked, and the environment it runs with; or why there is none. */
   async #find(): Promise<{ criu: Criu } | { problem: string }> {
     const named = this.#given ?? this.#env[CRIU_ENV_VAR];
     if (named && !path.isAbsolute(named)) {
@@ -329,14 +325,6 @@ class CriuEngine implements SnapshotEngine {
   }
 }
 
-/** A request's deadline and signal, as a run's bound. */
-function boundOf(request: DumpRequest | RestoreRequest): RunBound {
-  return {
-    ...(request.signal ? { signal: request.signal } : {}),
-    ...(request.timeoutMs !== undefined ? { timeoutMs: request.timeoutMs } : {}),
-  };
-}
-
 /** What an overstaying criu run was ended for, and what it left, in one sentence. */
 function endedSentence(op: string, root: number, e: Ending, bound: RunBound): string {
   const why = e.why === "deadline"
@@ -362,10 +350,7 @@ function endedSentence(op: string, root: number, e: Ending, bound: RunBound): st
   return `criu ${op} of the tree of ${root} was ended after ${e.afterMs} ms (${why}): ${how}${left}`;
 }
 
-/**
- * `file` as its user knows it: below a directory pinned as `/proc/<pid>/fd/<n>` (a snapshot's,
- * opened once), named by where that directory is now.
- */
+/** `file` as its user knows it: below a pinned `/proc/<pid>/fd/<n>`, where that is now. */
 async function shownPath(file: string): Promise<string> {
   const pinned = /^(\/proc\/[0-9]+\/fd\/[0-9]+)(\/.*)?$/.exec(file);
   const dir = pinned && await readlink(pinned[1]).catch(() => undefined);

@@ -120,10 +120,7 @@ export function descendants(table: ReadonlyMap<number, ProcEntry>, pid: number):
   return out;
 }
 
-/**
- * Every process of `/proc` by pid, read once (a process that ends meanwhile is left out), with
- * its thread ids (`task/`) where `threads` asks.
- */
+/** Every process of `/proc` by pid, read once, with its thread ids where `threads` asks. */
 export async function procTable(
   reader: ProcReader = runtimeReader(),
   root = "/proc",
@@ -154,10 +151,7 @@ async function atMostSome<T>(items: readonly T[], fn: (item: T, i: number) => Pr
   await Promise.all(Array.from({ length: Math.min(PROC_READS_AT_ONCE, items.length) }, work));
 }
 
-/**
- * The Linux host: `/proc`, NVML for GPU memory where it loads (on the first `gpuMemory()`), and
- * the records of held GPU memory. Opening reads nothing. Close it to let go of NVML.
- */
+/** The Linux host (see the module documentation); opening reads nothing, close lets go of NVML. */
 export class LinuxHost implements HostProcesses, AsyncDisposable {
   /** Always `"linux"`. */
   readonly kind: string = "linux";
@@ -187,10 +181,7 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
       : undefined;
   }
 
-  /**
-   * The process that has `id` as its pid or a thread id (`Tgid` in `/proc/ID/status`), with its
-   * start time (clock ticks since boot); `undefined` where none has it or `/proc` is unreadable.
-   */
+  /** The process that has `id` as its pid or a thread id, with its start time; or none. */
   async identify(id: number): Promise<ProcessIdentity | undefined> {
     try {
       const status = await this.#reader.read(`${this.#root}/${id}/status`);
@@ -204,11 +195,9 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
   }
 
   /**
-   * What of `who` outlasts criu's dump and restore: `<pid in its innermost pid namespace>:<real
-   * uid>:<SHA-256 of its command line>:<SHA-256 of its cgroups>` (`NSpid` and `Uid` of
-   * `/proc/PID/status`, `/proc/PID/cmdline` and `/proc/PID/cgroup`, whose paths criu restores and
-   * which tell two containers running the same command as pid 1 apart); `undefined` where it is
-   * gone, is no longer the process named (its start time), or any part cannot be read.
+   * What of `who` outlasts criu's round trip: `<NSpid's last>:<Uid>:<SHA-256 of cmdline>:<SHA-256
+   * of cgroup>` from `/proc/PID` (criu restores cgroup paths, which tell two containers running
+   * the same command as pid 1 apart); `undefined` where it is gone, another, or unreadable.
    */
   async lastingMark(who: ProcessIdentity): Promise<string | undefined> {
     try {
@@ -258,9 +247,8 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
   }
 
   /**
-   * Which of `ids` some process uses: as its pid or a thread id, or as its process group or
-   * session (fields 5 and 6 of `/proc/PID/stat`); a zombie uses all three until it is reaped.
-   * `/proc` is read once, whatever the number of ids: a stat and a task list per process.
+   * Which of `ids` some process uses: as its pid or a thread id, its process group or its session
+   * (a zombie, until reaped); `/proc` is read once (a stat and a task list per process).
    */
   async pidsInUse(ids: readonly number[]): Promise<PidUse[]> {
     this.#checkOpen("look for the users of process ids");
@@ -327,9 +315,8 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
 
   /**
    * GPU memory per process and free memory per GPU from NVML (kept initialised until `release`),
-   * or why it is unknown: no NVML, or a PID namespace of this program's own, where NVML's pids
-   * (the host's) are not `/proc`'s. Not in a program that has checkpointed itself: NVML's call
-   * then waits for its restore (two H200s, driver 580).
+   * or why it is unknown: no NVML, or a PID namespace of this program's own (NVML's pids are the
+   * host's). Not in a program that checkpointed itself: NVML would wait for its restore.
    */
   async gpuMemory(): Promise<GpuMemoryReport> {
     this.#checkOpen("read GPU memory");
