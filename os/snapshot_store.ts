@@ -18,7 +18,7 @@ import type { Checked, CheckOptions, SnapshotDir, SnapshotFile } from "../core/e
 import type { SnapshotStore } from "../core/engine.ts";
 import type { Machine } from "../core/machine.ts";
 import { MANIFEST_FILE } from "../core/manifest.ts";
-import { digestAll } from "./digest.ts";
+import { digestAll, type DigestSource } from "./digest.ts";
 import { errorCode, myUid, ownerFault, pathTrouble, pinned } from "./private.ts";
 import { readSmallFile, writePrivately } from "./private.ts";
 import { workDir } from "./trusted.ts";
@@ -218,10 +218,9 @@ async function openInside(shown: string, through: string, kind: "file" | "direct
   }
 }
 
-/** An open file of a snapshot, and what the manifest says of it. */
-interface Opened {
+/** An open file of a snapshot, as digests take it, and what the manifest says of it. */
+interface Opened extends DigestSource {
   readonly file: SnapshotFile;
-  readonly handle: FileHandle;
 }
 
 /** A snapshot's directory, open: see the module documentation. */
@@ -369,7 +368,7 @@ class FileSnapshotDir implements SnapshotDir {
             );
           }
           const { handle, size } = await this.#file(dir, shown, name);
-          opened.push({ file, handle });
+          opened.push({ file, handle, bytes: file.bytes, name: shown });
           if (size !== file.bytes) {
             throw new Error(
               `${shown} has ${size} bytes where the manifest says ${file.bytes}: the snapshot is ` +
@@ -394,29 +393,24 @@ class FileSnapshotDir implements SnapshotDir {
    * subdirectory's settled as soon as its last one is ({@link Checked.later}).
    */
   async #verify(opened: readonly Opened[], o: CheckOptions): Promise<Checked> {
-    const source = ({ file, handle }: Opened) => ({
-      handle,
-      bytes: file.bytes,
-      name: `${this.path}/${file.path}`,
-    });
-    const compare = ({ file }: Opened, digest: string) => {
+    const compare = ({ file, name }: Opened, digest: string) => {
       if (digest !== file.chunkedSha256) {
         throw new Error(
-          `${this.path}/${file.path} is not the file the snapshot wrote: its digest is ` +
-            `${digest}, and the manifest says ${file.chunkedSha256}`,
+          `${name} is not the file the snapshot wrote: its digest is ${digest}, and the manifest ` +
+            `says ${file.chunkedSha256}`,
         );
       }
     };
     const later = opened.filter(({ file }) => o.later?.(file) ?? false);
     const now = opened.filter((x) => !later.includes(x));
-    await digestAll(now.map(source), { signal: o.signal, onDigest: (i, d) => compare(now[i], d) });
+    await digestAll(now, { signal: o.signal, onDigest: (i, d) => compare(now[i], d) });
     const subOf = (x: Opened) => x.file.path.split("/")[0];
     const left = new Map<string, number>();
     for (const x of later) left.set(subOf(x), (left.get(subOf(x)) ?? 0) + 1);
     const subs = new Map([...left.keys()].map((sub) => [sub, Promise.withResolvers<void>()]));
     // Awaited or not: a refusal must never be an unhandled rejection.
     for (const w of subs.values()) w.promise.catch(() => {});
-    const all = digestAll(later.map(source), {
+    const all = digestAll(later, {
       signal: o.signal,
       onDigest: (i, digest) => {
         compare(later[i], digest);
