@@ -1,9 +1,7 @@
 /**
- * The Bun adapter of the native bindings: `bun:ffi`, which has no optional symbols (each optional
- * function is probed with a `dlopen` of its own) and whose calls are synchronous, so every call
- * that can wait runs in a worker thread (`bun_pool.ts`, `bun_worker.ts`), unless `callingThread`.
- * Bare names are not safe (`find.ts`): to ask the system loader, the C library is opened by the
- * absolute path this process has mapped (`/proc/self/maps`).
+ * The Bun adapter: `bun:ffi`, with no optional symbols (each optional function is probed with a
+ * `dlopen` of its own) and synchronous calls (one that can wait runs in a worker, `bun_pool.ts`,
+ * unless `callingThread`). The C library is opened by the path this process has mapped.
  *
  * @module
  */

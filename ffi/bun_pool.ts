@@ -1,8 +1,7 @@
 /**
- * The Bun adapter's worker threads: one call per worker at a time, a worker started when a call
- * finds none idle (the native driver caps the calls in flight, hence the workers). A worker keeps
- * the process alive only while it runs a call; one that ends meanwhile rejects that call, saying
- * so, and the next call starts a new one.
+ * The Bun adapter's worker threads: one call per worker at a time, one started when a call finds
+ * none idle (the driver caps the calls in flight). A worker keeps the process alive only while it
+ * runs a call; one that ends meanwhile rejects that call, and the next call starts a new one.
  *
  * @module
  */

@@ -1,13 +1,9 @@
 /**
  * Finding libcuda: where to look, in which order, and what to say when it is nowhere; runtime-free
- * (the caller passes `tryOpen(path)`), so the order and the messages can be tested anywhere.
- *
- * Only absolute paths reach the runtime's `dlopen`. A bare name (`libcuda.so.1`) goes to the system
- * loader itself (libc's `dlopen`, then `dlinfo(RTLD_DI_LINKMAP)` for the file it picked); a
- * relative path gets the current directory in front, once. Bun's `dlopen` tries a bare name the
- * loader does not find again relative to the current directory (Bun 1.4.5), which would load a
- * `libcuda.so.1` planted where a root process runs. Linux on 64-bit machines only (`l_name` of
- * `struct link_map` at offset 8).
+ * (the caller passes `tryOpen(path)`). Only absolute paths reach the runtime's `dlopen`: a bare
+ * name goes to the system loader itself (libc's `dlopen`, then `dlinfo(RTLD_DI_LINKMAP)` for the
+ * file it picked; `l_name` at offset 8, 64-bit Linux), since Bun's `dlopen` tries a name the loader
+ * does not find again in the current directory (Bun 1.4.5), where a library may be planted.
  *
  * @module
  */

@@ -1,11 +1,9 @@
 /**
  * The native driver, written once for both runtimes: libcuda's checkpoint API behind the
- * {@link CheckpointDriver} seam, on an {@link FfiAdapter} that supplies the runtime's FFI. It opens
- * libcuda (`find.ts`; the toolkit's stub refused), answers without a call where it can
- * (`CUDA_ERROR_NOT_SUPPORTED` for a missing function or GPU pairs before driver 13.0,
- * `CUDA_ERROR_OPERATING_SYSTEM` for a pid no C `int` holds), calls `cuInit` once per process before
- * the first lock, restore or GPU list, and caps the calls in flight. It only reports codes: it
- * rejects only when a call cannot be made (the driver closed, or the thread running it ended).
+ * {@link CheckpointDriver} seam, on an {@link FfiAdapter}. It answers without a call where it can
+ * (a missing function, GPU pairs before driver 13.0, a pid no C `int` holds), calls `cuInit` once
+ * per process, and caps the calls in flight. It only reports codes: it rejects only when a call
+ * cannot be made (the driver closed, or the thread running it ended).
  *
  * @module
  */

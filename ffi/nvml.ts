@@ -1,12 +1,9 @@
 /**
- * GPU memory per process through NVML (`libnvidia-ml.so.1`, installed next to libcuda), on the
- * same runtime adapters as libcuda, found as libcuda is (`find.ts`), never in the current
- * directory. Optional: where it cannot be loaded, GPU memory is unknown, and the listing says why.
- * Every call but `nvmlErrorString` runs off the main thread (`nvmlInit_v2` can take seconds).
- *
- * `nvmlProcessInfo_t` (nvml.h, CUDA 11 and later; the `_v3` and `_v2` list functions take it) is 24
- * bytes: `unsigned int pid` at 0, `unsigned long long usedGpuMemory` at 8, then the GPU and
- * compute instance ids. `nvmlMemory_t` is three `unsigned long long`: total, free, used.
+ * GPU memory per process through NVML (`libnvidia-ml.so.1`, next to libcuda), found as libcuda is
+ * (`find.ts`). Optional: where it cannot be loaded, GPU memory is unknown, saying why. Every call
+ * but `nvmlErrorString` runs off the main thread (`nvmlInit_v2` can take seconds). The `_v3` and
+ * `_v2` lists take `nvmlProcessInfo_t` (24 bytes: `unsigned int pid` at 0, `unsigned long long
+ * usedGpuMemory` at 8); `nvmlMemory_t` is three `unsigned long long`: total, free, used.
  *
  * @module
  */
