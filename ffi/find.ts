@@ -218,8 +218,8 @@ function viaSystemLoader<T>(adapter: FfiAdapter, name: string, open: (path: stri
 }
 
 /**
- * `path` made absolute against `cwd`: a relative path gets `cwd/` in front, nothing else (`.` and
- * `..` are the kernel's, which follows the links before them: as text, `..` could name another file).
+ * `path` made absolute against `cwd`: a relative path gets `cwd/` in front, nothing else (the
+ * kernel resolves `..` after the links before it, which as text could name another file).
  */
 export function absolutePath(path: string, cwd: string): string {
   return path.startsWith("/") ? path : `${cwd.endsWith("/") ? cwd : `${cwd}/`}${path}`;

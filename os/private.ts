@@ -1,8 +1,7 @@
 /**
- * Files private to their owner, and the one judgement of who may own and change a path. This
- * package runs as root: what it keeps (records, snapshots, the simulator's state file) must not be
- * planted or read by others, so a directory it keeps is its owner's alone (mode 0700 where this
- * makes it), and a file is written whole (a temporary file of mode 0600, renamed over the old one).
+ * Files private to their owner, and the one judgement of who may own and change a path: what this
+ * package keeps as root must not be planted or read by others, so a directory it keeps is its
+ * owner's alone (0700 where this makes it), and a file is written whole (0600, renamed into place).
  *
  * @module
  */
@@ -49,11 +48,9 @@ export interface OwnerRules {
 }
 
 /**
- * The one judgement of who owns and may change a file or directory, from its status: a clause
- * saying what is wrong (`belongs to another user (uid 1000, you are 0)`, `may be written by its
- * group (mode 0775)`), or `undefined` where nothing is. Owned by this user (or root, `rootToo`);
- * written by neither its group nor others unless it is a sticky directory (`sticky`); with
- * `strict`, read by neither either.
+ * The one judgement of who owns and may change a path, from its status: what is wrong
+ * (`belongs to another user (uid 1000, you are 0)`, `may be written by its group (mode 0775)`), or
+ * `undefined`; see {@link OwnerRules}.
  */
 export function ownerFault(
   st: { uid: number; mode: number },
@@ -100,7 +97,7 @@ async function statFault(
   return fault ? { fault: `${p} ${fault}` } : { size: st.size };
 }
 
-/** What is wrong with `p` as a `kind` root runs or trusts (`sticky`: a sticky one may be written). */
+/** What is wrong with `p` as a `kind` root trusts (`sticky`: a sticky one may be written). */
 export async function faultOf(
   p: string,
   kind: "file" | "directory",

@@ -1,13 +1,10 @@
 /**
- * The records of what checkpointed processes held, in a private directory that every program of
- * this package on the machine shares. One file per process, `<pid>-<start>.json` (its start time
- * in clock ticks since boot, so that a reused pid never finds an old record), written whole, mode
- * 0600. A record goes when its process is restored, or a listing finds it gone; one with a mark
- * (what of the process outlasts criu's round trip) stays 30 days, for the process criu may bring
- * back. A record is read as a regular file only (a FIFO hangs nothing), under 64 KiB, strictly.
- * A directory that cannot be used, or a process's own record that cannot be read, is an error the
- * room check turns into a refusal; a listing leaves out (and, its process gone, removes) a file
- * that is not a record, so that it never blocks the restores of others.
+ * The records of what checkpointed processes held, in a private directory every program of this
+ * package on the machine shares: one file per process, `<pid>-<start>.json` (a reused pid finds
+ * no old record), written whole, mode 0600, read strictly as a regular file under 64 KiB. A record
+ * goes when its process is restored or gone; one with a mark stays 30 days, for the process criu
+ * may bring back. What cannot be used or read is an error (the room check then refuses); a listing
+ * leaves out a file that is not a record (removed once its process is gone), blocking no restore.
  *
  * @module
  */
@@ -84,10 +81,8 @@ export class FileHeldRecords implements HeldRecords {
   }
 
   /**
-   * Every record whose process lives; the others are removed, but those kept for
-   * {@link FileHeldRecords.ended}. A file that cannot be read as a record (not a regular file,
-   * too large, not of this format, a MiB out of range) is left out, and removed once the process
-   * its name gives is gone. Rejects where the directory cannot be used.
+   * Every record whose process lives; the others are removed but those kept for `ended`, and a
+   * file that is not a record left out. Rejects where the directory cannot be used.
    */
   async list(): Promise<HeldRecord[]> {
     const out: HeldRecord[] = [];
@@ -99,11 +94,7 @@ export class FileHeldRecords implements HeldRecords {
     return out;
   }
 
-  /**
-   * The records of checkpointed processes that ended, kept for criu to bring them back (those
-   * with a mark, for 30 days after their checkpoint), without their claims. Rejects where the
-   * directory cannot be used.
-   */
+  /** The records kept of processes that ended (with a mark, 30 days), without their claims. */
   async ended(): Promise<HeldRecord[]> {
     return (await this.#all()).filter((e) => !e.alive).map((e) => withoutClaim(e.record));
   }
@@ -146,9 +137,8 @@ export class FileHeldRecords implements HeldRecords {
   }
 
   /**
-   * Makes the directory where missing and checks it on every use (a few system calls): private to
-   * this user (mode 0700), and every directory above its real path root's or this user's, written
-   * by nobody else unless sticky, so that nobody can swap it. Resolves to its real path.
+   * The directory's real path, made where missing and checked on every use: private to this user,
+   * every directory above root's or this user's and written by nobody else unless sticky.
    */
   async #directory(): Promise<string> {
     try {

@@ -159,7 +159,7 @@ async function checkAbove(handle: FileHandle, shown: string, below: string): Pro
   }
 }
 
-/** The snapshot's own directory at `through` (pinned), opened: this user's, written by nobody else. */
+/** The snapshot's own directory (`through`, pinned), opened: this user's, written by no other. */
 async function openChecked(where: string, through: string): Promise<FileHandle> {
   const handle = await open(through, DIR).catch(async (err) => {
     throw await notOpened(where, through, err);
@@ -168,9 +168,8 @@ async function openChecked(where: string, through: string): Promise<FileHandle> 
   if (!fault) return handle;
   await handle.close();
   const copied = fault.startsWith("belongs") ? COPY : "";
-  throw new Error(
-    `${where} ${fault}; a snapshot's directory must be this user's and private (chmod 700)${copied}`,
-  );
+  const must = "a snapshot's directory must be this user's and private (chmod 700)";
+  throw new Error(`${where} ${fault}; ${must}${copied}`);
 }
 
 /** Why `through` could not be opened (as a directory, or a `file`): a link, or the error itself. */

@@ -1,7 +1,7 @@
 /**
  * This machine as a {@link Machine}: libcuda through the runtime's FFI, `/proc` and NVML, the
- * installed criu, and snapshots on the file system. The public functions open it when given no
- * machine (api/cuda_process.ts), on first use, and close it when their last user lets go.
+ * installed criu, and snapshots on the file system (what the public functions open when given no
+ * machine, and close when their last user lets go).
  *
  * @module
  */
@@ -38,10 +38,10 @@ export interface NativeMachine extends Machine, AsyncDisposable {
 }
 
 /**
- * Opens this machine: libcuda with the FFI of the current runtime (which libcuda:
- * {@link NativeDriverOptions.libraryPath}), and its host, criu engine and snapshot store, which
- * load what they need on first use. Pass it as `{ machine }`; close it when done (`await using` works). A
- * driver older than 570 opens: its checkpoint calls answer `CUDA_ERROR_NOT_SUPPORTED`.
+ * Opens this machine: libcuda ({@link NativeDriverOptions.libraryPath}) with the runtime's FFI,
+ * and its host, criu engine and snapshot store, which load what they need on first use. Pass it
+ * as `{ machine }`; close it when done. A driver older than 570 opens: its checkpoint calls answer
+ * `CUDA_ERROR_NOT_SUPPORTED`.
  *
  * @throws {DriverLoadError} (as a rejection) when libcuda cannot be found or opened here; a
  * RangeError or TypeError for bad options, naming them.

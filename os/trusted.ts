@@ -1,9 +1,8 @@
 /**
- * What this package runs as root, chosen with care: a program (criu) and a library directory for
- * it that only root or this user could have put where they are, and private work directories. A
- * path is trusted where it, and every directory above its real path, belongs to root or this user
- * and may not be written by the group or others (a sticky directory above, `/tmp`, may be: nobody
- * can replace another user's entry there). Each refusal is one sentence naming the path and fault.
+ * What this package runs as root, chosen with care: a program (criu) and its library directory,
+ * trusted where they and every directory above their real paths belong to root or this user and
+ * may not be written by the group or others (a sticky directory above, `/tmp`, may be); and private
+ * work directories. Each refusal is one sentence naming the path and the fault.
  *
  * @module
  */
@@ -16,11 +15,7 @@ import { messageOf } from "../core/errors.ts";
 import { parseStat } from "./linux_host.ts";
 import { errorCode, faultAbove, faultOf, myUid, privateDirectory } from "./private.ts";
 
-/**
- * The real path of the executable program `file` (absolute), where it and every directory above it
- * are trusted; else an `Error`: `<what> at <file> is refused: <fault>.` Nothing is looked up by
- * name again: run the path it resolves to.
- */
+/** The real path of the program `file` (run that), where it is trusted; else an `Error`. */
 export async function trustedProgram(file: string, what: string): Promise<string> {
   const real = await realpath(file).catch((err) => {
     const why = errorCode(err) === "ENOENT" ? "there is no such file" : messageOf(err);
@@ -35,8 +30,7 @@ export async function trustedProgram(file: string, what: string): Promise<string
 
 /**
  * The real path of the library directory `dir` (absolute) of a program run as root, where it,
- * every directory above it and everything below it are trusted (no sticky bit counts inside);
- * else an `Error` naming the fault.
+ * every directory above it and everything below it are trusted; else an `Error` naming the fault.
  */
 export async function trustedLibraryDir(dir: string, what: string): Promise<string> {
   if (!path.isAbsolute(dir)) {
@@ -79,10 +73,8 @@ async function treeFault(dir: string): Promise<string | undefined> {
 }
 
 /**
- * The base of this program's private work directories, made where missing (mode 0700) and
- * checked: `/run/ckpt-cuda-work` as root (a tmpfs of root's), else `ckpt-cuda-work-<uid>` in the
- * temporary directory, whose directories above must be trusted (a `$TMPDIR` others may write
- * without the sticky bit is refused). Throws an `Error` naming the path and the fault.
+ * The base of the private work directories (mode 0700, checked): `/run/ckpt-cuda-work` as root,
+ * else `ckpt-cuda-work-<uid>` in the temporary directory, whose directories above must be trusted.
  */
 export async function privateWorkBase(): Promise<string> {
   const uid = myUid();
@@ -109,9 +101,8 @@ async function programOf(pid: number): Promise<string | undefined> {
 }
 
 /**
- * A new private work directory `<pid>-<start>-<what>XXXXXX` under {@link privateWorkBase}, named
- * by this program (pid and start time), once the work directories of programs that are gone (one
- * killed outright leaves its own) have been removed. Remove it when done.
+ * A new private work directory `<pid>-<start>-<what>XXXXXX` of this program, made once those of
+ * programs that are gone (one killed outright leaves its own) are removed. Remove it when done.
  */
 export async function workDir(what: string): Promise<string> {
   const base = await privateWorkBase();
