@@ -74,16 +74,9 @@ export function openCriuEngine(options: CriuEngineOptions = {}): SnapshotEngine 
 }
 
 /** criu as found and checked: its real path and the environment it runs with. */
-interface Criu {
-  readonly path: string;
-  readonly env: Record<string, string>;
-}
-
+type Criu = { readonly path: string; readonly env: Record<string, string> };
 /** A run's log: the path criu writes, and the one the user is told. */
-interface Log {
-  readonly file: string;
-  readonly shown: string;
-}
+type Log = { readonly file: string; readonly shown: string };
 
 class CriuEngine implements SnapshotEngine {
   readonly kind: string = "criu";
@@ -296,21 +289,18 @@ class CriuEngine implements SnapshotEngine {
     if (named && !path.isAbsolute(named)) {
       return { problem: `${CRIU_ENV_VAR} must be an absolute path, got ${JSON.stringify(named)}.` };
     }
-    const dirs = named ? [] : (this.#env.PATH ?? "").split(":").filter((d) => path.isAbsolute(d));
-    let candidate = named;
-    for (const dir of named ? [] : [...dirs, ...SYSTEM_DIRS]) {
-      if (await isProgram(path.join(dir, "criu"))) {
-        candidate = path.join(dir, "criu");
-        break;
-      }
+    const dirs = [...(this.#env.PATH ?? "").split(":").filter(path.isAbsolute), ...SYSTEM_DIRS];
+    let candidate: string | undefined;
+    for (const file of named ? [named] : dirs.map((dir) => path.join(dir, "criu"))) {
+      if (!candidate && await isProgram(file)) candidate = file;
     }
-    if (named && !(await isProgram(named))) return { problem: `criu was not found at ${named}.` };
     if (!candidate) {
+      const nowhere = `not in PATH's directories nor in ${SYSTEM_DIRS.join(", ")}`;
+      const install = `install criu ${CRIU_MIN_VERSION} or later (apt install criu)`;
       return {
-        problem:
-          `criu is not installed (not in PATH's directories nor in ${SYSTEM_DIRS.join(", ")}` +
-          `): install criu ${CRIU_MIN_VERSION} or later (apt install criu), or name it with ` +
-          `${CRIU_ENV_VAR}.`,
+        problem: named
+          ? `criu was not found at ${named}.`
+          : `criu is not installed (${nowhere}): ${install}, or name it with ${CRIU_ENV_VAR}.`,
       };
     }
     try {

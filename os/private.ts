@@ -212,7 +212,7 @@ export async function writePrivately(
 }
 
 /** A file mode as `0600`. */
-export function octal(mode: number): string {
+function octal(mode: number): string {
   return `0${(mode & 0o7777).toString(8).padStart(3, "0")}`;
 }
 

@@ -72,11 +72,19 @@ async function treeFault(dir: string): Promise<string | undefined> {
   return undefined;
 }
 
+/** `<pid>-<start>` of a live process, as work directories are named; `undefined` where gone. */
+async function programOf(pid: number): Promise<string | undefined> {
+  const stat = await readFile(`/proc/${pid}/stat`, "utf8").catch(() => undefined);
+  return stat && `${pid}-${parseStat(stat).start}`;
+}
+
 /**
- * The base of the private work directories (mode 0700, checked): `/run/ckpt-cuda-work` as root,
- * else `ckpt-cuda-work-<uid>` in the temporary directory, whose directories above must be trusted.
+ * A new private work directory `<pid>-<start>-<what>XXXXXX` of this program, under a private base
+ * (0700; `/run/ckpt-cuda-work` as root, else `ckpt-cuda-work-<uid>` in the temporary directory,
+ * below trusted directories), made once those of programs that are gone (one killed outright
+ * leaves its own) are removed. Remove it when done.
  */
-export async function privateWorkBase(): Promise<string> {
+export async function workDir(what: string): Promise<string> {
   const uid = myUid();
   const base = uid === 0 && !(await faultOf("/run", "directory", false))
     ? "/run/ckpt-cuda-work"
@@ -87,25 +95,8 @@ export async function privateWorkBase(): Promise<string> {
       `criu's work directories cannot be made under ${path.dirname(base)}: ${above}.`,
     );
   }
-  await privateDirectory(base, {
-    strict: true,
-    hint: "remove it; criu's work directories are made there",
-  });
-  return base;
-}
-
-/** `<pid>-<start>` of a live process, as work directories are named; `undefined` where gone. */
-async function programOf(pid: number): Promise<string | undefined> {
-  const stat = await readFile(`/proc/${pid}/stat`, "utf8").catch(() => undefined);
-  return stat && `${pid}-${parseStat(stat).start}`;
-}
-
-/**
- * A new private work directory `<pid>-<start>-<what>XXXXXX` of this program, made once those of
- * programs that are gone (one killed outright leaves its own) are removed. Remove it when done.
- */
-export async function workDir(what: string): Promise<string> {
-  const base = await privateWorkBase();
+  const hint = "remove it; criu's work directories are made there";
+  await privateDirectory(base, { strict: true, hint });
   for (const name of await readdir(base)) {
     const owner = /^([0-9]+)-([0-9]+)-/.exec(name);
     const gone = owner
