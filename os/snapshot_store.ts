@@ -43,23 +43,33 @@ export class FileSnapshotStore implements SnapshotStore {
   }
 
   /** Makes `dir` for a new snapshot (mode 0700), or takes an empty private one, and opens it. */
-  async create(dir: string): Promise<SnapshotDir> {
+  create(dir: string): Promise<SnapshotDir> {
+    return this.#open(dir, true);
+  }
+
+  /** Opens a snapshot's directory, refusing one that is not private or that others could swap. */
+  open(dir: string): Promise<SnapshotDir> {
+    return this.#open(dir, false);
+  }
+
+  async #open(dir: string, create: boolean): Promise<SnapshotDir> {
     const where = path.resolve(dir);
     const { parent, name } = await walkTo(where);
+    const through = `${pinned(parent)}/${name}`;
     let made = false, handle: FileHandle | undefined;
     try {
-      await mkdir(`${pinned(parent)}/${name}`, { mode: 0o700 }).then(() => made = true, (err) => {
-        if (errorCode(err) !== "EEXIST") {
-          throw new Error(`${where} cannot be made: ${pathTrouble(err)}`);
-        }
-      });
-      handle = await openChecked(where, `${pinned(parent)}/${name}`);
-      const names = made ? [] : await readdir(pinned(handle));
+      if (create) {
+        await mkdir(through, { mode: 0o700 }).then(() => made = true, (err) => {
+          if (errorCode(err) !== "EEXIST") {
+            throw new Error(`${where} cannot be made: ${pathTrouble(err)}`);
+          }
+        });
+      }
+      handle = await openChecked(where, through);
+      const names = create && !made ? await readdir(pinned(handle)) : [];
       if (names.length > 0) {
-        throw new Error(
-          `${where} is not empty (${names.length} entries): a snapshot needs a new or empty ` +
-            `directory`,
-        );
+        const n = `${names.length} entries`;
+        throw new Error(`${where} is not empty (${n}): a snapshot needs a new or empty directory`);
       }
       if (!made) await parent.close();
       return new FileSnapshotDir(where, handle, this.#digests, made ? { parent, name } : undefined);
@@ -67,18 +77,6 @@ export class FileSnapshotStore implements SnapshotStore {
       await handle?.close();
       await parent.close();
       throw err;
-    }
-  }
-
-  /** Opens a snapshot's directory, refusing one that is not private or that others could swap. */
-  async open(dir: string): Promise<SnapshotDir> {
-    const where = path.resolve(dir);
-    const { parent, name } = await walkTo(where);
-    try {
-      const handle = await openChecked(where, `${pinned(parent)}/${name}`);
-      return new FileSnapshotDir(where, handle, this.#digests);
-    } finally {
-      await parent.close();
     }
   }
 }
