@@ -335,10 +335,9 @@ export class LibcudaDriver implements NativeDriver {
       try {
         if (needsInit) await this.#initialize();
         return await this.#offThread(symbol, [pid, arg], link);
-      } catch (error) {
-        const why = messageOf(error);
-        throw new Error(`${operation} of process ${pid} could not finish: ${why}`, {
-          cause: error,
+      } catch (cause) {
+        throw new Error(`${operation} of process ${pid} could not finish: ${messageOf(cause)}`, {
+          cause,
         });
       }
     });
@@ -352,11 +351,7 @@ export class LibcudaDriver implements NativeDriver {
   }
 
   /** A call that can wait, on another thread, when its turn comes. */
-  #offThread(
-    symbol: CudaSymbolName,
-    args: NativeArg[],
-    link?: NativeLink,
-  ): Promise<number> {
+  #offThread(symbol: CudaSymbolName, args: NativeArg[], link?: NativeLink): Promise<number> {
     const call = { symbol, args, ...(link ? { links: [link] } : {}) };
     return this.#slots.run(async () => {
       this.#inFlight.add(call);
@@ -379,14 +374,10 @@ export class LibcudaDriver implements NativeDriver {
       const code = await this.#offThread("cuInit", [0]);
       if (code === CUDA_ERROR_NO_DEVICE) return { code, gpus: Object.freeze([]) };
       if (code !== CUDA_SUCCESS) return { code, gpuError: this.#failure("cuInit", code) };
-      return await this.#readGpus().then(
-        (gpus) => ({ code, gpus }),
-        (e) => ({ code, gpuError: asError(e) }),
-      );
+      const gpus = await this.#readGpus().catch(asError);
+      return gpus instanceof Error ? { code, gpuError: gpus } : { code, gpus };
     })();
-    const forget = () => {
-      if (use.init === init) use.init = undefined;
-    };
+    const forget = () => use.init === init && (use.init = undefined);
     init.then(
       (r) => r.code !== CUDA_SUCCESS && r.code !== CUDA_ERROR_NO_DEVICE && forget(),
       forget,
@@ -397,9 +388,8 @@ export class LibcudaDriver implements NativeDriver {
   async #readGpus(): Promise<readonly GpuInfo[]> {
     const present = this.#lib.present;
     const v2 = present.has("cuDeviceGetUuid_v2");
-    const missing = DEVICE_SYMBOLS.filter((n) =>
-      !present.has(n) && !(n === "cuDeviceGetUuid" && v2)
-    );
+    const has = (n: CudaSymbolName) => present.has(n) || (n === "cuDeviceGetUuid" && v2);
+    const missing = DEVICE_SYMBOLS.filter((n) => !has(n));
     if (missing.length > 0) {
       throw new Error(`listGpus: this libcuda (${this.libraryPath}) lacks ${missing.join(", ")}`);
     }
@@ -411,11 +401,8 @@ export class LibcudaDriver implements NativeDriver {
     await device("cuDeviceGetCount", [count]);
     const gpus: GpuInfo[] = [];
     for (let index = 0; index < readInt(count); index++) {
-      const [ordinal, uuid, name] = [
-        nativeBuffer(4),
-        nativeBuffer(CUUUID_SIZE),
-        nativeBuffer(GPU_NAME_SIZE),
-      ];
+      const ordinal = nativeBuffer(4), uuid = nativeBuffer(CUUUID_SIZE);
+      const name = nativeBuffer(GPU_NAME_SIZE);
       await device("cuDeviceGet", [ordinal, index]);
       await device(v2 ? "cuDeviceGetUuid_v2" : "cuDeviceGetUuid", [uuid, readInt(ordinal)]);
       await device("cuDeviceGetName", [name, GPU_NAME_SIZE, readInt(ordinal)]);
@@ -440,8 +427,8 @@ export class LibcudaDriver implements NativeDriver {
 
 /** Whether a value is an integer that a C `int` holds exactly (anything else would be wrapped). */
 function fitsCInt(value: unknown): value is number {
-  return Number.isInteger(value) && (value as number) >= -0x8000_0000 &&
-    (value as number) <= 0x7fff_ffff;
+  const n = value as number;
+  return Number.isInteger(n) && n >= -0x8000_0000 && n <= 0x7fff_ffff;
 }
 
 /** The C `int` at the start of a buffer. */
