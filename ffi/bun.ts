@@ -36,20 +36,13 @@ export function defaultWorkerUrl(moduleUrl: string = import.meta.url): URL {
 /** The C library this process has mapped, by absolute path: glibc's, or musl's. */
 async function mappedLibc(): Promise<string> {
   const why = "the system loader cannot be asked where libraries are";
-  let maps: string;
-  try {
-    // Bun's own read: node:fs costs a millisecond to load, a tenth of the command line's start.
-    const bun = (globalThis as unknown as { Bun: { file(path: string): Blob } }).Bun;
-    maps = await bun.file("/proc/self/maps").text();
-  } catch (error) {
+  // Bun's own read: node:fs costs a millisecond to load, a tenth of the command line's start.
+  const bun = (globalThis as unknown as { Bun: { file(path: string): Blob } }).Bun;
+  const maps = await bun.file("/proc/self/maps").text().catch((error) => {
     throw new Error(`${why}: /proc/self/maps is unreadable (${messageOf(error)})`);
-  }
-  for (const line of maps.split("\n")) {
-    const path = line.slice(line.indexOf("/"));
-    if (path.startsWith("/") && /\/(libc\.so\.6|(libc\.musl|ld-musl)-[^/]+\.so\.1)$/.test(path)) {
-      return path;
-    }
-  }
+  });
+  const libc = / (\/.*\/(?:libc\.so\.6|(?:libc\.musl|ld-musl)-[^/]+\.so\.1))$/m.exec(maps)?.[1];
+  if (libc) return libc;
   throw new Error(`${why}: no C library (libc.so.6, musl) is mapped into this process`);
 }
 
