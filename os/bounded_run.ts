@@ -114,81 +114,74 @@ export async function runBounded(
   // Known before it starts, for an exit of this program that cannot wait to read them.
   const worksOn = await bound.worksOn?.().catch(() => []) ?? [];
   if (bound.signal?.aborted) {
-    const ended = { why: "aborted", afterMs: 0, killed: false } as const;
     const none = { children: [], childrenLeft: [], continued: [] };
-    return { code: 128, stdout: "", stderr: "", ended: { ...ended, ...none } };
+    return {
+      code: 128,
+      stdout: "",
+      stderr: "",
+      ended: { why: "aborted", afterMs: 0, killed: false, ...none },
+    };
   }
   if (!watching) {
     watching = true;
     process.on("exit", endAllNow);
     globalThis.addEventListener?.("unload", endAllNow); // Deno.exit() fires this, not "exit"
   }
-  return await new Promise((resolve, reject) => {
-    const t0 = performance.now();
-    // A session of its own: a terminal's Ctrl-C or hangup reaches this program, which stops the
-    // run as its bound says, never the run directly (a criu dying mid-dump, its tree untended);
-    // and a tree criu restores (--shell-job) joins criu's session, not the terminal's.
-    const child = spawn(program, [...args], {
-      env,
-      stdio: ["ignore", "pipe", "pipe"],
-      detached: true,
-    });
-    let stdout = "", stderr = "";
-    const keep = (text: string) => text.length > MAX_OUTPUT ? text.slice(-MAX_OUTPUT) : text;
-    child.stdout!.setEncoding("utf8").on("data", (d: string) => stdout = keep(stdout + d));
-    child.stderr!.setEncoding("utf8").on("data", (d: string) => stderr = keep(stderr + d));
-    const closed = Promise.all([child.stdout!, child.stderr!].map((s) =>
+  const t0 = performance.now();
+  // A session of its own: a terminal's Ctrl-C or hangup reaches this program, which stops the run
+  // as its bound says, never the run directly (a criu dying mid-dump, its tree untended); and a
+  // tree criu restores (--shell-job) joins criu's session, not the terminal's.
+  const child = spawn(program, [...args], {
+    env,
+    stdio: ["ignore", "pipe", "pipe"],
+    detached: true,
+  });
+  const output = { stdout: "", stderr: "" };
+  const closed = Promise.all(
+    (["stdout", "stderr"] as const).map((name) =>
       new Promise<void>((r) => {
-        s.once("close", () => r());
-        s.once("error", () => r());
+        const stream = child[name]!.setEncoding("utf8");
+        stream.on("data", (d: string) => output[name] = (output[name] + d).slice(-MAX_OUTPUT));
+        stream.once("close", () => r()).once("error", () => r());
       })
-    ));
-    let exitedNow = false;
-    const exited = new Promise<{ code: number | null; sig: string | null }>((r, fail) => {
-      child.once("exit", (code, sig) => {
-        exitedNow = true;
-        r({ code, sig });
-      });
-      child.once("error", fail);
-    });
-    const run = { pid: child.pid!, gone: () => exitedNow, worksOn };
-    if (child.pid !== undefined) running.add(run);
-    let ending: Promise<Ending> | undefined;
-    const end = (why: Ending["why"]) => {
-      if (ending || exitedNow) return;
-      ending = endRun(child.pid!, exited, () => exitedNow, why, performance.now() - t0, bound);
-      ending.catch(() => {}); // awaited once the program has exited, or it rejects the run there
-    };
-    const timer = bound.timeoutMs === undefined
-      ? undefined
-      : setTimeout(() => end("deadline"), Math.max(0, bound.timeoutMs));
-    const onAbort = () => end("aborted");
-    bound.signal?.addEventListener("abort", onAbort, { once: true });
-    const cleanUp = () => {
-      running.delete(run);
-      if (timer !== undefined) clearTimeout(timer);
-      bound.signal?.removeEventListener("abort", onAbort);
-    };
-    exited.then(async ({ code, sig }) => {
-      cleanUp();
-      let ended: Ending | undefined;
-      try {
-        ended = ending ? await ending : undefined;
-      } catch (err) {
-        // It could not be ended as its bound says (a signal refused): the run fails, saying so.
-        return reject(err);
-      }
-      // A child of the program that still holds its output must not hold this run.
-      if (!(await settlesWithin(closed, 1000))) {
-        child.stdout!.destroy();
-        child.stderr!.destroy();
-      }
-      resolve({ code: code ?? (sig ? 128 : -1), stdout, stderr, ...(ended ? { ended } : {}) });
-    }, (err) => {
-      cleanUp();
-      reject(err);
+    ),
+  );
+  let exitedNow = false;
+  const exited = new Promise<{ code: number | null; sig: string | null }>((r, fail) => {
+    child.once("error", fail).once("exit", (code, sig) => {
+      exitedNow = true;
+      r({ code, sig });
     });
   });
+  const run = { pid: child.pid!, gone: () => exitedNow, worksOn };
+  if (child.pid !== undefined) running.add(run);
+  let ending: Promise<Ending> | undefined;
+  const end = (why: Ending["why"]) => {
+    if (ending || exitedNow) return;
+    ending = endRun(child.pid!, exited, () => exitedNow, why, performance.now() - t0, bound);
+    ending.catch(() => {}); // awaited once the program has exited, or it rejects the run there
+  };
+  const timer = bound.timeoutMs === undefined
+    ? undefined
+    : setTimeout(() => end("deadline"), Math.max(0, bound.timeoutMs));
+  const onAbort = () => end("aborted");
+  bound.signal?.addEventListener("abort", onAbort, { once: true });
+  let exit;
+  try {
+    exit = await exited;
+  } finally {
+    running.delete(run);
+    clearTimeout(timer);
+    bound.signal?.removeEventListener("abort", onAbort);
+  }
+  // Where it could not be ended as its bound says (a signal refused), the run fails, saying so.
+  const ended = ending ? await ending : undefined;
+  // A child of the program that still holds its output must not hold this run.
+  if (!(await settlesWithin(closed, 1000))) {
+    child.stdout!.destroy();
+    child.stderr!.destroy();
+  }
+  return { code: exit.code ?? (exit.sig ? 128 : -1), ...output, ...(ended ? { ended } : {}) };
 }
 
 /**
