@@ -272,11 +272,8 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
   async facts(): Promise<MachineFacts> {
     const version = await this.#reader.read("/proc/driver/nvidia/version").catch(() => "");
     const release = /Kernel Module\s+([0-9][0-9.]*)/.exec(version)?.[1];
-    return {
-      hostname: os.hostname(),
-      kernel: os.release(),
-      ...(release ? { driverRelease: release } : {}),
-    };
+    const driver = release ? { driverRelease: release } : {};
+    return { hostname: os.hostname(), kernel: os.release(), ...driver };
   }
 
   /** Whether a process lives, the same one (its start time, where known). */
@@ -321,8 +318,15 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
   async gpuMemory(): Promise<GpuMemoryReport> {
     this.#checkOpen("read GPU memory");
     if (!this.#nvmlWanted) return { unknown: "NVML was not asked for (nvml: false)" };
-    const nested = await this.#inChildPidNamespace();
-    if (nested) return { unknown: nested };
+    // In a PID namespace of this program's own, NVML's pids (the host's) are not /proc's.
+    const status = await this.#reader.read(`${this.#root}/self/status`).catch(() => "");
+    const nsPid = /^NSpid:\s*(.*)$/m.exec(status)?.[1].trim();
+    if (nsPid && nsPid.split(/\s+/).length > 1) {
+      return {
+        unknown: `this program runs in a PID namespace of its own (a container: NSpid ${nsPid}), ` +
+          `and NVML reports the host's pids, which /proc here does not show`,
+      };
+    }
     this.#nvml ??= Promise.all([import("../ffi/runtime.ts"), import("../ffi/nvml.ts")])
       .then(async ([{ runtimeAdapter }, { openNvml }]) =>
         openNvml(await runtimeAdapter(), { libraryPath: this.#nvmlPath, keepInitialized: true })
@@ -378,14 +382,5 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
           : `${dir}/maps could not be read: ${messageOf(error)}`,
       };
     }
-  }
-
-  /** Why NVML's pids would not match, when this program is in a PID namespace of its own. */
-  async #inChildPidNamespace(): Promise<string | undefined> {
-    const status = await this.#reader.read(`${this.#root}/self/status`).catch(() => "");
-    const line = /^NSpid:\s*(.*)$/m.exec(status)?.[1].trim();
-    if (!line || line.split(/\s+/).length < 2) return undefined;
-    return `this program runs in a PID namespace of its own (a container: NSpid ${line}), and ` +
-      `NVML reports the host's pids, which /proc here does not show`;
   }
 }
