@@ -78,16 +78,9 @@ export class WorkerPool {
 
   #spawn(): Worked {
     const worker: RefWorker = new Worker(this.#url, { type: "module" });
-    let ended!: () => void;
-    const w: Worked = {
-      worker,
-      job: undefined,
-      retiring: false,
-      ended: new Promise<void>((resolve) => ended = resolve),
-    };
-    worker.addEventListener("message", (event: MessageEvent<WorkerReply>) => {
-      this.#reply(w, event.data);
-    });
+    const ended = Promise.withResolvers<void>();
+    const w: Worked = { worker, job: undefined, retiring: false, ended: ended.promise };
+    worker.addEventListener("message", (e: MessageEvent<WorkerReply>) => this.#reply(w, e.data));
     worker.addEventListener("error", (event: ErrorEvent) => {
       event.preventDefault();
       this.#lost(w, `it failed: ${event.message}`);
@@ -96,7 +89,7 @@ export class WorkerPool {
     worker.addEventListener("close", (event) => {
       const code = (event as unknown as { code?: number }).code;
       this.#lost(w, `exit code ${code ?? "unknown"}`);
-      ended();
+      ended.resolve();
     });
     this.#workers.add(w);
     return w;
@@ -117,12 +110,8 @@ export class WorkerPool {
     this.#workers.delete(w);
     const job = w.job;
     w.job = undefined;
-    job?.reject(
-      new Error(
-        `${job.request.symbol} did not return: the Bun worker thread running it ended ` +
-          `before the call returned (${why})`,
-      ),
-    );
+    const ended = `the Bun worker thread running it ended before the call returned (${why})`;
+    job?.reject(new Error(`${job.request.symbol} did not return: ${ended}`));
   }
 
   /** Asks a worker to close its libraries and end; terminates it if it does not. */
