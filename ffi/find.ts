@@ -95,10 +95,9 @@ export function reasonOf(error: unknown, path?: string): string {
 }
 
 /**
- * Finds and opens libcuda: `libraryPath` when given, else {@link LIBCUDA_ENV_VAR} when set (either
- * is then the only path tried, so that a wrong override is reported, not replaced by another
- * library), else {@link LIBCUDA_SONAME} through the system loader, then
- * {@link LIBCUDA_SEARCH_PATHS}.
+ * Finds and opens libcuda: `libraryPath`, else {@link LIBCUDA_ENV_VAR} (either then the only path
+ * tried: a wrong override is reported, not replaced), else {@link LIBCUDA_SONAME} through the
+ * system loader, then {@link LIBCUDA_SEARCH_PATHS}.
  *
  * @throws {DriverLoadError} on a platform other than Linux; when `tryOpen` reports a missing
  * permission; when nothing opens, listing every path tried with its reason and what to do.
@@ -181,10 +180,9 @@ const LIBC_SYMBOLS = {
 const RTLD_NOW = 2, RTLD_DI_LINKMAP = 2;
 
 /**
- * Asks the system loader where it finds `name` (`LD_LIBRARY_PATH`, `ld.so.cache`, its defaults;
- * never the current directory unless `LD_LIBRARY_PATH` names it), and calls `open` with that
- * absolute path while the loader still holds the library. Throws the loader's own message where
- * it does not find the name, or where the C library cannot be asked.
+ * Asks the system loader where it finds `name` (never the current directory unless
+ * `LD_LIBRARY_PATH` names it), and calls `open` with that absolute path while the loader still
+ * holds the library; throws the loader's own message where it finds none.
  */
 function viaSystemLoader<T>(adapter: FfiAdapter, name: string, open: (path: string) => T): T {
   const libc: FfiLibrary<keyof typeof LIBC_SYMBOLS> = adapter.open(
@@ -226,9 +224,9 @@ export function absolutePath(path: string, cwd: string): string {
 }
 
 /**
- * Opens one candidate of a search by an absolute path: a bare name is the file the system loader
- * picks (on Deno, where the loader cannot be asked, the name itself: Deno's `dlopen` searches only
- * as the loader does); a relative path gets the current directory in front.
+ * Opens one candidate of a search by an absolute path: a bare name is the system loader's pick
+ * (where the loader cannot be asked, on Deno only, the name itself); a relative path gets the
+ * current directory in front.
  */
 export function openCandidate<N extends string>(
   adapter: FfiAdapter,

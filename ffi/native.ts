@@ -52,9 +52,8 @@ export const CUDA_ERROR_STUB_LIBRARY = 34;
 /** Options of `openMachine`'s driver: which libcuda, and how its calls are made. */
 export interface NativeDriverOptions {
   /**
-   * The libcuda to load. Left out: `$CKPT_LIBCUDA_PATH`, else `libcuda.so.1` through the system
-   * loader, else the usual driver locations. A relative path (with a `/`) is made absolute against
-   * the current directory; a bare name goes to the system loader only, never the current directory.
+   * The libcuda to load; left out, `$CKPT_LIBCUDA_PATH`, else `libcuda.so.1` through the system
+   * loader (never the current directory), else the usual driver locations.
    */
   libraryPath?: string;
   /**
@@ -63,9 +62,8 @@ export interface NativeDriverOptions {
    */
   maxWorkers?: number;
   /**
-   * Make every call on the calling thread, which waits until the driver answers (nothing else of
-   * the program runs meanwhile). On Bun no worker starts: for a short program that makes one call,
-   * such as a command line. On Deno it changes nothing. Default false.
+   * Make every call on the calling thread, which waits for the driver (on Bun no worker starts:
+   * for a short program that makes one call, a command line). On Deno it changes nothing.
    */
   callingThread?: boolean;
 }

@@ -59,9 +59,8 @@ export interface NvmlOptions {
   /** The NVML library to load (then the only one tried); a relative path gets the cwd in front. */
   libraryPath?: string;
   /**
-   * Keep NVML initialised from the first read until {@link Nvml.close}, instead of one
-   * `nvmlInit_v2`/`nvmlShutdown` pair per read (NVML's start-up): for the room check, which reads
-   * before each checkpoint and restore. Default false.
+   * Keep NVML initialised from the first read until {@link Nvml.close}, not one init and shutdown
+   * per read: for the room check, which reads before each checkpoint and restore. Default false.
    */
   keepInitialized?: boolean;
 }
@@ -78,7 +77,7 @@ export interface Nvml {
 
 /**
  * Finds and opens NVML: `libraryPath`, else {@link NVML_ENV_VAR}, else the system loader, else
- * libcuda's usual directories (the driver puts NVML next to it).
+ * libcuda's usual directories (NVML lies next to it).
  *
  * @throws {Error} listing every path tried with its reason, when none opens.
  */

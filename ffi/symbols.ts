@@ -31,10 +31,9 @@ const MAY_LACK = { ...WAITS, optional: true } as const;
 const CHECKPOINT = { parameters: ["i32", "buffer"], ...MAY_LACK } as const;
 
 /**
- * The symbol table. `cuDriverGetVersion` and the error names never wait. Every other function can:
- * `cuInit` and the device queries block in a process that has locked itself, and a checkpoint
- * function called while a checkpoint or restore of the same process is in flight waits until it
- * ends (3.3 s measured for getState; docs/DRIVER.md#overlapping-calls). Each returns a `CUresult`.
+ * The symbol table; each returns a `CUresult`. All but the version and the error names can wait:
+ * `cuInit` and the device queries in a process that locked itself, a checkpoint function while one
+ * of the same process is in flight (3.3 s measured for getState; docs/DRIVER.md).
  */
 export const CUDA_SYMBOLS = {
   cuDriverGetVersion: { parameters: ["buffer"], result: "i32" }, // (int *driverVersion)

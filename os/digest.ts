@@ -33,9 +33,8 @@ export interface DigestOptions {
   readonly signal?: AbortSignal;
   readonly threads?: number;
   /**
-   * Told each source's digest (by its index) as soon as its last piece is hashed: the pieces are
-   * taken in the sources' order, so the first sources are done first. Throwing from it rejects
-   * `digestAll` with what it threw, and ends the hashing.
+   * Told each source's digest (by its index) once its last piece is hashed, the first sources
+   * first; what it throws ends the hashing and rejects `digestAll`.
    */
   readonly onDigest?: (file: number, digest: string) => void;
 }

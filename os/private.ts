@@ -116,9 +116,9 @@ export async function faultAbove(real: string): Promise<string | undefined> {
 }
 
 /**
- * The one check of a path this package keeps private: a `kind` of its own (not a symbolic link),
- * this user's, that nobody else may write (or, `strict`, read). Resolves to its size; `undefined`
- * where it does not exist. Throws the error `rules.refuse` makes, naming the path and the fault.
+ * The one check of a path this package keeps private: a `kind` of its own (no link), this user's,
+ * that nobody else may write (or, `strict`, read); its size, or `undefined` where there is none.
+ * Throws the error `rules.refuse` makes, naming the path and the fault.
  */
 export async function checkPrivate(
   file: string,
@@ -139,10 +139,9 @@ export async function checkPrivate(
 }
 
 /**
- * The text of a small file, read whole: opened without following a link and without blocking (a
- * FIFO opens at once, and is refused as not a regular file), judged by `check` on its status (it
- * throws to refuse the file), and at most `maxBytes`, also where it grows as it is read.
- * `undefined` where there is none. `shown` names it in messages.
+ * The text of a small file (`shown` in messages), read whole: opened without following a link or
+ * blocking (a FIFO is refused), judged by `check` on its status, at most `maxBytes` even where it
+ * grows as it is read; `undefined` where there is none.
  */
 export async function readSmallFile(
   file: string,
@@ -234,9 +233,8 @@ export const PATH_ERRORS: Readonly<Record<string, string>> = {
 };
 
 /**
- * What a file system error met on a path means, as the end of a sentence that has named the path
- * already (`it does not exist (ENOENT)`): the words for its code; a code without words, the
- * system's line without the path it was met on (which may be a pinned one the user never gave).
+ * What a file system error means, to end a sentence that named the path (`it does not exist
+ * (ENOENT)`); a code without words, the system's line less the (maybe pinned) path.
  */
 export function pathTrouble(err: unknown): string {
   const code = errorCode(err);
@@ -244,7 +242,7 @@ export function pathTrouble(err: unknown): string {
   return messageOf(err).replace(/, [a-z]+ '[^'\n]*'(?: -> '[^'\n]*')?$/, "");
 }
 
-/** A path to what `handle` has open, which no rename can redirect (`/proc/<pid>/fd/<n>`). */
+/** A path to what `handle` has open, which no rename can redirect: `/proc/<pid>/fd/<n>`. */
 export function pinned(handle: { readonly fd: number }): string {
   return `/proc/${process.pid}/fd/${handle.fd}`;
 }

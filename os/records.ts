@@ -28,9 +28,8 @@ const RECORD_MAX_MIB = 2 ** 24, MARK_MAX_CHARS = 512;
 const RECORD_NAME = /^([0-9]+)(?:-([0-9]+))?\.json$/;
 
 /**
- * The directory of records (mode 0700, this user's): `$CKPT_RECORDS_DIR` where set, else
- * `/run/ckpt-cuda` as root (a tmpfs, emptied at boot, as pids are), else
- * `$XDG_RUNTIME_DIR/ckpt-cuda`, else `<temp dir>/ckpt-cuda-<uid>/held`.
+ * The directory of records: `$CKPT_RECORDS_DIR`, else `/run/ckpt-cuda` as root (emptied at boot,
+ * as pids are), else `$XDG_RUNTIME_DIR/ckpt-cuda`, else `<temp dir>/ckpt-cuda-<uid>/held`.
  */
 export function recordsDirectory(env: (name: string) => string | undefined): string {
   const given = env(RECORDS_ENV_VAR);
@@ -54,10 +53,7 @@ export class FileHeldRecords implements HeldRecords {
     this.#alive = alive;
   }
 
-  /**
-   * The record of a process; `undefined` where there is none. Rejects, naming the file and the
-   * fault, where the directory cannot be used or the record cannot be read as one.
-   */
+  /** The record of a process, or none; rejects, naming the fault, where it cannot be read. */
   async get(process: ProcessIdentity): Promise<HeldRecord | undefined> {
     const file = this.#file(await this.#directory(), process);
     const text = await readSmallFile(file, `the record ${file}`, 64 * 1024);
