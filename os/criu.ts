@@ -440,11 +440,7 @@ function watchBytes(dir: string, onBytes: ((bytes: number) => void) | undefined)
     }
     if (total === last) return;
     last = total;
-    try {
-      onBytes!(total);
-    } catch {
-      // A progress display that throws must not break the dump.
-    }
+    Promise.try(onBytes!, total).catch(() => {}); // a display that throws must not break the dump
   };
   const timer = onBytes && setInterval(() => void measure(), 250);
   return {
