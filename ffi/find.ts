@@ -14,7 +14,6 @@ import type { CudaForeignFunction } from "./symbols.ts";
 
 /** The environment variable that names the libcuda to load, overriding the search. */
 export const LIBCUDA_ENV_VAR = "CKPT_LIBCUDA_PATH";
-
 /** The name the system loader resolves (through `LD_LIBRARY_PATH`, `ld.so.cache` and its defaults). */
 export const LIBCUDA_SONAME = "libcuda.so.1";
 

@@ -157,7 +157,6 @@ const DEVICE_SYMBOLS: readonly CudaSymbolName[] = [
   "cuDeviceGetUuid",
   "cuDeviceGetName",
 ];
-
 /** Room for a GPU's name, with its NUL (NVIDIA's tools use 256). */
 const GPU_NAME_SIZE = 256;
 

@@ -17,10 +17,8 @@ import { errorCode } from "./private.ts";
 
 /** How long a program has between SIGTERM and SIGKILL, in ms. */
 export const GRACE_MS = 2000;
-
 /** How long the children of an ended program have to go after SIGKILL, in ms. */
 export const CHILDREN_WAIT_MS = 2000;
-
 /** The most output of each stream kept (its end), in characters. */
 const MAX_OUTPUT = 64 * 1024;
 

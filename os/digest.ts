@@ -17,7 +17,6 @@ import type { PieceReply, PieceRequest, PiecesDone } from "./digest_worker.ts";
 
 /** Bytes of one piece of a file's chunked SHA-256. */
 export const PIECE_BYTES = 8 * 2 ** 20;
-
 /** Below this many bytes in all, pieces are hashed on the calling thread: no worker is started. */
 const WORKERS_FROM_BYTES = 64 * 2 ** 20;
 

@@ -228,8 +228,9 @@ class FileSnapshotDir implements SnapshotDir {
   readonly #digests: boolean;
   readonly #created: string[] = [];
   readonly #subs = new Map<string, FileHandle>();
-  /** What the last check opened, by subdirectory: the engine reads these very files. */
-  readonly #checked = new Map<string, Opened[]>();
+  /** The subdirectories the last check opened, and its links to those very files for the engine. */
+  readonly #checked = new Set<string>();
+  #view: Promise<string> | undefined;
   /** Every file a check opened, and the engine's directories of links to them: gone at close. */
   readonly #kept: FileHandle[] = [];
   readonly #views: string[] = [];
@@ -267,12 +268,17 @@ class FileSnapshotDir implements SnapshotDir {
    * is what was checked; else the open subdirectory, for a dump to write in.
    */
   async enginePath(name: string): Promise<string> {
-    const checked = this.#checked.get(name);
-    if (!checked) return pinned(await this.#sub(name));
+    if (this.#checked.has(name)) return path.join(await this.#view!, name);
+    return pinned(await this.#sub(name));
+  }
+
+  /** A private directory of links to `opened`, by subdirectory. */
+  async #linked(opened: readonly Opened[]): Promise<string> {
     const view = await workDir("images-");
     this.#views.push(view);
-    for (const { file, handle } of checked) {
-      await symlink(pinned(handle), path.join(view, path.basename(file.path)));
+    for (const { file, handle } of opened) {
+      await mkdir(path.join(view, path.dirname(file.path)), { recursive: true, mode: 0o700 });
+      await symlink(pinned(handle), path.join(view, file.path));
     }
     return view;
   }
@@ -375,9 +381,11 @@ class FileSnapshotDir implements SnapshotDir {
         }
       }
       const verified = o.digests && this.#digests ? await this.#verify(opened, o) : undefined;
-      for (const sub of bySub.keys()) {
-        this.#checked.set(sub, opened.filter((x) => x.file.path.startsWith(`${sub}/`)));
-      }
+      // Made now, not as the engine starts (a simulated clock would run on meanwhile); one that
+      // cannot be made is the engine's error, where it asks for it, not the check's.
+      this.#view = this.#linked(opened);
+      await this.#view.catch(() => {});
+      for (const sub of bySub.keys()) this.#checked.add(sub);
       this.#kept.push(...opened.splice(0).map((x) => x.handle));
       return verified ?? { digests: false, later: () => Promise.resolve(), all: Promise.resolve() };
     } finally {
