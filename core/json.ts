@@ -175,11 +175,30 @@ function join(path: string, key: string): string {
   return path ? `${path}.${key}` : key;
 }
 
-/** A value as a message shows it: JSON, cut at 80 characters; `nothing` for undefined. */
+/**
+ * A value as a message shows it: JSON, cut at 80 characters; `nothing` for undefined. Written
+ * only as far as it is shown, so that a value nested millions deep costs no more than its start.
+ */
 function describe(value: unknown): string {
   if (value === undefined) return "nothing";
   // JSON.stringify writes Infinity and NaN (a 1e400 parsed) as null.
   if (typeof value === "number" && !Number.isFinite(value)) return String(value);
-  const text = JSON.stringify(value) ?? String(value);
+  let text = "";
+  const put = (more: string) => (text += more).length <= 80;
+  const walk = (v: unknown): boolean => {
+    if (typeof v !== "object" || v === null) {
+      return put(JSON.stringify(typeof v === "string" ? v.slice(0, 81) : v) ?? String(v));
+    }
+    const array = Array.isArray(v);
+    if (!put(array ? "[" : "{")) return false;
+    let first = true;
+    for (const key in v) {
+      if (!put(first ? "" : ",") || (!array && !put(`${JSON.stringify(key)}:`))) return false;
+      if (!walk((v as Record<string, unknown>)[key])) return false;
+      first = false;
+    }
+    return put(array ? "]" : "}");
+  };
+  walk(value);
   return text.length > 80 ? `${text.slice(0, 77)}...` : text;
 }

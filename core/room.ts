@@ -14,11 +14,13 @@
  * A process is known to the records by its pid and start time. A process that criu brought back
  * (criu's CUDA plugin runs `cuda-checkpoint --action restore` on it) has a new start time, and in a
  * container restored into a new pid namespace another pid on the host; what outlasts the round
- * trip is its pid in its own namespace, its user and its command line (the host's
+ * trip is its pid in its own namespace, its user, its command line and its cgroups (the host's
  * {@link HostProcesses.lastingMark}). So the record of a checkpointed process that ended is kept
  * (30 days), and a restore of a process without a record of its own takes the record of an ended
- * one with the same mark, moving it to the new process. Where nothing is recorded (the dump was
- * made on another machine, or by another program), the restore is not checked, and the step's
+ * one with the same mark, moving it to the new process; where several have the mark, it is checked
+ * against the most any of them held on each GPU, none is moved, and a refusal says so. Where
+ * nothing is recorded (the dump was made on another machine, or by another program), the restore
+ * is not checked, and the step's
  * `roomCheck` says so.
  *
  * The check fails closed. A record that cannot be written at a checkpoint is said in the step's
@@ -89,7 +91,9 @@ export class GpuRoomError extends RefusedError {
    * Makes the error for a restore (or a resume or toggle) of `pid`, or, without a pid, for the
    * processes of a snapshot (`who` names them).
    */
-  constructor(init: { operation: string; pid?: number; shortage: RoomShortage; who?: string }) {
+  constructor(
+    init: { operation: string; pid?: number; shortage: RoomShortage; who?: string; note?: string },
+  ) {
     const s = init.shortage;
     const claimed = s.claimedMiB > 0
       ? `, ${mib(s.claimedMiB)} of it claimed by other restores`
@@ -99,7 +103,7 @@ export class GpuRoomError extends RefusedError {
       operation: init.operation,
       ...(init.pid !== undefined ? { pid: init.pid, state: "checkpointed" } : {}),
       reason: `${init.who ?? "it"} need${init.who ? "" : "s"} ${mib(s.neededMiB)} on ${s.gpu}, ` +
-        `which has ${mib(s.freeMiB)} free${claimed}`,
+        `which has ${mib(s.freeMiB)} free${claimed}${init.note ? `; ${init.note}` : ""}`,
       detail: init.pid !== undefined
         ? "nothing was asked of the driver: the process is still checkpointed"
         : "nothing was changed: free memory there, or restore onto other GPUs with a mapping",
@@ -254,9 +258,10 @@ export class RoomGuard {
     const records = this.#records();
     const refused = (err: unknown) =>
       roomUnknownError({ operation: where.operation, pid: where.pid }, err);
-    let record: HeldRecord | undefined;
+    let record: HeldRecord | undefined, shared = 0;
     try {
-      record = await records.get(process) ?? await this.#cameBack(process, records);
+      record = await records.get(process);
+      if (!record) ({ record, shared } = await this.#cameBack(process, records));
     } catch (err) {
       throw refused(err);
     }
@@ -280,11 +285,17 @@ export class RoomGuard {
         await records.put(withoutClaim(now)).catch(() => {});
       }
     };
+    const note = shared > 1
+      ? `${shared} ended processes have its lasting mark, and which it was cannot be told, so ` +
+        `it is checked against the most any of them held on each GPU`
+      : undefined;
     let check: RoomCheck;
     try {
-      check = await this.fits(need, { operation: where.operation, pid: where.pid }, process);
+      const at = { operation: where.operation, pid: where.pid, ...(note ? { note } : {}) };
+      check = await this.fits(need, at, process);
     } catch (err) {
-      await unclaim();
+      // Shared: nothing of it is kept, so that a retry weighs every one of them again.
+      await (shared > 1 ? this.forget(process) : unclaim());
       if (err instanceof GpuRoomError && !(await stillCheckpointed())) {
         await this.forget(process);
         return none("its record was old: the process is no longer checkpointed");
@@ -314,7 +325,7 @@ export class RoomGuard {
    */
   async fits(
     need: Readonly<Record<string, number>>,
-    where: { operation: string; pid?: number; who?: string },
+    where: { operation: string; pid?: number; who?: string; note?: string },
     except?: ProcessIdentity,
   ): Promise<RoomCheck> {
     const claimed: Record<string, number> = {};
@@ -368,23 +379,30 @@ export class RoomGuard {
   }
 
   /**
-   * The record of the process that `process` was before criu brought it back, moved to it: a
-   * record of an ended process with the same lasting mark (its pid in its own pid namespace, its
-   * user and its command line; its start time is new). Where several have it, the one that held
-   * the most: a restore refused for room is safe, one that runs out of memory is not.
+   * The record of the process that `process` was before criu brought it back: a record of an
+   * ended process with the same lasting mark (its start time is new), moved to it. Where several
+   * have the mark (`shared`), which it was cannot be told: none is moved, and the figure is the
+   * most any of them held on each GPU (a restore refused for room is safe, one that runs out of
+   * memory is not).
    */
-  async #cameBack(process: ProcessIdentity, records: HeldRecords): Promise<HeldRecord | undefined> {
-    if (!records.ended) return undefined;
-    const mark = await this.#host?.lastingMark?.(process).catch(() => undefined);
-    if (!mark) return undefined;
-    const total = (r: HeldRecord) => Object.values(r.heldMiB).reduce((a, b) => a + b, 0);
-    const was = (await records.ended()).filter((r) => r.mark === mark)
-      .sort((a, b) => total(b) - total(a) || b.at - a.at)[0];
-    if (!was) return undefined;
-    const moved: HeldRecord = { process, heldMiB: was.heldMiB, at: was.at, mark };
-    await records.put(moved);
-    await records.remove(was.process);
-    return moved;
+  async #cameBack(
+    process: ProcessIdentity,
+    records: HeldRecords,
+  ): Promise<{ record?: HeldRecord; shared: number }> {
+    const mark = records.ended && await this.#host?.lastingMark?.(process).catch(() => undefined);
+    if (!mark) return { shared: 0 };
+    const was = (await records.ended!()).filter((r) => r.mark === mark);
+    if (was.length === 0) return { shared: 0 };
+    const heldMiB: Record<string, number> = {};
+    for (const [gpu, mib] of was.flatMap((r) => Object.entries(r.heldMiB))) {
+      heldMiB[gpu] = Math.max(heldMiB[gpu] ?? 0, mib);
+    }
+    const record: HeldRecord = { process, heldMiB, at: Math.max(...was.map((r) => r.at)), mark };
+    if (was.length === 1) {
+      await records.put(record);
+      await records.remove(was[0].process);
+    }
+    return { record, shared: was.length };
   }
 
   /** The host's records, or this session's own where it keeps none. */

@@ -12,10 +12,9 @@ import type { CudaForeignFunction } from "./symbols.ts";
 export type NativeArg = number | bigint | Uint8Array | null;
 
 /**
- * A pointer field filled in on the thread that makes the call, just before it: the address of
- * `target` is written (u64, little-endian) at `offset` of the buffer `args[arg]`. On Bun the call
- * runs in a worker, where the buffers are copies at other addresses
- * (`CUcheckpointRestoreArgs.gpuPairs` is passed so).
+ * A pointer field filled in by the thread that makes the call, just before it: the address of
+ * `target` (u64, little-endian) at `offset` of the buffer `args[arg]`. On Bun the call runs in a
+ * worker, whose buffers are copies at other addresses (`CUcheckpointRestoreArgs.gpuPairs`).
  */
 export interface NativeLink {
   /** Which argument holds the pointer field (a `Uint8Array`). */
@@ -46,9 +45,8 @@ export interface FfiLibrary<N extends string> {
   /** Calls a function that returns at once, on this thread. Returns its result. */
   call(call: NativeCall<N>): number | bigint;
   /**
-   * Calls a `nonblocking` function of the table on another thread (Deno's FFI thread, or a Bun
-   * worker). Resolves its result; rejects only when the call could not be made or finished. The
-   * caller keeps the buffers alive until it settles.
+   * Calls a `nonblocking` function of the table on another thread (Deno's, or a Bun worker);
+   * rejects only when the call cannot be made or finish. Keep the buffers alive until it settles.
    */
   callOffThread(call: NativeCall<N>): Promise<number>;
   /** How many threads of its own the library keeps now (Bun's workers; 0 on Deno). */
@@ -66,9 +64,8 @@ export interface FfiAdapter {
   /** The operating system (`linux`, `darwin`, ...), where the runtime says. */
   readonly platform: string | undefined;
   /**
-   * Whether opening a bare library name (no `/`) uses only the system loader's search. Deno's
-   * does; Bun's `dlopen` then tries the current directory, which would load a planted library, so
-   * Bun is never given a bare name.
+   * Whether opening a bare library name (no `/`) uses only the system loader's search: Deno's does;
+   * Bun's then tries the current directory (a planted library), so Bun is never given one.
    */
   readonly bareNamesSafe: boolean;
   /** Reads an environment variable; may throw where the runtime needs a permission for it. */
@@ -103,9 +100,8 @@ export function linkPointers(call: NativeCall, addressOf: (buf: Uint8Array) => b
 }
 
 /**
- * A zeroed buffer of `size` bytes with an `ArrayBuffer` of its own, whose address does not move:
- * a small typed array made by length may live inside the JavaScript heap, where the garbage
- * collector may move it, which a call running on another thread must not see.
+ * A zeroed buffer of `size` bytes with an `ArrayBuffer` of its own, whose address does not move (a
+ * small typed array made by length may live in the heap, where the collector may move it).
  */
 export function nativeBuffer(size: number): Uint8Array {
   return new Uint8Array(new ArrayBuffer(size));

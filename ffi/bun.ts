@@ -1,10 +1,7 @@
 /**
- * The Bun adapter of the native bindings: `bun:ffi`, which has no optional symbols (each optional
- * function is probed with a `dlopen` of its own) and whose calls are synchronous, so every call
- * that can wait runs in a worker thread (`bun_pool.ts`, `bun_worker.ts`), unless `callingThread`.
- * Bun's `dlopen` tries a bare name relative to the current directory (`find.ts`), so bare names
- * are not safe here; to ask the system loader, the C library is opened by the absolute path this
- * process has mapped (`/proc/self/maps`).
+ * The Bun adapter: `bun:ffi`, with no optional symbols (each optional function is probed with a
+ * `dlopen` of its own) and synchronous calls (one that can wait runs in a worker, `bun_pool.ts`,
+ * unless `callingThread`). The C library is opened by the path this process has mapped.
  *
  * @module
  */
@@ -19,7 +16,7 @@ import {
   type NativeCall,
 } from "./adapter.ts";
 import { WorkerPool } from "./bun_pool.ts";
-import { scriptBeside } from "./worker_url.ts";
+import { workerScript } from "../os/worker_script.ts";
 import { type BunFfi, type BunLibrary, importBunFfi } from "./bun_types.ts";
 import { bunDefinition } from "./symbols.ts";
 
@@ -31,33 +28,21 @@ export interface BunAdapterOptions {
   callingThread?: boolean;
 }
 
-/**
- * The worker script next to this module, with this module's extension (`.js` where the package was
- * delivered as JavaScript). In a standalone executable (`bun build --compile`, whose modules all
- * have the executable's URL, `file:///$bunfs/root/<name>`) it is the entry point
- * `ffi/bun_worker.ts`, kept as `ffi/bun_worker.js` under the build's root (`cli/build.sh`).
- */
+/** The worker script `bun_worker` beside this module ({@link workerScript}). */
 export function defaultWorkerUrl(moduleUrl: string = import.meta.url): URL {
-  return scriptBeside(moduleUrl, "ffi", "bun_worker");
+  return workerScript(moduleUrl, "ffi", "bun_worker");
 }
 
 /** The C library this process has mapped, by absolute path: glibc's, or musl's. */
 async function mappedLibc(): Promise<string> {
   const why = "the system loader cannot be asked where libraries are";
-  let maps: string;
-  try {
-    // Bun's own read: node:fs costs a millisecond to load, a tenth of the command line's start.
-    const bun = (globalThis as unknown as { Bun: { file(path: string): Blob } }).Bun;
-    maps = await bun.file("/proc/self/maps").text();
-  } catch (error) {
+  // Bun's own read: node:fs costs a millisecond to load, a tenth of the command line's start.
+  const bun = (globalThis as unknown as { Bun: { file(path: string): Blob } }).Bun;
+  const maps = await bun.file("/proc/self/maps").text().catch((error) => {
     throw new Error(`${why}: /proc/self/maps is unreadable (${messageOf(error)})`);
-  }
-  for (const line of maps.split("\n")) {
-    const path = line.slice(line.indexOf("/"));
-    if (path.startsWith("/") && /\/(libc\.so\.6|(libc\.musl|ld-musl)-[^/]+\.so\.1)$/.test(path)) {
-      return path;
-    }
-  }
+  });
+  const libc = / (\/.*\/(?:libc\.so\.6|(?:libc\.musl|ld-musl)-[^/]+\.so\.1))$/m.exec(maps)?.[1];
+  if (libc) return libc;
   throw new Error(`${why}: no C library (libc.so.6, musl) is mapped into this process`);
 }
 

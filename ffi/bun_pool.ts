@@ -1,8 +1,7 @@
 /**
- * The Bun adapter's worker threads: one call per worker at a time, a worker started when a call
- * finds none idle (the native driver caps the calls in flight, hence the workers). A worker keeps
- * the process alive only while it runs a call; one that ends meanwhile rejects that call, saying
- * so, and the next call starts a new one.
+ * The Bun adapter's worker threads: one call per worker at a time, one started when a call finds
+ * none idle (the driver caps the calls in flight). A worker keeps the process alive only while it
+ * runs a call; one that ends meanwhile rejects that call, and the next call starts a new one.
  *
  * @module
  */
@@ -79,16 +78,9 @@ export class WorkerPool {
 
   #spawn(): Worked {
     const worker: RefWorker = new Worker(this.#url, { type: "module" });
-    let ended!: () => void;
-    const w: Worked = {
-      worker,
-      job: undefined,
-      retiring: false,
-      ended: new Promise<void>((resolve) => ended = resolve),
-    };
-    worker.addEventListener("message", (event: MessageEvent<WorkerReply>) => {
-      this.#reply(w, event.data);
-    });
+    const ended = Promise.withResolvers<void>();
+    const w: Worked = { worker, job: undefined, retiring: false, ended: ended.promise };
+    worker.addEventListener("message", (e: MessageEvent<WorkerReply>) => this.#reply(w, e.data));
     worker.addEventListener("error", (event: ErrorEvent) => {
       event.preventDefault();
       this.#lost(w, `it failed: ${event.message}`);
@@ -97,7 +89,7 @@ export class WorkerPool {
     worker.addEventListener("close", (event) => {
       const code = (event as unknown as { code?: number }).code;
       this.#lost(w, `exit code ${code ?? "unknown"}`);
-      ended();
+      ended.resolve();
     });
     this.#workers.add(w);
     return w;
@@ -118,12 +110,8 @@ export class WorkerPool {
     this.#workers.delete(w);
     const job = w.job;
     w.job = undefined;
-    job?.reject(
-      new Error(
-        `${job.request.symbol} did not return: the Bun worker thread running it ended ` +
-          `before the call returned (${why})`,
-      ),
-    );
+    const ended = `the Bun worker thread running it ended before the call returned (${why})`;
+    job?.reject(new Error(`${job.request.symbol} did not return: ${ended}`));
   }
 
   /** Asks a worker to close its libraries and end; terminates it if it does not. */

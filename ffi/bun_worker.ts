@@ -1,8 +1,7 @@
 /**
- * A worker thread of the Bun adapter: it makes the calls it is sent, one at a time, with its own
- * `dlopen` of the library (the loader shares the one copy in the process), and answers each with
- * the result and its copies of the buffers; asked to close, it closes its libraries and ends. It
- * calls nothing of its own accord. Loaded by `bun_pool.ts`; imported only by tests.
+ * A worker thread of the Bun adapter (`bun_pool.ts`): it makes the calls it is sent, one at a time,
+ * with its own `dlopen` of the library (the loader's one copy), and answers each with the result
+ * and its copies of the buffers; asked to close, it closes its libraries and ends.
  *
  * @module
  */

@@ -30,21 +30,16 @@ function openLibrary<N extends string>(path: string, table: FfiTable<N>): FfiLib
   const lib = Deno.dlopen(path, table as unknown as DenoSymbols);
   const present = new Set(names.filter((name) => !table[name].optional));
   const optional = names.filter((name) => table[name].optional);
-  if (optional.length > 0) {
-    try {
-      const probe = Deno.dlopen(
-        path,
-        Object.fromEntries(optional.map((name) => {
-          const { parameters, result } = table[name];
-          return [name, { parameters, result, optional: true }];
-        })) as DenoSymbols,
-      );
-      for (const name of optional) if (probe.symbols[name] !== null) present.add(name);
-      probe.close();
-    } catch (error) {
-      lib.close();
-      throw error;
-    }
+  try {
+    const probe = Deno.dlopen(
+      path,
+      Object.fromEntries(optional.map((name) => [name, { ...table[name], nonblocking: false }])),
+    );
+    for (const name of optional) if (probe.symbols[name] !== null) present.add(name);
+    probe.close();
+  } catch (error) {
+    lib.close();
+    throw error;
   }
   const symbols = lib.symbols as unknown as Record<N, Bound>;
   return {
@@ -64,10 +59,7 @@ function openLibrary<N extends string>(path: string, table: FfiTable<N>): FfiLib
       return Number(await (symbols[call.symbol](...call.args) as Promise<number>));
     },
     threadCount: () => 0,
-    close() {
-      lib.close();
-      return Promise.resolve();
-    },
+    close: () => Promise.resolve(lib.close()),
   };
 }
 

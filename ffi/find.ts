@@ -1,17 +1,9 @@
 /**
- * Finding libcuda: where to look, in which order, and what to say when it is nowhere. The search
- * is runtime-free: the caller passes `tryOpen(path)`, so the order and the messages can be tested
- * anywhere.
- *
- * Only absolute paths reach the runtime's `dlopen`. A bare name (`libcuda.so.1`) goes to the
- * system loader itself (libc's `dlopen`, then `dlinfo(RTLD_DI_LINKMAP)` for the file it picked); a
- * relative path gets the current directory in front, once. Why: Bun's `dlopen`, when the loader
- * does not find a bare name, tries it again relative to the current directory (Bun 1.4.5; its
- * source says "try resolving the filepath relative to the current working directory"), which
- * would load a `libcuda.so.1` planted where a root process runs. On Deno too, `libraryPath` is
- * then absolute, naming one library for the once-per-process `cuInit`.
- *
- * Linux on 64-bit machines only: `struct link_map` has `l_name` at offset 8 there.
+ * Finding libcuda: where to look, in which order, and what to say when it is nowhere; runtime-free
+ * (the caller passes `tryOpen(path)`). Only absolute paths reach the runtime's `dlopen`: a bare
+ * name goes to the system loader itself (libc's `dlopen`, then `dlinfo(RTLD_DI_LINKMAP)` for the
+ * file it picked; `l_name` at offset 8, 64-bit Linux), since Bun's `dlopen` tries a name the loader
+ * does not find again in the current directory (Bun 1.4.5), where a library may be planted.
  *
  * @module
  */
@@ -22,41 +14,40 @@ import type { CudaForeignFunction } from "./symbols.ts";
 
 /** The environment variable that names the libcuda to load, overriding the search. */
 export const LIBCUDA_ENV_VAR = "CKPT_LIBCUDA_PATH";
-
 /** The name the system loader resolves (through `LD_LIBRARY_PATH`, `ld.so.cache` and its defaults). */
 export const LIBCUDA_SONAME = "libcuda.so.1";
 
 /** Where drivers put libcuda, tried in order after the system loader (not the toolkit's stub). */
 export const LIBCUDA_SEARCH_PATHS: readonly string[] = [
-  // Debian, Ubuntu (x86_64)
+  // Debian and Ubuntu; RHEL, Fedora, SUSE and Arch; NVIDIA's container toolkit; WSL 2
   "/usr/lib/x86_64-linux-gnu/libcuda.so.1",
   "/usr/lib/x86_64-linux-gnu/nvidia/current/libcuda.so.1",
-  // RHEL, Fedora, SUSE, Arch (lib64 / lib)
   "/usr/lib64/libcuda.so.1",
   "/usr/lib64/nvidia/libcuda.so.1",
   "/usr/lib/libcuda.so.1",
-  // NVIDIA container toolkit, Kubernetes device plugin
   "/usr/local/nvidia/lib64/libcuda.so.1",
   "/usr/local/nvidia/lib/libcuda.so.1",
-  // WSL 2
   "/usr/lib/wsl/lib/libcuda.so.1",
-  // aarch64: Grace Hopper and other servers, Jetson
+  // aarch64 (Grace Hopper, Jetson); NixOS; the CUDA toolkit's forward-compatibility driver
   "/usr/lib/aarch64-linux-gnu/libcuda.so.1",
   "/usr/lib/aarch64-linux-gnu/nvidia/libcuda.so.1",
   "/usr/lib/aarch64-linux-gnu/tegra/libcuda.so.1",
-  // NixOS
   "/run/opengl-driver/lib/libcuda.so.1",
-  // The CUDA toolkit's forward-compatibility driver
   "/usr/local/cuda/compat/libcuda.so.1",
 ];
 
-/** Where a library path came from. */
-type LibcudaSource = "option" | "env" | "system" | "search";
+/** Where a library path came from, as the not-found message says it. */
+const SOURCES = {
+  option: " (the libraryPath option)",
+  env: ` (from ${LIBCUDA_ENV_VAR})`,
+  system: " (the system loader)",
+  search: "",
+};
 
 /** A path that was tried (a bare name: the system loader's), where it came from, and why it failed. */
 interface TriedPath {
   readonly path: string;
-  readonly source: LibcudaSource;
+  readonly source: keyof typeof SOURCES;
   readonly reason: string;
 }
 
@@ -80,14 +71,13 @@ export interface FindLibcudaOptions<T> {
 export interface FoundLibcuda<T> {
   readonly library: T;
   readonly path: string;
-  readonly source: LibcudaSource;
+  readonly source: keyof typeof SOURCES;
   readonly tried: readonly TriedPath[];
 }
 
 /** Whether an error is Deno's missing permission (`NotCapable`; Deno 1's `PermissionDenied`). */
 function isPermissionError(error: unknown): boolean {
-  return error instanceof Error &&
-    (error.name === "NotCapable" || error.name === "PermissionDenied");
+  return error instanceof Error && /^(NotCapable|PermissionDenied)$/.test(error.name);
 }
 
 /**
@@ -97,65 +87,51 @@ function isPermissionError(error: unknown): boolean {
 export function reasonOf(error: unknown, path?: string): string {
   let text = messageOf(error).replace(/\s*\n\s*/g, " ").trim()
     .replace(/^(Could not open library: )+/, "");
-  if (path) {
-    for (const prefix of [`Failed to open library "${path}": `, `${path}: `]) {
-      if (text.startsWith(prefix)) text = text.slice(prefix.length);
-    }
+  for (const prefix of path ? [`Failed to open library "${path}": `, `${path}: `] : []) {
+    if (text.startsWith(prefix)) text = text.slice(prefix.length);
   }
   return text || "failed to open (no reason given)";
 }
 
 /**
- * Finds and opens libcuda: `libraryPath` when given, else {@link LIBCUDA_ENV_VAR} when set (either
- * is then the only path tried, so that a wrong override is reported, not replaced by another
- * library), else {@link LIBCUDA_SONAME} through the system loader, then
- * {@link LIBCUDA_SEARCH_PATHS}.
+ * Finds and opens libcuda: `libraryPath`, else {@link LIBCUDA_ENV_VAR} (either then the only path
+ * tried: a wrong override is reported, not replaced), else {@link LIBCUDA_SONAME} through the
+ * system loader, then {@link LIBCUDA_SEARCH_PATHS}.
  *
  * @throws {DriverLoadError} on a platform other than Linux; when `tryOpen` reports a missing
  * permission; when nothing opens, listing every path tried with its reason and what to do.
  */
 export function findLibcuda<T>(options: FindLibcudaOptions<T>): FoundLibcuda<T> {
-  const isDeno = options.runtime?.toLowerCase() === "deno";
   if (options.platform !== undefined && options.platform !== "linux") {
     throw new DriverLoadError(
       `CUDA checkpointing is Linux-only: NVIDIA's checkpoint API (cuCheckpointProcess*) exists ` +
         `only in the Linux driver, and this is ${options.platform}`,
     );
   }
-
-  const candidates: { path: string; source: LibcudaSource }[] = [];
-  let envNote = "";
-  if (options.libraryPath !== undefined && options.libraryPath !== "") {
-    candidates.push({ path: options.libraryPath, source: "option" });
-  } else {
-    let fromEnv: string | undefined;
-    if (options.getEnv) {
-      try {
-        fromEnv = options.getEnv(LIBCUDA_ENV_VAR);
-      } catch (error) {
-        envNote = isPermissionError(error)
-          ? `${LIBCUDA_ENV_VAR} could not be read (Deno needs --allow-env=${LIBCUDA_ENV_VAR}), ` +
-            `so it was treated as not set`
-          : `${LIBCUDA_ENV_VAR} could not be read (${
-            reasonOf(error)
-          }), so it was treated as not set`;
-      }
-    }
-    if (fromEnv !== undefined && fromEnv !== "") {
-      candidates.push({ path: fromEnv, source: "env" });
-    } else {
-      candidates.push({ path: LIBCUDA_SONAME, source: "system" });
-      for (const path of options.searchPaths ?? LIBCUDA_SEARCH_PATHS) {
-        candidates.push({ path, source: "search" });
-      }
-    }
+  let fromEnv: string | undefined, envNote = "";
+  try {
+    if (!options.libraryPath) fromEnv = options.getEnv?.(LIBCUDA_ENV_VAR);
+  } catch (error) {
+    const why = isPermissionError(error)
+      ? `Deno needs --allow-env=${LIBCUDA_ENV_VAR}`
+      : reasonOf(error);
+    envNote = `${LIBCUDA_ENV_VAR} could not be read (${why}), so it was treated as not set`;
   }
-
+  const candidates: { path: string; source: TriedPath["source"] }[] = options.libraryPath
+    ? [{ path: options.libraryPath, source: "option" }]
+    : fromEnv
+    ? [{ path: fromEnv, source: "env" }]
+    : [
+      { path: LIBCUDA_SONAME, source: "system" },
+      ...(options.searchPaths ?? LIBCUDA_SEARCH_PATHS).map((path) => ({
+        path,
+        source: "search" as const,
+      })),
+    ];
   const tried: TriedPath[] = [];
   for (const { path, source } of candidates) {
     try {
-      const library = options.tryOpen(path);
-      return { library, path, source, tried };
+      return { library: options.tryOpen(path), path, source, tried };
     } catch (error) {
       if (isPermissionError(error)) {
         throw new DriverLoadError(
@@ -169,52 +145,26 @@ export function findLibcuda<T>(options: FindLibcudaOptions<T>): FoundLibcuda<T> 
       tried.push({ path, source, reason: reasonOf(error, path) });
     }
   }
-
-  throw new DriverLoadError(notFoundMessage(tried, isDeno, envNote), tried.map((t) => t.path), {
-    cause: tried.length > 0 ? new Error(tried[tried.length - 1].reason) : undefined,
-  });
-}
-
-function notFoundMessage(tried: readonly TriedPath[], isDeno: boolean, envNote: string): string {
-  const label: Record<LibcudaSource, string> = {
-    option: "the libraryPath option",
-    env: `from ${LIBCUDA_ENV_VAR}`,
-    system: "the system loader",
-    search: "",
-  };
+  const explicit = tried.some((t) => t.source === "option" || t.source === "env");
+  const deno = options.runtime?.toLowerCase() === "deno";
+  const flags = `--allow-ffi, plus --allow-env=${LIBCUDA_ENV_VAR} to read ${LIBCUDA_ENV_VAR}`;
   const lines = [
     `Could not load libcuda, the NVIDIA driver's CUDA library. Tried ${tried.length} ` +
     `location${tried.length === 1 ? "" : "s"}:`,
-    ...tried.map((t) =>
-      `  - ${t.path}${label[t.source] ? ` (${label[t.source]})` : ""}: ${t.reason}`
-    ),
-  ];
-  const explicit = tried.some((t) => t.source === "option" || t.source === "env");
-  if (explicit) {
-    lines.push(
-      `That path was given explicitly, so the usual locations were not searched; fix it, or unset ` +
-        `${LIBCUDA_ENV_VAR} and leave out libraryPath to search them.`,
-    );
-  } else {
-    lines.push(
-      `Is the NVIDIA driver installed (nvidia-smi works)? CUDA checkpointing needs driver 570 or ` +
+    ...tried.map((t) => `  - ${t.path}${SOURCES[t.source]}: ${t.reason}`),
+    explicit
+      ? `That path was given explicitly, so the usual locations were not searched; fix it, or ` +
+        `unset ${LIBCUDA_ENV_VAR} and leave out libraryPath to search them.`
+      : `Is the NVIDIA driver installed (nvidia-smi works)? CUDA checkpointing needs driver 570 or ` +
         `later. If libcuda.so.1 is elsewhere, set ${LIBCUDA_ENV_VAR} to its full path ` +
         `(\`ldconfig -p | grep libcuda\` shows where it is). On a machine without a GPU, pass a ` +
         `SimulatedMachine from @ckpt/cuda/mock as { machine } to run on the simulator.`,
-    );
-  }
-  if (envNote) lines.push(`Note: ${envNote}.`);
-  if (isDeno) {
-    lines.push(
-      `Deno needs --allow-ffi to load the library, and --allow-env=${LIBCUDA_ENV_VAR} to read ` +
-        `${LIBCUDA_ENV_VAR}.`,
-    );
-  } else {
-    lines.push(
-      `(On Deno, run with --allow-ffi, plus --allow-env=${LIBCUDA_ENV_VAR} to read ${LIBCUDA_ENV_VAR}.)`,
-    );
-  }
-  return lines.join("\n");
+    ...(envNote ? [`Note: ${envNote}.`] : []),
+    deno ? `Deno needs ${flags}.` : `(On Deno, run with ${flags}.)`,
+  ];
+  throw new DriverLoadError(lines.join("\n"), tried.map((t) => t.path), {
+    cause: tried.length > 0 ? new Error(tried[tried.length - 1].reason) : undefined,
+  });
 }
 
 /** The C library's loader functions, as the native bindings use them. */
@@ -225,28 +175,25 @@ const LIBC_SYMBOLS = {
   dlerror: { parameters: [], result: "u64" }, // char *dlerror(void)
 } as const satisfies Record<string, CudaForeignFunction>;
 
-type LibcName = keyof typeof LIBC_SYMBOLS;
-
-/** `RTLD_NOW`: resolve every symbol at once, as the runtimes' own `dlopen` does. */
-const RTLD_NOW = 2;
-/** `RTLD_DI_LINKMAP`: `dlinfo` writes the library's `struct link_map *`. */
-const RTLD_DI_LINKMAP = 2;
-/** Offset of `l_name` (the path the loader opened) in `struct link_map` on 64-bit Linux. */
-const LINK_MAP_NAME_OFFSET = 8n;
+/** `RTLD_NOW` (resolve every symbol at once, as the runtimes do) and `RTLD_DI_LINKMAP`. */
+const RTLD_NOW = 2, RTLD_DI_LINKMAP = 2;
 
 /**
- * Asks the system loader where it finds `name` (`LD_LIBRARY_PATH`, `ld.so.cache`, its defaults;
- * never the current directory unless `LD_LIBRARY_PATH` names it), and calls `open` with that
- * absolute path while the loader still holds the library.
- *
- * @throws {Error} with the loader's own message when it does not find the name, or when the C
- * library cannot be asked.
+ * Asks the system loader where it finds `name` (never the current directory unless
+ * `LD_LIBRARY_PATH` names it), and calls `open` with that absolute path while the loader still
+ * holds the library; throws the loader's own message where it finds none.
  */
 function viaSystemLoader<T>(adapter: FfiAdapter, name: string, open: (path: string) => T): T {
-  const libc: FfiLibrary<LibcName> = adapter.open(adapter.libcPath(), LIBC_SYMBOLS);
+  const libc: FfiLibrary<keyof typeof LIBC_SYMBOLS> = adapter.open(
+    adapter.libcPath(),
+    LIBC_SYMBOLS,
+  );
   let handle = 0n;
   try {
-    handle = BigInt(libc.call({ symbol: "dlopen", args: [cString(name), RTLD_NOW] }));
+    const text = new TextEncoder().encode(`${name}\0`);
+    const cName = new Uint8Array(new ArrayBuffer(text.length));
+    cName.set(text);
+    handle = BigInt(libc.call({ symbol: "dlopen", args: [cName, RTLD_NOW] }));
     if (handle === 0n) {
       const error = BigInt(libc.call({ symbol: "dlerror", args: [] }));
       throw new Error(
@@ -260,8 +207,7 @@ function viaSystemLoader<T>(adapter: FfiAdapter, name: string, open: (path: stri
       );
     }
     const linkMap = new DataView(out.buffer).getBigUint64(0, true);
-    const found = adapter.cString(adapter.readPointer(linkMap + LINK_MAP_NAME_OFFSET));
-    return open(absolutePath(found, adapter.cwd()));
+    return open(absolutePath(adapter.cString(adapter.readPointer(linkMap + 8n)), adapter.cwd()));
   } finally {
     if (handle !== 0n) libc.call({ symbol: "dlclose", args: [handle] });
     void libc.close();
@@ -269,27 +215,17 @@ function viaSystemLoader<T>(adapter: FfiAdapter, name: string, open: (path: stri
 }
 
 /**
- * `path` made absolute against `cwd`: a relative path gets `cwd/` in front, nothing else. `.` and
- * `..` are left to the kernel, which follows the symbolic links before them: as text, `..` could
- * name another file.
+ * `path` made absolute against `cwd`: a relative path gets `cwd/` in front, nothing else (the
+ * kernel resolves `..` after the links before it, which as text could name another file).
  */
 export function absolutePath(path: string, cwd: string): string {
-  if (path.startsWith("/")) return path;
-  return `${cwd.endsWith("/") ? cwd : `${cwd}/`}${path}`;
-}
-
-/** A NUL-terminated copy of a string, for a `const char *` argument. */
-function cString(text: string): Uint8Array {
-  const bytes = new TextEncoder().encode(`${text}\0`);
-  const buf = new Uint8Array(new ArrayBuffer(bytes.length));
-  buf.set(bytes);
-  return buf;
+  return path.startsWith("/") ? path : `${cwd.endsWith("/") ? cwd : `${cwd}/`}${path}`;
 }
 
 /**
- * Opens one candidate of a search by an absolute path: a bare name is the file the system loader
- * picks (on Deno, where the loader cannot be asked, the name itself: Deno's `dlopen` searches only
- * as the loader does); a relative path gets the current directory in front.
+ * Opens one candidate of a search by an absolute path: a bare name is the system loader's pick
+ * (where the loader cannot be asked, on Deno only, the name itself); a relative path gets the
+ * current directory in front.
  */
 export function openCandidate<N extends string>(
   adapter: FfiAdapter,
@@ -297,9 +233,9 @@ export function openCandidate<N extends string>(
   table: FfiTable<N>,
 ): { lib: FfiLibrary<N>; path: string } {
   const open = (path: string) => ({ lib: adapter.open(path, table), path });
-  if (candidate.includes("/")) {
-    return open(absolutePath(candidate, candidate.startsWith("/") ? "/" : adapter.cwd()));
-  }
+  // An absolute path asks nothing of the current directory (Deno's cwd() needs --allow-read).
+  if (candidate.startsWith("/")) return open(candidate);
+  if (candidate.includes("/")) return open(absolutePath(candidate, adapter.cwd()));
   let asked = false;
   try {
     return viaSystemLoader(adapter, candidate, (path) => {

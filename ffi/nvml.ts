@@ -1,14 +1,9 @@
 /**
- * GPU memory per process through NVML (`libnvidia-ml.so.1`, installed next to libcuda), on the
- * same runtime adapters as libcuda. Optional: where it cannot be loaded, the listing says GPU
- * memory is unknown, and why. It is found as libcuda is (`find.ts`), never in the current
- * directory. Every call but `nvmlErrorString` runs off the main thread (`nvmlInit_v2` can take
- * seconds while the driver brings GPUs up).
- *
- * `nvmlProcessInfo_t` (nvml.h, CUDA 11 and later; `nvmlProcessInfo_v2_t` is the same) is 24 bytes:
- * `unsigned int pid` at 0, 4 bytes of padding, `unsigned long long usedGpuMemory` at 8,
- * `unsigned int gpuInstanceId` at 16 and `computeInstanceId` at 20. The `_v3` and `_v2` list
- * functions take it; the unversioned one (a 16-byte struct) is not bound.
+ * GPU memory per process through NVML (`libnvidia-ml.so.1`, next to libcuda), found as libcuda is
+ * (`find.ts`). Optional: where it cannot be loaded, GPU memory is unknown, saying why. Every call
+ * but `nvmlErrorString` runs off the main thread (`nvmlInit_v2` can take seconds). The `_v3` and
+ * `_v2` lists take `nvmlProcessInfo_t` (24 bytes: `unsigned int pid` at 0, `unsigned long long
+ * usedGpuMemory` at 8); `nvmlMemory_t` is three `unsigned long long`: total, free, used.
  *
  * @module
  */
@@ -28,51 +23,33 @@ import type { CudaForeignFunction } from "./symbols.ts";
 const NVML_SONAME = "libnvidia-ml.so.1";
 /** The environment variable that names the NVML library to load, overriding the search. */
 const NVML_ENV_VAR = "CKPT_LIBNVML_PATH";
-
-/** `sizeof(nvmlProcessInfo_t)` (v2/v3 list functions), and the offset of `usedGpuMemory` in it. */
-const NVML_PROCESS_INFO_SIZE = 24;
-const NVML_USED_MEMORY_OFFSET = 8;
 /** `NVML_VALUE_NOT_AVAILABLE`: what `usedGpuMemory` holds where NVML cannot tell. */
 export const NVML_VALUE_NOT_AVAILABLE = 0xffff_ffff_ffff_ffffn;
 /** `NVML_ERROR_INSUFFICIENT_SIZE`: the list is longer than the room given. */
 const NVML_ERROR_INSUFFICIENT_SIZE = 7;
-/** `sizeof(nvmlMemory_t)` (total, free and used, three unsigned long long), and `free`'s offset. */
-const NVML_MEMORY_SIZE = 24;
-const NVML_MEMORY_FREE_OFFSET = 8;
 /** `NVML_DEVICE_UUID_V2_BUFFER_SIZE`: room for a UUID with its NUL. */
 const UUID_BUFFER_SIZE = 96;
 
-/** A function that can wait (it runs off the main thread), and one that an NVML may lack. */
-const WAITS = { nonblocking: true } as const;
-const MAY_LACK = { nonblocking: true, optional: true } as const;
+const WAITS = { result: "i32", nonblocking: true } as const;
 /** A process-list function: an NVML may have only one of the two versions. */
-const LIST_PROCESSES = {
-  parameters: ["u64", "buffer", "buffer"],
-  result: "i32",
-  ...MAY_LACK,
-} as const;
+const LIST = { parameters: ["u64", "buffer", "buffer"], ...WAITS, optional: true } as const;
 
-/** The NVML functions bound, by their C names. Every one returns an `nvmlReturn_t` (an int). */
+/** The NVML functions bound, by their C names; each returns an `nvmlReturn_t` but the last. */
 const NVML_SYMBOLS = {
-  // nvmlReturn_t nvmlInit_v2(void)
-  nvmlInit_v2: { parameters: [], result: "i32", ...WAITS },
-  // nvmlReturn_t nvmlShutdown(void)
-  nvmlShutdown: { parameters: [], result: "i32", ...WAITS },
-  // const char *nvmlErrorString(nvmlReturn_t result): a table lookup, never waits
+  nvmlInit_v2: { parameters: [], ...WAITS }, // (void)
+  nvmlShutdown: { parameters: [], ...WAITS }, // (void)
+  nvmlDeviceGetCount_v2: { parameters: ["buffer"], ...WAITS }, // (unsigned int *count)
+  // (unsigned int index, nvmlDevice_t *device)
+  nvmlDeviceGetHandleByIndex_v2: { parameters: ["u32", "buffer"], ...WAITS },
+  // (nvmlDevice_t, char *uuid, unsigned int length)
+  nvmlDeviceGetUUID: { parameters: ["u64", "buffer", "u32"], ...WAITS },
+  // (nvmlDevice_t, unsigned int *infoCount, nvmlProcessInfo_t *infos)
+  nvmlDeviceGetComputeRunningProcesses_v3: LIST,
+  nvmlDeviceGetComputeRunningProcesses_v2: LIST,
+  // (nvmlDevice_t, nvmlMemory_t *memory): only the free memory needs it
+  nvmlDeviceGetMemoryInfo: { parameters: ["u64", "buffer"], ...WAITS, optional: true },
+  // const char *nvmlErrorString(nvmlReturn_t): a table lookup, never waits
   nvmlErrorString: { parameters: ["i32"], result: "u64" },
-  // nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *deviceCount)
-  nvmlDeviceGetCount_v2: { parameters: ["buffer"], result: "i32", ...WAITS },
-  // nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device)
-  nvmlDeviceGetHandleByIndex_v2: { parameters: ["u32", "buffer"], result: "i32", ...WAITS },
-  // nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length)
-  nvmlDeviceGetUUID: { parameters: ["u64", "buffer", "u32"], result: "i32", ...WAITS },
-  // nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t, unsigned int *infoCount,
-  //   nvmlProcessInfo_t *infos); _v2 takes the same 24-byte struct, in older NVMLs
-  nvmlDeviceGetComputeRunningProcesses_v3: LIST_PROCESSES,
-  nvmlDeviceGetComputeRunningProcesses_v2: LIST_PROCESSES,
-  // nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory); only the
-  // free memory needs it
-  nvmlDeviceGetMemoryInfo: { parameters: ["u64", "buffer"], result: "i32", ...MAY_LACK },
 } as const satisfies Record<string, CudaForeignFunction>;
 
 type NvmlSymbolName = keyof typeof NVML_SYMBOLS;
@@ -82,9 +59,8 @@ export interface NvmlOptions {
   /** The NVML library to load (then the only one tried); a relative path gets the cwd in front. */
   libraryPath?: string;
   /**
-   * Keep NVML initialised from the first read until {@link Nvml.close}, instead of one
-   * `nvmlInit_v2`/`nvmlShutdown` pair per read: a read then costs a few list calls instead of
-   * NVML's start-up (what the room check before each checkpoint and restore reads). Default false.
+   * Keep NVML initialised from the first read until {@link Nvml.close}, not one init and shutdown
+   * per read: for the room check, which reads before each checkpoint and restore. Default false.
    */
   keepInitialized?: boolean;
 }
@@ -101,19 +77,16 @@ export interface Nvml {
 
 /**
  * Finds and opens NVML: `libraryPath`, else {@link NVML_ENV_VAR}, else the system loader, else
- * libcuda's usual directories (the driver puts NVML next to it).
+ * libcuda's usual directories (NVML lies next to it).
  *
  * @throws {Error} listing every path tried with its reason, when none opens.
  */
 export function openNvml(adapter: FfiAdapter, options: NvmlOptions = {}): Nvml {
-  let explicit = options.libraryPath;
-  let envNote = "";
-  if (!explicit) {
-    try {
-      explicit = adapter.getEnv(NVML_ENV_VAR) || undefined;
-    } catch {
-      envNote = ` (${NVML_ENV_VAR} could not be read, so it counted as not set)`;
-    }
+  let explicit = options.libraryPath, envNote = "";
+  try {
+    explicit ||= adapter.getEnv(NVML_ENV_VAR) || undefined;
+  } catch {
+    envNote = ` (${NVML_ENV_VAR} could not be read, so it counted as not set)`;
   }
   const candidates = explicit ? [explicit] : [
     NVML_SONAME,
@@ -131,9 +104,8 @@ export function openNvml(adapter: FfiAdapter, options: NvmlOptions = {}): Nvml {
   }
   const tried = [...byReason].map(([reason, paths]) => `${paths.join(", ")}: ${reason}`);
   throw new Error(
-    `NVML (${NVML_SONAME}) could not be loaded, so GPU memory is unknown${envNote}; tried ${
-      tried.join("; ")
-    }`,
+    `NVML (${NVML_SONAME}) could not be loaded, so GPU memory is unknown${envNote}; tried ` +
+      tried.join("; "),
   );
 }
 
@@ -176,13 +148,7 @@ class NvmlLibrary implements Nvml {
     if (!this.#initialized) {
       const init = await this.#call("nvmlInit_v2", []);
       if (init !== 0) return { unknown: this.#failure("nvmlInit_v2", init) };
-      if (!this.#keep) {
-        try {
-          return await this.#read();
-        } finally {
-          await this.#call("nvmlShutdown", []);
-        }
-      }
+      if (!this.#keep) return await this.#read().finally(() => this.#call("nvmlShutdown", []));
       this.#initialized = true;
     }
     return await this.#read();
@@ -190,10 +156,9 @@ class NvmlLibrary implements Nvml {
 
   async #read(): Promise<GpuMemoryReport> {
     const present = this.#lib.present;
-    const list = ([
-      "nvmlDeviceGetComputeRunningProcesses_v3",
-      "nvmlDeviceGetComputeRunningProcesses_v2",
-    ] as const)
+    const list = (["v3", "v2"] as const).map((v) =>
+      `nvmlDeviceGetComputeRunningProcesses_${v}` as const
+    )
       .find((name) => present.has(name));
     if (!list) {
       return {
@@ -204,8 +169,7 @@ class NvmlLibrary implements Nvml {
     let code = await this.#call("nvmlDeviceGetCount_v2", [count]);
     if (code !== 0) return { unknown: this.#failure("nvmlDeviceGetCount_v2", code) };
     const byPid = new Map<number, Record<string, number> | "unknown">();
-    const freeMiB = new Map<string, number>();
-    const totalMiB = new Map<string, number>();
+    const freeMiB = new Map<string, number>(), totalMiB = new Map<string, number>();
     for (let index = 0; index < u32(count); index++) {
       const handleOut = nativeBuffer(8);
       code = await this.#call("nvmlDeviceGetHandleByIndex_v2", [index, handleOut]);
@@ -218,13 +182,14 @@ class NvmlLibrary implements Nvml {
       if (code !== 0) return { unknown: this.#failure(`nvmlDeviceGetUUID (GPU ${index})`, code) };
       const uuid = sameForm(cText(uuidOut));
       // Free memory where NVML tells it; a GPU it does not answer for is left out (never checked).
-      if (present.has("nvmlDeviceGetMemoryInfo")) {
-        const memory = nativeBuffer(NVML_MEMORY_SIZE);
-        if (await this.#call("nvmlDeviceGetMemoryInfo", [handle, memory]) === 0) {
-          const view = new DataView(memory.buffer);
-          freeMiB.set(uuid, Number(view.getBigUint64(NVML_MEMORY_FREE_OFFSET, true)) / 2 ** 20);
-          totalMiB.set(uuid, Number(view.getBigUint64(0, true)) / 2 ** 20);
-        }
+      const memory = nativeBuffer(24);
+      if (
+        present.has("nvmlDeviceGetMemoryInfo") &&
+        await this.#call("nvmlDeviceGetMemoryInfo", [handle, memory]) === 0
+      ) {
+        const view = new DataView(memory.buffer);
+        totalMiB.set(uuid, Number(view.getBigUint64(0, true)) / 2 ** 20);
+        freeMiB.set(uuid, Number(view.getBigUint64(8, true)) / 2 ** 20);
       }
       const entries = await this.#processes(list, handle, `${list} (GPU ${index}, ${uuid})`);
       if (typeof entries === "string") return { unknown: entries };
@@ -244,17 +209,12 @@ class NvmlLibrary implements Nvml {
   }
 
   /** One GPU's compute processes, or why they could not be read. */
-  async #processes(
-    symbol: NvmlSymbolName,
-    handle: bigint,
-    what: string,
-  ): Promise<{ pid: number; bytes: bigint }[] | string> {
-    let room = 64;
+  async #processes(symbol: NvmlSymbolName, handle: bigint, what: string) {
     // Processes come and go between the calls: grow the room a few times, then give up.
-    for (let attempt = 0; attempt < 5; attempt++) {
+    for (let attempt = 0, room = 64; attempt < 5; attempt++) {
       const count = nativeBuffer(4);
       new DataView(count.buffer).setUint32(0, room, true);
-      const infos = nativeBuffer(room * NVML_PROCESS_INFO_SIZE);
+      const infos = nativeBuffer(room * 24);
       const code = await this.#call(symbol, [handle, count, infos]);
       if (code === NVML_ERROR_INSUFFICIENT_SIZE) {
         room = u32(count) + 16;
@@ -263,8 +223,8 @@ class NvmlLibrary implements Nvml {
       if (code !== 0) return this.#failure(what, code);
       const view = new DataView(infos.buffer);
       return Array.from({ length: u32(count) }, (_, i) => ({
-        pid: view.getUint32(i * NVML_PROCESS_INFO_SIZE, true),
-        bytes: view.getBigUint64(i * NVML_PROCESS_INFO_SIZE + NVML_USED_MEMORY_OFFSET, true),
+        pid: view.getUint32(i * 24, true),
+        bytes: view.getBigUint64(i * 24 + 8, true),
       }));
     }
     return `${what}: the list kept growing faster than it could be read`;

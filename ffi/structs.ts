@@ -1,11 +1,7 @@
 /**
- * Byte layouts of the checkpoint API's argument structs (cuda.h 13.0), written into plain
- * `Uint8Array`s so that every runtime's FFI can pass them as pointers.
- *
- * Every buffer here has an `ArrayBuffer` of its own (`nativeBuffer`, adapter.ts): a small typed array
- * made by length may live inside the JavaScript heap, where the garbage collector is free to move
- * it, which an address written into a struct (`gpuPairs`) or held by a call running on another
- * thread must not see. An `ArrayBuffer`'s backing store stays where it is.
+ * Byte layouts of the checkpoint API's argument structs (cuda.h 13.0), in `Uint8Array`s that every
+ * runtime's FFI passes as pointers, each with an `ArrayBuffer` of its own whose address does not
+ * move (`nativeBuffer`): an address written into a struct (`gpuPairs`) must stay valid.
  *
  * @module
  */

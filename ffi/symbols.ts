@@ -1,8 +1,7 @@
 /**
  * The libcuda functions this package binds, by their exact C names, in one table for both
  * runtimes: Deno's `dlopen` takes it as it is, Bun's definitions come from {@link bunDefinition}.
- * Every function returns a `CUresult` (a C `int`); structs (`structs.ts`) and out-parameters
- * are passed as pointers to buffers.
+ * Structs (`structs.ts`) and out-parameters are passed as pointers to buffers.
  *
  * @module
  */
@@ -25,51 +24,37 @@ export interface CudaForeignFunction {
 }
 
 /** A function that can wait: it runs on another thread, never on the main one. */
-const WAITS = { nonblocking: true } as const;
+const WAITS = { result: "i32", nonblocking: true } as const;
 /** One some libraries lack: checkpoint (before 570), `_v2` (before CUDA 11.4), the GPU list's. */
-const MAY_LACK = { nonblocking: true, optional: true } as const;
+const MAY_LACK = { ...WAITS, optional: true } as const;
+/** A checkpoint function: `CUresult f(int pid, T *arg)`. */
+const CHECKPOINT = { parameters: ["i32", "buffer"], ...MAY_LACK } as const;
 
 /**
- * The symbol table. `cuDriverGetVersion` and the error names never wait. Every other function can:
- * `cuInit` and the device queries block in a process that has locked itself, and a checkpoint
- * function called while a checkpoint or restore of the same process is in flight waits until it
- * ends (3.3 s measured for getState; docs/DRIVER.md#overlapping-calls).
+ * The symbol table; each returns a `CUresult`. All but the version and the error names can wait:
+ * `cuInit` and the device queries in a process that locked itself, a checkpoint function while one
+ * of the same process is in flight (3.3 s measured for getState; docs/DRIVER.md).
  */
 export const CUDA_SYMBOLS = {
-  // CUresult cuDriverGetVersion(int *driverVersion)
-  cuDriverGetVersion: { parameters: ["buffer"], result: "i32" },
-  // CUresult cuInit(unsigned int Flags): Flags must be 0
-  cuInit: { parameters: ["u32"], result: "i32", ...WAITS },
-  // CUresult cuGetErrorName(CUresult error, const char **pStr): NULL for an unknown code
+  cuDriverGetVersion: { parameters: ["buffer"], result: "i32" }, // (int *driverVersion)
+  cuInit: { parameters: ["u32"], ...WAITS }, // (unsigned int Flags): Flags must be 0
+  // (CUresult error, const char **pStr): NULL for an unknown code
   cuGetErrorName: { parameters: ["i32", "buffer"], result: "i32" },
-  // CUresult cuGetErrorString(CUresult error, const char **pStr): NULL for an unknown code
   cuGetErrorString: { parameters: ["i32", "buffer"], result: "i32" },
-  // CUresult cuDeviceGetCount(int *count)
-  cuDeviceGetCount: { parameters: ["buffer"], result: "i32", ...MAY_LACK },
-  // CUresult cuDeviceGet(CUdevice *device, int ordinal): CUdevice is an int
-  cuDeviceGet: { parameters: ["buffer", "i32"], result: "i32", ...MAY_LACK },
-  // CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev): CUuuid is 16 bytes
-  cuDeviceGetUuid: { parameters: ["buffer", "i32"], result: "i32", ...MAY_LACK },
-  // CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev): preferred where present
-  cuDeviceGetUuid_v2: { parameters: ["buffer", "i32"], result: "i32", ...MAY_LACK },
-  // CUresult cuDeviceGetName(char *name, int len, CUdevice dev)
-  cuDeviceGetName: { parameters: ["buffer", "i32", "i32"], result: "i32", ...MAY_LACK },
-  // CUresult cuCheckpointProcessGetState(int pid, CUprocessState *state): a C enum, an int
-  cuCheckpointProcessGetState: { parameters: ["i32", "buffer"], result: "i32", ...MAY_LACK },
-  // CUresult cuCheckpointProcessGetRestoreThreadId(int pid, int *tid)
-  cuCheckpointProcessGetRestoreThreadId: {
-    parameters: ["i32", "buffer"],
-    result: "i32",
-    ...MAY_LACK,
-  },
-  // CUresult cuCheckpointProcessLock(int pid, CUcheckpointLockArgs *args): 64 bytes, or NULL
-  cuCheckpointProcessLock: { parameters: ["i32", "buffer"], result: "i32", ...MAY_LACK },
-  // CUresult cuCheckpointProcessCheckpoint(int pid, CUcheckpointCheckpointArgs *args): NULL
-  cuCheckpointProcessCheckpoint: { parameters: ["i32", "buffer"], result: "i32", ...MAY_LACK },
-  // CUresult cuCheckpointProcessRestore(int pid, CUcheckpointRestoreArgs *args): 64 bytes, or NULL
-  cuCheckpointProcessRestore: { parameters: ["i32", "buffer"], result: "i32", ...MAY_LACK },
-  // CUresult cuCheckpointProcessUnlock(int pid, CUcheckpointUnlockArgs *args): NULL
-  cuCheckpointProcessUnlock: { parameters: ["i32", "buffer"], result: "i32", ...MAY_LACK },
+  cuDeviceGetCount: { parameters: ["buffer"], ...MAY_LACK }, // (int *count)
+  // (CUdevice *device, int ordinal): CUdevice is an int
+  cuDeviceGet: { parameters: ["buffer", "i32"], ...MAY_LACK },
+  // (CUuuid *uuid, CUdevice dev): CUuuid is 16 bytes; the _v2 is preferred where present
+  cuDeviceGetUuid: { parameters: ["buffer", "i32"], ...MAY_LACK },
+  cuDeviceGetUuid_v2: { parameters: ["buffer", "i32"], ...MAY_LACK },
+  // (char *name, int len, CUdevice dev)
+  cuDeviceGetName: { parameters: ["buffer", "i32", "i32"], ...MAY_LACK },
+  cuCheckpointProcessGetState: CHECKPOINT, // (int pid, CUprocessState *state): a C enum, an int
+  cuCheckpointProcessGetRestoreThreadId: CHECKPOINT, // (int pid, int *tid)
+  cuCheckpointProcessLock: CHECKPOINT, // (int pid, CUcheckpointLockArgs *args): 64 bytes, or NULL
+  cuCheckpointProcessCheckpoint: CHECKPOINT, // (int pid, CUcheckpointCheckpointArgs *): NULL
+  cuCheckpointProcessRestore: CHECKPOINT, // (int pid, CUcheckpointRestoreArgs *): 64 bytes, or NULL
+  cuCheckpointProcessUnlock: CHECKPOINT, // (int pid, CUcheckpointUnlockArgs *args): NULL
 } as const satisfies Record<string, CudaForeignFunction>;
 
 /** The C names of every function in {@link CUDA_SYMBOLS}. */

@@ -1,25 +1,24 @@
 /**
- * A program run as root with a bound: an argument array, a deadline and an abort signal. A program
- * that overstays is ended (SIGTERM, then SIGKILL after a short grace), its own child processes are
- * killed and waited for, and the processes it was working on are sent SIGCONT (criu may have left
- * them stopped), so that no stop leaves a process suspended or a child behind. Processes are found
- * through `/proc`, each with its start time, so that a pid reused meanwhile is never signalled.
+ * A program run as root with a bound: an argument array, a deadline and an abort signal. One that
+ * overstays is ended (SIGTERM, then SIGKILL after a grace), its children are killed and waited
+ * for, and what it worked on is sent SIGCONT (criu may have left it stopped); processes are known
+ * with their start times, so that a reused pid is never signalled. At this program's exit (a
+ * second Ctrl-C, `process.exit`, `Deno.exit`) each run under way is ended so at once; a SIGKILL of
+ * this program cannot be seen, and the run goes on (docs/SNAPSHOTS.md, "The engine").
  *
  * @module
  */
 
 import { spawn } from "node:child_process";
-import { readdir, readFile } from "node:fs/promises";
+import { readdirSync, readFileSync } from "node:fs";
 import process from "node:process";
-import { statFields } from "./linux_host.ts";
+import { descendants, parseStat, type ProcEntry, procTable } from "./linux_host.ts";
 import { errorCode } from "./private.ts";
 
 /** How long a program has between SIGTERM and SIGKILL, in ms. */
 export const GRACE_MS = 2000;
-
 /** How long the children of an ended program have to go after SIGKILL, in ms. */
 export const CHILDREN_WAIT_MS = 2000;
-
 /** The most output of each stream kept (its end), in characters. */
 const MAX_OUTPUT = 64 * 1024;
 
@@ -30,8 +29,8 @@ export interface RunBound {
   /** Ends the run once this many ms have passed. */
   readonly timeoutMs?: number;
   /**
-   * The processes the program works on, read when it is ended (before it is signalled): each is
-   * sent SIGCONT once the program and its children are gone.
+   * The processes the program works on, read before it starts and again when it is ended
+   * (before it is signalled): each is sent SIGCONT once the program and its children are gone.
    */
   readonly worksOn?: () => Promise<readonly number[]>;
 }
@@ -64,89 +63,123 @@ export interface RunResult {
   readonly ended?: Ending;
 }
 
+/** The runs under way, each ended at once by {@link endAllNow} when this program exits. */
+const running = new Set<{ pid: number; gone: () => boolean; worksOn: readonly number[] }>();
+let watching = false;
+
+/** Kills every run under way and its children, and sends SIGCONT to what it worked on: at exit. */
+function endAllNow(): void {
+  const table = new Map<number, ProcEntry>();
+  for (const name of running.size > 0 ? readdirSync("/proc") : []) {
+    const stat = /^[0-9]+$/.test(name) && statOf(name);
+    if (stat) table.set(+name, stat);
+  }
+  const send = (pid: number, signal: "SIGKILL" | "SIGCONT") => {
+    try {
+      process.kill(pid, signal);
+    } catch {
+      // gone, or not ours to signal: nothing more can be done now
+    }
+  };
+  for (const run of running) {
+    if (!run.gone()) send(run.pid, "SIGKILL");
+    for (const p of descendants(table, run.pid)) send(p, "SIGKILL");
+    for (const p of run.worksOn) if (table.has(p)) send(p, "SIGCONT");
+  }
+  running.clear();
+}
+
+/** `/proc/<pid>/stat`, read now (it waits for no lock); `undefined` where there is none. */
+function statOf(pid: number | string): ProcEntry | undefined {
+  try {
+    return parseStat(readFileSync(`/proc/${pid}/stat`, "utf8"));
+  } catch {
+    return undefined;
+  }
+}
+
 /**
  * Runs `program` with `args` and exactly the environment `env`, bounded as `bound` says; resolves
- * once it has exited (and, where it was ended, once its children are gone). Rejects where it
- * cannot be started. A signal already aborted starts nothing: it resolves at once as ended.
+ * once it has exited (and its children are gone, where it was ended); rejects where it cannot
+ * start. A signal already aborted starts nothing: it resolves at once as ended.
  */
-export function runBounded(
+export async function runBounded(
   program: string,
   args: readonly string[],
   env: Record<string, string>,
   bound: RunBound = {},
 ): Promise<RunResult> {
+  // Known before it starts, for an exit of this program that cannot wait to read them.
+  const worksOn = await bound.worksOn?.().catch(() => []) ?? [];
   if (bound.signal?.aborted) {
-    const ended = { why: "aborted" as const, afterMs: 0, killed: false };
-    return Promise.resolve({
+    const none = { children: [], childrenLeft: [], continued: [] };
+    return {
       code: 128,
       stdout: "",
       stderr: "",
-      ended: { ...ended, children: [], childrenLeft: [], continued: [] },
-    });
+      ended: { why: "aborted", afterMs: 0, killed: false, ...none },
+    };
   }
-  return new Promise((resolve, reject) => {
-    const t0 = performance.now();
-    // A session of its own: a terminal's Ctrl-C or hangup reaches this program, which stops the
-    // run as its bound says, never the run directly (a criu dying mid-dump, its tree untended);
-    // and a tree criu restores (--shell-job) joins criu's session, not the terminal's.
-    const child = spawn(program, [...args], {
-      env,
-      stdio: ["ignore", "pipe", "pipe"],
-      detached: true,
-    });
-    let stdout = "", stderr = "";
-    const keep = (text: string) => text.length > MAX_OUTPUT ? text.slice(-MAX_OUTPUT) : text;
-    child.stdout!.setEncoding("utf8").on("data", (d: string) => stdout = keep(stdout + d));
-    child.stderr!.setEncoding("utf8").on("data", (d: string) => stderr = keep(stderr + d));
-    const closed = Promise.all([child.stdout!, child.stderr!].map((s) =>
+  if (!watching) {
+    watching = true;
+    process.on("exit", endAllNow);
+    globalThis.addEventListener?.("unload", endAllNow); // Deno.exit() fires this, not "exit"
+  }
+  const t0 = performance.now();
+  // A session of its own: a terminal's Ctrl-C or hangup reaches this program, which stops the run
+  // as its bound says, never the run directly (a criu dying mid-dump, its tree untended); and a
+  // tree criu restores (--shell-job) joins criu's session, not the terminal's.
+  const child = spawn(program, [...args], {
+    env,
+    stdio: ["ignore", "pipe", "pipe"],
+    detached: true,
+  });
+  const output = { stdout: "", stderr: "" };
+  const closed = Promise.all(
+    (["stdout", "stderr"] as const).map((name) =>
       new Promise<void>((r) => {
-        s.once("close", () => r());
-        s.once("error", () => r());
+        const stream = child[name]!.setEncoding("utf8");
+        stream.on("data", (d: string) => output[name] = (output[name] + d).slice(-MAX_OUTPUT));
+        stream.once("close", () => r()).once("error", () => r());
       })
-    ));
-    let exitedNow = false;
-    const exited = new Promise<{ code: number | null; sig: string | null }>((r, fail) => {
-      child.once("exit", (code, sig) => {
-        exitedNow = true;
-        r({ code, sig });
-      });
-      child.once("error", fail);
-    });
-    let ending: Promise<Ending> | undefined;
-    const end = (why: Ending["why"]) => {
-      if (ending || exitedNow) return;
-      ending = endRun(child.pid!, exited, () => exitedNow, why, performance.now() - t0, bound);
-      ending.catch(() => {}); // awaited once the program has exited, or it rejects the run there
-    };
-    const timer = bound.timeoutMs === undefined
-      ? undefined
-      : setTimeout(() => end("deadline"), Math.max(0, bound.timeoutMs));
-    const onAbort = () => end("aborted");
-    bound.signal?.addEventListener("abort", onAbort, { once: true });
-    const cleanUp = () => {
-      if (timer !== undefined) clearTimeout(timer);
-      bound.signal?.removeEventListener("abort", onAbort);
-    };
-    exited.then(async ({ code, sig }) => {
-      cleanUp();
-      let ended: Ending | undefined;
-      try {
-        ended = ending ? await ending : undefined;
-      } catch (err) {
-        // It could not be ended as its bound says (a signal refused): the run fails, saying so.
-        return reject(err);
-      }
-      // A child of the program that still holds its output must not hold this run.
-      if (!(await settlesWithin(closed, 1000))) {
-        child.stdout!.destroy();
-        child.stderr!.destroy();
-      }
-      resolve({ code: code ?? (sig ? 128 : -1), stdout, stderr, ...(ended ? { ended } : {}) });
-    }, (err) => {
-      cleanUp();
-      reject(err);
+    ),
+  );
+  let exitedNow = false;
+  const exited = new Promise<{ code: number | null; sig: string | null }>((r, fail) => {
+    child.once("error", fail).once("exit", (code, sig) => {
+      exitedNow = true;
+      r({ code, sig });
     });
   });
+  const run = { pid: child.pid!, gone: () => exitedNow, worksOn };
+  if (child.pid !== undefined) running.add(run);
+  let ending: Promise<Ending> | undefined;
+  const end = (why: Ending["why"]) => {
+    if (ending || exitedNow) return;
+    ending = endRun(child.pid!, exited, () => exitedNow, why, performance.now() - t0, bound);
+    ending.catch(() => {}); // awaited once the program has exited, or it rejects the run there
+  };
+  const timer = bound.timeoutMs === undefined
+    ? undefined
+    : setTimeout(() => end("deadline"), Math.max(0, bound.timeoutMs));
+  const onAbort = () => end("aborted");
+  bound.signal?.addEventListener("abort", onAbort, { once: true });
+  let exit;
+  try {
+    exit = await exited;
+  } finally {
+    running.delete(run);
+    clearTimeout(timer);
+    bound.signal?.removeEventListener("abort", onAbort);
+  }
+  // Where it could not be ended as its bound says (a signal refused), the run fails, saying so.
+  const ended = ending ? await ending : undefined;
+  // A child of the program that still holds its output must not hold this run.
+  if (!(await settlesWithin(closed, 1000))) {
+    child.stdout!.destroy();
+    child.stderr!.destroy();
+  }
+  return { code: exit.code ?? (exit.sig ? 128 : -1), ...output, ...(ended ? { ended } : {}) };
 }
 
 /**
@@ -161,19 +194,18 @@ async function endRun(
   afterMs: number,
   bound: RunBound,
 ): Promise<Ending> {
-  const table = await processTable();
-  const children = descendantsIn(table, pid);
+  const table = await procTable();
+  const children = descendants(table, pid);
   const worksOn = await bound.worksOn?.().catch(() => []) ?? [];
   const startOf = new Map([...table].map(([p, e]) => [p, e.start]));
   // By pid, not ChildProcess.kill(): Deno's sends no second signal once one was sent. Only while
   // its exit has not been seen (the reads above took a while): until then, the pid is its own.
   if (!gone()) signalEach([pid], "SIGTERM");
-  const grace = GRACE_MS;
   let killed = false;
-  if (!(await settlesWithin(exited, grace))) {
+  if (!(await settlesWithin(exited, GRACE_MS))) {
     // More children may have come meanwhile: theirs too.
-    const later = await processTable();
-    for (const p of descendantsIn(later, pid)) {
+    const later = await procTable();
+    for (const p of descendants(later, pid)) {
       if (!children.includes(p)) children.push(p);
       startOf.set(p, later.get(p)!.start);
     }
@@ -183,15 +215,12 @@ async function endRun(
     }
     await exited;
   }
-  const stillThem = (p: number) => signalSame(p, startOf.get(p), "SIGKILL");
-  await Promise.all(children.map(stillThem));
+  for (const p of children) signalSame(p, startOf.get(p), "SIGKILL");
   const childrenLeft = await goneWithin(children, startOf, CHILDREN_WAIT_MS);
-  const continued: number[] = [];
-  const table2 = await processTable();
-  for (const p of worksOn) {
-    const start = table2.get(p)?.start;
-    if (start !== undefined && await signalSame(p, start, "SIGCONT")) continued.push(p);
-  }
+  const now = await procTable();
+  const continued = worksOn.filter((p) =>
+    now.has(p) && signalSame(p, now.get(p)!.start, "SIGCONT")
+  );
   return { why, afterMs: Math.round(afterMs), killed, children, childrenLeft, continued };
 }
 
@@ -209,68 +238,19 @@ export function signalEach(
   }
 }
 
-/** One process as `/proc/<pid>/stat` gives it. */
-interface ProcEntry {
-  readonly parent: number;
-  readonly start: number;
-  readonly state: string;
-}
-
-/** `/proc/<pid>/stat`'s parent, start time and state; `undefined` where there is no such process. */
-async function statOf(pid: number): Promise<ProcEntry | undefined> {
-  const text = await readFile(`/proc/${pid}/stat`, "utf8").catch(() => undefined);
-  if (text === undefined) return undefined;
-  const rest = statFields(text);
-  return { state: rest[0], parent: Number(rest[1]), start: Number(rest[19]) };
-}
-
-/** Every process of the machine, by pid. */
-async function processTable(): Promise<Map<number, ProcEntry>> {
-  const table = new Map<number, ProcEntry>();
-  const names = await readdir("/proc").catch(() => [] as string[]);
-  await Promise.all(
-    names.filter((n) => /^[0-9]+$/.test(n)).map(async (n) => {
-      const entry = await statOf(Number(n));
-      if (entry) table.set(Number(n), entry);
-    }),
-  );
-  return table;
-}
-
-/** The processes descended from `pid` in `table`, parents before their children. */
-function descendantsIn(table: ReadonlyMap<number, ProcEntry>, pid: number): number[] {
-  const children = new Map<number, number[]>();
-  for (const [p, e] of table) {
-    const list = children.get(e.parent);
-    if (list) list.push(p);
-    else children.set(e.parent, [p]);
-  }
-  const seen = new Set<number>();
-  const queue = [...(children.get(pid) ?? [])];
-  for (let i = 0; i < queue.length; i++) {
-    if (seen.has(queue[i])) continue;
-    seen.add(queue[i]);
-    queue.push(...(children.get(queue[i]) ?? []));
-  }
-  return [...seen];
-}
-
-/**
- * `pid` and the processes descended from it, read from `/proc`, parents first; empty where
- * there is no such process.
- */
+/** `pid` and the processes descended from it, parents first; empty where there is no such process. */
 export async function treeOf(pid: number): Promise<number[]> {
-  const table = await processTable();
-  return table.has(pid) ? [pid, ...descendantsIn(table, pid)] : [];
+  const table = await procTable();
+  return table.has(pid) ? [pid, ...descendants(table, pid)] : [];
 }
 
 /** Sends `signal` to `pid` where it is still the process that started at `start`. */
-async function signalSame(
+function signalSame(
   pid: number,
   start: number | undefined,
   signal: "SIGKILL" | "SIGCONT",
-): Promise<boolean> {
-  const now = await statOf(pid);
+): boolean {
+  const now = statOf(pid);
   if (!now || (start !== undefined && now.start !== start)) return false;
   try {
     process.kill(pid, signal);
@@ -289,18 +269,13 @@ async function goneWithin(
 ): Promise<number[]> {
   const deadline = performance.now() + ms;
   for (;;) {
-    const left: number[] = [];
-    for (const p of pids) {
-      const now = await statOf(p);
-      if (now && now.start === startOf.get(p) && now.state !== "Z") left.push(p);
-    }
+    const left = pids.filter((p) => {
+      const now = statOf(p);
+      return now && now.start === startOf.get(p) && now.state !== "Z";
+    });
     if (left.length === 0 || performance.now() >= deadline) return left;
-    await sleep(20);
+    await new Promise((r) => setTimeout(r, 20));
   }
-}
-
-function sleep(ms: number): Promise<void> {
-  return new Promise((r) => setTimeout(r, ms));
 }
 
 /** Whether `p` settles within `ms`; no timer is left behind either way. */

@@ -1,27 +1,17 @@
 /**
  * CRIU as the engine of snapshots: the installed `criu`, run with an argument array, one run per
- * tree. This package suspends and resumes the CUDA processes itself (a checkpointed one no longer
- * refers to the GPU), so criu runs without its CUDA plugin (`--no-default-config`, an empty
- * `--libdir`, no `CRIU_CONFIG_FILE` or `CRIU_LIBS_DIR`), which would restore and unlock them
- * behind its back. A dump leaves the processes running (the snapshot ends them once every tree is
- * on disk); `--shell-job` takes a tree whose root leads no session, `--file-locks` one holding a
- * file lock (Deno holds its caches'). Each error names the run's log.
- *
- * criu runs as root, so it is chosen with care (os/trusted.ts): the program, and every directory
- * above its real path, must belong to root (or this user) and be writable by nobody else; it runs
- * by its real path with a minimal environment (a fixed `PATH`, no `LD_PRELOAD`, and
- * `LD_LIBRARY_PATH` only where a library directory is named explicitly, checked the same way);
- * its work directories are private (0700, under `/run/ckpt-cuda-work` as root).
- *
- * A run is bounded by the request's deadline and abort signal (os/bounded_run.ts): a criu that
- * overstays gets SIGTERM, then SIGKILL, its child processes are killed, and a dump's processes are
- * sent SIGCONT (criu may have left them stopped); the error says so. A criu killed midway may
- * leave its parasite code in a process it was dumping: the deadline is for a criu that hangs.
+ * tree, without its CUDA plugin (`--no-default-config`, an empty `--libdir`, no `CRIU_CONFIG_FILE`
+ * or `CRIU_LIBS_DIR`), which would restore and unlock the CUDA processes behind this package's
+ * back. A dump leaves the processes running; `--shell-job` takes a tree whose root leads no
+ * session, `--file-locks` one holding a file lock (Deno holds its caches'). criu is chosen with
+ * care (`trusted.ts`) and runs by its real path with a fixed `PATH` and nothing else of the
+ * caller's environment; each run is bounded (`bounded_run.ts`) in a private work directory removed
+ * when it ends. Each error names criu's log.
  *
  * @module
  */
 
-import { lstat, mkdir, mkdtemp, readdir, readFile, rm, stat } from "node:fs/promises";
+import { lstat, mkdir, readdir, readFile, readlink, rename, rm, stat } from "node:fs/promises";
 import { availableParallelism } from "node:os";
 import path from "node:path";
 import process from "node:process";
@@ -45,43 +35,35 @@ import {
   treeOf,
 } from "./bounded_run.ts";
 import { myUid } from "./private.ts";
-import { privateWorkBase, trustedLibraryDir, trustedProgram } from "./trusted.ts";
+import { trustedLibraryDir, trustedProgram, workDir } from "./trusted.ts";
 
-/** The environment variable that names the criu program, where it is not on `PATH`. */
-const CRIU_ENV_VAR = "CKPT_CRIU_PATH";
-/** The environment variable that names criu's library directory (its `LD_LIBRARY_PATH`). */
-const LIBRARY_ENV_VAR = "CKPT_CRIU_LIBRARY_DIR";
+/** The environment variables that name criu and its library directory. */
+const CRIU_ENV_VAR = "CKPT_CRIU_PATH", LIBRARY_ENV_VAR = "CKPT_CRIU_LIBRARY_DIR";
 /** The oldest criu this package runs. */
 const CRIU_MIN_VERSION = "4.0";
-/** The `PATH` criu runs with, whatever the caller's. */
-const CRIU_PATH = "/usr/sbin:/usr/bin:/sbin:/bin";
 /** How long `criu --version` and `criu check` may take, in ms. */
 const PROBE_TIMEOUT_MS = 60_000;
-
 /** Where criu is looked for after `PATH`'s absolute directories. */
 const SYSTEM_DIRS = ["/usr/local/sbin", "/usr/sbin", "/sbin", "/usr/local/bin", "/usr/bin"];
 
 /** How criu is found and run: `openMachine`'s `criu` option. */
 export interface CriuEngineOptions {
   /**
-   * The criu program: an absolute path. Left out: `$CKPT_CRIU_PATH`, else `criu` in `PATH`'s
-   * absolute directories, else in the system's sbin and bin directories; never a relative path.
-   * Whichever it is, it and every directory above its real path must belong to root (or this
-   * user) and be writable by nobody else, or it is refused.
+   * The criu program, an absolute path; left out, `$CKPT_CRIU_PATH`, else `criu` in `PATH`'s
+   * absolute directories, else in sbin and bin. It and every directory above its real path must be
+   * root's (or this user's) and writable by nobody else.
    */
   criuPath?: string;
   /**
-   * A directory of libraries criu needs (a criu unpacked outside the system, Debian's in
-   * `/tmp/criu`): its `LD_LIBRARY_PATH`, which it otherwise runs without. An absolute path,
-   * checked as `criuPath` is, and every file in it. Left out: `$CKPT_CRIU_LIBRARY_DIR`, else none.
+   * criu's `LD_LIBRARY_PATH` (a criu unpacked outside the system), an absolute path checked as
+   * `criuPath` is, with everything below it; left out, `$CKPT_CRIU_LIBRARY_DIR`, else none.
    */
   libraryDir?: string;
   /** More arguments for every dump and restore (`--tcp-established`, `--ext-unix-sk`, ...). */
   extraArgs?: readonly string[];
   /**
    * The environment criu is found in (`PATH`, `CKPT_CRIU_PATH`, `CKPT_CRIU_LIBRARY_DIR`); the
-   * process's by default. criu itself runs with a minimal one: `PATH` set to
-   * `/usr/sbin:/usr/bin:/sbin:/bin`, and `LD_LIBRARY_PATH` only as `libraryDir` says.
+   * process's by default. criu runs with `PATH=/usr/sbin:/usr/bin:/sbin:/bin` and no other.
    */
   env?: Readonly<Record<string, string | undefined>>;
 }
@@ -92,10 +74,9 @@ export function openCriuEngine(options: CriuEngineOptions = {}): SnapshotEngine 
 }
 
 /** criu as found and checked: its real path and the environment it runs with. */
-interface Criu {
-  readonly path: string;
-  readonly env: Record<string, string>;
-}
+type Criu = { readonly path: string; readonly env: Record<string, string> };
+/** A run's log: the path criu writes, and the one the user is told. */
+type Log = { readonly file: string; readonly shown: string };
 
 class CriuEngine implements SnapshotEngine {
   readonly kind: string = "criu";
@@ -108,33 +89,26 @@ class CriuEngine implements SnapshotEngine {
   #probe: Promise<EngineProbe> | undefined;
 
   constructor(options: CriuEngineOptions) {
-    const given = options.criuPath;
-    if (given !== undefined && (typeof given !== "string" || !path.isAbsolute(given))) {
-      throw new TypeError(`criuPath must be an absolute path, got ${JSON.stringify(given)}`);
-    }
-    const lib = options.libraryDir;
-    if (lib !== undefined && (typeof lib !== "string" || !path.isAbsolute(lib))) {
-      throw new TypeError(
-        `libraryDir must be an absolute path of a directory, got ${JSON.stringify(lib)}`,
-      );
+    const refuse = (name: string, what: string, value: unknown) => {
+      throw new TypeError(`${name} must be ${what}, got ${JSON.stringify(value)}`);
+    };
+    const absolute = (v: unknown) => v === undefined || typeof v === "string" && path.isAbsolute(v);
+    if (!absolute(options.criuPath)) refuse("criuPath", "an absolute path", options.criuPath);
+    if (!absolute(options.libraryDir)) {
+      refuse("libraryDir", "an absolute path of a directory", options.libraryDir);
     }
     for (const arg of options.extraArgs ?? []) {
       if (typeof arg !== "string" || !arg.startsWith("--") || arg.includes("\0")) {
-        throw new TypeError(
-          `extraArgs must be criu options starting with --, got ${JSON.stringify(arg)}`,
-        );
+        refuse("extraArgs", "criu options starting with --", arg);
       }
     }
-    this.#given = given;
-    this.#libraryDir = lib;
+    this.#given = options.criuPath;
+    this.#libraryDir = options.libraryDir;
     this.#extra = [...(options.extraArgs ?? [])];
     this.#env = options.env ?? process.env;
   }
 
-  /**
-   * What criu's restore does not act on: its memory images (`pages-N.img`, the pages it copies
-   * into the restored processes) and its dump's log (`dump.log`, which it does not read).
-   */
+  /** Its restore does not act on its memory images (`pages-N.img`) and its dump's `dump.log`. */
   inertFile(name: string): boolean {
     return name === "dump.log" || /^pages-[1-9][0-9]{0,9}\.img$/.test(name);
   }
@@ -142,22 +116,22 @@ class CriuEngine implements SnapshotEngine {
   probe(): Promise<EngineProbe> {
     this.#probe ??= this.#find().then(async (found) => {
       if ("problem" in found) return { problems: [found.problem] };
-      const criu = found.criu;
+      const { path: criu, env } = found.criu;
       const problems: string[] = [];
-      const bound = { timeoutMs: PROBE_TIMEOUT_MS };
-      const version = await runBounded(criu.path, ["--version"], criu.env, bound)
-        .then((r) => r.stdout.match(/^Version:\s*([0-9][0-9.]*)/m)?.[1])
-        .catch(() => undefined);
+      const run = (args: string[]) =>
+        runBounded(criu, args, env, { timeoutMs: PROBE_TIMEOUT_MS })
+          .catch((err) => ({ code: -1, stdout: "", stderr: messageOf(err) }));
+      const version = (await run(["--version"])).stdout.match(/^Version:\s*([0-9][0-9.]*)/m)?.[1];
       if (!version) {
-        const hint = this.#env.LD_LIBRARY_PATH && !criu.env.LD_LIBRARY_PATH
+        const hint = this.#env.LD_LIBRARY_PATH && !env.LD_LIBRARY_PATH
           ? ` (it runs without LD_LIBRARY_PATH: name its library directory with ` +
             `${LIBRARY_ENV_VAR} or the libraryDir option)`
           : "";
-        problems.push(`${criu.path} does not run as criu (criu --version gave no version)${hint}.`);
+        problems.push(`${criu} does not run as criu (criu --version gave no version)${hint}.`);
       } else if (olderVersion(version, CRIU_MIN_VERSION)) {
         problems.push(
-          `criu ${version} at ${criu.path} is too old: this package needs criu ` +
-            `${CRIU_MIN_VERSION} or later (tested with 4.1.1 and 4.2).`,
+          `criu ${version} at ${criu} is too old: this package needs criu ${CRIU_MIN_VERSION} or ` +
+            `later (tested with 4.1.1 and 4.2).`,
         );
       }
       if (myUid() !== 0) {
@@ -166,13 +140,11 @@ class CriuEngine implements SnapshotEngine {
             "processes, and so do the driver's checkpoint calls; run as root.",
         );
       } else if (version) {
-        const check = await runBounded(criu.path, ["check", "--no-default-config"], criu.env, bound)
-          .catch((err) => ({ code: -1, stdout: "", stderr: messageOf(err) }));
+        const check = await run(["check", "--no-default-config"]);
         if (check.code !== 0 || !/Looks good/.test(check.stdout)) {
           const said = `${check.stdout}\n${check.stderr}`.split("\n").map((l) => l.trim())
             .filter(Boolean).slice(-4).join("; ");
-          // criu 4.0 reads the vDSO of kernels from 6.x (split vDSO areas, fixed in 4.1) wrongly,
-          // and its check fails on them though the kernel lacks nothing.
+          // criu 4.0 reads the vDSO of 6.x kernels (split vDSO areas) wrongly: its check fails.
           const vdso = olderVersion(version, "4.1") && /vdso/i.test(said)
             ? ` criu ${version} cannot read this kernel's vDSO (criu 4.1 fixed that): use criu ` +
               `4.1 or later.`
@@ -190,66 +162,69 @@ class CriuEngine implements SnapshotEngine {
   }
 
   async dump(request: DumpRequest): Promise<readonly DumpedProcess[]> {
-    const criu = await this.#criu();
-    const log = path.join(request.imagesDir, "dump.log");
-    if (request.signal?.aborted) {
-      throw new EngineError(`the dump of the tree of ${request.root} was stopped before criu ran`);
-    }
-    const noPlugins = await this.#workDir("noplugins-");
+    const criu = await this.#criu("dump", request);
+    const file = path.join(request.imagesDir, "dump.log");
+    const log = { file, shown: await shownPath(file) };
+    const work = await this.#workDir("dump-");
     const watch = watchBytes(request.imagesDir, request.onBytes);
     try {
       await this.#run(criu, "dump", request.root, log, [
-        ...["--libdir", noPlugins, "--tree", String(request.root)],
+        ...["--libdir", work, "--tree", String(request.root)],
         ...["--images-dir", request.imagesDir, "--leave-running"],
         ...(request.tcpEstablished ? ["--tcp-established"] : []),
-      ], { ...boundOf(request), worksOn: () => treeOf(request.root) });
+      ], { ...request, worksOn: () => treeOf(request.root) });
       if (request.signal?.aborted) {
-        throw new EngineError(`the dump of the tree of ${request.root} was stopped`, { log });
+        throw new EngineError(`the dump of the tree of ${request.root} was stopped`, {
+          log: log.shown,
+        });
       }
       const pstree = path.join(request.imagesDir, "pstree.img");
       try {
         return parsePstree(new Uint8Array(await readFile(pstree)));
       } catch (err) {
-        throw new EngineError(`criu's ${pstree} cannot be read: ${messageOf(err)}`, { log });
+        throw new EngineError(
+          `criu's ${await shownPath(pstree)} cannot be read: ${messageOf(err)}`,
+          { log: log.shown },
+        );
       }
     } finally {
       await watch.stop();
-      await rm(noPlugins, { recursive: true, force: true });
+      await rm(work, { recursive: true, force: true });
     }
   }
 
+  /**
+   * Restores a tree, in a private work directory removed when the run ends; a failure's log is
+   * kept beside it as `restore-<root>.log` (the last failed restore of that root's).
+   */
   async restore(request: RestoreRequest): Promise<void> {
-    const criu = await this.#criu();
-    if (request.signal?.aborted) {
-      throw new EngineError(
-        `the restore of the tree of ${request.root} was stopped before criu ran`,
-      );
-    }
+    const criu = await this.#criu("restore", request);
     const work = await this.#workDir("restore-");
-    const noPlugins = path.join(work, "no-plugins");
-    const log = path.join(work, "restore.log");
+    const log = {
+      file: path.join(work, "restore.log"),
+      shown: path.join(path.dirname(work), `restore-${request.root}.log`),
+    };
     const pidfile = path.join(work, "root.pid");
-    let ok = false;
     try {
-      await mkdir(noPlugins, { mode: 0o700 });
+      await mkdir(path.join(work, "no-plugins"), { mode: 0o700 });
       await this.#run(criu, "restore", request.root, log, [
-        ...["--libdir", noPlugins, "--images-dir", request.imagesDir, "--work-dir", work],
-        ...["--pidfile", pidfile, "--restore-detached"],
+        ...["--libdir", path.join(work, "no-plugins"), "--images-dir", request.imagesDir],
+        ...["--work-dir", work, "--pidfile", pidfile, "--restore-detached"],
         ...(request.leaveStopped ? ["--leave-stopped"] : []),
         ...(request.tcpEstablished ? ["--tcp-established"] : []),
-      ], boundOf(request));
+      ], request);
       const root = Number((await readFile(pidfile, "utf8").catch(() => "")).trim());
       if (root !== request.root) {
-        throw new EngineError(
-          `criu restored the tree of ${request.root} as ${root || "an unknown pid"}`,
-          { log },
-        );
+        const as = root || "an unknown pid";
+        throw new EngineError(`criu restored the tree of ${request.root} as ${as}`, {
+          log: log.shown,
+        });
       }
-      ok = true;
+    } catch (err) {
+      await rename(log.file, log.shown).catch(() => {});
+      throw err;
     } finally {
-      // The log of a failure stays for the error to name; a success leaves nothing behind.
-      if (ok) await rm(work, { recursive: true, force: true });
-      else await rm(noPlugins, { recursive: true, force: true });
+      await rm(work, { recursive: true, force: true });
     }
   }
 
@@ -265,104 +240,81 @@ class CriuEngine implements SnapshotEngine {
     return Promise.resolve(signalEach(pids, "SIGCONT"));
   }
 
-  /** criu, found and checked now (a check is a few `lstat`s: made before every run). */
-  async #criu(): Promise<Criu> {
+  /** criu, found and checked now (a few `lstat`s: before every run), unless `op` was stopped. */
+  async #criu(op: string, request: DumpRequest | RestoreRequest): Promise<Criu> {
     const found = await this.#find();
     if ("problem" in found) throw new EngineError(found.problem);
+    if (request.signal?.aborted) {
+      throw new EngineError(`the ${op} of the tree of ${request.root} was stopped before criu ran`);
+    }
     return found.criu;
   }
 
-  /** A new private work directory (mode 0700) under the private base; an EngineError if none. */
-  async #workDir(prefix: string): Promise<string> {
+  /** A new private work directory ({@link workDir}); an EngineError if none can be made. */
+  async #workDir(what: string): Promise<string> {
     try {
-      return await mkdtemp(path.join(await privateWorkBase(), prefix));
+      return await workDir(what);
     } catch (err) {
       throw new EngineError(messageOf(err), { cause: err });
     }
   }
 
   /** Runs `criu op` on the tree of `root` with the options every run has; throws on a failure. */
-  async #run(
-    criu: Criu,
-    op: string,
-    root: number,
-    log: string,
-    args: string[],
-    bound: RunBound,
-  ): Promise<void> {
+  async #run(criu: Criu, op: string, root: number, log: Log, args: string[], bound: RunBound) {
+    const every = [
+      "--no-default-config",
+      "--log-file",
+      log.file,
+      "-v4",
+      "--shell-job",
+      "--file-locks",
+    ];
     const result = await runBounded(
       criu.path,
-      [
-        ...[op, "--no-default-config", "--log-file", log, "-v4", "--shell-job", "--file-locks"],
-        ...args,
-        ...this.#extra,
-      ],
+      [op, ...every, ...args, ...this.#extra],
       criu.env,
       bound,
     );
     if (result.ended) {
-      throw new EngineError(`${endedSentence(op, root, result.ended, bound)} (log: ${log})`, {
-        log,
-      });
+      const why = endedSentence(op, root, result.ended, bound);
+      throw new EngineError(`${why} (log: ${log.shown})`, { log: log.shown });
     }
     if (result.code !== 0) {
       const why = `criu ${op} of the tree of ${root} failed (exit ${result.code})`;
-      throw new EngineError(`${why}: ${await logErrors(log, result.stderr)}`, { log });
+      throw new EngineError(`${why}: ${await logErrors(log, result.stderr)}`, { log: log.shown });
     }
   }
 
-  /**
-   * criu's real path, checked, and the environment it runs with: the path given, else
-   * `$CKPT_CRIU_PATH`, else `PATH`'s absolute directories, else sbin; or why there is none.
-   */
+  /** criu's real path, checked, and the environment it runs with; or why there is none. */
   async #find(): Promise<{ criu: Criu } | { problem: string }> {
     const named = this.#given ?? this.#env[CRIU_ENV_VAR];
+    if (named && !path.isAbsolute(named)) {
+      return { problem: `${CRIU_ENV_VAR} must be an absolute path, got ${JSON.stringify(named)}.` };
+    }
+    const dirs = [...(this.#env.PATH ?? "").split(":").filter(path.isAbsolute), ...SYSTEM_DIRS];
     let candidate: string | undefined;
-    if (named) {
-      if (!path.isAbsolute(named)) {
-        return {
-          problem: `${CRIU_ENV_VAR} must be an absolute path, got ${JSON.stringify(named)}.`,
-        };
-      }
-      if (!(await isProgram(named))) return { problem: `criu was not found at ${named}.` };
-      candidate = named;
-    } else {
-      const dirs = (this.#env.PATH ?? "").split(":").filter((d) => path.isAbsolute(d));
-      for (const dir of [...dirs, ...SYSTEM_DIRS]) {
-        if (await isProgram(path.join(dir, "criu"))) {
-          candidate = path.join(dir, "criu");
-          break;
-        }
-      }
+    for (const file of named ? [named] : dirs.map((dir) => path.join(dir, "criu"))) {
+      if (!candidate && await isProgram(file)) candidate = file;
     }
     if (!candidate) {
-      const where = `PATH's directories nor in ${SYSTEM_DIRS.join(", ")}`;
-      const what = `install criu ${CRIU_MIN_VERSION} or later (apt install criu)`;
+      const nowhere = `not in PATH's directories nor in ${SYSTEM_DIRS.join(", ")}`;
+      const install = `install criu ${CRIU_MIN_VERSION} or later (apt install criu)`;
       return {
-        problem:
-          `criu is not installed (not in ${where}): ${what}, or name it with ${CRIU_ENV_VAR}.`,
+        problem: named
+          ? `criu was not found at ${named}.`
+          : `criu is not installed (${nowhere}): ${install}, or name it with ${CRIU_ENV_VAR}.`,
       };
     }
     try {
       const real = await trustedProgram(candidate, "criu");
+      const env: Record<string, string> = { PATH: "/usr/sbin:/usr/bin:/sbin:/bin" };
       const lib = this.#libraryDir ?? (this.#env[LIBRARY_ENV_VAR] || undefined);
-      const env: Record<string, string> = { PATH: CRIU_PATH };
-      if (lib !== undefined) {
-        env.LD_LIBRARY_PATH = await trustedLibraryDir(lib, "criu's library directory");
-      }
+      if (lib) env.LD_LIBRARY_PATH = await trustedLibraryDir(lib, "criu's library directory");
       return { criu: { path: real, env } };
     } catch (err) {
       return { problem: messageOf(err) };
     }
   }
-}
-
-/** A request's deadline and signal, as a run's bound. */
-function boundOf(request: DumpRequest | RestoreRequest): RunBound {
-  return {
-    ...(request.signal ? { signal: request.signal } : {}),
-    ...(request.timeoutMs !== undefined ? { timeoutMs: request.timeoutMs } : {}),
-  };
 }
 
 /** What an overstaying criu run was ended for, and what it left, in one sentence. */
@@ -373,22 +325,28 @@ function endedSentence(op: string, root: number, e: Ending, bound: RunBound): st
   const how = e.killed
     ? `criu outlived SIGTERM and was killed with SIGKILL ${GRACE_MS} ms later`
     : "criu ended on SIGTERM";
-  const list = (pids: readonly number[]) => pids.join(", ");
   let left = "";
   if (e.children.length > 0) {
     const whose = op === "restore" ? "the processes it had made" : "its child processes";
-    left = `; ${whose} (${list(e.children)}) were killed`;
+    left = `; ${whose} (${e.children.join(", ")}) were killed`;
     if (e.childrenLeft.length > 0) {
-      left += `, though ${list(e.childrenLeft)} still ran after ${CHILDREN_WAIT_MS / 1000} s`;
+      left += `, though ${e.childrenLeft.join(", ")} still ran after ${CHILDREN_WAIT_MS / 1000} s`;
     }
   }
   if (op === "dump") {
     left += e.continued.length > 0
-      ? `; the tree's processes (${list(e.continued)}) were sent SIGCONT, in case criu had ` +
+      ? `; the tree's processes (${e.continued.join(", ")}) were sent SIGCONT, in case criu had ` +
         `left them stopped`
       : "; none of the tree's processes was left to send SIGCONT to";
   }
   return `criu ${op} of the tree of ${root} was ended after ${e.afterMs} ms (${why}): ${how}${left}`;
+}
+
+/** `file` as its user knows it: below a pinned `/proc/<pid>/fd/<n>`, where that is now. */
+async function shownPath(file: string): Promise<string> {
+  const pinned = /^(\/proc\/[0-9]+\/fd\/[0-9]+)(\/.*)?$/.exec(file);
+  const dir = pinned && await readlink(pinned[1]).catch(() => undefined);
+  return dir?.startsWith("/") ? `${dir}${pinned![2] ?? ""}` : file;
 }
 
 /** `IMG_COMMON_MAGIC` and `PSTREE_MAGIC`, the first two words of criu's `pstree.img`. */
@@ -396,26 +354,21 @@ const PSTREE_MAGICS = [0x54564319, 0x50273030];
 
 /**
  * The processes in criu's `pstree.img`: after its two magic words, one `pstree_entry` message per
- * process (the root first), each after its length as a 32-bit word. Of each message, the fields
- * read are 1 (pid), 2 (ppid) and 5 (threads, packed or not); the rest are skipped.
+ * process (the root first), each after its length as a 32-bit word; of each, fields 1 (pid), 2
+ * (ppid) and 5 (threads, packed or not) are read and the rest skipped.
  */
 export function parsePstree(bytes: Uint8Array): DumpedProcess[] {
   const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-  if (
-    bytes.length < 8 || view.getUint32(0, true) !== PSTREE_MAGICS[0] ||
-    view.getUint32(4, true) !== PSTREE_MAGICS[1]
-  ) {
+  if (bytes.length < 8 || PSTREE_MAGICS.some((m, i) => view.getUint32(4 * i, true) !== m)) {
     throw new Error("it does not start with criu's pstree magic");
   }
   const out: DumpedProcess[] = [];
-  let at = 8;
-  while (at < bytes.length) {
+  for (let at = 8; at < bytes.length;) {
     if (at + 4 > bytes.length) throw new Error(`it ends within an entry's length at byte ${at}`);
-    const length = view.getUint32(at, true);
-    at += 4;
-    if (at + length > bytes.length) throw new Error(`its entry at byte ${at - 4} is cut short`);
-    out.push(pstreeEntry(bytes.subarray(at, at + length)));
-    at += length;
+    const end = at + 4 + view.getUint32(at, true);
+    if (end > bytes.length) throw new Error(`its entry at byte ${at} is cut short`);
+    out.push(pstreeEntry(bytes.subarray(at + 4, end)));
+    at = end;
   }
   if (out.length === 0) throw new Error("it holds no process");
   return out;
@@ -469,18 +422,17 @@ function isProgram(file: string): Promise<boolean> {
   return stat(file).then((st) => st.isFile() && (st.mode & 0o111) !== 0, () => false);
 }
 
-/** criu's error lines from its log (or its stderr), the last few. */
-async function logErrors(log: string, stderr: string): Promise<string> {
-  const text = await readFile(log, "utf8").catch(() => stderr);
+/** criu's error lines from its log (or its stderr), the last few, and where the log is. */
+async function logErrors(log: Log, stderr: string): Promise<string> {
+  const text = await readFile(log.file, "utf8").catch(() => stderr);
   const errors = text.split("\n").filter((l) => /Error|FAILED|Can't/.test(l));
   const picked = (errors.length > 0 ? errors : text.split("\n")).slice(-4)
     .map((l) => l.replace(/^\(\s*[0-9.]+\)\s*/, "").trim()).filter(Boolean);
-  return `${picked.join("; ") || "no output"} (log: ${log})`;
+  return `${picked.join("; ") || "no output"} (log: ${log.shown})`;
 }
 
 /** Tells `onBytes` the size of the images so far, every 250 ms, and once more at the end. */
 function watchBytes(dir: string, onBytes: ((bytes: number) => void) | undefined) {
-  if (!onBytes) return { stop: () => Promise.resolve() };
   let last = -1;
   const measure = async () => {
     let total = 0;
@@ -488,20 +440,15 @@ function watchBytes(dir: string, onBytes: ((bytes: number) => void) | undefined)
       const st = await lstat(path.join(dir, name)).catch(() => undefined);
       if (st?.isFile()) total += st.size;
     }
-    if (total !== last) {
-      last = total;
-      try {
-        onBytes(total);
-      } catch {
-        // A progress display that throws must not break the dump.
-      }
-    }
+    if (total === last) return;
+    last = total;
+    Promise.try(onBytes!, total).catch(() => {}); // a display that throws must not break the dump
   };
-  const timer = setInterval(() => void measure(), 250);
+  const timer = onBytes && setInterval(() => void measure(), 250);
   return {
     async stop() {
       clearInterval(timer);
-      await measure();
+      if (onBytes) await measure();
     },
   };
 }

@@ -1,8 +1,7 @@
 /**
- * Digests of a snapshot's files, computed in parallel. A file's digest is its chunked SHA-256: the
- * SHA-256 of the SHA-256s of its 8 MiB pieces in order (an empty file: the SHA-256 of nothing).
- * Its pieces are hashed at once on every core, in worker threads (`digest_worker.ts`), which a plain
- * SHA-256, one stream on one core, cannot be. With coreutils:
+ * Digests of a snapshot's files: the chunked SHA-256, the SHA-256 of the SHA-256s of a file's 8 MiB
+ * pieces in order (an empty file: the SHA-256 of nothing), whose pieces are hashed at once on every
+ * core, in worker threads (`digest_worker.ts`), as one SHA-256 stream cannot be. With coreutils:
  * `split -b 8M --filter='sha256sum | head -c 64 | xxd -r -p' FILE | sha256sum`.
  *
  * @module
@@ -12,13 +11,12 @@ import { createHash } from "node:crypto";
 import type { FileHandle } from "node:fs/promises";
 import { availableParallelism } from "node:os";
 import { messageOf } from "../core/errors.ts";
-import { scriptBeside } from "../ffi/worker_url.ts";
+import { workerScript } from "./worker_script.ts";
 import { pinned } from "./private.ts";
 import type { PieceReply, PieceRequest, PiecesDone } from "./digest_worker.ts";
 
 /** Bytes of one piece of a file's chunked SHA-256. */
 export const PIECE_BYTES = 8 * 2 ** 20;
-
 /** Below this many bytes in all, pieces are hashed on the calling thread: no worker is started. */
 const WORKERS_FROM_BYTES = 64 * 2 ** 20;
 
@@ -34,9 +32,8 @@ export interface DigestOptions {
   readonly signal?: AbortSignal;
   readonly threads?: number;
   /**
-   * Told each source's digest (by its index) as soon as its last piece is hashed: the pieces are
-   * taken in the sources' order, so the first sources are done first. Throwing from it rejects
-   * `digestAll` with what it threw, and ends the hashing.
+   * Told each source's digest (by its index) once its last piece is hashed, the first sources
+   * first; what it throws ends the hashing and rejects `digestAll`.
    */
   readonly onDigest?: (file: number, digest: string) => void;
 }
@@ -90,69 +87,50 @@ async function hashHere(s: DigestSource, index: number): Promise<Uint8Array> {
   const offset = index * PIECE_BYTES;
   const length = Math.min(PIECE_BYTES, s.bytes - offset);
   const buffer = new Uint8Array(length);
-  let got = 0;
-  while (got < length) {
-    const { bytesRead } = await s.handle.read(buffer, got, length - got, offset + got);
-    if (bytesRead === 0) {
-      throw new Error(`${s.name} ended at ${offset + got} bytes, not ${s.bytes}`);
-    }
-    got += bytesRead;
+  for (let got = 0, n = 0; got < length; got += n) {
+    n = (await s.handle.read(buffer, got, length - got, offset + got)).bytesRead;
+    if (n === 0) throw new Error(`${s.name} ended at ${offset + got} bytes, not ${s.bytes}`);
   }
   return new Uint8Array(createHash("sha256").update(buffer).digest());
 }
 
 /** Hashes `pieces` in `threads` workers, each sent the next piece once it answers. */
-function inWorkers(
+async function inWorkers(
   sources: readonly DigestSource[],
   pieces: readonly { file: number; index: number }[],
   hashed: (file: number, index: number, digest: Uint8Array) => void,
   threads: number,
   signal: AbortSignal | undefined,
 ): Promise<void> {
-  const url = scriptBeside(import.meta.url, "os", "digest_worker");
+  const url = workerScript(import.meta.url, "os", "digest_worker");
   const workers: Worker[] = [];
-  let next = 0;
-  let answered = 0;
-  let settled = false;
-  return new Promise<void>((resolve, reject) => {
-    const end = (err?: unknown) => {
-      if (settled) return;
-      settled = true;
-      signal?.removeEventListener("abort", onAbort);
-      // Each closes the files it opened, then ends (terminated if it does not answer).
-      void Promise.all(workers.map((w) => closeWorker(w))).then(() =>
-        err === undefined ? resolve() : reject(err)
-      );
-    };
-    const onAbort = () => end(signal!.reason);
-    if (signal?.aborted) return end(signal.reason);
-    signal?.addEventListener("abort", onAbort, { once: true });
-    const send = (w: Worker) => {
-      if (next >= pieces.length || settled) return;
-      const id = next++;
-      const { file, index } = pieces[id];
-      const s = sources[file];
-      const offset = index * PIECE_BYTES;
-      w.postMessage(
-        {
-          id,
-          path: pinned(s.handle),
-          offset,
-          length: Math.min(PIECE_BYTES, s.bytes - offset),
-        } satisfies PieceRequest,
-      );
-    };
+  const done = Promise.withResolvers<void>();
+  let next = 0, answered = 0, settled = false;
+  const end = (err?: unknown) => {
+    settled = true;
+    if (err === undefined) done.resolve();
+    else done.reject(err);
+  };
+  const send = (w: Worker) => {
+    if (next >= pieces.length || settled) return;
+    const { file, index } = pieces[next];
+    const s = sources[file], offset = index * PIECE_BYTES;
+    const length = Math.min(PIECE_BYTES, s.bytes - offset);
+    w.postMessage({ id: next++, path: pinned(s.handle), offset, length } satisfies PieceRequest);
+  };
+  const onAbort = () => end(signal!.reason);
+  signal?.addEventListener("abort", onAbort, { once: true });
+  try {
+    if (signal?.aborted) throw signal.reason;
     for (let i = 0; i < threads && !settled; i++) {
       let w: Worker;
       try {
         w = new Worker(url, { type: "module" });
       } catch (err) {
-        // Those already started end too.
-        return end(new Error(`a digest worker cannot start: ${messageOf(err)}`, { cause: err }));
+        throw new Error(`a digest worker cannot start: ${messageOf(err)}`, { cause: err });
       }
       workers.push(w);
-      w.addEventListener("message", (event: MessageEvent<PieceReply>) => {
-        const reply = event.data;
+      w.addEventListener("message", ({ data: reply }: MessageEvent<PieceReply>) => {
         if ("closed" in reply || settled) return;
         const { file, index } = pieces[reply.id];
         if ("error" in reply) {
@@ -163,8 +141,8 @@ function inWorkers(
         } catch (err) {
           return end(err);
         }
-        if (++answered === pieces.length) return end();
-        send(w);
+        if (++answered === pieces.length) end();
+        else send(w);
       });
       w.addEventListener("error", (event: ErrorEvent) => {
         event.preventDefault();
@@ -172,7 +150,13 @@ function inWorkers(
       });
       send(w);
     }
-  });
+    await done.promise;
+  } finally {
+    settled = true;
+    signal?.removeEventListener("abort", onAbort);
+    // Each closes the files it opened (threads share the process's), then ends.
+    await Promise.all(workers.map(closeWorker));
+  }
 }
 
 /** Asks a worker to close its files and ends it; terminated after a second at most. */
@@ -184,9 +168,7 @@ function closeWorker(w: Worker): Promise<void> {
       resolve();
     };
     const timer = setTimeout(done, 1000);
-    w.addEventListener("message", (e: MessageEvent<PieceReply>) => {
-      if ("closed" in e.data) done();
-    });
+    w.addEventListener("message", (e: MessageEvent<PieceReply>) => "closed" in e.data && done());
     w.postMessage({ done: true } satisfies PiecesDone);
   });
 }

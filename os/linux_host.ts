@@ -1,12 +1,9 @@
 /**
- * The Linux host: the processes in `/proc` (command line, libcuda mapped or not, trees, ids in
+ * The Linux host: the processes in `/proc` (command lines, libcuda mapped or not, trees, ids in
  * use), GPU memory per process from NVML where it loads, and the records of held GPU memory.
- *
- * `/proc` is read asynchronously, at most {@link PROC_READS_AT_ONCE} files at a time: reading
- * another process's `maps` or `cmdline` takes its memory-map lock, which a process in the middle
- * of a large memory operation can hold for long, and that wait must not stop the event loop. On
- * Deno the reads use `Deno.readFile`, on Bun `node:fs/promises`: each runtime's faster one
- * (measured: 466 processes in about 30 ms and 10 ms). `/proc` lists processes, not threads.
+ * `/proc` is read asynchronously, at most {@link PROC_READS_AT_ONCE} files at once (reading another
+ * process's `maps` or `cmdline` waits for its memory-map lock, which must not stop the event
+ * loop), with each runtime's faster reads (`Deno.readFile`; Bun's `node:fs/promises`).
  *
  * @module
  */
@@ -14,16 +11,9 @@
 import { createHash } from "node:crypto";
 import os from "node:os";
 import process from "node:process";
-import type {
-  GpuMemoryReport,
-  HeldRecords,
-  HostProcesses,
-  MachineFacts,
-  PidUse,
-  ProcessIdentity,
-  ScannedProcess,
-  TreeProcess,
-} from "../core/host.ts";
+import type { GpuImport, GpuMemoryReport, HeldRecords } from "../core/host.ts";
+import type { HostProcesses, MachineFacts } from "../core/host.ts";
+import type { PidUse, ProcessIdentity, ScannedProcess, TreeProcess } from "../core/host.ts";
 import { messageOf } from "../core/errors.ts";
 import type { Nvml } from "../ffi/nvml.ts";
 import { FileHeldRecords, recordsDirectory } from "./records.ts";
@@ -35,10 +25,7 @@ const PROC_READS_AT_ONCE = 32;
 export interface ProcReader {
   /** The names in a folder. */
   list(path: string): Promise<string[]>;
-  /**
-   * A file's contents as text. Rejects as the file system does: an error whose `code` (Node) or
-   * `name` (Deno) says `EACCES`/`PermissionDenied` or `ENOENT`/`NotFound`.
-   */
+  /** A file's text; rejects as the file system does (`code` ENOENT, EACCES; Deno's `name`). */
   read(path: string): Promise<string>;
 }
 
@@ -46,10 +33,7 @@ export interface ProcReader {
 export interface LinuxHostOptions {
   /** Whether to load NVML for GPU memory. Default true. */
   nvml?: boolean;
-  /**
-   * The NVML library to load. Left out: `CKPT_LIBNVML_PATH`, else `libnvidia-ml.so.1` through the
-   * system loader, else the driver's usual directories; never the current directory.
-   */
+  /** The NVML library; left out, `$CKPT_LIBNVML_PATH` or the search of `ffi/nvml.ts`. */
   nvmlPath?: string;
   /** Where `/proc` is: `/proc` by default. */
   procRoot?: string;
@@ -57,8 +41,8 @@ export interface LinuxHostOptions {
   reader?: ProcReader;
   /**
    * The directory of the records of held GPU memory; `false` for none (each program then knows
-   * only what it checkpointed itself). Left out: `$CKPT_RECORDS_DIR`, else `/run/ckpt-cuda` as
-   * root, else one of the user's own; none on Deno without permission to read and write it.
+   * what it checkpointed itself). Left out: `$CKPT_RECORDS_DIR`, else `/run/ckpt-cuda` as root,
+   * else one of the user's own; none on Deno without permission to read and write it.
    */
   recordsDir?: string | false;
 }
@@ -83,36 +67,16 @@ function runtimeReader(): ProcReader {
   };
 }
 
-/** An environment variable, without a permission prompt on Deno (unset where not granted). */
-function readEnv(name: string): string | undefined {
-  if (!deno) return process.env[name];
-  const granted = deno.permissions.querySync({ name: "env", variable: name }).state === "granted";
-  return granted ? deno.env.get(name) : undefined;
-}
-
-/** Whether this program may read and write `dir` without a permission prompt (Deno asks). */
-function mayWrite(dir: string): boolean {
-  if (!deno) return true;
-  return deno.permissions.querySync({ name: "read", path: dir }).state === "granted" &&
-    deno.permissions.querySync({ name: "write", path: dir }).state === "granted";
+/** Whether Deno grants a permission without a prompt (on Bun, always). */
+function granted(permission: Deno.PermissionDescriptor): boolean {
+  return !deno || deno.permissions.querySync(permission).state === "granted";
 }
 
 /** What a failed read means: the process is gone, it may not be looked at, or something else. */
 function classify(error: unknown): "gone" | "denied" | "other" {
-  const e = error as { code?: string; name?: string };
-  if (e?.code === "ENOENT" || e?.code === "ESRCH" || e?.name === "NotFound") return "gone";
-  if (e?.code === "EACCES" || e?.code === "EPERM" || e?.name === "PermissionDenied") {
-    return "denied";
-  }
-  return "other";
-}
-
-/**
- * The fields of a `/proc/PID/stat` after its name (which may hold spaces and parentheses): field 3
- * (the state) first, then the parent, ..., the start time at index 19.
- */
-export function statFields(stat: string): string[] {
-  return stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+  const { code = "", name = "" } = (error ?? {}) as { code?: string; name?: string };
+  if (/^(ENOENT|ESRCH)$/.test(code) || name === "NotFound") return "gone";
+  return /^(EACCES|EPERM)$/.test(code) || name === "PermissionDenied" ? "denied" : "other";
 }
 
 /** A `/proc/PID/cmdline` with spaces between the arguments. */
@@ -123,6 +87,57 @@ function commandLine(raw: string): string {
 /** The names of a `/proc` folder that are process or thread ids, as numbers. */
 function numbered(names: readonly string[]): number[] {
   return names.filter((n) => /^[1-9][0-9]*$/.test(n)).map(Number);
+}
+
+/** One process as `/proc/PID/stat` gives it, and its thread ids where they were asked for. */
+export interface ProcEntry {
+  readonly state: string;
+  readonly parent: number;
+  readonly group: number;
+  readonly session: number;
+  readonly start: number;
+  readonly threads?: readonly number[];
+}
+
+/** `/proc/PID/stat`'s state, parent, process group, session and start time (after the name). */
+export function parseStat(stat: string): ProcEntry {
+  const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+  return { state: f[0], parent: +f[1], group: +f[2], session: +f[3], start: +f[19] };
+}
+
+/** The processes descended from `pid` in `table`, parents first, each one's children by pid. */
+export function descendants(table: ReadonlyMap<number, ProcEntry>, pid: number): number[] {
+  const children = new Map<number, number[]>();
+  for (const [p, e] of [...table].sort(([a], [b]) => a - b)) {
+    const list = children.get(e.parent);
+    if (list) list.push(p);
+    else children.set(e.parent, [p]);
+  }
+  const out = [...children.get(pid) ?? []];
+  // Bounded by the table: a pid reused while /proc was read cannot make it loop.
+  for (let i = 0; i < out.length && out.length <= table.size; i++) {
+    out.push(...children.get(out[i]) ?? []);
+  }
+  return out;
+}
+
+/** Every process of `/proc` by pid, read once, with its thread ids where `threads` asks. */
+export async function procTable(
+  reader: ProcReader = runtimeReader(),
+  root = "/proc",
+  threads = false,
+): Promise<Map<number, ProcEntry>> {
+  const table = new Map<number, ProcEntry>();
+  await atMostSome(numbered(await reader.list(root).catch(() => [])), async (pid) => {
+    try {
+      const entry = parseStat(await reader.read(`${root}/${pid}/stat`));
+      const tasks = threads ? numbered(await reader.list(`${root}/${pid}/task`)) : undefined;
+      table.set(pid, tasks ? { ...entry, threads: tasks } : entry);
+    } catch {
+      // gone meanwhile
+    }
+  });
+  return table;
 }
 
 /** Runs `fn` on each of `items`, at most {@link PROC_READS_AT_ONCE} at a time. */
@@ -137,10 +152,7 @@ async function atMostSome<T>(items: readonly T[], fn: (item: T, i: number) => Pr
   await Promise.all(Array.from({ length: Math.min(PROC_READS_AT_ONCE, items.length) }, work));
 }
 
-/**
- * The Linux host: `/proc`, NVML for GPU memory where it loads (on the first `gpuMemory()`), and
- * the records of held GPU memory. Opening reads nothing. Close it to let go of NVML.
- */
+/** The Linux host (see the module documentation); opening reads nothing, close lets go of NVML. */
 export class LinuxHost implements HostProcesses, AsyncDisposable {
   /** Always `"linux"`. */
   readonly kind: string = "linux";
@@ -161,18 +173,16 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
     this.#reader = options.reader ?? runtimeReader();
     this.#nvmlWanted = options.nvml ?? true;
     this.#nvmlPath = options.nvmlPath;
-    const dir = options.recordsDir === false
-      ? undefined
-      : options.recordsDir ?? recordsDirectory(readEnv);
-    this.heldRecords = dir !== undefined && mayWrite(dir)
+    // None on Deno without permission to read the variable, or to read and write the directory.
+    const env = (v: string) => granted({ name: "env", variable: v }) ? process.env[v] : undefined;
+    const dir = options.recordsDir ?? recordsDirectory(env);
+    this.heldRecords = dir !== false && granted({ name: "read", path: dir }) &&
+        granted({ name: "write", path: dir })
       ? new FileHeldRecords(dir, (p) => this.#alive(p))
       : undefined;
   }
 
-  /**
-   * The process that has `id` as its pid or a thread id (`Tgid` in `/proc/ID/status`), with its
-   * start time (clock ticks since boot); `undefined` where none has it or `/proc` is unreadable.
-   */
+  /** The process that has `id` as its pid or a thread id, with its start time; or none. */
   async identify(id: number): Promise<ProcessIdentity | undefined> {
     try {
       const status = await this.#reader.read(`${this.#root}/${id}/status`);
@@ -186,21 +196,24 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
   }
 
   /**
-   * What of `who` outlasts criu's dump and restore: `<pid in its innermost pid namespace>:<real
-   * uid>:<SHA-256 of its command line>` (`NSpid` and `Uid` of `/proc/PID/status`, and
-   * `/proc/PID/cmdline`); `undefined` where it is gone, is no longer the process named (its start
-   * time), or has no command line.
+   * What of `who` outlasts criu's round trip: `<NSpid's last>:<Uid>:<SHA-256 of cmdline>:<SHA-256
+   * of cgroup>` from `/proc/PID` (criu restores cgroup paths, which tell two containers running
+   * the same command as pid 1 apart); `undefined` where it is gone, another, or unreadable.
    */
   async lastingMark(who: ProcessIdentity): Promise<string | undefined> {
     try {
-      const status = await this.#reader.read(`${this.#root}/${who.pid}/status`);
-      const cmdline = await this.#reader.read(`${this.#root}/${who.pid}/cmdline`);
+      const [status, cmdline, cgroup] = await Promise.all(
+        ["status", "cmdline", "cgroup"].map((f) =>
+          this.#reader.read(`${this.#root}/${who.pid}/${f}`)
+        ),
+      );
       const nsPid = /^NSpid:\s*([0-9 \t]+)$/m.exec(status)?.[1].trim().split(/\s+/).at(-1);
       const uid = /^Uid:\s*([0-9]+)/m.exec(status)?.[1];
-      if (!nsPid || !uid || cmdline.length === 0) return undefined;
+      if (!nsPid || !uid || cmdline.length === 0 || cgroup.length === 0) return undefined;
       // Read after the rest: a pid taken by another process meanwhile has another start.
       if (who.start !== undefined && (await this.#startOf(who.pid)) !== who.start) return undefined;
-      return `${nsPid}:${uid}:${createHash("sha256").update(cmdline).digest("hex")}`;
+      const sha = (text: string) => createHash("sha256").update(text).digest("hex");
+      return `${nsPid}:${uid}:${sha(cmdline)}:${sha(cgroup)}`;
     } catch {
       return undefined;
     }
@@ -208,88 +221,98 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
 
   /**
    * The process tree of `root` (a pid, not a thread id), the root first and each process after its
-   * parent, through each thread's `children` file (CONFIG_PROC_CHILDREN, as every major
-   * distribution's kernel has); `undefined` where `root` is no process.
+   * parent, from one read of `/proc`; `undefined` where `root` is no process.
    */
   async processTree(root: number): Promise<TreeProcess[] | undefined> {
     this.#checkOpen("read a process tree");
-    if ((await this.identify(root))?.pid !== root) return undefined; // no process, or a thread
-    const first = await this.#treeProcess(root);
-    if (!first) return undefined;
-    const out: TreeProcess[] = [first];
-    const seen = new Set([root]);
-    for (let i = 0; i < out.length; i++) {
-      const p = out[i];
-      const children = new Set<number>();
-      for (const tid of p.threads) {
-        const text = await this.#reader.read(`${this.#root}/${p.pid}/task/${tid}/children`)
-          .catch(() => "");
-        for (const word of text.split(/\s+/)) if (/^[1-9][0-9]*$/.test(word)) children.add(+word);
-      }
-      for (const child of [...children].sort((a, b) => a - b)) {
-        if (seen.has(child)) continue;
-        seen.add(child);
-        const proc = await this.#treeProcess(child);
-        if (proc) out.push(proc);
+    const table = await procTable(this.#reader, this.#root);
+    const out: TreeProcess[] = [];
+    for (const pid of table.has(root) ? [root, ...descendants(table, root)] : []) {
+      try {
+        const tasks = numbered(await this.#reader.list(`${this.#root}/${pid}/task`));
+        const others = tasks.filter((t) => t !== pid).sort((a, b) => a - b);
+        const command = commandLine(
+          await this.#reader.read(`${this.#root}/${pid}/cmdline`).catch(() => ""),
+        );
+        out.push({
+          pid,
+          parent: table.get(pid)!.parent || 0,
+          threads: tasks.includes(pid) ? [pid, ...others] : [],
+          ...(command ? { command } : {}),
+        });
+      } catch {
+        // gone meanwhile
       }
     }
-    return out;
+    return out.length > 0 && out[0].pid === root ? out : undefined;
   }
 
   /**
-   * Which of `ids` some process uses: as its pid or a thread id, or as its process group or
-   * session (fields 5 and 6 of `/proc/PID/stat`). A zombie uses all three until it is reaped.
+   * Which of `ids` some process uses: as its pid or a thread id, its process group or its session
+   * (a zombie, until reaped); `/proc` is read once (a stat and a task list per process).
    */
   async pidsInUse(ids: readonly number[]): Promise<PidUse[]> {
     this.#checkOpen("look for the users of process ids");
     const wanted = new Set(ids);
-    const uses: PidUse[] = [];
-    for (const id of wanted) {
-      const holder = await this.identify(id);
-      if (holder) uses.push({ id, holder: holder.pid, as: holder.pid === id ? "pid" : "thread" });
-    }
-    await atMostSome(numbered(await this.#reader.list(this.#root)), async (holder) => {
-      const stat = await this.#reader.read(`${this.#root}/${holder}/stat`).catch(() => "");
-      const fields = statFields(stat);
-      const [group, session] = [Number(fields[2]), Number(fields[3])];
-      if (wanted.has(group) && group !== holder) uses.push({ id: group, holder, as: "group" });
-      else if (wanted.has(session) && session !== holder) {
-        uses.push({ id: session, holder, as: "session" });
+    const direct: PidUse[] = [], through: PidUse[] = [];
+    for (const [holder, p] of await procTable(this.#reader, this.#root, true)) {
+      if (wanted.has(holder)) direct.push({ id: holder, holder, as: "pid" });
+      for (const id of p.threads ?? []) {
+        if (id !== holder && wanted.has(id)) direct.push({ id, holder, as: "thread" });
       }
-    });
-    return uses;
+      if (wanted.has(p.group) && p.group !== holder) {
+        through.push({ id: p.group, holder, as: "group" });
+      } else if (wanted.has(p.session) && p.session !== holder) {
+        through.push({ id: p.session, holder, as: "session" });
+      }
+    }
+    return [...direct, ...through];
+  }
+
+  /**
+   * The sign that `pid` imported CUDA IPC memory: it maps `/dev/shm/cuda.shm.<gpu>.<hex>.<n>`
+   * named after another process (an exporter maps the one named after itself), as every importer
+   * measured on driver 580 did (docs/DRIVER.md, "Processes that share GPU memory").
+   */
+  async gpuImport(pid: number): Promise<GpuImport | undefined> {
+    const read = (file: string) => this.#reader.read(`${this.#root}/${pid}/${file}`);
+    const [maps, status] = await Promise.all([read("maps"), read("status")]).catch(() => ["", ""]);
+    // The name carries the exporter's pid as its pid namespace numbers it, as this one's NSpid.
+    const own = Number(/^NSpid:\s*([0-9 \t]+)$/m.exec(status)?.[1].trim().split(/\s+/).at(-1));
+    for (const m of maps.matchAll(/\/dev\/shm\/(cuda\.shm\.[0-9]+\.([0-9a-f]+)\.[0-9]+)$/gm)) {
+      const exporter = parseInt(m[2], 16);
+      if (exporter !== own && exporter !== pid) {
+        return { exporter, sign: `it maps /dev/shm/${m[1]}, named after process ${exporter}` };
+      }
+    }
+    return undefined;
+  }
+
+  /**
+   * The CPU time `pid` has had, in ns over its threads (`/proc/PID/task/TID/schedstat`); `undefined`
+   * where it is gone.
+   */
+  async cpuTime(pid: number): Promise<number | undefined> {
+    try {
+      const tasks = await this.#reader.list(`${this.#root}/${pid}/task`);
+      const times = await Promise.all(
+        tasks.map((t) =>
+          this.#reader.read(`${this.#root}/${pid}/task/${t}/schedstat`)
+            .then((text) => Number(text.split(" ")[0]), () => 0)
+        ),
+      );
+      return times.reduce((a, b) => a + b, 0);
+    } catch {
+      return undefined;
+    }
   }
 
   /** The machine's name, kernel and NVIDIA driver release (`/proc/driver/nvidia/version`). */
   async facts(): Promise<MachineFacts> {
     const version = await this.#reader.read("/proc/driver/nvidia/version").catch(() => "");
     const release = /Kernel Module\s+([0-9][0-9.]*)/.exec(version)?.[1];
-    return {
-      hostname: os.hostname(),
-      kernel: os.release(),
-      ...(release ? { driverRelease: release } : {}),
-    };
-  }
-
-  /** One process of a tree; `undefined` where it is gone. */
-  async #treeProcess(pid: number): Promise<TreeProcess | undefined> {
-    try {
-      const stat = await this.#reader.read(`${this.#root}/${pid}/stat`);
-      const parent = Number(statFields(stat)[1]);
-      const tasks = numbered(await this.#reader.list(`${this.#root}/${pid}/task`));
-      const others = tasks.filter((t) => t !== pid).sort((a, b) => a - b);
-      const command = commandLine(
-        await this.#reader.read(`${this.#root}/${pid}/cmdline`).catch(() => ""),
-      );
-      return {
-        pid,
-        parent: Number.isSafeInteger(parent) ? parent : 0,
-        threads: tasks.includes(pid) ? [pid, ...others] : [],
-        ...(command ? { command } : {}),
-      };
-    } catch {
-      return undefined;
-    }
+    const driver = release ? { driverRelease: release } : {};
+    return { hostname: os.hostname(), kernel: os.release(), ...driver };
   }
 
   /** Whether a process lives, the same one (its start time, where known). */
@@ -304,61 +327,51 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
 
   /** A process's start time, field 22 of `/proc/PID/stat`. */
   async #startOf(pid: number): Promise<number | undefined> {
-    const start = Number(statFields(await this.#reader.read(`${this.#root}/${pid}/stat`))[19]);
+    const start = parseStat(await this.#reader.read(`${this.#root}/${pid}/stat`)).start;
     return Number.isSafeInteger(start) ? start : undefined;
   }
 
   /**
-   * Every process in `/proc`: its command line, and whether its `maps` show libcuda (or why they
+   * Every process in `/proc`: its command line and whether its `maps` show libcuda (or why they
    * cannot be read); one that ends meanwhile is left out. Rejects where `/proc` cannot be listed.
    */
   async scan(): Promise<ScannedProcess[]> {
     this.#checkOpen("scan /proc");
-    let names: string[];
-    try {
-      names = await this.#reader.list(this.#root);
-    } catch (error) {
-      throw new Error(
-        `the processes cannot be listed: ${this.#root} could not be read (${
-          messageOf(error)
-        }); on Deno, allow reading it (--allow-read=${this.#root})`,
-        { cause: error },
-      );
-    }
-    const pids = numbered(names);
-    const found: (ScannedProcess | undefined)[] = new Array(pids.length);
-    await atMostSome(pids, async (pid, i) => {
-      found[i] = await this.#look(pid);
-    });
-    return found.filter((p): p is ScannedProcess => p !== undefined);
+    const pids = numbered(
+      await this.#reader.list(this.#root).catch((error) => {
+        const why = `${this.#root} could not be read (${messageOf(error)})`;
+        const deno = `on Deno, allow reading it (--allow-read=${this.#root})`;
+        throw new Error(`the processes cannot be listed: ${why}; ${deno}`, { cause: error });
+      }),
+    );
+    const found: (ScannedProcess | undefined)[] = [];
+    await atMostSome(pids, async (pid, i) => void (found[i] = await this.#look(pid)));
+    return found.filter((p) => p !== undefined);
   }
 
   /**
-   * GPU memory per process and free memory per GPU from NVML (kept initialised until
-   * {@link LinuxHost.release}), or why it is unknown: no NVML, or a PID namespace of this
-   * program's own, where NVML's pids (the host's) are not `/proc`'s. Not from a program that has
-   * checkpointed itself: NVML's call then waits for its restore (two H200s, driver 580).
+   * GPU memory per process and free memory per GPU from NVML (kept initialised until `release`),
+   * or why it is unknown: no NVML, or a PID namespace of this program's own (NVML's pids are the
+   * host's). Not in a program that checkpointed itself: NVML would wait for its restore.
    */
   async gpuMemory(): Promise<GpuMemoryReport> {
     this.#checkOpen("read GPU memory");
     if (!this.#nvmlWanted) return { unknown: "NVML was not asked for (nvml: false)" };
-    const nested = await this.#inChildPidNamespace();
-    if (nested) return { unknown: nested };
-    this.#nvml ??= (async () => {
-      const { runtimeAdapter } = await import("../ffi/runtime.ts");
-      const { openNvml } = await import("../ffi/nvml.ts");
-      return openNvml(await runtimeAdapter(), {
-        libraryPath: this.#nvmlPath,
-        keepInitialized: true,
-      });
-    })();
-    let nvml: Nvml;
-    try {
-      nvml = await this.#nvml;
-    } catch (error) {
-      return { unknown: messageOf(error) };
+    // In a PID namespace of this program's own, NVML's pids (the host's) are not /proc's.
+    const status = await this.#reader.read(`${this.#root}/self/status`).catch(() => "");
+    const nsPid = /^NSpid:\s*(.*)$/m.exec(status)?.[1].trim();
+    if (nsPid && nsPid.split(/\s+/).length > 1) {
+      return {
+        unknown: `this program runs in a PID namespace of its own (a container: NSpid ${nsPid}), ` +
+          `and NVML reports the host's pids, which /proc here does not show`,
+      };
     }
-    return await nvml.gpuMemory();
+    this.#nvml ??= Promise.all([import("../ffi/runtime.ts"), import("../ffi/nvml.ts")])
+      .then(async ([{ runtimeAdapter }, { openNvml }]) =>
+        openNvml(await runtimeAdapter(), { libraryPath: this.#nvmlPath, keepInitialized: true })
+      );
+    const nvml = await this.#nvml.catch((error) => ({ unknown: messageOf(error) }));
+    return "unknown" in nvml ? nvml : await nvml.gpuMemory();
   }
 
   /** Lets go of NVML until the next `gpuMemory()`: before this program checkpoints itself. */
@@ -408,14 +421,5 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
           : `${dir}/maps could not be read: ${messageOf(error)}`,
       };
     }
-  }
-
-  /** Why NVML's pids would not match, when this program is in a PID namespace of its own. */
-  async #inChildPidNamespace(): Promise<string | undefined> {
-    const status = await this.#reader.read(`${this.#root}/self/status`).catch(() => "");
-    const line = /^NSpid:\s*(.*)$/m.exec(status)?.[1].trim();
-    if (!line || line.split(/\s+/).length < 2) return undefined;
-    return `this program runs in a PID namespace of its own (a container: NSpid ${line}), and ` +
-      `NVML reports the host's pids, which /proc here does not show`;
   }
 }

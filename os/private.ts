@@ -1,14 +1,14 @@
 /**
- * Files private to their owner: a directory only its owner may write (mode 0700 where this makes
- * it), and files written whole (a temporary file of mode 0600, renamed over the old one), so that
- * a reader sees the old contents or the new, never half. This package runs as root: what it keeps
- * (records, snapshots, the simulator's state file) must not be planted or read by others.
+ * Files private to their owner, and the one judgement of who may own and change a path: what this
+ * package keeps as root must not be planted or read by others, so a directory it keeps is its
+ * owner's alone (0700 where this makes it), and a file is written whole (0600, renamed into place).
  *
  * @module
  */
 
 import { constants, type Stats } from "node:fs";
 import { lstat, mkdir, open, rename, rm } from "node:fs/promises";
+import path from "node:path";
 import process from "node:process";
 import { messageOf } from "../core/errors.ts";
 
@@ -35,39 +35,6 @@ export interface PrivateRules {
   hint?: string;
 }
 
-/**
- * The one check of a path this package keeps private: a `kind` of its own (not a symbolic link),
- * this user's, that nobody else may write (or, `strict`, read). Resolves to its size; `undefined`
- * where it does not exist. Throws the error `rules.refuse` makes, naming the path and the fault.
- */
-export async function checkPrivate(
-  file: string,
-  kind: "directory" | "file",
-  rules: PrivateRules = {},
-): Promise<{ size: number } | undefined> {
-  const refuse = rules.refuse ?? plainError;
-  const hint = rules.hint ? `; ${rules.hint}` : "";
-  let st;
-  try {
-    st = await lstat(file);
-  } catch (err) {
-    if (errorCode(err) === "ENOENT") return undefined;
-    throw refuse(file, `${file} cannot be looked at: ${messageOf(err)}`, err);
-  }
-  if (st.isSymbolicLink()) {
-    throw refuse(file, `${file} is a symbolic link, not a ${kind} of its own${hint}`);
-  }
-  if (kind === "directory" ? !st.isDirectory() : !st.isFile()) {
-    throw refuse(file, `${file} is not a ${kind === "file" ? "regular file" : kind}${hint}`);
-  }
-  // A sticky directory (/tmp): nobody can replace a file of ours there, whoever may write in it,
-  // so root may own it too.
-  const sticky = rules.sticky && !rules.strict && (st.mode & 0o1000) !== 0;
-  const fault = ownerFault(st, { rootToo: sticky, sticky, strict: rules.strict, kind });
-  if (fault) throw refuse(file, `${file} ${fault}${hint}`);
-  return { size: st.size };
-}
-
 /** Whom {@link ownerFault} lets own and write a file or directory. */
 export interface OwnerRules {
   /** Root may own it too (else: only this user). */
@@ -81,11 +48,9 @@ export interface OwnerRules {
 }
 
 /**
- * The one judgement of who owns and may change a file or directory, from its status: a clause
- * saying what is wrong (`belongs to another user (uid 1000, you are 0)`, `may be written by its
- * group (mode 0775)`), or `undefined` where nothing is. Owned by this user (or root, `rootToo`);
- * written by neither its group nor others unless it is a sticky directory (`sticky`); with
- * `strict`, read by neither either.
+ * The one judgement of who owns and may change a path, from its status: what is wrong
+ * (`belongs to another user (uid 1000, you are 0)`, `may be written by its group (mode 0775)`), or
+ * `undefined`; see {@link OwnerRules}.
  */
 export function ownerFault(
   st: { uid: number; mode: number },
@@ -97,21 +62,86 @@ export function ownerFault(
   }
   const mode = st.mode & 0o7777;
   if (rules.strict) {
-    if ((mode & 0o077) === 0) return undefined;
     const should = rules.kind === "directory" ? "0700" : "0600";
-    return `may be read or written by other users (mode ${octal(mode)}, not ${should})`;
+    return mode & 0o077
+      ? `may be read or written by other users (mode ${octal(mode)}, not ${should})`
+      : undefined;
   }
   if ((mode & 0o022) === 0 || (rules.sticky && (mode & 0o1000) !== 0)) return undefined;
-  return `may be written by ${(mode & 0o002) !== 0 ? "other users" : "its group"} (mode ${
-    octal(mode)
-  })`;
+  const who = mode & 0o002 ? "other users" : "its group";
+  return `may be written by ${who} (mode ${octal(mode)})`;
 }
 
 /**
- * The text of a small file, read whole: opened without following a link and without blocking (a
- * FIFO opens at once, and is refused as not a regular file), judged by `check` on its status (it
- * throws to refuse the file), and at most `maxBytes`, also where it grows as it is read.
- * `undefined` where there is none. `shown` names it in messages.
+ * What is wrong with `p` as a `kind` of its own (not a link) whose owner and mode `rules` judge
+ * ({@link ownerFault}), named: `missing` where there is none, `undefined` where nothing is.
+ */
+async function statFault(
+  p: string,
+  kind: "file" | "directory",
+  rules: (st: Stats) => OwnerRules,
+): Promise<{ fault?: string; cause?: unknown; size?: number } | "missing"> {
+  let st: Stats;
+  try {
+    st = await lstat(p);
+  } catch (err) {
+    return errorCode(err) === "ENOENT"
+      ? "missing"
+      : { fault: `${p} cannot be looked at: ${messageOf(err)}`, cause: err };
+  }
+  if (st.isSymbolicLink()) return { fault: `${p} is a symbolic link, not a ${kind} of its own` };
+  if (kind === "file" ? !st.isFile() : !st.isDirectory()) {
+    return { fault: `${p} is not a ${kind === "file" ? "regular file" : kind}` };
+  }
+  const fault = ownerFault(st, rules(st));
+  return fault ? { fault: `${p} ${fault}` } : { size: st.size };
+}
+
+/** What is wrong with `p` as a `kind` root trusts (`sticky`: a sticky one may be written). */
+export async function faultOf(
+  p: string,
+  kind: "file" | "directory",
+  sticky: boolean,
+): Promise<string | undefined> {
+  const found = await statFault(p, kind, () => ({ rootToo: true, sticky }));
+  return found === "missing" ? `${p} cannot be looked at: it does not exist` : found.fault;
+}
+
+/** The first fault of the directories above `real` (an absolute real path), up to `/`. */
+export async function faultAbove(real: string): Promise<string | undefined> {
+  for (let dir = path.dirname(real);; dir = path.dirname(dir)) {
+    const fault = await faultOf(dir, "directory", true);
+    if (fault || dir === "/") return fault;
+  }
+}
+
+/**
+ * The one check of a path this package keeps private: a `kind` of its own (no link), this user's,
+ * that nobody else may write (or, `strict`, read); its size, or `undefined` where there is none.
+ * Throws the error `rules.refuse` makes, naming the path and the fault.
+ */
+export async function checkPrivate(
+  file: string,
+  kind: "directory" | "file",
+  rules: PrivateRules = {},
+): Promise<{ size: number } | undefined> {
+  // A sticky directory (/tmp): nobody can replace a file of ours there, so root may own it too.
+  const found = await statFault(file, kind, (st) => {
+    const sticky = rules.sticky && !rules.strict && (st.mode & 0o1000) !== 0;
+    return { rootToo: sticky, sticky, strict: rules.strict, kind };
+  });
+  if (found === "missing") return undefined;
+  if (found.fault) {
+    const hint = rules.hint && found.cause === undefined ? `; ${rules.hint}` : "";
+    throw (rules.refuse ?? plainError)(file, `${found.fault}${hint}`, found.cause);
+  }
+  return { size: found.size! };
+}
+
+/**
+ * The text of a small file (`shown` in messages), read whole: opened without following a link or
+ * blocking (a FIFO is refused), judged by `check` on its status, at most `maxBytes` even where it
+ * grows as it is read; `undefined` where there is none.
  */
 export async function readSmallFile(
   file: string,
@@ -119,15 +149,14 @@ export async function readSmallFile(
   maxBytes: number,
   check?: (st: Stats) => void,
 ): Promise<string | undefined> {
-  let handle;
-  try {
-    handle = await open(file, constants.O_RDONLY | constants.O_NONBLOCK | constants.O_NOFOLLOW);
-  } catch (err) {
+  const { O_RDONLY, O_NONBLOCK, O_NOFOLLOW } = constants;
+  const handle = await open(file, O_RDONLY | O_NONBLOCK | O_NOFOLLOW).catch((err) => {
     const code = errorCode(err);
     if (code === "ENOENT") return undefined;
     if (code === "ELOOP") throw new Error(`${shown} is a symbolic link, not a file of its own`);
     throw new Error(`${shown} cannot be opened: ${pathTrouble(err)}`, { cause: err });
-  }
+  });
+  if (!handle) return undefined;
   try {
     const st = await handle.stat();
     if (!st.isFile()) throw new Error(`${shown} is not a regular file`);
@@ -151,12 +180,10 @@ export async function readSmallFile(
 
 /** Makes `dir` (mode 0700) where missing, and checks it ({@link checkPrivate}). */
 export async function privateDirectory(dir: string, rules: PrivateRules = {}): Promise<void> {
-  try {
-    await mkdir(dir, { recursive: true, mode: 0o700 });
-  } catch (err) {
+  await mkdir(dir, { recursive: true, mode: 0o700 }).catch((err) => {
     const refuse = rules.refuse ?? plainError;
     throw refuse(dir, `cannot create the directory ${dir}: ${messageOf(err)}`, err);
-  }
+  });
   await checkPrivate(dir, "directory", rules);
 }
 
@@ -184,7 +211,7 @@ export async function writePrivately(
 }
 
 /** A file mode as `0600`. */
-export function octal(mode: number): string {
+function octal(mode: number): string {
   return `0${(mode & 0o7777).toString(8).padStart(3, "0")}`;
 }
 
@@ -206,10 +233,8 @@ export const PATH_ERRORS: Readonly<Record<string, string>> = {
 };
 
 /**
- * What a file system error met on a path means, as the end of a sentence that has named the path
- * already (`it does not exist (ENOENT)`): the words for its code; a code without words, the
- * system's line without the path it was met on (`EIO: i/o error`), which may be a pinned
- * `/proc/<pid>/fd/<n>` one the user never gave.
+ * What a file system error means, to end a sentence that named the path (`it does not exist
+ * (ENOENT)`); a code without words, the system's line less the (maybe pinned) path.
  */
 export function pathTrouble(err: unknown): string {
   const code = errorCode(err);
@@ -217,7 +242,7 @@ export function pathTrouble(err: unknown): string {
   return messageOf(err).replace(/, [a-z]+ '[^'\n]*'(?: -> '[^'\n]*')?$/, "");
 }
 
-/** A path to what `handle` has open, which no rename can redirect (`/proc/<pid>/fd/<n>`). */
+/** A path to what `handle` has open, which no rename can redirect: `/proc/<pid>/fd/<n>`. */
 export function pinned(handle: { readonly fd: number }): string {
   return `/proc/${process.pid}/fd/${handle.fd}`;
 }

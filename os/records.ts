@@ -1,53 +1,35 @@
 /**
- * The records of what checkpointed processes held, in a private directory that every program of
- * this package on the machine shares (the command line that suspends a process, the one that
- * resumes it, a library user). One file per process, `<pid>-<start>.json` (start: its start time
- * in clock ticks since boot, so that a reused pid never finds an old record), written whole, mode
- * 0600. A record goes when its process is restored, or a listing finds it gone; but one with a
- * mark (what of the process outlasts criu's dump and restore) stays for 30 days after its
- * checkpoint, for the process criu may bring back ({@link FileHeldRecords.ended}).
- *
- * A record is read as a regular file only (opened without following a link and without blocking,
- * so a FIFO among them hangs nothing), under {@link RECORD_MAX_BYTES}, strictly, with every MiB
- * finite and at most {@link RECORD_MAX_MIB}. A directory that cannot be used, or a process's own
- * record that cannot be read, is an error the room check turns into a refusal (it fails closed);
- * a listing leaves out a file that is not a record (it never blocks the restores of others), and
- * removes it once its process is gone.
+ * The records of what checkpointed processes held, in a private directory every program of this
+ * package on the machine shares: one file per process, `<pid>-<start>.json` (a reused pid finds
+ * no old record), written whole, mode 0600, read strictly as a regular file under 64 KiB. A record
+ * goes when its process is restored or gone; one with a mark stays 30 days, for the process criu
+ * may bring back. What cannot be used or read is an error (the room check then refuses); a listing
+ * leaves out a file that is not a record (removed once its process is gone), blocking no restore.
  *
  * @module
  */
 
-import { readdir, rm } from "node:fs/promises";
+import { readdir, realpath, rm } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import type { HeldRecord, HeldRecords, ProcessIdentity, RoomClaim } from "../core/host.ts";
 import { identityKey, keptEnded, withoutClaim, withoutDeadClaim } from "../core/host.ts";
 import { StrictReader } from "../core/json.ts";
 import { messageOf } from "../core/errors.ts";
-import { myUid, privateDirectory, readSmallFile, writePrivately } from "./private.ts";
+import { faultAbove, myUid, privateDirectory, readSmallFile, writePrivately } from "./private.ts";
 
 /** The environment variable that names the directory of records, overriding the default. */
 const RECORDS_ENV_VAR = "CKPT_RECORDS_DIR";
-
 /** The format written in each record, to refuse what another version wrote differently. */
 const FORMAT = "ckpt-cuda-held/1";
-
-/** The largest record read, in bytes (one is a few hundred). */
-const RECORD_MAX_BYTES = 64 * 1024;
-
-/** The most MiB a record may say of one GPU: 16 TiB, far above any GPU's memory. */
-const RECORD_MAX_MIB = 2 ** 24;
-
-/** The longest mark kept in a record, in characters (the Linux host's are about 80). */
-const MARK_MAX_CHARS = 512;
-
+/** The most MiB a record may say of one GPU (16 TiB), and the longest mark, in characters. */
+const RECORD_MAX_MIB = 2 ** 24, MARK_MAX_CHARS = 512;
 /** A record's file name: `<pid>-<start>.json` (or `<pid>.json` where the start is unknown). */
 const RECORD_NAME = /^([0-9]+)(?:-([0-9]+))?\.json$/;
 
 /**
- * The directory of records (mode 0700, this user's): `$CKPT_RECORDS_DIR` where set, else
- * `/run/ckpt-cuda` as root (a tmpfs, emptied at boot, as pids are), else
- * `$XDG_RUNTIME_DIR/ckpt-cuda`, else `<temp dir>/ckpt-cuda-<uid>/held`.
+ * The directory of records: `$CKPT_RECORDS_DIR`, else `/run/ckpt-cuda` as root (emptied at boot,
+ * as pids are), else `$XDG_RUNTIME_DIR/ckpt-cuda`, else `<temp dir>/ckpt-cuda-<uid>/held`.
  */
 export function recordsDirectory(env: (name: string) => string | undefined): string {
   const given = env(RECORDS_ENV_VAR);
@@ -71,17 +53,12 @@ export class FileHeldRecords implements HeldRecords {
     this.#alive = alive;
   }
 
-  /**
-   * The record of a process; `undefined` where there is none. Rejects, naming the file and the
-   * fault, where the directory cannot be used or the record cannot be read as one.
-   */
+  /** The record of a process, or none; rejects, naming the fault, where it cannot be read. */
   async get(process: ProcessIdentity): Promise<HeldRecord | undefined> {
-    await this.#directory();
-    const file = this.#file(process);
-    const text = await readRecordFile(file);
-    if (text === undefined) return undefined;
+    const file = this.#file(await this.#directory(), process);
+    const text = await readSmallFile(file, `the record ${file}`, 64 * 1024);
     try {
-      return parseRecord(text);
+      return text === undefined ? undefined : parseRecord(text);
     } catch (err) {
       throw new Error(`the record ${file} cannot be read: ${messageOf(err)}`, { cause: err });
     }
@@ -89,21 +66,19 @@ export class FileHeldRecords implements HeldRecords {
 
   /** Writes the record of its process, whole. */
   async put(record: HeldRecord): Promise<void> {
-    await this.#directory();
+    const dir = await this.#directory();
     const text = JSON.stringify({ format: FORMAT, ...record }) + "\n";
-    await writePrivately(this.#file(record.process), text);
+    await writePrivately(this.#file(dir, record.process), text);
   }
 
   /** Removes the record of a process. */
   async remove(process: ProcessIdentity): Promise<void> {
-    await rm(this.#file(process), { force: true });
+    await rm(this.#file(await this.#directory(), process), { force: true });
   }
 
   /**
-   * Every record whose process lives; the others are removed, but those kept for
-   * {@link FileHeldRecords.ended}. A file that cannot be read as a record (not a regular file,
-   * too large, not of this format, a MiB out of range) is left out, and removed once the process
-   * its name gives is gone. Rejects where the directory cannot be used.
+   * Every record whose process lives; the others are removed but those kept for `ended`, and a
+   * file that is not a record left out. Rejects where the directory cannot be used.
    */
   async list(): Promise<HeldRecord[]> {
     const out: HeldRecord[] = [];
@@ -115,41 +90,31 @@ export class FileHeldRecords implements HeldRecords {
     return out;
   }
 
-  /**
-   * The records of checkpointed processes that ended, kept for criu to bring them back (those
-   * with a mark, for 30 days after their checkpoint), without their claims. Rejects where the
-   * directory cannot be used.
-   */
+  /** The records kept of processes that ended (with a mark, 30 days), without their claims. */
   async ended(): Promise<HeldRecord[]> {
     return (await this.#all()).filter((e) => !e.alive).map((e) => withoutClaim(e.record));
   }
 
   /** Every record, and whether its process lives; what is neither kept nor alive is removed. */
   async #all(): Promise<{ record: HeldRecord; alive: boolean }[]> {
-    await this.#directory();
+    const dir = await this.#directory();
     const out: { record: HeldRecord; alive: boolean }[] = [];
-    let names: string[];
-    try {
-      names = await readdir(this.where);
-    } catch (err) {
-      throw new Error(
-        `the records of held GPU memory in ${this.where} cannot be listed: ${messageOf(err)}`,
-        { cause: err },
-      );
-    }
+    const names = await readdir(dir).catch((err) => {
+      const why = `${this.where} cannot be listed: ${messageOf(err)}`;
+      throw new Error(`the records of held GPU memory in ${why}`, { cause: err });
+    });
     const now = Date.now();
     for (const name of names) {
       const named = RECORD_NAME.exec(name);
       if (!named) continue;
-      const file = path.join(this.where, name);
-      let record: HeldRecord | undefined;
+      const file = path.join(dir, name);
+      let record: HeldRecord;
       try {
-        const text = await readRecordFile(file);
+        const text = await readSmallFile(file, `the record ${file}`, 64 * 1024);
         if (text === undefined) continue; // removed meanwhile
         record = parseRecord(text);
       } catch {
-        const pid = Number(named[1]);
-        const owner = named[2] === undefined ? { pid } : { pid, start: Number(named[2]) };
+        const owner = { pid: +named[1], ...(named[2] === undefined ? {} : { start: +named[2] }) };
         if (!(await this.#alive(owner))) await rm(file, { recursive: true, force: true });
         continue;
       }
@@ -163,20 +128,24 @@ export class FileHeldRecords implements HeldRecords {
     return out;
   }
 
-  #file(process: ProcessIdentity): string {
-    return path.join(this.where, `${identityKey(process)}.json`);
+  #file(dir: string, process: ProcessIdentity): string {
+    return path.join(dir, `${identityKey(process)}.json`);
   }
 
   /**
-   * Makes the directory where missing and checks it, on every use (a few system calls): private
-   * to this user, mode 0700. A directory that changed owner or mode since is refused at once.
+   * The directory's real path, made where missing and checked on every use: private to this user,
+   * every directory above root's or this user's and written by nobody else unless sticky.
    */
-  async #directory(): Promise<void> {
+  async #directory(): Promise<string> {
     try {
       await privateDirectory(this.where, {
         strict: true,
         hint: `remove it, or name another in ${RECORDS_ENV_VAR}`,
       });
+      const real = await realpath(this.where);
+      const above = await faultAbove(real);
+      if (above) throw new Error(`${above}: another user could swap ${this.where} for their own`);
+      return real;
     } catch (err) {
       throw new Error(`the records of held GPU memory cannot be used: ${messageOf(err)}`, {
         cause: err,
@@ -185,21 +154,11 @@ export class FileHeldRecords implements HeldRecords {
   }
 }
 
-/**
- * The text of the record file `file`; `undefined` where there is none. Refused where it is a link,
- * not a regular file (a FIFO hangs nothing), or over {@link RECORD_MAX_BYTES}, naming the file.
- */
-function readRecordFile(file: string): Promise<string | undefined> {
-  return readSmallFile(file, `the record ${file}`, RECORD_MAX_BYTES);
-}
-
 /** A record's text as written by {@link FileHeldRecords.put}; throws for anything else. */
 function parseRecord(text: string): HeldRecord {
   const r = new StrictReader((_field, reason) => new Error(`not a record of ${FORMAT}: ${reason}`));
-  const v = r.object(r.parse(text, "it"), "", ["format", "process", "heldMiB", "at"], [
-    "claim",
-    "mark",
-  ]);
+  const fields = ["format", "process", "heldMiB", "at"];
+  const v = r.object(r.parse(text, "it"), "", fields, ["claim", "mark"]);
   r.choice(v.format, "format", [FORMAT]);
   // Each MiB finite (JSON's 1e400 parses as Infinity) and at most RECORD_MAX_MIB: a claim of
   // more than any GPU has would block every restore onto its GPU.
@@ -212,14 +171,12 @@ function parseRecord(text: string): HeldRecord {
     }
     return out;
   };
-  let record: HeldRecord = {
+  const record: HeldRecord = {
     process: r.identity(v.process, "process", 0),
     heldMiB: mib(v.heldMiB, "heldMiB"),
     at: r.integer(v.at, "at", 0),
+    ...(v.mark === undefined ? {} : { mark: r.string(v.mark, "mark", MARK_MAX_CHARS) }),
   };
-  if (v.mark !== undefined) {
-    record = { ...record, mark: r.string(v.mark, "mark", MARK_MAX_CHARS) };
-  }
   if (v.claim === undefined) return record;
   const c = r.object(v.claim, "claim", ["needMiB", "by", "since"]);
   const claim: RoomClaim = {

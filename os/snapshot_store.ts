@@ -1,42 +1,36 @@
 /**
  * Snapshots on the file system. A restore runs what a snapshot's directory holds, as root, so the
- * directory is opened once and worked on through that open descriptor from then on: every path
- * below it, criu's `--images-dir` included, goes through `/proc/<pid>/fd/<n>`, which no rename of
- * a directory above can redirect. It is opened one directory at a time from `/`, no symbolic link
- * followed (the path the user gave is resolved first, then walked), and each directory on the way
- * is checked: owned by root or this user, and nobody else may write in it unless it is sticky
- * (`/tmp`). The snapshot's own directory is this user's, mode 0700 where this makes it; inside
- * it, every directory and file belongs to root or this user, may be written by nobody else, and is
- * no link. Files are written whole (a temporary file, fsynced, renamed; the directory fsynced),
- * images are fsynced and digested (`digest.ts`) once dumped, and a restore checks everything inside
- * against the manifest, digests included, before anything changes.
+ * directory is opened once, walked from `/` without following a link it does not trust, and worked
+ * on through the open descriptor (`/proc/<pid>/fd/<n>`), which no rename above can redirect. Each
+ * directory on the way is root's or this user's, written by nobody else unless sticky (`/tmp`);
+ * the snapshot's own is this user's, and everything inside root's or this user's, written by
+ * nobody else, no link. Files are written whole, images fsynced and digested once dumped, and a
+ * check compares everything inside with the manifest; the engine reads the very files it opened.
  *
  * @module
  */
 
 import { constants } from "node:fs";
 import { type FileHandle, lstat, mkdir, open, readdir, readlink, rm } from "node:fs/promises";
+import { symlink } from "node:fs/promises";
 import path from "node:path";
-import type { Checked, CheckOptions, SnapshotDir, SnapshotStore } from "../core/snapshot/store.ts";
-import type { SnapshotFile } from "../core/snapshot/store.ts";
+import type {
+  Checked,
+  CheckOptions,
+  SnapshotDir,
+  SnapshotFile,
+  SnapshotStore,
+} from "../core/snapshot/store.ts";
 import type { Machine } from "../core/machine.ts";
 import { digestAll, type DigestSource } from "./digest.ts";
-import {
-  errorCode,
-  myUid,
-  ownerFault,
-  pathTrouble,
-  pinned,
-  readSmallFile,
-  writePrivately,
-} from "./private.ts";
+import { errorCode, myUid, ownerFault, pathTrouble, pinned } from "./private.ts";
+import { readSmallFile, writePrivately } from "./private.ts";
+import { workDir } from "./trusted.ts";
 
 const { O_RDONLY, O_DIRECTORY, O_NOFOLLOW, O_NONBLOCK } = constants;
 const DIR = O_RDONLY | O_DIRECTORY | O_NOFOLLOW;
-const FILE = O_RDONLY | O_NOFOLLOW | O_NONBLOCK;
 const NAME = /^[A-Za-z0-9_][A-Za-z0-9._-]{0,200}$/;
-const HINT = "a snapshot's directory must be this user's and private (chmod 700)";
-/** What to do with a snapshot another user's copy made: said after {@link HINT}. */
+/** What to do with a snapshot another user's copy made. */
 const COPY = ", so copy it as the user who will restore it (tar or rsync -a run by that user), " +
   "or give it to that user (chown -R)";
 
@@ -45,61 +39,48 @@ export class FileSnapshotStore implements SnapshotStore {
   readonly #digests: boolean;
 
   /**
-   * The store. `digests: false` is for benchmarks that measure what digests cost: files are
-   * still fsynced, but get an all-zero digest, and a check compares none (a restore of such a
-   * snapshot through a store with digests is refused).
+   * The store. `digests: false` is for benchmarks that measure what digests cost: files are still
+   * fsynced, but get an all-zero digest, and a check compares none.
    */
   constructor(options: { digests?: boolean } = {}) {
     this.#digests = options.digests ?? true;
   }
 
   /** Makes `dir` for a new snapshot (mode 0700), or takes an empty private one, and opens it. */
-  async create(dir: string): Promise<SnapshotDir> {
+  create(dir: string): Promise<SnapshotDir> {
+    return this.#open(dir, true);
+  }
+
+  /** Opens a snapshot's directory, refusing one that is not private or that others could swap. */
+  open(dir: string): Promise<SnapshotDir> {
+    return this.#open(dir, false);
+  }
+
+  async #open(dir: string, create: boolean): Promise<SnapshotDir> {
     const where = path.resolve(dir);
     const { parent, name } = await walkTo(where);
     const through = `${pinned(parent)}/${name}`;
+    let made = false, handle: FileHandle | undefined;
     try {
-      let made = false;
-      await mkdir(through, { mode: 0o700 }).then(() => made = true, (err) => {
-        if (errorCode(err) === "EEXIST") return;
-        throw new Error(`${where} cannot be made: ${pathTrouble(err)}`);
-      });
-      const handle = await openDir(where, through);
-      try {
-        await checkOwn(where, handle);
-        const names = made ? [] : await readdir(pinned(handle));
-        if (names.length > 0) {
-          throw new Error(
-            `${where} is not empty (${names.length} entries): a snapshot needs a new or empty ` +
-              `directory`,
-          );
-        }
-      } catch (err) {
-        await handle.close();
-        throw err;
+      if (create) {
+        await mkdir(through, { mode: 0o700 }).then(() => made = true, (err) => {
+          if (errorCode(err) !== "EEXIST") {
+            throw new Error(`${where} cannot be made: ${pathTrouble(err)}`);
+          }
+        });
       }
-      if (made) return new FileSnapshotDir(where, handle, this.#digests, { parent, name });
-      await parent.close();
-      return new FileSnapshotDir(where, handle, this.#digests);
+      handle = await openChecked(where, through);
+      const names = create && !made ? await readdir(pinned(handle)) : [];
+      if (names.length > 0) {
+        const n = `${names.length} entries`;
+        throw new Error(`${where} is not empty (${n}): a snapshot needs a new or empty directory`);
+      }
+      if (!made) await parent.close();
+      return new FileSnapshotDir(where, handle, this.#digests, made ? { parent, name } : undefined);
     } catch (err) {
+      await handle?.close();
       await parent.close();
       throw err;
-    }
-  }
-
-  /** Opens an existing snapshot directory, refusing one that is not private or lies where others could swap it. */
-  async open(dir: string): Promise<SnapshotDir> {
-    const where = path.resolve(dir);
-    const { parent, name } = await walkTo(where);
-    try {
-      const handle = await openDir(where, `${pinned(parent)}/${name}`);
-      await checkOwn(where, handle).catch(async (err) => {
-        await handle.close();
-        throw err;
-      });
-      return new FileSnapshotDir(where, handle, this.#digests);
-    } finally {
-      await parent.close();
     }
   }
 }
@@ -110,11 +91,10 @@ export function storeOf(machine: Machine | undefined): SnapshotStore {
 }
 
 /**
- * Opens the directory above `where` (an absolute path) one directory at a time from `/`, each
- * checked before anything in it is trusted: owned by root or this user, and nobody else may write
- * in it unless it is sticky. A symbolic link on the way is followed only where it is root's or
- * this user's (in a sticky directory, `/tmp`, anyone may have put one there), and only from such a
- * directory; the last part of `where` is not opened.
+ * Opens the directory above `where` (absolute) one directory at a time from `/`, each checked
+ * before anything in it is trusted (root's or this user's, written by nobody else unless sticky).
+ * A symbolic link on the way is followed only where it is root's or this user's (in a sticky
+ * directory, anyone may have planted one), as the kernel's `protected_symlinks` would have it.
  */
 async function walkTo(where: string): Promise<{ parent: FileHandle; name: string }> {
   const parts = where.split("/").filter(Boolean);
@@ -123,35 +103,27 @@ async function walkTo(where: string): Promise<{ parent: FileHandle; name: string
     throw new Error(`${where} cannot hold a snapshot: give the path of a directory below /`);
   }
   let handle = await open("/", DIR);
-  let at: string[] = [];
-  let links = 0;
+  let at: string[] = [], links = 0;
   try {
     await checkAbove(handle, "/", where);
     while (parts.length > 0) {
       const part = parts.shift()!;
       if (part === ".") continue;
       const through = `${pinned(handle)}/${part}`;
-      const shown = part === ".." ? `/${at.slice(0, -1).join("/")}` : `/${[...at, part].join("/")}`;
-      let next: FileHandle;
-      try {
-        next = await open(through, DIR);
-      } catch (err) {
+      const shown = `/${(part === ".." ? at.slice(0, -1) : [...at, part]).join("/")}`;
+      const next = await open(through, DIR).catch((err: unknown) => err);
+      if (next instanceof Error) {
         const st = await lstat(through).catch(() => undefined);
         if (!st?.isSymbolicLink()) {
-          if (errorCode(err) === "ENOENT") {
-            throw new Error(
-              parts.length === 0
-                ? `its parent directory ${shown} does not exist`
-                : `${shown}, above ${where}, does not exist`,
-            );
-          }
-          throw await notOpened(shown, through, "directory", err);
+          if (errorCode(next) !== "ENOENT") throw await notOpened(shown, through, next);
+          throw new Error(
+            parts.length === 0
+              ? `its parent directory ${shown} does not exist`
+              : `${shown}, above ${where}, does not exist`,
+          );
         }
         if (++links > 40) throw new Error(`${where}: too many symbolic links on the way`);
-        // In a sticky directory others may write (/tmp), anyone can plant a link: only root's or
-        // this user's is followed, as the kernel's protected_symlinks would have it.
-        const me = myUid();
-        if (me !== undefined && st.uid !== 0 && st.uid !== me) {
+        if (st.uid !== 0 && st.uid !== myUid()) {
           throw new Error(
             `${shown}, above ${where}, is a symbolic link of another user (uid ${st.uid}): ` +
               `they could lead the snapshot anywhere; give the path it leads to`,
@@ -162,13 +134,12 @@ async function walkTo(where: string): Promise<{ parent: FileHandle; name: string
         if (target.startsWith("/")) {
           const root = await open("/", DIR);
           await handle.close();
-          handle = root;
-          at = [];
+          [handle, at] = [root, []];
         }
         continue;
       }
       await handle.close();
-      handle = next;
+      handle = next as FileHandle;
       at = part === ".." ? at.slice(0, -1) : [...at, part];
       await checkAbove(handle, shown, where);
     }
@@ -184,52 +155,36 @@ async function checkAbove(handle: FileHandle, shown: string, below: string): Pro
   const fault = ownerFault(await handle.stat(), { rootToo: true, sticky: true });
   if (fault) {
     throw new Error(
-      `${shown}, above ${below}, ${fault}: ${
-        fault.startsWith("belongs") ? "that user" : "they"
-      } could swap the snapshot for their own; keep snapshots where only root and you can write`,
+      `${shown}, above ${below}, ${fault}: ${fault.startsWith("belongs") ? "that user" : "they"} ` +
+        `could swap the snapshot for their own; keep snapshots where only root and you can write`,
     );
   }
 }
 
-/** Opens the directory at `through` (a pinned path), named `shown`, not following a link. */
-async function openDir(shown: string, through: string): Promise<FileHandle> {
-  try {
-    return await open(through, DIR);
-  } catch (err) {
-    throw await notOpened(shown, through, "directory", err);
-  }
+/** The snapshot's own directory (`through`, pinned), opened: this user's, written by no other. */
+async function openChecked(where: string, through: string): Promise<FileHandle> {
+  const handle = await open(through, DIR).catch(async (err) => {
+    throw await notOpened(where, through, err);
+  });
+  const fault = ownerFault(await handle.stat());
+  if (!fault) return handle;
+  await handle.close();
+  const copied = fault.startsWith("belongs") ? COPY : "";
+  const must = "a snapshot's directory must be this user's and private (chmod 700)";
+  throw new Error(`${where} ${fault}; ${must}${copied}`);
 }
 
-/** Why `through` could not be opened as a `kind`: a link, something else, or the error itself. */
-async function notOpened(shown: string, through: string, kind: string, err: unknown) {
+/** Why `through` could not be opened (as a directory, or a `file`): a link, or the error itself. */
+async function notOpened(shown: string, through: string, err: unknown, kind = "directory") {
   const code = errorCode(err);
   if (code === "ENOENT") return new Error(`${shown} does not exist`);
   if (code === "ELOOP" || code === "ENOTDIR") {
-    const st = await lstat(through).catch(() => undefined);
-    if (st?.isSymbolicLink()) {
-      return new Error(`${shown} is a symbolic link, not a ${kind} of its own`);
-    }
-    return new Error(`${shown} is not a ${kind}`);
+    const link = (await lstat(through).catch(() => undefined))?.isSymbolicLink();
+    return new Error(
+      `${shown} is ${link ? `a symbolic link, not a ${kind} of its own` : `not a ${kind}`}`,
+    );
   }
   return new Error(`${shown} cannot be opened: ${pathTrouble(err)}`, { cause: err });
-}
-
-/** The snapshot's own directory: this user's, and nobody else may write in it. */
-async function checkOwn(where: string, handle: FileHandle): Promise<void> {
-  const fault = ownerFault(await handle.stat());
-  if (fault) {
-    throw new Error(`${where} ${fault}; ${HINT}${fault.startsWith("belongs") ? COPY : ""}`);
-  }
-}
-
-/** Something inside a snapshot: root's or this user's, and nobody else may write it. */
-async function checkInside(shown: string, handle: FileHandle, kind: "file" | "directory") {
-  const st = await handle.stat();
-  if (kind === "file" ? !st.isFile() : !st.isDirectory()) {
-    throw new Error(`${shown} is not a ${kind === "file" ? "regular file" : "directory"}`);
-  }
-  refuseInside(shown, st);
-  return st;
 }
 
 /** Throws where something inside a snapshot is another user's or others may write it. */
@@ -245,9 +200,28 @@ function refuseInside(shown: string, st: { uid: number; mode: number }): void {
   );
 }
 
-/** A check that left nothing for later, having compared digests or not. */
-function nothingLater(digests: boolean): Checked {
-  return { digests, later: () => Promise.resolve(), all: Promise.resolve() };
+/** Opens `through` (pinned, shown as `shown`) inside a snapshot, as a `kind`, and checks it. */
+async function openInside(shown: string, through: string, kind: "file" | "directory") {
+  const handle = await open(through, kind === "file" ? O_RDONLY | O_NOFOLLOW | O_NONBLOCK : DIR)
+    .catch(async (err) => {
+      throw await notOpened(shown, through, err, kind);
+    });
+  try {
+    const st = await handle.stat();
+    if (kind === "file" ? !st.isFile() : !st.isDirectory()) {
+      throw new Error(`${shown} is not a ${kind === "file" ? "regular file" : "directory"}`);
+    }
+    refuseInside(shown, st);
+    return { handle, size: st.size };
+  } catch (err) {
+    await handle.close();
+    throw err;
+  }
+}
+
+/** An open file of a snapshot, as digests take it, and what the manifest says of it. */
+interface Opened extends DigestSource {
+  readonly file: SnapshotFile;
 }
 
 /** A snapshot's directory, open: see the module documentation. */
@@ -255,11 +229,16 @@ class FileSnapshotDir implements SnapshotDir {
   readonly path: string;
   readonly #handle: FileHandle;
   readonly #made: { parent: FileHandle; name: string } | undefined;
+  readonly #digests: boolean;
   readonly #created: string[] = [];
   readonly #subs = new Map<string, FileHandle>();
-
-  readonly #digests: boolean;
-  /** The digests {@link check} left for later, where it left some: settled once they end. */
+  /** The subdirectories the last check opened, and its links to those very files for the engine. */
+  readonly #checked = new Set<string>();
+  #view: Promise<string> | undefined;
+  /** Every file a check opened, and the engine's directories of links to them: gone at close. */
+  readonly #kept: FileHandle[] = [];
+  readonly #views: string[] = [];
+  /** The digests a check left for later, where it left some: settled once they end. */
   #verifying: Promise<void> | undefined;
 
   constructor(
@@ -269,37 +248,52 @@ class FileSnapshotDir implements SnapshotDir {
     made?: { parent: FileHandle; name: string },
   ) {
     this.path = where;
-    this.#digests = digests;
     this.#handle = handle;
+    this.#digests = digests;
     this.#made = made;
   }
 
   /** The pinned path of the directory itself. */
-  get base(): string {
+  get #base(): string {
     return pinned(this.#handle);
   }
 
   async subdir(name: string): Promise<void> {
     checkName(name);
-    try {
-      await mkdir(`${this.base}/${name}`, { mode: 0o700 });
-    } catch (err) {
+    await mkdir(`${this.#base}/${name}`, { mode: 0o700 }).catch((err) => {
       throw new Error(`${this.path}/${name} cannot be made: ${pathTrouble(err)}`);
-    }
+    });
     this.#created.push(name);
   }
 
+  /**
+   * The subdirectory `name` as the engine is given it: once a check opened its files, a private
+   * directory of links to those very files (`/proc/<pid>/fd/<n>`), so that what the engine reads
+   * is what was checked; else the open subdirectory, for a dump to write in.
+   */
   async enginePath(name: string): Promise<string> {
+    if (this.#checked.has(name)) return path.join(await this.#view!, name);
     return pinned(await this.#sub(name));
+  }
+
+  /** A private directory of links to `opened`, by subdirectory. */
+  async #linked(opened: readonly Opened[]): Promise<string> {
+    const view = await workDir("images-");
+    this.#views.push(view);
+    for (const { file, handle } of opened) {
+      await mkdir(path.join(view, path.dirname(file.path)), { recursive: true, mode: 0o700 });
+      await symlink(pinned(handle), path.join(view, file.path));
+    }
+    return view;
   }
 
   async writeFile(name: string, text: string): Promise<void> {
     checkName(name);
     // Named by the path the user knows, not the pinned one it is written through.
     await writePrivately(
-      `${this.base}/${name}`,
+      `${this.#base}/${name}`,
       text,
-      (_file, message, cause) => new Error(message.replaceAll(this.base, this.path), { cause }),
+      (_file, message, cause) => new Error(message.replaceAll(this.#base, this.path), { cause }),
     );
     if (!this.#created.includes(name)) this.#created.push(name);
     await this.#handle.sync();
@@ -308,7 +302,7 @@ class FileSnapshotDir implements SnapshotDir {
   async readFile(name: string, maxBytes: number): Promise<string | undefined> {
     checkName(name);
     const shown = `${this.path}/${name}`;
-    return await readSmallFile(`${this.base}/${name}`, shown, maxBytes, (st) => {
+    return await readSmallFile(`${this.#base}/${name}`, shown, maxBytes, (st) => {
       refuseInside(shown, st);
     });
   }
@@ -317,30 +311,26 @@ class FileSnapshotDir implements SnapshotDir {
     checkName(name);
     await this.#subs.get(name)?.close();
     this.#subs.delete(name);
-    await rm(`${this.base}/${name}`, { recursive: true, force: true });
+    await rm(`${this.#base}/${name}`, { recursive: true, force: true });
     await this.#handle.sync();
   }
 
   async seal(sub: string, signal?: AbortSignal): Promise<SnapshotFile[]> {
     const dir = await this.#sub(sub);
-    const names = (await readdir(pinned(dir))).sort();
     const opened: { name: string; handle: FileHandle; bytes: number }[] = [];
     try {
-      for (const name of names) {
-        const { handle, size } = await this.#existing(dir, `${this.path}/${sub}/${name}`, name);
-        opened.push({ name, handle, bytes: size });
+      for (const name of (await readdir(pinned(dir))).sort()) {
+        const shown = `${this.path}/${sub}/${name}`;
+        const { handle, size } = await this.#file(dir, shown, name);
+        opened.push({ name: shown, handle, bytes: size });
       }
       // On disk before the snapshot says it is done; hashed meanwhile, from the page cache.
       const [digests] = await Promise.all([
-        this.#digests
-          ? digestAll(opened.map((o) => ({ ...o, name: `${this.path}/${sub}/${o.name}` })), {
-            signal,
-          })
-          : opened.map(() => "0".repeat(64)),
+        this.#digests ? digestAll(opened, { signal }) : opened.map(() => "0".repeat(64)),
         Promise.all(opened.map((o) => o.handle.datasync())).then(() => dir.sync()),
       ]);
       return opened.map((o, i) => ({
-        path: `${sub}/${o.name}`,
+        path: `${sub}/${path.basename(o.name)}`,
         bytes: o.bytes,
         chunkedSha256: digests[i],
       }));
@@ -349,140 +339,111 @@ class FileSnapshotDir implements SnapshotDir {
     }
   }
 
-  async check(
-    files: readonly SnapshotFile[],
-    o: CheckOptions,
-  ): Promise<Checked> {
+  async check(files: readonly SnapshotFile[], o: CheckOptions): Promise<Checked> {
     const bySub = new Map<string, Map<string, SnapshotFile>>();
     for (const f of files) {
       const [sub, name] = f.path.split("/");
-      if (!bySub.has(sub)) bySub.set(sub, new Map());
-      bySub.get(sub)!.set(name, f);
+      bySub.set(sub, (bySub.get(sub) ?? new Map()).set(name, f));
     }
-    const present = new Set(await readdir(this.base));
+    const unlisted = (shown: string) =>
+      new Error(`${shown} is not part of the snapshot: its manifest does not list it`);
+    const present = new Set(await readdir(this.#base));
     for (const name of present) {
       if (!bySub.has(name) && !(o.topFiles ?? []).includes(name)) {
-        throw new Error(
-          `${this.path}/${name} is not part of the snapshot: its manifest does not list it`,
-        );
+        throw unlisted(`${this.path}/${name}`);
       }
     }
-    const opened: { file: SnapshotFile; handle: FileHandle }[] = [];
+    const opened: Opened[] = [];
     try {
       for (const [sub, listed] of bySub) {
         if (!present.has(sub)) {
+          const n = `${listed.size} file${listed.size === 1 ? "" : "s"}`;
           throw new Error(
-            `${this.path}/${sub} is missing, which the manifest lists with ${listed.size} ` +
-              `file${listed.size === 1 ? "" : "s"}: the snapshot is incomplete, or a copy of it ` +
-              `left the directory out`,
+            `${this.path}/${sub} is missing, which the manifest lists with ${n}: the snapshot is ` +
+              `incomplete, or a copy of it left the directory out`,
           );
         }
         const dir = await this.#sub(sub);
         const names = new Set(await readdir(pinned(dir)));
         for (const name of names) {
-          if (!listed.has(name)) {
-            throw new Error(
-              `${this.path}/${sub}/${name} is not part of the snapshot: its manifest does not ` +
-                `list it`,
-            );
-          }
+          if (!listed.has(name)) throw unlisted(`${this.path}/${sub}/${name}`);
         }
         for (const [name, file] of listed) {
+          const shown = `${this.path}/${file.path}`;
           if (!names.has(name)) {
             throw new Error(
-              `${this.path}/${file.path} is missing, which the manifest lists (${file.bytes} ` +
-                `bytes): the snapshot is incomplete, or a copy of it left the file out`,
+              `${shown} is missing, which the manifest lists (${file.bytes} bytes): the snapshot ` +
+                `is incomplete, or a copy of it left the file out`,
             );
           }
-          const { handle, size } = await this.#existing(dir, `${this.path}/${file.path}`, name);
-          opened.push({ file, handle });
+          const { handle, size } = await this.#file(dir, shown, name);
+          opened.push({ file, handle, bytes: file.bytes, name: shown });
           if (size !== file.bytes) {
             throw new Error(
-              `${this.path}/${file.path} has ${size} bytes where the manifest says ${file.bytes}: ` +
-                `the snapshot is truncated or was changed`,
+              `${shown} has ${size} bytes where the manifest says ${file.bytes}: the snapshot is ` +
+                `truncated or was changed`,
             );
           }
         }
       }
-      if (!o.digests || !this.#digests) return nothingLater(false);
-      const later = opened.filter(({ file }) => o.later?.(file) ?? false);
-      const now = opened.filter((x) => !later.includes(x));
-      const source = ({ file, handle }: { file: SnapshotFile; handle: FileHandle }) => ({
-        handle,
-        bytes: file.bytes,
-        name: `${this.path}/${file.path}`,
-      });
-      await digestAll(now.map(source), {
-        signal: o.signal,
-        onDigest: (i, digest) => this.#compare(now[i].file, digest),
-      });
-      if (later.length === 0) return nothingLater(true);
-      // The files left for later stay open, and are closed once their digests are done.
-      opened.splice(0, opened.length, ...now);
-      return this.#verifyLater(later, source, o.signal);
+      const verified = o.digests && this.#digests ? await this.#verify(opened, o) : undefined;
+      // Made now, not as the engine starts (a simulated clock would run on meanwhile); one that
+      // cannot be made is the engine's error, where it asks for it, not the check's.
+      this.#view = this.#linked(opened);
+      await this.#view.catch(() => {});
+      for (const sub of bySub.keys()) this.#checked.add(sub);
+      this.#kept.push(...opened.splice(0).map((x) => x.handle));
+      return verified ?? { digests: false, later: () => Promise.resolve(), all: Promise.resolve() };
     } finally {
-      await Promise.all(opened.map((o) => o.handle.close()));
+      await Promise.all(opened.map((x) => x.handle.close()));
     }
   }
 
-  /** Throws where `digest` is not the one the manifest gives `file`. */
-  #compare(file: SnapshotFile, digest: string): void {
-    if (digest !== file.chunkedSha256) {
-      throw new Error(
-        `${this.path}/${file.path} is not the file the snapshot wrote: its digest is ` +
-          `${digest}, and the manifest says ${file.chunkedSha256}`,
-      );
-    }
-  }
-
-  /** Compares the digests of `later` (open files) from now on: see {@link Checked.later}. */
-  #verifyLater(
-    later: readonly { file: SnapshotFile; handle: FileHandle }[],
-    source: (x: { file: SnapshotFile; handle: FileHandle }) => DigestSource,
-    signal: AbortSignal | undefined,
-  ): Checked {
-    const subOf = (f: SnapshotFile) => f.path.split("/")[0];
+  /**
+   * Compares the digests of `opened`: now, or for those `o.later` picks, from then on, each
+   * subdirectory's settled as soon as its last one is ({@link Checked.later}).
+   */
+  async #verify(opened: readonly Opened[], o: CheckOptions): Promise<Checked> {
+    const compare = ({ file, name }: Opened, digest: string) => {
+      if (digest !== file.chunkedSha256) {
+        throw new Error(
+          `${name} is not the file the snapshot wrote: its digest is ${digest}, and the manifest ` +
+            `says ${file.chunkedSha256}`,
+        );
+      }
+    };
+    const later = opened.filter(({ file }) => o.later?.(file) ?? false);
+    const now = opened.filter((x) => !later.includes(x));
+    await digestAll(now, { signal: o.signal, onDigest: (i, d) => compare(now[i], d) });
+    const subOf = (x: Opened) => x.file.path.split("/")[0];
     const left = new Map<string, number>();
-    for (const { file } of later) left.set(subOf(file), (left.get(subOf(file)) ?? 0) + 1);
+    for (const x of later) left.set(subOf(x), (left.get(subOf(x)) ?? 0) + 1);
     const subs = new Map([...left.keys()].map((sub) => [sub, Promise.withResolvers<void>()]));
     // Awaited or not: a refusal must never be an unhandled rejection.
     for (const w of subs.values()) w.promise.catch(() => {});
-    const done = digestAll(later.map(source), {
-      ...(signal ? { signal } : {}),
+    const all = digestAll(later, {
+      signal: o.signal,
       onDigest: (i, digest) => {
-        const { file } = later[i];
-        this.#compare(file, digest);
-        const sub = subOf(file);
+        compare(later[i], digest);
+        const sub = subOf(later[i]);
         left.set(sub, left.get(sub)! - 1);
         if (left.get(sub) === 0) subs.get(sub)!.resolve();
       },
-    }).then(
-      () => {},
-      (err) => {
-        for (const w of subs.values()) w.reject(err);
-        throw err;
-      },
-    );
-    done.catch(() => {});
-    // Settled as soon as the digests are (a refusal waits for no file to close); the files are
-    // closed after, and close() waits for that.
-    this.#verifying = done.then(() => {}, () => {}).then(() =>
-      Promise.all(later.map((x) => x.handle.close())).then(() => {})
-    );
-    return {
-      digests: true,
-      later: (sub) => subs.get(sub)?.promise ?? Promise.resolve(),
-      all: done,
-    };
+    }).then(() => {}, (err) => {
+      for (const w of subs.values()) w.reject(err);
+      throw err;
+    });
+    all.catch(() => {});
+    this.#verifying = all.catch(() => {});
+    return { digests: true, later: (sub) => subs.get(sub)?.promise ?? Promise.resolve(), all };
   }
 
   async removeCreated(): Promise<string[]> {
     const removed: string[] = [];
-    for (const name of [...this.#created].reverse()) {
+    for (const name of this.#created.splice(0).reverse()) {
       await this.remove(name);
       removed.push(`${this.path}/${name}`);
     }
-    this.#created.length = 0;
     if (this.#made) {
       await rm(`${pinned(this.#made.parent)}/${this.#made.name}`, { recursive: true, force: true });
       removed.push(this.path);
@@ -493,8 +454,10 @@ class FileSnapshotDir implements SnapshotDir {
   async close(): Promise<void> {
     // The digests left for later end first (stopped by check's signal, or done).
     await this.#verifying;
-    await Promise.all([...this.#subs.values()].map((h) => h.close()));
+    for (const view of this.#views.splice(0)) await rm(view, { recursive: true, force: true });
+    await Promise.all([...this.#kept.splice(0), ...this.#subs.values()].map((h) => h.close()));
     this.#subs.clear();
+    this.#checked.clear();
     await this.#handle.close();
     await this.#made?.parent.close();
   }
@@ -502,50 +465,19 @@ class FileSnapshotDir implements SnapshotDir {
   /** The subdirectory `name`, open and checked (once). */
   async #sub(name: string): Promise<FileHandle> {
     checkName(name);
-    const known = this.#subs.get(name);
-    if (known) return known;
-    const shown = `${this.path}/${name}`;
-    const handle = await openDir(shown, `${this.base}/${name}`);
-    try {
-      await checkInside(shown, handle, "directory");
-    } catch (err) {
-      await handle.close();
-      throw err;
+    let handle = this.#subs.get(name);
+    if (!handle) {
+      handle =
+        (await openInside(`${this.path}/${name}`, `${this.#base}/${name}`, "directory")).handle;
+      this.#subs.set(name, handle);
     }
-    this.#subs.set(name, handle);
     return handle;
   }
 
-  /**
-   * The file `name` in the open directory `dir` (`shown` in messages), opened without following a
-   * link and checked, with its size; `undefined` where there is none.
-   */
-  async #openFile(
-    dir: FileHandle,
-    shown: string,
-    name: string,
-  ): Promise<{ handle: FileHandle; size: number } | undefined> {
+  /** The file `name` of the open directory `dir` (`shown` in messages), opened and checked. */
+  #file(dir: FileHandle, shown: string, name: string) {
     checkName(name);
-    let handle: FileHandle;
-    try {
-      handle = await open(`${pinned(dir)}/${name}`, FILE);
-    } catch (err) {
-      if (errorCode(err) === "ENOENT") return undefined;
-      throw await notOpened(shown, `${pinned(dir)}/${name}`, "file", err);
-    }
-    try {
-      return { handle, size: (await checkInside(shown, handle, "file")).size };
-    } catch (err) {
-      await handle.close();
-      throw err;
-    }
-  }
-
-  /** {@link #openFile}, of a file that must be there. */
-  async #existing(dir: FileHandle, shown: string, name: string) {
-    const file = await this.#openFile(dir, shown, name);
-    if (!file) throw new Error(`${shown} does not exist`);
-    return file;
+    return openInside(shown, `${pinned(dir)}/${name}`, "file");
   }
 }
 

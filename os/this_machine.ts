@@ -1,7 +1,7 @@
 /**
  * This machine as a {@link Machine}: libcuda through the runtime's FFI, `/proc` and NVML, the
- * installed criu, and snapshots on the file system. The public functions open it when given no
- * machine (api/cuda_process.ts), on first use, and close it when their last user lets go.
+ * installed criu, and snapshots on the file system (what the public functions open when given no
+ * machine, and close when their last user lets go).
  *
  * @module
  */
@@ -38,18 +38,14 @@ export interface NativeMachine extends Machine, AsyncDisposable {
   close(): Promise<void>;
 }
 
-/** The names `host` takes: checked, as criu's, before libcuda opens (a bad value closes it). */
-const HOST_OPTIONS = ["nvml", "nvmlPath", "procRoot", "reader", "recordsDir"] as const;
-
 /**
- * Opens this machine: libcuda with the FFI of the current runtime (see
- * {@link NativeDriverOptions.libraryPath}), and its host, criu engine and snapshot store, which
- * load what they need on first use. Pass it as `{ machine }`; close it when done (`await using`
- * works). A driver older than 570 opens: its checkpoint calls answer `CUDA_ERROR_NOT_SUPPORTED`.
+ * Opens this machine: libcuda ({@link NativeDriverOptions.libraryPath}) with the runtime's FFI,
+ * and its host, criu engine and snapshot store, which load what they need on first use. Pass it
+ * as `{ machine }`; close it when done. A driver older than 570 opens: its checkpoint calls answer
+ * `CUDA_ERROR_NOT_SUPPORTED`.
  *
- * @throws {DriverLoadError} (as a rejection) when libcuda is not found or cannot be opened here
- * (Deno without `--allow-ffi`, not Linux, neither Deno nor Bun); a RangeError or TypeError for
- * bad options, naming them.
+ * @throws {DriverLoadError} (as a rejection) when libcuda cannot be found or opened here; a
+ * RangeError or TypeError for bad options, naming them.
  *
  * @example
  * ```ts ignore
@@ -62,14 +58,11 @@ const HOST_OPTIONS = ["nvml", "nvmlPath", "procRoot", "reader", "recordsDir"] as
  * ```
  */
 export async function openMachine(options: MachineOptions = {}): Promise<NativeMachine> {
-  checkKeys(options, "openMachine's options", [
-    "libraryPath",
-    "maxWorkers",
-    "callingThread",
-    "host",
-    "criu",
-  ]);
-  checkKeys(options.host, "openMachine's host options", HOST_OPTIONS);
+  // Every name checked before libcuda opens (then a bad value would close it).
+  const top = ["libraryPath", "maxWorkers", "callingThread", "host", "criu"] as const;
+  checkKeys(options, "openMachine's options", top);
+  const hostKeys = ["nvml", "nvmlPath", "procRoot", "reader", "recordsDir"] as const;
+  checkKeys(options.host, "openMachine's host options", hostKeys);
   checkKeys(options.criu, "openMachine's criu options", [
     "criuPath",
     "libraryDir",
@@ -77,27 +70,19 @@ export async function openMachine(options: MachineOptions = {}): Promise<NativeM
     "env",
   ]);
   const driver = await openNativeDriver(options);
-  let host: LinuxHost, engine: SnapshotEngine;
   try {
-    host = new LinuxHost(options.host);
-    engine = openCriuEngine(options.criu);
+    const host = new LinuxHost(options.host), engine = openCriuEngine(options.criu);
+    const close = () => host.close().finally(() => driver[Symbol.asyncDispose]());
+    return {
+      driver,
+      host,
+      engine,
+      store: new FileSnapshotStore(),
+      close,
+      [Symbol.asyncDispose]: close,
+    };
   } catch (error) {
     await driver[Symbol.asyncDispose]();
     throw error;
   }
-  const close = async () => {
-    try {
-      await host.close();
-    } finally {
-      await driver[Symbol.asyncDispose]();
-    }
-  };
-  return {
-    driver,
-    host,
-    engine,
-    store: new FileSnapshotStore(),
-    close,
-    [Symbol.asyncDispose]: close,
-  };
 }

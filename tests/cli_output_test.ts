@@ -75,6 +75,27 @@ describe("nothing a process chose reaches a terminal raw", () => {
     assert.equal(JSON.parse(json.out).manifest.trees[0].processes[0].command, forged);
   });
 
+  test("bidi controls and line and paragraph separators are escaped too, in text and --json (issue 29, item 13e)", async () => {
+    // U+202E shows what follows backwards (`gpj.exe` as `exe.jpg`); U+2028 and U+2029 break a
+    // line where a terminal or a log viewer takes them as newlines. They printed raw.
+    const sim = new SimulatedMachine();
+    const sly = "train.py \u202egpj.exe\u202c \u2066x\u2069 \u200fy\u200e \u061cz a\u2028b\u2029c";
+    const p = sim.spawn({ memoryMiB: 256, command: sly });
+    const r = await cli(["list"], { machine: sim });
+    assert.equal(r.code, 0, r.err);
+    assert.doesNotMatch(r.out, /[\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]/);
+    assert.ok(
+      r.out.includes(
+        "train.py \\u202egpj.exe\\u202c \\u2066x\\u2069 \\u200fy\\u200e \\u061cz a\\u2028b\\u2029c",
+      ),
+      r.out,
+    );
+    const json = await cli(["list", "--json"], { machine: sim });
+    assert.doesNotMatch(json.out, /[\u2028\u202e]/);
+    assert.equal(JSON.parse(json.out).command, sly, "the JSON means the same");
+    assert.equal(JSON.parse(json.out).pid, p.pid);
+  });
+
   test("list --json: valid JSON with C1 and DEL escaped too, giving back the command line", async () => {
     const sim = new SimulatedMachine();
     sim.spawn({ command: EVIL });

@@ -7,7 +7,7 @@
 
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import { mkdirSync, readFileSync, rmSync } from "node:fs";
 import { dirname, join } from "node:path";
 import process from "node:process";
@@ -168,12 +168,12 @@ describe("a criu that overstays is ended, and what it left is said", () => {
         new RegExp(
           `^criu restore of the tree of 4242 was ended after \\d+ ms \\(its deadline of 300 ms ` +
             `passed\\): criu ended on SIGTERM; the processes it had made \\(${made[0]}\\) were ` +
-            `killed \\(log: .*restore\\.log\\)$`,
+            `killed \\(log: .*/restore-4242\\.log\\)$`,
         ),
       );
       assert.deepEqual(await endedWithin(made, 2000), [], "nothing it made is left");
-      // Its log is kept in its private work directory, for the error to name; the test's own.
-      rmSync(dirname((err as EngineError).log!), { recursive: true, force: true });
+      // Its log is kept beside the work directories, for the error to name; the test's own.
+      rmSync((err as EngineError).log!, { force: true });
     }));
 
   test(
@@ -230,6 +230,46 @@ describe("a criu that overstays is ended, and what it left is said", () => {
       process.kill = kill;
     }
   });
+});
+
+describe("criu does not outlive this program", () => {
+  test(
+    "exiting (a second Ctrl-C's exit) ends the criu under way and its child, and the tree goes on (issue 29, item 13g)",
+    {
+      timeout: 30_000,
+    },
+    () =>
+      withTreeToDump(false, async ({ tree, images }) => {
+        const dir = dirname(images);
+        const pids = join(dir, "criu-pids");
+        const body = `case $1 in --version) echo "Version: 4.1.1"; exit 0 ;; check) exit 0 ;; esac
+echo $$ >> '${pids}'
+sleep 300 &
+echo $! >> '${pids}'
+wait
+`;
+        const criu = fakeCriu(dir, {}, { body, name: "criu-waits" });
+        process.kill(tree.pid, "SIGSTOP"); // as criu may leave it
+        await untilStopped(tree.pid, true);
+        const program = join(import.meta.dirname!, "fixtures", "criu_exit.ts");
+        const args = [program, criu, images, String(tree.pid), pids];
+        const run = spawnSync(
+          process.execPath,
+          "Deno" in globalThis ? ["run", "-A", ...args] : args,
+          {
+            encoding: "utf8",
+            timeout: 20_000,
+          },
+        );
+        assert.equal(run.status, 130, `${run.stdout}${run.stderr}`);
+        const [criuPid, child] = pidsIn(pids);
+        const left = await endedWithin([criuPid, child], 3000);
+        for (const p of left) process.kill(p, "SIGKILL"); // the test leaves nothing behind
+        assert.deepEqual(left, [], "criu and its child ended with the program");
+        await untilStopped(tree.pid, false);
+        assert.notEqual(stateOf(tree.pid), "T", "the tree was sent SIGCONT");
+      }),
+  );
 });
 
 describe("a bounded run's session", () => {

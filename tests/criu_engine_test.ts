@@ -10,11 +10,22 @@
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
-import { mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
-import { dirname, join } from "node:path";
+import {
+  existsSync,
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  realpathSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import process from "node:process";
 import { openCriuEngine, parsePstree } from "../os/criu.ts";
 import { EngineError } from "../core/engine.ts";
+import { FileSnapshotStore } from "../os/snapshot_store.ts";
 import { loud } from "./fixtures/fake.ts";
 import { endedWithin, fakeCriu, inScratch, scratch, settlesWithin } from "./support/fake_criu.ts";
 
@@ -149,9 +160,54 @@ describe("running criu", () => {
       });
       const err = await wrong.restore({ root: 4242, imagesDir: s.dir }).catch((e) => e);
       assert.match(err.message, /criu restored the tree of 4242 as 99/);
-      // Its log is kept in its private work directory, for the error to name; the test's own.
+      // Its log is kept beside the work directories, for the error to name; the test's own.
       assert.ok(err.log, "the error names the log");
-      rmSync(dirname(err.log), { recursive: true, force: true });
+      rmSync(err.log, { force: true });
+    }));
+
+  test("a failed dump into a snapshot's directory names its log by the user's path, not /proc/<pid>/fd/<n> (issue 29, item 13f)", () =>
+    inScratch(async (s) => {
+      const snap = await new FileSnapshotStore().create(join(s.dir, "snap"));
+      try {
+        await snap.subdir("tree-7");
+        const imagesDir = await snap.enginePath("tree-7");
+        assert.match(imagesDir, /^\/proc\/\d+\/fd\/\d+$/, "criu writes through the open directory");
+        const engine = openCriuEngine({ criuPath: fakeCriu(s.dir, { FAKE_CRIU_EXIT: "1" }) });
+        const err = await engine.dump({ root: 7, imagesDir }).catch((e) => e);
+        const log = join(s.dir, "snap", "tree-7", "dump.log");
+        assert.equal(err.log, log);
+        assert.ok(err.message.endsWith(`(log: ${log})`), err.message);
+        assert.match(readFileSync(log, "utf8"), /Dumping FAILED/, "the log is there");
+      } finally {
+        await snap.close();
+      }
+    }));
+
+  test("restore work directories: each removed when its restore ends, the log of one that failed kept; those of programs gone removed (issue 29, item 13h)", () =>
+    inScratch(async (s) => {
+      const base = process.getuid?.() === 0
+        ? "/run/ckpt-cuda-work"
+        : join(realpathSync(tmpdir()), `ckpt-cuda-work-${process.getuid?.()}`);
+      const me = readFileSync("/proc/self/stat", "utf8");
+      const mine = `${process.pid}-${me.slice(me.lastIndexOf(")") + 2).split(" ")[19]}-`;
+      const ours = () => readdirSync(base).filter((n) => n.startsWith(mine));
+      const ok = openCriuEngine({ criuPath: fakeCriu(s.dir, { FAKE_CRIU_ROOT: "4243" }) });
+      await ok.restore({ root: 4243, imagesDir: s.dir });
+      assert.deepEqual(ours(), [], "a restore that succeeded leaves nothing");
+      // Left by programs that are gone (one killed outright), or by this pid's earlier owner.
+      const dead = [`${2 ** 22 + 7}-1-restore-x`, `${process.pid}-1-restore-y`];
+      for (const d of dead) mkdirSync(join(base, d, "no-plugins"), { recursive: true });
+      const failing = openCriuEngine({
+        criuPath: fakeCriu(s.dir, { FAKE_CRIU_EXIT: "1" }, { name: "criu-1" }),
+      });
+      const err = await failing.restore({ root: 4244, imagesDir: s.dir }).catch((e) => e);
+      assert.ok(err instanceof EngineError, String(err));
+      assert.equal(err.log, join(base, "restore-4244.log"));
+      assert.ok(err.message.endsWith(`(log: ${err.log})`), err.message);
+      assert.match(readFileSync(err.log, "utf8"), /Dumping FAILED/, "its log, kept");
+      assert.deepEqual(ours(), [], "a restore that failed leaves no work directory");
+      for (const d of dead) assert.ok(!existsSync(join(base, d)), `${d} removed`);
+      rmSync(err.log, { force: true });
     }));
 
   test("kill: a process already gone is no error", { timeout: 30_000 }, async () => {

@@ -155,6 +155,38 @@ describe("criu runs with a minimal environment", () => {
       ]);
     }));
 
+  test("every directory the loader searches below the library directory is checked too", () =>
+    // ld.so looks in <dir>/glibc-hwcaps/x86-64-v2/, tls/, x86_64/ ... before <dir>: a library
+    // planted there ran inside criu as root (issue 29, item 8). Each case passed before.
+    inScratch(async (s) => {
+      const criu = fakeCriu(s.dir);
+      const lib = dirWith(s.dir, "lib", 0o755);
+      const hwcaps = dirWith(dirWith(lib, "glibc-hwcaps", 0o755), "x86-64-v2", 0o755);
+      const planted = fakeCriu(hwcaps, {}, { name: "libcriu.so.2", body: "", mode: 0o644 });
+      const probe = () => openCriuEngine({ criuPath: criu, libraryDir: lib }).probe();
+      assert.deepEqual((await probe()).problems, [], "a tree of root's, written by nobody else");
+      chmodSync(planted, 0o666);
+      assert.deepEqual((await probe()).problems, [
+        `criu's library directory ${lib} is refused: ${planted} may be written by other users ` +
+        `(mode 0666).`,
+      ]);
+      chmodSync(planted, 0o644);
+      const tls = dirWith(lib, "tls", 0o777);
+      assert.deepEqual((await probe()).problems, [
+        `criu's library directory ${lib} is refused: ${tls} may be written by other users ` +
+        `(mode 0777).`,
+      ]);
+      chmodSync(tls, 0o755);
+      if (!notRoot) {
+        const theirs = fakeCriu(tls, {}, { name: "libcriu.so.2", body: "", mode: 0o644 });
+        chownSync(theirs, 65534, 65534);
+        assert.deepEqual((await probe()).problems, [
+          `criu's library directory ${lib} is refused: ${theirs} belongs to another user ` +
+          `(uid 65534, you are 0).`,
+        ]);
+      }
+    }));
+
   test("its work directories are private, and not under the caller's TMPDIR", () =>
     inScratch(async (s) => {
       const record = join(s.dir, "record");

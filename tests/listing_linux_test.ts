@@ -72,6 +72,56 @@ describe("the Linux host's /proc scan", { skip: onLinux }, () => {
     assert.equal(pids.size, found.length, "each process once");
   });
 
+  test("processTree: the root, then each descendant after its parent, with threads and command lines", async () => {
+    const shell = spawn("bash", ["-c", "sleep 600 & (sleep 601 & wait) & wait"], {
+      stdio: "ignore",
+    });
+    await using host = new LinuxHost({ nvml: false, recordsDir: false });
+    try {
+      let tree: Awaited<ReturnType<LinuxHost["processTree"]>>;
+      for (let i = 0; i < 200 && (tree = await host.processTree(shell.pid!))?.length !== 4; i++) {
+        await new Promise((r) => setTimeout(r, 10));
+      }
+      assert.equal(tree!.length, 4, JSON.stringify(tree!));
+      const [top] = tree!;
+      assert.deepEqual([top.pid, top.parent, top.threads], [shell.pid, process.pid, [shell.pid]]);
+      // Deno starts it by its full path, Bun by its name.
+      assert.match(top.command!, /(^|\/)bash -c sleep 600 & \(sleep 601 & wait\) & wait$/);
+      const seen = new Set<number>();
+      for (const p of tree!) {
+        assert.ok(p === tree![0] || seen.has(p.parent), `${p.pid} after its parent ${p.parent}`);
+        seen.add(p.pid);
+      }
+      const sleeps = tree!.flatMap((p) => p.command?.match(/sleep 60[01]$/)?.[0] ?? []);
+      assert.deepEqual(sleeps.sort(), ["sleep 600", "sleep 601"]);
+      const thread = readdirSync("/proc/self/task").map(Number).find((t) => t !== process.pid)!;
+      assert.equal(await host.processTree(thread), undefined, "a thread id is no root");
+      assert.equal(await host.processTree(2 ** 22 + 5), undefined, "no process");
+    } finally {
+      for (const p of (await host.processTree(shell.pid!)) ?? []) process.kill(p.pid, "SIGKILL");
+      await new Promise((r) => shell.once("exit", r));
+    }
+  });
+
+  test("pidsInUse reads /proc once, whatever the number of ids (issue 29, item 13b)", async () => {
+    // A manifest may list 1.5 million thread ids: one /proc read each took 66 s.
+    let reads = 0;
+    const counting: ProcReader = {
+      list: (path) => (reads++, nodeReader.list(path)),
+      read: (path) => (reads++, nodeReader.read(path)),
+    };
+    await using host = new LinuxHost({ nvml: false, recordsDir: false, reader: counting });
+    const processes = readdirSync("/proc").filter((n) => /^[0-9]+$/.test(n)).length;
+    const ids = Array.from({ length: 200_000 }, (_, i) => 0x3f000000 + i); // none in use
+    const thread = readdirSync("/proc/self/task").map(Number).find((t) => t !== process.pid)!;
+    const uses = await host.pidsInUse([...ids, thread, process.pid]);
+    assert.deepEqual(uses.filter((u) => u.as === "pid" || u.as === "thread"), [
+      { id: process.pid, holder: process.pid, as: "pid" },
+      { id: thread, holder: process.pid, as: "thread" },
+    ]);
+    assert.ok(reads <= 2 * processes + 50, `${reads} reads for ${processes} processes`);
+  });
+
   test("pidsInUse: a pid is in use while any process has it as its pid, group or session", async () => {
     // A shell leading a session of its own, with two children: one in its process group, one (job
     // control on) in a group of its own but still in the shell's session.

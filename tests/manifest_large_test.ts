@@ -48,3 +48,35 @@ describe("a manifest of several MB", () => {
     );
   });
 });
+
+describe("a value nested a million deep", () => {
+  test("is refused naming its field, without writing the whole value out (issue 29, item 13a)", () => {
+    // The refusal showed the value through JSON.stringify of all of it: 5 million arrays deep
+    // took 24.8 s on Deno, and on Bun it overflowed the stack (a RangeError, not the refusal).
+    const n = 1_000_000;
+    const good = bigManifest({ trees: 1, processesPerTree: 1, filesPerTree: 1 }, MANIFEST_FORMAT);
+    const text = good.replace(
+      '"hostname": "bench"',
+      `"hostname": ${"[".repeat(n)}${"]".repeat(n)}`,
+    );
+    const stringify = JSON.stringify;
+    let longest = 0;
+    JSON.stringify = ((...args: Parameters<typeof stringify>) => {
+      const out = stringify(...args);
+      longest = Math.max(longest, out?.length ?? 0);
+      return out;
+    }) as typeof stringify;
+    try {
+      assert.throws(
+        () => parseManifest(text, "/srv/deep/manifest.json"),
+        (err: unknown) =>
+          err instanceof RefusedError &&
+          err.message.includes("host.hostname must be a string of 1 to 4096 characters, got [[[") &&
+          err.message.endsWith("[[[..."),
+      );
+    } finally {
+      JSON.stringify = stringify;
+    }
+    assert.ok(longest <= 100, `the longest text written out was ${longest} characters`);
+  });
+});

@@ -216,6 +216,33 @@ describe("records in a private directory", () => {
     );
   });
 
+  test("a directory above them that another user may write, or owns, is refused (they could swap it)", async () => {
+    // Issue 29, item 13c: a non-root user's records live in <temp>/ckpt-cuda-<uid>/held, whose
+    // parent went unchecked: its owner swapped `held` between the check and the reads.
+    const parent = fresh();
+    await mkdir(parent, { mode: 0o700 });
+    await chmod(parent, 0o777);
+    const held = join(parent, "held");
+    const records = new FileHeldRecords(held, () => Promise.resolve(true));
+    const open = new RegExp(
+      `records of held GPU memory cannot be used: ${parent} may be written by other users ` +
+        `\\(mode 0777\\): another user could swap ${held} for their own`,
+    );
+    await assert.rejects(records.put({ process: { pid: 1 }, heldMiB: {}, at: 1 }), open);
+    await assert.rejects(records.get({ pid: 1 }), open);
+    await assert.rejects(records.list(), open);
+    await chmod(parent, 0o1777); // sticky, as /tmp: nobody can rename another's entry
+    await records.put({ process: { pid: 1 }, heldMiB: {}, at: 1 });
+    assert.equal((await records.get({ pid: 1 }))?.at, 1);
+    if (process.getuid?.() !== 0) return;
+    await chmod(parent, 0o755);
+    await chown(parent, 65534, 65534);
+    await assert.rejects(
+      records.get({ pid: 1 }),
+      new RegExp(`${parent} belongs to another user \\(uid 65534, you are 0\\)`),
+    );
+  });
+
   test("where they are kept: CKPT_RECORDS_DIR, else /run/ckpt-cuda as root, else the user's own", () => {
     const env = (vars: Record<string, string>) => (name: string) => vars[name];
     assert.equal(recordsDirectory(env({ CKPT_RECORDS_DIR: "/x/held" })), "/x/held");

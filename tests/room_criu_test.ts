@@ -16,9 +16,11 @@ import process from "node:process";
 
 import { CudaProcess, GpuRoomError } from "../mod.ts";
 import { ENDED_RECORD_KEEP_MS, type HeldRecord, type ProcessIdentity } from "../core/host.ts";
+import type { Machine } from "../core/machine.ts";
 import { SimulatedMachine, type SimulatedProcess } from "../mock/mod.ts";
+import { hostWith, machineWith } from "./support/forward.ts";
 import { FileHeldRecords } from "../os/records.ts";
-import { LinuxHost } from "../os/linux_host.ts";
+import { LinuxHost, type ProcReader } from "../os/linux_host.ts";
 
 const dirs: string[] = [];
 async function tempDir(prefix: string): Promise<string> {
@@ -35,8 +37,12 @@ afterEach(async () => {
  * does for the plugin's `--action checkpoint`), dumped, ended; then brought back, checkpointed,
  * as a new process with its pid. Returns the process criu made.
  */
-async function throughCriu(sim: SimulatedMachine, p: SimulatedProcess): Promise<SimulatedProcess> {
-  await new CudaProcess(p.pid, { machine: sim }).suspend();
+async function throughCriu(
+  sim: SimulatedMachine,
+  p: SimulatedProcess,
+  machine: Machine = sim,
+): Promise<SimulatedProcess> {
+  await new CudaProcess(p.pid, { machine }).suspend();
   const images = await tempDir("ckpt-room-criu-");
   await sim.engine.dump({ root: p.pid, imagesDir: images });
   await sim.engine.kill([p.pid]);
@@ -100,7 +106,7 @@ describe("the room check follows a process through criu's dump and restore", () 
     assert.equal((await sim.heldRecords.ended()).length, 1, "the other's record is left alone");
   });
 
-  test("several ended processes with the same mark: the one that held the most is taken", async () => {
+  test("several ended processes with the same mark: checked against the most each held on each GPU, none taken, and the refusal says so", async () => {
     const sim = new SimulatedMachine();
     const p = sim.spawn({ memoryMiB: 1024, command: "worker" });
     const back = await throughCriu(sim, p);
@@ -116,7 +122,36 @@ describe("the room check follows a process through criu's dump and restore", () 
     const err = await new CudaProcess(back.pid, { machine: sim }).resume().catch((e) => e);
     assert.ok(err instanceof GpuRoomError, `refused for room, got ${err}`);
     assert.equal(err.shortage.neededMiB, 30_000);
-    assert.equal((await sim.heldRecords.ended()).length, 1, "the other is still kept");
+    assert.match(err.message, /2 ended processes have its lasting mark.*the most any of them held/);
+    assert.equal((await sim.heldRecords.ended()).length, 2, "both are still kept");
+    // A retry weighs both again, and says so again.
+    const again = await new CudaProcess(back.pid, { machine: sim }).resume().catch((e) => e);
+    assert.match(again.message, /2 ended processes have its lasting mark/);
+  });
+
+  test("two containers whose processes share a mark: the one restored first takes nothing from the other, whose restore is refused, not lost (issue 29, item 9)", async () => {
+    // Two rootful containers running the same command as pid 1 had the same mark: the one
+    // restored first took the other's 8,000 MiB record, and the other's restore was then checked
+    // against 1,000 MiB with 7,500 MiB free, a restore that loses the process on driver 580.
+    const sim = new SimulatedMachine();
+    const same = hostWith(sim.host, { lastingMark: () => Promise.resolve("1:0:same") });
+    const machine = machineWith(sim, { host: same });
+    const big = await throughCriu(sim, sim.spawn({ memoryMiB: 8000, command: "serve" }), machine);
+    const small = await throughCriu(sim, sim.spawn({ memoryMiB: 1000, command: "serve" }), machine);
+    const free = sim.fillGpu(0, { leaveMiB: 9_500 });
+    await new CudaProcess(small.pid, { machine }).resume();
+    assert.equal(small.state, "running");
+    free.exit();
+    sim.fillGpu(0, { leaveMiB: 7_500 });
+    const err = await new CudaProcess(big.pid, { machine }).resume().catch((e) => e);
+    assert.ok(err instanceof GpuRoomError, `refused for room, got ${err}`);
+    assert.ok(
+      err.shortage.neededMiB >= 8000,
+      `needs what the larger held: ${err.shortage.neededMiB}`,
+    );
+    assert.match(err.message, /2 ended processes have its lasting mark/);
+    assert.equal(big.restoreRefused, false, "the driver never ran out: the process is not lost");
+    assert.equal(big.state, "checkpointed");
   });
 });
 
@@ -158,6 +193,31 @@ describe("the records keep those of ended processes that criu may bring back", (
   });
 });
 
+describe("the Linux host's lasting mark tells apart what criu restores", () => {
+  test("two processes alike but in other cgroups (two containers' pid 1) have other marks", async () => {
+    const proc = (cgroup: string): ProcReader => ({
+      list: () => Promise.resolve([]),
+      read: (file) =>
+        Promise.resolve(
+          {
+            status: "Name:\tserve\nUid:\t0\t0\t0\t0\nNSpid:\t4242\t1\n",
+            cmdline: "python\0serve.py\0",
+            cgroup,
+            stat: "4242 (serve) S 1 4242 4242 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 777 0 0",
+          }[file.split("/").pop()!] ?? "",
+        ),
+    });
+    const mark = (cgroup: string) =>
+      new LinuxHost({ nvml: false, recordsDir: false, reader: proc(cgroup) })
+        .lastingMark({ pid: 4242, start: 777 });
+    const a = await mark("0::/system.slice/runc-aaaa.scope\n");
+    assert.match(a ?? "", /^1:0:[0-9a-f]{64}:[0-9a-f]{64}$/);
+    assert.equal(await mark("0::/system.slice/runc-aaaa.scope\n"), a, "the same container: same");
+    assert.notEqual(await mark("0::/system.slice/runc-bbbb.scope\n"), a);
+    assert.equal(await mark(""), undefined, "no cgroups read: no mark");
+  });
+});
+
 describe(
   "the Linux host's lasting mark, from /proc",
   { skip: process.platform !== "linux" },
@@ -171,7 +231,7 @@ describe(
         assert.ok(who?.start !== undefined);
         const mark = await host.lastingMark(who);
         const uid = process.getuid?.() ?? 0;
-        assert.match(mark ?? "", new RegExp(`^${pid}:${uid}:[0-9a-f]{64}$`));
+        assert.match(mark ?? "", new RegExp(`^${pid}:${uid}:[0-9a-f]{64}:[0-9a-f]{64}$`));
         assert.equal(await host.lastingMark({ pid }), mark, "the same without a start");
         assert.equal(await host.lastingMark({ pid, start: who.start + 1 }), undefined);
         const other = spawn("sleep", ["31"], { stdio: "ignore" });

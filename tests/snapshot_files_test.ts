@@ -493,6 +493,25 @@ describe("digests left for later (the memory images a restore loads into stopped
     }));
 });
 
+describe("what the engine reads", () => {
+  test("the very files the check compared: one renamed in by name after its check is not read (issue 29, item 13d)", () =>
+    inScratch(async (s) => {
+      const { snap, files, tree } = await sealed(s);
+      await snap.close();
+      const again = await store.open(snap.path);
+      await again.check(files, { topFiles: [MANIFEST_FILE], digests: true });
+      // Another file put in its place by name, after the check compared it.
+      writeFileSync(join(tree, "core-4242.new"), "EVIL", { mode: 0o600 });
+      renameSync(join(tree, "core-4242.new"), join(tree, "core-4242.img"));
+      const engine = await again.enginePath("tree-4242");
+      assert.equal(readFileSync(join(engine, "core-4242.img"), "utf8"), "core");
+      assert.deepEqual(readdirSync(engine).sort(), ["core-4242.img", "pages-1.img"]);
+      assert.equal(statSync(engine).mode & 0o777, 0o700, "a private directory");
+      await again.close();
+      assert.ok(!existsSync(engine), "removed once the snapshot's directory is closed");
+    }));
+});
+
 describe("a store that keeps no digests (a benchmark's side without them)", () => {
   test("all-zero digests, and a check that says it compared none", () =>
     inScratch(async (s) => {

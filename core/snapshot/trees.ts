@@ -177,7 +177,16 @@ export async function watchHeld(
   pids: readonly number[],
 ): Promise<() => Promise<string | undefined>> {
   const cpu = (pid: number) => host.cpuTime?.(pid).catch(() => undefined);
-  const before = new Map(await Promise.all(pids.map(async (p) => [p, await cpu(p)] as const)));
+  const read = async () =>
+    new Map(await Promise.all(pids.map(async (p) => [p, await cpu(p)] as const)));
+  // Taken once it holds still: a process of the tree may take a moment to enter its stop.
+  let before = await read();
+  for (let i = 0; i < 20; i++) {
+    const again = await read();
+    if ([...again].every(([pid, t]) => before.get(pid) === t)) break;
+    before = again;
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
   return async () => {
     const now = (await host.processTree?.(root).catch(() => undefined)) ?? [];
     const extra = now.find((p) => !before.has(p.pid));

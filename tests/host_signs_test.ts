@@ -1,0 +1,78 @@
+// What the Linux host reads of a process to tell that it imported another's GPU memory (the maps
+// measured on driver 580: docs/DRIVER.md, "Processes that share GPU memory") and that it ran while
+// held stopped (its threads' CPU time), from a /proc written here (no GPU, any machine).
+// Runs under `deno test -A` and `bun test`.
+import { describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { LinuxHost, type ProcReader } from "../os/linux_host.ts";
+
+/** A /proc of files given by path; anything else is gone (ENOENT). */
+function proc(files: Record<string, string>): ProcReader {
+  const gone = (path: string) => Object.assign(new Error(`ENOENT: ${path}`), { code: "ENOENT" });
+  return {
+    list: (path) => {
+      const names = Object.keys(files).filter((f) => f.startsWith(`${path}/`))
+        .map((f) => f.slice(path.length + 1).split("/")[0]);
+      return names.length > 0 ? Promise.resolve([...new Set(names)]) : Promise.reject(gone(path));
+    },
+    read: (path) => path in files ? Promise.resolve(files[path]) : Promise.reject(gone(path)),
+  };
+}
+
+const NVIDIA = "7f00 rw-s 00000000 00:05 1 /dev/nvidiactl\n";
+/** A maps line of a CUDA IPC shared file named after `pid` (in hex). */
+const shm = (pid: number) =>
+  `7f10 rw-s 00000000 00:1a 42 /dev/shm/cuda.shm.0.${pid.toString(16)}.1\n`;
+const status = (pid: number) => `Name:\tpython3\nNSpid:\t${pid}\n`;
+
+function host(files: Record<string, string>): LinuxHost {
+  return new LinuxHost({ nvml: false, recordsDir: false, reader: proc(files) });
+}
+
+describe("gpuImport: the sign of an importer of CUDA IPC memory", () => {
+  test("a process that maps another's cuda.shm file shows it, naming the exporter", async () => {
+    await using h = host({
+      "/proc/2471/maps": NVIDIA + shm(2347),
+      "/proc/2471/status": status(2471),
+    });
+    assert.deepEqual(await h.gpuImport(2471), {
+      exporter: 2347,
+      sign: "it maps /dev/shm/cuda.shm.0.92b.1, named after process 2347",
+    });
+  });
+
+  test("the exporter (its own file), a lone process and one gone show none", async () => {
+    await using h = host({
+      "/proc/2347/maps": NVIDIA + shm(2347),
+      "/proc/2347/status": status(2347),
+      "/proc/2151/maps": NVIDIA,
+      "/proc/2151/status": status(2151),
+    });
+    assert.equal(await h.gpuImport(2347), undefined);
+    assert.equal(await h.gpuImport(2151), undefined);
+    assert.equal(await h.gpuImport(9999), undefined);
+  });
+
+  test("in a container, the name's pid is compared with the process's own in its namespace", async () => {
+    // The exporter is pid 7 in the container (the name says 7); the importer is 8 there, 4012 here.
+    await using h = host({
+      "/proc/4012/maps": shm(7),
+      "/proc/4012/status": "NSpid:\t4012\t8\n",
+      "/proc/4011/maps": shm(7),
+      "/proc/4011/status": "NSpid:\t4011\t7\n",
+    });
+    assert.equal((await h.gpuImport(4012))?.exporter, 7);
+    assert.equal(await h.gpuImport(4011), undefined, "the exporter, as its namespace numbers it");
+  });
+});
+
+describe("cpuTime: what a held process has run", () => {
+  test("the ns of every thread's schedstat, summed; none for a process gone", async () => {
+    await using h = host({
+      "/proc/50/task/50/schedstat": "1000 20 3\n",
+      "/proc/50/task/51/schedstat": "234 5 1\n",
+    });
+    assert.equal(await h.cpuTime(50), 1234);
+    assert.equal(await h.cpuTime(60), undefined);
+  });
+});
