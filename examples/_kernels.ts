@@ -122,14 +122,21 @@ export function mix32(x: number): number {
 
 /**
  * The bytes `fill` writes, from byte `offset` (a multiple of 4) for `length` bytes (a multiple of
- * 4): 32-bit word `j` of the buffer is `mix32(j + seed)`, little endian.
+ * 4): 32-bit word `j` of the buffer is `mix32(j + seed)`, little endian; written into `out` where
+ * given (of `length` bytes), else into a new array.
  */
-export function fillPattern(seed: number, offset: number, length: number): Uint8Array {
-  if (offset % 4 !== 0 || length % 4 !== 0) {
-    throw new RangeError(`fillPattern: offset and length must be multiples of 4`);
+export function fillPattern(
+  seed: number,
+  offset: number,
+  length: number,
+  out: Uint8Array = new Uint8Array(length),
+): Uint8Array {
+  if (offset % 4 !== 0 || length % 4 !== 0 || out.length !== length) {
+    throw new RangeError(
+      `fillPattern: offset and length must be multiples of 4 (and out ${length} bytes long)`,
+    );
   }
-  const out = new Uint8Array(length);
-  const view = new DataView(out.buffer);
+  const view = new DataView(out.buffer, out.byteOffset, length);
   const first = offset / 4;
   for (let j = 0; j < length / 4; j++) {
     view.setUint32(4 * j, mix32(((first + j) + seed) >>> 0), true);
@@ -178,7 +185,8 @@ export function hashOnGpu(ctx: CudaContext, buffer: DeviceBuffer): string {
 
 /**
  * Writes what `fill` would write over `bytes` bytes into a simulated process's memory at `at`
- * (the simulator runs no PTX): the same bytes, so the same chunked SHA-256, as on a GPU.
+ * (the simulator runs no PTX): the same bytes, so the same chunked SHA-256, as on a GPU. One piece
+ * is made, then filled again for each write (the simulator takes the bytes at the call).
  */
 export async function fillSimulated(
   target: SimulatedProcess,
@@ -186,7 +194,9 @@ export async function fillSimulated(
   bytes: number,
   at = 0,
 ): Promise<void> {
+  const piece = new Uint8Array(Math.min(PIECE_BYTES, bytes));
   for (let done = 0; done < bytes; done += PIECE_BYTES) {
-    await target.write(at + done, fillPattern(seed, done, Math.min(PIECE_BYTES, bytes - done)));
+    const n = Math.min(PIECE_BYTES, bytes - done);
+    await target.write(at + done, fillPattern(seed, done, n, piece.subarray(0, n)));
   }
 }

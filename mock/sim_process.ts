@@ -26,14 +26,7 @@ import {
   type PendingFault,
   type QueryOperation,
 } from "./faults.ts";
-import {
-  checkRange,
-  loadPages,
-  MemoryImage,
-  PAGE_SIZE,
-  type SavedPages,
-  savePages,
-} from "./memory.ts";
+import { checkRange, MemoryImage, type SavedPages } from "./memory.ts";
 import { type GpuNeeds, needsOn, type SimulatedGpu } from "./sim_gpu.ts";
 import { mibToBytes } from "./timing.ts";
 
@@ -113,10 +106,11 @@ export class SimulatedProcess {
   gpus: SimulatedGpu[];
   /** @internal */
   stateNumber: number = numberOfState(INITIAL_STATE);
-  /** @internal */
-  deviceMemory: MemoryImage | undefined;
-  /** @internal */
-  hostMemory: MemoryImage | undefined;
+  /** Its GPU memory's contents, wherever they are (`#on`); none without CUDA or once it exited. */
+  #memory: MemoryImage | undefined;
+  #on: "gpu" | "host" = "gpu";
+  /** Calls of its CUDA work (`write`, `read`) that wait for it to run, or are not done yet. */
+  #queued = 0;
   /** @internal the state-changing operation under way, one at a time */
   busy: string | undefined;
   /** @internal virtual time at which the last kernel launched ends */
@@ -125,8 +119,6 @@ export class SimulatedProcess {
   readonly faultPlan: FaultPlan = new FaultPlan();
   /** @internal called when the process exits */
   exitListeners: Set<() => void> = new Set();
-  /** @internal the pages of its memory written (all a snapshot saves: the others are zero) */
-  writtenPages: Set<number> = new Set();
   #held: GpuNeeds = new Map();
   #exited = false;
   #runWaiters: Waiter[] = [];
@@ -165,7 +157,7 @@ export class SimulatedProcess {
     this.libcudaLoaded = made.libcuda;
     this.#parent = made.parent ?? 0;
     this.start = made.start ?? host.takeStart();
-    if (made.cuda) this.deviceMemory = new MemoryImage(mibToBytes(made.memoryMiB));
+    if (made.cuda) this.#memory = new MemoryImage(mibToBytes(made.memoryMiB));
   }
 
   /** Its checkpoint state by name. */
@@ -209,7 +201,7 @@ export class SimulatedProcess {
 
   /** Where its GPU memory is now: on the GPU, in host memory (checkpointed), or nowhere. */
   get memoryLocation(): "gpu" | "host" | "none" {
-    return this.deviceMemory ? "gpu" : this.hostMemory ? "host" : "none";
+    return this.#memory ? this.#on : "none";
   }
 
   /**
@@ -247,30 +239,33 @@ export class SimulatedProcess {
     };
     // Launched at once when the process runs, as a CUDA launch returns at once; else it blocks.
     if (this.#canRun()) enqueue();
-    else this.#whenRunning("launch a kernel").then(enqueue, kernel.settle);
+    else this.#whenRunning("launch a kernel", enqueue).catch(kernel.settle);
     return promise;
   }
 
-  /** Writes `data` into its GPU memory at `offset` (a `cudaMemcpy`: blocks while not running). */
+  /**
+   * Writes `data` into its GPU memory at `offset` (a `cudaMemcpy`: blocks while not running). The
+   * bytes are taken at the call: written at once where the process runs and nothing waits before
+   * them, else copied to be written once it runs.
+   */
   write(offset: number, data: Uint8Array): Promise<void> {
     if (!(data instanceof Uint8Array)) {
       throw new TypeError(`data must be a Uint8Array, got ${describeValue(data)}`);
     }
     this.#checkBytes(offset, data.length);
+    const what = "write GPU memory";
+    if (this.#queued === 0 && this.#canRun() && !this.#host.closedError(what)) {
+      this.#memory!.write(offset, data);
+      return Promise.resolve();
+    }
     const copy = data.slice();
-    return this.#whenRunning("write GPU memory").then(() => {
-      this.deviceMemory!.write(offset, copy);
-      const last = Math.floor((offset + copy.length - 1) / PAGE_SIZE);
-      for (let page = Math.floor(offset / PAGE_SIZE); page <= last; page++) {
-        this.writtenPages.add(page);
-      }
-    });
+    return this.#whenRunning(what, () => this.#memory!.write(offset, copy));
   }
 
   /** Reads its GPU memory (a `cudaMemcpy`: blocks while not running). */
   read(offset: number, length: number): Promise<Uint8Array> {
     this.#checkBytes(offset, length);
-    return this.#whenRunning("read GPU memory").then(() => this.deviceMemory!.read(offset, length));
+    return this.#whenRunning("read GPU memory", () => this.#memory!.read(offset, length));
   }
 
   /**
@@ -279,7 +274,7 @@ export class SimulatedProcess {
    * bench/digest.ts). Rejects when the process has no GPU memory.
    */
   memoryChunkedSha256(): Promise<string> {
-    const image = this.deviceMemory ?? this.hostMemory;
+    const image = this.#memory;
     if (!image) {
       return Promise.reject(
         new Error(`process ${this.pid} has no GPU memory (it never used CUDA, or it exited)`),
@@ -424,8 +419,7 @@ export class SimulatedProcess {
     this.#exited = true;
     this.#stopped = false;
     this.release();
-    this.deviceMemory = undefined;
-    this.hostMemory = undefined;
+    this.#memory = undefined;
     for (const fn of [...this.exitListeners]) fn();
     this.#host.forget(this);
     this.stopKernels(new Error(`process ${this.pid} exited before its kernel finished`));
@@ -470,30 +464,26 @@ export class SimulatedProcess {
 
   /** @internal the pages of its memory it wrote, wherever the memory is (none without any) */
   savedPages(): SavedPages {
-    const image = this.deviceMemory ?? this.hostMemory;
-    return image ? savePages(image, this.writtenPages) : [];
+    return this.#memory?.save() ?? [];
   }
 
   /** @internal its memory made of saved pages, on its GPUs (to be claimed) or in host memory */
   loadPages(on: "gpu" | "host", pages: SavedPages): void {
-    const { image, written } = loadPages(mibToBytes(this.memoryMiB), pages);
-    for (const page of written) this.writtenPages.add(page);
-    [this.deviceMemory, this.hostMemory] = on === "gpu" ? [image, undefined] : [undefined, image];
+    this.#memory = MemoryImage.load(mibToBytes(this.memoryMiB), pages);
+    this.#on = on;
   }
 
-  /** @internal its GPU memory into host memory, freeing the GPU (what a checkpoint does) */
+  /** @internal its GPU memory moved into host memory, freeing the GPU (what a checkpoint does) */
   moveToHost(): void {
-    if (!this.deviceMemory) return;
-    this.hostMemory = this.deviceMemory.copy();
-    this.deviceMemory = undefined;
+    if (this.memoryLocation !== "gpu") return;
+    this.#on = "host";
     this.release();
   }
 
-  /** @internal its host memory back onto `gpus`, whose memory it has claimed (what a restore does) */
+  /** @internal its memory moved back onto `gpus`, whose memory it has claimed (a restore) */
   moveToGpu(gpus: SimulatedGpu[]): void {
-    if (!this.hostMemory) return;
-    this.deviceMemory = this.hostMemory.copy();
-    this.hostMemory = undefined;
+    if (this.memoryLocation !== "host") return;
+    this.#on = "gpu";
     this.gpus = gpus;
   }
 
@@ -524,19 +514,25 @@ export class SimulatedProcess {
     this.wake();
   }
 
-  async #whenRunning(what: string): Promise<void> {
-    for (;;) {
-      const closed = this.#host.closedError(`${what} in process ${this.pid}`);
-      if (closed) throw closed;
-      if (!this.usesCuda) {
-        throw new Error(`process ${this.pid} never initialised CUDA; cannot ${what}`);
+  /** `fn`'s result once the process runs, after the CUDA work queued before (in order). */
+  async #whenRunning<T>(what: string, fn: () => T): Promise<T> {
+    this.#queued++;
+    try {
+      for (;;) {
+        const closed = this.#host.closedError(`${what} in process ${this.pid}`);
+        if (closed) throw closed;
+        if (!this.usesCuda) {
+          throw new Error(`process ${this.pid} never initialised CUDA; cannot ${what}`);
+        }
+        if (this.#exited) throw new Error(`process ${this.pid} has exited; cannot ${what}`);
+        if (isFinal(this.state)) {
+          throw new Error(`process ${this.pid} is in the failed state; cannot ${what}`);
+        }
+        if (this.#canRun()) return fn();
+        await new Promise<void>((resolve) => this.#runWaiters.push(resolve));
       }
-      if (this.#exited) throw new Error(`process ${this.pid} has exited; cannot ${what}`);
-      if (isFinal(this.state)) {
-        throw new Error(`process ${this.pid} is in the failed state; cannot ${what}`);
-      }
-      if (this.#canRun()) return;
-      await new Promise<void>((resolve) => this.#runWaiters.push(resolve));
+    } finally {
+      this.#queued--;
     }
   }
 
