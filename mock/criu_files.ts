@@ -401,15 +401,15 @@ function failed(err: unknown, log: EngineLog, what: string): Error {
 
 /** An engine's log: lines stamped with the time since the run began (as criu's `(00.123456)`). */
 export class EngineLog {
-  /** Where it is written. */
-  readonly path: string;
+  /** Where it is written; `undefined`: nowhere, it is kept in memory (a restore's). */
+  readonly path: string | undefined;
   readonly #lines: string[] = [];
   readonly #clock: { now(): number };
   readonly #began: number;
   #written = false;
-  /** The log `name` in `dir`, of an operation beginning now on `clock`; `lines` begin it. */
-  constructor(clock: { now(): number }, dir: string, name: string, ...lines: string[]) {
-    this.path = join(dir, name);
+  /** The log of an operation beginning now on `clock`, to be written to `path`; `lines` begin it. */
+  constructor(clock: { now(): number }, path: string | undefined, ...lines: string[]) {
+    this.path = path;
     this.#clock = clock;
     this.#began = clock.now();
     for (const line of lines) this.line(line);
@@ -431,9 +431,12 @@ export class EngineLog {
     });
   }
 
-  /** Writes the log once, replacing an earlier one (not through a link); `quietly`: false if not. */
+  /**
+   * Writes the log once to its path, replacing an earlier file (not through a link); false where it
+   * has no path, or (`quietly`) where it cannot be written.
+   */
   write(quietly = false): boolean {
-    if (this.#written) return true;
+    if (this.#written || this.path === undefined) return this.#written;
     try {
       rmSync(this.path, { force: true });
       writeFileSync(this.path, this.#lines.join("\n") + "\n", { mode: 0o600, flag: "wx" });

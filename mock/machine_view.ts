@@ -32,11 +32,6 @@ export interface MachineView extends ProcessHost {
   tree(root: number): SimulatedProcess[] | undefined;
   /** Adds a process made on it (throws where one of its ids is taken). */
   adopt(proc: SimulatedProcess): SimulatedProcess;
-  /**
-   * A private folder of the machine's own (made on first use, removed when the machine closes)
-   * for what its parts write outside a snapshot: the simulated criu's restore logs.
-   */
-  workDir(): string;
   /** Runs `work` as something the program waits on (the clock moves meanwhile). */
   waitOn<T>(what: string, work: () => Promise<T>): Promise<T>;
 }

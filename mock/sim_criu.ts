@@ -4,8 +4,7 @@
  * @module
  */
 
-import { mkdtempSync, rmSync } from "node:fs";
-import { dirname, join } from "node:path";
+import { join } from "node:path";
 import type {
   DumpedProcess,
   DumpRequest,
@@ -161,8 +160,9 @@ export class SimulatedCriu implements SnapshotEngine {
   /**
    * Restores the tree of `request.root` from `request.imagesDir`, its processes existing from the
    * start (criu forks them first), each process's memory read from its pages file as it is copied
-   * in. Rejects with an `EngineError`, leaving none of them, where an image is amiss (a pages file
-   * too, read late), an id is taken (`Can't fork for PID N`), or it is stopped. With
+   * in. Rejects with an `EngineError` (naming no log: a restore writes no file), leaving none of
+   * them, where an image is amiss (a pages file too, read late), an id is taken (`Can't fork for
+   * PID N`), or it is stopped. With
    * `leaveStopped`, every process of the tree is left stopped ({@link SimulatedProcess.stopped})
    * until {@link wake}. Like criu, it needs no GPU: images of another machine's processes come
    * back here, checkpointed, remembering the GPUs they saw there, and the driver's restore then
@@ -238,13 +238,9 @@ export class SimulatedCriu implements SnapshotEngine {
         ? `Dumping processes (pid: ${r.root})`
         : `Restoring (pid: ${r.root})`;
       const version = `Version: ${this.version} (${this.kind})`;
-      // A restore reads its images and writes nothing beside them: its log goes to a private
-      // work directory, as the real engine's does, kept where the restore fails (until the
-      // machine closes).
-      const work = op === "dump"
-        ? r.imagesDir
-        : mkdtempSync(join(this.#machine.workDir(), "restore-"));
-      const log = new EngineLog(this.#machine, work, `${op}.log`, version, first);
+      // A restore writes nothing beside its images, nor anywhere else: its log is kept in memory.
+      const file = op === "dump" ? join(r.imagesDir, "dump.log") : undefined;
+      const log = new EngineLog(this.#machine, file, version, first);
       const { waits, end } = waitsOf(this.#machine, r, op, log);
       try {
         waits.check();
@@ -317,7 +313,6 @@ export class SimulatedCriu implements SnapshotEngine {
         log.line("Leaving the tree stopped");
       }
       log.line("Restore finished successfully");
-      rmSync(dirname(log.path), { recursive: true, force: true });
     } catch (err) {
       for (const p of made) p.exit();
       throw err;

@@ -4,9 +4,6 @@
  * @module
  */
 
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import type { SnapshotStore } from "../core/engine.ts";
 import type { Clock, Machine } from "../core/machine.ts";
 import { describeValue } from "../core/errors.ts";
@@ -139,7 +136,6 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
   #nextPid: number;
   #nextStart = 1;
   #closed = false;
-  #workDir: string | undefined;
 
   /** A simulated machine; one H200, virtual time and driver 13.0 unless told otherwise. */
   constructor(options: SimulatedMachineOptions = {}) {
@@ -299,13 +295,6 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
     }
     this.#waiting.clear();
     for (const p of this.#processes) p.stopKernels(error);
-    if (this.#workDir) rmSync(this.#workDir, { recursive: true, force: true });
-  }
-
-  /** @internal the machine's own private folder (see MachineView.workDir), made on first use */
-  workDir(): string {
-    this.#workDir ??= mkdtempSync(join(tmpdir(), "ckpt-sim-"));
-    return this.#workDir;
   }
 
   /** {@link SimulatedMachine.close}, for `await using`. */

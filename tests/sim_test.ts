@@ -223,6 +223,25 @@ describe("processes and threads", () => {
     await sim.driver.unlock(p.pid);
     assert.deepEqual(await blocked, new Uint8Array(3));
   });
+
+  test("a write takes its bytes at the call, running or blocked, and writes land in call order", async () => {
+    const sim = new SimulatedMachine();
+    const p = sim.spawn({ memoryMiB: 4 });
+    const bytes = new Uint8Array([1, 2, 3]);
+    const running = p.write(0, bytes);
+    bytes.fill(9); // changed before the write's promise settles: the write has its bytes already
+    await running;
+    assert.deepEqual(await p.read(0, 3), new Uint8Array([1, 2, 3]));
+    await sim.driver.lock(p.pid, null);
+    const first = p.write(0, bytes); // blocked: the process is locked
+    bytes.fill(5);
+    const read = p.read(0, 3); // queued behind the first write
+    await sim.driver.unlock(p.pid);
+    await p.write(0, bytes); // after the queued ones, though the process runs again
+    await first;
+    assert.deepEqual(await read, new Uint8Array([9, 9, 9]));
+    assert.deepEqual(await p.read(0, 3), new Uint8Array([5, 5, 5]));
+  });
 });
 
 describe("memoryChunkedSha256", () => {

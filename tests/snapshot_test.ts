@@ -16,6 +16,7 @@ import {
   truncateSync,
   writeFileSync,
 } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import {
   CheckpointUnsupportedError,
@@ -624,5 +625,25 @@ describe("onto other GPUs", () => {
       mappingProblems([pair(here[0].uuid, here[1].uuid)], here).join("; "),
       /leaves out/,
     );
+  });
+});
+
+describe("what a simulated machine leaves behind", () => {
+  test("one never closed leaves no ckpt-sim-* folder in the temporary directory: a snapshot, a failed restore, a restore", async () => {
+    const ours = () => readdirSync(tmpdir()).filter((name) => name.startsWith("ckpt-sim-"));
+    const before = new Set(ours());
+    const { sim, a, pids, hashes } = await job();
+    const dir = newDir();
+    await snapshot([pids[0]], dir, { machine: sim });
+    sim.engine.failNext("restore");
+    await assert.rejects(restoreSnapshot(dir, { machine: sim }), /failure injected/);
+    await restoreSnapshot(dir, { machine: sim });
+    assert.equal(await live(sim, a.pid).memoryChunkedSha256(), hashes[0]);
+    assert.deepEqual(
+      ours().filter((name) => !before.has(name)),
+      [],
+      "new in the temporary directory",
+    );
+    // The machine is left open, as the docs' examples leave theirs.
   });
 });
