@@ -112,31 +112,6 @@ export const H100_TIMING: TimingModel = {
   },
 };
 
-/**
- * An H200 in a host with four of them and 512 GiB of memory, driver 580.159.04 (bench/reports/
- * growth-deno-4xh200 and many-*-4xh200, 2026-11-21): one process alone is about twice as fast at
- * 16 and 32 GiB as the one-GPU host of {@link H200_TIMING} (2.2 GB/s checkpoint, 6 GB/s restore,
- * from 4 GiB up), and all at once restore reaches about 19 GB/s. Not chosen by default: pass it as
- * `timing` to simulate such a host.
- */
-export const H200_X4_HOST_TIMING: TimingModel = {
-  ...H200_TIMING,
-  checkpoint: {
-    fixedMs: 300,
-    points: [[16, 318], [256, 443], [1024, 820], [4096, 2092], [16384, 8125], [32768, 15833]],
-    aggregateBytesPerSecond: Infinity,
-    // 4 x 4 GiB at once took 2.41-2.87 s, 8 x 4 GiB 2.77-3.25 s (medians of the runs).
-    slowdownPerProcess: 0.1,
-  },
-  restore: {
-    fixedMs: 210,
-    points: [[16, 225], [256, 242], [1024, 345], [4096, 847], [16384, 2931], [32768, 5593]],
-    // 8 x 4 GiB (36.9 GB of GPU memory with contexts) restored in 1.78-2.37 s.
-    aggregateBytesPerSecond: 19e9,
-    slowdownPerProcess: 0,
-  },
-};
-
 const TIMING_FIELDS = [
   ...["migrationMs", "lockMs", "unlockMs", "queryMs", "rejectMs", "oomMs", "exitNoticeMs"] as const,
 ];
