@@ -37,7 +37,7 @@ import {
   restoredProcess,
   writeImages,
 } from "./criu_files.ts";
-import type { MachineView } from "./machine_view.ts";
+import type { SimulatedMachine } from "./simulator.ts";
 import type { SimulatedProcess } from "./sim_process.ts";
 import { CRIU_TIMING, criuImageBytes } from "./timing.ts";
 import { Waits } from "./waits.ts";
@@ -106,10 +106,10 @@ export class SimulatedCriu implements SnapshotEngine {
   /** What `probe()` reports missing. */
   readonly problems: readonly string[];
   readonly #faults = new Map<CriuOperation, string>();
-  readonly #machine: MachineView;
+  readonly #machine: SimulatedMachine;
 
   /** The CRIU of `machine` (whose `engine` has the defaults), for another version or problems. */
-  constructor(machine: MachineView, options: SimulatedCriuOptions = {}) {
+  constructor(machine: SimulatedMachine, options: SimulatedCriuOptions = {}) {
     if (typeof machine?.adopt !== "function" || typeof machine?.tree !== "function") {
       throw new TypeError(`SimulatedCriu takes a SimulatedMachine, got ${describeValue(machine)}`);
     }
@@ -393,7 +393,7 @@ function tell(onBytes: ((bytes: number) => void) | undefined, bytes: number): vo
 
 /** The waits of one run, stopped (logged) by its signal or timeout; `end` lets go of both. */
 function waitsOf(
-  machine: MachineView,
+  machine: SimulatedMachine,
   request: DumpRequest | RestoreRequest,
   what: CriuOperation,
   log: EngineLog,

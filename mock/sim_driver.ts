@@ -31,7 +31,7 @@ import { isFinal, memoryOnHost, type Step, stepAllowed, stepFrom, stepTo } from 
 import { formatGpuUuid } from "../core/uuid.ts";
 import { gpusSeenBy } from "./criu_files.ts";
 import type { FaultableOperation, PendingFault, QueryOperation } from "./faults.ts";
-import { instantly, type MachineView } from "./machine_view.ts";
+import type { SimulatedMachine } from "./simulator.ts";
 import type { SimulatedGpu } from "./sim_gpu.ts";
 import type { SimulatedProcess } from "./sim_process.ts";
 import { mibToBytes, singleRate, type TimingModel } from "./timing.ts";
@@ -90,14 +90,14 @@ export class SimulatedDriver implements CheckpointDriver {
   readonly listsEveryGpu: boolean = true;
   /** Every call answered so far, oldest first. */
   readonly calls: SimulatedCall[] = [];
-  readonly #machine: MachineView;
+  readonly #machine: SimulatedMachine;
   readonly #timing: TimingModel;
   readonly #version: number;
   readonly #checkpointLink: CopyLink;
   readonly #restoreLink: CopyLink;
 
   /** @internal made by `SimulatedMachine`, as its `driver` */
-  constructor(machine: MachineView) {
+  constructor(machine: SimulatedMachine) {
     this.#machine = machine;
     this.#timing = machine.timing;
     this.#version = machine.version;
@@ -110,13 +110,13 @@ export class SimulatedDriver implements CheckpointDriver {
   /** Every GPU the driver sees, by index (`cuDeviceGet`, `cuDeviceGetUuid`, `cuDeviceGetName`). */
   listGpus(): Promise<GpuInfo[]> {
     const gpus = this.#machine.gpus.map((g) => ({ index: g.index, uuid: g.uuid, name: g.name }));
-    return instantly(this.#machine, "list GPUs", () => gpus);
+    return this.#machine.instantly("list GPUs", () => gpus);
   }
 
   /** `cuDriverGetVersion`. */
   driverVersion(): Promise<DriverResult> {
     const answer = { code: CUDA_SUCCESS, value: this.#version };
-    return instantly(this.#machine, "call cuDriverGetVersion", () => answer);
+    return this.#machine.instantly("call cuDriverGetVersion", () => answer);
   }
 
   /** `cuCheckpointProcessGetState`: waits for a state change of the process under way. */
@@ -140,12 +140,7 @@ export class SimulatedDriver implements CheckpointDriver {
       "getRestoreThreadId",
       pid,
       result,
-      (proc) =>
-        this.#query(
-          proc,
-          "getRestoreThreadId",
-          () => this.#after({ code: CUDA_SUCCESS, value: proc.tid }),
-        ),
+      (proc) => this.#query(proc, "getRestoreThreadId", () => this.#after(ok(proc.tid))),
     );
   }
 
@@ -172,8 +167,7 @@ export class SimulatedDriver implements CheckpointDriver {
         await run.sleep(busyFor);
       }
       await run.sleep(this.#timing.lockMs);
-      proc.enter(stepTo("lock"));
-      return { code: CUDA_SUCCESS };
+      return entered(proc, "lock");
     });
   }
 
@@ -182,11 +176,13 @@ export class SimulatedDriver implements CheckpointDriver {
     return this.#transition("checkpoint", pid, async (proc, run) => {
       const t = this.#timing.checkpoint;
       await run.sleep(t.fixedMs);
-      const bytes = mibToBytes(proc.memoryMiB);
-      await run.copy(this.#checkpointLink, bytes, singleRate(t, proc.memoryMiB));
+      await run.copy(
+        this.#checkpointLink,
+        mibToBytes(proc.memoryMiB),
+        singleRate(t, proc.memoryMiB),
+      );
       proc.moveToHost();
-      proc.enter(stepTo("checkpoint"));
-      return { code: CUDA_SUCCESS };
+      return entered(proc, "checkpoint");
     });
   }
 
@@ -225,11 +221,9 @@ export class SimulatedDriver implements CheckpointDriver {
       const t = this.#timing.restore;
       const moved = targets.some((g, i) => g !== proc.gpus[i]);
       await run.sleep(t.fixedMs + (moved ? this.#timing.migrationMs : 0));
-      const bytes = mibToBytes(proc.memoryMiB);
-      await run.copy(this.#restoreLink, bytes, singleRate(t, proc.memoryMiB));
+      await run.copy(this.#restoreLink, mibToBytes(proc.memoryMiB), singleRate(t, proc.memoryMiB));
       proc.moveToGpu(targets);
-      proc.enter(stepTo("restore"));
-      return { code: CUDA_SUCCESS };
+      return entered(proc, "restore");
     });
   }
 
@@ -237,8 +231,7 @@ export class SimulatedDriver implements CheckpointDriver {
   unlock(pid: number): Promise<number> {
     return this.#transition("unlock", pid, async (proc, run) => {
       await run.sleep(this.#timing.unlockMs);
-      proc.enter(stepTo("unlock"));
-      return { code: CUDA_SUCCESS };
+      return entered(proc, "unlock");
     });
   }
 
@@ -260,13 +253,8 @@ export class SimulatedDriver implements CheckpointDriver {
     } (${[...new Set(gpus.map((g) => g.name))].join(", ")})`;
   }
 
-  /** Starts a timer of the machine; returns its cancel function. */
-  #start(ms: number, fn: () => void): () => void {
-    return this.#machine.startTimer(ms, fn);
-  }
-
   #sleep(ms: number): Promise<void> {
-    return new Promise((resolve) => this.#start(ms, resolve));
+    return new Promise((resolve) => this.#machine.startTimer(ms, resolve));
   }
 
   /** `answer` after the time a query takes. */
@@ -363,7 +351,7 @@ export class SimulatedDriver implements CheckpointDriver {
             onExit = () => {
               run.stop();
               const note = `the process exited during the ${op}`;
-              this.#start(this.#timing.exitNoticeMs, () =>
+              this.#machine.startTimer(this.#timing.exitNoticeMs, () =>
                 resolve({ code: CUDA_ERROR_OPERATING_SYSTEM, note }));
             };
             proc.exitListeners.add(onExit);
@@ -375,7 +363,7 @@ export class SimulatedDriver implements CheckpointDriver {
               return void work().then(resolve, reject);
             }
             // An injected exit, `afterMs` in: a call that would end sooner waits for it (onExit answers).
-            this.#start(hit.fault.afterMs, () =>
+            this.#machine.startTimer(hit.fault.afterMs, () =>
               proc.exit());
             work().then((answer) => proc.exited && resolve(answer), reject);
           });
@@ -396,8 +384,7 @@ export class SimulatedDriver implements CheckpointDriver {
       case "fail":
         return await this.#applyFault(proc, op, fault);
       case "answer":
-        await this.#sleep(this.#timing.queryMs);
-        return { code: CUDA_SUCCESS, value: fault.value, note: `injected by answerNext("${op}")` };
+        return await this.#after({ ...ok(fault.value), note: `injected by answerNext("${op}")` });
       case "exit":
         proc.exit();
         return await this.#exited(`injected by exitDuring("${op}"): the process exited`);
@@ -500,6 +487,15 @@ type FailFault = PendingFault & { kind: "fail" };
 
 /** A state-changing call's answer: its code. */
 const codeOf = (answer: Answer): number => answer.code;
+
+/** Success, with `value`. */
+const ok = (value?: number): Answer => ({ code: CUDA_SUCCESS, value });
+
+/** Success, the process put in the state `step` leads to. */
+function entered(proc: SimulatedProcess, step: Step): Answer {
+  proc.enter(stepTo(step));
+  return ok();
+}
 
 /** A query's answer: its code, and its value where it succeeded. */
 function result(answer: Answer): DriverResult {

@@ -28,23 +28,8 @@ import {
 } from "./faults.ts";
 import { checkRange, MemoryImage, type SavedPages } from "./memory.ts";
 import { type GpuNeeds, needsOn, type SimulatedGpu } from "./sim_gpu.ts";
+import type { SimulatedMachine } from "./simulator.ts";
 import { mibToBytes } from "./timing.ts";
-
-/** What a simulated process uses of its machine (the machine's view of itself has more). @internal */
-export interface ProcessHost {
-  /** The clock's time in ms. */
-  now(): number;
-  /** Forgets a process that exited. */
-  forget(proc: SimulatedProcess): void;
-  /** A start number no process of the machine has had. */
-  takeStart(): number;
-  /** Starts a timer the machine cancels when closed (`passive`: it moves no time by itself). */
-  startTimer(ms: number, fn: () => void, passive?: boolean): () => void;
-  /** Holds the clock (the program waits on the simulator) until the returned function is called. */
-  holdClock(): () => void;
-  /** The error for `what` once the machine is closed, else `undefined`. */
-  closedError(what: string): Error | undefined;
-}
 
 /** A process to make (its start left out: a new one), as {@link SimulatedProcess} has them. @internal */
 export interface NewProcess {
@@ -85,8 +70,6 @@ interface Kernel {
   cancel?: () => void;
 }
 
-type Waiter = () => void;
-
 /** A process of the simulated machine. Its CUDA work blocks while it is locked or checkpointed. */
 export class SimulatedProcess {
   /** Its process id. */
@@ -95,22 +78,22 @@ export class SimulatedProcess {
   readonly start: number;
   /** Its restore thread (`getRestoreThreadId`): the driver's own, last; 0 without CUDA. */
   readonly tid: number;
-  /** All its thread ids, the main thread (= pid) first, the driver's last; any of them works as a pid. */
+  /** All its thread ids, the main thread (= pid) first, the driver's last; any works as a pid. */
   readonly threads: readonly number[];
   /** Its GPU memory in MiB (its CUDA contexts not included). */
   readonly memoryMiB: number;
   /** Whether it ever initialised CUDA. */
   readonly usesCuda: boolean;
-  readonly #host: ProcessHost;
+  /** Its command line, as `/proc/PID/cmdline` gives it with spaces between the arguments. */
+  readonly command: string;
+  /** Whether the caller may look at it (`false`: another user's process, seen without privilege). */
+  readonly inspectable: boolean;
+  /** Whether it has the CUDA driver library mapped (every CUDA process has; others may). */
+  readonly libcudaLoaded: boolean;
   /** @internal the GPUs it has or had memory on */
   gpus: SimulatedGpu[];
   /** @internal */
   stateNumber: number = numberOfState(INITIAL_STATE);
-  /** Its GPU memory's contents, wherever they are (`#on`); none without CUDA or once it exited. */
-  #memory: MemoryImage | undefined;
-  #on: "gpu" | "host" = "gpu";
-  /** Calls of its CUDA work (`write`, `read`) that wait for it to run, or are not done yet. */
-  #queued = 0;
   /** @internal the state-changing operation under way, one at a time */
   busy: string | undefined;
   /** @internal virtual time at which the last kernel launched ends */
@@ -118,34 +101,25 @@ export class SimulatedProcess {
   /** @internal the faults injected into its calls, waiting for them */
   readonly faultPlan: FaultPlan = new FaultPlan();
   /** @internal called when the process exits */
-  exitListeners: Set<() => void> = new Set();
+  readonly exitListeners: Set<() => void> = new Set();
+  readonly #machine: SimulatedMachine;
+  /** Its GPU memory's contents, wherever they are (`#on`); none without CUDA or once it exited. */
+  #memory: MemoryImage | undefined;
+  #on: "gpu" | "host" = "gpu";
+  /** CUDA work (`write`, `read`, a kernel's launch) waiting for it to run, or not done yet. */
+  #queued = 0;
   #held: GpuNeeds = new Map();
+  #parent: number;
   #exited = false;
-  #runWaiters: Waiter[] = [];
+  #stopped = false;
+  #restoreRefused = false;
+  #runWaiters: (() => void)[] = [];
   #kernels = new Set<Kernel>();
   #tail: Promise<void> = Promise.resolve();
 
-  /** Its command line, as `/proc/PID/cmdline` gives it with spaces between the arguments. */
-  readonly command: string;
-  /** Whether the caller may look at it (`false`: another user's process, seen without privilege). */
-  readonly inspectable: boolean;
-  /** Whether it has the CUDA driver library mapped (every CUDA process has; others may). */
-  readonly libcudaLoaded: boolean;
-  #parent: number;
-
-  /** Its parent's pid, or 0 for none (also once the parent exited: Linux gives it to init). */
-  get parent(): number {
-    return this.#parent;
-  }
-
-  /** @internal its parent exited: it has none now */
-  orphan(): void {
-    this.#parent = 0;
-  }
-
   /** @internal made by the machine: running, its GPU memory all zero (and not yet claimed) */
-  constructor(host: ProcessHost, made: NewProcess) {
-    this.#host = host;
+  constructor(machine: SimulatedMachine, made: NewProcess) {
+    this.#machine = machine;
     this.pid = made.pid;
     this.threads = made.threads;
     this.memoryMiB = made.memoryMiB;
@@ -156,8 +130,13 @@ export class SimulatedProcess {
     this.inspectable = made.inspectable;
     this.libcudaLoaded = made.libcuda;
     this.#parent = made.parent ?? 0;
-    this.start = made.start ?? host.takeStart();
+    this.start = made.start ?? machine.takeStart();
     if (made.cuda) this.#memory = new MemoryImage(mibToBytes(made.memoryMiB));
+  }
+
+  /** Its parent's pid, or 0 for none (also once the parent exited: Linux gives it to init). */
+  get parent(): number {
+    return this.#parent;
   }
 
   /** Its checkpoint state by name. */
@@ -171,20 +150,12 @@ export class SimulatedProcess {
   }
 
   /**
-   * Whether it is stopped (SIGSTOP on Linux): the simulated criu's `stop` stops it, as does a
-   * restore with `leaveStopped`, and `wake` (SIGCONT) lets it go on; `false` once it exited. The
-   * simulated driver does not consult it, nor does the process's own CUDA work (kernels, `write`,
-   * `read`): a stopped process answers as a running one, as what the real driver does for a
-   * stopped process has not been measured.
+   * Whether it is stopped (SIGSTOP): by the simulated criu's `stop` or a restore with
+   * `leaveStopped`, until `wake`; `false` once it exited. Neither the simulated driver nor its own
+   * CUDA work consults it: what the real driver does for a stopped process was not measured.
    */
   get stopped(): boolean {
     return this.#stopped;
-  }
-  #stopped = false;
-
-  /** @internal stops it (SIGSTOP), or lets it go on (SIGCONT); nothing once it exited */
-  setStopped(stopped: boolean): void {
-    if (!this.#exited) this.#stopped = stopped;
   }
 
   /** The UUIDs of the GPUs it runs on (or ran on, while checkpointed). */
@@ -194,14 +165,20 @@ export class SimulatedProcess {
 
   /** The GPU memory it holds now, MiB by GPU UUID, its CUDA context included (as NVML says). */
   get gpuMemoryMiB(): Record<string, number> {
-    const held: Record<string, number> = {};
-    for (const [g, mib] of this.#held) held[g.uuid] = mib;
-    return held;
+    return Object.fromEntries([...this.#held].map(([g, mib]) => [g.uuid, mib]));
   }
 
   /** Where its GPU memory is now: on the GPU, in host memory (checkpointed), or nowhere. */
   get memoryLocation(): "gpu" | "host" | "none" {
     return this.#memory ? this.#on : "none";
+  }
+
+  /**
+   * Whether the driver refuses every restore: on driver 580 a restore that ran out of GPU memory
+   * leaves the process checkpointed for good (tests/gpu/reports/oom-probe-2xh200.txt).
+   */
+  get restoreRefused(): boolean {
+    return this.#restoreRefused;
   }
 
   /**
@@ -225,14 +202,14 @@ export class SimulatedProcess {
       },
     };
     promise.onWait = () => {
-      if (this.#kernels.has(kernel)) release = this.#host.holdClock();
+      if (this.#kernels.has(kernel)) release = this.#machine.holdClock();
     };
     this.#kernels.add(kernel);
     const enqueue = () => {
       // Kernels on one stream run one after another.
-      const now = this.#host.now();
+      const now = this.#machine.now();
       this.kernelsUntil = Math.max(now, this.kernelsUntil) + ms;
-      kernel.cancel = this.#host.startTimer(this.kernelsUntil - now, () => {
+      kernel.cancel = this.#machine.startTimer(this.kernelsUntil - now, () => {
         kernel.cancel = undefined;
         kernel.settle();
       }, true);
@@ -245,8 +222,7 @@ export class SimulatedProcess {
 
   /**
    * Writes `data` into its GPU memory at `offset` (a `cudaMemcpy`: blocks while not running). The
-   * bytes are taken at the call: written at once where the process runs and nothing waits before
-   * them, else copied to be written once it runs.
+   * bytes are taken at the call: written at once where it runs and no CUDA work waits, else copied.
    */
   write(offset: number, data: Uint8Array): Promise<void> {
     if (!(data instanceof Uint8Array)) {
@@ -254,7 +230,7 @@ export class SimulatedProcess {
     }
     this.#checkBytes(offset, data.length);
     const what = "write GPU memory";
-    if (this.#queued === 0 && this.#canRun() && !this.#host.closedError(what)) {
+    if (this.#queued === 0 && this.#canRun() && !this.#machine.closedError(what)) {
       this.#memory!.write(offset, data);
       return Promise.resolve();
     }
@@ -274,13 +250,9 @@ export class SimulatedProcess {
    * bench/digest.ts). Rejects when the process has no GPU memory.
    */
   memoryChunkedSha256(): Promise<string> {
-    const image = this.#memory;
-    if (!image) {
-      return Promise.reject(
-        new Error(`process ${this.pid} has no GPU memory (it never used CUDA, or it exited)`),
-      );
-    }
-    return Promise.resolve(image.chunkedSha256());
+    return this.#memory ? Promise.resolve(this.#memory.chunkedSha256()) : Promise.reject(
+      new Error(`process ${this.pid} has no GPU memory (it never used CUDA, or it exited)`),
+    );
   }
 
   /**
@@ -310,16 +282,6 @@ export class SimulatedProcess {
    * Makes the process exit `afterMs` into the next call of `op` (or the `nth`), as a target killed
    * during a checkpoint: the call returns `CUDA_ERROR_OPERATING_SYSTEM` shortly after (see
    * {@link ExitFault}), its GPU memory is freed and its pid stops existing.
-   *
-   * @example
-   * ```ts
-   * import { SimulatedMachine } from "@ckpt/cuda/mock";
-   * const sim = new SimulatedMachine();
-   * const target = sim.spawn({ memoryMiB: 4096 });
-   * target.exitDuring("checkpoint", { afterMs: 150 });
-   * await sim.driver.lock(target.pid, null);
-   * await sim.driver.checkpoint(target.pid); // 304: CUDA_ERROR_OPERATING_SYSTEM, about 220 ms in
-   * ```
    */
   exitDuring(op: FaultableOperation, options: ExitFault = {}): void {
     this.#inject(checkFault("exitDuring", op, options), "exitDuring");
@@ -348,18 +310,7 @@ export class SimulatedProcess {
 
   /**
    * Makes the next `getState` or `getRestoreThreadId` (or the `nth`) answer `CUDA_SUCCESS` with
-   * `answer.value` (see {@link AnswerFault}).
-   *
-   * @example
-   * ```ts
-   * import { CudaProcess } from "@ckpt/cuda";
-   * import { SimulatedMachine } from "@ckpt/cuda/mock";
-   * const sim = new SimulatedMachine();
-   * const target = sim.spawn();
-   * target.answerNext("getState", { value: 5 });
-   * await new CudaProcess(target.pid, { machine: sim }).state().catch((e) => console.log(e.message));
-   * // "getState of process 4000 returned process state 5, which this version of @ckpt/cuda does not know ..."
-   * ```
+   * `answer.value` (see {@link AnswerFault}): a state number this package does not know, say.
    */
   answerNext(op: QueryOperation, answer: AnswerFault): void {
     this.#inject(checkFault("answerNext", op, answer), "answerNext");
@@ -396,23 +347,6 @@ export class SimulatedProcess {
     return this.faultPlan.releaseAll();
   }
 
-  #inject(fault: PendingFault, method: string): () => void {
-    this.#reachable(method);
-    return this.faultPlan.add(fault);
-  }
-
-  #reachable(method: string): void {
-    if (this.#exited) {
-      throw new Error(`${method}: process ${this.pid} has exited; no call can reach it any more`);
-    }
-    if (!this.usesCuda) {
-      throw new Error(
-        `${method}: process ${this.pid} never initialised CUDA; the driver answers ` +
-          `CUDA_ERROR_NOT_INITIALIZED for it before any fault`,
-      );
-    }
-  }
-
   /** Ends the process: its GPU memory is freed, calls under way fail, its pid stops existing. */
   exit(): void {
     if (this.#exited) return;
@@ -421,8 +355,18 @@ export class SimulatedProcess {
     this.release();
     this.#memory = undefined;
     for (const fn of [...this.exitListeners]) fn();
-    this.#host.forget(this);
+    this.#machine.forget(this);
     this.stopKernels(new Error(`process ${this.pid} exited before its kernel finished`));
+  }
+
+  /** @internal its parent exited: it has none now */
+  orphan(): void {
+    this.#parent = 0;
+  }
+
+  /** @internal stops it (SIGSTOP), or lets it go on (SIGCONT); nothing once it exited */
+  setStopped(stopped: boolean): void {
+    if (!this.#exited) this.#stopped = stopped;
   }
 
   /** @internal the next turn to act on this process: the driver serialises calls on a process */
@@ -462,7 +406,7 @@ export class SimulatedProcess {
     return undefined;
   }
 
-  /** @internal the pages of its memory it wrote, wherever the memory is (none without any) */
+  /** @internal the pages of its memory not all zero, wherever the memory is (none without any) */
   savedPages(): SavedPages {
     return this.#memory?.save() ?? [];
   }
@@ -473,7 +417,7 @@ export class SimulatedProcess {
     this.#on = on;
   }
 
-  /** @internal its GPU memory moved into host memory, freeing the GPU (what a checkpoint does) */
+  /** @internal its memory moved into host memory, freeing the GPU (what a checkpoint does) */
   moveToHost(): void {
     if (this.memoryLocation !== "gpu") return;
     this.#on = "host";
@@ -486,15 +430,6 @@ export class SimulatedProcess {
     this.#on = "gpu";
     this.gpus = gpus;
   }
-
-  /**
-   * Whether the driver refuses every restore: on driver 580 a restore that ran out of GPU memory
-   * leaves the process checkpointed for good (tests/gpu/reports/oom-probe-2xh200.txt).
-   */
-  get restoreRefused(): boolean {
-    return this.#restoreRefused;
-  }
-  #restoreRefused = false;
 
   /** @internal a restore of it ran out of memory */
   refuseRestores(): void {
@@ -514,26 +449,11 @@ export class SimulatedProcess {
     this.wake();
   }
 
-  /** `fn`'s result once the process runs, after the CUDA work queued before (in order). */
-  async #whenRunning<T>(what: string, fn: () => T): Promise<T> {
-    this.#queued++;
-    try {
-      for (;;) {
-        const closed = this.#host.closedError(`${what} in process ${this.pid}`);
-        if (closed) throw closed;
-        if (!this.usesCuda) {
-          throw new Error(`process ${this.pid} never initialised CUDA; cannot ${what}`);
-        }
-        if (this.#exited) throw new Error(`process ${this.pid} has exited; cannot ${what}`);
-        if (isFinal(this.state)) {
-          throw new Error(`process ${this.pid} is in the failed state; cannot ${what}`);
-        }
-        if (this.#canRun()) return fn();
-        await new Promise<void>((resolve) => this.#runWaiters.push(resolve));
-      }
-    } finally {
-      this.#queued--;
-    }
+  /** @internal wakes blocked CUDA work to look again */
+  wake(): void {
+    const waiters = this.#runWaiters;
+    this.#runWaiters = [];
+    for (const w of waiters) w();
   }
 
   /** @internal what it has under way (a call, a kernel, blocked CUDA work), or `undefined` */
@@ -544,19 +464,51 @@ export class SimulatedProcess {
     return undefined;
   }
 
+  #inject(fault: PendingFault, method: string): () => void {
+    this.#reachable(method);
+    return this.faultPlan.add(fault);
+  }
+
+  #reachable(method: string): void {
+    if (this.#exited) {
+      throw new Error(`${method}: process ${this.pid} has exited; no call can reach it any more`);
+    }
+    if (!this.usesCuda) {
+      throw new Error(
+        `${method}: process ${this.pid} never initialised CUDA; the driver answers ` +
+          `CUDA_ERROR_NOT_INITIALIZED for it before any fault`,
+      );
+    }
+  }
+
+  /** `fn`'s result once the process runs, after the CUDA work queued before it. */
+  async #whenRunning<T>(what: string, fn: () => T): Promise<T> {
+    this.#queued++;
+    try {
+      for (;;) {
+        const closed = this.#machine.closedError(`${what} in process ${this.pid}`);
+        if (closed) throw closed;
+        const cannot = !this.usesCuda
+          ? "never initialised CUDA"
+          : this.#exited
+          ? "has exited"
+          : isFinal(this.state)
+          ? "is in the failed state"
+          : undefined;
+        if (cannot) throw new Error(`process ${this.pid} ${cannot}; cannot ${what}`);
+        if (this.#canRun()) return fn();
+        await new Promise<void>((resolve) => this.#runWaiters.push(resolve));
+      }
+    } finally {
+      this.#queued--;
+    }
+  }
+
   #canRun(): boolean {
-    return this.usesCuda && !this.#exited && cudaRuns(this.state) &&
-      this.busy !== "lock";
+    return this.usesCuda && !this.#exited && cudaRuns(this.state) && this.busy !== "lock";
   }
 
   #checkBytes(offset: number, length: number): void {
     if (this.usesCuda) checkRange(mibToBytes(this.memoryMiB), offset, length);
-  }
-
-  /** @internal wakes blocked CUDA work to look again */
-  wake(): void {
-    const waiters = this.#runWaiters;
-    this.#runWaiters = [];
-    for (const w of waiters) w();
   }
 }

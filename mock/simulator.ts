@@ -43,9 +43,8 @@ export interface SimulatedMachineOptions {
   /** With `clock: "real"` only: how many times faster than the measured driver to run. Default 1. */
   speed?: number;
   /**
-   * What `cuDriverGetVersion` reports. Default 13000 (CUDA 13.0, driver 580). Below 12080 (driver
-   * 570) the checkpoint calls, and below 13000 a restore with GPU pairs, resolve
-   * `CUDA_ERROR_NOT_SUPPORTED`.
+   * What `cuDriverGetVersion` reports. Default 13000 (CUDA 13.0, driver 580). Below 12080 the
+   * checkpoint calls, and below 13000 a restore with GPU pairs, resolve `CUDA_ERROR_NOT_SUPPORTED`.
    */
   driverVersion?: number;
   /** Seeds the made-up GPU UUIDs, so that two simulators can have different GPUs. Default 1. */
@@ -126,13 +125,17 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
   readonly seed: number;
   /** The simulated process that stands for the program using the machine (the host's `self`). */
   selfPid: number | undefined = undefined;
+  /** @internal the records of held GPU memory, kept as long as the machine (a snapshot keeps them) */
+  readonly heldRecords: MemoryHeldRecords = new MemoryHeldRecords((p) => this.#alive(p));
+  /** @internal the disk every dump and restore of its CRIUs shares */
+  readonly disk: CopyLink = new CopyLink(this, {
+    aggregateBytesPerSecond: CRIU_TIMING.diskBytesPerSecond,
+    slowdownPerProcess: 0,
+  });
   readonly #byPid = new Map<number, SimulatedProcess>();
   readonly #processes = new Set<SimulatedProcess>();
   readonly #timers = new Set<number>();
   readonly #waiting = new Set<Waiting>();
-  /** The records of held GPU memory; the programs that claim room live as long as the machine. */
-  readonly #records = new MemoryHeldRecords((p) => this.#alive(p));
-  #disk: CopyLink | undefined;
   #nextPid: number;
   #nextStart = 1;
   #closed = false;
@@ -142,13 +145,9 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
     const keys = ["gpus", "clock", "speed", "driverVersion", "seed", "firstPid", "timing"] as const;
     const o = checkKeys(options, "SimulatedMachine options", keys);
     this.time = makeClock(o.clock, o.speed);
-    this.version = o.driverVersion === undefined
-      ? 13000
-      : checkInteger(o.driverVersion, "driverVersion");
-    this.seed = o.seed === undefined ? 1 : checkInteger(o.seed, "seed", 0, 2 ** 32 - 1);
-    this.#nextPid = o.firstPid === undefined
-      ? 4000
-      : checkInteger(o.firstPid, "firstPid", 1, MAX_PID);
+    this.version = checkInteger(or(o.driverVersion, 13000), "driverVersion");
+    this.seed = checkInteger(or(o.seed, 1), "seed", 0, 2 ** 32 - 1);
+    this.#nextPid = checkInteger(or(o.firstPid, 4000), "firstPid", 1, MAX_PID);
     this.gpus = makeGpus(o.gpus, this.seed);
     this.timing = o.timing === undefined ? timingForChip(this.gpus[0].name) : checkTiming(o.timing);
     this.driver = new SimulatedDriver(this);
@@ -197,21 +196,14 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
     const parent = this.#parentFor(o.parent);
     const cuda = checkFlag(o.cuda, "spawn: cuda", true);
     if (!cuda && o.memoryMiB) {
+      const got = describeValue(o.memoryMiB);
       throw new TypeError(
-        `spawn: a process with cuda: false has no GPU memory, got memoryMiB ${
-          describeValue(o.memoryMiB)
-        }`,
+        `spawn: a process with cuda: false has no GPU memory, got memoryMiB ${got}`,
       );
     }
-    const memoryMiB = !cuda
-      ? 0
-      : o.memoryMiB === undefined
-      ? 16
-      : checkAmount(o.memoryMiB, "spawn: memoryMiB");
+    const memoryMiB = cuda ? checkAmount(or(o.memoryMiB, 16), "spawn: memoryMiB") : 0;
     const gpus = this.#gpusFor(o.gpu);
-    const extra = o.extraThreads === undefined
-      ? 1
-      : checkInteger(o.extraThreads, "spawn: extraThreads", 0, 100_000);
+    const extra = checkInteger(or(o.extraThreads, 1), "spawn: extraThreads", 0, 100_000);
     const libcuda = checkFlag(o.libcuda, "spawn: libcuda", cuda);
     if (cuda && !libcuda) {
       throw new TypeError(
@@ -228,9 +220,7 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
       memoryMiB,
       gpus,
       cuda,
-      command: o.command === undefined
-        ? `simulated-process ${pid}`
-        : checkName(o.command, "spawn: command"),
+      command: checkName(or(o.command, `simulated-process ${pid}`), "spawn: command"),
       inspectable: checkFlag(o.inspectable, "spawn: inspectable", true),
       libcuda,
       parent,
@@ -267,7 +257,7 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
     this.#throwIfClosed("fill a GPU");
     const index = checkInteger(gpu, "fillGpu: gpu (an index)", 0, this.gpus.length - 1);
     const o = checkKeys(options, "fillGpu options", ["leaveMiB"]);
-    const leave = o.leaveMiB === undefined ? 0 : checkAmount(o.leaveMiB, "fillGpu: leaveMiB");
+    const leave = checkAmount(or(o.leaveMiB, 0), "fillGpu: leaveMiB");
     const g = this.gpus[index];
     const memoryMiB = g.freeMiB - leave - g.contextMiB;
     if (memoryMiB < 0) {
@@ -313,6 +303,11 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
     this.#nextStart = Math.max(this.#nextStart, next);
   }
 
+  /** @internal a start number no process of the machine has had */
+  takeStart(): number {
+    return this.#nextStart++;
+  }
+
   /** @internal why the machine cannot be saved now (closed, or something under way) */
   busyWith(): string | undefined {
     if (this.#closed) return "the simulated driver was closed";
@@ -338,6 +333,14 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
     return proc;
   }
 
+  /** @internal forgets a process that exited; its children are orphans now */
+  forget(proc: SimulatedProcess): void {
+    this.#processes.delete(proc);
+    for (const t of proc.threads) this.#byPid.delete(t);
+    // A later process with its pid (a restore) is no parent of theirs.
+    for (const p of this.#processes) if (p.parent === proc.pid) p.orphan();
+  }
+
   /** @internal the live process `root` and its descendants, breadth first, in order of start */
   tree(root: number): SimulatedProcess[] | undefined {
     const top = this.#byPid.get(root);
@@ -349,20 +352,7 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
     return out;
   }
 
-  /** @internal the records of held GPU memory kept on the machine (a snapshot keeps them) */
-  get heldRecords(): MemoryHeldRecords {
-    return this.#records;
-  }
-
-  /** @internal the disk that every dump and restore under way shares, of any CRIU of it */
-  get disk(): CopyLink {
-    return this.#disk ??= new CopyLink(this, {
-      aggregateBytesPerSecond: CRIU_TIMING.diskBytesPerSecond,
-      slowdownPerProcess: 0,
-    });
-  }
-
-  /** @internal starts a timer, cancelled if the machine closes; returns its cancel function */
+  /** @internal starts a timer, cancelled if the machine closes (`passive`: it moves no time) */
   startTimer(ms: number, fn: () => void, passive = false): () => void {
     if (this.#closed) return () => {};
     const handle = this.time.setTimer(ms, () => {
@@ -393,9 +383,20 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
     return promise;
   }
 
+  /** @internal `fn`'s answer at once, taking no simulated time; a rejection once closed */
+  instantly<T>(what: string, fn: () => T): Promise<T> {
+    const closed = this.closedError(what);
+    return closed ? Promise.reject(closed) : Promise.resolve(fn());
+  }
+
   /** @internal the error for `what` once the machine is closed (naming the driver), or undefined */
   closedError(what: string): Error | undefined {
     return this.#closed ? new Error(`the simulated driver was closed: cannot ${what}`) : undefined;
+  }
+
+  /** @internal holds the clock (the program waits on the simulator) until the returned call */
+  holdClock(): () => void {
+    return this.time.hold?.() ?? (() => {});
   }
 
   #throwIfClosed(what: string): void {
@@ -406,24 +407,6 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
   #add(proc: SimulatedProcess): void {
     this.#processes.add(proc);
     for (const t of proc.threads) this.#byPid.set(t, proc);
-  }
-
-  /** @internal the time the program waits on the simulator, held until the returned call */
-  holdClock(): () => void {
-    return this.time.hold?.() ?? (() => {});
-  }
-
-  /** @internal a start number no process of the machine has had */
-  takeStart(): number {
-    return this.#nextStart++;
-  }
-
-  /** @internal forgets a process that exited; its children are orphans now */
-  forget(proc: SimulatedProcess): void {
-    this.#processes.delete(proc);
-    for (const t of proc.threads) this.#byPid.delete(t);
-    // A later process with its pid (a restore) is no parent of theirs.
-    for (const p of this.#processes) if (p.parent === proc.pid) p.orphan();
   }
 
   /** Whether a process with this identity (pid, and start number where given) lives. */
@@ -467,4 +450,9 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
       return this.gpus[i];
     });
   }
+}
+
+/** `value`, or `fallback` where it is left out (`undefined`; `null` is a value, to be refused). */
+function or<T>(value: T | undefined, fallback: T): T {
+  return value === undefined ? fallback : value;
 }
