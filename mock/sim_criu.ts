@@ -64,16 +64,14 @@ const PIECE_BYTES = 0.5e9;
 
 /**
  * The simulated machine's CRIU: it dumps a tree of simulated processes into an images directory,
- * leaving them running, and restores it as it was, in the time the measured criu took
- * ({@link CRIU_TIMING}). Each process has two image files, as with criu: `process-<pid>.img`, and
- * `pages-<pid>.img`, its memory alone ({@link SimulatedCriu.inertFile}), which a restore reads
- * only as it copies the memory in, after the tree's processes are made. A dump refuses a CUDA
- * process that is not checkpointed (criu cannot dump its GPU mappings); a restored one is
+ * leaving them running, and restores it, in the time the measured criu took ({@link CRIU_TIMING}).
+ * Each process has two image files, as with criu: `process-<pid>.img`, and `pages-<pid>.img`, its
+ * memory ({@link SimulatedCriu.inertFile}), read only as a restore copies it in. A dump refuses a
+ * CUDA process that is not checkpointed (criu cannot dump its GPU mappings); a restored one is
  * checkpointed, a new process with its old pid and a new start number (a `CudaProcess` made for
- * the dumped one refuses it: `REPLACED`); the restored root has no parent. Images taken on another
- * simulated machine restore too (a snapshot copied there). {@link SimulatedCriu.failNext} makes a
- * run fail, as criu can; an `AbortSignal` stops it. `stop` and `wake` stop processes and let them
- * go on ({@link SimulatedProcess.stopped}).
+ * the dumped one refuses it: `REPLACED`); the restored root has no parent. Images of another
+ * simulated machine restore too. {@link SimulatedCriu.failNext} makes a run fail; an
+ * `AbortSignal` stops it.
  *
  * @example
  * ```ts
@@ -120,9 +118,8 @@ export class SimulatedCriu implements SnapshotEngine {
       : checkName(o.version, "SimulatedCriu: version");
     const problems = o.problems === undefined ? [] : o.problems;
     if (!Array.isArray(problems)) {
-      throw new TypeError(
-        `SimulatedCriu: problems must be an array of sentences, got ${describeValue(problems)}`,
-      );
+      const got = describeValue(problems);
+      throw new TypeError(`SimulatedCriu: problems must be an array of sentences, got ${got}`);
     }
     this.problems = Object.freeze(
       problems.map((p: unknown, i) => checkName(p, `SimulatedCriu: problems[${i}]`)),
@@ -158,15 +155,13 @@ export class SimulatedCriu implements SnapshotEngine {
   }
 
   /**
-   * Restores the tree of `request.root` from `request.imagesDir`, its processes existing from the
-   * start (criu forks them first), each process's memory read from its pages file as it is copied
-   * in. Rejects with an `EngineError` (naming no log: a restore writes no file), leaving none of
-   * them, where an image is amiss (a pages file too, read late), an id is taken (`Can't fork for
-   * PID N`), or it is stopped. With
-   * `leaveStopped`, every process of the tree is left stopped ({@link SimulatedProcess.stopped})
-   * until {@link wake}. Like criu, it needs no GPU: images of another machine's processes come
-   * back here, checkpointed, remembering the GPUs they saw there, and the driver's restore then
-   * needs GPU pairs for them.
+   * Restores the tree of `request.root` from `request.imagesDir`, its processes made first (as
+   * criu forks them), each one's memory read from its pages file as it is copied in. Rejects with
+   * an `EngineError` (naming no log: a restore writes no file), leaving none of them, where an
+   * image is amiss, an id is taken (`Can't fork for PID N`), or it is stopped. With
+   * `leaveStopped`, the tree is left stopped until {@link wake}. Images of another machine's
+   * processes come back checkpointed, remembering its GPUs: the driver's restore then needs GPU
+   * pairs for them.
    */
   restore(request: RestoreRequest): Promise<void> {
     return this.#operate("restore", request, (r, run, log) => this.#restore(r, run, log));
@@ -174,34 +169,22 @@ export class SimulatedCriu implements SnapshotEngine {
 
   /** Ends at once each live process that has one of `pids` as its pid or a thread id. */
   kill(pids: readonly number[]): Promise<void> {
-    const bad = badPids(pids, "kill");
-    return bad ? Promise.reject(bad) : this.#machine.waitOn("kill processes", () => {
-      for (const pid of pids) this.#machine.process(pid)?.exit();
-      return Promise.resolve();
-    });
+    return this.#each(pids, "kill", (p) => p.exit());
   }
 
-  /**
-   * Stops each live process that has one of `pids` as its pid or a thread id (SIGSTOP: it is
-   * {@link SimulatedProcess.stopped} until {@link wake}); an id of no live process is no error.
-   */
+  /** Stops each live process of `pids` (SIGSTOP: {@link SimulatedProcess.stopped} until `wake`). */
   stop(pids: readonly number[]): Promise<void> {
-    return this.#signal(pids, "stop", true);
+    return this.#each(pids, "stop", (p) => p.setStopped(true));
   }
 
-  /**
-   * Lets each live process that has one of `pids` as its pid or a thread id go on (SIGCONT: no
-   * longer {@link SimulatedProcess.stopped}); an id of no live process, or of one not stopped, is
-   * no error.
-   */
+  /** Lets each live process of `pids` go on (SIGCONT); one not stopped, or gone, is no error. */
   wake(pids: readonly number[]): Promise<void> {
-    return this.#signal(pids, "wake", false);
+    return this.#each(pids, "wake", (p) => p.setStopped(false));
   }
 
   /**
    * Whether the file `name` is one a restore does not act on: a pages file, `pages-<pid>.img`,
-   * which it reads only while it copies the memory in, or the dump's log, `dump.log`, which it does
-   * not read.
+   * which it reads only while it copies the memory in, or the dump's log, `dump.log`.
    */
   inertFile(name: string): boolean {
     return typeof name === "string" && (name === "dump.log" || PAGES_NAME.test(name));
@@ -212,11 +195,14 @@ export class SimulatedCriu implements SnapshotEngine {
     return `${this.kind} ${this.version}`;
   }
 
-  /** Stops (`stopped`) or wakes the live processes of `pids`, after checking them for `what`. */
-  #signal(pids: readonly number[], what: string, stopped: boolean): Promise<void> {
+  /** `fn` on each live process that has one of `pids` as its pid or a thread id (checked). */
+  #each(pids: readonly number[], what: string, fn: (p: SimulatedProcess) => void): Promise<void> {
     const bad = badPids(pids, what);
     return bad ? Promise.reject(bad) : this.#machine.waitOn(`${what} processes`, () => {
-      for (const pid of pids) this.#machine.process(pid)?.setStopped(stopped);
+      for (const pid of pids) {
+        const p = this.#machine.process(pid);
+        if (p) fn(p);
+      }
       return Promise.resolve();
     });
   }
@@ -237,10 +223,14 @@ export class SimulatedCriu implements SnapshotEngine {
       const first = op === "dump"
         ? `Dumping processes (pid: ${r.root})`
         : `Restoring (pid: ${r.root})`;
-      const version = `Version: ${this.version} (${this.kind})`;
       // A restore writes nothing beside its images, nor anywhere else: its log is kept in memory.
       const file = op === "dump" ? join(r.imagesDir, "dump.log") : undefined;
-      const log = new EngineLog(this.#machine, file, version, first);
+      const log = new EngineLog(
+        this.#machine,
+        file,
+        `Version: ${this.version} (${this.kind})`,
+        first,
+      );
       const { waits, end } = waitsOf(this.#machine, r, op, log);
       try {
         waits.check();
@@ -262,20 +252,18 @@ export class SimulatedCriu implements SnapshotEngine {
       if (why) throw log.error(why);
     }
     emptyDirectory(r.imagesDir, log);
-    // Taken now: criu freezes the tree first.
-    const images = tree.map((p) => imageOf(p, this.#machine.gpus));
+    const images = tree.map((p) => imageOf(p, this.#machine.gpus)); // taken now: criu freezes first
     await this.#fixedCost("dump", run, log);
     let written = 0;
     for (const taken of images) {
-      const { image } = taken;
-      await this.#copy(image, run, CRIU_TIMING.dumpBytesPerSecond, (piece) => {
+      await this.#copy(taken.image, run, CRIU_TIMING.dumpBytesPerSecond, (piece) => {
         written += piece;
         tell(r.onBytes, written);
       });
       const gone = tree.find((p) => p.exited);
       if (gone) throw log.error(`process ${gone.pid} ended during the dump`);
       writeImages(r.imagesDir, taken, log);
-      log.line(`Dumped process ${image.pid}`);
+      log.line(`Dumped process ${taken.image.pid}`);
     }
     log.line(`Dumping finished successfully (${written} bytes of images)`);
     log.write();
@@ -330,17 +318,17 @@ export class SimulatedCriu implements SnapshotEngine {
 
   /** Moves an image's simulated bytes over the disk at `bytesPerSecond`, piece by piece. */
   async #copy(image: ProcessImage, run: Waits, bytesPerSecond: number, each?: (n: number) => void) {
-    for (const piece of pieces(criuImageBytes(image.memoryMiB, image.cuda))) {
+    const bytes = criuImageBytes(image.memoryMiB, image.cuda);
+    const count = Math.max(1, Math.ceil(bytes / PIECE_BYTES));
+    for (let i = 0; i < count; i++) {
+      const piece = i < count - 1 ? PIECE_BYTES : bytes - PIECE_BYTES * (count - 1);
       await run.copy(this.#machine.disk, piece, bytesPerSecond / 1000);
       each?.(piece);
     }
   }
 }
 
-/**
- * The request of `op`: its keys, root, directory, timeout, signal, and a dump's `onBytes` or a
- * restore's `leaveStopped`.
- */
+/** The request of `op`: its keys, root, directory, timeout, signal, `onBytes`, `leaveStopped`. */
 function checkedRequest<R extends DumpRequest | RestoreRequest>(request: R, op: CriuOperation): R {
   if (typeof request !== "object" || request === null) {
     throw new TypeError(`${op} takes a request object, got ${describeValue(request)}`);
@@ -373,15 +361,6 @@ function undumpable(p: SimulatedProcess): string | undefined {
       `can be dumped`;
   }
   return undefined;
-}
-
-/** `bytes` in steps of at most {@link PIECE_BYTES}, the last the rest. */
-function pieces(bytes: number): number[] {
-  const n = Math.max(1, Math.ceil(bytes / PIECE_BYTES));
-  return Array.from(
-    { length: n },
-    (_, i) => i < n - 1 ? PIECE_BYTES : bytes - PIECE_BYTES * (n - 1),
-  );
 }
 
 /** Tells a progress callback; one that throws (it must not) does not stop the dump. */

@@ -34,7 +34,7 @@ import type { FaultableOperation, PendingFault, QueryOperation } from "./faults.
 import type { SimulatedMachine } from "./simulator.ts";
 import type { SimulatedGpu } from "./sim_gpu.ts";
 import type { SimulatedProcess } from "./sim_process.ts";
-import { mibToBytes, singleRate, type TimingModel } from "./timing.ts";
+import { type CopyTiming, mibToBytes, singleRate, type TimingModel } from "./timing.ts";
 import { CopyLink, Waits } from "./waits.ts";
 
 /** One call the simulated driver answered, for tests that check what their code did. */
@@ -93,6 +93,7 @@ export class SimulatedDriver implements CheckpointDriver {
   readonly #machine: SimulatedMachine;
   readonly #timing: TimingModel;
   readonly #version: number;
+  readonly #versionName: string;
   readonly #checkpointLink: CopyLink;
   readonly #restoreLink: CopyLink;
 
@@ -101,6 +102,7 @@ export class SimulatedDriver implements CheckpointDriver {
     this.#machine = machine;
     this.#timing = machine.timing;
     this.#version = machine.version;
+    this.#versionName = formatDriverVersion(machine.version);
     const old = machine.version < CHECKPOINT_MIN_DRIVER_VERSION;
     this.missingFunctions = old ? [...CHECKPOINT_FUNCTIONS] : [];
     this.#checkpointLink = new CopyLink(machine, machine.timing.checkpoint);
@@ -115,57 +117,38 @@ export class SimulatedDriver implements CheckpointDriver {
 
   /** `cuDriverGetVersion`. */
   driverVersion(): Promise<DriverResult> {
-    const answer = { code: CUDA_SUCCESS, value: this.#version };
-    return this.#machine.instantly("call cuDriverGetVersion", () => answer);
+    return this.#machine.instantly("call cuDriverGetVersion", () => result(ok(this.#version)));
   }
 
   /** `cuCheckpointProcessGetState`: waits for a state change of the process under way. */
   getState(pid: number): Promise<DriverResult> {
-    return this.#call(
-      "getState",
-      pid,
-      result,
-      (proc) =>
-        this.#serially(proc, () =>
-          this.#query(proc, "getState", async () => {
-            await this.#sleep(this.#timing.queryMs);
-            return { code: CUDA_SUCCESS, value: proc.stateNumber };
-          })),
-    );
+    const state = (p: SimulatedProcess) => this.#after(() => ok(p.stateNumber));
+    const query = (p: SimulatedProcess) => this.#query(p, "getState", () => state(p));
+    return this.#call("getState", pid, result, (p) => this.#serially(p, () => query(p)));
   }
 
   /** `cuCheckpointProcessGetRestoreThreadId`: answers at once, even while the process is busy. */
   getRestoreThreadId(pid: number): Promise<DriverResult> {
-    return this.#call(
-      "getRestoreThreadId",
-      pid,
-      result,
-      (proc) => this.#query(proc, "getRestoreThreadId", () => this.#after(ok(proc.tid))),
-    );
+    const tid = (p: SimulatedProcess) => this.#after(() => ok(p.tid));
+    const query = (p: SimulatedProcess) => this.#query(p, "getRestoreThreadId", () => tid(p));
+    return this.#call("getRestoreThreadId", pid, result, query);
   }
 
   /** `cuCheckpointProcessLock`. */
   lock(pid: number, args: LockArgs | null): Promise<number> {
     const timeoutMs = args?.timeoutMs ?? 0;
     if (args?.reserved?.some((b) => b !== 0)) {
-      return this.#call("lock", pid, codeOf, () =>
-        this.#after({
-          code: CUDA_ERROR_INVALID_VALUE,
-          note: "a reserved field of CUcheckpointLockArgs is nonzero",
-        }));
+      const note = "a reserved field of CUcheckpointLockArgs is nonzero";
+      return this.#refuse("lock", pid, { code: CUDA_ERROR_INVALID_VALUE, note });
     }
     return this.#transition("lock", pid, async (proc, run) => {
       const busyFor = proc.kernelsUntil - this.#machine.now();
-      if (busyFor > 0) {
-        if (timeoutMs > 0 && busyFor > timeoutMs) {
-          await run.sleep(timeoutMs);
-          return {
-            code: CUDA_ERROR_NOT_READY,
-            note: `its kernels had ${busyFor} ms to run, more than the ${timeoutMs} ms timeout`,
-          };
-        }
-        await run.sleep(busyFor);
+      if (timeoutMs > 0 && busyFor > timeoutMs) {
+        await run.sleep(timeoutMs);
+        const note = `its kernels had ${busyFor} ms to run, more than the ${timeoutMs} ms timeout`;
+        return { code: CUDA_ERROR_NOT_READY, note };
       }
+      if (busyFor > 0) await run.sleep(busyFor);
       await run.sleep(this.#timing.lockMs);
       return entered(proc, "lock");
     });
@@ -174,13 +157,8 @@ export class SimulatedDriver implements CheckpointDriver {
   /** `cuCheckpointProcessCheckpoint`. */
   checkpoint(pid: number): Promise<number> {
     return this.#transition("checkpoint", pid, async (proc, run) => {
-      const t = this.#timing.checkpoint;
-      await run.sleep(t.fixedMs);
-      await run.copy(
-        this.#checkpointLink,
-        mibToBytes(proc.memoryMiB),
-        singleRate(t, proc.memoryMiB),
-      );
+      await run.sleep(this.#timing.checkpoint.fixedMs);
+      await this.#copy(run, this.#checkpointLink, this.#timing.checkpoint, proc);
       proc.moveToHost();
       return entered(proc, "checkpoint");
     });
@@ -190,22 +168,17 @@ export class SimulatedDriver implements CheckpointDriver {
   restore(pid: number, args: RestoreArgs | null): Promise<number> {
     const pairs = args?.gpuPairs ?? [];
     if (pairs.length > 0 && this.#version < GPU_PAIRS_MIN_DRIVER_VERSION) {
-      return this.#call("restore", pid, codeOf, () =>
-        this.#after({
-          code: CUDA_ERROR_NOT_SUPPORTED,
-          note: `driver ${formatDriverVersion(this.#version)} takes no GPU pairs; 13.0 (580) does`,
-        }));
+      const note = `driver ${this.#versionName} takes no GPU pairs; 13.0 (580) does`;
+      return this.#refuse("restore", pid, { code: CUDA_ERROR_NOT_SUPPORTED, note });
     }
     return this.#transition("restore", pid, async (proc, run) => {
       if (proc.restoreRefused) {
         // Driver 580.159.04 after a restore that ran out of memory: every later restore, in place
         // or mapped, fails in 5-8 ms with OPERATING_SYSTEM and the state stays checkpointed.
         await run.sleep(this.#timing.refusedMs ?? 6);
-        return {
-          code: CUDA_ERROR_OPERATING_SYSTEM,
-          note: "an earlier restore of this process ran out of GPU memory; the driver refuses " +
-            "every restore of it since",
-        };
+        const note = "an earlier restore of this process ran out of GPU memory; the driver " +
+          "refuses every restore of it since";
+        return { code: CUDA_ERROR_OPERATING_SYSTEM, note };
       }
       const targets = this.#mapGpus(proc, pairs);
       if (typeof targets === "string") {
@@ -218,10 +191,9 @@ export class SimulatedDriver implements CheckpointDriver {
         proc.refuseRestores();
         return { code: CUDA_ERROR_OUT_OF_MEMORY, note: short };
       }
-      const t = this.#timing.restore;
       const moved = targets.some((g, i) => g !== proc.gpus[i]);
-      await run.sleep(t.fixedMs + (moved ? this.#timing.migrationMs : 0));
-      await run.copy(this.#restoreLink, mibToBytes(proc.memoryMiB), singleRate(t, proc.memoryMiB));
+      await run.sleep(this.#timing.restore.fixedMs + (moved ? this.#timing.migrationMs : 0));
+      await this.#copy(run, this.#restoreLink, this.#timing.restore, proc);
       proc.moveToGpu(targets);
       return entered(proc, "restore");
     });
@@ -248,7 +220,7 @@ export class SimulatedDriver implements CheckpointDriver {
   /** A short description for logs: `simulated driver 13.0, 2 GPUs (NVIDIA H200)`. */
   toString(): string {
     const gpus = this.#machine.gpus;
-    return `simulated driver ${formatDriverVersion(this.#version)}, ${gpus.length} GPU${
+    return `simulated driver ${this.#versionName}, ${gpus.length} GPU${
       gpus.length === 1 ? "" : "s"
     } (${[...new Set(gpus.map((g) => g.name))].join(", ")})`;
   }
@@ -257,15 +229,25 @@ export class SimulatedDriver implements CheckpointDriver {
     return new Promise((resolve) => this.#machine.startTimer(ms, resolve));
   }
 
-  /** `answer` after the time a query takes. */
-  async #after(answer: Answer): Promise<Answer> {
+  /** The answer `make` gives after the time a query takes (or `make` itself). */
+  async #after(make: Answer | (() => Answer)): Promise<Answer> {
     await this.#sleep(this.#timing.queryMs);
-    return answer;
+    return typeof make === "function" ? make() : make;
   }
 
   /** The answer for a process that has exited. */
   #exited(note = "the process exited"): Promise<Answer> {
     return this.#after({ code: CUDA_ERROR_OPERATING_SYSTEM, note });
+  }
+
+  /** The copy of the process's memory over `link`, at the rate its size gets alone. */
+  #copy(run: Waits, link: CopyLink, timing: CopyTiming, proc: SimulatedProcess): Promise<void> {
+    return run.copy(link, mibToBytes(proc.memoryMiB), singleRate(timing, proc.memoryMiB));
+  }
+
+  /** A call refused before its process is looked up: `answer` after the time a query takes. */
+  #refuse(op: Step, pid: number, answer: Answer): Promise<number> {
+    return this.#call(op, pid, codeOf, () => this.#after(answer));
   }
 
   /** One call: gated by the version, the pid looked up, `body` run, the answer logged and `out`. */
@@ -278,24 +260,18 @@ export class SimulatedDriver implements CheckpointDriver {
     const name = `cuCheckpointProcess${op[0].toUpperCase()}${op.slice(1)}`;
     return this.#machine.waitOn(`call ${name} on pid ${pid}`, async () => {
       const started = this.#machine.now();
-      let answer: Answer;
-      if (this.missingFunctions.includes(name)) {
-        answer = {
+      const proc = this.#find(pid);
+      const answer: Answer = this.missingFunctions.includes(name)
+        ? {
           code: CUDA_ERROR_NOT_SUPPORTED,
-          note: `driver ${formatDriverVersion(this.#version)} has no ${name}; 12.8 (570) has`,
-        };
-      } else {
-        const proc = this.#find(pid);
-        answer = typeof proc === "number" ? await this.#after({ code: proc }) : await body(proc);
-      }
-      this.calls.push({
-        at: this.#machine.now(),
-        started,
-        op,
-        pid,
-        code: answer.code,
-        ...(answer.note === undefined ? {} : { note: answer.note }),
-      });
+          note: `driver ${this.#versionName} has no ${name}; 12.8 (570) has`,
+        }
+        : typeof proc === "number"
+        ? await this.#after({ code: proc })
+        : await body(proc);
+      const call: SimulatedCall = { at: this.#machine.now(), started, op, pid, code: answer.code };
+      if (answer.note !== undefined) call.note = answer.note;
+      this.calls.push(call);
       return out(answer);
     });
   }

@@ -31,7 +31,7 @@ import { type GpuNeeds, needsOn, type SimulatedGpu } from "./sim_gpu.ts";
 import type { SimulatedMachine } from "./simulator.ts";
 import { mibToBytes } from "./timing.ts";
 
-/** A process to make (its start left out: a new one), as {@link SimulatedProcess} has them. @internal */
+/** A process to make (its start left out: a new one). @internal */
 export interface NewProcess {
   pid: number;
   threads: number[];
@@ -45,13 +45,11 @@ export interface NewProcess {
   start?: number;
 }
 
-/** A kernel launch. Awaiting it is waiting on the simulator: virtual time moves until it ends. */
+/** A kernel launch: awaiting it (`onWait`, once) is waiting on the simulator, moving time. */
 class KernelLaunch extends Promise<void> {
   static override get [Symbol.species](): PromiseConstructor {
     return Promise;
   }
-
-  /** Called the first time someone waits on the kernel. */
   onWait: (() => void) | undefined;
 
   override then<A = void, B = never>(
@@ -94,19 +92,19 @@ export class SimulatedProcess {
   gpus: SimulatedGpu[];
   /** @internal */
   stateNumber: number = numberOfState(INITIAL_STATE);
-  /** @internal the state-changing operation under way, one at a time */
+  /** @internal the state-changing call under way */
   busy: string | undefined;
-  /** @internal virtual time at which the last kernel launched ends */
+  /** @internal when its last kernel ends */
   kernelsUntil = 0;
-  /** @internal the faults injected into its calls, waiting for them */
+  /** @internal */
   readonly faultPlan: FaultPlan = new FaultPlan();
-  /** @internal called when the process exits */
+  /** @internal */
   readonly exitListeners: Set<() => void> = new Set();
   readonly #machine: SimulatedMachine;
-  /** Its GPU memory's contents, wherever they are (`#on`); none without CUDA or once it exited. */
+  /** Its GPU memory, wherever it is (`#on`); none without CUDA or once it exited. */
   #memory: MemoryImage | undefined;
   #on: "gpu" | "host" = "gpu";
-  /** CUDA work (`write`, `read`, a kernel's launch) waiting for it to run, or not done yet. */
+  /** CUDA work waiting for it to run, or not done yet. */
   #queued = 0;
   #held: GpuNeeds = new Map();
   #parent: number;
@@ -150,9 +148,8 @@ export class SimulatedProcess {
   }
 
   /**
-   * Whether it is stopped (SIGSTOP): by the simulated criu's `stop` or a restore with
-   * `leaveStopped`, until `wake`; `false` once it exited. Neither the simulated driver nor its own
-   * CUDA work consults it: what the real driver does for a stopped process was not measured.
+   * Whether it is stopped (SIGSTOP: criu's `stop`, or a restore with `leaveStopped`), until `wake`.
+   * Neither the driver nor its CUDA work consults it: the real driver's way was not measured.
    */
   get stopped(): boolean {
     return this.#stopped;
@@ -173,18 +170,15 @@ export class SimulatedProcess {
     return this.#memory ? this.#on : "none";
   }
 
-  /**
-   * Whether the driver refuses every restore: on driver 580 a restore that ran out of GPU memory
-   * leaves the process checkpointed for good (tests/gpu/reports/oom-probe-2xh200.txt).
-   */
+  /** Whether the driver refuses every restore: as driver 580 does after one ran out of memory. */
   get restoreRefused(): boolean {
     return this.#restoreRefused;
   }
 
   /**
-   * Launches a kernel that runs for `ms` (after the process is unlocked), returning at once as a
-   * CUDA launch does; resolves when it ends, rejects if the process exits first. Virtual time moves
-   * for it only while someone awaits it; unawaited, it never reports an unhandled rejection.
+   * Launches a kernel that runs for `ms` once the process runs, returning at once as a CUDA launch
+   * does; resolves when it ends, rejects if the process exits first. Virtual time moves for it only
+   * while someone awaits it; unawaited, it never reports an unhandled rejection.
    */
   launch(ms: number): Promise<void> {
     checkAmount(ms, "kernel duration (ms)");
@@ -197,8 +191,7 @@ export class SimulatedProcess {
         if (!this.#kernels.delete(kernel)) return;
         kernel.cancel?.();
         release?.();
-        if (error) reject(error);
-        else resolve();
+        return error ? reject(error) : resolve();
       },
     };
     promise.onWait = () => {
@@ -245,9 +238,8 @@ export class SimulatedProcess {
   }
 
   /**
-   * The SHA-256 of its GPU memory's 1 MiB chunks' SHA-256s, wherever it is now, as for a real GPU's
-   * memory. It never waits, and costs what was written since the last call (a few ms for 40 GiB;
-   * bench/digest.ts). Rejects when the process has no GPU memory.
+   * The chunked SHA-256 of its GPU memory, wherever it is (`ChunkedSha256` in mock/memory.ts). It
+   * never waits, and costs what was written since the last call. Rejects where there is no memory.
    */
   memoryChunkedSha256(): Promise<string> {
     return this.#memory ? Promise.resolve(this.#memory.chunkedSha256()) : Promise.reject(
@@ -291,18 +283,6 @@ export class SimulatedProcess {
    * Makes the next call of `op` (or the `nth`) hang, holding up the calls queued behind it, until
    * the returned function releases it (released early, it lets the call through) or the process
    * exits (`CUDA_ERROR_OPERATING_SYSTEM`). Virtual time does not move for a hung call.
-   *
-   * @example
-   * ```ts
-   * import { SimulatedMachine } from "@ckpt/cuda/mock";
-   * const sim = new SimulatedMachine();
-   * const target = sim.spawn();
-   * const release = target.hangNext("lock"); // a lock that never returns: a rank stuck in a kernel
-   * const lock = sim.driver.lock(target.pid, { timeoutMs: 0 });
-   * await sim.sleep(60_000);
-   * release();
-   * await lock; // 0: CUDA_SUCCESS, a minute later
-   * ```
    */
   hangNext(op: FaultableOperation, options: FaultTiming = {}): () => void {
     return this.#inject(checkFault("hangNext", op, options), "hangNext");
@@ -369,7 +349,7 @@ export class SimulatedProcess {
     if (!this.#exited) this.#stopped = stopped;
   }
 
-  /** @internal the next turn to act on this process: the driver serialises calls on a process */
+  /** @internal the next turn to act on it: the driver serialises calls on a process */
   turn(): Promise<() => void> {
     let release!: () => void;
     const mine = new Promise<void>((r) => release = r);
@@ -384,12 +364,11 @@ export class SimulatedProcess {
     this.#held = new Map();
   }
 
-  /** @internal takes its memory and a context on each of `gpus`, or says why they lack room */
+  /** @internal takes its memory and contexts on `gpus`, or says why they lack room */
   claimOn(gpus: readonly SimulatedGpu[]): string | undefined {
     const need = needsOn(this.memoryMiB, gpus);
     const short = [...need].find(([g, mib]) => mib > g.freeMiB);
     if (short) {
-      // Its share of the memory (all of it on one GPU) and a context for each time it is named.
       const [g, mib] = short;
       const times = gpus.filter((x) => x === g).length;
       const share = (this.memoryMiB * times) / gpus.length;
@@ -417,14 +396,14 @@ export class SimulatedProcess {
     this.#on = on;
   }
 
-  /** @internal its memory moved into host memory, freeing the GPU (what a checkpoint does) */
+  /** @internal its memory moved into host memory, freeing the GPU (a checkpoint) */
   moveToHost(): void {
     if (this.memoryLocation !== "gpu") return;
     this.#on = "host";
     this.release();
   }
 
-  /** @internal its memory moved back onto `gpus`, whose memory it has claimed (a restore) */
+  /** @internal its memory moved onto `gpus`, claimed already (a restore) */
   moveToGpu(gpus: SimulatedGpu[]): void {
     if (this.memoryLocation !== "host") return;
     this.#on = "gpu";
@@ -436,14 +415,14 @@ export class SimulatedProcess {
     this.#restoreRefused = true;
   }
 
-  /** @internal puts it in `state` (a step the state table allows, or an injected fault) */
+  /** @internal puts it in `state` */
   enter(state: ProcessState): void {
     this.stateNumber = numberOfState(state);
     if (!memoryOnHost(state)) this.#restoreRefused = false;
     this.wake();
   }
 
-  /** @internal its kernels fail with `error` (the process exited, or the machine was closed) */
+  /** @internal its kernels fail with `error` */
   stopKernels(error: Error): void {
     for (const k of [...this.#kernels]) k.settle(error);
     this.wake();

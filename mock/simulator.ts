@@ -35,19 +35,13 @@ import { CopyLink } from "./waits.ts";
 export interface SimulatedMachineOptions {
   /** How many H200s (an integer >= 1), or a description of each GPU. Default 1. */
   gpus?: number | readonly SimulatedGpuSpec[];
-  /**
-   * `"virtual"` (the default): time jumps from event to event while the program waits on the
-   * simulator. `"real"`: as long as on the real driver, divided by `speed`. Or a {@link SimClock}.
-   */
+  /** `"virtual"` (the default; no real waiting), `"real"` (divided by `speed`), or a {@link SimClock}. */
   clock?: "virtual" | "real" | SimClock;
   /** With `clock: "real"` only: how many times faster than the measured driver to run. Default 1. */
   speed?: number;
-  /**
-   * What `cuDriverGetVersion` reports. Default 13000 (CUDA 13.0, driver 580). Below 12080 the
-   * checkpoint calls, and below 13000 a restore with GPU pairs, resolve `CUDA_ERROR_NOT_SUPPORTED`.
-   */
+  /** What `cuDriverGetVersion` reports. Default 13000; below it GPU pairs, below 12080 all fail. */
   driverVersion?: number;
-  /** Seeds the made-up GPU UUIDs, so that two simulators can have different GPUs. Default 1. */
+  /** Seeds the made-up GPU UUIDs (two simulators, different GPUs). Default 1. */
   seed?: number;
   /** The first pid handed out. Default 4000. */
   firstPid?: number;
@@ -71,10 +65,7 @@ export interface SpawnOptions {
   inspectable?: boolean;
   /** The pid of its parent, a live process: it is part of that one's tree. Default none (0). */
   parent?: number;
-  /**
-   * Whether it has libcuda mapped. Default: as `cuda`. With `cuda: false`, a process that loaded
-   * libcuda but never called `cuInit` (the driver answers `CUDA_ERROR_NOT_INITIALIZED`).
-   */
+  /** Whether it has libcuda mapped (default: as `cuda`); with `cuda: false`, it never called `cuInit`. */
   libcuda?: boolean;
 }
 
@@ -86,10 +77,9 @@ interface Waiting {
 
 /**
  * A simulated machine with GPUs and processes, for testing code that checkpoints GPU processes
- * without a GPU: pass it as `{ machine: sim }`. Its driver has the real driver's state machine,
- * error codes and timing (driver 580), its host lists its processes, its engine dumps and restores
- * process trees as criu does, and its clock is virtual by default, moving only while the program
- * waits on the simulator (a driver call, an awaited kernel, {@link SimulatedMachine.sleep}).
+ * without a GPU: pass it as `{ machine: sim }`. Its driver has the real driver's states, codes and
+ * timing (driver 580), its engine dumps and restores trees as criu does, and its clock is virtual by
+ * default, moving only while the program waits on the simulator (a driver call, a kernel, `sleep`).
  *
  * @example
  * ```ts
@@ -125,7 +115,7 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
   readonly seed: number;
   /** The simulated process that stands for the program using the machine (the host's `self`). */
   selfPid: number | undefined = undefined;
-  /** @internal the records of held GPU memory, kept as long as the machine (a snapshot keeps them) */
+  /** @internal the records of held GPU memory, kept as long as the machine */
   readonly heldRecords: MemoryHeldRecords = new MemoryHeldRecords((p) => this.#alive(p));
   /** @internal the disk every dump and restore of its CRIUs shares */
   readonly disk: CopyLink = new CopyLink(this, {
@@ -235,10 +225,8 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
 
   /**
    * Fills GPU `gpu` so that only `leaveMiB` (0 by default) stays free: starts a process that holds
-   * the rest, as `target fill` does on a real GPU; its `exit()` frees the GPU again. A restore that
-   * needs more fails with `CUDA_ERROR_OUT_OF_MEMORY`, and, as on driver 580, every later restore
-   * of that process with `CUDA_ERROR_OPERATING_SYSTEM`: `CudaProcess` checks the room first where
-   * it knows what the process held, so that the process can be resumed once there is room.
+   * the rest; its `exit()` frees the GPU again. A restore that needs more fails with
+   * `CUDA_ERROR_OUT_OF_MEMORY`, and every later one (driver 580) with `CUDA_ERROR_OPERATING_SYSTEM`.
    *
    * @example
    * ```ts
@@ -269,10 +257,7 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
     return this.spawn({ memoryMiB, gpu: index, command: `simulated GPU filler (GPU ${index})` });
   }
 
-  /**
-   * Closes the machine: timers are cancelled; driver calls, sleeps, CRIU runs and kernels under way
-   * and later reject ("the simulated driver was closed"), and `spawn` throws.
-   */
+  /** Closes the machine: timers go; calls, sleeps and kernels under way and later reject. */
   close(): void {
     if (this.#closed) return;
     this.#closed = true;
@@ -298,7 +283,7 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
     return this.driver.toString();
   }
 
-  /** @internal makes the next start number at least `next` (what loading a machine does) */
+  /** @internal makes the next start number at least `next` */
   reserveStarts(next: number): void {
     this.#nextStart = Math.max(this.#nextStart, next);
   }
@@ -308,7 +293,7 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
     return this.#nextStart++;
   }
 
-  /** @internal why the machine cannot be saved now (closed, or something under way) */
+  /** @internal why the machine cannot be saved now */
   busyWith(): string | undefined {
     if (this.#closed) return "the simulated driver was closed";
     if (this.#waiting.size > 0) {
@@ -327,21 +312,19 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
     const taken = proc.threads.find((t) => this.#byPid.has(t));
     if (taken !== undefined) throw new RangeError(`pid ${taken} is taken by another process`);
     this.#add(proc);
-    // Neither a pid nor a start number it has is given again.
     for (const t of proc.threads) this.#nextPid = Math.max(this.#nextPid, t + 1);
     this.#nextStart = Math.max(this.#nextStart, proc.start + 1);
     return proc;
   }
 
-  /** @internal forgets a process that exited; its children are orphans now */
+  /** @internal forgets a process that exited; its children are orphans now (not a later pid's) */
   forget(proc: SimulatedProcess): void {
     this.#processes.delete(proc);
     for (const t of proc.threads) this.#byPid.delete(t);
-    // A later process with its pid (a restore) is no parent of theirs.
     for (const p of this.#processes) if (p.parent === proc.pid) p.orphan();
   }
 
-  /** @internal the live process `root` and its descendants, breadth first, in order of start */
+  /** @internal the live process `root` and its descendants, breadth first */
   tree(root: number): SimulatedProcess[] | undefined {
     const top = this.#byPid.get(root);
     if (!top || top.pid !== root) return undefined;
@@ -365,7 +348,7 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
     };
   }
 
-  /** @internal runs `work` as something the program waits on (closing the machine rejects it) */
+  /** @internal `work`, as something the program waits on (done before its answer is heard) */
   waitOn<T>(what: string, work: () => Promise<T>): Promise<T> {
     const closed = this.closedError(what);
     if (closed) return Promise.reject(closed);
@@ -373,7 +356,6 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
     const promise = new Promise<T>((resolve, reject) => {
       const entry: Waiting = { reject, release };
       this.#waiting.add(entry);
-      // Done before the caller hears the answer: a call that has answered is no longer under way.
       work().finally(() => {
         this.#waiting.delete(entry);
         release();
@@ -389,7 +371,7 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
     return closed ? Promise.reject(closed) : Promise.resolve(fn());
   }
 
-  /** @internal the error for `what` once the machine is closed (naming the driver), or undefined */
+  /** @internal the error for `what` once the machine is closed */
   closedError(what: string): Error | undefined {
     return this.#closed ? new Error(`the simulated driver was closed: cannot ${what}`) : undefined;
   }

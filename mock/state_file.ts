@@ -44,15 +44,13 @@ interface ProcessSnapshot {
   state: ProcessState;
   gpus: number[];
   memoryMiB: number;
-  memory?: MemorySnapshot;
+  /** Where its GPU memory's contents are, and its pages not all zero. */
+  memory?: { on: "gpu" | "host"; pages: SavedPages };
   faults?: Partial<Record<FaultableOperation, FaultSnapshot>>;
   restoreRefused?: true;
   /** Present where it is stopped (SIGSTOP), until woken: `SimulatedProcess.stopped`. */
   stopped?: true;
 }
-
-/** A process's GPU memory contents: where they are, and the pages it wrote. */
-type MemorySnapshot = { on: "gpu" | "host"; pages: SavedPages };
 
 /** A fault waiting for its call, as `SimulatedProcess.pendingFaults` lists it, less its operation. */
 type FaultSnapshot = PendingFault extends infer F
@@ -164,13 +162,8 @@ export function loadSimulator(
 ): SimulatedMachine {
   const o = checkKeys(options, "loadSimulator options", ["clock", "speed", "timing"]);
   const s = readSnapshot(snapshot);
-  const sim = new SimulatedMachine({
-    ...o,
-    gpus: s.gpus,
-    driverVersion: s.driverVersion,
-    seed: s.seed,
-    firstPid: s.nextPid,
-  });
+  const { gpus, driverVersion, seed, nextPid: firstPid } = s;
+  const sim = new SimulatedMachine({ ...o, gpus, driverVersion, seed, firstPid });
   s.processes.forEach((p, i) => sim.adopt(loadProcess(sim, p, `processes[${i}]`)));
   sim.reserveStarts(s.nextStart);
   for (const r of s.heldRecords ?? []) {
@@ -181,11 +174,7 @@ export function loadSimulator(
   return sim;
 }
 
-function loadProcess(
-  sim: SimulatedMachine,
-  p: ProcessSnapshot,
-  at: string,
-): SimulatedProcess {
+function loadProcess(sim: SimulatedMachine, p: ProcessSnapshot, at: string): SimulatedProcess {
   const gpus = p.gpus.map((i) => sim.gpus[i]);
   const proc = new SimulatedProcess(sim, { ...p, gpus });
   proc.enter(p.state);
@@ -196,8 +185,7 @@ function loadProcess(
   }
   if (!p.memory) return proc;
   proc.loadPages(p.memory.on, p.memory.pages);
-  if (p.memory.on === "host") return proc;
-  const short = proc.claimOn(gpus);
+  const short = p.memory.on === "gpu" ? proc.claimOn(gpus) : undefined;
   if (short) throw new SimulatorSnapshotError(at, `${at} (pid ${p.pid}) does not fit: ${short}`);
   return proc;
 }
@@ -297,12 +285,8 @@ function readProcess(
   { nextPid, nextStart }: { nextPid: number; nextStart: number },
   seen: Seen,
 ): ProcessSnapshot {
-  const p = read.object(value, at, PROCESS_FIELDS, [
-    "memory",
-    "faults",
-    "restoreRefused",
-    "stopped",
-  ]);
+  const optional = ["memory", "faults", "restoreRefused", "stopped"];
+  const p = read.object(value, at, PROCESS_FIELDS, optional);
   /** Refuses the field `${at}.${field}`, its path followed by `why`. */
   const no = (field: string, why: string): never =>
     read.refuse(`${at}.${field}`, `${at}.${field}${why}`);
@@ -355,19 +339,16 @@ function readProcess(
   for (const field of ["memory", "faults"]) {
     if (!cuda && p[field] !== undefined) no(field, ": a process without CUDA has none");
   }
-  if (p.restoreRefused !== undefined) {
-    if (p.restoreRefused !== true) {
-      read.fail(`${at}.restoreRefused`, "true where present", p.restoreRefused);
-    }
-    if (!memoryOnHost(state)) {
-      no(
-        "restoreRefused",
-        `: only a checkpointed process can be refused restores, not a ${state} one`,
-      );
+  for (const flag of ["restoreRefused", "stopped"]) {
+    if (p[flag] !== undefined && p[flag] !== true) {
+      read.fail(`${at}.${flag}`, "true where present", p[flag]);
     }
   }
-  if (p.stopped !== undefined && p.stopped !== true) {
-    read.fail(`${at}.stopped`, "true where present", p.stopped);
+  if (p.restoreRefused && !memoryOnHost(state)) {
+    no(
+      "restoreRefused",
+      `: only a checkpointed process can be refused restores, not a ${state} one`,
+    );
   }
   return {
     pid,
@@ -397,7 +378,7 @@ function readMemory(
   at: string,
   state: ProcessState,
   size: number,
-): MemorySnapshot {
+): ProcessSnapshot["memory"] {
   const m = read.object(value, at, ["on", "pages"]);
   const on = read.choice(m.on, `${at}.on`, ["gpu", "host"] as const);
   // Only a failed process can have its memory anywhere: a checkpointed one has it in host memory,
@@ -407,48 +388,33 @@ function readMemory(
   return { on, pages: readPages(read, m.pages, size, `${at}.pages`) };
 }
 
+/** What each kind of fault has besides `kind` and `nth`. */
+const FAULT_FIELDS = { fail: ["code"], exit: ["afterMs"], hang: [], answer: ["value"] };
+
 function readFaults(read: StrictReader, value: unknown, at: string): ProcessSnapshot["faults"] {
   const f = read.object(value, at, [], FAULTABLE_OPERATIONS);
   const out: ProcessSnapshot["faults"] = {};
   for (const op of FAULTABLE_OPERATIONS) {
     if (f[op] === undefined) continue;
     const path = `${at}.${op}`;
-    const kind = read.choice(
-      read.object(f[op], path).kind,
-      `${path}.kind`,
-      ["fail", "exit", "hang", "answer"] as const,
-    );
-    const field = { fail: ["code"], exit: ["afterMs"], hang: [], answer: ["value"] }[kind];
-    const fault = read.object(
-      f[op],
-      path,
-      ["kind", "nth", ...field],
-      kind === "fail" ? ["state"] : [],
-    );
+    const kinds = Object.keys(FAULT_FIELDS) as (keyof typeof FAULT_FIELDS)[];
+    const kind = read.choice(read.object(f[op], path).kind, `${path}.kind`, kinds);
+    const optional = kind === "fail" ? ["state"] : [];
+    const fault = read.object(f[op], path, ["kind", "nth", ...FAULT_FIELDS[kind]], optional);
     const nth = read.integer(fault.nth, `${path}.nth`, 1, 1_000_000);
-    switch (kind) {
-      case "fail": {
-        const code = read.integer(fault.code, `${path}.code`, 1, MAX_PID);
-        out[op] = fault.state === undefined
-          ? { kind, nth, code }
-          : { kind, nth, code, state: read.choice(fault.state, `${path}.state`, PROCESS_STATES) };
-        break;
-      }
-      case "exit":
-        out[op] = { kind, nth, afterMs: read.amount(fault.afterMs, `${path}.afterMs`) };
-        break;
-      case "hang":
-        out[op] = { kind, nth };
-        break;
-      case "answer":
-        if (op !== "getState" && op !== "getRestoreThreadId") {
-          read.refuse(
-            `${path}.kind`,
-            `${path}: only getState and getRestoreThreadId have an answer`,
-          );
-        }
-        out[op] = { kind, nth, value: read.integer(fault.value, `${path}.value`, 0, MAX_PID) };
-        break;
+    if (kind === "fail") {
+      const code = read.integer(fault.code, `${path}.code`, 1, MAX_PID);
+      out[op] = fault.state === undefined
+        ? { kind, nth, code }
+        : { kind, nth, code, state: read.choice(fault.state, `${path}.state`, PROCESS_STATES) };
+    } else if (kind === "exit") {
+      out[op] = { kind, nth, afterMs: read.amount(fault.afterMs, `${path}.afterMs`) };
+    } else if (kind === "hang") {
+      out[op] = { kind, nth };
+    } else if (op !== "getState" && op !== "getRestoreThreadId") {
+      read.refuse(`${path}.kind`, `${path}: only getState and getRestoreThreadId have an answer`);
+    } else {
+      out[op] = { kind, nth, value: read.integer(fault.value, `${path}.value`, 0, MAX_PID) };
     }
   }
   return out;
