@@ -1,6 +1,5 @@
 /**
  * Clocks for the simulated machine: a virtual one, and the real one (for demos).
- *
  * @module
  */
 

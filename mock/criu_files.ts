@@ -1,11 +1,8 @@
 /**
- * The simulated CRIU's files: the log of a dump, and two JSON files per process, as criu splits
- * its images: `process-<pid>.img`, all that makes the process but its memory, and
- * `pages-<pid>.img`, its GPU memory's pages (none without CUDA), which a restore reads only as it
- * copies the memory in. Images of version 2 (the memory inside `process-<pid>.img`, no pages file)
- * are still read. Written and read synchronously: a pending file operation would let virtual time
- * run on.
- *
+ * The simulated CRIU's files: a dump's log, and per process `process-<pid>.img` (all but its
+ * memory) and `pages-<pid>.img` (its GPU memory's pages), read as a restore copies the memory in.
+ * Images of version 2 (the memory inside the image) are still read. All synchronous: a pending
+ * file operation would let virtual time run on.
  * @module
  */
 
@@ -41,7 +38,7 @@ const FIELDS =
     .split(" ");
 
 /** A GPU as an image remembers it: one the process saw on the machine it was dumped on. */
-export type ImageGpu = Omit<ManifestGpu, "totalMiB">;
+type ImageGpu = Omit<ManifestGpu, "totalMiB">;
 
 /** The image of one process but its memory, as `process-<pid>.img` holds it. */
 export interface ProcessImage {
@@ -67,21 +64,16 @@ export interface ProcessImage {
 }
 
 /** What a dump writes of one process: its image, and the memory its pages file holds. */
-export interface DumpedImages {
+interface DumpedImages {
   image: ProcessImage;
   pages: SavedPages;
 }
 
-/**
- * A GPU of the machine a process was dumped on, which the machine it was restored on lacks: what
- * the restored process, checkpointed, remembers of it. It holds nothing here, and the driver
- * restores the process only with GPU pairs that map every one ({@link gpusSeenBy}).
- */
-export class RememberedGpu extends SimulatedGpu {
-  /** Every GPU the process saw there, this one among them. */
+/** A GPU of the machine a process was dumped on, not of this one: it holds nothing here. */
+class RememberedGpu extends SimulatedGpu {
+  /** Every GPU the process saw there, this one among them (filled in once all are made). */
   readonly seen: readonly RememberedGpu[];
 
-  /** @internal one of `seen`, which is filled in once all are made */
   constructor(gpu: ImageGpu, seen: readonly RememberedGpu[]) {
     super(gpu.index, gpu.name, gpu.uuid, 0, 0);
     this.seen = seen;
@@ -266,10 +258,7 @@ export function memoryOf(dir: string, image: ProcessImage, log: EngineLog): Save
   return [];
 }
 
-/**
- * The JSON object in `file` (the kind of file `what`), and a reader of it, once its `format` and
- * `version` are known (checked first: a foreign file is called foreign, not broken).
- */
+/** The JSON object in `file` and a reader of it, its format and version known (first). */
 function readTagged(
   file: string,
   what: string,
@@ -284,10 +273,8 @@ function readTagged(
   } catch (err) {
     throw failed(err, log, `cannot read the ${what} ${file}`);
   }
-  const value = new StrictReader((_, reason) => log.error(reason)).parse(
-    text,
-    `the ${what} ${file}`,
-  );
+  const parse = new StrictReader((_, reason) => log.error(reason));
+  const value = parse.parse(text, `the ${what} ${file}`);
   const read = new StrictReader((_, reason) => log.error(`${file} is corrupt: ${reason}`));
   const v = read.object(value, "");
   if (v.format !== format) read.fail("format", JSON.stringify(format), v.format);
@@ -295,7 +282,7 @@ function readTagged(
     const [now, ...old] = versions;
     read.fail(
       "version",
-      old.length ? `${now} (or ${old.join(", ")}, still read)` : `${now}`,
+      `${now}${old.length ? ` (or ${old.join(", ")}, still read)` : ""}`,
       v.version,
     );
   }

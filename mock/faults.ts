@@ -1,7 +1,6 @@
 /**
  * Faults to inject into a process's calls (`SimulatedProcess.failNext` and its neighbours): their
  * types and checks, and each process's faults waiting for their call.
- *
  * @module
  */
 

@@ -1,7 +1,6 @@
 /**
- * Simulated GPU memory contents in sparse 1 MiB chunks (a process of many GiB costs what a test
- * wrote), their hash ({@link ChunkedSha256}) kept per chunk, and their saved form.
- *
+ * Simulated GPU memory in sparse 1 MiB chunks (a process of many GiB costs what a test wrote), its
+ * hash ({@link ChunkedSha256}) kept per chunk, and its saved form.
  * @module
  */
 
@@ -12,21 +11,16 @@ import type { StrictReader } from "../core/json.ts";
 
 /** Page size of the saved form ({@link SavedPages}), in bytes. */
 export const PAGE_SIZE = 64 * 1024;
-
 /** The chunk size of the chunked SHA-256 and of the sparse store: 1 MiB, a whole number of pages. */
 export const HASH_CHUNK_SIZE = 1024 * 1024;
-
 /** Bytes of one SHA-256 digest. */
 const DIGEST_BYTES = 32;
 
 /**
- * The chunked SHA-256 of a run of bytes, fed in pieces of any size as they come (GPU memory copied
- * back piece by piece), without holding the whole.
- *
- * Defined so: the SHA-256 of the SHA-256s (32 bytes each, in order) of the bytes' 1 MiB chunks,
- * the last one shorter, as 64 lowercase hex digits; no bytes give the SHA-256 of nothing
- * (`e3b0c442...`). It is not the SHA-256 of the bytes: a hash over the chunks' hashes, so that the
- * simulator can keep the digest of every chunk nobody wrote. With coreutils:
+ * The chunked SHA-256 of bytes fed in pieces of any size (GPU memory copied back piece by piece):
+ * the SHA-256 of the SHA-256s (32 bytes each, in order) of the bytes' 1 MiB chunks, the last one
+ * shorter, as 64 lowercase hex digits; no bytes give the SHA-256 of nothing. Not the SHA-256 of the
+ * bytes, so that the simulator can keep each chunk's digest. With coreutils:
  * `split -b 1M --filter='sha256sum | head -c 64 | xxd -r -p' FILE | sha256sum`.
  *
  * @example
@@ -41,7 +35,6 @@ const DIGEST_BYTES = 32;
  */
 export class ChunkedSha256 {
   readonly #outer: Hash = createHash("sha256");
-  /** The hash of the chunk being fed, and how many of its bytes were fed. */
   #chunk: Hash | undefined;
   #filled = 0;
   #done = false;
@@ -84,19 +77,15 @@ export function chunkedSha256(bytes: Uint8Array): string {
   return new ChunkedSha256().update(bytes).digest();
 }
 
-/**
- * The contents of one process's GPU memory, wherever they are held: a checkpoint or a restore
- * moves the image whole (the same bytes in another place), never copies it.
- */
+/** One process's GPU memory: a checkpoint or a restore moves it whole, never copies it. */
 export class MemoryImage {
   /** The size of the memory in bytes. */
   readonly size: number;
   /** The chunks written, by index (the last one may be shorter); the others are all zero. */
   readonly #chunks = new Map<number, Uint8Array>();
-  /** Every chunk's SHA-256 in order, from the first hash on; those in #stale out of date. */
+  /** Every chunk's SHA-256 in order, from the first hash on, but those #stale; the last result. */
   #digests: Uint8Array | undefined;
   readonly #stale = new Set<number>();
-  /** The last result, until the next write. */
   #hex: string | undefined;
 
   /** An image of `size` bytes, all zero. */
@@ -117,44 +106,36 @@ export class MemoryImage {
   write(offset: number, data: Uint8Array): void {
     checkRange(this.size, offset, data.length);
     if (data.length > 0) this.#hex = undefined;
-    this.#spans(offset, data.length, (index, within, done, n) => {
+    for (const [index, within, done, n] of this.#spans(offset, data.length)) {
       let chunk = this.#chunks.get(index);
       if (!chunk) this.#chunks.set(index, chunk = new Uint8Array(this.#length(index)));
       chunk.set(data.subarray(done, done + n), within);
       this.#stale.add(index);
-    });
+    }
   }
 
   /** Reads `length` bytes from byte `offset`. */
   read(offset: number, length: number): Uint8Array {
     checkRange(this.size, offset, length);
     const out = new Uint8Array(length);
-    this.#spans(offset, length, (index, within, done, n) => {
+    for (const [index, within, done, n] of this.#spans(offset, length)) {
       const chunk = this.#chunks.get(index);
       if (chunk) out.set(chunk.subarray(within, within + n), done);
-    });
+    }
     return out;
   }
 
-  /**
-   * {@link chunkedSha256} of `read(0, size)`, hashing only the chunks written since the last call
-   * (an unwritten one's digest is the zero chunk's), then 32 bytes per chunk (1.25 MiB for 40 GiB).
-   */
+  /** {@link chunkedSha256} of `read(0, size)`, hashing only the chunks written since last time. */
   chunkedSha256(): string {
     if (this.#hex !== undefined) return this.#hex;
-    const count = Math.ceil(this.size / HASH_CHUNK_SIZE);
     if (!this.#digests) {
+      const count = Math.ceil(this.size / HASH_CHUNK_SIZE);
       this.#digests = new Uint8Array(count * DIGEST_BYTES);
       for (let c = 0; c < count; c++) {
         if (!this.#chunks.has(c)) this.#digests.set(zeroDigest(this.#length(c)), c * DIGEST_BYTES);
       }
     }
-    for (const c of this.#stale) {
-      this.#digests.set(
-        createHash("sha256").update(this.#chunks.get(c)!).digest(),
-        c * DIGEST_BYTES,
-      );
-    }
+    for (const c of this.#stale) this.#digests.set(sha256(this.#chunks.get(c)!), c * DIGEST_BYTES);
     this.#stale.clear();
     return this.#hex = createHash("sha256").update(this.#digests).digest("hex");
   }
@@ -180,32 +161,21 @@ export class MemoryImage {
     return Math.min(HASH_CHUNK_SIZE, this.size - index * HASH_CHUNK_SIZE);
   }
 
-  /** Calls `fn` for each chunk the bytes touch: its index, the offset in it, bytes before, in it. */
-  #spans(
-    offset: number,
-    length: number,
-    fn: (index: number, within: number, done: number, n: number) => void,
-  ): void {
-    for (let done = 0; done < length;) {
+  /** Each chunk the bytes touch: its index, the offset in it, the bytes before, the bytes in it. */
+  *#spans(offset: number, length: number): Generator<[number, number, number, number]> {
+    for (let done = 0, n = 0; done < length; done += n) {
       const within = (offset + done) % HASH_CHUNK_SIZE;
-      const n = Math.min(HASH_CHUNK_SIZE - within, length - done);
-      fn(Math.floor((offset + done) / HASH_CHUNK_SIZE), within, done, n);
-      done += n;
+      n = Math.min(HASH_CHUNK_SIZE - within, length - done);
+      yield [Math.floor((offset + done) / HASH_CHUNK_SIZE), within, done, n];
     }
   }
 }
 
-/** The SHA-256 of a chunk of `length` zero bytes, by length: computed once each. */
-const ZERO_DIGESTS = new Map<number, Uint8Array>();
-
-function zeroDigest(length: number): Uint8Array {
-  let digest = ZERO_DIGESTS.get(length);
-  if (!digest) {
-    digest = createHash("sha256").update(new Uint8Array(length)).digest();
-    ZERO_DIGESTS.set(length, digest);
-  }
-  return digest;
-}
+const sha256 = (bytes: Uint8Array): Uint8Array => createHash("sha256").update(bytes).digest();
+/** The SHA-256 of `length` zero bytes, computed once each. */
+const zeroDigests = new Map<number, Uint8Array>();
+const zeroDigest = (length: number): Uint8Array =>
+  zeroDigests.get(length) ?? zeroDigests.set(length, sha256(new Uint8Array(length))).get(length)!;
 
 /** Throws a RangeError unless `offset` and `length` name bytes inside `size` bytes of memory. */
 export function checkRange(size: number, offset: number, length: number): void {
@@ -223,8 +193,8 @@ export function checkRange(size: number, offset: number, length: number): void {
 }
 
 /**
- * GPU memory contents saved (in the simulator's state file and the simulated CRIU's images) as the
- * pages written, ascending: `[page index, base64 of its bytes, trailing zeros left out]`.
+ * GPU memory saved (state file, simulated criu images) as its pages not all zero, ascending:
+ * `[page index, base64 of its bytes, trailing zeros left out]`.
  */
 export type SavedPages = [number, string][];
 

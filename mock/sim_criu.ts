@@ -1,6 +1,5 @@
 /**
  * The simulated CRIU, so that the snapshot flow runs in tests without root, criu or a GPU.
- *
  * @module
  */
 

@@ -1,6 +1,5 @@
 /**
  * The simulated driver: the CUDA checkpoint state machine, its error codes and its timing.
- *
  * @module
  */
 
@@ -39,9 +38,9 @@ import { CopyLink, Waits } from "./waits.ts";
 
 /** One call the simulated driver answered, for tests that check what their code did. */
 export interface SimulatedCall {
-  /** The machine's time in ms at which the call ended. */
+  /** When the call ended, in the machine's ms. */
   at: number;
-  /** The time in ms at which the call was made. */
+  /** When it was made. */
   started: number;
   /** The C call, without the `cuCheckpointProcess` prefix: `"lock"`, `"getState"`, … */
   op: string;
@@ -61,25 +60,10 @@ interface Answer {
 }
 
 /**
- * The simulated machine's driver (`sim.driver`): a {@link CheckpointDriver} with the state
- * machine, error codes and timing measured on the real driver (docs/DRIVER.md). Like the real
- * driver it serialises calls on each process: a call made while another is under way waits for
- * it, then acts on the state it left. Every call it answered is in {@link SimulatedDriver.calls}.
- *
- * @example
- * ```ts
- * import { CudaProcess } from "@ckpt/cuda";
- * import { SimulatedMachine } from "@ckpt/cuda/mock";
- *
- * await using sim = new SimulatedMachine({ gpus: 2 });
- * const target = sim.spawn({ memoryMiB: 1024 });
- * await target.write(0, new TextEncoder().encode("hello"));
- * const proc = new CudaProcess(target.pid, { machine: sim });
- * await proc.suspend();
- * console.log(target.memoryLocation, sim.gpus[0].usedMiB); // "host" 0
- * await proc.resume({ gpuMapping: { [sim.gpus[0].uuid]: sim.gpus[1].uuid, [sim.gpus[1].uuid]: sim.gpus[0].uuid } });
- * console.log(target.gpuUuids[0] === sim.gpus[1].uuid); // true
- * ```
+ * The simulated machine's driver (`sim.driver`): a {@link CheckpointDriver} with the states, codes
+ * and timing measured on the real driver (docs/DRIVER.md). Like it, it serialises calls on each
+ * process: a call made while another is under way waits, then acts on the state it left. Every
+ * call it answered is in {@link SimulatedDriver.calls}.
  */
 export class SimulatedDriver implements CheckpointDriver {
   /** Always `"simulated"`. */
@@ -97,7 +81,7 @@ export class SimulatedDriver implements CheckpointDriver {
   readonly #checkpointLink: CopyLink;
   readonly #restoreLink: CopyLink;
 
-  /** @internal made by `SimulatedMachine`, as its `driver` */
+  /** @internal made by the machine */
   constructor(machine: SimulatedMachine) {
     this.#machine = machine;
     this.#timing = machine.timing;
@@ -173,8 +157,7 @@ export class SimulatedDriver implements CheckpointDriver {
     }
     return this.#transition("restore", pid, async (proc, run) => {
       if (proc.restoreRefused) {
-        // Driver 580.159.04 after a restore that ran out of memory: every later restore, in place
-        // or mapped, fails in 5-8 ms with OPERATING_SYSTEM and the state stays checkpointed.
+        // Driver 580.159.04: after a restore ran out of memory, every later one fails.
         await run.sleep(this.#timing.refusedMs ?? 6);
         const note = "an earlier restore of this process ran out of GPU memory; the driver " +
           "refuses every restore of it since";
@@ -229,7 +212,7 @@ export class SimulatedDriver implements CheckpointDriver {
     return new Promise((resolve) => this.#machine.startTimer(ms, resolve));
   }
 
-  /** The answer `make` gives after the time a query takes (or `make` itself). */
+  /** `make`'s answer (or `make`) after the time a query takes. */
   async #after(make: Answer | (() => Answer)): Promise<Answer> {
     await this.#sleep(this.#timing.queryMs);
     return typeof make === "function" ? make() : make;
@@ -240,17 +223,17 @@ export class SimulatedDriver implements CheckpointDriver {
     return this.#after({ code: CUDA_ERROR_OPERATING_SYSTEM, note });
   }
 
-  /** The copy of the process's memory over `link`, at the rate its size gets alone. */
+  /** The copy of the process's memory over `link`. */
   #copy(run: Waits, link: CopyLink, timing: CopyTiming, proc: SimulatedProcess): Promise<void> {
     return run.copy(link, mibToBytes(proc.memoryMiB), singleRate(timing, proc.memoryMiB));
   }
 
-  /** A call refused before its process is looked up: `answer` after the time a query takes. */
+  /** A call refused before its process is looked up. */
   #refuse(op: Step, pid: number, answer: Answer): Promise<number> {
     return this.#call(op, pid, codeOf, () => this.#after(answer));
   }
 
-  /** One call: gated by the version, the pid looked up, `body` run, the answer logged and `out`. */
+  /** One call: gated by the version, the pid looked up, `body` run, the answer logged. */
   #call<T>(
     op: string,
     pid: number,
@@ -284,7 +267,7 @@ export class SimulatedDriver implements CheckpointDriver {
     return proc;
   }
 
-  /** Runs `fn` in the process's turn, after the calls on it under way (the driver serialises). */
+  /** `fn` in the process's turn, after the calls on it under way. */
   async #serially(proc: SimulatedProcess, fn: () => Promise<Answer>): Promise<Answer> {
     const waitingFor = proc.busy;
     const issued = this.#machine.now();
@@ -300,10 +283,7 @@ export class SimulatedDriver implements CheckpointDriver {
     }
   }
 
-  /**
-   * A state-changing call, in the process's turn: the state checked, a fault applied, else `body`,
-   * abandoned if the process exits (OPERATING_SYSTEM `exitNoticeMs` after the exit).
-   */
+  /** A state-changing call in its turn: the state checked, a fault applied, else `body`. */
   #transition(
     op: Step,
     pid: number,
@@ -338,7 +318,7 @@ export class SimulatedDriver implements CheckpointDriver {
             if (hit?.fault.kind !== "exit") {
               return void work().then(resolve, reject);
             }
-            // An injected exit, `afterMs` in: a call that would end sooner waits for it (onExit answers).
+            // An injected exit `afterMs` in: a call that would end sooner waits for it.
             this.#machine.startTimer(hit.fault.afterMs, () =>
               proc.exit());
             work().then((answer) => proc.exited && resolve(answer), reject);
@@ -351,7 +331,7 @@ export class SimulatedDriver implements CheckpointDriver {
       }));
   }
 
-  /** A query with the fault injected into it (a failure, an exit, a hang, an answer), or `answer`. */
+  /** A query, with the fault injected into it where there is one. */
   async #query(proc: SimulatedProcess, op: QueryOperation, answer: () => Promise<Answer>) {
     const hit = proc.faultPlan.take(op);
     if (!hit) return await answer();
@@ -378,11 +358,11 @@ export class SimulatedDriver implements CheckpointDriver {
     }
   }
 
-  /** Answers with an injected failure, moving memory where its state keeps it. */
+  /** An injected failure's answer, the memory moved where its state keeps it. */
   async #applyFault(proc: SimulatedProcess, op: string, fault: FailFault): Promise<Answer> {
     await this.#sleep(this.#timing.queryMs);
     const note = `injected by failNext(${JSON.stringify(op)})`;
-    // The failed state is final: a fault cannot bring a process back from it.
+    // The failed state is final.
     const state = isFinal(proc.state) ? undefined : fault.state;
     if (state !== undefined && memoryOnHost(state)) proc.moveToHost();
     if (
@@ -405,9 +385,7 @@ export class SimulatedDriver implements CheckpointDriver {
 
   /** The GPUs to restore onto, or why the mapping is rejected (INVALID_VALUE). */
   #mapGpus(proc: SimulatedProcess, pairs: readonly GpuPair[]): SimulatedGpu[] | string {
-    // The GPUs the process saw when it was checkpointed: this machine's, or, where criu restored
-    // it from another machine's images, that machine's (not measured: modelled on the rule below,
-    // which on one machine is the same thing).
+    // The GPUs it saw when checkpointed: this machine's, or another's where criu brought it here.
     const elsewhere = gpusSeenBy(proc);
     if (pairs.length === 0) {
       return elsewhere
@@ -432,8 +410,7 @@ export class SimulatedDriver implements CheckpointDriver {
       if (map.has(from)) return `GPU ${from.index} (${from.uuid}) is mapped twice`;
       map.set(from, to);
     }
-    // Measured on two H200s: a mapping that leaves out a GPU the driver sees is INVALID_VALUE,
-    // even a GPU the process never used, and so is one that sends two GPUs onto one.
+    // Measured on two H200s: leaving out a GPU (even one not used) or two onto one is INVALID_VALUE.
     const left = seen.find((g) => !map.has(g));
     if (left) {
       return `the mapping leaves out GPU ${left.index} (${left.uuid}); it must name every GPU`;
@@ -447,8 +424,7 @@ export class SimulatedDriver implements CheckpointDriver {
       onto.set(to, from);
     }
     const targets = proc.gpus.map((g) => map.get(g)!);
-    // The process's memory must land on the same chip (NVIDIA's documentation; not measured here,
-    // where every GPU is an H200). GPUs the process never used are not checked.
+    // The same chip for each GPU it used (NVIDIA's documentation; not measured).
     for (const [i, to] of targets.entries()) {
       const from = proc.gpus[i];
       if (to.name !== from.name) {

@@ -1,6 +1,5 @@
 /**
  * The simulated machine as a host (`sim.host`), as Linux gives `/proc` and NVML, in no time.
- *
  * @module
  */
 

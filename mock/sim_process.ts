@@ -1,6 +1,5 @@
 /**
  * A process of the simulated machine: its state, GPU memory, CUDA work and faults.
- *
  * @module
  */
 
@@ -31,8 +30,8 @@ import { type GpuNeeds, needsOn, type SimulatedGpu } from "./sim_gpu.ts";
 import type { SimulatedMachine } from "./simulator.ts";
 import { mibToBytes } from "./timing.ts";
 
-/** A process to make (its start left out: a new one). @internal */
-export interface NewProcess {
+/** A process to make (its start left out: a new one). */
+interface NewProcess {
   pid: number;
   threads: number[];
   memoryMiB: number;
@@ -72,7 +71,7 @@ interface Kernel {
 export class SimulatedProcess {
   /** Its process id. */
   readonly pid: number;
-  /** Its start number, larger than any before (a restored process gets a new one), as Linux's. */
+  /** Its start number, larger than any before (a restored process gets a new one). */
   readonly start: number;
   /** Its restore thread (`getRestoreThreadId`): the driver's own, last; 0 without CUDA. */
   readonly tid: number;
@@ -82,9 +81,9 @@ export class SimulatedProcess {
   readonly memoryMiB: number;
   /** Whether it ever initialised CUDA. */
   readonly usesCuda: boolean;
-  /** Its command line, as `/proc/PID/cmdline` gives it with spaces between the arguments. */
+  /** Its command line, as `/proc/PID/cmdline` gives it, spaces between the arguments. */
   readonly command: string;
-  /** Whether the caller may look at it (`false`: another user's process, seen without privilege). */
+  /** Whether the caller may look at it (`false`: another user's process). */
   readonly inspectable: boolean;
   /** Whether it has the CUDA driver library mapped (every CUDA process has; others may). */
   readonly libcudaLoaded: boolean;
@@ -115,7 +114,7 @@ export class SimulatedProcess {
   #kernels = new Set<Kernel>();
   #tail: Promise<void> = Promise.resolve();
 
-  /** @internal made by the machine: running, its GPU memory all zero (and not yet claimed) */
+  /** @internal running, its GPU memory all zero (not yet claimed) */
   constructor(machine: SimulatedMachine, made: NewProcess) {
     this.#machine = machine;
     this.pid = made.pid;
@@ -132,7 +131,7 @@ export class SimulatedProcess {
     if (made.cuda) this.#memory = new MemoryImage(mibToBytes(made.memoryMiB));
   }
 
-  /** Its parent's pid, or 0 for none (also once the parent exited: Linux gives it to init). */
+  /** Its parent's pid, or 0 for none (also once the parent exited). */
   get parent(): number {
     return this.#parent;
   }
@@ -248,9 +247,8 @@ export class SimulatedProcess {
   }
 
   /**
-   * Makes the next call of `op` (or the `nth`) return `fault.code` (any, as a newer driver may
-   * return one) and leave the process in `fault.state` (unchanged when left out). One fault waits
-   * per operation: a new one replaces it.
+   * Makes the next call of `op` (or the `nth`) return `fault.code` (any) and leave the process in
+   * `fault.state` (unchanged when left out). One fault waits per operation: a new one replaces it.
    *
    * @example
    * ```ts
@@ -270,36 +268,25 @@ export class SimulatedProcess {
     this.#inject(checkFault("failNext", op, fault), "failNext");
   }
 
-  /**
-   * Makes the process exit `afterMs` into the next call of `op` (or the `nth`), as a target killed
-   * during a checkpoint: the call returns `CUDA_ERROR_OPERATING_SYSTEM` shortly after (see
-   * {@link ExitFault}), its GPU memory is freed and its pid stops existing.
-   */
+  /** Makes the process exit `afterMs` into the next call of `op` (or the `nth`): {@link ExitFault}. */
   exitDuring(op: FaultableOperation, options: ExitFault = {}): void {
     this.#inject(checkFault("exitDuring", op, options), "exitDuring");
   }
 
   /**
-   * Makes the next call of `op` (or the `nth`) hang, holding up the calls queued behind it, until
-   * the returned function releases it (released early, it lets the call through) or the process
-   * exits (`CUDA_ERROR_OPERATING_SYSTEM`). Virtual time does not move for a hung call.
+   * Makes the next call of `op` (or the `nth`) hang, and the calls behind it, until the returned
+   * function releases it or the process exits. Virtual time does not move for a hung call.
    */
   hangNext(op: FaultableOperation, options: FaultTiming = {}): () => void {
     return this.#inject(checkFault("hangNext", op, options), "hangNext");
   }
 
-  /**
-   * Makes the next `getState` or `getRestoreThreadId` (or the `nth`) answer `CUDA_SUCCESS` with
-   * `answer.value` (see {@link AnswerFault}): a state number this package does not know, say.
-   */
+  /** Makes the next `op` (or the `nth`) answer `CUDA_SUCCESS` with `answer.value`. */
   answerNext(op: QueryOperation, answer: AnswerFault): void {
     this.#inject(checkFault("answerNext", op, answer), "answerNext");
   }
 
-  /**
-   * Puts the process in the FAILED state for good, as a failed call can: every later state change
-   * is `CUDA_ERROR_ILLEGAL_STATE`. Throws while a call is under way (fail it with `failNext`).
-   */
+  /** Puts the process in the failed state for good; throws while a call is under way. */
   enterFailedState(): void {
     this.#reachable("enterFailedState");
     if (this.busy) {
@@ -312,12 +299,12 @@ export class SimulatedProcess {
     this.stopKernels(new Error(`process ${this.pid} entered the failed state`));
   }
 
-  /** The faults waiting for their calls (one per operation at most), oldest operation first. */
+  /** The faults waiting for their calls (one per operation at most). */
   get pendingFaults(): PendingFault[] {
     return this.faultPlan.pending;
   }
 
-  /** Forgets the faults waiting for their calls; calls already held by a hang stay held. */
+  /** Forgets the faults waiting for their calls; calls a hang holds stay held. */
   clearFaults(): void {
     this.faultPlan.clear();
   }
@@ -385,12 +372,12 @@ export class SimulatedProcess {
     return undefined;
   }
 
-  /** @internal the pages of its memory not all zero, wherever the memory is (none without any) */
+  /** @internal its memory's saved form */
   savedPages(): SavedPages {
     return this.#memory?.save() ?? [];
   }
 
-  /** @internal its memory made of saved pages, on its GPUs (to be claimed) or in host memory */
+  /** @internal its memory made of saved pages, on its GPUs (to be claimed) or the host */
   loadPages(on: "gpu" | "host", pages: SavedPages): void {
     this.#memory = MemoryImage.load(mibToBytes(this.memoryMiB), pages);
     this.#on = on;
@@ -435,7 +422,7 @@ export class SimulatedProcess {
     for (const w of waiters) w();
   }
 
-  /** @internal what it has under way (a call, a kernel, blocked CUDA work), or `undefined` */
+  /** @internal what it has under way, or `undefined` */
   get pendingWork(): string | undefined {
     if (this.busy) return `a ${this.busy} under way`;
     if (this.#kernels.size > 0) return `${this.#kernels.size} kernel(s) not finished`;

@@ -1,6 +1,5 @@
 /**
  * The simulated machine, which owns what its parts share: processes, GPUs, clock, what is under way.
- *
  * @module
  */
 
@@ -70,10 +69,7 @@ export interface SpawnOptions {
 }
 
 /** Something the program waits on: it rejects when the machine closes. */
-interface Waiting {
-  reject(error: Error): void;
-  release(): void;
-}
+type Waiting = { reject(error: Error): void; release(): void };
 
 /**
  * A simulated machine with GPUs and processes, for testing code that checkpoints GPU processes
@@ -185,21 +181,14 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
     ]);
     const parent = this.#parentFor(o.parent);
     const cuda = checkFlag(o.cuda, "spawn: cuda", true);
-    if (!cuda && o.memoryMiB) {
-      const got = describeValue(o.memoryMiB);
-      throw new TypeError(
-        `spawn: a process with cuda: false has no GPU memory, got memoryMiB ${got}`,
-      );
-    }
+    const noMemory = "spawn: a process with cuda: false has no GPU memory, got memoryMiB";
+    if (!cuda && o.memoryMiB) throw new TypeError(`${noMemory} ${describeValue(o.memoryMiB)}`);
     const memoryMiB = cuda ? checkAmount(or(o.memoryMiB, 16), "spawn: memoryMiB") : 0;
     const gpus = this.#gpusFor(o.gpu);
     const extra = checkInteger(or(o.extraThreads, 1), "spawn: extraThreads", 0, 100_000);
     const libcuda = checkFlag(o.libcuda, "spawn: libcuda", cuda);
-    if (cuda && !libcuda) {
-      throw new TypeError(
-        "spawn: a CUDA process has libcuda mapped; libcuda: false needs cuda: false",
-      );
-    }
+    const noLib = "spawn: a CUDA process has libcuda mapped; libcuda: false needs cuda: false";
+    if (cuda && !libcuda) throw new TypeError(noLib);
     const pid = this.#nextPid;
     const count = 1 + extra + (cuda ? 1 : 0);
     if (pid + count > MAX_PID) throw new RangeError(`spawn: no pids left after ${pid}`);
@@ -226,20 +215,8 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
   /**
    * Fills GPU `gpu` so that only `leaveMiB` (0 by default) stays free: starts a process that holds
    * the rest; its `exit()` frees the GPU again. A restore that needs more fails with
-   * `CUDA_ERROR_OUT_OF_MEMORY`, and every later one (driver 580) with `CUDA_ERROR_OPERATING_SYSTEM`.
-   *
-   * @example
-   * ```ts
-   * import { CudaProcess } from "@ckpt/cuda";
-   * import { SimulatedMachine } from "@ckpt/cuda/mock";
-   * const sim = new SimulatedMachine();
-   * const proc = new CudaProcess(sim.spawn({ memoryMiB: 4096 }).pid, { machine: sim });
-   * await proc.suspend();
-   * const filler = sim.fillGpu(0, { leaveMiB: 1024 });
-   * await proc.resume().catch((e) => console.log(e.name)); // "GpuRoomError": the driver not asked
-   * filler.exit();
-   * await proc.resume(); // now it fits
-   * ```
+   * `CUDA_ERROR_OUT_OF_MEMORY`, and every later one (driver 580) with `CUDA_ERROR_OPERATING_SYSTEM`
+   * (`CudaProcess` checks the room first: `GpuRoomError`).
    */
   fillGpu(gpu: number, options: { leaveMiB?: number } = {}): SimulatedProcess {
     this.#throwIfClosed("fill a GPU");
@@ -248,11 +225,9 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
     const leave = checkAmount(or(o.leaveMiB, 0), "fillGpu: leaveMiB");
     const g = this.gpus[index];
     const memoryMiB = g.freeMiB - leave - g.contextMiB;
+    const less = `less than the ${leave} MiB to leave and a CUDA context (${g.contextMiB} MiB)`;
     if (memoryMiB < 0) {
-      throw new RangeError(
-        `fillGpu: GPU ${index} has ${g.freeMiB} MiB free, less than the ${leave} MiB to leave ` +
-          `and a CUDA context (${g.contextMiB} MiB)`,
-      );
+      throw new RangeError(`fillGpu: GPU ${index} has ${g.freeMiB} MiB free, ${less}`);
     }
     return this.spawn({ memoryMiB, gpu: index, command: `simulated GPU filler (GPU ${index})` });
   }
@@ -403,29 +378,24 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
     const pid = checkInteger(parent, "spawn: parent (a pid)", 1, MAX_PID);
     const p = this.#byPid.get(pid);
     if (!p) throw new RangeError(`spawn: parent ${pid} is no live simulated process`);
-    if (p.pid !== pid) {
-      throw new RangeError(
-        `spawn: parent ${pid} is a thread of process ${p.pid}, not a process: give its pid`,
-      );
-    }
-    return pid;
+    if (p.pid === pid) return pid;
+    const thread = `is a thread of process ${p.pid}, not a process: give its pid`;
+    throw new RangeError(`spawn: parent ${pid} ${thread}`);
   }
 
   /** The GPUs of `spawn`'s `gpu` option. */
   #gpusFor(gpu: SpawnOptions["gpu"]): SimulatedGpu[] {
     const last = this.gpus.length - 1;
     const indexes = gpu === undefined ? [0] : typeof gpu === "number" ? [gpu] : gpu;
-    if (!Array.isArray(indexes) || indexes.length === 0) {
-      throw new TypeError(
-        `spawn: gpu must be a GPU index or a non-empty array of them, got ${describeValue(gpu)}`,
-      );
+    const what = "spawn: gpu must be a GPU index or a non-empty array of them, got";
+    if (!Array.isArray(indexes) || !indexes.length) {
+      throw new TypeError(`${what} ${describeValue(gpu)}`);
     }
     const seen = new Set<number>();
     return indexes.map((i: unknown) => {
+      const none = `does not exist: this simulator has GPUs 0 to ${last}`;
       if (typeof i !== "number" || !Number.isInteger(i) || i < 0 || i > last) {
-        throw new RangeError(
-          `spawn: gpu ${describeValue(i)} does not exist: this simulator has GPUs 0 to ${last}`,
-        );
+        throw new RangeError(`spawn: gpu ${describeValue(i)} ${none}`);
       }
       if (seen.has(i)) throw new RangeError(`spawn: gpu lists GPU ${i} twice`);
       seen.add(i);

@@ -1,7 +1,6 @@
 /**
  * A quiescent {@link SimulatedMachine} as plain JSON, and back: what `cuda-checkpoint --simulate`
  * keeps between calls. Another format or version is refused, naming it.
- *
  * @module
  */
 
@@ -193,9 +192,14 @@ function loadProcess(sim: SimulatedMachine, p: ProcessSnapshot, at: string): Sim
 const PROCESS_FIELDS =
   "pid parent start threads restoreThreadId command cuda libcuda inspectable state gpus memoryMiB"
     .split(" ");
+const OPTIONAL_FIELDS = ["memory", "faults", "restoreRefused", "stopped"];
 
-/** What the processes read so far have: thread ids, pids and start numbers. */
-interface Seen {
+/** What reading a snapshot knows so far: its reader, GPUs, bounds, and the ids seen. */
+interface Reading {
+  read: StrictReader;
+  gpus: readonly GpuSnapshot[];
+  nextPid: number;
+  nextStart: number;
   threads: Set<number>;
   pids: Set<number>;
   starts: Set<number>;
@@ -208,43 +212,43 @@ function readSnapshot(value: unknown): SimulatorSnapshot {
     read.refuse("", `the snapshot must be an object, got ${describeValue(value)}`);
   }
   // The tag and version first, so that a foreign file is called foreign, not broken.
-  const tagged = value as Record<string, unknown>;
-  const format = SIMULATOR_SNAPSHOT_FORMAT;
-  if (tagged.format !== format) read.fail("format", JSON.stringify(format), tagged.format);
-  if (tagged.version !== SIMULATOR_SNAPSHOT_VERSION) {
-    const reads = `this module reads version ${SIMULATOR_SNAPSHOT_VERSION}`;
-    read.refuse("version", `version ${describeValue(tagged.version)} is not known: ${reads}`);
-  }
+  const { format, version } = value as Record<string, unknown>;
+  const FORMAT = SIMULATOR_SNAPSHOT_FORMAT, VERSION = SIMULATOR_SNAPSHOT_VERSION;
+  if (format !== FORMAT) read.fail("format", JSON.stringify(FORMAT), format);
+  const got = describeValue(version);
+  const unknown = `version ${got} is not known: this module reads version ${VERSION}`;
+  if (version !== VERSION) read.refuse("version", unknown);
   const fields = "format version driverVersion seed nextPid nextStart gpus processes".split(" ");
   const top = read.object(value, "", fields, ["heldRecords"]);
-  const nextPid = read.integer(top.nextPid, "nextPid", 1, MAX_PID);
-  const nextStart = read.integer(top.nextStart, "nextStart", 1);
   const gpus = read.array(top.gpus, "gpus", 1, 1024).map((g, i) => readGpu(read, g, `gpus[${i}]`));
   gpus.forEach((g, i) => {
     const first = gpus.findIndex((o) => o.uuid === g.uuid);
-    if (first !== i) {
-      read.refuse(`gpus[${i}].uuid`, `gpus[${i}].uuid ${g.uuid} is also GPU ${first}'s`);
-    }
+    const at = `gpus[${i}].uuid`;
+    if (first !== i) read.refuse(at, `${at} ${g.uuid} is also GPU ${first}'s`);
   });
-  const seen: Seen = { threads: new Set(), pids: new Set(), starts: new Set() };
-  const processes = read.array(top.processes, "processes").map((p, i) =>
-    readProcess(read, p, `processes[${i}]`, gpus, { nextPid, nextStart }, seen)
-  );
-  const heldRecords = top.heldRecords === undefined
-    ? undefined
-    : read.array(top.heldRecords, "heldRecords").map((r, i) =>
-      readRecord(read, r, `heldRecords[${i}]`, processes, gpus)
-    );
+  const r: Reading = {
+    read,
+    gpus,
+    nextPid: read.integer(top.nextPid, "nextPid", 1, MAX_PID),
+    nextStart: read.integer(top.nextStart, "nextStart", 1),
+    threads: new Set(),
+    pids: new Set(),
+    starts: new Set(),
+  };
+  const processes = read.array(top.processes, "processes")
+    .map((p, i) => readProcess(r, p, `processes[${i}]`));
+  const held = top.heldRecords === undefined ? [] : read.array(top.heldRecords, "heldRecords");
+  const heldRecords = held.map((h, i) => readRecord(r, h, `heldRecords[${i}]`, processes));
   return {
-    format,
-    version: SIMULATOR_SNAPSHOT_VERSION,
+    format: FORMAT,
+    version: VERSION,
     driverVersion: read.integer(top.driverVersion, "driverVersion", 0, MAX_PID),
     seed: read.integer(top.seed, "seed", 0, 2 ** 32 - 1),
-    nextPid,
-    nextStart,
+    nextPid: r.nextPid,
+    nextStart: r.nextStart,
     gpus,
     processes,
-    ...(heldRecords ? { heldRecords } : {}),
+    ...(top.heldRecords === undefined ? {} : { heldRecords }),
   };
 }
 
@@ -259,97 +263,72 @@ function readGpu(read: StrictReader, value: unknown, at: string): GpuSnapshot {
 }
 
 function readRecord(
-  read: StrictReader,
+  { read, gpus }: Reading,
   value: unknown,
   at: string,
   processes: readonly ProcessSnapshot[],
-  gpus: readonly GpuSnapshot[],
 ): HeldRecordSnapshot {
   const r = read.object(value, at, ["pid", "heldMiB", "at"]);
   const pid = read.integer(r.pid, `${at}.pid`, 1, MAX_PID);
   if (!processes.some((p) => p.pid === pid && p.cuda)) {
     read.refuse(`${at}.pid`, `${at}.pid ${pid} is no CUDA process of the snapshot`);
   }
-  const heldMiB = read.mibByGpu(r.heldMiB, `${at}.heldMiB`, {
-    uuids: new Set(gpus.map((g) => g.uuid)),
-    where: "a GPU of the snapshot",
-  });
+  const where = { uuids: new Set(gpus.map((g) => g.uuid)), where: "a GPU of the snapshot" };
+  const heldMiB = read.mibByGpu(r.heldMiB, `${at}.heldMiB`, where);
   return { pid, heldMiB, at: read.integer(r.at, `${at}.at`, 0) };
 }
 
-function readProcess(
-  read: StrictReader,
-  value: unknown,
-  at: string,
-  machineGpus: readonly GpuSnapshot[],
-  { nextPid, nextStart }: { nextPid: number; nextStart: number },
-  seen: Seen,
-): ProcessSnapshot {
-  const optional = ["memory", "faults", "restoreRefused", "stopped"];
-  const p = read.object(value, at, PROCESS_FIELDS, optional);
-  /** Refuses the field `${at}.${field}`, its path followed by `why`. */
-  const no = (field: string, why: string): never =>
-    read.refuse(`${at}.${field}`, `${at}.${field}${why}`);
+function readProcess(r: Reading, value: unknown, at: string): ProcessSnapshot {
+  const { read, nextPid } = r;
+  const p = read.object(value, at, PROCESS_FIELDS, OPTIONAL_FIELDS);
+  /** Refuses the field `${at}.${f}`, its path followed by `why`. */
+  const no = (f: string, why: string): never => read.refuse(`${at}.${f}`, `${at}.${f}${why}`);
   const pid = read.integer(p.pid, `${at}.pid`, 1, nextPid - 1);
   const threads = read.array(p.threads, `${at}.threads`, 1, 100_002).map((t, i) => {
     const tid = read.integer(t, `${at}.threads[${i}]`, 1, nextPid - 1);
-    if (seen.threads.has(tid)) {
-      no(`threads[${i}]`, ` ${tid} is another thread's or process's id too`);
-    }
-    seen.threads.add(tid);
+    if (r.threads.has(tid)) no(`threads[${i}]`, ` ${tid} is another thread's or process's id too`);
+    r.threads.add(tid);
     return tid;
   });
   if (threads[0] !== pid) no("threads[0]", ` must be the pid ${pid}, got ${threads[0]}`);
   const parent = read.integer(p.parent, `${at}.parent`, 0, MAX_PID);
-  if (parent !== 0 && !seen.pids.has(parent)) {
-    no("parent", ` ${parent} is no process listed before it`);
-  }
-  const start = read.integer(p.start, `${at}.start`, 1, nextStart - 1);
-  if (seen.starts.has(start)) no("start", ` ${start} is another process's start number too`);
-  seen.starts.add(start);
-  seen.pids.add(pid);
+  if (parent && !r.pids.has(parent)) no("parent", ` ${parent} is no process listed before it`);
+  const start = read.integer(p.start, `${at}.start`, 1, r.nextStart - 1);
+  if (r.starts.has(start)) no("start", ` ${start} is another process's start number too`);
+  r.starts.add(start);
+  r.pids.add(pid);
   const cuda = read.boolean(p.cuda, `${at}.cuda`);
   const libcuda = read.boolean(p.libcuda, `${at}.libcuda`);
   if (cuda && !libcuda) no("libcuda", " must be true for a CUDA process");
   const tid = cuda ? threads[threads.length - 1] : 0;
-  if (p.restoreThreadId !== tid) {
-    const expected = `${tid} (${cuda ? "its last thread" : "none: it has no CUDA"})`;
-    read.fail(`${at}.restoreThreadId`, expected, p.restoreThreadId);
-  }
+  const expected = `${tid} (${cuda ? "its last thread" : "none: it has no CUDA"})`;
+  if (p.restoreThreadId !== tid) read.fail(`${at}.restoreThreadId`, expected, p.restoreThreadId);
   const state = read.choice(p.state, `${at}.state`, PROCESS_STATES);
-  if (!cuda && state !== INITIAL_STATE) {
-    read.fail(`${at}.state`, `"${INITIAL_STATE}" for a process without CUDA`, state);
-  }
+  const plain = `"${INITIAL_STATE}" for a process without CUDA`;
+  if (!cuda && state !== INITIAL_STATE) read.fail(`${at}.state`, plain, state);
   const listed = new Set<number>();
-  const gpus = read.array(p.gpus, `${at}.gpus`, 1, machineGpus.length).map((g, i) => {
-    const index = read.integer(g, `${at}.gpus[${i}]`, 0, machineGpus.length - 1);
+  const gpus = read.array(p.gpus, `${at}.gpus`, 1, r.gpus.length).map((g, i) => {
+    const index = read.integer(g, `${at}.gpus[${i}]`, 0, r.gpus.length - 1);
     if (listed.has(index)) no(`gpus[${i}]`, `: GPU ${index} is listed twice`);
     listed.add(index);
     return index;
   });
   const memoryMiB = read.amount(p.memoryMiB, `${at}.memoryMiB`);
-  if (!cuda && memoryMiB !== 0) {
-    read.fail(`${at}.memoryMiB`, "0 for a process without CUDA", memoryMiB);
-  }
+  if (!cuda && memoryMiB) read.fail(`${at}.memoryMiB`, "0 for a process without CUDA", memoryMiB);
   // Checkpointed memory holds no GPU, but it came from these GPUs: no share can be larger.
-  const smallest = Math.min(...gpus.map((g) => machineGpus[g].memoryMiB));
-  if (memoryMiB / gpus.length > smallest) {
-    no("memoryMiB", ` ${memoryMiB} cannot have fitted on its GPUs (${smallest} MiB the smallest)`);
-  }
+  const smallest = Math.min(...gpus.map((g) => r.gpus[g].memoryMiB));
+  const unfit = ` ${memoryMiB} cannot have fitted on its GPUs (${smallest} MiB the smallest)`;
+  if (memoryMiB / gpus.length > smallest) no("memoryMiB", unfit);
   for (const field of ["memory", "faults"]) {
     if (!cuda && p[field] !== undefined) no(field, ": a process without CUDA has none");
   }
-  for (const flag of ["restoreRefused", "stopped"]) {
-    if (p[flag] !== undefined && p[flag] !== true) {
-      read.fail(`${at}.${flag}`, "true where present", p[flag]);
-    }
+  for (const f of ["restoreRefused", "stopped"]) {
+    if (p[f] !== undefined && p[f] !== true) read.fail(`${at}.${f}`, "true where present", p[f]);
   }
-  if (p.restoreRefused && !memoryOnHost(state)) {
-    no(
-      "restoreRefused",
-      `: only a checkpointed process can be refused restores, not a ${state} one`,
-    );
-  }
+  const refused = `: only a checkpointed process can be refused restores, not a ${state} one`;
+  if (p.restoreRefused && !memoryOnHost(state)) no("restoreRefused", refused);
+  const size = mibToBytes(memoryMiB);
+  const memory = cuda ? readMemory(read, p.memory, `${at}.memory`, state, size) : undefined;
   return {
     pid,
     parent,
@@ -363,26 +342,24 @@ function readProcess(
     state,
     gpus,
     memoryMiB,
-    ...(cuda
-      ? { memory: readMemory(read, p.memory, `${at}.memory`, state, mibToBytes(memoryMiB)) }
-      : {}),
+    ...(memory ? { memory } : {}),
     ...(p.faults === undefined ? {} : { faults: readFaults(read, p.faults, `${at}.faults`) }),
     ...(p.restoreRefused ? { restoreRefused: true } : {}),
     ...(p.stopped ? { stopped: true } : {}),
   };
 }
 
+type Memory = ProcessSnapshot["memory"];
 function readMemory(
   read: StrictReader,
-  value: unknown,
+  v: unknown,
   at: string,
   state: ProcessState,
   size: number,
-): ProcessSnapshot["memory"] {
-  const m = read.object(value, at, ["on", "pages"]);
+): Memory {
+  const m = read.object(v, at, ["on", "pages"]);
   const on = read.choice(m.on, `${at}.on`, ["gpu", "host"] as const);
-  // Only a failed process can have its memory anywhere: a checkpointed one has it in host memory,
-  // a running or locked one on the GPU.
+  // Checkpointed: in host memory; running or locked: on the GPU; failed: anywhere.
   const expected = memoryOnHost(state) ? "host" : isFinal(state) ? on : "gpu";
   if (on !== expected) read.fail(`${at}.on`, `"${expected}" for a ${state} process`, on);
   return { on, pages: readPages(read, m.pages, size, `${at}.pages`) };

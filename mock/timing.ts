@@ -3,7 +3,6 @@
  * (docs/DRIVER.md#timings), and the simulated CRIU's. A checkpoint or restore is a fixed cost, then
  * a copy of the GPU memory at the rate its measured time implies (interpolated in the table);
  * copies at once slow each other (fitted to four of 4 GiB).
- *
  * @module
  */
 

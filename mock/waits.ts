@@ -1,6 +1,5 @@
 /**
  * What an operation of the simulated machine waits on: timers, and copies over shared links.
- *
  * @module
  */
 
@@ -60,8 +59,7 @@ export class CopyLink {
     const now = this.#timers.now();
     const dt = now - this.#last;
     this.#last = now;
-    if (dt <= 0) return;
-    for (const t of this.#active) t.remaining -= this.#rate(t) * dt;
+    if (dt > 0) { for (const t of this.#active) t.remaining -= this.#rate(t) * dt; }
   }
 
   #reschedule(): void {
