@@ -151,12 +151,8 @@ export function emptyDirectory(dir: string, log: EngineLog): void {
   } catch (err) {
     throw failed(err, log, `cannot use images directory ${dir}`);
   }
-  if (entries.length > 0) {
-    throw log.error(
-      `images directory ${dir} is not empty (it has ${entries.length} entries, ` +
-        `${JSON.stringify(entries[0])} first)`,
-    );
-  }
+  const first = `${entries.length} entries, ${JSON.stringify(entries[0])} first`;
+  if (entries.length > 0) throw log.error(`images directory ${dir} is not empty (it has ${first})`);
 }
 
 /** Writes the image file and the pages file of a process into `dir` (mode 0600, never over a file). */
@@ -211,37 +207,28 @@ export function readTree(dir: string, root: number, log: EngineLog): ProcessImag
     }
   }
   const stray = [...byPid.values()].find((image) => !tree.includes(image));
+  const notIn = (p: ProcessImage) => `its parent ${p.parent} is not in it`;
   if (stray) {
     throw log.error(
-      `${join(dir, imageName(stray.pid))} is no image of the tree of ${root}: its parent ` +
-        `${stray.parent} is not in it`,
+      `${join(dir, imageName(stray.pid))} is no image of the tree of ${root}: ${notIn(stray)}`,
     );
   }
   for (const pid of withPages) {
     const version = byPid.get(pid)?.version;
     const file = join(dir, pagesName(pid));
-    if (version === undefined) {
-      throw log.error(
-        `${file} is the memory of no process: there is no ${imageName(pid)} beside it`,
-      );
-    }
+    const [none, inline] = [`there is no ${imageName(pid)} beside it`, imageName(pid)];
+    if (version === undefined) throw log.error(`${file} is the memory of no process: ${none}`);
+    const itself = `an image of version ${INLINE_MEMORY_VERSION}, which holds its memory itself`;
     if (version === INLINE_MEMORY_VERSION) {
-      throw log.error(
-        `${file} does not belong beside ${imageName(pid)}, an image of version ` +
-          `${INLINE_MEMORY_VERSION}, which holds its memory itself`,
-      );
+      throw log.error(`${file} does not belong beside ${inline}, ${itself}`);
     }
   }
-  const lacking = tree.find((image) =>
-    image.version === IMAGE_VERSION && !withPages.has(image.pid)
-  );
-  if (lacking) {
-    throw log.error(
-      `${join(dir, pagesName(lacking.pid))} is missing: it holds the memory of process ` +
-        `${lacking.pid}, whose ${imageName(lacking.pid)} is there`,
-    );
-  }
-  return tree;
+  const lacking = tree.find((i) => i.version === IMAGE_VERSION && !withPages.has(i.pid));
+  if (!lacking) return tree;
+  const holds = `it holds the memory of process ${lacking.pid}, whose ${
+    imageName(lacking.pid)
+  } is there`;
+  throw log.error(`${join(dir, pagesName(lacking.pid))} is missing: ${holds}`);
 }
 
 /** The pages of memory of `image`'s process: read now, strictly, from its pages file, or inline. */

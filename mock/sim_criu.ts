@@ -224,12 +224,8 @@ export class SimulatedCriu implements SnapshotEngine {
         : `Restoring (pid: ${r.root})`;
       // A restore writes nothing beside its images, nor anywhere else: its log is kept in memory.
       const file = op === "dump" ? join(r.imagesDir, "dump.log") : undefined;
-      const log = new EngineLog(
-        this.#machine,
-        file,
-        `Version: ${this.version} (${this.kind})`,
-        first,
-      );
+      const version = `Version: ${this.version} (${this.kind})`;
+      const log = new EngineLog(this.#machine, file, version, first);
       const { waits, end } = waitsOf(this.#machine, r, op, log);
       try {
         waits.check();

@@ -365,10 +365,8 @@ export class SimulatedDriver implements CheckpointDriver {
     // The failed state is final.
     const state = isFinal(proc.state) ? undefined : fault.state;
     if (state !== undefined && memoryOnHost(state)) proc.moveToHost();
-    if (
-      state !== undefined && !memoryOnHost(state) && !isFinal(state) &&
-      proc.memoryLocation === "host"
-    ) {
+    const back = state !== undefined && !memoryOnHost(state) && !isFinal(state);
+    if (back && proc.memoryLocation === "host") {
       // Memory goes back onto the GPU only where it fits, as a restore's would.
       const short = proc.claimOn(proc.gpus);
       if (short) {

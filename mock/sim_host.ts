@@ -15,6 +15,7 @@ import type {
 } from "../core/host.ts";
 import { sameProcess } from "../core/host.ts";
 import type { SimulatedMachine } from "./simulator.ts";
+import type { SimulatedProcess } from "./sim_process.ts";
 
 /** The machine's facts; the driver release of the timings' version (13.0), none for others. */
 const SIMULATED_HOST = { hostname: "simulated", kernel: "6.8.0-simulated" } as const;
@@ -44,15 +45,11 @@ export class SimulatedHost implements HostProcesses {
   /** Every live process. */
   scan(): Promise<readonly ScannedProcess[]> {
     const why = "(simulated: spawned with inspectable: false)";
-    return this.#machine.instantly(
-      "list processes",
-      () =>
-        this.#machine.processes.map(({ pid, command, inspectable, libcudaLoaded }) =>
-          inspectable
-            ? { pid, command, cudaLibrary: libcudaLoaded }
-            : { pid, command, notInspectable: `permission denied reading /proc/${pid}/maps ${why}` }
-        ),
-    );
+    const scanned = ({ pid, command, inspectable, libcudaLoaded }: SimulatedProcess) =>
+      inspectable
+        ? { pid, command, cudaLibrary: libcudaLoaded }
+        : { pid, command, notInspectable: `permission denied reading /proc/${pid}/maps ${why}` };
+    return this.#machine.instantly("list processes", () => this.#machine.processes.map(scanned));
   }
 
   /** The GPU memory of every process that holds some, and each GPU's free and total memory. */
@@ -101,15 +98,12 @@ export class SimulatedHost implements HostProcesses {
 
   /** The tree of `root`: it first, then each descendant after its parent. */
   processTree(root: number): Promise<readonly TreeProcess[] | undefined> {
+    const entry = ({ pid, parent, threads, command }: SimulatedProcess) => {
+      return { pid, parent, threads: [...threads], command };
+    };
     return this.#machine.instantly(
       "read a process tree",
-      () =>
-        this.#machine.tree(root)?.map(({ pid, parent, threads, command }) => ({
-          pid,
-          parent,
-          threads: [...threads],
-          command,
-        })),
+      () => this.#machine.tree(root)?.map(entry),
     );
   }
 

@@ -289,12 +289,9 @@ export class SimulatedProcess {
   /** Puts the process in the failed state for good; throws while a call is under way. */
   enterFailedState(): void {
     this.#reachable("enterFailedState");
-    if (this.busy) {
-      throw new Error(
-        `enterFailedState: process ${this.pid} has a ${this.busy} under way; use failNext(` +
-          `${JSON.stringify(this.busy)}, { code, state: "failed" }) to make that call fail`,
-      );
-    }
+    const use = `use failNext(${JSON.stringify(this.busy)}, { code, state: "failed" })`;
+    const busy = `process ${this.pid} has a ${this.busy} under way; ${use} to make that call fail`;
+    if (this.busy) throw new Error(`enterFailedState: ${busy}`);
     this.enter("failed");
     this.stopKernels(new Error(`process ${this.pid} entered the failed state`));
   }
@@ -436,15 +433,12 @@ export class SimulatedProcess {
   }
 
   #reachable(method: string): void {
-    if (this.#exited) {
-      throw new Error(`${method}: process ${this.pid} has exited; no call can reach it any more`);
-    }
-    if (!this.usesCuda) {
-      throw new Error(
-        `${method}: process ${this.pid} never initialised CUDA; the driver answers ` +
-          `CUDA_ERROR_NOT_INITIALIZED for it before any fault`,
-      );
-    }
+    const why = this.#exited
+      ? "has exited; no call can reach it any more"
+      : !this.usesCuda
+      ? "never initialised CUDA; the driver answers CUDA_ERROR_NOT_INITIALIZED for it before any fault"
+      : undefined;
+    if (why) throw new Error(`${method}: process ${this.pid} ${why}`);
   }
 
   /** `fn`'s result once the process runs, after the CUDA work queued before it. */
