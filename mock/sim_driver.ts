@@ -291,12 +291,9 @@ export class SimulatedDriver implements CheckpointDriver {
   ): Promise<number> {
     return this.#call(op, pid, codeOf, (proc) =>
       this.#serially(proc, async () => {
-        if (!stepAllowed(op, proc.state)) {
-          return await this.#after({
-            code: CUDA_ERROR_ILLEGAL_STATE,
-            note: `${op} needs a ${stepFrom(op)} process; it is ${proc.state}`,
-          });
-        }
+        const note = `${op} needs a ${stepFrom(op)} process; it is ${proc.state}`;
+        const illegal = { code: CUDA_ERROR_ILLEGAL_STATE, note };
+        if (!stepAllowed(op, proc.state)) return await this.#after(illegal);
         const hit = proc.faultPlan.take(op as FaultableOperation);
         if (hit?.fault.kind === "fail") return await this.#applyFault(proc, op, hit.fault);
         const run = new Waits(this.#machine);
@@ -369,12 +366,8 @@ export class SimulatedDriver implements CheckpointDriver {
     if (back && proc.memoryLocation === "host") {
       // Memory goes back onto the GPU only where it fits, as a restore's would.
       const short = proc.claimOn(proc.gpus);
-      if (short) {
-        return {
-          code: CUDA_ERROR_OUT_OF_MEMORY,
-          note: `${note} to leave the process ${state}, but ${short}; it stays checkpointed`,
-        };
-      }
+      const stays = `${note} to leave the process ${state}, but ${short}; it stays checkpointed`;
+      if (short) return { code: CUDA_ERROR_OUT_OF_MEMORY, note: stays };
       proc.moveToGpu(proc.gpus);
     }
     if (state !== undefined) proc.enter(state);
@@ -385,26 +378,19 @@ export class SimulatedDriver implements CheckpointDriver {
   #mapGpus(proc: SimulatedProcess, pairs: readonly GpuPair[]): SimulatedGpu[] | string {
     // The GPUs it saw when checkpointed: this machine's, or another's where criu brought it here.
     const elsewhere = gpusSeenBy(proc);
-    if (pairs.length === 0) {
-      return elsewhere
-        ? `the process was checkpointed on another machine's GPUs (${
-          elsewhere.map((g) => g.uuid).join(", ")
-        }): restoring it here needs GPU pairs`
-        : proc.gpus;
-    }
+    const there = `another machine's GPUs (${elsewhere?.map((g) => g.uuid).join(", ")})`;
+    const needs = `the process was checkpointed on ${there}: restoring it here needs GPU pairs`;
+    if (pairs.length === 0) return elsewhere ? needs : proc.gpus;
     const seen = elsewhere ?? this.#machine.gpus;
     const fromUuid = new Map(seen.map((g) => [g.uuid, g]));
     const byUuid = new Map(this.#machine.gpus.map((g) => [g.uuid, g]));
     const map = new Map<SimulatedGpu, SimulatedGpu>();
+    const where = elsewhere ? "the machine the process was checkpointed on" : "this machine";
     for (const pair of pairs) {
-      const from = fromUuid.get(formatGpuUuid(pair.oldUuid));
-      const to = byUuid.get(formatGpuUuid(pair.newUuid));
-      if (!from) {
-        return `old UUID ${formatGpuUuid(pair.oldUuid)} is not a GPU of ${
-          elsewhere ? "the machine the process was checkpointed on" : "this machine"
-        }`;
-      }
-      if (!to) return `new UUID ${formatGpuUuid(pair.newUuid)} is not a GPU of this machine`;
+      const [old, now] = [formatGpuUuid(pair.oldUuid), formatGpuUuid(pair.newUuid)];
+      const [from, to] = [fromUuid.get(old), byUuid.get(now)];
+      if (!from) return `old UUID ${old} is not a GPU of ${where}`;
+      if (!to) return `new UUID ${now} is not a GPU of this machine`;
       if (map.has(from)) return `GPU ${from.index} (${from.uuid}) is mapped twice`;
       map.set(from, to);
     }
@@ -421,15 +407,12 @@ export class SimulatedDriver implements CheckpointDriver {
       }
       onto.set(to, from);
     }
-    const targets = proc.gpus.map((g) => map.get(g)!);
     // The same chip for each GPU it used (NVIDIA's documentation; not measured).
-    for (const [i, to] of targets.entries()) {
-      const from = proc.gpus[i];
-      if (to.name !== from.name) {
-        return `the process's GPU ${from.index} (${from.name}) would move onto GPU ${to.index} (${to.name}): restore needs the same chip`;
-      }
-    }
-    return targets;
+    const moved = proc.gpus.find((g) => map.get(g)!.name !== g.name);
+    const to = moved && map.get(moved)!;
+    return moved && to
+      ? `the process's GPU ${moved.index} (${moved.name}) would move onto GPU ${to.index} (${to.name}): restore needs the same chip`
+      : proc.gpus.map((g) => map.get(g)!);
   }
 }
 
