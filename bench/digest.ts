@@ -19,7 +19,8 @@ import process from "node:process";
 import { parseArgs } from "node:util";
 
 import { SimulatedMachine, type SimulatedProcess } from "../mock/mod.ts";
-import { ChunkedSha256, PAGE_SIZE } from "../mock/memory.ts";
+import { ChunkedSha256 } from "../examples/_chunked_sha256.ts";
+import { PAGE_SIZE } from "../mock/memory.ts";
 import { integers } from "./harness.ts";
 import { environment, fmt, median, publish, type Report } from "./report.ts";
 

@@ -9,7 +9,7 @@
 
 import type { CudaContext, CudaKernel, DeviceBuffer } from "./cuda.ts";
 import type { SimulatedProcess } from "../mock/mod.ts";
-import { ChunkedSha256 } from "../mock/memory.ts";
+import { ChunkedSha256 } from "./_chunked_sha256.ts";
 
 /** PTX that sets `out` to mix(`x`) (lowbias32), through the scratch register `%t`. */
 function mix(out: string, x: string): string {
@@ -172,7 +172,7 @@ const PIECE_BYTES = 64 << 20;
 
 /**
  * The chunked SHA-256 (hex) of a GPU buffer, copied back piece by piece: the SHA-256 of the
- * SHA-256s of its 1 MiB chunks (`ChunkedSha256` of mock/memory.ts), the value the simulator's
+ * SHA-256s of its 1 MiB chunks (`ChunkedSha256` of _chunked_sha256.ts), the value the simulator's
  * `memoryChunkedSha256()` gives for a process whose memory holds the same bytes.
  */
 export function hashOnGpu(ctx: CudaContext, buffer: DeviceBuffer): string {

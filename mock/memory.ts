@@ -1,11 +1,11 @@
 /**
  * Simulated GPU memory in sparse 1 MiB chunks (a process of many GiB costs what a test wrote), its
- * hash ({@link ChunkedSha256}) kept per chunk, and its saved form.
+ * chunked SHA-256 kept per chunk, and its saved form.
  * @module
  */
 
 import { Buffer } from "node:buffer";
-import { createHash, type Hash } from "node:crypto";
+import { createHash } from "node:crypto";
 import { describeValue } from "../core/errors.ts";
 import type { StrictReader } from "../core/json.ts";
 
@@ -15,67 +15,6 @@ export const PAGE_SIZE = 64 * 1024;
 export const HASH_CHUNK_SIZE = 1024 * 1024;
 /** Bytes of one SHA-256 digest. */
 const DIGEST_BYTES = 32;
-
-/**
- * The chunked SHA-256 of bytes fed in pieces of any size (GPU memory copied back piece by piece):
- * the SHA-256 of the SHA-256s (32 bytes each, in order) of the bytes' 1 MiB chunks, the last one
- * shorter, as 64 lowercase hex digits; no bytes give the SHA-256 of nothing. Not the SHA-256 of the
- * bytes, so that the simulator can keep each chunk's digest. With coreutils:
- * `split -b 1M --filter='sha256sum | head -c 64 | xxd -r -p' FILE | sha256sum`.
- *
- * @example
- * ```ts
- * import { ChunkedSha256, chunkedSha256 } from "./memory.ts";
- *
- * const bytes = new Uint8Array(3 * 2 ** 20 + 5).fill(7);
- * const hasher = new ChunkedSha256();
- * for (let at = 0; at < bytes.length; at += 1000) hasher.update(bytes.subarray(at, at + 1000));
- * console.log(hasher.digest() === chunkedSha256(bytes)); // true
- * ```
- */
-export class ChunkedSha256 {
-  readonly #outer: Hash = createHash("sha256");
-  #chunk: Hash | undefined;
-  #filled = 0;
-  #done = false;
-
-  /** Feeds the next `bytes` (any size); returns this hasher. Throws once the digest was given. */
-  update(bytes: Uint8Array): this {
-    if (!(bytes instanceof Uint8Array)) {
-      throw new TypeError(`bytes must be a Uint8Array, got ${describeValue(bytes)}`);
-    }
-    this.#checkOpen();
-    for (let at = 0; at < bytes.length;) {
-      const n = Math.min(HASH_CHUNK_SIZE - this.#filled, bytes.length - at);
-      (this.#chunk ??= createHash("sha256")).update(bytes.subarray(at, at += n));
-      if ((this.#filled += n) === HASH_CHUNK_SIZE) this.#endChunk();
-    }
-    return this;
-  }
-
-  /** The chunked SHA-256 of every byte fed, as 64 lowercase hex digits; once only. */
-  digest(): string {
-    this.#checkOpen();
-    if (this.#filled > 0) this.#endChunk();
-    this.#done = true;
-    return this.#outer.digest("hex");
-  }
-
-  #checkOpen(): void {
-    if (this.#done) throw new Error("this ChunkedSha256 has given its digest: make a new one");
-  }
-
-  #endChunk(): void {
-    this.#outer.update(this.#chunk!.digest());
-    this.#chunk = undefined;
-    this.#filled = 0;
-  }
-}
-
-/** The chunked SHA-256 of `bytes` (defined at {@link ChunkedSha256}), as 64 lowercase hex digits. */
-export function chunkedSha256(bytes: Uint8Array): string {
-  return new ChunkedSha256().update(bytes).digest();
-}
 
 /** One process's GPU memory: a checkpoint or a restore moves it whole, never copies it. */
 export class MemoryImage {
@@ -125,7 +64,10 @@ export class MemoryImage {
     return out;
   }
 
-  /** {@link chunkedSha256} of `read(0, size)`, hashing only the chunks written since last time. */
+  /**
+   * The chunked SHA-256 of `read(0, size)`: the SHA-256 of its 1 MiB chunks' SHA-256s (README,
+   * "Testing without a GPU"), hashing only the chunks written since last time.
+   */
   chunkedSha256(): string {
     if (this.#hex !== undefined) return this.#hex;
     if (!this.#digests) {

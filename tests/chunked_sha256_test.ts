@@ -6,13 +6,8 @@ import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { Buffer } from "node:buffer";
 import { createHash } from "node:crypto";
-import {
-  ChunkedSha256,
-  chunkedSha256,
-  HASH_CHUNK_SIZE,
-  MemoryImage,
-  PAGE_SIZE,
-} from "../mock/memory.ts";
+import { ChunkedSha256, chunkedSha256 } from "../examples/_chunked_sha256.ts";
+import { HASH_CHUNK_SIZE, MemoryImage, PAGE_SIZE } from "../mock/memory.ts";
 
 const MIB = 2 ** 20;
 

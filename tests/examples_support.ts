@@ -5,7 +5,7 @@
 import { type ChildProcess, execFile, spawn } from "node:child_process";
 import process from "node:process";
 import { DEFAULT_SEED, fillPattern } from "../examples/_kernels.ts";
-import { ChunkedSha256 } from "../mock/memory.ts";
+import { ChunkedSha256 } from "../examples/_chunked_sha256.ts";
 
 /** The path of an example. */
 export function examplePath(file: string): string {

@@ -4,7 +4,7 @@ import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
 import { SimulatedMachine, type SimulatedMachineOptions } from "../mock/mod.ts";
-import { chunkedSha256 } from "../mock/memory.ts";
+import { chunkedSha256 } from "../examples/_chunked_sha256.ts";
 import { CONTEXT_MIB, H200_TIMING } from "../mock/timing.ts";
 import {
   CUDA_ERROR_INVALID_VALUE,
