@@ -34,10 +34,8 @@ interface VirtualTimer {
 }
 
 /**
- * Virtual time. While the program waits on the simulator (a driving timer is pending, or something
- * holds the clock), each time it has nothing else to do (a macrotask turn), the clock moves to the
- * earliest pending timer and fires it. Work started together overlaps in virtual time as it would
- * in real time, and an unrelated wait (a file read, a real `setTimeout`) moves nothing.
+ * Virtual time: while the program waits on the simulator, at each macrotask turn the clock moves
+ * to the earliest timer and fires it; an unrelated wait (a file read, a real timer) moves nothing.
  */
 export class VirtualClock implements SimClock {
   /** Always `"virtual"`. */

@@ -106,10 +106,7 @@ export function imageOf(p: SimulatedProcess, machineGpus: readonly SimulatedGpu[
   return { image, pages: p.savedPages() };
 }
 
-/**
- * The GPUs of `host` the image's process used, where every one of its `devices` is one of them
- * (restored in place); else those it remembers of the machine it was dumped on.
- */
+/** The GPUs of `host` the image's process used where it saw them all, else those it remembers. */
 export function gpusOf(host: SimulatedMachine, image: ProcessImage): SimulatedGpu[] {
   const here = new Map(host.gpus.map((g) => [g.uuid, g]));
   if (image.devices.every((d) => here.has(d.uuid))) {
@@ -121,10 +118,7 @@ export function gpusOf(host: SimulatedMachine, image: ProcessImage): SimulatedGp
   return image.gpus.map((uuid) => seen.find((g) => g.uuid === uuid)!);
 }
 
-/**
- * A process made from its image, with a new start number (the root without a parent); a CUDA one
- * checkpointed, its memory all zero until the restore loads its pages ({@link memoryOf}).
- */
+/** A process made from its image, new start number, checkpointed, memory zero until loaded. */
 export function restoredProcess(
   host: SimulatedMachine,
   image: ProcessImage,
@@ -139,10 +133,7 @@ export function restoredProcess(
   return proc;
 }
 
-/**
- * Throws unless `dir` is an existing empty directory. Like the real criu, it follows symbolic
- * links: what may lie in a snapshot's directory is the store's to check, not the engine's.
- */
+/** Throws unless `dir` is an existing empty directory (links followed, as criu does). */
 export function emptyDirectory(dir: string, log: EngineLog): void {
   let entries: string[];
   try {
@@ -168,10 +159,7 @@ export function writeImages(dir: string, { image, pages }: DumpedImages, log: En
   }
 }
 
-/**
- * The images of the tree of `root` in `dir`, read strictly, the root first, each after its parent;
- * their memory is not read ({@link memoryOf}), but each pages file must be where its image says.
- */
+/** The images of the tree of `root` in `dir`, read strictly, each after its parent; not memory. */
 export function readTree(dir: string, root: number, log: EngineLog): ProcessImage[] {
   let names: string[];
   try {
@@ -367,10 +355,7 @@ export class EngineLog {
     });
   }
 
-  /**
-   * Writes the log once to its path, replacing an earlier file (not through a link); false where it
-   * has no path, or (`quietly`) where it cannot be written.
-   */
+  /** Writes the log once, replacing a file (not through a link); false without a path or failing. */
   write(quietly = false): boolean {
     if (this.#written || this.path === undefined) return this.#written;
     try {

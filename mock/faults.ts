@@ -33,10 +33,7 @@ export interface FaultTiming {
 export interface InjectedFault extends FaultTiming {
   /** The `CUresult` the call returns, from 1; an unknown one (7777) is what a newer driver may return. */
   code: number;
-  /**
-   * The state the process is left in; unchanged when left out. One that puts checkpointed memory
-   * back needs room on the GPU, or the call returns `CUDA_ERROR_OUT_OF_MEMORY` instead.
-   */
+  /** The state the process is left in (unchanged when left out); memory put back needs room. */
   state?: ProcessState;
 }
 
@@ -52,11 +49,7 @@ export interface AnswerFault extends FaultTiming {
   value: number;
 }
 
-/**
- * A fault waiting for its call, as {@link SimulatedProcess.pendingFaults} lists it: its kind, the
- * operation, which call from now (`nth`), and what it does (see {@link InjectedFault},
- * {@link ExitFault}, {@link AnswerFault}; `hang` holds the call until released).
- */
+/** A fault waiting for its call ({@link SimulatedProcess.pendingFaults}): its kind and fields. */
 export type PendingFault =
   | {
     readonly kind: "fail";

@@ -62,15 +62,10 @@ export interface CriuFault {
 const PIECE_BYTES = 0.5e9;
 
 /**
- * The simulated machine's CRIU: it dumps a tree of simulated processes into an images directory,
- * leaving them running, and restores it, in the time the measured criu took ({@link CRIU_TIMING}).
- * Each process has two image files, as with criu: `process-<pid>.img`, and `pages-<pid>.img`, its
- * memory ({@link SimulatedCriu.inertFile}), read only as a restore copies it in. A dump refuses a
- * CUDA process that is not checkpointed (criu cannot dump its GPU mappings); a restored one is
- * checkpointed, a new process with its old pid and a new start number (a `CudaProcess` made for
- * the dumped one refuses it: `REPLACED`); the restored root has no parent. Images of another
- * simulated machine restore too. {@link SimulatedCriu.failNext} makes a run fail; an
- * `AbortSignal` stops it.
+ * The simulated machine's CRIU: it dumps a tree of processes into an images directory, leaving
+ * them running, and restores it, in the time the measured criu took. A dump refuses a CUDA process
+ * not checkpointed; a restored one is checkpointed, a new process with its old pid and a new start
+ * number; the restored root has no parent. Images of another simulated machine restore too.
  *
  * @example
  * ```ts
@@ -112,17 +107,17 @@ export class SimulatedCriu implements SnapshotEngine {
     }
     const o = checkKeys(options, "SimulatedCriu options", ["version", "problems"]);
     this.#machine = machine;
-    this.version = o.version === undefined
-      ? "4.1.1"
-      : checkName(o.version, "SimulatedCriu: version");
-    const problems = o.problems === undefined ? [] : o.problems;
-    if (!Array.isArray(problems)) {
-      const got = describeValue(problems);
-      throw new TypeError(`SimulatedCriu: problems must be an array of sentences, got ${got}`);
-    }
-    this.problems = Object.freeze(
-      problems.map((p: unknown, i) => checkName(p, `SimulatedCriu: problems[${i}]`)),
+    this.version = checkName(
+      o.version === undefined ? "4.1.1" : o.version,
+      "SimulatedCriu: version",
     );
+    const problems = o.problems === undefined ? [] : o.problems;
+    const got = `SimulatedCriu: problems must be an array of sentences, got ${
+      describeValue(problems)
+    }`;
+    if (!Array.isArray(problems)) throw new TypeError(got);
+    const each = (p: unknown, i: number) => checkName(p, `SimulatedCriu: problems[${i}]`);
+    this.problems = Object.freeze(problems.map(each));
   }
 
   /** Its version and problems, as given to the constructor. */
@@ -131,10 +126,7 @@ export class SimulatedCriu implements SnapshotEngine {
     return this.#machine.waitOn("probe the simulated criu", () => Promise.resolve(probe));
   }
 
-  /**
-   * Makes the next `op` reject with an `EngineError` of `fault.message`, after its fixed cost, as
-   * criu fails: leaving the tree running, or (a restore) none of it. A new fault replaces one.
-   */
+  /** Makes the next `op` fail with `fault.message` after its fixed cost, as criu fails. */
   failNext(op: CriuOperation, fault: CriuFault = {}): void {
     checkChoice(op, "failNext: op", ["dump", "restore"] as const);
     checkKeys(fault, "failNext fault", ["message"]);
@@ -144,23 +136,14 @@ export class SimulatedCriu implements SnapshotEngine {
     this.#faults.set(op, message);
   }
 
-  /**
-   * Dumps the tree of `request.root` into `request.imagesDir` (an existing empty directory),
-   * leaving it running; tells `onBytes` the image bytes written after each 0.5 GB at most. Rejects
-   * with an `EngineError` where the tree cannot be dumped, or the signal or timeout stops it.
-   */
+  /** Dumps the tree of `request.root` into `request.imagesDir` (empty), leaving it running. */
   dump(request: DumpRequest): Promise<readonly DumpedProcess[]> {
     return this.#operate("dump", request, (r, run, log) => this.#dump(r, run, log));
   }
 
   /**
-   * Restores the tree of `request.root` from `request.imagesDir`, its processes made first (as
-   * criu forks them), each one's memory read from its pages file as it is copied in. Rejects with
-   * an `EngineError` (naming no log: a restore writes no file), leaving none of them, where an
-   * image is amiss, an id is taken (`Can't fork for PID N`), or it is stopped. With
-   * `leaveStopped`, the tree is left stopped until {@link wake}. Images of another machine's
-   * processes come back checkpointed, remembering its GPUs: the driver's restore then needs GPU
-   * pairs for them.
+   * Restores the tree of `request.root` from `request.imagesDir`, its processes made first, each
+   * one's memory read as it is copied in; a failure leaves none of them, and writes no log file.
    */
   restore(request: RestoreRequest): Promise<void> {
     return this.#operate("restore", request, (r, run, log) => this.#restore(r, run, log));
@@ -181,10 +164,7 @@ export class SimulatedCriu implements SnapshotEngine {
     return this.#each(pids, "wake", (p) => p.setStopped(false));
   }
 
-  /**
-   * Whether the file `name` is one a restore does not act on: a pages file, `pages-<pid>.img`,
-   * which it reads only while it copies the memory in, or the dump's log, `dump.log`.
-   */
+  /** Whether a restore does not act on file `name`: a pages file (read late), or `dump.log`. */
   inertFile(name: string): boolean {
     return typeof name === "string" && (name === "dump.log" || PAGES_NAME.test(name));
   }
@@ -198,10 +178,7 @@ export class SimulatedCriu implements SnapshotEngine {
   #each(pids: readonly number[], what: string, fn: (p: SimulatedProcess) => void): Promise<void> {
     const bad = badPids(pids, what);
     return bad ? Promise.reject(bad) : this.#machine.waitOn(`${what} processes`, () => {
-      for (const pid of pids) {
-        const p = this.#machine.process(pid);
-        if (p) fn(p);
-      }
+      pids.map((pid) => this.#machine.process(pid)).forEach((p) => p && fn(p));
       return Promise.resolve();
     });
   }
@@ -219,9 +196,7 @@ export class SimulatedCriu implements SnapshotEngine {
       return Promise.reject(err);
     }
     return this.#machine.waitOn(`${op} the process tree of ${r.root}`, async () => {
-      const first = op === "dump"
-        ? `Dumping processes (pid: ${r.root})`
-        : `Restoring (pid: ${r.root})`;
+      const first = `${op === "dump" ? "Dumping processes" : "Restoring"} (pid: ${r.root})`;
       // A restore writes nothing beside its images, nor anywhere else: its log is kept in memory.
       const file = op === "dump" ? join(r.imagesDir, "dump.log") : undefined;
       const version = `Version: ${this.version} (${this.kind})`;
@@ -229,9 +204,8 @@ export class SimulatedCriu implements SnapshotEngine {
       const { waits, end } = waitsOf(this.#machine, r, op, log);
       try {
         waits.check();
-        if (this.problems.length > 0) {
-          throw log.error(`criu cannot run here: ${this.problems.join("; ")}`);
-        }
+        const cannot = `criu cannot run here: ${this.problems.join("; ")}`;
+        if (this.problems.length > 0) throw log.error(cannot);
         return await body(r, waits, log);
       } finally {
         end();

@@ -73,11 +73,7 @@ export class SimulatedHost implements HostProcesses {
     });
   }
 
-  /**
-   * What of a process outlasts the simulated criu's dump and restore: `<pid>:<command line>` (one
-   * pid namespace, one user; a restored process keeps both, with a new start number); `undefined`
-   * where the process named is gone.
-   */
+  /** What of a process outlasts a dump and restore: `<pid>:<command line>`; undefined if gone. */
   lastingMark(process: ProcessIdentity): Promise<string | undefined> {
     return this.#machine.instantly("read what outlasts a restore", () => {
       const p = this.#machine.process(process.pid);

@@ -146,10 +146,7 @@ export class SimulatedProcess {
     return this.#exited;
   }
 
-  /**
-   * Whether it is stopped (SIGSTOP: criu's `stop`, or a restore with `leaveStopped`), until `wake`.
-   * Neither the driver nor its CUDA work consults it: the real driver's way was not measured.
-   */
+  /** Whether it is stopped (SIGSTOP) until `wake`; not consulted by the driver (not measured). */
   get stopped(): boolean {
     return this.#stopped;
   }
@@ -212,10 +209,7 @@ export class SimulatedProcess {
     return promise;
   }
 
-  /**
-   * Writes `data` into its GPU memory at `offset` (a `cudaMemcpy`: blocks while not running). The
-   * bytes are taken at the call: written at once where it runs and no CUDA work waits, else copied.
-   */
+  /** Writes `data` at `offset` (a `cudaMemcpy`: blocks while not running), taken at the call. */
   write(offset: number, data: Uint8Array): Promise<void> {
     if (!(data instanceof Uint8Array)) {
       throw new TypeError(`data must be a Uint8Array, got ${describeValue(data)}`);
@@ -236,10 +230,7 @@ export class SimulatedProcess {
     return this.#whenRunning("read GPU memory", () => this.#memory!.read(offset, length));
   }
 
-  /**
-   * The chunked SHA-256 of its GPU memory, wherever it is (`ChunkedSha256` in mock/memory.ts). It
-   * never waits, and costs what was written since the last call. Rejects where there is no memory.
-   */
+  /** The chunked SHA-256 of its GPU memory, wherever it is; costs what was written since last. */
   memoryChunkedSha256(): Promise<string> {
     return this.#memory ? Promise.resolve(this.#memory.chunkedSha256()) : Promise.reject(
       new Error(`process ${this.pid} has no GPU memory (it never used CUDA, or it exited)`),

@@ -1,5 +1,5 @@
 /**
- * The simulated machine, which owns what its parts share: processes, GPUs, clock, what is under way.
+ * The simulated machine: it owns what its parts share (processes, GPUs, clock, work under way).
  * @module
  */
 

@@ -63,10 +63,7 @@ interface HeldRecordSnapshot {
   at: number;
 }
 
-/**
- * A simulated machine as plain JSON; not its exited processes, calls log, time or timing model (a
- * loaded one uses its chip's).
- */
+/** A simulated machine as plain JSON; not its exited processes, calls, time or timing model. */
 export interface SimulatorSnapshot {
   format: typeof SIMULATOR_SNAPSHOT_FORMAT;
   version: typeof SIMULATOR_SNAPSHOT_VERSION;
@@ -95,10 +92,7 @@ export class SimulatorSnapshotError extends Error {
   }
 }
 
-/**
- * The simulated machine as a plain JSON object, which {@link loadSimulator} takes back. Only a
- * quiescent machine can be saved: it throws, saying what is under way, or if closed.
- */
+/** A quiescent simulated machine as plain JSON, for {@link loadSimulator}; throws if busy or closed. */
 export function snapshotSimulator(sim: SimulatedMachine): SimulatorSnapshot {
   if (!(sim instanceof SimulatedMachine)) {
     throw new TypeError(`snapshotSimulator takes a SimulatedMachine, got ${describeValue(sim)}`);
@@ -151,10 +145,7 @@ function processSnapshot(p: SimulatedProcess): ProcessSnapshot {
   };
 }
 
-/**
- * A simulated machine built from a snapshot, on the virtual clock unless `options` say otherwise.
- * Every field is read strictly first: anything amiss is a {@link SimulatorSnapshotError}.
- */
+/** A simulated machine from a snapshot read strictly (else a {@link SimulatorSnapshotError}). */
 export function loadSimulator(
   snapshot: unknown,
   options: LoadSimulatorOptions = {},

@@ -1,17 +1,12 @@
 /**
- * The simulated driver's timing model, one per chip, from the figures measured with driver 580
- * (docs/DRIVER.md#timings), and the simulated CRIU's. A checkpoint or restore is a fixed cost, then
- * a copy of the GPU memory at the rate its measured time implies (interpolated in the table);
- * copies at once slow each other (fitted to four of 4 GiB).
+ * The simulated driver's timing model, one per chip, from driver 580's figures (docs/DRIVER.md),
+ * and the simulated CRIU's: a fixed cost, then a copy at the rate the measured time implies.
  * @module
  */
 
 import { checkAmount, checkKeys } from "../core/options.ts";
 
-/**
- * GPU memory a CUDA context takes on each GPU, in MiB: nvidia-smi on an H200, driver 580.159.04,
- * showed 536 MiB for the target with 16 MiB allocated, 1544 MiB with 1024 (2026-11-21).
- */
+/** GPU memory a CUDA context takes, in MiB (H200: 536 MiB held with 16 allocated, 2026-11-21). */
 export const CONTEXT_MIB = 520;
 
 /** One measured point: GPU memory in MiB and the time in ms for the whole operation. */
