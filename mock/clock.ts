@@ -74,12 +74,7 @@ export class VirtualClock implements SimClock {
   hold(): () => void {
     this.#holds++;
     this.#schedule();
-    let held = true;
-    return () => {
-      if (!held) return;
-      held = false;
-      this.#holds--;
-    };
+    return once(() => this.#holds--);
   }
 
   /** How many timers are pending. */
@@ -166,33 +161,31 @@ export class RealClock implements SimClock {
   /** While held, passive timers keep the program alive too (someone waits on a kernel). */
   hold(): () => void {
     if (this.#holds++ === 0) { for (const t of this.#timers.values()) t.handle.ref(); }
-    let held = true;
-    return () => {
-      if (!held) return;
-      held = false;
-      if (--this.#holds > 0) return;
-      for (const t of this.#timers.values()) if (!t.driving) t.handle.unref();
-    };
+    return once(() => {
+      if (--this.#holds === 0) {
+        for (const t of this.#timers.values()) if (!t.driving) t.handle.unref();
+      }
+    });
   }
+}
+
+/** `fn`, to be called once: later calls do nothing. */
+function once(fn: () => void): () => void {
+  let done = false;
+  return () => void (done || (done = true, fn()));
 }
 
 /** The clock a simulated machine's `clock` (and `speed`) option asks for. */
 export function makeClock(clock: unknown = "virtual", speed?: unknown): SimClock {
-  if (speed !== undefined && clock !== "real") {
-    throw new TypeError(`speed ${describeValue(speed)} is used only with clock: "real"`);
-  }
+  const only = `speed ${describeValue(speed)} is used only with clock: "real"`;
+  if (speed !== undefined && clock !== "real") throw new TypeError(only);
   if (clock === "virtual") return new VirtualClock();
   if (clock === "real") return new RealClock(speed as number | undefined);
-  const c = clock as SimClock | null;
-  if (
-    typeof c === "object" && c !== null && typeof c.now === "function" &&
-    typeof c.setTimer === "function" && typeof c.clearTimer === "function"
-  ) {
-    return c;
+  const c = clock as Partial<SimClock> | null;
+  const methods = ["now", "setTimer", "clearTimer"] as const;
+  if (typeof c === "object" && c !== null && methods.every((m) => typeof c[m] === "function")) {
+    return c as SimClock;
   }
-  throw new TypeError(
-    `clock must be "virtual", "real" or a SimClock (with now, setTimer and clearTimer), got ${
-      describeValue(clock)
-    }`,
-  );
+  const a = `"virtual", "real" or a SimClock (with now, setTimer and clearTimer)`;
+  throw new TypeError(`clock must be ${a}, got ${describeValue(clock)}`);
 }

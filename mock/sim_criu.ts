@@ -71,23 +71,16 @@ const PIECE_BYTES = 0.5e9;
  * ```ts
  * import { CudaProcess } from "@ckpt/cuda";
  * import { SimulatedMachine } from "@ckpt/cuda/mock";
- * import { mkdtemp } from "node:fs/promises";
- * import { tmpdir } from "node:os";
- * import { join } from "node:path";
+ * import { mkdtempSync } from "node:fs";
  *
  * const sim = new SimulatedMachine();
- * const criu = sim.engine;
  * const job = sim.spawn({ memoryMiB: 1024 });
- * await job.write(0, new TextEncoder().encode("state"));
  * await new CudaProcess(job.pid, { machine: sim }).suspend(); // criu cannot dump GPU mappings
- * const imagesDir = await mkdtemp(join(tmpdir(), "images-"));
- * await criu.dump({ root: job.pid, imagesDir, onBytes: (n) => console.log(n) });
- * await criu.kill([job.pid]);
- * await criu.restore({ root: job.pid, imagesDir });
- * const back = sim.process(job.pid)!;
- * console.log(back.state, back.start !== job.start); // "checkpointed" true
- * await new CudaProcess(job.pid, { machine: sim }).resume();
- * console.log(new TextDecoder().decode(await back.read(0, 5))); // "state"
+ * const imagesDir = mkdtempSync("/tmp/images-");
+ * await sim.engine.dump({ root: job.pid, imagesDir });
+ * await sim.engine.kill([job.pid]);
+ * await sim.engine.restore({ root: job.pid, imagesDir });
+ * console.log(sim.process(job.pid)!.state); // "checkpointed": a new process, with the old pid
  * ```
  */
 export class SimulatedCriu implements SnapshotEngine {

@@ -244,14 +244,12 @@ export class SimulatedProcess {
    * @example
    * ```ts
    * import { CudaProcess } from "@ckpt/cuda";
-   * import { CUresult } from "@ckpt/cuda/driver";
    * import { SimulatedMachine } from "@ckpt/cuda/mock";
    *
    * const sim = new SimulatedMachine();
    * const target = sim.spawn({ memoryMiB: 1024 });
-   * target.failNext("checkpoint", { code: CUresult.CUDA_ERROR_OUT_OF_MEMORY });
-   * const proc = new CudaProcess(target.pid, { machine: sim });
-   * await proc.suspend().catch((e) => console.log(e.message)); // "... Suspend unlocked the process again: it was left running"
+   * target.failNext("checkpoint", { code: 2 }); // CUDA_ERROR_OUT_OF_MEMORY
+   * await new CudaProcess(target.pid, { machine: sim }).suspend().catch((e) => console.log(e.name));
    * target.failNext("restore", { code: 999, state: "failed", nth: 2 }); // the second restore from now
    * ```
    */

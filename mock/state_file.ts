@@ -122,7 +122,7 @@ export function snapshotSimulator(sim: SimulatedMachine): SimulatorSnapshot {
 
 function processSnapshot(p: SimulatedProcess): ProcessSnapshot {
   const on = p.memoryLocation;
-  const faults = p.pendingFaults;
+  const faults = Object.fromEntries(p.pendingFaults.map(({ operation, ...f }) => [operation, f]));
   return {
     pid: p.pid,
     parent: p.parent,
@@ -137,9 +137,7 @@ function processSnapshot(p: SimulatedProcess): ProcessSnapshot {
     gpus: p.gpus.map((g) => g.index),
     memoryMiB: p.memoryMiB,
     ...(on === "none" ? {} : { memory: { on, pages: p.savedPages() } }),
-    ...(faults.length === 0
-      ? {}
-      : { faults: Object.fromEntries(faults.map(({ operation, ...f }) => [operation, f])) }),
+    ...(Object.keys(faults).length ? { faults } : {}),
     ...(p.restoreRefused ? { restoreRefused: true } : {}),
     ...(p.stopped ? { stopped: true } : {}),
   };
