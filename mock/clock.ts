@@ -160,11 +160,10 @@ export class RealClock implements SimClock {
 
   /** While held, passive timers keep the program alive too (someone waits on a kernel). */
   hold(): () => void {
-    if (this.#holds++ === 0) { for (const t of this.#timers.values()) t.handle.ref(); }
+    const timers = this.#timers.values.bind(this.#timers);
+    if (this.#holds++ === 0) { for (const t of timers()) t.handle.ref(); }
     return once(() => {
-      if (--this.#holds === 0) {
-        for (const t of this.#timers.values()) if (!t.driving) t.handle.unref();
-      }
+      if (--this.#holds === 0) { for (const t of timers()) if (!t.driving) t.handle.unref(); }
     });
   }
 }

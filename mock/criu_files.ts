@@ -109,9 +109,7 @@ export function imageOf(p: SimulatedProcess, machineGpus: readonly SimulatedGpu[
 /** The GPUs of `host` the image's process used where it saw them all, else those it remembers. */
 export function gpusOf(host: SimulatedMachine, image: ProcessImage): SimulatedGpu[] {
   const here = new Map(host.gpus.map((g) => [g.uuid, g]));
-  if (image.devices.every((d) => here.has(d.uuid))) {
-    return image.gpus.map((uuid) => here.get(uuid)!);
-  }
+  if (image.devices.every((d) => here.has(d.uuid))) return image.gpus.map((u) => here.get(u)!);
   const seen: RememberedGpu[] = [];
   for (const d of image.devices) seen.push(new RememberedGpu(d, seen));
   Object.freeze(seen);
@@ -178,10 +176,8 @@ export function readTree(dir: string, root: number, log: EngineLog): ProcessImag
     const file = join(dir, name);
     const image = readImage(file, Number(match[1]), log);
     for (const t of image.threads) {
-      const other = threads.get(t);
-      if (other !== undefined) {
-        throw log.error(`${file} is corrupt: thread ${t} is process ${other}'s too`);
-      }
+      const other = threads.get(t), also = `thread ${t} is process ${threads.get(t)}'s too`;
+      if (other !== undefined) throw log.error(`${file} is corrupt: ${also}`);
       threads.set(t, image.pid);
     }
     byPid.set(image.pid, image);
@@ -195,12 +191,9 @@ export function readTree(dir: string, root: number, log: EngineLog): ProcessImag
     }
   }
   const stray = [...byPid.values()].find((image) => !tree.includes(image));
-  const notIn = (p: ProcessImage) => `its parent ${p.parent} is not in it`;
-  if (stray) {
-    throw log.error(
-      `${join(dir, imageName(stray.pid))} is no image of the tree of ${root}: ${notIn(stray)}`,
-    );
-  }
+  const notIn = (p: ProcessImage) =>
+    `is no image of the tree of ${root}: its parent ${p.parent} is not in it`;
+  if (stray) throw log.error(`${join(dir, imageName(stray.pid))} ${notIn(stray)}`);
   for (const pid of withPages) {
     const version = byPid.get(pid)?.version;
     const file = join(dir, pagesName(pid));
@@ -280,9 +273,8 @@ function readImage(file: string, pid: number, log: EngineLog): ProcessImage {
   const libcuda = read.boolean(v.libcuda, "libcuda");
   if (cuda && !libcuda) read.refuse("libcuda", "libcuda must be true for a CUDA process");
   const state = cuda ? CHECKPOINTED : INITIAL_STATE;
-  if (v.state !== state) {
-    read.fail("state", `${JSON.stringify(state)} for a ${cuda ? "CUDA " : ""}process`, v.state);
-  }
+  const forIt = `${JSON.stringify(state)} for a ${cuda ? "CUDA " : ""}process`;
+  if (v.state !== state) read.fail("state", forIt, v.state);
   const memoryMiB = read.amount(v.memoryMiB, "memoryMiB");
   if (!cuda && memoryMiB !== 0) read.fail("memoryMiB", "0 for a process without CUDA", memoryMiB);
   if (!cuda && v.memory !== undefined) {
@@ -292,9 +284,8 @@ function readImage(file: string, pid: number, log: EngineLog): ProcessImage {
   const devices = readGpus(read, v.devices, "devices", 1);
   const gpus = read.array(v.gpus, "gpus", 1, 1024).map((g, i) => {
     const uuid = read.uuid(g, `gpus[${i}]`);
-    if (!devices.some((d) => d.uuid === uuid)) {
-      read.refuse(`gpus[${i}]`, `gpus[${i}] names ${uuid}, which is none of its devices`);
-    }
+    const none = `gpus[${i}] names ${uuid}, which is none of its devices`;
+    if (!devices.some((d) => d.uuid === uuid)) read.refuse(`gpus[${i}]`, none);
     return uuid;
   });
   return {

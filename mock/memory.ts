@@ -121,17 +121,12 @@ const zeroDigest = (length: number): Uint8Array =>
 
 /** Throws a RangeError unless `offset` and `length` name bytes inside `size` bytes of memory. */
 export function checkRange(size: number, offset: number, length: number): void {
-  if (!Number.isSafeInteger(offset) || offset < 0) {
-    throw new RangeError(`offset must be a non-negative integer, got ${describeValue(offset)}`);
+  for (const [name, value] of [["offset", offset], ["length", length]] as const) {
+    const got = `${name} must be a non-negative integer, got ${describeValue(value)}`;
+    if (!Number.isSafeInteger(value) || value < 0) throw new RangeError(got);
   }
-  if (!Number.isSafeInteger(length) || length < 0) {
-    throw new RangeError(`length must be a non-negative integer, got ${describeValue(length)}`);
-  }
-  if (offset + length > size) {
-    throw new RangeError(
-      `bytes ${offset} to ${offset + length} are outside the process's ${size} bytes of GPU memory`,
-    );
-  }
+  const [end, outside] = [offset + length, `are outside the process's ${size} bytes of GPU memory`];
+  if (end > size) throw new RangeError(`bytes ${offset} to ${end} ${outside}`);
 }
 
 /**
@@ -143,27 +138,19 @@ export type SavedPages = [number, string][];
 const BASE64 = /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/;
 
 /** `value` read strictly as the saved pages of `size` bytes of memory. */
-export function readPages(
-  read: StrictReader,
-  value: unknown,
-  size: number,
-  at: string,
-): SavedPages {
-  if (!Array.isArray(value)) read.fail(at, "an array of [page index, base64] entries", value);
+export function readPages(read: StrictReader, v: unknown, size: number, at: string): SavedPages {
+  if (!Array.isArray(v)) read.fail(at, "an array of [page index, base64] entries", v);
   const count = Math.ceil(size / PAGE_SIZE);
   let last = -1;
-  return value.map((entry: unknown, i): [number, string] => {
+  return v.map((entry: unknown, i): [number, string] => {
     const path = `${at}[${i}]`;
-    const [index, base64] = read.array(entry, path, 2, 2);
+    const [index, text] = read.array(entry, path, 2, 2);
     last = read.integer(index, `${path}[0]`, last + 1, count - 1);
-    if (typeof base64 !== "string" || !BASE64.test(base64)) {
-      read.fail(`${path}[1]`, "a base64 string", base64);
-    }
-    const length = Buffer.from(base64, "base64").length;
+    const page = `${path}[1]`;
+    if (typeof text !== "string" || !BASE64.test(text)) read.fail(page, "a base64 string", text);
+    const length = Buffer.from(text, "base64").length;
     const room = Math.min(PAGE_SIZE, size - last * PAGE_SIZE);
-    if (length > room) {
-      read.refuse(`${path}[1]`, `${path}[1] holds ${length} bytes; page ${last} has ${room}`);
-    }
-    return [last, base64];
+    if (length > room) read.refuse(page, `${page} holds ${length} bytes; page ${last} has ${room}`);
+    return [last, text];
   });
 }

@@ -396,9 +396,8 @@ export class SimulatedDriver implements CheckpointDriver {
     }
     // Measured on two H200s: leaving out a GPU (even one not used) or two onto one is INVALID_VALUE.
     const left = seen.find((g) => !map.has(g));
-    if (left) {
-      return `the mapping leaves out GPU ${left.index} (${left.uuid}); it must name every GPU`;
-    }
+    const out = left && `GPU ${left.index} (${left.uuid}); it must name every GPU`;
+    if (out) return `the mapping leaves out ${out}`;
     const onto = new Map<SimulatedGpu, SimulatedGpu>();
     for (const [from, to] of map) {
       const other = onto.get(to);

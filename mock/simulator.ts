@@ -225,9 +225,9 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
     const leave = checkAmount(or(o.leaveMiB, 0), "fillGpu: leaveMiB");
     const g = this.gpus[index];
     const memoryMiB = g.freeMiB - leave - g.contextMiB;
-    const less = `less than the ${leave} MiB to leave and a CUDA context (${g.contextMiB} MiB)`;
+    const less = `${g.freeMiB} MiB free, less than the ${leave} MiB to leave and a CUDA context`;
     if (memoryMiB < 0) {
-      throw new RangeError(`fillGpu: GPU ${index} has ${g.freeMiB} MiB free, ${less}`);
+      throw new RangeError(`fillGpu: GPU ${index} has ${less} (${g.contextMiB} MiB)`);
     }
     return this.spawn({ memoryMiB, gpu: index, command: `simulated GPU filler (GPU ${index})` });
   }
@@ -271,9 +271,8 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
   /** @internal why the machine cannot be saved now */
   busyWith(): string | undefined {
     if (this.#closed) return "the simulated driver was closed";
-    if (this.#waiting.size > 0) {
-      return `${this.#waiting.size} driver call(s) or sleep(s) are under way`;
-    }
+    const n = this.#waiting.size;
+    if (n > 0) return `${n} driver call(s) or sleep(s) are under way`;
     for (const p of this.#processes) {
       const work = p.pendingWork;
       if (work) return `process ${p.pid} has ${work}`;
@@ -387,10 +386,10 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
   #gpusFor(gpu: SpawnOptions["gpu"]): SimulatedGpu[] {
     const last = this.gpus.length - 1;
     const indexes = gpu === undefined ? [0] : typeof gpu === "number" ? [gpu] : gpu;
-    const what = "spawn: gpu must be a GPU index or a non-empty array of them, got";
-    if (!Array.isArray(indexes) || !indexes.length) {
-      throw new TypeError(`${what} ${describeValue(gpu)}`);
-    }
+    const what = `spawn: gpu must be a GPU index or a non-empty array of them, got ${
+      describeValue(gpu)
+    }`;
+    if (!Array.isArray(indexes) || !indexes.length) throw new TypeError(what);
     const seen = new Set<number>();
     return indexes.map((i: unknown) => {
       const none = `does not exist: this simulator has GPUs 0 to ${last}`;
