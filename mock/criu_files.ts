@@ -17,7 +17,7 @@ import { INITIAL_STATE, type ProcessState, stepTo } from "../core/states.ts";
 import { readPages, type SavedPages } from "./memory.ts";
 import { SimulatedGpu } from "./sim_gpu.ts";
 import type { SimulatedMachine } from "./simulator.ts";
-import { SimulatedProcess } from "./sim_process.ts";
+import { type ProcessFields, SimulatedProcess } from "./sim_process.ts";
 import { mibToBytes } from "./timing.ts";
 
 const IMAGE_FORMAT = "ckpt-cuda-simulated-criu-image";
@@ -41,24 +41,16 @@ const FIELDS =
 type ImageGpu = Omit<ManifestGpu, "totalMiB">;
 
 /** The image of one process but its memory, as `process-<pid>.img` holds it. */
-export interface ProcessImage {
+export interface ProcessImage extends ProcessFields {
   format: typeof IMAGE_FORMAT;
   /** 3, as a dump writes it; 2 as read (its memory in `memory`). */
   version: typeof IMAGE_VERSION | typeof INLINE_MEMORY_VERSION;
-  pid: number;
-  parent: number;
-  threads: number[];
-  command: string;
-  cuda: boolean;
-  libcuda: boolean;
-  inspectable: boolean;
   /** Checkpointed (a CUDA process), or the initial state (none). */
   state: ProcessState;
   /** The UUIDs of the GPUs it used, each one of `devices`. */
   gpus: string[];
   /** Every GPU the process saw: a restore onto other GPUs must map each (measured on 2 H200s). */
   devices: ImageGpu[];
-  memoryMiB: number;
   /** Version 2 only: the pages of its memory. */
   memory?: SavedPages;
 }

@@ -30,19 +30,20 @@ import { type GpuNeeds, needsOn, type SimulatedGpu } from "./sim_gpu.ts";
 import type { SimulatedMachine } from "./simulator.ts";
 import { mibToBytes } from "./timing.ts";
 
-/** A process to make (its start left out: a new one). */
-interface NewProcess {
+/** What makes a process, as the state file and the simulated criu's images keep it. @internal */
+export interface ProcessFields {
   pid: number;
+  parent: number;
   threads: number[];
-  memoryMiB: number;
-  gpus: SimulatedGpu[];
-  cuda: boolean;
   command: string;
-  inspectable: boolean;
+  cuda: boolean;
   libcuda: boolean;
-  parent?: number;
-  start?: number;
+  inspectable: boolean;
+  memoryMiB: number;
 }
+
+/** A process to make (its start left out: a new one). */
+type NewProcess = ProcessFields & { gpus: SimulatedGpu[]; start?: number };
 
 /** A kernel launch: awaiting it (`onWait`, once) is waiting on the simulator, moving time. */
 class KernelLaunch extends Promise<void> {
@@ -126,7 +127,7 @@ export class SimulatedProcess {
     this.command = made.command;
     this.inspectable = made.inspectable;
     this.libcudaLoaded = made.libcuda;
-    this.#parent = made.parent ?? 0;
+    this.#parent = made.parent;
     this.start = made.start ?? machine.takeStart();
     if (made.cuda) this.#memory = new MemoryImage(mibToBytes(made.memoryMiB));
   }

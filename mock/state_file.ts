@@ -17,7 +17,7 @@ import {
 import { FAULTABLE_OPERATIONS, type FaultableOperation, type PendingFault } from "./faults.ts";
 import { readPages, type SavedPages } from "./memory.ts";
 import type { SimulatedGpuSpec } from "./sim_gpu.ts";
-import { SimulatedProcess } from "./sim_process.ts";
+import { type ProcessFields, SimulatedProcess } from "./sim_process.ts";
 import { SimulatedMachine, type SimulatedMachineOptions } from "./simulator.ts";
 import { mibToBytes } from "./timing.ts";
 
@@ -30,19 +30,11 @@ export const SIMULATOR_SNAPSHOT_VERSION = 4;
 type GpuSnapshot = Required<SimulatedGpuSpec>;
 
 /** A live process in a snapshot, as `SimulatedProcess` has the fields (GPUs by index). */
-interface ProcessSnapshot {
-  pid: number;
-  parent: number;
+interface ProcessSnapshot extends ProcessFields {
   start: number;
-  threads: number[];
   restoreThreadId: number;
-  command: string;
-  cuda: boolean;
-  libcuda: boolean;
-  inspectable: boolean;
   state: ProcessState;
   gpus: number[];
-  memoryMiB: number;
   /** Where its GPU memory's contents are, and its pages not all zero. */
   memory?: { on: "gpu" | "host"; pages: SavedPages };
   faults?: Partial<Record<FaultableOperation, FaultSnapshot>>;
