@@ -83,17 +83,10 @@ export function imageOf(p: SimulatedProcess, machineGpus: readonly SimulatedGpu[
   const image: ProcessImage = {
     format: IMAGE_FORMAT,
     version: IMAGE_VERSION,
-    pid: p.pid,
-    parent: p.parent,
-    threads: [...p.threads],
-    command: p.command,
-    cuda: p.usesCuda,
-    libcuda: p.libcudaLoaded,
-    inspectable: p.inspectable,
+    ...p.fields,
     state: p.usesCuda ? CHECKPOINTED : INITIAL_STATE,
     gpus: p.gpuUuids,
     devices: (gpusSeenBy(p) ?? machineGpus).map(({ index, uuid, name }) => ({ index, uuid, name })),
-    memoryMiB: p.memoryMiB,
   };
   return { image, pages: p.savedPages() };
 }

@@ -313,6 +313,13 @@ export class SimulatedProcess {
     this.stopKernels(new Error(`process ${this.pid} exited before its kernel finished`));
   }
 
+  /** @internal what makes it, as the state file and criu's images keep it */
+  get fields(): ProcessFields {
+    const { pid, parent, command, inspectable, memoryMiB, usesCuda: cuda } = this;
+    const threads = [...this.threads], libcuda = this.libcudaLoaded;
+    return { pid, parent, threads, command, cuda, libcuda, inspectable, memoryMiB };
+  }
+
   /** @internal its parent exited: it has none now */
   orphan(): void {
     this.#parent = 0;

@@ -116,18 +116,11 @@ function processSnapshot(p: SimulatedProcess): ProcessSnapshot {
   const on = p.memoryLocation;
   const faults = Object.fromEntries(p.pendingFaults.map(({ operation, ...f }) => [operation, f]));
   return {
-    pid: p.pid,
-    parent: p.parent,
+    ...p.fields,
     start: p.start,
-    threads: [...p.threads],
     restoreThreadId: p.tid,
-    command: p.command,
-    cuda: p.usesCuda,
-    libcuda: p.libcudaLoaded,
-    inspectable: p.inspectable,
     state: p.state,
     gpus: p.gpus.map((g) => g.index),
-    memoryMiB: p.memoryMiB,
     ...(on === "none" ? {} : { memory: { on, pages: p.savedPages() } }),
     ...(Object.keys(faults).length ? { faults } : {}),
     ...(p.restoreRefused ? { restoreRefused: true } : {}),
