@@ -273,24 +273,14 @@ function readImage(file: string, pid: number, log: EngineLog): ProcessImage {
     if (!devices.some((d) => d.uuid === uuid)) read.refuse(`gpus[${i}]`, none);
     return uuid;
   });
-  return {
-    format: IMAGE_FORMAT,
-    version: inline ? INLINE_MEMORY_VERSION : IMAGE_VERSION,
-    pid,
-    parent: read.integer(v.parent, "parent", 0, MAX_PID),
-    threads,
-    command: read.string(v.command, "command", 1 << 20),
-    cuda,
-    libcuda,
-    inspectable: read.boolean(v.inspectable, "inspectable"),
-    state,
-    gpus,
-    devices,
-    memoryMiB,
-    ...(inline && cuda
-      ? { memory: readPages(read, v.memory, mibToBytes(memoryMiB), "memory") }
-      : {}),
-  };
+  const parent = read.integer(v.parent, "parent", 0, MAX_PID);
+  const command = read.string(v.command, "command", 1 << 20);
+  const inspectable = read.boolean(v.inspectable, "inspectable");
+  const version = inline ? INLINE_MEMORY_VERSION : IMAGE_VERSION;
+  const fields = { pid, parent, threads, command, cuda, libcuda, inspectable, memoryMiB };
+  const image: ProcessImage = { format: IMAGE_FORMAT, version, ...fields, state, gpus, devices };
+  if (inline && cuda) image.memory = readPages(read, v.memory, mibToBytes(memoryMiB), "memory");
+  return image;
 }
 
 /** `err` as it is, where it is a failure already made; else a failure of `what`, naming it. */

@@ -192,18 +192,11 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
     const pid = this.#nextPid;
     const count = 1 + extra + (cuda ? 1 : 0);
     if (pid + count > MAX_PID) throw new RangeError(`spawn: no pids left after ${pid}`);
-    const proc = new SimulatedProcess(this, {
-      pid,
-      threads: Array.from({ length: count }, (_, i) => pid + i),
-      start: this.#nextStart, // taken only once it fits
-      memoryMiB,
-      gpus,
-      cuda,
-      command: checkName(or(o.command, `simulated-process ${pid}`), "spawn: command"),
-      inspectable: checkFlag(o.inspectable, "spawn: inspectable", true),
-      libcuda,
-      parent,
-    });
+    const threads = Array.from({ length: count }, (_, i) => pid + i);
+    const command = checkName(or(o.command, `simulated-process ${pid}`), "spawn: command");
+    const inspectable = checkFlag(o.inspectable, "spawn: inspectable", true);
+    const made = { pid, threads, memoryMiB, gpus, cuda, command, inspectable, libcuda, parent };
+    const proc = new SimulatedProcess(this, { ...made, start: this.#nextStart }); // taken if it fits
     const short = cuda ? proc.claimOn(gpus) : undefined;
     if (short) throw new RangeError(`spawn: ${short}`);
     this.#nextPid += Math.max(10, count + 7);

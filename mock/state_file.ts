@@ -213,17 +213,20 @@ function readSnapshot(value: unknown): SimulatorSnapshot {
     .map((p, i) => readProcess(r, p, `processes[${i}]`));
   const held = top.heldRecords === undefined ? [] : read.array(top.heldRecords, "heldRecords");
   const heldRecords = held.map((h, i) => readRecord(r, h, `heldRecords[${i}]`, processes));
-  return {
+  const driverVersion = read.integer(top.driverVersion, "driverVersion", 0, MAX_PID);
+  const seed = read.integer(top.seed, "seed", 0, 2 ** 32 - 1);
+  const { nextPid, nextStart } = r;
+  const s: SimulatorSnapshot = {
     format: FORMAT,
     version: VERSION,
-    driverVersion: read.integer(top.driverVersion, "driverVersion", 0, MAX_PID),
-    seed: read.integer(top.seed, "seed", 0, 2 ** 32 - 1),
-    nextPid: r.nextPid,
-    nextStart: r.nextStart,
+    driverVersion,
+    seed,
+    nextPid,
+    nextStart,
     gpus,
     processes,
-    ...(top.heldRecords === undefined ? {} : { heldRecords }),
   };
+  return top.heldRecords === undefined ? s : { ...s, heldRecords };
 }
 
 function readGpu(read: StrictReader, value: unknown, at: string): GpuSnapshot {
@@ -301,26 +304,16 @@ function readProcess(r: Reading, value: unknown, at: string): ProcessSnapshot {
   }
   const refused = `: only a checkpointed process can be refused restores, not a ${state} one`;
   if (p.restoreRefused && !memoryOnHost(state)) no("restoreRefused", refused);
+  const command = read.string(p.command, `${at}.command`, 1 << 20);
+  const inspectable = read.boolean(p.inspectable, `${at}.inspectable`);
+  const fields = { pid, parent, threads, command, cuda, libcuda, inspectable, memoryMiB };
+  const out: ProcessSnapshot = { ...fields, start, restoreThreadId: tid, state, gpus };
   const size = mibToBytes(memoryMiB);
-  const memory = cuda ? readMemory(read, p.memory, `${at}.memory`, state, size) : undefined;
-  return {
-    pid,
-    parent,
-    start,
-    threads,
-    restoreThreadId: tid,
-    command: read.string(p.command, `${at}.command`, 1 << 20),
-    cuda,
-    libcuda,
-    inspectable: read.boolean(p.inspectable, `${at}.inspectable`),
-    state,
-    gpus,
-    memoryMiB,
-    ...(memory ? { memory } : {}),
-    ...(p.faults === undefined ? {} : { faults: readFaults(read, p.faults, `${at}.faults`) }),
-    ...(p.restoreRefused ? { restoreRefused: true } : {}),
-    ...(p.stopped ? { stopped: true } : {}),
-  };
+  if (cuda) out.memory = readMemory(read, p.memory, `${at}.memory`, state, size);
+  if (p.faults !== undefined) out.faults = readFaults(read, p.faults, `${at}.faults`);
+  if (p.restoreRefused) out.restoreRefused = true;
+  if (p.stopped) out.stopped = true;
+  return out;
 }
 
 type Memory = ProcessSnapshot["memory"];
