@@ -8,7 +8,7 @@ import { describeValue } from "../core/errors.ts";
 
 /** How a timer takes part in moving time; see {@link SimClock.setTimer}. */
 export interface TimerOptions {
-  /** A passive timer (a kernel nobody waits on) moves no virtual time by itself. Default `false`. */
+  /** A passive timer (a kernel nobody waits on) moves no virtual time by itself. Default false. */
   passive?: boolean;
 }
 

@@ -129,7 +129,7 @@ export function emptyDirectory(dir: string, log: EngineLog): void {
   if (entries.length > 0) throw log.error(`images directory ${dir} is not empty (it has ${first})`);
 }
 
-/** Writes the image file and the pages file of a process into `dir` (mode 0600, never over a file). */
+/** Writes a process's image and pages files into `dir` (mode 0600, never over a file). */
 export function writeImages(dir: string, { image, pages }: DumpedImages, log: EngineLog): void {
   const pagesFile = { format: PAGES_FORMAT, version: IMAGE_VERSION, pid: image.pid, pages };
   for (const [name, value] of [[imageName(image.pid), image], [pagesName(image.pid), pagesFile]]) {
@@ -297,7 +297,7 @@ export class EngineLog {
   readonly #began: number;
   #written = false;
 
-  /** The log of an operation beginning now on `clock`, to be written to `path`; `lines` begin it. */
+  /** The log of an operation beginning now on `clock`, for `path`; `lines` begin it. */
   constructor(clock: { now(): number }, path: string | undefined, ...lines: string[]) {
     this.path = path;
     this.#clock = clock;
@@ -321,7 +321,7 @@ export class EngineLog {
     });
   }
 
-  /** Writes the log once, replacing a file (not through a link); false without a path or failing. */
+  /** Writes the log once, replacing a file (not through a link); false if it cannot. */
   write(quietly = false): boolean {
     if (this.#written || this.path === undefined) return this.#written;
     try {

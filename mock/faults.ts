@@ -10,7 +10,7 @@ import { PROCESS_STATES, type ProcessState } from "../core/states.ts";
 /** The queries, whose answer {@link SimulatedProcess.answerNext} can replace. */
 export type QueryOperation = "getState" | "getRestoreThreadId";
 
-/** The driver calls a fault can be injected into, by their C names without `cuCheckpointProcess`. */
+/** The driver calls a fault can be injected into, their C names less `cuCheckpointProcess`. */
 export type FaultableOperation = QueryOperation | "lock" | "checkpoint" | "restore" | "unlock";
 
 const QUERIES: readonly QueryOperation[] = ["getState", "getRestoreThreadId"];
@@ -31,7 +31,7 @@ export interface FaultTiming {
 
 /** A failure, for {@link SimulatedProcess.failNext}. */
 export interface InjectedFault extends FaultTiming {
-  /** The `CUresult` the call returns, from 1; an unknown one (7777) is what a newer driver may return. */
+  /** The `CUresult` the call returns, from 1; an unknown one is what a newer driver may return. */
   code: number;
   /** The state the process is left in (unchanged when left out); memory put back needs room. */
   state?: ProcessState;

@@ -11,7 +11,7 @@ import type { StrictReader } from "../core/json.ts";
 
 /** Page size of the saved form ({@link SavedPages}), in bytes. */
 export const PAGE_SIZE = 64 * 1024;
-/** The chunk size of the chunked SHA-256 and of the sparse store: 1 MiB, a whole number of pages. */
+/** The chunk of the chunked SHA-256 and of the sparse store: 1 MiB, a whole number of pages. */
 export const HASH_CHUNK_SIZE = 1024 * 1024;
 /** Bytes of one SHA-256 digest. */
 const DIGEST_BYTES = 32;

@@ -54,11 +54,11 @@ export type CriuOperation = "dump" | "restore";
 
 /** What {@link SimulatedCriu.failNext} takes. */
 export interface CriuFault {
-  /** The failure's words, as criu's last log line would give them. Default: says it was injected. */
+  /** The failure's words, as criu's last log line gives them. Default: says it was injected. */
   message?: string;
 }
 
-/** The most simulated image bytes one step of a dump or restore moves: onBytes is told after each. */
+/** The most image bytes one step of a dump or restore moves: onBytes is told after each. */
 const PIECE_BYTES = 0.5e9;
 
 /**

@@ -394,7 +394,7 @@ export class SimulatedDriver implements CheckpointDriver {
       if (map.has(from)) return `GPU ${from.index} (${from.uuid}) is mapped twice`;
       map.set(from, to);
     }
-    // Measured on two H200s: leaving out a GPU (even one not used) or two onto one is INVALID_VALUE.
+    // Measured on two H200s: a GPU left out (even one not used), or two onto one: INVALID_VALUE.
     const left = seen.find((g) => !map.has(g));
     const out = left && `GPU ${left.index} (${left.uuid}); it must name every GPU`;
     if (out) return `the mapping leaves out ${out}`;

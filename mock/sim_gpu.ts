@@ -80,7 +80,7 @@ export function needsOn(memoryMiB: number, gpus: readonly SimulatedGpu[]): GpuNe
   return need;
 }
 
-/** The GPUs of a simulated machine's `gpus` option, their UUIDs made up from `seed` if not given. */
+/** The GPUs of a simulated machine's `gpus` option, UUIDs made up from `seed` if not given. */
 export function makeGpus(
   gpus: number | readonly SimulatedGpuSpec[] | undefined,
   seed: number,

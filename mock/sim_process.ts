@@ -250,15 +250,15 @@ export class SimulatedProcess {
    * const sim = new SimulatedMachine();
    * const target = sim.spawn({ memoryMiB: 1024 });
    * target.failNext("checkpoint", { code: 2 }); // CUDA_ERROR_OUT_OF_MEMORY
-   * await new CudaProcess(target.pid, { machine: sim }).suspend().catch((e) => console.log(e.name));
-   * target.failNext("restore", { code: 999, state: "failed", nth: 2 }); // the second restore from now
+   * await new CudaProcess(target.pid, { machine: sim }).suspend().catch((e) => console.log(e));
+   * target.failNext("restore", { code: 999, state: "failed", nth: 2 }); // the second restore
    * ```
    */
   failNext(op: FaultableOperation, fault: InjectedFault): void {
     this.#inject(checkFault("failNext", op, fault), "failNext");
   }
 
-  /** Makes the process exit `afterMs` into the next call of `op` (or the `nth`): {@link ExitFault}. */
+  /** Makes the process exit `afterMs` into the next call of `op` (or the `nth`): ExitFault. */
   exitDuring(op: FaultableOperation, options: ExitFault = {}): void {
     this.#inject(checkFault("exitDuring", op, options), "exitDuring");
   }
@@ -433,7 +433,8 @@ export class SimulatedProcess {
     const why = this.#exited
       ? "has exited; no call can reach it any more"
       : !this.usesCuda
-      ? "never initialised CUDA; the driver answers CUDA_ERROR_NOT_INITIALIZED for it before any fault"
+      ? "never initialised CUDA; the driver answers CUDA_ERROR_NOT_INITIALIZED for it " +
+        "before any fault"
       : undefined;
     if (why) throw new Error(`${method}: process ${this.pid} ${why}`);
   }

@@ -34,9 +34,9 @@ import { CopyLink } from "./waits.ts";
 export interface SimulatedMachineOptions {
   /** How many H200s (an integer >= 1), or a description of each GPU. Default 1. */
   gpus?: number | readonly SimulatedGpuSpec[];
-  /** `"virtual"` (the default; no real waiting), `"real"` (divided by `speed`), or a {@link SimClock}. */
+  /** `"virtual"` (the default: no real waiting), `"real"` (divided by `speed`), or a SimClock. */
   clock?: "virtual" | "real" | SimClock;
-  /** With `clock: "real"` only: how many times faster than the measured driver to run. Default 1. */
+  /** With `clock: "real"` only: how many times faster than the measured driver. Default 1. */
   speed?: number;
   /** What `cuDriverGetVersion` reports. Default 13000; below it GPU pairs, below 12080 all fail. */
   driverVersion?: number;
@@ -54,7 +54,7 @@ export interface SpawnOptions {
   memoryMiB?: number;
   /** The index of its GPU, or of each of its GPUs (no GPU twice). Default 0. */
   gpu?: number | readonly number[];
-  /** `false` for a live process that never initialised CUDA (it has no GPU memory). Default true. */
+  /** `false` for a live process that never initialised CUDA (no GPU memory). Default true. */
   cuda?: boolean;
   /** Threads besides its main one. Default 1. A CUDA process has one more, its restore thread. */
   extraThreads?: number;
@@ -64,7 +64,7 @@ export interface SpawnOptions {
   inspectable?: boolean;
   /** The pid of its parent, a live process: it is part of that one's tree. Default none (0). */
   parent?: number;
-  /** Whether it has libcuda mapped (default: as `cuda`); with `cuda: false`, it never called `cuInit`. */
+  /** Whether it has libcuda mapped (default: as `cuda`); with `cuda: false`, no `cuInit` yet. */
   libcuda?: boolean;
 }
 
@@ -74,7 +74,7 @@ type Waiting = { reject(error: Error): void; release(): void };
 /**
  * A simulated machine with GPUs and processes, for testing code that checkpoints GPU processes
  * without a GPU: pass it as `{ machine: sim }`. Its driver has the real driver's states, codes and
- * timing (driver 580), its engine dumps and restores trees as criu does, and its clock is virtual by
+ * timing (driver 580), its engine dumps and restores trees as criu does; its clock is virtual by
  * default, moving only while the program waits on the simulator (a driver call, a kernel, `sleep`).
  *
  * @example
@@ -85,7 +85,7 @@ type Waiting = { reject(error: Error): void; release(): void };
  * const p = sim.spawn({ memoryMiB: 4096, gpu: 1 });
  * console.log(await sim.driver.lock(p.pid, null), await sim.driver.checkpoint(p.pid)); // 0 0
  * console.log(p.state, sim.now(), sim.gpus[1].usedMiB); // "checkpointed" 1880.2 0
- * console.log((await sim.host.identify!(p.threads[1]))?.pid === p.pid); // true: a thread id is its process
+ * console.log((await sim.host.identify!(p.threads[1]))?.pid === p.pid); // true: its thread
  * ```
  */
 export class SimulatedMachine implements Machine, AsyncDisposable {
@@ -196,7 +196,7 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
     const command = checkName(or(o.command, `simulated-process ${pid}`), "spawn: command");
     const inspectable = checkFlag(o.inspectable, "spawn: inspectable", true);
     const made = { pid, threads, memoryMiB, gpus, cuda, command, inspectable, libcuda, parent };
-    const proc = new SimulatedProcess(this, { ...made, start: this.#nextStart }); // taken if it fits
+    const proc = new SimulatedProcess(this, { ...made, start: this.#nextStart }); // taken if fits
     const short = cuda ? proc.claimOn(gpus) : undefined;
     if (short) throw new RangeError(`spawn: ${short}`);
     this.#nextPid += Math.max(10, count + 7);

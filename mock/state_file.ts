@@ -43,7 +43,7 @@ interface ProcessSnapshot extends ProcessFields {
   stopped?: true;
 }
 
-/** A fault waiting for its call, as `SimulatedProcess.pendingFaults` lists it, less its operation. */
+/** A fault waiting for its call, as `SimulatedProcess.pendingFaults` lists it, less `operation`. */
 type FaultSnapshot = PendingFault extends infer F
   ? F extends PendingFault ? Omit<F, "operation"> : never
   : never;
@@ -84,7 +84,7 @@ export class SimulatorSnapshotError extends Error {
   }
 }
 
-/** A quiescent simulated machine as plain JSON, for {@link loadSimulator}; throws if busy or closed. */
+/** A quiescent simulated machine as plain JSON, for {@link loadSimulator}; throws if not. */
 export function snapshotSimulator(sim: SimulatedMachine): SimulatorSnapshot {
   if (!(sim instanceof SimulatedMachine)) {
     throw new TypeError(`snapshotSimulator takes a SimulatedMachine, got ${describeValue(sim)}`);

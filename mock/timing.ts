@@ -24,7 +24,7 @@ export interface CopyTiming {
   readonly slowdownPerProcess: number;
 }
 
-/** The timing model of the simulated driver, in ms where not said. Every figure can be overridden. */
+/** The timing model of the simulated driver, in ms where not said; every figure can be set. */
 export interface TimingModel {
   /** Lock+checkpoint of one process (the lock itself is `lockMs`). */
   readonly checkpoint: CopyTiming;
