@@ -1,7 +1,4 @@
-/**
- * Clocks for the simulated machine: a virtual one, and the real one (for demos).
- * @module
- */
+// Clocks for the simulated machine: a virtual one, and the real one (for demos).
 
 import { clearTimeout, setImmediate, setTimeout } from "node:timers";
 import { describeValue } from "../core/errors.ts";
@@ -26,12 +23,7 @@ export interface SimClock {
   hold?(): () => void;
 }
 
-interface VirtualTimer {
-  at: number;
-  seq: number;
-  fn: () => void;
-  driving: boolean;
-}
+type VirtualTimer = { at: number; seq: number; fn: () => void; driving: boolean };
 
 /**
  * Virtual time: while the program waits on the simulator, at each macrotask turn the clock moves
@@ -109,10 +101,7 @@ export class VirtualClock implements SimClock {
   }
 }
 
-interface RealTimer {
-  handle: ReturnType<typeof setTimeout>;
-  driving: boolean;
-}
+type RealTimer = { handle: ReturnType<typeof setTimeout>; driving: boolean };
 
 /** Real time, optionally sped up: with `speed` 10, 750 ms take 75, and `now()` says 750. */
 export class RealClock implements SimClock {

@@ -1,10 +1,7 @@
-/**
- * The simulated CRIU's files: a dump's log, and per process `process-<pid>.img` (all but its
- * memory) and `pages-<pid>.img` (its GPU memory's pages), read as a restore copies the memory in.
- * Images of version 2 (the memory inside the image) are still read. All synchronous: a pending
- * file operation would let virtual time run on.
- * @module
- */
+// The simulated CRIU's files: a dump's log, and per process `process-<pid>.img` (all but its
+// memory) and `pages-<pid>.img` (its GPU memory's pages), read as a restore copies the memory in.
+// Images of version 2 (the memory inside the image) are still read. All synchronous: a pending
+// file operation would let virtual time run on.
 
 import { readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";

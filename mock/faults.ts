@@ -1,8 +1,5 @@
-/**
- * Faults to inject into a process's calls (`SimulatedProcess.failNext` and its neighbours): their
- * types and checks, and each process's faults waiting for their call.
- * @module
- */
+// Faults to inject into a process's calls (`SimulatedProcess.failNext` and its neighbours): their
+// types and checks, and each process's faults waiting for their call.
 
 import { checkAmount, checkChoice, checkInteger, checkKeys, MAX_PID } from "../core/options.ts";
 import { PROCESS_STATES, type ProcessState } from "../core/states.ts";

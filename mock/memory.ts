@@ -1,8 +1,5 @@
-/**
- * Simulated GPU memory in sparse 1 MiB chunks (a process of many GiB costs what a test wrote), its
- * chunked SHA-256 kept per chunk, and its saved form.
- * @module
- */
+// Simulated GPU memory in sparse 1 MiB chunks (a process of many GiB costs what a test wrote), its
+// chunked SHA-256 kept per chunk, and its saved form.
 
 import { Buffer } from "node:buffer";
 import { createHash } from "node:crypto";

@@ -1,7 +1,4 @@
-/**
- * The simulated CRIU, so that the snapshot flow runs in tests without root, criu or a GPU.
- * @module
- */
+// The simulated CRIU, so that the snapshot flow runs in tests without root, criu or a GPU.
 
 import { join } from "node:path";
 import type {

@@ -1,7 +1,4 @@
-/**
- * The simulated driver: the CUDA checkpoint state machine, its error codes and its timing.
- * @module
- */
+// The simulated driver: the CUDA checkpoint state machine, its error codes and its timing.
 
 import {
   CHECKPOINT_MIN_DRIVER_VERSION,
@@ -53,11 +50,7 @@ export interface SimulatedCall {
 }
 
 /** What a driver call answers, before it becomes a code or a {@link DriverResult}. */
-interface Answer {
-  code: number;
-  value?: number;
-  note?: string;
-}
+type Answer = { code: number; value?: number; note?: string };
 
 /**
  * The simulated machine's driver (`sim.driver`): a {@link CheckpointDriver} with the states, codes

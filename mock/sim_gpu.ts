@@ -1,7 +1,4 @@
-/**
- * The GPUs of the simulated machine: what each is, how much is held, and whether a process fits.
- * @module
- */
+// The GPUs of the simulated machine: what each is, how much is held, and whether a process fits.
 
 import { describeValue } from "../core/errors.ts";
 import { checkAmount, checkInteger, checkKeys, checkName } from "../core/options.ts";

@@ -1,7 +1,4 @@
-/**
- * The simulated machine as a host (`sim.host`), as Linux gives `/proc` and NVML, in no time.
- * @module
- */
+// The simulated machine as a host (`sim.host`), as Linux gives `/proc` and NVML, in no time.
 
 import type {
   GpuMemoryReport,

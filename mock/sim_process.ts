@@ -1,7 +1,4 @@
-/**
- * A process of the simulated machine: its state, GPU memory, CUDA work and faults.
- * @module
- */
+// A process of the simulated machine: its state, GPU memory, CUDA work and faults.
 
 import {
   cudaRuns,
@@ -63,10 +60,7 @@ class KernelLaunch extends Promise<void> {
   }
 }
 
-interface Kernel {
-  settle(error?: Error): void;
-  cancel?: () => void;
-}
+type Kernel = { settle(error?: Error): void; cancel?: () => void };
 
 /** A process of the simulated machine. Its CUDA work blocks while it is locked or checkpointed. */
 export class SimulatedProcess {

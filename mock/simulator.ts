@@ -1,7 +1,4 @@
-/**
- * The simulated machine: it owns what its parts share (processes, GPUs, clock, work under way).
- * @module
- */
+// The simulated machine: it owns what its parts share (processes, GPUs, clock, work under way).
 
 import type { SnapshotStore } from "../core/engine.ts";
 import type { Clock, Machine } from "../core/machine.ts";

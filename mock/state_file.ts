@@ -1,8 +1,5 @@
-/**
- * A quiescent {@link SimulatedMachine} as plain JSON, and back: what `cuda-checkpoint --simulate`
- * keeps between calls. Another format or version is refused, naming it.
- * @module
- */
+// A quiescent {@link SimulatedMachine} as plain JSON, and back: what `cuda-checkpoint --simulate`
+// keeps between calls. Another format or version is refused, naming it.
 
 import { describeValue } from "../core/errors.ts";
 import { StrictReader } from "../core/json.ts";
@@ -49,11 +46,7 @@ type FaultSnapshot = PendingFault extends infer F
   : never;
 
 /** A record of held GPU memory in a snapshot: of a live CUDA process, MiB by GPU UUID, and when. */
-interface HeldRecordSnapshot {
-  pid: number;
-  heldMiB: Record<string, number>;
-  at: number;
-}
+type HeldRecordSnapshot = { pid: number; heldMiB: Record<string, number>; at: number };
 
 /** A simulated machine as plain JSON; not its exited processes, calls, time or timing model. */
 export interface SimulatorSnapshot {

@@ -1,8 +1,5 @@
-/**
- * The simulated driver's timing model, one per chip, from driver 580's figures (docs/DRIVER.md),
- * and the simulated CRIU's: a fixed cost, then a copy at the rate the measured time implies.
- * @module
- */
+// The simulated driver's timing model, one per chip, from driver 580's figures (docs/DRIVER.md),
+// and the simulated CRIU's: a fixed cost, then a copy at the rate the measured time implies.
 
 import { checkAmount, checkKeys } from "../core/options.ts";
 
