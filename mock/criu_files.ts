@@ -13,8 +13,7 @@ import { MAX_PID } from "../core/options.ts";
 import { INITIAL_STATE, type ProcessState, stepTo } from "../core/states.ts";
 import { readPages, type SavedPages } from "./memory.ts";
 import { SimulatedGpu } from "./sim_gpu.ts";
-import type { SimulatedMachine } from "./simulator.ts";
-import { type ProcessFields, SimulatedProcess } from "./sim_process.ts";
+import { type MachineView, type ProcessFields, SimulatedProcess } from "./sim_process.ts";
 import { mibToBytes } from "./timing.ts";
 
 const IMAGE_FORMAT = "ckpt-cuda-simulated-criu-image";
@@ -89,7 +88,7 @@ export function imageOf(p: SimulatedProcess, machineGpus: readonly SimulatedGpu[
 }
 
 /** The GPUs of `host` the image's process used where it saw them all, else those it remembers. */
-export function gpusOf(host: SimulatedMachine, image: ProcessImage): SimulatedGpu[] {
+export function gpusOf(host: MachineView, image: ProcessImage): SimulatedGpu[] {
   const here = new Map(host.gpus.map((g) => [g.uuid, g]));
   if (image.devices.every((d) => here.has(d.uuid))) return image.gpus.map((u) => here.get(u)!);
   const seen: RememberedGpu[] = [];
@@ -100,7 +99,7 @@ export function gpusOf(host: SimulatedMachine, image: ProcessImage): SimulatedGp
 
 /** A process made from its image, new start number, checkpointed, memory zero until loaded. */
 export function restoredProcess(
-  host: SimulatedMachine,
+  host: MachineView,
   image: ProcessImage,
   gpus: SimulatedGpu[],
   root: number,

@@ -11,11 +11,9 @@ export type QueryOperation = "getState" | "getRestoreThreadId";
 export type FaultableOperation = QueryOperation | "lock" | "checkpoint" | "restore" | "unlock";
 
 const QUERIES: readonly QueryOperation[] = ["getState", "getRestoreThreadId"];
+const STEPS = ["lock", "checkpoint", "restore", "unlock"] as const;
 /** Every {@link FaultableOperation}. */
-export const FAULTABLE_OPERATIONS: readonly FaultableOperation[] = [
-  ...QUERIES,
-  ...["lock", "checkpoint", "restore", "unlock"] as const,
-];
+export const FAULTABLE_OPERATIONS: readonly FaultableOperation[] = [...QUERIES, ...STEPS];
 
 /** The largest `nth`: far more calls than any test makes. */
 const MAX_NTH = 1_000_000;

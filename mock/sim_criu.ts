@@ -33,8 +33,7 @@ import {
   restoredProcess,
   writeImages,
 } from "./criu_files.ts";
-import type { SimulatedMachine } from "./simulator.ts";
-import type { SimulatedProcess } from "./sim_process.ts";
+import type { MachineView, SimulatedProcess } from "./sim_process.ts";
 import { CRIU_TIMING, criuImageBytes } from "./timing.ts";
 import { Waits } from "./waits.ts";
 
@@ -88,10 +87,10 @@ export class SimulatedCriu implements SnapshotEngine {
   /** What `probe()` reports missing. */
   readonly problems: readonly string[];
   readonly #faults = new Map<CriuOperation, string>();
-  readonly #machine: SimulatedMachine;
+  readonly #machine: MachineView;
 
   /** The CRIU of `machine` (whose `engine` has the defaults), for another version or problems. */
-  constructor(machine: SimulatedMachine, options: SimulatedCriuOptions = {}) {
+  constructor(machine: MachineView, options: SimulatedCriuOptions = {}) {
     if (typeof machine?.adopt !== "function" || typeof machine?.tree !== "function") {
       throw new TypeError(`SimulatedCriu takes a SimulatedMachine, got ${describeValue(machine)}`);
     }
@@ -217,7 +216,9 @@ export class SimulatedCriu implements SnapshotEngine {
     for (const taken of images) {
       await this.#copy(taken.image, run, CRIU_TIMING.dumpBytesPerSecond, (piece) => {
         written += piece;
-        tell(r.onBytes, written);
+        try {
+          r.onBytes?.(written);
+        } catch { /* a progress callback that throws (it must not) does not stop the dump */ }
       });
       const gone = tree.find((p) => p.exited);
       if (gone) throw log.error(`process ${gone.pid} ended during the dump`);
@@ -322,16 +323,9 @@ function undumpable(p: SimulatedProcess): string | undefined {
   return undefined;
 }
 
-/** Tells a progress callback; one that throws (it must not) does not stop the dump. */
-function tell(onBytes: ((bytes: number) => void) | undefined, bytes: number): void {
-  try {
-    onBytes?.(bytes);
-  } catch { /* the dump goes on */ }
-}
-
 /** The waits of one run, stopped (logged) by its signal or timeout; `end` lets go of both. */
 function waitsOf(
-  machine: SimulatedMachine,
+  machine: MachineView,
   request: DumpRequest | RestoreRequest,
   what: CriuOperation,
   log: EngineLog,

@@ -27,9 +27,8 @@ import { isFinal, memoryOnHost, type Step, stepAllowed, stepFrom, stepTo } from 
 import { formatGpuUuid } from "../core/uuid.ts";
 import { gpusSeenBy } from "./criu_files.ts";
 import type { FaultableOperation, PendingFault, QueryOperation } from "./faults.ts";
-import type { SimulatedMachine } from "./simulator.ts";
 import type { SimulatedGpu } from "./sim_gpu.ts";
-import type { SimulatedProcess } from "./sim_process.ts";
+import type { MachineView, SimulatedProcess } from "./sim_process.ts";
 import { type CopyTiming, mibToBytes, singleRate, type TimingModel } from "./timing.ts";
 import { CopyLink, Waits } from "./waits.ts";
 
@@ -67,7 +66,7 @@ export class SimulatedDriver implements CheckpointDriver {
   readonly listsEveryGpu: boolean = true;
   /** Every call answered so far, oldest first. */
   readonly calls: SimulatedCall[] = [];
-  readonly #machine: SimulatedMachine;
+  readonly #machine: MachineView;
   readonly #timing: TimingModel;
   readonly #version: number;
   readonly #versionName: string;
@@ -75,7 +74,7 @@ export class SimulatedDriver implements CheckpointDriver {
   readonly #restoreLink: CopyLink;
 
   /** @internal made by the machine */
-  constructor(machine: SimulatedMachine) {
+  constructor(machine: MachineView) {
     this.#machine = machine;
     this.#timing = machine.timing;
     this.#version = machine.version;

@@ -11,8 +11,7 @@ import type {
   TreeProcess,
 } from "../core/host.ts";
 import { sameProcess } from "../core/host.ts";
-import type { SimulatedMachine } from "./simulator.ts";
-import type { SimulatedProcess } from "./sim_process.ts";
+import type { MachineView, SimulatedProcess } from "./sim_process.ts";
 
 /** The machine's facts; the driver release of the timings' version (13.0), none for others. */
 const SIMULATED_HOST = { hostname: "simulated", kernel: "6.8.0-simulated" } as const;
@@ -22,10 +21,10 @@ const SIMULATED_DRIVER_RELEASES: Readonly<Record<number, string>> = { 13000: "58
 export class SimulatedHost implements HostProcesses {
   /** Always `"simulated"`. */
   readonly kind: string = "simulated";
-  readonly #machine: SimulatedMachine;
+  readonly #machine: MachineView;
 
   /** The host of `machine`. */
-  constructor(machine: SimulatedMachine) {
+  constructor(machine: MachineView) {
     this.#machine = machine;
   }
 

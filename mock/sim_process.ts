@@ -10,6 +10,7 @@ import {
   stateNumber as numberOfState,
 } from "../core/states.ts";
 import { describeValue } from "../core/errors.ts";
+import type { MemoryHeldRecords } from "../core/host.ts";
 import { checkAmount } from "../core/options.ts";
 import {
   type AnswerFault,
@@ -24,8 +25,34 @@ import {
 } from "./faults.ts";
 import { checkRange, MemoryImage, type SavedPages } from "./memory.ts";
 import { type GpuNeeds, needsOn, type SimulatedGpu } from "./sim_gpu.ts";
-import type { SimulatedMachine } from "./simulator.ts";
-import { mibToBytes } from "./timing.ts";
+import { mibToBytes, type TimingModel } from "./timing.ts";
+import type { CopyLink } from "./waits.ts";
+
+/**
+ * The simulated machine as its parts see it (its members are documented there), so that no part
+ * imports the machine's module: the product's modules import one another without a circle.
+ * @internal
+ */
+export interface MachineView {
+  readonly gpus: readonly SimulatedGpu[];
+  readonly version: number;
+  readonly timing: TimingModel;
+  readonly processes: readonly SimulatedProcess[];
+  readonly heldRecords: MemoryHeldRecords;
+  readonly selfPid: number | undefined;
+  readonly disk: CopyLink;
+  now(): number;
+  process(id: number): SimulatedProcess | undefined;
+  tree(root: number): SimulatedProcess[] | undefined;
+  adopt(proc: SimulatedProcess): SimulatedProcess;
+  forget(proc: SimulatedProcess): void;
+  takeStart(): number;
+  startTimer(ms: number, fn: () => void, passive?: boolean): () => void;
+  holdClock(): () => void;
+  closedError(what: string): Error | undefined;
+  waitOn<T>(what: string, work: () => Promise<T>): Promise<T>;
+  instantly<T>(what: string, fn: () => T): Promise<T>;
+}
 
 /** What makes a process, as the state file and the simulated criu's images keep it. @internal */
 export interface ProcessFields {
@@ -94,7 +121,7 @@ export class SimulatedProcess {
   readonly faultPlan: FaultPlan = new FaultPlan();
   /** @internal */
   readonly exitListeners: Set<() => void> = new Set();
-  readonly #machine: SimulatedMachine;
+  readonly #machine: MachineView;
   /** Its GPU memory, wherever it is (`#on`); none without CUDA or once it exited. */
   #memory: MemoryImage | undefined;
   #on: "gpu" | "host" = "gpu";
@@ -110,7 +137,7 @@ export class SimulatedProcess {
   #tail: Promise<void> = Promise.resolve();
 
   /** @internal running, its GPU memory all zero (not yet claimed) */
-  constructor(machine: SimulatedMachine, made: NewProcess) {
+  constructor(machine: MachineView, made: NewProcess) {
     this.#machine = machine;
     this.pid = made.pid;
     this.threads = made.threads;

@@ -162,15 +162,9 @@ const PROCESS_FIELDS =
 const OPTIONAL_FIELDS = ["memory", "faults", "restoreRefused", "stopped"];
 
 /** What reading a snapshot knows so far: its reader, GPUs, bounds, and the ids seen. */
-interface Reading {
-  read: StrictReader;
-  gpus: readonly GpuSnapshot[];
-  nextPid: number;
-  nextStart: number;
-  threads: Set<number>;
-  pids: Set<number>;
-  starts: Set<number>;
-}
+type Seen = Record<"threads" | "pids" | "starts", Set<number>>;
+type Reading = Seen & { read: StrictReader; gpus: readonly GpuSnapshot[] } & Bounds;
+type Bounds = { nextPid: number; nextStart: number };
 
 /** `value` read strictly as a whole snapshot, with GPU UUIDs normalised. */
 function readSnapshot(value: unknown): SimulatorSnapshot {
