@@ -1,7 +1,7 @@
 // The chunked SHA-256 of simulated memory (mock/memory.ts): a MemoryImage's cached, incremental
 // value always equals the same hash computed over its bytes from scratch, whatever was written,
-// rewritten, saved or loaded in between; the incremental hasher gives one value for any piece sizes; and
-// the value is the one the definition in ChunkedSha256's documentation gives.
+// rewritten, saved or loaded in between; the incremental hasher (examples/_chunked_sha256.ts)
+// gives one value for any piece sizes; and the value is the one its documentation defines.
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { Buffer } from "node:buffer";

@@ -116,8 +116,8 @@ function environment(env: Record<string, string | undefined>): Record<string, st
 }
 
 /**
- * The chunked SHA-256 (mock/memory.ts) of a buffer of `mib` MiB filled by the `fill` kernel with
- * the default seed, computed on the host in pieces of 16 MiB.
+ * The chunked SHA-256 (examples/_chunked_sha256.ts) of a buffer of `mib` MiB filled by the `fill`
+ * kernel with the default seed, computed on the host in pieces of 16 MiB.
  */
 export function expectedFillHash(mib: number): string {
   const hasher = new ChunkedSha256();
