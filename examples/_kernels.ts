@@ -9,7 +9,7 @@
 
 import type { CudaContext, CudaKernel, DeviceBuffer } from "./cuda.ts";
 import type { SimulatedProcess } from "../mock/mod.ts";
-import { ChunkedSha256 } from "../mock/memory.ts";
+import { ChunkedSha256 } from "./_chunked_sha256.ts";
 
 /** PTX that sets `out` to mix(`x`) (lowbias32), through the scratch register `%t`. */
 function mix(out: string, x: string): string {
@@ -122,14 +122,21 @@ export function mix32(x: number): number {
 
 /**
  * The bytes `fill` writes, from byte `offset` (a multiple of 4) for `length` bytes (a multiple of
- * 4): 32-bit word `j` of the buffer is `mix32(j + seed)`, little endian.
+ * 4): 32-bit word `j` of the buffer is `mix32(j + seed)`, little endian; written into `out` where
+ * given (of `length` bytes), else into a new array.
  */
-export function fillPattern(seed: number, offset: number, length: number): Uint8Array {
-  if (offset % 4 !== 0 || length % 4 !== 0) {
-    throw new RangeError(`fillPattern: offset and length must be multiples of 4`);
+export function fillPattern(
+  seed: number,
+  offset: number,
+  length: number,
+  out: Uint8Array = new Uint8Array(length),
+): Uint8Array {
+  if (offset % 4 !== 0 || length % 4 !== 0 || out.length !== length) {
+    throw new RangeError(
+      `fillPattern: offset and length must be multiples of 4 (and out ${length} bytes long)`,
+    );
   }
-  const out = new Uint8Array(length);
-  const view = new DataView(out.buffer);
+  const view = new DataView(out.buffer, out.byteOffset, length);
   const first = offset / 4;
   for (let j = 0; j < length / 4; j++) {
     view.setUint32(4 * j, mix32(((first + j) + seed) >>> 0), true);
@@ -165,7 +172,7 @@ const PIECE_BYTES = 64 << 20;
 
 /**
  * The chunked SHA-256 (hex) of a GPU buffer, copied back piece by piece: the SHA-256 of the
- * SHA-256s of its 1 MiB chunks (`ChunkedSha256` of mock/memory.ts), the value the simulator's
+ * SHA-256s of its 1 MiB chunks (`ChunkedSha256` of _chunked_sha256.ts), the value the simulator's
  * `memoryChunkedSha256()` gives for a process whose memory holds the same bytes.
  */
 export function hashOnGpu(ctx: CudaContext, buffer: DeviceBuffer): string {
@@ -178,7 +185,8 @@ export function hashOnGpu(ctx: CudaContext, buffer: DeviceBuffer): string {
 
 /**
  * Writes what `fill` would write over `bytes` bytes into a simulated process's memory at `at`
- * (the simulator runs no PTX): the same bytes, so the same chunked SHA-256, as on a GPU.
+ * (the simulator runs no PTX): the same bytes, so the same chunked SHA-256, as on a GPU. One piece
+ * is made, then filled again for each write (the simulator takes the bytes at the call).
  */
 export async function fillSimulated(
   target: SimulatedProcess,
@@ -186,7 +194,9 @@ export async function fillSimulated(
   bytes: number,
   at = 0,
 ): Promise<void> {
+  const piece = new Uint8Array(Math.min(PIECE_BYTES, bytes));
   for (let done = 0; done < bytes; done += PIECE_BYTES) {
-    await target.write(at + done, fillPattern(seed, done, Math.min(PIECE_BYTES, bytes - done)));
+    const n = Math.min(PIECE_BYTES, bytes - done);
+    await target.write(at + done, fillPattern(seed, done, n, piece.subarray(0, n)));
   }
 }

@@ -3,7 +3,7 @@
  * CUDA checkpoint API (lock, checkpoint, restore, unlock), each with its time and the state it
  * leaves the process in, the GPU memory the process holds before, while checkpointed (none: the
  * GPU is released) and after, and a hash of its GPU buffer before and after (the chunked SHA-256
- * of mock/memory.ts, which the simulator keeps cheaply).
+ * of _chunked_sha256.ts, which the simulator keeps cheaply).
  *
  *   npx deno run -A examples/self_checkpoint.ts [--buffer-mib 16] [--device 0] [--json]
  *   npx bun examples/self_checkpoint.ts --buffer-mib 4096

@@ -1,15 +1,11 @@
-/**
- * Clocks for the simulated machine: a virtual one, and the real one (for demos).
- *
- * @module
- */
+// Clocks for the simulated machine: a virtual one, and the real one (for demos).
 
 import { clearTimeout, setImmediate, setTimeout } from "node:timers";
 import { describeValue } from "../core/options.ts";
 
 /** How a timer takes part in moving time; see {@link SimClock.setTimer}. */
 export interface TimerOptions {
-  /** A passive timer (a kernel nobody waits on) moves no virtual time by itself. Default `false`. */
+  /** A passive timer (a kernel nobody waits on) moves no virtual time by itself. Default false. */
   passive?: boolean;
 }
 
@@ -27,18 +23,11 @@ export interface SimClock {
   hold?(): () => void;
 }
 
-interface VirtualTimer {
-  at: number;
-  seq: number;
-  fn: () => void;
-  driving: boolean;
-}
+type VirtualTimer = { at: number; seq: number; fn: () => void; driving: boolean };
 
 /**
- * Virtual time. While the program waits on the simulator (a driving timer is pending, or something
- * holds the clock), each time it has nothing else to do (a macrotask turn), the clock moves to the
- * earliest pending timer and fires it. Work started together overlaps in virtual time as it would
- * in real time, and an unrelated wait (a file read, a real `setTimeout`) moves nothing.
+ * Virtual time: while the program waits on the simulator, at each macrotask turn the clock moves
+ * to the earliest timer and fires it; an unrelated wait (a file read, a real timer) moves nothing.
  */
 export class VirtualClock implements SimClock {
   /** Always `"virtual"`. */
@@ -77,12 +66,7 @@ export class VirtualClock implements SimClock {
   hold(): () => void {
     this.#holds++;
     this.#schedule();
-    let held = true;
-    return () => {
-      if (!held) return;
-      held = false;
-      this.#holds--;
-    };
+    return once(() => this.#holds--);
   }
 
   /** How many timers are pending. */
@@ -117,10 +101,7 @@ export class VirtualClock implements SimClock {
   }
 }
 
-interface RealTimer {
-  handle: ReturnType<typeof setTimeout>;
-  driving: boolean;
-}
+type RealTimer = { handle: ReturnType<typeof setTimeout>; driving: boolean };
 
 /** Real time, optionally sped up: with `speed` 10, 750 ms take 75, and `now()` says 750. */
 export class RealClock implements SimClock {
@@ -168,34 +149,31 @@ export class RealClock implements SimClock {
 
   /** While held, passive timers keep the program alive too (someone waits on a kernel). */
   hold(): () => void {
-    if (this.#holds++ === 0) { for (const t of this.#timers.values()) t.handle.ref(); }
-    let held = true;
-    return () => {
-      if (!held) return;
-      held = false;
-      if (--this.#holds > 0) return;
-      for (const t of this.#timers.values()) if (!t.driving) t.handle.unref();
-    };
+    const timers = this.#timers.values.bind(this.#timers);
+    if (this.#holds++ === 0) { for (const t of timers()) t.handle.ref(); }
+    return once(() => {
+      if (--this.#holds === 0) { for (const t of timers()) if (!t.driving) t.handle.unref(); }
+    });
   }
+}
+
+/** `fn`, to be called once: later calls do nothing. */
+function once(fn: () => void): () => void {
+  let done = false;
+  return () => void (done || (done = true, fn()));
 }
 
 /** The clock a simulated machine's `clock` (and `speed`) option asks for. */
 export function makeClock(clock: unknown = "virtual", speed?: unknown): SimClock {
-  if (speed !== undefined && clock !== "real") {
-    throw new TypeError(`speed ${describeValue(speed)} is used only with clock: "real"`);
-  }
+  const only = `speed ${describeValue(speed)} is used only with clock: "real"`;
+  if (speed !== undefined && clock !== "real") throw new TypeError(only);
   if (clock === "virtual") return new VirtualClock();
   if (clock === "real") return new RealClock(speed as number | undefined);
-  const c = clock as SimClock | null;
-  if (
-    typeof c === "object" && c !== null && typeof c.now === "function" &&
-    typeof c.setTimer === "function" && typeof c.clearTimer === "function"
-  ) {
-    return c;
+  const c = clock as Partial<SimClock> | null;
+  const methods = ["now", "setTimer", "clearTimer"] as const;
+  if (typeof c === "object" && c !== null && methods.every((m) => typeof c[m] === "function")) {
+    return c as SimClock;
   }
-  throw new TypeError(
-    `clock must be "virtual", "real" or a SimClock (with now, setTimer and clearTimer), got ${
-      describeValue(clock)
-    }`,
-  );
+  const a = `"virtual", "real" or a SimClock (with now, setTimer and clearTimer)`;
+  throw new TypeError(`clock must be ${a}, got ${describeValue(clock)}`);
 }

@@ -1,15 +1,7 @@
-/**
- * The simulated CRIU's files: its log of each run, and two JSON files per process, as criu splits
- * its images: `process-<pid>.img`, all that makes the process but its memory, and
- * `pages-<pid>.img`, its memory alone (the pages it wrote of its GPU memory, which a checkpointed
- * process holds in host memory), which the restore reads only as it copies the memory in. Every
- * process dumped has both, one without CUDA a pages file with no pages (as criu writes a
- * `pages-N.img` for every process). Images of version 2, the memory inside `process-<pid>.img` and
- * no pages file, are still read. Written and read synchronously: a pending file operation would
- * let virtual time run on.
- *
- * @module
- */
+// The simulated CRIU's files: a dump's log, and per process `process-<pid>.img` (all but its
+// memory) and `pages-<pid>.img` (its GPU memory's pages), read as a restore copies the memory in.
+// Images of version 2 (the memory inside the image) are still read. All synchronous: a pending
+// file operation would let virtual time run on.
 
 import { readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
@@ -21,17 +13,13 @@ import { MAX_PID } from "../core/options.ts";
 import { INITIAL_STATE, type ProcessState, stepTo } from "../core/states.ts";
 import { readPages, type SavedPages } from "./memory.ts";
 import { SimulatedGpu } from "./sim_gpu.ts";
-import type { MachineView } from "./machine_view.ts";
-import { SimulatedProcess } from "./sim_process.ts";
+import { type MachineView, SimulatedProcess } from "./sim_process.ts";
+import { type ProcessFields, readMoreFields } from "./fields.ts";
 import { mibToBytes } from "./timing.ts";
 
 const IMAGE_FORMAT = "ckpt-cuda-simulated-criu-image";
 const PAGES_FORMAT = "ckpt-cuda-simulated-criu-pages";
-/**
- * The version a dump writes. 2: `devices`, the GPUs the process saw, so that its images restore on
- * another machine (still read: its memory inline, `memory`). 3: the memory in a pages file of its
- * own, `pages-<pid>.img` (of the same version).
- */
+/** The version a dump writes: 2 added `devices`; 3 moved the memory into a pages file. */
 const IMAGE_VERSION = 3;
 /** The version of process images whose memory is inside them, which a restore still reads. */
 const INLINE_MEMORY_VERSION = 2;
@@ -45,128 +33,72 @@ export const CHECKPOINTED: ProcessState = stepTo("checkpoint");
 const FIELDS =
   "format version pid parent threads command cuda libcuda inspectable state gpus devices memoryMiB"
     .split(" ");
-/** The most GPUs an image names: as many as a simulated machine may have. */
-const MAX_GPUS = 1024;
 
 /** A GPU as an image remembers it: one the process saw on the machine it was dumped on. */
-export type ImageGpu = Omit<ManifestGpu, "totalMiB">;
+type ImageGpu = Omit<ManifestGpu, "totalMiB">;
 
-/**
- * The image of one process, all that brings it back but its memory (the state: checkpointed, or no
- * CUDA), as `process-<pid>.img` holds it.
- */
-export interface ProcessImage {
+/** The image of one process but its memory, as `process-<pid>.img` holds it. */
+export interface ProcessImage extends ProcessFields {
   format: typeof IMAGE_FORMAT;
-  /** 3, as a dump writes it (its memory in its pages file); 2 as read (its memory in `memory`). */
+  /** 3, as a dump writes it; 2 as read (its memory in `memory`). */
   version: typeof IMAGE_VERSION | typeof INLINE_MEMORY_VERSION;
-  pid: number;
-  parent: number;
-  threads: number[];
-  command: string;
-  cuda: boolean;
-  libcuda: boolean;
-  inspectable: boolean;
+  /** Checkpointed (a CUDA process), or the initial state (none). */
   state: ProcessState;
   /** The UUIDs of the GPUs it used, each one of `devices`. */
   gpus: string[];
-  /**
-   * Every GPU the process saw (the machine's), as a checkpointed CUDA process remembers them: a
-   * restore onto other GPUs maps each of them, as the driver measured on two H200s requires.
-   */
+  /** Every GPU the process saw: a restore onto other GPUs must map each (measured on 2 H200s). */
   devices: ImageGpu[];
-  memoryMiB: number;
-  /** Version 2 only: the pages it wrote of its memory (a CUDA process's; none without CUDA). */
+  /** Version 2 only: the pages of its memory. */
   memory?: SavedPages;
 }
 
-/** A pages file, `pages-<pid>.img`: the memory of process `pid`, nothing else. */
-interface PagesImage {
-  format: typeof PAGES_FORMAT;
-  version: typeof IMAGE_VERSION;
-  pid: number;
-  /** The pages it wrote of its GPU memory; none for a process without CUDA. */
-  pages: SavedPages;
-}
-
 /** What a dump writes of one process: its image, and the memory its pages file holds. */
-export interface DumpedImages {
+interface DumpedImages {
   image: ProcessImage;
   pages: SavedPages;
 }
 
-/**
- * A GPU of the machine a process was dumped on, which the machine it was restored on lacks: what
- * the restored process, checkpointed, remembers of it (criu brings a checkpointed CUDA process
- * back on any machine; only the driver's restore needs GPUs). It is no GPU of this machine: it
- * holds nothing, and the driver restores the process only with GPU pairs that map every one
- * ({@link gpusSeenBy}).
- */
-export class RememberedGpu extends SimulatedGpu {
-  /** Every GPU the process saw there, this one among them. */
+/** A GPU of the machine a process was dumped on, not of this one: it holds nothing here. */
+class RememberedGpu extends SimulatedGpu {
+  /** Every GPU the process saw there, this one among them (filled in once all are made). */
   readonly seen: readonly RememberedGpu[];
 
-  /** @internal one of `seen`, which is filled in once all are made */
   constructor(gpu: ImageGpu, seen: readonly RememberedGpu[]) {
     super(gpu.index, gpu.name, gpu.uuid, 0, 0);
     this.seen = seen;
   }
 }
 
-/**
- * The GPUs of another machine that `p` saw when it was checkpointed there, where criu restored it
- * here from that machine's images; `undefined` where it saw this machine's.
- */
+/** The GPUs of another machine `p` saw when it was dumped there; `undefined` for this one's. */
 export function gpusSeenBy(p: SimulatedProcess): readonly SimulatedGpu[] | undefined {
   const first = p.gpus[0];
   return first instanceof RememberedGpu ? first.seen : undefined;
 }
 
-/**
- * The images of a process that can be dumped (checkpointed, or without CUDA), taken now;
- * `machineGpus`: the GPUs of the machine it runs on, which it saw.
- */
+/** The images of a process that can be dumped, taken now; it saw `machineGpus` where no others. */
 export function imageOf(p: SimulatedProcess, machineGpus: readonly SimulatedGpu[]): DumpedImages {
-  const seen = gpusSeenBy(p) ?? machineGpus;
   const image: ProcessImage = {
     format: IMAGE_FORMAT,
     version: IMAGE_VERSION,
-    pid: p.pid,
-    parent: p.parent,
-    threads: [...p.threads],
-    command: p.command,
-    cuda: p.usesCuda,
-    libcuda: p.libcudaLoaded,
-    inspectable: p.inspectable,
+    ...p.fields,
     state: p.usesCuda ? CHECKPOINTED : INITIAL_STATE,
     gpus: p.gpuUuids,
-    devices: seen.map(({ index, uuid, name }) => ({ index, uuid, name })),
-    memoryMiB: p.memoryMiB,
+    devices: (gpusSeenBy(p) ?? machineGpus).map(({ index, uuid, name }) => ({ index, uuid, name })),
   };
-  return { image, pages: p.usesCuda ? p.savedPages() : [] };
+  return { image, pages: p.savedPages() };
 }
 
-/**
- * The GPUs of `host` that the image's process used, where it saw `host`'s GPUs (every one of its
- * `devices` is one of them, by UUID: restored in place); else the GPUs it remembers of the
- * machine it was dumped on ({@link RememberedGpu}), as criu brings it back anywhere. (Reading an
- * image checks that each of its `gpus` is one of its `devices`.)
- */
+/** The GPUs of `host` the image's process used where it saw them all, else those it remembers. */
 export function gpusOf(host: MachineView, image: ProcessImage): SimulatedGpu[] {
   const here = new Map(host.gpus.map((g) => [g.uuid, g]));
-  if (image.devices.every((d) => here.has(d.uuid))) {
-    return image.gpus.map((uuid) => here.get(uuid)!);
-  }
+  if (image.devices.every((d) => here.has(d.uuid))) return image.gpus.map((u) => here.get(u)!);
   const seen: RememberedGpu[] = [];
   for (const d of image.devices) seen.push(new RememberedGpu(d, seen));
   Object.freeze(seen);
   return image.gpus.map((uuid) => seen.find((g) => g.uuid === uuid)!);
 }
 
-/**
- * A process made from its image, with a new start number; the root of the tree has no parent. A
- * CUDA process is checkpointed, its memory all zero until the restore copies its pages in
- * ({@link memoryOf}, then `loadPages`).
- */
+/** A process made from its image, new start number, checkpointed, memory zero until loaded. */
 export function restoredProcess(
   host: MachineView,
   image: ProcessImage,
@@ -181,42 +113,24 @@ export function restoredProcess(
   return proc;
 }
 
-/**
- * Throws unless `dir` is an existing empty directory. Like the real criu, it follows symbolic
- * links: what may lie in a snapshot's directory is the store's to check, not the engine's.
- */
+/** Throws unless `dir` is an existing empty directory (links followed, as criu does). */
 export function emptyDirectory(dir: string, log: EngineLog): void {
   let entries: string[];
   try {
-    if (!statSync(dir).isDirectory()) {
-      throw log.error(`images directory ${dir} is not a directory`);
-    }
+    if (!statSync(dir).isDirectory()) throw log.error(`images directory ${dir} is not a directory`);
     entries = readdirSync(dir);
   } catch (err) {
     throw failed(err, log, `cannot use images directory ${dir}`);
   }
-  if (entries.length > 0) {
-    throw log.error(
-      `images directory ${dir} is not empty (it has ${entries.length} entries, ` +
-        `${JSON.stringify(entries[0])} first)`,
-    );
-  }
+  const first = `${entries.length} entries, ${JSON.stringify(entries[0])} first`;
+  if (entries.length > 0) throw log.error(`images directory ${dir} is not empty (it has ${first})`);
 }
 
-/** Writes the image file and the pages file of a process into `dir` (mode 0600, never over a file). */
+/** Writes a process's image and pages files into `dir` (mode 0600, never over a file). */
 export function writeImages(dir: string, { image, pages }: DumpedImages, log: EngineLog): void {
-  const pagesImage: PagesImage = {
-    format: PAGES_FORMAT,
-    version: IMAGE_VERSION,
-    pid: image.pid,
-    pages,
-  };
-  const files: [string, ProcessImage | PagesImage][] = [
-    [imageName(image.pid), image],
-    [pagesName(image.pid), pagesImage],
-  ];
-  for (const [name, value] of files) {
-    const file = join(dir, name);
+  const pagesFile = { format: PAGES_FORMAT, version: IMAGE_VERSION, pid: image.pid, pages };
+  for (const [name, value] of [[imageName(image.pid), image], [pagesName(image.pid), pagesFile]]) {
+    const file = join(dir, name as string);
     try {
       writeFileSync(file, JSON.stringify(value) + "\n", { mode: 0o600, flag: "wx" });
     } catch (err) {
@@ -225,11 +139,7 @@ export function writeImages(dir: string, { image, pages }: DumpedImages, log: En
   }
 }
 
-/**
- * The images of the tree of `root` in `dir`, read strictly, the root first, each after its parent;
- * their memory is not read (see {@link memoryOf}), but each pages file must be there where its
- * image says (version 3), and none where none should be.
- */
+/** The images of the tree of `root` in `dir`, read strictly, each after its parent; not memory. */
 export function readTree(dir: string, root: number, log: EngineLog): ProcessImage[] {
   let names: string[];
   try {
@@ -248,10 +158,8 @@ export function readTree(dir: string, root: number, log: EngineLog): ProcessImag
     const file = join(dir, name);
     const image = readImage(file, Number(match[1]), log);
     for (const t of image.threads) {
-      const other = threads.get(t);
-      if (other !== undefined) {
-        throw log.error(`${file} is corrupt: thread ${t} is process ${other}'s too`);
-      }
+      const other = threads.get(t), also = `thread ${t} is process ${threads.get(t)}'s too`;
+      if (other !== undefined) throw log.error(`${file} is corrupt: ${also}`);
       threads.set(t, image.pid);
     }
     byPid.set(image.pid, image);
@@ -265,53 +173,33 @@ export function readTree(dir: string, root: number, log: EngineLog): ProcessImag
     }
   }
   const stray = [...byPid.values()].find((image) => !tree.includes(image));
-  if (stray) {
-    throw log.error(
-      `${join(dir, imageName(stray.pid))} is no image of the tree of ${root}: its parent ` +
-        `${stray.parent} is not in it`,
-    );
-  }
+  const notIn = (p: ProcessImage) =>
+    `is no image of the tree of ${root}: its parent ${p.parent} is not in it`;
+  if (stray) throw log.error(`${join(dir, imageName(stray.pid))} ${notIn(stray)}`);
   for (const pid of withPages) {
-    const image = byPid.get(pid);
+    const version = byPid.get(pid)?.version;
     const file = join(dir, pagesName(pid));
-    if (!image) {
-      throw log.error(
-        `${file} is the memory of no process: there is no ${imageName(pid)} beside it`,
-      );
-    }
-    if (image.version === INLINE_MEMORY_VERSION) {
-      throw log.error(
-        `${file} does not belong beside ${imageName(pid)}, an image of version ` +
-          `${INLINE_MEMORY_VERSION}, which holds its memory itself`,
-      );
+    const [none, inline] = [`there is no ${imageName(pid)} beside it`, imageName(pid)];
+    if (version === undefined) throw log.error(`${file} is the memory of no process: ${none}`);
+    const itself = `an image of version ${INLINE_MEMORY_VERSION}, which holds its memory itself`;
+    if (version === INLINE_MEMORY_VERSION) {
+      throw log.error(`${file} does not belong beside ${inline}, ${itself}`);
     }
   }
-  for (const image of tree) {
-    if (image.version === IMAGE_VERSION && !withPages.has(image.pid)) {
-      throw log.error(
-        `${join(dir, pagesName(image.pid))} is missing: it holds the memory of process ` +
-          `${image.pid}, whose ${imageName(image.pid)} is there`,
-      );
-    }
-  }
-  return tree;
+  const lacking = tree.find((i) => i.version === IMAGE_VERSION && !withPages.has(i.pid));
+  if (!lacking) return tree;
+  const holds = `it holds the memory of process ${lacking.pid}, whose ${
+    imageName(lacking.pid)
+  } is there`;
+  throw log.error(`${join(dir, pagesName(lacking.pid))} is missing: ${holds}`);
 }
 
-/**
- * The pages of memory of the process of `image` (read from `dir` with {@link readTree}): those of
- * its pages file, read now, strictly, where the image is of version 3; else those inside it.
- */
+/** The pages of memory of `image`'s process: read now, strictly, from its pages file, or inline. */
 export function memoryOf(dir: string, image: ProcessImage, log: EngineLog): SavedPages {
   if (image.version === INLINE_MEMORY_VERSION) return image.memory ?? [];
   const file = join(dir, pagesName(image.pid));
-  const value = readJson(file, "pages file", log);
-  const read = new StrictReader((_, reason) => log.error(`${file} is corrupt: ${reason}`));
-  const tagged = read.object(value, "");
-  if (tagged.format !== PAGES_FORMAT) {
-    read.fail("format", JSON.stringify(PAGES_FORMAT), tagged.format);
-  }
-  if (tagged.version !== IMAGE_VERSION) read.fail("version", `${IMAGE_VERSION}`, tagged.version);
-  const v = read.object(value, "", ["format", "version", "pid", "pages"]);
+  const { read, v } = readTagged(file, "pages file", PAGES_FORMAT, [IMAGE_VERSION], log);
+  read.object(v, "", ["format", "version", "pid", "pages"]);
   if (v.pid !== image.pid) read.fail("pid", `${image.pid}, as its name says`, v.pid);
   if (image.cuda) return readPages(read, v.pages, mibToBytes(image.memoryMiB), "pages");
   if (!Array.isArray(v.pages) || v.pages.length > 0) {
@@ -320,8 +208,14 @@ export function memoryOf(dir: string, image: ProcessImage, log: EngineLog): Save
   return [];
 }
 
-/** The JSON text of the file, parsed; `what` names the kind of file in messages. */
-function readJson(file: string, what: string, log: EngineLog): unknown {
+/** The JSON object in `file` and a reader of it, its format and version known (first). */
+function readTagged(
+  file: string,
+  what: string,
+  format: string,
+  versions: readonly number[],
+  log: EngineLog,
+): { read: StrictReader; v: Record<string, unknown> } {
   let text: string;
   try {
     if (!statSync(file).isFile()) throw log.error(`${file} is not a regular file`);
@@ -329,25 +223,29 @@ function readJson(file: string, what: string, log: EngineLog): unknown {
   } catch (err) {
     throw failed(err, log, `cannot read the ${what} ${file}`);
   }
-  return new StrictReader((_, reason) => log.error(reason)).parse(text, `the ${what} ${file}`);
+  const parse = new StrictReader((_, reason) => log.error(reason));
+  const value = parse.parse(text, `the ${what} ${file}`);
+  const read = new StrictReader((_, reason) => log.error(`${file} is corrupt: ${reason}`));
+  const v = read.object(value, "");
+  if (v.format !== format) read.fail("format", JSON.stringify(format), v.format);
+  if (!versions.includes(v.version as number)) {
+    const [now, ...old] = versions;
+    read.fail(
+      "version",
+      `${now}${old.length ? ` (or ${old.join(", ")}, still read)` : ""}`,
+      v.version,
+    );
+  }
+  return { read, v };
 }
 
 /** The image of process `pid` in `file` (version 3, or 2 with its memory), read field by field. */
 function readImage(file: string, pid: number, log: EngineLog): ProcessImage {
-  const value = readJson(file, "image", log);
-  const read = new StrictReader((_, reason) => log.error(`${file} is corrupt: ${reason}`));
-  // The tag and version first, so that a foreign file is called foreign, not broken.
-  const tagged = read.object(value, "");
-  if (tagged.format !== IMAGE_FORMAT) {
-    read.fail("format", JSON.stringify(IMAGE_FORMAT), tagged.format);
-  }
-  const version = tagged.version;
-  if (version !== IMAGE_VERSION && version !== INLINE_MEMORY_VERSION) {
-    read.fail("version", `${IMAGE_VERSION} (or ${INLINE_MEMORY_VERSION}, still read)`, version);
-  }
-  const inline = version === INLINE_MEMORY_VERSION;
-  const known: ProcessImage["version"] = inline ? INLINE_MEMORY_VERSION : IMAGE_VERSION;
-  const v = read.object(value, "", FIELDS, inline ? ["memory"] : []);
+  const versions = [IMAGE_VERSION, INLINE_MEMORY_VERSION];
+  const tagged = readTagged(file, "image", IMAGE_FORMAT, versions, log);
+  const { read } = tagged;
+  const inline = tagged.v.version === INLINE_MEMORY_VERSION;
+  const v = read.object(tagged.v, "", FIELDS, [...inline ? ["memory"] : [], "ipcImport", "tcp"]);
   if (v.pid !== pid) read.fail("pid", `${pid}, as its name says`, v.pid);
   const threads = read.array(v.threads, "threads", 1, 100_002)
     .map((t, i) => read.integer(t, `threads[${i}]`, 1, MAX_PID));
@@ -357,9 +255,8 @@ function readImage(file: string, pid: number, log: EngineLog): ProcessImage {
   const libcuda = read.boolean(v.libcuda, "libcuda");
   if (cuda && !libcuda) read.refuse("libcuda", "libcuda must be true for a CUDA process");
   const state = cuda ? CHECKPOINTED : INITIAL_STATE;
-  if (v.state !== state) {
-    read.fail("state", `${JSON.stringify(state)} for a ${cuda ? "CUDA " : ""}process`, v.state);
-  }
+  const forIt = `${JSON.stringify(state)} for a ${cuda ? "CUDA " : ""}process`;
+  if (v.state !== state) read.fail("state", forIt, v.state);
   const memoryMiB = read.amount(v.memoryMiB, "memoryMiB");
   if (!cuda && memoryMiB !== 0) read.fail("memoryMiB", "0 for a process without CUDA", memoryMiB);
   if (!cuda && v.memory !== undefined) {
@@ -367,31 +264,23 @@ function readImage(file: string, pid: number, log: EngineLog): ProcessImage {
   }
   // Whole: each GPU it used is one it saw.
   const devices = readGpus(read, v.devices, "devices", 1);
-  const gpus = read.array(v.gpus, "gpus", 1, MAX_GPUS).map((g, i) => {
+  const gpus = read.array(v.gpus, "gpus", 1, 1024).map((g, i) => {
     const uuid = read.uuid(g, `gpus[${i}]`);
-    if (!devices.some((d) => d.uuid === uuid)) {
-      read.refuse(`gpus[${i}]`, `gpus[${i}] names ${uuid}, which is none of its devices`);
-    }
+    const none = `gpus[${i}] names ${uuid}, which is none of its devices`;
+    if (!devices.some((d) => d.uuid === uuid)) read.refuse(`gpus[${i}]`, none);
     return uuid;
   });
-  return {
-    format: IMAGE_FORMAT,
-    version: known,
-    pid,
-    parent: read.integer(v.parent, "parent", 0, MAX_PID),
-    threads,
-    command: read.string(v.command, "command", 1 << 20),
-    cuda,
-    libcuda,
-    inspectable: read.boolean(v.inspectable, "inspectable"),
-    state,
-    gpus,
-    devices,
-    memoryMiB,
-    ...(inline && cuda
-      ? { memory: readPages(read, v.memory, mibToBytes(memoryMiB), "memory") }
-      : {}),
+  const parent = read.integer(v.parent, "parent", 0, MAX_PID);
+  const command = read.string(v.command, "command", 1 << 20);
+  const inspectable = read.boolean(v.inspectable, "inspectable");
+  const version = inline ? INLINE_MEMORY_VERSION : IMAGE_VERSION;
+  const fields = {
+    ...{ pid, parent, threads, command, cuda, libcuda, inspectable, memoryMiB },
+    ...readMoreFields(read, v, ""),
   };
+  const image: ProcessImage = { format: IMAGE_FORMAT, version, ...fields, state, gpus, devices };
+  if (inline && cuda) image.memory = readPages(read, v.memory, mibToBytes(memoryMiB), "memory");
+  return image;
 }
 
 /** `err` as it is, where it is a failure already made; else a failure of `what`, naming it. */
@@ -401,15 +290,16 @@ function failed(err: unknown, log: EngineLog, what: string): Error {
 
 /** An engine's log: lines stamped with the time since the run began (as criu's `(00.123456)`). */
 export class EngineLog {
-  /** Where it is written. */
-  readonly path: string;
+  /** Where it is written; `undefined`: nowhere, it is kept in memory (a restore's). */
+  readonly path: string | undefined;
   readonly #lines: string[] = [];
   readonly #clock: { now(): number };
   readonly #began: number;
   #written = false;
-  /** The log `name` in `dir`, of an operation beginning now on `clock`; `lines` begin it. */
-  constructor(clock: { now(): number }, dir: string, name: string, ...lines: string[]) {
-    this.path = join(dir, name);
+
+  /** The log of an operation beginning now on `clock`, for `path`; `lines` begin it. */
+  constructor(clock: { now(): number }, path: string | undefined, ...lines: string[]) {
+    this.path = path;
     this.#clock = clock;
     this.#began = clock.now();
     for (const line of lines) this.line(line);
@@ -431,9 +321,9 @@ export class EngineLog {
     });
   }
 
-  /** Writes the log once, replacing an earlier one (not through a link); `quietly`: false if not. */
+  /** Writes the log once, replacing a file (not through a link); false if it cannot. */
   write(quietly = false): boolean {
-    if (this.#written) return true;
+    if (this.#written || this.path === undefined) return this.#written;
     try {
       rmSync(this.path, { force: true });
       writeFileSync(this.path, this.#lines.join("\n") + "\n", { mode: 0o600, flag: "wx" });

@@ -1,9 +1,5 @@
-/**
- * Faults to inject into a process's calls (`SimulatedProcess.failNext` and its neighbours): their
- * types, the checks of their inputs, and each process's faults waiting for their call.
- *
- * @module
- */
+// Faults to inject into a process's calls (`SimulatedProcess.failNext` and its neighbours): their
+// types and checks, and each process's faults waiting for their call.
 
 import { checkAmount, checkChoice, checkInteger, checkKeys, MAX_PID } from "../core/options.ts";
 import { PROCESS_STATES, type ProcessState } from "../core/states.ts";
@@ -11,65 +7,44 @@ import { PROCESS_STATES, type ProcessState } from "../core/states.ts";
 /** The queries, whose answer {@link SimulatedProcess.answerNext} can replace. */
 export type QueryOperation = "getState" | "getRestoreThreadId";
 
-/** The driver calls a fault can be injected into, by their C names without `cuCheckpointProcess`. */
+/** The driver calls a fault can be injected into, their C names less `cuCheckpointProcess`. */
 export type FaultableOperation = QueryOperation | "lock" | "checkpoint" | "restore" | "unlock";
 
 const QUERIES: readonly QueryOperation[] = ["getState", "getRestoreThreadId"];
+const STEPS = ["lock", "checkpoint", "restore", "unlock"] as const;
 /** Every {@link FaultableOperation}. */
-export const FAULTABLE_OPERATIONS: readonly FaultableOperation[] = [
-  ...QUERIES,
-  ...["lock", "checkpoint", "restore", "unlock"] as const,
-];
+export const FAULTABLE_OPERATIONS: readonly FaultableOperation[] = [...QUERIES, ...STEPS];
 
 /** The largest `nth`: far more calls than any test makes. */
 const MAX_NTH = 1_000_000;
 
 /** Which call of an operation a fault hits. */
 export interface FaultTiming {
-  /**
-   * Which call from now: 1 (the default) the next. Only calls the driver carries out count: not
-   * one the state refuses (`CUDA_ERROR_ILLEGAL_STATE`), nor one on a process that has exited.
-   */
+  /** Which call from now: 1 (the default) the next; calls the state refuses do not count. */
   nth?: number;
 }
 
 /** A failure, for {@link SimulatedProcess.failNext}. */
 export interface InjectedFault extends FaultTiming {
-  /** The `CUresult` the call returns, from 1; an unknown one (7777) is what a newer driver may return. */
+  /** The `CUresult` the call returns, from 1; an unknown one is what a newer driver may return. */
   code: number;
-  /**
-   * The state the process is left in; unchanged when left out. `"failed"` is final. One that puts
-   * checkpointed memory back on the GPU needs room there, or the call returns
-   * `CUDA_ERROR_OUT_OF_MEMORY` instead and the process stays checkpointed.
-   */
+  /** The state the process is left in (unchanged when left out); memory put back needs room. */
   state?: ProcessState;
 }
 
 /** A process that exits during a call, for {@link SimulatedProcess.exitDuring}. */
 export interface ExitFault extends FaultTiming {
-  /**
-   * How far into the call the process exits, in ms (0 by default); a call that would end sooner
-   * waits for it. The call then returns `CUDA_ERROR_OPERATING_SYSTEM` (measured: 67-75 ms later).
-   */
+  /** How far into the call it exits, in ms (0 by default); the call returns OPERATING_SYSTEM. */
   afterMs?: number;
 }
 
 /** A query's answer, for {@link SimulatedProcess.answerNext}. */
 export interface AnswerFault extends FaultTiming {
-  /**
-   * What the call writes to its out-parameter, with `CUDA_SUCCESS`: a `CUprocessState` number (4
-   * and 5 are CUDA 13.4's CHECKPOINTING and RESTORING, unknown to this package) or a thread id.
-   */
+  /** What the call answers with `CUDA_SUCCESS`: a state number (4 and 5 are CUDA 13.4's), a tid. */
   value: number;
 }
 
-/**
- * A fault waiting for its call, as {@link SimulatedProcess.pendingFaults} lists it: its kind, the
- * operation whose call it hits, which call from now (`nth`, 1 the next), and what it does: `fail`
- * returns `code` and leaves the process in `state` ({@link InjectedFault}), `exit` ends the process
- * `afterMs` into the call ({@link ExitFault}), `hang` holds the call until released, `answer`
- * answers `value` ({@link AnswerFault}).
- */
+/** A fault waiting for its call ({@link SimulatedProcess.pendingFaults}): its kind and fields. */
 export type PendingFault =
   | {
     readonly kind: "fail";
@@ -161,11 +136,6 @@ export class FaultPlan {
       const entry = this.#waiting.get(op);
       return entry ? [entry.fault] : [];
     });
-  }
-
-  /** How many calls an injected hang holds now. */
-  get held(): number {
-    return this.#held.size;
   }
 
   /** Adds a fault, replacing the one waiting for its operation; returns what releases a hang. */

@@ -1,14 +1,10 @@
 /**
- * `@ckpt/cuda/mock`: a simulated machine, for testing code that checkpoints GPU processes on
- * machines without a GPU. Its driver has the real driver's states, error codes and timing
- * (measured on an H200 and an H100 with driver 580); its GPUs, processes and memory contents can
- * be inspected; its virtual clock moves only while the program waits on the simulator.
- *
- * Real-world faults can be injected (docs/RELIABILITY.md lists them): a call that fails
- * (`SimulatedProcess.failNext`), a process killed during a call (`exitDuring`), a call that hangs
- * (`hangNext`), a state number a newer driver reports (`answerNext`), the failed state
- * (`enterFailedState`), a GPU without room (`SimulatedMachine.fillGpu`). Its simulated CRIU
- * ({@link SimulatedCriu}) dumps and restores process trees (`spawn({ parent })`) with their pids.
+ * `@ckpt/cuda/mock`: a simulated machine, for testing code that checkpoints GPU processes without a
+ * GPU. Its driver has the real driver's states, error codes and timing (driver 580, H200 and H100);
+ * its GPUs, processes and memory can be inspected; its virtual clock moves only while the program
+ * waits on it. Faults can be injected (docs/RELIABILITY.md): `SimulatedProcess.failNext`,
+ * `exitDuring`, `hangNext`, `answerNext`, `enterFailedState`, `SimulatedMachine.fillGpu`. Its
+ * simulated CRIU ({@link SimulatedCriu}) dumps and restores process trees with their pids.
  *
  * @example
  * ```ts

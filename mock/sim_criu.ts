@@ -1,11 +1,6 @@
-/**
- * The simulated CRIU, so that the snapshot flow runs in tests without root, criu or a GPU.
- *
- * @module
- */
+// The simulated CRIU, so that the snapshot flow runs in tests without root, criu or a GPU.
 
-import { mkdtempSync, rmSync } from "node:fs";
-import { dirname, join } from "node:path";
+import { join } from "node:path";
 import type {
   DumpedProcess,
   DumpRequest,
@@ -38,8 +33,7 @@ import {
   restoredProcess,
   writeImages,
 } from "./criu_files.ts";
-import type { MachineView } from "./machine_view.ts";
-import type { SimulatedProcess } from "./sim_process.ts";
+import type { MachineView, SimulatedProcess } from "./sim_process.ts";
 import { CRIU_TIMING, criuImageBytes } from "./timing.ts";
 import { Waits } from "./waits.ts";
 
@@ -56,47 +50,33 @@ export type CriuOperation = "dump" | "restore";
 
 /** What {@link SimulatedCriu.failNext} takes. */
 export interface CriuFault {
-  /** The failure's words, as criu's last log line would give them. Default: says it was injected. */
+  /** The failure's words, as criu's last log line gives them. Default: says it was injected. */
   message?: string;
 }
 
-/** The most simulated image bytes one step of a dump or restore moves: onBytes is told after each. */
+/** The most image bytes one step of a dump or restore moves: onBytes is told after each. */
 const PIECE_BYTES = 0.5e9;
 
 /**
- * The simulated machine's CRIU: it dumps a tree of simulated processes into an images directory,
- * leaving them running, and restores it as it was, in the time the measured criu took
- * ({@link CRIU_TIMING}). Each process has two image files, as with criu: `process-<pid>.img`, and
- * `pages-<pid>.img`, its memory alone ({@link SimulatedCriu.inertFile}), which a restore reads
- * only as it copies the memory in, after the tree's processes are made. A dump refuses a CUDA
- * process that is not checkpointed (criu cannot dump its GPU mappings); a restored one is
- * checkpointed, a new process with its old pid and a new start number (a `CudaProcess` made for
- * the dumped one refuses it: `REPLACED`); the restored root has no parent. Images taken on another
- * simulated machine restore too (a snapshot copied there). {@link SimulatedCriu.failNext} makes a
- * run fail, as criu can; an `AbortSignal` stops it. `stop` and `wake` stop processes and let them
- * go on ({@link SimulatedProcess.stopped}).
+ * The simulated machine's CRIU: it dumps a tree of processes into an images directory, leaving
+ * them running, and restores it, in the time the measured criu took. A dump refuses a CUDA process
+ * not checkpointed; a restored one is checkpointed, a new process with its old pid and a new start
+ * number; the restored root has no parent. Images of another simulated machine restore too.
  *
  * @example
  * ```ts
  * import { CudaProcess } from "@ckpt/cuda";
  * import { SimulatedMachine } from "@ckpt/cuda/mock";
- * import { mkdtemp } from "node:fs/promises";
- * import { tmpdir } from "node:os";
- * import { join } from "node:path";
+ * import { mkdtempSync } from "node:fs";
  *
  * const sim = new SimulatedMachine();
- * const criu = sim.engine;
  * const job = sim.spawn({ memoryMiB: 1024 });
- * await job.write(0, new TextEncoder().encode("state"));
  * await new CudaProcess(job.pid, { machine: sim }).suspend(); // criu cannot dump GPU mappings
- * const imagesDir = await mkdtemp(join(tmpdir(), "images-"));
- * await criu.dump({ root: job.pid, imagesDir, onBytes: (n) => console.log(n) });
- * await criu.kill([job.pid]);
- * await criu.restore({ root: job.pid, imagesDir });
- * const back = sim.process(job.pid)!;
- * console.log(back.state, back.start !== job.start); // "checkpointed" true
- * await new CudaProcess(job.pid, { machine: sim }).resume();
- * console.log(new TextDecoder().decode(await back.read(0, 5))); // "state"
+ * const imagesDir = mkdtempSync("/tmp/images-");
+ * await sim.engine.dump({ root: job.pid, imagesDir });
+ * await sim.engine.kill([job.pid]);
+ * await sim.engine.restore({ root: job.pid, imagesDir });
+ * console.log(sim.process(job.pid)!.state); // "checkpointed": a new process, with the old pid
  * ```
  */
 export class SimulatedCriu implements SnapshotEngine {
@@ -116,18 +96,17 @@ export class SimulatedCriu implements SnapshotEngine {
     }
     const o = checkKeys(options, "SimulatedCriu options", ["version", "problems"]);
     this.#machine = machine;
-    this.version = o.version === undefined
-      ? "4.1.1"
-      : checkName(o.version, "SimulatedCriu: version");
-    const problems = o.problems === undefined ? [] : o.problems;
-    if (!Array.isArray(problems)) {
-      throw new TypeError(
-        `SimulatedCriu: problems must be an array of sentences, got ${describeValue(problems)}`,
-      );
-    }
-    this.problems = Object.freeze(
-      problems.map((p: unknown, i) => checkName(p, `SimulatedCriu: problems[${i}]`)),
+    this.version = checkName(
+      o.version === undefined ? "4.1.1" : o.version,
+      "SimulatedCriu: version",
     );
+    const problems = o.problems === undefined ? [] : o.problems;
+    const got = `SimulatedCriu: problems must be an array of sentences, got ${
+      describeValue(problems)
+    }`;
+    if (!Array.isArray(problems)) throw new TypeError(got);
+    const each = (p: unknown, i: number) => checkName(p, `SimulatedCriu: problems[${i}]`);
+    this.problems = Object.freeze(problems.map(each));
   }
 
   /** Its version and problems, as given to the constructor. */
@@ -136,10 +115,7 @@ export class SimulatedCriu implements SnapshotEngine {
     return this.#machine.waitOn("probe the simulated criu", () => Promise.resolve(probe));
   }
 
-  /**
-   * Makes the next `op` reject with an `EngineError` of `fault.message`, after its fixed cost, as
-   * criu fails: leaving the tree running, or (a restore) none of it. A new fault replaces one.
-   */
+  /** Makes the next `op` fail with `fault.message` after its fixed cost, as criu fails. */
   failNext(op: CriuOperation, fault: CriuFault = {}): void {
     checkChoice(op, "failNext: op", ["dump", "restore"] as const);
     checkKeys(fault, "failNext fault", ["message"]);
@@ -149,24 +125,14 @@ export class SimulatedCriu implements SnapshotEngine {
     this.#faults.set(op, message);
   }
 
-  /**
-   * Dumps the tree of `request.root` into `request.imagesDir` (an existing empty directory),
-   * leaving it running; tells `onBytes` the image bytes written after each 0.5 GB at most. Rejects
-   * with an `EngineError` where the tree cannot be dumped, or the signal or timeout stops it.
-   */
+  /** Dumps the tree of `request.root` into `request.imagesDir` (empty), leaving it running. */
   dump(request: DumpRequest): Promise<readonly DumpedProcess[]> {
     return this.#operate("dump", request, (r, run, log) => this.#dump(r, run, log));
   }
 
   /**
-   * Restores the tree of `request.root` from `request.imagesDir`, its processes existing from the
-   * start (criu forks them first), each process's memory read from its pages file as it is copied
-   * in. Rejects with an `EngineError`, leaving none of them, where an image is amiss (a pages file
-   * too, read late), an id is taken (`Can't fork for PID N`), or it is stopped. With
-   * `leaveStopped`, every process of the tree is left stopped ({@link SimulatedProcess.stopped})
-   * until {@link wake}. Like criu, it needs no GPU: images of another machine's processes come
-   * back here, checkpointed, remembering the GPUs they saw there, and the driver's restore then
-   * needs GPU pairs for them.
+   * Restores the tree of `request.root` from `request.imagesDir`, its processes made first, each
+   * one's memory read as it is copied in; a failure leaves none of them, and writes no log file.
    */
   restore(request: RestoreRequest): Promise<void> {
     return this.#operate("restore", request, (r, run, log) => this.#restore(r, run, log));
@@ -174,35 +140,20 @@ export class SimulatedCriu implements SnapshotEngine {
 
   /** Ends at once each live process that has one of `pids` as its pid or a thread id. */
   kill(pids: readonly number[]): Promise<void> {
-    const bad = badPids(pids, "kill");
-    return bad ? Promise.reject(bad) : this.#machine.waitOn("kill processes", () => {
-      for (const pid of pids) this.#machine.process(pid)?.exit();
-      return Promise.resolve();
-    });
+    return this.#each(pids, "kill", (p) => p.exit());
   }
 
-  /**
-   * Stops each live process that has one of `pids` as its pid or a thread id (SIGSTOP: it is
-   * {@link SimulatedProcess.stopped} until {@link wake}); an id of no live process is no error.
-   */
+  /** Stops each live process of `pids` (SIGSTOP: {@link SimulatedProcess.stopped} until `wake`). */
   stop(pids: readonly number[]): Promise<void> {
-    return this.#signal(pids, "stop", true);
+    return this.#each(pids, "stop", (p) => p.setStopped(true));
   }
 
-  /**
-   * Lets each live process that has one of `pids` as its pid or a thread id go on (SIGCONT: no
-   * longer {@link SimulatedProcess.stopped}); an id of no live process, or of one not stopped, is
-   * no error.
-   */
+  /** Lets each live process of `pids` go on (SIGCONT); one not stopped, or gone, is no error. */
   wake(pids: readonly number[]): Promise<void> {
-    return this.#signal(pids, "wake", false);
+    return this.#each(pids, "wake", (p) => p.setStopped(false));
   }
 
-  /**
-   * Whether the file `name` is one a restore does not act on: a pages file, `pages-<pid>.img`,
-   * which it reads only while it copies the memory in, or the dump's log, `dump.log`, which it does
-   * not read.
-   */
+  /** Whether a restore does not act on file `name`: a pages file (read late), or `dump.log`. */
   inertFile(name: string): boolean {
     return typeof name === "string" && (name === "dump.log" || PAGES_NAME.test(name));
   }
@@ -212,11 +163,11 @@ export class SimulatedCriu implements SnapshotEngine {
     return `${this.kind} ${this.version}`;
   }
 
-  /** Stops (`stopped`) or wakes the live processes of `pids`, after checking them for `what`. */
-  #signal(pids: readonly number[], what: string, stopped: boolean): Promise<void> {
+  /** `fn` on each live process that has one of `pids` as its pid or a thread id (checked). */
+  #each(pids: readonly number[], what: string, fn: (p: SimulatedProcess) => void): Promise<void> {
     const bad = badPids(pids, what);
     return bad ? Promise.reject(bad) : this.#machine.waitOn(`${what} processes`, () => {
-      for (const pid of pids) this.#machine.process(pid)?.setStopped(stopped);
+      pids.map((pid) => this.#machine.process(pid)).forEach((p) => p && fn(p));
       return Promise.resolve();
     });
   }
@@ -234,23 +185,16 @@ export class SimulatedCriu implements SnapshotEngine {
       return Promise.reject(err);
     }
     return this.#machine.waitOn(`${op} the process tree of ${r.root}`, async () => {
-      const first = op === "dump"
-        ? `Dumping processes (pid: ${r.root})`
-        : `Restoring (pid: ${r.root})`;
+      const first = `${op === "dump" ? "Dumping processes" : "Restoring"} (pid: ${r.root})`;
+      // A restore writes nothing beside its images, nor anywhere else: its log is kept in memory.
+      const file = op === "dump" ? join(r.imagesDir, "dump.log") : undefined;
       const version = `Version: ${this.version} (${this.kind})`;
-      // A restore reads its images and writes nothing beside them: its log goes to a private
-      // work directory, as the real engine's does, kept where the restore fails (until the
-      // machine closes).
-      const work = op === "dump"
-        ? r.imagesDir
-        : mkdtempSync(join(this.#machine.workDir(), "restore-"));
-      const log = new EngineLog(this.#machine, work, `${op}.log`, version, first);
+      const log = new EngineLog(this.#machine, file, version, first);
       const { waits, end } = waitsOf(this.#machine, r, op, log);
       try {
         waits.check();
-        if (this.problems.length > 0) {
-          throw log.error(`criu cannot run here: ${this.problems.join("; ")}`);
-        }
+        const cannot = `criu cannot run here: ${this.problems.join("; ")}`;
+        if (this.problems.length > 0) throw log.error(cannot);
         return await body(r, waits, log);
       } finally {
         end();
@@ -262,24 +206,24 @@ export class SimulatedCriu implements SnapshotEngine {
     const tree = this.#machine.tree(r.root);
     if (!tree) throw log.error(`no process with pid ${r.root}`);
     for (const p of tree) {
-      const why = undumpable(p);
+      const why = undumpable(p, r.tcpEstablished === true);
       if (why) throw log.error(why);
     }
     emptyDirectory(r.imagesDir, log);
-    // Taken now: criu freezes the tree first.
-    const images = tree.map((p) => imageOf(p, this.#machine.gpus));
+    const images = tree.map((p) => imageOf(p, this.#machine.gpus)); // taken now: criu freezes first
     await this.#fixedCost("dump", run, log);
     let written = 0;
     for (const taken of images) {
-      const { image } = taken;
-      await this.#copy(image, run, CRIU_TIMING.dumpBytesPerSecond, (piece) => {
+      await this.#copy(taken.image, run, CRIU_TIMING.dumpBytesPerSecond, (piece) => {
         written += piece;
-        tell(r.onBytes, written);
+        try {
+          r.onBytes?.(written);
+        } catch { /* a progress callback that throws (it must not) does not stop the dump */ }
       });
       const gone = tree.find((p) => p.exited);
       if (gone) throw log.error(`process ${gone.pid} ended during the dump`);
       writeImages(r.imagesDir, taken, log);
-      log.line(`Dumped process ${image.pid}`);
+      log.line(`Dumped process ${taken.image.pid}`);
     }
     log.line(`Dumping finished successfully (${written} bytes of images)`);
     log.write();
@@ -294,6 +238,13 @@ export class SimulatedCriu implements SnapshotEngine {
     const made: SimulatedProcess[] = [];
     try {
       const images = readTree(r.imagesDir, r.root, log);
+      const connected = images.find((image) => image.tcp === "established");
+      if (connected && !r.tcpEstablished) {
+        throw log.error(
+          `inet: process ${connected.pid} was dumped with a connected TCP socket: restore with ` +
+            `--tcp-established`,
+        );
+      }
       const gpus = images.map((image) => gpusOf(this.#machine, image));
       for (const t of images.flatMap((image) => image.threads)) {
         const other = this.#machine.process(t);
@@ -317,7 +268,6 @@ export class SimulatedCriu implements SnapshotEngine {
         log.line("Leaving the tree stopped");
       }
       log.line("Restore finished successfully");
-      rmSync(dirname(log.path), { recursive: true, force: true });
     } catch (err) {
       for (const p of made) p.exit();
       throw err;
@@ -335,17 +285,17 @@ export class SimulatedCriu implements SnapshotEngine {
 
   /** Moves an image's simulated bytes over the disk at `bytesPerSecond`, piece by piece. */
   async #copy(image: ProcessImage, run: Waits, bytesPerSecond: number, each?: (n: number) => void) {
-    for (const piece of pieces(criuImageBytes(image.memoryMiB, image.cuda))) {
+    const bytes = criuImageBytes(image.memoryMiB, image.cuda);
+    const count = Math.max(1, Math.ceil(bytes / PIECE_BYTES));
+    for (let i = 0; i < count; i++) {
+      const piece = i < count - 1 ? PIECE_BYTES : bytes - PIECE_BYTES * (count - 1);
       await run.copy(this.#machine.disk, piece, bytesPerSecond / 1000);
       each?.(piece);
     }
   }
 }
 
-/**
- * The request of `op`: its keys, root, directory, timeout, signal, and a dump's `onBytes` or a
- * restore's `leaveStopped`.
- */
+/** The request of `op`: its keys, root, directory, timeout, signal, `onBytes`, `leaveStopped`. */
 function checkedRequest<R extends DumpRequest | RestoreRequest>(request: R, op: CriuOperation): R {
   if (typeof request !== "object" || request === null) {
     throw new TypeError(`${op} takes a request object, got ${describeValue(request)}`);
@@ -367,8 +317,12 @@ function checkedRequest<R extends DumpRequest | RestoreRequest>(request: R, op: 
 }
 
 /** Why criu cannot dump the process, or `undefined` where it can. */
-function undumpable(p: SimulatedProcess): string | undefined {
+function undumpable(p: SimulatedProcess, tcpEstablished: boolean): string | undefined {
   if (p.busy) return `process ${p.pid} has a ${p.busy} under way: wait for it`;
+  // criu's own words (criu/sk-inet.c), for a connection it was not told to take.
+  if (p.tcp === "established" && !tcpEstablished) {
+    return `inet: Connected TCP socket, consider using --tcp-established option (process ${p.pid})`;
+  }
   if (!p.usesCuda) return undefined;
   if (p.memoryLocation === "gpu") {
     return `process ${p.pid} still has its GPU state on the GPU (it is ${p.state}): it must be ` +
@@ -379,22 +333,6 @@ function undumpable(p: SimulatedProcess): string | undefined {
       `can be dumped`;
   }
   return undefined;
-}
-
-/** `bytes` in steps of at most {@link PIECE_BYTES}, the last the rest. */
-function pieces(bytes: number): number[] {
-  const n = Math.max(1, Math.ceil(bytes / PIECE_BYTES));
-  return Array.from(
-    { length: n },
-    (_, i) => i < n - 1 ? PIECE_BYTES : bytes - PIECE_BYTES * (n - 1),
-  );
-}
-
-/** Tells a progress callback; one that throws (it must not) does not stop the dump. */
-function tell(onBytes: ((bytes: number) => void) | undefined, bytes: number): void {
-  try {
-    onBytes?.(bytes);
-  } catch { /* the dump goes on */ }
 }
 
 /** The waits of one run, stopped (logged) by its signal or timeout; `end` lets go of both. */

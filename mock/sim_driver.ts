@@ -1,8 +1,4 @@
-/**
- * The simulated driver: the CUDA checkpoint state machine, its error codes and its timing.
- *
- * @module
- */
+// The simulated driver: the CUDA checkpoint state machine, its error codes and its timing.
 
 import {
   CHECKPOINT_MIN_DRIVER_VERSION,
@@ -31,17 +27,16 @@ import { isFinal, memoryOnHost, type Step, stepAllowed, stepFrom, stepTo } from 
 import { formatGpuUuid } from "../core/options.ts";
 import { gpusSeenBy } from "./criu_files.ts";
 import type { FaultableOperation, PendingFault, QueryOperation } from "./faults.ts";
-import { instantly, type MachineView } from "./machine_view.ts";
 import type { SimulatedGpu } from "./sim_gpu.ts";
-import type { SimulatedProcess } from "./sim_process.ts";
-import { mibToBytes, singleRate, type TimingModel } from "./timing.ts";
+import type { MachineView, SimulatedProcess } from "./sim_process.ts";
+import { type CopyTiming, mibToBytes, singleRate, type TimingModel } from "./timing.ts";
 import { CopyLink, Waits } from "./waits.ts";
 
 /** One call the simulated driver answered, for tests that check what their code did. */
 export interface SimulatedCall {
-  /** The machine's time in ms at which the call ended. */
+  /** When the call ended, in the machine's ms. */
   at: number;
-  /** The time in ms at which the call was made. */
+  /** When it was made. */
   started: number;
   /** The C call, without the `cuCheckpointProcess` prefix: `"lock"`, `"getState"`, … */
   op: string;
@@ -54,32 +49,13 @@ export interface SimulatedCall {
 }
 
 /** What a driver call answers, before it becomes a code or a {@link DriverResult}. */
-interface Answer {
-  code: number;
-  value?: number;
-  note?: string;
-}
+type Answer = { code: number; value?: number; note?: string };
 
 /**
- * The simulated machine's driver (`sim.driver`): a {@link CheckpointDriver} with the state
- * machine, error codes and timing measured on the real driver (docs/DRIVER.md). Like the real
- * driver it serialises calls on each process: a call made while another is under way waits for
- * it, then acts on the state it left. Every call it answered is in {@link SimulatedDriver.calls}.
- *
- * @example
- * ```ts
- * import { CudaProcess } from "@ckpt/cuda";
- * import { SimulatedMachine } from "@ckpt/cuda/mock";
- *
- * await using sim = new SimulatedMachine({ gpus: 2 });
- * const target = sim.spawn({ memoryMiB: 1024 });
- * await target.write(0, new TextEncoder().encode("hello"));
- * const proc = new CudaProcess(target.pid, { machine: sim });
- * await proc.suspend();
- * console.log(target.memoryLocation, sim.gpus[0].usedMiB); // "host" 0
- * await proc.resume({ gpuMapping: { [sim.gpus[0].uuid]: sim.gpus[1].uuid, [sim.gpus[1].uuid]: sim.gpus[0].uuid } });
- * console.log(target.gpuUuids[0] === sim.gpus[1].uuid); // true
- * ```
+ * The simulated machine's driver (`sim.driver`): a {@link CheckpointDriver} with the states, codes
+ * and timing measured on the real driver (docs/DRIVER.md). Like it, it serialises calls on each
+ * process: a call made while another is under way waits, then acts on the state it left. Every
+ * call it answered is in {@link SimulatedDriver.calls}.
  */
 export class SimulatedDriver implements CheckpointDriver {
   /** Always `"simulated"`. */
@@ -93,14 +69,16 @@ export class SimulatedDriver implements CheckpointDriver {
   readonly #machine: MachineView;
   readonly #timing: TimingModel;
   readonly #version: number;
+  readonly #versionName: string;
   readonly #checkpointLink: CopyLink;
   readonly #restoreLink: CopyLink;
 
-  /** @internal made by `SimulatedMachine`, as its `driver` */
+  /** @internal made by the machine */
   constructor(machine: MachineView) {
     this.#machine = machine;
     this.#timing = machine.timing;
     this.#version = machine.version;
+    this.#versionName = formatDriverVersion(machine.version);
     const old = machine.version < CHECKPOINT_MIN_DRIVER_VERSION;
     this.missingFunctions = old ? [...CHECKPOINT_FUNCTIONS] : [];
     this.#checkpointLink = new CopyLink(machine, machine.timing.checkpoint);
@@ -110,83 +88,55 @@ export class SimulatedDriver implements CheckpointDriver {
   /** Every GPU the driver sees, by index (`cuDeviceGet`, `cuDeviceGetUuid`, `cuDeviceGetName`). */
   listGpus(): Promise<GpuInfo[]> {
     const gpus = this.#machine.gpus.map((g) => ({ index: g.index, uuid: g.uuid, name: g.name }));
-    return instantly(this.#machine, "list GPUs", () => gpus);
+    return this.#machine.instantly("list GPUs", () => gpus);
   }
 
   /** `cuDriverGetVersion`. */
   driverVersion(): Promise<DriverResult> {
-    const answer = { code: CUDA_SUCCESS, value: this.#version };
-    return instantly(this.#machine, "call cuDriverGetVersion", () => answer);
+    return this.#machine.instantly("call cuDriverGetVersion", () => result(ok(this.#version)));
   }
 
   /** `cuCheckpointProcessGetState`: waits for a state change of the process under way. */
   getState(pid: number): Promise<DriverResult> {
-    return this.#call(
-      "getState",
-      pid,
-      result,
-      (proc) =>
-        this.#serially(proc, () =>
-          this.#query(proc, "getState", async () => {
-            await this.#sleep(this.#timing.queryMs);
-            return { code: CUDA_SUCCESS, value: proc.stateNumber };
-          })),
-    );
+    const state = (p: SimulatedProcess) => this.#after(() => ok(p.stateNumber));
+    const query = (p: SimulatedProcess) => this.#query(p, "getState", () => state(p));
+    return this.#call("getState", pid, result, (p) => this.#serially(p, () => query(p)));
   }
 
   /** `cuCheckpointProcessGetRestoreThreadId`: answers at once, even while the process is busy. */
   getRestoreThreadId(pid: number): Promise<DriverResult> {
-    return this.#call(
-      "getRestoreThreadId",
-      pid,
-      result,
-      (proc) =>
-        this.#query(
-          proc,
-          "getRestoreThreadId",
-          () => this.#after({ code: CUDA_SUCCESS, value: proc.tid }),
-        ),
-    );
+    const tid = (p: SimulatedProcess) => this.#after(() => ok(p.tid));
+    const query = (p: SimulatedProcess) => this.#query(p, "getRestoreThreadId", () => tid(p));
+    return this.#call("getRestoreThreadId", pid, result, query);
   }
 
   /** `cuCheckpointProcessLock`. */
   lock(pid: number, args: LockArgs | null): Promise<number> {
     const timeoutMs = args?.timeoutMs ?? 0;
     if (args?.reserved?.some((b) => b !== 0)) {
-      return this.#call("lock", pid, codeOf, () =>
-        this.#after({
-          code: CUDA_ERROR_INVALID_VALUE,
-          note: "a reserved field of CUcheckpointLockArgs is nonzero",
-        }));
+      const note = "a reserved field of CUcheckpointLockArgs is nonzero";
+      return this.#refuse("lock", pid, { code: CUDA_ERROR_INVALID_VALUE, note });
     }
     return this.#transition("lock", pid, async (proc, run) => {
       const busyFor = proc.kernelsUntil - this.#machine.now();
-      if (busyFor > 0) {
-        if (timeoutMs > 0 && busyFor > timeoutMs) {
-          await run.sleep(timeoutMs);
-          return {
-            code: CUDA_ERROR_NOT_READY,
-            note: `its kernels had ${busyFor} ms to run, more than the ${timeoutMs} ms timeout`,
-          };
-        }
-        await run.sleep(busyFor);
+      if (timeoutMs > 0 && busyFor > timeoutMs) {
+        await run.sleep(timeoutMs);
+        const note = `its kernels had ${busyFor} ms to run, more than the ${timeoutMs} ms timeout`;
+        return { code: CUDA_ERROR_NOT_READY, note };
       }
+      if (busyFor > 0) await run.sleep(busyFor);
       await run.sleep(this.#timing.lockMs);
-      proc.enter(stepTo("lock"));
-      return { code: CUDA_SUCCESS };
+      return entered(proc, "lock");
     });
   }
 
   /** `cuCheckpointProcessCheckpoint`. */
   checkpoint(pid: number): Promise<number> {
     return this.#transition("checkpoint", pid, async (proc, run) => {
-      const t = this.#timing.checkpoint;
-      await run.sleep(t.fixedMs);
-      const bytes = mibToBytes(proc.memoryMiB);
-      await run.copy(this.#checkpointLink, bytes, singleRate(t, proc.memoryMiB));
+      await run.sleep(this.#timing.checkpoint.fixedMs);
+      await this.#copy(run, this.#checkpointLink, this.#timing.checkpoint, proc);
       proc.moveToHost();
-      proc.enter(stepTo("checkpoint"));
-      return { code: CUDA_SUCCESS };
+      return entered(proc, "checkpoint");
     });
   }
 
@@ -194,22 +144,30 @@ export class SimulatedDriver implements CheckpointDriver {
   restore(pid: number, args: RestoreArgs | null): Promise<number> {
     const pairs = args?.gpuPairs ?? [];
     if (pairs.length > 0 && this.#version < GPU_PAIRS_MIN_DRIVER_VERSION) {
-      return this.#call("restore", pid, codeOf, () =>
-        this.#after({
-          code: CUDA_ERROR_NOT_SUPPORTED,
-          note: `driver ${formatDriverVersion(this.#version)} takes no GPU pairs; 13.0 (580) does`,
-        }));
+      const note = `driver ${this.#versionName} takes no GPU pairs; 13.0 (580) does`;
+      return this.#refuse("restore", pid, { code: CUDA_ERROR_NOT_SUPPORTED, note });
     }
     return this.#transition("restore", pid, async (proc, run) => {
+      const imported = proc.ipcImport;
+      if (imported) {
+        // Driver 580.159.04, one H200: an importer of CUDA IPC memory checkpoints, then its every
+        // restore fails (legacy: invalid argument, its exporter gone: OS call failed; cuMem:
+        // operation not supported), in 0.07-0.11 s; it stays checkpointed (docs/DRIVER.md).
+        await run.sleep(70);
+        const alive = this.#machine.process(imported.exporter)?.exited === false;
+        const code = imported.through !== "legacy"
+          ? CUDA_ERROR_NOT_SUPPORTED
+          : alive
+          ? CUDA_ERROR_INVALID_VALUE
+          : CUDA_ERROR_OPERATING_SYSTEM;
+        return { code, note: `it imported GPU memory of process ${imported.exporter} (CUDA IPC)` };
+      }
       if (proc.restoreRefused) {
-        // Driver 580.159.04 after a restore that ran out of memory: every later restore, in place
-        // or mapped, fails in 5-8 ms with OPERATING_SYSTEM and the state stays checkpointed.
+        // Driver 580.159.04: after a restore ran out of memory, every later one fails.
         await run.sleep(this.#timing.refusedMs ?? 6);
-        return {
-          code: CUDA_ERROR_OPERATING_SYSTEM,
-          note: "an earlier restore of this process ran out of GPU memory; the driver refuses " +
-            "every restore of it since",
-        };
+        const note = "an earlier restore of this process ran out of GPU memory; the driver " +
+          "refuses every restore of it since";
+        return { code: CUDA_ERROR_OPERATING_SYSTEM, note };
       }
       const targets = this.#mapGpus(proc, pairs);
       if (typeof targets === "string") {
@@ -222,14 +180,11 @@ export class SimulatedDriver implements CheckpointDriver {
         proc.refuseRestores();
         return { code: CUDA_ERROR_OUT_OF_MEMORY, note: short };
       }
-      const t = this.#timing.restore;
       const moved = targets.some((g, i) => g !== proc.gpus[i]);
-      await run.sleep(t.fixedMs + (moved ? this.#timing.migrationMs : 0));
-      const bytes = mibToBytes(proc.memoryMiB);
-      await run.copy(this.#restoreLink, bytes, singleRate(t, proc.memoryMiB));
+      await run.sleep(this.#timing.restore.fixedMs + (moved ? this.#timing.migrationMs : 0));
+      await this.#copy(run, this.#restoreLink, this.#timing.restore, proc);
       proc.moveToGpu(targets);
-      proc.enter(stepTo("restore"));
-      return { code: CUDA_SUCCESS };
+      return entered(proc, "restore");
     });
   }
 
@@ -237,8 +192,7 @@ export class SimulatedDriver implements CheckpointDriver {
   unlock(pid: number): Promise<number> {
     return this.#transition("unlock", pid, async (proc, run) => {
       await run.sleep(this.#timing.unlockMs);
-      proc.enter(stepTo("unlock"));
-      return { code: CUDA_SUCCESS };
+      return entered(proc, "unlock");
     });
   }
 
@@ -255,24 +209,19 @@ export class SimulatedDriver implements CheckpointDriver {
   /** A short description for logs: `simulated driver 13.0, 2 GPUs (NVIDIA H200)`. */
   toString(): string {
     const gpus = this.#machine.gpus;
-    return `simulated driver ${formatDriverVersion(this.#version)}, ${gpus.length} GPU${
+    return `simulated driver ${this.#versionName}, ${gpus.length} GPU${
       gpus.length === 1 ? "" : "s"
     } (${[...new Set(gpus.map((g) => g.name))].join(", ")})`;
   }
 
-  /** Starts a timer of the machine; returns its cancel function. */
-  #start(ms: number, fn: () => void): () => void {
-    return this.#machine.startTimer(ms, fn);
-  }
-
   #sleep(ms: number): Promise<void> {
-    return new Promise((resolve) => this.#start(ms, resolve));
+    return new Promise((resolve) => this.#machine.startTimer(ms, resolve));
   }
 
-  /** `answer` after the time a query takes. */
-  async #after(answer: Answer): Promise<Answer> {
+  /** `make`'s answer (or `make`) after the time a query takes. */
+  async #after(make: Answer | (() => Answer)): Promise<Answer> {
     await this.#sleep(this.#timing.queryMs);
-    return answer;
+    return typeof make === "function" ? make() : make;
   }
 
   /** The answer for a process that has exited. */
@@ -280,7 +229,17 @@ export class SimulatedDriver implements CheckpointDriver {
     return this.#after({ code: CUDA_ERROR_OPERATING_SYSTEM, note });
   }
 
-  /** One call: gated by the version, the pid looked up, `body` run, the answer logged and `out`. */
+  /** The copy of the process's memory over `link`. */
+  #copy(run: Waits, link: CopyLink, timing: CopyTiming, proc: SimulatedProcess): Promise<void> {
+    return run.copy(link, mibToBytes(proc.memoryMiB), singleRate(timing, proc.memoryMiB));
+  }
+
+  /** A call refused before its process is looked up. */
+  #refuse(op: Step, pid: number, answer: Answer): Promise<number> {
+    return this.#call(op, pid, codeOf, () => this.#after(answer));
+  }
+
+  /** One call: gated by the version, the pid looked up, `body` run, the answer logged. */
   #call<T>(
     op: string,
     pid: number,
@@ -290,24 +249,18 @@ export class SimulatedDriver implements CheckpointDriver {
     const name = `cuCheckpointProcess${op[0].toUpperCase()}${op.slice(1)}`;
     return this.#machine.waitOn(`call ${name} on pid ${pid}`, async () => {
       const started = this.#machine.now();
-      let answer: Answer;
-      if (this.missingFunctions.includes(name)) {
-        answer = {
+      const proc = this.#find(pid);
+      const answer: Answer = this.missingFunctions.includes(name)
+        ? {
           code: CUDA_ERROR_NOT_SUPPORTED,
-          note: `driver ${formatDriverVersion(this.#version)} has no ${name}; 12.8 (570) has`,
-        };
-      } else {
-        const proc = this.#find(pid);
-        answer = typeof proc === "number" ? await this.#after({ code: proc }) : await body(proc);
-      }
-      this.calls.push({
-        at: this.#machine.now(),
-        started,
-        op,
-        pid,
-        code: answer.code,
-        ...(answer.note === undefined ? {} : { note: answer.note }),
-      });
+          note: `driver ${this.#versionName} has no ${name}; 12.8 (570) has`,
+        }
+        : typeof proc === "number"
+        ? await this.#after({ code: proc })
+        : await body(proc);
+      const call: SimulatedCall = { at: this.#machine.now(), started, op, pid, code: answer.code };
+      if (answer.note !== undefined) call.note = answer.note;
+      this.calls.push(call);
       return out(answer);
     });
   }
@@ -320,7 +273,7 @@ export class SimulatedDriver implements CheckpointDriver {
     return proc;
   }
 
-  /** Runs `fn` in the process's turn, after the calls on it under way (the driver serialises). */
+  /** `fn` in the process's turn, after the calls on it under way. */
   async #serially(proc: SimulatedProcess, fn: () => Promise<Answer>): Promise<Answer> {
     const waitingFor = proc.busy;
     const issued = this.#machine.now();
@@ -336,10 +289,7 @@ export class SimulatedDriver implements CheckpointDriver {
     }
   }
 
-  /**
-   * A state-changing call, in the process's turn: the state checked, a fault applied, else `body`,
-   * abandoned if the process exits (OPERATING_SYSTEM `exitNoticeMs` after the exit).
-   */
+  /** A state-changing call in its turn: the state checked, a fault applied, else `body`. */
   #transition(
     op: Step,
     pid: number,
@@ -347,12 +297,9 @@ export class SimulatedDriver implements CheckpointDriver {
   ): Promise<number> {
     return this.#call(op, pid, codeOf, (proc) =>
       this.#serially(proc, async () => {
-        if (!stepAllowed(op, proc.state)) {
-          return await this.#after({
-            code: CUDA_ERROR_ILLEGAL_STATE,
-            note: `${op} needs a ${stepFrom(op)} process; it is ${proc.state}`,
-          });
-        }
+        const note = `${op} needs a ${stepFrom(op)} process; it is ${proc.state}`;
+        const illegal = { code: CUDA_ERROR_ILLEGAL_STATE, note };
+        if (!stepAllowed(op, proc.state)) return await this.#after(illegal);
         const hit = proc.faultPlan.take(op as FaultableOperation);
         if (hit?.fault.kind === "fail") return await this.#applyFault(proc, op, hit.fault);
         const run = new Waits(this.#machine);
@@ -363,7 +310,7 @@ export class SimulatedDriver implements CheckpointDriver {
             onExit = () => {
               run.stop();
               const note = `the process exited during the ${op}`;
-              this.#start(this.#timing.exitNoticeMs, () =>
+              this.#machine.startTimer(this.#timing.exitNoticeMs, () =>
                 resolve({ code: CUDA_ERROR_OPERATING_SYSTEM, note }));
             };
             proc.exitListeners.add(onExit);
@@ -374,8 +321,8 @@ export class SimulatedDriver implements CheckpointDriver {
             if (hit?.fault.kind !== "exit") {
               return void work().then(resolve, reject);
             }
-            // An injected exit, `afterMs` in: a call that would end sooner waits for it (onExit answers).
-            this.#start(hit.fault.afterMs, () =>
+            // An injected exit `afterMs` in: a call that would end sooner waits for it.
+            this.#machine.startTimer(hit.fault.afterMs, () =>
               proc.exit());
             work().then((answer) => proc.exited && resolve(answer), reject);
           });
@@ -387,7 +334,7 @@ export class SimulatedDriver implements CheckpointDriver {
       }));
   }
 
-  /** A query with the fault injected into it (a failure, an exit, a hang, an answer), or `answer`. */
+  /** A query, with the fault injected into it where there is one. */
   async #query(proc: SimulatedProcess, op: QueryOperation, answer: () => Promise<Answer>) {
     const hit = proc.faultPlan.take(op);
     if (!hit) return await answer();
@@ -396,8 +343,7 @@ export class SimulatedDriver implements CheckpointDriver {
       case "fail":
         return await this.#applyFault(proc, op, fault);
       case "answer":
-        await this.#sleep(this.#timing.queryMs);
-        return { code: CUDA_SUCCESS, value: fault.value, note: `injected by answerNext("${op}")` };
+        return await this.#after({ ...ok(fault.value), note: `injected by answerNext("${op}")` });
       case "exit":
         proc.exit();
         return await this.#exited(`injected by exitDuring("${op}"): the process exited`);
@@ -415,25 +361,19 @@ export class SimulatedDriver implements CheckpointDriver {
     }
   }
 
-  /** Answers with an injected failure, moving memory where its state keeps it. */
+  /** An injected failure's answer, the memory moved where its state keeps it. */
   async #applyFault(proc: SimulatedProcess, op: string, fault: FailFault): Promise<Answer> {
     await this.#sleep(this.#timing.queryMs);
     const note = `injected by failNext(${JSON.stringify(op)})`;
-    // The failed state is final: a fault cannot bring a process back from it.
+    // The failed state is final.
     const state = isFinal(proc.state) ? undefined : fault.state;
     if (state !== undefined && memoryOnHost(state)) proc.moveToHost();
-    if (
-      state !== undefined && !memoryOnHost(state) && !isFinal(state) &&
-      proc.memoryLocation === "host"
-    ) {
+    const back = state !== undefined && !memoryOnHost(state) && !isFinal(state);
+    if (back && proc.memoryLocation === "host") {
       // Memory goes back onto the GPU only where it fits, as a restore's would.
       const short = proc.claimOn(proc.gpus);
-      if (short) {
-        return {
-          code: CUDA_ERROR_OUT_OF_MEMORY,
-          note: `${note} to leave the process ${state}, but ${short}; it stays checkpointed`,
-        };
-      }
+      const stays = `${note} to leave the process ${state}, but ${short}; it stays checkpointed`;
+      if (short) return { code: CUDA_ERROR_OUT_OF_MEMORY, note: stays };
       proc.moveToGpu(proc.gpus);
     }
     if (state !== undefined) proc.enter(state);
@@ -442,39 +382,28 @@ export class SimulatedDriver implements CheckpointDriver {
 
   /** The GPUs to restore onto, or why the mapping is rejected (INVALID_VALUE). */
   #mapGpus(proc: SimulatedProcess, pairs: readonly GpuPair[]): SimulatedGpu[] | string {
-    // The GPUs the process saw when it was checkpointed: this machine's, or, where criu restored
-    // it from another machine's images, that machine's (not measured: modelled on the rule below,
-    // which on one machine is the same thing).
+    // The GPUs it saw when checkpointed: this machine's, or another's where criu brought it here.
     const elsewhere = gpusSeenBy(proc);
-    if (pairs.length === 0) {
-      return elsewhere
-        ? `the process was checkpointed on another machine's GPUs (${
-          elsewhere.map((g) => g.uuid).join(", ")
-        }): restoring it here needs GPU pairs`
-        : proc.gpus;
-    }
+    const there = `another machine's GPUs (${elsewhere?.map((g) => g.uuid).join(", ")})`;
+    const needs = `the process was checkpointed on ${there}: restoring it here needs GPU pairs`;
+    if (pairs.length === 0) return elsewhere ? needs : proc.gpus;
     const seen = elsewhere ?? this.#machine.gpus;
     const fromUuid = new Map(seen.map((g) => [g.uuid, g]));
     const byUuid = new Map(this.#machine.gpus.map((g) => [g.uuid, g]));
     const map = new Map<SimulatedGpu, SimulatedGpu>();
+    const where = elsewhere ? "the machine the process was checkpointed on" : "this machine";
     for (const pair of pairs) {
-      const from = fromUuid.get(formatGpuUuid(pair.oldUuid));
-      const to = byUuid.get(formatGpuUuid(pair.newUuid));
-      if (!from) {
-        return `old UUID ${formatGpuUuid(pair.oldUuid)} is not a GPU of ${
-          elsewhere ? "the machine the process was checkpointed on" : "this machine"
-        }`;
-      }
-      if (!to) return `new UUID ${formatGpuUuid(pair.newUuid)} is not a GPU of this machine`;
+      const [old, now] = [formatGpuUuid(pair.oldUuid), formatGpuUuid(pair.newUuid)];
+      const [from, to] = [fromUuid.get(old), byUuid.get(now)];
+      if (!from) return `old UUID ${old} is not a GPU of ${where}`;
+      if (!to) return `new UUID ${now} is not a GPU of this machine`;
       if (map.has(from)) return `GPU ${from.index} (${from.uuid}) is mapped twice`;
       map.set(from, to);
     }
-    // Measured on two H200s: a mapping that leaves out a GPU the driver sees is INVALID_VALUE,
-    // even a GPU the process never used, and so is one that sends two GPUs onto one.
+    // Measured on two H200s: a GPU left out (even one not used), or two onto one: INVALID_VALUE.
     const left = seen.find((g) => !map.has(g));
-    if (left) {
-      return `the mapping leaves out GPU ${left.index} (${left.uuid}); it must name every GPU`;
-    }
+    const out = left && `GPU ${left.index} (${left.uuid}); it must name every GPU`;
+    if (out) return `the mapping leaves out ${out}`;
     const onto = new Map<SimulatedGpu, SimulatedGpu>();
     for (const [from, to] of map) {
       const other = onto.get(to);
@@ -483,16 +412,12 @@ export class SimulatedDriver implements CheckpointDriver {
       }
       onto.set(to, from);
     }
-    const targets = proc.gpus.map((g) => map.get(g)!);
-    // The process's memory must land on the same chip (NVIDIA's documentation; not measured here,
-    // where every GPU is an H200). GPUs the process never used are not checked.
-    for (const [i, to] of targets.entries()) {
-      const from = proc.gpus[i];
-      if (to.name !== from.name) {
-        return `the process's GPU ${from.index} (${from.name}) would move onto GPU ${to.index} (${to.name}): restore needs the same chip`;
-      }
-    }
-    return targets;
+    // The same chip for each GPU it used (NVIDIA's documentation; not measured).
+    const moved = proc.gpus.find((g) => map.get(g)!.name !== g.name);
+    const to = moved && map.get(moved)!;
+    return moved && to
+      ? `the process's GPU ${moved.index} (${moved.name}) would move onto GPU ${to.index} (${to.name}): restore needs the same chip`
+      : proc.gpus.map((g) => map.get(g)!);
   }
 }
 
@@ -500,6 +425,15 @@ type FailFault = PendingFault & { kind: "fail" };
 
 /** A state-changing call's answer: its code. */
 const codeOf = (answer: Answer): number => answer.code;
+
+/** Success, with `value`. */
+const ok = (value?: number): Answer => ({ code: CUDA_SUCCESS, value });
+
+/** Success, the process put in the state `step` leads to. */
+function entered(proc: SimulatedProcess, step: Step): Answer {
+  proc.enter(stepTo(step));
+  return ok();
+}
 
 /** A query's answer: its code, and its value where it succeeded. */
 function result(answer: Answer): DriverResult {

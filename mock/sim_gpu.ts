@@ -1,8 +1,4 @@
-/**
- * The GPUs of the simulated machine: what each is, how much is held, and whether a process fits.
- *
- * @module
- */
+// The GPUs of the simulated machine: what each is, how much is held, and whether a process fits.
 
 import { describeValue } from "../core/options.ts";
 import { checkAmount, checkInteger, checkKeys, checkName } from "../core/options.ts";
@@ -50,7 +46,7 @@ export class SimulatedGpu {
     this.contextMiB = contextMiB;
   }
 
-  /** GPU memory in use by processes (memory and contexts, and what restores under way hold), in MiB. */
+  /** GPU memory held by processes (and restores under way), contexts included, in MiB. */
   get usedMiB(): number {
     return this.#usedMiB;
   }
@@ -77,26 +73,22 @@ export type GpuNeeds = Map<SimulatedGpu, number>;
 /** What a process of `memoryMiB` needs on `gpus` (a GPU named twice needs both shares). */
 export function needsOn(memoryMiB: number, gpus: readonly SimulatedGpu[]): GpuNeeds {
   const need: GpuNeeds = new Map();
-  for (const g of gpus) {
-    need.set(g, (need.get(g) ?? 0) + memoryMiB / gpus.length + g.contextMiB);
-  }
+  for (const g of gpus) need.set(g, (need.get(g) ?? 0) + memoryMiB / gpus.length + g.contextMiB);
   return need;
 }
 
-/** The GPUs of a simulated machine's `gpus` option, their UUIDs made up from `seed` if not given. */
+/** The GPUs of a simulated machine's `gpus` option, UUIDs made up from `seed` if not given. */
 export function makeGpus(
   gpus: number | readonly SimulatedGpuSpec[] | undefined,
   seed: number,
 ): SimulatedGpu[] {
-  let specs: readonly SimulatedGpuSpec[];
-  if (gpus === undefined) specs = [{}];
-  else if (typeof gpus === "number") {
-    specs = Array.from({ length: checkInteger(gpus, "gpus (how many)", 1, 1024) }, () => ({}));
-  } else if (!Array.isArray(gpus) || gpus.length === 0) {
-    throw new TypeError(
-      `gpus must be a number of GPUs or a non-empty array of GPU specs, got ${describeValue(gpus)}`,
-    );
-  } else specs = gpus;
+  const bad = `gpus must be a number of GPUs or a non-empty array of GPU specs, got`;
+  const many = gpus === undefined || typeof gpus === "number";
+  if (!many && (!Array.isArray(gpus) || gpus.length === 0)) {
+    throw new TypeError(`${bad} ${describeValue(gpus)}`);
+  }
+  const count = typeof gpus === "number" ? checkInteger(gpus, "gpus (how many)", 1, 1024) : 1;
+  const specs = Array.isArray(gpus) ? gpus : Array.from({ length: count }, () => ({}));
   const made = specs.map((spec, i) => makeGpu(spec, i, seed));
   if (new Set(made.map((g) => g.uuid)).size !== made.length) {
     throw new RangeError("two simulated GPUs have the same UUID");

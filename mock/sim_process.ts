@@ -1,8 +1,4 @@
-/**
- * A process of the simulated machine: its state, GPU memory, CUDA work and faults.
- *
- * @module
- */
+// A process of the simulated machine: its state, GPU memory, CUDA work and faults.
 
 import {
   cudaRuns,
@@ -13,8 +9,9 @@ import {
   stateName,
   stateNumber as numberOfState,
 } from "../core/states.ts";
-import { describeValue } from "../core/options.ts";
-import { checkAmount } from "../core/options.ts";
+import type { MemoryHeldRecords } from "../core/host.ts";
+import { checkAmount, describeValue } from "../core/options.ts";
+import type { IpcImport, ProcessFields } from "./fields.ts";
 import {
   type AnswerFault,
   checkFault,
@@ -26,54 +23,46 @@ import {
   type PendingFault,
   type QueryOperation,
 } from "./faults.ts";
-import {
-  checkRange,
-  loadPages,
-  MemoryImage,
-  PAGE_SIZE,
-  type SavedPages,
-  savePages,
-} from "./memory.ts";
+import { checkRange, MemoryImage, type SavedPages } from "./memory.ts";
 import { type GpuNeeds, needsOn, type SimulatedGpu } from "./sim_gpu.ts";
-import { mibToBytes } from "./timing.ts";
+import { mibToBytes, type TimingModel } from "./timing.ts";
+import type { CopyLink } from "./waits.ts";
 
-/** What a simulated process uses of its machine (the machine's view of itself has more). @internal */
-export interface ProcessHost {
-  /** The clock's time in ms. */
+/**
+ * The simulated machine as its parts see it (its members are documented there), so that no part
+ * imports the machine's module: the product's modules import one another without a circle.
+ * @internal
+ */
+export interface MachineView {
+  readonly gpus: readonly SimulatedGpu[];
+  readonly version: number;
+  readonly timing: TimingModel;
+  readonly processes: readonly SimulatedProcess[];
+  readonly heldRecords: MemoryHeldRecords;
+  readonly selfPid: number | undefined;
+  readonly disk: CopyLink;
   now(): number;
-  /** Forgets a process that exited. */
+  process(id: number): SimulatedProcess | undefined;
+  tree(root: number): SimulatedProcess[] | undefined;
+  adopt(proc: SimulatedProcess): SimulatedProcess;
   forget(proc: SimulatedProcess): void;
-  /** A start number no process of the machine has had. */
   takeStart(): number;
-  /** Starts a timer the machine cancels when closed (`passive`: it moves no time by itself). */
   startTimer(ms: number, fn: () => void, passive?: boolean): () => void;
-  /** Holds the clock (the program waits on the simulator) until the returned function is called. */
   holdClock(): () => void;
-  /** The error for `what` once the machine is closed, else `undefined`. */
   closedError(what: string): Error | undefined;
+  waitOn<T>(what: string, work: () => Promise<T>): Promise<T>;
+  instantly<T>(what: string, fn: () => T): Promise<T>;
 }
 
-/** A process to make (its start left out: a new one), as {@link SimulatedProcess} has them. @internal */
-export interface NewProcess {
-  pid: number;
-  threads: number[];
-  memoryMiB: number;
-  gpus: SimulatedGpu[];
-  cuda: boolean;
-  command: string;
-  inspectable: boolean;
-  libcuda: boolean;
-  parent?: number;
-  start?: number;
-}
+/** What makes a process, as the state file and the simulated criu's images keep it. @internal */
+/** A process to make (its start left out: a new one). */
+type NewProcess = ProcessFields & { gpus: SimulatedGpu[]; start?: number };
 
-/** A kernel launch. Awaiting it is waiting on the simulator: virtual time moves until it ends. */
+/** A kernel launch: awaiting it (`onWait`, once) is waiting on the simulator, moving time. */
 class KernelLaunch extends Promise<void> {
   static override get [Symbol.species](): PromiseConstructor {
     return Promise;
   }
-
-  /** Called the first time someone waits on the kernel. */
   onWait: (() => void) | undefined;
 
   override then<A = void, B = never>(
@@ -87,73 +76,63 @@ class KernelLaunch extends Promise<void> {
   }
 }
 
-interface Kernel {
-  settle(error?: Error): void;
-  cancel?: () => void;
-}
-
-type Waiter = () => void;
+type Kernel = { settle(error?: Error): void; cancel?: () => void };
 
 /** A process of the simulated machine. Its CUDA work blocks while it is locked or checkpointed. */
 export class SimulatedProcess {
   /** Its process id. */
   readonly pid: number;
-  /** Its start number, larger than any before (a restored process gets a new one), as Linux's. */
+  /** Its start number, larger than any before (a restored process gets a new one). */
   readonly start: number;
   /** Its restore thread (`getRestoreThreadId`): the driver's own, last; 0 without CUDA. */
   readonly tid: number;
-  /** All its thread ids, the main thread (= pid) first, the driver's last; any of them works as a pid. */
+  /** All its thread ids, the main thread (= pid) first, the driver's last; any works as a pid. */
   readonly threads: readonly number[];
   /** Its GPU memory in MiB (its CUDA contexts not included). */
   readonly memoryMiB: number;
   /** Whether it ever initialised CUDA. */
   readonly usesCuda: boolean;
-  readonly #host: ProcessHost;
+  /** Its command line, as `/proc/PID/cmdline` gives it, spaces between the arguments. */
+  readonly command: string;
+  /** Whether the caller may look at it (`false`: another user's process). */
+  readonly inspectable: boolean;
+  /** Whether it has the CUDA driver library mapped (every CUDA process has; others may). */
+  readonly libcudaLoaded: boolean;
+  /** GPU memory it imported from another process (CUDA IPC), where it did. */
+  readonly ipcImport: IpcImport | undefined;
+  /** A TCP socket it holds (criu dumps an established one only when told), where it holds one. */
+  readonly tcp: "listening" | "established" | undefined;
   /** @internal the GPUs it has or had memory on */
   gpus: SimulatedGpu[];
   /** @internal */
   stateNumber: number = numberOfState(INITIAL_STATE);
-  /** @internal */
-  deviceMemory: MemoryImage | undefined;
-  /** @internal */
-  hostMemory: MemoryImage | undefined;
-  /** @internal the state-changing operation under way, one at a time */
+  /** @internal the state-changing call under way */
   busy: string | undefined;
-  /** @internal virtual time at which the last kernel launched ends */
+  /** @internal when its last kernel ends */
   kernelsUntil = 0;
-  /** @internal the faults injected into its calls, waiting for them */
+  /** @internal */
   readonly faultPlan: FaultPlan = new FaultPlan();
-  /** @internal called when the process exits */
-  exitListeners: Set<() => void> = new Set();
-  /** @internal the pages of its memory written (all a snapshot saves: the others are zero) */
-  writtenPages: Set<number> = new Set();
+  /** @internal */
+  readonly exitListeners: Set<() => void> = new Set();
+  readonly #machine: MachineView;
+  /** Its GPU memory, wherever it is (`#on`); none without CUDA or once it exited. */
+  #memory: MemoryImage | undefined;
+  #on: "gpu" | "host" = "gpu";
+  /** CUDA work waiting for it to run, or not done yet. */
+  #queued = 0;
   #held: GpuNeeds = new Map();
+  #parent: number;
   #exited = false;
-  #runWaiters: Waiter[] = [];
+  #stopped = false;
+  #wakes = 0;
+  #restoreRefused = false;
+  #runWaiters: (() => void)[] = [];
   #kernels = new Set<Kernel>();
   #tail: Promise<void> = Promise.resolve();
 
-  /** Its command line, as `/proc/PID/cmdline` gives it with spaces between the arguments. */
-  readonly command: string;
-  /** Whether the caller may look at it (`false`: another user's process, seen without privilege). */
-  readonly inspectable: boolean;
-  /** Whether it has the CUDA driver library mapped (every CUDA process has; others may). */
-  readonly libcudaLoaded: boolean;
-  #parent: number;
-
-  /** Its parent's pid, or 0 for none (also once the parent exited: Linux gives it to init). */
-  get parent(): number {
-    return this.#parent;
-  }
-
-  /** @internal its parent exited: it has none now */
-  orphan(): void {
-    this.#parent = 0;
-  }
-
-  /** @internal made by the machine: running, its GPU memory all zero (and not yet claimed) */
-  constructor(host: ProcessHost, made: NewProcess) {
-    this.#host = host;
+  /** @internal running, its GPU memory all zero (not yet claimed) */
+  constructor(machine: MachineView, made: NewProcess) {
+    this.#machine = machine;
     this.pid = made.pid;
     this.threads = made.threads;
     this.memoryMiB = made.memoryMiB;
@@ -163,9 +142,16 @@ export class SimulatedProcess {
     this.command = made.command;
     this.inspectable = made.inspectable;
     this.libcudaLoaded = made.libcuda;
-    this.#parent = made.parent ?? 0;
-    this.start = made.start ?? host.takeStart();
-    if (made.cuda) this.deviceMemory = new MemoryImage(mibToBytes(made.memoryMiB));
+    this.ipcImport = made.ipcImport;
+    this.tcp = made.tcp;
+    this.#parent = made.parent;
+    this.start = made.start ?? machine.takeStart();
+    if (made.cuda) this.#memory = new MemoryImage(mibToBytes(made.memoryMiB));
+  }
+
+  /** Its parent's pid, or 0 for none (also once the parent exited). */
+  get parent(): number {
+    return this.#parent;
   }
 
   /** Its checkpoint state by name. */
@@ -178,21 +164,14 @@ export class SimulatedProcess {
     return this.#exited;
   }
 
-  /**
-   * Whether it is stopped (SIGSTOP on Linux): the simulated criu's `stop` stops it, as does a
-   * restore with `leaveStopped`, and `wake` (SIGCONT) lets it go on; `false` once it exited. The
-   * simulated driver does not consult it, nor does the process's own CUDA work (kernels, `write`,
-   * `read`): a stopped process answers as a running one, as what the real driver does for a
-   * stopped process has not been measured.
-   */
+  /** Whether it is stopped (SIGSTOP) until `wake`; not consulted by the driver (not measured). */
   get stopped(): boolean {
     return this.#stopped;
   }
-  #stopped = false;
 
-  /** @internal stops it (SIGSTOP), or lets it go on (SIGCONT); nothing once it exited */
-  setStopped(stopped: boolean): void {
-    if (!this.#exited) this.#stopped = stopped;
+  /** How often it was let go on after a stop (SIGCONT): its CPU time, as the host reads it. */
+  get wakes(): number {
+    return this.#wakes;
   }
 
   /** The UUIDs of the GPUs it runs on (or ran on, while checkpointed). */
@@ -202,20 +181,23 @@ export class SimulatedProcess {
 
   /** The GPU memory it holds now, MiB by GPU UUID, its CUDA context included (as NVML says). */
   get gpuMemoryMiB(): Record<string, number> {
-    const held: Record<string, number> = {};
-    for (const [g, mib] of this.#held) held[g.uuid] = mib;
-    return held;
+    return Object.fromEntries([...this.#held].map(([g, mib]) => [g.uuid, mib]));
   }
 
   /** Where its GPU memory is now: on the GPU, in host memory (checkpointed), or nowhere. */
   get memoryLocation(): "gpu" | "host" | "none" {
-    return this.deviceMemory ? "gpu" : this.hostMemory ? "host" : "none";
+    return this.#memory ? this.#on : "none";
+  }
+
+  /** Whether the driver refuses every restore: as driver 580 does after one ran out of memory. */
+  get restoreRefused(): boolean {
+    return this.#restoreRefused;
   }
 
   /**
-   * Launches a kernel that runs for `ms` (after the process is unlocked), returning at once as a
-   * CUDA launch does; resolves when it ends, rejects if the process exits first. Virtual time moves
-   * for it only while someone awaits it; unawaited, it never reports an unhandled rejection.
+   * Launches a kernel that runs for `ms` once the process runs, returning at once as a CUDA launch
+   * does; resolves when it ends, rejects if the process exits first. Virtual time moves for it only
+   * while someone awaits it; unawaited, it never reports an unhandled rejection.
    */
   launch(ms: number): Promise<void> {
     checkAmount(ms, "kernel duration (ms)");
@@ -228,170 +210,110 @@ export class SimulatedProcess {
         if (!this.#kernels.delete(kernel)) return;
         kernel.cancel?.();
         release?.();
-        if (error) reject(error);
-        else resolve();
+        return error ? reject(error) : resolve();
       },
     };
     promise.onWait = () => {
-      if (this.#kernels.has(kernel)) release = this.#host.holdClock();
+      if (this.#kernels.has(kernel)) release = this.#machine.holdClock();
     };
     this.#kernels.add(kernel);
     const enqueue = () => {
       // Kernels on one stream run one after another.
-      const now = this.#host.now();
+      const now = this.#machine.now();
       this.kernelsUntil = Math.max(now, this.kernelsUntil) + ms;
-      kernel.cancel = this.#host.startTimer(this.kernelsUntil - now, () => {
+      kernel.cancel = this.#machine.startTimer(this.kernelsUntil - now, () => {
         kernel.cancel = undefined;
         kernel.settle();
       }, true);
     };
     // Launched at once when the process runs, as a CUDA launch returns at once; else it blocks.
     if (this.#canRun()) enqueue();
-    else this.#whenRunning("launch a kernel").then(enqueue, kernel.settle);
+    else this.#whenRunning("launch a kernel", enqueue).catch(kernel.settle);
     return promise;
   }
 
-  /** Writes `data` into its GPU memory at `offset` (a `cudaMemcpy`: blocks while not running). */
+  /** Writes `data` at `offset` (a `cudaMemcpy`: blocks while not running), taken at the call. */
   write(offset: number, data: Uint8Array): Promise<void> {
     if (!(data instanceof Uint8Array)) {
       throw new TypeError(`data must be a Uint8Array, got ${describeValue(data)}`);
     }
     this.#checkBytes(offset, data.length);
+    const what = "write GPU memory";
+    if (this.#queued === 0 && this.#canRun() && !this.#machine.closedError(what)) {
+      this.#memory!.write(offset, data);
+      return Promise.resolve();
+    }
     const copy = data.slice();
-    return this.#whenRunning("write GPU memory").then(() => {
-      this.deviceMemory!.write(offset, copy);
-      const last = Math.floor((offset + copy.length - 1) / PAGE_SIZE);
-      for (let page = Math.floor(offset / PAGE_SIZE); page <= last; page++) {
-        this.writtenPages.add(page);
-      }
-    });
+    return this.#whenRunning(what, () => this.#memory!.write(offset, copy));
   }
 
   /** Reads its GPU memory (a `cudaMemcpy`: blocks while not running). */
   read(offset: number, length: number): Promise<Uint8Array> {
     this.#checkBytes(offset, length);
-    return this.#whenRunning("read GPU memory").then(() => this.deviceMemory!.read(offset, length));
+    return this.#whenRunning("read GPU memory", () => this.#memory!.read(offset, length));
   }
 
-  /**
-   * The SHA-256 of its GPU memory's 1 MiB chunks' SHA-256s, wherever it is now, as for a real GPU's
-   * memory. It never waits, and costs what was written since the last call (a few ms for 40 GiB;
-   * bench/digest.ts). Rejects when the process has no GPU memory.
-   */
+  /** The chunked SHA-256 of its GPU memory, wherever it is; costs what was written since last. */
   memoryChunkedSha256(): Promise<string> {
-    const image = this.deviceMemory ?? this.hostMemory;
-    if (!image) {
-      return Promise.reject(
-        new Error(`process ${this.pid} has no GPU memory (it never used CUDA, or it exited)`),
-      );
-    }
-    return Promise.resolve(image.chunkedSha256());
+    return this.#memory ? Promise.resolve(this.#memory.chunkedSha256()) : Promise.reject(
+      new Error(`process ${this.pid} has no GPU memory (it never used CUDA, or it exited)`),
+    );
   }
 
   /**
-   * Makes the next call of `op` (or the `nth`) return `fault.code` (any, as a newer driver may
-   * return one) and leave the process in `fault.state` (unchanged when left out). One fault waits
-   * per operation: a new one replaces it.
+   * Makes the next call of `op` (or the `nth`) return `fault.code` (any) and leave the process in
+   * `fault.state` (unchanged when left out). One fault waits per operation: a new one replaces it.
    *
    * @example
    * ```ts
    * import { CudaProcess } from "@ckpt/cuda";
-   * import { CUresult } from "@ckpt/cuda/driver";
    * import { SimulatedMachine } from "@ckpt/cuda/mock";
    *
    * const sim = new SimulatedMachine();
    * const target = sim.spawn({ memoryMiB: 1024 });
-   * target.failNext("checkpoint", { code: CUresult.CUDA_ERROR_OUT_OF_MEMORY });
-   * const proc = new CudaProcess(target.pid, { machine: sim });
-   * await proc.suspend().catch((e) => console.log(e.message)); // "... Suspend unlocked the process again: it was left running"
-   * target.failNext("restore", { code: 999, state: "failed", nth: 2 }); // the second restore from now
+   * target.failNext("checkpoint", { code: 2 }); // CUDA_ERROR_OUT_OF_MEMORY
+   * await new CudaProcess(target.pid, { machine: sim }).suspend().catch((e) => console.log(e));
+   * target.failNext("restore", { code: 999, state: "failed", nth: 2 }); // the second restore
    * ```
    */
   failNext(op: FaultableOperation, fault: InjectedFault): void {
     this.#inject(checkFault("failNext", op, fault), "failNext");
   }
 
-  /**
-   * Makes the process exit `afterMs` into the next call of `op` (or the `nth`), as a target killed
-   * during a checkpoint: the call returns `CUDA_ERROR_OPERATING_SYSTEM` shortly after (see
-   * {@link ExitFault}), its GPU memory is freed and its pid stops existing.
-   *
-   * @example
-   * ```ts
-   * import { SimulatedMachine } from "@ckpt/cuda/mock";
-   * const sim = new SimulatedMachine();
-   * const target = sim.spawn({ memoryMiB: 4096 });
-   * target.exitDuring("checkpoint", { afterMs: 150 });
-   * await sim.driver.lock(target.pid, null);
-   * await sim.driver.checkpoint(target.pid); // 304: CUDA_ERROR_OPERATING_SYSTEM, about 220 ms in
-   * ```
-   */
+  /** Makes the process exit `afterMs` into the next call of `op` (or the `nth`): ExitFault. */
   exitDuring(op: FaultableOperation, options: ExitFault = {}): void {
     this.#inject(checkFault("exitDuring", op, options), "exitDuring");
   }
 
   /**
-   * Makes the next call of `op` (or the `nth`) hang, holding up the calls queued behind it, until
-   * the returned function releases it (released early, it lets the call through) or the process
-   * exits (`CUDA_ERROR_OPERATING_SYSTEM`). Virtual time does not move for a hung call.
-   *
-   * @example
-   * ```ts
-   * import { SimulatedMachine } from "@ckpt/cuda/mock";
-   * const sim = new SimulatedMachine();
-   * const target = sim.spawn();
-   * const release = target.hangNext("lock"); // a lock that never returns: a rank stuck in a kernel
-   * const lock = sim.driver.lock(target.pid, { timeoutMs: 0 });
-   * await sim.sleep(60_000);
-   * release();
-   * await lock; // 0: CUDA_SUCCESS, a minute later
-   * ```
+   * Makes the next call of `op` (or the `nth`) hang, and the calls behind it, until the returned
+   * function releases it or the process exits. Virtual time does not move for a hung call.
    */
   hangNext(op: FaultableOperation, options: FaultTiming = {}): () => void {
     return this.#inject(checkFault("hangNext", op, options), "hangNext");
   }
 
-  /**
-   * Makes the next `getState` or `getRestoreThreadId` (or the `nth`) answer `CUDA_SUCCESS` with
-   * `answer.value` (see {@link AnswerFault}).
-   *
-   * @example
-   * ```ts
-   * import { CudaProcess } from "@ckpt/cuda";
-   * import { SimulatedMachine } from "@ckpt/cuda/mock";
-   * const sim = new SimulatedMachine();
-   * const target = sim.spawn();
-   * target.answerNext("getState", { value: 5 });
-   * await new CudaProcess(target.pid, { machine: sim }).state().catch((e) => console.log(e.message));
-   * // "getState of process 4000 returned process state 5, which this version of @ckpt/cuda does not know ..."
-   * ```
-   */
+  /** Makes the next `op` (or the `nth`) answer `CUDA_SUCCESS` with `answer.value`. */
   answerNext(op: QueryOperation, answer: AnswerFault): void {
     this.#inject(checkFault("answerNext", op, answer), "answerNext");
   }
 
-  /**
-   * Puts the process in the FAILED state for good, as a failed call can: every later state change
-   * is `CUDA_ERROR_ILLEGAL_STATE`. Throws while a call is under way (fail it with `failNext`).
-   */
+  /** Puts the process in the failed state for good; throws while a call is under way. */
   enterFailedState(): void {
     this.#reachable("enterFailedState");
-    if (this.busy) {
-      throw new Error(
-        `enterFailedState: process ${this.pid} has a ${this.busy} under way; use failNext(` +
-          `${JSON.stringify(this.busy)}, { code, state: "failed" }) to make that call fail`,
-      );
-    }
+    const use = `use failNext(${JSON.stringify(this.busy)}, { code, state: "failed" })`;
+    const busy = `process ${this.pid} has a ${this.busy} under way; ${use} to make that call fail`;
+    if (this.busy) throw new Error(`enterFailedState: ${busy}`);
     this.enter("failed");
     this.stopKernels(new Error(`process ${this.pid} entered the failed state`));
   }
 
-  /** The faults waiting for their calls (one per operation at most), oldest operation first. */
+  /** The faults waiting for their calls (one per operation at most). */
   get pendingFaults(): PendingFault[] {
     return this.faultPlan.pending;
   }
 
-  /** Forgets the faults waiting for their calls; calls already held by a hang stay held. */
+  /** Forgets the faults waiting for their calls; calls a hang holds stay held. */
   clearFaults(): void {
     this.faultPlan.clear();
   }
@@ -401,37 +323,42 @@ export class SimulatedProcess {
     return this.faultPlan.releaseAll();
   }
 
-  #inject(fault: PendingFault, method: string): () => void {
-    this.#reachable(method);
-    return this.faultPlan.add(fault);
-  }
-
-  #reachable(method: string): void {
-    if (this.#exited) {
-      throw new Error(`${method}: process ${this.pid} has exited; no call can reach it any more`);
-    }
-    if (!this.usesCuda) {
-      throw new Error(
-        `${method}: process ${this.pid} never initialised CUDA; the driver answers ` +
-          `CUDA_ERROR_NOT_INITIALIZED for it before any fault`,
-      );
-    }
-  }
-
   /** Ends the process: its GPU memory is freed, calls under way fail, its pid stops existing. */
   exit(): void {
     if (this.#exited) return;
     this.#exited = true;
     this.#stopped = false;
     this.release();
-    this.deviceMemory = undefined;
-    this.hostMemory = undefined;
+    this.#memory = undefined;
     for (const fn of [...this.exitListeners]) fn();
-    this.#host.forget(this);
+    this.#machine.forget(this);
     this.stopKernels(new Error(`process ${this.pid} exited before its kernel finished`));
   }
 
-  /** @internal the next turn to act on this process: the driver serialises calls on a process */
+  /** @internal what makes it, as the state file and criu's images keep it */
+  get fields(): ProcessFields {
+    const { pid, parent, command, inspectable, memoryMiB, usesCuda: cuda } = this;
+    const threads = [...this.threads], libcuda = this.libcudaLoaded;
+    const more = {
+      ...this.ipcImport && { ipcImport: this.ipcImport },
+      ...this.tcp && { tcp: this.tcp },
+    };
+    return { pid, parent, threads, command, cuda, libcuda, inspectable, memoryMiB, ...more };
+  }
+
+  /** @internal its parent exited: it has none now */
+  orphan(): void {
+    this.#parent = 0;
+  }
+
+  /** @internal stops it (SIGSTOP), or lets it go on (SIGCONT); nothing once it exited */
+  setStopped(stopped: boolean): void {
+    if (this.#exited) return;
+    if (this.#stopped && !stopped) this.#wakes++;
+    this.#stopped = stopped;
+  }
+
+  /** @internal the next turn to act on it: the driver serialises calls on a process */
   turn(): Promise<() => void> {
     let release!: () => void;
     const mine = new Promise<void>((r) => release = r);
@@ -446,12 +373,11 @@ export class SimulatedProcess {
     this.#held = new Map();
   }
 
-  /** @internal takes its memory and a context on each of `gpus`, or says why they lack room */
+  /** @internal takes its memory and contexts on `gpus`, or says why they lack room */
   claimOn(gpus: readonly SimulatedGpu[]): string | undefined {
     const need = needsOn(this.memoryMiB, gpus);
     const short = [...need].find(([g, mib]) => mib > g.freeMiB);
     if (short) {
-      // Its share of the memory (all of it on one GPU) and a context for each time it is named.
       const [g, mib] = short;
       const times = gpus.filter((x) => x === g).length;
       const share = (this.memoryMiB * times) / gpus.length;
@@ -468,93 +394,47 @@ export class SimulatedProcess {
     return undefined;
   }
 
-  /** @internal the pages of its memory it wrote, wherever the memory is (none without any) */
+  /** @internal its memory's saved form */
   savedPages(): SavedPages {
-    const image = this.deviceMemory ?? this.hostMemory;
-    return image ? savePages(image, this.writtenPages) : [];
+    return this.#memory?.save() ?? [];
   }
 
-  /** @internal its memory made of saved pages, on its GPUs (to be claimed) or in host memory */
+  /** @internal its memory made of saved pages, on its GPUs (to be claimed) or the host */
   loadPages(on: "gpu" | "host", pages: SavedPages): void {
-    const { image, written } = loadPages(mibToBytes(this.memoryMiB), pages);
-    for (const page of written) this.writtenPages.add(page);
-    [this.deviceMemory, this.hostMemory] = on === "gpu" ? [image, undefined] : [undefined, image];
+    this.#memory = MemoryImage.load(mibToBytes(this.memoryMiB), pages);
+    this.#on = on;
   }
 
-  /** @internal its GPU memory into host memory, freeing the GPU (what a checkpoint does) */
+  /** @internal its memory moved into host memory, freeing the GPU (a checkpoint) */
   moveToHost(): void {
-    if (!this.deviceMemory) return;
-    this.hostMemory = this.deviceMemory.copy();
-    this.deviceMemory = undefined;
+    if (this.memoryLocation !== "gpu") return;
+    this.#on = "host";
     this.release();
   }
 
-  /** @internal its host memory back onto `gpus`, whose memory it has claimed (what a restore does) */
+  /** @internal its memory moved onto `gpus`, claimed already (a restore) */
   moveToGpu(gpus: SimulatedGpu[]): void {
-    if (!this.hostMemory) return;
-    this.deviceMemory = this.hostMemory.copy();
-    this.hostMemory = undefined;
+    if (this.memoryLocation !== "host") return;
+    this.#on = "gpu";
     this.gpus = gpus;
   }
-
-  /**
-   * Whether the driver refuses every restore: on driver 580 a restore that ran out of GPU memory
-   * leaves the process checkpointed for good (tests/gpu/reports/oom-probe-2xh200.txt).
-   */
-  get restoreRefused(): boolean {
-    return this.#restoreRefused;
-  }
-  #restoreRefused = false;
 
   /** @internal a restore of it ran out of memory */
   refuseRestores(): void {
     this.#restoreRefused = true;
   }
 
-  /** @internal puts it in `state` (a step the state table allows, or an injected fault) */
+  /** @internal puts it in `state` */
   enter(state: ProcessState): void {
     this.stateNumber = numberOfState(state);
     if (!memoryOnHost(state)) this.#restoreRefused = false;
     this.wake();
   }
 
-  /** @internal its kernels fail with `error` (the process exited, or the machine was closed) */
+  /** @internal its kernels fail with `error` */
   stopKernels(error: Error): void {
     for (const k of [...this.#kernels]) k.settle(error);
     this.wake();
-  }
-
-  async #whenRunning(what: string): Promise<void> {
-    for (;;) {
-      const closed = this.#host.closedError(`${what} in process ${this.pid}`);
-      if (closed) throw closed;
-      if (!this.usesCuda) {
-        throw new Error(`process ${this.pid} never initialised CUDA; cannot ${what}`);
-      }
-      if (this.#exited) throw new Error(`process ${this.pid} has exited; cannot ${what}`);
-      if (isFinal(this.state)) {
-        throw new Error(`process ${this.pid} is in the failed state; cannot ${what}`);
-      }
-      if (this.#canRun()) return;
-      await new Promise<void>((resolve) => this.#runWaiters.push(resolve));
-    }
-  }
-
-  /** @internal what it has under way (a call, a kernel, blocked CUDA work), or `undefined` */
-  get pendingWork(): string | undefined {
-    if (this.busy) return `a ${this.busy} under way`;
-    if (this.#kernels.size > 0) return `${this.#kernels.size} kernel(s) not finished`;
-    if (this.#runWaiters.length > 0) return "CUDA work waiting for it to run again";
-    return undefined;
-  }
-
-  #canRun(): boolean {
-    return this.usesCuda && !this.#exited && cudaRuns(this.state) &&
-      this.busy !== "lock";
-  }
-
-  #checkBytes(offset: number, length: number): void {
-    if (this.usesCuda) checkRange(mibToBytes(this.memoryMiB), offset, length);
   }
 
   /** @internal wakes blocked CUDA work to look again */
@@ -562,5 +442,59 @@ export class SimulatedProcess {
     const waiters = this.#runWaiters;
     this.#runWaiters = [];
     for (const w of waiters) w();
+  }
+
+  /** @internal what it has under way, or `undefined` */
+  get pendingWork(): string | undefined {
+    if (this.busy) return `a ${this.busy} under way`;
+    if (this.#kernels.size > 0) return `${this.#kernels.size} kernel(s) not finished`;
+    if (this.#runWaiters.length > 0) return "CUDA work waiting for it to run again";
+    return undefined;
+  }
+
+  #inject(fault: PendingFault, method: string): () => void {
+    this.#reachable(method);
+    return this.faultPlan.add(fault);
+  }
+
+  #reachable(method: string): void {
+    const why = this.#exited
+      ? "has exited; no call can reach it any more"
+      : !this.usesCuda
+      ? "never initialised CUDA; the driver answers CUDA_ERROR_NOT_INITIALIZED for it " +
+        "before any fault"
+      : undefined;
+    if (why) throw new Error(`${method}: process ${this.pid} ${why}`);
+  }
+
+  /** `fn`'s result once the process runs, after the CUDA work queued before it. */
+  async #whenRunning<T>(what: string, fn: () => T): Promise<T> {
+    this.#queued++;
+    try {
+      for (;;) {
+        const closed = this.#machine.closedError(`${what} in process ${this.pid}`);
+        if (closed) throw closed;
+        const cannot = !this.usesCuda
+          ? "never initialised CUDA"
+          : this.#exited
+          ? "has exited"
+          : isFinal(this.state)
+          ? "is in the failed state"
+          : undefined;
+        if (cannot) throw new Error(`process ${this.pid} ${cannot}; cannot ${what}`);
+        if (this.#canRun()) return fn();
+        await new Promise<void>((resolve) => this.#runWaiters.push(resolve));
+      }
+    } finally {
+      this.#queued--;
+    }
+  }
+
+  #canRun(): boolean {
+    return this.usesCuda && !this.#exited && cudaRuns(this.state) && this.busy !== "lock";
+  }
+
+  #checkBytes(offset: number, length: number): void {
+    if (this.usesCuda) checkRange(mibToBytes(this.memoryMiB), offset, length);
   }
 }

@@ -1,12 +1,5 @@
-/**
- * The simulated machine, which owns what its parts share: processes, GPUs, clock, what is under way.
- *
- * @module
- */
+// The simulated machine: it owns what its parts share (processes, GPUs, clock, work under way).
 
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import type { SnapshotStore } from "../core/snapshot/store.ts";
 import type { Machine } from "../core/machine.ts";
 import type { Clock } from "../core/time.ts";
@@ -19,6 +12,7 @@ import {
 } from "../core/host.ts";
 import {
   checkAmount,
+  checkChoice,
   checkFlag,
   checkInteger,
   checkKeys,
@@ -32,6 +26,7 @@ import { SimulatedDriver } from "./sim_driver.ts";
 import { makeGpus, type SimulatedGpu, type SimulatedGpuSpec } from "./sim_gpu.ts";
 import { SimulatedHost } from "./sim_host.ts";
 import { SimulatedProcess } from "./sim_process.ts";
+import type { IpcImport } from "./fields.ts";
 import { checkTiming, CRIU_TIMING, timingForChip, type TimingModel } from "./timing.ts";
 import { CopyLink } from "./waits.ts";
 
@@ -39,20 +34,13 @@ import { CopyLink } from "./waits.ts";
 export interface SimulatedMachineOptions {
   /** How many H200s (an integer >= 1), or a description of each GPU. Default 1. */
   gpus?: number | readonly SimulatedGpuSpec[];
-  /**
-   * `"virtual"` (the default): time jumps from event to event while the program waits on the
-   * simulator. `"real"`: as long as on the real driver, divided by `speed`. Or a {@link SimClock}.
-   */
+  /** `"virtual"` (the default: no real waiting), `"real"` (divided by `speed`), or a SimClock. */
   clock?: "virtual" | "real" | SimClock;
-  /** With `clock: "real"` only: how many times faster than the measured driver to run. Default 1. */
+  /** With `clock: "real"` only: how many times faster than the measured driver. Default 1. */
   speed?: number;
-  /**
-   * What `cuDriverGetVersion` reports. Default 13000 (CUDA 13.0, driver 580). Below 12080 (driver
-   * 570) the checkpoint calls, and below 13000 a restore with GPU pairs, resolve
-   * `CUDA_ERROR_NOT_SUPPORTED`.
-   */
+  /** What `cuDriverGetVersion` reports. Default 13000; below it GPU pairs, below 12080 all fail. */
   driverVersion?: number;
-  /** Seeds the made-up GPU UUIDs, so that two simulators can have different GPUs. Default 1. */
+  /** Seeds the made-up GPU UUIDs (two simulators, different GPUs). Default 1. */
   seed?: number;
   /** The first pid handed out. Default 4000. */
   firstPid?: number;
@@ -66,7 +54,7 @@ export interface SpawnOptions {
   memoryMiB?: number;
   /** The index of its GPU, or of each of its GPUs (no GPU twice). Default 0. */
   gpu?: number | readonly number[];
-  /** `false` for a live process that never initialised CUDA (it has no GPU memory). Default true. */
+  /** `false` for a live process that never initialised CUDA (no GPU memory). Default true. */
   cuda?: boolean;
   /** Threads besides its main one. Default 1. A CUDA process has one more, its restore thread. */
   extraThreads?: number;
@@ -76,25 +64,26 @@ export interface SpawnOptions {
   inspectable?: boolean;
   /** The pid of its parent, a live process: it is part of that one's tree. Default none (0). */
   parent?: number;
-  /**
-   * Whether it has libcuda mapped. Default: as `cuda`. With `cuda: false`, a process that loaded
-   * libcuda but never called `cuInit` (the driver answers `CUDA_ERROR_NOT_INITIALIZED`).
-   */
+  /** Whether it has libcuda mapped (default: as `cuda`); with `cuda: false`, no `cuInit` yet. */
   libcuda?: boolean;
+  /**
+   * GPU memory it opened from process `exporter` (a live CUDA process) through CUDA IPC: `legacy`
+   * (default) or `cumem` show the sign the Linux host reads, `fd` none; a checkpoint of it never
+   * restores, as on driver 580.
+   */
+  ipcImport?: { exporter: number; through?: "legacy" | "cumem" | "fd" };
+  /** A TCP socket it holds: criu dumps an `established` one only when told (`tcpEstablished`). */
+  tcp?: "listening" | "established";
 }
 
 /** Something the program waits on: it rejects when the machine closes. */
-interface Waiting {
-  reject(error: Error): void;
-  release(): void;
-}
+type Waiting = { reject(error: Error): void; release(): void };
 
 /**
  * A simulated machine with GPUs and processes, for testing code that checkpoints GPU processes
- * without a GPU: pass it as `{ machine: sim }`. Its driver has the real driver's state machine,
- * error codes and timing (driver 580), its host lists its processes, its engine dumps and restores
- * process trees as criu does, and its clock is virtual by default, moving only while the program
- * waits on the simulator (a driver call, an awaited kernel, {@link SimulatedMachine.sleep}).
+ * without a GPU: pass it as `{ machine: sim }`. Its driver has the real driver's states, codes and
+ * timing (driver 580), its engine dumps and restores trees as criu does; its clock is virtual by
+ * default, moving only while the program waits on the simulator (a driver call, a kernel, `sleep`).
  *
  * @example
  * ```ts
@@ -104,7 +93,7 @@ interface Waiting {
  * const p = sim.spawn({ memoryMiB: 4096, gpu: 1 });
  * console.log(await sim.driver.lock(p.pid, null), await sim.driver.checkpoint(p.pid)); // 0 0
  * console.log(p.state, sim.now(), sim.gpus[1].usedMiB); // "checkpointed" 1880.2 0
- * console.log((await sim.host.identify!(p.threads[1]))?.pid === p.pid); // true: a thread id is its process
+ * console.log((await sim.host.identify!(p.threads[1]))?.pid === p.pid); // true: its thread
  * ```
  */
 export class SimulatedMachine implements Machine, AsyncDisposable {
@@ -120,10 +109,7 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
   readonly clock: Clock = {
     now: () => this.now(),
     sleep: (ms) => this.sleep(ms),
-    timer: (ms, fn) => {
-      const handle = this.time.setTimer(ms, fn, { passive: true });
-      return () => this.time.clearTimer(handle);
-    },
+    timer: (ms, fn) => this.startTimer(ms, fn, true),
   };
   /** The clock operations are timed on: a {@link VirtualClock} unless told otherwise. */
   readonly time: SimClock;
@@ -137,30 +123,29 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
   readonly seed: number;
   /** The simulated process that stands for the program using the machine (the host's `self`). */
   selfPid: number | undefined = undefined;
+  /** @internal the records of held GPU memory, kept as long as the machine */
+  readonly heldRecords: MemoryHeldRecords = new MemoryHeldRecords((p) => this.#alive(p));
+  /** @internal the disk every dump and restore of its CRIUs shares */
+  readonly disk: CopyLink = new CopyLink(this, {
+    aggregateBytesPerSecond: CRIU_TIMING.diskBytesPerSecond,
+    slowdownPerProcess: 0,
+  });
   readonly #byPid = new Map<number, SimulatedProcess>();
   readonly #processes = new Set<SimulatedProcess>();
   readonly #timers = new Set<number>();
   readonly #waiting = new Set<Waiting>();
-  /** The records of held GPU memory; the programs that claim room live as long as the machine. */
-  readonly #records = new MemoryHeldRecords((p) => this.#alive(p));
-  #disk: CopyLink | undefined;
   #nextPid: number;
   #nextStart = 1;
   #closed = false;
-  #workDir: string | undefined;
 
   /** A simulated machine; one H200, virtual time and driver 13.0 unless told otherwise. */
   constructor(options: SimulatedMachineOptions = {}) {
     const keys = ["gpus", "clock", "speed", "driverVersion", "seed", "firstPid", "timing"] as const;
     const o = checkKeys(options, "SimulatedMachine options", keys);
     this.time = makeClock(o.clock, o.speed);
-    this.version = o.driverVersion === undefined
-      ? 13000
-      : checkInteger(o.driverVersion, "driverVersion");
-    this.seed = o.seed === undefined ? 1 : checkInteger(o.seed, "seed", 0, 2 ** 32 - 1);
-    this.#nextPid = o.firstPid === undefined
-      ? 4000
-      : checkInteger(o.firstPid, "firstPid", 1, MAX_PID);
+    this.version = checkInteger(or(o.driverVersion, 13000), "driverVersion");
+    this.seed = checkInteger(or(o.seed, 1), "seed", 0, 2 ** 32 - 1);
+    this.#nextPid = checkInteger(or(o.firstPid, 4000), "firstPid", 1, MAX_PID);
     this.gpus = makeGpus(o.gpus, this.seed);
     this.timing = o.timing === undefined ? timingForChip(this.gpus[0].name) : checkTiming(o.timing);
     this.driver = new SimulatedDriver(this);
@@ -204,49 +189,34 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
     this.#throwIfClosed("spawn a process");
     const o = checkKeys(options, "spawn options", [
       ...["memoryMiB", "gpu", "cuda", "extraThreads"] as const,
-      ...["command", "inspectable", "libcuda", "parent"] as const,
+      ...["command", "inspectable", "libcuda", "parent", "ipcImport", "tcp"] as const,
     ]);
     const parent = this.#parentFor(o.parent);
     const cuda = checkFlag(o.cuda, "spawn: cuda", true);
-    if (!cuda && o.memoryMiB) {
-      throw new TypeError(
-        `spawn: a process with cuda: false has no GPU memory, got memoryMiB ${
-          describeValue(o.memoryMiB)
-        }`,
-      );
-    }
-    const memoryMiB = !cuda
-      ? 0
-      : o.memoryMiB === undefined
-      ? 16
-      : checkAmount(o.memoryMiB, "spawn: memoryMiB");
+    const noMemory = "spawn: a process with cuda: false has no GPU memory, got memoryMiB";
+    if (!cuda && o.memoryMiB) throw new TypeError(`${noMemory} ${describeValue(o.memoryMiB)}`);
+    const memoryMiB = cuda ? checkAmount(or(o.memoryMiB, 16), "spawn: memoryMiB") : 0;
     const gpus = this.#gpusFor(o.gpu);
-    const extra = o.extraThreads === undefined
-      ? 1
-      : checkInteger(o.extraThreads, "spawn: extraThreads", 0, 100_000);
+    const extra = checkInteger(or(o.extraThreads, 1), "spawn: extraThreads", 0, 100_000);
     const libcuda = checkFlag(o.libcuda, "spawn: libcuda", cuda);
-    if (cuda && !libcuda) {
-      throw new TypeError(
-        "spawn: a CUDA process has libcuda mapped; libcuda: false needs cuda: false",
-      );
-    }
+    const noLib = "spawn: a CUDA process has libcuda mapped; libcuda: false needs cuda: false";
+    if (cuda && !libcuda) throw new TypeError(noLib);
     const pid = this.#nextPid;
     const count = 1 + extra + (cuda ? 1 : 0);
     if (pid + count > MAX_PID) throw new RangeError(`spawn: no pids left after ${pid}`);
-    const proc = new SimulatedProcess(this, {
-      pid,
-      threads: Array.from({ length: count }, (_, i) => pid + i),
-      start: this.#nextStart, // taken only once it fits
-      memoryMiB,
-      gpus,
-      cuda,
-      command: o.command === undefined
-        ? `simulated-process ${pid}`
-        : checkName(o.command, "spawn: command"),
-      inspectable: checkFlag(o.inspectable, "spawn: inspectable", true),
-      libcuda,
-      parent,
-    });
+    const threads = Array.from({ length: count }, (_, i) => pid + i);
+    const command = checkName(or(o.command, `simulated-process ${pid}`), "spawn: command");
+    const inspectable = checkFlag(o.inspectable, "spawn: inspectable", true);
+    const ipcImport = this.#importFor(o.ipcImport, cuda);
+    const tcp = o.tcp === undefined
+      ? undefined
+      : checkChoice(o.tcp, "spawn: tcp", ["listening", "established"] as const);
+    const made = {
+      ...{ pid, threads, memoryMiB, gpus, cuda, command, inspectable, libcuda, parent },
+      ...(ipcImport ? { ipcImport } : {}),
+      ...(tcp ? { tcp } : {}),
+    };
+    const proc = new SimulatedProcess(this, { ...made, start: this.#nextStart }); // taken if fits
     const short = cuda ? proc.claimOn(gpus) : undefined;
     if (short) throw new RangeError(`spawn: ${short}`);
     this.#nextPid += Math.max(10, count + 7);
@@ -255,46 +225,46 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
     return proc;
   }
 
+  /** A spawn's `ipcImport`, checked: an exporter that is a live CUDA process, a known kind. */
+  #importFor(value: SpawnOptions["ipcImport"], cuda: boolean): IpcImport | undefined {
+    if (value === undefined) return undefined;
+    const o = checkKeys(value, "spawn: ipcImport", ["exporter", "through"]);
+    const exporter = checkInteger(o.exporter, "spawn: ipcImport.exporter (a pid)", 1, MAX_PID);
+    if (!cuda || !this.process(exporter)?.usesCuda) {
+      throw new RangeError(
+        `spawn: ipcImport needs a CUDA process importing from a live CUDA process, got exporter ${exporter}`,
+      );
+    }
+    const kinds = ["legacy", "cumem", "fd"] as const;
+    return {
+      exporter,
+      through: o.through === undefined
+        ? "legacy"
+        : checkChoice(o.through, "spawn: ipcImport.through", kinds),
+    };
+  }
+
   /**
    * Fills GPU `gpu` so that only `leaveMiB` (0 by default) stays free: starts a process that holds
-   * the rest, as `target fill` does on a real GPU; its `exit()` frees the GPU again. A restore that
-   * needs more fails with `CUDA_ERROR_OUT_OF_MEMORY`, and, as on driver 580, every later restore
-   * of that process with `CUDA_ERROR_OPERATING_SYSTEM`: `CudaProcess` checks the room first where
-   * it knows what the process held, so that the process can be resumed once there is room.
-   *
-   * @example
-   * ```ts
-   * import { CudaProcess } from "@ckpt/cuda";
-   * import { SimulatedMachine } from "@ckpt/cuda/mock";
-   * const sim = new SimulatedMachine();
-   * const proc = new CudaProcess(sim.spawn({ memoryMiB: 4096 }).pid, { machine: sim });
-   * await proc.suspend();
-   * const filler = sim.fillGpu(0, { leaveMiB: 1024 });
-   * await proc.resume().catch((e) => console.log(e.name)); // "GpuRoomError": the driver not asked
-   * filler.exit();
-   * await proc.resume(); // now it fits
-   * ```
+   * the rest; its `exit()` frees the GPU again. A restore that needs more fails with
+   * `CUDA_ERROR_OUT_OF_MEMORY`, and every later one (driver 580) with `CUDA_ERROR_OPERATING_SYSTEM`
+   * (`CudaProcess` checks the room first: `GpuRoomError`).
    */
   fillGpu(gpu: number, options: { leaveMiB?: number } = {}): SimulatedProcess {
     this.#throwIfClosed("fill a GPU");
     const index = checkInteger(gpu, "fillGpu: gpu (an index)", 0, this.gpus.length - 1);
     const o = checkKeys(options, "fillGpu options", ["leaveMiB"]);
-    const leave = o.leaveMiB === undefined ? 0 : checkAmount(o.leaveMiB, "fillGpu: leaveMiB");
+    const leave = checkAmount(or(o.leaveMiB, 0), "fillGpu: leaveMiB");
     const g = this.gpus[index];
     const memoryMiB = g.freeMiB - leave - g.contextMiB;
+    const less = `${g.freeMiB} MiB free, less than the ${leave} MiB to leave and a CUDA context`;
     if (memoryMiB < 0) {
-      throw new RangeError(
-        `fillGpu: GPU ${index} has ${g.freeMiB} MiB free, less than the ${leave} MiB to leave ` +
-          `and a CUDA context (${g.contextMiB} MiB)`,
-      );
+      throw new RangeError(`fillGpu: GPU ${index} has ${less} (${g.contextMiB} MiB)`);
     }
     return this.spawn({ memoryMiB, gpu: index, command: `simulated GPU filler (GPU ${index})` });
   }
 
-  /**
-   * Closes the machine: timers are cancelled; driver calls, sleeps, CRIU runs and kernels under way
-   * and later reject ("the simulated driver was closed"), and `spawn` throws.
-   */
+  /** Closes the machine: timers go; calls, sleeps and kernels under way and later reject. */
   close(): void {
     if (this.#closed) return;
     this.#closed = true;
@@ -307,13 +277,6 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
     }
     this.#waiting.clear();
     for (const p of this.#processes) p.stopKernels(error);
-    if (this.#workDir) rmSync(this.#workDir, { recursive: true, force: true });
-  }
-
-  /** @internal the machine's own private folder (see MachineView.workDir), made on first use */
-  workDir(): string {
-    this.#workDir ??= mkdtempSync(join(tmpdir(), "ckpt-sim-"));
-    return this.#workDir;
   }
 
   /** {@link SimulatedMachine.close}, for `await using`. */
@@ -327,17 +290,21 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
     return this.driver.toString();
   }
 
-  /** @internal makes the next start number at least `next` (what loading a machine does) */
+  /** @internal makes the next start number at least `next` */
   reserveStarts(next: number): void {
     this.#nextStart = Math.max(this.#nextStart, next);
   }
 
-  /** @internal why the machine cannot be saved now (closed, or something under way) */
+  /** @internal a start number no process of the machine has had */
+  takeStart(): number {
+    return this.#nextStart++;
+  }
+
+  /** @internal why the machine cannot be saved now */
   busyWith(): string | undefined {
     if (this.#closed) return "the simulated driver was closed";
-    if (this.#waiting.size > 0) {
-      return `${this.#waiting.size} driver call(s) or sleep(s) are under way`;
-    }
+    const n = this.#waiting.size;
+    if (n > 0) return `${n} driver call(s) or sleep(s) are under way`;
     for (const p of this.#processes) {
       const work = p.pendingWork;
       if (work) return `process ${p.pid} has ${work}`;
@@ -351,13 +318,19 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
     const taken = proc.threads.find((t) => this.#byPid.has(t));
     if (taken !== undefined) throw new RangeError(`pid ${taken} is taken by another process`);
     this.#add(proc);
-    // Neither a pid nor a start number it has is given again.
     for (const t of proc.threads) this.#nextPid = Math.max(this.#nextPid, t + 1);
     this.#nextStart = Math.max(this.#nextStart, proc.start + 1);
     return proc;
   }
 
-  /** @internal the live process `root` and its descendants, breadth first, in order of start */
+  /** @internal forgets a process that exited; its children are orphans now (not a later pid's) */
+  forget(proc: SimulatedProcess): void {
+    this.#processes.delete(proc);
+    for (const t of proc.threads) this.#byPid.delete(t);
+    for (const p of this.#processes) if (p.parent === proc.pid) p.orphan();
+  }
+
+  /** @internal the live process `root` and its descendants, breadth first */
   tree(root: number): SimulatedProcess[] | undefined {
     const top = this.#byPid.get(root);
     if (!top || top.pid !== root) return undefined;
@@ -368,20 +341,7 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
     return out;
   }
 
-  /** @internal the records of held GPU memory kept on the machine (a snapshot keeps them) */
-  get heldRecords(): MemoryHeldRecords {
-    return this.#records;
-  }
-
-  /** @internal the disk that every dump and restore under way shares, of any CRIU of it */
-  get disk(): CopyLink {
-    return this.#disk ??= new CopyLink(this, {
-      aggregateBytesPerSecond: CRIU_TIMING.diskBytesPerSecond,
-      slowdownPerProcess: 0,
-    });
-  }
-
-  /** @internal starts a timer, cancelled if the machine closes; returns its cancel function */
+  /** @internal starts a timer, cancelled if the machine closes (`passive`: it moves no time) */
   startTimer(ms: number, fn: () => void, passive = false): () => void {
     if (this.#closed) return () => {};
     const handle = this.time.setTimer(ms, () => {
@@ -394,7 +354,7 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
     };
   }
 
-  /** @internal runs `work` as something the program waits on (closing the machine rejects it) */
+  /** @internal `work`, as something the program waits on (done before its answer is heard) */
   waitOn<T>(what: string, work: () => Promise<T>): Promise<T> {
     const closed = this.closedError(what);
     if (closed) return Promise.reject(closed);
@@ -402,7 +362,6 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
     const promise = new Promise<T>((resolve, reject) => {
       const entry: Waiting = { reject, release };
       this.#waiting.add(entry);
-      // Done before the caller hears the answer: a call that has answered is no longer under way.
       work().finally(() => {
         this.#waiting.delete(entry);
         release();
@@ -412,9 +371,20 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
     return promise;
   }
 
-  /** @internal the error for `what` once the machine is closed (naming the driver), or undefined */
+  /** @internal `fn`'s answer at once, taking no simulated time; a rejection once closed */
+  instantly<T>(what: string, fn: () => T): Promise<T> {
+    const closed = this.closedError(what);
+    return closed ? Promise.reject(closed) : Promise.resolve(fn());
+  }
+
+  /** @internal the error for `what` once the machine is closed */
   closedError(what: string): Error | undefined {
     return this.#closed ? new Error(`the simulated driver was closed: cannot ${what}`) : undefined;
+  }
+
+  /** @internal holds the clock (the program waits on the simulator) until the returned call */
+  holdClock(): () => void {
+    return this.time.hold?.() ?? (() => {});
   }
 
   #throwIfClosed(what: string): void {
@@ -425,24 +395,6 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
   #add(proc: SimulatedProcess): void {
     this.#processes.add(proc);
     for (const t of proc.threads) this.#byPid.set(t, proc);
-  }
-
-  /** @internal the time the program waits on the simulator, held until the returned call */
-  holdClock(): () => void {
-    return this.time.hold?.() ?? (() => {});
-  }
-
-  /** @internal a start number no process of the machine has had */
-  takeStart(): number {
-    return this.#nextStart++;
-  }
-
-  /** @internal forgets a process that exited; its children are orphans now */
-  forget(proc: SimulatedProcess): void {
-    this.#processes.delete(proc);
-    for (const t of proc.threads) this.#byPid.delete(t);
-    // A later process with its pid (a restore) is no parent of theirs.
-    for (const p of this.#processes) if (p.parent === proc.pid) p.orphan();
   }
 
   /** Whether a process with this identity (pid, and start number where given) lives. */
@@ -457,33 +409,33 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
     const pid = checkInteger(parent, "spawn: parent (a pid)", 1, MAX_PID);
     const p = this.#byPid.get(pid);
     if (!p) throw new RangeError(`spawn: parent ${pid} is no live simulated process`);
-    if (p.pid !== pid) {
-      throw new RangeError(
-        `spawn: parent ${pid} is a thread of process ${p.pid}, not a process: give its pid`,
-      );
-    }
-    return pid;
+    if (p.pid === pid) return pid;
+    const thread = `is a thread of process ${p.pid}, not a process: give its pid`;
+    throw new RangeError(`spawn: parent ${pid} ${thread}`);
   }
 
   /** The GPUs of `spawn`'s `gpu` option. */
   #gpusFor(gpu: SpawnOptions["gpu"]): SimulatedGpu[] {
     const last = this.gpus.length - 1;
     const indexes = gpu === undefined ? [0] : typeof gpu === "number" ? [gpu] : gpu;
-    if (!Array.isArray(indexes) || indexes.length === 0) {
-      throw new TypeError(
-        `spawn: gpu must be a GPU index or a non-empty array of them, got ${describeValue(gpu)}`,
-      );
-    }
+    const what = `spawn: gpu must be a GPU index or a non-empty array of them, got ${
+      describeValue(gpu)
+    }`;
+    if (!Array.isArray(indexes) || !indexes.length) throw new TypeError(what);
     const seen = new Set<number>();
     return indexes.map((i: unknown) => {
+      const none = `does not exist: this simulator has GPUs 0 to ${last}`;
       if (typeof i !== "number" || !Number.isInteger(i) || i < 0 || i > last) {
-        throw new RangeError(
-          `spawn: gpu ${describeValue(i)} does not exist: this simulator has GPUs 0 to ${last}`,
-        );
+        throw new RangeError(`spawn: gpu ${describeValue(i)} ${none}`);
       }
       if (seen.has(i)) throw new RangeError(`spawn: gpu lists GPU ${i} twice`);
       seen.add(i);
       return this.gpus[i];
     });
   }
+}
+
+/** `value`, or `fallback` where it is left out (`undefined`; `null` is a value, to be refused). */
+function or<T>(value: T | undefined, fallback: T): T {
+  return value === undefined ? fallback : value;
 }

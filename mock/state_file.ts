@@ -1,9 +1,5 @@
-/**
- * A quiescent {@link SimulatedMachine} as plain JSON, and back: what `cuda-checkpoint --simulate`
- * keeps between calls. Another format or version is refused, naming it.
- *
- * @module
- */
+// A quiescent {@link SimulatedMachine} as plain JSON, and back: what `cuda-checkpoint --simulate`
+// keeps between calls. Another format or version is refused, naming it.
 
 import { describeValue } from "../core/options.ts";
 import { StrictReader } from "../core/json.ts";
@@ -19,6 +15,7 @@ import { FAULTABLE_OPERATIONS, type FaultableOperation, type PendingFault } from
 import { readPages, type SavedPages } from "./memory.ts";
 import type { SimulatedGpuSpec } from "./sim_gpu.ts";
 import { SimulatedProcess } from "./sim_process.ts";
+import { type ProcessFields, readMoreFields } from "./fields.ts";
 import { SimulatedMachine, type SimulatedMachineOptions } from "./simulator.ts";
 import { mibToBytes } from "./timing.ts";
 
@@ -31,45 +28,28 @@ export const SIMULATOR_SNAPSHOT_VERSION = 4;
 type GpuSnapshot = Required<SimulatedGpuSpec>;
 
 /** A live process in a snapshot, as `SimulatedProcess` has the fields (GPUs by index). */
-interface ProcessSnapshot {
-  pid: number;
-  parent: number;
+interface ProcessSnapshot extends ProcessFields {
   start: number;
-  threads: number[];
   restoreThreadId: number;
-  command: string;
-  cuda: boolean;
-  libcuda: boolean;
-  inspectable: boolean;
   state: ProcessState;
   gpus: number[];
-  memoryMiB: number;
-  memory?: MemorySnapshot;
+  /** Where its GPU memory's contents are, and its pages not all zero. */
+  memory?: { on: "gpu" | "host"; pages: SavedPages };
   faults?: Partial<Record<FaultableOperation, FaultSnapshot>>;
   restoreRefused?: true;
   /** Present where it is stopped (SIGSTOP), until woken: `SimulatedProcess.stopped`. */
   stopped?: true;
 }
 
-/** A process's GPU memory contents: where they are, and the pages it wrote. */
-type MemorySnapshot = { on: "gpu" | "host"; pages: SavedPages };
-
-/** A fault waiting for its call, as `SimulatedProcess.pendingFaults` lists it, less its operation. */
+/** A fault waiting for its call, as `SimulatedProcess.pendingFaults` lists it, less `operation`. */
 type FaultSnapshot = PendingFault extends infer F
   ? F extends PendingFault ? Omit<F, "operation"> : never
   : never;
 
 /** A record of held GPU memory in a snapshot: of a live CUDA process, MiB by GPU UUID, and when. */
-interface HeldRecordSnapshot {
-  pid: number;
-  heldMiB: Record<string, number>;
-  at: number;
-}
+type HeldRecordSnapshot = { pid: number; heldMiB: Record<string, number>; at: number };
 
-/**
- * A simulated machine as plain JSON; not its exited processes, calls log, time or timing model (a
- * loaded one uses its chip's).
- */
+/** A simulated machine as plain JSON; not its exited processes, calls, time or timing model. */
 export interface SimulatorSnapshot {
   format: typeof SIMULATOR_SNAPSHOT_FORMAT;
   version: typeof SIMULATOR_SNAPSHOT_VERSION;
@@ -98,10 +78,7 @@ export class SimulatorSnapshotError extends Error {
   }
 }
 
-/**
- * The simulated machine as a plain JSON object, which {@link loadSimulator} takes back. Only a
- * quiescent machine can be saved: it throws, saying what is under way, or if closed.
- */
+/** A quiescent simulated machine as plain JSON, for {@link loadSimulator}; throws if not. */
 export function snapshotSimulator(sim: SimulatedMachine): SimulatorSnapshot {
   if (!(sim instanceof SimulatedMachine)) {
     throw new TypeError(`snapshotSimulator takes a SimulatedMachine, got ${describeValue(sim)}`);
@@ -131,46 +108,29 @@ export function snapshotSimulator(sim: SimulatedMachine): SimulatorSnapshot {
 
 function processSnapshot(p: SimulatedProcess): ProcessSnapshot {
   const on = p.memoryLocation;
-  const faults = p.pendingFaults;
+  const faults = Object.fromEntries(p.pendingFaults.map(({ operation, ...f }) => [operation, f]));
   return {
-    pid: p.pid,
-    parent: p.parent,
+    ...p.fields,
     start: p.start,
-    threads: [...p.threads],
     restoreThreadId: p.tid,
-    command: p.command,
-    cuda: p.usesCuda,
-    libcuda: p.libcudaLoaded,
-    inspectable: p.inspectable,
     state: p.state,
     gpus: p.gpus.map((g) => g.index),
-    memoryMiB: p.memoryMiB,
     ...(on === "none" ? {} : { memory: { on, pages: p.savedPages() } }),
-    ...(faults.length === 0
-      ? {}
-      : { faults: Object.fromEntries(faults.map(({ operation, ...f }) => [operation, f])) }),
+    ...(Object.keys(faults).length ? { faults } : {}),
     ...(p.restoreRefused ? { restoreRefused: true } : {}),
     ...(p.stopped ? { stopped: true } : {}),
   };
 }
 
-/**
- * A simulated machine built from a snapshot, on the virtual clock unless `options` say otherwise.
- * Every field is read strictly first: anything amiss is a {@link SimulatorSnapshotError}.
- */
+/** A simulated machine from a snapshot read strictly (else a {@link SimulatorSnapshotError}). */
 export function loadSimulator(
   snapshot: unknown,
   options: LoadSimulatorOptions = {},
 ): SimulatedMachine {
   const o = checkKeys(options, "loadSimulator options", ["clock", "speed", "timing"]);
   const s = readSnapshot(snapshot);
-  const sim = new SimulatedMachine({
-    ...o,
-    gpus: s.gpus,
-    driverVersion: s.driverVersion,
-    seed: s.seed,
-    firstPid: s.nextPid,
-  });
+  const { gpus, driverVersion, seed, nextPid: firstPid } = s;
+  const sim = new SimulatedMachine({ ...o, gpus, driverVersion, seed, firstPid });
   s.processes.forEach((p, i) => sim.adopt(loadProcess(sim, p, `processes[${i}]`)));
   sim.reserveStarts(s.nextStart);
   for (const r of s.heldRecords ?? []) {
@@ -181,11 +141,7 @@ export function loadSimulator(
   return sim;
 }
 
-function loadProcess(
-  sim: SimulatedMachine,
-  p: ProcessSnapshot,
-  at: string,
-): SimulatedProcess {
+function loadProcess(sim: SimulatedMachine, p: ProcessSnapshot, at: string): SimulatedProcess {
   const gpus = p.gpus.map((i) => sim.gpus[i]);
   const proc = new SimulatedProcess(sim, { ...p, gpus });
   proc.enter(p.state);
@@ -196,8 +152,7 @@ function loadProcess(
   }
   if (!p.memory) return proc;
   proc.loadPages(p.memory.on, p.memory.pages);
-  if (p.memory.on === "host") return proc;
-  const short = proc.claimOn(gpus);
+  const short = p.memory.on === "gpu" ? proc.claimOn(gpus) : undefined;
   if (short) throw new SimulatorSnapshotError(at, `${at} (pid ${p.pid}) does not fit: ${short}`);
   return proc;
 }
@@ -205,13 +160,12 @@ function loadProcess(
 const PROCESS_FIELDS =
   "pid parent start threads restoreThreadId command cuda libcuda inspectable state gpus memoryMiB"
     .split(" ");
+const OPTIONAL_FIELDS = ["memory", "faults", "restoreRefused", "stopped", "ipcImport", "tcp"];
 
-/** What the processes read so far have: thread ids, pids and start numbers. */
-interface Seen {
-  threads: Set<number>;
-  pids: Set<number>;
-  starts: Set<number>;
-}
+/** What reading a snapshot knows so far: its reader, GPUs, bounds, and the ids seen. */
+type Seen = Record<"threads" | "pids" | "starts", Set<number>>;
+type Reading = Seen & { read: StrictReader; gpus: readonly GpuSnapshot[] } & Bounds;
+type Bounds = { nextPid: number; nextStart: number };
 
 /** `value` read strictly as a whole snapshot, with GPU UUIDs normalised. */
 function readSnapshot(value: unknown): SimulatorSnapshot {
@@ -220,44 +174,47 @@ function readSnapshot(value: unknown): SimulatorSnapshot {
     read.refuse("", `the snapshot must be an object, got ${describeValue(value)}`);
   }
   // The tag and version first, so that a foreign file is called foreign, not broken.
-  const tagged = value as Record<string, unknown>;
-  const format = SIMULATOR_SNAPSHOT_FORMAT;
-  if (tagged.format !== format) read.fail("format", JSON.stringify(format), tagged.format);
-  if (tagged.version !== SIMULATOR_SNAPSHOT_VERSION) {
-    const reads = `this module reads version ${SIMULATOR_SNAPSHOT_VERSION}`;
-    read.refuse("version", `version ${describeValue(tagged.version)} is not known: ${reads}`);
-  }
+  const { format, version } = value as Record<string, unknown>;
+  const FORMAT = SIMULATOR_SNAPSHOT_FORMAT, VERSION = SIMULATOR_SNAPSHOT_VERSION;
+  if (format !== FORMAT) read.fail("format", JSON.stringify(FORMAT), format);
+  const got = describeValue(version);
+  const unknown = `version ${got} is not known: this module reads version ${VERSION}`;
+  if (version !== VERSION) read.refuse("version", unknown);
   const fields = "format version driverVersion seed nextPid nextStart gpus processes".split(" ");
   const top = read.object(value, "", fields, ["heldRecords"]);
-  const nextPid = read.integer(top.nextPid, "nextPid", 1, MAX_PID);
-  const nextStart = read.integer(top.nextStart, "nextStart", 1);
   const gpus = read.array(top.gpus, "gpus", 1, 1024).map((g, i) => readGpu(read, g, `gpus[${i}]`));
   gpus.forEach((g, i) => {
     const first = gpus.findIndex((o) => o.uuid === g.uuid);
-    if (first !== i) {
-      read.refuse(`gpus[${i}].uuid`, `gpus[${i}].uuid ${g.uuid} is also GPU ${first}'s`);
-    }
+    const at = `gpus[${i}].uuid`;
+    if (first !== i) read.refuse(at, `${at} ${g.uuid} is also GPU ${first}'s`);
   });
-  const seen: Seen = { threads: new Set(), pids: new Set(), starts: new Set() };
-  const processes = read.array(top.processes, "processes").map((p, i) =>
-    readProcess(read, p, `processes[${i}]`, gpus, { nextPid, nextStart }, seen)
-  );
-  const heldRecords = top.heldRecords === undefined
-    ? undefined
-    : read.array(top.heldRecords, "heldRecords").map((r, i) =>
-      readRecord(read, r, `heldRecords[${i}]`, processes, gpus)
-    );
-  return {
-    format,
-    version: SIMULATOR_SNAPSHOT_VERSION,
-    driverVersion: read.integer(top.driverVersion, "driverVersion", 0, MAX_PID),
-    seed: read.integer(top.seed, "seed", 0, 2 ** 32 - 1),
+  const r: Reading = {
+    read,
+    gpus,
+    nextPid: read.integer(top.nextPid, "nextPid", 1, MAX_PID),
+    nextStart: read.integer(top.nextStart, "nextStart", 1),
+    threads: new Set(),
+    pids: new Set(),
+    starts: new Set(),
+  };
+  const processes = read.array(top.processes, "processes")
+    .map((p, i) => readProcess(r, p, `processes[${i}]`));
+  const held = top.heldRecords === undefined ? [] : read.array(top.heldRecords, "heldRecords");
+  const heldRecords = held.map((h, i) => readRecord(r, h, `heldRecords[${i}]`, processes));
+  const driverVersion = read.integer(top.driverVersion, "driverVersion", 0, MAX_PID);
+  const seed = read.integer(top.seed, "seed", 0, 2 ** 32 - 1);
+  const { nextPid, nextStart } = r;
+  const s: SimulatorSnapshot = {
+    format: FORMAT,
+    version: VERSION,
+    driverVersion,
+    seed,
     nextPid,
     nextStart,
     gpus,
     processes,
-    ...(heldRecords ? { heldRecords } : {}),
   };
+  return top.heldRecords === undefined ? s : { ...s, heldRecords };
 }
 
 function readGpu(read: StrictReader, value: unknown, at: string): GpuSnapshot {
@@ -271,141 +228,103 @@ function readGpu(read: StrictReader, value: unknown, at: string): GpuSnapshot {
 }
 
 function readRecord(
-  read: StrictReader,
+  { read, gpus }: Reading,
   value: unknown,
   at: string,
   processes: readonly ProcessSnapshot[],
-  gpus: readonly GpuSnapshot[],
 ): HeldRecordSnapshot {
   const r = read.object(value, at, ["pid", "heldMiB", "at"]);
   const pid = read.integer(r.pid, `${at}.pid`, 1, MAX_PID);
   if (!processes.some((p) => p.pid === pid && p.cuda)) {
     read.refuse(`${at}.pid`, `${at}.pid ${pid} is no CUDA process of the snapshot`);
   }
-  const heldMiB = read.mibByGpu(r.heldMiB, `${at}.heldMiB`, {
-    uuids: new Set(gpus.map((g) => g.uuid)),
-    where: "a GPU of the snapshot",
-  });
+  const where = { uuids: new Set(gpus.map((g) => g.uuid)), where: "a GPU of the snapshot" };
+  const heldMiB = read.mibByGpu(r.heldMiB, `${at}.heldMiB`, where);
   return { pid, heldMiB, at: read.integer(r.at, `${at}.at`, 0) };
 }
 
-function readProcess(
-  read: StrictReader,
-  value: unknown,
-  at: string,
-  machineGpus: readonly GpuSnapshot[],
-  { nextPid, nextStart }: { nextPid: number; nextStart: number },
-  seen: Seen,
-): ProcessSnapshot {
-  const p = read.object(value, at, PROCESS_FIELDS, [
-    "memory",
-    "faults",
-    "restoreRefused",
-    "stopped",
-  ]);
-  /** Refuses the field `${at}.${field}`, its path followed by `why`. */
-  const no = (field: string, why: string): never =>
-    read.refuse(`${at}.${field}`, `${at}.${field}${why}`);
+function readProcess(r: Reading, value: unknown, at: string): ProcessSnapshot {
+  const { read, nextPid } = r;
+  const p = read.object(value, at, PROCESS_FIELDS, OPTIONAL_FIELDS);
+  /** Refuses the field `${at}.${f}`, its path followed by `why`. */
+  const no = (f: string, why: string): never => read.refuse(`${at}.${f}`, `${at}.${f}${why}`);
   const pid = read.integer(p.pid, `${at}.pid`, 1, nextPid - 1);
   const threads = read.array(p.threads, `${at}.threads`, 1, 100_002).map((t, i) => {
     const tid = read.integer(t, `${at}.threads[${i}]`, 1, nextPid - 1);
-    if (seen.threads.has(tid)) {
-      no(`threads[${i}]`, ` ${tid} is another thread's or process's id too`);
-    }
-    seen.threads.add(tid);
+    if (r.threads.has(tid)) no(`threads[${i}]`, ` ${tid} is another thread's or process's id too`);
+    r.threads.add(tid);
     return tid;
   });
   if (threads[0] !== pid) no("threads[0]", ` must be the pid ${pid}, got ${threads[0]}`);
   const parent = read.integer(p.parent, `${at}.parent`, 0, MAX_PID);
-  if (parent !== 0 && !seen.pids.has(parent)) {
-    no("parent", ` ${parent} is no process listed before it`);
-  }
-  const start = read.integer(p.start, `${at}.start`, 1, nextStart - 1);
-  if (seen.starts.has(start)) no("start", ` ${start} is another process's start number too`);
-  seen.starts.add(start);
-  seen.pids.add(pid);
+  if (parent && !r.pids.has(parent)) no("parent", ` ${parent} is no process listed before it`);
+  const start = read.integer(p.start, `${at}.start`, 1, r.nextStart - 1);
+  if (r.starts.has(start)) no("start", ` ${start} is another process's start number too`);
+  r.starts.add(start);
+  r.pids.add(pid);
   const cuda = read.boolean(p.cuda, `${at}.cuda`);
   const libcuda = read.boolean(p.libcuda, `${at}.libcuda`);
   if (cuda && !libcuda) no("libcuda", " must be true for a CUDA process");
   const tid = cuda ? threads[threads.length - 1] : 0;
-  if (p.restoreThreadId !== tid) {
-    const expected = `${tid} (${cuda ? "its last thread" : "none: it has no CUDA"})`;
-    read.fail(`${at}.restoreThreadId`, expected, p.restoreThreadId);
-  }
+  const expected = `${tid} (${cuda ? "its last thread" : "none: it has no CUDA"})`;
+  if (p.restoreThreadId !== tid) read.fail(`${at}.restoreThreadId`, expected, p.restoreThreadId);
   const state = read.choice(p.state, `${at}.state`, PROCESS_STATES);
-  if (!cuda && state !== INITIAL_STATE) {
-    read.fail(`${at}.state`, `"${INITIAL_STATE}" for a process without CUDA`, state);
-  }
+  const plain = `"${INITIAL_STATE}" for a process without CUDA`;
+  if (!cuda && state !== INITIAL_STATE) read.fail(`${at}.state`, plain, state);
   const listed = new Set<number>();
-  const gpus = read.array(p.gpus, `${at}.gpus`, 1, machineGpus.length).map((g, i) => {
-    const index = read.integer(g, `${at}.gpus[${i}]`, 0, machineGpus.length - 1);
+  const gpus = read.array(p.gpus, `${at}.gpus`, 1, r.gpus.length).map((g, i) => {
+    const index = read.integer(g, `${at}.gpus[${i}]`, 0, r.gpus.length - 1);
     if (listed.has(index)) no(`gpus[${i}]`, `: GPU ${index} is listed twice`);
     listed.add(index);
     return index;
   });
   const memoryMiB = read.amount(p.memoryMiB, `${at}.memoryMiB`);
-  if (!cuda && memoryMiB !== 0) {
-    read.fail(`${at}.memoryMiB`, "0 for a process without CUDA", memoryMiB);
-  }
+  if (!cuda && memoryMiB) read.fail(`${at}.memoryMiB`, "0 for a process without CUDA", memoryMiB);
   // Checkpointed memory holds no GPU, but it came from these GPUs: no share can be larger.
-  const smallest = Math.min(...gpus.map((g) => machineGpus[g].memoryMiB));
-  if (memoryMiB / gpus.length > smallest) {
-    no("memoryMiB", ` ${memoryMiB} cannot have fitted on its GPUs (${smallest} MiB the smallest)`);
-  }
+  const smallest = Math.min(...gpus.map((g) => r.gpus[g].memoryMiB));
+  const unfit = ` ${memoryMiB} cannot have fitted on its GPUs (${smallest} MiB the smallest)`;
+  if (memoryMiB / gpus.length > smallest) no("memoryMiB", unfit);
   for (const field of ["memory", "faults"]) {
     if (!cuda && p[field] !== undefined) no(field, ": a process without CUDA has none");
   }
-  if (p.restoreRefused !== undefined) {
-    if (p.restoreRefused !== true) {
-      read.fail(`${at}.restoreRefused`, "true where present", p.restoreRefused);
-    }
-    if (!memoryOnHost(state)) {
-      no(
-        "restoreRefused",
-        `: only a checkpointed process can be refused restores, not a ${state} one`,
-      );
-    }
+  for (const f of ["restoreRefused", "stopped"]) {
+    if (p[f] !== undefined && p[f] !== true) read.fail(`${at}.${f}`, "true where present", p[f]);
   }
-  if (p.stopped !== undefined && p.stopped !== true) {
-    read.fail(`${at}.stopped`, "true where present", p.stopped);
-  }
-  return {
-    pid,
-    parent,
-    start,
-    threads,
-    restoreThreadId: tid,
-    command: read.string(p.command, `${at}.command`, 1 << 20),
-    cuda,
-    libcuda,
-    inspectable: read.boolean(p.inspectable, `${at}.inspectable`),
-    state,
-    gpus,
-    memoryMiB,
-    ...(cuda
-      ? { memory: readMemory(read, p.memory, `${at}.memory`, state, mibToBytes(memoryMiB)) }
-      : {}),
-    ...(p.faults === undefined ? {} : { faults: readFaults(read, p.faults, `${at}.faults`) }),
-    ...(p.restoreRefused ? { restoreRefused: true } : {}),
-    ...(p.stopped ? { stopped: true } : {}),
+  const refused = `: only a checkpointed process can be refused restores, not a ${state} one`;
+  if (p.restoreRefused && !memoryOnHost(state)) no("restoreRefused", refused);
+  const command = read.string(p.command, `${at}.command`, 1 << 20);
+  const inspectable = read.boolean(p.inspectable, `${at}.inspectable`);
+  const fields = {
+    ...{ pid, parent, threads, command, cuda, libcuda, inspectable, memoryMiB },
+    ...readMoreFields(read, p, at),
   };
+  const out: ProcessSnapshot = { ...fields, start, restoreThreadId: tid, state, gpus };
+  const size = mibToBytes(memoryMiB);
+  if (cuda) out.memory = readMemory(read, p.memory, `${at}.memory`, state, size);
+  if (p.faults !== undefined) out.faults = readFaults(read, p.faults, `${at}.faults`);
+  if (p.restoreRefused) out.restoreRefused = true;
+  if (p.stopped) out.stopped = true;
+  return out;
 }
 
+type Memory = ProcessSnapshot["memory"];
 function readMemory(
   read: StrictReader,
-  value: unknown,
+  v: unknown,
   at: string,
   state: ProcessState,
   size: number,
-): MemorySnapshot {
-  const m = read.object(value, at, ["on", "pages"]);
+): Memory {
+  const m = read.object(v, at, ["on", "pages"]);
   const on = read.choice(m.on, `${at}.on`, ["gpu", "host"] as const);
-  // Only a failed process can have its memory anywhere: a checkpointed one has it in host memory,
-  // a running or locked one on the GPU.
+  // Checkpointed: in host memory; running or locked: on the GPU; failed: anywhere.
   const expected = memoryOnHost(state) ? "host" : isFinal(state) ? on : "gpu";
   if (on !== expected) read.fail(`${at}.on`, `"${expected}" for a ${state} process`, on);
   return { on, pages: readPages(read, m.pages, size, `${at}.pages`) };
 }
+
+/** What each kind of fault has besides `kind` and `nth`. */
+const FAULT_FIELDS = { fail: ["code"], exit: ["afterMs"], hang: [], answer: ["value"] };
 
 function readFaults(read: StrictReader, value: unknown, at: string): ProcessSnapshot["faults"] {
   const f = read.object(value, at, [], FAULTABLE_OPERATIONS);
@@ -413,42 +332,24 @@ function readFaults(read: StrictReader, value: unknown, at: string): ProcessSnap
   for (const op of FAULTABLE_OPERATIONS) {
     if (f[op] === undefined) continue;
     const path = `${at}.${op}`;
-    const kind = read.choice(
-      read.object(f[op], path).kind,
-      `${path}.kind`,
-      ["fail", "exit", "hang", "answer"] as const,
-    );
-    const field = { fail: ["code"], exit: ["afterMs"], hang: [], answer: ["value"] }[kind];
-    const fault = read.object(
-      f[op],
-      path,
-      ["kind", "nth", ...field],
-      kind === "fail" ? ["state"] : [],
-    );
+    const kinds = Object.keys(FAULT_FIELDS) as (keyof typeof FAULT_FIELDS)[];
+    const kind = read.choice(read.object(f[op], path).kind, `${path}.kind`, kinds);
+    const optional = kind === "fail" ? ["state"] : [];
+    const fault = read.object(f[op], path, ["kind", "nth", ...FAULT_FIELDS[kind]], optional);
     const nth = read.integer(fault.nth, `${path}.nth`, 1, 1_000_000);
-    switch (kind) {
-      case "fail": {
-        const code = read.integer(fault.code, `${path}.code`, 1, MAX_PID);
-        out[op] = fault.state === undefined
-          ? { kind, nth, code }
-          : { kind, nth, code, state: read.choice(fault.state, `${path}.state`, PROCESS_STATES) };
-        break;
-      }
-      case "exit":
-        out[op] = { kind, nth, afterMs: read.amount(fault.afterMs, `${path}.afterMs`) };
-        break;
-      case "hang":
-        out[op] = { kind, nth };
-        break;
-      case "answer":
-        if (op !== "getState" && op !== "getRestoreThreadId") {
-          read.refuse(
-            `${path}.kind`,
-            `${path}: only getState and getRestoreThreadId have an answer`,
-          );
-        }
-        out[op] = { kind, nth, value: read.integer(fault.value, `${path}.value`, 0, MAX_PID) };
-        break;
+    if (kind === "fail") {
+      const code = read.integer(fault.code, `${path}.code`, 1, MAX_PID);
+      out[op] = fault.state === undefined
+        ? { kind, nth, code }
+        : { kind, nth, code, state: read.choice(fault.state, `${path}.state`, PROCESS_STATES) };
+    } else if (kind === "exit") {
+      out[op] = { kind, nth, afterMs: read.amount(fault.afterMs, `${path}.afterMs`) };
+    } else if (kind === "hang") {
+      out[op] = { kind, nth };
+    } else if (op !== "getState" && op !== "getRestoreThreadId") {
+      read.refuse(`${path}.kind`, `${path}: only getState and getRestoreThreadId have an answer`);
+    } else {
+      out[op] = { kind, nth, value: read.integer(fault.value, `${path}.value`, 0, MAX_PID) };
     }
   }
   return out;

@@ -1,22 +1,9 @@
-/**
- * The simulated driver's timing model, one per chip, from the figures measured with driver 580
- * (docs/DRIVER.md#timings), and the simulated CRIU's. A checkpoint or restore is a fixed cost,
- * then a copy of the process's GPU memory through the host, at the rate its measured time implies
- * (interpolated in the table). Copies at once slow each other (fitted to four of 4 GiB): each by
- * `1 + slowdownPerProcess * (N - 1)` (checkpoint), all together to `aggregateBytesPerSecond`
- * (restore).
- *
- * @module
- */
+// The simulated driver's timing model, one per chip, from driver 580's figures (docs/DRIVER.md),
+// and the simulated CRIU's: a fixed cost, then a copy at the rate the measured time implies.
 
 import { checkAmount, checkKeys } from "../core/options.ts";
 
-const MIB = 1024 * 1024;
-
-/**
- * GPU memory a CUDA context takes on each GPU, in MiB: nvidia-smi on an H200, driver 580.159.04,
- * showed 536 MiB for the target with 16 MiB allocated, 1544 MiB with 1024 (2026-11-21).
- */
+/** GPU memory a CUDA context takes, in MiB (H200: 536 MiB held with 16 allocated, 2026-11-21). */
 export const CONTEXT_MIB = 520;
 
 /** One measured point: GPU memory in MiB and the time in ms for the whole operation. */
@@ -34,27 +21,27 @@ export interface CopyTiming {
   readonly slowdownPerProcess: number;
 }
 
-/** The timing model of the simulated driver. Every figure can be overridden. */
+/** The timing model of the simulated driver, in ms where not said; every figure can be set. */
 export interface TimingModel {
   /** Lock+checkpoint of one process (the lock itself is `lockMs`). */
   readonly checkpoint: CopyTiming;
   /** Restore of one process (the unlock after it is `unlockMs`). */
   readonly restore: CopyTiming;
-  /** Extra cost of a restore that moves the process to another GPU, in ms. */
+  /** Extra cost of a restore that moves the process to another GPU. */
   readonly migrationMs: number;
-  /** Lock of an idle process, in ms. */
+  /** Lock of an idle process. */
   readonly lockMs: number;
-  /** Unlock, in ms. */
+  /** Unlock. */
   readonly unlockMs: number;
-  /** getState and getRestoreThreadId, in ms. */
+  /** getState and getRestoreThreadId. */
   readonly queryMs: number;
-  /** A restore rejected for its GPU mapping, in ms. */
+  /** A restore rejected for its GPU mapping. */
   readonly rejectMs: number;
-  /** A restore refused for want of free GPU memory, in ms. */
+  /** A restore refused for want of free GPU memory. */
   readonly oomMs: number;
-  /** A restore refused after an earlier one ran out of GPU memory, in ms; 6 when left out. */
+  /** A restore refused after an earlier one ran out of GPU memory; 6 when left out. */
   readonly refusedMs?: number;
-  /** How long after the target exits a checkpoint or restore under way returns, in ms. */
+  /** How long after the target exits a checkpoint or restore under way returns. */
   readonly exitNoticeMs: number;
 }
 
@@ -77,79 +64,40 @@ export const H200_TIMING: TimingModel = {
     aggregateBytesPerSecond: 17.4e9,
     slowdownPerProcess: 0,
   },
-  // A separate 1 GiB process rotated onto the other H200 restored in 357 ms against about 335 ms
-  // in place (tests/gpu/reports); one migrating itself took 600-630 ms (docs/DRIVER.md#migration).
+  // A 1 GiB process rotated onto the other H200 restored in 357 ms against about 335 ms in place
+  // (tests/gpu/reports); one migrating itself took 600-630 ms (docs/DRIVER.md#migration).
   migrationMs: 22,
   lockMs: 0.2,
   unlockMs: 1.5,
   queryMs: 0.05,
-  // The probes measured 2 ms for an unknown UUID; this project's runs saw 23-34 ms for every
-  // rejected mapping, and 8-24 ms for OUT_OF_MEMORY (docs/DRIVER.md#state-machine).
+  // Every rejected mapping took 23-34 ms in this project's runs (2 ms in the probes for an unknown
+  // UUID), OUT_OF_MEMORY 8-24 ms, every restore after one 5-8 ms (docs/DRIVER.md#state-machine).
   rejectMs: 28,
   oomMs: 16,
-  // After a restore ran out of memory, every later restore failed in 5-8 ms (oom-probe-2xh200).
   refusedMs: 6,
   // SIGKILL 150 ms into the checkpoint of 4 GiB: OPERATING_SYSTEM 217-225 ms after the call began.
   exitNoticeMs: 71,
 };
 
 /**
- * One H100 80GB HBM3, driver 580.159.04 (medians of 9 cycles, midpoints of their ranges). Only
- * 16 MiB and 4 GiB are in the table, so that 1 GiB (measured 704-910 ms / 338-448 ms) checks it.
- * What was not measured on an H100 (many at once, migration, rejections, exits) is the H200's.
+ * One H100 80GB HBM3, driver 580.159.04 (medians of 9 cycles). Only 16 MiB and 4 GiB are in the
+ * table, so that 1 GiB (measured 704-910 ms / 338-448 ms) checks it; the rest is the H200's.
  */
 export const H100_TIMING: TimingModel = {
   ...H200_TIMING,
-  checkpoint: {
-    ...H200_TIMING.checkpoint,
-    fixedMs: 316,
-    points: [[16, 323], [4096, 2150]],
-  },
-  restore: {
-    ...H200_TIMING.restore,
-    fixedMs: 212,
-    points: [[16, 214], [4096, 885]],
-  },
+  checkpoint: { ...H200_TIMING.checkpoint, fixedMs: 316, points: [[16, 323], [4096, 2150]] },
+  restore: { ...H200_TIMING.restore, fixedMs: 212, points: [[16, 214], [4096, 885]] },
 };
 
-/**
- * An H200 in a host with four of them and 512 GiB of memory, driver 580.159.04 (bench/reports/
- * growth-deno-4xh200 and many-*-4xh200, 2026-11-21): one process alone is about twice as fast at
- * 16 and 32 GiB as the one-GPU host of {@link H200_TIMING} (2.2 GB/s checkpoint, 6 GB/s restore,
- * from 4 GiB up), and all at once restore reaches about 19 GB/s. Not chosen by default: pass it as
- * `timing` to simulate such a host.
- */
-export const H200_X4_HOST_TIMING: TimingModel = {
-  ...H200_TIMING,
-  checkpoint: {
-    fixedMs: 300,
-    points: [[16, 318], [256, 443], [1024, 820], [4096, 2092], [16384, 8125], [32768, 15833]],
-    aggregateBytesPerSecond: Infinity,
-    // 4 x 4 GiB at once took 2.41-2.87 s, 8 x 4 GiB 2.77-3.25 s (medians of the runs).
-    slowdownPerProcess: 0.1,
-  },
-  restore: {
-    fixedMs: 210,
-    points: [[16, 225], [256, 242], [1024, 345], [4096, 847], [16384, 2931], [32768, 5593]],
-    // 8 x 4 GiB (36.9 GB of GPU memory with contexts) restored in 1.78-2.37 s.
-    aggregateBytesPerSecond: 19e9,
-    slowdownPerProcess: 0,
-  },
-};
-
-const TIMING_FIELDS = [
-  ...["migrationMs", "lockMs", "unlockMs", "queryMs", "rejectMs", "oomMs", "exitNoticeMs"] as const,
-];
+const FIELDS = ["migrationMs", "lockMs", "unlockMs", "queryMs", "rejectMs", "oomMs"] as const;
 
 /** `timing` checked as a whole {@link TimingModel} of sensible numbers; throws naming the field. */
 export function checkTiming(timing: unknown): TimingModel {
-  const t = checkKeys(timing as TimingModel, "timing", [
-    "checkpoint",
-    "restore",
-    ...TIMING_FIELDS,
-    "refusedMs",
-  ]);
-  for (const field of TIMING_FIELDS) checkAmount(t[field], `timing.${field}`);
+  const keys = ["checkpoint", "restore", ...FIELDS, "exitNoticeMs", "refusedMs"] as const;
+  const t = checkKeys(timing as TimingModel, "timing", keys);
+  for (const field of [...FIELDS, "exitNoticeMs"] as const) {
+    checkAmount(t[field], `timing.${field}`);
+  }
   if (t.refusedMs !== undefined) checkAmount(t.refusedMs, "timing.refusedMs");
   for (const kind of ["checkpoint", "restore"] as const) checkCopyTiming(t[kind], `timing.${kind}`);
   return t;
@@ -204,40 +152,32 @@ export function singleRate(timing: CopyTiming, memoryMiB: number): number {
 
 /** Bytes in `memoryMiB` MiB. */
 export function mibToBytes(memoryMiB: number): number {
-  return memoryMiB * MIB;
+  return memoryMiB * 1024 * 1024;
 }
 
 /**
- * Timing and image sizes of the simulated CRIU, fitted to criu 4.1.1 on an H100 (driver
- * 580.159.04, 2026-11-24; tests/gpu/reports/snapshot-*-h100.txt, bench/reports/
- * snapshot-bun-h100.md) dumping and restoring checkpointed CUDA processes without its CUDA plugin.
- * Images: 1.66, 2.73 and 4.88 GB for 1, 2 and 4 GiB of GPU memory (0.59 GB + 1.07 GB per GiB: the
- * checkpointed copy, and the process's own host memory). criu's dump alone: 0.60-1.02 s,
- * 1.07-1.48 s and 2.13-2.39 s; its restore at 2 GiB: 1.39-1.77 s; here 0.92, 1.39, 2.32 s and
- * 1.50 s. Eight dumps of 2 GiB at once wrote 21.8 GB in 5.9 s, about 3.7 GB/s together. (Through
- * the CUDA plugin, images were 2.6 and 8.6 GB at 1 and 4 GiB; docs/DRIVER.md.)
+ * The simulated CRIU's figures, fitted to criu 4.1.1 on an H100 (driver 580.159.04, 2026-11-24;
+ * tests/gpu/reports/snapshot-*-h100.txt) dumping and restoring checkpointed CUDA processes without
+ * its CUDA plugin: images of 1.66, 2.73 and 4.88 GB for 1, 2 and 4 GiB of GPU memory; criu's dump
+ * alone 0.60-1.02 s, 1.07-1.48 s and 2.13-2.39 s (here 0.92, 1.39, 2.32 s); its restore at 2 GiB
+ * 1.39-1.77 s (here 1.50 s); eight dumps of 2 GiB at once wrote 21.8 GB in 5.9 s. Rates are in
+ * bytes per second; the fixed costs (criu's start, its freeze) and a plain process's image are
+ * assumptions.
  */
-export interface CriuTiming {
-  /** Fixed cost of one dump of a tree, in ms (an assumption: criu's start, its freeze). */
+export const CRIU_TIMING: {
   readonly dumpFixedMs: number;
-  /** The rate one dump writes its images at, alone, in bytes per second. */
   readonly dumpBytesPerSecond: number;
-  /** Fixed cost of one restore of a tree, in ms (an assumption). */
   readonly restoreFixedMs: number;
-  /** The rate one restore reads its images at, alone, in bytes per second. */
   readonly restoreBytesPerSecond: number;
-  /** What every dump and restore under way move together at most, in bytes per second. */
+  /** What every dump and restore under way move together at most. */
   readonly diskBytesPerSecond: number;
-  /** Image bytes of a CUDA process besides its GPU memory's (measured: 0.59 GB). */
+  /** Image bytes of a CUDA process besides its GPU memory's. */
   readonly cudaImageBaseBytes: number;
-  /** Image bytes per MiB of a checkpointed CUDA process's GPU memory (measured: 1.07 GB per GiB). */
+  /** Image bytes per MiB of a checkpointed CUDA process's GPU memory. */
   readonly cudaImageBytesPerMiB: number;
-  /** Image bytes of a process without CUDA (an assumption: a small program's pages). */
+  /** Image bytes of a process without CUDA. */
   readonly plainImageBytes: number;
-}
-
-/** The simulated CRIU's figures; see {@link CriuTiming} for where each comes from. */
-export const CRIU_TIMING: CriuTiming = {
+} = {
   dumpFixedMs: 200,
   dumpBytesPerSecond: 2.3e9,
   restoreFixedMs: 200,

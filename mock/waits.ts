@@ -1,22 +1,11 @@
-/**
- * What an operation of the simulated machine waits on: timers, and copies over shared links.
- *
- * @module
- */
+// What an operation of the simulated machine waits on: timers, and copies over shared links.
 
 import type { CopyTiming } from "./timing.ts";
 
 /** What waits run on (the machine): the time in ms, and a timer that returns its cancel. */
-interface Timers {
-  now(): number;
-  startTimer(ms: number, fn: () => void): () => void;
-}
+type Timers = { now(): number; startTimer(ms: number, fn: () => void): () => void };
 
-interface Transfer {
-  remaining: number;
-  singleRate: number;
-  done: () => void;
-}
+type Transfer = { remaining: number; singleRate: number; done: () => void };
 
 /** A link copies share: each at its rate alone, slowed by the others, all capped together. */
 export class CopyLink {
@@ -60,8 +49,7 @@ export class CopyLink {
     const now = this.#timers.now();
     const dt = now - this.#last;
     this.#last = now;
-    if (dt <= 0) return;
-    for (const t of this.#active) t.remaining -= this.#rate(t) * dt;
+    if (dt > 0) { for (const t of this.#active) t.remaining -= this.#rate(t) * dt; }
   }
 
   #reschedule(): void {

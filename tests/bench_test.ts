@@ -517,3 +517,38 @@ describe(`digest.ts on the simulator (${runtime})`, () => {
     },
   );
 });
+
+describe(`sim_speed.ts on the simulator (${runtime})`, () => {
+  test(
+    "both sizes on both clocks, the step times and the suspend's wall time in the report",
+    SLOW,
+    async () => {
+      const dir = join(out, "sim-speed");
+      const run = await runScript(join(BENCH, "sim_speed.ts"), [
+        ...["--rounds", "1", "--big-mib", "2", "--small-mib", "1", "--runtimes", runtime],
+        ...["--label", "test", "--out", dir],
+      ], RUN_LIMIT_MS);
+      assert.equal(run.status, 0, run.log);
+      const json = JSON.parse(
+        readFileSync(join(dir, `sim-speed-test-${runtime}-${safeName(hostname())}.json`), "utf8"),
+      );
+      assert.deepEqual(json.config.runtimes, [runtime]);
+      const examples = json.runs.filter((r: { clock?: string }) => r.clock);
+      assert.deepEqual(
+        examples.map((r: { mib: number; clock: string }) => `${r.mib} ${r.clock}`),
+        ["2 virtual", "1 virtual", "2 real", "1 real"],
+      );
+      for (const r of examples) {
+        assert.equal(r.pass, true, JSON.stringify(r));
+        assert.deepEqual(Object.keys(r.steps), ["lock", "checkpoint", "restore", "unlock"]);
+      }
+      // The virtual clock prints the model's times: 2 MiB checkpoints in the table's 289 + ... ms.
+      assert.ok(examples[0].steps.checkpoint > 289 && examples[0].steps.checkpoint < 300);
+      const suspends = json.runs.filter((r: { suspendMs?: number }) => r.suspendMs !== undefined);
+      assert.deepEqual(suspends.map((r: { mib: number }) => r.mib), [2, 1]);
+      for (const r of suspends) assert.ok(r.suspendMs >= 0 && r.resumeMs >= 0, JSON.stringify(r));
+      assert.equal(json.goals.length, 3, "the ratio, and the checkpoint's and the restore's");
+      assert.equal(json.environment.gpu.description, "none (simulator)");
+    },
+  );
+});

@@ -1,17 +1,13 @@
 // The chunked SHA-256 of simulated memory (mock/memory.ts): a MemoryImage's cached, incremental
 // value always equals the same hash computed over its bytes from scratch, whatever was written,
-// rewritten or copied in between; the incremental hasher gives one value for any piece sizes; and
-// the value is the one the definition in ChunkedSha256's documentation gives.
+// rewritten, saved or loaded in between; the incremental hasher (examples/_chunked_sha256.ts)
+// gives one value for any piece sizes; and the value is the one its documentation defines.
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
+import { Buffer } from "node:buffer";
 import { createHash } from "node:crypto";
-import {
-  ChunkedSha256,
-  chunkedSha256,
-  HASH_CHUNK_SIZE,
-  MemoryImage,
-  PAGE_SIZE,
-} from "../mock/memory.ts";
+import { ChunkedSha256, chunkedSha256 } from "../examples/_chunked_sha256.ts";
+import { HASH_CHUNK_SIZE, MemoryImage, PAGE_SIZE } from "../mock/memory.ts";
 
 const MIB = 2 ** 20;
 
@@ -143,14 +139,16 @@ describe("MemoryImage.chunkedSha256", () => {
 
   test("an image built from pages (as a snapshot loads one) hashes as its bytes", () => {
     const page = pattern(PAGE_SIZE, 9);
-    const m = new MemoryImage(2 * MIB + 100, new Map([[3, page], [32, page.slice()]]));
+    const base64 = Buffer.from(page).toString("base64");
+    const m = MemoryImage.load(2 * MIB + 100, [[3, base64], [31, base64]]);
     checked(m, "from pages");
     assert.deepEqual(m.read(3 * PAGE_SIZE, PAGE_SIZE), page);
+    assert.deepEqual(m.read(31 * PAGE_SIZE, PAGE_SIZE), page);
   });
 
-  describe("a copy, then writes to one side only", () => {
-    // The copy is made with no digest cached yet, with every digest up to date, and with a write
-    // since the last hash (a chunk's digest out of date when copied).
+  describe("saved and loaded again, then written on one side only", () => {
+    // Saved with no digest cached yet, with every digest up to date, and with a write since the
+    // last hash (a chunk's digest out of date when saved).
     const setups: [string, (m: MemoryImage) => void][] = [
       ["never hashed", (m) => m.write(10, new Uint8Array([1]))],
       ["just hashed", (m) => {
@@ -164,12 +162,14 @@ describe("MemoryImage.chunkedSha256", () => {
       }],
     ];
     for (const [label, setup] of setups) {
-      test(`${label}: the other side's hash does not change`, () => {
-        const m = new MemoryImage(3 * MIB);
+      test(`${label}: the same bytes and hash, and the other side's hash does not change`, () => {
+        const m = new MemoryImage(3 * MIB + 5);
         setup(m);
-        const c = m.copy();
+        m.write(3 * MIB, new Uint8Array([0, 0, 9, 0])); // a short last chunk, zeros around
+        const c = MemoryImage.load(m.size, m.save());
         const both = checked(c, "the copy");
         assert.equal(checked(m, "the original"), both);
+        assert.deepEqual(c.read(0, c.size), m.read(0, m.size));
 
         m.write(10, new Uint8Array([2]));
         m.write(MIB + 10, new Uint8Array([3]));
@@ -183,6 +183,19 @@ describe("MemoryImage.chunkedSha256", () => {
         assert.equal(checked(m, "the original, untouched"), original);
       });
     }
+  });
+
+  test("saved: only the pages that are not all zero, ascending, trailing zeros left out", () => {
+    const m = new MemoryImage(3 * MIB);
+    m.write(2 * MIB + 5, new Uint8Array([7, 0, 8])); // page 32, its first 5 bytes zero
+    m.write(PAGE_SIZE - 1, new Uint8Array([1, 2])); // across pages 0 and 1
+    m.write(MIB, new Uint8Array(PAGE_SIZE)); // zeros: a chunk written, no page saved
+    const b64 = (bytes: number[]) => Buffer.from(bytes).toString("base64");
+    assert.deepEqual(m.save(), [
+      [0, Buffer.from(new Uint8Array(PAGE_SIZE).fill(1, PAGE_SIZE - 1)).toString("base64")],
+      [1, b64([2])],
+      [32, b64([0, 0, 0, 0, 0, 7, 0, 8])],
+    ]);
   });
 });
 

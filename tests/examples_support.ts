@@ -5,7 +5,7 @@
 import { type ChildProcess, execFile, spawn } from "node:child_process";
 import process from "node:process";
 import { DEFAULT_SEED, fillPattern } from "../examples/_kernels.ts";
-import { ChunkedSha256 } from "../mock/memory.ts";
+import { ChunkedSha256 } from "../examples/_chunked_sha256.ts";
 
 /** The path of an example. */
 export function examplePath(file: string): string {
@@ -116,8 +116,8 @@ function environment(env: Record<string, string | undefined>): Record<string, st
 }
 
 /**
- * The chunked SHA-256 (mock/memory.ts) of a buffer of `mib` MiB filled by the `fill` kernel with
- * the default seed, computed on the host in pieces of 16 MiB.
+ * The chunked SHA-256 (examples/_chunked_sha256.ts) of a buffer of `mib` MiB filled by the `fill`
+ * kernel with the default seed, computed on the host in pieces of 16 MiB.
  */
 export function expectedFillHash(mib: number): string {
   const hasher = new ChunkedSha256();

@@ -1,6 +1,7 @@
 // Model-based tests: random sequences of operations (one at a time, several at once on one
 // process or many, groups with and without all-or-nothing), injected faults, exits, the failed
-// state and a full GPU, on 2 to 4 random processes and one without CUDA, checked step by step
+// state and a full GPU, on 2 to 4 random processes, an importer of the first one's GPU memory
+// (CUDA IPC) and one without CUDA, checked step by step
 // against the reference model of tests/support/model.ts (written from docs/DRIVER.md,
 // not from the simulator's tables). fast-check shrinks a failing sequence to a short one.
 //

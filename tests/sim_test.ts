@@ -4,7 +4,7 @@ import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
 import { SimulatedMachine, type SimulatedMachineOptions } from "../mock/mod.ts";
-import { chunkedSha256 } from "../mock/memory.ts";
+import { chunkedSha256 } from "../examples/_chunked_sha256.ts";
 import { CONTEXT_MIB, H200_TIMING } from "../mock/timing.ts";
 import {
   CUDA_ERROR_INVALID_VALUE,
@@ -222,6 +222,25 @@ describe("processes and threads", () => {
     await sim.driver.restore(p.pid, null);
     await sim.driver.unlock(p.pid);
     assert.deepEqual(await blocked, new Uint8Array(3));
+  });
+
+  test("a write takes its bytes at the call, running or blocked, and writes land in call order", async () => {
+    const sim = new SimulatedMachine();
+    const p = sim.spawn({ memoryMiB: 4 });
+    const bytes = new Uint8Array([1, 2, 3]);
+    const running = p.write(0, bytes);
+    bytes.fill(9); // changed before the write's promise settles: the write has its bytes already
+    await running;
+    assert.deepEqual(await p.read(0, 3), new Uint8Array([1, 2, 3]));
+    await sim.driver.lock(p.pid, null);
+    const first = p.write(0, bytes); // blocked: the process is locked
+    bytes.fill(5);
+    const read = p.read(0, 3); // queued behind the first write
+    await sim.driver.unlock(p.pid);
+    await p.write(0, bytes); // after the queued ones, though the process runs again
+    await first;
+    assert.deepEqual(await read, new Uint8Array([9, 9, 9]));
+    assert.deepEqual(await p.read(0, 3), new Uint8Array([5, 5, 5]));
   });
 });
 

@@ -16,6 +16,7 @@ import {
   truncateSync,
   writeFileSync,
 } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import {
   CheckpointUnsupportedError,
@@ -288,6 +289,24 @@ describe("a snapshot and its restore", () => {
     assert.equal(live(sim, p.pid).state, "running");
     assert.equal(await live(sim, p.pid).memoryChunkedSha256(), hash);
     assert.deepEqual(events.filter((e) => e.type === "step-start"), [], "no step of its own");
+  });
+
+  test("an established TCP connection: the simulated criu refuses it unless told, as criu does", async () => {
+    const sim = new SimulatedMachine();
+    const server = sim.spawn({ memoryMiB: 64, command: "python server.py", tcp: "listening" });
+    const client = sim.spawn({ cuda: false, parent: server.pid, tcp: "established" });
+    const dir = newDir();
+    const err = await snapshot([server.pid], dir, { machine: sim }).catch((e) => e);
+    assert.ok(err instanceof SnapshotError, String(err));
+    assert.equal(err.code, "DUMP_FAILED");
+    assert.match(err.message, /Connected TCP socket, consider using --tcp-established option/);
+    assert.equal(live(sim, server.pid).state, "running", "put back");
+    // Told, both ends of the connection (in the one tree) go to disk and come back with it.
+    await snapshot([server.pid], dir, { machine: sim, tcpEstablished: true });
+    assert.equal(sim.process(client.pid), undefined, "ended with its tree");
+    await restoreSnapshot(dir, { machine: sim });
+    assert.equal(live(sim, client.pid).tcp, "established");
+    assert.equal(live(sim, server.pid).tcp, "listening");
   });
 
   test("tcpEstablished reaches the engine's dump, the manifest and the engine's restore", async () => {
@@ -656,5 +675,25 @@ describe("onto other GPUs", () => {
       mappingProblems([pair(here[0].uuid, here[1].uuid)], here).join("; "),
       /leaves out/,
     );
+  });
+});
+
+describe("what a simulated machine leaves behind", () => {
+  test("one never closed leaves no ckpt-sim-* folder in the temporary directory: a snapshot, a failed restore, a restore", async () => {
+    const ours = () => readdirSync(tmpdir()).filter((name) => name.startsWith("ckpt-sim-"));
+    const before = new Set(ours());
+    const { sim, a, pids, hashes } = await job();
+    const dir = newDir();
+    await snapshot([pids[0]], dir, { machine: sim });
+    sim.engine.failNext("restore");
+    await assert.rejects(restoreSnapshot(dir, { machine: sim }), /failure injected/);
+    await restoreSnapshot(dir, { machine: sim });
+    assert.equal(await live(sim, a.pid).memoryChunkedSha256(), hashes[0]);
+    assert.deepEqual(
+      ours().filter((name) => !before.has(name)),
+      [],
+      "new in the temporary directory",
+    );
+    // The machine is left open, as the docs' examples leave theirs.
   });
 });

@@ -16,10 +16,7 @@ export function simulatedEnv(options: SimulatedMachineOptions = {}): Conformance
       const p = cuda ? sim.spawn({ memoryMiB }) : sim.spawn({ cuda });
       // Contents to lose, as the real target fills its memory with a pattern.
       if (cuda && memoryMiB > 0) {
-        p.deviceMemory!.write(
-          0,
-          Uint8Array.from({ length: 4096 }, (_, i) => (i * 31 + p.pid) & 255),
-        );
+        void p.write(0, Uint8Array.from({ length: 4096 }, (_, i) => (i * 31 + p.pid) & 255));
       }
       return Promise.resolve({
         pid: p.pid,

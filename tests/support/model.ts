@@ -27,6 +27,7 @@ const STEP: Readonly<Record<Step, readonly [State, State]>> = {
 };
 
 const SUCCESS = 0;
+const INVALID_VALUE = 1;
 const OUT_OF_MEMORY = 2;
 const NOT_INITIALIZED = 3;
 const OPERATING_SYSTEM = 304;
@@ -51,6 +52,8 @@ export interface ModelProcess {
   refused: boolean;
   /** Library: it remembers what the process held when it checkpointed it (core/room.ts). */
   heldKnown: boolean;
+  /** It imported GPU memory from the first process through CUDA IPC (docs/DRIVER.md). */
+  importer: boolean;
 }
 
 /** The machine as the model sees it: one GPU. */
@@ -98,6 +101,10 @@ export function call(m: Model, p: ModelProcess, op: Step | "getState"): number {
   // a restore ran out of memory, every restore of the process fails with OPERATING_SYSTEM and it
   // stays checkpointed.
   if (op === "restore" && p.refused) return OPERATING_SYSTEM;
+  // Measured on driver 580 (docs/DRIVER.md, "Processes that share GPU memory"): an importer of
+  // CUDA IPC memory checkpoints, and every restore of it then fails: invalid argument while its
+  // exporter lives, an OS call failed once it is gone; it stays checkpointed.
+  if (op === "restore" && p.importer) return m.procs[0].gone ? OPERATING_SYSTEM : INVALID_VALUE;
   // "restore onto a GPU without enough free memory gives OUT_OF_MEMORY and leaves the process
   // checkpointed"
   if (op === "restore" && !fits(m, p)) {
@@ -129,7 +136,7 @@ function take(p: ModelProcess, op: Step): Fault | undefined {
 // ---- what the library does with those calls (README "Reliability", docs/API.md) ----
 
 /** A refusal before the driver was asked: `RefusedError.code`. */
-type Refusal = "NO_ROOM" | "STATE";
+type Refusal = "NO_ROOM" | "STATE" | "IPC";
 
 /**
  * A step as the library makes it: a restore of a process that a program of this package
@@ -138,6 +145,8 @@ type Refusal = "NO_ROOM" | "STATE";
  * it) until it is locked from running or restored again.
  */
 function lib(m: Model, p: ModelProcess, step: Step): number | Refusal {
+  // docs/API.md, "Shared GPU memory": no checkpoint of an importer reaches the driver.
+  if (step === "checkpoint" && p.importer && !p.gone) return "IPC";
   if (step === "restore" && p.heldKnown && !fits(m, p)) {
     if (!p.gone && p.cuda && p.state === "checkpointed") return "NO_ROOM";
     p.heldKnown = false;
@@ -230,6 +239,7 @@ function act(m: Model, p: ModelProcess, action: Action, readState: boolean): Act
     if (to === initial) return { status: "unchanged", state: initial };
     steps = wayBetween(initial, to)!;
   }
+  if (steps.includes("checkpoint") && p.importer) return { status: "failed", code: "IPC" };
   const madeSteps: Step[] = [];
   for (const step of steps) {
     const code = lib(m, p, step);
@@ -296,7 +306,10 @@ export interface Spec {
   readonly state: "running" | "locked" | "checkpointed";
 }
 
-/** A machine with the processes of `specs` (and one that never used CUDA), and its model. */
+/**
+ * A machine with the processes of `specs`, an importer of the first one's GPU memory (CUDA IPC)
+ * and one that never used CUDA, and its model.
+ */
 export async function start(specs: readonly Spec[]): Promise<{ model: Model; real: Real }> {
   const sim = new SimulatedMachine();
   const procs: SimulatedProcess[] = [];
@@ -309,7 +322,10 @@ export async function start(specs: readonly Spec[]): Promise<{ model: Model; rea
     if (spec.state === "checkpointed") assert.equal(await sim.driver.checkpoint(p.pid), SUCCESS);
     procs.push(p);
   }
-  procs.push(sim.spawn({ cuda: false }));
+  // An importer of the first process's GPU memory (CUDA IPC), running, then one without CUDA.
+  const importer = sim.spawn({ memoryMiB: 2, ipcImport: { exporter: procs[0].pid } });
+  digests.set(importer.pid, await importer.memoryChunkedSha256());
+  procs.push(importer, sim.spawn({ cuda: false }));
   const model: Model = {
     procs: procs.map((p, i) => ({
       pid: p.pid,
@@ -321,6 +337,7 @@ export async function start(specs: readonly Spec[]): Promise<{ model: Model; rea
       faults: new Map(),
       refused: false,
       heldKnown: false,
+      importer: p.ipcImport !== undefined,
     })),
     capacityMiB: sim.gpus[0].memoryMiB,
     contextMiB: sim.gpus[0].contextMiB,
@@ -653,7 +670,7 @@ export const specs: fc.Arbitrary<Spec[]> = fc.array(
 /** The property: any sequence of commands on any processes keeps the machine and model agreed. */
 export function property(maxCommands = 30): fc.IAsyncPropertyWithHooks<[[Spec[], Iterable<Cmd>]]> {
   const runs = specs.chain((s) =>
-    fc.tuple(fc.constant(s), fc.commands(commands(s.length + 1), { maxCommands, size: "+1" }))
+    fc.tuple(fc.constant(s), fc.commands(commands(s.length + 2), { maxCommands, size: "+1" }))
   );
   return fc.asyncProperty(runs, async ([s, cmds]) => {
     const { model, real } = await start(s);

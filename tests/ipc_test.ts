@@ -1,0 +1,202 @@
+// Processes that share GPU memory (issue 30, part A): the simulator answers as driver 580 was
+// measured to (docs/DRIVER.md, "Processes that share GPU memory": an importer checkpoints, then
+// never restores), and this package refuses every checkpoint of an importer that shows the sign,
+// before any step: one process, a group, a job, a snapshot, the command line. Runs under
+// `deno test -A` and `bun test`.
+import { describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { join } from "node:path";
+import { CudaError, CudaProcess, RefusedError, runGroup, snapshot } from "../mod.ts";
+import {
+  CUDA_ERROR_INVALID_VALUE,
+  CUDA_ERROR_NOT_SUPPORTED,
+  CUDA_ERROR_OPERATING_SYSTEM,
+} from "../core/driver.ts";
+import { SimulatedMachine } from "../mock/mod.ts";
+import { cli } from "./cli_support.ts";
+import { hostWith, machineWith } from "./support/forward.ts";
+import { tempDirs } from "./support/temp_dirs.ts";
+
+const base = tempDirs("ckpt-ipc-test-");
+
+/** An exporter and its importer on one simulated machine. */
+function pair(through: "legacy" | "cumem" | "fd" = "legacy") {
+  const sim = new SimulatedMachine();
+  const exporter = sim.spawn({ memoryMiB: 512, command: "python parent.py" });
+  const importer = sim.spawn({ memoryMiB: 64, ipcImport: { exporter: exporter.pid, through } });
+  return { sim, exporter, importer };
+}
+
+/** No state-changing call reached the driver since `from` (a count of its calls). */
+function noStep(sim: SimulatedMachine, from = 0): void {
+  const steps = sim.driver.calls.slice(from)
+    .filter((c) => ["lock", "checkpoint", "restore", "unlock"].includes(c.op));
+  assert.deepEqual(steps.map((c) => `${c.op} ${c.pid}`), [], "no step was made");
+}
+
+describe("the simulator, as driver 580 answers an importer", () => {
+  for (
+    const [through, code] of [
+      ["legacy", CUDA_ERROR_INVALID_VALUE],
+      ["cumem", CUDA_ERROR_NOT_SUPPORTED],
+      ["fd", CUDA_ERROR_NOT_SUPPORTED],
+    ] as const
+  ) {
+    test(`${through}: it checkpoints, and every restore fails; it stays checkpointed`, async () => {
+      const { sim, importer } = pair(through);
+      assert.equal(await sim.driver.lock(importer.pid, null), 0);
+      assert.equal(await sim.driver.checkpoint(importer.pid), 0);
+      assert.equal(await sim.driver.restore(importer.pid, null), code);
+      assert.equal(await sim.driver.restore(importer.pid, null), code);
+      assert.equal(importer.state, "checkpointed");
+    });
+  }
+
+  test("legacy, its exporter gone: the OS call failed", async () => {
+    const { sim, exporter, importer } = pair();
+    await sim.driver.lock(importer.pid, null);
+    await sim.driver.checkpoint(importer.pid);
+    exporter.exit();
+    assert.equal(await sim.driver.restore(importer.pid, null), CUDA_ERROR_OPERATING_SYSTEM);
+  });
+
+  test("the host shows the sign of a legacy or cuMem import, and none of an fd import", async () => {
+    for (const through of ["legacy", "cumem", "fd"] as const) {
+      const { sim, exporter, importer } = pair(through);
+      const sign = await sim.host.gpuImport!(importer.pid);
+      assert.deepEqual(
+        sign,
+        through === "fd" ? undefined : {
+          exporter: exporter.pid,
+          sign: `it maps /dev/shm/cuda.shm.0.${exporter.pid.toString(16)}.1, named after ` +
+            `process ${exporter.pid}`,
+        },
+      );
+      assert.equal(await sim.host.gpuImport!(exporter.pid), undefined, "the exporter shows none");
+    }
+  });
+});
+
+describe("a checkpoint of an importer is refused before any step", () => {
+  test("suspend, toggle and a checkpoint once locked: IPC, naming the exporter; nothing changed", async () => {
+    const { sim, exporter, importer } = pair();
+    const proc = new CudaProcess(importer.pid, { machine: sim });
+    for (const act of [() => proc.suspend(), () => proc.toggle()]) {
+      const mark = sim.driver.calls.length;
+      const err = await act().catch((e) => e);
+      assert.ok(err instanceof RefusedError, String(err));
+      assert.equal(err.code, "IPC");
+      assert.match(err.message, new RegExp(`of process ${importer.pid} refused: it maps `));
+      assert.match(err.message, new RegExp(`that process ${exporter.pid} exported to it`));
+      assert.match(err.message, /--allow-ipc-import/);
+      noStep(sim, mark);
+    }
+    await proc.lock();
+    const err = await proc.checkpoint().catch((e) => e);
+    assert.equal(err.code, "IPC");
+    assert.equal(importer.state, "locked");
+    await proc.unlock();
+    assert.equal(importer.state, "running");
+  });
+
+  test("the exporter alone suspends and resumes", async () => {
+    const { sim, exporter } = pair();
+    const proc = new CudaProcess(exporter.pid, { machine: sim });
+    assert.equal((await proc.suspend()).state, "checkpointed");
+    assert.equal((await proc.resume()).state, "running");
+  });
+
+  test("a group, all or nothing, and a job: the whole is refused before any step", async () => {
+    for (const options of [{ allOrNothing: true }, { job: true }]) {
+      const { sim, exporter, importer } = pair();
+      const result = await runGroup("suspend", [exporter.pid, importer.pid], {
+        machine: sim,
+        ...options,
+      });
+      assert.equal(result.ok, false);
+      assert.equal(result.processes[1].error instanceof RefusedError, true);
+      assert.equal((result.processes[1].error as RefusedError).code, "IPC");
+      noStep(sim);
+      assert.deepEqual([exporter.state, importer.state], ["running", "running"]);
+    }
+  });
+
+  test("a snapshot of the importer's tree is refused before anything changes", async () => {
+    const { sim, importer } = pair();
+    const dir = join(base(), "snap");
+    const err = await snapshot([importer.pid], dir, { machine: sim }).catch((e) => e);
+    assert.ok(err instanceof RefusedError, String(err));
+    assert.equal(err.code, "IPC");
+    assert.equal(err.operation, "snapshot");
+    noStep(sim);
+  });
+
+  test("allowIpcImport: it is checkpointed, and its resume then fails as the driver's does", async () => {
+    const { sim, importer } = pair();
+    const proc = new CudaProcess(importer.pid, { machine: sim });
+    assert.equal((await proc.suspend({ allowIpcImport: true })).state, "checkpointed");
+    const err = await proc.resume().catch((e) => e);
+    assert.ok(err instanceof CudaError, String(err));
+    assert.equal(err.code, CUDA_ERROR_INVALID_VALUE);
+    assert.equal(importer.state, "checkpointed");
+  });
+
+  test("an import through a file descriptor shows no sign: it is not refused (and is lost)", async () => {
+    const { sim, importer } = pair("fd");
+    const proc = new CudaProcess(importer.pid, { machine: sim });
+    assert.equal((await proc.suspend()).state, "checkpointed");
+    assert.equal((await proc.resume().catch((e) => e)).code, CUDA_ERROR_NOT_SUPPORTED);
+  });
+
+  test("keyed to the driver's release: 610 and later are not refused; one unknown is", async () => {
+    const cases: [string | undefined, boolean][] = [
+      ["610.12", false],
+      ["595.71", true],
+      [undefined, true],
+    ];
+    for (const [release, refused] of cases) {
+      const { sim, importer } = pair();
+      const facts = () =>
+        Promise.resolve({
+          hostname: "h",
+          kernel: "k",
+          ...(release ? { driverRelease: release } : {}),
+        });
+      const machine = machineWith(sim, { host: hostWith(sim.host, { facts }) });
+      const err = await new CudaProcess(importer.pid, { machine }).suspend().then(
+        () => undefined,
+        (e) => e,
+      );
+      assert.equal(err?.code === "IPC", refused, `driver ${release}`);
+    }
+  });
+});
+
+describe("the command line", () => {
+  test("--toggle of the importer exits 1 with the refusal; --allow-ipc-import suspends it", async () => {
+    const { sim, importer } = pair();
+    const refused = await cli(["--toggle", "--pid", importer.pid], { machine: sim });
+    assert.equal(refused.code, 1);
+    assert.match(
+      refused.err,
+      new RegExp(
+        `^Error toggling CUDA in process ID ${importer.pid}: "it imported GPU memory of another process \\(CUDA IPC\\)`,
+      ),
+    );
+    assert.equal(importer.state, "running");
+    const allowed = await cli(["--toggle", "--allow-ipc-import", "--pid", importer.pid], {
+      machine: sim,
+    });
+    assert.equal(allowed.code, 0, allowed.err);
+    assert.equal(importer.state, "checkpointed");
+  });
+
+  test("--allow-ipc-import goes with a checkpoint, a toggle or a snapshot only", async () => {
+    const r = await cli(["--action", "lock", "--allow-ipc-import", "--pid", "1"]);
+    assert.equal(r.code, 1);
+    assert.match(
+      r.err,
+      /--allow-ipc-import is only valid with --action checkpoint, --toggle and snapshot/,
+    );
+  });
+});
