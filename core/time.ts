@@ -1,7 +1,6 @@
 /**
- * Time, as this package measures and spends it: a machine's clock (the simulator's virtual time,
- * or the real one), a deadline for a whole operation on it, times rounded for reports, and
- * {@link Slots}, which lets at most so much work run at once.
+ * Time as this package measures and spends it: a machine's clock, deadlines, rounded times, and
+ * {@link Slots} for work that runs at most so much at once.
  *
  * @module
  */
@@ -13,9 +12,8 @@ export interface Clock {
   /** Resolves after `ms`. */
   sleep(ms: number): Promise<void>;
   /**
-   * Calls `fn` once `ms` have passed, without moving virtual time by itself (a deadline that
-   * passes only while something waits on the clock); returns a function that cancels it. Left
-   * out, a deadline is looked at between steps only.
+   * Calls `fn` once `ms` have passed, moving no virtual time itself; returns a function that
+   * cancels it. Left out, a deadline is looked at between steps only.
    */
   timer?(ms: number, fn: () => void): () => void;
 }
@@ -57,10 +55,7 @@ export function clockOf(machine: { readonly clock?: Clock }): SignalClock {
   return { now, sleep };
 }
 
-/**
- * A deadline on a clock, for a whole operation (a group, a snapshot): what is left of it, and a
- * lock timeout cut to it. No deadline (`timeoutMs` undefined) never passes.
- */
+/** A deadline on a clock for a whole operation; `timeoutMs` undefined never passes. */
 export class Deadline {
   readonly #start: number;
   readonly #now: () => number;
@@ -96,10 +91,7 @@ export class Deadline {
   }
 }
 
-/**
- * Work in flight, at most so much at once (the native driver's calls on its worker threads, a
- * snapshot's criu runs); the rest wait their turn, in the order they came.
- */
+/** Work in flight, at most so much at once; the rest wait their turn, in the order they came. */
 export class Slots {
   #free: number;
   readonly #waiting: (() => void)[] = [];
