@@ -1,11 +1,8 @@
 /**
- * Input checks, one set for every entry point of this package (`CudaProcess` and its methods, the
- * group operations, the listing, the drivers, the simulator). Each error names the bad value and
- * what was expected; an options object with a key that is not an option is refused, naming the
- * key, so that `lock({ timeout: 5 })` does not pass for `lock()`. GPU UUIDs are parsed here from
- * the text forms users write, and formatted as nvidia-smi prints them.
- *
- * Internal: not exported from the main module.
+ * Input checks, one set for every entry point of this package and its simulator: each error names
+ * the bad value and what was expected, and an options object with a key that is not an option is
+ * refused, naming the key, so that `lock({ timeout: 5 })` does not pass for `lock()`. GPU UUIDs
+ * are parsed here, and formatted as nvidia-smi prints them.
  *
  * @module
  */
@@ -17,14 +14,14 @@ export const MAX_PID = 2 ** 31 - 1;
 /** The largest lock timeout: `timeoutMs` is a C `unsigned int`. */
 export const MAX_TIMEOUT_MS = 2 ** 32 - 1;
 /**
- * The library's lock timeout when none is given: 10 s, as CRIU's CUDA plugin uses. The command
- * line's is 0 (wait as long as it takes), as NVIDIA's utility's: docs/API.md says why.
+ * The library's lock timeout when none is given: 10 s, as CRIU's CUDA plugin uses (the command
+ * line's is 0, as NVIDIA's utility's: docs/API.md says why).
  */
 export const DEFAULT_LOCK_TIMEOUT_MS = 10_000;
 
 /**
- * Checks an options argument of `where` (`"lock"`, `"runGroup"`, ...): `undefined` (no options)
- * or a plain object whose keys are all in `keys`. Returns it (`{}` for `undefined`).
+ * Checks an options argument of `where` (`"lock"`, `"runGroup"`, ...): `undefined` or a plain
+ * object whose keys are all in `keys`. Returns it (`{}` for `undefined`).
  *
  * @example
  * ```ts
@@ -42,11 +39,7 @@ export function checkOptions<T extends object>(
   return checkKeys(options, where, keys, `${where}'s options`);
 }
 
-/**
- * Checks an object of named values (`what`: "SimulatedCriu options", "gpus[0]"): `undefined`
- * or a plain object whose keys are all in `keys`; returns it (`{}` for `undefined`). The one
- * check behind every options argument of this package and its simulator.
- */
+/** Checks an object of named values (`what`: "gpus[0]"), as {@link checkOptions} does. */
 export function checkKeys<T extends object>(
   value: T | undefined,
   what: string,
@@ -54,7 +47,7 @@ export function checkKeys<T extends object>(
   whatAsObject: string = what,
 ): T {
   if (value === undefined) return {} as T;
-  if (typeof value !== "object" || value === null || Array.isArray(value) || !isPlain(value)) {
+  if (typeof value !== "object" || !isPlain(value)) {
     throw new TypeError(
       `${whatAsObject} must be an object${keys.length > 0 ? ` with ${keys.join(", ")}` : ""}, got ${
         describeValue(value)
@@ -74,13 +67,14 @@ export function checkKeys<T extends object>(
   return value;
 }
 
-/** Whether a value is a plain object (made by `{}` or `Object.create(null)`), not a class's. */
-function isPlain(value: object): boolean {
+/** Whether a value is a plain object (`{}` or `Object.create(null)`), not an array or a class's. */
+function isPlain(value: object | null): value is object {
+  if (value === null) return false;
   const proto = Object.getPrototypeOf(value);
   return proto === Object.prototype || proto === null;
 }
 
-/** The key of `keys` nearest to `key` (case aside, or at most two edits away), if any. */
+/** The key of `keys` nearest to `key` (case aside, or at most two edits away). */
 function nearest(key: string, keys: readonly string[]): string | undefined {
   let best: string | undefined;
   let bestDistance = 3;
@@ -104,10 +98,7 @@ function editDistance(a: string, b: string): number {
   return row[b.length];
 }
 
-/**
- * Checks a process id (a thread id of the process is accepted too): an integer from 1 to
- * 2^31-1.
- */
+/** Checks a process id (or a thread id of one): an integer from 1 to 2^31-1. */
 export function checkPid(pid: unknown, what = "pid"): number {
   return checkBetween(pid, what, 1, MAX_PID, `process or thread id from 1 to ${MAX_PID}`);
 }
@@ -207,41 +198,28 @@ export function checkChoice<T extends string>(
   return value as T;
 }
 
-/**
- * A GPU mapping for restore: from the UUID of each GPU the process was checkpointed on to the UUID
- * of the GPU to restore it onto, as a plain object or a `Map`.
- */
+/** A GPU mapping for restore: from each checkpointed GPU's UUID to the restore GPU's UUID. */
 export type GpuMapping = Readonly<Record<string, string>> | ReadonlyMap<string, string>;
 
-/**
- * Checks a GPU mapping and turns it into GPU pairs. Keys and values must be GPU UUIDs
- * (`GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx` or 32 hex digits); no GPU may appear twice as a key.
- */
+/** Checks a GPU mapping (GPU UUIDs, no key twice) and turns it into GPU pairs. */
 export function checkGpuMapping(mapping: unknown): GpuPair[] {
-  let entries: [unknown, unknown][];
-  if (mapping instanceof Map) {
-    entries = [...mapping.entries()];
-  } else if (
-    typeof mapping === "object" && mapping !== null && !Array.isArray(mapping) && isPlain(mapping)
-  ) {
-    entries = Object.entries(mapping);
-  } else {
+  if (!(mapping instanceof Map) && !(typeof mapping === "object" && isPlain(mapping))) {
     throw new TypeError(
-      `gpuMapping must be an object or Map from checkpointed GPU UUID to restore GPU UUID, got ${
-        describeValue(mapping)
-      }`,
+      "gpuMapping must be an object or Map from checkpointed GPU UUID to restore GPU UUID, got " +
+        describeValue(mapping),
     );
   }
   const seen = new Map<string, unknown>();
+  const entries = mapping instanceof Map ? [...mapping.entries()] : Object.entries(mapping);
   return entries.map(([from, to]) => {
     const oldUuid = parseGpuUuid(from, "gpuMapping key");
     const newUuid = parseGpuUuid(to, `gpuMapping[${describeValue(from)}]`);
-    const norm = Array.from(oldUuid, (b) => b.toString(16).padStart(2, "0")).join("");
+    const norm = formatGpuUuid(oldUuid);
     if (seen.has(norm)) {
+      const also = describeValue(seen.get(norm));
       throw new RangeError(
-        `gpuMapping names GPU ${describeValue(from)} twice (also as ${
-          describeValue(seen.get(norm))
-        }): each checkpointed GPU must be mapped once`,
+        `gpuMapping names GPU ${describeValue(from)} twice (also as ${also}): each ` +
+          `checkpointed GPU must be mapped once`,
       );
     }
     seen.set(norm, from);
@@ -253,30 +231,23 @@ const BARE = /^[0-9a-fA-F]{32}$/;
 const DASHED = /^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$/;
 
 /**
- * Parses a GPU UUID written as nvidia-smi prints it (`GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`),
- * without the `GPU-` prefix (as cuda.core's `Device.uuid` gives it), or as 32 bare hex digits.
- * Returns the 16 raw bytes of a `CUuuid`.
- *
- * @throws {TypeError} when the value is not a string.
- * @throws {RangeError} naming the value and the forms accepted, when it is in none of them.
+ * Parses a GPU UUID as nvidia-smi prints it (`GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`), without
+ * `GPU-` (as cuda.core gives it), or as 32 hex digits, into the 16 bytes of a `CUuuid`. Throws a
+ * TypeError for what is no string, a RangeError naming the forms for any other string.
  */
 export function parseGpuUuid(text: unknown, what = "GPU UUID"): Uint8Array {
+  const form = '"GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"';
   if (typeof text !== "string") {
-    throw new TypeError(
-      `${what} must be a string such as "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", got ${
-        describeValue(text)
-      }`,
-    );
+    throw new TypeError(`${what} must be a string such as ${form}, got ${describeValue(text)}`);
   }
   const body = text.startsWith("GPU-") ? text.slice(4) : text;
   if (!BARE.test(body) && !DASHED.test(body)) {
     const hint = text.startsWith("MIG-")
       ? " (MIG instance UUIDs cannot be remapped; give the UUID of the whole GPU)"
       : "";
+    const got = JSON.stringify(text);
     throw new RangeError(
-      `${what} ${
-        JSON.stringify(text)
-      } is not a GPU UUID: expected "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" or 32 hex digits${hint}`,
+      `${what} ${got} is not a GPU UUID: expected ${form} or 32 hex digits${hint}`,
     );
   }
   const hex = body.replaceAll("-", "");
@@ -285,15 +256,11 @@ export function parseGpuUuid(text: unknown, what = "GPU UUID"): Uint8Array {
   return bytes;
 }
 
-/** Formats 16 raw `CUuuid` bytes as nvidia-smi prints them: `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`. */
+/** Formats the 16 bytes of a `CUuuid` as nvidia-smi prints them (`GPU-xxxxxxxx-…`). */
 export function formatGpuUuid(bytes: Uint8Array): string {
-  if (bytes.length !== 16) {
-    throw new RangeError(`a CUuuid has 16 bytes, got ${bytes.length}`);
-  }
+  if (bytes.length !== 16) throw new RangeError(`a CUuuid has 16 bytes, got ${bytes.length}`);
   const hex = Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
-  return `GPU-${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${
-    hex.slice(20)
-  }`;
+  return `GPU-${hex.replace(/^(.{8})(.{4})(.{4})(.{4})/, "$1-$2-$3-$4-")}`;
 }
 
 /** Describes a value for an error message: strings quoted, other types named. */
