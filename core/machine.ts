@@ -1,8 +1,6 @@
 /**
- * What a call runs on: a {@link Machine}, one object that holds the driver and the rest of the
- * machine around it, passed in by whoever owns it, and the leases that open a shared machine on
- * first use and close it when its last user lets go. What this package keeps while a machine is
- * in use is its session (`process.ts`).
+ * What a call runs on: a {@link Machine}, passed in by whoever owns it, and the leases that open a
+ * shared machine on first use and close it when its last user lets go.
  *
  * @module
  */
@@ -14,17 +12,15 @@ import type { HostProcesses } from "./host.ts";
 import type { Clock } from "./time.ts";
 
 /**
- * What a call runs on: the checkpoint driver, and what else the machine has. This machine's is
- * `openMachine()`'s (libcuda, `/proc` and NVML, criu, the file system); the simulator's is a
- * `SimulatedMachine`. Whoever opened a machine closes it; this package never does.
+ * What a call runs on: the checkpoint driver and the rest of the machine. This machine's is
+ * `openMachine()`'s, the simulator's a `SimulatedMachine`; whoever opened one closes it.
  */
 export interface Machine {
   /** The checkpoint driver: one method for each C call of libcuda's checkpoint API. */
   readonly driver: CheckpointDriver;
   /**
-   * The machine's processes: which exist, their GPU memory and identity, process trees, and the
-   * records of what checkpointed processes held (for the room check). Left out: a listing and a
-   * snapshot cannot be made, and each process is known by the number it was given.
+   * The machine's processes, their GPU memory and identity, and the records of the room check.
+   * Left out: no listing or snapshot, and each process is known by the number it was given.
    */
   readonly host?: HostProcesses;
   /** What dumps process trees to disk and brings them back (criu); snapshots need it. */
@@ -50,10 +46,8 @@ export interface ClosableMachine extends Machine {
 }
 
 /**
- * A machine opened on first use, shared by everyone who uses it at the same time, and closed when
- * the last of them lets go: this machine's, as the public functions use it by default, so that a
- * program that closes its processes leaves nothing open. A failed open is not kept: the next use
- * tries again.
+ * A machine opened on first use, shared by all who use it at once, and closed when the last lets
+ * go, so that a program that closes its processes leaves nothing open. A failed open is not kept.
  */
 export class SharedMachine {
   readonly #open: () => Promise<ClosableMachine>;

@@ -1,6 +1,6 @@
 /**
- * The package's version, for `cuda-checkpoint --version` and snapshot manifests. A test checks it against `deno.json`, the
- * one place it is set; importing `deno.json` itself would load and parse the whole file at start-up.
+ * The package's version. A test checks it against `deno.json`, the one place it is set
+ * (importing `deno.json` would parse the whole file at start-up).
  *
  * @module
  */
@@ -9,9 +9,8 @@
 export const VERSION = "0.1.0";
 
 /**
- * Whether the dotted version `version` is older than `than` (`"4.1.1"` is older than `"4.2"`); each
- * part compared as a number, a missing part as 0. With `parts`, only the first so many are compared
- * (2: major and minor). @internal
+ * Whether the dotted `version` is older than `than` (`"4.1.1"` than `"4.2"`), part by part, a
+ * missing part as 0; with `parts`, the first so many only. @internal
  */
 export function olderVersion(version: string, than: string, parts = Infinity): boolean {
   const a = version.split(".").map(Number), b = than.split(".").map(Number);
