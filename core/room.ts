@@ -1,31 +1,15 @@
 /**
- * Room for a restore, checked before the driver is asked.
+ * Room for a restore, checked before the driver is asked. On driver 580 a restore that runs out of
+ * GPU memory loses the process for good (docs/DRIVER.md#an-out-of-memory-restore-loses-the-process).
+ * So before a checkpoint the GPU memory the process holds is read (NVML) and recorded in the
+ * host's records, shared by every program of this package; before a restore it is compared with
+ * the GPUs' free memory less what other restores under way claim there, and too little refuses it.
  *
- * On driver 580 a restore that runs out of GPU memory is not the end of one call: the driver keeps
- * reporting the process checkpointed, but refuses every later restore of it, in place or onto
- * another GPU, even once memory is free (docs/DRIVER.md#an-out-of-memory-restore-loses-the-process).
- * The process's GPU state is lost. So before a checkpoint this package reads the GPU memory the
- * process holds (NVML on Linux) and records it in the host's records, which every program of this
- * package on the machine shares; before a restore it compares that with the free memory of the
- * GPUs it would go to, less what other restores under way claim there (theirs are in the records
- * too). Too little, and the restore is refused with a {@link GpuRoomError} without a driver call:
- * the process stays checkpointed, and can be resumed once there is room.
- *
- * A process is known to the records by its pid and start time. A process that criu brought back
- * (criu's CUDA plugin runs `cuda-checkpoint --action restore` on it) has a new start time, and in a
- * container restored into a new pid namespace another pid on the host; what outlasts the round
- * trip is its pid in its own namespace, its user and its command line (the host's
- * {@link HostProcesses.lastingMark}). So the record of a checkpointed process that ended is kept
- * (30 days), and a restore of a process without a record of its own takes the record of an ended
- * one with the same mark, moving it to the new process. Where nothing is recorded (the dump was
- * made on another machine, or by another program), the restore is not checked, and the step's
- * `roomCheck` says so.
- *
- * The check fails closed. A record that cannot be written at a checkpoint is said in the step's
- * `roomCheck` (its restore will not be checked); records that cannot be read refuse a checked
- * restore (a `RefusedError` with code `"PREREQUISITE"` that names the
- * fault and says that `checkRoom: false` skips the check), rather than let it reach a driver that
- * may lose the process. A claim that is not a finite amount from 0 is left out, never blocking.
+ * A record is found by pid and start time; a process criu brought back (new start time, perhaps
+ * another pid) by its lasting mark, which is why ended processes' records are kept 30 days. With
+ * no record the restore is not checked, and `roomCheck` says so. Records that cannot be read
+ * refuse a checked restore (it fails closed); a record that cannot be written is said in
+ * `roomCheck`.
  *
  * @module
  */
@@ -58,10 +42,8 @@ export interface RoomShortage {
 
 /**
  * A restore refused before the driver was asked: the GPUs it would go to have less free memory
- * than the process held when it was checkpointed. A {@link RefusedError} with code `"NO_ROOM"`:
- * nothing happened to the process; it is still checkpointed and can be resumed once there is room,
- * or onto other GPUs with `gpuMapping`. (A restore the driver itself runs out of memory in leaves
- * the process unrestorable on driver 580: docs/ERRORS.md.)
+ * than the process held when checkpointed (a {@link RefusedError} with code `"NO_ROOM"`). It is
+ * still checkpointed: resume it once there is room, or onto other GPUs with `gpuMapping`.
  *
  * @example
  * ```ts
@@ -85,23 +67,19 @@ export class GpuRoomError extends RefusedError {
   /** The GPU without room, what was needed there and what was free. */
   readonly shortage: RoomShortage;
 
-  /**
-   * Makes the error for a restore (or a resume or toggle) of `pid`, or, without a pid, for the
-   * processes of a snapshot (`who` names them).
-   */
+  /** Makes the error for a restore of `pid`, or for the processes `who` names (a snapshot's). */
   constructor(init: { operation: string; pid?: number; shortage: RoomShortage; who?: string }) {
     const s = init.shortage;
     const claimed = s.claimedMiB > 0
       ? `, ${mib(s.claimedMiB)} of it claimed by other restores`
       : "";
+    const who = init.who ? `${init.who} need` : "it needs";
     super({
       code: "NO_ROOM",
-      operation: init.operation,
-      ...(init.pid !== undefined ? { pid: init.pid, state: "checkpointed" } : {}),
-      reason: `${init.who ?? "it"} need${init.who ? "" : "s"} ${mib(s.neededMiB)} on ${s.gpu}, ` +
-        `which has ${mib(s.freeMiB)} free${claimed}`,
+      ...placeOf(init),
+      reason: `${who} ${mib(s.neededMiB)} on ${s.gpu}, which has ${mib(s.freeMiB)} free${claimed}`,
       detail: init.pid !== undefined
-        ? "nothing was asked of the driver: the process is still checkpointed"
+        ? UNTOUCHED
         : "nothing was changed: free memory there, or restore onto other GPUs with a mapping",
     });
     this.name = "GpuRoomError";
@@ -109,41 +87,34 @@ export class GpuRoomError extends RefusedError {
   }
 }
 
-function mib(n: number): string {
-  return `${Math.round(n)} MiB`;
-}
+const mib = (n: number) => `${Math.round(n)} MiB`;
 
-/**
- * The refusal of a checked restore whose room cannot be checked because the records of held GPU
- * memory cannot be read or written (`err` says why, naming the path): a `RefusedError` with code
- * `"PREREQUISITE"`, which says that `checkRoom: false` skips the check.
- */
-function roomUnknownError(
-  where: { operation: string; pid?: number; who?: string },
-  err: unknown,
-): RefusedError {
+/** Where a room refusal is: a restore of `pid`, or of the processes `who` names. */
+type RoomPlace = { operation: string; pid?: number; who?: string };
+
+const UNTOUCHED = "nothing was asked of the driver: the process is still checkpointed";
+
+const placeOf = (w: RoomPlace) => ({
+  operation: w.operation,
+  ...(w.pid !== undefined ? { pid: w.pid, state: "checkpointed" as const } : {}),
+});
+
+/** The refusal (`PREREQUISITE`) of a checked restore whose records cannot be read or written. */
+function roomUnknownError(where: RoomPlace, err: unknown): RefusedError {
   return new RefusedError({
     code: "PREREQUISITE",
-    operation: where.operation,
-    ...(where.pid !== undefined ? { pid: where.pid, state: "checkpointed" } : {}),
-    reason:
-      `the GPU room for ${
-        where.who ?? "its restore"
-      } cannot be checked, and a restore that runs out of GPU memory can lose the process: ` +
-      messageOf(err),
-    detail: `${
-      where.pid !== undefined
-        ? "nothing was asked of the driver: the process is still checkpointed"
-        : "nothing was changed"
-    }; checkRoom: false (cuda-checkpoint --no-room-check) skips the check`,
+    ...placeOf(where),
+    reason: `the GPU room for ${where.who ?? "its restore"} cannot be checked, and a restore ` +
+      `that runs out of GPU memory can lose the process: ${messageOf(err)}`,
+    detail: `${where.pid !== undefined ? UNTOUCHED : "nothing was changed"}; checkRoom: false ` +
+      `(cuda-checkpoint --no-room-check) skips the check`,
     cause: err,
   });
 }
 
 /**
  * Whether a restore's room was checked: `"checked"` (it fits), `"skipped"` (`checkRoom: false`),
- * or why it could not be checked (`{ unknown }`): no record of what the process held (another
- * tool checkpointed it), no GPU memory readings (no NVML), or this very process.
+ * or why it could not be (`{ unknown }`: no record, no NVML, the process itself).
  */
 export type RoomCheck = "checked" | "skipped" | { readonly unknown: string };
 
@@ -155,17 +126,12 @@ export interface Reservation {
   done(ok: boolean): Promise<void>;
 }
 
-/**
- * The room check of one session: reads what a process holds before its checkpoint, records it,
- * and checks and claims the room for its restore. See the module documentation.
- */
+/** The room check of one session, as the module documentation says. */
 export class RoomGuard {
   readonly #host: HostProcesses | undefined;
-  /** This program, as the host identifies it: the owner of its claims. */
   readonly #self: () => Promise<ProcessIdentity | undefined>;
-  /** Records for a host that keeps none: this session's own. */
   readonly #ownRecords = new MemoryHeldRecords();
-  /** Whether this package may be holding the calling process locked or checkpointed. */
+  /** Whether this package may hold the calling process locked or checkpointed. */
   #selfHeld = false;
   /** Reads of the host under way: a lock of the calling process waits for them. */
   readonly #reads = new Set<Promise<unknown>>();
@@ -176,11 +142,7 @@ export class RoomGuard {
     this.#self = self;
   }
 
-  /**
-   * What `process` holds now, MiB by GPU UUID, for {@link RoomGuard.recorded} once its checkpoint
-   * succeeds; `undefined` where the host cannot tell, where it holds none, and while this process
-   * is held.
-   */
+  /** What `process` holds now, MiB by GPU UUID; `undefined` where none or unknown. */
   async heldNow(process: ProcessIdentity): Promise<Readonly<Record<string, number>> | undefined> {
     const report = await this.report();
     if (!report || !("byPid" in report)) return undefined;
@@ -189,11 +151,7 @@ export class RoomGuard {
     return Object.values(memory).some((m) => m > 0) ? memory : undefined;
   }
 
-  /**
-   * Records what `process` held, after its checkpoint succeeded. Never rejects: where the record
-   * cannot be written, resolves to why its restore's room will not be checked, for the step's
-   * `roomCheck` (the warning a caller sees).
-   */
+  /** Records what `process` held after its checkpoint; never rejects, resolves to a warning. */
   async recorded(
     process: ProcessIdentity,
     heldMiB: Readonly<Record<string, number>>,
@@ -212,10 +170,7 @@ export class RoomGuard {
     }
   }
 
-  /**
-   * What `process` held when last checkpointed by a program of this package, where recorded;
-   * `undefined` too where the records cannot be read (a restore's check refuses then).
-   */
+  /** The record of `process`; `undefined` too where the records cannot be read. */
   record(process: ProcessIdentity): Promise<HeldRecord | undefined> {
     return this.#records().get(process).catch(() => undefined);
   }
@@ -226,12 +181,10 @@ export class RoomGuard {
   }
 
   /**
-   * Checks that a restore of `process` (onto the GPUs `pairs` name, or where it was) fits in the
-   * GPUs' free memory less what other restores under way claim, and claims the room until
-   * {@link Reservation.done}. Throws a {@link GpuRoomError} where it does not fit, unless
-   * `stillCheckpointed` says the process is no longer checkpointed (then the record was old: it
-   * is forgotten, and the driver's own answer will say what is wrong); and the refusal of
-   * a `PREREQUISITE` refusal where the records cannot be read, or its claim cannot be written.
+   * Checks that a restore of `process` (onto `pairs`, or in place) fits, and claims the room until
+   * {@link Reservation.done}. Throws a {@link GpuRoomError} where it does not fit (unless
+   * `stillCheckpointed` says the record is old: it is then forgotten), a `PREREQUISITE` refusal
+   * where the records cannot be read or the claim written.
    */
   async reserve(
     process: ProcessIdentity,
@@ -252,27 +205,21 @@ export class RoomGuard {
       return none("this process is checkpointed or locked itself, and NVML would wait for it");
     }
     const records = this.#records();
-    const refused = (err: unknown) =>
-      roomUnknownError({ operation: where.operation, pid: where.pid }, err);
-    let record: HeldRecord | undefined;
+    let record: HeldRecord | undefined, need: Record<string, number>, by: ProcessIdentity;
     try {
       record = await records.get(process) ?? await this.#cameBack(process, records);
-    } catch (err) {
-      throw refused(err);
-    }
-    if (!record) {
-      return none(
-        `no record of the GPU memory it held (kept in ${records.where}): another program ` +
-          `checkpointed it, or it was checkpointed on another machine or without the record`,
-      );
-    }
-    const need = onto(record.heldMiB, pairs);
-    // Claim first, then read: two restores that check at once each see the other's claim.
-    const by = await this.#self() ?? { pid: 0 };
-    try {
+      if (!record) {
+        return none(
+          `no record of the GPU memory it held (kept in ${records.where}): another program ` +
+            `checkpointed it, or it was checkpointed on another machine or without the record`,
+        );
+      }
+      need = onto(record.heldMiB, pairs);
+      by = await this.#self() ?? { pid: 0 };
+      // Claim first, then read: two restores that check at once each see the other's claim.
       await records.put({ ...record, claim: { needMiB: need, by, since: Date.now() } });
     } catch (err) {
-      throw refused(err);
+      throw roomUnknownError(where, err);
     }
     const unclaim = async () => {
       const now = await records.get(process).catch(() => undefined);
@@ -282,7 +229,7 @@ export class RoomGuard {
     };
     let check: RoomCheck;
     try {
-      check = await this.fits(need, { operation: where.operation, pid: where.pid }, process);
+      check = await this.fits(need, where, process);
     } catch (err) {
       await unclaim();
       if (err instanceof GpuRoomError && !(await stillCheckpointed())) {
@@ -306,15 +253,12 @@ export class RoomGuard {
 
   /**
    * The one room check: throws a {@link GpuRoomError} where `need` (MiB by GPU UUID) does not fit
-   * in a GPU's free memory less what restores under way claim there (those of processes other
-   * than `except`); `"checked"` where it fits; why it could not be told otherwise. `where` names
-   * the operation, and the pid, or (`who`) the processes, the error is about. Throws the refusal
-   * of {@link roomUnknownError} where the records of claims cannot be read; a claim that is not a
-   * finite amount from 0 is left out.
+   * in a GPU's free memory less the claims of others than `except` (a claim that is no finite
+   * amount from 0 left out), or the refusal of unreadable records; `"checked"`, or why not.
    */
   async fits(
     need: Readonly<Record<string, number>>,
-    where: { operation: string; pid?: number; who?: string },
+    where: RoomPlace,
     except?: ProcessIdentity,
   ): Promise<RoomCheck> {
     const claimed: Record<string, number> = {};
@@ -352,9 +296,8 @@ export class RoomGuard {
   }
 
   /**
-   * Before this package locks the calling process: no read starts from now on, the reads under
-   * way end first, and the machine's host lets go of NVML (nothing of it stays initialised in a
-   * process that is about to be checkpointed, and NVML would wait for that process's restore).
+   * Before this package locks the calling process: no read starts from now on, the reads under way
+   * end, and the host lets go of NVML (NVML in a checkpointed process waits for its restore).
    */
   async beforeSelfLock(): Promise<void> {
     this.#selfHeld = true;
@@ -368,10 +311,8 @@ export class RoomGuard {
   }
 
   /**
-   * The record of the process that `process` was before criu brought it back, moved to it: a
-   * record of an ended process with the same lasting mark (its pid in its own pid namespace, its
-   * user and its command line; its start time is new). Where several have it, the one that held
-   * the most: a restore refused for room is safe, one that runs out of memory is not.
+   * The record of the ended process with the lasting mark of `process`, moved to it (criu brought
+   * it back). Of several, the one that held the most: a refusal for room is safe, running out not.
    */
   async #cameBack(process: ProcessIdentity, records: HeldRecords): Promise<HeldRecord | undefined> {
     if (!records.ended) return undefined;
@@ -387,15 +328,11 @@ export class RoomGuard {
     return moved;
   }
 
-  /** The host's records, or this session's own where it keeps none. */
   #records(): HeldRecords {
     return this.#host?.heldRecords ?? this.#ownRecords;
   }
 
-  /**
-   * The host's GPU memory report; `undefined` while this process is held (NVML would wait for
-   * its restore) or without a host. Never rejects.
-   */
+  /** The host's GPU memory report; `undefined` while this process is held, or without a host. */
   async report(): Promise<GpuMemoryReport | undefined> {
     const host = this.#host;
     if (this.#selfHeld || !host?.gpuMemory) return undefined;
