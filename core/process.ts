@@ -1,15 +1,6 @@
 /**
- * One process as this package works on it, from a caller's handle down to each driver call:
- *
- * - {@link Session}: what this package keeps for a machine while it is in use, one per machine:
- *   the order of operations on each process (one at a time, in the order asked, keyed by the
- *   process's thread-group id and start time, so a thread id and its pid are one process) and the
- *   room check.
- * - {@link Handle}: one process through one machine, as `CudaProcess` and the group operations
- *   use it: it leases the machine, refuses a pid that has come to name another process, and waits
- *   for its operations when closed.
- * - {@link Turn}: the process while its turn is held, given only inside {@link Handle.ordered}:
- *   each step is one driver call through `calls.ts`, with the room check around it.
+ * One process as this package works on it, from a caller's {@link Handle} through its machine's
+ * {@link Session} down to each driver call, made in its {@link Turn}.
  *
  * @module
  */
@@ -33,7 +24,7 @@ import { type RoomCheck, RoomGuard } from "./room.ts";
 import { type ProcessState, type Step, stepAllowed } from "./states.ts";
 import { clockOf } from "./time.ts";
 
-/** The session of each machine in use: kept beside the machine, never written on it. */
+/** The session of each machine in use, kept beside the machine. */
 const SESSIONS = new WeakMap<Machine, Session>();
 
 /** The session of `machine`, made on first use. */
@@ -43,7 +34,11 @@ export function sessionOf(machine: Machine): Session {
   return session;
 }
 
-/** A machine in use: see the module documentation. */
+/**
+ * What this package keeps for a machine in use: the order of operations on each process (one at a
+ * time, keyed by thread-group id and start time, so a thread id and its pid are one process) and
+ * the room check.
+ */
 export class Session {
   readonly machine: Machine;
   readonly room: RoomGuard;
@@ -83,8 +78,8 @@ export class Session {
 
   /**
    * The import of GPU memory that makes a checkpoint of `pid` one the driver never restores, where
-   * the host shows one and the driver is older than 610 (or of a release it cannot tell): 610 is
-   * said to restore IPC memory of processes its job launcher started (not measured here).
+   * the host shows one and the driver is older than 610 or unknown (610 is said to restore IPC
+   * memory of processes its launcher started; not measured here).
    */
   async gpuImport(pid: number): Promise<GpuImport | undefined> {
     const host = this.machine.host;
@@ -104,7 +99,10 @@ export class Session {
   }
 }
 
-/** One process through one machine: see the module documentation. */
+/**
+ * One process through one machine (what `CudaProcess` holds): it leases the machine, refuses a pid
+ * that has come to name another process, and waits for its operations when closed.
+ */
 export class Handle {
   /** The process id (or one of its thread ids), as given: what the driver is called with. */
   readonly pid: number;
@@ -165,10 +163,7 @@ export class Handle {
     }
   }
 
-  /**
-   * Runs `body` with the process's {@link Turn}: no other operation on the process through the
-   * same machine runs in between.
-   */
+  /** Runs `body` in the process's {@link Turn}: no other operation on it runs in between. */
   ordered<T>(body: (turn: Turn) => Promise<T>): Promise<T> {
     return this.#track(async () => {
       const session = await this.#session();
@@ -230,7 +225,7 @@ export class Handle {
   }
 }
 
-/** The process while its turn is held: see the module documentation. */
+/** The process while its turn is held: each step is one driver call, the room check around it. */
 export class Turn {
   /** The pid (or thread id) as given: what the driver is called with. */
   readonly pid: number;
@@ -279,10 +274,7 @@ export class Turn {
     await room.forget(this.identity);
   }
 
-  /**
-   * `checkpoint`; with `checkRoom`, what it held is read first and recorded after. Resolves to
-   * why its restore's room cannot be checked where the record could not be written (a warning).
-   */
+  /** `checkpoint`; with `checkRoom`, what it holds read first and recorded after (or a warning). */
   async checkpoint(checkRoom: boolean): Promise<RoomCheck | undefined> {
     const room = this.session.room;
     // Never of this very process: NVML waits in a process that has checkpointed itself.
@@ -291,10 +283,7 @@ export class Turn {
     return held ? await room.recorded(this.identity, held) : undefined;
   }
 
-  /**
-   * `restore`, with GPU pairs or without, its room checked and claimed first unless `checkRoom`
-   * is false. `shown` is the operation errors name (`resume` for its restore).
-   */
+  /** `restore`, its room checked and claimed first with `checkRoom`; errors name `shown`. */
   async restore(
     pairs: readonly GpuPair[] | null,
     checkRoom: boolean,
@@ -334,10 +323,7 @@ export class Turn {
     if (this.self) this.session.room.selfRunning();
   }
 
-  /**
-   * A step's driver call; a failure's error says the state for an illegal state, and a sentence
-   * where the code alone would mislead (`explain` adds the step's own).
-   */
+  /** A step's driver call; its failure says the state, and why where the code would mislead. */
   #call(
     step: Step,
     args: LockArgs | RestoreArgs | null = null,
@@ -375,10 +361,7 @@ export class Turn {
   }
 }
 
-/**
- * The refusal to checkpoint `pid`, which imported GPU memory from another process: one sentence
- * naming the process, the sign, why and what to do.
- */
+/** The refusal (`IPC`) to checkpoint `pid`, which imported GPU memory from another process. */
 export function importRefusal(operation: string, pid: number, imp: GpuImport): RefusedError {
   return new RefusedError({
     code: "IPC",
