@@ -1,14 +1,14 @@
 /**
- * {@link runAction}: the one executor of an action (a step, or a goal planned from the state
- * table) on one process whose turn is held, which `CudaProcess`'s methods and the group
- * operations share, so that `suspend()` and a group's suspend cannot disagree; and the way back
- * after a failure, as the state table says.
+ * {@link runAction}: the one executor of an action on one process whose turn is held, shared by
+ * `CudaProcess` and the group operations so that `suspend()` and a group's suspend cannot
+ * disagree; and the way back after a failure, as the state table says.
  *
  * @module
  */
 
+import { CUDA_ERROR_ILLEGAL_STATE, type GpuPair } from "./driver.ts";
 import { asError, CudaError, messageOf, RefusedError, withDetail } from "./errors.ts";
-import { clockOf, roundMs } from "./time.ts";
+import type { ProcessOutcome, StepRecord, StopReason } from "./group_types.ts";
 import {
   checkFlag,
   checkGpuMapping,
@@ -17,7 +17,8 @@ import {
   DEFAULT_LOCK_TIMEOUT_MS,
   type GpuMapping,
 } from "./options.ts";
-import type { ProcessOutcome, StepRecord, StopReason } from "./group_types.ts";
+import { type Handle, importRefusal, isGone, type Turn } from "./process.ts";
+import type { RoomCheck } from "./room.ts";
 import {
   type Action,
   isStep,
@@ -28,19 +29,17 @@ import {
   stepTo,
   undoOf,
 } from "./states.ts";
-import { CUDA_ERROR_ILLEGAL_STATE, type GpuPair } from "./driver.ts";
-import { type Handle, importRefusal, isGone, type Turn } from "./process.ts";
-import type { RoomCheck } from "./room.ts";
+import { clockOf, roundMs } from "./time.ts";
 
-/** What an action needs besides the process: each input, checked. */
+/** What an action needs besides the process, checked. */
 export interface ActionSettings {
-  /** The lock timeout, in ms; a function where it is cut to a deadline as the action goes. */
+  /** The lock timeout in ms; a function where it is cut to a deadline as the action goes. */
   readonly lockTimeoutMs: number | (() => number);
   /** The GPU pairs of a restore (`null`: in place). */
   readonly pairs: readonly GpuPair[] | null;
   /** Whether to record what a checkpoint takes off the GPU, and to check a restore's room. */
   readonly checkRoom: boolean;
-  /** Whether a checkpoint of a process that imported GPU memory (CUDA IPC) is made anyway. */
+  /** Whether a process that imported GPU memory (CUDA IPC) is checkpointed anyway. */
   readonly allowIpcImport: boolean;
 }
 
@@ -53,10 +52,8 @@ export interface Outcome {
   /** The driver calls made, in order. */
   readonly steps: readonly StepRecord[];
   /**
-   * Where a restore was made: whether its room was checked first (`"checked"`), not asked for
-   * (`"skipped"`), or could not be, and why (`{ unknown }`). Where a checkpoint was made whose
-   * record of GPU memory could not be written: `{ unknown }`, saying why its restore's room
-   * cannot be checked (a warning: the checkpoint succeeded).
+   * Whether a restore's room was checked (`"checked"`), not asked for (`"skipped"`), or could not
+   * be (`{ unknown }`, why); after a checkpoint, why its restore's room cannot be (a warning).
    */
   readonly roomCheck?: RoomCheck;
 }
@@ -84,38 +81,29 @@ const ROLLBACK_SETTINGS: ActionSettings = Object.freeze({
 });
 
 /**
- * Options of `CudaProcess`'s steps and goals. Each method takes those it names (`lock` takes
- * `timeoutMs`, `restore` and `resume` take `gpuMapping` and `checkRoom`, ...), and refuses any
- * other; a `toggle` takes all three and uses those of the half it makes.
+ * Options of `CudaProcess`'s steps and goals: each method takes those it names and refuses any
+ * other; a `toggle` takes all and uses those of the half it makes.
  */
 export interface StepOptions {
   /**
-   * How long a lock waits for work already submitted to the GPU to finish, in milliseconds: an
-   * integer from 0 to 2^32-1, where 0 waits forever. Defaults to 10 000 ms (the command line's
-   * default is 0, as NVIDIA's utility's; docs/API.md says why). A lock that times out fails with
-   * `CUDA_ERROR_NOT_READY` and leaves the process running.
+   * How long a lock waits for submitted GPU work to finish, in ms from 0 (forever) to 2^32-1;
+   * 10 000 by default. One that times out fails with `CUDA_ERROR_NOT_READY`, the process running.
    */
   timeoutMs?: number;
   /**
-   * Whether to record what the process holds before its checkpoint (NVML on Linux, about a
-   * millisecond), and to check before a restore that the GPUs it goes to have that much free
-   * (default `true`): see `GpuRoomError`. On driver 580 a restore that runs out of GPU memory
-   * inside the driver leaves the process unrestorable for good, so turn this off only to see the
-   * driver's own answer. `Outcome.roomCheck` says whether the room could be checked.
+   * Whether to record what the process holds before its checkpoint (NVML, about 1 ms) and check
+   * before a restore that its GPUs have that much free (default `true`; see `GpuRoomError`): on
+   * driver 580 a restore that runs out of GPU memory loses the process for good.
    */
   checkRoom?: boolean;
   /**
-   * Restore onto other GPUs: from the UUID of each GPU the process was checkpointed on to the UUID
-   * of the GPU to restore onto (`GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx` or 32 hex digits). The
-   * driver wants every GPU it sees named, and the same chip; where the driver can list its GPUs
-   * the mapping is checked before the call. Needs driver 580 (CUDA 13.0) or later.
+   * Restore onto other GPUs: each checkpointed GPU's UUID to its new GPU's. The driver wants every
+   * GPU it sees named, each onto the same chip; needs driver 580 (CUDA 13.0).
    */
   gpuMapping?: GpuMapping;
   /**
-   * Checkpoint a process that shows it imported GPU memory from another process through CUDA IPC
-   * (default `false`: refused, a `RefusedError` with code `"IPC"`). On drivers before 610 such a
-   * process checkpoints, then never restores: its GPU state is lost (docs/API.md#shared-gpu-memory).
-   * Set it only where you know the sign misleads, or the process will not be resumed.
+   * Checkpoint a process that shows it imported GPU memory through CUDA IPC (default `false`:
+   * refused, code `"IPC"`): before driver 610 it never restores (docs/API.md#shared-gpu-memory).
    */
   allowIpcImport?: boolean;
 }
@@ -139,16 +127,13 @@ export function settingsOf(
 export interface ActionHooks {
   /** Before each step but the first of a plan: a reason to stop there, if there is one. */
   stopBefore?(): StopReason | undefined;
-  /** A step starts (`rollback`: to undo what the action did). */
+  /** A step starts (`rollback`: one undoing the action). */
   stepStarted?(step: Step, rollback: boolean): void;
   /** A step ended. */
   stepEnded?(record: StepRecord, rollback: boolean): void;
 }
 
-/**
- * What {@link runAction} did to one process, filled in as it goes: the fields of a group's
- * {@link ProcessOutcome} but `pid` and `notStarted`.
- */
+/** What {@link runAction} did to one process, as it goes: a {@link ProcessOutcome}'s fields. */
 export type ActionReport =
   & {
     -readonly [K in "initialState" | "state" | "error" | "stopped" | "rollback" | "roomCheck"]?:
@@ -157,10 +142,9 @@ export type ActionReport =
   & { status: Exclude<ProcessOutcome["status"], "not-started">; steps: StepRecord[] };
 
 /**
- * Runs `action` on one process, whose turn the caller holds: a goal reads the state and follows
- * the plan of the state table (core/states.ts); a step is one driver call. A step of a goal that
- * fails is undone as the table's {@link rollbackWay} says, and so is a goal stopped between
- * steps. Never rejects: the report says what happened.
+ * Runs `action` on one process whose turn the caller holds: a goal follows the state table's
+ * plan, undone as it says where a step fails or it is stopped; a step is one driver call. Never
+ * rejects: the report says what happened.
  */
 export async function runAction(
   target: Turn,
@@ -173,8 +157,7 @@ export async function runAction(
   try {
     let steps: readonly Step[];
     if (isStep(action)) {
-      // One driver call, as asked; with `readInitial` (a group), the state first, so that a
-      // failure or an all-or-nothing rollback can bring the process back to it.
+      // With `readInitial` (a group's), the state first: a rollback brings the process back to it.
       if (readInitial) report.initialState = await target.state();
       steps = [action];
       await refuseImporter(target, steps, action, settings);
@@ -193,8 +176,7 @@ export async function runAction(
       try {
         await timed(target, step, report, hooks, { action, settings });
       } catch (err) {
-        // A goal brings the process back from wherever the failure left it; a process that is
-        // gone, or a refusal that changed nothing, has nothing to undo.
+        // A goal brings the process back; a process gone, or a refusal, has nothing to undo.
         if (report.initialState !== undefined && !isGone(err) && !(err instanceof RefusedError)) {
           throw withDetail(err, await undo(target, report, hooks, { step, err }));
         }
@@ -206,18 +188,15 @@ export async function runAction(
   } catch (err) {
     report.status = "failed";
     report.error = asError(err);
-    // Where the failure left it, for a report that says states (a group's; a goal's has it).
     if (readInitial) report.state ??= await target.state().catch(() => undefined);
   }
   return report;
 }
 
 /**
- * Reads the state of a process whose turn the caller holds and plans `action` from it, as the
- * state table says: the steps to make, or none where the process is already where a goal leads
- * (the report then says `unchanged`). Refuses (`STATE`) a goal the table rules out, and (a driver
- * without a function the plan or its way back needs) refuses before the first step: a suspend
- * never locks a process it could not checkpoint. The report records the initial state.
+ * Reads the state and plans `action` from it: the steps, or none (`unchanged` in the report).
+ * Refuses (`STATE`) a goal the table rules out, and before the first step a driver that lacks a
+ * function the plan or its way back needs: a suspend never locks what it could not checkpoint.
  */
 export async function planGoal(
   target: Turn,
@@ -248,10 +227,7 @@ export async function planGoal(
   return p.steps;
 }
 
-/**
- * Refuses (`IPC`) steps with a checkpoint of a process that imported GPU memory from another, which
- * the driver would never restore, unless the settings allow it.
- */
+/** Refuses (`IPC`) to checkpoint a process that imported GPU memory, unless allowed. */
 async function refuseImporter(
   target: Turn,
   steps: readonly Step[],
@@ -263,10 +239,7 @@ async function refuseImporter(
   if (imported) throw importRefusal(action, target.pid, imported);
 }
 
-/**
- * One step, timed and told to the hooks: a step of `action`, recorded in the report's steps, or
- * of a rollback, recorded in `rollback` (its restore goes back where the process was).
- */
+/** One step, timed and told to the hooks: the action's, or (`of.rollback`) a rollback's. */
 export async function timed(
   target: Turn,
   step: Step,
@@ -314,11 +287,8 @@ export async function timed(
 }
 
 /**
- * The way back to its initial state for a process after the steps its report says succeeded
- * (and, where given, a step that failed), as the state table's {@link rollbackWay} says;
- * `undefined` where there is none to make (never read, untouched, refused, gone, already there,
- * or final), with `report.state` then set to where it is. For one process here, and for a job's
- * members (`job.ts`).
+ * The way back to its initial state after the steps its report says succeeded (and `failure`), as
+ * {@link rollbackWay} says; `undefined` where none is to be made, `report.state` then set.
  */
 export async function wayBack(
   target: Turn,
@@ -341,10 +311,8 @@ export async function wayBack(
 }
 
 /**
- * Brings the process back to its initial state after the steps its report says succeeded (and,
- * where given, a step that failed): a goal that failed or was stopped, or a group's rollback;
- * records it as the report's rollback. Returns a sentence about where the process was left, for
- * the failed step's error.
+ * Brings the process back to its initial state (see {@link wayBack}), recorded as the report's
+ * rollback; resolves to a sentence on where it was left, for the failed step's error.
  */
 export async function undo(
   target: Turn,
@@ -377,7 +345,7 @@ export async function undo(
   }
 }
 
-/** What a rollback came to, as the failed step's error says it (`err`: the rollback's failure). */
+/** What a rollback came to, as an error says it (`err`: the rollback's failure). */
 export function broughtBack(initial: ProcessState, err?: unknown, now?: ProcessState): string {
   return err === undefined
     ? `it was brought back to ${initial}`
