@@ -1,15 +1,10 @@
 /**
- * A job: processes that share GPU state (NCCL ranks, CUDA IPC, the ranks of one inference server)
- * and so must move together. A rank locked while another still runs can hang the other in a
- * collective, and one unlocked before another is back on the GPU can fail; vLLM and NVIDIA's
- * Dynamo order it so, and so does this: every process makes its first step (lock, restore) before
- * any makes its second (checkpoint, unlock) ({@link jobPhase}). If any step fails, or the deadline
- * passes or the signal aborts between the phases, every process is brought back to where it was,
- * in the same order: all restores before any unlock, all locks before any checkpoint.
- *
- * While a job runs it holds the turn of every one of its processes, taken in pid order so that
- * two jobs never wait for each other in a circle; where its processes come into being over time
- * (a snapshot's restore), each is taken as it comes.
+ * A job: processes that share GPU state (NCCL ranks, CUDA IPC) and so move together. A rank locked
+ * while another runs can hang it in a collective, one unlocked before another is back can fail:
+ * every process makes its first step (lock, restore) before any its second ({@link jobPhase}),
+ * as vLLM and Dynamo do, and a failure or a stop brings every one back in the same order. A job
+ * holds the turn of all its processes, taken in pid order so that two jobs never wait for each
+ * other in a circle (or each as it comes, where they come into being over time).
  *
  * @module
  */
@@ -39,17 +34,15 @@ export interface JobMember {
 export interface JobContext {
   /** The goal or step. */
   readonly action: Action;
-  /** The settings of one process's steps (its lock timeout, cut to a deadline; its mapping). */
+  /** The settings of one process's steps. */
   settingsFor(pid: number): ActionSettings;
   /** The progress hooks of one process. */
   hooks(pid: number): ActionHooks;
   /** Why nothing more may start now (a deadline, an abort), if so. */
   stopReason(): StopReason | undefined;
   /**
-   * Where the members come into being over time (a snapshot's processes, as criu brings each
-   * tree back): resolves once `pid` may be acted on; a rejection fails it, and the job. Each member
-   * then makes its first step as soon as it is ready; every first step is still made before any
-   * second one.
+   * Where members come into being over time (a snapshot's, as criu brings each tree back):
+   * resolves once `pid` may be acted on, which then makes its first step; a rejection fails it.
    */
   ready?(pid: number): Promise<void>;
 }
@@ -65,8 +58,8 @@ interface Working {
 }
 
 /**
- * Runs `ctx.action` on every member as one job (see the module documentation) and fills in each
- * member's report. Resolves to whether processes that had moved were brought back; never rejects.
+ * Runs `ctx.action` on every member as one job, filling in each report; resolves to whether
+ * processes that had moved were brought back. Never rejects.
  */
 export async function runJob(members: readonly JobMember[], ctx: JobContext): Promise<boolean> {
   const releases: (() => void)[] = [];
@@ -109,10 +102,7 @@ export async function runJob(members: readonly JobMember[], ctx: JobContext): Pr
   }
 }
 
-/**
- * The members whose restore the driver refused, set aside while the others went on: each error
- * says where its process is and that the others were resumed.
- */
+/** The members whose restore the driver refused, set aside: their errors say so. */
 async function setAside(lost: readonly Working[]): Promise<void> {
   for (const w of lost) {
     w.report.state = await w.target.state().catch(() => undefined);
@@ -127,9 +117,8 @@ async function setAside(lost: readonly Working[]): Promise<void> {
 }
 
 /**
- * Every member's turn, taken one after another in pid order (so that two jobs never wait for
- * each other in a circle), then every plan, then every first step. Where a member cannot be read
- * or its goal is refused, or the job is stopped first, nothing starts (`undefined`).
+ * Every member's turn in pid order, then every plan, then every first step; nothing starts
+ * (`undefined`) where a member cannot be read or is refused, or the job is stopped first.
  */
 async function allAtOnce(
   members: readonly JobMember[],
@@ -164,9 +153,8 @@ async function allAtOnce(
 }
 
 /**
- * Each member as soon as it is ready: its turn, its plan and its first step; a member that is
- * not ready (or cannot be read, or refused) fails the job, and members ready after that do not
- * start.
+ * Each member as soon as it is ready: its turn, plan and first step; one that fails fails the
+ * job, and those ready after it do not start.
  */
 async function asReady(
   members: readonly JobMember[],
@@ -243,9 +231,8 @@ async function phase(working: readonly Working[], n: 1 | 2, ctx: JobContext): Pr
 }
 
 /**
- * Brings every member that moved back to its initial state, as a job: first every lock and
- * restore of the way back, then every checkpoint and unlock. Resolves to whether any member that
- * had succeeded was brought back.
+ * Brings every member that moved back, as a job: every first-phase step of the way back, then
+ * every second. Resolves to whether a member that had succeeded was brought back.
  */
 async function rollBack(working: readonly Working[], ctx: JobContext): Promise<boolean> {
   const ways = new Map<Working, { way: Step[]; steps: ActionReport["steps"] }>();
