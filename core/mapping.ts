@@ -1,6 +1,6 @@
 /**
- * GPU mappings, the one check: whether a mapping of a restore (or of a snapshot's restore) can
- * work on this machine's GPUs, before anything reaches the driver, and why the driver refused one.
+ * GPU mappings: the one check of whether a mapping can work on this machine's GPUs, before
+ * anything reaches the driver, and why the driver refused one.
  *
  * @module
  */
@@ -9,22 +9,14 @@ import type { CheckpointDriver, GpuInfo, GpuPair } from "./driver.ts";
 import { RefusedError } from "./errors.ts";
 import { formatGpuUuid, parseGpuUuid } from "./options.ts";
 
-function key(bytes: Uint8Array): string {
-  return formatGpuUuid(bytes).toLowerCase();
-}
-
-function describeGpu(gpu: GpuInfo): string {
-  return `${gpu.uuid} (GPU ${gpu.index}, ${gpu.name})`;
-}
+const key = (bytes: Uint8Array) => formatGpuUuid(bytes).toLowerCase();
+const describeGpu = (gpu: GpuInfo) => `${gpu.uuid} (GPU ${gpu.index}, ${gpu.name})`;
 
 /**
- * What is wrong with a GPU mapping onto a machine whose GPUs are `gpus`, as sentences; empty when
- * nothing is: the one mapping check, before a restore and before a snapshot's restore. The rules
- * are the real driver's (measured on two H200s): every GPU the process's driver saw must be named,
- * even one the process never used; every UUID must be a GPU; no two GPUs may be sent onto one.
- * `from` is the GPUs the process saw where they are another machine's (a snapshot's): each is then
- * sent onto a GPU of its own chip. Left out, they are `gpus`, and a mapping from GPUs none of
- * which is here is taken for another machine's, of which only where it goes can be checked.
+ * What is wrong with a GPU mapping onto `gpus`, as sentences. The real driver's rules (two H200s):
+ * every GPU the process saw named, even unused; every UUID a GPU; no two onto one. `from`: the
+ * GPUs a snapshot saw, each to go onto its own chip; left out, `gpus`, and a mapping from none of
+ * them is taken for another machine's, of which only where it goes is checked.
  */
 export function mappingProblems(
   pairs: readonly GpuPair[],
@@ -81,11 +73,7 @@ export function mappingProblems(
   return problems;
 }
 
-/**
- * Checks a mapping against the driver's GPUs, where the driver can list all of them, and refuses
- * it (a {@link RefusedError} with code `"MAPPING"`) with what exactly is wrong, before any call
- * reaches the process.
- */
+/** Refuses (`MAPPING`) a mapping that cannot work, where the driver can list all its GPUs. */
 export async function checkMapping(
   driver: CheckpointDriver,
   operation: string,
@@ -107,10 +95,7 @@ export async function checkMapping(
   });
 }
 
-/**
- * Why the driver may have refused a mapping with `CUDA_ERROR_INVALID_VALUE`: the chips that
- * differ where the GPUs are known, otherwise what usually causes it.
- */
+/** Why the driver may have refused a mapping (`CUDA_ERROR_INVALID_VALUE`): chips that differ. */
 export async function explainRejectedMapping(
   driver: CheckpointDriver,
   pairs: readonly GpuPair[],
@@ -132,10 +117,8 @@ export async function explainRejectedMapping(
 }
 
 /**
- * A snapshot's GPUs (`snapshotGpus`) onto this machine's by index: none where they are the same GPUs (in
- * place); each onto the GPU of the same index otherwise, which must be of the same chip (the
- * mapping check then checks the rest). Refused, in one sentence naming both sides, where this
- * machine has fewer GPUs than the snapshot or GPUs of another chip at those indices.
+ * A snapshot's GPUs onto this machine's by index (none where they are the same GPUs), each onto
+ * one of the same chip; refused (`MAPPING`), naming both sides, where that cannot be.
  */
 export function derivedMapping(
   snapshotGpus: readonly GpuInfo[],
