@@ -1,9 +1,7 @@
 /**
- * The one strict reader of the JSON this package keeps: a snapshot's manifest, a record of held
- * GPU memory, the simulated machine's state file and its criu's images. A value is read field by
- * field, each named by its path (`trees[0].processes[1].pid`); anything not exactly as expected (a
- * field missing, of the wrong type or out of range, or one the reader was not told of) is refused
- * with one sentence that names the field and the value found.
+ * The one strict reader of the JSON this package keeps (manifests, records, the simulator's
+ * files): field by field, each named by its path (`trees[0].pid`); anything not exactly as
+ * expected is refused in one sentence naming the field and the value found.
  *
  * @module
  */
@@ -15,7 +13,7 @@ import { formatGpuUuid, parseGpuUuid } from "./options.ts";
 /** Makes the error for a field: `reason` is a whole sentence that names it. */
 export type Refuse = (field: string, reason: string) => Error;
 
-/** Reads fields strictly: see the module documentation. */
+/** Reads fields strictly, each refusal made by `refuse`. */
 export class StrictReader {
   readonly #refuse: Refuse;
 
@@ -46,10 +44,7 @@ export class StrictReader {
     }
   }
 
-  /**
-   * An object with every `required` field, perhaps some `optional` ones, and no other; with
-   * `required` left out, any fields.
-   */
+  /** An object of every `required` field and perhaps `optional` ones; without `required`, any. */
   object(
     value: unknown,
     field: string,
@@ -141,10 +136,7 @@ export class StrictReader {
     }
   }
 
-  /**
-   * A process identity, `{ pid, start? }`: a pid from `minPid` (0 for a claim's owner that the
-   * host could not name) to 2^31 - 1, a start from 0.
-   */
+  /** A process identity `{ pid, start? }`, its pid from `minPid` (0: a claim's unnamed owner). */
   identity(value: unknown, field: string, minPid = 1): ProcessIdentity {
     const o = this.object(value, field, ["pid"], ["start"]);
     const pid = this.integer(o.pid, `${field}.pid`, minPid, 2 ** 31 - 1);
