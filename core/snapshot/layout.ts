@@ -1,17 +1,8 @@
 /**
- * A snapshot's directory, the one place that knows its layout: what is in it, in which order it
- * is written, and how a complete snapshot is told from an interrupted one.
- *
- * ```
- * DIR/in-progress.json     the trace: written first, removed last (who takes it, what it suspends)
- * DIR/tree-<root>/...      each tree's images, as the engine wrote them, sealed (on disk, digested)
- * DIR/manifest.json        written once every tree is sealed: a directory without one is no snapshot
- * ```
- *
- * A complete snapshot has its manifest and no trace. One with a trace was interrupted: before its
- * manifest, it is partial (`cuda-checkpoint recover` resumes what the trace names and removes the
- * rest); after it, its processes may not have been ended yet. The directory is opened once, and
- * every name below it is looked up from the open directory ({@link SnapshotDir}).
+ * A snapshot's directory, the one place that knows its layout and the order it is written in:
+ * `in-progress.json` (the trace: who takes it, what it suspends) first, each `tree-<root>/`'s
+ * images sealed as its dump ends, `manifest.json` once all are, the trace removed last. So a
+ * complete snapshot has a manifest and no trace; one with a trace was interrupted.
  *
  * @module
  */
@@ -28,7 +19,6 @@ export const MANIFEST_FILE = "manifest.json";
 export const TRACE_FILE = "in-progress.json";
 /** The largest manifest this version reads, in bytes. */
 export const MANIFEST_MAX_BYTES = 16 * 2 ** 20;
-/** The largest trace read, in bytes. */
 const TRACE_MAX_BYTES = 4 * 2 ** 20;
 const TRACE_FORMAT = "ckpt-cuda-in-progress/1";
 
@@ -59,11 +49,7 @@ export function storeRefusal(
   });
 }
 
-/**
- * A snapshot being written, in the layout's order: {@link SnapshotWriter.begin} makes the
- * directory, the trace and every tree's directory; each tree is then sealed as its dump ends; the
- * manifest is written last but one; {@link SnapshotWriter.finish} removes the trace.
- */
+/** A snapshot being written, in the layout's order. */
 export class SnapshotWriter {
   /** The open directory. */
   readonly dir: SnapshotDir;
@@ -78,9 +64,8 @@ export class SnapshotWriter {
   }
 
   /**
-   * Makes `path` for a snapshot of the trees rooted at `roots` and writes its trace, before
-   * anything changes; what it made is removed where it fails. Refuses (`SNAPSHOT`) a directory
-   * that cannot hold a snapshot.
+   * Makes `path`, its trace and each tree's directory, before anything changes (removed again on
+   * failure); refuses (`SNAPSHOT`) a directory that cannot hold a snapshot.
    */
   static async begin(
     store: SnapshotStore,
@@ -124,10 +109,7 @@ export class SnapshotWriter {
     await this.dir.close();
   }
 
-  /**
-   * Removes everything the snapshot wrote (a retry finds the directory as it was) and lets go of
-   * it; resolves to a clause for the error that says so.
-   */
+  /** Removes all the snapshot wrote and lets go; resolves to a clause for the error. */
   async discard(): Promise<string> {
     const where = this.dir.path;
     const said = await this.dir.removeCreated().then(
@@ -157,10 +139,8 @@ async function openToRead(store: SnapshotStore, path: string, operation: string,
 }
 
 /**
- * The complete snapshot in `path`, opened once, its manifest read strictly and everything inside
- * checked against it (with `digests`, every file's digest too, those `later` picks from then on).
- * The caller closes the directory (after the digests left for later end). Refused (`SNAPSHOT`)
- * with a sentence naming the first thing that differs, an interrupted snapshot, or no snapshot.
+ * The complete snapshot in `path`, its manifest read strictly and everything checked against it
+ * (`dir.check`); the caller closes it. Refused (`SNAPSHOT`) naming the first thing that differs.
  */
 export async function openSnapshot(
   store: SnapshotStore,
@@ -205,11 +185,7 @@ export async function openSnapshot(
   }
 }
 
-/**
- * The interrupted snapshot in `path`, for `recover`: its trace, whether it is complete (has its
- * manifest), and the open directory (which the caller closes). Refused (`SNAPSHOT`) where it has
- * no trace.
- */
+/** The interrupted snapshot in `path`, for `recover`; refused (`SNAPSHOT`) without a trace. */
 export async function openInterrupted(
   store: SnapshotStore,
   path: string,

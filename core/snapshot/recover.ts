@@ -1,8 +1,6 @@
 /**
- * Recovering from a snapshot killed outright (SIGKILL, a power cut): its trace (`layout.ts`) names
- * who took it and which processes it suspended. {@link recoverFrom} (`cuda-checkpoint recover DIR`)
- * resumes every process it names that is still the same process and still suspended, and removes
- * what the snapshot had written; a complete snapshot is kept.
+ * Recovering from a snapshot killed outright (SIGKILL, a power cut): what its trace names is
+ * resumed, what it wrote removed (a complete snapshot is kept).
  *
  * @module
  */
@@ -32,9 +30,9 @@ export interface RecoverResult {
 }
 
 /**
- * Recovers from a snapshot killed outright: see the module documentation. Refuses a directory
- * without a trace, and one whose snapshot is still under way; where a process cannot be resumed,
- * refuses naming it and its error, the trace kept for another try.
+ * Resumes each process the trace names that is still the same process, and removes what the
+ * snapshot wrote. Refuses a snapshot still under way, and where one cannot be resumed, naming
+ * it (the trace kept).
  */
 export async function recoverFrom(
   machine: Machine,
@@ -48,10 +46,7 @@ export async function recoverFrom(
   try {
     const where = snap.path;
     const session = sessionOf(machine);
-    /**
-     * Whether `p` still lives: its pid names the same process, started when the trace says (an
-     * entry that names no start is taken for another process where the host tells starts).
-     */
+    // Whether `p` still lives: an entry without a start is another where the host tells starts.
     const same = async (p: ProcessIdentity) => {
       const now = await session.identify(p.pid);
       return now !== undefined && now.pid === p.pid && now.start === p.start;

@@ -1,7 +1,6 @@
 /**
- * Process trees as snapshots see them: each tree listed for the manifest with the CUDA side of
- * its processes, as the engine dumped it, ended once it is on disk; and the pids a restore needs
- * free.
+ * Process trees as snapshots see them: listed for the manifest, as dumped, ended; the pids a
+ * restore needs free.
  *
  * @module
  */
@@ -70,10 +69,7 @@ export async function describeTree(
   return { root, images: treeDirName(root), processes };
 }
 
-/**
- * What a CUDA process holds on the GPUs: now, for a running one; what was recorded at its
- * checkpoint, for a checkpointed one (as its restore's room check will read it); `null` unknown.
- */
+/** What a CUDA process holds: now, or as recorded at its checkpoint; `null` unknown. */
 async function heldBy(
   pid: number,
   state: "running" | "checkpointed",
@@ -116,10 +112,7 @@ export function checkDisjoint(
   }
 }
 
-/**
- * A tree as the engine dumped it: its processes are those dumped (with what was learnt of each
- * when the tree was listed: its command line, its CUDA side).
- */
+/** A tree as the engine dumped it, with what was learnt of each process when it was listed. */
 export function asDumped(listed: ManifestTree, dumped: readonly DumpedProcess[]): ManifestTree {
   if (!Array.isArray(dumped) || dumped.length === 0) return listed;
   const byPid = new Map(listed.processes.map((p) => [p.pid, p]));
@@ -139,9 +132,8 @@ export function asDumped(listed: ManifestTree, dumped: readonly DumpedProcess[])
 }
 
 /**
- * Ends the processes of the dumped trees: stops every process of each tree (SIGSTOP), again while
- * new ones turn up, so that none forks any more, then kills them all, the dumped ones included,
- * and waits until they are gone ({@link untilFree}).
+ * Ends the dumped trees: stops every process (again while new ones turn up) so that none forks,
+ * then kills them all and waits until their pids are free.
  */
 export async function endTrees(
   engine: SnapshotEngine,
@@ -167,9 +159,8 @@ export async function endTrees(
 }
 
 /**
- * Watches a tree the engine restored stopped: resolves to a function that says, later, whether
- * any of it ran meanwhile (its user may send it SIGCONT): a process of the tree that has had CPU
- * time since, or one that was not there. `undefined` where none did, as far as the host tells.
+ * Watches a tree restored stopped: resolves to a function that says later whether any of it ran
+ * meanwhile (someone may send it SIGCONT), or a process turned up; `undefined` where none did.
  */
 export async function watchHeld(
   host: HostProcesses,
@@ -196,10 +187,7 @@ export async function treesNow(host: HostProcesses, roots: readonly number[]): P
   return trees.flatMap((t) => (t ?? []).map((p) => p.pid));
 }
 
-/**
- * Which of `ids` a process uses now (`HostProcesses.pidsInUse`); by `identify` where the host
- * tells no more, none where it cannot tell at all.
- */
+/** Which of `ids` a process uses now; by `identify` where the host tells no more. */
 export async function usesOf(
   host: HostProcesses,
   ids: readonly number[],
@@ -214,9 +202,8 @@ export async function usesOf(
 }
 
 /**
- * Waits until no process uses any of `pids` (10 s at most): until its parent (or init) reaps it, a
- * killed process keeps its pid, its session and its process group, which a restore right after
- * needs free. What is left then, the restore's check of free pids names.
+ * Waits (10 s at most) until no process uses any of `pids`: a killed process keeps its pid,
+ * session and group until reaped, and a restore right after needs them free.
  */
 export async function untilFree(
   host: HostProcesses,
@@ -230,11 +217,7 @@ export async function untilFree(
   }
 }
 
-/**
- * Every pid and thread id of the snapshot must be free: its processes come back with them, and
- * the kernel gives out no id that a process still uses as its pid, a thread id, its process
- * group or its session.
- */
+/** Refuses (`PID_TAKEN`) a snapshot a pid or thread id of which some process uses. */
 export async function checkPidsFree(
   manifest: Manifest,
   host: HostProcesses,
