@@ -328,7 +328,7 @@ function readProcess(
   };
 }
 
-/** GPUs as a manifest (or the simulated criu) lists them, each UUID once, `min` at least. @internal */
+/** GPUs as a manifest (or the simulated criu) lists them, each once, `min` at least. @internal */
 export function readGpus(r: StrictReader, value: unknown, field: string, min = 0): ManifestGpu[] {
   const gpus: ManifestGpu[] = r.array(value, field, min, 1024).map((g, i) => {
     const at = `${field}[${i}]`;
