@@ -256,16 +256,7 @@ export class DriverLoadError extends Error {
 
 /**
  * The one place where a driver's `CUresult` becomes an error: `undefined` for `CUDA_SUCCESS`, else
- * a {@link CudaError} with the driver's own name and description of the code.
- *
- * @example
- * ```ts
- * import { driverError } from "./errors.ts";
- * // Any driver names its codes; a driver that knows none leaves it to this package's table.
- * const names = { errorName: () => undefined, errorString: () => undefined };
- * driverError(names, 401, { operation: "unlock", pid: 42 })?.message;
- * // "unlock of process 42 failed: CUDA_ERROR_ILLEGAL_STATE (401): ..."
- * ```
+ * a {@link CudaError} with the driver's own name and description of it.
  */
 export function driverError(
   driver: Pick<CheckpointDriver, "errorName" | "errorString">,

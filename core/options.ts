@@ -19,18 +19,7 @@ export const MAX_TIMEOUT_MS = 2 ** 32 - 1;
  */
 export const DEFAULT_LOCK_TIMEOUT_MS = 10_000;
 
-/**
- * Checks an options argument of `where` (`"lock"`, `"runGroup"`, ...): `undefined` or a plain
- * object whose keys are all in `keys`. Returns it (`{}` for `undefined`).
- *
- * @example
- * ```ts
- * import { checkOptions } from "./options.ts";
- *
- * checkOptions({ timeout: 5 } as { timeoutMs?: number }, "lock", ["timeoutMs"]);
- * // TypeError: lock has no option "timeout" (did you mean "timeoutMs"?); it takes timeoutMs
- * ```
- */
+/** Checks an options argument of `where`: `undefined` (`{}`) or a plain object of `keys`. */
 export function checkOptions<T extends object>(
   options: T | undefined,
   where: string,

@@ -1,7 +1,6 @@
 /**
- * The checkpoint state machine, written down once: which step is legal in which state, the steps
- * a goal makes, the way back after a failure. Every other module (`CudaProcess`, the group
- * operations, the command line, the simulator) asks it (docs/DRIVER.md#state-machine).
+ * The checkpoint state machine, written down once (docs/DRIVER.md#state-machine): which step is
+ * legal in which state, the steps a goal makes, the way back after a failure.
  *
  * A goal asked of a process already where it leads does nothing ("unchanged"); from elsewhere it
  * makes the steps of the chain running - locked - checkpointed that lead there, so a suspend of a
@@ -73,17 +72,7 @@ function stepBetween(from: ProcessState, to: ProcessState): Step {
   return STEPS.find((s) => TRANSITIONS[s].from === from && TRANSITIONS[s].to === to)!;
 }
 
-/**
- * The steps from one state to another along the chain, in order; `undefined` from or to the
- * failed state, which no step leaves or reaches.
- *
- * @example
- * ```ts
- * import { wayBetween } from "./states.ts";
- * wayBetween("checkpointed", "running"); // ["restore", "unlock"]
- * wayBetween("failed", "running"); // undefined
- * ```
- */
+/** The steps from one state to another along the chain; `undefined` from or to failed. */
 export function wayBetween(from: ProcessState, to: ProcessState): Step[] | undefined {
   let i = CHAIN.indexOf(from);
   const j = CHAIN.indexOf(to);
@@ -101,16 +90,8 @@ export type Plan =
   | { readonly kind: "refused"; readonly why: string };
 
 /**
- * What `action` does to a process in state `from`. A step is always made: the driver has the
- * last word on it, as with NVIDIA's utility. A goal is planned as the module documentation says.
- *
- * @example
- * ```ts
- * import { plan } from "./states.ts";
- * plan("suspend", "locked"); // { kind: "steps", steps: ["checkpoint"], to: "checkpointed" }
- * plan("resume", "running"); // { kind: "unchanged", to: "running" }
- * plan("toggle", "locked").kind; // "refused"
- * ```
+ * What `action` does to a process in state `from`: a step is always made (the driver has the last
+ * word on it, as with NVIDIA's utility); a goal is planned as the module documentation says.
  */
 export function plan(action: Action, from: ProcessState): Plan {
   if (isStep(action)) return { kind: "steps", steps: [action], to: TRANSITIONS[action].to };
@@ -182,10 +163,7 @@ export function jobPhase(step: Step): 1 | 2 {
   return step === "lock" || step === "restore" ? 1 : 2;
 }
 
-/**
- * The states a snapshot takes a CUDA process in: running (suspended for the dump, resumed after
- * the restore) or checkpointed (dumped and restored as it is).
- */
+/** The states a snapshot takes a CUDA process in (suspended and resumed, or as it is). */
 export const SNAPSHOT_STATES: readonly SnapshotState[] = Object.freeze(["running", "checkpointed"]);
 
 /** A state a snapshot takes a process in ({@link SNAPSHOT_STATES}). */

@@ -24,7 +24,7 @@ export interface SignalClock extends Clock {
   sleep(ms: number, signal?: AbortSignal): Promise<void>;
 }
 
-/** A time in ms to the microsecond, without floating-point noise (`0.2`, not `0.20000000000000004`). */
+/** A time in ms to the microsecond, without floating-point noise. */
 export function roundMs(ms: number): number {
   return Math.round(ms * 1000) / 1000;
 }

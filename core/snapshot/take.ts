@@ -312,9 +312,9 @@ async function dump(t: Taken, i: number): Promise<void> {
       run.phase("dump");
     }
     const left = run.deadline.left();
-    let dumped: readonly DumpedProcess[];
+    let part: Failure["part"] = "dump";
     try {
-      dumped = await run.engine.dump({
+      const dumped = await run.engine.dump({
         root,
         imagesDir: t.out.imagesDirs[i],
         signal: run.signal,
@@ -322,17 +322,13 @@ async function dump(t: Taken, i: number): Promise<void> {
         onBytes: (bytes) => run.tell({ type: "bytes", root, bytes, at: 0 }),
         ...(t.o.tcpEstablished ? { tcpEstablished: true } : {}),
       });
-    } catch (err) {
-      return failed(t, "dump", err);
-    } finally {
       t.times.dumped = run.at();
-    }
-    try {
+      part = "write";
       // Its images on disk and digested, while other trees' dumps go on.
       t.sealed[i] = await t.out.seal(i, run.signal);
       t.dumped[i] = dumped;
     } catch (err) {
-      failed(t, "write", err);
+      failed(t, part, err);
     } finally {
       t.times.dumped = run.at();
     }
