@@ -165,10 +165,8 @@ export async function restoreFrom(
 ): Promise<RestoreSnapshotResult> {
   const run = new Run(machine, o.operation, o);
   // The digests left for later go on until the restore ends, or stops.
-  const verify = new AbortController();
-  const stopVerify = () => verify.abort(run.signal.reason);
-  run.signal.addEventListener("abort", stopVerify, { once: true });
-  if (run.signal.aborted) stopVerify();
+  const ended = new AbortController();
+  const verify = AbortSignal.any([run.signal, ended.signal]);
   try {
     run.phase("check");
     // Where the engine can hold trees stopped, memory images are digested while it loads them.
@@ -176,7 +174,7 @@ export async function restoreFrom(
     const holds = engine.inertFile !== undefined && engine.wake !== undefined;
     const opened = await openSnapshot(run.store, dir, o.operation, {
       digests: true,
-      signal: verify.signal,
+      signal: verify,
       ...(holds ? { later: (f) => engine.inertFile!(f.path.split("/").pop()!) } : {}),
     });
     const r: Restoring = {
@@ -203,8 +201,7 @@ export async function restoreFrom(
       await r.dir.close();
     }
   } finally {
-    verify.abort(new Error("the restore ended"));
-    run.signal.removeEventListener("abort", stopVerify);
+    ended.abort(new Error("the restore ended"));
     run.close();
   }
 }
