@@ -1,8 +1,6 @@
 /**
- * The seam below snapshots: what dumps process trees to disk and brings them back (criu,
- * `os/criu.ts`; a simulated one, `mock/sim_criu.ts`). The GPU half is not the engine's: this
- * package suspends every CUDA process of a tree before its dump and resumes them after its
- * restore, so the engine runs without CRIU's CUDA plugin.
+ * The seam below snapshots: what dumps process trees and brings them back (criu). The GPU half is
+ * not the engine's: this package suspends and resumes the CUDA processes, so criu needs no plugin.
  *
  * @module
  */
@@ -41,11 +39,7 @@ export interface RestoreRequest {
   readonly signal?: AbortSignal;
   /** Stops the restore as `signal` does once this many ms (on the engine's clock) have passed. */
   readonly timeoutMs?: number;
-  /**
-   * Leaves every process of the tree stopped once it is back (criu's `--leave-stopped`), for the
-   * caller to {@link SnapshotEngine.wake} or {@link SnapshotEngine.kill}. Asked only of an engine
-   * with `inertFile` and `wake`.
-   */
+  /** Leaves the tree stopped once back (`--leave-stopped`) for the caller to wake or kill. */
   readonly leaveStopped?: boolean;
   /** Restore the established TCP connections the dump took (criu's `--tcp-established`). */
   readonly tcpEstablished?: boolean;
@@ -62,9 +56,8 @@ export interface DumpedProcess {
 }
 
 /**
- * Dumps and restores process trees. A dump leaves the processes running (`--leave-running`): the
- * snapshot ends them once every tree is on disk, so that one whose last dump fails can put every
- * process back. A restored tree is detached: its root is not the caller's child.
+ * Dumps and restores process trees. A dump leaves them running: the snapshot ends them once all
+ * are on disk, so one whose last dump fails can put everything back. A restored tree is detached.
  */
 export interface SnapshotEngine {
   /** What the engine is, for messages and the manifest: `"criu"`, `"simulated criu"`. */
@@ -72,23 +65,15 @@ export interface SnapshotEngine {
   /** How many dumps or restores may run at once (criu: the cores); 8 where left out. */
   readonly parallel?: number;
   /**
-   * Whether the file `name` of a tree's directory is one the engine's restore does not act on
-   * (criu: its memory images `pages-N.img`, which it only copies, and its `dump.log`). A restore
-   * compares their digests while the tree is held stopped, every other file's before the engine
-   * starts. Left out (or without `wake`): every file is checked before.
+   * Whether the restore does not act on the file `name` of a tree (criu: `pages-N.img`, which it
+   * only copies, and its log): such files are digested while the tree is held stopped.
    */
   inertFile?(name: string): boolean;
   /** What it needs on this machine, and what is missing. */
   probe(): Promise<EngineProbe>;
-  /**
-   * Dumps a tree, resolving to its processes as dumped (the tree may have changed since it was
-   * listed). Rejects with an {@link EngineError}; the processes are then left running.
-   */
+  /** Dumps a tree, resolving to its processes as dumped; rejects, leaving them running. */
   dump(request: DumpRequest): Promise<readonly DumpedProcess[]>;
-  /**
-   * Restores a tree: resolves once every process of it exists again with its pid (CUDA processes
-   * stay checkpointed). Rejects with an {@link EngineError}; processes it made are ended first.
-   */
+  /** Restores a tree, each process with its pid; rejects once what it made is ended. */
   restore(request: RestoreRequest): Promise<void>;
   /** Stops processes (SIGSTOP), so that a tree being ended forks no more; gone is no error. */
   stop(pids: readonly number[]): Promise<void>;

@@ -1,7 +1,6 @@
 /**
  * The host ({@link HostProcesses}): what this package asks of the machine besides the driver, so
- * that queues and records follow processes, not numbers, and every program of this package sees
- * the room other restores claim. The Linux host is `os/linux_host.ts`; the simulator has its own.
+ * that queues and records follow processes, not numbers (the Linux host is `os/linux_host.ts`).
  *
  * @module
  */
@@ -62,10 +61,7 @@ export type GpuMemoryReport =
   }
   | { readonly unknown: string };
 
-/**
- * Which process an id belongs to: the driver acts on a process for any of its thread ids, and a
- * reused pid is another process, told apart by its start time.
- */
+/** Which process an id belongs to: any thread id is its process; a reused pid is another. */
 export interface ProcessIdentity {
   /** Its process id (thread-group id): the same for every thread id of the process. */
   readonly pid: number;
@@ -117,34 +113,19 @@ export interface HeldRecord {
   readonly mark?: string;
 }
 
-/**
- * The records of what checkpointed processes held, by process identity. The Linux host keeps them
- * in a private directory, one file each, so that every program of this package on the machine
- * sees what another recorded.
- */
+/** The records of what checkpointed processes held, shared by every program of this package. */
 export interface HeldRecords {
   /** Where they are kept, for messages (`/run/ckpt-cuda`, `memory`). */
   readonly where: string;
-  /**
-   * The record of a process, if any. Rejects, naming the path and the fault, where the records
-   * cannot be used or the record read: a checked restore is then refused (it fails closed).
-   */
+  /** The record of a process, if any; rejects, naming the path, where it cannot be read. */
   get(process: ProcessIdentity): Promise<HeldRecord | undefined>;
   /** Writes the record of its process, replacing any; rejects, saying why, where it cannot. */
   put(record: HeldRecord): Promise<void>;
   /** Removes the record of a process, if there is one. */
   remove(process: ProcessIdentity): Promise<void>;
-  /**
-   * Every record whose process lives, claims of programs that died left out. Records of ended
-   * processes are removed on the way (but those kept for {@link ended}), unreadable ones left
-   * out. Rejects where the records cannot be used at all.
-   */
+  /** Every record whose process lives, without dead programs' claims; ended ones are pruned. */
   list(): Promise<HeldRecord[]>;
-  /**
-   * The records of ended processes kept for criu to bring back (a dump through criu's CUDA
-   * plugin ends the process): those with a mark, for 30 days, without their claims. Left out:
-   * a process criu brought back is not known by the record of the one it was.
-   */
+  /** The records of ended processes with a mark, kept 30 days for criu to bring them back. */
   ended?(): Promise<HeldRecord[]>;
 }
 
@@ -164,55 +145,39 @@ export interface HostProcesses {
   scan(): Promise<readonly ScannedProcess[]>;
   /** The GPU memory each process holds and each GPU has free. */
   gpuMemory?(): Promise<GpuMemoryReport>;
-  /**
-   * The process that has `id` as its pid or one of its thread ids, with its start time; `undefined`
-   * where none has. Left out: an id is taken for a process of its own.
-   */
+  /** The process that has `id` as its pid or a thread id; left out, an id is its own process. */
   identify?(id: number): Promise<ProcessIdentity | undefined>;
-  /**
-   * The tree rooted at `root`, the root first, each process after its parent; `undefined` where
-   * no process has the pid. Left out: no snapshot can be taken.
-   */
+  /** The tree rooted at `root`, each process after its parent; left out, no snapshot is taken. */
   processTree?(root: number): Promise<readonly TreeProcess[] | undefined>;
   /**
-   * Which of `ids` some process uses now, and how. The kernel gives an id to a new process only
-   * while nothing uses it as a pid, thread id, process group or session, so a snapshot's
-   * processes come back with their pids only once none is in use (an ended process not yet
-   * reaped still holds all three).
+   * Which of `ids` a process uses now as its pid, a thread id, its group or session: the kernel
+   * gives none of them out until free, so a snapshot's processes come back only then.
    */
   pidsInUse?(ids: readonly number[]): Promise<readonly PidUse[]>;
   /**
-   * What of a process outlasts criu's dump and restore, the same string before and after: its pid
-   * in its own pid namespace, its user and its command line (its start time, and in a new pid
-   * namespace its host pid, change). `undefined` where it is gone or cannot be read.
+   * What of a process outlasts criu's dump and restore (its pid in its own namespace, user and
+   * command line; not its start time), as a string; `undefined` where gone or unreadable.
    */
   lastingMark?(process: ProcessIdentity): Promise<string | undefined>;
   /** The machine's name, kernel and NVIDIA driver release, for a snapshot's manifest. */
   facts?(): Promise<MachineFacts>;
   /**
-   * The sign, where there is one, that `pid` holds GPU memory (or an event) another process
-   * exported to it through CUDA IPC: on Linux, it maps `/dev/shm/cuda.shm.<gpu>.<pid>.<n>` named
-   * after another process and holds no descriptor to it. An import of cuMem memory through a file
-   * descriptor (NCCL's) leaves none (docs/DRIVER.md#processes-that-share-gpu-memory).
+   * The sign that `pid` holds GPU memory another process exported to it through CUDA IPC: on
+   * Linux, it maps `/dev/shm/cuda.shm.<gpu>.<pid>.<n>` of another process, holding no descriptor
+   * to it (NCCL's imports leave none: docs/DRIVER.md#processes-that-share-gpu-memory).
    */
   gpuImport?(pid: number): Promise<GpuImport | undefined>;
   /** The CPU time `pid` has had, in ns over its threads, to tell that a stopped process ran. */
   cpuTime?(pid: number): Promise<number | undefined>;
   /** The records of what checkpointed processes held; left out: each program keeps its own. */
   readonly heldRecords?: HeldRecords;
-  /**
-   * The pid of the program using this host, where it is one of its processes: a process that
-   * checkpoints itself is handled with care (NVML would wait for its restore).
-   */
+  /** The pid of the program using this host: a process checkpointing itself needs care (NVML). */
   readonly self?: number;
   /** Lets go of NVML until it is asked for again: before this package locks its own process. */
   release?(): Promise<void>;
 }
 
-/**
- * Records kept in memory, for a host that keeps none: this session's own, seen by no other
- * program. A claim is never taken for dead.
- */
+/** Records in memory, for a host that keeps none: seen by no other program; no claim is dead. */
 export class MemoryHeldRecords implements HeldRecords {
   /** Always `"memory"`. */
   readonly where: string = "memory";

@@ -15,39 +15,25 @@ export interface SnapshotFile {
   readonly chunkedSha256: string;
 }
 
-/**
- * A snapshot's directory, opened once: every name below it (a single path component) is looked
- * up from the open directory, so no rename above it redirects a later step.
- */
+/** A snapshot's directory, opened once: names below it never lead elsewhere after a rename. */
 export interface SnapshotDir {
   /** Its absolute path, for messages. */
   readonly path: string;
   /** Makes the private subdirectory `name` (mode 0700). */
   subdir(name: string): Promise<void>;
-  /**
-   * The path the engine is given for the subdirectory `name`, leading to the directory checked
-   * here whatever is renamed meanwhile. Refuses a link, or one others may write.
-   */
+  /** The path the engine is given for the subdirectory `name`, leading to the one checked here. */
   enginePath(name: string): Promise<string>;
   /** Writes the file `name` whole and on disk (a temporary file, fsynced, renamed), mode 0600. */
   writeFile(name: string, text: string): Promise<void>;
-  /**
-   * Reads the file `name`; `undefined` where there is none. Refuses a link, a file that is not
-   * regular, another user's, one others may write, or one over `maxBytes`.
-   */
+  /** Reads the file `name`, if any; refuses a link, another's, or one over `maxBytes`. */
   readFile(name: string, maxBytes: number): Promise<string | undefined>;
   /** Removes the file or subdirectory `name` (with all it holds), where there is one. */
   remove(name: string): Promise<void>;
-  /**
-   * Puts every file of the subdirectory `sub` on disk (fsync) and resolves to each with its size
-   * and digest. Refuses a link, or a file another user owns or others may write.
-   */
+  /** Puts every file of `sub` on disk and resolves to each with its size and digest. */
   seal(sub: string, signal?: AbortSignal): Promise<SnapshotFile[]>;
   /**
-   * Checks everything inside against `files`: nothing else at the top but `topFiles`, nothing
-   * but the files in their subdirectories, no link, nothing others may write, each file of its
-   * size and (with `digests`) its digest, before it resolves or, for `later`'s, from then on.
-   * Throws an error naming the first path that differs.
+   * Checks everything inside against `files` (nothing else, no link, nothing others may write,
+   * sizes, digests), the digests of `later`'s after it resolves; names the first that differs.
    */
   check(files: readonly SnapshotFile[], options: CheckOptions): Promise<Checked>;
   /** Removes what this opening made (the directory too where it made it); resolves to the paths. */
@@ -80,16 +66,8 @@ export interface Checked {
 
 /** Where snapshots live: private directories, opened once (see {@link SnapshotDir}). */
 export interface SnapshotStore {
-  /**
-   * Makes `dir` for a new snapshot, mode 0700, and opens it. Refuses, saying why, a link, a file,
-   * a directory that is not empty, or one where others could swap it (a directory above owned by
-   * another user, or that others may write and is not sticky); an empty directory of this user's
-   * that no one else may write is taken.
-   */
+  /** Makes `dir` (mode 0700; an empty one of this user's will do) and opens it, or says why not. */
   create(dir: string): Promise<SnapshotDir>;
-  /**
-   * Opens an existing snapshot directory. Refuses a link, a file, one of another user's or that
-   * others may write, or one where others could swap it.
-   */
+  /** Opens a snapshot directory; refuses one others could write or swap, saying why. */
   open(dir: string): Promise<SnapshotDir>;
 }
