@@ -1,7 +1,6 @@
 /**
- * The one way this package calls the driver: the function checked first, the call made, a failure
- * turned into a `CudaError` through `driverError`; and states read by name, with one rule for a
- * number this version does not know.
+ * The one way this package calls the driver: the function checked first, a failure turned into a
+ * `CudaError`, states read by name.
  *
  * @module
  */
@@ -39,9 +38,8 @@ export type DriverOperation = keyof typeof C_FUNCTIONS;
 export type FailureDetail = { state?: ProcessState; detail?: string };
 
 /**
- * Calls `operation` on `pid`, resolving to the value it gave (0 for a step). Refuses
- * (`UNSUPPORTED`) where the driver lacks the function or GPU pairs; rejects with the driver's
- * `CudaError`, completed by `explain`. `shown` is the operation as a refusal names it.
+ * Calls `operation` on `pid`, resolving to its value (0 for a step); refuses where the driver
+ * lacks it (naming `shown`); rejects with the driver's `CudaError`, completed by `explain`.
  */
 export async function callDriver(
   driver: CheckpointDriver,
@@ -84,10 +82,7 @@ export function stateOf(value: number, pid: number): ProcessState {
   return name;
 }
 
-/**
- * The one rule for a state number this version does not know (a newer driver's): a `RangeError`
- * naming it. Nothing is done to such a process; a listing counts it among those it could not tell.
- */
+/** The one rule for a state number this version does not know: a `RangeError` naming it. */
 export function unknownState(value: number, pid: number): RangeError {
   return new RangeError(
     `getState of process ${pid} gave state ${value}, which this version of @ckpt/cuda does not ` +

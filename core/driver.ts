@@ -1,7 +1,6 @@
 /**
- * The seam between this package and a driver: one method for each C checkpoint call, reporting
- * raw `CUresult` codes (so one conformance suite compares the native and simulated drivers code
- * for code), and the codes with their names. `calls.ts` is the one way the package calls it.
+ * The seam between this package and a driver: a method for each C checkpoint call, reporting raw
+ * `CUresult` codes (so one suite compares the native and simulated drivers), and the codes.
  *
  * @module
  */
@@ -47,11 +46,8 @@ export interface GpuInfo {
 }
 
 /**
- * A CUDA checkpoint driver: each method mirrors one C call and resolves to the raw `CUresult`;
- * input checks and capability gating happen once, above the seam. A function the driver lacks,
- * or GPU pairs before 13.0, resolve `CUDA_ERROR_NOT_SUPPORTED`; a pid no process can have
- * resolves `CUDA_ERROR_OPERATING_SYSTEM`, as the real driver answers. A method rejects only where
- * the call cannot be made at all (the driver closed, a worker thread died).
+ * A CUDA checkpoint driver: each method mirrors one C call and resolves to its raw `CUresult`
+ * (checks happen above the seam); it rejects only where the call cannot be made at all.
  */
 export interface CheckpointDriver {
   /** What this driver is, for messages: "native (Deno)", "native (Bun)", "simulated". */
@@ -78,17 +74,11 @@ export interface CheckpointDriver {
   readonly missingFunctions?: readonly string[];
   /** Every GPU the driver sees, by ordinal; left out, a mapping is not checked before the call. */
   listGpus?(): Promise<readonly GpuInfo[]>;
-  /**
-   * Whether `listGpus` gives every GPU, as a mapping must name them (not where
-   * `CUDA_VISIBLE_DEVICES` hides some): only then is a mapping checked before the restore call.
-   */
+  /** Whether `listGpus` gives every GPU (none hidden): only then is a mapping checked first. */
   readonly listsEveryGpu?: boolean;
 }
 
-/**
- * The `CUresult` codes of the checkpoint API by their C names, to compare an error's `code` with
- * (`err.code === CUresult.CUDA_ERROR_NOT_READY`); docs/ERRORS.md says what each means here.
- */
+/** The `CUresult` codes by their C names (`err.code === CUresult.CUDA_ERROR_NOT_READY`). */
 export const CUresult = {
   CUDA_SUCCESS: 0,
   CUDA_ERROR_INVALID_VALUE: 1,

@@ -1,6 +1,5 @@
 /**
- * What a call runs on: a {@link Machine}, passed in by whoever owns it, and the leases that open a
- * shared machine on first use and close it when its last user lets go.
+ * What a call runs on: a {@link Machine} its owner passes in, or one shared, opened on first use.
  *
  * @module
  */
@@ -11,17 +10,11 @@ import type { SnapshotStore } from "./snapshot/store.ts";
 import type { HostProcesses } from "./host.ts";
 import type { Clock } from "./time.ts";
 
-/**
- * What a call runs on: the checkpoint driver and the rest of the machine. This machine's is
- * `openMachine()`'s, the simulator's a `SimulatedMachine`; whoever opened one closes it.
- */
+/** What a call runs on: the driver and the rest of the machine; whoever opened it closes it. */
 export interface Machine {
   /** The checkpoint driver: one method for each C call of libcuda's checkpoint API. */
   readonly driver: CheckpointDriver;
-  /**
-   * The machine's processes, their GPU memory and identity, and the records of the room check.
-   * Left out: no listing or snapshot, and each process is known by the number it was given.
-   */
+  /** The machine's processes; left out, no listing or snapshot, and a pid is taken as given. */
   readonly host?: HostProcesses;
   /** What dumps process trees to disk and brings them back (criu); snapshots need it. */
   readonly engine?: SnapshotEngine;
@@ -45,10 +38,7 @@ export interface ClosableMachine extends Machine {
   close(): Promise<void>;
 }
 
-/**
- * A machine opened on first use, shared by all who use it at once, and closed when the last lets
- * go, so that a program that closes its processes leaves nothing open. A failed open is not kept.
- */
+/** A machine opened on first use, shared, closed when its last user lets go (a failed open: not kept). */
 export class SharedMachine {
   readonly #open: () => Promise<ClosableMachine>;
   #opened: Promise<ClosableMachine> | undefined;

@@ -1,6 +1,5 @@
 /**
- * Time as this package measures and spends it: a machine's clock, deadlines, rounded times, and
- * {@link Slots} for work that runs at most so much at once.
+ * Time: a machine's clock, deadlines, rounded times, and work at most so much at once.
  *
  * @module
  */
@@ -11,10 +10,7 @@ export interface Clock {
   now(): number;
   /** Resolves after `ms`. */
   sleep(ms: number): Promise<void>;
-  /**
-   * Calls `fn` once `ms` have passed, moving no virtual time itself; returns a function that
-   * cancels it. Left out, a deadline is looked at between steps only.
-   */
+  /** Calls `fn` after `ms`, moving no virtual time; returns its cancel. Left out: steps check. */
   timer?(ms: number, fn: () => void): () => void;
 }
 
