@@ -38,7 +38,7 @@ export interface ClosableMachine extends Machine {
   close(): Promise<void>;
 }
 
-/** A machine opened on first use, shared, closed when its last user lets go (a failed open: not kept). */
+/** A machine opened on first use, shared, and closed when its last user lets go. */
 export class SharedMachine {
   readonly #open: () => Promise<ClosableMachine>;
   #opened: Promise<ClosableMachine> | undefined;
