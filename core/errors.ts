@@ -1,7 +1,6 @@
 /**
- * The errors this package throws, told apart by type and `code`, and the one place where a
- * driver's `CUresult` becomes one ({@link driverError}): no refusal carries a `CUresult` the
- * driver never returned. What to do about each is in docs/ERRORS.md.
+ * The errors this package throws, told apart by type and `code` (docs/ERRORS.md); a `CUresult`
+ * becomes one only in {@link driverError}, so no refusal carries a code the driver never gave.
  *
  * @module
  */
@@ -170,10 +169,7 @@ export class RefusedError extends CheckpointError {
   }
 }
 
-/**
- * The driver has no checkpoint API (older than 570, CUDA 12.8), or the operation needs a newer one
- * (a GPU mapping needs 580, CUDA 13.0): a {@link RefusedError} with code `"UNSUPPORTED"`.
- */
+/** The driver has no checkpoint API (before 570), or is too old for the operation. */
 export class CheckpointUnsupportedError extends RefusedError {
   /** The driver's `cuDriverGetVersion`, where it could be read. */
   readonly driverVersion: number | undefined;
@@ -220,10 +216,7 @@ export type SnapshotFailure =
   /** The deadline passed or the signal aborted; what was done was undone. */
   | "STOPPED";
 
-/**
- * A snapshot, or its restore, failed after it had begun to change things: `code` says which part,
- * `detail` where every process was left, `cause` the part's error.
- */
+/** A snapshot or its restore failed after things began to change; `detail` says where all are. */
 export class SnapshotError extends CheckpointError {
   /** Which part failed. */
   readonly code: SnapshotFailure;
@@ -254,10 +247,7 @@ export class DriverLoadError extends Error {
   }
 }
 
-/**
- * The one place where a driver's `CUresult` becomes an error: `undefined` for `CUDA_SUCCESS`, else
- * a {@link CudaError} with the driver's own name and description of it.
- */
+/** The one place a `CUresult` becomes an error (none for `CUDA_SUCCESS`). */
 export function driverError(
   driver: Pick<CheckpointDriver, "errorName" | "errorString">,
   code: number,

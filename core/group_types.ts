@@ -1,6 +1,5 @@
 /**
- * What a group operation takes and gives: its options, checked once where they enter, its
- * progress events and its result.
+ * What a group operation takes and gives: its options (checked where they enter), events, result.
  *
  * @module
  */
@@ -40,26 +39,15 @@ export interface GroupOptions {
   machine?: Machine;
   /** How many processes are worked on at once: an integer from 1; all of them by default. */
   concurrency?: number;
-  /**
-   * When any process fails or is not started, bring every process that succeeded back to its
-   * state before the call, and start no more. Default `false`: each process stands alone.
-   */
+  /** When one fails, bring every process that succeeded back, start no more (default `false`). */
   allOrNothing?: boolean;
-  /**
-   * When the signal aborts, bring every process moved back, as `allOrNothing` does, those done
-   * too (a step inside the driver ends first). Default `false`; the command line's Ctrl-C.
-   */
+  /** When the signal aborts, bring every process moved back, done ones too (default `false`). */
   rollBackOnAbort?: boolean;
-  /**
-   * A deadline for the whole group in ms (on the machine's clock): lock timeouts are cut to what
-   * is left, no step starts after it; a call inside the driver finishes.
-   */
+  /** A deadline for the whole group in ms: lock timeouts are cut to it, no step starts after. */
   timeoutMs?: number;
   /**
-   * The processes are one job: they share GPU state (NCCL ranks, CUDA IPC), so every one is locked
-   * before any is checkpointed, restored before any is unlocked, and all are brought back if any
-   * step fails. Implies `allOrNothing`, works on all at once (no `concurrency`). Default `false`
-   * (docs/API.md#jobs).
+   * The processes share GPU state: every lock before any checkpoint, every restore before any
+   * unlock, all brought back if any fails (implies `allOrNothing`; docs/API.md#jobs).
    */
   job?: boolean;
   /** Stops the group: no step starts after it aborts; a process between steps is brought back. */
@@ -78,11 +66,7 @@ export interface GroupOptions {
   gpuMemory?: boolean;
 }
 
-/**
- * A step of one process starting or ending, or its part ending; `at` is ms since the group
- * started. `gpuMemoryMiB`: what the process held when the group started (or at its checkpoint),
- * summed over its GPUs, where known.
- */
+/** A step of one process starting or ending, or its part ending; `at` is ms since the start. */
 export type GroupEvent =
   | {
     readonly type: "step-start";
@@ -119,11 +103,7 @@ export type GroupEvent =
 export interface ProcessOutcome {
   /** The pid, as given. */
   readonly pid: number;
-  /**
-   * `done`; `unchanged` (a goal found it there already); `failed` (refused, or a step failed:
-   * `error`; undone where possible); `stopped` (between steps when the group stopped: undone);
-   * `rolled-back` (done, then brought back for all or nothing); `not-started`.
-   */
+  /** How it ended (`stopped`: between steps when stopped; `rolled-back`: done, then undone). */
   readonly status: "done" | "unchanged" | "failed" | "stopped" | "rolled-back" | "not-started";
   /** The state before the call, where it was read. */
   readonly initialState?: ProcessState;
@@ -184,10 +164,7 @@ export interface GroupSettings {
   ready?: (pid: number) => Promise<void>;
 }
 
-/**
- * Checks a group's options where they enter, each left out given its default (so callers inside
- * this package build settings from `checkGroupOptions({ ... })`); `machine` is the caller's.
- */
+/** Checks a group's options, each left out given its default (the machine is the caller's). */
 export function checkGroupOptions(options: GroupOptions | undefined): GroupSettings {
   const o = checkOptions(options, "runGroup", [
     "machine",
