@@ -1,7 +1,6 @@
 /**
- * {@link runAction}: the one executor of an action on one process whose turn is held, shared by
- * `CudaProcess` and the group operations so that `suspend()` and a group's suspend cannot
- * disagree; and the way back after a failure, as the state table says.
+ * The one executor of an action on one process, shared by `CudaProcess` and the group operations
+ * so that `suspend()` and a group's suspend cannot disagree; and the way back after a failure.
  *
  * @module
  */
@@ -51,10 +50,7 @@ export interface Outcome {
   readonly state: ProcessState;
   /** The driver calls made, in order. */
   readonly steps: readonly StepRecord[];
-  /**
-   * Whether a restore's room was checked (`"checked"`), not asked for (`"skipped"`), or could not
-   * be (`{ unknown }`, why); after a checkpoint, why its restore's room cannot be (a warning).
-   */
+  /** Whether a restore's room was checked, or why not; after a checkpoint, a warning. */
   readonly roomCheck?: RoomCheck;
 }
 
@@ -80,31 +76,18 @@ const ROLLBACK_SETTINGS: ActionSettings = Object.freeze({
   allowIpcImport: true,
 });
 
-/**
- * Options of `CudaProcess`'s steps and goals: each method takes those it names and refuses any
- * other; a `toggle` takes all and uses those of the half it makes.
- */
+/** Options of `CudaProcess`'s steps and goals: each takes those it names (a `toggle`, all). */
 export interface StepOptions {
-  /**
-   * How long a lock waits for submitted GPU work to finish, in ms from 0 (forever) to 2^32-1;
-   * 10 000 by default. One that times out fails with `CUDA_ERROR_NOT_READY`, the process running.
-   */
+  /** How long a lock waits for submitted work, in ms (0: forever; 10 000 by default). */
   timeoutMs?: number;
   /**
-   * Whether to record what the process holds before its checkpoint (NVML, about 1 ms) and check
-   * before a restore that its GPUs have that much free (default `true`; see `GpuRoomError`): on
-   * driver 580 a restore that runs out of GPU memory loses the process for good.
+   * Whether to record what it holds at a checkpoint and check a restore's room first (default
+   * `true`): on driver 580 a restore that runs out of GPU memory loses the process for good.
    */
   checkRoom?: boolean;
-  /**
-   * Restore onto other GPUs: each checkpointed GPU's UUID to its new GPU's. The driver wants every
-   * GPU it sees named, each onto the same chip; needs driver 580 (CUDA 13.0).
-   */
+  /** Restore onto other GPUs (each GPU named, onto the same chip; driver 580 and later). */
   gpuMapping?: GpuMapping;
-  /**
-   * Checkpoint a process that shows it imported GPU memory through CUDA IPC (default `false`:
-   * refused, code `"IPC"`): before driver 610 it never restores (docs/API.md#shared-gpu-memory).
-   */
+  /** Checkpoint a process that imported GPU memory anyway (docs/API.md#shared-gpu-memory). */
   allowIpcImport?: boolean;
 }
 
@@ -141,11 +124,7 @@ export type ActionReport =
   }
   & { status: Exclude<ProcessOutcome["status"], "not-started">; steps: StepRecord[] };
 
-/**
- * Runs `action` on one process whose turn the caller holds: a goal follows the state table's
- * plan, undone as it says where a step fails or it is stopped; a step is one driver call. Never
- * rejects: the report says what happened.
- */
+/** Runs `action` on one process whose turn is held, undone where it fails; never rejects. */
 export async function runAction(
   target: Turn,
   action: Action,
@@ -194,9 +173,8 @@ export async function runAction(
 }
 
 /**
- * Reads the state and plans `action` from it: the steps, or none (`unchanged` in the report).
- * Refuses (`STATE`) a goal the table rules out, and before the first step a driver that lacks a
- * function the plan or its way back needs: a suspend never locks what it could not checkpoint.
+ * Reads the state and plans `action`; refuses a goal ruled out, or one the driver could not
+ * finish or undo, before any step: a suspend never locks what it could not checkpoint.
  */
 export async function planGoal(
   target: Turn,
@@ -286,10 +264,7 @@ export async function timed(
   }
 }
 
-/**
- * The way back to its initial state after the steps its report says succeeded (and `failure`), as
- * {@link rollbackWay} says; `undefined` where none is to be made, `report.state` then set.
- */
+/** The way back after the steps the report says succeeded (and `failure`); none: `undefined`. */
 export async function wayBack(
   target: Turn,
   report: ActionReport,
@@ -310,10 +285,7 @@ export async function wayBack(
   return way?.length ? way : undefined;
 }
 
-/**
- * Brings the process back to its initial state (see {@link wayBack}), recorded as the report's
- * rollback; resolves to a sentence on where it was left, for the failed step's error.
- */
+/** Brings the process back (its report's rollback); resolves to where it was left, for errors. */
 export async function undo(
   target: Turn,
   report: ActionReport,

@@ -1,8 +1,6 @@
 /**
- * A step or a goal on many processes at once (or a few at a time), each through the same executor
- * as `CudaProcess`'s methods, with all-or-nothing, a deadline or signal for the whole group, and
- * progress events; a job goes through `job.ts`. The driver works on each process on its own
- * thread, so N processes checkpoint in about the time of the largest
+ * A step or goal on many processes at once, each through the executor `CudaProcess` uses (a job
+ * through `job.ts`): N processes checkpoint in about the time of the largest
  * (docs/DRIVER.md#many-processes-at-once).
  *
  * @module
@@ -25,10 +23,7 @@ import { Handle } from "./process.ts";
 import { type Action, isStep } from "./states.ts";
 import { clockOf, Deadline } from "./time.ts";
 
-/**
- * Runs `action` on every target on the machine of `source` (that of targets given as pids), with
- * checked `settings`; rejects only for bad targets. See `runGroup` of the main module.
- */
+/** Runs `action` on every target (`runGroup` of the main module); rejects only for bad targets. */
 export async function runGroup(
   source: MachineSource,
   action: Action,

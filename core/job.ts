@@ -1,10 +1,8 @@
 /**
- * A job: processes that share GPU state (NCCL ranks, CUDA IPC) and so move together. A rank locked
- * while another runs can hang it in a collective, one unlocked before another is back can fail:
- * every process makes its first step (lock, restore) before any its second ({@link jobPhase}),
- * as vLLM and Dynamo do, and a failure or a stop brings every one back in the same order. A job
- * holds the turn of all its processes, taken in pid order so that two jobs never wait for each
- * other in a circle (or each as it comes, where they come into being over time).
+ * A job: processes that share GPU state (NCCL ranks) move together, since a rank locked while
+ * another runs can hang it: every first step (lock, restore) before any second ({@link jobPhase}),
+ * and all brought back in the same order. It holds every turn, taken in pid order so that two jobs
+ * never wait for each other in a circle.
  *
  * @module
  */
@@ -40,10 +38,7 @@ export interface JobContext {
   hooks(pid: number): ActionHooks;
   /** Why nothing more may start now (a deadline, an abort), if so. */
   stopReason(): StopReason | undefined;
-  /**
-   * Where members come into being over time (a snapshot's, as criu brings each tree back):
-   * resolves once `pid` may be acted on, which then makes its first step; a rejection fails it.
-   */
+  /** Where members come into being over time: resolves once `pid` may start (rejects: fails it). */
   ready?(pid: number): Promise<void>;
 }
 
@@ -57,10 +52,7 @@ interface Working {
   failure?: { step: Step; err: unknown };
 }
 
-/**
- * Runs `ctx.action` on every member as one job, filling in each report; resolves to whether
- * processes that had moved were brought back. Never rejects.
- */
+/** Runs `ctx.action` on all members as one job; resolves to whether any moved were brought back. */
 export async function runJob(members: readonly JobMember[], ctx: JobContext): Promise<boolean> {
   const releases: (() => void)[] = [];
   try {
@@ -116,10 +108,7 @@ async function setAside(lost: readonly Working[]): Promise<void> {
   }
 }
 
-/**
- * Every member's turn in pid order, then every plan, then every first step; nothing starts
- * (`undefined`) where a member cannot be read or is refused, or the job is stopped first.
- */
+/** Every turn in pid order, every plan, every first step; `undefined` where one cannot start. */
 async function allAtOnce(
   members: readonly JobMember[],
   ctx: JobContext,
@@ -152,10 +141,7 @@ async function allAtOnce(
   return undefined;
 }
 
-/**
- * Each member as soon as it is ready: its turn, plan and first step; one that fails fails the
- * job, and those ready after it do not start.
- */
+/** Each member as soon as it is ready: its turn, plan and first step; one failing fails all. */
 async function asReady(
   members: readonly JobMember[],
   ctx: JobContext,
@@ -230,10 +216,7 @@ async function phase(working: readonly Working[], n: 1 | 2, ctx: JobContext): Pr
   return failed;
 }
 
-/**
- * Brings every member that moved back, as a job: every first-phase step of the way back, then
- * every second. Resolves to whether a member that had succeeded was brought back.
- */
+/** Brings every member that moved back, phase by phase; resolves to whether a done one was. */
 async function rollBack(working: readonly Working[], ctx: JobContext): Promise<boolean> {
   const ways = new Map<Working, { way: Step[]; steps: ActionReport["steps"] }>();
   const errors = new Map<Working, Error>();
