@@ -1,6 +1,5 @@
 /**
- * GPU mappings: the one check of whether a mapping can work on this machine's GPUs, before
- * anything reaches the driver, and why the driver refused one.
+ * GPU mappings: the one check that one can work here, and why the driver refused one.
  *
  * @module
  */
@@ -13,10 +12,9 @@ const key = (bytes: Uint8Array) => formatGpuUuid(bytes).toLowerCase();
 const describeGpu = (gpu: GpuInfo) => `${gpu.uuid} (GPU ${gpu.index}, ${gpu.name})`;
 
 /**
- * What is wrong with a GPU mapping onto `gpus`, as sentences. The real driver's rules (two H200s):
- * every GPU the process saw named, even unused; every UUID a GPU; no two onto one. `from`: the
- * GPUs a snapshot saw, each to go onto its own chip; left out, `gpus`, and a mapping from none of
- * them is taken for another machine's, of which only where it goes is checked.
+ * What is wrong with a mapping onto `gpus`, by the real driver's rules: every GPU seen named, each
+ * a GPU, none onto another's. `from`: a snapshot's GPUs, each onto its own chip; left out, a
+ * mapping from no GPU here is another machine's, and only where it goes is checked.
  */
 export function mappingProblems(
   pairs: readonly GpuPair[],
@@ -116,10 +114,7 @@ export async function explainRejectedMapping(
   return "the driver refused the GPU mapping (docs/ERRORS.md#a-refused-gpu-mapping)";
 }
 
-/**
- * A snapshot's GPUs onto this machine's by index (none where they are the same GPUs), each onto
- * one of the same chip; refused (`MAPPING`), naming both sides, where that cannot be.
- */
+/** A snapshot's GPUs onto this machine's by index, each onto its chip, or a refusal saying why. */
 export function derivedMapping(
   snapshotGpus: readonly GpuInfo[],
   gpus: readonly GpuInfo[],

@@ -34,11 +34,7 @@ export function sessionOf(machine: Machine): Session {
   return session;
 }
 
-/**
- * What this package keeps for a machine in use: the order of operations on each process (one at a
- * time, keyed by thread-group id and start time, so a thread id and its pid are one process) and
- * the room check.
- */
+/** What this package keeps for a machine in use: each process's order, and the room check. */
 export class Session {
   readonly machine: Machine;
   readonly room: RoomGuard;
@@ -76,11 +72,7 @@ export class Session {
     return this.machine.host?.self;
   }
 
-  /**
-   * The import of GPU memory that makes a checkpoint of `pid` one the driver never restores, where
-   * the host shows one and the driver is older than 610 or unknown (610 is said to restore IPC
-   * memory of processes its launcher started; not measured here).
-   */
+  /** The import of GPU memory that makes a checkpoint of `pid` unrestorable (before 610). */
   async gpuImport(pid: number): Promise<GpuImport | undefined> {
     const host = this.machine.host;
     const found = await host?.gpuImport?.(pid).catch(() => undefined);
@@ -99,10 +91,7 @@ export class Session {
   }
 }
 
-/**
- * One process through one machine (what `CudaProcess` holds): it leases the machine, refuses a pid
- * that has come to name another process, and waits for its operations when closed.
- */
+/** One process through one machine: it leases the machine, and refuses a pid reused since. */
 export class Handle {
   /** The process id (or one of its thread ids), as given: what the driver is called with. */
   readonly pid: number;

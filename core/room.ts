@@ -1,15 +1,10 @@
 /**
- * Room for a restore, checked before the driver is asked. On driver 580 a restore that runs out of
- * GPU memory loses the process for good (docs/DRIVER.md#an-out-of-memory-restore-loses-the-process).
- * So before a checkpoint the GPU memory the process holds is read (NVML) and recorded in the
- * host's records, shared by every program of this package; before a restore it is compared with
- * the GPUs' free memory less what other restores under way claim there, and too little refuses it.
- *
- * A record is found by pid and start time; a process criu brought back (new start time, perhaps
- * another pid) by its lasting mark, which is why ended processes' records are kept 30 days. With
- * no record the restore is not checked, and `roomCheck` says so. Records that cannot be read
- * refuse a checked restore (it fails closed); a record that cannot be written is said in
- * `roomCheck`.
+ * Room for a restore, checked before the driver is asked: on driver 580 a restore that runs out of
+ * GPU memory loses the process (docs/DRIVER.md#an-out-of-memory-restore-loses-the-process). What a
+ * process holds is recorded at its checkpoint, in records every program of this package shares,
+ * and a restore refused where the GPUs' free memory, less other restores' claims, is too little.
+ * A process criu brought back finds its record by its lasting mark. Unreadable records refuse a
+ * checked restore: the check fails closed.
  *
  * @module
  */
@@ -41,9 +36,8 @@ export interface RoomShortage {
 }
 
 /**
- * A restore refused before the driver was asked: the GPUs it would go to have less free memory
- * than the process held when checkpointed (a {@link RefusedError} with code `"NO_ROOM"`). It is
- * still checkpointed: resume it once there is room, or onto other GPUs with `gpuMapping`.
+ * A restore refused (`NO_ROOM`): its GPUs have less free memory than the process held. It is still
+ * checkpointed: resume it once there is room, or onto other GPUs with `gpuMapping`.
  *
  * @example
  * ```ts
@@ -112,10 +106,7 @@ function roomUnknownError(where: RoomPlace, err: unknown): RefusedError {
   });
 }
 
-/**
- * Whether a restore's room was checked: `"checked"` (it fits), `"skipped"` (`checkRoom: false`),
- * or why it could not be (`{ unknown }`: no record, no NVML, the process itself).
- */
+/** Whether a restore's room was `"checked"`, `"skipped"` (`checkRoom: false`), or why not. */
 export type RoomCheck = "checked" | "skipped" | { readonly unknown: string };
 
 /** A restore's claim, until it has returned. */
@@ -181,10 +172,8 @@ export class RoomGuard {
   }
 
   /**
-   * Checks that a restore of `process` (onto `pairs`, or in place) fits, and claims the room until
-   * {@link Reservation.done}. Throws a {@link GpuRoomError} where it does not fit (unless
-   * `stillCheckpointed` says the record is old: it is then forgotten), a `PREREQUISITE` refusal
-   * where the records cannot be read or the claim written.
+   * Checks that a restore of `process` fits and claims the room until done; throws a
+   * {@link GpuRoomError} unless `stillCheckpointed` says the record is old (then forgotten).
    */
   async reserve(
     process: ProcessIdentity,
@@ -251,11 +240,7 @@ export class RoomGuard {
     };
   }
 
-  /**
-   * The one room check: throws a {@link GpuRoomError} where `need` (MiB by GPU UUID) does not fit
-   * in a GPU's free memory less the claims of others than `except` (a claim that is no finite
-   * amount from 0 left out), or the refusal of unreadable records; `"checked"`, or why not.
-   */
+  /** The one room check: throws a {@link GpuRoomError} where `need` does not fit beside claims. */
   async fits(
     need: Readonly<Record<string, number>>,
     where: RoomPlace,
@@ -295,10 +280,7 @@ export class RoomGuard {
     return "checked";
   }
 
-  /**
-   * Before this package locks the calling process: no read starts from now on, the reads under way
-   * end, and the host lets go of NVML (NVML in a checkpointed process waits for its restore).
-   */
+  /** Before the calling process is locked: reads end, and NVML (which would wait) is let go. */
   async beforeSelfLock(): Promise<void> {
     this.#selfHeld = true;
     await Promise.allSettled([...this.#reads]);
@@ -310,10 +292,7 @@ export class RoomGuard {
     this.#selfHeld = false;
   }
 
-  /**
-   * The record of the ended process with the lasting mark of `process`, moved to it (criu brought
-   * it back). Of several, the one that held the most: a refusal for room is safe, running out not.
-   */
+  /** The record of the ended process criu brought back as `process` (the largest: safe). */
   async #cameBack(process: ProcessIdentity, records: HeldRecords): Promise<HeldRecord | undefined> {
     if (!records.ended) return undefined;
     const mark = await this.#host?.lastingMark?.(process).catch(() => undefined);
