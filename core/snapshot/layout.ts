@@ -1,8 +1,7 @@
 /**
- * A snapshot's directory, the one place that knows its layout and the order it is written in:
- * `in-progress.json` (the trace: who takes it, what it suspends) first, each `tree-<root>/`'s
- * images sealed as its dump ends, `manifest.json` once all are, the trace removed last. So a
- * complete snapshot has a manifest and no trace; one with a trace was interrupted.
+ * A snapshot directory's layout, written in order: the trace (`in-progress.json`: who takes it,
+ * what it suspends), each `tree-<root>/` sealed, `manifest.json`, the trace removed. One with a
+ * trace was interrupted.
  *
  * @module
  */
@@ -63,10 +62,7 @@ export class SnapshotWriter {
     this.imagesDirs = imagesDirs;
   }
 
-  /**
-   * Makes `path`, its trace and each tree's directory, before anything changes (removed again on
-   * failure); refuses (`SNAPSHOT`) a directory that cannot hold a snapshot.
-   */
+  /** Makes `path`, its trace and each tree's directory, or refuses (`SNAPSHOT`), leaving none. */
   static async begin(
     store: SnapshotStore,
     path: string,
@@ -138,10 +134,7 @@ async function openToRead(store: SnapshotStore, path: string, operation: string,
   return { dir, read };
 }
 
-/**
- * The complete snapshot in `path`, its manifest read strictly and everything checked against it
- * (`dir.check`); the caller closes it. Refused (`SNAPSHOT`) naming the first thing that differs.
- */
+/** The complete snapshot in `path`, all checked against its manifest; the caller closes it. */
 export async function openSnapshot(
   store: SnapshotStore,
   path: string,

@@ -1,8 +1,6 @@
 /**
- * A snapshot's manifest: what was dumped, from where, and what its restore needs. A versioned
- * contract (docs/SNAPSHOTS.md), parsed strictly: what is not exactly what this version writes
- * (another format, a field missing, unknown or out of range, a path out of the directory) is
- * refused in one sentence.
+ * A snapshot's manifest, a versioned contract (docs/SNAPSHOTS.md) parsed strictly: what is not
+ * exactly what this version writes is refused in one sentence.
  *
  * @module
  */

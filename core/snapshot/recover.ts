@@ -29,11 +29,7 @@ export interface RecoverResult {
   readonly complete: boolean;
 }
 
-/**
- * Resumes each process the trace names that is still the same process, and removes what the
- * snapshot wrote. Refuses a snapshot still under way, and where one cannot be resumed, naming
- * it (the trace kept).
- */
+/** Resumes what the trace names, and removes what was written; refuses one still under way. */
 export async function recoverFrom(
   machine: Machine,
   store: SnapshotStore,

@@ -1,10 +1,8 @@
 /**
- * A snapshot's restore, in phases over one record ({@link Restoring}): everything checked before
- * anything changes (the files, the engine, the driver, every pid free, the GPU mapping, the room);
- * each tree restored by the engine, held stopped where it can be until its memory images matched
- * their digests, its CUDA processes resumed as one job as soon as it is back; then what came of
- * it. An engine's failure or an image that differs ends what the engine made; a failure of the
- * GPU half leaves the processes checkpointed, with what to do in the error.
+ * A snapshot's restore, in phases over one record ({@link Restoring}): all checked first; each
+ * tree restored, held stopped until its memory images matched, its CUDA processes resumed as one
+ * job as soon as it is back. A failure ends what the engine made (or, in the GPU half, leaves the
+ * processes checkpointed).
  *
  * @module
  */
@@ -48,10 +46,7 @@ import { checkPidsFree, treesNow, untilFree, usesOf, watchHeld } from "./trees.t
 export interface RestoreSnapshotOptions {
   /** The machine to restore onto; this machine when left out. */
   machine?: Machine;
-  /**
-   * Where the snapshot's GPUs go, each UUID of the manifest to one of this machine's. Left out: by
-   * index (in place where they are the same GPUs), each onto one of the same chip.
-   */
+  /** Where the snapshot's GPUs go (left out: by index, each onto one of its chip). */
   gpuMapping?: GpuMapping;
   /** Whether to check the GPUs' room for what each process held first (default `true`). */
   checkRoom?: boolean;
@@ -267,11 +262,7 @@ async function checkDriver(run: Run, manifest: Manifest): Promise<void> {
   );
 }
 
-/**
- * Phase 2: the engine brings every tree back; the CUDA processes that ran are resumed as one job,
- * each tree's as soon as it is back. Each goes from where the driver says it is: criu with its
- * CUDA plugin leaves it running already.
- */
+/** Phase 2: every tree back, the CUDA processes resumed as one job, each as its tree is back. */
 async function bringBack(r: Restoring): Promise<GroupResult | undefined> {
   const { run, manifest } = r;
   run.phase("restore");
@@ -393,10 +384,7 @@ async function outcome(
   };
 }
 
-/**
- * Ends every tree the engine made, so the snapshot can be restored again at once; resolves to the
- * error: an image that differs first, else the engine's failure, or the stop.
- */
+/** Ends every tree the engine made; resolves to the error (an image that differs first). */
 async function rollBack(r: Restoring, stopped: string | undefined): Promise<Error> {
   const { run, o } = r;
   run.phase("rollback");
@@ -437,10 +425,7 @@ async function rollBack(r: Restoring, stopped: string | undefined): Promise<Erro
   });
 }
 
-/**
- * Every process the engine made: each tree it restored, as it is now, and the pids of a tree it
- * failed on that a process holds now (free when checked: the engine may have left them).
- */
+/** Every process the engine made, those of trees it failed on too (their pids were free). */
 async function madeBy(r: Restoring): Promise<number[]> {
   const host = r.run.host;
   const failed = r.begun.filter((t) => !r.made.some((pids) => pids[0] === t.root));

@@ -1,10 +1,7 @@
 /**
- * A snapshot to disk: process trees into a directory through the machine's engine, in phases over
- * one record ({@link Taken}): everything checked, nothing changed; the directory and its trace
- * made; the CUDA processes suspended through the group operations (a group per tree, each tree
- * dumped as soon as its own are, or one job) and each tree's images sealed as its dump ends; the
- * manifest written last; the processes ended (or resumed, `leaveRunning`). A failure before the
- * end puts every process back as it was, running.
+ * A snapshot to disk, in phases over one record ({@link Taken}): all checked; the directory made;
+ * each tree dumped as soon as its CUDA processes are suspended (a group per tree, or one job) and
+ * sealed; the manifest last; the processes ended. A failure before the end puts all back.
  *
  * @module
  */
@@ -55,9 +52,8 @@ export interface SnapshotOptions {
   /** Suspend processes that imported GPU memory anyway (see `StepOptions.allowIpcImport`). */
   allowIpcImport?: boolean;
   /**
-   * Take established TCP connections too (criu's `--tcp-established`; else a tree with one is
-   * refused). Both ends must be in the snapshot, or the peer gone: a peer left running answers
-   * the restored connection with a reset. Default `false`.
+   * Take established TCP connections too (else a tree with one is refused); both ends must be in
+   * the snapshot, or the peer gone: one left running resets the restored connection.
    */
   tcpEstablished?: boolean;
   /** Called as the snapshot goes ({@link SnapshotEvent}). Must not throw. */

@@ -1,6 +1,5 @@
 /**
- * Process trees as snapshots see them: listed for the manifest, as dumped, ended; the pids a
- * restore needs free.
+ * Process trees as snapshots see them: listed, as dumped, ended; the pids a restore needs.
  *
  * @module
  */
@@ -131,10 +130,7 @@ export function asDumped(listed: ManifestTree, dumped: readonly DumpedProcess[])
   };
 }
 
-/**
- * Ends the dumped trees: stops every process (again while new ones turn up) so that none forks,
- * then kills them all and waits until their pids are free.
- */
+/** Ends the trees: stops every process until none new turns up, kills all, waits for their pids. */
 export async function endTrees(
   engine: SnapshotEngine,
   host: HostProcesses,
@@ -158,10 +154,7 @@ export async function endTrees(
   await untilFree(host, [...known], sleep);
 }
 
-/**
- * Watches a tree restored stopped: resolves to a function that says later whether any of it ran
- * meanwhile (someone may send it SIGCONT), or a process turned up; `undefined` where none did.
- */
+/** Watches a tree held stopped: resolves to a function that says later whether any of it ran. */
 export async function watchHeld(
   host: HostProcesses,
   root: number,
@@ -201,10 +194,7 @@ export async function usesOf(
   return uses;
 }
 
-/**
- * Waits (10 s at most) until no process uses any of `pids`: a killed process keeps its pid,
- * session and group until reaped, and a restore right after needs them free.
- */
+/** Waits (10 s at most) until `pids` are free: a killed process holds them until reaped. */
 export async function untilFree(
   host: HostProcesses,
   pids: readonly number[],
