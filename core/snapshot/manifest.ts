@@ -66,10 +66,7 @@ export interface Manifest {
   /** What took it. */
   readonly tool: { readonly name: string; readonly version: string };
   /** The machine it was taken on. */
-  readonly host: {
-    readonly hostname: string;
-    readonly kernel: string;
-  };
+  readonly host: { readonly hostname: string; readonly kernel: string };
   /** The driver: its `cuDriverGetVersion` (13000) and, where known, its release (`580.159.04`). */
   readonly driver: { readonly cudaVersion: number; readonly release?: string };
   /** The engine that dumped the trees, and its version. */
@@ -102,6 +99,8 @@ export function treeDirName(root: number): string {
   return `tree-${root}`;
 }
 
+const TOP_FIELDS = "format createdAt tool host driver engine gpus trees options timings files"
+  .split(" ");
 const TREE_DIR = /^tree-[1-9][0-9]{0,9}$/;
 const DIGEST = /^[0-9a-f]{64}$/;
 const FILE_PATH = /^tree-[1-9][0-9]{0,9}\/[A-Za-z0-9_][A-Za-z0-9._-]{0,200}$/;
@@ -135,19 +134,7 @@ export function parseManifest(
   );
   const data = r.parse(text, "it");
   checkFormat(r, data);
-  const m = r.object(data, "", [
-    "format",
-    "createdAt",
-    "tool",
-    "host",
-    "driver",
-    "engine",
-    "gpus",
-    "trees",
-    "options",
-    "timings",
-    "files",
-  ]);
+  const m = r.object(data, "", TOP_FIELDS);
   const createdAt = r.string(m.createdAt, "createdAt");
   if (Number.isNaN(Date.parse(createdAt))) r.fail("createdAt", "a date (ISO 8601)", createdAt);
   const tool = r.object(m.tool, "tool", ["name", "version"]);
