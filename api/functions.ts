@@ -9,12 +9,8 @@ import { CudaProcess, handleOf, machineOf } from "./cuda_process.ts";
 import type { GpuInfo } from "../core/driver.ts";
 import { runGroup as runOn } from "../core/group.ts";
 import { checkGroupOptions, type GroupOptions, type GroupResult } from "../core/group_types.ts";
-import {
-  checkListOptions,
-  type CudaProcessListing,
-  type ListCudaProcessesOptions,
-  listOn,
-} from "../core/listing.ts";
+import { checkListOptions, type CudaProcessListing } from "../core/listing.ts";
+import { type ListCudaProcessesOptions, listOn } from "../core/listing.ts";
 import { type Machine, withMachine } from "../core/machine.ts";
 import { checkChoice, checkFlag, checkOptions } from "../core/options.ts";
 import type { Manifest } from "../core/snapshot/manifest.ts";

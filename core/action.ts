@@ -8,26 +8,12 @@
 import { CUDA_ERROR_ILLEGAL_STATE, type GpuPair } from "./driver.ts";
 import { asError, CudaError, messageOf, RefusedError, withDetail } from "./errors.ts";
 import type { ProcessOutcome, StepRecord, StopReason } from "./group_types.ts";
-import {
-  checkFlag,
-  checkGpuMapping,
-  checkLockTimeout,
-  checkOptions,
-  DEFAULT_LOCK_TIMEOUT_MS,
-  type GpuMapping,
-} from "./options.ts";
+import { checkFlag, checkGpuMapping, checkLockTimeout, checkOptions } from "./options.ts";
+import { DEFAULT_LOCK_TIMEOUT_MS, type GpuMapping } from "./options.ts";
 import { type Handle, importRefusal, isGone, type Turn } from "./process.ts";
 import type { RoomCheck } from "./room.ts";
-import {
-  type Action,
-  isStep,
-  plan,
-  type ProcessState,
-  rollbackWay,
-  type Step,
-  stepTo,
-  undoOf,
-} from "./states.ts";
+import { type Action, isStep, plan, type ProcessState, rollbackWay, type Step } from "./states.ts";
+import { stepTo, undoOf } from "./states.ts";
 import { clockOf, roundMs } from "./time.ts";
 
 /** What an action needs besides the process, checked. */

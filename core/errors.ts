@@ -5,13 +5,8 @@
  * @module
  */
 
-import {
-  CU_RESULTS,
-  CUDA_ERROR_NOT_INITIALIZED,
-  CUDA_ERROR_OPERATING_SYSTEM,
-  CUDA_SUCCESS,
-  resultName,
-} from "./driver.ts";
+import { CU_RESULTS, CUDA_ERROR_NOT_INITIALIZED, CUDA_ERROR_OPERATING_SYSTEM } from "./driver.ts";
+import { CUDA_SUCCESS, resultName } from "./driver.ts";
 import type { CheckpointDriver } from "./driver.ts";
 import type { ProcessState } from "./states.ts";
 

@@ -6,14 +6,8 @@
  * @module
  */
 
-import {
-  type ActionHooks,
-  type ActionReport,
-  type ActionSettings,
-  planGoal,
-  runAction,
-  undo,
-} from "./action.ts";
+import { type ActionHooks, type ActionReport, type ActionSettings, planGoal } from "./action.ts";
+import { runAction, undo } from "./action.ts";
 import { asError } from "./errors.ts";
 import type { GroupResult, GroupSettings, ProcessOutcome, StopReason } from "./group_types.ts";
 import { type JobMember, runJob } from "./job.ts";

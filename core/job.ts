@@ -7,15 +7,8 @@
  * @module
  */
 
-import {
-  type ActionHooks,
-  type ActionReport,
-  type ActionSettings,
-  broughtBack,
-  planGoal,
-  timed,
-  wayBack,
-} from "./action.ts";
+import { type ActionHooks, type ActionReport, type ActionSettings, broughtBack } from "./action.ts";
+import { planGoal, timed, wayBack } from "./action.ts";
 import { asError, CudaError, withDetail } from "./errors.ts";
 import type { StopReason } from "./group_types.ts";
 import type { Handle, Turn } from "./process.ts";

@@ -11,16 +11,9 @@
 
 import type { GpuPair } from "./driver.ts";
 import { messageOf, RefusedError } from "./errors.ts";
-import {
-  type GpuMemoryReport,
-  type HeldRecord,
-  type HeldRecords,
-  type HostProcesses,
-  MemoryHeldRecords,
-  type ProcessIdentity,
-  sameProcess,
-  withoutClaim,
-} from "./host.ts";
+import { type GpuMemoryReport, type HeldRecord, type HeldRecords } from "./host.ts";
+import { type HostProcesses, MemoryHeldRecords, type ProcessIdentity } from "./host.ts";
+import { sameProcess, withoutClaim } from "./host.ts";
 import { formatGpuUuid } from "./options.ts";
 
 /** Where a restore would not fit: what {@link GpuRoomError} carries. */

@@ -15,13 +15,8 @@ import { runGroup } from "../group.ts";
 import type { GroupResult } from "../group_types.ts";
 import type { Machine } from "../machine.ts";
 import { derivedMapping, mappingProblems, mappingRefused } from "../mapping.ts";
-import {
-  checkFlag,
-  checkGpuMapping,
-  checkOptions,
-  formatGpuUuid,
-  type GpuMapping,
-} from "../options.ts";
+import { checkFlag, checkGpuMapping, checkOptions, formatGpuUuid } from "../options.ts";
+import { type GpuMapping } from "../options.ts";
 import { sessionOf } from "../process.ts";
 import { onto } from "../room.ts";
 import { clockOf } from "../time.ts";
@@ -29,17 +24,8 @@ import { olderVersion } from "../version.ts";
 import type { Checked, SnapshotDir, SnapshotStore } from "./store.ts";
 import { openSnapshot } from "./layout.ts";
 import type { Manifest, ManifestProcess, ManifestTree } from "./manifest.ts";
-import {
-  checkDir,
-  checkWhole,
-  firstError,
-  groupFailure,
-  prerequisite,
-  Run,
-  type SnapshotEvent,
-  started,
-  type WholeSettings,
-} from "./run.ts";
+import { checkDir, checkWhole, firstError, groupFailure, prerequisite, Run } from "./run.ts";
+import { type SnapshotEvent, started, type WholeSettings } from "./run.ts";
 import { checkPidsFree, treesNow, untilFree, usesOf, watchHeld } from "./trees.ts";
 
 /** Options of `restoreSnapshot`. */
