@@ -6,7 +6,7 @@
 
 import { describeValue } from "../core/options.ts";
 import { act, type ActionSettings, type Outcome, settingsOf } from "../core/action.ts";
-import { type StepOptions } from "../core/action.ts";
+import type { StepOptions } from "../core/action.ts";
 import { Handle } from "../core/process.ts";
 import { isMachine, type Machine, type MachineSource, SharedMachine } from "../core/machine.ts";
 import { checkChoice, checkInteger, checkOptions, checkPid, checkSignal } from "../core/options.ts";

@@ -7,7 +7,7 @@
 
 import { CHECKPOINT_MIN_DRIVER_VERSION, type CheckpointDriver, CUDA_SUCCESS } from "./driver.ts";
 import { type DriverResult, formatDriverVersion, GPU_PAIRS_MIN_DRIVER_VERSION } from "./driver.ts";
-import { type LockArgs, type RestoreArgs } from "./driver.ts";
+import type { LockArgs, RestoreArgs } from "./driver.ts";
 import { CheckpointUnsupportedError, driverError } from "./errors.ts";
 import { type ProcessState, stateName } from "./states.ts";
 

@@ -8,7 +8,7 @@ import type { GpuPair } from "./driver.ts";
 import type { Machine } from "./machine.ts";
 import { checkFlag, checkFunction, checkGpuMapping, checkInteger } from "./options.ts";
 import { checkLockTimeout, checkOptions, checkSignal, describeValue } from "./options.ts";
-import { type GpuMapping } from "./options.ts";
+import type { GpuMapping } from "./options.ts";
 import type { RoomCheck } from "./room.ts";
 import type { Action, ProcessState, Step } from "./states.ts";
 

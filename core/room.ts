@@ -11,7 +11,7 @@
 
 import type { GpuPair } from "./driver.ts";
 import { messageOf, RefusedError } from "./errors.ts";
-import { type GpuMemoryReport, type HeldRecord, type HeldRecords } from "./host.ts";
+import type { GpuMemoryReport, HeldRecord, HeldRecords } from "./host.ts";
 import { type HostProcesses, MemoryHeldRecords, type ProcessIdentity } from "./host.ts";
 import { sameProcess, withoutClaim } from "./host.ts";
 import { formatGpuUuid } from "./options.ts";

@@ -16,7 +16,7 @@ import type { GroupResult } from "../group_types.ts";
 import type { Machine } from "../machine.ts";
 import { derivedMapping, mappingProblems, mappingRefused } from "../mapping.ts";
 import { checkFlag, checkGpuMapping, checkOptions, formatGpuUuid } from "../options.ts";
-import { type GpuMapping } from "../options.ts";
+import type { GpuMapping } from "../options.ts";
 import { sessionOf } from "../process.ts";
 import { onto } from "../room.ts";
 import { clockOf } from "../time.ts";

@@ -24,7 +24,7 @@ import { SnapshotWriter, TRACE_FILE } from "./layout.ts";
 import { type Manifest, MANIFEST_FORMAT, type ManifestTree } from "./manifest.ts";
 import type { SnapshotFile } from "./store.ts";
 import { checkDir, checkWhole, firstError, groupFailure, prerequisite, Run } from "./run.ts";
-import { type SnapshotEvent, type WholeSettings } from "./run.ts";
+import type { SnapshotEvent, WholeSettings } from "./run.ts";
 import { asDumped, checkDisjoint, describeGpus, describeTree, endTrees } from "./trees.ts";
 
 /** Options of `snapshot`. */

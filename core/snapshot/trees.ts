@@ -12,7 +12,7 @@ import type { GpuMemoryReport, HostProcesses, PidUse, TreeProcess } from "../hos
 import type { Machine } from "../machine.ts";
 import { sessionOf } from "../process.ts";
 import { SNAPSHOT_STATES } from "../states.ts";
-import { type Manifest, type ManifestGpu, type ManifestProcess } from "./manifest.ts";
+import type { Manifest, ManifestGpu, ManifestProcess } from "./manifest.ts";
 import { type ManifestTree, treeDirName } from "./manifest.ts";
 
 /** A tree for the manifest: each process, and the CUDA side of those that use CUDA. */
