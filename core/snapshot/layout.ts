@@ -6,10 +6,11 @@
  * @module
  */
 
-import { messageOf, RefusedError } from "../errors.ts";
+import { messageOf, type RefusedError } from "../errors.ts";
 import type { ProcessIdentity } from "../host.ts";
 import { StrictReader } from "../json.ts";
-import { type Manifest, parseManifest, serializeManifest, treeDirName } from "./manifest.ts";
+import { type Manifest, parseManifest, serializeManifest, snapshotRefusal } from "./manifest.ts";
+import { treeDirName } from "./manifest.ts";
 import type { Checked, CheckOptions, SnapshotDir, SnapshotFile, SnapshotStore } from "./store.ts";
 
 /** The manifest's file name. */
@@ -33,19 +34,10 @@ export interface Trace {
   readonly made: readonly string[];
 }
 
-/** The refusal of `operation` where the store fails on `path` (said once where it names it). */
-export function storeRefusal(
-  operation: string,
-  path: string,
-  what: string,
-  err: unknown,
-): RefusedError {
+/** The refusal of `op` where the store fails on `path` (said once where its words name it). */
+export function storeRefusal(op: string, path: string, what: string, err: unknown): RefusedError {
   const said = messageOf(err);
-  return new RefusedError({
-    code: "SNAPSHOT",
-    operation,
-    reason: said.startsWith(`${path} `) ? said : `${path} ${what}: ${said}`,
-  });
+  return snapshotRefusal(op, said.startsWith(`${path} `) ? said : `${path} ${what}: ${said}`);
 }
 
 /** A snapshot being written, in the layout's order. */
@@ -122,16 +114,32 @@ export class SnapshotWriter {
   }
 }
 
-/** An open snapshot directory and a reader of its small files, refused in the store's words. */
-async function openToRead(store: SnapshotStore, path: string, operation: string, what: string) {
+/**
+ * Runs `body` on the snapshot directory `path`, opened, and a reader of its small files, each
+ * refused in the store's words; the directory is closed where `body` throws.
+ */
+async function openedFor<T>(
+  store: SnapshotStore,
+  at: { path: string; operation: string; what: string },
+  body: (
+    dir: SnapshotDir,
+    read: (name: string, max: number) => Promise<string | undefined>,
+  ) => Promise<T>,
+): Promise<T> {
+  const { path, operation } = at;
   const dir = await store.open(path).catch((err) => {
-    throw storeRefusal(operation, path, what, err);
+    throw storeRefusal(operation, path, at.what, err);
   });
   const read = (name: string, max: number) =>
     dir.readFile(name, max).catch((err) => {
       throw storeRefusal(operation, `${dir.path}/${name}`, "cannot be read", err);
     });
-  return { dir, read };
+  try {
+    return await body(dir, read);
+  } catch (err) {
+    await dir.close();
+    throw err;
+  }
 }
 
 /** The complete snapshot in `path`, all checked against its manifest; the caller closes it. */
@@ -141,9 +149,9 @@ export async function openSnapshot(
   operation: string,
   o: CheckOptions,
 ): Promise<{ dir: SnapshotDir; manifest: Manifest; checked: Checked }> {
-  const refuse = (reason: string) => new RefusedError({ code: "SNAPSHOT", operation, reason });
-  const { dir, read } = await openToRead(store, path, operation, "cannot be read as a snapshot");
-  try {
+  const refuse = (reason: string) => snapshotRefusal(operation, reason);
+  const what = "cannot be read as a snapshot";
+  return await openedFor(store, { path, operation, what }, async (dir, read) => {
     const where = dir.path;
     const text = await read(MANIFEST_FILE, MANIFEST_MAX_BYTES);
     if (await read(TRACE_FILE, TRACE_MAX_BYTES) !== undefined) {
@@ -167,15 +175,9 @@ export async function openSnapshot(
       .catch(refused);
     const all = checked.all.catch(refused);
     all.catch(() => {});
-    return {
-      dir,
-      manifest,
-      checked: { digests: checked.digests, later: (sub) => checked.later(sub).catch(refused), all },
-    };
-  } catch (err) {
-    await dir.close();
-    throw err;
-  }
+    const later = (sub: string) => checked.later(sub).catch(refused);
+    return { dir, manifest, checked: { digests: checked.digests, later, all } };
+  });
 }
 
 /** The interrupted snapshot in `path`, for `recover`; refused (`SNAPSHOT`) without a trace. */
@@ -184,39 +186,26 @@ export async function openInterrupted(
   path: string,
   operation: string,
 ): Promise<{ dir: SnapshotDir; trace: Trace; complete: boolean }> {
-  const { dir, read } = await openToRead(
-    store,
-    path,
-    operation,
-    "cannot be read as a snapshot's directory",
-  );
-  try {
+  const what = "cannot be read as a snapshot's directory";
+  return await openedFor(store, { path, operation, what }, async (dir, read) => {
     const text = await read(TRACE_FILE, TRACE_MAX_BYTES);
     if (text === undefined) {
-      throw new RefusedError({
-        code: "SNAPSHOT",
+      throw snapshotRefusal(
         operation,
-        reason: `${dir.path} holds no ${TRACE_FILE}: no snapshot taken there was interrupted, ` +
-          `so there is nothing to recover`,
-      });
+        `${dir.path} holds no ${TRACE_FILE}: no snapshot taken there was interrupted, so there ` +
+          `is nothing to recover`,
+      );
     }
     const trace = parseTrace(text, `${dir.path}/${TRACE_FILE}`, operation);
     const complete = await read(MANIFEST_FILE, MANIFEST_MAX_BYTES) !== undefined;
     return { dir, trace, complete };
-  } catch (err) {
-    await dir.close();
-    throw err;
-  }
+  });
 }
 
 /** Parses a trace strictly; `where` names it in messages. */
 function parseTrace(text: string, where: string, operation: string): Trace {
-  const r = new StrictReader((_field, reason) =>
-    new RefusedError({ code: "SNAPSHOT", operation, reason: `${where}: ${reason}` })
-  );
-  const o = r.object(r.parse(text, "it"), "", ["format", "startedAt", "processes", "made"], [
-    "by",
-  ]);
+  const r = new StrictReader((_field, reason) => snapshotRefusal(operation, `${where}: ${reason}`));
+  const o = r.object(r.parse(text, "it"), "", "format startedAt processes made".split(" "), ["by"]);
   if (o.format !== TRACE_FORMAT) r.fail("format", JSON.stringify(TRACE_FORMAT), o.format);
   return {
     ...(o.by !== undefined ? { by: r.identity(o.by, "by") } : {}),

@@ -94,6 +94,11 @@ export interface Manifest {
   readonly files: readonly SnapshotFile[];
 }
 
+/** A refusal (`SNAPSHOT`) of `operation`: not a snapshot this version can use. */
+export function snapshotRefusal(operation: string, reason: string): RefusedError {
+  return new RefusedError({ code: "SNAPSHOT", operation, reason });
+}
+
 /** The subdirectory of a tree's images. */
 export function treeDirName(root: number): string {
   return `tree-${root}`;
@@ -129,9 +134,7 @@ export function parseManifest(
   where: string,
   operation = "restoreSnapshot",
 ): Manifest {
-  const r = new StrictReader((_field, reason) =>
-    new RefusedError({ code: "SNAPSHOT", operation, reason: `${where}: ${reason}` })
-  );
+  const r = new StrictReader((_field, reason) => snapshotRefusal(operation, `${where}: ${reason}`));
   const data = r.parse(text, "it");
   checkFormat(r, data);
   const m = r.object(data, "", TOP_FIELDS);

@@ -5,13 +5,13 @@
  * @module
  */
 
-import { RefusedError } from "../errors.ts";
 import { runGroup } from "../group.ts";
 import { checkGroupOptions, type GroupResult } from "../group_types.ts";
 import type { ProcessIdentity } from "../host.ts";
 import type { Machine } from "../machine.ts";
 import { sessionOf } from "../process.ts";
 import { openInterrupted, TRACE_FILE } from "./layout.ts";
+import { snapshotRefusal } from "./manifest.ts";
 import type { SnapshotStore } from "./store.ts";
 import { groupFailure } from "./run.ts";
 
@@ -37,7 +37,7 @@ export async function recoverFrom(
   checkRoom: boolean,
   operation: string,
 ): Promise<RecoverResult> {
-  const refuse = (reason: string) => new RefusedError({ code: "SNAPSHOT", operation, reason });
+  const refuse = (reason: string) => snapshotRefusal(operation, reason);
   const { dir: snap, trace, complete } = await openInterrupted(store, dir, operation);
   try {
     const where = snap.path;
