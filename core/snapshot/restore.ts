@@ -204,7 +204,19 @@ async function check(r: Restoring): Promise<void> {
         `release, so restore it with ${dumped.kind} ${dumped.version} or later`,
     );
   }
-  await checkDriver(run, manifest);
+  // A process comes back with the libcuda it had: the driver must be the snapshot's.
+  const version = await run.machine.driver.driverVersion();
+  const taken = manifest.driver;
+  if (version.code === CUDA_SUCCESS && version.value !== taken.cudaVersion) {
+    const release = taken.release ? ` (${taken.release})` : "";
+    const wanted = `CUDA ${formatDriverVersion(taken.cudaVersion)}${release}`;
+    throw prerequisite(
+      o.operation,
+      `the snapshot was taken with a driver of ${wanted}, and this machine's is CUDA ` +
+        `${formatDriverVersion(version.value)}: a process comes back with the libcuda it had, ` +
+        `which needs the same driver, so restore it on a machine whose driver is ${wanted}`,
+    );
+  }
   await checkPidsFree(manifest, run.host, o.operation);
   const gpus = await run.listing;
   r.pairs = o.pairs ?? derivedMapping(manifest.gpus, gpus, o.operation);
@@ -221,31 +233,12 @@ async function check(r: Restoring): Promise<void> {
         need[gpu] = (need[gpu] ?? 0) + mib;
       }
     }
-    await sessionOf(run.machine).room.fits(need, {
-      operation: o.operation,
-      who: "the snapshot's processes",
-    });
+    const who = "the snapshot's processes";
+    await sessionOf(run.machine).room.fits(need, { operation: o.operation, who });
   }
   if (o.signal?.aborted) run.notBegun("restore", "it was aborted");
   if (r.differs) throw r.differs;
   r.times.checked = run.at();
-}
-
-/** Refuses a machine whose driver is not the one the snapshot was taken with. */
-async function checkDriver(run: Run, manifest: Manifest): Promise<void> {
-  const version = await run.machine.driver.driverVersion();
-  const taken = manifest.driver;
-  if (version.code !== CUDA_SUCCESS || version.value === taken.cudaVersion) return;
-  const wanted = `CUDA ${formatDriverVersion(taken.cudaVersion)}${
-    taken.release ? ` (${taken.release})` : ""
-  }`;
-  throw prerequisite(
-    run.operation,
-    `the snapshot was taken with a driver of ${wanted}, and this machine's is CUDA ${
-      formatDriverVersion(version.value)
-    }: a process comes back with the libcuda it had, which needs the same driver, so ` +
-      `restore it on a machine whose driver is ${wanted}`,
-  );
 }
 
 /** Phase 2: every tree back, the CUDA processes resumed as one job, each as its tree is back. */
