@@ -80,24 +80,20 @@ export async function runJob(members: readonly JobMember[], ctx: JobContext): Pr
         w.report.state = stepTo(w.report.steps[w.report.steps.length - 1].step);
       }
     }
-    if (rest !== working) await setAside(working.filter((w) => !rest.includes(w)));
+    // Those set aside: each error says where its process is, and that the others went on.
+    for (const w of rest === working ? [] : lost) {
+      w.report.state = await w.target.state().catch(() => undefined);
+      w.report.error = withDetail(
+        w.failure!.err,
+        `the process is ${w.report.state ?? "of unknown state"}; a process whose restore the ` +
+          `driver refuses is most often lost (on driver 580, one that imported CUDA IPC memory or ` +
+          `ran out of memory), so the job's other processes were resumed rather than checkpointed ` +
+          `again`,
+      );
+    }
     return failed || stopped ? await rollBack(rest, ctx) : false;
   } finally {
     for (const release of releases) release();
-  }
-}
-
-/** The members whose restore the driver refused, set aside: their errors say so. */
-async function setAside(lost: readonly Working[]): Promise<void> {
-  for (const w of lost) {
-    w.report.state = await w.target.state().catch(() => undefined);
-    w.report.error = withDetail(
-      w.failure!.err,
-      `the process is ${w.report.state ?? "of unknown state"}; a process whose restore the ` +
-        `driver refuses is most often lost (on driver 580, one that imported CUDA IPC memory or ` +
-        `ran out of memory), so the job's other processes were resumed rather than checkpointed ` +
-        `again`,
-    );
   }
 }
 
