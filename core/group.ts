@@ -24,24 +24,12 @@ export async function runGroup(
   targets: readonly (number | Handle)[],
   settings: GroupSettings,
 ): Promise<GroupResult> {
-  const { handles, owned } = handlesOf(targets, source);
-  try {
-    return await new Group(action, handles, settings).run();
-  } finally {
-    await Promise.all(owned.map((h) => h.close()));
-  }
-}
-
-/** The handles of the targets; those made here from pids are closed by the caller. */
-function handlesOf(
-  targets: readonly (number | Handle)[],
-  source: MachineSource,
-): { handles: Handle[]; owned: Handle[] } {
   if (!Array.isArray(targets)) {
     throw new TypeError(
       `targets must be an array of pids or CudaProcess, got ${describeValue(targets)}`,
     );
   }
+  // Handles made here from pids are closed here.
   const owned: Handle[] = [];
   const seen = new Set<number>();
   const handles = targets.map((t, i) => {
@@ -55,7 +43,11 @@ function handlesOf(
     seen.add(handle.pid);
     return handle;
   });
-  return { handles, owned };
+  try {
+    return await new Group(action, handles, settings).run();
+  } finally {
+    await Promise.all(owned.map((h) => h.close()));
+  }
 }
 
 /** A process's part in the group, as it goes (a job's member), and its rollback under way. */
