@@ -88,8 +88,20 @@ export function checkSnapshotArgs(
     "tcpEstablished",
     "onProgress",
   ]);
+  if (!Array.isArray(roots) || roots.length === 0) {
+    throw new TypeError(
+      "roots must be a non-empty array of pids (the roots of the trees to snapshot), got " +
+        describeValue(roots),
+    );
+  }
+  const seen = new Set<number>();
+  for (const [i, pid] of roots.entries()) {
+    checkPid(pid, `roots[${i}]`);
+    if (seen.has(pid)) throw new RangeError(`roots names pid ${pid} twice: give each tree once`);
+    seen.add(pid);
+  }
   return {
-    roots: checkRoots(roots),
+    roots: [...roots],
     dir: checkDir(dir),
     settings: {
       ...checkWhole(o, "snapshot"),
@@ -100,23 +112,6 @@ export function checkSnapshotArgs(
       tcpEstablished: checkFlag(o.tcpEstablished, "tcpEstablished", false),
     },
   };
-}
-
-function checkRoots(roots: unknown): number[] {
-  if (!Array.isArray(roots) || roots.length === 0) {
-    throw new TypeError(
-      `roots must be a non-empty array of pids (the roots of the trees to snapshot), got ${
-        describeValue(roots)
-      }`,
-    );
-  }
-  const seen = new Set<number>();
-  return roots.map((pid, i) => {
-    checkPid(pid, `roots[${i}]`);
-    if (seen.has(pid)) throw new RangeError(`roots names pid ${pid} twice: give each tree once`);
-    seen.add(pid);
-    return pid;
-  });
 }
 
 /** What the checks found: the trees as listed, and what the manifest says of the machine. */
