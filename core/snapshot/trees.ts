@@ -51,32 +51,20 @@ export async function describeTree(
       });
     }
     const held = tid.status === "fulfilled" && tid.value.code === CUDA_SUCCESS;
-    return {
-      ...base,
-      cuda: {
-        state: name,
-        restoreThreadId: held ? tid.value.value : p.pid,
-        gpuMemoryMiB: await heldBy(p.pid, name, machine, report),
-      },
-    };
+    // What it holds: now where it runs; as recorded at its checkpoint where checkpointed.
+    let gpuMemoryMiB: Record<string, number> | null = null;
+    if (name === "running") {
+      const m = "byPid" in report ? report.byPid.get(p.pid) : undefined;
+      if (m && m !== "unknown") gpuMemoryMiB = { ...m };
+    } else {
+      const session = sessionOf(machine);
+      const record = await session.room.record(await session.identify(p.pid) ?? { pid: p.pid });
+      if (record) gpuMemoryMiB = { ...record.heldMiB };
+    }
+    const restoreThreadId = held ? tid.value.value : p.pid;
+    return { ...base, cuda: { state: name, restoreThreadId, gpuMemoryMiB } };
   }));
   return { root, images: treeDirName(root), processes };
-}
-
-/** What a CUDA process holds: now, or as recorded at its checkpoint; `null` unknown. */
-async function heldBy(
-  pid: number,
-  state: "running" | "checkpointed",
-  machine: Machine,
-  report: GpuMemoryReport,
-): Promise<Record<string, number> | null> {
-  if (state === "running") {
-    const m = "byPid" in report ? report.byPid.get(pid) : undefined;
-    return m && m !== "unknown" ? { ...m } : null;
-  }
-  const session = sessionOf(machine);
-  const record = await session.room.record(await session.identify(pid) ?? { pid });
-  return record ? { ...record.heldMiB } : null;
 }
 
 /** The machine's GPUs for the manifest, with their total memory where the host tells it. */
