@@ -20,7 +20,6 @@ import { clockOf, roundMs } from "./time.ts";
 export interface ActionSettings {
   /** The lock timeout in ms; a function where it is cut to a deadline as the action goes. */
   readonly lockTimeoutMs: number | (() => number);
-  /** The GPU pairs of a restore (`null`: in place). */
   readonly pairs: readonly GpuPair[] | null;
   /** Whether to record what a checkpoint takes off the GPU, and to check a restore's room. */
   readonly checkRoom: boolean;
@@ -98,7 +97,6 @@ export interface ActionHooks {
   stopBefore?(): StopReason | undefined;
   /** A step starts (`rollback`: one undoing the action). */
   stepStarted?(step: Step, rollback: boolean): void;
-  /** A step ended. */
   stepEnded?(record: StepRecord, rollback: boolean): void;
 }
 

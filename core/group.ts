@@ -136,7 +136,6 @@ class Group {
     return this.#result();
   }
 
-  /** Tells that a process's part ended. */
   #ended(e: Entry): void {
     const at = this.#deadline.elapsed();
     this.#s.onProgress({ type: "process-end", pid: e.proc.pid, at, status: outcome(e).status });
@@ -198,7 +197,6 @@ class Group {
     this.#rollbacks.push(entry.rollingBack);
   }
 
-  /** Why nothing more may start now, if so. */
   #stopReason(): StopReason | undefined {
     if (this.#s.signal?.aborted) return "aborted";
     if (this.#deadline.passed()) {
@@ -226,7 +224,6 @@ class Group {
     }
   }
 
-  /** The progress hooks of one process. */
   #hooks(pid: number): ActionHooks {
     const mib = this.#memory.get(pid);
     const memory = mib === undefined ? {} : { gpuMemoryMiB: mib };

@@ -23,11 +23,8 @@ export interface JobMember {
 
 /** What a job needs from the group that runs it. */
 export interface JobContext {
-  /** The goal or step. */
   readonly action: Action;
-  /** The settings of one process's steps. */
   settingsFor(pid: number): ActionSettings;
-  /** The progress hooks of one process. */
   hooks(pid: number): ActionHooks;
   /** Why nothing more may start now (a deadline, an abort), if so. */
   stopReason(): StopReason | undefined;
@@ -41,7 +38,6 @@ interface Working {
   readonly target: Turn;
   readonly report: ActionReport;
   left: Step[];
-  /** The step that failed, and how. */
   failure?: { step: Step; err: unknown };
 }
 

@@ -17,7 +17,6 @@ export type Refuse = (field: string, reason: string) => Error;
 export class StrictReader {
   readonly #refuse: Refuse;
 
-  /** A reader whose refusals `refuse` makes. */
   constructor(refuse: Refuse) {
     this.#refuse = refuse;
   }
@@ -72,7 +71,6 @@ export class StrictReader {
     return o;
   }
 
-  /** An array of `min` to `max` entries. */
   array(value: unknown, field: string, min = 0, max = Infinity): unknown[] {
     if (!Array.isArray(value) || value.length < min || value.length > max) {
       this.fail(
@@ -86,7 +84,6 @@ export class StrictReader {
     return value;
   }
 
-  /** A string of 1 to `max` characters. */
   string(value: unknown, field: string, max = 4096): string {
     if (typeof value !== "string" || value.length === 0 || value.length > max) {
       this.fail(field, `a string of 1 to ${max} characters`, value);
@@ -94,13 +91,11 @@ export class StrictReader {
     return value;
   }
 
-  /** `true` or `false`. */
   boolean(value: unknown, field: string): boolean {
     if (typeof value !== "boolean") this.fail(field, "true or false", value);
     return value;
   }
 
-  /** An integer from `min` to `max`. */
   integer(value: unknown, field: string, min: number, max = Number.MAX_SAFE_INTEGER): number {
     if (typeof value !== "number" || !Number.isInteger(value) || value < min || value > max) {
       this.fail(field, `an integer from ${min} to ${max}`, value);
@@ -119,7 +114,6 @@ export class StrictReader {
     return value;
   }
 
-  /** One of `choices`. */
   choice<T>(value: unknown, field: string, choices: readonly T[]): T {
     if (!choices.includes(value as T)) {
       this.fail(field, `one of ${choices.map((c) => JSON.stringify(c)).join(", ")}`, value);

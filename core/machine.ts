@@ -26,7 +26,6 @@ export interface Machine {
 
 /** A use of a machine: the machine, opened on first use, and the way to let go of it. */
 export interface MachineLease {
-  /** The machine. */
   readonly machine: Promise<Machine>;
   /** Lets go; the last lease of a {@link SharedMachine} closes it. Idempotent. */
   release(): Promise<void>;

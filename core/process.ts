@@ -102,12 +102,10 @@ export class Handle {
     this.#source = source;
   }
 
-  /** The machine, opened on first use. */
   async machine(): Promise<Machine> {
     return (await this.#session()).machine;
   }
 
-  /** The process's state, in its order. */
   state(): Promise<ProcessState> {
     return this.ordered((turn) => turn.state());
   }
@@ -212,7 +210,6 @@ export class Handle {
 export class Turn {
   /** The pid (or thread id) as given: what the driver is called with. */
   readonly pid: number;
-  /** The process it belongs to. */
   readonly identity: ProcessIdentity;
   /** Whether the process is the program making the calls (it checkpoints itself). */
   readonly self: boolean;
@@ -237,12 +234,10 @@ export class Turn {
     }
   }
 
-  /** The state, by name. */
   state(): Promise<ProcessState> {
     return readState(this.machine.driver, this.pid);
   }
 
-  /** `lock` with this timeout. */
   async lock(timeoutMs: number): Promise<void> {
     const room = this.session.room;
     // Locking this very process: the room check's NVML reads stop until it runs again.
@@ -300,7 +295,6 @@ export class Turn {
     return reservation?.check ?? "skipped";
   }
 
-  /** `unlock`. */
   async unlock(): Promise<void> {
     await this.#call("unlock");
     if (this.self) this.session.room.selfRunning();

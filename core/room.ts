@@ -104,7 +104,6 @@ export type RoomCheck = "checked" | "skipped" | { readonly unknown: string };
 
 /** A restore's claim, until it has returned. */
 export interface Reservation {
-  /** Whether the room was checked, and if not, why. */
   readonly check: RoomCheck;
   /** The restore has returned: `ok` removes the process's record, else its claim only. */
   done(ok: boolean): Promise<void>;

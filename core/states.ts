@@ -118,9 +118,7 @@ export function isStep(action: Action): action is Step {
 
 /** What is known after a step of a plan failed, for {@link rollbackWay}. */
 export interface AfterFailure {
-  /** The state before the first step. */
   readonly initial: ProcessState;
-  /** The steps that succeeded, in order. */
   readonly done: readonly Step[];
   /** The step that failed (`undefined`: stopped between steps). */
   readonly failed?: Step;

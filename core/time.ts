@@ -64,7 +64,6 @@ export class Deadline {
     this.#end = timeoutMs === undefined ? Infinity : this.#start + timeoutMs;
   }
 
-  /** ms since the start. */
   elapsed(): number {
     return this.#now() - this.#start;
   }
@@ -74,7 +73,6 @@ export class Deadline {
     return this.#end === Infinity ? undefined : Math.max(0, Math.ceil(this.#end - this.#now()));
   }
 
-  /** Whether it has passed. */
   passed(): boolean {
     return this.#now() >= this.#end;
   }

@@ -42,7 +42,6 @@ export function storeRefusal(op: string, path: string, what: string, err: unknow
 
 /** A snapshot being written, in the layout's order. */
 export class SnapshotWriter {
-  /** The open directory. */
   readonly dir: SnapshotDir;
   /** The engine's path for each tree's directory, in the order of the roots. */
   readonly imagesDirs: readonly string[];
@@ -108,7 +107,6 @@ export class SnapshotWriter {
     return said;
   }
 
-  /** Lets go of the directory as it is (the trace kept for `recover`). */
   async abandon(): Promise<void> {
     await this.dir.close();
   }

@@ -88,7 +88,6 @@ export class Run {
   readonly deadline: Deadline;
   /** The engine's probe, refused where it names a problem. */
   readonly probing: Promise<EngineProbe>;
-  /** The driver's GPUs. */
   readonly listing: Promise<readonly GpuInfo[]>;
   /** At most as many engine runs at once as the engine allows. */
   readonly slots: Slots;
@@ -147,7 +146,6 @@ export class Run {
     return this.#stop.signal;
   }
 
-  /** ms since the start. */
   at(): number {
     return this.deadline.elapsed();
   }
@@ -161,7 +159,6 @@ export class Run {
     }
   }
 
-  /** Tells that a phase starts. */
   phase(phase: SnapshotPhase): void {
     this.tell({ type: "phase", phase, at: 0 });
   }
@@ -198,7 +195,6 @@ export class Run {
     };
   }
 
-  /** Ends the run's deadline timer. */
   close(): void {
     this.#cancelTimer();
   }

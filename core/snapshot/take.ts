@@ -135,11 +135,9 @@ interface Taken {
   readonly suspending: readonly number[];
   /** Each tree's processes as the engine dumped them, once it has. */
   readonly dumped: (readonly DumpedProcess[] | undefined)[];
-  /** Each tree's images, once sealed. */
   readonly sealed: SnapshotFile[][];
   /** When the suspends and the dumps began and last ended (ms). */
   readonly times: { suspend: number; suspended: number; dump?: number; dumped: number };
-  /** The first part that failed. */
   failure?: Failure;
 }
 
