@@ -72,53 +72,35 @@ export class StrictReader {
   }
 
   array(value: unknown, field: string, min = 0, max = Infinity): unknown[] {
-    if (!Array.isArray(value) || value.length < min || value.length > max) {
-      this.fail(
-        field,
-        max === Infinity
-          ? `an array of at least ${min} entries`
-          : `an array of ${min} to ${max} entries`,
-        value,
-      );
-    }
-    return value;
+    if (Array.isArray(value) && value.length >= min && value.length <= max) return value;
+    const entries = max === Infinity ? `at least ${min}` : `${min} to ${max}`;
+    return this.fail(field, `an array of ${entries} entries`, value);
   }
 
   string(value: unknown, field: string, max = 4096): string {
-    if (typeof value !== "string" || value.length === 0 || value.length > max) {
-      this.fail(field, `a string of 1 to ${max} characters`, value);
-    }
-    return value;
+    if (typeof value === "string" && value.length > 0 && value.length <= max) return value;
+    return this.fail(field, `a string of 1 to ${max} characters`, value);
   }
 
   boolean(value: unknown, field: string): boolean {
-    if (typeof value !== "boolean") this.fail(field, "true or false", value);
-    return value;
+    return typeof value === "boolean" ? value : this.fail(field, "true or false", value);
   }
 
   integer(value: unknown, field: string, min: number, max = Number.MAX_SAFE_INTEGER): number {
-    if (typeof value !== "number" || !Number.isInteger(value) || value < min || value > max) {
-      this.fail(field, `an integer from ${min} to ${max}`, value);
-    }
-    return value;
+    const ok = typeof value === "number" && Number.isInteger(value) && value >= min && value <= max;
+    return ok ? value : this.fail(field, `an integer from ${min} to ${max}`, value);
   }
 
   /** A finite number from 0 (above 0 with `positive`). */
   amount(value: unknown, field: string, positive = false): number {
-    if (
-      typeof value !== "number" || !Number.isFinite(value) || value < 0 ||
-      (positive && value === 0)
-    ) {
-      this.fail(field, positive ? "a number above 0" : "a number from 0", value);
-    }
-    return value;
+    const ok = typeof value === "number" && Number.isFinite(value) && value >= 0 &&
+      !(positive && value === 0);
+    return ok ? value : this.fail(field, positive ? "a number above 0" : "a number from 0", value);
   }
 
   choice<T>(value: unknown, field: string, choices: readonly T[]): T {
-    if (!choices.includes(value as T)) {
-      this.fail(field, `one of ${choices.map((c) => JSON.stringify(c)).join(", ")}`, value);
-    }
-    return value as T;
+    if (choices.includes(value as T)) return value as T;
+    return this.fail(field, `one of ${choices.map((c) => JSON.stringify(c)).join(", ")}`, value);
   }
 
   /** A GPU UUID, as nvidia-smi writes it (`GPU-…`, lower case). */
