@@ -37,21 +37,16 @@ export function checkKeys<T extends object>(
 ): T {
   if (value === undefined) return {} as T;
   if (typeof value !== "object" || !isPlain(value)) {
-    throw new TypeError(
-      `${whatAsObject} must be an object${keys.length > 0 ? ` with ${keys.join(", ")}` : ""}, got ${
-        describeValue(value)
-      }`,
-    );
+    const fields = keys.length > 0 ? ` with ${keys.join(", ")}` : "";
+    mustBe(TypeError, whatAsObject, `an object${fields}`, value);
   }
   for (const key of Object.keys(value)) {
-    if (!(keys as readonly string[]).includes(key)) {
-      const near = nearest(key, keys);
-      throw new TypeError(
-        `${what} has no option ${JSON.stringify(key)}${
-          near ? ` (did you mean ${JSON.stringify(near)}?)` : ""
-        }; it takes ${keys.length > 0 ? keys.join(", ") : "none"}`,
-      );
-    }
+    if ((keys as readonly string[]).includes(key)) continue;
+    const near = nearest(key, keys);
+    const hint = near ? ` (did you mean ${JSON.stringify(near)}?)` : "";
+    throw new TypeError(
+      `${what} has no option ${JSON.stringify(key)}${hint}; it takes ${keys.join(", ") || "none"}`,
+    );
   }
   return value;
 }
@@ -92,13 +87,22 @@ export function checkPid(pid: unknown, what = "pid"): number {
   return checkBetween(pid, what, 1, MAX_PID, `process or thread id from 1 to ${MAX_PID}`);
 }
 
+/** Throws the error for `value` of `what`, which must be `expected`: one way to word them all. */
+export function mustBe(
+  Err: ErrorConstructor,
+  what: string,
+  expected: string,
+  value: unknown,
+): never {
+  throw new Err(`${what} must be ${expected}, got ${describeValue(value)}`);
+}
+
+const isInteger = (v: unknown): v is number => typeof v === "number" && Number.isInteger(v);
+
 /** An integer from `min` to `max`: a TypeError for what is no integer, else a RangeError. */
 function checkBetween(value: unknown, what: string, min: number, max: number, expected: string) {
-  if (typeof value !== "number" || !Number.isInteger(value) || value < min || value > max) {
-    const Err = typeof value === "number" && Number.isInteger(value) ? RangeError : TypeError;
-    throw new Err(`${what} must be an integer ${expected}, got ${describeValue(value)}`);
-  }
-  return value;
+  if (isInteger(value) && value >= min && value <= max) return value;
+  return mustBe(isInteger(value) ? RangeError : TypeError, what, `an integer ${expected}`, value);
 }
 
 /** Checks an integer from `min` (to `max`); the error names the option and the value. */
@@ -108,11 +112,9 @@ export function checkInteger(
   min = 0,
   max = Number.MAX_SAFE_INTEGER,
 ): number {
-  if (typeof value !== "number" || !Number.isInteger(value) || value < min || value > max) {
-    const range = max === Number.MAX_SAFE_INTEGER ? `from ${min}` : `from ${min} to ${max}`;
-    throw new RangeError(`${what} must be an integer ${range}, got ${describeValue(value)}`);
-  }
-  return value;
+  if (isInteger(value) && value >= min && value <= max) return value;
+  const range = max === Number.MAX_SAFE_INTEGER ? `from ${min}` : `from ${min} to ${max}`;
+  return mustBe(RangeError, what, `an integer ${range}`, value);
 }
 
 /** Checks a lock timeout in milliseconds: an integer from 0 (wait forever) to 2^32-1. */
@@ -128,47 +130,33 @@ export function checkLockTimeout(value: unknown, what: string): number {
 
 /** Checks a finite number from 0 (above 0 with `positive`); returns it. */
 export function checkAmount(value: unknown, what: string, positive = false): number {
-  if (
-    typeof value !== "number" || !Number.isFinite(value) || value < 0 || (positive && value === 0)
-  ) {
-    throw new RangeError(
-      `${what} must be a finite number ${positive ? "> 0" : ">= 0"}, got ${describeValue(value)}`,
-    );
-  }
-  return value;
+  const ok = typeof value === "number" && Number.isFinite(value) && value >= 0 &&
+    !(positive && value === 0);
+  return ok ? value : mustBe(RangeError, what, `a finite number ${positive ? ">" : ">="} 0`, value);
 }
 
 /** Checks a non-empty string; returns it. */
 export function checkName(value: unknown, what: string): string {
-  if (typeof value !== "string" || value.trim() === "") {
-    throw new TypeError(`${what} must be a non-empty string, got ${describeValue(value)}`);
-  }
-  return value;
+  if (typeof value === "string" && value.trim() !== "") return value;
+  return mustBe(TypeError, what, "a non-empty string", value);
 }
 
 /** A boolean option: `fallback` when left out; anything else is a TypeError naming it. */
 export function checkFlag(value: unknown, what: string, fallback: boolean): boolean {
   if (value === undefined) return fallback;
-  if (typeof value !== "boolean") {
-    throw new TypeError(`${what} must be true or false, got ${describeValue(value)}`);
-  }
-  return value;
+  return typeof value === "boolean" ? value : mustBe(TypeError, what, "true or false", value);
 }
 
 /** An `AbortSignal` option, where given. */
 export function checkSignal(value: unknown, what = "signal"): AbortSignal | undefined {
-  if (value !== undefined && !(value instanceof AbortSignal)) {
-    throw new TypeError(`${what} must be an AbortSignal, got ${describeValue(value)}`);
-  }
-  return value;
+  if (value === undefined || value instanceof AbortSignal) return value;
+  return mustBe(TypeError, what, "an AbortSignal", value);
 }
 
 /** A function option, where given. */
 export function checkFunction<F>(value: F | undefined, what: string): F | undefined {
-  if (value !== undefined && typeof value !== "function") {
-    throw new TypeError(`${what} must be a function, got ${describeValue(value)}`);
-  }
-  return value;
+  if (value === undefined || typeof value === "function") return value;
+  return mustBe(TypeError, what, "a function", value);
 }
 
 /** One of `choices`, where given. */
@@ -177,14 +165,13 @@ export function checkChoice<T extends string>(
   what: string,
   choices: readonly T[],
 ): T {
-  if (!(choices as readonly unknown[]).includes(value)) {
-    throw new RangeError(
-      `${what} must be one of ${choices.map((c) => JSON.stringify(c)).join(", ")}, got ${
-        describeValue(value)
-      }`,
-    );
-  }
-  return value as T;
+  if ((choices as readonly unknown[]).includes(value)) return value as T;
+  return mustBe(
+    RangeError,
+    what,
+    `one of ${choices.map((c) => JSON.stringify(c)).join(", ")}`,
+    value,
+  );
 }
 
 /** A GPU mapping for restore: from each checkpointed GPU's UUID to the restore GPU's UUID. */
@@ -193,10 +180,8 @@ export type GpuMapping = Readonly<Record<string, string>> | ReadonlyMap<string, 
 /** Checks a GPU mapping (GPU UUIDs, no key twice) and turns it into GPU pairs. */
 export function checkGpuMapping(mapping: unknown): GpuPair[] {
   if (!(mapping instanceof Map) && !(typeof mapping === "object" && isPlain(mapping))) {
-    throw new TypeError(
-      "gpuMapping must be an object or Map from checkpointed GPU UUID to restore GPU UUID, got " +
-        describeValue(mapping),
-    );
+    const expected = "an object or Map from checkpointed GPU UUID to restore GPU UUID";
+    mustBe(TypeError, "gpuMapping", expected, mapping);
   }
   const seen = new Map<string, unknown>();
   const entries = mapping instanceof Map ? [...mapping.entries()] : Object.entries(mapping);
@@ -226,9 +211,7 @@ const DASHED = /^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-
  */
 export function parseGpuUuid(text: unknown, what = "GPU UUID"): Uint8Array {
   const form = '"GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"';
-  if (typeof text !== "string") {
-    throw new TypeError(`${what} must be a string such as ${form}, got ${describeValue(text)}`);
-  }
+  if (typeof text !== "string") mustBe(TypeError, what, `a string such as ${form}`, text);
   const body = text.startsWith("GPU-") ? text.slice(4) : text;
   if (!BARE.test(body) && !DASHED.test(body)) {
     const hint = text.startsWith("MIG-")
