@@ -12,7 +12,7 @@ import { asError } from "./errors.ts";
 import type { GroupResult, GroupSettings, ProcessOutcome, StopReason } from "./group_types.ts";
 import { type JobMember, runJob } from "./job.ts";
 import type { MachineSource } from "./machine.ts";
-import { checkPid, describeValue } from "./options.ts";
+import { checkPid, mustBe } from "./options.ts";
 import { Handle } from "./process.ts";
 import { type Action, isStep } from "./states.ts";
 import { clockOf, Deadline } from "./time.ts";
@@ -25,9 +25,7 @@ export async function runGroup(
   settings: GroupSettings,
 ): Promise<GroupResult> {
   if (!Array.isArray(targets)) {
-    throw new TypeError(
-      `targets must be an array of pids or CudaProcess, got ${describeValue(targets)}`,
-    );
+    mustBe(TypeError, "targets", "an array of pids or CudaProcess", targets);
   }
   // Handles made here from pids are closed here.
   const owned: Handle[] = [];

@@ -9,14 +9,13 @@
 import { checkCapability } from "../calls.ts";
 import { CUDA_SUCCESS, type DriverResult } from "../driver.ts";
 import { type DumpedProcess, EngineError, type EngineProbe } from "../engine.ts";
-import { describeValue } from "../options.ts";
 import { messageOf, SnapshotError, type SnapshotFailure } from "../errors.ts";
 import { runGroup } from "../group.ts";
 import type { GroupResult } from "../group_types.ts";
 import type { GpuMemoryReport, MachineFacts, TreeProcess } from "../host.ts";
 import { askGpuMemory } from "../listing.ts";
 import type { Machine } from "../machine.ts";
-import { checkFlag, checkLockTimeout, checkOptions, checkPid } from "../options.ts";
+import { checkFlag, checkLockTimeout, checkOptions, checkPid, mustBe } from "../options.ts";
 import { importRefusal, sessionOf } from "../process.ts";
 import { clockOf } from "../time.ts";
 import { VERSION } from "../version.ts";
@@ -89,9 +88,11 @@ export function checkSnapshotArgs(
     "onProgress",
   ]);
   if (!Array.isArray(roots) || roots.length === 0) {
-    throw new TypeError(
-      "roots must be a non-empty array of pids (the roots of the trees to snapshot), got " +
-        describeValue(roots),
+    mustBe(
+      TypeError,
+      "roots",
+      "a non-empty array of pids (the roots of the trees to snapshot)",
+      roots,
     );
   }
   const seen = new Set<number>();
