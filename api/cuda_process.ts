@@ -4,12 +4,12 @@
  * @module
  */
 
-import { describeValue } from "../core/options.ts";
-import { act, type ActionSettings, type Outcome, settingsOf } from "../core/action.ts";
+import { act, type Outcome, settingsOf } from "../core/action.ts";
 import type { StepOptions } from "../core/action.ts";
 import { Handle } from "../core/process.ts";
 import { isMachine, type Machine, type MachineSource, SharedMachine } from "../core/machine.ts";
 import { checkChoice, checkInteger, checkOptions, checkPid, checkSignal } from "../core/options.ts";
+import { mustBe } from "../core/options.ts";
 import { type Action, PROCESS_STATES, type ProcessState } from "../core/states.ts";
 import { openMachine } from "../os/this_machine.ts";
 
@@ -74,25 +74,22 @@ export class CudaProcess {
 
   /** Locks the process: its CUDA calls block and submitted work finishes (`timeoutMs`, 10 s). */
   lock(options?: Pick<StepOptions, "timeoutMs">): Promise<Outcome> {
-    return this.#act("lock", () => settingsOf(options, "lock", ["timeoutMs"]));
+    return this.#act("lock", options, ["timeoutMs"]);
   }
 
   /** Checkpoints a locked process: copies its GPU memory into host memory and releases the GPU. */
   checkpoint(options?: Pick<StepOptions, "checkRoom" | "allowIpcImport">): Promise<Outcome> {
-    return this.#act(
-      "checkpoint",
-      () => settingsOf(options, "checkpoint", ["checkRoom", "allowIpcImport"]),
-    );
+    return this.#act("checkpoint", options, ["checkRoom", "allowIpcImport"]);
   }
 
   /** Restores a checkpointed process (onto other GPUs with `gpuMapping`); it is then locked. */
   restore(options?: Pick<StepOptions, "gpuMapping" | "checkRoom">): Promise<Outcome> {
-    return this.#act("restore", () => settingsOf(options, "restore", ["gpuMapping", "checkRoom"]));
+    return this.#act("restore", options, ["gpuMapping", "checkRoom"]);
   }
 
   /** Unlocks a locked process so that its CUDA calls run again. */
   unlock(): Promise<Outcome> {
-    return this.#act("unlock", () => settingsOf(undefined, "unlock", []));
+    return this.#act("unlock", undefined, []);
   }
 
   /**
@@ -102,10 +99,7 @@ export class CudaProcess {
   suspend(
     options?: Pick<StepOptions, "timeoutMs" | "checkRoom" | "allowIpcImport">,
   ): Promise<Outcome> {
-    return this.#act(
-      "suspend",
-      () => settingsOf(options, "suspend", ["timeoutMs", "checkRoom", "allowIpcImport"]),
-    );
+    return this.#act("suspend", options, ["timeoutMs", "checkRoom", "allowIpcImport"]);
   }
 
   /**
@@ -113,16 +107,12 @@ export class CudaProcess {
    * would not fit is refused first (`GpuRoomError`). A failure says where the process was left.
    */
   resume(options?: Pick<StepOptions, "gpuMapping" | "checkRoom">): Promise<Outcome> {
-    return this.#act("resume", () => settingsOf(options, "resume", ["gpuMapping", "checkRoom"]));
+    return this.#act("resume", options, ["gpuMapping", "checkRoom"]);
   }
 
   /** Suspends a running process or resumes a checkpointed one (`--toggle`); refuses the rest. */
   toggle(options?: StepOptions): Promise<Outcome> {
-    return this.#act(
-      "toggle",
-      () =>
-        settingsOf(options, "toggle", ["timeoutMs", "checkRoom", "gpuMapping", "allowIpcImport"]),
-    );
+    return this.#act("toggle", options, ["timeoutMs", "checkRoom", "gpuMapping", "allowIpcImport"]);
   }
 
   /**
@@ -165,10 +155,14 @@ export class CudaProcess {
     return `CudaProcess(${this.pid})`;
   }
 
-  /** Checks the inputs, then runs the action in this process's order. */
-  #act(action: Action, inputs: () => ActionSettings): Promise<Outcome> {
+  /** Checks the options (those `keys` names), then runs the action in this process's order. */
+  #act(
+    action: Action,
+    options: StepOptions | undefined,
+    keys: (keyof StepOptions)[],
+  ): Promise<Outcome> {
     try {
-      return act(this.#handle, action, inputs());
+      return act(this.#handle, action, settingsOf(options, action, keys));
     } catch (err) {
       return Promise.reject(err);
     }
@@ -186,11 +180,7 @@ const thisMachine = new SharedMachine(() => openMachine());
 /** The machine given as an option (`where` names it in messages), checked; else this machine. */
 export function machineOf(machine: unknown, where: string): MachineSource {
   if (machine === undefined) return thisMachine;
-  if (!isMachine(machine)) {
-    throw new TypeError(
-      `${where}'s machine must be a Machine (a SimulatedMachine, or what openMachine resolves ` +
-        `to), got ${describeValue(machine)}`,
-    );
-  }
-  return machine;
+  if (isMachine(machine)) return machine;
+  const expected = "a Machine (a SimulatedMachine, or what openMachine resolves to)";
+  return mustBe(TypeError, `${where}'s machine`, expected, machine);
 }
