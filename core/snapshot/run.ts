@@ -11,7 +11,7 @@ import { checkGroupOptions, type GroupEvent, type GroupResult } from "../group_t
 import type { GroupSettings } from "../group_types.ts";
 import type { HostProcesses } from "../host.ts";
 import type { Machine } from "../machine.ts";
-import { checkFunction, checkInteger, checkSignal, describeValue } from "../options.ts";
+import { checkFunction, checkInteger, checkSignal, mustBe } from "../options.ts";
 import { clockOf, Deadline, Slots } from "../time.ts";
 import type { SnapshotStore } from "./store.ts";
 
@@ -66,10 +66,8 @@ export function checkWhole(
 
 /** Checks a snapshot's directory argument: a path. */
 export function checkDir(dir: unknown): string {
-  if (typeof dir !== "string" || dir.length === 0 || dir.includes("\0")) {
-    throw new TypeError(`dir must be a path (a non-empty string), got ${describeValue(dir)}`);
-  }
-  return dir;
+  if (typeof dir === "string" && dir.length > 0 && !dir.includes("\0")) return dir;
+  return mustBe(TypeError, "dir", "a path (a non-empty string)", dir);
 }
 
 const DEFAULT_PARALLEL = 8;
