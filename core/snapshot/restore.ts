@@ -368,7 +368,14 @@ async function rollBack(r: Restoring, stopped: string | undefined): Promise<Erro
   const { run, o } = r;
   run.phase("rollback");
   for (const watch of r.watches) r.ran ??= await watch();
-  const made = await madeBy(r);
+  // Every process the engine made: its trees as they are now, and the pids of those it failed on
+  // that a process holds (they were free when checked).
+  const failed = r.begun.filter((t) => !r.made.some((pids) => pids[0] === t.root));
+  const left = failed.flatMap((t) => t.processes.map((p) => p.pid));
+  const uses = left.length > 0 ? await usesOf(run.host, left).catch(() => []) : [];
+  const held = uses.filter((u) => u.as === "pid" && u.holder === u.id).map((u) => u.id);
+  const now = await treesNow(run.host, [...r.made.map((pids) => pids[0]), ...held]);
+  const made = [...new Set([...r.made.flat(), ...held, ...now])];
   await run.engine.kill(made).catch(() => {});
   await untilFree(run.host, made, clockOf(run.machine).sleep).catch(() => {});
   const ended = made.length === 0
@@ -402,17 +409,6 @@ async function rollBack(r: Restoring, stopped: string | undefined): Promise<Erro
     ...(err === undefined ? {} : { cause: err }),
     ...(err instanceof EngineError && err.log ? { log: err.log } : {}),
   });
-}
-
-/** Every process the engine made, those of trees it failed on too (their pids were free). */
-async function madeBy(r: Restoring): Promise<number[]> {
-  const host = r.run.host;
-  const failed = r.begun.filter((t) => !r.made.some((pids) => pids[0] === t.root));
-  const left = failed.flatMap((t) => t.processes.map((p) => p.pid));
-  const uses = left.length > 0 ? await usesOf(host, left).catch(() => []) : [];
-  const held = uses.filter((u) => u.as === "pid" && u.holder === u.id).map((u) => u.id);
-  const now = await treesNow(host, [...r.made.map((pids) => pids[0]), ...held]);
-  return [...new Set([...r.made.flat(), ...held, ...now])];
 }
 
 /** The processes are back, but their GPU restore failed: where each is left, and what to do. */
