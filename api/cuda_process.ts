@@ -1,31 +1,23 @@
 /**
- * {@link CudaProcess}: one CUDA process whose GPU state can be checkpointed and restored, on this
- * machine (libcuda, opened on first use) unless another machine is given.
+ * {@link CudaProcess}, on this machine unless another is given.
  *
  * @module
  */
 
-import { describeValue } from "../core/options.ts";
-import {
-  act,
-  type ActionSettings,
-  type Outcome,
-  settingsOf,
-  type StepOptions,
-} from "../core/action.ts";
+import { act, type Outcome, settingsOf } from "../core/action.ts";
+import type { StepOptions } from "../core/action.ts";
 import { Handle } from "../core/process.ts";
 import { isMachine, type Machine, type MachineSource, SharedMachine } from "../core/machine.ts";
 import { checkChoice, checkInteger, checkOptions, checkPid, checkSignal } from "../core/options.ts";
+import { mustBe } from "../core/options.ts";
 import { type Action, PROCESS_STATES, type ProcessState } from "../core/states.ts";
 import { openMachine } from "../os/this_machine.ts";
 
 /** Options of {@link CudaProcess}'s constructor. */
 export interface CudaProcessOptions {
   /**
-   * The machine to work on: a `SimulatedMachine` (from `@ckpt/cuda/mock`), or one `openMachine`
-   * opened (to name libcuda, or to size its thread pool). It stays open: it is its owner's. Left
-   * out: this machine, opened on first use, shared by every process that uses it, and closed when
-   * the last of them is closed.
+   * The machine (a `SimulatedMachine`, or one `openMachine` opened), left open: its owner's. Left
+   * out: this machine, opened on first use and closed when the last process using it is.
    */
   machine?: Machine;
 }
@@ -34,17 +26,10 @@ export interface CudaProcessOptions {
 const HANDLES = new WeakMap<CudaProcess, Handle>();
 
 /**
- * A CUDA process whose GPU state can be checkpointed and restored.
- *
- * Every call that reaches the driver returns a Promise. A driver failure rejects with a
- * `CudaError` (`code` is the driver's `CUresult`); an operation refused before the driver was
- * asked rejects with a `RefusedError` (`code` is a string: no room, a mapping that cannot work, a
- * state with no way there); bad input rejects with a `TypeError` or `RangeError` that names the
- * value.
- *
- * Operations on one process run one after another, in the order they were made, whichever handle
- * and whichever of its thread ids they were made through: a `state()` asked during a `suspend()`
- * answers once the suspend is done.
+ * A CUDA process whose GPU state can be checkpointed and restored. A driver failure rejects with a
+ * `CudaError`, a refusal before the driver was asked with a `RefusedError`, bad input with a
+ * `TypeError` or `RangeError` naming it. Operations on one process run one at a time in the order
+ * made, through any handle or thread id: a `state()` asked during a `suspend()` answers after it.
  *
  * @example
  * ```ts
@@ -64,12 +49,7 @@ export class CudaProcess {
   readonly pid: number;
   readonly #handle: Handle;
 
-  /**
-   * A handle on a process. Nothing is called yet: the machine is opened on first use.
-   *
-   * @param pid the process id, or the id of one of its threads: an integer from 1 to 2^31-1.
-   * @param options the machine to work on; this machine when left out.
-   */
+  /** A handle on `pid` (or one of its thread ids); nothing is called until first use. */
   constructor(pid: number, options?: CudaProcessOptions) {
     this.pid = checkPid(pid);
     const o = checkOptions(options, "CudaProcess", ["machine"]);
@@ -82,97 +62,63 @@ export class CudaProcess {
     return this.#handle.machine();
   }
 
-  /**
-   * The process's checkpoint state: `"running"`, `"locked"`, `"checkpointed"` or `"failed"`.
-   * Rejects with `CUDA_ERROR_NOT_INITIALIZED` for a process that never used CUDA and
-   * `CUDA_ERROR_OPERATING_SYSTEM` for a pid that does not exist.
-   */
+  /** The process's checkpoint state; rejects for a process without CUDA, or no process. */
   state(): Promise<ProcessState> {
     return this.#handle.state();
   }
 
-  /**
-   * The id of the thread the driver uses to restore the process (what CRIU needs). The driver
-   * answers at once even while another operation is under way, and so does this.
-   */
+  /** The id of the thread the driver restores the process on (CRIU's); answered at once. */
   restoreThreadId(): Promise<number> {
     return this.#handle.restoreThreadId();
   }
 
-  /**
-   * Locks the process: its CUDA calls block and work already submitted finishes. Waits at most
-   * `timeoutMs` (10 s by default; 0 waits forever) and then fails with `CUDA_ERROR_NOT_READY`,
-   * leaving the process running.
-   */
+  /** Locks the process: its CUDA calls block and submitted work finishes (`timeoutMs`, 10 s). */
   lock(options?: Pick<StepOptions, "timeoutMs">): Promise<Outcome> {
-    return this.#act("lock", () => settingsOf(options, "lock", ["timeoutMs"]));
+    return this.#act("lock", options, ["timeoutMs"]);
   }
 
   /** Checkpoints a locked process: copies its GPU memory into host memory and releases the GPU. */
   checkpoint(options?: Pick<StepOptions, "checkRoom" | "allowIpcImport">): Promise<Outcome> {
-    return this.#act(
-      "checkpoint",
-      () => settingsOf(options, "checkpoint", ["checkRoom", "allowIpcImport"]),
-    );
+    return this.#act("checkpoint", options, ["checkRoom", "allowIpcImport"]);
   }
 
-  /**
-   * Restores a checkpointed process onto the GPUs it came from, or onto others with
-   * `gpuMapping`, after checking their room (`checkRoom`). The process is then locked:
-   * {@link CudaProcess.unlock} lets it run.
-   */
+  /** Restores a checkpointed process (onto other GPUs with `gpuMapping`); it is then locked. */
   restore(options?: Pick<StepOptions, "gpuMapping" | "checkRoom">): Promise<Outcome> {
-    return this.#act("restore", () => settingsOf(options, "restore", ["gpuMapping", "checkRoom"]));
+    return this.#act("restore", options, ["gpuMapping", "checkRoom"]);
   }
 
   /** Unlocks a locked process so that its CUDA calls run again. */
   unlock(): Promise<Outcome> {
-    return this.#act("unlock", () => settingsOf(undefined, "unlock", []));
+    return this.#act("unlock", undefined, []);
   }
 
   /**
-   * Takes the process to checkpointed: lock and checkpoint from running, checkpoint from locked,
-   * nothing from checkpointed (`status: "unchanged"`). If a step fails, what this call did is
-   * undone and the error says where the process was left.
+   * Takes the process to checkpointed (lock and checkpoint, or what is left of them). If a step
+   * fails, what this call did is undone, and the error says where the process was left.
    */
   suspend(
     options?: Pick<StepOptions, "timeoutMs" | "checkRoom" | "allowIpcImport">,
   ): Promise<Outcome> {
-    return this.#act(
-      "suspend",
-      () => settingsOf(options, "suspend", ["timeoutMs", "checkRoom", "allowIpcImport"]),
-    );
+    return this.#act("suspend", options, ["timeoutMs", "checkRoom", "allowIpcImport"]);
   }
 
   /**
-   * Takes the process to running: restore and unlock from checkpointed, unlock from locked,
-   * nothing from running (`status: "unchanged"`). A restore that would not fit in the free GPU
-   * memory is refused before the driver is asked (a `GpuRoomError`). If a step fails, the error
-   * says where the process was left (a failed restore leaves it checkpointed, to be tried again).
+   * Takes the process to running (restore and unlock, or what is left of them); a restore that
+   * would not fit is refused first (`GpuRoomError`). A failure says where the process was left.
    */
   resume(options?: Pick<StepOptions, "gpuMapping" | "checkRoom">): Promise<Outcome> {
-    return this.#act("resume", () => settingsOf(options, "resume", ["gpuMapping", "checkRoom"]));
+    return this.#act("resume", options, ["gpuMapping", "checkRoom"]);
   }
 
-  /**
-   * Does what NVIDIA's `cuda-checkpoint --toggle` does: suspends a running process, resumes a
-   * checkpointed one, and refuses any other state (a `RefusedError` with code `"STATE"`). All
-   * options are checked first; then the half that runs uses its own.
-   */
+  /** Suspends a running process or resumes a checkpointed one (`--toggle`); refuses the rest. */
   toggle(options?: StepOptions): Promise<Outcome> {
-    return this.#act(
-      "toggle",
-      () =>
-        settingsOf(options, "toggle", ["timeoutMs", "checkRoom", "gpuMapping", "allowIpcImport"]),
-    );
+    return this.#act("toggle", options, ["timeoutMs", "checkRoom", "gpuMapping", "allowIpcImport"]);
   }
 
   /**
-   * Resolves once the process is in `state` (asking the driver every `intervalMs`, 50 by
-   * default); rejects with a `WaitTimeoutError` when `timeoutMs` passes first (left out: as long
-   * as it takes), with the signal's reason when it is aborted, with a `RefusedError` (`"STATE"`)
-   * when the process is in the failed state, and with the driver's error when the process cannot
-   * be read. Useful when another program (CRIU, NVIDIA's utility) changes the state.
+   * Resolves once the process is in `state` (asked every `intervalMs`, 50 by default), as another
+   * program changes it; rejects with a `WaitTimeoutError` after `timeoutMs`, and (`STATE`) once
+   * it is failed.
    *
    * @example
    * ```ts ignore
@@ -194,11 +140,7 @@ export class CudaProcess {
     });
   }
 
-  /**
-   * Lets go of the machine: waits for this handle's operations to finish, then, where this
-   * handle used this machine (no `machine` given), lets go of it; the last user closes it. A
-   * machine given is its owner's to close. Later operations reject. Idempotent.
-   */
+  /** Waits for this handle's operations, then lets go of this machine (not of one given). */
   close(): Promise<void> {
     return this.#handle.close();
   }
@@ -213,10 +155,14 @@ export class CudaProcess {
     return `CudaProcess(${this.pid})`;
   }
 
-  /** Checks the inputs first, then runs the action in this process's order. */
-  #act(action: Action, inputs: () => ActionSettings): Promise<Outcome> {
+  /** Checks the options (those `keys` names), then runs the action in this process's order. */
+  #act(
+    action: Action,
+    options: StepOptions | undefined,
+    keys: (keyof StepOptions)[],
+  ): Promise<Outcome> {
     try {
-      return act(this.#handle, action, inputs());
+      return act(this.#handle, action, settingsOf(options, action, keys));
     } catch (err) {
       return Promise.reject(err);
     }
@@ -234,11 +180,7 @@ const thisMachine = new SharedMachine(() => openMachine());
 /** The machine given as an option (`where` names it in messages), checked; else this machine. */
 export function machineOf(machine: unknown, where: string): MachineSource {
   if (machine === undefined) return thisMachine;
-  if (!isMachine(machine)) {
-    throw new TypeError(
-      `${where}'s machine must be a Machine (a SimulatedMachine, or what openMachine resolves ` +
-        `to), got ${describeValue(machine)}`,
-    );
-  }
-  return machine;
+  if (isMachine(machine)) return machine;
+  const expected = "a Machine (a SimulatedMachine, or what openMachine resolves to)";
+  return mustBe(TypeError, `${where}'s machine`, expected, machine);
 }

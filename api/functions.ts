@@ -1,42 +1,34 @@
 /**
- * The public functions: many processes at once, listings, and snapshots to disk and back. Each
- * checks its input once, here, and runs on the machine given, or on this machine, opened for the
- * call and let go of after it.
+ * The public functions: many processes at once, listings, snapshots. Each checks its input here
+ * and runs on the machine given, or on this machine, opened for the call.
  *
  * @module
  */
 
 import { CudaProcess, handleOf, machineOf } from "./cuda_process.ts";
-import type { RestoreSnapshotOptions, RestoreSnapshotResult } from "../core/snapshot/restore.ts";
-import type { SnapshotOptions, SnapshotResult } from "../core/snapshot/take.ts";
 import type { GpuInfo } from "../core/driver.ts";
-import { checkRestoreArgs, inspectIn, restoreFrom } from "../core/snapshot/restore.ts";
 import { runGroup as runOn } from "../core/group.ts";
 import { checkGroupOptions, type GroupOptions, type GroupResult } from "../core/group_types.ts";
-import {
-  checkListOptions,
-  type CudaProcessListing,
-  type ListCudaProcessesOptions,
-  listOn,
-} from "../core/listing.ts";
+import { checkListOptions, type CudaProcessListing } from "../core/listing.ts";
+import { type ListCudaProcessesOptions, listOn } from "../core/listing.ts";
 import { type Machine, withMachine } from "../core/machine.ts";
-import type { Manifest } from "../core/snapshot/manifest.ts";
 import { checkChoice, checkFlag, checkOptions } from "../core/options.ts";
+import type { Manifest } from "../core/snapshot/manifest.ts";
 import { recoverFrom, type RecoverResult } from "../core/snapshot/recover.ts";
-import { type Action, ACTIONS } from "../core/states.ts";
-import { checkSnapshotArgs, takeSnapshot } from "../core/snapshot/take.ts";
+import type { RestoreSnapshotOptions, RestoreSnapshotResult } from "../core/snapshot/restore.ts";
+import { checkRestoreArgs, inspectIn, restoreFrom } from "../core/snapshot/restore.ts";
 import { checkDir } from "../core/snapshot/run.ts";
+import type { SnapshotOptions, SnapshotResult } from "../core/snapshot/take.ts";
+import { checkSnapshotArgs, takeSnapshot } from "../core/snapshot/take.ts";
+import { type Action, ACTIONS } from "../core/states.ts";
 import { storeOf } from "../os/snapshot_store.ts";
 
 /**
- * Runs `action` (a step: `lock`, `checkpoint`, `restore`, `unlock`; or a goal: `suspend`,
- * `resume`, `toggle`) on every target at once (or `concurrency` at a time), and resolves to what
- * happened to each; it rejects only for bad input. A goal reads each process's state and makes the
- * steps the state table plans from there (a suspend of a locked process only checkpoints it; one
- * already where the goal leads is `unchanged`); a step is made as asked, and the driver has the
- * last word on it. A process whose step fails is brought back to its initial state where the
- * steps it made can be undone, and with `allOrNothing` so is every other; `job` orders the whole
- * group as one job (every lock before any checkpoint, every restore before any unlock).
+ * Runs `action` (a step, or a goal: `suspend`, `resume`, `toggle`) on every target at once (or
+ * `concurrency` at a time), resolving to what happened to each; rejects only for bad input. A goal
+ * makes the steps the state table plans from each process's state (`unchanged` where it is there
+ * already); a step is made as asked. A process whose step fails is brought back where it can be,
+ * and with `allOrNothing` so is every other; `job` orders the group as one job.
  *
  * @example
  * ```ts
@@ -70,23 +62,13 @@ export function runGroup(
 }
 
 /**
- * Lists the CUDA processes of the machine: the host's processes (from `/proc` on this machine),
- * the candidates among them confirmed by the driver, each with its state, restore thread id,
- * command line and GPU memory per GPU. Thread ids fold into their process. A process the driver
- * says never initialised CUDA (`CUDA_ERROR_NOT_INITIALIZED`: it may have the library loaded) or
- * that has ended (`CUDA_ERROR_OPERATING_SYSTEM`) is left out; a process that merely called
- * `cuInit` counts as a CUDA process, as the driver counts it. Processes that could not be looked
- * at are reported in `uninspectable`, with the reason, not skipped.
+ * Lists the CUDA processes of the machine: the host's processes that the driver confirms (one
+ * that never initialised CUDA, or has ended, is left out), each with its state, restore thread,
+ * command line and GPU memory per GPU; those that could not be looked at in `uninspectable`. A
+ * process being checkpointed answers when that ends. A program that checkpointed itself lists
+ * with `gpuMemory: false` until restored: NVML waits for that restore.
  *
- * The driver calls for all candidates are made at once, off the main thread on the native
- * driver. A process being checkpointed or restored answers when that ends (the driver makes
- * `cuCheckpointProcessGetState` wait), so the listing may take that long. A program that has
- * checkpointed itself should not list with GPU memory until it is restored: NVML waits for that
- * restore (measured on two H200s); pass `gpuMemory: false`, or list from another process.
- *
- * @throws {CheckpointUnsupportedError} (as a rejection) when the driver has no
- * `cuCheckpointProcessGetState` (a driver older than 570).
- * @throws {TypeError} (as a rejection) for an option that is not one, naming it.
+ * @throws {CheckpointUnsupportedError} (as a rejection) for a driver older than 570.
  *
  * @example
  * ```ts
@@ -111,10 +93,8 @@ export async function listCudaProcesses(
 }
 
 /**
- * Every GPU the driver sees, by ordinal, with its UUID and chip: what a GPU mapping for
- * `restore({ gpuMapping })` is built from (`cuDeviceGet`, `cuDeviceGetUuid`, `cuDeviceGetName`).
- *
- * @throws {Error} (as a rejection) when the driver cannot list its GPUs.
+ * Every GPU the driver sees, by ordinal, with its UUID and chip: what a `gpuMapping` is built
+ * from. Rejects where the driver cannot list its GPUs.
  *
  * @example
  * ```ts
@@ -135,18 +115,14 @@ export async function listGpus(options?: { machine?: Machine }): Promise<readonl
 }
 
 /**
- * Takes a snapshot of the process trees rooted at `roots` into `dir` (a new, or empty, private
- * directory): suspends every CUDA process of the trees (as one job with `job`), has criu dump the
- * trees, writes a manifest (docs/SNAPSHOTS.md) and ends the processes (or lets them go on,
- * `leaveRunning`). Resolves once the manifest is written and the processes are ended. A failure
- * at any point before the end puts every process back as it was, running, and says so.
+ * Takes a snapshot of the process trees rooted at `roots` into `dir` (a new or empty private
+ * directory): suspends their CUDA processes, has criu dump the trees, writes a manifest
+ * (docs/SNAPSHOTS.md) and ends the processes (or not, `leaveRunning`). A failure before the end
+ * puts every process back as it was, running, and says so.
  *
- * @throws {RefusedError} (as a rejection) before anything changes: code `PREREQUISITE` (no engine,
- * not root, a kernel feature missing, a pid that is no process), `STATE` (a CUDA process that is
- * locked or failed), `SNAPSHOT` (a directory that cannot be used), `UNSUPPORTED`.
- * @throws {SnapshotError} (as a rejection) when a part fails after things began to change; every
- * process was put back as it was, and the error says so.
- * @throws {TypeError} or {RangeError} for bad input, naming it.
+ * @throws {RefusedError} (as a rejection) before anything changes: `PREREQUISITE`, `STATE`,
+ * `SNAPSHOT`, `UNSUPPORTED`, `IPC`.
+ * @throws {SnapshotError} (as a rejection) when a part fails after things began to change.
  *
  * @example
  * ```ts
@@ -173,19 +149,14 @@ export async function snapshot(
 }
 
 /**
- * Restores the snapshot in `dir`. Everything is checked before anything changes (criu, root, the
- * driver, every pid free, GPUs of the same chip with room); then criu brings the trees back, and
- * the CUDA processes are restored onto the GPUs, in place or elsewhere, and unlocked. Resolves once
- * every process is back with its pid, its CUDA processes running again (those that were running
- * when the snapshot was taken).
+ * Restores the snapshot in `dir`: everything checked first (criu, root, the driver, every pid
+ * free, GPUs of the same chip with room), then criu brings the trees back and the CUDA processes
+ * that ran are restored onto the GPUs and unlocked. Resolves once every process is back.
  *
- * @throws {RefusedError} (as a rejection) before anything changes: code `SNAPSHOT` (not a snapshot,
- * corrupt, truncated, files changed), `PREREQUISITE` (no engine, not root, another driver),
- * `PID_TAKEN`, `MAPPING` (no GPU of the same chip, a mapping that cannot work), `NO_ROOM` (a
- * `GpuRoomError`).
- * @throws {SnapshotError} (as a rejection) when a part fails after things began to change: the
- * engine's restore (what it made was ended), or the GPU restore (the processes are checkpointed,
- * and the error says how to go on).
+ * @throws {RefusedError} (as a rejection) before anything changes: `SNAPSHOT`, `PREREQUISITE`,
+ * `PID_TAKEN`, `MAPPING`, `NO_ROOM` (a `GpuRoomError`).
+ * @throws {SnapshotError} (as a rejection) when the engine's restore (what it made is ended) or
+ * the GPU restore (the processes are left checkpointed) fails.
  */
 export function restoreSnapshot(
   dir: string,
@@ -208,13 +179,9 @@ export async function restoreSnapshotAs(
 }
 
 /**
- * Reads a snapshot's manifest and checks everything in its directory against it (who owns and may
- * write each file, no link, nothing it does not list, each file's size), without changing anything
- * and without opening the driver (on this machine, only the file system is read). With `verify`,
- * every file's digest is checked too, as a restore checks it.
- *
- * @throws {RefusedError} (as a rejection) with code `SNAPSHOT` where `dir` is not a snapshot this
- * version can read, or a file differs, saying which.
+ * Reads a snapshot's manifest and checks everything in its directory against it (owners, no link,
+ * nothing unlisted, sizes; with `verify`, digests), changing nothing and opening no driver.
+ * Rejects (`SNAPSHOT`) where it is no snapshot this version reads, or a file differs.
  *
  * @example
  * ```ts
@@ -243,14 +210,10 @@ export async function inspectSnapshotAs(
 }
 
 /**
- * Recovers from a snapshot that was killed outright (SIGKILL, a power cut) while it had processes
- * suspended: reads the trace it left in `dir` (`in-progress.json`), resumes every process it
- * names that is still the same process (pid and start time), and removes what the snapshot had
- * written (the partial images; a complete snapshot is kept). Each resume's room is checked, as a
- * resume's is, unless `checkRoom` is `false`. `cuda-checkpoint recover DIR` does the same.
- *
- * @throws {RefusedError} (as a rejection) with code `SNAPSHOT`: no trace in `dir`, the snapshot
- * still under way, or a process that could not be resumed (the trace is then kept).
+ * Recovers from a snapshot killed outright (SIGKILL, a power cut): resumes every process its trace
+ * names that is still the same process (room checked unless `checkRoom: false`), and removes what
+ * it wrote (a complete snapshot is kept), as `cuda-checkpoint recover DIR` does. Rejects
+ * (`SNAPSHOT`) without a trace, while it is under way, or where a process cannot be resumed.
  *
  * @example
  * ```ts

@@ -1,46 +1,29 @@
 /**
- * {@link runAction}: the one executor of an action (a step, or a goal planned from the state
- * table) on one process whose turn is held, which `CudaProcess`'s methods and the group
- * operations share, so that `suspend()` and a group's suspend cannot disagree; and the way back
- * after a failure, as the state table says.
+ * The one executor of an action on one process, shared by `CudaProcess` and the group operations
+ * so that `suspend()` and a group's suspend cannot disagree; and the way back after a failure.
  *
  * @module
  */
 
-import { asError, CudaError, messageOf, RefusedError, withDetail } from "./errors.ts";
-import { clockOf, roundMs } from "./time.ts";
-import {
-  checkFlag,
-  checkGpuMapping,
-  checkLockTimeout,
-  checkOptions,
-  DEFAULT_LOCK_TIMEOUT_MS,
-  type GpuMapping,
-} from "./options.ts";
-import type { ProcessOutcome, StepRecord, StopReason } from "./group_types.ts";
-import {
-  type Action,
-  isStep,
-  plan,
-  type ProcessState,
-  rollbackWay,
-  type Step,
-  stepTo,
-  undoOf,
-} from "./states.ts";
 import { CUDA_ERROR_ILLEGAL_STATE, type GpuPair } from "./driver.ts";
+import { asError, CudaError, messageOf, RefusedError, withDetail } from "./errors.ts";
+import type { ProcessOutcome, StepRecord, StopReason } from "./group_types.ts";
+import { checkFlag, checkGpuMapping, checkLockTimeout, checkOptions } from "./options.ts";
+import { DEFAULT_LOCK_TIMEOUT_MS, type GpuMapping } from "./options.ts";
 import { type Handle, importRefusal, isGone, type Turn } from "./process.ts";
 import type { RoomCheck } from "./room.ts";
+import { type Action, isStep, plan, type ProcessState, rollbackWay, type Step } from "./states.ts";
+import { stepTo, undoOf } from "./states.ts";
+import { clockOf, roundMs } from "./time.ts";
 
-/** What an action needs besides the process: each input, checked. */
+/** What an action needs besides the process, checked. */
 export interface ActionSettings {
-  /** The lock timeout, in ms; a function where it is cut to a deadline as the action goes. */
+  /** The lock timeout in ms; a function where it is cut to a deadline as the action goes. */
   readonly lockTimeoutMs: number | (() => number);
-  /** The GPU pairs of a restore (`null`: in place). */
   readonly pairs: readonly GpuPair[] | null;
   /** Whether to record what a checkpoint takes off the GPU, and to check a restore's room. */
   readonly checkRoom: boolean;
-  /** Whether a checkpoint of a process that imported GPU memory (CUDA IPC) is made anyway. */
+  /** Whether a process that imported GPU memory (CUDA IPC) is checkpointed anyway. */
   readonly allowIpcImport: boolean;
 }
 
@@ -52,12 +35,7 @@ export interface Outcome {
   readonly state: ProcessState;
   /** The driver calls made, in order. */
   readonly steps: readonly StepRecord[];
-  /**
-   * Where a restore was made: whether its room was checked first (`"checked"`), not asked for
-   * (`"skipped"`), or could not be, and why (`{ unknown }`). Where a checkpoint was made whose
-   * record of GPU memory could not be written: `{ unknown }`, saying why its restore's room
-   * cannot be checked (a warning: the checkpoint succeeded).
-   */
+  /** Whether a restore's room was checked, or why not; after a checkpoint, a warning. */
   readonly roomCheck?: RoomCheck;
 }
 
@@ -83,40 +61,18 @@ const ROLLBACK_SETTINGS: ActionSettings = Object.freeze({
   allowIpcImport: true,
 });
 
-/**
- * Options of `CudaProcess`'s steps and goals. Each method takes those it names (`lock` takes
- * `timeoutMs`, `restore` and `resume` take `gpuMapping` and `checkRoom`, ...), and refuses any
- * other; a `toggle` takes all three and uses those of the half it makes.
- */
+/** Options of `CudaProcess`'s steps and goals: each takes those it names (a `toggle`, all). */
 export interface StepOptions {
-  /**
-   * How long a lock waits for work already submitted to the GPU to finish, in milliseconds: an
-   * integer from 0 to 2^32-1, where 0 waits forever. Defaults to 10 000 ms (the command line's
-   * default is 0, as NVIDIA's utility's; docs/API.md says why). A lock that times out fails with
-   * `CUDA_ERROR_NOT_READY` and leaves the process running.
-   */
+  /** How long a lock waits for submitted work, in ms (0: forever; 10 000 by default). */
   timeoutMs?: number;
   /**
-   * Whether to record what the process holds before its checkpoint (NVML on Linux, about a
-   * millisecond), and to check before a restore that the GPUs it goes to have that much free
-   * (default `true`): see `GpuRoomError`. On driver 580 a restore that runs out of GPU memory
-   * inside the driver leaves the process unrestorable for good, so turn this off only to see the
-   * driver's own answer. `Outcome.roomCheck` says whether the room could be checked.
+   * Whether to record what it holds at a checkpoint and check a restore's room first (default
+   * `true`): on driver 580 a restore that runs out of GPU memory loses the process for good.
    */
   checkRoom?: boolean;
-  /**
-   * Restore onto other GPUs: from the UUID of each GPU the process was checkpointed on to the UUID
-   * of the GPU to restore onto (`GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx` or 32 hex digits). The
-   * driver wants every GPU it sees named, and the same chip; where the driver can list its GPUs
-   * the mapping is checked before the call. Needs driver 580 (CUDA 13.0) or later.
-   */
+  /** Restore onto other GPUs (each GPU named, onto the same chip; driver 580 and later). */
   gpuMapping?: GpuMapping;
-  /**
-   * Checkpoint a process that shows it imported GPU memory from another process through CUDA IPC
-   * (default `false`: refused, a `RefusedError` with code `"IPC"`). On drivers before 610 such a
-   * process checkpoints, then never restores: its GPU state is lost (docs/API.md#shared-gpu-memory).
-   * Set it only where you know the sign misleads, or the process will not be resumed.
-   */
+  /** Checkpoint a process that imported GPU memory anyway (docs/API.md#shared-gpu-memory). */
   allowIpcImport?: boolean;
 }
 
@@ -139,16 +95,12 @@ export function settingsOf(
 export interface ActionHooks {
   /** Before each step but the first of a plan: a reason to stop there, if there is one. */
   stopBefore?(): StopReason | undefined;
-  /** A step starts (`rollback`: to undo what the action did). */
+  /** A step starts (`rollback`: one undoing the action). */
   stepStarted?(step: Step, rollback: boolean): void;
-  /** A step ended. */
   stepEnded?(record: StepRecord, rollback: boolean): void;
 }
 
-/**
- * What {@link runAction} did to one process, filled in as it goes: the fields of a group's
- * {@link ProcessOutcome} but `pid` and `notStarted`.
- */
+/** What {@link runAction} did to one process, as it goes: a {@link ProcessOutcome}'s fields. */
 export type ActionReport =
   & {
     -readonly [K in "initialState" | "state" | "error" | "stopped" | "rollback" | "roomCheck"]?:
@@ -156,12 +108,7 @@ export type ActionReport =
   }
   & { status: Exclude<ProcessOutcome["status"], "not-started">; steps: StepRecord[] };
 
-/**
- * Runs `action` on one process, whose turn the caller holds: a goal reads the state and follows
- * the plan of the state table (core/states.ts); a step is one driver call. A step of a goal that
- * fails is undone as the table's {@link rollbackWay} says, and so is a goal stopped between
- * steps. Never rejects: the report says what happened.
- */
+/** Runs `action` on one process whose turn is held, undone where it fails; never rejects. */
 export async function runAction(
   target: Turn,
   action: Action,
@@ -173,8 +120,7 @@ export async function runAction(
   try {
     let steps: readonly Step[];
     if (isStep(action)) {
-      // One driver call, as asked; with `readInitial` (a group), the state first, so that a
-      // failure or an all-or-nothing rollback can bring the process back to it.
+      // With `readInitial` (a group's), the state first: a rollback brings the process back to it.
       if (readInitial) report.initialState = await target.state();
       steps = [action];
       await refuseImporter(target, steps, action, settings);
@@ -193,8 +139,7 @@ export async function runAction(
       try {
         await timed(target, step, report, hooks, { action, settings });
       } catch (err) {
-        // A goal brings the process back from wherever the failure left it; a process that is
-        // gone, or a refusal that changed nothing, has nothing to undo.
+        // A goal brings the process back; a process gone, or a refusal, has nothing to undo.
         if (report.initialState !== undefined && !isGone(err) && !(err instanceof RefusedError)) {
           throw withDetail(err, await undo(target, report, hooks, { step, err }));
         }
@@ -206,18 +151,14 @@ export async function runAction(
   } catch (err) {
     report.status = "failed";
     report.error = asError(err);
-    // Where the failure left it, for a report that says states (a group's; a goal's has it).
     if (readInitial) report.state ??= await target.state().catch(() => undefined);
   }
   return report;
 }
 
 /**
- * Reads the state of a process whose turn the caller holds and plans `action` from it, as the
- * state table says: the steps to make, or none where the process is already where a goal leads
- * (the report then says `unchanged`). Refuses (`STATE`) a goal the table rules out, and (a driver
- * without a function the plan or its way back needs) refuses before the first step: a suspend
- * never locks a process it could not checkpoint. The report records the initial state.
+ * Reads the state and plans `action`; refuses a goal ruled out, or one the driver could not
+ * finish or undo, before any step: a suspend never locks what it could not checkpoint.
  */
 export async function planGoal(
   target: Turn,
@@ -248,10 +189,7 @@ export async function planGoal(
   return p.steps;
 }
 
-/**
- * Refuses (`IPC`) steps with a checkpoint of a process that imported GPU memory from another, which
- * the driver would never restore, unless the settings allow it.
- */
+/** Refuses (`IPC`) to checkpoint a process that imported GPU memory, unless allowed. */
 async function refuseImporter(
   target: Turn,
   steps: readonly Step[],
@@ -263,10 +201,7 @@ async function refuseImporter(
   if (imported) throw importRefusal(action, target.pid, imported);
 }
 
-/**
- * One step, timed and told to the hooks: a step of `action`, recorded in the report's steps, or
- * of a rollback, recorded in `rollback` (its restore goes back where the process was).
- */
+/** One step, timed and told to the hooks: the action's, or (`of.rollback`) a rollback's. */
 export async function timed(
   target: Turn,
   step: Step,
@@ -313,13 +248,7 @@ export async function timed(
   }
 }
 
-/**
- * The way back to its initial state for a process after the steps its report says succeeded
- * (and, where given, a step that failed), as the state table's {@link rollbackWay} says;
- * `undefined` where there is none to make (never read, untouched, refused, gone, already there,
- * or final), with `report.state` then set to where it is. For one process here, and for a job's
- * members (`job.ts`).
- */
+/** The way back after the steps the report says succeeded (and `failure`); none: `undefined`. */
 export async function wayBack(
   target: Turn,
   report: ActionReport,
@@ -340,12 +269,7 @@ export async function wayBack(
   return way?.length ? way : undefined;
 }
 
-/**
- * Brings the process back to its initial state after the steps its report says succeeded (and,
- * where given, a step that failed): a goal that failed or was stopped, or a group's rollback;
- * records it as the report's rollback. Returns a sentence about where the process was left, for
- * the failed step's error.
- */
+/** Brings the process back (its report's rollback); resolves to where it was left, for errors. */
 export async function undo(
   target: Turn,
   report: ActionReport,
@@ -377,7 +301,7 @@ export async function undo(
   }
 }
 
-/** What a rollback came to, as the failed step's error says it (`err`: the rollback's failure). */
+/** What a rollback came to, as an error says it (`err`: the rollback's failure). */
 export function broughtBack(initial: ProcessState, err?: unknown, now?: ProcessState): string {
   return err === undefined
     ? `it was brought back to ${initial}`

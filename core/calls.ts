@@ -1,23 +1,13 @@
 /**
- * The one way this package calls the driver: {@link callDriver} checks first that the driver has
- * the function (a driver older than 570 has none; GPU pairs need 580), makes the call, and turns a
- * failure into a `CudaError` through the one choke point (`driverError`); {@link readState} reads a
- * state by name, with one rule for a state number this version does not know
- * ({@link unknownState}), wherever it is read.
+ * The one way this package calls the driver: the function checked first, a failure turned into a
+ * `CudaError`, states read by name.
  *
  * @module
  */
 
-import {
-  CHECKPOINT_MIN_DRIVER_VERSION,
-  type CheckpointDriver,
-  CUDA_SUCCESS,
-  type DriverResult,
-  formatDriverVersion,
-  GPU_PAIRS_MIN_DRIVER_VERSION,
-  type LockArgs,
-  type RestoreArgs,
-} from "./driver.ts";
+import { CHECKPOINT_MIN_DRIVER_VERSION, type CheckpointDriver, CUDA_SUCCESS } from "./driver.ts";
+import { type DriverResult, formatDriverVersion, GPU_PAIRS_MIN_DRIVER_VERSION } from "./driver.ts";
+import type { LockArgs, RestoreArgs } from "./driver.ts";
 import { CheckpointUnsupportedError, driverError } from "./errors.ts";
 import { type ProcessState, stateName } from "./states.ts";
 
@@ -37,18 +27,12 @@ export const CHECKPOINT_FUNCTIONS: readonly string[] = Object.freeze(Object.valu
 /** A driver operation that calls one C checkpoint function. */
 export type DriverOperation = keyof typeof C_FUNCTIONS;
 
-/** What a failed call's error says besides the code: the state, and a sentence. */
-export interface FailureDetail {
-  state?: ProcessState;
-  detail?: string;
-}
+/** What a failed call's error says besides the code. */
+export type FailureDetail = { state?: ProcessState; detail?: string };
 
 /**
- * Calls `operation` of `driver` on `pid` and resolves to the value it gave (a state number, a
- * thread id; 0 for a step); `args` are a lock's or a restore's (`null`: NULL). Refuses (`UNSUPPORTED`) where the driver lacks the function or the GPU
- * pairs; rejects with the driver's `CudaError` where the call fails, its message completed by
- * `explain` (asked after the failure). `shown` is the operation as errors name it (`suspend` for
- * its lock).
+ * Calls `operation` on `pid`, resolving to its value (0 for a step); refuses where the driver
+ * lacks it (naming `shown`); rejects with the driver's `CudaError`, completed by `explain`.
  */
 export async function callDriver(
   driver: CheckpointDriver,
@@ -79,23 +63,19 @@ export async function callDriver(
   throw driverError(driver, result.code, { operation, pid, ...more })!;
 }
 
-/** The state of `pid`, by name (see {@link unknownState} for a number this version does not know). */
+/** The state of `pid`, by name. */
 export async function readState(driver: CheckpointDriver, pid: number): Promise<ProcessState> {
   return stateOf(await callDriver(driver, "getState", pid), pid);
 }
 
-/** A state number by name; refused as {@link unknownState} says where this version knows none. */
+/** A state number by name; a number this version does not know is refused (`unknownState`). */
 export function stateOf(value: number, pid: number): ProcessState {
   const name = stateName(value);
   if (name === undefined) throw unknownState(value, pid);
   return name;
 }
 
-/**
- * The one rule for a state number this version does not know (a newer driver's: CUDA 13.4 names
- * more): a `RangeError` naming it, wherever it is read. Nothing is done to such a process: a goal
- * is not planned, a snapshot is refused, a listing puts it among the processes it could not tell.
- */
+/** The one rule for a state number this version does not know: a `RangeError` naming it. */
 export function unknownState(value: number, pid: number): RangeError {
   return new RangeError(
     `getState of process ${pid} gave state ${value}, which this version of @ckpt/cuda does not ` +
@@ -103,11 +83,7 @@ export function unknownState(value: number, pid: number): RangeError {
   );
 }
 
-/**
- * Throws {@link CheckpointUnsupportedError} when `driver` lacks the function behind `operation`,
- * or when GPU pairs are given to a driver older than 13.0. `shown` is the operation as the error
- * names it.
- */
+/** Refuses (`UNSUPPORTED`) a function `driver` lacks, or GPU pairs before 13.0. */
 export async function checkCapability(
   driver: CheckpointDriver,
   operation: DriverOperation,
@@ -127,7 +103,7 @@ export async function checkCapability(
   }
 }
 
-/** Which function is missing or what needs a newer driver, with the driver's version. */
+/** The refusal: which function is missing or what needs a newer driver. */
 function unsupported(
   operation: string,
   pid: number | undefined,

@@ -1,8 +1,6 @@
 /**
- * The seam between this package and a driver: one method for each C checkpoint call, reporting
- * raw `CUresult` codes, and the codes themselves with their names and the driver's descriptions.
- * The native driver (libcuda) and the simulated driver both implement it, so one conformance
- * suite compares them code for code. `calls.ts` is the one way the rest of the package calls it.
+ * The seam between this package and a driver: a method for each C checkpoint call, reporting raw
+ * `CUresult` codes (so one suite compares the native and simulated drivers), and the codes.
  *
  * @module
  */
@@ -11,10 +9,7 @@
 export interface LockArgs {
   /** `timeoutMs` at offset 0: how long to wait for submitted work to finish; 0 waits forever. */
   readonly timeoutMs: number;
-  /**
-   * Bytes 4 to 63 of the struct, which must be zero. Left out, they are zero. Only tests set them,
-   * to show that the driver rejects a nonzero reserved field with `CUDA_ERROR_INVALID_VALUE`.
-   */
+  /** Bytes 4 to 63, which must be zero (left out, they are); tests set them to see it refused. */
   readonly reserved?: Uint8Array;
 }
 
@@ -42,10 +37,7 @@ export interface DriverResult {
 
 /** A GPU the driver sees, as `cuDeviceGet`, `cuDeviceGetUuid` and `cuDeviceGetName` give it. */
 export interface GpuInfo {
-  /**
-   * Its ordinal among the GPUs this process's driver sees, as `cuDeviceGet` numbers them
-   * (`CUDA_VISIBLE_DEVICES` hides and renumbers them; the UUID is what a mapping names).
-   */
+  /** Its ordinal as `cuDeviceGet` numbers it (`CUDA_VISIBLE_DEVICES` renumbers them). */
   readonly index: number;
   /** Its UUID as nvidia-smi prints it: `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`. */
   readonly uuid: string;
@@ -54,16 +46,11 @@ export interface GpuInfo {
 }
 
 /**
- * A CUDA checkpoint driver. Every method mirrors one C call and resolves to the raw `CUresult`.
- * Drivers only report codes: input checks and capability gating happen once, above the seam
- * (core/calls.ts). A call to a checkpoint function the driver lacks (older than 570), or a
- * restore with GPU pairs on a driver older than 13.0, resolves `CUDA_ERROR_NOT_SUPPORTED` without
- * reaching the library; a pid that no process can have (0, negative, beyond a C `int`) resolves
- * `CUDA_ERROR_OPERATING_SYSTEM`, as the real driver answers for a pid no process has. A method
- * rejects only when the call cannot be made at all (the driver was closed, a worker thread died).
+ * A CUDA checkpoint driver: each method mirrors one C call and resolves to its raw `CUresult`
+ * (checks happen above the seam); it rejects only where the call cannot be made at all.
  */
 export interface CheckpointDriver {
-  /** What this driver is, for messages and reports: "native (Deno)", "native (Bun)", "simulated". */
+  /** What this driver is, for messages: "native (Deno)", "native (Bun)", "simulated". */
   readonly kind: string;
   /** `cuDriverGetVersion`: the driver's CUDA version number (13000 for 13.0). */
   driverVersion(): Promise<DriverResult>;
@@ -83,29 +70,15 @@ export interface CheckpointDriver {
   errorName(code: number): string | undefined;
   /** `cuGetErrorString`, or `undefined` when the driver does not know the code. */
   errorString(code: number): string | undefined;
-  /**
-   * The C names of the checkpoint functions this driver lacks (all six on a driver older than
-   * 570). Left out or empty: it has all of them.
-   */
+  /** The C names of the checkpoint functions it lacks (all six before 570); left out: none. */
   readonly missingFunctions?: readonly string[];
-  /**
-   * Every GPU the driver sees, by ordinal. Left out where the driver cannot tell; then a GPU
-   * mapping cannot be checked before the restore call.
-   */
+  /** Every GPU the driver sees, by ordinal; left out, a mapping is not checked before the call. */
   listGpus?(): Promise<readonly GpuInfo[]>;
-  /**
-   * Whether {@link CheckpointDriver.listGpus} gives every GPU the machine has, as a restore
-   * mapping must name them: false where `CUDA_VISIBLE_DEVICES` hides some from this process (or
-   * could not be read). Only then is a mapping checked before the restore call.
-   */
+  /** Whether `listGpus` gives every GPU (none hidden): only then is a mapping checked first. */
   readonly listsEveryGpu?: boolean;
 }
 
-/**
- * The `CUresult` codes of the checkpoint API by their C names, to compare a `CudaError`'s `code`
- * (or a raw driver result) with: `err.code === CUresult.CUDA_ERROR_NOT_READY`. Their meanings are
- * the driver's descriptions in {@link CU_RESULTS}; docs/ERRORS.md says what each means here.
- */
+/** The `CUresult` codes by their C names (`err.code === CUresult.CUDA_ERROR_NOT_READY`). */
 export const CUresult = {
   CUDA_SUCCESS: 0,
   CUDA_ERROR_INVALID_VALUE: 1,
@@ -169,7 +142,7 @@ export function resultName(code: number): string {
   return CU_RESULTS[code]?.name ?? `CUresult ${code}`;
 }
 
-/** The driver version (`cuDriverGetVersion`) from which the checkpoint API exists: 12.8, driver 570. */
+/** The `cuDriverGetVersion` from which the checkpoint API exists: 12.8, driver 570. */
 export const CHECKPOINT_MIN_DRIVER_VERSION = 12080;
 /** The driver version from which restore accepts GPU pairs (migration): 13.0, driver 580. */
 export const GPU_PAIRS_MIN_DRIVER_VERSION = 13000;

@@ -1,59 +1,39 @@
 /**
- * The errors this package throws ({@link CheckpointError} and its kinds, told apart by type and by
- * `code`), and the one place where a driver's `CUresult` becomes one ({@link driverError}, as
- * sqlite3's `unwrap`): no refusal carries a `CUresult` the driver never returned. Messages are one
- * or two sentences; what to do about each is in the documentation (docs/ERRORS.md).
+ * The errors this package throws, told apart by type and `code` (docs/ERRORS.md); a `CUresult`
+ * becomes one only in {@link driverError}, so no refusal carries a code the driver never gave.
  *
  * @module
  */
 
-import {
-  CU_RESULTS,
-  CUDA_ERROR_NOT_INITIALIZED,
-  CUDA_ERROR_OPERATING_SYSTEM,
-  CUDA_SUCCESS,
-  resultName,
-} from "./driver.ts";
+import { CU_RESULTS, CUDA_ERROR_NOT_INITIALIZED, CUDA_ERROR_OPERATING_SYSTEM } from "./driver.ts";
+import { CUDA_SUCCESS, resultName } from "./driver.ts";
 import type { CheckpointDriver } from "./driver.ts";
 import type { ProcessState } from "./states.ts";
 
 /** Why an operation was refused before the driver was asked. */
 export type RefusalCode =
-  /** The process is in a state from which there is no way to what was asked (a toggle of a locked process, anything of a failed one). */
+  /** No way from the process's state to what was asked (a toggle of a locked process). */
   | "STATE"
-  /** The GPUs the restore would go to lack the free memory the process held (see {@link GpuRoomError}). */
+  /** The GPUs the restore would go to lack the memory the process held ({@link GpuRoomError}). */
   | "NO_ROOM"
-  /** The GPU mapping cannot work on this machine's GPUs: an unknown UUID, a GPU left out, two sent onto one. */
+  /** The GPU mapping cannot work here: an unknown UUID, a GPU left out, two onto one. */
   | "MAPPING"
-  /** The driver lacks the function, or the feature needs a newer driver (see {@link CheckpointUnsupportedError}). */
+  /** The driver lacks the function, or is too old for it ({@link CheckpointUnsupportedError}). */
   | "UNSUPPORTED"
   /** The pid now belongs to another process than the one this handle was made for. */
   | "REPLACED"
-  /**
-   * Something the machine must have is missing: criu, or a version of it new enough; root; a kernel
-   * feature; the driver a snapshot was taken with.
-   */
+  /** Something the machine must have is missing: criu, root, a kernel feature, the driver. */
   | "PREREQUISITE"
   /** A pid a snapshot's processes must come back with is taken by another process. */
   | "PID_TAKEN"
-  /**
-   * Not a snapshot this version can read: no manifest, a manifest that is corrupt, truncated or of
-   * another format, image files missing or of the wrong size, or a directory others may write in.
-   */
+  /** Not a snapshot this version can read (no manifest, corrupt, files changed). */
   | "SNAPSHOT"
-  /**
-   * The process holds GPU memory another process exported to it (CUDA IPC): on drivers before
-   * 610 its checkpoint can never be restored (`allowIpcImport` says you know better).
-   */
+  /** It holds GPU memory imported through CUDA IPC, which drivers before 610 never restore. */
   | "IPC";
 
 /** Where an error happened. */
 export interface ErrorPlace {
-  /**
-   * The operation: a step (`lock`, ...), a goal (`suspend`, `resume`, `toggle`), a query
-   * (`getState`, `getRestoreThreadId`), `waitForState`, a snapshot's (`snapshot`,
-   * `restoreSnapshot`), or the C function of a call made for another purpose (`cuInit`, ...).
-   */
+  /** The operation: a step, a goal, a query, a snapshot's, or a C function (`cuInit`). */
   operation: string;
   /** The pid (or thread id) it was given, where there is one. */
   pid?: number;
@@ -65,10 +45,7 @@ export interface ErrorPlace {
   cause?: unknown;
 }
 
-/**
- * Any error about a checkpoint operation: a {@link CudaError} (the driver failed), a
- * {@link RefusedError} (refused before asking it) or a {@link WaitTimeoutError}.
- */
+/** Any error of a checkpoint operation: {@link CudaError}, {@link RefusedError}, and the rest. */
 export abstract class CheckpointError extends Error {
   /** A number for a driver failure (its `CUresult`), a string otherwise. */
   abstract readonly code: number | string;
@@ -83,8 +60,7 @@ export abstract class CheckpointError extends Error {
 
   /** Makes the error; `message` is what happened, {@link ErrorPlace.detail} is added to it. */
   protected constructor(message: string, place: ErrorPlace) {
-    let text = message;
-    if (place.detail) text += `. ${capitalize(place.detail)}`;
+    const text = place.detail ? `${message}. ${capitalize(place.detail)}` : message;
     super(text, place.cause === undefined ? undefined : { cause: place.cause });
     this.operation = place.operation;
     this.pid = place.pid;
@@ -94,9 +70,8 @@ export abstract class CheckpointError extends Error {
 }
 
 /**
- * The driver was asked and failed. `code` is the `CUresult` it returned (`CUDA_ERROR_ILLEGAL_STATE`
- * is 401); the message gives the operation, the pid, the code's name, the driver's description,
- * the state for an illegal state, and what was left behind.
+ * The driver was asked and failed: `code` is the `CUresult` it returned. The message gives the
+ * operation, the pid, the code's name and description, the state, and what was left behind.
  *
  * @example
  * ```ts
@@ -117,14 +92,10 @@ export class CudaError extends CheckpointError {
   readonly code: number;
   /** Its name, such as `CUDA_ERROR_NOT_READY`, or `CUresult <n>` for one nobody knows. */
   readonly codeName: string;
-  /** The driver's description of the code; empty when neither the driver nor this package knows it. */
+  /** The driver's description of the code; empty where nobody knows it. */
   readonly description: string;
 
-  /**
-   * Made by the package where the driver failed; public for tests that need one. `codeName` and
-   * `description` are the driver's (`cuGetErrorName`, `cuGetErrorString`); this package's table's
-   * where left out.
-   */
+  /** Made where the driver failed (public for tests); `codeName` and `description` the driver's. */
   constructor(init: ErrorPlace & { code: number; codeName?: string; description?: string }) {
     const known = CU_RESULTS[init.code];
     const name = init.codeName ?? known?.name;
@@ -160,8 +131,8 @@ export class CudaError extends CheckpointError {
 }
 
 /**
- * Refused before the driver was asked: nothing happened to the process. `code` says why (see
- * {@link RefusalCode}); the message names the operation, the pid and the reason.
+ * Refused before the driver was asked: nothing happened to the process. `code` says why; the
+ * message names the operation, the pid and the reason.
  *
  * @example
  * ```ts
@@ -184,10 +155,7 @@ export class RefusedError extends CheckpointError {
   /** The reason, as the message gives it. */
   readonly reason: string;
 
-  /**
-   * Makes the error; `reason` is a clause ("it needs 4136 MiB on GPU-…, which has 1024 MiB
-   * free").
-   */
+  /** Makes the error; `reason` is a clause ("it needs 4136 MiB on GPU-…"). */
   constructor(init: ErrorPlace & { code: RefusalCode; reason: string }) {
     super(`${subjectOf(init)} refused: ${init.reason}`, init);
     this.name = "RefusedError";
@@ -196,11 +164,7 @@ export class RefusedError extends CheckpointError {
   }
 }
 
-/**
- * The driver has no CUDA checkpoint API (it is older than 570, CUDA 12.8), or the operation needs
- * a newer one (a GPU mapping needs 580, CUDA 13.0). A {@link RefusedError} with code
- * `"UNSUPPORTED"`: the driver was not asked.
- */
+/** The driver has no checkpoint API (before 570), or is too old for the operation. */
 export class CheckpointUnsupportedError extends RefusedError {
   /** The driver's `cuDriverGetVersion`, where it could be read. */
   readonly driverVersion: number | undefined;
@@ -213,10 +177,7 @@ export class CheckpointUnsupportedError extends RefusedError {
   }
 }
 
-/**
- * A wait for a state that did not come in time (`CudaProcess.waitForState`). `state` is the last
- * state seen.
- */
+/** A wait for a state that did not come in time (`waitForState`); `state` is the last seen. */
 export class WaitTimeoutError extends CheckpointError {
   /** Always `"TIMEOUT"`. */
   readonly code: "TIMEOUT" = "TIMEOUT";
@@ -250,12 +211,7 @@ export type SnapshotFailure =
   /** The deadline passed or the signal aborted; what was done was undone. */
   | "STOPPED";
 
-/**
- * A snapshot, or the restore of one, failed after it had begun to change things. `code` says
- * which part; the message says what failed and where every process was left (`detail`), and
- * `cause` is the error of the part that failed (a {@link CudaError}, an engine's error with its
- * log).
- */
+/** A snapshot or its restore failed after things began to change; `detail` says where all are. */
 export class SnapshotError extends CheckpointError {
   /** Which part failed. */
   readonly code: SnapshotFailure;
@@ -286,20 +242,7 @@ export class DriverLoadError extends Error {
   }
 }
 
-/**
- * The one place where a driver's `CUresult` becomes an error: `undefined` for `CUDA_SUCCESS`,
- * else a {@link CudaError} with the driver's own name and description of the code (this
- * package's where the driver knows none).
- *
- * @example
- * ```ts
- * import { driverError } from "./errors.ts";
- * // Any driver names its codes; a driver that knows none leaves it to this package's table.
- * const names = { errorName: () => undefined, errorString: () => undefined };
- * driverError(names, 401, { operation: "unlock", pid: 42 })?.message;
- * // "unlock of process 42 failed: CUDA_ERROR_ILLEGAL_STATE (401): ..."
- * ```
- */
+/** The one place a `CUresult` becomes an error (none for `CUDA_SUCCESS`). */
 export function driverError(
   driver: Pick<CheckpointDriver, "errorName" | "errorString">,
   code: number,
@@ -328,10 +271,7 @@ function subjectOf(place: ErrorPlace): string {
   return place.pid === undefined ? place.operation : `${place.operation} of process ${place.pid}`;
 }
 
-/**
- * `err` with a sentence about what was left behind added to its message: a `CudaError` stays one
- * (`withDetail`); anything else becomes an `Error` whose cause it is. No sentence: `err` as it is.
- */
+/** `err` with a sentence about what was left behind added (a `CudaError` stays one). */
 export function withDetail(err: unknown, detail: string): Error {
   if (!detail) return asError(err);
   if (err instanceof CudaError) return err.withDetail(detail);
@@ -348,7 +288,6 @@ export function messageOf(err: unknown): string {
   return err instanceof Error ? err.message : String(err);
 }
 
-/** The sentence with its first letter in upper case. */
-export function capitalize(sentence: string): string {
+function capitalize(sentence: string): string {
   return sentence.charAt(0).toUpperCase() + sentence.slice(1);
 }

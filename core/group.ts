@@ -1,65 +1,33 @@
 /**
- * Operations on many processes at once: a step or a goal (suspend, resume, toggle) on a group of
- * processes, all at once (or a few at a time), with a result per process, an optional
- * all-or-nothing rollback, a deadline or `AbortSignal` for the whole group, and progress events.
- * Each process goes through the same executor as `CudaProcess`'s own methods (`runAction`), so a
- * group's suspend does to a process what its `suspend()` does. A group that is a job goes through
- * `job.ts`, the one place that orders one.
- *
- * The driver works on each process on its own thread, so N processes checkpoint together in
- * about the time of the largest, not the sum (docs/DRIVER.md#many-processes-at-once).
+ * A step or goal on many processes at once, each through the executor `CudaProcess` uses (a job
+ * through `job.ts`): N processes checkpoint in about the time of the largest
+ * (docs/DRIVER.md#many-processes-at-once).
  *
  * @module
  */
 
-import {
-  type ActionHooks,
-  type ActionReport,
-  type ActionSettings,
-  planGoal,
-  runAction,
-  undo,
-} from "./action.ts";
+import { type ActionHooks, type ActionReport, type ActionSettings, planGoal } from "./action.ts";
+import { runAction, undo } from "./action.ts";
 import { asError } from "./errors.ts";
-import { describeValue } from "./options.ts";
 import type { GroupResult, GroupSettings, ProcessOutcome, StopReason } from "./group_types.ts";
-import { Handle } from "./process.ts";
 import { type JobMember, runJob } from "./job.ts";
 import type { MachineSource } from "./machine.ts";
-import { clockOf, Deadline } from "./time.ts";
-import { checkPid } from "./options.ts";
+import { checkPid, mustBe } from "./options.ts";
+import { Handle } from "./process.ts";
 import { type Action, isStep } from "./states.ts";
+import { clockOf, Deadline } from "./time.ts";
 
-/**
- * Runs `action` on every target at once (or `concurrency` at a time) on the machine of `source`
- * (the machine of targets given as pids), with checked `settings`, and resolves to what happened
- * to each; it rejects only for bad targets (`targets[i]` is named). See `runGroup` of the main
- * module for what it does.
- */
+/** Runs `action` on every target (`runGroup` of the main module); rejects only for bad targets. */
 export async function runGroup(
   source: MachineSource,
   action: Action,
   targets: readonly (number | Handle)[],
   settings: GroupSettings,
 ): Promise<GroupResult> {
-  const { handles, owned } = handlesOf(targets, source);
-  try {
-    return await new Group(action, handles, settings).run();
-  } finally {
-    await Promise.all(owned.map((h) => h.close()));
-  }
-}
-
-/** The handles of the targets; those made here from pids are closed by the caller. */
-function handlesOf(
-  targets: readonly (number | Handle)[],
-  source: MachineSource,
-): { handles: Handle[]; owned: Handle[] } {
   if (!Array.isArray(targets)) {
-    throw new TypeError(
-      `targets must be an array of pids or CudaProcess, got ${describeValue(targets)}`,
-    );
+    mustBe(TypeError, "targets", "an array of pids or CudaProcess", targets);
   }
+  // Handles made here from pids are closed here.
   const owned: Handle[] = [];
   const seen = new Set<number>();
   const handles = targets.map((t, i) => {
@@ -73,7 +41,11 @@ function handlesOf(
     seen.add(handle.pid);
     return handle;
   });
-  return { handles, owned };
+  try {
+    return await new Group(action, handles, settings).run();
+  } finally {
+    await Promise.all(owned.map((h) => h.close()));
+  }
 }
 
 /** A process's part in the group, as it goes (a job's member), and its rollback under way. */
@@ -105,9 +77,7 @@ class Group {
     const clock = machine ? clockOf(machine) : { now: () => performance.now() };
     this.#deadline = new Deadline(clock, this.#s.timeoutMs);
     if (this.#s.job) return await this.#runJob();
-    // All or nothing: what can be checked is checked before anything changes. A goal that some
-    // member's state rules out (a toggle of a locked process), or a member that cannot be read,
-    // fails the group before any step.
+    // All or nothing: a goal some member's state rules out fails the group before any step.
     if (this.#s.allOrNothing && !isStep(this.#action) && !(await this.#allCanStart())) {
       return this.#result();
     }
@@ -164,7 +134,6 @@ class Group {
     return this.#result();
   }
 
-  /** Tells that a process's part ended. */
   #ended(e: Entry): void {
     const at = this.#deadline.elapsed();
     this.#s.onProgress({ type: "process-end", pid: e.proc.pid, at, status: outcome(e).status });
@@ -183,11 +152,7 @@ class Group {
     };
   }
 
-  /**
-   * Reads every member's state and plans the goal from it (the state table's plan, and the
-   * driver's capability for it); where one is refused or cannot be read, that member fails and
-   * no other starts (`another-failed`). True where all can start.
-   */
+  /** Plans the goal for every member; where one is refused, it fails and no other starts. */
   async #allCanStart(): Promise<boolean> {
     const checks = await Promise.all(this.#entries.map(async (e) => {
       const report: ActionReport = { status: "failed", steps: [] };
@@ -209,11 +174,7 @@ class Group {
     return false;
   }
 
-  /**
-   * The group can no longer succeed (all or nothing, or interrupted): every process that is done
-   * is brought back now, without waiting for the others, and each one that becomes done later is
-   * brought back as it does.
-   */
+  /** The group can no longer succeed: every process done is brought back, now or once done. */
   #doom(): void {
     this.#doomed = true;
     for (const entry of this.#entries) this.#rollBackIfDone(entry);
@@ -234,7 +195,6 @@ class Group {
     this.#rollbacks.push(entry.rollingBack);
   }
 
-  /** Why nothing more may start now, if so. */
   #stopReason(): StopReason | undefined {
     if (this.#s.signal?.aborted) return "aborted";
     if (this.#deadline.passed()) {
@@ -262,7 +222,6 @@ class Group {
     }
   }
 
-  /** The progress hooks of one process. */
   #hooks(pid: number): ActionHooks {
     const mib = this.#memory.get(pid);
     const memory = mib === undefined ? {} : { gpuMemoryMiB: mib };
@@ -275,7 +234,7 @@ class Group {
     };
   }
 
-  /** One process's settings: the lock timeout is the option, cut to what is left of the deadline. */
+  /** One process's settings, its lock timeout cut to what is left of the deadline. */
   #settingsFor(pid: number): ActionSettings {
     return {
       lockTimeoutMs: () => this.#deadline.cut(this.#s.lockTimeoutMs),
@@ -285,10 +244,7 @@ class Group {
     };
   }
 
-  /**
-   * Each target's GPU memory in MiB, where known (see `GroupEvent`): from one report of the
-   * host, or what was recorded at its checkpoint. Never rejects.
-   */
+  /** Each target's GPU memory in MiB where known: the host's report, or its record. */
   async #memoryOf(): Promise<Map<number, number>> {
     const known = new Map<number, number>();
     const sum = (m: Readonly<Record<string, number>>) =>

@@ -1,23 +1,14 @@
 /**
- * What a group operation takes and gives: its options, checked once where they enter
- * ({@link checkGroupOptions}), its progress events and its result.
+ * What a group operation takes and gives: its options (checked where they enter), events, result.
  *
  * @module
  */
 
 import type { GpuPair } from "./driver.ts";
-import { describeValue } from "./options.ts";
 import type { Machine } from "./machine.ts";
-import {
-  checkFlag,
-  checkFunction,
-  checkGpuMapping,
-  checkInteger,
-  checkLockTimeout,
-  checkOptions,
-  checkSignal,
-  type GpuMapping,
-} from "./options.ts";
+import { checkFlag, checkFunction, checkGpuMapping, checkInteger } from "./options.ts";
+import { checkLockTimeout, checkOptions, checkSignal, describeValue } from "./options.ts";
+import type { GpuMapping } from "./options.ts";
 import type { RoomCheck } from "./room.ts";
 import type { Action, ProcessState, Step } from "./states.ts";
 
@@ -36,85 +27,45 @@ export type StopReason = "deadline" | "aborted" | "another-failed";
 
 /** Options of `runGroup`. */
 export interface GroupOptions {
-  /**
-   * The machine of the processes given as pids: a `SimulatedMachine`, or one `openMachine`
-   * opened; this machine when left out. A `CudaProcess` keeps its own.
-   */
+  /** The machine of targets given as pids (a `CudaProcess` keeps its own); this one by default. */
   machine?: Machine;
   /** How many processes are worked on at once: an integer from 1; all of them by default. */
   concurrency?: number;
-  /**
-   * When any process fails (or is not started because the deadline passed or the signal
-   * aborted), bring every process that succeeded back to the state it was in before the call,
-   * and start no more. Default `false`: each process stands alone.
-   */
+  /** When one fails, bring every process that succeeded back, start no more (default `false`). */
   allOrNothing?: boolean;
-  /**
-   * When the signal aborts before the group is over, bring every process it moved back to the
-   * state it was in before the call, as `allOrNothing` does, even those that are done. A step
-   * inside the driver cannot be interrupted: its process is brought back when the step ends.
-   * Default `false`. The command line uses it for Ctrl-C.
-   */
+  /** When the signal aborts, bring every process moved back, done ones too (default `false`). */
   rollBackOnAbort?: boolean;
-  /**
-   * A deadline for the whole group, in ms from the call (on the machine's clock). Lock timeouts
-   * are cut to what is left of it, and no step starts after it has passed. A call already inside
-   * the driver cannot be interrupted: a checkpoint under way when the deadline passes finishes.
-   */
+  /** A deadline for the whole group in ms: lock timeouts are cut to it, no step starts after. */
   timeoutMs?: number;
   /**
-   * The processes are one job: they share GPU state (NCCL ranks, CUDA IPC, the ranks of one
-   * inference server), so every one is locked before any is checkpointed, and every one restored
-   * before any is unlocked; if any step fails, every process is brought back, in the same order.
-   * Implies `allOrNothing`, works on all of them at once (`concurrency` cannot be given), and
-   * holds every process's turn until the job is over. Default `false`. Drivers before 590 cannot
-   * checkpoint processes that share CUDA IPC memory at all (docs/API.md#jobs).
+   * The processes share GPU state: every lock before any checkpoint, every restore before any
+   * unlock, all brought back if any fails (implies `allOrNothing`; docs/API.md#jobs).
    */
   job?: boolean;
-  /**
-   * Stops the group: no step starts after it aborts (calls inside the driver finish), and a
-   * process between steps is brought back to its initial state (`stopped`). See
-   * `rollBackOnAbort` for the processes that are done.
-   */
+  /** Stops the group: no step starts after it aborts; a process between steps is brought back. */
   signal?: AbortSignal;
-  /** Each process's lock timeout, in ms (0 waits forever); 10 000 by default, cut by `timeoutMs`. */
+  /** Each process's lock timeout in ms (0: forever); 10 000 by default, cut by `timeoutMs`. */
   lockTimeoutMs?: number;
-  /**
-   * Where to restore: one mapping for every process, or a function giving each pid's (or
-   * `undefined` to restore it in place). See `StepOptions.gpuMapping`.
-   */
+  /** Where to restore: one mapping, or each pid's (`undefined`: in place). See `StepOptions`. */
   gpuMapping?: GpuMapping | ((pid: number) => GpuMapping | undefined);
   /** Whether to record and check GPU room (see `StepOptions.checkRoom`); default `true`. */
   checkRoom?: boolean;
-  /** Checkpoint processes that imported GPU memory (see `StepOptions.allowIpcImport`); default `false`. */
+  /** Checkpoint processes that imported GPU memory (see `StepOptions`); default `false`. */
   allowIpcImport?: boolean;
-  /**
-   * Called as each process's steps start and end, for a progress display. Must not throw. When it
-   * is given, the group first asks the machine's host for each process's GPU memory (one NVML
-   * query on Linux, a few ms), so that the events can say how much each process holds.
-   */
+  /** Called as each process's steps start and end. Must not throw. */
   onProgress?: (event: GroupEvent) => void;
-  /**
-   * Whether the progress events carry each process's GPU memory: `true` (the default) asks the
-   * host first, as `onProgress` says; `false` skips that query.
-   */
+  /** Whether events carry each process's GPU memory (one NVML query first); default `true`. */
   gpuMemory?: boolean;
 }
 
-/**
- * A step of one process starting or ending. Times are ms since the group started.
- * `gpuMemoryMiB` is the GPU memory the process held when the group started, summed over its GPUs,
- * its CUDA context included (what a checkpoint copies out): from the host (NVML on Linux) for a
- * process that holds GPU memory, or, for a checkpointed process, what was recorded at its
- * checkpoint. Left out where it is not known.
- */
+/** A step of one process starting or ending, or its part ending; `at` is ms since the start. */
 export type GroupEvent =
   | {
     readonly type: "step-start";
     readonly pid: number;
     readonly step: Step;
     readonly at: number;
-    /** The process's GPU memory in MiB, where known (see {@link GroupEvent}). */
+    /** The process's GPU memory in MiB, where known. */
     readonly gpuMemoryMiB?: number;
   }
   | {
@@ -128,7 +79,7 @@ export type GroupEvent =
     readonly ok: boolean;
     /** Whether it was part of a rollback. */
     readonly rollback: boolean;
-    /** The process's GPU memory in MiB, where known (see {@link GroupEvent}). */
+    /** The process's GPU memory in MiB, where known. */
     readonly gpuMemoryMiB?: number;
   }
   | {
@@ -136,7 +87,7 @@ export type GroupEvent =
     readonly type: "process-end";
     readonly pid: number;
     readonly at: number;
-    /** How it ended (see {@link ProcessOutcome.status}). */
+    /** How it ended. */
     readonly status: ProcessOutcome["status"];
   };
 
@@ -144,15 +95,7 @@ export type GroupEvent =
 export interface ProcessOutcome {
   /** The pid, as given. */
   readonly pid: number;
-  /**
-   * `done`: its steps ran; `unchanged`: a goal found it already where it leads; `failed`: it was
-   * refused, or a step failed (see `error`; what it had done is undone where possible);
-   * `stopped`: it was between steps when the deadline passed, the signal aborted or (all or
-   * nothing) another process failed, so its next step was not made and what it had done was
-   * undone; `rolled-back`: its steps ran, then all or nothing (another process failed) or
-   * `rollBackOnAbort` brought it back (`rollback.ok` says whether that worked); `not-started` (see
-   * `notStarted`).
-   */
+  /** How it ended (`stopped`: between steps when stopped; `rolled-back`: done, then undone). */
   readonly status: "done" | "unchanged" | "failed" | "stopped" | "rolled-back" | "not-started";
   /** The state before the call, where it was read. */
   readonly initialState?: ProcessState;
@@ -166,20 +109,13 @@ export interface ProcessOutcome {
   readonly notStarted?: StopReason;
   /** Why it was stopped between steps. */
   readonly stopped?: StopReason;
-  /**
-   * Its rollback, where one was made: after its own failed step, or (all-or-nothing) because
-   * another process failed. `ok` says whether it is back in its initial state.
-   */
+  /** Its rollback, where one was made; `ok`: it is back in its initial state. */
   readonly rollback?: {
     readonly ok: boolean;
     readonly steps: readonly StepRecord[];
     readonly error?: Error;
   };
-  /**
-   * Where a restore was made: whether its room was checked, and if not, why. Where a checkpoint
-   * was made whose record of GPU memory could not be written: `{ unknown }`, saying why its
-   * restore's room cannot be checked (a warning).
-   */
+  /** Whether a restore's room was checked, or why not; or a checkpoint's unwritten record. */
   readonly roomCheck?: RoomCheck;
 }
 
@@ -216,15 +152,11 @@ export interface GroupSettings {
   onProgress: (event: GroupEvent) => void;
   /** Whether the events want GPU memory (an onProgress was given). */
   wantsMemory: boolean;
-  /** A job's members that come into being over time: see `JobContext.ready`. */
+  /** A job's members that come into being over time (`JobContext.ready`). */
   ready?: (pid: number) => Promise<void>;
 }
 
-/**
- * Checks a group's options, once, where they enter (`runGroup`'s); `machine` is left to the
- * caller. Every setting left out has its default, so a caller of {@link runGroup} inside this
- * package builds its settings from `checkGroupOptions({ ... })` of its own values.
- */
+/** Checks a group's options, each left out given its default (the machine is the caller's). */
 export function checkGroupOptions(options: GroupOptions | undefined): GroupSettings {
   const o = checkOptions(options, "runGroup", [
     "machine",
@@ -242,24 +174,15 @@ export function checkGroupOptions(options: GroupOptions | undefined): GroupSetti
     "gpuMemory",
   ]);
   const mapping = o.gpuMapping;
-  let pairsFor: (pid: number) => GpuPair[] | null = () => null;
-  if (typeof mapping === "function") {
-    pairsFor = (pid) => {
-      const m = mapping(pid);
-      return m === undefined ? null : checkGpuMapping(m);
-    };
-  } else if (mapping !== undefined) {
-    const pairs = checkGpuMapping(mapping); // checked once, before anything starts
-    pairsFor = () => pairs;
-  }
+  const pairsOf = (m: GpuMapping | undefined) => m === undefined ? null : checkGpuMapping(m);
+  const pairs = typeof mapping === "function" ? null : pairsOf(mapping); // once, before anything
   const onProgress = checkFunction(o.onProgress, "onProgress");
   const gpuMemory = checkFlag(o.gpuMemory, "gpuMemory", true);
   const job = checkFlag(o.job, "job", false);
   if (job && o.concurrency !== undefined) {
     throw new RangeError(
-      `a job works on every process at once: concurrency cannot be given with job: true, got ${
-        describeValue(o.concurrency)
-      }`,
+      "a job works on every process at once: concurrency cannot be given with job: true, got " +
+        describeValue(o.concurrency),
     );
   }
   return {
@@ -274,7 +197,7 @@ export function checkGroupOptions(options: GroupOptions | undefined): GroupSetti
       : checkInteger(o.timeoutMs, "timeoutMs (ms for the whole group)", 0),
     signal: checkSignal(o.signal),
     lockTimeoutMs: checkLockTimeout(o.lockTimeoutMs, "lockTimeoutMs"),
-    pairsFor,
+    pairsFor: typeof mapping === "function" ? (pid) => pairsOf(mapping(pid)) : () => pairs,
     checkRoom: checkFlag(o.checkRoom, "checkRoom", true),
     allowIpcImport: checkFlag(o.allowIpcImport, "allowIpcImport", false),
     wantsMemory: onProgress !== undefined && gpuMemory,

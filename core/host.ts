@@ -1,22 +1,17 @@
 /**
  * The host ({@link HostProcesses}): what this package asks of the machine besides the driver, so
- * that queues and records follow processes, not numbers, and a restore that would not fit is
- * refused before the driver by whichever program of this package makes it. The Linux host is
- * `os/linux_host.ts`; the simulator brings its own.
+ * that queues and records follow processes, not numbers (the Linux host is `os/linux_host.ts`).
  *
  * @module
  */
 
-/** One process a host found (a process, never a thread of one), as far as the host could see it. */
+/** One process a host found (never a thread of one), as far as the host could see it. */
 export interface ScannedProcess {
   /** Its process id. */
   readonly pid: number;
-  /** Its command line, arguments joined by spaces; left out where it is empty or unreadable. */
+  /** Its command line, arguments joined by spaces; left out where empty or unreadable. */
   readonly command?: string;
-  /**
-   * Whether it has the CUDA driver library (`libcuda.so`) mapped. Left out where the process could
-   * not be looked at ({@link ScannedProcess.notInspectable} says why).
-   */
+  /** Whether it maps `libcuda.so`; left out where it could not be looked at. */
   readonly cudaLibrary?: boolean;
   /** Why the process could not be looked at (another user's process, seen without privilege). */
   readonly notInspectable?: string;
@@ -55,29 +50,22 @@ export interface GpuImport {
 /** GPU memory of one process: MiB by GPU UUID, or `"unknown"`. */
 export type GpuMemory = Readonly<Record<string, number>> | "unknown";
 
-/**
- * What a host knows of GPU memory: the GPU memory of every process that holds some, by pid (a
- * process left out holds none), or why it cannot be known.
- */
+/** What a host knows of GPU memory (a process left out of `byPid` holds none), or why not. */
 export type GpuMemoryReport =
   | {
     readonly byPid: ReadonlyMap<number, GpuMemory>;
-    /** Free memory of each GPU in MiB, by GPU UUID (`GPU-…`); left out where the host cannot tell. */
+    /** Free memory of each GPU in MiB, by GPU UUID (`GPU-…`), where the host can tell. */
     readonly freeMiB?: ReadonlyMap<string, number>;
-    /** Total memory of each GPU in MiB, by GPU UUID; left out where the host cannot tell. */
+    /** Total memory of each GPU in MiB, by GPU UUID, where the host can tell. */
     readonly totalMiB?: ReadonlyMap<string, number>;
   }
   | { readonly unknown: string };
 
-/**
- * Which process an id belongs to. The driver acts on a process for any of its thread ids, so a
- * thread id and its pid are one process; and a pid that is reused later is another process,
- * told apart by its start time.
- */
+/** Which process an id belongs to: any thread id is its process; a reused pid is another. */
 export interface ProcessIdentity {
   /** Its process id (thread-group id): the same for every thread id of the process. */
   readonly pid: number;
-  /** When it started, in the host's own units (clock ticks since boot on Linux); left out where unknown. */
+  /** When it started, in the host's units (clock ticks since boot on Linux), where known. */
   readonly start?: number;
 }
 
@@ -87,7 +75,7 @@ export interface PidUse {
   readonly id: number;
   /** The pid of the process that uses it. */
   readonly holder: number;
-  /** How: as its pid, as one of its thread ids, as its process group, or as its session. */
+  /** How: as its pid, one of its thread ids, its process group, or its session. */
   readonly as: "pid" | "thread" | "group" | "session";
 }
 
@@ -105,7 +93,7 @@ export function sameProcess(a: ProcessIdentity, b: ProcessIdentity): boolean {
 export interface RoomClaim {
   /** MiB it is about to take, by GPU UUID. */
   readonly needMiB: Readonly<Record<string, number>>;
-  /** The program restoring it, so that a claim of a program that died is ignored. */
+  /** The program restoring it: a claim of a program that died is ignored. */
   readonly by: ProcessIdentity;
   /** When it was made, in ms since the epoch. */
   readonly since: number;
@@ -115,60 +103,33 @@ export interface RoomClaim {
 export interface HeldRecord {
   /** The process. */
   readonly process: ProcessIdentity;
-  /** The GPU memory it held just before its checkpoint, MiB by GPU UUID, its CUDA context included. */
+  /** The GPU memory it held just before its checkpoint, MiB by GPU UUID, its context included. */
   readonly heldMiB: Readonly<Record<string, number>>;
   /** When it was checkpointed, in ms since the epoch. */
   readonly at: number;
   /** A restore of it under way, where one is. */
   readonly claim?: RoomClaim;
-  /**
-   * What of the process outlasts criu's dump and restore ({@link HostProcesses.lastingMark}), so
-   * that the process criu brings back, with a new start time, finds this record; left out where
-   * the host cannot tell.
-   */
+  /** Its {@link HostProcesses.lastingMark}, by which the process criu brings back finds it. */
   readonly mark?: string;
 }
 
-/**
- * The records of what checkpointed processes held, keyed by process identity. The Linux host
- * keeps them in a private directory (one file each, written atomically), so that every program
- * of this package on the machine (the command line, a library user, CRIU's plugin through the
- * command line) sees what another recorded.
- */
+/** The records of what checkpointed processes held, shared by every program of this package. */
 export interface HeldRecords {
   /** Where they are kept, for messages (`/run/ckpt-cuda`, `memory`). */
   readonly where: string;
-  /**
-   * The record of a process; `undefined` where there is none. Rejects, naming the path and the
-   * fault, where the records cannot be used or the record cannot be read as one: a checked
-   * restore is then refused (the room check fails closed).
-   */
+  /** The record of a process, if any; rejects, naming the path, where it cannot be read. */
   get(process: ProcessIdentity): Promise<HeldRecord | undefined>;
   /** Writes the record of its process, replacing any; rejects, saying why, where it cannot. */
   put(record: HeldRecord): Promise<void>;
   /** Removes the record of a process, if there is one. */
   remove(process: ProcessIdentity): Promise<void>;
-  /**
-   * Every record whose process still lives, with claims of programs that died left out; records
-   * of processes that ended are removed on the way, but for those kept for {@link ended}, and
-   * what cannot be read as a record is left out (it blocks no restore). Rejects where the records
-   * cannot be used at all.
-   */
+  /** Every record whose process lives, without dead programs' claims; ended ones are pruned. */
   list(): Promise<HeldRecord[]>;
-  /**
-   * The records of checkpointed processes that ended, kept because criu may bring them back
-   * (a dump through criu's CUDA plugin ends the process it checkpointed): those with a
-   * {@link HeldRecord.mark}, for 30 days after their checkpoint; their claims
-   * left out. Rejects where the records cannot be used at all. Left out where records keep none:
-   * then a process criu brought back is not known by the record of the one it was.
-   */
+  /** The records of ended processes with a mark, kept 30 days for criu to bring them back. */
   ended?(): Promise<HeldRecord[]>;
 }
 
-/**
- * How long the record of a checkpointed process that ended is kept for criu to bring it back:
- * 30 days (records live in a directory emptied at boot, as the processes are).
- */
+/** How long the record of an ended checkpointed process is kept: 30 days (emptied at boot). */
 export const ENDED_RECORD_KEEP_MS = 30 * 24 * 3600 * 1000;
 
 /** Whether the record of a process that ended is kept for {@link HeldRecords.ended}. */
@@ -176,89 +137,47 @@ export function keptEnded(record: HeldRecord, now: number): boolean {
   return record.mark !== undefined && now - record.at <= ENDED_RECORD_KEEP_MS;
 }
 
-/**
- * The processes of a machine. The Linux host reads `/proc`, asks NVML for GPU memory and keeps
- * records in a private directory; the simulated driver's host has its simulated processes.
- */
+/** The processes of a machine: `/proc`, NVML and a records directory on Linux. */
 export interface HostProcesses {
   /** What the host is, for messages: `"linux"`, `"simulated"`. */
   readonly kind: string;
-  /**
-   * Every process of the machine (processes only: a thread is part of its process), including the
-   * ones that could not be looked at. A process that ends meanwhile may be left out.
-   */
+  /** Every process, those that could not be looked at too; one ending meanwhile may be left out. */
   scan(): Promise<readonly ScannedProcess[]>;
-  /** The GPU memory each process holds and each GPU has free; left out where the host cannot tell. */
+  /** The GPU memory each process holds and each GPU has free. */
   gpuMemory?(): Promise<GpuMemoryReport>;
-  /**
-   * The process that has `id` as its pid or as one of its thread ids, with its start time;
-   * `undefined` where no process has it. Left out where the host cannot tell: then an id is
-   * taken for a process of its own.
-   */
+  /** The process that has `id` as its pid or a thread id; left out, an id is its own process. */
   identify?(id: number): Promise<ProcessIdentity | undefined>;
-  /**
-   * The process tree rooted at `root`: the root first, then every process descended from it, each
-   * after its parent; `undefined` where no process has the pid. Left out where the host cannot
-   * tell (then a snapshot cannot be taken on it).
-   */
+  /** The tree rooted at `root`, each process after its parent; left out, no snapshot is taken. */
   processTree?(root: number): Promise<readonly TreeProcess[] | undefined>;
   /**
-   * Which of `ids` some process uses now, and how: as its pid, a thread id, its process group or
-   * its session. The kernel gives an id to a new process only while nothing uses it in any of
-   * these ways, so a snapshot's processes can come back with their pids only once none is in
-   * use: a process of an ended tree that its parent or init has not reaped yet still holds its
-   * pid, and its session and group. Left out where the host cannot tell more than
-   * {@link HostProcesses.identify} does.
+   * Which of `ids` a process uses now as its pid, a thread id, its group or session: the kernel
+   * gives none of them out until free, so a snapshot's processes come back only then.
    */
   pidsInUse?(ids: readonly number[]): Promise<readonly PidUse[]>;
   /**
-   * What of a process outlasts criu's dump and restore, as one string that is the same before
-   * and after: criu gives a process back its pid in its own pid namespace, its user and its
-   * command line, but a new start time (and, restored into a new pid namespace, as a container
-   * is, another pid on the host). `undefined` where the process is gone (or is no longer the one
-   * named) or cannot be read. Left out where the host cannot tell: then a process criu brought
-   * back is not known by the record of the one it was.
+   * What of a process outlasts criu's dump and restore (its pid in its own namespace, user and
+   * command line; not its start time), as a string; `undefined` where gone or unreadable.
    */
   lastingMark?(process: ProcessIdentity): Promise<string | undefined>;
   /** The machine's name, kernel and NVIDIA driver release, for a snapshot's manifest. */
   facts?(): Promise<MachineFacts>;
   /**
-   * The sign, where the host finds one, that `pid` holds GPU memory (or an event) another process
-   * exported to it through CUDA IPC: on Linux, it maps `/dev/shm/cuda.shm.<gpu>.<pid>.<n>` named
-   * after another process and holds no descriptor to it, as the importers of legacy CUDA IPC and
-   * of PyTorch's CUDA tensors do. An import of cuMem memory through a file descriptor (NCCL's)
-   * leaves no sign (docs/DRIVER.md, "Processes that share GPU memory").
+   * The sign that `pid` holds GPU memory another process exported to it through CUDA IPC: on
+   * Linux, it maps `/dev/shm/cuda.shm.<gpu>.<pid>.<n>` of another process, holding no descriptor
+   * to it (NCCL's imports leave none: docs/DRIVER.md#processes-that-share-gpu-memory).
    */
   gpuImport?(pid: number): Promise<GpuImport | undefined>;
-  /**
-   * The CPU time `pid` has had so far, in ns over all its threads (Linux: `schedstat`), to tell
-   * that a process held stopped ran meanwhile; `undefined` where it is gone or cannot be read.
-   */
+  /** The CPU time `pid` has had, in ns over its threads, to tell that a stopped process ran. */
   cpuTime?(pid: number): Promise<number | undefined>;
-  /**
-   * The records of what checkpointed processes held, shared by every program of this package on
-   * the machine. Left out where the host keeps none: then a program remembers only what it
-   * checkpointed itself.
-   */
+  /** The records of what checkpointed processes held; left out: each program keeps its own. */
   readonly heldRecords?: HeldRecords;
-  /**
-   * The pid of the program using this host, where it is one of the host's processes: this
-   * program's own on Linux; on the simulated machine, the simulated process a test names. A
-   * process that checkpoints itself is treated with care (NVML would wait for its restore).
-   */
+  /** The pid of the program using this host: a process checkpointing itself needs care (NVML). */
   readonly self?: number;
-  /**
-   * Lets go of what reading GPU memory keeps open (NVML), until it is asked for again: before
-   * this package locks the program itself, in which NVML would wait for its restore.
-   */
+  /** Lets go of NVML until it is asked for again: before this package locks its own process. */
   release?(): Promise<void>;
 }
 
-/**
- * Records kept in memory, for a host that keeps none of its own: they last as long as the
- * session that made them, and no other program sees them. `alive` says whether a process still
- * lives (left out, all do); a claim is never taken for dead.
- */
+/** Records in memory, for a host that keeps none: seen by no other program; no claim is dead. */
 export class MemoryHeldRecords implements HeldRecords {
   /** Always `"memory"`. */
   readonly where: string = "memory";

@@ -1,28 +1,14 @@
 /**
- * A job: processes that share GPU state (NCCL ranks, CUDA IPC, the ranks of one inference server)
- * and so must move together. A rank locked while another still runs can hang the other in a
- * collective, and one unlocked before another is back on the GPU can fail; vLLM and NVIDIA's
- * Dynamo order it so, and so does this: every process makes its first step (lock, restore) before
- * any makes its second (checkpoint, unlock) ({@link jobPhase}). If any step fails, or the deadline
- * passes or the signal aborts between the phases, every process is brought back to where it was,
- * in the same order: all restores before any unlock, all locks before any checkpoint.
- *
- * While a job runs it holds the turn of every one of its processes, taken in pid order so that
- * two jobs never wait for each other in a circle; where its processes come into being over time
- * (a snapshot's restore), each is taken as it comes.
+ * A job: processes that share GPU state (NCCL ranks) move together, since a rank locked while
+ * another runs can hang it: every first step (lock, restore) before any second ({@link jobPhase}),
+ * and all brought back in the same order. It holds every turn, taken in pid order so that two jobs
+ * never wait for each other in a circle.
  *
  * @module
  */
 
-import {
-  type ActionHooks,
-  type ActionReport,
-  type ActionSettings,
-  broughtBack,
-  planGoal,
-  timed,
-  wayBack,
-} from "./action.ts";
+import { type ActionHooks, type ActionReport, type ActionSettings, broughtBack } from "./action.ts";
+import { planGoal, timed, wayBack } from "./action.ts";
 import { asError, CudaError, withDetail } from "./errors.ts";
 import type { StopReason } from "./group_types.ts";
 import type { Handle, Turn } from "./process.ts";
@@ -37,20 +23,12 @@ export interface JobMember {
 
 /** What a job needs from the group that runs it. */
 export interface JobContext {
-  /** The goal or step. */
   readonly action: Action;
-  /** The settings of one process's steps (its lock timeout, cut to a deadline; its mapping). */
   settingsFor(pid: number): ActionSettings;
-  /** The progress hooks of one process. */
   hooks(pid: number): ActionHooks;
   /** Why nothing more may start now (a deadline, an abort), if so. */
   stopReason(): StopReason | undefined;
-  /**
-   * Where the members come into being over time (a snapshot's processes, as criu brings each
-   * tree back): resolves once `pid` may be acted on; a rejection fails it, and the job. Each member
-   * then makes its first step as soon as it is ready; every first step is still made before any
-   * second one.
-   */
+  /** Where members come into being over time: resolves once `pid` may start (rejects: fails it). */
   ready?(pid: number): Promise<void>;
 }
 
@@ -60,14 +38,10 @@ interface Working {
   readonly target: Turn;
   readonly report: ActionReport;
   left: Step[];
-  /** The step that failed, and how. */
   failure?: { step: Step; err: unknown };
 }
 
-/**
- * Runs `ctx.action` on every member as one job (see the module documentation) and fills in each
- * member's report. Resolves to whether processes that had moved were brought back; never rejects.
- */
+/** Runs `ctx.action` on all members as one job; resolves to whether any moved were brought back. */
 export async function runJob(members: readonly JobMember[], ctx: JobContext): Promise<boolean> {
   const releases: (() => void)[] = [];
   try {
@@ -77,9 +51,7 @@ export async function runJob(members: readonly JobMember[], ctx: JobContext): Pr
     if (!working) return false;
     // A member whose restore the driver refused is, most often, lost (an importer of CUDA IPC
     // memory, a restore out of memory on 580): the others go on rather than back to checkpointed.
-    const lost = working.filter((w) =>
-      w.failure?.step === "restore" && w.failure.err instanceof CudaError
-    );
+    const lost = working.filter(isLost);
     const rest = lost.length > 0 && lost.length < working.length &&
         working.every((w) => !w.failure || lost.includes(w))
       ? working.filter((w) => !lost.includes(w))
@@ -102,35 +74,24 @@ export async function runJob(members: readonly JobMember[], ctx: JobContext): Pr
         w.report.state = stepTo(w.report.steps[w.report.steps.length - 1].step);
       }
     }
-    if (rest !== working) await setAside(working.filter((w) => !rest.includes(w)));
+    // Those set aside: each error says where its process is, and that the others went on.
+    for (const w of rest === working ? [] : lost) {
+      w.report.state = await w.target.state().catch(() => undefined);
+      w.report.error = withDetail(
+        w.failure!.err,
+        `the process is ${w.report.state ?? "of unknown state"}; a process whose restore the ` +
+          `driver refuses is most often lost (on driver 580, one that imported CUDA IPC memory or ` +
+          `ran out of memory), so the job's other processes were resumed rather than checkpointed ` +
+          `again`,
+      );
+    }
     return failed || stopped ? await rollBack(rest, ctx) : false;
   } finally {
     for (const release of releases) release();
   }
 }
 
-/**
- * The members whose restore the driver refused, set aside while the others went on: each error
- * says where its process is and that the others were resumed.
- */
-async function setAside(lost: readonly Working[]): Promise<void> {
-  for (const w of lost) {
-    w.report.state = await w.target.state().catch(() => undefined);
-    w.report.error = withDetail(
-      w.failure!.err,
-      `the process is ${w.report.state ?? "of unknown state"}; a process whose restore the ` +
-        `driver refuses is most often lost (on driver 580, one that imported CUDA IPC memory or ` +
-        `ran out of memory), so the job's other processes were resumed rather than checkpointed ` +
-        `again`,
-    );
-  }
-}
-
-/**
- * Every member's turn, taken one after another in pid order (so that two jobs never wait for
- * each other in a circle), then every plan, then every first step. Where a member cannot be read
- * or its goal is refused, or the job is stopped first, nothing starts (`undefined`).
- */
+/** Every turn in pid order, every plan, every first step; `undefined` where one cannot start. */
 async function allAtOnce(
   members: readonly JobMember[],
   ctx: JobContext,
@@ -163,11 +124,12 @@ async function allAtOnce(
   return undefined;
 }
 
-/**
- * Each member as soon as it is ready: its turn, its plan and its first step; a member that is
- * not ready (or cannot be read, or refused) fails the job, and members ready after that do not
- * start.
- */
+/** Each member as soon as it is ready: its turn, plan and first step; one failing fails all. */
+/** Whether the driver refused a member's restore: it is, most often, lost (see `runJob`). */
+function isLost(w: Working): boolean {
+  return w.failure?.step === "restore" && w.failure.err instanceof CudaError;
+}
+
 async function asReady(
   members: readonly JobMember[],
   ctx: JobContext,
@@ -189,7 +151,8 @@ async function asReady(
     const w = await planOf(m, taken, ctx);
     working.push(w);
     m.report = w.report;
-    if (w.failure || await phase([w], 1, ctx)) failed = true;
+    // A lost member stops no other: the others that come are restored, and go on without it.
+    if ((w.failure || await phase([w], 1, ctx)) && !isLost(w)) failed = true;
   }));
   if (failed) {
     // Those that have not started are left so; the others are brought back with the job.
@@ -242,11 +205,7 @@ async function phase(working: readonly Working[], n: 1 | 2, ctx: JobContext): Pr
   return failed;
 }
 
-/**
- * Brings every member that moved back to its initial state, as a job: first every lock and
- * restore of the way back, then every checkpoint and unlock. Resolves to whether any member that
- * had succeeded was brought back.
- */
+/** Brings every member that moved back, phase by phase; resolves to whether a done one was. */
 async function rollBack(working: readonly Working[], ctx: JobContext): Promise<boolean> {
   const ways = new Map<Working, { way: Step[]; steps: ActionReport["steps"] }>();
   const errors = new Map<Working, Error>();

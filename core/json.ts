@@ -1,9 +1,7 @@
 /**
- * The one strict reader of the JSON this package keeps: a snapshot's manifest, a record of held
- * GPU memory, the simulated machine's state file and its criu's images. A value is read field by
- * field, each named by its path (`trees[0].processes[1].pid`); anything not exactly as expected (a
- * field missing, of the wrong type or out of range, or one the reader was not told of) is refused
- * with one sentence that names the field and the value found.
+ * The one strict reader of the JSON this package keeps (manifests, records, the simulator's
+ * files): field by field, each named by its path (`trees[0].pid`); anything not exactly as
+ * expected is refused in one sentence naming the field and the value found.
  *
  * @module
  */
@@ -15,11 +13,10 @@ import { formatGpuUuid, parseGpuUuid } from "./options.ts";
 /** Makes the error for a field: `reason` is a whole sentence that names it. */
 export type Refuse = (field: string, reason: string) => Error;
 
-/** Reads fields strictly: see the module documentation. */
+/** Reads fields strictly, each refusal made by `refuse`. */
 export class StrictReader {
   readonly #refuse: Refuse;
 
-  /** A reader whose refusals `refuse` makes. */
   constructor(refuse: Refuse) {
     this.#refuse = refuse;
   }
@@ -46,10 +43,7 @@ export class StrictReader {
     }
   }
 
-  /**
-   * An object with every `required` field, perhaps some `optional` ones, and no other; with
-   * `required` left out, any fields.
-   */
+  /** An object of every `required` field and perhaps `optional` ones; without `required`, any. */
   object(
     value: unknown,
     field: string,
@@ -77,59 +71,36 @@ export class StrictReader {
     return o;
   }
 
-  /** An array of `min` to `max` entries. */
   array(value: unknown, field: string, min = 0, max = Infinity): unknown[] {
-    if (!Array.isArray(value) || value.length < min || value.length > max) {
-      this.fail(
-        field,
-        max === Infinity
-          ? `an array of at least ${min} entries`
-          : `an array of ${min} to ${max} entries`,
-        value,
-      );
-    }
-    return value;
+    if (Array.isArray(value) && value.length >= min && value.length <= max) return value;
+    const entries = max === Infinity ? `at least ${min}` : `${min} to ${max}`;
+    return this.fail(field, `an array of ${entries} entries`, value);
   }
 
-  /** A string of 1 to `max` characters. */
   string(value: unknown, field: string, max = 4096): string {
-    if (typeof value !== "string" || value.length === 0 || value.length > max) {
-      this.fail(field, `a string of 1 to ${max} characters`, value);
-    }
-    return value;
+    if (typeof value === "string" && value.length > 0 && value.length <= max) return value;
+    return this.fail(field, `a string of 1 to ${max} characters`, value);
   }
 
-  /** `true` or `false`. */
   boolean(value: unknown, field: string): boolean {
-    if (typeof value !== "boolean") this.fail(field, "true or false", value);
-    return value;
+    return typeof value === "boolean" ? value : this.fail(field, "true or false", value);
   }
 
-  /** An integer from `min` to `max`. */
   integer(value: unknown, field: string, min: number, max = Number.MAX_SAFE_INTEGER): number {
-    if (typeof value !== "number" || !Number.isInteger(value) || value < min || value > max) {
-      this.fail(field, `an integer from ${min} to ${max}`, value);
-    }
-    return value;
+    const ok = typeof value === "number" && Number.isInteger(value) && value >= min && value <= max;
+    return ok ? value : this.fail(field, `an integer from ${min} to ${max}`, value);
   }
 
   /** A finite number from 0 (above 0 with `positive`). */
   amount(value: unknown, field: string, positive = false): number {
-    if (
-      typeof value !== "number" || !Number.isFinite(value) || value < 0 ||
-      (positive && value === 0)
-    ) {
-      this.fail(field, positive ? "a number above 0" : "a number from 0", value);
-    }
-    return value;
+    const ok = typeof value === "number" && Number.isFinite(value) && value >= 0 &&
+      !(positive && value === 0);
+    return ok ? value : this.fail(field, positive ? "a number above 0" : "a number from 0", value);
   }
 
-  /** One of `choices`. */
   choice<T>(value: unknown, field: string, choices: readonly T[]): T {
-    if (!choices.includes(value as T)) {
-      this.fail(field, `one of ${choices.map((c) => JSON.stringify(c)).join(", ")}`, value);
-    }
-    return value as T;
+    if (choices.includes(value as T)) return value as T;
+    return this.fail(field, `one of ${choices.map((c) => JSON.stringify(c)).join(", ")}`, value);
   }
 
   /** A GPU UUID, as nvidia-smi writes it (`GPU-…`, lower case). */
@@ -141,10 +112,7 @@ export class StrictReader {
     }
   }
 
-  /**
-   * A process identity, `{ pid, start? }`: a pid from `minPid` (0 for a claim's owner that the
-   * host could not name) to 2^31 - 1, a start from 0.
-   */
+  /** A process identity `{ pid, start? }`, its pid from `minPid` (0: a claim's unnamed owner). */
   identity(value: unknown, field: string, minPid = 1): ProcessIdentity {
     const o = this.object(value, field, ["pid"], ["start"]);
     const pid = this.integer(o.pid, `${field}.pid`, minPid, 2 ** 31 - 1);

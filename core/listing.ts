@@ -1,8 +1,7 @@
 /**
- * Finding the CUDA processes of a machine: {@link listCudaProcesses}. A host (`core/host.ts`)
- * says which processes exist, which of them have the CUDA driver library mapped, which could not
- * be looked at, and how much GPU memory each holds; the driver has the last word on which are CUDA
- * processes (`cuCheckpointProcessGetState`), and gives their state and restore thread.
+ * Finding the CUDA processes of a machine: the host says which processes exist, which map
+ * libcuda and what GPU memory each holds; the driver has the last word on which are CUDA
+ * processes, and gives their state and restore thread.
  *
  * @module
  */
@@ -16,37 +15,32 @@ import { checkChoice, checkFlag, checkOptions, checkPid } from "./options.ts";
 import { sessionOf } from "./process.ts";
 import type { ProcessState } from "./states.ts";
 
-/** Options of {@link listCudaProcesses}. */
+/** Options of `listCudaProcesses`. */
 export interface ListCudaProcessesOptions {
-  /**
-   * The machine whose processes are listed (its host finds them, its driver confirms each): a
-   * `SimulatedMachine`, or one `openMachine` opened; this machine when left out.
-   */
+  /** The machine whose processes are listed; this machine when left out. */
   machine?: Machine;
   /**
-   * `"libcuda"` (the default): the driver is asked only about processes with the CUDA driver
-   * library mapped; a CUDA process always has it, checkpointed or not. `"all"`: about every process
-   * that could be looked at (hundreds of driver calls; for a libcuda under another file name).
+   * `"libcuda"` (the default): the driver is asked about processes that map libcuda, as every CUDA
+   * process does; `"all"`: about every process (for a libcuda under another name).
    */
   candidates?: "libcuda" | "all";
   /** Whether to ask the host for GPU memory (NVML on Linux). Default true. */
   gpuMemory?: boolean;
 }
 
-/** A CUDA process, as {@link listCudaProcesses} reports it. */
+/** A CUDA process, as `listCudaProcesses` reports it. */
 export interface CudaProcessInfo {
   /** Its process id (never one of its other thread ids). */
   readonly pid: number;
   /** Its checkpoint state (`cuCheckpointProcessGetState`). */
   readonly state: ProcessState;
-  /** The thread to restore it from (`cuCheckpointProcessGetRestoreThreadId`), where the driver gave one. */
+  /** The thread it is restored from (`cuCheckpointProcessGetRestoreThreadId`), where given. */
   readonly restoreThreadId?: number;
   /** Its command line, arguments joined by spaces; left out where it could not be read. */
   readonly command?: string;
   /**
-   * GPU memory it holds, in MiB by GPU UUID (`GPU-…`), its CUDA context included; a GPU it holds
-   * none on is left out (`{}` for a checkpointed process). `"unknown"` where the host cannot tell
-   * ({@link CudaProcessListing.gpuMemoryUnknown} says why).
+   * GPU memory it holds in MiB by GPU UUID, its context included (`{}` when checkpointed);
+   * `"unknown"` where the host cannot tell ({@link CudaProcessListing.gpuMemoryUnknown}).
    */
   readonly gpuMemory: GpuMemory;
 }
@@ -61,7 +55,7 @@ export interface UninspectedProcess {
   readonly reason: string;
 }
 
-/** What {@link listCudaProcesses} found. */
+/** What `listCudaProcesses` found. */
 export interface CudaProcessListing {
   /** The CUDA processes, by pid. */
   readonly processes: readonly CudaProcessInfo[];
@@ -101,7 +95,7 @@ export async function askGpuMemory(machine: Machine, wanted = true): Promise<Gpu
     { unknown: "this process is locked or checkpointed itself, and NVML would wait for it" };
 }
 
-/** Lists the CUDA processes of `machine`: see `listCudaProcesses` of the main module. */
+/** Lists the CUDA processes of `machine` (`listCudaProcesses` of the main module). */
 export async function listOn(machine: Machine, o: ListSettings): Promise<CudaProcessListing> {
   const driver = machine.driver;
   await checkCapability(driver, "getState", undefined);
@@ -123,8 +117,7 @@ export async function listOn(machine: Machine, o: ListSettings): Promise<CudaPro
       candidates.push(p);
     }
   }
-  // Each candidate's state and restore thread, through the one way to call the driver; a process
-  // that never initialised CUDA, or is gone since the scan, is not a CUDA process (now).
+  // A process that never initialised CUDA, or is gone since the scan, is no CUDA process (now).
   const answers = await Promise.all(candidates.map(async (p) => {
     const [state, tid] = await Promise.allSettled([
       callDriver(driver, "getState", p.pid).then((value) => stateOf(value, p.pid)),

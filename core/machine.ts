@@ -1,8 +1,5 @@
 /**
- * What a call runs on: a {@link Machine}, one object that holds the driver and the rest of the
- * machine around it, passed in by whoever owns it, and the leases that open a shared machine on
- * first use and close it when its last user lets go. What this package keeps while a machine is
- * in use is its session (`process.ts`).
+ * What a call runs on: a {@link Machine} its owner passes in, or one shared, opened on first use.
  *
  * @module
  */
@@ -13,19 +10,11 @@ import type { SnapshotStore } from "./snapshot/store.ts";
 import type { HostProcesses } from "./host.ts";
 import type { Clock } from "./time.ts";
 
-/**
- * What a call runs on: the checkpoint driver, and what else the machine has. This machine's is
- * `openMachine()`'s (libcuda, `/proc` and NVML, criu, the file system); the simulator's is a
- * `SimulatedMachine`. Whoever opened a machine closes it; this package never does.
- */
+/** What a call runs on: the driver and the rest of the machine; whoever opened it closes it. */
 export interface Machine {
   /** The checkpoint driver: one method for each C call of libcuda's checkpoint API. */
   readonly driver: CheckpointDriver;
-  /**
-   * The machine's processes: which exist, their GPU memory and identity, process trees, and the
-   * records of what checkpointed processes held (for the room check). Left out: a listing and a
-   * snapshot cannot be made, and each process is known by the number it was given.
-   */
+  /** The machine's processes; left out, no listing or snapshot, and a pid is taken as given. */
   readonly host?: HostProcesses;
   /** What dumps process trees to disk and brings them back (criu); snapshots need it. */
   readonly engine?: SnapshotEngine;
@@ -37,7 +26,6 @@ export interface Machine {
 
 /** A use of a machine: the machine, opened on first use, and the way to let go of it. */
 export interface MachineLease {
-  /** The machine. */
   readonly machine: Promise<Machine>;
   /** Lets go; the last lease of a {@link SharedMachine} closes it. Idempotent. */
   release(): Promise<void>;
@@ -49,12 +37,7 @@ export interface ClosableMachine extends Machine {
   close(): Promise<void>;
 }
 
-/**
- * A machine opened on first use, shared by everyone who uses it at the same time, and closed when
- * the last of them lets go: this machine's, as the public functions use it by default, so that a
- * program that closes its processes leaves nothing open. A failed open is not kept: the next use
- * tries again.
- */
+/** A machine opened on first use, shared, and closed when its last user lets go. */
 export class SharedMachine {
   readonly #open: () => Promise<ClosableMachine>;
   #opened: Promise<ClosableMachine> | undefined;

@@ -1,6 +1,5 @@
 /**
- * GPU mappings, the one check: whether a mapping of a restore (or of a snapshot's restore) can
- * work on this machine's GPUs, before anything reaches the driver, and why the driver refused one.
+ * GPU mappings: the one check that one can work here, and why the driver refused one.
  *
  * @module
  */
@@ -9,22 +8,13 @@ import type { CheckpointDriver, GpuInfo, GpuPair } from "./driver.ts";
 import { RefusedError } from "./errors.ts";
 import { formatGpuUuid, parseGpuUuid } from "./options.ts";
 
-function key(bytes: Uint8Array): string {
-  return formatGpuUuid(bytes).toLowerCase();
-}
-
-function describeGpu(gpu: GpuInfo): string {
-  return `${gpu.uuid} (GPU ${gpu.index}, ${gpu.name})`;
-}
+const key = (bytes: Uint8Array) => formatGpuUuid(bytes).toLowerCase();
+const describeGpu = (gpu: GpuInfo) => `${gpu.uuid} (GPU ${gpu.index}, ${gpu.name})`;
 
 /**
- * What is wrong with a GPU mapping onto a machine whose GPUs are `gpus`, as sentences; empty when
- * nothing is: the one mapping check, before a restore and before a snapshot's restore. The rules
- * are the real driver's (measured on two H200s): every GPU the process's driver saw must be named,
- * even one the process never used; every UUID must be a GPU; no two GPUs may be sent onto one.
- * `from` is the GPUs the process saw where they are another machine's (a snapshot's): each is then
- * sent onto a GPU of its own chip. Left out, they are `gpus`, and a mapping from GPUs none of
- * which is here is taken for another machine's, of which only where it goes can be checked.
+ * What is wrong with a mapping onto `gpus`, by the real driver's rules: every GPU seen named, each
+ * a GPU, none onto another's. `from`: a snapshot's GPUs, each onto its own chip; left out, a
+ * mapping from no GPU here is another machine's, and only where it goes is checked.
  */
 export function mappingProblems(
   pairs: readonly GpuPair[],
@@ -81,11 +71,7 @@ export function mappingProblems(
   return problems;
 }
 
-/**
- * Checks a mapping against the driver's GPUs, where the driver can list all of them, and refuses
- * it (a {@link RefusedError} with code `"MAPPING"`) with what exactly is wrong, before any call
- * reaches the process.
- */
+/** Refuses (`MAPPING`) a mapping that cannot work, where the driver can list all its GPUs. */
 export async function checkMapping(
   driver: CheckpointDriver,
   operation: string,
@@ -107,10 +93,7 @@ export async function checkMapping(
   });
 }
 
-/**
- * Why the driver may have refused a mapping with `CUDA_ERROR_INVALID_VALUE`: the chips that
- * differ where the GPUs are known, otherwise what usually causes it.
- */
+/** Why the driver may have refused a mapping (`CUDA_ERROR_INVALID_VALUE`): chips that differ. */
 export async function explainRejectedMapping(
   driver: CheckpointDriver,
   pairs: readonly GpuPair[],
@@ -131,12 +114,7 @@ export async function explainRejectedMapping(
   return "the driver refused the GPU mapping (docs/ERRORS.md#a-refused-gpu-mapping)";
 }
 
-/**
- * A snapshot's GPUs (`snapshotGpus`) onto this machine's by index: none where they are the same GPUs (in
- * place); each onto the GPU of the same index otherwise, which must be of the same chip (the
- * mapping check then checks the rest). Refused, in one sentence naming both sides, where this
- * machine has fewer GPUs than the snapshot or GPUs of another chip at those indices.
- */
+/** A snapshot's GPUs onto this machine's by index, each onto its chip, or a refusal saying why. */
 export function derivedMapping(
   snapshotGpus: readonly GpuInfo[],
   gpus: readonly GpuInfo[],

@@ -1,11 +1,8 @@
 /**
- * Input checks, one set for every entry point of this package (`CudaProcess` and its methods, the
- * group operations, the listing, the drivers, the simulator). Each error names the bad value and
- * what was expected; an options object with a key that is not an option is refused, naming the
- * key, so that `lock({ timeout: 5 })` does not pass for `lock()`. GPU UUIDs are parsed here from
- * the text forms users write, and formatted as nvidia-smi prints them.
- *
- * Internal: not exported from the main module.
+ * Input checks, one set for every entry point of this package and its simulator: each error names
+ * the bad value and what was expected, and an options object with a key that is not an option is
+ * refused, naming the key, so that `lock({ timeout: 5 })` does not pass for `lock()`. GPU UUIDs
+ * are parsed here, and formatted as nvidia-smi prints them.
  *
  * @module
  */
@@ -17,23 +14,12 @@ export const MAX_PID = 2 ** 31 - 1;
 /** The largest lock timeout: `timeoutMs` is a C `unsigned int`. */
 export const MAX_TIMEOUT_MS = 2 ** 32 - 1;
 /**
- * The library's lock timeout when none is given: 10 s, as CRIU's CUDA plugin uses. The command
- * line's is 0 (wait as long as it takes), as NVIDIA's utility's: docs/API.md says why.
+ * The library's lock timeout when none is given: 10 s, as CRIU's CUDA plugin uses (the command
+ * line's is 0, as NVIDIA's utility's: docs/API.md says why).
  */
 export const DEFAULT_LOCK_TIMEOUT_MS = 10_000;
 
-/**
- * Checks an options argument of `where` (`"lock"`, `"runGroup"`, ...): `undefined` (no options)
- * or a plain object whose keys are all in `keys`. Returns it (`{}` for `undefined`).
- *
- * @example
- * ```ts
- * import { checkOptions } from "./options.ts";
- *
- * checkOptions({ timeout: 5 } as { timeoutMs?: number }, "lock", ["timeoutMs"]);
- * // TypeError: lock has no option "timeout" (did you mean "timeoutMs"?); it takes timeoutMs
- * ```
- */
+/** Checks an options argument of `where`: `undefined` (`{}`) or a plain object of `keys`. */
 export function checkOptions<T extends object>(
   options: T | undefined,
   where: string,
@@ -42,11 +28,7 @@ export function checkOptions<T extends object>(
   return checkKeys(options, where, keys, `${where}'s options`);
 }
 
-/**
- * Checks an object of named values (`what`: "SimulatedCriu options", "gpus[0]"): `undefined`
- * or a plain object whose keys are all in `keys`; returns it (`{}` for `undefined`). The one
- * check behind every options argument of this package and its simulator.
- */
+/** Checks an object of named values (`what`: "gpus[0]"), as {@link checkOptions} does. */
 export function checkKeys<T extends object>(
   value: T | undefined,
   what: string,
@@ -54,33 +36,29 @@ export function checkKeys<T extends object>(
   whatAsObject: string = what,
 ): T {
   if (value === undefined) return {} as T;
-  if (typeof value !== "object" || value === null || Array.isArray(value) || !isPlain(value)) {
-    throw new TypeError(
-      `${whatAsObject} must be an object${keys.length > 0 ? ` with ${keys.join(", ")}` : ""}, got ${
-        describeValue(value)
-      }`,
-    );
+  if (typeof value !== "object" || !isPlain(value)) {
+    const fields = keys.length > 0 ? ` with ${keys.join(", ")}` : "";
+    mustBe(TypeError, whatAsObject, `an object${fields}`, value);
   }
   for (const key of Object.keys(value)) {
-    if (!(keys as readonly string[]).includes(key)) {
-      const near = nearest(key, keys);
-      throw new TypeError(
-        `${what} has no option ${JSON.stringify(key)}${
-          near ? ` (did you mean ${JSON.stringify(near)}?)` : ""
-        }; it takes ${keys.length > 0 ? keys.join(", ") : "none"}`,
-      );
-    }
+    if ((keys as readonly string[]).includes(key)) continue;
+    const near = nearest(key, keys);
+    const hint = near ? ` (did you mean ${JSON.stringify(near)}?)` : "";
+    throw new TypeError(
+      `${what} has no option ${JSON.stringify(key)}${hint}; it takes ${keys.join(", ") || "none"}`,
+    );
   }
   return value;
 }
 
-/** Whether a value is a plain object (made by `{}` or `Object.create(null)`), not a class's. */
-function isPlain(value: object): boolean {
+/** Whether a value is a plain object (`{}` or `Object.create(null)`), not an array or a class's. */
+function isPlain(value: object | null): value is object {
+  if (value === null) return false;
   const proto = Object.getPrototypeOf(value);
   return proto === Object.prototype || proto === null;
 }
 
-/** The key of `keys` nearest to `key` (case aside, or at most two edits away), if any. */
+/** The key of `keys` nearest to `key` (case aside, or at most two edits away). */
 function nearest(key: string, keys: readonly string[]): string | undefined {
   let best: string | undefined;
   let bestDistance = 3;
@@ -104,21 +82,27 @@ function editDistance(a: string, b: string): number {
   return row[b.length];
 }
 
-/**
- * Checks a process id (a thread id of the process is accepted too): an integer from 1 to
- * 2^31-1.
- */
+/** Checks a process id (or a thread id of one): an integer from 1 to 2^31-1. */
 export function checkPid(pid: unknown, what = "pid"): number {
   return checkBetween(pid, what, 1, MAX_PID, `process or thread id from 1 to ${MAX_PID}`);
 }
 
+/** Throws the error for `value` of `what`, which must be `expected`: one way to word them all. */
+export function mustBe(
+  Err: ErrorConstructor,
+  what: string,
+  expected: string,
+  value: unknown,
+): never {
+  throw new Err(`${what} must be ${expected}, got ${describeValue(value)}`);
+}
+
+const isInteger = (v: unknown): v is number => typeof v === "number" && Number.isInteger(v);
+
 /** An integer from `min` to `max`: a TypeError for what is no integer, else a RangeError. */
 function checkBetween(value: unknown, what: string, min: number, max: number, expected: string) {
-  if (typeof value !== "number" || !Number.isInteger(value) || value < min || value > max) {
-    const Err = typeof value === "number" && Number.isInteger(value) ? RangeError : TypeError;
-    throw new Err(`${what} must be an integer ${expected}, got ${describeValue(value)}`);
-  }
-  return value;
+  if (isInteger(value) && value >= min && value <= max) return value;
+  return mustBe(isInteger(value) ? RangeError : TypeError, what, `an integer ${expected}`, value);
 }
 
 /** Checks an integer from `min` (to `max`); the error names the option and the value. */
@@ -128,11 +112,9 @@ export function checkInteger(
   min = 0,
   max = Number.MAX_SAFE_INTEGER,
 ): number {
-  if (typeof value !== "number" || !Number.isInteger(value) || value < min || value > max) {
-    const range = max === Number.MAX_SAFE_INTEGER ? `from ${min}` : `from ${min} to ${max}`;
-    throw new RangeError(`${what} must be an integer ${range}, got ${describeValue(value)}`);
-  }
-  return value;
+  if (isInteger(value) && value >= min && value <= max) return value;
+  const range = max === Number.MAX_SAFE_INTEGER ? `from ${min}` : `from ${min} to ${max}`;
+  return mustBe(RangeError, what, `an integer ${range}`, value);
 }
 
 /** Checks a lock timeout in milliseconds: an integer from 0 (wait forever) to 2^32-1. */
@@ -148,47 +130,33 @@ export function checkLockTimeout(value: unknown, what: string): number {
 
 /** Checks a finite number from 0 (above 0 with `positive`); returns it. */
 export function checkAmount(value: unknown, what: string, positive = false): number {
-  if (
-    typeof value !== "number" || !Number.isFinite(value) || value < 0 || (positive && value === 0)
-  ) {
-    throw new RangeError(
-      `${what} must be a finite number ${positive ? "> 0" : ">= 0"}, got ${describeValue(value)}`,
-    );
-  }
-  return value;
+  const ok = typeof value === "number" && Number.isFinite(value) && value >= 0 &&
+    !(positive && value === 0);
+  return ok ? value : mustBe(RangeError, what, `a finite number ${positive ? ">" : ">="} 0`, value);
 }
 
 /** Checks a non-empty string; returns it. */
 export function checkName(value: unknown, what: string): string {
-  if (typeof value !== "string" || value.trim() === "") {
-    throw new TypeError(`${what} must be a non-empty string, got ${describeValue(value)}`);
-  }
-  return value;
+  if (typeof value === "string" && value.trim() !== "") return value;
+  return mustBe(TypeError, what, "a non-empty string", value);
 }
 
 /** A boolean option: `fallback` when left out; anything else is a TypeError naming it. */
 export function checkFlag(value: unknown, what: string, fallback: boolean): boolean {
   if (value === undefined) return fallback;
-  if (typeof value !== "boolean") {
-    throw new TypeError(`${what} must be true or false, got ${describeValue(value)}`);
-  }
-  return value;
+  return typeof value === "boolean" ? value : mustBe(TypeError, what, "true or false", value);
 }
 
 /** An `AbortSignal` option, where given. */
 export function checkSignal(value: unknown, what = "signal"): AbortSignal | undefined {
-  if (value !== undefined && !(value instanceof AbortSignal)) {
-    throw new TypeError(`${what} must be an AbortSignal, got ${describeValue(value)}`);
-  }
-  return value;
+  if (value === undefined || value instanceof AbortSignal) return value;
+  return mustBe(TypeError, what, "an AbortSignal", value);
 }
 
 /** A function option, where given. */
 export function checkFunction<F>(value: F | undefined, what: string): F | undefined {
-  if (value !== undefined && typeof value !== "function") {
-    throw new TypeError(`${what} must be a function, got ${describeValue(value)}`);
-  }
-  return value;
+  if (value === undefined || typeof value === "function") return value;
+  return mustBe(TypeError, what, "a function", value);
 }
 
 /** One of `choices`, where given. */
@@ -197,51 +165,35 @@ export function checkChoice<T extends string>(
   what: string,
   choices: readonly T[],
 ): T {
-  if (!(choices as readonly unknown[]).includes(value)) {
-    throw new RangeError(
-      `${what} must be one of ${choices.map((c) => JSON.stringify(c)).join(", ")}, got ${
-        describeValue(value)
-      }`,
-    );
-  }
-  return value as T;
+  if ((choices as readonly unknown[]).includes(value)) return value as T;
+  return mustBe(
+    RangeError,
+    what,
+    `one of ${choices.map((c) => JSON.stringify(c)).join(", ")}`,
+    value,
+  );
 }
 
-/**
- * A GPU mapping for restore: from the UUID of each GPU the process was checkpointed on to the UUID
- * of the GPU to restore it onto, as a plain object or a `Map`.
- */
+/** A GPU mapping for restore: from each checkpointed GPU's UUID to the restore GPU's UUID. */
 export type GpuMapping = Readonly<Record<string, string>> | ReadonlyMap<string, string>;
 
-/**
- * Checks a GPU mapping and turns it into GPU pairs. Keys and values must be GPU UUIDs
- * (`GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx` or 32 hex digits); no GPU may appear twice as a key.
- */
+/** Checks a GPU mapping (GPU UUIDs, no key twice) and turns it into GPU pairs. */
 export function checkGpuMapping(mapping: unknown): GpuPair[] {
-  let entries: [unknown, unknown][];
-  if (mapping instanceof Map) {
-    entries = [...mapping.entries()];
-  } else if (
-    typeof mapping === "object" && mapping !== null && !Array.isArray(mapping) && isPlain(mapping)
-  ) {
-    entries = Object.entries(mapping);
-  } else {
-    throw new TypeError(
-      `gpuMapping must be an object or Map from checkpointed GPU UUID to restore GPU UUID, got ${
-        describeValue(mapping)
-      }`,
-    );
+  if (!(mapping instanceof Map) && !(typeof mapping === "object" && isPlain(mapping))) {
+    const expected = "an object or Map from checkpointed GPU UUID to restore GPU UUID";
+    mustBe(TypeError, "gpuMapping", expected, mapping);
   }
   const seen = new Map<string, unknown>();
+  const entries = mapping instanceof Map ? [...mapping.entries()] : Object.entries(mapping);
   return entries.map(([from, to]) => {
     const oldUuid = parseGpuUuid(from, "gpuMapping key");
     const newUuid = parseGpuUuid(to, `gpuMapping[${describeValue(from)}]`);
-    const norm = Array.from(oldUuid, (b) => b.toString(16).padStart(2, "0")).join("");
+    const norm = formatGpuUuid(oldUuid);
     if (seen.has(norm)) {
+      const also = describeValue(seen.get(norm));
       throw new RangeError(
-        `gpuMapping names GPU ${describeValue(from)} twice (also as ${
-          describeValue(seen.get(norm))
-        }): each checkpointed GPU must be mapped once`,
+        `gpuMapping names GPU ${describeValue(from)} twice (also as ${also}): each ` +
+          `checkpointed GPU must be mapped once`,
       );
     }
     seen.set(norm, from);
@@ -253,30 +205,21 @@ const BARE = /^[0-9a-fA-F]{32}$/;
 const DASHED = /^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$/;
 
 /**
- * Parses a GPU UUID written as nvidia-smi prints it (`GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`),
- * without the `GPU-` prefix (as cuda.core's `Device.uuid` gives it), or as 32 bare hex digits.
- * Returns the 16 raw bytes of a `CUuuid`.
- *
- * @throws {TypeError} when the value is not a string.
- * @throws {RangeError} naming the value and the forms accepted, when it is in none of them.
+ * Parses a GPU UUID as nvidia-smi prints it (`GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`), without
+ * `GPU-` (as cuda.core gives it), or as 32 hex digits, into the 16 bytes of a `CUuuid`. Throws a
+ * TypeError for what is no string, a RangeError naming the forms for any other string.
  */
 export function parseGpuUuid(text: unknown, what = "GPU UUID"): Uint8Array {
-  if (typeof text !== "string") {
-    throw new TypeError(
-      `${what} must be a string such as "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", got ${
-        describeValue(text)
-      }`,
-    );
-  }
+  const form = '"GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"';
+  if (typeof text !== "string") mustBe(TypeError, what, `a string such as ${form}`, text);
   const body = text.startsWith("GPU-") ? text.slice(4) : text;
   if (!BARE.test(body) && !DASHED.test(body)) {
     const hint = text.startsWith("MIG-")
       ? " (MIG instance UUIDs cannot be remapped; give the UUID of the whole GPU)"
       : "";
+    const got = JSON.stringify(text);
     throw new RangeError(
-      `${what} ${
-        JSON.stringify(text)
-      } is not a GPU UUID: expected "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" or 32 hex digits${hint}`,
+      `${what} ${got} is not a GPU UUID: expected ${form} or 32 hex digits${hint}`,
     );
   }
   const hex = body.replaceAll("-", "");
@@ -285,15 +228,11 @@ export function parseGpuUuid(text: unknown, what = "GPU UUID"): Uint8Array {
   return bytes;
 }
 
-/** Formats 16 raw `CUuuid` bytes as nvidia-smi prints them: `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`. */
+/** Formats the 16 bytes of a `CUuuid` as nvidia-smi prints them (`GPU-xxxxxxxx-…`). */
 export function formatGpuUuid(bytes: Uint8Array): string {
-  if (bytes.length !== 16) {
-    throw new RangeError(`a CUuuid has 16 bytes, got ${bytes.length}`);
-  }
+  if (bytes.length !== 16) throw new RangeError(`a CUuuid has 16 bytes, got ${bytes.length}`);
   const hex = Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
-  return `GPU-${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${
-    hex.slice(20)
-  }`;
+  return `GPU-${hex.replace(/^(.{8})(.{4})(.{4})(.{4})/, "$1-$2-$3-$4-")}`;
 }
 
 /** Describes a value for an error message: strings quoted, other types named. */

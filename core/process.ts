@@ -1,30 +1,15 @@
 /**
- * One process as this package works on it, from a caller's handle down to each driver call:
- *
- * - {@link Session}: what this package keeps for a machine while it is in use, one per machine:
- *   the order of operations on each process (one at a time, in the order asked, keyed by the
- *   process's thread-group id and start time, so a thread id and its pid are one process) and the
- *   room check.
- * - {@link Handle}: one process through one machine, as `CudaProcess` and the group operations
- *   use it: it leases the machine, refuses a pid that has come to name another process, and waits
- *   for its operations when closed.
- * - {@link Turn}: the process while its turn is held, given only inside {@link Handle.ordered}:
- *   each step is one driver call through `calls.ts`, with the room check around it.
+ * One process as this package works on it, from a caller's {@link Handle} through its machine's
+ * {@link Session} down to each driver call, made in its {@link Turn}.
  *
  * @module
  */
 
 import { callDriver, checkCapability, type FailureDetail, readState } from "./calls.ts";
-import {
-  CUDA_ERROR_ILLEGAL_STATE,
-  CUDA_ERROR_INVALID_VALUE,
-  CUDA_ERROR_NOT_INITIALIZED,
-  CUDA_ERROR_OPERATING_SYSTEM,
-  CUDA_ERROR_OUT_OF_MEMORY,
-  type GpuPair,
-  type LockArgs,
-  type RestoreArgs,
-} from "./driver.ts";
+import { CUDA_ERROR_ILLEGAL_STATE, CUDA_ERROR_INVALID_VALUE } from "./driver.ts";
+import { CUDA_ERROR_NOT_INITIALIZED, CUDA_ERROR_OPERATING_SYSTEM } from "./driver.ts";
+import { CUDA_ERROR_OUT_OF_MEMORY, type GpuPair, type LockArgs } from "./driver.ts";
+import type { RestoreArgs } from "./driver.ts";
 import { CudaError, RefusedError, WaitTimeoutError } from "./errors.ts";
 import { type GpuImport, identityKey, type ProcessIdentity, sameProcess } from "./host.ts";
 import { leaseOf, type Machine, type MachineLease, type MachineSource } from "./machine.ts";
@@ -33,7 +18,7 @@ import { type RoomCheck, RoomGuard } from "./room.ts";
 import { type ProcessState, type Step, stepAllowed } from "./states.ts";
 import { clockOf } from "./time.ts";
 
-/** The session of each machine in use: kept beside the machine, never written on it. */
+/** The session of each machine in use, kept beside the machine. */
 const SESSIONS = new WeakMap<Machine, Session>();
 
 /** The session of `machine`, made on first use. */
@@ -43,7 +28,7 @@ export function sessionOf(machine: Machine): Session {
   return session;
 }
 
-/** A machine in use: see the module documentation. */
+/** What this package keeps for a machine in use: each process's order, and the room check. */
 export class Session {
   readonly machine: Machine;
   readonly room: RoomGuard;
@@ -81,11 +66,7 @@ export class Session {
     return this.machine.host?.self;
   }
 
-  /**
-   * The import of GPU memory that makes a checkpoint of `pid` one the driver never restores, where
-   * the host shows one and the driver is older than 610 (or of a release it cannot tell): 610 is
-   * said to restore IPC memory of processes its job launcher started (not measured here).
-   */
+  /** The import of GPU memory that makes a checkpoint of `pid` unrestorable (before 610). */
   async gpuImport(pid: number): Promise<GpuImport | undefined> {
     const host = this.machine.host;
     const found = await host?.gpuImport?.(pid).catch(() => undefined);
@@ -104,7 +85,7 @@ export class Session {
   }
 }
 
-/** One process through one machine: see the module documentation. */
+/** One process through one machine: it leases the machine, and refuses a pid reused since. */
 export class Handle {
   /** The process id (or one of its thread ids), as given: what the driver is called with. */
   readonly pid: number;
@@ -121,12 +102,10 @@ export class Handle {
     this.#source = source;
   }
 
-  /** The machine, opened on first use. */
   async machine(): Promise<Machine> {
     return (await this.#session()).machine;
   }
 
-  /** The process's state, in its order. */
   state(): Promise<ProcessState> {
     return this.ordered((turn) => turn.state());
   }
@@ -165,10 +144,7 @@ export class Handle {
     }
   }
 
-  /**
-   * Runs `body` with the process's {@link Turn}: no other operation on the process through the
-   * same machine runs in between.
-   */
+  /** Runs `body` in the process's {@link Turn}: no other operation on it runs in between. */
   ordered<T>(body: (turn: Turn) => Promise<T>): Promise<T> {
     return this.#track(async () => {
       const session = await this.#session();
@@ -230,11 +206,10 @@ export class Handle {
   }
 }
 
-/** The process while its turn is held: see the module documentation. */
+/** The process while its turn is held: each step is one driver call, the room check around it. */
 export class Turn {
   /** The pid (or thread id) as given: what the driver is called with. */
   readonly pid: number;
-  /** The process it belongs to. */
   readonly identity: ProcessIdentity;
   /** Whether the process is the program making the calls (it checkpoints itself). */
   readonly self: boolean;
@@ -259,12 +234,10 @@ export class Turn {
     }
   }
 
-  /** The state, by name. */
   state(): Promise<ProcessState> {
     return readState(this.machine.driver, this.pid);
   }
 
-  /** `lock` with this timeout. */
   async lock(timeoutMs: number): Promise<void> {
     const room = this.session.room;
     // Locking this very process: the room check's NVML reads stop until it runs again.
@@ -279,10 +252,7 @@ export class Turn {
     await room.forget(this.identity);
   }
 
-  /**
-   * `checkpoint`; with `checkRoom`, what it held is read first and recorded after. Resolves to
-   * why its restore's room cannot be checked where the record could not be written (a warning).
-   */
+  /** `checkpoint`; with `checkRoom`, what it holds read first and recorded after (or a warning). */
   async checkpoint(checkRoom: boolean): Promise<RoomCheck | undefined> {
     const room = this.session.room;
     // Never of this very process: NVML waits in a process that has checkpointed itself.
@@ -291,10 +261,7 @@ export class Turn {
     return held ? await room.recorded(this.identity, held) : undefined;
   }
 
-  /**
-   * `restore`, with GPU pairs or without, its room checked and claimed first unless `checkRoom`
-   * is false. `shown` is the operation errors name (`resume` for its restore).
-   */
+  /** `restore`, its room checked and claimed first with `checkRoom`; errors name `shown`. */
   async restore(
     pairs: readonly GpuPair[] | null,
     checkRoom: boolean,
@@ -328,16 +295,12 @@ export class Turn {
     return reservation?.check ?? "skipped";
   }
 
-  /** `unlock`. */
   async unlock(): Promise<void> {
     await this.#call("unlock");
     if (this.self) this.session.room.selfRunning();
   }
 
-  /**
-   * A step's driver call; a failure's error says the state for an illegal state, and a sentence
-   * where the code alone would mislead (`explain` adds the step's own).
-   */
+  /** A step's driver call; its failure says the state, and why where the code would mislead. */
   #call(
     step: Step,
     args: LockArgs | RestoreArgs | null = null,
@@ -375,10 +338,7 @@ export class Turn {
   }
 }
 
-/**
- * The refusal to checkpoint `pid`, which imported GPU memory from another process: one sentence
- * naming the process, the sign, why and what to do.
- */
+/** The refusal (`IPC`) to checkpoint `pid`, which imported GPU memory from another process. */
 export function importRefusal(operation: string, pid: number, imp: GpuImport): RefusedError {
   return new RefusedError({
     code: "IPC",

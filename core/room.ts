@@ -1,33 +1,11 @@
 /**
- * Room for a restore, checked before the driver is asked.
- *
- * On driver 580 a restore that runs out of GPU memory is not the end of one call: the driver keeps
- * reporting the process checkpointed, but refuses every later restore of it, in place or onto
- * another GPU, even once memory is free (docs/DRIVER.md#an-out-of-memory-restore-loses-the-process).
- * The process's GPU state is lost. So before a checkpoint this package reads the GPU memory the
- * process holds (NVML on Linux) and records it in the host's records, which every program of this
- * package on the machine shares; before a restore it compares that with the free memory of the
- * GPUs it would go to, less what other restores under way claim there (theirs are in the records
- * too). Too little, and the restore is refused with a {@link GpuRoomError} without a driver call:
- * the process stays checkpointed, and can be resumed once there is room.
- *
- * A process is known to the records by its pid and start time. A process that criu brought back
- * (criu's CUDA plugin runs `cuda-checkpoint --action restore` on it) has a new start time, and in a
- * container restored into a new pid namespace another pid on the host; what outlasts the round
- * trip is its pid in its own namespace, its user, its command line and its cgroups (the host's
- * {@link HostProcesses.lastingMark}). So the record of a checkpointed process that ended is kept
- * (30 days), and a restore of a process without a record of its own takes the record of an ended
- * one with the same mark, moving it to the new process; where several have the mark, it is checked
- * against the most any of them held on each GPU, none is moved, and a refusal says so. Where
- * nothing is recorded (the dump was made on another machine, or by another program), the restore
- * is not checked, and the step's
- * `roomCheck` says so.
- *
- * The check fails closed. A record that cannot be written at a checkpoint is said in the step's
- * `roomCheck` (its restore will not be checked); records that cannot be read refuse a checked
- * restore (a `RefusedError` with code `"PREREQUISITE"` that names the
- * fault and says that `checkRoom: false` skips the check), rather than let it reach a driver that
- * may lose the process. A claim that is not a finite amount from 0 is left out, never blocking.
+ * Room for a restore, checked before the driver is asked: on driver 580 a restore that runs out of
+ * GPU memory loses the process (docs/DRIVER.md#an-out-of-memory-restore-loses-the-process). What a
+ * process holds is recorded at its checkpoint, in records every program of this package shares,
+ * and a restore is refused where the GPUs' free memory, less other restores' claims, is too little.
+ * A process criu brought back finds its record by its lasting mark; where several ended processes
+ * share the mark, it is checked against the most any of them held, and none is moved. Unreadable
+ * records refuse a checked restore: the check fails closed.
  *
  * @module
  */

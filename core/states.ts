@@ -1,20 +1,11 @@
 /**
- * The checkpoint state machine, written down once. Every other module asks this one which
- * operation is legal in which state, which steps take a process where an operation leads, and
- * which steps bring it back after a failure: `CudaProcess`, the group operations, the command
- * line and the simulated driver. A test fails if any other module decides it for itself.
+ * The checkpoint state machine, written down once (docs/DRIVER.md#state-machine): which step is
+ * legal in which state, the steps a goal makes, the way back after a failure.
  *
- * The driver's rules (docs/DRIVER.md#state-machine): lock takes a running process to locked,
- * checkpoint a locked one to checkpointed, restore a checkpointed one back to locked (not
- * running), unlock a locked one to running; a step asked in any other state is refused with
- * `CUDA_ERROR_ILLEGAL_STATE` and changes nothing; nothing leaves the failed state.
- *
- * On top of the steps this package has three goals, with one rule everywhere, for one process
- * (`suspend()`) or many (`runGroup`): a goal asked of a process already where it leads does
- * nothing ("unchanged"); from elsewhere it makes the steps of the chain running - locked -
- * checkpointed that lead there. So a suspend of a locked process only checkpoints it, and a
- * resume of a running process is unchanged. `toggle` goes between running and checkpointed only,
- * as NVIDIA's `cuda-checkpoint --toggle` does.
+ * A goal asked of a process already where it leads does nothing ("unchanged"); from elsewhere it
+ * makes the steps of the chain running - locked - checkpointed that lead there, so a suspend of a
+ * locked process only checkpoints it. `toggle` goes between running and checkpointed only, as
+ * NVIDIA's `cuda-checkpoint --toggle` does.
  *
  * @module
  */
@@ -25,10 +16,7 @@ export type ProcessState = "running" | "locked" | "checkpointed" | "failed";
 /** One driver call that changes a process's state. */
 export type Step = "lock" | "checkpoint" | "restore" | "unlock";
 
-/**
- * What can be asked of a process: one step, or a goal (`suspend`, `resume`, `toggle`), an
- * operation of this package made of steps, led by where it takes a process.
- */
+/** What can be asked of a process: one step, or a goal (`suspend`, `resume`, `toggle`) of steps. */
 export type Action = Step | "suspend" | "resume" | "toggle";
 
 /** A goal: an action that is not one step. */
@@ -51,17 +39,13 @@ export const GOALS: readonly Goal[] = Object.freeze(["suspend", "resume", "toggl
 /** Every action: the steps, then the goals. */
 export const ACTIONS: readonly Action[] = Object.freeze([...STEPS, ...GOALS]);
 
-/** The one transition each step makes. */
-const TRANSITIONS: Readonly<
-  Record<Step, { readonly from: ProcessState; readonly to: ProcessState }>
-> = {
+const TRANSITIONS: Readonly<Record<Step, { from: ProcessState; to: ProcessState }>> = {
   lock: { from: "running", to: "locked" },
   checkpoint: { from: "locked", to: "checkpointed" },
   restore: { from: "checkpointed", to: "locked" },
   unlock: { from: "locked", to: "running" },
 };
 
-/** The states the steps go through, in the order lock and checkpoint take a process. */
 const CHAIN: readonly ProcessState[] = ["running", "locked", "checkpointed"];
 
 /** The state a step needs. */
@@ -79,27 +63,16 @@ export function stepAllowed(step: Step, state: ProcessState): boolean {
   return TRANSITIONS[step].from === state;
 }
 
-/** The step that undoes `step`: the one that goes from where it leads back to where it was. */
+/** The step that undoes `step`. */
 export function undoOf(step: Step): Step {
   return stepBetween(TRANSITIONS[step].to, TRANSITIONS[step].from);
 }
 
-/** The step from one state of the chain to its neighbour. */
 function stepBetween(from: ProcessState, to: ProcessState): Step {
   return STEPS.find((s) => TRANSITIONS[s].from === from && TRANSITIONS[s].to === to)!;
 }
 
-/**
- * The steps from one state to another along running - locked - checkpointed, in order (none when
- * they are the same); `undefined` from or to the failed state, which no step leaves or reaches.
- *
- * @example
- * ```ts
- * import { wayBetween } from "./states.ts";
- * wayBetween("checkpointed", "running"); // ["restore", "unlock"]
- * wayBetween("failed", "running"); // undefined
- * ```
- */
+/** The steps from one state to another along the chain; `undefined` from or to failed. */
 export function wayBetween(from: ProcessState, to: ProcessState): Step[] | undefined {
   let i = CHAIN.indexOf(from);
   const j = CHAIN.indexOf(to);
@@ -110,45 +83,30 @@ export function wayBetween(from: ProcessState, to: ProcessState): Step[] | undef
   return way;
 }
 
-/** What an action does to a process in a given state. */
+/** What an action does to a process in a given state: steps to make, nothing, or a refusal. */
 export type Plan =
-  /** Make these steps, in order; `to` is where they lead. */
   | { readonly kind: "steps"; readonly steps: readonly Step[]; readonly to: ProcessState }
-  /** Nothing: the process is already where the goal leads. */
   | { readonly kind: "unchanged"; readonly to: ProcessState }
-  /** Nothing: there is no way there from this state; `why` says so in a sentence. */
   | { readonly kind: "refused"; readonly why: string };
 
 /**
- * What `action` does to a process in state `from`. A step is always made: the driver has the
- * last word on it (in the wrong state it answers ILLEGAL_STATE and changes nothing), as with
- * NVIDIA's utility. A goal is planned here: see the module documentation.
- *
- * @example
- * ```ts
- * import { plan } from "./states.ts";
- * plan("suspend", "locked"); // { kind: "steps", steps: ["checkpoint"], to: "checkpointed" }
- * plan("resume", "running"); // { kind: "unchanged", to: "running" }
- * plan("toggle", "locked").kind; // "refused"
- * ```
+ * What `action` does to a process in state `from`: a step is always made (the driver has the last
+ * word on it, as with NVIDIA's utility); a goal is planned as the module documentation says.
  */
 export function plan(action: Action, from: ProcessState): Plan {
   if (isStep(action)) return { kind: "steps", steps: [action], to: TRANSITIONS[action].to };
   if (from === "failed") {
     return { kind: "refused", why: "the failed state is final: no operation can recover it" };
   }
-  let to: ProcessState;
-  if (action === "toggle") {
-    if (from !== "running" && from !== "checkpointed") {
-      return {
-        kind: "refused",
-        why: `toggle goes between running and checkpointed, and the process is ${from}`,
-      };
-    }
-    to = from === "running" ? "checkpointed" : "running";
-  } else {
-    to = action === "suspend" ? "checkpointed" : "running";
+  if (action === "toggle" && from !== "running" && from !== "checkpointed") {
+    return {
+      kind: "refused",
+      why: `toggle goes between running and checkpointed, and the process is ${from}`,
+    };
   }
+  const to = action === "suspend" || (action === "toggle" && from === "running")
+    ? "checkpointed"
+    : "running";
   const steps = wayBetween(from, to)!;
   return steps.length === 0 ? { kind: "unchanged", to } : { kind: "steps", steps, to };
 }
@@ -160,28 +118,22 @@ export function isStep(action: Action): action is Step {
 
 /** What is known after a step of a plan failed, for {@link rollbackWay}. */
 export interface AfterFailure {
-  /** The state the process was in before the first step. */
   readonly initial: ProcessState;
-  /** The steps that succeeded, in order. */
   readonly done: readonly Step[];
-  /** The step that failed, if one did (`undefined`: stopped between steps). */
+  /** The step that failed (`undefined`: stopped between steps). */
   readonly failed?: Step;
   /** Whether the driver refused the failed step as illegal in the state it found. */
   readonly illegal?: boolean;
-  /** The state the driver reports now; `undefined` where it could not be read. */
+  /** The state now; `undefined` where it could not be read. */
   readonly now: ProcessState | undefined;
 }
 
 /**
- * The steps that bring a process back to where it was after a plan stopped or one of its steps
- * failed: only what this package did is undone.
- *
- * - State unknown: the steps done are undone, newest first.
- * - The failed step was refused as illegal: the driver changed nothing, so something else moved
- *   the process; it is brought back only if it is still where the steps done left it.
- * - Any other failure may have left it anywhere: the way from where it is now.
- *
- * `undefined` where there is no way back (the failed state); empty where nothing is to be done.
+ * The steps that bring a process back to where it was after a plan stopped or failed; only what
+ * this package did is undone. State unknown: the steps done, undone newest first. The failed step
+ * refused as illegal (the driver changed nothing, something else moved the process): brought back
+ * only if it is still where the steps done left it. Any other failure: the way from where it is.
+ * `undefined` where there is no way back (the failed state).
  *
  * @example
  * ```ts
@@ -201,20 +153,15 @@ export function rollbackWay(after: AfterFailure): Step[] | undefined {
 }
 
 /**
- * Which of a job's two phases a step belongs to. Processes that share GPU state (NCCL ranks, CUDA
- * IPC) must all stop before any of them is taken off the GPU, and must all be back on it before
- * any runs again: every lock before any checkpoint, every restore before any unlock. Every plan
- * and every way back is at most one step of each phase, first then second.
+ * Which of a job's two phases a step belongs to. Processes that share GPU state must all stop
+ * before any is taken off the GPU, and all be back on it before any runs: every lock before any
+ * checkpoint, every restore before any unlock. A plan or a way back is at most one step of each.
  */
 export function jobPhase(step: Step): 1 | 2 {
   return step === "lock" || step === "restore" ? 1 : 2;
 }
 
-/**
- * The states a snapshot takes a CUDA process in: running (suspended for the dump, and resumed
- * after the restore) or checkpointed (dumped as it is, and left checkpointed after the restore).
- * A locked process is between the two, and a failed one cannot come back.
- */
+/** The states a snapshot takes a CUDA process in (suspended and resumed, or as it is). */
 export const SNAPSHOT_STATES: readonly SnapshotState[] = Object.freeze(["running", "checkpointed"]);
 
 /** A state a snapshot takes a process in ({@link SNAPSHOT_STATES}). */
@@ -225,10 +172,7 @@ export function isSnapshotState(value: unknown): value is SnapshotState {
   return (SNAPSHOT_STATES as readonly unknown[]).includes(value);
 }
 
-/**
- * The `CUprocessState` numbers by their C names, as `cuCheckpointProcessGetState` gives them;
- * `stateName` turns one into its name.
- */
+/** The `CUprocessState` numbers by their C names, as `cuCheckpointProcessGetState` gives them. */
 export const CUprocessState = {
   CU_PROCESS_STATE_RUNNING: 0,
   CU_PROCESS_STATE_LOCKED: 1,
@@ -236,7 +180,7 @@ export const CUprocessState = {
   CU_PROCESS_STATE_FAILED: 3,
 } as const;
 
-/** The state names that the C API numbers: `CUprocessState` to name, `undefined` if unknown. */
+/** The name of a `CUprocessState` number; `undefined` if unknown. */
 export function stateName(state: number): ProcessState | undefined {
   return Number.isInteger(state) ? PROCESS_STATES[state] : undefined;
 }

@@ -1,7 +1,5 @@
 /**
- * Time, as this package measures and spends it: a machine's clock (the simulator's virtual time,
- * or the real one), a deadline for a whole operation on it, times rounded for reports, and
- * {@link Slots}, which lets at most so much work run at once.
+ * Time: a machine's clock, deadlines, rounded times, and work at most so much at once.
  *
  * @module
  */
@@ -12,11 +10,7 @@ export interface Clock {
   now(): number;
   /** Resolves after `ms`. */
   sleep(ms: number): Promise<void>;
-  /**
-   * Calls `fn` once `ms` have passed, without moving virtual time by itself (a deadline that
-   * passes only while something waits on the clock); returns a function that cancels it. Left
-   * out, a deadline is looked at between steps only.
-   */
+  /** Calls `fn` after `ms`, moving no virtual time; returns its cancel. Left out: steps check. */
   timer?(ms: number, fn: () => void): () => void;
 }
 
@@ -26,7 +20,7 @@ export interface SignalClock extends Clock {
   sleep(ms: number, signal?: AbortSignal): Promise<void>;
 }
 
-/** A time in ms to the microsecond, without floating-point noise (`0.2`, not `0.20000000000000004`). */
+/** A time in ms to the microsecond, without floating-point noise. */
 export function roundMs(ms: number): number {
   return Math.round(ms * 1000) / 1000;
 }
@@ -57,10 +51,7 @@ export function clockOf(machine: { readonly clock?: Clock }): SignalClock {
   return { now, sleep };
 }
 
-/**
- * A deadline on a clock, for a whole operation (a group, a snapshot): what is left of it, and a
- * lock timeout cut to it. No deadline (`timeoutMs` undefined) never passes.
- */
+/** A deadline on a clock for a whole operation; `timeoutMs` undefined never passes. */
 export class Deadline {
   readonly #start: number;
   readonly #now: () => number;
@@ -73,7 +64,6 @@ export class Deadline {
     this.#end = timeoutMs === undefined ? Infinity : this.#start + timeoutMs;
   }
 
-  /** ms since the start. */
   elapsed(): number {
     return this.#now() - this.#start;
   }
@@ -83,7 +73,6 @@ export class Deadline {
     return this.#end === Infinity ? undefined : Math.max(0, Math.ceil(this.#end - this.#now()));
   }
 
-  /** Whether it has passed. */
   passed(): boolean {
     return this.#now() >= this.#end;
   }
@@ -96,10 +85,7 @@ export class Deadline {
   }
 }
 
-/**
- * Work in flight, at most so much at once (the native driver's calls on its worker threads, a
- * snapshot's criu runs); the rest wait their turn, in the order they came.
- */
+/** Work in flight, at most so much at once; the rest wait their turn, in the order they came. */
 export class Slots {
   #free: number;
   readonly #waiting: (() => void)[] = [];

@@ -1,6 +1,5 @@
 /**
- * The package's version, for `cuda-checkpoint --version` and snapshot manifests. A test checks it against `deno.json`, the
- * one place it is set; importing `deno.json` itself would load and parse the whole file at start-up.
+ * The package's version, checked by a test against `deno.json` (importing it costs start-up).
  *
  * @module
  */
@@ -8,11 +7,7 @@
 /** The version of `@ckpt/cuda`. */
 export const VERSION = "0.1.0";
 
-/**
- * Whether the dotted version `version` is older than `than` (`"4.1.1"` is older than `"4.2"`); each
- * part compared as a number, a missing part as 0. With `parts`, only the first so many are compared
- * (2: major and minor). @internal
- */
+/** Whether dotted `version` is older than `than` (only the first `parts` compared). @internal */
 export function olderVersion(version: string, than: string, parts = Infinity): boolean {
   const a = version.split(".").map(Number), b = than.split(".").map(Number);
   for (let i = 0; i < Math.min(Math.max(a.length, b.length), parts); i++) {

@@ -1,25 +1,16 @@
 /**
- * A snapshot's directory, the one place that knows its layout: what is in it, in which order it
- * is written, and how a complete snapshot is told from an interrupted one.
- *
- * ```
- * DIR/in-progress.json     the trace: written first, removed last (who takes it, what it suspends)
- * DIR/tree-<root>/...      each tree's images, as the engine wrote them, sealed (on disk, digested)
- * DIR/manifest.json        written once every tree is sealed: a directory without one is no snapshot
- * ```
- *
- * A complete snapshot has its manifest and no trace. One with a trace was interrupted: before its
- * manifest, it is partial (`cuda-checkpoint recover` resumes what the trace names and removes the
- * rest); after it, its processes may not have been ended yet. The directory is opened once, and
- * every name below it is looked up from the open directory ({@link SnapshotDir}).
+ * A snapshot directory's layout, written in order: the trace (`in-progress.json`: who takes it,
+ * what it suspends), each `tree-<root>/` sealed, `manifest.json`, the trace removed. One with a
+ * trace was interrupted.
  *
  * @module
  */
 
-import { messageOf, RefusedError } from "../errors.ts";
+import { messageOf, type RefusedError } from "../errors.ts";
 import type { ProcessIdentity } from "../host.ts";
 import { StrictReader } from "../json.ts";
-import { type Manifest, parseManifest, serializeManifest, treeDirName } from "./manifest.ts";
+import { type Manifest, parseManifest, serializeManifest, snapshotRefusal } from "./manifest.ts";
+import { treeDirName } from "./manifest.ts";
 import type { Checked, CheckOptions, SnapshotDir, SnapshotFile, SnapshotStore } from "./store.ts";
 
 /** The manifest's file name. */
@@ -28,7 +19,6 @@ export const MANIFEST_FILE = "manifest.json";
 export const TRACE_FILE = "in-progress.json";
 /** The largest manifest this version reads, in bytes. */
 export const MANIFEST_MAX_BYTES = 16 * 2 ** 20;
-/** The largest trace read, in bytes. */
 const TRACE_MAX_BYTES = 4 * 2 ** 20;
 const TRACE_FORMAT = "ckpt-cuda-in-progress/1";
 
@@ -44,28 +34,14 @@ export interface Trace {
   readonly made: readonly string[];
 }
 
-/** The refusal of `operation` where the store fails on `path` (said once where it names it). */
-export function storeRefusal(
-  operation: string,
-  path: string,
-  what: string,
-  err: unknown,
-): RefusedError {
+/** The refusal of `op` where the store fails on `path` (said once where its words name it). */
+export function storeRefusal(op: string, path: string, what: string, err: unknown): RefusedError {
   const said = messageOf(err);
-  return new RefusedError({
-    code: "SNAPSHOT",
-    operation,
-    reason: said.startsWith(`${path} `) ? said : `${path} ${what}: ${said}`,
-  });
+  return snapshotRefusal(op, said.startsWith(`${path} `) ? said : `${path} ${what}: ${said}`);
 }
 
-/**
- * A snapshot being written, in the layout's order: {@link SnapshotWriter.begin} makes the
- * directory, the trace and every tree's directory; each tree is then sealed as its dump ends; the
- * manifest is written last but one; {@link SnapshotWriter.finish} removes the trace.
- */
+/** A snapshot being written, in the layout's order. */
 export class SnapshotWriter {
-  /** The open directory. */
   readonly dir: SnapshotDir;
   /** The engine's path for each tree's directory, in the order of the roots. */
   readonly imagesDirs: readonly string[];
@@ -77,11 +53,7 @@ export class SnapshotWriter {
     this.imagesDirs = imagesDirs;
   }
 
-  /**
-   * Makes `path` for a snapshot of the trees rooted at `roots` and writes its trace, before
-   * anything changes; what it made is removed where it fails. Refuses (`SNAPSHOT`) a directory
-   * that cannot hold a snapshot.
-   */
+  /** Makes `path`, its trace and each tree's directory, or refuses (`SNAPSHOT`), leaving none. */
   static async begin(
     store: SnapshotStore,
     path: string,
@@ -124,10 +96,7 @@ export class SnapshotWriter {
     await this.dir.close();
   }
 
-  /**
-   * Removes everything the snapshot wrote (a retry finds the directory as it was) and lets go of
-   * it; resolves to a clause for the error that says so.
-   */
+  /** Removes all the snapshot wrote and lets go; resolves to a clause for the error. */
   async discard(): Promise<string> {
     const where = this.dir.path;
     const said = await this.dir.removeCreated().then(
@@ -138,39 +107,49 @@ export class SnapshotWriter {
     return said;
   }
 
-  /** Lets go of the directory as it is (the trace kept for `recover`). */
   async abandon(): Promise<void> {
     await this.dir.close();
   }
 }
 
-/** An open snapshot directory and a reader of its small files, refused in the store's words. */
-async function openToRead(store: SnapshotStore, path: string, operation: string, what: string) {
+/**
+ * Runs `body` on the snapshot directory `path`, opened, and a reader of its small files, each
+ * refused in the store's words; the directory is closed where `body` throws.
+ */
+async function openedFor<T>(
+  store: SnapshotStore,
+  at: { path: string; operation: string; what: string },
+  body: (
+    dir: SnapshotDir,
+    read: (name: string, max: number) => Promise<string | undefined>,
+  ) => Promise<T>,
+): Promise<T> {
+  const { path, operation } = at;
   const dir = await store.open(path).catch((err) => {
-    throw storeRefusal(operation, path, what, err);
+    throw storeRefusal(operation, path, at.what, err);
   });
   const read = (name: string, max: number) =>
     dir.readFile(name, max).catch((err) => {
       throw storeRefusal(operation, `${dir.path}/${name}`, "cannot be read", err);
     });
-  return { dir, read };
+  try {
+    return await body(dir, read);
+  } catch (err) {
+    await dir.close();
+    throw err;
+  }
 }
 
-/**
- * The complete snapshot in `path`, opened once, its manifest read strictly and everything inside
- * checked against it (with `digests`, every file's digest too, those `later` picks from then on).
- * The caller closes the directory (after the digests left for later end). Refused (`SNAPSHOT`)
- * with a sentence naming the first thing that differs, an interrupted snapshot, or no snapshot.
- */
+/** The complete snapshot in `path`, all checked against its manifest; the caller closes it. */
 export async function openSnapshot(
   store: SnapshotStore,
   path: string,
   operation: string,
   o: CheckOptions,
 ): Promise<{ dir: SnapshotDir; manifest: Manifest; checked: Checked }> {
-  const refuse = (reason: string) => new RefusedError({ code: "SNAPSHOT", operation, reason });
-  const { dir, read } = await openToRead(store, path, operation, "cannot be read as a snapshot");
-  try {
+  const refuse = (reason: string) => snapshotRefusal(operation, reason);
+  const what = "cannot be read as a snapshot";
+  return await openedFor(store, { path, operation, what }, async (dir, read) => {
     const where = dir.path;
     const text = await read(MANIFEST_FILE, MANIFEST_MAX_BYTES);
     if (await read(TRACE_FILE, TRACE_MAX_BYTES) !== undefined) {
@@ -194,60 +173,37 @@ export async function openSnapshot(
       .catch(refused);
     const all = checked.all.catch(refused);
     all.catch(() => {});
-    return {
-      dir,
-      manifest,
-      checked: { digests: checked.digests, later: (sub) => checked.later(sub).catch(refused), all },
-    };
-  } catch (err) {
-    await dir.close();
-    throw err;
-  }
+    const later = (sub: string) => checked.later(sub).catch(refused);
+    return { dir, manifest, checked: { digests: checked.digests, later, all } };
+  });
 }
 
-/**
- * The interrupted snapshot in `path`, for `recover`: its trace, whether it is complete (has its
- * manifest), and the open directory (which the caller closes). Refused (`SNAPSHOT`) where it has
- * no trace.
- */
+/** The interrupted snapshot in `path`, for `recover`; refused (`SNAPSHOT`) without a trace. */
 export async function openInterrupted(
   store: SnapshotStore,
   path: string,
   operation: string,
 ): Promise<{ dir: SnapshotDir; trace: Trace; complete: boolean }> {
-  const { dir, read } = await openToRead(
-    store,
-    path,
-    operation,
-    "cannot be read as a snapshot's directory",
-  );
-  try {
+  const what = "cannot be read as a snapshot's directory";
+  return await openedFor(store, { path, operation, what }, async (dir, read) => {
     const text = await read(TRACE_FILE, TRACE_MAX_BYTES);
     if (text === undefined) {
-      throw new RefusedError({
-        code: "SNAPSHOT",
+      throw snapshotRefusal(
         operation,
-        reason: `${dir.path} holds no ${TRACE_FILE}: no snapshot taken there was interrupted, ` +
-          `so there is nothing to recover`,
-      });
+        `${dir.path} holds no ${TRACE_FILE}: no snapshot taken there was interrupted, so there ` +
+          `is nothing to recover`,
+      );
     }
     const trace = parseTrace(text, `${dir.path}/${TRACE_FILE}`, operation);
     const complete = await read(MANIFEST_FILE, MANIFEST_MAX_BYTES) !== undefined;
     return { dir, trace, complete };
-  } catch (err) {
-    await dir.close();
-    throw err;
-  }
+  });
 }
 
 /** Parses a trace strictly; `where` names it in messages. */
 function parseTrace(text: string, where: string, operation: string): Trace {
-  const r = new StrictReader((_field, reason) =>
-    new RefusedError({ code: "SNAPSHOT", operation, reason: `${where}: ${reason}` })
-  );
-  const o = r.object(r.parse(text, "it"), "", ["format", "startedAt", "processes", "made"], [
-    "by",
-  ]);
+  const r = new StrictReader((_field, reason) => snapshotRefusal(operation, `${where}: ${reason}`));
+  const o = r.object(r.parse(text, "it"), "", "format startedAt processes made".split(" "), ["by"]);
   if (o.format !== TRACE_FORMAT) r.fail("format", JSON.stringify(TRACE_FORMAT), o.format);
   return {
     ...(o.by !== undefined ? { by: r.identity(o.by, "by") } : {}),

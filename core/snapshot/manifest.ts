@@ -1,9 +1,6 @@
 /**
- * A snapshot's manifest: what was dumped, from where, and what its restore needs to know. It is a
- * versioned contract (format `ckpt-cuda-snapshot/2`, documented in docs/SNAPSHOTS.md): written as
- * JSON beside the images, parsed strictly, and refused with one sentence where it is not exactly
- * what this version writes: another format, a field missing, of the wrong type or out of range, a
- * field this version does not know, a path that leaves the snapshot's directory.
+ * A snapshot's manifest, a versioned contract (docs/SNAPSHOTS.md) parsed strictly: what is not
+ * exactly what this version writes is refused in one sentence.
  *
  * @module
  */
@@ -33,10 +30,7 @@ export interface ManifestProcess {
     readonly state: SnapshotState;
     /** The thread the driver restores it on (what CRIU's plugin asks for). */
     readonly restoreThreadId: number;
-    /**
-     * The GPU memory it held, MiB by GPU UUID (its CUDA context included), read just before its
-     * checkpoint; `null` where it could not be read (then its restore cannot be checked for room).
-     */
+    /** The GPU memory it held before its checkpoint, MiB by GPU UUID; `null` where unknown. */
     readonly gpuMemoryMiB: Readonly<Record<string, number>> | null;
   };
 }
@@ -57,7 +51,7 @@ export interface ManifestGpu {
   readonly index: number;
   /** Its UUID, `GPU-…`. */
   readonly uuid: string;
-  /** Its name (`NVIDIA H100 80GB HBM3`): a restore maps it only onto a GPU of the same name. */
+  /** Its name (`NVIDIA H100 80GB HBM3`): a restore maps it only onto a GPU of that name. */
   readonly name: string;
   /** Its total memory in MiB, where it could be read. */
   readonly totalMiB?: number;
@@ -72,14 +66,8 @@ export interface Manifest {
   /** What took it. */
   readonly tool: { readonly name: string; readonly version: string };
   /** The machine it was taken on. */
-  readonly host: {
-    readonly hostname: string;
-    readonly kernel: string;
-  };
-  /**
-   * The driver: its CUDA version number (`cuDriverGetVersion`, 13000 for 13.0) and, where known,
-   * the kernel module's release (`580.159.04`).
-   */
+  readonly host: { readonly hostname: string; readonly kernel: string };
+  /** The driver: its `cuDriverGetVersion` (13000) and, where known, its release (`580.159.04`). */
   readonly driver: { readonly cudaVersion: number; readonly release?: string };
   /** The engine that dumped the trees, and its version. */
   readonly engine: { readonly kind: string; readonly version?: string };
@@ -91,12 +79,9 @@ export interface Manifest {
   readonly options: {
     /** Whether the processes were left running after the dump. */
     readonly leaveRunning: boolean;
-    /** Whether its CUDA processes were handled as one job (all locked before any checkpoint). */
+    /** Whether its CUDA processes were handled as one job. */
     readonly job: boolean;
-    /**
-     * Whether established TCP connections were dumped (criu's `--tcp-established`), to be
-     * restored the same way; left out where they were not.
-     */
+    /** Whether established TCP connections were dumped (`--tcp-established`); else left out. */
     readonly tcpEstablished?: true;
   };
   /** How long its parts took, in ms. */
@@ -105,11 +90,13 @@ export interface Manifest {
     readonly dumpMs: number;
     readonly totalMs: number;
   };
-  /**
-   * Every file of its trees, with its size and digest: a restore refuses a snapshot with a file
-   * that differs, or one it does not list, before anything changes.
-   */
+  /** Every file of its trees with its size and digest: a restore refuses any other, or a change. */
   readonly files: readonly SnapshotFile[];
+}
+
+/** A refusal (`SNAPSHOT`) of `operation`: not a snapshot this version can use. */
+export function snapshotRefusal(operation: string, reason: string): RefusedError {
+  return new RefusedError({ code: "SNAPSHOT", operation, reason });
 }
 
 /** The subdirectory of a tree's images. */
@@ -117,6 +104,8 @@ export function treeDirName(root: number): string {
   return `tree-${root}`;
 }
 
+const TOP_FIELDS = "format createdAt tool host driver engine gpus trees options timings files"
+  .split(" ");
 const TREE_DIR = /^tree-[1-9][0-9]{0,9}$/;
 const DIGEST = /^[0-9a-f]{64}$/;
 const FILE_PATH = /^tree-[1-9][0-9]{0,9}\/[A-Za-z0-9_][A-Za-z0-9._-]{0,200}$/;
@@ -127,9 +116,8 @@ export function serializeManifest(manifest: Manifest): string {
 }
 
 /**
- * Parses a manifest strictly. `where` names it in messages (its path). Throws a
- * {@link RefusedError} with code `"SNAPSHOT"` that says what is wrong, naming the field and the
- * value found.
+ * Parses a manifest strictly (`where` names it in messages): a {@link RefusedError} with code
+ * `"SNAPSHOT"` names the field that is wrong and the value found.
  *
  * @example
  * ```ts
@@ -146,24 +134,10 @@ export function parseManifest(
   where: string,
   operation = "restoreSnapshot",
 ): Manifest {
-  const r = new StrictReader((_field, reason) =>
-    new RefusedError({ code: "SNAPSHOT", operation, reason: `${where}: ${reason}` })
-  );
+  const r = new StrictReader((_field, reason) => snapshotRefusal(operation, `${where}: ${reason}`));
   const data = r.parse(text, "it");
   checkFormat(r, data);
-  const m = r.object(data, "", [
-    "format",
-    "createdAt",
-    "tool",
-    "host",
-    "driver",
-    "engine",
-    "gpus",
-    "trees",
-    "options",
-    "timings",
-    "files",
-  ]);
+  const m = r.object(data, "", TOP_FIELDS);
   const createdAt = r.string(m.createdAt, "createdAt");
   if (Number.isNaN(Date.parse(createdAt))) r.fail("createdAt", "a date (ISO 8601)", createdAt);
   const tool = r.object(m.tool, "tool", ["name", "version"]);
@@ -342,10 +316,7 @@ function readProcess(
   };
 }
 
-/**
- * GPUs as a manifest lists them (and the simulated criu's images): `{ index, uuid, name,
- * totalMiB? }` each, an index from 0 to 1023, each UUID once; at least `min` of them. @internal
- */
+/** GPUs as a manifest (or the simulated criu) lists them, each once, `min` at least. @internal */
 export function readGpus(r: StrictReader, value: unknown, field: string, min = 0): ManifestGpu[] {
   const gpus: ManifestGpu[] = r.array(value, field, min, 1024).map((g, i) => {
     const at = `${field}[${i}]`;

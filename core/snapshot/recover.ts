@@ -1,19 +1,17 @@
 /**
- * Recovering from a snapshot killed outright (SIGKILL, a power cut): its trace (`layout.ts`) names
- * who took it and which processes it suspended. {@link recoverFrom} (`cuda-checkpoint recover DIR`)
- * resumes every process it names that is still the same process and still suspended, and removes
- * what the snapshot had written; a complete snapshot is kept.
+ * Recovering from a snapshot killed outright (SIGKILL, a power cut): what its trace names is
+ * resumed, what it wrote removed (a complete snapshot is kept).
  *
  * @module
  */
 
-import { RefusedError } from "../errors.ts";
 import { runGroup } from "../group.ts";
 import { checkGroupOptions, type GroupResult } from "../group_types.ts";
 import type { ProcessIdentity } from "../host.ts";
 import type { Machine } from "../machine.ts";
 import { sessionOf } from "../process.ts";
 import { openInterrupted, TRACE_FILE } from "./layout.ts";
+import { snapshotRefusal } from "./manifest.ts";
 import type { SnapshotStore } from "./store.ts";
 import { groupFailure } from "./run.ts";
 
@@ -31,11 +29,7 @@ export interface RecoverResult {
   readonly complete: boolean;
 }
 
-/**
- * Recovers from a snapshot killed outright: see the module documentation. Refuses a directory
- * without a trace, and one whose snapshot is still under way; where a process cannot be resumed,
- * refuses naming it and its error, the trace kept for another try.
- */
+/** Resumes what the trace names, and removes what was written; refuses one still under way. */
 export async function recoverFrom(
   machine: Machine,
   store: SnapshotStore,
@@ -43,15 +37,12 @@ export async function recoverFrom(
   checkRoom: boolean,
   operation: string,
 ): Promise<RecoverResult> {
-  const refuse = (reason: string) => new RefusedError({ code: "SNAPSHOT", operation, reason });
+  const refuse = (reason: string) => snapshotRefusal(operation, reason);
   const { dir: snap, trace, complete } = await openInterrupted(store, dir, operation);
   try {
     const where = snap.path;
     const session = sessionOf(machine);
-    /**
-     * Whether `p` still lives: its pid names the same process, started when the trace says (an
-     * entry that names no start is taken for another process where the host tells starts).
-     */
+    // Whether `p` still lives: an entry without a start is another where the host tells starts.
     const same = async (p: ProcessIdentity) => {
       const now = await session.identify(p.pid);
       return now !== undefined && now.pid === p.pid && now.start === p.start;

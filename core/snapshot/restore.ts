@@ -1,19 +1,8 @@
 /**
- * A snapshot's restore ({@link restoreFrom}), in three phases over one record of what was done so
- * far ({@link Restoring}):
- *
- * 1. {@link check}: the manifest is read strictly and everything checked before anything changes:
- *    the image files, the engine, the driver (the one the snapshot was taken with), every pid
- *    free, the GPUs (a mapping given, or the snapshot's GPUs onto this machine's by index, the
- *    same chip: the one mapping check), room on each for what its processes held (the one room
- *    check).
- * 2. {@link bringBack}: the engine restores each tree; where it can keep a tree stopped, the
- *    memory images' digests are compared while it loads them, and the tree is let go only once
- *    every one matched. The CUDA processes go back onto the GPUs as one job (every restore before
- *    any unlock), each tree's as soon as it is back.
- * 3. {@link outcome}: what came of it. A failure of the engine, or an image that differs, ends
- *    what the engine made ({@link rollBack}); a failure of the GPU half leaves the processes
- *    checkpointed (the job's rollback), with what to do in the error.
+ * A snapshot's restore, in phases over one record ({@link Restoring}): all checked first; each
+ * tree restored, held stopped until its memory images matched, its CUDA processes resumed as one
+ * job as soon as it is back. A failure ends what the engine made (or, in the GPU half, leaves the
+ * processes checkpointed).
  *
  * @module
  */
@@ -26,13 +15,8 @@ import { runGroup } from "../group.ts";
 import type { GroupResult } from "../group_types.ts";
 import type { Machine } from "../machine.ts";
 import { derivedMapping, mappingProblems, mappingRefused } from "../mapping.ts";
-import {
-  checkFlag,
-  checkGpuMapping,
-  checkOptions,
-  formatGpuUuid,
-  type GpuMapping,
-} from "../options.ts";
+import { checkFlag, checkGpuMapping, checkOptions, formatGpuUuid } from "../options.ts";
+import type { GpuMapping } from "../options.ts";
 import { sessionOf } from "../process.ts";
 import { onto } from "../room.ts";
 import { clockOf } from "../time.ts";
@@ -40,33 +24,17 @@ import { olderVersion } from "../version.ts";
 import type { Checked, SnapshotDir, SnapshotStore } from "./store.ts";
 import { openSnapshot } from "./layout.ts";
 import type { Manifest, ManifestProcess, ManifestTree } from "./manifest.ts";
-import {
-  checkDir,
-  checkWhole,
-  firstError,
-  groupFailure,
-  prerequisite,
-  Run,
-  type SnapshotEvent,
-  started,
-  type WholeSettings,
-} from "./run.ts";
+import { checkDir, checkWhole, firstError, groupFailure, prerequisite, Run } from "./run.ts";
+import { type SnapshotEvent, started, type WholeSettings } from "./run.ts";
 import { checkPidsFree, treesNow, untilFree, usesOf, watchHeld } from "./trees.ts";
 
 /** Options of `restoreSnapshot`. */
 export interface RestoreSnapshotOptions {
   /** The machine to restore onto; this machine when left out. */
   machine?: Machine;
-  /**
-   * Where the snapshot's GPUs go: from each GPU of the snapshot (its UUID, as the manifest names
-   * it) to a GPU of this machine. Left out: the snapshot's GPUs onto this machine's by index
-   * (restored in place where they are the same GPUs), each onto one of the same chip.
-   */
+  /** Where the snapshot's GPUs go (left out: by index, each onto one of its chip). */
   gpuMapping?: GpuMapping;
-  /**
-   * Whether to check, before anything changes, that the GPUs have room for what each process held
-   * (default `true`). On driver 580 a restore that runs out of GPU memory loses the process.
-   */
+  /** Whether to check the GPUs' room for what each process held first (default `true`). */
   checkRoom?: boolean;
   /** A deadline for the whole restore in ms (on the machine's clock). */
   timeoutMs?: number;
@@ -88,10 +56,7 @@ export interface RestoreSnapshotResult {
   readonly pids: readonly number[];
   /** The whole restore's time in ms. */
   readonly ms: number;
-  /**
-   * Its parts, in ms: the checks; the engine's restore of every tree (`criu restore`); the GPU
-   * half, the restore and unlock of every CUDA process.
-   */
+  /** Its parts in ms: the checks, the engine's restores, the CUDA processes' restore and unlock. */
   readonly timings: {
     readonly checkMs: number;
     readonly restoreMs: number;
@@ -101,10 +66,10 @@ export interface RestoreSnapshotResult {
 
 /** A restore's options, checked. */
 export interface RestoreSettings extends WholeSettings {
-  /** The GPU pairs given (`undefined`: derived from the snapshot's GPUs and this machine's). */
+  /** The GPU pairs given (`undefined`: derived by index). */
   readonly pairs: GpuPair[] | undefined;
   readonly checkRoom: boolean;
-  /** What its errors call it: `restoreSnapshot`, or the command line's `restore-snapshot`. */
+  /** What its errors call it (the command line's `restore-snapshot`). */
   readonly operation: string;
 }
 
@@ -132,10 +97,7 @@ export function checkRestoreArgs(
   };
 }
 
-/**
- * The manifest of the snapshot in `dir`, checked against everything in the directory (with
- * `verify`, every file's digest too); nothing is changed. `operation` names it in errors.
- */
+/** The manifest of the snapshot in `dir`, everything checked against it (digests with `verify`). */
 export async function inspectIn(
   store: SnapshotStore,
   dir: string,
@@ -147,7 +109,7 @@ export async function inspectIn(
   return { dir: opened.dir.path, manifest: opened.manifest, verified: opened.checked.digests };
 }
 
-/** What a restore has done so far: the one record its phases fill in and its rollback reads. */
+/** What a restore has done so far: the record its phases fill in and its rollback reads. */
 interface Restoring {
   readonly run: Run;
   readonly o: RestoreSettings;
@@ -164,19 +126,19 @@ interface Restoring {
   readonly made: number[][];
   /** The trees whose restore began: where the engine failed, it may have left some behind. */
   readonly begun: ManifestTree[];
-  /** Each held tree's watch: whether any of it ran meanwhile (`trees.ts`). */
+  /** Each held tree's watch: whether any of it ran meanwhile. */
   readonly watches: (() => Promise<string | undefined>)[];
   /** What showed that a held tree ran before its images matched. */
   ran?: string;
-  /** How many trees are back whole (restored, and let go where held). */
+  /** How many trees are back whole (let go where held). */
   whole: number;
   /** A memory image that differs, found while the checks or the engine ran. */
   differs?: RefusedError;
-  /** When the checks ended, the engine's restores last ended, and the GPU half began (ms). */
+  /** When the checks ended, the engine's restores last ended, the GPU half began (ms). */
   readonly times: { checked: number; restored: number; resume?: number };
 }
 
-/** Restores the snapshot in `dir` onto `machine`: see the module documentation. */
+/** Restores the snapshot in `dir` onto `machine`. */
 export async function restoreFrom(
   machine: Machine,
   dir: string,
@@ -184,19 +146,16 @@ export async function restoreFrom(
 ): Promise<RestoreSnapshotResult> {
   const run = new Run(machine, o.operation, o);
   // The digests left for later go on until the restore ends, or stops.
-  const verify = new AbortController();
-  const stopVerify = () => verify.abort(run.signal.reason);
-  run.signal.addEventListener("abort", stopVerify, { once: true });
-  if (run.signal.aborted) stopVerify();
+  const ended = new AbortController();
+  const verify = AbortSignal.any([run.signal, ended.signal]);
   try {
     run.phase("check");
-    // Where the engine can keep the processes it restores stopped, the memory images' digests
-    // are compared while it loads them; every other file's before anything changes.
+    // Where the engine can hold trees stopped, memory images are digested while it loads them.
     const engine = run.engine;
     const holds = engine.inertFile !== undefined && engine.wake !== undefined;
     const opened = await openSnapshot(run.store, dir, o.operation, {
       digests: true,
-      signal: verify.signal,
+      signal: verify,
       ...(holds ? { later: (f) => engine.inertFile!(f.path.split("/").pop()!) } : {}),
     });
     const r: Restoring = {
@@ -223,8 +182,7 @@ export async function restoreFrom(
       await r.dir.close();
     }
   } finally {
-    verify.abort(new Error("the restore ended"));
-    run.signal.removeEventListener("abort", stopVerify);
+    ended.abort(new Error("the restore ended"));
     run.close();
   }
 }
@@ -246,7 +204,19 @@ async function check(r: Restoring): Promise<void> {
         `release, so restore it with ${dumped.kind} ${dumped.version} or later`,
     );
   }
-  await checkDriver(run, manifest);
+  // A process comes back with the libcuda it had: the driver must be the snapshot's.
+  const version = await run.machine.driver.driverVersion();
+  const taken = manifest.driver;
+  if (version.code === CUDA_SUCCESS && version.value !== taken.cudaVersion) {
+    const release = taken.release ? ` (${taken.release})` : "";
+    const wanted = `CUDA ${formatDriverVersion(taken.cudaVersion)}${release}`;
+    throw prerequisite(
+      o.operation,
+      `the snapshot was taken with a driver of ${wanted}, and this machine's is CUDA ` +
+        `${formatDriverVersion(version.value)}: a process comes back with the libcuda it had, ` +
+        `which needs the same driver, so restore it on a machine whose driver is ${wanted}`,
+    );
+  }
   await checkPidsFree(manifest, run.host, o.operation);
   const gpus = await run.listing;
   r.pairs = o.pairs ?? derivedMapping(manifest.gpus, gpus, o.operation);
@@ -263,40 +233,15 @@ async function check(r: Restoring): Promise<void> {
         need[gpu] = (need[gpu] ?? 0) + mib;
       }
     }
-    await sessionOf(run.machine).room.fits(need, {
-      operation: o.operation,
-      who: "the snapshot's processes",
-    });
+    const who = "the snapshot's processes";
+    await sessionOf(run.machine).room.fits(need, { operation: o.operation, who });
   }
   if (o.signal?.aborted) run.notBegun("restore", "it was aborted");
   if (r.differs) throw r.differs;
   r.times.checked = run.at();
 }
 
-/** Refuses a machine whose driver is not the one the snapshot was taken with. */
-async function checkDriver(run: Run, manifest: Manifest): Promise<void> {
-  const version = await run.machine.driver.driverVersion();
-  const taken = manifest.driver;
-  if (version.code !== CUDA_SUCCESS || version.value === taken.cudaVersion) return;
-  const wanted = `CUDA ${formatDriverVersion(taken.cudaVersion)}${
-    taken.release ? ` (${taken.release})` : ""
-  }`;
-  throw prerequisite(
-    run.operation,
-    `the snapshot was taken with a driver of ${wanted}, and this machine's is CUDA ${
-      formatDriverVersion(version.value)
-    }: a process comes back with the libcuda it had, which needs the same driver, so ` +
-      `restore it on a machine whose driver is ${wanted}`,
-  );
-}
-
-/**
- * Phase 2: the engine brings every tree back, its CUDA processes checkpointed; the CUDA processes
- * that ran go back onto the GPUs as one job, each tree's as soon as it is back (a tree waits for
- * no other tree's criu), what each held recorded first for the room check of its restore. Each
- * goes from where the driver says it is: criu leaves it checkpointed, but an engine that restores
- * the GPU half itself (criu with its CUDA plugin) leaves it running, with nothing left to do.
- */
+/** Phase 2: every tree back, the CUDA processes resumed as one job, each as its tree is back. */
 async function bringBack(r: Restoring): Promise<GroupResult | undefined> {
   const { run, manifest } = r;
   run.phase("restore");
@@ -418,16 +363,19 @@ async function outcome(
   };
 }
 
-/**
- * Ends every tree the engine made, so that the snapshot, unchanged, can be restored again at once,
- * and resolves to the error: the refusal of an image that differs, whatever else failed
- * meanwhile; else the engine's failure, or the stop.
- */
+/** Ends every tree the engine made; resolves to the error (an image that differs first). */
 async function rollBack(r: Restoring, stopped: string | undefined): Promise<Error> {
   const { run, o } = r;
   run.phase("rollback");
   for (const watch of r.watches) r.ran ??= await watch();
-  const made = await madeBy(r);
+  // Every process the engine made: its trees as they are now, and the pids of those it failed on
+  // that a process holds (they were free when checked).
+  const failed = r.begun.filter((t) => !r.made.some((pids) => pids[0] === t.root));
+  const left = failed.flatMap((t) => t.processes.map((p) => p.pid));
+  const uses = left.length > 0 ? await usesOf(run.host, left).catch(() => []) : [];
+  const held = uses.filter((u) => u.as === "pid" && u.holder === u.id).map((u) => u.id);
+  const now = await treesNow(run.host, [...r.made.map((pids) => pids[0]), ...held]);
+  const made = [...new Set([...r.made.flat(), ...held, ...now])];
   await run.engine.kill(made).catch(() => {});
   await untilFree(run.host, made, clockOf(run.machine).sleep).catch(() => {});
   const ended = made.length === 0
@@ -463,25 +411,7 @@ async function rollBack(r: Restoring, stopped: string | undefined): Promise<Erro
   });
 }
 
-/**
- * Every process the engine made: each tree it restored, as it is now (with what its processes
- * forked, where any ran), and the pids of a tree it failed on that some process holds now (they
- * were free when checked: the engine made them, and may have left them behind).
- */
-async function madeBy(r: Restoring): Promise<number[]> {
-  const host = r.run.host;
-  const failed = r.begun.filter((t) => !r.made.some((pids) => pids[0] === t.root));
-  const left = failed.flatMap((t) => t.processes.map((p) => p.pid));
-  const uses = left.length > 0 ? await usesOf(host, left).catch(() => []) : [];
-  const held = uses.filter((u) => u.as === "pid" && u.holder === u.id).map((u) => u.id);
-  const now = await treesNow(host, [...r.made.map((pids) => pids[0]), ...held]);
-  return [...new Set([...r.made.flat(), ...held, ...now])];
-}
-
-/**
- * The processes are back, but their GPU restore failed: where each is left (the driver says, for
- * one the job never started), and what to do.
- */
+/** The processes are back, but their GPU restore failed: where each is left, and what to do. */
 async function resumeFailed(r: Restoring, result: GroupResult): Promise<SnapshotError> {
   const driver = r.run.machine.driver;
   const states = await Promise.all(

@@ -1,20 +1,17 @@
 /**
- * One snapshot or restore under way ({@link Run}): the machine's parts it needs, its deadline and
- * stop signal, the phases and events it tells, and the first failure of its parts; with the
- * options every snapshot and restore has.
+ * One snapshot or restore under way ({@link Run}), and the options every snapshot and restore has.
  *
  * @module
  */
 
 import type { GpuInfo } from "../driver.ts";
 import type { EngineProbe, SnapshotEngine } from "../engine.ts";
-import { describeValue } from "../options.ts";
 import { RefusedError, SnapshotError } from "../errors.ts";
 import { checkGroupOptions, type GroupEvent, type GroupResult } from "../group_types.ts";
 import type { GroupSettings } from "../group_types.ts";
 import type { HostProcesses } from "../host.ts";
 import type { Machine } from "../machine.ts";
-import { checkFunction, checkInteger, checkSignal } from "../options.ts";
+import { checkFunction, checkInteger, checkSignal, mustBe } from "../options.ts";
 import { clockOf, Deadline, Slots } from "../time.ts";
 import type { SnapshotStore } from "./store.ts";
 
@@ -69,21 +66,16 @@ export function checkWhole(
 
 /** Checks a snapshot's directory argument: a path. */
 export function checkDir(dir: unknown): string {
-  if (typeof dir !== "string" || dir.length === 0 || dir.includes("\0")) {
-    throw new TypeError(`dir must be a path (a non-empty string), got ${describeValue(dir)}`);
-  }
-  return dir;
+  if (typeof dir === "string" && dir.length > 0 && !dir.includes("\0")) return dir;
+  return mustBe(TypeError, "dir", "a path (a non-empty string)", dir);
 }
 
-/** How many engine runs go at once where the engine does not say. */
 const DEFAULT_PARALLEL = 8;
 
 /**
- * A snapshot or restore under way: the machine's parts it needs (a refusal naming the one
- * missing), its deadline on the machine's clock, a signal that aborts at the caller's abort, at
- * the deadline or at the first failure of its parts, and the events it tells. The engine's probe
- * and the driver's GPUs are asked at once, to be awaited after other checks. {@link Run.close}
- * ends its timer.
+ * A snapshot or restore under way: the machine's parts it needs, its deadline, a signal that
+ * aborts at the caller's abort, the deadline or the first failure of a part, and its events. The
+ * engine's probe and the GPU list are asked at once, awaited after other checks.
  */
 export class Run {
   readonly machine: Machine;
@@ -92,11 +84,10 @@ export class Run {
   readonly store: SnapshotStore;
   readonly host: HostProcesses;
   readonly deadline: Deadline;
-  /** The engine's probe, refused where it names a problem (criu check takes tens of ms). */
+  /** The engine's probe, refused where it names a problem. */
   readonly probing: Promise<EngineProbe>;
-  /** The driver's GPUs (cuInit, the first time, takes about 0.2 s on an H100). */
   readonly listing: Promise<readonly GpuInfo[]>;
-  /** At most as many engine runs at once as the engine allows (criu: the cores). */
+  /** At most as many engine runs at once as the engine allows. */
   readonly slots: Slots;
   readonly #settings: WholeSettings;
   readonly #stop = new AbortController();
@@ -153,7 +144,6 @@ export class Run {
     return this.#stop.signal;
   }
 
-  /** ms since the start. */
   at(): number {
     return this.deadline.elapsed();
   }
@@ -167,7 +157,6 @@ export class Run {
     }
   }
 
-  /** Tells that a phase starts. */
   phase(phase: SnapshotPhase): void {
     this.tell({ type: "phase", phase, at: 0 });
   }
@@ -195,10 +184,7 @@ export class Run {
     this.#stop.abort(new Error("another part failed"));
   }
 
-  /**
-   * The settings of a group that is one part of the run: all or nothing, its events told as the
-   * run's; `stoppable`, it stops with the run and at its deadline (a rollback is not).
-   */
+  /** A group's settings as a part of the run (all or nothing; `stoppable`: stops with it). */
   group(stoppable: boolean): GroupSettings {
     return {
       ...checkGroupOptions({ allOrNothing: true, gpuMemory: false }),
@@ -207,15 +193,11 @@ export class Run {
     };
   }
 
-  /** Ends the run's deadline timer. */
   close(): void {
     this.#cancelTimer();
   }
 
-  /**
-   * Aborts the signal once the deadline passes: on the machine's own clock where it has timers
-   * that move no virtual time (the simulator's), on the real clock where the machine keeps none.
-   */
+  /** Aborts the signal at the deadline, on the machine's clock (its timer, or the real one). */
   #watchDeadline(): void {
     const left = this.deadline.left();
     if (left === undefined) return;
@@ -234,10 +216,7 @@ export function prerequisite(operation: string, reason: string): RefusedError {
   return new RefusedError({ code: "PREREQUISITE", operation, reason });
 }
 
-/**
- * A promise started now and awaited later, after other checks: a rejection waits for its turn
- * (the first failed check is the one reported) and is never left unhandled meanwhile.
- */
+/** A promise started now and awaited later: its rejection is not left unhandled meanwhile. */
 export function started<T>(promise: Promise<T>): Promise<T> {
   promise.catch(() => {});
   return promise;

@@ -1,19 +1,7 @@
 /**
- * A snapshot to disk ({@link takeSnapshot}): process trees, their CUDA processes included, into a
- * directory, through the machine's engine (criu), in five phases over one record of what was done
- * so far ({@link Taken}):
- *
- * 1. {@link check}: everything is checked, nothing changed (the engine, the trees, the CUDA state
- *    of each process, what the manifest will say of the machine).
- * 2. The directory and its trace are made (`layout.ts`).
- * 3. {@link suspendAndDump}: the CUDA processes are suspended through the group operations (one
- *    group per tree, each tree dumped as soon as its own are suspended; or, as a job, one group of
- *    all of them, every lock first), and the engine dumps each tree, leaving it running; each
- *    tree's images are sealed (on disk, digested) as its dump ends.
- * 4. {@link writeManifest}: the manifest, last: a directory without one is no snapshot.
- * 5. {@link end}: the processes are ended (or resumed, `leaveRunning`), and the trace removed.
- *
- * A failure before the end puts every process back as it was, running ({@link rollBack}).
+ * A snapshot to disk, in phases over one record ({@link Taken}): all checked; the directory made;
+ * each tree dumped as soon as its CUDA processes are suspended (a group per tree, or one job) and
+ * sealed; the manifest last; the processes ended. A failure before the end puts all back.
  *
  * @module
  */
@@ -21,53 +9,32 @@
 import { checkCapability } from "../calls.ts";
 import { CUDA_SUCCESS, type DriverResult } from "../driver.ts";
 import { type DumpedProcess, EngineError, type EngineProbe } from "../engine.ts";
-import { describeValue } from "../options.ts";
 import { messageOf, SnapshotError, type SnapshotFailure } from "../errors.ts";
 import { runGroup } from "../group.ts";
 import type { GroupResult } from "../group_types.ts";
 import type { GpuMemoryReport, MachineFacts, TreeProcess } from "../host.ts";
 import { askGpuMemory } from "../listing.ts";
 import type { Machine } from "../machine.ts";
-import { checkFlag, checkLockTimeout, checkOptions, checkPid } from "../options.ts";
+import { checkFlag, checkLockTimeout, checkOptions, checkPid, mustBe } from "../options.ts";
 import { importRefusal, sessionOf } from "../process.ts";
 import { clockOf } from "../time.ts";
 import { VERSION } from "../version.ts";
 import { SnapshotWriter, TRACE_FILE } from "./layout.ts";
 import { type Manifest, MANIFEST_FORMAT, type ManifestTree } from "./manifest.ts";
 import type { SnapshotFile } from "./store.ts";
-import {
-  checkDir,
-  checkWhole,
-  firstError,
-  groupFailure,
-  prerequisite,
-  Run,
-  type SnapshotEvent,
-  type WholeSettings,
-} from "./run.ts";
+import { checkDir, checkWhole, firstError, groupFailure, prerequisite, Run } from "./run.ts";
+import type { SnapshotEvent, WholeSettings } from "./run.ts";
 import { asDumped, checkDisjoint, describeGpus, describeTree, endTrees } from "./trees.ts";
 
 /** Options of `snapshot`. */
 export interface SnapshotOptions {
-  /**
-   * The machine: a `SimulatedMachine`, or one `openMachine` opened (to name criu, say); this
-   * machine (libcuda, `/proc` and NVML, the installed criu, the file system) when left out.
-   */
+  /** The machine (one `openMachine` opened names criu, say); this machine when left out. */
   machine?: Machine;
-  /**
-   * Keep the processes running after the dump (CRIU's leave-running): a periodic checkpoint of a
-   * job that must go on. Default `false`: once every tree is on disk, its processes are ended.
-   */
+  /** Keep the processes running after the dump; default `false`: once on disk, they are ended. */
   leaveRunning?: boolean;
-  /**
-   * The CUDA processes share GPU state (NCCL ranks, CUDA IPC): lock all before checkpointing any,
-   * and (recorded in the manifest) restore all before unlocking any. Default `false`.
-   */
+  /** The CUDA processes share GPU state: suspend (and restore) them as one job. Default `false`. */
   job?: boolean;
-  /**
-   * A deadline for the whole snapshot in ms (on the machine's clock): lock timeouts are cut to it,
-   * a dump still running when it passes is stopped, and every process is put back.
-   */
+  /** A deadline for the whole snapshot in ms; every process is put back if it passes. */
   timeoutMs?: number;
   /** Stops the snapshot: every process is put back as it was, running. */
   signal?: AbortSignal;
@@ -76,10 +43,8 @@ export interface SnapshotOptions {
   /** Suspend processes that imported GPU memory anyway (see `StepOptions.allowIpcImport`). */
   allowIpcImport?: boolean;
   /**
-   * Take established TCP connections too (criu's `--tcp-established`), to be restored as they
-   * were; without it criu refuses a tree that has one. Both ends must be in the snapshot, or the
-   * peer gone: criu restores the connection's addresses and sequence numbers as they were, and a
-   * peer left running answers the restored connection with a reset. Default `false`.
+   * Take established TCP connections too (else a tree with one is refused); both ends must be in
+   * the snapshot, or the peer gone: one left running resets the restored connection.
    */
   tcpEstablished?: boolean;
   /** Called as the snapshot goes ({@link SnapshotEvent}). Must not throw. */
@@ -122,8 +87,22 @@ export function checkSnapshotArgs(
     "tcpEstablished",
     "onProgress",
   ]);
+  if (!Array.isArray(roots) || roots.length === 0) {
+    mustBe(
+      TypeError,
+      "roots",
+      "a non-empty array of pids (the roots of the trees to snapshot)",
+      roots,
+    );
+  }
+  const seen = new Set<number>();
+  for (const [i, pid] of roots.entries()) {
+    checkPid(pid, `roots[${i}]`);
+    if (seen.has(pid)) throw new RangeError(`roots names pid ${pid} twice: give each tree once`);
+    seen.add(pid);
+  }
   return {
-    roots: checkRoots(roots),
+    roots: [...roots],
     dir: checkDir(dir),
     settings: {
       ...checkWhole(o, "snapshot"),
@@ -136,27 +115,10 @@ export function checkSnapshotArgs(
   };
 }
 
-function checkRoots(roots: unknown): number[] {
-  if (!Array.isArray(roots) || roots.length === 0) {
-    throw new TypeError(
-      `roots must be a non-empty array of pids (the roots of the trees to snapshot), got ${
-        describeValue(roots)
-      }`,
-    );
-  }
-  const seen = new Set<number>();
-  return roots.map((pid, i) => {
-    checkPid(pid, `roots[${i}]`);
-    if (seen.has(pid)) throw new RangeError(`roots names pid ${pid} twice: give each tree once`);
-    seen.add(pid);
-    return pid;
-  });
-}
-
 /** What the checks found: the trees as listed, and what the manifest says of the machine. */
 interface Plan {
   readonly trees: readonly ManifestTree[];
-  /** Each tree's CUDA processes that run: those the snapshot suspends, and puts back on failure. */
+  /** Each tree's running CUDA processes: those it suspends, and puts back on failure. */
   readonly running: readonly (readonly number[])[];
   readonly report: GpuMemoryReport;
   readonly probe: EngineProbe;
@@ -164,7 +126,7 @@ interface Plan {
   readonly facts: MachineFacts;
 }
 
-/** What a snapshot has done so far: the one record its phases fill in and its rollback reads. */
+/** What a snapshot has done so far: the record its phases fill in and its rollback reads. */
 interface Taken {
   readonly run: Run;
   readonly o: SnapshotSettings;
@@ -174,11 +136,9 @@ interface Taken {
   readonly suspending: readonly number[];
   /** Each tree's processes as the engine dumped them, once it has. */
   readonly dumped: (readonly DumpedProcess[] | undefined)[];
-  /** Each tree's images, once sealed. */
   readonly sealed: SnapshotFile[][];
-  /** When the suspends began and last ended, and the dumps began and last ended (ms). */
+  /** When the suspends and the dumps began and last ended (ms). */
   readonly times: { suspend: number; suspended: number; dump?: number; dumped: number };
-  /** The first part that failed: a group's suspend, a tree's dump, or the writing of its images. */
   failure?: Failure;
 }
 
@@ -189,7 +149,7 @@ interface Failure {
   readonly result?: GroupResult;
 }
 
-/** Takes a snapshot of the trees rooted at `roots` into `dir`: see the module documentation. */
+/** Takes a snapshot of the trees rooted at `roots` into `dir`. */
 export async function takeSnapshot(
   machine: Machine,
   roots: readonly number[],
@@ -267,11 +227,7 @@ async function check(run: Run, roots: readonly number[], allowIpcImport: boolean
   };
 }
 
-/**
- * Phase 3: suspends the CUDA processes and dumps each tree once its own are suspended, leaving
- * its processes running, and seals its images. The first failure stops the rest, and every
- * process is put back.
- */
+/** Suspends, dumps and seals each tree; the first failure stops the rest, all put back. */
 async function suspendAndDump(t: Taken): Promise<void> {
   const { run, plan, o } = t;
   run.phase("suspend");
@@ -338,9 +294,9 @@ async function dump(t: Taken, i: number): Promise<void> {
       run.phase("dump");
     }
     const left = run.deadline.left();
-    let dumped: readonly DumpedProcess[];
+    let part: Failure["part"] = "dump";
     try {
-      dumped = await run.engine.dump({
+      const dumped = await run.engine.dump({
         root,
         imagesDir: t.out.imagesDirs[i],
         signal: run.signal,
@@ -348,17 +304,13 @@ async function dump(t: Taken, i: number): Promise<void> {
         onBytes: (bytes) => run.tell({ type: "bytes", root, bytes, at: 0 }),
         ...(t.o.tcpEstablished ? { tcpEstablished: true } : {}),
       });
-    } catch (err) {
-      return failed(t, "dump", err);
-    } finally {
       t.times.dumped = run.at();
-    }
-    try {
+      part = "write";
       // Its images on disk and digested, while other trees' dumps go on.
       t.sealed[i] = await t.out.seal(i, run.signal);
       t.dumped[i] = dumped;
     } catch (err) {
-      failed(t, "write", err);
+      failed(t, part, err);
     } finally {
       t.times.dumped = run.at();
     }
@@ -435,10 +387,7 @@ function resumeAll(t: Taken): Promise<GroupResult | undefined> {
   return runGroup(t.run.machine, "resume", t.suspending, { ...t.run.group(false), job: t.o.job });
 }
 
-/**
- * Puts every process back, running, and removes what the snapshot wrote; where a process cannot
- * be resumed, keeps the trace for `recover`. Resolves to the error that says so.
- */
+/** Puts every process back and removes what was written (the trace kept where one is not back). */
 async function rollBack(
   t: Taken,
   code: SnapshotFailure,

@@ -1,7 +1,5 @@
 /**
- * Process trees as snapshots see them: each tree listed for the manifest with the CUDA side of
- * its processes, as the engine dumped it, ended once it is on disk; and the pids a restore needs
- * free.
+ * Process trees as snapshots see them: listed, as dumped, ended; the pids a restore needs.
  *
  * @module
  */
@@ -14,13 +12,8 @@ import type { GpuMemoryReport, HostProcesses, PidUse, TreeProcess } from "../hos
 import type { Machine } from "../machine.ts";
 import { sessionOf } from "../process.ts";
 import { SNAPSHOT_STATES } from "../states.ts";
-import {
-  type Manifest,
-  type ManifestGpu,
-  type ManifestProcess,
-  type ManifestTree,
-  treeDirName,
-} from "./manifest.ts";
+import type { Manifest, ManifestGpu, ManifestProcess } from "./manifest.ts";
+import { type ManifestTree, treeDirName } from "./manifest.ts";
 
 /** A tree for the manifest: each process, and the CUDA side of those that use CUDA. */
 export async function describeTree(
@@ -58,35 +51,20 @@ export async function describeTree(
       });
     }
     const held = tid.status === "fulfilled" && tid.value.code === CUDA_SUCCESS;
-    return {
-      ...base,
-      cuda: {
-        state: name,
-        restoreThreadId: held ? tid.value.value : p.pid,
-        gpuMemoryMiB: await heldBy(p.pid, name, machine, report),
-      },
-    };
+    // What it holds: now where it runs; as recorded at its checkpoint where checkpointed.
+    let gpuMemoryMiB: Record<string, number> | null = null;
+    if (name === "running") {
+      const m = "byPid" in report ? report.byPid.get(p.pid) : undefined;
+      if (m && m !== "unknown") gpuMemoryMiB = { ...m };
+    } else {
+      const session = sessionOf(machine);
+      const record = await session.room.record(await session.identify(p.pid) ?? { pid: p.pid });
+      if (record) gpuMemoryMiB = { ...record.heldMiB };
+    }
+    const restoreThreadId = held ? tid.value.value : p.pid;
+    return { ...base, cuda: { state: name, restoreThreadId, gpuMemoryMiB } };
   }));
   return { root, images: treeDirName(root), processes };
-}
-
-/**
- * What a CUDA process holds on the GPUs: now, for a running one; what was recorded at its
- * checkpoint, for a checkpointed one (as its restore's room check will read it); `null` unknown.
- */
-async function heldBy(
-  pid: number,
-  state: "running" | "checkpointed",
-  machine: Machine,
-  report: GpuMemoryReport,
-): Promise<Record<string, number> | null> {
-  if (state === "running") {
-    const m = "byPid" in report ? report.byPid.get(pid) : undefined;
-    return m && m !== "unknown" ? { ...m } : null;
-  }
-  const session = sessionOf(machine);
-  const record = await session.room.record(await session.identify(pid) ?? { pid });
-  return record ? { ...record.heldMiB } : null;
 }
 
 /** The machine's GPUs for the manifest, with their total memory where the host tells it. */
@@ -116,10 +94,7 @@ export function checkDisjoint(
   }
 }
 
-/**
- * A tree as the engine dumped it: its processes are those dumped (with what was learnt of each
- * when the tree was listed: its command line, its CUDA side).
- */
+/** A tree as the engine dumped it, with what was learnt of each process when it was listed. */
 export function asDumped(listed: ManifestTree, dumped: readonly DumpedProcess[]): ManifestTree {
   if (!Array.isArray(dumped) || dumped.length === 0) return listed;
   const byPid = new Map(listed.processes.map((p) => [p.pid, p]));
@@ -138,11 +113,7 @@ export function asDumped(listed: ManifestTree, dumped: readonly DumpedProcess[])
   };
 }
 
-/**
- * Ends the processes of the dumped trees: stops every process of each tree (SIGSTOP), again while
- * new ones turn up, so that none forks any more, then kills them all, the dumped ones included,
- * and waits until they are gone ({@link untilFree}).
- */
+/** Ends the trees: stops every process until none new turns up, kills all, waits for their pids. */
 export async function endTrees(
   engine: SnapshotEngine,
   host: HostProcesses,
@@ -166,11 +137,7 @@ export async function endTrees(
   await untilFree(host, [...known], sleep);
 }
 
-/**
- * Watches a tree the engine restored stopped: resolves to a function that says, later, whether
- * any of it ran meanwhile (its user may send it SIGCONT): a process of the tree that has had CPU
- * time since, or one that was not there. `undefined` where none did, as far as the host tells.
- */
+/** Watches a tree held stopped: resolves to a function that says later whether any of it ran. */
 export async function watchHeld(
   host: HostProcesses,
   root: number,
@@ -205,10 +172,7 @@ export async function treesNow(host: HostProcesses, roots: readonly number[]): P
   return trees.flatMap((t) => (t ?? []).map((p) => p.pid));
 }
 
-/**
- * Which of `ids` a process uses now (`HostProcesses.pidsInUse`); by `identify` where the host
- * tells no more, none where it cannot tell at all.
- */
+/** Which of `ids` a process uses now; by `identify` where the host tells no more. */
 export async function usesOf(
   host: HostProcesses,
   ids: readonly number[],
@@ -222,11 +186,7 @@ export async function usesOf(
   return uses;
 }
 
-/**
- * Waits until no process uses any of `pids` (10 s at most): until its parent (or init) reaps it, a
- * killed process keeps its pid, its session and its process group, which a restore right after
- * needs free. What is left then, the restore's check of free pids names.
- */
+/** Waits (10 s at most) until `pids` are free: a killed process holds them until reaped. */
 export async function untilFree(
   host: HostProcesses,
   pids: readonly number[],
@@ -239,11 +199,7 @@ export async function untilFree(
   }
 }
 
-/**
- * Every pid and thread id of the snapshot must be free: its processes come back with them, and
- * the kernel gives out no id that a process still uses as its pid, a thread id, its process
- * group or its session.
- */
+/** Refuses (`PID_TAKEN`) a snapshot a pid or thread id of which some process uses. */
 export async function checkPidsFree(
   manifest: Manifest,
   host: HostProcesses,
