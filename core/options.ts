@@ -81,7 +81,7 @@ function isPlain(value: object): boolean {
 }
 
 /** The key of `keys` nearest to `key` (case aside, or at most two edits away), if any. */
-function nearest(key: string, keys: readonly string[]): string | undefined {
+export function nearest(key: string, keys: readonly string[]): string | undefined {
   let best: string | undefined;
   let bestDistance = 3;
   for (const k of keys) {

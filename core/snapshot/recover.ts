@@ -9,7 +9,7 @@
 
 import { RefusedError } from "../errors.ts";
 import { runGroup } from "../group.ts";
-import { checkGroupOptions, type GroupResult } from "../group_types.ts";
+import { checkGroupOptions, type GroupEvent, type GroupResult } from "../group_types.ts";
 import type { ProcessIdentity } from "../host.ts";
 import type { Machine } from "../machine.ts";
 import { sessionOf } from "../process.ts";
@@ -34,7 +34,8 @@ export interface RecoverResult {
 /**
  * Recovers from a snapshot killed outright: see the module documentation. Refuses a directory
  * without a trace, and one whose snapshot is still under way; where a process cannot be resumed,
- * refuses naming it and its error, the trace kept for another try.
+ * refuses naming it and its error, the trace kept for another try. `onProgress` hears the resumes'
+ * steps.
  */
 export async function recoverFrom(
   machine: Machine,
@@ -42,6 +43,7 @@ export async function recoverFrom(
   dir: string,
   checkRoom: boolean,
   operation: string,
+  onProgress?: (event: GroupEvent) => void,
 ): Promise<RecoverResult> {
   const refuse = (reason: string) => new RefusedError({ code: "SNAPSHOT", operation, reason });
   const { dir: snap, trace, complete } = await openInterrupted(store, dir, operation);
@@ -70,7 +72,12 @@ export async function recoverFrom(
     if (alive.length > 0) {
       // Killed while it was ending its trees, the snapshot may have left them stopped (SIGSTOP).
       await machine.engine?.wake?.(alive);
-      result = await runGroup(machine, "resume", alive, checkGroupOptions({ checkRoom }));
+      result = await runGroup(
+        machine,
+        "resume",
+        alive,
+        checkGroupOptions({ checkRoom, onProgress }),
+      );
     }
     if (result && !result.ok) {
       const failed = result.processes.find((p) => p.error);

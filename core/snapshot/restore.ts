@@ -41,10 +41,12 @@ import type { Checked, SnapshotDir, SnapshotStore } from "./store.ts";
 import { openSnapshot } from "./layout.ts";
 import type { Manifest, ManifestProcess, ManifestTree } from "./manifest.ts";
 import {
+  bytesOf,
   checkDir,
   checkWhole,
   firstError,
   groupFailure,
+  heldMiB,
   prerequisite,
   Run,
   type SnapshotEvent,
@@ -299,7 +301,7 @@ async function checkDriver(run: Run, manifest: Manifest): Promise<void> {
  */
 async function bringBack(r: Restoring): Promise<GroupResult | undefined> {
   const { run, manifest } = r;
-  run.phase("restore");
+  run.phase("restore", { imageBytes: bytesOf(manifest.files) });
   r.times.restored = r.times.checked;
   const treeOf = new Map<number, Promise<void>>();
   const trees = manifest.trees.map((t) => {
@@ -345,6 +347,8 @@ async function restoreTree(r: Restoring, t: ManifestTree): Promise<void> {
     });
     const pids = t.processes.map((p) => p.pid);
     r.made.push(pids);
+    const files = r.manifest.files.filter((f) => f.path.startsWith(`${t.images}/`));
+    run.tell({ type: "tree-end", root: t.root, how: "restored", bytes: bytesOf(files), at: 0 });
     if (r.held) {
       // Stopped, having run nothing: let go once every image of the tree matched, unless the
       // whole must stop meanwhile (an abort, the deadline, another part's failure), or it ran.
@@ -378,7 +382,7 @@ async function restoreTree(r: Restoring, t: ManifestTree): Promise<void> {
   );
   if (r.times.resume === undefined) {
     r.times.resume = run.at();
-    run.phase("resume");
+    run.phase("resume", { gpuMemoryMiB: heldMiB(r.running) });
   }
 }
 
