@@ -32,7 +32,7 @@
  */
 
 import { parseCommandLine, UsageError } from "./args.ts";
-import { type CliIo, GuardedIo, type Interrupts } from "./io.ts";
+import { type CliIo, escapeControls, type Interrupts } from "./io.ts";
 import { type Signal, SIGNALS } from "./signals.ts";
 import { messageOf } from "../core/errors.ts";
 import { VERSION } from "../core/version.ts";
@@ -44,12 +44,12 @@ export type { CliIo, Interrupts } from "./io.ts";
  * to its exit code: 0 when everything asked succeeded, 128 + the signal's number when interrupted
  * (130 for SIGINT, 143 for SIGTERM, 129 for SIGHUP), 1 otherwise. It never rejects: bad input is
  * one line on stderr, then, for NVIDIA's operations, the help as NVIDIA's utility prints it, and
- * for a subcommand of ours (`snapshot`, `list`, ...) one line that points at `--help`; an
- * unexpected error is one line, `cuda-checkpoint: internal error: ...`. Control characters in
- * anything it writes (a process's command line, say) are escaped, so none reaches a terminal.
+ * for a command line of ours one line that points at `--help`; an unexpected error is one line,
+ * `cuda-checkpoint: internal error: ...`. Control characters in anything it writes (a process's
+ * command line, say) are escaped, so none reaches a terminal.
  */
-export async function main(args: readonly string[], given: CliIo): Promise<number> {
-  const io = GuardedIo.of(given);
+export async function main(args: readonly string[], io: CliIo): Promise<number> {
+  const say = (text: string) => io.stderr(escapeControls(text));
   try {
     const command = parseCommandLine(args);
     if (command.kind === "help") {
@@ -60,21 +60,17 @@ export async function main(args: readonly string[], given: CliIo): Promise<numbe
       io.stdout(`cuda-checkpoint (@ckpt/cuda) ${VERSION}\n`);
       return 0;
     }
-    const { run } = await import("./run.ts");
-    return await run(command, io);
+    return await (await import("./run.ts")).run(command, io);
   } catch (error) {
     try {
       if (error instanceof UsageError) {
         // NVIDIA's shape: getopt's line (where it has one), the message, a blank line, the help.
-        if (error.getopt) io.stderr(`${io.programName ?? "cuda-checkpoint"}: ${error.getopt}\n`);
-        io.stderr(`${error.message}\n`);
-        if (error.detail && io.isTerminal) io.stderr(`cuda-checkpoint: ${error.detail}\n`);
-        if (error.subcommand) {
-          io.stderr(`Run cuda-checkpoint --help for what ${error.subcommand} takes.\n`);
-        } else io.stderr(`\n${(await import("./help.ts")).helpText()}`);
+        if (error.getopt) say(`${io.programName ?? "cuda-checkpoint"}: ${error.getopt}\n`);
+        say(`${error.message}\n`);
+        if (error.detail && io.isTerminal) say(`cuda-checkpoint: ${error.detail}\n`);
+        say(error.tail ? `${error.tail}\n` : `\n${(await import("./help.ts")).helpText()}`);
       } else {
-        const text = messageOf(error).split("\n")[0];
-        io.stderr(`cuda-checkpoint: internal error: ${text}\n`);
+        say(`cuda-checkpoint: internal error: ${messageOf(error).split("\n")[0]}\n`);
       }
     } catch {
       // Nowhere left to say it: the exit code says it.

@@ -485,6 +485,39 @@ describe("our own checks of bad input", () => {
     });
   }
 
+  test("a mistyped subcommand is named unknown, with what it may have meant; the driver is not blamed", async () => {
+    const hint = "Run cuda-checkpoint --help for its operations, subcommands and options.";
+    for (
+      const [args, line] of [
+        [["lst"], 'unknown subcommand "lst" (did you mean list?)'],
+        [["snapshto", "--pid", 5], 'unknown subcommand "snapshto" (did you mean snapshot?)'],
+        [["toggle", "--pid", 5], 'unknown subcommand "toggle" (did you mean --toggle?)'],
+        [["xyzzy"], 'unknown subcommand "xyzzy"'],
+      ] as const
+    ) {
+      for (const isTerminal of [false, true]) {
+        const r = await cli(args, { isTerminal });
+        assert.equal(r.code, 1);
+        assert.equal(r.out, "");
+        assert.equal(r.err, `${line}\n${hint}\n`, args.join(" "));
+      }
+    }
+    // After an operation of NVIDIA's, a stray word keeps NVIDIA's line (a script may depend on it).
+    const stray = await cli(["--get-state", "-p", 5, "lst"]);
+    assert.deepEqual(stray.errLines, [NVIDIA_MESSAGES.badOption]);
+  });
+
+  test("an unknown --option keeps NVIDIA's lines; on a terminal the next names what it may have meant", async () => {
+    const piped = await cli(["--tgle", "--pid", 5]);
+    const nvidia = ["cuda-checkpoint: unrecognized option '--tgle'", NVIDIA_MESSAGES.badOption];
+    assert.deepEqual(piped.errLines, nvidia);
+    const terminal = await cli(["--tgle", "--pid", 5], { isTerminal: true });
+    assert.deepEqual(terminal.errLines, [
+      ...nvidia,
+      'cuda-checkpoint: unknown option "--tgle" (did you mean --toggle?)',
+    ]);
+  });
+
   test("NVIDIA's operations keep NVIDIA's shape: the line, a blank line, the help", async () => {
     const r = await cli(["--get-state", "--pid", "x"]);
     assert.equal(r.err, `${NVIDIA_MESSAGES.badPid}\n\n${helpText()}`);
