@@ -233,7 +233,10 @@ describe("images verified before they run", () => {
     );
     assert.match(
       err.message,
-      new RegExp(`process (${child} was made in the tree of ${pid}|${pid} ran) while it was held`, "i"),
+      new RegExp(
+        `process (${child} was made in the tree of ${pid}|${pid} ran) while it was held`,
+        "i",
+      ),
     );
     assert.doesNotMatch(err.message, /before any of them ran/);
     assert.equal(sim.process(pid), undefined, "the woken process was ended");
