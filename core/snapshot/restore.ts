@@ -301,7 +301,7 @@ async function checkDriver(run: Run, manifest: Manifest): Promise<void> {
  */
 async function bringBack(r: Restoring): Promise<GroupResult | undefined> {
   const { run, manifest } = r;
-  run.phase("restore", { imageBytes: bytesOf(manifest.files) });
+  run.phase("restore", { imageBytes: bytesOf(manifest.files), gpuMemoryMiB: heldMiB(r.running) });
   r.times.restored = r.times.checked;
   const treeOf = new Map<number, Promise<void>>();
   const trees = manifest.trees.map((t) => {
