@@ -6,7 +6,7 @@
  */
 
 import type { CliOperation } from "./args.ts";
-import { type CliIo, GuardedIo, oneLine } from "./io.ts";
+import { type CliIo, escapeControls } from "./io.ts";
 import {
   CheckpointError,
   CudaError,
@@ -184,33 +184,39 @@ function resultWord(report: PidReport): string {
 }
 
 /**
- * Writes to stdout and stderr, through {@link GuardedIo}: no control character of a process's
- * text reaches a terminal. stderr's extra lines only on a terminal.
+ * Writes lines to stdout and stderr, each one line (a newline within it written `\u000a`, so that
+ * a process's text cannot fake a line of ours) with its control characters escaped
+ * ({@link escapeControls}); erases the live line first, where one shows.
  */
 export class Printer {
-  readonly #io: GuardedIo;
+  readonly #io: CliIo;
+  /** The live line on stderr (`progress.ts`), erased before anything else is written. */
+  live: { erase(): void } | undefined;
 
   constructor(io: CliIo) {
-    this.#io = GuardedIo.of(io);
+    this.#io = io;
   }
 
+  /** Whether stderr is a terminal: extra lines, and the live line. */
   get terminal(): boolean {
     return this.#io.isTerminal === true;
   }
 
-  /** Writes one line to stdout: a newline within it is escaped ({@link oneLine}). */
+  /** Writes one line to stdout. */
   out(line: string): void {
-    this.#io.stdout(`${oneLine(line)}\n`);
+    this.live?.erase();
+    this.#io.stdout(escapeControls(`${line.replaceAll("\n", "\\u000a")}\n`));
   }
 
-  /** Writes one line to stderr: a newline within it is escaped ({@link oneLine}). */
+  /** Writes one line to stderr. */
   err(line: string): void {
-    this.#io.stderr(`${oneLine(line)}\n`);
+    this.live?.erase();
+    this.#io.stderr(escapeControls(`${line.replaceAll("\n", "\\u000a")}\n`));
   }
 
-  /** The command line's own terminal controls on stderr, as they are (a progress line). */
+  /** The command line's own terminal controls on stderr, as they are (the live line). */
   raw(text: string): void {
-    this.#io.control(text);
+    this.#io.stderr(text);
   }
 
   /** A line on stderr, on a terminal only. */
@@ -223,6 +229,7 @@ export class Printer {
     this.err(`cuda-checkpoint: ${commandMessage(error)}`);
   }
 
+  /** One JSON line on stdout. */
   json(value: unknown): void {
     this.out(JSON.stringify(value));
   }

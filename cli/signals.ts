@@ -9,13 +9,13 @@
 import type { Interrupts } from "./io.ts";
 import type { Printer } from "./report.ts";
 
-/** A signal that interrupts a command: as {@link Interrupts.watch} names it (its one spelling). */
+/** A signal that interrupts a command: as {@link Interrupts.watch} names it. */
 export type Signal = NonNullable<Parameters<Parameters<Interrupts["watch"]>[0]>[0]>;
 
-/** Linux's number of each (a Record of every Signal: the type sees that none is left out). */
+/** Linux's number of each. */
 const NUMBERS: Readonly<Record<Signal, number>> = { SIGINT: 2, SIGTERM: 15, SIGHUP: 1 };
 
-/** The signals that interrupt a command: Ctrl-C, and what systemd, `timeout` and a lost SSH send. */
+/** The signals that interrupt a command. */
 export const SIGNALS = Object.keys(NUMBERS) as readonly Signal[];
 
 /** The exit code of a command that `signal` interrupted: 128 + its number, as shells report it. */
@@ -23,7 +23,7 @@ export function interruptedExitCode(signal: Signal): number {
   return 128 + NUMBERS[signal];
 }
 
-/** What a command says when interrupted, and what it does first; the rest is the watch's. */
+/** What a command says when interrupted; the rest is the watch's. */
 export interface InterruptHooks {
   /** What was interrupted, named before "interrupted" (`snapshot`); left out, nothing is. */
   readonly subject?: string;
@@ -34,16 +34,13 @@ export interface InterruptHooks {
    * waiting`, and `lines` follow it (each after `cuda-checkpoint: `).
    */
   leftBehind(): { rest: string; lines?: readonly string[] };
-  /** Called at each interrupt before any line is printed (a progress line erased). */
-  onEach?(): void;
 }
 
 /**
- * The watch over a command's interrupts. The first (its signal SIGINT where the source names none)
- * is remembered, said (`interrupted`, with ` by SIGTERM` or ` by SIGHUP`) and aborts `signal` with
- * `interrupted (SIGX)`; a second, of any of the three, says what may be left (and, on a simulated
- * machine, that its state file was not saved) and exits at once with the exit code of the second's
- * signal. Without `interrupts` (in-process use) nothing is watched, and `signal` never aborts.
+ * The watch over a command's interrupts. The first is remembered, said (`interrupted`, with ` by
+ * SIGTERM` or ` by SIGHUP`) and aborts `signal` with `interrupted (SIGX)`; a second, of any of the
+ * three, says what may be left (and, on a simulated machine, that its state file was not saved)
+ * and exits at once with its own exit code. Without `interrupts` nothing is watched.
  */
 export class InterruptWatch {
   readonly #controller = new AbortController();
@@ -86,19 +83,18 @@ export class InterruptWatch {
   }
 
   #onInterrupt(signal: Signal): void {
-    const hooks = this.#hooks;
-    hooks.onEach?.();
+    const { subject, meanwhile, leftBehind } = this.#hooks;
     if (this.#first === undefined) {
       this.#first = signal;
       this.#print.err(
-        `cuda-checkpoint: ${hooks.subject ? `${hooks.subject} ` : ""}interrupted${
+        `cuda-checkpoint: ${subject ? `${subject} ` : ""}interrupted${
           signal === "SIGINT" ? "" : ` by ${signal}`
-        }: ${hooks.meanwhile}`,
+        }: ${meanwhile}`,
       );
       this.#controller.abort(new Error(`interrupted (${signal})`));
       return;
     }
-    const { rest, lines = [] } = hooks.leftBehind();
+    const { rest, lines = [] } = leftBehind();
     this.#print.err(`cuda-checkpoint: interrupted again: exiting without waiting${rest}`);
     for (const line of lines) this.#print.err(`cuda-checkpoint: ${line}`);
     if (this.#simulated) {
