@@ -122,42 +122,43 @@ export class UsageError extends Error {
   }
 }
 
-/** What the parse loop collects for the checks that need all of it (`sub`: our subcommand named). */
+/** What the parse loop collects: each option's value by its command field, and what else. */
 interface Seen {
+  /** The subcommand of ours that the command line names (its first positional), if any. */
   sub?: string;
   operations: string[];
   given: Set<string>;
   pids: number[];
-  timeout?: number;
-  deadline?: number;
-  dir?: string;
-  gpuMapping?: Record<string, string>;
+  fields: Record<string, unknown>;
   positionals: string[];
-  spawn: { memoryMiB?: number; gpus?: number[]; command?: string };
 }
 
-/** An option: its short name (NVIDIA's four have one), and, where it takes a value, its reader. */
-type Option = { readonly short?: string; readonly value?: (seen: Seen, text: string) => void };
+/**
+ * An option: its short name (NVIDIA's four have one), the command field it sets, and, where it
+ * takes a value, the value's reader (a flag sets `true`, `--no-room-check` `checkRoom: false`).
+ */
+type Option = { short?: string; field?: string; value?: (text: string, seen: Seen) => unknown };
 
-/** Every option, by long name: the flags, then those with a short name or a value. */
+/** Every option, by long name. */
 const OPTIONS: Readonly<Record<string, Option>> = {
   ...Object.fromEntries(
     ("--get-state --get-restore-tid --toggle --version --all --all-or-nothing --job --json " +
-      "--leave-running --simulate --verify --no-room-check --allow-ipc-import --tcp-established")
-      .split(" ").map((flag) => [flag, {}]),
+      "--leave-running --simulate --verify --allow-ipc-import --tcp-established").split(" ")
+      .map((
+        flag,
+      ) => [flag, { field: flag.slice(2).replace(/-([a-z])/g, (_, c) => c.toUpperCase()) }]),
   ),
+  "--no-room-check": { field: "checkRoom" },
   "--help": { short: "-h" },
   "--action": { value: readAction },
   "--pid": { short: "-p", value: readPids },
-  "--timeout": { short: "-t", value: (s, v) => s.timeout = parseTimeout(v) },
-  "--device-map": { short: "-d", value: (s, v) => s.gpuMapping = parseDeviceMap(v) },
-  "--deadline": { value: (s, v) => s.deadline = count(v, "--deadline", "milliseconds") },
-  "--dir": { value: readDir },
-  "--memory-mib": { value: (s, v) => s.spawn.memoryMiB = count(v, "--memory-mib", "MiB") },
-  "--gpu": {
-    value: (s, v) => s.spawn.gpus = v.split(",").map((n) => count(n, "--gpu", "", v)),
-  },
-  "--command": { value: (s, v) => s.spawn.command = v },
+  "--timeout": { short: "-t", field: "timeoutMs", value: parseTimeout },
+  "--device-map": { short: "-d", field: "gpuMapping", value: parseDeviceMap },
+  "--deadline": { field: "deadlineMs", value: (v) => count(v, "--deadline", "milliseconds") },
+  "--dir": { field: "dir", value: readDir },
+  "--memory-mib": { field: "memoryMiB", value: (v) => count(v, "--memory-mib", "MiB") },
+  "--gpu": { field: "gpus", value: (v) => v.split(",").map((n) => count(n, "--gpu", "", v)) },
+  "--command": { field: "command", value: (v) => v },
 };
 const SHORT: Readonly<Record<string, string>> = Object.fromEntries(
   Object.entries(OPTIONS).flatMap(([long, o]) => o.short ? [[o.short, long]] : []),
@@ -179,8 +180,7 @@ const SUBCOMMANDS: Readonly<Record<string, readonly string[]>> = {
   recover: ["--dir", "--no-room-check"],
 };
 const isSubcommand = (word: string) => Object.hasOwn(SUBCOMMANDS, word);
-const SNAPSHOT_COMMANDS = ["snapshot", "restore-snapshot", "inspect", "recover"];
-/** A subcommand's stray options, in the order the first is named (the operations' first). */
+/** A subcommand's stray options, in the order the first is named (an operation before them). */
 const STRAY_OF_SNAPSHOTS = "--pid --dir --timeout --deadline --device-map --all --all-or-nothing " +
   "--job --leave-running --verify --no-room-check --allow-ipc-import --tcp-established";
 const STRAY_OF_OTHERS = "--pid --all --all-or-nothing --job --timeout --device-map " +
@@ -221,8 +221,8 @@ function parse(args: readonly string[], sub: string | undefined): Command {
     operations: [],
     given: new Set(),
     pids: [],
+    fields: {},
     positionals: [],
-    spawn: {},
   };
   for (let i = 0; i < args.length; i++) {
     const arg = args[i];
@@ -246,40 +246,38 @@ function parse(args: readonly string[], sub: string | undefined): Command {
     }
     const long = SHORT[name] ?? name;
     const option = OPTIONS[long];
+    const short = `-- '${name.slice(1)}'`;
     if (!option) {
       const near = isLong ? nearest(name, Object.keys(OPTIONS)) : undefined;
       throw badOption(
         `unknown option ${JSON.stringify(name)}${near ? ` (did you mean ${near}?)` : ""}`,
-        isLong ? `unrecognized option '${arg}'` : `invalid option -- '${name.slice(1)}'`,
+        isLong ? `unrecognized option '${arg}'` : `invalid option ${short}`,
       );
     }
     if (option.value && (inline ??= args[++i]) === undefined) {
-      throw badOption(
-        `${long} needs a value`,
-        isLong
-          ? `option '${name}' requires an argument`
-          : `option requires an argument -- '${name.slice(1)}'`,
-      );
+      const getopt = isLong
+        ? `option '${name}' requires an argument`
+        : `option requires an argument ${short}`;
+      throw badOption(`${long} needs a value`, getopt);
     }
     if (!option.value && inline !== undefined) {
-      throw badOption(
-        `${long} takes no value, got ${arg}`,
-        isLong ? `option '${name}' doesn't allow an argument` : undefined,
-      );
+      const getopt = isLong ? `option '${name}' doesn't allow an argument` : undefined;
+      throw badOption(`${long} takes no value, got ${arg}`, getopt);
     }
     if (long === "--help") return { kind: "help" };
     if (long === "--version") return { kind: "version" };
     seen.given.add(long);
+    if (OPERATIONS.includes(long)) seen.operations.push(long);
     // An option the named subcommand does not take is refused as such, its value unread:
     // `snapshot --device-map X` is not about the map.
-    const unread = sub && UNREAD.includes(long) && !SUBCOMMANDS[sub].includes(long);
-    if (option.value && !unread) option.value(seen, inline!);
-    if (OPERATIONS.includes(long)) seen.operations.push(long);
+    if (sub && UNREAD.includes(long) && !SUBCOMMANDS[sub].includes(long)) continue;
+    const value = option.value ? option.value(inline!, seen) : long !== "--no-room-check";
+    if (option.field) seen.fields[option.field] = value;
   }
   return finish(seen);
 }
 
-function readAction(seen: Seen, value: string): void {
+function readAction(value: string, seen: Seen): void {
   if (!(ACTIONS as readonly string[]).includes(value)) {
     throw new UsageError(
       NVIDIA_MESSAGES.badAction,
@@ -289,7 +287,7 @@ function readAction(seen: Seen, value: string): void {
   seen.operations.push(`--action ${value}`);
 }
 
-function readPids(seen: Seen, value: string): void {
+function readPids(value: string, seen: Seen): void {
   for (const pid of parsePids(value)) {
     if (seen.pids.includes(pid)) {
       throw new UsageError(`pid ${pid} is given twice`, "give each process once");
@@ -298,17 +296,12 @@ function readPids(seen: Seen, value: string): void {
   }
 }
 
-function readDir(seen: Seen, value: string): void {
-  if (value === "" || value.includes("\0")) {
-    throw new UsageError("--dir must name a directory", `got ${JSON.stringify(value)}`);
-  }
-  seen.dir = value;
+function readDir(value: string): string {
+  if (value !== "" && !value.includes("\0")) return value;
+  throw new UsageError("--dir must name a directory", `got ${JSON.stringify(value)}`);
 }
 
-/**
- * `--pid`'s value: one pid or a comma list, each a number a C `int` holds (0 included: the driver
- * then says no process has it), as NVIDIA's utility reads it.
- */
+/** `--pid`'s value: pids (0 too) a C `int` holds, as NVIDIA's utility reads them. */
 function parsePids(text: string): number[] {
   return text.split(",").map((part) => {
     const digits = /^[0-9]+$/.test(part);
@@ -339,8 +332,8 @@ function parseDeviceMap(text: string): Record<string, string> {
     if (parts.length !== 2) {
       throw new UsageError(
         NVIDIA_MESSAGES.badDeviceMap,
-        `${JSON.stringify(pair)} is not old=new; --device-map takes ` +
-          `GPU-<uuid>=GPU-<uuid>,... naming every GPU`,
+        `${JSON.stringify(pair)} is not old=new; --device-map takes GPU-<uuid>=GPU-<uuid>,... ` +
+          `naming every GPU`,
       );
     }
     const [old, onto] = parts.map((uuid) => {
@@ -382,13 +375,20 @@ function refuseStray(sub: string, seen: Seen, options: string): void {
   if (stray) throw new UsageError(`${sub} takes no ${stray}`);
 }
 
+/** The fields given of `names`. */
+function given(seen: Seen, names: string): Record<string, unknown> {
+  return Object.fromEntries(
+    names.split(" ").flatMap((n) => n in seen.fields ? [[n, seen.fields[n]]] : []),
+  );
+}
+
 /** The checks that need the whole command line, in NVIDIA's order where it has them. */
 function finish(seen: Seen): Command {
   const has = (option: string) => seen.given.has(option);
   const common = { json: has("--json"), simulate: has("--simulate") };
   const [sub, ...rest] = seen.positionals;
   if (sub !== undefined && !isSubcommand(sub)) {
-    // After an operation of NVIDIA's, a stray word gets its line; alone, it is a mistyped subcommand.
+    // After an operation of NVIDIA's, a stray word gets its line; alone, a mistyped subcommand.
     if (seen.operations.length > 0) throw badOption(`unexpected argument ${JSON.stringify(sub)}`);
     const near = nearest(sub, [...Object.keys(SUBCOMMANDS), ...Object.keys(OPTIONS)]);
     throw new UsageError(
@@ -398,10 +398,10 @@ function finish(seen: Seen): Command {
       "Run cuda-checkpoint --help for its operations, subcommands and options.",
     );
   }
-  if (Object.keys(seen.spawn).length > 0 && sub !== "spawn") {
+  if (["--memory-mib", "--gpu", "--command"].some(has) && sub !== "spawn") {
     throw new UsageError("--memory-mib, --gpu and --command are only valid with --simulate spawn");
   }
-  if (sub !== undefined && SNAPSHOT_COMMANDS.includes(sub)) {
+  if (["snapshot", "restore-snapshot", "inspect", "recover"].includes(sub)) {
     return snapshotCommand(sub, rest, seen, common);
   }
   if (has("--verify")) throw new UsageError("--verify is only valid with inspect");
@@ -411,13 +411,7 @@ function finish(seen: Seen): Command {
       `${snapshotOnly} is only valid with snapshot, restore-snapshot, inspect and recover`,
     );
   }
-  return sub === undefined
-    ? operationCommand(seen, common)
-    : simulatorCommand(sub, rest, seen, common);
-}
-
-/** `list` (`ps`), and the simulator's `spawn`, `kill` and `reset`. */
-function simulatorCommand(sub: string, rest: string[], seen: Seen, common: Common): Command {
+  if (sub === undefined) return operationCommand(seen, common);
   if (sub !== "list" && sub !== "ps" && !common.simulate) {
     throw new UsageError(
       `${sub} is only valid with --simulate`,
@@ -429,7 +423,9 @@ function simulatorCommand(sub: string, rest: string[], seen: Seen, common: Commo
   refuseStray(sub, seen, STRAY_OF_OTHERS);
   if (sub === "list" || sub === "ps") return { kind: "list", ...common };
   if (sub === "reset") return { kind: "reset", ...common };
-  if (sub === "spawn") return { kind: "spawn", ...common, ...seen.spawn };
+  if (sub === "spawn") {
+    return { kind: "spawn", ...common, ...given(seen, "memoryMiB gpus command") };
+  }
   const pids = rest.length > 0 ? parsePids(rest[0]) : seen.pids;
   if (pids.length !== 1) {
     throw new UsageError(
@@ -445,10 +441,8 @@ function operationCommand(seen: Seen, common: Common): Command {
   const has = (option: string) => seen.given.has(option);
   if (seen.operations.length === 0) throw new UsageError(NVIDIA_MESSAGES.noOperation);
   if (seen.operations.length > 1) {
-    throw new UsageError(
-      NVIDIA_MESSAGES.tooManyOperations,
-      `got ${seen.operations.join(" and ")}; one operation at a time`,
-    );
+    const got = `got ${seen.operations.join(" and ")}; one operation at a time`;
+    throw new UsageError(NVIDIA_MESSAGES.tooManyOperations, got);
   }
   const operation = seen.operations[0].replace(/^--(action )?/, "") as CliOperation;
   const all = has("--all");
@@ -459,18 +453,15 @@ function operationCommand(seen: Seen, common: Common): Command {
   }
   const resuming = operation === "restore" || operation === "toggle";
   if (has("--device-map") && !resuming) {
-    throw new UsageError(
-      NVIDIA_MESSAGES.remapNotRestore,
-      "--device-map goes with --action restore and --toggle",
-    );
+    const detail = "--device-map goes with --action restore and --toggle";
+    throw new UsageError(NVIDIA_MESSAGES.remapNotRestore, detail);
   }
   if (has("--no-room-check") && !resuming) {
     throw new UsageError(
       "--no-room-check is only valid with --action restore, --toggle, restore-snapshot and recover",
     );
   }
-  const allowIpc = has("--allow-ipc-import");
-  if (allowIpc && operation !== "checkpoint" && operation !== "toggle") {
+  if (has("--allow-ipc-import") && operation !== "checkpoint" && operation !== "toggle") {
     throw new UsageError(
       "--allow-ipc-import is only valid with --action checkpoint, --toggle and snapshot",
     );
@@ -483,14 +474,11 @@ function operationCommand(seen: Seen, common: Common): Command {
     kind: "operation",
     operation,
     targets: all ? "all" : seen.pids,
-    ...(seen.timeout !== undefined ? { timeoutMs: seen.timeout } : {}),
-    ...(seen.gpuMapping !== undefined ? { gpuMapping: seen.gpuMapping } : {}),
     allOrNothing: has("--all-or-nothing"),
     job: has("--job"),
-    ...(has("--no-room-check") ? { checkRoom: false as const } : {}),
-    ...(allowIpc ? { allowIpcImport: true as const } : {}),
+    ...given(seen, "timeoutMs gpuMapping checkRoom allowIpcImport"),
     ...common,
-  };
+  } as OperationCommand;
 }
 
 /** `snapshot`, `restore-snapshot`, `inspect` and `recover`: what each takes, and nothing else. */
@@ -498,26 +486,22 @@ function snapshotCommand(sub: string, rest: string[], seen: Seen, common: Common
   const has = (option: string) => seen.given.has(option);
   refuseStray(sub, seen, STRAY_OF_SNAPSHOTS);
   // The directory, as `--dir DIR` or as the one positional argument (`inspect DIR`), once.
-  if (rest.length > 1 || (rest.length === 1 && seen.dir !== undefined && seen.dir !== rest[0])) {
-    const dirs = [...(seen.dir !== undefined ? [seen.dir] : []), ...rest];
+  const given_ = seen.fields.dir as string | undefined;
+  if (rest.length > 1 || (rest.length === 1 && given_ !== undefined && given_ !== rest[0])) {
+    const dirs = [...(given_ !== undefined ? [given_] : []), ...rest].map((d) => JSON.stringify(d));
     throw new UsageError(
-      `${sub} takes one directory, as DIR or --dir DIR; got ${
-        dirs.map((d) => JSON.stringify(d)).join(" and ")
-      }`,
+      `${sub} takes one directory, as DIR or --dir DIR; got ${dirs.join(" and ")}`,
     );
   }
-  if (rest.length === 1) readDir(seen, rest[0]);
-  const dir = seen.dir;
+  const dir = rest.length === 1 ? readDir(rest[0]) : given_;
   if (dir === undefined) {
     throw new UsageError(`${sub} needs the snapshot's directory, as DIR or --dir DIR`);
   }
-  const deadline = seen.deadline !== undefined ? { deadlineMs: seen.deadline } : {};
-  const noRoom = has("--no-room-check") ? { checkRoom: false as const } : {};
   if (sub === "inspect") return { kind: "inspect", dir, verify: has("--verify"), ...common };
-  if (sub === "recover") return { kind: "recover", dir, ...noRoom, ...common };
+  if (sub === "recover") return { kind: "recover", dir, ...given(seen, "checkRoom"), ...common };
   if (sub === "restore-snapshot") {
-    const map = seen.gpuMapping ? { gpuMapping: seen.gpuMapping } : {};
-    return { kind: "restore-snapshot", dir, ...map, ...deadline, ...noRoom, ...common };
+    const fields = given(seen, "gpuMapping deadlineMs checkRoom");
+    return { kind: "restore-snapshot", dir, ...fields, ...common };
   }
   if (seen.pids.length === 0) {
     throw new UsageError("snapshot needs --pid PID[,PID...]", "the roots of the process trees");
@@ -525,16 +509,15 @@ function snapshotCommand(sub: string, rest: string[], seen: Seen, common: Common
   if (seen.pids.includes(0)) {
     throw new UsageError(NVIDIA_MESSAGES.badPid, "got 0: no process has it");
   }
+  const timeout = seen.fields.timeoutMs;
   return {
     kind: "snapshot",
     roots: seen.pids,
     dir,
     leaveRunning: has("--leave-running"),
     job: has("--job"),
-    ...(seen.timeout !== undefined ? { lockTimeoutMs: seen.timeout } : {}),
-    ...deadline,
-    ...(has("--allow-ipc-import") ? { allowIpcImport: true as const } : {}),
-    ...(has("--tcp-established") ? { tcpEstablished: true as const } : {}),
+    ...(timeout !== undefined ? { lockTimeoutMs: timeout as number } : {}),
+    ...given(seen, "deadlineMs allowIpcImport tcpEstablished"),
     ...common,
   };
 }

@@ -1,15 +1,12 @@
 /**
  * `snapshot`, `restore-snapshot`, `inspect` and `recover`: process trees to disk and back, on this
- * machine's driver and criu or (`--simulate`) the simulated machine and its simulated criu;
- * `inspect` (`--verify`: every file's digest) reads only the file system; `recover` resumes what a
- * snapshot killed outright left suspended.
- *
- * Text output is a line per process and a closing line whose figures are the manifest's (GPU memory
- * as the host saw it before the suspend, images as the sizes of the files it lists); `--json` is one
- * object. A failure is one line, `cuda-checkpoint: <subcommand> ...`, saying where every process was
- * left, and exit 1. Progress: `progress.ts`. Ctrl-C (SIGINT), SIGTERM or SIGHUP stops a snapshot or
- * restore, which puts back what it changed, and the command exits 128 + the signal's number; a
- * second one exits at once.
+ * machine's driver and criu or (`--simulate`) the simulated machine and its criu; `inspect`
+ * (`--verify`: every file's digest) reads only the file system; `recover` resumes what a snapshot
+ * killed outright left suspended. Text is a line per process and a closing line of the manifest's
+ * figures (GPU memory as the host saw it before the suspend, images as the sizes of the files it
+ * lists); `--json` one object. A failure is one line, `cuda-checkpoint: <subcommand> ...`, saying
+ * where every process was left, and exit 1. An interrupt stops a snapshot or restore, which puts
+ * back what it changed (exit 128 + the signal's number); a second one exits at once.
  *
  * @module
  */
@@ -30,11 +27,10 @@ import { formatDriverVersion } from "../core/driver.ts";
 import { CheckpointError } from "../core/errors.ts";
 import { roundMs } from "../core/time.ts";
 import type { Machine } from "../driver.ts";
-import type { Manifest, SnapshotEvent } from "../snapshot.ts";
-import type { CliIo } from "./io.ts";
+import type { Manifest, ManifestProcess, SnapshotEvent } from "../snapshot.ts";
+import { type CliIo, InterruptWatch } from "./io.ts";
 import { commandMessage, type Printer } from "./report.ts";
 import { type Progress, progressOf, size } from "./progress.ts";
-import { InterruptWatch } from "./signals.ts";
 
 /** A command of this module. */
 type DiskCommand = SnapshotCommand | RestoreSnapshotCommand | InspectCommand | RecoverCommand;
@@ -51,117 +47,18 @@ export async function runDiskCommand(
   simulated = false,
 ): Promise<number> {
   if (command.kind === "inspect") return await runInspect(command, machine, print);
-  const leaveRunning = command.kind === "snapshot" && command.leaveRunning;
   const progress = progressOf(print, command.json, machine, {
-    labels: {
-      end: leaveRunning ? "resuming the CUDA processes" : "ending the processes",
-      ...(command.kind === "recover" ? { resume: "resuming the suspended processes" } : {}),
-    },
+    labels: command.kind === "recover"
+      ? { resume: "resuming the suspended processes" }
+      : command.kind === "snapshot" && command.leaveRunning
+      ? { end: "resuming the CUDA processes" }
+      : {},
     expect: "restore",
   });
   if (command.kind === "recover") return await runRecover(command, machine, print, progress);
-  const watch = watchInterrupts(command, io, print, simulated);
-  /** criu's count of each tree's images as it wrote them, for the closing line. */
-  const counted = new Map<number, number>();
-  const options = {
-    machine,
-    ...(command.deadlineMs !== undefined ? { timeoutMs: command.deadlineMs } : {}),
-    signal: watch.signal,
-    onProgress: (e: SnapshotEvent) => {
-      if (e.type === "bytes") counted.set(e.root, e.bytes);
-      progress?.event(e);
-    },
-  };
-  try {
-    const [fields, lines] = command.kind === "snapshot"
-      ? taken(
-        await snapshot(command.roots, command.dir, {
-          ...options,
-          leaveRunning: command.leaveRunning,
-          job: command.job,
-          allowIpcImport: command.allowIpcImport ?? false,
-          tcpEstablished: command.tcpEstablished ?? false,
-          ...(command.lockTimeoutMs !== undefined ? { lockTimeoutMs: command.lockTimeoutMs } : {}),
-        }),
-        [...counted.values()].reduce((a, b) => a + b, 0),
-      )
-      : restored(
-        await restoreSnapshotAs(command.kind, command.dir, {
-          ...options,
-          ...(command.gpuMapping ? { gpuMapping: command.gpuMapping } : {}),
-          checkRoom: command.checkRoom ?? true,
-        }),
-      );
-    progress?.stop();
-    if (command.json) print.json({ ok: true, operation: command.kind, ...fields });
-    else for (const line of lines) print.out(line);
-    return watch.exitCode(0);
-  } catch (error) {
-    progress?.stop();
-    return watch.exitCode(failed(command, print, error, watch.signal.reason));
-  } finally {
-    watch.stop();
-  }
-}
-
-/** A snapshot's `--json` fields and lines; `counted`: criu's count of the images it wrote. */
-function taken(
-  result: Awaited<ReturnType<typeof snapshot>>,
-  counted: number,
-): [object, string[]] {
-  const m = result.manifest;
-  return [{
-    dir: result.dir,
-    ms: roundMs(result.ms),
-    bytes: imageBytes(m),
-    leftRunning: m.options.leaveRunning,
-    processes: processesOf(m),
-  }, [
-    ...processLines(m),
-    `snapshot in ${result.dir}: ${summary(m, counted)}; suspend ${secs(m.timings.suspendMs)}, ` +
-    `dump ${secs(m.timings.dumpMs)}, ${secs(result.ms)} in all; the processes ${
-      m.options.leaveRunning ? "keep running" : "were ended"
-    }`,
-  ]];
-}
-
-/** A restore's `--json` fields and lines. */
-function restored(result: Awaited<ReturnType<typeof restoreSnapshotAs>>): [object, string[]] {
-  const { manifest: m, timings } = result;
-  const moved = Object.entries(result.gpuMapping).filter(([a, b]) => a !== b);
-  return [{
-    dir: result.dir,
-    ms: roundMs(result.ms),
-    timings: {
-      checkMs: roundMs(timings.checkMs),
-      restoreMs: roundMs(timings.restoreMs),
-      resumeMs: roundMs(timings.resumeMs),
-    },
-    pids: result.pids,
-    gpuMapping: result.gpuMapping,
-    processes: processesOf(m),
-  }, [
-    ...processLines(m),
-    `restored from ${result.dir}: ${summary(m)}${
-      moved.length > 0 ? `, onto ${moved.map(([, to]) => to).join(", ")}` : ""
-    }, in ${secs(result.ms)}`,
-  ]];
-}
-
-/**
- * Watches the program's interrupts while `command` runs ({@link InterruptWatch}): the first stops
- * it; a second exits at once, saying what may be left suspended (and, for a snapshot, that
- * `recover` resumes what its trace names).
- */
-function watchInterrupts(
-  command: SnapshotCommand | RestoreSnapshotCommand,
-  io: CliIo,
-  print: Printer,
-  simulated: boolean,
-): InterruptWatch {
   const { kind, dir } = command;
   const sim = simulated ? " --simulate" : "";
-  return new InterruptWatch(io.interrupts, print, simulated, {
+  const watch = new InterruptWatch(io.interrupts, print, simulated, {
     subject: kind,
     meanwhile: "it stops, and puts back every process it changed (interrupt again to exit " +
       "without waiting)",
@@ -173,6 +70,64 @@ function watchInterrupts(
           : ""),
     }),
   });
+  const counted = new Map<number, number>(); // criu's count of each tree's images as it wrote them
+  const options = {
+    machine,
+    ...(command.deadlineMs !== undefined ? { timeoutMs: command.deadlineMs } : {}),
+    signal: watch.signal,
+    onProgress: (e: SnapshotEvent) => {
+      if (e.type === "bytes") counted.set(e.root, e.bytes);
+      progress?.event(e);
+    },
+  };
+  try {
+    let m: Manifest, fields: object, closing: string;
+    if (kind === "snapshot") {
+      const c = command as SnapshotCommand;
+      const r = await snapshot(c.roots, dir, {
+        ...options,
+        leaveRunning: c.leaveRunning,
+        job: c.job,
+        allowIpcImport: c.allowIpcImport ?? false,
+        tcpEstablished: c.tcpEstablished ?? false,
+        ...(c.lockTimeoutMs !== undefined ? { lockTimeoutMs: c.lockTimeoutMs } : {}),
+      });
+      m = r.manifest;
+      const bytes = imageBytes(m), left = m.options.leaveRunning;
+      fields = { dir: r.dir, ms: roundMs(r.ms), bytes, leftRunning: left };
+      const all = [...counted.values()].reduce((a, b) => a + b, 0);
+      closing = `snapshot in ${r.dir}: ${summary(m, all)}; suspend ${secs(m.timings.suspendMs)}, ` +
+        `dump ${secs(m.timings.dumpMs)}, ${secs(r.ms)} in all; the processes ${
+          left ? "keep running" : "were ended"
+        }`;
+    } else {
+      const c = command as RestoreSnapshotCommand;
+      const r = await restoreSnapshotAs(kind, dir, {
+        ...options,
+        ...(c.gpuMapping ? { gpuMapping: c.gpuMapping } : {}),
+        checkRoom: c.checkRoom ?? true,
+      });
+      m = r.manifest;
+      const timings = Object.fromEntries(
+        Object.entries(r.timings).map(([k, ms]) => [k, roundMs(ms)]),
+      );
+      fields = { dir: r.dir, ms: roundMs(r.ms), timings, pids: r.pids, gpuMapping: r.gpuMapping };
+      const moved = Object.entries(r.gpuMapping).filter(([a, b]) => a !== b).map(([, to]) => to);
+      closing = `restored from ${r.dir}: ${summary(m)}${
+        moved.length > 0 ? `, onto ${moved.join(", ")}` : ""
+      }, in ${secs(r.ms)}`;
+    }
+    progress?.stop();
+    if (command.json) {
+      print.json({ ok: true, operation: kind, ...fields, processes: processesOf(m) });
+    } else for (const line of [...processLines(m), closing]) print.out(line);
+    return watch.exitCode(0);
+  } catch (error) {
+    progress?.stop();
+    return watch.exitCode(failed(command, print, error, watch.signal.reason));
+  } finally {
+    watch.stop();
+  }
 }
 
 /** `inspect`: the manifest, checked against its files, from the machine's store or the disk. */
@@ -182,19 +137,36 @@ export async function runInspect(
   print: Printer,
 ): Promise<number> {
   try {
-    const { dir, manifest, verified } = await inspectSnapshotAs(command.kind, command.dir, {
+    const { dir, manifest: m, verified } = await inspectSnapshotAs(command.kind, command.dir, {
       ...(machine ? { machine } : {}),
       verify: command.verify,
     });
-    if (command.json) print.json({ ok: true, operation: command.kind, dir, verified, manifest });
-    else {
-      for (const line of describe(manifest, dir)) print.out(line);
-      print.out(
+    if (command.json) {
+      print.json({ ok: true, operation: command.kind, dir, verified, manifest: m });
+      return 0;
+    }
+    const { driver, engine, tool } = m;
+    for (
+      const line of [
+        `snapshot ${dir} (${m.format})`,
+        `  taken ${m.createdAt} on ${m.host.hostname} (kernel ${m.host.kernel})`,
+        `  driver CUDA ${formatDriverVersion(driver.cudaVersion)}${
+          driver.release ? ` (${driver.release})` : ""
+        }, ${engine.kind}${
+          engine.version ? ` ${engine.version}` : ""
+        }, by ${tool.name} ${tool.version}`,
+        ...m.gpus.map((g) =>
+          `  GPU ${g.index}: ${g.name}, ${g.uuid}${
+            g.totalMiB !== undefined ? `, ${Math.round(g.totalMiB)} MiB` : ""
+          }`
+        ),
+        `  ${summary(m)}${m.options.job ? ", as one job" : ""}`,
+        ...processLines(m).map((line) => `  ${line}`),
         verified
           ? `  every file read: each is the file the snapshot wrote (its digest as the manifest says)`
           : `  every file present, private, of its size (--verify reads each and checks its digest)`,
-      );
-    }
+      ]
+    ) print.out(line);
     return 0;
   } catch (error) {
     return failed(command, print, error);
@@ -244,6 +216,7 @@ function failed(command: DiskCommand, print: Printer, error: unknown, abort?: un
     ? `${command.kind} stopped: ${commandMessage(error)}`
     : commandMessage(error);
   if (command.json) {
+    const e = error instanceof Error ? error : undefined;
     print.json({
       ok: false,
       operation: command.kind,
@@ -251,8 +224,8 @@ function failed(command: DiskCommand, print: Printer, error: unknown, abort?: un
       error: {
         message,
         ...(error instanceof CheckpointError ? { code: error.code } : {}),
-        ...(error instanceof Error ? { name: error.name } : {}),
-        ...(error instanceof Error && "log" in error && error.log ? { log: error.log } : {}),
+        ...(e ? { name: e.name } : {}),
+        ...(e && "log" in e && e.log ? { log: e.log } : {}),
       },
     });
   }
@@ -279,66 +252,40 @@ function processLines(m: Manifest): string[] {
   return m.trees.flatMap((t) =>
     t.processes.map((p) => {
       const memory = p.cuda?.gpuMemoryMiB ? `${Math.round(mibOf(p))} MiB` : "(memory unknown)";
-      return `${p.pid} ${p.cuda ? `${p.cuda.state} ${memory}` : "no CUDA"}${
-        p.command ? ` ${p.command}` : ""
-      }`;
+      const cuda = p.cuda ? `${p.cuda.state} ${memory}` : "no CUDA";
+      return `${p.pid} ${cuda}${p.command ? ` ${p.command}` : ""}`;
     })
   );
 }
 
 /**
- * The manifest's figures: trees, processes, their GPU memory, and the images' bytes (its files');
- * where criu's own count as it wrote (`counted`) differs from them, that too (a simulated criu
- * counts the memory it copies, and writes only what was written to it).
+ * The manifest's figures: trees, processes, their GPU memory, the images' bytes (its files'); and
+ * criu's own count as it wrote them (`counted`), where that differs (a simulated criu counts the
+ * memory it copies, and writes only what was written to it).
  */
 function summary(m: Manifest, counted?: number): string {
   const all = m.trees.flatMap((t) => t.processes);
   const cuda = all.filter((p) => p.cuda);
-  const mib = cuda.reduce((sum, p) => sum + mibOf(p), 0);
+  const mib = Math.round(cuda.reduce((sum, p) => sum + mibOf(p), 0));
   const bytes = imageBytes(m);
   const other = counted !== undefined && Math.abs(counted - bytes) > 0.01 * Math.max(counted, bytes)
     ? `; ${m.engine.kind} counted ${size(counted)} as it wrote them`
     : "";
-  return `${plural(m.trees.length, "tree")}, ${
-    plural(all.length, "process", "processes")
-  } (${cuda.length} with CUDA, ${Math.round(mib)} MiB of GPU memory), ${
-    size(bytes)
-  } of images (the manifest's ` +
-    `files${other})`;
+  const trees = m.trees.length, processes = all.length;
+  return `${trees} tree${trees === 1 ? "" : "s"}, ${processes} process${
+    processes === 1 ? "" : "es"
+  } ` +
+    `(${cuda.length} with CUDA, ${mib} MiB of GPU memory), ${size(bytes)} of images (the ` +
+    `manifest's files${other})`;
 }
 
 /** A process's GPU memory in MiB, over its GPUs (0 where unknown). */
-function mibOf(p: Manifest["trees"][number]["processes"][number]): number {
+function mibOf(p: ManifestProcess): number {
   return Object.values(p.cuda?.gpuMemoryMiB ?? {}).reduce((a, b) => a + b, 0);
 }
 
 function imageBytes(m: Manifest): number {
   return m.files.reduce((sum, f) => sum + f.bytes, 0);
-}
-
-/** `inspect`'s text: the manifest, readably. */
-function describe(m: Manifest, dir: string): string[] {
-  const { driver, engine, tool } = m;
-  return [
-    `snapshot ${dir} (${m.format})`,
-    `  taken ${m.createdAt} on ${m.host.hostname} (kernel ${m.host.kernel})`,
-    `  driver CUDA ${formatDriverVersion(driver.cudaVersion)}${
-      driver.release ? ` (${driver.release})` : ""
-    }, ${engine.kind}${
-      engine.version ? ` ${engine.version}` : ""
-    }, by ${tool.name} ${tool.version}`,
-    ...m.gpus.map((g) =>
-      `  GPU ${g.index}: ${g.name}, ${g.uuid}${
-        g.totalMiB !== undefined ? `, ${Math.round(g.totalMiB)} MiB` : ""
-      }`
-    ),
-    `  ${summary(m)}${m.options.job ? ", as one job" : ""}`,
-    ...processLines(m).map((line) => `  ${line}`),
-  ];
-}
-
-function plural(n: number, one: string, many = `${one}s`): string {
-  return `${n} ${n === 1 ? one : many}`;
 }
 
 function secs(ms: number): string {

@@ -93,12 +93,12 @@ Options:
         not-started, rolled-back), reason, ms, steps, error {message, code, codeName, detail},
         rollback. list: pid, state, restoreThreadId, gpuMemoryMiB ({GPU UUID: MiB} or
         "unknown"), command. Where stderr is no terminal, long work (a step, --toggle, snapshot,
-        restore-snapshot, recover) also writes its progress there, one JSON object per line, at
-        (ms since it began) in each: {"event":"phase",phase,gpuBytes,imageBytes} (what it moves),
-        {"event":"step",pid,step,status:"started"|"ok"|"failed",bytes,estimatedMs,ms},
-        {"event":"bytes",root,bytes} (criu's count of a tree's images written so far),
-        {"event":"tree",root,how:"dumped"|"restored",bytes} (its files, as the manifest lists
-        them), {"event":"process",pid,status}; stderr's other lines are text
+        restore-snapshot, recover) also writes its progress there, one JSON object per line:
+        {"event":"phase",phase,gpuMemoryMiB:{<pid>:<MiB>},imageBytes}, {"event":"step-start",
+        pid,step,gpuMemoryMiB,bytes,estimatedMs}, {"event":"step-end",pid,step,ms,ok,rollback},
+        {"event":"process-end",pid,status}, {"event":"bytes",root,bytes} (criu's count so far),
+        {"event":"tree-end",root,how:"dumped"|"restored",bytes} (its files, as the manifest
+        lists them); at: ms since the command began. stderr's other lines are text
 
 --simulate
         Works on a simulated machine kept in a state file ($CKPT_SIM_STATE, else one in

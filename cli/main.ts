@@ -32,8 +32,7 @@
  */
 
 import { parseCommandLine, UsageError } from "./args.ts";
-import { type CliIo, escapeControls, type Interrupts } from "./io.ts";
-import { type Signal, SIGNALS } from "./signals.ts";
+import { type CliIo, escapeControls, type Signal, SIGNALS } from "./io.ts";
 import { messageOf } from "../core/errors.ts";
 import { VERSION } from "../core/version.ts";
 
@@ -79,32 +78,24 @@ export async function main(args: readonly string[], io: CliIo): Promise<number> 
   }
 }
 
-/** This process's arguments, output and environment, and the way it exits. */
-interface ProcessIo {
+/** What the program takes of its runtime, Deno or Bun. */
+interface Runtime {
   readonly args: string[];
-  readonly io: CliIo;
-  /** Exits with `code`, once what was written has gone out. */
-  exit(code: number): Promise<never>;
+  argv0(): string;
+  out(text: string): void;
+  err(text: string): void;
+  terminal(): boolean;
+  readonly env: Record<string, string | undefined>;
+  on(signal: Signal, listener: () => void): void;
+  off(signal: Signal, listener: () => void): void;
+  /** Exits at once. */
+  exit(code: number): void;
+  /** Resolves once what was written has gone out. */
+  flushed(): Promise<unknown>;
 }
 
-/** What the Bun branch uses of Bun's globals (typed here: Deno's checker has no `Bun`). */
-interface BunGlobals {
-  readonly Bun: { readonly stdout: { writer(): Sink }; readonly stderr: { writer(): Sink } };
-  readonly process: {
-    readonly argv: string[];
-    readonly argv0: string;
-    readonly env: Record<string, string | undefined>;
-    exit(code: number): never;
-    on(signal: string, listener: () => void): void;
-    off(signal: string, listener: () => void): void;
-  };
-}
-
-/** A Bun `FileSink`: buffered writes, flushed at once where the file takes them. */
-type Sink = { write(chunk: string): number; flush(): number | Promise<number> };
-
-/** This process's arguments, output and environment, on Deno or Bun. */
-function processIo(): ProcessIo {
+/** This runtime's arguments, output, environment, signals and exit. */
+function runtime(): Runtime {
   const deno = (globalThis as { Deno?: typeof Deno }).Deno;
   if (deno) {
     const encoder = new TextEncoder();
@@ -120,80 +111,50 @@ function processIo(): ProcessIo {
     }
     return {
       args: deno.args,
-      io: {
-        programName: programName(() =>
-          new TextDecoder().decode(deno.readFileSync("/proc/self/cmdline")).split("\0")[0]
-        ),
-        stdout: writer(deno.stdout),
-        stderr: writer(deno.stderr),
-        isTerminal: deno.stderr.isTerminal(),
-        env,
-        interrupts: interruptsOf(
-          (signal, listener) => deno.addSignalListener(signal, listener),
-          (signal, listener) => deno.removeSignalListener(signal, listener),
-          (code) => deno.exit(code),
-        ),
-      },
-      exit: (code) => Promise.resolve(deno.exit(code)),
+      argv0: () => new TextDecoder().decode(deno.readFileSync("/proc/self/cmdline")).split("\0")[0],
+      out: writer(deno.stdout),
+      err: writer(deno.stderr),
+      terminal: () => deno.stderr.isTerminal(),
+      env,
+      on: (signal, listener) => deno.addSignalListener(signal, listener),
+      off: (signal, listener) => deno.removeSignalListener(signal, listener),
+      exit: (code) => deno.exit(code),
+      flushed: () => Promise.resolve(),
     };
   }
-  // Bun: its own writers and globals. node:fs (and node:tty for isTTY) cost a millisecond or more
-  // to load, a tenth of the start-up of `--get-state`; they are loaded only to tell a terminal.
-  const { Bun, process } = globalThis as unknown as BunGlobals;
+  // Bun: its own writers (FileSinks: flush() gives a promise only where the pipe is full) and
+  // globals, typed here (Deno's checker has no `Bun`). node:fs is loaded only to tell a terminal:
+  // it, and node:tty more so (12-15 ms), weigh on the start-up of `--get-state`.
+  type Sink = { write(chunk: string): number; flush(): number | Promise<number> };
+  const { Bun, process } = globalThis as unknown as {
+    Bun: { stdout: { writer(): Sink }; stderr: { writer(): Sink } };
+    process: Runtime & { argv: string[]; argv0: string };
+  };
   const pending: Promise<unknown>[] = [];
   const writer = (sink: Sink) => (text: string) => {
     sink.write(text);
-    const flushed = sink.flush(); // a promise only where the pipe is full
+    const flushed = sink.flush();
     if (typeof flushed !== "number") pending.push(flushed);
   };
-  let terminal: boolean | undefined;
   const require = (import.meta as unknown as { require(id: string): unknown }).require;
   return {
     args: process.argv.slice(2),
-    io: {
-      programName: programName(() => process.argv0),
-      stdout: writer(Bun.stdout.writer()),
-      stderr: writer(Bun.stderr.writer()),
-      get isTerminal() {
-        const fs = require("node:fs") as { readlinkSync(path: string): string };
-        return terminal ??= isTerminal((path) => fs.readlinkSync(path));
-      },
-      env: process.env,
-      interrupts: interruptsOf(
-        (signal, listener) => process.on(signal, listener),
-        (signal, listener) => process.off(signal, listener),
-        (code) => process.exit(code),
-      ),
-    },
-    exit: async (code) => {
-      await Promise.all(pending);
-      return process.exit(code);
-    },
-  };
-}
-
-/** Interrupts from this process's SIGINT, SIGTERM and SIGHUP, through the runtime's listeners. */
-function interruptsOf(
-  on: (signal: Signal, listener: () => void) => void,
-  off: (signal: Signal, listener: () => void) => void,
-  exit: (code: number) => void,
-): Interrupts {
-  return {
-    watch(onInterrupt) {
-      const listeners = SIGNALS.map((signal) => [signal, () => onInterrupt(signal)] as const);
-      for (const [signal, listener] of listeners) on(signal, listener);
-      return () => {
-        for (const [signal, listener] of listeners) off(signal, listener);
-      };
-    },
-    exit,
+    argv0: () => process.argv0,
+    out: writer(Bun.stdout.writer()),
+    err: writer(Bun.stderr.writer()),
+    terminal: () =>
+      isTerminal((require("node:fs") as { readlinkSync(p: string): string }).readlinkSync),
+    env: process.env,
+    on: (signal, listener) => process.on(signal, listener),
+    off: (signal, listener) => process.off(signal, listener),
+    exit: (code) => process.exit(code),
+    flushed: () => Promise.all(pending),
   };
 }
 
 /**
- * `argv[0]` as this program was run (on Deno, from `/proc/self/cmdline`), as getopt names a
- * program; or `cuda-checkpoint` where that is a runtime running this file as a script (`deno`,
- * `bun`, `node`), or cannot be read.
+ * `argv[0]` as this program was run, as getopt names a program; or `cuda-checkpoint` where that is
+ * a runtime running this file as a script (`deno`, `bun`, `node`), or cannot be read.
  */
 function programName(argv0: () => string): string {
   try {
@@ -205,10 +166,7 @@ function programName(argv0: () => string): string {
   return "cuda-checkpoint";
 }
 
-/**
- * Whether stderr is a terminal, from what `/proc/self/fd/2` names (a `/dev/pts/N` or `/dev/ttyN`).
- * Bun's `node:tty` and `process.stderr` take 12-15 ms to load, a third of the start-up.
- */
+/** Whether stderr is a terminal, from what `/proc/self/fd/2` names (`/dev/pts/N`, `/dev/ttyN`). */
 function isTerminal(readlink: (path: string) => string): boolean {
   try {
     return /^\/dev\/(pts\/[0-9]+|tty[A-Za-z0-9]*|console)$/.test(readlink("/proc/self/fd/2"));
@@ -218,6 +176,25 @@ function isTerminal(readlink: (path: string) => string): boolean {
 }
 
 if (import.meta.main) {
-  const { args, io, exit } = processIo();
-  await exit(await main(args, io));
+  const host = runtime();
+  let terminal: boolean | undefined;
+  const code = await main(host.args, {
+    programName: programName(host.argv0),
+    stdout: host.out,
+    stderr: host.err,
+    get isTerminal() {
+      return terminal ??= host.terminal();
+    },
+    env: host.env,
+    interrupts: {
+      watch(onInterrupt) {
+        const listeners = SIGNALS.map((signal) => [signal, () => onInterrupt(signal)] as const);
+        for (const [signal, listener] of listeners) host.on(signal, listener);
+        return () => listeners.forEach(([signal, listener]) => host.off(signal, listener));
+      },
+      exit: host.exit,
+    },
+  });
+  await host.flushed();
+  host.exit(code);
 }

@@ -20,18 +20,17 @@ import type { Machine } from "../driver.ts";
 import type { Action, GroupEvent, StepRecord } from "../types.ts";
 import { roundMs } from "../core/time.ts";
 import { isGone } from "../core/process.ts";
-import type { Interrupts } from "./io.ts";
-import { interruptedExitCode, InterruptWatch } from "./signals.ts";
+import { interruptedExitCode, type Interrupts, InterruptWatch } from "./io.ts";
 import { progressOf } from "./progress.ts";
 import {
   errorReport,
   type PidReport,
   type Printer,
   printReports,
+  query,
   type StepReport,
   warnUninspectable,
 } from "./report.ts";
-import { query } from "./query.ts";
 
 /**
  * Runs the command on several pids (or all), prints a line each, resolves to the exit code. With

@@ -1,15 +1,16 @@
 /**
- * The progress of long work. On a terminal: one live line on stderr, `cuda-checkpoint: <what
- * runs>, <elapsed>: <bytes done> of <bytes expected>, <rate>, <time left>`, redrawn on a timer (on
- * the machine's clock: the simulator's virtual time moves it too) and erased before anything else
- * is written. Off a terminal with `--json`: each event as one JSON object on a line of stderr.
+ * The progress of long work. On a terminal: one live line on stderr, `<what runs> <elapsed>:
+ * <bytes done> of <bytes expected>, <rate>, <time left>`, redrawn on a timer (on the machine's
+ * clock: the simulator's virtual time moves it too) and erased before anything else is written.
+ * Off a terminal with `--json`: each event as one JSON line on stderr, the library's event with
+ * `type` named `event` and `at` in ms since the command began (a step's start adds the `bytes` it
+ * moves and `estimatedMs`).
  *
- * What each figure is: a driver step (checkpoint, restore) moves the GPU memory its process holds
- * (NVML, a record, or the manifest), and says nothing until it ends, so its progress is estimated
- * ("~") from the rates measured on H200s (docs/DRIVER.md, "Timings"), or from this run's own once
- * a step of its kind has ended. A dump's bytes are criu's count as it writes (its images hold at
- * least the GPU memory: the "~" expected); a restore's images are the manifest's files, and criu
- * says only when a tree is back, so its progress in between is estimated too.
+ * A driver step (checkpoint, restore) moves the GPU memory its process holds (NVML, a record, or
+ * the manifest) and says nothing until it ends, so its progress is estimated ("~") from the rates
+ * measured on H200s (docs/DRIVER.md, "Timings"), or from this run's own once a step of its kind has
+ * ended. A dump's bytes are criu's count as it writes (its images hold at least the GPU memory:
+ * the "~" expected); criu's restore says only when a tree is back, so its progress is estimated.
  *
  * @module
  */
@@ -24,15 +25,15 @@ export type Followed =
   | SnapshotEvent
   | { readonly type: "phase"; readonly phase: string; readonly at: number };
 
-/** Options of {@link progressOf}. */
+/**
+ * Options of {@link progressOf}: how many processes an operation has (a count `n/N done`, and each
+ * one's step), what the line calls a phase where not as {@link PHASES} does, the step a process not
+ * yet in one is expected to make (`checkpoint` by default), the terminal's width (80).
+ */
 export interface ProgressOptions {
-  /** How many processes the operation has (a count `n/N done`, each one's step). */
   readonly total?: number;
-  /** What the line calls a phase, where not as {@link PHASES} does. */
   readonly labels?: Readonly<Record<string, string>>;
-  /** The driver step a process not yet in one is expected to make: `checkpoint` by default. */
   readonly expect?: "checkpoint" | "restore";
-  /** The terminal's width; 80 by default. */
   readonly columns?: number;
 }
 
@@ -41,7 +42,7 @@ export interface ProgressOptions {
  * (4-6 GB/s) of one process (docs/DRIVER.md, "Timings"), criu's restore of images (about 2 GB/s).
  */
 const RATES: Readonly<Record<string, number>> = { checkpoint: 2e6, restore: 5e6, images: 2e6 };
-/** What a phase's processes do: their driver step. */
+/** The driver step of a phase's processes. */
 const EXPECT: Readonly<Record<string, string>> = {
   suspend: "checkpoint",
   resume: "restore",
@@ -59,16 +60,11 @@ const PHASES: Readonly<Record<string, string>> = {
   resume: "resuming on the GPUs",
   rollback: "putting things back",
 };
-const TICK_MS = 200;
-const FIRST_MS = 300;
 const MIB = 2 ** 20;
 /** Erases the terminal line the cursor is on and goes to its start. */
 const CLEAR = "\r\x1b[2K";
 
-/**
- * The progress of one command: a live line where `print` is a terminal, JSON events where `json`
- * is asked off a terminal, else nothing (`undefined`).
- */
+/** A live line where `print` is a terminal, JSON events where `json` is asked, else nothing. */
 export function progressOf(
   print: Printer,
   json: boolean,
@@ -81,25 +77,23 @@ export function progressOf(
 /** See the module documentation. */
 export class Progress {
   readonly #print: Printer;
-  readonly #lines: boolean;
   readonly #now: () => number;
   readonly #start: number;
   readonly #o: ProgressOptions;
   #phase = "";
   #since: number;
-  /** Each process's GPU memory in bytes, by pid. */
+  /** Each process's GPU memory in bytes; those the phase moves, and have moved; their steps. */
   readonly #held = new Map<number, number>();
-  /** The processes whose GPU memory the phase moves, and those whose step has moved it. */
   #moving = new Set<number>();
   #moved = new Set<number>();
   readonly #steps = new Map<number, { step: string; since: number }>();
   readonly #done = new Set<number>();
-  /** This run's measured bytes and ms of each driver step. */
+  /** This run's bytes and ms of each driver step, measured. */
   readonly #measured = new Map<string, [number, number]>();
-  /** criu's count of each tree's images written; the GPU memory its dump follows. */
+  /** criu's count of each tree's images written, and the GPU memory suspended for it. */
   readonly #written = new Map<number, number>();
   #suspended = 0;
-  /** The images a restore reads, those read back so far, and when the last tree came back. */
+  /** The images a restore reads, those back so far, and when the last tree came back. */
   #images = 0;
   #read = 0;
   #readAt = 0;
@@ -108,20 +102,19 @@ export class Progress {
 
   constructor(print: Printer, clock: Clock | undefined, o: ProgressOptions) {
     this.#print = print;
-    this.#lines = print.terminal;
     this.#o = o;
     this.#now = clock ? () => clock.now() : () => performance.now();
     this.#start = this.#since = this.#now();
-    if (!this.#lines) return;
+    if (!print.terminal) return;
     print.live = this;
     const timer = clock?.timer?.bind(clock) ?? ((ms: number, fn: () => void) => {
       const handle = setTimeout(fn, ms);
       return () => clearTimeout(handle);
     });
     const tick = () => {
-      this.#cancel = timer(TICK_MS, () => {
-        if (this.#now() - this.#start >= FIRST_MS) {
-          this.#print.raw(`${CLEAR}${this.text()}`);
+      this.#cancel = timer(200, () => {
+        if (this.#now() - this.#start >= 300) {
+          print.raw(`${CLEAR}${this.text()}`);
           this.#shown = true;
         }
         tick();
@@ -133,53 +126,43 @@ export class Progress {
   /** Takes an event; off a terminal, writes it as JSON. */
   event(e: Followed): void {
     const now = this.#now();
-    const bytes = "gpuMemoryMiB" in e && typeof e.gpuMemoryMiB === "number"
-      ? e.gpuMemoryMiB * MIB
-      : "pid" in e
-      ? this.#held.get(e.pid)
-      : undefined;
-    switch (e.type) {
-      case "phase":
-        this.#phase = e.phase;
-        this.#since = now;
-        this.#moving = new Set();
-        this.#moved = new Set();
-        for (const [pid, mib] of Object.entries("gpuMemoryMiB" in e ? e.gpuMemoryMiB ?? {} : {})) {
-          this.#held.set(Number(pid), mib * MIB);
-          this.#moving.add(Number(pid));
-        }
-        if (e.phase === "suspend") this.#suspended += this.#sum(this.#moving);
-        // A restore's images hold at least the GPU memory its processes had (a simulated criu's
-        // files hold only what was written to it).
-        if ("imageBytes" in e) this.#images = Math.max(e.imageBytes ?? 0, this.#sum(this.#moving));
-        break;
-      case "step-start":
-        if (bytes !== undefined) this.#held.set(e.pid, bytes);
-        this.#steps.set(e.pid, { step: e.step, since: now });
-        if (RATES[e.step] && bytes) this.#moving.add(e.pid);
-        break;
-      case "step-end":
-        this.#steps.delete(e.pid);
-        if (!RATES[e.step] || !this.#moving.has(e.pid)) break;
-        if (!e.ok) this.#moving.delete(e.pid);
-        else if (!e.rollback && bytes) {
-          this.#moved.add(e.pid);
-          const [b, ms] = this.#measured.get(e.step) ?? [0, 0];
-          if (e.ms > 0) this.#measured.set(e.step, [b + bytes, ms + e.ms]);
-        }
-        break;
-      case "process-end":
-        if (e.status === "done" || e.status === "unchanged") this.#done.add(e.pid);
-        break;
-      case "bytes":
-        this.#written.set(e.root, e.bytes);
-        break;
-      case "tree-end":
-        if (e.how === "restored") [this.#read, this.#readAt] = [this.#read + e.bytes, now];
+    const mib = "gpuMemoryMiB" in e ? e.gpuMemoryMiB : undefined;
+    const bytes = typeof mib === "number" ? mib * MIB : "pid" in e ? this.#held.get(e.pid) : 0;
+    if (e.type === "phase") {
+      [this.#phase, this.#since, this.#moving, this.#moved] = [e.phase, now, new Set(), new Set()];
+      for (const [pid, held] of Object.entries(typeof mib === "object" ? mib : {})) {
+        this.#held.set(Number(pid), held * MIB);
+        this.#moving.add(Number(pid));
+      }
+      if (e.phase === "suspend") this.#suspended += this.#sum(this.#moving);
+      // A restore's images hold at least the GPU memory of its processes (a simulated criu's
+      // files hold only what was written to them).
+      if ("imageBytes" in e) this.#images = Math.max(e.imageBytes ?? 0, this.#sum(this.#moving));
+    } else if (e.type === "step-start") {
+      if (bytes) this.#held.set(e.pid, bytes);
+      this.#steps.set(e.pid, { step: e.step, since: now });
+      if (RATES[e.step] && bytes) this.#moving.add(e.pid);
+    } else if (e.type === "step-end") {
+      this.#steps.delete(e.pid);
+      if (!e.ok && RATES[e.step]) this.#moving.delete(e.pid);
+      else if (this.#moving.has(e.pid) && RATES[e.step] && !e.rollback && bytes && e.ms > 0) {
+        this.#moved.add(e.pid);
+        const [b, ms] = this.#measured.get(e.step) ?? [0, 0];
+        this.#measured.set(e.step, [b + bytes, ms + e.ms]);
+      }
+    } else if (e.type === "process-end") {
+      if (e.status === "done" || e.status === "unchanged") this.#done.add(e.pid);
+    } else if (e.type === "bytes") this.#written.set(e.root, e.bytes);
+    else if (e.type === "tree-end" && e.how === "restored") {
+      [this.#read, this.#readAt] = [this.#read + e.bytes, now];
     }
-    if (!this.#lines) {
-      this.#print.err(JSON.stringify(this.#json(e, bytes, roundMs(now - this.#start))));
-    }
+    if (this.#print.terminal) return;
+    const { type, ...fields } = e;
+    const estimate = e.type === "step-start" && bytes && RATES[e.step]
+      ? { bytes, estimatedMs: Math.round(bytes / this.#rate(e.step)) }
+      : {};
+    const at = roundMs(now - this.#start);
+    this.#print.err(JSON.stringify({ event: type, ...fields, at, ...estimate }));
   }
 
   /** The line as it would be drawn now, without its control characters. */
@@ -188,16 +171,15 @@ export class Progress {
     const total = this.#o.total ?? 0;
     const label = this.#o.labels?.[this.#phase] ?? PHASES[this.#phase] ?? this.#phase;
     const one = total === 1 ? [...this.#steps.values()][0] : undefined;
-    const count = total > 1 ? `, ${this.#done.size}/${total} done` : "";
     const figures = this.#phase === "dump"
       ? this.#dumped(now)
       : this.#phase === "restore" && this.#images > 0
       ? this.#restored(now)
       : this.#driver(now);
     const steps = total > 1 ? [...this.#steps].map(([pid, s]) => `${pid} ${s.step}`) : [];
-    const line = `${label}${one ? ` ${one.step}` : ""} ${seconds(now - this.#start)}${count}${
-      figures ? `: ${figures}` : ""
-    }${steps.length > 0 ? `; ${steps.join(", ")}` : ""}`;
+    const line = `${label}${one ? ` ${one.step}` : ""} ${seconds(now - this.#start)}${
+      total > 1 ? `, ${this.#done.size}/${total} done` : ""
+    }${figures ? `: ${figures}` : ""}${steps.length > 0 ? `; ${steps.join(", ")}` : ""}`;
     const width = (this.#o.columns ?? 80) - 1;
     return line.length > width ? `${line.slice(0, width - 1)}…` : line;
   }
@@ -228,7 +210,7 @@ export class Progress {
     return sum;
   }
 
-  /** The driver steps' estimate: what the phase's processes have moved, the rate, the time left. */
+  /** The driver steps': what the phase's processes have moved, the rate, the time left. */
   #driver(now: number): string {
     let done = 0, rate = 0, left = 0;
     const total = this.#sum(this.#moving);
@@ -237,13 +219,12 @@ export class Progress {
       const s = this.#steps.get(pid);
       const running = s && RATES[s.step] ? s : undefined;
       const r = this.#rate(running?.step ?? EXPECT[this.#phase] ?? this.#o.expect ?? "checkpoint");
+      const ran = running ? now - running.since : 0;
       if (this.#moved.has(pid)) done += bytes;
-      else if (!running) left = Math.max(left, bytes / r);
       else {
-        const ran = now - running.since;
         done += Math.min(bytes * 0.99, r * ran);
         left = Math.max(left, (bytes - r * ran) / r);
-        rate += r;
+        if (running) rate += r;
       }
     }
     if (total === 0) return "";
@@ -253,7 +234,7 @@ export class Progress {
     }`;
   }
 
-  /** A dump's: criu's count, its rate, and the time left to the GPU memory it holds at least. */
+  /** A dump's: criu's count, its rate, the time left to the GPU memory it holds at least. */
   #dumped(now: number): string {
     let written = 0;
     for (const bytes of this.#written.values()) written += bytes;
@@ -264,7 +245,7 @@ export class Progress {
     return `${amounts(written, this.#suspended, "~")} written, ${perSecond(rate)}, ~${left}`;
   }
 
-  /** A restore's images: read back by the trees that are back, estimated for the others. */
+  /** A restore's images: those of the trees that are back, estimated for the others. */
   #restored(now: number): string {
     const total = this.#images;
     if (this.#read >= total) return amounts(total, total);
@@ -275,39 +256,6 @@ export class Progress {
     const done = Math.min(total * 0.99, Math.max(this.#read, rate * (now - this.#since)));
     return `~${amounts(done, total)}, ~${perSecond(rate)}, ~${timeLeft((total - done) / rate)}`;
   }
-
-  /** An event as `--json` writes it (see the help's `--json`). */
-  #json(e: Followed, bytes: number | undefined, at: number): Record<string, unknown> {
-    switch (e.type) {
-      case "phase": {
-        const gpu = this.#sum(this.#moving);
-        const images = "imageBytes" in e ? { imageBytes: e.imageBytes } : {};
-        return { event: "phase", phase: e.phase, at, ...(gpu > 0 ? { gpuBytes: gpu } : {}), ...images };
-      }
-      case "step-start": {
-        const estimated = bytes && RATES[e.step]
-          ? { bytes, estimatedMs: Math.round(bytes / this.#rate(e.step)) }
-          : {};
-        return { event: "step", pid: e.pid, step: e.step, status: "started", at, ...estimated };
-      }
-      case "step-end":
-        return {
-          event: "step",
-          pid: e.pid,
-          step: e.step,
-          status: e.ok ? "ok" : "failed",
-          at,
-          ms: roundMs(e.ms),
-          ...(e.rollback ? { rollback: true } : {}),
-        };
-      case "process-end":
-        return { event: "process", pid: e.pid, status: e.status, at };
-      case "bytes":
-        return { event: "bytes", root: e.root, bytes: e.bytes, at };
-      case "tree-end":
-        return { event: "tree", root: e.root, how: e.how, bytes: e.bytes, at };
-    }
-  }
 }
 
 /** `12.4 of 34.4 GB`: both in the unit of the second (`of ~34.4 GB`: with its mark). */
@@ -316,18 +264,20 @@ function amounts(done: number, total: number, mark = ""): string {
   return `${(done / scale).toFixed(1)} of ${mark}${(total / scale).toFixed(1)} ${unit}`;
 }
 
-/** `4.4 s left`, `11 s left`, `3 min left`. */
-function timeLeft(ms: number): string {
-  const s = ms / 1000;
-  return `${s < 10 ? s.toFixed(1) : s < 100 ? Math.round(s) : `${Math.round(s / 60)} min`}${
-    s < 100 ? " s" : ""
-  } left`;
-}
-
 /** `2.1 GB/s`, from bytes per ms. */
 function perSecond(bytesPerMs: number): string {
   const perS = bytesPerMs * 1000;
   return perS >= 1e9 ? `${(perS / 1e9).toFixed(1)} GB/s` : `${(perS / 1e6).toFixed(1)} MB/s`;
+}
+
+/** `4.4 s left`, `11 s left`, `3 min left`. */
+function timeLeft(ms: number): string {
+  const s = ms / 1000;
+  return s < 10
+    ? `${s.toFixed(1)} s left`
+    : s < 100
+    ? `${Math.round(s)} s left`
+    : `${Math.round(s / 60)} min left`;
 }
 
 /** `34.83 GB`, `512.0 MB`, `4.1 kB`, `312 B`. */

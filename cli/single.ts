@@ -1,10 +1,8 @@
 /**
  * An operation on one pid, as NVIDIA's utility makes it, through the public `CudaProcess`: the
- * driver's rules (a lock of a locked process is an error), its output (`running`, a thread id,
- * nothing for a step that succeeded) and its error lines. One difference on purpose: a restore (or
- * a toggle's resume) that would not fit in the free GPU memory, as this package recorded what the
- * process held at its checkpoint, is refused before the driver is asked (driver 580 loses a process
- * whose restore runs out of memory).
+ * driver's rules (a lock of a locked process is an error), its output and its error lines; but a
+ * restore that would not fit in the free GPU memory is refused before the driver is asked (driver
+ * 580 loses a process whose restore runs out of memory).
  *
  * @module
  */
@@ -18,10 +16,7 @@ import { clockOf, roundMs } from "../core/time.ts";
 import { errorReport, type PidReport, type Printer, printReports } from "./report.ts";
 import { type Progress, progressOf } from "./progress.ts";
 
-/**
- * Runs a state-changing command on one pid, prints NVIDIA's output for it, and resolves to the
- * exit code. (Queries, and anything of pid 0, go through `query.ts`.)
- */
+/** Runs a command that changes the state of one pid (not 0), prints its output, gives the exit code. */
 export async function runOne(
   command: OperationCommand,
   pid: number,
@@ -76,9 +71,8 @@ export async function runOne(
 }
 
 /**
- * Tells `progress` the operation and its driver step, with the GPU memory it moves: what the host
- * sees the process hold (NVML), else what was recorded at its checkpoint. A toggle's step is
- * `checkpoint` or `restore`, as the process's state says.
+ * Tells `progress` the operation and its driver step (a toggle's, as the state says) with the GPU
+ * memory it moves: what the host sees the process hold (NVML), else its checkpoint's record.
  */
 async function begin(progress: Progress, proc: CudaProcess, machine: Machine, operation: string) {
   const pid = proc.pid;
@@ -103,10 +97,7 @@ async function begin(progress: Progress, proc: CudaProcess, machine: Machine, op
   return step;
 }
 
-/**
- * The command's call: NVIDIA's utility locks without a timeout unless --timeout is given (CRIU
- * leaves it out for "no timeout"); its toggle, never.
- */
+/** The command's call: as NVIDIA's utility, a lock without a timeout unless one is given. */
 function act(proc: CudaProcess, command: OperationCommand): Promise<Outcome> {
   const checkRoom = command.checkRoom ?? true;
   const map = command.gpuMapping ? { gpuMapping: command.gpuMapping } : {};

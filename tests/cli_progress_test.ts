@@ -235,24 +235,28 @@ describe("--json off a terminal: the events, one JSON object per line of stderr"
     assert.equal(r.code, 0);
     assert.equal(r.out.trim().split("\n").length, 2, "the results on stdout, as before");
     const events = r.err.trim().split("\n").map((l) => JSON.parse(l));
-    assert.deepEqual(events.map((e) => [e.event, e.pid ?? e.phase, e.step, e.status]), [
+    assert.deepEqual(events.map((e) => [e.event, e.pid ?? e.phase, e.step, e.ok ?? e.status]), [
       ["phase", "toggle", undefined, undefined],
-      ["step", a.pid, "lock", "started"],
-      ["step", b.pid, "lock", "started"],
-      ["step", a.pid, "lock", "ok"],
-      ["step", a.pid, "checkpoint", "started"],
-      ["step", b.pid, "lock", "ok"],
-      ["step", b.pid, "checkpoint", "started"],
-      ["step", a.pid, "checkpoint", "ok"],
-      ["process", a.pid, undefined, "done"],
-      ["step", b.pid, "checkpoint", "ok"],
-      ["process", b.pid, undefined, "done"],
+      ["step-start", a.pid, "lock", undefined],
+      ["step-start", b.pid, "lock", undefined],
+      ["step-end", a.pid, "lock", true],
+      ["step-start", a.pid, "checkpoint", undefined],
+      ["step-end", b.pid, "lock", true],
+      ["step-start", b.pid, "checkpoint", undefined],
+      ["step-end", a.pid, "checkpoint", true],
+      ["process-end", a.pid, undefined, "done"],
+      ["step-end", b.pid, "checkpoint", true],
+      ["process-end", b.pid, undefined, "done"],
     ]);
     const started = events.find((e) => e.pid === a.pid && e.step === "checkpoint");
-    assert.deepEqual([started.bytes, started.estimatedMs], [1544 * 2 ** 20, 810]);
+    assert.deepEqual([started.gpuMemoryMiB, started.bytes, started.estimatedMs], [
+      1544,
+      1544 * 2 ** 20,
+      810,
+    ]);
     const ats = events.map((e) => e.at);
     assert.deepEqual(ats, [...ats].sort((x, y) => x - y), "at only grows");
-    assert.ok(events.filter((e) => e.status === "ok").every((e) => e.ms > 0));
+    assert.ok(events.filter((e) => e.event === "step-end").every((e) => e.ms > 0));
     const piped = await cli(["--toggle", "-p", `${a.pid},${b.pid}`], { machine: sim });
     assert.equal(piped.err, "", "nothing on stderr without --json");
   });
@@ -269,7 +273,8 @@ describe("--json off a terminal: the events, one JSON object per line of stderr"
     const events = made.err.trim().split("\n").map((l) => JSON.parse(l));
     const phases = events.filter((e) => e.event === "phase");
     assert.deepEqual(phases.map((e) => e.phase), ["check", "suspend", "dump", "write", "end"]);
-    assert.equal(phases[1].gpuBytes, (2568 + 1544) * 2 ** 20, "each CUDA process's GPU memory");
+    const held = { [p[0].pid]: 2568, [p[1].pid]: 1544 };
+    assert.deepEqual(phases[1].gpuMemoryMiB, held, "each CUDA process's GPU memory");
     for (const { pid } of p) {
       const counts = events.filter((e) => e.event === "bytes" && e.root === pid).map((e) =>
         e.bytes
@@ -279,7 +284,7 @@ describe("--json off a terminal: the events, one JSON object per line of stderr"
         "criu's count grows",
       );
     }
-    const trees = events.filter((e) => e.event === "tree");
+    const trees = events.filter((e) => e.event === "tree-end");
     assert.deepEqual(trees.map((e) => e.how), ["dumped", "dumped"]);
     const result = JSON.parse(made.out);
     assert.equal(
@@ -291,12 +296,9 @@ describe("--json off a terminal: the events, one JSON object per line of stderr"
     assert.equal(back.code, 0, back.err);
     const again = back.err.trim().split("\n").map((l) => JSON.parse(l));
     const restore = again.find((e) => e.phase === "restore");
-    assert.deepEqual([restore.imageBytes, restore.gpuBytes], [
-      result.bytes,
-      (2568 + 1544) * 2 ** 20,
-    ]);
+    assert.deepEqual([restore.imageBytes, restore.gpuMemoryMiB], [result.bytes, held]);
     assert.deepEqual(
-      again.filter((e) => e.event === "tree").map((e) => [e.how, e.bytes]).sort(),
+      again.filter((e) => e.event === "tree-end").map((e) => [e.how, e.bytes]).sort(),
       trees.map((e) => ["restored", e.bytes]).sort(),
     );
     assert.ok(again.some((e) => e.phase === "resume"));
