@@ -19,26 +19,24 @@ export const ACTIONS = ["lock", "checkpoint", "restore", "unlock"] as const;
 export type CliOperation = "get-state" | "get-restore-tid" | "toggle" | typeof ACTIONS[number];
 
 /** What every command but help and version has: `--json`, `--simulate` (the state file's machine). */
-interface Common {
-  readonly json: boolean;
-  readonly simulate: boolean;
-}
+type Common = { readonly json: boolean; readonly simulate: boolean };
+type GpuMap = Readonly<Record<string, string>>;
 
 /** An operation on processes: its pids in the order given, or every CUDA process (`--all`). */
-export interface OperationCommand extends Common {
+export type OperationCommand = Common & {
   readonly kind: "operation";
   readonly operation: CliOperation;
   readonly targets: readonly number[] | "all";
   readonly timeoutMs?: number;
-  readonly gpuMapping?: Readonly<Record<string, string>>;
+  readonly gpuMapping?: GpuMap;
   readonly allOrNothing: boolean;
   readonly job: boolean;
   readonly checkRoom?: false;
   readonly allowIpcImport?: true;
-}
+};
 
 /** `snapshot`: process trees (`--pid`: their roots) to a directory; `--timeout`: the locks'. */
-export interface SnapshotCommand extends Common {
+export type SnapshotCommand = Common & {
   readonly kind: "snapshot";
   readonly roots: readonly number[];
   readonly dir: string;
@@ -48,30 +46,22 @@ export interface SnapshotCommand extends Common {
   readonly deadlineMs?: number;
   readonly allowIpcImport?: true;
   readonly tcpEstablished?: true;
-}
+};
 
 /** `inspect`: a snapshot's manifest, checked against its files (`verify`: their digests too). */
-export interface InspectCommand extends Common {
-  readonly kind: "inspect";
-  readonly dir: string;
-  readonly verify: boolean;
-}
+export type InspectCommand = Common & { readonly kind: "inspect"; dir: string; verify: boolean };
 
 /** `recover`: the processes a snapshot killed outright left suspended, resumed. */
-export interface RecoverCommand extends Common {
-  readonly kind: "recover";
-  readonly dir: string;
-  readonly checkRoom?: false;
-}
+export type RecoverCommand = Common & { readonly kind: "recover"; dir: string; checkRoom?: false };
 
 /** `restore-snapshot`: a snapshot's processes back (`gpuMapping`: its GPUs onto this machine's). */
-export interface RestoreSnapshotCommand extends Common {
+export type RestoreSnapshotCommand = Common & {
   readonly kind: "restore-snapshot";
   readonly dir: string;
-  readonly gpuMapping?: Readonly<Record<string, string>>;
+  readonly gpuMapping?: GpuMap;
   readonly deadlineMs?: number;
   readonly checkRoom?: false;
-}
+};
 
 /** What the command line asks for. */
 export type Command =
@@ -82,8 +72,7 @@ export type Command =
   | RestoreSnapshotCommand
   | InspectCommand
   | RecoverCommand
-  | (Common & { readonly kind: "list" })
-  | (Common & { readonly kind: "reset" })
+  | (Common & { readonly kind: "list" } | Common & { readonly kind: "reset" })
   | (Common & { readonly kind: "kill"; readonly pid: number })
   | (Common & { readonly kind: "spawn"; memoryMiB?: number; gpus?: number[]; command?: string });
 
@@ -109,11 +98,11 @@ export const NVIDIA_MESSAGES = {
  */
 export class UsageError extends Error {
   /** See the class. */
-  readonly detail: string | undefined;
+  readonly detail?: string;
   /** See the class. */
-  readonly getopt: string | undefined;
+  readonly getopt?: string;
   /** See the class. */
-  readonly tail: string | undefined;
+  readonly tail?: string;
 
   constructor(message: string, detail?: string, getopt?: string, tail?: string) {
     super(message);
@@ -130,7 +119,7 @@ interface Seen {
   given: Set<string>;
   pids: number[];
   fields: Record<string, unknown>;
-  positionals: string[];
+  words: string[];
 }
 
 /**
@@ -139,15 +128,13 @@ interface Seen {
  */
 type Option = { short?: string; field?: string; value?: (text: string, seen: Seen) => unknown };
 
+const FLAGS = ("--get-state --get-restore-tid --toggle --version --all --all-or-nothing --job " +
+  "--json --leave-running --simulate --verify --allow-ipc-import --tcp-established").split(" ");
+const camel = (name: string) => name.replace(/-([a-z])/g, (_, c) => c.toUpperCase());
+
 /** Every option, by long name. */
 const OPTIONS: Readonly<Record<string, Option>> = {
-  ...Object.fromEntries(
-    ("--get-state --get-restore-tid --toggle --version --all --all-or-nothing --job --json " +
-      "--leave-running --simulate --verify --allow-ipc-import --tcp-established").split(" ")
-      .map((
-        flag,
-      ) => [flag, { field: flag.slice(2).replace(/-([a-z])/g, (_, c) => c.toUpperCase()) }]),
-  ),
+  ...Object.fromEntries(FLAGS.map((flag) => [flag, { field: camel(flag.slice(2)) }])),
   "--no-room-check": { field: "checkRoom" },
   "--help": { short: "-h" },
   "--action": { value: readAction },
@@ -166,19 +153,20 @@ const SHORT: Readonly<Record<string, string>> = Object.fromEntries(
 const OPERATIONS = ["--get-state", "--get-restore-tid", "--toggle"];
 
 /** Our subcommands, each with the options of operations and snapshots it takes. */
-const SUBCOMMANDS: Readonly<Record<string, readonly string[]>> = {
-  list: [],
-  ps: [],
-  spawn: [],
-  kill: ["--pid"],
-  reset: [],
-  snapshot:
-    "--pid --dir --leave-running --job --timeout --deadline --allow-ipc-import --tcp-established"
-      .split(" "),
-  "restore-snapshot": ["--dir", "--device-map", "--deadline", "--no-room-check"],
-  inspect: ["--dir", "--verify"],
-  recover: ["--dir", "--no-room-check"],
-};
+const SUBCOMMANDS: Readonly<Record<string, readonly string[]>> = Object.fromEntries(
+  Object.entries({
+    list: "",
+    ps: "",
+    spawn: "",
+    kill: "--pid",
+    reset: "",
+    snapshot: "--pid --dir --leave-running --job --timeout --deadline --allow-ipc-import " +
+      "--tcp-established",
+    "restore-snapshot": "--dir --device-map --deadline --no-room-check",
+    inspect: "--dir --verify",
+    recover: "--dir --no-room-check",
+  }).map(([sub, options]) => [sub, options.split(" ")]),
+);
 const isSubcommand = (word: string) => Object.hasOwn(SUBCOMMANDS, word);
 /** A subcommand's stray options, in the order the first is named (an operation before them). */
 const STRAY_OF_SNAPSHOTS = "--pid --dir --timeout --deadline --device-map --all --all-or-nothing " +
@@ -216,22 +204,15 @@ function subcommandOf(args: readonly string[]): string | undefined {
 }
 
 function parse(args: readonly string[], sub: string | undefined): Command {
-  const seen: Seen = {
-    sub,
-    operations: [],
-    given: new Set(),
-    pids: [],
-    fields: {},
-    positionals: [],
-  };
+  const seen: Seen = { sub, operations: [], given: new Set(), pids: [], fields: {}, words: [] };
   for (let i = 0; i < args.length; i++) {
     const arg = args[i];
     if (arg === "--") {
-      seen.positionals.push(...args.slice(i + 1));
+      seen.words.push(...args.slice(i + 1));
       break;
     }
     if (!arg.startsWith("-") || arg === "-") {
-      seen.positionals.push(arg);
+      seen.words.push(arg);
       continue;
     }
     const isLong = arg.startsWith("--");
@@ -278,20 +259,14 @@ function parse(args: readonly string[], sub: string | undefined): Command {
 }
 
 function readAction(value: string, seen: Seen): void {
-  if (!(ACTIONS as readonly string[]).includes(value)) {
-    throw new UsageError(
-      NVIDIA_MESSAGES.badAction,
-      `--action takes ${ACTIONS.join(", ")}; got ${JSON.stringify(value)}`,
-    );
-  }
+  const got = `--action takes ${ACTIONS.join(", ")}; got ${JSON.stringify(value)}`;
+  if (!(ACTIONS as readonly string[]).includes(value)) no(NVIDIA_MESSAGES.badAction, got);
   seen.operations.push(`--action ${value}`);
 }
 
 function readPids(value: string, seen: Seen): void {
   for (const pid of parsePids(value)) {
-    if (seen.pids.includes(pid)) {
-      throw new UsageError(`pid ${pid} is given twice`, "give each process once");
-    }
+    if (seen.pids.includes(pid)) no(`pid ${pid} is given twice`, "give each process once");
     seen.pids.push(pid);
   }
 }
@@ -343,9 +318,7 @@ function parseDeviceMap(text: string): Record<string, string> {
         throw new UsageError(NVIDIA_MESSAGES.badDeviceMap, (error as Error).message);
       }
     });
-    if (old in mapping) {
-      throw new UsageError(NVIDIA_MESSAGES.badDeviceMap, `${parts[0]} is mapped twice`);
-    }
+    if (old in mapping) no(NVIDIA_MESSAGES.badDeviceMap, `${parts[0]} is mapped twice`);
     mapping[old] = onto;
   }
   return mapping;
@@ -358,6 +331,11 @@ function count(text: string, option: string, unit: string, whole = text): number
   throw new UsageError(`${option} must be ${what}`, `got ${JSON.stringify(whole)}`);
 }
 
+/** Throws the UsageError of `message` (and `detail`). */
+function no(message: string, detail?: string): never {
+  throw new UsageError(message, detail);
+}
+
 /** NVIDIA's message for an option it does not know, or an argument no option takes. */
 function badOption(detail: string, getopt?: string): UsageError {
   return new UsageError(NVIDIA_MESSAGES.badOption, detail, getopt);
@@ -368,9 +346,7 @@ function refuseStray(sub: string, seen: Seen, options: string): void {
   const stray = [...seen.operations, ...options.split(" ").filter((o) => seen.given.has(o))]
     .find((o) => !SUBCOMMANDS[sub].includes(o));
   if (stray === "--device-map" && (sub === "snapshot" || sub === "inspect")) {
-    throw new UsageError(
-      `${sub} takes no --device-map: the GPUs to restore onto are given to restore-snapshot`,
-    );
+    no(`${sub} takes no --device-map: the GPUs to restore onto are given to restore-snapshot`);
   }
   if (stray) throw new UsageError(`${sub} takes no ${stray}`);
 }
@@ -386,7 +362,7 @@ function given(seen: Seen, names: string): Record<string, unknown> {
 function finish(seen: Seen): Command {
   const has = (option: string) => seen.given.has(option);
   const common = { json: has("--json"), simulate: has("--simulate") };
-  const [sub, ...rest] = seen.positionals;
+  const [sub, ...rest] = seen.words;
   if (sub !== undefined && !isSubcommand(sub)) {
     // After an operation of NVIDIA's, a stray word gets its line; alone, a mistyped subcommand.
     if (seen.operations.length > 0) throw badOption(`unexpected argument ${JSON.stringify(sub)}`);
@@ -399,7 +375,7 @@ function finish(seen: Seen): Command {
     );
   }
   if (["--memory-mib", "--gpu", "--command"].some(has) && sub !== "spawn") {
-    throw new UsageError("--memory-mib, --gpu and --command are only valid with --simulate spawn");
+    no("--memory-mib, --gpu and --command are only valid with --simulate spawn");
   }
   if (["snapshot", "restore-snapshot", "inspect", "recover"].includes(sub)) {
     return snapshotCommand(sub, rest, seen, common);
@@ -407,13 +383,11 @@ function finish(seen: Seen): Command {
   if (has("--verify")) throw new UsageError("--verify is only valid with inspect");
   const snapshotOnly = ["--dir", "--leave-running", "--deadline"].find(has);
   if (snapshotOnly) {
-    throw new UsageError(
-      `${snapshotOnly} is only valid with snapshot, restore-snapshot, inspect and recover`,
-    );
+    no(`${snapshotOnly} is only valid with snapshot, restore-snapshot, inspect and recover`);
   }
   if (sub === undefined) return operationCommand(seen, common);
   if (sub !== "list" && sub !== "ps" && !common.simulate) {
-    throw new UsageError(
+    no(
       `${sub} is only valid with --simulate`,
       "spawn, kill and reset work on the simulated machine of the state file",
     );
@@ -428,7 +402,7 @@ function finish(seen: Seen): Command {
   }
   const pids = rest.length > 0 ? parsePids(rest[0]) : seen.pids;
   if (pids.length !== 1) {
-    throw new UsageError(
+    no(
       "--simulate kill takes the pid of one simulated process",
       `got ${pids.length === 0 ? "none" : pids.join(",")}`,
     );
@@ -448,27 +422,23 @@ function operationCommand(seen: Seen, common: Common): Command {
   const all = has("--all");
   if (all && has("--pid")) throw new UsageError("--all and --pid cannot be used together");
   if (!all && !has("--pid")) throw new UsageError(NVIDIA_MESSAGES.missingPid);
-  if (has("--timeout") && operation !== "lock") {
-    throw new UsageError(NVIDIA_MESSAGES.timeoutNotLock);
-  }
+  if (has("--timeout") && operation !== "lock") no(NVIDIA_MESSAGES.timeoutNotLock);
   const resuming = operation === "restore" || operation === "toggle";
   if (has("--device-map") && !resuming) {
     const detail = "--device-map goes with --action restore and --toggle";
     throw new UsageError(NVIDIA_MESSAGES.remapNotRestore, detail);
   }
   if (has("--no-room-check") && !resuming) {
-    throw new UsageError(
+    no(
       "--no-room-check is only valid with --action restore, --toggle, restore-snapshot and recover",
     );
   }
   if (has("--allow-ipc-import") && operation !== "checkpoint" && operation !== "toggle") {
-    throw new UsageError(
-      "--allow-ipc-import is only valid with --action checkpoint, --toggle and snapshot",
-    );
+    no("--allow-ipc-import is only valid with --action checkpoint, --toggle and snapshot");
   }
   const groupOnly = ["--all-or-nothing", "--job"].find(has);
   if (groupOnly && operation.startsWith("get-")) {
-    throw new UsageError(`${groupOnly} is only valid for --action and --toggle operations`);
+    no(`${groupOnly} is only valid for --action and --toggle operations`);
   }
   return {
     kind: "operation",
@@ -494,9 +464,7 @@ function snapshotCommand(sub: string, rest: string[], seen: Seen, common: Common
     );
   }
   const dir = rest.length === 1 ? readDir(rest[0]) : given_;
-  if (dir === undefined) {
-    throw new UsageError(`${sub} needs the snapshot's directory, as DIR or --dir DIR`);
-  }
+  if (dir === undefined) no(`${sub} needs the snapshot's directory, as DIR or --dir DIR`);
   if (sub === "inspect") return { kind: "inspect", dir, verify: has("--verify"), ...common };
   if (sub === "recover") return { kind: "recover", dir, ...given(seen, "checkRoom"), ...common };
   if (sub === "restore-snapshot") {
@@ -504,11 +472,9 @@ function snapshotCommand(sub: string, rest: string[], seen: Seen, common: Common
     return { kind: "restore-snapshot", dir, ...fields, ...common };
   }
   if (seen.pids.length === 0) {
-    throw new UsageError("snapshot needs --pid PID[,PID...]", "the roots of the process trees");
+    no("snapshot needs --pid PID[,PID...]", "the roots of the process trees");
   }
-  if (seen.pids.includes(0)) {
-    throw new UsageError(NVIDIA_MESSAGES.badPid, "got 0: no process has it");
-  }
+  if (seen.pids.includes(0)) no(NVIDIA_MESSAGES.badPid, "got 0: no process has it");
   const timeout = seen.fields.timeoutMs;
   return {
     kind: "snapshot",

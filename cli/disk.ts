@@ -28,7 +28,7 @@ import { CheckpointError } from "../core/errors.ts";
 import { roundMs } from "../core/time.ts";
 import type { Machine } from "../driver.ts";
 import type { Manifest, ManifestProcess, SnapshotEvent } from "../snapshot.ts";
-import { type CliIo, InterruptWatch } from "./io.ts";
+import { type CliIo, watchInterrupts } from "./io.ts";
 import { commandMessage, type Printer } from "./report.ts";
 import { type Progress, progressOf, size } from "./progress.ts";
 
@@ -58,7 +58,8 @@ export async function runDiskCommand(
   if (command.kind === "recover") return await runRecover(command, machine, print, progress);
   const { kind, dir } = command;
   const sim = simulated ? " --simulate" : "";
-  const watch = new InterruptWatch(io.interrupts, print, simulated, {
+  const watch = watchInterrupts(io.interrupts, print, {
+    simulated,
     subject: kind,
     meanwhile: "it stops, and puts back every process it changed (interrupt again to exit " +
       "without waiting)",
@@ -81,42 +82,9 @@ export async function runDiskCommand(
     },
   };
   try {
-    let m: Manifest, fields: object, closing: string;
-    if (kind === "snapshot") {
-      const c = command as SnapshotCommand;
-      const r = await snapshot(c.roots, dir, {
-        ...options,
-        leaveRunning: c.leaveRunning,
-        job: c.job,
-        allowIpcImport: c.allowIpcImport ?? false,
-        tcpEstablished: c.tcpEstablished ?? false,
-        ...(c.lockTimeoutMs !== undefined ? { lockTimeoutMs: c.lockTimeoutMs } : {}),
-      });
-      m = r.manifest;
-      const bytes = imageBytes(m), left = m.options.leaveRunning;
-      fields = { dir: r.dir, ms: roundMs(r.ms), bytes, leftRunning: left };
-      const all = [...counted.values()].reduce((a, b) => a + b, 0);
-      closing = `snapshot in ${r.dir}: ${summary(m, all)}; suspend ${secs(m.timings.suspendMs)}, ` +
-        `dump ${secs(m.timings.dumpMs)}, ${secs(r.ms)} in all; the processes ${
-          left ? "keep running" : "were ended"
-        }`;
-    } else {
-      const c = command as RestoreSnapshotCommand;
-      const r = await restoreSnapshotAs(kind, dir, {
-        ...options,
-        ...(c.gpuMapping ? { gpuMapping: c.gpuMapping } : {}),
-        checkRoom: c.checkRoom ?? true,
-      });
-      m = r.manifest;
-      const timings = Object.fromEntries(
-        Object.entries(r.timings).map(([k, ms]) => [k, roundMs(ms)]),
-      );
-      fields = { dir: r.dir, ms: roundMs(r.ms), timings, pids: r.pids, gpuMapping: r.gpuMapping };
-      const moved = Object.entries(r.gpuMapping).filter(([a, b]) => a !== b).map(([, to]) => to);
-      closing = `restored from ${r.dir}: ${summary(m)}${
-        moved.length > 0 ? `, onto ${moved.join(", ")}` : ""
-      }, in ${secs(r.ms)}`;
-    }
+    const { m, fields, closing } = kind === "snapshot"
+      ? await take(command as SnapshotCommand, options, counted)
+      : await restore(command as RestoreSnapshotCommand, options);
     progress?.stop();
     if (command.json) {
       print.json({ ok: true, operation: kind, ...fields, processes: processesOf(m) });
@@ -128,6 +96,60 @@ export async function runDiskCommand(
   } finally {
     watch.stop();
   }
+}
+
+/** What a snapshot or restore made: its manifest, its `--json` fields, its closing line. */
+type Made = { m: Manifest; fields: object; closing: string };
+/** The options of both: the machine, the deadline, the stop signal, the progress. */
+type Whole = {
+  machine: Machine;
+  timeoutMs?: number;
+  signal: AbortSignal;
+  onProgress(e: SnapshotEvent): void;
+};
+
+/** `snapshot`; `counted`: criu's count of each tree's images as it wrote them. */
+async function take(
+  c: SnapshotCommand,
+  options: Whole,
+  counted: Map<number, number>,
+): Promise<Made> {
+  const r = await snapshot(c.roots, c.dir, {
+    ...options,
+    leaveRunning: c.leaveRunning,
+    job: c.job,
+    allowIpcImport: c.allowIpcImport ?? false,
+    tcpEstablished: c.tcpEstablished ?? false,
+    ...(c.lockTimeoutMs !== undefined ? { lockTimeoutMs: c.lockTimeoutMs } : {}),
+  });
+  const m = r.manifest, left = m.options.leaveRunning;
+  const all = [...counted.values()].reduce((a, b) => a + b, 0);
+  return {
+    m,
+    fields: { dir: r.dir, ms: roundMs(r.ms), bytes: imageBytes(m), leftRunning: left },
+    closing: `snapshot in ${r.dir}: ${summary(m, all)}; suspend ${secs(m.timings.suspendMs)}, ` +
+      `dump ${secs(m.timings.dumpMs)}, ${secs(r.ms)} in all; the processes ${
+        left ? "keep running" : "were ended"
+      }`,
+  };
+}
+
+/** `restore-snapshot`. */
+async function restore(c: RestoreSnapshotCommand, options: Whole): Promise<Made> {
+  const r = await restoreSnapshotAs(c.kind, c.dir, {
+    ...options,
+    ...(c.gpuMapping ? { gpuMapping: c.gpuMapping } : {}),
+    checkRoom: c.checkRoom ?? true,
+  });
+  const timings = Object.fromEntries(Object.entries(r.timings).map(([k, ms]) => [k, roundMs(ms)]));
+  const moved = Object.entries(r.gpuMapping).filter(([a, b]) => a !== b).map(([, to]) => to);
+  return {
+    m: r.manifest,
+    fields: { dir: r.dir, ms: roundMs(r.ms), timings, pids: r.pids, gpuMapping: r.gpuMapping },
+    closing: `restored from ${r.dir}: ${summary(r.manifest)}${
+      moved.length > 0 ? `, onto ${moved.join(", ")}` : ""
+    }, in ${secs(r.ms)}`,
+  };
 }
 
 /** `inspect`: the manifest, checked against its files, from the machine's store or the disk. */

@@ -84,86 +84,68 @@ export function interruptedExitCode(signal: Signal): number {
   return 128 + NUMBERS[signal];
 }
 
-/** What a command says when interrupted; the rest is the watch's. */
+/**
+ * What a command says when interrupted: what was interrupted (`snapshot`), named before
+ * "interrupted"; what happens after the first interrupt, the end of its line; what a second leaves
+ * (`rest` ends the line `interrupted again: exiting without waiting`, `lines` follow it); and
+ * whether the machine is the state file's (then unsaved).
+ */
 export interface InterruptHooks {
-  /** What was interrupted, named before "interrupted" (`snapshot`); left out, nothing is. */
   readonly subject?: string;
-  /** What happens after the first interrupt: the first line's end, after `interrupted: `. */
   readonly meanwhile: string;
-  /**
-   * What a second interrupt leaves: `rest` ends the line `interrupted again: exiting without
-   * waiting`, and `lines` follow it (each after `cuda-checkpoint: `).
-   */
   leftBehind(): { rest: string; lines?: readonly string[] };
+  readonly simulated: boolean;
+}
+
+/** The watch over a command's interrupts (see {@link watchInterrupts}). */
+export interface InterruptWatch {
+  /** Aborts at the first interrupt, its reason `interrupted (SIGX)`. */
+  readonly signal: AbortSignal;
+  /** The first interrupt's signal, if one came. */
+  readonly first: Signal | undefined;
+  /** The exit code: the first interrupt's, if one came, else `code`. */
+  exitCode(code: number): number;
+  /** Stops watching: an interrupt ends the program again. Idempotent. */
+  stop(): void;
 }
 
 /**
- * The watch over a command's interrupts. The first is remembered, said (`interrupted`, with ` by
- * SIGTERM` or ` by SIGHUP`) and aborts `signal` with `interrupted (SIGX)`; a second, of any of the
- * three, says what may be left (and, on a simulated machine, that its state file was not saved)
- * and exits at once with its own exit code. Without `interrupts` nothing is watched.
+ * Watches a command's interrupts. The first is remembered, said (`interrupted`, with ` by SIGTERM`
+ * or ` by SIGHUP`) and aborts `signal`; a second, of any of the three, says what may be left and
+ * exits at once with its own exit code. Without `interrupts` nothing is watched.
  */
-export class InterruptWatch {
-  readonly #controller = new AbortController();
-  /** Aborts at the first interrupt, its reason `interrupted (SIGX)`. */
-  readonly signal: AbortSignal = this.#controller.signal;
-  readonly #interrupts: Interrupts | undefined;
-  readonly #print: { err(line: string): void };
-  readonly #simulated: boolean;
-  readonly #hooks: InterruptHooks;
-  #first: Signal | undefined;
-  #unwatch: (() => void) | undefined;
-
-  constructor(
-    interrupts: Interrupts | undefined,
-    print: { err(line: string): void },
-    simulated: boolean,
-    hooks: InterruptHooks,
-  ) {
-    this.#interrupts = interrupts;
-    this.#print = print;
-    this.#simulated = simulated;
-    this.#hooks = hooks;
-    this.#unwatch = interrupts?.watch((signal) => this.#onInterrupt(signal ?? "SIGINT"));
-  }
-
-  /** The first interrupt's signal, if one came. */
-  get first(): Signal | undefined {
-    return this.#first;
-  }
-
-  /** The exit code: the first interrupt's, if one came, else `code`. */
-  exitCode(code: number): number {
-    return this.#first ? interruptedExitCode(this.#first) : code;
-  }
-
-  /** Stops watching: an interrupt ends the program again. Idempotent. */
-  stop(): void {
-    this.#unwatch?.();
-    this.#unwatch = undefined;
-  }
-
-  #onInterrupt(signal: Signal): void {
-    const { subject, meanwhile, leftBehind } = this.#hooks;
-    if (this.#first === undefined) {
-      this.#first = signal;
-      this.#print.err(
-        `cuda-checkpoint: ${subject ? `${subject} ` : ""}interrupted${
-          signal === "SIGINT" ? "" : ` by ${signal}`
-        }: ${meanwhile}`,
-      );
-      this.#controller.abort(new Error(`interrupted (${signal})`));
-      return;
+export function watchInterrupts(
+  interrupts: Interrupts | undefined,
+  print: { err(line: string): void },
+  { subject, meanwhile, leftBehind, simulated }: InterruptHooks,
+): InterruptWatch {
+  const controller = new AbortController();
+  let first: Signal | undefined;
+  const say = (line: string) => print.err(`cuda-checkpoint: ${line}`);
+  let unwatch = interrupts?.watch((signal = "SIGINT") => {
+    if (first === undefined) {
+      first = signal;
+      const by = signal === "SIGINT" ? "" : ` by ${signal}`;
+      say(`${subject ? `${subject} ` : ""}interrupted${by}: ${meanwhile}`);
+      return controller.abort(new Error(`interrupted (${signal})`));
     }
     const { rest, lines = [] } = leftBehind();
-    this.#print.err(`cuda-checkpoint: interrupted again: exiting without waiting${rest}`);
-    for (const line of lines) this.#print.err(`cuda-checkpoint: ${line}`);
-    if (this.#simulated) {
-      this.#print.err(
-        "cuda-checkpoint: the simulated machine was not saved: its state file is as before " +
-          "this command",
-      );
+    say(`interrupted again: exiting without waiting${rest}`);
+    lines.forEach(say);
+    if (simulated) {
+      say("the simulated machine was not saved: its state file is as before this command");
     }
-    this.#interrupts!.exit(interruptedExitCode(signal));
-  }
+    interrupts!.exit(interruptedExitCode(signal));
+  });
+  return {
+    signal: controller.signal,
+    get first() {
+      return first;
+    },
+    exitCode: (code) => first ? interruptedExitCode(first) : code,
+    stop() {
+      unwatch?.();
+      unwatch = undefined;
+    },
+  };
 }

@@ -1,15 +1,9 @@
 /**
- * `cuda-checkpoint`: the command line of `@ckpt/cuda`, a stand-in for NVIDIA's utility of the same
- * name (driver 580) that CRIU's CUDA plugin can run from `PATH`, with more: several pids at once,
- * `--all`, `list`, `--json`, progress on a terminal, and `--simulate`. Run as a program, it exits
- * with the code {@link main} returns; imported, {@link main} runs one command line in-process, on
- * the machine and output given (tests give it the simulated machine).
- *
- * ```sh
- * deno install -g -A -n cuda-checkpoint jsr:@ckpt/cuda/cli
- * cuda-checkpoint --get-state --pid 4242          # running
- * cuda-checkpoint --toggle --pid 4242,4243 --json
- * ```
+ * `cuda-checkpoint`: the command line of `@ckpt/cuda`, a stand-in for NVIDIA's utility (driver 580)
+ * that CRIU's CUDA plugin can run from `PATH`, with more: several pids, `--all`, `list`, `--json`,
+ * progress, snapshots to disk and `--simulate`. Run as a program, it exits with the code of
+ * {@link main}; imported, {@link main} runs one command line on the machine and output given. It
+ * loads only its parser until the command is known (libcuda alone for a query), to start fast.
  *
  * @example
  * ```ts
@@ -24,10 +18,6 @@
  * await main(["--get-state", "--pid", String(pid)], io); // 0, and out is "checkpointed\n"
  * ```
  *
- * This module loads only the command-line parser; each command then loads what it needs (libcuda
- * alone for a query, this machine, the simulator), so that `--get-state` and `--get-restore-tid`
- * start fast.
- *
  * @module
  */
 
@@ -39,13 +29,11 @@ import { VERSION } from "../core/version.ts";
 export type { CliIo, Interrupts } from "./io.ts";
 
 /**
- * Runs one `cuda-checkpoint` command line (the arguments after the program's name) and resolves
- * to its exit code: 0 when everything asked succeeded, 128 + the signal's number when interrupted
- * (130 for SIGINT, 143 for SIGTERM, 129 for SIGHUP), 1 otherwise. It never rejects: bad input is
- * one line on stderr, then, for NVIDIA's operations, the help as NVIDIA's utility prints it, and
- * for a command line of ours one line that points at `--help`; an unexpected error is one line,
- * `cuda-checkpoint: internal error: ...`. Control characters in anything it writes (a process's
- * command line, say) are escaped, so none reaches a terminal.
+ * Runs one `cuda-checkpoint` command line (the arguments after the program's name); resolves to
+ * its exit code: 0 when everything asked succeeded, 128 + the signal's number when interrupted
+ * (130, 143, 129), 1 otherwise. Never rejects: bad input is its line on stderr, then NVIDIA's help
+ * (for NVIDIA's operations) or a line pointing at `--help`; an unexpected error is one line. No
+ * control character of what it writes (a process's command line, say) reaches a terminal.
  */
 export async function main(args: readonly string[], io: CliIo): Promise<number> {
   const say = (text: string) => io.stderr(escapeControls(text));

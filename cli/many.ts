@@ -20,7 +20,7 @@ import type { Machine } from "../driver.ts";
 import type { Action, GroupEvent, StepRecord } from "../types.ts";
 import { roundMs } from "../core/time.ts";
 import { isGone } from "../core/process.ts";
-import { interruptedExitCode, type Interrupts, InterruptWatch } from "./io.ts";
+import { interruptedExitCode, type Interrupts, watchInterrupts } from "./io.ts";
 import { progressOf } from "./progress.ts";
 import {
   errorReport,
@@ -65,22 +65,7 @@ export async function runMany(
   progress?.event({ type: "phase", phase: operation, at: 0 });
   const underWay = new Map<number, string>();
   const watch = acting && interrupts
-    ? new InterruptWatch(interrupts, print, simulated, {
-      meanwhile: "no new step starts, and each process this command changed is brought back " +
-        "once its step inside the driver ends (interrupt again to exit without waiting)",
-      leftBehind: () => {
-        const under = [...underWay].map(([pid, step]) => `${pid} (${step})`);
-        return {
-          rest: " for the driver" +
-            (under.length > 0 ? `; still under way, their state unknown: ${under.join(", ")}` : ""),
-          lines: [
-            `check each process with: cuda-checkpoint --get-state --pid ${pids.join(",")}${
-              simulated ? " --simulate" : ""
-            }`,
-          ],
-        };
-      },
-    })
+    ? watchGroup(interrupts, print, pids, underWay, simulated)
     : undefined;
   const onProgress = (event: GroupEvent) => {
     if (event.type === "step-start") underWay.set(event.pid, event.step);
@@ -115,6 +100,35 @@ export async function runMany(
   if (!watch?.first) return code;
   print.err(`cuda-checkpoint: interrupted: ${leftChanged(result.processes)}`);
   return interruptedExitCode(watch.first);
+}
+
+/**
+ * Watches the interrupts of an operation on `pids`; a second interrupt names the steps still
+ * `underWay` inside the driver.
+ */
+function watchGroup(
+  interrupts: Interrupts,
+  print: Printer,
+  pids: readonly number[],
+  underWay: Map<number, string>,
+  simulated: boolean,
+) {
+  return watchInterrupts(interrupts, print, {
+    simulated,
+    meanwhile: "no new step starts, and each process this command changed is brought back " +
+      "once its step inside the driver ends (interrupt again to exit without waiting)",
+    leftBehind: () => {
+      const under = [...underWay].map(([pid, step]) => `${pid} (${step})`);
+      const sim = simulated ? " --simulate" : "";
+      return {
+        rest: " for the driver" +
+          (under.length > 0 ? `; still under way, their state unknown: ${under.join(", ")}` : ""),
+        lines: [
+          `check each process with: cuda-checkpoint --get-state --pid ${pids.join(",")}${sim}`,
+        ],
+      };
+    },
+  });
 }
 
 /** A group's outcome for one process, as reported. */

@@ -28,37 +28,18 @@ export async function run(command: MachineCommand, io: CliIo): Promise<number> {
     // It reads the file system (or the given machine's store) only: nothing here is opened.
     return await (await import("./disk.ts")).runInspect(command, io.machine, print);
   }
-  let machine: Machine, simulated: SavedMachine | undefined, close: () => Promise<void>;
+  let opened: Opened;
   try {
     // One process and no live line to draw: the driver's calls may block this thread, and no
     // worker thread need start.
-    const callingThread = oneCall || (one !== undefined && io.isTerminal !== true);
-    if (command.simulate) {
-      const { openSimulatedMachine } = await import("./simulate.ts");
-      // `--simulate reset` starts a new machine without reading the state file.
-      simulated = await openSimulatedMachine({
-        env: { ...io.env },
-        fresh: command.kind === "reset",
-      });
-      [machine, close] = [simulated.machine, () => simulated!.close()];
-    } else if (io.machine) [machine, close] = [io.machine, () => Promise.resolve()];
-    else if (oneCall) {
-      const driver = await (await import("../ffi/native.ts")).openNativeDriver({ callingThread });
-      [machine, close] = [{ driver }, () => driver[Symbol.asyncDispose]()];
-    } else {
-      const env = io.env ? { criu: { env: io.env } } : {};
-      const opened = await (await import("../os/this_machine.ts")).openMachine({
-        callingThread,
-        ...env,
-      });
-      [machine, close] = [opened, () => opened.close()];
-    }
+    opened = await open(command, io, oneCall, oneCall || (one !== undefined && !io.isTerminal));
   } catch (error) {
     if (error instanceof Error && error.name === "DriverLoadError") {
       for (const line of noDriver(error).split("\n")) print.err(line);
     } else print.error(error);
     return 1;
   }
+  const { machine, simulated, close } = opened;
   let code = 1;
   try {
     if (simulated) print.more(`simulated machine, kept in ${simulated.path}`);
@@ -146,4 +127,33 @@ async function simulator(
     print.error(error);
     return 1;
   }
+}
+
+/** The machine a command works on, the state file's where simulated, and how to let go of it. */
+type Opened = { machine: Machine; simulated?: SavedMachine; close(): Promise<void> };
+
+/** Opens the machine: `driverOnly`, libcuda alone; `callingThread`, no worker threads. */
+async function open(
+  { simulate, kind }: MachineCommand,
+  io: CliIo,
+  driverOnly: boolean,
+  callingThread: boolean,
+): Promise<Opened> {
+  if (simulate) {
+    // `--simulate reset` starts a new machine without reading the state file.
+    const { openSimulatedMachine } = await import("./simulate.ts");
+    const simulated = await openSimulatedMachine({ env: { ...io.env }, fresh: kind === "reset" });
+    return { machine: simulated.machine, simulated, close: () => simulated.close() };
+  }
+  if (io.machine) return { machine: io.machine, close: () => Promise.resolve() };
+  if (driverOnly) {
+    const driver = await (await import("../ffi/native.ts")).openNativeDriver({ callingThread });
+    return { machine: { driver }, close: () => driver[Symbol.asyncDispose]() };
+  }
+  const env = io.env ? { criu: { env: io.env } } : {};
+  const machine = await (await import("../os/this_machine.ts")).openMachine({
+    callingThread,
+    ...env,
+  });
+  return { machine, close: () => machine.close() };
 }

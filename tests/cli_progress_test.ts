@@ -153,6 +153,35 @@ describe("the live line on a terminal", () => {
     assertErasedBeforeOutput(back.writes);
   });
 
+  test("an interrupt: the line erased before what it says, then the line of putting things back", async () => {
+    const sim = new SimulatedMachine();
+    const p = sim.spawn({ memoryMiB: 4096 });
+    const writes: ["out" | "err", string][] = [];
+    const code = await main(["snapshot", "--pid", String(p.pid), "--dir", join(base(), "s")], {
+      machine: sim,
+      isTerminal: true,
+      stdout: (t) => writes.push(["out", t]),
+      stderr: (t) => writes.push(["err", t]),
+      interrupts: {
+        // Ctrl-C 2 s in, during the suspend (virtual time, which the snapshot's own calls move).
+        watch: (onInterrupt) => sim.clock.timer!(2000, () => onInterrupt()),
+        exit: () => assert.fail("one interrupt only"),
+      },
+    });
+    assert.equal(code, 130);
+    const said = writes.findIndex(([, t]) => t.startsWith("cuda-checkpoint: snapshot interrupted"));
+    assert.ok(said > 0, JSON.stringify(writes.slice(-3)));
+    assert.equal(writes[said - 1][1], CLEAR, "the line was erased first");
+    assert.match(
+      writes[said - 2][1],
+      /^\r\x1b\[2Ksuspending the CUDA processes 1\.8 s: ~3\.6 of 4\.8 GB, /,
+    );
+    const after = writes.slice(said + 1).filter(([, t]) => t.startsWith(CLEAR) && t !== CLEAR);
+    assert.ok(after.some(([, t]) => t.includes("putting things back")), "the rollback shows");
+    assertErasedBeforeOutput(writes);
+    assert.equal(sim.process(p.pid)!.state, "running", "put back");
+  });
+
   test("recover: the resumes of what a snapshot killed outright left suspended", async () => {
     const sim = new SimulatedMachine();
     const a = sim.spawn({ memoryMiB: 8192 });
