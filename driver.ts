@@ -34,6 +34,7 @@ export type {
 export type { Machine } from "./core/machine.ts";
 export type { Clock } from "./core/time.ts";
 export type {
+  GpuImport,
   GpuMemory,
   GpuMemoryReport,
   HeldRecord,
