@@ -60,12 +60,14 @@ export interface Interrupts {
 
 /**
  * Text as it may go to a terminal: every control character but the newline (C0, DEL, and C1,
- * which some terminals obey too) written as a `\u00XX` escape; a JSON line stays valid JSON.
+ * which some terminals obey too), the bidirectional controls (U+202A-U+202E, U+2066-U+2069,
+ * U+200E, U+200F, U+061C: they reorder what follows on screen) and the line and paragraph
+ * separators (U+2028, U+2029) written as `\uXXXX` escapes; a JSON line stays valid JSON.
  */
 export function escapeControls(text: string): string {
   return text.replace(
     // deno-lint-ignore no-control-regex
-    /[\u0000-\u0009\u000b-\u001f\u007f-\u009f]/g,
+    /[\u0000-\u0009\u000b-\u001f\u007f-\u009f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]/g,
     (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`,
   );
 }
