@@ -52,6 +52,6 @@ export {
   type SnapshotEngine,
 } from "./core/engine.ts";
 export { type SnapshotFile } from "./core/snapshot/store.ts";
-export { recoverSnapshot } from "./api/functions.ts";
+export { type RecoverOptions, recoverSnapshot } from "./api/functions.ts";
 export type { RecoverResult } from "./core/snapshot/recover.ts";
 export type { CriuEngineOptions } from "./os/criu.ts";

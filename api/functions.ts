@@ -8,11 +8,12 @@
 import { CudaProcess, handleOf, machineOf } from "./cuda_process.ts";
 import type { GpuInfo } from "../core/driver.ts";
 import { runGroup as runOn } from "../core/group.ts";
-import { checkGroupOptions, type GroupOptions, type GroupResult } from "../core/group_types.ts";
+import { checkGroupOptions, type GroupEvent, type GroupOptions } from "../core/group_types.ts";
+import type { GroupResult } from "../core/group_types.ts";
 import { checkListOptions, type CudaProcessListing } from "../core/listing.ts";
 import { type ListCudaProcessesOptions, listOn } from "../core/listing.ts";
 import { type Machine, withMachine } from "../core/machine.ts";
-import { checkChoice, checkFlag, checkOptions } from "../core/options.ts";
+import { checkChoice, checkFlag, checkFunction, checkOptions } from "../core/options.ts";
 import type { Manifest } from "../core/snapshot/manifest.ts";
 import { recoverFrom, type RecoverResult } from "../core/snapshot/recover.ts";
 import type { RestoreSnapshotOptions, RestoreSnapshotResult } from "../core/snapshot/restore.ts";
@@ -224,7 +225,7 @@ export async function inspectSnapshotAs(
  */
 export function recoverSnapshot(
   dir: string,
-  options?: { machine?: Machine; checkRoom?: boolean },
+  options?: RecoverOptions,
 ): Promise<RecoverResult> {
   return recoverSnapshotAs("recoverSnapshot", dir, options);
 }
@@ -233,13 +234,24 @@ export function recoverSnapshot(
 export async function recoverSnapshotAs(
   operation: string,
   dir: string,
-  options?: { machine?: Machine; checkRoom?: boolean },
+  options?: RecoverOptions,
 ): Promise<RecoverResult> {
-  const o = checkOptions(options, operation, ["machine", "checkRoom"]);
+  const o = checkOptions(options, operation, ["machine", "checkRoom", "onProgress"]);
   checkDir(dir);
   const checkRoom = checkFlag(o.checkRoom, "checkRoom", true);
+  const onProgress = checkFunction(o.onProgress, "onProgress");
   return await withMachine(
     machineOf(o.machine, operation),
-    (m) => recoverFrom(m, storeOf(m), dir, checkRoom, operation),
+    (m) => recoverFrom(m, storeOf(m), dir, checkRoom, operation, onProgress),
   );
+}
+
+/** Options of {@link recoverSnapshot}. */
+export interface RecoverOptions {
+  /** The machine; this machine when left out. */
+  machine?: Machine;
+  /** Whether each resume's room is checked first; default `true`. */
+  checkRoom?: boolean;
+  /** Called as each resume's steps start and end ({@link GroupEvent}). Must not throw. */
+  onProgress?: (event: GroupEvent) => void;
 }

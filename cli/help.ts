@@ -1,15 +1,14 @@
 /**
- * The help text of `cuda-checkpoint`: what `--help` prints, and what follows a usage error. It
- * names `--action`, which CRIU's CUDA plugin looks for before it uses the program.
+ * The help text of `cuda-checkpoint`: what `--help` prints, and what follows a usage error of
+ * NVIDIA's operations. It names `--action`, which CRIU's CUDA plugin looks for before it uses the
+ * program.
  *
  * @module
  */
 
 import { VERSION } from "../core/version.ts";
 
-/** The help text, ending with a newline. */
-export function helpText(): string {
-  return `Usage: cuda-checkpoint <operation> --pid <pid>[,<pid>...] [options]
+const HELP = `Usage: cuda-checkpoint <operation> --pid <pid>[,<pid>...] [options]
 Checkpoint and restore the CUDA state of Linux processes (@ckpt/cuda ${VERSION}). Works as NVIDIA's
 cuda-checkpoint utility (driver 580) does, and on several processes at once.
 
@@ -93,7 +92,13 @@ Options:
         state, restoreThreadId (--get-restore-tid), status (done, unchanged, failed, stopped,
         not-started, rolled-back), reason, ms, steps, error {message, code, codeName, detail},
         rollback. list: pid, state, restoreThreadId, gpuMemoryMiB ({GPU UUID: MiB} or
-        "unknown"), command
+        "unknown"), command. Where stderr is no terminal, long work (a step, --toggle, snapshot,
+        restore-snapshot, recover) also writes its progress there, one JSON object per line:
+        {"event":"phase",phase,gpuMemoryMiB:{<pid>:<MiB>},imageBytes}, {"event":"step-start",
+        pid,step,gpuMemoryMiB,bytes,estimatedMs}, {"event":"step-end",pid,step,ms,ok,rollback},
+        {"event":"process-end",pid,status}, {"event":"bytes",root,bytes} (criu's count so far),
+        {"event":"tree-end",root,how:"dumped"|"restored",bytes} (its files, as the manifest
+        lists them); at: ms since the command began. stderr's other lines are text
 
 --simulate
         Works on a simulated machine kept in a state file ($CKPT_SIM_STATE, else one in
@@ -113,7 +118,8 @@ Options:
 Exit status: 0 when everything asked succeeded; 1 when anything failed or the command line was
 wrong; 128 + the signal's number when interrupted: 130 (Ctrl-C, SIGINT), 143 (SIGTERM), 129
 (SIGHUP). Errors are on stderr, with NVIDIA's messages; on a terminal a second line says more,
-and long operations show their progress.
+and long work shows a live line: its phase, bytes done of bytes expected, the rate, the time left
+("~": estimated from the GPU memory and the driver's usual rates, or this run's own).
 Ctrl-C, SIGTERM or SIGHUP during an operation on several processes, a snapshot or a
 restore-snapshot stops it: every process it changed is brought back, it says what it could not,
 and exits as above; a second one of the three exits at once.
@@ -122,4 +128,8 @@ Environment: CKPT_LIBCUDA_PATH (the libcuda to load), CKPT_CRIU_PATH (the criu t
 CKPT_RECORDS_DIR (the records of GPU memory held), CKPT_SIM_STATE, CKPT_SIM_CLOCK and
 CKPT_SIM_SPEED (the simulated machine).
 `;
+
+/** The help text, ending with a newline. */
+export function helpText(): string {
+  return HELP;
 }

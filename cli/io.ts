@@ -1,8 +1,8 @@
 /**
- * What `main()` is given (where it writes, and the machine, environment and interrupts it works
- * with), and the one place every line the command line prints goes through on its way there
- * ({@link GuardedIo}), which escapes the control characters that a process's strings (a command
- * line, a manifest) could carry to a terminal.
+ * What `main()` is given: where it writes, and the machine, environment and interrupts it works
+ * with; how a process's text (a command line, a manifest) is made safe for a terminal; and the one
+ * watch over interrupts (Ctrl-C's SIGINT, and the SIGTERM and SIGHUP that systemd, `timeout` and a
+ * dropped SSH session send) that a snapshot, a restore and an operation on several processes share.
  *
  * @module
  */
@@ -16,35 +16,33 @@ export interface CliIo {
   /** Writes text to standard error (errors, the help after a usage error, progress). */
   stderr(text: string): void;
   /**
-   * Whether standard error is a terminal. Then errors get a second line that says more, long
-   * operations show their progress, and `--simulate` says that it is simulated. Default false:
-   * the output is NVIDIA's utility's, line for line.
+   * Whether standard error is a terminal: then errors get a second line that says more, long work
+   * shows a live line, and `--simulate` says that it is simulated. Default false: the output is
+   * NVIDIA's utility's, line for line.
    */
   isTerminal?: boolean;
   /**
-   * The name the program was run by (its `argv[0]`), which starts the line `getopt` would print
-   * for an unknown option or a missing value, as NVIDIA's utility does. Default `cuda-checkpoint`.
+   * The name the program was run by (its `argv[0]`), which starts getopt's line for an unknown
+   * option or a missing value, as with NVIDIA's utility. Default `cuda-checkpoint`.
    */
   programName?: string;
   /**
-   * The environment that `--simulate` (`CKPT_SIM_STATE`, the simulated machine's file) and criu
-   * (`CKPT_CRIU_PATH`) are read from; left out, `--simulate` sees none and criu this process's.
-   * libcuda (`CKPT_LIBCUDA_PATH`) and the records (`CKPT_RECORDS_DIR`) are always this process's.
+   * The environment `--simulate` (`CKPT_SIM_*`) and criu (`CKPT_CRIU_PATH`) read; left out,
+   * `--simulate` sees none and criu this process's. `CKPT_LIBCUDA_PATH` and `CKPT_RECORDS_DIR` are
+   * always this process's.
    */
   env?: Readonly<Record<string, string | undefined>>;
   /**
-   * The machine to work on instead of this one (a `SimulatedMachine` in tests): its driver, its
-   * processes, its criu. It stays open: it is the caller's. `--simulate` uses the state file's
-   * machine instead.
+   * The machine to work on instead of this one (a `SimulatedMachine` in tests); it stays open: it
+   * is the caller's. `--simulate` uses the state file's machine instead.
    */
   machine?: Machine;
   /**
-   * Where interrupts come from (SIGINT, SIGTERM and SIGHUP, when `cuda-checkpoint` runs as a
-   * program). During an operation on several processes, a snapshot or a restore, the first brings
-   * back every process the command changed, and it exits 128 + the signal's number (130 for
-   * SIGINT, 143 for SIGTERM, 129 for SIGHUP); a second, of any of the three, exits at once through
-   * `interrupts.exit(code)`. Left out (in-process use): not watched. One pid never watches them:
-   * as with NVIDIA's utility, the program ends.
+   * Where interrupts come from (SIGINT, SIGTERM, SIGHUP for the program). During an operation on
+   * several processes, a snapshot or a restore, the first brings back every process the command
+   * changed, and it exits 128 + the signal's number (130, 143, 129); a second exits at once through
+   * `interrupts.exit(code)`. Left out (in-process use): not watched. One pid never watches them: as
+   * with NVIDIA's utility, the program ends.
    */
   interrupts?: Interrupts;
 }
@@ -62,10 +60,9 @@ export interface Interrupts {
 
 /**
  * Text as it may go to a terminal: every control character but the newline (C0, DEL, and C1,
- * U+0080 to U+009F, which some terminals obey as well), the bidirectional controls (U+202A to
- * U+202E, U+2066 to U+2069, U+200E, U+200F, U+061C: they reorder what follows on screen) and the
- * line and paragraph separators (U+2028, U+2029) written as a `\uXXXX` escape. A JSON line stays
- * valid JSON, and means the same.
+ * which some terminals obey too), the bidirectional controls (U+202A-U+202E, U+2066-U+2069,
+ * U+200E, U+200F, U+061C: they reorder what follows on screen) and the line and paragraph
+ * separators (U+2028, U+2029) written as `\uXXXX` escapes; a JSON line stays valid JSON.
  */
 export function escapeControls(text: string): string {
   return text.replace(
@@ -75,57 +72,82 @@ export function escapeControls(text: string): string {
   );
 }
 
-/**
- * One line as it is written: a newline within it escaped (`\u000a`), so that a process's text (a
- * command line may hold one) cannot start a line of its own that reads as the command's. Its other
- * control characters are {@link GuardedIo}'s to escape, as everything written through it.
- */
-export function oneLine(line: string): string {
-  return line.replaceAll("\n", "\\u000a");
+/** A signal that interrupts a command: as {@link Interrupts.watch} names it. */
+export type Signal = NonNullable<Parameters<Parameters<Interrupts["watch"]>[0]>[0]>;
+
+/** Linux's number of each. */
+const NUMBERS: Readonly<Record<Signal, number>> = { SIGINT: 2, SIGTERM: 15, SIGHUP: 1 };
+
+/** The signals that interrupt a command. */
+export const SIGNALS = Object.keys(NUMBERS) as readonly Signal[];
+
+/** The exit code of a command that `signal` interrupted: 128 + its number, as shells report it. */
+export function interruptedExitCode(signal: Signal): number {
+  return 128 + NUMBERS[signal];
 }
 
 /**
- * The output `main()` writes through: the given {@link CliIo} with every character written to
- * stdout and stderr escaped ({@link escapeControls}), except what `control()` writes: the
- * command line's own terminal controls (a progress line and its erasing), never a process's text.
+ * What a command says when interrupted: what was interrupted (`snapshot`), named before
+ * "interrupted"; what happens after the first interrupt, the end of its line; what a second leaves
+ * (`rest` ends the line `interrupted again: exiting without waiting`, `lines` follow it); and
+ * whether the machine is the state file's (then unsaved).
  */
-export class GuardedIo implements CliIo {
-  readonly #io: CliIo;
+export interface InterruptHooks {
+  readonly subject?: string;
+  readonly meanwhile: string;
+  leftBehind(): { rest: string; lines?: readonly string[] };
+  readonly simulated: boolean;
+}
 
-  /** Guards `io`; a `GuardedIo` given is not guarded twice. */
-  static of(io: CliIo): GuardedIo {
-    return io instanceof GuardedIo ? io : new GuardedIo(io);
-  }
+/** The watch over a command's interrupts (see {@link watchInterrupts}). */
+export interface InterruptWatch {
+  /** Aborts at the first interrupt, its reason `interrupted (SIGX)`. */
+  readonly signal: AbortSignal;
+  /** The first interrupt's signal, if one came. */
+  readonly first: Signal | undefined;
+  /** The exit code: the first interrupt's, if one came, else `code`. */
+  exitCode(code: number): number;
+  /** Stops watching: an interrupt ends the program again. Idempotent. */
+  stop(): void;
+}
 
-  private constructor(io: CliIo) {
-    this.#io = io;
-  }
-
-  /** Writes `text` to stdout, its control characters escaped. */
-  readonly stdout = (text: string): void => this.#io.stdout(escapeControls(text));
-  /** Writes `text` to stderr, its control characters escaped. */
-  readonly stderr = (text: string): void => this.#io.stderr(escapeControls(text));
-  /** Writes the command line's own terminal controls to stderr, as they are. */
-  readonly control = (text: string): void => this.#io.stderr(text);
-
-  /** See {@link CliIo.isTerminal}. */
-  get isTerminal(): boolean | undefined {
-    return this.#io.isTerminal;
-  }
-  /** See {@link CliIo.programName}. */
-  get programName(): string | undefined {
-    return this.#io.programName;
-  }
-  /** See {@link CliIo.env}. */
-  get env(): Readonly<Record<string, string | undefined>> | undefined {
-    return this.#io.env;
-  }
-  /** See {@link CliIo.machine}. */
-  get machine(): Machine | undefined {
-    return this.#io.machine;
-  }
-  /** See {@link CliIo.interrupts}. */
-  get interrupts(): Interrupts | undefined {
-    return this.#io.interrupts;
-  }
+/**
+ * Watches a command's interrupts. The first is remembered, said (`interrupted`, with ` by SIGTERM`
+ * or ` by SIGHUP`) and aborts `signal`; a second, of any of the three, says what may be left and
+ * exits at once with its own exit code. Without `interrupts` nothing is watched.
+ */
+export function watchInterrupts(
+  interrupts: Interrupts | undefined,
+  print: { err(line: string): void },
+  { subject, meanwhile, leftBehind, simulated }: InterruptHooks,
+): InterruptWatch {
+  const controller = new AbortController();
+  let first: Signal | undefined;
+  const say = (line: string) => print.err(`cuda-checkpoint: ${line}`);
+  let unwatch = interrupts?.watch((signal = "SIGINT") => {
+    if (first === undefined) {
+      first = signal;
+      const by = signal === "SIGINT" ? "" : ` by ${signal}`;
+      say(`${subject ? `${subject} ` : ""}interrupted${by}: ${meanwhile}`);
+      return controller.abort(new Error(`interrupted (${signal})`));
+    }
+    const { rest, lines = [] } = leftBehind();
+    say(`interrupted again: exiting without waiting${rest}`);
+    lines.forEach(say);
+    if (simulated) {
+      say("the simulated machine was not saved: its state file is as before this command");
+    }
+    interrupts!.exit(interruptedExitCode(signal));
+  });
+  return {
+    signal: controller.signal,
+    get first() {
+      return first;
+    },
+    exitCode: (code) => first ? interruptedExitCode(first) : code,
+    stop() {
+      unwatch?.();
+      unwatch = undefined;
+    },
+  };
 }

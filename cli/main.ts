@@ -1,15 +1,9 @@
 /**
- * `cuda-checkpoint`: the command line of `@ckpt/cuda`, a stand-in for NVIDIA's utility of the same
- * name (driver 580) that CRIU's CUDA plugin can run from `PATH`, with more: several pids at once,
- * `--all`, `list`, `--json`, progress on a terminal, and `--simulate`. Run as a program, it exits
- * with the code {@link main} returns; imported, {@link main} runs one command line in-process, on
- * the machine and output given (tests give it the simulated machine).
- *
- * ```sh
- * deno install -g -A -n cuda-checkpoint jsr:@ckpt/cuda/cli
- * cuda-checkpoint --get-state --pid 4242          # running
- * cuda-checkpoint --toggle --pid 4242,4243 --json
- * ```
+ * `cuda-checkpoint`: the command line of `@ckpt/cuda`, a stand-in for NVIDIA's utility (driver 580)
+ * that CRIU's CUDA plugin can run from `PATH`, with more: several pids, `--all`, `list`, `--json`,
+ * progress, snapshots to disk and `--simulate`. Run as a program, it exits with the code of
+ * {@link main}; imported, {@link main} runs one command line on the machine and output given. It
+ * loads only its parser until the command is known (libcuda alone for a query), to start fast.
  *
  * @example
  * ```ts
@@ -24,32 +18,25 @@
  * await main(["--get-state", "--pid", String(pid)], io); // 0, and out is "checkpointed\n"
  * ```
  *
- * This module loads only the command-line parser; each command then loads what it needs (libcuda
- * alone for a query, this machine, the simulator), so that `--get-state` and `--get-restore-tid`
- * start fast.
- *
  * @module
  */
 
 import { parseCommandLine, UsageError } from "./args.ts";
-import { type CliIo, GuardedIo, type Interrupts } from "./io.ts";
-import { type Signal, SIGNALS } from "./signals.ts";
+import { type CliIo, escapeControls, type Signal, SIGNALS } from "./io.ts";
 import { messageOf } from "../core/errors.ts";
 import { VERSION } from "../core/version.ts";
 
 export type { CliIo, Interrupts } from "./io.ts";
 
 /**
- * Runs one `cuda-checkpoint` command line (the arguments after the program's name) and resolves
- * to its exit code: 0 when everything asked succeeded, 128 + the signal's number when interrupted
- * (130 for SIGINT, 143 for SIGTERM, 129 for SIGHUP), 1 otherwise. It never rejects: bad input is
- * one line on stderr, then, for NVIDIA's operations, the help as NVIDIA's utility prints it, and
- * for a subcommand of ours (`snapshot`, `list`, ...) one line that points at `--help`; an
- * unexpected error is one line, `cuda-checkpoint: internal error: ...`. Control characters in
- * anything it writes (a process's command line, say) are escaped, so none reaches a terminal.
+ * Runs one `cuda-checkpoint` command line (the arguments after the program's name); resolves to
+ * its exit code: 0 when everything asked succeeded, 128 + the signal's number when interrupted
+ * (130, 143, 129), 1 otherwise. Never rejects: bad input is its line on stderr, then NVIDIA's help
+ * (for NVIDIA's operations) or a line pointing at `--help`; an unexpected error is one line. No
+ * control character of what it writes (a process's command line, say) reaches a terminal.
  */
-export async function main(args: readonly string[], given: CliIo): Promise<number> {
-  const io = GuardedIo.of(given);
+export async function main(args: readonly string[], io: CliIo): Promise<number> {
+  const say = (text: string) => io.stderr(escapeControls(text));
   try {
     const command = parseCommandLine(args);
     if (command.kind === "help") {
@@ -60,21 +47,17 @@ export async function main(args: readonly string[], given: CliIo): Promise<numbe
       io.stdout(`cuda-checkpoint (@ckpt/cuda) ${VERSION}\n`);
       return 0;
     }
-    const { run } = await import("./run.ts");
-    return await run(command, io);
+    return await (await import("./run.ts")).run(command, io);
   } catch (error) {
     try {
       if (error instanceof UsageError) {
         // NVIDIA's shape: getopt's line (where it has one), the message, a blank line, the help.
-        if (error.getopt) io.stderr(`${io.programName ?? "cuda-checkpoint"}: ${error.getopt}\n`);
-        io.stderr(`${error.message}\n`);
-        if (error.detail && io.isTerminal) io.stderr(`cuda-checkpoint: ${error.detail}\n`);
-        if (error.subcommand) {
-          io.stderr(`Run cuda-checkpoint --help for what ${error.subcommand} takes.\n`);
-        } else io.stderr(`\n${(await import("./help.ts")).helpText()}`);
+        if (error.getopt) say(`${io.programName ?? "cuda-checkpoint"}: ${error.getopt}\n`);
+        say(`${error.message}\n`);
+        if (error.detail && io.isTerminal) say(`cuda-checkpoint: ${error.detail}\n`);
+        say(error.tail ? `${error.tail}\n` : `\n${(await import("./help.ts")).helpText()}`);
       } else {
-        const text = messageOf(error).split("\n")[0];
-        io.stderr(`cuda-checkpoint: internal error: ${text}\n`);
+        say(`cuda-checkpoint: internal error: ${messageOf(error).split("\n")[0]}\n`);
       }
     } catch {
       // Nowhere left to say it: the exit code says it.
@@ -83,32 +66,24 @@ export async function main(args: readonly string[], given: CliIo): Promise<numbe
   }
 }
 
-/** This process's arguments, output and environment, and the way it exits. */
-interface ProcessIo {
+/** What the program takes of its runtime, Deno or Bun. */
+interface Runtime {
   readonly args: string[];
-  readonly io: CliIo;
-  /** Exits with `code`, once what was written has gone out. */
-  exit(code: number): Promise<never>;
+  argv0(): string;
+  out(text: string): void;
+  err(text: string): void;
+  terminal(): boolean;
+  readonly env: Record<string, string | undefined>;
+  on(signal: Signal, listener: () => void): void;
+  off(signal: Signal, listener: () => void): void;
+  /** Exits at once. */
+  exit(code: number): void;
+  /** Resolves once what was written has gone out. */
+  flushed(): Promise<unknown>;
 }
 
-/** What the Bun branch uses of Bun's globals (typed here: Deno's checker has no `Bun`). */
-interface BunGlobals {
-  readonly Bun: { readonly stdout: { writer(): Sink }; readonly stderr: { writer(): Sink } };
-  readonly process: {
-    readonly argv: string[];
-    readonly argv0: string;
-    readonly env: Record<string, string | undefined>;
-    exit(code: number): never;
-    on(signal: string, listener: () => void): void;
-    off(signal: string, listener: () => void): void;
-  };
-}
-
-/** A Bun `FileSink`: buffered writes, flushed at once where the file takes them. */
-type Sink = { write(chunk: string): number; flush(): number | Promise<number> };
-
-/** This process's arguments, output and environment, on Deno or Bun. */
-function processIo(): ProcessIo {
+/** This runtime's arguments, output, environment, signals and exit. */
+function runtime(): Runtime {
   const deno = (globalThis as { Deno?: typeof Deno }).Deno;
   if (deno) {
     const encoder = new TextEncoder();
@@ -124,80 +99,50 @@ function processIo(): ProcessIo {
     }
     return {
       args: deno.args,
-      io: {
-        programName: programName(() =>
-          new TextDecoder().decode(deno.readFileSync("/proc/self/cmdline")).split("\0")[0]
-        ),
-        stdout: writer(deno.stdout),
-        stderr: writer(deno.stderr),
-        isTerminal: deno.stderr.isTerminal(),
-        env,
-        interrupts: interruptsOf(
-          (signal, listener) => deno.addSignalListener(signal, listener),
-          (signal, listener) => deno.removeSignalListener(signal, listener),
-          (code) => deno.exit(code),
-        ),
-      },
-      exit: (code) => Promise.resolve(deno.exit(code)),
+      argv0: () => new TextDecoder().decode(deno.readFileSync("/proc/self/cmdline")).split("\0")[0],
+      out: writer(deno.stdout),
+      err: writer(deno.stderr),
+      terminal: () => deno.stderr.isTerminal(),
+      env,
+      on: (signal, listener) => deno.addSignalListener(signal, listener),
+      off: (signal, listener) => deno.removeSignalListener(signal, listener),
+      exit: (code) => deno.exit(code),
+      flushed: () => Promise.resolve(),
     };
   }
-  // Bun: its own writers and globals. node:fs (and node:tty for isTTY) cost a millisecond or more
-  // to load, a tenth of the start-up of `--get-state`; they are loaded only to tell a terminal.
-  const { Bun, process } = globalThis as unknown as BunGlobals;
+  // Bun: its own writers (FileSinks: flush() gives a promise only where the pipe is full) and
+  // globals, typed here (Deno's checker has no `Bun`). node:fs is loaded only to tell a terminal:
+  // it, and node:tty more so (12-15 ms), weigh on the start-up of `--get-state`.
+  type Sink = { write(chunk: string): number; flush(): number | Promise<number> };
+  const { Bun, process } = globalThis as unknown as {
+    Bun: { stdout: { writer(): Sink }; stderr: { writer(): Sink } };
+    process: Runtime & { argv: string[]; argv0: string };
+  };
   const pending: Promise<unknown>[] = [];
   const writer = (sink: Sink) => (text: string) => {
     sink.write(text);
-    const flushed = sink.flush(); // a promise only where the pipe is full
+    const flushed = sink.flush();
     if (typeof flushed !== "number") pending.push(flushed);
   };
-  let terminal: boolean | undefined;
   const require = (import.meta as unknown as { require(id: string): unknown }).require;
   return {
     args: process.argv.slice(2),
-    io: {
-      programName: programName(() => process.argv0),
-      stdout: writer(Bun.stdout.writer()),
-      stderr: writer(Bun.stderr.writer()),
-      get isTerminal() {
-        const fs = require("node:fs") as { readlinkSync(path: string): string };
-        return terminal ??= isTerminal((path) => fs.readlinkSync(path));
-      },
-      env: process.env,
-      interrupts: interruptsOf(
-        (signal, listener) => process.on(signal, listener),
-        (signal, listener) => process.off(signal, listener),
-        (code) => process.exit(code),
-      ),
-    },
-    exit: async (code) => {
-      await Promise.all(pending);
-      return process.exit(code);
-    },
-  };
-}
-
-/** Interrupts from this process's SIGINT, SIGTERM and SIGHUP, through the runtime's listeners. */
-function interruptsOf(
-  on: (signal: Signal, listener: () => void) => void,
-  off: (signal: Signal, listener: () => void) => void,
-  exit: (code: number) => void,
-): Interrupts {
-  return {
-    watch(onInterrupt) {
-      const listeners = SIGNALS.map((signal) => [signal, () => onInterrupt(signal)] as const);
-      for (const [signal, listener] of listeners) on(signal, listener);
-      return () => {
-        for (const [signal, listener] of listeners) off(signal, listener);
-      };
-    },
-    exit,
+    argv0: () => process.argv0,
+    out: writer(Bun.stdout.writer()),
+    err: writer(Bun.stderr.writer()),
+    terminal: () =>
+      isTerminal((require("node:fs") as { readlinkSync(p: string): string }).readlinkSync),
+    env: process.env,
+    on: (signal, listener) => process.on(signal, listener),
+    off: (signal, listener) => process.off(signal, listener),
+    exit: (code) => process.exit(code),
+    flushed: () => Promise.all(pending),
   };
 }
 
 /**
- * `argv[0]` as this program was run (on Deno, from `/proc/self/cmdline`), as getopt names a
- * program; or `cuda-checkpoint` where that is a runtime running this file as a script (`deno`,
- * `bun`, `node`), or cannot be read.
+ * `argv[0]` as this program was run, as getopt names a program; or `cuda-checkpoint` where that is
+ * a runtime running this file as a script (`deno`, `bun`, `node`), or cannot be read.
  */
 function programName(argv0: () => string): string {
   try {
@@ -209,10 +154,7 @@ function programName(argv0: () => string): string {
   return "cuda-checkpoint";
 }
 
-/**
- * Whether stderr is a terminal, from what `/proc/self/fd/2` names (a `/dev/pts/N` or `/dev/ttyN`).
- * Bun's `node:tty` and `process.stderr` take 12-15 ms to load, a third of the start-up.
- */
+/** Whether stderr is a terminal, from what `/proc/self/fd/2` names (`/dev/pts/N`, `/dev/ttyN`). */
 function isTerminal(readlink: (path: string) => string): boolean {
   try {
     return /^\/dev\/(pts\/[0-9]+|tty[A-Za-z0-9]*|console)$/.test(readlink("/proc/self/fd/2"));
@@ -222,6 +164,25 @@ function isTerminal(readlink: (path: string) => string): boolean {
 }
 
 if (import.meta.main) {
-  const { args, io, exit } = processIo();
-  await exit(await main(args, io));
+  const host = runtime();
+  let terminal: boolean | undefined;
+  const code = await main(host.args, {
+    programName: programName(host.argv0),
+    stdout: host.out,
+    stderr: host.err,
+    get isTerminal() {
+      return terminal ??= host.terminal();
+    },
+    env: host.env,
+    interrupts: {
+      watch(onInterrupt) {
+        const listeners = SIGNALS.map((signal) => [signal, () => onInterrupt(signal)] as const);
+        for (const [signal, listener] of listeners) host.on(signal, listener);
+        return () => listeners.forEach(([signal, listener]) => host.off(signal, listener));
+      },
+      exit: host.exit,
+    },
+  });
+  await host.flushed();
+  host.exit(code);
 }

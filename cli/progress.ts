@@ -1,101 +1,290 @@
 /**
- * The progress line of `cuda-checkpoint` on a terminal: which step runs on which pid, for how
- * long, and the elapsed time, redrawn in place on stderr every 100 ms. It shows only once an
- * operation has run for 300 ms, so quick calls print nothing, and it is cleared before the results
- * are printed.
+ * The progress of long work. On a terminal: one live line on stderr, `<what runs> <elapsed>:
+ * <bytes done> of <bytes expected>, <rate>, <time left>`, redrawn on a timer (on the machine's
+ * clock: the simulator's virtual time moves it too) and erased before anything else is written.
+ * Off a terminal with `--json`: each event as one JSON line on stderr, the library's event with
+ * `type` named `event` and `at` in ms since the command began (a step's start adds the `bytes` it
+ * moves and `estimatedMs`).
+ *
+ * A driver step (checkpoint, restore) moves the GPU memory its process holds (NVML, a record, or
+ * the manifest) and says nothing until it ends, so its progress is estimated ("~") from the rates
+ * measured on H200s (docs/DRIVER.md, "Timings"), or from this run's own once a step of its kind has
+ * ended. A dump's bytes are criu's count as it writes (its images hold at least the GPU memory:
+ * the "~" expected); criu's restore says only when a tree is back, so its progress is estimated.
  *
  * @module
  */
 
-/**
- * A step (`lock`, ..., or `toggle` for one pid) starting or ending: the group operations' events,
- * or the single-pid path's own; with the process's GPU memory in MiB where known.
- */
-export interface ProgressEvent {
-  readonly type: "step-start" | "step-end";
-  readonly pid: number;
-  readonly step: string;
-  readonly gpuMemoryMiB?: number;
-  readonly rollback?: boolean;
-}
+import type { Clock } from "../driver.ts";
+import type { SnapshotEvent } from "../snapshot.ts";
+import { roundMs } from "../core/time.ts";
+import type { Printer } from "./report.ts";
+
+/** What progress follows: a snapshot's, restore's or group's events, or an operation's phase. */
+export type Followed =
+  | SnapshotEvent
+  | { readonly type: "phase"; readonly phase: string; readonly at: number };
 
 /**
- * Options of {@link ProgressLine}: where it writes (stderr), how many processes the operation has,
- * the clock in ms (default `performance.now()`), the terminal's width (default 80).
+ * Options of {@link progressOf}: how many processes an operation has (a count `n/N done`, and each
+ * one's step), what the line calls a phase where not as {@link PHASES} does, the step a process not
+ * yet in one is expected to make (`checkpoint` by default), the terminal's width (80).
  */
 export interface ProgressOptions {
-  readonly write: (text: string) => void;
-  readonly total: number;
-  readonly now?: () => number;
+  readonly total?: number;
+  readonly labels?: Readonly<Record<string, string>>;
+  readonly expect?: "checkpoint" | "restore";
   readonly columns?: number;
 }
 
+/**
+ * Bytes per ms where nothing was measured yet: the driver's checkpoint (1.7-2.2 GB/s) and restore
+ * (4-6 GB/s) of one process (docs/DRIVER.md, "Timings"), criu's restore of images (about 2 GB/s).
+ */
+const RATES: Readonly<Record<string, number>> = { checkpoint: 2e6, restore: 5e6, images: 2e6 };
+/** The driver step of a phase's processes. */
+const EXPECT: Readonly<Record<string, string>> = {
+  suspend: "checkpoint",
+  resume: "restore",
+  end: "restore",
+  rollback: "restore",
+};
+/** What the line calls each phase of a snapshot and a restore. */
+const PHASES: Readonly<Record<string, string>> = {
+  check: "checking",
+  suspend: "suspending the CUDA processes",
+  dump: "dumping",
+  write: "writing the manifest",
+  end: "ending the processes",
+  restore: "restoring the process trees",
+  resume: "resuming on the GPUs",
+  rollback: "putting things back",
+};
+const MIB = 2 ** 20;
 /** Erases the terminal line the cursor is on and goes to its start. */
 const CLEAR = "\r\x1b[2K";
 
-/** The progress line (see the module documentation). */
-export class ProgressLine {
-  readonly #write: (text: string) => void;
-  readonly #total: number;
+/** A live line where `print` is a terminal, JSON events where `json` is asked, else nothing. */
+export function progressOf(
+  print: Printer,
+  json: boolean,
+  machine: { readonly clock?: Clock },
+  options: ProgressOptions = {},
+): Progress | undefined {
+  return print.terminal || json ? new Progress(print, machine.clock, options) : undefined;
+}
+
+/** See the module documentation. */
+export class Progress {
+  readonly #print: Printer;
   readonly #now: () => number;
-  readonly #columns: number;
-  /** The steps under way, by pid, each with the time it started. */
-  readonly #running = new Map<number, ProgressEvent & { since: number }>();
-  readonly #finished = new Set<number>();
   readonly #start: number;
-  #timer: ReturnType<typeof setInterval> | undefined;
+  readonly #o: ProgressOptions;
+  #phase = "";
+  #since: number;
+  /** Each process's GPU memory in bytes; those the phase moves, and have moved; their steps. */
+  readonly #held = new Map<number, number>();
+  #moving = new Set<number>();
+  #moved = new Set<number>();
+  readonly #steps = new Map<number, { step: string; since: number }>();
+  readonly #done = new Set<number>();
+  /** This run's bytes and ms of each driver step, measured. */
+  readonly #measured = new Map<string, [number, number]>();
+  /** criu's count of each tree's images written, and the GPU memory suspended for it. */
+  readonly #written = new Map<number, number>();
+  #suspended = 0;
+  /** The images a restore reads, those back so far, and when the last tree came back. */
+  #images = 0;
+  #read = 0;
+  #readAt = 0;
+  #cancel: (() => void) | undefined;
   #shown = false;
 
-  /** Starts timing; the line appears after 300 ms. */
-  constructor(options: ProgressOptions) {
-    this.#write = options.write;
-    this.#total = options.total;
-    this.#now = options.now ?? (() => performance.now());
-    this.#columns = options.columns ?? 80;
-    this.#start = this.#now();
-    this.#timer = setInterval(() => {
-      if (this.#now() - this.#start < 300) return;
-      this.#shown = true;
-      this.#write(`${CLEAR}${this.text()}`);
-    }, 100);
+  constructor(print: Printer, clock: Clock | undefined, o: ProgressOptions) {
+    this.#print = print;
+    this.#o = o;
+    this.#now = clock ? () => clock.now() : () => performance.now();
+    this.#start = this.#since = this.#now();
+    if (!print.terminal) return;
+    print.live = this;
+    const timer = clock?.timer?.bind(clock) ?? ((ms: number, fn: () => void) => {
+      const handle = setTimeout(fn, ms);
+      return () => clearTimeout(handle);
+    });
+    const tick = () => {
+      this.#cancel = timer(200, () => {
+        if (this.#now() - this.#start >= 300) {
+          print.raw(`${CLEAR}${this.text()}`);
+          this.#shown = true;
+        }
+        tick();
+      });
+    };
+    tick();
   }
 
-  /** Takes a step's start or end. */
-  event(event: ProgressEvent): void {
-    if (event.type === "step-end") this.#running.delete(event.pid);
-    else this.#running.set(event.pid, { ...event, since: this.#now() });
+  /** Takes an event; off a terminal, writes it as JSON. */
+  event(e: Followed): void {
+    const now = this.#now();
+    const mib = "gpuMemoryMiB" in e ? e.gpuMemoryMiB : undefined;
+    const bytes = typeof mib === "number" ? mib * MIB : "pid" in e ? this.#held.get(e.pid) : 0;
+    if (e.type === "phase") {
+      [this.#phase, this.#since, this.#moving, this.#moved] = [e.phase, now, new Set(), new Set()];
+      for (const [pid, held] of Object.entries(typeof mib === "object" ? mib : {})) {
+        this.#held.set(Number(pid), held * MIB);
+        this.#moving.add(Number(pid));
+      }
+      if (e.phase === "suspend") this.#suspended += this.#sum(this.#moving);
+      // A restore's images hold at least the GPU memory of its processes (a simulated criu's
+      // files hold only what was written to them).
+      if ("imageBytes" in e) this.#images = Math.max(e.imageBytes ?? 0, this.#sum(this.#moving));
+    } else if (e.type === "step-start") {
+      if (bytes) this.#held.set(e.pid, bytes);
+      this.#steps.set(e.pid, { step: e.step, since: now });
+      if (RATES[e.step] && bytes) this.#moving.add(e.pid);
+    } else if (e.type === "step-end") {
+      this.#steps.delete(e.pid);
+      if (!e.ok && RATES[e.step]) this.#moving.delete(e.pid);
+      else if (this.#moving.has(e.pid) && RATES[e.step] && !e.rollback && bytes && e.ms > 0) {
+        this.#moved.add(e.pid);
+        const [b, ms] = this.#measured.get(e.step) ?? [0, 0];
+        this.#measured.set(e.step, [b + bytes, ms + e.ms]);
+      }
+    } else if (e.type === "process-end") {
+      if (e.status === "done" || e.status === "unchanged") this.#done.add(e.pid);
+    } else if (e.type === "bytes") this.#written.set(e.root, e.bytes);
+    else if (e.type === "tree-end" && e.how === "restored") {
+      [this.#read, this.#readAt] = [this.#read + e.bytes, now];
+    }
+    if (this.#print.terminal) return;
+    const { type, ...fields } = e;
+    const estimate = e.type === "step-start" && bytes && RATES[e.step]
+      ? { bytes, estimatedMs: Math.round(bytes / this.#rate(e.step)) }
+      : {};
+    const at = roundMs(now - this.#start);
+    this.#print.err(JSON.stringify({ event: type, ...fields, at, ...estimate }));
   }
 
-  /** Counts a process as finished (for the "n/total done" part). */
-  finished(pid: number): void {
-    this.#finished.add(pid);
-  }
-
-  /** The line as it would be drawn now, without the control characters. */
+  /** The line as it would be drawn now, without its control characters. */
   text(): string {
     const now = this.#now();
-    const parts = [...this.#running].map(([pid, { step, gpuMemoryMiB: mib, rollback, since }]) =>
-      `${pid} ${rollback ? "rollback " : ""}${step}${
-        mib === undefined
-          ? ""
-          : mib < 1024
-          ? ` ${Math.round(mib)} MiB`
-          : ` ${(mib / 1024).toFixed(1)} GiB`
-      } ${seconds(now - since)}`
-    );
-    const count = this.#total > 1 ? ` [${this.#finished.size}/${this.#total} done]` : "";
-    const line = `cuda-checkpoint: ${seconds(now - this.#start)}${count} ${parts.join(", ")}`;
-    const width = this.#columns - 1;
+    const total = this.#o.total ?? 0;
+    const label = this.#o.labels?.[this.#phase] ?? PHASES[this.#phase] ?? this.#phase;
+    const one = total === 1 ? [...this.#steps.values()][0] : undefined;
+    const figures = this.#phase === "dump"
+      ? this.#dumped(now)
+      : this.#phase === "restore" && this.#images > 0
+      ? this.#restored(now)
+      : this.#driver(now);
+    const steps = total > 1 ? [...this.#steps].map(([pid, s]) => `${pid} ${s.step}`) : [];
+    const line = `${label}${one ? ` ${one.step}` : ""} ${seconds(now - this.#start)}${
+      total > 1 ? `, ${this.#done.size}/${total} done` : ""
+    }${figures ? `: ${figures}` : ""}${steps.length > 0 ? `; ${steps.join(", ")}` : ""}`;
+    const width = (this.#o.columns ?? 80) - 1;
     return line.length > width ? `${line.slice(0, width - 1)}…` : line;
   }
 
-  /** Stops and clears the line, so that what follows starts on a clean line. */
-  stop(): void {
-    clearInterval(this.#timer);
-    this.#timer = undefined;
-    if (this.#shown) this.#write(CLEAR);
+  /** Erases the line, where it shows; the timer draws it again. */
+  erase(): void {
+    if (this.#shown) this.#print.raw(CLEAR);
     this.#shown = false;
   }
+
+  /** Stops the timer and erases the line. Idempotent. */
+  stop(): void {
+    this.#cancel?.();
+    this.#cancel = undefined;
+    this.erase();
+    if (this.#print.live === this) this.#print.live = undefined;
+  }
+
+  /** Bytes per ms of a driver step: this run's measured rate, else {@link RATES}'. */
+  #rate(step: string): number {
+    const [bytes, ms] = this.#measured.get(step) ?? [0, 0];
+    return ms > 0 ? bytes / ms : RATES[step];
+  }
+
+  #sum(pids: Iterable<number>): number {
+    let sum = 0;
+    for (const pid of pids) sum += this.#held.get(pid) ?? 0;
+    return sum;
+  }
+
+  /** The driver steps': what the phase's processes have moved, the rate, the time left. */
+  #driver(now: number): string {
+    let done = 0, rate = 0, left = 0;
+    const total = this.#sum(this.#moving);
+    for (const pid of this.#moving) {
+      const bytes = this.#held.get(pid)!;
+      const s = this.#steps.get(pid);
+      const running = s && RATES[s.step] ? s : undefined;
+      const r = this.#rate(running?.step ?? EXPECT[this.#phase] ?? this.#o.expect ?? "checkpoint");
+      const ran = running ? now - running.since : 0;
+      if (this.#moved.has(pid)) done += bytes;
+      else {
+        done += Math.min(bytes * 0.99, r * ran);
+        left = Math.max(left, (bytes - r * ran) / r);
+        if (running) rate += r;
+      }
+    }
+    if (total === 0) return "";
+    if (done >= total) return amounts(total, total);
+    return `~${amounts(done, total)}${rate > 0 ? `, ~${perSecond(rate)}` : ""}, ${
+      left > 0 ? `~${timeLeft(left)}` : "longer than estimated"
+    }`;
+  }
+
+  /** A dump's: criu's count, its rate, the time left to the GPU memory it holds at least. */
+  #dumped(now: number): string {
+    let written = 0;
+    for (const bytes of this.#written.values()) written += bytes;
+    const rate = written / Math.max(1, now - this.#since);
+    if (written === 0) return "";
+    if (this.#suspended <= written) return `${size(written)} written, ${perSecond(rate)}`;
+    const left = timeLeft((this.#suspended - written) / rate);
+    return `${amounts(written, this.#suspended, "~")} written, ${perSecond(rate)}, ~${left}`;
+  }
+
+  /** A restore's images: those of the trees that are back, estimated for the others. */
+  #restored(now: number): string {
+    const total = this.#images;
+    if (this.#read >= total) return amounts(total, total);
+    // criu's own rate once trees that hold a tenth of the images are back; till then, the usual.
+    const rate = this.#read > total / 10
+      ? this.#read / Math.max(1, this.#readAt - this.#since)
+      : RATES.images;
+    const done = Math.min(total * 0.99, Math.max(this.#read, rate * (now - this.#since)));
+    return `~${amounts(done, total)}, ~${perSecond(rate)}, ~${timeLeft((total - done) / rate)}`;
+  }
+}
+
+/** `12.4 of 34.4 GB`: both in the unit of the second (`of ~34.4 GB`: with its mark). */
+function amounts(done: number, total: number, mark = ""): string {
+  const [scale, unit] = total >= 1e9 ? [1e9, "GB"] : total >= 1e6 ? [1e6, "MB"] : [1e3, "kB"];
+  return `${(done / scale).toFixed(1)} of ${mark}${(total / scale).toFixed(1)} ${unit}`;
+}
+
+/** `2.1 GB/s`, from bytes per ms. */
+function perSecond(bytesPerMs: number): string {
+  const perS = bytesPerMs * 1000;
+  return perS >= 1e9 ? `${(perS / 1e9).toFixed(1)} GB/s` : `${(perS / 1e6).toFixed(1)} MB/s`;
+}
+
+/** `4.4 s left`, `11 s left`, `3 min left`. */
+function timeLeft(ms: number): string {
+  const s = ms / 1000;
+  return s < 10
+    ? `${s.toFixed(1)} s left`
+    : s < 100
+    ? `${Math.round(s)} s left`
+    : `${Math.round(s / 60)} min left`;
+}
+
+/** `34.83 GB`, `512.0 MB`, `4.1 kB`, `312 B`. */
+export function size(bytes: number): string {
+  if (bytes >= 1e9) return `${(bytes / 1e9).toFixed(2)} GB`;
+  if (bytes >= 1e6) return `${(bytes / 1e6).toFixed(1)} MB`;
+  return bytes >= 1e3 ? `${(bytes / 1e3).toFixed(1)} kB` : `${Math.round(bytes)} B`;
 }
 
 /** `1.2 s`. */

@@ -6,7 +6,7 @@
  */
 
 import type { CliOperation } from "./args.ts";
-import { type CliIo, GuardedIo, oneLine } from "./io.ts";
+import { type CliIo, escapeControls } from "./io.ts";
 import {
   CheckpointError,
   CudaError,
@@ -15,14 +15,16 @@ import {
   RefusedError,
 } from "../core/errors.ts";
 import type { RoomCheck } from "../types.ts";
+import { callDriver, stateOf } from "../core/calls.ts";
+import type { CheckpointDriver } from "../core/driver.ts";
 import { PATH_ERRORS } from "../os/private.ts";
 import type { ProcessState } from "../mod.ts";
 
 /**
  * An error as `--json` gives it: `message` the line printed on stderr (NVIDIA's, where it has one);
  * `code` the driver's `CUresult`, or for an operation `refused` before the driver was asked, why
- * (`NO_ROOM`, `MAPPING`, ...); `codeName` and `name` the code's and the error class's names;
- * `detail` everything known (what failed, the state the process is in, what was done about it).
+ * (`NO_ROOM`, ...); `codeName` and `name` the code's and the error class's names; `detail`
+ * everything known (what failed, the state the process is in, what was done about it).
  */
 export interface ErrorReport {
   readonly message: string;
@@ -40,39 +42,33 @@ export interface StepReport {
   readonly ok: boolean;
 }
 
-/** What became of one process: one `--json` line (keys are left out where they do not apply). */
+/**
+ * What became of one process: one `--json` line, keys left out where they do not apply. `ok`:
+ * whether it is where the operation takes it; `state`: where it is now, where known; `status`, for
+ * a step or toggle (`rolled-back`: `--all-or-nothing` or an interrupt brought it back), and
+ * `reason` (`deadline`, `another-failed`) where it was not started or stopped between steps; `ms`:
+ * the whole operation's time on it; `steps`: the driver calls made; `roomCheck`: where a restore
+ * was made, `"checked"` or why its room could not be (`{ unknown }`); `rollback`: its own after a
+ * failed step, or all-or-nothing's.
+ */
 export interface PidReport {
   readonly pid: number;
   readonly operation: CliOperation;
-  /** Whether the process is now where the operation takes it. */
   readonly ok: boolean;
-  /** Its state afterwards, where known. */
   readonly state?: ProcessState;
   readonly restoreThreadId?: number;
-  /** For a step or toggle (`rolled-back`: `--all-or-nothing` or an interrupt brought it back). */
   readonly status?: "done" | "unchanged" | "failed" | "stopped" | "not-started" | "rolled-back";
-  /** Why it was not started, or stopped between steps: `deadline`, `another-failed`. */
   readonly reason?: string;
-  /** The whole operation's time on this process, in ms. */
   readonly ms?: number;
-  /** The driver calls made, in order. */
   readonly steps?: readonly StepReport[];
   readonly error?: ErrorReport;
-  /** Where a restore was made: `"checked"`, or why its room could not be (`{ "unknown": "..." }`). */
   readonly roomCheck?: RoomCheck;
-  /** Its rollback (its own after a failed step, or all-or-nothing's), where one was made. */
-  readonly rollback?: {
-    readonly ok: boolean;
-    readonly steps: readonly StepReport[];
-    readonly error?: ErrorReport;
-  };
+  readonly rollback?: { ok: boolean; steps: readonly StepReport[]; error?: ErrorReport };
 }
 
 /**
- * What NVIDIA's utility would quote for an operation this package refused before asking the
- * driver: the driver's own description of the code it would have answered (a toggle of a locked
- * process, a mapping the GPUs rule out), or, for a restore refused for room, which NVIDIA's would
- * have made, what happened instead.
+ * What NVIDIA's utility would quote for an operation refused before the driver was asked: the
+ * driver's description of the code it would have answered, or what happened instead.
  */
 const REFUSAL_TEXT: Readonly<Record<RefusalCode, string>> = {
   STATE: "the operation cannot be performed in the present state",
@@ -184,33 +180,39 @@ function resultWord(report: PidReport): string {
 }
 
 /**
- * Writes to stdout and stderr, through {@link GuardedIo}: no control character of a process's
- * text reaches a terminal. stderr's extra lines only on a terminal.
+ * Writes lines to stdout and stderr, each one line (a newline within it written `\u000a`, so that
+ * a process's text cannot fake a line of ours) with its control characters escaped
+ * ({@link escapeControls}); erases the live line first, where one shows.
  */
 export class Printer {
-  readonly #io: GuardedIo;
+  readonly #io: CliIo;
+  /** The live line on stderr (`progress.ts`), erased before anything else is written. */
+  live: { erase(): void } | undefined;
 
   constructor(io: CliIo) {
-    this.#io = GuardedIo.of(io);
+    this.#io = io;
   }
 
+  /** Whether stderr is a terminal: extra lines, and the live line. */
   get terminal(): boolean {
     return this.#io.isTerminal === true;
   }
 
-  /** Writes one line to stdout: a newline within it is escaped ({@link oneLine}). */
+  /** Writes one line to stdout. */
   out(line: string): void {
-    this.#io.stdout(`${oneLine(line)}\n`);
+    this.live?.erase();
+    this.#io.stdout(escapeControls(`${line.replaceAll("\n", "\\u000a")}\n`));
   }
 
-  /** Writes one line to stderr: a newline within it is escaped ({@link oneLine}). */
+  /** Writes one line to stderr. */
   err(line: string): void {
-    this.#io.stderr(`${oneLine(line)}\n`);
+    this.live?.erase();
+    this.#io.stderr(escapeControls(`${line.replaceAll("\n", "\\u000a")}\n`));
   }
 
-  /** The command line's own terminal controls on stderr, as they are (a progress line). */
+  /** The command line's own terminal controls on stderr, as they are (the live line). */
   raw(text: string): void {
-    this.#io.control(text);
+    this.#io.stderr(text);
   }
 
   /** A line on stderr, on a terminal only. */
@@ -223,6 +225,7 @@ export class Printer {
     this.err(`cuda-checkpoint: ${commandMessage(error)}`);
   }
 
+  /** One JSON line on stdout. */
   json(value: unknown): void {
     this.out(JSON.stringify(value));
   }
@@ -230,8 +233,7 @@ export class Printer {
 
 /**
  * One stderr line about processes that could not be looked at: how many, their pids (the first
- * eight), and why, from the first one's reason (such as another user's process seen without root,
- * or one the kernel keeps even from root, as a VM's pid 1 can be).
+ * eight), and why (the first one's reason: another user's process seen without root, say).
  */
 export function warnUninspectable(
   uninspected: readonly { readonly pid: number; readonly reason: string }[],
@@ -243,9 +245,7 @@ export function warnUninspectable(
   const pids = count === 1
     ? `pid ${shown}`
     : `pids ${shown}${count > 8 ? ` and ${count - 8} more` : ""}`;
-  const why = count === 1
-    ? uninspected[0].reason
-    : `pid ${uninspected[0].pid}: ${uninspected[0].reason}`;
+  const why = `${count === 1 ? "" : `pid ${uninspected[0].pid}: `}${uninspected[0].reason}`;
   print.err(
     `cuda-checkpoint: ${count} process${count === 1 ? "" : "es"} could not be looked at and may ` +
       `be ${count === 1 ? "a CUDA process" : "CUDA processes"} (${pids}): ${why}`,
@@ -254,11 +254,8 @@ export function warnUninspectable(
 
 /**
  * An error of a command as the command line says it: its message, with the system's raw lines
- * (`ENOTDIR: not a directory, lstat '/a/b'`) made into a sentence that names the path, in the
- * words of {@link PATH_ERRORS}. The snapshot store words its own (a directory made or opened, a
- * small file read); this is for the raw lines that other messages still carry (a file or folder
- * the store looks at or writes in os/private.ts, and core's `snapshot failed: ...` around an
- * engine's or a write's error).
+ * that it may carry (`ENOTDIR: not a directory, lstat '/a/b'`) made sentences that name the path,
+ * in the words of {@link PATH_ERRORS}.
  */
 export function commandMessage(error: unknown): string {
   return messageOf(error).replace(
@@ -266,4 +263,34 @@ export function commandMessage(error: unknown): string {
     (raw, code: string, path: string) =>
       PATH_ERRORS[code] ? `${path}: ${PATH_ERRORS[code]} (${code})` : raw,
   );
+}
+
+/**
+ * The fast path of `--get-state` and `--get-restore-tid` of one pid, and of anything of pid 0
+ * (which NVIDIA's utility hands to the driver as it is): the one driver call, made through
+ * `core/calls.ts` without a session, host or queue, so that the program loads little before it
+ * answers. Says what came of it; never rejects.
+ */
+export async function query(
+  operation: CliOperation,
+  pid: number,
+  driver: CheckpointDriver,
+): Promise<PidReport> {
+  try {
+    if (operation === "get-restore-tid") {
+      const restoreThreadId = await callDriver(driver, "getRestoreThreadId", pid);
+      return { pid, operation, ok: true, restoreThreadId };
+    }
+    if (operation === "get-state" || operation === "toggle") {
+      const state = stateOf(await callDriver(driver, "getState", pid), pid);
+      if (operation === "get-state") return { pid, operation, ok: true, state };
+    } else {
+      await callDriver(driver, operation, pid, operation === "lock" ? { timeoutMs: 0 } : null);
+    }
+    // Only pid 0 comes here, and the driver knows no process 0: this is not reached on a driver
+    // that keeps to the seam's rules.
+    throw new Error(`the driver answered CUDA_SUCCESS for ${operation} of process ${pid}`);
+  } catch (error) {
+    return { pid, operation, ok: false, error: errorReport(operation, pid, error) };
+  }
 }

@@ -1,8 +1,8 @@
 /**
- * Runs a parsed `cuda-checkpoint` command on its machine: opens the machine the command needs
- * (the one given to `main()`, the simulated machine of the state file with `--simulate`, or this
- * machine: libcuda alone for a query of one pid, which loads nothing else), hands the command to
- * its module (loaded only then), saves the simulated machine after it, and closes what it opened.
+ * Runs a parsed `cuda-checkpoint` command on its machine: opens the one it needs (the one given to
+ * `main()`, the state file's simulated machine with `--simulate`, or this machine: libcuda alone
+ * for a query of one pid), hands the command to its module (loaded only then), saves the simulated
+ * machine after it, and closes what it opened.
  *
  * @module
  */
@@ -11,47 +11,46 @@ import type { Command } from "./args.ts";
 import type { CliIo } from "./io.ts";
 import type { Machine } from "../driver.ts";
 import type { SavedMachine } from "./simulate.ts";
-import { Printer, printReports } from "./report.ts";
+import { Printer, printReports, query } from "./report.ts";
 
 /** A command that works on a machine: anything but help and version. */
 export type MachineCommand = Exclude<Command, { kind: "help" } | { kind: "version" }>;
 
 /** Runs the command; resolves to the exit code. */
 export async function run(command: MachineCommand, io: CliIo): Promise<number> {
+  const print = new Printer(io);
   const op = command.kind === "operation" ? command : undefined;
   const one = op && op.targets !== "all" && op.targets.length === 1 ? op.targets[0] : undefined;
   // A query of one pid (or anything of pid 0, which NVIDIA's utility hands to the driver as it is)
   // is one driver call: nothing of the library's process handling is loaded.
-  const query = one !== undefined &&
-    (op!.operation === "get-state" || op!.operation === "get-restore-tid" || one === 0);
-  // One process and no progress line to draw meanwhile (off a terminal, or a query, which shows
-  // none): the driver's calls may block this thread, and no worker thread need start.
-  const callingThread = query || (one !== undefined && io.isTerminal !== true);
+  const oneCall = one !== undefined && (op!.operation.startsWith("get-") || one === 0);
   if (command.kind === "inspect" && !command.simulate) {
     // It reads the file system (or the given machine's store) only: nothing here is opened.
-    const { runInspect } = await import("./disk.ts");
-    return await runInspect(command, io.machine, new Printer(io));
+    return await (await import("./disk.ts")).runInspect(command, io.machine, print);
   }
-  let opened: CliMachine;
+  let opened: Opened;
   try {
-    opened = await openCliMachine(io, command, callingThread, query);
+    // One process and no live line to draw: the driver's calls may block this thread, and no
+    // worker thread need start.
+    opened = await open(command, io, oneCall, oneCall || (one !== undefined && !io.isTerminal));
   } catch (error) {
-    const print = new Printer(io);
     if (error instanceof Error && error.name === "DriverLoadError") {
       for (const line of noDriver(error).split("\n")) print.err(line);
     } else print.error(error);
     return 1;
   }
-  const { machine, simulated } = opened;
-  const print = new Printer(io);
+  const { machine, simulated, close } = opened;
   let code = 1;
   try {
     if (simulated) print.more(`simulated machine, kept in ${simulated.path}`);
     switch (command.kind) {
       case "operation":
-        if (query) {
-          const { query: ask } = await import("./query.ts");
-          const report = await ask(command.operation, one!, machine.driver);
+        if (oneCall) {
+          const report = await query(
+            command.operation,
+            one!,
+            machine.driver,
+          );
           code = printReports([report], print, command.json, false);
         } else if (one !== undefined) {
           code = await (await import("./single.ts")).runOne(command, one, machine, print);
@@ -63,40 +62,33 @@ export async function run(command: MachineCommand, io: CliIo): Promise<number> {
       case "list":
         code = await (await import("./list.ts")).runList(machine, print, command.json);
         break;
-      case "snapshot":
-      case "restore-snapshot":
-      case "inspect":
-      case "recover":
-        code = await (await import("./disk.ts")).runDiskCommand(
-          command,
-          machine,
-          print,
-          io,
-          simulated !== undefined,
-        );
-        break;
-      default:
+      case "spawn":
+      case "kill":
+      case "reset":
         code = await simulator(command, simulated!, print);
+        break;
+      default: {
+        const { runDiskCommand } = await import("./disk.ts");
+        code = await runDiskCommand(command, machine, print, io, simulated !== undefined);
+      }
     }
   } finally {
     try {
-      // What the command did to the simulated machine, for the next command.
-      await simulated?.save();
+      await simulated?.save(); // what the command did, for the next command
     } catch (error) {
       print.error(error);
       code = 1;
     } finally {
-      await opened.close();
+      await close();
     }
   }
   return code;
 }
 
 /**
- * The library's message for a libcuda that could not be loaded, for the command line: the paths
- * tried and what to check, with `--simulate` where the library advises its simulator, and without
- * Deno's permission flags, which are the program's to have (a failure for want of them says so
- * in the reason of each path).
+ * The library's message for a libcuda that could not be loaded: the paths tried and what to check,
+ * with `--simulate` where the library advises its simulator, and without Deno's permission flags,
+ * which are the program's to have.
  */
 function noDriver(error: Error): string {
   const simulate = "Without a GPU, --simulate runs the same commands on a simulated machine.";
@@ -116,68 +108,52 @@ async function simulator(
   print: Printer,
 ): Promise<number> {
   try {
-    switch (command.kind) {
-      case "spawn": {
-        const { memoryMiB, gpus: gpu, command: line } = command;
-        const pid = sim.spawn({ memoryMiB, gpu, command: line });
-        if (command.json) print.json({ pid, spawned: true });
-        else print.out(String(pid));
-        return 0;
-      }
-      case "kill": {
-        const killed = sim.kill(command.pid);
-        if (command.json) print.json({ pid: command.pid, killed });
-        if (!killed) print.err(`No simulated process has pid ${command.pid}`);
-        return killed ? 0 : 1;
-      }
-      case "reset":
-        await sim.reset();
-        if (command.json) print.json({ reset: true, path: sim.path });
-        return 0;
+    if (command.kind === "spawn") {
+      const { memoryMiB, gpus: gpu, command: line } = command;
+      const pid = sim.spawn({ memoryMiB, gpu, command: line });
+      if (command.json) print.json({ pid, spawned: true });
+      else print.out(String(pid));
+    } else if (command.kind === "kill") {
+      const killed = sim.kill(command.pid);
+      if (command.json) print.json({ pid: command.pid, killed });
+      if (!killed) print.err(`No simulated process has pid ${command.pid}`);
+      return killed ? 0 : 1;
+    } else {
+      await sim.reset();
+      if (command.json) print.json({ reset: true, path: sim.path });
     }
+    return 0;
   } catch (error) {
     print.error(error);
     return 1;
   }
 }
 
-/**
- * Opens the machine the command works on. `callingThread`: the driver's calls are made on this
- * thread (no worker threads on Bun); `driverOnly`: the driver alone, which loads nothing else.
- */
-async function openCliMachine(
-  io: CliIo,
+/** The machine a command works on, the state file's where simulated, and how to let go of it. */
+type Opened = { machine: Machine; simulated?: SavedMachine; close(): Promise<void> };
+
+/** Opens the machine: `driverOnly`, libcuda alone; `callingThread`, no worker threads. */
+async function open(
   { simulate, kind }: MachineCommand,
-  callingThread: boolean,
+  io: CliIo,
   driverOnly: boolean,
-): Promise<CliMachine> {
+  callingThread: boolean,
+): Promise<Opened> {
   if (simulate) {
-    const { openSimulatedMachine } = await import("./simulate.ts");
     // `--simulate reset` starts a new machine without reading the state file.
+    const { openSimulatedMachine } = await import("./simulate.ts");
     const simulated = await openSimulatedMachine({ env: { ...io.env }, fresh: kind === "reset" });
     return { machine: simulated.machine, simulated, close: () => simulated.close() };
   }
   if (io.machine) return { machine: io.machine, close: () => Promise.resolve() };
   if (driverOnly) {
-    const { openNativeDriver } = await import("../ffi/native.ts");
-    const driver = await openNativeDriver({ callingThread });
+    const driver = await (await import("../ffi/native.ts")).openNativeDriver({ callingThread });
     return { machine: { driver }, close: () => driver[Symbol.asyncDispose]() };
   }
-  const { openMachine } = await import("../os/this_machine.ts");
-  const machine = await openMachine({
+  const env = io.env ? { criu: { env: io.env } } : {};
+  const machine = await (await import("../os/this_machine.ts")).openMachine({
     callingThread,
-    ...(io.env ? { criu: { env: io.env } } : {}),
+    ...env,
   });
   return { machine, close: () => machine.close() };
-}
-
-/**
- * The machine a command works on, the simulated machine of the state file with `--simulate`, and
- * `close()`, which lets go of what was opened here (save the simulated machine first; a machine
- * given to `main()` is the caller's).
- */
-interface CliMachine {
-  readonly machine: Machine;
-  readonly simulated?: SavedMachine;
-  close(): Promise<void>;
 }

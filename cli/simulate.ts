@@ -1,8 +1,7 @@
 /**
- * The simulated machine of `cuda-checkpoint --simulate`: a `SimulatedMachine` kept in a state
- * file private to the user, so that the whole command line can be tried and scripted without a
- * GPU. Each call opens the machine (taking a lock, so that calls made at once take turns), acts,
- * saves it and closes it. Runtime-free: only `node:` modules that Deno and Bun both have.
+ * The simulated machine of `cuda-checkpoint --simulate`: a `SimulatedMachine` kept in a state file
+ * private to the user, so that the command line can be tried and scripted without a GPU. Each call
+ * opens it (taking a lock: calls made at once take turns), acts, saves and closes it. Runtime-free.
  *
  * @module
  */
@@ -20,22 +19,16 @@ import { checkPrivate, errorCode, privateDirectory, writePrivately } from "../os
 /** The file name of the state file in its directory, by default. */
 export const SIMULATED_STATE_FILE = "simulated-machine.json";
 
-/** A lock whose holder cannot be checked counts as abandoned after this long. */
-const STALE_LOCK_MS = 60_000;
-/** A lock file without a pid in it (its writer died at once) is abandoned after this long. */
-const EMPTY_LOCK_MS = 2_000;
-const LOCK_POLL_MS = 20;
-
 /**
  * A state file that cannot be used: another user's or readable by others, a symbolic link, not
- * JSON or not a simulated machine, or a lock held too long. The message is one sentence that
- * names the path, says what is wrong and how to fix it.
+ * JSON or not a simulated machine, or a lock held too long; the message names the path, what is
+ * wrong and what to do.
  */
 export class SimulatedStateError extends Error {
   /** The file or directory at fault. */
   readonly path: string;
 
-  /** An error about `path`; `options.cause` is the error underneath, if any. */
+  /** An error about `path`, with the error underneath, if any. */
   constructor(path: string, message: string, options?: { cause?: unknown }) {
     super(message, options);
     this.name = "SimulatedStateError";
@@ -43,41 +36,36 @@ export class SimulatedStateError extends Error {
   }
 }
 
-/** A simulated machine opened from its state file; see {@link openSimulatedMachine}. */
+/**
+ * A simulated machine opened from its state file (see {@link openSimulatedMachine}): the machine,
+ * the file's absolute path, and whether this call made a new machine (no file yet, `fresh`, or
+ * `reset`); `spawn` starts a simulated CUDA process and gives its pid, `kill` ends one (false where
+ * none lives); `save` writes the machine to its file (a private temporary file renamed over it, so
+ * that a reader sees the old machine or the new one; not while a driver call is under way);
+ * `reset` replaces the machine by a new one and saves it; `close` lets go of the lock, unsaved.
+ */
 export interface SavedMachine extends AsyncDisposable {
-  /** The simulated machine: pass it as `{ machine }`. */
   readonly machine: SimulatedMachine;
-  /** The state file's absolute path. */
   readonly path: string;
-  /** True when this call made a new machine (no state file yet, `fresh`, or after `reset`). */
   readonly created: boolean;
-  /** Starts a simulated CUDA process (see `SimulatedMachine.spawn`); returns its pid. */
   spawn(options?: SpawnOptions): number;
-  /** The process with this pid (or thread id) exits; false if there is no such live process. */
   kill(pid: number): boolean;
-  /**
-   * Writes the machine to its state file: a temporary file (mode 0600) in the same directory,
-   * then renamed over the state file, so that a reader sees the old machine or the new one. It
-   * throws if a driver call is under way: save after the calls have finished.
-   */
   save(): Promise<void>;
-  /** Replaces the machine by a new one (no processes, the GPUs it was opened with) and saves it. */
   reset(): Promise<void>;
-  /** Closes the machine and lets go of the lock, without saving. Idempotent. */
   close(): Promise<void>;
 }
 
-/** Options of {@link openSimulatedMachine}. */
+/**
+ * Options of {@link openSimulatedMachine}: the state file (default: {@link simulatedStatePath} of
+ * `env`, the process's environment by default), how many simulated H200s a new machine has (1 to
+ * 1024, default 2), `fresh` (a new machine, the file unread: `--simulate reset`), how long to wait
+ * for another call that holds the lock (default 15 000 ms).
+ */
 export interface OpenSimulatedMachineOptions {
-  /** The state file; by default {@link simulatedStatePath} of `env`. */
   path?: string;
-  /** For `CKPT_SIM_STATE`, `XDG_RUNTIME_DIR`, `TMPDIR` and `CKPT_SIM_*`; default the process's. */
   env?: Record<string, string | undefined>;
-  /** How many simulated H200s a new machine has (1 to 1024); default 2. An existing one keeps its own. */
   gpus?: number;
-  /** A new machine, without reading the state file (`--simulate reset`: it may be corrupt). */
   fresh?: boolean;
-  /** How long to wait for another call that holds the lock, in ms. Default 15000. */
   lockTimeoutMs?: number;
 }
 
@@ -85,10 +73,9 @@ export interface OpenSimulatedMachineOptions {
 type SimulatedClock = { readonly clock: "virtual" | "real"; readonly speed?: number };
 
 /**
- * The clock `CKPT_SIM_CLOCK` asks for: `virtual` (calls finish at once and report the simulated
- * durations) or `real` (each takes as long as on the real driver, divided by `CKPT_SIM_SPEED`, a
- * positive number: a script or test can send Ctrl-C meanwhile). Empty variables count as unset.
- * Throws a RangeError that names the variable and its bad value.
+ * The clock `CKPT_SIM_CLOCK` asks for: `virtual` (calls finish at once, reporting the simulated
+ * times) or `real` (as long as on the real driver, divided by `CKPT_SIM_SPEED`). Empty variables
+ * count as unset; a bad value is a RangeError that names it.
  */
 export function simulatedClock(
   env: Record<string, string | undefined> = process.env,
@@ -115,10 +102,9 @@ export function simulatedClock(
 }
 
 /**
- * Where the simulated machine is kept: `$CKPT_SIM_STATE` if set, else
- * `$XDG_RUNTIME_DIR/ckpt-cuda/simulated-machine.json`, else
- * `<temp dir>/ckpt-cuda-<uid>/simulated-machine.json` (the temp dir being `$TMPDIR` or the
- * system's). Empty variables count as unset; a relative path is taken from the current directory.
+ * Where the simulated machine is kept: `$CKPT_SIM_STATE`, else `$XDG_RUNTIME_DIR/ckpt-cuda/`, else
+ * `<$TMPDIR or the system's>/ckpt-cuda-<uid>/`, then {@link SIMULATED_STATE_FILE}. Empty variables
+ * count as unset.
  */
 export function simulatedStatePath(env: Record<string, string | undefined> = process.env): string {
   if (env.CKPT_SIM_STATE) return path.resolve(env.CKPT_SIM_STATE);
@@ -130,15 +116,10 @@ export function simulatedStatePath(env: Record<string, string | undefined> = pro
 }
 
 /**
- * Opens the simulated machine kept in its state file, or makes a new one where there is none
- * (two simulated H200s and no processes, by default), creating its directory (mode 0700) where
- * missing. The machine is locked until it is closed: another open of the same file waits for it
- * (up to `lockTimeoutMs`), so calls made at once take turns; a lock left by a program that died is
- * taken over.
- *
- * It throws a {@link SimulatedStateError} that names the path and what to do when the file or its
- * directory belongs to another user or may be written by others, the file may be read by others,
- * is a symbolic link, is not JSON, or is not a simulated machine this version can read.
+ * Opens the simulated machine kept in its state file, or makes a new one (its directory made, mode
+ * 0700), locked until it is closed: another open of the same file waits for it, and a lock left by
+ * a program that died is taken over. Throws a {@link SimulatedStateError} for a file (or directory)
+ * it cannot trust or read.
  *
  * @example
  * ```ts
@@ -154,12 +135,11 @@ export async function openSimulatedMachine(
   options: OpenSimulatedMachineOptions = {},
 ): Promise<SavedMachine> {
   const file = path.resolve(options.path ?? simulatedStatePath(options.env));
-  const gpus = options.gpus ?? 2; // two, so that maps can be tried
+  const gpus = options.gpus ?? 2;
   if (!Number.isInteger(gpus) || gpus < 1 || gpus > 1024) {
     throw new RangeError(`gpus must be an integer from 1 to 1024, got ${gpus}`);
   }
   const clock = simulatedClock(options.env);
-  // Made (mode 0700) where missing; refused where another user owns it or others may write it.
   await privateDirectory(path.dirname(file), {
     sticky: true,
     refuse: (at, message, cause) => new SimulatedStateError(at, message, { cause }),
@@ -263,13 +243,10 @@ async function readMachine(
   }
 }
 
-// ---- the lock ----
-
 /**
- * Takes the lock of `file`: `file.lock`, made with O_EXCL and holding our pid. Waits while a live
- * program holds it; takes over one whose holder is gone. Two programs that find the same
- * abandoned lock at the same moment could both take it; for a simulator that rare race is
- * accepted. Returns the function that lets go.
+ * Takes the lock of `file` (`file.lock`, made with O_EXCL, holding our pid), waiting while a live
+ * program holds it, taking over one whose holder is gone (two programs could both take the same
+ * abandoned lock: a race a simulator accepts); resolves to the function that lets go.
  */
 async function lock(file: string, timeoutMs: number): Promise<() => Promise<void>> {
   const lockFile = `${file}.lock`;
@@ -297,11 +274,14 @@ async function lock(file: string, timeoutMs: number): Promise<() => Promise<void
           `wait for it, or remove the lock file if no such call is running`,
       );
     }
-    await new Promise((resolve) => setTimeout(resolve, LOCK_POLL_MS));
+    await new Promise((resolve) => setTimeout(resolve, 20));
   }
 }
 
-/** Who holds the lock: a pid (alive, or not known to be dead), or that it is gone or abandoned. */
+/**
+ * Who holds the lock: a pid (alive, or not known to be dead), or that it is gone or abandoned (no
+ * pid in it for 2 s, its holder gone from /proc, or, without /proc, a minute old).
+ */
 async function lockHolder(lockFile: string): Promise<number | "gone" | "abandoned"> {
   let text: string, age: number;
   try {
@@ -312,9 +292,8 @@ async function lockHolder(lockFile: string): Promise<number | "gone" | "abandone
     throw err;
   }
   const pid = Number(text.trim());
-  if (!Number.isInteger(pid) || pid <= 0) return age > EMPTY_LOCK_MS ? "abandoned" : 0;
+  if (!Number.isInteger(pid) || pid <= 0) return age > 2_000 ? "abandoned" : 0;
   if (pid === process.pid) return pid;
-  // /proc says whether the holder lives, where it can be read; else the lock's age has to do.
   if (existsSync("/proc/self")) return existsSync(`/proc/${pid}`) ? pid : "abandoned";
-  return age > STALE_LOCK_MS ? "abandoned" : pid;
+  return age > 60_000 ? "abandoned" : pid;
 }

@@ -1,10 +1,8 @@
 /**
  * An operation on one pid, as NVIDIA's utility makes it, through the public `CudaProcess`: the
- * driver's own rules (a lock of a locked process is an error), its output (`running`, a thread
- * id, nothing for a step that succeeded) and its error lines. One difference on purpose: a restore
- * (or the resume of a toggle) that would not fit in the free GPU memory, as this package recorded
- * what the process held when a program of it checkpointed the process, is refused before the
- * driver is asked; on driver 580 the driver's own out-of-memory restore loses the process.
+ * driver's rules (a lock of a locked process is an error), its output and its error lines; but a
+ * restore that would not fit in the free GPU memory is refused before the driver is asked (driver
+ * 580 loses a process whose restore runs out of memory).
  *
  * @module
  */
@@ -12,13 +10,13 @@
 import type { OperationCommand } from "./args.ts";
 import { CudaProcess, type Outcome } from "../mod.ts";
 import type { Machine } from "../driver.ts";
+import type { Step } from "../types.ts";
+import { sessionOf } from "../core/process.ts";
 import { clockOf, roundMs } from "../core/time.ts";
 import { errorReport, type PidReport, type Printer, printReports } from "./report.ts";
+import { type Progress, progressOf } from "./progress.ts";
 
-/**
- * Runs a state-changing command on one pid, prints NVIDIA's output for it, and resolves to the
- * exit code. (Queries, and anything of pid 0, go through `query.ts`.)
- */
+/** Runs a command that changes the state of one pid (not 0), prints its output, gives the exit code. */
 export async function runOne(
   command: OperationCommand,
   pid: number,
@@ -26,18 +24,17 @@ export async function runOne(
   print: Printer,
 ): Promise<number> {
   const operation = command.operation as Exclude<OperationCommand["operation"], `get-${string}`>;
-  let progress;
-  if (print.terminal) {
-    const { ProgressLine } = await import("./progress.ts");
-    progress = new ProgressLine({ write: (t) => print.raw(t), total: 1 });
-    progress.event({ type: "step-start", pid, step: operation });
-  }
+  const progress = progressOf(print, command.json, machine, {
+    total: 1,
+    labels: { [operation]: `${operation} ${pid}` },
+  });
   const proc = new CudaProcess(pid, { machine });
-  // The machine's clock: the simulator's virtual time, as the group operations measure it.
-  const clock = clockOf(machine);
+  const clock = clockOf(machine); // the simulator's virtual time, as the group operations measure it
   const start = clock.now();
-  let report: PidReport;
+  let report: PidReport | undefined;
+  let step: Step | undefined;
   try {
+    if (progress) step = await begin(progress, proc, machine, operation);
     const outcome = await act(proc, command);
     report = {
       pid,
@@ -50,8 +47,7 @@ export async function runOne(
     };
   } catch (error) {
     const ms = roundMs(clock.now() - start);
-    // Where the failed step left the process, for --json.
-    const state = await proc.state().catch(() => undefined);
+    const state = await proc.state().catch(() => undefined); // where the failed step left it
     report = {
       pid,
       operation,
@@ -62,19 +58,49 @@ export async function runOne(
       error: errorReport(operation, pid, error),
     };
   } finally {
+    if (step && report) {
+      const { ok, status = "failed" } = report;
+      const ms = clock.now() - start;
+      progress!.event({ type: "step-end", pid, step, at: 0, ms, ok, rollback: false });
+      progress!.event({ type: "process-end", pid, at: 0, status });
+    }
     progress?.stop();
     await proc.close();
   }
-  return printReports([report], print, command.json, false);
+  return printReports([report!], print, command.json, false);
 }
 
 /**
- * The command's call: NVIDIA's utility locks without a timeout unless --timeout is given (CRIU
- * leaves it out for "no timeout"); its toggle, never.
+ * Tells `progress` the operation and its driver step (a toggle's, as the state says) with the GPU
+ * memory it moves: what the host sees the process hold (NVML), else its checkpoint's record.
  */
+async function begin(progress: Progress, proc: CudaProcess, machine: Machine, operation: string) {
+  const pid = proc.pid;
+  const session = sessionOf(machine);
+  const sum = (m: Readonly<Record<string, number>>) => Object.values(m).reduce((a, b) => a + b, 0);
+  const report = await session.room.report().catch(() => undefined);
+  const now = report && "byPid" in report ? report.byPid.get(pid) : undefined;
+  let mib = now && now !== "unknown" && sum(now) > 0 ? sum(now) : undefined;
+  if (mib === undefined) {
+    const identity = await session.identify(pid).catch(() => undefined);
+    const record = identity && await session.room.record(identity).catch(() => undefined);
+    if (record) mib = sum(record.heldMiB);
+  }
+  const step =
+    (operation !== "toggle"
+      ? operation
+      : (await proc.state().catch(() => "running")) === "checkpointed"
+      ? "restore"
+      : "checkpoint") as Step;
+  progress.event({ type: "phase", phase: operation, at: 0 });
+  progress.event({ type: "step-start", pid, step, at: 0, ...(mib ? { gpuMemoryMiB: mib } : {}) });
+  return step;
+}
+
+/** The command's call: as NVIDIA's utility, a lock without a timeout unless one is given. */
 function act(proc: CudaProcess, command: OperationCommand): Promise<Outcome> {
   const checkRoom = command.checkRoom ?? true;
-  const gpuMapping = command.gpuMapping;
+  const map = command.gpuMapping ? { gpuMapping: command.gpuMapping } : {};
   const allowIpcImport = command.allowIpcImport ?? false;
   switch (command.operation) {
     case "lock":
@@ -82,15 +108,10 @@ function act(proc: CudaProcess, command: OperationCommand): Promise<Outcome> {
     case "checkpoint":
       return proc.checkpoint({ checkRoom, allowIpcImport });
     case "restore":
-      return proc.restore({ checkRoom, ...(gpuMapping ? { gpuMapping } : {}) });
+      return proc.restore({ checkRoom, ...map });
     case "unlock":
       return proc.unlock();
     default:
-      return proc.toggle({
-        timeoutMs: 0,
-        checkRoom,
-        allowIpcImport,
-        ...(gpuMapping ? { gpuMapping } : {}),
-      });
+      return proc.toggle({ timeoutMs: 0, checkRoom, allowIpcImport, ...map });
   }
 }

@@ -59,7 +59,7 @@ function isPlain(value: object | null): value is object {
 }
 
 /** The key of `keys` nearest to `key` (case aside, or at most two edits away). */
-function nearest(key: string, keys: readonly string[]): string | undefined {
+export function nearest(key: string, keys: readonly string[]): string | undefined {
   let best: string | undefined;
   let bestDistance = 3;
   for (const k of keys) {

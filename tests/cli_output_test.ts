@@ -117,7 +117,7 @@ describe("nothing a process chose reaches a terminal raw", () => {
     assert.equal(made.code, 0, made.err);
     assertClean(made.out, "snapshot");
     assert.ok(made.out.includes(SHOWN), made.out);
-    assert.ok(made.err.includes("\r\x1b[K"), "the progress line erases itself");
+    assert.ok(made.err.includes("\r\x1b[2K"), "the progress line erases itself");
     for (const args of [["inspect", dir], ["inspect", dir, "--json"]]) {
       const shown = await cli(args, { machine: sim });
       assert.equal(shown.code, 0, shown.err);

@@ -128,7 +128,7 @@ describe("the command line of snapshots", () => {
     assert.match(lines[0], new RegExp(`^${p.pid} running \\d+ MiB python serve\\.py$`));
     assert.match(
       lines[1],
-      /^snapshot in .*snap: 1 tree, 1 process \(1 with CUDA, \d+ MiB of GPU memory\), [\d.]+ (MB|GB) of images; suspend .*; the processes were ended$/,
+      /^snapshot in .*snap: 1 tree, 1 process \(1 with CUDA, \d+ MiB of GPU memory\), \d+ B of images \(the manifest's files; simulated criu counted 1\.66 GB as it wrote them\); suspend .*; the processes were ended$/,
     );
     assert.equal(sim.process(p.pid), undefined);
 

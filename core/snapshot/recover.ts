@@ -6,7 +6,7 @@
  */
 
 import { runGroup } from "../group.ts";
-import { checkGroupOptions, type GroupResult } from "../group_types.ts";
+import { checkGroupOptions, type GroupEvent, type GroupResult } from "../group_types.ts";
 import type { ProcessIdentity } from "../host.ts";
 import type { Machine } from "../machine.ts";
 import { sessionOf } from "../process.ts";
@@ -29,13 +29,17 @@ export interface RecoverResult {
   readonly complete: boolean;
 }
 
-/** Resumes what the trace names, and removes what was written; refuses one still under way. */
+/**
+ * Resumes what the trace names, and removes what was written; refuses one still under way.
+ * `onProgress` hears the resumes' steps.
+ */
 export async function recoverFrom(
   machine: Machine,
   store: SnapshotStore,
   dir: string,
   checkRoom: boolean,
   operation: string,
+  onProgress?: (event: GroupEvent) => void,
 ): Promise<RecoverResult> {
   const refuse = (reason: string) => snapshotRefusal(operation, reason);
   const { dir: snap, trace, complete } = await openInterrupted(store, dir, operation);
@@ -61,7 +65,12 @@ export async function recoverFrom(
     if (alive.length > 0) {
       // Killed while it was ending its trees, the snapshot may have left them stopped (SIGSTOP).
       await machine.engine?.wake?.(alive);
-      result = await runGroup(machine, "resume", alive, checkGroupOptions({ checkRoom }));
+      result = await runGroup(
+        machine,
+        "resume",
+        alive,
+        checkGroupOptions({ checkRoom, onProgress }),
+      );
     }
     if (result && !result.ok) {
       const failed = result.processes.find((p) => p.error);

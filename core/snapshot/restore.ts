@@ -24,8 +24,19 @@ import { olderVersion } from "../version.ts";
 import type { Checked, SnapshotDir, SnapshotStore } from "./store.ts";
 import { openSnapshot } from "./layout.ts";
 import type { Manifest, ManifestProcess, ManifestTree } from "./manifest.ts";
-import { checkDir, checkWhole, firstError, groupFailure, prerequisite, Run } from "./run.ts";
-import { type SnapshotEvent, started, type WholeSettings } from "./run.ts";
+import {
+  bytesOf,
+  checkDir,
+  checkWhole,
+  firstError,
+  groupFailure,
+  heldMiB,
+  prerequisite,
+  Run,
+  type SnapshotEvent,
+  started,
+  type WholeSettings,
+} from "./run.ts";
 import { checkPidsFree, treesNow, untilFree, usesOf, watchHeld } from "./trees.ts";
 
 /** Options of `restoreSnapshot`. */
@@ -244,7 +255,7 @@ async function check(r: Restoring): Promise<void> {
 /** Phase 2: every tree back, the CUDA processes resumed as one job, each as its tree is back. */
 async function bringBack(r: Restoring): Promise<GroupResult | undefined> {
   const { run, manifest } = r;
-  run.phase("restore");
+  run.phase("restore", { imageBytes: bytesOf(manifest.files), gpuMemoryMiB: heldMiB(r.running) });
   r.times.restored = r.times.checked;
   const treeOf = new Map<number, Promise<void>>();
   const trees = manifest.trees.map((t) => {
@@ -290,6 +301,8 @@ async function restoreTree(r: Restoring, t: ManifestTree): Promise<void> {
     });
     const pids = t.processes.map((p) => p.pid);
     r.made.push(pids);
+    const files = r.manifest.files.filter((f) => f.path.startsWith(`${t.images}/`));
+    run.tell({ type: "tree-end", root: t.root, how: "restored", bytes: bytesOf(files), at: 0 });
     if (r.held) {
       // Stopped, having run nothing: let go once every image of the tree matched, unless the
       // whole must stop meanwhile (an abort, the deadline, another part's failure), or it ran.
@@ -323,7 +336,7 @@ async function restoreTree(r: Restoring, t: ManifestTree): Promise<void> {
   );
   if (r.times.resume === undefined) {
     r.times.resume = run.at();
-    run.phase("resume");
+    run.phase("resume", { gpuMemoryMiB: heldMiB(r.running) });
   }
 }
 

@@ -13,6 +13,7 @@ import type { HostProcesses } from "../host.ts";
 import type { Machine } from "../machine.ts";
 import { checkFunction, checkInteger, checkSignal, mustBe } from "../options.ts";
 import { clockOf, Deadline, Slots } from "../time.ts";
+import type { ManifestProcess } from "./manifest.ts";
 import type { SnapshotStore } from "./store.ts";
 
 /** A part of a snapshot or of its restore, as progress events name it. */
@@ -35,13 +36,44 @@ export type SnapshotPhase =
   | "rollback";
 
 /**
- * Progress of a snapshot or a restore: a phase starting, image bytes written so far by one tree's
- * dump, or a step of one CUDA process (the group operations' events). Times are ms since the call.
+ * Progress of a snapshot or a restore: a phase starting (with what it moves, where known: each
+ * CUDA process's GPU memory in MiB by pid for `suspend`, `restore` and `resume`, the images' bytes
+ * for `restore`), image bytes written so far by one tree's dump (the engine's count), one tree done
+ * (`tree-end`: its images sealed after its dump, or read back by its restore, `bytes` as the
+ * manifest lists its files), or a step of one CUDA process (the group operations' events). Times
+ * are ms since the call.
  */
 export type SnapshotEvent =
-  | { readonly type: "phase"; readonly phase: SnapshotPhase; readonly at: number }
+  | {
+    readonly type: "phase";
+    readonly phase: SnapshotPhase;
+    readonly at: number;
+    readonly gpuMemoryMiB?: Readonly<Record<number, number>>;
+    readonly imageBytes?: number;
+  }
   | { readonly type: "bytes"; readonly root: number; readonly bytes: number; readonly at: number }
+  | {
+    readonly type: "tree-end";
+    readonly root: number;
+    readonly how: "dumped" | "restored";
+    readonly bytes: number;
+    readonly at: number;
+  }
   | GroupEvent;
+
+/** Each CUDA process's GPU memory in MiB (over its GPUs), by pid, where the manifest knows it. */
+export function heldMiB(processes: readonly ManifestProcess[]): Record<number, number> {
+  const held: Record<number, number> = {};
+  for (const { pid, cuda } of processes) {
+    if (cuda?.gpuMemoryMiB) held[pid] = Object.values(cuda.gpuMemoryMiB).reduce((a, b) => a + b, 0);
+  }
+  return held;
+}
+
+/** The bytes of files, as the manifest lists them. */
+export function bytesOf(files: readonly { readonly bytes: number }[]): number {
+  return files.reduce((sum, f) => sum + f.bytes, 0);
+}
 
 /** The options every snapshot and restore has, checked. */
 export interface WholeSettings {
@@ -157,8 +189,12 @@ export class Run {
     }
   }
 
-  phase(phase: SnapshotPhase): void {
-    this.tell({ type: "phase", phase, at: 0 });
+  /** Tells that a phase starts, with what it moves where known. */
+  phase(
+    phase: SnapshotPhase,
+    moves?: { gpuMemoryMiB?: Readonly<Record<number, number>>; imageBytes?: number },
+  ): void {
+    this.tell({ type: "phase", phase, at: 0, ...moves });
   }
 
   /** Why the whole must stop now (an abort, the deadline), if it must. */

@@ -22,8 +22,18 @@ import { VERSION } from "../version.ts";
 import { SnapshotWriter, TRACE_FILE } from "./layout.ts";
 import { type Manifest, MANIFEST_FORMAT, type ManifestTree } from "./manifest.ts";
 import type { SnapshotFile } from "./store.ts";
-import { checkDir, checkWhole, firstError, groupFailure, prerequisite, Run } from "./run.ts";
-import type { SnapshotEvent, WholeSettings } from "./run.ts";
+import {
+  bytesOf,
+  checkDir,
+  checkWhole,
+  firstError,
+  groupFailure,
+  heldMiB,
+  prerequisite,
+  Run,
+  type SnapshotEvent,
+  type WholeSettings,
+} from "./run.ts";
 import { asDumped, checkDisjoint, describeGpus, describeTree, endTrees } from "./trees.ts";
 
 /** Options of `snapshot`. */
@@ -230,7 +240,9 @@ async function check(run: Run, roots: readonly number[], allowIpcImport: boolean
 /** Suspends, dumps and seals each tree; the first failure stops the rest, all put back. */
 async function suspendAndDump(t: Taken): Promise<void> {
   const { run, plan, o } = t;
-  run.phase("suspend");
+  const running = new Set(t.suspending);
+  const suspended = plan.trees.flatMap((tree) => tree.processes).filter((p) => running.has(p.pid));
+  run.phase("suspend", { gpuMemoryMiB: heldMiB(suspended) });
   const trees = plan.trees.map((_, i) => i);
   if (o.job) {
     // A job: every CUDA process is locked before any is checkpointed (core/job.ts).
@@ -309,6 +321,7 @@ async function dump(t: Taken, i: number): Promise<void> {
       // Its images on disk and digested, while other trees' dumps go on.
       t.sealed[i] = await t.out.seal(i, run.signal);
       t.dumped[i] = dumped;
+      run.tell({ type: "tree-end", root, how: "dumped", bytes: bytesOf(t.sealed[i]), at: 0 });
     } catch (err) {
       failed(t, part, err);
     } finally {

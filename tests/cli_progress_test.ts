@@ -1,0 +1,365 @@
+// The progress of long work (cli/progress.ts): on a terminal, the live line of a toggle of one and
+// of several processes, a snapshot, a restore and a recover, each frame with its phase, bytes done
+// of bytes expected, the rate and the time left ("~" where estimated), its elapsed time moving on
+// from frame to frame, erased before any other line; off a terminal with --json, the events as one
+// JSON object per line of stderr; and the line on a real pseudo-terminal (util-linux's `script`).
+// All on the simulator in virtual time (the line is drawn on the machine's clock), with no timed
+// assertion. Runs unchanged under `deno test -A` and `bun test`.
+
+import { describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { execFileSync, spawnSync } from "node:child_process";
+import { mkdirSync } from "node:fs";
+import { join } from "node:path";
+import process from "node:process";
+
+import { main } from "../cli/main.ts";
+import { Printer } from "../cli/report.ts";
+import { Progress } from "../cli/progress.ts";
+import { SimulatedMachine } from "../mock/mod.ts";
+import { cli } from "./cli_support.ts";
+import { loud, runtime } from "./fixtures/fake.ts";
+import { plantTrace } from "./support/trace.ts";
+import { tempDirs } from "./support/temp_dirs.ts";
+
+const base = tempDirs("ckpt-cli-progress-");
+const CLEAR = "\r\x1b[2K";
+
+/** Runs `main()` on a terminal: every write in order, as [stream, text]. */
+async function onTerminal(args: (string | number)[], machine: SimulatedMachine) {
+  const writes: ["out" | "err", string][] = [];
+  const code = await main(args.map(String), {
+    machine,
+    isTerminal: true,
+    stdout: (t) => writes.push(["out", t]),
+    stderr: (t) => writes.push(["err", t]),
+  });
+  const frames = writes.filter(([s, t]) =>
+    s === "err" && t.startsWith(CLEAR) && t.length > CLEAR.length
+  )
+    .map(([, t]) => t.slice(CLEAR.length));
+  return { code, writes, frames, out: writes.filter(([s]) => s === "out").map(([, t]) => t) };
+}
+
+/** Every frame stands alone on the line (nothing written after it but the next frame or the erase), and the last is erased. */
+function assertErasedBeforeOutput(writes: ["out" | "err", string][]): void {
+  writes.forEach(([stream, text], i) => {
+    if (stream !== "err" || !text.startsWith(CLEAR) || text === CLEAR) return;
+    const next = writes[i + 1];
+    assert.ok(next?.[0] === "err" && next[1].startsWith(CLEAR), `frame ${i} left on the line`);
+  });
+}
+
+/** The elapsed times of the frames, in s: each later than the one before. */
+function assertMovingOn(frames: string[]): void {
+  const times = frames.map((f) => Number(/ ([0-9]+\.[0-9]) s(,|:|$)/.exec(f)?.[1]));
+  assert.ok(times.every((t, i) => t > 0 && (i === 0 || t > times[i - 1])), times.join(" "));
+}
+
+describe("the live line on a terminal", () => {
+  test("a toggle of one pid: its step, GPU memory done of all of it, the rate, the time left", async () => {
+    const sim = new SimulatedMachine();
+    const p = sim.spawn({ memoryMiB: 8192 }); // 8 GiB and its CUDA context: 9.1 GB
+    const suspend = await onTerminal(["--toggle", "-p", p.pid], sim);
+    assert.equal(suspend.code, 0);
+    assert.deepEqual(suspend.out, []);
+    assert.equal(
+      suspend.frames[0],
+      `toggle ${p.pid} checkpoint 0.4 s: ~0.8 of 9.1 GB, ~2.0 GB/s, ~4.2 s left`,
+    );
+    for (const frame of suspend.frames) {
+      assert.match(
+        frame,
+        new RegExp(
+          `^toggle ${p.pid} checkpoint [0-9.]+ s: ~[0-9.]+ of 9\\.1 GB, ~2\\.0 GB/s, (~[0-9.]+ s left|longer than estimated)$`,
+        ),
+      );
+    }
+    assertMovingOn(suspend.frames);
+    assertErasedBeforeOutput(suspend.writes);
+    assert.equal(suspend.writes.at(-1)![1], CLEAR, "erased at the end");
+    // The resume: its GPU memory from the record of the checkpoint, at the restore's rate.
+    const resume = await onTerminal(["--toggle", "-p", p.pid], sim);
+    assert.equal(
+      resume.frames[0],
+      `toggle ${p.pid} restore 0.4 s: ~2.0 of 9.1 GB, ~5.0 GB/s, ~1.4 s left`,
+    );
+  });
+
+  test("several pids: n/N done, what all move together, this run's rate once one is measured; each pid's step", async () => {
+    const sim = new SimulatedMachine();
+    const [big, small] = [sim.spawn({ memoryMiB: 8192 }), sim.spawn({ memoryMiB: 1024 })];
+    const r = await onTerminal(["--toggle", "-p", `${big.pid},${small.pid}`], sim);
+    assert.equal(r.code, 0);
+    assert.deepEqual(r.out, [`${big.pid} done checkpointed\n`, `${small.pid} done checkpointed\n`]);
+    assert.equal(
+      r.frames[0],
+      `toggle 0.4 s, 0/2 done: ~1.6 of 10.8 GB, ~4.0 GB/s, ~4.2 s left; ${big.pid} checkpoint, ${small.pid} checkpoint`
+        .slice(0, 78) + "…",
+    );
+    // Once the small one is checkpointed, its rate (measured here) is the big one's estimate.
+    const later = r.frames.find((f) => f.includes("1/2 done"))!;
+    assert.match(
+      later,
+      new RegExp(
+        `^toggle [0-9.]+ s, 1/2 done: ~[0-9.]+ of 10\\.8 GB, ~[0-9.]+ GB/s, ~[0-9.]+ s left; ${big.pid} checkpoi(nt|…)$`,
+      ),
+    );
+    assertMovingOn(r.frames);
+    assertErasedBeforeOutput(r.writes);
+  });
+
+  test("a snapshot and its restore: each phase, with what it moves", async () => {
+    const sim = new SimulatedMachine();
+    const p = sim.spawn({ memoryMiB: 4096, command: "python serve.py" });
+    const dir = join(base(), "snap");
+    const made = await onTerminal(["snapshot", "--pid", p.pid, "--dir", dir], sim);
+    assert.equal(made.code, 0);
+    const phases = [...new Set(made.frames.map((f) => f.replace(/ [0-9.]+ s(:.*)?$/, "")))];
+    assert.deepEqual(phases, ["suspending the CUDA processes", "dumping"]);
+    assert.match(
+      made.frames[0],
+      /^suspending the CUDA processes 0\.4 s: ~0\.8 of 4\.8 GB, ~2\.0 GB\/s, ~2\.0 s left$/,
+    );
+    const dumping = made.frames.filter((f) => f.startsWith("dumping"));
+    for (const f of dumping) {
+      assert.match(
+        f,
+        /^dumping [0-9.]+ s(: [0-9.]+ of ~4\.8 GB written, [0-9.]+ [GM]B\/s, ~[0-9.]+ s left)?$/,
+      );
+    }
+    assert.ok(dumping.some((f) => f.includes("written")), "criu's count shows");
+    assertMovingOn(made.frames);
+    assertErasedBeforeOutput(made.writes);
+    // The closing line's images are the manifest's files; criu's count, which differs on the
+    // simulator (its files hold only what was written), is said beside them.
+    assert.match(
+      made.out.at(-1)!,
+      /: 1 tree, 1 process \(1 with CUDA, 4616 MiB of GPU memory\), [0-9.]+ (B|kB) of images \(the manifest's files; simulated criu counted 4\.87 GB as it wrote them\); suspend/,
+    );
+    const back = await onTerminal(["restore-snapshot", dir], sim);
+    assert.equal(back.code, 0);
+    const restoring = back.frames.filter((f) => f.startsWith("restoring the process trees"));
+    assert.equal(
+      restoring[0],
+      "restoring the process trees 0.4 s: ~0.8 of 4.8 GB, ~2.0 GB/s, ~2.0 s left",
+    );
+    assert.ok(
+      back.frames.some((f) =>
+        /^resuming on the GPUs [0-9.]+ s: ~[0-9.]+ of 4\.8 GB, ~5\.0 GB\/s, /.test(f)
+      ),
+    );
+    assertMovingOn(back.frames);
+    assertErasedBeforeOutput(back.writes);
+  });
+
+  test("an interrupt: the line erased before what it says, then the line of putting things back", async () => {
+    const sim = new SimulatedMachine();
+    const p = sim.spawn({ memoryMiB: 4096 });
+    const writes: ["out" | "err", string][] = [];
+    const code = await main(["snapshot", "--pid", String(p.pid), "--dir", join(base(), "s")], {
+      machine: sim,
+      isTerminal: true,
+      stdout: (t) => writes.push(["out", t]),
+      stderr: (t) => writes.push(["err", t]),
+      interrupts: {
+        // Ctrl-C 2 s in, during the suspend (virtual time, which the snapshot's own calls move).
+        watch: (onInterrupt) => sim.clock.timer!(2000, () => onInterrupt()),
+        exit: () => assert.fail("one interrupt only"),
+      },
+    });
+    assert.equal(code, 130);
+    const said = writes.findIndex(([, t]) => t.startsWith("cuda-checkpoint: snapshot interrupted"));
+    assert.ok(said > 0, JSON.stringify(writes.slice(-3)));
+    assert.equal(writes[said - 1][1], CLEAR, "the line was erased first");
+    const frame = `${CLEAR}suspending the CUDA processes 1.8 s: ~3.6 of 4.8 GB, `;
+    assert.ok(writes[said - 2][1].startsWith(frame), writes[said - 2][1]);
+    const after = writes.slice(said + 1).filter(([, t]) => t.startsWith(CLEAR) && t !== CLEAR);
+    assert.ok(after.some(([, t]) => t.includes("putting things back")), "the rollback shows");
+    assertErasedBeforeOutput(writes);
+    assert.equal(sim.process(p.pid)!.state, "running", "put back");
+  });
+
+  test("recover: the resumes of what a snapshot killed outright left suspended", async () => {
+    const sim = new SimulatedMachine();
+    const a = sim.spawn({ memoryMiB: 8192 });
+    const dir = join(base(), "snap");
+    mkdirSync(dir, { mode: 0o700 });
+    assert.equal((await cli(["--action", "lock", "-p", a.pid], { machine: sim })).code, 0);
+    assert.equal((await cli(["--action", "checkpoint", "-p", a.pid], { machine: sim })).code, 0);
+    plantTrace(dir, [{ pid: a.pid, start: a.start }], [`tree-${a.pid}`]);
+    const r = await onTerminal(["recover", dir], sim);
+    assert.equal(r.code, 0);
+    assert.match(
+      r.frames[0],
+      /^resuming the suspended processes 0\.4 s: ~2\.0 of 9\.1 GB, ~5\.0 GB\/s, ~1\.4 s left$/,
+    );
+    assertErasedBeforeOutput(r.writes);
+  });
+
+  test("the line alone: estimates, this run's measured rate, the width", () => {
+    let now = 0;
+    const timers: (() => void)[] = [];
+    const clock = {
+      now: () => now,
+      sleep: () => Promise.resolve(),
+      timer: (_ms: number, fn: () => void) => (timers.push(fn), () => {}),
+    };
+    const written: string[] = [];
+    const print = new Printer({
+      stdout: () => {},
+      stderr: (t) => written.push(t),
+      isTerminal: true,
+    });
+    const line = new Progress(print, clock, { total: 3, columns: 100 });
+    line.event({ type: "phase", phase: "toggle", at: 0 });
+    line.event({ type: "step-start", pid: 4101, step: "checkpoint", at: 0, gpuMemoryMiB: 4096 });
+    now = 250;
+    line.event({ type: "step-start", pid: 4102, step: "lock", at: 250 });
+    line.event({ type: "process-end", pid: 4100, at: 250, status: "done" });
+    now = 1250;
+    assert.equal(
+      line.text(),
+      "toggle 1.3 s, 1/3 done: ~2.5 of 4.3 GB, ~2.0 GB/s, ~0.9 s left; 4101 checkpoint, 4102 lock",
+    );
+    timers.shift()!();
+    assert.deepEqual(written, [`${CLEAR}${line.text()}`], "drawn by the timer, once past 300 ms");
+    print.out("a line of output");
+    assert.equal(written[1], CLEAR, "erased before it");
+    // 4101's checkpoint took 1.718 s: 2.5 GB/s, this run's rate from now on.
+    now = 1718;
+    line.event({
+      type: "step-end",
+      pid: 4101,
+      step: "checkpoint",
+      at: 1718,
+      ms: 1718,
+      ok: true,
+      rollback: false,
+    });
+    line.event({ type: "step-start", pid: 4103, step: "checkpoint", at: 1718, gpuMemoryMiB: 1024 });
+    now = 1918;
+    assert.equal(
+      line.text(),
+      "toggle 1.9 s, 1/3 done: ~4.8 of 5.4 GB, ~2.5 GB/s, ~0.2 s left; 4102 lock, 4103 checkpoint",
+    );
+    now = 3000;
+    assert.match(line.text(), /~5\.4 of 5\.4 GB, ~2\.5 GB\/s, longer than estimated; /);
+    line.stop();
+    const narrow = new Progress(print, clock, { total: 1, columns: 30 });
+    narrow.event({ type: "phase", phase: "checkpoint", at: 0 });
+    narrow.event({ type: "step-start", pid: 4101, step: "checkpoint", at: 0, gpuMemoryMiB: 100 });
+    assert.equal(narrow.text(), "checkpoint checkpoint 0.0 s:…");
+    narrow.stop();
+  });
+});
+
+describe("--json off a terminal: the events, one JSON object per line of stderr", () => {
+  test("a toggle of several pids: the phase, each step with its bytes and estimate, each process", async () => {
+    const sim = new SimulatedMachine();
+    const [a, b] = [sim.spawn({ memoryMiB: 1024 }), sim.spawn({ memoryMiB: 2048 })];
+    const r = await cli(["--toggle", "-p", `${a.pid},${b.pid}`, "--json"], { machine: sim });
+    assert.equal(r.code, 0);
+    assert.equal(r.out.trim().split("\n").length, 2, "the results on stdout, as before");
+    const events = r.err.trim().split("\n").map((l) => JSON.parse(l));
+    assert.deepEqual(events.map((e) => [e.event, e.pid ?? e.phase, e.step, e.ok ?? e.status]), [
+      ["phase", "toggle", undefined, undefined],
+      ["step-start", a.pid, "lock", undefined],
+      ["step-start", b.pid, "lock", undefined],
+      ["step-end", a.pid, "lock", true],
+      ["step-start", a.pid, "checkpoint", undefined],
+      ["step-end", b.pid, "lock", true],
+      ["step-start", b.pid, "checkpoint", undefined],
+      ["step-end", a.pid, "checkpoint", true],
+      ["process-end", a.pid, undefined, "done"],
+      ["step-end", b.pid, "checkpoint", true],
+      ["process-end", b.pid, undefined, "done"],
+    ]);
+    const started = events.find((e) => e.pid === a.pid && e.step === "checkpoint");
+    assert.deepEqual([started.gpuMemoryMiB, started.bytes, started.estimatedMs], [
+      1544,
+      1544 * 2 ** 20,
+      810,
+    ]);
+    const ats = events.map((e) => e.at);
+    assert.deepEqual(ats, [...ats].sort((x, y) => x - y), "at only grows");
+    assert.ok(events.filter((e) => e.event === "step-end").every((e) => e.ms > 0));
+    const piped = await cli(["--toggle", "-p", `${a.pid},${b.pid}`], { machine: sim });
+    assert.equal(piped.err, "", "nothing on stderr without --json");
+  });
+
+  test("a snapshot and its restore: phases with what they move, criu's count, each tree's files", async () => {
+    const sim = new SimulatedMachine({ gpus: 2 });
+    const p = [sim.spawn({ memoryMiB: 2048, gpu: 0 }), sim.spawn({ memoryMiB: 1024, gpu: 1 })];
+    const dir = join(base(), "snap");
+    const made = await cli(
+      ["snapshot", "--pid", `${p[0].pid},${p[1].pid}`, "--dir", dir, "--json"],
+      { machine: sim },
+    );
+    assert.equal(made.code, 0, made.err);
+    const events = made.err.trim().split("\n").map((l) => JSON.parse(l));
+    const phases = events.filter((e) => e.event === "phase");
+    assert.deepEqual(phases.map((e) => e.phase), ["check", "suspend", "dump", "write", "end"]);
+    const held = { [p[0].pid]: 2568, [p[1].pid]: 1544 };
+    assert.deepEqual(phases[1].gpuMemoryMiB, held, "each CUDA process's GPU memory");
+    for (const { pid } of p) {
+      const counts = events.filter((e) => e.event === "bytes" && e.root === pid).map((e) =>
+        e.bytes
+      );
+      assert.ok(
+        counts.length > 0 && counts.every((n, i) => i === 0 || n > counts[i - 1]),
+        "criu's count grows",
+      );
+    }
+    const trees = events.filter((e) => e.event === "tree-end");
+    assert.deepEqual(trees.map((e) => e.how), ["dumped", "dumped"]);
+    const result = JSON.parse(made.out);
+    assert.equal(
+      trees.reduce((sum, e) => sum + e.bytes, 0),
+      result.bytes,
+      "the manifest's files, as the result says",
+    );
+    const back = await cli(["restore-snapshot", dir, "--json"], { machine: sim });
+    assert.equal(back.code, 0, back.err);
+    const again = back.err.trim().split("\n").map((l) => JSON.parse(l));
+    const restore = again.find((e) => e.phase === "restore");
+    assert.deepEqual([restore.imageBytes, restore.gpuMemoryMiB], [result.bytes, held]);
+    assert.deepEqual(
+      again.filter((e) => e.event === "tree-end").map((e) => [e.how, e.bytes]).sort(),
+      trees.map((e) => ["restored", e.bytes]).sort(),
+    );
+    assert.ok(again.some((e) => e.phase === "resume"));
+  });
+});
+
+describe("on a real pseudo-terminal", () => {
+  const script = spawnSync("script", ["--version"]).status === 0;
+  test(
+    "cuda-checkpoint as a program under util-linux's script: the line drawn, then erased",
+    {
+      skip: script
+        ? false
+        : loud("util-linux's script is not installed (apt-get install bsdutils)"),
+    },
+    () => {
+      const env = { ...process.env, CKPT_SIM_STATE: join(base(), "machine.json") };
+      const main = new URL("../cli/main.ts", import.meta.url).pathname;
+      const program = [process.execPath, ...(runtime === "deno" ? ["run", "-A"] : []), main];
+      const run = (args: string) =>
+        execFileSync("script", ["-qec", `${program.join(" ")} --simulate ${args}`, "/dev/null"], {
+          env,
+          encoding: "utf8",
+          timeout: 30_000,
+        });
+      const pid = run("spawn --memory-mib 4096").trim().split("\n").at(-1)!.trim();
+      const shown = run(`--toggle --pid ${pid}`);
+      assert.match(
+        shown,
+        new RegExp(
+          `^(cuda-checkpoint: simulated machine[^\\n]*\\r?\\n)?\\r\\x1b\\[2Ktoggle ${pid} checkpoint 0\\.4 s: ~0\\.8 of 4\\.8 GB, ~2\\.0 GB/s, ~2\\.0 s left\\r\\x1b\\[2K`,
+        ),
+      );
+      assert.ok(shown.endsWith(CLEAR), JSON.stringify(shown.slice(-40)));
+    },
+  );
+});
