@@ -1,10 +1,6 @@
-/**
- * The seam between the native libraries' bindings (`native.ts`, `nvml.ts`, written once) and the
- * runtime's FFI that Deno (`deno.ts`) and Bun (`bun.ts`) each supply: open a library, say which
- * functions it has, call one here or on another thread, read C strings and pointers, close.
- *
- * @module
- */
+// The seam between the native libraries' bindings (`native.ts`, `nvml.ts`, written once) and the
+// runtime's FFI that Deno (`deno.ts`) and Bun (`bun.ts`) each supply: open a library, say which
+// functions it has, call one here or on another thread, read C strings and pointers, close.
 
 import type { CudaForeignFunction } from "./symbols.ts";
 

@@ -1,10 +1,6 @@
-/**
- * The Bun adapter: `bun:ffi`, with no optional symbols (each optional function is probed with a
- * `dlopen` of its own) and synchronous calls (one that can wait runs in a worker, `bun_pool.ts`,
- * unless `callingThread`). The C library is opened by the path this process has mapped.
- *
- * @module
- */
+// The Bun adapter: `bun:ffi`, with no optional symbols (each optional function is probed with a
+// `dlopen` of its own) and synchronous calls (one that can wait runs in a worker, `bun_pool.ts`,
+// unless `callingThread`). The C library is opened by the path this process has mapped.
 
 import process from "node:process";
 import { messageOf } from "../core/errors.ts";

@@ -1,10 +1,6 @@
-/**
- * The Bun adapter's worker threads: one call per worker at a time, one started when a call finds
- * none idle (the driver caps the calls in flight). A worker keeps the process alive only while it
- * runs a call; one that ends meanwhile rejects that call, and the next call starts a new one.
- *
- * @module
- */
+// The Bun adapter's worker threads: one call per worker at a time, one started when a call finds
+// none idle (the driver caps the calls in flight). A worker keeps the process alive only while it
+// runs a call; one that ends meanwhile rejects that call, and the next call starts a new one.
 
 import type { WorkerClose, WorkerReply, WorkerRequest } from "./bun_types.ts";
 

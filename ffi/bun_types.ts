@@ -1,9 +1,5 @@
-/**
- * The little of `bun:ffi` the Bun binding uses, typed here so that Deno's checker and JSR never
- * resolve a `bun:` specifier, and the messages between the binding and its workers.
- *
- * @module
- */
+// The little of `bun:ffi` the Bun binding uses, typed here so that Deno's checker and JSR never
+// resolve a `bun:` specifier, and the messages between the binding and its workers.
 
 import type { NativeArg, NativeLink } from "./adapter.ts";
 import type { BunFunctionDefinition } from "./symbols.ts";

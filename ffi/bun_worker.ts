@@ -1,10 +1,6 @@
-/**
- * A worker thread of the Bun adapter (`bun_pool.ts`): it makes the calls it is sent, one at a time,
- * with its own `dlopen` of the library (the loader's one copy), and answers each with the result
- * and its copies of the buffers; asked to close, it closes its libraries and ends.
- *
- * @module
- */
+// A worker thread of the Bun adapter (`bun_pool.ts`): it makes the calls it is sent, one at a time,
+// with its own `dlopen` of the library (the loader's one copy), and answers each with the result
+// and its copies of the buffers; asked to close, it closes its libraries and ends.
 
 import { linkPointers } from "./adapter.ts";
 import {

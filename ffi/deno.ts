@@ -1,10 +1,6 @@
-/**
- * The Deno adapter of the native bindings: `Deno.dlopen`, whose `nonblocking` symbols run each
- * call on a thread of Deno's and return a Promise. Needs `--allow-ffi` (and
- * `--allow-env=CKPT_LIBCUDA_PATH` for the variable to count).
- *
- * @module
- */
+// The Deno adapter of the native bindings: `Deno.dlopen`, whose `nonblocking` symbols run each
+// call on a thread of Deno's and return a Promise. Needs `--allow-ffi` (and
+// `--allow-env=CKPT_LIBCUDA_PATH` for the variable to count).
 
 import { type FfiAdapter, type FfiLibrary, type FfiTable, linkPointers } from "./adapter.ts";
 import { CUDA_SYMBOLS } from "./symbols.ts";

@@ -1,12 +1,8 @@
-/**
- * The native driver, written once for both runtimes: libcuda's checkpoint API behind the
- * {@link CheckpointDriver} seam, on an {@link FfiAdapter}. It answers without a call where it can
- * (a missing function, GPU pairs before driver 13.0, a pid no C `int` holds), calls `cuInit` once
- * per process, and caps the calls in flight. It only reports codes: it rejects only when a call
- * cannot be made (the driver closed, or the thread running it ended).
- *
- * @module
- */
+// The native driver, written once for both runtimes: libcuda's checkpoint API behind the
+// `CheckpointDriver` seam, on an `FfiAdapter`. It answers without a call where it can
+// (a missing function, GPU pairs before driver 13.0, a pid no C `int` holds), calls `cuInit` once
+// per process, and caps the calls in flight. It only reports codes: it rejects only when a call
+// cannot be made (the driver closed, or the thread running it ended).
 
 import { asError, driverError, messageOf } from "../core/errors.ts";
 import {

@@ -1,12 +1,8 @@
-/**
- * GPU memory per process through NVML (`libnvidia-ml.so.1`, next to libcuda), found as libcuda is
- * (`find.ts`). Optional: where it cannot be loaded, GPU memory is unknown, saying why. Every call
- * but `nvmlErrorString` runs off the main thread (`nvmlInit_v2` can take seconds). The `_v3` and
- * `_v2` lists take `nvmlProcessInfo_t` (24 bytes: `unsigned int pid` at 0, `unsigned long long
- * usedGpuMemory` at 8); `nvmlMemory_t` is three `unsigned long long`: total, free, used.
- *
- * @module
- */
+// GPU memory per process through NVML (`libnvidia-ml.so.1`, next to libcuda), found as libcuda is
+// (`find.ts`). Optional: where it cannot be loaded, GPU memory is unknown, saying why. Every call
+// but `nvmlErrorString` runs off the main thread (`nvmlInit_v2` can take seconds). The `_v3` and
+// `_v2` lists take `nvmlProcessInfo_t` (24 bytes: `unsigned int pid` at 0, `unsigned long long
+// usedGpuMemory` at 8); `nvmlMemory_t` is three `unsigned long long`: total, free, used.
 
 import type { GpuMemory, GpuMemoryReport } from "../core/host.ts";
 import { formatGpuUuid, parseGpuUuid } from "../core/options.ts";

@@ -1,8 +1,4 @@
-/**
- * This runtime's FFI adapter (Deno's or Bun's), loaded only when asked.
- *
- * @module
- */
+// This runtime's FFI adapter (Deno's or Bun's), loaded only when asked.
 
 import { DriverLoadError } from "../core/errors.ts";
 import type { FfiAdapter } from "./adapter.ts";

@@ -1,10 +1,6 @@
-/**
- * Byte layouts of the checkpoint API's argument structs (cuda.h 13.0), in `Uint8Array`s that every
- * runtime's FFI passes as pointers, each with an `ArrayBuffer` of its own whose address does not
- * move (`nativeBuffer`): an address written into a struct (`gpuPairs`) must stay valid.
- *
- * @module
- */
+// Byte layouts of the checkpoint API's argument structs (cuda.h 13.0), in `Uint8Array`s that every
+// runtime's FFI passes as pointers, each with an `ArrayBuffer` of its own whose address does not
+// move (`nativeBuffer`): an address written into a struct (`gpuPairs`) must stay valid.
 
 import type { GpuPair, LockArgs } from "../core/driver.ts";
 import { nativeBuffer } from "./adapter.ts";

@@ -1,10 +1,6 @@
-/**
- * The libcuda functions this package binds, by their exact C names, in one table for both
- * runtimes: Deno's `dlopen` takes it as it is, Bun's definitions come from {@link bunDefinition}.
- * Structs (`structs.ts`) and out-parameters are passed as pointers to buffers.
- *
- * @module
- */
+// The libcuda functions this package binds, by their exact C names, in one table for both
+// runtimes: Deno's `dlopen` takes it as it is, Bun's definitions come from `bunDefinition`.
+// Structs (`structs.ts`) and out-parameters are passed as pointers to buffers.
 
 import { C_FUNCTIONS } from "../core/calls.ts";
 
