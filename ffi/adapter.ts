@@ -42,7 +42,7 @@ export interface FfiLibrary<N extends string> {
   call(call: NativeCall<N>): number | bigint;
   /**
    * Calls a `nonblocking` function of the table on another thread (Deno's, or a Bun worker);
-   * rejects only when the call cannot be made or finish. Keep the buffers alive until it settles.
+   * rejects only when the call cannot be made or finish. Its buffers stay reachable until then.
    */
   callOffThread(call: NativeCall<N>): Promise<number>;
   /** How many threads of its own the library keeps now (Bun's workers; 0 on Deno). */

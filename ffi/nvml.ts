@@ -110,8 +110,6 @@ class NvmlLibrary implements Nvml {
   readonly libraryPath: string;
   readonly #adapter: FfiAdapter;
   readonly #lib: FfiLibrary<NvmlSymbolName>;
-  /** Buffers of calls not yet settled, kept reachable until they do. */
-  readonly #inFlight = new Set<readonly NativeArg[]>();
   #busy: Promise<unknown> = Promise.resolve();
   readonly #keep: boolean;
   /** Whether a kept `nvmlInit_v2` waits for its `nvmlShutdown` (at close). */
@@ -152,15 +150,10 @@ class NvmlLibrary implements Nvml {
 
   async #read(): Promise<GpuMemoryReport> {
     const present = this.#lib.present;
-    const list = (["v3", "v2"] as const).map((v) =>
-      `nvmlDeviceGetComputeRunningProcesses_${v}` as const
-    )
-      .find((name) => present.has(name));
-    if (!list) {
-      return {
-        unknown: `${this.libraryPath} has neither nvmlDeviceGetComputeRunningProcesses_v3 nor _v2`,
-      };
-    }
+    const v3 = "nvmlDeviceGetComputeRunningProcesses_v3";
+    const v2 = "nvmlDeviceGetComputeRunningProcesses_v2";
+    const list = present.has(v3) ? v3 : present.has(v2) ? v2 : undefined;
+    if (!list) return { unknown: `${this.libraryPath} has neither ${v3} nor _v2` };
     const count = nativeBuffer(4);
     let code = await this.#call("nvmlDeviceGetCount_v2", [count]);
     if (code !== 0) return { unknown: this.#failure("nvmlDeviceGetCount_v2", code) };
@@ -178,11 +171,8 @@ class NvmlLibrary implements Nvml {
       if (code !== 0) return { unknown: this.#failure(`nvmlDeviceGetUUID (GPU ${index})`, code) };
       const uuid = sameForm(cText(uuidOut));
       // Free memory where NVML tells it; a GPU it does not answer for is left out (never checked).
-      const memory = nativeBuffer(24);
-      if (
-        present.has("nvmlDeviceGetMemoryInfo") &&
-        await this.#call("nvmlDeviceGetMemoryInfo", [handle, memory]) === 0
-      ) {
+      const memory = nativeBuffer(24), info = "nvmlDeviceGetMemoryInfo";
+      if (present.has(info) && await this.#call(info, [handle, memory]) === 0) {
         const view = new DataView(memory.buffer);
         totalMiB.set(uuid, Number(view.getBigUint64(0, true)) / 2 ** 20);
         freeMiB.set(uuid, Number(view.getBigUint64(8, true)) / 2 ** 20);
@@ -226,14 +216,9 @@ class NvmlLibrary implements Nvml {
     return `${what}: the list kept growing faster than it could be read`;
   }
 
-  /** A call off the main thread, its buffers kept reachable until it settles. */
+  /** A call off the main thread. */
   async #call(symbol: NvmlSymbolName, args: readonly NativeArg[]): Promise<number> {
-    this.#inFlight.add(args);
-    try {
-      return await this.#lib.callOffThread({ symbol, args });
-    } finally {
-      this.#inFlight.delete(args);
-    }
+    return await this.#lib.callOffThread({ symbol, args });
   }
 
   /** `what failed: <nvmlErrorString> (NVML code n)`. */
