@@ -80,18 +80,11 @@ export interface FfiAdapter {
 
 /** Fills in a call's pointer fields with the addresses `addressOf` gives its buffers. */
 export function linkPointers(call: NativeCall, addressOf: (buf: Uint8Array) => bigint): void {
-  for (const link of call.links ?? []) {
-    const holder = call.args[link.arg];
-    if (!(holder instanceof Uint8Array)) {
-      throw new TypeError(
-        `${call.symbol}: argument ${link.arg} holds a pointer, so it must be a buffer`,
-      );
-    }
-    new DataView(holder.buffer, holder.byteOffset).setBigUint64(
-      link.offset,
-      addressOf(link.target),
-      true,
-    );
+  for (const { arg, offset, target } of call.links ?? []) {
+    const holder = call.args[arg];
+    const buffer = `${call.symbol}: argument ${arg} holds a pointer, so it must be a buffer`;
+    if (!(holder instanceof Uint8Array)) throw new TypeError(buffer);
+    new DataView(holder.buffer, holder.byteOffset).setBigUint64(offset, addressOf(target), true);
   }
 }
 
@@ -101,6 +94,12 @@ export function linkPointers(call: NativeCall, addressOf: (buf: Uint8Array) => b
  */
 export function nativeBuffer(size: number): Uint8Array {
   return new Uint8Array(new ArrayBuffer(size));
+}
+
+/** The C `int` at the start of a buffer (an `unsigned int` with `unsigned`). */
+export function readInt(buf: Uint8Array, unsigned = false): number {
+  const view = new DataView(buf.buffer, buf.byteOffset);
+  return unsigned ? view.getUint32(0, true) : view.getInt32(0, true);
 }
 
 /** The NUL-terminated text at the start of a buffer. */

@@ -28,6 +28,7 @@ import {
   type NativeArg,
   nativeBuffer,
   type NativeLink,
+  readInt,
 } from "./adapter.ts";
 import { findLibcuda, openCandidate } from "./find.ts";
 import { runtimeAdapter } from "./runtime.ts";
@@ -398,9 +399,4 @@ export class LibcudaDriver implements NativeDriver {
 function fitsCInt(value: unknown): value is number {
   const n = value as number;
   return Number.isInteger(n) && n >= -0x8000_0000 && n <= 0x7fff_ffff;
-}
-
-/** The C `int` at the start of a buffer. */
-function readInt(buf: Uint8Array): number {
-  return new DataView(buf.buffer, buf.byteOffset).getInt32(0, true);
 }

@@ -12,6 +12,7 @@ import {
   type FfiLibrary,
   type NativeArg,
   nativeBuffer,
+  readInt,
 } from "./adapter.ts";
 import { LIBCUDA_SEARCH_PATHS, LIBCUDA_SONAME, openCandidate, reasonOf } from "./find.ts";
 import type { CudaForeignFunction } from "./symbols.ts";
@@ -159,7 +160,7 @@ class NvmlLibrary implements Nvml {
     if (code !== 0) return { unknown: this.#failure("nvmlDeviceGetCount_v2", code) };
     const byPid = new Map<number, Record<string, number> | "unknown">();
     const freeMiB = new Map<string, number>(), totalMiB = new Map<string, number>();
-    for (let index = 0; index < u32(count); index++) {
+    for (let index = 0; index < readInt(count, true); index++) {
       const handleOut = nativeBuffer(8);
       code = await this.#call("nvmlDeviceGetHandleByIndex_v2", [index, handleOut]);
       if (code !== 0) {
@@ -203,12 +204,12 @@ class NvmlLibrary implements Nvml {
       const infos = nativeBuffer(room * 24);
       const code = await this.#call(symbol, [handle, count, infos]);
       if (code === NVML_ERROR_INSUFFICIENT_SIZE) {
-        room = u32(count) + 16;
+        room = readInt(count, true) + 16;
         continue;
       }
       if (code !== 0) return this.#failure(what, code);
       const view = new DataView(infos.buffer);
-      return Array.from({ length: u32(count) }, (_, i) => ({
+      return Array.from({ length: readInt(count, true) }, (_, i) => ({
         pid: view.getUint32(i * 24, true),
         bytes: view.getBigUint64(i * 24 + 8, true),
       }));
@@ -227,11 +228,6 @@ class NvmlLibrary implements Nvml {
     const text = address === 0n ? "no description" : this.#adapter.cString(address);
     return `${what} failed: ${text} (NVML code ${code})`;
   }
-}
-
-/** The unsigned int at the start of a buffer. */
-function u32(buf: Uint8Array): number {
-  return new DataView(buf.buffer, buf.byteOffset).getUint32(0, true);
 }
 
 /** A GPU UUID in the form the driver's GPU list uses (lowercase hex); another text as it is. */
