@@ -15,7 +15,7 @@ import {
   readInt,
 } from "./adapter.ts";
 import { LIBCUDA_SEARCH_PATHS, LIBCUDA_SONAME, openCandidate, reasonOf } from "./find.ts";
-import type { CudaForeignFunction } from "./symbols.ts";
+import { type CudaForeignFunction, MAY_LACK, WAITS } from "./symbols.ts";
 
 const NVML_SONAME = "libnvidia-ml.so.1";
 /** The environment variable that names the NVML library to load, overriding the search. */
@@ -27,9 +27,8 @@ const NVML_ERROR_INSUFFICIENT_SIZE = 7;
 /** `NVML_DEVICE_UUID_V2_BUFFER_SIZE`: room for a UUID with its NUL. */
 const UUID_BUFFER_SIZE = 96;
 
-const WAITS = { result: "i32", nonblocking: true } as const;
 /** A process-list function: an NVML may have only one of the two versions. */
-const LIST = { parameters: ["u64", "buffer", "buffer"], ...WAITS, optional: true } as const;
+const LIST = { parameters: ["u64", "buffer", "buffer"], ...MAY_LACK } as const;
 
 /** The NVML functions bound, by their C names; each returns an `nvmlReturn_t` but the last. */
 const NVML_SYMBOLS = {
@@ -44,7 +43,7 @@ const NVML_SYMBOLS = {
   nvmlDeviceGetComputeRunningProcesses_v3: LIST,
   nvmlDeviceGetComputeRunningProcesses_v2: LIST,
   // (nvmlDevice_t, nvmlMemory_t *memory): only the free memory needs it
-  nvmlDeviceGetMemoryInfo: { parameters: ["u64", "buffer"], ...WAITS, optional: true },
+  nvmlDeviceGetMemoryInfo: { parameters: ["u64", "buffer"], ...MAY_LACK },
   // const char *nvmlErrorString(nvmlReturn_t): a table lookup, never waits
   nvmlErrorString: { parameters: ["i32"], result: "u64" },
 } as const satisfies Record<string, CudaForeignFunction>;
