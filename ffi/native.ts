@@ -347,10 +347,8 @@ export class LibcudaDriver implements NativeDriver {
       return gpus instanceof Error ? { code, gpuError: gpus } : { code, gpus };
     })();
     const forget = () => use.init === init && (use.init = undefined);
-    init.then(
-      (r) => r.code !== CUDA_SUCCESS && r.code !== CUDA_ERROR_NO_DEVICE && forget(),
-      forget,
-    );
+    const kept = (r: Initialization) => r.code === CUDA_SUCCESS || r.code === CUDA_ERROR_NO_DEVICE;
+    init.then((r) => kept(r) || forget(), forget);
     return init;
   }
 
