@@ -180,15 +180,12 @@ class NvmlLibrary implements Nvml {
       const entries = await this.#processes(list, handle, `${list} (GPU ${index}, ${uuid})`);
       if (typeof entries === "string") return { unknown: entries };
       for (const { pid, bytes } of entries) {
-        let held = byPid.get(pid);
+        const held = byPid.get(pid);
         if (held === "unknown") continue;
-        if (bytes === NVML_VALUE_NOT_AVAILABLE) {
-          byPid.set(pid, "unknown");
-          continue;
-        }
-        if (!held) byPid.set(pid, held = {});
         // A process on several MIG instances of one GPU appears once per instance.
-        held[uuid] = (held[uuid] ?? 0) + Number(bytes) / 2 ** 20;
+        if (bytes === NVML_VALUE_NOT_AVAILABLE) byPid.set(pid, "unknown");
+        else if (held) held[uuid] = (held[uuid] ?? 0) + Number(bytes) / 2 ** 20;
+        else byPid.set(pid, { [uuid]: Number(bytes) / 2 ** 20 });
       }
     }
     return { byPid: byPid as ReadonlyMap<number, GpuMemory>, freeMiB, totalMiB };
