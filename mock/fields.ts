@@ -1,9 +1,5 @@
-/**
- * What makes a simulated process, as the state file and criu's images keep it, and the reader of
- * the fields that only some processes have. @internal
- *
- * @module
- */
+// What makes a simulated process, as the state file and criu's images keep it, and the reader of
+// the fields that only some processes have.
 
 import type { StrictReader } from "../core/json.ts";
 import { MAX_PID } from "../core/options.ts";
@@ -33,8 +29,14 @@ export interface ProcessFields {
 export interface IpcImport {
   /** The exporter's pid. */
   readonly exporter: number;
+  /** How it opened the memory. */
   readonly through: "legacy" | "cumem" | "fd";
 }
+
+/** Each way of opening another process's memory ({@link IpcImport.through}). */
+export const IPC_KINDS = ["legacy", "cumem", "fd"] as const;
+/** Each TCP socket a process may hold. */
+export const TCP_STATES = ["listening", "established"] as const;
 
 /**
  * The optional fields of a process that the state file and criu's images keep (`ipcImport`, `tcp`),
@@ -50,7 +52,7 @@ export function readMoreFields(
   if (v.ipcImport !== undefined) {
     const o = read.object(v.ipcImport, field("ipcImport"), ["exporter", "through"]);
     const through = read.string(o.through, field("ipcImport.through"));
-    if (!["legacy", "cumem", "fd"].includes(through)) {
+    if (!(IPC_KINDS as readonly string[]).includes(through)) {
       read.fail(field("ipcImport.through"), '"legacy", "cumem" or "fd"', through);
     }
     out.ipcImport = {
