@@ -14,7 +14,7 @@ import { INITIAL_STATE, type ProcessState, stepTo } from "../core/states.ts";
 import { readPages, type SavedPages } from "./memory.ts";
 import { SimulatedGpu } from "./sim_gpu.ts";
 import { type MachineView, SimulatedProcess } from "./sim_process.ts";
-import { type ProcessFields, readMoreFields } from "./fields.ts";
+import { type ProcessFields, readFields } from "./fields.ts";
 import { mibToBytes } from "./timing.ts";
 
 const IMAGE_FORMAT = "ckpt-cuda-simulated-criu-image";
@@ -228,14 +228,8 @@ function readTagged(
   const read = new StrictReader((_, reason) => log.error(`${file} is corrupt: ${reason}`));
   const v = read.object(value, "");
   if (v.format !== format) read.fail("format", JSON.stringify(format), v.format);
-  if (!versions.includes(v.version as number)) {
-    const [now, ...old] = versions;
-    read.fail(
-      "version",
-      `${now}${old.length ? ` (or ${old.join(", ")}, still read)` : ""}`,
-      v.version,
-    );
-  }
+  const [now, ...old] = versions, also = old.length ? ` (or ${old.join(", ")}, still read)` : "";
+  if (!versions.includes(v.version as number)) read.fail("version", `${now}${also}`, v.version);
   return { read, v };
 }
 
@@ -247,21 +241,15 @@ function readImage(file: string, pid: number, log: EngineLog): ProcessImage {
   const inline = tagged.v.version === INLINE_MEMORY_VERSION;
   const v = read.object(tagged.v, "", FIELDS, [...inline ? ["memory"] : [], "ipcImport", "tcp"]);
   if (v.pid !== pid) read.fail("pid", `${pid}, as its name says`, v.pid);
-  const threads = read.array(v.threads, "threads", 1, 100_002)
-    .map((t, i) => read.integer(t, `threads[${i}]`, 1, MAX_PID));
+  const fields = readFields(read, v, "", pid, MAX_PID);
+  const { threads, cuda, memoryMiB } = fields;
   if (threads[0] !== pid) read.refuse("threads", `threads must begin with the pid ${pid}`);
   if (new Set(threads).size !== threads.length) read.refuse("threads", "threads lists an id twice");
-  const cuda = read.boolean(v.cuda, "cuda");
-  const libcuda = read.boolean(v.libcuda, "libcuda");
-  if (cuda && !libcuda) read.refuse("libcuda", "libcuda must be true for a CUDA process");
   const state = cuda ? CHECKPOINTED : INITIAL_STATE;
   const forIt = `${JSON.stringify(state)} for a ${cuda ? "CUDA " : ""}process`;
   if (v.state !== state) read.fail("state", forIt, v.state);
-  const memoryMiB = read.amount(v.memoryMiB, "memoryMiB");
-  if (!cuda && memoryMiB !== 0) read.fail("memoryMiB", "0 for a process without CUDA", memoryMiB);
-  if (!cuda && v.memory !== undefined) {
-    read.refuse("memory", "a process without CUDA has no memory");
-  }
+  const none = "a process without CUDA has no memory";
+  if (!cuda && v.memory !== undefined) read.refuse("memory", none);
   // Whole: each GPU it used is one it saw.
   const devices = readGpus(read, v.devices, "devices", 1);
   const gpus = read.array(v.gpus, "gpus", 1, 1024).map((g, i) => {
@@ -270,14 +258,7 @@ function readImage(file: string, pid: number, log: EngineLog): ProcessImage {
     if (!devices.some((d) => d.uuid === uuid)) read.refuse(`gpus[${i}]`, none);
     return uuid;
   });
-  const parent = read.integer(v.parent, "parent", 0, MAX_PID);
-  const command = read.string(v.command, "command", 1 << 20);
-  const inspectable = read.boolean(v.inspectable, "inspectable");
   const version = inline ? INLINE_MEMORY_VERSION : IMAGE_VERSION;
-  const fields = {
-    ...{ pid, parent, threads, command, cuda, libcuda, inspectable, memoryMiB },
-    ...readMoreFields(read, v, ""),
-  };
   const image: ProcessImage = { format: IMAGE_FORMAT, version, ...fields, state, gpus, devices };
   if (inline && cuda) image.memory = readPages(read, v.memory, mibToBytes(memoryMiB), "memory");
   return image;

@@ -14,7 +14,7 @@ import { FAULTABLE_OPERATIONS, type FaultableOperation, type PendingFault } from
 import { readPages, type SavedPages } from "./memory.ts";
 import type { SimulatedGpuSpec } from "./sim_gpu.ts";
 import { SimulatedProcess } from "./sim_process.ts";
-import { type ProcessFields, readMoreFields } from "./fields.ts";
+import { type ProcessFields, readFields } from "./fields.ts";
 import { SimulatedMachine, type SimulatedMachineOptions } from "./simulator.ts";
 import { mibToBytes } from "./timing.ts";
 
@@ -224,22 +224,18 @@ function readProcess(r: Reading, value: unknown, at: string): ProcessSnapshot {
   /** Refuses the field `${at}.${f}`, its path followed by `why`. */
   const no = (f: string, why: string): never => read.refuse(`${at}.${f}`, `${at}.${f}${why}`);
   const pid = read.integer(p.pid, `${at}.pid`, 1, nextPid - 1);
-  const threads = read.array(p.threads, `${at}.threads`, 1, 100_002).map((t, i) => {
-    const tid = read.integer(t, `${at}.threads[${i}]`, 1, nextPid - 1);
+  const fields = readFields(read, p, at, pid, nextPid - 1);
+  const { threads, parent, cuda, memoryMiB } = fields;
+  threads.forEach((tid, i) => {
     if (r.threads.has(tid)) no(`threads[${i}]`, ` ${tid} is another thread's or process's id too`);
     r.threads.add(tid);
-    return tid;
   });
   if (threads[0] !== pid) no("threads[0]", ` must be the pid ${pid}, got ${threads[0]}`);
-  const parent = read.integer(p.parent, `${at}.parent`, 0, MAX_PID);
   if (parent && !r.pids.has(parent)) no("parent", ` ${parent} is no process listed before it`);
   const start = read.integer(p.start, `${at}.start`, 1, r.nextStart - 1);
   if (r.starts.has(start)) no("start", ` ${start} is another process's start number too`);
   r.starts.add(start);
   r.pids.add(pid);
-  const cuda = read.boolean(p.cuda, `${at}.cuda`);
-  const libcuda = read.boolean(p.libcuda, `${at}.libcuda`);
-  if (cuda && !libcuda) no("libcuda", " must be true for a CUDA process");
   const tid = cuda ? threads[threads.length - 1] : 0;
   const expected = `${tid} (${cuda ? "its last thread" : "none: it has no CUDA"})`;
   if (p.restoreThreadId !== tid) read.fail(`${at}.restoreThreadId`, expected, p.restoreThreadId);
@@ -253,8 +249,6 @@ function readProcess(r: Reading, value: unknown, at: string): ProcessSnapshot {
     listed.add(index);
     return index;
   });
-  const memoryMiB = read.amount(p.memoryMiB, `${at}.memoryMiB`);
-  if (!cuda && memoryMiB) read.fail(`${at}.memoryMiB`, "0 for a process without CUDA", memoryMiB);
   // Checkpointed memory holds no GPU, but it came from these GPUs: no share can be larger.
   const smallest = Math.min(...gpus.map((g) => r.gpus[g].memoryMiB));
   const unfit = ` ${memoryMiB} cannot have fitted on its GPUs (${smallest} MiB the smallest)`;
@@ -267,12 +261,6 @@ function readProcess(r: Reading, value: unknown, at: string): ProcessSnapshot {
   }
   const refused = `: only a checkpointed process can be refused restores, not a ${state} one`;
   if (p.restoreRefused && !memoryOnHost(state)) no("restoreRefused", refused);
-  const command = read.string(p.command, `${at}.command`, 1 << 20);
-  const inspectable = read.boolean(p.inspectable, `${at}.inspectable`);
-  const fields = {
-    ...{ pid, parent, threads, command, cuda, libcuda, inspectable, memoryMiB },
-    ...readMoreFields(read, p, at),
-  };
   const out: ProcessSnapshot = { ...fields, start, restoreThreadId: tid, state, gpus };
   if (cuda) {
     const m = read.object(p.memory, `${at}.memory`, ["on", "pages"]);
