@@ -25,7 +25,7 @@ import { makeClock, type SimClock } from "./clock.ts";
 import { SimulatedCriu } from "./sim_criu.ts";
 import { SimulatedDriver } from "./sim_driver.ts";
 import { makeGpus, type SimulatedGpu, type SimulatedGpuSpec } from "./sim_gpu.ts";
-import { SimulatedHost } from "./sim_host.ts";
+import { simulatedHost } from "./sim_host.ts";
 import { SimulatedProcess } from "./sim_process.ts";
 import { IPC_KINDS, type IpcImport, TCP_STATES } from "./fields.ts";
 import { checkTiming, CRIU_TIMING, timingForChip, type TimingModel } from "./timing.ts";
@@ -150,7 +150,7 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
     this.gpus = makeGpus(o.gpus, this.seed);
     this.timing = o.timing === undefined ? timingForChip(this.gpus[0].name) : checkTiming(o.timing);
     this.driver = new SimulatedDriver(this);
-    this.host = new SimulatedHost(this);
+    this.host = simulatedHost(this);
     this.engine = new SimulatedCriu(this);
   }
 
