@@ -53,10 +53,7 @@ export interface ProcessImage extends ProcessFields {
 }
 
 /** What a dump writes of one process: its image, and the memory its pages file holds. */
-interface DumpedImages {
-  image: ProcessImage;
-  pages: SavedPages;
-}
+type DumpedImages = { image: ProcessImage; pages: SavedPages };
 
 /** A GPU of the machine a process was dumped on, not of this one: it holds nothing here. */
 class RememberedGpu extends SimulatedGpu {
@@ -88,23 +85,20 @@ export function imageOf(p: SimulatedProcess, machineGpus: readonly SimulatedGpu[
   return { image, pages: p.savedPages() };
 }
 
-/** The GPUs of `host` the image's process used where it saw them all, else those it remembers. */
-export function gpusOf(host: MachineView, image: ProcessImage): SimulatedGpu[] {
-  const here = new Map(host.gpus.map((g) => [g.uuid, g]));
-  if (image.devices.every((d) => here.has(d.uuid))) return image.gpus.map((u) => here.get(u)!);
-  const seen: RememberedGpu[] = [];
-  for (const d of image.devices) seen.push(new RememberedGpu(d, seen));
-  Object.freeze(seen);
-  return image.gpus.map((uuid) => seen.find((g) => g.uuid === uuid)!);
-}
-
-/** A process made from its image, new start number, checkpointed, memory zero until loaded. */
+/**
+ * A process made from its image, new start number, checkpointed, memory zero until loaded, on the
+ * GPUs of `host` it used where it saw them all, else on those it remembers.
+ */
 export function restoredProcess(
   host: MachineView,
   image: ProcessImage,
-  gpus: SimulatedGpu[],
   root: number,
 ): SimulatedProcess {
+  const here = new Map(host.gpus.map((g) => [g.uuid, g]));
+  const seen: RememberedGpu[] = [], elsewhere = !image.devices.every((d) => here.has(d.uuid));
+  if (elsewhere) { for (const d of image.devices) seen.push(new RememberedGpu(d, seen)); }
+  Object.freeze(seen);
+  const gpus = image.gpus.map((u) => elsewhere ? seen.find((g) => g.uuid === u)! : here.get(u)!);
   const parent = image.pid === root ? 0 : image.parent;
   const proc = new SimulatedProcess(host, { ...image, threads: [...image.threads], gpus, parent });
   if (!image.cuda) return proc;
@@ -147,19 +141,16 @@ export function readTree(dir: string, root: number, log: EngineLog): ProcessImag
   } catch (err) {
     throw log.error(`cannot read images directory ${dir}: ${messageOf(err)}`, err);
   }
-  const byPid = new Map<number, ProcessImage>();
-  const threads = new Map<number, number>();
+  const byPid = new Map<number, ProcessImage>(), threads = new Map<number, number>();
   const withPages = new Set<number>();
   for (const name of names.sort()) {
-    const pages = PAGES_NAME.exec(name);
+    const pages = PAGES_NAME.exec(name), match = IMAGE_NAME.exec(name);
     if (pages) withPages.add(Number(pages[1]));
-    const match = IMAGE_NAME.exec(name);
     if (!match) continue;
-    const file = join(dir, name);
-    const image = readImage(file, Number(match[1]), log);
+    const file = join(dir, name), image = readImage(file, Number(match[1]), log);
     for (const t of image.threads) {
-      const other = threads.get(t), also = `thread ${t} is process ${threads.get(t)}'s too`;
-      if (other !== undefined) throw log.error(`${file} is corrupt: ${also}`);
+      const also = `thread ${t} is process ${threads.get(t)}'s too`;
+      if (threads.has(t)) throw log.error(`${file} is corrupt: ${also}`);
       threads.set(t, image.pid);
     }
     byPid.set(image.pid, image);
@@ -173,25 +164,20 @@ export function readTree(dir: string, root: number, log: EngineLog): ProcessImag
     }
   }
   const stray = [...byPid.values()].find((image) => !tree.includes(image));
-  const notIn = (p: ProcessImage) =>
-    `is no image of the tree of ${root}: its parent ${p.parent} is not in it`;
-  if (stray) throw log.error(`${join(dir, imageName(stray.pid))} ${notIn(stray)}`);
+  const notIn = `is no image of the tree of ${root}: its parent ${stray?.parent} is not in it`;
+  if (stray) throw log.error(`${join(dir, imageName(stray.pid))} ${notIn}`);
   for (const pid of withPages) {
-    const version = byPid.get(pid)?.version;
-    const file = join(dir, pagesName(pid));
-    const [none, inline] = [`there is no ${imageName(pid)} beside it`, imageName(pid)];
-    if (version === undefined) throw log.error(`${file} is the memory of no process: ${none}`);
+    const version = byPid.get(pid)?.version, file = join(dir, pagesName(pid));
+    const none = `is the memory of no process: there is no ${imageName(pid)} beside it`;
+    if (version === undefined) throw log.error(`${file} ${none}`);
     const itself = `an image of version ${INLINE_MEMORY_VERSION}, which holds its memory itself`;
-    if (version === INLINE_MEMORY_VERSION) {
-      throw log.error(`${file} does not belong beside ${inline}, ${itself}`);
-    }
+    const inline = `does not belong beside ${imageName(pid)}, ${itself}`;
+    if (version === INLINE_MEMORY_VERSION) throw log.error(`${file} ${inline}`);
   }
-  const lacking = tree.find((i) => i.version === IMAGE_VERSION && !withPages.has(i.pid));
-  if (!lacking) return tree;
-  const holds = `it holds the memory of process ${lacking.pid}, whose ${
-    imageName(lacking.pid)
-  } is there`;
-  throw log.error(`${join(dir, pagesName(lacking.pid))} is missing: ${holds}`);
+  const lacking = tree.find((i) => i.version === IMAGE_VERSION && !withPages.has(i.pid))?.pid;
+  if (lacking === undefined) return tree;
+  const holds = `the memory of process ${lacking}, whose ${imageName(lacking)} is there`;
+  throw log.error(`${join(dir, pagesName(lacking))} is missing: it holds ${holds}`);
 }
 
 /** The pages of memory of `image`'s process: read now, strictly, from its pages file, or inline. */

@@ -25,7 +25,6 @@ import {
   CHECKPOINTED,
   emptyDirectory,
   EngineLog,
-  gpusOf,
   imageOf,
   memoryOf,
   PAGES_NAME,
@@ -274,14 +273,13 @@ export class SimulatedCriu implements SnapshotEngine {
             `--tcp-established`,
         );
       }
-      const gpus = images.map((image) => gpusOf(this.#machine, image));
       for (const t of images.flatMap((image) => image.threads)) {
         const other = this.#machine.process(t);
         if (other) throw log.error(`Can't fork for PID ${t}: process ${other.pid} has it`);
       }
-      images.forEach((image, i) => {
-        made.push(this.#machine.adopt(restoredProcess(this.#machine, image, gpus[i], r.root)));
-      });
+      for (const image of images) {
+        made.push(this.#machine.adopt(restoredProcess(this.#machine, image, r.root)));
+      }
       await this.#fixedCost("restore", run, log);
       for (const [i, image] of images.entries()) {
         await this.#copy(image, run, CRIU_TIMING.restoreBytesPerSecond);
