@@ -281,11 +281,8 @@ export class EngineLog {
   /** The error of a failure, logged and the log written (where it can be). */
   error(message: string, cause?: unknown): EngineError {
     this.line(`Error: ${message}`);
-    const written = this.write(true);
-    return new EngineError(message, {
-      ...(written ? { log: this.path } : {}),
-      ...(cause === undefined ? {} : { cause }),
-    });
+    const log = this.write(true) ? { log: this.path } : {};
+    return new EngineError(message, { ...log, ...(cause === undefined ? {} : { cause }) });
   }
 
   /** Writes the log once, replacing a file (not through a link); false if it cannot. */
@@ -294,11 +291,10 @@ export class EngineLog {
     try {
       rmSync(this.path, { force: true });
       writeFileSync(this.path, this.#lines.join("\n") + "\n", { mode: 0o600, flag: "wx" });
-      this.#written = true;
     } catch (err) {
       if (quietly) return false;
       throw new EngineError(`cannot write the log ${this.path}: ${messageOf(err)}`, { cause: err });
     }
-    return true;
+    return this.#written = true;
   }
 }
