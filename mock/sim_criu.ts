@@ -267,12 +267,8 @@ export class SimulatedCriu implements SnapshotEngine {
     try {
       const images = readTree(r.imagesDir, r.root, log);
       const connected = images.find((image) => image.tcp === "established");
-      if (connected && !r.tcpEstablished) {
-        throw log.error(
-          `inet: process ${connected.pid} was dumped with a connected TCP socket: restore with ` +
-            `--tcp-established`,
-        );
-      }
+      const tcp = `inet: process ${connected?.pid} was dumped with a connected TCP socket`;
+      if (connected && !r.tcpEstablished) throw log.error(`${tcp}: restore with --tcp-established`);
       for (const t of images.flatMap((image) => image.threads)) {
         const other = this.#machine.process(t);
         if (other) throw log.error(`Can't fork for PID ${t}: process ${other.pid} has it`);
