@@ -245,11 +245,9 @@ export class SimulatedDriver implements CheckpointDriver {
     return this.#machine.waitOn(`call ${name} on pid ${pid}`, async () => {
       const started = this.#machine.now();
       const proc = this.#find(pid);
+      const missing = `driver ${this.#versionName} has no ${name}; 12.8 (570) has`;
       const answer: Answer = this.missingFunctions.includes(name)
-        ? {
-          code: CUDA_ERROR_NOT_SUPPORTED,
-          note: `driver ${this.#versionName} has no ${name}; 12.8 (570) has`,
-        }
+        ? { code: CUDA_ERROR_NOT_SUPPORTED, note: missing }
         : typeof proc === "number"
         ? await this.#after({ code: proc })
         : await body(proc);
