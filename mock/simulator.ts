@@ -250,9 +250,8 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
     const g = this.gpus[index];
     const memoryMiB = g.freeMiB - leave - g.contextMiB;
     const less = `${g.freeMiB} MiB free, less than the ${leave} MiB to leave and a CUDA context`;
-    if (memoryMiB < 0) {
-      throw new RangeError(`fillGpu: GPU ${index} has ${less} (${g.contextMiB} MiB)`);
-    }
+    const fill = `fillGpu: GPU ${index} has ${less} (${g.contextMiB} MiB)`;
+    if (memoryMiB < 0) throw new RangeError(fill);
     return this.spawn({ memoryMiB, gpu: index, command: `simulated GPU filler (GPU ${index})` });
   }
 
