@@ -184,7 +184,7 @@ export function readTree(dir: string, root: number, log: EngineLog): ProcessImag
 export function memoryOf(dir: string, image: ProcessImage, log: EngineLog): SavedPages {
   if (image.version === INLINE_MEMORY_VERSION) return image.memory ?? [];
   const file = join(dir, pagesName(image.pid));
-  const { read, v } = readTagged(file, "pages file", PAGES_FORMAT, [IMAGE_VERSION], log);
+  const { read, v } = readTagged(file, "pages", log);
   read.object(v, "", ["format", "version", "pid", "pages"]);
   if (v.pid !== image.pid) read.fail("pid", `${image.pid}, as its name says`, v.pid);
   if (image.cuda) return readPages(read, v.pages, mibToBytes(image.memoryMiB), "pages");
@@ -194,14 +194,15 @@ export function memoryOf(dir: string, image: ProcessImage, log: EngineLog): Save
   return [];
 }
 
+/** Each kind of file read: what messages call it, its format, the versions read (the first new). */
+const KINDS = {
+  image: ["image", IMAGE_FORMAT, [IMAGE_VERSION, INLINE_MEMORY_VERSION]],
+  pages: ["pages file", PAGES_FORMAT, [IMAGE_VERSION]],
+} as const;
+
 /** The JSON object in `file` and a reader of it, its format and version known (first). */
-function readTagged(
-  file: string,
-  what: string,
-  format: string,
-  versions: readonly number[],
-  log: EngineLog,
-): { read: StrictReader; v: Record<string, unknown> } {
+function readTagged(file: string, kind: keyof typeof KINDS, log: EngineLog) {
+  const [what, format, versions] = KINDS[kind] as readonly [string, string, readonly number[]];
   let text: string;
   try {
     if (!statSync(file).isFile()) throw log.error(`${file} is not a regular file`);
@@ -221,8 +222,7 @@ function readTagged(
 
 /** The image of process `pid` in `file` (version 3, or 2 with its memory), read field by field. */
 function readImage(file: string, pid: number, log: EngineLog): ProcessImage {
-  const versions = [IMAGE_VERSION, INLINE_MEMORY_VERSION];
-  const tagged = readTagged(file, "image", IMAGE_FORMAT, versions, log);
+  const tagged = readTagged(file, "image", log);
   const { read } = tagged;
   const inline = tagged.v.version === INLINE_MEMORY_VERSION;
   const v = read.object(tagged.v, "", FIELDS, [...inline ? ["memory"] : [], "ipcImport", "tcp"]);
