@@ -50,6 +50,9 @@ export interface SimulatedCall {
 
 /** What a driver call answers, before it becomes a code or a {@link DriverResult}. */
 type Answer = { code: number; value?: number; note?: string };
+/** What a call does with its process (and a step with its waits) to answer. */
+type Body = (proc: SimulatedProcess) => Promise<Answer>;
+type StepBody = (proc: SimulatedProcess, run: Waits) => Promise<Answer>;
 
 /**
  * The simulated machine's driver (`sim.driver`): a {@link CheckpointDriver} with the states, codes
@@ -235,12 +238,7 @@ export class SimulatedDriver implements CheckpointDriver {
   }
 
   /** One call: gated by the version, the pid looked up, `body` run, the answer logged. */
-  #call<T>(
-    op: string,
-    pid: number,
-    out: (answer: Answer) => T,
-    body: (proc: SimulatedProcess) => Promise<Answer>,
-  ): Promise<T> {
+  #call<T>(op: string, pid: number, out: (answer: Answer) => T, body: Body): Promise<T> {
     const name = `cuCheckpointProcess${op[0].toUpperCase()}${op.slice(1)}`;
     return this.#machine.waitOn(`call ${name} on pid ${pid}`, async () => {
       const started = this.#machine.now();
@@ -283,11 +281,7 @@ export class SimulatedDriver implements CheckpointDriver {
   }
 
   /** A state-changing call in its turn: the state checked, a fault applied, else `body`. */
-  #transition(
-    op: Step,
-    pid: number,
-    body: (proc: SimulatedProcess, run: Waits) => Promise<Answer>,
-  ): Promise<number> {
+  #transition(op: Step, pid: number, body: StepBody): Promise<number> {
     return this.#call(op, pid, codeOf, (proc) =>
       this.#serially(proc, async () => {
         const note = `${op} needs a ${stepFrom(op)} process; it is ${proc.state}`;
