@@ -268,10 +268,8 @@ function readProcess(r: Reading, value: unknown, at: string): ProcessSnapshot {
     // Checkpointed: in host memory; running or locked: on the GPU; failed: anywhere.
     const where = memoryOnHost(state) ? "host" : isFinal(state) ? on : "gpu";
     if (on !== where) read.fail(`${at}.memory.on`, `"${where}" for a ${state} process`, on);
-    out.memory = {
-      on,
-      pages: readPages(read, m.pages, mibToBytes(memoryMiB), `${at}.memory.pages`),
-    };
+    const pages = readPages(read, m.pages, mibToBytes(memoryMiB), `${at}.memory.pages`);
+    out.memory = { on, pages };
   }
   if (p.faults !== undefined) out.faults = readFaults(read, p.faults, `${at}.faults`);
   if (p.restoreRefused) out.restoreRefused = true;
