@@ -1,10 +1,6 @@
-/**
- * The seam between the native libraries' bindings (`native.ts`, `nvml.ts`, written once) and the
- * runtime's FFI that Deno (`deno.ts`) and Bun (`bun.ts`) each supply: open a library, say which
- * functions it has, call one here or on another thread, read C strings and pointers, close.
- *
- * @module
- */
+// The seam between the native libraries' bindings (`native.ts`, `nvml.ts`, written once) and the
+// runtime's FFI that Deno (`deno.ts`) and Bun (`bun.ts`) each supply: open a library, say which
+// functions it has, call one here or on another thread, read C strings and pointers, close.
 
 import type { CudaForeignFunction } from "./symbols.ts";
 
@@ -46,7 +42,7 @@ export interface FfiLibrary<N extends string> {
   call(call: NativeCall<N>): number | bigint;
   /**
    * Calls a `nonblocking` function of the table on another thread (Deno's, or a Bun worker);
-   * rejects only when the call cannot be made or finish. Keep the buffers alive until it settles.
+   * rejects only when the call cannot be made or finish. Its buffers stay reachable until then.
    */
   callOffThread(call: NativeCall<N>): Promise<number>;
   /** How many threads of its own the library keeps now (Bun's workers; 0 on Deno). */
@@ -84,18 +80,11 @@ export interface FfiAdapter {
 
 /** Fills in a call's pointer fields with the addresses `addressOf` gives its buffers. */
 export function linkPointers(call: NativeCall, addressOf: (buf: Uint8Array) => bigint): void {
-  for (const link of call.links ?? []) {
-    const holder = call.args[link.arg];
-    if (!(holder instanceof Uint8Array)) {
-      throw new TypeError(
-        `${call.symbol}: argument ${link.arg} holds a pointer, so it must be a buffer`,
-      );
-    }
-    new DataView(holder.buffer, holder.byteOffset).setBigUint64(
-      link.offset,
-      addressOf(link.target),
-      true,
-    );
+  for (const { arg, offset, target } of call.links ?? []) {
+    const holder = call.args[arg];
+    const buffer = `${call.symbol}: argument ${arg} holds a pointer, so it must be a buffer`;
+    if (!(holder instanceof Uint8Array)) throw new TypeError(buffer);
+    new DataView(holder.buffer, holder.byteOffset).setBigUint64(offset, addressOf(target), true);
   }
 }
 
@@ -105,6 +94,12 @@ export function linkPointers(call: NativeCall, addressOf: (buf: Uint8Array) => b
  */
 export function nativeBuffer(size: number): Uint8Array {
   return new Uint8Array(new ArrayBuffer(size));
+}
+
+/** The C `int` at the start of a buffer (an `unsigned int` with `unsigned`). */
+export function readInt(buf: Uint8Array, unsigned = false): number {
+  const view = new DataView(buf.buffer, buf.byteOffset);
+  return unsigned ? view.getUint32(0, true) : view.getInt32(0, true);
 }
 
 /** The NUL-terminated text at the start of a buffer. */

@@ -1,10 +1,6 @@
-/**
- * The Bun adapter: `bun:ffi`, with no optional symbols (each optional function is probed with a
- * `dlopen` of its own) and synchronous calls (one that can wait runs in a worker, `bun_pool.ts`,
- * unless `callingThread`). The C library is opened by the path this process has mapped.
- *
- * @module
- */
+// The Bun adapter: `bun:ffi`, with no optional symbols (each optional function is probed with a
+// `dlopen` of its own) and synchronous calls (one that can wait runs in a worker, `bun_pool.ts`,
+// unless `callingThread`). The C library is opened by the path this process has mapped.
 
 import process from "node:process";
 import { messageOf } from "../core/errors.ts";
@@ -81,14 +77,9 @@ function openLibrary<N extends string>(
       if (!bound.has(call.symbol)) throw new TypeError(`${call.symbol} is not in ${path}`);
       if (callingThread) return Number(callHere(call));
       pool ??= new WorkerPool(workerUrl);
-      const result = await pool.run({
-        path,
-        symbol: call.symbol,
-        definition: bunDefinition(table[call.symbol]),
-        args: call.args,
-        links: call.links ?? [],
-      });
-      call.args.forEach((arg, i) => {
+      const { symbol, args, links = [] } = call, definition = bunDefinition(table[symbol]);
+      const result = await pool.run({ path, symbol, definition, args, links });
+      args.forEach((arg, i) => {
         const copy = result.buffers[i];
         if (arg instanceof Uint8Array && copy) arg.set(copy);
       });

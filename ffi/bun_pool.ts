@@ -1,27 +1,13 @@
-/**
- * The Bun adapter's worker threads: one call per worker at a time, one started when a call finds
- * none idle (the driver caps the calls in flight). A worker keeps the process alive only while it
- * runs a call; one that ends meanwhile rejects that call, and the next call starts a new one.
- *
- * @module
- */
+// The Bun adapter's worker threads: one call per worker at a time, one started when a call finds
+// none idle (the driver caps the calls in flight). A worker keeps the process alive only while it
+// runs a call; one that ends meanwhile rejects that call, and the next call starts a new one.
 
-import type { WorkerClose, WorkerReply, WorkerRequest } from "./bun_types.ts";
+import type { WorkerClose, WorkerReply, WorkerRequest, WorkerResult } from "./bun_types.ts";
 
 /** A Worker as Bun has it: `ref`/`unref` decide whether it keeps the process alive. */
 type RefWorker = Worker & { ref?(): void; unref?(): void };
 
-/** What a call came to: its result, and the argument buffers as it left them (else `null`). */
-interface WorkerResult {
-  readonly code: number;
-  readonly buffers: readonly (Uint8Array | null)[];
-}
-
-interface Job {
-  readonly request: WorkerRequest;
-  resolve(result: WorkerResult): void;
-  reject(error: Error): void;
-}
+type Job = { request: WorkerRequest; resolve(result: WorkerResult): void; reject(e: Error): void };
 
 interface Worked {
   readonly worker: RefWorker;
@@ -100,7 +86,7 @@ export class WorkerPool {
     if (!job || job.request.id !== reply.id) return;
     w.job = undefined;
     w.worker.unref?.();
-    if ("code" in reply) job.resolve({ code: reply.code, buffers: reply.buffers });
+    if ("code" in reply) job.resolve(reply);
     else job.reject(new Error(`${job.request.symbol} could not be called: ${reply.error}`));
     if (this.#closing) this.#retire(w);
   }

@@ -1,9 +1,5 @@
-/**
- * The little of `bun:ffi` the Bun binding uses, typed here so that Deno's checker and JSR never
- * resolve a `bun:` specifier, and the messages between the binding and its workers.
- *
- * @module
- */
+// The little of `bun:ffi` the Bun binding uses, typed here so that Deno's checker and JSR never
+// resolve a `bun:` specifier, and the messages between the binding and its workers.
 
 import type { NativeArg, NativeLink } from "./adapter.ts";
 import type { BunFunctionDefinition } from "./symbols.ts";
@@ -55,11 +51,8 @@ export interface WorkerClose {
   readonly close: true;
 }
 
+/** What a call came to: its result, and the argument buffers as it left them (else `null`). */
+export type WorkerResult = { readonly code: number; readonly buffers: (Uint8Array | null)[] };
+
 /** A worker's answer: the result and the buffers after the call, or why the call failed. */
-export type WorkerReply =
-  | {
-    readonly id: number;
-    readonly code: number;
-    readonly buffers: readonly (Uint8Array | null)[];
-  }
-  | { readonly id: number; readonly error: string };
+export type WorkerReply = { readonly id: number } & (WorkerResult | { readonly error: string });

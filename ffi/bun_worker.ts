@@ -1,10 +1,6 @@
-/**
- * A worker thread of the Bun adapter (`bun_pool.ts`): it makes the calls it is sent, one at a time,
- * with its own `dlopen` of the library (the loader's one copy), and answers each with the result
- * and its copies of the buffers; asked to close, it closes its libraries and ends.
- *
- * @module
- */
+// A worker thread of the Bun adapter (`bun_pool.ts`): it makes the calls it is sent, one at a time,
+// with its own `dlopen` of the library (the loader's one copy), and answers each with the result
+// and its copies of the buffers; asked to close, it closes its libraries and ends.
 
 import { linkPointers } from "./adapter.ts";
 import {
@@ -38,11 +34,7 @@ function call(ffi: BunFfi, req: WorkerRequest): WorkerReply {
   linkPointers(req, (buf) => BigInt(ffi.ptr(buf)));
   const code = Number(lib.symbols[req.symbol](...req.args));
   // The link targets stay reachable (in `req`) up to here, past the synchronous call that reads them.
-  return {
-    id: req.id,
-    code,
-    buffers: req.args.map((arg) => arg instanceof Uint8Array ? arg : null),
-  };
+  return { id: req.id, code, buffers: req.args.map((a) => a instanceof Uint8Array ? a : null) };
 }
 
 /** Closes every library this worker opened, then ends the worker. */
@@ -60,10 +52,8 @@ export function onWorkerMessage(event: MessageEvent<WorkerRequest | WorkerClose>
     else scope.postMessage(call(ffi, message));
   }).catch((error: unknown) => {
     if ("close" in message) return closeAndExit();
-    scope.postMessage({
-      id: message.id,
-      error: error instanceof Error ? error.message : String(error),
-    });
+    const text = error instanceof Error ? error.message : String(error);
+    scope.postMessage({ id: message.id, error: text });
   });
 }
 

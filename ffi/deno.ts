@@ -1,10 +1,6 @@
-/**
- * The Deno adapter of the native bindings: `Deno.dlopen`, whose `nonblocking` symbols run each
- * call on a thread of Deno's and return a Promise. Needs `--allow-ffi` (and
- * `--allow-env=CKPT_LIBCUDA_PATH` for the variable to count).
- *
- * @module
- */
+// The Deno adapter of the native bindings: `Deno.dlopen`, whose `nonblocking` symbols run each
+// call on a thread of Deno's and return a Promise. Needs `--allow-ffi` (and
+// `--allow-env=CKPT_LIBCUDA_PATH` for the variable to count).
 
 import { type FfiAdapter, type FfiLibrary, type FfiTable, linkPointers } from "./adapter.ts";
 import { CUDA_SYMBOLS } from "./symbols.ts";
@@ -42,6 +38,8 @@ function openLibrary<N extends string>(path: string, table: FfiTable<N>): FfiLib
     throw error;
   }
   const symbols = lib.symbols as unknown as Record<N, Bound>;
+  /** The calls not yet settled: their buffers stay reachable (Deno's thread writes into them). */
+  const inFlight = new Set<object>();
   return {
     present,
     call(call) {
@@ -56,7 +54,12 @@ function openLibrary<N extends string>(path: string, table: FfiTable<N>): FfiLib
         throw new TypeError(`${call.symbol} is not a function that runs off the main thread here`);
       }
       linkPointers(call, addressOf);
-      return Number(await (symbols[call.symbol](...call.args) as Promise<number>));
+      inFlight.add(call);
+      try {
+        return Number(await (symbols[call.symbol](...call.args) as Promise<number>));
+      } finally {
+        inFlight.delete(call);
+      }
     },
     threadCount: () => 0,
     close: () => Promise.resolve(lib.close()),

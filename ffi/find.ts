@@ -1,12 +1,8 @@
-/**
- * Finding libcuda: where to look, in which order, and what to say when it is nowhere; runtime-free
- * (the caller passes `tryOpen(path)`). Only absolute paths reach the runtime's `dlopen`: a bare
- * name goes to the system loader itself (libc's `dlopen`, then `dlinfo(RTLD_DI_LINKMAP)` for the
- * file it picked; `l_name` at offset 8, 64-bit Linux), since Bun's `dlopen` tries a name the loader
- * does not find again in the current directory (Bun 1.4.5), where a library may be planted.
- *
- * @module
- */
+// Finding libcuda: where to look, in which order, and what to say when it is nowhere; runtime-free
+// (the caller passes `tryOpen(path)`). Only absolute paths reach the runtime's `dlopen`: a bare
+// name goes to the system loader itself (libc's `dlopen`, then `dlinfo(RTLD_DI_LINKMAP)` for the
+// file it picked; `l_name` at offset 8, 64-bit Linux), since Bun's `dlopen` tries a name the loader
+// does not find again in the current directory (Bun 1.4.5), where a library may be planted.
 
 import { DriverLoadError, messageOf } from "../core/errors.ts";
 import type { FfiAdapter, FfiLibrary, FfiTable } from "./adapter.ts";
@@ -184,10 +180,7 @@ const RTLD_NOW = 2, RTLD_DI_LINKMAP = 2;
  * holds the library; throws the loader's own message where it finds none.
  */
 function viaSystemLoader<T>(adapter: FfiAdapter, name: string, open: (path: string) => T): T {
-  const libc: FfiLibrary<keyof typeof LIBC_SYMBOLS> = adapter.open(
-    adapter.libcPath(),
-    LIBC_SYMBOLS,
-  );
+  const libc = adapter.open(adapter.libcPath(), LIBC_SYMBOLS);
   let handle = 0n;
   try {
     const text = new TextEncoder().encode(`${name}\0`);
@@ -196,15 +189,13 @@ function viaSystemLoader<T>(adapter: FfiAdapter, name: string, open: (path: stri
     handle = BigInt(libc.call({ symbol: "dlopen", args: [cName, RTLD_NOW] }));
     if (handle === 0n) {
       const error = BigInt(libc.call({ symbol: "dlerror", args: [] }));
-      throw new Error(
-        error === 0n ? `${name}: not found by the system loader` : adapter.cString(error),
-      );
+      const none = `${name}: not found by the system loader`;
+      throw new Error(error === 0n ? none : adapter.cString(error));
     }
     const out = new Uint8Array(new ArrayBuffer(8));
+    const where = `${name}: the system loader found it but would not say where (dlinfo failed)`;
     if (libc.call({ symbol: "dlinfo", args: [handle, RTLD_DI_LINKMAP, out] }) !== 0) {
-      throw new Error(
-        `${name}: the system loader found it but would not say where (dlinfo failed)`,
-      );
+      throw new Error(where);
     }
     const linkMap = new DataView(out.buffer).getBigUint64(0, true);
     return open(absolutePath(adapter.cString(adapter.readPointer(linkMap + 8n)), adapter.cwd()));

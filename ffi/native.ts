@@ -1,12 +1,8 @@
-/**
- * The native driver, written once for both runtimes: libcuda's checkpoint API behind the
- * {@link CheckpointDriver} seam, on an {@link FfiAdapter}. It answers without a call where it can
- * (a missing function, GPU pairs before driver 13.0, a pid no C `int` holds), calls `cuInit` once
- * per process, and caps the calls in flight. It only reports codes: it rejects only when a call
- * cannot be made (the driver closed, or the thread running it ended).
- *
- * @module
- */
+// The native driver, written once for both runtimes: libcuda's checkpoint API behind the
+// `CheckpointDriver` seam, on an `FfiAdapter`. It answers without a call where it can
+// (a missing function, GPU pairs before driver 13.0, a pid no C `int` holds), calls `cuInit` once
+// per process, and caps the calls in flight. It only reports codes: it rejects only when a call
+// cannot be made (the driver closed, or the thread running it ended).
 
 import { asError, driverError, messageOf } from "../core/errors.ts";
 import {
@@ -23,17 +19,16 @@ import type {
   LockArgs,
   RestoreArgs,
 } from "../core/driver.ts";
-import { checkFlag, checkInteger } from "../core/options.ts";
+import { checkFlag, checkInteger, formatGpuUuid } from "../core/options.ts";
 import { Slots } from "../core/time.ts";
-import { formatGpuUuid } from "../core/options.ts";
 import {
   cText,
   type FfiAdapter,
   type FfiLibrary,
   type NativeArg,
   nativeBuffer,
-  type NativeCall,
   type NativeLink,
+  readInt,
 } from "./adapter.ts";
 import { findLibcuda, openCandidate } from "./find.ts";
 import { runtimeAdapter } from "./runtime.ts";
@@ -90,24 +85,18 @@ export interface NativeDriver extends CheckpointDriver {
 }
 
 /** What `cuInit` (its `CUresult`) and the GPU list (or why it could not be read) came to. */
-interface Initialization {
-  readonly code: number;
-  readonly gpus?: readonly GpuInfo[];
-  readonly gpuError?: Error;
-}
+type Initialization = { code: number; gpus?: readonly GpuInfo[]; gpuError?: Error };
+/** The drivers open on one library, and their one `cuInit` (see {@link libraryUses}). */
+type LibraryUse = { drivers: number; init?: Promise<Initialization> };
 
 /**
  * `cuInit` is per process: drivers on the same library share one call (and its GPU list). The
  * entry goes when the last driver on the library closes, as the library may be unloaded then.
  */
-const libraryUses = new Map<string, { drivers: number; init?: Promise<Initialization> }>();
+const libraryUses = new Map<string, LibraryUse>();
 
 /** A library that opened, its absolute path and its version. */
-interface Opened {
-  readonly lib: FfiLibrary<CudaSymbolName>;
-  readonly path: string;
-  readonly version: DriverResult;
-}
+type Opened = { lib: FfiLibrary<CudaSymbolName>; path: string; version: DriverResult };
 
 /**
  * Finds libcuda ({@link NativeDriverOptions.libraryPath}; the toolkit's stub is passed over) and
@@ -150,13 +139,6 @@ export async function openNativeDriver(options: NativeDriverOptions = {}): Promi
   return openLibcudaDriver(await runtimeAdapter({ callingThread }), options);
 }
 
-/** The driver's GPU-listing functions, of which `cuDeviceGetUuid_v2` may stand for the v1. */
-const DEVICE_SYMBOLS: readonly CudaSymbolName[] = [
-  "cuDeviceGetCount",
-  "cuDeviceGet",
-  "cuDeviceGetUuid",
-  "cuDeviceGetName",
-];
 /** Room for a GPU's name, with its NUL (NVIDIA's tools use 256). */
 const GPU_NAME_SIZE = 256;
 
@@ -172,10 +154,8 @@ export class LibcudaDriver implements NativeDriver {
   readonly #adapter: FfiAdapter;
   readonly #lib: FfiLibrary<CudaSymbolName>;
   readonly #version: DriverResult;
-  readonly #use: { drivers: number; init?: Promise<Initialization> };
+  readonly #use: LibraryUse;
   readonly #slots: Slots;
-  /** Every call not yet settled, with its buffers: kept reachable until it settles. */
-  readonly #inFlight = new Set<NativeCall>();
   /** Public calls not yet settled; the library is let go when this is 0 after close(). */
   #busy = 0;
   #closed = false;
@@ -333,9 +313,8 @@ export class LibcudaDriver implements NativeDriver {
         if (needsInit) await this.#initialize();
         return await this.#offThread(symbol, [pid, arg], link);
       } catch (cause) {
-        throw new Error(`${operation} of process ${pid} could not finish: ${messageOf(cause)}`, {
-          cause,
-        });
+        const why = `${operation} of process ${pid} could not finish: ${messageOf(cause)}`;
+        throw new Error(why, { cause });
       }
     });
   }
@@ -350,14 +329,7 @@ export class LibcudaDriver implements NativeDriver {
   /** A call that can wait, on another thread, when its turn comes. */
   #offThread(symbol: CudaSymbolName, args: NativeArg[], link?: NativeLink): Promise<number> {
     const call = { symbol, args, ...(link ? { links: [link] } : {}) };
-    return this.#slots.run(async () => {
-      this.#inFlight.add(call);
-      try {
-        return await this.#lib.callOffThread(call);
-      } finally {
-        this.#inFlight.delete(call);
-      }
-    });
+    return this.#slots.run(() => this.#lib.callOffThread(call));
   }
 
   /**
@@ -375,18 +347,17 @@ export class LibcudaDriver implements NativeDriver {
       return gpus instanceof Error ? { code, gpuError: gpus } : { code, gpus };
     })();
     const forget = () => use.init === init && (use.init = undefined);
-    init.then(
-      (r) => r.code !== CUDA_SUCCESS && r.code !== CUDA_ERROR_NO_DEVICE && forget(),
-      forget,
-    );
+    const kept = (r: Initialization) => r.code === CUDA_SUCCESS || r.code === CUDA_ERROR_NO_DEVICE;
+    init.then((r) => kept(r) || forget(), forget);
     return init;
   }
 
+  /** The GPU list, through `cuDeviceGetUuid_v2` where the library has it, else the v1. */
   async #readGpus(): Promise<readonly GpuInfo[]> {
     const present = this.#lib.present;
-    const v2 = present.has("cuDeviceGetUuid_v2");
-    const has = (n: CudaSymbolName) => present.has(n) || (n === "cuDeviceGetUuid" && v2);
-    const missing = DEVICE_SYMBOLS.filter((n) => !has(n));
+    const uuidOf = present.has("cuDeviceGetUuid_v2") ? "cuDeviceGetUuid_v2" : "cuDeviceGetUuid";
+    const needed = ["cuDeviceGetCount", "cuDeviceGet", uuidOf, "cuDeviceGetName"] as const;
+    const missing = needed.filter((n) => !present.has(n));
     if (missing.length > 0) {
       throw new Error(`listGpus: this libcuda (${this.libraryPath}) lacks ${missing.join(", ")}`);
     }
@@ -401,7 +372,7 @@ export class LibcudaDriver implements NativeDriver {
       const ordinal = nativeBuffer(4), uuid = nativeBuffer(CUUUID_SIZE);
       const name = nativeBuffer(GPU_NAME_SIZE);
       await device("cuDeviceGet", [ordinal, index]);
-      await device(v2 ? "cuDeviceGetUuid_v2" : "cuDeviceGetUuid", [uuid, readInt(ordinal)]);
+      await device(uuidOf, [uuid, readInt(ordinal)]);
       await device("cuDeviceGetName", [name, GPU_NAME_SIZE, readInt(ordinal)]);
       gpus.push(Object.freeze({ index, uuid: formatGpuUuid(uuid), name: cText(name) }));
     }
@@ -426,9 +397,4 @@ export class LibcudaDriver implements NativeDriver {
 function fitsCInt(value: unknown): value is number {
   const n = value as number;
   return Number.isInteger(n) && n >= -0x8000_0000 && n <= 0x7fff_ffff;
-}
-
-/** The C `int` at the start of a buffer. */
-function readInt(buf: Uint8Array): number {
-  return new DataView(buf.buffer, buf.byteOffset).getInt32(0, true);
 }

@@ -1,12 +1,8 @@
-/**
- * GPU memory per process through NVML (`libnvidia-ml.so.1`, next to libcuda), found as libcuda is
- * (`find.ts`). Optional: where it cannot be loaded, GPU memory is unknown, saying why. Every call
- * but `nvmlErrorString` runs off the main thread (`nvmlInit_v2` can take seconds). The `_v3` and
- * `_v2` lists take `nvmlProcessInfo_t` (24 bytes: `unsigned int pid` at 0, `unsigned long long
- * usedGpuMemory` at 8); `nvmlMemory_t` is three `unsigned long long`: total, free, used.
- *
- * @module
- */
+// GPU memory per process through NVML (`libnvidia-ml.so.1`, next to libcuda), found as libcuda is
+// (`find.ts`). Optional: where it cannot be loaded, GPU memory is unknown, saying why. Every call
+// but `nvmlErrorString` runs off the main thread (`nvmlInit_v2` can take seconds). The `_v3` and
+// `_v2` lists take `nvmlProcessInfo_t` (24 bytes: `unsigned int pid` at 0, `unsigned long long
+// usedGpuMemory` at 8); `nvmlMemory_t` is three `unsigned long long`: total, free, used.
 
 import type { GpuMemory, GpuMemoryReport } from "../core/host.ts";
 import { formatGpuUuid, parseGpuUuid } from "../core/options.ts";
@@ -16,9 +12,10 @@ import {
   type FfiLibrary,
   type NativeArg,
   nativeBuffer,
+  readInt,
 } from "./adapter.ts";
 import { LIBCUDA_SEARCH_PATHS, LIBCUDA_SONAME, openCandidate, reasonOf } from "./find.ts";
-import type { CudaForeignFunction } from "./symbols.ts";
+import { type CudaForeignFunction, MAY_LACK, WAITS } from "./symbols.ts";
 
 const NVML_SONAME = "libnvidia-ml.so.1";
 /** The environment variable that names the NVML library to load, overriding the search. */
@@ -30,9 +27,8 @@ const NVML_ERROR_INSUFFICIENT_SIZE = 7;
 /** `NVML_DEVICE_UUID_V2_BUFFER_SIZE`: room for a UUID with its NUL. */
 const UUID_BUFFER_SIZE = 96;
 
-const WAITS = { result: "i32", nonblocking: true } as const;
 /** A process-list function: an NVML may have only one of the two versions. */
-const LIST = { parameters: ["u64", "buffer", "buffer"], ...WAITS, optional: true } as const;
+const LIST = { parameters: ["u64", "buffer", "buffer"], ...MAY_LACK } as const;
 
 /** The NVML functions bound, by their C names; each returns an `nvmlReturn_t` but the last. */
 const NVML_SYMBOLS = {
@@ -47,7 +43,7 @@ const NVML_SYMBOLS = {
   nvmlDeviceGetComputeRunningProcesses_v3: LIST,
   nvmlDeviceGetComputeRunningProcesses_v2: LIST,
   // (nvmlDevice_t, nvmlMemory_t *memory): only the free memory needs it
-  nvmlDeviceGetMemoryInfo: { parameters: ["u64", "buffer"], ...WAITS, optional: true },
+  nvmlDeviceGetMemoryInfo: { parameters: ["u64", "buffer"], ...MAY_LACK },
   // const char *nvmlErrorString(nvmlReturn_t): a table lookup, never waits
   nvmlErrorString: { parameters: ["i32"], result: "u64" },
 } as const satisfies Record<string, CudaForeignFunction>;
@@ -114,8 +110,6 @@ class NvmlLibrary implements Nvml {
   readonly libraryPath: string;
   readonly #adapter: FfiAdapter;
   readonly #lib: FfiLibrary<NvmlSymbolName>;
-  /** Buffers of calls not yet settled, kept reachable until they do. */
-  readonly #inFlight = new Set<readonly NativeArg[]>();
   #busy: Promise<unknown> = Promise.resolve();
   readonly #keep: boolean;
   /** Whether a kept `nvmlInit_v2` waits for its `nvmlShutdown` (at close). */
@@ -156,21 +150,16 @@ class NvmlLibrary implements Nvml {
 
   async #read(): Promise<GpuMemoryReport> {
     const present = this.#lib.present;
-    const list = (["v3", "v2"] as const).map((v) =>
-      `nvmlDeviceGetComputeRunningProcesses_${v}` as const
-    )
-      .find((name) => present.has(name));
-    if (!list) {
-      return {
-        unknown: `${this.libraryPath} has neither nvmlDeviceGetComputeRunningProcesses_v3 nor _v2`,
-      };
-    }
+    const v3 = "nvmlDeviceGetComputeRunningProcesses_v3";
+    const v2 = "nvmlDeviceGetComputeRunningProcesses_v2";
+    const list = present.has(v3) ? v3 : present.has(v2) ? v2 : undefined;
+    if (!list) return { unknown: `${this.libraryPath} has neither ${v3} nor _v2` };
     const count = nativeBuffer(4);
     let code = await this.#call("nvmlDeviceGetCount_v2", [count]);
     if (code !== 0) return { unknown: this.#failure("nvmlDeviceGetCount_v2", code) };
     const byPid = new Map<number, Record<string, number> | "unknown">();
     const freeMiB = new Map<string, number>(), totalMiB = new Map<string, number>();
-    for (let index = 0; index < u32(count); index++) {
+    for (let index = 0; index < readInt(count, true); index++) {
       const handleOut = nativeBuffer(8);
       code = await this.#call("nvmlDeviceGetHandleByIndex_v2", [index, handleOut]);
       if (code !== 0) {
@@ -182,11 +171,8 @@ class NvmlLibrary implements Nvml {
       if (code !== 0) return { unknown: this.#failure(`nvmlDeviceGetUUID (GPU ${index})`, code) };
       const uuid = sameForm(cText(uuidOut));
       // Free memory where NVML tells it; a GPU it does not answer for is left out (never checked).
-      const memory = nativeBuffer(24);
-      if (
-        present.has("nvmlDeviceGetMemoryInfo") &&
-        await this.#call("nvmlDeviceGetMemoryInfo", [handle, memory]) === 0
-      ) {
+      const memory = nativeBuffer(24), info = "nvmlDeviceGetMemoryInfo";
+      if (present.has(info) && await this.#call(info, [handle, memory]) === 0) {
         const view = new DataView(memory.buffer);
         totalMiB.set(uuid, Number(view.getBigUint64(0, true)) / 2 ** 20);
         freeMiB.set(uuid, Number(view.getBigUint64(8, true)) / 2 ** 20);
@@ -194,15 +180,12 @@ class NvmlLibrary implements Nvml {
       const entries = await this.#processes(list, handle, `${list} (GPU ${index}, ${uuid})`);
       if (typeof entries === "string") return { unknown: entries };
       for (const { pid, bytes } of entries) {
-        let held = byPid.get(pid);
+        const held = byPid.get(pid);
         if (held === "unknown") continue;
-        if (bytes === NVML_VALUE_NOT_AVAILABLE) {
-          byPid.set(pid, "unknown");
-          continue;
-        }
-        if (!held) byPid.set(pid, held = {});
         // A process on several MIG instances of one GPU appears once per instance.
-        held[uuid] = (held[uuid] ?? 0) + Number(bytes) / 2 ** 20;
+        if (bytes === NVML_VALUE_NOT_AVAILABLE) byPid.set(pid, "unknown");
+        else if (held) held[uuid] = (held[uuid] ?? 0) + Number(bytes) / 2 ** 20;
+        else byPid.set(pid, { [uuid]: Number(bytes) / 2 ** 20 });
       }
     }
     return { byPid: byPid as ReadonlyMap<number, GpuMemory>, freeMiB, totalMiB };
@@ -217,12 +200,12 @@ class NvmlLibrary implements Nvml {
       const infos = nativeBuffer(room * 24);
       const code = await this.#call(symbol, [handle, count, infos]);
       if (code === NVML_ERROR_INSUFFICIENT_SIZE) {
-        room = u32(count) + 16;
+        room = readInt(count, true) + 16;
         continue;
       }
       if (code !== 0) return this.#failure(what, code);
       const view = new DataView(infos.buffer);
-      return Array.from({ length: u32(count) }, (_, i) => ({
+      return Array.from({ length: readInt(count, true) }, (_, i) => ({
         pid: view.getUint32(i * 24, true),
         bytes: view.getBigUint64(i * 24 + 8, true),
       }));
@@ -230,14 +213,9 @@ class NvmlLibrary implements Nvml {
     return `${what}: the list kept growing faster than it could be read`;
   }
 
-  /** A call off the main thread, its buffers kept reachable until it settles. */
+  /** A call off the main thread. */
   async #call(symbol: NvmlSymbolName, args: readonly NativeArg[]): Promise<number> {
-    this.#inFlight.add(args);
-    try {
-      return await this.#lib.callOffThread({ symbol, args });
-    } finally {
-      this.#inFlight.delete(args);
-    }
+    return await this.#lib.callOffThread({ symbol, args });
   }
 
   /** `what failed: <nvmlErrorString> (NVML code n)`. */
@@ -246,11 +224,6 @@ class NvmlLibrary implements Nvml {
     const text = address === 0n ? "no description" : this.#adapter.cString(address);
     return `${what} failed: ${text} (NVML code ${code})`;
   }
-}
-
-/** The unsigned int at the start of a buffer. */
-function u32(buf: Uint8Array): number {
-  return new DataView(buf.buffer, buf.byteOffset).getUint32(0, true);
 }
 
 /** A GPU UUID in the form the driver's GPU list uses (lowercase hex); another text as it is. */

@@ -1,8 +1,4 @@
-/**
- * This runtime's FFI adapter (Deno's or Bun's), loaded only when asked.
- *
- * @module
- */
+// This runtime's FFI adapter (Deno's or Bun's), loaded only when asked.
 
 import { DriverLoadError } from "../core/errors.ts";
 import type { FfiAdapter } from "./adapter.ts";
@@ -20,9 +16,7 @@ export async function runtimeAdapter(
 ): Promise<FfiAdapter> {
   const runtime = detectRuntime();
   if (runtime === "deno") return (await import("./deno.ts")).denoAdapter();
-  if (runtime === "bun") {
-    return await (await import("./bun.ts")).bunAdapter({ callingThread: options.callingThread });
-  }
+  if (runtime === "bun") return await (await import("./bun.ts")).bunAdapter(options);
   throw new DriverLoadError(
     "The native CUDA checkpoint driver needs Deno (Deno.dlopen) or Bun (bun:ffi); this runtime " +
       "has neither FFI. On Node.js, use the simulated driver from @ckpt/cuda/mock, or run under " +

@@ -1,10 +1,6 @@
-/**
- * Byte layouts of the checkpoint API's argument structs (cuda.h 13.0), in `Uint8Array`s that every
- * runtime's FFI passes as pointers, each with an `ArrayBuffer` of its own whose address does not
- * move (`nativeBuffer`): an address written into a struct (`gpuPairs`) must stay valid.
- *
- * @module
- */
+// Byte layouts of the checkpoint API's argument structs (cuda.h 13.0), in `Uint8Array`s that every
+// runtime's FFI passes as pointers, each with an `ArrayBuffer` of its own whose address does not
+// move (`nativeBuffer`): an address written into a struct (`gpuPairs`) must stay valid.
 
 import type { GpuPair, LockArgs } from "../core/driver.ts";
 import { nativeBuffer } from "./adapter.ts";
@@ -22,14 +18,10 @@ export const RESTORE_ARGS_PAIRS_OFFSET = 0;
 export function encodeLockArgs(args: LockArgs): Uint8Array {
   const buf = nativeBuffer(ARGS_STRUCT_SIZE);
   new DataView(buf.buffer).setUint32(0, args.timeoutMs, true);
-  if (args.reserved) {
-    if (args.reserved.length > ARGS_STRUCT_SIZE - 4) {
-      throw new RangeError(
-        `LockArgs.reserved holds bytes 4 to 63 (60 bytes), got ${args.reserved.length}`,
-      );
-    }
-    buf.set(args.reserved, 4);
-  }
+  const reserved = args.reserved ?? nativeBuffer(0);
+  const room = `LockArgs.reserved holds bytes 4 to 63 (60 bytes), got ${reserved.length}`;
+  if (reserved.length > ARGS_STRUCT_SIZE - 4) throw new RangeError(room);
+  buf.set(reserved, 4);
   return buf;
 }
 

@@ -1,10 +1,6 @@
-/**
- * The libcuda functions this package binds, by their exact C names, in one table for both
- * runtimes: Deno's `dlopen` takes it as it is, Bun's definitions come from {@link bunDefinition}.
- * Structs (`structs.ts`) and out-parameters are passed as pointers to buffers.
- *
- * @module
- */
+// The libcuda functions this package binds, by their exact C names, in one table for both
+// runtimes: Deno's `dlopen` takes it as it is, Bun's definitions come from `bunDefinition`.
+// Structs (`structs.ts`) and out-parameters are passed as pointers to buffers.
 
 import { C_FUNCTIONS } from "../core/calls.ts";
 
@@ -24,9 +20,9 @@ export interface CudaForeignFunction {
 }
 
 /** A function that can wait: it runs on another thread, never on the main one. */
-const WAITS = { result: "i32", nonblocking: true } as const;
+export const WAITS = { result: "i32", nonblocking: true } as const;
 /** One some libraries lack: checkpoint (before 570), `_v2` (before CUDA 11.4), the GPU list's. */
-const MAY_LACK = { ...WAITS, optional: true } as const;
+export const MAY_LACK = { ...WAITS, optional: true } as const;
 /** A checkpoint function: `CUresult f(int pid, T *arg)`. */
 const CHECKPOINT = { parameters: ["i32", "buffer"], ...MAY_LACK } as const;
 

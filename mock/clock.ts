@@ -1,7 +1,7 @@
 // Clocks for the simulated machine: a virtual one, and the real one (for demos).
 
 import { clearTimeout, setImmediate, setTimeout } from "node:timers";
-import { describeValue } from "../core/options.ts";
+import { describeValue, mustBe } from "../core/options.ts";
 
 /** How a timer takes part in moving time; see {@link SimClock.setTimer}. */
 export interface TimerOptions {
@@ -116,9 +116,8 @@ export class RealClock implements SimClock {
 
   /** The real clock, sped up `speed` times (1 by default). */
   constructor(speed = 1) {
-    if (!(typeof speed === "number" && speed > 0 && Number.isFinite(speed))) {
-      throw new RangeError(`speed must be a positive finite number, got ${describeValue(speed)}`);
-    }
+    const ok = typeof speed === "number" && speed > 0 && Number.isFinite(speed);
+    if (!ok) mustBe(RangeError, "speed", "a positive finite number", speed);
     this.speed = speed;
   }
 
@@ -175,5 +174,5 @@ export function makeClock(clock: unknown = "virtual", speed?: unknown): SimClock
     return c as SimClock;
   }
   const a = `"virtual", "real" or a SimClock (with now, setTimer and clearTimer)`;
-  throw new TypeError(`clock must be ${a}, got ${describeValue(clock)}`);
+  return mustBe(TypeError, "clock", a, clock);
 }

@@ -14,7 +14,7 @@ import { INITIAL_STATE, type ProcessState, stepTo } from "../core/states.ts";
 import { readPages, type SavedPages } from "./memory.ts";
 import { SimulatedGpu } from "./sim_gpu.ts";
 import { type MachineView, SimulatedProcess } from "./sim_process.ts";
-import { type ProcessFields, readMoreFields } from "./fields.ts";
+import { type ProcessFields, readFields } from "./fields.ts";
 import { mibToBytes } from "./timing.ts";
 
 const IMAGE_FORMAT = "ckpt-cuda-simulated-criu-image";
@@ -53,10 +53,7 @@ export interface ProcessImage extends ProcessFields {
 }
 
 /** What a dump writes of one process: its image, and the memory its pages file holds. */
-interface DumpedImages {
-  image: ProcessImage;
-  pages: SavedPages;
-}
+type DumpedImages = { image: ProcessImage; pages: SavedPages };
 
 /** A GPU of the machine a process was dumped on, not of this one: it holds nothing here. */
 class RememberedGpu extends SimulatedGpu {
@@ -88,23 +85,20 @@ export function imageOf(p: SimulatedProcess, machineGpus: readonly SimulatedGpu[
   return { image, pages: p.savedPages() };
 }
 
-/** The GPUs of `host` the image's process used where it saw them all, else those it remembers. */
-export function gpusOf(host: MachineView, image: ProcessImage): SimulatedGpu[] {
-  const here = new Map(host.gpus.map((g) => [g.uuid, g]));
-  if (image.devices.every((d) => here.has(d.uuid))) return image.gpus.map((u) => here.get(u)!);
-  const seen: RememberedGpu[] = [];
-  for (const d of image.devices) seen.push(new RememberedGpu(d, seen));
-  Object.freeze(seen);
-  return image.gpus.map((uuid) => seen.find((g) => g.uuid === uuid)!);
-}
-
-/** A process made from its image, new start number, checkpointed, memory zero until loaded. */
+/**
+ * A process made from its image, new start number, checkpointed, memory zero until loaded, on the
+ * GPUs of `host` it used where it saw them all, else on those it remembers.
+ */
 export function restoredProcess(
   host: MachineView,
   image: ProcessImage,
-  gpus: SimulatedGpu[],
   root: number,
 ): SimulatedProcess {
+  const here = new Map(host.gpus.map((g) => [g.uuid, g]));
+  const seen: RememberedGpu[] = [], elsewhere = !image.devices.every((d) => here.has(d.uuid));
+  if (elsewhere) { for (const d of image.devices) seen.push(new RememberedGpu(d, seen)); }
+  Object.freeze(seen);
+  const gpus = image.gpus.map((u) => elsewhere ? seen.find((g) => g.uuid === u)! : here.get(u)!);
   const parent = image.pid === root ? 0 : image.parent;
   const proc = new SimulatedProcess(host, { ...image, threads: [...image.threads], gpus, parent });
   if (!image.cuda) return proc;
@@ -147,19 +141,16 @@ export function readTree(dir: string, root: number, log: EngineLog): ProcessImag
   } catch (err) {
     throw log.error(`cannot read images directory ${dir}: ${messageOf(err)}`, err);
   }
-  const byPid = new Map<number, ProcessImage>();
-  const threads = new Map<number, number>();
+  const byPid = new Map<number, ProcessImage>(), threads = new Map<number, number>();
   const withPages = new Set<number>();
   for (const name of names.sort()) {
-    const pages = PAGES_NAME.exec(name);
+    const pages = PAGES_NAME.exec(name), match = IMAGE_NAME.exec(name);
     if (pages) withPages.add(Number(pages[1]));
-    const match = IMAGE_NAME.exec(name);
     if (!match) continue;
-    const file = join(dir, name);
-    const image = readImage(file, Number(match[1]), log);
+    const file = join(dir, name), image = readImage(file, Number(match[1]), log);
     for (const t of image.threads) {
-      const other = threads.get(t), also = `thread ${t} is process ${threads.get(t)}'s too`;
-      if (other !== undefined) throw log.error(`${file} is corrupt: ${also}`);
+      const also = `thread ${t} is process ${threads.get(t)}'s too`;
+      if (threads.has(t)) throw log.error(`${file} is corrupt: ${also}`);
       threads.set(t, image.pid);
     }
     byPid.set(image.pid, image);
@@ -173,32 +164,27 @@ export function readTree(dir: string, root: number, log: EngineLog): ProcessImag
     }
   }
   const stray = [...byPid.values()].find((image) => !tree.includes(image));
-  const notIn = (p: ProcessImage) =>
-    `is no image of the tree of ${root}: its parent ${p.parent} is not in it`;
-  if (stray) throw log.error(`${join(dir, imageName(stray.pid))} ${notIn(stray)}`);
+  const notIn = `is no image of the tree of ${root}: its parent ${stray?.parent} is not in it`;
+  if (stray) throw log.error(`${join(dir, imageName(stray.pid))} ${notIn}`);
   for (const pid of withPages) {
-    const version = byPid.get(pid)?.version;
-    const file = join(dir, pagesName(pid));
-    const [none, inline] = [`there is no ${imageName(pid)} beside it`, imageName(pid)];
-    if (version === undefined) throw log.error(`${file} is the memory of no process: ${none}`);
+    const version = byPid.get(pid)?.version, file = join(dir, pagesName(pid));
+    const none = `is the memory of no process: there is no ${imageName(pid)} beside it`;
+    if (version === undefined) throw log.error(`${file} ${none}`);
     const itself = `an image of version ${INLINE_MEMORY_VERSION}, which holds its memory itself`;
-    if (version === INLINE_MEMORY_VERSION) {
-      throw log.error(`${file} does not belong beside ${inline}, ${itself}`);
-    }
+    const inline = `does not belong beside ${imageName(pid)}, ${itself}`;
+    if (version === INLINE_MEMORY_VERSION) throw log.error(`${file} ${inline}`);
   }
-  const lacking = tree.find((i) => i.version === IMAGE_VERSION && !withPages.has(i.pid));
-  if (!lacking) return tree;
-  const holds = `it holds the memory of process ${lacking.pid}, whose ${
-    imageName(lacking.pid)
-  } is there`;
-  throw log.error(`${join(dir, pagesName(lacking.pid))} is missing: ${holds}`);
+  const lacking = tree.find((i) => i.version === IMAGE_VERSION && !withPages.has(i.pid))?.pid;
+  if (lacking === undefined) return tree;
+  const holds = `the memory of process ${lacking}, whose ${imageName(lacking)} is there`;
+  throw log.error(`${join(dir, pagesName(lacking))} is missing: it holds ${holds}`);
 }
 
 /** The pages of memory of `image`'s process: read now, strictly, from its pages file, or inline. */
 export function memoryOf(dir: string, image: ProcessImage, log: EngineLog): SavedPages {
   if (image.version === INLINE_MEMORY_VERSION) return image.memory ?? [];
   const file = join(dir, pagesName(image.pid));
-  const { read, v } = readTagged(file, "pages file", PAGES_FORMAT, [IMAGE_VERSION], log);
+  const { read, v } = readTagged(file, "pages", log);
   read.object(v, "", ["format", "version", "pid", "pages"]);
   if (v.pid !== image.pid) read.fail("pid", `${image.pid}, as its name says`, v.pid);
   if (image.cuda) return readPages(read, v.pages, mibToBytes(image.memoryMiB), "pages");
@@ -208,14 +194,15 @@ export function memoryOf(dir: string, image: ProcessImage, log: EngineLog): Save
   return [];
 }
 
+/** Each kind of file read: what messages call it, its format, the versions read (the first new). */
+const KINDS = {
+  image: ["image", IMAGE_FORMAT, [IMAGE_VERSION, INLINE_MEMORY_VERSION]],
+  pages: ["pages file", PAGES_FORMAT, [IMAGE_VERSION]],
+} as const;
+
 /** The JSON object in `file` and a reader of it, its format and version known (first). */
-function readTagged(
-  file: string,
-  what: string,
-  format: string,
-  versions: readonly number[],
-  log: EngineLog,
-): { read: StrictReader; v: Record<string, unknown> } {
+function readTagged(file: string, kind: keyof typeof KINDS, log: EngineLog) {
+  const [what, format, versions] = KINDS[kind] as readonly [string, string, readonly number[]];
   let text: string;
   try {
     if (!statSync(file).isFile()) throw log.error(`${file} is not a regular file`);
@@ -228,40 +215,27 @@ function readTagged(
   const read = new StrictReader((_, reason) => log.error(`${file} is corrupt: ${reason}`));
   const v = read.object(value, "");
   if (v.format !== format) read.fail("format", JSON.stringify(format), v.format);
-  if (!versions.includes(v.version as number)) {
-    const [now, ...old] = versions;
-    read.fail(
-      "version",
-      `${now}${old.length ? ` (or ${old.join(", ")}, still read)` : ""}`,
-      v.version,
-    );
-  }
+  const [now, ...old] = versions, also = old.length ? ` (or ${old.join(", ")}, still read)` : "";
+  if (!versions.includes(v.version as number)) read.fail("version", `${now}${also}`, v.version);
   return { read, v };
 }
 
 /** The image of process `pid` in `file` (version 3, or 2 with its memory), read field by field. */
 function readImage(file: string, pid: number, log: EngineLog): ProcessImage {
-  const versions = [IMAGE_VERSION, INLINE_MEMORY_VERSION];
-  const tagged = readTagged(file, "image", IMAGE_FORMAT, versions, log);
+  const tagged = readTagged(file, "image", log);
   const { read } = tagged;
   const inline = tagged.v.version === INLINE_MEMORY_VERSION;
   const v = read.object(tagged.v, "", FIELDS, [...inline ? ["memory"] : [], "ipcImport", "tcp"]);
   if (v.pid !== pid) read.fail("pid", `${pid}, as its name says`, v.pid);
-  const threads = read.array(v.threads, "threads", 1, 100_002)
-    .map((t, i) => read.integer(t, `threads[${i}]`, 1, MAX_PID));
+  const fields = readFields(read, v, "", pid, MAX_PID);
+  const { threads, cuda, memoryMiB } = fields;
   if (threads[0] !== pid) read.refuse("threads", `threads must begin with the pid ${pid}`);
   if (new Set(threads).size !== threads.length) read.refuse("threads", "threads lists an id twice");
-  const cuda = read.boolean(v.cuda, "cuda");
-  const libcuda = read.boolean(v.libcuda, "libcuda");
-  if (cuda && !libcuda) read.refuse("libcuda", "libcuda must be true for a CUDA process");
   const state = cuda ? CHECKPOINTED : INITIAL_STATE;
   const forIt = `${JSON.stringify(state)} for a ${cuda ? "CUDA " : ""}process`;
   if (v.state !== state) read.fail("state", forIt, v.state);
-  const memoryMiB = read.amount(v.memoryMiB, "memoryMiB");
-  if (!cuda && memoryMiB !== 0) read.fail("memoryMiB", "0 for a process without CUDA", memoryMiB);
-  if (!cuda && v.memory !== undefined) {
-    read.refuse("memory", "a process without CUDA has no memory");
-  }
+  const none = "a process without CUDA has no memory";
+  if (!cuda && v.memory !== undefined) read.refuse("memory", none);
   // Whole: each GPU it used is one it saw.
   const devices = readGpus(read, v.devices, "devices", 1);
   const gpus = read.array(v.gpus, "gpus", 1, 1024).map((g, i) => {
@@ -270,14 +244,7 @@ function readImage(file: string, pid: number, log: EngineLog): ProcessImage {
     if (!devices.some((d) => d.uuid === uuid)) read.refuse(`gpus[${i}]`, none);
     return uuid;
   });
-  const parent = read.integer(v.parent, "parent", 0, MAX_PID);
-  const command = read.string(v.command, "command", 1 << 20);
-  const inspectable = read.boolean(v.inspectable, "inspectable");
   const version = inline ? INLINE_MEMORY_VERSION : IMAGE_VERSION;
-  const fields = {
-    ...{ pid, parent, threads, command, cuda, libcuda, inspectable, memoryMiB },
-    ...readMoreFields(read, v, ""),
-  };
   const image: ProcessImage = { format: IMAGE_FORMAT, version, ...fields, state, gpus, devices };
   if (inline && cuda) image.memory = readPages(read, v.memory, mibToBytes(memoryMiB), "memory");
   return image;
@@ -314,11 +281,8 @@ export class EngineLog {
   /** The error of a failure, logged and the log written (where it can be). */
   error(message: string, cause?: unknown): EngineError {
     this.line(`Error: ${message}`);
-    const written = this.write(true);
-    return new EngineError(message, {
-      ...(written ? { log: this.path } : {}),
-      ...(cause === undefined ? {} : { cause }),
-    });
+    const log = this.write(true) ? { log: this.path } : {};
+    return new EngineError(message, { ...log, ...(cause === undefined ? {} : { cause }) });
   }
 
   /** Writes the log once, replacing a file (not through a link); false if it cannot. */
@@ -327,11 +291,10 @@ export class EngineLog {
     try {
       rmSync(this.path, { force: true });
       writeFileSync(this.path, this.#lines.join("\n") + "\n", { mode: 0o600, flag: "wx" });
-      this.#written = true;
     } catch (err) {
       if (quietly) return false;
       throw new EngineError(`cannot write the log ${this.path}: ${messageOf(err)}`, { cause: err });
     }
-    return true;
+    return this.#written = true;
   }
 }

@@ -46,26 +46,13 @@ export interface AnswerFault extends FaultTiming {
 
 /** A fault waiting for its call ({@link SimulatedProcess.pendingFaults}): its kind and fields. */
 export type PendingFault =
-  | {
-    readonly kind: "fail";
-    readonly operation: FaultableOperation;
-    readonly nth: number;
-    readonly code: number;
-    readonly state?: ProcessState;
-  }
-  | {
-    readonly kind: "exit";
-    readonly operation: FaultableOperation;
-    readonly nth: number;
-    readonly afterMs: number;
-  }
-  | { readonly kind: "hang"; readonly operation: FaultableOperation; readonly nth: number }
-  | {
-    readonly kind: "answer";
-    readonly operation: QueryOperation;
-    readonly nth: number;
-    readonly value: number;
-  };
+  & { readonly operation: FaultableOperation; readonly nth: number }
+  & (
+    | { readonly kind: "fail"; readonly code: number; readonly state?: ProcessState }
+    | { readonly kind: "exit"; readonly afterMs: number }
+    | { readonly kind: "hang" }
+    | { readonly kind: "answer"; readonly operation: QueryOperation; readonly value: number }
+  );
 
 /** `nth`, checked: an integer from 1, 1 when left out. */
 function checkNth(nth: unknown, what: string): number {

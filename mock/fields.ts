@@ -1,9 +1,5 @@
-/**
- * What makes a simulated process, as the state file and criu's images keep it, and the reader of
- * the fields that only some processes have. @internal
- *
- * @module
- */
+// What makes a simulated process, as the state file and criu's images keep it, and their one
+// reader of it.
 
 import type { StrictReader } from "../core/json.ts";
 import { MAX_PID } from "../core/options.ts";
@@ -33,24 +29,52 @@ export interface ProcessFields {
 export interface IpcImport {
   /** The exporter's pid. */
   readonly exporter: number;
+  /** How it opened the memory. */
   readonly through: "legacy" | "cumem" | "fd";
 }
 
+/** Each way of opening another process's memory ({@link IpcImport.through}). */
+export const IPC_KINDS = ["legacy", "cumem", "fd"] as const;
+/** Each TCP socket a process may hold. */
+export const TCP_STATES = ["listening", "established"] as const;
+
 /**
- * The optional fields of a process that the state file and criu's images keep (`ipcImport`, `tcp`),
- * read from `v` (an object already read) strictly; `at` is its path in messages.
+ * A process's fields read strictly from `v` (an object already read), `at` its path in messages:
+ * its pid as the caller read it, each thread id up to `maxId`.
  */
-export function readMoreFields(
+export function readFields(
   read: StrictReader,
   v: Record<string, unknown>,
   at: string,
-): Pick<ProcessFields, "ipcImport" | "tcp"> {
-  const out: Pick<ProcessFields, "ipcImport" | "tcp"> = {};
+  pid: number,
+  maxId: number,
+): ProcessFields {
   const field = (f: string) => at ? `${at}.${f}` : f;
+  const threads = read.array(v.threads, field("threads"), 1, 100_002)
+    .map((t, i) => read.integer(t, field(`threads[${i}]`), 1, maxId));
+  const parent = read.integer(v.parent, field("parent"), 0, MAX_PID);
+  const cuda = read.boolean(v.cuda, field("cuda"));
+  const libcuda = read.boolean(v.libcuda, field("libcuda"));
+  const lib = `${field("libcuda")} must be true for a CUDA process`;
+  if (cuda && !libcuda) read.refuse(field("libcuda"), lib);
+  const memoryMiB = read.amount(v.memoryMiB, field("memoryMiB"));
+  if (!cuda && memoryMiB) read.fail(field("memoryMiB"), "0 for a process without CUDA", memoryMiB);
+  const command = read.string(v.command, field("command"), 1 << 20);
+  const inspectable = read.boolean(v.inspectable, field("inspectable"));
+  const out: ProcessFields = {
+    pid,
+    parent,
+    threads,
+    command,
+    cuda,
+    libcuda,
+    inspectable,
+    memoryMiB,
+  };
   if (v.ipcImport !== undefined) {
     const o = read.object(v.ipcImport, field("ipcImport"), ["exporter", "through"]);
     const through = read.string(o.through, field("ipcImport.through"));
-    if (!["legacy", "cumem", "fd"].includes(through)) {
+    if (!(IPC_KINDS as readonly string[]).includes(through)) {
       read.fail(field("ipcImport.through"), '"legacy", "cumem" or "fd"', through);
     }
     out.ipcImport = {

@@ -25,6 +25,7 @@
 export { SimulatedMachine, type SimulatedMachineOptions, type SpawnOptions } from "./simulator.ts";
 export { SimulatedGpu, type SimulatedGpuSpec } from "./sim_gpu.ts";
 export { SimulatedProcess } from "./sim_process.ts";
+export type { IpcImport } from "./fields.ts";
 export { type SimulatedCall, SimulatedDriver } from "./sim_driver.ts";
 export {
   type CriuFault,

@@ -8,7 +8,6 @@ import type {
   RestoreRequest,
   SnapshotEngine,
 } from "../core/engine.ts";
-import { describeValue } from "../core/options.ts";
 import {
   checkAmount,
   checkChoice,
@@ -18,13 +17,14 @@ import {
   checkKeys,
   checkName,
   checkSignal,
+  describeValue,
   MAX_PID,
+  mustBe,
 } from "../core/options.ts";
 import {
   CHECKPOINTED,
   emptyDirectory,
   EngineLog,
-  gpusOf,
   imageOf,
   memoryOf,
   PAGES_NAME,
@@ -96,15 +96,12 @@ export class SimulatedCriu implements SnapshotEngine {
     }
     const o = checkKeys(options, "SimulatedCriu options", ["version", "problems"]);
     this.#machine = machine;
-    this.version = checkName(
-      o.version === undefined ? "4.1.1" : o.version,
-      "SimulatedCriu: version",
-    );
+    const version = o.version === undefined ? "4.1.1" : o.version;
+    this.version = checkName(version, "SimulatedCriu: version");
     const problems = o.problems === undefined ? [] : o.problems;
-    const got = `SimulatedCriu: problems must be an array of sentences, got ${
-      describeValue(problems)
-    }`;
-    if (!Array.isArray(problems)) throw new TypeError(got);
+    if (!Array.isArray(problems)) {
+      mustBe(TypeError, "SimulatedCriu: problems", "an array of sentences", problems);
+    }
     const each = (p: unknown, i: number) => checkName(p, `SimulatedCriu: problems[${i}]`);
     this.problems = Object.freeze(problems.map(each));
   }
@@ -165,39 +162,70 @@ export class SimulatedCriu implements SnapshotEngine {
 
   /** `fn` on each live process that has one of `pids` as its pid or a thread id (checked). */
   #each(pids: readonly number[], what: string, fn: (p: SimulatedProcess) => void): Promise<void> {
-    const bad = badPids(pids, what);
-    return bad ? Promise.reject(bad) : this.#machine.waitOn(`${what} processes`, () => {
+    try {
+      if (!Array.isArray(pids)) mustBe(TypeError, `${what}: pids`, "an array of pids", pids);
+      pids.forEach((pid, i) => checkInteger(pid, `${what}: pids[${i}]`, 1, MAX_PID));
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    return this.#machine.waitOn(`${what} processes`, () => {
       pids.map((pid) => this.#machine.process(pid)).forEach((p) => p && fn(p));
       return Promise.resolve();
     });
   }
 
-  /** A dump or restore: the request checked, then `body`, waited on, with its log and waits. */
+  /**
+   * A dump or restore: the request checked (its keys, root, directory, timeout, signal, `onBytes`,
+   * `leaveStopped`), then `body`, waited on, with its log, and its waits stopped (logged) by the
+   * request's signal or timeout.
+   */
   #operate<R extends DumpRequest | RestoreRequest, T>(
     op: CriuOperation,
     request: R,
     body: (r: R, run: Waits, log: EngineLog) => Promise<T>,
   ): Promise<T> {
-    let r: R;
+    const r = request as DumpRequest & RestoreRequest;
     try {
-      r = checkedRequest(request, op);
+      if (typeof r !== "object" || r === null) {
+        throw new TypeError(`${op} takes a request object, got ${describeValue(r)}`);
+      }
+      const keys = ["root", "imagesDir", "signal", "timeoutMs", "tcpEstablished"] as const;
+      checkKeys(r, `${op} request`, [...keys, op === "dump" ? "onBytes" : "leaveStopped"]);
+      checkFlag(r.tcpEstablished, `${op}: tcpEstablished`, false);
+      checkInteger(r.root, `${op}: root (a pid)`, 1, MAX_PID);
+      checkName(r.imagesDir, `${op}: imagesDir`);
+      if (r.timeoutMs !== undefined) checkAmount(r.timeoutMs, `${op}: timeoutMs`);
+      checkSignal(r.signal, `${op}: signal`);
+      checkFunction(r.onBytes, `${op}: onBytes`);
+      checkFlag(r.leaveStopped, `${op}: leaveStopped`, false);
     } catch (err) {
       return Promise.reject(err);
     }
+    const ms = r.timeoutMs;
     return this.#machine.waitOn(`${op} the process tree of ${r.root}`, async () => {
       const first = `${op === "dump" ? "Dumping processes" : "Restoring"} (pid: ${r.root})`;
       // A restore writes nothing beside its images, nor anywhere else: its log is kept in memory.
       const file = op === "dump" ? join(r.imagesDir, "dump.log") : undefined;
       const version = `Version: ${this.version} (${this.kind})`;
       const log = new EngineLog(this.#machine, file, version, first);
-      const { waits, end } = waitsOf(this.#machine, r, op, log);
+      const run = new Waits(this.#machine);
+      const stop = (why = "") => run.stop(log.error(`the ${op} was stopped${why}`));
+      const onAbort = () => stop(), late = `: its timeout of ${ms} ms passed`;
+      let cancelTimeout: (() => void) | undefined;
+      if (r.signal?.aborted) stop();
+      else if (ms === 0) stop(late);
+      else {
+        r.signal?.addEventListener("abort", onAbort, { once: true });
+        if (ms !== undefined) cancelTimeout = this.#machine.startTimer(ms, () => stop(late));
+      }
       try {
-        waits.check();
+        run.check();
         const cannot = `criu cannot run here: ${this.problems.join("; ")}`;
         if (this.problems.length > 0) throw log.error(cannot);
-        return await body(r, waits, log);
+        return await body(request, run, log);
       } finally {
-        end();
+        r.signal?.removeEventListener("abort", onAbort);
+        cancelTimeout?.();
       }
     });
   }
@@ -239,20 +267,15 @@ export class SimulatedCriu implements SnapshotEngine {
     try {
       const images = readTree(r.imagesDir, r.root, log);
       const connected = images.find((image) => image.tcp === "established");
-      if (connected && !r.tcpEstablished) {
-        throw log.error(
-          `inet: process ${connected.pid} was dumped with a connected TCP socket: restore with ` +
-            `--tcp-established`,
-        );
-      }
-      const gpus = images.map((image) => gpusOf(this.#machine, image));
+      const tcp = `inet: process ${connected?.pid} was dumped with a connected TCP socket`;
+      if (connected && !r.tcpEstablished) throw log.error(`${tcp}: restore with --tcp-established`);
       for (const t of images.flatMap((image) => image.threads)) {
         const other = this.#machine.process(t);
         if (other) throw log.error(`Can't fork for PID ${t}: process ${other.pid} has it`);
       }
-      images.forEach((image, i) => {
-        made.push(this.#machine.adopt(restoredProcess(this.#machine, image, gpus[i], r.root)));
-      });
+      for (const image of images) {
+        made.push(this.#machine.adopt(restoredProcess(this.#machine, image, r.root)));
+      }
       await this.#fixedCost("restore", run, log);
       for (const [i, image] of images.entries()) {
         await this.#copy(image, run, CRIU_TIMING.restoreBytesPerSecond);
@@ -295,27 +318,6 @@ export class SimulatedCriu implements SnapshotEngine {
   }
 }
 
-/** The request of `op`: its keys, root, directory, timeout, signal, `onBytes`, `leaveStopped`. */
-function checkedRequest<R extends DumpRequest | RestoreRequest>(request: R, op: CriuOperation): R {
-  if (typeof request !== "object" || request === null) {
-    throw new TypeError(`${op} takes a request object, got ${describeValue(request)}`);
-  }
-  const keys = ["root", "imagesDir", "signal", "timeoutMs", "tcpEstablished"] as const;
-  const r = checkKeys(
-    request as DumpRequest & RestoreRequest,
-    `${op} request`,
-    [...keys, op === "dump" ? "onBytes" : "leaveStopped"],
-  );
-  checkFlag(r.tcpEstablished, `${op}: tcpEstablished`, false);
-  checkInteger(r.root, `${op}: root (a pid)`, 1, MAX_PID);
-  checkName(r.imagesDir, `${op}: imagesDir`);
-  if (r.timeoutMs !== undefined) checkAmount(r.timeoutMs, `${op}: timeoutMs`);
-  checkSignal(r.signal, `${op}: signal`);
-  checkFunction(r.onBytes, `${op}: onBytes`);
-  checkFlag(r.leaveStopped, `${op}: leaveStopped`, false);
-  return request;
-}
-
 /** Why criu cannot dump the process, or `undefined` where it can. */
 function undumpable(p: SimulatedProcess, tcpEstablished: boolean): string | undefined {
   if (p.busy) return `process ${p.pid} has a ${p.busy} under way: wait for it`;
@@ -331,47 +333,6 @@ function undumpable(p: SimulatedProcess, tcpEstablished: boolean): string | unde
   if (p.state !== CHECKPOINTED) {
     return `process ${p.pid} is ${p.state}, not checkpointed: only a checkpointed CUDA process ` +
       `can be dumped`;
-  }
-  return undefined;
-}
-
-/** The waits of one run, stopped (logged) by its signal or timeout; `end` lets go of both. */
-function waitsOf(
-  machine: MachineView,
-  request: DumpRequest | RestoreRequest,
-  what: CriuOperation,
-  log: EngineLog,
-): { waits: Waits; end(): void } {
-  const waits = new Waits(machine);
-  const stop = (why = "") => waits.stop(log.error(`the ${what} was stopped${why}`));
-  const onAbort = () => stop();
-  const ms = request.timeoutMs;
-  let cancelTimeout: (() => void) | undefined;
-  const late = `: its timeout of ${ms} ms passed`;
-  if (request.signal?.aborted) stop();
-  else if (ms === 0) stop(late);
-  else {
-    request.signal?.addEventListener("abort", onAbort, { once: true });
-    if (ms !== undefined) cancelTimeout = machine.startTimer(ms, () => stop(late));
-  }
-  return {
-    waits,
-    end() {
-      request.signal?.removeEventListener("abort", onAbort);
-      cancelTimeout?.();
-    },
-  };
-}
-
-/** What is wrong with a list of pids given to `what`, as an error; `undefined` where nothing is. */
-function badPids(pids: unknown, what: string): Error | undefined {
-  if (!Array.isArray(pids)) {
-    return new TypeError(`${what}: pids must be an array of pids, got ${describeValue(pids)}`);
-  }
-  try {
-    pids.forEach((pid, i) => checkInteger(pid, `${what}: pids[${i}]`, 1, MAX_PID));
-  } catch (err) {
-    return err as Error;
   }
   return undefined;
 }

@@ -50,6 +50,9 @@ export interface SimulatedCall {
 
 /** What a driver call answers, before it becomes a code or a {@link DriverResult}. */
 type Answer = { code: number; value?: number; note?: string };
+/** What a call does with its process (and a step with its waits) to answer. */
+type Body = (proc: SimulatedProcess) => Promise<Answer>;
+type StepBody = (proc: SimulatedProcess, run: Waits) => Promise<Answer>;
 
 /**
  * The simulated machine's driver (`sim.driver`): a {@link CheckpointDriver} with the states, codes
@@ -208,19 +211,14 @@ export class SimulatedDriver implements CheckpointDriver {
 
   /** A short description for logs: `simulated driver 13.0, 2 GPUs (NVIDIA H200)`. */
   toString(): string {
-    const gpus = this.#machine.gpus;
-    return `simulated driver ${this.#versionName}, ${gpus.length} GPU${
-      gpus.length === 1 ? "" : "s"
-    } (${[...new Set(gpus.map((g) => g.name))].join(", ")})`;
-  }
-
-  #sleep(ms: number): Promise<void> {
-    return new Promise((resolve) => this.#machine.startTimer(ms, resolve));
+    const { length } = this.#machine.gpus, s = length === 1 ? "" : "s";
+    const names = [...new Set(this.#machine.gpus.map((g) => g.name))].join(", ");
+    return `simulated driver ${this.#versionName}, ${length} GPU${s} (${names})`;
   }
 
   /** `make`'s answer (or `make`) after the time a query takes. */
   async #after(make: Answer | (() => Answer)): Promise<Answer> {
-    await this.#sleep(this.#timing.queryMs);
+    await new Promise<void>((resolve) => this.#machine.startTimer(this.#timing.queryMs, resolve));
     return typeof make === "function" ? make() : make;
   }
 
@@ -240,21 +238,14 @@ export class SimulatedDriver implements CheckpointDriver {
   }
 
   /** One call: gated by the version, the pid looked up, `body` run, the answer logged. */
-  #call<T>(
-    op: string,
-    pid: number,
-    out: (answer: Answer) => T,
-    body: (proc: SimulatedProcess) => Promise<Answer>,
-  ): Promise<T> {
+  #call<T>(op: string, pid: number, out: (answer: Answer) => T, body: Body): Promise<T> {
     const name = `cuCheckpointProcess${op[0].toUpperCase()}${op.slice(1)}`;
     return this.#machine.waitOn(`call ${name} on pid ${pid}`, async () => {
       const started = this.#machine.now();
       const proc = this.#find(pid);
+      const missing = `driver ${this.#versionName} has no ${name}; 12.8 (570) has`;
       const answer: Answer = this.missingFunctions.includes(name)
-        ? {
-          code: CUDA_ERROR_NOT_SUPPORTED,
-          note: `driver ${this.#versionName} has no ${name}; 12.8 (570) has`,
-        }
+        ? { code: CUDA_ERROR_NOT_SUPPORTED, note: missing }
         : typeof proc === "number"
         ? await this.#after({ code: proc })
         : await body(proc);
@@ -290,11 +281,7 @@ export class SimulatedDriver implements CheckpointDriver {
   }
 
   /** A state-changing call in its turn: the state checked, a fault applied, else `body`. */
-  #transition(
-    op: Step,
-    pid: number,
-    body: (proc: SimulatedProcess, run: Waits) => Promise<Answer>,
-  ): Promise<number> {
+  #transition(op: Step, pid: number, body: StepBody): Promise<number> {
     return this.#call(op, pid, codeOf, (proc) =>
       this.#serially(proc, async () => {
         const note = `${op} needs a ${stepFrom(op)} process; it is ${proc.state}`;
@@ -307,24 +294,20 @@ export class SimulatedDriver implements CheckpointDriver {
         proc.busy = op;
         try {
           return await new Promise<Answer>((resolve, reject) => {
+            const note = `the process exited during the ${op}`;
+            const exited = () => resolve({ code: CUDA_ERROR_OPERATING_SYSTEM, note });
             onExit = () => {
               run.stop();
-              const note = `the process exited during the ${op}`;
-              this.#machine.startTimer(this.#timing.exitNoticeMs, () =>
-                resolve({ code: CUDA_ERROR_OPERATING_SYSTEM, note }));
+              this.#machine.startTimer(this.#timing.exitNoticeMs, exited);
             };
             proc.exitListeners.add(onExit);
-            const work = async () => {
+            // An injected exit `afterMs` in: a call that would end sooner waits for it.
+            const exit = hit?.fault.kind === "exit" ? hit.fault.afterMs : undefined;
+            if (exit !== undefined) this.#machine.startTimer(exit, () => proc.exit());
+            (async () => {
               await hit?.hold(); // an injected hang holds the call here
               return await body(proc, run);
-            };
-            if (hit?.fault.kind !== "exit") {
-              return void work().then(resolve, reject);
-            }
-            // An injected exit `afterMs` in: a call that would end sooner waits for it.
-            this.#machine.startTimer(hit.fault.afterMs, () =>
-              proc.exit());
-            work().then((answer) => proc.exited && resolve(answer), reject);
+            })().then((answer) => (exit === undefined || proc.exited) && resolve(answer), reject);
           });
         } finally {
           proc.busy = undefined;
@@ -363,7 +346,7 @@ export class SimulatedDriver implements CheckpointDriver {
 
   /** An injected failure's answer, the memory moved where its state keeps it. */
   async #applyFault(proc: SimulatedProcess, op: string, fault: FailFault): Promise<Answer> {
-    await this.#sleep(this.#timing.queryMs);
+    await this.#after(ok());
     const note = `injected by failNext(${JSON.stringify(op)})`;
     // The failed state is final.
     const state = isFinal(proc.state) ? undefined : fault.state;

@@ -1,7 +1,6 @@
 // The GPUs of the simulated machine: what each is, how much is held, and whether a process fits.
 
-import { describeValue } from "../core/options.ts";
-import { checkAmount, checkInteger, checkKeys, checkName } from "../core/options.ts";
+import { checkAmount, checkInteger, checkKeys, checkName, mustBe } from "../core/options.ts";
 import { formatGpuUuid, parseGpuUuid } from "../core/options.ts";
 import { CONTEXT_MIB } from "./timing.ts";
 
@@ -82,32 +81,28 @@ export function makeGpus(
   gpus: number | readonly SimulatedGpuSpec[] | undefined,
   seed: number,
 ): SimulatedGpu[] {
-  const bad = `gpus must be a number of GPUs or a non-empty array of GPU specs, got`;
   const many = gpus === undefined || typeof gpus === "number";
   if (!many && (!Array.isArray(gpus) || gpus.length === 0)) {
-    throw new TypeError(`${bad} ${describeValue(gpus)}`);
+    mustBe(TypeError, "gpus", "a number of GPUs or a non-empty array of GPU specs", gpus);
   }
   const count = typeof gpus === "number" ? checkInteger(gpus, "gpus (how many)", 1, 1024) : 1;
   const specs = Array.isArray(gpus) ? gpus : Array.from({ length: count }, () => ({}));
-  const made = specs.map((spec, i) => makeGpu(spec, i, seed));
-  if (new Set(made.map((g) => g.uuid)).size !== made.length) {
-    throw new RangeError("two simulated GPUs have the same UUID");
-  }
-  return made;
-}
-
-function makeGpu(spec: SimulatedGpuSpec, i: number, seed: number): SimulatedGpu {
-  const what = `gpus[${i}]`;
-  const s = checkKeys(spec, what, ["name", "memoryMiB", "uuid", "contextMiB"]);
-  const name = s.name === undefined ? "NVIDIA H200" : checkName(s.name, `${what}.name`);
-  const chipMiB = CHIP_MEMORY_MIB[name] ?? CHIP_MEMORY_MIB["NVIDIA H200"];
   const given = (value: unknown, fallback: number) => value === undefined ? fallback : value;
-  const memoryMiB = checkAmount(given(s.memoryMiB, chipMiB), `${what}.memoryMiB`, true);
-  const contextMiB = checkAmount(given(s.contextMiB, CONTEXT_MIB), `${what}.contextMiB`);
-  const uuid = s.uuid === undefined
-    ? madeUpUuid(seed, i)
-    : formatGpuUuid(parseGpuUuid(s.uuid, `${what}.uuid`));
-  return new SimulatedGpu(i, name, uuid, memoryMiB, contextMiB);
+  const made = specs.map((spec: SimulatedGpuSpec, i) => {
+    const what = `gpus[${i}]`;
+    const s = checkKeys(spec, what, ["name", "memoryMiB", "uuid", "contextMiB"]);
+    const name = s.name === undefined ? "NVIDIA H200" : checkName(s.name, `${what}.name`);
+    const chipMiB = CHIP_MEMORY_MIB[name] ?? CHIP_MEMORY_MIB["NVIDIA H200"];
+    const memoryMiB = checkAmount(given(s.memoryMiB, chipMiB), `${what}.memoryMiB`, true);
+    const contextMiB = checkAmount(given(s.contextMiB, CONTEXT_MIB), `${what}.contextMiB`);
+    const uuid = s.uuid === undefined
+      ? madeUpUuid(seed, i)
+      : formatGpuUuid(parseGpuUuid(s.uuid, `${what}.uuid`));
+    return new SimulatedGpu(i, name, uuid, memoryMiB, contextMiB);
+  });
+  const twice = "two simulated GPUs have the same UUID";
+  if (new Set(made.map((g) => g.uuid)).size !== made.length) throw new RangeError(twice);
+  return made;
 }
 
 /** A stable, made-up GPU UUID for GPU `index` of a simulator seeded with `seed`. */

@@ -10,7 +10,7 @@ import {
   stateNumber as numberOfState,
 } from "../core/states.ts";
 import type { MemoryHeldRecords } from "../core/host.ts";
-import { checkAmount, describeValue } from "../core/options.ts";
+import { checkAmount, mustBe } from "../core/options.ts";
 import type { IpcImport, ProcessFields } from "./fields.ts";
 import {
   type AnswerFault,
@@ -28,11 +28,7 @@ import { type GpuNeeds, needsOn, type SimulatedGpu } from "./sim_gpu.ts";
 import { mibToBytes, type TimingModel } from "./timing.ts";
 import type { CopyLink } from "./waits.ts";
 
-/**
- * The simulated machine as its parts see it (its members are documented there), so that no part
- * imports the machine's module: the product's modules import one another without a circle.
- * @internal
- */
+/** The machine as its parts see it (documented there): none imports simulator.ts. @internal */
 export interface MachineView {
   readonly gpus: readonly SimulatedGpu[];
   readonly version: number;
@@ -54,7 +50,6 @@ export interface MachineView {
   instantly<T>(what: string, fn: () => T): Promise<T>;
 }
 
-/** What makes a process, as the state file and the simulated criu's images keep it. @internal */
 /** A process to make (its start left out: a new one). */
 type NewProcess = ProcessFields & { gpus: SimulatedGpu[]; start?: number };
 
@@ -234,9 +229,7 @@ export class SimulatedProcess {
 
   /** Writes `data` at `offset` (a `cudaMemcpy`: blocks while not running), taken at the call. */
   write(offset: number, data: Uint8Array): Promise<void> {
-    if (!(data instanceof Uint8Array)) {
-      throw new TypeError(`data must be a Uint8Array, got ${describeValue(data)}`);
-    }
+    if (!(data instanceof Uint8Array)) mustBe(TypeError, "data", "a Uint8Array", data);
     this.#checkBytes(offset, data.length);
     const what = "write GPU memory";
     if (this.#queued === 0 && this.#canRun() && !this.#machine.closedError(what)) {
@@ -337,12 +330,9 @@ export class SimulatedProcess {
 
   /** @internal what makes it, as the state file and criu's images keep it */
   get fields(): ProcessFields {
-    const { pid, parent, command, inspectable, memoryMiB, usesCuda: cuda } = this;
+    const { pid, parent, command, inspectable, memoryMiB, usesCuda: cuda, ipcImport, tcp } = this;
     const threads = [...this.threads], libcuda = this.libcudaLoaded;
-    const more = {
-      ...this.ipcImport && { ipcImport: this.ipcImport },
-      ...this.tcp && { tcp: this.tcp },
-    };
+    const more = { ...ipcImport && { ipcImport }, ...tcp && { tcp } };
     return { pid, parent, threads, command, cuda, libcuda, inspectable, memoryMiB, ...more };
   }
 
@@ -458,12 +448,9 @@ export class SimulatedProcess {
   }
 
   #reachable(method: string): void {
-    const why = this.#exited
-      ? "has exited; no call can reach it any more"
-      : !this.usesCuda
-      ? "never initialised CUDA; the driver answers CUDA_ERROR_NOT_INITIALIZED for it " +
-        "before any fault"
-      : undefined;
+    const gone = "has exited; no call can reach it any more";
+    const noCuda = "never initialised CUDA; the driver answers CUDA_ERROR_NOT_INITIALIZED for it";
+    const why = this.#exited ? gone : this.usesCuda ? undefined : `${noCuda} before any fault`;
     if (why) throw new Error(`${method}: process ${this.pid} ${why}`);
   }
 

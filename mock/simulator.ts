@@ -3,7 +3,6 @@
 import type { SnapshotStore } from "../core/snapshot/store.ts";
 import type { Machine } from "../core/machine.ts";
 import type { Clock } from "../core/time.ts";
-import { describeValue } from "../core/options.ts";
 import {
   type HostProcesses,
   MemoryHeldRecords,
@@ -17,16 +16,18 @@ import {
   checkInteger,
   checkKeys,
   checkName,
+  describeValue,
   MAX_PID,
+  mustBe,
 } from "../core/options.ts";
 import { FileSnapshotStore } from "../os/snapshot_store.ts";
 import { makeClock, type SimClock } from "./clock.ts";
 import { SimulatedCriu } from "./sim_criu.ts";
 import { SimulatedDriver } from "./sim_driver.ts";
 import { makeGpus, type SimulatedGpu, type SimulatedGpuSpec } from "./sim_gpu.ts";
-import { SimulatedHost } from "./sim_host.ts";
+import { simulatedHost } from "./sim_host.ts";
 import { SimulatedProcess } from "./sim_process.ts";
-import type { IpcImport } from "./fields.ts";
+import { IPC_KINDS, type IpcImport, TCP_STATES } from "./fields.ts";
 import { checkTiming, CRIU_TIMING, timingForChip, type TimingModel } from "./timing.ts";
 import { CopyLink } from "./waits.ts";
 
@@ -149,7 +150,7 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
     this.gpus = makeGpus(o.gpus, this.seed);
     this.timing = o.timing === undefined ? timingForChip(this.gpus[0].name) : checkTiming(o.timing);
     this.driver = new SimulatedDriver(this);
-    this.host = new SimulatedHost(this);
+    this.host = simulatedHost(this);
     this.engine = new SimulatedCriu(this);
   }
 
@@ -208,15 +209,11 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
     const command = checkName(or(o.command, `simulated-process ${pid}`), "spawn: command");
     const inspectable = checkFlag(o.inspectable, "spawn: inspectable", true);
     const ipcImport = this.#importFor(o.ipcImport, cuda);
-    const tcp = o.tcp === undefined
-      ? undefined
-      : checkChoice(o.tcp, "spawn: tcp", ["listening", "established"] as const);
-    const made = {
-      ...{ pid, threads, memoryMiB, gpus, cuda, command, inspectable, libcuda, parent },
-      ...(ipcImport ? { ipcImport } : {}),
-      ...(tcp ? { tcp } : {}),
-    };
-    const proc = new SimulatedProcess(this, { ...made, start: this.#nextStart }); // taken if fits
+    const tcp = o.tcp === undefined ? undefined : checkChoice(o.tcp, "spawn: tcp", TCP_STATES);
+    const proc = new SimulatedProcess(this, { // its GPU memory taken if it fits
+      ...{ pid, threads, memoryMiB, gpus, cuda, command, inspectable, libcuda, parent, ipcImport },
+      ...{ tcp, start: this.#nextStart },
+    });
     const short = cuda ? proc.claimOn(gpus) : undefined;
     if (short) throw new RangeError(`spawn: ${short}`);
     this.#nextPid += Math.max(10, count + 7);
@@ -230,18 +227,13 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
     if (value === undefined) return undefined;
     const o = checkKeys(value, "spawn: ipcImport", ["exporter", "through"]);
     const exporter = checkInteger(o.exporter, "spawn: ipcImport.exporter (a pid)", 1, MAX_PID);
+    const live =
+      `needs a CUDA process importing from a live CUDA process, got exporter ${exporter}`;
     if (!cuda || !this.process(exporter)?.usesCuda) {
-      throw new RangeError(
-        `spawn: ipcImport needs a CUDA process importing from a live CUDA process, got exporter ${exporter}`,
-      );
+      throw new RangeError(`spawn: ipcImport ${live}`);
     }
-    const kinds = ["legacy", "cumem", "fd"] as const;
-    return {
-      exporter,
-      through: o.through === undefined
-        ? "legacy"
-        : checkChoice(o.through, "spawn: ipcImport.through", kinds),
-    };
+    const through = checkChoice(or(o.through, "legacy"), "spawn: ipcImport.through", IPC_KINDS);
+    return { exporter, through };
   }
 
   /**
@@ -258,9 +250,8 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
     const g = this.gpus[index];
     const memoryMiB = g.freeMiB - leave - g.contextMiB;
     const less = `${g.freeMiB} MiB free, less than the ${leave} MiB to leave and a CUDA context`;
-    if (memoryMiB < 0) {
-      throw new RangeError(`fillGpu: GPU ${index} has ${less} (${g.contextMiB} MiB)`);
-    }
+    const fill = `fillGpu: GPU ${index} has ${less} (${g.contextMiB} MiB)`;
+    if (memoryMiB < 0) throw new RangeError(fill);
     return this.spawn({ memoryMiB, gpu: index, command: `simulated GPU filler (GPU ${index})` });
   }
 
@@ -418,18 +409,15 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
   #gpusFor(gpu: SpawnOptions["gpu"]): SimulatedGpu[] {
     const last = this.gpus.length - 1;
     const indexes = gpu === undefined ? [0] : typeof gpu === "number" ? [gpu] : gpu;
-    const what = `spawn: gpu must be a GPU index or a non-empty array of them, got ${
-      describeValue(gpu)
-    }`;
-    if (!Array.isArray(indexes) || !indexes.length) throw new TypeError(what);
-    const seen = new Set<number>();
-    return indexes.map((i: unknown) => {
+    if (!Array.isArray(indexes) || !indexes.length) {
+      mustBe(TypeError, "spawn: gpu", "a GPU index or a non-empty array of them", gpu);
+    }
+    return indexes.map((i: unknown, k) => {
       const none = `does not exist: this simulator has GPUs 0 to ${last}`;
       if (typeof i !== "number" || !Number.isInteger(i) || i < 0 || i > last) {
         throw new RangeError(`spawn: gpu ${describeValue(i)} ${none}`);
       }
-      if (seen.has(i)) throw new RangeError(`spawn: gpu lists GPU ${i} twice`);
-      seen.add(i);
+      if (indexes.indexOf(i) < k) throw new RangeError(`spawn: gpu lists GPU ${i} twice`);
       return this.gpus[i];
     });
   }

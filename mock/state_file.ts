@@ -1,9 +1,8 @@
 // A quiescent {@link SimulatedMachine} as plain JSON, and back: what `cuda-checkpoint --simulate`
 // keeps between calls. Another format or version is refused, naming it.
 
-import { describeValue } from "../core/options.ts";
 import { StrictReader } from "../core/json.ts";
-import { checkKeys, MAX_PID } from "../core/options.ts";
+import { checkKeys, describeValue, MAX_PID } from "../core/options.ts";
 import {
   INITIAL_STATE,
   isFinal,
@@ -15,7 +14,7 @@ import { FAULTABLE_OPERATIONS, type FaultableOperation, type PendingFault } from
 import { readPages, type SavedPages } from "./memory.ts";
 import type { SimulatedGpuSpec } from "./sim_gpu.ts";
 import { SimulatedProcess } from "./sim_process.ts";
-import { type ProcessFields, readMoreFields } from "./fields.ts";
+import { type ProcessFields, readFields } from "./fields.ts";
 import { SimulatedMachine, type SimulatedMachineOptions } from "./simulator.ts";
 import { mibToBytes } from "./timing.ts";
 
@@ -101,24 +100,24 @@ export function snapshotSimulator(sim: SimulatedMachine): SimulatorSnapshot {
       memoryMiB,
       contextMiB,
     })),
-    processes: sim.processes.map(processSnapshot),
+    processes: sim.processes.map((p): ProcessSnapshot => {
+      const on = p.memoryLocation;
+      const faults = Object.fromEntries(
+        p.pendingFaults.map(({ operation, ...f }) => [operation, f]),
+      );
+      return {
+        ...p.fields,
+        start: p.start,
+        restoreThreadId: p.tid,
+        state: p.state,
+        gpus: p.gpus.map((g) => g.index),
+        ...(on === "none" ? {} : { memory: { on, pages: p.savedPages() } }),
+        ...(Object.keys(faults).length ? { faults } : {}),
+        ...(p.restoreRefused ? { restoreRefused: true } : {}),
+        ...(p.stopped ? { stopped: true } : {}),
+      };
+    }),
     ...(records.length > 0 ? { heldRecords: records } : {}),
-  };
-}
-
-function processSnapshot(p: SimulatedProcess): ProcessSnapshot {
-  const on = p.memoryLocation;
-  const faults = Object.fromEntries(p.pendingFaults.map(({ operation, ...f }) => [operation, f]));
-  return {
-    ...p.fields,
-    start: p.start,
-    restoreThreadId: p.tid,
-    state: p.state,
-    gpus: p.gpus.map((g) => g.index),
-    ...(on === "none" ? {} : { memory: { on, pages: p.savedPages() } }),
-    ...(Object.keys(faults).length ? { faults } : {}),
-    ...(p.restoreRefused ? { restoreRefused: true } : {}),
-    ...(p.stopped ? { stopped: true } : {}),
   };
 }
 
@@ -131,7 +130,21 @@ export function loadSimulator(
   const s = readSnapshot(snapshot);
   const { gpus, driverVersion, seed, nextPid: firstPid } = s;
   const sim = new SimulatedMachine({ ...o, gpus, driverVersion, seed, firstPid });
-  s.processes.forEach((p, i) => sim.adopt(loadProcess(sim, p, `processes[${i}]`)));
+  s.processes.forEach((p, i) => {
+    const gpus = p.gpus.map((g) => sim.gpus[g]);
+    const proc = new SimulatedProcess(sim, { ...p, gpus });
+    proc.enter(p.state);
+    if (p.restoreRefused) proc.refuseRestores();
+    if (p.stopped) proc.setStopped(true);
+    for (const [operation, fault] of Object.entries(p.faults ?? {})) {
+      proc.faultPlan.add({ ...fault, operation } as PendingFault);
+    }
+    if (p.memory) proc.loadPages(p.memory.on, p.memory.pages);
+    const short = p.memory?.on === "gpu" ? proc.claimOn(gpus) : undefined;
+    const at = `processes[${i}]`;
+    if (short) throw new SimulatorSnapshotError(at, `${at} (pid ${p.pid}) does not fit: ${short}`);
+    sim.adopt(proc);
+  });
   sim.reserveStarts(s.nextStart);
   for (const r of s.heldRecords ?? []) {
     // The record is of the live process with the pid (checked), under its start number.
@@ -139,22 +152,6 @@ export function loadSimulator(
     void sim.heldRecords.put({ process, heldMiB: r.heldMiB, at: r.at });
   }
   return sim;
-}
-
-function loadProcess(sim: SimulatedMachine, p: ProcessSnapshot, at: string): SimulatedProcess {
-  const gpus = p.gpus.map((i) => sim.gpus[i]);
-  const proc = new SimulatedProcess(sim, { ...p, gpus });
-  proc.enter(p.state);
-  if (p.restoreRefused) proc.refuseRestores();
-  if (p.stopped) proc.setStopped(true);
-  for (const [operation, fault] of Object.entries(p.faults ?? {})) {
-    proc.faultPlan.add({ ...fault, operation } as PendingFault);
-  }
-  if (!p.memory) return proc;
-  proc.loadPages(p.memory.on, p.memory.pages);
-  const short = p.memory.on === "gpu" ? proc.claimOn(gpus) : undefined;
-  if (short) throw new SimulatorSnapshotError(at, `${at} (pid ${p.pid}) does not fit: ${short}`);
-  return proc;
 }
 
 const PROCESS_FIELDS =
@@ -182,65 +179,43 @@ function readSnapshot(value: unknown): SimulatorSnapshot {
   if (version !== VERSION) read.refuse("version", unknown);
   const fields = "format version driverVersion seed nextPid nextStart gpus processes".split(" ");
   const top = read.object(value, "", fields, ["heldRecords"]);
-  const gpus = read.array(top.gpus, "gpus", 1, 1024).map((g, i) => readGpu(read, g, `gpus[${i}]`));
+  const gpus = read.array(top.gpus, "gpus", 1, 1024).map((value, i): GpuSnapshot => {
+    const at = `gpus[${i}]`,
+      g = read.object(value, at, ["name", "uuid", "memoryMiB", "contextMiB"]);
+    return {
+      name: read.string(g.name, `${at}.name`),
+      uuid: read.uuid(g.uuid, `${at}.uuid`),
+      memoryMiB: read.amount(g.memoryMiB, `${at}.memoryMiB`, true),
+      contextMiB: read.amount(g.contextMiB, `${at}.contextMiB`),
+    };
+  });
   gpus.forEach((g, i) => {
     const first = gpus.findIndex((o) => o.uuid === g.uuid);
     const at = `gpus[${i}].uuid`;
     if (first !== i) read.refuse(at, `${at} ${g.uuid} is also GPU ${first}'s`);
   });
-  const r: Reading = {
-    read,
-    gpus,
-    nextPid: read.integer(top.nextPid, "nextPid", 1, MAX_PID),
-    nextStart: read.integer(top.nextStart, "nextStart", 1),
-    threads: new Set(),
-    pids: new Set(),
-    starts: new Set(),
-  };
+  const nextPid = read.integer(top.nextPid, "nextPid", 1, MAX_PID);
+  const nextStart = read.integer(top.nextStart, "nextStart", 1);
+  const seen: Seen = { threads: new Set(), pids: new Set(), starts: new Set() };
+  const r: Reading = { read, gpus, nextPid, nextStart, ...seen };
   const processes = read.array(top.processes, "processes")
     .map((p, i) => readProcess(r, p, `processes[${i}]`));
   const held = top.heldRecords === undefined ? [] : read.array(top.heldRecords, "heldRecords");
-  const heldRecords = held.map((h, i) => readRecord(r, h, `heldRecords[${i}]`, processes));
+  const known = { uuids: new Set(gpus.map((g) => g.uuid)), where: "a GPU of the snapshot" };
+  const heldRecords = held.map((value, i): HeldRecordSnapshot => {
+    const at = `heldRecords[${i}]`, o = read.object(value, at, ["pid", "heldMiB", "at"]);
+    const pid = read.integer(o.pid, `${at}.pid`, 1, MAX_PID);
+    if (!processes.some((p) => p.pid === pid && p.cuda)) {
+      read.refuse(`${at}.pid`, `${at}.pid ${pid} is no CUDA process of the snapshot`);
+    }
+    const heldMiB = read.mibByGpu(o.heldMiB, `${at}.heldMiB`, known);
+    return { pid, heldMiB, at: read.integer(o.at, `${at}.at`, 0) };
+  });
   const driverVersion = read.integer(top.driverVersion, "driverVersion", 0, MAX_PID);
   const seed = read.integer(top.seed, "seed", 0, 2 ** 32 - 1);
-  const { nextPid, nextStart } = r;
-  const s: SimulatorSnapshot = {
-    format: FORMAT,
-    version: VERSION,
-    driverVersion,
-    seed,
-    nextPid,
-    nextStart,
-    gpus,
-    processes,
-  };
+  const tag = { format: FORMAT, version: VERSION } as const;
+  const s = { ...tag, driverVersion, seed, nextPid, nextStart, gpus, processes };
   return top.heldRecords === undefined ? s : { ...s, heldRecords };
-}
-
-function readGpu(read: StrictReader, value: unknown, at: string): GpuSnapshot {
-  const g = read.object(value, at, ["name", "uuid", "memoryMiB", "contextMiB"]);
-  return {
-    name: read.string(g.name, `${at}.name`),
-    uuid: read.uuid(g.uuid, `${at}.uuid`),
-    memoryMiB: read.amount(g.memoryMiB, `${at}.memoryMiB`, true),
-    contextMiB: read.amount(g.contextMiB, `${at}.contextMiB`),
-  };
-}
-
-function readRecord(
-  { read, gpus }: Reading,
-  value: unknown,
-  at: string,
-  processes: readonly ProcessSnapshot[],
-): HeldRecordSnapshot {
-  const r = read.object(value, at, ["pid", "heldMiB", "at"]);
-  const pid = read.integer(r.pid, `${at}.pid`, 1, MAX_PID);
-  if (!processes.some((p) => p.pid === pid && p.cuda)) {
-    read.refuse(`${at}.pid`, `${at}.pid ${pid} is no CUDA process of the snapshot`);
-  }
-  const where = { uuids: new Set(gpus.map((g) => g.uuid)), where: "a GPU of the snapshot" };
-  const heldMiB = read.mibByGpu(r.heldMiB, `${at}.heldMiB`, where);
-  return { pid, heldMiB, at: read.integer(r.at, `${at}.at`, 0) };
 }
 
 function readProcess(r: Reading, value: unknown, at: string): ProcessSnapshot {
@@ -249,22 +224,18 @@ function readProcess(r: Reading, value: unknown, at: string): ProcessSnapshot {
   /** Refuses the field `${at}.${f}`, its path followed by `why`. */
   const no = (f: string, why: string): never => read.refuse(`${at}.${f}`, `${at}.${f}${why}`);
   const pid = read.integer(p.pid, `${at}.pid`, 1, nextPid - 1);
-  const threads = read.array(p.threads, `${at}.threads`, 1, 100_002).map((t, i) => {
-    const tid = read.integer(t, `${at}.threads[${i}]`, 1, nextPid - 1);
+  const fields = readFields(read, p, at, pid, nextPid - 1);
+  const { threads, parent, cuda, memoryMiB } = fields;
+  threads.forEach((tid, i) => {
     if (r.threads.has(tid)) no(`threads[${i}]`, ` ${tid} is another thread's or process's id too`);
     r.threads.add(tid);
-    return tid;
   });
   if (threads[0] !== pid) no("threads[0]", ` must be the pid ${pid}, got ${threads[0]}`);
-  const parent = read.integer(p.parent, `${at}.parent`, 0, MAX_PID);
   if (parent && !r.pids.has(parent)) no("parent", ` ${parent} is no process listed before it`);
   const start = read.integer(p.start, `${at}.start`, 1, r.nextStart - 1);
   if (r.starts.has(start)) no("start", ` ${start} is another process's start number too`);
   r.starts.add(start);
   r.pids.add(pid);
-  const cuda = read.boolean(p.cuda, `${at}.cuda`);
-  const libcuda = read.boolean(p.libcuda, `${at}.libcuda`);
-  if (cuda && !libcuda) no("libcuda", " must be true for a CUDA process");
   const tid = cuda ? threads[threads.length - 1] : 0;
   const expected = `${tid} (${cuda ? "its last thread" : "none: it has no CUDA"})`;
   if (p.restoreThreadId !== tid) read.fail(`${at}.restoreThreadId`, expected, p.restoreThreadId);
@@ -278,8 +249,6 @@ function readProcess(r: Reading, value: unknown, at: string): ProcessSnapshot {
     listed.add(index);
     return index;
   });
-  const memoryMiB = read.amount(p.memoryMiB, `${at}.memoryMiB`);
-  if (!cuda && memoryMiB) read.fail(`${at}.memoryMiB`, "0 for a process without CUDA", memoryMiB);
   // Checkpointed memory holds no GPU, but it came from these GPUs: no share can be larger.
   const smallest = Math.min(...gpus.map((g) => r.gpus[g].memoryMiB));
   const unfit = ` ${memoryMiB} cannot have fitted on its GPUs (${smallest} MiB the smallest)`;
@@ -292,35 +261,20 @@ function readProcess(r: Reading, value: unknown, at: string): ProcessSnapshot {
   }
   const refused = `: only a checkpointed process can be refused restores, not a ${state} one`;
   if (p.restoreRefused && !memoryOnHost(state)) no("restoreRefused", refused);
-  const command = read.string(p.command, `${at}.command`, 1 << 20);
-  const inspectable = read.boolean(p.inspectable, `${at}.inspectable`);
-  const fields = {
-    ...{ pid, parent, threads, command, cuda, libcuda, inspectable, memoryMiB },
-    ...readMoreFields(read, p, at),
-  };
   const out: ProcessSnapshot = { ...fields, start, restoreThreadId: tid, state, gpus };
-  const size = mibToBytes(memoryMiB);
-  if (cuda) out.memory = readMemory(read, p.memory, `${at}.memory`, state, size);
+  if (cuda) {
+    const m = read.object(p.memory, `${at}.memory`, ["on", "pages"]);
+    const on = read.choice(m.on, `${at}.memory.on`, ["gpu", "host"] as const);
+    // Checkpointed: in host memory; running or locked: on the GPU; failed: anywhere.
+    const where = memoryOnHost(state) ? "host" : isFinal(state) ? on : "gpu";
+    if (on !== where) read.fail(`${at}.memory.on`, `"${where}" for a ${state} process`, on);
+    const pages = readPages(read, m.pages, mibToBytes(memoryMiB), `${at}.memory.pages`);
+    out.memory = { on, pages };
+  }
   if (p.faults !== undefined) out.faults = readFaults(read, p.faults, `${at}.faults`);
   if (p.restoreRefused) out.restoreRefused = true;
   if (p.stopped) out.stopped = true;
   return out;
-}
-
-type Memory = ProcessSnapshot["memory"];
-function readMemory(
-  read: StrictReader,
-  v: unknown,
-  at: string,
-  state: ProcessState,
-  size: number,
-): Memory {
-  const m = read.object(v, at, ["on", "pages"]);
-  const on = read.choice(m.on, `${at}.on`, ["gpu", "host"] as const);
-  // Checkpointed: in host memory; running or locked: on the GPU; failed: anywhere.
-  const expected = memoryOnHost(state) ? "host" : isFinal(state) ? on : "gpu";
-  if (on !== expected) read.fail(`${at}.on`, `"${expected}" for a ${state} process`, on);
-  return { on, pages: readPages(read, m.pages, size, `${at}.pages`) };
 }
 
 /** What each kind of fault has besides `kind` and `nth`. */

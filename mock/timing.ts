@@ -117,11 +117,9 @@ function checkCopyTiming(c: CopyTiming, what: string): void {
   c.points.forEach(([mib, ms], i) => {
     checkAmount(mib, `${what}.points[${i}][0] (MiB)`, true);
     checkAmount(ms, `${what}.points[${i}][1] (ms)`);
-    if (mib <= lastMiB || ms < lastMs) {
-      throw new RangeError(
-        `${what}.points must ascend in memory and time from [0, fixedMs]; [${mib}, ${ms}] follows [${lastMiB}, ${lastMs}]`,
-      );
-    }
+    const follows = `[${mib}, ${ms}] follows [${lastMiB}, ${lastMs}]`;
+    const ascend = `${what}.points must ascend in memory and time from [0, fixedMs]; ${follows}`;
+    if (mib <= lastMiB || ms < lastMs) throw new RangeError(ascend);
     [lastMiB, lastMs] = [mib, ms];
   });
 }
@@ -164,29 +162,20 @@ export function mibToBytes(memoryMiB: number): number {
  * bytes per second; the fixed costs (criu's start, its freeze) and a plain process's image are
  * assumptions.
  */
-export const CRIU_TIMING: {
-  readonly dumpFixedMs: number;
-  readonly dumpBytesPerSecond: number;
-  readonly restoreFixedMs: number;
-  readonly restoreBytesPerSecond: number;
-  /** What every dump and restore under way move together at most. */
-  readonly diskBytesPerSecond: number;
-  /** Image bytes of a CUDA process besides its GPU memory's. */
-  readonly cudaImageBaseBytes: number;
-  /** Image bytes per MiB of a checkpointed CUDA process's GPU memory. */
-  readonly cudaImageBytesPerMiB: number;
-  /** Image bytes of a process without CUDA. */
-  readonly plainImageBytes: number;
-} = {
+export const CRIU_TIMING = {
   dumpFixedMs: 200,
   dumpBytesPerSecond: 2.3e9,
   restoreFixedMs: 200,
   restoreBytesPerSecond: 2.1e9,
+  /** What every dump and restore under way move together at most. */
   diskBytesPerSecond: 3.7e9,
+  /** Image bytes of a CUDA process besides its GPU memory's. */
   cudaImageBaseBytes: 0.59e9,
+  /** Image bytes per MiB of a checkpointed CUDA process's GPU memory. */
   cudaImageBytesPerMiB: 1.07e9 / 1024,
+  /** Image bytes of a process without CUDA. */
   plainImageBytes: 4e6,
-};
+} as const;
 
 /** The simulated size in bytes of one process's images (its real image files are small). */
 export function criuImageBytes(memoryMiB: number, cuda: boolean): number {

@@ -17,10 +17,7 @@ export class CopyLink {
   #cancelTimer: (() => void) | undefined;
 
   /** A link with the aggregate rate and slowdown of `timing`. */
-  constructor(
-    timers: Timers,
-    timing: Pick<CopyTiming, "aggregateBytesPerSecond" | "slowdownPerProcess">,
-  ) {
+  constructor(timers: Timers, timing: Omit<CopyTiming, "fixedMs" | "points">) {
     this.#timers = timers;
     this.#aggregate = timing.aggregateBytesPerSecond / 1000;
     this.#slowdown = timing.slowdownPerProcess;
@@ -55,10 +52,8 @@ export class CopyLink {
   #reschedule(): void {
     this.#cancelTimer?.();
     this.#cancelTimer = undefined;
-    let soonest = Infinity;
-    for (const t of this.#active) {
-      soonest = Math.min(soonest, Math.max(0, t.remaining) / this.#rate(t));
-    }
+    const ends = [...this.#active].map((t) => Math.max(0, t.remaining) / this.#rate(t));
+    const soonest = Math.min(...ends);
     if (soonest === Infinity) return;
     this.#cancelTimer = this.#timers.startTimer(soonest, () => {
       this.#cancelTimer = undefined;
