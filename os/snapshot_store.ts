@@ -4,8 +4,9 @@
  * on through the open descriptor (`/proc/<pid>/fd/<n>`), which no rename above can redirect. Each
  * directory on the way is root's or this user's, written by nobody else unless sticky (`/tmp`);
  * the snapshot's own is this user's, and everything inside root's or this user's, written by
- * nobody else, no link. Files are written whole, images fsynced and digested once dumped, and a
- * check compares everything inside with the manifest; the engine reads the very files it opened.
+ * nobody else, no link. Files are written whole, images fsynced and digested as they are dumped
+ * (`digest_seal.ts`), and a check compares everything inside with the manifest; the engine reads
+ * the very files it opened.
  *
  * @module
  */
@@ -14,15 +15,11 @@ import { constants } from "node:fs";
 import { type FileHandle, lstat, mkdir, open, readdir, readlink, rm } from "node:fs/promises";
 import { symlink } from "node:fs/promises";
 import path from "node:path";
-import type {
-  Checked,
-  CheckOptions,
-  SnapshotDir,
-  SnapshotFile,
-  SnapshotStore,
-} from "../core/snapshot/store.ts";
+import type { Checked, CheckOptions, SnapshotDir } from "../core/snapshot/store.ts";
+import type { SnapshotFile, SnapshotStore } from "../core/snapshot/store.ts";
 import type { Machine } from "../core/machine.ts";
 import { digestAll, type DigestSource } from "./digest.ts";
+import { seal } from "./digest_seal.ts";
 import { errorCode, myUid, ownerFault, pathTrouble, pinned } from "./private.ts";
 import { readSmallFile, writePrivately } from "./private.ts";
 import { workDir } from "./trusted.ts";
@@ -212,7 +209,7 @@ async function openInside(shown: string, through: string, kind: "file" | "direct
       throw new Error(`${shown} is not a ${kind === "file" ? "regular file" : "directory"}`);
     }
     refuseInside(shown, st);
-    return { handle, size: st.size };
+    return { handle, size: st.size, dev: st.dev, ino: st.ino };
   } catch (err) {
     await handle.close();
     throw err;
@@ -315,28 +312,21 @@ class FileSnapshotDir implements SnapshotDir {
     await this.#handle.sync();
   }
 
-  async seal(sub: string, signal?: AbortSignal): Promise<SnapshotFile[]> {
+  async seal(sub: string, o: Parameters<SnapshotDir["seal"]>[1] = {}): Promise<SnapshotFile[]> {
     const dir = await this.#sub(sub);
-    const opened: { name: string; handle: FileHandle; bytes: number }[] = [];
-    try {
-      for (const name of (await readdir(pinned(dir))).sort()) {
+    const sealed = await seal({
+      list: async () => (await readdir(pinned(dir))).sort(),
+      open: async (name) => {
         const shown = `${this.path}/${sub}/${name}`;
-        const { handle, size } = await this.#file(dir, shown, name);
-        opened.push({ name: shown, handle, bytes: size });
-      }
-      // On disk before the snapshot says it is done; hashed meanwhile, from the page cache.
-      const [digests] = await Promise.all([
-        this.#digests ? digestAll(opened, { signal }) : opened.map(() => "0".repeat(64)),
-        Promise.all(opened.map((o) => o.handle.datasync())).then(() => dir.sync()),
-      ]);
-      return opened.map((o, i) => ({
-        path: `${sub}/${path.basename(o.name)}`,
-        bytes: o.bytes,
-        chunkedSha256: digests[i],
-      }));
-    } finally {
-      await Promise.all(opened.map((o) => o.handle.close()));
-    }
+        return { ...await this.#file(dir, shown, name), shown };
+      },
+      sync: () => dir.sync(),
+    }, { ...o, digests: this.#digests });
+    return sealed.map((f) => ({
+      path: `${sub}/${f.name}`,
+      bytes: f.bytes,
+      chunkedSha256: f.digest,
+    }));
   }
 
   async check(files: readonly SnapshotFile[], o: CheckOptions): Promise<Checked> {

@@ -283,7 +283,7 @@ async function suspend(t: Taken, pids: readonly number[]): Promise<boolean> {
   return result.ok;
 }
 
-/** Dumps the `i`th tree in one of the engine's slots, then seals its images. */
+/** Dumps the `i`th tree in one of the engine's slots, sealing its images as they are written. */
 async function dump(t: Taken, i: number): Promise<void> {
   const { run } = t;
   const root = t.plan.trees[i].root;
@@ -294,9 +294,9 @@ async function dump(t: Taken, i: number): Promise<void> {
       run.phase("dump");
     }
     const left = run.deadline.left();
-    let part: Failure["part"] = "dump";
+    let part: Failure["part"] = "dump", sealing: Promise<SnapshotFile[]> | undefined;
     try {
-      const dumped = await run.engine.dump({
+      const writing = run.engine.dump({
         root,
         imagesDir: t.out.imagesDirs[i],
         signal: run.signal,
@@ -304,12 +304,17 @@ async function dump(t: Taken, i: number): Promise<void> {
         onBytes: (bytes) => run.tell({ type: "bytes", root, bytes, at: 0 }),
         ...(t.o.tcpEstablished ? { tcpEstablished: true } : {}),
       });
+      // On disk and digested as they are written, while this and other trees' dumps go on.
+      sealing = t.out.seal(i, { signal: run.signal, writing });
+      sealing.catch(() => {});
+      const dumped = await writing;
       t.times.dumped = run.at();
       part = "write";
-      // Its images on disk and digested, while other trees' dumps go on.
-      t.sealed[i] = await t.out.seal(i, run.signal);
+      t.sealed[i] = await sealing;
       t.dumped[i] = dumped;
     } catch (err) {
+      // Nothing of the tree's is left open once its part has failed.
+      await sealing?.catch(() => {});
       failed(t, part, err);
     } finally {
       t.times.dumped = run.at();
