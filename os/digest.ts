@@ -28,7 +28,7 @@ export interface DigestSource {
   readonly name: string;
 }
 
-/** How digests are computed: `threads` worker threads (default: one per core; 0: none). */
+/** How digests are computed: in up to `threads` worker threads (default: one per core; 0: none). */
 export interface DigestOptions {
   readonly signal?: AbortSignal;
   readonly threads?: number;
@@ -46,6 +46,12 @@ export function outerDigest(pieces: readonly Uint8Array[]): string {
   return hash.digest("hex");
 }
 
+/** The chunked SHA-256 of `s` (hex), its pieces asked of `hasher` at once, in order. */
+export async function digestOf(hasher: PieceHasher, s: DigestSource): Promise<string> {
+  const count = Math.ceil(s.bytes / PIECE_BYTES);
+  return outerDigest(await Promise.all(Array.from({ length: count }, (_, i) => hasher.hash(s, i))));
+}
+
 /**
  * The chunked SHA-256 of each source (hex), in their order, every piece read from the open file,
  * in worker threads where there is enough to hash (or `threads` asks for them). Rejects at the
@@ -61,9 +67,7 @@ export async function digestAll(
   try {
     // Every piece asked at once, in order: the first sources end first.
     return await Promise.all(sources.map(async (s, file) => {
-      const count = Math.ceil(s.bytes / PIECE_BYTES);
-      const pieces = Array.from({ length: count }, (_, i) => hasher.hash(s, i));
-      const digest = outerDigest(await Promise.all(pieces));
+      const digest = await digestOf(hasher, s);
       options.onDigest?.(file, digest);
       return digest;
     }));
@@ -83,9 +87,9 @@ interface Job {
 
 /**
  * Hashes pieces of open files as it is asked, in order: on the calling thread until `workersFrom`
- * bytes were asked of it (64 MiB by default), then in the worker threads that every hasher shares
- * (one per core, or as many as the most a hasher asks for), at most `threads` of its own at once.
- * An abort of `signal` rejects what is left; `close` waits for what a worker still reads.
+ * bytes were asked of it (64 MiB by default), then in the worker threads that every hasher shares,
+ * as many as the most that a hasher under way allows (`threads`: one per core by default). An abort
+ * of `signal` rejects what is left; `close` waits for the pieces that a worker still reads.
  */
 export class PieceHasher {
   static readonly #live = new Set<PieceHasher>();
@@ -161,16 +165,11 @@ export class PieceHasher {
   /** Gives each idle worker (or a new one, while there are fewer than allowed) the next piece. */
   static #pump(): void {
     const queue = PieceHasher.#queue, workers = PieceHasher.#workers;
-    const most = Math.max(availableParallelism(), ...[...PieceHasher.#live].map((h) => h.#threads));
-    for (let i = 0; i < queue.length;) {
-      const job = queue[i], owner = job.owner;
-      if (owner.#flying.size >= owner.#threads) {
-        i++;
-        continue;
-      }
+    const most = Math.max(...[...PieceHasher.#live].map((h) => h.#threads));
+    while (queue.length > 0) {
       let w = [...workers].find(([, busy]) => !busy)?.[0];
       if (!w && workers.size >= most) return;
-      queue.splice(i, 1);
+      const job = queue.shift()!;
       try {
         w ??= PieceHasher.#start();
       } catch (err) {
@@ -178,7 +177,7 @@ export class PieceHasher {
         continue;
       }
       workers.set(w, job);
-      owner.#flying.add(job);
+      job.owner.#flying.add(job);
       const { offset, length } = job;
       w.postMessage({ path: pinned(job.s.handle), offset, length } satisfies PieceRequest);
     }
@@ -192,30 +191,26 @@ export class PieceHasher {
     } catch (err) {
       throw new Error(`a digest worker cannot start: ${messageOf(err)}`, { cause: err });
     }
-    w.addEventListener(
-      "message",
-      (e: MessageEvent<PieceReply>) => PieceHasher.#answered(w, e.data),
-    );
+    w.addEventListener("message", (e: MessageEvent<PieceReply>) => PieceHasher.#answer(w, e.data));
     w.addEventListener("error", (event: ErrorEvent) => {
       event.preventDefault();
-      PieceHasher.#answered(w, { error: `a digest worker failed: ${event.message}` }, true);
+      PieceHasher.#answer(w, { failed: event.message });
     });
     return w;
   }
 
   /** A worker's answer (or its failure, which ends it): its piece settled, the next one sent. */
-  static #answered(w: Worker, reply: PieceReply, failed = false): void {
+  static #answer(w: Worker, reply: PieceReply | { failed: string }): void {
     const job = PieceHasher.#workers.get(w);
-    if (failed) w.terminate();
-    if (failed) PieceHasher.#workers.delete(w);
+    PieceHasher.#workers.delete(w);
+    if ("failed" in reply) w.terminate();
     else PieceHasher.#workers.set(w, undefined);
     if (job) {
-      const owner = job.owner;
+      const { owner, s, done } = job;
       owner.#flying.delete(job);
-      if ("digest" in reply) job.done.resolve(reply.digest);
-      else {job.done.reject(
-          new Error(failed ? reply.error : `${job.s.name} cannot be read: ${reply.error}`),
-        );}
+      if ("digest" in reply) done.resolve(reply.digest);
+      else if ("error" in reply) done.reject(new Error(`${s.name} cannot be read: ${reply.error}`));
+      else done.reject(new Error(`a digest worker failed: ${reply.failed}`));
       if (owner.#flying.size === 0) owner.#drained?.resolve();
     }
     PieceHasher.#pump();

@@ -12,13 +12,15 @@
  */
 
 import type { FileHandle } from "node:fs/promises";
+import type { SnapshotFile } from "../core/snapshot/store.ts";
 import { outerDigest, PIECE_BYTES, PieceHasher } from "./digest.ts";
 
 /** How often the files of a dump under way are looked at, in ms. */
 const EVERY_MS = 150;
 
-/** The directory to seal, as its store opens it. */
+/** The directory to seal (`sub` inside the snapshot's), as its store opens it. */
 export interface SealDir {
+  readonly sub: string;
   /** The names in it now, sorted. */
   list(): Promise<string[]>;
   /** Opens the file `name` as a seal must, or throws why it cannot. */
@@ -36,13 +38,6 @@ export interface SealOpened {
   readonly shown: string;
 }
 
-/** A file sealed: its name in the directory, its size, its chunked SHA-256 (zeros without). */
-export interface Sealed {
-  readonly name: string;
-  readonly bytes: number;
-  readonly digest: string;
-}
-
 /** A file followed: opened once, its pieces hashed once whole, its bytes synced. */
 interface Followed {
   readonly file: SealOpened;
@@ -54,14 +49,14 @@ interface Followed {
 }
 
 /**
- * Seals `dir` (see the module documentation): each file with its size and digest, in the order of
- * the names; rejects at once, having let go of every file, where `writing` rejects or `signal`
+ * Seals `dir` (see the module documentation): each file with its size and chunked SHA-256 (zeros
+ * without `digests`), in the order of the names; rejects at once, having let go of every file, where `writing` rejects or `signal`
  * aborts.
  */
 export async function seal(
   dir: SealDir,
   o: { digests: boolean; signal?: AbortSignal; writing?: Promise<unknown> },
-): Promise<Sealed[]> {
+): Promise<SnapshotFile[]> {
   const hasher = o.digests ? new PieceHasher({ signal: o.signal }) : undefined;
   const all: Followed[] = [], handles: FileHandle[] = [];
   const follow = (file: SealOpened) => {
@@ -97,7 +92,7 @@ export async function seal(
       const file = await dir.open(name), f = followed.get(name);
       const same = f?.file.dev === file.dev && f.file.ino === file.ino;
       if (same) handles.push(file.handle);
-      files.push([same ? f! : follow(file), file.size, name]);
+      files.push([same ? f! : follow(file), file.size, `${dir.sub}/${name}`]);
     }
     const synced = Promise.all(files.map(async ([f]) => {
       await f.syncing;
@@ -106,7 +101,7 @@ export async function seal(
     })).then(() => dir.sync());
     const digests = files.map(([f, size]) => hasher ? digestOf(f, size, hasher) : "0".repeat(64));
     const [hex] = await Promise.all([Promise.all(digests), synced]);
-    return files.map(([, bytes, name], i) => ({ name, bytes, digest: hex[i] }));
+    return files.map(([, bytes, path], i) => ({ path, bytes, chunkedSha256: hex[i] }));
   } finally {
     clearTimeout(timer);
     o.signal?.removeEventListener("abort", woken);

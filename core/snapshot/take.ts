@@ -77,23 +77,12 @@ export function checkSnapshotArgs(
   options: SnapshotOptions | undefined,
 ): { roots: number[]; dir: string; settings: SnapshotSettings } {
   const o = checkOptions(options, "snapshot", [
-    "machine",
-    "leaveRunning",
-    "job",
-    "timeoutMs",
-    "signal",
-    "lockTimeoutMs",
-    "allowIpcImport",
-    "tcpEstablished",
-    "onProgress",
+    ...["machine", "leaveRunning", "job", "timeoutMs", "signal", "lockTimeoutMs"] as const,
+    ...["allowIpcImport", "tcpEstablished", "onProgress"] as const,
   ]);
   if (!Array.isArray(roots) || roots.length === 0) {
-    mustBe(
-      TypeError,
-      "roots",
-      "a non-empty array of pids (the roots of the trees to snapshot)",
-      roots,
-    );
+    const what = "a non-empty array of pids (the roots of the trees to snapshot)";
+    mustBe(TypeError, "roots", what, roots);
   }
   const seen = new Set<number>();
   for (const [i, pid] of roots.entries()) {
@@ -171,17 +160,9 @@ export async function takeSnapshot(
         suspending.map(async (pid) => await session.identify(pid) ?? { pid }),
       ),
     });
-    const at = run.at();
-    const t: Taken = {
-      run,
-      o,
-      plan,
-      out,
-      suspending,
-      dumped: roots.map(() => undefined),
-      sealed: roots.map(() => []),
-      times: { suspend: at, suspended: at, dumped: at },
-    };
+    const at = run.at(), times = { suspend: at, suspended: at, dumped: at };
+    const [dumped, sealed] = [roots.map(() => undefined), roots.map(() => [])];
+    const t: Taken = { run, o, plan, out, suspending, dumped, sealed, times };
     await suspendAndDump(t);
     const manifest = await writeManifest(t);
     await end(t, manifest);
@@ -411,12 +392,6 @@ async function rollBack(
       `${TRACE_FILE} names them: \`cuda-checkpoint recover ${where}\` resumes them once the ` +
       `cause is fixed`;
   }
-  return new SnapshotError({
-    code,
-    operation: "snapshot",
-    message,
-    detail,
-    cause,
-    ...(cause instanceof EngineError && cause.log ? { log: cause.log } : {}),
-  });
+  const log = cause instanceof EngineError && cause.log ? { log: cause.log } : {};
+  return new SnapshotError({ code, operation: "snapshot", message, detail, cause, ...log });
 }
