@@ -28,17 +28,6 @@ export interface DigestSource {
   readonly name: string;
 }
 
-/** How digests are computed: in up to `threads` worker threads (default: one per core; 0: none). */
-export interface DigestOptions {
-  readonly signal?: AbortSignal;
-  readonly threads?: number;
-  /**
-   * Told each source's digest (by its index) once its last piece is hashed, the first sources
-   * first; what it throws ends the hashing and rejects `digestAll`.
-   */
-  readonly onDigest?: (file: number, digest: string) => void;
-}
-
 /** The chunked SHA-256 (hex) of a file whose pieces' SHA-256s are `pieces`, in order. */
 export function outerDigest(pieces: readonly Uint8Array[]): string {
   const hash = createHash("sha256");
@@ -53,24 +42,17 @@ export async function digestOf(hasher: PieceHasher, s: DigestSource): Promise<st
 }
 
 /**
- * The chunked SHA-256 of each source (hex), in their order, every piece read from the open file,
- * in worker threads where there is enough to hash (or `threads` asks for them). Rejects at the
- * first piece that cannot be read, or once `signal` is aborted.
+ * The chunked SHA-256 of each source (hex), in their order: in worker threads once there is enough
+ * to hash, or at once in `threads` of them (0: on the calling thread). Rejects at the first piece
+ * that cannot be read, or once `signal` is aborted.
  */
 export async function digestAll(
   sources: readonly DigestSource[],
-  options: DigestOptions = {},
+  o: { threads?: number; signal?: AbortSignal } = {},
 ): Promise<string[]> {
-  const total = sources.reduce((sum, s) => sum + s.bytes, 0);
-  const now = options.threads !== undefined || total >= WORKERS_FROM_BYTES;
-  const hasher = new PieceHasher({ ...options, workersFrom: now ? 0 : Infinity });
+  const hasher = new PieceHasher({ ...o, ...(o.threads !== undefined ? { workersFrom: 0 } : {}) });
   try {
-    // Every piece asked at once, in order: the first sources end first.
-    return await Promise.all(sources.map(async (s, file) => {
-      const digest = await digestOf(hasher, s);
-      options.onDigest?.(file, digest);
-      return digest;
-    }));
+    return await Promise.all(sources.map((s) => digestOf(hasher, s)));
   } finally {
     await hasher.close();
   }
