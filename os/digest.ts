@@ -1,7 +1,8 @@
 /**
  * Digests of a snapshot's files: the chunked SHA-256, the SHA-256 of the SHA-256s of a file's 8 MiB
  * pieces in order (an empty file: the SHA-256 of nothing), whose pieces are hashed at once on every
- * core, in worker threads (`digest_worker.ts`), as one SHA-256 stream cannot be. With coreutils:
+ * core, in worker threads (`digest_worker.ts`) that every hashing under way shares, as one SHA-256
+ * stream cannot be. With coreutils:
  * `split -b 8M --filter='sha256sum | head -c 64 | xxd -r -p' FILE | sha256sum`.
  *
  * @module
@@ -13,11 +14,11 @@ import { availableParallelism } from "node:os";
 import { messageOf } from "../core/errors.ts";
 import { workerScript } from "./worker_script.ts";
 import { pinned } from "./private.ts";
-import type { PieceReply, PieceRequest, PiecesDone } from "./digest_worker.ts";
+import type { PieceReply, PieceRequest } from "./digest_worker.ts";
 
 /** Bytes of one piece of a file's chunked SHA-256. */
 export const PIECE_BYTES = 8 * 2 ** 20;
-/** Below this many bytes in all, pieces are hashed on the calling thread: no worker is started. */
+/** Until this many bytes are asked of a hasher, it hashes on the calling thread: no worker. */
 const WORKERS_FROM_BYTES = 64 * 2 ** 20;
 
 /** What a digest is of: a file already open, its size, and its name for messages. */
@@ -27,148 +28,183 @@ export interface DigestSource {
   readonly name: string;
 }
 
-/** How digests are computed: `threads` worker threads (default: one per core; 0: none). */
-export interface DigestOptions {
-  readonly signal?: AbortSignal;
-  readonly threads?: number;
-  /**
-   * Told each source's digest (by its index) once its last piece is hashed, the first sources
-   * first; what it throws ends the hashing and rejects `digestAll`.
-   */
-  readonly onDigest?: (file: number, digest: string) => void;
+/** The chunked SHA-256 (hex) of a file whose pieces' SHA-256s are `pieces`, in order. */
+export function outerDigest(pieces: readonly Uint8Array[]): string {
+  const hash = createHash("sha256");
+  for (const d of pieces) hash.update(d);
+  return hash.digest("hex");
+}
+
+/** The chunked SHA-256 of `s` (hex), its pieces asked of `hasher` at once, in order. */
+export async function digestOf(hasher: PieceHasher, s: DigestSource): Promise<string> {
+  const count = Math.ceil(s.bytes / PIECE_BYTES);
+  return outerDigest(await Promise.all(Array.from({ length: count }, (_, i) => hasher.hash(s, i))));
 }
 
 /**
- * The chunked SHA-256 of each source (hex), in their order. Every piece is read from the open file
- * and hashed, in `threads` worker threads at once (one per core by default) where there is enough
- * to hash. Rejects at the first piece that cannot be read, or once `signal` is aborted.
+ * The chunked SHA-256 of each source (hex), in their order: in worker threads once there is enough
+ * to hash, or at once in `threads` of them (0: on the calling thread). Rejects at the first piece
+ * that cannot be read, or once `signal` is aborted.
  */
 export async function digestAll(
   sources: readonly DigestSource[],
-  options: DigestOptions = {},
+  o: { threads?: number; signal?: AbortSignal } = {},
 ): Promise<string[]> {
-  const pieces: { file: number; index: number }[] = [];
-  const digests = sources.map((s, file) => {
-    const count = Math.ceil(s.bytes / PIECE_BYTES);
-    for (let index = 0; index < count; index++) pieces.push({ file, index });
-    return new Array<Uint8Array>(count);
-  });
-  const left = digests.map((list) => list.length);
-  const outers: string[] = [];
-  const outer = (file: number) => {
-    const hash = createHash("sha256");
-    for (const d of digests[file]) hash.update(d);
-    outers[file] = hash.digest("hex");
-    options.onDigest?.(file, outers[file]);
-  };
-  // Files of no bytes have no pieces: done at once.
-  for (const [file, n] of left.entries()) if (n === 0) outer(file);
-  const hashed = (file: number, index: number, digest: Uint8Array) => {
-    digests[file][index] = digest;
-    if (--left[file] === 0) outer(file);
-  };
-  const total = sources.reduce((sum, s) => sum + s.bytes, 0);
-  // Workers where there is enough to hash, or where they are asked for.
-  const asked = options.threads !== undefined;
-  const threads = Math.min(options.threads ?? availableParallelism(), pieces.length);
-  if (threads > 0 && (asked || total >= WORKERS_FROM_BYTES)) {
-    await inWorkers(sources, pieces, hashed, threads, options.signal);
-  } else {
-    for (const { file, index } of pieces) {
-      if (options.signal?.aborted) throw options.signal.reason;
-      hashed(file, index, await hashHere(sources[file], index));
-    }
+  const hasher = new PieceHasher({ ...o, ...(o.threads !== undefined ? { workersFrom: 0 } : {}) });
+  try {
+    return await Promise.all(sources.map((s) => digestOf(hasher, s)));
+  } finally {
+    await hasher.close();
   }
-  return outers;
 }
 
-/** The SHA-256 of piece `index` of `s`, read and hashed on this thread. */
-async function hashHere(s: DigestSource, index: number): Promise<Uint8Array> {
-  const offset = index * PIECE_BYTES;
-  const length = Math.min(PIECE_BYTES, s.bytes - offset);
+/** A piece to hash, and who waits for it. */
+interface Job {
+  readonly owner: PieceHasher;
+  readonly s: DigestSource;
+  readonly offset: number;
+  readonly length: number;
+  readonly done: PromiseWithResolvers<Uint8Array>;
+}
+
+/**
+ * Hashes pieces of open files as it is asked, in order: on the calling thread until `workersFrom`
+ * bytes were asked of it (64 MiB by default), then in the worker threads that every hasher shares,
+ * as many as the most that a hasher under way allows (`threads`: one per core by default). An abort
+ * of `signal` rejects what is left; `close` waits for the pieces that a worker still reads.
+ */
+export class PieceHasher {
+  static readonly #live = new Set<PieceHasher>();
+  /** The workers, each with the piece it hashes. */
+  static readonly #workers = new Map<Worker, Job | undefined>();
+  static readonly #queue: Job[] = [];
+  readonly #threads: number;
+  readonly #workersFrom: number;
+  readonly #signal: AbortSignal | undefined;
+  readonly #here: Job[] = [];
+  readonly #flying = new Set<Job>();
+  #asked = 0;
+  #lane: Promise<void> | undefined;
+  #drained: PromiseWithResolvers<void> | undefined;
+  #halted: { why: unknown } | undefined;
+  readonly #onAbort = () => this.#halt(this.#signal!.reason);
+
+  constructor(o: { threads?: number; workersFrom?: number; signal?: AbortSignal } = {}) {
+    this.#threads = o.threads ?? availableParallelism();
+    this.#workersFrom = o.workersFrom ?? WORKERS_FROM_BYTES;
+    this.#signal = o.signal;
+    PieceHasher.#live.add(this);
+    o.signal?.addEventListener("abort", this.#onAbort, { once: true });
+  }
+
+  /** The SHA-256 of piece `index` of `s`. */
+  hash(s: DigestSource, index: number): Promise<Uint8Array> {
+    const offset = index * PIECE_BYTES, length = Math.min(PIECE_BYTES, s.bytes - offset);
+    const job: Job = { owner: this, s, offset, length, done: Promise.withResolvers() };
+    if (this.#signal?.aborted) this.#halt(this.#signal.reason);
+    if (this.#halted) {
+      job.done.reject(this.#halted.why);
+    } else if (this.#threads > 0 && (this.#asked += length) >= this.#workersFrom) {
+      PieceHasher.#queue.push(...this.#here.splice(0), job);
+      PieceHasher.#pump();
+    } else {
+      this.#here.push(job);
+      this.#lane ??= this.#hashHere();
+    }
+    return job.done.promise;
+  }
+
+  /** Drops what is not hashed yet, waits for what is, and ends the workers once no hasher is left. */
+  async close(): Promise<void> {
+    this.#halt(new Error("the hashing was closed"));
+    this.#signal?.removeEventListener("abort", this.#onAbort);
+    await this.#lane;
+    if (this.#flying.size > 0) await (this.#drained = Promise.withResolvers()).promise;
+    PieceHasher.#live.delete(this);
+    if (PieceHasher.#live.size > 0) return;
+    // None reads a file now: their own descriptors are closed.
+    for (const w of PieceHasher.#workers.keys()) w.terminate();
+    PieceHasher.#workers.clear();
+  }
+
+  /** Rejects every piece of this hasher's that is not hashed yet. */
+  #halt(why: unknown): void {
+    this.#halted ??= { why };
+    const queue = PieceHasher.#queue, others = queue.filter((j) => j.owner !== this);
+    for (const job of [...this.#here.splice(0), ...queue, ...this.#flying]) {
+      if (job.owner === this) job.done.reject(why);
+    }
+    queue.splice(0, queue.length, ...others);
+  }
+
+  async #hashHere(): Promise<void> {
+    for (let job; (job = this.#here.shift());) {
+      await hashHere(job).then(job.done.resolve, job.done.reject);
+    }
+    this.#lane = undefined;
+  }
+
+  /** Gives each idle worker (or a new one, while there are fewer than allowed) the next piece. */
+  static #pump(): void {
+    const queue = PieceHasher.#queue, workers = PieceHasher.#workers;
+    const most = Math.max(...[...PieceHasher.#live].map((h) => h.#threads));
+    while (queue.length > 0) {
+      let w = [...workers].find(([, busy]) => !busy)?.[0];
+      if (!w && workers.size >= most) return;
+      const job = queue.shift()!;
+      try {
+        w ??= PieceHasher.#start();
+      } catch (err) {
+        job.done.reject(err);
+        continue;
+      }
+      workers.set(w, job);
+      job.owner.#flying.add(job);
+      const { offset, length } = job;
+      w.postMessage({ path: pinned(job.s.handle), offset, length } satisfies PieceRequest);
+    }
+  }
+
+  static #start(): Worker {
+    const url = workerScript(import.meta.url, "os", "digest_worker");
+    let w: Worker;
+    try {
+      w = new Worker(url, { type: "module" });
+    } catch (err) {
+      throw new Error(`a digest worker cannot start: ${messageOf(err)}`, { cause: err });
+    }
+    w.addEventListener("message", (e: MessageEvent<PieceReply>) => PieceHasher.#answer(w, e.data));
+    w.addEventListener("error", (event: ErrorEvent) => {
+      event.preventDefault();
+      PieceHasher.#answer(w, { failed: event.message });
+    });
+    return w;
+  }
+
+  /** A worker's answer (or its failure, which ends it): its piece settled, the next one sent. */
+  static #answer(w: Worker, reply: PieceReply | { failed: string }): void {
+    const job = PieceHasher.#workers.get(w);
+    PieceHasher.#workers.delete(w);
+    if ("failed" in reply) w.terminate();
+    else PieceHasher.#workers.set(w, undefined);
+    if (job) {
+      const { owner, s, done } = job;
+      owner.#flying.delete(job);
+      if ("digest" in reply) done.resolve(reply.digest);
+      else if ("error" in reply) done.reject(new Error(`${s.name} cannot be read: ${reply.error}`));
+      else done.reject(new Error(`a digest worker failed: ${reply.failed}`));
+      if (owner.#flying.size === 0) owner.#drained?.resolve();
+    }
+    PieceHasher.#pump();
+  }
+}
+
+/** The SHA-256 of a piece, read and hashed on this thread. */
+async function hashHere({ s, offset, length }: Job): Promise<Uint8Array> {
   const buffer = new Uint8Array(length);
   for (let got = 0, n = 0; got < length; got += n) {
     n = (await s.handle.read(buffer, got, length - got, offset + got)).bytesRead;
     if (n === 0) throw new Error(`${s.name} ended at ${offset + got} bytes, not ${s.bytes}`);
   }
   return new Uint8Array(createHash("sha256").update(buffer).digest());
-}
-
-/** Hashes `pieces` in `threads` workers, each sent the next piece once it answers. */
-async function inWorkers(
-  sources: readonly DigestSource[],
-  pieces: readonly { file: number; index: number }[],
-  hashed: (file: number, index: number, digest: Uint8Array) => void,
-  threads: number,
-  signal: AbortSignal | undefined,
-): Promise<void> {
-  const url = workerScript(import.meta.url, "os", "digest_worker");
-  const workers: Worker[] = [];
-  const done = Promise.withResolvers<void>();
-  let next = 0, answered = 0, settled = false;
-  const end = (err?: unknown) => {
-    settled = true;
-    if (err === undefined) done.resolve();
-    else done.reject(err);
-  };
-  const send = (w: Worker) => {
-    if (next >= pieces.length || settled) return;
-    const { file, index } = pieces[next];
-    const s = sources[file], offset = index * PIECE_BYTES;
-    const length = Math.min(PIECE_BYTES, s.bytes - offset);
-    w.postMessage({ id: next++, path: pinned(s.handle), offset, length } satisfies PieceRequest);
-  };
-  const onAbort = () => end(signal!.reason);
-  signal?.addEventListener("abort", onAbort, { once: true });
-  try {
-    if (signal?.aborted) throw signal.reason;
-    for (let i = 0; i < threads && !settled; i++) {
-      let w: Worker;
-      try {
-        w = new Worker(url, { type: "module" });
-      } catch (err) {
-        throw new Error(`a digest worker cannot start: ${messageOf(err)}`, { cause: err });
-      }
-      workers.push(w);
-      w.addEventListener("message", ({ data: reply }: MessageEvent<PieceReply>) => {
-        if ("closed" in reply || settled) return;
-        const { file, index } = pieces[reply.id];
-        if ("error" in reply) {
-          return end(new Error(`${sources[file].name} cannot be read: ${reply.error}`));
-        }
-        try {
-          hashed(file, index, reply.digest);
-        } catch (err) {
-          return end(err);
-        }
-        if (++answered === pieces.length) end();
-        else send(w);
-      });
-      w.addEventListener("error", (event: ErrorEvent) => {
-        event.preventDefault();
-        end(new Error(`a digest worker failed: ${event.message}`));
-      });
-      send(w);
-    }
-    await done.promise;
-  } finally {
-    settled = true;
-    signal?.removeEventListener("abort", onAbort);
-    // Each closes the files it opened (threads share the process's), then ends.
-    await Promise.all(workers.map(closeWorker));
-  }
-}
-
-/** Asks a worker to close its files and ends it; terminated after a second at most. */
-function closeWorker(w: Worker): Promise<void> {
-  return new Promise<void>((resolve) => {
-    const done = () => {
-      clearTimeout(timer);
-      w.terminate();
-      resolve();
-    };
-    const timer = setTimeout(done, 1000);
-    w.addEventListener("message", (e: MessageEvent<PieceReply>) => "closed" in e.data && done());
-    w.postMessage({ done: true } satisfies PiecesDone);
-  });
 }

@@ -4,8 +4,9 @@
  * on through the open descriptor (`/proc/<pid>/fd/<n>`), which no rename above can redirect. Each
  * directory on the way is root's or this user's, written by nobody else unless sticky (`/tmp`);
  * the snapshot's own is this user's, and everything inside root's or this user's, written by
- * nobody else, no link. Files are written whole, images fsynced and digested once dumped, and a
- * check compares everything inside with the manifest; the engine reads the very files it opened.
+ * nobody else, no link. Files are written whole, images fsynced and digested as they are dumped
+ * (`digest_seal.ts`), and a check compares everything inside with the manifest; the engine reads
+ * the very files it opened.
  *
  * @module
  */
@@ -14,15 +15,11 @@ import { constants } from "node:fs";
 import { type FileHandle, lstat, mkdir, open, readdir, readlink, rm } from "node:fs/promises";
 import { symlink } from "node:fs/promises";
 import path from "node:path";
-import type {
-  Checked,
-  CheckOptions,
-  SnapshotDir,
-  SnapshotFile,
-  SnapshotStore,
-} from "../core/snapshot/store.ts";
+import type { Checked, CheckOptions, SnapshotDir } from "../core/snapshot/store.ts";
+import type { SnapshotFile, SnapshotStore } from "../core/snapshot/store.ts";
 import type { Machine } from "../core/machine.ts";
-import { digestAll, type DigestSource } from "./digest.ts";
+import { digestOf, type DigestSource, PieceHasher } from "./digest.ts";
+import { seal } from "./digest_seal.ts";
 import { errorCode, myUid, ownerFault, pathTrouble, pinned } from "./private.ts";
 import { readSmallFile, writePrivately } from "./private.ts";
 import { workDir } from "./trusted.ts";
@@ -212,7 +209,7 @@ async function openInside(shown: string, through: string, kind: "file" | "direct
       throw new Error(`${shown} is not a ${kind === "file" ? "regular file" : "directory"}`);
     }
     refuseInside(shown, st);
-    return { handle, size: st.size };
+    return { handle, size: st.size, dev: st.dev, ino: st.ino };
   } catch (err) {
     await handle.close();
     throw err;
@@ -315,28 +312,14 @@ class FileSnapshotDir implements SnapshotDir {
     await this.#handle.sync();
   }
 
-  async seal(sub: string, signal?: AbortSignal): Promise<SnapshotFile[]> {
-    const dir = await this.#sub(sub);
-    const opened: { name: string; handle: FileHandle; bytes: number }[] = [];
-    try {
-      for (const name of (await readdir(pinned(dir))).sort()) {
-        const shown = `${this.path}/${sub}/${name}`;
-        const { handle, size } = await this.#file(dir, shown, name);
-        opened.push({ name: shown, handle, bytes: size });
-      }
-      // On disk before the snapshot says it is done; hashed meanwhile, from the page cache.
-      const [digests] = await Promise.all([
-        this.#digests ? digestAll(opened, { signal }) : opened.map(() => "0".repeat(64)),
-        Promise.all(opened.map((o) => o.handle.datasync())).then(() => dir.sync()),
-      ]);
-      return opened.map((o, i) => ({
-        path: `${sub}/${path.basename(o.name)}`,
-        bytes: o.bytes,
-        chunkedSha256: digests[i],
-      }));
-    } finally {
-      await Promise.all(opened.map((o) => o.handle.close()));
-    }
+  async seal(sub: string, o: Parameters<SnapshotDir["seal"]>[1] = {}): Promise<SnapshotFile[]> {
+    const dir = await this.#sub(sub), shown = (name: string) => `${this.path}/${sub}/${name}`;
+    return await seal({
+      sub,
+      list: async () => (await readdir(pinned(dir))).sort(),
+      open: async (name) => ({ ...await this.#file(dir, shown(name), name), shown: shown(name) }),
+      sync: () => dir.sync(),
+    }, { ...o, digests: this.#digests });
   }
 
   async check(files: readonly SnapshotFile[], o: CheckOptions): Promise<Checked> {
@@ -412,30 +395,33 @@ class FileSnapshotDir implements SnapshotDir {
         );
       }
     };
-    const later = opened.filter(({ file }) => o.later?.(file) ?? false);
-    const now = opened.filter((x) => !later.includes(x));
-    await digestAll(now, { signal: o.signal, onDigest: (i, d) => compare(now[i], d) });
+    const isLater = (x: Opened) => o.later?.(x.file) ?? false;
     const subOf = (x: Opened) => x.file.path.split("/")[0];
-    const left = new Map<string, number>();
-    for (const x of later) left.set(subOf(x), (left.get(subOf(x)) ?? 0) + 1);
-    const subs = new Map([...left.keys()].map((sub) => [sub, Promise.withResolvers<void>()]));
+    const [now, later] = [opened.filter((x) => !isLater(x)), opened.filter(isLater)];
+    // Asked in this order, hashed in this order: those compared now first.
+    const hasher = new PieceHasher({ signal: o.signal });
+    const compared = new Map(
+      [...now, ...later].map((x) => [x, digestOf(hasher, x).then((d) => compare(x, d))]),
+    );
     // Awaited or not: a refusal must never be an unhandled rejection.
-    for (const w of subs.values()) w.promise.catch(() => {});
-    const all = digestAll(later, {
-      signal: o.signal,
-      onDigest: (i, digest) => {
-        compare(later[i], digest);
-        const sub = subOf(later[i]);
-        left.set(sub, left.get(sub)! - 1);
-        if (left.get(sub) === 0) subs.get(sub)!.resolve();
-      },
-    }).then(() => {}, (err) => {
-      for (const w of subs.values()) w.reject(err);
+    for (const c of compared.values()) c.catch(() => {});
+    const settled = (xs: readonly Opened[]) =>
+      Promise.all(xs.map((x) => compared.get(x))).then(() => {});
+    await settled(now).catch(async (err) => {
+      await hasher.close();
       throw err;
     });
+    const all = settled(later).finally(() => hasher.close());
+    // Once one differs, every subdirectory not yet settled is refused with it.
+    const failed = all.then(() => new Promise<void>(() => {}));
+    const subs = new Map([...new Set(later.map(subOf))].map((sub) => {
+      const p = Promise.race([settled(later.filter((x) => subOf(x) === sub)), failed]);
+      p.catch(() => {});
+      return [sub, p];
+    }));
     all.catch(() => {});
     this.#verifying = all.catch(() => {});
-    return { digests: true, later: (sub) => subs.get(sub)?.promise ?? Promise.resolve(), all };
+    return { digests: true, later: (sub) => subs.get(sub) ?? Promise.resolve(), all };
   }
 
   async removeCreated(): Promise<string[]> {

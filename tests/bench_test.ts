@@ -293,13 +293,13 @@ describe(`benchmarks against the fake libcuda (${runtime})`, { skip: noCompiler 
 describe(`disk_bench.ts on the simulated machine (${runtime})`, () => {
   // About 50 runs of our command line, each a program start: the slowest test here.
   test(
-    "both sides taking turns per round, every target checked, images removed, goals judged only on a GPU",
+    "both sides taking turns per round, on the disk and in a second place, every target checked, images removed, goals judged only on a GPU",
     {
       timeout: 3 * RUN_LIMIT_MS,
     },
     async () => {
       const dir = join(out, "snapshot");
-      const work = join(out, "snapshot-work");
+      const work = join(out, "snapshot-work"), shm = join(out, "snapshot-shm");
       // Our command line under this runtime, as a program (the benchmark spawns it).
       const cli = join(out, "ours-cuda-checkpoint");
       const main = new URL("../cli/main.ts", import.meta.url).pathname;
@@ -311,21 +311,8 @@ describe(`disk_bench.ts on the simulated machine (${runtime})`, () => {
         { mode: 0o755 },
       );
       const run = await runScript(join(BENCH, "disk_bench.ts"), [
-        "--simulate",
-        "--ours",
-        cli,
-        "--counts",
-        "1,2",
-        "--mib",
-        "64,32",
-        "--rounds",
-        "2,1",
-        "--disk-mib",
-        "4",
-        "--work",
-        work,
-        "--out",
-        dir,
+        ...["--simulate", "--ours", cli, "--counts", "1,2", "--mib", "64,32", "--rounds", "1"],
+        ...["--disk-mib", "4", "--durable-mib", "4", "--work", work, "--shm", shm, "--out", dir],
       ], 2 * RUN_LIMIT_MS);
       const { stem, json } = simulatedReport(
         run,
@@ -334,30 +321,34 @@ describe(`disk_bench.ts on the simulated machine (${runtime})`, () => {
         "none (the simulated machine of cuda-checkpoint --simulate)",
       );
       assert.deepEqual(json.config.mib, [64, 32]);
-      // Global round k starts with ours when k is even: 1x64 rounds 0 and 1, then 2x32 round 0.
+      // Global round k starts with ours when k is even: each case once, the disk's, then shm's.
       assert.deepEqual(
         json.runs.map((r: { case: string; side: string; order: number }) =>
           `${r.case} ${r.side} ${r.order}`
         ),
         [
-          "1x64MiB ours 0",
-          "1x64MiB shell 1",
-          "1x64MiB shell 0",
-          "1x64MiB ours 1",
-          "2x32MiB ours 0",
-          "2x32MiB shell 1",
+          "disk 1x64MiB ours 0",
+          "disk 1x64MiB shell 1",
+          "disk 2x32MiB shell 0",
+          "disk 2x32MiB ours 1",
+          "shm 1x64MiB ours 0",
+          "shm 1x64MiB shell 1",
+          "shm 2x32MiB shell 0",
+          "shm 2x32MiB ours 1",
         ],
       );
       for (const r of json.runs) {
         assertAllBack(r, r.count);
         assert.ok(r.bytes > 0 && r.snapshotMs > 0 && r.restoreMs > 0, JSON.stringify(r));
+        assert.ok(r.durableMs >= r.snapshotMs, JSON.stringify(r));
         if (r.side === "ours") {
           // Its own figures, from its --json and the manifest (virtual time on the simulator).
           for (const k of ["ownSnapshotMs", "suspendMs", "dumpMs", "ownRestoreMs"]) {
             assert.ok(r.phases[k] > 0, `${k} of ${JSON.stringify(r)}`);
           }
         } else {
-          // One toggle and one dump per process, one after another, and back the same way.
+          // One toggle and one dump per process, one after another, a sync, and back the same way.
+          assert.equal(r.durableMs, r.snapshotMs + r.phases.syncMs);
           assert.equal(r.steps.snapshot.length, r.count);
           assert.equal(r.steps.restore.length, r.count);
           assert.deepEqual(
@@ -368,18 +359,16 @@ describe(`disk_bench.ts on the simulated machine (${runtime})`, () => {
       }
       // The images and the targets' folders are gone; so is the simulated machine.
       assert.deepEqual(readdirSync(work), []);
+      assert.deepEqual(readdirSync(shm), []);
       assert.equal(json.tables.length, 3);
-      assert.ok(json.tables[2].rows.length >= 2, "the disk's rates, O_DIRECT and page cache");
-      // The speed goals have figures, but the simulator proves nothing about them; no 8-process case.
-      assert.deepEqual(json.goals.map((g: { met: boolean | null }) => g.met), [
-        null,
-        null,
-        null,
-        null,
-        true,
-      ]);
+      assert.deepEqual(
+        json.tables[2].rows.map((r: string[]) => r[0]),
+        ["disk", "shm", "disk", "disk"],
+        "the durable rate of each place; O_DIRECT and the page cache on the disk",
+      );
+      // The goals have figures, but the simulator proves nothing about them; no 8-process case.
+      assert.deepEqual(json.goals.map((g: { met: boolean | null }) => g.met), [null, null, true]);
       assert.equal(typeof json.goals[0].value, "number");
-      assert.equal(json.goals[2].value, null);
       simulatedMarkdown(stem);
     },
   );

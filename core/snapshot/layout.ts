@@ -80,9 +80,9 @@ export class SnapshotWriter {
     }
   }
 
-  /** Puts the images of the `i`th tree on disk and digests them. */
-  seal(i: number, signal?: AbortSignal): Promise<SnapshotFile[]> {
-    return this.dir.seal(this.#names[i], signal);
+  /** Puts the images of the `i`th tree on disk and digests them (as its dump writes them). */
+  seal(i: number, o?: Parameters<SnapshotDir["seal"]>[1]): Promise<SnapshotFile[]> {
+    return this.dir.seal(this.#names[i], o);
   }
 
   /** Writes the manifest: from now on the directory holds a snapshot. */

@@ -29,8 +29,15 @@ export interface SnapshotDir {
   readFile(name: string, maxBytes: number): Promise<string | undefined>;
   /** Removes the file or subdirectory `name` (with all it holds), where there is one. */
   remove(name: string): Promise<void>;
-  /** Puts every file of `sub` on disk and resolves to each with its size and digest. */
-  seal(sub: string, signal?: AbortSignal): Promise<SnapshotFile[]>;
+  /**
+   * Puts every file of `sub` on disk and resolves to each with its size and digest. Given the dump
+   * that writes them (`writing`), it may begin at once, and resolves only after `writing` has; it
+   * rejects, having let go of every file, once `writing` rejects or `signal` aborts.
+   */
+  seal(
+    sub: string,
+    o?: { signal?: AbortSignal; writing?: Promise<unknown> },
+  ): Promise<SnapshotFile[]>;
   /**
    * Checks everything inside against `files` (nothing else, no link, nothing others may write,
    * sizes, digests), the digests of `later`'s after it resolves; names the first that differs.

@@ -87,23 +87,12 @@ export function checkSnapshotArgs(
   options: SnapshotOptions | undefined,
 ): { roots: number[]; dir: string; settings: SnapshotSettings } {
   const o = checkOptions(options, "snapshot", [
-    "machine",
-    "leaveRunning",
-    "job",
-    "timeoutMs",
-    "signal",
-    "lockTimeoutMs",
-    "allowIpcImport",
-    "tcpEstablished",
-    "onProgress",
+    ...["machine", "leaveRunning", "job", "timeoutMs", "signal", "lockTimeoutMs"] as const,
+    ...["allowIpcImport", "tcpEstablished", "onProgress"] as const,
   ]);
   if (!Array.isArray(roots) || roots.length === 0) {
-    mustBe(
-      TypeError,
-      "roots",
-      "a non-empty array of pids (the roots of the trees to snapshot)",
-      roots,
-    );
+    const what = "a non-empty array of pids (the roots of the trees to snapshot)";
+    mustBe(TypeError, "roots", what, roots);
   }
   const seen = new Set<number>();
   for (const [i, pid] of roots.entries()) {
@@ -181,17 +170,9 @@ export async function takeSnapshot(
         suspending.map(async (pid) => await session.identify(pid) ?? { pid }),
       ),
     });
-    const at = run.at();
-    const t: Taken = {
-      run,
-      o,
-      plan,
-      out,
-      suspending,
-      dumped: roots.map(() => undefined),
-      sealed: roots.map(() => []),
-      times: { suspend: at, suspended: at, dumped: at },
-    };
+    const at = run.at(), times = { suspend: at, suspended: at, dumped: at };
+    const [dumped, sealed] = [roots.map(() => undefined), roots.map(() => [])];
+    const t: Taken = { run, o, plan, out, suspending, dumped, sealed, times };
     await suspendAndDump(t);
     const manifest = await writeManifest(t);
     await end(t, manifest);
@@ -295,7 +276,7 @@ async function suspend(t: Taken, pids: readonly number[]): Promise<boolean> {
   return result.ok;
 }
 
-/** Dumps the `i`th tree in one of the engine's slots, then seals its images. */
+/** Dumps the `i`th tree in one of the engine's slots, sealing its images as they are written. */
 async function dump(t: Taken, i: number): Promise<void> {
   const { run } = t;
   const root = t.plan.trees[i].root;
@@ -306,9 +287,9 @@ async function dump(t: Taken, i: number): Promise<void> {
       run.phase("dump");
     }
     const left = run.deadline.left();
-    let part: Failure["part"] = "dump";
+    let part: Failure["part"] = "dump", sealing: Promise<SnapshotFile[]> | undefined;
     try {
-      const dumped = await run.engine.dump({
+      const writing = run.engine.dump({
         root,
         imagesDir: t.out.imagesDirs[i],
         signal: run.signal,
@@ -316,13 +297,18 @@ async function dump(t: Taken, i: number): Promise<void> {
         onBytes: (bytes) => run.tell({ type: "bytes", root, bytes, at: 0 }),
         ...(t.o.tcpEstablished ? { tcpEstablished: true } : {}),
       });
+      // On disk and digested as they are written, while this and other trees' dumps go on.
+      sealing = t.out.seal(i, { signal: run.signal, writing });
+      sealing.catch(() => {});
+      const dumped = await writing;
       t.times.dumped = run.at();
       part = "write";
-      // Its images on disk and digested, while other trees' dumps go on.
-      t.sealed[i] = await t.out.seal(i, run.signal);
+      t.sealed[i] = await sealing;
       t.dumped[i] = dumped;
       run.tell({ type: "tree-end", root, how: "dumped", bytes: bytesOf(t.sealed[i]), at: 0 });
     } catch (err) {
+      // Nothing of the tree's is left open once its part has failed.
+      await sealing?.catch(() => {});
       failed(t, part, err);
     } finally {
       t.times.dumped = run.at();
@@ -419,12 +405,6 @@ async function rollBack(
       `${TRACE_FILE} names them: \`cuda-checkpoint recover ${where}\` resumes them once the ` +
       `cause is fixed`;
   }
-  return new SnapshotError({
-    code,
-    operation: "snapshot",
-    message,
-    detail,
-    cause,
-    ...(cause instanceof EngineError && cause.log ? { log: cause.log } : {}),
-  });
+  const log = cause instanceof EngineError && cause.log ? { log: cause.log } : {};
+  return new SnapshotError({ code, operation: "snapshot", message, detail, cause, ...log });
 }

@@ -1,0 +1,139 @@
+/**
+ * A tree's images sealed: every file digested and put on disk (fdatasync), then its directory.
+ * Given the dump that writes them (`writing`), the seal follows it: every 150 ms it opens the files
+ * that appeared, hashes each piece of a file once the file has grown past the piece's end, and
+ * syncs what a file has gained since its last sync (8 MiB or more, one sync at a time per file), so
+ * that once the dump ends only the last pieces and bytes are left. Then every file is opened again
+ * and checked as it would have been without following, the same file keeps what was hashed of it,
+ * and each file is synced once more. A piece changed after it was hashed no longer matches its
+ * digest: a restore's check refuses that file.
+ *
+ * @module
+ */
+
+import type { FileHandle } from "node:fs/promises";
+import type { SnapshotFile } from "../core/snapshot/store.ts";
+import { outerDigest, PIECE_BYTES, PieceHasher } from "./digest.ts";
+
+/** How often the files of a dump under way are looked at, in ms. */
+const EVERY_MS = 150;
+
+/** The directory to seal (`sub` inside the snapshot's), as its store opens it. */
+export interface SealDir {
+  readonly sub: string;
+  /** The names in it now, sorted. */
+  list(): Promise<string[]>;
+  /** Opens the file `name` as a seal must, or throws why it cannot. */
+  open(name: string): Promise<SealOpened>;
+  /** Puts the directory itself on disk. */
+  sync(): Promise<void>;
+}
+
+/** A file opened by {@link SealDir.open}: its size then, and its path as messages show it. */
+export interface SealOpened {
+  readonly handle: FileHandle;
+  readonly size: number;
+  readonly dev: number;
+  readonly ino: number;
+  readonly shown: string;
+}
+
+/** A file followed: opened once, its pieces hashed once whole, its bytes synced. */
+interface Followed {
+  readonly file: SealOpened;
+  /** The digest of each piece asked, whole when asked; undefined where it could not be read. */
+  readonly pieces: Promise<Uint8Array | undefined>[];
+  synced: number;
+  syncing?: Promise<void>;
+  failed?: { error: unknown };
+}
+
+/**
+ * Seals `dir` (see the module documentation): each file with its size and chunked SHA-256 (zeros
+ * without `digests`), in the order of the names; rejects at once, having let go of every file, where `writing` rejects or `signal`
+ * aborts.
+ */
+export async function seal(
+  dir: SealDir,
+  o: { digests: boolean; signal?: AbortSignal; writing?: Promise<unknown> },
+): Promise<SnapshotFile[]> {
+  const hasher = o.digests ? new PieceHasher({ signal: o.signal }) : undefined;
+  const all: Followed[] = [], handles: FileHandle[] = [];
+  const follow = (file: SealOpened) => {
+    handles.push(file.handle);
+    all.push({ file, pieces: [], synced: 0 });
+    return all.at(-1)!;
+  };
+  const followed = new Map<string, Followed>();
+  let done = o.writing === undefined, failure: { error: unknown } | undefined;
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const wake = Promise.withResolvers<void>();
+  const woken = () => wake.resolve();
+  o.writing?.then(() => done = true, (error) => failure = { error }).finally(woken);
+  o.signal?.addEventListener("abort", woken);
+  const over = () => {
+    if (o.signal?.aborted) throw o.signal.reason;
+    if (failure) throw failure.error;
+    return done;
+  };
+  try {
+    while (!over()) {
+      for (const name of await dir.list().catch(() => [])) {
+        const file = followed.has(name) ? undefined : await dir.open(name).catch(() => undefined);
+        if (file) followed.set(name, follow(file));
+      }
+      for (const f of followed.values()) await step(f, hasher);
+      await Promise.race([wake.promise, new Promise((r) => timer = setTimeout(r, EVERY_MS))]);
+      clearTimeout(timer);
+    }
+    // As without following: every file opened and checked now, the one followed kept if the same.
+    const files: [Followed, number, string][] = [];
+    for (const name of await dir.list()) {
+      const file = await dir.open(name), f = followed.get(name);
+      const same = f?.file.dev === file.dev && f.file.ino === file.ino;
+      if (same) handles.push(file.handle);
+      files.push([same ? f! : follow(file), file.size, `${dir.sub}/${name}`]);
+    }
+    const synced = Promise.all(files.map(async ([f]) => {
+      await f.syncing;
+      if (f.failed) throw f.failed.error;
+      await (f.syncing = f.file.handle.datasync());
+    })).then(() => dir.sync());
+    const digests = files.map(([f, size]) => hasher ? digestOf(f, size, hasher) : "0".repeat(64));
+    const [hex] = await Promise.all([Promise.all(digests), synced]);
+    return files.map(([, bytes, path], i) => ({ path, bytes, chunkedSha256: hex[i] }));
+  } finally {
+    clearTimeout(timer);
+    o.signal?.removeEventListener("abort", woken);
+    await hasher?.close();
+    await Promise.allSettled(all.map((f) => f.syncing));
+    await Promise.all(handles.map((h) => h.close()));
+  }
+}
+
+/** One look at a file a dump writes: its whole pieces asked, and what it gained synced. */
+async function step(f: Followed, hasher: PieceHasher | undefined): Promise<void> {
+  const size = (await f.file.handle.stat().catch(() => undefined))?.size ?? 0;
+  const source = { handle: f.file.handle, bytes: size, name: f.file.shown };
+  // A piece is whole once the file is longer than its end.
+  while (hasher && f.pieces.length < Math.floor((size - 1) / PIECE_BYTES)) {
+    f.pieces.push(hasher.hash(source, f.pieces.length).catch(() => undefined));
+  }
+  if (f.syncing || f.failed || size - f.synced < PIECE_BYTES) return;
+  f.syncing = f.file.handle.datasync().then(() => {
+    f.synced = size;
+  }, (error) => {
+    f.failed = { error };
+  }).finally(() => f.syncing = undefined);
+}
+
+/** The digest of `f` at its final `size`: the pieces hashed while it was followed, the rest now. */
+async function digestOf(f: Followed, size: number, hasher: PieceHasher): Promise<string> {
+  const source = { handle: f.file.handle, bytes: size, name: f.file.shown };
+  const whole = Math.floor(size / PIECE_BYTES);
+  const pieces = Array.from(
+    { length: Math.ceil(size / PIECE_BYTES) },
+    async (_, i) => (i < whole ? await f.pieces[i] : undefined) ?? await hasher.hash(source, i),
+  );
+  return outerDigest(await Promise.all(pieces));
+}
