@@ -68,9 +68,10 @@ export interface PidReport {
 
 /**
  * What NVIDIA's utility would quote for an operation refused before the driver was asked: the
- * driver's description of the code it would have answered, or what happened instead.
+ * driver's description of the code it would have answered, or what happened instead; for a
+ * refusal NVIDIA's would not make (`IPC`: it would lose the process), the reason itself.
  */
-const REFUSAL_TEXT: Readonly<Record<RefusalCode, string>> = {
+const REFUSAL_TEXT: Readonly<Record<Exclude<RefusalCode, "IPC">, string>> = {
   STATE: "the operation cannot be performed in the present state",
   MAPPING: "invalid argument",
   UNSUPPORTED: "operation not supported",
@@ -79,8 +80,6 @@ const REFUSAL_TEXT: Readonly<Record<RefusalCode, string>> = {
   PREREQUISITE: "a prerequisite is missing",
   PID_TAKEN: "the pid is taken",
   SNAPSHOT: "not a snapshot this version can read",
-  IPC: "it imported GPU memory of another process (CUDA IPC): its checkpoint could never be " +
-    "restored, refused before asking the driver",
 };
 
 /**
@@ -91,7 +90,7 @@ export function errorReport(operation: CliOperation, pid: number, error: unknown
   const text = error instanceof CudaError
     ? error.description || error.codeName
     : error instanceof RefusedError
-    ? REFUSAL_TEXT[error.code]
+    ? error.code === "IPC" ? error.reason : REFUSAL_TEXT[error.code]
     : messageOf(error);
   const message = operation === "get-state"
     ? `Error getting process state for process ID ${pid}: "${text}"`

@@ -174,13 +174,15 @@ describe("a checkpoint of an importer is refused before any step", () => {
 
 describe("the command line", () => {
   test("--toggle of the importer exits 1 with the refusal; --allow-ipc-import suspends it", async () => {
-    const { sim, importer } = pair();
+    const { sim, exporter, importer } = pair();
     const refused = await cli(["--toggle", "--pid", importer.pid], { machine: sim });
     assert.equal(refused.code, 1);
     assert.match(
       refused.err,
       new RegExp(
-        `^Error toggling CUDA in process ID ${importer.pid}: "it imported GPU memory of another process \\(CUDA IPC\\)`,
+        `^Error toggling CUDA in process ID ${importer.pid}: "it maps \\S+, named after process ` +
+          `${exporter.pid}: it holds GPU memory that process ${exporter.pid} exported to it ` +
+          `through CUDA IPC, .* or pass allowIpcImport \\(--allow-ipc-import\\) if you know`,
       ),
     );
     assert.equal(importer.state, "running");
