@@ -19,7 +19,7 @@ export const ACTIONS = ["lock", "checkpoint", "restore", "unlock"] as const;
 export type CliOperation = "get-state" | "get-restore-tid" | "toggle" | typeof ACTIONS[number];
 
 /** What every command but help and version has: `--json`, `--simulate` (the state file's machine). */
-type Common = { readonly json: boolean; readonly simulate: boolean };
+type Common = { readonly json: boolean; readonly events: boolean; readonly simulate: boolean };
 type GpuMap = Readonly<Record<string, string>>;
 
 /** An operation on processes: its pids in the order given, or every CUDA process (`--all`). */
@@ -129,7 +129,8 @@ interface Seen {
 type Option = { short?: string; field?: string; value?: (text: string, seen: Seen) => unknown };
 
 const FLAGS = ("--get-state --get-restore-tid --toggle --version --all --all-or-nothing --job " +
-  "--json --leave-running --simulate --verify --allow-ipc-import --tcp-established").split(" ");
+  "--json --events --leave-running --simulate --verify --allow-ipc-import --tcp-established")
+  .split(" ");
 const camel = (name: string) => name.replace(/-([a-z])/g, (_, c) => c.toUpperCase());
 
 /** Every option, by long name. */
@@ -361,7 +362,7 @@ function given(seen: Seen, names: string): Record<string, unknown> {
 /** The checks that need the whole command line, in NVIDIA's order where it has them. */
 function finish(seen: Seen): Command {
   const has = (option: string) => seen.given.has(option);
-  const common = { json: has("--json"), simulate: has("--simulate") };
+  const common = { json: has("--json"), events: has("--events"), simulate: has("--simulate") };
   const [sub, ...rest] = seen.words;
   if (sub !== undefined && !isSubcommand(sub)) {
     // After an operation of NVIDIA's, a stray word gets its line; alone, a mistyped subcommand.

@@ -47,7 +47,7 @@ export async function runDiskCommand(
   simulated = false,
 ): Promise<number> {
   if (command.kind === "inspect") return await runInspect(command, machine, print);
-  const progress = progressOf(print, command.json, machine, {
+  const progress = progressOf(print, command.events, machine, {
     labels: command.kind === "recover"
       ? { resume: "resuming the suspended processes" }
       : command.kind === "snapshot" && command.leaveRunning

@@ -92,8 +92,11 @@ Options:
         state, restoreThreadId (--get-restore-tid), status (done, unchanged, failed, stopped,
         not-started, rolled-back), reason, ms, steps, error {message, code, codeName, detail},
         rollback. list: pid, state, restoreThreadId, gpuMemoryMiB ({GPU UUID: MiB} or
-        "unknown"), command. Where stderr is no terminal, long work (a step, --toggle, snapshot,
-        restore-snapshot, recover) also writes its progress there, one JSON object per line:
+        "unknown"), command
+
+--events
+        Long work (a step, --toggle, snapshot, restore-snapshot, recover) writes its progress on
+        stderr, one JSON object per line, instead of the live line a terminal shows:
         {"event":"phase",phase,gpuMemoryMiB:{<pid>:<MiB>},imageBytes}, {"event":"step-start",
         pid,step,gpuMemoryMiB,bytes,estimatedMs}, {"event":"step-end",pid,step,ms,ok,rollback},
         {"event":"process-end",pid,status}, {"event":"bytes",root,bytes} (criu's count so far),

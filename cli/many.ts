@@ -60,7 +60,7 @@ export async function runMany(
   const acting = pids.length > 0;
   const expect = operation === "restore" ? "restore" : "checkpoint";
   const progress = acting
-    ? progressOf(print, json, machine, { total: pids.length, expect })
+    ? progressOf(print, command.events, machine, { total: pids.length, expect })
     : undefined;
   progress?.event({ type: "phase", phase: operation, at: 0 });
   const underWay = new Map<number, string>();

@@ -2,9 +2,9 @@
  * The progress of long work. On a terminal: one live line on stderr, `<what runs> <elapsed>:
  * <bytes done> of <bytes expected>, <rate>, <time left>`, redrawn on a timer (on the machine's
  * clock: the simulator's virtual time moves it too) and erased before anything else is written.
- * Off a terminal with `--json`: each event as one JSON line on stderr, the library's event with
- * `type` named `event` and `at` in ms since the command began (a step's start adds the `bytes` it
- * moves and `estimatedMs`).
+ * With `--events`: each event as one JSON line on stderr instead, the library's event with `type`
+ * named `event` and `at` in ms since the command began (a step's start adds the `bytes` it moves
+ * and `estimatedMs`); asked for, so that stderr stays NVIDIA's lines for scripts that read them.
  *
  * A driver step (checkpoint, restore) moves the GPU memory its process holds (NVML, a record, or
  * the manifest) and says nothing until it ends, so its progress is estimated ("~") from the rates
@@ -64,14 +64,14 @@ const MIB = 2 ** 20;
 /** Erases the terminal line the cursor is on and goes to its start. */
 const CLEAR = "\r\x1b[2K";
 
-/** A live line where `print` is a terminal, JSON events where `json` is asked, else nothing. */
+/** JSON events where `events` is asked, a live line where `print` is a terminal, else nothing. */
 export function progressOf(
   print: Printer,
-  json: boolean,
+  events: boolean,
   machine: { readonly clock?: Clock },
   options: ProgressOptions = {},
 ): Progress | undefined {
-  return print.terminal || json ? new Progress(print, machine.clock, options) : undefined;
+  return print.terminal || events ? new Progress(print, machine.clock, options, events) : undefined;
 }
 
 /** See the module documentation. */
@@ -99,13 +99,15 @@ export class Progress {
   #readAt = 0;
   #cancel: (() => void) | undefined;
   #shown = false;
+  readonly #events: boolean;
 
-  constructor(print: Printer, clock: Clock | undefined, o: ProgressOptions) {
+  constructor(print: Printer, clock: Clock | undefined, o: ProgressOptions, events: boolean) {
     this.#print = print;
     this.#o = o;
+    this.#events = events;
     this.#now = clock ? () => clock.now() : () => performance.now();
     this.#start = this.#since = this.#now();
-    if (!print.terminal) return;
+    if (events) return;
     print.live = this;
     const timer = clock?.timer?.bind(clock) ?? ((ms: number, fn: () => void) => {
       const handle = setTimeout(fn, ms);
@@ -123,7 +125,7 @@ export class Progress {
     tick();
   }
 
-  /** Takes an event; off a terminal, writes it as JSON. */
+  /** Takes an event; with `--events`, writes it as JSON. */
   event(e: Followed): void {
     const now = this.#now();
     const mib = "gpuMemoryMiB" in e ? e.gpuMemoryMiB : undefined;
@@ -156,7 +158,7 @@ export class Progress {
     else if (e.type === "tree-end" && e.how === "restored") {
       [this.#read, this.#readAt] = [this.#read + e.bytes, now];
     }
-    if (this.#print.terminal) return;
+    if (!this.#events) return;
     const { type, ...fields } = e;
     const estimate = e.type === "step-start" && bytes && RATES[e.step]
       ? { bytes, estimatedMs: Math.round(bytes / this.#rate(e.step)) }

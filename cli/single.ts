@@ -24,7 +24,7 @@ export async function runOne(
   print: Printer,
 ): Promise<number> {
   const operation = command.operation as Exclude<OperationCommand["operation"], `get-${string}`>;
-  const progress = progressOf(print, command.json, machine, {
+  const progress = progressOf(print, command.events, machine, {
     total: 1,
     labels: { [operation]: `${operation} ${pid}` },
   });

@@ -211,7 +211,7 @@ describe("the live line on a terminal", () => {
       stderr: (t) => written.push(t),
       isTerminal: true,
     });
-    const line = new Progress(print, clock, { total: 3, columns: 100 });
+    const line = new Progress(print, clock, { total: 3, columns: 100 }, false);
     line.event({ type: "phase", phase: "toggle", at: 0 });
     line.event({ type: "step-start", pid: 4101, step: "checkpoint", at: 0, gpuMemoryMiB: 4096 });
     now = 250;
@@ -246,7 +246,7 @@ describe("the live line on a terminal", () => {
     now = 3000;
     assert.match(line.text(), /~5\.4 of 5\.4 GB, ~2\.5 GB\/s, longer than estimated; /);
     line.stop();
-    const narrow = new Progress(print, clock, { total: 1, columns: 30 });
+    const narrow = new Progress(print, clock, { total: 1, columns: 30 }, false);
     narrow.event({ type: "phase", phase: "checkpoint", at: 0 });
     narrow.event({ type: "step-start", pid: 4101, step: "checkpoint", at: 0, gpuMemoryMiB: 100 });
     assert.equal(narrow.text(), "checkpoint checkpoint 0.0 s:…");
@@ -254,11 +254,13 @@ describe("the live line on a terminal", () => {
   });
 });
 
-describe("--json off a terminal: the events, one JSON object per line of stderr", () => {
+describe("--events: the events, one JSON object per line of stderr", () => {
   test("a toggle of several pids: the phase, each step with its bytes and estimate, each process", async () => {
     const sim = new SimulatedMachine();
     const [a, b] = [sim.spawn({ memoryMiB: 1024 }), sim.spawn({ memoryMiB: 2048 })];
-    const r = await cli(["--toggle", "-p", `${a.pid},${b.pid}`, "--json"], { machine: sim });
+    const r = await cli(["--toggle", "-p", `${a.pid},${b.pid}`, "--json", "--events"], {
+      machine: sim,
+    });
     assert.equal(r.code, 0);
     assert.equal(r.out.trim().split("\n").length, 2, "the results on stdout, as before");
     const events = r.err.trim().split("\n").map((l) => JSON.parse(l));
@@ -284,8 +286,8 @@ describe("--json off a terminal: the events, one JSON object per line of stderr"
     const ats = events.map((e) => e.at);
     assert.deepEqual(ats, [...ats].sort((x, y) => x - y), "at only grows");
     assert.ok(events.filter((e) => e.event === "step-end").every((e) => e.ms > 0));
-    const piped = await cli(["--toggle", "-p", `${a.pid},${b.pid}`], { machine: sim });
-    assert.equal(piped.err, "", "nothing on stderr without --json");
+    const piped = await cli(["--toggle", "-p", `${a.pid},${b.pid}`, "--json"], { machine: sim });
+    assert.equal(piped.err, "", "nothing on stderr without --events: NVIDIA's lines only");
   });
 
   test("a snapshot and its restore: phases with what they move, criu's count, each tree's files", async () => {
@@ -293,7 +295,7 @@ describe("--json off a terminal: the events, one JSON object per line of stderr"
     const p = [sim.spawn({ memoryMiB: 2048, gpu: 0 }), sim.spawn({ memoryMiB: 1024, gpu: 1 })];
     const dir = join(base(), "snap");
     const made = await cli(
-      ["snapshot", "--pid", `${p[0].pid},${p[1].pid}`, "--dir", dir, "--json"],
+      ["snapshot", "--pid", `${p[0].pid},${p[1].pid}`, "--dir", dir, "--json", "--events"],
       { machine: sim },
     );
     assert.equal(made.code, 0, made.err);
@@ -319,7 +321,7 @@ describe("--json off a terminal: the events, one JSON object per line of stderr"
       result.bytes,
       "the manifest's files, as the result says",
     );
-    const back = await cli(["restore-snapshot", dir, "--json"], { machine: sim });
+    const back = await cli(["restore-snapshot", dir, "--json", "--events"], { machine: sim });
     assert.equal(back.code, 0, back.err);
     const again = back.err.trim().split("\n").map((l) => JSON.parse(l));
     const restore = again.find((e) => e.phase === "restore");

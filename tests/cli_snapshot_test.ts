@@ -38,6 +38,7 @@ describe("the command line of snapshots", () => {
         job: true,
         lockTimeoutMs: 0,
         json: false,
+        events: false,
         simulate: false,
       },
     );
@@ -46,6 +47,7 @@ describe("the command line of snapshots", () => {
       dir: "/s",
       verify: false,
       json: true,
+      events: false,
       simulate: false,
     });
     assert.equal(
@@ -56,6 +58,7 @@ describe("the command line of snapshots", () => {
       kind: "recover",
       dir: "/s",
       json: false,
+      events: false,
       simulate: false,
     });
     for (

@@ -40,11 +40,6 @@ export async function cli(
   return { code, out, err, errLines };
 }
 
-/** stderr without the progress events `--json` writes there (`{"event":...}` lines). */
-export function withoutEvents(err: string): string {
-  return err.split("\n").filter((line) => !line.startsWith('{"event":')).join("\n");
-}
-
 /** The compiled binary that `bash cli/build.sh` makes. */
 export const BINARY = new URL("../dist/cuda-checkpoint", import.meta.url).pathname;
 
