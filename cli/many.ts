@@ -28,7 +28,6 @@ import {
   type Printer,
   printReports,
   query,
-  type StepReport,
   warnUninspectable,
 } from "./report.ts";
 
@@ -131,36 +130,30 @@ function watchGroup(
   });
 }
 
-/** A group's outcome for one process, as reported. */
+/** A group's outcome for one process, as reported (undefined keys are left out of its JSON). */
 function fromOutcome(operation: CliOperation, o: ProcessOutcome): PidReport {
-  const reason = o.notStarted ?? o.stopped;
-  // A process that failed before any step (its state has no way to the action's) is as it was.
-  const state = o.state ??
-    (o.status === "failed" && o.steps.length === 0 ? o.initialState : undefined);
+  const { pid, status, rollback } = o;
+  const steps = ({ steps }: { steps: readonly StepRecord[] }) =>
+    steps.map(({ step, ms, ok }) => ({ step, ms, ok }));
   return {
-    pid: o.pid,
+    pid,
     operation,
-    ok: o.status === "done" || o.status === "unchanged",
-    ...(state !== undefined ? { state } : {}),
-    status: o.status,
-    ...(reason ? { reason } : {}),
-    ms: roundMs([...o.steps, ...(o.rollback?.steps ?? [])].reduce((sum, s) => sum + s.ms, 0)),
-    steps: o.steps.map(stepReport),
-    ...(o.error ? { error: errorReport(operation, o.pid, o.error) } : {}),
-    ...(o.roomCheck !== undefined ? { roomCheck: o.roomCheck } : {}),
-    ...(o.rollback
-      ? {
-        rollback: {
-          ok: o.rollback.ok,
-          steps: o.rollback.steps.map(stepReport),
-          ...(o.rollback.error ? { error: errorReport(operation, o.pid, o.rollback.error) } : {}),
-        },
-      }
-      : {}),
+    ok: status === "done" || status === "unchanged",
+    // A process that failed before any step (its state has no way to the action's) is as it was.
+    state: o.state ?? (status === "failed" && o.steps.length === 0 ? o.initialState : undefined),
+    status,
+    reason: o.notStarted ?? o.stopped,
+    ms: roundMs([...o.steps, ...(rollback?.steps ?? [])].reduce((sum, s) => sum + s.ms, 0)),
+    steps: steps(o),
+    error: o.error && errorReport(operation, pid, o.error),
+    roomCheck: o.roomCheck,
+    rollback: rollback && {
+      ok: rollback.ok,
+      steps: steps(rollback),
+      error: rollback.error && errorReport(operation, pid, rollback.error),
+    },
   };
 }
-
-const stepReport = ({ step, ms, ok }: StepRecord): StepReport => ({ step, ms, ok });
 
 /** What an interrupted command left changed: each such process's state, or that none is. */
 function leftChanged(outcomes: readonly ProcessOutcome[]): string {

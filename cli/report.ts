@@ -7,13 +7,7 @@
 
 import type { CliOperation } from "./args.ts";
 import { type CliIo, escapeControls } from "./io.ts";
-import {
-  CheckpointError,
-  CudaError,
-  messageOf,
-  type RefusalCode,
-  RefusedError,
-} from "../core/errors.ts";
+import { CheckpointError, CudaError, messageOf, RefusedError } from "../core/errors.ts";
 import type { RoomCheck } from "../types.ts";
 import { callDriver, stateOf } from "../core/calls.ts";
 import type { CheckpointDriver } from "../core/driver.ts";
@@ -70,7 +64,7 @@ export interface PidReport {
  * What NVIDIA's utility would quote for an operation refused before the driver was asked: the
  * driver's description of the code it would have answered, or what happened instead.
  */
-const REFUSAL_TEXT: Readonly<Record<RefusalCode, string>> = {
+const REFUSAL_TEXT: Readonly<Record<RefusedError["code"], string>> = {
   STATE: "the operation cannot be performed in the present state",
   MAPPING: "invalid argument",
   UNSUPPORTED: "operation not supported",
@@ -100,11 +94,13 @@ export function errorReport(operation: CliOperation, pid: number, error: unknown
     : operation === "toggle"
     ? `Error toggling CUDA in process ID ${pid}: "${text}"`
     : `Could not ${operation} on process ID ${pid}: "${text}"`;
+  // Keys left undefined are left out of the JSON line, as those that do not apply.
   return {
     message,
-    ...(error instanceof CheckpointError ? { name: error.name } : {}),
-    ...(error instanceof CudaError ? { code: error.code, codeName: error.codeName } : {}),
-    ...(error instanceof RefusedError ? { code: error.code, refused: true } : {}),
+    name: error instanceof CheckpointError ? error.name : undefined,
+    code: error instanceof CudaError || error instanceof RefusedError ? error.code : undefined,
+    codeName: error instanceof CudaError ? error.codeName : undefined,
+    refused: error instanceof RefusedError || undefined,
     detail: messageOf(error),
   };
 }
@@ -198,16 +194,13 @@ export class Printer {
     return this.#io.isTerminal === true;
   }
 
-  /** Writes one line to stdout. */
-  out(line: string): void {
+  out(line: string, to: "stdout" | "stderr" = "stdout"): void {
     this.live?.erase();
-    this.#io.stdout(escapeControls(`${line.replaceAll("\n", "\\u000a")}\n`));
+    this.#io[to](escapeControls(`${line.replaceAll("\n", "\\u000a")}\n`));
   }
 
-  /** Writes one line to stderr. */
   err(line: string): void {
-    this.live?.erase();
-    this.#io.stderr(escapeControls(`${line.replaceAll("\n", "\\u000a")}\n`));
+    this.out(line, "stderr");
   }
 
   /** The command line's own terminal controls on stderr, as they are (the live line). */
@@ -225,7 +218,6 @@ export class Printer {
     this.err(`cuda-checkpoint: ${commandMessage(error)}`);
   }
 
-  /** One JSON line on stdout. */
   json(value: unknown): void {
     this.out(JSON.stringify(value));
   }

@@ -35,28 +35,14 @@ export async function runOne(
   let step: Step | undefined;
   try {
     if (progress) step = await begin(progress, proc, machine, operation);
-    const outcome = await act(proc, command);
-    report = {
-      pid,
-      operation,
-      ok: true,
-      state: outcome.state,
-      status: "done",
-      ms: roundMs(clock.now() - start),
-      ...(outcome.roomCheck !== undefined ? { roomCheck: outcome.roomCheck } : {}),
-    };
+    const { state, roomCheck } = await act(proc, command);
+    const ms = roundMs(clock.now() - start);
+    report = { pid, operation, ok: true, state, status: "done", ms, roomCheck };
   } catch (error) {
     const ms = roundMs(clock.now() - start);
     const state = await proc.state().catch(() => undefined); // where the failed step left it
-    report = {
-      pid,
-      operation,
-      ok: false,
-      ...(state ? { state } : {}),
-      status: "failed",
-      ms,
-      error: errorReport(operation, pid, error),
-    };
+    const e = errorReport(operation, pid, error);
+    report = { pid, operation, ok: false, state, status: "failed", ms, error: e };
   } finally {
     if (step && report) {
       const { ok, status = "failed" } = report;
@@ -99,19 +85,17 @@ async function begin(progress: Progress, proc: CudaProcess, machine: Machine, op
 
 /** The command's call: as NVIDIA's utility, a lock without a timeout unless one is given. */
 function act(proc: CudaProcess, command: OperationCommand): Promise<Outcome> {
-  const checkRoom = command.checkRoom ?? true;
-  const map = command.gpuMapping ? { gpuMapping: command.gpuMapping } : {};
-  const allowIpcImport = command.allowIpcImport ?? false;
+  const { checkRoom, allowIpcImport, gpuMapping } = command; // left out where undefined
   switch (command.operation) {
     case "lock":
       return proc.lock({ timeoutMs: command.timeoutMs ?? 0 });
     case "checkpoint":
       return proc.checkpoint({ checkRoom, allowIpcImport });
     case "restore":
-      return proc.restore({ checkRoom, ...map });
+      return proc.restore({ checkRoom, gpuMapping });
     case "unlock":
       return proc.unlock();
     default:
-      return proc.toggle({ timeoutMs: 0, checkRoom, allowIpcImport, ...map });
+      return proc.toggle({ timeoutMs: 0, checkRoom, allowIpcImport, gpuMapping });
   }
 }
