@@ -26,7 +26,7 @@ export async function run(command: MachineCommand, io: CliIo): Promise<number> {
   const oneCall = one !== undefined && (op!.operation.startsWith("get-") || one === 0);
   if (command.kind === "inspect" && !command.simulate) {
     // It reads the file system (or the given machine's store) only: nothing here is opened.
-    return await (await import("./disk.ts")).runInspect(command, io.machine, print);
+    return await (await import("./disk.ts")).runDiskCommand(command, io.machine, print, io);
   }
   let opened: Opened;
   try {
