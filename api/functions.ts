@@ -1,5 +1,5 @@
 /**
- * The public functions: many processes at once, listings, snapshots. Each checks its input here
+ * The public functions (many processes at once, listings, snapshots): each checks its input here
  * and runs on the machine given, or on this machine, opened for the call.
  *
  * @module
@@ -42,24 +42,20 @@ import { storeOf } from "../os/snapshot_store.ts";
  * console.log(result.ok, result.processes.map((p) => p.status)); // true [ "done", "done" ]
  * ```
  */
-export function runGroup(
+export async function runGroup(
   action: Action,
   targets: readonly (number | CudaProcess)[],
   options?: GroupOptions,
 ): Promise<GroupResult> {
-  try {
-    checkChoice(action, "action", ACTIONS);
-    const settings = checkGroupOptions(options);
-    const source = machineOf(options?.machine, "runGroup");
-    // Each CudaProcess acts through its own handle (its machine, its order, its process); the
-    // rest is checked by the group, naming it.
-    const given = Array.isArray(targets)
-      ? targets.map((t) => t instanceof CudaProcess ? handleOf(t) : t as number)
-      : targets as unknown as number[];
-    return runOn(source, action, given, settings);
-  } catch (err) {
-    return Promise.reject(err);
-  }
+  checkChoice(action, "action", ACTIONS);
+  const settings = checkGroupOptions(options);
+  const source = machineOf(options?.machine, "runGroup");
+  // Each CudaProcess acts through its own handle (its machine, its order, its process); the rest
+  // is checked by the group, naming it.
+  const given = Array.isArray(targets)
+    ? targets.map((t) => t instanceof CudaProcess ? handleOf(t) : t as number)
+    : targets as unknown as number[];
+  return await runOn(source, action, given, settings);
 }
 
 /**
@@ -87,10 +83,8 @@ export async function listCudaProcesses(
   options?: ListCudaProcessesOptions,
 ): Promise<CudaProcessListing> {
   const settings = checkListOptions(options);
-  return await withMachine(
-    machineOf(options?.machine, "listCudaProcesses"),
-    (machine) => listOn(machine, settings),
-  );
+  const source = machineOf(options?.machine, "listCudaProcesses");
+  return await withMachine(source, (machine) => listOn(machine, settings));
 }
 
 /**
@@ -143,10 +137,8 @@ export async function snapshot(
   options?: SnapshotOptions,
 ): Promise<SnapshotResult> {
   const args = checkSnapshotArgs(roots, dir, options);
-  return await withMachine(
-    machineOf(options?.machine, "snapshot"),
-    (machine) => takeSnapshot(machine, args.roots, args.dir, args.settings),
-  );
+  const source = machineOf(options?.machine, "snapshot");
+  return await withMachine(source, (m) => takeSnapshot(m, args.roots, args.dir, args.settings));
 }
 
 /**
@@ -172,11 +164,9 @@ export async function restoreSnapshotAs(
   dir: string,
   options?: RestoreSnapshotOptions,
 ): Promise<RestoreSnapshotResult> {
-  const args = checkRestoreArgs(dir, options);
-  return await withMachine(
-    machineOf(options?.machine, operation),
-    (machine) => restoreFrom(machine, args.dir, { ...args.settings, operation }),
-  );
+  const { dir: checked, settings } = checkRestoreArgs(dir, options);
+  const source = machineOf(options?.machine, operation);
+  return await withMachine(source, (m) => restoreFrom(m, checked, { ...settings, operation }));
 }
 
 /**
@@ -223,10 +213,7 @@ export async function inspectSnapshotAs(
  * console.log(`resumed ${resumed.join(", ")}; gone: ${gone.join(", ")}`);
  * ```
  */
-export function recoverSnapshot(
-  dir: string,
-  options?: RecoverOptions,
-): Promise<RecoverResult> {
+export function recoverSnapshot(dir: string, options?: RecoverOptions): Promise<RecoverResult> {
   return recoverSnapshotAs("recoverSnapshot", dir, options);
 }
 
