@@ -75,16 +75,11 @@ export function escapeControls(text: string): string {
 /** A signal that interrupts a command: as {@link Interrupts.watch} names it. */
 export type Signal = NonNullable<Parameters<Parameters<Interrupts["watch"]>[0]>[0]>;
 
-/** Linux's number of each. */
-const NUMBERS: Readonly<Record<Signal, number>> = { SIGINT: 2, SIGTERM: 15, SIGHUP: 1 };
+/** The exit code of a command that each signal interrupted: 128 + Linux's number, as shells say. */
+const EXIT_CODES: Readonly<Record<Signal, number>> = { SIGINT: 130, SIGTERM: 143, SIGHUP: 129 };
 
 /** The signals that interrupt a command. */
-export const SIGNALS = Object.keys(NUMBERS) as readonly Signal[];
-
-/** The exit code of a command that `signal` interrupted: 128 + its number, as shells report it. */
-export function interruptedExitCode(signal: Signal): number {
-  return 128 + NUMBERS[signal];
-}
+export const SIGNALS = Object.keys(EXIT_CODES) as readonly Signal[];
 
 /**
  * What a command says when interrupted: what was interrupted (`snapshot`), named before
@@ -103,8 +98,6 @@ export interface InterruptHooks {
 export interface InterruptWatch {
   /** Aborts at the first interrupt, its reason `interrupted (SIGX)`. */
   readonly signal: AbortSignal;
-  /** The first interrupt's signal, if one came. */
-  readonly first: Signal | undefined;
   /** The exit code: the first interrupt's, if one came, else `code`. */
   exitCode(code: number): number;
   /** Stops watching: an interrupt ends the program again. Idempotent. */
@@ -137,14 +130,11 @@ export function watchInterrupts(
     if (simulated) {
       say("the simulated machine was not saved: its state file is as before this command");
     }
-    interrupts!.exit(interruptedExitCode(signal));
+    interrupts!.exit(EXIT_CODES[signal]);
   });
   return {
     signal: controller.signal,
-    get first() {
-      return first;
-    },
-    exitCode: (code) => first ? interruptedExitCode(first) : code,
+    exitCode: (code) => first ? EXIT_CODES[first] : code,
     stop() {
       unwatch?.();
       unwatch = undefined;

@@ -20,7 +20,7 @@ import type { Machine } from "../driver.ts";
 import type { Action, GroupEvent, StepRecord } from "../types.ts";
 import { roundMs } from "../core/time.ts";
 import { isGone } from "../core/process.ts";
-import { interruptedExitCode, type Interrupts, watchInterrupts } from "./io.ts";
+import { type Interrupts, watchInterrupts } from "./io.ts";
 import { progressOf } from "./progress.ts";
 import {
   errorReport,
@@ -96,9 +96,9 @@ export async function runMany(
     pid === 0 ? zero! : fromOutcome(operation, result.processes[members.indexOf(pid)])
   );
   const code = printReports(reports, print, json, true);
-  if (!watch?.first) return code;
+  if (!watch?.signal.aborted) return code;
   print.err(`cuda-checkpoint: interrupted: ${leftChanged(result.processes)}`);
-  return interruptedExitCode(watch.first);
+  return watch.exitCode(code);
 }
 
 /**

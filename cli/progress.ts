@@ -1,16 +1,13 @@
 /**
- * The progress of long work. On a terminal: one live line on stderr, `<what runs> <elapsed>:
- * <bytes done> of <bytes expected>, <rate>, <time left>`, redrawn on a timer (on the machine's
- * clock: the simulator's virtual time moves it too) and erased before anything else is written.
- * Off a terminal with `--json`: each event as one JSON line on stderr, the library's event with
- * `type` named `event` and `at` in ms since the command began (a step's start adds the `bytes` it
- * moves and `estimatedMs`).
- *
- * A driver step (checkpoint, restore) moves the GPU memory its process holds (NVML, a record, or
- * the manifest) and says nothing until it ends, so its progress is estimated ("~") from the rates
- * measured on H200s (docs/DRIVER.md, "Timings"), or from this run's own once a step of its kind has
- * ended. A dump's bytes are criu's count as it writes (its images hold at least the GPU memory:
- * the "~" expected); criu's restore says only when a tree is back, so its progress is estimated.
+ * The progress of long work: on a terminal, one live line on stderr (`<what runs> <elapsed>: <bytes
+ * done> of <bytes expected>, <rate>, <time left>`), redrawn on the machine's clock (the simulator's
+ * virtual time moves it too) and erased before anything else is written; off a terminal with
+ * `--json`, each event as a JSON line on stderr (the library's, `type` named `event`, `at` in ms
+ * since the command began; a step's start adds the `bytes` it moves and `estimatedMs`). The driver
+ * says nothing while it copies a process's GPU memory (NVML's figure, a record's or the manifest's),
+ * nor criu's restore until a tree is back: their progress is estimated ("~") from the rates of
+ * docs/DRIVER.md ("Timings"), or this run's own once a step of its kind has ended. A dump's bytes
+ * are criu's count as it writes (its images hold at least the GPU memory: the "~" expected).
  *
  * @module
  */
@@ -227,11 +224,7 @@ export class Progress {
         if (running) rate += r;
       }
     }
-    if (total === 0) return "";
-    if (done >= total) return amounts(total, total);
-    return `~${amounts(done, total)}${rate > 0 ? `, ~${perSecond(rate)}` : ""}, ${
-      left > 0 ? `~${timeLeft(left)}` : "longer than estimated"
-    }`;
+    return total === 0 ? "" : estimated(done, total, rate, left);
   }
 
   /** A dump's: criu's count, its rate, the time left to the GPU memory it holds at least. */
@@ -247,15 +240,21 @@ export class Progress {
 
   /** A restore's images: those of the trees that are back, estimated for the others. */
   #restored(now: number): string {
-    const total = this.#images;
-    if (this.#read >= total) return amounts(total, total);
+    const [total, read] = [this.#images, this.#read];
     // criu's own rate once trees that hold a tenth of the images are back; till then, the usual.
-    const rate = this.#read > total / 10
-      ? this.#read / Math.max(1, this.#readAt - this.#since)
-      : RATES.images;
-    const done = Math.min(total * 0.99, Math.max(this.#read, rate * (now - this.#since)));
-    return `~${amounts(done, total)}, ~${perSecond(rate)}, ~${timeLeft((total - done) / rate)}`;
+    const rate = read > total / 10 ? read / Math.max(1, this.#readAt - this.#since) : RATES.images;
+    const guess = Math.min(total * 0.99, Math.max(read, rate * (now - this.#since)));
+    const done = read >= total ? total : guess;
+    return estimated(done, total, rate, (total - done) / rate);
   }
+}
+
+/** `~12.4 of 34.4 GB, ~2.0 GB/s, ~11 s left`, all estimated; `34.4 of 34.4 GB` once all done. */
+function estimated(done: number, total: number, rate: number, leftMs: number): string {
+  if (done >= total) return amounts(total, total);
+  return `~${amounts(done, total)}${rate > 0 ? `, ~${perSecond(rate)}` : ""}, ${
+    leftMs > 0 ? `~${timeLeft(leftMs)}` : "longer than estimated"
+  }`;
 }
 
 /** `12.4 of 34.4 GB`: both in the unit of the second (`of ~34.4 GB`: with its mark). */
@@ -273,10 +272,8 @@ function perSecond(bytesPerMs: number): string {
 /** `4.4 s left`, `11 s left`, `3 min left`. */
 function timeLeft(ms: number): string {
   const s = ms / 1000;
-  return s < 10
-    ? `${s.toFixed(1)} s left`
-    : s < 100
-    ? `${Math.round(s)} s left`
+  return s < 100
+    ? `${s < 10 ? s.toFixed(1) : Math.round(s)} s left`
     : `${Math.round(s / 60)} min left`;
 }
 

@@ -46,11 +46,7 @@ export async function run(command: MachineCommand, io: CliIo): Promise<number> {
     switch (command.kind) {
       case "operation":
         if (oneCall) {
-          const report = await query(
-            command.operation,
-            one!,
-            machine.driver,
-          );
+          const report = await query(command.operation, one!, machine.driver);
           code = printReports([report], print, command.json, false);
         } else if (one !== undefined) {
           code = await (await import("./single.ts")).runOne(command, one, machine, print);

@@ -63,12 +63,13 @@ export interface SavedMachine extends AsyncDisposable {
  */
 export interface OpenSimulatedMachineOptions {
   path?: string;
-  env?: Record<string, string | undefined>;
+  env?: Env;
   gpus?: number;
   fresh?: boolean;
   lockTimeoutMs?: number;
 }
 
+type Env = Record<string, string | undefined>;
 /** The clock of a simulated machine, from the options or the environment. */
 type SimulatedClock = { readonly clock: "virtual" | "real"; readonly speed?: number };
 
@@ -77,9 +78,7 @@ type SimulatedClock = { readonly clock: "virtual" | "real"; readonly speed?: num
  * times) or `real` (as long as on the real driver, divided by `CKPT_SIM_SPEED`). Empty variables
  * count as unset; a bad value is a RangeError that names it.
  */
-export function simulatedClock(
-  env: Record<string, string | undefined> = process.env,
-): SimulatedClock {
+export function simulatedClock(env: Env = process.env): SimulatedClock {
   const clock = env.CKPT_SIM_CLOCK || "virtual";
   if (clock !== "virtual" && clock !== "real") {
     throw new RangeError(
@@ -106,7 +105,7 @@ export function simulatedClock(
  * `<$TMPDIR or the system's>/ckpt-cuda-<uid>/`, then {@link SIMULATED_STATE_FILE}. Empty variables
  * count as unset.
  */
-export function simulatedStatePath(env: Record<string, string | undefined> = process.env): string {
+export function simulatedStatePath(env: Env = process.env): string {
   if (env.CKPT_SIM_STATE) return path.resolve(env.CKPT_SIM_STATE);
   if (env.XDG_RUNTIME_DIR) {
     return path.resolve(env.XDG_RUNTIME_DIR, "ckpt-cuda", SIMULATED_STATE_FILE);
