@@ -1,15 +1,11 @@
 /**
  * An operation on several pids, or on every CUDA process (`--all`): all at once, through the group
- * operations (`runGroup`: a step, or `toggle`), a `<pid> <result>` line each, exit 1 if any
- * failed. Each process gets what it would get alone (a step the driver refuses fails, as with one
- * pid); `--all-or-nothing` brings the others back when one fails.
- *
- * Ctrl-C (SIGINT), SIGTERM or SIGHUP meanwhile stops the group (its `AbortSignal`): no new step
- * starts, and every process the command changed is brought back (`rollBackOnAbort`), each once its
- * step inside the driver ends; the lines are printed as usual, one more says what was left
- * changed, and the exit code is 128 + the signal's number. A second interrupt exits at once,
- * naming the steps still inside the driver. One pid keeps the default: the program ends at the
- * interrupt, as NVIDIA's utility does.
+ * operations (`runGroup`: a step, or `toggle`), a `<pid> <result>` line each, exit 1 if any failed;
+ * a step the driver refuses fails, as with one pid, and `--all-or-nothing` brings the others back.
+ * An interrupt (SIGINT, SIGTERM, SIGHUP) stops the group: no new step starts, each process the
+ * command changed is brought back once its step inside the driver ends, one more line says what
+ * was left changed, and the exit code is 128 + the signal's number; a second exits at once, naming
+ * the steps still inside the driver. One pid keeps NVIDIA's default: the interrupt ends it.
  *
  * @module
  */
@@ -31,10 +27,7 @@ import {
   warnUninspectable,
 } from "./report.ts";
 
-/**
- * Runs the command on several pids (or all), prints a line each, resolves to the exit code. With
- * `interrupts`, an interrupt stops the group and brings back what it changed (see above).
- */
+/** Runs the command on several pids (or all), prints a line each, resolves to the exit code. */
 export async function runMany(
   command: OperationCommand,
   machine: Machine,
@@ -62,9 +55,21 @@ export async function runMany(
     ? progressOf(print, json, machine, { total: pids.length, expect })
     : undefined;
   progress?.event({ type: "phase", phase: operation, at: 0 });
-  const underWay = new Map<number, string>();
+  const underWay = new Map<number, string>(); // for a second interrupt to name
+  const sim = simulated ? " --simulate" : "";
   const watch = acting && interrupts
-    ? watchGroup(interrupts, print, pids, underWay, simulated)
+    ? watchInterrupts(interrupts, print, {
+      simulated,
+      meanwhile: "no new step starts, and each process this command changed is brought back " +
+        "once its step inside the driver ends (interrupt again to exit without waiting)",
+      leftBehind: () => {
+        const under = [...underWay].map(([pid, step]) => `${pid} (${step})`).join(", ");
+        return {
+          rest: ` for the driver${under ? `; still under way, their state unknown: ${under}` : ""}`,
+          lines: [`check each process with: cuda-checkpoint --get-state --pid ${pids}${sim}`],
+        };
+      },
+    })
     : undefined;
   const onProgress = (event: GroupEvent) => {
     if (event.type === "step-start") underWay.set(event.pid, event.step);
@@ -74,16 +79,13 @@ export async function runMany(
   // NVIDIA's utility hands pid 0 to the driver, which says no process has it; so does this, and
   // the group works on the others.
   const members = pids.filter((pid) => pid !== 0);
+  const { allOrNothing, job, checkRoom, allowIpcImport, gpuMapping } = command; // or the default
+  const options = { machine, allOrNothing, job, checkRoom, allowIpcImport, gpuMapping };
   let result: GroupResult, zero: PidReport | undefined;
   try {
     result = await runGroup(operation as Action, members, {
-      machine,
-      allOrNothing: command.allOrNothing,
-      job: command.job,
+      ...options,
       lockTimeoutMs: command.timeoutMs ?? 0, // as with one pid: no timeout unless given
-      checkRoom: command.checkRoom ?? true,
-      allowIpcImport: command.allowIpcImport ?? false,
-      ...(command.gpuMapping ? { gpuMapping: command.gpuMapping } : {}),
       ...(progress || watch ? { onProgress, gpuMemory: progress !== undefined } : {}),
       ...(watch ? { signal: watch.signal, rollBackOnAbort: true } : {}),
     });
@@ -99,35 +101,6 @@ export async function runMany(
   if (!watch?.signal.aborted) return code;
   print.err(`cuda-checkpoint: interrupted: ${leftChanged(result.processes)}`);
   return watch.exitCode(code);
-}
-
-/**
- * Watches the interrupts of an operation on `pids`; a second interrupt names the steps still
- * `underWay` inside the driver.
- */
-function watchGroup(
-  interrupts: Interrupts,
-  print: Printer,
-  pids: readonly number[],
-  underWay: Map<number, string>,
-  simulated: boolean,
-) {
-  return watchInterrupts(interrupts, print, {
-    simulated,
-    meanwhile: "no new step starts, and each process this command changed is brought back " +
-      "once its step inside the driver ends (interrupt again to exit without waiting)",
-    leftBehind: () => {
-      const under = [...underWay].map(([pid, step]) => `${pid} (${step})`);
-      const sim = simulated ? " --simulate" : "";
-      return {
-        rest: " for the driver" +
-          (under.length > 0 ? `; still under way, their state unknown: ${under.join(", ")}` : ""),
-        lines: [
-          `check each process with: cuda-checkpoint --get-state --pid ${pids.join(",")}${sim}`,
-        ],
-      };
-    },
-  });
 }
 
 /** A group's outcome for one process, as reported (undefined keys are left out of its JSON). */
@@ -164,10 +137,10 @@ function leftChanged(outcomes: readonly ProcessOutcome[]): string {
   );
   if (changed.length === 0) return "every process is as it was before";
   return `left changed: ${
-    changed.map((o) =>
-      `${o.pid} ${
-        isGone(o.error) || isGone(o.rollback?.error) ? "gone" : o.state ?? "in an unknown state"
-      }${o.initialState === undefined ? "" : ` (was ${o.initialState})`}`
-    ).join(", ")
+    changed.map((o) => {
+      const gone = isGone(o.error) || isGone(o.rollback?.error);
+      const was = o.initialState === undefined ? "" : ` (was ${o.initialState})`;
+      return `${o.pid} ${gone ? "gone" : o.state ?? "in an unknown state"}${was}`;
+    }).join(", ")
   }`;
 }

@@ -30,11 +30,7 @@ export interface ErrorReport {
 }
 
 /** A step (`lock`, `checkpoint`, `restore` or `unlock`) as `--json` gives it: its time in ms. */
-export interface StepReport {
-  readonly step: string;
-  readonly ms: number;
-  readonly ok: boolean;
-}
+type StepReport = { readonly step: string; readonly ms: number; readonly ok: boolean };
 
 /**
  * What became of one process: one `--json` line, keys left out where they do not apply. `ok`:
@@ -60,10 +56,7 @@ export interface PidReport {
   readonly rollback?: { ok: boolean; steps: readonly StepReport[]; error?: ErrorReport };
 }
 
-/**
- * What NVIDIA's utility would quote for an operation refused before the driver was asked: the
- * driver's description of the code it would have answered, or what happened instead.
- */
+/** What NVIDIA's utility would quote for a refusal: the driver's words for its code, or ours. */
 const REFUSAL_TEXT: Readonly<Record<RefusedError["code"], string>> = {
   STATE: "the operation cannot be performed in the present state",
   MAPPING: "invalid argument",
@@ -77,10 +70,7 @@ const REFUSAL_TEXT: Readonly<Record<RefusedError["code"], string>> = {
     "restored, refused before asking the driver",
 };
 
-/**
- * The report of an error: NVIDIA's line for a failed operation on a pid, with the driver's
- * description of the code, and everything known.
- */
+/** The report of an error: NVIDIA's line for a failed operation on a pid, and all that is known. */
 export function errorReport(operation: CliOperation, pid: number, error: unknown): ErrorReport {
   const text = error instanceof CudaError
     ? error.description || error.codeName
@@ -231,16 +221,14 @@ export function warnUninspectable(
   uninspected: readonly { readonly pid: number; readonly reason: string }[],
   print: Printer,
 ): void {
-  const count = uninspected.length;
+  const count = uninspected.length, one = count === 1;
   if (count === 0) return;
   const shown = uninspected.slice(0, 8).map((p) => p.pid).join(", ");
-  const pids = count === 1
-    ? `pid ${shown}`
-    : `pids ${shown}${count > 8 ? ` and ${count - 8} more` : ""}`;
-  const why = `${count === 1 ? "" : `pid ${uninspected[0].pid}: `}${uninspected[0].reason}`;
+  const pids = one ? `pid ${shown}` : `pids ${shown}${count > 8 ? ` and ${count - 8} more` : ""}`;
+  const why = `${one ? "" : `pid ${uninspected[0].pid}: `}${uninspected[0].reason}`;
   print.err(
-    `cuda-checkpoint: ${count} process${count === 1 ? "" : "es"} could not be looked at and may ` +
-      `be ${count === 1 ? "a CUDA process" : "CUDA processes"} (${pids}): ${why}`,
+    `cuda-checkpoint: ${count} process${one ? "" : "es"} could not be looked at and may be ` +
+      `${one ? "a CUDA process" : "CUDA processes"} (${pids}): ${why}`,
   );
 }
 
