@@ -61,19 +61,17 @@ export async function runDiskCommand(
     expect: "restore",
   });
   const sim = simulated ? " --simulate" : "";
+  const orRecover = `, or all that its trace names with cuda-checkpoint recover ${dir}${sim}`;
   const watched = kind === "snapshot" || kind === "restore-snapshot";
   const watch = watchInterrupts(watched ? io.interrupts : undefined, print, {
     simulated,
     subject: kind,
     meanwhile: "it stops, and puts back every process it changed (interrupt again to exit " +
       "without waiting)",
-    leftBehind: () => ({
-      rest: `; processes of the ${kind} may be left suspended: see cuda-checkpoint list${sim}, ` +
-        `and resume each with cuda-checkpoint --toggle --pid PID` +
-        (kind === "snapshot"
-          ? `, or all that its trace names with cuda-checkpoint recover ${dir}${sim}`
-          : ""),
-    }),
+    leftBehind: () => [
+      `; processes of the ${kind} may be left suspended: see cuda-checkpoint list${sim}, and ` +
+      `resume each with cuda-checkpoint --toggle --pid PID${kind === "snapshot" ? orRecover : ""}`,
+    ],
   });
   const counted = new Map<number, number>(); // criu's count of each tree's images as it wrote them
   const whole: Whole = {

@@ -84,13 +84,13 @@ export const SIGNALS = Object.keys(EXIT_CODES) as readonly Signal[];
 /**
  * What a command says when interrupted: what was interrupted (`snapshot`), named before
  * "interrupted"; what happens after the first interrupt, the end of its line; what a second leaves
- * (`rest` ends the line `interrupted again: exiting without waiting`, `lines` follow it); and
+ * (the first line ends the line `interrupted again: exiting without waiting`, the rest follow); and
  * whether the machine is the state file's (then unsaved).
  */
 export interface InterruptHooks {
   readonly subject?: string;
   readonly meanwhile: string;
-  leftBehind(): { rest: string; lines?: readonly string[] };
+  leftBehind(): readonly string[];
   readonly simulated: boolean;
 }
 
@@ -124,7 +124,7 @@ export function watchInterrupts(
       say(`${subject ? `${subject} ` : ""}interrupted${by}: ${meanwhile}`);
       return controller.abort(new Error(`interrupted (${signal})`));
     }
-    const { rest, lines = [] } = leftBehind();
+    const [rest, ...lines] = leftBehind();
     say(`interrupted again: exiting without waiting${rest}`);
     lines.forEach(say);
     if (simulated) {

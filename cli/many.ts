@@ -64,10 +64,10 @@ export async function runMany(
         "once its step inside the driver ends (interrupt again to exit without waiting)",
       leftBehind: () => {
         const under = [...underWay].map(([pid, step]) => `${pid} (${step})`).join(", ");
-        return {
-          rest: ` for the driver${under ? `; still under way, their state unknown: ${under}` : ""}`,
-          lines: [`check each process with: cuda-checkpoint --get-state --pid ${pids}${sim}`],
-        };
+        return [
+          ` for the driver${under ? `; still under way, their state unknown: ${under}` : ""}`,
+          `check each process with: cuda-checkpoint --get-state --pid ${pids}${sim}`,
+        ];
       },
     })
     : undefined;

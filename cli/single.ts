@@ -65,19 +65,15 @@ async function begin(progress: Progress, proc: CudaProcess, machine: Machine, op
   const session = sessionOf(machine);
   const sum = (m: Readonly<Record<string, number>>) => Object.values(m).reduce((a, b) => a + b, 0);
   const report = await session.room.report().catch(() => undefined);
-  const now = report && "byPid" in report ? report.byPid.get(pid) : undefined;
-  let mib = now && now !== "unknown" && sum(now) > 0 ? sum(now) : undefined;
+  const held = report && "byPid" in report ? report.byPid.get(pid) : undefined;
+  let mib = held && held !== "unknown" && sum(held) > 0 ? sum(held) : undefined;
   if (mib === undefined) {
     const identity = await session.identify(pid).catch(() => undefined);
     const record = identity && await session.room.record(identity).catch(() => undefined);
     if (record) mib = sum(record.heldMiB);
   }
-  const step =
-    (operation !== "toggle"
-      ? operation
-      : (await proc.state().catch(() => "running")) === "checkpointed"
-      ? "restore"
-      : "checkpoint") as Step;
+  const now = operation === "toggle" ? await proc.state().catch(() => "running") : undefined;
+  const step = (now ? (now === "checkpointed" ? "restore" : "checkpoint") : operation) as Step;
   progress.event({ type: "phase", phase: operation, at: 0 });
   progress.event({ type: "step-start", pid, step, at: 0, ...(mib ? { gpuMemoryMiB: mib } : {}) });
   return step;
