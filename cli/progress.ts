@@ -25,7 +25,7 @@ export type Followed =
 /**
  * Options of {@link progressOf}: how many processes an operation has (a count `n/N done`, and each
  * one's step), what the line calls a phase where not as {@link PHASES} does, the step a process not
- * yet in one is expected to make (`checkpoint` by default), the terminal's width (80).
+ * yet in one is expected to make (`checkpoint` by default, and in a suspend), the terminal's width.
  */
 export interface ProgressOptions {
   readonly total?: number;
@@ -39,13 +39,6 @@ export interface ProgressOptions {
  * (4-6 GB/s) of one process (docs/DRIVER.md, "Timings"), criu's restore of images (about 2 GB/s).
  */
 const RATES: Readonly<Record<string, number>> = { checkpoint: 2e6, restore: 5e6, images: 2e6 };
-/** The driver step of a phase's processes. */
-const EXPECT: Readonly<Record<string, string>> = {
-  suspend: "checkpoint",
-  resume: "restore",
-  end: "restore",
-  rollback: "restore",
-};
 /** What the line calls each phase of a snapshot and a restore. */
 const PHASES: Readonly<Record<string, string>> = {
   check: "checking",
@@ -173,8 +166,9 @@ export class Progress {
       : this.#phase === "restore" && this.#images > 0
       ? this.#restored(now)
       : this.#driver(now);
+    const elapsed = `${(Math.max(0, now - this.#start) / 1000).toFixed(1)} s`;
     const steps = total > 1 ? [...this.#steps].map(([pid, s]) => `${pid} ${s.step}`) : [];
-    const line = `${label}${one ? ` ${one.step}` : ""} ${seconds(now - this.#start)}${
+    const line = `${label}${one ? ` ${one.step}` : ""} ${elapsed}${
       total > 1 ? `, ${this.#done.size}/${total} done` : ""
     }${figures ? `: ${figures}` : ""}${steps.length > 0 ? `; ${steps.join(", ")}` : ""}`;
     const width = (this.#o.columns ?? 80) - 1;
@@ -215,7 +209,8 @@ export class Progress {
       const bytes = this.#held.get(pid)!;
       const s = this.#steps.get(pid);
       const running = s && RATES[s.step] ? s : undefined;
-      const r = this.#rate(running?.step ?? EXPECT[this.#phase] ?? this.#o.expect ?? "checkpoint");
+      const expected = this.#phase === "suspend" ? "checkpoint" : this.#o.expect ?? "checkpoint";
+      const r = this.#rate(running?.step ?? expected);
       const ran = running ? now - running.since : 0;
       if (this.#moved.has(pid)) done += bytes;
       else {
@@ -229,8 +224,7 @@ export class Progress {
 
   /** A dump's: criu's count, its rate, the time left to the GPU memory it holds at least. */
   #dumped(now: number): string {
-    let written = 0;
-    for (const bytes of this.#written.values()) written += bytes;
+    const written = [...this.#written.values()].reduce((a, b) => a + b, 0);
     const rate = written / Math.max(1, now - this.#since);
     if (written === 0) return "";
     if (this.#suspended <= written) return `${size(written)} written, ${perSecond(rate)}`;
@@ -282,9 +276,4 @@ export function size(bytes: number): string {
   if (bytes >= 1e9) return `${(bytes / 1e9).toFixed(2)} GB`;
   if (bytes >= 1e6) return `${(bytes / 1e6).toFixed(1)} MB`;
   return bytes >= 1e3 ? `${(bytes / 1e3).toFixed(1)} kB` : `${Math.round(bytes)} B`;
-}
-
-/** `1.2 s`. */
-function seconds(ms: number): string {
-  return `${(Math.max(0, ms) / 1000).toFixed(1)} s`;
 }
