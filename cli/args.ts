@@ -421,8 +421,7 @@ function operationCommand(seen: Seen, common: Common): Command {
   if (has("--timeout") && operation !== "lock") no(NVIDIA_MESSAGES.timeoutNotLock);
   const resuming = operation === "restore" || operation === "toggle";
   if (has("--device-map") && !resuming) {
-    const detail = "--device-map goes with --action restore and --toggle";
-    throw new UsageError(NVIDIA_MESSAGES.remapNotRestore, detail);
+    no(NVIDIA_MESSAGES.remapNotRestore, "--device-map goes with --action restore and --toggle");
   }
   if (has("--no-room-check") && !resuming) {
     no(
@@ -452,14 +451,12 @@ function snapshotCommand(sub: string, rest: string[], seen: Seen, common: Common
   const has = (option: string) => seen.given.has(option);
   refuseStray(sub, seen, STRAY_OF_SNAPSHOTS);
   // The directory, as `--dir DIR` or as the one positional argument (`inspect DIR`), once.
-  const given_ = seen.fields.dir as string | undefined;
-  if (rest.length > 1 || (rest.length === 1 && given_ !== undefined && given_ !== rest[0])) {
-    const dirs = [...(given_ !== undefined ? [given_] : []), ...rest].map((d) => JSON.stringify(d));
-    throw new UsageError(
-      `${sub} takes one directory, as DIR or --dir DIR; got ${dirs.join(" and ")}`,
-    );
+  const named = seen.fields.dir as string | undefined;
+  if (rest.length > 1 || (rest.length === 1 && named !== undefined && named !== rest[0])) {
+    const dirs = [named, ...rest].filter((d) => d !== undefined).map((d) => JSON.stringify(d));
+    no(`${sub} takes one directory, as DIR or --dir DIR; got ${dirs.join(" and ")}`);
   }
-  const dir = rest.length === 1 ? readDir(rest[0]) : given_;
+  const dir = rest.length === 1 ? readDir(rest[0]) : named;
   if (dir === undefined) no(`${sub} needs the snapshot's directory, as DIR or --dir DIR`);
   if (sub === "inspect") return { kind: "inspect", dir, verify: has("--verify"), ...common };
   if (sub === "recover") return { kind: "recover", dir, ...given(seen, "checkRoom"), ...common };

@@ -28,7 +28,6 @@ export class SimulatedStateError extends Error {
   /** The file or directory at fault. */
   readonly path: string;
 
-  /** An error about `path`, with the error underneath, if any. */
   constructor(path: string, message: string, options?: { cause?: unknown }) {
     super(message, options);
     this.name = "SimulatedStateError";
@@ -158,21 +157,17 @@ export async function openSimulatedMachine(
   const check = (what: string) => {
     if (!open) throw new Error(`the simulated machine ${file} was closed: cannot ${what}`);
   };
-  const opened: SavedMachine = {
+  const opened = {
     path: file,
-    get machine() {
-      return machine;
-    },
-    get created() {
-      return created;
-    },
-    spawn(spawnOptions) {
+    machine,
+    created,
+    spawn(spawnOptions?: SpawnOptions) {
       check("spawn a process");
-      return machine.spawn(spawnOptions).pid;
+      return opened.machine.spawn(spawnOptions).pid;
     },
-    kill(pid) {
+    kill(pid: number) {
       check("kill a process");
-      const proc = machine.process(pid);
+      const proc = opened.machine.process(pid);
       proc?.exit();
       return proc !== undefined;
     },
@@ -180,23 +175,22 @@ export async function openSimulatedMachine(
       check("save it");
       await writePrivately(
         file,
-        JSON.stringify(snapshotSimulator(machine), null, 2) + "\n",
+        JSON.stringify(snapshotSimulator(opened.machine), null, 2) + "\n",
         (at, message, cause) =>
           new SimulatedStateError(at, `the simulated machine's state file: ${message}`, { cause }),
       );
     },
     async reset() {
       check("reset it");
-      machine.close();
-      machine = new SimulatedMachine({ gpus, ...clock });
-      created = true;
+      opened.machine.close();
+      [opened.machine, opened.created] = [new SimulatedMachine({ gpus, ...clock }), true];
       await rm(file, { force: true });
       await opened.save();
     },
     async close() {
       if (!open) return;
       open = false;
-      machine.close();
+      opened.machine.close();
       await unlock();
     },
     [Symbol.asyncDispose]: () => opened.close(),
