@@ -1,10 +1,8 @@
 /**
- * `snapshot`, `restore-snapshot`, `inspect` and `recover`: process trees to disk and back, on this
- * machine's driver and criu or (`--simulate`) the simulated machine and its criu; `inspect`
- * (`--verify`: every file's digest) reads only the file system; `recover` resumes what a snapshot
- * killed outright left suspended. Text is a line per process and a closing line of the manifest's
- * figures (GPU memory as the host saw it before the suspend, images as the sizes of the files it
- * lists); `--json` one object. A failure is one line, `cuda-checkpoint: <subcommand> ...`, saying
+ * `snapshot`, `restore-snapshot`, `inspect` (`--verify`: every file's digest; the file system
+ * only) and `recover` (what a snapshot killed outright left suspended, resumed). Text is a line per
+ * process and a closing line of the manifest's figures (GPU memory as the host saw it before the
+ * suspend, images as the sizes of its files); `--json` one object. A failure is one line saying
  * where every process was left, and exit 1. An interrupt stops a snapshot or restore, which puts
  * back what it changed (exit 128 + the signal's number); a second one exits at once.
  *
@@ -39,11 +37,7 @@ type Made = { fields: object; lines: string[] };
 /** The options of a snapshot and a restore but their own. */
 type Whole = { machine: Machine; signal: AbortSignal; onProgress(e: SnapshotEvent): void };
 
-/**
- * Runs `snapshot`, `restore-snapshot`, `inspect` (on the machine's store where one is given, else
- * the disk) or `recover`; resolves to the exit code (128 + the signal's number where an interrupt
- * stopped a snapshot or restore). `simulated`: on the state file's machine.
- */
+/** Runs the command (`inspect` without a machine: on the disk); resolves to the exit code. */
 export async function runDiskCommand(
   command: DiskCommand,
   machine: Machine | undefined,

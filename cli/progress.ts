@@ -1,13 +1,10 @@
 /**
- * The progress of long work: on a terminal, one live line on stderr (`<what runs> <elapsed>: <bytes
- * done> of <bytes expected>, <rate>, <time left>`), redrawn on the machine's clock (the simulator's
- * virtual time moves it too) and erased before anything else is written; off a terminal with
- * `--json`, each event as a JSON line on stderr (the library's, `type` named `event`, `at` in ms
- * since the command began; a step's start adds the `bytes` it moves and `estimatedMs`). The driver
- * says nothing while it copies a process's GPU memory (NVML's figure, a record's or the manifest's),
- * nor criu's restore until a tree is back: their progress is estimated ("~") from the rates of
- * docs/DRIVER.md ("Timings"), or this run's own once a step of its kind has ended. A dump's bytes
- * are criu's count as it writes (its images hold at least the GPU memory: the "~" expected).
+ * The progress of long work (README, "Command line"): on a terminal, one live line on stderr,
+ * redrawn on the machine's clock and erased before anything else is written; off a terminal with
+ * `--json`, each event as a JSON line on stderr. The driver says nothing while it copies a
+ * process's GPU memory, nor criu's restore until a tree is back: their progress is estimated ("~")
+ * from the rates of docs/DRIVER.md ("Timings"), or this run's own once a step of its kind ended.
+ * A dump's bytes are criu's count as it writes (its images hold at least the GPU memory).
  *
  * @module
  */

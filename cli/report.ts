@@ -246,10 +246,8 @@ export function commandMessage(error: unknown): string {
 }
 
 /**
- * The fast path of `--get-state` and `--get-restore-tid` of one pid, and of anything of pid 0
- * (which NVIDIA's utility hands to the driver as it is): the one driver call, made through
- * `core/calls.ts` without a session, host or queue, so that the program loads little before it
- * answers. Says what came of it; never rejects.
+ * The fast path of a query of one pid, and of anything of pid 0 (which NVIDIA's utility hands to
+ * the driver): the one driver call, without a session, host or queue; never rejects.
  */
 export async function query(
   operation: CliOperation,

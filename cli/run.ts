@@ -1,8 +1,7 @@
 /**
- * Runs a parsed `cuda-checkpoint` command on its machine: opens the one it needs (the one given to
- * `main()`, the state file's simulated machine with `--simulate`, or this machine: libcuda alone
- * for a query of one pid), hands the command to its module (loaded only then), saves the simulated
- * machine after it, and closes what it opened.
+ * Runs a parsed command: opens the machine it needs (the one given to `main()`, the state file's
+ * with `--simulate`, or this one: libcuda alone for a query of one pid), hands the command to its
+ * module (loaded only then), saves the simulated machine after it, and closes what it opened.
  *
  * @module
  */
@@ -82,9 +81,8 @@ export async function run(command: MachineCommand, io: CliIo): Promise<number> {
 }
 
 /**
- * The library's message for a libcuda that could not be loaded: the paths tried and what to check,
- * with `--simulate` where the library advises its simulator, and without Deno's permission flags,
- * which are the program's to have.
+ * The library's message for a libcuda that could not be loaded (the paths tried, what to check),
+ * with `--simulate` for its simulator, and without Deno's flags, which are the program's to have.
  */
 function noDriver(error: Error): string {
   const simulate = "Without a GPU, --simulate runs the same commands on a simulated machine.";
@@ -146,10 +144,7 @@ async function open(
     const driver = await (await import("../ffi/native.ts")).openNativeDriver({ callingThread });
     return { machine: { driver }, close: () => driver[Symbol.asyncDispose]() };
   }
-  const env = io.env ? { criu: { env: io.env } } : {};
-  const machine = await (await import("../os/this_machine.ts")).openMachine({
-    callingThread,
-    ...env,
-  });
+  const { openMachine } = await import("../os/this_machine.ts");
+  const machine = await openMachine({ callingThread, criu: io.env && { env: io.env } });
   return { machine, close: () => machine.close() };
 }

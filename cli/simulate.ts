@@ -117,17 +117,7 @@ export function simulatedStatePath(env: Env = process.env): string {
  * Opens the simulated machine kept in its state file, or makes a new one (its directory made, mode
  * 0700), locked until it is closed: another open of the same file waits for it, and a lock left by
  * a program that died is taken over. Throws a {@link SimulatedStateError} for a file (or directory)
- * it cannot trust or read.
- *
- * @example
- * ```ts
- * import { CudaProcess } from "@ckpt/cuda";
- *
- * await using machine = await openSimulatedMachine();
- * const pid = machine.spawn({ memoryMiB: 1024 });
- * await new CudaProcess(pid, { machine: machine.machine }).suspend();
- * await machine.save(); // the next call finds the process checkpointed
- * ```
+ * it cannot trust or read. What a command did is kept for the next once it is saved.
  */
 export async function openSimulatedMachine(
   options: OpenSimulatedMachineOptions = {},

@@ -1,8 +1,7 @@
 /**
- * An operation on one pid, as NVIDIA's utility makes it, through the public `CudaProcess`: the
- * driver's rules (a lock of a locked process is an error), its output and its error lines; but a
- * restore that would not fit in the free GPU memory is refused before the driver is asked (driver
- * 580 loses a process whose restore runs out of memory).
+ * An operation on one pid through `CudaProcess`, as NVIDIA's utility makes it (the driver's rules:
+ * a lock of a locked process is an error; its output and error lines), but a restore that would
+ * not fit in the free GPU memory is refused first (driver 580 loses such a process).
  *
  * @module
  */
