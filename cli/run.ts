@@ -48,14 +48,14 @@ export async function run(command: MachineCommand, io: CliIo): Promise<number> {
           const report = await query(command.operation, one!, machine.driver);
           code = printReports([report], print, command.json, false);
         } else if (one !== undefined) {
-          code = await (await import("./single.ts")).runOne(command, one, machine, print);
+          code = await (await import("./processes.ts")).runOne(command, one, machine, print);
         } else {
-          const { runMany } = await import("./many.ts");
+          const { runMany } = await import("./processes.ts");
           code = await runMany(command, machine, print, io.interrupts, simulated !== undefined);
         }
         break;
       case "list":
-        code = await (await import("./list.ts")).runList(machine, print, command.json);
+        code = await (await import("./processes.ts")).runList(machine, print, command.json);
         break;
       case "spawn":
       case "kill":
