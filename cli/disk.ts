@@ -67,22 +67,15 @@ export async function runDiskCommand(
       `resume each with cuda-checkpoint --toggle --pid PID${kind === "snapshot" ? orRecover : ""}`,
     ],
   });
-  const counted = new Map<number, number>(); // criu's count of each tree's images as it wrote them
-  const whole: Whole = {
-    machine: machine!,
-    signal: watch.signal,
-    onProgress: (e: SnapshotEvent) => {
-      if (e.type === "bytes") counted.set(e.root, e.bytes);
-      progress?.event(e);
-    },
-  };
+  const onProgress = (e: SnapshotEvent) => progress?.event(e);
+  const whole: Whole = { machine: machine!, signal: watch.signal, onProgress };
   try {
     const { fields, lines } = kind === "inspect"
       ? await inspect(command, machine)
       : kind === "recover"
       ? await recover(command, machine!, progress)
       : kind === "snapshot"
-      ? await take(command, whole, counted)
+      ? await take(command, whole)
       : await restore(command, whole);
     progress?.stop();
     if (command.json) print.json({ ok: true, operation: kind, ...fields });
@@ -96,21 +89,23 @@ export async function runDiskCommand(
   }
 }
 
-/** `snapshot`; `counted`: criu's count of each tree's images as it wrote them. */
-async function take(c: SnapshotCommand, whole: Whole, counted: Map<number, number>): Promise<Made> {
+/** `snapshot`. */
+async function take(c: SnapshotCommand, whole: Whole): Promise<Made> {
   const { leaveRunning, job, allowIpcImport, tcpEstablished, lockTimeoutMs } = c;
-  const given = { leaveRunning, job, allowIpcImport, tcpEstablished, lockTimeoutMs };
-  const r = await snapshot(c.roots, c.dir, { ...whole, ...given, timeoutMs: c.deadlineMs });
+  const given = { leaveRunning, job, allowIpcImport, tcpEstablished, lockTimeoutMs, ...whole };
+  const counted = new Map<number, number>(); // criu's count of each tree's images as it wrote them
+  const onProgress = (e: SnapshotEvent) => {
+    if (e.type === "bytes") counted.set(e.root, e.bytes);
+    whole.onProgress(e);
+  };
+  const r = await snapshot(c.roots, c.dir, { ...given, timeoutMs: c.deadlineMs, onProgress });
   const m = r.manifest, left = m.options.leaveRunning;
   const all = [...counted.values()].reduce((a, b) => a + b, 0);
-  return made(
-    m,
-    { dir: r.dir, ms: roundMs(r.ms), bytes: imageBytes(m), leftRunning: left },
-    `snapshot in ${r.dir}: ${summary(m, all)}; suspend ${secs(m.timings.suspendMs)}, dump ` +
-      `${secs(m.timings.dumpMs)}, ${secs(r.ms)} in all; the processes ${
-        left ? "keep running" : "were ended"
-      }`,
-  );
+  const fields = { dir: r.dir, ms: roundMs(r.ms), bytes: imageBytes(m), leftRunning: left };
+  const { suspendMs, dumpMs } = m.timings;
+  const times = `suspend ${secs(suspendMs)}, dump ${secs(dumpMs)}, ${secs(r.ms)} in all`;
+  const ended = `the processes ${left ? "keep running" : "were ended"}`;
+  return made(m, fields, `snapshot in ${r.dir}: ${summary(m, all)}; ${times}; ${ended}`);
 }
 
 /** `restore-snapshot`. */

@@ -39,15 +39,10 @@ export async function main(args: readonly string[], io: CliIo): Promise<number> 
   const say = (text: string) => io.stderr(escapeControls(text));
   try {
     const command = parseCommandLine(args);
-    if (command.kind === "help") {
-      io.stdout((await import("./help.ts")).helpText());
-      return 0;
-    }
-    if (command.kind === "version") {
-      io.stdout(`cuda-checkpoint (@ckpt/cuda) ${VERSION}\n`);
-      return 0;
-    }
-    return await (await import("./run.ts")).run(command, io);
+    if (command.kind === "help") io.stdout((await import("./help.ts")).helpText());
+    else if (command.kind === "version") io.stdout(`cuda-checkpoint (@ckpt/cuda) ${VERSION}\n`);
+    else return await (await import("./run.ts")).run(command, io);
+    return 0;
   } catch (error) {
     try {
       if (error instanceof UsageError) {

@@ -193,9 +193,7 @@ export class Progress {
   }
 
   #sum(pids: Iterable<number>): number {
-    let sum = 0;
-    for (const pid of pids) sum += this.#held.get(pid) ?? 0;
-    return sum;
+    return [...pids].reduce((sum, pid) => sum + (this.#held.get(pid) ?? 0), 0);
   }
 
   /** The driver steps': what the phase's processes have moved, the rate, the time left. */
