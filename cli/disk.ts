@@ -9,18 +9,10 @@
  * @module
  */
 
-import type {
-  InspectCommand,
-  RecoverCommand,
-  RestoreSnapshotCommand,
-  SnapshotCommand,
-} from "./args.ts";
-import {
-  inspectSnapshotAs,
-  recoverSnapshotAs,
-  restoreSnapshotAs,
-  snapshot,
-} from "../api/functions.ts";
+import type { InspectCommand, RecoverCommand, SnapshotCommand } from "./args.ts";
+import type { RestoreSnapshotCommand } from "./args.ts";
+import { inspectSnapshotAs, recoverSnapshotAs, restoreSnapshotAs } from "../api/functions.ts";
+import { snapshot } from "../api/functions.ts";
 import { formatDriverVersion } from "../core/driver.ts";
 import { CheckpointError } from "../core/errors.ts";
 import { roundMs } from "../core/time.ts";
@@ -89,7 +81,6 @@ export async function runDiskCommand(
   }
 }
 
-/** `snapshot`. */
 async function take(c: SnapshotCommand, whole: Whole): Promise<Made> {
   const { leaveRunning, job, allowIpcImport, tcpEstablished, lockTimeoutMs } = c;
   const given = { leaveRunning, job, allowIpcImport, tcpEstablished, lockTimeoutMs, ...whole };
@@ -108,7 +99,6 @@ async function take(c: SnapshotCommand, whole: Whole): Promise<Made> {
   return made(m, fields, `snapshot in ${r.dir}: ${summary(m, all)}; ${times}; ${ended}`);
 }
 
-/** `restore-snapshot`. */
 async function restore(c: RestoreSnapshotCommand, whole: Whole): Promise<Made> {
   const { gpuMapping, checkRoom, deadlineMs: timeoutMs } = c;
   const r = await restoreSnapshotAs(c.kind, c.dir, { ...whole, gpuMapping, checkRoom, timeoutMs });

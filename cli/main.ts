@@ -127,8 +127,16 @@ function runtime(): Runtime {
     programName: programName(() => process.argv0),
     stdout: writer(Bun.stdout.writer()),
     stderr: writer(Bun.stderr.writer()),
-    terminal: () =>
-      isTerminal((require("node:fs") as { readlinkSync(p: string): string }).readlinkSync),
+    // Whether stderr is a terminal, from what /proc/self/fd/2 names (/dev/pts/N, /dev/ttyN).
+    terminal() {
+      const { readlinkSync } = require("node:fs") as { readlinkSync(p: string): string };
+      const tty = /^\/dev\/(pts\/[0-9]+|tty[A-Za-z0-9]*|console)$/;
+      try {
+        return tty.test(readlinkSync("/proc/self/fd/2"));
+      } catch {
+        return false;
+      }
+    },
     env: process.env,
     on: (signal, listener) => process.on(signal, listener),
     off: (signal, listener) => process.off(signal, listener),
@@ -149,15 +157,6 @@ function programName(argv0: () => string): string {
     // No /proc here: the plain name.
   }
   return "cuda-checkpoint";
-}
-
-/** Whether stderr is a terminal, from what `/proc/self/fd/2` names (`/dev/pts/N`, `/dev/ttyN`). */
-function isTerminal(readlink: (path: string) => string): boolean {
-  try {
-    return /^\/dev\/(pts\/[0-9]+|tty[A-Za-z0-9]*|console)$/.test(readlink("/proc/self/fd/2"));
-  } catch {
-    return false;
-  }
 }
 
 if (import.meta.main) {

@@ -15,28 +15,16 @@
  */
 
 import type { CliOperation, OperationCommand } from "./args.ts";
-import {
-  CudaProcess,
-  type GroupResult,
-  listCudaProcesses,
-  type Outcome,
-  type ProcessOutcome,
-  runGroup,
-} from "../mod.ts";
+import { CudaProcess, listCudaProcesses, runGroup } from "../mod.ts";
+import type { GroupResult, Outcome, ProcessOutcome } from "../mod.ts";
 import type { Machine } from "../driver.ts";
 import type { Action, GroupEvent, Step, StepRecord } from "../types.ts";
 import { clockOf, roundMs } from "../core/time.ts";
 import { isGone, sessionOf } from "../core/process.ts";
 import { type Interrupts, watchInterrupts } from "./io.ts";
 import { type Progress, progressOf } from "./progress.ts";
-import {
-  errorReport,
-  type PidReport,
-  type Printer,
-  printReports,
-  query,
-  warnUninspectable,
-} from "./report.ts";
+import { errorReport, printReports, query, warnUninspectable } from "./report.ts";
+import type { PidReport, Printer } from "./report.ts";
 
 /** Runs a command that changes the state of one pid (not 0), prints its output, gives the exit code. */
 export async function runOne(
@@ -46,13 +34,10 @@ export async function runOne(
   print: Printer,
 ): Promise<number> {
   const { operation } = command;
-  const progress = progressOf(print, command.json, machine, {
-    total: 1,
-    labels: { [operation]: `${operation} ${pid}` },
-  });
+  const labels = { [operation]: `${operation} ${pid}` };
+  const progress = progressOf(print, command.json, machine, { total: 1, labels });
   const proc = new CudaProcess(pid, { machine });
-  const clock = clockOf(machine); // the simulator's virtual time, as the group operations measure it
-  const start = clock.now();
+  const clock = clockOf(machine), start = clock.now(); // virtual time on the simulator, as a group's
   let report: PidReport | undefined;
   let step: Step | undefined;
   try {
@@ -67,8 +52,7 @@ export async function runOne(
     report = { pid, operation, ok: false, state, status: "failed", ms, error: e };
   } finally {
     if (step && report) {
-      const { ok, status = "failed" } = report;
-      const ms = clock.now() - start;
+      const { ok, status = "failed" } = report, ms = clock.now() - start;
       progress!.event({ type: "step-end", pid, step, at: 0, ms, ok, rollback: false });
       progress!.event({ type: "process-end", pid, at: 0, status });
     }
