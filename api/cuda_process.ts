@@ -1,9 +1,3 @@
-/**
- * {@link CudaProcess}, on this machine unless another is given.
- *
- * @module
- */
-
 import { act, type Outcome, settingsOf, type StepOptions } from "../core/action.ts";
 import { Handle } from "../core/process.ts";
 import { isMachine, type Machine, type MachineSource, SharedMachine } from "../core/machine.ts";
@@ -21,8 +15,8 @@ export interface CudaProcessOptions {
   machine?: Machine;
 }
 
-/** Each process's handle, for the group operations (`handleOf`). */
-const HANDLES = new WeakMap<CudaProcess, Handle>();
+/** The handle of a `CudaProcess`, for the group operations (set by the class, which holds it). */
+export let handleOf: (proc: CudaProcess) => Handle;
 
 /**
  * A CUDA process whose GPU state can be checkpointed and restored. A driver failure rejects with a
@@ -53,7 +47,10 @@ export class CudaProcess {
     this.pid = checkPid(pid);
     const o = checkOptions(options, "CudaProcess", ["machine"]);
     this.#handle = new Handle(this.pid, machineOf(o.machine, "CudaProcess"));
-    HANDLES.set(this, this.#handle);
+  }
+
+  static {
+    handleOf = (proc) => proc.#handle; // the one reader of a process's handle, for runGroup
   }
 
   /** The machine this process is worked on through, opened on first use. */
@@ -149,11 +146,6 @@ export class CudaProcess {
   async #act(action: Action, options: StepOptions | undefined, keys: (keyof StepOptions)[]) {
     return await act(this.#handle, action, settingsOf(options, action, keys));
   }
-}
-
-/** The handle of a `CudaProcess`, for the group operations. */
-export function handleOf(proc: CudaProcess): Handle {
-  return HANDLES.get(proc)!;
 }
 
 /** This machine as the public functions use it when given none: shared, opened on first use. */

@@ -1,6 +1,5 @@
 /**
- * The public functions (many processes at once, listings, snapshots): each checks its input here
- * and runs on the machine given, or on this machine, opened for the call.
+ * The public functions: each checks its input here and runs on the machine given, or this one.
  *
  * @module
  */
@@ -25,11 +24,10 @@ import { type Action, ACTIONS } from "../core/states.ts";
 import { storeOf } from "../os/snapshot_store.ts";
 
 /**
- * Runs `action` (a step, or a goal: `suspend`, `resume`, `toggle`) on every target at once (or
- * `concurrency` at a time), resolving to what happened to each; rejects only for bad input. A goal
- * makes the steps the state table plans from each process's state (`unchanged` where it is there
- * already); a step is made as asked. A process whose step fails is brought back where it can be,
- * and with `allOrNothing` so is every other; `job` orders the group as one job.
+ * Runs `action` on every target at once (or `concurrency` at a time), resolving to what happened
+ * to each; rejects only for bad input. A goal (`suspend`, `resume`, `toggle`) makes the steps the
+ * state table plans (`unchanged` where there already), a step is made as asked. A process whose
+ * step fails is brought back where it can be, with `allOrNothing` every other; `job`: one job.
  *
  * @example
  * ```ts
@@ -50,8 +48,7 @@ export async function runGroup(
   checkChoice(action, "action", ACTIONS);
   const settings = checkGroupOptions(options);
   const source = machineOf(options?.machine, "runGroup");
-  // Each CudaProcess acts through its own handle (its machine, its order, its process); the rest
-  // is checked by the group, naming it.
+  // A CudaProcess acts through its own handle (machine, order, process); the group checks the rest.
   const given = Array.isArray(targets)
     ? targets.map((t) => t instanceof CudaProcess ? handleOf(t) : t as number)
     : targets as unknown as number[];
@@ -59,11 +56,10 @@ export async function runGroup(
 }
 
 /**
- * Lists the CUDA processes of the machine: the host's processes that the driver confirms (one
- * that never initialised CUDA, or has ended, is left out), each with its state, restore thread,
- * command line and GPU memory per GPU; those that could not be looked at in `uninspectable`. A
- * process being checkpointed answers when that ends. A program that checkpointed itself lists
- * with `gpuMemory: false` until restored: NVML waits for that restore.
+ * Lists the machine's CUDA processes: the host's processes that the driver confirms (not one that
+ * never initialised CUDA, or ended), each with its state, restore thread, command line and GPU
+ * memory per GPU; those that could not be looked at in `uninspectable`. One being checkpointed
+ * answers when that ends; one that checkpointed itself, only with `gpuMemory: false` (NVML waits).
  *
  * @throws {CheckpointUnsupportedError} (as a rejection) for a driver older than 570.
  *
