@@ -4,8 +4,7 @@
  * @module
  */
 
-import { act, type Outcome, settingsOf } from "../core/action.ts";
-import type { StepOptions } from "../core/action.ts";
+import { act, type Outcome, settingsOf, type StepOptions } from "../core/action.ts";
 import { Handle } from "../core/process.ts";
 import { isMachine, type Machine, type MachineSource, SharedMachine } from "../core/machine.ts";
 import { checkChoice, checkInteger, checkOptions, checkPid, checkSignal } from "../core/options.ts";
@@ -96,9 +95,7 @@ export class CudaProcess {
    * Takes the process to checkpointed (lock and checkpoint, or what is left of them). If a step
    * fails, what this call did is undone, and the error says where the process was left.
    */
-  suspend(
-    options?: Pick<StepOptions, "timeoutMs" | "checkRoom" | "allowIpcImport">,
-  ): Promise<Outcome> {
+  suspend(options?: Omit<StepOptions, "gpuMapping">): Promise<Outcome> {
     return this.#act("suspend", options, ["timeoutMs", "checkRoom", "allowIpcImport"]);
   }
 
@@ -116,14 +113,8 @@ export class CudaProcess {
   }
 
   /**
-   * Resolves once the process is in `state` (asked every `intervalMs`, 50 by default), as another
-   * program changes it; rejects with a `WaitTimeoutError` after `timeoutMs`, and (`STATE`) once
-   * it is failed.
-   *
-   * @example
-   * ```ts ignore
-   * await proc.waitForState("checkpointed", { timeoutMs: 30_000 });
-   * ```
+   * Resolves once the process is in `state` (asked every `intervalMs`, default 50), as another
+   * program changes it; rejects after `timeoutMs` (`WaitTimeoutError`) and once failed (`STATE`).
    */
   async waitForState(
     state: ProcessState,
@@ -131,12 +122,11 @@ export class CudaProcess {
   ): Promise<void> {
     checkChoice(state, "state", PROCESS_STATES);
     const o = checkOptions(options, "waitForState", ["timeoutMs", "signal", "intervalMs"]);
+    const { timeoutMs: ms, intervalMs = 50 } = o;
     await this.#handle.waitForState(state, {
-      ...(o.timeoutMs !== undefined
-        ? { timeoutMs: checkInteger(o.timeoutMs, "timeoutMs", 0) }
-        : {}),
-      ...(o.signal !== undefined ? { signal: checkSignal(o.signal) } : {}),
-      intervalMs: o.intervalMs === undefined ? 50 : checkInteger(o.intervalMs, "intervalMs", 1),
+      timeoutMs: ms === undefined ? ms : checkInteger(ms, "timeoutMs", 0),
+      signal: checkSignal(o.signal),
+      intervalMs: checkInteger(intervalMs, "intervalMs", 1),
     });
   }
 
@@ -155,17 +145,9 @@ export class CudaProcess {
     return `CudaProcess(${this.pid})`;
   }
 
-  /** Checks the options (those `keys` names), then runs the action in this process's order. */
-  #act(
-    action: Action,
-    options: StepOptions | undefined,
-    keys: (keyof StepOptions)[],
-  ): Promise<Outcome> {
-    try {
-      return act(this.#handle, action, settingsOf(options, action, keys));
-    } catch (err) {
-      return Promise.reject(err);
-    }
+  /** Checks the options (those `keys` names; bad ones reject), then runs the action in order. */
+  async #act(action: Action, options: StepOptions | undefined, keys: (keyof StepOptions)[]) {
+    return await act(this.#handle, action, settingsOf(options, action, keys));
   }
 }
 

@@ -1,6 +1,5 @@
 /**
- * The public functions: many processes at once, listings, snapshots. Each checks its input here
- * and runs on the machine given, or on this machine, opened for the call.
+ * The public functions: each checks its input here and runs on the machine given, or this one.
  *
  * @module
  */
@@ -25,11 +24,10 @@ import { type Action, ACTIONS } from "../core/states.ts";
 import { storeOf } from "../os/snapshot_store.ts";
 
 /**
- * Runs `action` (a step, or a goal: `suspend`, `resume`, `toggle`) on every target at once (or
- * `concurrency` at a time), resolving to what happened to each; rejects only for bad input. A goal
- * makes the steps the state table plans from each process's state (`unchanged` where it is there
- * already); a step is made as asked. A process whose step fails is brought back where it can be,
- * and with `allOrNothing` so is every other; `job` orders the group as one job.
+ * Runs `action` on every target at once (or `concurrency` at a time), resolving to what happened
+ * to each; rejects only for bad input. A goal (`suspend`, `resume`, `toggle`) makes the steps the
+ * state table plans (`unchanged` where there already), a step is made as asked. A process whose
+ * step fails is brought back where it can be, with `allOrNothing` every other; `job`: one job.
  *
  * @example
  * ```ts
@@ -42,32 +40,26 @@ import { storeOf } from "../os/snapshot_store.ts";
  * console.log(result.ok, result.processes.map((p) => p.status)); // true [ "done", "done" ]
  * ```
  */
-export function runGroup(
+export async function runGroup(
   action: Action,
   targets: readonly (number | CudaProcess)[],
   options?: GroupOptions,
 ): Promise<GroupResult> {
-  try {
-    checkChoice(action, "action", ACTIONS);
-    const settings = checkGroupOptions(options);
-    const source = machineOf(options?.machine, "runGroup");
-    // Each CudaProcess acts through its own handle (its machine, its order, its process); the
-    // rest is checked by the group, naming it.
-    const given = Array.isArray(targets)
-      ? targets.map((t) => t instanceof CudaProcess ? handleOf(t) : t as number)
-      : targets as unknown as number[];
-    return runOn(source, action, given, settings);
-  } catch (err) {
-    return Promise.reject(err);
-  }
+  checkChoice(action, "action", ACTIONS);
+  const settings = checkGroupOptions(options);
+  const source = machineOf(options?.machine, "runGroup");
+  // A CudaProcess acts through its own handle (machine, order, process); the group checks the rest.
+  const given = Array.isArray(targets)
+    ? targets.map((t) => t instanceof CudaProcess ? handleOf(t) : t as number)
+    : targets as unknown as number[];
+  return await runOn(source, action, given, settings);
 }
 
 /**
- * Lists the CUDA processes of the machine: the host's processes that the driver confirms (one
- * that never initialised CUDA, or has ended, is left out), each with its state, restore thread,
- * command line and GPU memory per GPU; those that could not be looked at in `uninspectable`. A
- * process being checkpointed answers when that ends. A program that checkpointed itself lists
- * with `gpuMemory: false` until restored: NVML waits for that restore.
+ * Lists the machine's CUDA processes: the host's processes that the driver confirms (not one that
+ * never initialised CUDA, or ended), each with its state, restore thread, command line and GPU
+ * memory per GPU; those that could not be looked at in `uninspectable`. One being checkpointed
+ * answers when that ends; one that checkpointed itself, only with `gpuMemory: false` (NVML waits).
  *
  * @throws {CheckpointUnsupportedError} (as a rejection) for a driver older than 570.
  *
@@ -87,10 +79,8 @@ export async function listCudaProcesses(
   options?: ListCudaProcessesOptions,
 ): Promise<CudaProcessListing> {
   const settings = checkListOptions(options);
-  return await withMachine(
-    machineOf(options?.machine, "listCudaProcesses"),
-    (machine) => listOn(machine, settings),
-  );
+  const source = machineOf(options?.machine, "listCudaProcesses");
+  return await withMachine(source, (machine) => listOn(machine, settings));
 }
 
 /**
@@ -143,10 +133,8 @@ export async function snapshot(
   options?: SnapshotOptions,
 ): Promise<SnapshotResult> {
   const args = checkSnapshotArgs(roots, dir, options);
-  return await withMachine(
-    machineOf(options?.machine, "snapshot"),
-    (machine) => takeSnapshot(machine, args.roots, args.dir, args.settings),
-  );
+  const source = machineOf(options?.machine, "snapshot");
+  return await withMachine(source, (m) => takeSnapshot(m, args.roots, args.dir, args.settings));
 }
 
 /**
@@ -172,11 +160,9 @@ export async function restoreSnapshotAs(
   dir: string,
   options?: RestoreSnapshotOptions,
 ): Promise<RestoreSnapshotResult> {
-  const args = checkRestoreArgs(dir, options);
-  return await withMachine(
-    machineOf(options?.machine, operation),
-    (machine) => restoreFrom(machine, args.dir, { ...args.settings, operation }),
-  );
+  const { dir: checked, settings } = checkRestoreArgs(dir, options);
+  const source = machineOf(options?.machine, operation);
+  return await withMachine(source, (m) => restoreFrom(m, checked, { ...settings, operation }));
 }
 
 /**
@@ -223,10 +209,7 @@ export async function inspectSnapshotAs(
  * console.log(`resumed ${resumed.join(", ")}; gone: ${gone.join(", ")}`);
  * ```
  */
-export function recoverSnapshot(
-  dir: string,
-  options?: RecoverOptions,
-): Promise<RecoverResult> {
+export function recoverSnapshot(dir: string, options?: RecoverOptions): Promise<RecoverResult> {
   return recoverSnapshotAs("recoverSnapshot", dir, options);
 }
 

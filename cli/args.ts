@@ -97,11 +97,8 @@ export const NVIDIA_MESSAGES = {
  * command line of ours.
  */
 export class UsageError extends Error {
-  /** See the class. */
   readonly detail?: string;
-  /** See the class. */
   readonly getopt?: string;
-  /** See the class. */
   readonly tail?: string;
 
   constructor(message: string, detail?: string, getopt?: string, tail?: string) {
@@ -113,8 +110,6 @@ export class UsageError extends Error {
 
 /** What the parse loop collects: each option's value by its command field, and what else. */
 interface Seen {
-  /** The subcommand of ours that the command line names (its first positional), if any. */
-  sub?: string;
   operations: string[];
   given: Set<string>;
   pids: number[];
@@ -205,7 +200,7 @@ function subcommandOf(args: readonly string[]): string | undefined {
 }
 
 function parse(args: readonly string[], sub: string | undefined): Command {
-  const seen: Seen = { sub, operations: [], given: new Set(), pids: [], fields: {}, words: [] };
+  const seen: Seen = { operations: [], given: new Set(), pids: [], fields: {}, words: [] };
   for (let i = 0; i < args.length; i++) {
     const arg = args[i];
     if (arg === "--") {
@@ -221,7 +216,7 @@ function parse(args: readonly string[], sub: string | undefined): Command {
     const name = isLong ? (eq < 0 ? arg : arg.slice(0, eq)) : arg.slice(0, 2);
     let inline = isLong ? (eq < 0 ? undefined : arg.slice(eq + 1)) : arg.slice(2) || undefined;
     if (name === "--launch-job" || name === "-j") {
-      throw new UsageError(
+      no(
         "--launch-job (-j) is an option of NVIDIA's cuda-checkpoint from driver 590 (it starts a " +
           "program with a job file); this cuda-checkpoint follows driver 580's, which lacks it",
       );
@@ -230,11 +225,9 @@ function parse(args: readonly string[], sub: string | undefined): Command {
     const option = OPTIONS[long];
     const short = `-- '${name.slice(1)}'`;
     if (!option) {
-      const near = isLong ? nearest(name, Object.keys(OPTIONS)) : undefined;
-      throw badOption(
-        `unknown option ${JSON.stringify(name)}${near ? ` (did you mean ${near}?)` : ""}`,
-        isLong ? `unrecognized option '${arg}'` : `invalid option ${short}`,
-      );
+      const near = isLong ? nearer(name, Object.keys(OPTIONS)) : "";
+      const getopt = isLong ? `unrecognized option '${arg}'` : `invalid option ${short}`;
+      throw badOption(`unknown option ${JSON.stringify(name)}${near}`, getopt);
     }
     if (option.value && (inline ??= args[++i]) === undefined) {
       const getopt = isLong
@@ -332,6 +325,12 @@ function count(text: string, option: string, unit: string, whole = text): number
   throw new UsageError(`${option} must be ${what}`, `got ${JSON.stringify(whole)}`);
 }
 
+/** ` (did you mean X?)`, X the nearest of `among` to `word`; or nothing. */
+function nearer(word: string, among: string[]): string {
+  const near = nearest(word, among);
+  return near ? ` (did you mean ${near}?)` : "";
+}
+
 /** Throws the UsageError of `message` (and `detail`). */
 function no(message: string, detail?: string): never {
   throw new UsageError(message, detail);
@@ -367,13 +366,10 @@ function finish(seen: Seen): Command {
   if (sub !== undefined && !isSubcommand(sub)) {
     // After an operation of NVIDIA's, a stray word gets its line; alone, a mistyped subcommand.
     if (seen.operations.length > 0) throw badOption(`unexpected argument ${JSON.stringify(sub)}`);
-    const near = nearest(sub, [...Object.keys(SUBCOMMANDS), ...Object.keys(OPTIONS)]);
-    throw new UsageError(
-      `unknown subcommand ${JSON.stringify(sub)}${near ? ` (did you mean ${near}?)` : ""}`,
-      undefined,
-      undefined,
-      "Run cuda-checkpoint --help for its operations, subcommands and options.",
-    );
+    const near = nearer(sub, [...Object.keys(SUBCOMMANDS), ...Object.keys(OPTIONS)]);
+    const tail = "Run cuda-checkpoint --help for its operations, subcommands and options.";
+    const unknown = `unknown subcommand ${JSON.stringify(sub)}${near}`;
+    throw new UsageError(unknown, undefined, undefined, tail);
   }
   if (["--memory-mib", "--gpu", "--command"].some(has) && sub !== "spawn") {
     no("--memory-mib, --gpu and --command are only valid with --simulate spawn");
@@ -426,8 +422,7 @@ function operationCommand(seen: Seen, common: Common): Command {
   if (has("--timeout") && operation !== "lock") no(NVIDIA_MESSAGES.timeoutNotLock);
   const resuming = operation === "restore" || operation === "toggle";
   if (has("--device-map") && !resuming) {
-    const detail = "--device-map goes with --action restore and --toggle";
-    throw new UsageError(NVIDIA_MESSAGES.remapNotRestore, detail);
+    no(NVIDIA_MESSAGES.remapNotRestore, "--device-map goes with --action restore and --toggle");
   }
   if (has("--no-room-check") && !resuming) {
     no(
@@ -457,14 +452,12 @@ function snapshotCommand(sub: string, rest: string[], seen: Seen, common: Common
   const has = (option: string) => seen.given.has(option);
   refuseStray(sub, seen, STRAY_OF_SNAPSHOTS);
   // The directory, as `--dir DIR` or as the one positional argument (`inspect DIR`), once.
-  const given_ = seen.fields.dir as string | undefined;
-  if (rest.length > 1 || (rest.length === 1 && given_ !== undefined && given_ !== rest[0])) {
-    const dirs = [...(given_ !== undefined ? [given_] : []), ...rest].map((d) => JSON.stringify(d));
-    throw new UsageError(
-      `${sub} takes one directory, as DIR or --dir DIR; got ${dirs.join(" and ")}`,
-    );
+  const named = seen.fields.dir as string | undefined;
+  if (rest.length > 1 || (rest.length === 1 && named !== undefined && named !== rest[0])) {
+    const dirs = [named, ...rest].filter((d) => d !== undefined).map((d) => JSON.stringify(d));
+    no(`${sub} takes one directory, as DIR or --dir DIR; got ${dirs.join(" and ")}`);
   }
-  const dir = rest.length === 1 ? readDir(rest[0]) : given_;
+  const dir = rest.length === 1 ? readDir(rest[0]) : named;
   if (dir === undefined) no(`${sub} needs the snapshot's directory, as DIR or --dir DIR`);
   if (sub === "inspect") return { kind: "inspect", dir, verify: has("--verify"), ...common };
   if (sub === "recover") return { kind: "recover", dir, ...given(seen, "checkRoom"), ...common };

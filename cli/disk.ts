@@ -1,28 +1,18 @@
 /**
- * `snapshot`, `restore-snapshot`, `inspect` and `recover`: process trees to disk and back, on this
- * machine's driver and criu or (`--simulate`) the simulated machine and its criu; `inspect`
- * (`--verify`: every file's digest) reads only the file system; `recover` resumes what a snapshot
- * killed outright left suspended. Text is a line per process and a closing line of the manifest's
- * figures (GPU memory as the host saw it before the suspend, images as the sizes of the files it
- * lists); `--json` one object. A failure is one line, `cuda-checkpoint: <subcommand> ...`, saying
+ * `snapshot`, `restore-snapshot`, `inspect` (`--verify`: every file's digest; the file system
+ * only) and `recover` (what a snapshot killed outright left suspended, resumed). Text is a line per
+ * process and a closing line of the manifest's figures (GPU memory as the host saw it before the
+ * suspend, images as the sizes of its files); `--json` one object. A failure is one line saying
  * where every process was left, and exit 1. An interrupt stops a snapshot or restore, which puts
  * back what it changed (exit 128 + the signal's number); a second one exits at once.
  *
  * @module
  */
 
-import type {
-  InspectCommand,
-  RecoverCommand,
-  RestoreSnapshotCommand,
-  SnapshotCommand,
-} from "./args.ts";
-import {
-  inspectSnapshotAs,
-  recoverSnapshotAs,
-  restoreSnapshotAs,
-  snapshot,
-} from "../api/functions.ts";
+import type { InspectCommand, RecoverCommand, SnapshotCommand } from "./args.ts";
+import type { RestoreSnapshotCommand } from "./args.ts";
+import { inspectSnapshotAs, recoverSnapshotAs, restoreSnapshotAs } from "../api/functions.ts";
+import { snapshot } from "../api/functions.ts";
 import { formatDriverVersion } from "../core/driver.ts";
 import { CheckpointError } from "../core/errors.ts";
 import { roundMs } from "../core/time.ts";
@@ -34,61 +24,54 @@ import { type Progress, progressOf, size } from "./progress.ts";
 
 /** A command of this module. */
 type DiskCommand = SnapshotCommand | RestoreSnapshotCommand | InspectCommand | RecoverCommand;
+/** What a command made: its `--json` object's fields, its lines of text. */
+type Made = { fields: object; lines: string[] };
+/** The options of a snapshot and a restore but their own. */
+type Whole = { machine: Machine; signal: AbortSignal; onProgress(e: SnapshotEvent): void };
 
-/**
- * Runs `snapshot`, `restore-snapshot`, `inspect` or `recover`; resolves to the exit code (128 + the
- * signal's number where an interrupt stopped it). `simulated`: on the state file's machine.
- */
+/** Runs the command (`inspect` without a machine: on the disk); resolves to the exit code. */
 export async function runDiskCommand(
   command: DiskCommand,
-  machine: Machine,
+  machine: Machine | undefined,
   print: Printer,
   io: CliIo,
   simulated = false,
 ): Promise<number> {
-  if (command.kind === "inspect") return await runInspect(command, machine, print);
-  const progress = progressOf(print, command.events, machine, {
-    labels: command.kind === "recover"
+  const { kind, dir } = command;
+  const progress = kind === "inspect" ? undefined : progressOf(print, command.events, machine!, {
+    labels: kind === "recover"
       ? { resume: "resuming the suspended processes" }
-      : command.kind === "snapshot" && command.leaveRunning
+      : kind === "snapshot" && command.leaveRunning
       ? { end: "resuming the CUDA processes" }
       : {},
     expect: "restore",
   });
-  if (command.kind === "recover") return await runRecover(command, machine, print, progress);
-  const { kind, dir } = command;
   const sim = simulated ? " --simulate" : "";
-  const watch = watchInterrupts(io.interrupts, print, {
+  const orRecover = `, or all that its trace names with cuda-checkpoint recover ${dir}${sim}`;
+  const watched = kind === "snapshot" || kind === "restore-snapshot";
+  const watch = watchInterrupts(watched ? io.interrupts : undefined, print, {
     simulated,
     subject: kind,
     meanwhile: "it stops, and puts back every process it changed (interrupt again to exit " +
       "without waiting)",
-    leftBehind: () => ({
-      rest: `; processes of the ${kind} may be left suspended: see cuda-checkpoint list${sim}, ` +
-        `and resume each with cuda-checkpoint --toggle --pid PID` +
-        (kind === "snapshot"
-          ? `, or all that its trace names with cuda-checkpoint recover ${dir}${sim}`
-          : ""),
-    }),
+    leftBehind: () => [
+      `; processes of the ${kind} may be left suspended: see cuda-checkpoint list${sim}, and ` +
+      `resume each with cuda-checkpoint --toggle --pid PID${kind === "snapshot" ? orRecover : ""}`,
+    ],
   });
-  const counted = new Map<number, number>(); // criu's count of each tree's images as it wrote them
-  const options = {
-    machine,
-    ...(command.deadlineMs !== undefined ? { timeoutMs: command.deadlineMs } : {}),
-    signal: watch.signal,
-    onProgress: (e: SnapshotEvent) => {
-      if (e.type === "bytes") counted.set(e.root, e.bytes);
-      progress?.event(e);
-    },
-  };
+  const onProgress = (e: SnapshotEvent) => progress?.event(e);
+  const whole: Whole = { machine: machine!, signal: watch.signal, onProgress };
   try {
-    const { m, fields, closing } = kind === "snapshot"
-      ? await take(command as SnapshotCommand, options, counted)
-      : await restore(command as RestoreSnapshotCommand, options);
+    const { fields, lines } = kind === "inspect"
+      ? await inspect(command, machine)
+      : kind === "recover"
+      ? await recover(command, machine!, progress)
+      : kind === "snapshot"
+      ? await take(command, whole)
+      : await restore(command, whole);
     progress?.stop();
-    if (command.json) {
-      print.json({ ok: true, operation: kind, ...fields, processes: processesOf(m) });
-    } else for (const line of [...processLines(m), closing]) print.out(line);
+    if (command.json) print.json({ ok: true, operation: kind, ...fields });
+    else lines.forEach((line) => print.out(line));
     return watch.exitCode(0);
   } catch (error) {
     progress?.stop();
@@ -98,135 +81,94 @@ export async function runDiskCommand(
   }
 }
 
-/** What a snapshot or restore made: its manifest, its `--json` fields, its closing line. */
-type Made = { m: Manifest; fields: object; closing: string };
-/** The options of both: the machine, the deadline, the stop signal, the progress. */
-type Whole = {
-  machine: Machine;
-  timeoutMs?: number;
-  signal: AbortSignal;
-  onProgress(e: SnapshotEvent): void;
-};
-
-/** `snapshot`; `counted`: criu's count of each tree's images as it wrote them. */
-async function take(
-  c: SnapshotCommand,
-  options: Whole,
-  counted: Map<number, number>,
-): Promise<Made> {
-  const r = await snapshot(c.roots, c.dir, {
-    ...options,
-    leaveRunning: c.leaveRunning,
-    job: c.job,
-    allowIpcImport: c.allowIpcImport ?? false,
-    tcpEstablished: c.tcpEstablished ?? false,
-    ...(c.lockTimeoutMs !== undefined ? { lockTimeoutMs: c.lockTimeoutMs } : {}),
-  });
+async function take(c: SnapshotCommand, whole: Whole): Promise<Made> {
+  const { leaveRunning, job, allowIpcImport, tcpEstablished, lockTimeoutMs } = c;
+  const given = { leaveRunning, job, allowIpcImport, tcpEstablished, lockTimeoutMs, ...whole };
+  const counted = new Map<number, number>(); // criu's count of each tree's images as it wrote them
+  const onProgress = (e: SnapshotEvent) => {
+    if (e.type === "bytes") counted.set(e.root, e.bytes);
+    whole.onProgress(e);
+  };
+  const r = await snapshot(c.roots, c.dir, { ...given, timeoutMs: c.deadlineMs, onProgress });
   const m = r.manifest, left = m.options.leaveRunning;
   const all = [...counted.values()].reduce((a, b) => a + b, 0);
-  return {
-    m,
-    fields: { dir: r.dir, ms: roundMs(r.ms), bytes: imageBytes(m), leftRunning: left },
-    closing: `snapshot in ${r.dir}: ${summary(m, all)}; suspend ${secs(m.timings.suspendMs)}, ` +
-      `dump ${secs(m.timings.dumpMs)}, ${secs(r.ms)} in all; the processes ${
-        left ? "keep running" : "were ended"
-      }`,
-  };
+  const fields = { dir: r.dir, ms: roundMs(r.ms), bytes: imageBytes(m), leftRunning: left };
+  const { suspendMs, dumpMs } = m.timings;
+  const times = `suspend ${secs(suspendMs)}, dump ${secs(dumpMs)}, ${secs(r.ms)} in all`;
+  const ended = `the processes ${left ? "keep running" : "were ended"}`;
+  return made(m, fields, `snapshot in ${r.dir}: ${summary(m, all)}; ${times}; ${ended}`);
 }
 
-/** `restore-snapshot`. */
-async function restore(c: RestoreSnapshotCommand, options: Whole): Promise<Made> {
-  const r = await restoreSnapshotAs(c.kind, c.dir, {
-    ...options,
-    ...(c.gpuMapping ? { gpuMapping: c.gpuMapping } : {}),
-    checkRoom: c.checkRoom ?? true,
-  });
+async function restore(c: RestoreSnapshotCommand, whole: Whole): Promise<Made> {
+  const { gpuMapping, checkRoom, deadlineMs: timeoutMs } = c;
+  const r = await restoreSnapshotAs(c.kind, c.dir, { ...whole, gpuMapping, checkRoom, timeoutMs });
   const timings = Object.fromEntries(Object.entries(r.timings).map(([k, ms]) => [k, roundMs(ms)]));
   const moved = Object.entries(r.gpuMapping).filter(([a, b]) => a !== b).map(([, to]) => to);
-  return {
-    m: r.manifest,
-    fields: { dir: r.dir, ms: roundMs(r.ms), timings, pids: r.pids, gpuMapping: r.gpuMapping },
-    closing: `restored from ${r.dir}: ${summary(r.manifest)}${
-      moved.length > 0 ? `, onto ${moved.join(", ")}` : ""
-    }, in ${secs(r.ms)}`,
-  };
+  const onto = moved.length > 0 ? `, onto ${moved.join(", ")}` : "";
+  return made(
+    r.manifest,
+    { dir: r.dir, ms: roundMs(r.ms), timings, pids: r.pids, gpuMapping: r.gpuMapping },
+    `restored from ${r.dir}: ${summary(r.manifest)}${onto}, in ${secs(r.ms)}`,
+  );
+}
+
+/** What a snapshot or restore made: its fields and processes, a line each and its closing line. */
+function made(m: Manifest, fields: object, closing: string): Made {
+  return { fields: { ...fields, processes: processesOf(m) }, lines: [...processLines(m), closing] };
 }
 
 /** `inspect`: the manifest, checked against its files, from the machine's store or the disk. */
-export async function runInspect(
-  command: InspectCommand,
-  machine: Machine | undefined,
-  print: Printer,
-): Promise<number> {
-  try {
-    const { dir, manifest: m, verified } = await inspectSnapshotAs(command.kind, command.dir, {
-      ...(machine ? { machine } : {}),
-      verify: command.verify,
-    });
-    if (command.json) {
-      print.json({ ok: true, operation: command.kind, dir, verified, manifest: m });
-      return 0;
-    }
-    const { driver, engine, tool } = m;
-    for (
-      const line of [
-        `snapshot ${dir} (${m.format})`,
-        `  taken ${m.createdAt} on ${m.host.hostname} (kernel ${m.host.kernel})`,
-        `  driver CUDA ${formatDriverVersion(driver.cudaVersion)}${
-          driver.release ? ` (${driver.release})` : ""
-        }, ${engine.kind}${
-          engine.version ? ` ${engine.version}` : ""
-        }, by ${tool.name} ${tool.version}`,
-        ...m.gpus.map((g) =>
-          `  GPU ${g.index}: ${g.name}, ${g.uuid}${
-            g.totalMiB !== undefined ? `, ${Math.round(g.totalMiB)} MiB` : ""
-          }`
-        ),
-        `  ${summary(m)}${m.options.job ? ", as one job" : ""}`,
-        ...processLines(m).map((line) => `  ${line}`),
-        verified
-          ? `  every file read: each is the file the snapshot wrote (its digest as the manifest says)`
-          : `  every file present, private, of its size (--verify reads each and checks its digest)`,
-      ]
-    ) print.out(line);
-    return 0;
-  } catch (error) {
-    return failed(command, print, error);
-  }
+async function inspect(command: InspectCommand, machine: Machine | undefined): Promise<Made> {
+  const { dir, manifest: m, verified } = await inspectSnapshotAs(command.kind, command.dir, {
+    machine,
+    verify: command.verify,
+  });
+  const { driver, engine, tool } = m;
+  return {
+    fields: { dir, verified, manifest: m },
+    lines: [
+      `snapshot ${dir} (${m.format})`,
+      `  taken ${m.createdAt} on ${m.host.hostname} (kernel ${m.host.kernel})`,
+      `  driver CUDA ${formatDriverVersion(driver.cudaVersion)}${
+        driver.release ? ` (${driver.release})` : ""
+      }, ${engine.kind}${
+        engine.version ? ` ${engine.version}` : ""
+      }, by ${tool.name} ${tool.version}`,
+      ...m.gpus.map((g) =>
+        `  GPU ${g.index}: ${g.name}, ${g.uuid}${
+          g.totalMiB !== undefined ? `, ${Math.round(g.totalMiB)} MiB` : ""
+        }`
+      ),
+      `  ${summary(m)}${m.options.job ? ", as one job" : ""}`,
+      ...processLines(m).map((line) => `  ${line}`),
+      verified
+        ? `  every file read: each is the file the snapshot wrote (its digest as the manifest says)`
+        : `  every file present, private, of its size (--verify reads each and checks its digest)`,
+    ],
+  };
 }
 
 /** `recover`: what a snapshot killed outright left suspended, resumed; what it wrote removed. */
-async function runRecover(
-  command: RecoverCommand,
-  machine: Machine,
-  print: Printer,
-  progress: Progress | undefined,
-) {
-  try {
-    progress?.event({ type: "phase", phase: "resume", at: 0 });
-    const r = await recoverSnapshotAs(command.kind, command.dir, {
-      machine,
-      checkRoom: command.checkRoom ?? true,
-      ...(progress ? { onProgress: (e) => progress.event(e) } : {}),
-    }).finally(() => progress?.stop());
-    if (command.json) {
-      print.json({ ok: true, operation: command.kind, ...r });
-      return 0;
-    }
-    const list = (pids: readonly number[]) => pids.length > 0 ? pids.join(", ") : "none";
-    print.out(`resumed: ${list(r.resumed)}`);
-    if (r.gone.length > 0) {
-      print.out(`gone (ended, or the pid is another process's): ${list(r.gone)}`);
-    }
-    print.out(
+async function recover(c: RecoverCommand, machine: Machine, progress: Progress | undefined) {
+  progress?.event({ type: "phase", phase: "resume", at: 0 });
+  const r = await recoverSnapshotAs(c.kind, c.dir, {
+    machine,
+    checkRoom: c.checkRoom,
+    onProgress: progress && ((e) => progress.event(e)),
+  });
+  const list = (pids: readonly number[]) => pids.length > 0 ? pids.join(", ") : "none";
+  return {
+    fields: r,
+    lines: [
+      `resumed: ${list(r.resumed)}`,
+      ...(r.gone.length > 0
+        ? [`gone (ended, or the pid is another process's): ${list(r.gone)}`]
+        : []),
       r.complete
         ? `the snapshot in ${r.dir} is complete, and kept; its trace was removed`
         : `removed what the interrupted snapshot had written in ${r.dir}`,
-    );
-    return 0;
-  } catch (error) {
-    return failed(command, print, error);
-  }
+    ],
+  };
 }
 
 /**
@@ -238,33 +180,23 @@ function failed(command: DiskCommand, print: Printer, error: unknown, abort?: un
     ? `${command.kind} stopped: ${commandMessage(error)}`
     : commandMessage(error);
   if (command.json) {
-    const e = error instanceof Error ? error : undefined;
-    print.json({
-      ok: false,
-      operation: command.kind,
-      dir: command.dir,
-      error: {
-        message,
-        ...(error instanceof CheckpointError ? { code: error.code } : {}),
-        ...(e ? { name: e.name } : {}),
-        ...(e && "log" in e && e.log ? { log: e.log } : {}),
-      },
-    });
+    const e = error instanceof Error ? error as Error & { log?: unknown } : undefined;
+    const code = error instanceof CheckpointError ? error.code : undefined;
+    const failure = { message, code, name: e?.name, log: e?.log || undefined };
+    print.json({ ok: false, operation: command.kind, dir: command.dir, error: failure });
   }
   print.err(`cuda-checkpoint: ${message}`);
   return 1;
 }
 
-/** Each process of the snapshot, for --json. */
+/** Each process of the snapshot, for --json (undefined keys left out). */
 function processesOf(m: Manifest) {
   return m.trees.flatMap((t) =>
     t.processes.map(({ pid, command, cuda }) => ({
       pid,
       tree: t.root,
-      ...(command ? { command } : {}),
-      ...(cuda
-        ? { cuda: { state: cuda.state, gpuMemoryMiB: cuda.gpuMemoryMiB ?? "unknown" } }
-        : {}),
+      command: command || undefined,
+      cuda: cuda && { state: cuda.state, gpuMemoryMiB: cuda.gpuMemoryMiB ?? "unknown" },
     }))
   );
 }
@@ -293,9 +225,9 @@ function summary(m: Manifest, counted?: number): string {
   const other = counted !== undefined && Math.abs(counted - bytes) > 0.01 * Math.max(counted, bytes)
     ? `; ${m.engine.kind} counted ${size(counted)} as it wrote them`
     : "";
-  const trees = m.trees.length, processes = all.length;
-  return `${trees} tree${trees === 1 ? "" : "s"}, ${processes} process${
-    processes === 1 ? "" : "es"
+  const count = (n: number, one: string, many: string) => `${n} ${n === 1 ? one : many}`;
+  return `${count(m.trees.length, "tree", "trees")}, ${
+    count(all.length, "process", "processes")
   } ` +
     `(${cuda.length} with CUDA, ${mib} MiB of GPU memory), ${size(bytes)} of images (the ` +
     `manifest's files${other})`;
@@ -306,6 +238,7 @@ function mibOf(p: ManifestProcess): number {
   return Object.values(p.cuda?.gpuMemoryMiB ?? {}).reduce((a, b) => a + b, 0);
 }
 
+/** The bytes of the manifest's files. */
 function imageBytes(m: Manifest): number {
   return m.files.reduce((sum, f) => sum + f.bytes, 0);
 }

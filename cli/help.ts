@@ -1,7 +1,6 @@
 /**
  * The help text of `cuda-checkpoint`: what `--help` prints, and what follows a usage error of
- * NVIDIA's operations. It names `--action`, which CRIU's CUDA plugin looks for before it uses the
- * program.
+ * NVIDIA's operations. It names `--action`, which CRIU's CUDA plugin looks for.
  *
  * @module
  */

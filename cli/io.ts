@@ -75,27 +75,22 @@ export function escapeControls(text: string): string {
 /** A signal that interrupts a command: as {@link Interrupts.watch} names it. */
 export type Signal = NonNullable<Parameters<Parameters<Interrupts["watch"]>[0]>[0]>;
 
-/** Linux's number of each. */
-const NUMBERS: Readonly<Record<Signal, number>> = { SIGINT: 2, SIGTERM: 15, SIGHUP: 1 };
+/** The exit code of a command that each signal interrupted: 128 + Linux's number, as shells say. */
+const EXIT_CODES: Readonly<Record<Signal, number>> = { SIGINT: 130, SIGTERM: 143, SIGHUP: 129 };
 
 /** The signals that interrupt a command. */
-export const SIGNALS = Object.keys(NUMBERS) as readonly Signal[];
-
-/** The exit code of a command that `signal` interrupted: 128 + its number, as shells report it. */
-export function interruptedExitCode(signal: Signal): number {
-  return 128 + NUMBERS[signal];
-}
+export const SIGNALS = Object.keys(EXIT_CODES) as readonly Signal[];
 
 /**
  * What a command says when interrupted: what was interrupted (`snapshot`), named before
  * "interrupted"; what happens after the first interrupt, the end of its line; what a second leaves
- * (`rest` ends the line `interrupted again: exiting without waiting`, `lines` follow it); and
+ * (the first line ends the line `interrupted again: exiting without waiting`, the rest follow); and
  * whether the machine is the state file's (then unsaved).
  */
 export interface InterruptHooks {
   readonly subject?: string;
   readonly meanwhile: string;
-  leftBehind(): { rest: string; lines?: readonly string[] };
+  leftBehind(): readonly string[];
   readonly simulated: boolean;
 }
 
@@ -103,8 +98,6 @@ export interface InterruptHooks {
 export interface InterruptWatch {
   /** Aborts at the first interrupt, its reason `interrupted (SIGX)`. */
   readonly signal: AbortSignal;
-  /** The first interrupt's signal, if one came. */
-  readonly first: Signal | undefined;
   /** The exit code: the first interrupt's, if one came, else `code`. */
   exitCode(code: number): number;
   /** Stops watching: an interrupt ends the program again. Idempotent. */
@@ -131,20 +124,17 @@ export function watchInterrupts(
       say(`${subject ? `${subject} ` : ""}interrupted${by}: ${meanwhile}`);
       return controller.abort(new Error(`interrupted (${signal})`));
     }
-    const { rest, lines = [] } = leftBehind();
+    const [rest, ...lines] = leftBehind();
     say(`interrupted again: exiting without waiting${rest}`);
     lines.forEach(say);
     if (simulated) {
       say("the simulated machine was not saved: its state file is as before this command");
     }
-    interrupts!.exit(interruptedExitCode(signal));
+    interrupts!.exit(EXIT_CODES[signal]);
   });
   return {
     signal: controller.signal,
-    get first() {
-      return first;
-    },
-    exitCode: (code) => first ? interruptedExitCode(first) : code,
+    exitCode: (code) => first ? EXIT_CODES[first] : code,
     stop() {
       unwatch?.();
       unwatch = undefined;

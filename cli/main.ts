@@ -39,15 +39,10 @@ export async function main(args: readonly string[], io: CliIo): Promise<number> 
   const say = (text: string) => io.stderr(escapeControls(text));
   try {
     const command = parseCommandLine(args);
-    if (command.kind === "help") {
-      io.stdout((await import("./help.ts")).helpText());
-      return 0;
-    }
-    if (command.kind === "version") {
-      io.stdout(`cuda-checkpoint (@ckpt/cuda) ${VERSION}\n`);
-      return 0;
-    }
-    return await (await import("./run.ts")).run(command, io);
+    if (command.kind === "help") io.stdout((await import("./help.ts")).helpText());
+    else if (command.kind === "version") io.stdout(`cuda-checkpoint (@ckpt/cuda) ${VERSION}\n`);
+    else return await (await import("./run.ts")).run(command, io);
+    return 0;
   } catch (error) {
     try {
       if (error instanceof UsageError) {
@@ -69,9 +64,9 @@ export async function main(args: readonly string[], io: CliIo): Promise<number> 
 /** What the program takes of its runtime, Deno or Bun. */
 interface Runtime {
   readonly args: string[];
-  argv0(): string;
-  out(text: string): void;
-  err(text: string): void;
+  readonly programName: string;
+  stdout(text: string): void;
+  stderr(text: string): void;
   terminal(): boolean;
   readonly env: Record<string, string | undefined>;
   on(signal: Signal, listener: () => void): void;
@@ -99,9 +94,11 @@ function runtime(): Runtime {
     }
     return {
       args: deno.args,
-      argv0: () => new TextDecoder().decode(deno.readFileSync("/proc/self/cmdline")).split("\0")[0],
-      out: writer(deno.stdout),
-      err: writer(deno.stderr),
+      programName: programName(() =>
+        new TextDecoder().decode(deno.readFileSync("/proc/self/cmdline")).split("\0")[0]
+      ),
+      stdout: writer(deno.stdout),
+      stderr: writer(deno.stderr),
       terminal: () => deno.stderr.isTerminal(),
       env,
       on: (signal, listener) => deno.addSignalListener(signal, listener),
@@ -116,7 +113,7 @@ function runtime(): Runtime {
   type Sink = { write(chunk: string): number; flush(): number | Promise<number> };
   const { Bun, process } = globalThis as unknown as {
     Bun: { stdout: { writer(): Sink }; stderr: { writer(): Sink } };
-    process: Runtime & { argv: string[]; argv0: string };
+    process: Omit<Runtime, "programName"> & { argv: string[]; argv0: string };
   };
   const pending: Promise<unknown>[] = [];
   const writer = (sink: Sink) => (text: string) => {
@@ -127,11 +124,19 @@ function runtime(): Runtime {
   const require = (import.meta as unknown as { require(id: string): unknown }).require;
   return {
     args: process.argv.slice(2),
-    argv0: () => process.argv0,
-    out: writer(Bun.stdout.writer()),
-    err: writer(Bun.stderr.writer()),
-    terminal: () =>
-      isTerminal((require("node:fs") as { readlinkSync(p: string): string }).readlinkSync),
+    programName: programName(() => process.argv0),
+    stdout: writer(Bun.stdout.writer()),
+    stderr: writer(Bun.stderr.writer()),
+    // Whether stderr is a terminal, from what /proc/self/fd/2 names (/dev/pts/N, /dev/ttyN).
+    terminal() {
+      const { readlinkSync } = require("node:fs") as { readlinkSync(p: string): string };
+      const tty = /^\/dev\/(pts\/[0-9]+|tty[A-Za-z0-9]*|console)$/;
+      try {
+        return tty.test(readlinkSync("/proc/self/fd/2"));
+      } catch {
+        return false;
+      }
+    },
     env: process.env,
     on: (signal, listener) => process.on(signal, listener),
     off: (signal, listener) => process.off(signal, listener),
@@ -154,26 +159,14 @@ function programName(argv0: () => string): string {
   return "cuda-checkpoint";
 }
 
-/** Whether stderr is a terminal, from what `/proc/self/fd/2` names (`/dev/pts/N`, `/dev/ttyN`). */
-function isTerminal(readlink: (path: string) => string): boolean {
-  try {
-    return /^\/dev\/(pts\/[0-9]+|tty[A-Za-z0-9]*|console)$/.test(readlink("/proc/self/fd/2"));
-  } catch {
-    return false;
-  }
-}
-
 if (import.meta.main) {
   const host = runtime();
   let terminal: boolean | undefined;
   const code = await main(host.args, {
-    programName: programName(host.argv0),
-    stdout: host.out,
-    stderr: host.err,
+    ...host, // its programName, stdout, stderr and env (the rest unread)
     get isTerminal() {
       return terminal ??= host.terminal();
     },
-    env: host.env,
     interrupts: {
       watch(onInterrupt) {
         const listeners = SIGNALS.map((signal) => [signal, () => onInterrupt(signal)] as const);

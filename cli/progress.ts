@@ -1,16 +1,11 @@
 /**
- * The progress of long work. On a terminal: one live line on stderr, `<what runs> <elapsed>:
- * <bytes done> of <bytes expected>, <rate>, <time left>`, redrawn on a timer (on the machine's
- * clock: the simulator's virtual time moves it too) and erased before anything else is written.
- * With `--events`: each event as one JSON line on stderr instead, the library's event with `type`
- * named `event` and `at` in ms since the command began (a step's start adds the `bytes` it moves
- * and `estimatedMs`); asked for, so that stderr stays NVIDIA's lines for scripts that read them.
- *
- * A driver step (checkpoint, restore) moves the GPU memory its process holds (NVML, a record, or
- * the manifest) and says nothing until it ends, so its progress is estimated ("~") from the rates
- * measured on H200s (docs/DRIVER.md, "Timings"), or from this run's own once a step of its kind has
- * ended. A dump's bytes are criu's count as it writes (its images hold at least the GPU memory:
- * the "~" expected); criu's restore says only when a tree is back, so its progress is estimated.
+ * The progress of long work (README, "Command line"): on a terminal, one live line on stderr,
+ * redrawn on the machine's clock and erased before anything else is written; with `--events`,
+ * each event as a JSON line on stderr instead (asked for: stderr stays NVIDIA's lines for
+ * scripts). The driver says nothing while it copies a process's GPU memory, nor criu's restore
+ * until a tree is back: their progress is estimated ("~") from the rates of docs/DRIVER.md
+ * ("Timings"), or this run's own once a step of its kind ended. A dump's bytes are criu's count
+ * as it writes (its images hold at least the GPU memory).
  *
  * @module
  */
@@ -28,7 +23,7 @@ export type Followed =
 /**
  * Options of {@link progressOf}: how many processes an operation has (a count `n/N done`, and each
  * one's step), what the line calls a phase where not as {@link PHASES} does, the step a process not
- * yet in one is expected to make (`checkpoint` by default), the terminal's width (80).
+ * yet in one is expected to make (`checkpoint` by default, and in a suspend), the terminal's width.
  */
 export interface ProgressOptions {
   readonly total?: number;
@@ -42,13 +37,6 @@ export interface ProgressOptions {
  * (4-6 GB/s) of one process (docs/DRIVER.md, "Timings"), criu's restore of images (about 2 GB/s).
  */
 const RATES: Readonly<Record<string, number>> = { checkpoint: 2e6, restore: 5e6, images: 2e6 };
-/** The driver step of a phase's processes. */
-const EXPECT: Readonly<Record<string, string>> = {
-  suspend: "checkpoint",
-  resume: "restore",
-  end: "restore",
-  rollback: "restore",
-};
 /** What the line calls each phase of a snapshot and a restore. */
 const PHASES: Readonly<Record<string, string>> = {
   check: "checking",
@@ -178,8 +166,9 @@ export class Progress {
       : this.#phase === "restore" && this.#images > 0
       ? this.#restored(now)
       : this.#driver(now);
+    const elapsed = `${(Math.max(0, now - this.#start) / 1000).toFixed(1)} s`;
     const steps = total > 1 ? [...this.#steps].map(([pid, s]) => `${pid} ${s.step}`) : [];
-    const line = `${label}${one ? ` ${one.step}` : ""} ${seconds(now - this.#start)}${
+    const line = `${label}${one ? ` ${one.step}` : ""} ${elapsed}${
       total > 1 ? `, ${this.#done.size}/${total} done` : ""
     }${figures ? `: ${figures}` : ""}${steps.length > 0 ? `; ${steps.join(", ")}` : ""}`;
     const width = (this.#o.columns ?? 80) - 1;
@@ -207,9 +196,7 @@ export class Progress {
   }
 
   #sum(pids: Iterable<number>): number {
-    let sum = 0;
-    for (const pid of pids) sum += this.#held.get(pid) ?? 0;
-    return sum;
+    return [...pids].reduce((sum, pid) => sum + (this.#held.get(pid) ?? 0), 0);
   }
 
   /** The driver steps': what the phase's processes have moved, the rate, the time left. */
@@ -220,7 +207,8 @@ export class Progress {
       const bytes = this.#held.get(pid)!;
       const s = this.#steps.get(pid);
       const running = s && RATES[s.step] ? s : undefined;
-      const r = this.#rate(running?.step ?? EXPECT[this.#phase] ?? this.#o.expect ?? "checkpoint");
+      const expected = this.#phase === "suspend" ? "checkpoint" : this.#o.expect ?? "checkpoint";
+      const r = this.#rate(running?.step ?? expected);
       const ran = running ? now - running.since : 0;
       if (this.#moved.has(pid)) done += bytes;
       else {
@@ -229,17 +217,12 @@ export class Progress {
         if (running) rate += r;
       }
     }
-    if (total === 0) return "";
-    if (done >= total) return amounts(total, total);
-    return `~${amounts(done, total)}${rate > 0 ? `, ~${perSecond(rate)}` : ""}, ${
-      left > 0 ? `~${timeLeft(left)}` : "longer than estimated"
-    }`;
+    return total === 0 ? "" : estimated(done, total, rate, left);
   }
 
   /** A dump's: criu's count, its rate, the time left to the GPU memory it holds at least. */
   #dumped(now: number): string {
-    let written = 0;
-    for (const bytes of this.#written.values()) written += bytes;
+    const written = [...this.#written.values()].reduce((a, b) => a + b, 0);
     const rate = written / Math.max(1, now - this.#since);
     if (written === 0) return "";
     if (this.#suspended <= written) return `${size(written)} written, ${perSecond(rate)}`;
@@ -249,15 +232,21 @@ export class Progress {
 
   /** A restore's images: those of the trees that are back, estimated for the others. */
   #restored(now: number): string {
-    const total = this.#images;
-    if (this.#read >= total) return amounts(total, total);
+    const [total, read] = [this.#images, this.#read];
     // criu's own rate once trees that hold a tenth of the images are back; till then, the usual.
-    const rate = this.#read > total / 10
-      ? this.#read / Math.max(1, this.#readAt - this.#since)
-      : RATES.images;
-    const done = Math.min(total * 0.99, Math.max(this.#read, rate * (now - this.#since)));
-    return `~${amounts(done, total)}, ~${perSecond(rate)}, ~${timeLeft((total - done) / rate)}`;
+    const rate = read > total / 10 ? read / Math.max(1, this.#readAt - this.#since) : RATES.images;
+    const guess = Math.min(total * 0.99, Math.max(read, rate * (now - this.#since)));
+    const done = read >= total ? total : guess;
+    return estimated(done, total, rate, (total - done) / rate);
   }
+}
+
+/** `~12.4 of 34.4 GB, ~2.0 GB/s, ~11 s left`, all estimated; `34.4 of 34.4 GB` once all done. */
+function estimated(done: number, total: number, rate: number, leftMs: number): string {
+  if (done >= total) return amounts(total, total);
+  return `~${amounts(done, total)}${rate > 0 ? `, ~${perSecond(rate)}` : ""}, ${
+    leftMs > 0 ? `~${timeLeft(leftMs)}` : "longer than estimated"
+  }`;
 }
 
 /** `12.4 of 34.4 GB`: both in the unit of the second (`of ~34.4 GB`: with its mark). */
@@ -275,10 +264,8 @@ function perSecond(bytesPerMs: number): string {
 /** `4.4 s left`, `11 s left`, `3 min left`. */
 function timeLeft(ms: number): string {
   const s = ms / 1000;
-  return s < 10
-    ? `${s.toFixed(1)} s left`
-    : s < 100
-    ? `${Math.round(s)} s left`
+  return s < 100
+    ? `${s < 10 ? s.toFixed(1) : Math.round(s)} s left`
     : `${Math.round(s / 60)} min left`;
 }
 
@@ -287,9 +274,4 @@ export function size(bytes: number): string {
   if (bytes >= 1e9) return `${(bytes / 1e9).toFixed(2)} GB`;
   if (bytes >= 1e6) return `${(bytes / 1e6).toFixed(1)} MB`;
   return bytes >= 1e3 ? `${(bytes / 1e3).toFixed(1)} kB` : `${Math.round(bytes)} B`;
-}
-
-/** `1.2 s`. */
-function seconds(ms: number): string {
-  return `${(Math.max(0, ms) / 1000).toFixed(1)} s`;
 }

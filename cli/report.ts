@@ -7,13 +7,7 @@
 
 import type { CliOperation } from "./args.ts";
 import { type CliIo, escapeControls } from "./io.ts";
-import {
-  CheckpointError,
-  CudaError,
-  messageOf,
-  type RefusalCode,
-  RefusedError,
-} from "../core/errors.ts";
+import { CheckpointError, CudaError, messageOf, RefusedError } from "../core/errors.ts";
 import type { RoomCheck } from "../types.ts";
 import { callDriver, stateOf } from "../core/calls.ts";
 import type { CheckpointDriver } from "../core/driver.ts";
@@ -36,11 +30,7 @@ export interface ErrorReport {
 }
 
 /** A step (`lock`, `checkpoint`, `restore` or `unlock`) as `--json` gives it: its time in ms. */
-export interface StepReport {
-  readonly step: string;
-  readonly ms: number;
-  readonly ok: boolean;
-}
+type StepReport = { readonly step: string; readonly ms: number; readonly ok: boolean };
 
 /**
  * What became of one process: one `--json` line, keys left out where they do not apply. `ok`:
@@ -67,11 +57,10 @@ export interface PidReport {
 }
 
 /**
- * What NVIDIA's utility would quote for an operation refused before the driver was asked: the
- * driver's description of the code it would have answered, or what happened instead; for a
- * refusal NVIDIA's would not make (`IPC`: it would lose the process), the reason itself.
+ * What NVIDIA's utility would quote for a refusal: the driver's words for its code, or ours; for
+ * one it would not make (`IPC`: it would lose the process), the reason itself.
  */
-const REFUSAL_TEXT: Readonly<Record<Exclude<RefusalCode, "IPC">, string>> = {
+const REFUSAL_TEXT: Readonly<Record<Exclude<RefusedError["code"], "IPC">, string>> = {
   STATE: "the operation cannot be performed in the present state",
   MAPPING: "invalid argument",
   UNSUPPORTED: "operation not supported",
@@ -82,10 +71,7 @@ const REFUSAL_TEXT: Readonly<Record<Exclude<RefusalCode, "IPC">, string>> = {
   SNAPSHOT: "not a snapshot this version can read",
 };
 
-/**
- * The report of an error: NVIDIA's line for a failed operation on a pid, with the driver's
- * description of the code, and everything known.
- */
+/** The report of an error: NVIDIA's line for a failed operation on a pid, and all that is known. */
 export function errorReport(operation: CliOperation, pid: number, error: unknown): ErrorReport {
   const text = error instanceof CudaError
     ? error.description || error.codeName
@@ -99,11 +85,13 @@ export function errorReport(operation: CliOperation, pid: number, error: unknown
     : operation === "toggle"
     ? `Error toggling CUDA in process ID ${pid}: "${text}"`
     : `Could not ${operation} on process ID ${pid}: "${text}"`;
+  // Keys left undefined are left out of the JSON line, as those that do not apply.
   return {
     message,
-    ...(error instanceof CheckpointError ? { name: error.name } : {}),
-    ...(error instanceof CudaError ? { code: error.code, codeName: error.codeName } : {}),
-    ...(error instanceof RefusedError ? { code: error.code, refused: true } : {}),
+    name: error instanceof CheckpointError ? error.name : undefined,
+    code: error instanceof CudaError || error instanceof RefusedError ? error.code : undefined,
+    codeName: error instanceof CudaError ? error.codeName : undefined,
+    refused: error instanceof RefusedError || undefined,
     detail: messageOf(error),
   };
 }
@@ -197,16 +185,13 @@ export class Printer {
     return this.#io.isTerminal === true;
   }
 
-  /** Writes one line to stdout. */
-  out(line: string): void {
+  out(line: string, to: "stdout" | "stderr" = "stdout"): void {
     this.live?.erase();
-    this.#io.stdout(escapeControls(`${line.replaceAll("\n", "\\u000a")}\n`));
+    this.#io[to](escapeControls(`${line.replaceAll("\n", "\\u000a")}\n`));
   }
 
-  /** Writes one line to stderr. */
   err(line: string): void {
-    this.live?.erase();
-    this.#io.stderr(escapeControls(`${line.replaceAll("\n", "\\u000a")}\n`));
+    this.out(line, "stderr");
   }
 
   /** The command line's own terminal controls on stderr, as they are (the live line). */
@@ -224,7 +209,6 @@ export class Printer {
     this.err(`cuda-checkpoint: ${commandMessage(error)}`);
   }
 
-  /** One JSON line on stdout. */
   json(value: unknown): void {
     this.out(JSON.stringify(value));
   }
@@ -238,16 +222,14 @@ export function warnUninspectable(
   uninspected: readonly { readonly pid: number; readonly reason: string }[],
   print: Printer,
 ): void {
-  const count = uninspected.length;
+  const count = uninspected.length, one = count === 1;
   if (count === 0) return;
   const shown = uninspected.slice(0, 8).map((p) => p.pid).join(", ");
-  const pids = count === 1
-    ? `pid ${shown}`
-    : `pids ${shown}${count > 8 ? ` and ${count - 8} more` : ""}`;
-  const why = `${count === 1 ? "" : `pid ${uninspected[0].pid}: `}${uninspected[0].reason}`;
+  const pids = one ? `pid ${shown}` : `pids ${shown}${count > 8 ? ` and ${count - 8} more` : ""}`;
+  const why = `${one ? "" : `pid ${uninspected[0].pid}: `}${uninspected[0].reason}`;
   print.err(
-    `cuda-checkpoint: ${count} process${count === 1 ? "" : "es"} could not be looked at and may ` +
-      `be ${count === 1 ? "a CUDA process" : "CUDA processes"} (${pids}): ${why}`,
+    `cuda-checkpoint: ${count} process${one ? "" : "es"} could not be looked at and may be ` +
+      `${one ? "a CUDA process" : "CUDA processes"} (${pids}): ${why}`,
   );
 }
 
@@ -265,10 +247,8 @@ export function commandMessage(error: unknown): string {
 }
 
 /**
- * The fast path of `--get-state` and `--get-restore-tid` of one pid, and of anything of pid 0
- * (which NVIDIA's utility hands to the driver as it is): the one driver call, made through
- * `core/calls.ts` without a session, host or queue, so that the program loads little before it
- * answers. Says what came of it; never rejects.
+ * The fast path of a query of one pid, and of anything of pid 0 (which NVIDIA's utility hands to
+ * the driver): the one driver call, without a session, host or queue; never rejects.
  */
 export async function query(
   operation: CliOperation,

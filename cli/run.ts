@@ -1,8 +1,7 @@
 /**
- * Runs a parsed `cuda-checkpoint` command on its machine: opens the one it needs (the one given to
- * `main()`, the state file's simulated machine with `--simulate`, or this machine: libcuda alone
- * for a query of one pid), hands the command to its module (loaded only then), saves the simulated
- * machine after it, and closes what it opened.
+ * Runs a parsed command: opens the machine it needs (the one given to `main()`, the state file's
+ * with `--simulate`, or this one: libcuda alone for a query of one pid), hands the command to its
+ * module (loaded only then), saves the simulated machine after it, and closes what it opened.
  *
  * @module
  */
@@ -26,7 +25,7 @@ export async function run(command: MachineCommand, io: CliIo): Promise<number> {
   const oneCall = one !== undefined && (op!.operation.startsWith("get-") || one === 0);
   if (command.kind === "inspect" && !command.simulate) {
     // It reads the file system (or the given machine's store) only: nothing here is opened.
-    return await (await import("./disk.ts")).runInspect(command, io.machine, print);
+    return await (await import("./disk.ts")).runDiskCommand(command, io.machine, print, io);
   }
   let opened: Opened;
   try {
@@ -46,21 +45,17 @@ export async function run(command: MachineCommand, io: CliIo): Promise<number> {
     switch (command.kind) {
       case "operation":
         if (oneCall) {
-          const report = await query(
-            command.operation,
-            one!,
-            machine.driver,
-          );
+          const report = await query(command.operation, one!, machine.driver);
           code = printReports([report], print, command.json, false);
         } else if (one !== undefined) {
-          code = await (await import("./single.ts")).runOne(command, one, machine, print);
+          code = await (await import("./processes.ts")).runOne(command, one, machine, print);
         } else {
-          const { runMany } = await import("./many.ts");
+          const { runMany } = await import("./processes.ts");
           code = await runMany(command, machine, print, io.interrupts, simulated !== undefined);
         }
         break;
       case "list":
-        code = await (await import("./list.ts")).runList(machine, print, command.json);
+        code = await (await import("./processes.ts")).runList(machine, print, command.json);
         break;
       case "spawn":
       case "kill":
@@ -86,9 +81,8 @@ export async function run(command: MachineCommand, io: CliIo): Promise<number> {
 }
 
 /**
- * The library's message for a libcuda that could not be loaded: the paths tried and what to check,
- * with `--simulate` where the library advises its simulator, and without Deno's permission flags,
- * which are the program's to have.
+ * The library's message for a libcuda that could not be loaded (the paths tried, what to check),
+ * with `--simulate` for its simulator, and without Deno's flags, which are the program's to have.
  */
 function noDriver(error: Error): string {
   const simulate = "Without a GPU, --simulate runs the same commands on a simulated machine.";
@@ -150,10 +144,7 @@ async function open(
     const driver = await (await import("../ffi/native.ts")).openNativeDriver({ callingThread });
     return { machine: { driver }, close: () => driver[Symbol.asyncDispose]() };
   }
-  const env = io.env ? { criu: { env: io.env } } : {};
-  const machine = await (await import("../os/this_machine.ts")).openMachine({
-    callingThread,
-    ...env,
-  });
+  const { openMachine } = await import("../os/this_machine.ts");
+  const machine = await openMachine({ callingThread, criu: io.env && { env: io.env } });
   return { machine, close: () => machine.close() };
 }

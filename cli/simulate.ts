@@ -28,7 +28,6 @@ export class SimulatedStateError extends Error {
   /** The file or directory at fault. */
   readonly path: string;
 
-  /** An error about `path`, with the error underneath, if any. */
   constructor(path: string, message: string, options?: { cause?: unknown }) {
     super(message, options);
     this.name = "SimulatedStateError";
@@ -63,12 +62,13 @@ export interface SavedMachine extends AsyncDisposable {
  */
 export interface OpenSimulatedMachineOptions {
   path?: string;
-  env?: Record<string, string | undefined>;
+  env?: Env;
   gpus?: number;
   fresh?: boolean;
   lockTimeoutMs?: number;
 }
 
+type Env = Record<string, string | undefined>;
 /** The clock of a simulated machine, from the options or the environment. */
 type SimulatedClock = { readonly clock: "virtual" | "real"; readonly speed?: number };
 
@@ -77,9 +77,7 @@ type SimulatedClock = { readonly clock: "virtual" | "real"; readonly speed?: num
  * times) or `real` (as long as on the real driver, divided by `CKPT_SIM_SPEED`). Empty variables
  * count as unset; a bad value is a RangeError that names it.
  */
-export function simulatedClock(
-  env: Record<string, string | undefined> = process.env,
-): SimulatedClock {
+export function simulatedClock(env: Env = process.env): SimulatedClock {
   const clock = env.CKPT_SIM_CLOCK || "virtual";
   if (clock !== "virtual" && clock !== "real") {
     throw new RangeError(
@@ -106,7 +104,7 @@ export function simulatedClock(
  * `<$TMPDIR or the system's>/ckpt-cuda-<uid>/`, then {@link SIMULATED_STATE_FILE}. Empty variables
  * count as unset.
  */
-export function simulatedStatePath(env: Record<string, string | undefined> = process.env): string {
+export function simulatedStatePath(env: Env = process.env): string {
   if (env.CKPT_SIM_STATE) return path.resolve(env.CKPT_SIM_STATE);
   if (env.XDG_RUNTIME_DIR) {
     return path.resolve(env.XDG_RUNTIME_DIR, "ckpt-cuda", SIMULATED_STATE_FILE);
@@ -119,17 +117,7 @@ export function simulatedStatePath(env: Record<string, string | undefined> = pro
  * Opens the simulated machine kept in its state file, or makes a new one (its directory made, mode
  * 0700), locked until it is closed: another open of the same file waits for it, and a lock left by
  * a program that died is taken over. Throws a {@link SimulatedStateError} for a file (or directory)
- * it cannot trust or read.
- *
- * @example
- * ```ts
- * import { CudaProcess } from "@ckpt/cuda";
- *
- * await using machine = await openSimulatedMachine();
- * const pid = machine.spawn({ memoryMiB: 1024 });
- * await new CudaProcess(pid, { machine: machine.machine }).suspend();
- * await machine.save(); // the next call finds the process checkpointed
- * ```
+ * it cannot trust or read. What a command did is kept for the next once it is saved.
  */
 export async function openSimulatedMachine(
   options: OpenSimulatedMachineOptions = {},
@@ -159,21 +147,17 @@ export async function openSimulatedMachine(
   const check = (what: string) => {
     if (!open) throw new Error(`the simulated machine ${file} was closed: cannot ${what}`);
   };
-  const opened: SavedMachine = {
+  const opened = {
     path: file,
-    get machine() {
-      return machine;
-    },
-    get created() {
-      return created;
-    },
-    spawn(spawnOptions) {
+    machine,
+    created,
+    spawn(spawnOptions?: SpawnOptions) {
       check("spawn a process");
-      return machine.spawn(spawnOptions).pid;
+      return opened.machine.spawn(spawnOptions).pid;
     },
-    kill(pid) {
+    kill(pid: number) {
       check("kill a process");
-      const proc = machine.process(pid);
+      const proc = opened.machine.process(pid);
       proc?.exit();
       return proc !== undefined;
     },
@@ -181,23 +165,22 @@ export async function openSimulatedMachine(
       check("save it");
       await writePrivately(
         file,
-        JSON.stringify(snapshotSimulator(machine), null, 2) + "\n",
+        JSON.stringify(snapshotSimulator(opened.machine), null, 2) + "\n",
         (at, message, cause) =>
           new SimulatedStateError(at, `the simulated machine's state file: ${message}`, { cause }),
       );
     },
     async reset() {
       check("reset it");
-      machine.close();
-      machine = new SimulatedMachine({ gpus, ...clock });
-      created = true;
+      opened.machine.close();
+      [opened.machine, opened.created] = [new SimulatedMachine({ gpus, ...clock }), true];
       await rm(file, { force: true });
       await opened.save();
     },
     async close() {
       if (!open) return;
       open = false;
-      machine.close();
+      opened.machine.close();
       await unlock();
     },
     [Symbol.asyncDispose]: () => opened.close(),

@@ -1,0 +1,252 @@
+/**
+ * Operations on processes. One pid, through `CudaProcess`, as NVIDIA's utility makes it (the
+ * driver's rules: a lock of a locked process is an error; its output and error lines), but a
+ * restore that would not fit in the free GPU memory is refused first (driver 580 loses such a
+ * process). Several pids, or every CUDA process (`--all`): all at once, through the group
+ * operations (`runGroup`: a step, or `toggle`), a `<pid> <result>` line each, exit 1 if any failed;
+ * a step the driver refuses fails, as with one pid, and `--all-or-nothing` brings the others back.
+ * An interrupt (SIGINT, SIGTERM, SIGHUP) stops the group: no new step starts, each process the
+ * command changed is brought back once its step inside the driver ends, one more line says what
+ * was left changed, and the exit code is 128 + the signal's number; a second exits at once, naming
+ * the steps still inside the driver. One pid keeps NVIDIA's default: the interrupt ends it. And
+ * `list` (or `ps`): the CUDA processes of the machine, as a table or as JSON lines.
+ *
+ * @module
+ */
+
+import type { CliOperation, OperationCommand } from "./args.ts";
+import { CudaProcess, listCudaProcesses, runGroup } from "../mod.ts";
+import type { GroupResult, Outcome, ProcessOutcome } from "../mod.ts";
+import type { Machine } from "../driver.ts";
+import type { Action, GroupEvent, Step, StepRecord } from "../types.ts";
+import { clockOf, roundMs } from "../core/time.ts";
+import { isGone, sessionOf } from "../core/process.ts";
+import { type Interrupts, watchInterrupts } from "./io.ts";
+import { type Progress, progressOf } from "./progress.ts";
+import { errorReport, printReports, query, warnUninspectable } from "./report.ts";
+import type { PidReport, Printer } from "./report.ts";
+
+/** Runs a command that changes the state of one pid (not 0), prints its output, gives the exit code. */
+export async function runOne(
+  command: OperationCommand,
+  pid: number,
+  machine: Machine,
+  print: Printer,
+): Promise<number> {
+  const { operation } = command;
+  const labels = { [operation]: `${operation} ${pid}` };
+  const progress = progressOf(print, command.events, machine, { total: 1, labels });
+  const proc = new CudaProcess(pid, { machine });
+  const clock = clockOf(machine), start = clock.now(); // virtual time on the simulator, as a group's
+  let report: PidReport | undefined;
+  let step: Step | undefined;
+  try {
+    if (progress) step = await begin(progress, proc, machine, operation);
+    const { state, roomCheck } = await act(proc, command);
+    const ms = roundMs(clock.now() - start);
+    report = { pid, operation, ok: true, state, status: "done", ms, roomCheck };
+  } catch (error) {
+    const ms = roundMs(clock.now() - start);
+    const state = await proc.state().catch(() => undefined); // where the failed step left it
+    const e = errorReport(operation, pid, error);
+    report = { pid, operation, ok: false, state, status: "failed", ms, error: e };
+  } finally {
+    if (step && report) {
+      const { ok, status = "failed" } = report, ms = clock.now() - start;
+      progress!.event({ type: "step-end", pid, step, at: 0, ms, ok, rollback: false });
+      progress!.event({ type: "process-end", pid, at: 0, status });
+    }
+    progress?.stop();
+    await proc.close();
+  }
+  return printReports([report!], print, command.json, false);
+}
+
+/**
+ * Tells `progress` the operation and its driver step (a toggle's, as the state says) with the GPU
+ * memory it moves: what the host sees the process hold (NVML), else its checkpoint's record.
+ */
+async function begin(progress: Progress, proc: CudaProcess, machine: Machine, operation: string) {
+  const pid = proc.pid;
+  const session = sessionOf(machine);
+  const sum = (m: Readonly<Record<string, number>>) => Object.values(m).reduce((a, b) => a + b, 0);
+  const report = await session.room.report().catch(() => undefined);
+  const held = report && "byPid" in report ? report.byPid.get(pid) : undefined;
+  let mib = held && held !== "unknown" && sum(held) > 0 ? sum(held) : undefined;
+  if (mib === undefined) {
+    const identity = await session.identify(pid).catch(() => undefined);
+    const record = identity && await session.room.record(identity).catch(() => undefined);
+    if (record) mib = sum(record.heldMiB);
+  }
+  const now = operation === "toggle" ? await proc.state().catch(() => "running") : undefined;
+  const step = (now ? (now === "checkpointed" ? "restore" : "checkpoint") : operation) as Step;
+  progress.event({ type: "phase", phase: operation, at: 0 });
+  progress.event({ type: "step-start", pid, step, at: 0, ...(mib ? { gpuMemoryMiB: mib } : {}) });
+  return step;
+}
+
+/** The command's call: as NVIDIA's utility, a lock without a timeout unless one is given. */
+function act(proc: CudaProcess, command: OperationCommand): Promise<Outcome> {
+  const { checkRoom, allowIpcImport, gpuMapping } = command; // left out where undefined
+  switch (command.operation) {
+    case "lock":
+      return proc.lock({ timeoutMs: command.timeoutMs ?? 0 });
+    case "checkpoint":
+      return proc.checkpoint({ checkRoom, allowIpcImport });
+    case "restore":
+      return proc.restore({ checkRoom, gpuMapping });
+    case "unlock":
+      return proc.unlock();
+    default:
+      return proc.toggle({ timeoutMs: 0, checkRoom, allowIpcImport, gpuMapping });
+  }
+}
+
+/** Runs the command on several pids (or all), prints a line each, resolves to the exit code. */
+export async function runMany(
+  command: OperationCommand,
+  machine: Machine,
+  print: Printer,
+  interrupts?: Interrupts,
+  simulated = false,
+): Promise<number> {
+  let pids = command.targets;
+  if (pids === "all") {
+    const listing = await listCudaProcesses({ machine, gpuMemory: false })
+      .catch((error) => print.error(error));
+    if (!listing) return 1;
+    warnUninspectable(listing.uninspectable, print);
+    pids = listing.processes.map((p) => p.pid);
+    if (pids.length === 0) print.more("no CUDA processes on this machine");
+  }
+  const { operation, json } = command;
+  if (operation === "get-state" || operation === "get-restore-tid") {
+    const reports = await Promise.all(pids.map((p) => query(operation, p, machine.driver)));
+    return printReports(reports, print, json, true);
+  }
+  const acting = pids.length > 0;
+  const expect = operation === "restore" ? "restore" : "checkpoint";
+  const progress = acting
+    ? progressOf(print, command.events, machine, { total: pids.length, expect })
+    : undefined;
+  progress?.event({ type: "phase", phase: operation, at: 0 });
+  const underWay = new Map<number, string>(); // for a second interrupt to name
+  const sim = simulated ? " --simulate" : "";
+  const watch = acting && interrupts
+    ? watchInterrupts(interrupts, print, {
+      simulated,
+      meanwhile: "no new step starts, and each process this command changed is brought back " +
+        "once its step inside the driver ends (interrupt again to exit without waiting)",
+      leftBehind: () => {
+        const under = [...underWay].map(([pid, step]) => `${pid} (${step})`).join(", ");
+        return [
+          ` for the driver${under ? `; still under way, their state unknown: ${under}` : ""}`,
+          `check each process with: cuda-checkpoint --get-state --pid ${pids}${sim}`,
+        ];
+      },
+    })
+    : undefined;
+  const onProgress = (event: GroupEvent) => {
+    if (event.type === "step-start") underWay.set(event.pid, event.step);
+    else if (event.type === "step-end") underWay.delete(event.pid);
+    progress?.event(event);
+  };
+  // NVIDIA's utility hands pid 0 to the driver, which says no process has it; so does this, and
+  // the group works on the others.
+  const members = pids.filter((pid) => pid !== 0);
+  const { allOrNothing, job, checkRoom, allowIpcImport, gpuMapping } = command; // or the default
+  const options = { machine, allOrNothing, job, checkRoom, allowIpcImport, gpuMapping };
+  let result: GroupResult, zero: PidReport | undefined;
+  try {
+    result = await runGroup(operation as Action, members, {
+      ...options,
+      lockTimeoutMs: command.timeoutMs ?? 0, // as with one pid: no timeout unless given
+      ...(progress || watch ? { onProgress, gpuMemory: progress !== undefined } : {}),
+      ...(watch ? { signal: watch.signal, rollBackOnAbort: true } : {}),
+    });
+    zero = pids.includes(0) ? await query(operation, 0, machine.driver) : undefined;
+  } finally {
+    progress?.stop();
+    watch?.stop();
+  }
+  const reports = pids.map((pid) =>
+    pid === 0 ? zero! : fromOutcome(operation, result.processes[members.indexOf(pid)])
+  );
+  const code = printReports(reports, print, json, true);
+  if (!watch?.signal.aborted) return code;
+  print.err(`cuda-checkpoint: interrupted: ${leftChanged(result.processes)}`);
+  return watch.exitCode(code);
+}
+
+/** A group's outcome for one process, as reported (undefined keys are left out of its JSON). */
+function fromOutcome(operation: CliOperation, o: ProcessOutcome): PidReport {
+  const { pid, status, rollback } = o;
+  const steps = ({ steps }: { steps: readonly StepRecord[] }) =>
+    steps.map(({ step, ms, ok }) => ({ step, ms, ok }));
+  return {
+    pid,
+    operation,
+    ok: status === "done" || status === "unchanged",
+    // A process that failed before any step (its state has no way to the action's) is as it was.
+    state: o.state ?? (status === "failed" && o.steps.length === 0 ? o.initialState : undefined),
+    status,
+    reason: o.notStarted ?? o.stopped,
+    ms: roundMs([...o.steps, ...(rollback?.steps ?? [])].reduce((sum, s) => sum + s.ms, 0)),
+    steps: steps(o),
+    error: o.error && errorReport(operation, pid, o.error),
+    roomCheck: o.roomCheck,
+    rollback: rollback && {
+      ok: rollback.ok,
+      steps: steps(rollback),
+      error: rollback.error && errorReport(operation, pid, rollback.error),
+    },
+  };
+}
+
+/** What an interrupted command left changed: each such process's state, or that none is. */
+function leftChanged(outcomes: readonly ProcessOutcome[]): string {
+  const changed = outcomes.filter((o) =>
+    o.status !== "not-started" &&
+    !(o.status === "failed" && o.steps.length === 0 && o.rollback === undefined) &&
+    (o.initialState === undefined || o.state !== o.initialState)
+  );
+  if (changed.length === 0) return "every process is as it was before";
+  return `left changed: ${
+    changed.map((o) => {
+      const gone = isGone(o.error) || isGone(o.rollback?.error);
+      const was = o.initialState === undefined ? "" : ` (was ${o.initialState})`;
+      return `${o.pid} ${gone ? "gone" : o.state ?? "in an unknown state"}${was}`;
+    }).join(", ")
+  }`;
+}
+
+/** Prints the listing; resolves to the exit code. */
+export async function runList(machine: Machine, print: Printer, json: boolean): Promise<number> {
+  const listing = await listCudaProcesses({ machine }).catch((error) => print.error(error));
+  if (!listing) return 1;
+  if (json) {
+    // GPU memory in MiB by GPU UUID (`"unknown"` without NVML); an unknown restore thread or
+    // command line left out (undefined).
+    for (const { pid, state, restoreThreadId, gpuMemory, command } of listing.processes) {
+      print.json({ pid, state, restoreThreadId, gpuMemoryMiB: gpuMemory, command });
+    }
+  } else {
+    // A header, then a row each, each column as wide as its widest cell; GPU memory in MiB, with
+    // each GPU's share when there are several.
+    const rows = [["PID", "STATE", "RESTORE_TID", "GPU_MEMORY", "COMMAND"]];
+    for (const p of listing.processes) {
+      const mib = p.gpuMemory === "unknown" ? [] : Object.values(p.gpuMemory);
+      const shares = mib.length > 1 ? ` (${mib.join("+")})` : "";
+      const total = `${mib.reduce((a, b) => a + b, 0)} MiB${shares}`;
+      const memory = p.gpuMemory === "unknown" ? "unknown" : total;
+      rows.push([`${p.pid}`, p.state, `${p.restoreThreadId ?? "-"}`, memory, p.command ?? "-"]);
+    }
+    const widths = rows[0].map((_, i) => Math.max(...rows.map((row) => row[i].length)));
+    for (const row of rows) {
+      print.out(row.map((cell, i) => i === 4 ? cell : cell.padEnd(widths[i])).join("  ").trimEnd());
+    }
+  }
+  warnUninspectable(listing.uninspectable, print);
+  if (listing.gpuMemoryUnknown) print.more(`GPU memory is unknown: ${listing.gpuMemoryUnknown}`);
+  return 0;
+}
