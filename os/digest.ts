@@ -28,34 +28,22 @@ export interface DigestSource {
   readonly name: string;
 }
 
-/** The chunked SHA-256 (hex) of a file whose pieces' SHA-256s are `pieces`, in order. */
-export function outerDigest(pieces: readonly Uint8Array[]): string {
-  const hash = createHash("sha256");
-  for (const d of pieces) hash.update(d);
-  return hash.digest("hex");
-}
-
-/** The chunked SHA-256 of `s` (hex), its pieces asked of `hasher` at once, in order. */
-export async function digestOf(hasher: PieceHasher, s: DigestSource): Promise<string> {
-  const count = Math.ceil(s.bytes / PIECE_BYTES);
-  return outerDigest(await Promise.all(Array.from({ length: count }, (_, i) => hasher.hash(s, i))));
-}
-
 /**
- * The chunked SHA-256 of each source (hex), in their order: in worker threads once there is enough
- * to hash, or at once in `threads` of them (0: on the calling thread). Rejects at the first piece
- * that cannot be read, or once `signal` is aborted.
+ * The chunked SHA-256 of `s` (hex), its pieces asked of `hasher` at once, in order, but the first
+ * whole ones that `known` holds, hashed before (where one could not be, `undefined`: asked then).
  */
-export async function digestAll(
-  sources: readonly DigestSource[],
-  o: { threads?: number; signal?: AbortSignal } = {},
-): Promise<string[]> {
-  const hasher = new PieceHasher({ ...o, ...(o.threads !== undefined ? { workersFrom: 0 } : {}) });
-  try {
-    return await Promise.all(sources.map((s) => digestOf(hasher, s)));
-  } finally {
-    await hasher.close();
-  }
+export async function digestOf(
+  hasher: PieceHasher,
+  s: DigestSource,
+  known: readonly Promise<Uint8Array | undefined>[] = [],
+): Promise<string> {
+  const ask = (i: number) => hasher.hash(s, i);
+  const whole = Math.min(Math.floor(s.bytes / PIECE_BYTES), known.length);
+  const piece = (i: number) => i < whole ? known[i].then((d) => d ?? ask(i)) : ask(i);
+  const hash = createHash("sha256");
+  const pieces = Array.from({ length: Math.ceil(s.bytes / PIECE_BYTES) }, (_, i) => piece(i));
+  for (const d of await Promise.all(pieces)) hash.update(d);
+  return hash.digest("hex");
 }
 
 /** A piece to hash, and who waits for it. */

@@ -313,11 +313,12 @@ class FileSnapshotDir implements SnapshotDir {
   }
 
   async seal(sub: string, o: Parameters<SnapshotDir["seal"]>[1] = {}): Promise<SnapshotFile[]> {
-    const dir = await this.#sub(sub), shown = (name: string) => `${this.path}/${sub}/${name}`;
+    const dir = await this.#sub(sub), shown = `${this.path}/${sub}`;
     return await seal({
       sub,
+      shown,
       list: async () => (await readdir(pinned(dir))).sort(),
-      open: async (name) => ({ ...await this.#file(dir, shown(name), name), shown: shown(name) }),
+      open: (name) => this.#file(dir, `${shown}/${name}`, name),
       sync: () => dir.sync(),
     }, { ...o, digests: this.#digests });
   }
