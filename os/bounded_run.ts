@@ -10,9 +10,9 @@
  */
 
 import { spawn } from "node:child_process";
-import { readdirSync, readFileSync } from "node:fs";
+import { readdirSync } from "node:fs";
 import process from "node:process";
-import { descendants, parseStat, type ProcEntry, procTable } from "./linux_host.ts";
+import { descendants, type ProcEntry, procTable, statOf } from "./linux_host.ts";
 import { errorCode } from "./private.ts";
 
 /** How long a program has between SIGTERM and SIGKILL, in ms. */
@@ -35,33 +35,25 @@ export interface RunBound {
   readonly worksOn?: () => Promise<readonly number[]>;
 }
 
-/** How an overstaying run was ended. */
-export interface Ending {
-  /** Why: its deadline passed, or its signal aborted. */
-  readonly why: "deadline" | "aborted";
-  /** When, in ms after it started. */
-  readonly afterMs: number;
-  /** Whether it outlived SIGTERM and was killed with SIGKILL. */
-  readonly killed: boolean;
-  /** Its child processes (and theirs), killed with SIGKILL and waited for. */
-  readonly children: readonly number[];
-  /** Those still there after the wait (another process's children now: reported, not hidden). */
-  readonly childrenLeft: readonly number[];
-  /** The processes it worked on that were sent SIGCONT. */
-  readonly continued: readonly number[];
-}
+/**
+ * How an overstaying run was ended: why (its deadline passed, or its signal aborted), when (ms after
+ * it started), whether it outlived SIGTERM and was `killed` with SIGKILL, its `children` (and
+ * theirs) killed with SIGKILL and waited for, those still there after the wait (another process's
+ * children now: reported, not hidden), and the processes it worked on that were sent SIGCONT.
+ */
+export type Ending = Readonly<{
+  why: "deadline" | "aborted";
+  afterMs: number;
+  killed: boolean;
+  children: readonly number[];
+  childrenLeft: readonly number[];
+  continued: readonly number[];
+}>;
 
-/** What a run came to. */
-export interface RunResult {
-  /** Its exit code (128 for a signal). */
-  readonly code: number;
-  /** The end of its standard output. */
-  readonly stdout: string;
-  /** The end of its standard error. */
-  readonly stderr: string;
-  /** How it was ended, where it overstayed. */
-  readonly ended?: Ending;
-}
+/** What a run came to: its exit code (128 for a signal), the end of each output, how it was ended. */
+export type RunResult = Readonly<{ code: number; stdout: string; stderr: string; ended?: Ending }>;
+
+type Signal = "SIGSTOP" | "SIGCONT" | "SIGTERM" | "SIGKILL";
 
 /** The runs under way, each ended at once by {@link endAllNow} when this program exits. */
 const running = new Set<{ pid: number; gone: () => boolean; worksOn: readonly number[] }>();
@@ -74,7 +66,7 @@ function endAllNow(): void {
     const stat = /^[0-9]+$/.test(name) && statOf(name);
     if (stat) table.set(+name, stat);
   }
-  const send = (pid: number, signal: "SIGKILL" | "SIGCONT") => {
+  const send = (pid: number, signal: Signal) => {
     try {
       process.kill(pid, signal);
     } catch {
@@ -82,20 +74,12 @@ function endAllNow(): void {
     }
   };
   for (const run of running) {
-    if (!run.gone()) send(run.pid, "SIGKILL");
-    for (const p of descendants(table, run.pid)) send(p, "SIGKILL");
+    for (const p of [...run.gone() ? [] : [run.pid], ...descendants(table, run.pid)]) {
+      send(p, "SIGKILL");
+    }
     for (const p of run.worksOn) if (table.has(p)) send(p, "SIGCONT");
   }
   running.clear();
-}
-
-/** `/proc/<pid>/stat`, read now (it waits for no lock); `undefined` where there is none. */
-function statOf(pid: number | string): ProcEntry | undefined {
-  try {
-    return parseStat(readFileSync(`/proc/${pid}/stat`, "utf8"));
-  } catch {
-    return undefined;
-  }
 }
 
 /**
@@ -112,13 +96,9 @@ export async function runBounded(
   // Known before it starts, for an exit of this program that cannot wait to read them.
   const worksOn = await bound.worksOn?.().catch(() => []) ?? [];
   if (bound.signal?.aborted) {
+    const ended = { why: "aborted", afterMs: 0, killed: false } as const;
     const none = { children: [], childrenLeft: [], continued: [] };
-    return {
-      code: 128,
-      stdout: "",
-      stderr: "",
-      ended: { why: "aborted", afterMs: 0, killed: false, ...none },
-    };
+    return { code: 128, stdout: "", stderr: "", ended: { ...ended, ...none } };
   }
   if (!watching) {
     watching = true;
@@ -156,7 +136,7 @@ export async function runBounded(
   let ending: Promise<Ending> | undefined;
   const end = (why: Ending["why"]) => {
     if (ending || exitedNow) return;
-    ending = endRun(child.pid!, exited, () => exitedNow, why, performance.now() - t0, bound);
+    ending = endRun(run, exited, why, performance.now() - t0, bound);
     ending.catch(() => {}); // awaited once the program has exited, or it rejects the run there
   };
   const timer = bound.timeoutMs === undefined
@@ -187,9 +167,8 @@ export async function runBounded(
  * was, the pid may be reaped and another process's, so it is signalled no more.
  */
 async function endRun(
-  pid: number,
+  { pid, gone }: { pid: number; gone: () => boolean },
   exited: Promise<unknown>,
-  gone: () => boolean,
   why: Ending["why"],
   afterMs: number,
   bound: RunBound,
@@ -225,16 +204,18 @@ async function endRun(
 }
 
 /** Sends `signal` to each pid; one already gone (or not yet reaped) is no error. */
-export function signalEach(
-  pids: readonly number[],
-  signal: "SIGSTOP" | "SIGCONT" | "SIGTERM" | "SIGKILL",
-): void {
-  for (const pid of pids) {
-    try {
-      process.kill(pid, signal);
-    } catch (err) {
-      if (errorCode(err) !== "ESRCH") throw err;
-    }
+export function signalEach(pids: readonly number[], signal: Signal): void {
+  for (const pid of pids) kill(pid, signal);
+}
+
+/** Sends `signal` to `pid`: false where there is no such process (ESRCH); other errors thrown. */
+function kill(pid: number, signal: Signal): boolean {
+  try {
+    process.kill(pid, signal);
+    return true;
+  } catch (err) {
+    if (errorCode(err) === "ESRCH") return false;
+    throw err;
   }
 }
 
@@ -245,20 +226,9 @@ export async function treeOf(pid: number): Promise<number[]> {
 }
 
 /** Sends `signal` to `pid` where it is still the process that started at `start`. */
-function signalSame(
-  pid: number,
-  start: number | undefined,
-  signal: "SIGKILL" | "SIGCONT",
-): boolean {
+function signalSame(pid: number, start: number | undefined, signal: Signal): boolean {
   const now = statOf(pid);
-  if (!now || (start !== undefined && now.start !== start)) return false;
-  try {
-    process.kill(pid, signal);
-    return true;
-  } catch (err) {
-    if (errorCode(err) === "ESRCH") return false;
-    throw err;
-  }
+  return !!now && (start === undefined || now.start === start) && kill(pid, signal);
 }
 
 /** Waits up to `ms` for each of `pids` to be gone (or a zombie); resolves to those left. */

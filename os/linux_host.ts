@@ -9,6 +9,7 @@
  */
 
 import { createHash } from "node:crypto";
+import { readFileSync } from "node:fs";
 import os from "node:os";
 import process from "node:process";
 import type { GpuImport, GpuMemoryReport, HeldRecords } from "../core/host.ts";
@@ -103,6 +104,15 @@ export interface ProcEntry {
 export function parseStat(stat: string): ProcEntry {
   const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
   return { state: f[0], parent: +f[1], group: +f[2], session: +f[3], start: +f[19] };
+}
+
+/** `/proc/<pid>/stat`, read now (it waits for no lock); `undefined` where there is none. */
+export function statOf(pid: number | string): ProcEntry | undefined {
+  try {
+    return parseStat(readFileSync(`/proc/${pid}/stat`, "utf8"));
+  } catch {
+    return undefined;
+  }
 }
 
 /** The processes descended from `pid` in `table`, parents first, each one's children by pid. */

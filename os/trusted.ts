@@ -7,12 +7,12 @@
  * @module
  */
 
-import { lstat, mkdtemp, readdir, readFile, realpath, rm } from "node:fs/promises";
+import { lstat, mkdtemp, readdir, realpath, rm } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import process from "node:process";
 import { messageOf } from "../core/errors.ts";
-import { parseStat } from "./linux_host.ts";
+import { statOf } from "./linux_host.ts";
 import { errorCode, faultAbove, faultOf, myUid, privateDirectory } from "./private.ts";
 
 /** The real path of the program `file` (run that), where it is trusted; else an `Error`. */
@@ -73,9 +73,9 @@ async function treeFault(dir: string): Promise<string | undefined> {
 }
 
 /** `<pid>-<start>` of a live process, as work directories are named; `undefined` where gone. */
-async function programOf(pid: number): Promise<string | undefined> {
-  const stat = await readFile(`/proc/${pid}/stat`, "utf8").catch(() => undefined);
-  return stat && `${pid}-${parseStat(stat).start}`;
+function programOf(pid: number): string | undefined {
+  const stat = statOf(pid);
+  return stat && `${pid}-${stat.start}`;
 }
 
 /**
@@ -100,11 +100,11 @@ export async function workDir(what: string): Promise<string> {
   for (const name of await readdir(base)) {
     const owner = /^([0-9]+)-([0-9]+)-/.exec(name);
     const gone = owner
-      ? await programOf(+owner[1]) !== `${owner[1]}-${owner[2]}`
+      ? programOf(+owner[1]) !== `${owner[1]}-${owner[2]}`
       // Named by no program (before they were): gone once a day old.
       : /^(restore|noplugins)-/.test(name) &&
         (await lstat(path.join(base, name))).mtimeMs < Date.now() - 86_400_000;
     if (gone) await rm(path.join(base, name), { recursive: true, force: true });
   }
-  return await mkdtemp(path.join(base, `${await programOf(process.pid)}-${what}`));
+  return await mkdtemp(path.join(base, `${programOf(process.pid)}-${what}`));
 }
