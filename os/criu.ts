@@ -24,6 +24,7 @@ import {
   type SnapshotEngine,
 } from "../core/engine.ts";
 import { messageOf } from "../core/errors.ts";
+import { mustBe } from "../core/options.ts";
 import { olderVersion } from "../core/version.ts";
 import {
   CHILDREN_WAIT_MS,
@@ -82,30 +83,21 @@ class CriuEngine implements SnapshotEngine {
   readonly kind: string = "criu";
   /** At most one criu run per core at once: a snapshot of more trees runs them in turn. */
   readonly parallel: number = availableParallelism();
-  readonly #given: string | undefined;
-  readonly #libraryDir: string | undefined;
-  readonly #extra: readonly string[];
-  readonly #env: Readonly<Record<string, string | undefined>>;
+  readonly #o: CriuEngineOptions & Required<Pick<CriuEngineOptions, "extraArgs" | "env">>;
   #probe: Promise<EngineProbe> | undefined;
 
   constructor(options: CriuEngineOptions) {
-    const refuse = (name: string, what: string, value: unknown) => {
-      throw new TypeError(`${name} must be ${what}, got ${JSON.stringify(value)}`);
-    };
     const absolute = (v: unknown) => v === undefined || typeof v === "string" && path.isAbsolute(v);
-    if (!absolute(options.criuPath)) refuse("criuPath", "an absolute path", options.criuPath);
-    if (!absolute(options.libraryDir)) {
-      refuse("libraryDir", "an absolute path of a directory", options.libraryDir);
-    }
-    for (const arg of options.extraArgs ?? []) {
+    const { criuPath, libraryDir, extraArgs = [] } = options;
+    if (!absolute(criuPath)) mustBe(TypeError, "criuPath", "an absolute path", criuPath);
+    const dir = "an absolute path of a directory";
+    if (!absolute(libraryDir)) mustBe(TypeError, "libraryDir", dir, libraryDir);
+    for (const arg of extraArgs) {
       if (typeof arg !== "string" || !arg.startsWith("--") || arg.includes("\0")) {
-        refuse("extraArgs", "criu options starting with --", arg);
+        mustBe(TypeError, "extraArgs", "criu options starting with --", arg);
       }
     }
-    this.#given = options.criuPath;
-    this.#libraryDir = options.libraryDir;
-    this.#extra = [...(options.extraArgs ?? [])];
-    this.#env = options.env ?? process.env;
+    this.#o = { ...options, extraArgs: [...extraArgs], env: options.env ?? process.env };
   }
 
   /** Its restore does not act on its memory images (`pages-N.img`) and its dump's `dump.log`. */
@@ -123,7 +115,7 @@ class CriuEngine implements SnapshotEngine {
           .catch((err) => ({ code: -1, stdout: "", stderr: messageOf(err) }));
       const version = (await run(["--version"])).stdout.match(/^Version:\s*([0-9][0-9.]*)/m)?.[1];
       if (!version) {
-        const hint = this.#env.LD_LIBRARY_PATH && !env.LD_LIBRARY_PATH
+        const hint = this.#o.env.LD_LIBRARY_PATH && !env.LD_LIBRARY_PATH
           ? ` (it runs without LD_LIBRARY_PATH: name its library directory with ` +
             `${LIBRARY_ENV_VAR} or the libraryDir option)`
           : "";
@@ -149,11 +141,8 @@ class CriuEngine implements SnapshotEngine {
             ? ` criu ${version} cannot read this kernel's vDSO (criu 4.1 fixed that): use criu ` +
               `4.1 or later.`
             : "";
-          problems.push(
-            `criu check reports that this kernel lacks what criu needs: ${
-              said || "no output"
-            }.${vdso}`,
-          );
+          const lacks = `criu check reports that this kernel lacks what criu needs`;
+          problems.push(`${lacks}: ${said || "no output"}.${vdso}`);
         }
       }
       return { ...(version ? { version } : {}), problems };
@@ -165,7 +154,7 @@ class CriuEngine implements SnapshotEngine {
     const criu = await this.#criu("dump", request);
     const file = path.join(request.imagesDir, "dump.log");
     const log = { file, shown: await shownPath(file) };
-    const work = await this.#workDir("dump-");
+    const work = await engineWorkDir("dump-");
     const watch = watchBytes(request.imagesDir, request.onBytes);
     try {
       await this.#run(criu, "dump", request.root, log, [
@@ -173,19 +162,14 @@ class CriuEngine implements SnapshotEngine {
         ...["--images-dir", request.imagesDir, "--leave-running"],
         ...(request.tcpEstablished ? ["--tcp-established"] : []),
       ], { ...request, worksOn: () => treeOf(request.root) });
-      if (request.signal?.aborted) {
-        throw new EngineError(`the dump of the tree of ${request.root} was stopped`, {
-          log: log.shown,
-        });
-      }
+      const stopped = `the dump of the tree of ${request.root} was stopped`;
+      if (request.signal?.aborted) throw new EngineError(stopped, { log: log.shown });
       const pstree = path.join(request.imagesDir, "pstree.img");
       try {
         return parsePstree(new Uint8Array(await readFile(pstree)));
       } catch (err) {
-        throw new EngineError(
-          `criu's ${await shownPath(pstree)} cannot be read: ${messageOf(err)}`,
-          { log: log.shown },
-        );
+        const unread = `criu's ${await shownPath(pstree)} cannot be read: ${messageOf(err)}`;
+        throw new EngineError(unread, { log: log.shown });
       }
     } finally {
       await watch.stop();
@@ -199,7 +183,7 @@ class CriuEngine implements SnapshotEngine {
    */
   async restore(request: RestoreRequest): Promise<void> {
     const criu = await this.#criu("restore", request);
-    const work = await this.#workDir("restore-");
+    const work = await engineWorkDir("restore-");
     const log = {
       file: path.join(work, "restore.log"),
       shown: path.join(path.dirname(work), `restore-${request.root}.log`),
@@ -214,12 +198,8 @@ class CriuEngine implements SnapshotEngine {
         ...(request.tcpEstablished ? ["--tcp-established"] : []),
       ], request);
       const root = Number((await readFile(pidfile, "utf8").catch(() => "")).trim());
-      if (root !== request.root) {
-        const as = root || "an unknown pid";
-        throw new EngineError(`criu restored the tree of ${request.root} as ${as}`, {
-          log: log.shown,
-        });
-      }
+      const as = `criu restored the tree of ${request.root} as ${root || "an unknown pid"}`;
+      if (root !== request.root) throw new EngineError(as, { log: log.shown });
     } catch (err) {
       await rename(log.file, log.shown).catch(() => {});
       throw err;
@@ -228,17 +208,9 @@ class CriuEngine implements SnapshotEngine {
     }
   }
 
-  stop(pids: readonly number[]): Promise<void> {
-    return Promise.resolve(signalEach(pids, "SIGSTOP"));
-  }
-
-  kill(pids: readonly number[]): Promise<void> {
-    return Promise.resolve(signalEach(pids, "SIGKILL"));
-  }
-
-  wake(pids: readonly number[]): Promise<void> {
-    return Promise.resolve(signalEach(pids, "SIGCONT"));
-  }
+  readonly stop = (pids: readonly number[]): Promise<void> => signalAll(pids, "SIGSTOP");
+  readonly kill = (pids: readonly number[]): Promise<void> => signalAll(pids, "SIGKILL");
+  readonly wake = (pids: readonly number[]): Promise<void> => signalAll(pids, "SIGCONT");
 
   /** criu, found and checked now (a few `lstat`s: before every run), unless `op` was stopped. */
   async #criu(op: string, request: DumpRequest | RestoreRequest): Promise<Criu> {
@@ -250,31 +222,11 @@ class CriuEngine implements SnapshotEngine {
     return found.criu;
   }
 
-  /** A new private work directory ({@link workDir}); an EngineError if none can be made. */
-  async #workDir(what: string): Promise<string> {
-    try {
-      return await workDir(what);
-    } catch (err) {
-      throw new EngineError(messageOf(err), { cause: err });
-    }
-  }
-
   /** Runs `criu op` on the tree of `root` with the options every run has; throws on a failure. */
   async #run(criu: Criu, op: string, root: number, log: Log, args: string[], bound: RunBound) {
-    const every = [
-      "--no-default-config",
-      "--log-file",
-      log.file,
-      "-v4",
-      "--shell-job",
-      "--file-locks",
-    ];
-    const result = await runBounded(
-      criu.path,
-      [op, ...every, ...args, ...this.#extra],
-      criu.env,
-      bound,
-    );
+    const every = ["--no-default-config", "--log-file", log.file, "-v4", "--shell-job"];
+    const all = [op, ...every, "--file-locks", ...args, ...this.#o.extraArgs];
+    const result = await runBounded(criu.path, all, criu.env, bound);
     if (result.ended) {
       const why = endedSentence(op, root, result.ended, bound);
       throw new EngineError(`${why} (log: ${log.shown})`, { log: log.shown });
@@ -287,11 +239,11 @@ class CriuEngine implements SnapshotEngine {
 
   /** criu's real path, checked, and the environment it runs with; or why there is none. */
   async #find(): Promise<{ criu: Criu } | { problem: string }> {
-    const named = this.#given ?? this.#env[CRIU_ENV_VAR];
+    const named = this.#o.criuPath ?? this.#o.env[CRIU_ENV_VAR];
     if (named && !path.isAbsolute(named)) {
       return { problem: `${CRIU_ENV_VAR} must be an absolute path, got ${JSON.stringify(named)}.` };
     }
-    const dirs = [...(this.#env.PATH ?? "").split(":").filter(path.isAbsolute), ...SYSTEM_DIRS];
+    const dirs = [...(this.#o.env.PATH ?? "").split(":").filter(path.isAbsolute), ...SYSTEM_DIRS];
     let candidate: string | undefined;
     for (const file of named ? [named] : dirs.map((dir) => path.join(dir, "criu"))) {
       if (!candidate && await isProgram(file)) candidate = file;
@@ -308,13 +260,25 @@ class CriuEngine implements SnapshotEngine {
     try {
       const real = await trustedProgram(candidate, "criu");
       const env: Record<string, string> = { PATH: "/usr/sbin:/usr/bin:/sbin:/bin" };
-      const lib = this.#libraryDir ?? (this.#env[LIBRARY_ENV_VAR] || undefined);
+      const lib = this.#o.libraryDir ?? (this.#o.env[LIBRARY_ENV_VAR] || undefined);
       if (lib) env.LD_LIBRARY_PATH = await trustedLibraryDir(lib, "criu's library directory");
       return { criu: { path: real, env } };
     } catch (err) {
       return { problem: messageOf(err) };
     }
   }
+}
+
+/** A new private work directory ({@link workDir}); an EngineError if none can be made. */
+function engineWorkDir(what: string): Promise<string> {
+  return workDir(what).catch((err) => {
+    throw new EngineError(messageOf(err), { cause: err });
+  });
+}
+
+/** Sends `signal` to each of `pids` ({@link signalEach}), a failure as a rejection. */
+function signalAll(pids: readonly number[], signal: "SIGSTOP" | "SIGKILL" | "SIGCONT") {
+  return Promise.try(signalEach, pids, signal);
 }
 
 /** What an overstaying criu run was ended for, and what it left, in one sentence. */
@@ -387,34 +351,24 @@ function pstreeEntry(message: Uint8Array): DumpedProcess {
       if (shift > 63) throw new Error("a number is too long");
     }
   };
-  let pid = 0, parent = 0;
-  const threads: number[] = [];
+  // Each field's values by its number (the last counts, but the threads'), the others skipped.
+  const got = new Map<number, number[]>();
+  const add = (field: number, v: number) =>
+    (got.get(field) ?? got.set(field, []).get(field)!).push(v);
   while (at < message.length) {
-    const key = varint();
-    const field = Math.floor(key / 8), wire = key % 8;
-    if (wire === 0) {
-      const value = varint();
-      if (field === 1) pid = value;
-      else if (field === 2) parent = value;
-      else if (field === 5) threads.push(value);
-    } else if (wire === 2) {
-      const length = varint();
-      const end = at + length;
+    const key = varint(), field = Math.floor(key / 8), wire = key % 8;
+    if (wire === 0) add(field, varint());
+    else if (wire === 2) {
+      const length = varint(), end = at + length;
       if (end > message.length) throw new Error("a field is cut short");
-      if (field === 5) { while (at < end) threads.push(varint()); }
+      while (field === 5 && at < end) add(field, varint());
       at = end;
-    } else if (wire === 5 || wire === 1) {
-      at += wire === 5 ? 4 : 8; // fixed32, fixed64
-    } else {
-      throw new Error(`a field of wire type ${wire}, which pstree entries do not have`);
-    }
+    } else if (wire === 5 || wire === 1) at += wire === 5 ? 4 : 8; // fixed32, fixed64
+    else throw new Error(`a field of wire type ${wire}, which pstree entries do not have`);
   }
+  const [pid = 0, parent = 0] = [1, 2].map((f) => got.get(f)?.at(-1)), threads = got.get(5) ?? [];
   if (pid <= 0) throw new Error("an entry has no pid");
-  return {
-    pid,
-    parent,
-    threads: threads.includes(pid) ? [pid, ...threads.filter((t) => t !== pid)] : [pid, ...threads],
-  };
+  return { pid, parent, threads: [pid, ...threads.filter((t) => t !== pid)] };
 }
 
 /** Whether `file` is there as an executable file (following links); trust is checked after. */
