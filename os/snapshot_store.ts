@@ -30,6 +30,8 @@ const NAME = /^[A-Za-z0-9_][A-Za-z0-9._-]{0,200}$/;
 /** What to do with a snapshot another user's copy made. */
 const COPY = ", so copy it as the user who will restore it (tar or rsync -a run by that user), " +
   "or give it to that user (chown -R)";
+/** Where a path checked is: above a snapshot's directory (`where`), that directory, or inside it. */
+type Place = { above: string } | "top" | "inside";
 
 /** The file system's snapshots: see the module documentation. */
 export class FileSnapshotStore implements SnapshotStore {
@@ -66,7 +68,7 @@ export class FileSnapshotStore implements SnapshotStore {
           }
         });
       }
-      handle = await openChecked(where, through);
+      handle = (await openInside(where, through, "directory", true)).handle;
       const names = create && !made ? await readdir(pinned(handle)) : [];
       if (names.length > 0) {
         const n = `${names.length} entries`;
@@ -102,22 +104,21 @@ async function walkTo(where: string): Promise<{ parent: FileHandle; name: string
   let handle = await open("/", DIR);
   let at: string[] = [], links = 0;
   try {
-    await checkAbove(handle, "/", where);
+    refuseOwner("/", await handle.stat(), { above: where });
     while (parts.length > 0) {
       const part = parts.shift()!;
       if (part === ".") continue;
+      const to = part === ".." ? at.slice(0, -1) : [...at, part], shown = `/${to.join("/")}`;
       const through = `${pinned(handle)}/${part}`;
-      const shown = `/${(part === ".." ? at.slice(0, -1) : [...at, part]).join("/")}`;
       const next = await open(through, DIR).catch((err: unknown) => err);
       if (next instanceof Error) {
         const st = await lstat(through).catch(() => undefined);
         if (!st?.isSymbolicLink()) {
           if (errorCode(next) !== "ENOENT") throw await notOpened(shown, through, next);
-          throw new Error(
-            parts.length === 0
-              ? `its parent directory ${shown} does not exist`
-              : `${shown}, above ${where}, does not exist`,
-          );
+          const it = parts.length === 0
+            ? `its parent directory ${shown}`
+            : `${shown}, above ${where},`;
+          throw new Error(`${it} does not exist`);
         }
         if (++links > 40) throw new Error(`${where}: too many symbolic links on the way`);
         if (st.uid !== 0 && st.uid !== myUid()) {
@@ -136,39 +137,14 @@ async function walkTo(where: string): Promise<{ parent: FileHandle; name: string
         continue;
       }
       await handle.close();
-      handle = next as FileHandle;
-      at = part === ".." ? at.slice(0, -1) : [...at, part];
-      await checkAbove(handle, shown, where);
+      [handle, at] = [next as FileHandle, to];
+      refuseOwner(shown, await handle.stat(), { above: where });
     }
     return { parent: handle, name };
   } catch (err) {
     await handle.close();
     throw err;
   }
-}
-
-/** A directory above a snapshot's: root's or this user's, written by nobody else unless sticky. */
-async function checkAbove(handle: FileHandle, shown: string, below: string): Promise<void> {
-  const fault = ownerFault(await handle.stat(), { rootToo: true, sticky: true });
-  if (fault) {
-    throw new Error(
-      `${shown}, above ${below}, ${fault}: ${fault.startsWith("belongs") ? "that user" : "they"} ` +
-        `could swap the snapshot for their own; keep snapshots where only root and you can write`,
-    );
-  }
-}
-
-/** The snapshot's own directory (`through`, pinned), opened: this user's, written by no other. */
-async function openChecked(where: string, through: string): Promise<FileHandle> {
-  const handle = await open(through, DIR).catch(async (err) => {
-    throw await notOpened(where, through, err);
-  });
-  const fault = ownerFault(await handle.stat());
-  if (!fault) return handle;
-  await handle.close();
-  const copied = fault.startsWith("belongs") ? COPY : "";
-  const must = "a snapshot's directory must be this user's and private (chmod 700)";
-  throw new Error(`${where} ${fault}; ${must}${copied}`);
 }
 
 /** Why `through` could not be opened (as a directory, or a `file`): a link, or the error itself. */
@@ -184,37 +160,50 @@ async function notOpened(shown: string, through: string, err: unknown, kind = "d
   return new Error(`${shown} cannot be opened: ${pathTrouble(err)}`, { cause: err });
 }
 
-/** Throws where something inside a snapshot is another user's or others may write it. */
-function refuseInside(shown: string, st: { uid: number; mode: number }): void {
-  const fault = ownerFault(st, { rootToo: true });
+/**
+ * Throws where `shown` (of status `st`) may not be owned or written as it is: above a snapshot's
+ * directory, root's or this user's and written by nobody else unless sticky; the directory itself
+ * (`top`), this user's and written by no other; inside it, root's or this user's, written by no other.
+ */
+function refuseOwner(shown: string, st: { uid: number; mode: number }, place: Place): void {
+  const above = typeof place === "object" ? place.above : undefined;
+  const fault = ownerFault(st, { rootToo: place !== "top", sticky: above !== undefined });
   if (!fault) return;
-  throw new Error(
-    `${shown} ${fault}; ${
-      fault.startsWith("belongs")
-        ? `what a snapshot holds must be root's or this user's${COPY}`
-        : "nobody else may write what a snapshot holds (chmod go-w)"
-    }`,
-  );
+  const belongs = fault.startsWith("belongs");
+  if (above !== undefined) {
+    throw new Error(
+      `${shown}, above ${above}, ${fault}: ${belongs ? "that user" : "they"} could swap the ` +
+        `snapshot for their own; keep snapshots where only root and you can write`,
+    );
+  }
+  const must = place === "top"
+    ? `a snapshot's directory must be this user's and private (chmod 700)${belongs ? COPY : ""}`
+    : belongs
+    ? `what a snapshot holds must be root's or this user's${COPY}`
+    : "nobody else may write what a snapshot holds (chmod go-w)";
+  throw new Error(`${shown} ${fault}; ${must}`);
 }
 
-/** Opens `through` (pinned, shown as `shown`) inside a snapshot, as a `kind`, and checks it. */
-async function openInside(shown: string, through: string, kind: "file" | "directory") {
-  const handle = await open(through, kind === "file" ? O_RDONLY | O_NOFOLLOW | O_NONBLOCK : DIR)
-    .catch(async (err) => {
-      throw await notOpened(shown, through, err, kind);
-    });
+/** Opens `at` (pinned, shown as `shown`) in a snapshot (or, `top`, its directory), and checks it. */
+async function openInside(shown: string, at: string, kind: "file" | "directory", top = false) {
+  const flags = kind === "file" ? O_RDONLY | O_NOFOLLOW | O_NONBLOCK : DIR;
+  const handle = await open(at, flags).catch(async (err) => {
+    throw await notOpened(shown, at, err, kind);
+  });
   try {
     const st = await handle.stat();
-    if (kind === "file" ? !st.isFile() : !st.isDirectory()) {
-      throw new Error(`${shown} is not a ${kind === "file" ? "regular file" : "directory"}`);
-    }
-    refuseInside(shown, st);
+    // A directory is one, or it would not have opened (O_DIRECTORY).
+    if (kind === "file" && !st.isFile()) throw new Error(`${shown} is not a regular file`);
+    refuseOwner(shown, st, top ? "top" : "inside");
     return { handle, size: st.size, dev: st.dev, ino: st.ino };
   } catch (err) {
     await handle.close();
     throw err;
   }
 }
+
+/** The directory a store made for a snapshot: its parent, open, and its name there. */
+type Made = { parent: FileHandle; name: string };
 
 /** An open file of a snapshot, as digests take it, and what the manifest says of it. */
 interface Opened extends DigestSource {
@@ -225,7 +214,9 @@ interface Opened extends DigestSource {
 class FileSnapshotDir implements SnapshotDir {
   readonly path: string;
   readonly #handle: FileHandle;
-  readonly #made: { parent: FileHandle; name: string } | undefined;
+  /** The pinned path of the directory itself. */
+  readonly #base: string;
+  readonly #made: Made | undefined;
   readonly #digests: boolean;
   readonly #created: string[] = [];
   readonly #subs = new Map<string, FileHandle>();
@@ -238,21 +229,12 @@ class FileSnapshotDir implements SnapshotDir {
   /** The digests a check left for later, where it left some: settled once they end. */
   #verifying: Promise<void> | undefined;
 
-  constructor(
-    where: string,
-    handle: FileHandle,
-    digests: boolean,
-    made?: { parent: FileHandle; name: string },
-  ) {
+  constructor(where: string, handle: FileHandle, digests: boolean, made?: Made) {
     this.path = where;
     this.#handle = handle;
+    this.#base = pinned(handle);
     this.#digests = digests;
     this.#made = made;
-  }
-
-  /** The pinned path of the directory itself. */
-  get #base(): string {
-    return pinned(this.#handle);
   }
 
   async subdir(name: string): Promise<void> {
@@ -300,7 +282,7 @@ class FileSnapshotDir implements SnapshotDir {
     checkName(name);
     const shown = `${this.path}/${name}`;
     return await readSmallFile(`${this.#base}/${name}`, shown, maxBytes, (st) => {
-      refuseInside(shown, st);
+      refuseOwner(shown, st, "inside");
     });
   }
 
@@ -331,6 +313,11 @@ class FileSnapshotDir implements SnapshotDir {
     }
     const unlisted = (shown: string) =>
       new Error(`${shown} is not part of the snapshot: its manifest does not list it`);
+    const missing = (shown: string, lists: string, what: string) =>
+      new Error(
+        `${shown} is missing, which the manifest lists ${lists}: the snapshot is incomplete, or a ` +
+          `copy of it left the ${what} out`,
+      );
     const present = new Set(await readdir(this.#base));
     for (const name of present) {
       if (!bySub.has(name) && !(o.topFiles ?? []).includes(name)) {
@@ -340,13 +327,8 @@ class FileSnapshotDir implements SnapshotDir {
     const opened: Opened[] = [];
     try {
       for (const [sub, listed] of bySub) {
-        if (!present.has(sub)) {
-          const n = `${listed.size} file${listed.size === 1 ? "" : "s"}`;
-          throw new Error(
-            `${this.path}/${sub} is missing, which the manifest lists with ${n}: the snapshot is ` +
-              `incomplete, or a copy of it left the directory out`,
-          );
-        }
+        const n = `with ${listed.size} file${listed.size === 1 ? "" : "s"}`;
+        if (!present.has(sub)) throw missing(`${this.path}/${sub}`, n, "directory");
         const dir = await this.#sub(sub);
         const names = new Set(await readdir(pinned(dir)));
         for (const name of names) {
@@ -354,12 +336,7 @@ class FileSnapshotDir implements SnapshotDir {
         }
         for (const [name, file] of listed) {
           const shown = `${this.path}/${file.path}`;
-          if (!names.has(name)) {
-            throw new Error(
-              `${shown} is missing, which the manifest lists (${file.bytes} bytes): the snapshot ` +
-                `is incomplete, or a copy of it left the file out`,
-            );
-          }
+          if (!names.has(name)) throw missing(shown, `(${file.bytes} bytes)`, "file");
           const { handle, size } = await this.#file(dir, shown, name);
           opened.push({ file, handle, bytes: file.bytes, name: shown });
           if (size !== file.bytes) {
@@ -420,7 +397,6 @@ class FileSnapshotDir implements SnapshotDir {
       p.catch(() => {});
       return [sub, p];
     }));
-    all.catch(() => {});
     this.#verifying = all.catch(() => {});
     return { digests: true, later: (sub) => subs.get(sub) ?? Promise.resolve(), all };
   }
@@ -452,12 +428,10 @@ class FileSnapshotDir implements SnapshotDir {
   /** The subdirectory `name`, open and checked (once). */
   async #sub(name: string): Promise<FileHandle> {
     checkName(name);
-    let handle = this.#subs.get(name);
-    if (!handle) {
-      handle =
-        (await openInside(`${this.path}/${name}`, `${this.#base}/${name}`, "directory")).handle;
-      this.#subs.set(name, handle);
-    }
+    const at = `${this.#base}/${name}`;
+    const handle = this.#subs.get(name) ??
+      (await openInside(`${this.path}/${name}`, at, "directory")).handle;
+    this.#subs.set(name, handle);
     return handle;
   }
 
