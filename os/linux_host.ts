@@ -119,9 +119,7 @@ export function statOf(pid: number | string): ProcEntry | undefined {
 export function descendants(table: ReadonlyMap<number, ProcEntry>, pid: number): number[] {
   const children = new Map<number, number[]>();
   for (const [p, e] of [...table].sort(([a], [b]) => a - b)) {
-    const list = children.get(e.parent);
-    if (list) list.push(p);
-    else children.set(e.parent, [p]);
+    (children.get(e.parent) ?? children.set(e.parent, []).get(e.parent)!).push(p);
   }
   const out = [...children.get(pid) ?? []];
   // Bounded by the table: a pid reused while /proc was read cannot make it loop.
@@ -150,16 +148,15 @@ export async function procTable(
   return table;
 }
 
-/** Runs `fn` on each of `items`, at most {@link PROC_READS_AT_ONCE} at a time. */
-async function atMostSome<T>(items: readonly T[], fn: (item: T, i: number) => Promise<void>) {
+/** `fn` of each of `items`, in their order, at most {@link PROC_READS_AT_ONCE} at a time. */
+async function atMostSome<T, R>(items: readonly T[], fn: (item: T) => Promise<R>): Promise<R[]> {
+  const out: R[] = [];
   let next = 0;
   const work = async () => {
-    while (next < items.length) {
-      const i = next++;
-      await fn(items[i], i);
-    }
+    for (let i; (i = next++) < items.length;) out[i] = await fn(items[i]);
   };
   await Promise.all(Array.from({ length: Math.min(PROC_READS_AT_ONCE, items.length) }, work));
+  return out;
 }
 
 /** The Linux host (see the module documentation); opening reads nothing, close lets go of NVML. */
@@ -168,8 +165,7 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
   readonly kind: string = "linux";
   readonly #root: string;
   readonly #reader: ProcReader;
-  readonly #nvmlWanted: boolean;
-  readonly #nvmlPath: string | undefined;
+  readonly #options: LinuxHostOptions;
   #nvml: Promise<Nvml> | undefined;
   #closed = false;
   /** The records of held GPU memory, shared by every program of this package on the machine. */
@@ -181,8 +177,7 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
   constructor(options: LinuxHostOptions = {}) {
     this.#root = options.procRoot ?? "/proc";
     this.#reader = options.reader ?? runtimeReader();
-    this.#nvmlWanted = options.nvml ?? true;
-    this.#nvmlPath = options.nvmlPath;
+    this.#options = options;
     // None on Deno without permission to read the variable, or to read and write the directory.
     const env = (v: string) => granted({ name: "env", variable: v }) ? process.env[v] : undefined;
     const dir = options.recordsDir ?? recordsDirectory(env);
@@ -239,17 +234,12 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
     const out: TreeProcess[] = [];
     for (const pid of table.has(root) ? [root, ...descendants(table, root)] : []) {
       try {
-        const tasks = numbered(await this.#reader.list(`${this.#root}/${pid}/task`));
+        const dir = `${this.#root}/${pid}`;
+        const tasks = numbered(await this.#reader.list(`${dir}/task`));
         const others = tasks.filter((t) => t !== pid).sort((a, b) => a - b);
-        const command = commandLine(
-          await this.#reader.read(`${this.#root}/${pid}/cmdline`).catch(() => ""),
-        );
-        out.push({
-          pid,
-          parent: table.get(pid)!.parent || 0,
-          threads: tasks.includes(pid) ? [pid, ...others] : [],
-          ...(command ? { command } : {}),
-        });
+        const command = commandLine(await this.#reader.read(`${dir}/cmdline`).catch(() => ""));
+        const threads = tasks.includes(pid) ? [pid, ...others] : [];
+        out.push({ pid, parent: table.get(pid)!.parent || 0, threads, ...command && { command } });
       } catch {
         // gone meanwhile
       }
@@ -347,15 +337,12 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
    */
   async scan(): Promise<ScannedProcess[]> {
     this.#checkOpen("scan /proc");
-    const pids = numbered(
-      await this.#reader.list(this.#root).catch((error) => {
-        const why = `${this.#root} could not be read (${messageOf(error)})`;
-        const deno = `on Deno, allow reading it (--allow-read=${this.#root})`;
-        throw new Error(`the processes cannot be listed: ${why}; ${deno}`, { cause: error });
-      }),
-    );
-    const found: (ScannedProcess | undefined)[] = [];
-    await atMostSome(pids, async (pid, i) => void (found[i] = await this.#look(pid)));
+    const names = await this.#reader.list(this.#root).catch((error) => {
+      const why = `${this.#root} could not be read (${messageOf(error)})`;
+      const deno = `on Deno, allow reading it (--allow-read=${this.#root})`;
+      throw new Error(`the processes cannot be listed: ${why}; ${deno}`, { cause: error });
+    });
+    const found = await atMostSome(numbered(names), (pid) => this.#look(pid));
     return found.filter((p) => p !== undefined);
   }
 
@@ -366,7 +353,8 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
    */
   async gpuMemory(): Promise<GpuMemoryReport> {
     this.#checkOpen("read GPU memory");
-    if (!this.#nvmlWanted) return { unknown: "NVML was not asked for (nvml: false)" };
+    const { nvml: wanted = true, nvmlPath: libraryPath } = this.#options;
+    if (!wanted) return { unknown: "NVML was not asked for (nvml: false)" };
     // In a PID namespace of this program's own, NVML's pids (the host's) are not /proc's.
     const status = await this.#reader.read(`${this.#root}/self/status`).catch(() => "");
     const nsPid = /^NSpid:\s*(.*)$/m.exec(status)?.[1].trim();
@@ -378,7 +366,7 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
     }
     this.#nvml ??= Promise.all([import("../ffi/runtime.ts"), import("../ffi/nvml.ts")])
       .then(async ([{ runtimeAdapter }, { openNvml }]) =>
-        openNvml(await runtimeAdapter(), { libraryPath: this.#nvmlPath, keepInitialized: true })
+        openNvml(await runtimeAdapter(), { libraryPath, keepInitialized: true })
       );
     const nvml = await this.#nvml.catch((error) => ({ unknown: messageOf(error) }));
     return "unknown" in nvml ? nvml : await nvml.gpuMemory();
@@ -398,9 +386,7 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
   }
 
   /** {@link LinuxHost.close}, for `await using`. */
-  [Symbol.asyncDispose](): Promise<void> {
-    return this.close();
-  }
+  readonly [Symbol.asyncDispose] = (): Promise<void> => this.close();
 
   #checkOpen(what: string): void {
     if (this.#closed) throw new Error(`this Linux host has been closed: cannot ${what}`);
