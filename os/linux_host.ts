@@ -293,18 +293,11 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
    * where it is gone.
    */
   async cpuTime(pid: number): Promise<number | undefined> {
-    try {
-      const tasks = await this.#reader.list(`${this.#root}/${pid}/task`);
-      const times = await Promise.all(
-        tasks.map((t) =>
-          this.#reader.read(`${this.#root}/${pid}/task/${t}/schedstat`)
-            .then((text) => Number(text.split(" ")[0]), () => 0)
-        ),
-      );
-      return times.reduce((a, b) => a + b, 0);
-    } catch {
-      return undefined;
-    }
+    const dir = `${this.#root}/${pid}/task`;
+    const tasks = await this.#reader.list(dir).catch(() => undefined);
+    const read = (t: string) => this.#reader.read(`${dir}/${t}/schedstat`).catch(() => "0");
+    const times = tasks && await Promise.all(tasks.map(read));
+    return times?.reduce((sum, text) => sum + Number(text.split(" ")[0]), 0);
   }
 
   /** The machine's name, kernel and NVIDIA driver release (`/proc/driver/nvidia/version`). */
@@ -358,12 +351,9 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
     // In a PID namespace of this program's own, NVML's pids (the host's) are not /proc's.
     const status = await this.#reader.read(`${this.#root}/self/status`).catch(() => "");
     const nsPid = /^NSpid:\s*(.*)$/m.exec(status)?.[1].trim();
-    if (nsPid && nsPid.split(/\s+/).length > 1) {
-      return {
-        unknown: `this program runs in a PID namespace of its own (a container: NSpid ${nsPid}), ` +
-          `and NVML reports the host's pids, which /proc here does not show`,
-      };
-    }
+    const own = `this program runs in a PID namespace of its own (a container: NSpid ${nsPid})`;
+    const hosts = "and NVML reports the host's pids, which /proc here does not show";
+    if (nsPid && nsPid.split(/\s+/).length > 1) return { unknown: `${own}, ${hosts}` };
     this.#nvml ??= Promise.all([import("../ffi/runtime.ts"), import("../ffi/nvml.ts")])
       .then(async ([{ runtimeAdapter }, { openNvml }]) =>
         openNvml(await runtimeAdapter(), { libraryPath, keepInitialized: true })
@@ -395,14 +385,11 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
   /** One process, or `undefined` when it is gone. */
   async #look(pid: number): Promise<ScannedProcess | undefined> {
     const dir = `${this.#root}/${pid}`;
-    let command: string | undefined;
-    try {
-      command = commandLine(await this.#reader.read(`${dir}/cmdline`)) || undefined;
-    } catch (error) {
-      // Unreadable here (hidepid, say) but maybe not its maps: go on without it.
-      if (classify(error) === "gone") return undefined;
-    }
-    const withCommand = command === undefined ? { pid } : { pid, command };
+    // Unreadable here (hidepid, say) but maybe not its maps: go on without it.
+    const command = await this.#reader.read(`${dir}/cmdline`)
+      .then(commandLine, (error) => classify(error) === "gone" ? undefined : "");
+    if (command === undefined) return undefined;
+    const withCommand = { pid, ...command && { command } };
     try {
       const maps = await this.#reader.read(`${dir}/maps`);
       return { ...withCommand, cudaLibrary: LIBCUDA_MAPPED.test(maps) };
