@@ -195,7 +195,16 @@ async function endRun(
     await exited;
   }
   for (const p of children) signalSame(p, startOf.get(p), "SIGKILL");
-  const childrenLeft = await goneWithin(children, startOf, CHILDREN_WAIT_MS);
+  // Each waited for until it is gone (or a zombie), or CHILDREN_WAIT_MS have passed.
+  const stays = (p: number) => {
+    const now = statOf(p);
+    return !!now && now.start === startOf.get(p) && now.state !== "Z";
+  };
+  const deadline = performance.now() + CHILDREN_WAIT_MS;
+  while (children.some(stays) && performance.now() < deadline) {
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  const childrenLeft = children.filter(stays);
   const now = await procTable();
   const continued = worksOn.filter((p) =>
     now.has(p) && signalSame(p, now.get(p)!.start, "SIGCONT")
@@ -229,23 +238,6 @@ export async function treeOf(pid: number): Promise<number[]> {
 function signalSame(pid: number, start: number | undefined, signal: Signal): boolean {
   const now = statOf(pid);
   return !!now && (start === undefined || now.start === start) && kill(pid, signal);
-}
-
-/** Waits up to `ms` for each of `pids` to be gone (or a zombie); resolves to those left. */
-async function goneWithin(
-  pids: readonly number[],
-  startOf: ReadonlyMap<number, number>,
-  ms: number,
-): Promise<number[]> {
-  const deadline = performance.now() + ms;
-  for (;;) {
-    const left = pids.filter((p) => {
-      const now = statOf(p);
-      return now && now.start === startOf.get(p) && now.state !== "Z";
-    });
-    if (left.length === 0 || performance.now() >= deadline) return left;
-    await new Promise((r) => setTimeout(r, 20));
-  }
 }
 
 /** Whether `p` settles within `ms`; no timer is left behind either way. */

@@ -44,6 +44,9 @@ const CRIU_ENV_VAR = "CKPT_CRIU_PATH", LIBRARY_ENV_VAR = "CKPT_CRIU_LIBRARY_DIR"
 const CRIU_MIN_VERSION = "4.0";
 /** How long `criu --version` and `criu check` may take, in ms. */
 const PROBE_TIMEOUT_MS = 60_000;
+/** Why a snapshot cannot be taken or restored by another user than root. */
+const NEEDS_ROOT = "Snapshots need root: criu needs CAP_SYS_ADMIN (or CAP_CHECKPOINT_RESTORE) " +
+  "over the processes, and so do the driver's checkpoint calls; run as root.";
 /** Where criu is looked for after `PATH`'s absolute directories. */
 const SYSTEM_DIRS = ["/usr/local/sbin", "/usr/sbin", "/sbin", "/usr/local/bin", "/usr/bin"];
 
@@ -121,17 +124,11 @@ class CriuEngine implements SnapshotEngine {
           : "";
         problems.push(`${criu} does not run as criu (criu --version gave no version)${hint}.`);
       } else if (olderVersion(version, CRIU_MIN_VERSION)) {
-        problems.push(
-          `criu ${version} at ${criu} is too old: this package needs criu ${CRIU_MIN_VERSION} or ` +
-            `later (tested with 4.1.1 and 4.2).`,
-        );
+        const old = `criu ${version} at ${criu} is too old: this package needs criu`;
+        problems.push(`${old} ${CRIU_MIN_VERSION} or later (tested with 4.1.1 and 4.2).`);
       }
-      if (myUid() !== 0) {
-        problems.push(
-          "Snapshots need root: criu needs CAP_SYS_ADMIN (or CAP_CHECKPOINT_RESTORE) over the " +
-            "processes, and so do the driver's checkpoint calls; run as root.",
-        );
-      } else if (version) {
+      if (myUid() !== 0) problems.push(NEEDS_ROOT);
+      else if (version) {
         const check = await run(["check", "--no-default-config"]);
         if (check.code !== 0 || !/Looks good/.test(check.stdout)) {
           const said = `${check.stdout}\n${check.stderr}`.split("\n").map((l) => l.trim())
@@ -251,11 +248,9 @@ class CriuEngine implements SnapshotEngine {
     if (!candidate) {
       const nowhere = `not in PATH's directories nor in ${SYSTEM_DIRS.join(", ")}`;
       const install = `install criu ${CRIU_MIN_VERSION} or later (apt install criu)`;
-      return {
-        problem: named
-          ? `criu was not found at ${named}.`
-          : `criu is not installed (${nowhere}): ${install}, or name it with ${CRIU_ENV_VAR}.`,
-      };
+      const none =
+        `criu is not installed (${nowhere}): ${install}, or name it with ${CRIU_ENV_VAR}.`;
+      return { problem: named ? `criu was not found at ${named}.` : none };
     }
     try {
       const real = await trustedProgram(candidate, "criu");

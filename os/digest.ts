@@ -140,12 +140,8 @@ export class PieceHasher {
       let w = [...workers].find(([, busy]) => !busy)?.[0];
       if (!w && workers.size >= most) return;
       const job = queue.shift()!;
-      try {
-        w ??= PieceHasher.#start();
-      } catch (err) {
-        job.done.reject(err);
-        continue;
-      }
+      w ??= PieceHasher.#start(job);
+      if (!w) continue;
       workers.set(w, job);
       job.owner.#flying.add(job);
       const { offset, length } = job;
@@ -153,13 +149,15 @@ export class PieceHasher {
     }
   }
 
-  static #start(): Worker {
+  /** A new worker, or none (`job` rejected, saying why). */
+  static #start(job: Job): Worker | undefined {
     const url = workerScript(import.meta.url, "os", "digest_worker");
     let w: Worker;
     try {
       w = new Worker(url, { type: "module" });
     } catch (err) {
-      throw new Error(`a digest worker cannot start: ${messageOf(err)}`, { cause: err });
+      job.done.reject(new Error(`a digest worker cannot start: ${messageOf(err)}`, { cause: err }));
+      return undefined;
     }
     w.addEventListener("message", (e: MessageEvent<PieceReply>) => PieceHasher.#answer(w, e.data));
     w.addEventListener("error", (event: ErrorEvent) => {
