@@ -22,11 +22,7 @@ export const PIECE_BYTES = 8 * 2 ** 20;
 const WORKERS_FROM_BYTES = 64 * 2 ** 20;
 
 /** What a digest is of: a file already open, its size, and its name for messages. */
-export interface DigestSource {
-  readonly handle: FileHandle;
-  readonly bytes: number;
-  readonly name: string;
-}
+export type DigestSource = Readonly<{ handle: FileHandle; bytes: number; name: string }>;
 
 /**
  * The chunked SHA-256 of `s` (hex), its pieces asked of `hasher` at once, in order, but the first

@@ -159,11 +159,11 @@ export async function readSmallFile(
     if (st.size > maxBytes) throw new Error(big);
     const buffer = new Uint8Array(maxBytes + 1);
     let length = 0;
-    for (;;) {
-      const { bytesRead } = await handle.read(buffer, length, buffer.length - length, null);
-      if (bytesRead === 0) break;
-      length += bytesRead;
-      if (length > maxBytes) throw new Error(`${shown} grew past ${maxBytes} bytes as it was read`);
+    for (let n = -1; n !== 0; length += n) {
+      n = (await handle.read(buffer, length, buffer.length - length, null)).bytesRead;
+      if (length + n > maxBytes) {
+        throw new Error(`${shown} grew past ${maxBytes} bytes as it was read`);
+      }
     }
     return new TextDecoder().decode(buffer.subarray(0, length));
   } finally {

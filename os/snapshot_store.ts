@@ -46,14 +46,9 @@ export class FileSnapshotStore implements SnapshotStore {
   }
 
   /** Makes `dir` for a new snapshot (mode 0700), or takes an empty private one, and opens it. */
-  create(dir: string): Promise<SnapshotDir> {
-    return this.#open(dir, true);
-  }
-
+  readonly create = (dir: string): Promise<SnapshotDir> => this.#open(dir, true);
   /** Opens a snapshot's directory, refusing one that is not private or that others could swap. */
-  open(dir: string): Promise<SnapshotDir> {
-    return this.#open(dir, false);
-  }
+  readonly open = (dir: string): Promise<SnapshotDir> => this.#open(dir, false);
 
   async #open(dir: string, create: boolean): Promise<SnapshotDir> {
     const where = path.resolve(dir);
@@ -206,9 +201,7 @@ async function openInside(shown: string, at: string, kind: "file" | "directory",
 type Made = { parent: FileHandle; name: string };
 
 /** An open file of a snapshot, as digests take it, and what the manifest says of it. */
-interface Opened extends DigestSource {
-  readonly file: SnapshotFile;
-}
+type Opened = DigestSource & { readonly file: SnapshotFile };
 
 /** A snapshot's directory, open: see the module documentation. */
 class FileSnapshotDir implements SnapshotDir {

@@ -12,6 +12,7 @@ import os from "node:os";
 import path from "node:path";
 import process from "node:process";
 import { messageOf } from "../core/errors.ts";
+import { mustBe } from "../core/options.ts";
 import { statOf } from "./linux_host.ts";
 import { errorCode, faultAbove, faultOf, myUid, privateDirectory } from "./private.ts";
 
@@ -33,17 +34,14 @@ export async function trustedProgram(file: string, what: string): Promise<string
  * every directory above it and everything below it are trusted; else an `Error` naming the fault.
  */
 export async function trustedLibraryDir(dir: string, what: string): Promise<string> {
-  if (!path.isAbsolute(dir)) {
-    throw new TypeError(`${what} must be an absolute path, got ${JSON.stringify(dir)}`);
-  }
+  if (!path.isAbsolute(dir)) mustBe(TypeError, what, "an absolute path", dir);
   const real = await realpath(dir).catch((err) => {
     throw new Error(`${what} ${dir} is refused: ${messageOf(err)}.`);
   });
   const fault = await faultOf(real, "directory", false) ?? await faultAbove(real) ??
     await treeFault(real);
-  if (fault) {
-    throw new Error(`${what} ${real === dir ? dir : `${dir} (${real})`} is refused: ${fault}.`);
-  }
+  const shown = real === dir ? dir : `${dir} (${real})`;
+  if (fault) throw new Error(`${what} ${shown} is refused: ${fault}.`);
   return real;
 }
 
@@ -89,12 +87,8 @@ export async function workDir(what: string): Promise<string> {
   const base = uid === 0 && !(await faultOf("/run", "directory", false))
     ? "/run/ckpt-cuda-work"
     : path.join(await realpath(os.tmpdir()).catch(() => os.tmpdir()), `ckpt-cuda-work-${uid}`);
-  const above = await faultAbove(base);
-  if (above) {
-    throw new Error(
-      `criu's work directories cannot be made under ${path.dirname(base)}: ${above}.`,
-    );
-  }
+  const above = await faultAbove(base), under = path.dirname(base);
+  if (above) throw new Error(`criu's work directories cannot be made under ${under}: ${above}.`);
   const hint = "remove it; criu's work directories are made there";
   await privateDirectory(base, { strict: true, hint });
   for (const name of await readdir(base)) {
