@@ -115,15 +115,13 @@ export async function runBounded(
     detached: true,
   });
   const output = { stdout: "", stderr: "" };
-  const closed = Promise.all(
-    (["stdout", "stderr"] as const).map((name) =>
-      new Promise<void>((r) => {
-        const stream = child[name]!.setEncoding("utf8");
-        stream.on("data", (d: string) => output[name] = (output[name] + d).slice(-MAX_OUTPUT));
-        stream.once("close", () => r()).once("error", () => r());
-      })
-    ),
-  );
+  const collect = (name: "stdout" | "stderr") =>
+    new Promise<void>((r) => {
+      const stream = child[name]!.setEncoding("utf8");
+      stream.on("data", (d: string) => output[name] = (output[name] + d).slice(-MAX_OUTPUT));
+      stream.once("close", () => r()).once("error", () => r());
+    });
+  const closed = Promise.all([collect("stdout"), collect("stderr")]);
   let exitedNow = false;
   const exited = new Promise<{ code: number | null; sig: string | null }>((r, fail) => {
     child.once("error", fail).once("exit", (code, sig) => {

@@ -207,10 +207,9 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
    */
   async lastingMark(who: ProcessIdentity): Promise<string | undefined> {
     try {
+      const read = (f: string) => this.#reader.read(`${this.#root}/${who.pid}/${f}`);
       const [status, cmdline, cgroup] = await Promise.all(
-        ["status", "cmdline", "cgroup"].map((f) =>
-          this.#reader.read(`${this.#root}/${who.pid}/${f}`)
-        ),
+        ["status", "cmdline", "cgroup"].map(read),
       );
       const nsPid = /^NSpid:\s*([0-9 \t]+)$/m.exec(status)?.[1].trim().split(/\s+/).at(-1);
       const uid = /^Uid:\s*([0-9]+)/m.exec(status)?.[1];

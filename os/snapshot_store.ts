@@ -148,9 +148,8 @@ async function notOpened(shown: string, through: string, err: unknown, kind = "d
   if (code === "ENOENT") return new Error(`${shown} does not exist`);
   if (code === "ELOOP" || code === "ENOTDIR") {
     const link = (await lstat(through).catch(() => undefined))?.isSymbolicLink();
-    return new Error(
-      `${shown} is ${link ? `a symbolic link, not a ${kind} of its own` : `not a ${kind}`}`,
-    );
+    const is = link ? `a symbolic link, not a ${kind} of its own` : `not a ${kind}`;
+    return new Error(`${shown} is ${is}`);
   }
   return new Error(`${shown} cannot be opened: ${pathTrouble(err)}`, { cause: err });
 }
@@ -248,17 +247,6 @@ class FileSnapshotDir implements SnapshotDir {
     return pinned(await this.#sub(name));
   }
 
-  /** A private directory of links to `opened`, by subdirectory. */
-  async #linked(opened: readonly Opened[]): Promise<string> {
-    const view = await workDir("images-");
-    this.#views.push(view);
-    for (const { file, handle } of opened) {
-      await mkdir(path.join(view, path.dirname(file.path)), { recursive: true, mode: 0o700 });
-      await symlink(pinned(handle), path.join(view, file.path));
-    }
-    return view;
-  }
-
   async writeFile(name: string, text: string): Promise<void> {
     checkName(name);
     // Named by the path the user knows, not the pinned one it is written through.
@@ -341,9 +329,18 @@ class FileSnapshotDir implements SnapshotDir {
         }
       }
       const verified = o.digests && this.#digests ? await this.#verify(opened, o) : undefined;
-      // Made now, not as the engine starts (a simulated clock would run on meanwhile); one that
-      // cannot be made is the engine's error, where it asks for it, not the check's.
-      this.#view = this.#linked(opened);
+      // The engine's directory of links to the files opened, by subdirectory: made now, not as the
+      // engine starts (a simulated clock would run on meanwhile); one that cannot be made is the
+      // engine's error, where it asks for it, not the check's.
+      this.#view = (async () => {
+        const view = await workDir("images-");
+        this.#views.push(view);
+        for (const { file, handle } of opened) {
+          await mkdir(path.join(view, path.dirname(file.path)), { recursive: true, mode: 0o700 });
+          await symlink(pinned(handle), path.join(view, file.path));
+        }
+        return view;
+      })();
       await this.#view.catch(() => {});
       for (const sub of bySub.keys()) this.#checked.add(sub);
       this.#kept.push(...opened.splice(0).map((x) => x.handle));
@@ -358,24 +355,21 @@ class FileSnapshotDir implements SnapshotDir {
    * subdirectory's settled as soon as its last one is ({@link Checked.later}).
    */
   async #verify(opened: readonly Opened[], o: CheckOptions): Promise<Checked> {
-    const compare = ({ file, name }: Opened, digest: string) => {
-      if (digest !== file.chunkedSha256) {
-        throw new Error(
-          `${name} is not the file the snapshot wrote: its digest is ${digest}, and the manifest ` +
-            `says ${file.chunkedSha256}`,
-        );
-      }
-    };
     const isLater = (x: Opened) => o.later?.(x.file) ?? false;
     const subOf = (x: Opened) => x.file.path.split("/")[0];
     const [now, later] = [opened.filter((x) => !isLater(x)), opened.filter(isLater)];
     // Asked in this order, hashed in this order: those compared now first.
     const hasher = new PieceHasher({ signal: o.signal });
-    const compared = new Map(
-      [...now, ...later].map((x) => [x, digestOf(hasher, x).then((d) => compare(x, d))]),
-    );
-    // Awaited or not: a refusal must never be an unhandled rejection.
-    for (const c of compared.values()) c.catch(() => {});
+    const compared = new Map([...now, ...later].map((x) => {
+      const want = x.file.chunkedSha256, wrote = `${x.name} is not the file the snapshot wrote`;
+      const matched = digestOf(hasher, x).then((d) => {
+        if (d !== want) {
+          throw new Error(`${wrote}: its digest is ${d}, and the manifest says ${want}`);
+        }
+      });
+      matched.catch(() => {}); // awaited or not: a refusal must never be an unhandled rejection
+      return [x, matched] as const;
+    }));
     const settled = (xs: readonly Opened[]) =>
       Promise.all(xs.map((x) => compared.get(x))).then(() => {});
     await settled(now).catch(async (err) => {
