@@ -36,13 +36,13 @@ export interface MachineView {
   readonly processes: readonly SimulatedProcess[];
   readonly heldRecords: MemoryHeldRecords;
   readonly selfPid: number | undefined;
+  readonly nextStart: number;
   readonly disk: CopyLink;
   now(): number;
   process(id: number): SimulatedProcess | undefined;
   tree(root: number): SimulatedProcess[] | undefined;
   adopt(proc: SimulatedProcess): SimulatedProcess;
   forget(proc: SimulatedProcess): void;
-  takeStart(): number;
   startTimer(ms: number, fn: () => void, passive?: boolean): () => void;
   holdClock(): () => void;
   closedError(what: string): Error | undefined;
@@ -50,8 +50,8 @@ export interface MachineView {
   instantly<T>(what: string, fn: () => T): Promise<T>;
 }
 
-/** A process to make (its start left out: a new one). */
-type NewProcess = ProcessFields & { gpus: SimulatedGpu[]; start?: number };
+/** A process to make. */
+type NewProcess = ProcessFields & { gpus: SimulatedGpu[]; start: number };
 
 /** A kernel launch: awaiting it (`onWait`, once) is waiting on the simulator, moving time. */
 class KernelLaunch extends Promise<void> {
@@ -140,7 +140,7 @@ export class SimulatedProcess {
     this.ipcImport = made.ipcImport;
     this.tcp = made.tcp;
     this.#parent = made.parent;
-    this.start = made.start ?? machine.takeStart();
+    this.start = made.start;
     if (made.cuda) this.#memory = new MemoryImage(mibToBytes(made.memoryMiB));
   }
 

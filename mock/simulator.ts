@@ -216,9 +216,8 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
     });
     const short = cuda ? proc.claimOn(gpus) : undefined;
     if (short) throw new RangeError(`spawn: ${short}`);
-    this.#nextPid += Math.max(10, count + 7);
-    this.#nextStart++;
-    this.#add(proc);
+    this.adopt(proc);
+    this.#nextPid = pid + Math.max(10, count + 7); // a gap between processes, as on Linux
     return proc;
   }
 
@@ -286,11 +285,6 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
     this.#nextStart = Math.max(this.#nextStart, next);
   }
 
-  /** @internal a start number no process of the machine has had */
-  takeStart(): number {
-    return this.#nextStart++;
-  }
-
   /** @internal why the machine cannot be saved now */
   busyWith(): string | undefined {
     if (this.#closed) return "the simulated driver was closed";
@@ -308,7 +302,8 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
     this.#throwIfClosed("adopt a process");
     const taken = proc.threads.find((t) => this.#byPid.has(t));
     if (taken !== undefined) throw new RangeError(`pid ${taken} is taken by another process`);
-    this.#add(proc);
+    this.#processes.add(proc);
+    for (const t of proc.threads) this.#byPid.set(t, proc);
     for (const t of proc.threads) this.#nextPid = Math.max(this.#nextPid, t + 1);
     this.#nextStart = Math.max(this.#nextStart, proc.start + 1);
     return proc;
@@ -381,11 +376,6 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
   #throwIfClosed(what: string): void {
     const closed = this.closedError(what);
     if (closed) throw closed;
-  }
-
-  #add(proc: SimulatedProcess): void {
-    this.#processes.add(proc);
-    for (const t of proc.threads) this.#byPid.set(t, proc);
   }
 
   /** Whether a process with this identity (pid, and start number where given) lives. */
