@@ -359,7 +359,7 @@ export class SimulatedProcess {
 
   /** @internal gives back every MiB it holds on GPUs */
   release(): void {
-    for (const [g, mib] of this.#held) g.give(mib);
+    for (const [g, mib] of this.#held) g.hold(-mib);
     this.#held = new Map();
   }
 
@@ -379,7 +379,7 @@ export class SimulatedProcess {
         `(${memory} and ${n(times * g.contextMiB)} MiB of CUDA context)`;
     }
     this.release();
-    for (const [g, mib] of need) g.take(mib);
+    for (const [g, mib] of need) g.hold(mib);
     this.#held = need;
     return undefined;
   }

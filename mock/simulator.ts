@@ -85,17 +85,6 @@ type Waiting = { reject(error: Error): void; release(): void };
  * without a GPU: pass it as `{ machine: sim }`. Its driver has the real driver's states, codes and
  * timing (driver 580), its engine dumps and restores trees as criu does; its clock is virtual by
  * default, moving only while the program waits on the simulator (a driver call, a kernel, `sleep`).
- *
- * @example
- * ```ts
- * import { SimulatedMachine } from "@ckpt/cuda/mock";
- *
- * await using sim = new SimulatedMachine({ gpus: 2 });
- * const p = sim.spawn({ memoryMiB: 4096, gpu: 1 });
- * console.log(await sim.driver.lock(p.pid, null), await sim.driver.checkpoint(p.pid)); // 0 0
- * console.log(p.state, sim.now(), sim.gpus[1].usedMiB); // "checkpointed" 1880.2 0
- * console.log((await sim.host.identify!(p.threads[1]))?.pid === p.pid); // true: its thread
- * ```
  */
 export class SimulatedMachine implements Machine, AsyncDisposable {
   /** The simulated driver. */
