@@ -242,26 +242,22 @@ export class SimulatedDriver implements CheckpointDriver {
     const name = `cuCheckpointProcess${op[0].toUpperCase()}${op.slice(1)}`;
     return this.#machine.waitOn(`call ${name} on pid ${pid}`, async () => {
       const started = this.#machine.now();
-      const proc = this.#find(pid);
+      // The process for a pid or thread id, or the code the real driver gives.
+      const proc = Number.isInteger(pid) && pid > 0 ? this.#machine.process(pid) : undefined;
+      const none = proc?.usesCuda === false
+        ? CUDA_ERROR_NOT_INITIALIZED
+        : CUDA_ERROR_OPERATING_SYSTEM;
       const missing = `driver ${this.#versionName} has no ${name}; 12.8 (570) has`;
       const answer: Answer = this.missingFunctions.includes(name)
         ? { code: CUDA_ERROR_NOT_SUPPORTED, note: missing }
-        : typeof proc === "number"
-        ? await this.#after({ code: proc })
+        : !proc?.usesCuda
+        ? await this.#after({ code: none })
         : await body(proc);
       const call: SimulatedCall = { at: this.#machine.now(), started, op, pid, code: answer.code };
       if (answer.note !== undefined) call.note = answer.note;
       this.calls.push(call);
       return out(answer);
     });
-  }
-
-  /** The process for a pid or thread id, or the code the real driver gives. */
-  #find(pid: number): SimulatedProcess | number {
-    const proc = Number.isInteger(pid) && pid > 0 ? this.#machine.process(pid) : undefined;
-    if (!proc) return CUDA_ERROR_OPERATING_SYSTEM;
-    if (!proc.usesCuda) return CUDA_ERROR_NOT_INITIALIZED;
-    return proc;
   }
 
   /** `fn` in the process's turn, after the calls on it under way. */

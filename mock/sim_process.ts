@@ -230,7 +230,7 @@ export class SimulatedProcess {
   /** Writes `data` at `offset` (a `cudaMemcpy`: blocks while not running), taken at the call. */
   write(offset: number, data: Uint8Array): Promise<void> {
     if (!(data instanceof Uint8Array)) mustBe(TypeError, "data", "a Uint8Array", data);
-    this.#checkBytes(offset, data.length);
+    if (this.usesCuda) checkRange(mibToBytes(this.memoryMiB), offset, data.length);
     const what = "write GPU memory";
     if (this.#queued === 0 && this.#canRun() && !this.#machine.closedError(what)) {
       this.#memory!.write(offset, data);
@@ -242,7 +242,7 @@ export class SimulatedProcess {
 
   /** Reads its GPU memory (a `cudaMemcpy`: blocks while not running). */
   read(offset: number, length: number): Promise<Uint8Array> {
-    this.#checkBytes(offset, length);
+    if (this.usesCuda) checkRange(mibToBytes(this.memoryMiB), offset, length);
     return this.#whenRunning("read GPU memory", () => this.#memory!.read(offset, length));
   }
 
@@ -479,9 +479,5 @@ export class SimulatedProcess {
 
   #canRun(): boolean {
     return this.usesCuda && !this.#exited && cudaRuns(this.state) && this.busy !== "lock";
-  }
-
-  #checkBytes(offset: number, length: number): void {
-    if (this.usesCuda) checkRange(mibToBytes(this.memoryMiB), offset, length);
   }
 }

@@ -197,7 +197,17 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
     const threads = Array.from({ length: count }, (_, i) => pid + i);
     const command = checkName(or(o.command, `simulated-process ${pid}`), "spawn: command");
     const inspectable = checkFlag(o.inspectable, "spawn: inspectable", true);
-    const ipcImport = this.#importFor(o.ipcImport, cuda);
+    let ipcImport: IpcImport | undefined; // from a live CUDA process, of a known kind
+    if (o.ipcImport !== undefined) {
+      const i = checkKeys(o.ipcImport, "spawn: ipcImport", ["exporter", "through"]);
+      const exporter = checkInteger(i.exporter, "spawn: ipcImport.exporter (a pid)", 1, MAX_PID);
+      const live = `a CUDA process importing from a live CUDA process, got exporter ${exporter}`;
+      if (!cuda || !this.process(exporter)?.usesCuda) {
+        throw new RangeError(`spawn: ipcImport needs ${live}`);
+      }
+      const through = checkChoice(or(i.through, "legacy"), "spawn: ipcImport.through", IPC_KINDS);
+      ipcImport = { exporter, through };
+    }
     const tcp = o.tcp === undefined ? undefined : checkChoice(o.tcp, "spawn: tcp", TCP_STATES);
     const proc = new SimulatedProcess(this, { // its GPU memory taken if it fits
       ...{ pid, threads, memoryMiB, gpus, cuda, command, inspectable, libcuda, parent, ipcImport },
@@ -208,20 +218,6 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
     this.adopt(proc);
     this.#nextPid = pid + Math.max(10, count + 7); // a gap between processes, as on Linux
     return proc;
-  }
-
-  /** A spawn's `ipcImport`, checked: an exporter that is a live CUDA process, a known kind. */
-  #importFor(value: SpawnOptions["ipcImport"], cuda: boolean): IpcImport | undefined {
-    if (value === undefined) return undefined;
-    const o = checkKeys(value, "spawn: ipcImport", ["exporter", "through"]);
-    const exporter = checkInteger(o.exporter, "spawn: ipcImport.exporter (a pid)", 1, MAX_PID);
-    const live =
-      `needs a CUDA process importing from a live CUDA process, got exporter ${exporter}`;
-    if (!cuda || !this.process(exporter)?.usesCuda) {
-      throw new RangeError(`spawn: ipcImport ${live}`);
-    }
-    const through = checkChoice(or(o.through, "legacy"), "spawn: ipcImport.through", IPC_KINDS);
-    return { exporter, through };
   }
 
   /**
