@@ -213,9 +213,8 @@ class CriuEngine implements SnapshotEngine {
   async #criu(op: string, request: DumpRequest | RestoreRequest): Promise<Criu> {
     const found = await this.#find();
     if ("problem" in found) throw new EngineError(found.problem);
-    if (request.signal?.aborted) {
-      throw new EngineError(`the ${op} of the tree of ${request.root} was stopped before criu ran`);
-    }
+    const stopped = `the ${op} of the tree of ${request.root} was stopped before criu ran`;
+    if (request.signal?.aborted) throw new EngineError(stopped);
     return found.criu;
   }
 

@@ -161,7 +161,6 @@ async function atMostSome<T, R>(items: readonly T[], fn: (item: T) => Promise<R>
 
 /** The Linux host (see the module documentation); opening reads nothing, close lets go of NVML. */
 export class LinuxHost implements HostProcesses, AsyncDisposable {
-  /** Always `"linux"`. */
   readonly kind: string = "linux";
   readonly #root: string;
   readonly #reader: ProcReader;
@@ -170,7 +169,6 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
   #closed = false;
   /** The records of held GPU memory, shared by every program of this package on the machine. */
   readonly heldRecords: HeldRecords | undefined;
-  /** This program's pid. */
   readonly self: number | undefined = process.pid;
 
   /** A host of this machine, as `options` says. */
@@ -308,13 +306,9 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
   }
 
   /** Whether a process lives, the same one (its start time, where known). */
-  async #alive(who: ProcessIdentity): Promise<boolean> {
-    try {
-      const start = await this.#startOf(who.pid);
-      return who.start === undefined || start === who.start;
-    } catch (error) {
-      return classify(error) !== "gone";
-    }
+  #alive(who: ProcessIdentity): Promise<boolean> {
+    const same = (start: number | undefined) => who.start === undefined || start === who.start;
+    return this.#startOf(who.pid).then(same, (error) => classify(error) !== "gone");
   }
 
   /** A process's start time, field 22 of `/proc/PID/stat`. */

@@ -45,7 +45,6 @@ export function recordsDirectory(env: (name: string) => string | undefined): str
 
 /** Records in a private directory; `alive` says whether a process still lives (start included). */
 export class FileHeldRecords implements HeldRecords {
-  /** The directory. */
   readonly where: string;
   readonly #alive: (process: ProcessIdentity) => Promise<boolean>;
 
