@@ -66,17 +66,11 @@ function endAllNow(): void {
     const stat = /^[0-9]+$/.test(name) && statOf(name);
     if (stat) table.set(+name, stat);
   }
-  const send = (pid: number, signal: Signal) => {
-    try {
-      process.kill(pid, signal);
-    } catch {
-      // gone, or not ours to signal: nothing more can be done now
-    }
-  };
+  // Sent now; one gone, or not ours to signal, is left: nothing more can be done now.
+  const send = (pid: number, signal: Signal) => Promise.try(kill, pid, signal).catch(() => {});
   for (const run of running) {
-    for (const p of [...run.gone() ? [] : [run.pid], ...descendants(table, run.pid)]) {
-      send(p, "SIGKILL");
-    }
+    if (!run.gone()) send(run.pid, "SIGKILL");
+    for (const p of descendants(table, run.pid)) send(p, "SIGKILL");
     for (const p of run.worksOn) if (table.has(p)) send(p, "SIGCONT");
   }
   running.clear();
