@@ -78,20 +78,18 @@ export class VirtualClock implements SimClock {
     this.#scheduled = true;
     setImmediate(() => {
       this.#scheduled = false;
-      if (this.moving) this.#fireNext();
+      // The earliest timer fires, the first set of those due at once.
+      let next: VirtualTimer | undefined;
+      for (const t of this.moving ? this.#timers.values() : []) {
+        if (!next || t.at < next.at || (t.at === next.at && t.seq < next.seq)) next = t;
+      }
+      if (next) {
+        this.clearTimer(next.seq);
+        this.#now = Math.max(this.#now, next.at);
+        next.fn();
+      }
       this.#schedule();
     });
-  }
-
-  #fireNext(): void {
-    let next: VirtualTimer | undefined;
-    for (const t of this.#timers.values()) {
-      if (!next || t.at < next.at || (t.at === next.at && t.seq < next.seq)) next = t;
-    }
-    if (!next) return;
-    this.clearTimer(next.seq);
-    this.#now = Math.max(this.#now, next.at);
-    next.fn();
   }
 }
 

@@ -3,12 +3,7 @@
 import type { SnapshotStore } from "../core/snapshot/store.ts";
 import type { Machine } from "../core/machine.ts";
 import type { Clock } from "../core/time.ts";
-import {
-  type HostProcesses,
-  MemoryHeldRecords,
-  type ProcessIdentity,
-  sameProcess,
-} from "../core/host.ts";
+import { type HostProcesses, MemoryHeldRecords, sameProcess } from "../core/host.ts";
 import {
   checkAmount,
   checkChoice,
@@ -114,7 +109,10 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
   /** The simulated process that stands for the program using the machine (the host's `self`). */
   selfPid: number | undefined = undefined;
   /** @internal the records of held GPU memory, kept as long as the machine */
-  readonly heldRecords: MemoryHeldRecords = new MemoryHeldRecords((p) => this.#alive(p));
+  readonly heldRecords: MemoryHeldRecords = new MemoryHeldRecords((who) => {
+    const p = this.#byPid.get(who.pid); // alive where the same (pid, and start where given)
+    return p?.pid === who.pid && sameProcess(who, p);
+  });
   /** @internal the disk every dump and restore of its CRIUs shares */
   readonly disk: CopyLink = new CopyLink(this, {
     aggregateBytesPerSecond: CRIU_TIMING.diskBytesPerSecond,
@@ -361,12 +359,6 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
   #throwIfClosed(what: string): void {
     const closed = this.closedError(what);
     if (closed) throw closed;
-  }
-
-  /** Whether a process with this identity (pid, and start number where given) lives. */
-  #alive(process: ProcessIdentity): boolean {
-    const p = this.#byPid.get(process.pid);
-    return p?.pid === process.pid && sameProcess(process, p);
   }
 
   /** The pid of `spawn`'s `parent` option (0 for none), a live process's. */
