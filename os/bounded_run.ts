@@ -16,9 +16,9 @@ import { descendants, type ProcEntry, procTable, statOf } from "./linux_host.ts"
 import { errorCode } from "./private.ts";
 
 /** How long a program has between SIGTERM and SIGKILL, in ms. */
-export const GRACE_MS = 2000;
+const GRACE_MS = 2000;
 /** How long the children of an ended program have to go after SIGKILL, in ms. */
-export const CHILDREN_WAIT_MS = 2000;
+const CHILDREN_WAIT_MS = 2000;
 /** The most output of each stream kept (its end), in characters. */
 const MAX_OUTPUT = 64 * 1024;
 
@@ -152,6 +152,31 @@ export async function runBounded(
     child.stderr!.destroy();
   }
   return { code: exit.code ?? (exit.sig ? 128 : -1), ...output, ...(ended ? { ended } : {}) };
+}
+
+/** What an overstaying criu run was ended for, and what it left, in one sentence. */
+export function endedSentence(op: string, root: number, e: Ending, bound: RunBound): string {
+  const why = e.why === "deadline"
+    ? `its deadline of ${bound.timeoutMs} ms passed`
+    : "it was aborted";
+  const how = e.killed
+    ? `criu outlived SIGTERM and was killed with SIGKILL ${GRACE_MS} ms later`
+    : "criu ended on SIGTERM";
+  let left = "";
+  if (e.children.length > 0) {
+    const whose = op === "restore" ? "the processes it had made" : "its child processes";
+    left = `; ${whose} (${e.children.join(", ")}) were killed`;
+    if (e.childrenLeft.length > 0) {
+      left += `, though ${e.childrenLeft.join(", ")} still ran after ${CHILDREN_WAIT_MS / 1000} s`;
+    }
+  }
+  if (op === "dump") {
+    left += e.continued.length > 0
+      ? `; the tree's processes (${e.continued.join(", ")}) were sent SIGCONT, in case criu had ` +
+        `left them stopped`
+      : "; none of the tree's processes was left to send SIGCONT to";
+  }
+  return `criu ${op} of the tree of ${root} was ended after ${e.afterMs} ms (${why}): ${how}${left}`;
 }
 
 /**

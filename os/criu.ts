@@ -26,15 +26,7 @@ import {
 import { messageOf } from "../core/errors.ts";
 import { mustBe } from "../core/options.ts";
 import { olderVersion } from "../core/version.ts";
-import {
-  CHILDREN_WAIT_MS,
-  type Ending,
-  GRACE_MS,
-  type RunBound,
-  runBounded,
-  signalEach,
-  treeOf,
-} from "./bounded_run.ts";
+import { endedSentence, type RunBound, runBounded, signalEach, treeOf } from "./bounded_run.ts";
 import { myUid } from "./private.ts";
 import { trustedLibraryDir, trustedProgram, workDir } from "./trusted.ts";
 
@@ -273,31 +265,6 @@ function engineWorkDir(what: string): Promise<string> {
 /** Sends `signal` to each of `pids` ({@link signalEach}), a failure as a rejection. */
 function signalAll(pids: readonly number[], signal: "SIGSTOP" | "SIGKILL" | "SIGCONT") {
   return Promise.try(signalEach, pids, signal);
-}
-
-/** What an overstaying criu run was ended for, and what it left, in one sentence. */
-function endedSentence(op: string, root: number, e: Ending, bound: RunBound): string {
-  const why = e.why === "deadline"
-    ? `its deadline of ${bound.timeoutMs} ms passed`
-    : "it was aborted";
-  const how = e.killed
-    ? `criu outlived SIGTERM and was killed with SIGKILL ${GRACE_MS} ms later`
-    : "criu ended on SIGTERM";
-  let left = "";
-  if (e.children.length > 0) {
-    const whose = op === "restore" ? "the processes it had made" : "its child processes";
-    left = `; ${whose} (${e.children.join(", ")}) were killed`;
-    if (e.childrenLeft.length > 0) {
-      left += `, though ${e.childrenLeft.join(", ")} still ran after ${CHILDREN_WAIT_MS / 1000} s`;
-    }
-  }
-  if (op === "dump") {
-    left += e.continued.length > 0
-      ? `; the tree's processes (${e.continued.join(", ")}) were sent SIGCONT, in case criu had ` +
-        `left them stopped`
-      : "; none of the tree's processes was left to send SIGCONT to";
-  }
-  return `criu ${op} of the tree of ${root} was ended after ${e.afterMs} ms (${why}): ${how}${left}`;
 }
 
 /** `file` as its user knows it: below a pinned `/proc/<pid>/fd/<n>`, where that is now. */
