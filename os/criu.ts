@@ -144,7 +144,7 @@ class CriuEngine implements SnapshotEngine {
     const file = path.join(request.imagesDir, "dump.log");
     const log = { file, shown: await shownPath(file) };
     const work = await engineWorkDir("dump-");
-    const watch = watchBytes(request.imagesDir, request.onBytes);
+    const stopWatching = watchBytes(request.imagesDir, request.onBytes);
     try {
       await this.#run(criu, "dump", request.root, log, [
         ...["--libdir", work, "--tree", String(request.root)],
@@ -161,7 +161,7 @@ class CriuEngine implements SnapshotEngine {
         throw new EngineError(unread, { log: log.shown });
       }
     } finally {
-      await watch.stop();
+      await stopWatching();
       await rm(work, { recursive: true, force: true });
     }
   }
@@ -346,7 +346,7 @@ async function logErrors(log: Log, stderr: string): Promise<string> {
   return `${picked.join("; ") || "no output"} (log: ${log.shown})`;
 }
 
-/** Tells `onBytes` the size of the images so far, every 250 ms, and once more at the end. */
+/** Tells `onBytes` the size of the images so far, every 250 ms, and once more when stopped. */
 function watchBytes(dir: string, onBytes: ((bytes: number) => void) | undefined) {
   let last = -1;
   const measure = async () => {
@@ -360,10 +360,8 @@ function watchBytes(dir: string, onBytes: ((bytes: number) => void) | undefined)
     Promise.try(onBytes!, total).catch(() => {}); // a display that throws must not break the dump
   };
   const timer = onBytes && setInterval(() => void measure(), 250);
-  return {
-    async stop() {
-      clearInterval(timer);
-      if (onBytes) await measure();
-    },
+  return async () => {
+    clearInterval(timer);
+    if (onBytes) await measure();
   };
 }

@@ -93,7 +93,12 @@ export class PieceHasher {
       PieceHasher.#pump();
     } else {
       this.#here.push(job);
-      this.#lane ??= this.#hashHere();
+      this.#lane ??= (async () => {
+        for (let next; (next = this.#here.shift());) {
+          await hashHere(next).then(next.done.resolve, next.done.reject);
+        }
+        this.#lane = undefined;
+      })();
     }
     return job.done.promise;
   }
@@ -119,13 +124,6 @@ export class PieceHasher {
       if (job.owner === this) job.done.reject(why);
     }
     queue.splice(0, queue.length, ...others);
-  }
-
-  async #hashHere(): Promise<void> {
-    for (let job; (job = this.#here.shift());) {
-      await hashHere(job).then(job.done.resolve, job.done.reject);
-    }
-    this.#lane = undefined;
   }
 
   /** Gives each idle worker (or a new one, while there are fewer than allowed) the next piece. */
