@@ -11,6 +11,7 @@
  * @module
  */
 
+import type { Stats } from "node:fs";
 import { lstat, mkdir, readdir, readFile, readlink, rename, rm, stat } from "node:fs/promises";
 import { availableParallelism } from "node:os";
 import path from "node:path";
@@ -232,10 +233,11 @@ class CriuEngine implements SnapshotEngine {
       return { problem: `${CRIU_ENV_VAR} must be an absolute path, got ${JSON.stringify(named)}.` };
     }
     const dirs = [...(this.#o.env.PATH ?? "").split(":").filter(path.isAbsolute), ...SYSTEM_DIRS];
-    let candidate: string | undefined;
-    for (const file of named ? [named] : dirs.map((dir) => path.join(dir, "criu"))) {
-      if (!candidate && await isProgram(file)) candidate = file;
-    }
+    // The first there as an executable file (following links); its trust is checked after.
+    const files = named ? [named] : dirs.map((dir) => path.join(dir, "criu"));
+    const isProgram = (st: Stats) => st.isFile() && (st.mode & 0o111) !== 0;
+    const found = await Promise.all(files.map((f) => stat(f).then(isProgram, () => false)));
+    const candidate = files[found.indexOf(true)];
     if (!candidate) {
       const nowhere = `not in PATH's directories nor in ${SYSTEM_DIRS.join(", ")}`;
       const install = `install criu ${CRIU_MIN_VERSION} or later (apt install criu)`;
@@ -330,11 +332,6 @@ function pstreeEntry(message: Uint8Array): DumpedProcess {
   const [pid = 0, parent = 0] = [1, 2].map((f) => got.get(f)?.at(-1)), threads = got.get(5) ?? [];
   if (pid <= 0) throw new Error("an entry has no pid");
   return { pid, parent, threads: [pid, ...threads.filter((t) => t !== pid)] };
-}
-
-/** Whether `file` is there as an executable file (following links); trust is checked after. */
-function isProgram(file: string): Promise<boolean> {
-  return stat(file).then((st) => st.isFile() && (st.mode & 0o111) !== 0, () => false);
 }
 
 /** criu's error lines from its log (or its stderr), the last few, and where the log is. */

@@ -82,9 +82,8 @@ export class FileHeldRecords implements HeldRecords {
    */
   async list(): Promise<HeldRecord[]> {
     const out: HeldRecord[] = [];
-    for (const { record, alive } of await this.#all()) {
-      if (!alive) continue;
-      const claimAlive = record.claim ? await this.#alive(record.claim.by) : true;
+    for (const { record } of (await this.#all()).filter((e) => e.alive)) {
+      const claimAlive = !record.claim || await this.#alive(record.claim.by);
       out.push(withoutDeadClaim(record, () => claimAlive));
     }
     return out;
