@@ -179,7 +179,15 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
       ...["memoryMiB", "gpu", "cuda", "extraThreads"] as const,
       ...["command", "inspectable", "libcuda", "parent", "ipcImport", "tcp"] as const,
     ]);
-    const parent = this.#parentFor(o.parent);
+    // The parent, a live process (0 for none).
+    const asked = o.parent === undefined || o.parent === 0 ? undefined : o.parent;
+    const parent = asked === undefined
+      ? 0
+      : checkInteger(asked, "spawn: parent (a pid)", 1, MAX_PID);
+    const of = this.#byPid.get(parent);
+    if (parent && !of) throw new RangeError(`spawn: parent ${parent} is no live simulated process`);
+    const thread = `is a thread of process ${of?.pid}, not a process: give its pid`;
+    if (of && of.pid !== parent) throw new RangeError(`spawn: parent ${parent} ${thread}`);
     const cuda = checkFlag(o.cuda, "spawn: cuda", true);
     const noMemory = "spawn: a process with cuda: false has no GPU memory, got memoryMiB";
     if (!cuda && o.memoryMiB) throw new TypeError(`${noMemory} ${describeValue(o.memoryMiB)}`);
@@ -359,17 +367,6 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
   #throwIfClosed(what: string): void {
     const closed = this.closedError(what);
     if (closed) throw closed;
-  }
-
-  /** The pid of `spawn`'s `parent` option (0 for none), a live process's. */
-  #parentFor(parent: unknown): number {
-    if (parent === undefined || parent === 0) return 0;
-    const pid = checkInteger(parent, "spawn: parent (a pid)", 1, MAX_PID);
-    const p = this.#byPid.get(pid);
-    if (!p) throw new RangeError(`spawn: parent ${pid} is no live simulated process`);
-    if (p.pid === pid) return pid;
-    const thread = `is a thread of process ${p.pid}, not a process: give its pid`;
-    throw new RangeError(`spawn: parent ${pid} ${thread}`);
   }
 
   /** The GPUs of `spawn`'s `gpu` option. */
