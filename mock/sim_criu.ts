@@ -304,10 +304,9 @@ export class SimulatedCriu implements SnapshotEngine {
 
   /** Moves an image's simulated bytes over the disk at `bytesPerSecond`, piece by piece. */
   async #copy(image: ProcessImage, run: Waits, bytesPerSecond: number, each?: (n: number) => void) {
-    const bytes = criuImageBytes(image.memoryMiB, image.cuda);
-    const count = Math.max(1, Math.ceil(bytes / PIECE_BYTES));
-    for (let i = 0; i < count; i++) {
-      const piece = i < count - 1 ? PIECE_BYTES : bytes - PIECE_BYTES * (count - 1);
+    const bytes = criuImageBytes(image.memoryMiB, image.cuda); // more than none
+    for (let i = 0; i < Math.ceil(bytes / PIECE_BYTES); i++) {
+      const piece = Math.min(PIECE_BYTES, bytes - PIECE_BYTES * i);
       await run.copy(this.#machine.disk, piece, bytesPerSecond / 1000);
       each?.(piece);
     }

@@ -256,18 +256,6 @@ export class SimulatedProcess {
   /**
    * Makes the next call of `op` (or the `nth`) return `fault.code` (any) and leave the process in
    * `fault.state` (unchanged when left out). One fault waits per operation: a new one replaces it.
-   *
-   * @example
-   * ```ts
-   * import { CudaProcess } from "@ckpt/cuda";
-   * import { SimulatedMachine } from "@ckpt/cuda/mock";
-   *
-   * const sim = new SimulatedMachine();
-   * const target = sim.spawn({ memoryMiB: 1024 });
-   * target.failNext("checkpoint", { code: 2 }); // CUDA_ERROR_OUT_OF_MEMORY
-   * await new CudaProcess(target.pid, { machine: sim }).suspend().catch((e) => console.log(e));
-   * target.failNext("restore", { code: 999, state: "failed", nth: 2 }); // the second restore
-   * ```
    */
   failNext(op: FaultableOperation, fault: InjectedFault): void {
     this.#inject(checkFault("failNext", op, fault), "failNext");

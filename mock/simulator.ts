@@ -119,7 +119,6 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
     slowdownPerProcess: 0,
   });
   readonly #byPid = new Map<number, SimulatedProcess>();
-  readonly #processes = new Set<SimulatedProcess>();
   readonly #timers = new Set<number>();
   readonly #waiting = new Set<Waiting>();
   #nextPid: number;
@@ -154,7 +153,7 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
 
   /** The live processes, in the order they started. */
   get processes(): SimulatedProcess[] {
-    return [...this.#processes];
+    return [...new Set(this.#byPid.values())]; // each by its pid and thread ids
   }
 
   /** The live process that has `pid` as its pid or as one of its thread ids. */
@@ -257,7 +256,7 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
       w.reject(error);
     }
     this.#waiting.clear();
-    for (const p of this.#processes) p.stopKernels(error);
+    for (const p of this.processes) p.stopKernels(error);
   }
 
   /** {@link SimulatedMachine.close}, for `await using`. */
@@ -281,7 +280,7 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
     if (this.#closed) return "the simulated driver was closed";
     const n = this.#waiting.size;
     if (n > 0) return `${n} driver call(s) or sleep(s) are under way`;
-    for (const p of this.#processes) {
+    for (const p of this.processes) {
       const work = p.pendingWork;
       if (work) return `process ${p.pid} has ${work}`;
     }
@@ -293,7 +292,6 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
     this.#throwIfClosed("adopt a process");
     const taken = proc.threads.find((t) => this.#byPid.has(t));
     if (taken !== undefined) throw new RangeError(`pid ${taken} is taken by another process`);
-    this.#processes.add(proc);
     for (const t of proc.threads) this.#byPid.set(t, proc);
     for (const t of proc.threads) this.#nextPid = Math.max(this.#nextPid, t + 1);
     this.#nextStart = Math.max(this.#nextStart, proc.start + 1);
@@ -302,18 +300,17 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
 
   /** @internal forgets a process that exited; its children are orphans now (not a later pid's) */
   forget(proc: SimulatedProcess): void {
-    this.#processes.delete(proc);
     for (const t of proc.threads) this.#byPid.delete(t);
-    for (const p of this.#processes) if (p.parent === proc.pid) p.orphan();
+    for (const p of this.processes) if (p.parent === proc.pid) p.orphan();
   }
 
   /** @internal the live process `root` and its descendants, breadth first */
   tree(root: number): SimulatedProcess[] | undefined {
     const top = this.#byPid.get(root);
     if (!top || top.pid !== root) return undefined;
-    const out = [top];
+    const out = [top], all = this.processes;
     for (let i = 0; i < out.length; i++) {
-      for (const p of this.#processes) if (p.parent === out[i].pid) out.push(p);
+      for (const p of all) if (p.parent === out[i].pid) out.push(p);
     }
     return out;
   }

@@ -78,9 +78,8 @@ export class SimulatorSnapshotError extends Error {
 
 /** A quiescent simulated machine as plain JSON, for {@link loadSimulator}; throws if not. */
 export function snapshotSimulator(sim: SimulatedMachine): SimulatorSnapshot {
-  if (!(sim instanceof SimulatedMachine)) {
-    throw new TypeError(`snapshotSimulator takes a SimulatedMachine, got ${describeValue(sim)}`);
-  }
+  const not = `snapshotSimulator takes a SimulatedMachine, got ${describeValue(sim)}`;
+  if (!(sim instanceof SimulatedMachine)) throw new TypeError(not);
   const busy = sim.busyWith();
   if (busy) throw new Error(`cannot save the simulated machine now: ${busy}`);
   // A record is kept where its process lives: the same pid, and the same start where it has one.
