@@ -118,7 +118,8 @@ export class SimulatedDriver implements CheckpointDriver {
     const timeoutMs = args?.timeoutMs ?? 0;
     if (args?.reserved?.some((b) => b !== 0)) {
       const note = "a reserved field of CUcheckpointLockArgs is nonzero";
-      return this.#refuse("lock", pid, { code: CUDA_ERROR_INVALID_VALUE, note });
+      const refused = { code: CUDA_ERROR_INVALID_VALUE, note };
+      return this.#call("lock", pid, codeOf, () => this.#after(refused));
     }
     return this.#transition("lock", pid, async (proc, run) => {
       const busyFor = proc.kernelsUntil - this.#machine.now();
@@ -148,7 +149,8 @@ export class SimulatedDriver implements CheckpointDriver {
     const pairs = args?.gpuPairs ?? [];
     if (pairs.length > 0 && this.#version < GPU_PAIRS_MIN_DRIVER_VERSION) {
       const note = `driver ${this.#versionName} takes no GPU pairs; 13.0 (580) does`;
-      return this.#refuse("restore", pid, { code: CUDA_ERROR_NOT_SUPPORTED, note });
+      const refused = { code: CUDA_ERROR_NOT_SUPPORTED, note };
+      return this.#call("restore", pid, codeOf, () => this.#after(refused));
     }
     return this.#transition("restore", pid, async (proc, run) => {
       const imported = proc.ipcImport;
@@ -230,11 +232,6 @@ export class SimulatedDriver implements CheckpointDriver {
   /** The copy of the process's memory over `link`. */
   #copy(run: Waits, link: CopyLink, timing: CopyTiming, proc: SimulatedProcess): Promise<void> {
     return run.copy(link, mibToBytes(proc.memoryMiB), singleRate(timing, proc.memoryMiB));
-  }
-
-  /** A call refused before its process is looked up. */
-  #refuse(op: Step, pid: number, answer: Answer): Promise<number> {
-    return this.#call(op, pid, codeOf, () => this.#after(answer));
   }
 
   /** One call: gated by the version, the pid looked up, `body` run, the answer logged. */
