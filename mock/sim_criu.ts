@@ -1,13 +1,8 @@
 // The simulated CRIU, so that the snapshot flow runs in tests without root, criu or a GPU.
 
 import { join } from "node:path";
-import type {
-  DumpedProcess,
-  DumpRequest,
-  EngineProbe,
-  RestoreRequest,
-  SnapshotEngine,
-} from "../core/engine.ts";
+import type { DumpedProcess, DumpRequest, EngineProbe } from "../core/engine.ts";
+import type { RestoreRequest, SnapshotEngine } from "../core/engine.ts";
 import {
   checkAmount,
   checkChoice,

@@ -14,14 +14,8 @@ import {
   formatDriverVersion,
   GPU_PAIRS_MIN_DRIVER_VERSION,
 } from "../core/driver.ts";
-import type {
-  CheckpointDriver,
-  DriverResult,
-  GpuInfo,
-  GpuPair,
-  LockArgs,
-  RestoreArgs,
-} from "../core/driver.ts";
+import type { CheckpointDriver, DriverResult } from "../core/driver.ts";
+import type { GpuInfo, GpuPair, LockArgs, RestoreArgs } from "../core/driver.ts";
 import { CHECKPOINT_FUNCTIONS } from "../core/calls.ts";
 import { isFinal, memoryOnHost, type Step, stepAllowed, stepFrom, stepTo } from "../core/states.ts";
 import { formatGpuUuid } from "../core/options.ts";

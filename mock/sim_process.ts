@@ -1,14 +1,7 @@
 // A process of the simulated machine: its state, GPU memory, CUDA work and faults.
 
-import {
-  cudaRuns,
-  INITIAL_STATE,
-  isFinal,
-  memoryOnHost,
-  type ProcessState,
-  stateName,
-  stateNumber as numberOfState,
-} from "../core/states.ts";
+import { cudaRuns, INITIAL_STATE, isFinal, memoryOnHost } from "../core/states.ts";
+import { type ProcessState, stateName, stateNumber as numberOfState } from "../core/states.ts";
 import type { MemoryHeldRecords } from "../core/host.ts";
 import { checkAmount, mustBe } from "../core/options.ts";
 import type { IpcImport, ProcessFields } from "./fields.ts";

@@ -4,17 +4,8 @@ import type { SnapshotStore } from "../core/snapshot/store.ts";
 import type { Machine } from "../core/machine.ts";
 import type { Clock } from "../core/time.ts";
 import { type HostProcesses, MemoryHeldRecords, sameProcess } from "../core/host.ts";
-import {
-  checkAmount,
-  checkChoice,
-  checkFlag,
-  checkInteger,
-  checkKeys,
-  checkName,
-  describeValue,
-  MAX_PID,
-  mustBe,
-} from "../core/options.ts";
+import { checkAmount, checkChoice, checkFlag, checkInteger } from "../core/options.ts";
+import { checkKeys, checkName, describeValue, MAX_PID, mustBe } from "../core/options.ts";
 import { FileSnapshotStore } from "../os/snapshot_store.ts";
 import { makeClock, type SimClock } from "./clock.ts";
 import { SimulatedCriu } from "./sim_criu.ts";

@@ -3,13 +3,8 @@
 
 import { StrictReader } from "../core/json.ts";
 import { checkKeys, describeValue, MAX_PID } from "../core/options.ts";
-import {
-  INITIAL_STATE,
-  isFinal,
-  memoryOnHost,
-  PROCESS_STATES,
-  type ProcessState,
-} from "../core/states.ts";
+import { INITIAL_STATE, isFinal, memoryOnHost } from "../core/states.ts";
+import { PROCESS_STATES, type ProcessState } from "../core/states.ts";
 import { FAULTABLE_OPERATIONS, type FaultableOperation, type PendingFault } from "./faults.ts";
 import { readPages, type SavedPages } from "./memory.ts";
 import type { SimulatedGpuSpec } from "./sim_gpu.ts";
