@@ -35,7 +35,6 @@ export class VirtualClock implements SimClock {
   #now = 0;
   #seq = 0;
   #timers = new Map<number, VirtualTimer>();
-  #driving = 0;
   #holds = 0;
   #scheduled = false;
 
@@ -47,19 +46,14 @@ export class VirtualClock implements SimClock {
   /** Calls `fn` once virtual time reaches now + `ms`. */
   setTimer(ms: number, fn: () => void, options: TimerOptions = {}): number {
     const seq = ++this.#seq;
-    const driving = !options.passive;
-    this.#timers.set(seq, { at: this.#now + Math.max(0, ms), seq, fn, driving });
-    if (driving) this.#driving++;
+    this.#timers.set(seq, { at: this.#now + Math.max(0, ms), seq, fn, driving: !options.passive });
     this.#schedule();
     return seq;
   }
 
   /** Cancels a pending timer. */
   clearTimer(handle: number): void {
-    const t = this.#timers.get(handle);
-    if (!t) return;
     this.#timers.delete(handle);
-    if (t.driving) this.#driving--;
   }
 
   /** Holds the clock: time moves until the returned function is called. */
@@ -74,9 +68,9 @@ export class VirtualClock implements SimClock {
     return this.#timers.size;
   }
 
-  /** Whether anything waits on the clock now, so that it moves. */
+  /** Whether anything waits on the clock now (a hold, a timer not passive), so that it moves. */
   get moving(): boolean {
-    return this.#driving + this.#holds > 0;
+    return this.#holds > 0 || [...this.#timers.values()].some((t) => t.driving);
   }
 
   #schedule(): void {
@@ -84,20 +78,18 @@ export class VirtualClock implements SimClock {
     this.#scheduled = true;
     setImmediate(() => {
       this.#scheduled = false;
-      if (this.moving) this.#fireNext();
+      // The earliest timer fires, the first set of those due at once.
+      let next: VirtualTimer | undefined;
+      for (const t of this.moving ? this.#timers.values() : []) {
+        if (!next || t.at < next.at || (t.at === next.at && t.seq < next.seq)) next = t;
+      }
+      if (next) {
+        this.clearTimer(next.seq);
+        this.#now = Math.max(this.#now, next.at);
+        next.fn();
+      }
       this.#schedule();
     });
-  }
-
-  #fireNext(): void {
-    let next: VirtualTimer | undefined;
-    for (const t of this.#timers.values()) {
-      if (!next || t.at < next.at || (t.at === next.at && t.seq < next.seq)) next = t;
-    }
-    if (!next) return;
-    this.clearTimer(next.seq);
-    this.#now = Math.max(this.#now, next.at);
-    next.fn();
   }
 }
 

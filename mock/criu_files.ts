@@ -86,8 +86,8 @@ export function imageOf(p: SimulatedProcess, machineGpus: readonly SimulatedGpu[
 }
 
 /**
- * A process made from its image, new start number, checkpointed, memory zero until loaded, on the
- * GPUs of `host` it used where it saw them all, else on those it remembers.
+ * A process made from its image, with the next start number, checkpointed, memory zero until
+ * loaded, on the GPUs of `host` it used where it saw them all, else on those it remembers.
  */
 export function restoredProcess(
   host: MachineView,
@@ -100,7 +100,8 @@ export function restoredProcess(
   Object.freeze(seen);
   const gpus = image.gpus.map((u) => elsewhere ? seen.find((g) => g.uuid === u)! : here.get(u)!);
   const parent = image.pid === root ? 0 : image.parent;
-  const proc = new SimulatedProcess(host, { ...image, threads: [...image.threads], gpus, parent });
+  const start = host.nextStart, threads = [...image.threads];
+  const proc = new SimulatedProcess(host, { ...image, threads, gpus, parent, start });
   if (!image.cuda) return proc;
   proc.loadPages("host", []);
   proc.enter(CHECKPOINTED);

@@ -119,10 +119,7 @@ export class FaultPlan {
 
   /** The faults waiting, in the order of {@link FAULTABLE_OPERATIONS}. */
   get pending(): PendingFault[] {
-    return FAULTABLE_OPERATIONS.flatMap((op) => {
-      const entry = this.#waiting.get(op);
-      return entry ? [entry.fault] : [];
-    });
+    return FAULTABLE_OPERATIONS.flatMap((op) => this.#waiting.get(op)?.fault ?? []);
   }
 
   /** Adds a fault, replacing the one waiting for its operation; returns what releases a hang. */

@@ -61,32 +61,20 @@ export function readFields(
   if (!cuda && memoryMiB) read.fail(field("memoryMiB"), "0 for a process without CUDA", memoryMiB);
   const command = read.string(v.command, field("command"), 1 << 20);
   const inspectable = read.boolean(v.inspectable, field("inspectable"));
-  const out: ProcessFields = {
-    pid,
-    parent,
-    threads,
-    command,
-    cuda,
-    libcuda,
-    inspectable,
-    memoryMiB,
-  };
+  let ipcImport: IpcImport | undefined;
   if (v.ipcImport !== undefined) {
     const o = read.object(v.ipcImport, field("ipcImport"), ["exporter", "through"]);
     const through = read.string(o.through, field("ipcImport.through"));
     if (!(IPC_KINDS as readonly string[]).includes(through)) {
       read.fail(field("ipcImport.through"), '"legacy", "cumem" or "fd"', through);
     }
-    out.ipcImport = {
-      exporter: read.integer(o.exporter, field("ipcImport.exporter"), 1, MAX_PID),
-      through: through as IpcImport["through"],
-    };
+    const exporter = read.integer(o.exporter, field("ipcImport.exporter"), 1, MAX_PID);
+    ipcImport = { exporter, through: through as IpcImport["through"] };
   }
-  if (v.tcp !== undefined) {
-    if (v.tcp !== "listening" && v.tcp !== "established") {
-      read.fail(field("tcp"), '"listening" or "established"', v.tcp);
-    }
-    out.tcp = v.tcp;
+  const tcp = v.tcp as ProcessFields["tcp"];
+  if (tcp !== undefined && tcp !== "listening" && tcp !== "established") {
+    read.fail(field("tcp"), '"listening" or "established"', tcp);
   }
-  return out;
+  const more = { ...ipcImport && { ipcImport }, ...tcp !== undefined && { tcp } };
+  return { pid, parent, threads, command, cuda, libcuda, inspectable, memoryMiB, ...more };
 }

@@ -33,14 +33,7 @@ export {
   SimulatedCriu,
   type SimulatedCriuOptions,
 } from "./sim_criu.ts";
-export type {
-  AnswerFault,
-  ExitFault,
-  FaultableOperation,
-  FaultTiming,
-  InjectedFault,
-  PendingFault,
-  QueryOperation,
-} from "./faults.ts";
+export type { AnswerFault, ExitFault, FaultableOperation, FaultTiming } from "./faults.ts";
+export type { InjectedFault, PendingFault, QueryOperation } from "./faults.ts";
 export { RealClock, type SimClock, type TimerOptions, VirtualClock } from "./clock.ts";
 export type { CopyTiming, TimingModel, TimingPoint } from "./timing.ts";

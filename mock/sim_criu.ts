@@ -1,13 +1,8 @@
 // The simulated CRIU, so that the snapshot flow runs in tests without root, criu or a GPU.
 
 import { join } from "node:path";
-import type {
-  DumpedProcess,
-  DumpRequest,
-  EngineProbe,
-  RestoreRequest,
-  SnapshotEngine,
-} from "../core/engine.ts";
+import type { DumpedProcess, DumpRequest, EngineProbe } from "../core/engine.ts";
+import type { RestoreRequest, SnapshotEngine } from "../core/engine.ts";
 import {
   checkAmount,
   checkChoice,
@@ -124,7 +119,37 @@ export class SimulatedCriu implements SnapshotEngine {
 
   /** Dumps the tree of `request.root` into `request.imagesDir` (empty), leaving it running. */
   dump(request: DumpRequest): Promise<readonly DumpedProcess[]> {
-    return this.#operate("dump", request, (r, run, log) => this.#dump(r, run, log));
+    return this.#operate("dump", request, async (r, run, log) => {
+      const tree = this.#machine.tree(r.root);
+      if (!tree) throw log.error(`no process with pid ${r.root}`);
+      for (const p of tree) {
+        const why = undumpable(p, r.tcpEstablished === true);
+        if (why) throw log.error(why);
+      }
+      emptyDirectory(r.imagesDir, log);
+      const images = tree.map((p) => imageOf(p, this.#machine.gpus)); // taken now: criu freezes first
+      await this.#fixedCost("dump", run, log);
+      let written = 0;
+      for (const taken of images) {
+        await this.#copy(taken.image, run, CRIU_TIMING.dumpBytesPerSecond, (piece) => {
+          written += piece;
+          try {
+            r.onBytes?.(written);
+          } catch { /* a progress callback that throws (it must not) does not stop the dump */ }
+        });
+        const gone = tree.find((p) => p.exited);
+        if (gone) throw log.error(`process ${gone.pid} ended during the dump`);
+        writeImages(r.imagesDir, taken, log);
+        log.line(`Dumped process ${taken.image.pid}`);
+      }
+      log.line(`Dumping finished successfully (${written} bytes of images)`);
+      log.write();
+      return images.map(({ image }, i) => ({
+        pid: image.pid,
+        parent: i === 0 ? 0 : image.parent,
+        threads: [...image.threads],
+      }));
+    });
   }
 
   /**
@@ -132,7 +157,40 @@ export class SimulatedCriu implements SnapshotEngine {
    * one's memory read as it is copied in; a failure leaves none of them, and writes no log file.
    */
   restore(request: RestoreRequest): Promise<void> {
-    return this.#operate("restore", request, (r, run, log) => this.#restore(r, run, log));
+    return this.#operate("restore", request, async (r, run, log) => {
+      const made: SimulatedProcess[] = [];
+      try {
+        const images = readTree(r.imagesDir, r.root, log);
+        const held = images.find((image) => image.tcp === "established");
+        const tcp = `inet: process ${held?.pid} was dumped with a connected TCP socket`;
+        if (held && !r.tcpEstablished) throw log.error(`${tcp}: restore with --tcp-established`);
+        for (const t of images.flatMap((image) => image.threads)) {
+          const other = this.#machine.process(t);
+          if (other) throw log.error(`Can't fork for PID ${t}: process ${other.pid} has it`);
+        }
+        for (const image of images) {
+          made.push(this.#machine.adopt(restoredProcess(this.#machine, image, r.root)));
+        }
+        await this.#fixedCost("restore", run, log);
+        for (const [i, image] of images.entries()) {
+          await this.#copy(image, run, CRIU_TIMING.restoreBytesPerSecond);
+          // Its pages file is read as its memory is copied in, not before: the tree is made first.
+          const pages = memoryOf(r.imagesDir, image, log);
+          if (image.cuda && !made[i].exited) made[i].loadPages("host", pages);
+          log.line(`Restored process ${image.pid}`);
+        }
+        const gone = made.find((p) => p.exited);
+        if (gone) throw log.error(`process ${gone.pid} ended during the restore`);
+        if (r.leaveStopped) {
+          for (const p of made) p.setStopped(true);
+          log.line("Leaving the tree stopped");
+        }
+        log.line("Restore finished successfully");
+      } catch (err) {
+        for (const p of made) p.exit();
+        throw err;
+      }
+    });
   }
 
   /** Ends at once each live process that has one of `pids` as its pid or a thread id. */
@@ -230,73 +288,6 @@ export class SimulatedCriu implements SnapshotEngine {
     });
   }
 
-  async #dump(r: DumpRequest, run: Waits, log: EngineLog): Promise<readonly DumpedProcess[]> {
-    const tree = this.#machine.tree(r.root);
-    if (!tree) throw log.error(`no process with pid ${r.root}`);
-    for (const p of tree) {
-      const why = undumpable(p, r.tcpEstablished === true);
-      if (why) throw log.error(why);
-    }
-    emptyDirectory(r.imagesDir, log);
-    const images = tree.map((p) => imageOf(p, this.#machine.gpus)); // taken now: criu freezes first
-    await this.#fixedCost("dump", run, log);
-    let written = 0;
-    for (const taken of images) {
-      await this.#copy(taken.image, run, CRIU_TIMING.dumpBytesPerSecond, (piece) => {
-        written += piece;
-        try {
-          r.onBytes?.(written);
-        } catch { /* a progress callback that throws (it must not) does not stop the dump */ }
-      });
-      const gone = tree.find((p) => p.exited);
-      if (gone) throw log.error(`process ${gone.pid} ended during the dump`);
-      writeImages(r.imagesDir, taken, log);
-      log.line(`Dumped process ${taken.image.pid}`);
-    }
-    log.line(`Dumping finished successfully (${written} bytes of images)`);
-    log.write();
-    return images.map(({ image }, i) => ({
-      pid: image.pid,
-      parent: i === 0 ? 0 : image.parent,
-      threads: [...image.threads],
-    }));
-  }
-
-  async #restore(r: RestoreRequest, run: Waits, log: EngineLog): Promise<void> {
-    const made: SimulatedProcess[] = [];
-    try {
-      const images = readTree(r.imagesDir, r.root, log);
-      const connected = images.find((image) => image.tcp === "established");
-      const tcp = `inet: process ${connected?.pid} was dumped with a connected TCP socket`;
-      if (connected && !r.tcpEstablished) throw log.error(`${tcp}: restore with --tcp-established`);
-      for (const t of images.flatMap((image) => image.threads)) {
-        const other = this.#machine.process(t);
-        if (other) throw log.error(`Can't fork for PID ${t}: process ${other.pid} has it`);
-      }
-      for (const image of images) {
-        made.push(this.#machine.adopt(restoredProcess(this.#machine, image, r.root)));
-      }
-      await this.#fixedCost("restore", run, log);
-      for (const [i, image] of images.entries()) {
-        await this.#copy(image, run, CRIU_TIMING.restoreBytesPerSecond);
-        // Its pages file is read as its memory is copied in, not before: the tree is made first.
-        const pages = memoryOf(r.imagesDir, image, log);
-        if (image.cuda && !made[i].exited) made[i].loadPages("host", pages);
-        log.line(`Restored process ${image.pid}`);
-      }
-      const gone = made.find((p) => p.exited);
-      if (gone) throw log.error(`process ${gone.pid} ended during the restore`);
-      if (r.leaveStopped) {
-        for (const p of made) p.setStopped(true);
-        log.line("Leaving the tree stopped");
-      }
-      log.line("Restore finished successfully");
-    } catch (err) {
-      for (const p of made) p.exit();
-      throw err;
-    }
-  }
-
   /** The fixed cost of `op`, after which a failure injected into it happens. */
   async #fixedCost(op: CriuOperation, run: Waits, log: EngineLog): Promise<void> {
     await run.sleep(op === "dump" ? CRIU_TIMING.dumpFixedMs : CRIU_TIMING.restoreFixedMs);
@@ -308,10 +299,9 @@ export class SimulatedCriu implements SnapshotEngine {
 
   /** Moves an image's simulated bytes over the disk at `bytesPerSecond`, piece by piece. */
   async #copy(image: ProcessImage, run: Waits, bytesPerSecond: number, each?: (n: number) => void) {
-    const bytes = criuImageBytes(image.memoryMiB, image.cuda);
-    const count = Math.max(1, Math.ceil(bytes / PIECE_BYTES));
-    for (let i = 0; i < count; i++) {
-      const piece = i < count - 1 ? PIECE_BYTES : bytes - PIECE_BYTES * (count - 1);
+    const bytes = criuImageBytes(image.memoryMiB, image.cuda); // more than none
+    for (let i = 0; i < Math.ceil(bytes / PIECE_BYTES); i++) {
+      const piece = Math.min(PIECE_BYTES, bytes - PIECE_BYTES * i);
       await run.copy(this.#machine.disk, piece, bytesPerSecond / 1000);
       each?.(piece);
     }

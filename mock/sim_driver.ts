@@ -14,14 +14,8 @@ import {
   formatDriverVersion,
   GPU_PAIRS_MIN_DRIVER_VERSION,
 } from "../core/driver.ts";
-import type {
-  CheckpointDriver,
-  DriverResult,
-  GpuInfo,
-  GpuPair,
-  LockArgs,
-  RestoreArgs,
-} from "../core/driver.ts";
+import type { CheckpointDriver, DriverResult } from "../core/driver.ts";
+import type { GpuInfo, GpuPair, LockArgs, RestoreArgs } from "../core/driver.ts";
 import { CHECKPOINT_FUNCTIONS } from "../core/calls.ts";
 import { isFinal, memoryOnHost, type Step, stepAllowed, stepFrom, stepTo } from "../core/states.ts";
 import { formatGpuUuid } from "../core/options.ts";
@@ -118,7 +112,8 @@ export class SimulatedDriver implements CheckpointDriver {
     const timeoutMs = args?.timeoutMs ?? 0;
     if (args?.reserved?.some((b) => b !== 0)) {
       const note = "a reserved field of CUcheckpointLockArgs is nonzero";
-      return this.#refuse("lock", pid, { code: CUDA_ERROR_INVALID_VALUE, note });
+      const refused = { code: CUDA_ERROR_INVALID_VALUE, note };
+      return this.#call("lock", pid, codeOf, () => this.#after(refused));
     }
     return this.#transition("lock", pid, async (proc, run) => {
       const busyFor = proc.kernelsUntil - this.#machine.now();
@@ -148,7 +143,8 @@ export class SimulatedDriver implements CheckpointDriver {
     const pairs = args?.gpuPairs ?? [];
     if (pairs.length > 0 && this.#version < GPU_PAIRS_MIN_DRIVER_VERSION) {
       const note = `driver ${this.#versionName} takes no GPU pairs; 13.0 (580) does`;
-      return this.#refuse("restore", pid, { code: CUDA_ERROR_NOT_SUPPORTED, note });
+      const refused = { code: CUDA_ERROR_NOT_SUPPORTED, note };
+      return this.#call("restore", pid, codeOf, () => this.#after(refused));
     }
     return this.#transition("restore", pid, async (proc, run) => {
       const imported = proc.ipcImport;
@@ -232,36 +228,27 @@ export class SimulatedDriver implements CheckpointDriver {
     return run.copy(link, mibToBytes(proc.memoryMiB), singleRate(timing, proc.memoryMiB));
   }
 
-  /** A call refused before its process is looked up. */
-  #refuse(op: Step, pid: number, answer: Answer): Promise<number> {
-    return this.#call(op, pid, codeOf, () => this.#after(answer));
-  }
-
   /** One call: gated by the version, the pid looked up, `body` run, the answer logged. */
   #call<T>(op: string, pid: number, out: (answer: Answer) => T, body: Body): Promise<T> {
     const name = `cuCheckpointProcess${op[0].toUpperCase()}${op.slice(1)}`;
     return this.#machine.waitOn(`call ${name} on pid ${pid}`, async () => {
       const started = this.#machine.now();
-      const proc = this.#find(pid);
+      // The process for a pid or thread id, or the code the real driver gives.
+      const proc = Number.isInteger(pid) && pid > 0 ? this.#machine.process(pid) : undefined;
+      const none = proc?.usesCuda === false
+        ? CUDA_ERROR_NOT_INITIALIZED
+        : CUDA_ERROR_OPERATING_SYSTEM;
       const missing = `driver ${this.#versionName} has no ${name}; 12.8 (570) has`;
       const answer: Answer = this.missingFunctions.includes(name)
         ? { code: CUDA_ERROR_NOT_SUPPORTED, note: missing }
-        : typeof proc === "number"
-        ? await this.#after({ code: proc })
+        : !proc?.usesCuda
+        ? await this.#after({ code: none })
         : await body(proc);
       const call: SimulatedCall = { at: this.#machine.now(), started, op, pid, code: answer.code };
       if (answer.note !== undefined) call.note = answer.note;
       this.calls.push(call);
       return out(answer);
     });
-  }
-
-  /** The process for a pid or thread id, or the code the real driver gives. */
-  #find(pid: number): SimulatedProcess | number {
-    const proc = Number.isInteger(pid) && pid > 0 ? this.#machine.process(pid) : undefined;
-    if (!proc) return CUDA_ERROR_OPERATING_SYSTEM;
-    if (!proc.usesCuda) return CUDA_ERROR_NOT_INITIALIZED;
-    return proc;
   }
 
   /** `fn` in the process's turn, after the calls on it under way. */

@@ -55,14 +55,9 @@ export class SimulatedGpu {
     return this.memoryMiB - this.#usedMiB;
   }
 
-  /** @internal */
-  take(mib: number): void {
-    this.#usedMiB += mib;
-  }
-
-  /** @internal */
-  give(mib: number): void {
-    this.#usedMiB = Math.max(0, this.#usedMiB - mib);
+  /** @internal holds `mib` MiB more (less where negative, never below none) */
+  hold(mib: number): void {
+    this.#usedMiB = Math.max(0, this.#usedMiB + mib);
   }
 }
 

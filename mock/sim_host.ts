@@ -4,10 +4,6 @@ import type { HostProcesses, PidUse } from "../core/host.ts";
 import { sameProcess } from "../core/host.ts";
 import type { MachineView, SimulatedProcess } from "./sim_process.ts";
 
-/** The machine's facts; the driver release of the timings' version (13.0), none for others. */
-const SIMULATED_HOST = { hostname: "simulated", kernel: "6.8.0-simulated" } as const;
-const SIMULATED_DRIVER_RELEASES: Readonly<Record<number, string>> = { 13000: "580.159.04" };
-
 /** The simulated machine `m` as a host; its `self` is the machine's `selfPid`. */
 export function simulatedHost(m: MachineView): HostProcesses {
   const why = "(simulated: spawned with inspectable: false)";
@@ -73,8 +69,8 @@ export function simulatedHost(m: MachineView): HostProcesses {
     // Hostname `simulated`, a simulated kernel, and driver 580.159.04 for version 13.0.
     facts: () =>
       m.instantly("read the machine's facts", () => {
-        const release = SIMULATED_DRIVER_RELEASES[m.version];
-        return { ...SIMULATED_HOST, ...(release ? { driverRelease: release } : {}) };
+        const release = m.version === 13000 ? { driverRelease: "580.159.04" } : {};
+        return { hostname: "simulated", kernel: "6.8.0-simulated", ...release };
       }),
   };
 }

@@ -1,14 +1,7 @@
 // A process of the simulated machine: its state, GPU memory, CUDA work and faults.
 
-import {
-  cudaRuns,
-  INITIAL_STATE,
-  isFinal,
-  memoryOnHost,
-  type ProcessState,
-  stateName,
-  stateNumber as numberOfState,
-} from "../core/states.ts";
+import { cudaRuns, INITIAL_STATE, isFinal, memoryOnHost } from "../core/states.ts";
+import { type ProcessState, stateName, stateNumber as numberOfState } from "../core/states.ts";
 import type { MemoryHeldRecords } from "../core/host.ts";
 import { checkAmount, mustBe } from "../core/options.ts";
 import type { IpcImport, ProcessFields } from "./fields.ts";
@@ -36,13 +29,13 @@ export interface MachineView {
   readonly processes: readonly SimulatedProcess[];
   readonly heldRecords: MemoryHeldRecords;
   readonly selfPid: number | undefined;
+  readonly nextStart: number;
   readonly disk: CopyLink;
   now(): number;
   process(id: number): SimulatedProcess | undefined;
   tree(root: number): SimulatedProcess[] | undefined;
   adopt(proc: SimulatedProcess): SimulatedProcess;
   forget(proc: SimulatedProcess): void;
-  takeStart(): number;
   startTimer(ms: number, fn: () => void, passive?: boolean): () => void;
   holdClock(): () => void;
   closedError(what: string): Error | undefined;
@@ -50,8 +43,8 @@ export interface MachineView {
   instantly<T>(what: string, fn: () => T): Promise<T>;
 }
 
-/** A process to make (its start left out: a new one). */
-type NewProcess = ProcessFields & { gpus: SimulatedGpu[]; start?: number };
+/** A process to make. */
+type NewProcess = ProcessFields & { gpus: SimulatedGpu[]; start: number };
 
 /** A kernel launch: awaiting it (`onWait`, once) is waiting on the simulator, moving time. */
 class KernelLaunch extends Promise<void> {
@@ -140,7 +133,7 @@ export class SimulatedProcess {
     this.ipcImport = made.ipcImport;
     this.tcp = made.tcp;
     this.#parent = made.parent;
-    this.start = made.start ?? machine.takeStart();
+    this.start = made.start;
     if (made.cuda) this.#memory = new MemoryImage(mibToBytes(made.memoryMiB));
   }
 
@@ -230,7 +223,7 @@ export class SimulatedProcess {
   /** Writes `data` at `offset` (a `cudaMemcpy`: blocks while not running), taken at the call. */
   write(offset: number, data: Uint8Array): Promise<void> {
     if (!(data instanceof Uint8Array)) mustBe(TypeError, "data", "a Uint8Array", data);
-    this.#checkBytes(offset, data.length);
+    if (this.usesCuda) checkRange(mibToBytes(this.memoryMiB), offset, data.length);
     const what = "write GPU memory";
     if (this.#queued === 0 && this.#canRun() && !this.#machine.closedError(what)) {
       this.#memory!.write(offset, data);
@@ -242,7 +235,7 @@ export class SimulatedProcess {
 
   /** Reads its GPU memory (a `cudaMemcpy`: blocks while not running). */
   read(offset: number, length: number): Promise<Uint8Array> {
-    this.#checkBytes(offset, length);
+    if (this.usesCuda) checkRange(mibToBytes(this.memoryMiB), offset, length);
     return this.#whenRunning("read GPU memory", () => this.#memory!.read(offset, length));
   }
 
@@ -256,18 +249,6 @@ export class SimulatedProcess {
   /**
    * Makes the next call of `op` (or the `nth`) return `fault.code` (any) and leave the process in
    * `fault.state` (unchanged when left out). One fault waits per operation: a new one replaces it.
-   *
-   * @example
-   * ```ts
-   * import { CudaProcess } from "@ckpt/cuda";
-   * import { SimulatedMachine } from "@ckpt/cuda/mock";
-   *
-   * const sim = new SimulatedMachine();
-   * const target = sim.spawn({ memoryMiB: 1024 });
-   * target.failNext("checkpoint", { code: 2 }); // CUDA_ERROR_OUT_OF_MEMORY
-   * await new CudaProcess(target.pid, { machine: sim }).suspend().catch((e) => console.log(e));
-   * target.failNext("restore", { code: 999, state: "failed", nth: 2 }); // the second restore
-   * ```
    */
   failNext(op: FaultableOperation, fault: InjectedFault): void {
     this.#inject(checkFault("failNext", op, fault), "failNext");
@@ -359,7 +340,7 @@ export class SimulatedProcess {
 
   /** @internal gives back every MiB it holds on GPUs */
   release(): void {
-    for (const [g, mib] of this.#held) g.give(mib);
+    for (const [g, mib] of this.#held) g.hold(-mib);
     this.#held = new Map();
   }
 
@@ -379,7 +360,7 @@ export class SimulatedProcess {
         `(${memory} and ${n(times * g.contextMiB)} MiB of CUDA context)`;
     }
     this.release();
-    for (const [g, mib] of need) g.take(mib);
+    for (const [g, mib] of need) g.hold(mib);
     this.#held = need;
     return undefined;
   }
@@ -479,9 +460,5 @@ export class SimulatedProcess {
 
   #canRun(): boolean {
     return this.usesCuda && !this.#exited && cudaRuns(this.state) && this.busy !== "lock";
-  }
-
-  #checkBytes(offset: number, length: number): void {
-    if (this.usesCuda) checkRange(mibToBytes(this.memoryMiB), offset, length);
   }
 }

@@ -3,23 +3,9 @@
 import type { SnapshotStore } from "../core/snapshot/store.ts";
 import type { Machine } from "../core/machine.ts";
 import type { Clock } from "../core/time.ts";
-import {
-  type HostProcesses,
-  MemoryHeldRecords,
-  type ProcessIdentity,
-  sameProcess,
-} from "../core/host.ts";
-import {
-  checkAmount,
-  checkChoice,
-  checkFlag,
-  checkInteger,
-  checkKeys,
-  checkName,
-  describeValue,
-  MAX_PID,
-  mustBe,
-} from "../core/options.ts";
+import { type HostProcesses, MemoryHeldRecords, sameProcess } from "../core/host.ts";
+import { checkAmount, checkChoice, checkFlag, checkInteger } from "../core/options.ts";
+import { checkKeys, checkName, describeValue, MAX_PID, mustBe } from "../core/options.ts";
 import { FileSnapshotStore } from "../os/snapshot_store.ts";
 import { makeClock, type SimClock } from "./clock.ts";
 import { SimulatedCriu } from "./sim_criu.ts";
@@ -85,17 +71,6 @@ type Waiting = { reject(error: Error): void; release(): void };
  * without a GPU: pass it as `{ machine: sim }`. Its driver has the real driver's states, codes and
  * timing (driver 580), its engine dumps and restores trees as criu does; its clock is virtual by
  * default, moving only while the program waits on the simulator (a driver call, a kernel, `sleep`).
- *
- * @example
- * ```ts
- * import { SimulatedMachine } from "@ckpt/cuda/mock";
- *
- * await using sim = new SimulatedMachine({ gpus: 2 });
- * const p = sim.spawn({ memoryMiB: 4096, gpu: 1 });
- * console.log(await sim.driver.lock(p.pid, null), await sim.driver.checkpoint(p.pid)); // 0 0
- * console.log(p.state, sim.now(), sim.gpus[1].usedMiB); // "checkpointed" 1880.2 0
- * console.log((await sim.host.identify!(p.threads[1]))?.pid === p.pid); // true: its thread
- * ```
  */
 export class SimulatedMachine implements Machine, AsyncDisposable {
   /** The simulated driver. */
@@ -125,14 +100,16 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
   /** The simulated process that stands for the program using the machine (the host's `self`). */
   selfPid: number | undefined = undefined;
   /** @internal the records of held GPU memory, kept as long as the machine */
-  readonly heldRecords: MemoryHeldRecords = new MemoryHeldRecords((p) => this.#alive(p));
+  readonly heldRecords: MemoryHeldRecords = new MemoryHeldRecords((who) => {
+    const p = this.#byPid.get(who.pid); // alive where the same (pid, and start where given)
+    return p?.pid === who.pid && sameProcess(who, p);
+  });
   /** @internal the disk every dump and restore of its CRIUs shares */
   readonly disk: CopyLink = new CopyLink(this, {
     aggregateBytesPerSecond: CRIU_TIMING.diskBytesPerSecond,
     slowdownPerProcess: 0,
   });
   readonly #byPid = new Map<number, SimulatedProcess>();
-  readonly #processes = new Set<SimulatedProcess>();
   readonly #timers = new Set<number>();
   readonly #waiting = new Set<Waiting>();
   #nextPid: number;
@@ -167,7 +144,7 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
 
   /** The live processes, in the order they started. */
   get processes(): SimulatedProcess[] {
-    return [...this.#processes];
+    return [...new Set(this.#byPid.values())]; // each by its pid and thread ids
   }
 
   /** The live process that has `pid` as its pid or as one of its thread ids. */
@@ -192,7 +169,15 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
       ...["memoryMiB", "gpu", "cuda", "extraThreads"] as const,
       ...["command", "inspectable", "libcuda", "parent", "ipcImport", "tcp"] as const,
     ]);
-    const parent = this.#parentFor(o.parent);
+    // The parent, a live process (0 for none).
+    const asked = o.parent === undefined || o.parent === 0 ? undefined : o.parent;
+    const parent = asked === undefined
+      ? 0
+      : checkInteger(asked, "spawn: parent (a pid)", 1, MAX_PID);
+    const of = this.#byPid.get(parent);
+    if (parent && !of) throw new RangeError(`spawn: parent ${parent} is no live simulated process`);
+    const thread = `is a thread of process ${of?.pid}, not a process: give its pid`;
+    if (of && of.pid !== parent) throw new RangeError(`spawn: parent ${parent} ${thread}`);
     const cuda = checkFlag(o.cuda, "spawn: cuda", true);
     const noMemory = "spawn: a process with cuda: false has no GPU memory, got memoryMiB";
     if (!cuda && o.memoryMiB) throw new TypeError(`${noMemory} ${describeValue(o.memoryMiB)}`);
@@ -208,7 +193,17 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
     const threads = Array.from({ length: count }, (_, i) => pid + i);
     const command = checkName(or(o.command, `simulated-process ${pid}`), "spawn: command");
     const inspectable = checkFlag(o.inspectable, "spawn: inspectable", true);
-    const ipcImport = this.#importFor(o.ipcImport, cuda);
+    let ipcImport: IpcImport | undefined; // from a live CUDA process, of a known kind
+    if (o.ipcImport !== undefined) {
+      const i = checkKeys(o.ipcImport, "spawn: ipcImport", ["exporter", "through"]);
+      const exporter = checkInteger(i.exporter, "spawn: ipcImport.exporter (a pid)", 1, MAX_PID);
+      const live = `a CUDA process importing from a live CUDA process, got exporter ${exporter}`;
+      if (!cuda || !this.process(exporter)?.usesCuda) {
+        throw new RangeError(`spawn: ipcImport needs ${live}`);
+      }
+      const through = checkChoice(or(i.through, "legacy"), "spawn: ipcImport.through", IPC_KINDS);
+      ipcImport = { exporter, through };
+    }
     const tcp = o.tcp === undefined ? undefined : checkChoice(o.tcp, "spawn: tcp", TCP_STATES);
     const proc = new SimulatedProcess(this, { // its GPU memory taken if it fits
       ...{ pid, threads, memoryMiB, gpus, cuda, command, inspectable, libcuda, parent, ipcImport },
@@ -216,24 +211,9 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
     });
     const short = cuda ? proc.claimOn(gpus) : undefined;
     if (short) throw new RangeError(`spawn: ${short}`);
-    this.#nextPid += Math.max(10, count + 7);
-    this.#nextStart++;
-    this.#add(proc);
+    this.adopt(proc);
+    this.#nextPid = pid + Math.max(10, count + 7); // a gap between processes, as on Linux
     return proc;
-  }
-
-  /** A spawn's `ipcImport`, checked: an exporter that is a live CUDA process, a known kind. */
-  #importFor(value: SpawnOptions["ipcImport"], cuda: boolean): IpcImport | undefined {
-    if (value === undefined) return undefined;
-    const o = checkKeys(value, "spawn: ipcImport", ["exporter", "through"]);
-    const exporter = checkInteger(o.exporter, "spawn: ipcImport.exporter (a pid)", 1, MAX_PID);
-    const live =
-      `needs a CUDA process importing from a live CUDA process, got exporter ${exporter}`;
-    if (!cuda || !this.process(exporter)?.usesCuda) {
-      throw new RangeError(`spawn: ipcImport ${live}`);
-    }
-    const through = checkChoice(or(o.through, "legacy"), "spawn: ipcImport.through", IPC_KINDS);
-    return { exporter, through };
   }
 
   /**
@@ -267,7 +247,7 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
       w.reject(error);
     }
     this.#waiting.clear();
-    for (const p of this.#processes) p.stopKernels(error);
+    for (const p of this.processes) p.stopKernels(error);
   }
 
   /** {@link SimulatedMachine.close}, for `await using`. */
@@ -286,17 +266,12 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
     this.#nextStart = Math.max(this.#nextStart, next);
   }
 
-  /** @internal a start number no process of the machine has had */
-  takeStart(): number {
-    return this.#nextStart++;
-  }
-
   /** @internal why the machine cannot be saved now */
   busyWith(): string | undefined {
     if (this.#closed) return "the simulated driver was closed";
     const n = this.#waiting.size;
     if (n > 0) return `${n} driver call(s) or sleep(s) are under way`;
-    for (const p of this.#processes) {
+    for (const p of this.processes) {
       const work = p.pendingWork;
       if (work) return `process ${p.pid} has ${work}`;
     }
@@ -308,7 +283,7 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
     this.#throwIfClosed("adopt a process");
     const taken = proc.threads.find((t) => this.#byPid.has(t));
     if (taken !== undefined) throw new RangeError(`pid ${taken} is taken by another process`);
-    this.#add(proc);
+    for (const t of proc.threads) this.#byPid.set(t, proc);
     for (const t of proc.threads) this.#nextPid = Math.max(this.#nextPid, t + 1);
     this.#nextStart = Math.max(this.#nextStart, proc.start + 1);
     return proc;
@@ -316,18 +291,17 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
 
   /** @internal forgets a process that exited; its children are orphans now (not a later pid's) */
   forget(proc: SimulatedProcess): void {
-    this.#processes.delete(proc);
     for (const t of proc.threads) this.#byPid.delete(t);
-    for (const p of this.#processes) if (p.parent === proc.pid) p.orphan();
+    for (const p of this.processes) if (p.parent === proc.pid) p.orphan();
   }
 
   /** @internal the live process `root` and its descendants, breadth first */
   tree(root: number): SimulatedProcess[] | undefined {
     const top = this.#byPid.get(root);
     if (!top || top.pid !== root) return undefined;
-    const out = [top];
+    const out = [top], all = this.processes;
     for (let i = 0; i < out.length; i++) {
-      for (const p of this.#processes) if (p.parent === out[i].pid) out.push(p);
+      for (const p of all) if (p.parent === out[i].pid) out.push(p);
     }
     return out;
   }
@@ -381,28 +355,6 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
   #throwIfClosed(what: string): void {
     const closed = this.closedError(what);
     if (closed) throw closed;
-  }
-
-  #add(proc: SimulatedProcess): void {
-    this.#processes.add(proc);
-    for (const t of proc.threads) this.#byPid.set(t, proc);
-  }
-
-  /** Whether a process with this identity (pid, and start number where given) lives. */
-  #alive(process: ProcessIdentity): boolean {
-    const p = this.#byPid.get(process.pid);
-    return p?.pid === process.pid && sameProcess(process, p);
-  }
-
-  /** The pid of `spawn`'s `parent` option (0 for none), a live process's. */
-  #parentFor(parent: unknown): number {
-    if (parent === undefined || parent === 0) return 0;
-    const pid = checkInteger(parent, "spawn: parent (a pid)", 1, MAX_PID);
-    const p = this.#byPid.get(pid);
-    if (!p) throw new RangeError(`spawn: parent ${pid} is no live simulated process`);
-    if (p.pid === pid) return pid;
-    const thread = `is a thread of process ${p.pid}, not a process: give its pid`;
-    throw new RangeError(`spawn: parent ${pid} ${thread}`);
   }
 
   /** The GPUs of `spawn`'s `gpu` option. */

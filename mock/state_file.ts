@@ -3,13 +3,8 @@
 
 import { StrictReader } from "../core/json.ts";
 import { checkKeys, describeValue, MAX_PID } from "../core/options.ts";
-import {
-  INITIAL_STATE,
-  isFinal,
-  memoryOnHost,
-  PROCESS_STATES,
-  type ProcessState,
-} from "../core/states.ts";
+import { INITIAL_STATE, isFinal, memoryOnHost } from "../core/states.ts";
+import { PROCESS_STATES, type ProcessState } from "../core/states.ts";
 import { FAULTABLE_OPERATIONS, type FaultableOperation, type PendingFault } from "./faults.ts";
 import { readPages, type SavedPages } from "./memory.ts";
 import type { SimulatedGpuSpec } from "./sim_gpu.ts";
@@ -41,9 +36,8 @@ interface ProcessSnapshot extends ProcessFields {
 }
 
 /** A fault waiting for its call, as `SimulatedProcess.pendingFaults` lists it, less `operation`. */
-type FaultSnapshot = PendingFault extends infer F
-  ? F extends PendingFault ? Omit<F, "operation"> : never
-  : never;
+type FaultSnapshot = Omitted<PendingFault>;
+type Omitted<F> = F extends unknown ? Omit<F, "operation"> : never;
 
 /** A record of held GPU memory in a snapshot: of a live CUDA process, MiB by GPU UUID, and when. */
 type HeldRecordSnapshot = { pid: number; heldMiB: Record<string, number>; at: number };
@@ -79,9 +73,8 @@ export class SimulatorSnapshotError extends Error {
 
 /** A quiescent simulated machine as plain JSON, for {@link loadSimulator}; throws if not. */
 export function snapshotSimulator(sim: SimulatedMachine): SimulatorSnapshot {
-  if (!(sim instanceof SimulatedMachine)) {
-    throw new TypeError(`snapshotSimulator takes a SimulatedMachine, got ${describeValue(sim)}`);
-  }
+  const not = `snapshotSimulator takes a SimulatedMachine, got ${describeValue(sim)}`;
+  if (!(sim instanceof SimulatedMachine)) throw new TypeError(not);
   const busy = sim.busyWith();
   if (busy) throw new Error(`cannot save the simulated machine now: ${busy}`);
   // A record is kept where its process lives: the same pid, and the same start where it has one.

@@ -10,15 +10,15 @@
  */
 
 import { spawn } from "node:child_process";
-import { readdirSync, readFileSync } from "node:fs";
+import { readdirSync } from "node:fs";
 import process from "node:process";
-import { descendants, parseStat, type ProcEntry, procTable } from "./linux_host.ts";
+import { descendants, type ProcEntry, procTable, statOf } from "./linux_host.ts";
 import { errorCode } from "./private.ts";
 
 /** How long a program has between SIGTERM and SIGKILL, in ms. */
-export const GRACE_MS = 2000;
+const GRACE_MS = 2000;
 /** How long the children of an ended program have to go after SIGKILL, in ms. */
-export const CHILDREN_WAIT_MS = 2000;
+const CHILDREN_WAIT_MS = 2000;
 /** The most output of each stream kept (its end), in characters. */
 const MAX_OUTPUT = 64 * 1024;
 
@@ -35,33 +35,25 @@ export interface RunBound {
   readonly worksOn?: () => Promise<readonly number[]>;
 }
 
-/** How an overstaying run was ended. */
-export interface Ending {
-  /** Why: its deadline passed, or its signal aborted. */
-  readonly why: "deadline" | "aborted";
-  /** When, in ms after it started. */
-  readonly afterMs: number;
-  /** Whether it outlived SIGTERM and was killed with SIGKILL. */
-  readonly killed: boolean;
-  /** Its child processes (and theirs), killed with SIGKILL and waited for. */
-  readonly children: readonly number[];
-  /** Those still there after the wait (another process's children now: reported, not hidden). */
-  readonly childrenLeft: readonly number[];
-  /** The processes it worked on that were sent SIGCONT. */
-  readonly continued: readonly number[];
-}
+/**
+ * How an overstaying run was ended: why (its deadline passed, or its signal aborted), when (ms after
+ * it started), whether it outlived SIGTERM and was `killed` with SIGKILL, its `children` (and
+ * theirs) killed with SIGKILL and waited for, those still there after the wait (another process's
+ * children now: reported, not hidden), and the processes it worked on that were sent SIGCONT.
+ */
+export type Ending = Readonly<{
+  why: "deadline" | "aborted";
+  afterMs: number;
+  killed: boolean;
+  children: readonly number[];
+  childrenLeft: readonly number[];
+  continued: readonly number[];
+}>;
 
-/** What a run came to. */
-export interface RunResult {
-  /** Its exit code (128 for a signal). */
-  readonly code: number;
-  /** The end of its standard output. */
-  readonly stdout: string;
-  /** The end of its standard error. */
-  readonly stderr: string;
-  /** How it was ended, where it overstayed. */
-  readonly ended?: Ending;
-}
+/** What a run came to: its exit code (128 for a signal), the end of each output, how it was ended. */
+export type RunResult = Readonly<{ code: number; stdout: string; stderr: string; ended?: Ending }>;
+
+type Signal = "SIGSTOP" | "SIGCONT" | "SIGTERM" | "SIGKILL";
 
 /** The runs under way, each ended at once by {@link endAllNow} when this program exits. */
 const running = new Set<{ pid: number; gone: () => boolean; worksOn: readonly number[] }>();
@@ -74,28 +66,14 @@ function endAllNow(): void {
     const stat = /^[0-9]+$/.test(name) && statOf(name);
     if (stat) table.set(+name, stat);
   }
-  const send = (pid: number, signal: "SIGKILL" | "SIGCONT") => {
-    try {
-      process.kill(pid, signal);
-    } catch {
-      // gone, or not ours to signal: nothing more can be done now
-    }
-  };
+  // Sent now; one gone, or not ours to signal, is left: nothing more can be done now.
+  const send = (pid: number, signal: Signal) => Promise.try(kill, pid, signal).catch(() => {});
   for (const run of running) {
     if (!run.gone()) send(run.pid, "SIGKILL");
     for (const p of descendants(table, run.pid)) send(p, "SIGKILL");
     for (const p of run.worksOn) if (table.has(p)) send(p, "SIGCONT");
   }
   running.clear();
-}
-
-/** `/proc/<pid>/stat`, read now (it waits for no lock); `undefined` where there is none. */
-function statOf(pid: number | string): ProcEntry | undefined {
-  try {
-    return parseStat(readFileSync(`/proc/${pid}/stat`, "utf8"));
-  } catch {
-    return undefined;
-  }
 }
 
 /**
@@ -112,13 +90,9 @@ export async function runBounded(
   // Known before it starts, for an exit of this program that cannot wait to read them.
   const worksOn = await bound.worksOn?.().catch(() => []) ?? [];
   if (bound.signal?.aborted) {
+    const ended = { why: "aborted", afterMs: 0, killed: false } as const;
     const none = { children: [], childrenLeft: [], continued: [] };
-    return {
-      code: 128,
-      stdout: "",
-      stderr: "",
-      ended: { why: "aborted", afterMs: 0, killed: false, ...none },
-    };
+    return { code: 128, stdout: "", stderr: "", ended: { ...ended, ...none } };
   }
   if (!watching) {
     watching = true;
@@ -135,15 +109,13 @@ export async function runBounded(
     detached: true,
   });
   const output = { stdout: "", stderr: "" };
-  const closed = Promise.all(
-    (["stdout", "stderr"] as const).map((name) =>
-      new Promise<void>((r) => {
-        const stream = child[name]!.setEncoding("utf8");
-        stream.on("data", (d: string) => output[name] = (output[name] + d).slice(-MAX_OUTPUT));
-        stream.once("close", () => r()).once("error", () => r());
-      })
-    ),
-  );
+  const collect = (name: "stdout" | "stderr") =>
+    new Promise<void>((r) => {
+      const stream = child[name]!.setEncoding("utf8");
+      stream.on("data", (d: string) => output[name] = (output[name] + d).slice(-MAX_OUTPUT));
+      stream.once("close", () => r()).once("error", () => r());
+    });
+  const closed = Promise.all([collect("stdout"), collect("stderr")]);
   let exitedNow = false;
   const exited = new Promise<{ code: number | null; sig: string | null }>((r, fail) => {
     child.once("error", fail).once("exit", (code, sig) => {
@@ -156,7 +128,7 @@ export async function runBounded(
   let ending: Promise<Ending> | undefined;
   const end = (why: Ending["why"]) => {
     if (ending || exitedNow) return;
-    ending = endRun(child.pid!, exited, () => exitedNow, why, performance.now() - t0, bound);
+    ending = endRun(run, exited, why, performance.now() - t0, bound);
     ending.catch(() => {}); // awaited once the program has exited, or it rejects the run there
   };
   const timer = bound.timeoutMs === undefined
@@ -182,14 +154,38 @@ export async function runBounded(
   return { code: exit.code ?? (exit.sig ? 128 : -1), ...output, ...(ended ? { ended } : {}) };
 }
 
+/** What an overstaying criu run was ended for, and what it left, in one sentence. */
+export function endedSentence(op: string, root: number, e: Ending, bound: RunBound): string {
+  const why = e.why === "deadline"
+    ? `its deadline of ${bound.timeoutMs} ms passed`
+    : "it was aborted";
+  const how = e.killed
+    ? `criu outlived SIGTERM and was killed with SIGKILL ${GRACE_MS} ms later`
+    : "criu ended on SIGTERM";
+  let left = "";
+  if (e.children.length > 0) {
+    const whose = op === "restore" ? "the processes it had made" : "its child processes";
+    left = `; ${whose} (${e.children.join(", ")}) were killed`;
+    if (e.childrenLeft.length > 0) {
+      left += `, though ${e.childrenLeft.join(", ")} still ran after ${CHILDREN_WAIT_MS / 1000} s`;
+    }
+  }
+  if (op === "dump") {
+    left += e.continued.length > 0
+      ? `; the tree's processes (${e.continued.join(", ")}) were sent SIGCONT, in case criu had ` +
+        `left them stopped`
+      : "; none of the tree's processes was left to send SIGCONT to";
+  }
+  return `criu ${op} of the tree of ${root} was ended after ${e.afterMs} ms (${why}): ${how}${left}`;
+}
+
 /**
  * Ends the run of `pid` (see {@link runBounded}). `gone` says whether its exit was seen: once it
  * was, the pid may be reaped and another process's, so it is signalled no more.
  */
 async function endRun(
-  pid: number,
+  { pid, gone }: { pid: number; gone: () => boolean },
   exited: Promise<unknown>,
-  gone: () => boolean,
   why: Ending["why"],
   afterMs: number,
   bound: RunBound,
@@ -216,7 +212,16 @@ async function endRun(
     await exited;
   }
   for (const p of children) signalSame(p, startOf.get(p), "SIGKILL");
-  const childrenLeft = await goneWithin(children, startOf, CHILDREN_WAIT_MS);
+  // Each waited for until it is gone (or a zombie), or CHILDREN_WAIT_MS have passed.
+  const stays = (p: number) => {
+    const now = statOf(p);
+    return !!now && now.start === startOf.get(p) && now.state !== "Z";
+  };
+  const deadline = performance.now() + CHILDREN_WAIT_MS;
+  while (children.some(stays) && performance.now() < deadline) {
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  const childrenLeft = children.filter(stays);
   const now = await procTable();
   const continued = worksOn.filter((p) =>
     now.has(p) && signalSame(p, now.get(p)!.start, "SIGCONT")
@@ -225,16 +230,18 @@ async function endRun(
 }
 
 /** Sends `signal` to each pid; one already gone (or not yet reaped) is no error. */
-export function signalEach(
-  pids: readonly number[],
-  signal: "SIGSTOP" | "SIGCONT" | "SIGTERM" | "SIGKILL",
-): void {
-  for (const pid of pids) {
-    try {
-      process.kill(pid, signal);
-    } catch (err) {
-      if (errorCode(err) !== "ESRCH") throw err;
-    }
+export function signalEach(pids: readonly number[], signal: Signal): void {
+  for (const pid of pids) kill(pid, signal);
+}
+
+/** Sends `signal` to `pid`: false where there is no such process (ESRCH); other errors thrown. */
+function kill(pid: number, signal: Signal): boolean {
+  try {
+    process.kill(pid, signal);
+    return true;
+  } catch (err) {
+    if (errorCode(err) === "ESRCH") return false;
+    throw err;
   }
 }
 
@@ -245,37 +252,9 @@ export async function treeOf(pid: number): Promise<number[]> {
 }
 
 /** Sends `signal` to `pid` where it is still the process that started at `start`. */
-function signalSame(
-  pid: number,
-  start: number | undefined,
-  signal: "SIGKILL" | "SIGCONT",
-): boolean {
+function signalSame(pid: number, start: number | undefined, signal: Signal): boolean {
   const now = statOf(pid);
-  if (!now || (start !== undefined && now.start !== start)) return false;
-  try {
-    process.kill(pid, signal);
-    return true;
-  } catch (err) {
-    if (errorCode(err) === "ESRCH") return false;
-    throw err;
-  }
-}
-
-/** Waits up to `ms` for each of `pids` to be gone (or a zombie); resolves to those left. */
-async function goneWithin(
-  pids: readonly number[],
-  startOf: ReadonlyMap<number, number>,
-  ms: number,
-): Promise<number[]> {
-  const deadline = performance.now() + ms;
-  for (;;) {
-    const left = pids.filter((p) => {
-      const now = statOf(p);
-      return now && now.start === startOf.get(p) && now.state !== "Z";
-    });
-    if (left.length === 0 || performance.now() >= deadline) return left;
-    await new Promise((r) => setTimeout(r, 20));
-  }
+  return !!now && (start === undefined || now.start === start) && kill(pid, signal);
 }
 
 /** Whether `p` settles within `ms`; no timer is left behind either way. */

@@ -11,6 +11,7 @@
  * @module
  */
 
+import type { Stats } from "node:fs";
 import { lstat, mkdir, readdir, readFile, readlink, rename, rm, stat } from "node:fs/promises";
 import { availableParallelism } from "node:os";
 import path from "node:path";
@@ -24,16 +25,9 @@ import {
   type SnapshotEngine,
 } from "../core/engine.ts";
 import { messageOf } from "../core/errors.ts";
+import { mustBe } from "../core/options.ts";
 import { olderVersion } from "../core/version.ts";
-import {
-  CHILDREN_WAIT_MS,
-  type Ending,
-  GRACE_MS,
-  type RunBound,
-  runBounded,
-  signalEach,
-  treeOf,
-} from "./bounded_run.ts";
+import { endedSentence, type RunBound, runBounded, signalEach, treeOf } from "./bounded_run.ts";
 import { myUid } from "./private.ts";
 import { trustedLibraryDir, trustedProgram, workDir } from "./trusted.ts";
 
@@ -43,6 +37,9 @@ const CRIU_ENV_VAR = "CKPT_CRIU_PATH", LIBRARY_ENV_VAR = "CKPT_CRIU_LIBRARY_DIR"
 const CRIU_MIN_VERSION = "4.0";
 /** How long `criu --version` and `criu check` may take, in ms. */
 const PROBE_TIMEOUT_MS = 60_000;
+/** Why a snapshot cannot be taken or restored by another user than root. */
+const NEEDS_ROOT = "Snapshots need root: criu needs CAP_SYS_ADMIN (or CAP_CHECKPOINT_RESTORE) " +
+  "over the processes, and so do the driver's checkpoint calls; run as root.";
 /** Where criu is looked for after `PATH`'s absolute directories. */
 const SYSTEM_DIRS = ["/usr/local/sbin", "/usr/sbin", "/sbin", "/usr/local/bin", "/usr/bin"];
 
@@ -82,30 +79,21 @@ class CriuEngine implements SnapshotEngine {
   readonly kind: string = "criu";
   /** At most one criu run per core at once: a snapshot of more trees runs them in turn. */
   readonly parallel: number = availableParallelism();
-  readonly #given: string | undefined;
-  readonly #libraryDir: string | undefined;
-  readonly #extra: readonly string[];
-  readonly #env: Readonly<Record<string, string | undefined>>;
+  readonly #o: CriuEngineOptions & Required<Pick<CriuEngineOptions, "extraArgs" | "env">>;
   #probe: Promise<EngineProbe> | undefined;
 
   constructor(options: CriuEngineOptions) {
-    const refuse = (name: string, what: string, value: unknown) => {
-      throw new TypeError(`${name} must be ${what}, got ${JSON.stringify(value)}`);
-    };
     const absolute = (v: unknown) => v === undefined || typeof v === "string" && path.isAbsolute(v);
-    if (!absolute(options.criuPath)) refuse("criuPath", "an absolute path", options.criuPath);
-    if (!absolute(options.libraryDir)) {
-      refuse("libraryDir", "an absolute path of a directory", options.libraryDir);
-    }
-    for (const arg of options.extraArgs ?? []) {
+    const { criuPath, libraryDir, extraArgs = [] } = options;
+    if (!absolute(criuPath)) mustBe(TypeError, "criuPath", "an absolute path", criuPath);
+    const dir = "an absolute path of a directory";
+    if (!absolute(libraryDir)) mustBe(TypeError, "libraryDir", dir, libraryDir);
+    for (const arg of extraArgs) {
       if (typeof arg !== "string" || !arg.startsWith("--") || arg.includes("\0")) {
-        refuse("extraArgs", "criu options starting with --", arg);
+        mustBe(TypeError, "extraArgs", "criu options starting with --", arg);
       }
     }
-    this.#given = options.criuPath;
-    this.#libraryDir = options.libraryDir;
-    this.#extra = [...(options.extraArgs ?? [])];
-    this.#env = options.env ?? process.env;
+    this.#o = { ...options, extraArgs: [...extraArgs], env: options.env ?? process.env };
   }
 
   /** Its restore does not act on its memory images (`pages-N.img`) and its dump's `dump.log`. */
@@ -123,23 +111,17 @@ class CriuEngine implements SnapshotEngine {
           .catch((err) => ({ code: -1, stdout: "", stderr: messageOf(err) }));
       const version = (await run(["--version"])).stdout.match(/^Version:\s*([0-9][0-9.]*)/m)?.[1];
       if (!version) {
-        const hint = this.#env.LD_LIBRARY_PATH && !env.LD_LIBRARY_PATH
+        const hint = this.#o.env.LD_LIBRARY_PATH && !env.LD_LIBRARY_PATH
           ? ` (it runs without LD_LIBRARY_PATH: name its library directory with ` +
             `${LIBRARY_ENV_VAR} or the libraryDir option)`
           : "";
         problems.push(`${criu} does not run as criu (criu --version gave no version)${hint}.`);
       } else if (olderVersion(version, CRIU_MIN_VERSION)) {
-        problems.push(
-          `criu ${version} at ${criu} is too old: this package needs criu ${CRIU_MIN_VERSION} or ` +
-            `later (tested with 4.1.1 and 4.2).`,
-        );
+        const old = `criu ${version} at ${criu} is too old: this package needs criu`;
+        problems.push(`${old} ${CRIU_MIN_VERSION} or later (tested with 4.1.1 and 4.2).`);
       }
-      if (myUid() !== 0) {
-        problems.push(
-          "Snapshots need root: criu needs CAP_SYS_ADMIN (or CAP_CHECKPOINT_RESTORE) over the " +
-            "processes, and so do the driver's checkpoint calls; run as root.",
-        );
-      } else if (version) {
+      if (myUid() !== 0) problems.push(NEEDS_ROOT);
+      else if (version) {
         const check = await run(["check", "--no-default-config"]);
         if (check.code !== 0 || !/Looks good/.test(check.stdout)) {
           const said = `${check.stdout}\n${check.stderr}`.split("\n").map((l) => l.trim())
@@ -149,11 +131,8 @@ class CriuEngine implements SnapshotEngine {
             ? ` criu ${version} cannot read this kernel's vDSO (criu 4.1 fixed that): use criu ` +
               `4.1 or later.`
             : "";
-          problems.push(
-            `criu check reports that this kernel lacks what criu needs: ${
-              said || "no output"
-            }.${vdso}`,
-          );
+          const lacks = `criu check reports that this kernel lacks what criu needs`;
+          problems.push(`${lacks}: ${said || "no output"}.${vdso}`);
         }
       }
       return { ...(version ? { version } : {}), problems };
@@ -165,30 +144,25 @@ class CriuEngine implements SnapshotEngine {
     const criu = await this.#criu("dump", request);
     const file = path.join(request.imagesDir, "dump.log");
     const log = { file, shown: await shownPath(file) };
-    const work = await this.#workDir("dump-");
-    const watch = watchBytes(request.imagesDir, request.onBytes);
+    const work = await engineWorkDir("dump-");
+    const stopWatching = watchBytes(request.imagesDir, request.onBytes);
     try {
       await this.#run(criu, "dump", request.root, log, [
         ...["--libdir", work, "--tree", String(request.root)],
         ...["--images-dir", request.imagesDir, "--leave-running"],
         ...(request.tcpEstablished ? ["--tcp-established"] : []),
       ], { ...request, worksOn: () => treeOf(request.root) });
-      if (request.signal?.aborted) {
-        throw new EngineError(`the dump of the tree of ${request.root} was stopped`, {
-          log: log.shown,
-        });
-      }
+      const stopped = `the dump of the tree of ${request.root} was stopped`;
+      if (request.signal?.aborted) throw new EngineError(stopped, { log: log.shown });
       const pstree = path.join(request.imagesDir, "pstree.img");
       try {
         return parsePstree(new Uint8Array(await readFile(pstree)));
       } catch (err) {
-        throw new EngineError(
-          `criu's ${await shownPath(pstree)} cannot be read: ${messageOf(err)}`,
-          { log: log.shown },
-        );
+        const unread = `criu's ${await shownPath(pstree)} cannot be read: ${messageOf(err)}`;
+        throw new EngineError(unread, { log: log.shown });
       }
     } finally {
-      await watch.stop();
+      await stopWatching();
       await rm(work, { recursive: true, force: true });
     }
   }
@@ -199,7 +173,7 @@ class CriuEngine implements SnapshotEngine {
    */
   async restore(request: RestoreRequest): Promise<void> {
     const criu = await this.#criu("restore", request);
-    const work = await this.#workDir("restore-");
+    const work = await engineWorkDir("restore-");
     const log = {
       file: path.join(work, "restore.log"),
       shown: path.join(path.dirname(work), `restore-${request.root}.log`),
@@ -214,12 +188,8 @@ class CriuEngine implements SnapshotEngine {
         ...(request.tcpEstablished ? ["--tcp-established"] : []),
       ], request);
       const root = Number((await readFile(pidfile, "utf8").catch(() => "")).trim());
-      if (root !== request.root) {
-        const as = root || "an unknown pid";
-        throw new EngineError(`criu restored the tree of ${request.root} as ${as}`, {
-          log: log.shown,
-        });
-      }
+      const as = `criu restored the tree of ${request.root} as ${root || "an unknown pid"}`;
+      if (root !== request.root) throw new EngineError(as, { log: log.shown });
     } catch (err) {
       await rename(log.file, log.shown).catch(() => {});
       throw err;
@@ -228,53 +198,24 @@ class CriuEngine implements SnapshotEngine {
     }
   }
 
-  stop(pids: readonly number[]): Promise<void> {
-    return Promise.resolve(signalEach(pids, "SIGSTOP"));
-  }
-
-  kill(pids: readonly number[]): Promise<void> {
-    return Promise.resolve(signalEach(pids, "SIGKILL"));
-  }
-
-  wake(pids: readonly number[]): Promise<void> {
-    return Promise.resolve(signalEach(pids, "SIGCONT"));
-  }
+  readonly stop = (pids: readonly number[]): Promise<void> => signalAll(pids, "SIGSTOP");
+  readonly kill = (pids: readonly number[]): Promise<void> => signalAll(pids, "SIGKILL");
+  readonly wake = (pids: readonly number[]): Promise<void> => signalAll(pids, "SIGCONT");
 
   /** criu, found and checked now (a few `lstat`s: before every run), unless `op` was stopped. */
   async #criu(op: string, request: DumpRequest | RestoreRequest): Promise<Criu> {
     const found = await this.#find();
     if ("problem" in found) throw new EngineError(found.problem);
-    if (request.signal?.aborted) {
-      throw new EngineError(`the ${op} of the tree of ${request.root} was stopped before criu ran`);
-    }
+    const stopped = `the ${op} of the tree of ${request.root} was stopped before criu ran`;
+    if (request.signal?.aborted) throw new EngineError(stopped);
     return found.criu;
-  }
-
-  /** A new private work directory ({@link workDir}); an EngineError if none can be made. */
-  async #workDir(what: string): Promise<string> {
-    try {
-      return await workDir(what);
-    } catch (err) {
-      throw new EngineError(messageOf(err), { cause: err });
-    }
   }
 
   /** Runs `criu op` on the tree of `root` with the options every run has; throws on a failure. */
   async #run(criu: Criu, op: string, root: number, log: Log, args: string[], bound: RunBound) {
-    const every = [
-      "--no-default-config",
-      "--log-file",
-      log.file,
-      "-v4",
-      "--shell-job",
-      "--file-locks",
-    ];
-    const result = await runBounded(
-      criu.path,
-      [op, ...every, ...args, ...this.#extra],
-      criu.env,
-      bound,
-    );
+    const every = ["--no-default-config", "--log-file", log.file, "-v4", "--shell-job"];
+    const all = [op, ...every, "--file-locks", ...args, ...this.#o.extraArgs];
+    const result = await runBounded(criu.path, all, criu.env, bound);
     if (result.ended) {
       const why = endedSentence(op, root, result.ended, bound);
       throw new EngineError(`${why} (log: ${log.shown})`, { log: log.shown });
@@ -287,28 +228,27 @@ class CriuEngine implements SnapshotEngine {
 
   /** criu's real path, checked, and the environment it runs with; or why there is none. */
   async #find(): Promise<{ criu: Criu } | { problem: string }> {
-    const named = this.#given ?? this.#env[CRIU_ENV_VAR];
+    const named = this.#o.criuPath ?? this.#o.env[CRIU_ENV_VAR];
     if (named && !path.isAbsolute(named)) {
       return { problem: `${CRIU_ENV_VAR} must be an absolute path, got ${JSON.stringify(named)}.` };
     }
-    const dirs = [...(this.#env.PATH ?? "").split(":").filter(path.isAbsolute), ...SYSTEM_DIRS];
-    let candidate: string | undefined;
-    for (const file of named ? [named] : dirs.map((dir) => path.join(dir, "criu"))) {
-      if (!candidate && await isProgram(file)) candidate = file;
-    }
+    const dirs = [...(this.#o.env.PATH ?? "").split(":").filter(path.isAbsolute), ...SYSTEM_DIRS];
+    // The first there as an executable file (following links); its trust is checked after.
+    const files = named ? [named] : dirs.map((dir) => path.join(dir, "criu"));
+    const isProgram = (st: Stats) => st.isFile() && (st.mode & 0o111) !== 0;
+    const found = await Promise.all(files.map((f) => stat(f).then(isProgram, () => false)));
+    const candidate = files[found.indexOf(true)];
     if (!candidate) {
       const nowhere = `not in PATH's directories nor in ${SYSTEM_DIRS.join(", ")}`;
       const install = `install criu ${CRIU_MIN_VERSION} or later (apt install criu)`;
-      return {
-        problem: named
-          ? `criu was not found at ${named}.`
-          : `criu is not installed (${nowhere}): ${install}, or name it with ${CRIU_ENV_VAR}.`,
-      };
+      const none =
+        `criu is not installed (${nowhere}): ${install}, or name it with ${CRIU_ENV_VAR}.`;
+      return { problem: named ? `criu was not found at ${named}.` : none };
     }
     try {
       const real = await trustedProgram(candidate, "criu");
       const env: Record<string, string> = { PATH: "/usr/sbin:/usr/bin:/sbin:/bin" };
-      const lib = this.#libraryDir ?? (this.#env[LIBRARY_ENV_VAR] || undefined);
+      const lib = this.#o.libraryDir ?? (this.#o.env[LIBRARY_ENV_VAR] || undefined);
       if (lib) env.LD_LIBRARY_PATH = await trustedLibraryDir(lib, "criu's library directory");
       return { criu: { path: real, env } };
     } catch (err) {
@@ -317,29 +257,16 @@ class CriuEngine implements SnapshotEngine {
   }
 }
 
-/** What an overstaying criu run was ended for, and what it left, in one sentence. */
-function endedSentence(op: string, root: number, e: Ending, bound: RunBound): string {
-  const why = e.why === "deadline"
-    ? `its deadline of ${bound.timeoutMs} ms passed`
-    : "it was aborted";
-  const how = e.killed
-    ? `criu outlived SIGTERM and was killed with SIGKILL ${GRACE_MS} ms later`
-    : "criu ended on SIGTERM";
-  let left = "";
-  if (e.children.length > 0) {
-    const whose = op === "restore" ? "the processes it had made" : "its child processes";
-    left = `; ${whose} (${e.children.join(", ")}) were killed`;
-    if (e.childrenLeft.length > 0) {
-      left += `, though ${e.childrenLeft.join(", ")} still ran after ${CHILDREN_WAIT_MS / 1000} s`;
-    }
-  }
-  if (op === "dump") {
-    left += e.continued.length > 0
-      ? `; the tree's processes (${e.continued.join(", ")}) were sent SIGCONT, in case criu had ` +
-        `left them stopped`
-      : "; none of the tree's processes was left to send SIGCONT to";
-  }
-  return `criu ${op} of the tree of ${root} was ended after ${e.afterMs} ms (${why}): ${how}${left}`;
+/** A new private work directory ({@link workDir}); an EngineError if none can be made. */
+function engineWorkDir(what: string): Promise<string> {
+  return workDir(what).catch((err) => {
+    throw new EngineError(messageOf(err), { cause: err });
+  });
+}
+
+/** Sends `signal` to each of `pids` ({@link signalEach}), a failure as a rejection. */
+function signalAll(pids: readonly number[], signal: "SIGSTOP" | "SIGKILL" | "SIGCONT") {
+  return Promise.try(signalEach, pids, signal);
 }
 
 /** `file` as its user knows it: below a pinned `/proc/<pid>/fd/<n>`, where that is now. */
@@ -387,39 +314,24 @@ function pstreeEntry(message: Uint8Array): DumpedProcess {
       if (shift > 63) throw new Error("a number is too long");
     }
   };
-  let pid = 0, parent = 0;
-  const threads: number[] = [];
+  // Each field's values by its number (the last counts, but the threads'), the others skipped.
+  const got = new Map<number, number[]>();
+  const add = (field: number, v: number) =>
+    (got.get(field) ?? got.set(field, []).get(field)!).push(v);
   while (at < message.length) {
-    const key = varint();
-    const field = Math.floor(key / 8), wire = key % 8;
-    if (wire === 0) {
-      const value = varint();
-      if (field === 1) pid = value;
-      else if (field === 2) parent = value;
-      else if (field === 5) threads.push(value);
-    } else if (wire === 2) {
-      const length = varint();
-      const end = at + length;
+    const key = varint(), field = Math.floor(key / 8), wire = key % 8;
+    if (wire === 0) add(field, varint());
+    else if (wire === 2) {
+      const length = varint(), end = at + length;
       if (end > message.length) throw new Error("a field is cut short");
-      if (field === 5) { while (at < end) threads.push(varint()); }
+      while (field === 5 && at < end) add(field, varint());
       at = end;
-    } else if (wire === 5 || wire === 1) {
-      at += wire === 5 ? 4 : 8; // fixed32, fixed64
-    } else {
-      throw new Error(`a field of wire type ${wire}, which pstree entries do not have`);
-    }
+    } else if (wire === 5 || wire === 1) at += wire === 5 ? 4 : 8; // fixed32, fixed64
+    else throw new Error(`a field of wire type ${wire}, which pstree entries do not have`);
   }
+  const [pid = 0, parent = 0] = [1, 2].map((f) => got.get(f)?.at(-1)), threads = got.get(5) ?? [];
   if (pid <= 0) throw new Error("an entry has no pid");
-  return {
-    pid,
-    parent,
-    threads: threads.includes(pid) ? [pid, ...threads.filter((t) => t !== pid)] : [pid, ...threads],
-  };
-}
-
-/** Whether `file` is there as an executable file (following links); trust is checked after. */
-function isProgram(file: string): Promise<boolean> {
-  return stat(file).then((st) => st.isFile() && (st.mode & 0o111) !== 0, () => false);
+  return { pid, parent, threads: [pid, ...threads.filter((t) => t !== pid)] };
 }
 
 /** criu's error lines from its log (or its stderr), the last few, and where the log is. */
@@ -431,7 +343,7 @@ async function logErrors(log: Log, stderr: string): Promise<string> {
   return `${picked.join("; ") || "no output"} (log: ${log.shown})`;
 }
 
-/** Tells `onBytes` the size of the images so far, every 250 ms, and once more at the end. */
+/** Tells `onBytes` the size of the images so far, every 250 ms, and once more when stopped. */
 function watchBytes(dir: string, onBytes: ((bytes: number) => void) | undefined) {
   let last = -1;
   const measure = async () => {
@@ -445,10 +357,8 @@ function watchBytes(dir: string, onBytes: ((bytes: number) => void) | undefined)
     Promise.try(onBytes!, total).catch(() => {}); // a display that throws must not break the dump
   };
   const timer = onBytes && setInterval(() => void measure(), 250);
-  return {
-    async stop() {
-      clearInterval(timer);
-      if (onBytes) await measure();
-    },
+  return async () => {
+    clearInterval(timer);
+    if (onBytes) await measure();
   };
 }

@@ -22,40 +22,24 @@ export const PIECE_BYTES = 8 * 2 ** 20;
 const WORKERS_FROM_BYTES = 64 * 2 ** 20;
 
 /** What a digest is of: a file already open, its size, and its name for messages. */
-export interface DigestSource {
-  readonly handle: FileHandle;
-  readonly bytes: number;
-  readonly name: string;
-}
-
-/** The chunked SHA-256 (hex) of a file whose pieces' SHA-256s are `pieces`, in order. */
-export function outerDigest(pieces: readonly Uint8Array[]): string {
-  const hash = createHash("sha256");
-  for (const d of pieces) hash.update(d);
-  return hash.digest("hex");
-}
-
-/** The chunked SHA-256 of `s` (hex), its pieces asked of `hasher` at once, in order. */
-export async function digestOf(hasher: PieceHasher, s: DigestSource): Promise<string> {
-  const count = Math.ceil(s.bytes / PIECE_BYTES);
-  return outerDigest(await Promise.all(Array.from({ length: count }, (_, i) => hasher.hash(s, i))));
-}
+export type DigestSource = Readonly<{ handle: FileHandle; bytes: number; name: string }>;
 
 /**
- * The chunked SHA-256 of each source (hex), in their order: in worker threads once there is enough
- * to hash, or at once in `threads` of them (0: on the calling thread). Rejects at the first piece
- * that cannot be read, or once `signal` is aborted.
+ * The chunked SHA-256 of `s` (hex), its pieces asked of `hasher` at once, in order, but the first
+ * whole ones that `known` holds, hashed before (where one could not be, `undefined`: asked then).
  */
-export async function digestAll(
-  sources: readonly DigestSource[],
-  o: { threads?: number; signal?: AbortSignal } = {},
-): Promise<string[]> {
-  const hasher = new PieceHasher({ ...o, ...(o.threads !== undefined ? { workersFrom: 0 } : {}) });
-  try {
-    return await Promise.all(sources.map((s) => digestOf(hasher, s)));
-  } finally {
-    await hasher.close();
-  }
+export async function digestOf(
+  hasher: PieceHasher,
+  s: DigestSource,
+  known: readonly Promise<Uint8Array | undefined>[] = [],
+): Promise<string> {
+  const ask = (i: number) => hasher.hash(s, i);
+  const whole = Math.min(Math.floor(s.bytes / PIECE_BYTES), known.length);
+  const piece = (i: number) => i < whole ? known[i].then((d) => d ?? ask(i)) : ask(i);
+  const hash = createHash("sha256");
+  const pieces = Array.from({ length: Math.ceil(s.bytes / PIECE_BYTES) }, (_, i) => piece(i));
+  for (const d of await Promise.all(pieces)) hash.update(d);
+  return hash.digest("hex");
 }
 
 /** A piece to hash, and who waits for it. */
@@ -109,7 +93,12 @@ export class PieceHasher {
       PieceHasher.#pump();
     } else {
       this.#here.push(job);
-      this.#lane ??= this.#hashHere();
+      this.#lane ??= (async () => {
+        for (let next; (next = this.#here.shift());) {
+          await hashHere(next).then(next.done.resolve, next.done.reject);
+        }
+        this.#lane = undefined;
+      })();
     }
     return job.done.promise;
   }
@@ -137,13 +126,6 @@ export class PieceHasher {
     queue.splice(0, queue.length, ...others);
   }
 
-  async #hashHere(): Promise<void> {
-    for (let job; (job = this.#here.shift());) {
-      await hashHere(job).then(job.done.resolve, job.done.reject);
-    }
-    this.#lane = undefined;
-  }
-
   /** Gives each idle worker (or a new one, while there are fewer than allowed) the next piece. */
   static #pump(): void {
     const queue = PieceHasher.#queue, workers = PieceHasher.#workers;
@@ -152,12 +134,8 @@ export class PieceHasher {
       let w = [...workers].find(([, busy]) => !busy)?.[0];
       if (!w && workers.size >= most) return;
       const job = queue.shift()!;
-      try {
-        w ??= PieceHasher.#start();
-      } catch (err) {
-        job.done.reject(err);
-        continue;
-      }
+      w ??= PieceHasher.#start(job);
+      if (!w) continue;
       workers.set(w, job);
       job.owner.#flying.add(job);
       const { offset, length } = job;
@@ -165,13 +143,15 @@ export class PieceHasher {
     }
   }
 
-  static #start(): Worker {
+  /** A new worker, or none (`job` rejected, saying why). */
+  static #start(job: Job): Worker | undefined {
     const url = workerScript(import.meta.url, "os", "digest_worker");
     let w: Worker;
     try {
       w = new Worker(url, { type: "module" });
     } catch (err) {
-      throw new Error(`a digest worker cannot start: ${messageOf(err)}`, { cause: err });
+      job.done.reject(new Error(`a digest worker cannot start: ${messageOf(err)}`, { cause: err }));
+      return undefined;
     }
     w.addEventListener("message", (e: MessageEvent<PieceReply>) => PieceHasher.#answer(w, e.data));
     w.addEventListener("error", (event: ErrorEvent) => {

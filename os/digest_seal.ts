@@ -13,34 +13,30 @@
 
 import type { FileHandle } from "node:fs/promises";
 import type { SnapshotFile } from "../core/snapshot/store.ts";
-import { outerDigest, PIECE_BYTES, PieceHasher } from "./digest.ts";
+import { digestOf, PIECE_BYTES, PieceHasher } from "./digest.ts";
 
 /** How often the files of a dump under way are looked at, in ms. */
 const EVERY_MS = 150;
 
-/** The directory to seal (`sub` inside the snapshot's), as its store opens it. */
+/** The directory to seal (`sub` inside the snapshot's, `shown` in messages), as its store opens it. */
 export interface SealDir {
   readonly sub: string;
+  readonly shown: string;
   /** The names in it now, sorted. */
   list(): Promise<string[]>;
-  /** Opens the file `name` as a seal must, or throws why it cannot. */
+  /** Opens the file `name` as a seal must (its size and identity then), or throws why it cannot. */
   open(name: string): Promise<SealOpened>;
   /** Puts the directory itself on disk. */
   sync(): Promise<void>;
 }
 
-/** A file opened by {@link SealDir.open}: its size then, and its path as messages show it. */
-export interface SealOpened {
-  readonly handle: FileHandle;
-  readonly size: number;
-  readonly dev: number;
-  readonly ino: number;
-  readonly shown: string;
-}
+/** A file opened by {@link SealDir.open}: its size then, its device and inode. */
+export type SealOpened = { handle: FileHandle; size: number; dev: number; ino: number };
 
-/** A file followed: opened once, its pieces hashed once whole, its bytes synced. */
+/** A file followed: opened once, each whole piece's digest asked once, its bytes synced. */
 interface Followed {
   readonly file: SealOpened;
+  readonly name: string;
   /** The digest of each piece asked, whole when asked; undefined where it could not be read. */
   readonly pieces: Promise<Uint8Array | undefined>[];
   synced: number;
@@ -50,25 +46,20 @@ interface Followed {
 
 /**
  * Seals `dir` (see the module documentation): each file with its size and chunked SHA-256 (zeros
- * without `digests`), in the order of the names; rejects at once, having let go of every file, where `writing` rejects or `signal`
- * aborts.
+ * without `digests`), in the order of the names; rejects at once, having let go of every file,
+ * where `writing` rejects or `signal` aborts.
  */
 export async function seal(
   dir: SealDir,
   o: { digests: boolean; signal?: AbortSignal; writing?: Promise<unknown> },
 ): Promise<SnapshotFile[]> {
   const hasher = o.digests ? new PieceHasher({ signal: o.signal }) : undefined;
-  const all: Followed[] = [], handles: FileHandle[] = [];
-  const follow = (file: SealOpened) => {
-    handles.push(file.handle);
-    all.push({ file, pieces: [], synced: 0 });
-    return all.at(-1)!;
-  };
-  const followed = new Map<string, Followed>();
+  const all: Followed[] = [], followed = new Map<string, Followed>();
+  const follow = (file: SealOpened, name: string) =>
+    all[all.push({ file, name: `${dir.shown}/${name}`, pieces: [], synced: 0 }) - 1];
   let done = o.writing === undefined, failure: { error: unknown } | undefined;
   let timer: ReturnType<typeof setTimeout> | undefined;
-  const wake = Promise.withResolvers<void>();
-  const woken = () => wake.resolve();
+  const wake = Promise.withResolvers<void>(), woken = () => wake.resolve();
   o.writing?.then(() => done = true, (error) => failure = { error }).finally(woken);
   o.signal?.addEventListener("abort", woken);
   const over = () => {
@@ -80,7 +71,7 @@ export async function seal(
     while (!over()) {
       for (const name of await dir.list().catch(() => [])) {
         const file = followed.has(name) ? undefined : await dir.open(name).catch(() => undefined);
-        if (file) followed.set(name, follow(file));
+        if (file) followed.set(name, follow(file, name));
       }
       for (const f of followed.values()) await step(f, hasher);
       await Promise.race([wake.promise, new Promise((r) => timer = setTimeout(r, EVERY_MS))]);
@@ -91,15 +82,17 @@ export async function seal(
     for (const name of await dir.list()) {
       const file = await dir.open(name), f = followed.get(name);
       const same = f?.file.dev === file.dev && f.file.ino === file.ino;
-      if (same) handles.push(file.handle);
-      files.push([same ? f! : follow(file), file.size, `${dir.sub}/${name}`]);
+      if (same) await file.handle.close();
+      files.push([same ? f! : follow(file, name), file.size, `${dir.sub}/${name}`]);
     }
     const synced = Promise.all(files.map(async ([f]) => {
       await f.syncing;
       if (f.failed) throw f.failed.error;
       await (f.syncing = f.file.handle.datasync());
     })).then(() => dir.sync());
-    const digests = files.map(([f, size]) => hasher ? digestOf(f, size, hasher) : "0".repeat(64));
+    const digests = files.map(([f, bytes]) =>
+      hasher ? digestOf(hasher, { ...f.file, bytes, name: f.name }, f.pieces) : "0".repeat(64)
+    );
     const [hex] = await Promise.all([Promise.all(digests), synced]);
     return files.map(([, bytes, path], i) => ({ path, bytes, chunkedSha256: hex[i] }));
   } finally {
@@ -107,33 +100,22 @@ export async function seal(
     o.signal?.removeEventListener("abort", woken);
     await hasher?.close();
     await Promise.allSettled(all.map((f) => f.syncing));
-    await Promise.all(handles.map((h) => h.close()));
+    await Promise.all(all.map((f) => f.file.handle.close()));
   }
 }
 
 /** One look at a file a dump writes: its whole pieces asked, and what it gained synced. */
 async function step(f: Followed, hasher: PieceHasher | undefined): Promise<void> {
-  const size = (await f.file.handle.stat().catch(() => undefined))?.size ?? 0;
-  const source = { handle: f.file.handle, bytes: size, name: f.file.shown };
+  const bytes = (await f.file.handle.stat().catch(() => undefined))?.size ?? 0;
   // A piece is whole once the file is longer than its end.
-  while (hasher && f.pieces.length < Math.floor((size - 1) / PIECE_BYTES)) {
+  while (hasher && f.pieces.length < Math.floor((bytes - 1) / PIECE_BYTES)) {
+    const source = { handle: f.file.handle, bytes, name: f.name };
     f.pieces.push(hasher.hash(source, f.pieces.length).catch(() => undefined));
   }
-  if (f.syncing || f.failed || size - f.synced < PIECE_BYTES) return;
+  if (f.syncing || f.failed || bytes - f.synced < PIECE_BYTES) return;
   f.syncing = f.file.handle.datasync().then(() => {
-    f.synced = size;
+    f.synced = bytes;
   }, (error) => {
     f.failed = { error };
   }).finally(() => f.syncing = undefined);
-}
-
-/** The digest of `f` at its final `size`: the pieces hashed while it was followed, the rest now. */
-async function digestOf(f: Followed, size: number, hasher: PieceHasher): Promise<string> {
-  const source = { handle: f.file.handle, bytes: size, name: f.file.shown };
-  const whole = Math.floor(size / PIECE_BYTES);
-  const pieces = Array.from(
-    { length: Math.ceil(size / PIECE_BYTES) },
-    async (_, i) => (i < whole ? await f.pieces[i] : undefined) ?? await hasher.hash(source, i),
-  );
-  return outerDigest(await Promise.all(pieces));
 }

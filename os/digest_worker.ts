@@ -37,9 +37,8 @@ scope.onmessage = ({ data: { path, offset, length } }) => {
       n = readSync(fd, buffer, got, length - got, offset + got);
       if (n === 0) throw new Error(`it ended at ${offset + got} bytes`);
     }
-    reply = {
-      digest: new Uint8Array(createHash("sha256").update(buffer.subarray(0, length)).digest()),
-    };
+    const digest = createHash("sha256").update(buffer.subarray(0, length)).digest();
+    reply = { digest: new Uint8Array(digest) };
   } catch (err) {
     reply = { error: err instanceof Error ? err.message : String(err) };
   }

@@ -9,6 +9,7 @@
  */
 
 import { createHash } from "node:crypto";
+import { readFileSync } from "node:fs";
 import os from "node:os";
 import process from "node:process";
 import type { GpuImport, GpuMemoryReport, HeldRecords } from "../core/host.ts";
@@ -105,13 +106,20 @@ export function parseStat(stat: string): ProcEntry {
   return { state: f[0], parent: +f[1], group: +f[2], session: +f[3], start: +f[19] };
 }
 
+/** `/proc/<pid>/stat`, read now (it waits for no lock); `undefined` where there is none. */
+export function statOf(pid: number | string): ProcEntry | undefined {
+  try {
+    return parseStat(readFileSync(`/proc/${pid}/stat`, "utf8"));
+  } catch {
+    return undefined;
+  }
+}
+
 /** The processes descended from `pid` in `table`, parents first, each one's children by pid. */
 export function descendants(table: ReadonlyMap<number, ProcEntry>, pid: number): number[] {
   const children = new Map<number, number[]>();
   for (const [p, e] of [...table].sort(([a], [b]) => a - b)) {
-    const list = children.get(e.parent);
-    if (list) list.push(p);
-    else children.set(e.parent, [p]);
+    (children.get(e.parent) ?? children.set(e.parent, []).get(e.parent)!).push(p);
   }
   const out = [...children.get(pid) ?? []];
   // Bounded by the table: a pid reused while /proc was read cannot make it loop.
@@ -140,39 +148,34 @@ export async function procTable(
   return table;
 }
 
-/** Runs `fn` on each of `items`, at most {@link PROC_READS_AT_ONCE} at a time. */
-async function atMostSome<T>(items: readonly T[], fn: (item: T, i: number) => Promise<void>) {
+/** `fn` of each of `items`, in their order, at most {@link PROC_READS_AT_ONCE} at a time. */
+async function atMostSome<T, R>(items: readonly T[], fn: (item: T) => Promise<R>): Promise<R[]> {
+  const out: R[] = [];
   let next = 0;
   const work = async () => {
-    while (next < items.length) {
-      const i = next++;
-      await fn(items[i], i);
-    }
+    for (let i; (i = next++) < items.length;) out[i] = await fn(items[i]);
   };
   await Promise.all(Array.from({ length: Math.min(PROC_READS_AT_ONCE, items.length) }, work));
+  return out;
 }
 
 /** The Linux host (see the module documentation); opening reads nothing, close lets go of NVML. */
 export class LinuxHost implements HostProcesses, AsyncDisposable {
-  /** Always `"linux"`. */
   readonly kind: string = "linux";
   readonly #root: string;
   readonly #reader: ProcReader;
-  readonly #nvmlWanted: boolean;
-  readonly #nvmlPath: string | undefined;
+  readonly #options: LinuxHostOptions;
   #nvml: Promise<Nvml> | undefined;
   #closed = false;
   /** The records of held GPU memory, shared by every program of this package on the machine. */
   readonly heldRecords: HeldRecords | undefined;
-  /** This program's pid. */
   readonly self: number | undefined = process.pid;
 
   /** A host of this machine, as `options` says. */
   constructor(options: LinuxHostOptions = {}) {
     this.#root = options.procRoot ?? "/proc";
     this.#reader = options.reader ?? runtimeReader();
-    this.#nvmlWanted = options.nvml ?? true;
-    this.#nvmlPath = options.nvmlPath;
+    this.#options = options;
     // None on Deno without permission to read the variable, or to read and write the directory.
     const env = (v: string) => granted({ name: "env", variable: v }) ? process.env[v] : undefined;
     const dir = options.recordsDir ?? recordsDirectory(env);
@@ -202,10 +205,9 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
    */
   async lastingMark(who: ProcessIdentity): Promise<string | undefined> {
     try {
+      const read = (f: string) => this.#reader.read(`${this.#root}/${who.pid}/${f}`);
       const [status, cmdline, cgroup] = await Promise.all(
-        ["status", "cmdline", "cgroup"].map((f) =>
-          this.#reader.read(`${this.#root}/${who.pid}/${f}`)
-        ),
+        ["status", "cmdline", "cgroup"].map(read),
       );
       const nsPid = /^NSpid:\s*([0-9 \t]+)$/m.exec(status)?.[1].trim().split(/\s+/).at(-1);
       const uid = /^Uid:\s*([0-9]+)/m.exec(status)?.[1];
@@ -229,17 +231,12 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
     const out: TreeProcess[] = [];
     for (const pid of table.has(root) ? [root, ...descendants(table, root)] : []) {
       try {
-        const tasks = numbered(await this.#reader.list(`${this.#root}/${pid}/task`));
+        const dir = `${this.#root}/${pid}`;
+        const tasks = numbered(await this.#reader.list(`${dir}/task`));
         const others = tasks.filter((t) => t !== pid).sort((a, b) => a - b);
-        const command = commandLine(
-          await this.#reader.read(`${this.#root}/${pid}/cmdline`).catch(() => ""),
-        );
-        out.push({
-          pid,
-          parent: table.get(pid)!.parent || 0,
-          threads: tasks.includes(pid) ? [pid, ...others] : [],
-          ...(command ? { command } : {}),
-        });
+        const command = commandLine(await this.#reader.read(`${dir}/cmdline`).catch(() => ""));
+        const threads = tasks.includes(pid) ? [pid, ...others] : [];
+        out.push({ pid, parent: table.get(pid)!.parent || 0, threads, ...command && { command } });
       } catch {
         // gone meanwhile
       }
@@ -293,18 +290,11 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
    * where it is gone.
    */
   async cpuTime(pid: number): Promise<number | undefined> {
-    try {
-      const tasks = await this.#reader.list(`${this.#root}/${pid}/task`);
-      const times = await Promise.all(
-        tasks.map((t) =>
-          this.#reader.read(`${this.#root}/${pid}/task/${t}/schedstat`)
-            .then((text) => Number(text.split(" ")[0]), () => 0)
-        ),
-      );
-      return times.reduce((a, b) => a + b, 0);
-    } catch {
-      return undefined;
-    }
+    const dir = `${this.#root}/${pid}/task`;
+    const tasks = await this.#reader.list(dir).catch(() => undefined);
+    const read = (t: string) => this.#reader.read(`${dir}/${t}/schedstat`).catch(() => "0");
+    const times = tasks && await Promise.all(tasks.map(read));
+    return times?.reduce((sum, text) => sum + Number(text.split(" ")[0]), 0);
   }
 
   /** The machine's name, kernel and NVIDIA driver release (`/proc/driver/nvidia/version`). */
@@ -316,13 +306,9 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
   }
 
   /** Whether a process lives, the same one (its start time, where known). */
-  async #alive(who: ProcessIdentity): Promise<boolean> {
-    try {
-      const start = await this.#startOf(who.pid);
-      return who.start === undefined || start === who.start;
-    } catch (error) {
-      return classify(error) !== "gone";
-    }
+  #alive(who: ProcessIdentity): Promise<boolean> {
+    const same = (start: number | undefined) => who.start === undefined || start === who.start;
+    return this.#startOf(who.pid).then(same, (error) => classify(error) !== "gone");
   }
 
   /** A process's start time, field 22 of `/proc/PID/stat`. */
@@ -337,15 +323,12 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
    */
   async scan(): Promise<ScannedProcess[]> {
     this.#checkOpen("scan /proc");
-    const pids = numbered(
-      await this.#reader.list(this.#root).catch((error) => {
-        const why = `${this.#root} could not be read (${messageOf(error)})`;
-        const deno = `on Deno, allow reading it (--allow-read=${this.#root})`;
-        throw new Error(`the processes cannot be listed: ${why}; ${deno}`, { cause: error });
-      }),
-    );
-    const found: (ScannedProcess | undefined)[] = [];
-    await atMostSome(pids, async (pid, i) => void (found[i] = await this.#look(pid)));
+    const names = await this.#reader.list(this.#root).catch((error) => {
+      const why = `${this.#root} could not be read (${messageOf(error)})`;
+      const deno = `on Deno, allow reading it (--allow-read=${this.#root})`;
+      throw new Error(`the processes cannot be listed: ${why}; ${deno}`, { cause: error });
+    });
+    const found = await atMostSome(numbered(names), (pid) => this.#look(pid));
     return found.filter((p) => p !== undefined);
   }
 
@@ -356,19 +339,17 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
    */
   async gpuMemory(): Promise<GpuMemoryReport> {
     this.#checkOpen("read GPU memory");
-    if (!this.#nvmlWanted) return { unknown: "NVML was not asked for (nvml: false)" };
+    const { nvml: wanted = true, nvmlPath: libraryPath } = this.#options;
+    if (!wanted) return { unknown: "NVML was not asked for (nvml: false)" };
     // In a PID namespace of this program's own, NVML's pids (the host's) are not /proc's.
     const status = await this.#reader.read(`${this.#root}/self/status`).catch(() => "");
     const nsPid = /^NSpid:\s*(.*)$/m.exec(status)?.[1].trim();
-    if (nsPid && nsPid.split(/\s+/).length > 1) {
-      return {
-        unknown: `this program runs in a PID namespace of its own (a container: NSpid ${nsPid}), ` +
-          `and NVML reports the host's pids, which /proc here does not show`,
-      };
-    }
+    const own = `this program runs in a PID namespace of its own (a container: NSpid ${nsPid})`;
+    const hosts = "and NVML reports the host's pids, which /proc here does not show";
+    if (nsPid && nsPid.split(/\s+/).length > 1) return { unknown: `${own}, ${hosts}` };
     this.#nvml ??= Promise.all([import("../ffi/runtime.ts"), import("../ffi/nvml.ts")])
       .then(async ([{ runtimeAdapter }, { openNvml }]) =>
-        openNvml(await runtimeAdapter(), { libraryPath: this.#nvmlPath, keepInitialized: true })
+        openNvml(await runtimeAdapter(), { libraryPath, keepInitialized: true })
       );
     const nvml = await this.#nvml.catch((error) => ({ unknown: messageOf(error) }));
     return "unknown" in nvml ? nvml : await nvml.gpuMemory();
@@ -388,9 +369,7 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
   }
 
   /** {@link LinuxHost.close}, for `await using`. */
-  [Symbol.asyncDispose](): Promise<void> {
-    return this.close();
-  }
+  readonly [Symbol.asyncDispose] = (): Promise<void> => this.close();
 
   #checkOpen(what: string): void {
     if (this.#closed) throw new Error(`this Linux host has been closed: cannot ${what}`);
@@ -399,14 +378,11 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
   /** One process, or `undefined` when it is gone. */
   async #look(pid: number): Promise<ScannedProcess | undefined> {
     const dir = `${this.#root}/${pid}`;
-    let command: string | undefined;
-    try {
-      command = commandLine(await this.#reader.read(`${dir}/cmdline`)) || undefined;
-    } catch (error) {
-      // Unreadable here (hidepid, say) but maybe not its maps: go on without it.
-      if (classify(error) === "gone") return undefined;
-    }
-    const withCommand = command === undefined ? { pid } : { pid, command };
+    // Unreadable here (hidepid, say) but maybe not its maps: go on without it.
+    const command = await this.#reader.read(`${dir}/cmdline`)
+      .then(commandLine, (error) => classify(error) === "gone" ? undefined : "");
+    if (command === undefined) return undefined;
+    const withCommand = { pid, ...command && { command } };
     try {
       const maps = await this.#reader.read(`${dir}/maps`);
       return { ...withCommand, cudaLibrary: LIBCUDA_MAPPED.test(maps) };

@@ -12,6 +12,9 @@ import path from "node:path";
 import process from "node:process";
 import { messageOf } from "../core/errors.ts";
 
+/** What a path must be. */
+type Kind = "file" | "directory";
+
 /** Makes the error for a path that cannot be used; `message` says what is wrong. */
 export type Refuse = (path: string, message: string, cause?: unknown) => Error;
 
@@ -41,10 +44,8 @@ export interface OwnerRules {
   rootToo?: boolean;
   /** A directory with the sticky bit (`/tmp`) may be written by others. */
   sticky?: boolean;
-  /** Nobody else may read it either (mode 0600 or 0700 or tighter). */
+  /** Nobody else may read it either (mode 0600, or 0700 for a directory, or tighter). */
   strict?: boolean;
-  /** What it is, for the mode a strict one should have. */
-  kind?: "file" | "directory";
 }
 
 /**
@@ -62,7 +63,7 @@ export function ownerFault(
   }
   const mode = st.mode & 0o7777;
   if (rules.strict) {
-    const should = rules.kind === "directory" ? "0700" : "0600";
+    const should = (st.mode & 0o170000) === 0o040000 ? "0700" : "0600"; // S_IFDIR: a directory
     return mode & 0o077
       ? `may be read or written by other users (mode ${octal(mode)}, not ${should})`
       : undefined;
@@ -78,16 +79,13 @@ export function ownerFault(
  */
 async function statFault(
   p: string,
-  kind: "file" | "directory",
+  kind: Kind,
   rules: (st: Stats) => OwnerRules,
 ): Promise<{ fault?: string; cause?: unknown; size?: number } | "missing"> {
-  let st: Stats;
-  try {
-    st = await lstat(p);
-  } catch (err) {
-    return errorCode(err) === "ENOENT"
-      ? "missing"
-      : { fault: `${p} cannot be looked at: ${messageOf(err)}`, cause: err };
+  const st = await lstat(p).catch((cause: unknown) => ({ cause }));
+  if ("cause" in st) {
+    const fault = `${p} cannot be looked at: ${messageOf(st.cause)}`;
+    return errorCode(st.cause) === "ENOENT" ? "missing" : { fault, cause: st.cause };
   }
   if (st.isSymbolicLink()) return { fault: `${p} is a symbolic link, not a ${kind} of its own` };
   if (kind === "file" ? !st.isFile() : !st.isDirectory()) {
@@ -98,11 +96,7 @@ async function statFault(
 }
 
 /** What is wrong with `p` as a `kind` root trusts (`sticky`: a sticky one may be written). */
-export async function faultOf(
-  p: string,
-  kind: "file" | "directory",
-  sticky: boolean,
-): Promise<string | undefined> {
+export async function faultOf(p: string, kind: Kind, sticky: boolean): Promise<string | undefined> {
   const found = await statFault(p, kind, () => ({ rootToo: true, sticky }));
   return found === "missing" ? `${p} cannot be looked at: it does not exist` : found.fault;
 }
@@ -122,13 +116,13 @@ export async function faultAbove(real: string): Promise<string | undefined> {
  */
 export async function checkPrivate(
   file: string,
-  kind: "directory" | "file",
+  kind: Kind,
   rules: PrivateRules = {},
 ): Promise<{ size: number } | undefined> {
   // A sticky directory (/tmp): nobody can replace a file of ours there, so root may own it too.
   const found = await statFault(file, kind, (st) => {
     const sticky = rules.sticky && !rules.strict && (st.mode & 0o1000) !== 0;
-    return { rootToo: sticky, sticky, strict: rules.strict, kind };
+    return { rootToo: sticky, sticky, strict: rules.strict };
   });
   if (found === "missing") return undefined;
   if (found.fault) {
@@ -161,16 +155,15 @@ export async function readSmallFile(
     const st = await handle.stat();
     if (!st.isFile()) throw new Error(`${shown} is not a regular file`);
     check?.(st);
-    if (st.size > maxBytes) {
-      throw new Error(`${shown} is ${st.size} bytes, more than it can be (${maxBytes})`);
-    }
+    const big = `${shown} is ${st.size} bytes, more than it can be (${maxBytes})`;
+    if (st.size > maxBytes) throw new Error(big);
     const buffer = new Uint8Array(maxBytes + 1);
     let length = 0;
-    for (;;) {
-      const { bytesRead } = await handle.read(buffer, length, buffer.length - length, null);
-      if (bytesRead === 0) break;
-      length += bytesRead;
-      if (length > maxBytes) throw new Error(`${shown} grew past ${maxBytes} bytes as it was read`);
+    for (let n = -1; n !== 0; length += n) {
+      n = (await handle.read(buffer, length, buffer.length - length, null)).bytesRead;
+      if (length + n > maxBytes) {
+        throw new Error(`${shown} grew past ${maxBytes} bytes as it was read`);
+      }
     }
     return new TextDecoder().decode(buffer.subarray(0, length));
   } finally {

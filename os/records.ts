@@ -24,6 +24,8 @@ const RECORDS_ENV_VAR = "CKPT_RECORDS_DIR";
 const FORMAT = "ckpt-cuda-held/1";
 /** The most MiB a record may say of one GPU (16 TiB), and the longest mark, in characters. */
 const RECORD_MAX_MIB = 2 ** 24, MARK_MAX_CHARS = 512;
+/** The most bytes a record's file may have. */
+const MAX_BYTES = 64 * 1024;
 /** A record's file name: `<pid>-<start>.json` (or `<pid>.json` where the start is unknown). */
 const RECORD_NAME = /^([0-9]+)(?:-([0-9]+))?\.json$/;
 
@@ -43,7 +45,6 @@ export function recordsDirectory(env: (name: string) => string | undefined): str
 
 /** Records in a private directory; `alive` says whether a process still lives (start included). */
 export class FileHeldRecords implements HeldRecords {
-  /** The directory. */
   readonly where: string;
   readonly #alive: (process: ProcessIdentity) => Promise<boolean>;
 
@@ -55,8 +56,8 @@ export class FileHeldRecords implements HeldRecords {
 
   /** The record of a process, or none; rejects, naming the fault, where it cannot be read. */
   async get(process: ProcessIdentity): Promise<HeldRecord | undefined> {
-    const file = this.#file(await this.#directory(), process);
-    const text = await readSmallFile(file, `the record ${file}`, 64 * 1024);
+    const file = await this.#file(process);
+    const text = await readSmallFile(file, `the record ${file}`, MAX_BYTES);
     try {
       return text === undefined ? undefined : parseRecord(text);
     } catch (err) {
@@ -66,14 +67,13 @@ export class FileHeldRecords implements HeldRecords {
 
   /** Writes the record of its process, whole. */
   async put(record: HeldRecord): Promise<void> {
-    const dir = await this.#directory();
     const text = JSON.stringify({ format: FORMAT, ...record }) + "\n";
-    await writePrivately(this.#file(dir, record.process), text);
+    await writePrivately(await this.#file(record.process), text);
   }
 
   /** Removes the record of a process. */
   async remove(process: ProcessIdentity): Promise<void> {
-    await rm(this.#file(await this.#directory(), process), { force: true });
+    await rm(await this.#file(process), { force: true });
   }
 
   /**
@@ -82,9 +82,8 @@ export class FileHeldRecords implements HeldRecords {
    */
   async list(): Promise<HeldRecord[]> {
     const out: HeldRecord[] = [];
-    for (const { record, alive } of await this.#all()) {
-      if (!alive) continue;
-      const claimAlive = record.claim ? await this.#alive(record.claim.by) : true;
+    for (const { record } of (await this.#all()).filter((e) => e.alive)) {
+      const claimAlive = !record.claim || await this.#alive(record.claim.by);
       out.push(withoutDeadClaim(record, () => claimAlive));
     }
     return out;
@@ -97,39 +96,33 @@ export class FileHeldRecords implements HeldRecords {
 
   /** Every record, and whether its process lives; what is neither kept nor alive is removed. */
   async #all(): Promise<{ record: HeldRecord; alive: boolean }[]> {
-    const dir = await this.#directory();
-    const out: { record: HeldRecord; alive: boolean }[] = [];
+    const dir = await this.#directory(), now = Date.now();
     const names = await readdir(dir).catch((err) => {
       const why = `${this.where} cannot be listed: ${messageOf(err)}`;
       throw new Error(`the records of held GPU memory in ${why}`, { cause: err });
     });
-    const now = Date.now();
+    const out = [];
     for (const name of names) {
-      const named = RECORD_NAME.exec(name);
+      const named = RECORD_NAME.exec(name), file = path.join(dir, name);
       if (!named) continue;
-      const file = path.join(dir, name);
-      let record: HeldRecord;
-      try {
-        const text = await readSmallFile(file, `the record ${file}`, 64 * 1024);
-        if (text === undefined) continue; // removed meanwhile
-        record = parseRecord(text);
-      } catch {
+      const record = await readSmallFile(file, `the record ${file}`, MAX_BYTES)
+        .then((text) => text === undefined ? undefined : parseRecord(text)).catch(() => null);
+      if (record === undefined) continue; // removed meanwhile
+      if (record === null) {
         const owner = { pid: +named[1], ...(named[2] === undefined ? {} : { start: +named[2] }) };
         if (!(await this.#alive(owner))) await rm(file, { recursive: true, force: true });
         continue;
       }
       const alive = await this.#alive(record.process);
-      if (!alive && !keptEnded(record, now)) {
-        await rm(file, { force: true });
-        continue;
-      }
-      out.push({ record, alive });
+      if (alive || keptEnded(record, now)) out.push({ record, alive });
+      else await rm(file, { force: true });
     }
     return out;
   }
 
-  #file(dir: string, process: ProcessIdentity): string {
-    return path.join(dir, `${identityKey(process)}.json`);
+  /** The file of the record of `process`, in the directory checked now. */
+  async #file(process: ProcessIdentity): Promise<string> {
+    return path.join(await this.#directory(), `${identityKey(process)}.json`);
   }
 
   /**

@@ -30,6 +30,8 @@ const NAME = /^[A-Za-z0-9_][A-Za-z0-9._-]{0,200}$/;
 /** What to do with a snapshot another user's copy made. */
 const COPY = ", so copy it as the user who will restore it (tar or rsync -a run by that user), " +
   "or give it to that user (chown -R)";
+/** Where a path checked is: above a snapshot's directory (`where`), that directory, or inside it. */
+type Place = { above: string } | "top" | "inside";
 
 /** The file system's snapshots: see the module documentation. */
 export class FileSnapshotStore implements SnapshotStore {
@@ -44,14 +46,9 @@ export class FileSnapshotStore implements SnapshotStore {
   }
 
   /** Makes `dir` for a new snapshot (mode 0700), or takes an empty private one, and opens it. */
-  create(dir: string): Promise<SnapshotDir> {
-    return this.#open(dir, true);
-  }
-
+  readonly create = (dir: string): Promise<SnapshotDir> => this.#open(dir, true);
   /** Opens a snapshot's directory, refusing one that is not private or that others could swap. */
-  open(dir: string): Promise<SnapshotDir> {
-    return this.#open(dir, false);
-  }
+  readonly open = (dir: string): Promise<SnapshotDir> => this.#open(dir, false);
 
   async #open(dir: string, create: boolean): Promise<SnapshotDir> {
     const where = path.resolve(dir);
@@ -66,7 +63,7 @@ export class FileSnapshotStore implements SnapshotStore {
           }
         });
       }
-      handle = await openChecked(where, through);
+      handle = (await openInside(where, through, "directory", true)).handle;
       const names = create && !made ? await readdir(pinned(handle)) : [];
       if (names.length > 0) {
         const n = `${names.length} entries`;
@@ -102,22 +99,21 @@ async function walkTo(where: string): Promise<{ parent: FileHandle; name: string
   let handle = await open("/", DIR);
   let at: string[] = [], links = 0;
   try {
-    await checkAbove(handle, "/", where);
+    refuseOwner("/", await handle.stat(), { above: where });
     while (parts.length > 0) {
       const part = parts.shift()!;
       if (part === ".") continue;
+      const to = part === ".." ? at.slice(0, -1) : [...at, part], shown = `/${to.join("/")}`;
       const through = `${pinned(handle)}/${part}`;
-      const shown = `/${(part === ".." ? at.slice(0, -1) : [...at, part]).join("/")}`;
       const next = await open(through, DIR).catch((err: unknown) => err);
       if (next instanceof Error) {
         const st = await lstat(through).catch(() => undefined);
         if (!st?.isSymbolicLink()) {
           if (errorCode(next) !== "ENOENT") throw await notOpened(shown, through, next);
-          throw new Error(
-            parts.length === 0
-              ? `its parent directory ${shown} does not exist`
-              : `${shown}, above ${where}, does not exist`,
-          );
+          const it = parts.length === 0
+            ? `its parent directory ${shown}`
+            : `${shown}, above ${where},`;
+          throw new Error(`${it} does not exist`);
         }
         if (++links > 40) throw new Error(`${where}: too many symbolic links on the way`);
         if (st.uid !== 0 && st.uid !== myUid()) {
@@ -136,9 +132,8 @@ async function walkTo(where: string): Promise<{ parent: FileHandle; name: string
         continue;
       }
       await handle.close();
-      handle = next as FileHandle;
-      at = part === ".." ? at.slice(0, -1) : [...at, part];
-      await checkAbove(handle, shown, where);
+      [handle, at] = [next as FileHandle, to];
+      refuseOwner(shown, await handle.stat(), { above: where });
     }
     return { parent: handle, name };
   } catch (err) {
@@ -147,68 +142,53 @@ async function walkTo(where: string): Promise<{ parent: FileHandle; name: string
   }
 }
 
-/** A directory above a snapshot's: root's or this user's, written by nobody else unless sticky. */
-async function checkAbove(handle: FileHandle, shown: string, below: string): Promise<void> {
-  const fault = ownerFault(await handle.stat(), { rootToo: true, sticky: true });
-  if (fault) {
-    throw new Error(
-      `${shown}, above ${below}, ${fault}: ${fault.startsWith("belongs") ? "that user" : "they"} ` +
-        `could swap the snapshot for their own; keep snapshots where only root and you can write`,
-    );
-  }
-}
-
-/** The snapshot's own directory (`through`, pinned), opened: this user's, written by no other. */
-async function openChecked(where: string, through: string): Promise<FileHandle> {
-  const handle = await open(through, DIR).catch(async (err) => {
-    throw await notOpened(where, through, err);
-  });
-  const fault = ownerFault(await handle.stat());
-  if (!fault) return handle;
-  await handle.close();
-  const copied = fault.startsWith("belongs") ? COPY : "";
-  const must = "a snapshot's directory must be this user's and private (chmod 700)";
-  throw new Error(`${where} ${fault}; ${must}${copied}`);
-}
-
 /** Why `through` could not be opened (as a directory, or a `file`): a link, or the error itself. */
 async function notOpened(shown: string, through: string, err: unknown, kind = "directory") {
   const code = errorCode(err);
   if (code === "ENOENT") return new Error(`${shown} does not exist`);
   if (code === "ELOOP" || code === "ENOTDIR") {
     const link = (await lstat(through).catch(() => undefined))?.isSymbolicLink();
-    return new Error(
-      `${shown} is ${link ? `a symbolic link, not a ${kind} of its own` : `not a ${kind}`}`,
-    );
+    const is = link ? `a symbolic link, not a ${kind} of its own` : `not a ${kind}`;
+    return new Error(`${shown} is ${is}`);
   }
   return new Error(`${shown} cannot be opened: ${pathTrouble(err)}`, { cause: err });
 }
 
-/** Throws where something inside a snapshot is another user's or others may write it. */
-function refuseInside(shown: string, st: { uid: number; mode: number }): void {
-  const fault = ownerFault(st, { rootToo: true });
+/**
+ * Throws where `shown` (of status `st`) may not be owned or written as it is: above a snapshot's
+ * directory, root's or this user's and written by nobody else unless sticky; the directory itself
+ * (`top`), this user's and written by no other; inside it, root's or this user's, written by no other.
+ */
+function refuseOwner(shown: string, st: { uid: number; mode: number }, place: Place): void {
+  const above = typeof place === "object" ? place.above : undefined;
+  const fault = ownerFault(st, { rootToo: place !== "top", sticky: above !== undefined });
   if (!fault) return;
-  throw new Error(
-    `${shown} ${fault}; ${
-      fault.startsWith("belongs")
-        ? `what a snapshot holds must be root's or this user's${COPY}`
-        : "nobody else may write what a snapshot holds (chmod go-w)"
-    }`,
-  );
+  const belongs = fault.startsWith("belongs");
+  if (above !== undefined) {
+    throw new Error(
+      `${shown}, above ${above}, ${fault}: ${belongs ? "that user" : "they"} could swap the ` +
+        `snapshot for their own; keep snapshots where only root and you can write`,
+    );
+  }
+  const must = place === "top"
+    ? `a snapshot's directory must be this user's and private (chmod 700)${belongs ? COPY : ""}`
+    : belongs
+    ? `what a snapshot holds must be root's or this user's${COPY}`
+    : "nobody else may write what a snapshot holds (chmod go-w)";
+  throw new Error(`${shown} ${fault}; ${must}`);
 }
 
-/** Opens `through` (pinned, shown as `shown`) inside a snapshot, as a `kind`, and checks it. */
-async function openInside(shown: string, through: string, kind: "file" | "directory") {
-  const handle = await open(through, kind === "file" ? O_RDONLY | O_NOFOLLOW | O_NONBLOCK : DIR)
-    .catch(async (err) => {
-      throw await notOpened(shown, through, err, kind);
-    });
+/** Opens `at` (pinned, shown as `shown`) in a snapshot (or, `top`, its directory), and checks it. */
+async function openInside(shown: string, at: string, kind: "file" | "directory", top = false) {
+  const flags = kind === "file" ? O_RDONLY | O_NOFOLLOW | O_NONBLOCK : DIR;
+  const handle = await open(at, flags).catch(async (err) => {
+    throw await notOpened(shown, at, err, kind);
+  });
   try {
     const st = await handle.stat();
-    if (kind === "file" ? !st.isFile() : !st.isDirectory()) {
-      throw new Error(`${shown} is not a ${kind === "file" ? "regular file" : "directory"}`);
-    }
-    refuseInside(shown, st);
+    // A directory is one, or it would not have opened (O_DIRECTORY).
+    if (kind === "file" && !st.isFile()) throw new Error(`${shown} is not a regular file`);
+    refuseOwner(shown, st, top ? "top" : "inside");
     return { handle, size: st.size, dev: st.dev, ino: st.ino };
   } catch (err) {
     await handle.close();
@@ -216,16 +196,19 @@ async function openInside(shown: string, through: string, kind: "file" | "direct
   }
 }
 
+/** The directory a store made for a snapshot: its parent, open, and its name there. */
+type Made = { parent: FileHandle; name: string };
+
 /** An open file of a snapshot, as digests take it, and what the manifest says of it. */
-interface Opened extends DigestSource {
-  readonly file: SnapshotFile;
-}
+type Opened = DigestSource & { readonly file: SnapshotFile };
 
 /** A snapshot's directory, open: see the module documentation. */
 class FileSnapshotDir implements SnapshotDir {
   readonly path: string;
   readonly #handle: FileHandle;
-  readonly #made: { parent: FileHandle; name: string } | undefined;
+  /** The pinned path of the directory itself. */
+  readonly #base: string;
+  readonly #made: Made | undefined;
   readonly #digests: boolean;
   readonly #created: string[] = [];
   readonly #subs = new Map<string, FileHandle>();
@@ -238,21 +221,12 @@ class FileSnapshotDir implements SnapshotDir {
   /** The digests a check left for later, where it left some: settled once they end. */
   #verifying: Promise<void> | undefined;
 
-  constructor(
-    where: string,
-    handle: FileHandle,
-    digests: boolean,
-    made?: { parent: FileHandle; name: string },
-  ) {
+  constructor(where: string, handle: FileHandle, digests: boolean, made?: Made) {
     this.path = where;
     this.#handle = handle;
+    this.#base = pinned(handle);
     this.#digests = digests;
     this.#made = made;
-  }
-
-  /** The pinned path of the directory itself. */
-  get #base(): string {
-    return pinned(this.#handle);
   }
 
   async subdir(name: string): Promise<void> {
@@ -273,17 +247,6 @@ class FileSnapshotDir implements SnapshotDir {
     return pinned(await this.#sub(name));
   }
 
-  /** A private directory of links to `opened`, by subdirectory. */
-  async #linked(opened: readonly Opened[]): Promise<string> {
-    const view = await workDir("images-");
-    this.#views.push(view);
-    for (const { file, handle } of opened) {
-      await mkdir(path.join(view, path.dirname(file.path)), { recursive: true, mode: 0o700 });
-      await symlink(pinned(handle), path.join(view, file.path));
-    }
-    return view;
-  }
-
   async writeFile(name: string, text: string): Promise<void> {
     checkName(name);
     // Named by the path the user knows, not the pinned one it is written through.
@@ -300,7 +263,7 @@ class FileSnapshotDir implements SnapshotDir {
     checkName(name);
     const shown = `${this.path}/${name}`;
     return await readSmallFile(`${this.#base}/${name}`, shown, maxBytes, (st) => {
-      refuseInside(shown, st);
+      refuseOwner(shown, st, "inside");
     });
   }
 
@@ -313,11 +276,12 @@ class FileSnapshotDir implements SnapshotDir {
   }
 
   async seal(sub: string, o: Parameters<SnapshotDir["seal"]>[1] = {}): Promise<SnapshotFile[]> {
-    const dir = await this.#sub(sub), shown = (name: string) => `${this.path}/${sub}/${name}`;
+    const dir = await this.#sub(sub), shown = `${this.path}/${sub}`;
     return await seal({
       sub,
+      shown,
       list: async () => (await readdir(pinned(dir))).sort(),
-      open: async (name) => ({ ...await this.#file(dir, shown(name), name), shown: shown(name) }),
+      open: (name) => this.#file(dir, `${shown}/${name}`, name),
       sync: () => dir.sync(),
     }, { ...o, digests: this.#digests });
   }
@@ -330,6 +294,11 @@ class FileSnapshotDir implements SnapshotDir {
     }
     const unlisted = (shown: string) =>
       new Error(`${shown} is not part of the snapshot: its manifest does not list it`);
+    const missing = (shown: string, lists: string, what: string) =>
+      new Error(
+        `${shown} is missing, which the manifest lists ${lists}: the snapshot is incomplete, or a ` +
+          `copy of it left the ${what} out`,
+      );
     const present = new Set(await readdir(this.#base));
     for (const name of present) {
       if (!bySub.has(name) && !(o.topFiles ?? []).includes(name)) {
@@ -339,13 +308,8 @@ class FileSnapshotDir implements SnapshotDir {
     const opened: Opened[] = [];
     try {
       for (const [sub, listed] of bySub) {
-        if (!present.has(sub)) {
-          const n = `${listed.size} file${listed.size === 1 ? "" : "s"}`;
-          throw new Error(
-            `${this.path}/${sub} is missing, which the manifest lists with ${n}: the snapshot is ` +
-              `incomplete, or a copy of it left the directory out`,
-          );
-        }
+        const n = `with ${listed.size} file${listed.size === 1 ? "" : "s"}`;
+        if (!present.has(sub)) throw missing(`${this.path}/${sub}`, n, "directory");
         const dir = await this.#sub(sub);
         const names = new Set(await readdir(pinned(dir)));
         for (const name of names) {
@@ -353,12 +317,7 @@ class FileSnapshotDir implements SnapshotDir {
         }
         for (const [name, file] of listed) {
           const shown = `${this.path}/${file.path}`;
-          if (!names.has(name)) {
-            throw new Error(
-              `${shown} is missing, which the manifest lists (${file.bytes} bytes): the snapshot ` +
-                `is incomplete, or a copy of it left the file out`,
-            );
-          }
+          if (!names.has(name)) throw missing(shown, `(${file.bytes} bytes)`, "file");
           const { handle, size } = await this.#file(dir, shown, name);
           opened.push({ file, handle, bytes: file.bytes, name: shown });
           if (size !== file.bytes) {
@@ -370,9 +329,18 @@ class FileSnapshotDir implements SnapshotDir {
         }
       }
       const verified = o.digests && this.#digests ? await this.#verify(opened, o) : undefined;
-      // Made now, not as the engine starts (a simulated clock would run on meanwhile); one that
-      // cannot be made is the engine's error, where it asks for it, not the check's.
-      this.#view = this.#linked(opened);
+      // The engine's directory of links to the files opened, by subdirectory: made now, not as the
+      // engine starts (a simulated clock would run on meanwhile); one that cannot be made is the
+      // engine's error, where it asks for it, not the check's.
+      this.#view = (async () => {
+        const view = await workDir("images-");
+        this.#views.push(view);
+        for (const { file, handle } of opened) {
+          await mkdir(path.join(view, path.dirname(file.path)), { recursive: true, mode: 0o700 });
+          await symlink(pinned(handle), path.join(view, file.path));
+        }
+        return view;
+      })();
       await this.#view.catch(() => {});
       for (const sub of bySub.keys()) this.#checked.add(sub);
       this.#kept.push(...opened.splice(0).map((x) => x.handle));
@@ -387,24 +355,21 @@ class FileSnapshotDir implements SnapshotDir {
    * subdirectory's settled as soon as its last one is ({@link Checked.later}).
    */
   async #verify(opened: readonly Opened[], o: CheckOptions): Promise<Checked> {
-    const compare = ({ file, name }: Opened, digest: string) => {
-      if (digest !== file.chunkedSha256) {
-        throw new Error(
-          `${name} is not the file the snapshot wrote: its digest is ${digest}, and the manifest ` +
-            `says ${file.chunkedSha256}`,
-        );
-      }
-    };
     const isLater = (x: Opened) => o.later?.(x.file) ?? false;
     const subOf = (x: Opened) => x.file.path.split("/")[0];
     const [now, later] = [opened.filter((x) => !isLater(x)), opened.filter(isLater)];
     // Asked in this order, hashed in this order: those compared now first.
     const hasher = new PieceHasher({ signal: o.signal });
-    const compared = new Map(
-      [...now, ...later].map((x) => [x, digestOf(hasher, x).then((d) => compare(x, d))]),
-    );
-    // Awaited or not: a refusal must never be an unhandled rejection.
-    for (const c of compared.values()) c.catch(() => {});
+    const compared = new Map([...now, ...later].map((x) => {
+      const want = x.file.chunkedSha256, wrote = `${x.name} is not the file the snapshot wrote`;
+      const matched = digestOf(hasher, x).then((d) => {
+        if (d !== want) {
+          throw new Error(`${wrote}: its digest is ${d}, and the manifest says ${want}`);
+        }
+      });
+      matched.catch(() => {}); // awaited or not: a refusal must never be an unhandled rejection
+      return [x, matched] as const;
+    }));
     const settled = (xs: readonly Opened[]) =>
       Promise.all(xs.map((x) => compared.get(x))).then(() => {});
     await settled(now).catch(async (err) => {
@@ -419,7 +384,6 @@ class FileSnapshotDir implements SnapshotDir {
       p.catch(() => {});
       return [sub, p];
     }));
-    all.catch(() => {});
     this.#verifying = all.catch(() => {});
     return { digests: true, later: (sub) => subs.get(sub) ?? Promise.resolve(), all };
   }
@@ -451,12 +415,10 @@ class FileSnapshotDir implements SnapshotDir {
   /** The subdirectory `name`, open and checked (once). */
   async #sub(name: string): Promise<FileHandle> {
     checkName(name);
-    let handle = this.#subs.get(name);
-    if (!handle) {
-      handle =
-        (await openInside(`${this.path}/${name}`, `${this.#base}/${name}`, "directory")).handle;
-      this.#subs.set(name, handle);
-    }
+    const at = `${this.#base}/${name}`;
+    const handle = this.#subs.get(name) ??
+      (await openInside(`${this.path}/${name}`, at, "directory")).handle;
+    this.#subs.set(name, handle);
     return handle;
   }
 

@@ -63,24 +63,14 @@ export async function openMachine(options: MachineOptions = {}): Promise<NativeM
   checkKeys(options, "openMachine's options", top);
   const hostKeys = ["nvml", "nvmlPath", "procRoot", "reader", "recordsDir"] as const;
   checkKeys(options.host, "openMachine's host options", hostKeys);
-  checkKeys(options.criu, "openMachine's criu options", [
-    "criuPath",
-    "libraryDir",
-    "extraArgs",
-    "env",
-  ]);
+  const criuKeys = ["criuPath", "libraryDir", "extraArgs", "env"] as const;
+  checkKeys(options.criu, "openMachine's criu options", criuKeys);
   const driver = await openNativeDriver(options);
   try {
     const host = new LinuxHost(options.host), engine = openCriuEngine(options.criu);
     const close = () => host.close().finally(() => driver[Symbol.asyncDispose]());
-    return {
-      driver,
-      host,
-      engine,
-      store: new FileSnapshotStore(),
-      close,
-      [Symbol.asyncDispose]: close,
-    };
+    const store = new FileSnapshotStore();
+    return { driver, host, engine, store, close, [Symbol.asyncDispose]: close };
   } catch (error) {
     await driver[Symbol.asyncDispose]();
     throw error;

@@ -7,12 +7,13 @@
  * @module
  */
 
-import { lstat, mkdtemp, readdir, readFile, realpath, rm } from "node:fs/promises";
+import { lstat, mkdtemp, readdir, realpath, rm } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import process from "node:process";
 import { messageOf } from "../core/errors.ts";
-import { parseStat } from "./linux_host.ts";
+import { mustBe } from "../core/options.ts";
+import { statOf } from "./linux_host.ts";
 import { errorCode, faultAbove, faultOf, myUid, privateDirectory } from "./private.ts";
 
 /** The real path of the program `file` (run that), where it is trusted; else an `Error`. */
@@ -33,17 +34,14 @@ export async function trustedProgram(file: string, what: string): Promise<string
  * every directory above it and everything below it are trusted; else an `Error` naming the fault.
  */
 export async function trustedLibraryDir(dir: string, what: string): Promise<string> {
-  if (!path.isAbsolute(dir)) {
-    throw new TypeError(`${what} must be an absolute path, got ${JSON.stringify(dir)}`);
-  }
+  if (!path.isAbsolute(dir)) mustBe(TypeError, what, "an absolute path", dir);
   const real = await realpath(dir).catch((err) => {
     throw new Error(`${what} ${dir} is refused: ${messageOf(err)}.`);
   });
   const fault = await faultOf(real, "directory", false) ?? await faultAbove(real) ??
     await treeFault(real);
-  if (fault) {
-    throw new Error(`${what} ${real === dir ? dir : `${dir} (${real})`} is refused: ${fault}.`);
-  }
+  const shown = real === dir ? dir : `${dir} (${real})`;
+  if (fault) throw new Error(`${what} ${shown} is refused: ${fault}.`);
   return real;
 }
 
@@ -73,9 +71,9 @@ async function treeFault(dir: string): Promise<string | undefined> {
 }
 
 /** `<pid>-<start>` of a live process, as work directories are named; `undefined` where gone. */
-async function programOf(pid: number): Promise<string | undefined> {
-  const stat = await readFile(`/proc/${pid}/stat`, "utf8").catch(() => undefined);
-  return stat && `${pid}-${parseStat(stat).start}`;
+function programOf(pid: number): string | undefined {
+  const stat = statOf(pid);
+  return stat && `${pid}-${stat.start}`;
 }
 
 /**
@@ -89,22 +87,18 @@ export async function workDir(what: string): Promise<string> {
   const base = uid === 0 && !(await faultOf("/run", "directory", false))
     ? "/run/ckpt-cuda-work"
     : path.join(await realpath(os.tmpdir()).catch(() => os.tmpdir()), `ckpt-cuda-work-${uid}`);
-  const above = await faultAbove(base);
-  if (above) {
-    throw new Error(
-      `criu's work directories cannot be made under ${path.dirname(base)}: ${above}.`,
-    );
-  }
+  const above = await faultAbove(base), under = path.dirname(base);
+  if (above) throw new Error(`criu's work directories cannot be made under ${under}: ${above}.`);
   const hint = "remove it; criu's work directories are made there";
   await privateDirectory(base, { strict: true, hint });
   for (const name of await readdir(base)) {
     const owner = /^([0-9]+)-([0-9]+)-/.exec(name);
     const gone = owner
-      ? await programOf(+owner[1]) !== `${owner[1]}-${owner[2]}`
+      ? programOf(+owner[1]) !== `${owner[1]}-${owner[2]}`
       // Named by no program (before they were): gone once a day old.
       : /^(restore|noplugins)-/.test(name) &&
         (await lstat(path.join(base, name))).mtimeMs < Date.now() - 86_400_000;
     if (gone) await rm(path.join(base, name), { recursive: true, force: true });
   }
-  return await mkdtemp(path.join(base, `${await programOf(process.pid)}-${what}`));
+  return await mkdtemp(path.join(base, `${programOf(process.pid)}-${what}`));
 }

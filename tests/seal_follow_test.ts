@@ -25,7 +25,8 @@ import {
 import { open } from "node:fs/promises";
 import { join } from "node:path";
 import { FileSnapshotStore } from "../os/snapshot_store.ts";
-import { digestAll, PIECE_BYTES } from "../os/digest.ts";
+import { PIECE_BYTES } from "../os/digest.ts";
+import { digestAll } from "./support/digests.ts";
 import { withScratch } from "./support/temp_dirs.ts";
 
 const store = new FileSnapshotStore();

@@ -27,7 +27,8 @@ import { FileSnapshotStore } from "../os/snapshot_store.ts";
 import { pathTrouble } from "../os/private.ts";
 import { withScratch } from "./support/temp_dirs.ts";
 import { open } from "node:fs/promises";
-import { digestAll, PIECE_BYTES } from "../os/digest.ts";
+import { PIECE_BYTES } from "../os/digest.ts";
+import { digestAll } from "./support/digests.ts";
 import type { SnapshotFile } from "../core/snapshot/store.ts";
 import { MANIFEST_FILE } from "../core/snapshot/layout.ts";
 

@@ -5,7 +5,7 @@ import process from "node:process";
 import { open, rm } from "node:fs/promises";
 import { createHash } from "node:crypto";
 import { availableParallelism } from "node:os";
-import { digestAll } from "../../../os/digest.ts";
+import { digestAll } from "../../support/digests.ts";
 
 const gib = Number(process.argv[2] ?? 4);
 const file = `/tmp/digest-rate-${process.pid}.bin`;
