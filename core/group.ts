@@ -73,7 +73,7 @@ class Group {
 
   async run(): Promise<GroupResult> {
     const machine = await this.#entries[0]?.proc.machine();
-    if (machine && this.#s.wantsMemory) this.#memory = await this.#memoryOf();
+    if (machine && this.#s.gpuMemory) this.#memory = await this.#memoryOf();
     const clock = machine ? clockOf(machine) : { now: () => performance.now() };
     this.#deadline = new Deadline(clock, this.#s.timeoutMs);
     if (this.#s.job) return await this.#runJob();
@@ -238,7 +238,7 @@ class Group {
   #settingsFor(pid: number): ActionSettings {
     return {
       lockTimeoutMs: () => this.#deadline.cut(this.#s.lockTimeoutMs),
-      pairs: this.#s.pairsFor(pid),
+      pairs: this.#s.gpuMapping(pid),
       checkRoom: this.#s.checkRoom,
       allowIpcImport: this.#s.allowIpcImport,
     };

@@ -6,8 +6,9 @@
 
 import type { GpuPair } from "./driver.ts";
 import type { Machine } from "./machine.ts";
-import { checkFlag, checkFunction, checkGpuMapping, checkInteger } from "./options.ts";
-import { checkLockTimeout, checkOptions, checkSignal, describeValue } from "./options.ts";
+import { checkFunction, checkGpuMapping, checkInteger, checkLockTimeout } from "./options.ts";
+import { checkSignal, checkTable, describeValue, flag, type Settings } from "./options.ts";
+import { wholeTimeout } from "./options.ts";
 import type { GpuMapping } from "./options.ts";
 import type { RoomCheck } from "./room.ts";
 import type { Action, ProcessState, Step } from "./states.ts";
@@ -137,73 +138,53 @@ export interface GroupResult {
   readonly ms: number;
 }
 
-/** A group's options, checked: what {@link checkGroupOptions} makes. */
-export interface GroupSettings {
-  concurrency: number;
-  allOrNothing: boolean;
-  rollBackOnAbort: boolean;
-  job: boolean;
-  timeoutMs: number | undefined;
-  signal: AbortSignal | undefined;
-  lockTimeoutMs: number;
-  pairsFor: (pid: number) => readonly GpuPair[] | null;
-  checkRoom: boolean;
-  allowIpcImport: boolean;
-  onProgress: (event: GroupEvent) => void;
-  /** Whether the events want GPU memory (an onProgress was given). */
-  wantsMemory: boolean;
-  /** A job's members that come into being over time (`JobContext.ready`). */
-  ready?: (pid: number) => Promise<void>;
-}
+const GROUP_OPTIONS = {
+  concurrency: (v: unknown) => v === undefined ? Infinity : checkInteger(v, "concurrency", 1),
+  allOrNothing: flag(false),
+  rollBackOnAbort: flag(false),
+  job: flag(false),
+  timeoutMs: wholeTimeout("group"),
+  signal: checkSignal,
+  lockTimeoutMs: checkLockTimeout,
+  // A mapping given as such is checked once, before anything; each pid's as it is asked for.
+  gpuMapping: (m: unknown): (pid: number) => readonly GpuPair[] | null => {
+    const pairsOf = (m: unknown) => m === undefined ? null : checkGpuMapping(m);
+    if (typeof m === "function") return (pid) => pairsOf(m(pid));
+    const pairs = pairsOf(m);
+    return () => pairs;
+  },
+  checkRoom: flag(true),
+  allowIpcImport: flag(false),
+  onProgress: (v: unknown, name: string) => checkFunction(v as GroupOptions["onProgress"], name),
+  gpuMemory: flag(true),
+};
+
+/**
+ * A group's options, checked: what {@link checkGroupOptions} makes (`gpuMemory`: the events want
+ * it, as an onProgress was given); a job's members may come into being over time (`ready`).
+ */
+export type GroupSettings = Omit<Settings<typeof GROUP_OPTIONS>, "onProgress"> & {
+  readonly onProgress: (event: GroupEvent) => void;
+  readonly ready?: (pid: number) => Promise<void>;
+};
 
 /** Checks a group's options, each left out given its default (the machine is the caller's). */
 export function checkGroupOptions(options: GroupOptions | undefined): GroupSettings {
-  const o = checkOptions(options, "runGroup", [
-    "machine",
-    "concurrency",
-    "allOrNothing",
-    "rollBackOnAbort",
-    "job",
-    "timeoutMs",
-    "signal",
-    "lockTimeoutMs",
-    "gpuMapping",
-    "checkRoom",
-    "allowIpcImport",
-    "onProgress",
-    "gpuMemory",
-  ]);
-  const mapping = o.gpuMapping;
-  const pairsOf = (m: GpuMapping | undefined) => m === undefined ? null : checkGpuMapping(m);
-  const pairs = typeof mapping === "function" ? null : pairsOf(mapping); // once, before anything
-  const onProgress = checkFunction(o.onProgress, "onProgress");
-  const gpuMemory = checkFlag(o.gpuMemory, "gpuMemory", true);
-  const job = checkFlag(o.job, "job", false);
-  if (job && o.concurrency !== undefined) {
+  const given = options as { job?: unknown; concurrency?: unknown } | undefined;
+  if (given?.job === true && given.concurrency !== undefined) {
     throw new RangeError(
       "a job works on every process at once: concurrency cannot be given with job: true, got " +
-        describeValue(o.concurrency),
+        describeValue(given.concurrency),
     );
   }
+  const s = checkTable(options, "runGroup", GROUP_OPTIONS);
   return {
-    concurrency: o.concurrency === undefined
-      ? Infinity
-      : checkInteger(o.concurrency, "concurrency", 1),
-    allOrNothing: job || checkFlag(o.allOrNothing, "allOrNothing", false),
-    job,
-    rollBackOnAbort: checkFlag(o.rollBackOnAbort, "rollBackOnAbort", false),
-    timeoutMs: o.timeoutMs === undefined
-      ? undefined
-      : checkInteger(o.timeoutMs, "timeoutMs (ms for the whole group)", 0),
-    signal: checkSignal(o.signal),
-    lockTimeoutMs: checkLockTimeout(o.lockTimeoutMs, "lockTimeoutMs"),
-    pairsFor: typeof mapping === "function" ? (pid) => pairsOf(mapping(pid)) : () => pairs,
-    checkRoom: checkFlag(o.checkRoom, "checkRoom", true),
-    allowIpcImport: checkFlag(o.allowIpcImport, "allowIpcImport", false),
-    wantsMemory: onProgress !== undefined && gpuMemory,
+    ...s,
+    allOrNothing: s.job || s.allOrNothing,
+    gpuMemory: s.onProgress !== undefined && s.gpuMemory,
     onProgress: (event) => {
       try {
-        onProgress?.(event);
+        s.onProgress?.(event);
       } catch {
         // A progress display that throws must not break the group.
       }

@@ -11,7 +11,7 @@ import { CUDA_ERROR_NOT_INITIALIZED, CUDA_ERROR_OPERATING_SYSTEM } from "./drive
 import { CudaError, messageOf } from "./errors.ts";
 import type { GpuMemory, GpuMemoryReport, ScannedProcess } from "./host.ts";
 import type { Machine } from "./machine.ts";
-import { checkChoice, checkFlag, checkOptions, checkPid } from "./options.ts";
+import { checkChoice, checkPid, checkTable, flag, type Settings } from "./options.ts";
 import { sessionOf } from "./process.ts";
 import type { ProcessState } from "./states.ts";
 
@@ -69,21 +69,16 @@ export interface CudaProcessListing {
   readonly asked: number;
 }
 
-/** What a listing is asked for, checked. */
-export interface ListSettings {
-  readonly candidates: "libcuda" | "all";
-  readonly gpuMemory: boolean;
-}
+const LIST_OPTIONS = {
+  candidates: (v: unknown) =>
+    v === undefined ? "libcuda" : checkChoice(v, "candidates", ["libcuda", "all"] as const),
+  gpuMemory: flag(true),
+};
+type ListSettings = Settings<typeof LIST_OPTIONS>;
 
 /** Checks the options of a listing, where they enter; the machine is left to the caller. */
 export function checkListOptions(options: ListCudaProcessesOptions | undefined): ListSettings {
-  const o = checkOptions(options, "listCudaProcesses", ["machine", "candidates", "gpuMemory"]);
-  return {
-    candidates: o.candidates === undefined
-      ? "libcuda"
-      : checkChoice(o.candidates, "candidates", ["libcuda", "all"]),
-    gpuMemory: checkFlag(o.gpuMemory, "gpuMemory", true),
-  };
+  return checkTable(options, "listCudaProcesses", LIST_OPTIONS);
 }
 
 /** The host's GPU memory report, through the room guard (none while this program is held). */

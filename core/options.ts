@@ -28,6 +28,36 @@ export function checkOptions<T extends object>(
   return checkKeys(options, where, keys, `${where}'s options`);
 }
 
+/** A table of option checks: each option's check, given its value (`undefined`: left out). */
+export type OptionChecks = Readonly<Record<string, (value: unknown, name: string) => unknown>>;
+/** What a table of checks makes of the options: each option's value, checked. */
+export type Settings<T extends OptionChecks> = { readonly [K in keyof T]: ReturnType<T[K]> };
+
+/**
+ * Checks the options of `where` by a table of checks: no key but `machine` (the caller's) and the
+ * table's, listed in that order where one is refused; then each value, in the same order.
+ */
+export function checkTable<T extends OptionChecks>(
+  options: object | undefined,
+  where: string,
+  table: T,
+): Settings<T> {
+  const keys = ["machine", ...Object.keys(table)];
+  const o: Record<string, unknown> = checkOptions(options as Record<string, unknown>, where, keys);
+  return Object.fromEntries(keys.slice(1).map((k) => [k, table[k](o[k], k)])) as Settings<T>;
+}
+
+/** A check of a boolean option for {@link checkTable}: `fallback` where left out. */
+export function flag(fallback: boolean): (value: unknown, name: string) => boolean {
+  return (value, name) => checkFlag(value, name, fallback);
+}
+
+/** A check of a whole operation's `timeoutMs` (`what`: "group") for {@link checkTable}. */
+export function wholeTimeout(what: string): (value: unknown) => number | undefined {
+  return (v) =>
+    v === undefined ? undefined : checkInteger(v, `timeoutMs (ms for the whole ${what})`, 0);
+}
+
 /** Checks an object of named values (`what`: "gpus[0]"), as {@link checkOptions} does. */
 export function checkKeys<T extends object>(
   value: T | undefined,

@@ -15,7 +15,8 @@ import { runGroup } from "../group.ts";
 import type { GroupResult } from "../group_types.ts";
 import type { Machine } from "../machine.ts";
 import { derivedMapping, mappingProblems, mappingRefused } from "../mapping.ts";
-import { checkFlag, checkGpuMapping, checkOptions, formatGpuUuid } from "../options.ts";
+import { checkGpuMapping, checkSignal, checkTable, flag, formatGpuUuid } from "../options.ts";
+import { type Settings, wholeTimeout } from "../options.ts";
 import type { GpuMapping } from "../options.ts";
 import { sessionOf } from "../process.ts";
 import { onto } from "../room.ts";
@@ -27,7 +28,7 @@ import type { Manifest, ManifestProcess, ManifestTree } from "./manifest.ts";
 import {
   bytesOf,
   checkDir,
-  checkWhole,
+  checkProgress,
   firstError,
   groupFailure,
   heldMiB,
@@ -35,7 +36,6 @@ import {
   Run,
   type SnapshotEvent,
   started,
-  type WholeSettings,
 } from "./run.ts";
 import { checkPidsFree, treesNow, untilFree, usesOf, watchHeld } from "./trees.ts";
 
@@ -75,37 +75,23 @@ export interface RestoreSnapshotResult {
   };
 }
 
-/** A restore's options, checked. */
-export interface RestoreSettings extends WholeSettings {
-  /** The GPU pairs given (`undefined`: derived by index). */
-  readonly pairs: GpuPair[] | undefined;
-  readonly checkRoom: boolean;
-  /** What its errors call it (the command line's `restore-snapshot`). */
-  readonly operation: string;
-}
+const RESTORE_OPTIONS = {
+  gpuMapping: (v: unknown) => v === undefined ? undefined : checkGpuMapping(v),
+  checkRoom: flag(true),
+  timeoutMs: wholeTimeout("restore"),
+  signal: checkSignal,
+  onProgress: checkProgress,
+};
+/** A restore's options, checked, and what its errors call it (`restore-snapshot`). */
+export type RestoreSettings = Settings<typeof RESTORE_OPTIONS> & { readonly operation: string };
 
 /** Checks a restore's arguments where they enter; the machine is left to the caller. */
 export function checkRestoreArgs(
   dir: unknown,
   options: RestoreSnapshotOptions | undefined,
 ): { dir: string; settings: RestoreSettings } {
-  const o = checkOptions(options, "restoreSnapshot", [
-    "machine",
-    "gpuMapping",
-    "checkRoom",
-    "timeoutMs",
-    "signal",
-    "onProgress",
-  ]);
-  return {
-    dir: checkDir(dir),
-    settings: {
-      ...checkWhole(o, "restore"),
-      pairs: o.gpuMapping === undefined ? undefined : checkGpuMapping(o.gpuMapping),
-      checkRoom: checkFlag(o.checkRoom, "checkRoom", true),
-      operation: "restoreSnapshot",
-    },
-  };
+  const settings = checkTable(options, "restoreSnapshot", RESTORE_OPTIONS);
+  return { dir: checkDir(dir), settings: { ...settings, operation: "restoreSnapshot" } };
 }
 
 /** The manifest of the snapshot in `dir`, everything checked against it (digests with `verify`). */
@@ -230,7 +216,7 @@ async function check(r: Restoring): Promise<void> {
   }
   await checkPidsFree(manifest, run.host, o.operation);
   const gpus = await run.listing;
-  r.pairs = o.pairs ?? derivedMapping(manifest.gpus, gpus, o.operation);
+  r.pairs = o.gpuMapping ?? derivedMapping(manifest.gpus, gpus, o.operation);
   const problems = mappingProblems(r.pairs, gpus, manifest.gpus);
   if (problems.length > 0) {
     throw mappingRefused(o.operation, `the GPU mapping cannot work: ${problems.join("; ")}`);
@@ -271,7 +257,7 @@ async function bringBack(r: Restoring): Promise<GroupResult | undefined> {
       ...run.group(true),
       job: true,
       checkRoom: r.o.checkRoom,
-      pairsFor: () => r.pairs.length === 0 ? null : r.pairs,
+      gpuMapping: () => r.pairs.length === 0 ? null : r.pairs,
       ready: (pid) => treeOf.get(pid)!,
     },
   );

@@ -11,7 +11,7 @@ import { checkGroupOptions, type GroupEvent, type GroupResult } from "../group_t
 import type { GroupSettings } from "../group_types.ts";
 import type { HostProcesses } from "../host.ts";
 import type { Machine } from "../machine.ts";
-import { checkFunction, checkInteger, checkSignal, mustBe } from "../options.ts";
+import { checkFunction, mustBe } from "../options.ts";
 import { clockOf, Deadline, Slots } from "../time.ts";
 import type { ManifestProcess } from "./manifest.ts";
 import type { SnapshotStore } from "./store.ts";
@@ -82,18 +82,9 @@ export interface WholeSettings {
   readonly onProgress: ((event: SnapshotEvent) => void) | undefined;
 }
 
-/** Checks the options every snapshot and restore has; `what` names the whole in messages. */
-export function checkWhole(
-  o: { timeoutMs?: unknown; signal?: unknown; onProgress?: unknown },
-  what: string,
-): WholeSettings {
-  return {
-    timeoutMs: o.timeoutMs === undefined
-      ? undefined
-      : checkInteger(o.timeoutMs, `timeoutMs (ms for the whole ${what})`, 0),
-    signal: checkSignal(o.signal),
-    onProgress: checkFunction(o.onProgress as WholeSettings["onProgress"], "onProgress"),
-  };
+/** A check of `onProgress`, for a table of options. */
+export function checkProgress(v: unknown, name: string): WholeSettings["onProgress"] {
+  return checkFunction(v as WholeSettings["onProgress"], name);
 }
 
 /** Checks a snapshot's directory argument: a path. */

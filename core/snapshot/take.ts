@@ -15,7 +15,8 @@ import type { GroupResult } from "../group_types.ts";
 import type { GpuMemoryReport, MachineFacts, TreeProcess } from "../host.ts";
 import { askGpuMemory } from "../listing.ts";
 import type { Machine } from "../machine.ts";
-import { checkFlag, checkLockTimeout, checkOptions, checkPid, mustBe } from "../options.ts";
+import { checkLockTimeout, checkPid, checkSignal, checkTable, flag, mustBe } from "../options.ts";
+import { type Settings, wholeTimeout } from "../options.ts";
 import { importRefusal, sessionOf } from "../process.ts";
 import { clockOf } from "../time.ts";
 import { VERSION } from "../version.ts";
@@ -25,14 +26,13 @@ import type { SnapshotFile } from "./store.ts";
 import {
   bytesOf,
   checkDir,
-  checkWhole,
+  checkProgress,
   firstError,
   groupFailure,
   heldMiB,
   prerequisite,
   Run,
   type SnapshotEvent,
-  type WholeSettings,
 } from "./run.ts";
 import { asDumped, checkDisjoint, describeGpus, describeTree, endTrees } from "./trees.ts";
 
@@ -71,14 +71,18 @@ export interface SnapshotResult {
   readonly ms: number;
 }
 
+const SNAPSHOT_OPTIONS = {
+  leaveRunning: flag(false),
+  job: flag(false),
+  timeoutMs: wholeTimeout("snapshot"),
+  signal: checkSignal,
+  lockTimeoutMs: checkLockTimeout,
+  allowIpcImport: flag(false),
+  tcpEstablished: flag(false),
+  onProgress: checkProgress,
+};
 /** A snapshot's options, checked. */
-export interface SnapshotSettings extends WholeSettings {
-  readonly leaveRunning: boolean;
-  readonly job: boolean;
-  readonly lockTimeoutMs: number;
-  readonly allowIpcImport: boolean;
-  readonly tcpEstablished: boolean;
-}
+export type SnapshotSettings = Settings<typeof SNAPSHOT_OPTIONS>;
 
 /** Checks a snapshot's arguments where they enter; the machine is left to the caller. */
 export function checkSnapshotArgs(
@@ -86,10 +90,7 @@ export function checkSnapshotArgs(
   dir: unknown,
   options: SnapshotOptions | undefined,
 ): { roots: number[]; dir: string; settings: SnapshotSettings } {
-  const o = checkOptions(options, "snapshot", [
-    ...["machine", "leaveRunning", "job", "timeoutMs", "signal", "lockTimeoutMs"] as const,
-    ...["allowIpcImport", "tcpEstablished", "onProgress"] as const,
-  ]);
+  const settings = checkTable(options, "snapshot", SNAPSHOT_OPTIONS);
   if (!Array.isArray(roots) || roots.length === 0) {
     const what = "a non-empty array of pids (the roots of the trees to snapshot)";
     mustBe(TypeError, "roots", what, roots);
@@ -100,18 +101,7 @@ export function checkSnapshotArgs(
     if (seen.has(pid)) throw new RangeError(`roots names pid ${pid} twice: give each tree once`);
     seen.add(pid);
   }
-  return {
-    roots: [...roots],
-    dir: checkDir(dir),
-    settings: {
-      ...checkWhole(o, "snapshot"),
-      leaveRunning: checkFlag(o.leaveRunning, "leaveRunning", false),
-      job: checkFlag(o.job, "job", false),
-      lockTimeoutMs: checkLockTimeout(o.lockTimeoutMs, "lockTimeoutMs"),
-      allowIpcImport: checkFlag(o.allowIpcImport, "allowIpcImport", false),
-      tcpEstablished: checkFlag(o.tcpEstablished, "tcpEstablished", false),
-    },
-  };
+  return { roots: [...roots], dir: checkDir(dir), settings };
 }
 
 /** What the checks found: the trees as listed, and what the manifest says of the machine. */
