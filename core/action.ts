@@ -9,7 +9,7 @@ import { CUDA_ERROR_ILLEGAL_STATE, type GpuPair } from "./driver.ts";
 import { asError, CudaError, messageOf, RefusedError, withDetail } from "./errors.ts";
 import type { ProcessOutcome, StepRecord, StopReason } from "./group_types.ts";
 import { checkFlag, checkGpuMapping, checkLockTimeout, checkOptions } from "./options.ts";
-import { DEFAULT_LOCK_TIMEOUT_MS, type GpuMapping } from "./options.ts";
+import type { GpuMapping } from "./options.ts";
 import { type Handle, importRefusal, isGone, type Turn } from "./process.ts";
 import type { RoomCheck } from "./room.ts";
 import { type Action, isStep, plan, type ProcessState, rollbackWay, type Step } from "./states.ts";
@@ -44,22 +44,19 @@ export function act(handle: Handle, action: Action, settings: ActionSettings): P
   return handle.ordered(async (turn) => {
     const report = await runAction(turn, action, settings);
     if (report.error) throw report.error;
-    return {
-      status: report.status === "unchanged" ? "unchanged" : "done",
-      state: report.state!,
-      steps: report.steps,
-      ...(report.roomCheck !== undefined ? { roomCheck: report.roomCheck } : {}),
-    };
+    const { state, steps, roomCheck } = report;
+    const status = report.status === "unchanged" ? "unchanged" : "done";
+    return defined({ status, state: state!, steps, roomCheck });
   });
 }
 
+/** A record without its fields that are `undefined`, as the outcomes give them. */
+export function defined<T extends object>(record: T): T {
+  return Object.fromEntries(Object.entries(record).filter(([, v]) => v !== undefined)) as T;
+}
+
 /** A rollback's settings: a restore goes back where the process was, its room checked as any. */
-const ROLLBACK_SETTINGS: ActionSettings = Object.freeze({
-  lockTimeoutMs: DEFAULT_LOCK_TIMEOUT_MS,
-  pairs: null,
-  checkRoom: true,
-  allowIpcImport: true,
-});
+const ROLLBACK_SETTINGS = settingsOf({ allowIpcImport: true }, "rollback", ["allowIpcImport"]);
 
 /** Options of `CudaProcess`'s steps and goals: each takes those it names (a `toggle`, all). */
 export interface StepOptions {

@@ -7,7 +7,7 @@
  */
 
 import { type ActionHooks, type ActionReport, type ActionSettings, planGoal } from "./action.ts";
-import { runAction, undo } from "./action.ts";
+import { defined, runAction, undo } from "./action.ts";
 import { asError } from "./errors.ts";
 import type { GroupResult, GroupSettings, ProcessOutcome, StopReason } from "./group_types.ts";
 import { type JobMember, runJob } from "./job.ts";
@@ -183,15 +183,11 @@ class Group {
   #rollBackIfDone(entry: Entry): void {
     if (!this.#doomed || entry.report?.status !== "done" || entry.rollingBack) return;
     this.#rolledBack = true;
-    entry.rollingBack = entry.proc.ordered(
-      (target) => undo(target, entry.report!, this.#hooks(entry.proc.pid)),
-    ).catch((err) => {
-      entry.report!.rollback = {
-        ok: false,
-        steps: entry.report!.rollback?.steps ?? [],
-        error: asError(err),
-      };
-    });
+    const r = entry.report;
+    entry.rollingBack = entry.proc.ordered((target) => undo(target, r, this.#hooks(entry.proc.pid)))
+      .catch((err) =>
+        void (r.rollback = { ok: false, steps: r.rollback?.steps ?? [], error: asError(err) })
+      );
     this.#rollbacks.push(entry.rollingBack);
   }
 
@@ -270,21 +266,10 @@ function succeeded(e: Entry): boolean {
   return e.report?.status === "done" || e.report?.status === "unchanged";
 }
 
-function outcome(e: Entry): ProcessOutcome {
-  const r = e.report;
-  if (!r) {
-    return { pid: e.proc.pid, status: "not-started", steps: [], notStarted: e.notStarted };
-  }
-  return {
-    pid: e.proc.pid,
-    // A done process that all or nothing (or an interrupt) then brought back says so.
-    status: r.status === "done" && r.rollback ? "rolled-back" : r.status,
-    ...(r.initialState !== undefined ? { initialState: r.initialState } : {}),
-    ...(r.state !== undefined ? { state: r.state } : {}),
-    steps: r.steps,
-    ...(r.error ? { error: r.error } : {}),
-    ...(r.stopped ? { stopped: r.stopped } : {}),
-    ...(r.rollback ? { rollback: r.rollback } : {}),
-    ...(r.roomCheck !== undefined ? { roomCheck: r.roomCheck } : {}),
-  };
+function outcome({ proc: { pid }, report: r, notStarted }: Entry): ProcessOutcome {
+  if (!r) return { pid, status: "not-started", steps: [], notStarted };
+  // A done process that all or nothing (or an interrupt) then brought back says so.
+  const status = r.status === "done" && r.rollback ? "rolled-back" : r.status;
+  const { initialState, state, steps, error, stopped, rollback, roomCheck } = r;
+  return defined({ pid, status, initialState, state, steps, error, stopped, rollback, roomCheck });
 }
