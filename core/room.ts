@@ -231,7 +231,7 @@ export class RoomGuard {
             `checkpointed it, or it was checkpointed on another machine or without the record`,
         );
       }
-      need = onto(record.heldMiB, pairs);
+      need = onto([record.heldMiB], pairs);
       // Claim first, then read: two restores that check at once each see the other's claim.
       by = await this.#self() ?? by;
       await records.put({ ...record, claim: { needMiB: need, by, since: Date.now() } });
@@ -356,16 +356,16 @@ export class RoomGuard {
   }
 }
 
-/** Where each GPU's memory goes: MiB by GPU, moved onto the mapping's new GPU where it has one. */
+/** Where GPU memory goes: MiB by GPU of each record, summed, moved by the mapping where it has one. */
 export function onto(
-  heldMiB: Readonly<Record<string, number>>,
+  held: readonly Readonly<Record<string, number>>[],
   pairs: readonly GpuPair[] | null,
 ): Record<string, number> {
   const to = new Map(
     (pairs ?? []).map((p) => [formatGpuUuid(p.oldUuid).toLowerCase(), formatGpuUuid(p.newUuid)]),
   );
   const need: Record<string, number> = {};
-  for (const [gpu, mib] of Object.entries(heldMiB)) {
+  for (const [gpu, mib] of held.flatMap((h) => Object.entries(h))) {
     const target = to.get(gpu.toLowerCase()) ?? gpu;
     need[target] = (need[target] ?? 0) + mib;
   }

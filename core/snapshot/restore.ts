@@ -12,12 +12,11 @@ import { CUDA_SUCCESS, formatDriverVersion, type GpuPair } from "../driver.ts";
 import { EngineError } from "../engine.ts";
 import { messageOf, RefusedError, SnapshotError } from "../errors.ts";
 import { runGroup } from "../group.ts";
-import type { GroupResult } from "../group_types.ts";
+import type { GroupResult, ProcessOutcome } from "../group_types.ts";
 import type { Machine } from "../machine.ts";
 import { derivedMapping, mappingProblems, mappingRefused } from "../mapping.ts";
 import { checkGpuMapping, checkSignal, checkTable, flag, formatGpuUuid } from "../options.ts";
-import { type Settings, wholeTimeout } from "../options.ts";
-import type { GpuMapping } from "../options.ts";
+import { type GpuMapping, type Settings, wholeTimeout } from "../options.ts";
 import { sessionOf } from "../process.ts";
 import { onto } from "../room.ts";
 import { clockOf } from "../time.ts";
@@ -106,32 +105,30 @@ export async function inspectIn(
   return { dir: opened.dir.path, manifest: opened.manifest, verified: opened.checked.digests };
 }
 
-/** What a restore has done so far: the record its phases fill in and its rollback reads. */
+/**
+ * What a restore has done so far: the record its phases fill in and its rollback reads. `held`:
+ * trees are held stopped until their memory images matched; `pairs`: the GPU pairs (empty: in
+ * place); `running`: the CUDA processes that ran when the snapshot was taken (they are resumed);
+ * `made`: the trees the engine made, `begun`: those whose restore began (a failed one may have
+ * left some behind); `watches`: whether a held tree ran meanwhile, `ran`: what showed it did;
+ * `whole`: the trees back whole; `differs`: a memory image that differs; `times` (ms): the checks
+ * ended, the engine's restores last ended, the GPU half began.
+ */
 interface Restoring {
   readonly run: Run;
   readonly o: RestoreSettings;
   readonly dir: SnapshotDir;
   readonly manifest: Manifest;
   readonly checked: Checked;
-  /** Whether trees are held stopped until their memory images matched. */
   readonly held: boolean;
-  /** The GPU pairs the CUDA processes are restored with (empty: in place). */
   pairs: readonly GpuPair[];
-  /** The CUDA processes that ran when the snapshot was taken: they are resumed. */
-  running: readonly ManifestProcess[];
-  /** Each tree the engine made, by its processes' pids. */
-  readonly made: number[][];
-  /** The trees whose restore began: where the engine failed, it may have left some behind. */
+  readonly running: readonly ManifestProcess[];
+  readonly made: ManifestTree[];
   readonly begun: ManifestTree[];
-  /** Each held tree's watch: whether any of it ran meanwhile. */
   readonly watches: (() => Promise<string | undefined>)[];
-  /** What showed that a held tree ran before its images matched. */
   ran?: string;
-  /** How many trees are back whole (let go where held). */
   whole: number;
-  /** A memory image that differs, found while the checks or the engine ran. */
   differs?: RefusedError;
-  /** When the checks ended, the engine's restores last ended, the GPU half began (ms). */
   readonly times: { checked: number; restored: number; resume?: number };
 }
 
@@ -155,13 +152,15 @@ export async function restoreFrom(
       signal: verify,
       ...(holds ? { later: (f) => engine.inertFile!(f.path.split("/").pop()!) } : {}),
     });
+    const running = opened.manifest.trees.flatMap((t) => t.processes)
+      .filter((p) => p.cuda?.state === "running");
     const r: Restoring = {
       run,
       o,
       ...opened,
       held: holds && opened.checked.digests,
       pairs: [],
-      running: [],
+      running,
       made: [],
       begun: [],
       watches: [],
@@ -221,15 +220,8 @@ async function check(r: Restoring): Promise<void> {
   if (problems.length > 0) {
     throw mappingRefused(o.operation, `the GPU mapping cannot work: ${problems.join("; ")}`);
   }
-  r.running = manifest.trees.flatMap((t) => t.processes)
-    .filter((p) => p.cuda?.state === "running");
   if (o.checkRoom) {
-    const need: Record<string, number> = {};
-    for (const p of r.running) {
-      for (const [gpu, mib] of Object.entries(onto(p.cuda!.gpuMemoryMiB ?? {}, r.pairs))) {
-        need[gpu] = (need[gpu] ?? 0) + mib;
-      }
-    }
+    const need = onto(r.running.map((p) => p.cuda!.gpuMemoryMiB ?? {}), r.pairs);
     const who = "the snapshot's processes";
     await sessionOf(run.machine).room.fits(need, { operation: o.operation, who });
   }
@@ -286,7 +278,7 @@ async function restoreTree(r: Restoring, t: ManifestTree): Promise<void> {
       });
     });
     const pids = t.processes.map((p) => p.pid);
-    r.made.push(pids);
+    r.made.push(t);
     const files = r.manifest.files.filter((f) => f.path.startsWith(`${t.images}/`));
     run.tell({ type: "tree-end", root: t.root, how: "restored", bytes: bytesOf(files), at: 0 });
     if (r.held) {
@@ -369,12 +361,12 @@ async function rollBack(r: Restoring, stopped: string | undefined): Promise<Erro
   for (const watch of r.watches) r.ran ??= await watch();
   // Every process the engine made: its trees as they are now, and the pids of those it failed on
   // that a process holds (they were free when checked).
-  const failed = r.begun.filter((t) => !r.made.some((pids) => pids[0] === t.root));
-  const left = failed.flatMap((t) => t.processes.map((p) => p.pid));
+  const pidsOf = (trees: ManifestTree[]) => trees.flatMap((t) => t.processes.map((p) => p.pid));
+  const left = pidsOf(r.begun.filter((t) => !r.made.includes(t)));
   const uses = left.length > 0 ? await usesOf(run.host, left).catch(() => []) : [];
   const held = uses.filter((u) => u.as === "pid" && u.holder === u.id).map((u) => u.id);
-  const now = await treesNow(run.host, [...r.made.map((pids) => pids[0]), ...held]);
-  const made = [...new Set([...r.made.flat(), ...held, ...now])];
+  const now = await treesNow(run.host, [...r.made.map((t) => t.root), ...held]);
+  const made = [...new Set([...pidsOf(r.made), ...held, ...now])];
   await run.engine.kill(made).catch(() => {});
   await untilFree(run.host, made, clockOf(run.machine).sleep).catch(() => {});
   const ended = made.length === 0
@@ -405,19 +397,17 @@ async function rollBack(r: Restoring, stopped: string | undefined): Promise<Erro
     detail: r.ran || made.length === 0
       ? ended
       : "the processes it had made were ended; the snapshot is unchanged",
-    ...(err === undefined ? {} : { cause: err }),
-    ...(err instanceof EngineError && err.log ? { log: err.log } : {}),
+    cause: err,
+    log: (err instanceof EngineError && err.log) || undefined,
   });
 }
 
 /** The processes are back, but their GPU restore failed: where each is left, and what to do. */
 async function resumeFailed(r: Restoring, result: GroupResult): Promise<SnapshotError> {
   const driver = r.run.machine.driver;
-  const states = await Promise.all(
-    result.processes.map(async (p) =>
-      p.state ?? await readState(driver, p.pid).catch(() => undefined)
-    ),
-  );
+  const stateOf = async (p: ProcessOutcome) =>
+    p.state ?? await readState(driver, p.pid).catch(() => undefined);
+  const states = await Promise.all(result.processes.map(stateOf));
   const left = result.processes.map((p, i) => `${p.pid} ${states[i] ?? "of unknown state"}`);
   const pids = r.running.map((p) => p.pid).join(",");
   const roots = r.manifest.trees.map((t) => t.root).join(" ");
@@ -430,6 +420,6 @@ async function resumeFailed(r: Restoring, result: GroupResult): Promise<Snapshot
       ? `they are checkpointed: once the cause is fixed, resume them (cuda-checkpoint --toggle ` +
         `--pid ${pids}), or end them (kill ${roots})`
       : `they are left so: ${left.join(", ")}`,
-    ...(firstError(result) ? { cause: firstError(result) } : {}),
+    cause: firstError(result),
   });
 }
