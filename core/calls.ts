@@ -43,21 +43,11 @@ export async function callDriver(
 ): Promise<number> {
   const pairs = args && "gpuPairs" in args ? args.gpuPairs.length : 0;
   await checkCapability(driver, operation, pid, pairs, o.shown ?? operation);
-  let result: DriverResult;
-  switch (operation) {
-    case "getState":
-    case "getRestoreThreadId":
-      result = await driver[operation](pid);
-      break;
-    case "lock":
-      result = { code: await driver.lock(pid, args as LockArgs | null), value: 0 };
-      break;
-    case "restore":
-      result = { code: await driver.restore(pid, args as RestoreArgs | null), value: 0 };
-      break;
-    default:
-      result = { code: await driver[operation](pid), value: 0 };
-  }
+  const result: DriverResult = operation === "getState" || operation === "getRestoreThreadId"
+    ? await driver[operation](pid)
+    : operation === "lock" || operation === "restore"
+    ? { code: await driver[operation](pid, args as never), value: 0 }
+    : { code: await driver[operation](pid), value: 0 };
   if (result.code === CUDA_SUCCESS) return result.value;
   const more = await o.explain?.(result.code) ?? {};
   throw driverError(driver, result.code, { operation, pid, ...more })!;
@@ -68,16 +58,11 @@ export async function readState(driver: CheckpointDriver, pid: number): Promise<
   return stateOf(await callDriver(driver, "getState", pid), pid);
 }
 
-/** A state number by name; a number this version does not know is refused (`unknownState`). */
+/** A state number by name; one this version does not know is refused: a `RangeError` naming it. */
 export function stateOf(value: number, pid: number): ProcessState {
   const name = stateName(value);
-  if (name === undefined) throw unknownState(value, pid);
-  return name;
-}
-
-/** The one rule for a state number this version does not know: a `RangeError` naming it. */
-export function unknownState(value: number, pid: number): RangeError {
-  return new RangeError(
+  if (name !== undefined) return name;
+  throw new RangeError(
     `getState of process ${pid} gave state ${value}, which this version of @ckpt/cuda does not ` +
       `know (a newer driver's)`,
   );
