@@ -71,6 +71,19 @@ export class StrictReader {
     return o;
   }
 
+  /** An object of the fields `read` names (perhaps not the `optional` ones), each read by its own. */
+  fields<T extends object>(
+    value: unknown,
+    field: string,
+    read: { readonly [K in keyof T]-?: (value: unknown, field: string) => T[K] },
+    optional: readonly string[] = [],
+  ): T {
+    const keys = Object.keys(read) as (keyof T & string)[];
+    const o = this.object(value, field, keys.filter((k) => !optional.includes(k)), optional);
+    const given = keys.filter((k) => o[k] !== undefined);
+    return Object.fromEntries(given.map((k) => [k, read[k](o[k], join(field, k))])) as T;
+  }
+
   array(value: unknown, field: string, min = 0, max = Infinity): unknown[] {
     if (Array.isArray(value) && value.length >= min && value.length <= max) return value;
     const entries = max === Infinity ? `at least ${min}` : `${min} to ${max}`;
@@ -114,11 +127,10 @@ export class StrictReader {
 
   /** A process identity `{ pid, start? }`, its pid from `minPid` (0: a claim's unnamed owner). */
   identity(value: unknown, field: string, minPid = 1): ProcessIdentity {
-    const o = this.object(value, field, ["pid"], ["start"]);
-    const pid = this.integer(o.pid, `${field}.pid`, minPid, 2 ** 31 - 1);
-    return o.start === undefined
-      ? { pid }
-      : { pid, start: this.integer(o.start, `${field}.start`, 0, Number.MAX_SAFE_INTEGER) };
+    return this.fields<ProcessIdentity>(value, field, {
+      pid: (v, at) => this.integer(v, at, minPid, 2 ** 31 - 1),
+      start: (v, at) => this.integer(v, at, 0),
+    }, ["start"]);
   }
 
   /** GPU memory, MiB by GPU UUID (`GPU-…`); with `known`, each a GPU of those (`where` says). */

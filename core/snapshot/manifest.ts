@@ -140,52 +140,30 @@ export function parseManifest(
   const m = r.object(data, "", TOP_FIELDS);
   const createdAt = r.string(m.createdAt, "createdAt");
   if (Number.isNaN(Date.parse(createdAt))) r.fail("createdAt", "a date (ISO 8601)", createdAt);
-  const tool = r.object(m.tool, "tool", ["name", "version"]);
-  const host = r.object(m.host, "host", ["hostname", "kernel"]);
-  const driver = r.object(m.driver, "driver", ["cudaVersion"], ["release"]);
-  const engine = r.object(m.engine, "engine", ["kind"], ["version"]);
-  const options = r.object(m.options, "options", ["leaveRunning", "job"], ["tcpEstablished"]);
-  if (options.tcpEstablished !== undefined && options.tcpEstablished !== true) {
-    r.fail("options.tcpEstablished", "true (or left out)", options.tcpEstablished);
-  }
-  const timings = r.object(m.timings, "timings", ["suspendMs", "dumpMs", "totalMs"]);
   const gpus = readGpus(r, m.gpus, "gpus");
   const trees = readTrees(r, m.trees, new Set(gpus.map((g) => g.uuid)));
-  const files = readFiles(r, m.files, trees);
-  const optional = (value: unknown, field: string) =>
-    value === undefined ? {} : { [field.split(".")[1]]: r.string(value, field) };
+  const str = (v: unknown, at: string) => r.string(v, at);
+  const flag = (v: unknown, at: string) => r.boolean(v, at);
+  const ms = (v: unknown, at: string) => r.amount(v, at);
   return {
     format: MANIFEST_FORMAT,
     createdAt,
-    tool: {
-      name: r.string(tool.name, "tool.name"),
-      version: r.string(tool.version, "tool.version"),
-    },
-    host: {
-      hostname: r.string(host.hostname, "host.hostname"),
-      kernel: r.string(host.kernel, "host.kernel"),
-    },
-    driver: {
-      cudaVersion: r.integer(driver.cudaVersion, "driver.cudaVersion", 1, 1_000_000),
-      ...optional(driver.release, "driver.release"),
-    },
-    engine: {
-      kind: r.string(engine.kind, "engine.kind"),
-      ...optional(engine.version, "engine.version"),
-    },
+    tool: r.fields(m.tool, "tool", { name: str, version: str }),
+    host: r.fields(m.host, "host", { hostname: str, kernel: str }),
+    driver: r.fields(m.driver, "driver", {
+      cudaVersion: (v, at) => r.integer(v, at, 1, 1_000_000),
+      release: str,
+    }, ["release"]),
+    engine: r.fields(m.engine, "engine", { kind: str, version: str }, ["version"]),
     gpus,
     trees,
-    options: {
-      leaveRunning: r.boolean(options.leaveRunning, "options.leaveRunning"),
-      job: r.boolean(options.job, "options.job"),
-      ...(options.tcpEstablished ? { tcpEstablished: true as const } : {}),
-    },
-    timings: {
-      suspendMs: r.amount(timings.suspendMs, "timings.suspendMs"),
-      dumpMs: r.amount(timings.dumpMs, "timings.dumpMs"),
-      totalMs: r.amount(timings.totalMs, "timings.totalMs"),
-    },
-    files,
+    options: r.fields(m.options, "options", {
+      leaveRunning: flag,
+      job: flag,
+      tcpEstablished: (v, at) => v === true ? v : r.fail(at, "true (or left out)", v),
+    }, ["tcpEstablished"]),
+    timings: r.fields(m.timings, "timings", { suspendMs: ms, dumpMs: ms, totalMs: ms }),
+    files: readFiles(r, m.files, trees),
   };
 }
 
