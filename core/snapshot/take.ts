@@ -21,7 +21,8 @@ import { importRefusal, sessionOf } from "../process.ts";
 import { clockOf } from "../time.ts";
 import { VERSION } from "../version.ts";
 import { SnapshotWriter, TRACE_FILE } from "./layout.ts";
-import { type Manifest, MANIFEST_FORMAT, type ManifestTree } from "./manifest.ts";
+import { type Manifest, MANIFEST_FORMAT, type ManifestProcess } from "./manifest.ts";
+import type { ManifestTree } from "./manifest.ts";
 import type { SnapshotFile } from "./store.ts";
 import {
   bytesOf,
@@ -108,34 +109,34 @@ export function checkSnapshotArgs(
 interface Plan {
   readonly trees: readonly ManifestTree[];
   /** Each tree's running CUDA processes: those it suspends, and puts back on failure. */
-  readonly running: readonly (readonly number[])[];
+  readonly running: readonly (readonly ManifestProcess[])[];
   readonly report: GpuMemoryReport;
   readonly probe: EngineProbe;
   readonly version: DriverResult;
   readonly facts: MachineFacts;
 }
 
-/** What a snapshot has done so far: the record its phases fill in and its rollback reads. */
-interface Taken {
+/**
+ * What a snapshot has done so far besides its plan, which its phases fill in and its rollback
+ * reads: the pids it suspends, each tree as dumped, when the suspends and the dumps began and
+ * last ended (ms), the first failure of its parts.
+ */
+interface Taken extends Plan {
   readonly run: Run;
   readonly o: SnapshotSettings;
-  readonly plan: Plan;
   readonly out: SnapshotWriter;
-  /** Every CUDA process the snapshot suspends. */
   readonly suspending: readonly number[];
-  /** Each tree's processes as the engine dumped them, once it has. */
   readonly dumped: (readonly DumpedProcess[] | undefined)[];
   readonly sealed: SnapshotFile[][];
-  /** When the suspends and the dumps began and last ended (ms). */
   readonly times: { suspend: number; suspended: number; dump?: number; dumped: number };
   failure?: Failure;
 }
 
-/** A part of a snapshot that failed. */
+/** Why a snapshot failed, as its error says it. */
 interface Failure {
-  readonly part: "suspend" | "dump" | "write";
-  readonly error: unknown;
-  readonly result?: GroupResult;
+  readonly code: SnapshotFailure;
+  readonly message: string;
+  readonly cause?: unknown;
 }
 
 /** Takes a snapshot of the trees rooted at `roots` into `dir`. */
@@ -150,7 +151,7 @@ export async function takeSnapshot(
     run.phase("check");
     const plan = await check(run, roots, o.allowIpcImport);
     run.notBegun("snapshot");
-    const suspending = plan.running.flat();
+    const suspending = plan.running.flat().map((p) => p.pid);
     const session = sessionOf(machine);
     const by = await session.selfIdentity();
     const out = await SnapshotWriter.begin(run.store, dir, roots, {
@@ -162,7 +163,7 @@ export async function takeSnapshot(
     });
     const at = run.at(), times = { suspend: at, suspended: at, dumped: at };
     const [dumped, sealed] = [roots.map(() => undefined), roots.map(() => [])];
-    const t: Taken = { run, o, plan, out, suspending, dumped, sealed, times };
+    const t: Taken = { ...plan, run, o, out, suspending, dumped, sealed, times };
     await suspendAndDump(t);
     const manifest = await writeManifest(t);
     await end(t, manifest);
@@ -190,11 +191,9 @@ async function check(run: Run, roots: readonly number[], allowIpcImport: boolean
   const trees = await Promise.all(
     listed.map(({ root, tree }) => describeTree(root, tree, machine, report)),
   );
-  const running = trees.map((t) =>
-    t.processes.filter((p) => p.cuda?.state === "running").map((p) => p.pid)
-  );
+  const running = trees.map((t) => t.processes.filter((p) => p.cuda?.state === "running"));
   const session = sessionOf(machine);
-  for (const pid of allowIpcImport ? [] : running.flat()) {
+  for (const { pid } of allowIpcImport ? [] : running.flat()) {
     const imported = await session.gpuImport(pid);
     if (imported) throw importRefusal("snapshot", pid, imported);
   }
@@ -210,45 +209,38 @@ async function check(run: Run, roots: readonly number[], allowIpcImport: boolean
 
 /** Suspends, dumps and seals each tree; the first failure stops the rest, all put back. */
 async function suspendAndDump(t: Taken): Promise<void> {
-  const { run, plan, o } = t;
-  const running = new Set(t.suspending);
-  const suspended = plan.trees.flatMap((tree) => tree.processes).filter((p) => running.has(p.pid));
-  run.phase("suspend", { gpuMemoryMiB: heldMiB(suspended) });
-  const trees = plan.trees.map((_, i) => i);
-  if (o.job) {
+  t.run.phase("suspend", { gpuMemoryMiB: heldMiB(t.running.flat()) });
+  const trees = t.trees.map((_, i) => i);
+  if (t.o.job) {
     // A job: every CUDA process is locked before any is checkpointed (core/job.ts).
     if (await suspend(t, t.suspending)) await Promise.allSettled(trees.map((i) => dump(t, i)));
   } else {
     await Promise.allSettled(trees.map(async (i) => {
-      if (await suspend(t, plan.running[i])) await dump(t, i);
+      if (await suspend(t, t.running[i].map((p) => p.pid))) await dump(t, i);
     }));
   }
-  const stopped = run.stopped();
+  const stopped = t.run.stopped();
   if (stopped) {
     const doing = t.times.dump === undefined ? "suspending its CUDA processes" : "dumping";
-    throw await rollBack(t, "STOPPED", `snapshot stopped while ${doing}: ${stopped}`, undefined);
+    const message = `snapshot stopped while ${doing}: ${stopped}`;
+    throw await rollBack(t, { code: "STOPPED", message });
   }
-  const f = t.failure;
-  if (f?.part === "dump") {
-    const why = `snapshot failed: the ${run.engine.kind} dump failed: ${messageOf(f.error)}`;
-    throw await rollBack(t, "DUMP_FAILED", why, f.error);
-  }
-  if (f?.part === "write") {
-    const why = `snapshot failed: its images could not be put on disk: ${messageOf(f.error)}`;
-    throw await rollBack(t, "WRITE_FAILED", why, f.error);
-  }
-  if (f || t.dumped.some((d) => d === undefined)) {
-    const why = `snapshot failed while suspending its CUDA processes: ${
-      f?.result ? groupFailure(f.result) : "it was stopped"
-    }`;
-    throw await rollBack(t, "SUSPEND_FAILED", why, f?.result && firstError(f.result));
+  if (t.failure) throw await rollBack(t, t.failure);
+  if (t.dumped.includes(undefined)) {
+    const message = "snapshot failed while suspending its CUDA processes: it was stopped";
+    throw await rollBack(t, { code: "SUSPEND_FAILED", message });
   }
 }
 
-/** Keeps the first part's failure in the record, and stops the other parts. */
-function failed(t: Taken, part: Failure["part"], error: unknown, result?: GroupResult): void {
-  t.failure ??= { part, error, ...(result ? { result } : {}) };
-  t.run.fail(error);
+/** A part failed: the first failure is kept in the record, and stops the other parts. */
+function failed(t: Taken, failure: Failure): void {
+  t.failure ??= failure;
+  t.run.fail(failure.cause);
+}
+
+/** What failed (`snapshot failed: what: the cause`), as a {@link Failure} of `code`. */
+function failure(code: SnapshotFailure, what: string, cause: unknown): Failure {
+  return { code, message: `snapshot failed: ${what}: ${messageOf(cause)}`, cause };
 }
 
 /** Suspends `pids` as one group (a job's, or one tree's); false, and the run failed, where not. */
@@ -262,14 +254,16 @@ async function suspend(t: Taken, pids: readonly number[]): Promise<boolean> {
     job: t.o.job,
   });
   t.times.suspended = t.run.at();
-  if (!result.ok) failed(t, "suspend", firstError(result), result);
-  return result.ok;
+  if (result.ok) return true;
+  const message = `snapshot failed while suspending its CUDA processes: ${groupFailure(result)}`;
+  failed(t, { code: "SUSPEND_FAILED", message, cause: firstError(result) });
+  return false;
 }
 
 /** Dumps the `i`th tree in one of the engine's slots, sealing its images as they are written. */
 async function dump(t: Taken, i: number): Promise<void> {
   const { run } = t;
-  const root = t.plan.trees[i].root;
+  const root = t.trees[i].root;
   await run.slots.run(async () => {
     if (run.signal.aborted) return;
     if (t.times.dump === undefined) {
@@ -277,7 +271,8 @@ async function dump(t: Taken, i: number): Promise<void> {
       run.phase("dump");
     }
     const left = run.deadline.left();
-    let part: Failure["part"] = "dump", sealing: Promise<SnapshotFile[]> | undefined;
+    let part: [SnapshotFailure, string] = ["DUMP_FAILED", `the ${run.engine.kind} dump failed`];
+    let sealing: Promise<SnapshotFile[]> | undefined;
     try {
       const writing = run.engine.dump({
         root,
@@ -292,14 +287,14 @@ async function dump(t: Taken, i: number): Promise<void> {
       sealing.catch(() => {});
       const dumped = await writing;
       t.times.dumped = run.at();
-      part = "write";
+      part = ["WRITE_FAILED", "its images could not be put on disk"];
       t.sealed[i] = await sealing;
       t.dumped[i] = dumped;
       run.tell({ type: "tree-end", root, how: "dumped", bytes: bytesOf(t.sealed[i]), at: 0 });
     } catch (err) {
       // Nothing of the tree's is left open once its part has failed.
       await sealing?.catch(() => {});
-      failed(t, part, err);
+      failed(t, failure(...part, err));
     } finally {
       t.times.dumped = run.at();
     }
@@ -308,9 +303,8 @@ async function dump(t: Taken, i: number): Promise<void> {
 
 /** Phase 4: the manifest, last: a directory without one is no snapshot. */
 async function writeManifest(t: Taken): Promise<Manifest> {
-  const { run, plan, o } = t;
+  const { run, o, facts, version, probe } = t;
   run.phase("write");
-  const { facts, version, probe } = plan;
   try {
     const manifest: Manifest = {
       format: MANIFEST_FORMAT,
@@ -322,9 +316,9 @@ async function writeManifest(t: Taken): Promise<Manifest> {
         ...(facts.driverRelease ? { release: facts.driverRelease } : {}),
       },
       engine: { kind: run.engine.kind, ...(probe.version ? { version: probe.version } : {}) },
-      gpus: describeGpus(await run.listing, plan.report),
+      gpus: describeGpus(await run.listing, t.report),
       // The trees as dumped: a process may have come or gone since they were listed.
-      trees: plan.trees.map((tree, i) => asDumped(tree, t.dumped[i]!)),
+      trees: t.trees.map((tree, i) => asDumped(tree, t.dumped[i]!)),
       options: {
         leaveRunning: o.leaveRunning,
         job: o.job,
@@ -340,8 +334,7 @@ async function writeManifest(t: Taken): Promise<Manifest> {
     await t.out.writeManifest(manifest);
     return manifest;
   } catch (err) {
-    const why = `snapshot failed: its manifest could not be written: ${messageOf(err)}`;
-    throw await rollBack(t, "WRITE_FAILED", why, err);
+    throw await rollBack(t, failure("WRITE_FAILED", "its manifest could not be written", err));
   }
 }
 
@@ -377,12 +370,7 @@ function resumeAll(t: Taken): Promise<GroupResult | undefined> {
 }
 
 /** Puts every process back and removes what was written (the trace kept where one is not back). */
-async function rollBack(
-  t: Taken,
-  code: SnapshotFailure,
-  message: string,
-  cause: unknown,
-): Promise<SnapshotError> {
+async function rollBack(t: Taken, { code, message, cause }: Failure): Promise<SnapshotError> {
   t.run.phase("rollback");
   const back = await resumeAll(t);
   const where = t.out.dir.path;
@@ -395,6 +383,6 @@ async function rollBack(
       `${TRACE_FILE} names them: \`cuda-checkpoint recover ${where}\` resumes them once the ` +
       `cause is fixed`;
   }
-  const log = cause instanceof EngineError && cause.log ? { log: cause.log } : {};
-  return new SnapshotError({ code, operation: "snapshot", message, detail, cause, ...log });
+  const log = (cause instanceof EngineError && cause.log) || undefined;
+  return new SnapshotError({ code, operation: "snapshot", message, detail, cause, log });
 }
