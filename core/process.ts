@@ -6,10 +6,9 @@
  */
 
 import { callDriver, checkCapability, type FailureDetail, readState } from "./calls.ts";
-import { CUDA_ERROR_ILLEGAL_STATE, CUDA_ERROR_INVALID_VALUE } from "./driver.ts";
+import { CUDA_ERROR_ILLEGAL_STATE, CUDA_ERROR_INVALID_VALUE, type GpuPair } from "./driver.ts";
 import { CUDA_ERROR_NOT_INITIALIZED, CUDA_ERROR_OPERATING_SYSTEM } from "./driver.ts";
-import { CUDA_ERROR_OUT_OF_MEMORY, type GpuPair, type LockArgs } from "./driver.ts";
-import type { RestoreArgs } from "./driver.ts";
+import { CUDA_ERROR_OUT_OF_MEMORY, type LockArgs, type RestoreArgs } from "./driver.ts";
 import { CudaError, RefusedError, WaitTimeoutError } from "./errors.ts";
 import { type GpuImport, identityKey, type ProcessIdentity, sameProcess } from "./host.ts";
 import { leaseOf, type Machine, type MachineLease, type MachineSource } from "./machine.ts";
@@ -271,23 +270,11 @@ export class Turn {
     await checkCapability(driver, "restore", this.pid, pairs?.length ?? 0, shown);
     if (pairs) await checkMapping(driver, shown, this.pid, pairs);
     const reservation = checkRoom
-      ? await this.session.room.reserve(
-        this.identity,
-        pairs,
-        { operation: shown, pid: this.pid, self: this.self },
-        () => this.#checkpointedNow(),
-      )
+      ? await this.session.room.reserve(this, shown, pairs, () => this.#checkpointedNow())
       : undefined;
     let ok = false;
     try {
-      await this.#call("restore", pairs === null ? null : { gpuPairs: pairs }, async (code) => ({
-        detail: code === CUDA_ERROR_INVALID_VALUE && pairs !== null && pairs.length > 0
-          ? await explainRejectedMapping(driver, pairs)
-          : code === CUDA_ERROR_OUT_OF_MEMORY
-          ? "on driver 580 the process cannot be restored after this, even once memory is free " +
-            "(docs/ERRORS.md#out-of-memory)"
-          : undefined,
-      }));
+      await this.#call("restore", pairs && { gpuPairs: pairs });
       ok = true;
     } finally {
       await reservation?.done(ok);
@@ -301,35 +288,40 @@ export class Turn {
   }
 
   /** A step's driver call; its failure says the state, and why where the code would mislead. */
-  #call(
-    step: Step,
-    args: LockArgs | RestoreArgs | null = null,
-    explain?: (code: number) => Promise<FailureDetail>,
-  ): Promise<number> {
-    return callDriver(this.machine.driver, step, this.pid, args, {
-      explain: async (code) => {
-        const more: FailureDetail = await explain?.(code) ?? {};
-        if (code === CUDA_ERROR_ILLEGAL_STATE) {
-          more.state = await this.state().catch(() => undefined);
-          // Refused as illegal in a state the step accepts: something else changed it meanwhile.
-          if (more.state !== undefined && stepAllowed(step, more.state)) {
-            more.detail = "another program (or another thread id of this process) changed its " +
-              "state meanwhile";
-          }
-          if (more.state === "failed") more.detail = "the failed state is final";
-        }
-        // A restore refused although the process is there and checkpointed: what driver 580 does
-        // after a restore of it ran out of GPU memory.
-        if (
-          code === CUDA_ERROR_OPERATING_SYSTEM && step === "restore" && !more.detail &&
-          await this.#checkpointedNow()
-        ) {
-          more.detail = "the process is checkpointed, yet the driver refuses to restore it, as " +
-            "driver 580 does after a restore of it ran out of memory (docs/ERRORS.md#out-of-memory)";
-        }
-        return more;
-      },
-    });
+  #call(step: Step, args: LockArgs | RestoreArgs | null = null): Promise<number> {
+    const explain = (code: number) => this.#why(step, code, (args as RestoreArgs | null)?.gpuPairs);
+    return callDriver(this.machine.driver, step, this.pid, args, { explain });
+  }
+
+  /** What the error of `step`, failed with `code`, says besides the code. */
+  async #why(step: Step, code: number, pairs?: readonly GpuPair[]): Promise<FailureDetail> {
+    if (code === CUDA_ERROR_ILLEGAL_STATE) {
+      const state = await this.state().catch(() => undefined);
+      // Refused as illegal in a state the step accepts: something else changed it meanwhile.
+      const detail = state === "failed"
+        ? "the failed state is final"
+        : state !== undefined && stepAllowed(step, state)
+        ? "another program (or another thread id of this process) changed its state meanwhile"
+        : undefined;
+      return { state, detail };
+    }
+    if (step !== "restore") return {};
+    if (code === CUDA_ERROR_INVALID_VALUE && pairs?.length) {
+      return { detail: await explainRejectedMapping(this.machine.driver, pairs) };
+    }
+    if (code === CUDA_ERROR_OUT_OF_MEMORY) {
+      return {
+        detail: "on driver 580 the process cannot be restored after this, even once memory is " +
+          "free (docs/ERRORS.md#out-of-memory)",
+      };
+    }
+    // Refused although the process is there and checkpointed: what driver 580 does after a
+    // restore of it ran out of GPU memory.
+    if (code !== CUDA_ERROR_OPERATING_SYSTEM || !(await this.#checkpointedNow())) return {};
+    return {
+      detail: "the process is checkpointed, yet the driver refuses to restore it, as driver 580 " +
+        "does after a restore of it ran out of memory (docs/ERRORS.md#out-of-memory)",
+    };
   }
 
   /** Whether the driver says, now, that the process is there and checkpointed; never rejects. */

@@ -191,16 +191,17 @@ export class RoomGuard {
   }
 
   /**
-   * Checks that a restore of `process` (onto `pairs`) fits and claims its room until it is done:
+   * Checks that a restore of `turn`'s process (onto `pairs`) fits and claims its room until done:
    * a {@link GpuRoomError} where it does not fit, unless the process is no longer checkpointed
    * (the record was old: forgotten); a `PREREQUISITE` refusal where the records fail.
    */
   async reserve(
-    process: ProcessIdentity,
+    turn: { identity: ProcessIdentity; pid: number; self: boolean },
+    operation: string,
     pairs: readonly GpuPair[] | null,
-    where: { operation: string; pid: number; self: boolean },
     stillCheckpointed: () => Promise<boolean>,
   ): Promise<Reservation> {
+    const process = turn.identity, where = { operation, pid: turn.pid };
     const records = this.#records();
     let by: ProcessIdentity = { pid: 0 };
     const unclaim = async () => {
@@ -215,7 +216,7 @@ export class RoomGuard {
       done: (ok) => ok ? this.forget(process) : failed(),
     });
     const none = (why: string) => held({ unknown: why }, async () => {});
-    if (where.self) {
+    if (turn.self) {
       return none("a process's restore of itself is not checked: NVML would wait for it");
     }
     if (this.#selfHeld) {
@@ -244,7 +245,7 @@ export class RoomGuard {
       : undefined;
     let check: RoomCheck;
     try {
-      check = await this.fits(need, { operation: where.operation, pid: where.pid, note }, process);
+      check = await this.fits(need, { ...where, note }, process);
     } catch (err) {
       // Shared: nothing of it is kept, so that a retry weighs every one of them again.
       await (shared > 1 ? this.forget(process) : unclaim());
