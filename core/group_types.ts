@@ -13,15 +13,8 @@ import type { GpuMapping } from "./options.ts";
 import type { RoomCheck } from "./room.ts";
 import type { Action, ProcessState, Step } from "./states.ts";
 
-/** One driver call an operation made, and how long it took. */
-export interface StepRecord {
-  /** The step. */
-  readonly step: Step;
-  /** Its time in ms, on the machine's clock. */
-  readonly ms: number;
-  /** Whether it succeeded. */
-  readonly ok: boolean;
-}
+/** One driver call an operation made: its time in ms on the machine's clock, whether it succeeded. */
+export type StepRecord = { readonly step: Step; readonly ms: number; readonly ok: boolean };
 
 /** Why an action was stopped between steps. */
 export type StopReason = "deadline" | "aborted" | "another-failed";

@@ -62,15 +62,8 @@ export interface SnapshotOptions {
   onProgress?: (event: SnapshotEvent) => void;
 }
 
-/** What `snapshot` made. */
-export interface SnapshotResult {
-  /** The snapshot's directory, absolute. */
-  readonly dir: string;
-  /** Its manifest, as written. */
-  readonly manifest: Manifest;
-  /** The whole snapshot's time in ms. */
-  readonly ms: number;
-}
+/** What `snapshot` made: its directory (absolute), its manifest as written, its time in ms. */
+export type SnapshotResult = Readonly<{ dir: string; manifest: Manifest; ms: number }>;
 
 const SNAPSHOT_OPTIONS = {
   leaveRunning: flag(false),
