@@ -45,15 +45,11 @@ export interface CudaProcessInfo {
   readonly gpuMemory: GpuMemory;
 }
 
-/** A process that could not be looked at, or about which the driver gave no clear answer. */
-export interface UninspectedProcess {
-  /** Its process id. */
-  readonly pid: number;
-  /** Its command line, where it could be read. */
-  readonly command?: string;
-  /** Why it is not known whether it is a CUDA process. */
-  readonly reason: string;
-}
+/**
+ * A process that could not be looked at, or about which the driver gave no clear answer: its
+ * command line where it could be read, and why it is not known whether it is a CUDA process.
+ */
+export type UninspectedProcess = Readonly<{ pid: number; command?: string; reason: string }>;
 
 /** What `listCudaProcesses` found. */
 export interface CudaProcessListing {

@@ -35,27 +35,22 @@ export interface ManifestProcess {
   };
 }
 
-/** One dumped process tree. */
-export interface ManifestTree {
-  /** The pid of its root. */
-  readonly root: number;
-  /** The subdirectory its images are in: `tree-<root>`. */
-  readonly images: string;
-  /** Its processes, the root first, each after its parent. */
-  readonly processes: readonly ManifestProcess[];
-}
+/**
+ * One dumped process tree: the pid of its root, the subdirectory its images are in
+ * (`tree-<root>`), its processes (the root first, each after its parent).
+ */
+export type ManifestTree = Readonly<
+  { root: number; images: string; processes: readonly ManifestProcess[] }
+>;
 
-/** One GPU of the machine the snapshot was taken on. */
-export interface ManifestGpu {
-  /** Its index, as the driver numbers it. */
-  readonly index: number;
-  /** Its UUID, `GPU-…`. */
-  readonly uuid: string;
-  /** Its name (`NVIDIA H100 80GB HBM3`): a restore maps it only onto a GPU of that name. */
-  readonly name: string;
-  /** Its total memory in MiB, where it could be read. */
-  readonly totalMiB?: number;
-}
+/**
+ * One GPU of the machine the snapshot was taken on: its index as the driver numbers it, its UUID
+ * (`GPU-…`), its name (`NVIDIA H100 80GB HBM3`: a restore maps it only onto a GPU of that name),
+ * its total memory in MiB where it could be read.
+ */
+export type ManifestGpu = Readonly<
+  { index: number; uuid: string; name: string; totalMiB?: number }
+>;
 
 /** A snapshot's manifest, as {@link parseManifest} gives it. */
 export interface Manifest {
@@ -85,11 +80,7 @@ export interface Manifest {
     readonly tcpEstablished?: true;
   };
   /** How long its parts took, in ms. */
-  readonly timings: {
-    readonly suspendMs: number;
-    readonly dumpMs: number;
-    readonly totalMs: number;
-  };
+  readonly timings: Readonly<{ suspendMs: number; dumpMs: number; totalMs: number }>;
   /** Every file of its trees with its size and digest: a restore refuses any other, or a change. */
   readonly files: readonly SnapshotFile[];
 }

@@ -67,11 +67,7 @@ export interface RestoreSnapshotResult {
   /** The whole restore's time in ms. */
   readonly ms: number;
   /** Its parts in ms: the checks, the engine's restores, the CUDA processes' restore and unlock. */
-  readonly timings: {
-    readonly checkMs: number;
-    readonly restoreMs: number;
-    readonly resumeMs: number;
-  };
+  readonly timings: Readonly<{ checkMs: number; restoreMs: number; resumeMs: number }>;
 }
 
 const RESTORE_OPTIONS = {
