@@ -112,6 +112,8 @@ export class Run {
   readonly listing: Promise<readonly GpuInfo[]>;
   /** At most as many engine runs at once as the engine allows. */
   readonly slots: Slots;
+  /** Aborts at the caller's abort, at the deadline, or at the first failure of a part. */
+  readonly signal: AbortSignal;
   readonly #settings: WholeSettings;
   readonly #stop = new AbortController();
   /** The first failure of the run's parts, where one failed. */
@@ -138,33 +140,21 @@ export class Run {
     this.store = store;
     this.host = host;
     this.#settings = settings;
-    const clock = clockOf(machine);
-    this.deadline = new Deadline(clock, settings.timeoutMs);
+    this.deadline = new Deadline(clockOf(machine), settings.timeoutMs);
     this.probing = started(
       engine.probe().then((probe) => {
-        if (probe.problems.length > 0) {
-          throw prerequisite(
-            operation,
-            `${engine.kind} cannot work here: ${probe.problems.join(" ")}`,
-          );
-        }
-        return probe;
+        if (probe.problems.length === 0) return probe;
+        throw prerequisite(
+          operation,
+          `${engine.kind} cannot work here: ${probe.problems.join(" ")}`,
+        );
       }),
     );
     this.listing = started(driver.listGpus ? driver.listGpus() : Promise.resolve([]));
     this.slots = new Slots(engine.parallel ?? DEFAULT_PARALLEL);
     const caller = settings.signal;
-    if (caller?.aborted) this.#stop.abort(caller.reason);
-    caller?.addEventListener("abort", () => this.#stop.abort(caller.reason), {
-      once: true,
-      signal: this.#stop.signal,
-    });
+    this.signal = caller ? AbortSignal.any([caller, this.#stop.signal]) : this.#stop.signal;
     this.#watchDeadline();
-  }
-
-  /** Aborts at the caller's abort, at the deadline, or at the first failure of a part. */
-  get signal(): AbortSignal {
-    return this.#stop.signal;
   }
 
   at(): number {
