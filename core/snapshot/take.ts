@@ -276,7 +276,7 @@ async function dump(t: Taken, i: number): Promise<void> {
         ...(t.o.tcpEstablished ? { tcpEstablished: true } : {}),
       });
       // On disk and digested as they are written, while this and other trees' dumps go on.
-      sealing = t.out.seal(i, { signal: run.signal, writing });
+      sealing = t.out.dir.seal(t.trees[i].images, { signal: run.signal, writing });
       sealing.catch(() => {});
       const dumped = await writing;
       t.times.dumped = run.at();
@@ -339,7 +339,7 @@ async function end(t: Taken, manifest: Manifest): Promise<void> {
     const resumed = await resumeAll(t);
     if (resumed && !resumed.ok) {
       const where = out.dir.path;
-      await out.abandon();
+      await out.dir.close();
       throw new SnapshotError({
         code: "RESUME_FAILED",
         operation: "snapshot",
@@ -371,7 +371,7 @@ async function rollBack(t: Taken, { code, message, cause }: Failure): Promise<Sn
   if (!back || back.ok) {
     detail = `every process was put back as it was, and keeps running${await t.out.discard()}`;
   } else {
-    await t.out.abandon();
+    await t.out.dir.close();
     detail = `the CUDA processes could not all be resumed: ${groupFailure(back)}; ${where}/` +
       `${TRACE_FILE} names them: \`cuda-checkpoint recover ${where}\` resumes them once the ` +
       `cause is fixed`;
