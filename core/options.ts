@@ -83,8 +83,7 @@ export function checkKeys<T extends object>(
 
 /** Whether a value is a plain object (`{}` or `Object.create(null)`), not an array or a class's. */
 function isPlain(value: object | null): value is object {
-  if (value === null) return false;
-  const proto = Object.getPrototypeOf(value);
+  const proto = value === null ? undefined : Object.getPrototypeOf(value);
   return proto === Object.prototype || proto === null;
 }
 
@@ -196,12 +195,8 @@ export function checkChoice<T extends string>(
   choices: readonly T[],
 ): T {
   if ((choices as readonly unknown[]).includes(value)) return value as T;
-  return mustBe(
-    RangeError,
-    what,
-    `one of ${choices.map((c) => JSON.stringify(c)).join(", ")}`,
-    value,
-  );
+  const expected = `one of ${choices.map((c) => JSON.stringify(c)).join(", ")}`;
+  return mustBe(RangeError, what, expected, value);
 }
 
 /** A GPU mapping for restore: from each checkpointed GPU's UUID to the restore GPU's UUID. */
@@ -252,10 +247,7 @@ export function parseGpuUuid(text: unknown, what = "GPU UUID"): Uint8Array {
       `${what} ${got} is not a GPU UUID: expected ${form} or 32 hex digits${hint}`,
     );
   }
-  const hex = body.replaceAll("-", "");
-  const bytes = new Uint8Array(16);
-  for (let i = 0; i < 16; i++) bytes[i] = parseInt(hex.slice(2 * i, 2 * i + 2), 16);
-  return bytes;
+  return Uint8Array.from(body.replaceAll("-", "").match(/../g)!, (hex) => parseInt(hex, 16));
 }
 
 /** Formats the 16 bytes of a `CUuuid` as nvidia-smi prints them (`GPU-xxxxxxxx-…`). */
