@@ -52,38 +52,19 @@ export interface GroupOptions {
   gpuMemory?: boolean;
 }
 
-/** A step of one process starting or ending, or its part ending; `at` is ms since the start. */
-export type GroupEvent =
-  | {
-    readonly type: "step-start";
-    readonly pid: number;
-    readonly step: Step;
-    readonly at: number;
-    /** The process's GPU memory in MiB, where known. */
-    readonly gpuMemoryMiB?: number;
+/**
+ * A step of one process starting or ending (how long it took, whether it succeeded, whether it was
+ * part of a rollback; the process's GPU memory in MiB where known), or its part ending (before any
+ * rollback that all-or-nothing may make later), and how; `at` is ms since the start.
+ */
+export type GroupEvent = Readonly<
+  | { type: "step-start"; pid: number; step: Step; at: number; gpuMemoryMiB?: number }
+  | { type: "step-end"; pid: number; step: Step; at: number; ms: number; ok: boolean } & {
+    rollback: boolean;
+    gpuMemoryMiB?: number;
   }
-  | {
-    readonly type: "step-end";
-    readonly pid: number;
-    readonly step: Step;
-    readonly at: number;
-    /** How long the step took. */
-    readonly ms: number;
-    /** Whether it succeeded. */
-    readonly ok: boolean;
-    /** Whether it was part of a rollback. */
-    readonly rollback: boolean;
-    /** The process's GPU memory in MiB, where known. */
-    readonly gpuMemoryMiB?: number;
-  }
-  | {
-    /** A process's part ended (before any rollback that all-or-nothing may make later). */
-    readonly type: "process-end";
-    readonly pid: number;
-    readonly at: number;
-    /** How it ended. */
-    readonly status: ProcessOutcome["status"];
-  };
+  | { type: "process-end"; pid: number; at: number; status: ProcessOutcome["status"] }
+>;
 
 /** What the group did to one process. */
 export interface ProcessOutcome {
@@ -104,11 +85,7 @@ export interface ProcessOutcome {
   /** Why it was stopped between steps. */
   readonly stopped?: StopReason;
   /** Its rollback, where one was made; `ok`: it is back in its initial state. */
-  readonly rollback?: {
-    readonly ok: boolean;
-    readonly steps: readonly StepRecord[];
-    readonly error?: Error;
-  };
+  readonly rollback?: Readonly<{ ok: boolean; steps: readonly StepRecord[]; error?: Error }>;
   /** Whether a restore's room was checked, or why not; or a checkpoint's unwritten record. */
   readonly roomCheck?: RoomCheck;
 }

@@ -44,21 +44,13 @@ export type SnapshotPhase =
  * are ms since the call.
  */
 export type SnapshotEvent =
-  | {
-    readonly type: "phase";
-    readonly phase: SnapshotPhase;
-    readonly at: number;
-    readonly gpuMemoryMiB?: Readonly<Record<number, number>>;
-    readonly imageBytes?: number;
-  }
-  | { readonly type: "bytes"; readonly root: number; readonly bytes: number; readonly at: number }
-  | {
-    readonly type: "tree-end";
-    readonly root: number;
-    readonly how: "dumped" | "restored";
-    readonly bytes: number;
-    readonly at: number;
-  }
+  | Readonly<
+    | { type: "phase"; phase: SnapshotPhase; at: number; imageBytes?: number } & {
+      gpuMemoryMiB?: Readonly<Record<number, number>>;
+    }
+    | { type: "bytes"; root: number; bytes: number; at: number }
+    | { type: "tree-end"; root: number; how: "dumped" | "restored"; bytes: number; at: number }
+  >
   | GroupEvent;
 
 /** Each CUDA process's GPU memory in MiB (over its GPUs), by pid, where the manifest knows it. */
