@@ -30,17 +30,11 @@ export function mappingProblems(
   const named = new Set<string>();
   const onto = new Map<string, string[]>();
   for (const pair of pairs) {
-    const old = key(pair.oldUuid), to = key(pair.newUuid);
-    const source = fromKey.get(old), target = byKey.get(to);
-    if (!source && !foreign) {
-      problems.push(`${formatGpuUuid(pair.oldUuid)} is not a GPU of ${seen}`);
-    }
+    const [oldId, newId] = [formatGpuUuid(pair.oldUuid), formatGpuUuid(pair.newUuid)];
+    const source = fromKey.get(oldId.toLowerCase()), target = byKey.get(newId.toLowerCase());
+    if (!source && !foreign) problems.push(`${oldId} is not a GPU of ${seen}`);
     if (!target) {
-      problems.push(
-        `${formatGpuUuid(pair.newUuid)} (the GPU given for ${
-          formatGpuUuid(pair.oldUuid)
-        }) is not a GPU of this machine`,
-      );
+      problems.push(`${newId} (the GPU given for ${oldId}) is not a GPU of this machine`);
     }
     if (from && source && target && source.name !== target.name) {
       problems.push(
@@ -48,8 +42,8 @@ export function mappingProblems(
           `only onto GPUs of the chip it was checkpointed on`,
       );
     }
-    named.add(old);
-    onto.set(to, [...onto.get(to) ?? [], formatGpuUuid(pair.oldUuid)]);
+    named.add(oldId.toLowerCase());
+    onto.set(newId.toLowerCase(), [...onto.get(newId.toLowerCase()) ?? [], oldId]);
   }
   const left = foreign ? [] : [...fromKey.values()].filter((g) => !named.has(g.uuid.toLowerCase()));
   if (left.length > 0) {
@@ -58,11 +52,8 @@ export function mappingProblems(
     );
   }
   for (const [to, froms] of onto) {
-    if (froms.length > 1 && byKey.has(to)) {
-      problems.push(
-        `it sends ${froms.join(" and ")} onto the same GPU, ${describeGpu(byKey.get(to)!)}`,
-      );
-    }
+    const gpu = byKey.get(to), same = `it sends ${froms.join(" and ")} onto the same GPU`;
+    if (froms.length > 1 && gpu) problems.push(`${same}, ${describeGpu(gpu)}`);
   }
   if (problems.length > 0) {
     if (from) problems.push(`the snapshot's GPUs are ${from.map(describeGpu).join(", ")}`);
