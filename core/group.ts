@@ -85,18 +85,13 @@ class Group {
     const lane = async () => {
       while (next < this.#entries.length) {
         const entry = this.#entries[next++];
-        const stop = this.#stopReason();
-        if (stop) {
-          entry.notStarted = stop;
-          if (this.#s.allOrNothing) this.#doom();
-          continue;
+        entry.notStarted = this.#stopReason();
+        if (!entry.notStarted) {
+          await this.#work(entry);
+          this.#ended(entry);
+          this.#failed ||= !succeeded(entry);
         }
-        await this.#work(entry);
-        this.#ended(entry);
-        if (!succeeded(entry)) {
-          this.#failed = true;
-          if (this.#s.allOrNothing) this.#doom();
-        }
+        if (this.#s.allOrNothing && !succeeded(entry)) this.#doom();
         this.#rollBackIfDone(entry);
       }
     };
@@ -154,16 +149,10 @@ class Group {
 
   /** Plans the goal for every member; where one is refused, it fails and no other starts. */
   async #allCanStart(): Promise<boolean> {
-    const checks = await Promise.all(this.#entries.map(async (e) => {
+    const checks = await Promise.all(this.#entries.map((e) => {
       const report: ActionReport = { status: "failed", steps: [] };
-      try {
-        await e.proc.ordered((target) =>
-          planGoal(target, this.#action, report, this.#settingsFor(e.proc.pid))
-        );
-        return undefined;
-      } catch (err) {
-        return { ...report, error: asError(err) };
-      }
+      return e.proc.ordered((t) => planGoal(t, this.#action, report, this.#settingsFor(e.proc.pid)))
+        .then(() => undefined, (err): ActionReport => ({ ...report, error: asError(err) }));
     }));
     if (checks.every((c) => c === undefined)) return true;
     this.#failed = true;
@@ -250,12 +239,10 @@ class Group {
     await Promise.all(this.#entries.map((e) =>
       e.proc.ordered(async (target) => {
         const now = report && "byPid" in report ? report.byPid.get(target.identity.pid) : undefined;
-        if (now !== undefined && now !== "unknown" && sum(now) > 0) {
-          known.set(e.proc.pid, sum(now));
-          return;
-        }
-        const record = await target.session.room.record(target.identity);
-        if (record) known.set(e.proc.pid, sum(record.heldMiB));
+        const held = now !== undefined && now !== "unknown" && sum(now) > 0
+          ? now
+          : (await target.session.room.record(target.identity))?.heldMiB;
+        if (held) known.set(e.proc.pid, sum(held));
       }).catch(() => {})
     ));
     return known;
