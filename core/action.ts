@@ -163,22 +163,15 @@ export async function planGoal(
   report: ActionReport,
   settings: ActionSettings,
 ): Promise<readonly Step[]> {
-  const from = await target.state();
+  const { pid } = target, from = await target.state();
   report.initialState = from;
   const p = plan(action, from);
+  if (p.kind !== "steps") report.state = from;
   if (p.kind === "refused") {
-    report.state = from;
-    throw new RefusedError({
-      code: "STATE",
-      operation: action,
-      pid: target.pid,
-      state: from,
-      reason: p.why,
-    });
+    throw new RefusedError({ code: "STATE", operation: action, pid, state: from, reason: p.why });
   }
   if (p.kind === "unchanged") {
     report.status = "unchanged";
-    report.state = from;
     return [];
   }
   if (!isStep(action)) await target.capable([...p.steps, ...p.steps.map(undoOf)], action);
@@ -187,15 +180,10 @@ export async function planGoal(
 }
 
 /** Refuses (`IPC`) to checkpoint a process that imported GPU memory, unless allowed. */
-async function refuseImporter(
-  target: Turn,
-  steps: readonly Step[],
-  action: Action,
-  settings: ActionSettings,
-): Promise<void> {
-  if (settings.allowIpcImport || !steps.includes("checkpoint")) return;
-  const imported = await target.session.gpuImport(target.identity.pid);
-  if (imported) throw importRefusal(action, target.pid, imported);
+async function refuseImporter(t: Turn, steps: readonly Step[], action: Action, o: ActionSettings) {
+  if (o.allowIpcImport || !steps.includes("checkpoint")) return;
+  const imported = await t.session.gpuImport(t.identity.pid);
+  if (imported) throw importRefusal(action, t.pid, imported);
 }
 
 /** One step, timed and told to the hooks: the action's, or (`of.rollback`) a rollback's. */
@@ -285,9 +273,7 @@ export async function undo(
   }
   const record: StepRecord[] = [];
   try {
-    for (const step of way) {
-      await timed(target, step, report, hooks, { rollback: record });
-    }
+    for (const step of way) await timed(target, step, report, hooks, { rollback: record });
     report.rollback = { ok: true, steps: record };
     report.state = initial;
     return broughtBack(initial);
