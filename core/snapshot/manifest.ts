@@ -252,37 +252,26 @@ function readProcess(
   at: string,
   gpus: ReadonlySet<string>,
 ): ManifestProcess {
-  const o = r.object(value, at, ["pid", "parent", "threads"], ["command", "cuda"]);
-  const pid = r.integer(o.pid, `${at}.pid`, 1, MAX_PID);
-  const threads = r.array(o.threads, `${at}.threads`).map((t, i) =>
-    r.integer(t, `${at}.threads[${i}]`, 1, MAX_PID)
-  );
-  if (threads[0] !== pid) r.fail(`${at}.threads[0]`, `the pid, ${pid}`, threads[0]);
-  const process: ManifestProcess = {
+  const pid = (v: unknown, field: string) => r.integer(v, field, 1, MAX_PID);
+  const known = { uuids: gpus, where: "a GPU of the manifest's gpus" };
+  const p = r.fields<ManifestProcess>(value, at, {
     pid,
-    parent: r.integer(o.parent, `${at}.parent`, 0, MAX_PID),
-    threads,
-    ...(o.command !== undefined ? { command: r.string(o.command, `${at}.command`) } : {}),
-  };
-  if (o.cuda === undefined) return process;
-  const c = r.object(o.cuda, `${at}.cuda`, ["state", "restoreThreadId", "gpuMemoryMiB"]);
-  const state = r.string(c.state, `${at}.cuda.state`);
-  if (!isSnapshotState(state)) {
-    r.fail(`${at}.cuda.state`, SNAPSHOT_STATES.map((s) => `"${s}"`).join(" or "), state);
-  }
-  const memory = c.gpuMemoryMiB === null ? null : r.mibByGpu(
-    c.gpuMemoryMiB,
-    `${at}.cuda.gpuMemoryMiB`,
-    { uuids: gpus, where: "a GPU of the manifest's gpus" },
-  );
-  return {
-    ...process,
-    cuda: {
-      state,
-      restoreThreadId: r.integer(c.restoreThreadId, `${at}.cuda.restoreThreadId`, 1, MAX_PID),
-      gpuMemoryMiB: memory,
-    },
-  };
+    parent: (v, field) => r.integer(v, field, 0, MAX_PID),
+    threads: (v, field) => r.array(v, field).map((t, i) => pid(t, `${field}[${i}]`)),
+    command: (v, field) => r.string(v, field),
+    cuda: (v, field) =>
+      r.fields(v, field, {
+        state: (s, field) => {
+          const state = r.string(s, field);
+          if (isSnapshotState(state)) return state;
+          return r.fail(field, SNAPSHOT_STATES.map((s) => `"${s}"`).join(" or "), state);
+        },
+        restoreThreadId: pid,
+        gpuMemoryMiB: (m, field) => m === null ? null : r.mibByGpu(m, field, known),
+      }),
+  }, ["command", "cuda"]);
+  if (p.threads[0] !== p.pid) r.fail(`${at}.threads[0]`, `the pid, ${p.pid}`, p.threads[0]);
+  return p;
 }
 
 /** GPUs as a manifest (or the simulated criu) lists them, each once, `min` at least. @internal */
@@ -297,10 +286,7 @@ export function readGpus(r: StrictReader, value: unknown, field: string, min = 0
       ...(o.totalMiB !== undefined ? { totalMiB: r.amount(o.totalMiB, `${at}.totalMiB`) } : {}),
     };
   });
-  gpus.forEach((g, i) => {
-    if (gpus.findIndex((e) => e.uuid === g.uuid) !== i) {
-      r.refuse(`${field}[${i}]`, `${field} names ${g.uuid} twice`);
-    }
-  });
+  const i = gpus.findIndex((g, i) => gpus.findIndex((e) => e.uuid === g.uuid) !== i);
+  if (i >= 0) r.refuse(`${field}[${i}]`, `${field} names ${gpus[i].uuid} twice`);
   return gpus;
 }
