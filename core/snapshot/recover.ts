@@ -65,12 +65,8 @@ export async function recoverFrom(
     if (alive.length > 0) {
       // Killed while it was ending its trees, the snapshot may have left them stopped (SIGSTOP).
       await machine.engine?.wake?.(alive);
-      result = await runGroup(
-        machine,
-        "resume",
-        alive,
-        checkGroupOptions({ checkRoom, onProgress }),
-      );
+      const settings = checkGroupOptions({ checkRoom, onProgress });
+      result = await runGroup(machine, "resume", alive, settings);
     }
     if (result && !result.ok) {
       const failed = result.processes.find((p) => p.error);
@@ -80,13 +76,10 @@ export async function recoverFrom(
         }${groupFailure(result)}; ${TRACE_FILE} is kept, so that this can be tried again`,
       );
     }
-    const removed: string[] = [];
-    for (const name of complete ? [] : trace.made) {
-      await snap.remove(name);
-      removed.push(`${where}/${name}`);
-    }
-    await snap.remove(TRACE_FILE);
-    removed.push(`${where}/${TRACE_FILE}`);
+    // The partial images where the snapshot had no manifest, then the trace.
+    const names = [...(complete ? [] : trace.made), TRACE_FILE];
+    for (const name of names) await snap.remove(name);
+    const removed = names.map((name) => `${where}/${name}`);
     return { dir: where, resumed: alive, gone, removed, complete };
   } finally {
     await snap.close();
