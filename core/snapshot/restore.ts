@@ -282,7 +282,8 @@ async function restoreTree(r: Restoring, t: ManifestTree): Promise<void> {
       // whole must stop meanwhile (an abort, the deadline, another part's failure), or it ran.
       const ran = await watchHeld(run.host, t.root, pids);
       r.watches.push(ran);
-      await Promise.race([r.checked.later(t.images), aborted(run.signal)]);
+      const stop = new Promise((end) => run.signal.addEventListener("abort", end, { once: true }));
+      await Promise.race([r.checked.later(t.images), run.signal.aborted || stop]);
       if (run.signal.aborted) throw NOT_STARTED;
       r.ran ??= await ran();
       if (r.ran) throw new Error(r.ran);
@@ -312,14 +313,6 @@ async function restoreTree(r: Restoring, t: ManifestTree): Promise<void> {
     r.times.resume = run.at();
     run.phase("resume", { gpuMemoryMiB: heldMiB(r.running) });
   }
-}
-
-/** Rejects once `signal` aborts. */
-function aborted(signal: AbortSignal): Promise<never> {
-  return new Promise((_, reject) => {
-    if (signal.aborted) reject(NOT_STARTED);
-    else signal.addEventListener("abort", () => reject(NOT_STARTED), { once: true });
-  });
 }
 
 /** Phase 3: what came of the restore; a failure is undone where it can be, and said. */
