@@ -75,13 +75,9 @@ export async function checkMapping(
   if (gpus.length === 0) return;
   const problems = mappingProblems(pairs, gpus);
   if (problems.length === 0) return;
-  throw new RefusedError({
-    code: "MAPPING",
-    operation,
-    pid,
-    reason: `the GPU mapping cannot work: ${problems.join("; ")}`,
-    detail: "the process is unchanged",
-  });
+  const reason = `the GPU mapping cannot work: ${problems.join("; ")}`;
+  const detail = "the process is unchanged";
+  throw new RefusedError({ code: "MAPPING", operation, pid, reason, detail });
 }
 
 /** Why the driver may have refused a mapping (`CUDA_ERROR_INVALID_VALUE`): chips that differ. */

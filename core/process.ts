@@ -149,13 +149,9 @@ export class Handle {
       const session = await this.#session();
       const found = await session.identify(this.pid);
       if (found && this.#identity && !sameProcess(this.#identity, found)) {
-        throw new RefusedError({
-          code: "REPLACED",
-          operation: "getState",
-          pid: this.pid,
-          reason: `the process this handle was made for has ended, and ${this.pid} now names ` +
-            `another process`,
-        });
+        const reason = `the process this handle was made for has ended, and ${this.pid} now ` +
+          `names another process`;
+        throw new RefusedError({ code: "REPLACED", operation: "getState", pid: this.pid, reason });
       }
       this.#identity ??= found;
       // No process has the id now (the driver will say so): the process it named, or the number.

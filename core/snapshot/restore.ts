@@ -366,12 +366,8 @@ async function rollBack(r: Restoring, stopped: string | undefined): Promise<Erro
     : `the processes ${run.engine.kind} had made, stopped before any of them ran, were ended; ` +
       `the snapshot is unchanged`;
   if (r.differs) {
-    return new RefusedError({
-      code: "SNAPSHOT",
-      operation: o.operation,
-      reason: r.differs.reason,
-      detail: ended,
-    });
+    const { reason } = r.differs;
+    return new RefusedError({ code: "SNAPSHOT", operation: o.operation, reason, detail: ended });
   }
   const err = run.failure?.error;
   const why = err === undefined
