@@ -203,18 +203,11 @@ export class Handle {
 
 /** The process while its turn is held: each step is one driver call, the room check around it. */
 export class Turn {
-  /** The pid (or thread id) as given: what the driver is called with. */
-  readonly pid: number;
-  readonly identity: ProcessIdentity;
   /** Whether the process is the program making the calls (it checkpoints itself). */
   readonly self: boolean;
-  readonly session: Session;
 
-  /** The turn of `pid` (of the process `identity`) in `session`. */
-  constructor(pid: number, identity: ProcessIdentity, session: Session) {
-    this.pid = pid;
-    this.identity = identity;
-    this.session = session;
+  /** The turn of `pid` (as given: what the driver is called with) of `identity` in `session`. */
+  constructor(readonly pid: number, readonly identity: ProcessIdentity, readonly session: Session) {
     this.self = identity.pid === session.selfPid;
   }
 

@@ -42,14 +42,8 @@ export function storeRefusal(op: string, path: string, what: string, err: unknow
 
 /** A snapshot being written, in the layout's order. */
 export class SnapshotWriter {
-  readonly dir: SnapshotDir;
-  /** The engine's path for each tree's directory, in the order of the roots. */
-  readonly imagesDirs: readonly string[];
-
-  private constructor(dir: SnapshotDir, imagesDirs: string[]) {
-    this.dir = dir;
-    this.imagesDirs = imagesDirs;
-  }
+  /** The directory, and the engine's path for each tree's directory, in the order of the roots. */
+  private constructor(readonly dir: SnapshotDir, readonly imagesDirs: readonly string[]) {}
 
   /** Makes `path`, its trace and each tree's directory, or refuses (`SNAPSHOT`), leaving none. */
   static async begin(
