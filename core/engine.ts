@@ -43,7 +43,7 @@ export interface RestoreRequest {
   readonly tcpEstablished?: boolean;
 }
 
-/** A process as an engine dumped it: its parent's pid (0 for the root), its thread ids, pid first. */
+/** A process as dumped: its parent's pid (0 for the root), its thread ids, pid first. */
 export type DumpedProcess = Readonly<{ pid: number; parent: number; threads: readonly number[] }>;
 
 /**

@@ -49,9 +49,7 @@ export async function runGroup(
 }
 
 /** A process's part in the group, as it goes (a job's member), and its rollback under way. */
-interface Entry extends JobMember {
-  rollingBack?: Promise<unknown>;
-}
+type Entry = JobMember & { rollingBack?: Promise<unknown> };
 
 class Group {
   readonly #action: Action;

@@ -13,7 +13,7 @@ import type { GpuMapping } from "./options.ts";
 import type { RoomCheck } from "./room.ts";
 import type { Action, ProcessState, Step } from "./states.ts";
 
-/** One driver call an operation made: its time in ms on the machine's clock, whether it succeeded. */
+/** One driver call an operation made: its time in ms on the machine's clock, whether it worked. */
 export type StepRecord = { readonly step: Step; readonly ms: number; readonly ok: boolean };
 
 /** Why an action was stopped between steps. */

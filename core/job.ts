@@ -124,8 +124,7 @@ async function asReady(
   let failed = false;
   const working: Working[] = [];
   await Promise.all(members.map(async (m) => {
-    const pid = m.proc.pid;
-    const error = await ctx.ready!(pid).then(() => undefined, (err) => asError(err));
+    const error = await ctx.ready!(m.proc.pid).then(() => undefined, (err) => asError(err));
     const stop = failed ? "another-failed" : ctx.stopReason();
     if (!error && stop) return void (m.notStarted = stop);
     const taken = error ?? await turnOf(m, releases);

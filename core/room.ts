@@ -90,9 +90,7 @@ export class GpuRoomError extends RefusedError {
   }
 }
 
-function mib(n: number): string {
-  return `${Math.round(n)} MiB`;
-}
+const mib = (n: number) => `${Math.round(n)} MiB`;
 
 const STILL_CHECKPOINTED = "nothing was asked of the driver: the process is still checkpointed";
 
@@ -131,10 +129,7 @@ export type RoomCheck = "checked" | "skipped" | { readonly unknown: string };
 /** A restore's claim, until it has returned (`done`), and whether its room was checked. */
 export type Reservation = { readonly check: RoomCheck; done(ok: boolean): Promise<void> };
 
-/**
- * The room check of one session: reads what a process holds before its checkpoint, records it,
- * and checks and claims the room for its restore. See the module documentation.
- */
+/** The room check of one session: what a process holds, recorded; its restore's room, claimed. */
 export class RoomGuard {
   readonly #host: HostProcesses | undefined;
   /** This program, as the host identifies it: the owner of its claims. */
@@ -357,7 +352,7 @@ export class RoomGuard {
   }
 }
 
-/** Where GPU memory goes: MiB by GPU of each record, summed, moved by the mapping where it has one. */
+/** Where GPU memory goes: MiB by GPU of all the records, moved by the mapping where it has one. */
 export function onto(
   held: readonly Readonly<Record<string, number>>[],
   pairs: readonly GpuPair[] | null,

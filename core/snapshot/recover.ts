@@ -29,10 +29,7 @@ export interface RecoverResult {
   readonly complete: boolean;
 }
 
-/**
- * Resumes what the trace names, and removes what was written; refuses one still under way.
- * `onProgress` hears the resumes' steps.
- */
+/** Resumes what the trace names (`onProgress` hears it), removes what was written. */
 export async function recoverFrom(
   machine: Machine,
   store: SnapshotStore,

@@ -110,9 +110,8 @@ interface Plan {
 }
 
 /**
- * What a snapshot has done so far besides its plan, which its phases fill in and its rollback
- * reads: the pids it suspends, each tree as dumped, when the suspends and the dumps began and
- * last ended (ms), the first failure of its parts.
+ * What a snapshot has done besides its plan, for its phases and its rollback: the pids it suspends,
+ * each tree as dumped, when the suspends and dumps began and last ended (ms), its first failure.
  */
 interface Taken extends Plan {
   readonly run: Run;
