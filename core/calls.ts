@@ -78,40 +78,32 @@ export async function checkCapability(
 ): Promise<void> {
   const fn = C_FUNCTIONS[operation];
   if (driver.missingFunctions?.includes(fn)) {
-    throw unsupported(shown, pid, await driver.driverVersion(), { missing: fn });
+    throw unsupported(shown, pid, await driver.driverVersion(), fn);
   }
   if (gpuPairs > 0) {
     const version = await driver.driverVersion();
     if (version.code === CUDA_SUCCESS && version.value < GPU_PAIRS_MIN_DRIVER_VERSION) {
-      throw unsupported(shown, pid, version, { gpuPairs });
+      throw unsupported(shown, pid, version);
     }
   }
 }
 
-/** The refusal: which function is missing or what needs a newer driver. */
+/** The refusal: the function `missing`, or (without one) a GPU mapping, needs a newer driver. */
 function unsupported(
   operation: string,
   pid: number | undefined,
   version: DriverResult,
-  what: { missing: string } | { gpuPairs: number },
+  missing?: string,
 ): CheckpointUnsupportedError {
   const known = version.code === CUDA_SUCCESS;
+  const driverVersion = known ? version.value : undefined;
   const driverText = known
     ? `this driver (CUDA ${formatDriverVersion(version.value)})`
     : `this driver (its version could not be read)`;
-  let reason: string;
-  if ("gpuPairs" in what) {
-    reason = `a GPU mapping needs driver 580 (CUDA 13.0) or later, and ${driverText} is older`;
-  } else if (!known || version.value < CHECKPOINT_MIN_DRIVER_VERSION) {
-    reason = `${driverText} has no checkpoint API (${what.missing}); driver 570 (CUDA 12.8) or ` +
-      `later has`;
-  } else {
-    reason = `${driverText} lacks ${what.missing}: the library looks incomplete or mismatched`;
-  }
-  return new CheckpointUnsupportedError({
-    operation,
-    pid,
-    reason,
-    driverVersion: known ? version.value : undefined,
-  });
+  const reason = missing === undefined
+    ? `a GPU mapping needs driver 580 (CUDA 13.0) or later, and ${driverText} is older`
+    : !known || version.value < CHECKPOINT_MIN_DRIVER_VERSION
+    ? `${driverText} has no checkpoint API (${missing}); driver 570 (CUDA 12.8) or later has`
+    : `${driverText} lacks ${missing}: the library looks incomplete or mismatched`;
+  return new CheckpointUnsupportedError({ operation, pid, reason, driverVersion });
 }
