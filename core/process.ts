@@ -173,8 +173,7 @@ export class Handle {
   #session(): Promise<Session> {
     if (this.#closed) return Promise.reject(this.#closedError());
     if (!this.#lease) {
-      const taken = leaseOf(this.#source);
-      this.#lease = taken;
+      const taken = this.#lease = leaseOf(this.#source);
       // A machine that failed to open is not kept: the next call tries again.
       taken.machine.catch(() => {
         if (this.#lease === taken) this.#lease = undefined;
@@ -230,12 +229,10 @@ export class Turn {
     const room = this.session.room;
     // Locking this very process: the room check's NVML reads stop until it runs again.
     if (this.self) await room.beforeSelfLock();
-    try {
-      await this.#call("lock", { timeoutMs });
-    } catch (err) {
+    await this.#call("lock", { timeoutMs }).catch((err) => {
       if (this.self) room.selfRunning();
       throw err;
-    }
+    });
     // Locked from running: what it held when last checkpointed is no longer what it holds.
     await room.forget(this.identity);
   }
