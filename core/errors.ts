@@ -250,13 +250,8 @@ export function driverError(
 ): CudaError | undefined {
   if (code === CUDA_SUCCESS) return undefined;
   const detail = place.detail ?? (place.pid !== undefined ? WHY[code] : undefined);
-  return new CudaError({
-    ...place,
-    ...(detail !== undefined ? { detail } : {}),
-    code,
-    codeName: driver.errorName(code),
-    description: driver.errorString(code),
-  });
+  const [codeName, description] = [driver.errorName(code), driver.errorString(code)];
+  return new CudaError({ ...place, detail, code, codeName, description });
 }
 
 /** A sentence for the codes whose name alone would mislead about a process. */
