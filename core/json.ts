@@ -36,10 +36,8 @@ export class StrictReader {
     try {
       return JSON.parse(text);
     } catch (err) {
-      return this.refuse(
-        "",
-        `${what} is not JSON (${messageOf(err)}); it may be truncated or corrupt`,
-      );
+      const reason = `${what} is not JSON (${messageOf(err)}); it may be truncated or corrupt`;
+      return this.refuse("", reason);
     }
   }
 
@@ -55,19 +53,14 @@ export class StrictReader {
     }
     const o = value as Record<string, unknown>;
     if (!required) return o;
-    for (const key of Object.keys(o)) {
-      if (!required.includes(key) && !optional.includes(key)) {
-        this.refuse(
-          join(field, key),
-          `${field || "it"} has a field this version does not know, ${JSON.stringify(key)}`,
-        );
-      }
+    const it = field || "it";
+    const extra = Object.keys(o).find((key) => !required.includes(key) && !optional.includes(key));
+    if (extra !== undefined) {
+      const reason = `${it} has a field this version does not know, ${JSON.stringify(extra)}`;
+      this.refuse(join(field, extra), reason);
     }
-    for (const key of required) {
-      if (!(key in o)) {
-        this.refuse(join(field, key), `${field || "it"} lacks ${JSON.stringify(key)}`);
-      }
-    }
+    const lacking = required.find((key) => !(key in o));
+    if (lacking) this.refuse(join(field, lacking), `${it} lacks ${JSON.stringify(lacking)}`);
     return o;
   }
 
