@@ -223,32 +223,27 @@ async function check(r: Restoring): Promise<void> {
   }
   if (o.signal?.aborted) run.notBegun("restore", "it was aborted");
   if (r.differs) throw r.differs;
-  r.times.checked = run.at();
+  r.times.checked = r.times.restored = run.at();
 }
 
 /** Phase 2: every tree back, the CUDA processes resumed as one job, each as its tree is back. */
 async function bringBack(r: Restoring): Promise<GroupResult | undefined> {
   const { run, manifest } = r;
   run.phase("restore", { imageBytes: bytesOf(manifest.files), gpuMemoryMiB: heldMiB(r.running) });
-  r.times.restored = r.times.checked;
   const treeOf = new Map<number, Promise<void>>();
   const trees = manifest.trees.map((t) => {
     const back = started(restoreTree(r, t));
     for (const p of t.processes) treeOf.set(p.pid, back);
     return back;
   });
-  const resumed = r.running.length === 0 ? undefined : runGroup(
-    run.machine,
-    "resume",
-    r.running.map((p) => p.pid),
-    {
-      ...run.group(true),
-      job: true,
-      checkRoom: r.o.checkRoom,
-      gpuMapping: () => r.pairs.length === 0 ? null : r.pairs,
-      ready: (pid) => treeOf.get(pid)!,
-    },
-  );
+  const pids = r.running.map((p) => p.pid), pairs = r.pairs.length === 0 ? null : r.pairs;
+  const resumed = pids.length === 0 ? undefined : runGroup(run.machine, "resume", pids, {
+    ...run.group(true),
+    job: true,
+    checkRoom: r.o.checkRoom,
+    gpuMapping: () => pairs,
+    ready: (pid) => treeOf.get(pid)!,
+  });
   await Promise.allSettled(trees);
   return await resumed;
 }
