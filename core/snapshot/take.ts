@@ -189,14 +189,9 @@ async function check(run: Run, roots: readonly number[], allowIpcImport: boolean
     const imported = await session.gpuImport(pid);
     if (imported) throw importRefusal("snapshot", pid, imported);
   }
-  return {
-    trees,
-    running,
-    report,
-    probe,
-    version: await machine.driver.driverVersion(),
-    facts: host.facts ? await host.facts() : { hostname: host.kind, kernel: "unknown" },
-  };
+  const version = await machine.driver.driverVersion();
+  const facts = host.facts ? await host.facts() : { hostname: host.kind, kernel: "unknown" };
+  return { trees, running, report, probe, version, facts };
 }
 
 /** Suspends, dumps and seals each tree; the first failure stops the rest, all put back. */
