@@ -201,28 +201,16 @@ export async function timed(
   hooks.stepStarted?.(step, rollback);
   let ok = false;
   try {
-    switch (step) {
-      case "lock": {
-        const t = settings.lockTimeoutMs;
-        await target.lock(typeof t === "function" ? t() : t);
-        break;
-      }
-      case "checkpoint": {
-        // A record that could not be written: the warning, in the outcome's roomCheck.
-        const unrecorded = await target.checkpoint(settings.checkRoom);
-        if (unrecorded && !rollback) report.roomCheck = unrecorded;
-        break;
-      }
-      case "restore":
-        report.roomCheck = await target.restore(
-          settings.pairs,
-          settings.checkRoom,
-          rollback || of.action === "restore" ? "restore" : of.action,
-        );
-        break;
-      case "unlock":
-        await target.unlock();
-        break;
+    const t = settings.lockTimeoutMs;
+    if (step === "lock") await target.lock(typeof t === "function" ? t() : t);
+    else if (step === "unlock") await target.unlock();
+    else if (step === "checkpoint") {
+      // A record that could not be written: the warning, in the outcome's roomCheck.
+      const unrecorded = await target.checkpoint(settings.checkRoom);
+      if (unrecorded && !rollback) report.roomCheck = unrecorded;
+    } else {
+      const shown = rollback || of.action === "restore" ? "restore" : of.action;
+      report.roomCheck = await target.restore(settings.pairs, settings.checkRoom, shown);
     }
     ok = true;
   } finally {
