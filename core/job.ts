@@ -180,13 +180,10 @@ async function phase(working: readonly Working[], n: 1 | 2, ctx: JobContext, bac
     if (step === undefined || jobPhase(step) !== n) return;
     const pid = w.member.proc.pid;
     try {
-      await timed(
-        w.target,
-        step,
-        w.report,
-        ctx.hooks(pid),
-        back ? { rollback: w.back!.steps } : { action: ctx.action, settings: ctx.settingsFor(pid) },
-      );
+      const of = back
+        ? { rollback: w.back!.steps }
+        : { action: ctx.action, settings: ctx.settingsFor(pid) };
+      await timed(w.target, step, w.report, ctx.hooks(pid), of);
       left!.shift();
     } catch (err) {
       if (back) w.back!.error = asError(err);
