@@ -123,10 +123,9 @@ export function derivedMapping(
   const crossing = pairs.find(({ from, to }) => to && to.name !== from.name);
   if (crossing || pairs.some(({ to }) => !to)) {
     // Enough GPUs of the snapshot's chips, at other indices: a mapping can say which.
-    const enough = [...new Set(snapshotGpus.map((g) => g.name))].every((name) =>
-      gpus.filter((h) => h.name === name).length >=
-        snapshotGpus.filter((g) => g.name === name).length
-    );
+    const count = (list: readonly GpuInfo[], name: string) =>
+      list.filter((g) => g.name === name).length;
+    const enough = snapshotGpus.every((g) => count(gpus, g.name) >= count(snapshotGpus, g.name));
     const { from, to } = crossing ?? pairs.find(({ to }) => !to)!;
     throw mappingRefused(
       operation,
