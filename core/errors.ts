@@ -186,11 +186,9 @@ export class WaitTimeoutError extends CheckpointError {
 
   /** Makes the error; the message names the process, the state wanted and the one seen. */
   constructor(pid: number, wanted: ProcessState, timeoutMs: number, state: ProcessState) {
-    super(`process ${pid} did not become ${wanted} within ${timeoutMs} ms; it is ${state}`, {
-      operation: "waitForState",
-      pid,
-      state,
-    });
+    const message =
+      `process ${pid} did not become ${wanted} within ${timeoutMs} ms; it is ${state}`;
+    super(message, { operation: "waitForState", pid, state });
     this.name = "WaitTimeoutError";
     this.wanted = wanted;
   }
