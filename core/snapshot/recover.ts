@@ -55,8 +55,7 @@ export async function recoverFrom(
           `Ctrl-C or kill -TERM ${by}: it puts the processes back itself)`,
       );
     }
-    const alive: number[] = [];
-    const gone: number[] = [];
+    const alive: number[] = [], gone: number[] = [];
     for (const p of trace.processes) (await same(p) ? alive : gone).push(p.pid);
     let result: GroupResult | undefined;
     if (alive.length > 0) {
