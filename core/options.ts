@@ -33,10 +33,7 @@ export type OptionChecks = Readonly<Record<string, (value: unknown, name: string
 /** What a table of checks makes of the options: each option's value, checked. */
 export type Settings<T extends OptionChecks> = { readonly [K in keyof T]: ReturnType<T[K]> };
 
-/**
- * Checks the options of `where` by a table of checks: no key but `machine` (the caller's) and the
- * table's, listed in that order where one is refused; then each value, in the same order.
- */
+/** Checks the options of `where` by a table: no key but `machine` and the table's, then each. */
 export function checkTable<T extends OptionChecks>(
   options: object | undefined,
   where: string,

@@ -100,10 +100,7 @@ function untouched(where: { operation: string; pid?: number }) {
   return pid === undefined ? { operation } : { operation, pid, state: "checkpointed" as const };
 }
 
-/**
- * The refusal (`PREREQUISITE`) of a checked restore whose room cannot be checked because the
- * records of held GPU memory cannot be read or written (`err` says why, naming the path).
- */
+/** A checked restore refused (`PREREQUISITE`): the records cannot be read or written (`err`). */
 function roomUnknownError(
   where: { operation: string; pid?: number; who?: string },
   err: unknown,

@@ -102,13 +102,10 @@ export async function inspectIn(
 }
 
 /**
- * What a restore has done so far: the record its phases fill in and its rollback reads. `held`:
- * trees are held stopped until their memory images matched; `pairs`: the GPU pairs (empty: in
- * place); `running`: the CUDA processes that ran when the snapshot was taken (they are resumed);
- * `made`: the trees the engine made, `begun`: those whose restore began (a failed one may have
- * left some behind); `watches`: whether a held tree ran meanwhile, `ran`: what showed it did;
- * `whole`: the trees back whole; `differs`: a memory image that differs; `times` (ms): the checks
- * ended, the engine's restores last ended, the GPU half began.
+ * What a restore has done, for its phases and its rollback: whether trees are `held` stopped until
+ * their images matched, the GPU `pairs` (empty: in place), the CUDA processes `running` when taken,
+ * the trees `made` and `begun` (a failed one may leave some behind), each held tree's watch and
+ * what showed it `ran`, the trees back `whole`, an image that `differs`, and `times` (ms).
  */
 interface Restoring {
   readonly run: Run;

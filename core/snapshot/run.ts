@@ -88,9 +88,8 @@ export function checkDir(dir: unknown): string {
 const DEFAULT_PARALLEL = 8;
 
 /**
- * A snapshot or restore under way: the machine's parts it needs, its deadline, a signal that
- * aborts at the caller's abort, the deadline or the first failure of a part, and its events. The
- * engine's probe and the GPU list are asked at once, awaited after other checks.
+ * A snapshot or restore under way: the machine's parts it needs, its deadline, its signal, its
+ * events; the engine's probe and the GPU list are asked at once, awaited after other checks.
  */
 export class Run {
   readonly machine: Machine;
