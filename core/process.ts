@@ -29,15 +29,13 @@ export function sessionOf(machine: Machine): Session {
 
 /** What this package keeps for a machine in use: each process's order, and the room check. */
 export class Session {
-  readonly machine: Machine;
   readonly room: RoomGuard;
   #self: Promise<ProcessIdentity | undefined> | undefined;
   #release: Promise<string | undefined> | undefined;
   readonly #tails = new Map<string, Promise<unknown>>();
 
   /** The session of `machine`: use {@link sessionOf}, which keeps one per machine. */
-  constructor(machine: Machine) {
-    this.machine = machine;
+  constructor(readonly machine: Machine) {
     this.room = new RoomGuard(machine.host, () => this.selfIdentity());
   }
 
@@ -86,8 +84,6 @@ export class Session {
 
 /** One process through one machine: it leases the machine, and refuses a pid reused since. */
 export class Handle {
-  /** The process id (or one of its thread ids), as given: what the driver is called with. */
-  readonly pid: number;
   readonly #source: MachineSource;
   #lease: MachineLease | undefined;
   #closed = false;
@@ -95,9 +91,8 @@ export class Handle {
   #identity: ProcessIdentity | undefined;
   readonly #running = new Set<Promise<unknown>>();
 
-  /** A handle on `pid` (checked by the caller) through the machine of `source`. */
-  constructor(pid: number, source: MachineSource) {
-    this.pid = pid;
+  /** A handle on `pid` (or a thread id, checked by the caller: what the driver is called with). */
+  constructor(readonly pid: number, source: MachineSource) {
     this.#source = source;
   }
 
