@@ -99,14 +99,10 @@ export async function listOn(machine: Machine, o: ListSettings): Promise<CudaPro
   const candidates: ScannedProcess[] = [];
   for (const p of scanned) {
     checkPid(p?.pid, `a pid from the ${host.kind} host's scan`);
-    if (p.notInspectable !== undefined || p.cudaLibrary === undefined) {
-      uninspectable.push(withCommand(p, {
-        pid: p.pid,
-        reason: p.notInspectable ?? "the host could not tell whether it maps libcuda",
-      }));
-    } else if (p.cudaLibrary || o.candidates === "all") {
-      candidates.push(p);
-    }
+    const reason = p.notInspectable ??
+      (p.cudaLibrary === undefined ? "the host could not tell whether it maps libcuda" : undefined);
+    if (reason !== undefined) uninspectable.push(withCommand(p, { pid: p.pid, reason }));
+    else if (p.cudaLibrary || o.candidates === "all") candidates.push(p);
   }
   // A process that never initialised CUDA, or is gone since the scan, is no CUDA process (now).
   const answers = await Promise.all(candidates.map(async (p) => {
