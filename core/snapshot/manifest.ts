@@ -70,15 +70,8 @@ export interface Manifest {
   readonly gpus: readonly ManifestGpu[];
   /** The dumped trees. */
   readonly trees: readonly ManifestTree[];
-  /** How it was taken. */
-  readonly options: {
-    /** Whether the processes were left running after the dump. */
-    readonly leaveRunning: boolean;
-    /** Whether its CUDA processes were handled as one job. */
-    readonly job: boolean;
-    /** Whether established TCP connections were dumped (`--tcp-established`); else left out. */
-    readonly tcpEstablished?: true;
-  };
+  /** How it was taken: the options of `snapshot` (`tcpEstablished` left out where not given). */
+  readonly options: Readonly<{ leaveRunning: boolean; job: boolean; tcpEstablished?: true }>;
   /** How long its parts took, in ms. */
   readonly timings: Readonly<{ suspendMs: number; dumpMs: number; totalMs: number }>;
   /** Every file of its trees with its size and digest: a restore refuses any other, or a change. */
