@@ -219,12 +219,9 @@ class Group {
 
   /** One process's settings, its lock timeout cut to what is left of the deadline. */
   #settingsFor(pid: number): ActionSettings {
-    return {
-      lockTimeoutMs: () => this.#deadline.cut(this.#s.lockTimeoutMs),
-      pairs: this.#s.gpuMapping(pid),
-      checkRoom: this.#s.checkRoom,
-      allowIpcImport: this.#s.allowIpcImport,
-    };
+    const { lockTimeoutMs: lock, checkRoom, allowIpcImport } = this.#s;
+    const pairs = this.#s.gpuMapping(pid);
+    return { lockTimeoutMs: () => this.#deadline.cut(lock), pairs, checkRoom, allowIpcImport };
   }
 
   /** Each target's GPU memory in MiB where known: the host's report, or its record. */
