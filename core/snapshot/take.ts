@@ -7,12 +7,12 @@
  */
 
 import { checkCapability } from "../calls.ts";
-import { CUDA_SUCCESS, type DriverResult } from "../driver.ts";
-import { type DumpedProcess, EngineError, type EngineProbe } from "../engine.ts";
+import { CUDA_SUCCESS } from "../driver.ts";
+import { type DumpedProcess, EngineError } from "../engine.ts";
 import { messageOf, SnapshotError, type SnapshotFailure } from "../errors.ts";
 import { runGroup } from "../group.ts";
 import type { GroupResult } from "../group_types.ts";
-import type { GpuMemoryReport, MachineFacts, TreeProcess } from "../host.ts";
+import type { TreeProcess } from "../host.ts";
 import { askGpuMemory } from "../listing.ts";
 import type { Machine } from "../machine.ts";
 import { checkLockTimeout, checkPid, checkSignal, checkTable, flag, mustBe } from "../options.ts";
@@ -21,8 +21,7 @@ import { importRefusal, sessionOf } from "../process.ts";
 import { clockOf } from "../time.ts";
 import { VERSION } from "../version.ts";
 import { SnapshotWriter, TRACE_FILE } from "./layout.ts";
-import { type Manifest, MANIFEST_FORMAT, type ManifestProcess } from "./manifest.ts";
-import type { ManifestTree } from "./manifest.ts";
+import { type Manifest, MANIFEST_FORMAT } from "./manifest.ts";
 import type { SnapshotFile } from "./store.ts";
 import {
   bytesOf,
@@ -99,15 +98,7 @@ export function checkSnapshotArgs(
 }
 
 /** What the checks found: the trees as listed, and what the manifest says of the machine. */
-interface Plan {
-  readonly trees: readonly ManifestTree[];
-  /** Each tree's running CUDA processes: those it suspends, and puts back on failure. */
-  readonly running: readonly (readonly ManifestProcess[])[];
-  readonly report: GpuMemoryReport;
-  readonly probe: EngineProbe;
-  readonly version: DriverResult;
-  readonly facts: MachineFacts;
-}
+type Plan = Awaited<ReturnType<typeof check>>;
 
 /**
  * What a snapshot has done besides its plan, for its phases and its rollback: the pids it suspends,
@@ -166,7 +157,7 @@ export async function takeSnapshot(
 }
 
 /** Phase 1: checks everything, changes nothing. */
-async function check(run: Run, roots: readonly number[], allowIpcImport: boolean): Promise<Plan> {
+async function check(run: Run, roots: readonly number[], allowIpcImport: boolean) {
   const { machine, host } = run;
   // Before 570 every getState fails, and each process would pass for one without CUDA.
   await checkCapability(machine.driver, "getState", undefined, 0, "snapshot");
@@ -183,6 +174,7 @@ async function check(run: Run, roots: readonly number[], allowIpcImport: boolean
   const trees = await Promise.all(
     listed.map(({ root, tree }) => describeTree(root, tree, machine, report)),
   );
+  // Each tree's running CUDA processes: those it suspends, and puts back on failure.
   const running = trees.map((t) => t.processes.filter((p) => p.cuda?.state === "running"));
   const session = sessionOf(machine);
   for (const { pid } of allowIpcImport ? [] : running.flat()) {
