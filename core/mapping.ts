@@ -85,18 +85,16 @@ export async function explainRejectedMapping(
   driver: CheckpointDriver,
   pairs: readonly GpuPair[],
 ): Promise<string> {
-  const gpus = driver.listGpus ? await driver.listGpus().catch(() => undefined) : undefined;
-  if (gpus) {
-    const byKey = new Map(gpus.map((g) => [g.uuid.toLowerCase(), g]));
-    const crossing = pairs.flatMap((p) => {
-      const from = byKey.get(key(p.oldUuid)), to = byKey.get(key(p.newUuid));
-      return from && to && from.name !== to.name
-        ? [`${describeGpu(from)} onto ${describeGpu(to)}`]
-        : [];
-    });
-    if (crossing.length > 0) {
-      return `the driver refused the GPU mapping: it moves ${crossing.join(" and ")}, another chip`;
-    }
+  const gpus = driver.listGpus ? await driver.listGpus().catch(() => []) : [];
+  const byKey = new Map(gpus.map((g) => [g.uuid.toLowerCase(), g]));
+  const crossing = pairs.flatMap((p) => {
+    const from = byKey.get(key(p.oldUuid)), to = byKey.get(key(p.newUuid));
+    return from && to && from.name !== to.name
+      ? [`${describeGpu(from)} onto ${describeGpu(to)}`]
+      : [];
+  });
+  if (crossing.length > 0) {
+    return `the driver refused the GPU mapping: it moves ${crossing.join(" and ")}, another chip`;
   }
   return "the driver refused the GPU mapping (docs/ERRORS.md#a-refused-gpu-mapping)";
 }
