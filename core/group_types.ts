@@ -140,11 +140,10 @@ export type GroupSettings = Omit<Settings<typeof GROUP_OPTIONS>, "onProgress"> &
 
 /** Checks a group's options, each left out given its default (the machine is the caller's). */
 export function checkGroupOptions(options: GroupOptions | undefined): GroupSettings {
-  const given = options as { job?: unknown; concurrency?: unknown } | undefined;
-  if (given?.job === true && given.concurrency !== undefined) {
+  if (options?.job === true && options.concurrency !== undefined) {
     throw new RangeError(
       "a job works on every process at once: concurrency cannot be given with job: true, got " +
-        describeValue(given.concurrency),
+        describeValue(options.concurrency),
     );
   }
   const s = checkTable(options, "runGroup", GROUP_OPTIONS);
