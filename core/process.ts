@@ -74,11 +74,10 @@ export class Session {
 
   /** This program as the host identifies it (the owner of its room claims), where it can. */
   selfIdentity(): Promise<ProcessIdentity | undefined> {
-    this.#self ??= (async () => {
+    return this.#self ??= (async () => {
       const pid = this.selfPid;
       return pid === undefined ? undefined : await this.identify(pid) ?? { pid };
     })();
-    return this.#self;
   }
 }
 
