@@ -147,8 +147,7 @@ export class RoomGuard {
   /** What `process` holds now, MiB by GPU UUID, where the host tells (and it holds some). */
   async heldNow(process: ProcessIdentity): Promise<Readonly<Record<string, number>> | undefined> {
     const report = await this.report();
-    if (!report || !("byPid" in report)) return undefined;
-    const memory = report.byPid.get(process.pid);
+    const memory = report && "byPid" in report ? report.byPid.get(process.pid) : undefined;
     if (memory === undefined || memory === "unknown") return undefined;
     return Object.values(memory).some((m) => m > 0) ? memory : undefined;
   }
