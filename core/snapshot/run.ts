@@ -178,12 +178,8 @@ export class Run {
   /** Refuses to begin `what` where it must stop already (`why`): nothing was changed. */
   notBegun(what: string, why: string | undefined = this.stopped()): void {
     if (!why) return;
-    throw new SnapshotError({
-      code: "STOPPED",
-      operation: this.operation,
-      message: `${what} stopped before it began: ${why}`,
-      detail: "nothing was changed",
-    });
+    const message = `${what} stopped before it began: ${why}`, detail = "nothing was changed";
+    throw new SnapshotError({ code: "STOPPED", operation: this.operation, message, detail });
   }
 
   /** Keeps `error` where it is the first failure of a part, and stops the others. */
