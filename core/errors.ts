@@ -217,9 +217,7 @@ export class SnapshotError extends CheckpointError {
   readonly log: string | undefined;
 
   /** Makes the error: `message` is what failed, `detail` where the processes were left. */
-  constructor(
-    init: ErrorPlace & { code: SnapshotFailure; message: string; log?: string },
-  ) {
+  constructor(init: ErrorPlace & { code: SnapshotFailure; message: string; log?: string }) {
     super(init.message, init);
     this.name = "SnapshotError";
     this.code = init.code;
