@@ -58,11 +58,6 @@ export class Session {
     return run;
   }
 
-  /** The pid of the program using the machine, where it is one of the host's processes. */
-  get selfPid(): number | undefined {
-    return this.machine.host?.self;
-  }
-
   /** The import of GPU memory that makes a checkpoint of `pid` unrestorable (before 610). */
   async gpuImport(pid: number): Promise<GpuImport | undefined> {
     const host = this.machine.host;
@@ -75,7 +70,7 @@ export class Session {
   /** This program as the host identifies it (the owner of its room claims), where it can. */
   selfIdentity(): Promise<ProcessIdentity | undefined> {
     return this.#self ??= (async () => {
-      const pid = this.selfPid;
+      const pid = this.machine.host?.self;
       return pid === undefined ? undefined : await this.identify(pid) ?? { pid };
     })();
   }
@@ -201,7 +196,7 @@ export class Turn {
 
   /** The turn of `pid` (as given: what the driver is called with) of `identity` in `session`. */
   constructor(readonly pid: number, readonly identity: ProcessIdentity, readonly session: Session) {
-    this.self = identity.pid === session.selfPid;
+    this.self = identity.pid === session.machine.host?.self;
   }
 
   get machine(): Machine {
