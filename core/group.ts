@@ -72,8 +72,7 @@ class Group {
   async run(): Promise<GroupResult> {
     const machine = await this.#entries[0]?.proc.machine();
     if (machine && this.#s.gpuMemory) this.#memory = await this.#memoryOf();
-    const clock = machine ? clockOf(machine) : { now: () => performance.now() };
-    this.#deadline = new Deadline(clock, this.#s.timeoutMs);
+    this.#deadline = new Deadline(clockOf(machine ?? {}), this.#s.timeoutMs);
     if (this.#s.job) return await this.#runJob();
     // All or nothing: a goal some member's state rules out fails the group before any step.
     if (this.#s.allOrNothing && !isStep(this.#action) && !(await this.#allCanStart())) {
