@@ -180,8 +180,7 @@ export async function restoreFrom(
 async function check(r: Restoring): Promise<void> {
   const { run, o, manifest } = r;
   const probe = await run.probing;
-  const dumped = manifest.engine;
-  const engine = run.engine;
+  const { engine } = run, dumped = manifest.engine;
   if (
     dumped.kind === engine.kind && dumped.version && probe.version &&
     olderVersion(probe.version, dumped.version, 2)
