@@ -317,8 +317,7 @@ export class RoomGuard {
     records: HeldRecords,
   ): Promise<{ record?: HeldRecord; shared: number }> {
     const mark = records.ended && await this.#host?.lastingMark?.(process).catch(() => undefined);
-    if (!mark) return { shared: 0 };
-    const was = (await records.ended!()).filter((r) => r.mark === mark);
+    const was = mark ? (await records.ended!()).filter((r) => r.mark === mark) : [];
     if (was.length === 0) return { shared: 0 };
     const heldMiB: Record<string, number> = {};
     for (const [gpu, mib] of was.flatMap((r) => Object.entries(r.heldMiB))) {
