@@ -153,9 +153,7 @@ export function parseManifest(
 
 /** Refuses what is not a manifest of this format, saying what it is instead. */
 function checkFormat(r: StrictReader, data: unknown): void {
-  const tag = typeof data === "object" && data !== null
-    ? (data as { format?: unknown }).format
-    : undefined;
+  const tag = (data as { format?: unknown } | null | undefined)?.format;
   if (typeof tag !== "string") {
     r.refuse(
       "format",
