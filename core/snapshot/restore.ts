@@ -21,7 +21,7 @@ import { sessionOf } from "../process.ts";
 import { onto } from "../room.ts";
 import { clockOf } from "../time.ts";
 import { olderVersion } from "../version.ts";
-import type { Checked, SnapshotDir, SnapshotStore } from "./store.ts";
+import type { SnapshotStore } from "./store.ts";
 import { openSnapshot } from "./layout.ts";
 import type { Manifest, ManifestProcess, ManifestTree } from "./manifest.ts";
 import {
@@ -102,17 +102,15 @@ export async function inspectIn(
 }
 
 /**
- * What a restore has done, for its phases and its rollback: whether trees are `held` stopped until
- * their images matched, the GPU `pairs` (empty: in place), the CUDA processes `running` when taken,
- * the trees `made` and `begun` (a failed one may leave some behind), each held tree's watch and
- * what showed it `ran`, the trees back `whole`, an image that `differs`, and `times` (ms).
+ * The snapshot as opened and what its restore did, for its phases and rollback: whether trees are
+ * `held` stopped until their images matched, the GPU `pairs` (empty: in place), the CUDA processes
+ * `running` when taken, the trees `made` and `begun` (a failed one may leave some behind), each
+ * held tree's watch and what showed it `ran`, the trees back `whole`, an image that `differs`,
+ * and `times` (ms).
  */
-interface Restoring {
+interface Restoring extends Awaited<ReturnType<typeof openSnapshot>> {
   readonly run: Run;
   readonly o: RestoreSettings;
-  readonly dir: SnapshotDir;
-  readonly manifest: Manifest;
-  readonly checked: Checked;
   readonly held: boolean;
   pairs: readonly GpuPair[];
   readonly running: readonly ManifestProcess[];
