@@ -9,7 +9,7 @@ import { CUDA_ERROR_ILLEGAL_STATE, type GpuPair } from "./driver.ts";
 import { asError, CudaError, messageOf, RefusedError, withDetail } from "./errors.ts";
 import type { ProcessOutcome, StepRecord, StopReason } from "./group_types.ts";
 import { checkFlag, checkGpuMapping, checkLockTimeout, checkOptions } from "./options.ts";
-import { DEFAULT_LOCK_TIMEOUT_MS, type GpuMapping } from "./options.ts";
+import type { GpuMapping } from "./options.ts";
 import { type Handle, importRefusal, isGone, type Turn } from "./process.ts";
 import type { RoomCheck } from "./room.ts";
 import { type Action, isStep, plan, type ProcessState, rollbackWay, type Step } from "./states.ts";
@@ -44,22 +44,19 @@ export function act(handle: Handle, action: Action, settings: ActionSettings): P
   return handle.ordered(async (turn) => {
     const report = await runAction(turn, action, settings);
     if (report.error) throw report.error;
-    return {
-      status: report.status === "unchanged" ? "unchanged" : "done",
-      state: report.state!,
-      steps: report.steps,
-      ...(report.roomCheck !== undefined ? { roomCheck: report.roomCheck } : {}),
-    };
+    const { state, steps, roomCheck } = report;
+    const status = report.status === "unchanged" ? "unchanged" : "done";
+    return defined({ status, state: state!, steps, roomCheck });
   });
 }
 
+/** A record without its fields that are `undefined`, as the outcomes give them. */
+export function defined<T extends object>(record: T): T {
+  return Object.fromEntries(Object.entries(record).filter(([, v]) => v !== undefined)) as T;
+}
+
 /** A rollback's settings: a restore goes back where the process was, its room checked as any. */
-const ROLLBACK_SETTINGS: ActionSettings = Object.freeze({
-  lockTimeoutMs: DEFAULT_LOCK_TIMEOUT_MS,
-  pairs: null,
-  checkRoom: true,
-  allowIpcImport: true,
-});
+const ROLLBACK_SETTINGS = settingsOf({ allowIpcImport: true }, "rollback", ["allowIpcImport"]);
 
 /** Options of `CudaProcess`'s steps and goals: each takes those it names (a `toggle`, all). */
 export interface StepOptions {
@@ -166,22 +163,15 @@ export async function planGoal(
   report: ActionReport,
   settings: ActionSettings,
 ): Promise<readonly Step[]> {
-  const from = await target.state();
+  const { pid } = target, from = await target.state();
   report.initialState = from;
   const p = plan(action, from);
+  if (p.kind !== "steps") report.state = from;
   if (p.kind === "refused") {
-    report.state = from;
-    throw new RefusedError({
-      code: "STATE",
-      operation: action,
-      pid: target.pid,
-      state: from,
-      reason: p.why,
-    });
+    throw new RefusedError({ code: "STATE", operation: action, pid, state: from, reason: p.why });
   }
   if (p.kind === "unchanged") {
     report.status = "unchanged";
-    report.state = from;
     return [];
   }
   if (!isStep(action)) await target.capable([...p.steps, ...p.steps.map(undoOf)], action);
@@ -190,15 +180,10 @@ export async function planGoal(
 }
 
 /** Refuses (`IPC`) to checkpoint a process that imported GPU memory, unless allowed. */
-async function refuseImporter(
-  target: Turn,
-  steps: readonly Step[],
-  action: Action,
-  settings: ActionSettings,
-): Promise<void> {
-  if (settings.allowIpcImport || !steps.includes("checkpoint")) return;
-  const imported = await target.session.gpuImport(target.identity.pid);
-  if (imported) throw importRefusal(action, target.pid, imported);
+async function refuseImporter(t: Turn, steps: readonly Step[], action: Action, o: ActionSettings) {
+  if (o.allowIpcImport || !steps.includes("checkpoint")) return;
+  const imported = await t.session.gpuImport(t.identity.pid);
+  if (imported) throw importRefusal(action, t.pid, imported);
 }
 
 /** One step, timed and told to the hooks: the action's, or (`of.rollback`) a rollback's. */
@@ -216,28 +201,16 @@ export async function timed(
   hooks.stepStarted?.(step, rollback);
   let ok = false;
   try {
-    switch (step) {
-      case "lock": {
-        const t = settings.lockTimeoutMs;
-        await target.lock(typeof t === "function" ? t() : t);
-        break;
-      }
-      case "checkpoint": {
-        // A record that could not be written: the warning, in the outcome's roomCheck.
-        const unrecorded = await target.checkpoint(settings.checkRoom);
-        if (unrecorded && !rollback) report.roomCheck = unrecorded;
-        break;
-      }
-      case "restore":
-        report.roomCheck = await target.restore(
-          settings.pairs,
-          settings.checkRoom,
-          rollback || of.action === "restore" ? "restore" : of.action,
-        );
-        break;
-      case "unlock":
-        await target.unlock();
-        break;
+    const t = settings.lockTimeoutMs;
+    if (step === "lock") await target.lock(typeof t === "function" ? t() : t);
+    else if (step === "unlock") await target.unlock();
+    else if (step === "checkpoint") {
+      // A record that could not be written: the warning, in the outcome's roomCheck.
+      const unrecorded = await target.checkpoint(settings.checkRoom);
+      if (unrecorded && !rollback) report.roomCheck = unrecorded;
+    } else {
+      const shown = rollback || of.action === "restore" ? "restore" : of.action;
+      report.roomCheck = await target.restore(settings.pairs, settings.checkRoom, shown);
     }
     ok = true;
   } finally {
@@ -288,9 +261,7 @@ export async function undo(
   }
   const record: StepRecord[] = [];
   try {
-    for (const step of way) {
-      await timed(target, step, report, hooks, { rollback: record });
-    }
+    for (const step of way) await timed(target, step, report, hooks, { rollback: record });
     report.rollback = { ok: true, steps: record };
     report.state = initial;
     return broughtBack(initial);

@@ -43,21 +43,11 @@ export async function callDriver(
 ): Promise<number> {
   const pairs = args && "gpuPairs" in args ? args.gpuPairs.length : 0;
   await checkCapability(driver, operation, pid, pairs, o.shown ?? operation);
-  let result: DriverResult;
-  switch (operation) {
-    case "getState":
-    case "getRestoreThreadId":
-      result = await driver[operation](pid);
-      break;
-    case "lock":
-      result = { code: await driver.lock(pid, args as LockArgs | null), value: 0 };
-      break;
-    case "restore":
-      result = { code: await driver.restore(pid, args as RestoreArgs | null), value: 0 };
-      break;
-    default:
-      result = { code: await driver[operation](pid), value: 0 };
-  }
+  const result: DriverResult = operation === "getState" || operation === "getRestoreThreadId"
+    ? await driver[operation](pid)
+    : operation === "lock" || operation === "restore"
+    ? { code: await driver[operation](pid, args as never), value: 0 }
+    : { code: await driver[operation](pid), value: 0 };
   if (result.code === CUDA_SUCCESS) return result.value;
   const more = await o.explain?.(result.code) ?? {};
   throw driverError(driver, result.code, { operation, pid, ...more })!;
@@ -68,16 +58,11 @@ export async function readState(driver: CheckpointDriver, pid: number): Promise<
   return stateOf(await callDriver(driver, "getState", pid), pid);
 }
 
-/** A state number by name; a number this version does not know is refused (`unknownState`). */
+/** A state number by name; one this version does not know is refused: a `RangeError` naming it. */
 export function stateOf(value: number, pid: number): ProcessState {
   const name = stateName(value);
-  if (name === undefined) throw unknownState(value, pid);
-  return name;
-}
-
-/** The one rule for a state number this version does not know: a `RangeError` naming it. */
-export function unknownState(value: number, pid: number): RangeError {
-  return new RangeError(
+  if (name !== undefined) return name;
+  throw new RangeError(
     `getState of process ${pid} gave state ${value}, which this version of @ckpt/cuda does not ` +
       `know (a newer driver's)`,
   );
@@ -93,40 +78,32 @@ export async function checkCapability(
 ): Promise<void> {
   const fn = C_FUNCTIONS[operation];
   if (driver.missingFunctions?.includes(fn)) {
-    throw unsupported(shown, pid, await driver.driverVersion(), { missing: fn });
+    throw unsupported(shown, pid, await driver.driverVersion(), fn);
   }
   if (gpuPairs > 0) {
     const version = await driver.driverVersion();
     if (version.code === CUDA_SUCCESS && version.value < GPU_PAIRS_MIN_DRIVER_VERSION) {
-      throw unsupported(shown, pid, version, { gpuPairs });
+      throw unsupported(shown, pid, version);
     }
   }
 }
 
-/** The refusal: which function is missing or what needs a newer driver. */
+/** The refusal: the function `missing`, or (without one) a GPU mapping, needs a newer driver. */
 function unsupported(
   operation: string,
   pid: number | undefined,
   version: DriverResult,
-  what: { missing: string } | { gpuPairs: number },
+  missing?: string,
 ): CheckpointUnsupportedError {
   const known = version.code === CUDA_SUCCESS;
+  const driverVersion = known ? version.value : undefined;
   const driverText = known
     ? `this driver (CUDA ${formatDriverVersion(version.value)})`
     : `this driver (its version could not be read)`;
-  let reason: string;
-  if ("gpuPairs" in what) {
-    reason = `a GPU mapping needs driver 580 (CUDA 13.0) or later, and ${driverText} is older`;
-  } else if (!known || version.value < CHECKPOINT_MIN_DRIVER_VERSION) {
-    reason = `${driverText} has no checkpoint API (${what.missing}); driver 570 (CUDA 12.8) or ` +
-      `later has`;
-  } else {
-    reason = `${driverText} lacks ${what.missing}: the library looks incomplete or mismatched`;
-  }
-  return new CheckpointUnsupportedError({
-    operation,
-    pid,
-    reason,
-    driverVersion: known ? version.value : undefined,
-  });
+  const reason = missing === undefined
+    ? `a GPU mapping needs driver 580 (CUDA 13.0) or later, and ${driverText} is older`
+    : !known || version.value < CHECKPOINT_MIN_DRIVER_VERSION
+    ? `${driverText} has no checkpoint API (${missing}); driver 570 (CUDA 12.8) or later has`
+    : `${driverText} lacks ${missing}: the library looks incomplete or mismatched`;
+  return new CheckpointUnsupportedError({ operation, pid, reason, driverVersion });
 }

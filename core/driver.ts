@@ -5,45 +5,34 @@
  * @module
  */
 
-/** Arguments of `cuCheckpointProcessLock` (`CUcheckpointLockArgs`, 64 bytes). */
-export interface LockArgs {
-  /** `timeoutMs` at offset 0: how long to wait for submitted work to finish; 0 waits forever. */
-  readonly timeoutMs: number;
-  /** Bytes 4 to 63, which must be zero (left out, they are); tests set them to see it refused. */
-  readonly reserved?: Uint8Array;
-}
+/**
+ * Arguments of `cuCheckpointProcessLock` (`CUcheckpointLockArgs`, 64 bytes): `timeoutMs` at offset
+ * 0, how long to wait for submitted work to finish (0 waits forever); bytes 4 to 63 must be zero
+ * (left out, they are: tests set `reserved` to see it refused).
+ */
+export type LockArgs = { readonly timeoutMs: number; readonly reserved?: Uint8Array };
 
 /** One `CUcheckpointGpuPair`: restore what was on `oldUuid` onto `newUuid` (16 raw bytes each). */
-export interface GpuPair {
-  /** The UUID of the GPU the process was checkpointed on. */
-  readonly oldUuid: Uint8Array;
-  /** The UUID of the GPU to restore onto. */
-  readonly newUuid: Uint8Array;
-}
+export type GpuPair = { readonly oldUuid: Uint8Array; readonly newUuid: Uint8Array };
 
-/** Arguments of `cuCheckpointProcessRestore` (`CUcheckpointRestoreArgs`, 64 bytes). */
-export interface RestoreArgs {
-  /** The GPU pairs (`gpuPairs`, `gpuPairsCount`); an empty list is the same as no mapping. */
-  readonly gpuPairs: readonly GpuPair[];
-}
+/**
+ * Arguments of `cuCheckpointProcessRestore` (`CUcheckpointRestoreArgs`, 64 bytes): the GPU pairs
+ * (`gpuPairs`, `gpuPairsCount`); an empty list is the same as no mapping.
+ */
+export type RestoreArgs = { readonly gpuPairs: readonly GpuPair[] };
 
-/** A `CUresult` together with what the call wrote to its out-parameter (meaningful on success). */
-export interface DriverResult {
-  /** The raw `CUresult`. */
-  readonly code: number;
-  /** The out-parameter: a state number, a thread id or a version; 0 when the call failed. */
-  readonly value: number;
-}
+/**
+ * A raw `CUresult` (`code`) together with what the call wrote to its out-parameter (`value`: a
+ * state number, a thread id or a version; 0 when the call failed).
+ */
+export type DriverResult = { readonly code: number; readonly value: number };
 
-/** A GPU the driver sees, as `cuDeviceGet`, `cuDeviceGetUuid` and `cuDeviceGetName` give it. */
-export interface GpuInfo {
-  /** Its ordinal as `cuDeviceGet` numbers it (`CUDA_VISIBLE_DEVICES` renumbers them). */
-  readonly index: number;
-  /** Its UUID as nvidia-smi prints it: `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`. */
-  readonly uuid: string;
-  /** Its chip's name, such as `NVIDIA H200`; restore onto another GPU needs the same chip. */
-  readonly name: string;
-}
+/**
+ * A GPU the driver sees: its ordinal as `cuDeviceGet` numbers it (`CUDA_VISIBLE_DEVICES`
+ * renumbers them), its UUID as nvidia-smi prints it (`GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`),
+ * its chip's name (`NVIDIA H200`: restore onto another GPU needs the same chip).
+ */
+export type GpuInfo = { readonly index: number; readonly uuid: string; readonly name: string };
 
 /**
  * A CUDA checkpoint driver: each method mirrors one C call and resolves to its raw `CUresult`

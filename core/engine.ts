@@ -5,13 +5,11 @@
  * @module
  */
 
-/** What an engine found about what it needs on this machine. */
-export interface EngineProbe {
-  /** The engine's version (`4.1.1` for criu), where it could be read. */
-  readonly version?: string;
-  /** Each missing prerequisite (criu, root, a kernel feature) in a sentence; empty: ready. */
-  readonly problems: readonly string[];
-}
+/**
+ * What an engine found about what it needs on this machine: its version (`4.1.1` for criu) where it
+ * could be read, and each missing prerequisite (criu, root, a kernel feature) in a sentence.
+ */
+export type EngineProbe = { readonly version?: string; readonly problems: readonly string[] };
 
 /** A tree to dump. */
 export interface DumpRequest {
@@ -45,15 +43,8 @@ export interface RestoreRequest {
   readonly tcpEstablished?: boolean;
 }
 
-/** A process as an engine dumped it. */
-export interface DumpedProcess {
-  /** Its pid. */
-  readonly pid: number;
-  /** Its parent's pid (0 for the root). */
-  readonly parent: number;
-  /** Its thread ids, its pid first. */
-  readonly threads: readonly number[];
-}
+/** A process as dumped: its parent's pid (0 for the root), its thread ids, pid first. */
+export type DumpedProcess = Readonly<{ pid: number; parent: number; threads: readonly number[] }>;
 
 /**
  * Dumps and restores process trees. A dump leaves them running: the snapshot ends them once all

@@ -186,11 +186,9 @@ export class WaitTimeoutError extends CheckpointError {
 
   /** Makes the error; the message names the process, the state wanted and the one seen. */
   constructor(pid: number, wanted: ProcessState, timeoutMs: number, state: ProcessState) {
-    super(`process ${pid} did not become ${wanted} within ${timeoutMs} ms; it is ${state}`, {
-      operation: "waitForState",
-      pid,
-      state,
-    });
+    const message =
+      `process ${pid} did not become ${wanted} within ${timeoutMs} ms; it is ${state}`;
+    super(message, { operation: "waitForState", pid, state });
     this.name = "WaitTimeoutError";
     this.wanted = wanted;
   }
@@ -219,9 +217,7 @@ export class SnapshotError extends CheckpointError {
   readonly log: string | undefined;
 
   /** Makes the error: `message` is what failed, `detail` where the processes were left. */
-  constructor(
-    init: ErrorPlace & { code: SnapshotFailure; message: string; log?: string },
-  ) {
+  constructor(init: ErrorPlace & { code: SnapshotFailure; message: string; log?: string }) {
     super(init.message, init);
     this.name = "SnapshotError";
     this.code = init.code;
@@ -250,13 +246,8 @@ export function driverError(
 ): CudaError | undefined {
   if (code === CUDA_SUCCESS) return undefined;
   const detail = place.detail ?? (place.pid !== undefined ? WHY[code] : undefined);
-  return new CudaError({
-    ...place,
-    ...(detail !== undefined ? { detail } : {}),
-    code,
-    codeName: driver.errorName(code),
-    description: driver.errorString(code),
-  });
+  const [codeName, description] = [driver.errorName(code), driver.errorString(code)];
+  return new CudaError({ ...place, detail, code, codeName, description });
 }
 
 /** A sentence for the codes whose name alone would mislead about a process. */

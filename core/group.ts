@@ -7,7 +7,7 @@
  */
 
 import { type ActionHooks, type ActionReport, type ActionSettings, planGoal } from "./action.ts";
-import { runAction, undo } from "./action.ts";
+import { defined, runAction, undo } from "./action.ts";
 import { asError } from "./errors.ts";
 import type { GroupResult, GroupSettings, ProcessOutcome, StopReason } from "./group_types.ts";
 import { type JobMember, runJob } from "./job.ts";
@@ -49,9 +49,7 @@ export async function runGroup(
 }
 
 /** A process's part in the group, as it goes (a job's member), and its rollback under way. */
-interface Entry extends JobMember {
-  rollingBack?: Promise<unknown>;
-}
+type Entry = JobMember & { rollingBack?: Promise<unknown> };
 
 class Group {
   readonly #action: Action;
@@ -73,9 +71,8 @@ class Group {
 
   async run(): Promise<GroupResult> {
     const machine = await this.#entries[0]?.proc.machine();
-    if (machine && this.#s.wantsMemory) this.#memory = await this.#memoryOf();
-    const clock = machine ? clockOf(machine) : { now: () => performance.now() };
-    this.#deadline = new Deadline(clock, this.#s.timeoutMs);
+    if (machine && this.#s.gpuMemory) this.#memory = await this.#memoryOf();
+    this.#deadline = new Deadline(clockOf(machine ?? {}), this.#s.timeoutMs);
     if (this.#s.job) return await this.#runJob();
     // All or nothing: a goal some member's state rules out fails the group before any step.
     if (this.#s.allOrNothing && !isStep(this.#action) && !(await this.#allCanStart())) {
@@ -85,18 +82,13 @@ class Group {
     const lane = async () => {
       while (next < this.#entries.length) {
         const entry = this.#entries[next++];
-        const stop = this.#stopReason();
-        if (stop) {
-          entry.notStarted = stop;
-          if (this.#s.allOrNothing) this.#doom();
-          continue;
+        entry.notStarted = this.#stopReason();
+        if (!entry.notStarted) {
+          await this.#work(entry);
+          this.#ended(entry);
+          this.#failed ||= !succeeded(entry);
         }
-        await this.#work(entry);
-        this.#ended(entry);
-        if (!succeeded(entry)) {
-          this.#failed = true;
-          if (this.#s.allOrNothing) this.#doom();
-        }
+        if (this.#s.allOrNothing && !succeeded(entry)) this.#doom();
         this.#rollBackIfDone(entry);
       }
     };
@@ -154,16 +146,10 @@ class Group {
 
   /** Plans the goal for every member; where one is refused, it fails and no other starts. */
   async #allCanStart(): Promise<boolean> {
-    const checks = await Promise.all(this.#entries.map(async (e) => {
+    const checks = await Promise.all(this.#entries.map((e) => {
       const report: ActionReport = { status: "failed", steps: [] };
-      try {
-        await e.proc.ordered((target) =>
-          planGoal(target, this.#action, report, this.#settingsFor(e.proc.pid))
-        );
-        return undefined;
-      } catch (err) {
-        return { ...report, error: asError(err) };
-      }
+      return e.proc.ordered((t) => planGoal(t, this.#action, report, this.#settingsFor(e.proc.pid)))
+        .then(() => undefined, (err): ActionReport => ({ ...report, error: asError(err) }));
     }));
     if (checks.every((c) => c === undefined)) return true;
     this.#failed = true;
@@ -183,15 +169,11 @@ class Group {
   #rollBackIfDone(entry: Entry): void {
     if (!this.#doomed || entry.report?.status !== "done" || entry.rollingBack) return;
     this.#rolledBack = true;
-    entry.rollingBack = entry.proc.ordered(
-      (target) => undo(target, entry.report!, this.#hooks(entry.proc.pid)),
-    ).catch((err) => {
-      entry.report!.rollback = {
-        ok: false,
-        steps: entry.report!.rollback?.steps ?? [],
-        error: asError(err),
-      };
-    });
+    const r = entry.report;
+    entry.rollingBack = entry.proc.ordered((target) => undo(target, r, this.#hooks(entry.proc.pid)))
+      .catch((err) =>
+        void (r.rollback = { ok: false, steps: r.rollback?.steps ?? [], error: asError(err) })
+      );
     this.#rollbacks.push(entry.rollingBack);
   }
 
@@ -236,12 +218,9 @@ class Group {
 
   /** One process's settings, its lock timeout cut to what is left of the deadline. */
   #settingsFor(pid: number): ActionSettings {
-    return {
-      lockTimeoutMs: () => this.#deadline.cut(this.#s.lockTimeoutMs),
-      pairs: this.#s.pairsFor(pid),
-      checkRoom: this.#s.checkRoom,
-      allowIpcImport: this.#s.allowIpcImport,
-    };
+    const { lockTimeoutMs: lock, checkRoom, allowIpcImport } = this.#s;
+    const pairs = this.#s.gpuMapping(pid);
+    return { lockTimeoutMs: () => this.#deadline.cut(lock), pairs, checkRoom, allowIpcImport };
   }
 
   /** Each target's GPU memory in MiB where known: the host's report, or its record. */
@@ -254,12 +233,10 @@ class Group {
     await Promise.all(this.#entries.map((e) =>
       e.proc.ordered(async (target) => {
         const now = report && "byPid" in report ? report.byPid.get(target.identity.pid) : undefined;
-        if (now !== undefined && now !== "unknown" && sum(now) > 0) {
-          known.set(e.proc.pid, sum(now));
-          return;
-        }
-        const record = await target.session.room.record(target.identity);
-        if (record) known.set(e.proc.pid, sum(record.heldMiB));
+        const held = now !== undefined && now !== "unknown" && sum(now) > 0
+          ? now
+          : (await target.session.room.record(target.identity))?.heldMiB;
+        if (held) known.set(e.proc.pid, sum(held));
       }).catch(() => {})
     ));
     return known;
@@ -270,21 +247,10 @@ function succeeded(e: Entry): boolean {
   return e.report?.status === "done" || e.report?.status === "unchanged";
 }
 
-function outcome(e: Entry): ProcessOutcome {
-  const r = e.report;
-  if (!r) {
-    return { pid: e.proc.pid, status: "not-started", steps: [], notStarted: e.notStarted };
-  }
-  return {
-    pid: e.proc.pid,
-    // A done process that all or nothing (or an interrupt) then brought back says so.
-    status: r.status === "done" && r.rollback ? "rolled-back" : r.status,
-    ...(r.initialState !== undefined ? { initialState: r.initialState } : {}),
-    ...(r.state !== undefined ? { state: r.state } : {}),
-    steps: r.steps,
-    ...(r.error ? { error: r.error } : {}),
-    ...(r.stopped ? { stopped: r.stopped } : {}),
-    ...(r.rollback ? { rollback: r.rollback } : {}),
-    ...(r.roomCheck !== undefined ? { roomCheck: r.roomCheck } : {}),
-  };
+function outcome({ proc: { pid }, report: r, notStarted }: Entry): ProcessOutcome {
+  if (!r) return { pid, status: "not-started", steps: [], notStarted };
+  // A done process that all or nothing (or an interrupt) then brought back says so.
+  const status = r.status === "done" && r.rollback ? "rolled-back" : r.status;
+  const { initialState, state, steps, error, stopped, rollback, roomCheck } = r;
+  return defined({ pid, status, initialState, state, steps, error, stopped, rollback, roomCheck });
 }

@@ -6,21 +6,15 @@
 
 import type { GpuPair } from "./driver.ts";
 import type { Machine } from "./machine.ts";
-import { checkFlag, checkFunction, checkGpuMapping, checkInteger } from "./options.ts";
-import { checkLockTimeout, checkOptions, checkSignal, describeValue } from "./options.ts";
+import { checkFunction, checkGpuMapping, checkInteger, checkLockTimeout } from "./options.ts";
+import { checkSignal, checkTable, describeValue, flag, type Settings } from "./options.ts";
+import { wholeTimeout } from "./options.ts";
 import type { GpuMapping } from "./options.ts";
 import type { RoomCheck } from "./room.ts";
 import type { Action, ProcessState, Step } from "./states.ts";
 
-/** One driver call an operation made, and how long it took. */
-export interface StepRecord {
-  /** The step. */
-  readonly step: Step;
-  /** Its time in ms, on the machine's clock. */
-  readonly ms: number;
-  /** Whether it succeeded. */
-  readonly ok: boolean;
-}
+/** One driver call an operation made: its time in ms on the machine's clock, whether it worked. */
+export type StepRecord = { readonly step: Step; readonly ms: number; readonly ok: boolean };
 
 /** Why an action was stopped between steps. */
 export type StopReason = "deadline" | "aborted" | "another-failed";
@@ -58,38 +52,19 @@ export interface GroupOptions {
   gpuMemory?: boolean;
 }
 
-/** A step of one process starting or ending, or its part ending; `at` is ms since the start. */
-export type GroupEvent =
-  | {
-    readonly type: "step-start";
-    readonly pid: number;
-    readonly step: Step;
-    readonly at: number;
-    /** The process's GPU memory in MiB, where known. */
-    readonly gpuMemoryMiB?: number;
+/**
+ * A step of one process starting or ending (how long it took, whether it succeeded, whether it was
+ * part of a rollback; the process's GPU memory in MiB where known), or its part ending (before any
+ * rollback that all-or-nothing may make later), and how; `at` is ms since the start.
+ */
+export type GroupEvent = Readonly<
+  | { type: "step-start"; pid: number; step: Step; at: number; gpuMemoryMiB?: number }
+  | { type: "step-end"; pid: number; step: Step; at: number; ms: number; ok: boolean } & {
+    rollback: boolean;
+    gpuMemoryMiB?: number;
   }
-  | {
-    readonly type: "step-end";
-    readonly pid: number;
-    readonly step: Step;
-    readonly at: number;
-    /** How long the step took. */
-    readonly ms: number;
-    /** Whether it succeeded. */
-    readonly ok: boolean;
-    /** Whether it was part of a rollback. */
-    readonly rollback: boolean;
-    /** The process's GPU memory in MiB, where known. */
-    readonly gpuMemoryMiB?: number;
-  }
-  | {
-    /** A process's part ended (before any rollback that all-or-nothing may make later). */
-    readonly type: "process-end";
-    readonly pid: number;
-    readonly at: number;
-    /** How it ended. */
-    readonly status: ProcessOutcome["status"];
-  };
+  | { type: "process-end"; pid: number; at: number; status: ProcessOutcome["status"] }
+>;
 
 /** What the group did to one process. */
 export interface ProcessOutcome {
@@ -110,11 +85,7 @@ export interface ProcessOutcome {
   /** Why it was stopped between steps. */
   readonly stopped?: StopReason;
   /** Its rollback, where one was made; `ok`: it is back in its initial state. */
-  readonly rollback?: {
-    readonly ok: boolean;
-    readonly steps: readonly StepRecord[];
-    readonly error?: Error;
-  };
+  readonly rollback?: Readonly<{ ok: boolean; steps: readonly StepRecord[]; error?: Error }>;
   /** Whether a restore's room was checked, or why not; or a checkpoint's unwritten record. */
   readonly roomCheck?: RoomCheck;
 }
@@ -137,73 +108,52 @@ export interface GroupResult {
   readonly ms: number;
 }
 
-/** A group's options, checked: what {@link checkGroupOptions} makes. */
-export interface GroupSettings {
-  concurrency: number;
-  allOrNothing: boolean;
-  rollBackOnAbort: boolean;
-  job: boolean;
-  timeoutMs: number | undefined;
-  signal: AbortSignal | undefined;
-  lockTimeoutMs: number;
-  pairsFor: (pid: number) => readonly GpuPair[] | null;
-  checkRoom: boolean;
-  allowIpcImport: boolean;
-  onProgress: (event: GroupEvent) => void;
-  /** Whether the events want GPU memory (an onProgress was given). */
-  wantsMemory: boolean;
-  /** A job's members that come into being over time (`JobContext.ready`). */
-  ready?: (pid: number) => Promise<void>;
-}
+const GROUP_OPTIONS = {
+  concurrency: (v: unknown) => v === undefined ? Infinity : checkInteger(v, "concurrency", 1),
+  allOrNothing: flag(false),
+  rollBackOnAbort: flag(false),
+  job: flag(false),
+  timeoutMs: wholeTimeout("group"),
+  signal: checkSignal,
+  lockTimeoutMs: checkLockTimeout,
+  // A mapping given as such is checked once, before anything; each pid's as it is asked for.
+  gpuMapping: (m: unknown): (pid: number) => readonly GpuPair[] | null => {
+    const pairsOf = (m: unknown) => m === undefined ? null : checkGpuMapping(m);
+    if (typeof m === "function") return (pid) => pairsOf(m(pid));
+    const pairs = pairsOf(m);
+    return () => pairs;
+  },
+  checkRoom: flag(true),
+  allowIpcImport: flag(false),
+  onProgress: (v: unknown, name: string) => checkFunction(v as GroupOptions["onProgress"], name),
+  gpuMemory: flag(true),
+};
+
+/**
+ * A group's options, checked: what {@link checkGroupOptions} makes (`gpuMemory`: the events want
+ * it, as an onProgress was given); a job's members may come into being over time (`ready`).
+ */
+export type GroupSettings = Omit<Settings<typeof GROUP_OPTIONS>, "onProgress"> & {
+  readonly onProgress: (event: GroupEvent) => void;
+  readonly ready?: (pid: number) => Promise<void>;
+};
 
 /** Checks a group's options, each left out given its default (the machine is the caller's). */
 export function checkGroupOptions(options: GroupOptions | undefined): GroupSettings {
-  const o = checkOptions(options, "runGroup", [
-    "machine",
-    "concurrency",
-    "allOrNothing",
-    "rollBackOnAbort",
-    "job",
-    "timeoutMs",
-    "signal",
-    "lockTimeoutMs",
-    "gpuMapping",
-    "checkRoom",
-    "allowIpcImport",
-    "onProgress",
-    "gpuMemory",
-  ]);
-  const mapping = o.gpuMapping;
-  const pairsOf = (m: GpuMapping | undefined) => m === undefined ? null : checkGpuMapping(m);
-  const pairs = typeof mapping === "function" ? null : pairsOf(mapping); // once, before anything
-  const onProgress = checkFunction(o.onProgress, "onProgress");
-  const gpuMemory = checkFlag(o.gpuMemory, "gpuMemory", true);
-  const job = checkFlag(o.job, "job", false);
-  if (job && o.concurrency !== undefined) {
+  if (options?.job === true && options.concurrency !== undefined) {
     throw new RangeError(
       "a job works on every process at once: concurrency cannot be given with job: true, got " +
-        describeValue(o.concurrency),
+        describeValue(options.concurrency),
     );
   }
+  const s = checkTable(options, "runGroup", GROUP_OPTIONS);
   return {
-    concurrency: o.concurrency === undefined
-      ? Infinity
-      : checkInteger(o.concurrency, "concurrency", 1),
-    allOrNothing: job || checkFlag(o.allOrNothing, "allOrNothing", false),
-    job,
-    rollBackOnAbort: checkFlag(o.rollBackOnAbort, "rollBackOnAbort", false),
-    timeoutMs: o.timeoutMs === undefined
-      ? undefined
-      : checkInteger(o.timeoutMs, "timeoutMs (ms for the whole group)", 0),
-    signal: checkSignal(o.signal),
-    lockTimeoutMs: checkLockTimeout(o.lockTimeoutMs, "lockTimeoutMs"),
-    pairsFor: typeof mapping === "function" ? (pid) => pairsOf(mapping(pid)) : () => pairs,
-    checkRoom: checkFlag(o.checkRoom, "checkRoom", true),
-    allowIpcImport: checkFlag(o.allowIpcImport, "allowIpcImport", false),
-    wantsMemory: onProgress !== undefined && gpuMemory,
+    ...s,
+    allOrNothing: s.job || s.allOrNothing,
+    gpuMemory: s.onProgress !== undefined && s.gpuMemory,
     onProgress: (event) => {
       try {
-        onProgress?.(event);
+        s.onProgress?.(event);
       } catch {
         // A progress display that throws must not break the group.
       }

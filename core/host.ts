@@ -29,23 +29,18 @@ export interface TreeProcess {
   readonly command?: string;
 }
 
-/** What a snapshot's manifest says of the machine it was taken on. */
-export interface MachineFacts {
-  /** The host's name. */
-  readonly hostname: string;
-  /** The kernel's release (`uname -r`). */
-  readonly kernel: string;
-  /** The NVIDIA kernel module's version (`580.159.04`), where it can be read. */
-  readonly driverRelease?: string;
-}
+/**
+ * What a snapshot's manifest says of the machine it was taken on: the host's name, the kernel's
+ * release (`uname -r`), the NVIDIA kernel module's version (`580.159.04`) where it can be read.
+ */
+export type MachineFacts = Readonly<{ hostname: string; kernel: string; driverRelease?: string }>;
 
-/** What shows that a process imported GPU memory from another ({@link HostProcesses.gpuImport}). */
-export interface GpuImport {
-  /** The process that exported it, as the sign names it. */
-  readonly exporter: number;
-  /** The sign, as a clause: `it maps /dev/shm/cuda.shm.0.92b.1, which process 2347 made`. */
-  readonly sign: string;
-}
+/**
+ * What shows that a process imported GPU memory from another ({@link HostProcesses.gpuImport}):
+ * the exporter, as the sign names it, and the sign, as a clause (`it maps
+ * /dev/shm/cuda.shm.0.92b.1, which process 2347 made`).
+ */
+export type GpuImport = Readonly<{ exporter: number; sign: string }>;
 
 /** GPU memory of one process: MiB by GPU UUID, or `"unknown"`. */
 export type GpuMemory = Readonly<Record<string, number>> | "unknown";
@@ -61,13 +56,11 @@ export type GpuMemoryReport =
   }
   | { readonly unknown: string };
 
-/** Which process an id belongs to: any thread id is its process; a reused pid is another. */
-export interface ProcessIdentity {
-  /** Its process id (thread-group id): the same for every thread id of the process. */
-  readonly pid: number;
-  /** When it started, in the host's units (clock ticks since boot on Linux), where known. */
-  readonly start?: number;
-}
+/**
+ * Which process an id belongs to: any thread id is its process (its `pid`, the thread-group id);
+ * a reused pid is another (its `start`, in the host's units: clock ticks since boot on Linux).
+ */
+export type ProcessIdentity = Readonly<{ pid: number; start?: number }>;
 
 /** An id that a process uses ({@link HostProcesses.pidsInUse}). */
 export interface PidUse {

@@ -10,7 +10,7 @@
 import { type ActionHooks, type ActionReport, type ActionSettings, broughtBack } from "./action.ts";
 import { planGoal, timed, wayBack } from "./action.ts";
 import { asError, CudaError, withDetail } from "./errors.ts";
-import type { StopReason } from "./group_types.ts";
+import type { StepRecord, StopReason } from "./group_types.ts";
 import type { Handle, Turn } from "./process.ts";
 import { type Action, jobPhase, type Step, stepTo } from "./states.ts";
 
@@ -32,22 +32,21 @@ export interface JobContext {
   ready?(pid: number): Promise<void>;
 }
 
-/** A member as the job works on it. */
+/** A member as the job works on it: the steps left, and where it moved, its way back. */
 interface Working {
   readonly member: JobMember;
   readonly target: Turn;
   readonly report: ActionReport;
   left: Step[];
   failure?: { step: Step; err: unknown };
+  back?: { way: Step[]; steps: StepRecord[]; error?: Error };
 }
 
 /** Runs `ctx.action` on all members as one job; resolves to whether any moved were brought back. */
 export async function runJob(members: readonly JobMember[], ctx: JobContext): Promise<boolean> {
   const releases: (() => void)[] = [];
   try {
-    const working = ctx.ready
-      ? await asReady(members, ctx, releases)
-      : await allAtOnce(members, ctx, releases);
+    const working = await (ctx.ready ? asReady : allAtOnce)(members, ctx, releases);
     if (!working) return false;
     // A member whose restore the driver refused is, most often, lost (an importer of CUDA IPC
     // memory, a restore out of memory on 580): the others go on rather than back to checkpointed.
@@ -56,23 +55,14 @@ export async function runJob(members: readonly JobMember[], ctx: JobContext): Pr
         working.every((w) => !w.failure || lost.includes(w))
       ? working.filter((w) => !lost.includes(w))
       : working;
-    let stopped: StopReason | undefined;
-    let failed = rest.some((w) => w.failure);
-    if (!failed) {
-      stopped = ctx.stopReason();
-      if (!stopped) failed = await phase(rest, 2, ctx);
-    }
-    for (const w of working) {
-      if (w.report.status === "unchanged") continue;
-      if (w.failure) {
-        w.report.status = "failed";
-      } else if (w.left.length > 0) {
-        w.report.status = "stopped";
-        w.report.stopped = stopped ?? "another-failed";
-      } else {
-        w.report.status = "done";
-        w.report.state = stepTo(w.report.steps[w.report.steps.length - 1].step);
-      }
+    const refused = rest.some((w) => w.failure);
+    const stopped = refused ? undefined : ctx.stopReason();
+    const failed = refused || (!stopped && await phase(rest, 2, ctx));
+    for (const { report: r, failure, left } of working) {
+      if (r.status === "unchanged") continue;
+      r.status = failure ? "failed" : left.length > 0 ? "stopped" : "done";
+      if (r.status === "stopped") r.stopped = stopped ?? "another-failed";
+      if (r.status === "done") r.state = stepTo(r.steps[r.steps.length - 1].step);
     }
     // Those set aside: each error says where its process is, and that the others went on.
     for (const w of rest === working ? [] : lost) {
@@ -97,39 +87,35 @@ async function allAtOnce(
   ctx: JobContext,
   releases: (() => void)[],
 ): Promise<Working[] | undefined> {
-  const targets = new Map<JobMember, Turn>();
-  const failed = new Map<JobMember, Error>();
+  const taken = new Map<JobMember, Turn | Error>();
   for (const m of [...members].sort((a, b) => a.proc.pid - b.proc.pid)) {
-    const taken = await turnOf(m, releases);
-    if (taken instanceof Error) failed.set(m, taken);
-    else targets.set(m, taken);
+    taken.set(m, await turnOf(m, releases));
   }
   const stop = ctx.stopReason();
-  const planned = failed.size > 0 || stop
+  const turnless = [...taken.values()].some((t) => t instanceof Error);
+  const planned = turnless || stop
     ? []
-    : await Promise.all(members.map((m) => planOf(m, targets.get(m)!, ctx)));
-  const refused = planned.filter((w) => w.failure);
-  if (failed.size === 0 && !stop && refused.length === 0) {
+    : await Promise.all(members.map((m) => planOf(m, taken.get(m) as Turn, ctx)));
+  if (!turnless && !stop && planned.every((w) => !w.failure)) {
     for (const w of planned) w.member.report = w.report;
     await phase(planned, 1, ctx);
     return planned;
   }
-  for (const m of members) {
-    const refusal = refused.find((w) => w.member === m);
-    const error = failed.get(m);
-    if (error) m.report = { status: "failed", steps: [], error };
-    else if (refusal) m.report = refusal.report;
+  for (const [i, m] of members.entries()) {
+    const turn = taken.get(m);
+    if (turn instanceof Error) m.report = { status: "failed", steps: [], error: turn };
+    else if (planned[i]?.failure) m.report = planned[i].report;
     else m.notStarted = stop ?? "another-failed";
   }
   return undefined;
 }
 
-/** Each member as soon as it is ready: its turn, plan and first step; one failing fails all. */
 /** Whether the driver refused a member's restore: it is, most often, lost (see `runJob`). */
 function isLost(w: Working): boolean {
   return w.failure?.step === "restore" && w.failure.err instanceof CudaError;
 }
 
+/** Each member as soon as it is ready: its turn, plan and first step; one failing fails all. */
 async function asReady(
   members: readonly JobMember[],
   ctx: JobContext,
@@ -138,8 +124,7 @@ async function asReady(
   let failed = false;
   const working: Working[] = [];
   await Promise.all(members.map(async (m) => {
-    const pid = m.proc.pid;
-    const error = await ctx.ready!(pid).then(() => undefined, (err) => asError(err));
+    const error = await ctx.ready!(m.proc.pid).then(() => undefined, (err) => asError(err));
     const stop = failed ? "another-failed" : ctx.stopReason();
     if (!error && stop) return void (m.notStarted = stop);
     const taken = error ?? await turnOf(m, releases);
@@ -173,32 +158,37 @@ function turnOf(m: JobMember, releases: (() => void)[]): Promise<Turn | Error> {
 
 /** A member's plan from its state; a refusal or a state that cannot be read is its failure. */
 async function planOf(m: JobMember, target: Turn, ctx: JobContext): Promise<Working> {
-  const report: ActionReport = { status: "failed", steps: [] };
+  const w: Working = { member: m, target, report: { status: "failed", steps: [] }, left: [] };
   try {
-    const steps = await planGoal(target, ctx.action, report, ctx.settingsFor(m.proc.pid));
-    return { member: m, target, report, left: [...steps] };
+    w.left = [...await planGoal(target, ctx.action, w.report, ctx.settingsFor(m.proc.pid))];
   } catch (err) {
-    report.error = asError(err);
-    return { member: m, target, report, left: [], failure: { step: "lock", err } };
+    w.report.error = asError(err);
+    w.failure = { step: "lock", err };
   }
+  return w;
 }
 
-/** Makes each member's next step where it is of `phase`, all at once; true where one failed. */
-async function phase(working: readonly Working[], n: 1 | 2, ctx: JobContext): Promise<boolean> {
+/**
+ * Makes each member's next step where it is of phase `n`, all at once, or (`back`) the next step
+ * of its way back; resolves to whether one failed, which makes no more steps.
+ */
+async function phase(working: readonly Working[], n: 1 | 2, ctx: JobContext, back = false) {
   let failed = false;
   await Promise.all(working.map(async (w) => {
-    const step = w.left[0];
+    const left = back ? w.back?.way : w.left;
+    const step = left?.[0];
     if (step === undefined || jobPhase(step) !== n) return;
     const pid = w.member.proc.pid;
     try {
-      await timed(w.target, step, w.report, ctx.hooks(pid), {
-        action: ctx.action,
-        settings: ctx.settingsFor(pid),
-      });
-      w.left.shift();
+      const of = back
+        ? { rollback: w.back!.steps }
+        : { action: ctx.action, settings: ctx.settingsFor(pid) };
+      await timed(w.target, step, w.report, ctx.hooks(pid), of);
+      left!.shift();
     } catch (err) {
-      w.failure = { step, err };
-      w.left = [];
+      if (back) w.back!.error = asError(err);
+      else w.failure = { step, err };
+      left!.length = 0;
       failed = true;
     }
   }));
@@ -207,41 +197,29 @@ async function phase(working: readonly Working[], n: 1 | 2, ctx: JobContext): Pr
 
 /** Brings every member that moved back, phase by phase; resolves to whether a done one was. */
 async function rollBack(working: readonly Working[], ctx: JobContext): Promise<boolean> {
-  const ways = new Map<Working, { way: Step[]; steps: ActionReport["steps"] }>();
-  const errors = new Map<Working, Error>();
-  let rolledBackDone = false;
   await Promise.all(working.map(async (w) => {
-    if (w.report.status === "unchanged") return;
-    const way = await wayBack(w.target, w.report, w.failure);
-    if (way) ways.set(w, { way, steps: [] });
+    const way = w.report.status === "unchanged"
+      ? undefined
+      : await wayBack(w.target, w.report, w.failure);
+    if (way) w.back = { way, steps: [] };
   }));
-  for (const phase of [1, 2] as const) {
-    await Promise.all([...ways].map(async ([w, { way, steps }]) => {
-      const step = way[0];
-      if (step === undefined || jobPhase(step) !== phase || errors.has(w)) return;
-      try {
-        await timed(w.target, step, w.report, ctx.hooks(w.member.proc.pid), { rollback: steps });
-        way.shift();
-      } catch (err) {
-        errors.set(w, asError(err));
-      }
-    }));
-  }
-  for (const [w, { steps }] of ways) {
-    const error = errors.get(w);
-    w.report.rollback = { ok: !error, steps, ...(error ? { error } : {}) };
-    w.report.state = error ? await w.target.state().catch(() => undefined) : w.report.initialState;
-    if (w.report.status === "done" && !error) rolledBackDone = true;
+  for (const n of [1, 2] as const) await phase(working, n, ctx, true);
+  let rolledBackDone = false;
+  for (const { back, report, target } of working) {
+    if (!back) continue;
+    const { steps, error } = back;
+    report.rollback = { ok: !error, steps, ...(error ? { error } : {}) };
+    report.state = error ? await target.state().catch(() => undefined) : report.initialState;
+    if (report.status === "done" && !error) rolledBackDone = true;
   }
   // The failed step's error says where its process, and the job, were left.
   for (const w of working) {
     if (!w.failure) continue;
-    const error = errors.get(w);
     const initial = w.report.initialState!;
-    const others = working.some((o) => o !== w && ways.has(o));
-    const detail = error
-      ? broughtBack(initial, error, w.report.state)
-      : ways.has(w)
+    const others = working.some((o) => o !== w && o.back);
+    const detail = w.back?.error
+      ? broughtBack(initial, w.back.error, w.report.state)
+      : w.back
       ? `${broughtBack(initial)}${others ? ", as was every other process of the job" : ""}`
       : others
       ? `every other process of the job was brought back`

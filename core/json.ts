@@ -36,10 +36,8 @@ export class StrictReader {
     try {
       return JSON.parse(text);
     } catch (err) {
-      return this.refuse(
-        "",
-        `${what} is not JSON (${messageOf(err)}); it may be truncated or corrupt`,
-      );
+      const reason = `${what} is not JSON (${messageOf(err)}); it may be truncated or corrupt`;
+      return this.refuse("", reason);
     }
   }
 
@@ -55,20 +53,28 @@ export class StrictReader {
     }
     const o = value as Record<string, unknown>;
     if (!required) return o;
-    for (const key of Object.keys(o)) {
-      if (!required.includes(key) && !optional.includes(key)) {
-        this.refuse(
-          join(field, key),
-          `${field || "it"} has a field this version does not know, ${JSON.stringify(key)}`,
-        );
-      }
+    const it = field || "it";
+    const extra = Object.keys(o).find((key) => !required.includes(key) && !optional.includes(key));
+    if (extra !== undefined) {
+      const reason = `${it} has a field this version does not know, ${JSON.stringify(extra)}`;
+      this.refuse(join(field, extra), reason);
     }
-    for (const key of required) {
-      if (!(key in o)) {
-        this.refuse(join(field, key), `${field || "it"} lacks ${JSON.stringify(key)}`);
-      }
-    }
+    const lacking = required.find((key) => !(key in o));
+    if (lacking) this.refuse(join(field, lacking), `${it} lacks ${JSON.stringify(lacking)}`);
     return o;
+  }
+
+  /** An object of the fields `read` names (perhaps not the `optional` ones), each read by its own. */
+  fields<T extends object>(
+    value: unknown,
+    field: string,
+    read: { readonly [K in keyof T]-?: (value: unknown, field: string) => T[K] },
+    optional: readonly string[] = [],
+  ): T {
+    const keys = Object.keys(read) as (keyof T & string)[];
+    const o = this.object(value, field, keys.filter((k) => !optional.includes(k)), optional);
+    const given = keys.filter((k) => o[k] !== undefined);
+    return Object.fromEntries(given.map((k) => [k, read[k](o[k], join(field, k))])) as T;
   }
 
   array(value: unknown, field: string, min = 0, max = Infinity): unknown[] {
@@ -114,11 +120,10 @@ export class StrictReader {
 
   /** A process identity `{ pid, start? }`, its pid from `minPid` (0: a claim's unnamed owner). */
   identity(value: unknown, field: string, minPid = 1): ProcessIdentity {
-    const o = this.object(value, field, ["pid"], ["start"]);
-    const pid = this.integer(o.pid, `${field}.pid`, minPid, 2 ** 31 - 1);
-    return o.start === undefined
-      ? { pid }
-      : { pid, start: this.integer(o.start, `${field}.start`, 0, Number.MAX_SAFE_INTEGER) };
+    return this.fields<ProcessIdentity>(value, field, {
+      pid: (v, at) => this.integer(v, at, minPid, 2 ** 31 - 1),
+      start: (v, at) => this.integer(v, at, 0),
+    }, ["start"]);
   }
 
   /** GPU memory, MiB by GPU UUID (`GPU-…`); with `known`, each a GPU of those (`where` says). */

@@ -11,7 +11,7 @@ import { CUDA_ERROR_NOT_INITIALIZED, CUDA_ERROR_OPERATING_SYSTEM } from "./drive
 import { CudaError, messageOf } from "./errors.ts";
 import type { GpuMemory, GpuMemoryReport, ScannedProcess } from "./host.ts";
 import type { Machine } from "./machine.ts";
-import { checkChoice, checkFlag, checkOptions, checkPid } from "./options.ts";
+import { checkChoice, checkPid, checkTable, flag, type Settings } from "./options.ts";
 import { sessionOf } from "./process.ts";
 import type { ProcessState } from "./states.ts";
 
@@ -45,15 +45,11 @@ export interface CudaProcessInfo {
   readonly gpuMemory: GpuMemory;
 }
 
-/** A process that could not be looked at, or about which the driver gave no clear answer. */
-export interface UninspectedProcess {
-  /** Its process id. */
-  readonly pid: number;
-  /** Its command line, where it could be read. */
-  readonly command?: string;
-  /** Why it is not known whether it is a CUDA process. */
-  readonly reason: string;
-}
+/**
+ * A process that could not be looked at, or about which the driver gave no clear answer: its
+ * command line where it could be read, and why it is not known whether it is a CUDA process.
+ */
+export type UninspectedProcess = Readonly<{ pid: number; command?: string; reason: string }>;
 
 /** What `listCudaProcesses` found. */
 export interface CudaProcessListing {
@@ -69,21 +65,16 @@ export interface CudaProcessListing {
   readonly asked: number;
 }
 
-/** What a listing is asked for, checked. */
-export interface ListSettings {
-  readonly candidates: "libcuda" | "all";
-  readonly gpuMemory: boolean;
-}
+const LIST_OPTIONS = {
+  candidates: (v: unknown) =>
+    v === undefined ? "libcuda" : checkChoice(v, "candidates", ["libcuda", "all"] as const),
+  gpuMemory: flag(true),
+};
+type ListSettings = Settings<typeof LIST_OPTIONS>;
 
 /** Checks the options of a listing, where they enter; the machine is left to the caller. */
 export function checkListOptions(options: ListCudaProcessesOptions | undefined): ListSettings {
-  const o = checkOptions(options, "listCudaProcesses", ["machine", "candidates", "gpuMemory"]);
-  return {
-    candidates: o.candidates === undefined
-      ? "libcuda"
-      : checkChoice(o.candidates, "candidates", ["libcuda", "all"]),
-    gpuMemory: checkFlag(o.gpuMemory, "gpuMemory", true),
-  };
+  return checkTable(options, "listCudaProcesses", LIST_OPTIONS);
 }
 
 /** The host's GPU memory report, through the room guard (none while this program is held). */
@@ -108,14 +99,10 @@ export async function listOn(machine: Machine, o: ListSettings): Promise<CudaPro
   const candidates: ScannedProcess[] = [];
   for (const p of scanned) {
     checkPid(p?.pid, `a pid from the ${host.kind} host's scan`);
-    if (p.notInspectable !== undefined || p.cudaLibrary === undefined) {
-      uninspectable.push(withCommand(p, {
-        pid: p.pid,
-        reason: p.notInspectable ?? "the host could not tell whether it maps libcuda",
-      }));
-    } else if (p.cudaLibrary || o.candidates === "all") {
-      candidates.push(p);
-    }
+    const reason = p.notInspectable ??
+      (p.cudaLibrary === undefined ? "the host could not tell whether it maps libcuda" : undefined);
+    if (reason !== undefined) uninspectable.push(withCommand(p, { pid: p.pid, reason }));
+    else if (p.cudaLibrary || o.candidates === "all") candidates.push(p);
   }
   // A process that never initialised CUDA, or is gone since the scan, is no CUDA process (now).
   const answers = await Promise.all(candidates.map(async (p) => {

@@ -51,8 +51,7 @@ export class SharedMachine {
   /** Takes a lease: opens the machine if nobody uses it now. */
   lease(): MachineLease {
     if (!this.#opened) {
-      const opening = this.#open();
-      this.#opened = opening;
+      const opening = this.#opened = this.#open();
       opening.catch(() => {
         if (this.#opened === opening) this.#opened = undefined;
       });

@@ -30,17 +30,11 @@ export function mappingProblems(
   const named = new Set<string>();
   const onto = new Map<string, string[]>();
   for (const pair of pairs) {
-    const old = key(pair.oldUuid), to = key(pair.newUuid);
-    const source = fromKey.get(old), target = byKey.get(to);
-    if (!source && !foreign) {
-      problems.push(`${formatGpuUuid(pair.oldUuid)} is not a GPU of ${seen}`);
-    }
+    const [oldId, newId] = [formatGpuUuid(pair.oldUuid), formatGpuUuid(pair.newUuid)];
+    const source = fromKey.get(oldId.toLowerCase()), target = byKey.get(newId.toLowerCase());
+    if (!source && !foreign) problems.push(`${oldId} is not a GPU of ${seen}`);
     if (!target) {
-      problems.push(
-        `${formatGpuUuid(pair.newUuid)} (the GPU given for ${
-          formatGpuUuid(pair.oldUuid)
-        }) is not a GPU of this machine`,
-      );
+      problems.push(`${newId} (the GPU given for ${oldId}) is not a GPU of this machine`);
     }
     if (from && source && target && source.name !== target.name) {
       problems.push(
@@ -48,8 +42,8 @@ export function mappingProblems(
           `only onto GPUs of the chip it was checkpointed on`,
       );
     }
-    named.add(old);
-    onto.set(to, [...onto.get(to) ?? [], formatGpuUuid(pair.oldUuid)]);
+    named.add(oldId.toLowerCase());
+    onto.set(newId.toLowerCase(), [...onto.get(newId.toLowerCase()) ?? [], oldId]);
   }
   const left = foreign ? [] : [...fromKey.values()].filter((g) => !named.has(g.uuid.toLowerCase()));
   if (left.length > 0) {
@@ -58,11 +52,8 @@ export function mappingProblems(
     );
   }
   for (const [to, froms] of onto) {
-    if (froms.length > 1 && byKey.has(to)) {
-      problems.push(
-        `it sends ${froms.join(" and ")} onto the same GPU, ${describeGpu(byKey.get(to)!)}`,
-      );
-    }
+    const gpu = byKey.get(to), same = `it sends ${froms.join(" and ")} onto the same GPU`;
+    if (froms.length > 1 && gpu) problems.push(`${same}, ${describeGpu(gpu)}`);
   }
   if (problems.length > 0) {
     if (from) problems.push(`the snapshot's GPUs are ${from.map(describeGpu).join(", ")}`);
@@ -84,13 +75,9 @@ export async function checkMapping(
   if (gpus.length === 0) return;
   const problems = mappingProblems(pairs, gpus);
   if (problems.length === 0) return;
-  throw new RefusedError({
-    code: "MAPPING",
-    operation,
-    pid,
-    reason: `the GPU mapping cannot work: ${problems.join("; ")}`,
-    detail: "the process is unchanged",
-  });
+  const reason = `the GPU mapping cannot work: ${problems.join("; ")}`;
+  const detail = "the process is unchanged";
+  throw new RefusedError({ code: "MAPPING", operation, pid, reason, detail });
 }
 
 /** Why the driver may have refused a mapping (`CUDA_ERROR_INVALID_VALUE`): chips that differ. */
@@ -98,18 +85,16 @@ export async function explainRejectedMapping(
   driver: CheckpointDriver,
   pairs: readonly GpuPair[],
 ): Promise<string> {
-  const gpus = driver.listGpus ? await driver.listGpus().catch(() => undefined) : undefined;
-  if (gpus) {
-    const byKey = new Map(gpus.map((g) => [g.uuid.toLowerCase(), g]));
-    const crossing = pairs.flatMap((p) => {
-      const from = byKey.get(key(p.oldUuid)), to = byKey.get(key(p.newUuid));
-      return from && to && from.name !== to.name
-        ? [`${describeGpu(from)} onto ${describeGpu(to)}`]
-        : [];
-    });
-    if (crossing.length > 0) {
-      return `the driver refused the GPU mapping: it moves ${crossing.join(" and ")}, another chip`;
-    }
+  const gpus = driver.listGpus ? await driver.listGpus().catch(() => []) : [];
+  const byKey = new Map(gpus.map((g) => [g.uuid.toLowerCase(), g]));
+  const crossing = pairs.flatMap((p) => {
+    const from = byKey.get(key(p.oldUuid)), to = byKey.get(key(p.newUuid));
+    return from && to && from.name !== to.name
+      ? [`${describeGpu(from)} onto ${describeGpu(to)}`]
+      : [];
+  });
+  if (crossing.length > 0) {
+    return `the driver refused the GPU mapping: it moves ${crossing.join(" and ")}, another chip`;
   }
   return "the driver refused the GPU mapping (docs/ERRORS.md#a-refused-gpu-mapping)";
 }
@@ -136,10 +121,9 @@ export function derivedMapping(
   const crossing = pairs.find(({ from, to }) => to && to.name !== from.name);
   if (crossing || pairs.some(({ to }) => !to)) {
     // Enough GPUs of the snapshot's chips, at other indices: a mapping can say which.
-    const enough = [...new Set(snapshotGpus.map((g) => g.name))].every((name) =>
-      gpus.filter((h) => h.name === name).length >=
-        snapshotGpus.filter((g) => g.name === name).length
-    );
+    const count = (list: readonly GpuInfo[], name: string) =>
+      list.filter((g) => g.name === name).length;
+    const enough = snapshotGpus.every((g) => count(gpus, g.name) >= count(snapshotGpus, g.name));
     const { from, to } = crossing ?? pairs.find(({ to }) => !to)!;
     throw mappingRefused(
       operation,

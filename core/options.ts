@@ -28,6 +28,33 @@ export function checkOptions<T extends object>(
   return checkKeys(options, where, keys, `${where}'s options`);
 }
 
+/** A table of option checks: each option's check, given its value (`undefined`: left out). */
+export type OptionChecks = Readonly<Record<string, (value: unknown, name: string) => unknown>>;
+/** What a table of checks makes of the options: each option's value, checked. */
+export type Settings<T extends OptionChecks> = { readonly [K in keyof T]: ReturnType<T[K]> };
+
+/** Checks the options of `where` by a table: no key but `machine` and the table's, then each. */
+export function checkTable<T extends OptionChecks>(
+  options: object | undefined,
+  where: string,
+  table: T,
+): Settings<T> {
+  const keys = ["machine", ...Object.keys(table)];
+  const o: Record<string, unknown> = checkOptions(options as Record<string, unknown>, where, keys);
+  return Object.fromEntries(keys.slice(1).map((k) => [k, table[k](o[k], k)])) as Settings<T>;
+}
+
+/** A check of a boolean option for {@link checkTable}: `fallback` where left out. */
+export function flag(fallback: boolean): (value: unknown, name: string) => boolean {
+  return (value, name) => checkFlag(value, name, fallback);
+}
+
+/** A check of a whole operation's `timeoutMs` (`what`: "group") for {@link checkTable}. */
+export function wholeTimeout(what: string): (value: unknown) => number | undefined {
+  return (v) =>
+    v === undefined ? undefined : checkInteger(v, `timeoutMs (ms for the whole ${what})`, 0);
+}
+
 /** Checks an object of named values (`what`: "gpus[0]"), as {@link checkOptions} does. */
 export function checkKeys<T extends object>(
   value: T | undefined,
@@ -53,8 +80,7 @@ export function checkKeys<T extends object>(
 
 /** Whether a value is a plain object (`{}` or `Object.create(null)`), not an array or a class's. */
 function isPlain(value: object | null): value is object {
-  if (value === null) return false;
-  const proto = Object.getPrototypeOf(value);
+  const proto = value === null ? undefined : Object.getPrototypeOf(value);
   return proto === Object.prototype || proto === null;
 }
 
@@ -166,12 +192,8 @@ export function checkChoice<T extends string>(
   choices: readonly T[],
 ): T {
   if ((choices as readonly unknown[]).includes(value)) return value as T;
-  return mustBe(
-    RangeError,
-    what,
-    `one of ${choices.map((c) => JSON.stringify(c)).join(", ")}`,
-    value,
-  );
+  const expected = `one of ${choices.map((c) => JSON.stringify(c)).join(", ")}`;
+  return mustBe(RangeError, what, expected, value);
 }
 
 /** A GPU mapping for restore: from each checkpointed GPU's UUID to the restore GPU's UUID. */
@@ -222,10 +244,7 @@ export function parseGpuUuid(text: unknown, what = "GPU UUID"): Uint8Array {
       `${what} ${got} is not a GPU UUID: expected ${form} or 32 hex digits${hint}`,
     );
   }
-  const hex = body.replaceAll("-", "");
-  const bytes = new Uint8Array(16);
-  for (let i = 0; i < 16; i++) bytes[i] = parseInt(hex.slice(2 * i, 2 * i + 2), 16);
-  return bytes;
+  return Uint8Array.from(body.replaceAll("-", "").match(/../g)!, (hex) => parseInt(hex, 16));
 }
 
 /** Formats the 16 bytes of a `CUuuid` as nvidia-smi prints them (`GPU-xxxxxxxx-…`). */

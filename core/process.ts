@@ -6,10 +6,9 @@
  */
 
 import { callDriver, checkCapability, type FailureDetail, readState } from "./calls.ts";
-import { CUDA_ERROR_ILLEGAL_STATE, CUDA_ERROR_INVALID_VALUE } from "./driver.ts";
+import { CUDA_ERROR_ILLEGAL_STATE, CUDA_ERROR_INVALID_VALUE, type GpuPair } from "./driver.ts";
 import { CUDA_ERROR_NOT_INITIALIZED, CUDA_ERROR_OPERATING_SYSTEM } from "./driver.ts";
-import { CUDA_ERROR_OUT_OF_MEMORY, type GpuPair, type LockArgs } from "./driver.ts";
-import type { RestoreArgs } from "./driver.ts";
+import { CUDA_ERROR_OUT_OF_MEMORY, type LockArgs, type RestoreArgs } from "./driver.ts";
 import { CudaError, RefusedError, WaitTimeoutError } from "./errors.ts";
 import { type GpuImport, identityKey, type ProcessIdentity, sameProcess } from "./host.ts";
 import { leaseOf, type Machine, type MachineLease, type MachineSource } from "./machine.ts";
@@ -30,15 +29,13 @@ export function sessionOf(machine: Machine): Session {
 
 /** What this package keeps for a machine in use: each process's order, and the room check. */
 export class Session {
-  readonly machine: Machine;
   readonly room: RoomGuard;
   #self: Promise<ProcessIdentity | undefined> | undefined;
   #release: Promise<string | undefined> | undefined;
   readonly #tails = new Map<string, Promise<unknown>>();
 
   /** The session of `machine`: use {@link sessionOf}, which keeps one per machine. */
-  constructor(machine: Machine) {
-    this.machine = machine;
+  constructor(readonly machine: Machine) {
     this.room = new RoomGuard(machine.host, () => this.selfIdentity());
   }
 
@@ -61,11 +58,6 @@ export class Session {
     return run;
   }
 
-  /** The pid of the program using the machine, where it is one of the host's processes. */
-  get selfPid(): number | undefined {
-    return this.machine.host?.self;
-  }
-
   /** The import of GPU memory that makes a checkpoint of `pid` unrestorable (before 610). */
   async gpuImport(pid: number): Promise<GpuImport | undefined> {
     const host = this.machine.host;
@@ -77,18 +69,15 @@ export class Session {
 
   /** This program as the host identifies it (the owner of its room claims), where it can. */
   selfIdentity(): Promise<ProcessIdentity | undefined> {
-    this.#self ??= (async () => {
-      const pid = this.selfPid;
+    return this.#self ??= (async () => {
+      const pid = this.machine.host?.self;
       return pid === undefined ? undefined : await this.identify(pid) ?? { pid };
     })();
-    return this.#self;
   }
 }
 
 /** One process through one machine: it leases the machine, and refuses a pid reused since. */
 export class Handle {
-  /** The process id (or one of its thread ids), as given: what the driver is called with. */
-  readonly pid: number;
   readonly #source: MachineSource;
   #lease: MachineLease | undefined;
   #closed = false;
@@ -96,9 +85,8 @@ export class Handle {
   #identity: ProcessIdentity | undefined;
   readonly #running = new Set<Promise<unknown>>();
 
-  /** A handle on `pid` (checked by the caller) through the machine of `source`. */
-  constructor(pid: number, source: MachineSource) {
-    this.pid = pid;
+  /** A handle on `pid` (or a thread id, checked by the caller: what the driver is called with). */
+  constructor(readonly pid: number, source: MachineSource) {
     this.#source = source;
   }
 
@@ -150,13 +138,9 @@ export class Handle {
       const session = await this.#session();
       const found = await session.identify(this.pid);
       if (found && this.#identity && !sameProcess(this.#identity, found)) {
-        throw new RefusedError({
-          code: "REPLACED",
-          operation: "getState",
-          pid: this.pid,
-          reason: `the process this handle was made for has ended, and ${this.pid} now names ` +
-            `another process`,
-        });
+        const reason = `the process this handle was made for has ended, and ${this.pid} now ` +
+          `names another process`;
+        throw new RefusedError({ code: "REPLACED", operation: "getState", pid: this.pid, reason });
       }
       this.#identity ??= found;
       // No process has the id now (the driver will say so): the process it named, or the number.
@@ -178,8 +162,7 @@ export class Handle {
   #session(): Promise<Session> {
     if (this.#closed) return Promise.reject(this.#closedError());
     if (!this.#lease) {
-      const taken = leaseOf(this.#source);
-      this.#lease = taken;
+      const taken = this.#lease = leaseOf(this.#source);
       // A machine that failed to open is not kept: the next call tries again.
       taken.machine.catch(() => {
         if (this.#lease === taken) this.#lease = undefined;
@@ -208,19 +191,12 @@ export class Handle {
 
 /** The process while its turn is held: each step is one driver call, the room check around it. */
 export class Turn {
-  /** The pid (or thread id) as given: what the driver is called with. */
-  readonly pid: number;
-  readonly identity: ProcessIdentity;
   /** Whether the process is the program making the calls (it checkpoints itself). */
   readonly self: boolean;
-  readonly session: Session;
 
-  /** The turn of `pid` (of the process `identity`) in `session`. */
-  constructor(pid: number, identity: ProcessIdentity, session: Session) {
-    this.pid = pid;
-    this.identity = identity;
-    this.session = session;
-    this.self = identity.pid === session.selfPid;
+  /** The turn of `pid` (as given: what the driver is called with) of `identity` in `session`. */
+  constructor(readonly pid: number, readonly identity: ProcessIdentity, readonly session: Session) {
+    this.self = identity.pid === session.machine.host?.self;
   }
 
   get machine(): Machine {
@@ -242,12 +218,10 @@ export class Turn {
     const room = this.session.room;
     // Locking this very process: the room check's NVML reads stop until it runs again.
     if (this.self) await room.beforeSelfLock();
-    try {
-      await this.#call("lock", { timeoutMs });
-    } catch (err) {
+    await this.#call("lock", { timeoutMs }).catch((err) => {
       if (this.self) room.selfRunning();
       throw err;
-    }
+    });
     // Locked from running: what it held when last checkpointed is no longer what it holds.
     await room.forget(this.identity);
   }
@@ -271,23 +245,11 @@ export class Turn {
     await checkCapability(driver, "restore", this.pid, pairs?.length ?? 0, shown);
     if (pairs) await checkMapping(driver, shown, this.pid, pairs);
     const reservation = checkRoom
-      ? await this.session.room.reserve(
-        this.identity,
-        pairs,
-        { operation: shown, pid: this.pid, self: this.self },
-        () => this.#checkpointedNow(),
-      )
+      ? await this.session.room.reserve(this, shown, pairs, () => this.#checkpointedNow())
       : undefined;
     let ok = false;
     try {
-      await this.#call("restore", pairs === null ? null : { gpuPairs: pairs }, async (code) => ({
-        detail: code === CUDA_ERROR_INVALID_VALUE && pairs !== null && pairs.length > 0
-          ? await explainRejectedMapping(driver, pairs)
-          : code === CUDA_ERROR_OUT_OF_MEMORY
-          ? "on driver 580 the process cannot be restored after this, even once memory is free " +
-            "(docs/ERRORS.md#out-of-memory)"
-          : undefined,
-      }));
+      await this.#call("restore", pairs && { gpuPairs: pairs });
       ok = true;
     } finally {
       await reservation?.done(ok);
@@ -301,35 +263,40 @@ export class Turn {
   }
 
   /** A step's driver call; its failure says the state, and why where the code would mislead. */
-  #call(
-    step: Step,
-    args: LockArgs | RestoreArgs | null = null,
-    explain?: (code: number) => Promise<FailureDetail>,
-  ): Promise<number> {
-    return callDriver(this.machine.driver, step, this.pid, args, {
-      explain: async (code) => {
-        const more: FailureDetail = await explain?.(code) ?? {};
-        if (code === CUDA_ERROR_ILLEGAL_STATE) {
-          more.state = await this.state().catch(() => undefined);
-          // Refused as illegal in a state the step accepts: something else changed it meanwhile.
-          if (more.state !== undefined && stepAllowed(step, more.state)) {
-            more.detail = "another program (or another thread id of this process) changed its " +
-              "state meanwhile";
-          }
-          if (more.state === "failed") more.detail = "the failed state is final";
-        }
-        // A restore refused although the process is there and checkpointed: what driver 580 does
-        // after a restore of it ran out of GPU memory.
-        if (
-          code === CUDA_ERROR_OPERATING_SYSTEM && step === "restore" && !more.detail &&
-          await this.#checkpointedNow()
-        ) {
-          more.detail = "the process is checkpointed, yet the driver refuses to restore it, as " +
-            "driver 580 does after a restore of it ran out of memory (docs/ERRORS.md#out-of-memory)";
-        }
-        return more;
-      },
-    });
+  #call(step: Step, args: LockArgs | RestoreArgs | null = null): Promise<number> {
+    const explain = (code: number) => this.#why(step, code, (args as RestoreArgs | null)?.gpuPairs);
+    return callDriver(this.machine.driver, step, this.pid, args, { explain });
+  }
+
+  /** What the error of `step`, failed with `code`, says besides the code. */
+  async #why(step: Step, code: number, pairs?: readonly GpuPair[]): Promise<FailureDetail> {
+    if (code === CUDA_ERROR_ILLEGAL_STATE) {
+      const state = await this.state().catch(() => undefined);
+      // Refused as illegal in a state the step accepts: something else changed it meanwhile.
+      const detail = state === "failed"
+        ? "the failed state is final"
+        : state !== undefined && stepAllowed(step, state)
+        ? "another program (or another thread id of this process) changed its state meanwhile"
+        : undefined;
+      return { state, detail };
+    }
+    if (step !== "restore") return {};
+    if (code === CUDA_ERROR_INVALID_VALUE && pairs?.length) {
+      return { detail: await explainRejectedMapping(this.machine.driver, pairs) };
+    }
+    if (code === CUDA_ERROR_OUT_OF_MEMORY) {
+      return {
+        detail: "on driver 580 the process cannot be restored after this, even once memory is " +
+          "free (docs/ERRORS.md#out-of-memory)",
+      };
+    }
+    // Refused although the process is there and checkpointed: what driver 580 does after a
+    // restore of it ran out of GPU memory.
+    if (code !== CUDA_ERROR_OPERATING_SYSTEM || !(await this.#checkpointedNow())) return {};
+    return {
+      detail: "the process is checkpointed, yet the driver refuses to restore it, as driver 580 " +
+        "does after a restore of it ran out of memory (docs/ERRORS.md#out-of-memory)",
+    };
   }
 
   /** Whether the driver says, now, that the process is there and checkpointed; never rejects. */

@@ -77,13 +77,12 @@ export class GpuRoomError extends RefusedError {
       ? `, ${mib(s.claimedMiB)} of it claimed by other restores`
       : "";
     super({
+      ...untouched(init),
       code: "NO_ROOM",
-      operation: init.operation,
-      ...(init.pid !== undefined ? { pid: init.pid, state: "checkpointed" } : {}),
       reason: `${init.who ?? "it"} need${init.who ? "" : "s"} ${mib(s.neededMiB)} on ${s.gpu}, ` +
         `which has ${mib(s.freeMiB)} free${claimed}${init.note ? `; ${init.note}` : ""}`,
       detail: init.pid !== undefined
-        ? "nothing was asked of the driver: the process is still checkpointed"
+        ? STILL_CHECKPOINTED
         : "nothing was changed: free memory there, or restore onto other GPUs with a mapping",
     });
     this.name = "GpuRoomError";
@@ -91,33 +90,28 @@ export class GpuRoomError extends RefusedError {
   }
 }
 
-function mib(n: number): string {
-  return `${Math.round(n)} MiB`;
+const mib = (n: number) => `${Math.round(n)} MiB`;
+
+const STILL_CHECKPOINTED = "nothing was asked of the driver: the process is still checkpointed";
+
+/** Where a room refusal is: the operation on a checkpointed process (`pid`), or a snapshot's. */
+function untouched(where: { operation: string; pid?: number }) {
+  const { operation, pid } = where;
+  return pid === undefined ? { operation } : { operation, pid, state: "checkpointed" as const };
 }
 
-/**
- * The refusal of a checked restore whose room cannot be checked because the records of held GPU
- * memory cannot be read or written (`err` says why, naming the path): a `RefusedError` with code
- * `"PREREQUISITE"`, which says that `checkRoom: false` skips the check.
- */
+/** A checked restore refused (`PREREQUISITE`): the records cannot be read or written (`err`). */
 function roomUnknownError(
   where: { operation: string; pid?: number; who?: string },
   err: unknown,
 ): RefusedError {
+  const left = where.pid !== undefined ? STILL_CHECKPOINTED : "nothing was changed";
   return new RefusedError({
+    ...untouched(where),
     code: "PREREQUISITE",
-    operation: where.operation,
-    ...(where.pid !== undefined ? { pid: where.pid, state: "checkpointed" } : {}),
-    reason:
-      `the GPU room for ${
-        where.who ?? "its restore"
-      } cannot be checked, and a restore that runs out of GPU memory can lose the process: ` +
-      messageOf(err),
-    detail: `${
-      where.pid !== undefined
-        ? "nothing was asked of the driver: the process is still checkpointed"
-        : "nothing was changed"
-    }; checkRoom: false (cuda-checkpoint --no-room-check) skips the check`,
+    reason: `the GPU room for ${where.who ?? "its restore"} cannot be checked, and a restore ` +
+      `that runs out of GPU memory can lose the process: ${messageOf(err)}`,
+    detail: `${left}; checkRoom: false (cuda-checkpoint --no-room-check) skips the check`,
     cause: err,
   });
 }
@@ -129,18 +123,10 @@ function roomUnknownError(
  */
 export type RoomCheck = "checked" | "skipped" | { readonly unknown: string };
 
-/** A restore's claim, until it has returned. */
-export interface Reservation {
-  /** Whether the room was checked, and if not, why. */
-  readonly check: RoomCheck;
-  /** The restore has returned: `ok` removes the process's record, else its claim only. */
-  done(ok: boolean): Promise<void>;
-}
+/** A restore's claim, until it has returned (`done`), and whether its room was checked. */
+export type Reservation = { readonly check: RoomCheck; done(ok: boolean): Promise<void> };
 
-/**
- * The room check of one session: reads what a process holds before its checkpoint, records it,
- * and checks and claims the room for its restore. See the module documentation.
- */
+/** The room check of one session: what a process holds, recorded; its restore's room, claimed. */
 export class RoomGuard {
   readonly #host: HostProcesses | undefined;
   /** This program, as the host identifies it: the owner of its claims. */
@@ -158,24 +144,15 @@ export class RoomGuard {
     this.#self = self;
   }
 
-  /**
-   * What `process` holds now, MiB by GPU UUID, for {@link RoomGuard.recorded} once its checkpoint
-   * succeeds; `undefined` where the host cannot tell, where it holds none, and while this process
-   * is held.
-   */
+  /** What `process` holds now, MiB by GPU UUID, where the host tells (and it holds some). */
   async heldNow(process: ProcessIdentity): Promise<Readonly<Record<string, number>> | undefined> {
     const report = await this.report();
-    if (!report || !("byPid" in report)) return undefined;
-    const memory = report.byPid.get(process.pid);
+    const memory = report && "byPid" in report ? report.byPid.get(process.pid) : undefined;
     if (memory === undefined || memory === "unknown") return undefined;
     return Object.values(memory).some((m) => m > 0) ? memory : undefined;
   }
 
-  /**
-   * Records what `process` held, after its checkpoint succeeded. Never rejects: where the record
-   * cannot be written, resolves to why its restore's room will not be checked, for the step's
-   * `roomCheck` (the warning a caller sees).
-   */
+  /** Records what `process` held at its checkpoint; where it cannot, resolves to the warning. */
   async recorded(
     process: ProcessIdentity,
     heldMiB: Readonly<Record<string, number>>,
@@ -194,10 +171,7 @@ export class RoomGuard {
     }
   }
 
-  /**
-   * What `process` held when last checkpointed by a program of this package, where recorded;
-   * `undefined` too where the records cannot be read (a restore's check refuses then).
-   */
+  /** What `process` held when last checkpointed, where recorded and the records can be read. */
   record(process: ProcessIdentity): Promise<HeldRecord | undefined> {
     return this.#records().get(process).catch(() => undefined);
   }
@@ -208,69 +182,61 @@ export class RoomGuard {
   }
 
   /**
-   * Checks that a restore of `process` (onto the GPUs `pairs` name, or where it was) fits in the
-   * GPUs' free memory less what other restores under way claim, and claims the room until
-   * {@link Reservation.done}. Throws a {@link GpuRoomError} where it does not fit, unless
-   * `stillCheckpointed` says the process is no longer checkpointed (then the record was old: it
-   * is forgotten, and the driver's own answer will say what is wrong); and the refusal of
-   * a `PREREQUISITE` refusal where the records cannot be read, or its claim cannot be written.
+   * Checks that a restore of `turn`'s process (onto `pairs`) fits and claims its room until done:
+   * a {@link GpuRoomError} where it does not fit, unless the process is no longer checkpointed
+   * (the record was old: forgotten); a `PREREQUISITE` refusal where the records fail.
    */
   async reserve(
-    process: ProcessIdentity,
+    turn: { identity: ProcessIdentity; pid: number; self: boolean },
+    operation: string,
     pairs: readonly GpuPair[] | null,
-    where: { operation: string; pid: number; self: boolean },
     stillCheckpointed: () => Promise<boolean>,
   ): Promise<Reservation> {
-    const none = (why: string): Reservation => ({
-      check: { unknown: why },
-      done: async (ok) => {
-        if (ok) await this.forget(process);
-      },
-    });
-    if (where.self) {
-      return none("a process's restore of itself is not checked: NVML would wait for it");
-    }
-    if (this.#selfHeld) {
-      return none("this process is checkpointed or locked itself, and NVML would wait for it");
-    }
+    const process = turn.identity, where = { operation, pid: turn.pid };
     const records = this.#records();
-    const refused = (err: unknown) =>
-      roomUnknownError({ operation: where.operation, pid: where.pid }, err);
-    let record: HeldRecord | undefined, shared = 0;
-    try {
-      record = await records.get(process);
-      if (!record) ({ record, shared } = await this.#cameBack(process, records));
-    } catch (err) {
-      throw refused(err);
-    }
-    if (!record) {
-      return none(
-        `no record of the GPU memory it held (kept in ${records.where}): another program ` +
-          `checkpointed it, or it was checkpointed on another machine or without the record`,
-      );
-    }
-    const need = onto(record.heldMiB, pairs);
-    // Claim first, then read: two restores that check at once each see the other's claim.
-    const by = await this.#self() ?? { pid: 0 };
-    try {
-      await records.put({ ...record, claim: { needMiB: need, by, since: Date.now() } });
-    } catch (err) {
-      throw refused(err);
-    }
+    let by: ProcessIdentity = { pid: 0 };
     const unclaim = async () => {
       const now = await records.get(process).catch(() => undefined);
       if (now?.claim && sameProcess(now.claim.by, by)) {
         await records.put(withoutClaim(now)).catch(() => {});
       }
     };
+    // Once the restore has returned: `ok` removes the process's record, else its claim (if any).
+    const held = (check: RoomCheck, failed = unclaim): Reservation => ({
+      check,
+      done: (ok) => ok ? this.forget(process) : failed(),
+    });
+    const none = (why: string) => held({ unknown: why }, async () => {});
+    if (turn.self) {
+      return none("a process's restore of itself is not checked: NVML would wait for it");
+    }
+    if (this.#selfHeld) {
+      return none("this process is checkpointed or locked itself, and NVML would wait for it");
+    }
+    let record: HeldRecord | undefined, shared = 0, need: Record<string, number>;
+    try {
+      record = await records.get(process);
+      if (!record) ({ record, shared } = await this.#cameBack(process, records));
+      if (!record) {
+        return none(
+          `no record of the GPU memory it held (kept in ${records.where}): another program ` +
+            `checkpointed it, or it was checkpointed on another machine or without the record`,
+        );
+      }
+      need = onto([record.heldMiB], pairs);
+      // Claim first, then read: two restores that check at once each see the other's claim.
+      by = await this.#self() ?? by;
+      await records.put({ ...record, claim: { needMiB: need, by, since: Date.now() } });
+    } catch (err) {
+      throw roomUnknownError(where, err);
+    }
     const note = shared > 1
       ? `${shared} ended processes have its lasting mark, and which it was cannot be told, so ` +
         `it is checked against the most any of them held on each GPU`
       : undefined;
     let check: RoomCheck;
     try {
-      const at = { operation: where.operation, pid: where.pid, ...(note ? { note } : {}) };
-      check = await this.fits(need, at, process);
+      check = await this.fits(need, { ...where, note }, process);
     } catch (err) {
       // Shared: nothing of it is kept, so that a retry weighs every one of them again.
       await (shared > 1 ? this.forget(process) : unclaim());
@@ -280,26 +246,15 @@ export class RoomGuard {
       }
       throw err;
     }
-    if (check !== "checked") {
-      await unclaim();
-      return none(check === "skipped" ? "not checked" : check.unknown);
-    }
-    return {
-      check,
-      done: async (ok) => {
-        if (ok) await this.forget(process);
-        else await unclaim();
-      },
-    };
+    if (check === "checked") return held(check);
+    await unclaim();
+    return none(check === "skipped" ? "not checked" : check.unknown);
   }
 
   /**
-   * The one room check: throws a {@link GpuRoomError} where `need` (MiB by GPU UUID) does not fit
-   * in a GPU's free memory less what restores under way claim there (those of processes other
-   * than `except`); `"checked"` where it fits; why it could not be told otherwise. `where` names
-   * the operation, and the pid, or (`who`) the processes, the error is about. Throws the refusal
-   * of {@link roomUnknownError} where the records of claims cannot be read; a claim that is not a
-   * finite amount from 0 is left out.
+   * The one room check: a {@link GpuRoomError} (about `where`'s pid, or `who`) where `need` (MiB by
+   * GPU UUID) does not fit in a GPU's free memory less the claims of restores of processes other
+   * than `except` (a claim that is no amount from 0 left out); else whether it could be told.
    */
   async fits(
     need: Readonly<Record<string, number>>,
@@ -307,12 +262,9 @@ export class RoomGuard {
     except?: ProcessIdentity,
   ): Promise<RoomCheck> {
     const claimed: Record<string, number> = {};
-    let others: HeldRecord[];
-    try {
-      others = await this.#records().list();
-    } catch (err) {
+    const others = await this.#records().list().catch((err) => {
       throw roomUnknownError(where, err);
-    }
+    });
     for (const other of others) {
       if (!other.claim || (except && sameProcess(other.process, except))) continue;
       for (const [gpu, mib] of Object.entries(other.claim.needMiB)) {
@@ -341,9 +293,8 @@ export class RoomGuard {
   }
 
   /**
-   * Before this package locks the calling process: no read starts from now on, the reads under
-   * way end first, and the machine's host lets go of NVML (nothing of it stays initialised in a
-   * process that is about to be checkpointed, and NVML would wait for that process's restore).
+   * Before this package locks the calling process: no read starts, those under way end, and the
+   * host lets go of NVML (which would wait for the restore of the process it is initialised in).
    */
   async beforeSelfLock(): Promise<void> {
     this.#selfHeld = true;
@@ -357,19 +308,16 @@ export class RoomGuard {
   }
 
   /**
-   * The record of the process that `process` was before criu brought it back: a record of an
-   * ended process with the same lasting mark (its start time is new), moved to it. Where several
-   * have the mark (`shared`), which it was cannot be told: none is moved, and the figure is the
-   * most any of them held on each GPU (a restore refused for room is safe, one that runs out of
-   * memory is not).
+   * The record of the process `process` was before criu brought it back: an ended one's with its
+   * lasting mark, moved to it. Where several have it (`shared`), none is moved, and the figure is
+   * the most any held on each GPU (a restore refused for room is safe, one out of memory is not).
    */
   async #cameBack(
     process: ProcessIdentity,
     records: HeldRecords,
   ): Promise<{ record?: HeldRecord; shared: number }> {
     const mark = records.ended && await this.#host?.lastingMark?.(process).catch(() => undefined);
-    if (!mark) return { shared: 0 };
-    const was = (await records.ended!()).filter((r) => r.mark === mark);
+    const was = mark ? (await records.ended!()).filter((r) => r.mark === mark) : [];
     if (was.length === 0) return { shared: 0 };
     const heldMiB: Record<string, number> = {};
     for (const [gpu, mib] of was.flatMap((r) => Object.entries(r.heldMiB))) {
@@ -388,34 +336,27 @@ export class RoomGuard {
     return this.#host?.heldRecords ?? this.#ownRecords;
   }
 
-  /**
-   * The host's GPU memory report; `undefined` while this process is held (NVML would wait for
-   * its restore) or without a host. Never rejects.
-   */
+  /** The host's GPU memory report; none while this process is held, or without one. */
   async report(): Promise<GpuMemoryReport | undefined> {
     const host = this.#host;
     if (this.#selfHeld || !host?.gpuMemory) return undefined;
     const read = host.gpuMemory().catch((err): GpuMemoryReport => ({ unknown: messageOf(err) }));
     this.#reads.add(read);
-    try {
-      return await read;
-    } finally {
-      this.#reads.delete(read);
-    }
+    read.then(() => this.#reads.delete(read));
+    return await read;
   }
 }
 
-/** Where each GPU's memory goes: MiB by GPU, moved onto the mapping's new GPU where it has one. */
+/** Where GPU memory goes: MiB by GPU of all the records, moved by the mapping where it has one. */
 export function onto(
-  heldMiB: Readonly<Record<string, number>>,
+  held: readonly Readonly<Record<string, number>>[],
   pairs: readonly GpuPair[] | null,
 ): Record<string, number> {
-  const to = new Map<string, string>();
-  for (const p of pairs ?? []) {
-    to.set(formatGpuUuid(p.oldUuid).toLowerCase(), formatGpuUuid(p.newUuid));
-  }
+  const to = new Map(
+    (pairs ?? []).map((p) => [formatGpuUuid(p.oldUuid).toLowerCase(), formatGpuUuid(p.newUuid)]),
+  );
   const need: Record<string, number> = {};
-  for (const [gpu, mib] of Object.entries(heldMiB)) {
+  for (const [gpu, mib] of held.flatMap((h) => Object.entries(h))) {
     const target = to.get(gpu.toLowerCase()) ?? gpu;
     need[target] = (need[target] ?? 0) + mib;
   }

@@ -22,13 +22,10 @@ export type Action = Step | "suspend" | "resume" | "toggle";
 /** A goal: an action that is not one step. */
 export type Goal = Exclude<Action, Step>;
 
+/** The states of the chain a process goes along (running - locked - checkpointed), in order. */
+const CHAIN: readonly ProcessState[] = ["running", "locked", "checkpointed"];
 /** Every state, by its `CUprocessState` number (`CU_PROCESS_STATE_RUNNING` is 0, ...). */
-export const PROCESS_STATES: readonly ProcessState[] = Object.freeze([
-  "running",
-  "locked",
-  "checkpointed",
-  "failed",
-]);
+export const PROCESS_STATES: readonly ProcessState[] = Object.freeze([...CHAIN, "failed"]);
 
 /** Every step, in the order lock and checkpoint, then restore and unlock, make them. */
 export const STEPS: readonly Step[] = Object.freeze(["lock", "checkpoint", "restore", "unlock"]);
@@ -45,8 +42,6 @@ const TRANSITIONS: Readonly<Record<Step, { from: ProcessState; to: ProcessState 
   restore: { from: "checkpointed", to: "locked" },
   unlock: { from: "locked", to: "running" },
 };
-
-const CHAIN: readonly ProcessState[] = ["running", "locked", "checkpointed"];
 
 /** The state a step needs. */
 export function stepFrom(step: Step): ProcessState {
@@ -99,10 +94,8 @@ export function plan(action: Action, from: ProcessState): Plan {
     return { kind: "refused", why: "the failed state is final: no operation can recover it" };
   }
   if (action === "toggle" && from !== "running" && from !== "checkpointed") {
-    return {
-      kind: "refused",
-      why: `toggle goes between running and checkpointed, and the process is ${from}`,
-    };
+    const why = `toggle goes between running and checkpointed, and the process is ${from}`;
+    return { kind: "refused", why };
   }
   const to = action === "suspend" || (action === "toggle" && from === "running")
     ? "checkpointed"

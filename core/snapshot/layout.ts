@@ -11,7 +11,7 @@ import type { ProcessIdentity } from "../host.ts";
 import { StrictReader } from "../json.ts";
 import { type Manifest, parseManifest, serializeManifest, snapshotRefusal } from "./manifest.ts";
 import { treeDirName } from "./manifest.ts";
-import type { Checked, CheckOptions, SnapshotDir, SnapshotFile, SnapshotStore } from "./store.ts";
+import type { Checked, CheckOptions, SnapshotDir, SnapshotStore } from "./store.ts";
 
 /** The manifest's file name. */
 export const MANIFEST_FILE = "manifest.json";
@@ -42,16 +42,8 @@ export function storeRefusal(op: string, path: string, what: string, err: unknow
 
 /** A snapshot being written, in the layout's order. */
 export class SnapshotWriter {
-  readonly dir: SnapshotDir;
-  /** The engine's path for each tree's directory, in the order of the roots. */
-  readonly imagesDirs: readonly string[];
-  readonly #names: readonly string[];
-
-  private constructor(dir: SnapshotDir, names: readonly string[], imagesDirs: string[]) {
-    this.dir = dir;
-    this.#names = names;
-    this.imagesDirs = imagesDirs;
-  }
+  /** The directory, and the engine's path for each tree's directory, in the order of the roots. */
+  private constructor(readonly dir: SnapshotDir, readonly imagesDirs: readonly string[]) {}
 
   /** Makes `path`, its trace and each tree's directory, or refuses (`SNAPSHOT`), leaving none. */
   static async begin(
@@ -72,17 +64,12 @@ export class SnapshotWriter {
       await dir.writeFile(TRACE_FILE, text + "\n");
       for (const name of names) await dir.subdir(name);
       const imagesDirs = await Promise.all(names.map((name) => dir.enginePath(name)));
-      return new SnapshotWriter(dir, names, imagesDirs);
+      return new SnapshotWriter(dir, imagesDirs);
     } catch (err) {
       await dir.removeCreated().catch(() => {});
       await dir.close();
       throw cannotHold(dir.path, err);
     }
-  }
-
-  /** Puts the images of the `i`th tree on disk and digests them (as its dump writes them). */
-  seal(i: number, o?: Parameters<SnapshotDir["seal"]>[1]): Promise<SnapshotFile[]> {
-    return this.dir.seal(this.#names[i], o);
   }
 
   /** Writes the manifest: from now on the directory holds a snapshot. */
@@ -105,10 +92,6 @@ export class SnapshotWriter {
     );
     await this.dir.close();
     return said;
-  }
-
-  async abandon(): Promise<void> {
-    await this.dir.close();
   }
 }
 

@@ -35,27 +35,22 @@ export interface ManifestProcess {
   };
 }
 
-/** One dumped process tree. */
-export interface ManifestTree {
-  /** The pid of its root. */
-  readonly root: number;
-  /** The subdirectory its images are in: `tree-<root>`. */
-  readonly images: string;
-  /** Its processes, the root first, each after its parent. */
-  readonly processes: readonly ManifestProcess[];
-}
+/**
+ * One dumped process tree: the pid of its root, the subdirectory its images are in
+ * (`tree-<root>`), its processes (the root first, each after its parent).
+ */
+export type ManifestTree = Readonly<
+  { root: number; images: string; processes: readonly ManifestProcess[] }
+>;
 
-/** One GPU of the machine the snapshot was taken on. */
-export interface ManifestGpu {
-  /** Its index, as the driver numbers it. */
-  readonly index: number;
-  /** Its UUID, `GPU-…`. */
-  readonly uuid: string;
-  /** Its name (`NVIDIA H100 80GB HBM3`): a restore maps it only onto a GPU of that name. */
-  readonly name: string;
-  /** Its total memory in MiB, where it could be read. */
-  readonly totalMiB?: number;
-}
+/**
+ * One GPU of the machine the snapshot was taken on: its index as the driver numbers it, its UUID
+ * (`GPU-…`), its name (`NVIDIA H100 80GB HBM3`: a restore maps it only onto a GPU of that name),
+ * its total memory in MiB where it could be read.
+ */
+export type ManifestGpu = Readonly<
+  { index: number; uuid: string; name: string; totalMiB?: number }
+>;
 
 /** A snapshot's manifest, as {@link parseManifest} gives it. */
 export interface Manifest {
@@ -75,21 +70,10 @@ export interface Manifest {
   readonly gpus: readonly ManifestGpu[];
   /** The dumped trees. */
   readonly trees: readonly ManifestTree[];
-  /** How it was taken. */
-  readonly options: {
-    /** Whether the processes were left running after the dump. */
-    readonly leaveRunning: boolean;
-    /** Whether its CUDA processes were handled as one job. */
-    readonly job: boolean;
-    /** Whether established TCP connections were dumped (`--tcp-established`); else left out. */
-    readonly tcpEstablished?: true;
-  };
+  /** How it was taken: the options of `snapshot` (`tcpEstablished` left out where not given). */
+  readonly options: Readonly<{ leaveRunning: boolean; job: boolean; tcpEstablished?: true }>;
   /** How long its parts took, in ms. */
-  readonly timings: {
-    readonly suspendMs: number;
-    readonly dumpMs: number;
-    readonly totalMs: number;
-  };
+  readonly timings: Readonly<{ suspendMs: number; dumpMs: number; totalMs: number }>;
   /** Every file of its trees with its size and digest: a restore refuses any other, or a change. */
   readonly files: readonly SnapshotFile[];
 }
@@ -140,60 +124,36 @@ export function parseManifest(
   const m = r.object(data, "", TOP_FIELDS);
   const createdAt = r.string(m.createdAt, "createdAt");
   if (Number.isNaN(Date.parse(createdAt))) r.fail("createdAt", "a date (ISO 8601)", createdAt);
-  const tool = r.object(m.tool, "tool", ["name", "version"]);
-  const host = r.object(m.host, "host", ["hostname", "kernel"]);
-  const driver = r.object(m.driver, "driver", ["cudaVersion"], ["release"]);
-  const engine = r.object(m.engine, "engine", ["kind"], ["version"]);
-  const options = r.object(m.options, "options", ["leaveRunning", "job"], ["tcpEstablished"]);
-  if (options.tcpEstablished !== undefined && options.tcpEstablished !== true) {
-    r.fail("options.tcpEstablished", "true (or left out)", options.tcpEstablished);
-  }
-  const timings = r.object(m.timings, "timings", ["suspendMs", "dumpMs", "totalMs"]);
   const gpus = readGpus(r, m.gpus, "gpus");
   const trees = readTrees(r, m.trees, new Set(gpus.map((g) => g.uuid)));
-  const files = readFiles(r, m.files, trees);
-  const optional = (value: unknown, field: string) =>
-    value === undefined ? {} : { [field.split(".")[1]]: r.string(value, field) };
+  const str = (v: unknown, at: string) => r.string(v, at);
+  const flag = (v: unknown, at: string) => r.boolean(v, at);
+  const ms = (v: unknown, at: string) => r.amount(v, at);
   return {
     format: MANIFEST_FORMAT,
     createdAt,
-    tool: {
-      name: r.string(tool.name, "tool.name"),
-      version: r.string(tool.version, "tool.version"),
-    },
-    host: {
-      hostname: r.string(host.hostname, "host.hostname"),
-      kernel: r.string(host.kernel, "host.kernel"),
-    },
-    driver: {
-      cudaVersion: r.integer(driver.cudaVersion, "driver.cudaVersion", 1, 1_000_000),
-      ...optional(driver.release, "driver.release"),
-    },
-    engine: {
-      kind: r.string(engine.kind, "engine.kind"),
-      ...optional(engine.version, "engine.version"),
-    },
+    tool: r.fields(m.tool, "tool", { name: str, version: str }),
+    host: r.fields(m.host, "host", { hostname: str, kernel: str }),
+    driver: r.fields(m.driver, "driver", {
+      cudaVersion: (v, at) => r.integer(v, at, 1, 1_000_000),
+      release: str,
+    }, ["release"]),
+    engine: r.fields(m.engine, "engine", { kind: str, version: str }, ["version"]),
     gpus,
     trees,
-    options: {
-      leaveRunning: r.boolean(options.leaveRunning, "options.leaveRunning"),
-      job: r.boolean(options.job, "options.job"),
-      ...(options.tcpEstablished ? { tcpEstablished: true as const } : {}),
-    },
-    timings: {
-      suspendMs: r.amount(timings.suspendMs, "timings.suspendMs"),
-      dumpMs: r.amount(timings.dumpMs, "timings.dumpMs"),
-      totalMs: r.amount(timings.totalMs, "timings.totalMs"),
-    },
-    files,
+    options: r.fields(m.options, "options", {
+      leaveRunning: flag,
+      job: flag,
+      tcpEstablished: (v, at) => v === true ? v : r.fail(at, "true (or left out)", v),
+    }, ["tcpEstablished"]),
+    timings: r.fields(m.timings, "timings", { suspendMs: ms, dumpMs: ms, totalMs: ms }),
+    files: readFiles(r, m.files, trees),
   };
 }
 
 /** Refuses what is not a manifest of this format, saying what it is instead. */
 function checkFormat(r: StrictReader, data: unknown): void {
-  const tag = typeof data === "object" && data !== null
-    ? (data as { format?: unknown }).format
-    : undefined;
+  const tag = (data as { format?: unknown } | null | undefined)?.format;
   if (typeof tag !== "string") {
     r.refuse(
       "format",
@@ -283,37 +243,26 @@ function readProcess(
   at: string,
   gpus: ReadonlySet<string>,
 ): ManifestProcess {
-  const o = r.object(value, at, ["pid", "parent", "threads"], ["command", "cuda"]);
-  const pid = r.integer(o.pid, `${at}.pid`, 1, MAX_PID);
-  const threads = r.array(o.threads, `${at}.threads`).map((t, i) =>
-    r.integer(t, `${at}.threads[${i}]`, 1, MAX_PID)
-  );
-  if (threads[0] !== pid) r.fail(`${at}.threads[0]`, `the pid, ${pid}`, threads[0]);
-  const process: ManifestProcess = {
+  const pid = (v: unknown, field: string) => r.integer(v, field, 1, MAX_PID);
+  const known = { uuids: gpus, where: "a GPU of the manifest's gpus" };
+  const p = r.fields<ManifestProcess>(value, at, {
     pid,
-    parent: r.integer(o.parent, `${at}.parent`, 0, MAX_PID),
-    threads,
-    ...(o.command !== undefined ? { command: r.string(o.command, `${at}.command`) } : {}),
-  };
-  if (o.cuda === undefined) return process;
-  const c = r.object(o.cuda, `${at}.cuda`, ["state", "restoreThreadId", "gpuMemoryMiB"]);
-  const state = r.string(c.state, `${at}.cuda.state`);
-  if (!isSnapshotState(state)) {
-    r.fail(`${at}.cuda.state`, SNAPSHOT_STATES.map((s) => `"${s}"`).join(" or "), state);
-  }
-  const memory = c.gpuMemoryMiB === null ? null : r.mibByGpu(
-    c.gpuMemoryMiB,
-    `${at}.cuda.gpuMemoryMiB`,
-    { uuids: gpus, where: "a GPU of the manifest's gpus" },
-  );
-  return {
-    ...process,
-    cuda: {
-      state,
-      restoreThreadId: r.integer(c.restoreThreadId, `${at}.cuda.restoreThreadId`, 1, MAX_PID),
-      gpuMemoryMiB: memory,
-    },
-  };
+    parent: (v, field) => r.integer(v, field, 0, MAX_PID),
+    threads: (v, field) => r.array(v, field).map((t, i) => pid(t, `${field}[${i}]`)),
+    command: (v, field) => r.string(v, field),
+    cuda: (v, field) =>
+      r.fields(v, field, {
+        state: (s, field) => {
+          const state = r.string(s, field);
+          if (isSnapshotState(state)) return state;
+          return r.fail(field, SNAPSHOT_STATES.map((s) => `"${s}"`).join(" or "), state);
+        },
+        restoreThreadId: pid,
+        gpuMemoryMiB: (m, field) => m === null ? null : r.mibByGpu(m, field, known),
+      }),
+  }, ["command", "cuda"]);
+  if (p.threads[0] !== p.pid) r.fail(`${at}.threads[0]`, `the pid, ${p.pid}`, p.threads[0]);
+  return p;
 }
 
 /** GPUs as a manifest (or the simulated criu) lists them, each once, `min` at least. @internal */
@@ -328,10 +277,7 @@ export function readGpus(r: StrictReader, value: unknown, field: string, min = 0
       ...(o.totalMiB !== undefined ? { totalMiB: r.amount(o.totalMiB, `${at}.totalMiB`) } : {}),
     };
   });
-  gpus.forEach((g, i) => {
-    if (gpus.findIndex((e) => e.uuid === g.uuid) !== i) {
-      r.refuse(`${field}[${i}]`, `${field} names ${g.uuid} twice`);
-    }
-  });
+  const i = gpus.findIndex((g, i) => gpus.findIndex((e) => e.uuid === g.uuid) !== i);
+  if (i >= 0) r.refuse(`${field}[${i}]`, `${field} names ${gpus[i].uuid} twice`);
   return gpus;
 }

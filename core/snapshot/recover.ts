@@ -29,10 +29,7 @@ export interface RecoverResult {
   readonly complete: boolean;
 }
 
-/**
- * Resumes what the trace names, and removes what was written; refuses one still under way.
- * `onProgress` hears the resumes' steps.
- */
+/** Resumes what the trace names (`onProgress` hears it), removes what was written. */
 export async function recoverFrom(
   machine: Machine,
   store: SnapshotStore,
@@ -58,19 +55,14 @@ export async function recoverFrom(
           `Ctrl-C or kill -TERM ${by}: it puts the processes back itself)`,
       );
     }
-    const alive: number[] = [];
-    const gone: number[] = [];
+    const alive: number[] = [], gone: number[] = [];
     for (const p of trace.processes) (await same(p) ? alive : gone).push(p.pid);
     let result: GroupResult | undefined;
     if (alive.length > 0) {
       // Killed while it was ending its trees, the snapshot may have left them stopped (SIGSTOP).
       await machine.engine?.wake?.(alive);
-      result = await runGroup(
-        machine,
-        "resume",
-        alive,
-        checkGroupOptions({ checkRoom, onProgress }),
-      );
+      const settings = checkGroupOptions({ checkRoom, onProgress });
+      result = await runGroup(machine, "resume", alive, settings);
     }
     if (result && !result.ok) {
       const failed = result.processes.find((p) => p.error);
@@ -80,13 +72,10 @@ export async function recoverFrom(
         }${groupFailure(result)}; ${TRACE_FILE} is kept, so that this can be tried again`,
       );
     }
-    const removed: string[] = [];
-    for (const name of complete ? [] : trace.made) {
-      await snap.remove(name);
-      removed.push(`${where}/${name}`);
-    }
-    await snap.remove(TRACE_FILE);
-    removed.push(`${where}/${TRACE_FILE}`);
+    // The partial images where the snapshot had no manifest, then the trace.
+    const names = [...(complete ? [] : trace.made), TRACE_FILE];
+    for (const name of names) await snap.remove(name);
+    const removed = names.map((name) => `${where}/${name}`);
     return { dir: where, resumed: alive, gone, removed, complete };
   } finally {
     await snap.close();

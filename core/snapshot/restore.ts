@@ -12,22 +12,22 @@ import { CUDA_SUCCESS, formatDriverVersion, type GpuPair } from "../driver.ts";
 import { EngineError } from "../engine.ts";
 import { messageOf, RefusedError, SnapshotError } from "../errors.ts";
 import { runGroup } from "../group.ts";
-import type { GroupResult } from "../group_types.ts";
+import type { GroupResult, ProcessOutcome } from "../group_types.ts";
 import type { Machine } from "../machine.ts";
 import { derivedMapping, mappingProblems, mappingRefused } from "../mapping.ts";
-import { checkFlag, checkGpuMapping, checkOptions, formatGpuUuid } from "../options.ts";
-import type { GpuMapping } from "../options.ts";
+import { checkGpuMapping, checkSignal, checkTable, flag, formatGpuUuid } from "../options.ts";
+import { type GpuMapping, type Settings, wholeTimeout } from "../options.ts";
 import { sessionOf } from "../process.ts";
 import { onto } from "../room.ts";
 import { clockOf } from "../time.ts";
 import { olderVersion } from "../version.ts";
-import type { Checked, SnapshotDir, SnapshotStore } from "./store.ts";
+import type { SnapshotStore } from "./store.ts";
 import { openSnapshot } from "./layout.ts";
 import type { Manifest, ManifestProcess, ManifestTree } from "./manifest.ts";
 import {
   bytesOf,
   checkDir,
-  checkWhole,
+  checkProgress,
   firstError,
   groupFailure,
   heldMiB,
@@ -35,7 +35,6 @@ import {
   Run,
   type SnapshotEvent,
   started,
-  type WholeSettings,
 } from "./run.ts";
 import { checkPidsFree, treesNow, untilFree, usesOf, watchHeld } from "./trees.ts";
 
@@ -68,44 +67,26 @@ export interface RestoreSnapshotResult {
   /** The whole restore's time in ms. */
   readonly ms: number;
   /** Its parts in ms: the checks, the engine's restores, the CUDA processes' restore and unlock. */
-  readonly timings: {
-    readonly checkMs: number;
-    readonly restoreMs: number;
-    readonly resumeMs: number;
-  };
+  readonly timings: Readonly<{ checkMs: number; restoreMs: number; resumeMs: number }>;
 }
 
-/** A restore's options, checked. */
-export interface RestoreSettings extends WholeSettings {
-  /** The GPU pairs given (`undefined`: derived by index). */
-  readonly pairs: GpuPair[] | undefined;
-  readonly checkRoom: boolean;
-  /** What its errors call it (the command line's `restore-snapshot`). */
-  readonly operation: string;
-}
+const RESTORE_OPTIONS = {
+  gpuMapping: (v: unknown) => v === undefined ? undefined : checkGpuMapping(v),
+  checkRoom: flag(true),
+  timeoutMs: wholeTimeout("restore"),
+  signal: checkSignal,
+  onProgress: checkProgress,
+};
+/** A restore's options, checked, and what its errors call it (`restore-snapshot`). */
+export type RestoreSettings = Settings<typeof RESTORE_OPTIONS> & { readonly operation: string };
 
 /** Checks a restore's arguments where they enter; the machine is left to the caller. */
 export function checkRestoreArgs(
   dir: unknown,
   options: RestoreSnapshotOptions | undefined,
 ): { dir: string; settings: RestoreSettings } {
-  const o = checkOptions(options, "restoreSnapshot", [
-    "machine",
-    "gpuMapping",
-    "checkRoom",
-    "timeoutMs",
-    "signal",
-    "onProgress",
-  ]);
-  return {
-    dir: checkDir(dir),
-    settings: {
-      ...checkWhole(o, "restore"),
-      pairs: o.gpuMapping === undefined ? undefined : checkGpuMapping(o.gpuMapping),
-      checkRoom: checkFlag(o.checkRoom, "checkRoom", true),
-      operation: "restoreSnapshot",
-    },
-  };
+  const settings = checkTable(options, "restoreSnapshot", RESTORE_OPTIONS);
+  return { dir: checkDir(dir), settings: { ...settings, operation: "restoreSnapshot" } };
 }
 
 /** The manifest of the snapshot in `dir`, everything checked against it (digests with `verify`). */
@@ -120,32 +101,25 @@ export async function inspectIn(
   return { dir: opened.dir.path, manifest: opened.manifest, verified: opened.checked.digests };
 }
 
-/** What a restore has done so far: the record its phases fill in and its rollback reads. */
-interface Restoring {
+/**
+ * The snapshot as opened and what its restore did, for its phases and rollback: whether trees are
+ * `held` stopped until their images matched, the GPU `pairs` (empty: in place), the CUDA processes
+ * `running` when taken, the trees `made` and `begun` (a failed one may leave some behind), each
+ * held tree's watch and what showed it `ran`, the trees back `whole`, an image that `differs`,
+ * and `times` (ms).
+ */
+interface Restoring extends Awaited<ReturnType<typeof openSnapshot>> {
   readonly run: Run;
   readonly o: RestoreSettings;
-  readonly dir: SnapshotDir;
-  readonly manifest: Manifest;
-  readonly checked: Checked;
-  /** Whether trees are held stopped until their memory images matched. */
   readonly held: boolean;
-  /** The GPU pairs the CUDA processes are restored with (empty: in place). */
   pairs: readonly GpuPair[];
-  /** The CUDA processes that ran when the snapshot was taken: they are resumed. */
-  running: readonly ManifestProcess[];
-  /** Each tree the engine made, by its processes' pids. */
-  readonly made: number[][];
-  /** The trees whose restore began: where the engine failed, it may have left some behind. */
+  readonly running: readonly ManifestProcess[];
+  readonly made: ManifestTree[];
   readonly begun: ManifestTree[];
-  /** Each held tree's watch: whether any of it ran meanwhile. */
   readonly watches: (() => Promise<string | undefined>)[];
-  /** What showed that a held tree ran before its images matched. */
   ran?: string;
-  /** How many trees are back whole (let go where held). */
   whole: number;
-  /** A memory image that differs, found while the checks or the engine ran. */
   differs?: RefusedError;
-  /** When the checks ended, the engine's restores last ended, the GPU half began (ms). */
   readonly times: { checked: number; restored: number; resume?: number };
 }
 
@@ -169,13 +143,15 @@ export async function restoreFrom(
       signal: verify,
       ...(holds ? { later: (f) => engine.inertFile!(f.path.split("/").pop()!) } : {}),
     });
+    const running = opened.manifest.trees.flatMap((t) => t.processes)
+      .filter((p) => p.cuda?.state === "running");
     const r: Restoring = {
       run,
       o,
       ...opened,
       held: holds && opened.checked.digests,
       pairs: [],
-      running: [],
+      running,
       made: [],
       begun: [],
       watches: [],
@@ -202,8 +178,7 @@ export async function restoreFrom(
 async function check(r: Restoring): Promise<void> {
   const { run, o, manifest } = r;
   const probe = await run.probing;
-  const dumped = manifest.engine;
-  const engine = run.engine;
+  const { engine } = run, dumped = manifest.engine;
   if (
     dumped.kind === engine.kind && dumped.version && probe.version &&
     olderVersion(probe.version, dumped.version, 2)
@@ -230,51 +205,39 @@ async function check(r: Restoring): Promise<void> {
   }
   await checkPidsFree(manifest, run.host, o.operation);
   const gpus = await run.listing;
-  r.pairs = o.pairs ?? derivedMapping(manifest.gpus, gpus, o.operation);
+  r.pairs = o.gpuMapping ?? derivedMapping(manifest.gpus, gpus, o.operation);
   const problems = mappingProblems(r.pairs, gpus, manifest.gpus);
   if (problems.length > 0) {
     throw mappingRefused(o.operation, `the GPU mapping cannot work: ${problems.join("; ")}`);
   }
-  r.running = manifest.trees.flatMap((t) => t.processes)
-    .filter((p) => p.cuda?.state === "running");
   if (o.checkRoom) {
-    const need: Record<string, number> = {};
-    for (const p of r.running) {
-      for (const [gpu, mib] of Object.entries(onto(p.cuda!.gpuMemoryMiB ?? {}, r.pairs))) {
-        need[gpu] = (need[gpu] ?? 0) + mib;
-      }
-    }
+    const need = onto(r.running.map((p) => p.cuda!.gpuMemoryMiB ?? {}), r.pairs);
     const who = "the snapshot's processes";
     await sessionOf(run.machine).room.fits(need, { operation: o.operation, who });
   }
   if (o.signal?.aborted) run.notBegun("restore", "it was aborted");
   if (r.differs) throw r.differs;
-  r.times.checked = run.at();
+  r.times.checked = r.times.restored = run.at();
 }
 
 /** Phase 2: every tree back, the CUDA processes resumed as one job, each as its tree is back. */
 async function bringBack(r: Restoring): Promise<GroupResult | undefined> {
   const { run, manifest } = r;
   run.phase("restore", { imageBytes: bytesOf(manifest.files), gpuMemoryMiB: heldMiB(r.running) });
-  r.times.restored = r.times.checked;
   const treeOf = new Map<number, Promise<void>>();
   const trees = manifest.trees.map((t) => {
     const back = started(restoreTree(r, t));
     for (const p of t.processes) treeOf.set(p.pid, back);
     return back;
   });
-  const resumed = r.running.length === 0 ? undefined : runGroup(
-    run.machine,
-    "resume",
-    r.running.map((p) => p.pid),
-    {
-      ...run.group(true),
-      job: true,
-      checkRoom: r.o.checkRoom,
-      pairsFor: () => r.pairs.length === 0 ? null : r.pairs,
-      ready: (pid) => treeOf.get(pid)!,
-    },
-  );
+  const pids = r.running.map((p) => p.pid), pairs = r.pairs.length === 0 ? null : r.pairs;
+  const resumed = pids.length === 0 ? undefined : runGroup(run.machine, "resume", pids, {
+    ...run.group(true),
+    job: true,
+    checkRoom: r.o.checkRoom,
+    gpuMapping: () => pairs,
+    ready: (pid) => treeOf.get(pid)!,
+  });
   await Promise.allSettled(trees);
   return await resumed;
 }
@@ -300,7 +263,7 @@ async function restoreTree(r: Restoring, t: ManifestTree): Promise<void> {
       });
     });
     const pids = t.processes.map((p) => p.pid);
-    r.made.push(pids);
+    r.made.push(t);
     const files = r.manifest.files.filter((f) => f.path.startsWith(`${t.images}/`));
     run.tell({ type: "tree-end", root: t.root, how: "restored", bytes: bytesOf(files), at: 0 });
     if (r.held) {
@@ -308,7 +271,8 @@ async function restoreTree(r: Restoring, t: ManifestTree): Promise<void> {
       // whole must stop meanwhile (an abort, the deadline, another part's failure), or it ran.
       const ran = await watchHeld(run.host, t.root, pids);
       r.watches.push(ran);
-      await Promise.race([r.checked.later(t.images), aborted(run.signal)]);
+      const stop = new Promise((end) => run.signal.addEventListener("abort", end, { once: true }));
+      await Promise.race([r.checked.later(t.images), run.signal.aborted || stop]);
       if (run.signal.aborted) throw NOT_STARTED;
       r.ran ??= await ran();
       if (r.ran) throw new Error(r.ran);
@@ -338,14 +302,6 @@ async function restoreTree(r: Restoring, t: ManifestTree): Promise<void> {
     r.times.resume = run.at();
     run.phase("resume", { gpuMemoryMiB: heldMiB(r.running) });
   }
-}
-
-/** Rejects once `signal` aborts. */
-function aborted(signal: AbortSignal): Promise<never> {
-  return new Promise((_, reject) => {
-    if (signal.aborted) reject(NOT_STARTED);
-    else signal.addEventListener("abort", () => reject(NOT_STARTED), { once: true });
-  });
 }
 
 /** Phase 3: what came of the restore; a failure is undone where it can be, and said. */
@@ -383,12 +339,12 @@ async function rollBack(r: Restoring, stopped: string | undefined): Promise<Erro
   for (const watch of r.watches) r.ran ??= await watch();
   // Every process the engine made: its trees as they are now, and the pids of those it failed on
   // that a process holds (they were free when checked).
-  const failed = r.begun.filter((t) => !r.made.some((pids) => pids[0] === t.root));
-  const left = failed.flatMap((t) => t.processes.map((p) => p.pid));
+  const pidsOf = (trees: ManifestTree[]) => trees.flatMap((t) => t.processes.map((p) => p.pid));
+  const left = pidsOf(r.begun.filter((t) => !r.made.includes(t)));
   const uses = left.length > 0 ? await usesOf(run.host, left).catch(() => []) : [];
   const held = uses.filter((u) => u.as === "pid" && u.holder === u.id).map((u) => u.id);
-  const now = await treesNow(run.host, [...r.made.map((pids) => pids[0]), ...held]);
-  const made = [...new Set([...r.made.flat(), ...held, ...now])];
+  const now = await treesNow(run.host, [...r.made.map((t) => t.root), ...held]);
+  const made = [...new Set([...pidsOf(r.made), ...held, ...now])];
   await run.engine.kill(made).catch(() => {});
   await untilFree(run.host, made, clockOf(run.machine).sleep).catch(() => {});
   const ended = made.length === 0
@@ -399,12 +355,8 @@ async function rollBack(r: Restoring, stopped: string | undefined): Promise<Erro
     : `the processes ${run.engine.kind} had made, stopped before any of them ran, were ended; ` +
       `the snapshot is unchanged`;
   if (r.differs) {
-    return new RefusedError({
-      code: "SNAPSHOT",
-      operation: o.operation,
-      reason: r.differs.reason,
-      detail: ended,
-    });
+    const { reason } = r.differs;
+    return new RefusedError({ code: "SNAPSHOT", operation: o.operation, reason, detail: ended });
   }
   const err = run.failure?.error;
   const why = err === undefined
@@ -419,19 +371,17 @@ async function rollBack(r: Restoring, stopped: string | undefined): Promise<Erro
     detail: r.ran || made.length === 0
       ? ended
       : "the processes it had made were ended; the snapshot is unchanged",
-    ...(err === undefined ? {} : { cause: err }),
-    ...(err instanceof EngineError && err.log ? { log: err.log } : {}),
+    cause: err,
+    log: (err instanceof EngineError && err.log) || undefined,
   });
 }
 
 /** The processes are back, but their GPU restore failed: where each is left, and what to do. */
 async function resumeFailed(r: Restoring, result: GroupResult): Promise<SnapshotError> {
   const driver = r.run.machine.driver;
-  const states = await Promise.all(
-    result.processes.map(async (p) =>
-      p.state ?? await readState(driver, p.pid).catch(() => undefined)
-    ),
-  );
+  const stateOf = async (p: ProcessOutcome) =>
+    p.state ?? await readState(driver, p.pid).catch(() => undefined);
+  const states = await Promise.all(result.processes.map(stateOf));
   const left = result.processes.map((p, i) => `${p.pid} ${states[i] ?? "of unknown state"}`);
   const pids = r.running.map((p) => p.pid).join(",");
   const roots = r.manifest.trees.map((t) => t.root).join(" ");
@@ -444,6 +394,6 @@ async function resumeFailed(r: Restoring, result: GroupResult): Promise<Snapshot
       ? `they are checkpointed: once the cause is fixed, resume them (cuda-checkpoint --toggle ` +
         `--pid ${pids}), or end them (kill ${roots})`
       : `they are left so: ${left.join(", ")}`,
-    ...(firstError(result) ? { cause: firstError(result) } : {}),
+    cause: firstError(result),
   });
 }

@@ -11,7 +11,7 @@ import { checkGroupOptions, type GroupEvent, type GroupResult } from "../group_t
 import type { GroupSettings } from "../group_types.ts";
 import type { HostProcesses } from "../host.ts";
 import type { Machine } from "../machine.ts";
-import { checkFunction, checkInteger, checkSignal, mustBe } from "../options.ts";
+import { checkFunction, mustBe } from "../options.ts";
 import { clockOf, Deadline, Slots } from "../time.ts";
 import type { ManifestProcess } from "./manifest.ts";
 import type { SnapshotStore } from "./store.ts";
@@ -44,21 +44,13 @@ export type SnapshotPhase =
  * are ms since the call.
  */
 export type SnapshotEvent =
-  | {
-    readonly type: "phase";
-    readonly phase: SnapshotPhase;
-    readonly at: number;
-    readonly gpuMemoryMiB?: Readonly<Record<number, number>>;
-    readonly imageBytes?: number;
-  }
-  | { readonly type: "bytes"; readonly root: number; readonly bytes: number; readonly at: number }
-  | {
-    readonly type: "tree-end";
-    readonly root: number;
-    readonly how: "dumped" | "restored";
-    readonly bytes: number;
-    readonly at: number;
-  }
+  | Readonly<
+    | { type: "phase"; phase: SnapshotPhase; at: number; imageBytes?: number } & {
+      gpuMemoryMiB?: Readonly<Record<number, number>>;
+    }
+    | { type: "bytes"; root: number; bytes: number; at: number }
+    | { type: "tree-end"; root: number; how: "dumped" | "restored"; bytes: number; at: number }
+  >
   | GroupEvent;
 
 /** Each CUDA process's GPU memory in MiB (over its GPUs), by pid, where the manifest knows it. */
@@ -82,18 +74,9 @@ export interface WholeSettings {
   readonly onProgress: ((event: SnapshotEvent) => void) | undefined;
 }
 
-/** Checks the options every snapshot and restore has; `what` names the whole in messages. */
-export function checkWhole(
-  o: { timeoutMs?: unknown; signal?: unknown; onProgress?: unknown },
-  what: string,
-): WholeSettings {
-  return {
-    timeoutMs: o.timeoutMs === undefined
-      ? undefined
-      : checkInteger(o.timeoutMs, `timeoutMs (ms for the whole ${what})`, 0),
-    signal: checkSignal(o.signal),
-    onProgress: checkFunction(o.onProgress as WholeSettings["onProgress"], "onProgress"),
-  };
+/** A check of `onProgress`, for a table of options. */
+export function checkProgress(v: unknown, name: string): WholeSettings["onProgress"] {
+  return checkFunction(v as WholeSettings["onProgress"], name);
 }
 
 /** Checks a snapshot's directory argument: a path. */
@@ -105,9 +88,8 @@ export function checkDir(dir: unknown): string {
 const DEFAULT_PARALLEL = 8;
 
 /**
- * A snapshot or restore under way: the machine's parts it needs, its deadline, a signal that
- * aborts at the caller's abort, the deadline or the first failure of a part, and its events. The
- * engine's probe and the GPU list are asked at once, awaited after other checks.
+ * A snapshot or restore under way: the machine's parts it needs, its deadline, its signal, its
+ * events; the engine's probe and the GPU list are asked at once, awaited after other checks.
  */
 export class Run {
   readonly machine: Machine;
@@ -121,6 +103,8 @@ export class Run {
   readonly listing: Promise<readonly GpuInfo[]>;
   /** At most as many engine runs at once as the engine allows. */
   readonly slots: Slots;
+  /** Aborts at the caller's abort, at the deadline, or at the first failure of a part. */
+  readonly signal: AbortSignal;
   readonly #settings: WholeSettings;
   readonly #stop = new AbortController();
   /** The first failure of the run's parts, where one failed. */
@@ -147,33 +131,21 @@ export class Run {
     this.store = store;
     this.host = host;
     this.#settings = settings;
-    const clock = clockOf(machine);
-    this.deadline = new Deadline(clock, settings.timeoutMs);
+    this.deadline = new Deadline(clockOf(machine), settings.timeoutMs);
     this.probing = started(
       engine.probe().then((probe) => {
-        if (probe.problems.length > 0) {
-          throw prerequisite(
-            operation,
-            `${engine.kind} cannot work here: ${probe.problems.join(" ")}`,
-          );
-        }
-        return probe;
+        if (probe.problems.length === 0) return probe;
+        throw prerequisite(
+          operation,
+          `${engine.kind} cannot work here: ${probe.problems.join(" ")}`,
+        );
       }),
     );
     this.listing = started(driver.listGpus ? driver.listGpus() : Promise.resolve([]));
     this.slots = new Slots(engine.parallel ?? DEFAULT_PARALLEL);
     const caller = settings.signal;
-    if (caller?.aborted) this.#stop.abort(caller.reason);
-    caller?.addEventListener("abort", () => this.#stop.abort(caller.reason), {
-      once: true,
-      signal: this.#stop.signal,
-    });
+    this.signal = caller ? AbortSignal.any([caller, this.#stop.signal]) : this.#stop.signal;
     this.#watchDeadline();
-  }
-
-  /** Aborts at the caller's abort, at the deadline, or at the first failure of a part. */
-  get signal(): AbortSignal {
-    return this.#stop.signal;
   }
 
   at(): number {
@@ -206,12 +178,8 @@ export class Run {
   /** Refuses to begin `what` where it must stop already (`why`): nothing was changed. */
   notBegun(what: string, why: string | undefined = this.stopped()): void {
     if (!why) return;
-    throw new SnapshotError({
-      code: "STOPPED",
-      operation: this.operation,
-      message: `${what} stopped before it began: ${why}`,
-      detail: "nothing was changed",
-    });
+    const message = `${what} stopped before it began: ${why}`, detail = "nothing was changed";
+    throw new SnapshotError({ code: "STOPPED", operation: this.operation, message, detail });
   }
 
   /** Keeps `error` where it is the first failure of a part, and stops the others. */

@@ -5,15 +5,12 @@
  * @module
  */
 
-/** A file of a snapshot, by its path inside the snapshot's directory. */
-export interface SnapshotFile {
-  /** Its path relative to the snapshot's directory, `/`-separated (`tree-4242/pages-1.img`). */
-  readonly path: string;
-  /** Its size in bytes. */
-  readonly bytes: number;
-  /** Its SHA-256 of the SHA-256s of its 8 MiB pieces, hex (docs/SNAPSHOTS.md shows how). */
-  readonly chunkedSha256: string;
-}
+/**
+ * A file of a snapshot: its path inside the snapshot's directory, `/`-separated
+ * (`tree-4242/pages-1.img`), its size in bytes, and its SHA-256 of the SHA-256s of its 8 MiB
+ * pieces, hex (docs/SNAPSHOTS.md shows how).
+ */
+export type SnapshotFile = Readonly<{ path: string; bytes: number; chunkedSha256: string }>;
 
 /** A snapshot's directory, opened once: names below it never lead elsewhere after a rename. */
 export interface SnapshotDir {

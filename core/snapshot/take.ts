@@ -7,32 +7,32 @@
  */
 
 import { checkCapability } from "../calls.ts";
-import { CUDA_SUCCESS, type DriverResult } from "../driver.ts";
-import { type DumpedProcess, EngineError, type EngineProbe } from "../engine.ts";
+import { CUDA_SUCCESS } from "../driver.ts";
+import { type DumpedProcess, EngineError } from "../engine.ts";
 import { messageOf, SnapshotError, type SnapshotFailure } from "../errors.ts";
 import { runGroup } from "../group.ts";
 import type { GroupResult } from "../group_types.ts";
-import type { GpuMemoryReport, MachineFacts, TreeProcess } from "../host.ts";
+import type { TreeProcess } from "../host.ts";
 import { askGpuMemory } from "../listing.ts";
 import type { Machine } from "../machine.ts";
-import { checkFlag, checkLockTimeout, checkOptions, checkPid, mustBe } from "../options.ts";
+import { checkLockTimeout, checkPid, checkSignal, checkTable, flag, mustBe } from "../options.ts";
+import { type Settings, wholeTimeout } from "../options.ts";
 import { importRefusal, sessionOf } from "../process.ts";
 import { clockOf } from "../time.ts";
 import { VERSION } from "../version.ts";
 import { SnapshotWriter, TRACE_FILE } from "./layout.ts";
-import { type Manifest, MANIFEST_FORMAT, type ManifestTree } from "./manifest.ts";
+import { type Manifest, MANIFEST_FORMAT } from "./manifest.ts";
 import type { SnapshotFile } from "./store.ts";
 import {
   bytesOf,
   checkDir,
-  checkWhole,
+  checkProgress,
   firstError,
   groupFailure,
   heldMiB,
   prerequisite,
   Run,
   type SnapshotEvent,
-  type WholeSettings,
 } from "./run.ts";
 import { asDumped, checkDisjoint, describeGpus, describeTree, endTrees } from "./trees.ts";
 
@@ -61,24 +61,21 @@ export interface SnapshotOptions {
   onProgress?: (event: SnapshotEvent) => void;
 }
 
-/** What `snapshot` made. */
-export interface SnapshotResult {
-  /** The snapshot's directory, absolute. */
-  readonly dir: string;
-  /** Its manifest, as written. */
-  readonly manifest: Manifest;
-  /** The whole snapshot's time in ms. */
-  readonly ms: number;
-}
+/** What `snapshot` made: its directory (absolute), its manifest as written, its time in ms. */
+export type SnapshotResult = Readonly<{ dir: string; manifest: Manifest; ms: number }>;
 
+const SNAPSHOT_OPTIONS = {
+  leaveRunning: flag(false),
+  job: flag(false),
+  timeoutMs: wholeTimeout("snapshot"),
+  signal: checkSignal,
+  lockTimeoutMs: checkLockTimeout,
+  allowIpcImport: flag(false),
+  tcpEstablished: flag(false),
+  onProgress: checkProgress,
+};
 /** A snapshot's options, checked. */
-export interface SnapshotSettings extends WholeSettings {
-  readonly leaveRunning: boolean;
-  readonly job: boolean;
-  readonly lockTimeoutMs: number;
-  readonly allowIpcImport: boolean;
-  readonly tcpEstablished: boolean;
-}
+export type SnapshotSettings = Settings<typeof SNAPSHOT_OPTIONS>;
 
 /** Checks a snapshot's arguments where they enter; the machine is left to the caller. */
 export function checkSnapshotArgs(
@@ -86,10 +83,7 @@ export function checkSnapshotArgs(
   dir: unknown,
   options: SnapshotOptions | undefined,
 ): { roots: number[]; dir: string; settings: SnapshotSettings } {
-  const o = checkOptions(options, "snapshot", [
-    ...["machine", "leaveRunning", "job", "timeoutMs", "signal", "lockTimeoutMs"] as const,
-    ...["allowIpcImport", "tcpEstablished", "onProgress"] as const,
-  ]);
+  const settings = checkTable(options, "snapshot", SNAPSHOT_OPTIONS);
   if (!Array.isArray(roots) || roots.length === 0) {
     const what = "a non-empty array of pids (the roots of the trees to snapshot)";
     mustBe(TypeError, "roots", what, roots);
@@ -100,52 +94,32 @@ export function checkSnapshotArgs(
     if (seen.has(pid)) throw new RangeError(`roots names pid ${pid} twice: give each tree once`);
     seen.add(pid);
   }
-  return {
-    roots: [...roots],
-    dir: checkDir(dir),
-    settings: {
-      ...checkWhole(o, "snapshot"),
-      leaveRunning: checkFlag(o.leaveRunning, "leaveRunning", false),
-      job: checkFlag(o.job, "job", false),
-      lockTimeoutMs: checkLockTimeout(o.lockTimeoutMs, "lockTimeoutMs"),
-      allowIpcImport: checkFlag(o.allowIpcImport, "allowIpcImport", false),
-      tcpEstablished: checkFlag(o.tcpEstablished, "tcpEstablished", false),
-    },
-  };
+  return { roots: [...roots], dir: checkDir(dir), settings };
 }
 
 /** What the checks found: the trees as listed, and what the manifest says of the machine. */
-interface Plan {
-  readonly trees: readonly ManifestTree[];
-  /** Each tree's running CUDA processes: those it suspends, and puts back on failure. */
-  readonly running: readonly (readonly number[])[];
-  readonly report: GpuMemoryReport;
-  readonly probe: EngineProbe;
-  readonly version: DriverResult;
-  readonly facts: MachineFacts;
-}
+type Plan = Awaited<ReturnType<typeof check>>;
 
-/** What a snapshot has done so far: the record its phases fill in and its rollback reads. */
-interface Taken {
+/**
+ * What a snapshot has done besides its plan, for its phases and its rollback: the pids it suspends,
+ * each tree as dumped, when the suspends and dumps began and last ended (ms), its first failure.
+ */
+interface Taken extends Plan {
   readonly run: Run;
   readonly o: SnapshotSettings;
-  readonly plan: Plan;
   readonly out: SnapshotWriter;
-  /** Every CUDA process the snapshot suspends. */
   readonly suspending: readonly number[];
-  /** Each tree's processes as the engine dumped them, once it has. */
   readonly dumped: (readonly DumpedProcess[] | undefined)[];
   readonly sealed: SnapshotFile[][];
-  /** When the suspends and the dumps began and last ended (ms). */
   readonly times: { suspend: number; suspended: number; dump?: number; dumped: number };
   failure?: Failure;
 }
 
-/** A part of a snapshot that failed. */
+/** Why a snapshot failed, as its error says it. */
 interface Failure {
-  readonly part: "suspend" | "dump" | "write";
-  readonly error: unknown;
-  readonly result?: GroupResult;
+  readonly code: SnapshotFailure;
+  readonly message: string;
+  readonly cause?: unknown;
 }
 
 /** Takes a snapshot of the trees rooted at `roots` into `dir`. */
@@ -160,7 +134,7 @@ export async function takeSnapshot(
     run.phase("check");
     const plan = await check(run, roots, o.allowIpcImport);
     run.notBegun("snapshot");
-    const suspending = plan.running.flat();
+    const suspending = plan.running.flat().map((p) => p.pid);
     const session = sessionOf(machine);
     const by = await session.selfIdentity();
     const out = await SnapshotWriter.begin(run.store, dir, roots, {
@@ -172,7 +146,7 @@ export async function takeSnapshot(
     });
     const at = run.at(), times = { suspend: at, suspended: at, dumped: at };
     const [dumped, sealed] = [roots.map(() => undefined), roots.map(() => [])];
-    const t: Taken = { run, o, plan, out, suspending, dumped, sealed, times };
+    const t: Taken = { ...plan, run, o, out, suspending, dumped, sealed, times };
     await suspendAndDump(t);
     const manifest = await writeManifest(t);
     await end(t, manifest);
@@ -183,7 +157,7 @@ export async function takeSnapshot(
 }
 
 /** Phase 1: checks everything, changes nothing. */
-async function check(run: Run, roots: readonly number[], allowIpcImport: boolean): Promise<Plan> {
+async function check(run: Run, roots: readonly number[], allowIpcImport: boolean) {
   const { machine, host } = run;
   // Before 570 every getState fails, and each process would pass for one without CUDA.
   await checkCapability(machine.driver, "getState", undefined, 0, "snapshot");
@@ -200,65 +174,52 @@ async function check(run: Run, roots: readonly number[], allowIpcImport: boolean
   const trees = await Promise.all(
     listed.map(({ root, tree }) => describeTree(root, tree, machine, report)),
   );
-  const running = trees.map((t) =>
-    t.processes.filter((p) => p.cuda?.state === "running").map((p) => p.pid)
-  );
+  // Each tree's running CUDA processes: those it suspends, and puts back on failure.
+  const running = trees.map((t) => t.processes.filter((p) => p.cuda?.state === "running"));
   const session = sessionOf(machine);
-  for (const pid of allowIpcImport ? [] : running.flat()) {
+  for (const { pid } of allowIpcImport ? [] : running.flat()) {
     const imported = await session.gpuImport(pid);
     if (imported) throw importRefusal("snapshot", pid, imported);
   }
-  return {
-    trees,
-    running,
-    report,
-    probe,
-    version: await machine.driver.driverVersion(),
-    facts: host.facts ? await host.facts() : { hostname: host.kind, kernel: "unknown" },
-  };
+  const version = await machine.driver.driverVersion();
+  const facts = host.facts ? await host.facts() : { hostname: host.kind, kernel: "unknown" };
+  return { trees, running, report, probe, version, facts };
 }
 
 /** Suspends, dumps and seals each tree; the first failure stops the rest, all put back. */
 async function suspendAndDump(t: Taken): Promise<void> {
-  const { run, plan, o } = t;
-  const running = new Set(t.suspending);
-  const suspended = plan.trees.flatMap((tree) => tree.processes).filter((p) => running.has(p.pid));
-  run.phase("suspend", { gpuMemoryMiB: heldMiB(suspended) });
-  const trees = plan.trees.map((_, i) => i);
-  if (o.job) {
+  t.run.phase("suspend", { gpuMemoryMiB: heldMiB(t.running.flat()) });
+  const trees = t.trees.map((_, i) => i);
+  if (t.o.job) {
     // A job: every CUDA process is locked before any is checkpointed (core/job.ts).
     if (await suspend(t, t.suspending)) await Promise.allSettled(trees.map((i) => dump(t, i)));
   } else {
     await Promise.allSettled(trees.map(async (i) => {
-      if (await suspend(t, plan.running[i])) await dump(t, i);
+      if (await suspend(t, t.running[i].map((p) => p.pid))) await dump(t, i);
     }));
   }
-  const stopped = run.stopped();
+  const stopped = t.run.stopped();
   if (stopped) {
     const doing = t.times.dump === undefined ? "suspending its CUDA processes" : "dumping";
-    throw await rollBack(t, "STOPPED", `snapshot stopped while ${doing}: ${stopped}`, undefined);
+    const message = `snapshot stopped while ${doing}: ${stopped}`;
+    throw await rollBack(t, { code: "STOPPED", message });
   }
-  const f = t.failure;
-  if (f?.part === "dump") {
-    const why = `snapshot failed: the ${run.engine.kind} dump failed: ${messageOf(f.error)}`;
-    throw await rollBack(t, "DUMP_FAILED", why, f.error);
-  }
-  if (f?.part === "write") {
-    const why = `snapshot failed: its images could not be put on disk: ${messageOf(f.error)}`;
-    throw await rollBack(t, "WRITE_FAILED", why, f.error);
-  }
-  if (f || t.dumped.some((d) => d === undefined)) {
-    const why = `snapshot failed while suspending its CUDA processes: ${
-      f?.result ? groupFailure(f.result) : "it was stopped"
-    }`;
-    throw await rollBack(t, "SUSPEND_FAILED", why, f?.result && firstError(f.result));
+  if (t.failure) throw await rollBack(t, t.failure);
+  if (t.dumped.includes(undefined)) {
+    const message = "snapshot failed while suspending its CUDA processes: it was stopped";
+    throw await rollBack(t, { code: "SUSPEND_FAILED", message });
   }
 }
 
-/** Keeps the first part's failure in the record, and stops the other parts. */
-function failed(t: Taken, part: Failure["part"], error: unknown, result?: GroupResult): void {
-  t.failure ??= { part, error, ...(result ? { result } : {}) };
-  t.run.fail(error);
+/** A part failed: the first failure is kept in the record, and stops the other parts. */
+function failed(t: Taken, failure: Failure): void {
+  t.failure ??= failure;
+  t.run.fail(failure.cause);
+}
+
+/** What failed (`snapshot failed: what: the cause`), as a {@link Failure} of `code`. */
+function failure(code: SnapshotFailure, what: string, cause: unknown): Failure {
+  return { code, message: `snapshot failed: ${what}: ${messageOf(cause)}`, cause };
 }
 
 /** Suspends `pids` as one group (a job's, or one tree's); false, and the run failed, where not. */
@@ -272,14 +233,16 @@ async function suspend(t: Taken, pids: readonly number[]): Promise<boolean> {
     job: t.o.job,
   });
   t.times.suspended = t.run.at();
-  if (!result.ok) failed(t, "suspend", firstError(result), result);
-  return result.ok;
+  if (result.ok) return true;
+  const message = `snapshot failed while suspending its CUDA processes: ${groupFailure(result)}`;
+  failed(t, { code: "SUSPEND_FAILED", message, cause: firstError(result) });
+  return false;
 }
 
 /** Dumps the `i`th tree in one of the engine's slots, sealing its images as they are written. */
 async function dump(t: Taken, i: number): Promise<void> {
   const { run } = t;
-  const root = t.plan.trees[i].root;
+  const root = t.trees[i].root;
   await run.slots.run(async () => {
     if (run.signal.aborted) return;
     if (t.times.dump === undefined) {
@@ -287,7 +250,8 @@ async function dump(t: Taken, i: number): Promise<void> {
       run.phase("dump");
     }
     const left = run.deadline.left();
-    let part: Failure["part"] = "dump", sealing: Promise<SnapshotFile[]> | undefined;
+    let part: [SnapshotFailure, string] = ["DUMP_FAILED", `the ${run.engine.kind} dump failed`];
+    let sealing: Promise<SnapshotFile[]> | undefined;
     try {
       const writing = run.engine.dump({
         root,
@@ -298,18 +262,18 @@ async function dump(t: Taken, i: number): Promise<void> {
         ...(t.o.tcpEstablished ? { tcpEstablished: true } : {}),
       });
       // On disk and digested as they are written, while this and other trees' dumps go on.
-      sealing = t.out.seal(i, { signal: run.signal, writing });
+      sealing = t.out.dir.seal(t.trees[i].images, { signal: run.signal, writing });
       sealing.catch(() => {});
       const dumped = await writing;
       t.times.dumped = run.at();
-      part = "write";
+      part = ["WRITE_FAILED", "its images could not be put on disk"];
       t.sealed[i] = await sealing;
       t.dumped[i] = dumped;
       run.tell({ type: "tree-end", root, how: "dumped", bytes: bytesOf(t.sealed[i]), at: 0 });
     } catch (err) {
       // Nothing of the tree's is left open once its part has failed.
       await sealing?.catch(() => {});
-      failed(t, part, err);
+      failed(t, failure(...part, err));
     } finally {
       t.times.dumped = run.at();
     }
@@ -318,9 +282,8 @@ async function dump(t: Taken, i: number): Promise<void> {
 
 /** Phase 4: the manifest, last: a directory without one is no snapshot. */
 async function writeManifest(t: Taken): Promise<Manifest> {
-  const { run, plan, o } = t;
+  const { run, o, facts, version, probe } = t;
   run.phase("write");
-  const { facts, version, probe } = plan;
   try {
     const manifest: Manifest = {
       format: MANIFEST_FORMAT,
@@ -332,9 +295,9 @@ async function writeManifest(t: Taken): Promise<Manifest> {
         ...(facts.driverRelease ? { release: facts.driverRelease } : {}),
       },
       engine: { kind: run.engine.kind, ...(probe.version ? { version: probe.version } : {}) },
-      gpus: describeGpus(await run.listing, plan.report),
+      gpus: describeGpus(await run.listing, t.report),
       // The trees as dumped: a process may have come or gone since they were listed.
-      trees: plan.trees.map((tree, i) => asDumped(tree, t.dumped[i]!)),
+      trees: t.trees.map((tree, i) => asDumped(tree, t.dumped[i]!)),
       options: {
         leaveRunning: o.leaveRunning,
         job: o.job,
@@ -350,8 +313,7 @@ async function writeManifest(t: Taken): Promise<Manifest> {
     await t.out.writeManifest(manifest);
     return manifest;
   } catch (err) {
-    const why = `snapshot failed: its manifest could not be written: ${messageOf(err)}`;
-    throw await rollBack(t, "WRITE_FAILED", why, err);
+    throw await rollBack(t, failure("WRITE_FAILED", "its manifest could not be written", err));
   }
 }
 
@@ -363,7 +325,7 @@ async function end(t: Taken, manifest: Manifest): Promise<void> {
     const resumed = await resumeAll(t);
     if (resumed && !resumed.ok) {
       const where = out.dir.path;
-      await out.abandon();
+      await out.dir.close();
       throw new SnapshotError({
         code: "RESUME_FAILED",
         operation: "snapshot",
@@ -387,12 +349,7 @@ function resumeAll(t: Taken): Promise<GroupResult | undefined> {
 }
 
 /** Puts every process back and removes what was written (the trace kept where one is not back). */
-async function rollBack(
-  t: Taken,
-  code: SnapshotFailure,
-  message: string,
-  cause: unknown,
-): Promise<SnapshotError> {
+async function rollBack(t: Taken, { code, message, cause }: Failure): Promise<SnapshotError> {
   t.run.phase("rollback");
   const back = await resumeAll(t);
   const where = t.out.dir.path;
@@ -400,11 +357,11 @@ async function rollBack(
   if (!back || back.ok) {
     detail = `every process was put back as it was, and keeps running${await t.out.discard()}`;
   } else {
-    await t.out.abandon();
+    await t.out.dir.close();
     detail = `the CUDA processes could not all be resumed: ${groupFailure(back)}; ${where}/` +
       `${TRACE_FILE} names them: \`cuda-checkpoint recover ${where}\` resumes them once the ` +
       `cause is fixed`;
   }
-  const log = cause instanceof EngineError && cause.log ? { log: cause.log } : {};
-  return new SnapshotError({ code, operation: "snapshot", message, detail, cause, ...log });
+  const log = (cause instanceof EngineError && cause.log) || undefined;
+  return new SnapshotError({ code, operation: "snapshot", message, detail, cause, log });
 }

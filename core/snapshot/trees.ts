@@ -51,17 +51,14 @@ export async function describeTree(
       });
     }
     const held = tid.status === "fulfilled" && tid.value.code === CUDA_SUCCESS;
-    // What it holds: now where it runs; as recorded at its checkpoint where checkpointed.
-    let gpuMemoryMiB: Record<string, number> | null = null;
-    if (name === "running") {
-      const m = "byPid" in report ? report.byPid.get(p.pid) : undefined;
-      if (m && m !== "unknown") gpuMemoryMiB = { ...m };
-    } else {
-      const session = sessionOf(machine);
-      const record = await session.room.record(await session.identify(p.pid) ?? { pid: p.pid });
-      if (record) gpuMemoryMiB = { ...record.heldMiB };
-    }
     const restoreThreadId = held ? tid.value.value : p.pid;
+    // What it holds: now where it runs; as recorded at its checkpoint where checkpointed.
+    const session = sessionOf(machine);
+    const now = "byPid" in report ? report.byPid.get(p.pid) : undefined;
+    const memory = name === "running"
+      ? (now === "unknown" ? undefined : now)
+      : (await session.room.record(await session.identify(p.pid) ?? { pid: p.pid }))?.heldMiB;
+    const gpuMemoryMiB = memory ? { ...memory } : null;
     return { ...base, cuda: { state: name, restoreThreadId, gpuMemoryMiB } };
   }));
   return { root, images: treeDirName(root), processes };
@@ -122,12 +119,7 @@ export async function endTrees(
 ): Promise<void> {
   const known = new Set(trees.flatMap((t) => t.processes.map((p) => p.pid)));
   for (let round = 0; round < 10; round++) {
-    const now: number[] = [];
-    for (const t of trees) {
-      for (const p of (await host.processTree?.(t.root).catch(() => undefined)) ?? []) {
-        now.push(p.pid);
-      }
-    }
+    const now = await treesNow(host, trees.map((t) => t.root));
     await engine.stop(now);
     const before = known.size;
     for (const pid of now) known.add(pid);
