@@ -917,7 +917,8 @@ describe(`cuInit and the GPU list (${runtime})`, { skip: noCompiler }, () => {
           // The fake blocks cuInit and the device queries of a self-locked process for 3 s, as
           // the real driver blocks them for good: none of these calls may make one.
           const started = Date.now();
-          const pids = [2601, 2602, 2603, 2604, 2605, 2606];
+          // Never this process's own pid, which the fake holds locked (CI's run once had 2603).
+          const pids = [2601, 2602, 2603, 2604, 2605, 2606].map((p) => p === self ? p + 100 : p);
           const codes = await Promise.all(pids.map((pid) => d.lock(pid, null)));
           const states = await Promise.all(pids.map((pid) => d.getState(pid)));
           const gpus = await d.listGpus();
