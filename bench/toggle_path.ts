@@ -10,11 +10,13 @@
 // A file counts where a named function or method of it ran (its module's own top level, and
 // callbacks without a name that it runs as it loads, do not: importing a module is not calling
 // into it). Only the product's files count: cli/, api/, core/, os/, ffi/,
-// mock/ and the root entries.
+// mock/ and the root entries. At the stop it also says which of them are on the call stack there
+// (V8's async stack: the files the call passes through, issue 29's goal: at most 6).
 import { join } from "node:path";
 import { fileURLToPath as fromFileUrl } from "node:url";
 
 const root = fromFileUrl(new URL("..", import.meta.url));
+const PRODUCT = /^(cli|api|core|os|ffi|mock)\/[^/]+\.ts$|^(mod|driver|snapshot|types)\.ts$/;
 
 if (Deno.args[0] === "--child") await child(Deno.args[1]);
 else {await parent(
@@ -45,14 +47,13 @@ async function parent(stops: string[]): Promise<void> {
 /** The product's files with a function that ran, and those functions' names. */
 async function filesRun(dir: string): Promise<Map<string, string[]>> {
   const files = new Map<string, string[]>();
-  const product = /^(cli|api|core|os|ffi|mock)\/[^/]+\.ts$|^(mod|driver|snapshot|types)\.ts$/;
   for await (const entry of Deno.readDir(dir)) {
     if (!entry.name.endsWith(".json")) continue;
     const data = JSON.parse(await Deno.readTextFile(join(dir, entry.name)));
     const url: string = data.url;
     if (!url.startsWith("file://")) continue;
     const file = fromFileUrl(url).slice(root.length);
-    if (!product.test(file)) continue;
+    if (!PRODUCT.test(file)) continue;
     const ran = (data.functions as { functionName: string; ranges: { count: number }[] }[])
       .slice(1) // the module's top level
       .filter((f) => f.ranges[0].count > 0)
@@ -72,6 +73,12 @@ async function child(stop: string): Promise<void> {
     for (const [name, def] of Object.entries(table)) {
       symbols[name] = () => {
         if (name === stop) {
+          Error.stackTraceLimit = Infinity;
+          const stack = new Error().stack!.match(/file:\/\/[^\s)]+?\.ts/g) ?? [];
+          const onStack = [...new Set(stack.map((u) => fromFileUrl(u).slice(root.length)))]
+            .filter((file) => PRODUCT.test(file));
+          if (Deno.env.get("RAW")) console.error(new Error().stack);
+          console.error(`${onStack.length} files on the stack at ${name}: ${onStack.join(" ")}`);
           console.log(`stopped at ${name}`);
           Deno.exit(0);
         }

@@ -2,7 +2,8 @@
  * What `main()` is given: where it writes, and the machine, environment and interrupts it works
  * with; how a process's text (a command line, a manifest) is made safe for a terminal; and the one
  * watch over interrupts (Ctrl-C's SIGINT, and the SIGTERM and SIGHUP that systemd, `timeout` and a
- * dropped SSH session send) that a snapshot, a restore and an operation on several processes share.
+ * dropped SSH session send) that a snapshot, a restore and an operation on several processes share;
+ * and the program's own, from Deno or Bun.
  *
  * @module
  */
@@ -140,4 +141,141 @@ export function watchInterrupts(
       unwatch = undefined;
     },
   };
+}
+
+/** The program as run by Deno or Bun: its arguments, its `CliIo`, how it exits. */
+export interface ProgramIo {
+  readonly args: readonly string[];
+  readonly io: CliIo;
+  /** Exits at once, once what was written has gone out. */
+  exit(code: number): Promise<void>;
+}
+
+/**
+ * This runtime's arguments and `CliIo`: stdout and stderr, the environment, the name it was run by,
+ * whether stderr is a terminal (read once, when first asked), and SIGINT, SIGTERM and SIGHUP.
+ */
+export function programIo(): ProgramIo {
+  const host = runtime();
+  let terminal: boolean | undefined;
+  const io: CliIo = {
+    ...host, // its programName, stdout, stderr and env (the rest unread)
+    get isTerminal() {
+      return terminal ??= host.terminal();
+    },
+    interrupts: {
+      watch(onInterrupt) {
+        const listeners = SIGNALS.map((signal) => [signal, () => onInterrupt(signal)] as const);
+        for (const [signal, listener] of listeners) host.on(signal, listener);
+        return () => listeners.forEach(([signal, listener]) => host.off(signal, listener));
+      },
+      exit: host.exit,
+    },
+  };
+  return {
+    args: host.args,
+    io,
+    async exit(code) {
+      await host.flushed();
+      host.exit(code);
+    },
+  };
+}
+
+/** What the program takes of its runtime, Deno or Bun. */
+interface Runtime {
+  readonly args: string[];
+  readonly programName: string;
+  stdout(text: string): void;
+  stderr(text: string): void;
+  terminal(): boolean;
+  readonly env: Record<string, string | undefined>;
+  on(signal: Signal, listener: () => void): void;
+  off(signal: Signal, listener: () => void): void;
+  /** Exits at once. */
+  exit(code: number): void;
+  /** Resolves once what was written has gone out. */
+  flushed(): Promise<unknown>;
+}
+
+/** This runtime's arguments, output, environment, signals and exit. */
+function runtime(): Runtime {
+  const deno = (globalThis as { Deno?: typeof Deno }).Deno;
+  if (deno) {
+    const encoder = new TextEncoder();
+    const writer = (file: { writeSync(data: Uint8Array): number }) => (text: string) => {
+      let data = encoder.encode(text);
+      while (data.length > 0) data = data.subarray(file.writeSync(data));
+    };
+    let env: Record<string, string> = {};
+    try {
+      env = deno.env.toObject();
+    } catch {
+      // Without --allow-env the environment counts as empty.
+    }
+    return {
+      args: deno.args,
+      programName: programName(() =>
+        new TextDecoder().decode(deno.readFileSync("/proc/self/cmdline")).split("\0")[0]
+      ),
+      stdout: writer(deno.stdout),
+      stderr: writer(deno.stderr),
+      terminal: () => deno.stderr.isTerminal(),
+      env,
+      on: (signal, listener) => deno.addSignalListener(signal, listener),
+      off: (signal, listener) => deno.removeSignalListener(signal, listener),
+      exit: (code) => deno.exit(code),
+      flushed: () => Promise.resolve(),
+    };
+  }
+  // Bun: its own writers (FileSinks: flush() gives a promise only where the pipe is full) and
+  // globals, typed here (Deno's checker has no `Bun`). node:fs is loaded only to tell a terminal:
+  // it, and node:tty more so (12-15 ms), weigh on the start-up of `--get-state`.
+  type Sink = { write(chunk: string): number; flush(): number | Promise<number> };
+  const { Bun, process } = globalThis as unknown as {
+    Bun: { stdout: { writer(): Sink }; stderr: { writer(): Sink } };
+    process: Omit<Runtime, "programName"> & { argv: string[]; argv0: string };
+  };
+  const pending: Promise<unknown>[] = [];
+  const writer = (sink: Sink) => (text: string) => {
+    sink.write(text);
+    const flushed = sink.flush();
+    if (typeof flushed !== "number") pending.push(flushed);
+  };
+  const require = (import.meta as unknown as { require(id: string): unknown }).require;
+  return {
+    args: process.argv.slice(2),
+    programName: programName(() => process.argv0),
+    stdout: writer(Bun.stdout.writer()),
+    stderr: writer(Bun.stderr.writer()),
+    // Whether stderr is a terminal, from what /proc/self/fd/2 names (/dev/pts/N, /dev/ttyN).
+    terminal() {
+      const { readlinkSync } = require("node:fs") as { readlinkSync(p: string): string };
+      const tty = /^\/dev\/(pts\/[0-9]+|tty[A-Za-z0-9]*|console)$/;
+      try {
+        return tty.test(readlinkSync("/proc/self/fd/2"));
+      } catch {
+        return false;
+      }
+    },
+    env: process.env,
+    on: (signal, listener) => process.on(signal, listener),
+    off: (signal, listener) => process.off(signal, listener),
+    exit: (code) => process.exit(code),
+    flushed: () => Promise.all(pending),
+  };
+}
+
+/**
+ * `argv[0]` as this program was run, as getopt names a program; or `cuda-checkpoint` where that is
+ * a runtime running this file as a script (`deno`, `bun`, `node`), or cannot be read.
+ */
+function programName(argv0: () => string): string {
+  try {
+    const name = argv0();
+    if (name !== "" && !/(^|\/)(deno|bun|node)$/.test(name)) return name;
+  } catch {
+    // No /proc here: the plain name.
+  }
+  return "cuda-checkpoint";
 }

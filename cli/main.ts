@@ -21,8 +21,11 @@
  * @module
  */
 
-import { parseCommandLine, UsageError } from "./args.ts";
-import { type CliIo, escapeControls, type Signal, SIGNALS } from "./io.ts";
+import { type Command, parseCommandLine, UsageError } from "./args.ts";
+import { type CliIo, escapeControls, programIo } from "./io.ts";
+import type { Machine } from "../driver.ts";
+import type { Printer } from "./report.ts";
+import type { SavedMachine } from "./simulate.ts";
 import { messageOf } from "../core/errors.ts";
 import { VERSION } from "../core/version.ts";
 
@@ -41,7 +44,7 @@ export async function main(args: readonly string[], io: CliIo): Promise<number> 
     const command = parseCommandLine(args);
     if (command.kind === "help") io.stdout((await import("./help.ts")).helpText());
     else if (command.kind === "version") io.stdout(`cuda-checkpoint (@ckpt/cuda) ${VERSION}\n`);
-    else return await (await import("./run.ts")).run(command, io);
+    else return await run(command, io);
     return 0;
   } catch (error) {
     try {
@@ -61,121 +64,150 @@ export async function main(args: readonly string[], io: CliIo): Promise<number> 
   }
 }
 
-/** What the program takes of its runtime, Deno or Bun. */
-interface Runtime {
-  readonly args: string[];
-  readonly programName: string;
-  stdout(text: string): void;
-  stderr(text: string): void;
-  terminal(): boolean;
-  readonly env: Record<string, string | undefined>;
-  on(signal: Signal, listener: () => void): void;
-  off(signal: Signal, listener: () => void): void;
-  /** Exits at once. */
-  exit(code: number): void;
-  /** Resolves once what was written has gone out. */
-  flushed(): Promise<unknown>;
-}
+/** A command that works on a machine: anything but help and version. */
+type MachineCommand = Exclude<Command, { kind: "help" } | { kind: "version" }>;
 
-/** This runtime's arguments, output, environment, signals and exit. */
-function runtime(): Runtime {
-  const deno = (globalThis as { Deno?: typeof Deno }).Deno;
-  if (deno) {
-    const encoder = new TextEncoder();
-    const writer = (file: { writeSync(data: Uint8Array): number }) => (text: string) => {
-      let data = encoder.encode(text);
-      while (data.length > 0) data = data.subarray(file.writeSync(data));
-    };
-    let env: Record<string, string> = {};
-    try {
-      env = deno.env.toObject();
-    } catch {
-      // Without --allow-env the environment counts as empty.
-    }
-    return {
-      args: deno.args,
-      programName: programName(() =>
-        new TextDecoder().decode(deno.readFileSync("/proc/self/cmdline")).split("\0")[0]
-      ),
-      stdout: writer(deno.stdout),
-      stderr: writer(deno.stderr),
-      terminal: () => deno.stderr.isTerminal(),
-      env,
-      on: (signal, listener) => deno.addSignalListener(signal, listener),
-      off: (signal, listener) => deno.removeSignalListener(signal, listener),
-      exit: (code) => deno.exit(code),
-      flushed: () => Promise.resolve(),
-    };
+/**
+ * Runs a command on its machine: opens the one it needs (the one given to `main()`, the state
+ * file's with `--simulate`, or this one: libcuda alone for a query of one pid), hands the command
+ * to its module (loaded only then), saves the simulated machine after it, and closes what it
+ * opened. Resolves to the exit code.
+ */
+async function run(command: MachineCommand, io: CliIo): Promise<number> {
+  const { Printer, printReports, query } = await import("./report.ts");
+  const print = new Printer(io);
+  const op = command.kind === "operation" ? command : undefined;
+  const one = op && op.targets !== "all" && op.targets.length === 1 ? op.targets[0] : undefined;
+  // A query of one pid (or anything of pid 0, which NVIDIA's utility hands to the driver as it is)
+  // is one driver call: nothing of the library's process handling is loaded.
+  const oneCall = one !== undefined && (op!.operation.startsWith("get-") || one === 0);
+  if (command.kind === "inspect" && !command.simulate) {
+    // It reads the file system (or the given machine's store) only: nothing here is opened.
+    return await (await import("./disk.ts")).runDiskCommand(command, io.machine, print, io);
   }
-  // Bun: its own writers (FileSinks: flush() gives a promise only where the pipe is full) and
-  // globals, typed here (Deno's checker has no `Bun`). node:fs is loaded only to tell a terminal:
-  // it, and node:tty more so (12-15 ms), weigh on the start-up of `--get-state`.
-  type Sink = { write(chunk: string): number; flush(): number | Promise<number> };
-  const { Bun, process } = globalThis as unknown as {
-    Bun: { stdout: { writer(): Sink }; stderr: { writer(): Sink } };
-    process: Omit<Runtime, "programName"> & { argv: string[]; argv0: string };
-  };
-  const pending: Promise<unknown>[] = [];
-  const writer = (sink: Sink) => (text: string) => {
-    sink.write(text);
-    const flushed = sink.flush();
-    if (typeof flushed !== "number") pending.push(flushed);
-  };
-  const require = (import.meta as unknown as { require(id: string): unknown }).require;
-  return {
-    args: process.argv.slice(2),
-    programName: programName(() => process.argv0),
-    stdout: writer(Bun.stdout.writer()),
-    stderr: writer(Bun.stderr.writer()),
-    // Whether stderr is a terminal, from what /proc/self/fd/2 names (/dev/pts/N, /dev/ttyN).
-    terminal() {
-      const { readlinkSync } = require("node:fs") as { readlinkSync(p: string): string };
-      const tty = /^\/dev\/(pts\/[0-9]+|tty[A-Za-z0-9]*|console)$/;
-      try {
-        return tty.test(readlinkSync("/proc/self/fd/2"));
-      } catch {
-        return false;
+  let opened: Opened;
+  try {
+    // One process and no live line to draw: the driver's calls may block this thread, and no
+    // worker thread need start.
+    opened = await open(command, io, oneCall, oneCall || (one !== undefined && !io.isTerminal));
+  } catch (error) {
+    if (error instanceof Error && error.name === "DriverLoadError") {
+      for (const line of noDriver(error).split("\n")) print.err(line);
+    } else print.error(error);
+    return 1;
+  }
+  const { machine, simulated, close } = opened;
+  let code = 1;
+  try {
+    if (simulated) print.more(`simulated machine, kept in ${simulated.path}`);
+    switch (command.kind) {
+      case "operation":
+        if (oneCall) {
+          const report = await query(command.operation, one!, machine.driver);
+          code = printReports([report], print, command.json, false);
+        } else if (one !== undefined) {
+          code = await (await import("./processes.ts")).runOne(command, one, machine, print);
+        } else {
+          const { runMany } = await import("./processes.ts");
+          code = await runMany(command, machine, print, io.interrupts, simulated !== undefined);
+        }
+        break;
+      case "list":
+        code = await (await import("./processes.ts")).runList(machine, print, command.json);
+        break;
+      case "spawn":
+      case "kill":
+      case "reset":
+        code = await simulator(command, simulated!, print);
+        break;
+      default: {
+        const { runDiskCommand } = await import("./disk.ts");
+        code = await runDiskCommand(command, machine, print, io, simulated !== undefined);
       }
-    },
-    env: process.env,
-    on: (signal, listener) => process.on(signal, listener),
-    off: (signal, listener) => process.off(signal, listener),
-    exit: (code) => process.exit(code),
-    flushed: () => Promise.all(pending),
-  };
+    }
+  } finally {
+    try {
+      await simulated?.save(); // what the command did, for the next command
+    } catch (error) {
+      print.error(error);
+      code = 1;
+    } finally {
+      await close();
+    }
+  }
+  return code;
 }
 
 /**
- * `argv[0]` as this program was run, as getopt names a program; or `cuda-checkpoint` where that is
- * a runtime running this file as a script (`deno`, `bun`, `node`), or cannot be read.
+ * The library's message for a libcuda that could not be loaded (the paths tried, what to check),
+ * with `--simulate` for its simulator, and without Deno's flags, which are the program's to have.
  */
-function programName(argv0: () => string): string {
+function noDriver(error: Error): string {
+  const simulate = "Without a GPU, --simulate runs the same commands on a simulated machine.";
+  const lines = error.message.split("\n")
+    .filter((line) => !/^(Deno needs --allow-ffi|\(On Deno, run with --allow-ffi)/.test(line))
+    .map((line) =>
+      line.replace(/On a machine without a GPU, pass a SimulatedMachine[^.]*\./, simulate)
+    );
+  if (!lines.some((line) => line.includes(simulate))) lines.push(simulate);
+  return `cuda-checkpoint: ${lines.join("\n")}`;
+}
+
+/** `--simulate spawn`, `kill` and `reset`. */
+async function simulator(
+  command: Extract<MachineCommand, { kind: "spawn" | "kill" | "reset" }>,
+  sim: SavedMachine,
+  print: Printer,
+): Promise<number> {
   try {
-    const name = argv0();
-    if (name !== "" && !/(^|\/)(deno|bun|node)$/.test(name)) return name;
-  } catch {
-    // No /proc here: the plain name.
+    if (command.kind === "spawn") {
+      const { memoryMiB, gpus: gpu, command: line } = command;
+      const pid = sim.spawn({ memoryMiB, gpu, command: line });
+      if (command.json) print.json({ pid, spawned: true });
+      else print.out(String(pid));
+    } else if (command.kind === "kill") {
+      const killed = sim.kill(command.pid);
+      if (command.json) print.json({ pid: command.pid, killed });
+      if (!killed) print.err(`No simulated process has pid ${command.pid}`);
+      return killed ? 0 : 1;
+    } else {
+      await sim.reset();
+      if (command.json) print.json({ reset: true, path: sim.path });
+    }
+    return 0;
+  } catch (error) {
+    print.error(error);
+    return 1;
   }
-  return "cuda-checkpoint";
+}
+
+/** The machine a command works on, the state file's where simulated, and how to let go of it. */
+type Opened = { machine: Machine; simulated?: SavedMachine; close(): Promise<void> };
+
+/** Opens the machine: `driverOnly`, libcuda alone; `callingThread`, no worker threads. */
+async function open(
+  { simulate, kind }: MachineCommand,
+  io: CliIo,
+  driverOnly: boolean,
+  callingThread: boolean,
+): Promise<Opened> {
+  if (simulate) {
+    // `--simulate reset` starts a new machine without reading the state file.
+    const { openSimulatedMachine } = await import("./simulate.ts");
+    const simulated = await openSimulatedMachine({ env: { ...io.env }, fresh: kind === "reset" });
+    return { machine: simulated.machine, simulated, close: () => simulated.close() };
+  }
+  if (io.machine) return { machine: io.machine, close: () => Promise.resolve() };
+  if (driverOnly) {
+    const driver = await (await import("../ffi/native.ts")).openNativeDriver({ callingThread });
+    return { machine: { driver }, close: () => driver[Symbol.asyncDispose]() };
+  }
+  const { openMachine } = await import("../os/this_machine.ts");
+  const machine = await openMachine({ callingThread, criu: io.env && { env: io.env } });
+  return { machine, close: () => machine.close() };
 }
 
 if (import.meta.main) {
-  const host = runtime();
-  let terminal: boolean | undefined;
-  const code = await main(host.args, {
-    ...host, // its programName, stdout, stderr and env (the rest unread)
-    get isTerminal() {
-      return terminal ??= host.terminal();
-    },
-    interrupts: {
-      watch(onInterrupt) {
-        const listeners = SIGNALS.map((signal) => [signal, () => onInterrupt(signal)] as const);
-        for (const [signal, listener] of listeners) host.on(signal, listener);
-        return () => listeners.forEach(([signal, listener]) => host.off(signal, listener));
-      },
-      exit: host.exit,
-    },
-  });
-  await host.flushed();
-  host.exit(code);
+  const program = programIo();
+  await program.exit(await main(program.args, program.io));
 }
