@@ -41,6 +41,12 @@ const PROBE_TIMEOUT_MS = 60_000;
 const NEEDS_ROOT = "Snapshots need root: criu needs CAP_SYS_ADMIN (or CAP_CHECKPOINT_RESTORE) " +
   "over the processes, and so do the driver's checkpoint calls; run as root.";
 /** Where criu is looked for after `PATH`'s absolute directories. */
+/** What to do when criu cannot hold an established connection's traffic (measured on a GPU host
+ * with neither iptables nor nft). */
+const TCP_LOCK_HINT = "criu holds an established connection's traffic while it dumps with " +
+  "iptables-restore (or nftables, with criu's --network-lock=nftables): install iptables, or, " +
+  "where both ends of every connection are in the snapshot, give criu --network-lock=skip " +
+  "(openMachine({ criu: { extraArgs } })).";
 const SYSTEM_DIRS = ["/usr/local/sbin", "/usr/sbin", "/sbin", "/usr/local/bin", "/usr/bin"];
 
 /** How criu is found and run: `openMachine`'s `criu` option. */
@@ -222,7 +228,9 @@ class CriuEngine implements SnapshotEngine {
     }
     if (result.code !== 0) {
       const why = `criu ${op} of the tree of ${root} failed (exit ${result.code})`;
-      throw new EngineError(`${why}: ${await logErrors(log, result.stderr)}`, { log: log.shown });
+      const errors = await logErrors(log, result.stderr);
+      const hint = /Failed to lock TCP connection/.test(errors) ? ` ${TCP_LOCK_HINT}` : "";
+      throw new EngineError(`${why}: ${errors}${hint}`, { log: log.shown });
     }
   }
 

@@ -138,6 +138,22 @@ describe("running criu", () => {
       assert.equal(err.log, join(s.dir, "dump.log"));
     }));
 
+  test("a dump whose connections criu cannot hold says what to do: install iptables, or --network-lock=skip", () =>
+    inScratch(async (s) => {
+      const said = "criu/sk-tcp.c:81): tcp: Failed to lock TCP connection 4396";
+      const vars = { FAKE_CRIU_EXIT: "1", FAKE_CRIU_ERROR: said };
+      const engine = openCriuEngine({ criuPath: fakeCriu(s.dir, vars) });
+      const err = await engine.dump({ root: 7, imagesDir: s.dir, tcpEstablished: true })
+        .catch((e) => e);
+      assert.match(err.message, /Failed to lock TCP connection 4396/);
+      assert.match(err.message, /install iptables, or, where both ends .* --network-lock=skip/);
+      const other = openCriuEngine({
+        criuPath: fakeCriu(s.dir, { FAKE_CRIU_EXIT: "1" }, { name: "criu-other" }),
+      });
+      const plain = await other.dump({ root: 7, imagesDir: s.dir }).catch((e) => e);
+      assert.doesNotMatch(plain.message, /iptables/, "only where criu said so");
+    }));
+
   test("a restore: detached, shell-job, its pidfile read; a root it did not make is an error", () =>
     inScratch(async (s) => {
       const record = join(s.dir, "record");

@@ -39,13 +39,14 @@
 #              asked, snapshotted while it listens, restored: it answers on the same port, the
 #              model intact.
 #   connected  the server and a client holding a connection to it (client.py hold), children of
-#              one bash parent, snapshotted together: NEEDS criu's --tcp-established, which the
-#              command line has no flag for yet. PT_TCP_ARGS (words added to our snapshot and
-#              restore-snapshot) once it has one; until then the library does it
-#              (tests/gpu/pytorch/snap_lib.ts, openMachine({ criu: { extraArgs } }), with
+#              one bash parent, snapshotted together: NEEDS criu's --tcp-established. With
+#              PT_TCP_ARGS (words added to our snapshot and restore-snapshot, such as
+#              --tcp-established) through the command line; without, through the library
+#              (tests/gpu/pytorch/snap_lib.ts, openMachine({ criu: { extraArgs } })) with
 #              PT_TCP_CRIU_ARGS, default --tcp-established, and --network-lock=nftables where
-#              there is no iptables-restore). After the restore the held connection answers
-#              again, and a new client is served.
+#              there is no iptables-restore (on a machine with neither iptables nor nft:
+#              PT_TCP_CRIU_ARGS="--tcp-established --network-lock=skip"). After the restore the
+#              held connection answers again, and a new client is served.
 #   example    examples/pytorch.ts --pid P on a training process (with this runtime): PASS, state
 #              bit for bit, training goes on.
 # Timing: PT_BUDGET (default 450 s) skips a case that no longer fits, saying so. About 5 minutes
@@ -756,7 +757,7 @@ case_connected() {
       command -v iptables-restore >/dev/null || words="$words --network-lock=nftables"
     fi
     for w in $words; do extra+=("--criu-arg=$w"); done
-    via="the library (snap_lib.ts; the command line has no flag yet), criu args: $words"
+    via="the library (snap_lib.ts), criu args: $words"
     run_timed "$l-snap" 300 "${LIB[@]}" tests/gpu/pytorch/snap_lib.ts snapshot --dir "$snap" --pid "$parent" "${extra[@]}"
     [[ $rc == 0 ]] && wait_gone "$parent" "$sp" "$cp" &&
       run_timed "$l-restore" 300 "${LIB[@]}" tests/gpu/pytorch/snap_lib.ts restore --dir "$snap" "${extra[@]}"

@@ -1,8 +1,9 @@
 /**
  * `snapshot` and `restoreSnapshot` through the library, with more options for criu than the
  * command line takes: tests/gpu/pytorch.sh runs it for the case that needs criu's
- * `--tcp-established` (an open TCP connection, both ends in the snapshot), for which
- * `cuda-checkpoint` has no flag yet (`openMachine({ criu: { extraArgs } })` has it).
+ * `--tcp-established` (an open TCP connection, both ends in the snapshot) with a network lock the
+ * machine has (`--network-lock=skip` where it has neither iptables nor nft), which only
+ * `openMachine({ criu: { extraArgs } })` can say.
  *
  *   snap_lib.ts snapshot --dir DIR --pid P[,P...] [--job] [--criu-arg=ARG]...
  *   snap_lib.ts restore --dir DIR [--criu-arg=ARG]...
