@@ -162,6 +162,11 @@ export interface HostProcesses {
   gpuImport?(pid: number): Promise<GpuImport | undefined>;
   /** The CPU time `pid` has had, in ns over its threads, to tell that a stopped process ran. */
   cpuTime?(pid: number): Promise<number | undefined>;
+  /**
+   * Whether every thread of `pid` has entered its stop (SIGSTOP), so that it runs no more until
+   * let go; `false` where gone. A thread on its way there still runs, on a busy machine for long.
+   */
+  stopped?(pid: number): Promise<boolean>;
   /** The records of what checkpointed processes held; left out: each program keeps its own. */
   readonly heldRecords?: HeldRecords;
   /** The pid of the program using this host: a process checkpointing itself needs care (NVML). */

@@ -66,6 +66,7 @@ export function simulatedHost(m: MachineView): HostProcesses {
         const p = m.process(pid);
         return p && !p.exited ? p.wakes * 1_000_000 : undefined;
       }),
+    stopped: (pid) => m.instantly("read a process's state", () => m.process(pid)?.stopped === true),
     // Hostname `simulated`, a simulated kernel, and driver 580.159.04 for version 13.0.
     facts: () =>
       m.instantly("read the machine's facts", () => {

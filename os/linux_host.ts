@@ -297,6 +297,15 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
     return times?.reduce((sum, text) => sum + Number(text.split(" ")[0]), 0);
   }
 
+  /** Whether every thread of `pid` is stopped: state `T` (or `t`, traced) in its task's stat. */
+  async stopped(pid: number): Promise<boolean> {
+    const dir = `${this.#root}/${pid}/task`;
+    const tasks = await this.#reader.list(dir).catch(() => [] as string[]);
+    const state = (t: string) => this.#reader.read(`${dir}/${t}/stat`).then(parseStat, () => null);
+    const states = await Promise.all(tasks.map(state));
+    return tasks.length > 0 && states.every((s) => s?.state === "T" || s?.state === "t");
+  }
+
   /** The machine's name, kernel and NVIDIA driver release (`/proc/driver/nvidia/version`). */
   async facts(): Promise<MachineFacts> {
     const version = await this.#reader.read("/proc/driver/nvidia/version").catch(() => "");

@@ -1,6 +1,7 @@
 // What the Linux host reads of a process to tell that it imported another's GPU memory (the maps
 // measured on driver 580: docs/DRIVER.md, "Processes that share GPU memory") and that it ran while
-// held stopped (its threads' CPU time), from a /proc written here (no GPU, any machine).
+// held stopped (its threads' CPU time, and whether each has entered its stop), from a /proc written
+// here (no GPU, any machine).
 // Runs under `deno test -A` and `bun test`.
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
@@ -74,5 +75,18 @@ describe("cpuTime: what a held process has run", () => {
     });
     assert.equal(await h.cpuTime(50), 1234);
     assert.equal(await h.cpuTime(60), undefined);
+  });
+
+  test("stopped: every thread in its stop (T, or t traced); one on its way there, or none, is not", async () => {
+    const stat = (pid: number, state: string) => `${pid} (python3 x) ${state} 1 ${pid} ${pid} 0\n`;
+    await using h = host({
+      "/proc/50/task/50/stat": stat(50, "T"),
+      "/proc/50/task/51/stat": stat(51, "t"),
+      "/proc/70/task/70/stat": stat(70, "T"),
+      "/proc/70/task/71/stat": stat(71, "R"),
+    });
+    assert.equal(await h.stopped(50), true);
+    assert.equal(await h.stopped(70), false, "a thread still runs");
+    assert.equal(await h.stopped(60), false, "gone");
   });
 });

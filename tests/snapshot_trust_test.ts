@@ -21,6 +21,7 @@ import {
 } from "node:fs";
 import { join } from "node:path";
 import process from "node:process";
+import { setTimeout as delay } from "node:timers/promises";
 import {
   CudaProcess,
   inspectSnapshot,
@@ -241,6 +242,36 @@ describe("images verified before they run", () => {
     assert.doesNotMatch(err.message, /before any of them ran/);
     assert.equal(sim.process(pid), undefined, "the woken process was ended");
     assert.equal(sim.process(child!), undefined, "and the child it made");
+  });
+
+  test("a held tree whose thread enters its stop late (a busy machine) is not taken to have run", async () => {
+    // On an H200 busy with the digests (2026-11-29, 8 x 2 GiB), one restore of four was refused
+    // as "ran while it was held" with nobody waking it: a thread had yet to enter its stop when
+    // two readings of the tree's CPU time were alike, and its last steps there looked like a run.
+    const { sim, dir, pid, memory } = await taken();
+    let stopsAt = Infinity;
+    const late = () => Date.now() >= stopsAt;
+    const machine = machineWith(sim, {
+      host: hostWith(sim.host, {
+        cpuTime: () => Promise.resolve(late() ? 101 : 100),
+        stopped: () => Promise.resolve(late()),
+      }),
+      engine: engineWith(sim.engine, {
+        restore: async (r) => {
+          await sim.engine.restore(r);
+          stopsAt = Date.now() + 150;
+        },
+      }),
+      store: storeWith((checked) => ({
+        digests: checked.digests,
+        later: (sub) => delay(400).then(() => checked.later(sub)),
+        all: checked.all,
+      })),
+    });
+    const result = await restoreSnapshot(dir, { machine });
+    assert.deepEqual(result.pids, [pid]);
+    assert.equal(sim.process(pid)?.stopped, false, "let go once its images matched");
+    assert.equal(await sim.process(pid)!.memoryChunkedSha256(), memory);
   });
 
   test("a tree criu made before it failed is ended, and its pids are free again", async () => {

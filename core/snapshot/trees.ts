@@ -138,7 +138,14 @@ export async function watchHeld(
   const cpu = (pid: number) => host.cpuTime?.(pid).catch(() => undefined);
   const read = async () =>
     new Map(await Promise.all(pids.map(async (p) => [p, await cpu(p)] as const)));
-  // Taken once it holds still: a process of the tree may take a moment to enter its stop.
+  // Taken once it holds still: a thread of the tree may take a moment to enter its stop (on a
+  // machine busy with the digests, long enough for two readings alike), so first every thread
+  // stopped where the host tells, then two readings alike.
+  const stopped = (p: number) => host.stopped?.(p).catch(() => true) ?? true;
+  for (let i = 0; i < 40; i++) {
+    if ((await Promise.all(pids.map(stopped))).every(Boolean)) break;
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
   let before = await read();
   for (let i = 0; i < 20; i++) {
     const again = await read();
