@@ -6,7 +6,7 @@
  * `openMachine({ criu: { extraArgs } })` can say.
  *
  *   snap_lib.ts snapshot --dir DIR --pid P[,P...] [--job] [--criu-arg=ARG]...
- *   snap_lib.ts restore --dir DIR [--criu-arg=ARG]...
+ *   snap_lib.ts restore --dir DIR [--device-map OLD=NEW,...] [--criu-arg=ARG]...
  *
  * Run as root, with this runtime (Deno: `deno run -A`; Bun: `bun`, or our compiled binary with
  * `BUN_BE_BUN=1`), criu found as the library finds it (`CKPT_CRIU_PATH`). Prints one JSON line as
@@ -20,7 +20,7 @@ import { restoreSnapshot, snapshot } from "../../../mod.ts";
 import { openMachine } from "../../../driver.ts";
 
 const usage = "usage: snap_lib.ts snapshot --dir DIR --pid P[,P...] [--job] [--criu-arg=ARG]...\n" +
-  "       snap_lib.ts restore --dir DIR [--criu-arg=ARG]...";
+  "       snap_lib.ts restore --dir DIR [--device-map OLD=NEW,...] [--criu-arg=ARG]...";
 
 let parsed;
 try {
@@ -31,6 +31,7 @@ try {
       dir: { type: "string" },
       pid: { type: "string", multiple: true },
       job: { type: "boolean" },
+      "device-map": { type: "string" },
       "criu-arg": { type: "string", multiple: true },
     },
   });
@@ -68,13 +69,17 @@ try {
       criuArgs: extraArgs,
     });
   } else {
-    const back = await restoreSnapshot(values.dir, { machine });
+    // GPU UUID pairs, as the command line's --device-map (tests/gpu/nccl_job.sh swaps two GPUs).
+    const pairs = (values["device-map"] ?? "").split(",").filter(Boolean).map((p) => p.split("="));
+    const gpuMapping = pairs.length > 0 ? Object.fromEntries(pairs) : undefined;
+    const back = await restoreSnapshot(values.dir, { machine, gpuMapping });
     print({
       ok: true,
       operation: "restore-snapshot",
       dir: back.dir,
       ms: Math.round(back.ms),
       pids: back.pids,
+      gpuMapping: back.gpuMapping,
       timings: {
         checkMs: Math.round(back.timings.checkMs),
         restoreMs: Math.round(back.timings.restoreMs),
