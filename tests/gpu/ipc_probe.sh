@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 30, part A: what tells a process that imported another's GPU memory apart, before anything
-# changes. On driver 580 such an importer suspends, then never restores (/work/shared/DRIVER_FACTS.md,
-# "A process that imported CUDA IPC memory checkpoints, then never restores"), so a tool must
+# changes. On driver 580 such an importer suspends, then never restores (docs/DRIVER.md,
+# "Processes that share GPU memory"), so a tool must
 # refuse it up front: this probe records every sign a rule could use. From the repo root, as root:
 #
 #   bash tests/gpu/ipc_probe.sh bun|deno [KIND...] [--destructive[=KIND,...]]

@@ -1,7 +1,7 @@
 """What the PyTorch targets of tests/gpu/pytorch.sh share (train.py, infer.py, server.py, client.py).
 
 - The environment every program sets before it imports torch: NCCL's NVLink multicast off (the
-  GPU machines' rule, docs in /work/shared/DEVICE.md), deterministic cuBLAS, torch.compile
+  GPU machines' rule, tests/gpu/README.md), deterministic cuBLAS, torch.compile
   compiling in this process (no pool of compile workers: those would be children of the target,
   and part of its snapshot).
 - The command protocol of tests/gpu/target.cu's fifo mode: one command per opening of a named
