@@ -145,19 +145,7 @@ v=$(timeout 120 "${CK[@]}" --version 2>&1)
 _rc=$?; check "setup: ours runs (${CK[*]}): $v; GPUs ${uuids[*]}" $_rc
 
 criu=
-if [[ -z $dry ]]; then
-  tgz=.carry/criu-cuda.tgz
-  [[ -f .carry/criu-dev-cuda.tgz ]] && tgz=.carry/criu-dev-cuda.tgz
-  if unpack_tgz "$tgz" "$bin/criu" fresh && [[ -x $bin/criu/usr/sbin/criu ]]; then
-    criu=$bin/criu/usr/sbin/criu
-    said=$(timeout 60 "$criu" check 2>&1 | tail -1)
-    [[ $said == *"Looks good"* ]]
-    _rc=$?; check "setup: $("$criu" --version 2>/dev/null | head -1 | tr -s ' ') from $tgz: criu check says: $said" $_rc
-    export CKPT_CRIU_PATH=$criu
-  else
-    verdict FAIL "setup: no criu (carry .carry/criu-dev-cuda.tgz or .carry/criu-cuda.tgz)"
-  fi
-fi
+[[ -n $dry ]] || setup_newest_criu "$bin/criu"
 # criu holds the connections' traffic with iptables while it dumps; without it, nothing can send
 # meanwhile anyway: every end of every connection is in the snapshot (docs/PYTORCH.md).
 criu_args=(--criu-arg=--tcp-established)
@@ -250,6 +238,7 @@ job_ask() {
   return $ok
 }
 pids_csv() { local IFS=,; echo "${J_RANKS[*]}"; }
+all_running() { [[ $(tr ' ' '\n' <<<"$1" | sort -u) == running ]]; }
 states() {
   local p s=()
   for p in "${J_RANKS[@]}"; do s+=("$(timeout 60 "${CK[@]}" --get-state --pid "$p" 2>&1 | head -1)"); done
@@ -327,7 +316,7 @@ toggle_round() {
   ck "$name-resume" 300 --toggle --pid "$(pids_csv)" --job --json
   res_ms=$ms
   st=$(states)
-  [[ $rc == 0 && $(tr ' ' '\n' <<<"$st" | sort -u) == running ]]
+  [[ $rc == 0 ]] && all_running "$st"
   _rc=$?; check "$name: resumed as a job ($res_ms ms): $st" $_rc "exit $rc"
   ((_rc == 0)) || return 1
   job_ask digest 60
@@ -361,14 +350,14 @@ case_defaults() {
     ck "$name-suspend" 300 --toggle --pid "$(pids_csv)" --job --json
     st=$(states)
     if ((rc != 0)); then
-      [[ $(tr ' ' '\n' <<<"$st" | sort -u) == running ]]
+      all_running "$st"
       _rc=$?; check "$name: refused before any rank changed: exit $rc, $st: $(head -c 300 "$bin/$name-suspend.err" "$bin/$name-suspend.out" | tr '\n' ' ')" $_rc
       allreduce "$name: after the refusal"
     else
       echo "   $name: NOT refused: suspended ($st); resuming"
       ck "$name-resume" 300 --toggle --pid "$(pids_csv)" --job --json
       st=$(states)
-      [[ $rc == 0 && $(tr ' ' '\n' <<<"$st" | sort -u) == running ]]
+      [[ $rc == 0 ]] && all_running "$st"
       _rc=$?; check "$name: not refused, and the driver brought every rank back (no rank LOST): $st" $_rc "LOST: exit $rc: $(head -c 400 "$bin/$name-resume.out")"
       if ((_rc == 0)); then
         allreduce "$name: after the resume"
@@ -453,7 +442,7 @@ snap_round() {
   check "$name: back ($ms ms), ranks ${J_RANKS[*]}" $rc
   if ((rc == 0)); then
     figure "case=$name world=$world mib=$mib snapshot_ms=$snap_ms restore_ms=$ms bytes=$(du -sb "$dir" | cut -f1)"
-    [[ $(states | tr ' ' '\n' | sort -u) == running ]]
+    all_running "$(states)"
     _rc=$?; check "$name: every rank running: $(states)" $_rc
     job_ask digest 60
     [[ ${A[*]//digest /} == "$before" ]]
@@ -508,48 +497,50 @@ ended() {
   kill -9 "$1" 2>/dev/null
   code=HUNG
 }
+# fault_job NAME: a job of the working transport that made one step, for a fault to hit.
+fault_job() {
+  fits 120 "faults: $1" || return 1
+  # shellcheck disable=SC2086 # the transport: words
+  job_start "$1" 2 $(transport) && job_ask "train 1" 300
+}
+# interrupt NAME SECONDS SIGNAL WHO: ours suspends the job in the background; SECONDS in, SIGNAL
+# goes to WHO (a pid, or "ours"); sets code as `ended` does.
+interrupt() {
+  local name=$1 pid
+  "${CK[@]}" --toggle --pid "$(pids_csv)" --job --json >"$bin/$name.out" 2>"$bin/$name.err" &
+  pid=$!
+  sleep "$2"
+  kill "-$3" "${4/ours/$pid}"
+  ended "$pid"
+}
+# whole_after WHAT: every rank of the job running, and then right (all_reduce, one more step).
+whole_after() {
+  ((_rc == 0)) && allreduce "faults: after $1" && { job_ask "train 1" 300; same_as_ref "faults: after $1, one more step"; }
+}
 case_faults() {
-  local pid code st
+  local code st
   [[ -z $dry ]] || { verdict SKIP "faults: the stand-in of ours has no steps to interrupt (dry run)"; return; }
-  fits 120 "faults: a rank killed" || return
-  # shellcheck disable=SC2086
-  job_start kill 2 $(transport) || return
-  job_ask "train 1" 300
-  "${CK[@]}" --toggle --pid "$(pids_csv)" --job --json >"$bin/kill.out" 2>"$bin/kill.err" &
-  pid=$!
-  sleep "${NCCL_KILL_AFTER:-0.5}"
-  kill -9 "${J_RANKS[1]}"
-  ended "$pid"
-  st=$(timeout 60 "${CK[@]}" --get-state --pid "${J_RANKS[0]}" 2>&1 | head -1)
-  [[ $st == running && $code != HUNG ]]
-  _rc=$?; check "faults: rank 1 killed during the job's suspend: ours exit $code ($(head -c 300 "$bin/kill.out" | tr '\n' ' ')), rank 0 $st" $_rc
-  job_end
-
-  fits 120 "faults: Ctrl-C" || return
-  # shellcheck disable=SC2086
-  job_start sigint 2 $(transport) || return
-  job_ask "train 1" 300
-  "${CK[@]}" --toggle --pid "$(pids_csv)" --job --json >"$bin/sigint.out" 2>"$bin/sigint.err" &
-  pid=$!
-  sleep "${NCCL_SIGINT_AFTER:-0.5}"
-  kill -INT "$pid"
-  ended "$pid"
-  st=$(states)
-  [[ $(tr ' ' '\n' <<<"$st" | sort -u) == running && $code != HUNG ]]
-  _rc=$?; check "faults: SIGINT to ours during the job's suspend: exit $code, every rank $st" $_rc
-  ((_rc == 0)) && allreduce "faults: after Ctrl-C" && { job_ask "train 1" 300; same_as_ref "faults: after Ctrl-C, one more step"; }
-  job_end
-
-  [[ -n $criu ]] || return
-  fits 120 "faults: a deadline" || return
-  # shellcheck disable=SC2086
-  job_start deadline 2 $(transport) || return
-  job_ask "train 1" 300
+  if fault_job kill; then
+    interrupt kill "${NCCL_KILL_AFTER:-0.5}" KILL "${J_RANKS[1]}"
+    st=$(timeout 60 "${CK[@]}" --get-state --pid "${J_RANKS[0]}" 2>&1 | head -1)
+    [[ $st == running && $code != HUNG ]]
+    _rc=$?; check "faults: rank 1 killed during the job's suspend: ours exit $code ($(head -c 300 "$bin/kill.out" | tr '\n' ' ')), rank 0 $st" $_rc
+    job_end
+  fi
+  if fault_job sigint; then
+    interrupt sigint "${NCCL_SIGINT_AFTER:-0.5}" INT ours
+    st=$(states)
+    all_running "$st" && [[ $code != HUNG ]]
+    _rc=$?; check "faults: SIGINT to ours during the job's suspend: exit $code, every rank $st" $_rc
+    whole_after Ctrl-C
+    job_end
+  fi
+  [[ -n $criu ]] && fault_job deadline || return
   ck deadline 300 snapshot --pid "$J_PARENT" --dir "$snaps/deadline" --job --deadline "${NCCL_DEADLINE_MS:-1500}" --json
   st=$(states)
-  [[ $rc != 0 && $(tr ' ' '\n' <<<"$st" | sort -u) == running ]]
+  [[ $rc != 0 ]] && all_running "$st"
   _rc=$?; check "faults: a snapshot whose deadline ends during the checkpoints: exit $rc, every rank $st" $_rc
-  ((_rc == 0)) && allreduce "faults: after the deadline" && { job_ask "train 1" 300; same_as_ref "faults: after the deadline, one more step"; }
+  whole_after "the deadline"
   job_end
 }
 

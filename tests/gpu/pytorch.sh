@@ -193,20 +193,7 @@ _rc=$?; check "setup: ours runs (${CK[*]}): $v" $_rc
 
 criu=
 if [[ -z $dry ]]; then
-  tgz=${PT_CRIU_TGZ:-}
-  if [[ -z $tgz ]]; then
-    tgz=.carry/criu-cuda.tgz
-    [[ -f .carry/criu-dev-cuda.tgz ]] && tgz=.carry/criu-dev-cuda.tgz
-  fi
-  if unpack_tgz "$tgz" "$bin/criu" fresh && [[ -x $bin/criu/usr/sbin/criu ]]; then
-    criu=$bin/criu/usr/sbin/criu
-    said=$(timeout 60 "$criu" check 2>&1 | tail -1)
-    [[ $said == *"Looks good"* ]]
-    _rc=$?; check "setup: $("$criu" --version 2>/dev/null | head -1 | tr -s ' ') from $tgz: criu check says: $said" $_rc
-    export CKPT_CRIU_PATH=$criu
-  else
-    verdict FAIL "setup: no criu (carry .carry/criu-dev-cuda.tgz or .carry/criu-cuda.tgz; PT_CRIU_TGZ=$tgz)"
-  fi
+  setup_newest_criu "$bin/criu" "${PT_CRIU_TGZ:-}"
 elif [[ -x ${CKPT_CRIU_PATH:-} ]]; then
   criu=$CKPT_CRIU_PATH
 fi

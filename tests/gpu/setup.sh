@@ -1,7 +1,8 @@
 # shellcheck shell=bash disable=SC2154 # $bin, $work, $dry: the sourcing script's
-# Sourced by integrity.sh, criu_speed.sh and snapshot.sh: the setup they share, on the GPU machine
-# and in their dry runs (the fake libcuda, a stand-in target). The sourcing script sets $bin (its
-# scratch folder), $work (integrity.sh and criu_speed.sh: the benchmark's folder under $bin) and
+# Sourced by integrity.sh, criu_speed.sh, snapshot.sh, pytorch.sh and nccl_job.sh: the setup they
+# share, on the GPU machine and in their dry runs (the fake libcuda, a stand-in target). The
+# sourcing script sets $bin (its scratch folder), $work (integrity.sh and criu_speed.sh: the
+# benchmark's folder under $bin) and
 # $dry (not empty: a dry run), sources verdicts.sh (verdict and check: PASS/FAIL lines) and
 # defines fail_setup WHY (a line "FAIL setup: WHY", then the script's end).
 #   describe_machine         the commit, kernel, cores and memory, the GPUs, /tmp's disk
@@ -13,6 +14,10 @@
 #   setup_criu               sets $criu: in a dry run $CKPT_CRIU_PATH, else /tmp/criu/usr/sbin/criu,
 #                            where it runs; else .carry/criu-cuda.tgz unpacked to /tmp/criu; then
 #                            a check line with its version and what `criu check` says
+#   setup_newest_criu DIR [TGZ]  sets $criu: TGZ, else criu 4.2 (.carry/criu-dev-cuda.tgz) where
+#                            carried, else 4.1.1 (.carry/criu-cuda.tgz), unpacked fresh into DIR,
+#                            exported as CKPT_CRIU_PATH, with a check line of what `criu check`
+#                            says; empty where none unpacks (a FAIL line says so)
 #   setup_bun                sets BUN=(...), the Bun that runs a benchmark: our compiled binary
 #                            (.carry/cuda-checkpoint-ours.xz; in a dry run OURS_BIN, default
 #                            dist/cuda-checkpoint, or node_modules/.bin/bun where there is none);
@@ -63,6 +68,24 @@ setup_criu() {
   said=$(timeout 60 "$criu" check 2>&1 | tail -1)
   [[ $said == *"Looks good"* ]]
   _rc=$?; check "setup: $("$criu" --version 2>/dev/null | head -1) at $criu: criu check says: $said" $_rc
+}
+
+setup_newest_criu() {
+  local dir=$1 tgz=${2:-} said
+  criu=
+  if [[ -z $tgz ]]; then
+    tgz=.carry/criu-cuda.tgz
+    [[ -f .carry/criu-dev-cuda.tgz ]] && tgz=.carry/criu-dev-cuda.tgz
+  fi
+  if ! unpack_tgz "$tgz" "$dir" fresh || [[ ! -x $dir/usr/sbin/criu ]]; then
+    verdict FAIL "setup: no criu from $tgz (carry .carry/criu-dev-cuda.tgz or .carry/criu-cuda.tgz)"
+    return 1
+  fi
+  criu=$dir/usr/sbin/criu
+  said=$(timeout 60 "$criu" check 2>&1 | tail -1)
+  [[ $said == *"Looks good"* ]]
+  _rc=$?; check "setup: $("$criu" --version 2>/dev/null | head -1 | tr -s ' ') from $tgz: criu check says: $said" $_rc
+  export CKPT_CRIU_PATH=$criu
 }
 
 setup_bun() {
