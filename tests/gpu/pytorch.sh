@@ -43,10 +43,10 @@
 #              PT_TCP_ARGS (words added to our snapshot and restore-snapshot, such as
 #              --tcp-established) through the command line; without, through the library
 #              (tests/gpu/pytorch/snap_lib.ts, openMachine({ criu: { extraArgs } })) with
-#              PT_TCP_CRIU_ARGS, default --tcp-established, and --network-lock=nftables where
-#              there is no iptables-restore (on a machine with neither iptables nor nft:
-#              PT_TCP_CRIU_ARGS="--tcp-established --network-lock=skip"). After the restore the
-#              held connection answers again, and a new client is served.
+#              PT_TCP_CRIU_ARGS, default --tcp-established, and --network-lock=skip where there
+#              is no iptables-restore (both ends are in the snapshot: nothing can send while it
+#              dumps; measured on the H200, which has neither iptables nor nft). After the
+#              restore the held connection answers again, and a new client is served.
 #   example    examples/pytorch.ts --pid P on a training process (with this runtime): PASS, state
 #              bit for bit, training goes on.
 # Timing: PT_BUDGET (default 450 s) skips a case that no longer fits, saying so. About 5 minutes
@@ -738,10 +738,10 @@ case_connected() {
   else
     local extra=() w words=${PT_TCP_CRIU_ARGS:-}
     if [[ -z $words ]]; then
-      # criu locks the connection's traffic while it dumps: with iptables, else with nftables
-      # (the carried criu is built with libnftables).
+      # criu holds the connection's traffic while it dumps, with iptables; without it, nothing
+      # can send meanwhile anyway: both ends are in the snapshot (docs/PYTORCH.md).
       words=--tcp-established
-      command -v iptables-restore >/dev/null || words="$words --network-lock=nftables"
+      command -v iptables-restore >/dev/null || words="$words --network-lock=skip"
     fi
     for w in $words; do extra+=("--criu-arg=$w"); done
     via="the library (snap_lib.ts), criu args: $words"
