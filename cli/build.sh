@@ -23,9 +23,12 @@ tmp="$out.building.$$"
 trap 'rm -f "$tmp"' EXIT
 case $runtime in
   # --bytecode (which needs --format=esm): the modules are compiled to bytecode at build time, which
-  # takes a third off the start-up (bench/reports/cli-startup-*).
+  # takes a third off the start-up (bench/reports/cli-startup-*). The binary runs as root wherever
+  # it is started, so it reads no .env or bunfig.toml from the working directory: a .env there
+  # could name the libcuda it loads, a bunfig.toml a script it runs first (Bun's defaults read both).
   bun) bun build --compile --bytecode --format=esm --splitting --minify --sourcemap=none \
-    cli/main.ts ffi/bun_worker.ts os/digest_worker.ts --outfile "$tmp" ;;
+    --no-compile-autoload-dotenv --no-compile-autoload-bunfig --no-compile-autoload-tsconfig \
+    --no-compile-autoload-package-json cli/main.ts ffi/bun_worker.ts os/digest_worker.ts --outfile "$tmp" ;;
   deno) deno compile -A --output "$tmp" cli/main.ts ;;
   *)
     echo "usage: bash cli/build.sh [bun|deno] [OUTPUT]" >&2

@@ -7,11 +7,10 @@
 
 import type { CliOperation } from "./args.ts";
 import { type CliIo, escapeControls } from "./io.ts";
-import { CheckpointError, CudaError, messageOf, RefusedError } from "../core/errors.ts";
+import { CheckpointError, CudaError, messageOf, PATH_ERRORS, RefusedError } from "../core/errors.ts";
 import type { RoomCheck } from "../types.ts";
 import { callDriver, stateOf } from "../core/calls.ts";
 import type { CheckpointDriver } from "../core/driver.ts";
-import { PATH_ERRORS } from "../os/private.ts";
 import type { ProcessState } from "../mod.ts";
 
 /**

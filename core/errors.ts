@@ -282,3 +282,15 @@ export function messageOf(err: unknown): string {
 function capitalize(sentence: string): string {
   return sentence.charAt(0).toUpperCase() + sentence.slice(1);
 }
+
+/** What the system's error codes that a path can meet mean, as the end of a sentence about it. */
+export const PATH_ERRORS: Readonly<Record<string, string>> = {
+  ENOTDIR: "a part of the path above it is a file, not a directory",
+  ENOENT: "it does not exist",
+  EACCES: "permission denied",
+  EPERM: "the operation is not permitted",
+  ELOOP: "it is a symbolic link, or has too many of them on its path",
+  ENAMETOOLONG: "its name is too long",
+  EROFS: "the file system is read-only",
+  ENOSPC: "the disk is full",
+};

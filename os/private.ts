@@ -10,7 +10,7 @@ import { constants, type Stats } from "node:fs";
 import { lstat, mkdir, open, rename, rm } from "node:fs/promises";
 import path from "node:path";
 import process from "node:process";
-import { messageOf } from "../core/errors.ts";
+import { messageOf, PATH_ERRORS } from "../core/errors.ts";
 
 /** What a path must be. */
 type Kind = "file" | "directory";
@@ -212,18 +212,6 @@ function octal(mode: number): string {
 export function errorCode(err: unknown): string | undefined {
   return (err as { code?: unknown })?.code as string | undefined;
 }
-
-/** What the system's error codes that a path can meet mean, as the end of a sentence about it. */
-export const PATH_ERRORS: Readonly<Record<string, string>> = {
-  ENOTDIR: "a part of the path above it is a file, not a directory",
-  ENOENT: "it does not exist",
-  EACCES: "permission denied",
-  EPERM: "the operation is not permitted",
-  ELOOP: "it is a symbolic link, or has too many of them on its path",
-  ENAMETOOLONG: "its name is too long",
-  EROFS: "the file system is read-only",
-  ENOSPC: "the disk is full",
-};
 
 /**
  * What a file system error means, to end a sentence that named the path (`it does not exist

@@ -6,7 +6,9 @@
 
 import { after, describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { mkdtempSync, rmSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { execFile } from "node:child_process";
+import process from "node:process";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
@@ -93,6 +95,27 @@ describe("the compiled cuda-checkpoint", { skip }, () => {
       `Error getting process state for process ID ${pid}: "OS call failed or operation not supported on this OS"\n`,
     );
     assert.equal((await binary(["--simulate", "reset"])).code, 0);
+  });
+
+  test("it reads no .env or bunfig.toml from the working directory (it runs as root)", {
+    skip: noCompiler,
+  }, async () => {
+    // Bun's compiled programs read both by default: a .env could name the libcuda loaded, and a
+    // bunfig.toml a script run before ours. Here each would load or run a planted file.
+    const here = join(dir, "planted-cwd");
+    mkdirSync(here);
+    const library = fakes!.build("planted", ["-DPLANTED"], join(here, "planted.so"));
+    writeFileSync(join(here, ".env"), `CKPT_LIBCUDA_PATH=${library}\n`);
+    writeFileSync(join(here, "first.js"), `require("fs").writeFileSync("preload-ran", "");\n`);
+    writeFileSync(join(here, "bunfig.toml"), `preload = ["./first.js"]\n`);
+    const env: Record<string, string | undefined> = { ...process.env, CKPT_SIM_STATE: state };
+    delete env.CKPT_LIBCUDA_PATH;
+    const err = await new Promise<string>((resolve) =>
+      execFile(BINARY, ["--get-state", "--pid", "4242"], { cwd: here, env }, (_, __, e) =>
+        resolve(String(e)))
+    );
+    assert.equal(existsSync(join(here, "planted-library-ran")), false, `.env was read: ${err}`);
+    assert.equal(existsSync(join(here, "preload-ran")), false, "bunfig.toml's preload ran");
   });
 
   test("on the fake libcuda: one pid, and several at once on the driver's worker threads", {

@@ -34,9 +34,10 @@ function child(cwd: string, ...args: string[]) {
 }
 
 describe(`native driver in a subprocess (${runtime})`, { skip: noCompiler }, () => {
-  test("a libcuda.so.1 planted in the current directory is never loaded", () => {
+  test("a libcuda.so.1 or libc.so.6 planted in the current directory is never loaded", () => {
     const dir = realpathSync(fakes!.path);
     fakes!.build("planted", ["-DPLANTED"], join(dir, "libcuda.so.1"));
+    fakes!.build("planted-libc", ["-DPLANTED"], join(dir, "libc.so.6"));
     const run = child(dir, "search");
     assert.equal(run.status, 0, run.stderr);
     assert.equal(
