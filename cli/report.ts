@@ -7,7 +7,8 @@
 
 import type { CliOperation } from "./args.ts";
 import { type CliIo, escapeControls } from "./io.ts";
-import { CheckpointError, CudaError, messageOf, PATH_ERRORS, RefusedError } from "../core/errors.ts";
+import { CheckpointError, CudaError, messageOf } from "../core/errors.ts";
+import { PATH_ERRORS, RefusedError } from "../core/errors.ts";
 import type { RoomCheck } from "../types.ts";
 import { callDriver, stateOf } from "../core/calls.ts";
 import type { CheckpointDriver } from "../core/driver.ts";

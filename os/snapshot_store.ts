@@ -358,24 +358,31 @@ class FileSnapshotDir implements SnapshotDir {
     const isLater = (x: Opened) => o.later?.(x.file) ?? false;
     const subOf = (x: Opened) => x.file.path.split("/")[0];
     const [now, later] = [opened.filter((x) => !isLater(x)), opened.filter(isLater)];
-    // Asked in this order, hashed in this order: those compared now first.
+    // Those compared now first, alone: few and small, they are hashed on this thread at once (no
+    // worker starts below 64 MiB); the later ones from `laterFrom` on, so that the workers hashing
+    // them take no core from the checks that follow (0.2 s of an H200's, 8 x 2 GiB).
     const hasher = new PieceHasher({ signal: o.signal });
-    const compared = new Map([...now, ...later].map((x) => {
-      const want = x.file.chunkedSha256, wrote = `${x.name} is not the file the snapshot wrote`;
-      const matched = digestOf(hasher, x).then((d) => {
-        if (d !== want) {
-          throw new Error(`${wrote}: its digest is ${d}, and the manifest says ${want}`);
-        }
-      });
+    const matches = async (x: Opened) => {
+      const d = await digestOf(hasher, x), want = x.file.chunkedSha256;
+      if (d !== want) {
+        throw new Error(
+          `${x.name} is not the file the snapshot wrote: its digest is ${d}, and the manifest ` +
+            `says ${want}`,
+        );
+      }
+    };
+    await Promise.all(now.map(matches)).catch(async (err) => {
+      await hasher.close();
+      throw err;
+    });
+    const begun = Promise.resolve(o.laterFrom).catch(() => {});
+    const compared = new Map(later.map((x) => {
+      const matched = begun.then(() => matches(x));
       matched.catch(() => {}); // awaited or not: a refusal must never be an unhandled rejection
       return [x, matched] as const;
     }));
     const settled = (xs: readonly Opened[]) =>
       Promise.all(xs.map((x) => compared.get(x))).then(() => {});
-    await settled(now).catch(async (err) => {
-      await hasher.close();
-      throw err;
-    });
     const all = settled(later).finally(() => hasher.close());
     // Once one differs, every subdirectory not yet settled is refused with it.
     const failed = all.then(() => new Promise<void>(() => {}));

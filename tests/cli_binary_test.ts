@@ -111,8 +111,12 @@ describe("the compiled cuda-checkpoint", { skip }, () => {
     const env: Record<string, string | undefined> = { ...process.env, CKPT_SIM_STATE: state };
     delete env.CKPT_LIBCUDA_PATH;
     const err = await new Promise<string>((resolve) =>
-      execFile(BINARY, ["--get-state", "--pid", "4242"], { cwd: here, env }, (_, __, e) =>
-        resolve(String(e)))
+      execFile(
+        BINARY,
+        ["--get-state", "--pid", "4242"],
+        { cwd: here, env },
+        (...r) => resolve(String(r[2])),
+      )
     );
     assert.equal(existsSync(join(here, "planted-library-ran")), false, `.env was read: ${err}`);
     assert.equal(existsSync(join(here, "preload-ran")), false, "bunfig.toml's preload ran");

@@ -456,6 +456,30 @@ describe("digests left for later (the memory images a restore loads into stopped
       await snap.close();
     }));
 
+  test("the later digests begin only once laterFrom settles (a restore's other checks ended)", () =>
+    inScratch(async (s) => {
+      const { snap, files, tree } = await sealed(s);
+      const bytes = readFileSync(join(tree, "pages-1.img"));
+      bytes[7] ^= 1;
+      writeFileSync(join(tree, "pages-1.img"), bytes);
+      const from = Promise.withResolvers<void>();
+      const checked = await snap.check(files, {
+        topFiles: [MANIFEST_FILE],
+        digests: true,
+        later: pages,
+        laterFrom: from.promise,
+      });
+      // Hashed at once, the changed file would be refused well within this wait.
+      const early = await Promise.race([
+        checked.all.then(() => "matched", () => "refused"),
+        new Promise((ok) => setTimeout(() => ok("not begun"), 300)),
+      ]);
+      assert.equal(early, "not begun");
+      from.resolve();
+      await assert.rejects(checked.all, /pages-1\.img is not the file the snapshot wrote/);
+      await snap.close();
+    }));
+
   test("a file not left for later that differs is refused before check resolves", () =>
     inScratch(async (s) => {
       const { snap, files, tree } = await sealed(s);

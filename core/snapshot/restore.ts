@@ -138,9 +138,11 @@ export async function restoreFrom(
     // Where the engine can hold trees stopped, memory images are digested while it loads them.
     const engine = run.engine;
     const holds = engine.inertFile !== undefined && engine.wake !== undefined;
+    const checksEnded = Promise.withResolvers<void>();
     const opened = await openSnapshot(run.store, dir, o.operation, {
       digests: true,
       signal: verify,
+      laterFrom: checksEnded.promise,
       ...(holds ? { later: (f) => engine.inertFile!(f.path.split("/").pop()!) } : {}),
     });
     const running = opened.manifest.trees.flatMap((t) => t.processes)
@@ -163,7 +165,7 @@ export async function restoreFrom(
       r.checked.all.catch((err) => {
         if (err instanceof RefusedError) r.differs ??= err;
       });
-      await check(r);
+      await check(r).finally(checksEnded.resolve);
       return await outcome(r, await bringBack(r));
     } finally {
       await r.dir.close();

@@ -56,6 +56,8 @@ export interface CheckOptions {
   readonly signal?: AbortSignal;
   /** The files whose digests are compared after `check` resolves (the memory images). */
   readonly later?: (file: SnapshotFile) => boolean;
+  /** Once this settles, the digests of `later`'s begin (a restore's other checks ended). */
+  readonly laterFrom?: Promise<unknown>;
 }
 
 /** What {@link SnapshotDir.check} found; the digests it left for later go on. */
