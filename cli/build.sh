@@ -26,9 +26,12 @@ case $runtime in
   # takes a third off the start-up (bench/reports/cli-startup-*). The binary runs as root wherever
   # it is started, so it reads no .env or bunfig.toml from the working directory: a .env there
   # could name the libcuda it loads, a bunfig.toml a script it runs first (Bun's defaults read both).
+  # --compile-jit-policy=3: functions are compiled by the JIT after three times as many runs, so a
+  # query of one pid starts no JIT threads (5 ms of a 2-core machine's 38, bench/cli_startup.ts).
   bun) bun build --compile --bytecode --format=esm --splitting --minify --sourcemap=none \
     --no-compile-autoload-dotenv --no-compile-autoload-bunfig --no-compile-autoload-tsconfig \
-    --no-compile-autoload-package-json cli/main.ts ffi/bun_worker.ts os/digest_worker.ts --outfile "$tmp" ;;
+    --no-compile-autoload-package-json --compile-jit-policy=3 \
+    cli/main.ts ffi/bun_worker.ts os/digest_worker.ts --outfile "$tmp" ;;
   deno) deno compile -A --output "$tmp" cli/main.ts ;;
   *)
     echo "usage: bash cli/build.sh [bun|deno] [OUTPUT]" >&2
