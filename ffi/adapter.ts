@@ -61,7 +61,7 @@ export interface FfiAdapter {
   readonly platform: string | undefined;
   /**
    * Whether opening a bare library name (no `/`) uses only the system loader's search: Deno's does;
-   * Bun's then tries the current directory (a planted library), so Bun is never given one.
+   * Bun's then tries the current directory, so Bun is given none but libc.so.6 (loaded: no search).
    */
   readonly bareNamesSafe: boolean;
   /** Reads an environment variable; may throw where the runtime needs a permission for it. */

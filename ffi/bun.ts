@@ -1,9 +1,8 @@
 // The Bun adapter: `bun:ffi`, with no optional symbols (each optional function is probed with a
 // `dlopen` of its own) and synchronous calls (one that can wait runs in a worker, `bun_pool.ts`,
-// unless `callingThread`). The C library is opened by the path this process has mapped.
+// unless `callingThread`). The C library is opened as libc.so.6, which the loader finds loaded.
 
 import process from "node:process";
-import { messageOf } from "../core/errors.ts";
 import {
   type FfiAdapter,
   type FfiLibrary,
@@ -27,27 +26,6 @@ export interface BunAdapterOptions {
 /** The worker script `bun_worker` beside this module ({@link workerScript}). */
 export function defaultWorkerUrl(moduleUrl: string = import.meta.url): URL {
   return workerScript(moduleUrl, "ffi", "bun_worker");
-}
-
-/**
- * The C library this process has loaded, as a name its `dlopen` answers without a search: glibc's
- * own soname (the loader matches a loaded library by it before it looks anywhere, so Bun never
- * falls back to the current directory), read from the process's report at no cost; otherwise
- * (musl) the absolute path mapped, read from /proc/self/maps, which starts Bun's I/O threads
- * (9 ms of a 2-core machine's start-up).
- */
-async function loadedLibc(): Promise<string> {
-  const report = (process as { report?: { getReport?(): { header?: Record<string, unknown> } } })
-    .report;
-  if (typeof report?.getReport?.().header?.glibcVersionRuntime === "string") return "libc.so.6";
-  const why = "the system loader cannot be asked where libraries are";
-  const bun = (globalThis as unknown as { Bun: { file(path: string): Blob } }).Bun;
-  const maps = await bun.file("/proc/self/maps").text().catch((error) => {
-    throw new Error(`${why}: /proc/self/maps is unreadable (${messageOf(error)})`);
-  });
-  const libc = / (\/.*\/(?:libc\.so\.6|(?:libc\.musl|ld-musl)-[^/]+\.so\.1))$/m.exec(maps)?.[1];
-  if (libc) return libc;
-  throw new Error(`${why}: no C library (libc.so.6, musl) is mapped into this process`);
 }
 
 /** Opens a library: every function in one `dlopen`, or the required ones and each optional alone. */
@@ -113,8 +91,6 @@ export async function bunAdapter(options: BunAdapterOptions = {}): Promise<FfiAd
   const ffi = await importBunFfi();
   const workerUrl = options.workerUrl ?? defaultWorkerUrl();
   const callingThread = options.callingThread === true;
-  // Found now, said when asked: a path given absolute never needs it.
-  const libc = await loadedLibc().then((path) => ({ path }), (error: Error) => ({ error }));
   return {
     kind: "native (Bun)",
     runtime: "bun",
@@ -122,10 +98,10 @@ export async function bunAdapter(options: BunAdapterOptions = {}): Promise<FfiAd
     bareNamesSafe: false,
     getEnv: (name) => process.env[name],
     cwd: () => process.cwd(),
-    libcPath: () => {
-      if ("error" in libc) throw libc.error;
-      return libc.path;
-    },
+    // The loader answers this name with the C library loaded, searching nothing (so Bun never
+    // tries the current directory): glibc matches its loaded libc by this soname, and musl takes
+    // every "libc." name for itself. Read from /proc/self/maps, it started Bun's I/O threads (9 ms).
+    libcPath: () => "libc.so.6",
     open: (path, table) => openLibrary(ffi, path, table, workerUrl, callingThread),
     cString: (address) => new ffi.CString(Number(address)).toString(),
     readPointer: (address) => ffi.read.u64(Number(address), 0),

@@ -1,8 +1,8 @@
 // Finding libcuda: where to look, in which order, and what to say when it is nowhere; runtime-free
-// (the caller passes `tryOpen(path)`). Only absolute paths reach the runtime's `dlopen`: a bare
-// name goes to the system loader itself (libc's `dlopen`, then `dlinfo(RTLD_DI_LINKMAP)` for the
-// file it picked; `l_name` at offset 8, 64-bit Linux), since Bun's `dlopen` tries a name the loader
-// does not find again in the current directory (Bun 1.4.5), where a library may be planted.
+// (the caller passes `tryOpen(path)`). Only absolute paths reach the runtime's `dlopen` (and
+// libc.so.6, which the loader finds loaded): a bare name goes to the system loader itself (libc's
+// `dlopen`, then `dlinfo(RTLD_DI_LINKMAP)` for the file it picked; `l_name` at offset 8, 64-bit
+// Linux), as Bun's `dlopen` tries a name the loader does not find in the current directory.
 
 import { DriverLoadError, messageOf } from "../core/errors.ts";
 import type { FfiAdapter, FfiLibrary, FfiTable } from "./adapter.ts";

@@ -358,9 +358,9 @@ class FileSnapshotDir implements SnapshotDir {
     const isLater = (x: Opened) => o.later?.(x.file) ?? false;
     const subOf = (x: Opened) => x.file.path.split("/")[0];
     const [now, later] = [opened.filter((x) => !isLater(x)), opened.filter(isLater)];
-    // Those compared now first, alone: few and small, they are hashed on this thread at once (no
-    // worker starts below 64 MiB); the later ones from `laterFrom` on, so that the workers hashing
-    // them take no core from the checks that follow (0.2 s of an H200's, 8 x 2 GiB).
+    // Those compared now first, alone (a restore's are few and small: hashed on this thread, as no
+    // worker starts below 64 MiB); the later ones once `laterFrom` settles or `signal` aborts, so
+    // that the workers hashing them take no core from the checks that follow (0.2 s, 8 x 2 GiB).
     const hasher = new PieceHasher({ signal: o.signal });
     const matches = async (x: Opened) => {
       const d = await digestOf(hasher, x), want = x.file.chunkedSha256;
@@ -375,7 +375,8 @@ class FileSnapshotDir implements SnapshotDir {
       await hasher.close();
       throw err;
     });
-    const begun = Promise.resolve(o.laterFrom).catch(() => {});
+    const stop = o.signal, aborted = new Promise((end) => stop?.addEventListener("abort", end));
+    const begun = Promise.race([stop?.aborted ? 0 : o.laterFrom, aborted]).catch(() => {});
     const compared = new Map(later.map((x) => {
       const matched = begun.then(() => matches(x));
       matched.catch(() => {}); // awaited or not: a refusal must never be an unhandled rejection

@@ -480,6 +480,22 @@ describe("digests left for later (the memory images a restore loads into stopped
       await snap.close();
     }));
 
+  test("an abort ends the later digests while laterFrom has not settled, and close goes on", () =>
+    inScratch(async (s) => {
+      const { snap, files } = await sealed(s);
+      const stop = new AbortController();
+      const checked = await snap.check(files, {
+        topFiles: [MANIFEST_FILE],
+        digests: true,
+        later: pages,
+        laterFrom: new Promise(() => {}), // never settles
+        signal: stop.signal,
+      });
+      stop.abort(new Error("stopped before they began"));
+      await assert.rejects(checked.all, /stopped before they began/);
+      await snap.close();
+    }));
+
   test("a file not left for later that differs is refused before check resolves", () =>
     inScratch(async (s) => {
       const { snap, files, tree } = await sealed(s);

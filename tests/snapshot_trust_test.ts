@@ -110,6 +110,22 @@ function engineWith(engine: SnapshotEngine, replaced: Partial<SnapshotEngine>): 
 }
 
 describe("images verified before they run", () => {
+  test("a restore its checks refuse never begins the memory images' digests", async () => {
+    const { sim, dir } = await taken();
+    let checked: Checked | undefined;
+    const driver = new Proxy(sim.driver, {
+      get(target, key) {
+        if (key === "driverVersion") return () => Promise.resolve({ code: 0, value: 12080 });
+        const value = Reflect.get(target, key);
+        return typeof value === "function" ? value.bind(target) : value;
+      },
+    });
+    const machine = machineWith(sim, { driver, store: storeWith((c) => (checked = c)) });
+    await assert.rejects(restoreSnapshot(dir, { machine }), /taken with a driver of CUDA 13/);
+    // Begun, they would have matched; they were ended before they began.
+    await assert.rejects(checked!.all, /the restore was refused before it began/);
+  });
+
   test("an image edited at the same size is refused before anything changes, and restores once put back", async () => {
     const { sim, dir, pid, memory, image } = await taken();
     const original = readFileSync(image);

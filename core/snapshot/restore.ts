@@ -161,11 +161,15 @@ export async function restoreFrom(
       times: { checked: 0, restored: 0 },
     };
     try {
-      // A memory image that differs, found while the checks go on (or the engine runs).
+      // A memory image that differs, found while the engine runs.
       r.checked.all.catch((err) => {
         if (err instanceof RefusedError) r.differs ??= err;
       });
-      await check(r).finally(checksEnded.resolve);
+      // The memory images' digests begin once the checks passed; refused, they never begin.
+      await check(r).catch((err) => {
+        ended.abort(new Error("the restore was refused before it began"));
+        throw err;
+      }).finally(checksEnded.resolve);
       return await outcome(r, await bringBack(r));
     } finally {
       await r.dir.close();
@@ -218,7 +222,6 @@ async function check(r: Restoring): Promise<void> {
     await sessionOf(run.machine).room.fits(need, { operation: o.operation, who });
   }
   if (o.signal?.aborted) run.notBegun("restore", "it was aborted");
-  if (r.differs) throw r.differs;
   r.times.checked = r.times.restored = run.at();
 }
 

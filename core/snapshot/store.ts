@@ -56,7 +56,7 @@ export interface CheckOptions {
   readonly signal?: AbortSignal;
   /** The files whose digests are compared after `check` resolves (the memory images). */
   readonly later?: (file: SnapshotFile) => boolean;
-  /** Once this settles, the digests of `later`'s begin (a restore's other checks ended). */
+  /** Their digests begin once this settles (a restore's other checks ended) or `signal` aborts. */
   readonly laterFrom?: Promise<unknown>;
 }
 
