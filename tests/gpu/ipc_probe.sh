@@ -31,7 +31,7 @@ set -uo pipefail
 unset BUN_BE_BUN
 cd "$(dirname "$0")/../.." || exit 1
 . tests/gpu/verdicts.sh
-. tests/gpu/targets.sh # alive, ask
+. tests/gpu/targets.sh # alive, ask, and pairs.sh's ready_line and end_started
 . tests/gpu/setup.sh   # unxz_to
 
 rt=${1:-}
@@ -94,7 +94,7 @@ fi
   echo
 } >"$report"
 
-. tests/gpu/ipc/pairs.sh # start, stop, ask_fifo, driver, field, cleanup
+. tests/gpu/ipc/pairs.sh # start, stop, driver, field, cleanup
 
 # ---- the signs, nothing suspended ----
 for kind in "${kinds[@]}"; do
@@ -112,11 +112,11 @@ for kind in "${kinds[@]}"; do
   cat "$bin/signs-$kind.txt" >>"$report"
   sed 's/^/   /' "$bin/signs-$kind.txt"
   pd=$(field "$READY" digest)
-  a=$(ask_fifo "$D" parent digest)
+  a=$(ask "$D" digest 60 parent)
   [[ $(field "$a" digest) == "$pd" ]]
   _rc=$?; check "$kind: the $([[ -n $C ]] && echo exporter || echo process) reads its memory as written ($a)" $_rc
   if [[ -n $C && $kind != event ]]; then
-    a=$(ask_fifo "$D" child digest)
+    a=$(ask "$D" digest 60 child)
     [[ $(field "$a" digest) == "$pd" ]]
     _rc=$?; check "$kind: the importer reads the exporter's memory ($a)" $_rc
   fi
@@ -152,7 +152,7 @@ for kind in "${destructive[@]}"; do
       rc=$?
       echo "NVIDIA's --toggle of the importer: exit $rc: ${o:-(nothing)}; then: $(driver "$C")"
     fi
-    a=$(ask_fifo "$D" parent digest)
+    a=$(ask "$D" digest 60 parent)
     echo "the exporter afterwards: $(driver "$P"); its memory: $a (as written: $(field "$READY" digest))"
     echo
   } >"$bin/d-$kind.txt" # not a pipe: $a is read below

@@ -17,7 +17,7 @@ set -uo pipefail
 unset BUN_BE_BUN
 cd "$(dirname "$0")/../.." || exit 1
 . tests/gpu/verdicts.sh
-. tests/gpu/targets.sh # alive
+. tests/gpu/targets.sh # alive, ask, and pairs.sh's ready_line and end_started
 . tests/gpu/setup.sh   # unxz_to, describe_machine
 
 rt=${1:-bun}
@@ -58,7 +58,7 @@ refused() {
 }
 reads() {
   local a
-  a=$(ask_fifo "$D" "$1" digest)
+  a=$(ask "$D" digest 60 "$1")
   [[ $(field "$a" digest) == "$(field "$READY" digest)" || $kind == event ]]
   _rc=$?; check "$kind: the $1's view of the shared memory intact ($a)" $_rc
 }

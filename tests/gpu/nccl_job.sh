@@ -49,7 +49,7 @@ set -uo pipefail
 unset BUN_BE_BUN
 cd "$(dirname "$0")/../.." || exit 1
 . tests/gpu/verdicts.sh
-. tests/gpu/targets.sh # alive, taken, wait_gone
+. tests/gpu/targets.sh # alive, taken, wait_gone, ready_line, end_started
 . tests/gpu/setup.sh   # unxz_to, unpack_tgz, describe_machine
 
 usage() {
@@ -154,13 +154,7 @@ command -v iptables-restore >/dev/null || criu_args+=(--criu-arg=--network-lock=
 # ---- jobs ----
 started=()
 cleanup() {
-  local p
-  for p in "${started[@]}"; do
-    if alive "$p" && grep -qaE "tests/gpu/nccl/" "/proc/$p/cmdline" 2>/dev/null; then
-      kill -CONT "$p" 2>/dev/null
-      kill -9 "$p" 2>/dev/null
-    fi
-  done
+  end_started tests/gpu/nccl/
   rm -rf "$snaps"
 }
 trap cleanup EXIT
@@ -169,7 +163,7 @@ port=29500
 # job_start NAME WORLD [VAR=VALUE...]: a job of WORLD ranks of $mib MiB, NCCL's settings given, in
 # a session of its own; sets J_DIR, J_PARENT and J_RANKS (their pids), J_READY (rank 0's line).
 job_start() {
-  local name=$1 world=$2 i r line
+  local name=$1 world=$2 r line
   shift 2
   J_DIR=$bin/j-$name J_PARENT='' J_RANKS=() J_READY=''
   rm -rf "$J_DIR"
@@ -181,14 +175,7 @@ job_start() {
   disown "$J_PARENT"
   started+=("$J_PARENT")
   for ((r = 0; r < world; r++)); do
-    line=''
-    for ((i = 0; i < 3000; i++)); do
-      line=$(grep -m1 '^ready ' "$J_DIR/r$r.out" 2>/dev/null)
-      [[ -n $line ]] && break
-      alive "$J_PARENT" || break
-      sleep 0.1
-    done
-    if [[ -z $line ]]; then
+    if ! line=$(ready_line "$J_DIR/r$r.out" "$J_PARENT"); then
       echo "   $name: rank $r did not start: $(tail -5 "$J_DIR/r$r.err" 2>/dev/null | tr '\n' ' ')"
       cp "$J_DIR/r$r.err" "$bin/logs/$name-r$r.err" 2>/dev/null
       job_end

@@ -59,7 +59,7 @@ set -uo pipefail
 unset BUN_BE_BUN
 cd "$(dirname "$0")/../.." || exit 1
 . tests/gpu/verdicts.sh
-. tests/gpu/targets.sh # alive, taken, ask, wait_gone
+. tests/gpu/targets.sh # alive, taken, ask, wait_gone, ready_line, end_started
 . tests/gpu/setup.sh   # unxz_to, unpack_tgz, build_target
 
 usage() {
@@ -219,14 +219,7 @@ echo "versus: NVIDIA's README workflow with --toggle by $nv_name; snapshots in $
 # ---- helpers ----
 started=() # every pid started here: those still alive are killed at exit (only ours)
 cleanup() {
-  local p
-  for p in "${started[@]}"; do
-    # Only ours: a pid may have been reused (the server's command line does not name $bin).
-    if alive "$p" && grep -qaE "$bin/|tests/gpu/pytorch/" "/proc/$p/cmdline" 2>/dev/null; then
-      kill -CONT "$p" 2>/dev/null
-      kill -9 "$p" 2>/dev/null
-    fi
-  done
+  end_started "$bin/|tests/gpu/pytorch/" # the server's command line does not name $bin
   rm -rf "${snaps:?}"/pt-*
 }
 trap cleanup EXIT
@@ -282,7 +275,7 @@ keep_logs() { # DIR NAME: criu's logs of a snapshot or images directory
 # own, stdin /dev/null, stdout to $bin/t-NAME/out, stderr to .../err; train.py and infer.py read
 # their commands from .../cmd. Sets P_DIR, P_PID and P_READY (its ready line).
 pt_start() {
-  local name=$1 script=$2 child i line
+  local name=$1 script=$2 child line
   shift 2
   P_DIR=$bin/t-$name P_PID='' P_READY=''
   rm -rf "$P_DIR"
@@ -295,13 +288,7 @@ pt_start() {
   setsid "$PY" "$PWD/tests/gpu/pytorch/$script" "$@" "${extra[@]}" "${fake[@]}" </dev/null >"$P_DIR/out" 2>"$P_DIR/err" &
   child=$!
   disown "$child" # out of the job table; bash still reaps it, so a restore finds its pid free
-  for ((i = 0; i < ${PT_START_S:-300} * 10; i++)); do
-    line=$(grep -m1 '^ready ' "$P_DIR/out" 2>/dev/null)
-    [[ -n $line ]] && break
-    kill -0 "$child" 2>/dev/null || break
-    sleep 0.1
-  done
-  if [[ -z $line ]]; then
+  if ! line=$(ready_line "$P_DIR/out" "$child" "${PT_START_S:-300}"); then
     echo "   $name did not start: $(tail -5 "$P_DIR/err" | tr '\n' ' ')"
     cp "$P_DIR/err" "$bin/logs/$name.err" 2>/dev/null
     kill -9 "$child" 2>/dev/null

@@ -7,7 +7,12 @@
 #   start_target NAME MIB     sets T_DIR, T_PID, T_HASH (the "ready" line's) and T_CHILD; with
 #                             T_SETSID=0, started without setsid: a shell job, in this script's
 #                             session and process group
-#   ask DIR COMMAND [SECONDS] sends a command through DIR/cmd, prints the target's next line
+#   ready_line FILE PID [SECONDS]  prints FILE's first "ready ..." line once it is there; fails
+#                             (printing nothing) where PID ends first or SECONDS (300) pass
+#   ask DIR COMMAND [SECONDS] [NAME]  sends a command through DIR/cmd (DIR/NAME.cmd), prints the
+#                             next line of DIR/out (DIR/NAME.out)
+#   end_started REGEX         every pid of started=() still alive whose command line matches
+#                             REGEX (a pid may have been reused) continued, then killed: an EXIT trap
 #   stop_target DIR PID       "exit", else SIGKILL; DIR removed
 #   wait_gone PID...          until each pid is free (reaped, not even a zombie), for a restore
 
@@ -32,14 +37,8 @@ start_target() {
   T_CHILD=$!
   # Out of the job table (no "Killed" notice when criu kills it); bash still reaps it.
   disown "$T_CHILD"
-  local word i
-  for ((i = 0; i < 1200; i++)); do
-    read -r word T_PID _ T_HASH < <(head -1 "$T_DIR/out" 2>/dev/null)
-    [[ ${word:-} == ready ]] && break
-    T_PID=
-    kill -0 "$T_CHILD" 2>/dev/null || break
-    sleep 0.1
-  done
+  local line
+  line=$(ready_line "$T_DIR/out" "$T_CHILD" 120) && read -r _ T_PID _ T_HASH <<<"$line"
   if [[ -z $T_PID ]]; then
     echo "target $1 did not start: $(head -3 "$T_DIR/out")"
     return 1
@@ -50,13 +49,23 @@ start_target() {
   echo "target $1: pid $T_PID, $2 MiB, hash $T_HASH"
 }
 
+ready_line() {
+  local i
+  for ((i = 0; i < ${3:-300} * 10; i++)); do
+    grep -m1 '^ready ' "$1" 2>/dev/null && return 0
+    alive "$2" || break
+    sleep 0.1
+  done
+  grep -m1 '^ready ' "$1" 2>/dev/null
+}
+
 ask() {
-  local dir=$1 n line i
-  n=$(wc -l <"$dir/out")
+  local out=$1/${4:+$4.}out n line i
+  n=$(wc -l <"$out")
   # shellcheck disable=SC2016 # $1 and $2 are the inner shell's
-  timeout 20 bash -c 'printf "%s\n" "$1" >"$2"' _ "$2" "$dir/cmd" || { echo "(the fifo was not read)"; return 1; }
+  timeout 20 bash -c 'printf "%s\n" "$1" >"$2"' _ "$2" "$1/${4:+$4.}cmd" || { echo "(the fifo was not read)"; return 1; }
   for ((i = 0; i < ${3:-60} * 10; i++)); do
-    line=$(sed -n "$((n + 1))p" "$dir/out")
+    line=$(sed -n "$((n + 1))p" "$out")
     [[ -n $line ]] && { echo "$line"; return 0; }
     sleep 0.1
   done
@@ -81,5 +90,15 @@ wait_gone() {
     for ((i = 0; i < 100; i++)); do taken "$p" || continue 2; sleep 0.1; done
     echo "note: pid $p is still taken: $(ps -o pid=,stat=,ppid=,comm= -p "$p")"
     return 1
+  done
+}
+
+end_started() {
+  local p
+  for p in "${started[@]}"; do
+    if alive "$p" && grep -qaE "$1" "/proc/$p/cmdline" 2>/dev/null; then
+      kill -CONT "$p" 2>/dev/null
+      kill -9 "$p" 2>/dev/null
+    fi
   done
 }

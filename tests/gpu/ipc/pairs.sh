@@ -1,16 +1,11 @@
 # Pairs of processes that share GPU memory, for tests/gpu/ipc_probe.sh and ipc_refuse.sh (sourced
-# from the repo root, after verdicts.sh and targets.sh): start KIND NAME, stop, ask_fifo, driver,
+# from the repo root, after verdicts.sh and targets.sh): start KIND NAME, stop, driver,
 # field. Expects $PY, $bin, CK (our cuda-checkpoint, as an array) and NV (NVIDIA's, or empty).
 # shellcheck shell=bash
 
 started=()
-cleanup() {
-  local p
-  for p in "${started[@]}"; do
-    # Only ours: a Python (the spawned children's command lines do not name $bin).
-    if alive "$p" && grep -qa python "/proc/$p/cmdline" 2>/dev/null; then kill -9 "$p" 2>/dev/null; fi
-  done
-}
+# Only ours: a Python (the spawned children's command lines do not name $bin).
+cleanup() { end_started python; }
 trap cleanup EXIT
 
 # driver PID: "state,restore-tid" as ours says (and NVIDIA's, where carried: "/ theirs ...").
@@ -32,7 +27,7 @@ field() {
 # start KIND NAME: a pair (or the lone process) in a session of its own; sets D, P (the parent or
 # the lone process), C (the child, none for lone), READY (the parent's ready line).
 start() {
-  local kind=$1 i line
+  local kind=$1 line
   D=$bin/p-$2 P='' C='' READY=''
   rm -rf "$D"
   mkdir -p "$D"
@@ -45,13 +40,7 @@ start() {
   P=$!
   disown "$P"
   started+=("$P")
-  for ((i = 0; i < 3000; i++)); do
-    line=$(grep -m1 '^ready ' "$D/parent.out" 2>/dev/null)
-    [[ -n $line ]] && break
-    kill -0 "$P" 2>/dev/null || break
-    sleep 0.1
-  done
-  if [[ -z $line ]]; then
+  if ! line=$(ready_line "$D/parent.out" "$P"); then
     echo "   $kind did not start: $(tail -5 "$D/parent.out" "$D/parent.err" "$D/child.err" 2>/dev/null | tr '\n' ' ')"
     kill -9 "$P" 2>/dev/null
     return 1
@@ -71,19 +60,5 @@ stop() {
   timeout 5 bash -c 'printf "exit\n" >"$1"' _ "$D/parent.cmd" 2>/dev/null
   for ((i = 0; i < 100; i++)); do alive "$P" || break; sleep 0.1; done
   kill -9 "$P" ${C:+"$C"} 2>/dev/null
-}
-# ask_fifo DIR ROLE COMMAND: the next line of DIR/ROLE.out after sending COMMAND to DIR/ROLE.cmd.
-ask_fifo() {
-  local n i line
-  n=$(wc -l <"$1/$2.out")
-  # shellcheck disable=SC2016
-  timeout 20 bash -c 'printf "%s\n" "$1" >"$2"' _ "$3" "$1/$2.cmd" || { echo "(the fifo was not read)"; return 1; }
-  for ((i = 0; i < 600; i++)); do
-    line=$(sed -n "$((n + 1))p" "$1/$2.out")
-    [[ -n $line ]] && { echo "$line"; return 0; }
-    sleep 0.1
-  done
-  echo "(no answer in 60 s)"
-  return 1
 }
 

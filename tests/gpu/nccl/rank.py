@@ -44,13 +44,7 @@ def parse():
     p.add_argument("--mib", type=int, default=1024, help="MiB of weights (float32) in each rank")
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--batch", type=int, default=16)
-    p.add_argument("--fifo", help="the named fifo to read commands from")
-    p.add_argument("--reference", type=int, metavar="M", help="print the digests of steps 0..M")
-    p.add_argument("--fake", action="store_true", help="a stand-in state without torch (dry run)")
-    args = p.parse_args()
-    if (args.fifo is None) == (args.reference is None):
-        p.error("give --fifo PATH or --reference M")
-    return args
+    return common.served_args(p)
 
 
 class Rank:

@@ -82,6 +82,18 @@ def rss_bytes(pid="self"):
     return 0
 
 
+def served_args(p):
+    """Adds --fifo, --reference and --fake to the parser `p` of a trained target (train.py, the
+    NCCL job's rank.py), parses, and refuses anything but exactly one of --fifo and --reference."""
+    p.add_argument("--fifo", help="the named fifo to read commands from")
+    p.add_argument("--reference", type=int, metavar="M", help="print the digests of steps 0..M")
+    p.add_argument("--fake", action="store_true", help="a stand-in state without torch (dry run)")
+    args = p.parse_args()
+    if (args.fifo is None) == (args.reference is None):
+        p.error("give --fifo PATH or --reference M")
+    return args
+
+
 def commands(fifo):
     """The commands sent through the fifo, one per opening, as tests/gpu/target.cu reads them."""
     while True:
