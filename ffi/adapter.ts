@@ -68,8 +68,6 @@ export interface FfiAdapter {
   getEnv(name: string): string | undefined;
   /** The current working directory, to make a relative library path absolute. */
   cwd(): string;
-  /** The C library, to ask the system loader where it finds a name. */
-  libcPath(): string;
   /** Opens a library and binds the table; throws when it does not open or lacks a required one. */
   open<N extends string>(path: string, table: FfiTable<N>): FfiLibrary<N>;
   /** The NUL-terminated string at an address. */

@@ -98,10 +98,6 @@ export async function bunAdapter(options: BunAdapterOptions = {}): Promise<FfiAd
     bareNamesSafe: false,
     getEnv: (name) => process.env[name],
     cwd: () => process.cwd(),
-    // The loader answers this name with the C library loaded, searching nothing (so Bun never
-    // tries the current directory): glibc matches its loaded libc by this soname, and musl takes
-    // every "libc." name for itself. Read from /proc/self/maps, it started Bun's I/O threads (9 ms).
-    libcPath: () => "libc.so.6",
     open: (path, table) => openLibrary(ffi, path, table, workerUrl, callingThread),
     cString: (address) => new ffi.CString(Number(address)).toString(),
     readPointer: (address) => ffi.read.u64(Number(address), 0),

@@ -96,7 +96,6 @@ export function denoAdapter(): FfiAdapter {
     bareNamesSafe: true,
     getEnv: readEnv,
     cwd: () => Deno.cwd(),
-    libcPath: () => "libc.so.6",
     open: openLibrary,
     cString: (address) => Deno.UnsafePointerView.getCString(pointer(address)),
     readPointer: (address) => new Deno.UnsafePointerView(pointer(address)).getBigUint64(0),

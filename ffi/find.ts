@@ -171,6 +171,12 @@ const LIBC_SYMBOLS = {
   dlerror: { parameters: [], result: "u64" }, // char *dlerror(void)
 } as const satisfies Record<string, CudaForeignFunction>;
 
+/**
+ * The C library, by a name the loader answers with the one loaded, searching nothing (so Bun never
+ * tries the current directory): glibc matches its loaded libc by this soname, and musl takes every
+ * "libc." name for itself. Read from /proc/self/maps, it started Bun's I/O threads (9 ms).
+ */
+const LIBC = "libc.so.6";
 /** `RTLD_NOW` (resolve every symbol at once, as the runtimes do) and `RTLD_DI_LINKMAP`. */
 const RTLD_NOW = 2, RTLD_DI_LINKMAP = 2;
 
@@ -180,7 +186,7 @@ const RTLD_NOW = 2, RTLD_DI_LINKMAP = 2;
  * holds the library; throws the loader's own message where it finds none.
  */
 function viaSystemLoader<T>(adapter: FfiAdapter, name: string, open: (path: string) => T): T {
-  const libc = adapter.open(adapter.libcPath(), LIBC_SYMBOLS);
+  const libc = adapter.open(LIBC, LIBC_SYMBOLS);
   let handle = 0n;
   try {
     const text = new TextEncoder().encode(`${name}\0`);

@@ -39,9 +39,7 @@ export function simulatedHost(m: MachineView): HostProcesses {
     lastingMark: (process) =>
       m.instantly("read what outlasts a restore", () => {
         const p = m.process(process.pid);
-        return p?.pid === process.pid && sameProcess(process, p)
-          ? `${p.pid}:${p.command}`
-          : undefined;
+        return p && sameProcess(process, p) ? `${p.pid}:${p.command}` : undefined;
       }),
     // There are no groups nor sessions.
     pidsInUse: (ids) =>

@@ -10,7 +10,7 @@ import { messageOf, type RefusedError } from "../errors.ts";
 import type { ProcessIdentity } from "../host.ts";
 import { StrictReader } from "../json.ts";
 import { type Manifest, parseManifest, serializeManifest, snapshotRefusal } from "./manifest.ts";
-import { treeDirName } from "./manifest.ts";
+import { TREE_DIR, treeDirName } from "./manifest.ts";
 import type { Checked, CheckOptions, SnapshotDir, SnapshotStore } from "./store.ts";
 
 /** The manifest's file name. */
@@ -194,7 +194,7 @@ function parseTrace(text: string, where: string, operation: string): Trace {
     processes: r.array(o.processes, "processes").map((p, i) => r.identity(p, `processes[${i}]`)),
     made: r.array(o.made, "made").map((m, i) => {
       const name = r.string(m, `made[${i}]`);
-      if (!/^tree-[1-9][0-9]{0,9}$/.test(name)) r.fail(`made[${i}]`, '"tree-<pid>"', name);
+      if (!TREE_DIR.test(name)) r.fail(`made[${i}]`, '"tree-<pid>"', name);
       return name;
     }),
   };

@@ -265,7 +265,6 @@ async function dump(t: Taken, i: number): Promise<void> {
       sealing = t.out.dir.seal(t.trees[i].images, { signal: run.signal, writing });
       sealing.catch(() => {});
       const dumped = await writing;
-      t.times.dumped = run.at();
       part = ["WRITE_FAILED", "its images could not be put on disk"];
       t.sealed[i] = await sealing;
       t.dumped[i] = dumped;
