@@ -26,19 +26,23 @@ interface WorkerScope {
 }
 
 const scope = globalThis as unknown as WorkerScope;
-let buffer = new Uint8Array(0);
-
+/**
+ * Bytes read at a time: few enough to stay in the core's own cache between the read and the hash,
+ * so that a piece crosses the memory bus once (read into an 8 MiB buffer, it crossed three times).
+ */
+const READ_BYTES = 256 * 1024;
+const buffer = new Uint8Array(READ_BYTES);
 scope.onmessage = ({ data: { path, offset, length } }) => {
   let reply: PieceReply, fd: number | undefined;
   try {
     fd = openSync(path, "r");
-    if (buffer.length < length) buffer = new Uint8Array(length);
+    const hash = createHash("sha256");
     for (let got = 0, n = 0; got < length; got += n) {
-      n = readSync(fd, buffer, got, length - got, offset + got);
+      n = readSync(fd, buffer, 0, Math.min(READ_BYTES, length - got), offset + got);
       if (n === 0) throw new Error(`it ended at ${offset + got} bytes`);
+      hash.update(buffer.subarray(0, n));
     }
-    const digest = createHash("sha256").update(buffer.subarray(0, length)).digest();
-    reply = { digest: new Uint8Array(digest) };
+    reply = { digest: new Uint8Array(hash.digest()) };
   } catch (err) {
     reply = { error: err instanceof Error ? err.message : String(err) };
   }
