@@ -223,10 +223,9 @@ function readTagged(file: string, kind: keyof typeof KINDS, log: EngineLog) {
 
 /** The image of process `pid` in `file` (version 3, or 2 with its memory), read field by field. */
 function readImage(file: string, pid: number, log: EngineLog): ProcessImage {
-  const tagged = readTagged(file, "image", log);
-  const { read } = tagged;
-  const inline = tagged.v.version === INLINE_MEMORY_VERSION;
-  const v = read.object(tagged.v, "", FIELDS, [...inline ? ["memory"] : [], "ipcImport", "tcp"]);
+  const { read, v: tagged } = readTagged(file, "image", log);
+  const inline = tagged.version === INLINE_MEMORY_VERSION;
+  const v = read.object(tagged, "", FIELDS, [...inline ? ["memory"] : [], "ipcImport", "tcp"]);
   if (v.pid !== pid) read.fail("pid", `${pid}, as its name says`, v.pid);
   const fields = readFields(read, v, "", pid, MAX_PID);
   const { threads, cuda, memoryMiB } = fields;

@@ -10,7 +10,6 @@ import type { StrictReader } from "../core/json.ts";
 export const PAGE_SIZE = 64 * 1024;
 /** The chunk of the chunked SHA-256 and of the sparse store: 1 MiB, a whole number of pages. */
 export const HASH_CHUNK_SIZE = 1024 * 1024;
-/** Bytes of one SHA-256 digest. */
 const DIGEST_BYTES = 32;
 
 /** One process's GPU memory: a checkpoint or a restore moves it whole, never copies it. */

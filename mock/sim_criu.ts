@@ -122,10 +122,8 @@ export class SimulatedCriu implements SnapshotEngine {
     return this.#operate("dump", request, async (r, run, log) => {
       const tree = this.#machine.tree(r.root);
       if (!tree) throw log.error(`no process with pid ${r.root}`);
-      for (const p of tree) {
-        const why = undumpable(p, r.tcpEstablished === true);
-        if (why) throw log.error(why);
-      }
+      const why = tree.map((p) => undumpable(p, r.tcpEstablished === true)).find(Boolean);
+      if (why) throw log.error(why);
       emptyDirectory(r.imagesDir, log);
       const images = tree.map((p) => imageOf(p, this.#machine.gpus)); // taken now: criu freezes first
       await this.#fixedCost("dump", run, log);

@@ -384,10 +384,9 @@ export class SimulatedDriver implements CheckpointDriver {
     }
     // The same chip for each GPU it used (NVIDIA's documentation; not measured).
     const moved = proc.gpus.find((g) => map.get(g)!.name !== g.name);
-    const to = moved && map.get(moved)!;
-    return moved && to
-      ? `the process's GPU ${moved.index} (${moved.name}) would move onto GPU ${to.index} (${to.name}): restore needs the same chip`
-      : proc.gpus.map((g) => map.get(g)!);
+    if (!moved) return proc.gpus.map((g) => map.get(g)!);
+    const to = map.get(moved)!;
+    return `the process's GPU ${moved.index} (${moved.name}) would move onto GPU ${to.index} (${to.name}): restore needs the same chip`;
   }
 }
 
@@ -396,7 +395,6 @@ type FailFault = PendingFault & { kind: "fail" };
 /** A state-changing call's answer: its code. */
 const codeOf = (answer: Answer): number => answer.code;
 
-/** Success, with `value`. */
 const ok = (value?: number): Answer => ({ code: CUDA_SUCCESS, value });
 
 /** Success, the process put in the state `step` leads to. */

@@ -1,4 +1,4 @@
-// The GPUs of the simulated machine: what each is, how much is held, and whether a process fits.
+// The GPUs of the simulated machine: what each is, and how much of its memory is held.
 
 import { checkAmount, checkInteger, checkKeys, checkName, mustBe } from "../core/options.ts";
 import { formatGpuUuid, parseGpuUuid } from "../core/options.ts";
@@ -59,16 +59,6 @@ export class SimulatedGpu {
   hold(mib: number): void {
     this.#usedMiB = Math.max(0, this.#usedMiB + mib);
   }
-}
-
-/** GPU memory in MiB that a process needs on each GPU: its share of `memoryMiB` plus a context. */
-export type GpuNeeds = Map<SimulatedGpu, number>;
-
-/** What a process of `memoryMiB` needs on `gpus` (a GPU named twice needs both shares). */
-export function needsOn(memoryMiB: number, gpus: readonly SimulatedGpu[]): GpuNeeds {
-  const need: GpuNeeds = new Map();
-  for (const g of gpus) need.set(g, (need.get(g) ?? 0) + memoryMiB / gpus.length + g.contextMiB);
-  return need;
 }
 
 /** The GPUs of a simulated machine's `gpus` option, UUIDs made up from `seed` if not given. */

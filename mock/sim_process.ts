@@ -17,7 +17,7 @@ import {
   type QueryOperation,
 } from "./faults.ts";
 import { checkRange, MemoryImage, type SavedPages } from "./memory.ts";
-import { type GpuNeeds, needsOn, type SimulatedGpu } from "./sim_gpu.ts";
+import type { SimulatedGpu } from "./sim_gpu.ts";
 import { mibToBytes, type TimingModel } from "./timing.ts";
 import type { CopyLink } from "./waits.ts";
 
@@ -108,7 +108,7 @@ export class SimulatedProcess {
   #on: "gpu" | "host" = "gpu";
   /** CUDA work waiting for it to run, or not done yet. */
   #queued = 0;
-  #held: GpuNeeds = new Map();
+  #held = new Map<SimulatedGpu, number>();
   #parent: number;
   #exited = false;
   #stopped = false;
@@ -346,7 +346,11 @@ export class SimulatedProcess {
 
   /** @internal takes its memory and contexts on `gpus`, or says why they lack room */
   claimOn(gpus: readonly SimulatedGpu[]): string | undefined {
-    const need = needsOn(this.memoryMiB, gpus);
+    // MiB on each GPU: its share of its memory plus a context (a GPU named twice needs both).
+    const need = new Map<SimulatedGpu, number>();
+    for (const g of gpus) {
+      need.set(g, (need.get(g) ?? 0) + this.memoryMiB / gpus.length + g.contextMiB);
+    }
     const short = [...need].find(([g, mib]) => mib > g.freeMiB);
     if (short) {
       const [g, mib] = short;

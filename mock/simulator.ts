@@ -170,10 +170,9 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
       ...["command", "inspectable", "libcuda", "parent", "ipcImport", "tcp"] as const,
     ]);
     // The parent, a live process (0 for none).
-    const asked = o.parent === undefined || o.parent === 0 ? undefined : o.parent;
-    const parent = asked === undefined
+    const parent = o.parent === undefined || o.parent === 0
       ? 0
-      : checkInteger(asked, "spawn: parent (a pid)", 1, MAX_PID);
+      : checkInteger(o.parent, "spawn: parent (a pid)", 1, MAX_PID);
     const of = this.#byPid.get(parent);
     if (parent && !of) throw new RangeError(`spawn: parent ${parent} is no live simulated process`);
     const thread = `is a thread of process ${of?.pid}, not a process: give its pid`;
@@ -271,11 +270,8 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
     if (this.#closed) return "the simulated driver was closed";
     const n = this.#waiting.size;
     if (n > 0) return `${n} driver call(s) or sleep(s) are under way`;
-    for (const p of this.processes) {
-      const work = p.pendingWork;
-      if (work) return `process ${p.pid} has ${work}`;
-    }
-    return undefined;
+    const p = this.processes.find((p) => p.pendingWork);
+    return p && `process ${p.pid} has ${p.pendingWork}`;
   }
 
   /** @internal adds a process made on it (a RangeError where one of its ids is taken) */

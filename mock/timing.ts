@@ -132,7 +132,6 @@ export function timingForChip(name: string): TimingModel {
 /** The time one process alone takes for the whole operation, interpolated from the table. */
 export function singleProcessMs(timing: CopyTiming, memoryMiB: number): number {
   const pts = timing.points;
-  if (memoryMiB <= 0) return timing.fixedMs;
   let [x0, y0] = [0, timing.fixedMs];
   for (const [x1, y1] of pts) {
     if (memoryMiB <= x1) return y0 + (y1 - y0) * (memoryMiB - x0) / (x1 - x0);
