@@ -68,16 +68,10 @@ export async function runOne(
  */
 async function begin(progress: Progress, proc: CudaProcess, machine: Machine, operation: string) {
   const pid = proc.pid;
-  const session = sessionOf(machine);
-  const sum = (m: Readonly<Record<string, number>>) => Object.values(m).reduce((a, b) => a + b, 0);
-  const report = await session.room.report().catch(() => undefined);
-  const held = report && "byPid" in report ? report.byPid.get(pid) : undefined;
-  let mib = held && held !== "unknown" && sum(held) > 0 ? sum(held) : undefined;
-  if (mib === undefined) {
-    const identity = await session.identify(pid).catch(() => undefined);
-    const record = identity && await session.room.record(identity).catch(() => undefined);
-    if (record) mib = sum(record.heldMiB);
-  }
+  const session = sessionOf(machine), room = session.room;
+  const report = await room.report().catch(() => undefined);
+  const identity = await session.identify(pid) ?? { pid };
+  const mib = await room.totalMiB(identity, report).catch(() => undefined);
   const now = operation === "toggle" ? await proc.state().catch(() => "running") : undefined;
   const step = (now ? (now === "checkpointed" ? "restore" : "checkpoint") : operation) as Step;
   progress.event({ type: "phase", phase: operation, at: 0 });
@@ -211,13 +205,12 @@ function leftChanged(outcomes: readonly ProcessOutcome[]): string {
     (o.initialState === undefined || o.state !== o.initialState)
   );
   if (changed.length === 0) return "every process is as it was before";
-  return `left changed: ${
-    changed.map((o) => {
-      const gone = isGone(o.error) || isGone(o.rollback?.error);
-      const was = o.initialState === undefined ? "" : ` (was ${o.initialState})`;
-      return `${o.pid} ${gone ? "gone" : o.state ?? "in an unknown state"}${was}`;
-    }).join(", ")
-  }`;
+  const states = changed.map((o) => {
+    const gone = isGone(o.error) || isGone(o.rollback?.error);
+    const was = o.initialState === undefined ? "" : ` (was ${o.initialState})`;
+    return `${o.pid} ${gone ? "gone" : o.state ?? "in an unknown state"}${was}`;
+  });
+  return `left changed: ${states.join(", ")}`;
 }
 
 /** Prints the listing; resolves to the exit code. */

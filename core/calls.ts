@@ -32,24 +32,24 @@ export type FailureDetail = { state?: ProcessState; detail?: string };
 
 /**
  * Calls `operation` on `pid`, resolving to its value (0 for a step); refuses where the driver
- * lacks it (naming `shown`); rejects with the driver's `CudaError`, completed by `explain`.
+ * lacks it; rejects with the driver's `CudaError`, completed by `explain`.
  */
 export async function callDriver(
   driver: CheckpointDriver,
   operation: DriverOperation,
   pid: number,
   args: LockArgs | RestoreArgs | null = null,
-  o: { shown?: string; explain?: (code: number) => Promise<FailureDetail> } = {},
+  explain?: (code: number) => Promise<FailureDetail>,
 ): Promise<number> {
   const pairs = args && "gpuPairs" in args ? args.gpuPairs.length : 0;
-  await checkCapability(driver, operation, pid, pairs, o.shown ?? operation);
+  await checkCapability(driver, operation, pid, pairs);
   const result: DriverResult = operation === "getState" || operation === "getRestoreThreadId"
     ? await driver[operation](pid)
     : operation === "lock" || operation === "restore"
     ? { code: await driver[operation](pid, args as never), value: 0 }
     : { code: await driver[operation](pid), value: 0 };
   if (result.code === CUDA_SUCCESS) return result.value;
-  const more = await o.explain?.(result.code) ?? {};
+  const more = await explain?.(result.code) ?? {};
   throw driverError(driver, result.code, { operation, pid, ...more })!;
 }
 

@@ -6,8 +6,7 @@
  */
 
 import { CU_RESULTS, CUDA_ERROR_NOT_INITIALIZED, CUDA_ERROR_OPERATING_SYSTEM } from "./driver.ts";
-import { CUDA_SUCCESS, resultName } from "./driver.ts";
-import type { CheckpointDriver } from "./driver.ts";
+import { type CheckpointDriver, CUDA_SUCCESS, resultName } from "./driver.ts";
 import type { ProcessState } from "./states.ts";
 
 /** Why an operation was refused before the driver was asked. */

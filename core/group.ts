@@ -104,10 +104,6 @@ class Group {
     } finally {
       signal?.removeEventListener("abort", onAbort);
     }
-    const incomplete = this.#entries.some((e) => !succeeded(e));
-    if ((this.#s.allOrNothing && incomplete) || (this.#s.rollBackOnAbort && signal?.aborted)) {
-      this.#doom();
-    }
     // Rollbacks started as soon as the group could no longer succeed; wait for every one.
     while (this.#rollbacks.length > 0) await Promise.all(this.#rollbacks.splice(0));
     return this.#result();
@@ -120,7 +116,7 @@ class Group {
       settingsFor: (pid) => this.#settingsFor(pid),
       hooks: (pid) => this.#hooks(pid),
       stopReason: () => this.#stopReason(),
-      ...(this.#s.ready ? { ready: this.#s.ready } : {}),
+      ready: this.#s.ready,
     });
     for (const e of this.#entries) this.#ended(e);
     return this.#result();
@@ -226,17 +222,12 @@ class Group {
   /** Each target's GPU memory in MiB where known: the host's report, or its record. */
   async #memoryOf(): Promise<Map<number, number>> {
     const known = new Map<number, number>();
-    const sum = (m: Readonly<Record<string, number>>) =>
-      Object.values(m).reduce((a, b) => a + b, 0);
     const first = this.#entries[0].proc;
     const report = await first.ordered((t) => t.session.room.report()).catch(() => undefined);
     await Promise.all(this.#entries.map((e) =>
       e.proc.ordered(async (target) => {
-        const now = report && "byPid" in report ? report.byPid.get(target.identity.pid) : undefined;
-        const held = now !== undefined && now !== "unknown" && sum(now) > 0
-          ? now
-          : (await target.session.room.record(target.identity))?.heldMiB;
-        if (held) known.set(e.proc.pid, sum(held));
+        const mib = await target.session.room.totalMiB(target.identity, report);
+        if (mib !== undefined) known.set(e.proc.pid, mib);
       }).catch(() => {})
     ));
     return known;

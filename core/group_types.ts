@@ -8,8 +8,7 @@ import type { GpuPair } from "./driver.ts";
 import type { Machine } from "./machine.ts";
 import { checkFunction, checkGpuMapping, checkInteger, checkLockTimeout } from "./options.ts";
 import { checkSignal, checkTable, describeValue, flag, type Settings } from "./options.ts";
-import { wholeTimeout } from "./options.ts";
-import type { GpuMapping } from "./options.ts";
+import { type GpuMapping, wholeTimeout } from "./options.ts";
 import type { RoomCheck } from "./room.ts";
 import type { Action, ProcessState, Step } from "./states.ts";
 

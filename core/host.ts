@@ -209,7 +209,7 @@ export class MemoryHeldRecords implements HeldRecords {
   /** The records of live processes; those of processes that ended are removed, but kept ones. */
   list(): Promise<HeldRecord[]> {
     this.#prune();
-    return Promise.resolve([...this.#records.values()].filter((r) => this.#alive(r.process)));
+    return Promise.resolve(this.liveEntries());
   }
 
   /** The records kept of processes that ended, without their claims. */

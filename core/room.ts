@@ -146,10 +146,16 @@ export class RoomGuard {
 
   /** What `process` holds now, MiB by GPU UUID, where the host tells (and it holds some). */
   async heldNow(process: ProcessIdentity): Promise<Readonly<Record<string, number>> | undefined> {
-    const report = await this.report();
-    const memory = report && "byPid" in report ? report.byPid.get(process.pid) : undefined;
-    if (memory === undefined || memory === "unknown") return undefined;
-    return Object.values(memory).some((m) => m > 0) ? memory : undefined;
+    return heldIn(await this.report(), process);
+  }
+
+  /**
+   * The GPU memory of `process` in MiB, summed: what `report` (if any) says it holds now, else what
+   * it held when last checkpointed, where recorded.
+   */
+  async totalMiB(process: ProcessIdentity, report?: GpuMemoryReport): Promise<number | undefined> {
+    const held = heldIn(report, process) ?? (await this.record(process))?.heldMiB;
+    return held && Object.values(held).reduce((a, b) => a + b, 0);
   }
 
   /** Records what `process` held at its checkpoint; where it cannot, resolves to the warning. */
@@ -157,10 +163,9 @@ export class RoomGuard {
     process: ProcessIdentity,
     heldMiB: Readonly<Record<string, number>>,
   ): Promise<RoomCheck | undefined> {
-    const records = this.#records();
     const mark = await this.#host?.lastingMark?.(process).catch(() => undefined);
     try {
-      await records.put({ process, heldMiB, at: Date.now(), ...(mark ? { mark } : {}) });
+      await this.#records().put({ process, heldMiB, at: Date.now(), ...(mark ? { mark } : {}) });
       return undefined;
     } catch (err) {
       return {
@@ -345,6 +350,13 @@ export class RoomGuard {
     read.then(() => this.#reads.delete(read));
     return await read;
   }
+}
+
+/** What `process` holds by `report`, MiB by GPU UUID, where it tells (and it holds some). */
+function heldIn(report: GpuMemoryReport | undefined, process: ProcessIdentity) {
+  const memory = report && "byPid" in report ? report.byPid.get(process.pid) : undefined;
+  if (memory === undefined || memory === "unknown") return undefined;
+  return Object.values(memory).some((m) => m > 0) ? memory : undefined;
 }
 
 /** Where GPU memory goes: MiB by GPU of all the records, moved by the mapping where it has one. */
