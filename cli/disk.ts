@@ -69,14 +69,13 @@ export async function runDiskCommand(
       : kind === "snapshot"
       ? await take(command, whole)
       : await restore(command, whole);
-    progress?.stop();
     if (command.json) print.json({ ok: true, operation: kind, ...fields });
     else lines.forEach((line) => print.out(line));
     return watch.exitCode(0);
   } catch (error) {
-    progress?.stop();
     return watch.exitCode(failed(command, print, error, watch.signal.reason));
   } finally {
+    progress?.stop();
     watch.stop();
   }
 }
@@ -124,21 +123,19 @@ async function inspect(command: InspectCommand, machine: Machine | undefined): P
     verify: command.verify,
   });
   const { driver, engine, tool } = m;
+  const release = driver.release ? ` (${driver.release})` : "";
+  const version = engine.version ? ` ${engine.version}` : "";
   return {
     fields: { dir, verified, manifest: m },
     lines: [
       `snapshot ${dir} (${m.format})`,
       `  taken ${m.createdAt} on ${m.host.hostname} (kernel ${m.host.kernel})`,
-      `  driver CUDA ${formatDriverVersion(driver.cudaVersion)}${
-        driver.release ? ` (${driver.release})` : ""
-      }, ${engine.kind}${
-        engine.version ? ` ${engine.version}` : ""
-      }, by ${tool.name} ${tool.version}`,
-      ...m.gpus.map((g) =>
-        `  GPU ${g.index}: ${g.name}, ${g.uuid}${
-          g.totalMiB !== undefined ? `, ${Math.round(g.totalMiB)} MiB` : ""
-        }`
-      ),
+      `  driver CUDA ${formatDriverVersion(driver.cudaVersion)}${release}, ` +
+      `${engine.kind}${version}, by ${tool.name} ${tool.version}`,
+      ...m.gpus.map((g) => {
+        const total = g.totalMiB !== undefined ? `, ${Math.round(g.totalMiB)} MiB` : "";
+        return `  GPU ${g.index}: ${g.name}, ${g.uuid}${total}`;
+      }),
       `  ${summary(m)}${m.options.job ? ", as one job" : ""}`,
       ...processLines(m).map((line) => `  ${line}`),
       verified
@@ -226,11 +223,9 @@ function summary(m: Manifest, counted?: number): string {
     ? `; ${m.engine.kind} counted ${size(counted)} as it wrote them`
     : "";
   const count = (n: number, one: string, many: string) => `${n} ${n === 1 ? one : many}`;
-  return `${count(m.trees.length, "tree", "trees")}, ${
-    count(all.length, "process", "processes")
-  } ` +
-    `(${cuda.length} with CUDA, ${mib} MiB of GPU memory), ${size(bytes)} of images (the ` +
-    `manifest's files${other})`;
+  const trees = count(m.trees.length, "tree", "trees");
+  return `${trees}, ${count(all.length, "process", "processes")} (${cuda.length} with CUDA, ` +
+    `${mib} MiB of GPU memory), ${size(bytes)} of images (the manifest's files${other})`;
 }
 
 /** A process's GPU memory in MiB, over its GPUs (0 where unknown). */

@@ -85,17 +85,15 @@ async function run(command: MachineCommand, io: CliIo): Promise<number> {
     // It reads the file system (or the given machine's store) only: nothing here is opened.
     return await (await import("./disk.ts")).runDiskCommand(command, io.machine, print, io);
   }
-  let opened: Opened;
-  try {
-    // One process and no live line to draw: the driver's calls may block this thread, and no
-    // worker thread need start.
-    opened = await open(command, io, oneCall, oneCall || (one !== undefined && !io.isTerminal));
-  } catch (error) {
-    if (error instanceof Error && error.name === "DriverLoadError") {
-      for (const line of noDriver(error).split("\n")) print.err(line);
-    } else print.error(error);
-    return 1;
-  }
+  // One process and no live line to draw: the driver's calls may block this thread, and no
+  // worker thread need start.
+  const opened = await open(command, io, oneCall, oneCall || (one !== undefined && !io.isTerminal))
+    .catch((error) => {
+      if (error instanceof Error && error.name === "DriverLoadError") {
+        for (const line of noDriver(error).split("\n")) print.err(line);
+      } else print.error(error);
+    });
+  if (!opened) return 1;
   const { machine, simulated, close } = opened;
   let code = 1;
   try {

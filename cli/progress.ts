@@ -244,9 +244,8 @@ export class Progress {
 /** `~12.4 of 34.4 GB, ~2.0 GB/s, ~11 s left`, all estimated; `34.4 of 34.4 GB` once all done. */
 function estimated(done: number, total: number, rate: number, leftMs: number): string {
   if (done >= total) return amounts(total, total);
-  return `~${amounts(done, total)}${rate > 0 ? `, ~${perSecond(rate)}` : ""}, ${
-    leftMs > 0 ? `~${timeLeft(leftMs)}` : "longer than estimated"
-  }`;
+  const left = leftMs > 0 ? `~${timeLeft(leftMs)}` : "longer than estimated";
+  return `~${amounts(done, total)}${rate > 0 ? `, ~${perSecond(rate)}` : ""}, ${left}`;
 }
 
 /** `12.4 of 34.4 GB`: both in the unit of the second (`of ~34.4 GB`: with its mark). */
