@@ -13,7 +13,8 @@ import path from "node:path";
 import process from "node:process";
 import { messageOf } from "../core/errors.ts";
 import { SimulatedMachine, type SpawnOptions } from "../mock/mod.ts";
-import { loadSimulator, SimulatorSnapshotError, snapshotSimulator } from "../mock/state_file.ts";
+import { loadSimulator, SIMULATOR_SNAPSHOT_FORMAT } from "../mock/state_file.ts";
+import { SimulatorSnapshotError, snapshotSimulator } from "../mock/state_file.ts";
 import { checkPrivate, errorCode, privateDirectory, writePrivately } from "../os/private.ts";
 
 /** The file name of the state file in its directory, by default. */
@@ -136,7 +137,7 @@ export async function openSimulatedMachine(
   const unlock = await lock(file, options.lockTimeoutMs ?? 15_000);
   let machine: SimulatedMachine, created: boolean;
   try {
-    const saved = options.fresh ? undefined : await readMachine(file, clock);
+    const saved = await readMachine(file, clock, options.fresh === true);
     created = saved === undefined;
     machine = saved ?? new SimulatedMachine({ gpus, ...clock });
   } catch (err) {
@@ -188,37 +189,58 @@ export async function openSimulatedMachine(
   return opened;
 }
 
-/** The machine in `file`, or `undefined` where there is no file. */
+/**
+ * The machine in `file`, or `undefined` where there is no file, or where `fresh` and the file is
+ * one of ours that may be replaced (read or not); a file of another kind is never replaced.
+ */
 async function readMachine(
   file: string,
   clock: SimulatedClock,
+  fresh: boolean,
 ): Promise<SimulatedMachine | undefined> {
-  const refuse = (what: string, cause?: unknown) =>
-    new SimulatedStateError(
-      file,
-      `the simulated machine's state file ${file} ${what}; remove it or run ` +
-        "`cuda-checkpoint --simulate reset`",
-      { cause },
+  const ours = "; remove it or run `cuda-checkpoint --simulate reset`";
+  const refuse = (what: string, cause?: unknown, hint = ours) =>
+    new SimulatedStateError(file, `the simulated machine's state file ${file} ${what}${hint}`, {
+      cause,
+    });
+  const foreign = (detail: string, cause: unknown) =>
+    refuse(
+      `is not a simulated machine's state file (${detail})`,
+      cause,
+      ", and nothing replaces it: name another file in CKPT_SIM_STATE, or remove it yourself",
     );
   const found = await checkPrivate(file, "file", {
     strict: true,
-    refuse: (_at, message, cause) => refuse(message.replace(`${file} `, ""), cause),
+    refuse: (_at, message, cause) =>
+      refuse(
+        message.replace(`${file} `, ""),
+        cause,
+        "; remove it, or name another in CKPT_SIM_STATE",
+      ),
   });
   if (!found) return undefined;
   let data: unknown;
+  const text = await readFile(file, "utf8");
   try {
-    data = JSON.parse(await readFile(file, "utf8"));
+    data = JSON.parse(text);
   } catch (err) {
+    // Ours begin with their format, even where cut short.
+    if (!text.slice(0, 256).includes(`"${SIMULATOR_SNAPSHOT_FORMAT}"`)) {
+      throw foreign("not JSON", err);
+    }
+    if (fresh) return undefined;
     throw refuse(`is corrupt: it is not JSON (${messageOf(err)})`, err);
   }
   try {
-    return loadSimulator(data, clock);
+    const machine = loadSimulator(data, clock);
+    if (!fresh) return machine;
+    machine.close();
+    return undefined;
   } catch (err) {
     if (!(err instanceof SimulatorSnapshotError)) throw err;
     const detail = err.message.replace(/^invalid simulated machine snapshot: /, "");
-    if (err.field === "format" || err.field === "") {
-      throw refuse(`is not a simulated machine's state file (${detail})`, err);
-    }
+    if (err.field === "format" || err.field === "") throw foreign(detail, err);
+    if (fresh) return undefined;
     if (err.field === "version") {
       throw refuse(`was written by another version of @ckpt/cuda (${detail})`, err);
     }

@@ -5,7 +5,7 @@
 
 import { after, describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
@@ -181,6 +181,18 @@ describe("--simulate", () => {
     assert.equal(r.code, 1);
     assert.match(r.err, /^cuda-checkpoint: .*\n$/);
     assert.ok(r.err.includes(path), r.err);
+  });
+
+  test("reset never replaces a file that is not a state file: exit 1, the file as it was", async () => {
+    const { run, path } = machine();
+    writeFileSync(path, "my own notes\n", { mode: 0o600 });
+    const r = await run(["reset"]);
+    assert.equal(r.code, 1);
+    assert.match(
+      r.err,
+      /is not a simulated machine's state file \(not JSON\), and nothing replaces/,
+    );
+    assert.equal(readFileSync(path, "utf8"), "my own notes\n");
   });
 
   test("kill takes one pid", async () => {

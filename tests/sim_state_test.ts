@@ -599,9 +599,12 @@ describe("the state file of cuda-checkpoint --simulate", () => {
     const file = await savedFile(dir);
     const text = await readFile(file, "utf8");
     await writeFile(file, "not json at all", { mode: 0o600 });
-    await refused(file, /is corrupt: it is not JSON.*simulate reset/);
+    await refused(
+      file,
+      /is not a simulated machine's state file \(not JSON\), and nothing replaces it: name another file in CKPT_SIM_STATE/,
+    );
     await writeFile(file, text.slice(0, text.length / 2));
-    await refused(file, /is corrupt: it is not JSON/);
+    await refused(file, /is corrupt: it is not JSON.*simulate reset/);
     await writeFile(file, JSON.stringify({ ...JSON.parse(text), format: "something-else" }));
     await refused(file, /is not a simulated machine's state file \(format must be/);
     await writeFile(file, "[1, 2]");
@@ -643,10 +646,19 @@ describe("the state file of cuda-checkpoint --simulate", () => {
     await (await openSimulatedMachine({ path: path.join(open, "state.json") })).close();
   });
 
-  test("fresh and reset replace a file that cannot be opened", async () => {
+  test("fresh and reset replace a state file that cannot be read, never a file of another kind", async () => {
     const dir = await tempDir();
-    const file = path.join(dir, "state.json");
-    await writeFile(file, "{ garbage", { mode: 0o644 });
+    const file = await savedFile(dir);
+    const text = await readFile(file, "utf8");
+    for (const other of ["{ garbage", "[1, 2]", JSON.stringify({ format: "something-else" })]) {
+      await writeFile(file, other);
+      await assert.rejects(
+        openSimulatedMachine({ path: file, fresh: true }),
+        /is not a simulated machine's state file .*nothing replaces it/,
+      );
+      assert.equal(await readFile(file, "utf8"), other, "the file is left as it was");
+    }
+    await writeFile(file, text.slice(0, text.length / 2)); // one of ours, cut short
     const machine = await openSimulatedMachine({ path: file, fresh: true, gpus: 3 });
     assert.equal(machine.created, true);
     assert.equal(machine.machine.gpus.length, 3);
