@@ -277,7 +277,7 @@ async function cudaHalfOnly(
   missing: string[],
 ): Promise<boolean> {
   console.log(
-    `The CRIU half is SKIPPED: ${missing.map((s) => s.split(":")[0]).join(", ")} missing.`,
+    `The CRIU half is SKIPPED: it needs ${missing.map((s) => s.split(":")[0]).join(" and ")}.`,
   );
   console.log("Running the CUDA half alone, with the counter inside this program:");
   console.log();
