@@ -280,6 +280,9 @@ export class Turn {
         : undefined;
       return { state, detail };
     }
+    if (code === CUDA_ERROR_OPERATING_SYSTEM && await this.#exited()) {
+      return { detail: "the process has exited" };
+    }
     if (step !== "restore") return {};
     if (code === CUDA_ERROR_INVALID_VALUE && pairs?.length) {
       return { detail: await explainRejectedMapping(this.machine.driver, pairs) };
@@ -297,6 +300,14 @@ export class Turn {
       detail: "the process is checkpointed, yet the driver refuses to restore it, as driver 580 " +
         "does after a restore of it ran out of memory (docs/ERRORS.md#out-of-memory)",
     };
+  }
+
+  /** Whether the process the host once found is gone now (not where it cannot tell). */
+  async #exited(): Promise<boolean> {
+    const host = this.machine.host;
+    if (this.identity.start === undefined || !host?.identify) return false;
+    const now = await host.identify(this.pid).catch(() => this.identity);
+    return now === undefined || !sameProcess(now, this.identity);
   }
 
   /** Whether the driver says, now, that the process is there and checkpointed; never rejects. */

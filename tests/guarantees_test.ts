@@ -53,7 +53,7 @@ async function failure(p: Promise<unknown>): Promise<Error> {
 /** Asserts that the message says the state the process is really in. */
 function saysState(err: Error, target: SimulatedProcess): void {
   if (target.exited) {
-    assert.match(err.message, /No process has this pid/, err.message);
+    assert.match(err.message, /[Tt]he process has exited$/, err.message);
     return;
   }
   const said = target.state === "failed"
