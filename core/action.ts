@@ -155,17 +155,19 @@ export async function runAction(
 
 /**
  * Reads the state and plans `action`; refuses a goal ruled out, or one the driver could not
- * finish or undo, before any step: a suspend never locks what it could not checkpoint.
+ * finish or undo, before any step: a suspend never locks what it could not checkpoint. `strict`
+ * refuses a step its state rules out too (an all-or-nothing group's check, see `plan`).
  */
 export async function planGoal(
   target: Turn,
   action: Action,
   report: ActionReport,
   settings: ActionSettings,
+  strict = false,
 ): Promise<readonly Step[]> {
   const { pid } = target, from = await target.state();
   report.initialState = from;
-  const p = plan(action, from);
+  const p = plan(action, from, strict);
   if (p.kind !== "steps") report.state = from;
   if (p.kind === "refused") {
     throw new RefusedError({ code: "STATE", operation: action, pid, state: from, reason: p.why });

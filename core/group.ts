@@ -14,7 +14,7 @@ import { type JobMember, runJob } from "./job.ts";
 import type { MachineSource } from "./machine.ts";
 import { checkPid, mustBe } from "./options.ts";
 import { Handle } from "./process.ts";
-import { type Action, isStep } from "./states.ts";
+import type { Action } from "./states.ts";
 import { clockOf, Deadline } from "./time.ts";
 
 /** Runs `action` on every target (`runGroup` of the main module); rejects only for bad targets. */
@@ -74,8 +74,10 @@ class Group {
     if (machine && this.#s.gpuMemory) this.#memory = await this.#memoryOf();
     this.#deadline = new Deadline(clockOf(machine ?? {}), this.#s.timeoutMs);
     if (this.#s.job) return await this.#runJob();
-    // All or nothing: a goal some member's state rules out fails the group before any step.
-    if (this.#s.allOrNothing && !isStep(this.#action) && !(await this.#allCanStart())) {
+    // All or nothing: a goal or step some member's state rules out fails the group before any
+    // step. The driver still has the last word on each step made: a state that changes after the
+    // check is its refusal, as before.
+    if (this.#s.allOrNothing && !(await this.#allCanStart())) {
       return this.#result();
     }
     let next = 0;
@@ -140,11 +142,12 @@ class Group {
     };
   }
 
-  /** Plans the goal for every member; where one is refused, it fails and no other starts. */
+  /** Plans the action for every member (strictly); where one is refused, no other starts. */
   async #allCanStart(): Promise<boolean> {
     const checks = await Promise.all(this.#entries.map((e) => {
       const report: ActionReport = { status: "failed", steps: [] };
-      return e.proc.ordered((t) => planGoal(t, this.#action, report, this.#settingsFor(e.proc.pid)))
+      const settings = this.#settingsFor(e.proc.pid);
+      return e.proc.ordered((t) => planGoal(t, this.#action, report, settings, true))
         .then(() => undefined, (err): ActionReport => ({ ...report, error: asError(err) }));
     }));
     if (checks.every((c) => c === undefined)) return true;

@@ -85,14 +85,20 @@ export type Plan =
   | { readonly kind: "refused"; readonly why: string };
 
 /**
- * What `action` does to a process in state `from`: a step is always made (the driver has the last
- * word on it, as with NVIDIA's utility); a goal is planned as the module documentation says.
+ * What `action` does to a process in state `from`: a step is made (the driver has the last word on
+ * it, as with NVIDIA's utility) unless `strict` (an all-or-nothing group's check before any step)
+ * and the state rules it out; a goal is planned as the module documentation says.
  */
-export function plan(action: Action, from: ProcessState): Plan {
-  if (isStep(action)) return { kind: "steps", steps: [action], to: TRANSITIONS[action].to };
-  if (from === "failed") {
-    return { kind: "refused", why: "the failed state is final: no operation can recover it" };
+export function plan(action: Action, from: ProcessState, strict = false): Plan {
+  const final = "the failed state is final: no operation can recover it";
+  if (isStep(action)) {
+    if (!strict || stepAllowed(action, from)) {
+      return { kind: "steps", steps: [action], to: TRANSITIONS[action].to };
+    }
+    const why = `${action} needs a ${stepFrom(action)} process, and it is ${from}`;
+    return { kind: "refused", why: isFinal(from) ? final : why };
   }
+  if (from === "failed") return { kind: "refused", why: final };
   if (action === "toggle" && from !== "running" && from !== "checkpointed") {
     const why = `toggle goes between running and checkpointed, and the process is ${from}`;
     return { kind: "refused", why };

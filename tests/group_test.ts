@@ -426,6 +426,36 @@ describe("group operations", () => {
     assert.equal(result.ok, false);
   });
 
+  test("all-or-nothing step: a member whose state rules it out means no step at all", async () => {
+    const sim = new SimulatedMachine();
+    const { procs } = await group(sim, ["locked", "locked", "running"], 1024);
+    const before = sim.driver.calls.length;
+    const result = await runGroup("checkpoint", procs.map((p) => p.pid), {
+      machine: sim,
+      allOrNothing: true,
+    });
+    const [a, b, c] = result.processes;
+    assert.equal(c.status, "failed");
+    assert.ok(c.error instanceof RefusedError && c.error.code === "STATE", String(c.error));
+    assert.equal(
+      c.error.message,
+      `checkpoint of process ${c.pid} refused: checkpoint needs a locked process, and it is running`,
+    );
+    assert.deepEqual([c.initialState, c.state, c.steps], ["running", "running", []]);
+    for (const p of [a, b]) {
+      assert.deepEqual([p.status, p.notStarted, p.steps], ["not-started", "another-failed", []]);
+    }
+    const calls = sim.driver.calls.slice(before).map((c) => c.op);
+    assert.ok(calls.every((op) => op === "getState"), `only states were read: ${calls}`);
+    assert.deepEqual(procs.map((p) => p.state), ["locked", "locked", "running"]);
+    assert.deepEqual([result.ok, result.rolledBack], [false, false]);
+    // Without allOrNothing the driver still has the last word on each step, as alone.
+    const each = await runGroup("checkpoint", procs.map((p) => p.pid), { machine: sim });
+    assert.deepEqual(each.processes.map((p) => p.status), ["done", "done", "failed"]);
+    assert.ok(each.processes[2].error instanceof CudaError, String(each.processes[2].error));
+    assert.equal((each.processes[2].error as CudaError).code, CUDA_ERROR_ILLEGAL_STATE);
+  });
+
   test("all-or-nothing: a failure between steps stops the others there and undoes them", async () => {
     const sim = new SimulatedMachine();
     const procs = Array.from({ length: 3 }, () => sim.spawn({ memoryMiB: 1024 }));
