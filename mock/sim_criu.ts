@@ -9,6 +9,8 @@ import {
   checkFlag,
   checkFunction,
   checkInteger,
+} from "../core/options.ts";
+import {
   checkKeys,
   checkName,
   checkSignal,
@@ -16,18 +18,9 @@ import {
   MAX_PID,
   mustBe,
 } from "../core/options.ts";
-import {
-  CHECKPOINTED,
-  emptyDirectory,
-  EngineLog,
-  imageOf,
-  memoryOf,
-  PAGES_NAME,
-  type ProcessImage,
-  readTree,
-  restoredProcess,
-  writeImages,
-} from "./criu_files.ts";
+import { CHECKPOINTED, emptyDirectory, EngineLog, imageOf, memoryOf } from "./criu_files.ts";
+import { PAGES_NAME, type ProcessImage, readTree, restoredProcess } from "./criu_files.ts";
+import { writeImages } from "./criu_files.ts";
 import type { MachineView, SimulatedProcess } from "./sim_process.ts";
 import { CRIU_TIMING, criuImageBytes } from "./timing.ts";
 import { Waits } from "./waits.ts";

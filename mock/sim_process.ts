@@ -5,17 +5,9 @@ import { type ProcessState, stateName, stateNumber as numberOfState } from "../c
 import type { MemoryHeldRecords } from "../core/host.ts";
 import { checkAmount, mustBe } from "../core/options.ts";
 import type { IpcImport, ProcessFields } from "./fields.ts";
-import {
-  type AnswerFault,
-  checkFault,
-  type ExitFault,
-  type FaultableOperation,
-  FaultPlan,
-  type FaultTiming,
-  type InjectedFault,
-  type PendingFault,
-  type QueryOperation,
-} from "./faults.ts";
+import { type AnswerFault, checkFault, type ExitFault, type FaultableOperation } from "./faults.ts";
+import { FaultPlan, type FaultTiming, type InjectedFault, type PendingFault } from "./faults.ts";
+import type { QueryOperation } from "./faults.ts";
 import { checkRange, MemoryImage, type SavedPages } from "./memory.ts";
 import type { SimulatedGpu } from "./sim_gpu.ts";
 import { mibToBytes, type TimingModel } from "./timing.ts";
