@@ -102,18 +102,32 @@ async function restore(c: RestoreSnapshotCommand, whole: Whole): Promise<Made> {
   const { gpuMapping, checkRoom, deadlineMs: timeoutMs } = c;
   const r = await restoreSnapshotAs(c.kind, c.dir, { ...whole, gpuMapping, checkRoom, timeoutMs });
   const timings = Object.fromEntries(Object.entries(r.timings).map(([k, ms]) => [k, roundMs(ms)]));
-  const moved = Object.entries(r.gpuMapping).filter(([a, b]) => a !== b).map(([, to]) => to);
-  const onto = moved.length > 0 ? `, onto ${moved.join(", ")}` : "";
+  // Each process's GPU memory where it is now: a running one's moved as mapped (none else moved).
+  const to = (gpu: string) => r.gpuMapping[gpu] ?? gpu;
+  const now: Where = ({ state, gpuMemoryMiB: mib }) =>
+    state === "running" && mib
+      ? Object.fromEntries(Object.entries(mib).map(([g, n]) => [to(g), n]))
+      : mib;
+  const used = r.manifest.trees.flatMap((t) => t.processes).flatMap(({ cuda }) =>
+    cuda?.state === "running" ? Object.keys(cuda.gpuMemoryMiB ?? {}) : []
+  );
+  const moved = [...new Set(used.filter((g) => to(g) !== g).map(to))];
+  const said = moved.length > 0 ? `, onto ${moved.join(", ")}` : "";
   return made(
     r.manifest,
     { dir: r.dir, ms: roundMs(r.ms), timings, pids: r.pids, gpuMapping: r.gpuMapping },
-    `restored from ${r.dir}: ${summary(r.manifest)}${onto}, in ${secs(r.ms)}`,
+    `restored from ${r.dir}: ${summary(r.manifest)}${said}, in ${secs(r.ms)}`,
+    now,
   );
 }
 
+/** Where a process's GPU memory is, MiB by GPU (`null`: unknown); the manifest's, by default. */
+type Where = (cuda: NonNullable<ManifestProcess["cuda"]>) => Record<string, number> | null;
+
 /** What a snapshot or restore made: its fields and processes, a line each and its closing line. */
-function made(m: Manifest, fields: object, closing: string): Made {
-  return { fields: { ...fields, processes: processesOf(m) }, lines: [...processLines(m), closing] };
+function made(m: Manifest, fields: object, closing: string, where?: Where): Made {
+  const processes = processesOf(m, where);
+  return { fields: { ...fields, processes }, lines: [...processLines(m), closing] };
 }
 
 /** `inspect`: the manifest, checked against its files, from the machine's store or the disk. */
@@ -187,13 +201,13 @@ function failed(command: DiskCommand, print: Printer, error: unknown, abort?: un
 }
 
 /** Each process of the snapshot, for --json (undefined keys left out). */
-function processesOf(m: Manifest) {
+function processesOf(m: Manifest, where: Where = (cuda) => cuda.gpuMemoryMiB) {
   return m.trees.flatMap((t) =>
     t.processes.map(({ pid, command, cuda }) => ({
       pid,
       tree: t.root,
       command: command || undefined,
-      cuda: cuda && { state: cuda.state, gpuMemoryMiB: cuda.gpuMemoryMiB ?? "unknown" },
+      cuda: cuda && { state: cuda.state, gpuMemoryMiB: where(cuda) ?? "unknown" },
     }))
   );
 }

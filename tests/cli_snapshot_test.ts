@@ -158,6 +158,32 @@ describe("the command line of snapshots", () => {
     assert.equal(await sim.process(p.pid)!.memoryChunkedSha256(), hash);
   });
 
+  test("restore-snapshot --device-map: each process's GPU memory where it is now, the closing line only the GPUs used", async () => {
+    const sim = new SimulatedMachine({ gpus: 3 });
+    const [g0, g1, g2] = sim.gpus.map((g) => g.uuid);
+    const a = sim.spawn({ memoryMiB: 1024, gpu: 0 }), b = sim.spawn({ memoryMiB: 512, gpu: 1 });
+    const dir = join(base(), "snap");
+    const made = await cli(["snapshot", "--pid", `${a.pid},${b.pid}`, dir], { machine: sim });
+    assert.equal(made.code, 0, made.err);
+    // GPU 2 held nothing: the map moves it, but no process was restored onto GPU 0.
+    const map = ["--device-map", `${g0}=${g1},${g1}=${g2},${g2}=${g0}`];
+    const back = await cli(["restore-snapshot", dir, ...map, "--json"], { machine: sim });
+    assert.equal(back.code, 0, back.err);
+    const json = JSON.parse(back.out);
+    const listed = await cli(["list", "--json"], { machine: sim });
+    const now = listed.out.trim().split("\n").map((l) => JSON.parse(l).gpuMemoryMiB);
+    assert.deepEqual(now.map((m) => Object.keys(m)), [[g1], [g2]], "moved as mapped");
+    assert.deepEqual(json.processes.map((p: { cuda: object }) => p.cuda), [
+      { state: "running", gpuMemoryMiB: now[0] },
+      { state: "running", gpuMemoryMiB: now[1] },
+    ]);
+    // Text: the same restore, again, says onto the GPUs the processes are on now.
+    for (const p of [a, b]) sim.process(p.pid)!.exit();
+    const text = await cli(["restore-snapshot", dir, ...map], { machine: sim });
+    assert.equal(text.code, 0, text.err);
+    assert.match(text.out, new RegExp(`, onto ${g1}, ${g2}, in [\\d.]+ s\n$`));
+  });
+
   test("a failure: one line, exit 1; --json says the code", async () => {
     const sim = new SimulatedMachine();
     const p = sim.spawn({ memoryMiB: 1024 });
