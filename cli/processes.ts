@@ -42,9 +42,9 @@ export async function runOne(
   let step: Step | undefined;
   try {
     if (progress) step = await begin(progress, proc, machine, operation);
-    const { state, roomCheck } = await act(proc, command);
+    const { state, roomCheck, steps } = await act(proc, command);
     const ms = roundMs(clock.now() - start);
-    report = { pid, operation, ok: true, state, status: "done", ms, roomCheck };
+    report = { pid, operation, ok: true, state, status: "done", ms, roomCheck, steps };
   } catch (error) {
     const ms = roundMs(clock.now() - start);
     const state = await proc.state().catch(() => undefined); // where the failed step left it

@@ -802,9 +802,40 @@ describe("--json for one pid", () => {
     });
     const toggle = await cli(["--toggle", "-p", pid, "--json"], { machine: sim });
     const parsed = JSON.parse(toggle.out);
-    assert.deepEqual(Object.keys(parsed), ["pid", "operation", "ok", "state", "status", "ms"]);
+    const keys = ["pid", "operation", "ok", "state", "status", "ms", "steps"];
+    assert.deepEqual(Object.keys(parsed), keys, "steps, as several pids' objects have");
+    assert.deepEqual(parsed.steps.map((s: { step: string }) => s.step), ["lock", "checkpoint"]);
     assert.equal(parsed.state, "checkpointed");
     assert.ok(parsed.ms > 500 && parsed.ms < 1500, `${parsed.ms} ms of the simulator's time`);
+  });
+
+  test("a failed toggle, brought back: the error's detail says so; the text is NVIDIA's", async () => {
+    const { sim, target, pid } = machine();
+    target.failNext("checkpoint", { code: 999 });
+    const one = await cli(["--toggle", "-p", pid, "--json"], { machine: sim });
+    target.failNext("checkpoint", { code: 999 });
+    const text = await cli(["--toggle", "-p", pid], { machine: sim });
+    const o = JSON.parse(one.out);
+    assert.deepEqual([one.code, o.ok, o.status, o.state], [1, false, "failed", "running"]);
+    assert.match(o.error.detail, /^checkpoint of process \d+ failed: .*brought back to running$/);
+    assert.deepEqual([text.code, text.out], [1, ""], "no stdout: NVIDIA's");
+    assert.equal(text.err, `Error toggling CUDA in process ID ${pid}: "unknown error"\n`);
+  });
+
+  test("a command line refused: NVIDIA's lines on stderr, and with --json one object on stdout", async () => {
+    const bad = await cli(["--get-state", "--pid", "abc", "--json"], { machine: machine().sim });
+    assert.equal(bad.code, 1);
+    assert.ok(bad.err.startsWith("pid must be a non-negative integer\n\nUsage: "), bad.err);
+    assert.deepEqual(JSON.parse(bad.out), {
+      ok: false,
+      error: { message: "pid must be a non-negative integer", code: "USAGE", detail: 'got "abc"' },
+    });
+    const plain = await cli(["--get-state", "--pid", "abc"], { machine: machine().sim });
+    assert.deepEqual(
+      [plain.code, plain.out, plain.err],
+      [1, "", bad.err],
+      "without --json, as NVIDIA's",
+    );
   });
 
   test("a failure: the NVIDIA line on stderr, and code, name and detail in the object", async () => {
