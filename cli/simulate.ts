@@ -198,25 +198,23 @@ async function readMachine(
   clock: SimulatedClock,
   fresh: boolean,
 ): Promise<SimulatedMachine | undefined> {
-  const ours = "; remove it or run `cuda-checkpoint --simulate reset`";
-  const refuse = (what: string, cause?: unknown, hint = ours) =>
-    new SimulatedStateError(file, `the simulated machine's state file ${file} ${what}${hint}`, {
-      cause,
-    });
+  const refuse = (what: string, cause?: unknown, hint = "run `cuda-checkpoint --simulate reset`") =>
+    new SimulatedStateError(
+      file,
+      `the simulated machine's state file ${file} ${what}; remove it or ${hint}`,
+      { cause },
+    );
+  // Not ours: never replaced.
   const foreign = (detail: string, cause: unknown) =>
     refuse(
       `is not a simulated machine's state file (${detail})`,
       cause,
-      ", and nothing replaces it: name another file in CKPT_SIM_STATE, or remove it yourself",
+      "name another in CKPT_SIM_STATE",
     );
   const found = await checkPrivate(file, "file", {
     strict: true,
     refuse: (_at, message, cause) =>
-      refuse(
-        message.replace(`${file} `, ""),
-        cause,
-        "; remove it, or name another in CKPT_SIM_STATE",
-      ),
+      refuse(message.replace(`${file} `, ""), cause, "name another in CKPT_SIM_STATE"),
   });
   if (!found) return undefined;
   let data: unknown;
@@ -233,9 +231,8 @@ async function readMachine(
   }
   try {
     const machine = loadSimulator(data, clock);
-    if (!fresh) return machine;
-    machine.close();
-    return undefined;
+    if (fresh) machine.close();
+    return fresh ? undefined : machine;
   } catch (err) {
     if (!(err instanceof SimulatorSnapshotError)) throw err;
     const detail = err.message.replace(/^invalid simulated machine snapshot: /, "");

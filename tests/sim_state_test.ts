@@ -601,7 +601,7 @@ describe("the state file of cuda-checkpoint --simulate", () => {
     await writeFile(file, "not json at all", { mode: 0o600 });
     await refused(
       file,
-      /is not a simulated machine's state file \(not JSON\), and nothing replaces it: name another file in CKPT_SIM_STATE/,
+      /is not a simulated machine's state file \(not JSON\); remove it or name another in CKPT_SIM_STATE$/,
     );
     await writeFile(file, text.slice(0, text.length / 2));
     await refused(file, /is corrupt: it is not JSON.*simulate reset/);
@@ -654,7 +654,7 @@ describe("the state file of cuda-checkpoint --simulate", () => {
       await writeFile(file, other);
       await assert.rejects(
         openSimulatedMachine({ path: file, fresh: true }),
-        /is not a simulated machine's state file .*nothing replaces it/,
+        /is not a simulated machine's state file .*; remove it or name another in CKPT_SIM_STATE$/,
       );
       assert.equal(await readFile(file, "utf8"), other, "the file is left as it was");
     }
