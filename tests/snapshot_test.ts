@@ -409,6 +409,12 @@ describe("refused before anything changes", () => {
       "PREREQUISITE",
       /no process has pid 999999/,
     );
+    const thread = sim.process(pids[0])!.threads[1];
+    await refusedWith(
+      snapshot([thread], dir, { machine: sim }),
+      "PREREQUISITE",
+      new RegExp(`^snapshot refused: ${thread} is a thread of process ${pids[0]}, not a process`),
+    );
     await assert.rejects(
       snapshot([pids[0], a.pid], dir, { machine: sim }),
       new RegExp(`process ${a.pid} is in the tree of ${pids[0]}`),

@@ -164,7 +164,11 @@ async function check(run: Run, roots: readonly number[], allowIpcImport: boolean
   const listed = await Promise.all(roots.map(async (root) => {
     const tree = await host.processTree!(root);
     if (!tree || tree.length === 0) {
-      throw prerequisite("snapshot", `no process has pid ${root} (give the pid of a live process)`);
+      const of = (await host.identify?.(root).catch(() => undefined))?.pid;
+      const why = of
+        ? `${root} is a thread of process ${of}, not a process: give ${of}`
+        : `no process has pid ${root} (give the pid of a live process)`;
+      throw prerequisite("snapshot", why);
     }
     return { root, tree: tree as readonly TreeProcess[] };
   }));
