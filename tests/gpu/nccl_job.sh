@@ -39,8 +39,10 @@
 # the whole does not fit one call of 10 minutes: run `defaults transports alone`, then `snapshot
 # swapped faults` with NCCL_TRANSPORT set to the working transport the first run printed. Log
 # $OUT/nccl-job.txt; figures $OUT/nccl-job-figures.txt; ranks' stderr of failures
-# $OUT/nccl-job-logs.tgz. NOT YET RUN ON A GPU: written in a session lent one GPU only (its dry run
-# passes): the first run on two GPUs is its test.
+# $OUT/nccl-job-logs.tgz. Run once on two GPUs so far, `defaults transports --mib=512 --rounds=1`
+# (2 x H200, 2026-11-29: tests/gpu/reports/nccl-job-h200x2-first.txt): 19 PASS and 3 FAIL, the three
+# ranks lost by the driver (docs/DRIVER.md, "NCCL jobs on two GPUs"); alone, snapshot, swapped and
+# faults have not run on a GPU yet.
 #
 # Dry run without a GPU: NCCL_DRY_RUN=1 runs rank.py --fake (no torch: a step counter, no
 # collective) under a bash stand-in of ours (--toggle: SIGSTOP, SIGCONT) and two made-up GPUs: it
