@@ -339,6 +339,9 @@ export class SimulatedDriver implements CheckpointDriver {
       proc.moveToGpu(proc.gpus);
     }
     if (state !== undefined) proc.enter(state);
+    // As driver 580 after a restore ran out of memory: every later restore of it is refused.
+    const lost = op === "restore" && fault.code === CUDA_ERROR_OUT_OF_MEMORY;
+    if (lost && proc.state === "checkpointed") proc.refuseRestores();
     return { code: fault.code, note };
   }
 

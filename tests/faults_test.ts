@@ -57,6 +57,20 @@ describe("failNext", () => {
     );
   });
 
+  test("an injected restore OUT_OF_MEMORY is as driver 580's: every later restore is refused", async () => {
+    const { sim, target, proc } = machine();
+    await proc.suspend();
+    target.failNext("restore", { code: CUDA_ERROR_OUT_OF_MEMORY });
+    await rejectsWith(
+      proc.resume({ checkRoom: false }),
+      CUDA_ERROR_OUT_OF_MEMORY,
+      /cannot be restored/,
+    );
+    assert.equal(target.state, "checkpointed");
+    assert.equal(await sim.driver.restore(target.pid, null), CUDA_ERROR_OPERATING_SYSTEM);
+    assert.equal(target.state, "checkpointed", "lost: checkpointed for good");
+  });
+
   test("queries fail too: getState and getRestoreThreadId", async () => {
     const { target, proc } = machine();
     target.failNext("getState", { code: CUDA_ERROR_UNKNOWN });
