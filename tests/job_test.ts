@@ -34,6 +34,23 @@ function allBefore(sim: SimulatedMachine, first: string, then: string, from = 0)
   );
 }
 
+describe("a job of steps", () => {
+  test("a member whose state rules the step out means no step at all, as all or nothing", async () => {
+    const { sim, procs, pids } = job(3, 512);
+    for (const p of procs.slice(0, 2)) await sim.driver.lock(p.pid, null);
+    const before = sim.driver.calls.length;
+    const result = await runGroup("checkpoint", pids, { machine: sim, job: true });
+    assert.equal(result.ok, false);
+    assert.match(
+      String(result.processes[2].error),
+      /checkpoint needs a locked process, and it is running/,
+    );
+    const made = sim.driver.calls.slice(before).map((c) => c.op);
+    assert.ok(made.every((op) => op === "getState"), `only states were read: ${made}`);
+    assert.deepEqual(procs.map((p) => p.state), ["locked", "locked", "running"]);
+  });
+});
+
 describe("a member the driver will not restore", () => {
   test("the others are resumed, not checkpointed again, and its error says where it is and why", async () => {
     const { sim, procs, pids } = job(3);
