@@ -194,7 +194,7 @@ async function open(
   callingThread: boolean,
 ): Promise<Opened> {
   if (simulate) {
-    // `--simulate reset` starts a new machine without reading the state file.
+    // `--simulate reset` starts a new machine, replacing a state file it need not read whole.
     const { openSimulatedMachine } = await import("./simulate.ts");
     const simulated = await openSimulatedMachine({ env: { ...io.env }, fresh: kind === "reset" });
     return { machine: simulated.machine, simulated, close: () => simulated.close() };

@@ -6,8 +6,8 @@
  * @module
  */
 
-import { existsSync } from "node:fs";
-import { readFile, rm, stat, writeFile } from "node:fs/promises";
+import { constants, existsSync } from "node:fs";
+import { open, readFile, rm, stat, writeFile } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import process from "node:process";
@@ -15,7 +15,8 @@ import { messageOf } from "../core/errors.ts";
 import { SimulatedMachine, type SpawnOptions } from "../mock/mod.ts";
 import { loadSimulator, SIMULATOR_SNAPSHOT_FORMAT } from "../mock/state_file.ts";
 import { SimulatorSnapshotError, snapshotSimulator } from "../mock/state_file.ts";
-import { checkPrivate, errorCode, privateDirectory, writePrivately } from "../os/private.ts";
+import { checkPrivate, errorCode, pathTrouble, privateDirectory } from "../os/private.ts";
+import { writePrivately } from "../os/private.ts";
 
 /** The file name of the state file in its directory, by default. */
 export const SIMULATED_STATE_FILE = "simulated-machine.json";
@@ -58,7 +59,7 @@ export interface SavedMachine extends AsyncDisposable {
 /**
  * Options of {@link openSimulatedMachine}: the state file (default: {@link simulatedStatePath} of
  * `env`, the process's environment by default), how many simulated H200s a new machine has (1 to
- * 1024, default 2), `fresh` (a new machine, the file unread: `--simulate reset`), how long to wait
+ * 1024, default 2), `fresh` (a new machine, the file replaced where it is one of ours: `--simulate reset`), how long to wait
  * for another call that holds the lock (default 15 000 ms).
  */
 export interface OpenSimulatedMachineOptions {
@@ -191,7 +192,8 @@ export async function openSimulatedMachine(
 
 /**
  * The machine in `file`, or `undefined` where there is no file, or where `fresh` and the file is
- * one of ours that may be replaced (read or not); a file of another kind is never replaced.
+ * one of ours (it begins as one: cut short, corrupt or of another version), which may be replaced;
+ * a file of another kind is never replaced.
  */
 async function readMachine(
   file: string,
@@ -205,12 +207,21 @@ async function readMachine(
       { cause },
     );
   // Not ours: never replaced.
-  const foreign = (detail: string, cause: unknown) =>
+  const foreign = (detail: string, cause?: unknown) =>
     refuse(
       `is not a simulated machine's state file (${detail})`,
       cause,
       "name another in CKPT_SIM_STATE",
     );
+  const ours = (text: string) => text.slice(0, 256).includes(`"${SIMULATOR_SNAPSHOT_FORMAT}"`);
+  if (fresh) {
+    const head = await headOf(file).catch((err) => {
+      throw refuse(`cannot be read: ${pathTrouble(err)}`, err, "name another in CKPT_SIM_STATE");
+    });
+    if (head === null) throw foreign("not a regular file");
+    if (head === undefined || ours(head)) return undefined;
+    throw foreign("it does not begin as one");
+  }
   const found = await checkPrivate(file, "file", {
     strict: true,
     refuse: (_at, message, cause) =>
@@ -223,25 +234,37 @@ async function readMachine(
     data = JSON.parse(text);
   } catch (err) {
     // Ours begin with their format, even where cut short.
-    if (!text.slice(0, 256).includes(`"${SIMULATOR_SNAPSHOT_FORMAT}"`)) {
-      throw foreign("not JSON", err);
-    }
-    if (fresh) return undefined;
+    if (!ours(text)) throw foreign("not JSON", err);
     throw refuse(`is corrupt: it is not JSON (${messageOf(err)})`, err);
   }
   try {
-    const machine = loadSimulator(data, clock);
-    if (fresh) machine.close();
-    return fresh ? undefined : machine;
+    return loadSimulator(data, clock);
   } catch (err) {
     if (!(err instanceof SimulatorSnapshotError)) throw err;
     const detail = err.message.replace(/^invalid simulated machine snapshot: /, "");
     if (err.field === "format" || err.field === "") throw foreign(detail, err);
-    if (fresh) return undefined;
     if (err.field === "version") {
       throw refuse(`was written by another version of @ckpt/cuda (${detail})`, err);
     }
     throw refuse(`is corrupt: ${detail}`, err);
+  }
+}
+
+/** The first 256 bytes of `file` (a link not followed): `undefined`, none; `null`, not a file. */
+async function headOf(file: string): Promise<string | null | undefined> {
+  const { O_RDONLY, O_NOFOLLOW, O_NONBLOCK } = constants;
+  const handle = await open(file, O_RDONLY | O_NOFOLLOW | O_NONBLOCK).catch((err) => {
+    if (errorCode(err) === "ENOENT") return undefined;
+    if (errorCode(err) === "ELOOP") return null;
+    throw err;
+  });
+  if (!handle) return handle;
+  try {
+    if (!(await handle.stat()).isFile()) return null;
+    const { buffer, bytesRead } = await handle.read(new Uint8Array(256), 0, 256, 0);
+    return new TextDecoder().decode(buffer.subarray(0, bytesRead));
+  } finally {
+    await handle.close();
   }
 }
 

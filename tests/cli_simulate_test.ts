@@ -190,7 +190,7 @@ describe("--simulate", () => {
     assert.equal(r.code, 1);
     assert.match(
       r.err,
-      /is not a simulated machine's state file \(not JSON\); remove it or name another in CKPT_SIM_STATE\n$/,
+      /is not a simulated machine's state file \(it does not begin as one\); remove it or name another in CKPT_SIM_STATE\n$/,
     );
     assert.equal(readFileSync(path, "utf8"), "my own notes\n");
   });

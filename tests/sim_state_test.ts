@@ -658,7 +658,15 @@ describe("the state file of cuda-checkpoint --simulate", () => {
       );
       assert.equal(await readFile(file, "utf8"), other, "the file is left as it was");
     }
-    await writeFile(file, text.slice(0, text.length / 2)); // one of ours, cut short
+    const link = path.join(dir, "link.json");
+    await symlink(file, link);
+    await assert.rejects(
+      openSimulatedMachine({ path: link, fresh: true }),
+      /\(not a regular file\)/,
+    );
+    // One of ours, cut short, that others may read: replaced, private again.
+    await writeFile(file, text.slice(0, text.length / 2), { mode: 0o644 });
+    await chmod(file, 0o644);
     const machine = await openSimulatedMachine({ path: file, fresh: true, gpus: 3 });
     assert.equal(machine.created, true);
     assert.equal(machine.machine.gpus.length, 3);
