@@ -306,7 +306,7 @@ export class Turn {
   async #exited(): Promise<boolean> {
     const host = this.machine.host;
     if (this.identity.start === undefined || !host?.identify) return false;
-    const now = await host.identify(this.pid).catch(() => this.identity);
+    const now = await host.identify(this.identity.pid).catch(() => this.identity);
     return now === undefined || !sameProcess(now, this.identity);
   }
 

@@ -335,6 +335,7 @@ export class SimulatedDriver implements CheckpointDriver {
       // Memory goes back onto the GPU only where it fits, as a restore's would.
       const short = proc.claimOn(proc.gpus);
       const stays = `${note} to leave the process ${state}, but ${short}; it stays checkpointed`;
+      if (short && op === "restore") proc.refuseRestores(); // as driver 580's, below
       if (short) return { code: CUDA_ERROR_OUT_OF_MEMORY, note: stays };
       proc.moveToGpu(proc.gpus);
     }

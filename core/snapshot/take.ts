@@ -165,7 +165,7 @@ async function check(run: Run, roots: readonly number[], allowIpcImport: boolean
     const tree = await host.processTree!(root);
     if (!tree || tree.length === 0) {
       const of = (await host.identify?.(root).catch(() => undefined))?.pid;
-      const why = of
+      const why = of && of !== root
         ? `${root} is a thread of process ${of}, not a process: give ${of}`
         : `no process has pid ${root} (give the pid of a live process)`;
       throw prerequisite("snapshot", why);
