@@ -121,9 +121,6 @@ async function restore(c: RestoreSnapshotCommand, whole: Whole): Promise<Made> {
   );
 }
 
-/** Where a process's GPU memory is, MiB by GPU (`null`: unknown); the manifest's, by default. */
-type Where = (cuda: NonNullable<ManifestProcess["cuda"]>) => Record<string, number> | null;
-
 /** What a snapshot or restore made: its fields and processes, a line each and its closing line. */
 function made(m: Manifest, fields: object, closing: string, where?: Where): Made {
   const processes = processesOf(m, where);
@@ -199,6 +196,9 @@ function failed(command: DiskCommand, print: Printer, error: unknown, abort?: un
   print.err(`cuda-checkpoint: ${message}`);
   return 1;
 }
+
+/** Where a process's GPU memory is, MiB by GPU (`null`: unknown); the manifest's, by default. */
+type Where = (cuda: NonNullable<ManifestProcess["cuda"]>) => Record<string, number> | null;
 
 /** Each process of the snapshot, for --json (undefined keys left out). */
 function processesOf(m: Manifest, where: Where = (cuda) => cuda.gpuMemoryMiB) {

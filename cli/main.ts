@@ -55,9 +55,10 @@ export async function main(args: readonly string[], io: CliIo): Promise<number> 
         if (error.detail && io.isTerminal) say(`cuda-checkpoint: ${error.detail}\n`);
         say(error.tail ? `${error.tail}\n` : `\n${(await import("./help.ts")).helpText()}`);
         // With --json, a program reading stdout learns it too.
-        const { message, detail } = error;
-        const json = { ok: false, error: { message, code: "USAGE", ...detail && { detail } } };
-        if (args.includes("--json")) io.stdout(escapeControls(`${JSON.stringify(json)}\n`));
+        const { message, detail } = error, usage = { message, code: "USAGE", detail };
+        if (args.includes("--json")) {
+          io.stdout(escapeControls(`${JSON.stringify({ ok: false, error: usage })}\n`));
+        }
       } else {
         say(`cuda-checkpoint: internal error: ${messageOf(error).split("\n")[0]}\n`);
       }

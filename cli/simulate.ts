@@ -59,8 +59,8 @@ export interface SavedMachine extends AsyncDisposable {
 /**
  * Options of {@link openSimulatedMachine}: the state file (default: {@link simulatedStatePath} of
  * `env`, the process's environment by default), how many simulated H200s a new machine has (1 to
- * 1024, default 2), `fresh` (a new machine, the file replaced where it is one of ours: `--simulate reset`), how long to wait
- * for another call that holds the lock (default 15 000 ms).
+ * 1024, default 2), `fresh` (a new machine over a state file of ours: `--simulate reset`), how
+ * long to wait for another call that holds the lock (default 15 000 ms).
  */
 export interface OpenSimulatedMachineOptions {
   path?: string;
@@ -191,41 +191,31 @@ export async function openSimulatedMachine(
 }
 
 /**
- * The machine in `file`, or `undefined` where there is no file, or where `fresh` and the file is
- * one of ours (it begins as one: cut short, corrupt or of another version), which may be replaced;
- * a file of another kind is never replaced.
+ * The machine in `file`; `undefined` where there is none, or where `fresh` and it is one of ours
+ * (it begins as one: cut short, corrupt, of another version); never a file of another kind.
  */
 async function readMachine(
   file: string,
   clock: SimulatedClock,
   fresh: boolean,
 ): Promise<SimulatedMachine | undefined> {
+  const at = `the simulated machine's state file ${file}`;
   const refuse = (what: string, cause?: unknown, hint = "run `cuda-checkpoint --simulate reset`") =>
-    new SimulatedStateError(
-      file,
-      `the simulated machine's state file ${file} ${what}; remove it or ${hint}`,
-      { cause },
-    );
-  // Not ours: never replaced.
+    new SimulatedStateError(file, `${at} ${what}; remove it or ${hint}`, { cause });
+  const other = "name another in CKPT_SIM_STATE";
   const foreign = (detail: string, cause?: unknown) =>
-    refuse(
-      `is not a simulated machine's state file (${detail})`,
-      cause,
-      "name another in CKPT_SIM_STATE",
-    );
+    refuse(`is not a simulated machine's state file (${detail})`, cause, other);
   const ours = (text: string) => text.slice(0, 256).includes(`"${SIMULATOR_SNAPSHOT_FORMAT}"`);
   if (fresh) {
     const head = await headOf(file).catch((err) => {
-      throw refuse(`cannot be read: ${pathTrouble(err)}`, err, "name another in CKPT_SIM_STATE");
+      throw refuse(`cannot be read: ${pathTrouble(err)}`, err, other);
     });
-    if (head === null) throw foreign("not a regular file");
     if (head === undefined || ours(head)) return undefined;
     throw foreign("it does not begin as one");
   }
   const found = await checkPrivate(file, "file", {
     strict: true,
-    refuse: (_at, message, cause) =>
-      refuse(message.replace(`${file} `, ""), cause, "name another in CKPT_SIM_STATE"),
+    refuse: (_at, message, cause) => refuse(message.replace(`${file} `, ""), cause, other),
   });
   if (!found) return undefined;
   let data: unknown;
@@ -250,17 +240,14 @@ async function readMachine(
   }
 }
 
-/** The first 256 bytes of `file` (a link not followed): `undefined`, none; `null`, not a file. */
-async function headOf(file: string): Promise<string | null | undefined> {
+/** The first 256 bytes of `file`, a link not followed; `undefined` where there is none. */
+async function headOf(file: string): Promise<string | undefined> {
   const { O_RDONLY, O_NOFOLLOW, O_NONBLOCK } = constants;
   const handle = await open(file, O_RDONLY | O_NOFOLLOW | O_NONBLOCK).catch((err) => {
-    if (errorCode(err) === "ENOENT") return undefined;
-    if (errorCode(err) === "ELOOP") return null;
-    throw err;
+    if (errorCode(err) !== "ENOENT") throw err;
   });
-  if (!handle) return handle;
+  if (!handle) return undefined;
   try {
-    if (!(await handle.stat()).isFile()) return null;
     const { buffer, bytesRead } = await handle.read(new Uint8Array(256), 0, 256, 0);
     return new TextDecoder().decode(buffer.subarray(0, bytesRead));
   } finally {

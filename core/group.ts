@@ -75,8 +75,7 @@ class Group {
     this.#deadline = new Deadline(clockOf(machine ?? {}), this.#s.timeoutMs);
     if (this.#s.job) return await this.#runJob();
     // All or nothing: a goal or step some member's state rules out fails the group before any
-    // step. The driver still has the last word on each step made: a state that changes after the
-    // check is its refusal, as before.
+    // step (the driver still has the last word on each step made).
     if (this.#s.allOrNothing && !(await this.#allCanStart())) {
       return this.#result();
     }

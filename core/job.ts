@@ -160,7 +160,6 @@ function turnOf(m: JobMember, releases: (() => void)[]): Promise<Turn | Error> {
 async function planOf(m: JobMember, target: Turn, ctx: JobContext): Promise<Working> {
   const w: Working = { member: m, target, report: { status: "failed", steps: [] }, left: [] };
   try {
-    // Strict: a step some member's state rules out is refused before any member's step.
     w.left = [...await planGoal(target, ctx.action, w.report, ctx.settingsFor(m.proc.pid), true)];
   } catch (err) {
     w.report.error = asError(err);

@@ -4,8 +4,8 @@ import { CHECKPOINT_MIN_DRIVER_VERSION, CU_RESULTS, CUDA_SUCCESS } from "../core
 import { CUDA_ERROR_ILLEGAL_STATE, CUDA_ERROR_INVALID_VALUE } from "../core/driver.ts";
 import { CUDA_ERROR_NOT_INITIALIZED, CUDA_ERROR_NOT_READY } from "../core/driver.ts";
 import { CUDA_ERROR_NOT_SUPPORTED, CUDA_ERROR_OPERATING_SYSTEM } from "../core/driver.ts";
-import { CUDA_ERROR_OUT_OF_MEMORY } from "../core/driver.ts";
-import { formatDriverVersion, GPU_PAIRS_MIN_DRIVER_VERSION } from "../core/driver.ts";
+import { CUDA_ERROR_OUT_OF_MEMORY, formatDriverVersion } from "../core/driver.ts";
+import { GPU_PAIRS_MIN_DRIVER_VERSION } from "../core/driver.ts";
 import type { CheckpointDriver, DriverResult } from "../core/driver.ts";
 import type { GpuInfo, GpuPair, LockArgs, RestoreArgs } from "../core/driver.ts";
 import { CHECKPOINT_FUNCTIONS } from "../core/calls.ts";

@@ -26,10 +26,8 @@ interface WorkerScope {
 }
 
 const scope = globalThis as unknown as WorkerScope;
-/**
- * Bytes read at a time: few enough to stay in the core's own cache between the read and the hash,
- * so that a piece crosses the memory bus once (read into an 8 MiB buffer, it crossed three times).
- */
+// Read 256 KiB at a time, which stay in the core's cache between the read and the hash: a piece
+// crosses the memory bus once (read whole into an 8 MiB buffer, it crossed three times).
 const READ_BYTES = 256 * 1024;
 const buffer = new Uint8Array(READ_BYTES);
 scope.onmessage = ({ data: { path, offset, length } }) => {
