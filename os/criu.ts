@@ -40,13 +40,12 @@ const PROBE_TIMEOUT_MS = 60_000;
 /** Why a snapshot cannot be taken or restored by another user than root. */
 const NEEDS_ROOT = "Snapshots need root: criu needs CAP_SYS_ADMIN (or CAP_CHECKPOINT_RESTORE) " +
   "over the processes, and so do the driver's checkpoint calls; run as root.";
-/** Where criu is looked for after `PATH`'s absolute directories. */
-/** What to do when criu cannot hold an established connection's traffic (measured on a GPU host
- * with neither iptables nor nft). */
+/** What to do where criu cannot hold a connection's traffic (a GPU host without iptables, nft). */
 const TCP_LOCK_HINT = "criu holds an established connection's traffic while it dumps with " +
   "iptables-restore (or nftables, with criu's --network-lock=nftables): install iptables, or, " +
   "where both ends of every connection are in the snapshot, give criu --network-lock=skip " +
   "(openMachine({ criu: { extraArgs } })).";
+/** Where criu is looked for after `PATH`'s absolute directories. */
 const SYSTEM_DIRS = ["/usr/local/sbin", "/usr/sbin", "/sbin", "/usr/local/bin", "/usr/bin"];
 
 /** How criu is found and run: `openMachine`'s `criu` option. */

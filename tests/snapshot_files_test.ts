@@ -63,6 +63,13 @@ async function sealed(s: { dir: string }) {
   return { snap, files, big, tree: join(s.dir, "snap", "tree-4242") };
 }
 
+/** Changes byte `at` of the tree's pages-1.img in place (`mask`: the bits flipped), its size kept. */
+function flip(tree: string, at: number, mask = 1): void {
+  const bytes = readFileSync(join(tree, "pages-1.img"));
+  bytes[at] ^= mask;
+  writeFileSync(join(tree, "pages-1.img"), bytes);
+}
+
 describe("a new snapshot's directory", () => {
   test("made with mode 0700; an empty private one is taken", () =>
     inScratch(async (s) => {
@@ -402,11 +409,7 @@ describe("a snapshot checked against its manifest's list", () => {
       /core-4242\.img has 5 bytes where the manifest says 4/,
     );
     await refusedAfter(
-      ({ tree }) => {
-        const bytes = readFileSync(join(tree, "pages-1.img"));
-        bytes[PIECE_BYTES + 3] ^= 1;
-        writeFileSync(join(tree, "pages-1.img"), bytes);
-      },
+      ({ tree }) => flip(tree, PIECE_BYTES + 3),
       /pages-1\.img is not the file the snapshot wrote: its digest is [0-9a-f]{64}, and the manifest says/,
     );
   });
@@ -414,9 +417,7 @@ describe("a snapshot checked against its manifest's list", () => {
   test("without digests, a changed byte at the same size passes: only inspect's quick look", () =>
     inScratch(async (s) => {
       const { snap, files, tree } = await sealed(s);
-      const bytes = readFileSync(join(tree, "pages-1.img"));
-      bytes[0] ^= 1;
-      writeFileSync(join(tree, "pages-1.img"), bytes);
+      flip(tree, 0);
       await snap.check(files, { topFiles: [MANIFEST_FILE], digests: false });
       await assert.rejects(
         snap.check(files, { topFiles: [MANIFEST_FILE], digests: true }),
@@ -432,9 +433,7 @@ describe("digests left for later (the memory images a restore loads into stopped
   test("the others are compared before check resolves; the later ones after, by subdirectory", () =>
     inScratch(async (s) => {
       const { snap, files, tree } = await sealed(s);
-      const bytes = readFileSync(join(tree, "pages-1.img"));
-      bytes[PIECE_BYTES + 5] ^= 4;
-      writeFileSync(join(tree, "pages-1.img"), bytes);
+      flip(tree, PIECE_BYTES + 5, 4);
       // The changed file is left for later: check resolves, and its tree's digests then refuse.
       const checked = await snap.check(files, {
         topFiles: [MANIFEST_FILE],
@@ -459,9 +458,7 @@ describe("digests left for later (the memory images a restore loads into stopped
   test("the later digests begin only once laterFrom settles (a restore's other checks ended)", () =>
     inScratch(async (s) => {
       const { snap, files, tree } = await sealed(s);
-      const bytes = readFileSync(join(tree, "pages-1.img"));
-      bytes[7] ^= 1;
-      writeFileSync(join(tree, "pages-1.img"), bytes);
+      flip(tree, 7);
       const from = Promise.withResolvers<void>();
       const checked = await snap.check(files, {
         topFiles: [MANIFEST_FILE],

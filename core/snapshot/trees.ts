@@ -142,16 +142,17 @@ export async function watchHeld(
   // machine busy with the digests, long enough for two readings alike), so first every thread
   // stopped where the host tells, then two readings alike.
   const stopped = (p: number) => host.stopped?.(p).catch(() => true) ?? true;
+  const pause = () => new Promise((resolve) => setTimeout(resolve, 50));
   for (let i = 0; i < 40; i++) {
     if ((await Promise.all(pids.map(stopped))).every(Boolean)) break;
-    await new Promise((resolve) => setTimeout(resolve, 50));
+    await pause();
   }
   let before = await read();
   for (let i = 0; i < 20; i++) {
     const again = await read();
     if ([...again].every(([pid, t]) => before.get(pid) === t)) break;
     before = again;
-    await new Promise((resolve) => setTimeout(resolve, 50));
+    await pause();
   }
   return async () => {
     const now = (await host.processTree?.(root).catch(() => undefined)) ?? [];
