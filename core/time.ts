@@ -64,8 +64,9 @@ export class Deadline {
     this.#end = timeoutMs === undefined ? Infinity : this.#start + timeoutMs;
   }
 
+  /** The ms since it began, to the microsecond ({@link roundMs}). */
   elapsed(): number {
-    return this.#now() - this.#start;
+    return roundMs(this.#now() - this.#start);
   }
 
   /** Whole ms left (rounded up: a wait that uses them ends at the deadline), or `undefined`. */

@@ -19,7 +19,7 @@ import { checkGpuMapping, checkSignal, checkTable, flag, formatGpuUuid } from ".
 import { type GpuMapping, type Settings, wholeTimeout } from "../options.ts";
 import { sessionOf } from "../process.ts";
 import { onto } from "../room.ts";
-import { clockOf } from "../time.ts";
+import { clockOf, roundMs } from "../time.ts";
 import { olderVersion } from "../version.ts";
 import type { SnapshotStore } from "./store.ts";
 import { openSnapshot } from "./layout.ts";
@@ -331,8 +331,8 @@ async function outcome(
     ms,
     timings: {
       checkMs: r.times.checked,
-      restoreMs: r.times.restored - r.times.checked,
-      resumeMs: r.times.resume === undefined ? 0 : ms - r.times.resume,
+      restoreMs: roundMs(r.times.restored - r.times.checked),
+      resumeMs: r.times.resume === undefined ? 0 : roundMs(ms - r.times.resume),
     },
   };
 }

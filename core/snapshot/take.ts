@@ -18,7 +18,7 @@ import type { Machine } from "../machine.ts";
 import { checkLockTimeout, checkPid, checkSignal, checkTable, flag, mustBe } from "../options.ts";
 import { type Settings, wholeTimeout } from "../options.ts";
 import { importRefusal, sessionOf } from "../process.ts";
-import { clockOf } from "../time.ts";
+import { clockOf, roundMs } from "../time.ts";
 import { VERSION } from "../version.ts";
 import { SnapshotWriter, TRACE_FILE } from "./layout.ts";
 import { type Manifest, MANIFEST_FORMAT } from "./manifest.ts";
@@ -307,8 +307,8 @@ async function writeManifest(t: Taken): Promise<Manifest> {
         ...(o.tcpEstablished ? { tcpEstablished: true as const } : {}),
       },
       timings: {
-        suspendMs: t.times.suspended - t.times.suspend,
-        dumpMs: t.times.dump === undefined ? 0 : t.times.dumped - t.times.dump,
+        suspendMs: roundMs(t.times.suspended - t.times.suspend),
+        dumpMs: t.times.dump === undefined ? 0 : roundMs(t.times.dumped - t.times.dump),
         totalMs: run.at(),
       },
       files: t.sealed.flat().sort((a, b) => a.path < b.path ? -1 : a.path > b.path ? 1 : 0),
