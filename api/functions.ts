@@ -46,6 +46,9 @@ export async function runGroup(
   options?: GroupOptions,
 ): Promise<GroupResult> {
   checkChoice(action, "action", ACTIONS);
+  if (options?.gpuMapping !== undefined && !["restore", "resume", "toggle"].includes(action)) {
+    throw new TypeError(`runGroup: gpuMapping is for restore, resume and toggle, not ${action}`);
+  }
   const settings = checkGroupOptions(options);
   const source = machineOf(options?.machine, "runGroup");
   // A CudaProcess acts through its own handle (machine, order, process); the group checks the rest.

@@ -536,6 +536,11 @@ describe("group operations", () => {
       runGroup("resume", [p.pid], { machine: sim, gpuMapping: { x: "y" } }),
       /gpuMapping key "x" is not a GPU UUID/,
     );
+    const [a] = sim.gpus.map((g) => g.uuid);
+    await assert.rejects(
+      runGroup("suspend", [p.pid], { machine: sim, gpuMapping: { [a!]: a! } }),
+      /runGroup: gpuMapping is for restore, resume and toggle, not suspend/,
+    );
     assert.equal(sim.driver.calls.length, 0);
   });
 
