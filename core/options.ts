@@ -110,7 +110,7 @@ function editDistance(a: string, b: string): number {
 
 /** Checks a process id (or a thread id of one): an integer from 1 to 2^31-1. */
 export function checkPid(pid: unknown, what = "pid"): number {
-  return checkBetween(pid, what, 1, MAX_PID, `process or thread id from 1 to ${MAX_PID}`);
+  return checkInteger(pid, what, 1, MAX_PID, `process or thread id from 1 to ${MAX_PID}`);
 }
 
 /** Throws the error for `value` of `what`, which must be `expected`: one way to word them all. */
@@ -125,28 +125,23 @@ export function mustBe(
 
 const isInteger = (v: unknown): v is number => typeof v === "number" && Number.isInteger(v);
 
-/** An integer from `min` to `max`: a TypeError for what is no integer, else a RangeError. */
-function checkBetween(value: unknown, what: string, min: number, max: number, expected: string) {
-  if (isInteger(value) && value >= min && value <= max) return value;
-  return mustBe(isInteger(value) ? RangeError : TypeError, what, `an integer ${expected}`, value);
-}
-
-/** Checks an integer from `min` (to `max`); the error names the option and the value. */
+/** Checks an integer from `min` (to `max`): a TypeError for no number ("3"), else a RangeError. */
 export function checkInteger(
   value: unknown,
   what: string,
   min = 0,
   max = Number.MAX_SAFE_INTEGER,
+  expected = max === Number.MAX_SAFE_INTEGER ? `from ${min}` : `from ${min} to ${max}`,
 ): number {
   if (isInteger(value) && value >= min && value <= max) return value;
-  const range = max === Number.MAX_SAFE_INTEGER ? `from ${min}` : `from ${min} to ${max}`;
-  return mustBe(RangeError, what, `an integer ${range}`, value);
+  const Err = typeof value === "number" ? RangeError : TypeError;
+  return mustBe(Err, what, `an integer ${expected}`, value);
 }
 
 /** Checks a lock timeout in milliseconds: an integer from 0 (wait forever) to 2^32-1. */
 export function checkTimeoutMs(timeoutMs: unknown, what = "timeoutMs"): number {
   const expected = `number of milliseconds from 0 (no timeout) to ${MAX_TIMEOUT_MS}`;
-  return checkBetween(timeoutMs, what, 0, MAX_TIMEOUT_MS, expected);
+  return checkInteger(timeoutMs, what, 0, MAX_TIMEOUT_MS, expected);
 }
 
 /** A lock timeout option, checked as {@link checkTimeoutMs}; the default where left out. */

@@ -540,12 +540,13 @@ describe(`native driver (${runtime}) against a fake libcuda`, { skip: noCompiler
     );
   });
 
-  test("maxWorkers must be an integer from 1 to 1024 (a RangeError, before anything opens)", async () => {
+  test("maxWorkers must be an integer from 1 to 1024 (a RangeError, a TypeError for no number, before anything opens)", async () => {
     for (const maxWorkers of [0, -1, 1.5, Number.NaN, 1025, "4" as unknown as number]) {
+      const Err = typeof maxWorkers === "number" ? RangeError : TypeError;
       await assert.rejects(
         openNativeDriver({ libraryPath: join(fakes!.path, "absent.so"), maxWorkers }),
         (error: unknown) =>
-          error instanceof RangeError && /maxWorkers must be an integer from 1 to 1024/.test(
+          error instanceof Err && /maxWorkers must be an integer from 1 to 1024/.test(
             error.message,
           ),
         String(maxWorkers),

@@ -1,7 +1,7 @@
 // Every input check: each bad value gets an error that names it and says what was expected.
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { CudaProcess } from "../mod.ts";
+import { CudaProcess, runGroup } from "../mod.ts";
 import { checkGpuMapping, checkPid, checkTimeoutMs } from "../core/options.ts";
 import { formatGpuUuid, parseGpuUuid } from "../core/options.ts";
 import { SimulatedMachine } from "../mock/mod.ts";
@@ -30,7 +30,8 @@ describe("pid", () => {
           /pid must be an integer process or thread id from 1 to 2147483647/,
         );
         assert.match(err.message, named);
-        assert.ok(err instanceof TypeError || err instanceof RangeError);
+        // As Node's own checks: a TypeError for no number, a RangeError for a number out of place.
+        assert.ok(err instanceof (typeof value === "number" ? RangeError : TypeError), err.name);
         return true;
       });
     });
@@ -52,6 +53,7 @@ describe("timeoutMs", () => {
     [2.5, /got 2\.5$/],
     ["10", /got "10"$/],
     [Number.POSITIVE_INFINITY, /got Infinity$/],
+    [Number.NaN, /got NaN$/],
   ];
   for (const [value, named] of bad) {
     test(`lock and suspend reject ${JSON.stringify(value) ?? value}`, async () => {
@@ -67,8 +69,16 @@ describe("timeoutMs", () => {
             /timeoutMs must be an integer number of milliseconds from 0 \(no timeout\) to 4294967295/,
           );
           assert.match(err.message, named);
+          assert.ok(err instanceof (typeof value === "number" ? RangeError : TypeError), err.name);
           return true;
         });
+      }
+      // The whole group's timeout (no upper bound) is checked the same way, with the same errors.
+      if (value !== 2 ** 32) {
+        await assert.rejects(
+          runGroup("suspend", [target.pid], { machine: sim, timeoutMs: value as number }),
+          typeof value === "number" ? RangeError : TypeError,
+        );
       }
       assert.equal(target.state, "running", "nothing reached the driver");
     });
