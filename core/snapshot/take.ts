@@ -232,7 +232,7 @@ async function suspend(t: Taken, pids: readonly number[]): Promise<boolean> {
   const result = await runGroup(t.run.machine, "suspend", pids, {
     ...t.run.group(true),
     lockTimeoutMs: t.o.lockTimeoutMs,
-    allowIpcImport: t.o.allowIpcImport,
+    allowIpcImport: true, // each was checked once, by check()
     rollBackOnAbort: true,
     job: t.o.job,
   });
