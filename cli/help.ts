@@ -83,8 +83,9 @@ Options:
 
 --allow-ipc-import
         For --action checkpoint, --toggle (suspending) and snapshot: checkpoint a process even
-        though it maps another process's CUDA IPC memory. Before driver 610 such a process never
-        restores: refused unless this is given
+        though it maps another process's CUDA IPC memory (before driver 610 it never restores),
+        or is an NCCL rank with others on this host and NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1
+        not both set (on 580 such ranks never restore): refused unless this is given
 
 --json
         One JSON object per line and per process instead of text. Operations: pid, operation, ok,

@@ -36,11 +36,12 @@ export interface TreeProcess {
 export type MachineFacts = Readonly<{ hostname: string; kernel: string; driverRelease?: string }>;
 
 /**
- * What shows that a process imported GPU memory from another ({@link HostProcesses.gpuImport}):
- * the exporter, as the sign names it, and the sign, as a clause (`it maps
- * /dev/shm/cuda.shm.0.92b.1, which process 2347 made`).
+ * What shows that a process shares GPU memory with others ({@link HostProcesses.gpuImport}), the
+ * sign as a clause (`it maps /dev/shm/cuda.shm.0.92b.1, named after process 2347`): the exporter
+ * of what it imported through CUDA IPC, as the sign names it, or how many NCCL ranks it is one of
+ * on this host, whose P2P or shared-memory transports are on.
  */
-export type GpuImport = Readonly<{ exporter: number; sign: string }>;
+export type GpuImport = Readonly<{ sign: string; exporter?: number; ncclRanks?: number }>;
 
 /** GPU memory of one process: MiB by GPU UUID, or `"unknown"`. */
 export type GpuMemory = Readonly<Record<string, number>> | "unknown";
@@ -155,9 +156,10 @@ export interface HostProcesses {
   /** The machine's name, kernel and NVIDIA driver release, for a snapshot's manifest. */
   facts?(): Promise<MachineFacts>;
   /**
-   * The sign that `pid` holds GPU memory another process exported to it through CUDA IPC: on
-   * Linux, it maps `/dev/shm/cuda.shm.<gpu>.<pid>.<n>` of another process, holding no descriptor
-   * to it (NCCL's imports leave none: docs/DRIVER.md#processes-that-share-gpu-memory).
+   * The sign that `pid` holds GPU memory another process exported to it through CUDA IPC (on
+   * Linux, it maps `/dev/shm/cuda.shm.<gpu>.<pid>.<n>` of another process), or that it is an NCCL
+   * rank with others on this host and NCCL's P2P or shared-memory transport on (its imports leave
+   * no sign: docs/DRIVER.md#nccl-jobs-on-two-gpus).
    */
   gpuImport?(pid: number): Promise<GpuImport | undefined>;
   /** The CPU time `pid` has had, in ns over its threads, to tell that a stopped process ran. */

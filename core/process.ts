@@ -64,7 +64,10 @@ export class Session {
     const found = await host?.gpuImport?.(pid).catch(() => undefined);
     if (!found) return undefined;
     this.#release ??= (async () => (await host?.facts?.())?.driverRelease)().catch(() => undefined);
-    return Number.parseInt(await this.#release ?? "") >= 610 ? undefined : found;
+    // 610 restores CUDA IPC memory of a job it launched; not NCCL's, exported as shareable handles.
+    return found.exporter !== undefined && Number.parseInt(await this.#release ?? "") >= 610
+      ? undefined
+      : found;
   }
 
   /** This program as the host identifies it (the owner of its room claims), where it can. */
@@ -322,11 +325,15 @@ export function importRefusal(operation: string, pid: number, imp: GpuImport): R
     code: "IPC",
     operation,
     pid,
-    reason:
-      `${imp.sign}: it holds GPU memory that process ${imp.exporter} exported to it through ` +
-      `CUDA IPC, and a driver before 610 never restores such a process once it is checkpointed, ` +
-      `so leave it out (or end it) and suspend the others, or pass allowIpcImport ` +
-      `(--allow-ipc-import) if you know it holds none`,
+    reason: imp.exporter !== undefined
+      ? `${imp.sign}: it holds GPU memory that process ${imp.exporter} exported to it through ` +
+        `CUDA IPC, and a driver before 610 never restores such a process once it is checkpointed, ` +
+        `so leave it out (or end it) and suspend the others, or pass allowIpcImport ` +
+        `(--allow-ipc-import) if you know it holds none`
+      : `${imp.sign}: its job's ranks on this host share memory through NCCL's P2P or shared-` +
+        `memory transport, and on driver 580 such ranks never restored once checkpointed, so ` +
+        `start every rank with NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1, or pass allowIpcImport ` +
+        `(--allow-ipc-import) if the job turns them off itself or its ranks share nothing`,
     detail: "nothing was done to it",
   });
 }

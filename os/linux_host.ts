@@ -269,7 +269,9 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
   /**
    * The sign that `pid` imported CUDA IPC memory: it maps `/dev/shm/cuda.shm.<gpu>.<hex>.<n>`
    * named after another process (an exporter maps the one named after itself), as every importer
-   * measured on driver 580 did (docs/DRIVER.md, "Processes that share GPU memory").
+   * measured on driver 580 did (docs/DRIVER.md, "Processes that share GPU memory"). Else, where it
+   * has libnccl loaded, its environment says it is one of several ranks on this host, and does not
+   * turn both P2P and shared memory off: such jobs were lost on 580 ("NCCL jobs on two GPUs").
    */
   async gpuImport(pid: number): Promise<GpuImport | undefined> {
     const read = (file: string) => this.#reader.read(`${this.#root}/${pid}/${file}`);
@@ -282,7 +284,21 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
         return { exporter, sign: `it maps /dev/shm/${m[1]}, named after process ${exporter}` };
       }
     }
-    return undefined;
+    const nccl = /[^/\s]*libnccl[^/\s]*\.so[^/\s]*$/m.exec(maps)?.[0];
+    if (!nccl) return undefined;
+    const env = new Map(
+      (await read("environ").catch(() => "")).split("\0")
+        .map((v) => [v.slice(0, v.indexOf("=")), v.slice(v.indexOf("=") + 1)]),
+    );
+    // The ranks on this host as torchrun, Open MPI, MPICH tell them; else all of them.
+    const size = ["LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "WORLD_SIZE"]
+      .find((name) => env.has(name));
+    const ranks = size ? Number.parseInt(env.get(size)!) : 0;
+    const off = (name: string) => Number.parseInt(env.get(name) ?? "") > 0;
+    if (!(ranks > 1) || (off("NCCL_P2P_DISABLE") && off("NCCL_SHM_DISABLE"))) return undefined;
+    const sign = `it has ${nccl} loaded, ${size}=${ranks} in its environment, and not both ` +
+      `NCCL_P2P_DISABLE=1 and NCCL_SHM_DISABLE=1`;
+    return { ncclRanks: ranks, sign };
   }
 
   /**

@@ -67,6 +67,53 @@ describe("gpuImport: the sign of an importer of CUDA IPC memory", () => {
   });
 });
 
+describe("gpuImport: an NCCL rank with others on this host, P2P or shared memory on", () => {
+  // Measured on two H200s, driver 580 (docs/DRIVER.md, "NCCL jobs on two GPUs"): with NCCL's
+  // defaults, its legacy IPC, or P2P off and shared memory on, both ranks were lost; with both
+  // off they came back. A rank of a one-rank job maps libnccl and shares nothing.
+  const NCCL = "7f20 r-xp 00000000 00:1b 77 /opt/venv/lib/nvidia/nccl/lib/libnccl.so.2\n";
+  const rank = (env: string[], maps = NVIDIA + NCCL) =>
+    host({
+      "/proc/3100/maps": maps,
+      "/proc/3100/status": status(3100),
+      "/proc/3100/environ": ["PATH=/usr/bin", ...env, ""].join("\0"),
+    });
+  const sign = (size: string) =>
+    `it has libnccl.so.2 loaded, ${size} in its environment, and not both NCCL_P2P_DISABLE=1 ` +
+    `and NCCL_SHM_DISABLE=1`;
+
+  test("NCCL's defaults, or one transport of the two still on: a sign, naming the ranks", async () => {
+    for (
+      const [env, size] of [
+        [["WORLD_SIZE=2", "RANK=1"], "WORLD_SIZE=2"],
+        [["WORLD_SIZE=16", "LOCAL_WORLD_SIZE=8", "NCCL_CUMEM_ENABLE=0"], "LOCAL_WORLD_SIZE=8"],
+        [["OMPI_COMM_WORLD_LOCAL_SIZE=4", "NCCL_P2P_DISABLE=1"], "OMPI_COMM_WORLD_LOCAL_SIZE=4"],
+        [["MPI_LOCALNRANKS=2", "NCCL_SHM_DISABLE=1", "NCCL_P2P_DISABLE=0"], "MPI_LOCALNRANKS=2"],
+      ] as const
+    ) {
+      await using h = rank([...env]);
+      const ranks = Number(size.split("=")[1]);
+      assert.deepEqual(await h.gpuImport(3100), { ncclRanks: ranks, sign: sign(size) }, size);
+    }
+  });
+
+  test("P2P and shared memory both off, one rank on this host, or no NCCL loaded: none", async () => {
+    for (
+      const env of [
+        ["WORLD_SIZE=2", "NCCL_P2P_DISABLE=1", "NCCL_SHM_DISABLE=1"],
+        ["WORLD_SIZE=1"],
+        ["WORLD_SIZE=8", "LOCAL_WORLD_SIZE=1"], // one rank on each of eight hosts
+        [], // no launcher's variables at all
+      ]
+    ) {
+      await using h = rank(env);
+      assert.equal(await h.gpuImport(3100), undefined, env.join(" "));
+    }
+    await using torchOnly = rank(["WORLD_SIZE=2"], NVIDIA);
+    assert.equal(await torchOnly.gpuImport(3100), undefined, "libnccl not loaded");
+  });
+});
+
 describe("cpuTime: what a held process has run", () => {
   test("the ns of every thread's schedstat, summed; none for a process gone", async () => {
     await using h = host({

@@ -172,6 +172,44 @@ describe("a checkpoint of an importer is refused before any step", () => {
   });
 });
 
+describe("NCCL ranks with others on this host, P2P or shared memory on: refused too", () => {
+  // The Linux host's sign of such a rank (tests/host_signs_test.ts), given here to the simulator's.
+  const sign = "it has libnccl.so.2 loaded, WORLD_SIZE=2 in its environment, and not both " +
+    "NCCL_P2P_DISABLE=1 and NCCL_SHM_DISABLE=1";
+  function ranks(release = "580.159.04") {
+    const sim = new SimulatedMachine({ gpus: 2 });
+    const pids = [0, 1].map((gpu) => sim.spawn({ memoryMiB: 512, gpu }).pid);
+    const host = hostWith(sim.host, {
+      gpuImport: (pid: number) =>
+        Promise.resolve(pids.includes(pid) ? { ncclRanks: 2, sign } : undefined),
+      facts: () => Promise.resolve({ hostname: "h", kernel: "k", driverRelease: release }),
+    });
+    return { sim, pids, machine: machineWith(sim, { host }) };
+  }
+
+  test("a job of the two is refused before any step, saying how to start one that comes back", async () => {
+    // On 610 too: it restores CUDA IPC memory of a job it launched, not NCCL's shareable handles.
+    for (const release of ["580.159.04", "610.12"]) {
+      const { sim, pids, machine } = ranks(release);
+      const result = await runGroup("suspend", pids, { machine, job: true });
+      assert.equal(result.ok, false);
+      const error = result.processes.map((p) => p.error).find((e) => e instanceof RefusedError);
+      assert.equal((error as RefusedError).code, "IPC", release);
+      assert.match(
+        error!.message,
+        new RegExp(
+          `${sign}: its job's ranks on this host share memory through NCCL's P2P or shared-memory ` +
+            `transport, .* start every rank with NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1, or pass ` +
+            `allowIpcImport`,
+        ),
+      );
+      noStep(sim);
+      const allowed = await runGroup("suspend", pids, { machine, job: true, allowIpcImport: true });
+      assert.equal(allowed.ok, true, release);
+    }
+  });
+});
+
 describe("the command line", () => {
   test("--toggle of the importer exits 1 with the refusal; --allow-ipc-import suspends it", async () => {
     const { sim, exporter, importer } = pair();

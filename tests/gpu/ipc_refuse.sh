@@ -11,7 +11,9 @@
 # memory; the exporter alone suspended and resumed (it is not an importer), the importer reading
 # the memory after; list. An import through a file descriptor (cumem_fd.py, NCCL's path) shows no
 # sign: it is not suspended here (that would lose it), only shown unrefused by a dry look (the
-# library's listing). Carry .carry/cuda-checkpoint-ours.xz and .carry/criu-cuda.tgz (for the
+# library's listing). Last, a PyTorch process started as a rank of several on this host
+# (WORLD_SIZE=2) is refused unless NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 are both set, and one rank
+# per host is not. Carry .carry/cuda-checkpoint-ours.xz and .carry/criu-cuda.tgz (for the
 # snapshot case; without it that case says SKIP). About 1 minute. Log $OUT/ipc-refuse-<rt>.txt.
 set -uo pipefail
 unset BUN_BE_BUN
@@ -101,4 +103,35 @@ if start fd fd; then
   verdict SKIP "fd: an import through a file descriptor leaves no sign: not refused, and not suspended here (docs/API.md#shared-gpu-memory)"
   stop
 fi
+
+echo
+echo "== nccl: a PyTorch process as a rank of a job, told by its environment (docs/API.md#jobs)"
+# env... : a PyTorch process holding GPU memory, started with the environment given; sets N.
+torch_rank() {
+  rm -f "$bin/rank.out"
+  env "$@" "$PY" -c 'import torch, time; x = torch.ones(1 << 20, device="cuda"); print("ready", flush=True); time.sleep(600)' \
+    >"$bin/rank.out" 2>&1 &
+  N=$!
+  for _ in $(seq 60); do grep -q ready "$bin/rank.out" 2>/dev/null && return 0; sleep 0.5; done
+  return 1
+}
+for env in "WORLD_SIZE=2" "LOCAL_WORLD_SIZE=4 WORLD_SIZE=8 NCCL_P2P_DISABLE=1" \
+  "WORLD_SIZE=2 NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1" "LOCAL_WORLD_SIZE=1 WORLD_SIZE=8"; do
+  # shellcheck disable=SC2086 # env: words
+  torch_rank $env || { verdict FAIL "nccl $env: the process did not start: $(tail -3 "$bin/rank.out")"; continue; }
+  if ! grep -q 'libnccl[^/]*\.so' "/proc/$N/maps"; then
+    verdict SKIP "nccl $env: this PyTorch does not load libnccl as a library of its own"
+  elif [[ $env != *SHM_DISABLE=1* && $env != LOCAL_WORLD_SIZE=1* ]]; then
+    said=$(timeout 60 "${CK[@]}" --toggle --pid "$N" 2>&1)
+    rc=$?
+    echo "   ours --toggle: exit $rc: $(head -c 400 <<<"$said")"
+    [[ $rc == 1 && $said == *"NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1"* && $(state "$N") == running ]]
+    _rc=$?; check "nccl $env: --toggle refused before any step, saying what to set; it runs" $_rc
+  else
+    timeout 60 "${CK[@]}" --toggle --pid "$N" && [[ $(state "$N") == checkpointed ]] &&
+      timeout 60 "${CK[@]}" --toggle --pid "$N" && [[ $(state "$N") == running ]]
+    _rc=$?; check "nccl $env: not refused: suspended and resumed" $_rc
+  fi
+  kill -9 "$N" 2>/dev/null; wait "$N" 2>/dev/null
+done
 verdict_summary "$bin/verdicts.txt" "$rt"

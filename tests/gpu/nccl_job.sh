@@ -14,12 +14,13 @@
 # (NCCL_NVLS_ENABLE=0 and the others, launch.sh).
 #
 # Cases (default: all), each job 2 x --mib MiB of weights (default 4096), --rounds times (3):
-#   defaults    NCCL's defaults (P2P and shared memory on), and the same with NCCL_CUMEM_ENABLE=0
-#               (legacy CUDA IPC): `--toggle --pid R0,R1 --job`. Refused before any rank changes
-#               (both running, the next all_reduce right) passes; suspended and resumed with the
-#               state bit for bit passes too (the driver coped, and the line says so); a rank left
-#               checkpointed or failed is LOST: FAIL.
-#   transports  P2P off; P2P and shared memory off; sockets only: the job suspended and resumed in
+#   defaults    NCCL's defaults (P2P and shared memory on), the same with NCCL_CUMEM_ENABLE=0
+#               (legacy CUDA IPC), and P2P off with shared memory on (all three lost on 580):
+#               `--toggle --pid R0,R1 --job`. Refused before any rank changes (both running, the
+#               next all_reduce right) passes; suspended and resumed with the state bit for bit
+#               passes too (the driver coped, and the line says so); a rank left checkpointed or
+#               failed is LOST: FAIL.
+#   transports  P2P and shared memory off; sockets only: the job suspended and resumed in
 #               place, --rounds times, the state bit for bit, the next step as the reference job's
 #               (never checkpointed), an all_reduce right. The first that works is "the working
 #               transport" of the cases below.
@@ -328,8 +329,8 @@ signs() {
 }
 case_defaults() {
   local set name st
-  for set in "" "NCCL_CUMEM_ENABLE=0"; do
-    name=defaults${set:+-cumem-off}
+  for set in "" "NCCL_CUMEM_ENABLE=0" "NCCL_P2P_DISABLE=1"; do
+    name=defaults${set:+-${set%%=*}}
     fits 90 "$name" || return
     # shellcheck disable=SC2086 # set: words
     job_start "$name" 2 $set || { verdict FAIL "$name: the job did not start"; continue; }
@@ -365,7 +366,7 @@ transport() { echo "${good:-NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1}"; }
 case_transports() {
   local each set name k sus res ok
   good=''
-  for each in "p2p-off:NCCL_P2P_DISABLE=1" "p2p-shm-off:NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1" \
+  for each in "p2p-shm-off:NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1" \
     "socket:NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_IB_DISABLE=1 NCCL_NET=Socket"; do
     name=transport-${each%%:*} set=${each#*:}
     fits 120 "$name" || return
