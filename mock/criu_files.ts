@@ -110,13 +110,10 @@ export function restoredProcess(
 
 /** Throws unless `dir` is an existing empty directory (links followed, as criu does). */
 export function emptyDirectory(dir: string, log: EngineLog): void {
-  let entries: string[];
-  try {
+  const entries = attempt(log, `cannot use images directory ${dir}`, () => {
     if (!statSync(dir).isDirectory()) throw log.error(`images directory ${dir} is not a directory`);
-    entries = readdirSync(dir);
-  } catch (err) {
-    throw failed(err, log, `cannot use images directory ${dir}`);
-  }
+    return readdirSync(dir);
+  });
   const first = `${entries.length} entries, ${JSON.stringify(entries[0])} first`;
   if (entries.length > 0) throw log.error(`images directory ${dir} is not empty (it has ${first})`);
 }
@@ -125,23 +122,15 @@ export function emptyDirectory(dir: string, log: EngineLog): void {
 export function writeImages(dir: string, { image, pages }: DumpedImages, log: EngineLog): void {
   const pagesFile = { format: PAGES_FORMAT, version: IMAGE_VERSION, pid: image.pid, pages };
   for (const [name, value] of [[imageName(image.pid), image], [pagesName(image.pid), pagesFile]]) {
-    const file = join(dir, name as string);
-    try {
-      writeFileSync(file, JSON.stringify(value) + "\n", { mode: 0o600, flag: "wx" });
-    } catch (err) {
-      throw log.error(`cannot write ${file}: ${messageOf(err)}`, err);
-    }
+    const file = join(dir, name as string), text = JSON.stringify(value) + "\n";
+    const write = () => writeFileSync(file, text, { mode: 0o600, flag: "wx" });
+    attempt(log, `cannot write ${file}`, write);
   }
 }
 
 /** The images of the tree of `root` in `dir`, read strictly, each after its parent; not memory. */
 export function readTree(dir: string, root: number, log: EngineLog): ProcessImage[] {
-  let names: string[];
-  try {
-    names = readdirSync(dir);
-  } catch (err) {
-    throw log.error(`cannot read images directory ${dir}: ${messageOf(err)}`, err);
-  }
+  const names = attempt(log, `cannot read images directory ${dir}`, () => readdirSync(dir));
   const byPid = new Map<number, ProcessImage>(), threads = new Map<number, number>();
   const withPages = new Set<number>();
   for (const name of names.sort()) {
@@ -204,13 +193,10 @@ const KINDS = {
 /** The JSON object in `file` and a reader of it, its format and version known (first). */
 function readTagged(file: string, kind: keyof typeof KINDS, log: EngineLog) {
   const [what, format, versions] = KINDS[kind] as readonly [string, string, readonly number[]];
-  let text: string;
-  try {
+  const text = attempt(log, `cannot read the ${what} ${file}`, () => {
     if (!statSync(file).isFile()) throw log.error(`${file} is not a regular file`);
-    text = readFileSync(file, "utf8");
-  } catch (err) {
-    throw failed(err, log, `cannot read the ${what} ${file}`);
-  }
+    return readFileSync(file, "utf8");
+  });
   const parse = new StrictReader((_, reason) => log.error(reason));
   const value = parse.parse(text, `the ${what} ${file}`);
   const read = new StrictReader((_, reason) => log.error(`${file} is corrupt: ${reason}`));
@@ -250,9 +236,13 @@ function readImage(file: string, pid: number, log: EngineLog): ProcessImage {
   return image;
 }
 
-/** `err` as it is, where it is a failure already made; else a failure of `what`, naming it. */
-function failed(err: unknown, log: EngineLog, what: string): Error {
-  return err instanceof EngineError ? err : log.error(`${what}: ${messageOf(err)}`, err);
+/** `fn`'s result; where it throws, the failure it threw, or else a failure of `what`, naming it. */
+function attempt<T>(log: EngineLog, what: string, fn: () => T): T {
+  try {
+    return fn();
+  } catch (err) {
+    throw err instanceof EngineError ? err : log.error(`${what}: ${messageOf(err)}`, err);
+  }
 }
 
 /** An engine's log: lines stamped with the time since the run began (as criu's `(00.123456)`). */

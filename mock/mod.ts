@@ -27,12 +27,8 @@ export { SimulatedGpu, type SimulatedGpuSpec } from "./sim_gpu.ts";
 export { SimulatedProcess } from "./sim_process.ts";
 export type { IpcImport } from "./fields.ts";
 export { type SimulatedCall, SimulatedDriver } from "./sim_driver.ts";
-export {
-  type CriuFault,
-  type CriuOperation,
-  SimulatedCriu,
-  type SimulatedCriuOptions,
-} from "./sim_criu.ts";
+export { type CriuFault, type CriuOperation, SimulatedCriu } from "./sim_criu.ts";
+export type { SimulatedCriuOptions } from "./sim_criu.ts";
 export type { AnswerFault, ExitFault, FaultableOperation, FaultTiming } from "./faults.ts";
 export type { InjectedFault, PendingFault, QueryOperation } from "./faults.ts";
 export { RealClock, type SimClock, type TimerOptions, VirtualClock } from "./clock.ts";

@@ -3,24 +3,11 @@
 import { join } from "node:path";
 import type { DumpedProcess, DumpRequest, EngineProbe } from "../core/engine.ts";
 import type { RestoreRequest, SnapshotEngine } from "../core/engine.ts";
-import {
-  checkAmount,
-  checkChoice,
-  checkFlag,
-  checkFunction,
-  checkInteger,
-} from "../core/options.ts";
-import {
-  checkKeys,
-  checkName,
-  checkSignal,
-  describeValue,
-  MAX_PID,
-  mustBe,
-} from "../core/options.ts";
-import { CHECKPOINTED, emptyDirectory, EngineLog, imageOf, memoryOf } from "./criu_files.ts";
-import { PAGES_NAME, type ProcessImage, readTree, restoredProcess } from "./criu_files.ts";
-import { writeImages } from "./criu_files.ts";
+import { checkAmount, checkChoice, checkFlag, checkFunction } from "../core/options.ts";
+import { checkInteger, checkKeys, checkName, checkSignal } from "../core/options.ts";
+import { describeValue, MAX_PID, mustBe } from "../core/options.ts";
+import { CHECKPOINTED, emptyDirectory, type ProcessImage, restoredProcess } from "./criu_files.ts";
+import { EngineLog, imageOf, memoryOf, PAGES_NAME, readTree, writeImages } from "./criu_files.ts";
 import type { MachineView, SimulatedProcess } from "./sim_process.ts";
 import { CRIU_TIMING, criuImageBytes } from "./timing.ts";
 import { Waits } from "./waits.ts";

@@ -1,13 +1,12 @@
 // The simulated driver: the CUDA checkpoint state machine, its error codes and its timing.
 
-import { CHECKPOINT_MIN_DRIVER_VERSION, CU_RESULTS, CUDA_SUCCESS } from "../core/driver.ts";
+import { CHECKPOINT_MIN_DRIVER_VERSION, CU_RESULTS, formatDriverVersion } from "../core/driver.ts";
+import { CUDA_ERROR_NOT_INITIALIZED, CUDA_ERROR_NOT_READY, CUDA_SUCCESS } from "../core/driver.ts";
 import { CUDA_ERROR_ILLEGAL_STATE, CUDA_ERROR_INVALID_VALUE } from "../core/driver.ts";
-import { CUDA_ERROR_NOT_INITIALIZED, CUDA_ERROR_NOT_READY } from "../core/driver.ts";
 import { CUDA_ERROR_NOT_SUPPORTED, CUDA_ERROR_OPERATING_SYSTEM } from "../core/driver.ts";
-import { CUDA_ERROR_OUT_OF_MEMORY, formatDriverVersion } from "../core/driver.ts";
-import { GPU_PAIRS_MIN_DRIVER_VERSION } from "../core/driver.ts";
-import type { CheckpointDriver, DriverResult } from "../core/driver.ts";
-import type { GpuInfo, GpuPair, LockArgs, RestoreArgs } from "../core/driver.ts";
+import { CUDA_ERROR_OUT_OF_MEMORY, GPU_PAIRS_MIN_DRIVER_VERSION } from "../core/driver.ts";
+import type { CheckpointDriver, DriverResult, GpuInfo, GpuPair } from "../core/driver.ts";
+import type { LockArgs, RestoreArgs } from "../core/driver.ts";
 import { CHECKPOINT_FUNCTIONS } from "../core/calls.ts";
 import { isFinal, memoryOnHost, type Step, stepAllowed, stepFrom, stepTo } from "../core/states.ts";
 import { formatGpuUuid } from "../core/options.ts";
@@ -227,9 +226,7 @@ export class SimulatedDriver implements CheckpointDriver {
       const started = this.#machine.now();
       // The process for a pid or thread id, or the code the real driver gives.
       const proc = Number.isInteger(pid) && pid > 0 ? this.#machine.process(pid) : undefined;
-      const none = proc?.usesCuda === false
-        ? CUDA_ERROR_NOT_INITIALIZED
-        : CUDA_ERROR_OPERATING_SYSTEM;
+      const none = proc ? CUDA_ERROR_NOT_INITIALIZED : CUDA_ERROR_OPERATING_SYSTEM; // none with CUDA
       const missing = `driver ${this.#versionName} has no ${name}; 12.8 (570) has`;
       const answer: Answer = this.missingFunctions.includes(name)
         ? { code: CUDA_ERROR_NOT_SUPPORTED, note: missing }
@@ -327,8 +324,7 @@ export class SimulatedDriver implements CheckpointDriver {
   async #applyFault(proc: SimulatedProcess, op: string, fault: FailFault): Promise<Answer> {
     await this.#after(ok());
     const note = `injected by failNext(${JSON.stringify(op)})`;
-    // The failed state is final.
-    const state = isFinal(proc.state) ? undefined : fault.state;
+    const state = isFinal(proc.state) ? undefined : fault.state; // the failed state is final
     if (state !== undefined && memoryOnHost(state)) proc.moveToHost();
     const back = state !== undefined && !memoryOnHost(state) && !isFinal(state);
     if (back && proc.memoryLocation === "host") {
@@ -372,10 +368,8 @@ export class SimulatedDriver implements CheckpointDriver {
     if (out) return `the mapping leaves out ${out}`;
     const onto = new Map<SimulatedGpu, SimulatedGpu>();
     for (const [from, to] of map) {
-      const other = onto.get(to);
-      if (other) {
-        return `GPUs ${other.index} and ${from.index} are both mapped onto GPU ${to.index}`;
-      }
+      const prev = onto.get(to);
+      if (prev) return `GPUs ${prev.index} and ${from.index} are both mapped onto GPU ${to.index}`;
       onto.set(to, from);
     }
     // The same chip for each GPU it used (NVIDIA's documentation; not measured).

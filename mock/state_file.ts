@@ -95,9 +95,7 @@ export function snapshotSimulator(sim: SimulatedMachine): SimulatorSnapshot {
     })),
     processes: sim.processes.map((p): ProcessSnapshot => {
       const on = p.memoryLocation;
-      const faults = Object.fromEntries(
-        p.pendingFaults.map(({ operation, ...f }) => [operation, f]),
-      );
+      const faults = Object.fromEntries(p.pendingFaults.map(({ operation: op, ...f }) => [op, f]));
       return {
         ...p.fields,
         start: p.start,

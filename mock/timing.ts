@@ -95,9 +95,7 @@ const FIELDS = ["migrationMs", "lockMs", "unlockMs", "queryMs", "rejectMs", "oom
 export function checkTiming(timing: unknown): TimingModel {
   const keys = ["checkpoint", "restore", ...FIELDS, "exitNoticeMs", "refusedMs"] as const;
   const t = checkKeys(timing as TimingModel, "timing", keys);
-  for (const field of [...FIELDS, "exitNoticeMs"] as const) {
-    checkAmount(t[field], `timing.${field}`);
-  }
+  for (const f of [...FIELDS, "exitNoticeMs"] as const) checkAmount(t[f], `timing.${f}`);
   if (t.refusedMs !== undefined) checkAmount(t.refusedMs, "timing.refusedMs");
   for (const kind of ["checkpoint", "restore"] as const) checkCopyTiming(t[kind], `timing.${kind}`);
   return t;
