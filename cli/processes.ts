@@ -52,7 +52,7 @@ export async function runOne(
     report = { pid, operation, ok: false, state, status: "failed", ms, error: e };
   } finally {
     if (step && report) {
-      const { ok, status = "failed" } = report, ms = clock.now() - start;
+      const { ok, status = "failed", ms = 0 } = report;
       progress!.event({ type: "step-end", pid, step, at: 0, ms, ok, rollback: false });
       progress!.event({ type: "process-end", pid, at: 0, status });
     }

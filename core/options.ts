@@ -153,7 +153,8 @@ export function checkLockTimeout(value: unknown, what: string): number {
 export function checkAmount(value: unknown, what: string, positive = false): number {
   const ok = typeof value === "number" && Number.isFinite(value) && value >= 0 &&
     !(positive && value === 0);
-  return ok ? value : mustBe(RangeError, what, `a finite number ${positive ? ">" : ">="} 0`, value);
+  const Err = typeof value === "number" ? RangeError : TypeError;
+  return ok ? value : mustBe(Err, what, `a finite number ${positive ? ">" : ">="} 0`, value);
 }
 
 /** Checks a non-empty string; returns it. */

@@ -267,15 +267,19 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
   }
 
   /**
-   * The sign that `pid` imported CUDA IPC memory: it maps `/dev/shm/cuda.shm.<gpu>.<hex>.<n>`
-   * named after another process (an exporter maps the one named after itself), as every importer
-   * measured on driver 580 did (docs/DRIVER.md, "Processes that share GPU memory"). Else, where it
-   * has libnccl loaded, its environment says it is one of several ranks on this host, and does not
-   * turn both P2P and shared memory off: such jobs were lost on 580 ("NCCL jobs on two GPUs").
+   * The sign that `pid` is an NCCL rank that would be lost on 580 ("NCCL jobs on two GPUs" in
+   * docs/DRIVER.md): it has libnccl loaded, its environment says it is one of several ranks on this
+   * host, and does not turn both P2P and shared memory off. Else, that it imported CUDA IPC memory:
+   * it maps `/dev/shm/cuda.shm.<gpu>.<hex>.<n>` named after another process (an exporter maps the
+   * one named after itself), as every importer measured on driver 580 did ("Processes that share
+   * GPU memory").
    */
   async gpuImport(pid: number): Promise<GpuImport | undefined> {
     const read = (file: string) => this.#reader.read(`${this.#root}/${pid}/${file}`);
     const [maps, status] = await Promise.all([read("maps"), read("status")]).catch(() => ["", ""]);
+    const nccl = /[^/\s]*libnccl\.so[.0-9]*(?= \(deleted\)$|$)/m.exec(maps)?.[0];
+    const rank = nccl && ncclRank(nccl, await read("environ").catch(() => ""));
+    if (rank) return rank;
     // The name carries the exporter's pid as its pid namespace numbers it, as this one's NSpid.
     const own = Number(/^NSpid:\s*([0-9 \t]+)$/m.exec(status)?.[1].trim().split(/\s+/).at(-1));
     for (const m of maps.matchAll(/\/dev\/shm\/(cuda\.shm\.[0-9]+\.([0-9a-f]+)\.[0-9]+)$/gm)) {
@@ -284,21 +288,7 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
         return { exporter, sign: `it maps /dev/shm/${m[1]}, named after process ${exporter}` };
       }
     }
-    const nccl = /[^/\s]*libnccl[^/\s]*\.so[^/\s]*$/m.exec(maps)?.[0];
-    if (!nccl) return undefined;
-    const env = new Map(
-      (await read("environ").catch(() => "")).split("\0")
-        .map((v) => [v.slice(0, v.indexOf("=")), v.slice(v.indexOf("=") + 1)]),
-    );
-    // The ranks on this host as torchrun, Open MPI, MPICH tell them; else all of them.
-    const size = ["LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "WORLD_SIZE"]
-      .find((name) => env.has(name));
-    const ranks = size ? Number.parseInt(env.get(size)!) : 0;
-    const off = (name: string) => Number.parseInt(env.get(name) ?? "") > 0;
-    if (!(ranks > 1) || (off("NCCL_P2P_DISABLE") && off("NCCL_SHM_DISABLE"))) return undefined;
-    const sign = `it has ${nccl} loaded, ${size}=${ranks} in its environment, and not both ` +
-      `NCCL_P2P_DISABLE=1 and NCCL_SHM_DISABLE=1`;
-    return { ncclRanks: ranks, sign };
+    return undefined;
   }
 
   /**
@@ -423,4 +413,27 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
       };
     }
   }
+}
+
+/**
+ * The sign of an NCCL rank (`lib` loaded) that its environment (`environ`, NUL-separated) says is
+ * one of several on this host, P2P or shared memory on (NCCL turns each off at exactly 1).
+ */
+function ncclRank(lib: string, environ: string): GpuImport | undefined {
+  const env = new Map<string, string>(); // a name given twice: the first, as getenv reads it
+  for (const v of environ.split("\0").reverse()) {
+    env.set(v.split("=", 1)[0], v.slice(v.indexOf("=") + 1));
+  }
+  // The ranks on this host as torchrun, Open MPI, MPICH, PMIx tell them; else all of them.
+  const local = "LOCAL_WORLD_SIZE OMPI_COMM_WORLD_LOCAL_SIZE MPI_LOCALNRANKS PMIX_LOCAL_SIZE"
+    .split(" ").find((name) => env.get(name));
+  const size = local ?? (env.get("WORLD_SIZE") ? "WORLD_SIZE" : undefined);
+  const ranks = size ? Number.parseInt(env.get(size)!) : 0;
+  const on = (name: string) => Number.parseInt(env.get(name) ?? "") !== 1;
+  const missing = ["NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE"].filter(on);
+  if (!(ranks > 1) || missing.length === 0) return undefined;
+  const where = local ? "" : " (no count of the ranks on this host: all taken as here)";
+  const sign = `it has ${lib} loaded, ${size}=${ranks} in its environment${where}, without ` +
+    missing.map((name) => `${name}=1`).join(" and ");
+  return { ncclRanks: ranks, sign };
 }

@@ -78,23 +78,50 @@ describe("gpuImport: an NCCL rank with others on this host, P2P or shared memory
       "/proc/3100/status": status(3100),
       "/proc/3100/environ": ["PATH=/usr/bin", ...env, ""].join("\0"),
     });
-  const sign = (size: string) =>
-    `it has libnccl.so.2 loaded, ${size} in its environment, and not both NCCL_P2P_DISABLE=1 ` +
-    `and NCCL_SHM_DISABLE=1`;
+  const sign = (size: string, without: string, where = "") =>
+    `it has libnccl.so.2 loaded, ${size} in its environment${where}, without ${without}`;
+  const BOTH = "NCCL_P2P_DISABLE=1 and NCCL_SHM_DISABLE=1";
+  const ALL_HERE = " (no count of the ranks on this host: all taken as here)";
 
-  test("NCCL's defaults, or one transport of the two still on: a sign, naming the ranks", async () => {
+  test("NCCL's defaults, or one transport of the two still on: a sign naming the ranks and what is missing", async () => {
     for (
-      const [env, size] of [
-        [["WORLD_SIZE=2", "RANK=1"], "WORLD_SIZE=2"],
-        [["WORLD_SIZE=16", "LOCAL_WORLD_SIZE=8", "NCCL_CUMEM_ENABLE=0"], "LOCAL_WORLD_SIZE=8"],
-        [["OMPI_COMM_WORLD_LOCAL_SIZE=4", "NCCL_P2P_DISABLE=1"], "OMPI_COMM_WORLD_LOCAL_SIZE=4"],
-        [["MPI_LOCALNRANKS=2", "NCCL_SHM_DISABLE=1", "NCCL_P2P_DISABLE=0"], "MPI_LOCALNRANKS=2"],
+      const [env, size, without, where] of [
+        [["WORLD_SIZE=2", "RANK=1"], "WORLD_SIZE=2", BOTH, ALL_HERE],
+        [
+          ["WORLD_SIZE=16", "LOCAL_WORLD_SIZE=8", "NCCL_CUMEM_ENABLE=0"],
+          "LOCAL_WORLD_SIZE=8",
+          BOTH,
+        ],
+        [
+          ["OMPI_COMM_WORLD_LOCAL_SIZE=4", "NCCL_P2P_DISABLE=1"],
+          "OMPI_COMM_WORLD_LOCAL_SIZE=4",
+          "NCCL_SHM_DISABLE=1",
+        ],
+        [["MPI_LOCALNRANKS=2", "NCCL_SHM_DISABLE=1"], "MPI_LOCALNRANKS=2", "NCCL_P2P_DISABLE=1"],
+        // NCCL turns a transport off at exactly 1: 2 leaves both on.
+        [
+          ["PMIX_LOCAL_SIZE=2", "NCCL_P2P_DISABLE=2", "NCCL_SHM_DISABLE=2"],
+          "PMIX_LOCAL_SIZE=2",
+          BOTH,
+        ],
       ] as const
     ) {
       await using h = rank([...env]);
       const ranks = Number(size.split("=")[1]);
-      assert.deepEqual(await h.gpuImport(3100), { ncclRanks: ranks, sign: sign(size) }, size);
+      const expected = { ncclRanks: ranks, sign: sign(size, without, where ?? "") };
+      assert.deepEqual(await h.gpuImport(3100), expected, size);
     }
+  });
+
+  test("a library replaced on disk meanwhile, and a rank that also maps a peer's cuda.shm file: the rank's sign", async () => {
+    await using deleted = rank(["WORLD_SIZE=2"], NVIDIA + NCCL.replace("\n", " (deleted)\n"));
+    assert.equal((await deleted.gpuImport(3100))?.ncclRanks, 2);
+    // NCCL's own legacy IPC: the refusal to give is the rank's, which holds on every driver.
+    await using both = rank(["LOCAL_WORLD_SIZE=2"], NVIDIA + NCCL + shm(3101));
+    assert.deepEqual(await both.gpuImport(3100), {
+      ncclRanks: 2,
+      sign: sign("LOCAL_WORLD_SIZE=2", BOTH),
+    });
   });
 
   test("P2P and shared memory both off, one rank on this host, or no NCCL loaded: none", async () => {
@@ -111,6 +138,9 @@ describe("gpuImport: an NCCL rank with others on this host, P2P or shared memory
     }
     await using torchOnly = rank(["WORLD_SIZE=2"], NVIDIA);
     assert.equal(await torchOnly.gpuImport(3100), undefined, "libnccl not loaded");
+    const plugin = "7f30 r-xp 00000000 00:1b 78 /opt/aws-ofi-nccl/lib/libnccl-net.so\n";
+    await using pluginOnly = rank(["WORLD_SIZE=2"], NVIDIA + plugin);
+    assert.equal(await pluginOnly.gpuImport(3100), undefined, "a network plugin is not NCCL");
   });
 });
 

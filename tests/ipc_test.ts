@@ -174,7 +174,7 @@ describe("a checkpoint of an importer is refused before any step", () => {
 
 describe("NCCL ranks with others on this host, P2P or shared memory on: refused too", () => {
   // The Linux host's sign of such a rank (tests/host_signs_test.ts), given here to the simulator's.
-  const sign = "it has libnccl.so.2 loaded, WORLD_SIZE=2 in its environment, and not both " +
+  const sign = "it has libnccl.so.2 loaded, LOCAL_WORLD_SIZE=2 in its environment, without " +
     "NCCL_P2P_DISABLE=1 and NCCL_SHM_DISABLE=1";
   function ranks(release = "580.159.04") {
     const sim = new SimulatedMachine({ gpus: 2 });

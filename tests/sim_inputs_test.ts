@@ -63,7 +63,7 @@ describe("SimulatedMachine options", () => {
 
 describe("spawn and process inputs", () => {
   const sim = new SimulatedMachine({ gpus: 2 });
-  const rows: [string, () => unknown, RegExp][] = [
+  const rows: [string, () => unknown, RegExp | ((e: Error) => boolean)][] = [
     ["gpu [0, 0]", () => sim.spawn({ gpu: [0, 0] }), /spawn: gpu lists GPU 0 twice/],
     [
       "gpu 2",
@@ -90,6 +90,13 @@ describe("spawn and process inputs", () => {
       "memoryMiB NaN",
       () => sim.spawn({ memoryMiB: NaN }),
       /spawn: memoryMiB must be a finite number >= 0, got NaN/,
+    ],
+    [
+      'memoryMiB "16" (a TypeError: no number at all)',
+      () => sim.spawn({ memoryMiB: "16" as unknown as number }),
+      (e: Error) =>
+        e instanceof TypeError &&
+        /memoryMiB must be a finite number >= 0, got "16"/.test(e.message),
     ],
     [
       "memory without CUDA",

@@ -121,7 +121,7 @@ for env in "WORLD_SIZE=2" "LOCAL_WORLD_SIZE=4 WORLD_SIZE=8 NCCL_P2P_DISABLE=1" \
   torch_rank $env || { verdict FAIL "nccl $env: the process did not start: $(tail -3 "$bin/rank.out")"; continue; }
   if ! grep -q 'libnccl[^/]*\.so' "/proc/$N/maps"; then
     verdict SKIP "nccl $env: this PyTorch does not load libnccl as a library of its own"
-  elif [[ $env != *SHM_DISABLE=1* && $env != LOCAL_WORLD_SIZE=1* ]]; then
+  elif [[ $env != *SHM_DISABLE=1* && $env != "LOCAL_WORLD_SIZE=1 "* ]]; then
     said=$(timeout 60 "${CK[@]}" --toggle --pid "$N" 2>&1)
     rc=$?
     echo "   ours --toggle: exit $rc: $(head -c 400 <<<"$said")"
