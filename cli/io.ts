@@ -172,14 +172,7 @@ export function programIo(): ProgramIo {
       exit: host.exit,
     },
   };
-  return {
-    args: host.args,
-    io,
-    async exit(code) {
-      await host.flushed();
-      host.exit(code);
-    },
-  };
+  return { args: host.args, io, exit: (code) => host.flushed().then(() => host.exit(code)) };
 }
 
 /** What the program takes of its runtime, Deno or Bun. */

@@ -12,16 +12,8 @@
 
 import type { GpuPair } from "./driver.ts";
 import { messageOf, RefusedError } from "./errors.ts";
-import {
-  type GpuMemoryReport,
-  type HeldRecord,
-  type HeldRecords,
-  type HostProcesses,
-  MemoryHeldRecords,
-  type ProcessIdentity,
-  sameProcess,
-  withoutClaim,
-} from "./host.ts";
+import type { GpuMemoryReport, HeldRecord, HeldRecords, HostProcesses } from "./host.ts";
+import { MemoryHeldRecords, type ProcessIdentity, sameProcess, withoutClaim } from "./host.ts";
 import { formatGpuUuid } from "./options.ts";
 
 /** Where a restore would not fit: what {@link GpuRoomError} carries. */

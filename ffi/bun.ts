@@ -3,13 +3,8 @@
 // unless `callingThread`). The C library is opened as libc.so.6, which the loader finds loaded.
 
 import process from "node:process";
-import {
-  type FfiAdapter,
-  type FfiLibrary,
-  type FfiTable,
-  linkPointers,
-  type NativeCall,
-} from "./adapter.ts";
+import type { FfiAdapter, FfiLibrary, FfiTable, NativeCall } from "./adapter.ts";
+import { linkPointers } from "./adapter.ts";
 import { WorkerPool } from "./bun_pool.ts";
 import { workerScript } from "../os/worker_script.ts";
 import { type BunFfi, type BunLibrary, importBunFfi } from "./bun_types.ts";

@@ -3,14 +3,8 @@
 // and its copies of the buffers; asked to close, it closes its libraries and ends.
 
 import { linkPointers } from "./adapter.ts";
-import {
-  type BunFfi,
-  type BunLibrary,
-  importBunFfi,
-  type WorkerClose,
-  type WorkerReply,
-  type WorkerRequest,
-} from "./bun_types.ts";
+import type { BunFfi, BunLibrary, WorkerClose, WorkerReply, WorkerRequest } from "./bun_types.ts";
+import { importBunFfi } from "./bun_types.ts";
 
 /** The worker's global scope, as far as it is used here (typed for both Deno and Bun checkers). */
 interface WorkerScope {
@@ -27,10 +21,7 @@ const opened = new Map<string, BunLibrary>();
 function call(ffi: BunFfi, req: WorkerRequest): WorkerReply {
   const key = `${req.path}\0${req.symbol}`;
   let lib = opened.get(key);
-  if (!lib) {
-    lib = ffi.dlopen(req.path, { [req.symbol]: req.definition });
-    opened.set(key, lib);
-  }
+  if (!lib) opened.set(key, lib = ffi.dlopen(req.path, { [req.symbol]: req.definition }));
   linkPointers(req, (buf) => BigInt(ffi.ptr(buf)));
   const code = Number(lib.symbols[req.symbol](...req.args));
   // The link targets stay reachable (in `req`) up to here, past the synchronous call that reads them.

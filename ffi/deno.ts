@@ -81,9 +81,7 @@ function pointer(address: bigint): NonNullable<ReturnType<DenoApi["UnsafePointer
 /** An environment variable where permission is granted (so none prompts); else `NotCapable`. */
 function readEnv(name: string): string | undefined {
   const status = Deno.permissions.querySync({ name: "env", variable: name });
-  if (status.state !== "granted") {
-    throw new Deno.errors.NotCapable(`no permission to read ${name}`);
-  }
+  if (status.state !== "granted") throw new Deno.errors.NotCapable(`no permission to read ${name}`);
   return Deno.env.get(name);
 }
 

@@ -21,24 +21,12 @@ import type {
 } from "../core/driver.ts";
 import { checkFlag, checkInteger, formatGpuUuid } from "../core/options.ts";
 import { Slots } from "../core/time.ts";
-import {
-  cText,
-  type FfiAdapter,
-  type FfiLibrary,
-  type NativeArg,
-  nativeBuffer,
-  type NativeLink,
-  readInt,
-} from "./adapter.ts";
+import type { FfiAdapter, FfiLibrary, NativeArg, NativeLink } from "./adapter.ts";
+import { cText, nativeBuffer, readInt } from "./adapter.ts";
 import { findLibcuda, openCandidate } from "./find.ts";
 import { runtimeAdapter } from "./runtime.ts";
-import {
-  CUUUID_SIZE,
-  encodeGpuPairs,
-  encodeLockArgs,
-  encodeRestoreArgs,
-  RESTORE_ARGS_PAIRS_OFFSET,
-} from "./structs.ts";
+import { CUUUID_SIZE, encodeGpuPairs, encodeLockArgs, encodeRestoreArgs } from "./structs.ts";
+import { RESTORE_ARGS_PAIRS_OFFSET } from "./structs.ts";
 import { CHECKPOINT_SYMBOL_NAMES, CUDA_SYMBOLS, type CudaSymbolName } from "./symbols.ts";
 
 /** `CUDA_ERROR_STUB_LIBRARY`: every call of the toolkit's link-only stub `libcuda.so` fails so. */

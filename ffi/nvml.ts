@@ -6,14 +6,8 @@
 
 import type { GpuMemory, GpuMemoryReport } from "../core/host.ts";
 import { formatGpuUuid, parseGpuUuid } from "../core/options.ts";
-import {
-  cText,
-  type FfiAdapter,
-  type FfiLibrary,
-  type NativeArg,
-  nativeBuffer,
-  readInt,
-} from "./adapter.ts";
+import type { FfiAdapter, FfiLibrary, NativeArg } from "./adapter.ts";
+import { cText, nativeBuffer, readInt } from "./adapter.ts";
 import { LIBCUDA_SEARCH_PATHS, LIBCUDA_SONAME, openCandidate, reasonOf } from "./find.ts";
 import { type CudaForeignFunction, MAY_LACK, WAITS } from "./symbols.ts";
 

@@ -16,14 +16,8 @@ import { lstat, mkdir, readdir, readFile, readlink, rename, rm, stat } from "nod
 import { availableParallelism } from "node:os";
 import path from "node:path";
 import process from "node:process";
-import {
-  type DumpedProcess,
-  type DumpRequest,
-  EngineError,
-  type EngineProbe,
-  type RestoreRequest,
-  type SnapshotEngine,
-} from "../core/engine.ts";
+import type { DumpedProcess, DumpRequest, EngineProbe } from "../core/engine.ts";
+import { EngineError, type RestoreRequest, type SnapshotEngine } from "../core/engine.ts";
 import { messageOf } from "../core/errors.ts";
 import { mustBe } from "../core/options.ts";
 import { olderVersion } from "../core/version.ts";

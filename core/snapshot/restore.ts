@@ -24,18 +24,8 @@ import { olderVersion } from "../version.ts";
 import type { SnapshotStore } from "./store.ts";
 import { openSnapshot } from "./layout.ts";
 import type { Manifest, ManifestProcess, ManifestTree } from "./manifest.ts";
-import {
-  bytesOf,
-  checkDir,
-  checkProgress,
-  firstError,
-  groupFailure,
-  heldMiB,
-  prerequisite,
-  Run,
-  type SnapshotEvent,
-  started,
-} from "./run.ts";
+import { bytesOf, checkDir, checkProgress, firstError, groupFailure, heldMiB } from "./run.ts";
+import { prerequisite, Run, type SnapshotEvent, started } from "./run.ts";
 import { checkPidsFree, treesNow, untilFree, usesOf, watchHeld } from "./trees.ts";
 
 /** Options of `restoreSnapshot`. */

@@ -23,17 +23,8 @@ import { VERSION } from "../version.ts";
 import { SnapshotWriter, TRACE_FILE } from "./layout.ts";
 import { type Manifest, MANIFEST_FORMAT } from "./manifest.ts";
 import type { SnapshotFile } from "./store.ts";
-import {
-  bytesOf,
-  checkDir,
-  checkProgress,
-  firstError,
-  groupFailure,
-  heldMiB,
-  prerequisite,
-  Run,
-  type SnapshotEvent,
-} from "./run.ts";
+import { bytesOf, checkDir, checkProgress, firstError, groupFailure, heldMiB } from "./run.ts";
+import { prerequisite, Run, type SnapshotEvent } from "./run.ts";
 import { asDumped, checkDisjoint, describeGpus, describeTree, endTrees } from "./trees.ts";
 
 /** Options of `snapshot`. */
