@@ -211,7 +211,8 @@ function readTagged(file: string, kind: keyof typeof KINDS, log: EngineLog) {
 function readImage(file: string, pid: number, log: EngineLog): ProcessImage {
   const { read, v: tagged } = readTagged(file, "image", log);
   const inline = tagged.version === INLINE_MEMORY_VERSION;
-  const v = read.object(tagged, "", FIELDS, [...inline ? ["memory"] : [], "ipcImport", "tcp"]);
+  const optional = [...inline ? ["memory"] : [], "ipcImport", "nccl", "tcp"];
+  const v = read.object(tagged, "", FIELDS, optional);
   if (v.pid !== pid) read.fail("pid", `${pid}, as its name says`, v.pid);
   const fields = readFields(read, v, "", pid, MAX_PID);
   const { threads, cuda, memoryMiB } = fields;

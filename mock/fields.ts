@@ -16,6 +16,8 @@ export interface ProcessFields {
   memoryMiB: number;
   /** GPU memory it opened from another process through CUDA IPC, where it did. */
   ipcImport?: IpcImport;
+  /** The NCCL rank it is, where it is one. */
+  nccl?: NcclRank;
   /** A TCP socket it holds, where it holds one. */
   tcp?: "listening" | "established";
 }
@@ -33,8 +35,24 @@ export interface IpcImport {
   readonly through: "legacy" | "cumem" | "fd";
 }
 
+/** An NCCL rank, as its environment tells (`SpawnOptions.nccl`). */
+export interface NcclRank {
+  /** The ranks of its job on its host. */
+  readonly localRanks: number;
+  /** Whether NCCL's P2P transport is off (`NCCL_P2P_DISABLE=1`). */
+  readonly p2pDisable: boolean;
+  /** Whether NCCL's shared-memory transport is off (`NCCL_SHM_DISABLE=1`). */
+  readonly shmDisable: boolean;
+}
+
+/** Whether a rank shares memory with another on its host, so that on 580 it never restores. */
+export const sharesMemory = (n: NcclRank | undefined): boolean =>
+  n !== undefined && n.localRanks > 1 && !(n.p2pDisable && n.shmDisable);
+
 /** Each way of opening another process's memory ({@link IpcImport.through}). */
 export const IPC_KINDS = ["legacy", "cumem", "fd"] as const;
+/** The keys of an {@link NcclRank}. */
+export const NCCL_KEYS = ["localRanks", "p2pDisable", "shmDisable"] as const;
 /** Each TCP socket a process may hold. */
 export const TCP_STATES = ["listening", "established"] as const;
 
@@ -71,10 +89,16 @@ export function readFields(
     const exporter = read.integer(o.exporter, field("ipcImport.exporter"), 1, MAX_PID);
     ipcImport = { exporter, through: through as IpcImport["through"] };
   }
+  const rank = v.nccl === undefined ? undefined : read.object(v.nccl, field("nccl"), NCCL_KEYS);
+  const flag = (k: string) => read.boolean(rank![k], field(`nccl.${k}`));
+  const nccl = rank && {
+    localRanks: read.integer(rank.localRanks, field("nccl.localRanks"), 1, 1 << 20),
+    ...{ p2pDisable: flag("p2pDisable"), shmDisable: flag("shmDisable") },
+  };
   const tcp = v.tcp as ProcessFields["tcp"];
   if (tcp !== undefined && tcp !== "listening" && tcp !== "established") {
     read.fail(field("tcp"), '"listening" or "established"', tcp);
   }
-  const more = { ...ipcImport && { ipcImport }, ...tcp !== undefined && { tcp } };
+  const more = { ...ipcImport && { ipcImport }, ...nccl && { nccl }, ...tcp && { tcp } };
   return { pid, parent, threads, command, cuda, libcuda, inspectable, memoryMiB, ...more };
 }

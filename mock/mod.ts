@@ -25,7 +25,7 @@
 export { SimulatedMachine, type SimulatedMachineOptions, type SpawnOptions } from "./simulator.ts";
 export { SimulatedGpu, type SimulatedGpuSpec } from "./sim_gpu.ts";
 export { SimulatedProcess } from "./sim_process.ts";
-export type { IpcImport } from "./fields.ts";
+export type { IpcImport, NcclRank } from "./fields.ts";
 export { type SimulatedCall, SimulatedDriver } from "./sim_driver.ts";
 export { type CriuFault, type CriuOperation, SimulatedCriu } from "./sim_criu.ts";
 export type { SimulatedCriuOptions } from "./sim_criu.ts";

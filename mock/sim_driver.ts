@@ -11,6 +11,7 @@ import { CHECKPOINT_FUNCTIONS } from "../core/calls.ts";
 import { isFinal, memoryOnHost, type Step, stepAllowed, stepFrom, stepTo } from "../core/states.ts";
 import { formatGpuUuid } from "../core/options.ts";
 import { gpusSeenBy } from "./criu_files.ts";
+import { sharesMemory } from "./fields.ts";
 import type { FaultableOperation, PendingFault, QueryOperation } from "./faults.ts";
 import type { SimulatedGpu } from "./sim_gpu.ts";
 import type { MachineView, SimulatedProcess } from "./sim_process.ts";
@@ -138,6 +139,12 @@ export class SimulatedDriver implements CheckpointDriver {
       return this.#call("restore", pid, codeOf, () => this.#after(refused));
     }
     return this.#transition("restore", pid, async (proc, run) => {
+      if (sharesMemory(proc.nccl)) {
+        // Two H200s, driver 580.159.04: such ranks checkpoint, then every restore fails, `operation
+        // not supported` with NCCL's defaults (docs/DRIVER.md, "NCCL jobs on two GPUs").
+        await run.sleep(70);
+        return { code: CUDA_ERROR_NOT_SUPPORTED, note: "it shares GPU memory with NCCL ranks" };
+      }
       const imported = proc.ipcImport;
       if (imported) {
         // Driver 580.159.04, one H200: an importer of CUDA IPC memory checkpoints, then its every

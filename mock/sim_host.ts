@@ -3,6 +3,7 @@
 import type { HostProcesses, PidUse } from "../core/host.ts";
 import { sameProcess } from "../core/host.ts";
 import type { MachineView, SimulatedProcess } from "./sim_process.ts";
+import { type NcclRank, sharesMemory } from "./fields.ts";
 
 /** The simulated machine `m` as a host; its `self` is the machine's `selfPid`. */
 export function simulatedHost(m: MachineView): HostProcesses {
@@ -52,6 +53,8 @@ export function simulatedHost(m: MachineView): HostProcesses {
     // The sign of an import of CUDA IPC memory, as the Linux host reads it (none for `fd`).
     gpuImport: (pid) =>
       m.instantly("read a process's maps", () => {
+        const rank = m.process(pid)?.nccl;
+        if (sharesMemory(rank)) return { ncclRanks: rank!.localRanks, sign: rankSign(rank!) };
         const imported = m.process(pid)?.ipcImport;
         if (!imported || imported.through === "fd") return undefined;
         const file = `cuda.shm.0.${imported.exporter.toString(16)}.1`;
@@ -72,4 +75,11 @@ export function simulatedHost(m: MachineView): HostProcesses {
         return { hostname: "simulated", kernel: "6.8.0-simulated", ...release };
       }),
   };
+}
+
+/** The sign the Linux host reads of such a rank, started by torchrun. */
+function rankSign({ localRanks, p2pDisable, shmDisable }: NcclRank): string {
+  const missing = [p2pDisable ? "" : "NCCL_P2P_DISABLE=1", shmDisable ? "" : "NCCL_SHM_DISABLE=1"];
+  return `it has libnccl.so.2 loaded, LOCAL_WORLD_SIZE=${localRanks} in its environment, ` +
+    `without ${missing.filter(Boolean).join(" and ")}`;
 }

@@ -4,7 +4,7 @@ import { cudaRuns, INITIAL_STATE, isFinal, memoryOnHost } from "../core/states.t
 import { type ProcessState, stateName, stateNumber as numberOfState } from "../core/states.ts";
 import type { MemoryHeldRecords } from "../core/host.ts";
 import { checkAmount, mustBe } from "../core/options.ts";
-import type { IpcImport, ProcessFields } from "./fields.ts";
+import type { IpcImport, NcclRank, ProcessFields } from "./fields.ts";
 import { type AnswerFault, checkFault, type ExitFault, type FaultableOperation } from "./faults.ts";
 import { FaultPlan, type FaultTiming, type InjectedFault, type PendingFault } from "./faults.ts";
 import type { QueryOperation } from "./faults.ts";
@@ -80,6 +80,8 @@ export class SimulatedProcess {
   readonly libcudaLoaded: boolean;
   /** GPU memory it imported from another process (CUDA IPC), where it did. */
   readonly ipcImport: IpcImport | undefined;
+  /** The NCCL rank it is, where it is one (`SpawnOptions.nccl`). */
+  readonly nccl: NcclRank | undefined;
   /** A TCP socket it holds (criu dumps an established one only when told), where it holds one. */
   readonly tcp: "listening" | "established" | undefined;
   /** @internal the GPUs it has or had memory on */
@@ -123,6 +125,7 @@ export class SimulatedProcess {
     this.inspectable = made.inspectable;
     this.libcudaLoaded = made.libcuda;
     this.ipcImport = made.ipcImport;
+    this.nccl = made.nccl;
     this.tcp = made.tcp;
     this.#parent = made.parent;
     this.start = made.start;
@@ -304,8 +307,8 @@ export class SimulatedProcess {
   /** @internal what makes it, as the state file and criu's images keep it */
   get fields(): ProcessFields {
     const { pid, parent, command, inspectable, memoryMiB, usesCuda: cuda, ipcImport, tcp } = this;
-    const threads = [...this.threads], libcuda = this.libcudaLoaded;
-    const more = { ...ipcImport && { ipcImport }, ...tcp && { tcp } };
+    const threads = [...this.threads], libcuda = this.libcudaLoaded, nccl = this.nccl;
+    const more = { ...ipcImport && { ipcImport }, ...nccl && { nccl }, ...tcp && { tcp } };
     return { pid, parent, threads, command, cuda, libcuda, inspectable, memoryMiB, ...more };
   }
 

@@ -13,7 +13,7 @@ import { SimulatedDriver } from "./sim_driver.ts";
 import { makeGpus, type SimulatedGpu, type SimulatedGpuSpec } from "./sim_gpu.ts";
 import { simulatedHost } from "./sim_host.ts";
 import { SimulatedProcess } from "./sim_process.ts";
-import { IPC_KINDS, type IpcImport, TCP_STATES } from "./fields.ts";
+import { IPC_KINDS, type IpcImport, NCCL_KEYS, TCP_STATES } from "./fields.ts";
 import { checkTiming, CRIU_TIMING, timingForChip, type TimingModel } from "./timing.ts";
 import { CopyLink } from "./waits.ts";
 
@@ -59,6 +59,13 @@ export interface SpawnOptions {
    * restores, as on driver 580.
    */
   ipcImport?: { exporter: number; through?: "legacy" | "cumem" | "fd" };
+  /**
+   * An NCCL rank of a job with `localRanks` ranks on this host, started with NCCL's P2P or
+   * shared-memory transport off (`p2pDisable`, `shmDisable`: `NCCL_P2P_DISABLE=1`...) or on (the
+   * default). With more ranks than one and either on, it shows the sign the Linux host reads of its
+   * environment (docs/API.md#jobs), and a checkpoint of it never restores, as on driver 580.
+   */
+  nccl?: { localRanks: number; p2pDisable?: boolean; shmDisable?: boolean };
   /** A TCP socket it holds: criu dumps an `established` one only when told (`tcpEstablished`). */
   tcp?: "listening" | "established";
 }
@@ -167,7 +174,7 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
     this.#throwIfClosed("spawn a process");
     const o = checkKeys(options, "spawn options", [
       ...["memoryMiB", "gpu", "cuda", "extraThreads"] as const,
-      ...["command", "inspectable", "libcuda", "parent", "ipcImport", "tcp"] as const,
+      ...["command", "inspectable", "libcuda", "parent", "ipcImport", "nccl", "tcp"] as const,
     ]);
     // The parent, a live process (0 for none).
     const parent = o.parent === undefined || o.parent === 0
@@ -203,10 +210,16 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
       const through = checkChoice(or(i.through, "legacy"), "spawn: ipcImport.through", IPC_KINDS);
       ipcImport = { exporter, through };
     }
+    const n = o.nccl && checkKeys(o.nccl, "spawn: nccl", NCCL_KEYS);
+    const nccl = n && {
+      localRanks: checkInteger(n.localRanks, "spawn: nccl.localRanks", 1, 1 << 20),
+      p2pDisable: checkFlag(n.p2pDisable, "spawn: nccl.p2pDisable", false),
+      shmDisable: checkFlag(n.shmDisable, "spawn: nccl.shmDisable", false),
+    };
     const tcp = o.tcp === undefined ? undefined : checkChoice(o.tcp, "spawn: tcp", TCP_STATES);
     const proc = new SimulatedProcess(this, { // its GPU memory taken if it fits
       ...{ pid, threads, memoryMiB, gpus, cuda, command, inspectable, libcuda, parent, ipcImport },
-      ...{ tcp, start: this.#nextStart },
+      ...{ nccl, tcp, start: this.#nextStart },
     });
     const short = cuda ? proc.claimOn(gpus) : undefined;
     if (short) throw new RangeError(`spawn: ${short}`);

@@ -148,7 +148,7 @@ export function loadSimulator(
 const PROCESS_FIELDS =
   "pid parent start threads restoreThreadId command cuda libcuda inspectable state gpus memoryMiB"
     .split(" ");
-const OPTIONAL_FIELDS = ["memory", "faults", "restoreRefused", "stopped", "ipcImport", "tcp"];
+const OPTIONAL_FIELDS = "memory faults restoreRefused stopped ipcImport nccl tcp".split(" ");
 
 /** What reading a snapshot knows so far: its reader, GPUs, bounds, and the ids seen. */
 type Seen = Record<"threads" | "pids" | "starts", Set<number>>;

@@ -173,24 +173,37 @@ describe("a checkpoint of an importer is refused before any step", () => {
 });
 
 describe("NCCL ranks with others on this host, P2P or shared memory on: refused too", () => {
-  // The Linux host's sign of such a rank (tests/host_signs_test.ts), given here to the simulator's.
-  const sign = "it has libnccl.so.2 loaded, LOCAL_WORLD_SIZE=2 in its environment, without " +
-    "NCCL_P2P_DISABLE=1 and NCCL_SHM_DISABLE=1";
-  function ranks(release = "580.159.04") {
+  // Two ranks of one job on two GPUs, as the simulator models them (SpawnOptions.nccl).
+  function ranks(
+    nccl: { p2pDisable?: boolean; shmDisable?: boolean } = {},
+    release = "580.159.04",
+  ) {
     const sim = new SimulatedMachine({ gpus: 2 });
-    const pids = [0, 1].map((gpu) => sim.spawn({ memoryMiB: 512, gpu }).pid);
-    const host = hostWith(sim.host, {
-      gpuImport: (pid: number) =>
-        Promise.resolve(pids.includes(pid) ? { ncclRanks: 2, sign } : undefined),
-      facts: () => Promise.resolve({ hostname: "h", kernel: "k", driverRelease: release }),
-    });
-    return { sim, pids, machine: machineWith(sim, { host }) };
+    const pids = [0, 1].map((gpu) =>
+      sim.spawn({ memoryMiB: 512, gpu, nccl: { localRanks: 2, ...nccl } }).pid
+    );
+    const facts = () => Promise.resolve({ hostname: "h", kernel: "k", driverRelease: release });
+    return { sim, pids, machine: machineWith(sim, { host: hostWith(sim.host, { facts }) }) };
   }
+  const sign = (without: string) =>
+    `it has libnccl.so.2 loaded, LOCAL_WORLD_SIZE=2 in its environment, without ${without}`;
+
+  test("the simulator shows the sign the Linux host reads, and loses such a rank once checkpointed", async () => {
+    const { sim, pids: [rank] } = ranks({ p2pDisable: true });
+    assert.deepEqual(await sim.host.gpuImport!(rank), {
+      ncclRanks: 2,
+      sign: sign("NCCL_SHM_DISABLE=1"),
+    });
+    assert.equal(await sim.driver.lock(rank, null), 0);
+    assert.equal(await sim.driver.checkpoint(rank), 0);
+    assert.equal(await sim.driver.restore(rank, null), CUDA_ERROR_NOT_SUPPORTED);
+    assert.equal(sim.process(rank)!.state, "checkpointed");
+  });
 
   test("a job of the two is refused before any step, saying how to start one that comes back", async () => {
-    // On 610 too: it restores CUDA IPC memory of a job it launched, not NCCL's shareable handles.
+    // On 610 too: its IPC support is for processes its own launcher started, and not measured.
     for (const release of ["580.159.04", "610.12"]) {
-      const { sim, pids, machine } = ranks(release);
+      const { sim, pids, machine } = ranks({}, release);
       const result = await runGroup("suspend", pids, { machine, job: true });
       assert.equal(result.ok, false);
       const error = result.processes.map((p) => p.error).find((e) => e instanceof RefusedError);
@@ -198,15 +211,26 @@ describe("NCCL ranks with others on this host, P2P or shared memory on: refused 
       assert.match(
         error!.message,
         new RegExp(
-          `${sign}: its job's ranks on this host share memory through NCCL's P2P or shared-memory ` +
-            `transport, .* start every rank with NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1, or pass ` +
-            `allowIpcImport`,
+          `${sign("NCCL_P2P_DISABLE=1 and NCCL_SHM_DISABLE=1")}: its job's ranks on this host ` +
+            `share memory through NCCL's P2P or shared-memory transport, .* start every rank ` +
+            `with NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1, or pass allowIpcImport`,
         ),
       );
       noStep(sim);
-      const allowed = await runGroup("suspend", pids, { machine, job: true, allowIpcImport: true });
-      assert.equal(allowed.ok, true, release);
     }
+  });
+
+  test("both transports off, or one rank on the host: suspended and resumed as any job", async () => {
+    const off = ranks({ p2pDisable: true, shmDisable: true });
+    assert.equal((await runGroup("suspend", off.pids, { machine: off.sim, job: true })).ok, true);
+    assert.equal((await runGroup("resume", off.pids, { machine: off.sim, job: true })).ok, true);
+    const sim = new SimulatedMachine();
+    const alone = sim.spawn({ nccl: { localRanks: 1 } });
+    assert.equal(
+      (await new CudaProcess(alone.pid, { machine: sim }).toggle()).state,
+      "checkpointed",
+    );
+    assert.equal((await new CudaProcess(alone.pid, { machine: sim }).toggle()).state, "running");
   });
 });
 

@@ -29,6 +29,7 @@ import {
   snapshotSimulator,
 } from "../mock/state_file.ts";
 import {
+  CUDA_ERROR_NOT_SUPPORTED,
   CUDA_ERROR_OPERATING_SYSTEM,
   CUDA_ERROR_OUT_OF_MEMORY,
   CUDA_ERROR_UNKNOWN,
@@ -321,6 +322,27 @@ describe("snapshots of the simulated machine", () => {
     sim.close();
     assert.throws(() => snapshotSimulator(sim), /was closed/);
     assert.throws(() => snapshotSimulator({} as SimulatedMachine), TypeError);
+  });
+
+  test("an NCCL rank stays one after a reload: its sign, and a restore that never comes", async () => {
+    const sim = new SimulatedMachine();
+    const p = sim.spawn({ memoryMiB: 100, nccl: { localRanks: 4, shmDisable: true } });
+    assert.equal(await sim.driver.lock(p.pid, null), CUDA_SUCCESS);
+    assert.equal(await sim.driver.checkpoint(p.pid), CUDA_SUCCESS);
+    const saved = JSON.parse(JSON.stringify(snapshotSimulator(sim)));
+    assert.deepEqual(saved.processes[0].nccl, {
+      localRanks: 4,
+      p2pDisable: false,
+      shmDisable: true,
+    });
+    const again = loadSimulator(saved);
+    assert.equal((await again.host.gpuImport!(p.pid))?.ncclRanks, 4);
+    assert.equal(await again.driver.restore(p.pid, null), CUDA_ERROR_NOT_SUPPORTED);
+    saved.processes[0].nccl.localRanks = 0;
+    assert.throws(
+      () => loadSimulator(saved),
+      /processes\[0\]\.nccl\.localRanks must be an integer from 1/,
+    );
   });
 
   describe("loading checks every field, and names it and the bad value", () => {
