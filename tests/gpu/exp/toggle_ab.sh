@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Ours side by side with another cuda-checkpoint on one PyTorch training process
+# (tests/gpu/pytorch/train.py, 1024 MiB of weights): --toggle to suspend, then to resume, each in
+# turn, the order alternating by round. Carry .carry/cuda-checkpoint-ours.xz and the other as
+# .carry/<name> (NVIDIA's: cuda-checkpoint) or .carry/<name>.xz (an older build of ours; two of
+# ours do not fit one carry):
+#   bash tests/gpu/exp/toggle_ab.sh <name> [rounds]      (log: $OUT/toggle-ab.txt)
+set -u
+cd "$(dirname "$0")/../../.." || exit 1
+. tests/gpu/setup.sh # unxz_to, describe_machine
+old=$1 rounds=${2:-4} out=${OUT:-tests/gpu/out} d=/tmp/toggle-ab
+mkdir -p "$out" "$d"
+exec > >(tee "$out/toggle-ab.txt") 2>&1
+describe_machine
+unxz_to .carry/cuda-checkpoint-ours.xz "$d/new" || exit 1
+if [[ -f .carry/$old.xz ]]; then unxz_to ".carry/$old.xz" "$d/$old"; else cp ".carry/$old" "$d/$old"; fi || exit 1
+rm -f "$d/cmd" && mkfifo "$d/cmd"
+python3 tests/gpu/pytorch/train.py --mib 1024 --fifo "$d/cmd" </dev/null >"$d/out" 2>"$d/err" &
+P=$!
+for _ in $(seq 120); do grep -q ready "$d/out" && break; sleep 0.5; done
+grep -q ready "$d/out" || { echo "FAIL: the target did not start: $(tail -3 "$d/err")"; exit 1; }
+ms() { local t0 t1; t0=$(date +%s%N); timeout 60 "$@" >/dev/null 2>&1 || echo "   FAIL: $*"; t1=$(date +%s%N); echo $(((t1 - t0) / 1000000)); }
+echo "round build suspend_ms resume_ms"
+for ((r = 0; r < rounds; r++)); do
+  order=("new" "$old"); ((r % 2)) && order=("$old" "new")
+  for b in "${order[@]}"; do
+    s=$(ms "$d/$b" --toggle --pid "$P"); u=$(ms "$d/$b" --toggle --pid "$P")
+    echo "$r $b $s $u"
+  done
+done
+kill -9 "$P" 2>/dev/null; wait "$P" 2>/dev/null
