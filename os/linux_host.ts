@@ -185,10 +185,15 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
       : undefined;
   }
 
-  /** The process that has `id` as its pid or a thread id, with its start time; or none. */
+  /**
+   * The process that has `id` as its pid or a thread id, with its start time; or none, as for a
+   * zombie (exited, not yet reaped; not a leader that ended before the rest of its threads).
+   */
   async identify(id: number): Promise<ProcessIdentity | undefined> {
     try {
       const status = await this.#reader.read(`${this.#root}/${id}/status`);
+      const threads = Number(/^Threads:\s*([0-9]+)/m.exec(status)?.[1]);
+      if (/^State:\s*Z/m.test(status) && !(threads > 1)) return undefined;
       const tgid = Number(/^Tgid:\s*([0-9]+)/m.exec(status)?.[1]);
       if (!Number.isSafeInteger(tgid) || tgid <= 0) return undefined;
       const start = await this.#startOf(tgid);

@@ -144,6 +144,20 @@ describe("gpuImport: an NCCL rank with others on this host, P2P or shared memory
   });
 });
 
+describe("identify: a zombie is no process", () => {
+  test("exited and not yet reaped: none; a leader ended before its other threads: the process", async () => {
+    const stat = "4200 (python3) S 1 4200 4200 0 -1 0 0 0 0 0 0 0 0 0 20 0 3 0 5555 0 0";
+    await using h = host({
+      "/proc/4100/status": "Name:\tpython3\nState:\tZ (zombie)\nTgid:\t4100\nThreads:\t1\n",
+      "/proc/4200/status": "Name:\tpython3\nState:\tZ (zombie)\nTgid:\t4200\nThreads:\t3\n",
+      "/proc/4100/stat": stat.replaceAll("4200", "4100"),
+      "/proc/4200/stat": stat,
+    });
+    assert.equal(await h.identify(4100), undefined);
+    assert.equal((await h.identify(4200))?.pid, 4200);
+  });
+});
+
 describe("cpuTime: what a held process has run", () => {
   test("the ns of every thread's schedstat, summed; none for a process gone", async () => {
     await using h = host({

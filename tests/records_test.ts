@@ -54,6 +54,27 @@ describe("the Linux host's identity of a process", () => {
     assert.equal(await host.identify(2 ** 31 - 2), undefined, "no process has it");
     assert.equal(host.self, process.pid);
   });
+
+  test("a zombie (exited, its parent not waiting for it) is no process", async () => {
+    // The shell's child exits; the shell became `sleep`, which never reaps it.
+    const c = spawn("sh", ["-c", "sleep 0 & echo $!; exec sleep 30"], { stdio: "pipe" });
+    try {
+      const zombie = Number(
+        await new Promise<string>((r) => c.stdout.once("data", (d) => r(`${d}`))),
+      );
+      const state = () =>
+        readFile(`/proc/${zombie}/status`, "utf8").then((s) => /^State:\s*(\S)/m.exec(s)?.[1]);
+      for (let i = 0; i < 200 && await state() !== "Z"; i++) {
+        await new Promise((r) => setTimeout(r, 10));
+      }
+      assert.equal(await state(), "Z", "the child is a zombie");
+      const host = new LinuxHost({ nvml: false, recordsDir: false });
+      assert.equal(await host.identify(zombie), undefined);
+      assert.equal((await host.identify(c.pid!))?.pid, c.pid, "its parent is a process");
+    } finally {
+      c.kill("SIGKILL");
+    }
+  });
 });
 
 describe("records in a private directory", () => {
