@@ -249,3 +249,27 @@ export function withoutDeadClaim(
 ): HeldRecord {
   return !record.claim || alive(record.claim.by) ? record : withoutClaim(record);
 }
+
+/**
+ * The sign of an NCCL rank (`lib` loaded) that its environment (`environ`, NUL-separated) says is
+ * one of several on this host, P2P or shared memory on (NCCL turns each off at exactly 1): what
+ * the Linux host reads, and the simulator shows of its ranks.
+ */
+export function ncclRank(lib: string, environ: string): GpuImport | undefined {
+  const env = new Map<string, string>(); // a name given twice: the first, as getenv reads it
+  for (const v of environ.split("\0").reverse()) {
+    env.set(v.split("=", 1)[0], v.slice(v.indexOf("=") + 1));
+  }
+  // The ranks on this host as torchrun, Open MPI, MPICH, PMIx tell them; else all of them.
+  const local = "LOCAL_WORLD_SIZE OMPI_COMM_WORLD_LOCAL_SIZE MPI_LOCALNRANKS PMIX_LOCAL_SIZE"
+    .split(" ").find((name) => env.get(name));
+  const size = local ?? (env.get("WORLD_SIZE") ? "WORLD_SIZE" : undefined);
+  const ranks = size ? Number.parseInt(env.get(size)!) : 0;
+  const on = (name: string) => Number.parseInt(env.get(name) ?? "") !== 1;
+  const missing = ["NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE"].filter(on);
+  if (!(ranks > 1) || missing.length === 0) return undefined;
+  const where = local ? "" : " (no count of the ranks on this host: all taken as here)";
+  const sign = `it has ${lib} loaded, ${size}=${ranks} in its environment${where}, without ` +
+    missing.map((name) => `${name}=1`).join(" and ");
+  return { ncclRanks: ranks, sign };
+}

@@ -1,9 +1,9 @@
 // The simulated machine as a host (`sim.host`), as Linux gives `/proc` and NVML, in no time.
 
 import type { HostProcesses, PidUse } from "../core/host.ts";
-import { sameProcess } from "../core/host.ts";
+import { ncclRank, sameProcess } from "../core/host.ts";
 import type { MachineView, SimulatedProcess } from "./sim_process.ts";
-import { type NcclRank, sharesMemory } from "./fields.ts";
+import type { NcclRank } from "./fields.ts";
 
 /** The simulated machine `m` as a host; its `self` is the machine's `selfPid`. */
 export function simulatedHost(m: MachineView): HostProcesses {
@@ -54,7 +54,8 @@ export function simulatedHost(m: MachineView): HostProcesses {
     gpuImport: (pid) =>
       m.instantly("read a process's maps", () => {
         const rank = m.process(pid)?.nccl;
-        if (sharesMemory(rank)) return { ncclRanks: rank!.localRanks, sign: rankSign(rank!) };
+        const found = rank && ncclRank("libnccl.so.2", environOf(rank));
+        if (found) return found;
         const imported = m.process(pid)?.ipcImport;
         if (!imported || imported.through === "fd") return undefined;
         const file = `cuda.shm.0.${imported.exporter.toString(16)}.1`;
@@ -77,9 +78,9 @@ export function simulatedHost(m: MachineView): HostProcesses {
   };
 }
 
-/** The sign the Linux host reads of such a rank, started by torchrun. */
-function rankSign({ localRanks, p2pDisable, shmDisable }: NcclRank): string {
-  const missing = [p2pDisable ? "" : "NCCL_P2P_DISABLE=1", shmDisable ? "" : "NCCL_SHM_DISABLE=1"];
-  return `it has libnccl.so.2 loaded, LOCAL_WORLD_SIZE=${localRanks} in its environment, ` +
-    `without ${missing.filter(Boolean).join(" and ")}`;
+/** The environment torchrun gives such a rank, as /proc/PID/environ holds it. */
+function environOf({ localRanks, p2pDisable, shmDisable }: NcclRank): string {
+  const off = (yes: boolean) => (yes ? "1" : "0");
+  return `LOCAL_WORLD_SIZE=${localRanks}\0NCCL_P2P_DISABLE=${off(p2pDisable)}\0` +
+    `NCCL_SHM_DISABLE=${off(shmDisable)}\0`;
 }
