@@ -109,11 +109,10 @@ echo "== nccl: a PyTorch process as a rank of a job, told by its environment (do
 # env... : a PyTorch process holding GPU memory, started with the environment given; sets N.
 torch_rank() {
   rm -f "$bin/rank.out"
-  env "$@" "$PY" -c 'import torch, time; x = torch.ones(1 << 20, device="cuda"); print("ready", flush=True); time.sleep(600)' \
+  env "$@" "$PY" -c 'import os, torch, time; x = torch.ones(1 << 20, device="cuda"); print("ready", os.getpid(), flush=True); time.sleep(600)' \
     >"$bin/rank.out" 2>&1 &
   N=$!
-  for _ in $(seq 60); do grep -q ready "$bin/rank.out" 2>/dev/null && return 0; sleep 0.5; done
-  return 1
+  ready_line "$bin/rank.out" "$N" 30 >/dev/null
 }
 for env in "WORLD_SIZE=2" "LOCAL_WORLD_SIZE=4 WORLD_SIZE=8 NCCL_P2P_DISABLE=1" \
   "WORLD_SIZE=2 NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1" "LOCAL_WORLD_SIZE=1 WORLD_SIZE=8"; do

@@ -9,6 +9,7 @@
 set -u
 cd "$(dirname "$0")/../../.." || exit 1
 out=${OUT:-tests/gpu/out}; mkdir -p "$out"
+. tests/gpu/targets.sh # ready_line
 exec > >(tee "$out/nccl-signs.txt") 2>&1
 base=/tmp/nccl-signs port=29600 gpus=$(nvidia-smi -L | wc -l)
 for set in "WORLD=1" "" "NCCL_CUMEM_ENABLE=0" "NCCL_P2P_DISABLE=1" "NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1"; do
@@ -18,7 +19,7 @@ for set in "WORLD=1" "" "NCCL_CUMEM_ENABLE=0" "NCCL_P2P_DISABLE=1" "NCCL_P2P_DIS
   ((world > gpus)) && { echo "SKIP: $world ranks need $world GPUs, $gpus here"; continue; }
   env $set setsid bash tests/gpu/nccl/launch.sh "$d" $world "$port" --mib 64 ${NCCL_SIGNS_FAKE:+--fake} </dev/null >"$d/l.out" 2>&1 &
   L=$!
-  for i in $(seq 90); do grep -q ready "$d/r0.out" 2>/dev/null && [[ $(grep -l ready "$d"/r*.out | wc -l) == "$world" ]] && break; sleep 1; done
+  for ((r = 0; r < world; r++)); do ready_line "$d/r$r.out" "$L" 90 >/dev/null; done
   # Waited for by pid: a bare wait would wait for the launcher and this script's tee too.
   w=(); for ((r = 0; r < world; r++)); do timeout 30 bash -c 'printf "allreduce\n" >"$1"' _ "$d/r$r.cmd" & w+=($!); done; wait "${w[@]}"
   sleep 3; tail -1 "$d/r0.out"

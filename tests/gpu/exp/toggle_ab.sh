@@ -7,7 +7,8 @@
 #   bash tests/gpu/exp/toggle_ab.sh <name> [rounds]      (log: $OUT/toggle-ab.txt)
 set -u
 cd "$(dirname "$0")/../../.." || exit 1
-. tests/gpu/setup.sh # unxz_to, describe_machine
+. tests/gpu/setup.sh   # unxz_to, describe_machine
+. tests/gpu/targets.sh # ready_line
 old=$1 rounds=${2:-4} out=${OUT:-tests/gpu/out} d=/tmp/toggle-ab
 mkdir -p "$out" "$d"
 exec > >(tee "$out/toggle-ab.txt") 2>&1
@@ -17,8 +18,7 @@ if [[ -f .carry/$old.xz ]]; then unxz_to ".carry/$old.xz" "$d/$old"; else cp ".c
 rm -f "$d/cmd" && mkfifo "$d/cmd"
 python3 tests/gpu/pytorch/train.py --mib 1024 --fifo "$d/cmd" </dev/null >"$d/out" 2>"$d/err" &
 P=$!
-for _ in $(seq 120); do grep -q ready "$d/out" && break; sleep 0.5; done
-grep -q ready "$d/out" || { echo "FAIL: the target did not start: $(tail -3 "$d/err")"; exit 1; }
+ready_line "$d/out" "$P" 60 >/dev/null || { echo "FAIL: the target did not start: $(tail -3 "$d/err")"; exit 1; }
 ms() { local t0 t1; t0=$(date +%s%N); timeout 60 "$@" >/dev/null 2>&1 || echo "   FAIL: $*"; t1=$(date +%s%N); echo $(((t1 - t0) / 1000000)); }
 echo "round build suspend_ms resume_ms"
 for ((r = 0; r < rounds; r++)); do
