@@ -15,7 +15,6 @@ import { inspectSnapshotAs, recoverSnapshotAs, restoreSnapshotAs } from "../api/
 import { snapshot } from "../api/functions.ts";
 import { formatDriverVersion } from "../core/driver.ts";
 import { CheckpointError } from "../core/errors.ts";
-import { roundMs } from "../core/time.ts";
 import type { Machine } from "../driver.ts";
 import type { Manifest, ManifestProcess, SnapshotEvent } from "../snapshot.ts";
 import { type CliIo, watchInterrupts } from "./io.ts";
@@ -91,7 +90,7 @@ async function take(c: SnapshotCommand, whole: Whole): Promise<Made> {
   const r = await snapshot(c.roots, c.dir, { ...given, timeoutMs: c.deadlineMs, onProgress });
   const m = r.manifest, left = m.options.leaveRunning;
   const all = [...counted.values()].reduce((a, b) => a + b, 0);
-  const fields = { dir: r.dir, ms: roundMs(r.ms), bytes: imageBytes(m), leftRunning: left };
+  const fields = { dir: r.dir, ms: r.ms, bytes: imageBytes(m), leftRunning: left };
   const { suspendMs, dumpMs } = m.timings;
   const times = `suspend ${secs(suspendMs)}, dump ${secs(dumpMs)}, ${secs(r.ms)} in all`;
   const ended = `the processes ${left ? "keep running" : "were ended"}`;
@@ -101,7 +100,6 @@ async function take(c: SnapshotCommand, whole: Whole): Promise<Made> {
 async function restore(c: RestoreSnapshotCommand, whole: Whole): Promise<Made> {
   const { gpuMapping, checkRoom, deadlineMs: timeoutMs } = c;
   const r = await restoreSnapshotAs(c.kind, c.dir, { ...whole, gpuMapping, checkRoom, timeoutMs });
-  const timings = Object.fromEntries(Object.entries(r.timings).map(([k, ms]) => [k, roundMs(ms)]));
   // Each process's GPU memory where it is now: a running one's moved as mapped (none else moved).
   const to = (gpu: string) => r.gpuMapping[gpu] ?? gpu;
   const now: Where = ({ state, gpuMemoryMiB: mib }) =>
@@ -115,7 +113,7 @@ async function restore(c: RestoreSnapshotCommand, whole: Whole): Promise<Made> {
   const said = moved.length > 0 ? `, onto ${moved.join(", ")}` : "";
   return made(
     r.manifest,
-    { dir: r.dir, ms: roundMs(r.ms), timings, pids: r.pids, gpuMapping: r.gpuMapping },
+    { dir: r.dir, ms: r.ms, timings: r.timings, pids: r.pids, gpuMapping: r.gpuMapping },
     `restored from ${r.dir}: ${summary(r.manifest)}${said}, in ${secs(r.ms)}`,
     now,
   );

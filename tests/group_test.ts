@@ -202,18 +202,18 @@ describe("group operations", () => {
     assert.deepEqual(result.processes[0].rollback?.steps.map((s) => s.step), ["restore", "unlock"]);
   });
 
-  test("step times are to the microsecond, without floating-point noise", async () => {
+  test("step and group times are to the microsecond, without floating-point noise", async () => {
     const sim = new SimulatedMachine();
     const pids = [1000, 3, 77].map((memoryMiB) => sim.spawn({ memoryMiB }).pid);
     const times: number[] = [];
     for (let i = 0; i < 6; i++) {
       const result = await runGroup("toggle", pids, { machine: sim });
-      times.push(...result.processes.flatMap((p) => p.steps.map((s) => s.ms)));
+      times.push(result.ms, ...result.processes.flatMap((p) => p.steps.map((s) => s.ms)));
     }
     const proc = new CudaProcess(pids[0], { machine: sim });
     times.push(...(await proc.toggle()).steps.map((s) => s.ms));
     await proc.close();
-    assert.equal(times.length, 6 * 6 + 2);
+    assert.equal(times.length, 6 * 7 + 2);
     const noisy = times.filter((ms) => Math.round(ms * 1000) / 1000 !== ms);
     assert.deepEqual(noisy, [], "each time is a whole number of microseconds");
   });

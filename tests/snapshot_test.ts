@@ -109,6 +109,18 @@ describe("a snapshot and its restore", () => {
     assert.ok(sim.gpus[0].usedMiB >= 3072, "back on GPU 0");
   });
 
+  test("every time in the manifest and the results is to the microsecond, on the real clock", async () => {
+    await using sim = new SimulatedMachine({ clock: "real", speed: 200 });
+    const target = sim.spawn({ memoryMiB: 64 });
+    const dir = newDir();
+    const made = await snapshot([target.pid], dir, { machine: sim });
+    const back = await restoreSnapshot(dir, { machine: sim });
+    const times = [made.ms, back.ms, ...Object.values(made.manifest.timings)];
+    times.push(...Object.values(back.timings));
+    const noisy = times.filter((ms) => Math.round(ms * 1000) / 1000 !== ms);
+    assert.deepEqual(noisy, [], `no floating-point noise in ${times}`);
+  });
+
   test("leaveRunning: the processes go on; the snapshot can be restored once they are gone", async () => {
     const { sim, a, pids, hashes } = await job();
     const dir = newDir();
