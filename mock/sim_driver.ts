@@ -334,19 +334,20 @@ export class SimulatedDriver implements CheckpointDriver {
     const state = isFinal(proc.state) ? undefined : fault.state; // the failed state is final
     if (state !== undefined && memoryOnHost(state)) proc.moveToHost();
     const back = state !== undefined && !memoryOnHost(state) && !isFinal(state);
-    if (back && proc.memoryLocation === "host") {
-      // Memory goes back onto the GPU only where it fits, as a restore's would.
-      const short = proc.claimOn(proc.gpus);
-      const stays = `${note} to leave the process ${state}, but ${short}; it stays checkpointed`;
-      if (short && op === "restore") proc.refuseRestores(); // as driver 580's, below
-      if (short) return { code: CUDA_ERROR_OUT_OF_MEMORY, note: stays };
-      proc.moveToGpu(proc.gpus);
+    // Memory goes back onto the GPU only where it fits, as a restore's would.
+    const short = back && proc.memoryLocation === "host" ? proc.claimOn(proc.gpus) : undefined;
+    if (!short) {
+      if (back && proc.memoryLocation === "host") proc.moveToGpu(proc.gpus);
+      if (state !== undefined) proc.enter(state);
     }
-    if (state !== undefined) proc.enter(state);
+    const stays = `${note} to leave the process ${state}, but ${short}; it stays checkpointed`;
+    const answer = short
+      ? { code: CUDA_ERROR_OUT_OF_MEMORY, note: stays }
+      : { code: fault.code, note };
     // As driver 580 after a restore ran out of memory: every later restore of it is refused.
-    const lost = op === "restore" && fault.code === CUDA_ERROR_OUT_OF_MEMORY;
+    const lost = op === "restore" && answer.code === CUDA_ERROR_OUT_OF_MEMORY;
     if (lost && proc.state === "checkpointed") proc.refuseRestores();
-    return { code: fault.code, note };
+    return answer;
   }
 
   /** The GPUs to restore onto, or why the mapping is rejected (INVALID_VALUE). */

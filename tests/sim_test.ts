@@ -322,7 +322,7 @@ describe("driver versions", () => {
 describe("injected faults", () => {
   test("a fault that would put memory back on a full GPU gives OUT_OF_MEMORY and leaves it checkpointed", async () => {
     const { sim, p } = await suspended({ gpus: [{ memoryMiB: 2000, contextMiB: 0 }] }, 1000);
-    sim.spawn({ memoryMiB: 1500 });
+    const filler = sim.spawn({ memoryMiB: 1500 });
     p.failNext("restore", { code: 999, state: "locked" });
     assert.equal(await sim.driver.restore(p.pid, null), CUDA_ERROR_OUT_OF_MEMORY);
     assert.equal(p.state, "checkpointed");
@@ -331,6 +331,10 @@ describe("injected faults", () => {
       sim.driver.calls.at(-1)!.note!,
       /injected by failNext\("restore"\) to leave the process locked, but GPU 0 has 500 MiB free.*it stays checkpointed/,
     );
+    // A restore that ran out of memory, as on driver 580: lost, even once the GPU has room.
+    filler.exit();
+    assert.equal(await sim.driver.restore(p.pid, null), CUDA_ERROR_OPERATING_SYSTEM);
+    assert.equal(p.state, "checkpointed");
   });
 
   test("with room, the fault's state and code apply and the memory moves back", async () => {
