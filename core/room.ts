@@ -258,16 +258,9 @@ export class RoomGuard {
     where: { operation: string; pid?: number; who?: string; note?: string },
     except?: ProcessIdentity,
   ): Promise<RoomCheck> {
-    const claimed: Record<string, number> = {};
     const others = await this.#records().list().catch((err) => {
       throw roomUnknownError(where, err);
     });
-    for (const other of others) {
-      if (!other.claim || (except && sameProcess(other.process, except))) continue;
-      for (const [gpu, mib] of Object.entries(other.claim.needMiB)) {
-        if (Number.isFinite(mib) && mib >= 0) claimed[gpu] = (claimed[gpu] ?? 0) + mib;
-      }
-    }
     const report = await this.report();
     const free = report && "byPid" in report ? report.freeMiB : undefined;
     if (!free || free.size === 0) {
@@ -276,6 +269,19 @@ export class RoomGuard {
           ? `the free GPU memory is unknown: ${report.unknown}`
           : "the host cannot tell free GPU memory",
       };
+    }
+    // A claim is what a restore under way is still to take: what its process holds already is
+    // out of the free memory once, not again.
+    const claimed: Record<string, number> = {};
+    for (const other of others) {
+      if (!other.claim || (except && sameProcess(other.process, except))) continue;
+      const holds = "byPid" in report! ? report.byPid.get(other.process.pid) : undefined;
+      for (const [gpu, mib] of Object.entries(other.claim.needMiB)) {
+        const has = typeof holds === "object" ? holds[gpu] ?? 0 : 0;
+        if (Number.isFinite(mib) && mib >= 0) {
+          claimed[gpu] = (claimed[gpu] ?? 0) + Math.max(0, mib - has);
+        }
+      }
     }
     const freeOf = new Map([...free].map(([gpu, mib]) => [gpu.toLowerCase(), mib]));
     for (const [gpu, neededMiB] of Object.entries(need)) {

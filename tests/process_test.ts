@@ -341,6 +341,22 @@ describe("rollback", () => {
     assert.equal(other.restoreRefused, true);
   });
 
+  test("two that ran side by side resume side by side: a restore under way is not counted twice", async () => {
+    const sim = new SimulatedMachine({ gpus: [{ memoryMiB: 10_000, contextMiB: 500 }] });
+    // 4500 MiB each with its context: 9000 of 10 000 together. The first restore takes its memory
+    // as it begins (as the driver does as it goes), while its claim stands until it returns.
+    const targets = [0, 1].map(() => sim.spawn({ memoryMiB: 4000 }));
+    const procs = targets.map((t) => new CudaProcess(t.pid, { machine: sim }));
+    await Promise.all(procs.map((p) => p.suspend()));
+    const outcomes = await Promise.all(procs.map((p) => p.resume()));
+    assert.deepEqual(outcomes.map((o) => o.roomCheck), ["checked", "checked"]);
+    assert.deepEqual(targets.map((t) => t.state), ["running", "running"]);
+    const group = await runGroup("suspend", targets.map((t) => t.pid), { machine: sim });
+    assert.equal(group.ok, true);
+    const back = await runGroup("resume", targets.map((t) => t.pid), { machine: sim });
+    assert.deepEqual(back.processes.map((p) => p.status), ["done", "done"]);
+  });
+
   test("an old record does not hide the driver's answer: a process no longer checkpointed", async () => {
     const { sim, proc, target } = setup(1024, 1);
     await proc.suspend();
