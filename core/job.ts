@@ -58,6 +58,8 @@ export async function runJob(members: readonly JobMember[], ctx: JobContext): Pr
     const refused = rest.some((w) => w.failure);
     const stopped = refused ? undefined : ctx.stopReason();
     const failed = refused || (!stopped && await phase(rest, 2, ctx));
+    // An abort while the second steps ran brings the job back once they have (all or nothing).
+    const late = !failed && !stopped && ctx.stopReason() === "aborted";
     for (const { report: r, failure, left } of working) {
       if (r.status === "unchanged") continue;
       r.status = failure ? "failed" : left.length > 0 ? "stopped" : "done";
@@ -75,7 +77,7 @@ export async function runJob(members: readonly JobMember[], ctx: JobContext): Pr
           `again`,
       );
     }
-    return failed || stopped ? await rollBack(rest, ctx) : false;
+    return failed || stopped || late ? await rollBack(rest, ctx) : false;
   } finally {
     for (const release of releases) release();
   }

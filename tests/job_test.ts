@@ -183,6 +183,22 @@ describe("a job that fails is brought back, in the same order", () => {
     assert.ok(sim.processes.every((p) => p.state === "running"));
   });
 
+  test("an abort while the checkpoints run: every process is brought back once they end", async () => {
+    const { sim, procs, pids } = job(2, 4096);
+    const stop = new AbortController();
+    void sim.sleep(100).then(() => stop.abort()); // the locks took < 1 ms; the checkpoints ~1 s
+    const result = await runGroup("suspend", pids, {
+      machine: sim,
+      job: true,
+      signal: stop.signal,
+    });
+    assert.equal(result.aborted, true);
+    assert.equal(result.rolledBack, true);
+    assert.deepEqual(result.processes.map((p) => p.status), ["rolled-back", "rolled-back"]);
+    assert.equal(calls(sim, "checkpoint").length, 2, "the checkpoints under way ended");
+    assert.deepEqual(procs.map((p) => p.state), ["running", "running"]);
+  });
+
   test("a goal refused for one member changes nothing for any", async () => {
     const { sim, pids } = job(3);
     await sim.driver.lock(pids[0], null);
