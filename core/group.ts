@@ -13,7 +13,8 @@ import type { GroupResult, GroupSettings, ProcessOutcome, StopReason } from "./g
 import { type JobMember, runJob } from "./job.ts";
 import type { MachineSource } from "./machine.ts";
 import { checkPid, mustBe } from "./options.ts";
-import { Handle } from "./process.ts";
+import { Handle, sessionOf } from "./process.ts";
+import { sameProcess } from "./host.ts";
 import type { Action } from "./states.ts";
 import { clockOf, Deadline } from "./time.ts";
 
@@ -29,22 +30,32 @@ export async function runGroup(
   }
   // Handles made here from pids are closed here.
   const owned: Handle[] = [];
-  const seen = new Set<number>();
   const handles = targets.map((t, i) => {
     const handle = t instanceof Handle ? t : new Handle(checkPid(t, `targets[${i}]`), source);
     if (handle !== t) owned.push(handle);
-    if (seen.has(handle.pid)) {
-      throw new RangeError(
-        `targets names process ${handle.pid} twice (targets[${i}]): give each process once`,
-      );
-    }
-    seen.add(handle.pid);
     return handle;
   });
   try {
+    await eachOnce(handles);
     return await new Group(action, handles, settings).run();
   } finally {
     await Promise.all(owned.map((h) => h.close()));
+  }
+}
+
+/** Refuses a process given twice: by one number, or by its pid and a thread id (one queue). */
+async function eachOnce(handles: readonly Handle[]): Promise<void> {
+  const ids = await Promise.all(handles.map(async (h) => {
+    const session = await h.machine().then(sessionOf, () => undefined); // its run says why
+    return { pid: h.pid, session, who: await session?.identify(h.pid) ?? { pid: h.pid } };
+  }));
+  for (const [i, { pid, session, who }] of ids.entries()) {
+    const j = ids.findIndex((o) => o.session === session && sameProcess(o.who, who));
+    if (j === i) continue;
+    const what = ids[j].pid === pid
+      ? `targets names process ${pid} twice (targets[${i}])`
+      : `targets[${j}] (${ids[j].pid}) and targets[${i}] (${pid}) are one process, ${who.pid}`;
+    throw new RangeError(`${what}: give each process once`);
   }
 }
 

@@ -520,6 +520,16 @@ describe("group operations", () => {
       runGroup("suspend", [p.pid, p.pid], { machine: sim }),
       /names process \d+ twice \(targets\[1\]\)/,
     );
+    // A pid and a thread id of it share one queue: a job would wait for itself.
+    for (const job of [true, false]) {
+      await assert.rejects(
+        runGroup("suspend", [p.pid, p.tid], { machine: sim, job }),
+        new RegExp(
+          `targets\\[0\\] \\(${p.pid}\\) and targets\\[1\\] \\(${p.tid}\\) are one process`,
+        ),
+      );
+    }
+    assert.equal(p.state, "running");
     await assert.rejects(
       runGroup("suspend", [0], { machine: sim }),
       /targets\[0\] must be an integer process or thread id from 1/,
