@@ -630,6 +630,36 @@ test("two trees: one's dump fails while the other still suspends; both are put b
   assert.deepEqual([await big.memoryChunkedSha256(), await small.memoryChunkedSha256()], hashes);
 });
 
+test("a process that ends during the dump holds back no other: each other one runs, as a job too", async () => {
+  for (const job of [false, true]) {
+    const sim = new SimulatedMachine({ gpus: 2 });
+    const gone = sim.spawn({ memoryMiB: 1024 }), other = sim.spawn({ memoryMiB: 2048, gpu: 1 });
+    const hash = await other.memoryChunkedSha256();
+    const onProgress = (e: SnapshotEvent) => {
+      if (e.type === "phase" && e.phase === "dump") gone.exit();
+    };
+    const dir = newDir();
+    const err = await snapshot([gone.pid, other.pid], dir, { machine: sim, job, onProgress })
+      .catch((e) => e);
+    assert.ok(err instanceof SnapshotError, String(err));
+    assert.equal(err.code, "DUMP_FAILED");
+    assert.match(
+      err.message,
+      new RegExp(`Every other process was put back .* \\(process ${gone.pid} had ended\\)`),
+    );
+    assert.equal(live(sim, other.pid).state, "running", `job: ${job}`);
+    assert.equal(await other.memoryChunkedSha256(), hash);
+    assert.throws(() => statSync(dir), "nothing is left to recover");
+    // Ended after its dump, with leaveRunning: the snapshot is whole and the other runs on.
+    const late = sim.spawn({ memoryMiB: 1024 });
+    const tell = (e: SnapshotEvent) =>
+      void (e.type === "phase" && e.phase === "write" && late.exit());
+    const opts = { machine: sim, job, leaveRunning: true, onProgress: tell };
+    await snapshot([late.pid, other.pid], newDir(), opts);
+    assert.equal(live(sim, other.pid).state, "running");
+  }
+});
+
 test("two trees: one's GPU restore fails in the driver; the other runs, the failed one is left checkpointed, said so", async () => {
   const sim = new SimulatedMachine();
   const big = sim.spawn({ memoryMiB: 8192 });

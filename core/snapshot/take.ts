@@ -12,7 +12,7 @@ import { type DumpedProcess, EngineError } from "../engine.ts";
 import { messageOf, SnapshotError, type SnapshotFailure } from "../errors.ts";
 import { runGroup } from "../group.ts";
 import type { GroupResult } from "../group_types.ts";
-import type { TreeProcess } from "../host.ts";
+import { type ProcessIdentity, sameProcess, type TreeProcess } from "../host.ts";
 import { askGpuMemory } from "../listing.ts";
 import type { Machine } from "../machine.ts";
 import { checkLockTimeout, checkPid, checkSignal, checkTable, flag, mustBe } from "../options.ts";
@@ -100,6 +100,8 @@ interface Taken extends Plan {
   readonly o: SnapshotSettings;
   readonly out: SnapshotWriter;
   readonly suspending: readonly number[];
+  /** Those processes, as identified when the snapshot began (a pid may be reused since). */
+  readonly who: readonly ProcessIdentity[];
   readonly dumped: (readonly DumpedProcess[] | undefined)[];
   readonly sealed: SnapshotFile[][];
   readonly times: { suspend: number; suspended: number; dump?: number; dumped: number };
@@ -128,16 +130,18 @@ export async function takeSnapshot(
     const suspending = plan.running.flat().map((p) => p.pid);
     const session = sessionOf(machine);
     const by = await session.selfIdentity();
+    const who = await Promise.all(
+      suspending.map(async (pid) => await session.identify(pid) ?? { pid }),
+    );
+    const startedAt = new Date().toISOString();
     const out = await SnapshotWriter.begin(run.store, dir, roots, {
       ...(by ? { by } : {}),
-      startedAt: new Date().toISOString(),
-      processes: await Promise.all(
-        suspending.map(async (pid) => await session.identify(pid) ?? { pid }),
-      ),
+      startedAt,
+      processes: who,
     });
     const at = run.at(), times = { suspend: at, suspended: at, dumped: at };
     const [dumped, sealed] = [roots.map(() => undefined), roots.map(() => [])];
-    const t: Taken = { ...plan, run, o, out, suspending, dumped, sealed, times };
+    const t: Taken = { ...plan, run, o, out, suspending, who, dumped, sealed, times };
     await suspendAndDump(t);
     const manifest = await writeManifest(t);
     await end(t, manifest);
@@ -316,7 +320,7 @@ async function end(t: Taken, manifest: Manifest): Promise<void> {
   const { run, o, out } = t;
   run.phase("end");
   if (o.leaveRunning) {
-    const resumed = await resumeAll(t);
+    const { resumed } = await resumeAll(t);
     if (resumed && !resumed.ok) {
       const where = out.dir.path;
       await out.dir.close();
@@ -336,23 +340,35 @@ async function end(t: Taken, manifest: Manifest): Promise<void> {
   await out.finish();
 }
 
-/** Resumes every process the snapshot suspends: as a job where the snapshot is one. */
-function resumeAll(t: Taken): Promise<GroupResult | undefined> {
-  if (t.suspending.length === 0) return Promise.resolve(undefined);
-  return runGroup(t.run.machine, "resume", t.suspending, { ...t.run.group(false), job: t.o.job });
+/**
+ * Resumes every process the snapshot suspends that is still there, each as far as it can go (as a
+ * job where the snapshot is one): one that ended since holds back no other. Says which ended.
+ */
+async function resumeAll(t: Taken): Promise<{ resumed?: GroupResult; gone: number[] }> {
+  const session = sessionOf(t.run.machine), alive: number[] = [], gone: number[] = [];
+  for (const p of t.who) {
+    const now = await session.identify(p.pid);
+    (now && sameProcess(now, p) ? alive : gone).push(p.pid);
+  }
+  if (alive.length === 0) return { gone };
+  const settings = { ...t.run.group(false), allOrNothing: false, job: t.o.job };
+  return { resumed: await runGroup(t.run.machine, "resume", alive, settings), gone };
 }
 
 /** Puts every process back and removes what was written (the trace kept where one is not back). */
 async function rollBack(t: Taken, { code, message, cause }: Failure): Promise<SnapshotError> {
   t.run.phase("rollback");
-  const back = await resumeAll(t);
+  const { resumed: back, gone } = await resumeAll(t);
   const where = t.out.dir.path;
+  const ended = gone.length > 0 ? ` (process ${gone.join(", ")} had ended)` : "";
   let detail: string;
   if (!back || back.ok) {
-    detail = `every process was put back as it was, and keeps running${await t.out.discard()}`;
+    const each = gone.length > 0 ? "every other process" : "every process";
+    detail = `${each} was put back as it was, and keeps running${ended}${await t.out.discard()}`;
   } else {
     await t.out.dir.close();
-    detail = `the CUDA processes could not all be resumed: ${groupFailure(back)}; ${where}/` +
+    detail =
+      `the CUDA processes could not all be resumed${ended}: ${groupFailure(back)}; ${where}/` +
       `${TRACE_FILE} names them: \`cuda-checkpoint recover ${where}\` resumes them once the ` +
       `cause is fixed`;
   }
