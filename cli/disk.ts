@@ -70,7 +70,11 @@ export async function runDiskCommand(
       : await restore(command, whole);
     if (command.json) print.json({ ok: true, operation: kind, ...fields });
     else lines.forEach((line) => print.out(line));
-    return watch.exitCode(0);
+    // Past the point where it could stop: what was done is the outcome, and the exit code says it.
+    if (watch.signal.aborted) {
+      print.err(`cuda-checkpoint: the interrupt came too late: ${kind} done`);
+    }
+    return 0;
   } catch (error) {
     return watch.exitCode(failed(command, print, error, watch.signal.reason));
   } finally {

@@ -270,6 +270,50 @@ describe("an interrupt during a snapshot or a restore, in-process", () => {
     });
   }
 
+  test("snapshot: an interrupt as the manifest is written still puts back; once ending, too late", async () => {
+    for (const [phase, code] of [["write", 130], ["end", 0]] as const) {
+      const sim = new SimulatedMachine();
+      const procs = [sim.spawn({ memoryMiB: 1024 }), sim.spawn({ memoryMiB: 1024 })];
+      let fire: ((signal?: Signal) => void) | undefined, err = "";
+      const dir = join(scratch, `late-${phase}`);
+      const args = [
+        "snapshot",
+        "--pid",
+        procs.map((p) => p.pid).join(","),
+        "--dir",
+        dir,
+        "--events",
+      ];
+      const got = await main(args, {
+        machine: sim,
+        stdout: () => {},
+        stderr: (text) => {
+          err += text;
+          if (text.includes(`"phase":"${phase}"`)) queueMicrotask(() => fire?.());
+        },
+        interrupts: {
+          watch: (f) => (fire = f, () => fire = undefined),
+          exit: (c) => assert.fail(`exited ${c}`),
+        },
+      });
+      assert.equal(got, code, err);
+      const lines = err.split("\n").filter((l) => l.startsWith("cuda-checkpoint: "));
+      assert.match(lines[0], /snapshot interrupted: it stops, and puts back/);
+      if (phase === "write") {
+        assert.match(
+          lines[1],
+          /snapshot stopped at its end: it was aborted\. Every process was put back/,
+        );
+        assert.deepEqual(procs.map((p) => p.state), ["running", "running"]);
+        assert.equal(existsSync(dir), false);
+      } else {
+        assert.equal(lines[1], "cuda-checkpoint: the interrupt came too late: snapshot done");
+        assert.equal(sim.processes.length, 0, "the processes were ended, as a snapshot does");
+        assert.ok(existsSync(join(dir, "manifest.json")));
+      }
+    }
+  });
+
   test("snapshot: a second interrupt exits at once, saying what may be left suspended", async () => {
     const sim = new SimulatedMachine();
     const [stuck, other] = [sim.spawn(), sim.spawn()];

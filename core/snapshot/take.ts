@@ -318,6 +318,14 @@ async function writeManifest(t: Taken): Promise<Manifest> {
 /** Phase 5: ends the processes, or lets them go on; then the snapshot is over. */
 async function end(t: Taken, manifest: Manifest): Promise<void> {
   const { run, o, out } = t;
+  // Until the processes are ended, a stop still puts everything back (the manifest removed too).
+  const stopped = run.stopped();
+  if (stopped) {
+    throw await rollBack(t, {
+      code: "STOPPED",
+      message: `snapshot stopped at its end: ${stopped}`,
+    });
+  }
   run.phase("end");
   if (o.leaveRunning) {
     const { resumed } = await resumeAll(t);
