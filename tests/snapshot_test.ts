@@ -602,6 +602,24 @@ describe("failures after things began to change", () => {
     assert.equal(live(sim, pids[1]).state, "running");
   });
 
+  test("a restore's deadline, as criu restores or in the GPU half, is said as such", async () => {
+    const sim = new SimulatedMachine({ gpus: 2 });
+    const pids = [sim.spawn({ memoryMiB: 8192 }).pid, sim.spawn({ memoryMiB: 4096, gpu: 1 }).pid];
+    const dir = newDir();
+    await snapshot(pids, dir, { machine: sim });
+    // At 3.2 s the small tree may be back and let go (once its images matched, in real time), the
+    // large one not yet: one let go is not said to have run on its own (SIGCONT). At 5 s the GPU
+    // half may be under way: its stop is the deadline's, not an abort.
+    for (const timeoutMs of [3_200, 5_000]) {
+      const err = await restoreSnapshot(dir, { machine: sim, timeoutMs }).catch((e) => e);
+      assert.ok(err instanceof SnapshotError, String(err));
+      assert.equal(err.code, "STOPPED");
+      assert.match(err.message, /(it was stopped|their GPU restore failed): its deadline passed/);
+      assert.doesNotMatch(err.message, /SIGCONT|aborted/);
+      for (const p of sim.processes) p.exit();
+    }
+  });
+
   test("the GPU restore fails: the processes stay checkpointed, and the error says what to do", async () => {
     const { sim, pids } = await job();
     const dir = newDir();

@@ -272,6 +272,7 @@ async function restoreTree(r: Restoring, t: ManifestTree): Promise<void> {
       r.ran ??= await ran();
       if (r.ran) throw new Error(r.ran);
       await run.engine.wake!(pids);
+      r.watches.splice(r.watches.indexOf(ran), 1); // let go: it runs now, as it should
     }
     r.whole++;
   } catch (err) {
@@ -384,7 +385,7 @@ async function resumeFailed(r: Restoring, result: GroupResult): Promise<Snapshot
     code: result.aborted || result.deadlinePassed ? "STOPPED" : "RESUME_FAILED",
     operation: r.o.operation,
     message: `the processes of the snapshot in ${r.dir.path} are back, but their GPU restore ` +
-      `failed: ${groupFailure(result)}`,
+      `failed: ${groupFailure(result, r.run.stopped())}`,
     detail: states.every((state) => state === "checkpointed")
       ? `they are checkpointed: once the cause is fixed, resume them (cuda-checkpoint --toggle ` +
         `--pid ${pids}), or end them (kill ${roots})`

@@ -226,11 +226,11 @@ export function started<T>(promise: Promise<T>): Promise<T> {
   return promise;
 }
 
-/** What went wrong in a group, in a clause. */
-export function groupFailure(result: GroupResult): string {
+/** What went wrong in a group, in a clause (`stopped`: why its signal aborted, where known). */
+export function groupFailure(result: GroupResult, stopped?: string): string {
   const failed = firstError(result);
   if (failed) return failed.message;
-  if (result.aborted) return "it was aborted";
+  if (result.aborted) return stopped ?? "it was aborted";
   if (result.deadlinePassed) return "its deadline passed";
   return "not every process could be brought there";
 }
