@@ -514,6 +514,21 @@ describe("refused before anything changes", () => {
       await refusedWith(restoreSnapshot(dir, { machine: sim }), "SNAPSHOT", /is missing/);
     });
 
+    test("a memory image with a byte changed that criu cannot read: refused for its digest", async () => {
+      const { sim, dir, pids } = await taken();
+      const tree = join(dir, `tree-${pids[0]}`);
+      const image = readdirSync(tree).find((n) => n.startsWith("pages-"))!;
+      const bytes = readFileSync(join(tree, image));
+      bytes[1] ^= 0xff; // the simulated criu reads it no more (its JSON is broken), nor would criu
+      writeFileSync(join(tree, image), bytes);
+      await refusedWith(
+        restoreSnapshot(dir, { machine: sim }),
+        "SNAPSHOT",
+        new RegExp(`${image} is not the file the snapshot wrote`),
+      );
+      assert.equal(sim.processes.length, 0, "no process is left");
+    });
+
     test("a directory given through a symbolic link, or that others may write in", async () => {
       const { sim, dir } = await taken();
       symlinkSync(dir, `${dir}-link`);

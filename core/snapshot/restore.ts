@@ -276,7 +276,11 @@ async function restoreTree(r: Restoring, t: ManifestTree): Promise<void> {
     }
     r.whole++;
   } catch (err) {
-    // A digest that differs (the tree's images, compared while it was held) is the refusal.
+    // The engine failed on images that differ (criu on a corrupt image): the difference is the
+    // refusal, once the tree's digests are done; so is one that differs while it was held.
+    if (!(err instanceof RefusedError) && err !== NOT_STARTED && !run.signal.aborted) {
+      await r.checked.later(t.images).catch((e) => e instanceof RefusedError && (r.differs ??= e));
+    }
     if (err instanceof RefusedError) r.differs ??= err;
     // Stopped (an abort, the deadline, another part's failure): the stop says why, not this.
     const stopping = err === NOT_STARTED || run.signal.aborted || run.stopped() !== undefined;
