@@ -52,14 +52,14 @@ export class CopyLink {
   #reschedule(): void {
     this.#cancelTimer?.();
     this.#cancelTimer = undefined;
-    const ends = [...this.#active].map((t) => Math.max(0, t.remaining) / this.#rate(t));
+    // Within a byte of the end is the end (floating-point rests; nothing to copy at all).
+    const ends = [...this.#active].map((t) => t.remaining <= 1 ? 0 : t.remaining / this.#rate(t));
     const soonest = Math.min(...ends);
     if (soonest === Infinity) return;
     this.#cancelTimer = this.#timers.startTimer(soonest, () => {
       this.#cancelTimer = undefined;
       this.#advance();
       for (const t of [...this.#active]) {
-        // Within a byte of the end counts as done (floating-point rests).
         if (t.remaining <= 1) {
           this.#active.delete(t);
           t.done();

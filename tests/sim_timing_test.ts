@@ -157,6 +157,14 @@ describe("one process", () => {
     }
   });
 
+  test("a process with no memory of its own beside others: its copies end at once, none hangs", async () => {
+    const sim = new SimulatedMachine();
+    const pids = [sim.spawn({ memoryMiB: 0 }).pid, sim.spawn({ memoryMiB: 1024 }).pid];
+    const took = await timed(sim, () => Promise.all(pids.map((p) => suspend(sim, p))));
+    assert.ok(Number.isFinite(took) && took > 0, `${took}`);
+    assert.ok(Number.isFinite(await timed(sim, () => resume(sim, pids[0]))));
+  });
+
   test("an exit during a checkpoint is noticed as soon, early or late, not when the copy ends", async () => {
     // Measured: killed 150 ms into a 4 GiB checkpoint, the call returned at 217-225 ms; the model
     // was fitted to that one figure, so what is checked here is that the notice does not depend on
