@@ -168,7 +168,9 @@ const isSubcommand = (word: string) => Object.hasOwn(SUBCOMMANDS, word);
 const STRAY_OF_SNAPSHOTS = "--pid --dir --timeout --deadline --device-map --all --all-or-nothing " +
   "--job --leave-running --verify --no-room-check --allow-ipc-import --tcp-established";
 const STRAY_OF_OTHERS = "--pid --all --all-or-nothing --job --timeout --device-map " +
-  "--no-room-check --allow-ipc-import";
+  "--no-room-check --allow-ipc-import --tcp-established";
+/** Our options of one value, which may be given once (NVIDIA's: the last one given is the one). */
+const ONCE = ["--dir", "--deadline", "--memory-mib", "--command"];
 /** The options whose value a subcommand that does not take them leaves unread (refused as such). */
 const UNREAD = ["--pid", "--dir", "--timeout", "--deadline", "--device-map"];
 
@@ -189,14 +191,48 @@ export function parseCommandLine(args: readonly string[]): Command {
 
 /** The subcommand of ours that is the command line's first positional argument, if any. */
 function subcommandOf(args: readonly string[]): string | undefined {
+  const [word] = scan(args).words;
+  return word !== undefined && isSubcommand(word) ? word : undefined;
+}
+
+/** Whether the command line asks for `--json` as an option (not as another option's value). */
+export function wantsJson(args: readonly string[]): boolean {
+  return scan(args).options.includes("--json");
+}
+
+/** The options (long names) and the words of a command line, the options' values skipped. */
+function scan(args: readonly string[]): { options: string[]; words: string[] } {
+  const options: string[] = [], words: string[] = [];
   for (let i = 0; i < args.length; i++) {
     const arg = args[i];
-    const word = arg === "--" ? args[i + 1] : !arg.startsWith("-") || arg === "-" ? arg : null;
-    if (word !== null) return isSubcommand(word) ? word : undefined;
-    const long = arg.startsWith("--") ? arg.split("=")[0] : SHORT[arg.slice(0, 2)];
-    if (OPTIONS[long]?.value && (arg.startsWith("--") ? !arg.includes("=") : arg.length === 2)) i++;
+    if (arg === "--") return { options, words: [...words, ...args.slice(i + 1)] };
+    if (!arg.startsWith("-") || arg === "-") {
+      words.push(arg);
+      continue;
+    }
+    const long = arg.startsWith("--") ? longName(arg.split("=")[0]) : SHORT[arg.slice(0, 2)];
+    if (typeof long !== "string") continue;
+    options.push(long);
+    if (OPTIONS[long].value && (arg.startsWith("--") ? !arg.includes("=") : arg.length === 2)) i++;
   }
-  return undefined;
+  return { options, words };
+}
+
+/** NVIDIA's long options, which an abbreviation names first (`--d` is `--device-map`). */
+const NVIDIA_LONG =
+  "--get-state --get-restore-tid --toggle --action --pid --timeout --device-map " +
+  "--help";
+
+/**
+ * A long option by its name or, as `getopt_long` takes it, by the start of one name only (of
+ * NVIDIA's, else of all); the names it could be where it starts several, `undefined` where none.
+ */
+function longName(name: string): string | string[] | undefined {
+  if (Object.hasOwn(OPTIONS, name)) return name;
+  const of = (names: string[]) => names.filter((n) => n.startsWith(name));
+  const theirs = of(NVIDIA_LONG.split(" ")), all = of(Object.keys(OPTIONS));
+  const could = theirs.length > 0 ? theirs : all;
+  return could.length === 1 ? could[0] : could.length > 1 ? could : undefined;
 }
 
 function parse(args: readonly string[], sub: string | undefined): Command {
@@ -221,7 +257,11 @@ function parse(args: readonly string[], sub: string | undefined): Command {
           "program with a job file); this cuda-checkpoint follows driver 580's, which lacks it",
       );
     }
-    const long = SHORT[name] ?? name;
+    const long = SHORT[name] ?? longName(name) ?? name;
+    if (Array.isArray(long)) {
+      const getopt = `option '${name}' is ambiguous; possibilities: '${long.join("' '")}'`;
+      throw badOption(`${name} could be ${long.join(" or ")}`, getopt);
+    }
     const option = OPTIONS[long];
     const short = `-- '${name.slice(1)}'`;
     if (!option) {
@@ -241,8 +281,9 @@ function parse(args: readonly string[], sub: string | undefined): Command {
     }
     if (long === "--help") return { kind: "help" };
     if (long === "--version") return { kind: "version" };
+    if (ONCE.includes(long) && seen.given.has(long)) no(`${long} is given twice`, "give it once");
     seen.given.add(long);
-    if (OPERATIONS.includes(long)) seen.operations.push(long);
+    if (OPERATIONS.includes(long) && !seen.operations.includes(long)) seen.operations.push(long);
     // An option the named subcommand does not take is refused as such, its value unread:
     // `snapshot --device-map X` is not about the map.
     if (sub && UNREAD.includes(long) && !SUBCOMMANDS[sub].includes(long)) continue;
@@ -255,6 +296,8 @@ function parse(args: readonly string[], sub: string | undefined): Command {
 function readAction(value: string, seen: Seen): void {
   const got = `--action takes ${ACTIONS.join(", ")}; got ${JSON.stringify(value)}`;
   if (!(ACTIONS as readonly string[]).includes(value)) no(NVIDIA_MESSAGES.badAction, got);
+  // As getopt leaves it to NVIDIA's loop: the last --action is the one.
+  seen.operations = seen.operations.filter((o) => !o.startsWith("--action "));
   seen.operations.push(`--action ${value}`);
 }
 
@@ -378,9 +421,10 @@ function finish(seen: Seen): Command {
     return snapshotCommand(sub, rest, seen, common);
   }
   if (has("--verify")) throw new UsageError("--verify is only valid with inspect");
-  const snapshotOnly = ["--dir", "--leave-running", "--deadline"].find(has);
+  const snapshotOnly = ["--dir", "--leave-running", "--deadline", "--tcp-established"].find(has);
   if (snapshotOnly) {
-    no(`${snapshotOnly} is only valid with snapshot, restore-snapshot, inspect and recover`);
+    const subs = Object.keys(SUBCOMMANDS).filter((sub) => SUBCOMMANDS[sub].includes(snapshotOnly));
+    no(`${snapshotOnly} is only valid with ${subs.join(", ").replace(/, (?!.*, )/, " and ")}`);
   }
   if (sub === undefined) return operationCommand(seen, common);
   if (sub !== "list" && sub !== "ps" && !common.simulate) {

@@ -14,7 +14,7 @@
  * @module
  */
 
-import type { CliOperation, OperationCommand } from "./args.ts";
+import { type CliOperation, type OperationCommand, UsageError } from "./args.ts";
 import { CudaProcess, listCudaProcesses, runGroup } from "../mod.ts";
 import type { GroupResult, Outcome, ProcessOutcome } from "../mod.ts";
 import type { Machine } from "../driver.ts";
@@ -159,6 +159,9 @@ export async function runMany(
       ...(watch ? { signal: watch.signal, rollBackOnAbort: true } : {}),
     });
     zero = pids.includes(0) ? await query(operation, 0, machine.driver) : undefined;
+  } catch (error) {
+    // The pids, as the library found them (a pid and a thread id of it): nothing was done.
+    throw error instanceof RangeError ? new UsageError(error.message) : error;
   } finally {
     progress?.stop();
     watch?.stop();

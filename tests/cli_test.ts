@@ -95,6 +95,11 @@ describe("regression: NVIDIA's lines for bad input", () => {
       ["--get-state=yes", "-p", 5],
       "option '--get-state' doesn't allow an argument",
     ],
+    [
+      "the start of two options",
+      ["--get-", "-p", 5],
+      "option '--get-' is ambiguous; possibilities: '--get-state' '--get-restore-tid'",
+    ],
   ];
   for (const [what, args, getopt] of getoptRows) {
     test(`${what}: getopt's line, then "${NVIDIA_MESSAGES.badOption}"; exit 1`, async () => {
@@ -347,6 +352,33 @@ describe("toggle and the device map", () => {
     assert.equal(target.gpuUuids[0], g1);
   });
 
+  test("as getopt_long: a long option's start names it (NVIDIA's first); an operation twice is one", async () => {
+    const { sim, target, pid } = machine();
+    const ok = async (...args: (string | number)[]) => {
+      const r = await cli(args, { machine: sim });
+      assert.equal(r.code, 0, `${args.join(" ")}: ${r.err}`);
+      return r.out;
+    };
+    assert.equal(await ok("--get-sta", "--pi", pid), "running\n");
+    await ok("--act", "lock", "--p", pid, "--time", 5); // --p: --pid, not our --path-like ones
+    assert.equal(target.state, "locked");
+    await ok("--action", "checkpoint", "--action", "unlock", "-p", pid); // the last --action
+    assert.equal(target.state, "running");
+    await ok("--tog", "--toggle", "-p", pid);
+    assert.equal(target.state, "checkpointed");
+    await ok(
+      "--d",
+      `${sim.gpus[0].uuid}=${sim.gpus[0].uuid},${sim.gpus[1].uuid}=${sim.gpus[1].uuid}`,
+      "--toggle",
+      "-p",
+      pid,
+    );
+    assert.equal(target.state, "running");
+    // --json as another option's value is that value, and asks for no JSON.
+    const r = await cli(["--get-state", "--pid", "--json"], { machine: sim });
+    assert.deepEqual([r.code, r.out], [1, ""]);
+  });
+
   test("malformed device maps are Invalid device remap, and say why on a terminal", async () => {
     const g = "GPU-00000000-0000-0000-0000-000000000001";
     const cases: [string, RegExp][] = [
@@ -468,6 +500,12 @@ describe("our own checks of bad input", () => {
     ["list with an operation", ["list", "--get-state"], "list takes no --get-state"],
     ["snapshot without --pid", ["snapshot", "/s"], "snapshot needs --pid PID[,PID...]"],
     ["inspect with a bad --pid", ["inspect", "/s", "--pid", "x"], "inspect takes no --pid"],
+    ["--dir twice", ["snapshot", "-p", 5, "--dir", "/a", "--dir", "/b"], "--dir is given twice"],
+    [
+      "--tcp-established with list",
+      ["list", "--tcp-established"],
+      "--tcp-established is only valid with snapshot",
+    ],
     [
       "restore-snapshot with an unknown option",
       ["restore-snapshot", "/s", "--bogus"],

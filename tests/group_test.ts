@@ -525,7 +525,7 @@ describe("group operations", () => {
       await assert.rejects(
         runGroup("suspend", [p.pid, p.tid], { machine: sim, job }),
         new RegExp(
-          `targets\\[0\\] \\(${p.pid}\\) and targets\\[1\\] \\(${p.tid}\\) are one process`,
+          `pids ${p.pid} and ${p.tid} \\(targets\\[0\\] and \\[1\\]\\) are one process`,
         ),
       );
     }
