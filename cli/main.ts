@@ -21,7 +21,7 @@
  * @module
  */
 
-import { type Command, parseCommandLine, UsageError } from "./args.ts";
+import { type Command, parseCommandLine, UsageError, wantsJson } from "./args.ts";
 import { type CliIo, escapeControls, programIo } from "./io.ts";
 import type { Machine } from "../driver.ts";
 import type { Printer } from "./report.ts";
@@ -56,7 +56,7 @@ export async function main(args: readonly string[], io: CliIo): Promise<number> 
         say(error.tail ? `${error.tail}\n` : `\n${(await import("./help.ts")).helpText()}`);
         // With --json, a program reading stdout learns it too.
         const { message, detail } = error, usage = { message, code: "USAGE", detail };
-        if (args.includes("--json")) {
+        if (wantsJson(args)) {
           io.stdout(escapeControls(`${JSON.stringify({ ok: false, error: usage })}\n`));
         }
       } else {
@@ -79,7 +79,7 @@ type MachineCommand = Exclude<Command, { kind: "help" } | { kind: "version" }>;
  * opened. Resolves to the exit code.
  */
 async function run(command: MachineCommand, io: CliIo): Promise<number> {
-  const { Printer, printReports, query } = await import("./report.ts");
+  const { commandMessage, Printer, printReports, query } = await import("./report.ts");
   const print = new Printer(io);
   const op = command.kind === "operation" ? command : undefined;
   const one = op && op.targets !== "all" && op.targets.length === 1 ? op.targets[0] : undefined;
@@ -94,9 +94,15 @@ async function run(command: MachineCommand, io: CliIo): Promise<number> {
   // worker thread need start.
   const opened = await open(command, io, oneCall, oneCall || (one !== undefined && !io.isTerminal))
     .catch((error) => {
-      if (error instanceof Error && error.name === "DriverLoadError") {
-        for (const line of noDriver(error).split("\n")) print.err(line);
-      } else print.error(error);
+      const load = error instanceof Error && error.name === "DriverLoadError";
+      const [first, ...more] = load ? noDriver(error).split("\n") : [];
+      if (load) [first, ...more].forEach((line) => print.err(line));
+      else print.error(error);
+      if (!command.json) return;
+      const message = load ? first.replace(/^cuda-checkpoint: /, "") : commandMessage(error);
+      const code = load ? "DRIVER_LOAD" : (error as { code?: unknown }).code ?? "OPEN";
+      const detail = more.join("\n") || undefined;
+      print.json({ ok: false, error: { message, code, name: (error as Error)?.name, detail } });
     });
   if (!opened) return 1;
   const { machine, simulated, close } = opened;

@@ -297,6 +297,10 @@ describe(`without libcuda, as a program (${runtime})`, () => {
     assert.match(listed.err, /^cuda-checkpoint: Could not load libcuda/);
     assert.match(listed.err, /--simulate runs the same commands on a simulated machine/);
     assert.doesNotMatch(listed.err, /SimulatedMachine|--allow-ffi/);
+    // With --json, stdout says it too: a program reading it learns why, not nothing.
+    const json = JSON.parse((await program(["list", "--json"], NO_LIBCUDA)).out);
+    assert.deepEqual([json.ok, json.error.code], [false, "DRIVER_LOAD"]);
+    assert.match(json.error.message, /^Could not load libcuda/);
     const shown = await program(["inspect", dir], NO_LIBCUDA);
     assert.equal(shown.code, 0, shown.err);
     assert.match(shown.out, new RegExp(`^ {2}${p.pid} running .*python serve\\.py$`, "m"));

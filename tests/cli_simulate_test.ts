@@ -181,6 +181,11 @@ describe("--simulate", () => {
     assert.equal(r.code, 1);
     assert.match(r.err, /^cuda-checkpoint: .*\n$/);
     assert.ok(r.err.includes(path), r.err);
+    // With --json, a program reading stdout is told too.
+    const json = JSON.parse((await run(["list", "--json"])).out);
+    assert.equal(json.ok, false);
+    assert.equal(json.error.code, "OPEN");
+    assert.ok(json.error.message.includes(path), json.error.message);
   });
 
   test("reset never replaces a file that is not a state file: exit 1, the file as it was", async () => {
