@@ -157,9 +157,20 @@ export interface ProgramIo {
  */
 export function programIo(): ProgramIo {
   const host = runtime();
-  let terminal: boolean | undefined;
+  let terminal: boolean | undefined, read = true;
   const io: CliIo = {
-    ...host, // its programName, stdout, stderr and env (the rest unread)
+    ...host, // its programName, stderr and env (the rest unread)
+    // A reader that has gone (`| head -1`) ends stdout, not the command: stderr still tells.
+    stdout(text) {
+      try {
+        if (read) host.stdout(text);
+      } catch (err) {
+        if ((err as { code?: string }).code !== "EPIPE" && (err as Error).name !== "BrokenPipe") {
+          throw err;
+        }
+        read = false;
+      }
+    },
     get isTerminal() {
       return terminal ??= host.terminal();
     },
@@ -255,7 +266,7 @@ function runtime(): Runtime {
     on: (signal, listener) => process.on(signal, listener),
     off: (signal, listener) => process.off(signal, listener),
     exit: (code) => process.exit(code),
-    flushed: () => Promise.all(pending),
+    flushed: () => Promise.allSettled(pending),
   };
 }
 

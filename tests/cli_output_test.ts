@@ -307,6 +307,40 @@ describe(`without libcuda, as a program (${runtime})`, () => {
   });
 });
 
+describe(`a reader that goes away, as a program (${runtime})`, () => {
+  test(
+    "stdout closed early (| head -1): the command goes on, stderr says every line, no error of its own",
+    {
+      timeout: 60_000,
+    },
+    async () => {
+      const { spawn } = await import("node:child_process");
+      const state = join(mkdtempSync(join(tmpdir(), "ckpt-epipe-")), "machine.json");
+      const pids = Array.from({ length: 3000 }, (_, i) => i + 1).join(",");
+      const argv = ["--simulate", "--get-state", "--pid", pids];
+      const child = spawn(
+        process.execPath,
+        runtime === "deno" ? ["run", "-A", MAIN, ...argv] : [MAIN, ...argv],
+        {
+          env: { ...process.env, CKPT_SIM_STATE: state, NO_COLOR: "1" },
+          stdio: ["ignore", "pipe", "pipe"],
+        },
+      );
+      child.stdout.destroy(); // as `head` does once it has its line
+      let err = "";
+      child.stderr.on("data", (d) => err += d);
+      const code = await new Promise((done) => child.on("close", done));
+      assert.equal(code, 1, err.slice(-300));
+      assert.doesNotMatch(err, /internal error|EPIPE|Broken pipe/);
+      assert.equal(
+        err.split("\n").filter((l) => l.startsWith("Error getting process state")).length,
+        3000,
+      );
+      rmSync(join(state, ".."), { recursive: true, force: true });
+    },
+  );
+});
+
 // In-process, where this machine has no libcuda to find (CI's): the search's own advice.
 const here = await cli(["list"]);
 const found = !(here.code === 1 && here.err.includes("Could not load libcuda"));
