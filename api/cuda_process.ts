@@ -8,6 +8,7 @@ import { act, type Outcome, settingsOf, type StepOptions } from "../core/action.
 import { Handle } from "../core/process.ts";
 import { isMachine, type Machine, type MachineSource, SharedMachine } from "../core/machine.ts";
 import { checkChoice, checkInteger, checkOptions, checkPid, checkSignal } from "../core/options.ts";
+import { MAX_TIMER_MS } from "../core/options.ts";
 import { mustBe } from "../core/options.ts";
 import { type Action, PROCESS_STATES, type ProcessState } from "../core/states.ts";
 import { openMachine } from "../os/this_machine.ts";
@@ -124,9 +125,9 @@ export class CudaProcess {
     const o = checkOptions(options, "waitForState", ["timeoutMs", "signal", "intervalMs"]);
     const { timeoutMs: ms, intervalMs = 50 } = o;
     await this.#handle.waitForState(state, {
-      timeoutMs: ms === undefined ? ms : checkInteger(ms, "timeoutMs", 0),
+      timeoutMs: ms === undefined ? ms : checkInteger(ms, "timeoutMs", 0, MAX_TIMER_MS),
       signal: checkSignal(o.signal),
-      intervalMs: checkInteger(intervalMs, "intervalMs", 1),
+      intervalMs: checkInteger(intervalMs, "intervalMs", 1, MAX_TIMER_MS),
     });
   }
 

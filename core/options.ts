@@ -52,8 +52,13 @@ export function flag(fallback: boolean): (value: unknown, name: string) => boole
 /** A check of a whole operation's `timeoutMs` (`what`: "group") for {@link checkTable}. */
 export function wholeTimeout(what: string): (value: unknown) => number | undefined {
   return (v) =>
-    v === undefined ? undefined : checkInteger(v, `timeoutMs (ms for the whole ${what})`, 0);
+    v === undefined
+      ? undefined
+      : checkInteger(v, `timeoutMs (ms for the whole ${what})`, 0, MAX_TIMER_MS);
 }
+
+/** The longest wait a timer holds (2^31-1 ms, 24.8 days): a longer one would fire at once. */
+export const MAX_TIMER_MS = 2 ** 31 - 1;
 
 /** Checks an object of named values (`what`: "gpus[0]"), as {@link checkOptions} does. */
 export function checkKeys<T extends object>(

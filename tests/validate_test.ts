@@ -73,16 +73,22 @@ describe("timeoutMs", () => {
           return true;
         });
       }
-      // The whole group's timeout (no upper bound) is checked the same way, with the same errors.
-      if (value !== 2 ** 32) {
-        await assert.rejects(
-          runGroup("suspend", [target.pid], { machine: sim, timeoutMs: value as number }),
-          typeof value === "number" ? RangeError : TypeError,
-        );
-      }
+      // The whole group's timeout (a timer's: at most 2^31-1) is checked the same way.
+      await assert.rejects(
+        runGroup("suspend", [target.pid], { machine: sim, timeoutMs: value as number }),
+        typeof value === "number" ? RangeError : TypeError,
+      );
       assert.equal(target.state, "running", "nothing reached the driver");
     });
   }
+  test("a wait longer than a timer holds (2^31 ms) is refused, where it would end at once", async () => {
+    const longest = /must be an integer from \d+ to 2147483647, got 2147483648$/;
+    const group = runGroup("suspend", [target.pid], { machine: sim, timeoutMs: 2 ** 31 });
+    await assert.rejects(group, longest);
+    await assert.rejects(proc.waitForState("locked", { intervalMs: 2 ** 31 }), longest);
+    await assert.rejects(proc.waitForState("locked", { timeoutMs: 2 ** 31 }), longest);
+    assert.equal(target.state, "running");
+  });
   test("accepts 0 (no timeout) and 2^32-1", () => {
     assert.equal(checkTimeoutMs(0), 0);
     assert.equal(checkTimeoutMs(2 ** 32 - 1), 2 ** 32 - 1);
