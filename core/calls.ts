@@ -9,7 +9,7 @@ import { CHECKPOINT_MIN_DRIVER_VERSION, type CheckpointDriver, CUDA_SUCCESS } fr
 import { type DriverResult, formatDriverVersion, GPU_PAIRS_MIN_DRIVER_VERSION } from "./driver.ts";
 import type { LockArgs, RestoreArgs } from "./driver.ts";
 import { CheckpointUnsupportedError, driverError } from "./errors.ts";
-import { type ProcessState, stateName } from "./states.ts";
+import { PROCESS_STATES, type ProcessState, stateName } from "./states.ts";
 
 /** The C function behind each driver operation. */
 export const C_FUNCTIONS = {
@@ -64,7 +64,7 @@ export function stateOf(value: number, pid: number): ProcessState {
   if (name !== undefined) return name;
   throw new RangeError(
     `getState of process ${pid} gave state ${value}, which this version of @ckpt/cuda does not ` +
-      `know (a newer driver's)`,
+      `know (a newer driver's; it knows ${PROCESS_STATES.map((n, i) => `${n} ${i}`).join(", ")})`,
   );
 }
 

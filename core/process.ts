@@ -299,9 +299,11 @@ export class Turn {
     // Refused although the process is there and checkpointed: what driver 580 does after a
     // restore of it ran out of GPU memory.
     if (code !== CUDA_ERROR_OPERATING_SYSTEM || !(await this.#checkpointedNow())) return {};
+    const ipc = await this.session.gpuImport(this.identity.pid);
     return {
       detail: "the process is checkpointed, yet the driver refuses to restore it, as driver 580 " +
-        "does after a restore of it ran out of memory (docs/ERRORS.md#out-of-memory)",
+        (ipc ? `does for a process whose GPU memory came from another (${ipc.sign})` : "does " +
+          "after a restore of it ran out of memory (docs/ERRORS.md#out-of-memory)"),
     };
   }
 

@@ -483,7 +483,7 @@ describe("6. an unknown state number or code is a clear error that names it", ()
   test("a state number from a newer driver: every reader names it", async () => {
     const { sim, target, proc } = await setup();
     const named =
-      /gave state 5, which this version of @ckpt\/cuda does not know \(a newer driver's\)/;
+      /gave state 5, which this version of @ckpt\/cuda does not know \(a newer driver's; it knows running 0, locked 1, checkpointed 2, failed 3\)/;
     for (
       const read of [() => proc.state(), () => proc.toggle(), () => proc.waitForState("locked")]
     ) {

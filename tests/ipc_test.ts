@@ -60,6 +60,19 @@ describe("the simulator, as driver 580 answers an importer", () => {
     assert.equal(await sim.driver.restore(importer.pid, null), CUDA_ERROR_OPERATING_SYSTEM);
   });
 
+  test("suspended anyway (allowIpcImport), its exporter gone: the error says why, not 'out of memory'", async () => {
+    const { sim, exporter, importer } = pair();
+    const p = new CudaProcess(importer.pid, { machine: sim });
+    await p.suspend({ allowIpcImport: true });
+    exporter.exit();
+    const err = await p.resume().catch((e) => e);
+    assert.match(
+      String(err),
+      /refuses to restore it, as driver 580 does for a process whose GPU memory came from another \(it maps \/dev\/shm\/cuda\.shm/,
+    );
+    assert.doesNotMatch(String(err), /out of memory/);
+  });
+
   test("the host shows the sign of a legacy or cuMem import, and none of an fd import", async () => {
     for (const through of ["legacy", "cumem", "fd"] as const) {
       const { sim, exporter, importer } = pair(through);

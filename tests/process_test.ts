@@ -140,7 +140,7 @@ describe("errors name the operation, pid, code, description and state", () => {
     });
     await assert.rejects(
       new CudaProcess(t.pid, { machine: newer }).state(),
-      /^RangeError: getState of process \d+ gave state 7, which this version of @ckpt\/cuda does not know \(a newer driver's\)$/,
+      /^RangeError: getState of process \d+ gave state 7, which this version of @ckpt\/cuda does not know \(a newer driver's; it knows running 0, locked 1, checkpointed 2, failed 3\)$/,
     );
   });
 
