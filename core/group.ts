@@ -145,7 +145,8 @@ class Group {
       action: this.#action,
       ok: !incomplete && !this.#rolledBack,
       processes: this.#entries.map(outcome),
-      deadlinePassed: this.#deadlinePassed,
+      // A lock cut short by the deadline fails (NOT_READY) rather than stopping: passed all the same.
+      deadlinePassed: this.#deadlinePassed || (incomplete && this.#deadline.passed()),
       aborted: this.#s.signal?.aborted === true,
       rolledBack: this.#rolledBack,
       ms: this.#deadline.elapsed(),

@@ -364,6 +364,9 @@ describe("group operations", () => {
     assert.deepEqual([o1.status, o2.status], ["not-started", "not-started"]);
     assert.deepEqual([o1.notStarted, o2.notStarted], ["deadline", "deadline"]);
     assert.ok([busy, ...others].every((p) => p.state === "running"));
+    // One process alone: its lock, cut to the deadline, fails; the deadline passed all the same.
+    const alone = await runGroup("suspend", [busy.pid], { machine: sim, timeoutMs: 1000 });
+    assert.deepEqual([alone.ok, alone.deadlinePassed], [false, true]);
   });
 
   test("the deadline passing between a process's steps undoes its first step", async () => {
@@ -540,7 +543,7 @@ describe("group operations", () => {
     );
     await assert.rejects(
       runGroup("suspend", [p.pid], { machine: sim, timeoutMs: -1 }),
-      /timeoutMs \(ms for the whole group\) must be an integer from 0, got -1/,
+      /timeoutMs \(ms for the whole group\) must be an integer from 0 to 2147483647, got -1/,
     );
     await assert.rejects(
       runGroup("resume", [p.pid], { machine: sim, gpuMapping: { x: "y" } }),
