@@ -69,6 +69,7 @@ export class FileSnapshotStore implements SnapshotStore {
         const n = `${names.length} entries`;
         throw new Error(`${where} is not empty (${n}): a snapshot needs a new or empty directory`);
       }
+      if (create && !made) await handle.chmod(0o700); // empty, taken over: made private as new
       if (!made) await parent.close();
       return new FileSnapshotDir(where, handle, this.#digests, made ? { parent, name } : undefined);
     } catch (err) {

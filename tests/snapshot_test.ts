@@ -452,6 +452,12 @@ describe("refused before anything changes", () => {
     writeFileSync(join(dir, "x"), "x");
     await refusedWith(snapshot([pids[0]], dir, { machine: sim }), "SNAPSHOT", /is not empty/);
     assert.ok(sim.processes.every((p) => p.state === "running"));
+    // An empty one others may read is taken, and made private as a new one is.
+    const open = newDir();
+    mkdirSync(open, { mode: 0o755 });
+    chmodSync(open, 0o755);
+    await snapshot([pids[0]], open, { machine: sim });
+    assert.equal(statSync(open).mode & 0o777, 0o700);
   });
 
   test("bad input names the value", async () => {
