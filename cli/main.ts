@@ -52,7 +52,10 @@ export async function main(args: readonly string[], io: CliIo): Promise<number> 
         // NVIDIA's shape: getopt's line (where it has one), the message, a blank line, the help.
         if (error.getopt) say(`${io.programName ?? "cuda-checkpoint"}: ${error.getopt}\n`);
         say(`${error.message}\n`);
-        if (error.detail && io.isTerminal) say(`cuda-checkpoint: ${error.detail}\n`);
+        // The bad value, on a terminal; always for our own commands, whose lines are not NVIDIA's.
+        if (error.detail && (io.isTerminal || error.tail)) {
+          say(`cuda-checkpoint: ${error.detail}\n`);
+        }
         say(error.tail ? `${error.tail}\n` : `\n${(await import("./help.ts")).helpText()}`);
         // With --json, a program reading stdout learns it too.
         const { message, detail } = error, usage = { message, code: "USAGE", detail };

@@ -206,6 +206,7 @@ describe("--simulate", () => {
     assert.equal(r.code, 1);
     assert.deepEqual(r.errLines, [
       "--simulate kill takes the pid of one simulated process",
+      "cuda-checkpoint: got none", // the bad value, on a terminal or not: the command is ours
       "Run cuda-checkpoint --help for what kill takes.",
     ]);
   });
