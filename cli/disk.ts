@@ -9,8 +9,8 @@
  * @module
  */
 
-import type { InspectCommand, RecoverCommand, SnapshotCommand } from "./args.ts";
-import type { RestoreSnapshotCommand } from "./args.ts";
+import type { InspectCommand, RecoverCommand, SnapshotCommand } from "./command.ts";
+import type { RestoreSnapshotCommand } from "./command.ts";
 import { inspectSnapshotAs, recoverSnapshotAs, restoreSnapshotAs } from "../api/functions.ts";
 import { snapshot } from "../api/functions.ts";
 import { formatDriverVersion } from "../core/driver.ts";

@@ -21,7 +21,8 @@
  * @module
  */
 
-import { type Command, parseCommandLine, UsageError, wantsJson } from "./args.ts";
+import { parseCommandLine, wantsJson } from "./args.ts";
+import { type Command, UsageError } from "./command.ts";
 import { type CliIo, escapeControls, programIo } from "./io.ts";
 import type { Machine } from "../driver.ts";
 import type { Printer } from "./report.ts";

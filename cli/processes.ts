@@ -14,7 +14,7 @@
  * @module
  */
 
-import { type CliOperation, type OperationCommand, UsageError } from "./args.ts";
+import { type CliOperation, type OperationCommand, UsageError } from "./command.ts";
 import { CudaProcess, listCudaProcesses, runGroup } from "../mod.ts";
 import type { GroupResult, Outcome, ProcessOutcome } from "../mod.ts";
 import type { Machine } from "../driver.ts";

@@ -5,7 +5,7 @@
  * @module
  */
 
-import type { CliOperation } from "./args.ts";
+import type { CliOperation } from "./command.ts";
 import { type CliIo, escapeControls } from "./io.ts";
 import { CheckpointError, CudaError, messageOf } from "../core/errors.ts";
 import { PATH_ERRORS, RefusedError } from "../core/errors.ts";

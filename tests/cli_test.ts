@@ -14,7 +14,8 @@ import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 
-import { NVIDIA_MESSAGES, parseCommandLine, UsageError } from "../cli/args.ts";
+import { parseCommandLine } from "../cli/args.ts";
+import { NVIDIA_MESSAGES, UsageError } from "../cli/command.ts";
 import { helpText } from "../cli/help.ts";
 import { main } from "../cli/main.ts";
 import { VERSION } from "../core/version.ts";
