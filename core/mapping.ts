@@ -62,6 +62,25 @@ export function mappingProblems(
   return problems;
 }
 
+/**
+ * `pairs` with every GPU of `gpus` they leave out added, onto itself where it is free, else onto a
+ * GPU left free (of its chip first): the driver wants every GPU it sees named by a mapping from
+ * this machine's GPUs, and a snapshot's mapping names only the snapshot's. Another machine's: as is.
+ */
+export function completed(pairs: readonly GpuPair[], gpus: readonly GpuInfo[]): GpuPair[] {
+  const here = (uuid: string) => gpus.some((g) => g.uuid.toLowerCase() === uuid);
+  if (!pairs.some((p) => here(key(p.oldUuid)))) return [...pairs];
+  const named = new Set(pairs.map((p) => key(p.oldUuid)));
+  const taken = new Set(pairs.map((p) => key(p.newUuid)));
+  const free = gpus.filter((g) => !taken.has(g.uuid.toLowerCase()));
+  const added = gpus.filter((g) => !named.has(g.uuid.toLowerCase())).map((g) => {
+    const to = free.find((f) => f === g) ?? free.find((f) => f.name === g.name) ?? free[0];
+    free.splice(free.indexOf(to), 1);
+    return { oldUuid: parseGpuUuid(g.uuid), newUuid: parseGpuUuid(to.uuid) };
+  });
+  return [...pairs, ...added];
+}
+
 /** Refuses (`MAPPING`) a mapping that cannot work, where the driver can list all its GPUs. */
 export async function checkMapping(
   driver: CheckpointDriver,

@@ -744,6 +744,22 @@ describe("onto other GPUs", () => {
     assert.equal(await moved.memoryChunkedSha256(), hash);
   });
 
+  test("onto a machine with the snapshot's GPUs and more: the mapping is completed, as the driver wants", async () => {
+    const two = new SimulatedMachine({ gpus: 2, seed: 7 });
+    const p = two.spawn({ memoryMiB: 1024, gpu: 0 });
+    const hash = await p.memoryChunkedSha256();
+    const dir = newDir();
+    await snapshot([p.pid], dir, { machine: two });
+    const four = new SimulatedMachine({ gpus: 4, seed: 7 }); // the same two GPUs, and two more
+    const [g0, g1, g2, g3] = four.gpus.map((g) => g.uuid);
+    assert.deepEqual([g0, g1], two.gpus.map((g) => g.uuid));
+    const back = await restoreSnapshot(dir, { machine: four, gpuMapping: { [g0]: g2, [g1]: g1 } });
+    assert.deepEqual(back.gpuMapping, { [g0]: g2, [g1]: g1, [g2]: g0, [g3]: g3 });
+    const moved = live(four, p.pid);
+    assert.ok((moved.gpuMemoryMiB[g2] ?? 0) >= 1024, "on GPU 2 now");
+    assert.equal(await moved.memoryChunkedSha256(), hash);
+  });
+
   test("a mapping from another machine's GPUs is checked only where it goes", () => {
     const here = [
       { index: 0, uuid: "GPU-11111111-1111-1111-1111-111111111111", name: "NVIDIA H200" },

@@ -14,7 +14,7 @@ import { messageOf, RefusedError, SnapshotError } from "../errors.ts";
 import { runGroup } from "../group.ts";
 import type { GroupResult, ProcessOutcome } from "../group_types.ts";
 import type { Machine } from "../machine.ts";
-import { derivedMapping, mappingProblems, mappingRefused } from "../mapping.ts";
+import { completed, derivedMapping, mappingProblems, mappingRefused } from "../mapping.ts";
 import { checkGpuMapping, checkSignal, checkTable, flag, formatGpuUuid } from "../options.ts";
 import { type GpuMapping, type Settings, wholeTimeout } from "../options.ts";
 import { sessionOf } from "../process.ts";
@@ -206,6 +206,7 @@ async function check(r: Restoring): Promise<void> {
   if (problems.length > 0) {
     throw mappingRefused(o.operation, `the GPU mapping cannot work: ${problems.join("; ")}`);
   }
+  r.pairs = completed(r.pairs, gpus);
   if (o.checkRoom) {
     const need = onto(r.running.map((p) => p.cuda!.gpuMemoryMiB ?? {}), r.pairs);
     const who = "the snapshot's processes";
