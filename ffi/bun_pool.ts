@@ -40,9 +40,8 @@ export class WorkerPool {
 
   /** Runs one call on an idle worker, or a new one. */
   run(request: Omit<WorkerRequest, "id">): Promise<WorkerResult> {
-    if (this.#closing) {
-      return Promise.reject(new Error(`${request.symbol}: the worker pool has been closed`));
-    }
+    const closed = `${request.symbol}: the worker pool has been closed`;
+    if (this.#closing) return Promise.reject(new Error(closed));
     return new Promise<WorkerResult>((resolve, reject) => {
       const job: Job = { request: { ...request, id: this.#nextId++ }, resolve, reject };
       let slot: Worked | undefined;

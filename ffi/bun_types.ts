@@ -47,9 +47,7 @@ export interface WorkerRequest {
 }
 
 /** Tells a worker to close every library it opened, then end. */
-export interface WorkerClose {
-  readonly close: true;
-}
+export type WorkerClose = { readonly close: true };
 
 /** What a call came to: its result, and the argument buffers as it left them (else `null`). */
 export type WorkerResult = { readonly code: number; readonly buffers: (Uint8Array | null)[] };

@@ -27,10 +27,8 @@ function openLibrary<N extends string>(path: string, table: FfiTable<N>): FfiLib
   const present = new Set(names.filter((name) => !table[name].optional));
   const optional = names.filter((name) => table[name].optional);
   try {
-    const probe = Deno.dlopen(
-      path,
-      Object.fromEntries(optional.map((name) => [name, { ...table[name], nonblocking: false }])),
-    );
+    const sync = optional.map((name) => [name, { ...table[name], nonblocking: false }]);
+    const probe = Deno.dlopen(path, Object.fromEntries(sync));
     for (const name of optional) if (probe.symbols[name] !== null) present.add(name);
     probe.close();
   } catch (error) {
@@ -43,16 +41,14 @@ function openLibrary<N extends string>(path: string, table: FfiTable<N>): FfiLib
   return {
     present,
     call(call) {
-      if (table[call.symbol].nonblocking) {
-        throw new TypeError(`${call.symbol} can wait: call it off the main thread`);
-      }
+      const waits = `${call.symbol} can wait: call it off the main thread`;
+      if (table[call.symbol].nonblocking) throw new TypeError(waits);
       linkPointers(call, addressOf);
       return symbols[call.symbol](...call.args) as number | bigint;
     },
     async callOffThread(call) {
-      if (!table[call.symbol].nonblocking || !present.has(call.symbol)) {
-        throw new TypeError(`${call.symbol} is not a function that runs off the main thread here`);
-      }
+      const not = `${call.symbol} is not a function that runs off the main thread here`;
+      if (!table[call.symbol].nonblocking || !present.has(call.symbol)) throw new TypeError(not);
       linkPointers(call, addressOf);
       inFlight.add(call);
       try {

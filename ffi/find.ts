@@ -41,11 +41,7 @@ const SOURCES = {
 };
 
 /** A path that was tried (a bare name: the system loader's), where it came from, and why it failed. */
-interface TriedPath {
-  readonly path: string;
-  readonly source: keyof typeof SOURCES;
-  readonly reason: string;
-}
+type TriedPath = Readonly<{ path: string; source: keyof typeof SOURCES; reason: string }>;
 
 /** What {@link findLibcuda} takes. */
 export interface FindLibcudaOptions<T> {
@@ -99,10 +95,9 @@ export function reasonOf(error: unknown, path?: string): string {
  */
 export function findLibcuda<T>(options: FindLibcudaOptions<T>): FoundLibcuda<T> {
   if (options.platform !== undefined && options.platform !== "linux") {
-    throw new DriverLoadError(
-      `CUDA checkpointing is Linux-only: NVIDIA's checkpoint API (cuCheckpointProcess*) exists ` +
-        `only in the Linux driver, and this is ${options.platform}`,
-    );
+    const only = `CUDA checkpointing is Linux-only: NVIDIA's checkpoint API ` +
+      `(cuCheckpointProcess*) exists only in the Linux driver, and this is ${options.platform}`;
+    throw new DriverLoadError(only);
   }
   let fromEnv: string | undefined, envNote = "";
   try {
@@ -113,30 +108,22 @@ export function findLibcuda<T>(options: FindLibcudaOptions<T>): FoundLibcuda<T> 
       : reasonOf(error);
     envNote = `${LIBCUDA_ENV_VAR} could not be read (${why}), so it was treated as not set`;
   }
-  const candidates: { path: string; source: TriedPath["source"] }[] = options.libraryPath
+  const searched = [LIBCUDA_SONAME, ...options.searchPaths ?? LIBCUDA_SEARCH_PATHS];
+  const candidates: Omit<TriedPath, "reason">[] = options.libraryPath
     ? [{ path: options.libraryPath, source: "option" }]
     : fromEnv
     ? [{ path: fromEnv, source: "env" }]
-    : [
-      { path: LIBCUDA_SONAME, source: "system" },
-      ...(options.searchPaths ?? LIBCUDA_SEARCH_PATHS).map((path) => ({
-        path,
-        source: "search" as const,
-      })),
-    ];
+    : searched.map((path, i) => ({ path, source: i === 0 ? "system" : "search" }));
   const tried: TriedPath[] = [];
   for (const { path, source } of candidates) {
     try {
       return { library: options.tryOpen(path), path, source, tried };
     } catch (error) {
       if (isPermissionError(error)) {
-        throw new DriverLoadError(
-          `Loading libcuda (${path}) needs the FFI permission: run Deno with --allow-ffi ` +
-            `(and --allow-env=${LIBCUDA_ENV_VAR} to let ${LIBCUDA_ENV_VAR} choose the library). ` +
-            `Deno said: ${reasonOf(error)}`,
-          [...tried.map((t) => t.path), path],
-          { cause: error },
-        );
+        const needs = `Loading libcuda (${path}) needs the FFI permission: run Deno with ` +
+          `--allow-ffi (and --allow-env=${LIBCUDA_ENV_VAR} to let ${LIBCUDA_ENV_VAR} choose the ` +
+          `library). Deno said: ${reasonOf(error)}`;
+        throw new DriverLoadError(needs, [...tried.map((t) => t.path), path], { cause: error });
       }
       tried.push({ path, source, reason: reasonOf(error, path) });
     }
@@ -158,9 +145,8 @@ export function findLibcuda<T>(options: FindLibcudaOptions<T>): FoundLibcuda<T> 
     ...(envNote ? [`Note: ${envNote}.`] : []),
     deno ? `Deno needs ${flags}.` : `(On Deno, run with ${flags}.)`,
   ];
-  throw new DriverLoadError(lines.join("\n"), tried.map((t) => t.path), {
-    cause: tried.length > 0 ? new Error(tried[tried.length - 1].reason) : undefined,
-  });
+  const cause = tried.length > 0 ? new Error(tried[tried.length - 1].reason) : undefined;
+  throw new DriverLoadError(lines.join("\n"), tried.map((t) => t.path), { cause });
 }
 
 /** The C library's loader functions, as the native bindings use them. */
@@ -200,9 +186,8 @@ function viaSystemLoader<T>(adapter: FfiAdapter, name: string, open: (path: stri
     }
     const out = new Uint8Array(new ArrayBuffer(8));
     const where = `${name}: the system loader found it but would not say where (dlinfo failed)`;
-    if (libc.call({ symbol: "dlinfo", args: [handle, RTLD_DI_LINKMAP, out] }) !== 0) {
-      throw new Error(where);
-    }
+    const info = libc.call({ symbol: "dlinfo", args: [handle, RTLD_DI_LINKMAP, out] });
+    if (info !== 0) throw new Error(where);
     const linkMap = new DataView(out.buffer).getBigUint64(0, true);
     return open(absolutePath(adapter.cString(adapter.readPointer(linkMap + 8n)), adapter.cwd()));
   } finally {

@@ -5,20 +5,10 @@
 // cannot be made (the driver closed, or the thread running it ended).
 
 import { asError, driverError, messageOf } from "../core/errors.ts";
-import {
-  CUDA_ERROR_NO_DEVICE,
-  CUDA_ERROR_NOT_SUPPORTED,
-  CUDA_ERROR_OPERATING_SYSTEM,
-  CUDA_SUCCESS,
-  GPU_PAIRS_MIN_DRIVER_VERSION,
-} from "../core/driver.ts";
-import type {
-  CheckpointDriver,
-  DriverResult,
-  GpuInfo,
-  LockArgs,
-  RestoreArgs,
-} from "../core/driver.ts";
+import { CUDA_ERROR_NO_DEVICE, CUDA_ERROR_NOT_SUPPORTED, CUDA_SUCCESS } from "../core/driver.ts";
+import { CUDA_ERROR_OPERATING_SYSTEM, GPU_PAIRS_MIN_DRIVER_VERSION } from "../core/driver.ts";
+import type { CheckpointDriver, DriverResult, GpuInfo } from "../core/driver.ts";
+import type { LockArgs, RestoreArgs } from "../core/driver.ts";
 import { checkFlag, checkInteger, formatGpuUuid } from "../core/options.ts";
 import { Slots } from "../core/time.ts";
 import type { FfiAdapter, FfiLibrary, NativeArg, NativeLink } from "./adapter.ts";
@@ -106,10 +96,9 @@ export function openLibcudaDriver(
       const code = Number(lib.call({ symbol: "cuDriverGetVersion", args: [out] }));
       if (code === CUDA_ERROR_STUB_LIBRARY) {
         void lib.close();
-        throw new Error(
-          "this is the CUDA toolkit's stub library (cuDriverGetVersion fails with " +
-            "CUDA_ERROR_STUB_LIBRARY), which only links; the driver's libcuda.so.1 is needed",
-        );
+        const stub = "this is the CUDA toolkit's stub library (cuDriverGetVersion fails with " +
+          "CUDA_ERROR_STUB_LIBRARY), which only links; the driver's libcuda.so.1 is needed";
+        throw new Error(stub);
       }
       return { lib, path, version: { code, value: code === CUDA_SUCCESS ? readInt(out) : 0 } };
     },
@@ -157,9 +146,8 @@ export class LibcudaDriver implements NativeDriver {
     this.#lib = opened.lib;
     this.#version = opened.version;
     this.libraryPath = opened.path;
-    this.missingFunctions = Object.freeze(
-      CHECKPOINT_SYMBOL_NAMES.filter((name) => !opened.lib.present.has(name)),
-    );
+    const missing = CHECKPOINT_SYMBOL_NAMES.filter((name) => !opened.lib.present.has(name));
+    this.missingFunctions = Object.freeze(missing);
     this.checkpointSupported = this.missingFunctions.length === 0;
     // CUDA_VISIBLE_DEVICES hides and renumbers GPUs, while a restore mapping must name them all.
     let visible: string | undefined = "unreadable: it may be set";
@@ -346,9 +334,8 @@ export class LibcudaDriver implements NativeDriver {
     const uuidOf = present.has("cuDeviceGetUuid_v2") ? "cuDeviceGetUuid_v2" : "cuDeviceGetUuid";
     const needed = ["cuDeviceGetCount", "cuDeviceGet", uuidOf, "cuDeviceGetName"] as const;
     const missing = needed.filter((n) => !present.has(n));
-    if (missing.length > 0) {
-      throw new Error(`listGpus: this libcuda (${this.libraryPath}) lacks ${missing.join(", ")}`);
-    }
+    const lacks = `listGpus: this libcuda (${this.libraryPath}) lacks ${missing.join(", ")}`;
+    if (missing.length > 0) throw new Error(lacks);
     const device = async (symbol: CudaSymbolName, args: NativeArg[]) => {
       const code = await this.#offThread(symbol, args);
       if (code !== CUDA_SUCCESS) throw this.#failure(symbol, code);

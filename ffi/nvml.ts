@@ -55,16 +55,6 @@ export interface NvmlOptions {
   keepInitialized?: boolean;
 }
 
-/** NVML, opened: reads GPU memory per process, and closes. */
-export interface Nvml {
-  /** The absolute path of the library that opened. */
-  readonly libraryPath: string;
-  /** GPU memory by pid and free memory by GPU, read in one NVML session (or the one kept open). */
-  gpuMemory(): Promise<GpuMemoryReport>;
-  /** Closes the library (on Bun, its worker threads too). Once no call is in flight. */
-  close(): Promise<void>;
-}
-
 /**
  * Finds and opens NVML: `libraryPath`, else {@link NVML_ENV_VAR}, else the system loader, else
  * libcuda's usual directories (NVML lies next to it).
@@ -78,29 +68,26 @@ export function openNvml(adapter: FfiAdapter, options: NvmlOptions = {}): Nvml {
   } catch {
     envNote = ` (${NVML_ENV_VAR} could not be read, so it counted as not set)`;
   }
-  const candidates = explicit ? [explicit] : [
-    NVML_SONAME,
-    ...LIBCUDA_SEARCH_PATHS.map((path) => path.slice(0, -LIBCUDA_SONAME.length) + NVML_SONAME),
-  ];
+  const dirs = LIBCUDA_SEARCH_PATHS.map((path) => path.slice(0, -LIBCUDA_SONAME.length));
+  const candidates = explicit ? [explicit] : [NVML_SONAME, ...dirs.map((dir) => dir + NVML_SONAME)];
   const byReason = new Map<string, string[]>();
   for (const candidate of candidates) {
     try {
       const { lib, path } = openCandidate(adapter, candidate, NVML_SYMBOLS);
-      return new NvmlLibrary(adapter, lib, path, options.keepInitialized ?? false);
+      return new Nvml(adapter, lib, path, options.keepInitialized ?? false);
     } catch (error) {
       const reason = reasonOf(error, candidate);
       byReason.set(reason, [...byReason.get(reason) ?? [], candidate]);
     }
   }
   const tried = [...byReason].map(([reason, paths]) => `${paths.join(", ")}: ${reason}`);
-  throw new Error(
-    `NVML (${NVML_SONAME}) could not be loaded, so GPU memory is unknown${envNote}; tried ` +
-      tried.join("; "),
-  );
+  const unknown = `NVML (${NVML_SONAME}) could not be loaded, so GPU memory is unknown${envNote}`;
+  throw new Error(`${unknown}; tried ${tried.join("; ")}`);
 }
 
-/** NVML on a runtime's adapter. */
-class NvmlLibrary implements Nvml {
+/** NVML, opened: reads GPU memory per process, and closes. */
+export class Nvml {
+  /** The absolute path of the library that opened. */
   readonly libraryPath: string;
   readonly #adapter: FfiAdapter;
   readonly #lib: FfiLibrary<NvmlSymbolName>;
@@ -109,6 +96,7 @@ class NvmlLibrary implements Nvml {
   /** Whether a kept `nvmlInit_v2` waits for its `nvmlShutdown` (at close). */
   #initialized = false;
 
+  /** Use {@link openNvml}. */
   constructor(adapter: FfiAdapter, lib: FfiLibrary<NvmlSymbolName>, path: string, keep: boolean) {
     this.#adapter = adapter;
     this.#lib = lib;
@@ -116,6 +104,7 @@ class NvmlLibrary implements Nvml {
     this.#keep = keep;
   }
 
+  /** GPU memory by pid and free memory by GPU, read in one NVML session (or the one kept open). */
   gpuMemory(): Promise<GpuMemoryReport> {
     // One session at a time: NVML counts inits, and a shutdown must match its own init.
     const run = this.#busy.then(() => this.#session(), () => this.#session());
@@ -123,6 +112,7 @@ class NvmlLibrary implements Nvml {
     return run;
   }
 
+  /** Closes the library (on Bun, its worker threads too). Once no call is in flight. */
   async close(): Promise<void> {
     await this.#busy;
     if (this.#initialized) {
@@ -156,9 +146,8 @@ class NvmlLibrary implements Nvml {
     for (let index = 0; index < readInt(count, true); index++) {
       const handleOut = nativeBuffer(8);
       code = await this.#call("nvmlDeviceGetHandleByIndex_v2", [index, handleOut]);
-      if (code !== 0) {
-        return { unknown: this.#failure(`nvmlDeviceGetHandleByIndex_v2 (GPU ${index})`, code) };
-      }
+      const which = `nvmlDeviceGetHandleByIndex_v2 (GPU ${index})`;
+      if (code !== 0) return { unknown: this.#failure(which, code) };
       const handle = new DataView(handleOut.buffer).getBigUint64(0, true);
       const uuidOut = nativeBuffer(UUID_BUFFER_SIZE);
       code = await this.#call("nvmlDeviceGetUUID", [handle, uuidOut, UUID_BUFFER_SIZE]);

@@ -17,9 +17,8 @@ export async function runtimeAdapter(
   const runtime = detectRuntime();
   if (runtime === "deno") return (await import("./deno.ts")).denoAdapter();
   if (runtime === "bun") return await (await import("./bun.ts")).bunAdapter(options);
-  throw new DriverLoadError(
-    "The native CUDA checkpoint driver needs Deno (Deno.dlopen) or Bun (bun:ffi); this runtime " +
-      "has neither FFI. On Node.js, use the simulated driver from @ckpt/cuda/mock, or run under " +
-      "Deno or Bun.",
-  );
+  const neither = "The native CUDA checkpoint driver needs Deno (Deno.dlopen) or Bun (bun:ffi); " +
+    "this runtime has neither FFI. On Node.js, use the simulated driver from @ckpt/cuda/mock, or " +
+    "run under Deno or Bun.";
+  throw new DriverLoadError(neither);
 }

@@ -72,8 +72,6 @@ export interface BunFunctionDefinition {
  * `optional` or `nonblocking`: its binding probes functions one by one, and runs waits in workers.
  */
 export function bunDefinition(fn: CudaForeignFunction): BunFunctionDefinition {
-  return {
-    args: fn.parameters.map((type) => type === "buffer" ? "ptr" : type),
-    returns: fn.result,
-  };
+  const args = fn.parameters.map((type) => type === "buffer" ? "ptr" : type);
+  return { args, returns: fn.result };
 }

@@ -133,8 +133,7 @@ export class RealClock implements SimClock {
 
   /** Cancels a pending timer. */
   clearTimer(handle: number): void {
-    const t = this.#timers.get(handle);
-    if (t) clearTimeout(t.handle);
+    clearTimeout(this.#timers.get(handle)?.handle);
     this.#timers.delete(handle);
   }
 

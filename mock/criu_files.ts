@@ -178,9 +178,8 @@ export function memoryOf(dir: string, image: ProcessImage, log: EngineLog): Save
   read.object(v, "", ["format", "version", "pid", "pages"]);
   if (v.pid !== image.pid) read.fail("pid", `${image.pid}, as its name says`, v.pid);
   if (image.cuda) return readPages(read, v.pages, mibToBytes(image.memoryMiB), "pages");
-  if (!Array.isArray(v.pages) || v.pages.length > 0) {
-    read.fail("pages", "[] for a process without CUDA (it has no GPU memory)", v.pages);
-  }
+  const none = "[] for a process without CUDA (it has no GPU memory)";
+  if (!Array.isArray(v.pages) || v.pages.length > 0) read.fail("pages", none, v.pages);
   return [];
 }
 

@@ -56,9 +56,8 @@ export type PendingFault =
 
 /** `nth`, checked: an integer from 1, 1 when left out. */
 function checkNth(nth: unknown, what: string): number {
-  return nth === undefined
-    ? 1
-    : checkInteger(nth, `${what}.nth (which call, 1 = the next)`, 1, MAX_NTH);
+  if (nth === undefined) return 1;
+  return checkInteger(nth, `${what}.nth (which call, 1 = the next)`, 1, MAX_NTH);
 }
 
 /** A {@link PendingFault} from a method's arguments; throws naming the bad input. */
@@ -72,9 +71,8 @@ export function checkFault(
   const what = `${method}: the ${method === "failNext" ? "fault" : "options"}`;
   switch (method) {
     case "failNext": {
-      if (options === undefined) {
-        throw new TypeError(`${method}: the fault is missing; give { code, state?, nth? }`);
-      }
+      const missing = `${method}: the fault is missing; give { code, state?, nth? }`;
+      if (options === undefined) throw new TypeError(missing);
       const f = checkKeys(options as InjectedFault, what, ["code", "state", "nth"]);
       const codeIs = `${method}: fault.code (a CUresult other than CUDA_SUCCESS)`;
       const code = checkInteger(f.code, codeIs, 1, MAX_PID);
@@ -95,9 +93,8 @@ export function checkFault(
       return { kind: "hang", operation: op, nth: checkNth(f.nth, `${method}: options`) };
     }
     case "answerNext": {
-      if (options === undefined) {
-        throw new TypeError(`${method}: the answer is missing; give { value, nth? }`);
-      }
+      const missing = `${method}: the answer is missing; give { value, nth? }`;
+      if (options === undefined) throw new TypeError(missing);
       const f = checkKeys(options as AnswerFault, what, ["value", "nth"]);
       const value = checkInteger(f.value, `${method}: options.value`, 0, MAX_PID);
       const nth = checkNth(f.nth, `${method}: options`);
@@ -107,10 +104,7 @@ export function checkFault(
 }
 
 /** One injected hang: released before its call comes, or holding the call it hit. */
-interface Hang {
-  released: boolean;
-  resume?: () => void;
-}
+type Hang = { released: boolean; resume?: () => void };
 
 /** The faults waiting on one process, one per operation, and the calls a hang holds. @internal */
 export class FaultPlan {

@@ -74,9 +74,8 @@ export class SimulatedCriu implements SnapshotEngine {
     const version = o.version === undefined ? "4.1.1" : o.version;
     this.version = checkName(version, "SimulatedCriu: version");
     const problems = o.problems === undefined ? [] : o.problems;
-    if (!Array.isArray(problems)) {
-      mustBe(TypeError, "SimulatedCriu: problems", "an array of sentences", problems);
-    }
+    const what = "SimulatedCriu: problems";
+    if (!Array.isArray(problems)) mustBe(TypeError, what, "an array of sentences", problems);
     const each = (p: unknown, i: number) => checkName(p, `SimulatedCriu: problems[${i}]`);
     this.problems = Object.freeze(problems.map(each));
   }
@@ -222,9 +221,8 @@ export class SimulatedCriu implements SnapshotEngine {
   ): Promise<T> {
     const r = request as DumpRequest & RestoreRequest;
     try {
-      if (typeof r !== "object" || r === null) {
-        throw new TypeError(`${op} takes a request object, got ${describeValue(r)}`);
-      }
+      const not = `${op} takes a request object, got ${describeValue(r)}`;
+      if (typeof r !== "object" || r === null) throw new TypeError(not);
       const keys = ["root", "imagesDir", "signal", "timeoutMs", "tcpEstablished"] as const;
       checkKeys(r, `${op} request`, [...keys, op === "dump" ? "onBytes" : "leaveStopped"]);
       checkFlag(r.tcpEstablished, `${op}: tcpEstablished`, false);

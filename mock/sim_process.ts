@@ -326,8 +326,7 @@ export class SimulatedProcess {
 
   /** @internal the next turn to act on it: the driver serialises calls on a process */
   turn(): Promise<() => void> {
-    let release!: () => void;
-    const mine = new Promise<void>((r) => release = r);
+    const { promise: mine, resolve: release } = Promise.withResolvers<void>();
     const before = this.#tail;
     this.#tail = before.then(() => mine);
     return before.then(() => release);

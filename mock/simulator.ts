@@ -3,7 +3,8 @@
 import type { SnapshotStore } from "../core/snapshot/store.ts";
 import type { Machine } from "../core/machine.ts";
 import type { Clock } from "../core/time.ts";
-import { type HostProcesses, MemoryHeldRecords, sameProcess } from "../core/host.ts";
+import { type HostProcesses, MemoryHeldRecords, ncclRank, type PidUse } from "../core/host.ts";
+import { sameProcess } from "../core/host.ts";
 import { checkAmount, checkChoice, checkFlag, checkInteger } from "../core/options.ts";
 import { checkKeys, checkName, describeValue, MAX_PID, mustBe } from "../core/options.ts";
 import { FileSnapshotStore } from "../os/snapshot_store.ts";
@@ -11,9 +12,8 @@ import { makeClock, type SimClock } from "./clock.ts";
 import { SimulatedCriu } from "./sim_criu.ts";
 import { SimulatedDriver } from "./sim_driver.ts";
 import { makeGpus, type SimulatedGpu, type SimulatedGpuSpec } from "./sim_gpu.ts";
-import { simulatedHost } from "./sim_host.ts";
 import { SimulatedProcess } from "./sim_process.ts";
-import { IPC_KINDS, type IpcImport, NCCL_KEYS, TCP_STATES } from "./fields.ts";
+import { IPC_KINDS, type IpcImport, NCCL_KEYS, type NcclRank, TCP_STATES } from "./fields.ts";
 import { checkTiming, CRIU_TIMING, timingForChip, type TimingModel } from "./timing.ts";
 import { CopyLink } from "./waits.ts";
 
@@ -370,9 +370,8 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
   #gpusFor(gpu: SpawnOptions["gpu"]): SimulatedGpu[] {
     const last = this.gpus.length - 1;
     const indexes = gpu === undefined ? [0] : typeof gpu === "number" ? [gpu] : gpu;
-    if (!Array.isArray(indexes) || !indexes.length) {
-      mustBe(TypeError, "spawn: gpu", "a GPU index or a non-empty array of them", gpu);
-    }
+    const expected = "a GPU index or a non-empty array of them";
+    if (!Array.isArray(indexes) || !indexes.length) mustBe(TypeError, "spawn: gpu", expected, gpu);
     return indexes.map((i: unknown, k) => {
       const none = `does not exist: this simulator has GPUs 0 to ${last}`;
       if (typeof i !== "number" || !Number.isInteger(i) || i < 0 || i > last) {
@@ -387,4 +386,83 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
 /** `value`, or `fallback` where it is left out (`undefined`; `null` is a value, to be refused). */
 function or<T>(value: T | undefined, fallback: T): T {
   return value === undefined ? fallback : value;
+}
+
+/** `sim.host`: the machine as Linux gives `/proc` and NVML, in no time; its `self` is `selfPid`. */
+function simulatedHost(m: SimulatedMachine): HostProcesses {
+  const why = "(simulated: spawned with inspectable: false)";
+  const scanned = ({ pid, command, inspectable, libcudaLoaded }: SimulatedProcess) =>
+    inspectable
+      ? { pid, command, cudaLibrary: libcudaLoaded }
+      : { pid, command, notInspectable: `permission denied reading /proc/${pid}/maps ${why}` };
+  const entry = ({ pid, parent, threads, command }: SimulatedProcess) => {
+    return { pid, parent, threads: [...threads], command };
+  };
+  return {
+    kind: "simulated",
+    get self() {
+      return m.selfPid;
+    },
+    heldRecords: m.heldRecords,
+    scan: () => m.instantly("list processes", () => m.processes.map(scanned)),
+    gpuMemory: () =>
+      m.instantly("read GPU memory", () => ({
+        byPid: new Map(
+          m.processes.map((p) => [p.pid, p.gpuMemoryMiB] as const)
+            .filter(([, mib]) => Object.keys(mib).length > 0),
+        ),
+        freeMiB: new Map(m.gpus.map((g) => [g.uuid, g.freeMiB])),
+        totalMiB: new Map(m.gpus.map((g) => [g.uuid, g.memoryMiB])),
+      })),
+    identify: (id) =>
+      m.instantly("identify a process", () => {
+        const p = m.process(id);
+        return p ? { pid: p.pid, start: p.start } : undefined;
+      }),
+    // What of a process outlasts a dump and restore: `<pid>:<command line>`; undefined if gone.
+    lastingMark: (process) =>
+      m.instantly("read what outlasts a restore", () => {
+        const p = m.process(process.pid);
+        return p && sameProcess(process, p) ? `${p.pid}:${p.command}` : undefined;
+      }),
+    // There are no groups nor sessions.
+    pidsInUse: (ids) =>
+      m.instantly("look up pids", () =>
+        ids.flatMap((id): PidUse[] => {
+          const p = m.process(id);
+          return p ? [{ id, holder: p.pid, as: p.pid === id ? "pid" : "thread" }] : [];
+        })),
+    processTree: (root) => m.instantly("read a process tree", () => m.tree(root)?.map(entry)),
+    // The sign of an import of CUDA IPC memory, as the Linux host reads it (none for `fd`).
+    gpuImport: (pid) =>
+      m.instantly("read a process's maps", () => {
+        const rank = m.process(pid)?.nccl;
+        const found = rank && ncclRank("libnccl.so.2", environOf(rank));
+        if (found) return found;
+        const imported = m.process(pid)?.ipcImport;
+        if (!imported || imported.through === "fd") return undefined;
+        const file = `cuda.shm.0.${imported.exporter.toString(16)}.1`;
+        const sign = `it maps /dev/shm/${file}, named after process ${imported.exporter}`;
+        return { exporter: imported.exporter, sign };
+      }),
+    // Its CPU time: a ms for each time it was let go on after a stop (SIGCONT).
+    cpuTime: (pid) =>
+      m.instantly("read a process's CPU time", () => {
+        const p = m.process(pid);
+        return p && !p.exited ? p.wakes * 1_000_000 : undefined;
+      }),
+    stopped: (pid) => m.instantly("read a process's state", () => m.process(pid)?.stopped === true),
+    // Hostname `simulated`, a simulated kernel, and driver 580.159.04 for version 13.0.
+    facts: () =>
+      m.instantly("read the machine's facts", () => {
+        const release = m.version === 13000 ? { driverRelease: "580.159.04" } : {};
+        return { hostname: "simulated", kernel: "6.8.0-simulated", ...release };
+      }),
+  };
+}
+
+/** The environment torchrun gives such a rank, as /proc/PID/environ holds it. */
+function environOf({ localRanks, p2pDisable, shmDisable }: NcclRank): string {
+  return `LOCAL_WORLD_SIZE=${localRanks}\0NCCL_P2P_DISABLE=${Number(p2pDisable)}\0` +
+    `NCCL_SHM_DISABLE=${Number(shmDisable)}\0`;
 }

@@ -158,9 +158,8 @@ type Bounds = { nextPid: number; nextStart: number };
 /** `value` read strictly as a whole snapshot, with GPU UUIDs normalised. */
 function readSnapshot(value: unknown): SimulatorSnapshot {
   const read = new StrictReader((field, reason) => new SimulatorSnapshotError(field, reason));
-  if (typeof value !== "object" || value === null || Array.isArray(value)) {
-    read.refuse("", `the snapshot must be an object, got ${describeValue(value)}`);
-  }
+  const not = `the snapshot must be an object, got ${describeValue(value)}`;
+  if (typeof value !== "object" || value === null || Array.isArray(value)) read.refuse("", not);
   // The tag and version first, so that a foreign file is called foreign, not broken.
   const { format, version } = value as Record<string, unknown>;
   const FORMAT = SIMULATOR_SNAPSHOT_FORMAT, VERSION = SIMULATOR_SNAPSHOT_VERSION;
@@ -196,9 +195,8 @@ function readSnapshot(value: unknown): SimulatorSnapshot {
   const heldRecords = held.map((value, i): HeldRecordSnapshot => {
     const at = `heldRecords[${i}]`, o = read.object(value, at, ["pid", "heldMiB", "at"]);
     const pid = read.integer(o.pid, `${at}.pid`, 1, MAX_PID);
-    if (!processes.some((p) => p.pid === pid && p.cuda)) {
-      read.refuse(`${at}.pid`, `${at}.pid ${pid} is no CUDA process of the snapshot`);
-    }
+    const none = `${at}.pid ${pid} is no CUDA process of the snapshot`;
+    if (!processes.some((p) => p.pid === pid && p.cuda)) read.refuse(`${at}.pid`, none);
     const heldMiB = read.mibByGpu(o.heldMiB, `${at}.heldMiB`, known);
     return { pid, heldMiB, at: read.integer(o.at, `${at}.at`, 0) };
   });

@@ -1,13 +1,9 @@
-/**
- * A program run as root with a bound: an argument array, a deadline and an abort signal. One that
- * overstays is ended (SIGTERM, then SIGKILL after a grace), its children are killed and waited
- * for, and what it worked on is sent SIGCONT (criu may have left it stopped); processes are known
- * with their start times, so that a reused pid is never signalled. At this program's exit (a
- * second Ctrl-C, `process.exit`, `Deno.exit`) each run under way is ended so at once; a SIGKILL of
- * this program cannot be seen, and the run goes on (docs/SNAPSHOTS.md, "The engine").
- *
- * @module
- */
+// A program run as root with a bound: an argument array, a deadline and an abort signal. One that
+// overstays is ended (SIGTERM, then SIGKILL after a grace), its children are killed and waited
+// for, and what it worked on is sent SIGCONT (criu may have left it stopped); processes are known
+// with their start times, so that a reused pid is never signalled. At this program's exit (a
+// second Ctrl-C, `process.exit`, `Deno.exit`) each run under way is ended so at once; a SIGKILL of
+// this program cannot be seen, and the run goes on (docs/SNAPSHOTS.md, "The engine").
 
 import { spawn } from "node:child_process";
 import { readdirSync } from "node:fs";
@@ -103,11 +99,7 @@ export async function runBounded(
   // A session of its own: a terminal's Ctrl-C or hangup reaches this program, which stops the run
   // as its bound says, never the run directly (a criu dying mid-dump, its tree untended); and a
   // tree criu restores (--shell-job) joins criu's session, not the terminal's.
-  const child = spawn(program, [...args], {
-    env,
-    stdio: ["ignore", "pipe", "pipe"],
-    detached: true,
-  });
+  const child = spawn(program, args, { env, stdio: ["ignore", "pipe", "pipe"], detached: true });
   const output = { stdout: "", stderr: "" };
   const collect = (name: "stdout" | "stderr") =>
     new Promise<void>((r) => {
@@ -136,14 +128,11 @@ export async function runBounded(
     : setTimeout(() => end("deadline"), Math.max(0, bound.timeoutMs));
   const onAbort = () => end("aborted");
   bound.signal?.addEventListener("abort", onAbort, { once: true });
-  let exit;
-  try {
-    exit = await exited;
-  } finally {
+  const exit = await exited.finally(() => {
     running.delete(run);
     clearTimeout(timer);
     bound.signal?.removeEventListener("abort", onAbort);
-  }
+  });
   // Where it could not be ended as its bound says (a signal refused), the run fails, saying so.
   const ended = ending ? await ending : undefined;
   // A child of the program that still holds its output must not hold this run.

@@ -1,15 +1,11 @@
-/**
- * CRIU as the engine of snapshots: the installed `criu`, run with an argument array, one run per
- * tree, without its CUDA plugin (`--no-default-config`, an empty `--libdir`, no `CRIU_CONFIG_FILE`
- * or `CRIU_LIBS_DIR`), which would restore and unlock the CUDA processes behind this package's
- * back. A dump leaves the processes running; `--shell-job` takes a tree whose root leads no
- * session, `--file-locks` one holding a file lock (Deno holds its caches'). criu is chosen with
- * care (`trusted.ts`) and runs by its real path with a fixed `PATH` and nothing else of the
- * caller's environment; each run is bounded (`bounded_run.ts`) in a private work directory removed
- * when it ends. Each error names criu's log.
- *
- * @module
- */
+// CRIU as the engine of snapshots: the installed `criu`, run with an argument array, one run per
+// tree, without its CUDA plugin (`--no-default-config`, an empty `--libdir`, no `CRIU_CONFIG_FILE`
+// or `CRIU_LIBS_DIR`), which would restore and unlock the CUDA processes behind this package's
+// back. A dump leaves the processes running; `--shell-job` takes a tree whose root leads no
+// session, `--file-locks` one holding a file lock (Deno holds its caches'). criu is chosen with
+// care (`trusted.ts`) and runs by its real path with a fixed `PATH` and nothing else of the
+// caller's environment; each run is bounded (`bounded_run.ts`) in a private work directory removed
+// when it ends. Each error names criu's log.
 
 import type { Stats } from "node:fs";
 import { lstat, mkdir, readdir, readFile, readlink, rename, rm, stat } from "node:fs/promises";
@@ -173,10 +169,8 @@ class CriuEngine implements SnapshotEngine {
   async restore(request: RestoreRequest): Promise<void> {
     const criu = await this.#criu("restore", request);
     const work = await engineWorkDir("restore-");
-    const log = {
-      file: path.join(work, "restore.log"),
-      shown: path.join(path.dirname(work), `restore-${request.root}.log`),
-    };
+    const shown = path.join(path.dirname(work), `restore-${request.root}.log`);
+    const log = { file: path.join(work, "restore.log"), shown };
     const pidfile = path.join(work, "root.pid");
     try {
       await mkdir(path.join(work, "no-plugins"), { mode: 0o700 });
@@ -197,9 +191,9 @@ class CriuEngine implements SnapshotEngine {
     }
   }
 
-  readonly stop = (pids: readonly number[]): Promise<void> => signalAll(pids, "SIGSTOP");
-  readonly kill = (pids: readonly number[]): Promise<void> => signalAll(pids, "SIGKILL");
-  readonly wake = (pids: readonly number[]): Promise<void> => signalAll(pids, "SIGCONT");
+  readonly stop = (pids: readonly number[]) => Promise.try(signalEach, pids, "SIGSTOP");
+  readonly kill = (pids: readonly number[]) => Promise.try(signalEach, pids, "SIGKILL");
+  readonly wake = (pids: readonly number[]) => Promise.try(signalEach, pids, "SIGCONT");
 
   /** criu, found and checked now (a few `lstat`s: before every run), unless `op` was stopped. */
   async #criu(op: string, request: DumpRequest | RestoreRequest): Promise<Criu> {
@@ -230,9 +224,8 @@ class CriuEngine implements SnapshotEngine {
   /** criu's real path, checked, and the environment it runs with; or why there is none. */
   async #find(): Promise<{ criu: Criu } | { problem: string }> {
     const named = this.#o.criuPath ?? this.#o.env[CRIU_ENV_VAR];
-    if (named && !path.isAbsolute(named)) {
-      return { problem: `${CRIU_ENV_VAR} must be an absolute path, got ${JSON.stringify(named)}.` };
-    }
+    const relative = `${CRIU_ENV_VAR} must be an absolute path, got ${JSON.stringify(named)}.`;
+    if (named && !path.isAbsolute(named)) return { problem: relative };
     const dirs = [...(this.#o.env.PATH ?? "").split(":").filter(path.isAbsolute), ...SYSTEM_DIRS];
     // The first there as an executable file (following links); its trust is checked after.
     const files = named ? [named] : dirs.map((dir) => path.join(dir, "criu"));
@@ -263,11 +256,6 @@ function engineWorkDir(what: string): Promise<string> {
   return workDir(what).catch((err) => {
     throw new EngineError(messageOf(err), { cause: err });
   });
-}
-
-/** Sends `signal` to each of `pids` ({@link signalEach}), a failure as a rejection. */
-function signalAll(pids: readonly number[], signal: "SIGSTOP" | "SIGKILL" | "SIGCONT") {
-  return Promise.try(signalEach, pids, signal);
 }
 
 /** `file` as its user knows it: below a pinned `/proc/<pid>/fd/<n>`, where that is now. */

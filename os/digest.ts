@@ -1,12 +1,8 @@
-/**
- * Digests of a snapshot's files: the chunked SHA-256, the SHA-256 of the SHA-256s of a file's 8 MiB
- * pieces in order (an empty file: the SHA-256 of nothing), whose pieces are hashed at once on every
- * core, in worker threads (`digest_worker.ts`) that every hashing under way shares, as one SHA-256
- * stream cannot be. With coreutils:
- * `split -b 8M --filter='sha256sum | head -c 64 | xxd -r -p' FILE | sha256sum`.
- *
- * @module
- */
+// Digests of a snapshot's files: the chunked SHA-256, the SHA-256 of the SHA-256s of a file's 8 MiB
+// pieces in order (an empty file: the SHA-256 of nothing), whose pieces are hashed at once on every
+// core, in worker threads (`digest_worker.ts`) that every hashing under way shares, as one SHA-256
+// stream cannot be. With coreutils:
+// `split -b 8M --filter='sha256sum | head -c 64 | xxd -r -p' FILE | sha256sum`.
 
 import { createHash } from "node:crypto";
 import type { FileHandle } from "node:fs/promises";

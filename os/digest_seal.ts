@@ -1,15 +1,11 @@
-/**
- * A tree's images sealed: every file digested and put on disk (fdatasync), then its directory.
- * Given the dump that writes them (`writing`), the seal follows it: every 150 ms it opens the files
- * that appeared, hashes each piece of a file once the file has grown past the piece's end, and
- * syncs what a file has gained since its last sync (8 MiB or more, one sync at a time per file), so
- * that once the dump ends only the last pieces and bytes are left. Then every file is opened again
- * and checked as it would have been without following, the same file keeps what was hashed of it,
- * and each file is synced once more. A piece changed after it was hashed no longer matches its
- * digest: a restore's check refuses that file.
- *
- * @module
- */
+// A tree's images sealed: every file digested and put on disk (fdatasync), then its directory.
+// Given the dump that writes them (`writing`), the seal follows it: every 150 ms it opens the files
+// that appeared, hashes each piece of a file once the file has grown past the piece's end, and
+// syncs what a file has gained since its last sync (8 MiB or more, one sync at a time per file), so
+// that once the dump ends only the last pieces and bytes are left. Then every file is opened again
+// and checked as it would have been without following, the same file keeps what was hashed of it,
+// and each file is synced once more. A piece changed after it was hashed no longer matches its
+// digest: a restore's check refuses that file.
 
 import type { FileHandle } from "node:fs/promises";
 import type { SnapshotFile } from "../core/snapshot/store.ts";

@@ -1,11 +1,7 @@
-/**
- * A worker thread of `digest.ts`: it hashes the pieces it is sent, one at a time, each read from a
- * file that the main thread has open (through `/proc/<pid>/fd/<n>`, so it reads that very file,
- * opened and closed again for each piece), and answers each with the piece's SHA-256. It does
- * nothing of its own accord.
- *
- * @module
- */
+// A worker thread of `digest.ts`: it hashes the pieces it is sent, one at a time, each read from a
+// file that the main thread has open (through `/proc/<pid>/fd/<n>`, so it reads that very file,
+// opened and closed again for each piece), and answers each with the piece's SHA-256. It does
+// nothing of its own accord.
 
 import { createHash } from "node:crypto";
 import { closeSync, openSync, readSync } from "node:fs";

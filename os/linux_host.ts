@@ -1,12 +1,8 @@
-/**
- * The Linux host: the processes in `/proc` (command lines, libcuda mapped or not, trees, ids in
- * use), GPU memory per process from NVML where it loads, and the records of held GPU memory.
- * `/proc` is read asynchronously, at most {@link PROC_READS_AT_ONCE} files at once (reading another
- * process's `maps` or `cmdline` waits for its memory-map lock, which must not stop the event
- * loop), with each runtime's faster reads (`Deno.readFile`; Bun's `node:fs/promises`).
- *
- * @module
- */
+// The Linux host: the processes in `/proc` (command lines, libcuda mapped or not, trees, ids in
+// use), GPU memory per process from NVML where it loads, and the records of held GPU memory.
+// `/proc` is read asynchronously, at most {@link PROC_READS_AT_ONCE} files at once (reading another
+// process's `maps` or `cmdline` waits for its memory-map lock, which must not stop the event
+// loop), with each runtime's faster reads (`Deno.readFile`; Bun's `node:fs/promises`).
 
 import { createHash } from "node:crypto";
 import { readFileSync } from "node:fs";
@@ -16,6 +12,7 @@ import { type GpuImport, type GpuMemoryReport, type HeldRecords, ncclRank } from
 import type { HostProcesses, MachineFacts } from "../core/host.ts";
 import type { PidUse, ProcessIdentity, ScannedProcess, TreeProcess } from "../core/host.ts";
 import { messageOf } from "../core/errors.ts";
+import { Slots } from "../core/time.ts";
 import type { Nvml } from "../ffi/nvml.ts";
 import { FileHeldRecords, recordsDirectory } from "./records.ts";
 
@@ -149,14 +146,9 @@ export async function procTable(
 }
 
 /** `fn` of each of `items`, in their order, at most {@link PROC_READS_AT_ONCE} at a time. */
-async function atMostSome<T, R>(items: readonly T[], fn: (item: T) => Promise<R>): Promise<R[]> {
-  const out: R[] = [];
-  let next = 0;
-  const work = async () => {
-    for (let i; (i = next++) < items.length;) out[i] = await fn(items[i]);
-  };
-  await Promise.all(Array.from({ length: Math.min(PROC_READS_AT_ONCE, items.length) }, work));
-  return out;
+function atMostSome<T, R>(items: readonly T[], fn: (item: T) => Promise<R>): Promise<R[]> {
+  const slots = new Slots(PROC_READS_AT_ONCE);
+  return Promise.all(items.map((item) => slots.run(() => fn(item))));
 }
 
 /** The Linux host (see the module documentation); opening reads nothing, close lets go of NVML. */
@@ -211,9 +203,8 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
   async lastingMark(who: ProcessIdentity): Promise<string | undefined> {
     try {
       const read = (f: string) => this.#reader.read(`${this.#root}/${who.pid}/${f}`);
-      const [status, cmdline, cgroup] = await Promise.all(
-        ["status", "cmdline", "cgroup"].map(read),
-      );
+      const files = ["status", "cmdline", "cgroup"].map(read);
+      const [status, cmdline, cgroup] = await Promise.all(files);
       const nsPid = /^NSpid:\s*([0-9 \t]+)$/m.exec(status)?.[1].trim().split(/\s+/).at(-1);
       const uid = /^Uid:\s*([0-9]+)/m.exec(status)?.[1];
       if (!nsPid || !uid || cmdline.length === 0 || cgroup.length === 0) return undefined;
@@ -289,9 +280,8 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
     const own = Number(/^NSpid:\s*([0-9 \t]+)$/m.exec(status)?.[1].trim().split(/\s+/).at(-1));
     for (const m of maps.matchAll(/\/dev\/shm\/(cuda\.shm\.[0-9]+\.([0-9a-f]+)\.[0-9]+)$/gm)) {
       const exporter = parseInt(m[2], 16);
-      if (exporter !== own && exporter !== pid) {
-        return { exporter, sign: `it maps /dev/shm/${m[1]}, named after process ${exporter}` };
-      }
+      const sign = `it maps /dev/shm/${m[1]}, named after process ${exporter}`;
+      if (exporter !== own && exporter !== pid) return { exporter, sign };
     }
     return undefined;
   }
@@ -361,7 +351,6 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
     this.#checkOpen("read GPU memory");
     const { nvml: wanted = true, nvmlPath: libraryPath } = this.#options;
     if (!wanted) return { unknown: "NVML was not asked for (nvml: false)" };
-    // In a PID namespace of this program's own, NVML's pids (the host's) are not /proc's.
     const status = await this.#reader.read(`${this.#root}/self/status`).catch(() => "");
     const nsPid = /^NSpid:\s*(.*)$/m.exec(status)?.[1].trim();
     const own = `this program runs in a PID namespace of its own (a container: NSpid ${nsPid})`;
@@ -409,13 +398,10 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
     } catch (error) {
       const kind = classify(error);
       if (kind === "gone") return undefined;
-      return {
-        ...withCommand,
-        notInspectable: kind === "denied"
-          ? `permission denied reading ${dir}/maps (another user's process, or one the kernel ` +
-            `protects; root with CAP_SYS_PTRACE can read most)`
-          : `${dir}/maps could not be read: ${messageOf(error)}`,
-      };
+      const denied = `permission denied reading ${dir}/maps (another user's process, or one the ` +
+        `kernel protects; root with CAP_SYS_PTRACE can read most)`;
+      const other = `${dir}/maps could not be read: ${messageOf(error)}`;
+      return { ...withCommand, notInspectable: kind === "denied" ? denied : other };
     }
   }
 }

@@ -1,10 +1,6 @@
-/**
- * Files private to their owner, and the one judgement of who may own and change a path: what this
- * package keeps as root must not be planted or read by others, so a directory it keeps is its
- * owner's alone (0700 where this makes it), and a file is written whole (0600, renamed into place).
- *
- * @module
- */
+// Files private to their owner, and the one judgement of who may own and change a path: what this
+// package keeps as root must not be planted or read by others, so a directory it keeps is its
+// owner's alone (0700 where this makes it), and a file is written whole (0600, renamed into place).
 
 import { constants, type Stats } from "node:fs";
 import { lstat, mkdir, open, rename, rm } from "node:fs/promises";
@@ -58,9 +54,8 @@ export function ownerFault(
   rules: OwnerRules = {},
 ): string | undefined {
   const uid = myUid();
-  if (uid !== undefined && st.uid !== uid && !(rules.rootToo && st.uid === 0)) {
-    return `belongs to another user (uid ${st.uid}, you are ${uid})`;
-  }
+  const another = `belongs to another user (uid ${st.uid}, you are ${uid})`;
+  if (uid !== undefined && st.uid !== uid && !(rules.rootToo && st.uid === 0)) return another;
   const mode = st.mode & 0o7777;
   if (rules.strict) {
     const should = (st.mode & 0o170000) === 0o040000 ? "0700" : "0600"; // S_IFDIR: a directory
@@ -88,9 +83,8 @@ async function statFault(
     return errorCode(st.cause) === "ENOENT" ? "missing" : { fault, cause: st.cause };
   }
   if (st.isSymbolicLink()) return { fault: `${p} is a symbolic link, not a ${kind} of its own` };
-  if (kind === "file" ? !st.isFile() : !st.isDirectory()) {
-    return { fault: `${p} is not a ${kind === "file" ? "regular file" : kind}` };
-  }
+  const not = `${p} is not a ${kind === "file" ? "regular file" : kind}`;
+  if (kind === "file" ? !st.isFile() : !st.isDirectory()) return { fault: not };
   const fault = ownerFault(st, rules(st));
   return fault ? { fault: `${p} ${fault}` } : { size: st.size };
 }
@@ -156,14 +150,13 @@ export async function readSmallFile(
     if (!st.isFile()) throw new Error(`${shown} is not a regular file`);
     check?.(st);
     const big = `${shown} is ${st.size} bytes, more than it can be (${maxBytes})`;
+    const grew = `${shown} grew past ${maxBytes} bytes as it was read`;
     if (st.size > maxBytes) throw new Error(big);
     const buffer = new Uint8Array(maxBytes + 1);
     let length = 0;
     for (let n = -1; n !== 0; length += n) {
       n = (await handle.read(buffer, length, buffer.length - length, null)).bytesRead;
-      if (length + n > maxBytes) {
-        throw new Error(`${shown} grew past ${maxBytes} bytes as it was read`);
-      }
+      if (length + n > maxBytes) throw new Error(grew);
     }
     return new TextDecoder().decode(buffer.subarray(0, length));
   } finally {

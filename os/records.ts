@@ -1,13 +1,9 @@
-/**
- * The records of what checkpointed processes held, in a private directory every program of this
- * package on the machine shares: one file per process, `<pid>-<start>.json` (a reused pid finds
- * no old record), written whole, mode 0600, read strictly as a regular file under 64 KiB. A record
- * goes when its process is restored or gone; one with a mark stays 30 days, for the process criu
- * may bring back. What cannot be used or read is an error (the room check then refuses); a listing
- * leaves out a file that is not a record (removed once its process is gone), blocking no restore.
- *
- * @module
- */
+// The records of what checkpointed processes held, in a private directory every program of this
+// package on the machine shares: one file per process, `<pid>-<start>.json` (a reused pid finds
+// no old record), written whole, mode 0600, read strictly as a regular file under 64 KiB. A record
+// goes when its process is restored or gone; one with a mark stays 30 days, for the process criu
+// may bring back. What cannot be used or read is an error (the room check then refuses); a listing
+// leaves out a file that is not a record (removed once its process is gone), blocking no restore.
 
 import { readdir, realpath, rm } from "node:fs/promises";
 import os from "node:os";
@@ -130,19 +126,16 @@ export class FileHeldRecords implements HeldRecords {
    * every directory above root's or this user's and written by nobody else unless sticky.
    */
   async #directory(): Promise<string> {
+    const hint = `remove it, or name another in ${RECORDS_ENV_VAR}`;
     try {
-      await privateDirectory(this.where, {
-        strict: true,
-        hint: `remove it, or name another in ${RECORDS_ENV_VAR}`,
-      });
+      await privateDirectory(this.where, { strict: true, hint });
       const real = await realpath(this.where);
       const above = await faultAbove(real);
       if (above) throw new Error(`${above}: another user could swap ${this.where} for their own`);
       return real;
     } catch (err) {
-      throw new Error(`the records of held GPU memory cannot be used: ${messageOf(err)}`, {
-        cause: err,
-      });
+      const why = `the records of held GPU memory cannot be used: ${messageOf(err)}`;
+      throw new Error(why, { cause: err });
     }
   }
 }
@@ -157,10 +150,9 @@ function parseRecord(text: string): HeldRecord {
   // more than any GPU has would block every restore onto its GPU.
   const mib = (value: unknown, field: string): Record<string, number> => {
     const out = r.mibByGpu(value, field);
+    const most = `a number from 0 to ${RECORD_MAX_MIB}`;
     for (const [gpu, n] of Object.entries(out)) {
-      if (n > RECORD_MAX_MIB) {
-        r.fail(`${field}[${JSON.stringify(gpu)}]`, `a number from 0 to ${RECORD_MAX_MIB}`, n);
-      }
+      if (n > RECORD_MAX_MIB) r.fail(`${field}[${JSON.stringify(gpu)}]`, most, n);
     }
     return out;
   };

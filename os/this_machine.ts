@@ -1,10 +1,6 @@
-/**
- * This machine as a {@link Machine}: libcuda through the runtime's FFI, `/proc` and NVML, the
- * installed criu, and snapshots on the file system (what the public functions open when given no
- * machine, and close when their last user lets go).
- *
- * @module
- */
+// This machine as a {@link Machine}: libcuda through the runtime's FFI, `/proc` and NVML, the
+// installed criu, and snapshots on the file system (what the public functions open when given no
+// machine, and close when their last user lets go).
 
 import type { Machine } from "../core/machine.ts";
 import type { HostProcesses } from "../core/host.ts";

@@ -1,11 +1,7 @@
-/**
- * What this package runs as root, chosen with care: a program (criu) and its library directory,
- * trusted where they and every directory above their real paths belong to root or this user and
- * may not be written by the group or others (a sticky directory above, `/tmp`, may be); and private
- * work directories. Each refusal is one sentence naming the path and the fault.
- *
- * @module
- */
+// What this package runs as root, chosen with care: a program (criu) and its library directory,
+// trusted where they and every directory above their real paths belong to root or this user and
+// may not be written by the group or others (a sticky directory above, `/tmp`, may be); and private
+// work directories. Each refusal is one sentence naming the path and the fault.
 
 import { lstat, mkdtemp, readdir, realpath, rm } from "node:fs/promises";
 import os from "node:os";

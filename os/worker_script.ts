@@ -1,9 +1,5 @@
-/**
- * Where this package's worker scripts are (`ffi/bun_worker`, `os/digest_worker`), however it was
- * delivered: as TypeScript, as JavaScript, or inside one executable (`cli/build.sh`).
- *
- * @module
- */
+// Where this package's worker scripts are (`ffi/bun_worker`, `os/digest_worker`), however it was
+// delivered: as TypeScript, as JavaScript, or inside one executable (`cli/build.sh`).
 
 /**
  * The worker script `<folder>/<name>` beside the module at `moduleUrl` (in `folder`), with its
