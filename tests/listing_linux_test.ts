@@ -79,7 +79,12 @@ describe("the Linux host's /proc scan", { skip: onLinux }, () => {
     await using host = new LinuxHost({ nvml: false, recordsDir: false });
     try {
       let tree: Awaited<ReturnType<LinuxHost["processTree"]>>;
-      for (let i = 0; i < 200 && (tree = await host.processTree(shell.pid!))?.length !== 4; i++) {
+      // Four processes, and both sleeps exec'd (a fork is bash's command line until it has).
+      const sleepsOf = (t: typeof tree) =>
+        t?.flatMap((p) => p.command?.match(/sleep 60[01]$/)?.[0] ?? []) ?? [];
+      for (let i = 0; i < 200; i++) {
+        tree = await host.processTree(shell.pid!);
+        if (tree?.length === 4 && sleepsOf(tree).length === 2) break;
         await new Promise((r) => setTimeout(r, 10));
       }
       assert.equal(tree!.length, 4, JSON.stringify(tree!));
@@ -92,8 +97,7 @@ describe("the Linux host's /proc scan", { skip: onLinux }, () => {
         assert.ok(p === tree![0] || seen.has(p.parent), `${p.pid} after its parent ${p.parent}`);
         seen.add(p.pid);
       }
-      const sleeps = tree!.flatMap((p) => p.command?.match(/sleep 60[01]$/)?.[0] ?? []);
-      assert.deepEqual(sleeps.sort(), ["sleep 600", "sleep 601"]);
+      assert.deepEqual(sleepsOf(tree!).sort(), ["sleep 600", "sleep 601"]);
       const thread = readdirSync("/proc/self/task").map(Number).find((t) => t !== process.pid)!;
       assert.equal(await host.processTree(thread), undefined, "a thread id is no root");
       assert.equal(await host.processTree(2 ** 22 + 5), undefined, "no process");
