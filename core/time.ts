@@ -8,8 +8,8 @@
 export interface Clock {
   /** Now, in ms. */
   now(): number;
-  /** Resolves after `ms`. */
-  sleep(ms: number): Promise<void>;
+  /** Resolves after `ms`; an abort of `signal` may end the wait (its timer let go) first. */
+  sleep(ms: number, signal?: AbortSignal): Promise<void>;
   /** Calls `fn` after `ms`, moving no virtual time; returns its cancel. Left out: steps check. */
   timer?(ms: number, fn: () => void): () => void;
 }
@@ -33,7 +33,7 @@ export function clockOf(machine: { readonly clock?: Clock }): SignalClock {
     if (signal?.aborted) return Promise.reject(signal.reason);
     let timer: ReturnType<typeof setTimeout> | undefined;
     const slept = own
-      ? own.sleep(ms)
+      ? own.sleep(ms, signal)
       : new Promise<void>((resolve) => timer = setTimeout(resolve, ms));
     if (!signal) return slept;
     return new Promise<void>((resolve, reject) => {

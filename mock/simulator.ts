@@ -91,7 +91,7 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
   /** Its clock, as this package's deadlines and waits read it. */
   readonly clock: Clock = {
     now: () => this.now(),
-    sleep: (ms) => this.sleep(ms),
+    sleep: (ms, signal) => this.sleep(ms, signal),
     timer: (ms, fn) => this.startTimer(ms, fn, true),
   };
   /** The clock operations are timed on: a {@link VirtualClock} unless told otherwise. */
@@ -143,10 +143,22 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
     return this.time.now();
   }
 
-  /** Resolves after `ms` of the simulator's time; virtual time moves meanwhile. */
-  sleep(ms: number): Promise<void> {
+  /**
+   * Resolves after `ms` of the simulator's time; virtual time moves meanwhile. An abort of
+   * `signal` ends the wait (rejecting with its reason), and its time is not waited for.
+   */
+  sleep(ms: number, signal?: AbortSignal): Promise<void> {
     checkAmount(ms, "sleep: ms");
-    return this.waitOn("sleep", () => new Promise<void>((resolve) => this.startTimer(ms, resolve)));
+    return this.waitOn("sleep", () =>
+      new Promise<void>((resolve, reject) => {
+        signal?.throwIfAborted();
+        const stop = () => (cancel(), reject(signal!.reason));
+        const cancel = this.startTimer(
+          ms,
+          () => (signal?.removeEventListener("abort", stop), resolve()),
+        );
+        signal?.addEventListener("abort", stop, { once: true });
+      }));
   }
 
   /** The live processes, in the order they started. */

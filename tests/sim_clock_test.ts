@@ -7,6 +7,7 @@ import { writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { SimulatedMachine, VirtualClock } from "../mock/mod.ts";
+import { CudaProcess } from "../mod.ts";
 import { CUDA_ERROR_NOT_READY, CUDA_SUCCESS } from "../core/driver.ts";
 
 describe("the virtual clock", () => {
@@ -73,6 +74,18 @@ describe("the virtual clock", () => {
     clock.clearTimer(h);
     await new Promise<void>((r) => clock.setTimer(10, r));
     assert.equal(fired, false);
+  });
+
+  test("a sleep aborted lets its time go: a wait for a state, aborted, stops the clock there", async () => {
+    const sim = new SimulatedMachine();
+    const proc = new CudaProcess(sim.spawn().pid, { machine: sim });
+    const stop = new AbortController();
+    void sim.sleep(5).then(() => stop.abort());
+    const waiting = proc.waitForState("checkpointed", { signal: stop.signal, intervalMs: 60_000 });
+    await assert.rejects(waiting);
+    await new Promise((r) => setTimeout(r, 10)); // a minute of sleep, were it still under way
+    assert.ok(sim.now() < 10, `the clock stopped at the abort, not at ${sim.now()} ms`);
+    await assert.rejects(sim.sleep(1000, stop.signal), "an aborted signal: no sleep");
   });
 
   test("a kernel of a process that exits rejects when awaited, and not at all when not", async () => {
