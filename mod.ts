@@ -28,28 +28,14 @@
  */
 
 export { CudaProcess, type CudaProcessOptions } from "./api/cuda_process.ts";
-export {
-  inspectSnapshot,
-  listCudaProcesses,
-  listGpus,
-  restoreSnapshot,
-  runGroup,
-  snapshot,
-} from "./api/functions.ts";
-export type { StepOptions } from "./core/action.ts";
-export type { Outcome } from "./core/action.ts";
+export { listCudaProcesses, listGpus, runGroup } from "./api/functions.ts";
+export { inspectSnapshot, restoreSnapshot, snapshot } from "./api/functions.ts";
+export type { Outcome, StepOptions } from "./core/action.ts";
 export type { ProcessState } from "./core/states.ts";
 export type { GpuMapping } from "./core/options.ts";
 export type { GroupOptions, GroupResult, ProcessOutcome } from "./core/group_types.ts";
 export type { RestoreSnapshotOptions } from "./core/snapshot/restore.ts";
 export type { SnapshotOptions } from "./core/snapshot/take.ts";
-export {
-  CheckpointError,
-  CheckpointUnsupportedError,
-  CudaError,
-  DriverLoadError,
-  RefusedError,
-  SnapshotError,
-  WaitTimeoutError,
-} from "./core/errors.ts";
+export { CheckpointError, CheckpointUnsupportedError, CudaError } from "./core/errors.ts";
+export { DriverLoadError, RefusedError, SnapshotError, WaitTimeoutError } from "./core/errors.ts";
 export { GpuRoomError } from "./core/room.ts";

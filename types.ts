@@ -18,8 +18,7 @@
  */
 
 export type { Action, Step } from "./core/states.ts";
-export type { StepRecord, StopReason } from "./core/group_types.ts";
-export type { GroupEvent } from "./core/group_types.ts";
+export type { GroupEvent, StepRecord, StopReason } from "./core/group_types.ts";
 export type { RoomCheck, RoomShortage } from "./core/room.ts";
 export type { ErrorPlace, RefusalCode, SnapshotFailure } from "./core/errors.ts";
 export type {

@@ -8,8 +8,7 @@ import { act, type Outcome, settingsOf, type StepOptions } from "../core/action.
 import { Handle } from "../core/process.ts";
 import { isMachine, type Machine, type MachineSource, SharedMachine } from "../core/machine.ts";
 import { checkChoice, checkInteger, checkOptions, checkPid, checkSignal } from "../core/options.ts";
-import { MAX_TIMER_MS } from "../core/options.ts";
-import { mustBe } from "../core/options.ts";
+import { MAX_TIMER_MS, mustBe } from "../core/options.ts";
 import { type Action, PROCESS_STATES, type ProcessState } from "../core/states.ts";
 import { openMachine } from "../os/this_machine.ts";
 

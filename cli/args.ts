@@ -11,14 +11,8 @@
  */
 
 import { formatGpuUuid, MAX_PID, MAX_TIMEOUT_MS, nearest, parseGpuUuid } from "../core/options.ts";
-import {
-  ACTIONS,
-  type Command,
-  NVIDIA_MESSAGES,
-  type OperationCommand,
-  UsageError,
-} from "./command.ts";
-import type { CliOperation, Common } from "./command.ts";
+import { ACTIONS, type Command, NVIDIA_MESSAGES, UsageError } from "./command.ts";
+import type { CliOperation, Common, OperationCommand } from "./command.ts";
 
 /** What the parse loop collects: each option's value by its command field, and what else. */
 interface Seen {
@@ -91,7 +85,9 @@ const UNREAD = ["--pid", "--dir", "--timeout", "--deadline", "--device-map"];
  * has one. `--help` and `--version` win over what comes after them, as in `getopt` loops.
  */
 export function parseCommandLine(args: readonly string[]): Command {
-  const sub = subcommandOf(args);
+  // Our subcommand, where it is the first positional argument.
+  const [word] = scan(args).words;
+  const sub = word !== undefined && isSubcommand(word) ? word : undefined;
   try {
     return parse(args, sub);
   } catch (error) {
@@ -99,12 +95,6 @@ export function parseCommandLine(args: readonly string[]): Command {
     const tail = `Run cuda-checkpoint --help for what ${sub} takes.`;
     throw new UsageError(error.message, error.detail, error.getopt, tail);
   }
-}
-
-/** The subcommand of ours that is the command line's first positional argument, if any. */
-function subcommandOf(args: readonly string[]): string | undefined {
-  const [word] = scan(args).words;
-  return word !== undefined && isSubcommand(word) ? word : undefined;
 }
 
 /** Whether the command line asks for `--json` as an option (not as another option's value). */
@@ -132,8 +122,7 @@ function scan(args: readonly string[]): { options: string[]; words: string[] } {
 
 /** NVIDIA's long options, which an abbreviation names first (`--d` is `--device-map`). */
 const NVIDIA_LONG =
-  "--get-state --get-restore-tid --toggle --action --pid --timeout --device-map " +
-  "--help";
+  "--get-state --get-restore-tid --toggle --action --pid --timeout --device-map --help";
 
 /**
  * A long option by its name or, as `getopt_long` takes it, by the start of one name only (of

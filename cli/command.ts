@@ -12,11 +12,7 @@ export const ACTIONS = ["lock", "checkpoint", "restore", "unlock"] as const;
 export type CliOperation = "get-state" | "get-restore-tid" | "toggle" | typeof ACTIONS[number];
 
 /** What every command but help and version has: `--json`, `--simulate` (the state file's machine). */
-export type Common = {
-  readonly json: boolean;
-  readonly events: boolean;
-  readonly simulate: boolean;
-};
+export type Common = Readonly<{ json: boolean; events: boolean; simulate: boolean }>;
 type GpuMap = Readonly<Record<string, string>>;
 
 /** An operation on processes: its pids in the order given, or every CUDA process (`--all`). */

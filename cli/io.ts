@@ -79,9 +79,6 @@ export type Signal = NonNullable<Parameters<Parameters<Interrupts["watch"]>[0]>[
 /** The exit code of a command that each signal interrupted: 128 + Linux's number, as shells say. */
 const EXIT_CODES: Readonly<Record<Signal, number>> = { SIGINT: 130, SIGTERM: 143, SIGHUP: 129 };
 
-/** The signals that interrupt a command. */
-export const SIGNALS = Object.keys(EXIT_CODES) as readonly Signal[];
-
 /**
  * What a command says when interrupted: what was interrupted (`snapshot`), named before
  * "interrupted"; what happens after the first interrupt, the end of its line; what a second leaves
@@ -176,7 +173,8 @@ export function programIo(): ProgramIo {
     },
     interrupts: {
       watch(onInterrupt) {
-        const listeners = SIGNALS.map((signal) => [signal, () => onInterrupt(signal)] as const);
+        const signals = Object.keys(EXIT_CODES) as Signal[];
+        const listeners = signals.map((signal) => [signal, () => onInterrupt(signal)] as const);
         for (const [signal, listener] of listeners) host.on(signal, listener);
         return () => listeners.forEach(([signal, listener]) => host.off(signal, listener));
       },

@@ -87,9 +87,7 @@ class Group {
     if (this.#s.job) return await this.#runJob();
     // All or nothing: a goal or step some member's state rules out fails the group before any
     // step (the driver still has the last word on each step made).
-    if (this.#s.allOrNothing && !(await this.#allCanStart())) {
-      return this.#result();
-    }
+    if (this.#s.allOrNothing && !(await this.#allCanStart())) return this.#result();
     let next = 0;
     const lane = async () => {
       while (next < this.#entries.length) {

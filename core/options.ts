@@ -51,10 +51,8 @@ export function flag(fallback: boolean): (value: unknown, name: string) => boole
 
 /** A check of a whole operation's `timeoutMs` (`what`: "group") for {@link checkTable}. */
 export function wholeTimeout(what: string): (value: unknown) => number | undefined {
-  return (v) =>
-    v === undefined
-      ? undefined
-      : checkInteger(v, `timeoutMs (ms for the whole ${what})`, 0, MAX_TIMER_MS);
+  const name = `timeoutMs (ms for the whole ${what})`;
+  return (v) => v === undefined ? undefined : checkInteger(v, name, 0, MAX_TIMER_MS);
 }
 
 /** The longest wait a timer holds (2^31-1 ms, 24.8 days): a longer one would fire at once. */

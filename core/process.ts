@@ -120,13 +120,9 @@ export class Handle {
       const seen = await this.state();
       if (seen === state) return;
       if (seen === "failed") {
-        throw new RefusedError({
-          code: "STATE",
-          operation: "waitForState",
-          pid: this.pid,
-          state: seen,
-          reason: `it is failed, which is final: it will never be ${state}`,
-        });
+        const reason = `it is failed, which is final: it will never be ${state}`;
+        const where = { operation: "waitForState", pid: this.pid, state: seen };
+        throw new RefusedError({ code: "STATE", ...where, reason });
       }
       o.signal?.throwIfAborted();
       const left = o.timeoutMs === undefined ? Infinity : o.timeoutMs - (clock.now() - start);

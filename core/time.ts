@@ -14,19 +14,13 @@ export interface Clock {
   timer?(ms: number, fn: () => void): () => void;
 }
 
-/** A clock that can be interrupted: {@link Clock} with an `AbortSignal` on its sleep. */
-export interface SignalClock extends Clock {
-  /** Resolves after `ms`; rejects with the signal's reason when it is aborted first. */
-  sleep(ms: number, signal?: AbortSignal): Promise<void>;
-}
-
 /** A time in ms to the microsecond, without floating-point noise. */
 export function roundMs(ms: number): number {
   return Math.round(ms * 1000) / 1000;
 }
 
 /** The clock of a machine: its own where it keeps one (the simulator's), else the real clock. */
-export function clockOf(machine: { readonly clock?: Clock }): SignalClock {
+export function clockOf(machine: { readonly clock?: Clock }): Clock {
   const own = machine.clock;
   const now = own ? () => own.now() : () => performance.now();
   const sleep = (ms: number, signal?: AbortSignal): Promise<void> => {

@@ -179,9 +179,7 @@ function readTrees(r: StrictReader, value: unknown, gpus: ReadonlySet<string>): 
     const o = r.object(t, at, ["root", "images", "processes"]);
     const root = r.integer(o.root, `${at}.root`, 1, MAX_PID);
     const images = r.string(o.images, `${at}.images`);
-    if (!TREE_DIR.test(images) || images !== treeDirName(root)) {
-      r.fail(`${at}.images`, `"${treeDirName(root)}"`, images);
-    }
+    if (images !== treeDirName(root)) r.fail(`${at}.images`, `"${treeDirName(root)}"`, images);
     const processes = r.array(o.processes, `${at}.processes`).map((p, j) =>
       readProcess(r, p, `${at}.processes[${j}]`, gpus)
     );
@@ -228,12 +226,8 @@ function readFiles(r: StrictReader, value: unknown, trees: readonly ManifestTree
     };
   });
   for (const [images, count] of treeDirs) {
-    if (count === 0) {
-      r.refuse(
-        "files",
-        `it lists no file of ${images}: a tree without its images cannot come back`,
-      );
-    }
+    const reason = `it lists no file of ${images}: a tree without its images cannot come back`;
+    if (count === 0) r.refuse("files", reason);
   }
   return files;
 }

@@ -6,7 +6,7 @@
  */
 
 import { runGroup } from "../group.ts";
-import { checkGroupOptions, type GroupEvent, type GroupResult } from "../group_types.ts";
+import { checkGroupOptions, type GroupEvent } from "../group_types.ts";
 import type { ProcessIdentity } from "../host.ts";
 import type { Machine } from "../machine.ts";
 import { sessionOf } from "../process.ts";
@@ -57,20 +57,19 @@ export async function recoverFrom(
     }
     const alive: number[] = [], gone: number[] = [];
     for (const p of trace.processes) (await same(p) ? alive : gone).push(p.pid);
-    let result: GroupResult | undefined;
     if (alive.length > 0) {
       // Killed while it was ending its trees, the snapshot may have left them stopped (SIGSTOP).
       await machine.engine?.wake?.(alive);
       const settings = checkGroupOptions({ checkRoom, onProgress });
-      result = await runGroup(machine, "resume", alive, settings);
-    }
-    if (result && !result.ok) {
-      const failed = result.processes.find((p) => p.error);
-      throw refuse(
-        `not every process of the interrupted snapshot in ${where} could be resumed: ${
-          failed ? `${failed.pid}: ` : ""
-        }${groupFailure(result)}; ${TRACE_FILE} is kept, so that this can be tried again`,
-      );
+      const result = await runGroup(machine, "resume", alive, settings);
+      if (!result.ok) {
+        const failed = result.processes.find((p) => p.error);
+        throw refuse(
+          `not every process of the interrupted snapshot in ${where} could be resumed: ${
+            failed ? `${failed.pid}: ` : ""
+          }${groupFailure(result)}; ${TRACE_FILE} is kept, so that this can be tried again`,
+        );
+      }
     }
     // The partial images where the snapshot had no manifest, then the trace.
     const names = [...(complete ? [] : trace.made), TRACE_FILE];

@@ -92,8 +92,6 @@ const DEFAULT_PARALLEL = 8;
  * events; the engine's probe and the GPU list are asked at once, awaited after other checks.
  */
 export class Run {
-  readonly machine: Machine;
-  readonly operation: string;
   readonly engine: SnapshotEngine;
   readonly store: SnapshotStore;
   readonly host: HostProcesses;
@@ -112,7 +110,7 @@ export class Run {
   #cancelTimer: () => void = () => {};
 
   /** Starts the clock of the whole, now; refuses where the machine lacks a part. */
-  constructor(machine: Machine, operation: string, settings: WholeSettings) {
+  constructor(readonly machine: Machine, readonly operation: string, settings: WholeSettings) {
     const { engine, store, host, driver } = machine;
     const kind = driver.kind;
     if (!engine) {
@@ -125,8 +123,6 @@ export class Run {
         `the ${host?.kind ?? kind} host cannot tell process trees, which a snapshot needs`,
       );
     }
-    this.machine = machine;
-    this.operation = operation;
     this.engine = engine;
     this.store = store;
     this.host = host;
@@ -135,10 +131,8 @@ export class Run {
     this.probing = started(
       engine.probe().then((probe) => {
         if (probe.problems.length === 0) return probe;
-        throw prerequisite(
-          operation,
-          `${engine.kind} cannot work here: ${probe.problems.join(" ")}`,
-        );
+        const why = `${engine.kind} cannot work here: ${probe.problems.join(" ")}`;
+        throw prerequisite(operation, why);
       }),
     );
     this.listing = started(driver.listGpus ? driver.listGpus() : Promise.resolve([]));

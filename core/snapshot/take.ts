@@ -109,11 +109,7 @@ interface Taken extends Plan {
 }
 
 /** Why a snapshot failed, as its error says it. */
-interface Failure {
-  readonly code: SnapshotFailure;
-  readonly message: string;
-  readonly cause?: unknown;
-}
+type Failure = Readonly<{ code: SnapshotFailure; message: string; cause?: unknown }>;
 
 /** Takes a snapshot of the trees rooted at `roots` into `dir`. */
 export async function takeSnapshot(
@@ -133,12 +129,8 @@ export async function takeSnapshot(
     const who = await Promise.all(
       suspending.map(async (pid) => await session.identify(pid) ?? { pid }),
     );
-    const startedAt = new Date().toISOString();
-    const out = await SnapshotWriter.begin(run.store, dir, roots, {
-      ...(by ? { by } : {}),
-      startedAt,
-      processes: who,
-    });
+    const trace = { ...(by ? { by } : {}), startedAt: new Date().toISOString(), processes: who };
+    const out = await SnapshotWriter.begin(run.store, dir, roots, trace);
     const at = run.at(), times = { suspend: at, suspended: at, dumped: at };
     const [dumped, sealed] = [roots.map(() => undefined), roots.map(() => [])];
     const t: Taken = { ...plan, run, o, out, suspending, who, dumped, sealed, times };
@@ -321,10 +313,8 @@ async function end(t: Taken, manifest: Manifest): Promise<void> {
   // Until the processes are ended, a stop still puts everything back (the manifest removed too).
   const stopped = run.stopped();
   if (stopped) {
-    throw await rollBack(t, {
-      code: "STOPPED",
-      message: `snapshot stopped at its end: ${stopped}`,
-    });
+    const message = `snapshot stopped at its end: ${stopped}`;
+    throw await rollBack(t, { code: "STOPPED", message });
   }
   run.phase("end");
   if (o.leaveRunning) {

@@ -80,13 +80,12 @@ export function checkDisjoint(
   trees: readonly { root: number; tree: readonly TreeProcess[] }[],
 ): void {
   for (const a of trees) {
-    for (const b of trees) {
-      if (a !== b && a.tree.some((p) => p.pid === b.root)) {
-        throw new RangeError(
-          `roots ${b.root} and ${a.root}: process ${b.root} is in the tree of ${a.root}; give ` +
-            `the root of each tree once`,
-        );
-      }
+    const b = trees.find((o) => o !== a && a.tree.some((p) => p.pid === o.root));
+    if (b) {
+      throw new RangeError(
+        `roots ${b.root} and ${a.root}: process ${b.root} is in the tree of ${a.root}; give ` +
+          `the root of each tree once`,
+      );
     }
   }
 }
