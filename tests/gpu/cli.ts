@@ -396,6 +396,12 @@ function cases(): Case[] {
   add("toggle-running", "--toggle --pid {pid}", "--toggle of a running process (suspends)");
   add("toggle-tid", "--toggle --pid {tid}", "--toggle given a thread id");
   add("toggle-running-map", "--toggle --pid {pid} --device-map {identity}", "--toggle -d, running");
+  // getopt_long's abbreviations and repeats, as both programs read them.
+  add("get-state-abbrev", "--get-sta --pi {pid}", "--get-state and --pid shortened");
+  add("lock-abbrev", "--act lock --p {pid} --time 1000", "--action, --pid, --timeout shortened");
+  add("toggle-abbrev", "--tog --pid {pid}", "--toggle shortened");
+  add("toggle-twice", "--toggle --toggle --pid {pid}", "--toggle given twice");
+  add("action-twice", "--action checkpoint --action lock --pid {pid}", "two --action: the last");
   // From locked.
   add("get-state-locked", "--get-state --pid {pid}", "--get-state of a locked process", {
     from: L,
@@ -543,6 +549,7 @@ function cases(): Case[] {
   usage("action-foo", "--action foo --pid {pid}", "row: --action foo");
   usage("action-no-value", "--pid {pid} --action", "--action at the end, without a value");
   usage("unknown-option", "--bogus", "row: an unknown option");
+  usage("ambiguous-option", "--get- --pid {pid}", "the start of two options");
   usage(
     "unknown-option-pid",
     "--get-state --pid {pid} --bogus",
