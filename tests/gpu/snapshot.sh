@@ -44,7 +44,10 @@
 #    session and process group), snapshotted and restored: criu puts it in its own session, and
 #    the restore keeps it stopped until its memory images matched their digests; it runs (ps
 #    state not T), hash intact. About 15 s.
-# SNAPSHOT_CASES picks cases by letter (default abcdefghijk).
+# l. Two targets (4 GiB, 1 GiB), the 4 GiB one killed once checkpointed, during the snapshot: it
+#    fails, exit 1, naming the ended one and the other as put back, which runs, hash intact; no
+#    directory is left.
+# SNAPSHOT_CASES picks cases by letter (default abcdefghijkl).
 #
 # The targets are tests/gpu/target.cu in fifo mode (as in criu_cli.sh): setsid, stdin /dev/null,
 # stdout to a file, commands through a named fifo. Every check is one line PASS/FAIL/SKIP; the
@@ -73,7 +76,7 @@ dry=${SNAPSHOT_DRY_RUN:-}
 out=${OUT:-tests/gpu/out}
 bin=/tmp/ckpt-snap${dry:+-dry}
 budget=${SNAPSHOT_BUDGET:-290}
-cases=${SNAPSHOT_CASES:-abcdefghijk}
+cases=${SNAPSHOT_CASES:-abcdefghijkl}
 read -r -a sizes_a <<<"${SIZES_A:-1024 4096}"
 mkdir -p "$out" "$bin"
 rm -rf "${bin:?}"/t-* "${bin:?}"/snap-* "$bin/logs"
@@ -673,6 +676,33 @@ if skip_unless 40 k && T_SETSID=0 start_target k 1024; then
   ((rc != 0)) && keep_logs "$snap" k
   rm -rf "$snap"
   stop_target "$d" "$p"
+fi
+
+# ---- l. one of two trees ends during the snapshot ----
+echo
+echo "== l. one of two targets killed during the snapshot: the other put back running, the ended one named"
+if skip_unless 50 l && start_target l-gone 4096; then
+  gd=$T_DIR gp=$T_PID
+  if start_target l-kept 1024; then
+    d=$T_DIR p=$T_PID h=$T_HASH
+    snap=$bin/snap-l
+    rm -rf "$snap"
+    "${CK[@]}" snapshot --pid "$gp,$p" --dir "$snap" >"$bin/l.out" 2>"$bin/l.err" &
+    sp=$!
+    # Killed once checkpointed: its tree is dumped, or about to be.
+    for ((i = 0; i < 300; i++)); do [[ $(state "$gp") == checkpointed ]] && break; sleep 0.05; done
+    kill -9 "$gp"
+    wait "$sp"
+    rc=$?
+    sed 's/^/     err| /' "$bin/l.err" | head -6
+    [[ $rc == 1 ]] && grep -q "Every other process was put back as it was, and keeps running (process $gp had ended)" "$bin/l.err"
+    check "l: the snapshot failed (exit $rc), naming $gp as ended and the other as put back" $?
+    intact "l: the other" "$d" "$p" "$h"
+    [[ ! -e $snap ]]
+    _rc=$?; check "l: nothing left of the snapshot ($(ls -A "$snap" 2>/dev/null | paste -sd' '))" $_rc
+    stop_target "$d" "$p"
+  fi
+  rm -rf "$gd"
 fi
 
 # ---- summary ----
