@@ -47,7 +47,9 @@
 # l. Two targets (4 GiB, 1 GiB), the 4 GiB one killed once checkpointed, during the snapshot: it
 #    fails, exit 1, naming the ended one and the other as put back, which runs, hash intact; no
 #    directory is left.
-# SNAPSHOT_CASES picks cases by letter (default abcdefghijkl).
+# m. --toggle --job of two 4 GiB targets, SIGINT 0.8 s in, while they checkpoint (after the locks):
+#    exit 130, both rolled back, running, hashes intact.
+# SNAPSHOT_CASES picks cases by letter (default abcdefghijklm).
 #
 # The targets are tests/gpu/target.cu in fifo mode (as in criu_cli.sh): setsid, stdin /dev/null,
 # stdout to a file, commands through a named fifo. Every check is one line PASS/FAIL/SKIP; the
@@ -76,7 +78,7 @@ dry=${SNAPSHOT_DRY_RUN:-}
 out=${OUT:-tests/gpu/out}
 bin=/tmp/ckpt-snap${dry:+-dry}
 budget=${SNAPSHOT_BUDGET:-290}
-cases=${SNAPSHOT_CASES:-abcdefghijkl}
+cases=${SNAPSHOT_CASES:-abcdefghijklm}
 read -r -a sizes_a <<<"${SIZES_A:-1024 4096}"
 mkdir -p "$out" "$bin"
 rm -rf "${bin:?}"/t-* "${bin:?}"/snap-* "$bin/logs"
@@ -703,6 +705,31 @@ if skip_unless 50 l && start_target l-gone 4096; then
     stop_target "$d" "$p"
   fi
   rm -rf "$gd"
+fi
+
+# ---- m. Ctrl-C during a job's checkpoints ----
+echo
+echo "== m. --toggle --job of two 4 GiB targets, SIGINT while they checkpoint: both back, exit 130"
+if skip_unless 40 m && start_target m-a 4096; then
+  da=$T_DIR pa=$T_PID ha=$T_HASH
+  if start_target m-b 4096; then
+    "${CK[@]}" --toggle --pid "$pa,$T_PID" --job >"$bin/m.out" 2>"$bin/m.err" &
+    sp=$!
+    # Its start and the locks take about 0.1 s, the checkpoints about two seconds: into them (a
+    # getState would wait behind a checkpoint, so none is asked meanwhile).
+    sleep 0.8
+    kill -INT "$sp"
+    wait "$sp"
+    rc=$?
+    sed 's/^/     out| /' "$bin/m.out"
+    sed 's/^/     err| /' "$bin/m.err" | head -6
+    [[ $rc == 130 ]] && grep -q "rolled-back" "$bin/m.out"
+    check "m: exit $rc, each process rolled back" $?
+    intact "m: a" "$da" "$pa" "$ha"
+    intact "m: b" "$T_DIR" "$T_PID" "$T_HASH"
+    stop_target "$T_DIR" "$T_PID"
+  fi
+  stop_target "$da" "$pa"
 fi
 
 # ---- summary ----
