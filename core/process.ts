@@ -44,6 +44,16 @@ export class Session {
     return await this.machine.host?.identify?.(id).catch(() => undefined);
   }
 
+  /**
+   * Whether `p` is still that process (its pid, with the start it had: one without a start is
+   * another where the host tells starts); `undefined` where the host cannot identify processes.
+   */
+  async isStill(p: ProcessIdentity): Promise<boolean | undefined> {
+    if (!this.machine.host?.identify) return undefined;
+    const now = await this.identify(p.pid);
+    return now !== undefined && now.pid === p.pid && now.start === p.start;
+  }
+
   /** Runs `operation` once every operation queued before it on the same process has settled. */
   inOrder<T>(process: ProcessIdentity, operation: () => Promise<T>): Promise<T> {
     const key = identityKey(process);

@@ -689,6 +689,20 @@ test("a process that ends during the dump holds back no other: each other one ru
     assert.equal(live(sim, other.pid).state, "running", `job: ${job}`);
     assert.equal(await other.memoryChunkedSha256(), hash);
     assert.throws(() => statSync(dir), "nothing is left to recover");
+    // A host that cannot identify processes: none is taken for ended, each is put back.
+    const blind = machineWith(sim, { host: hostWith(sim.host, { identify: undefined }) });
+    const stop = new AbortController();
+    const abortAtDump = (e: SnapshotEvent) =>
+      void (e.type === "phase" && e.phase === "dump" && stop.abort());
+    const two = [sim.spawn({ memoryMiB: 1024 }), other];
+    const blinded = await snapshot(two.map((p) => p.pid), newDir(), {
+      machine: blind,
+      job,
+      signal: stop.signal,
+      onProgress: abortAtDump,
+    }).catch((e) => e);
+    assert.match(String(blinded), /Every process was put back as it was/);
+    assert.deepEqual(two.map((p) => p.state), ["running", "running"]);
     // Ended after its dump, with leaveRunning: the snapshot is whole and the other runs on.
     const late = sim.spawn({ memoryMiB: 1024 });
     const tell = (e: SnapshotEvent) =>

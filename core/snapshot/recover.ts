@@ -7,7 +7,6 @@
 
 import { runGroup } from "../group.ts";
 import { checkGroupOptions, type GroupEvent } from "../group_types.ts";
-import type { ProcessIdentity } from "../host.ts";
 import type { Machine } from "../machine.ts";
 import { sessionOf } from "../process.ts";
 import { openInterrupted, TRACE_FILE } from "./layout.ts";
@@ -43,12 +42,7 @@ export async function recoverFrom(
   try {
     const where = snap.path;
     const session = sessionOf(machine);
-    // Whether `p` still lives: an entry without a start is another where the host tells starts.
-    const same = async (p: ProcessIdentity) => {
-      const now = await session.identify(p.pid);
-      return now !== undefined && now.pid === p.pid && now.start === p.start;
-    };
-    if (trace.by && await same(trace.by)) {
+    if (trace.by && await session.isStill(trace.by)) {
       const by = trace.by.pid;
       throw refuse(
         `the snapshot in ${where} is still under way: process ${by} is taking it (stop it with ` +
@@ -56,7 +50,10 @@ export async function recoverFrom(
       );
     }
     const alive: number[] = [], gone: number[] = [];
-    for (const p of trace.processes) (await same(p) ? alive : gone).push(p.pid);
+    // Where the host cannot tell, each is taken as there: the driver says where it is not.
+    for (const p of trace.processes) {
+      ((await session.isStill(p)) !== false ? alive : gone).push(p.pid);
+    }
     if (alive.length > 0) {
       // Killed while it was ending its trees, the snapshot may have left them stopped (SIGSTOP).
       await machine.engine?.wake?.(alive);

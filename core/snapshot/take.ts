@@ -12,7 +12,7 @@ import { type DumpedProcess, EngineError } from "../engine.ts";
 import { messageOf, SnapshotError, type SnapshotFailure } from "../errors.ts";
 import { runGroup } from "../group.ts";
 import type { GroupResult } from "../group_types.ts";
-import { type ProcessIdentity, sameProcess, type TreeProcess } from "../host.ts";
+import type { ProcessIdentity, TreeProcess } from "../host.ts";
 import { askGpuMemory } from "../listing.ts";
 import type { Machine } from "../machine.ts";
 import { checkLockTimeout, checkPid, checkSignal, checkTable, flag, mustBe } from "../options.ts";
@@ -344,10 +344,7 @@ async function end(t: Taken, manifest: Manifest): Promise<void> {
  */
 async function resumeAll(t: Taken): Promise<{ resumed?: GroupResult; gone: number[] }> {
   const session = sessionOf(t.run.machine), alive: number[] = [], gone: number[] = [];
-  for (const p of t.who) {
-    const now = await session.identify(p.pid);
-    (now && sameProcess(now, p) ? alive : gone).push(p.pid);
-  }
+  for (const p of t.who) ((await session.isStill(p)) !== false ? alive : gone).push(p.pid);
   if (alive.length === 0) return { gone };
   const settings = { ...t.run.group(false), allOrNothing: false, job: t.o.job };
   return { resumed: await runGroup(t.run.machine, "resume", alive, settings), gone };
