@@ -8,7 +8,8 @@
 
 import { type ActionHooks, type ActionReport, type ActionSettings, planGoal } from "./action.ts";
 import { defined, runAction, undo } from "./action.ts";
-import { asError } from "./errors.ts";
+import { CUDA_ERROR_NOT_READY } from "./driver.ts";
+import { asError, type CudaError } from "./errors.ts";
 import type { GroupResult, GroupSettings, ProcessOutcome, StopReason } from "./group_types.ts";
 import { type JobMember, runJob } from "./job.ts";
 import type { MachineSource } from "./machine.ts";
@@ -68,6 +69,8 @@ class Group {
   readonly #s: GroupSettings;
   #deadline = new Deadline({ now: () => performance.now() }, undefined);
   #deadlinePassed = false;
+  /** The pids whose lock timeout the deadline cut. */
+  readonly #cut = new Set<number>();
   #failed = false;
   #doomed = false;
   #rolledBack = false;
@@ -144,7 +147,10 @@ class Group {
       ok: !incomplete && !this.#rolledBack,
       processes: this.#entries.map(outcome),
       // A lock cut short by the deadline fails (NOT_READY) rather than stopping: passed all the same.
-      deadlinePassed: this.#deadlinePassed || (incomplete && this.#deadline.passed()),
+      deadlinePassed: this.#deadlinePassed ||
+        this.#entries.some((e) =>
+          this.#cut.has(e.proc.pid) && (e.report?.error as CudaError)?.code === CUDA_ERROR_NOT_READY
+        ),
       aborted: this.#s.signal?.aborted === true,
       rolledBack: this.#rolledBack,
       ms: this.#deadline.elapsed(),
@@ -228,7 +234,12 @@ class Group {
   #settingsFor(pid: number): ActionSettings {
     const { lockTimeoutMs: lock, checkRoom, allowIpcImport } = this.#s;
     const pairs = this.#s.gpuMapping(pid);
-    return { lockTimeoutMs: () => this.#deadline.cut(lock), pairs, checkRoom, allowIpcImport };
+    const lockTimeoutMs = () => {
+      const ms = this.#deadline.cut(lock);
+      if (ms !== lock) this.#cut.add(pid);
+      return ms;
+    };
+    return { lockTimeoutMs, pairs, checkRoom, allowIpcImport };
   }
 
   /** Each target's GPU memory in MiB where known: the host's report, or its record. */

@@ -367,6 +367,14 @@ describe("group operations", () => {
     // One process alone: its lock, cut to the deadline, fails; the deadline passed all the same.
     const alone = await runGroup("suspend", [busy.pid], { machine: sim, timeoutMs: 1000 });
     assert.deepEqual([alone.ok, alone.deadlinePassed], [false, true]);
+    // A failure of its own in a group that ran past its deadline, which cut nothing: not passed.
+    const slow = sim.spawn({ memoryMiB: 4096 });
+    const past = await runGroup("suspend", [2 ** 22 + 7, slow.pid], {
+      machine: sim,
+      timeoutMs: 500,
+    });
+    assert.deepEqual([past.ok, past.deadlinePassed], [false, false]);
+    assert.equal(slow.state, "checkpointed", "its checkpoint, begun in time, ended");
   });
 
   test("the deadline passing between a process's steps undoes its first step", async () => {
