@@ -73,10 +73,12 @@ export function completed(pairs: readonly GpuPair[], gpus: readonly GpuInfo[]): 
   const named = new Set(pairs.map((p) => key(p.oldUuid)));
   const taken = new Set(pairs.map((p) => key(p.newUuid)));
   const free = gpus.filter((g) => !taken.has(g.uuid.toLowerCase()));
-  const added = gpus.filter((g) => !named.has(g.uuid.toLowerCase())).map((g) => {
+  // Where GPUs of the mapping are not here, too few are left: the driver's checks will say.
+  const added = gpus.filter((g) => !named.has(g.uuid.toLowerCase())).flatMap((g) => {
     const to = free.find((f) => f === g) ?? free.find((f) => f.name === g.name) ?? free[0];
+    if (!to) return [];
     free.splice(free.indexOf(to), 1);
-    return { oldUuid: parseGpuUuid(g.uuid), newUuid: parseGpuUuid(to.uuid) };
+    return [{ oldUuid: parseGpuUuid(g.uuid), newUuid: parseGpuUuid(to.uuid) }];
   });
   return [...pairs, ...added];
 }

@@ -772,6 +772,18 @@ describe("onto other GPUs", () => {
     const moved = live(four, p.pid);
     assert.ok((moved.gpuMemoryMiB[g2] ?? 0) >= 1024, "on GPU 2 now");
     assert.equal(await moved.memoryChunkedSha256(), hash);
+    // Onto a machine with one of the snapshot's GPUs but not the other: refused before criu.
+    moved.exit();
+    const uuid = (n: number) => `GPU-${String(n).repeat(8)}-1111-1111-1111-111111111111`;
+    const partly = new SimulatedMachine({
+      gpus: [{ uuid: g0 }, ...[2, 3, 4].map((n) => ({ uuid: uuid(n) }))],
+    });
+    await refusedWith(
+      restoreSnapshot(dir, { machine: partly }),
+      "MAPPING",
+      /is not a GPU of this machine/,
+    );
+    assert.equal(partly.processes.length, 0);
   });
 
   test("a mapping from another machine's GPUs is checked only where it goes", () => {

@@ -202,11 +202,12 @@ async function check(r: Restoring): Promise<void> {
   await checkPidsFree(manifest, run.host, o.operation);
   const gpus = await run.listing;
   r.pairs = o.gpuMapping ?? derivedMapping(manifest.gpus, gpus, o.operation);
-  const problems = mappingProblems(r.pairs, gpus, manifest.gpus);
+  // From the snapshot's GPUs; then, completed, as the GPU half will check it (every GPU here).
+  let problems = mappingProblems(r.pairs, gpus, manifest.gpus);
+  if (problems.length === 0) problems = mappingProblems(r.pairs = completed(r.pairs, gpus), gpus);
   if (problems.length > 0) {
     throw mappingRefused(o.operation, `the GPU mapping cannot work: ${problems.join("; ")}`);
   }
-  r.pairs = completed(r.pairs, gpus);
   if (o.checkRoom) {
     const need = onto(r.running.map((p) => p.cuda!.gpuMemoryMiB ?? {}), r.pairs);
     const who = "the snapshot's processes";
