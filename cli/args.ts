@@ -10,7 +10,8 @@
  * @module
  */
 
-import { formatGpuUuid, MAX_PID, MAX_TIMEOUT_MS, nearest, parseGpuUuid } from "../core/options.ts";
+import { formatGpuUuid, MAX_PID, MAX_TIMEOUT_MS, MAX_TIMER_MS, nearest } from "../core/options.ts";
+import { parseGpuUuid } from "../core/options.ts";
 import { ACTIONS, type Command, NVIDIA_MESSAGES, UsageError } from "./command.ts";
 import type { CliOperation, Common, OperationCommand } from "./command.ts";
 
@@ -43,7 +44,10 @@ const OPTIONS: Readonly<Record<string, Option>> = {
   "--pid": { short: "-p", value: readPids },
   "--timeout": { short: "-t", field: "timeoutMs", value: parseTimeout },
   "--device-map": { short: "-d", field: "gpuMapping", value: parseDeviceMap },
-  "--deadline": { field: "deadlineMs", value: (v) => count(v, "--deadline", "milliseconds") },
+  "--deadline": {
+    field: "deadlineMs",
+    value: (v) => count(v, "--deadline", "milliseconds", v, MAX_TIMER_MS),
+  },
   "--dir": { field: "dir", value: readDir },
   "--memory-mib": { field: "memoryMiB", value: (v) => count(v, "--memory-mib", "MiB") },
   "--gpu": { field: "gpus", value: (v) => v.split(",").map((n) => count(n, "--gpu", "", v)) },
@@ -76,7 +80,7 @@ const STRAY_OF_SNAPSHOTS = "--pid --dir --timeout --deadline --device-map --all 
 const STRAY_OF_OTHERS = "--pid --all --all-or-nothing --job --timeout --device-map " +
   "--no-room-check --allow-ipc-import --tcp-established";
 /** Our options of one value, which may be given once (NVIDIA's: the last one given is the one). */
-const ONCE = ["--dir", "--deadline", "--memory-mib", "--command"];
+const ONCE = ["--dir", "--deadline", "--memory-mib", "--gpu", "--command"];
 /** The options whose value a subcommand that does not take them leaves unread (refused as such). */
 const UNREAD = ["--pid", "--dir", "--timeout", "--deadline", "--device-map"];
 
@@ -262,10 +266,19 @@ function parseDeviceMap(text: string): Record<string, string> {
   return mapping;
 }
 
-/** A whole number of `unit` (none: a GPU index, of the list `whole`). */
-function count(text: string, option: string, unit: string, whole = text): number {
-  if (/^[0-9]+$/.test(text) && Number.isSafeInteger(Number(text))) return Number(text);
-  const what = unit ? `a whole number of ${unit}` : "a GPU index or a comma list of them (0,1)";
+/** A whole number of `unit` up to `max` (no unit: a GPU index, of the list `whole`). */
+function count(
+  text: string,
+  option: string,
+  unit: string,
+  whole = text,
+  max = 2 ** 53 - 1,
+): number {
+  if (/^[0-9]+$/.test(text) && Number(text) <= max) return Number(text);
+  const upTo = max < 2 ** 53 - 1 ? ` from 0 to ${max}` : "";
+  const what = unit
+    ? `a whole number of ${unit}${upTo}`
+    : "a GPU index or a comma list of them (0,1)";
   throw new UsageError(`${option} must be ${what}`, `got ${JSON.stringify(whole)}`);
 }
 

@@ -502,6 +502,12 @@ describe("our own checks of bad input", () => {
     ["snapshot without --pid", ["snapshot", "/s"], "snapshot needs --pid PID[,PID...]"],
     ["inspect with a bad --pid", ["inspect", "/s", "--pid", "x"], "inspect takes no --pid"],
     ["--dir twice", ["snapshot", "-p", 5, "--dir", "/a", "--dir", "/b"], "--dir is given twice"],
+    ["--gpu twice", ["spawn", "--simulate", "--gpu", 0, "--gpu", 1], "--gpu is given twice"],
+    [
+      "a --deadline longer than a timer holds",
+      ["snapshot", "-p", 5, "--dir", "/a", "--deadline", 2 ** 31],
+      "--deadline must be a whole number of milliseconds from 0 to 2147483647",
+    ],
     [
       "--tcp-established with list",
       ["list", "--tcp-established"],
