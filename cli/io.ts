@@ -41,7 +41,8 @@ export interface CliIo {
   /**
    * Where interrupts come from (SIGINT, SIGTERM, SIGHUP for the program). During an operation on
    * several processes, a snapshot or a restore, the first brings back every process the command
-   * changed, and it exits 128 + the signal's number (130, 143, 129); a second exits at once through
+   * changed, and it exits 128 + the signal's number (130, 143, 129: its own code where it came too
+   * late to put anything back, once a snapshot is ending its processes); a second exits at once through
    * `interrupts.exit(code)`. Left out (in-process use): not watched. One pid never watches them: as
    * with NVIDIA's utility, the program ends.
    */
