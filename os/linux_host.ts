@@ -94,13 +94,16 @@ export interface ProcEntry {
   readonly group: number;
   readonly session: number;
   readonly start: number;
+  /** Its leader is exiting (`PF_EXITING` in its flags): killed, and still letting go of what it held. */
+  readonly exiting?: boolean;
   readonly threads?: readonly number[];
 }
 
-/** `/proc/PID/stat`'s state, parent, process group, session and start time (after the name). */
+/** `/proc/PID/stat`'s state, parent, process group, session, flags and start (after the name). */
 export function parseStat(stat: string): ProcEntry {
   const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-  return { state: f[0], parent: +f[1], group: +f[2], session: +f[3], start: +f[19] };
+  const exiting = (+f[6] & 0x4) !== 0;
+  return { state: f[0], parent: +f[1], group: +f[2], session: +f[3], start: +f[19], exiting };
 }
 
 /** `/proc/<pid>/stat`, read now (it waits for no lock); `undefined` where there is none. */
@@ -188,8 +191,11 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
       if (/^State:\s*Z/m.test(status) && !(threads > 1)) return undefined;
       const tgid = Number(/^Tgid:\s*([0-9]+)/m.exec(status)?.[1]);
       if (!Number.isSafeInteger(tgid) || tgid <= 0) return undefined;
-      const start = await this.#startOf(tgid);
-      return start === undefined ? { pid: tgid } : { pid: tgid, start };
+      const stat = parseStat(await this.#reader.read(`${this.#root}/${tgid}/stat`));
+      // Killed and still exiting (a CUDA process lets go of its GPU memory then): gone. A leader
+      // that ended before its other threads is a zombie, and its process lives on.
+      if (stat.exiting && stat.state !== "Z") return undefined;
+      return Number.isSafeInteger(stat.start) ? { pid: tgid, start: stat.start } : { pid: tgid };
     } catch {
       return undefined;
     }

@@ -156,6 +156,16 @@ describe("identify: a zombie is no process", () => {
     assert.equal(await h.identify(4100), undefined);
     assert.equal((await h.identify(4200))?.pid, 4200);
   });
+
+  test("killed and still exiting (PF_EXITING, not a zombie yet): none, as a CUDA process lets go of its GPU", async () => {
+    const stat = (flags: number) =>
+      `4300 (python3) D 1 4300 4300 0 -1 ${flags} 0 0 0 0 0 0 0 0 20 0 1 0 5555 0 0`;
+    const status = "Name:\tpython3\nState:\tD (disk sleep)\nTgid:\t4300\nThreads:\t5\n";
+    await using dying = host({ "/proc/4300/status": status, "/proc/4300/stat": stat(0x400104) });
+    assert.equal(await dying.identify(4300), undefined);
+    await using running = host({ "/proc/4300/status": status, "/proc/4300/stat": stat(0x400100) });
+    assert.deepEqual(await running.identify(4300), { pid: 4300, start: 5555 });
+  });
 });
 
 describe("cpuTime: what a held process has run", () => {

@@ -721,6 +721,25 @@ test("a process that ends during the dump holds back no other: each other one ru
   }
 });
 
+test("a process that ends as the rollback resumes it is named as ended; the other runs", async () => {
+  const sim = new SimulatedMachine({ gpus: 2 });
+  const dying = sim.spawn({ memoryMiB: 1024 }), other = sim.spawn({ memoryMiB: 2048, gpu: 1 });
+  sim.engine.failNext("dump", { message: "Can't dump (simulated)" });
+  let rollingBack = false;
+  const onProgress = (e: SnapshotEvent) => {
+    if (e.type === "phase") rollingBack = e.phase === "rollback";
+    if (rollingBack && e.type === "step-start" && e.pid === dying.pid) dying.exit();
+  };
+  const err = await snapshot([dying.pid, other.pid], newDir(), { machine: sim, onProgress })
+    .catch((e) => e);
+  assert.ok(err instanceof SnapshotError, String(err));
+  assert.match(
+    err.message,
+    new RegExp(`Every other process was put back .*\\(process ${dying.pid} had ended\\)`),
+  );
+  assert.equal(live(sim, other.pid).state, "running");
+});
+
 test("two trees: one's GPU restore fails in the driver; the other runs, the failed one is left checkpointed, said so", async () => {
   const sim = new SimulatedMachine();
   const big = sim.spawn({ memoryMiB: 8192 });

@@ -343,11 +343,21 @@ async function end(t: Taken, manifest: Manifest): Promise<void> {
  * job where the snapshot is one): one that ended since holds back no other. Says which ended.
  */
 async function resumeAll(t: Taken): Promise<{ resumed?: GroupResult; gone: number[] }> {
-  const session = sessionOf(t.run.machine), alive: number[] = [], gone: number[] = [];
-  for (const p of t.who) ((await session.isStill(p)) !== false ? alive : gone).push(p.pid);
+  const session = sessionOf(t.run.machine), gone: number[] = [];
+  const ended = async (p: ProcessIdentity) => (await session.isStill(p)) === false;
+  for (const p of t.who) if (await ended(p)) gone.push(p.pid);
+  const alive = t.who.filter((p) => !gone.includes(p.pid));
   if (alive.length === 0) return { gone };
   const settings = { ...t.run.group(false), allOrNothing: false, job: t.o.job };
-  return { resumed: await runGroup(t.run.machine, "resume", alive, settings), gone };
+  const all = await runGroup(t.run.machine, "resume", alive.map((p) => p.pid), settings);
+  // One that ended as it was resumed (a kill takes a while to let go of GPU memory) is gone too.
+  for (const p of alive) {
+    const failed = all.processes.find((o) => o.pid === p.pid)?.status === "failed";
+    if (failed && await ended(p)) gone.push(p.pid);
+  }
+  const processes = all.processes.filter((o) => !gone.includes(o.pid));
+  const ok = processes.every((o) => o.status === "done" || o.status === "unchanged");
+  return { resumed: { ...all, processes, ok }, gone };
 }
 
 /** Puts every process back and removes what was written (the trace kept where one is not back). */
