@@ -18,6 +18,9 @@ fifo=1
 for a in "$@"; do [[ $a == --reference ]] && fifo=; done
 export WORLD_SIZE=$world MASTER_ADDR=127.0.0.1 MASTER_PORT=$port
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+# PyTorch's TCPStore on libuv (its thread pt_tcpstore_uv) maps an io_uring, which criu cannot dump;
+# the older TCPStore maps none (one H200, 2026-11-29: tests/gpu/reports/nccl-job-h200x2-session5.txt).
+export USE_LIBUV=${USE_LIBUV:-0}
 pids=()
 for ((r = 0; r < world; r++)); do
   extra=()
