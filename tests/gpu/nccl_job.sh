@@ -42,8 +42,8 @@
 # $OUT/nccl-job.txt; figures $OUT/nccl-job-figures.txt; ranks' stderr of failures
 # $OUT/nccl-job-logs.tgz. On two H200s (2026-11-29): first `defaults transports --mib=512`, 3 jobs
 # lost by the driver (tests/gpu/reports/nccl-job-h200x2-first.txt); then, with the refusal, every
-# case but snapshot and swapped passes, and those fail in criu (a rank's io_uring mapping) with
-# every rank put back (tests/gpu/reports/nccl-job-h200x2-session5.txt); alone is 2.03x (goal 1.2).
+# case but snapshot and swapped passes; with USE_LIBUV=0 (launch.sh) the job goes to disk, and
+# criu's restore fails (tests/gpu/reports/nccl-job-h200x2-session5.txt); alone is 2.03x (goal 1.2).
 #
 # Dry run without a GPU: NCCL_DRY_RUN=1 runs rank.py --fake (no torch: a step counter, no
 # collective) under a bash stand-in of ours (--toggle: SIGSTOP, SIGCONT) and two made-up GPUs: it
