@@ -445,13 +445,13 @@ function simulatedHost(m: SimulatedMachine): HostProcesses {
           return p ? [{ id, holder: p.pid, as: p.pid === id ? "pid" : "thread" }] : [];
         })),
     processTree: (root) => m.instantly("read a process tree", () => m.tree(root)?.map(entry)),
-    // The sign of an import of CUDA IPC memory, as the Linux host reads it (none for `fd`).
+    // The sign of an NCCL rank, or of an import of CUDA IPC memory (none for `fd`), as the Linux
+    // host reads them.
     gpuImport: (pid) =>
       m.instantly("read a process's maps", () => {
-        const rank = m.process(pid)?.nccl;
-        const found = rank && ncclRank("libnccl.so.2", environOf(rank));
+        const { nccl, ipcImport: imported } = m.process(pid) ?? {};
+        const found = nccl && ncclRank("libnccl.so.2", environOf(nccl));
         if (found) return found;
-        const imported = m.process(pid)?.ipcImport;
         if (!imported || imported.through === "fd") return undefined;
         const file = `cuda.shm.0.${imported.exporter.toString(16)}.1`;
         const sign = `it maps /dev/shm/${file}, named after process ${imported.exporter}`;
