@@ -99,11 +99,10 @@ async function run(command: MachineCommand, io: CliIo): Promise<number> {
   const opened = await open(command, io, oneCall, oneCall || (one !== undefined && !io.isTerminal))
     .catch((error) => {
       const load = error instanceof Error && error.name === "DriverLoadError";
-      const [first, ...more] = load ? noDriver(error).split("\n") : [];
-      if (load) [first, ...more].forEach((line) => print.err(line));
-      else print.error(error);
+      const [message, ...more] = load ? noDriver(error) : [commandMessage(error)];
+      print.err(`cuda-checkpoint: ${message}`);
+      more.forEach((line) => print.err(line));
       if (!command.json) return;
-      const message = load ? first.replace(/^cuda-checkpoint: /, "") : commandMessage(error);
       const code = load ? "DRIVER_LOAD" : (error as { code?: unknown }).code ?? "OPEN";
       const detail = more.join("\n") || undefined;
       print.json({ ok: false, error: { message, code, name: (error as Error)?.name, detail } });
@@ -152,10 +151,10 @@ async function run(command: MachineCommand, io: CliIo): Promise<number> {
 }
 
 /**
- * The library's message for a libcuda that could not be loaded (the paths tried, what to check),
+ * The lines of the library's message for a libcuda that could not be loaded (the paths tried, what to check),
  * with `--simulate` for its simulator, and without Deno's flags, which are the program's to have.
  */
-function noDriver(error: Error): string {
+function noDriver(error: Error): string[] {
   const simulate = "Without a GPU, --simulate runs the same commands on a simulated machine.";
   const lines = error.message.split("\n")
     .filter((line) => !/^(Deno needs --allow-ffi|\(On Deno, run with --allow-ffi)/.test(line))
@@ -163,7 +162,7 @@ function noDriver(error: Error): string {
       line.replace(/On a machine without a GPU, pass a SimulatedMachine[^.]*\./, simulate)
     );
   if (!lines.some((line) => line.includes(simulate))) lines.push(simulate);
-  return `cuda-checkpoint: ${lines.join("\n")}`;
+  return lines;
 }
 
 /** `--simulate spawn`, `kill` and `reset`. */
