@@ -141,10 +141,9 @@ class Group {
   }
 
   #result(): GroupResult {
-    const incomplete = this.#entries.some((e) => !succeeded(e));
     return {
       action: this.#action,
-      ok: !incomplete && !this.#rolledBack,
+      ok: this.#entries.every(succeeded) && !this.#rolledBack,
       processes: this.#entries.map(outcome),
       // A lock cut short by the deadline fails (NOT_READY) rather than stopping: passed all the same.
       deadlinePassed: this.#deadlinePassed ||

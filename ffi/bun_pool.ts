@@ -56,9 +56,8 @@ export class WorkerPool {
   /** Closes the pool: idle workers end now, busy ones once their call returns; resolves after. */
   close(): Promise<void> {
     this.#closing = true;
-    const ended = [...this.#workers].map((w) => w.ended);
     for (const w of this.#workers) if (!w.job) this.#retire(w);
-    return Promise.all(ended).then(() => undefined);
+    return Promise.all([...this.#workers].map((w) => w.ended)).then(() => undefined);
   }
 
   #spawn(): Worked {

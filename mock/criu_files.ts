@@ -173,8 +173,7 @@ export function readTree(dir: string, root: number, log: EngineLog): ProcessImag
 /** The pages of memory of `image`'s process: read now, strictly, from its pages file, or inline. */
 export function memoryOf(dir: string, image: ProcessImage, log: EngineLog): SavedPages {
   if (image.version === INLINE_MEMORY_VERSION) return image.memory ?? [];
-  const file = join(dir, pagesName(image.pid));
-  const { read, v } = readTagged(file, "pages", log);
+  const { read, v } = readTagged(join(dir, pagesName(image.pid)), "pages", log);
   read.object(v, "", ["format", "version", "pid", "pages"]);
   if (v.pid !== image.pid) read.fail("pid", `${image.pid}, as its name says`, v.pid);
   if (image.cuda) return readPages(read, v.pages, mibToBytes(image.memoryMiB), "pages");

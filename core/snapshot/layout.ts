@@ -63,8 +63,7 @@ export class SnapshotWriter {
       const text = JSON.stringify({ format: TRACE_FORMAT, ...trace, made: names }, null, 2);
       await dir.writeFile(TRACE_FILE, text + "\n");
       for (const name of names) await dir.subdir(name);
-      const imagesDirs = await Promise.all(names.map((name) => dir.enginePath(name)));
-      return new SnapshotWriter(dir, imagesDirs);
+      return new SnapshotWriter(dir, await Promise.all(names.map((name) => dir.enginePath(name))));
     } catch (err) {
       await dir.removeCreated().catch(() => {});
       await dir.close();

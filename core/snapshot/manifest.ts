@@ -219,11 +219,7 @@ function readFiles(r: StrictReader, value: unknown, trees: readonly ManifestTree
     treeDirs.set(tree, count! + 1);
     const digest = r.string(o.chunkedSha256, `${at}.chunkedSha256`);
     if (!DIGEST.test(digest)) r.fail(`${at}.chunkedSha256`, "64 lowercase hex digits", digest);
-    return {
-      path,
-      bytes: r.integer(o.bytes, `${at}.bytes`, 0, Number.MAX_SAFE_INTEGER),
-      chunkedSha256: digest,
-    };
+    return { path, bytes: r.integer(o.bytes, `${at}.bytes`, 0), chunkedSha256: digest };
   });
   for (const [images, count] of treeDirs) {
     const reason = `it lists no file of ${images}: a tree without its images cannot come back`;

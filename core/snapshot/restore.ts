@@ -380,9 +380,8 @@ async function rollBack(r: Restoring, stopped: string | undefined): Promise<Erro
 
 /** The processes are back, but their GPU restore failed: where each is left, and what to do. */
 async function resumeFailed(r: Restoring, result: GroupResult): Promise<SnapshotError> {
-  const driver = r.run.machine.driver;
   const stateOf = async (p: ProcessOutcome) =>
-    p.state ?? await readState(driver, p.pid).catch(() => undefined);
+    p.state ?? await readState(r.run.machine.driver, p.pid).catch(() => undefined);
   const states = await Promise.all(result.processes.map(stateOf));
   const left = result.processes.map((p, i) => `${p.pid} ${states[i] ?? "of unknown state"}`);
   const pids = r.running.map((p) => p.pid).join(",");

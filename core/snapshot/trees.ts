@@ -67,12 +67,10 @@ export async function describeTree(
 /** The machine's GPUs for the manifest, with their total memory where the host tells it. */
 export function describeGpus(gpus: readonly GpuInfo[], report: GpuMemoryReport): ManifestGpu[] {
   const total = "byPid" in report ? report.totalMiB : undefined;
-  return gpus.map((g) => ({
-    index: g.index,
-    uuid: g.uuid,
-    name: g.name,
-    ...(total?.get(g.uuid) !== undefined ? { totalMiB: total.get(g.uuid)! } : {}),
-  }));
+  return gpus.map(({ index, uuid, name }) => {
+    const totalMiB = total?.get(uuid);
+    return { index, uuid, name, ...(totalMiB !== undefined ? { totalMiB } : {}) };
+  });
 }
 
 /** No tree may hold another's root. */
