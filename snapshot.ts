@@ -29,29 +29,13 @@
 export type { RestoreSnapshotResult } from "./core/snapshot/restore.ts";
 export type { SnapshotEvent, SnapshotPhase } from "./core/snapshot/run.ts";
 export type { SnapshotResult } from "./core/snapshot/take.ts";
-export {
-  type Manifest,
-  type ManifestGpu,
-  type ManifestProcess,
-  type ManifestTree,
-  parseManifest,
-} from "./core/snapshot/manifest.ts";
+export type { Manifest, ManifestGpu, ManifestProcess } from "./core/snapshot/manifest.ts";
+export { type ManifestTree, parseManifest } from "./core/snapshot/manifest.ts";
 export type { SnapshotState } from "./core/states.ts";
-export {
-  type Checked,
-  type CheckOptions,
-  type SnapshotDir,
-  type SnapshotStore,
-} from "./core/snapshot/store.ts";
-export {
-  type DumpedProcess,
-  type DumpRequest,
-  EngineError,
-  type EngineProbe,
-  type RestoreRequest,
-  type SnapshotEngine,
-} from "./core/engine.ts";
-export { type SnapshotFile } from "./core/snapshot/store.ts";
+export type { Checked, CheckOptions, SnapshotDir } from "./core/snapshot/store.ts";
+export type { SnapshotFile, SnapshotStore } from "./core/snapshot/store.ts";
+export type { DumpedProcess, DumpRequest, EngineProbe } from "./core/engine.ts";
+export { EngineError, type RestoreRequest, type SnapshotEngine } from "./core/engine.ts";
 export { type RecoverOptions, recoverSnapshot } from "./api/functions.ts";
 export type { RecoverResult } from "./core/snapshot/recover.ts";
 export type { CriuEngineOptions } from "./os/criu.ts";

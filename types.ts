@@ -21,9 +21,5 @@ export type { Action, Step } from "./core/states.ts";
 export type { GroupEvent, StepRecord, StopReason } from "./core/group_types.ts";
 export type { RoomCheck, RoomShortage } from "./core/room.ts";
 export type { ErrorPlace, RefusalCode, SnapshotFailure } from "./core/errors.ts";
-export type {
-  CudaProcessInfo,
-  CudaProcessListing,
-  ListCudaProcessesOptions,
-  UninspectedProcess,
-} from "./core/listing.ts";
+export type { CudaProcessInfo, CudaProcessListing } from "./core/listing.ts";
+export type { ListCudaProcessesOptions, UninspectedProcess } from "./core/listing.ts";
