@@ -89,7 +89,6 @@ const UNREAD = ["--pid", "--dir", "--timeout", "--deadline", "--device-map"];
  * has one. `--help` and `--version` win over what comes after them, as in `getopt` loops.
  */
 export function parseCommandLine(args: readonly string[]): Command {
-  // Our subcommand, where it is the first positional argument.
   const [word] = scan(args).words;
   const sub = word !== undefined && isSubcommand(word) ? word : undefined;
   try {

@@ -216,7 +216,6 @@ export async function timed(
     }
     ok = true;
   } finally {
-    // To the microsecond: a difference of two clock readings carries floating-point noise.
     const r = { step, ms: roundMs(clock.now() - t0), ok };
     (rollback ? of.rollback : report.steps).push(r);
     hooks.stepEnded?.(r, rollback);

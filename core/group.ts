@@ -29,7 +29,6 @@ export async function runGroup(
   if (!Array.isArray(targets)) {
     mustBe(TypeError, "targets", "an array of pids or CudaProcess", targets);
   }
-  // Handles made here from pids are closed here.
   const owned: Handle[] = [];
   const handles = targets.map((t, i) => {
     const handle = t instanceof Handle ? t : new Handle(checkPid(t, `targets[${i}]`), source);

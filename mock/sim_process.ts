@@ -209,7 +209,6 @@ export class SimulatedProcess {
         kernel.settle();
       }, true);
     };
-    // Launched at once when the process runs, as a CUDA launch returns at once; else it blocks.
     if (this.#canRun()) enqueue();
     else this.#whenRunning("launch a kernel", enqueue).catch(kernel.settle);
     return promise;

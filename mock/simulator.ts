@@ -188,7 +188,6 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
       ...["memoryMiB", "gpu", "cuda", "extraThreads"] as const,
       ...["command", "inspectable", "libcuda", "parent", "ipcImport", "nccl", "tcp"] as const,
     ]);
-    // The parent, a live process (0 for none).
     const parent = o.parent === undefined || o.parent === 0
       ? 0
       : checkInteger(o.parent, "spawn: parent (a pid)", 1, MAX_PID);
