@@ -245,13 +245,9 @@ function parseDeviceMap(text: string): Record<string, string> {
   const mapping: Record<string, string> = {};
   for (const pair of text.split(",")) {
     const parts = pair.split("=");
-    if (parts.length !== 2) {
-      throw new UsageError(
-        NVIDIA_MESSAGES.badDeviceMap,
-        `${JSON.stringify(pair)} is not old=new; --device-map takes GPU-<uuid>=GPU-<uuid>,... ` +
-          `naming every GPU`,
-      );
-    }
+    const takes = "--device-map takes GPU-<uuid>=GPU-<uuid>,... naming every GPU";
+    const not = `${JSON.stringify(pair)} is not old=new; ${takes}`;
+    if (parts.length !== 2) no(NVIDIA_MESSAGES.badDeviceMap, not);
     const [old, onto] = parts.map((uuid) => {
       try {
         return formatGpuUuid(parseGpuUuid(uuid, "the GPU"));
@@ -355,12 +351,8 @@ function finish(seen: Seen): Command {
     return { kind: "spawn", ...common, ...given(seen, "memoryMiB gpus command") };
   }
   const pids = rest.length > 0 ? parsePids(rest[0]) : seen.pids;
-  if (pids.length !== 1) {
-    no(
-      "--simulate kill takes the pid of one simulated process",
-      `got ${pids.length === 0 ? "none" : pids.join(",")}`,
-    );
-  }
+  const got = `got ${pids.length === 0 ? "none" : pids.join(",")}`;
+  if (pids.length !== 1) no("--simulate kill takes the pid of one simulated process", got);
   return { kind: "kill", ...common, pid: pids[0] };
 }
 

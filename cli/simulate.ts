@@ -81,20 +81,14 @@ type SimulatedClock = { readonly clock: "virtual" | "real"; readonly speed?: num
  */
 export function simulatedClock(env: Env = process.env): SimulatedClock {
   const clock = env.CKPT_SIM_CLOCK || "virtual";
-  if (clock !== "virtual" && clock !== "real") {
-    throw new RangeError(
-      `CKPT_SIM_CLOCK must be "virtual" or "real", got ${JSON.stringify(clock)}`,
-    );
-  }
+  const badClock = `CKPT_SIM_CLOCK must be "virtual" or "real", got ${JSON.stringify(clock)}`;
+  if (clock !== "virtual" && clock !== "real") throw new RangeError(badClock);
   const given = env.CKPT_SIM_SPEED;
   if (!given) return { clock };
   const speed = /^[0-9]*\.?[0-9]+(e[-+]?[0-9]+)?$/i.test(given.trim()) ? Number(given) : NaN;
-  if (!(speed > 0) || !Number.isFinite(speed)) {
-    throw new RangeError(
-      "CKPT_SIM_SPEED must be a positive number (how many times faster than the real driver), " +
-        `got ${JSON.stringify(given)}`,
-    );
-  }
+  const faster = "a positive number (how many times faster than the real driver)";
+  const badSpeed = `CKPT_SIM_SPEED must be ${faster}, got ${JSON.stringify(given)}`;
+  if (!(speed > 0) || !Number.isFinite(speed)) throw new RangeError(badSpeed);
   if (clock !== "real") {
     throw new RangeError("CKPT_SIM_SPEED works with the real clock only: set CKPT_SIM_CLOCK=real");
   }
@@ -268,24 +262,18 @@ async function lock(file: string, timeoutMs: number): Promise<() => Promise<void
       await writeFile(lockFile, `${process.pid}\n`, { flag: "wx", mode: 0o600 });
       return () => rm(lockFile, { force: true });
     } catch (err) {
+      const cannot = `cannot make the simulated machine's lock file ${lockFile}: ${messageOf(err)}`;
       if (errorCode(err) !== "EEXIST") {
-        throw new SimulatedStateError(
-          lockFile,
-          `cannot make the simulated machine's lock file ${lockFile}: ${messageOf(err)}`,
-          { cause: err },
-        );
+        throw new SimulatedStateError(lockFile, cannot, { cause: err });
       }
     }
     const holder = await lockHolder(lockFile);
     if (holder === "abandoned") await rm(lockFile, { force: true });
     if (typeof holder !== "number") continue; // gone, or taken over: try again
-    if (Date.now() >= deadline) {
-      throw new SimulatedStateError(
-        lockFile,
-        `another cuda-checkpoint --simulate call (pid ${holder}) has held ${lockFile} for over ${timeoutMs} ms; ` +
-          `wait for it, or remove the lock file if no such call is running`,
-      );
-    }
+    const held = `another cuda-checkpoint --simulate call (pid ${holder}) has held ${lockFile}`;
+    const wait = "wait for it, or remove the lock file if no such call is running";
+    const late = `${held} for over ${timeoutMs} ms; ${wait}`;
+    if (Date.now() >= deadline) throw new SimulatedStateError(lockFile, late);
     await new Promise((resolve) => setTimeout(resolve, 20));
   }
 }

@@ -139,11 +139,9 @@ export type GroupSettings = Omit<Settings<typeof GROUP_OPTIONS>, "onProgress"> &
 
 /** Checks a group's options, each left out given its default (the machine is the caller's). */
 export function checkGroupOptions(options: GroupOptions | undefined): GroupSettings {
+  const both = "a job works on every process at once: concurrency cannot be given with job: true";
   if (options?.job === true && options.concurrency !== undefined) {
-    throw new RangeError(
-      "a job works on every process at once: concurrency cannot be given with job: true, got " +
-        describeValue(options.concurrency),
-    );
+    throw new RangeError(`${both}, got ${describeValue(options.concurrency)}`);
   }
   const s = checkTable(options, "runGroup", GROUP_OPTIONS);
   return {

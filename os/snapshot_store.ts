@@ -117,12 +117,9 @@ async function walkTo(where: string): Promise<{ parent: FileHandle; name: string
           throw new Error(`${it} does not exist`);
         }
         if (++links > 40) throw new Error(`${where}: too many symbolic links on the way`);
-        if (st.uid !== 0 && st.uid !== myUid()) {
-          throw new Error(
-            `${shown}, above ${where}, is a symbolic link of another user (uid ${st.uid}): ` +
-              `they could lead the snapshot anywhere; give the path it leads to`,
-          );
-        }
+        const of = `${shown}, above ${where}, is a symbolic link of another user (uid ${st.uid})`;
+        const lead = `${of}: they could lead the snapshot anywhere; give the path it leads to`;
+        if (st.uid !== 0 && st.uid !== myUid()) throw new Error(lead);
         const target = await readlink(through);
         parts.unshift(...target.split("/").filter(Boolean));
         if (target.startsWith("/")) {
@@ -165,12 +162,9 @@ function refuseOwner(shown: string, st: { uid: number; mode: number }, place: Pl
   const fault = ownerFault(st, { rootToo: place !== "top", sticky: above !== undefined });
   if (!fault) return;
   const belongs = fault.startsWith("belongs");
-  if (above !== undefined) {
-    throw new Error(
-      `${shown}, above ${above}, ${fault}: ${belongs ? "that user" : "they"} could swap the ` +
-        `snapshot for their own; keep snapshots where only root and you can write`,
-    );
-  }
+  const swap = `${belongs ? "that user" : "they"} could swap the snapshot for their own`;
+  const keep = "keep snapshots where only root and you can write";
+  if (above !== undefined) throw new Error(`${shown}, above ${above}, ${fault}: ${swap}; ${keep}`);
   const must = place === "top"
     ? `a snapshot's directory must be this user's and private (chmod 700)${belongs ? COPY : ""}`
     : belongs
@@ -321,12 +315,8 @@ class FileSnapshotDir implements SnapshotDir {
           if (!names.has(name)) throw missing(shown, `(${file.bytes} bytes)`, "file");
           const { handle, size } = await this.#file(dir, shown, name);
           opened.push({ file, handle, bytes: file.bytes, name: shown });
-          if (size !== file.bytes) {
-            throw new Error(
-              `${shown} has ${size} bytes where the manifest says ${file.bytes}: the snapshot is ` +
-                `truncated or was changed`,
-            );
-          }
+          const cut = `the manifest says ${file.bytes}: the snapshot is truncated or was changed`;
+          if (size !== file.bytes) throw new Error(`${shown} has ${size} bytes where ${cut}`);
         }
       }
       const verified = o.digests && this.#digests ? await this.#verify(opened, o) : undefined;
@@ -365,12 +355,8 @@ class FileSnapshotDir implements SnapshotDir {
     const hasher = new PieceHasher({ signal: o.signal });
     const matches = async (x: Opened) => {
       const d = await digestOf(hasher, x), want = x.file.chunkedSha256;
-      if (d !== want) {
-        throw new Error(
-          `${x.name} is not the file the snapshot wrote: its digest is ${d}, and the manifest ` +
-            `says ${want}`,
-        );
-      }
+      const not = `${x.name} is not the file the snapshot wrote: its digest is ${d}`;
+      if (d !== want) throw new Error(`${not}, and the manifest says ${want}`);
     };
     await Promise.all(now.map(matches)).catch(async (err) => {
       await hasher.close();

@@ -141,12 +141,9 @@ export async function openSnapshot(
         }; \`cuda-checkpoint recover ${where}\` resumes the processes it left suspended`,
       );
     }
-    if (text === undefined) {
-      throw refuse(
-        `${where} is not a snapshot: it has no ${MANIFEST_FILE}, which a snapshot writes last ` +
-          `(a copy made before the snapshot ended, or one that left it out, has none)`,
-      );
-    }
+    const last = `it has no ${MANIFEST_FILE}, which a snapshot writes last`;
+    const copy = "(a copy made before the snapshot ended, or one that left it out, has none)";
+    if (text === undefined) throw refuse(`${where} is not a snapshot: ${last} ${copy}`);
     const manifest = parseManifest(text, `${where}/${MANIFEST_FILE}`, operation);
     const refused = (err: unknown) => {
       throw o.signal?.aborted ? err : refuse(messageOf(err));
@@ -169,12 +166,9 @@ export async function openInterrupted(
   const what = "cannot be read as a snapshot's directory";
   return await openedFor(store, { path, operation, what }, async (dir, read) => {
     const text = await read(TRACE_FILE, TRACE_MAX_BYTES);
+    const none = `${dir.path} holds no ${TRACE_FILE}: no snapshot taken there was interrupted`;
     if (text === undefined) {
-      throw snapshotRefusal(
-        operation,
-        `${dir.path} holds no ${TRACE_FILE}: no snapshot taken there was interrupted, so there ` +
-          `is nothing to recover`,
-      );
+      throw snapshotRefusal(operation, `${none}, so there is nothing to recover`);
     }
     const trace = parseTrace(text, `${dir.path}/${TRACE_FILE}`, operation);
     const complete = await read(MANIFEST_FILE, MANIFEST_MAX_BYTES) !== undefined;

@@ -155,13 +155,8 @@ export function parseManifest(
 /** Refuses what is not a manifest of this format, saying what it is instead. */
 function checkFormat(r: StrictReader, data: unknown): void {
   const tag = (data as { format?: unknown } | null | undefined)?.format;
-  if (typeof tag !== "string") {
-    r.refuse(
-      "format",
-      `it is not a snapshot manifest of @ckpt/cuda: it has no "format" field ` +
-        `(expected "${MANIFEST_FORMAT}")`,
-    );
-  }
+  const none = `it is not a snapshot manifest of @ckpt/cuda: it has no "format" field`;
+  if (typeof tag !== "string") r.refuse("format", `${none} (expected "${MANIFEST_FORMAT}")`);
   if (tag !== MANIFEST_FORMAT) {
     const newer = /^ckpt-cuda-snapshot\/[0-9]+$/.test(tag);
     r.refuse(

@@ -117,12 +117,10 @@ export class Run {
       throw prerequisite(operation, `this ${kind} machine has no snapshot engine (criu)`);
     }
     if (!store) throw prerequisite(operation, `this ${kind} machine has no snapshot store`);
-    if (!host?.processTree) {
-      throw prerequisite(
-        operation,
-        `the ${host?.kind ?? kind} host cannot tell process trees, which a snapshot needs`,
-      );
-    }
+    const trees = `the ${
+      host?.kind ?? kind
+    } host cannot tell process trees, which a snapshot needs`;
+    if (!host?.processTree) throw prerequisite(operation, trees);
     this.engine = engine;
     this.store = store;
     this.host = host;

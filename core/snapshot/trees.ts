@@ -79,12 +79,8 @@ export function checkDisjoint(
 ): void {
   for (const a of trees) {
     const b = trees.find((o) => o !== a && a.tree.some((p) => p.pid === o.root));
-    if (b) {
-      throw new RangeError(
-        `roots ${b.root} and ${a.root}: process ${b.root} is in the tree of ${a.root}; give ` +
-          `the root of each tree once`,
-      );
-    }
+    const twice = `process ${b?.root} is in the tree of ${a.root}; give the root of each tree once`;
+    if (b) throw new RangeError(`roots ${b.root} and ${a.root}: ${twice}`);
   }
 }
 
