@@ -336,12 +336,9 @@ function finish(seen: Seen): Command {
     no(`${snapshotOnly} is only valid with ${subs.join(", ").replace(/, (?!.*, )/, " and ")}`);
   }
   if (sub === undefined) return operationCommand(seen, common);
-  if (sub !== "list" && sub !== "ps" && !common.simulate) {
-    no(
-      `${sub} is only valid with --simulate`,
-      "spawn, kill and reset work on the simulated machine of the state file",
-    );
-  }
+  const only = `${sub} is only valid with --simulate`;
+  const state = "spawn, kill and reset work on the simulated machine of the state file";
+  if (sub !== "list" && sub !== "ps" && !common.simulate) no(only, state);
   const extra = sub === "kill" ? rest.slice(1) : rest;
   if (extra.length > 0) throw badOption(`unexpected argument ${JSON.stringify(extra[0])}`);
   refuseStray(sub, seen, STRAY_OF_OTHERS);
@@ -360,10 +357,8 @@ function finish(seen: Seen): Command {
 function operationCommand(seen: Seen, common: Common): Command {
   const has = (option: string) => seen.given.has(option);
   if (seen.operations.length === 0) throw new UsageError(NVIDIA_MESSAGES.noOperation);
-  if (seen.operations.length > 1) {
-    const got = `got ${seen.operations.join(" and ")}; one operation at a time`;
-    throw new UsageError(NVIDIA_MESSAGES.tooManyOperations, got);
-  }
+  const got = `got ${seen.operations.join(" and ")}; one operation at a time`;
+  if (seen.operations.length > 1) throw new UsageError(NVIDIA_MESSAGES.tooManyOperations, got);
   const operation = seen.operations[0].replace(/^--(action )?/, "") as CliOperation;
   const all = has("--all");
   if (all && has("--pid")) throw new UsageError("--all and --pid cannot be used together");
@@ -373,11 +368,8 @@ function operationCommand(seen: Seen, common: Common): Command {
   if (has("--device-map") && !resuming) {
     no(NVIDIA_MESSAGES.remapNotRestore, "--device-map goes with --action restore and --toggle");
   }
-  if (has("--no-room-check") && !resuming) {
-    no(
-      "--no-room-check is only valid with --action restore, --toggle, restore-snapshot and recover",
-    );
-  }
+  const restoring = "--action restore, --toggle, restore-snapshot and recover";
+  if (has("--no-room-check") && !resuming) no(`--no-room-check is only valid with ${restoring}`);
   if (has("--allow-ipc-import") && operation !== "checkpoint" && operation !== "toggle") {
     no("--allow-ipc-import is only valid with --action checkpoint, --toggle and snapshot");
   }

@@ -214,12 +214,9 @@ export class RoomGuard {
     try {
       record = await records.get(process);
       if (!record) ({ record, shared } = await this.#cameBack(process, records));
-      if (!record) {
-        return none(
-          `no record of the GPU memory it held (kept in ${records.where}): another program ` +
-            `checkpointed it, or it was checkpointed on another machine or without the record`,
-        );
-      }
+      const kept = `no record of the GPU memory it held (kept in ${records.where})`;
+      const elsewhere = "it was checkpointed on another machine or without the record";
+      if (!record) return none(`${kept}: another program checkpointed it, or ${elsewhere}`);
       need = onto([record.heldMiB], pairs);
       // Claim first, then read: two restores that check at once each see the other's claim.
       by = await this.#self() ?? by;

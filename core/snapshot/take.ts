@@ -75,10 +75,8 @@ export function checkSnapshotArgs(
   options: SnapshotOptions | undefined,
 ): { roots: number[]; dir: string; settings: SnapshotSettings } {
   const settings = checkTable(options, "snapshot", SNAPSHOT_OPTIONS);
-  if (!Array.isArray(roots) || roots.length === 0) {
-    const what = "a non-empty array of pids (the roots of the trees to snapshot)";
-    mustBe(TypeError, "roots", what, roots);
-  }
+  const what = "a non-empty array of pids (the roots of the trees to snapshot)";
+  if (!Array.isArray(roots) || roots.length === 0) mustBe(TypeError, "roots", what, roots);
   const seen = new Set<number>();
   for (const [i, pid] of roots.entries()) {
     checkPid(pid, `roots[${i}]`);
@@ -312,10 +310,8 @@ async function end(t: Taken, manifest: Manifest): Promise<void> {
   const { run, o, out } = t;
   // Until the processes are ended, a stop still puts everything back (the manifest removed too).
   const stopped = run.stopped();
-  if (stopped) {
-    const message = `snapshot stopped at its end: ${stopped}`;
-    throw await rollBack(t, { code: "STOPPED", message });
-  }
+  const message = `snapshot stopped at its end: ${stopped}`;
+  if (stopped) throw await rollBack(t, { code: "STOPPED", message });
   run.phase("end");
   if (o.leaveRunning) {
     const { resumed } = await resumeAll(t);
