@@ -166,6 +166,11 @@ export function checkName(value: unknown, what: string): string {
   return mustBe(TypeError, what, "a non-empty string", value);
 }
 
+/** `value`, or `fallback` where it is left out (`undefined`; `null` is a value, to be refused). */
+export function or<T>(value: T | undefined, fallback: T): T {
+  return value === undefined ? fallback : value;
+}
+
 /** A boolean option: `fallback` when left out; anything else is a TypeError naming it. */
 export function checkFlag(value: unknown, what: string, fallback: boolean): boolean {
   if (value === undefined) return fallback;

@@ -1,7 +1,7 @@
 // Faults to inject into a process's calls (`SimulatedProcess.failNext` and its neighbours): their
 // types and checks, and each process's faults waiting for their call.
 
-import { checkAmount, checkChoice, checkInteger, checkKeys, MAX_PID } from "../core/options.ts";
+import { checkAmount, checkChoice, checkInteger, checkKeys, MAX_PID, or } from "../core/options.ts";
 import { PROCESS_STATES, type ProcessState } from "../core/states.ts";
 
 /** The queries, whose answer {@link SimulatedProcess.answerNext} can replace. */
@@ -56,8 +56,7 @@ export type PendingFault =
 
 /** `nth`, checked: an integer from 1, 1 when left out. */
 function checkNth(nth: unknown, what: string): number {
-  if (nth === undefined) return 1;
-  return checkInteger(nth, `${what}.nth (which call, 1 = the next)`, 1, MAX_NTH);
+  return checkInteger(or(nth, 1), `${what}.nth (which call, 1 = the next)`, 1, MAX_NTH);
 }
 
 /** A {@link PendingFault} from a method's arguments; throws naming the bad input. */
@@ -83,9 +82,7 @@ export function checkFault(
     }
     case "exitDuring": {
       const f = checkKeys(options as ExitFault | undefined, what, ["afterMs", "nth"]);
-      const afterMs = f.afterMs === undefined
-        ? 0
-        : checkAmount(f.afterMs, `${method}: options.afterMs`);
+      const afterMs = checkAmount(or(f.afterMs, 0), `${method}: options.afterMs`);
       return { kind: "exit", operation: op, nth: checkNth(f.nth, `${method}: options`), afterMs };
     }
     case "hangNext": {

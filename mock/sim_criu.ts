@@ -4,7 +4,7 @@ import { join } from "node:path";
 import type { DumpedProcess, DumpRequest, EngineProbe } from "../core/engine.ts";
 import type { RestoreRequest, SnapshotEngine } from "../core/engine.ts";
 import { checkAmount, checkChoice, checkFlag, checkFunction } from "../core/options.ts";
-import { checkInteger, checkKeys, checkName, checkSignal } from "../core/options.ts";
+import { checkInteger, checkKeys, checkName, checkSignal, or } from "../core/options.ts";
 import { describeValue, MAX_PID, mustBe } from "../core/options.ts";
 import { CHECKPOINTED, emptyDirectory, type ProcessImage, restoredProcess } from "./criu_files.ts";
 import { EngineLog, imageOf, memoryOf, PAGES_NAME, readTree, writeImages } from "./criu_files.ts";
@@ -71,9 +71,8 @@ export class SimulatedCriu implements SnapshotEngine {
     }
     const o = checkKeys(options, "SimulatedCriu options", ["version", "problems"]);
     this.#machine = machine;
-    const version = o.version === undefined ? "4.1.1" : o.version;
-    this.version = checkName(version, "SimulatedCriu: version");
-    const problems = o.problems === undefined ? [] : o.problems;
+    this.version = checkName(or(o.version, "4.1.1"), "SimulatedCriu: version");
+    const problems = or(o.problems, []);
     const what = "SimulatedCriu: problems";
     if (!Array.isArray(problems)) mustBe(TypeError, what, "an array of sentences", problems);
     const each = (p: unknown, i: number) => checkName(p, `SimulatedCriu: problems[${i}]`);

@@ -1,6 +1,6 @@
 // The GPUs of the simulated machine: what each is, and how much of its memory is held.
 
-import { checkAmount, checkInteger, checkKeys, checkName, mustBe } from "../core/options.ts";
+import { checkAmount, checkInteger, checkKeys, checkName, mustBe, or } from "../core/options.ts";
 import { formatGpuUuid, parseGpuUuid } from "../core/options.ts";
 import { CONTEXT_MIB } from "./timing.ts";
 
@@ -72,14 +72,13 @@ export function makeGpus(
   }
   const count = typeof gpus === "number" ? checkInteger(gpus, "gpus (how many)", 1, 1024) : 1;
   const specs = Array.isArray(gpus) ? gpus : Array.from({ length: count }, () => ({}));
-  const given = (value: unknown, fallback: number) => value === undefined ? fallback : value;
   const made = specs.map((spec: SimulatedGpuSpec, i) => {
     const what = `gpus[${i}]`;
     const s = checkKeys(spec, what, ["name", "memoryMiB", "uuid", "contextMiB"]);
     const name = s.name === undefined ? "NVIDIA H200" : checkName(s.name, `${what}.name`);
     const chipMiB = CHIP_MEMORY_MIB[name] ?? CHIP_MEMORY_MIB["NVIDIA H200"];
-    const memoryMiB = checkAmount(given(s.memoryMiB, chipMiB), `${what}.memoryMiB`, true);
-    const contextMiB = checkAmount(given(s.contextMiB, CONTEXT_MIB), `${what}.contextMiB`);
+    const memoryMiB = checkAmount(or(s.memoryMiB, chipMiB), `${what}.memoryMiB`, true);
+    const contextMiB = checkAmount(or(s.contextMiB, CONTEXT_MIB), `${what}.contextMiB`);
     const uuid = s.uuid === undefined
       ? madeUpUuid(seed, i)
       : formatGpuUuid(parseGpuUuid(s.uuid, `${what}.uuid`));

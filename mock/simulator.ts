@@ -5,7 +5,7 @@ import type { Machine } from "../core/machine.ts";
 import type { Clock } from "../core/time.ts";
 import { type HostProcesses, MemoryHeldRecords, ncclRank, type PidUse } from "../core/host.ts";
 import { sameProcess } from "../core/host.ts";
-import { checkAmount, checkChoice, checkFlag, checkInteger } from "../core/options.ts";
+import { checkAmount, checkChoice, checkFlag, checkInteger, or } from "../core/options.ts";
 import { checkKeys, checkName, describeValue, MAX_PID, mustBe } from "../core/options.ts";
 import { FileSnapshotStore } from "../os/snapshot_store.ts";
 import { makeClock, type SimClock } from "./clock.ts";
@@ -392,11 +392,6 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
       return this.gpus[i];
     });
   }
-}
-
-/** `value`, or `fallback` where it is left out (`undefined`; `null` is a value, to be refused). */
-function or<T>(value: T | undefined, fallback: T): T {
-  return value === undefined ? fallback : value;
 }
 
 /** `sim.host`: the machine as Linux gives `/proc` and NVML, in no time; its `self` is `selfPid`. */
