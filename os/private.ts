@@ -119,10 +119,8 @@ export async function checkPrivate(
     return { rootToo: sticky, sticky, strict: rules.strict };
   });
   if (found === "missing") return undefined;
-  if (found.fault) {
-    const hint = rules.hint && found.cause === undefined ? `; ${rules.hint}` : "";
-    throw (rules.refuse ?? plainError)(file, `${found.fault}${hint}`, found.cause);
-  }
+  const hint = rules.hint && found.cause === undefined ? `; ${rules.hint}` : "";
+  if (found.fault) throw (rules.refuse ?? plainError)(file, `${found.fault}${hint}`, found.cause);
   return { size: found.size! };
 }
 
