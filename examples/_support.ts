@@ -9,10 +9,12 @@
 
 import { execFile } from "node:child_process";
 import { existsSync, readFileSync } from "node:fs";
+import os from "node:os";
 import process from "node:process";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { parseArgs } from "node:util";
+import { nearest } from "../core/options.ts";
 import { type NativeMachine, openMachine } from "../driver.ts";
 import { type SimulatedGpuSpec, SimulatedMachine } from "../mock/mod.ts";
 
@@ -117,11 +119,23 @@ export function parseExampleArgs(
     help: { type: "boolean", short: "h" },
   };
   for (const [name, o] of Object.entries(all)) options[name] = { type: o.type };
+  const args: string[] = [];
+  for (const a of argv) {
+    const prev = args.at(-1) ?? "";
+    // `--n -5` read as `--n=-5`, so that the option's own check names the value (parseArgs
+    // would take -5 for an option).
+    if (/^-[0-9]/.test(a) && prev.startsWith("--") && options[prev.slice(2)]?.type === "string") {
+      args[args.length - 1] = `${prev}=${a}`;
+    } else args.push(a);
+  }
   let parsed;
   try {
-    parsed = parseArgs({ args: [...argv], options, allowPositionals: positionals, strict: true });
+    parsed = parseArgs({ args, options, allowPositionals: positionals, strict: true });
   } catch (error) {
-    usageError(spec, error instanceof Error ? error.message : String(error));
+    const message = error instanceof Error ? error.message : String(error);
+    const unknown = /^Unknown option '--([^']+)'/.exec(message)?.[1];
+    const near = unknown && nearest(unknown, Object.keys(options));
+    usageError(spec, near ? `${message.split(". ")[0]} (did you mean --${near}?)` : message);
   }
   if (parsed.values.help) {
     console.log(helpText(spec));
@@ -164,6 +178,20 @@ export function intOption(
     );
   }
   return value;
+}
+
+/**
+ * Refuses a simulated buffer of `mib` MiB (given as `option`) that this host's memory cannot hold:
+ * the simulator keeps what is written in the host's memory, where a GPU keeps it on the GPU.
+ */
+export function checkHostRoom(option: string, mib: number): void {
+  const room = Math.floor(os.freemem() * 0.8 / 2 ** 20);
+  if (mib > room) {
+    throw new Error(
+      `${option} ${mib}: the simulator keeps the buffer's bytes in this host's memory, which ` +
+        `has room for ${room} MiB: pick at most that`,
+    );
+  }
 }
 
 /** GPU memory of one process: MiB by GPU UUID (its CUDA context included). */

@@ -21,6 +21,7 @@ import { type CudaContext, type DeviceBuffer, openCudaContext } from "./cuda.ts"
 import type { SimulatedMachine } from "../mock/mod.ts";
 import { DEFAULT_SEED, fillOnGpu, fillSimulated, hashOnGpu, loadKernels } from "./_kernels.ts";
 import {
+  checkHostRoom,
   type ExampleSpec,
   intOption,
   type MemoryByGpu,
@@ -85,7 +86,14 @@ if (ring.length < 2) {
   process.exit(0);
 }
 
-const mover = here.kind === "native" ? await selfMover(here) : await simulatedMover(here.machine);
+let mover: Mover;
+try {
+  mover = here.kind === "native" ? await selfMover(here) : await simulatedMover(here.machine);
+} catch (error) {
+  console.error(`migrate.ts: ${messageOf(error)}`);
+  await here.close();
+  process.exit(1);
+}
 const before = await mover.hash();
 console.log();
 console.log(
@@ -94,8 +102,9 @@ console.log(
 );
 console.log(
   `Each move: suspend (lock + checkpoint), then resume with the device map ${
-    ring.map((g) => g.index).join(" -> ")
-  } -> ${ring[0].index} (every GPU the driver sees is named).`,
+    [...ring.slice(ring.indexOf(start)), ...ring.slice(0, ring.indexOf(start))].map((g) => g.index)
+      .join(" -> ")
+  } -> ${start.index} (every GPU the driver sees is named).`,
 );
 console.log();
 
@@ -207,6 +216,7 @@ async function selfMover(m: NativeExampleMachine): Promise<Mover> {
 
 /** A simulated process holding the same bytes. */
 async function simulatedMover(sim: SimulatedMachine): Promise<Mover> {
+  checkHostRoom("--buffer-mib", bufferMiB);
   const target = sim.spawn({ memoryMiB: bufferMiB, gpu: home, command: "migrate.ts (simulated)" });
   await fillSimulated(target, DEFAULT_SEED, bytes);
   return {

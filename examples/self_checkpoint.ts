@@ -28,6 +28,7 @@ import {
   loadKernels,
 } from "./_kernels.ts";
 import {
+  checkHostRoom,
   describeMemory,
   type ExampleMachine,
   type ExampleSpec,
@@ -285,6 +286,7 @@ function simulatedSubject(sim: SimulatedMachine): Subject {
   if (!gpu) {
     throw new Error(`--device ${deviceOrdinal}: the simulated machine has ${sim.gpus.length} GPU`);
   }
+  checkHostRoom("--buffer-mib", bufferMiB);
   const target = sim.spawn({
     memoryMiB: bufferMiB,
     gpu: deviceOrdinal,

@@ -162,7 +162,34 @@ describe("self_checkpoint.ts", () => {
     const gpu = await runExample("self_checkpoint.ts", [...ON_SIMULATOR, "--device", "3"]);
     assert.equal(gpu.code, 1);
     assert.match(gpu.err, /--device 3: the simulated machine has 1 GPU/);
+    // A negative value is a value (parseArgs alone takes it for an option); a typo gets the name.
+    const negative = await runExample("self_checkpoint.ts", [
+      ...ON_SIMULATOR,
+      "--buffer-mib",
+      "-5",
+    ]);
+    assert.equal(negative.code, 2);
+    assert.match(negative.err, /--buffer-mib must be an integer from 1 to \d+, got "-5"/);
+    const typo = await runExample("self_checkpoint.ts", [...ON_SIMULATOR, "--bufer-mib", "5"]);
+    assert.equal(typo.code, 2);
+    assert.match(typo.err, /Unknown option '--bufer-mib' \(did you mean --buffer-mib\?\)/);
   });
+
+  test(
+    "a buffer this host's memory cannot hold is refused before it is written",
+    SLOW,
+    async () => {
+      // 1 TiB, the largest the option takes: more than this host holds (checked before the GPU).
+      for (const file of ["self_checkpoint.ts", "migrate.ts"]) {
+        const big = await runExample(file, [...ON_SIMULATOR, "--buffer-mib", String(1 << 20)]);
+        assert.equal(big.code, 1, big.err);
+        assert.match(
+          big.err,
+          /--buffer-mib 1048576: the simulator keeps the buffer's bytes in this host's memory, which has room for \d+ MiB/,
+        );
+      }
+    },
+  );
 });
 
 describe("counter.ts and counter_criu.ts", () => {
