@@ -69,7 +69,7 @@ carries on from where it was.`,
       type: "string",
       value: "MS",
       default: "60000",
-      help: "deadline for suspending (and resuming) the whole job",
+      help: "deadline for suspending the whole job",
     },
     device: { type: "string", value: "N", default: "0", help: "the GPU (its ordinal)" },
     job: {
@@ -107,7 +107,7 @@ const lowCount = intOption(SPEC, args, "low-processes", 1, 64);
 const lowMiB = intOption(SPEC, args, "low-mib", 1, 1 << 20);
 const highMiB = intOption(SPEC, args, "high-mib", 1, 1 << 20);
 const stepMs = intOption(SPEC, args, "step-ms", 1, 60_000);
-const deadlineMs = intOption(SPEC, args, "deadline-ms", 1, 2 ** 31);
+const deadlineMs = intOption(SPEC, args, "deadline-ms", 1, 2 ** 31 - 1);
 const device = intOption(SPEC, args, "device", 0, 1023);
 
 if (args.values.job !== undefined) {
@@ -186,11 +186,9 @@ async function preempt(): Promise<boolean> {
     const madeWhileSuspended = workers.map((w, i) => w.steps.length - seenAtPreemption[i]);
     const seenAtResume = workers.map((w) => w.steps.length);
     console.log('Resuming the low-priority job: runGroup("resume").');
-    const resumed = await runGroup("resume", pids, {
-      machine: here.machine,
-      allOrNothing: true,
-      timeoutMs: deadlineMs,
-    });
+    // The deadline is the preemption's: a resume that ran past it would be rolled back, which
+    // suspends the job again.
+    const resumed = await runGroup("resume", pids, { machine: here.machine, allOrNothing: true });
     const after = await here.gpuMemory(pids);
     printOutcomes(resumed, workers, after, ["restore", "unlock"]);
     if (!resumed.ok) {

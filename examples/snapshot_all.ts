@@ -50,7 +50,7 @@ and checks that each runs again with its GPU memory. On a GPU machine it needs -
       type: "string",
       value: "MS",
       default: "60000",
-      help: "deadline for suspending all (and for resuming all)",
+      help: "deadline for suspending all (the resume has none: it brings back what it can)",
     },
     "lock-timeout-ms": {
       type: "string",
@@ -66,7 +66,7 @@ and checks that each runs again with its GPU memory. On a GPU machine it needs -
 };
 
 const args = parseExampleArgs(SPEC);
-const deadlineMs = intOption(SPEC, args, "deadline-ms", 1, 2 ** 31);
+const deadlineMs = intOption(SPEC, args, "deadline-ms", 1, 2 ** 31 - 1);
 const lockTimeoutMs = intOption(SPEC, args, "lock-timeout-ms", 0, 2 ** 32 - 1);
 process.exitCode = await snapshotAll() ? 0 : 1;
 
@@ -153,8 +153,9 @@ async function snapshotAll(): Promise<boolean> {
     console.log(
       `All ${pids.length} checkpointed in ${ms(suspended.ms)} ms; GPU memory released: ${freed}.`,
     );
+    // No deadline and no rollback for the resume: a resume rolled back would suspend them again.
     console.log('Resuming them all at once: runGroup("resume").');
-    const resumed = await runGroup("resume", pids, options);
+    const resumed = await runGroup("resume", pids, { machine: here.machine });
     const after = await here.gpuMemory(pids);
     console.log();
     console.log(outcomeTable(found, before, suspended, resumed));
@@ -171,7 +172,8 @@ async function snapshotAll(): Promise<boolean> {
       resumed.ok && back
         ? `PASS: ${pids.length} processes suspended and resumed together; each runs again with ` +
           `the GPU memory it had.`
-        : "FAIL: not every process runs again with the GPU memory it had (see the table).",
+        : "FAIL: not every process runs again with the GPU memory it had (see the table; " +
+          "`cuda-checkpoint --toggle --pid P` resumes one left checkpointed).",
     );
     return resumed.ok && back;
   } catch (error) {
