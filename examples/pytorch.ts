@@ -105,8 +105,9 @@ try {
   console.log(`FAIL: ${messageOf(error)}`);
 } finally {
   await here?.close();
+  // --keep keeps the snapshot: in this program's folder, unless --dir put it elsewhere.
+  if (!args.values.keep || args.values.dir) rmSync(work, { recursive: true, force: true });
   if (args.values.keep) console.log(`(the snapshot is in ${dir})`);
-  else rmSync(work, { recursive: true, force: true });
 }
 process.exit(ok ? 0 : 1);
 

@@ -15,7 +15,7 @@
  */
 
 import { spawn } from "node:child_process";
-import { closeSync, mkdtempSync, openSync, rmSync } from "node:fs";
+import { closeSync, mkdtempSync, openSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
@@ -68,6 +68,7 @@ try {
   });
 } catch (error) {
   console.error(`snapshot.ts: ${messageOf(error)}`);
+  rmSync(work, { recursive: true, force: true });
   process.exit(1);
 }
 
@@ -104,8 +105,13 @@ try {
 } finally {
   await here.close();
   // The folder this program made goes, whatever happened; --keep keeps it for a look.
-  if (args.values.keep) console.log(`(the snapshot and the counter's output are in ${work})`);
-  else rmSync(work, { recursive: true, force: true });
+  if (!args.values.keep) rmSync(work, { recursive: true, force: true });
+  else if (!args.values.dir) console.log(`(the snapshot and the counter's output are in ${work})`);
+  else {
+    const unused = readdirSync(work).length === 0; // the simulator's counter writes nothing
+    if (unused) rmSync(work, { recursive: true, force: true });
+    console.log(`(the snapshot is in ${dir}${unused ? "" : `, the counter's output in ${work}`})`);
+  }
 }
 process.exit(ok ? 0 : 1);
 

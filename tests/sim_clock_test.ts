@@ -3,7 +3,7 @@
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
-import { writeFileSync } from "node:fs";
+import { rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { SimulatedMachine, VirtualClock } from "../mock/mod.ts";
@@ -171,6 +171,7 @@ console.log("done");
     const args = "Deno" in globalThis ? ["run", "-A", file] : [file];
     const t = performance.now();
     const r = spawnSync(process.execPath, args, { encoding: "utf8", timeout: 20_000 });
+    rmSync(file, { force: true });
     assert.equal(r.status, 0, r.stderr);
     assert.equal(r.stdout, "done\nsleep rejected\n");
     assert.ok(performance.now() - t < 15_000);
