@@ -60,6 +60,15 @@ describe("each public name in one place", () => {
     assert.ok(counts["."] <= 25, `the root module exports ${counts["."]} names`);
     assert.ok(total <= 130, `the entry points export ${total} names: ${JSON.stringify(counts)}`);
     assert.ok(counts["."] >= 10 && total >= 60, "the reader found the exports");
+    // docs/API.md gives the same counts ("`@ckpt/cuda/driver` 31, ...; 126 in all").
+    const api = readFileSync(new URL("docs/API.md", ROOT), "utf8").replace(/\s+/g, " ");
+    const said = Object.fromEntries(
+      [...api.matchAll(/`@ckpt\/cuda(\/[a-z]+)?` ([0-9]+)[,;]/g)].map((
+        m,
+      ) => [`.${m[1] ?? ""}`, +m[2]]),
+    );
+    assert.deepEqual(said, counts, "docs/API.md's counts of each entry point's names");
+    assert.match(api, new RegExp(`; ${total} in all, values and types`), "docs/API.md's total");
   });
 
   for (const [sub, file] of published) {
