@@ -52,7 +52,8 @@ export async function runOne(
     report = { pid, operation, ok: false, state, status: "failed", ms, error: e };
   } finally {
     if (step && report) {
-      const { ok, status = "failed", ms = 0 } = report;
+      const { ok, status = "failed" } = report; // the step's own time, else the operation's
+      const ms = report.steps?.find((s) => s.step === step)?.ms ?? report.ms ?? 0;
       progress!.event({ type: "step-end", pid, step, at: 0, ms, ok, rollback: false });
       progress!.event({ type: "process-end", pid, at: 0, status });
     }

@@ -290,6 +290,22 @@ describe("--events: the events, one JSON object per line of stderr", () => {
     assert.equal(piped.err, "", "nothing on stderr without --events: NVIDIA's lines only");
   });
 
+  test("a toggle of one pid: its driver step's own time, not the whole toggle's", async () => {
+    const sim = new SimulatedMachine();
+    const { pid } = sim.spawn({ memoryMiB: 1024 });
+    for (const step of ["checkpoint", "restore"]) {
+      const r = await cli(["--toggle", "-p", `${pid}`, "--json", "--events"], { machine: sim });
+      assert.equal(r.code, 0, r.err);
+      const ended = r.err.trim().split("\n").map((l) => JSON.parse(l))
+        .filter((e) => e.event === "step-end");
+      const result = JSON.parse(r.out);
+      assert.equal(result.steps.length, 2, "lock + checkpoint, or restore + unlock");
+      const own = result.steps.find((s: { step: string }) => s.step === step);
+      assert.deepEqual(ended.map((e) => [e.step, e.ms]), [[step, own.ms]]);
+      assert.ok(own.ms < result.ms, `${own.ms} ms of the toggle's ${result.ms}`);
+    }
+  });
+
   test("a snapshot and its restore: phases with what they move, criu's count, each tree's files", async () => {
     const sim = new SimulatedMachine({ gpus: 2 });
     const p = [sim.spawn({ memoryMiB: 2048, gpu: 0 }), sim.spawn({ memoryMiB: 1024, gpu: 1 })];
