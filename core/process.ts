@@ -7,7 +7,8 @@
 
 import { callDriver, checkCapability, type FailureDetail, readState } from "./calls.ts";
 import { CUDA_ERROR_ILLEGAL_STATE, CUDA_ERROR_INVALID_VALUE, type GpuPair } from "./driver.ts";
-import { CUDA_ERROR_NOT_INITIALIZED, CUDA_ERROR_OPERATING_SYSTEM } from "./driver.ts";
+import { CUDA_ERROR_NOT_INITIALIZED, CUDA_ERROR_NOT_READY } from "./driver.ts";
+import { CUDA_ERROR_OPERATING_SYSTEM } from "./driver.ts";
 import { CUDA_ERROR_OUT_OF_MEMORY, type LockArgs, type RestoreArgs } from "./driver.ts";
 import { CudaError, RefusedError, WaitTimeoutError } from "./errors.ts";
 import { type GpuImport, identityKey, type ProcessIdentity, sameProcess } from "./host.ts";
@@ -229,7 +230,11 @@ export class Turn {
     if (this.self) await room.beforeSelfLock();
     await this.#call("lock", { timeoutMs }).catch((err) => {
       if (this.self) room.selfRunning();
-      throw err;
+      const timedOut = `its work on the GPU did not finish within the ${timeoutMs} ms its lock ` +
+        `could wait; it runs on, unlocked (more time, or a timeout of 0, lets the lock wait)`;
+      throw err instanceof CudaError && err.code === CUDA_ERROR_NOT_READY && timeoutMs > 0
+        ? err.withDetail(timedOut)
+        : err;
     });
     // Locked from running: what it held when last checkpointed is no longer what it holds.
     await room.forget(this.identity);

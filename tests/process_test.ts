@@ -195,7 +195,11 @@ describe("lock timeouts", () => {
     await rejectsWith(
       proc.suspend(),
       CUDA_ERROR_NOT_READY,
-      /^lock of process \d+ failed: CUDA_ERROR_NOT_READY \(600\): device not ready\. The process is running$/,
+      new RegExp(
+        "^lock of process \\d+ failed: CUDA_ERROR_NOT_READY \\(600\\): device not ready\\. Its work " +
+          "on the GPU did not finish within the 10000 ms its lock could wait; it runs on, unlocked " +
+          "\\(more time, or a timeout of 0, lets the lock wait\\)\\. The process is running$",
+      ),
     );
     // A getState first (0.05 ms), 10 s of lock timeout, then a getState for where it was left.
     assert.ok(sim.now() - start >= 10_000 && sim.now() - start < 10_001, `${sim.now() - start}`);
