@@ -55,8 +55,6 @@ export interface FfiLibrary<N extends string> {
 export interface FfiAdapter {
   /** The driver's `kind`: `native (Deno)` or `native (Bun)`. */
   readonly kind: string;
-  /** The runtime, for advice in messages: `deno` or `bun`. */
-  readonly runtime: string;
   /** The operating system (`linux`, `darwin`, ...), where the runtime says. */
   readonly platform: string | undefined;
   /**

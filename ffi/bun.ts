@@ -88,7 +88,6 @@ export async function bunAdapter(options: BunAdapterOptions = {}): Promise<FfiAd
   const callingThread = options.callingThread === true;
   return {
     kind: "native (Bun)",
-    runtime: "bun",
     platform: process.platform,
     bareNamesSafe: false,
     getEnv: (name) => process.env[name],

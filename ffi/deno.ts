@@ -85,7 +85,6 @@ function readEnv(name: string): string | undefined {
 export function denoAdapter(): FfiAdapter {
   return {
     kind: "native (Deno)",
-    runtime: "deno",
     platform: Deno.build.os,
     bareNamesSafe: true,
     getEnv: readEnv,

@@ -53,8 +53,6 @@ export interface FindLibcudaOptions<T> {
   getEnv?(name: string): string | undefined;
   /** The operating system; anything but "linux" fails at once. */
   platform?: string;
-  /** The runtime, for advice in messages ("deno" adds the permission flags). */
-  runtime?: string;
   /** The locations tried after the system loader; {@link LIBCUDA_SEARCH_PATHS} by default. */
   searchPaths?: readonly string[];
 }
@@ -129,8 +127,6 @@ export function findLibcuda<T>(options: FindLibcudaOptions<T>): FoundLibcuda<T> 
     }
   }
   const explicit = tried.some((t) => t.source === "option" || t.source === "env");
-  const deno = options.runtime?.toLowerCase() === "deno";
-  const flags = `--allow-ffi, plus --allow-env=${LIBCUDA_ENV_VAR} to read ${LIBCUDA_ENV_VAR}`;
   const lines = [
     `Could not load libcuda, the NVIDIA driver's CUDA library. Tried ${tried.length} ` +
     `location${tried.length === 1 ? "" : "s"}:`,
@@ -143,8 +139,7 @@ export function findLibcuda<T>(options: FindLibcudaOptions<T>): FoundLibcuda<T> 
         `(\`ldconfig -p | grep libcuda\` shows where it is). On a machine without a GPU, pass a ` +
         `SimulatedMachine from @ckpt/cuda/mock as { machine } to run on the simulator.`,
     ...(envNote ? [`Note: ${envNote}.`] : []),
-    deno ? `Deno needs ${flags}.` : `(On Deno, run with ${flags}.)`,
-  ];
+  ]; // no word of Deno's --allow-ffi: without it, the first try threw the permission's message
   const cause = tried.length > 0 ? new Error(tried[tried.length - 1].reason) : undefined;
   throw new DriverLoadError(lines.join("\n"), tried.map((t) => t.path), { cause });
 }

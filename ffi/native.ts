@@ -105,7 +105,6 @@ export function openLibcudaDriver(
     libraryPath: options.libraryPath,
     getEnv: (name) => adapter.getEnv(name),
     platform: adapter.platform,
-    runtime: adapter.runtime,
   });
   return new LibcudaDriver(adapter, found.library, maxWorkers);
 }
