@@ -235,8 +235,11 @@ export class SimulatedProcess {
 
   /** The chunked SHA-256 of its GPU memory, wherever it is; costs what was written since last. */
   memoryChunkedSha256(): Promise<string> {
+    const gone =
+      `process ${this.pid} exited, and its GPU memory with it (a snapshot ends what it ` +
+      `takes: \`machine.process(${this.pid})\` gives the one a restore made in its place)`;
     return this.#memory ? Promise.resolve(this.#memory.chunkedSha256()) : Promise.reject(
-      new Error(`process ${this.pid} has no GPU memory (it never used CUDA, or it exited)`),
+      new Error(this.#exited ? gone : `process ${this.pid} has no GPU memory: it never used CUDA`),
     );
   }
 

@@ -262,6 +262,10 @@ describe("the simulated CRIU", () => {
     await criu.kill([job.pid]);
     assert.equal(job.exited, true);
     assert.equal(sim.process(job.pid), undefined);
+    await assert.rejects(
+      job.memoryChunkedSha256(),
+      new RegExp(`process ${job.pid} exited, .*machine\\.process\\(${job.pid}\\)\` gives the one`),
+    );
     await criu.restore({ root: job.pid, imagesDir: dir });
 
     const back = sim.process(job.pid)!;
