@@ -111,6 +111,10 @@ say(`Compute capability: ${subject.device.computeCapability}`);
 say(`Buffer size:        ${bufferMiB} MiB`);
 say(`Lock timeout:       ${lockTimeoutMs} ms${lockTimeoutMs === 0 ? " (waits forever)" : ""}`);
 say();
+if (subject.simulated && bufferMiB >= 1024) {
+  // Seconds of the host's own work (the bytes, their hash) that a GPU would do on the GPU.
+  say(`Writing ${bufferMiB} MiB into the simulated buffer, kept in this host's memory ...`);
+}
 say(await subject.fill());
 const hostCheck = await subject.checkAgainstHost();
 const checked = Math.min(bytes, HOST_CHECK_BYTES);
