@@ -231,7 +231,7 @@ export class Turn {
     await this.#call("lock", { timeoutMs }).catch((err) => {
       if (this.self) room.selfRunning();
       const timedOut = `its work on the GPU did not finish within the ${timeoutMs} ms its lock ` +
-        `could wait; it runs on, unlocked (more time, or a timeout of 0, lets the lock wait)`;
+        `could wait (its timeout, or what was left of a deadline), so it was not locked`;
       throw err instanceof CudaError && err.code === CUDA_ERROR_NOT_READY && timeoutMs > 0
         ? err.withDetail(timedOut)
         : err;

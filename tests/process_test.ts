@@ -197,8 +197,8 @@ describe("lock timeouts", () => {
       CUDA_ERROR_NOT_READY,
       new RegExp(
         "^lock of process \\d+ failed: CUDA_ERROR_NOT_READY \\(600\\): device not ready\\. Its work " +
-          "on the GPU did not finish within the 10000 ms its lock could wait; it runs on, unlocked " +
-          "\\(more time, or a timeout of 0, lets the lock wait\\)\\. The process is running$",
+          "on the GPU did not finish within the 10000 ms its lock could wait \\(its timeout, or what " +
+          "was left of a deadline\\), so it was not locked\\. The process is running$",
       ),
     );
     // A getState first (0.05 ms), 10 s of lock timeout, then a getState for where it was left.
