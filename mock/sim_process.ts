@@ -235,11 +235,11 @@ export class SimulatedProcess {
 
   /** The chunked SHA-256 of its GPU memory, wherever it is; costs what was written since last. */
   memoryChunkedSha256(): Promise<string> {
-    const gone =
-      `process ${this.pid} exited, and its GPU memory with it (a snapshot ends what it ` +
-      `takes: \`machine.process(${this.pid})\` gives the one a restore made in its place)`;
+    const gone = `process ${this.pid} exited, and its GPU memory with it (where a restore ` +
+      `brought it back, \`machine.process(${this.pid})\` is the process it made)`;
+    const never = `process ${this.pid} has no GPU memory: it never used CUDA`;
     return this.#memory ? Promise.resolve(this.#memory.chunkedSha256()) : Promise.reject(
-      new Error(this.#exited ? gone : `process ${this.pid} has no GPU memory: it never used CUDA`),
+      new Error(this.usesCuda && this.#exited ? gone : never),
     );
   }
 

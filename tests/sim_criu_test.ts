@@ -264,7 +264,7 @@ describe("the simulated CRIU", () => {
     assert.equal(sim.process(job.pid), undefined);
     await assert.rejects(
       job.memoryChunkedSha256(),
-      new RegExp(`process ${job.pid} exited, .*machine\\.process\\(${job.pid}\\)\` gives the one`),
+      new RegExp(`process ${job.pid} exited, .*machine\\.process\\(${job.pid}\\)\` is the process`),
     );
     await criu.restore({ root: job.pid, imagesDir: dir });
 
