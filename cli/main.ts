@@ -152,15 +152,13 @@ async function run(command: MachineCommand, io: CliIo): Promise<number> {
 
 /**
  * The lines of the library's message for a libcuda that could not be loaded (the paths tried, what to check),
- * with `--simulate` for its simulator, and without Deno's flags, which are the program's to have.
+ * with `--simulate` for its simulator.
  */
 function noDriver(error: Error): string[] {
   const simulate = "Without a GPU, --simulate runs the same commands on a simulated machine.";
-  const lines = error.message.split("\n")
-    .filter((line) => !/^(Deno needs --allow-ffi|\(On Deno, run with --allow-ffi)/.test(line))
-    .map((line) =>
-      line.replace(/On a machine without a GPU, pass a SimulatedMachine[^.]*\./, simulate)
-    );
+  const lines = error.message.split("\n").map((line) =>
+    line.replace(/On a machine without a GPU, pass a SimulatedMachine[^.]*\./, simulate)
+  );
   if (!lines.some((line) => line.includes(simulate))) lines.push(simulate);
   return lines;
 }

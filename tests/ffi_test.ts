@@ -169,7 +169,7 @@ describe("findLibcuda: search order", () => {
 });
 
 describe("findLibcuda: errors", () => {
-  test("the not-found message lists every path with its reason, the variable and --allow-ffi", () => {
+  test("the not-found message lists every path with its reason and the variable, not --allow-ffi", () => {
     const reasons = new Map<string, string>();
     let caught: unknown;
     try {
