@@ -123,8 +123,9 @@ export function parseExampleArgs(
   for (const a of argv) {
     const prev = args.at(-1) ?? "";
     // `--n -5` read as `--n=-5`, so that the option's own check names the value (parseArgs
-    // would take -5 for an option).
-    if (/^-[0-9]/.test(a) && prev.startsWith("--") && options[prev.slice(2)]?.type === "string") {
+    // would take -5 for an option); not after `--`, where all are positionals.
+    const value = /^-[0-9]/.test(a) && prev.startsWith("--") && !args.includes("--");
+    if (value && options[prev.slice(2)]?.type === "string") {
       args[args.length - 1] = `${prev}=${a}`;
     } else args.push(a);
   }
@@ -185,7 +186,19 @@ export function intOption(
  * the simulator keeps what is written in the host's memory, where a GPU keeps it on the GPU.
  */
 export function checkHostRoom(option: string, mib: number): void {
-  const room = Math.floor(os.freemem() * 0.8 / 2 ** 20);
+  // What is free, within the limit of this program's cgroup where it has one (a container's):
+  // cgroup v2's memory.max ("max": NaN, left out), else v1's memory.limit_in_bytes.
+  let free = os.freemem();
+  const groups = readText("/proc/self/cgroup");
+  const read = (file: string) => Number(readText(`/sys/fs/cgroup${file}`) || NaN);
+  const v2 = groups.match(/^0::(.*)$/m)?.[1] ?? "/none";
+  const v1 = `/memory${groups.match(/^[0-9]+:memory:(.*)$/m)?.[1] ?? "/none"}`;
+  const left = [
+    read(`${v2}/memory.max`) - read(`${v2}/memory.current`),
+    read(`${v1}/memory.limit_in_bytes`) - read(`${v1}/memory.usage_in_bytes`),
+  ];
+  for (const n of left) if (n >= 0) free = Math.min(free, n); // NaN: no such limit
+  const room = Math.floor(free * 0.8 / 2 ** 20);
   if (mib > room) {
     throw new Error(
       `${option} ${mib}: the simulator keeps the buffer's bytes in this host's memory, which ` +

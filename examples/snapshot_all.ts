@@ -172,8 +172,12 @@ async function snapshotAll(): Promise<boolean> {
       resumed.ok && back
         ? `PASS: ${pids.length} processes suspended and resumed together; each runs again with ` +
           `the GPU memory it had.`
-        : "FAIL: not every process runs again with the GPU memory it had (see the table; " +
-          "`cuda-checkpoint --toggle --pid P` resumes one left checkpointed).",
+        : `FAIL: not every process runs again with the GPU memory it had (see the table${
+          here.kind === "native"
+            ? "; `cuda-checkpoint --toggle --pid P` resumes one left checkpointed, " +
+              "`--action unlock` one left locked"
+            : ""
+        }).`,
     );
     return resumed.ok && back;
   } catch (error) {
