@@ -145,12 +145,22 @@ export class SimulatedDriver implements CheckpointDriver {
         await run.sleep(70);
         return { code: CUDA_ERROR_NOT_SUPPORTED, note: "it shares GPU memory with NCCL ranks" };
       }
+      if (proc.restoreRefused) {
+        // Driver 580.159.04: after a restore ran out of memory, or an importer's failed, every
+        // later one fails.
+        await run.sleep(this.#timing.refusedMs ?? 6);
+        const note = "an earlier restore of this process failed (out of GPU memory, or memory " +
+          "it imported); the driver refuses every restore of it since";
+        return { code: CUDA_ERROR_OPERATING_SYSTEM, note };
+      }
       const imported = proc.ipcImport;
       if (imported) {
-        // Driver 580.159.04, one H200: an importer of CUDA IPC memory checkpoints, then its every
+        // Driver 580.159.04, one H200: an importer of CUDA IPC memory checkpoints, then its
         // restore fails (legacy: invalid argument, its exporter gone: OS call failed; cuMem:
-        // operation not supported), in 0.07-0.11 s; it stays checkpointed (docs/DRIVER.md).
+        // operation not supported), in 0.07-0.11 s, and every later one with OS call failed; it
+        // stays checkpointed (docs/DRIVER.md).
         await run.sleep(70);
+        proc.refuseRestores();
         const alive = this.#machine.process(imported.exporter)?.exited === false;
         const code = imported.through !== "legacy"
           ? CUDA_ERROR_NOT_SUPPORTED
@@ -158,13 +168,6 @@ export class SimulatedDriver implements CheckpointDriver {
           ? CUDA_ERROR_INVALID_VALUE
           : CUDA_ERROR_OPERATING_SYSTEM;
         return { code, note: `it imported GPU memory of process ${imported.exporter} (CUDA IPC)` };
-      }
-      if (proc.restoreRefused) {
-        // Driver 580.159.04: after a restore ran out of memory, every later one fails.
-        await run.sleep(this.#timing.refusedMs ?? 6);
-        const note = "an earlier restore of this process ran out of GPU memory; the driver " +
-          "refuses every restore of it since";
-        return { code: CUDA_ERROR_OPERATING_SYSTEM, note };
       }
       const targets = this.#mapGpus(proc, pairs);
       if (typeof targets === "string") {

@@ -172,7 +172,7 @@ export class SimulatedProcess {
     return this.#memory ? this.#on : "none";
   }
 
-  /** Whether the driver refuses every restore: as driver 580 does after one ran out of memory. */
+  /** Whether the driver refuses every restore (580: after an importer's, or one out of memory). */
   get restoreRefused(): boolean {
     return this.#restoreRefused;
   }
@@ -390,7 +390,7 @@ export class SimulatedProcess {
     this.gpus = gpus;
   }
 
-  /** @internal a restore of it ran out of memory */
+  /** @internal a restore of it ran out of memory, or failed for memory it imported */
   refuseRestores(): void {
     this.#restoreRefused = true;
   }
