@@ -26,8 +26,12 @@ const MEASURED = {
   // 1 GiB suspend/resume cycles through CudaProcess on four machines and on Bun (minima and
   // maxima of 20 cycles each, docs/DRIVER.md#timings); not the probes' row the model holds.
   h200_1g_cycles: { suspend: [587, 869], resume: [279, 421] },
-  // H100, medians of 9: 1 GiB is NOT in the H100 table (16 MiB and 4 GiB are).
+  // H100, medians of 9: 1 GiB is NOT in the H100 table (16 MiB, 4 and 16 GiB are).
   h100_1g: { checkpoint: [704, 910], restore: [338, 448], cycle: 1100 },
+  // The H100 host's rates (docs/DRIVER.md#h100): 48 GiB checkpointed in 30.1 s, restored at
+  // 4.0-5.2 GB/s; two 16 GiB processes at once, 3.3 GB/s and 8.0 GB/s in total.
+  h100_48g: { checkpoint: [30100, 30100], restore: [48 * 2 ** 30 / 5.2e6, 48 * 2 ** 30 / 4.0e6] },
+  h100_2x16g_gbps: { checkpoint: 3.3, restore: 8.0 },
   // SIGKILL 150 ms into a 4 GiB checkpoint: OPERATING_SYSTEM after (docs/DRIVER.md#state-machine).
   exitDuringCheckpoint: { killAtMs: 150, returnsAt: [217, 225] },
 } as const;
@@ -122,6 +126,32 @@ describe("one process", () => {
     await sim.driver.unlock(pid);
     const cycle = await timed(sim, () => suspend(sim, pid).then(() => resume(sim, pid)));
     within(cycle, [MEASURED.h100_1g.cycle, MEASURED.h100_1g.cycle], 0.1, "whole cycle");
+  });
+
+  test("48 GiB, and two of 16 GiB at once, on an H100: as the host's rates", async () => {
+    const h100 = () => new SimulatedMachine({ gpus: [{ name: "NVIDIA H100 80GB HBM3" }] });
+    const sim = h100();
+    const { pid } = sim.spawn({ memoryMiB: 48 * 1024 });
+    await sim.driver.lock(pid, null);
+    within(await timed(sim, () => sim.driver.checkpoint(pid)), MEASURED.h100_48g.checkpoint, 0.1);
+    within(await timed(sim, () => sim.driver.restore(pid, null)), MEASURED.h100_48g.restore);
+    const two = h100();
+    const pids = [0, 1].map(() => two.spawn({ memoryMiB: 16 * 1024 }).pid);
+    await Promise.all(pids.map((p) => two.driver.lock(p, null)));
+    const bytes = 2 * 16 * 2 ** 30;
+    for (
+      const [step, run] of [["checkpoint", (p: number) => two.driver.checkpoint(p)], [
+        "restore",
+        (p: number) => two.driver.restore(p, null),
+      ]] as const
+    ) {
+      const gbps = bytes / 1e6 / await timed(two, () => Promise.all(pids.map(run)));
+      const measured = MEASURED.h100_2x16g_gbps[step];
+      assert.ok(
+        Math.abs(gbps / measured - 1) <= 0.15,
+        `${step}: ${gbps} GB/s, measured ${measured}`,
+      );
+    }
   });
 
   test("the chip's name picks its model: the same 1 GiB differs on an H100 and an H200", async () => {
