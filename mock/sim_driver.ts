@@ -226,7 +226,10 @@ export class SimulatedDriver implements CheckpointDriver {
 
   /** The copy of the process's memory over `link`. */
   #copy(run: Waits, link: CopyLink, timing: CopyTiming, proc: SimulatedProcess): Promise<void> {
-    return run.copy(link, mibToBytes(proc.memoryMiB), singleRate(timing, proc.memoryMiB));
+    const held = this.#machine.processes.filter((p) => p !== proc && p.memoryLocation === "host")
+      .reduce((gib, p) => gib + p.memoryMiB / 1024, 0);
+    const slower = 1 + (timing.heldSlowdownPerGiB ?? 0) * held;
+    return run.copy(link, mibToBytes(proc.memoryMiB), singleRate(timing, proc.memoryMiB) / slower);
   }
 
   /** One call: gated by the version, the pid looked up, `body` run, the answer logged. */

@@ -19,6 +19,8 @@ export interface CopyTiming {
   readonly aggregateBytesPerSecond: number;
   /** With N copies under way, each runs at its single-process rate / `1 + this * (N - 1)`. */
   readonly slowdownPerProcess: number;
+  /** With G GiB already checkpointed into host memory, a copy runs at its rate / `1 + this * G`. */
+  readonly heldSlowdownPerGiB?: number;
 }
 
 /** The timing model of the simulated driver, in ms where not said; every figure can be set. */
@@ -57,6 +59,9 @@ export const H200_TIMING: TimingModel = {
     points: [[16, 296], [1024, 752], [4096, 1880], [8192, 4700], [16384, 16500], [32768, 22100]],
     aggregateBytesPerSecond: Infinity,
     slowdownPerProcess: 0.1,
+    // Fitted to 8 x 4 GiB one after another (20.3 s: each slower as host memory fills); the
+    // same 4 x 4 GiB (8.2-8.4 s) checks it.
+    heldSlowdownPerGiB: 0.03,
   },
   restore: {
     fixedMs: 195,
@@ -112,9 +117,11 @@ export function checkTiming(timing: unknown): TimingModel {
 
 function checkCopyTiming(c: CopyTiming, what: string): void {
   if (c === undefined) throw new TypeError(`${what} is missing`);
-  checkKeys(c, what, ["fixedMs", "points", "aggregateBytesPerSecond", "slowdownPerProcess"]);
+  const keys = ["aggregateBytesPerSecond", "slowdownPerProcess", "heldSlowdownPerGiB"] as const;
+  checkKeys(c, what, ["fixedMs", "points", ...keys]);
   checkAmount(c.fixedMs, `${what}.fixedMs`);
   checkAmount(c.slowdownPerProcess, `${what}.slowdownPerProcess`);
+  checkAmount(c.heldSlowdownPerGiB ?? 0, `${what}.heldSlowdownPerGiB`);
   const cap = c.aggregateBytesPerSecond;
   if (cap !== Infinity) checkAmount(cap, `${what}.aggregateBytesPerSecond`, true);
   if (!Array.isArray(c.points) || c.points.length === 0) {

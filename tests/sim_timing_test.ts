@@ -79,17 +79,25 @@ describe("many processes at once, on the H200 host", () => {
     within(r, MEASURED.h200_8x4_together.resume, 0, "resume");
   });
 
-  test("4 x 4 GiB one after another: resume inside, suspend within 5% below the fastest run", async () => {
+  test("4 x 4 GiB one after another: inside the measured ranges, within 5% of the probes'", async () => {
+    // The serial checkpoint slows as host memory fills: the model's heldSlowdownPerGiB, fitted to
+    // 8 x 4 GiB (20.3 s against 8 x 1.88 s alone), meets the probes' 8.2-8.4 s here.
     const [s, r] = await many(4, 4096, false);
-    within(s, MEASURED.h200_4x4_serial.suspend, 0.05, "suspend");
+    within(s, MEASURED.h200_4x4_serial.suspend, 0, "suspend");
+    within(s, [8200, 8400], 0.05, "suspend (the probes)");
     within(r, MEASURED.h200_4x4_serial.resume, 0, "resume");
   });
 
-  test("8 x 4 GiB one after another: resume within 5%; suspend a known 13% short of the fastest", async () => {
-    // The serial checkpoint slows as host memory fills (20.3 s for 8 x 4 GiB against 8 x 1.88 s);
-    // the model has no such term, so it stays below every serial measurement.
-    const [s, r] = await many(8, 4096, false);
-    within(s, MEASURED.h200_8x4_serial.suspend, 0.15, "suspend");
+  test("8 x 4 GiB one after another: resume within 5%; the last checkpoint the slowest", async () => {
+    // The suspend is what heldSlowdownPerGiB was fitted to: only its mechanism is checked.
+    const sim = new SimulatedMachine();
+    const pids = Array.from({ length: 8 }, () => sim.spawn({ memoryMiB: 4096 }).pid);
+    const ms: number[] = [];
+    for (const p of pids) ms.push(await timed(sim, () => suspend(sim, p)));
+    assert.ok(ms.every((m, i) => i === 0 || m > ms[i - 1]), `each slower: ${ms.join(", ")}`);
+    const r = await timed(sim, async () => {
+      for (const p of pids) await resume(sim, p);
+    });
     within(r, MEASURED.h200_8x4_serial.resume, 0.05, "resume");
   });
 });
