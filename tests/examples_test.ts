@@ -380,6 +380,29 @@ describe("migrate.ts, preempt.ts, snapshot_all.ts on the simulator", () => {
       assert.match(out, /^PASS: 4 processes suspended and resumed together/m);
     },
   );
+
+  test(
+    "snapshot_all.ts: a deadline the resume would outlast is the suspend's alone",
+    SLOW,
+    async () => {
+      // 100 ms: the suspend's steps begin in time; a resume held to it was rolled back, which
+      // suspended every process again, and the program failed.
+      const run = await runExample("snapshot_all.ts", [...ON_SIMULATOR, "--deadline-ms", "100"]);
+      assert.equal(run.code, 0, run.out + run.err);
+      assert.doesNotMatch(run.out, /rolled back/);
+      assert.match(run.out, /^PASS: 4 processes suspended and resumed together/m);
+      const bad = await runExample("snapshot_all.ts", [
+        ...ON_SIMULATOR,
+        "--deadline-ms",
+        "2147483648",
+      ]);
+      assert.equal(bad.code, 2);
+      assert.match(
+        bad.err,
+        /--deadline-ms must be an integer from 1 to 2147483647, got "2147483648"/,
+      );
+    },
+  );
 });
 
 describe("the GPU memory of a process, asked by a child process (self_checkpoint.ts)", () => {
