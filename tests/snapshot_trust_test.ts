@@ -432,10 +432,12 @@ describe("a directory nobody else can swap", () => {
       const evil = await taken(sim, join(theirs, "evil"), "python evil.py");
       chownSync(theirs, 65534, 65534);
       // The other user's loop: their snapshot and ours change places, again and again.
+      // In a process group of its own, so that the kill ends a `mv` under way too (one left
+      // running moved a folder back after the test's folder was removed).
       const swapper = spawn("sh", [
         "-c",
         `cd ${theirs} && while :; do mv snap t; mv evil snap; mv t evil; done`,
-      ], { stdio: "ignore" });
+      ], { stdio: "ignore", detached: true });
       try {
         for (let i = 0; i < 30; i++) {
           await refused(
@@ -450,8 +452,9 @@ describe("a directory nobody else can swap", () => {
           assert.equal(sim.process(ours.pid), undefined);
         }
       } finally {
-        swapper.kill("SIGKILL");
-        await new Promise((resolve) => swapper.once("exit", resolve));
+        const exited = new Promise((resolve) => swapper.once("exit", resolve));
+        process.kill(-swapper.pid!, "SIGKILL");
+        await exited;
       }
     },
   );
