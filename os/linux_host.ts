@@ -191,11 +191,11 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
       if (/^State:\s*Z/m.test(status) && !(threads > 1)) return undefined;
       const tgid = Number(/^Tgid:\s*([0-9]+)/m.exec(status)?.[1]);
       if (!Number.isSafeInteger(tgid) || tgid <= 0) return undefined;
-      const stat = parseStat(await this.#reader.read(`${this.#root}/${tgid}/stat`));
+      const stat = await this.#stat(tgid);
       // Killed and still exiting (a CUDA process lets go of its GPU memory then): gone. A leader
       // that ended before its other threads is a zombie, and its process lives on.
       if (stat.exiting && stat.state !== "Z") return undefined;
-      return Number.isSafeInteger(stat.start) ? { pid: tgid, start: stat.start } : { pid: tgid };
+      return stat.start === undefined ? { pid: tgid } : { pid: tgid, start: stat.start };
     } catch {
       return undefined;
     }
@@ -329,8 +329,13 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
 
   /** A process's start time, field 22 of `/proc/PID/stat`. */
   async #startOf(pid: number): Promise<number | undefined> {
-    const start = parseStat(await this.#reader.read(`${this.#root}/${pid}/stat`)).start;
-    return Number.isSafeInteger(start) ? start : undefined;
+    return (await this.#stat(pid)).start;
+  }
+
+  /** `/proc/PID/stat`, read; its start time only where it is a whole number. */
+  async #stat(pid: number): Promise<Omit<ProcEntry, "start"> & { start?: number }> {
+    const stat = parseStat(await this.#reader.read(`${this.#root}/${pid}/stat`));
+    return { ...stat, start: Number.isSafeInteger(stat.start) ? stat.start : undefined };
   }
 
   /**
