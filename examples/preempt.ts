@@ -37,6 +37,7 @@ import {
   table,
   totalMiB,
 } from "./_support.ts";
+import { MAX_TIMER_MS } from "../core/options.ts";
 
 const SPEC: ExampleSpec = {
   file: "preempt.ts",
@@ -107,7 +108,7 @@ const lowCount = intOption(SPEC, args, "low-processes", 1, 64);
 const lowMiB = intOption(SPEC, args, "low-mib", 1, 1 << 20);
 const highMiB = intOption(SPEC, args, "high-mib", 1, 1 << 20);
 const stepMs = intOption(SPEC, args, "step-ms", 1, 60_000);
-const deadlineMs = intOption(SPEC, args, "deadline-ms", 1, 2 ** 31 - 1);
+const deadlineMs = intOption(SPEC, args, "deadline-ms", 1, MAX_TIMER_MS);
 const device = intOption(SPEC, args, "device", 0, 1023);
 
 if (args.values.job !== undefined) {

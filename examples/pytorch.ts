@@ -72,8 +72,9 @@ const args = parseExampleArgs(SPEC);
 const wantedPid = args.values.pid === undefined
   ? undefined
   : intOption(SPEC, args, "pid", 1, 2 ** 31 - 1);
-const work = mkdtempSync(join(tmpdir(), "ckpt-pytorch-example-"));
-const dir = (args.values.dir as string | undefined) ?? join(work, "snapshot");
+// A folder of its own for the snapshot, where --dir names none.
+const work = args.values.dir ? undefined : mkdtempSync(join(tmpdir(), "ckpt-pytorch-example-"));
+const dir = (args.values.dir as string | undefined) ?? join(work!, "snapshot");
 const step = (() => {
   let n = 0;
   return (text: string) => console.log(`${++n}. ${text}`);
@@ -105,9 +106,8 @@ try {
   console.log(`FAIL: ${messageOf(error)}`);
 } finally {
   await here?.close();
-  // --keep keeps the snapshot: in this program's folder, unless --dir put it elsewhere.
-  if (!args.values.keep || args.values.dir) rmSync(work, { recursive: true, force: true });
   if (args.values.keep) console.log(`(the snapshot is in ${dir})`);
+  else if (work) rmSync(work, { recursive: true, force: true });
 }
 process.exit(ok ? 0 : 1);
 

@@ -37,6 +37,7 @@ import {
   table,
   totalMiB,
 } from "./_support.ts";
+import { MAX_TIMER_MS } from "../core/options.ts";
 
 const SPEC: ExampleSpec = {
   file: "snapshot_all.ts",
@@ -66,7 +67,7 @@ and checks that each runs again with its GPU memory. On a GPU machine it needs -
 };
 
 const args = parseExampleArgs(SPEC);
-const deadlineMs = intOption(SPEC, args, "deadline-ms", 1, 2 ** 31 - 1);
+const deadlineMs = intOption(SPEC, args, "deadline-ms", 1, MAX_TIMER_MS);
 const lockTimeoutMs = intOption(SPEC, args, "lock-timeout-ms", 0, 2 ** 32 - 1);
 process.exitCode = await snapshotAll() ? 0 : 1;
 
