@@ -41,6 +41,8 @@ export interface RestoreRequest {
   readonly leaveStopped?: boolean;
   /** Restore the established TCP connections the dump took (criu's `--tcp-established`). */
   readonly tcpEstablished?: boolean;
+  /** Told before the engine waits `ms` to try again (criu: a port held in TIME_WAIT), and why. */
+  readonly onWait?: (ms: number, why: string) => void;
 }
 
 /** A process as dumped: its parent's pid (0 for the root), its thread ids, pid first. */

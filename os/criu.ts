@@ -18,6 +18,7 @@ import { messageOf } from "../core/errors.ts";
 import { mustBe } from "../core/options.ts";
 import { olderVersion } from "../core/version.ts";
 import { endedSentence, type RunBound, runBounded, signalEach, treeOf } from "./bounded_run.ts";
+import { parsePstree, portsFree } from "./criu_images.ts";
 import { myUid } from "./private.ts";
 import { trustedLibraryDir, trustedProgram, workDir } from "./trusted.ts";
 
@@ -174,12 +175,16 @@ class CriuEngine implements SnapshotEngine {
     const pidfile = path.join(work, "root.pid");
     try {
       await mkdir(path.join(work, "no-plugins"), { mode: 0o700 });
+      const waited = await portsFree(request), { timeoutMs } = request; // its wait, if any
+      const bound = timeoutMs === undefined
+        ? request
+        : { ...request, timeoutMs: timeoutMs - waited };
       await this.#run(criu, "restore", request.root, log, [
         ...["--libdir", path.join(work, "no-plugins"), "--images-dir", request.imagesDir],
         ...["--work-dir", work, "--pidfile", pidfile, "--restore-detached"],
         ...(request.leaveStopped ? ["--leave-stopped"] : []),
         ...(request.tcpEstablished ? ["--tcp-established"] : []),
-      ], request);
+      ], bound);
       const root = Number((await readFile(pidfile, "utf8").catch(() => "")).trim());
       const as = `criu restored the tree of ${request.root} as ${root || "an unknown pid"}`;
       if (root !== request.root) throw new EngineError(as, { log: log.shown });
@@ -263,64 +268,6 @@ async function shownPath(file: string): Promise<string> {
   const pinned = /^(\/proc\/[0-9]+\/fd\/[0-9]+)(\/.*)?$/.exec(file);
   const dir = pinned && await readlink(pinned[1]).catch(() => undefined);
   return dir?.startsWith("/") ? `${dir}${pinned![2] ?? ""}` : file;
-}
-
-/** `IMG_COMMON_MAGIC` and `PSTREE_MAGIC`, the first two words of criu's `pstree.img`. */
-const PSTREE_MAGICS = [0x54564319, 0x50273030];
-
-/**
- * The processes in criu's `pstree.img`: after its two magic words, one `pstree_entry` message per
- * process (the root first), each after its length as a 32-bit word; of each, fields 1 (pid), 2
- * (ppid) and 5 (threads, packed or not) are read and the rest skipped.
- */
-export function parsePstree(bytes: Uint8Array): DumpedProcess[] {
-  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-  if (bytes.length < 8 || PSTREE_MAGICS.some((m, i) => view.getUint32(4 * i, true) !== m)) {
-    throw new Error("it does not start with criu's pstree magic");
-  }
-  const out: DumpedProcess[] = [];
-  for (let at = 8; at < bytes.length;) {
-    if (at + 4 > bytes.length) throw new Error(`it ends within an entry's length at byte ${at}`);
-    const end = at + 4 + view.getUint32(at, true);
-    if (end > bytes.length) throw new Error(`its entry at byte ${at} is cut short`);
-    out.push(pstreeEntry(bytes.subarray(at + 4, end)));
-    at = end;
-  }
-  if (out.length === 0) throw new Error("it holds no process");
-  return out;
-}
-
-function pstreeEntry(message: Uint8Array): DumpedProcess {
-  let at = 0;
-  const varint = (): number => {
-    let value = 0, shift = 0;
-    for (;;) {
-      if (at >= message.length) throw new Error("a number is cut short");
-      const byte = message[at++];
-      value += (byte & 0x7f) * 2 ** shift;
-      if ((byte & 0x80) === 0) return value;
-      shift += 7;
-      if (shift > 63) throw new Error("a number is too long");
-    }
-  };
-  // Each field's values by its number (the last counts, but the threads'), the others skipped.
-  const got = new Map<number, number[]>();
-  const add = (field: number, v: number) =>
-    (got.get(field) ?? got.set(field, []).get(field)!).push(v);
-  while (at < message.length) {
-    const key = varint(), field = Math.floor(key / 8), wire = key % 8;
-    if (wire === 0) add(field, varint());
-    else if (wire === 2) {
-      const length = varint(), end = at + length;
-      if (end > message.length) throw new Error("a field is cut short");
-      while (field === 5 && at < end) add(field, varint());
-      at = end;
-    } else if (wire === 5 || wire === 1) at += wire === 5 ? 4 : 8; // fixed32, fixed64
-    else throw new Error(`a field of wire type ${wire}, which pstree entries do not have`);
-  }
-  const [pid = 0, parent = 0] = [1, 2].map((f) => got.get(f)?.at(-1)), threads = got.get(5) ?? [];
-  if (pid <= 0) throw new Error("an entry has no pid");
-  return { pid, parent, threads: [pid, ...threads.filter((t) => t !== pid)] };
 }
 
 /** criu's error lines from its log (or its stderr), the last few, and where the log is. */

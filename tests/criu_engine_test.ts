@@ -23,7 +23,8 @@ import {
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
-import { openCriuEngine, parsePstree } from "../os/criu.ts";
+import { openCriuEngine } from "../os/criu.ts";
+import { parsePstree } from "../os/criu_images.ts";
 import { EngineError } from "../core/engine.ts";
 import { FileSnapshotStore } from "../os/snapshot_store.ts";
 import { loud } from "./fixtures/fake.ts";

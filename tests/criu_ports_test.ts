@@ -1,0 +1,227 @@
+// Ports a restore needs, held on this host (os/criu_images.ts). NCCL's ranks close connections
+// they accepted on their listening ports while they start: for 60 s the kernel holds those ports
+// in TIME_WAIT, and criu could not restore a job snapshotted within that minute ("Can't bind inet
+// socket ... Address already in use": tests/gpu/reports/nccl-job-h200x2-session7.txt). Before
+// criu runs, the restore reads what the tree's TCP sockets bind from its files.img (written here
+// as criu writes it) and waits out a TIME_WAIT, or refuses a port a socket holds now. criu is the
+// stand-in of tests/fixtures/fake_criu.sh; the sockets holding the ports are real ones of this
+// host: listening, or in TIME_WAIT.
+
+import { describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { existsSync, readFileSync, writeFileSync } from "node:fs";
+import net from "node:net";
+import { join } from "node:path";
+import { openCriuEngine } from "../os/criu.ts";
+import { type Bound, boundPorts, portHolders } from "../os/criu_images.ts";
+import { EngineError } from "../core/engine.ts";
+import { fakeCriu, inScratch } from "./support/fake_criu.ts";
+
+const LOCALHOST = 0x0100007f; // 127.0.0.1 as the kernel's word, as /proc/net/tcp prints it
+
+/** Protobuf: a varint, a varint field, a length-delimited field. */
+const varint = (n: number): number[] => {
+  const out: number[] = [];
+  do {
+    out.push((n % 128) | (n >= 128 ? 0x80 : 0));
+    n = Math.floor(n / 128);
+  } while (n > 0);
+  return out;
+};
+const num = (field: number, n: number) => [...varint(field * 8), ...varint(n)];
+const bytes = (field: number, b: number[]) => [...varint(field * 8 + 2), ...varint(b.length), ...b];
+
+/** An inet socket's `file_entry` (type 4), its `inet_sk_entry` in field 4; src_addr packed or not. */
+function inetSk(
+  o: {
+    proto: number;
+    port: number;
+    dst?: number;
+    addr: number[];
+    packed?: boolean;
+    reuse?: boolean;
+  },
+) {
+  const addr = o.packed ? bytes(11, o.addr.flatMap(varint)) : o.addr.flatMap((w) => num(11, w));
+  const sk = [
+    ...num(1, 7), // id
+    ...num(2, 4242), // ino
+    ...num(3, 2), // AF_INET
+    ...num(4, 1), // SOCK_STREAM
+    ...num(5, o.proto),
+    ...num(6, o.dst ? 1 : 10), // ESTABLISHED, LISTEN
+    ...num(7, o.port),
+    ...num(8, o.dst ?? 0),
+    ...num(9, 2), // flags
+    ...num(10, 128), // backlog
+    ...addr,
+    ...bytes(13, num(1, 0)), // fown
+    ...bytes(14, [...num(1, 16384), ...num(2, 131072), ...(o.reuse ? num(7, 1) : [])]), // opts
+  ];
+  return [...num(1, 4), ...num(2, 7), ...bytes(4, sk)];
+}
+
+/** A files.img of `entries`: criu's two magic words, then each after its length. */
+function filesImg(entries: number[][]): Uint8Array {
+  const out: number[] = [];
+  const word = (n: number) => out.push(n & 255, (n >>> 8) & 255, (n >>> 16) & 255, n >>> 24);
+  word(0x54564319);
+  word(0x56303138);
+  for (const e of entries) {
+    word(e.length);
+    out.push(...e);
+  }
+  return new Uint8Array(out);
+}
+
+/** A listening socket of this host on a port of its choosing. */
+async function listening(): Promise<{ port: number; close(): Promise<void> }> {
+  const server = net.createServer((s) => s.end());
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const port = (server.address() as net.AddressInfo).port;
+  return { port, close: () => new Promise((resolve) => server.close(() => resolve())) };
+}
+
+/** The text of this host's /proc/net/tcp and tcp6. */
+function table(): string {
+  return ["tcp", "tcp6"].map((f) => readFileSync(`/proc/net/${f}`, "utf8")).join("\n");
+}
+
+const at = (port: number): Bound[] => [{ port, addr: [LOCALHOST] }];
+
+/** A port this host holds in TIME_WAIT: a connection its listening end closed first, then itself. */
+async function inTimeWait(): Promise<number> {
+  const server = await listening();
+  const client = net.connect(server.port, "127.0.0.1");
+  client.resume();
+  await new Promise((resolve) => client.once("close", resolve));
+  await server.close();
+  for (let i = 0; i < 100; i++) {
+    if (portHolders(table(), at(server.port)).some((h) => h.state === "TIME_WAIT")) {
+      return server.port;
+    }
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+  throw new Error(`port ${server.port} never showed in TIME_WAIT`);
+}
+
+/** A stand-in criu, and images whose files.img has a listening socket on `port` at 127.0.0.1. */
+function setUp(dir: string, port: number) {
+  const record = join(dir, "record");
+  writeFileSync(join(dir, "files.img"), filesImg([inetSk({ proto: 6, port, addr: [LOCALHOST] })]));
+  const vars = { FAKE_CRIU_RECORD: record, FAKE_CRIU_ROOT: "4242" };
+  const engine = openCriuEngine({ criuPath: fakeCriu(dir, vars) });
+  const ran = () => existsSync(record) && readFileSync(record, "utf8").includes("arg restore");
+  return { engine, ran, images: dir };
+}
+
+describe("ports a restore needs", () => {
+  test("files.img: what its TCP sockets bind that are no connection, src_addr packed or not", () => {
+    const img = filesImg([
+      inetSk({ proto: 6, port: 29502, addr: [0, 0, 0, 0], packed: true }), // listening on ::
+      inetSk({ proto: 6, port: 56311, addr: [0x020200c0] }), // listening on 192.0.2.2
+      inetSk({ proto: 6, port: 29503, addr: [0], reuse: true }), // with SO_REUSEADDR
+      inetSk({ proto: 6, port: 56311, dst: 60166, addr: [0x020200c0] }), // a connection
+      inetSk({ proto: 17, port: 5353, addr: [0] }), // UDP
+      [...num(1, 1), ...num(2, 9), ...bytes(3, num(1, 9))], // a regular file
+    ]);
+    assert.deepEqual(boundPorts(img), [
+      { port: 29502, addr: [0, 0, 0, 0] },
+      { port: 56311, addr: [0x020200c0] },
+      { port: 29503, addr: [0], reuse: true },
+    ]);
+    assert.throws(() => boundPorts(img.subarray(0, img.length - 3)), /cut short/);
+    assert.throws(() => boundPorts(new Uint8Array(16)), /does not start with criu's files magic/);
+  });
+
+  test("this host's sockets on a port (/proc/net/tcp): listening, or in TIME_WAIT (with the time it holds the port yet) where the socket has no SO_REUSEADDR; at the same address, or any", async () => {
+    const server = await listening();
+    try {
+      const held = portHolders(table(), at(server.port));
+      assert.deepEqual(held, [{ port: server.port, addr: [LOCALHOST], state: "LISTEN" }]);
+      const reuse = [{ port: server.port, addr: [LOCALHOST], reuse: true }];
+      assert.deepEqual(portHolders(table(), reuse), held, "a listening one, even so");
+      assert.equal(portHolders(table(), [{ port: server.port, addr: [0] }]).length, 1, "any");
+      const other = [{ port: server.port, addr: [0x020200c0] }];
+      assert.deepEqual(portHolders(table(), other), [], "another address: free");
+    } finally {
+      await server.close();
+    }
+    const port = await inTimeWait();
+    const [held, ...more] = portHolders(table(), at(port));
+    assert.deepEqual(more, [], "one socket holds it");
+    assert.equal(held.state, "TIME_WAIT");
+    assert.ok(held.leftMs! > 40_000 && held.leftMs! <= 60_000, `at most 60 s: ${held.leftMs}`);
+    // A TIME_WAIT does not stop criu binding a socket with SO_REUSEADDR: the connection it was
+    // had the option too, from the listening socket that accepted it (criu sets it on its own).
+    assert.deepEqual(portHolders(table(), [{ port, addr: [LOCALHOST], reuse: true }]), []);
+  });
+
+  test("a port nobody holds: criu runs at once", () =>
+    inScratch(async (s) => {
+      const free = await listening();
+      await free.close();
+      const { engine, ran, images } = setUp(s.dir, free.port);
+      await engine.restore({ root: 4242, imagesDir: images, onWait: () => assert.fail("a wait") });
+      assert.ok(ran(), "criu ran");
+    }));
+
+  test("a port a listening socket holds now: refused before criu runs, naming the port and its holder", () =>
+    inScratch(async (s) => {
+      const server = await listening();
+      try {
+        const { engine, ran, images } = setUp(s.dir, server.port);
+        const err = await engine.restore({ root: 4242, imagesDir: images }).catch((e) => e);
+        assert.ok(err instanceof EngineError, String(err));
+        const said = `sockets open on this host hold ports the tree of 4242 binds: ` +
+          `${server.port} (LISTEN): end what holds them, or restore where they are free`;
+        assert.equal(err.message, said);
+        assert.ok(!ran(), "criu did not run");
+        // A tree with a network namespace of its own binds nothing of this host's.
+        writeFileSync(join(s.dir, "netns-9.img"), "");
+        await engine.restore({ root: 4242, imagesDir: images });
+        assert.ok(ran(), "criu ran");
+      } finally {
+        await server.close();
+      }
+    }));
+
+  test("a port in TIME_WAIT longer than the restore has left: at once, an error that says for how long", () =>
+    inScratch(async (s) => {
+      const { engine, ran, images } = setUp(s.dir, await inTimeWait());
+      const t0 = performance.now();
+      const err = await engine.restore({ root: 4242, imagesDir: images, timeoutMs: 5000 })
+        .catch((e) => e);
+      assert.ok(err instanceof EngineError, String(err));
+      const said =
+        /which this host holds in TIME_WAIT for (4[0-9]|5[0-9]|60) s more, beyond the 5 s the restore had left: restore again then/;
+      assert.match(err.message, said);
+      assert.ok(performance.now() - t0 < 4000, "it did not wait");
+      assert.ok(!ran(), "criu did not run");
+    }));
+
+  test("a port in TIME_WAIT within the time left: the wait is told, and stopped by an abort, saying why", () =>
+    inScratch(async (s) => {
+      const port = await inTimeWait();
+      const { engine, ran, images } = setUp(s.dir, port);
+      const abort = new AbortController();
+      const told: [number, string][] = [];
+      const err = await engine.restore({
+        root: 4242,
+        imagesDir: images,
+        signal: abort.signal,
+        onWait: (ms, why) => {
+          told.push([ms, why]);
+          setTimeout(() => abort.abort(), 100);
+        },
+      }).catch((e) => e);
+      assert.equal(told.length, 1);
+      assert.ok(told[0][0] > 40_000 && told[0][0] <= 61_000, `the rest of it: ${told[0][0]}`);
+      assert.equal(told[0][1], `port ${port} held in TIME_WAIT on this host`);
+      assert.ok(err instanceof EngineError, String(err));
+      const stopped = `the restore of the tree of 4242 was stopped while it waited for port ` +
+        `${port} held in TIME_WAIT on this host`;
+      assert.equal(err.message, stopped);
+      assert.ok(!ran(), "criu did not run");
+    }));
+});
