@@ -85,6 +85,8 @@ export class Progress {
   #images = 0;
   #read = 0;
   #readAt = 0;
+  /** An engine's wait before it restores a tree again: till when, and why. */
+  #wait = { until: 0, why: "" };
   #cancel: (() => void) | undefined;
   #shown = false;
   readonly #events: boolean;
@@ -145,6 +147,9 @@ export class Progress {
     } else if (e.type === "bytes") this.#written.set(e.root, e.bytes);
     else if (e.type === "tree-end" && e.how === "restored") {
       [this.#read, this.#readAt] = [this.#read + e.bytes, now];
+    } else if (e.type === "wait") {
+      this.#wait = { until: now + e.ms, why: e.why };
+      this.#since = Math.max(this.#since, now + e.ms); // the images' estimate starts after it
     }
     if (!this.#events) return;
     const { type, ...fields } = e;
@@ -161,7 +166,9 @@ export class Progress {
     const total = this.#o.total ?? 0;
     const label = this.#o.labels?.[this.#phase] ?? PHASES[this.#phase] ?? this.#phase;
     const one = total === 1 ? [...this.#steps.values()][0] : undefined;
-    const figures = this.#phase === "dump"
+    const figures = now < this.#wait.until
+      ? `waiting ${Math.ceil((this.#wait.until - now) / 1000)} s more: ${this.#wait.why}`
+      : this.#phase === "dump"
       ? this.#dumped(now)
       : this.#phase === "restore" && this.#images > 0
       ? this.#restored(now)

@@ -278,6 +278,7 @@ function manifestMemory(m: Manifest): string {
 
 function progress(e: SnapshotEvent): void {
   if (e.type === "phase" && e.phase !== "check") console.log(`     ${e.phase}...`);
+  if (e.type === "wait") console.log(`     waiting ${Math.ceil(e.ms / 1000)} s: ${e.why}`);
 }
 
 function size(bytes: number): string {

@@ -118,6 +118,7 @@ process.exit(ok ? 0 : 1);
 /** Progress: one line per phase. */
 function progress(e: SnapshotEvent): void {
   if (e.type === "phase" && e.phase !== "check") console.log(`     ${e.phase}...`);
+  if (e.type === "wait") console.log(`     waiting ${Math.ceil(e.ms / 1000)} s: ${e.why}`);
 }
 
 /** The counter as a process of its own, snapshotted with the installed criu and restored. */

@@ -40,7 +40,8 @@ export type SnapshotPhase =
  * CUDA process's GPU memory in MiB by pid for `suspend`, `restore` and `resume`, the images' bytes
  * for `restore`), image bytes written so far by one tree's dump (the engine's count), one tree done
  * (`tree-end`: its images sealed after its dump, or read back by its restore, `bytes` as the
- * manifest lists its files), or a step of one CUDA process (the group operations' events). Times
+ * manifest lists its files), the engine waiting `ms` before it restores a tree again (`why`: a
+ * port held in TIME_WAIT), or a step of one CUDA process (the group operations' events). Times
  * are ms since the call.
  */
 export type SnapshotEvent =
@@ -50,6 +51,7 @@ export type SnapshotEvent =
     }
     | { type: "bytes"; root: number; bytes: number; at: number }
     | { type: "tree-end"; root: number; how: "dumped" | "restored"; bytes: number; at: number }
+    | { type: "wait"; root: number; ms: number; why: string; at: number }
   >
   | GroupEvent;
 

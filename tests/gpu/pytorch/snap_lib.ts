@@ -17,6 +17,7 @@
 import process from "node:process";
 import { parseArgs } from "node:util";
 import { restoreSnapshot, snapshot } from "../../../mod.ts";
+import type { SnapshotEvent } from "../../../snapshot.ts";
 import { openMachine } from "../../../driver.ts";
 
 const usage = "usage: snap_lib.ts snapshot --dir DIR --pid P[,P...] [--job] [--criu-arg=ARG]...\n" +
@@ -72,7 +73,10 @@ try {
     // GPU UUID pairs, as the command line's --device-map (tests/gpu/nccl_job.sh swaps two GPUs).
     const pairs = (values["device-map"] ?? "").split(",").filter(Boolean).map((p) => p.split("="));
     const gpuMapping = pairs.length > 0 ? Object.fromEntries(pairs) : undefined;
-    const back = await restoreSnapshot(values.dir, { machine, gpuMapping });
+    const waits: string[] = []; // criu's restore again after a wait (a port in TIME_WAIT)
+    const onProgress = (e: SnapshotEvent) =>
+      e.type === "wait" && waits.push(`${e.ms} ms: ${e.why}`);
+    const back = await restoreSnapshot(values.dir, { machine, gpuMapping, onProgress });
     print({
       ok: true,
       operation: "restore-snapshot",
@@ -80,6 +84,7 @@ try {
       ms: Math.round(back.ms),
       pids: back.pids,
       gpuMapping: back.gpuMapping,
+      waits,
       timings: {
         checkMs: Math.round(back.timings.checkMs),
         restoreMs: Math.round(back.timings.restoreMs),
