@@ -439,6 +439,9 @@ snap_round() {
     for f in "$dir"/tree-*/dump.log; do cp "$f" "$bin/logs/$name-$(basename "$(dirname "$f")")-dump.log"; done 2>/dev/null
     cp /run/ckpt-cuda-work/restore-*.log "$bin/logs/" 2>/dev/null
     ls -laR "$dir" >"$bin/logs/$name-images.txt" 2>&1
+    # What holds the tree's pids now (criu's "Can't fork for PID: File exists"), and who reaps.
+    ps -eo pid,ppid,stat,etimes,comm | awk -v p="$J_PARENT" 'NR == 1 || $1 == p || $2 == p || $1 == 1' |
+      sed 's/^/     ps| /'
   fi
   if ((rc == 0)); then
     figure "case=$name world=$world mib=$mib snapshot_ms=$snap_ms restore_ms=$ms bytes=$(du -sb "$dir" | cut -f1)"
