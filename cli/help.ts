@@ -101,7 +101,7 @@ Options:
         pid,step,gpuMemoryMiB,bytes,estimatedMs}, {"event":"step-end",pid,step,ms,ok,rollback},
         {"event":"process-end",pid,status}, {"event":"bytes",root,bytes} (criu's count so far),
         {"event":"tree-end",root,how:"dumped"|"restored",bytes} (its files, as the manifest
-        lists them), {"event":"wait",root,ms,why} (criu restores the tree again after ms: a port
+        lists them), {"event":"wait",root,ms,why} (criu restores the tree after ms: a port
         held in TIME_WAIT); at: ms since the command began. stderr's other lines are text
 
 --simulate

@@ -223,13 +223,14 @@ export class SimulatedCriu implements SnapshotEngine {
       const not = `${op} takes a request object, got ${describeValue(r)}`;
       if (typeof r !== "object" || r === null) throw new TypeError(not);
       const keys = ["root", "imagesDir", "signal", "timeoutMs", "tcpEstablished"] as const;
-      checkKeys(r, `${op} request`, [...keys, op === "dump" ? "onBytes" : "leaveStopped"]);
+      const own = op === "dump" ? ["onBytes"] as const : ["leaveStopped", "onWait"] as const;
+      checkKeys(r, `${op} request`, [...keys, ...own]);
       checkFlag(r.tcpEstablished, `${op}: tcpEstablished`, false);
       checkInteger(r.root, `${op}: root (a pid)`, 1, MAX_PID);
       checkName(r.imagesDir, `${op}: imagesDir`);
       if (r.timeoutMs !== undefined) checkAmount(r.timeoutMs, `${op}: timeoutMs`);
       checkSignal(r.signal, `${op}: signal`);
-      checkFunction(r.onBytes, `${op}: onBytes`);
+      checkFunction(r.onBytes ?? r.onWait, `${op}: ${op === "dump" ? "onBytes" : "onWait"}`);
       checkFlag(r.leaveStopped, `${op}: leaveStopped`, false);
     } catch (err) {
       return Promise.reject(err);

@@ -252,6 +252,26 @@ describe("the live line on a terminal", () => {
     assert.equal(narrow.text(), "checkpoint checkpoint 0.0 s:…");
     narrow.stop();
   });
+
+  test("a restore's wait for a port in TIME_WAIT: counted down, then the images' estimate from its end", () => {
+    let now = 0;
+    const clock = { now: () => now, sleep: () => Promise.resolve(), timer: () => () => {} };
+    const print = new Printer({ stdout: () => {}, stderr: () => {}, isTerminal: true });
+    const line = new Progress(print, clock, { columns: 120 }, false);
+    line.event({ type: "phase", phase: "restore", at: 0, imageBytes: 4e9 });
+    const why = "port 45265 held in TIME_WAIT on this host";
+    line.event({ type: "wait", root: 4242, ms: 57_250, why, at: 0 });
+    now = 1000;
+    assert.equal(line.text(), `restoring the process trees 1.0 s: waiting 57 s more: ${why}`);
+    now = 57_000;
+    assert.equal(line.text(), `restoring the process trees 57.0 s: waiting 1 s more: ${why}`);
+    now = 58_250; // 1 s after it: criu's usual 2 GB/s, not 58 s of it
+    assert.equal(
+      line.text(),
+      "restoring the process trees 58.3 s: ~2.0 of 4.0 GB, ~2.0 GB/s, ~1.0 s left",
+    );
+    line.stop();
+  });
 });
 
 describe("--events: the events, one JSON object per line of stderr", () => {

@@ -303,6 +303,39 @@ describe("a snapshot and its restore", () => {
     assert.deepEqual(events.filter((e) => e.type === "step-start"), [], "no step of its own");
   });
 
+  test("an engine that waits before it restores a tree (criu: a port in TIME_WAIT) is a wait event of that tree, in the restore phase", async () => {
+    const sim = new SimulatedMachine();
+    const p = sim.spawn({ memoryMiB: 64 });
+    const dir = newDir();
+    await snapshot([p.pid], dir, { machine: sim });
+    const criu = sim.engine, why = "port 45265 held in TIME_WAIT on this host";
+    const waiting = {
+      kind: criu.kind,
+      probe: () => criu.probe(),
+      dump: (r: Parameters<typeof criu.dump>[0]) => criu.dump(r),
+      stop: (pids: readonly number[]) => criu.stop(pids),
+      kill: (pids: readonly number[]) => criu.kill(pids),
+      restore: (r: Parameters<typeof criu.restore>[0]) => (r.onWait!(1500, why), criu.restore(r)),
+    };
+    const events: SnapshotEvent[] = [];
+    await restoreSnapshot(dir, {
+      machine: machineWith(sim, { engine: waiting }),
+      onProgress: (e) => events.push(e),
+    });
+    const kinds: string[] = events.map((e) => e.type === "phase" ? e.phase : e.type);
+    const wait = events.find((e) => e.type === "wait");
+    assert.deepEqual(wait && { ...wait, at: 0 }, {
+      type: "wait",
+      root: p.pid,
+      ms: 1500,
+      why,
+      at: 0,
+    });
+    const [restore, waited, back] = ["restore", "wait", "tree-end"].map((k) => kinds.indexOf(k));
+    assert.ok(restore < waited && waited < back, `in the restore phase: ${kinds}`);
+    assert.equal(live(sim, p.pid).state, "running");
+  });
+
   test("an established TCP connection: the simulated criu refuses it unless told, as criu does", async () => {
     const sim = new SimulatedMachine();
     const server = sim.spawn({ memoryMiB: 64, command: "python server.py", tcp: "listening" });
