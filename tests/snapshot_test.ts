@@ -66,6 +66,18 @@ async function refusedWith(promise: Promise<unknown>, code: string, pattern: Reg
   assert.match(err.message, pattern);
 }
 
+/** The simulated criu with a restore of its own, and no wake (a tree is not held). */
+function restoringWith(criu: SimulatedCriu, restore: SimulatedCriu["restore"]) {
+  return {
+    kind: criu.kind,
+    probe: () => criu.probe(),
+    dump: (r: Parameters<typeof criu.dump>[0]) => criu.dump(r),
+    stop: (pids: readonly number[]) => criu.stop(pids),
+    kill: (pids: readonly number[]) => criu.kill(pids),
+    restore,
+  };
+}
+
 describe("a snapshot and its restore", () => {
   test("a tree to disk, ended, then back with its pids, its CUDA processes running, memory intact", async () => {
     const { sim, a, b, pids, hashes } = await job();
@@ -282,17 +294,10 @@ describe("a snapshot and its restore", () => {
     await snapshot([p.pid], dir, { machine: sim });
     const criu = sim.engine;
     const { CudaProcess } = await import("../mod.ts");
-    const plugin = {
-      kind: criu.kind,
-      probe: () => criu.probe(),
-      dump: (r: Parameters<typeof criu.dump>[0]) => criu.dump(r),
-      stop: (pids: readonly number[]) => criu.stop(pids),
-      kill: (pids: readonly number[]) => criu.kill(pids),
-      restore: async (r: Parameters<typeof criu.restore>[0]) => {
-        await criu.restore(r);
-        await new CudaProcess(r.root, { machine: sim }).resume(); // as the plugin does
-      },
-    };
+    const plugin = restoringWith(criu, async (r) => {
+      await criu.restore(r);
+      await new CudaProcess(r.root, { machine: sim }).resume(); // as the plugin does
+    });
     const events: SnapshotEvent[] = [];
     await restoreSnapshot(dir, {
       machine: machineWith(sim, { engine: plugin }),
@@ -309,14 +314,7 @@ describe("a snapshot and its restore", () => {
     const dir = newDir();
     await snapshot([p.pid], dir, { machine: sim });
     const criu = sim.engine, why = "port 45265 held in TIME_WAIT on this host";
-    const waiting = {
-      kind: criu.kind,
-      probe: () => criu.probe(),
-      dump: (r: Parameters<typeof criu.dump>[0]) => criu.dump(r),
-      stop: (pids: readonly number[]) => criu.stop(pids),
-      kill: (pids: readonly number[]) => criu.kill(pids),
-      restore: (r: Parameters<typeof criu.restore>[0]) => (r.onWait!(1500, why), criu.restore(r)),
-    };
+    const waiting = restoringWith(criu, (r) => (r.onWait!(1500, why), criu.restore(r)));
     const events: SnapshotEvent[] = [];
     await restoreSnapshot(dir, {
       machine: machineWith(sim, { engine: waiting }),
