@@ -106,9 +106,9 @@ export async function portsFree(request: RestoreRequest): Promise<number> {
   if (names.some((n) => /^netns-[0-9]+\.img$/.test(n))) return 0;
   const bound = await readFile(path.join(imagesDir, "files.img"))
     .then((b) => boundPorts(new Uint8Array(b))).catch(() => []);
+  if (bound.length === 0) return 0;
   // The kernel's timers may end a TIME_WAIT some seconds late: the port is looked at again.
   for (let waited = 0;;) {
-    if (bound.length === 0) return waited;
     const tables = ["tcp", "tcp6"].map((f) => readFile(`/proc/net/${f}`, "utf8").catch(() => ""));
     const holders = portHolders((await Promise.all(tables)).join("\n"), bound);
     if (holders.length === 0) return waited;
@@ -130,7 +130,7 @@ export async function portsFree(request: RestoreRequest): Promise<number> {
         `which this host holds in TIME_WAIT for ${s} s more, ${left}: restore again then`;
       throw new EngineError(`the ${held} include ${ports}, ${then}`);
     }
-    if (waited === 0) request.onWait?.(ms, why);
+    if (waited === 0 || ms >= 1000) request.onWait?.(ms, why);
     const stopped = `the restore of the tree of ${root} was stopped while it waited for ${why}`;
     await clockOf({}).sleep(ms, request.signal).catch(() => {
       throw new EngineError(stopped);
