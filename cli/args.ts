@@ -222,10 +222,8 @@ function parsePids(text: string): number[] {
   return text.split(",").map((part) => {
     const digits = /^[0-9]+$/.test(part);
     if (digits && Number(part) <= MAX_PID) return Number(part);
-    throw new UsageError(
-      NVIDIA_MESSAGES.badPid,
-      digits ? `got ${part}, more than the largest pid, ${MAX_PID}` : `got ${JSON.stringify(part)}`,
-    );
+    const got = digits ? `${part}, more than the largest pid, ${MAX_PID}` : JSON.stringify(part);
+    throw new UsageError(NVIDIA_MESSAGES.badPid, `got ${got}`);
   });
 }
 
@@ -233,11 +231,9 @@ function parsePids(text: string): number[] {
 function parseTimeout(text: string): number {
   const ms = /^[0-9]+$/.test(text) ? Number(text) : NaN;
   if (ms <= MAX_TIMEOUT_MS) return ms;
-  throw new UsageError(
-    NVIDIA_MESSAGES.badTimeout,
-    `got ${JSON.stringify(text)}; the lock timeout is a whole number of milliseconds from 0 ` +
-      `(wait as long as it takes) to ${MAX_TIMEOUT_MS}`,
-  );
+  const whole = "a whole number of milliseconds from 0 (wait as long as it takes)";
+  const got = `got ${JSON.stringify(text)}; the lock timeout is ${whole} to ${MAX_TIMEOUT_MS}`;
+  throw new UsageError(NVIDIA_MESSAGES.badTimeout, got);
 }
 
 /** `--device-map`'s value: `old=new,...`, GPU UUIDs, each old GPU once, as a `gpuMapping`. */
@@ -323,9 +319,8 @@ function finish(seen: Seen): Command {
     const unknown = `unknown subcommand ${JSON.stringify(sub)}${near}`;
     throw new UsageError(unknown, undefined, undefined, tail);
   }
-  if (["--memory-mib", "--gpu", "--command"].some(has) && sub !== "spawn") {
-    no("--memory-mib, --gpu and --command are only valid with --simulate spawn");
-  }
+  const spawnOnly = "--memory-mib, --gpu and --command are only valid with --simulate spawn";
+  if (["--memory-mib", "--gpu", "--command"].some(has) && sub !== "spawn") no(spawnOnly);
   if (["snapshot", "restore-snapshot", "inspect", "recover"].includes(sub)) {
     return snapshotCommand(sub, rest, seen, common);
   }
@@ -344,9 +339,7 @@ function finish(seen: Seen): Command {
   refuseStray(sub, seen, STRAY_OF_OTHERS);
   if (sub === "list" || sub === "ps") return { kind: "list", ...common };
   if (sub === "reset") return { kind: "reset", ...common };
-  if (sub === "spawn") {
-    return { kind: "spawn", ...common, ...given(seen, "memoryMiB gpus command") };
-  }
+  if (sub === "spawn") return { kind: sub, ...common, ...given(seen, "memoryMiB gpus command") };
   const pids = rest.length > 0 ? parsePids(rest[0]) : seen.pids;
   const got = `got ${pids.length === 0 ? "none" : pids.join(",")}`;
   if (pids.length !== 1) no("--simulate kill takes the pid of one simulated process", got);
@@ -365,18 +358,15 @@ function operationCommand(seen: Seen, common: Common): Command {
   if (!all && !has("--pid")) throw new UsageError(NVIDIA_MESSAGES.missingPid);
   if (has("--timeout") && operation !== "lock") no(NVIDIA_MESSAGES.timeoutNotLock);
   const resuming = operation === "restore" || operation === "toggle";
-  if (has("--device-map") && !resuming) {
-    no(NVIDIA_MESSAGES.remapNotRestore, "--device-map goes with --action restore and --toggle");
-  }
+  const remap = "--device-map goes with --action restore and --toggle";
+  if (has("--device-map") && !resuming) no(NVIDIA_MESSAGES.remapNotRestore, remap);
   const restoring = "--action restore, --toggle, restore-snapshot and recover";
   if (has("--no-room-check") && !resuming) no(`--no-room-check is only valid with ${restoring}`);
-  if (has("--allow-ipc-import") && operation !== "checkpoint" && operation !== "toggle") {
-    no("--allow-ipc-import is only valid with --action checkpoint, --toggle and snapshot");
-  }
+  const ipc = "--allow-ipc-import is only valid with --action checkpoint, --toggle and snapshot";
+  if (has("--allow-ipc-import") && operation !== "checkpoint" && operation !== "toggle") no(ipc);
   const groupOnly = ["--all-or-nothing", "--job"].find(has);
-  if (groupOnly && operation.startsWith("get-")) {
-    no(`${groupOnly} is only valid for --action and --toggle operations`);
-  }
+  const steps = "is only valid for --action and --toggle operations";
+  if (groupOnly && operation.startsWith("get-")) no(`${groupOnly} ${steps}`);
   return {
     kind: "operation",
     operation,
@@ -406,9 +396,8 @@ function snapshotCommand(sub: string, rest: string[], seen: Seen, common: Common
     const fields = given(seen, "gpuMapping deadlineMs checkRoom");
     return { kind: "restore-snapshot", dir, ...fields, ...common };
   }
-  if (seen.pids.length === 0) {
-    no("snapshot needs --pid PID[,PID...]", "the roots of the process trees");
-  }
+  const roots = "the roots of the process trees";
+  if (seen.pids.length === 0) no("snapshot needs --pid PID[,PID...]", roots);
   if (seen.pids.includes(0)) no(NVIDIA_MESSAGES.badPid, "got 0: no process has it");
   const timeout = seen.fields.timeoutMs;
   return {

@@ -89,9 +89,8 @@ export function simulatedClock(env: Env = process.env): SimulatedClock {
   const faster = "a positive number (how many times faster than the real driver)";
   const badSpeed = `CKPT_SIM_SPEED must be ${faster}, got ${JSON.stringify(given)}`;
   if (!(speed > 0) || !Number.isFinite(speed)) throw new RangeError(badSpeed);
-  if (clock !== "real") {
-    throw new RangeError("CKPT_SIM_SPEED works with the real clock only: set CKPT_SIM_CLOCK=real");
-  }
+  const realOnly = "CKPT_SIM_SPEED works with the real clock only: set CKPT_SIM_CLOCK=real";
+  if (clock !== "real") throw new RangeError(realOnly);
   return { clock, speed };
 }
 
@@ -102,9 +101,8 @@ export function simulatedClock(env: Env = process.env): SimulatedClock {
  */
 export function simulatedStatePath(env: Env = process.env): string {
   if (env.CKPT_SIM_STATE) return path.resolve(env.CKPT_SIM_STATE);
-  if (env.XDG_RUNTIME_DIR) {
-    return path.resolve(env.XDG_RUNTIME_DIR, "ckpt-cuda", SIMULATED_STATE_FILE);
-  }
+  const runtime = env.XDG_RUNTIME_DIR;
+  if (runtime) return path.resolve(runtime, "ckpt-cuda", SIMULATED_STATE_FILE);
   const user = process.getuid?.() ?? os.userInfo().username;
   return path.resolve(env.TMPDIR || os.tmpdir(), `ckpt-cuda-${user}`, SIMULATED_STATE_FILE);
 }
@@ -120,9 +118,8 @@ export async function openSimulatedMachine(
 ): Promise<SavedMachine> {
   const file = path.resolve(options.path ?? simulatedStatePath(options.env));
   const gpus = options.gpus ?? 2;
-  if (!Number.isInteger(gpus) || gpus < 1 || gpus > 1024) {
-    throw new RangeError(`gpus must be an integer from 1 to 1024, got ${gpus}`);
-  }
+  const range = `gpus must be an integer from 1 to 1024, got ${gpus}`;
+  if (!Number.isInteger(gpus) || gpus < 1 || gpus > 1024) throw new RangeError(range);
   const clock = simulatedClock(options.env);
   await privateDirectory(path.dirname(file), {
     sticky: true,
@@ -227,9 +224,8 @@ async function readMachine(
     if (!(err instanceof SimulatorSnapshotError)) throw err;
     const detail = err.message.replace(/^invalid simulated machine snapshot: /, "");
     if (err.field === "format" || err.field === "") throw foreign(detail, err);
-    if (err.field === "version") {
-      throw refuse(`was written by another version of @ckpt/cuda (${detail})`, err);
-    }
+    const newer = `was written by another version of @ckpt/cuda (${detail})`;
+    if (err.field === "version") throw refuse(newer, err);
     throw refuse(`is corrupt: ${detail}`, err);
   }
 }

@@ -275,9 +275,7 @@ export async function undo(
 
 /** What a rollback came to, as an error says it (`err`: the rollback's failure). */
 export function broughtBack(initial: ProcessState, err?: unknown, now?: ProcessState): string {
-  return err === undefined
-    ? `it was brought back to ${initial}`
-    : `it could not be brought back to ${initial} (${messageOf(err)}); the process is ${
-      now ?? "of unknown state"
-    }`;
+  if (err === undefined) return `it was brought back to ${initial}`;
+  const state = now ?? "of unknown state";
+  return `it could not be brought back to ${initial} (${messageOf(err)}); the process is ${state}`;
 }

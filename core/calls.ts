@@ -62,10 +62,10 @@ export async function readState(driver: CheckpointDriver, pid: number): Promise<
 export function stateOf(value: number, pid: number): ProcessState {
   const name = stateName(value);
   if (name !== undefined) return name;
-  throw new RangeError(
-    `getState of process ${pid} gave state ${value}, which this version of @ckpt/cuda does not ` +
-      `know (a newer driver's; it knows ${PROCESS_STATES.map((n, i) => `${n} ${i}`).join(", ")})`,
-  );
+  const known = PROCESS_STATES.map((n, i) => `${n} ${i}`).join(", ");
+  const newer =
+    `which this version of @ckpt/cuda does not know (a newer driver's; it knows ${known})`;
+  throw new RangeError(`getState of process ${pid} gave state ${value}, ${newer}`);
 }
 
 /** Refuses (`UNSUPPORTED`) a function `driver` lacks, or GPU pairs before 13.0. */
@@ -76,16 +76,12 @@ export async function checkCapability(
   gpuPairs = 0,
   shown: string = operation,
 ): Promise<void> {
-  const fn = C_FUNCTIONS[operation];
-  if (driver.missingFunctions?.includes(fn)) {
-    throw unsupported(shown, pid, await driver.driverVersion(), fn);
-  }
-  if (gpuPairs > 0) {
-    const version = await driver.driverVersion();
-    if (version.code === CUDA_SUCCESS && version.value < GPU_PAIRS_MIN_DRIVER_VERSION) {
-      throw unsupported(shown, pid, version);
-    }
-  }
+  const fn = C_FUNCTIONS[operation], missing = driver.missingFunctions?.includes(fn);
+  if (!missing && !(gpuPairs > 0)) return;
+  const version = await driver.driverVersion();
+  if (missing) throw unsupported(shown, pid, version, fn);
+  const old = version.code === CUDA_SUCCESS && version.value < GPU_PAIRS_MIN_DRIVER_VERSION;
+  if (old) throw unsupported(shown, pid, version);
 }
 
 /** The refusal: the function `missing`, or (without one) a GPU mapping, needs a newer driver. */

@@ -100,12 +100,11 @@ export class CudaError extends CheckpointError {
     const name = init.codeName ?? known?.name;
     const description = init.description ?? known?.description;
     const subject = subjectOf(init);
+    const said = description ?? "the driver gives no description";
     let message = name === undefined && description === undefined
       ? `${subject} failed with CUresult ${init.code}, a code neither the driver nor this ` +
         `version of @ckpt/cuda knows`
-      : `${subject} failed: ${name ?? resultName(init.code)} (${init.code}): ${
-        description ?? "the driver gives no description"
-      }`;
+      : `${subject} failed: ${name ?? resultName(init.code)} (${init.code}): ${said}`;
     if (init.state !== undefined) message += ` (the process is ${init.state})`;
     super(message, init);
     this.name = "CudaError";

@@ -26,9 +26,8 @@ export async function runGroup(
   targets: readonly (number | Handle)[],
   settings: GroupSettings,
 ): Promise<GroupResult> {
-  if (!Array.isArray(targets)) {
-    mustBe(TypeError, "targets", "an array of pids or CudaProcess", targets);
-  }
+  const pids = "an array of pids or CudaProcess";
+  if (!Array.isArray(targets)) mustBe(TypeError, "targets", pids, targets);
   const owned: Handle[] = [];
   const handles = targets.map((t, i) => {
     const handle = t instanceof Handle ? t : new Handle(checkPid(t, `targets[${i}]`), source);

@@ -10,6 +10,7 @@ import { formatGpuUuid, parseGpuUuid } from "./options.ts";
 
 const key = (bytes: Uint8Array) => formatGpuUuid(bytes).toLowerCase();
 const describeGpu = (gpu: GpuInfo) => `${gpu.uuid} (GPU ${gpu.index}, ${gpu.name})`;
+const ONE_CHIP = "a process is restored only onto GPUs of the chip it was checkpointed on";
 
 /**
  * What is wrong with a mapping onto `gpus`, by the real driver's rules: every GPU seen named, each
@@ -33,14 +34,10 @@ export function mappingProblems(
     const [oldId, newId] = [formatGpuUuid(pair.oldUuid), formatGpuUuid(pair.newUuid)];
     const source = fromKey.get(oldId.toLowerCase()), target = byKey.get(newId.toLowerCase());
     if (!source && !foreign) problems.push(`${oldId} is not a GPU of ${seen}`);
-    if (!target) {
-      problems.push(`${newId} (the GPU given for ${oldId}) is not a GPU of this machine`);
-    }
+    const none = `${newId} (the GPU given for ${oldId}) is not a GPU of this machine`;
+    if (!target) problems.push(none);
     if (from && source && target && source.name !== target.name) {
-      problems.push(
-        `it sends ${describeGpu(source)} onto ${describeGpu(target)}: a process is restored ` +
-          `only onto GPUs of the chip it was checkpointed on`,
-      );
+      problems.push(`it sends ${describeGpu(source)} onto ${describeGpu(target)}: ${ONE_CHIP}`);
     }
     named.add(oldId.toLowerCase());
     onto.set(newId.toLowerCase(), [...onto.get(newId.toLowerCase()) ?? [], oldId]);
@@ -146,16 +143,12 @@ export function derivedMapping(
       list.filter((g) => g.name === name).length;
     const enough = snapshotGpus.every((g) => count(gpus, g.name) >= count(snapshotGpus, g.name));
     const { from, to } = crossing ?? pairs.find(({ to }) => !to)!;
-    throw mappingRefused(
-      operation,
-      `the snapshot's GPU ${from.index} (${from.uuid}) is an ${from.name}, and this machine's ${
-        to ? `GPU ${to.index} (${to.uuid}) is an ${to.name}` : `GPUs are ${chipsOf(gpus)}`
-      }: a process is restored only onto GPUs of the chip it was checkpointed on, so ${
-        enough
-          ? "give a gpuMapping (--device-map) onto GPUs of that chip"
-          : `restore it on a machine with ${taken} of that chip (${chips})`
-      }`,
-    );
+    const ours = `the snapshot's GPU ${from.index} (${from.uuid}) is an ${from.name}`;
+    const at = to ? `GPU ${to.index} (${to.uuid}) is an ${to.name}` : `GPUs are ${chipsOf(gpus)}`;
+    const so = enough
+      ? "give a gpuMapping (--device-map) onto GPUs of that chip"
+      : `restore it on a machine with ${taken} of that chip (${chips})`;
+    throw mappingRefused(operation, `${ours}, and this machine's ${at}: ${ONE_CHIP}, so ${so}`);
   }
   return pairs.map(({ from, to }) => ({
     oldUuid: parseGpuUuid(from.uuid),

@@ -72,11 +72,9 @@ export function checkKeys<T extends object>(
   }
   for (const key of Object.keys(value)) {
     if ((keys as readonly string[]).includes(key)) continue;
-    const near = nearest(key, keys);
+    const near = nearest(key, keys), takes = `; it takes ${keys.join(", ") || "none"}`;
     const hint = near ? ` (did you mean ${JSON.stringify(near)}?)` : "";
-    throw new TypeError(
-      `${what} has no option ${JSON.stringify(key)}${hint}; it takes ${keys.join(", ") || "none"}`,
-    );
+    throw new TypeError(`${what} has no option ${JSON.stringify(key)}${hint}${takes}`);
   }
   return value;
 }
@@ -214,14 +212,9 @@ export function checkGpuMapping(mapping: unknown): GpuPair[] {
   return entries.map(([from, to]) => {
     const oldUuid = parseGpuUuid(from, "gpuMapping key");
     const newUuid = parseGpuUuid(to, `gpuMapping[${describeValue(from)}]`);
-    const norm = formatGpuUuid(oldUuid);
-    if (seen.has(norm)) {
-      const also = describeValue(seen.get(norm));
-      throw new RangeError(
-        `gpuMapping names GPU ${describeValue(from)} twice (also as ${also}): each ` +
-          `checkpointed GPU must be mapped once`,
-      );
-    }
+    const norm = formatGpuUuid(oldUuid), also = `(also as ${describeValue(seen.get(norm))})`;
+    const twice = `gpuMapping names GPU ${describeValue(from)} twice ${also}`;
+    if (seen.has(norm)) throw new RangeError(`${twice}: each checkpointed GPU must be mapped once`);
     seen.set(norm, from);
     return { oldUuid, newUuid };
   });
@@ -239,15 +232,10 @@ export function parseGpuUuid(text: unknown, what = "GPU UUID"): Uint8Array {
   const form = '"GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"';
   if (typeof text !== "string") mustBe(TypeError, what, `a string such as ${form}`, text);
   const body = text.startsWith("GPU-") ? text.slice(4) : text;
-  if (!BARE.test(body) && !DASHED.test(body)) {
-    const hint = text.startsWith("MIG-")
-      ? " (MIG instance UUIDs cannot be remapped; give the UUID of the whole GPU)"
-      : "";
-    const got = JSON.stringify(text);
-    throw new RangeError(
-      `${what} ${got} is not a GPU UUID: expected ${form} or 32 hex digits${hint}`,
-    );
-  }
+  const mig = " (MIG instance UUIDs cannot be remapped; give the UUID of the whole GPU)";
+  const expected = `expected ${form} or 32 hex digits${text.startsWith("MIG-") ? mig : ""}`;
+  const not = `${what} ${JSON.stringify(text)} is not a GPU UUID: ${expected}`;
+  if (!BARE.test(body) && !DASHED.test(body)) throw new RangeError(not);
   return Uint8Array.from(body.replaceAll("-", "").match(/../g)!, (hex) => parseInt(hex, 16));
 }
 

@@ -204,12 +204,9 @@ export class RoomGuard {
       done: (ok) => ok ? this.forget(process) : failed(),
     });
     const none = (why: string) => held({ unknown: why }, async () => {});
-    if (turn.self) {
-      return none("a process's restore of itself is not checked: NVML would wait for it");
-    }
-    if (this.#selfHeld) {
-      return none("this process is checkpointed or locked itself, and NVML would wait for it");
-    }
+    const waits = "NVML would wait for it";
+    if (turn.self) return none(`a process's restore of itself is not checked: ${waits}`);
+    if (this.#selfHeld) return none(`this process is checkpointed or locked itself, and ${waits}`);
     let record: HeldRecord | undefined, shared = 0, need: Record<string, number>;
     try {
       record = await records.get(process);

@@ -134,12 +134,11 @@ export async function openSnapshot(
   return await openedFor(store, { path, operation, what }, async (dir, read) => {
     const where = dir.path;
     const text = await read(MANIFEST_FILE, MANIFEST_MAX_BYTES);
+    const interrupted = `${where} holds ${TRACE_FILE}: the snapshot taken there was interrupted`;
+    const before = text === undefined ? "" : " before it had ended its processes";
+    const recover = `\`cuda-checkpoint recover ${where}\` resumes the processes it left suspended`;
     if (await read(TRACE_FILE, TRACE_MAX_BYTES) !== undefined) {
-      throw refuse(
-        `${where} holds ${TRACE_FILE}: the snapshot taken there was interrupted${
-          text === undefined ? "" : " before it had ended its processes"
-        }; \`cuda-checkpoint recover ${where}\` resumes the processes it left suspended`,
-      );
+      throw refuse(`${interrupted}${before}; ${recover}`);
     }
     const last = `it has no ${MANIFEST_FILE}, which a snapshot writes last`;
     const copy = "(a copy made before the snapshot ended, or one that left it out, has none)";
@@ -167,9 +166,8 @@ export async function openInterrupted(
   return await openedFor(store, { path, operation, what }, async (dir, read) => {
     const text = await read(TRACE_FILE, TRACE_MAX_BYTES);
     const none = `${dir.path} holds no ${TRACE_FILE}: no snapshot taken there was interrupted`;
-    if (text === undefined) {
-      throw snapshotRefusal(operation, `${none}, so there is nothing to recover`);
-    }
+    const nothing = `${none}, so there is nothing to recover`;
+    if (text === undefined) throw snapshotRefusal(operation, nothing);
     const trace = parseTrace(text, `${dir.path}/${TRACE_FILE}`, operation);
     const complete = await read(MANIFEST_FILE, MANIFEST_MAX_BYTES) !== undefined;
     return { dir, trace, complete };

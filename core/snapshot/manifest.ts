@@ -157,14 +157,11 @@ function checkFormat(r: StrictReader, data: unknown): void {
   const tag = (data as { format?: unknown } | null | undefined)?.format;
   const none = `it is not a snapshot manifest of @ckpt/cuda: it has no "format" field`;
   if (typeof tag !== "string") r.refuse("format", `${none} (expected "${MANIFEST_FORMAT}")`);
-  if (tag !== MANIFEST_FORMAT) {
-    const newer = /^ckpt-cuda-snapshot\/[0-9]+$/.test(tag);
-    r.refuse(
-      "format",
-      `it is written in format ${JSON.stringify(tag)}, and this version of @ckpt/cuda reads ` +
-        `only "${MANIFEST_FORMAT}"${newer ? " (it was written by another version)" : ""}`,
-    );
-  }
+  const other = " (it was written by another version)";
+  const newer = /^ckpt-cuda-snapshot\/[0-9]+$/.test(tag) ? other : "";
+  const only = `this version of @ckpt/cuda reads only "${MANIFEST_FORMAT}"${newer}`;
+  const written = `it is written in format ${JSON.stringify(tag)}, and ${only}`;
+  if (tag !== MANIFEST_FORMAT) r.refuse("format", written);
 }
 
 /** The trees, each with its processes; every pid and thread id once over all of them. */
@@ -202,9 +199,8 @@ function readFiles(r: StrictReader, value: unknown, trees: readonly ManifestTree
     const at = `files[${i}]`;
     const o = r.object(f, at, ["path", "bytes", "chunkedSha256"]);
     const path = r.string(o.path, `${at}.path`);
-    if (!FILE_PATH.test(path) || path.includes("..")) {
-      r.fail(`${at}.path`, "a file inside a tree's images directory (tree-<pid>/<name>)", path);
-    }
+    const inside = "a file inside a tree's images directory (tree-<pid>/<name>)";
+    if (!FILE_PATH.test(path) || path.includes("..")) r.fail(`${at}.path`, inside, path);
     // Listed twice, a file would be checked against one entry only, the other's digest unread.
     if (paths.has(path)) r.fail(`${at}.path`, "a file not listed before", path);
     paths.add(path);

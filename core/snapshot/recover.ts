@@ -60,12 +60,10 @@ export async function recoverFrom(
       const settings = checkGroupOptions({ checkRoom, onProgress });
       const result = await runGroup(machine, "resume", alive, settings);
       if (!result.ok) {
-        const failed = result.processes.find((p) => p.error);
-        throw refuse(
-          `not every process of the interrupted snapshot in ${where} could be resumed: ${
-            failed ? `${failed.pid}: ` : ""
-          }${groupFailure(result)}; ${TRACE_FILE} is kept, so that this can be tried again`,
-        );
+        const failed = result.processes.find((p) => p.error), who = failed ? `${failed.pid}: ` : "";
+        const not = `not every process of the interrupted snapshot in ${where} could be resumed`;
+        const kept = `${TRACE_FILE} is kept, so that this can be tried again`;
+        throw refuse(`${not}: ${who}${groupFailure(result)}; ${kept}`);
       }
     }
     // The partial images where the snapshot had no manifest, then the trace.

@@ -114,15 +114,11 @@ export class Run {
   /** Starts the clock of the whole, now; refuses where the machine lacks a part. */
   constructor(readonly machine: Machine, readonly operation: string, settings: WholeSettings) {
     const { engine, store, host, driver } = machine;
-    const kind = driver.kind;
-    if (!engine) {
-      throw prerequisite(operation, `this ${kind} machine has no snapshot engine (criu)`);
-    }
-    if (!store) throw prerequisite(operation, `this ${kind} machine has no snapshot store`);
-    const trees = `the ${
-      host?.kind ?? kind
-    } host cannot tell process trees, which a snapshot needs`;
-    if (!host?.processTree) throw prerequisite(operation, trees);
+    const kind = driver.kind, none = `this ${kind} machine has no snapshot`;
+    if (!engine) throw prerequisite(operation, `${none} engine (criu)`);
+    if (!store) throw prerequisite(operation, `${none} store`);
+    const trees = "host cannot tell process trees, which a snapshot needs";
+    if (!host?.processTree) throw prerequisite(operation, `the ${host?.kind ?? kind} ${trees}`);
     this.engine = engine;
     this.store = store;
     this.host = host;

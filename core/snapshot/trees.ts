@@ -39,16 +39,10 @@ export async function describeTree(
       return base;
     }
     const name = state.value;
+    const takes = `a snapshot takes processes that are ${SNAPSHOT_STATES.join(" or ")}`;
+    const reason = `its CUDA state is ${name}; ${takes}`, pid = p.pid;
     if (name !== "running" && name !== "checkpointed") {
-      throw new RefusedError({
-        code: "STATE",
-        operation: "snapshot",
-        pid: p.pid,
-        state: name,
-        reason: `its CUDA state is ${name}; a snapshot takes processes that are ${
-          SNAPSHOT_STATES.join(" or ")
-        }`,
-      });
+      throw new RefusedError({ code: "STATE", operation: "snapshot", pid, state: name, reason });
     }
     const held = tid.status === "fulfilled" && tid.value.code === CUDA_SUCCESS;
     const restoreThreadId = held ? tid.value.value : p.pid;
@@ -205,9 +199,8 @@ export async function checkPidsFree(
   const [use] = await usesOf(host, [...owner.keys()]);
   if (!use) return;
   const p = owner.get(use.id)!;
-  const which = `${use.id === p.pid ? "pid" : `thread id ${use.id} of pid`} ${p.pid}${
-    p.command ? ` (${p.command})` : ""
-  }`;
+  const command = p.command ? ` (${p.command})` : "";
+  const which = `${use.id === p.pid ? "pid" : `thread id ${use.id} of pid`} ${p.pid}${command}`;
   const how = {
     pid: use.holder === p.pid
       ? "process " + use.holder + " has it now (if that is the snapshot's own process, ended but " +
