@@ -71,9 +71,8 @@ export async function runDiskCommand(
     if (command.json) print.json({ ok: true, operation: kind, ...fields });
     else lines.forEach((line) => print.out(line));
     // Past the point where it could stop: what was done is the outcome, and the exit code says it.
-    if (watch.signal.aborted) {
-      print.err(`cuda-checkpoint: the interrupt came too late: ${kind} done`);
-    }
+    const late = `cuda-checkpoint: the interrupt came too late: ${kind} done`;
+    if (watch.signal.aborted) print.err(late);
     return 0;
   } catch (error) {
     return watch.exitCode(failed(command, print, error, watch.signal.reason));

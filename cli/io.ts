@@ -126,9 +126,8 @@ export function watchInterrupts(
     const [rest, ...lines] = leftBehind();
     say(`interrupted again: exiting without waiting${rest}`);
     lines.forEach(say);
-    if (simulated) {
-      say("the simulated machine was not saved: its state file is as before this command");
-    }
+    const unsaved = "the simulated machine was not saved: its state file is as before this command";
+    if (simulated) say(unsaved);
     interrupts!.exit(EXIT_CODES[signal]);
   });
   return {
@@ -163,9 +162,8 @@ export function programIo(): ProgramIo {
       try {
         if (read) host.stdout(text);
       } catch (err) {
-        if ((err as { code?: string }).code !== "EPIPE" && (err as Error).name !== "BrokenPipe") {
-          throw err;
-        }
+        const { code, name } = err as { code?: string; name?: string };
+        if (code !== "EPIPE" && name !== "BrokenPipe") throw err;
         read = false;
       }
     },

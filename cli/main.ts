@@ -50,19 +50,16 @@ export async function main(args: readonly string[], io: CliIo): Promise<number> 
   } catch (error) {
     try {
       if (error instanceof UsageError) {
+        const { message, detail, getopt, tail } = error;
         // NVIDIA's shape: getopt's line (where it has one), the message, a blank line, the help.
-        if (error.getopt) say(`${io.programName ?? "cuda-checkpoint"}: ${error.getopt}\n`);
-        say(`${error.message}\n`);
+        if (getopt) say(`${io.programName ?? "cuda-checkpoint"}: ${getopt}\n`);
+        say(`${message}\n`);
         // The bad value, on a terminal; always for our own commands, whose lines are not NVIDIA's.
-        if (error.detail && (io.isTerminal || error.tail)) {
-          say(`cuda-checkpoint: ${error.detail}\n`);
-        }
-        say(error.tail ? `${error.tail}\n` : `\n${(await import("./help.ts")).helpText()}`);
+        if (detail && (io.isTerminal || tail)) say(`cuda-checkpoint: ${detail}\n`);
+        say(tail ? `${tail}\n` : `\n${(await import("./help.ts")).helpText()}`);
         // With --json, a program reading stdout learns it too.
-        const { message, detail } = error, usage = { message, code: "USAGE", detail };
-        if (wantsJson(args)) {
-          io.stdout(escapeControls(`${JSON.stringify({ ok: false, error: usage })}\n`));
-        }
+        const usage = JSON.stringify({ ok: false, error: { message, code: "USAGE", detail } });
+        if (wantsJson(args)) io.stdout(escapeControls(`${usage}\n`));
       } else {
         say(`cuda-checkpoint: internal error: ${messageOf(error).split("\n")[0]}\n`);
       }
@@ -112,30 +109,22 @@ async function run(command: MachineCommand, io: CliIo): Promise<number> {
   let code = 1;
   try {
     if (simulated) print.more(`simulated machine, kept in ${simulated.path}`);
-    switch (command.kind) {
-      case "operation":
-        if (oneCall) {
-          const report = await query(command.operation, one!, machine.driver);
-          code = printReports([report], print, command.json, false);
-        } else if (one !== undefined) {
-          code = await (await import("./processes.ts")).runOne(command, one, machine, print);
-        } else {
-          const { runMany } = await import("./processes.ts");
-          code = await runMany(command, machine, print, io.interrupts, simulated !== undefined);
-        }
-        break;
-      case "list":
-        code = await (await import("./processes.ts")).runList(machine, print, command.json);
-        break;
-      case "spawn":
-      case "kill":
-      case "reset":
-        code = await simulator(command, simulated!, print);
-        break;
-      default: {
-        const { runDiskCommand } = await import("./disk.ts");
-        code = await runDiskCommand(command, machine, print, io, simulated !== undefined);
-      }
+    const processes = () => import("./processes.ts");
+    if (command.kind === "operation" && oneCall) {
+      const report = await query(command.operation, one!, machine.driver);
+      code = printReports([report], print, command.json, false);
+    } else if (command.kind === "operation" && one !== undefined) {
+      code = await (await processes()).runOne(command, one, machine, print);
+    } else if (command.kind === "operation") {
+      const { runMany } = await processes();
+      code = await runMany(command, machine, print, io.interrupts, simulated !== undefined);
+    } else if (command.kind === "list") {
+      code = await (await processes()).runList(machine, print, command.json);
+    } else if (command.kind === "spawn" || command.kind === "kill" || command.kind === "reset") {
+      code = await simulator(command, simulated!, print);
+    } else {
+      const { runDiskCommand } = await import("./disk.ts");
+      code = await runDiskCommand(command, machine, print, io, simulated !== undefined);
     }
   } finally {
     try {

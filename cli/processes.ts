@@ -82,19 +82,12 @@ async function begin(progress: Progress, proc: CudaProcess, machine: Machine, op
 
 /** The command's call: as NVIDIA's utility, a lock without a timeout unless one is given. */
 function act(proc: CudaProcess, command: OperationCommand): Promise<Outcome> {
-  const { checkRoom, allowIpcImport, gpuMapping } = command; // left out where undefined
-  switch (command.operation) {
-    case "lock":
-      return proc.lock({ timeoutMs: command.timeoutMs ?? 0 });
-    case "checkpoint":
-      return proc.checkpoint({ checkRoom, allowIpcImport });
-    case "restore":
-      return proc.restore({ checkRoom, gpuMapping });
-    case "unlock":
-      return proc.unlock();
-    default:
-      return proc.toggle({ timeoutMs: 0, checkRoom, allowIpcImport, gpuMapping });
-  }
+  const { operation, checkRoom, allowIpcImport, gpuMapping } = command; // left out where undefined
+  if (operation === "lock") return proc.lock({ timeoutMs: command.timeoutMs ?? 0 });
+  if (operation === "checkpoint") return proc.checkpoint({ checkRoom, allowIpcImport });
+  if (operation === "restore") return proc.restore({ checkRoom, gpuMapping });
+  if (operation === "unlock") return proc.unlock();
+  return proc.toggle({ timeoutMs: 0, checkRoom, allowIpcImport, gpuMapping });
 }
 
 /** Runs the command on several pids (or all), prints a line each, resolves to the exit code. */

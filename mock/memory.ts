@@ -31,9 +31,7 @@ export class MemoryImage {
   /** An image of `size` bytes holding `pages` (read with {@link readPages}). */
   static load(size: number, pages: SavedPages): MemoryImage {
     const image = new MemoryImage(size);
-    for (const [index, base64] of pages) {
-      image.write(index * PAGE_SIZE, Buffer.from(base64, "base64"));
-    }
+    for (const [i, base64] of pages) image.write(i * PAGE_SIZE, Buffer.from(base64, "base64"));
     return image;
   }
 

@@ -343,10 +343,8 @@ export class SimulatedProcess {
   /** @internal takes its memory and contexts on `gpus`, or says why they lack room */
   claimOn(gpus: readonly SimulatedGpu[]): string | undefined {
     // MiB on each GPU: its share of its memory plus a context (a GPU named twice needs both).
-    const need = new Map<SimulatedGpu, number>();
-    for (const g of gpus) {
-      need.set(g, (need.get(g) ?? 0) + this.memoryMiB / gpus.length + g.contextMiB);
-    }
+    const need = new Map<SimulatedGpu, number>(), each = this.memoryMiB / gpus.length;
+    for (const g of gpus) need.set(g, (need.get(g) ?? 0) + each + g.contextMiB);
     const short = [...need].find(([g, mib]) => mib > g.freeMiB);
     if (short) {
       const [g, mib] = short;

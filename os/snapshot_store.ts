@@ -58,9 +58,8 @@ export class FileSnapshotStore implements SnapshotStore {
     try {
       if (create) {
         await mkdir(through, { mode: 0o700 }).then(() => made = true, (err) => {
-          if (errorCode(err) !== "EEXIST") {
-            throw new Error(`${where} cannot be made: ${pathTrouble(err)}`);
-          }
+          if (errorCode(err) === "EEXIST") return;
+          throw new Error(`${where} cannot be made: ${pathTrouble(err)}`);
         });
       }
       handle = (await openInside(where, through, "directory", true)).handle;
@@ -294,12 +293,9 @@ class FileSnapshotDir implements SnapshotDir {
         `${shown} is missing, which the manifest lists ${lists}: the snapshot is incomplete, or a ` +
           `copy of it left the ${what} out`,
       );
-    const present = new Set(await readdir(this.#base));
-    for (const name of present) {
-      if (!bySub.has(name) && !(o.topFiles ?? []).includes(name)) {
-        throw unlisted(`${this.path}/${name}`);
-      }
-    }
+    const present = new Set(await readdir(this.#base)), top = o.topFiles ?? [];
+    const stray = [...present].find((name) => !bySub.has(name) && !top.includes(name));
+    if (stray !== undefined) throw unlisted(`${this.path}/${stray}`);
     const opened: Opened[] = [];
     try {
       for (const [sub, listed] of bySub) {
@@ -307,9 +303,8 @@ class FileSnapshotDir implements SnapshotDir {
         if (!present.has(sub)) throw missing(`${this.path}/${sub}`, n, "directory");
         const dir = await this.#sub(sub);
         const names = new Set(await readdir(pinned(dir)));
-        for (const name of names) {
-          if (!listed.has(name)) throw unlisted(`${this.path}/${sub}/${name}`);
-        }
+        const extra = [...names].find((name) => !listed.has(name));
+        if (extra !== undefined) throw unlisted(`${this.path}/${sub}/${extra}`);
         for (const [name, file] of listed) {
           const shown = `${this.path}/${file.path}`;
           if (!names.has(name)) throw missing(shown, `(${file.bytes} bytes)`, "file");
