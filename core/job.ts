@@ -69,13 +69,11 @@ export async function runJob(members: readonly JobMember[], ctx: JobContext): Pr
     // Those set aside: each error says where its process is, and that the others went on.
     for (const w of rest === working ? [] : lost) {
       w.report.state = await w.target.state().catch(() => undefined);
-      w.report.error = withDetail(
-        w.failure!.err,
-        `the process is ${w.report.state ?? "of unknown state"}; a process whose restore the ` +
-          `driver refuses is most often lost (on driver 580, one that imported CUDA IPC memory or ` +
-          `ran out of memory), so the job's other processes were resumed rather than checkpointed ` +
-          `again`,
-      );
+      const lost = `the process is ${w.report.state ?? "of unknown state"}; a process whose ` +
+        `restore the driver refuses is most often lost (on driver 580, one that imported CUDA ` +
+        `IPC memory or ran out of memory), so the job's other processes were resumed rather ` +
+        `than checkpointed again`;
+      w.report.error = withDetail(w.failure!.err, lost);
     }
     return failed || stopped || late ? await rollBack(rest, ctx) : false;
   } finally {

@@ -57,12 +57,9 @@ export function ownerFault(
   const another = `belongs to another user (uid ${st.uid}, you are ${uid})`;
   if (uid !== undefined && st.uid !== uid && !(rules.rootToo && st.uid === 0)) return another;
   const mode = st.mode & 0o7777;
-  if (rules.strict) {
-    const should = (st.mode & 0o170000) === 0o040000 ? "0700" : "0600"; // S_IFDIR: a directory
-    return mode & 0o077
-      ? `may be read or written by other users (mode ${octal(mode)}, not ${should})`
-      : undefined;
-  }
+  const should = (st.mode & 0o170000) === 0o040000 ? "0700" : "0600"; // S_IFDIR: a directory
+  const read = `may be read or written by other users (mode ${octal(mode)}, not ${should})`;
+  if (rules.strict) return mode & 0o077 ? read : undefined;
   if ((mode & 0o022) === 0 || (rules.sticky && (mode & 0o1000) !== 0)) return undefined;
   const who = mode & 0o002 ? "other users" : "its group";
   return `may be written by ${who} (mode ${octal(mode)})`;

@@ -175,29 +175,22 @@ async function check(r: Restoring): Promise<void> {
   const { run, o, manifest } = r;
   const probe = await run.probing;
   const { engine } = run, dumped = manifest.engine;
-  if (
-    dumped.kind === engine.kind && dumped.version && probe.version &&
-    olderVersion(probe.version, dumped.version, 2)
-  ) {
-    throw prerequisite(
-      o.operation,
-      `the snapshot's images were written by ${dumped.kind} ${dumped.version}, and this ` +
-        `machine's ${engine.kind} is ${probe.version}, which cannot read images of a newer ` +
-        `release, so restore it with ${dumped.kind} ${dumped.version} or later`,
-    );
-  }
+  const older = dumped.kind === engine.kind && dumped.version && probe.version &&
+    olderVersion(probe.version, dumped.version, 2);
+  const newer = `the snapshot's images were written by ${dumped.kind} ${dumped.version}, and ` +
+    `this machine's ${engine.kind} is ${probe.version}, which cannot read images of a newer ` +
+    `release, so restore it with ${dumped.kind} ${dumped.version} or later`;
+  if (older) throw prerequisite(o.operation, newer);
   // A process comes back with the libcuda it had: the driver must be the snapshot's.
   const version = await run.machine.driver.driverVersion();
   const taken = manifest.driver;
   if (version.code === CUDA_SUCCESS && version.value !== taken.cudaVersion) {
     const release = taken.release ? ` (${taken.release})` : "";
     const wanted = `CUDA ${formatDriverVersion(taken.cudaVersion)}${release}`;
-    throw prerequisite(
-      o.operation,
-      `the snapshot was taken with a driver of ${wanted}, and this machine's is CUDA ` +
-        `${formatDriverVersion(version.value)}: a process comes back with the libcuda it had, ` +
-        `which needs the same driver, so restore it on a machine whose driver is ${wanted}`,
-    );
+    const other = `the snapshot was taken with a driver of ${wanted}, and this machine's is CUDA ` +
+      `${formatDriverVersion(version.value)}: a process comes back with the libcuda it had, ` +
+      `which needs the same driver, so restore it on a machine whose driver is ${wanted}`;
+    throw prerequisite(o.operation, other);
   }
   await checkPidsFree(manifest, run.host, o.operation);
   const gpus = await run.listing;
@@ -205,9 +198,8 @@ async function check(r: Restoring): Promise<void> {
   // From the snapshot's GPUs; then, completed, as the GPU half will check it (every GPU here).
   let problems = mappingProblems(r.pairs, gpus, manifest.gpus);
   if (problems.length === 0) problems = mappingProblems(r.pairs = completed(r.pairs, gpus), gpus);
-  if (problems.length > 0) {
-    throw mappingRefused(o.operation, `the GPU mapping cannot work: ${problems.join("; ")}`);
-  }
+  const cannot = `the GPU mapping cannot work: ${problems.join("; ")}`;
+  if (problems.length > 0) throw mappingRefused(o.operation, cannot);
   if (o.checkRoom) {
     const need = onto(r.running.map((p) => p.cuda!.gpuMemoryMiB ?? {}), r.pairs);
     const who = "the snapshot's processes";
@@ -314,9 +306,8 @@ async function outcome(
 ): Promise<RestoreSnapshotResult> {
   const { run, manifest } = r;
   const stopped = run.stopped();
-  if (run.failure !== undefined || (stopped && r.whole < manifest.trees.length)) {
-    throw await rollBack(r, stopped);
-  }
+  const short = stopped && r.whole < manifest.trees.length;
+  if (run.failure !== undefined || short) throw await rollBack(r, stopped);
   if (result && !result.ok) throw await resumeFailed(r, result);
   const ms = run.at();
   return {

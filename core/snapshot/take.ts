@@ -124,9 +124,8 @@ export async function takeSnapshot(
     const suspending = plan.running.flat().map((p) => p.pid);
     const session = sessionOf(machine);
     const by = await session.selfIdentity();
-    const who = await Promise.all(
-      suspending.map(async (pid) => await session.identify(pid) ?? { pid }),
-    );
+    const identify = async (pid: number) => await session.identify(pid) ?? { pid };
+    const who = await Promise.all(suspending.map(identify));
     const trace = { ...(by ? { by } : {}), startedAt: new Date().toISOString(), processes: who };
     const out = await SnapshotWriter.begin(run.store, dir, roots, trace);
     const at = run.at(), times = { suspend: at, suspended: at, dumped: at };
@@ -318,15 +317,12 @@ async function end(t: Taken, manifest: Manifest): Promise<void> {
     if (resumed && !resumed.ok) {
       const where = out.dir.path;
       await out.dir.close();
-      throw new SnapshotError({
-        code: "RESUME_FAILED",
-        operation: "snapshot",
-        message: `the snapshot in ${where} is complete, but its CUDA processes could not be ` +
-          `resumed: ${groupFailure(resumed)}`,
-        detail: `they are checkpointed: \`cuda-checkpoint recover ${where}\` resumes them ` +
-          `once the cause is fixed`,
-        cause: firstError(resumed),
-      });
+      const message = `the snapshot in ${where} is complete, but its CUDA processes could not be ` +
+        `resumed: ${groupFailure(resumed)}`;
+      const detail = `they are checkpointed: \`cuda-checkpoint recover ${where}\` resumes them ` +
+        `once the cause is fixed`;
+      const code = "RESUME_FAILED", cause = firstError(resumed);
+      throw new SnapshotError({ code, operation: "snapshot", message, detail, cause });
     }
   } else {
     await endTrees(run.engine, run.host, manifest.trees, clockOf(run.machine).sleep);
