@@ -114,12 +114,9 @@ async function restore(c: RestoreSnapshotCommand, whole: Whole): Promise<Made> {
   );
   const moved = [...new Set(used.filter((g) => to(g) !== g).map(to))];
   const said = moved.length > 0 ? `, onto ${moved.join(", ")}` : "";
-  return made(
-    r.manifest,
-    { dir: r.dir, ms: r.ms, timings: r.timings, pids: r.pids, gpuMapping: r.gpuMapping },
-    `restored from ${r.dir}: ${summary(r.manifest)}${said}, in ${secs(r.ms)}`,
-    now,
-  );
+  const fields = { dir: r.dir, ms: r.ms, timings: r.timings, pids: r.pids };
+  const closing = `restored from ${r.dir}: ${summary(r.manifest)}${said}, in ${secs(r.ms)}`;
+  return made(r.manifest, { ...fields, gpuMapping: r.gpuMapping }, closing, now);
 }
 
 /** What a snapshot or restore made: its fields and processes, a line each and its closing line. */
@@ -160,11 +157,8 @@ async function inspect(command: InspectCommand, machine: Machine | undefined): P
 /** `recover`: what a snapshot killed outright left suspended, resumed; what it wrote removed. */
 async function recover(c: RecoverCommand, machine: Machine, progress: Progress | undefined) {
   progress?.event({ type: "phase", phase: "resume", at: 0 });
-  const r = await recoverSnapshotAs(c.kind, c.dir, {
-    machine,
-    checkRoom: c.checkRoom,
-    onProgress: progress && ((e) => progress.event(e)),
-  });
+  const onProgress = progress && ((e: SnapshotEvent) => progress.event(e));
+  const r = await recoverSnapshotAs(c.kind, c.dir, { machine, checkRoom: c.checkRoom, onProgress });
   const list = (pids: readonly number[]) => pids.length > 0 ? pids.join(", ") : "none";
   return {
     fields: r,

@@ -14,7 +14,7 @@ import type { GroupResult, GroupSettings, ProcessOutcome, StopReason } from "./g
 import { type JobMember, runJob } from "./job.ts";
 import type { MachineSource } from "./machine.ts";
 import { checkPid, mustBe } from "./options.ts";
-import { Handle, sessionOf } from "./process.ts";
+import { Handle, sessionOf, type Turn } from "./process.ts";
 import { sameProcess } from "./host.ts";
 import type { Action } from "./states.ts";
 import { clockOf, Deadline } from "./time.ts";
@@ -104,9 +104,7 @@ class Group {
       }
     };
     const signal = this.#s.signal;
-    const onAbort = () => {
-      if (this.#s.allOrNothing || this.#s.rollBackOnAbort) this.#doom();
-    };
+    const onAbort = () => (this.#s.allOrNothing || this.#s.rollBackOnAbort) && this.#doom();
     signal?.addEventListener("abort", onAbort, { once: true });
     try {
       if (signal?.aborted) onAbort();
@@ -201,14 +199,10 @@ class Group {
   /** One process, in its turn, through the one executor. */
   async #work(entry: Entry): Promise<void> {
     const pid = entry.proc.pid;
+    const hooks = { ...this.#hooks(pid), stopBefore: () => this.#stopReason() };
+    const act = (turn: Turn) => runAction(turn, this.#action, this.#settingsFor(pid), hooks, true);
     try {
-      entry.report = await entry.proc.ordered(
-        (target) =>
-          runAction(target, this.#action, this.#settingsFor(pid), {
-            ...this.#hooks(pid),
-            stopBefore: () => this.#stopReason(),
-          }, true),
-      );
+      entry.report = await entry.proc.ordered(act);
     } catch (err) {
       // The handle could not be used at all (its driver did not open, it was closed).
       entry.report = { status: "failed", steps: [], error: asError(err) };

@@ -109,9 +109,6 @@ async function step(f: Followed, hasher: PieceHasher | undefined): Promise<void>
     f.pieces.push(hasher.hash(source, f.pieces.length).catch(() => undefined));
   }
   if (f.syncing || f.failed || bytes - f.synced < PIECE_BYTES) return;
-  f.syncing = f.file.handle.datasync().then(() => {
-    f.synced = bytes;
-  }, (error) => {
-    f.failed = { error };
-  }).finally(() => f.syncing = undefined);
+  f.syncing = f.file.handle.datasync().then(() => void (f.synced = bytes))
+    .catch((error) => void (f.failed = { error })).finally(() => f.syncing = undefined);
 }

@@ -94,6 +94,9 @@ export class SnapshotWriter {
   }
 }
 
+/** Reads a small file of a snapshot's directory: its text, or `undefined` where there is none. */
+type Reader = (name: string, max: number) => Promise<string | undefined>;
+
 /**
  * Runs `body` on the snapshot directory `path`, opened, and a reader of its small files, each
  * refused in the store's words; the directory is closed where `body` throws.
@@ -101,10 +104,7 @@ export class SnapshotWriter {
 async function openedFor<T>(
   store: SnapshotStore,
   at: { path: string; operation: string; what: string },
-  body: (
-    dir: SnapshotDir,
-    read: (name: string, max: number) => Promise<string | undefined>,
-  ) => Promise<T>,
+  body: (dir: SnapshotDir, read: Reader) => Promise<T>,
 ): Promise<T> {
   const { path, operation } = at;
   const dir = await store.open(path).catch((err) => {
