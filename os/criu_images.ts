@@ -3,6 +3,7 @@
 // sockets bind (`files.img`), which a restore checks free on this host before criu runs.
 
 import { readdir, readFile } from "node:fs/promises";
+import { createServer } from "node:net";
 import path from "node:path";
 import { type DumpedProcess, EngineError, type RestoreRequest } from "../core/engine.ts";
 import { clockOf } from "../core/time.ts";
@@ -11,25 +12,28 @@ import { clockOf } from "../core/time.ts";
 const IMG_COMMON_MAGIC = 0x54564319, PSTREE_MAGIC = 0x50273030, FILES_MAGIC = 0x56303138;
 /** The longest a restore waits for ports in TIME_WAIT (the kernel's 60 s, and its timers' slack). */
 const TIME_WAIT_MAX_MS = 90_000;
-/** /proc/net/tcp's numbers of the states a port's holder is named by. */
-const TCP_STATES: Readonly<Record<string, string>> = {
-  "01": "ESTABLISHED",
-  "06": "TIME_WAIT",
-  "0A": "LISTEN",
-};
+/** How much later than /proc says the kernel's timers may end a TIME_WAIT (up to 1.9 s seen). */
+const TIMER_SLACK_MS = 2000;
+/** /proc/net/tcp's states by number. */
+const TCP_STATES =
+  ",ESTABLISHED,SYN_SENT,SYN_RECV,FIN_WAIT1,FIN_WAIT2,TIME_WAIT,CLOSE,CLOSE_WAIT," +
+  "LAST_ACK,LISTEN,CLOSING";
 
-/**
- * An address and port a socket binds, the address as the kernel's 32-bit words (all 0: any), and
- * whether it has SO_REUSEADDR (`reuse`: then only a listening socket on the port stops criu's
- * restore, which sets the option: those in TIME_WAIT its connections left have it too).
- */
+/** An address and port a socket binds: the address as the kernel's 32-bit words (all 0: any). */
 export type Bound = {
   readonly port: number;
   readonly addr: readonly number[];
-  readonly reuse?: boolean;
+  readonly v6only?: boolean;
 };
-/** A socket of this host on a port: its state, and the ms a TIME_WAIT one holds the port yet. */
-export type PortHolder = Bound & { readonly state: string; readonly leftMs?: number };
+/**
+ * A socket of this host on a port: its state, and where no process holds it any more (TIME_WAIT,
+ * or a connection closed and orphaned), the ms it may hold the port yet.
+ */
+export type PortHolder = {
+  readonly port: number;
+  readonly state: string;
+  readonly leftMs?: number;
+};
 type Fields = Map<number, (number | Uint8Array)[]>;
 
 /**
@@ -50,8 +54,7 @@ export function parsePstree(bytes: Uint8Array): DumpedProcess[] {
 /**
  * What the TCP sockets in criu's `files.img` bind that are no connection (listening, or bound
  * only): of each `file_entry` of type 4 (INETSK), the `inet_sk_entry` in its field 4: proto (5; 6
- * is TCP), src_port (7), dst_port (8; 0: no connection), src_addr (11), and of its opts (14),
- * reuseaddr (7).
+ * is TCP), src_port (7), dst_port (8; 0: no connection), src_addr (11), v6only (15).
  */
 export function boundPorts(bytes: Uint8Array): Bound[] {
   const out: Bound[] = [];
@@ -61,44 +64,37 @@ export function boundPorts(bytes: Uint8Array): Bound[] {
     const sk = fields(isk, 11), port = number(sk, 7) ?? 0;
     if (number(sk, 5) !== 6 || number(sk, 8) || port === 0) continue;
     const addr = (sk.get(11) ?? []).filter((w) => typeof w === "number") as number[];
-    const opts = sk.get(14)?.at(-1),
-      reuse = opts instanceof Uint8Array && !!number(fields(opts), 7);
-    out.push({ port, addr, ...(reuse ? { reuse } : {}) });
+    out.push({ port, addr, ...(number(sk, 15) ? { v6only: true } : {}) });
   }
   return out;
 }
 
 /**
- * The sockets in the text of /proc/net/tcp and tcp6 (local `ADDR:PORT` in hex, the address as
- * 32-bit words; the state; `timer:when` in hundredths of a second) on a port of `bound` at the
- * same address, or where either address is any: listening, or any where the bound socket has no
- * SO_REUSEADDR.
+ * The sockets on `ports` in the text of /proc/net/tcp and tcp6 (local `ADDR:PORT` in hex, the state,
+ * `timer:when` in hundredths of a second, the inode: 0 where no process holds it): a TIME_WAIT or
+ * an orphan with the time-wait timer (3) ends when it says, another orphan is looked at again.
  */
-export function portHolders(table: string, bound: readonly Bound[]): PortHolder[] {
-  const any = (a: readonly number[]) => a.every((w) => w === 0);
+export function portHolders(table: string, ports: readonly number[]): PortHolder[] {
   const out: PortHolder[] = [];
   for (const line of table.split("\n")) {
-    const [sl = "", local = "", , st = "", , timer = ""] = line.trim().split(/\s+/);
-    const [hex = "", portHex = ""] = local.split(":");
-    const port = parseInt(portHex, 16),
-      addr = (hex.match(/.{8}/g) ?? []).map((w) => parseInt(w, 16));
-    const same = (b: Bound) =>
-      b.port === port && (any(b.addr) || any(addr) || b.addr.join() === addr.join()) &&
-      (st === "0A" || !b.reuse);
-    if (!/^[0-9]+:$/.test(sl) || !bound.some(same)) continue;
-    const state = TCP_STATES[st] ?? `state 0x${st}`, when = parseInt(timer.split(":")[1], 16);
-    out.push({ port, addr, state, ...(st === "06" ? { leftMs: (when || 0) * 10 } : {}) });
+    const [sl = "", local = "", , st = "", , timer = "", , , , inode] = line.trim().split(/\s+/);
+    const port = parseInt(local.split(":")[1] ?? "", 16), [tr, when = ""] = timer.split(":");
+    if (!/^[0-9]+:$/.test(sl) || !ports.includes(port)) continue;
+    const state = TCP_STATES.split(",")[parseInt(st, 16)] || `state 0x${st}`;
+    const leftMs = tr === "03" ? (parseInt(when, 16) || 0) * 10 : inode === "0" ? 1000 : undefined;
+    out.push({ port, state, ...(leftMs === undefined ? {} : { leftMs }) });
   }
   return out;
 }
 
 /**
- * Before criu restores a tree: waits till no socket of this host holds what the tree's TCP sockets
- * bind (criu could not bind it: "Address already in use"); returns the ms waited. A port in
- * TIME_WAIT (a connection its processes closed in the minute before the dump: NCCL's ranks close
- * those they accept while they start) is waited for, told by `onWait`; one held by a socket open
- * now, or a wait beyond the restore's time, is an error. A tree with a network namespace of its
- * own (a `netns-N.img`) binds nothing here; images that cannot be read are left to criu.
+ * Before criu restores a tree: waits till this host lets a socket bind what the tree's TCP sockets
+ * bind (a listener made and closed at once, with SO_REUSEADDR as criu's; else criu fails: "Address
+ * already in use"); returns the ms waited. A port held only by sockets no process holds (TIME_WAIT:
+ * a connection closed in the minute before the dump; NCCL's ranks close those they accept while
+ * they start) is waited for, told by `onWait`; one held by a socket open now, or a wait beyond the
+ * restore's time (or 90 s), is an error. A tree with a network namespace of its own (a
+ * `netns-N.img`) binds nothing here; images that cannot be read are left to criu.
  */
 export async function portsFree(request: RestoreRequest): Promise<number> {
   const { imagesDir, root, timeoutMs = Infinity } = request;
@@ -106,37 +102,61 @@ export async function portsFree(request: RestoreRequest): Promise<number> {
   if (names.some((n) => /^netns-[0-9]+\.img$/.test(n))) return 0;
   const bound = await readFile(path.join(imagesDir, "files.img"))
     .then((b) => boundPorts(new Uint8Array(b))).catch(() => []);
-  if (bound.length === 0) return 0;
-  // The kernel's timers may end a TIME_WAIT some seconds late: the port is looked at again.
-  for (let waited = 0;;) {
+  const start = performance.now(), took = () => performance.now() - start;
+  for (;;) {
+    const taken = (await Promise.all(bound.map(bindable))).flatMap((ok, i) => ok ? [] : [i]);
+    const ports = [...new Set(taken.map((i) => bound[i].port))];
+    if (ports.length === 0) return took();
     const tables = ["tcp", "tcp6"].map((f) => readFile(`/proc/net/${f}`, "utf8").catch(() => ""));
-    const holders = portHolders((await Promise.all(tables)).join("\n"), bound);
-    if (holders.length === 0) return waited;
-    const live = holders.filter((h) => h.leftMs === undefined);
-    const held = `ports the tree of ${root} binds`;
-    if (live.length > 0) {
-      const now = live.map((h) => `${h.port} (${h.state})`).join(", ");
+    const holders = portHolders((await Promise.all(tables)).join("\n"), ports);
+    const live = Map.groupBy(holders.filter((h) => h.leftMs === undefined), (h) => h.port);
+    if (live.size > 0) {
+      const count = (n: number) => n > 1 ? ` x${n}` : "";
+      const each = [...live].map(([port, hs]) =>
+        `${port} (${
+          [...Map.groupBy(hs, (h) => h.state)].map(([st, n]) => st + count(n.length)).join(", ")
+        })`
+      );
       const free = "end what holds them, or restore where they are free";
-      throw new EngineError(`sockets open on this host hold ${held}: ${now}: ${free}`);
+      const held = `sockets open on this host hold ports the tree of ${root} binds`;
+      throw new EngineError(`${held}: ${each.join(", ")}: ${free}`);
     }
-    const ports = [...new Set(holders.map((h) => h.port))].join(", ");
+    // None listed: gone since the bind was tried; look again.
     const ms = Math.max(250, ...holders.map((h) => h.leftMs!)), s = Math.ceil(ms / 1000);
-    const why = `port ${ports} held in TIME_WAIT on this host`;
-    if (waited + ms > Math.min(timeoutMs, TIME_WAIT_MAX_MS)) {
+    const why = `port ${ports.join(", ")} held in TIME_WAIT on this host`;
+    if (took() + ms + (ms > 1000 ? TIMER_SLACK_MS : 0) > Math.min(timeoutMs, TIME_WAIT_MAX_MS)) {
       const left = timeoutMs < TIME_WAIT_MAX_MS
-        ? `beyond the ${Math.floor((timeoutMs - waited) / 1000)} s the restore had left`
-        : `after ${Math.round(waited / 1000)} s of waiting`;
-      const then =
-        `which this host holds in TIME_WAIT for ${s} s more, ${left}: restore again then`;
-      throw new EngineError(`the ${held} include ${ports}, ${then}`);
+        ? `beyond the ${Math.floor((timeoutMs - took()) / 1000)} s the restore had left: give it ` +
+          `a longer timeout, or restore again in ${s} s`
+        : `after ${Math.round(took() / 1000)} s of waiting: restore again later`;
+      const held = `the tree of ${root} binds port ${ports.join(", ")}, which this host holds`;
+      throw new EngineError(`${held} in TIME_WAIT for ${s} s more, ${left}`);
     }
-    if (waited === 0 || ms >= 1000) request.onWait?.(ms, why);
+    request.onWait?.(ms, why);
     const stopped = `the restore of the tree of ${root} was stopped while it waited for ${why}`;
     await clockOf({}).sleep(ms, request.signal).catch(() => {
       throw new EngineError(stopped);
     });
-    waited += ms;
   }
+}
+
+/**
+ * Whether this host lets a listening socket bind `b` now (with SO_REUSEADDR, as Node's, Deno's and
+ * Bun's listeners and criu's restored sockets have): `false` only where the address is in use.
+ */
+function bindable(b: Bound): Promise<boolean> {
+  if (b.addr.length !== 1 && b.addr.length !== 4) return Promise.resolve(true); // criu's to judge
+  const v4 = b.addr.length === 1, bytes = b.addr.flatMap((w) => [w, w >>> 8, w >>> 16, w >>> 24]);
+  const host = v4
+    ? bytes.map((x) => x & 255).join(".")
+    : Array.from({ length: 8 }, (_, i) =>
+      ((bytes[2 * i] & 255) * 256 + (bytes[2 * i + 1] & 255)).toString(16)).join(":");
+  return new Promise((resolve) => {
+    const server = createServer();
+    server.once("error", (e: { code?: string }) => resolve(e.code !== "EADDRINUSE"));
+    const options = { host, port: b.port, exclusive: true, backlog: 1, ipv6Only: !!b.v6only };
+    server.listen(options, () => server.close(() => resolve(true)));
+  });
 }
 
 /** The messages of a criu image: after its two magic words, each after its length (32 bits). */
