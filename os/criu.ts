@@ -178,7 +178,7 @@ class CriuEngine implements SnapshotEngine {
       const waited = await portsFree(request), { timeoutMs } = request; // its wait, if any
       const bound = timeoutMs === undefined
         ? request
-        : { ...request, timeoutMs: timeoutMs - waited };
+        : { ...request, timeoutMs: Math.max(1, timeoutMs - waited) };
       await this.#run(criu, "restore", request.root, log, [
         ...["--libdir", path.join(work, "no-plugins"), "--images-dir", request.imagesDir],
         ...["--work-dir", work, "--pidfile", pidfile, "--restore-detached"],

@@ -103,10 +103,10 @@ export async function portsFree(request: RestoreRequest): Promise<number> {
   const bound = await readFile(path.join(imagesDir, "files.img"))
     .then((b) => boundPorts(new Uint8Array(b))).catch(() => []);
   const start = performance.now(), took = () => performance.now() - start;
-  for (;;) {
+  for (let waits = 0;; waits++) {
     const taken = (await Promise.all(bound.map(bindable))).flatMap((ok, i) => ok ? [] : [i]);
     const ports = [...new Set(taken.map((i) => bound[i].port))];
-    if (ports.length === 0) return took();
+    if (ports.length === 0) return waits === 0 ? 0 : Math.ceil(took());
     const tables = ["tcp", "tcp6"].map((f) => readFile(`/proc/net/${f}`, "utf8").catch(() => ""));
     const holders = portHolders((await Promise.all(tables)).join("\n"), ports);
     const live = Map.groupBy(holders.filter((h) => h.leftMs === undefined), (h) => h.port);
