@@ -218,6 +218,15 @@ describe("the Linux host's lasting mark tells apart what criu restores", () => {
   });
 });
 
+/** Waits (2 s at most) till `pid` runs `program`: its command line read from /proc says so. */
+async function execed(pid: number, program: string): Promise<void> {
+  for (let i = 0; i < 200; i++) {
+    const cmdline = await readFile(`/proc/${pid}/cmdline`, "utf8").catch(() => "");
+    if (cmdline.startsWith(`${program}\0`)) return;
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+}
+
 describe(
   "the Linux host's lasting mark, from /proc",
   { skip: process.platform !== "linux" },
@@ -226,6 +235,9 @@ describe(
       const child = spawn("sleep", ["30"], { stdio: "ignore" });
       try {
         const pid = child.pid!;
+        // Read after its exec: while the kernel execs it, its command line reads empty (a flake
+        // on a busy machine).
+        await execed(pid, "sleep");
         const host = new LinuxHost({ nvml: false, recordsDir: false });
         const who: ProcessIdentity | undefined = await host.identify(pid);
         assert.ok(who?.start !== undefined);
@@ -236,6 +248,7 @@ describe(
         assert.equal(await host.lastingMark({ pid, start: who.start + 1 }), undefined);
         const other = spawn("sleep", ["31"], { stdio: "ignore" });
         try {
+          await execed(other.pid!, "sleep");
           const otherMark = await host.lastingMark({ pid: other.pid! });
           assert.notEqual(otherMark?.split(":")[2], mark?.split(":")[2], "another command line");
         } finally {
