@@ -3,7 +3,8 @@
 // in TIME_WAIT, and criu could not restore a job snapshotted within that minute ("Can't bind inet
 // socket ... Address already in use": tests/gpu/reports/nccl-job-h200x2-session7.txt). Before
 // criu runs, the restore reads what the tree's TCP sockets bind from its files.img (written here
-// as criu writes it) and waits out a TIME_WAIT, or refuses a port a socket holds now. criu is the
+// as criu writes it), asks the kernel whether each can be bound, and where not waits out a
+// TIME_WAIT, or refuses a port a socket holds now. criu is the
 // stand-in of tests/fixtures/fake_criu.sh; the sockets holding the ports are real ones of this
 // host: listening, or in TIME_WAIT.
 
