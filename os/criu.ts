@@ -18,7 +18,8 @@ import { messageOf } from "../core/errors.ts";
 import { mustBe } from "../core/options.ts";
 import { olderVersion } from "../core/version.ts";
 import { endedSentence, type RunBound, runBounded, signalEach, treeOf } from "./bounded_run.ts";
-import { parsePstree, portsFree } from "./criu_images.ts";
+import { parsePstree } from "./criu_images.ts";
+import { portsFree } from "./criu_ports.ts";
 import { myUid } from "./private.ts";
 import { trustedLibraryDir, trustedProgram, workDir } from "./trusted.ts";
 
@@ -175,10 +176,10 @@ class CriuEngine implements SnapshotEngine {
     const pidfile = path.join(work, "root.pid");
     try {
       await mkdir(path.join(work, "no-plugins"), { mode: 0o700 });
-      const waited = await portsFree(request), { timeoutMs } = request; // its wait, if any
+      const slept = await portsFree(request), { timeoutMs } = request; // its wait, if any
       const bound = timeoutMs === undefined
         ? request
-        : { ...request, timeoutMs: Math.max(1, timeoutMs - waited) };
+        : { ...request, timeoutMs: timeoutMs - slept };
       await this.#run(criu, "restore", request.root, log, [
         ...["--libdir", path.join(work, "no-plugins"), "--images-dir", request.imagesDir],
         ...["--work-dir", work, "--pidfile", pidfile, "--restore-detached"],

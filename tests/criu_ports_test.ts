@@ -1,12 +1,12 @@
-// Ports a restore needs, held on this host (os/criu_images.ts). NCCL's ranks close connections
-// they accepted on their listening ports while they start: for 60 s the kernel holds those ports
-// in TIME_WAIT, and criu could not restore a job snapshotted within that minute ("Can't bind inet
-// socket ... Address already in use": tests/gpu/reports/nccl-job-h200x2-session7.txt). Before
-// criu runs, the restore reads what the tree's TCP sockets bind from its files.img (written here
-// as criu writes it), asks the kernel whether each can be bound, and where not waits out a
-// TIME_WAIT, or refuses a port a socket holds now. criu is the
-// stand-in of tests/fixtures/fake_criu.sh; the sockets holding the ports are real ones of this
-// host: listening, or in TIME_WAIT.
+// Ports a restore needs, held on this host (os/criu_ports.ts; files.img read by
+// os/criu_images.ts). NCCL's ranks close connections they accepted on their listening ports while
+// they start: for 60 s the kernel holds those ports in TIME_WAIT, and criu could not restore a job
+// snapshotted within that minute ("Can't bind inet socket ... Address already in use":
+// tests/gpu/reports/nccl-job-h200x2-session7.txt). Before criu runs, the restore reads what the
+// tree's TCP sockets bind from its files.img (written here as criu writes it), asks the kernel
+// whether each can be bound, and where not waits out a TIME_WAIT, or refuses a port a socket holds
+// now. criu is the stand-in of tests/fixtures/fake_criu.sh; the sockets holding the ports are real
+// ones of this host: listening, or in TIME_WAIT.
 
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
@@ -14,7 +14,8 @@ import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import net from "node:net";
 import { join } from "node:path";
 import { openCriuEngine } from "../os/criu.ts";
-import { boundPorts, portHolders } from "../os/criu_images.ts";
+import { boundPorts } from "../os/criu_images.ts";
+import { portHolders } from "../os/criu_ports.ts";
 import { EngineError } from "../core/engine.ts";
 import { fakeCriu, inScratch } from "./support/fake_criu.ts";
 
