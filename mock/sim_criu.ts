@@ -230,7 +230,8 @@ export class SimulatedCriu implements SnapshotEngine {
       checkName(r.imagesDir, `${op}: imagesDir`);
       if (r.timeoutMs !== undefined) checkAmount(r.timeoutMs, `${op}: timeoutMs`);
       checkSignal(r.signal, `${op}: signal`);
-      checkFunction(r.onBytes ?? r.onWait, `${op}: ${op === "dump" ? "onBytes" : "onWait"}`);
+      checkFunction(r.onBytes, `${op}: onBytes`);
+      checkFunction(r.onWait, `${op}: onWait`);
       checkFlag(r.leaveStopped, `${op}: leaveStopped`, false);
     } catch (err) {
       return Promise.reject(err);

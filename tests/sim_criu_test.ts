@@ -688,8 +688,16 @@ describe("the simulated CRIU", () => {
       /^TypeError: restore: leaveStopped must be true or false, got "yes"$/,
     );
     await assert.rejects(
+      criu.restore({ root: root.pid, imagesDir: dir, onWait: 5 as never }),
+      /^TypeError: restore: onWait must be a function, got 5$/,
+    );
+    await assert.rejects(
       criu.dump({ root: other.pid, imagesDir: await imagesDir(), leaveStopped: true } as never),
       /dump request has no option "leaveStopped"/,
+    );
+    await assert.rejects(
+      criu.dump({ root: other.pid, imagesDir: await imagesDir(), onWait: () => {} } as never),
+      /dump request has no option "onWait"/,
     );
     assert.deepEqual(sim.processes, [other], "refused before anything");
 
