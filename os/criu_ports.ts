@@ -48,11 +48,11 @@ export function portHolders(table: string, ports: readonly number[]): PortHolder
 
 /**
  * Before criu restores a tree: waits till this host lets a socket bind what the tree's TCP sockets
- * bind (a listener made and closed at once, with SO_REUSEADDR as criu's; else criu fails: "Address
- * already in use"); returns the ms waited. A port held only by sockets no process holds (TIME_WAIT:
- * a connection closed in the minute before the dump; NCCL's ranks close those they accept while
- * they start) is waited for, told by `onWait`; one held by a socket open now, or a wait beyond the
- * restore's time (or 90 s), is an error. A tree with a network namespace of its own (a
+ * bind (a listener made and closed at once, with criu's SO_REUSEADDR and SO_REUSEPORT; else criu
+ * fails: "Address already in use"); returns the ms waited. A port held only by sockets no process
+ * holds (TIME_WAIT: a connection closed in the minute before the dump; NCCL's ranks close those
+ * they accept while they start) is waited for, told by `onWait`; one held by a socket open now, or
+ * a wait beyond the restore's time (or 90 s), is an error. A tree with a network namespace of its own (a
  * `netns-N.img`) binds nothing here; images that cannot be read are left to criu. The ms it slept
  * are what it returns (the restore's criu has that much less time).
  */
@@ -64,8 +64,8 @@ export async function portsFree(request: RestoreRequest): Promise<number> {
     .then((b) => boundPorts(new Uint8Array(b))).catch(() => []);
   const start = performance.now(), took = () => performance.now() - start;
   for (let slept = 0;;) {
-    const taken = (await Promise.all(bound.map(bindable))).flatMap((ok, i) => ok ? [] : [i]);
-    const ports = [...new Set(taken.map((i) => bound[i].port))];
+    const ports: number[] = []; // one at a time: two probes of one port would hold it from each other
+    for (const b of bound) if (!ports.includes(b.port) && !await bindable(b)) ports.push(b.port);
     if (ports.length === 0) return slept;
     const tables = ["tcp", "tcp6"].map((f) => readFile(`/proc/net/${f}`, "utf8").catch(() => ""));
     const holders = portHolders((await Promise.all(tables)).join("\n"), ports);
@@ -83,14 +83,15 @@ export async function portsFree(request: RestoreRequest): Promise<number> {
     }
     // None listed: gone since the bind was tried; look again.
     const ms = Math.max(250, ...holders.map((h) => h.leftMs!)), s = Math.ceil(ms / 1000);
-    const why = `port ${ports.join(", ")} held in TIME_WAIT on this host`;
+    const state = [...new Set(holders.map((h) => h.state))].join(", ") || "use";
+    const why = `port ${ports.join(", ")} held in ${state} on this host`;
     if (took() + ms + (ms > 1000 ? TIMER_SLACK_MS : 0) > Math.min(timeoutMs, TIME_WAIT_MAX_MS)) {
       const left = timeoutMs < TIME_WAIT_MAX_MS
         ? `beyond the ${Math.floor((timeoutMs - took()) / 1000)} s the restore had left: give it ` +
           `a longer timeout, or restore again in ${s} s`
         : `after ${Math.round(took() / 1000)} s of waiting: restore again later`;
       const held = `the tree of ${root} binds port ${ports.join(", ")}, which this host holds`;
-      throw new EngineError(`${held} in TIME_WAIT for ${s} s more, ${left}`);
+      throw new EngineError(`${held} in ${state} for ${s} s more, ${left}`);
     }
     request.onWait?.(ms, why);
     const stopped = `the restore of the tree of ${root} was stopped while it waited for ${why}`;
@@ -102,8 +103,9 @@ export async function portsFree(request: RestoreRequest): Promise<number> {
 }
 
 /**
- * Whether this host lets a listening socket bind `b` now (with SO_REUSEADDR, as Node's, Deno's and
- * Bun's listeners and criu's restored sockets have): `false` only where the address is in use.
+ * Whether this host lets a listening socket bind `b` now, with SO_REUSEADDR and SO_REUSEPORT as
+ * criu binds every socket it restores (it sets the image's own values after): `false` only where
+ * the address is in use.
  */
 function bindable(b: Bound): Promise<boolean> {
   if (b.addr.length !== 1 && b.addr.length !== 4) return Promise.resolve(true); // criu's to judge
@@ -115,7 +117,7 @@ function bindable(b: Bound): Promise<boolean> {
   return new Promise((resolve) => {
     const server = createServer();
     server.once("error", (e: { code?: string }) => resolve(e.code !== "EADDRINUSE"));
-    const options = { host, port: b.port, exclusive: true, backlog: 1, ipv6Only: !!b.v6only };
-    server.listen(options, () => server.close(() => resolve(true)));
+    const options = { host, port: b.port, exclusive: true, backlog: 1, reusePort: true };
+    server.listen({ ...options, ipv6Only: !!b.v6only }, () => server.close(() => resolve(true)));
   });
 }

@@ -125,10 +125,14 @@ async function listenerTimeWait(): Promise<number> {
   return await timeWaitOn(server.port);
 }
 
-/** A stand-in criu, and images whose files.img has a listening socket on `port` at 127.0.0.1. */
-function setUp(dir: string, port: number) {
+/**
+ * A stand-in criu, and images whose files.img has `listeners` listening sockets on `port` at
+ * 127.0.0.1 (more than one: SO_REUSEPORT's, as each NCCL rank's RAS listener on 28028).
+ */
+function setUp(dir: string, port: number, listeners = 1) {
   const record = join(dir, "record");
-  writeFileSync(join(dir, "files.img"), filesImg([inetSk({ proto: 6, port, addr: [LOCALHOST] })]));
+  const sk = inetSk({ proto: 6, port, addr: [LOCALHOST] });
+  writeFileSync(join(dir, "files.img"), filesImg(Array(listeners).fill(sk)));
   const vars = { FAKE_CRIU_RECORD: record, FAKE_CRIU_ROOT: "4242" };
   const engine = openCriuEngine({ criuPath: fakeCriu(dir, vars) });
   const ran = () => existsSync(record) && readFileSync(record, "utf8").includes("arg restore");
@@ -193,6 +197,16 @@ describe("ports a restore needs", () => {
       await free.close();
       const { engine, ran, images } = setUp(s.dir, free.port);
       await engine.restore({ root: 4242, imagesDir: images, onWait: () => assert.fail("a wait") });
+      assert.ok(ran(), "criu ran");
+    }));
+
+  test("two listeners of the tree on one port (SO_REUSEPORT): criu runs at once, as it binds both", () =>
+    inScratch(async (s) => {
+      const free = await listening();
+      await free.close();
+      const { engine, ran, images } = setUp(s.dir, free.port, 2);
+      const onWait = (_ms: number, why: string) => assert.fail(`a wait: ${why}`);
+      await engine.restore({ root: 4242, imagesDir: images, timeoutMs: 5000, onWait });
       assert.ok(ran(), "criu ran");
     }));
 
