@@ -45,7 +45,9 @@
 # case but snapshot and swapped passes; with USE_LIBUV=0 (launch.sh) the job goes to disk, and
 # criu's restore fails (tests/gpu/reports/nccl-job-h200x2-session5.txt); alone is 2.03x (goal 1.2).
 # Then (session 7) the restore waits for the ports NCCL's ranks leave in TIME_WAIT: `snapshot
-# swapped --mib=1024 --rounds=1` passes but the 1.2x goal (nccl-job-h200x2-session7.txt).
+# swapped --mib=1024 --rounds=1` passes but the 1.2x goal (nccl-job-h200x2-session7.txt); and
+# again (session 8) with the check binding as criu does: one rank alone waits no more
+# (nccl-job-h200x2-session8.txt).
 #
 # On one GPU, NCCL_ONE_GPU=1 with the case `snapshot` alone runs its rounds of one rank (world 1).
 #
