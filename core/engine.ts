@@ -41,7 +41,7 @@ export interface RestoreRequest {
   readonly leaveStopped?: boolean;
   /** Restore the established TCP connections the dump took (criu's `--tcp-established`). */
   readonly tcpEstablished?: boolean;
-  /** Told before the engine waits `ms` to try again (criu: a port held in TIME_WAIT), and why. */
+  /** Told before it waits `ms` to look again (criu: a port held in TIME_WAIT), and why. */
   readonly onWait?: (ms: number, why: string) => void;
 }
 
@@ -68,6 +68,11 @@ export interface SnapshotEngine {
   dump(request: DumpRequest): Promise<readonly DumpedProcess[]>;
   /** Restores a tree, each process with its pid; rejects once what it made is ended. */
   restore(request: RestoreRequest): Promise<void>;
+  /**
+   * Before any tree is restored: waits till this machine can take the tree (criu: till the ports
+   * its sockets bind are free), or rejects saying why not; `restore` checks it again.
+   */
+  ready?(request: RestoreRequest): Promise<void>;
   /** Stops processes (SIGSTOP), so that a tree being ended forks no more; gone is no error. */
   stop(pids: readonly number[]): Promise<void>;
   /** Ends processes at once (SIGKILL); a process already gone is no error. */

@@ -197,6 +197,7 @@ class CriuEngine implements SnapshotEngine {
     }
   }
 
+  readonly ready = async (request: RestoreRequest) => void await portsFree(request);
   readonly stop = (pids: readonly number[]) => Promise.try(signalEach, pids, "SIGSTOP");
   readonly kill = (pids: readonly number[]) => Promise.try(signalEach, pids, "SIGKILL");
   readonly wake = (pids: readonly number[]) => Promise.try(signalEach, pids, "SIGCONT");

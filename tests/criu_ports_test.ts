@@ -220,6 +220,9 @@ describe("ports a restore needs", () => {
         const said = `sockets open on this host hold ports the tree of 4242 binds: ` +
           `${server.port} (LISTEN): end what holds them, or restore where they are free`;
         assert.equal(err.message, said);
+        // Asked before any tree is restored, the same.
+        const before = await engine.ready!({ root: 4242, imagesDir: images }).catch((e) => e);
+        assert.equal(before.message, said);
         assert.ok(!ran(), "criu did not run");
         // A tree with a network namespace of its own binds nothing of this host's.
         writeFileSync(join(s.dir, "netns-9.img"), "");

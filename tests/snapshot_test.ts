@@ -26,6 +26,7 @@ import {
   SnapshotError,
 } from "../mod.ts";
 import type { SnapshotEvent } from "../snapshot.ts";
+import { EngineError, type RestoreRequest } from "../core/engine.ts";
 import { MANIFEST_FILE } from "../core/snapshot/layout.ts";
 import { hostWith, machineWith } from "./support/forward.ts";
 import { SimulatedCriu, SimulatedMachine, type SimulatedProcess } from "../mock/mod.ts";
@@ -308,16 +309,17 @@ describe("a snapshot and its restore", () => {
     assert.deepEqual(events.filter((e) => e.type === "step-start"), [], "no step of its own");
   });
 
-  test("an engine that waits before it restores a tree (criu: a port in TIME_WAIT) is a wait event of that tree, in the restore phase", async () => {
+  test("an engine that waits till a tree can be restored (criu: a port in TIME_WAIT) is a wait event of that tree, in the checks", async () => {
     const sim = new SimulatedMachine();
     const p = sim.spawn({ memoryMiB: 64 });
     const dir = newDir();
     await snapshot([p.pid], dir, { machine: sim });
     const criu = sim.engine, why = "port 45265 held in TIME_WAIT on this host";
-    const waiting = restoringWith(criu, (r) => (r.onWait!(1500, why), criu.restore(r)));
+    const ready = (r: RestoreRequest) => Promise.resolve(r.onWait!(1500, why));
+    const engine = { ...restoringWith(criu, (r) => criu.restore(r)), ready };
     const events: SnapshotEvent[] = [];
     await restoreSnapshot(dir, {
-      machine: machineWith(sim, { engine: waiting }),
+      machine: machineWith(sim, { engine }),
       onProgress: (e) => events.push(e),
     });
     const kinds: string[] = events.map((e) => e.type === "phase" ? e.phase : e.type);
@@ -329,9 +331,32 @@ describe("a snapshot and its restore", () => {
       why,
       at: 0,
     });
-    const [restore, waited, back] = ["restore", "wait", "tree-end"].map((k) => kinds.indexOf(k));
-    assert.ok(restore < waited && waited < back, `in the restore phase: ${kinds}`);
+    const [check, waited, restore] = ["check", "wait", "restore"].map((k) => kinds.indexOf(k));
+    assert.ok(check < waited && waited < restore, `in the checks: ${kinds}`);
     assert.equal(live(sim, p.pid).state, "running");
+  });
+
+  test("an engine that cannot take one tree (criu: a port a socket holds): refused before any tree is restored", async () => {
+    const sim = new SimulatedMachine();
+    const [a, b] = [sim.spawn({ memoryMiB: 64 }), sim.spawn({ memoryMiB: 64 })];
+    const dir = newDir();
+    await snapshot([a.pid, b.pid], dir, { machine: sim });
+    const criu = sim.engine, restored: number[] = [];
+    const held = `sockets open on this host hold ports the tree of ${b.pid} binds: 8080 (LISTEN)`;
+    const engine = {
+      ...restoringWith(criu, (r) => (restored.push(r.root), criu.restore(r))),
+      ready: (r: RestoreRequest) =>
+        r.root === b.pid ? Promise.reject(new EngineError(held)) : Promise.resolve(),
+    };
+    const err = await restoreSnapshot(dir, { machine: machineWith(sim, { engine }) })
+      .catch((e) => e);
+    assert.ok(err instanceof RefusedError, String(err));
+    assert.equal(err.code, "PREREQUISITE");
+    assert.equal(err.message, `restoreSnapshot refused: ${held}`);
+    assert.deepEqual(restored, [], "no tree restored");
+    // Once the port is free, the same snapshot comes back.
+    await restoreSnapshot(dir, { machine: sim });
+    assert.deepEqual([live(sim, a.pid).state, live(sim, b.pid).state], ["running", "running"]);
   });
 
   test("an established TCP connection: the simulated criu refuses it unless told, as criu does", async () => {

@@ -193,6 +193,19 @@ async function check(r: Restoring): Promise<void> {
     throw prerequisite(o.operation, other);
   }
   await checkPidsFree(manifest, run.host, o.operation);
+  await Promise.all(manifest.trees.map(async (t) => {
+    const left = run.deadline.left(), { root } = t;
+    await engine.ready?.({
+      root,
+      imagesDir: await r.dir.enginePath(t.images),
+      signal: run.signal,
+      ...(left !== undefined ? { timeoutMs: left } : {}),
+      onWait: (ms, why) => run.tell({ type: "wait", root, ms, why, at: 0 }),
+    }).catch((err) => {
+      run.notBegun("restore");
+      throw err instanceof EngineError ? prerequisite(o.operation, err.message) : err;
+    });
+  }));
   const gpus = await run.listing;
   r.pairs = o.gpuMapping ?? derivedMapping(manifest.gpus, gpus, o.operation);
   // From the snapshot's GPUs; then, completed, as the GPU half will check it (every GPU here).
