@@ -215,7 +215,8 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
       const uid = /^Uid:\s*([0-9]+)/m.exec(status)?.[1];
       if (!nsPid || !uid || cmdline.length === 0 || cgroup.length === 0) return undefined;
       // Read after the rest: a pid taken by another process meanwhile has another start.
-      if (who.start !== undefined && (await this.#startOf(who.pid)) !== who.start) return undefined;
+      const same = who.start === undefined || (await this.#stat(who.pid)).start === who.start;
+      if (!same) return undefined;
       const sha = (text: string) => createHash("sha256").update(text).digest("hex");
       return `${nsPid}:${uid}:${sha(cmdline)}:${sha(cgroup)}`;
     } catch {
@@ -324,12 +325,7 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
   /** Whether a process lives, the same one (its start time, where known). */
   #alive(who: ProcessIdentity): Promise<boolean> {
     const same = (start: number | undefined) => who.start === undefined || start === who.start;
-    return this.#startOf(who.pid).then(same, (error) => classify(error) !== "gone");
-  }
-
-  /** A process's start time, field 22 of `/proc/PID/stat`. */
-  async #startOf(pid: number): Promise<number | undefined> {
-    return (await this.#stat(pid)).start;
+    return this.#stat(who.pid).then((s) => same(s.start), (error) => classify(error) !== "gone");
   }
 
   /** `/proc/PID/stat`, read; its start time only where it is a whole number. */
