@@ -83,6 +83,8 @@ const STRAY_OF_OTHERS = "--pid --all --all-or-nothing --job --timeout --device-m
 const ONCE = ["--dir", "--deadline", "--memory-mib", "--gpu", "--command"];
 /** The options whose value a subcommand that does not take them leaves unread (refused as such). */
 const UNREAD = ["--pid", "--dir", "--timeout", "--deadline", "--device-map"];
+const FROM_590 = "--launch-job (-j) is an option of NVIDIA's cuda-checkpoint from driver 590 (it " +
+  "starts a program with a job file); this cuda-checkpoint follows driver 580's, which lacks it";
 
 /**
  * Reads the command line. Throws {@link UsageError} for bad input, with NVIDIA's message where it
@@ -155,12 +157,7 @@ function parse(args: readonly string[], sub: string | undefined): Command {
     const eq = isLong ? arg.indexOf("=") : -1;
     const name = isLong ? (eq < 0 ? arg : arg.slice(0, eq)) : arg.slice(0, 2);
     let inline = isLong ? (eq < 0 ? undefined : arg.slice(eq + 1)) : arg.slice(2) || undefined;
-    if (name === "--launch-job" || name === "-j") {
-      no(
-        "--launch-job (-j) is an option of NVIDIA's cuda-checkpoint from driver 590 (it starts a " +
-          "program with a job file); this cuda-checkpoint follows driver 580's, which lacks it",
-      );
-    }
+    if (name === "--launch-job" || name === "-j") no(FROM_590);
     const long = SHORT[name] ?? longName(name) ?? name;
     if (Array.isArray(long)) {
       const getopt = `option '${name}' is ambiguous; possibilities: '${long.join("' '")}'`;

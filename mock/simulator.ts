@@ -215,9 +215,8 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
       const i = checkKeys(o.ipcImport, "spawn: ipcImport", ["exporter", "through"]);
       const exporter = checkInteger(i.exporter, "spawn: ipcImport.exporter (a pid)", 1, MAX_PID);
       const live = `a CUDA process importing from a live CUDA process, got exporter ${exporter}`;
-      if (!cuda || !this.process(exporter)?.usesCuda) {
-        throw new RangeError(`spawn: ipcImport needs ${live}`);
-      }
+      const needs = `spawn: ipcImport needs ${live}`;
+      if (!cuda || !this.process(exporter)?.usesCuda) throw new RangeError(needs);
       const through = checkChoice(or(i.through, "legacy"), "spawn: ipcImport.through", IPC_KINDS);
       ipcImport = { exporter, through };
     }

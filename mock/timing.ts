@@ -124,9 +124,8 @@ function checkCopyTiming(c: CopyTiming, what: string): void {
   checkAmount(c.heldSlowdownPerGiB ?? 0, `${what}.heldSlowdownPerGiB`);
   const cap = c.aggregateBytesPerSecond;
   if (cap !== Infinity) checkAmount(cap, `${what}.aggregateBytesPerSecond`, true);
-  if (!Array.isArray(c.points) || c.points.length === 0) {
-    throw new TypeError(`${what}.points must be a non-empty array of [memoryMiB, ms]`);
-  }
+  const points = `${what}.points must be a non-empty array of [memoryMiB, ms]`;
+  if (!Array.isArray(c.points) || c.points.length === 0) throw new TypeError(points);
   let [lastMiB, lastMs] = [0, c.fixedMs];
   c.points.forEach(([mib, ms], i) => {
     checkAmount(mib, `${what}.points[${i}][0] (MiB)`, true);

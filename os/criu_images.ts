@@ -51,9 +51,8 @@ export function boundPorts(bytes: Uint8Array): Bound[] {
 function messages(bytes: Uint8Array, magic: number, name: string): Uint8Array[] {
   const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   const word = (at: number) => view.getUint32(at, true);
-  if (bytes.length < 8 || word(0) !== IMG_COMMON_MAGIC || word(4) !== magic) {
-    throw new Error(`it does not start with criu's ${name} magic`);
-  }
+  const not = `it does not start with criu's ${name} magic`;
+  if (bytes.length < 8 || word(0) !== IMG_COMMON_MAGIC || word(4) !== magic) throw new Error(not);
   const out: Uint8Array[] = [];
   for (let at = 8; at < bytes.length;) {
     if (at + 4 > bytes.length) throw new Error(`it ends within an entry's length at byte ${at}`);

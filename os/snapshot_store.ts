@@ -93,9 +93,8 @@ export function storeOf(machine: Machine | undefined): SnapshotStore {
 async function walkTo(where: string): Promise<{ parent: FileHandle; name: string }> {
   const parts = where.split("/").filter(Boolean);
   const name = parts.pop();
-  if (name === undefined || name === "." || name === "..") {
-    throw new Error(`${where} cannot hold a snapshot: give the path of a directory below /`);
-  }
+  const below = `${where} cannot hold a snapshot: give the path of a directory below /`;
+  if (name === undefined || name === "." || name === "..") throw new Error(below);
   let handle = await open("/", DIR);
   let at: string[] = [], links = 0;
   try {
@@ -288,11 +287,9 @@ class FileSnapshotDir implements SnapshotDir {
     }
     const unlisted = (shown: string) =>
       new Error(`${shown} is not part of the snapshot: its manifest does not list it`);
+    const partial = "the snapshot is incomplete, or a copy of it left the";
     const missing = (shown: string, lists: string, what: string) =>
-      new Error(
-        `${shown} is missing, which the manifest lists ${lists}: the snapshot is incomplete, or a ` +
-          `copy of it left the ${what} out`,
-      );
+      new Error(`${shown} is missing, which the manifest lists ${lists}: ${partial} ${what} out`);
     const present = new Set(await readdir(this.#base)), top = o.topFiles ?? [];
     const stray = [...present].find((name) => !bySub.has(name) && !top.includes(name));
     if (stray !== undefined) throw unlisted(`${this.path}/${stray}`);
@@ -420,7 +417,6 @@ class FileSnapshotDir implements SnapshotDir {
 }
 
 function checkName(name: string): void {
-  if (!NAME.test(name) || name.includes("..")) {
-    throw new RangeError(`not a name inside a snapshot: ${JSON.stringify(name)}`);
-  }
+  const not = `not a name inside a snapshot: ${JSON.stringify(name)}`;
+  if (!NAME.test(name) || name.includes("..")) throw new RangeError(not);
 }
