@@ -144,9 +144,8 @@ export function printReports(
   }
   for (const { pid, roomCheck } of reports) {
     if (roomCheck === undefined || typeof roomCheck === "string") continue;
-    print.more(
-      `the GPU room for process ${pid} could not be checked before its restore: ${roomCheck.unknown}`,
-    );
+    const unknown = `the GPU room for process ${pid} could not be checked before its restore`;
+    print.more(`${unknown}: ${roomCheck.unknown}`);
   }
   return reports.every((r) => r.ok) ? 0 : 1;
 }
@@ -227,10 +226,9 @@ export function warnUninspectable(
   const shown = uninspected.slice(0, 8).map((p) => p.pid).join(", ");
   const pids = one ? `pid ${shown}` : `pids ${shown}${count > 8 ? ` and ${count - 8} more` : ""}`;
   const why = `${one ? "" : `pid ${uninspected[0].pid}: `}${uninspected[0].reason}`;
-  print.err(
-    `cuda-checkpoint: ${count} process${one ? "" : "es"} could not be looked at and may be ` +
-      `${one ? "a CUDA process" : "CUDA processes"} (${pids}): ${why}`,
-  );
+  const what = `${count} process${one ? "" : "es"} could not be looked at and may be`;
+  const cuda = one ? "a CUDA process" : "CUDA processes";
+  print.err(`cuda-checkpoint: ${what} ${cuda} (${pids}): ${why}`);
 }
 
 /**

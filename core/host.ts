@@ -217,9 +217,8 @@ export class MemoryHeldRecords implements HeldRecords {
   /** The records kept of processes that ended, without their claims. */
   ended(): Promise<HeldRecord[]> {
     this.#prune();
-    return Promise.resolve(
-      [...this.#records.values()].filter((r) => !this.#alive(r.process)).map(withoutClaim),
-    );
+    const ended = [...this.#records.values()].filter((r) => !this.#alive(r.process));
+    return Promise.resolve(ended.map(withoutClaim));
   }
 
   #prune(): void {

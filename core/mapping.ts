@@ -43,11 +43,8 @@ export function mappingProblems(
     onto.set(newId.toLowerCase(), [...onto.get(newId.toLowerCase()) ?? [], oldId]);
   }
   const left = foreign ? [] : [...fromKey.values()].filter((g) => !named.has(g.uuid.toLowerCase()));
-  if (left.length > 0) {
-    problems.push(
-      `it leaves out ${left.map(describeGpu).join(" and ")} (a mapping names every GPU)`,
-    );
-  }
+  const leaves = `it leaves out ${left.map(describeGpu).join(" and ")} (a mapping names every GPU)`;
+  if (left.length > 0) problems.push(leaves);
   for (const [to, froms] of onto) {
     const gpu = byKey.get(to), same = `it sends ${froms.join(" and ")} onto the same GPU`;
     if (froms.length > 1 && gpu) problems.push(`${same}, ${describeGpu(gpu)}`);

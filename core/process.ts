@@ -193,9 +193,8 @@ export class Handle {
   }
 
   #closedError(): Error {
-    return new Error(
-      `CudaProcess(${this.pid}): this handle has been closed; make a new CudaProcess to go on`,
-    );
+    const closed = "this handle has been closed; make a new CudaProcess to go on";
+    return new Error(`CudaProcess(${this.pid}): ${closed}`);
   }
 }
 

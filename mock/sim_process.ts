@@ -238,9 +238,8 @@ export class SimulatedProcess {
     const gone = `process ${this.pid} exited, and its GPU memory with it (where a restore ` +
       `brought it back, \`machine.process(${this.pid})\` is the process it made)`;
     const never = `process ${this.pid} has no GPU memory: it never used CUDA`;
-    return this.#memory ? Promise.resolve(this.#memory.chunkedSha256()) : Promise.reject(
-      new Error(this.usesCuda && this.#exited ? gone : never),
-    );
+    if (this.#memory) return Promise.resolve(this.#memory.chunkedSha256());
+    return Promise.reject(new Error(this.usesCuda && this.#exited ? gone : never));
   }
 
   /**
@@ -408,9 +407,7 @@ export class SimulatedProcess {
 
   /** @internal wakes blocked CUDA work to look again */
   wake(): void {
-    const waiters = this.#runWaiters;
-    this.#runWaiters = [];
-    for (const w of waiters) w();
+    for (const w of this.#runWaiters.splice(0)) w();
   }
 
   /** @internal what it has under way, or `undefined` */

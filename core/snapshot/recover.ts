@@ -42,13 +42,10 @@ export async function recoverFrom(
   try {
     const where = snap.path;
     const session = sessionOf(machine);
-    if (trace.by && await session.isStill(trace.by)) {
-      const by = trace.by.pid;
-      throw refuse(
-        `the snapshot in ${where} is still under way: process ${by} is taking it (stop it with ` +
-          `Ctrl-C or kill -TERM ${by}: it puts the processes back itself)`,
-      );
-    }
+    const by = trace.by?.pid;
+    const still = `the snapshot in ${where} is still under way: process ${by} is taking it (stop ` +
+      `it with Ctrl-C or kill -TERM ${by}: it puts the processes back itself)`;
+    if (trace.by && await session.isStill(trace.by)) throw refuse(still);
     const alive: number[] = [], gone: number[] = [];
     // Where the host cannot tell, each is taken as there: the driver says where it is not.
     for (const p of trace.processes) {
