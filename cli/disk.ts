@@ -160,13 +160,12 @@ async function recover(c: RecoverCommand, machine: Machine, progress: Progress |
   const onProgress = progress && ((e: SnapshotEvent) => progress.event(e));
   const r = await recoverSnapshotAs(c.kind, c.dir, { machine, checkRoom: c.checkRoom, onProgress });
   const list = (pids: readonly number[]) => pids.length > 0 ? pids.join(", ") : "none";
+  const gone = `gone (ended, or the pid is another process's): ${list(r.gone)}`;
   return {
     fields: r,
     lines: [
       `resumed: ${list(r.resumed)}`,
-      ...(r.gone.length > 0
-        ? [`gone (ended, or the pid is another process's): ${list(r.gone)}`]
-        : []),
+      ...(r.gone.length > 0 ? [gone] : []),
       r.complete
         ? `the snapshot in ${r.dir} is complete, and kept; its trace was removed`
         : `removed what the interrupted snapshot had written in ${r.dir}`,

@@ -270,9 +270,8 @@ function perSecond(bytesPerMs: number): string {
 /** `4.4 s left`, `11 s left`, `3 min left`. */
 function timeLeft(ms: number): string {
   const s = ms / 1000;
-  return s < 100
-    ? `${s < 10 ? s.toFixed(1) : Math.round(s)} s left`
-    : `${Math.round(s / 60)} min left`;
+  if (s >= 100) return `${Math.round(s / 60)} min left`;
+  return `${s < 10 ? s.toFixed(1) : Math.round(s)} s left`;
 }
 
 /** `34.83 GB`, `512.0 MB`, `4.1 kB`, `312 B`. */

@@ -198,9 +198,7 @@ async function phase(working: readonly Working[], n: 1 | 2, ctx: JobContext, bac
 /** Brings every member that moved back, phase by phase; resolves to whether a done one was. */
 async function rollBack(working: readonly Working[], ctx: JobContext): Promise<boolean> {
   await Promise.all(working.map(async (w) => {
-    const way = w.report.status === "unchanged"
-      ? undefined
-      : await wayBack(w.target, w.report, w.failure);
+    const way = w.report.status !== "unchanged" && await wayBack(w.target, w.report, w.failure);
     if (way) w.back = { way, steps: [] };
   }));
   for (const n of [1, 2] as const) await phase(working, n, ctx, true);

@@ -65,14 +65,12 @@ export class GpuRoomError extends RefusedError {
     init: { operation: string; pid?: number; shortage: RoomShortage; who?: string; note?: string },
   ) {
     const s = init.shortage;
-    const claimed = s.claimedMiB > 0
-      ? `, ${mib(s.claimedMiB)} of it claimed by other restores`
-      : "";
+    const others = s.claimedMiB > 0 ? `, ${mib(s.claimedMiB)} of it claimed by other restores` : "";
     super({
       ...untouched(init),
       code: "NO_ROOM",
       reason: `${init.who ?? "it"} need${init.who ? "" : "s"} ${mib(s.neededMiB)} on ${s.gpu}, ` +
-        `which has ${mib(s.freeMiB)} free${claimed}${init.note ? `; ${init.note}` : ""}`,
+        `which has ${mib(s.freeMiB)} free${others}${init.note ? `; ${init.note}` : ""}`,
       detail: init.pid !== undefined
         ? STILL_CHECKPOINTED
         : "nothing was changed: free memory there, or restore onto other GPUs with a mapping",

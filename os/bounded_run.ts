@@ -212,10 +212,8 @@ async function endRun(
   }
   const childrenLeft = children.filter(stays);
   const now = await procTable();
-  const continued = worksOn.filter((p) =>
-    now.has(p) && signalSame(p, now.get(p)!.start, "SIGCONT")
-  );
-  return { why, afterMs: Math.round(afterMs), killed, children, childrenLeft, continued };
+  const woken = worksOn.filter((p) => now.has(p) && signalSame(p, now.get(p)!.start, "SIGCONT"));
+  return { why, afterMs: Math.round(afterMs), killed, children, childrenLeft, continued: woken };
 }
 
 /** Sends `signal` to each pid; one already gone (or not yet reaped) is no error. */
