@@ -16,7 +16,7 @@ import { SimulatedMachine, type SpawnOptions } from "../mock/mod.ts";
 import { loadSimulator, SIMULATOR_SNAPSHOT_FORMAT } from "../mock/state_file.ts";
 import { SimulatorSnapshotError, snapshotSimulator } from "../mock/state_file.ts";
 import { checkPrivate, errorCode, pathTrouble, privateDirectory } from "../os/private.ts";
-import { writePrivately } from "../os/private.ts";
+import { type Refuse, writePrivately } from "../os/private.ts";
 
 /** The file name of the state file in its directory, by default. */
 export const SIMULATED_STATE_FILE = "simulated-machine.json";
@@ -156,12 +156,10 @@ export async function openSimulatedMachine(
     },
     async save() {
       check("save it");
-      await writePrivately(
-        file,
-        JSON.stringify(snapshotSimulator(opened.machine), null, 2) + "\n",
-        (at, message, cause) =>
-          new SimulatedStateError(at, `the simulated machine's state file: ${message}`, { cause }),
-      );
+      const text = JSON.stringify(snapshotSimulator(opened.machine), null, 2) + "\n";
+      const refuse: Refuse = (at, message, cause) =>
+        new SimulatedStateError(at, `the simulated machine's state file: ${message}`, { cause });
+      await writePrivately(file, text, refuse);
     },
     async reset() {
       check("reset it");
@@ -258,10 +256,8 @@ async function lock(file: string, timeoutMs: number): Promise<() => Promise<void
       await writeFile(lockFile, `${process.pid}\n`, { flag: "wx", mode: 0o600 });
       return () => rm(lockFile, { force: true });
     } catch (err) {
-      const cannot = `cannot make the simulated machine's lock file ${lockFile}: ${messageOf(err)}`;
-      if (errorCode(err) !== "EEXIST") {
-        throw new SimulatedStateError(lockFile, cannot, { cause: err });
-      }
+      const why = `cannot make the simulated machine's lock file ${lockFile}: ${messageOf(err)}`;
+      if (errorCode(err) !== "EEXIST") throw new SimulatedStateError(lockFile, why, { cause: err });
     }
     const holder = await lockHolder(lockFile);
     if (holder === "abandoned") await rm(lockFile, { force: true });

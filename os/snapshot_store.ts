@@ -21,7 +21,7 @@ import type { Machine } from "../core/machine.ts";
 import { digestOf, type DigestSource, PieceHasher } from "./digest.ts";
 import { seal } from "./digest_seal.ts";
 import { errorCode, myUid, ownerFault, pathTrouble, pinned } from "./private.ts";
-import { readSmallFile, writePrivately } from "./private.ts";
+import { readSmallFile, type Refuse, writePrivately } from "./private.ts";
 import { workDir } from "./trusted.ts";
 
 const { O_RDONLY, O_DIRECTORY, O_NOFOLLOW, O_NONBLOCK } = constants;
@@ -243,11 +243,9 @@ class FileSnapshotDir implements SnapshotDir {
   async writeFile(name: string, text: string): Promise<void> {
     checkName(name);
     // Named by the path the user knows, not the pinned one it is written through.
-    await writePrivately(
-      `${this.#base}/${name}`,
-      text,
-      (_file, message, cause) => new Error(message.replaceAll(this.#base, this.path), { cause }),
-    );
+    const refuse: Refuse = (_file, message, cause) =>
+      new Error(message.replaceAll(this.#base, this.path), { cause });
+    await writePrivately(`${this.#base}/${name}`, text, refuse);
     if (!this.#created.includes(name)) this.#created.push(name);
     await this.#handle.sync();
   }
