@@ -198,8 +198,7 @@ export async function timed(
 ): Promise<void> {
   const rollback = "rollback" in of;
   const settings = rollback ? ROLLBACK_SETTINGS : of.settings;
-  const clock = clockOf(target.machine);
-  const t0 = clock.now();
+  const clock = clockOf(target.machine), t0 = clock.now();
   hooks.stepStarted?.(step, rollback);
   let ok = false;
   try {

@@ -92,11 +92,9 @@ export function reasonOf(error: unknown, path?: string): string {
  * permission; when nothing opens, listing every path tried with its reason and what to do.
  */
 export function findLibcuda<T>(options: FindLibcudaOptions<T>): FoundLibcuda<T> {
-  if (options.platform !== undefined && options.platform !== "linux") {
-    const only = `CUDA checkpointing is Linux-only: NVIDIA's checkpoint API ` +
-      `(cuCheckpointProcess*) exists only in the Linux driver, and this is ${options.platform}`;
-    throw new DriverLoadError(only);
-  }
+  const only = `CUDA checkpointing is Linux-only: NVIDIA's checkpoint API (cuCheckpointProcess*) ` +
+    `exists only in the Linux driver, and this is ${options.platform}`;
+  if ((options.platform ?? "linux") !== "linux") throw new DriverLoadError(only);
   let fromEnv: string | undefined, envNote = "";
   try {
     if (!options.libraryPath) fromEnv = options.getEnv?.(LIBCUDA_ENV_VAR);

@@ -159,9 +159,7 @@ async function check(run: Run, roots: readonly number[], allowIpcImport: boolean
   checkDisjoint(listed);
   const probe = await run.probing;
   const report = await askGpuMemory(machine);
-  const trees = await Promise.all(
-    listed.map(({ root, tree }) => describeTree(root, tree, machine, report)),
-  );
+  const trees = await Promise.all(listed.map((t) => describeTree(t.root, t.tree, machine, report)));
   // Each tree's running CUDA processes: those it suspends, and puts back on failure.
   const running = trees.map((t) => t.processes.filter((p) => p.cuda?.state === "running"));
   const session = sessionOf(machine);
@@ -229,8 +227,7 @@ async function suspend(t: Taken, pids: readonly number[]): Promise<boolean> {
 
 /** Dumps the `i`th tree in one of the engine's slots, sealing its images as they are written. */
 async function dump(t: Taken, i: number): Promise<void> {
-  const { run } = t;
-  const root = t.trees[i].root;
+  const { run } = t, root = t.trees[i].root;
   await run.slots.run(async () => {
     if (run.signal.aborted) return;
     if (t.times.dump === undefined) {
