@@ -73,7 +73,7 @@ try {
     // GPU UUID pairs, as the command line's --device-map (tests/gpu/nccl_job.sh swaps two GPUs).
     const pairs = (values["device-map"] ?? "").split(",").filter(Boolean).map((p) => p.split("="));
     const gpuMapping = pairs.length > 0 ? Object.fromEntries(pairs) : undefined;
-    const waits: string[] = []; // criu's restore again after a wait (a port in TIME_WAIT)
+    const waits: string[] = []; // the restore's waits before criu runs (a port in TIME_WAIT)
     const onProgress = (e: SnapshotEvent) =>
       e.type === "wait" && waits.push(`${e.ms} ms: ${e.why}`);
     const back = await restoreSnapshot(values.dir, { machine, gpuMapping, onProgress });
