@@ -343,16 +343,29 @@ describe("a snapshot and its restore", () => {
     await snapshot([a.pid, b.pid], dir, { machine: sim });
     const criu = sim.engine, restored: number[] = [];
     const held = `sockets open on this host hold ports the tree of ${b.pid} binds: 8080 (LISTEN)`;
+    // a's tree waits (a port in TIME_WAIT) till it is stopped; b's is refused meanwhile.
+    let stopped = false;
+    const waits = (r: RestoreRequest) =>
+      new Promise<void>((_, reject) => {
+        r.onWait!(60_000, "port 5000 held in TIME_WAIT on this host");
+        r.signal!.addEventListener("abort", () => {
+          stopped = true;
+          reject(new EngineError("stopped while it waited"));
+        });
+      });
     const engine = {
       ...restoringWith(criu, (r) => (restored.push(r.root), criu.restore(r))),
       ready: (r: RestoreRequest) =>
-        r.root === b.pid ? Promise.reject(new EngineError(held)) : Promise.resolve(),
+        r.root === b.pid
+          ? sim.clock.sleep(10).then(() => Promise.reject(new EngineError(held)))
+          : waits(r),
     };
     const err = await restoreSnapshot(dir, { machine: machineWith(sim, { engine }) })
       .catch((e) => e);
     assert.ok(err instanceof RefusedError, String(err));
     assert.equal(err.code, "PREREQUISITE");
     assert.equal(err.message, `restoreSnapshot refused: ${held}`);
+    assert.ok(stopped, "the other tree's wait was stopped");
     assert.deepEqual(restored, [], "no tree restored");
     // Once the port is free, the same snapshot comes back.
     await restoreSnapshot(dir, { machine: sim });

@@ -193,19 +193,6 @@ async function check(r: Restoring): Promise<void> {
     throw prerequisite(o.operation, other);
   }
   await checkPidsFree(manifest, run.host, o.operation);
-  await Promise.all(manifest.trees.map(async (t) => {
-    const left = run.deadline.left(), { root } = t;
-    await engine.ready?.({
-      root,
-      imagesDir: await r.dir.enginePath(t.images),
-      signal: run.signal,
-      ...(left !== undefined ? { timeoutMs: left } : {}),
-      onWait: (ms, why) => run.tell({ type: "wait", root, ms, why, at: 0 }),
-    }).catch((err) => {
-      run.notBegun("restore");
-      throw err instanceof EngineError ? prerequisite(o.operation, err.message) : err;
-    });
-  }));
   const gpus = await run.listing;
   r.pairs = o.gpuMapping ?? derivedMapping(manifest.gpus, gpus, o.operation);
   // From the snapshot's GPUs; then, completed, as the GPU half will check it (every GPU here).
@@ -218,8 +205,32 @@ async function check(r: Restoring): Promise<void> {
     const who = "the snapshot's processes";
     await sessionOf(run.machine).room.fits(need, { operation: o.operation, who });
   }
+  await treesReady(r);
   if (o.signal?.aborted) run.notBegun("restore", "it was aborted");
   r.times.checked = r.times.restored = run.at();
+}
+
+/**
+ * Last of the checks, as it may wait: asks the engine whether each tree can come back here (criu:
+ * its ports free); one refused stops the others' waits, and the restore is refused (`PREREQUISITE`).
+ */
+async function treesReady(r: Restoring): Promise<void> {
+  const { run, o } = r, { engine } = run, refused = new AbortController();
+  const signal = AbortSignal.any([run.signal, refused.signal]);
+  await Promise.all(r.manifest.trees.map(async (t) => {
+    const left = run.deadline.left(), { root } = t;
+    await engine.ready?.({
+      root,
+      imagesDir: await r.dir.enginePath(t.images),
+      signal,
+      ...(left !== undefined ? { timeoutMs: left } : {}),
+      onWait: (ms, why) => run.tell({ type: "wait", root, ms, why, at: 0 }),
+    }).catch((err) => {
+      refused.abort();
+      run.notBegun("restore");
+      throw err instanceof EngineError ? prerequisite(o.operation, err.message) : err;
+    });
+  }));
 }
 
 /** Phase 2: every tree back, the CUDA processes resumed as one job, each as its tree is back. */

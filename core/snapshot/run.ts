@@ -40,8 +40,8 @@ export type SnapshotPhase =
  * CUDA process's GPU memory in MiB by pid for `suspend`, `restore` and `resume`, the images' bytes
  * for `restore`), image bytes written so far by one tree's dump (the engine's count), one tree done
  * (`tree-end`: its images sealed after its dump, or read back by its restore, `bytes` as the
- * manifest lists its files), the engine waiting `ms` before it restores a tree again (`why`: a
- * port held in TIME_WAIT), or a step of one CUDA process (the group operations' events). Times
+ * manifest lists its files), the engine waiting `ms` till it can restore a tree, among the checks
+ * (`why`: a port held in TIME_WAIT), or a step of one CUDA process (the group operations' events). Times
  * are ms since the call.
  */
 export type SnapshotEvent =
