@@ -64,11 +64,8 @@ export async function portsFree(request: RestoreRequest): Promise<number> {
     .then((b) => boundPorts(new Uint8Array(b))).catch(() => []);
   const start = performance.now(), took = () => performance.now() - start;
   for (let slept = 0;;) {
-    const ports: number[] = []; // one at a time: two probes of one port would hold it from each other
-    for (const b of bound) if (!ports.includes(b.port) && !await bindable(b)) ports.push(b.port);
+    const { ports, holders } = await look(bound);
     if (ports.length === 0) return slept;
-    const tables = ["tcp", "tcp6"].map((f) => readFile(`/proc/net/${f}`, "utf8").catch(() => ""));
-    const holders = portHolders((await Promise.all(tables)).join("\n"), ports);
     const live = Map.groupBy(holders.filter((h) => h.leftMs === undefined), (h) => h.port);
     if (live.size > 0) {
       const count = (n: number) => n > 1 ? ` x${n}` : "";
@@ -93,13 +90,30 @@ export async function portsFree(request: RestoreRequest): Promise<number> {
       const held = `the tree of ${root} binds port ${ports.join(", ")}, which this host holds`;
       throw new EngineError(`${held} in ${state} for ${s} s more, ${left}`);
     }
-    request.onWait?.(ms, why);
     const stopped = `the restore of the tree of ${root} was stopped while it waited for ${why}`;
+    if (request.signal?.aborted) throw new EngineError(stopped);
+    request.onWait?.(ms, why);
     await clockOf({}).sleep(ms, request.signal).catch(() => {
       throw new EngineError(stopped);
     });
     slept += ms;
   }
+}
+
+/** This process's rounds of {@link look}, one at a time: one tree's probe is no holder of another's. */
+let rounds: Promise<unknown> = Promise.resolve();
+
+/** The ports of `bound` this host will not let a socket bind now, and its sockets on them. */
+function look(bound: readonly Bound[]): Promise<{ ports: number[]; holders: PortHolder[] }> {
+  const round = rounds.then(async () => {
+    const ports: number[] = []; // one at a time: two probes of one port would hold it from each other
+    for (const b of bound) if (!ports.includes(b.port) && !await bindable(b)) ports.push(b.port);
+    if (ports.length === 0) return { ports, holders: [] };
+    const tables = ["tcp", "tcp6"].map((f) => readFile(`/proc/net/${f}`, "utf8").catch(() => ""));
+    return { ports, holders: portHolders((await Promise.all(tables)).join("\n"), ports) };
+  });
+  rounds = round.catch(() => {});
+  return round;
 }
 
 /**

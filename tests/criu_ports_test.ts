@@ -210,6 +210,21 @@ describe("ports a restore needs", () => {
       assert.ok(ran(), "criu ran");
     }));
 
+  test("a port a listener with SO_REUSEPORT holds (as NCCL's RAS on 28028): criu runs, as it binds with SO_REUSEPORT too", () =>
+    inScratch(async (s) => {
+      const server = net.createServer();
+      const options = { host: "127.0.0.1", port: 0, reusePort: true };
+      await new Promise<void>((resolve) => server.listen(options, resolve));
+      try {
+        const port = (server.address() as net.AddressInfo).port;
+        const { engine, ran, images } = setUp(s.dir, port);
+        await engine.restore({ root: 4242, imagesDir: images, timeoutMs: 5000 });
+        assert.ok(ran(), "criu ran");
+      } finally {
+        await new Promise((resolve) => server.close(resolve));
+      }
+    }));
+
   test("a port a listening socket holds now: refused before criu runs, naming the port and its holder", () =>
     inScratch(async (s) => {
       const server = await listening();
