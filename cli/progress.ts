@@ -147,7 +147,7 @@ export class Progress {
     } else if (e.type === "bytes") this.#written.set(e.root, e.bytes);
     else if (e.type === "tree-end" && e.how === "restored") {
       [this.#read, this.#readAt] = [this.#read + e.bytes, now];
-    } else if (e.type === "wait") {
+    } else if (e.type === "wait" && now + e.ms > this.#wait.until) { // the longest of trees' waits
       this.#wait = { until: now + e.ms, why: e.why };
       this.#since = Math.max(this.#since, now + e.ms); // the images' estimate starts after it
     }

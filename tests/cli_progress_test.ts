@@ -253,19 +253,22 @@ describe("the live line on a terminal", () => {
     narrow.stop();
   });
 
-  test("a restore's wait for a port in TIME_WAIT: counted down, then the images' estimate from its end", () => {
+  test("a restore's waits for ports in TIME_WAIT, among its checks: the longest counted down, then the images' estimate", () => {
     let now = 0;
     const clock = { now: () => now, sleep: () => Promise.resolve(), timer: () => () => {} };
     const print = new Printer({ stdout: () => {}, stderr: () => {}, isTerminal: true });
     const line = new Progress(print, clock, { columns: 120 }, false);
-    line.event({ type: "phase", phase: "restore", at: 0, imageBytes: 4e9 });
+    line.event({ type: "phase", phase: "check", at: 0 });
     const why = "port 45265 held in TIME_WAIT on this host";
     line.event({ type: "wait", root: 4242, ms: 57_250, why, at: 0 });
-    now = 1000;
-    assert.equal(line.text(), `restoring the process trees 1.0 s: waiting 57 s more: ${why}`);
+    now = 1000; // another tree's shorter wait: the longer one is what the restore waits for
+    line.event({ type: "wait", root: 4343, ms: 2000, why: "port 5000 held in TIME_WAIT", at: 0 });
+    assert.equal(line.text(), `checking 1.0 s: waiting 57 s more: ${why}`);
     now = 57_000;
-    assert.equal(line.text(), `restoring the process trees 57.0 s: waiting 1 s more: ${why}`);
-    now = 58_250; // 1 s after it: criu's usual 2 GB/s, not 58 s of it
+    assert.equal(line.text(), `checking 57.0 s: waiting 1 s more: ${why}`);
+    now = 57_250;
+    line.event({ type: "phase", phase: "restore", at: 0, imageBytes: 4e9 });
+    now = 58_250; // 1 s into the restore: criu's usual 2 GB/s, not 58 s of it
     assert.equal(
       line.text(),
       "restoring the process trees 58.3 s: ~2.0 of 4.0 GB, ~2.0 GB/s, ~1.0 s left",
