@@ -153,8 +153,7 @@ function parse(args: readonly string[], sub: string | undefined): Command {
       seen.words.push(arg);
       continue;
     }
-    const isLong = arg.startsWith("--");
-    const eq = isLong ? arg.indexOf("=") : -1;
+    const isLong = arg.startsWith("--"), eq = isLong ? arg.indexOf("=") : -1;
     const name = isLong ? (eq < 0 ? arg : arg.slice(0, eq)) : arg.slice(0, 2);
     let inline = isLong ? (eq < 0 ? undefined : arg.slice(eq + 1)) : arg.slice(2) || undefined;
     if (name === "--launch-job" || name === "-j") no(FROM_590);

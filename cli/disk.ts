@@ -223,8 +223,7 @@ function processLines(m: Manifest): string[] {
  * memory it copies, and writes only what was written to it).
  */
 function summary(m: Manifest, counted?: number): string {
-  const all = m.trees.flatMap((t) => t.processes);
-  const cuda = all.filter((p) => p.cuda);
+  const all = m.trees.flatMap((t) => t.processes), cuda = all.filter((p) => p.cuda);
   const mib = Math.round(cuda.reduce((sum, p) => sum + mibOf(p), 0));
   const bytes = imageBytes(m);
   const other = counted !== undefined && Math.abs(counted - bytes) > 0.01 * Math.max(counted, bytes)

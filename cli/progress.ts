@@ -162,8 +162,7 @@ export class Progress {
 
   /** The line as it would be drawn now, without its control characters. */
   text(): string {
-    const now = this.#now();
-    const total = this.#o.total ?? 0;
+    const now = this.#now(), total = this.#o.total ?? 0;
     const label = this.#o.labels?.[this.#phase] ?? PHASES[this.#phase] ?? this.#phase;
     const one = total === 1 ? [...this.#steps.values()][0] : undefined;
     const figures = now < this.#wait.until
@@ -211,8 +210,7 @@ export class Progress {
     let done = 0, rate = 0, left = 0;
     const total = this.#sum(this.#moving);
     for (const pid of this.#moving) {
-      const bytes = this.#held.get(pid)!;
-      const s = this.#steps.get(pid);
+      const bytes = this.#held.get(pid)!, s = this.#steps.get(pid);
       const running = s && RATES[s.step] ? s : undefined;
       const expected = this.#phase === "suspend" ? "checkpoint" : this.#o.expect ?? "checkpoint";
       const r = this.#rate(running?.step ?? expected);

@@ -249,8 +249,7 @@ async function headOf(file: string): Promise<string | undefined> {
  * abandoned lock: a race a simulator accepts); resolves to the function that lets go.
  */
 async function lock(file: string, timeoutMs: number): Promise<() => Promise<void>> {
-  const lockFile = `${file}.lock`;
-  const deadline = Date.now() + timeoutMs;
+  const lockFile = `${file}.lock`, deadline = Date.now() + timeoutMs;
   for (;;) {
     try {
       await writeFile(lockFile, `${process.pid}\n`, { flag: "wx", mode: 0o600 });

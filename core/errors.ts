@@ -96,8 +96,7 @@ export class CudaError extends CheckpointError {
 
   /** Made where the driver failed (public for tests); `codeName` and `description` the driver's. */
   constructor(init: ErrorPlace & { code: number; codeName?: string; description?: string }) {
-    const known = CU_RESULTS[init.code];
-    const name = init.codeName ?? known?.name;
+    const known = CU_RESULTS[init.code], name = init.codeName ?? known?.name;
     const description = init.description ?? known?.description;
     const subject = subjectOf(init);
     const said = description ?? "the driver gives no description";

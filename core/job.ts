@@ -175,8 +175,7 @@ async function planOf(m: JobMember, target: Turn, ctx: JobContext): Promise<Work
 async function phase(working: readonly Working[], n: 1 | 2, ctx: JobContext, back = false) {
   let failed = false;
   await Promise.all(working.map(async (w) => {
-    const left = back ? w.back?.way : w.left;
-    const step = left?.[0];
+    const left = back ? w.back?.way : w.left, step = left?.[0];
     if (step === undefined || jobPhase(step) !== n) return;
     const pid = w.member.proc.pid;
     try {

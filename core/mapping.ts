@@ -28,8 +28,7 @@ export function mappingProblems(
   const foreign = !from && pairs.every((p) => !byKey.has(key(p.oldUuid)));
   const seen = from ? "the snapshot" : "this machine";
   const problems: string[] = [];
-  const named = new Set<string>();
-  const onto = new Map<string, string[]>();
+  const named = new Set<string>(), onto = new Map<string, string[]>();
   for (const pair of pairs) {
     const [oldId, newId] = [formatGpuUuid(pair.oldUuid), formatGpuUuid(pair.newUuid)];
     const source = fromKey.get(oldId.toLowerCase()), target = byKey.get(newId.toLowerCase());

@@ -45,8 +45,7 @@ export function encodeGpuPairs(pairs: readonly GpuPair[]): Uint8Array {
  * native driver passes 0 and lets the thread that makes the call fill in the address.
  */
 export function encodeRestoreArgs(pairsPointer: bigint, count: number): Uint8Array {
-  const buf = nativeBuffer(ARGS_STRUCT_SIZE);
-  const view = new DataView(buf.buffer);
+  const buf = nativeBuffer(ARGS_STRUCT_SIZE), view = new DataView(buf.buffer);
   view.setBigUint64(RESTORE_ARGS_PAIRS_OFFSET, pairsPointer, true);
   view.setUint32(8, count, true);
   return buf;

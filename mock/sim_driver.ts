@@ -255,8 +255,7 @@ export class SimulatedDriver implements CheckpointDriver {
 
   /** `fn` in the process's turn, after the calls on it under way. */
   async #serially(proc: SimulatedProcess, fn: () => Promise<Answer>): Promise<Answer> {
-    const waitingFor = proc.busy;
-    const issued = this.#machine.now();
+    const waitingFor = proc.busy, issued = this.#machine.now();
     const done = await proc.turn();
     try {
       const waited = this.#machine.now() - issued;

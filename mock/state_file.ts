@@ -180,8 +180,7 @@ function readSnapshot(value: unknown): SimulatorSnapshot {
     };
   });
   gpus.forEach((g, i) => {
-    const first = gpus.findIndex((o) => o.uuid === g.uuid);
-    const at = `gpus[${i}].uuid`;
+    const first = gpus.findIndex((o) => o.uuid === g.uuid), at = `gpus[${i}].uuid`;
     if (first !== i) read.refuse(at, `${at} ${g.uuid} is also GPU ${first}'s`);
   });
   const nextPid = read.integer(top.nextPid, "nextPid", 1, MAX_PID);

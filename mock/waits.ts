@@ -43,8 +43,7 @@ export class CopyLink {
   }
 
   #advance(): void {
-    const now = this.#timers.now();
-    const dt = now - this.#last;
+    const now = this.#timers.now(), dt = now - this.#last;
     this.#last = now;
     if (dt > 0) { for (const t of this.#active) t.remaining -= this.#rate(t) * dt; }
   }

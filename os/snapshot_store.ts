@@ -91,8 +91,7 @@ export function storeOf(machine: Machine | undefined): SnapshotStore {
  * directory, anyone may have planted one), as the kernel's `protected_symlinks` would have it.
  */
 async function walkTo(where: string): Promise<{ parent: FileHandle; name: string }> {
-  const parts = where.split("/").filter(Boolean);
-  const name = parts.pop();
+  const parts = where.split("/").filter(Boolean), name = parts.pop();
   const below = `${where} cannot hold a snapshot: give the path of a directory below /`;
   if (name === undefined || name === "." || name === "..") throw new Error(below);
   let handle = await open("/", DIR);

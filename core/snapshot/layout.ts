@@ -132,8 +132,7 @@ export async function openSnapshot(
   const refuse = (reason: string) => snapshotRefusal(operation, reason);
   const what = "cannot be read as a snapshot";
   return await openedFor(store, { path, operation, what }, async (dir, read) => {
-    const where = dir.path;
-    const text = await read(MANIFEST_FILE, MANIFEST_MAX_BYTES);
+    const where = dir.path, text = await read(MANIFEST_FILE, MANIFEST_MAX_BYTES);
     const interrupted = `${where} holds ${TRACE_FILE}: the snapshot taken there was interrupted`;
     const before = text === undefined ? "" : " before it had ended its processes";
     const recover = `\`cuda-checkpoint recover ${where}\` resumes the processes it left suspended`;

@@ -167,8 +167,7 @@ function checkFormat(r: StrictReader, data: unknown): void {
 /** The trees, each with its processes; every pid and thread id once over all of them. */
 function readTrees(r: StrictReader, value: unknown, gpus: ReadonlySet<string>): ManifestTree[] {
   const trees = r.array(value, "trees").map((t, i) => {
-    const at = `trees[${i}]`;
-    const o = r.object(t, at, ["root", "images", "processes"]);
+    const at = `trees[${i}]`, o = r.object(t, at, ["root", "images", "processes"]);
     const root = r.integer(o.root, `${at}.root`, 1, MAX_PID);
     const images = r.string(o.images, `${at}.images`);
     if (images !== treeDirName(root)) r.fail(`${at}.images`, `"${treeDirName(root)}"`, images);
@@ -196,8 +195,7 @@ function readFiles(r: StrictReader, value: unknown, trees: readonly ManifestTree
   const treeDirs = new Map(trees.map((t) => [t.images, 0]));
   const paths = new Set<string>();
   const files = r.array(value, "files").map((f, i): SnapshotFile => {
-    const at = `files[${i}]`;
-    const o = r.object(f, at, ["path", "bytes", "chunkedSha256"]);
+    const at = `files[${i}]`, o = r.object(f, at, ["path", "bytes", "chunkedSha256"]);
     const path = r.string(o.path, `${at}.path`);
     const inside = "a file inside a tree's images directory (tree-<pid>/<name>)";
     if (!FILE_PATH.test(path) || path.includes("..")) r.fail(`${at}.path`, inside, path);
@@ -250,8 +248,7 @@ function readProcess(
 /** GPUs as a manifest (or the simulated criu) lists them, each once, `min` at least. @internal */
 export function readGpus(r: StrictReader, value: unknown, field: string, min = 0): ManifestGpu[] {
   const gpus: ManifestGpu[] = r.array(value, field, min, 1024).map((g, i) => {
-    const at = `${field}[${i}]`;
-    const o = r.object(g, at, ["index", "uuid", "name"], ["totalMiB"]);
+    const at = `${field}[${i}]`, o = r.object(g, at, ["index", "uuid", "name"], ["totalMiB"]);
     return {
       index: r.integer(o.index, `${at}.index`, 0, 1023),
       uuid: r.uuid(o.uuid, `${at}.uuid`),

@@ -121,8 +121,7 @@ export async function restoreFrom(
 ): Promise<RestoreSnapshotResult> {
   const run = new Run(machine, o.operation, o);
   // The digests left for later go on until the restore ends, or stops.
-  const ended = new AbortController();
-  const verify = AbortSignal.any([run.signal, ended.signal]);
+  const ended = new AbortController(), verify = AbortSignal.any([run.signal, ended.signal]);
   try {
     run.phase("check");
     // Where the engine can hold trees stopped, memory images are digested while it loads them.
@@ -172,8 +171,7 @@ export async function restoreFrom(
 
 /** Phase 1: checks everything, changes nothing; the mapping and what runs go in the record. */
 async function check(r: Restoring): Promise<void> {
-  const { run, o, manifest } = r;
-  const probe = await run.probing;
+  const { run, o, manifest } = r, probe = await run.probing;
   const { engine } = run, dumped = manifest.engine;
   const older = dumped.kind === engine.kind && dumped.version && probe.version &&
     olderVersion(probe.version, dumped.version, 2);
@@ -328,8 +326,7 @@ async function outcome(
   r: Restoring,
   result: GroupResult | undefined,
 ): Promise<RestoreSnapshotResult> {
-  const { run, manifest } = r;
-  const stopped = run.stopped();
+  const { run, manifest } = r, stopped = run.stopped();
   const short = stopped && r.whole < manifest.trees.length;
   if (run.failure !== undefined || short) throw await rollBack(r, stopped);
   if (result && !result.ok) throw await resumeFailed(r, result);

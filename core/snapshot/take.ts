@@ -305,8 +305,7 @@ async function writeManifest(t: Taken): Promise<Manifest> {
 async function end(t: Taken, manifest: Manifest): Promise<void> {
   const { run, o, out } = t;
   // Until the processes are ended, a stop still puts everything back (the manifest removed too).
-  const stopped = run.stopped();
-  const message = `snapshot stopped at its end: ${stopped}`;
+  const stopped = run.stopped(), message = `snapshot stopped at its end: ${stopped}`;
   if (stopped) throw await rollBack(t, { code: "STOPPED", message });
   run.phase("end");
   if (o.leaveRunning) {
