@@ -20,6 +20,7 @@ import { olderVersion } from "../core/version.ts";
 import { endedSentence, type RunBound, runBounded, signalEach, treeOf } from "./bounded_run.ts";
 import { parsePstree } from "./criu_images.ts";
 import { portsFree } from "./criu_ports.ts";
+import { muteConnections } from "./mute.ts";
 import { myUid } from "./private.ts";
 import { trustedLibraryDir, trustedProgram, workDir } from "./trusted.ts";
 
@@ -78,6 +79,8 @@ class CriuEngine implements SnapshotEngine {
   readonly parallel: number = availableParallelism();
   readonly #o: CriuEngineOptions & Required<Pick<CriuEngineOptions, "extraArgs" | "env">>;
   #probe: Promise<EngineProbe> | undefined;
+  /** The processes of dumps with `tcpEstablished`, till they are killed. */
+  readonly #connected = new Set<number>();
 
   constructor(options: CriuEngineOptions) {
     const absolute = (v: unknown) => v === undefined || typeof v === "string" && path.isAbsolute(v);
@@ -153,7 +156,9 @@ class CriuEngine implements SnapshotEngine {
       if (request.signal?.aborted) throw new EngineError(stopped, { log: log.shown });
       const pstree = path.join(request.imagesDir, "pstree.img");
       try {
-        return parsePstree(new Uint8Array(await readFile(pstree)));
+        const dumped = parsePstree(new Uint8Array(await readFile(pstree)));
+        if (request.tcpEstablished) { for (const p of dumped) this.#connected.add(p.pid); }
+        return dumped;
       } catch (err) {
         const unread = `criu's ${await shownPath(pstree)} cannot be read: ${messageOf(err)}`;
         throw new EngineError(unread, { log: log.shown });
@@ -199,7 +204,11 @@ class CriuEngine implements SnapshotEngine {
 
   readonly ready = async (request: RestoreRequest) => void await portsFree(request);
   readonly stop = (pids: readonly number[]) => Promise.try(signalEach, pids, "SIGSTOP");
-  readonly kill = (pids: readonly number[]) => Promise.try(signalEach, pids, "SIGKILL");
+  /** Ends `pids`; those a dump took with their TCP connections end these silently, as criu does. */
+  readonly kill = async (pids: readonly number[]) => {
+    await muteConnections(pids.filter((p) => this.#connected.delete(p)));
+    signalEach(pids, "SIGKILL");
+  };
   readonly wake = (pids: readonly number[]) => Promise.try(signalEach, pids, "SIGCONT");
 
   /** criu, found and checked now (a few `lstat`s: before every run), unless `op` was stopped. */

@@ -28,45 +28,16 @@ import { parsePstree } from "../os/criu_images.ts";
 import { EngineError } from "../core/engine.ts";
 import { FileSnapshotStore } from "../os/snapshot_store.ts";
 import { loud } from "./fixtures/fake.ts";
-import { endedWithin, fakeCriu, inScratch, scratch, settlesWithin } from "./support/fake_criu.ts";
+import {
+  endedWithin,
+  fakeCriu,
+  inScratch,
+  pstree,
+  scratch,
+  settlesWithin,
+} from "./support/fake_criu.ts";
 
 const root = process.getuid?.() === 0;
-
-/** A pstree.img as criu writes it: two magic words, then a length and a message per process. */
-function pstree(entries: { pid: number; ppid: number; threads: number[] }[], packed = false) {
-  const varint = (n: number) => {
-    const out: number[] = [];
-    do {
-      out.push((n & 0x7f) | (n >= 0x80 ? 0x80 : 0));
-      n = Math.floor(n / 128);
-    } while (n > 0);
-    return out;
-  };
-  const bytes: number[] = [];
-  const word = (n: number) => bytes.push(n & 255, (n >>> 8) & 255, (n >>> 16) & 255, n >>> 24);
-  word(0x54564319);
-  word(0x50273030);
-  for (const e of entries) {
-    const threads = packed
-      ? [42, ...varint(e.threads.flatMap(varint).length), ...e.threads.flatMap(varint)]
-      : e.threads.flatMap((t) => [40, ...varint(t)]);
-    // pid (1), ppid (2), pgid (3), sid (4), then the threads (5).
-    const message = [
-      8,
-      ...varint(e.pid),
-      16,
-      ...varint(e.ppid),
-      24,
-      ...varint(e.pid),
-      32,
-      ...varint(e.pid),
-      ...threads,
-    ];
-    word(message.length);
-    bytes.push(...message);
-  }
-  return new Uint8Array(bytes);
-}
 
 /** The arguments and environment the fake recorded, a line each. */
 function recorded(file: string): string[] {
