@@ -79,7 +79,7 @@ class CriuEngine implements SnapshotEngine {
   readonly parallel: number = availableParallelism();
   readonly #o: CriuEngineOptions & Required<Pick<CriuEngineOptions, "extraArgs" | "env">>;
   #probe: Promise<EngineProbe> | undefined;
-  /** The processes of dumps with `tcpEstablished`, till they are killed. */
+  /** The processes of dumps with `tcpEstablished` (or criu's own option), till they are killed. */
   readonly #connected = new Set<number>();
 
   constructor(options: CriuEngineOptions) {
@@ -157,7 +157,8 @@ class CriuEngine implements SnapshotEngine {
       const pstree = path.join(request.imagesDir, "pstree.img");
       try {
         const dumped = parsePstree(new Uint8Array(await readFile(pstree)));
-        if (request.tcpEstablished) { for (const p of dumped) this.#connected.add(p.pid); }
+        const tcp = request.tcpEstablished || this.#o.extraArgs.includes("--tcp-established");
+        for (const p of tcp ? dumped : []) this.#connected.add(p.pid);
         return dumped;
       } catch (err) {
         const unread = `criu's ${await shownPath(pstree)} cannot be read: ${messageOf(err)}`;

@@ -60,14 +60,24 @@ describe("a dumped tree's connections end silently", { skip: !root && loud("need
       assert.deepEqual(await endedHolding(muted.pid, muted.ports, end), [], "nothing on its ports");
     }));
 
-  test("criu's engine mutes what a dump with tcpEstablished took, when it kills it", () =>
+  test("criu's engine mutes what a dump with tcpEstablished (or criu's --tcp-established) took, when it kills it", () =>
     inScratch(async (s) => {
       const { pid, ports } = await connected(s.dir);
       const tree = join(s.dir, "pstree.img"), images = join(s.dir, "tree");
       writeFileSync(tree, pstree([{ pid, ppid: 0, threads: [pid] }]));
       mkdirSync(images, { mode: 0o700 });
-      const engine = openCriuEngine({ criuPath: fakeCriu(s.dir, { FAKE_CRIU_PSTREE: tree }) });
+      const criuPath = fakeCriu(s.dir, { FAKE_CRIU_PSTREE: tree });
+      const engine = openCriuEngine({ criuPath });
       await engine.dump({ root: pid, imagesDir: images, tcpEstablished: true });
       assert.deepEqual(await endedHolding(pid, ports, () => engine.kill([pid])), []);
+      // criu's own option, given as one of its arguments, the same.
+      const other = await connected(s.dir), extraArgs = ["--tcp-established"];
+      writeFileSync(tree, pstree([{ pid: other.pid, ppid: 0, threads: [other.pid] }]));
+      const given = openCriuEngine({ criuPath, extraArgs });
+      await given.dump({ root: other.pid, imagesDir: images });
+      assert.deepEqual(
+        await endedHolding(other.pid, other.ports, () => given.kill([other.pid])),
+        [],
+      );
     }));
 });
