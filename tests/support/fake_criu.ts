@@ -81,7 +81,7 @@ export async function endedWithin(pids: readonly number[], ms: number): Promise<
 export function pstree(
   entries: { pid: number; ppid: number; threads: number[] }[],
   packed = false,
-) {
+): Uint8Array {
   const varint = (n: number) => {
     const out: number[] = [];
     do {
