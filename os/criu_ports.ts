@@ -10,7 +10,7 @@ import { EngineError, type RestoreRequest } from "../core/engine.ts";
 import { clockOf } from "../core/time.ts";
 import { type Bound, boundPorts } from "./criu_images.ts";
 
-/** The longest a restore waits for ports in TIME_WAIT (the kernel's 60 s, and its timers' slack). */
+/** The longest a restore waits for ports in TIME_WAIT (the kernel's 60 s, and its timers' slack) */
 const TIME_WAIT_MAX_MS = 90_000;
 /** How much later than /proc says the kernel's timers may end a TIME_WAIT (up to 1.9 s seen). */
 const TIMER_SLACK_MS = 2000;
@@ -50,11 +50,11 @@ export function portHolders(table: string, ports: readonly number[]): PortHolder
  * Before criu restores a tree: waits till this host lets a socket bind what the tree's TCP sockets
  * bind (a listener made and closed at once, with criu's SO_REUSEADDR and SO_REUSEPORT; else criu
  * fails: "Address already in use"); returns the ms waited. A port held only by sockets no process
- * holds (TIME_WAIT: a connection closed in the minute before the dump; NCCL's ranks close those
- * they accept while they start) is waited for, told by `onWait`; one held by a socket open now, or
- * a wait beyond the restore's time (or 90 s), is an error. A tree with a network namespace of its own (a
- * `netns-N.img`) binds nothing here; images that cannot be read are left to criu. The ms it slept
- * are what it returns (the restore's criu has that much less time).
+ * holds (TIME_WAIT: a connection closed in the minute before, as a tree killed with its
+ * connections open leaves its listeners' ports) is waited for, told by `onWait`; one held by a
+ * socket open now, or a wait beyond the restore's time (or 90 s), is an error. A tree with a
+ * network namespace of its own (a `netns-N.img`) binds nothing here; images that cannot be read
+ * are left to criu. The ms it slept are what it returns (the restore's criu has that much less).
  */
 export async function portsFree(request: RestoreRequest): Promise<number> {
   const { imagesDir, root, timeoutMs = Infinity } = request;
@@ -100,13 +100,13 @@ export async function portsFree(request: RestoreRequest): Promise<number> {
   }
 }
 
-/** This process's rounds of {@link look}, one at a time: one tree's probe is no holder of another's. */
+/** This process's rounds of {@link look}, one at a time: no tree's probe holds another's port. */
 let rounds: Promise<unknown> = Promise.resolve();
 
 /** The ports of `bound` this host will not let a socket bind now, and its sockets on them. */
 function look(bound: readonly Bound[]): Promise<{ ports: number[]; holders: PortHolder[] }> {
   const round = rounds.then(async () => {
-    const ports: number[] = []; // one at a time: two probes of one port would hold it from each other
+    const ports: number[] = []; // one at a time: two probes of one port would block each other
     for (const b of bound) if (!ports.includes(b.port) && !await bindable(b)) ports.push(b.port);
     if (ports.length === 0) return { ports, holders: [] };
     const tables = ["tcp", "tcp6"].map((f) => readFile(`/proc/net/${f}`, "utf8").catch(() => ""));

@@ -1,9 +1,9 @@
-// Ports a restore needs, held on this host (os/criu_ports.ts; files.img read by
-// os/criu_images.ts). NCCL's ranks close connections they accepted on their listening ports while
-// they start: for 60 s the kernel holds those ports in TIME_WAIT, and criu could not restore a job
-// snapshotted within that minute ("Can't bind inet socket ... Address already in use":
-// tests/gpu/reports/nccl-job-h200x2-session7.txt). Before criu runs, the restore reads what the
-// tree's TCP sockets bind from its files.img (written here as criu writes it), asks the kernel
+// Ports a restore needs, held on this host (os/criu_ports.ts; files.img read by os/criu_images.ts).
+// A connection a listener accepted and closed holds the listener's port in TIME_WAIT for 60 s
+// (NCCL's ranks, killed with theirs open by a snapshot: os/mute.ts), and criu could not restore a
+// listener without SO_REUSEADDR within that minute ("Can't bind inet socket ... Address already in
+// use": tests/gpu/reports/nccl-job-h200x2-session7.txt). Before criu runs, the restore reads what
+// the tree's TCP sockets bind from its files.img (written here as criu writes it), asks the kernel
 // whether each can be bound, and where not waits out a TIME_WAIT, or refuses a port a socket holds
 // now. criu is the stand-in of tests/fixtures/fake_criu.sh; the sockets holding the ports are real
 // ones of this host: listening, or in TIME_WAIT.

@@ -210,7 +210,8 @@ async function check(r: Restoring): Promise<void> {
 
 /**
  * Last of the checks, as it may wait: asks the engine whether each tree can come back here (criu:
- * its ports free); one refused stops the others' waits, and the restore is refused (`PREREQUISITE`).
+ * its ports free); one refused stops the others' waits, and the restore is refused
+ * (`PREREQUISITE`).
  */
 async function treesReady(r: Restoring): Promise<void> {
   const { run, o } = r, { engine } = run, refused = new AbortController();
