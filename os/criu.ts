@@ -207,8 +207,8 @@ class CriuEngine implements SnapshotEngine {
   readonly stop = (pids: readonly number[]) => Promise.try(signalEach, pids, "SIGSTOP");
   /** Ends `pids`; those a dump took with their TCP connections end these silently, as criu does. */
   readonly kill = async (pids: readonly number[]) => {
-    await muteConnections(pids.filter((p) => this.#connected.delete(p)));
-    signalEach(pids, "SIGKILL");
+    const muted = muteConnections(pids.filter((p) => this.#connected.delete(p)));
+    await muted.finally(() => signalEach(pids, "SIGKILL"));
   };
   readonly wake = (pids: readonly number[]) => Promise.try(signalEach, pids, "SIGCONT");
 

@@ -17,10 +17,13 @@ const SYS_PIDFD_OPEN = 434, SYS_PIDFD_GETFD = 438, IPPROTO_TCP = 6, TCP_REPAIR =
 
 /**
  * Puts the TCP connections of `pids` (stopped, to be killed) in repair mode. What cannot be (a
- * listener, a socket not TCP's, a process gone, a runtime without FFI) is left as it is.
+ * listener, a socket not TCP's, a process gone, a runtime without FFI or, on Deno, without the
+ * permission for it) is left as it is.
  */
 export async function muteConnections(pids: readonly number[]): Promise<void> {
-  const libc = pids.length === 0 ? undefined : await runtimeAdapter({ callingThread: true })
+  const deno = (globalThis as { Deno?: typeof Deno }).Deno; // Deno's FFI: only where no prompt
+  const ffi = !deno || deno.permissions.querySync({ name: "ffi" }).state === "granted";
+  const libc = pids.length === 0 || !ffi ? undefined : await runtimeAdapter({ callingThread: true })
     .then((ffi) => ffi.open("libc.so.6", LIBC_CALLS)).catch(() => undefined);
   if (!libc) return;
   const call = (symbol: keyof typeof LIBC_CALLS, ...args: (number | Uint8Array)[]) =>

@@ -60,7 +60,7 @@ describe("a dumped tree's connections end silently", { skip: !root && loud("need
       assert.deepEqual(await endedHolding(muted.pid, muted.ports, end), [], "nothing on its ports");
     }));
 
-  test("criu's engine mutes what a dump with tcpEstablished (or criu's --tcp-established) took, when it kills it", () =>
+  test("criu's engine mutes what a dump with tcpEstablished (or criu's --tcp-established) took, when it kills it, and only that", () =>
     inScratch(async (s) => {
       const { pid, ports } = await connected(s.dir);
       const tree = join(s.dir, "pstree.img"), images = join(s.dir, "tree");
@@ -79,5 +79,11 @@ describe("a dumped tree's connections end silently", { skip: !root && loud("need
         await endedHolding(other.pid, other.ports, () => given.kill([other.pid])),
         [],
       );
+      // A dump without connections: its processes are killed as they are.
+      const plain = await connected(s.dir);
+      writeFileSync(tree, pstree([{ pid: plain.pid, ppid: 0, threads: [plain.pid] }]));
+      await engine.dump({ root: plain.pid, imagesDir: images });
+      const left = await endedHolding(plain.pid, plain.ports, () => engine.kill([plain.pid]));
+      assert.ok(left.includes("TIME_WAIT"), `not muted: ${left}`);
     }));
 });
