@@ -85,7 +85,7 @@ export class Progress {
   #images = 0;
   #read = 0;
   #readAt = 0;
-  /** An engine's wait before it restores a tree again: till when, and why. */
+  /** An engine's wait till it can restore a tree: till when, and why. */
   #wait = { until: 0, why: "" };
   #cancel: (() => void) | undefined;
   #shown = false;

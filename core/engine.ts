@@ -69,8 +69,8 @@ export interface SnapshotEngine {
   /** Restores a tree, each process with its pid; rejects once what it made is ended. */
   restore(request: RestoreRequest): Promise<void>;
   /**
-   * Before any tree is restored: waits till this machine can take the tree (criu: till the ports
-   * its sockets bind are free), or rejects saying why not; `restore` checks it again.
+   * Asked of every tree before any is restored: waits till this machine can take the tree (criu:
+   * till the ports its sockets bind are free), or rejects saying why not.
    */
   ready?(request: RestoreRequest): Promise<void>;
   /** Stops processes (SIGSTOP), so that a tree being ended forks no more; gone is no error. */

@@ -182,16 +182,12 @@ class CriuEngine implements SnapshotEngine {
     const pidfile = path.join(work, "root.pid");
     try {
       await mkdir(path.join(work, "no-plugins"), { mode: 0o700 });
-      const slept = await portsFree(request), { timeoutMs } = request; // its wait, if any
-      const bound = timeoutMs === undefined
-        ? request
-        : { ...request, timeoutMs: timeoutMs - slept };
       await this.#run(criu, "restore", request.root, log, [
         ...["--libdir", path.join(work, "no-plugins"), "--images-dir", request.imagesDir],
         ...["--work-dir", work, "--pidfile", pidfile, "--restore-detached"],
         ...(request.leaveStopped ? ["--leave-stopped"] : []),
         ...(request.tcpEstablished ? ["--tcp-established"] : []),
-      ], bound);
+      ], request);
       const root = Number((await readFile(pidfile, "utf8").catch(() => "")).trim());
       const as = `criu restored the tree of ${request.root} as ${root || "an unknown pid"}`;
       if (root !== request.root) throw new EngineError(as, { log: log.shown });
@@ -203,7 +199,7 @@ class CriuEngine implements SnapshotEngine {
     }
   }
 
-  readonly ready = async (request: RestoreRequest) => void await portsFree(request);
+  readonly ready = portsFree;
   readonly stop = (pids: readonly number[]) => Promise.try(signalEach, pids, "SIGSTOP");
   /** Ends `pids`; those a dump took with their TCP connections end these silently, as criu does. */
   readonly kill = async (pids: readonly number[]) => {

@@ -10,7 +10,7 @@ import { EngineError, type RestoreRequest } from "../core/engine.ts";
 import { clockOf } from "../core/time.ts";
 import { type Bound, boundPorts } from "./criu_images.ts";
 
-/** The longest a restore waits for ports in TIME_WAIT (the kernel's 60 s, and its timers' slack) */
+/** The longest a restore waits for ports in TIME_WAIT (the kernel's 60 s, and its timers' lag). */
 const TIME_WAIT_MAX_MS = 90_000;
 /** How much later than /proc says the kernel's timers may end a TIME_WAIT (up to 1.9 s seen). */
 const TIMER_SLACK_MS = 2000;
@@ -47,25 +47,25 @@ export function portHolders(table: string, ports: readonly number[]): PortHolder
 }
 
 /**
- * Before criu restores a tree: waits till this host lets a socket bind what the tree's TCP sockets
- * bind (a listener made and closed at once, with criu's SO_REUSEADDR and SO_REUSEPORT; else criu
- * fails: "Address already in use"); returns the ms waited. A port held only by sockets no process
+ * Before any tree is restored (criu's engine's `ready`): waits till this host lets a socket bind
+ * what the tree's TCP sockets bind (a listener made and closed at once, with criu's SO_REUSEADDR and
+ * SO_REUSEPORT; else criu fails: "Address already in use"). A port held only by sockets no process
  * holds (TIME_WAIT: a connection closed in the minute before, as a tree killed with its
  * connections open leaves its listeners' ports) is waited for, told by `onWait`; one held by a
  * socket open now, or a wait beyond the restore's time (or 90 s), is an error. A tree with a
  * network namespace of its own (a `netns-N.img`) binds nothing here; images that cannot be read
- * are left to criu. The ms it slept are what it returns (the restore's criu has that much less).
+ * are left to criu.
  */
-export async function portsFree(request: RestoreRequest): Promise<number> {
+export async function portsFree(request: RestoreRequest): Promise<void> {
   const { imagesDir, root, timeoutMs = Infinity } = request;
   const names = await readdir(imagesDir).catch(() => [] as string[]);
-  if (names.some((n) => /^netns-[0-9]+\.img$/.test(n))) return 0;
+  if (names.some((n) => /^netns-[0-9]+\.img$/.test(n))) return;
   const bound = await readFile(path.join(imagesDir, "files.img"))
     .then((b) => boundPorts(new Uint8Array(b))).catch(() => []);
   const start = performance.now(), took = () => performance.now() - start;
-  for (let slept = 0;;) {
+  for (;;) {
     const { ports, holders } = await look(bound);
-    if (ports.length === 0) return slept;
+    if (ports.length === 0) return;
     const live = Map.groupBy(holders.filter((h) => h.leftMs === undefined), (h) => h.port);
     if (live.size > 0) {
       const count = (n: number) => n > 1 ? ` x${n}` : "";
@@ -96,7 +96,6 @@ export async function portsFree(request: RestoreRequest): Promise<number> {
     await clockOf({}).sleep(ms, request.signal).catch(() => {
       throw new EngineError(stopped);
     });
-    slept += ms;
   }
 }
 

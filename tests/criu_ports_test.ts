@@ -16,7 +16,7 @@ import { join } from "node:path";
 import { openCriuEngine } from "../os/criu.ts";
 import { boundPorts } from "../os/criu_images.ts";
 import { portHolders } from "../os/criu_ports.ts";
-import { EngineError } from "../core/engine.ts";
+import { EngineError, type RestoreRequest } from "../core/engine.ts";
 import { fakeCriu, inScratch } from "./support/fake_criu.ts";
 
 const LOCALHOST = 0x0100007f; // 127.0.0.1 as the kernel's word, as /proc/net/tcp prints it
@@ -136,7 +136,9 @@ function setUp(dir: string, port: number, listeners = 1) {
   const vars = { FAKE_CRIU_RECORD: record, FAKE_CRIU_ROOT: "4242" };
   const engine = openCriuEngine({ criuPath: fakeCriu(dir, vars) });
   const ran = () => existsSync(record) && readFileSync(record, "utf8").includes("arg restore");
-  return { engine, ran, images: dir };
+  // As a restore asks the engine: whether the tree can come back here, then to restore it.
+  const back = (r: RestoreRequest) => engine.ready!(r).then(() => engine.restore(r));
+  return { back, ran, images: dir };
 }
 
 describe("ports a restore needs", () => {
@@ -195,8 +197,8 @@ describe("ports a restore needs", () => {
     inScratch(async (s) => {
       const free = await listening();
       await free.close();
-      const { engine, ran, images } = setUp(s.dir, free.port);
-      await engine.restore({ root: 4242, imagesDir: images, onWait: () => assert.fail("a wait") });
+      const { back, ran, images } = setUp(s.dir, free.port);
+      await back({ root: 4242, imagesDir: images, onWait: () => assert.fail("a wait") });
       assert.ok(ran(), "criu ran");
     }));
 
@@ -204,9 +206,9 @@ describe("ports a restore needs", () => {
     inScratch(async (s) => {
       const free = await listening();
       await free.close();
-      const { engine, ran, images } = setUp(s.dir, free.port, 2);
+      const { back, ran, images } = setUp(s.dir, free.port, 2);
       const onWait = (_ms: number, why: string) => assert.fail(`a wait: ${why}`);
-      await engine.restore({ root: 4242, imagesDir: images, timeoutMs: 5000, onWait });
+      await back({ root: 4242, imagesDir: images, timeoutMs: 5000, onWait });
       assert.ok(ran(), "criu ran");
     }));
 
@@ -217,8 +219,8 @@ describe("ports a restore needs", () => {
       await new Promise<void>((resolve) => server.listen(options, resolve));
       try {
         const port = (server.address() as net.AddressInfo).port;
-        const { engine, ran, images } = setUp(s.dir, port);
-        await engine.restore({ root: 4242, imagesDir: images, timeoutMs: 5000 });
+        const { back, ran, images } = setUp(s.dir, port);
+        await back({ root: 4242, imagesDir: images, timeoutMs: 5000 });
         assert.ok(ran(), "criu ran");
       } finally {
         await new Promise((resolve) => server.close(resolve));
@@ -229,19 +231,16 @@ describe("ports a restore needs", () => {
     inScratch(async (s) => {
       const server = await listening();
       try {
-        const { engine, ran, images } = setUp(s.dir, server.port);
-        const err = await engine.restore({ root: 4242, imagesDir: images }).catch((e) => e);
+        const { back, ran, images } = setUp(s.dir, server.port);
+        const err = await back({ root: 4242, imagesDir: images }).catch((e) => e);
         assert.ok(err instanceof EngineError, String(err));
         const said = `sockets open on this host hold ports the tree of 4242 binds: ` +
           `${server.port} (LISTEN): end what holds them, or restore where they are free`;
         assert.equal(err.message, said);
-        // Asked before any tree is restored, the same.
-        const before = await engine.ready!({ root: 4242, imagesDir: images }).catch((e) => e);
-        assert.equal(before.message, said);
         assert.ok(!ran(), "criu did not run");
         // A tree with a network namespace of its own binds nothing of this host's.
         writeFileSync(join(s.dir, "netns-9.img"), "");
-        await engine.restore({ root: 4242, imagesDir: images });
+        await back({ root: 4242, imagesDir: images });
         assert.ok(ran(), "criu ran");
       } finally {
         await server.close();
@@ -250,9 +249,9 @@ describe("ports a restore needs", () => {
 
   test("a port in TIME_WAIT longer than the restore has left: at once, an error that says for how long", () =>
     inScratch(async (s) => {
-      const { engine, ran, images } = setUp(s.dir, await clientTimeWait());
+      const { back, ran, images } = setUp(s.dir, await clientTimeWait());
       const t0 = performance.now();
-      const err = await engine.restore({ root: 4242, imagesDir: images, timeoutMs: 5000 })
+      const err = await back({ root: 4242, imagesDir: images, timeoutMs: 5000 })
         .catch((e) => e);
       assert.ok(err instanceof EngineError, String(err));
       const said =
@@ -264,18 +263,18 @@ describe("ports a restore needs", () => {
 
   test("a TIME_WAIT left by a listener with SO_REUSEADDR (as Node's, Deno's and Bun's): criu runs at once, as the kernel lets it bind", () =>
     inScratch(async (s) => {
-      const { engine, ran, images } = setUp(s.dir, await listenerTimeWait());
-      await engine.restore({ root: 4242, imagesDir: images, onWait: () => assert.fail("a wait") });
+      const { back, ran, images } = setUp(s.dir, await listenerTimeWait());
+      await back({ root: 4242, imagesDir: images, onWait: () => assert.fail("a wait") });
       assert.ok(ran(), "criu ran");
     }));
 
   test("a port in TIME_WAIT within the time left: the wait is told, and stopped by an abort, saying why", () =>
     inScratch(async (s) => {
       const port = await clientTimeWait();
-      const { engine, ran, images } = setUp(s.dir, port);
+      const { back, ran, images } = setUp(s.dir, port);
       const abort = new AbortController();
       const told: [number, string][] = [];
-      const err = await engine.restore({
+      const err = await back({
         root: 4242,
         imagesDir: images,
         signal: abort.signal,

@@ -272,7 +272,6 @@ async function restoreTree(r: Restoring, t: ManifestTree): Promise<void> {
         ...(left !== undefined ? { timeoutMs: left } : {}),
         ...(r.held ? { leaveStopped: true } : {}),
         ...(r.manifest.options.tcpEstablished ? { tcpEstablished: true } : {}),
-        onWait: (ms, why) => run.tell({ type: "wait", root: t.root, ms, why, at: 0 }),
       });
     });
     const pids = t.processes.map((p) => p.pid);
