@@ -155,7 +155,7 @@ const LIBC_SYMBOLS = {
  * tries the current directory): glibc matches its loaded libc by this soname, and musl takes every
  * "libc." name for itself. Read from /proc/self/maps, it started Bun's I/O threads (9 ms).
  */
-const LIBC = "libc.so.6";
+export const LIBC = "libc.so.6";
 /** `RTLD_NOW` (resolve every symbol at once, as the runtimes do) and `RTLD_DI_LINKMAP`. */
 const RTLD_NOW = 2, RTLD_DI_LINKMAP = 2;
 

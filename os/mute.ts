@@ -5,6 +5,7 @@
 
 import { readdir, readlink } from "node:fs/promises";
 import type { FfiTable } from "../ffi/adapter.ts";
+import { LIBC } from "../ffi/find.ts";
 import { runtimeAdapter } from "../ffi/runtime.ts";
 
 /** The C library's functions it uses; `syscall` for pidfd_open and pidfd_getfd (Linux 5.6). */
@@ -24,7 +25,7 @@ export async function muteConnections(pids: readonly number[]): Promise<void> {
   const deno = (globalThis as { Deno?: typeof Deno }).Deno; // Deno's FFI: only where no prompt
   const ffi = !deno || deno.permissions.querySync({ name: "ffi" }).state === "granted";
   const libc = pids.length === 0 || !ffi ? undefined : await runtimeAdapter({ callingThread: true })
-    .then((ffi) => ffi.open("libc.so.6", LIBC_CALLS)).catch(() => undefined);
+    .then((ffi) => ffi.open(LIBC, LIBC_CALLS)).catch(() => undefined);
   if (!libc) return;
   const call = (symbol: keyof typeof LIBC_CALLS, ...args: (number | Uint8Array)[]) =>
     Number(libc.call({ symbol, args }));
