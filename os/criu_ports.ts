@@ -1,7 +1,7 @@
 // This host's TCP ports against what a snapshot's tree binds, before criu restores it: criu cannot
 // bind a port this host still holds ("Address already in use"), so the restore asks the kernel
-// first, waits out a port that only a closed connection holds (TIME_WAIT), and refuses one that a
-// socket a process holds.
+// first, ends the TIME_WAITs that hold one (a closed connection's), waits out what else no process
+// holds, and refuses a port that a socket a process holds.
 
 import { readdir, readFile } from "node:fs/promises";
 import { createServer } from "node:net";
@@ -9,6 +9,7 @@ import path from "node:path";
 import { EngineError, type RestoreRequest } from "../core/engine.ts";
 import { clockOf } from "../core/time.ts";
 import { type Bound, boundPorts } from "./criu_images.ts";
+import { endTimeWaits } from "./mute.ts";
 
 /** The longest a restore waits for ports in TIME_WAIT (the kernel's 60 s, and its timers' lag). */
 const TIME_WAIT_MAX_MS = 90_000;
@@ -20,12 +21,14 @@ const TCP_STATES =
   "LAST_ACK,LISTEN,CLOSING";
 
 /**
- * A socket of this host on a port: its state, and where no process holds it any more (TIME_WAIT,
- * or a connection closed and orphaned), the ms it may hold the port yet.
+ * A socket of this host on a port: its state, its ends as /proc prints them (`ADDR:PORT` in hex),
+ * and where no process holds it any more (TIME_WAIT, or a connection closed and orphaned), the ms
+ * it may hold the port yet.
  */
 export type PortHolder = {
   readonly port: number;
   readonly state: string;
+  readonly ends: readonly [string, string];
   readonly leftMs?: number;
 };
 /**
@@ -36,12 +39,13 @@ export type PortHolder = {
 export function portHolders(table: string, ports: readonly number[]): PortHolder[] {
   const out: PortHolder[] = [];
   for (const line of table.split("\n")) {
-    const [sl = "", local = "", , st = "", , timer = "", , , , inode] = line.trim().split(/\s+/);
+    const [sl = "", local = "", remote = "", st = "", , timer = "", , , , inode] = line.trim()
+      .split(/\s+/);
     const port = parseInt(local.split(":")[1] ?? "", 16), [tr, when = ""] = timer.split(":");
     if (!/^[0-9]+:$/.test(sl) || !ports.includes(port)) continue;
     const state = TCP_STATES.split(",")[parseInt(st, 16)] || `state 0x${st}`;
     const leftMs = tr === "03" ? (parseInt(when, 16) || 0) * 10 : inode === "0" ? 1000 : undefined;
-    out.push({ port, state, ...(leftMs === undefined ? {} : { leftMs }) });
+    out.push({ port, state, ends: [local, remote], ...(leftMs === undefined ? {} : { leftMs }) });
   }
   return out;
 }
@@ -50,9 +54,10 @@ export function portHolders(table: string, ports: readonly number[]): PortHolder
  * Before any tree is restored (criu's engine's `ready`): waits till this host lets a socket bind
  * what the tree's TCP sockets bind (a listener made and closed at once, with criu's SO_REUSEADDR and
  * SO_REUSEPORT; else criu fails: "Address already in use"). A port held only by sockets no process
- * holds (TIME_WAIT: a connection closed in the minute before, as a tree killed with its
- * connections open leaves its listeners' ports) is waited for, told by `onWait`; one held by a
- * socket open now, or a wait beyond the restore's time (or 90 s), is an error. A tree with a
+ * holds (TIME_WAIT: a connection closed in the minute before, as NCCL's ranks close their first)
+ * is freed, its TIME_WAITs ended (told by `onWait` as a wait of 0 ms), or waited for where the
+ * kernel would not end them; one held by a socket open now, or a wait beyond the restore's time
+ * (or 90 s), is an error. A tree with a
  * network namespace of its own (a `netns-N.img`) binds nothing here; images that cannot be read
  * are left to criu.
  */
@@ -63,7 +68,7 @@ export async function portsFree(request: RestoreRequest): Promise<void> {
   const bound = await readFile(path.join(imagesDir, "files.img"))
     .then((b) => boundPorts(new Uint8Array(b))).catch(() => []);
   const start = performance.now(), took = () => performance.now() - start;
-  for (;;) {
+  for (let round = 0;; round++) {
     const { ports, holders } = await look(bound);
     if (ports.length === 0) return;
     const live = Map.groupBy(holders.filter((h) => h.leftMs === undefined), (h) => h.port);
@@ -82,6 +87,11 @@ export async function portsFree(request: RestoreRequest): Promise<void> {
     const ms = Math.max(250, ...holders.map((h) => h.leftMs!)), s = Math.ceil(ms / 1000);
     const state = [...new Set(holders.map((h) => h.state))].join(", ") || "use";
     const why = `port ${ports.join(", ")} held in ${state} on this host`;
+    const timeWaits = holders.filter((h) => h.state === "TIME_WAIT").map((h) => h.ends);
+    if (round === 0 && await endTimeWaits(timeWaits) > 0) {
+      request.onWait?.(0, `${why}: ended rather than waited for`);
+      continue; // once: what is left (where the kernel would not, or a socket since) is waited for
+    }
     if (took() + ms + (ms > 1000 ? TIMER_SLACK_MS : 0) > Math.min(timeoutMs, TIME_WAIT_MAX_MS)) {
       const left = timeoutMs < TIME_WAIT_MAX_MS
         ? `beyond the ${Math.floor((timeoutMs - took()) / 1000)} s the restore had left: give it ` +

@@ -1,23 +1,26 @@
 // Ports a restore needs, held on this host (os/criu_ports.ts; files.img read by os/criu_images.ts).
 // A connection a listener accepted and closed holds the listener's port in TIME_WAIT for 60 s
-// (NCCL's ranks, killed with theirs open by a snapshot: os/mute.ts), and criu could not restore a
-// listener without SO_REUSEADDR within that minute ("Can't bind inet socket ... Address already in
-// use": tests/gpu/reports/nccl-job-h200x2-session7.txt). Before criu runs, the restore reads what
-// the tree's TCP sockets bind from its files.img (written here as criu writes it), asks the kernel
-// whether each can be bound, and where not waits out a TIME_WAIT, or refuses a port a socket holds
-// now. criu is the stand-in of tests/fixtures/fake_criu.sh; the sockets holding the ports are real
-// ones of this host: listening, or in TIME_WAIT.
+// (NCCL's ranks close their first ones as they start), and criu could not restore a listener
+// without SO_REUSEADDR within that minute ("Can't bind inet socket ... Address already in use":
+// tests/gpu/reports/nccl-job-h200x2-session7.txt). Before criu runs, the restore reads what the
+// tree's TCP sockets bind from its files.img (written here as criu writes it), asks the kernel
+// whether each can be bound, and where not ends the TIME_WAITs (root), waits out what else no
+// process holds (a FIN_WAIT2 whose process closed it), or refuses a port a socket holds now. criu
+// is the stand-in of tests/fixtures/fake_criu.sh; the sockets holding the ports are real ones of
+// this host: listening, in TIME_WAIT, or in FIN_WAIT2.
 
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import net from "node:net";
 import { join } from "node:path";
+import process from "node:process";
 import { openCriuEngine } from "../os/criu.ts";
 import { boundPorts } from "../os/criu_images.ts";
 import { portHolders } from "../os/criu_ports.ts";
 import { EngineError, type RestoreRequest } from "../core/engine.ts";
 import { fakeCriu, inScratch } from "./support/fake_criu.ts";
+import { loud } from "./fixtures/fake.ts";
 
 const LOCALHOST = 0x0100007f; // 127.0.0.1 as the kernel's word, as /proc/net/tcp prints it
 
@@ -115,6 +118,29 @@ async function clientTimeWait(): Promise<number> {
   return await timeWaitOn(port);
 }
 
+/**
+ * A port this host holds in FIN_WAIT2 for 60 s: a client's, which its process closed while the
+ * listener's end stays open (no process holds it, and it is no TIME_WAIT, which the restore ends).
+ */
+async function finWait2(): Promise<{ port: number; close(): Promise<void> }> {
+  const accepted: net.Socket[] = [];
+  const server = net.createServer({ allowHalfOpen: true }, (s) => accepted.push(s.resume()));
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const client = net.connect((server.address() as net.AddressInfo).port, "127.0.0.1");
+  await new Promise((resolve) => client.once("connect", resolve));
+  const port = client.localPort!;
+  client.end();
+  client.destroy();
+  for (let i = 0; i < 100 && !portHolders(live(), [port]).some((h) => h.leftMs); i++) {
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+  const close = async () => {
+    accepted.forEach((s) => s.destroy());
+    await new Promise((resolve) => server.close(resolve));
+  };
+  return { port, close };
+}
+
 /** A port in TIME_WAIT from a connection a listener accepted and closed first (its SO_REUSEADDR). */
 async function listenerTimeWait(): Promise<number> {
   const server = await listening();
@@ -170,19 +196,20 @@ describe("ports a restore needs", () => {
       "   4: 0100007F:1F90 0100007F:D43F 09 00000000:00000000 01:00000014 00000000     0        0 0 3",
       "   5: 0100007F:1F91 0100007F:D440 01 00000000:00000000 00:00000000 00000000     0        0 4170 1",
     ].join("\n");
+    const ends = (peer: string) => ["0100007F:1F90", `0100007F:${peer}`] as const;
     assert.deepEqual(portHolders(table, [8080]), [
-      { port: 8080, state: "LISTEN" },
-      { port: 8080, state: "ESTABLISHED" },
-      { port: 8080, state: "TIME_WAIT", leftMs: 56_500 },
-      { port: 8080, state: "FIN_WAIT2", leftMs: 30_000 }, // an orphan, on the time-wait timer
-      { port: 8080, state: "LAST_ACK", leftMs: 1000 }, // an orphan: looked at again
+      { port: 8080, state: "LISTEN", ends: ["0100007F:1F90", "00000000:0000"] },
+      { port: 8080, state: "ESTABLISHED", ends: ends("D43C") },
+      { port: 8080, state: "TIME_WAIT", ends: ends("D43D"), leftMs: 56_500 },
+      { port: 8080, state: "FIN_WAIT2", ends: ends("D43E"), leftMs: 30_000 }, // an orphan, on the time-wait timer
+      { port: 8080, state: "LAST_ACK", ends: ends("D43F"), leftMs: 1000 }, // an orphan: looked at again
     ]);
     const server = await listening();
     try {
-      assert.deepEqual(portHolders(live(), [server.port]), [{
-        port: server.port,
-        state: "LISTEN",
-      }]);
+      const [held, ...more] = portHolders(live(), [server.port]);
+      assert.deepEqual(more, [], "one socket holds it");
+      assert.equal(held.state, "LISTEN");
+      assert.equal(parseInt(held.ends[0].split(":")[1], 16), server.port);
     } finally {
       await server.close();
     }
@@ -247,18 +274,23 @@ describe("ports a restore needs", () => {
       }
     }));
 
-  test("a port in TIME_WAIT longer than the restore has left: at once, an error that says for how long", () =>
+  test("a port in FIN_WAIT2 longer than the restore has left: at once, an error that says for how long", () =>
     inScratch(async (s) => {
-      const { back, ran, images } = setUp(s.dir, await clientTimeWait());
-      const t0 = performance.now();
-      const err = await back({ root: 4242, imagesDir: images, timeoutMs: 5000 })
-        .catch((e) => e);
-      assert.ok(err instanceof EngineError, String(err));
-      const said =
-        /binds port [0-9]+, which this host holds in TIME_WAIT for (4[0-9]|5[0-9]|60) s more, beyond the [0-5] s the restore had left: give it a longer timeout, or restore again in [0-9]+ s/;
-      assert.match(err.message, said);
-      assert.ok(performance.now() - t0 < 4000, "it did not wait");
-      assert.ok(!ran(), "criu did not run");
+      const held = await finWait2();
+      try {
+        const { back, ran, images } = setUp(s.dir, held.port);
+        const t0 = performance.now();
+        const err = await back({ root: 4242, imagesDir: images, timeoutMs: 5000 })
+          .catch((e) => e);
+        assert.ok(err instanceof EngineError, String(err));
+        const said =
+          /binds port [0-9]+, which this host holds in FIN_WAIT2 for (4[0-9]|5[0-9]|60) s more, beyond the [0-5] s the restore had left: give it a longer timeout, or restore again in [0-9]+ s/;
+        assert.match(err.message, said);
+        assert.ok(performance.now() - t0 < 4000, "it did not wait");
+        assert.ok(!ran(), "criu did not run");
+      } finally {
+        await held.close();
+      }
     }));
 
   test("a TIME_WAIT left by a listener with SO_REUSEADDR (as Node's, Deno's and Bun's): criu runs at once, as the kernel lets it bind", () =>
@@ -268,9 +300,29 @@ describe("ports a restore needs", () => {
       assert.ok(ran(), "criu ran");
     }));
 
-  test("a port in TIME_WAIT within the time left: the wait is told, and stopped by an abort, saying why", () =>
+  test(
+    "a port in TIME_WAIT (as NCCL's ranks leave on their listeners'): ended, told as a wait of 0 ms, and criu runs at once",
+    {
+      skip: process.getuid?.() !== 0 && loud("needs root (SOCK_DESTROY)"),
+    },
+    () =>
+      inScratch(async (s) => {
+        const port = await clientTimeWait();
+        const { back, ran, images } = setUp(s.dir, port);
+        const told: [number, string][] = [];
+        const t0 = performance.now();
+        await back({ root: 4242, imagesDir: images, onWait: (ms, why) => told.push([ms, why]) });
+        const said = `port ${port} held in TIME_WAIT on this host: ended rather than waited for`;
+        assert.deepEqual(told, [[0, said]]);
+        assert.ok(performance.now() - t0 < 5000, "it did not wait out the minute");
+        assert.ok(ran(), "criu ran");
+        assert.deepEqual(portHolders(live(), [port]), [], "no TIME_WAIT left on it");
+      }),
+  );
+
+  test("a port in FIN_WAIT2 within the time left: the wait is told, and stopped by an abort, saying why", () =>
     inScratch(async (s) => {
-      const port = await clientTimeWait();
+      const held = await finWait2(), port = held.port;
       const { back, ran, images } = setUp(s.dir, port);
       const abort = new AbortController();
       const told: [number, string][] = [];
@@ -283,12 +335,13 @@ describe("ports a restore needs", () => {
           setTimeout(() => abort.abort(), 100);
         },
       }).catch((e) => e);
+      await held.close();
       assert.equal(told.length, 1);
       assert.ok(told[0][0] > 40_000 && told[0][0] <= 61_000, `the rest of it: ${told[0][0]}`);
-      assert.equal(told[0][1], `port ${port} held in TIME_WAIT on this host`);
+      assert.equal(told[0][1], `port ${port} held in FIN_WAIT2 on this host`);
       assert.ok(err instanceof EngineError, String(err));
       const stopped = `the restore of the tree of 4242 was stopped while it waited for port ` +
-        `${port} held in TIME_WAIT on this host`;
+        `${port} held in FIN_WAIT2 on this host`;
       assert.equal(err.message, stopped);
       assert.ok(!ran(), "criu did not run");
     }));
