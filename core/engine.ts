@@ -41,7 +41,7 @@ export interface RestoreRequest {
   readonly leaveStopped?: boolean;
   /** Restore the established TCP connections the dump took (criu's `--tcp-established`). */
   readonly tcpEstablished?: boolean;
-  /** Told before it waits `ms` to look again (criu: a port held in TIME_WAIT), and why. */
+  /** Told before it waits `ms` to look again (criu: a port in TIME_WAIT; 0 if ended), and why. */
   readonly onWait?: (ms: number, why: string) => void;
 }
 

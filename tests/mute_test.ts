@@ -1,7 +1,7 @@
 // A dumped tree's TCP connections end silently (os/mute.ts), as criu ends those it dumps: a
 // snapshot ends its processes after a dump that left them running, and a connection ended normally
-// leaves its port in TIME_WAIT for 60 s; where that port is a listener's, criu cannot restore the
-// listener there meanwhile (NCCL's ranks: a job restored right after its snapshot waited 58 s). The
+// tells its peer and leaves its port in TIME_WAIT for 60 s; where that port is a listener's, criu
+// cannot restore the listener there meanwhile (tests/gpu/reports/mute-criu-local.txt). The
 // connections are real ones of this host, in a child process of this runtime: a listener and a
 // client connected to it, both ends in the child, as in a job's tree. Needs root (TCP_REPAIR).
 

@@ -47,9 +47,10 @@
 # Then (session 7) the restore waits for the ports NCCL's ranks leave in TIME_WAIT: `snapshot
 # swapped --mib=1024 --rounds=1` passes but the 1.2x goal (nccl-job-h200x2-session7.txt); and
 # again (session 8) with the check binding as criu does: one rank alone waits no more
-# (nccl-job-h200x2-session8.txt). The job's wait came from the snapshot's own kill of the ranks;
-# their connections now end silently (os/mute.ts), so its restore should wait for nothing: not yet
-# run here (tests/gpu/reports/mute-criu-local.txt has it with criu on a machine without a GPU).
+# (nccl-job-h200x2-session8.txt). Then (session 9) the job still waited 46 s with the snapshot's
+# kill silent (os/mute.ts): the TIME_WAITs are NCCL's own, left as the ranks start
+# (tests/gpu/exp/tw_probe.sh); the restore now ends them: the job's restore 1.08x one rank's, its
+# snapshot 1.53x (nccl-job-h200x2-session9.txt).
 #
 # On one GPU, NCCL_ONE_GPU=1 with the case `snapshot` alone runs its rounds of one rank (world 1).
 #
