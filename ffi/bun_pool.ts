@@ -44,9 +44,7 @@ export class WorkerPool {
     if (this.#closing) return Promise.reject(new Error(closed));
     return new Promise<WorkerResult>((resolve, reject) => {
       const job: Job = { request: { ...request, id: this.#nextId++ }, resolve, reject };
-      let slot: Worked | undefined;
-      for (const w of this.#workers) if (!w.job && !w.retiring) slot = w;
-      slot ??= this.#spawn();
+      const slot = [...this.#workers].findLast((w) => !w.job && !w.retiring) ?? this.#spawn();
       slot.job = job;
       slot.worker.ref?.(); // a call in flight keeps the process alive, as a pending FFI call would
       slot.worker.postMessage(job.request);

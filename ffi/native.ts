@@ -261,9 +261,7 @@ export class LibcudaDriver implements NativeDriver {
   #releaseIfIdle(): void {
     if (!this.#closed || this.#busy > 0 || this.#released) return;
     this.#released = true;
-    if (--this.#use.drivers === 0 && libraryUses.get(this.libraryPath) === this.#use) {
-      libraryUses.delete(this.libraryPath);
-    }
+    if (--this.#use.drivers === 0) libraryUses.delete(this.libraryPath);
     this.#done.resolve(this.#lib.close());
   }
 

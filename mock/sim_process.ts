@@ -2,7 +2,6 @@
 
 import { cudaRuns, INITIAL_STATE, isFinal, memoryOnHost } from "../core/states.ts";
 import { type ProcessState, stateName, stateNumber as numberOfState } from "../core/states.ts";
-import type { MemoryHeldRecords } from "../core/host.ts";
 import { checkAmount, mustBe } from "../core/options.ts";
 import type { IpcImport, NcclRank, ProcessFields } from "./fields.ts";
 import { type AnswerFault, checkFault, type ExitFault, type FaultableOperation } from "./faults.ts";
@@ -19,8 +18,6 @@ export interface MachineView {
   readonly version: number;
   readonly timing: TimingModel;
   readonly processes: readonly SimulatedProcess[];
-  readonly heldRecords: MemoryHeldRecords;
-  readonly selfPid: number | undefined;
   readonly nextStart: number;
   readonly disk: CopyLink;
   now(): number;

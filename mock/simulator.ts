@@ -153,10 +153,8 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
       new Promise<void>((resolve, reject) => {
         signal?.throwIfAborted();
         const stop = () => (cancel(), reject(signal!.reason));
-        const cancel = this.startTimer(
-          ms,
-          () => (signal?.removeEventListener("abort", stop), resolve()),
-        );
+        const done = () => (signal?.removeEventListener("abort", stop), resolve());
+        const cancel = this.startTimer(ms, done);
         signal?.addEventListener("abort", stop, { once: true });
       }));
   }

@@ -55,9 +55,6 @@ export interface SimulatorSnapshot {
   heldRecords?: HeldRecordSnapshot[];
 }
 
-/** Options of {@link loadSimulator}: how the loaded machine keeps time (virtual by default). */
-export type LoadSimulatorOptions = Pick<SimulatedMachineOptions, "clock" | "speed" | "timing">;
-
 /** A snapshot that cannot be loaded: another format or version, or a field amiss. */
 export class SimulatorSnapshotError extends Error {
   /** The field at fault, as a path: `"version"`, `"processes[2].state"`, `"gpus[0].uuid"`. */
@@ -115,7 +112,7 @@ export function snapshotSimulator(sim: SimulatedMachine): SimulatorSnapshot {
 /** A simulated machine from a snapshot read strictly (else a {@link SimulatorSnapshotError}). */
 export function loadSimulator(
   snapshot: unknown,
-  options: LoadSimulatorOptions = {},
+  options: Pick<SimulatedMachineOptions, "clock" | "speed" | "timing"> = {},
 ): SimulatedMachine {
   const o = checkKeys(options, "loadSimulator options", ["clock", "speed", "timing"]);
   const s = readSnapshot(snapshot);
