@@ -13,10 +13,11 @@ import { checkListOptions, type CudaProcessListing } from "../core/listing.ts";
 import { type ListCudaProcessesOptions, listOn } from "../core/listing.ts";
 import { type Machine, withMachine } from "../core/machine.ts";
 import { checkChoice, checkFlag, checkFunction, checkOptions } from "../core/options.ts";
+import { openSnapshot } from "../core/snapshot/layout.ts";
 import type { Manifest } from "../core/snapshot/manifest.ts";
 import { recoverFrom, type RecoverResult } from "../core/snapshot/recover.ts";
 import type { RestoreSnapshotOptions, RestoreSnapshotResult } from "../core/snapshot/restore.ts";
-import { checkRestoreArgs, inspectIn, restoreFrom } from "../core/snapshot/restore.ts";
+import { checkRestoreArgs, restoreFrom } from "../core/snapshot/restore.ts";
 import { checkDir } from "../core/snapshot/run.ts";
 import type { SnapshotOptions, SnapshotResult } from "../core/snapshot/take.ts";
 import { checkSnapshotArgs, takeSnapshot } from "../core/snapshot/take.ts";
@@ -196,7 +197,10 @@ export async function inspectSnapshotAs(
   const o = checkOptions(options, operation, ["machine", "verify"]);
   checkDir(dir);
   if (o.machine !== undefined) machineOf(o.machine, operation); // a Machine, checked
-  return await inspectIn(storeOf(o.machine), dir, checkFlag(o.verify, "verify", false), operation);
+  const digests = checkFlag(o.verify, "verify", false);
+  const opened = await openSnapshot(storeOf(o.machine), dir, operation, { digests });
+  await opened.dir.close();
+  return { dir: opened.dir.path, manifest: opened.manifest, verified: opened.checked.digests };
 }
 
 /**

@@ -141,18 +141,14 @@ function longName(name: string): string | string[] | undefined {
   return could.length === 1 ? could[0] : could.length > 1 ? could : undefined;
 }
 
+/** Reads the options in order (the words as {@link scan} finds them), then {@link finish}. */
 function parse(args: readonly string[], sub: string | undefined): Command {
-  const seen: Seen = { operations: [], given: new Set(), pids: [], fields: {}, words: [] };
+  const { words } = scan(args);
+  const seen: Seen = { operations: [], given: new Set(), pids: [], fields: {}, words };
   for (let i = 0; i < args.length; i++) {
     const arg = args[i];
-    if (arg === "--") {
-      seen.words.push(...args.slice(i + 1));
-      break;
-    }
-    if (!arg.startsWith("-") || arg === "-") {
-      seen.words.push(arg);
-      continue;
-    }
+    if (arg === "--") break;
+    if (!arg.startsWith("-") || arg === "-") continue;
     const isLong = arg.startsWith("--"), eq = isLong ? arg.indexOf("=") : -1;
     const name = isLong ? (eq < 0 ? arg : arg.slice(0, eq)) : arg.slice(0, 2);
     let inline = isLong ? (eq < 0 ? undefined : arg.slice(eq + 1)) : arg.slice(2) || undefined;

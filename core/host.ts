@@ -241,14 +241,6 @@ export function withoutClaim(record: HeldRecord): HeldRecord {
   return rest;
 }
 
-/** The record, with its claim left out where the claiming program is gone. */
-export function withoutDeadClaim(
-  record: HeldRecord,
-  alive: (process: ProcessIdentity) => boolean,
-): HeldRecord {
-  return !record.claim || alive(record.claim.by) ? record : withoutClaim(record);
-}
-
 /**
  * The sign of an NCCL rank (`lib` loaded) that its environment (`environ`, NUL-separated) says is
  * one of several on this host, P2P or shared memory on (NCCL turns each off at exactly 1): what

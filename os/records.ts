@@ -9,7 +9,7 @@ import { readdir, realpath, rm } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import type { HeldRecord, HeldRecords, ProcessIdentity, RoomClaim } from "../core/host.ts";
-import { identityKey, keptEnded, withoutClaim, withoutDeadClaim } from "../core/host.ts";
+import { identityKey, keptEnded, withoutClaim } from "../core/host.ts";
 import { StrictReader } from "../core/json.ts";
 import { messageOf } from "../core/errors.ts";
 import { faultAbove, myUid, privateDirectory, readSmallFile, writePrivately } from "./private.ts";
@@ -80,7 +80,7 @@ export class FileHeldRecords implements HeldRecords {
     const out: HeldRecord[] = [];
     for (const { record } of (await this.#all()).filter((e) => e.alive)) {
       const claimAlive = !record.claim || await this.#alive(record.claim.by);
-      out.push(withoutDeadClaim(record, () => claimAlive));
+      out.push(claimAlive ? record : withoutClaim(record));
     }
     return out;
   }

@@ -168,8 +168,7 @@ export async function openInterrupted(
     const nothing = `${none}, so there is nothing to recover`;
     if (text === undefined) throw snapshotRefusal(operation, nothing);
     const trace = parseTrace(text, `${dir.path}/${TRACE_FILE}`, operation);
-    const complete = await read(MANIFEST_FILE, MANIFEST_MAX_BYTES) !== undefined;
-    return { dir, trace, complete };
+    return { dir, trace, complete: await read(MANIFEST_FILE, MANIFEST_MAX_BYTES) !== undefined };
   });
 }
 

@@ -21,7 +21,6 @@ import { sessionOf } from "../process.ts";
 import { onto } from "../room.ts";
 import { clockOf, roundMs } from "../time.ts";
 import { olderVersion } from "../version.ts";
-import type { SnapshotStore } from "./store.ts";
 import { openSnapshot } from "./layout.ts";
 import type { Manifest, ManifestProcess, ManifestTree } from "./manifest.ts";
 import { bytesOf, checkDir, checkProgress, firstError, groupFailure, heldMiB } from "./run.ts";
@@ -77,18 +76,6 @@ export function checkRestoreArgs(
 ): { dir: string; settings: RestoreSettings } {
   const settings = checkTable(options, "restoreSnapshot", RESTORE_OPTIONS);
   return { dir: checkDir(dir), settings: { ...settings, operation: "restoreSnapshot" } };
-}
-
-/** The manifest of the snapshot in `dir`, everything checked against it (digests with `verify`). */
-export async function inspectIn(
-  store: SnapshotStore,
-  dir: string,
-  verify: boolean,
-  operation = "inspectSnapshot",
-): Promise<{ dir: string; manifest: Manifest; verified: boolean }> {
-  const opened = await openSnapshot(store, dir, operation, { digests: verify });
-  await opened.dir.close();
-  return { dir: opened.dir.path, manifest: opened.manifest, verified: opened.checked.digests };
 }
 
 /**
