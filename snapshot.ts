@@ -34,7 +34,7 @@ export { type ManifestTree, parseManifest } from "./core/snapshot/manifest.ts";
 export type { SnapshotState } from "./core/states.ts";
 export type { Checked, CheckOptions, SnapshotDir } from "./core/snapshot/store.ts";
 export type { SnapshotFile, SnapshotStore } from "./core/snapshot/store.ts";
-export type { DumpedProcess, DumpRequest, EngineProbe } from "./core/engine.ts";
+export type { DumpedProcess, DumpRequest, EngineProbe, TreeRequest } from "./core/engine.ts";
 export { EngineError, type RestoreRequest, type SnapshotEngine } from "./core/engine.ts";
 export { type RecoverOptions, recoverSnapshot } from "./api/functions.ts";
 export type { RecoverResult } from "./core/snapshot/recover.ts";

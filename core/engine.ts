@@ -11,36 +11,30 @@
  */
 export type EngineProbe = { readonly version?: string; readonly problems: readonly string[] };
 
-/** A tree to dump. */
-export interface DumpRequest {
+/** A tree to dump or restore: what a {@link DumpRequest} and a {@link RestoreRequest} share. */
+export interface TreeRequest {
   /** The pid of the tree's root: the tree is it and every process descended from it. */
   readonly root: number;
-  /** An empty private directory for its images (and the engine's log). */
+  /** Its images' directory: for a dump, an empty private one (for the engine's log too). */
   readonly imagesDir: string;
-  /** Stops the dump: the engine ends its work and leaves the processes running. */
+  /** Stops the work: a dump leaves the processes running, a restore ends those it made. */
   readonly signal?: AbortSignal;
-  /** Stops the dump as `signal` does once this many ms (on the engine's clock) have passed. */
+  /** Stops the work as `signal` does once this many ms (on the engine's clock) have passed. */
   readonly timeoutMs?: number;
-  /** Told now and then how many bytes of images are written so far. Must not throw. */
-  readonly onBytes?: (bytes: number) => void;
-  /** Dump established TCP connections too (criu's `--tcp-established`); else they are refused. */
+  /** Established TCP connections too (criu's `--tcp-established`); else a dump refuses them. */
   readonly tcpEstablished?: boolean;
 }
 
-/** A tree to restore. */
-export interface RestoreRequest {
-  /** The pid of the tree's root, as it was dumped: it comes back with the same pid. */
-  readonly root: number;
-  /** The directory its images are in. */
-  readonly imagesDir: string;
-  /** Stops the restore: the engine ends its work; processes already made are ended. */
-  readonly signal?: AbortSignal;
-  /** Stops the restore as `signal` does once this many ms (on the engine's clock) have passed. */
-  readonly timeoutMs?: number;
+/** A tree to dump. */
+export interface DumpRequest extends TreeRequest {
+  /** Told now and then how many bytes of images are written so far. Must not throw. */
+  readonly onBytes?: (bytes: number) => void;
+}
+
+/** A tree to restore: it comes back with the pids it was dumped with. */
+export interface RestoreRequest extends TreeRequest {
   /** Leaves the tree stopped once back (`--leave-stopped`) for the caller to wake or kill. */
   readonly leaveStopped?: boolean;
-  /** Restore the established TCP connections the dump took (criu's `--tcp-established`). */
-  readonly tcpEstablished?: boolean;
   /** Told before it waits `ms` to look again (criu: a port in TIME_WAIT; 0 if ended), and why. */
   readonly onWait?: (ms: number, why: string) => void;
 }
