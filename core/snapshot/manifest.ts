@@ -6,6 +6,7 @@
  */
 
 import { RefusedError } from "../errors.ts";
+import type { TreeProcess } from "../host.ts";
 import { StrictReader } from "../json.ts";
 import { MAX_PID } from "../options.ts";
 import { isSnapshotState, SNAPSHOT_STATES, type SnapshotState } from "../states.ts";
@@ -14,16 +15,11 @@ import type { SnapshotFile } from "./store.ts";
 /** The format this version writes and reads. */
 export const MANIFEST_FORMAT: Manifest["format"] = "ckpt-cuda-snapshot/2";
 
-/** One process of a dumped tree. */
-export interface ManifestProcess {
-  /** Its pid, which it comes back with. */
-  readonly pid: number;
-  /** Its parent's pid (0 for the root of a tree without one). */
-  readonly parent: number;
-  /** Its thread ids, its pid first: each must be free for the restore. */
-  readonly threads: readonly number[];
-  /** Its command line, where it could be read. */
-  readonly command?: string;
+/**
+ * One process of a dumped tree, as it was found there: it comes back with its pid, and each of its
+ * thread ids must be free for the restore.
+ */
+export interface ManifestProcess extends TreeProcess {
   /** Its CUDA side; left out for a process that does not use CUDA. */
   readonly cuda?: {
     /** Its CUDA state when the snapshot was asked for: running or checkpointed. */
