@@ -37,17 +37,15 @@ export type PortHolder = {
  * an orphan with the time-wait timer (3) ends when it says, another orphan is looked at again.
  */
 export function portHolders(table: string, ports: readonly number[]): PortHolder[] {
-  const out: PortHolder[] = [];
-  for (const line of table.split("\n")) {
+  return table.split("\n").flatMap((line): PortHolder[] => {
     const [sl = "", local = "", remote = "", st = "", , timer = "", , , , inode] = line.trim()
       .split(/\s+/);
     const port = parseInt(local.split(":")[1] ?? "", 16), [tr, when = ""] = timer.split(":");
-    if (!/^[0-9]+:$/.test(sl) || !ports.includes(port)) continue;
+    if (!/^[0-9]+:$/.test(sl) || !ports.includes(port)) return [];
     const state = TCP_STATES.split(",")[parseInt(st, 16)] || `state 0x${st}`;
     const leftMs = tr === "03" ? (parseInt(when, 16) || 0) * 10 : inode === "0" ? 1000 : undefined;
-    out.push({ port, state, ends: [local, remote], ...(leftMs === undefined ? {} : { leftMs }) });
-  }
-  return out;
+    return [{ port, state, ends: [local, remote], ...(leftMs === undefined ? {} : { leftMs }) }];
+  });
 }
 
 /**

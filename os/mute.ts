@@ -45,12 +45,10 @@ export async function muteConnections(pids: readonly number[]): Promise<void> {
   if (pids.length === 0) return;
   await withLibc(async (call) => {
     for (const pid of pids) {
-      const fds = await readdir(`/proc/${pid}/fd`).catch(() => [] as string[]), sockets = [];
-      for (const fd of fds) {
-        if ((await readlink(`/proc/${pid}/fd/${fd}`).catch(() => "")).startsWith("socket:")) {
-          sockets.push(Number(fd));
-        }
-      }
+      const fds = await readdir(`/proc/${pid}/fd`).catch(() => [] as string[]);
+      const link = (fd: string) => readlink(`/proc/${pid}/fd/${fd}`).catch(() => "");
+      const links = await Promise.all(fds.map(link));
+      const sockets = fds.filter((_, i) => links[i].startsWith("socket:")).map(Number);
       const pidfd = sockets.length > 0 ? call("syscall", SYS_PIDFD_OPEN, pid, 0, 0) : -1;
       if (pidfd < 0) continue;
       for (const fd of sockets) {
@@ -65,32 +63,28 @@ export async function muteConnections(pids: readonly number[]): Promise<void> {
 }
 
 /**
- * Ends TIME_WAITs (of no process), each given by its ends as /proc/net/tcp and tcp6 print them (`ADDR:PORT` in
- * hex), as `ss -K` does: the kernel's SOCK_DESTROY over a sock_diag netlink socket (root; a kernel
- * that ends TIME_WAITs so, as 6.18 does). Returns how many it ended; none where it cannot.
+ * Ends TIME_WAITs (of no process), each given by its ends as /proc/net/tcp and tcp6 print them
+ * (`ADDR:PORT` in hex), as `ss -K` does: the kernel's SOCK_DESTROY over a sock_diag netlink socket
+ * (root; a kernel that ends TIME_WAITs so, as 6.18 does). Returns how many it ended; none where it
+ * cannot.
  */
 export async function endTimeWaits(ends: readonly (readonly [string, string])[]): Promise<number> {
   if (ends.length === 0) return 0;
   let ended = 0;
+  const words = (hex: string) =>
+    [0, 1, 2, 3].map((w) => parseInt(hex.slice(8 * w, 8 * w + 8) || "0", 16));
   await withLibc((call) => {
     const fd = call("socket", 16, 2 | 0o2000000, 4); // AF_NETLINK, SOCK_DGRAM|CLOEXEC, SOCK_DIAG
-    for (const [i, pair] of (fd < 0 ? [] : ends).entries()) {
-      const msg = new Uint8Array(72), view = new DataView(msg.buffer), answer = new Int32Array(64);
-      view.setUint32(0, 72, true); // nlmsghdr: length, SOCK_DESTROY, NLM_F_REQUEST|NLM_F_ACK, seq
-      view.setUint32(4, 21 | 5 << 16, true);
-      view.setUint32(8, i, true);
-      view.setUint32(16, (pair[0].length > 13 ? 10 : 2) | 6 << 8, true); // AF_INET6|AF_INET, TCP
-      view.setUint32(20, 1 << 6, true); // TCPF_TIME_WAIT
-      for (const [e, end] of pair.entries()) { // the port big-endian; each word of the address as
-        // /proc printed it, in this host's order (little-endian)
-        const [addr, port] = end.split(":");
-        view.setUint16(24 + 2 * e, parseInt(port, 16));
-        for (let w = 0; w < addr.length / 8; w++) {
-          view.setUint32(28 + 16 * e + 4 * w, parseInt(addr.slice(8 * w, 8 * w + 8), 16), true);
-        }
-      }
-      view.setBigUint64(64, 2n ** 64n - 1n); // INET_DIAG_NOCOOKIE
-      const sent = call("send", fd, msg, 72, 0) === 72;
+    for (const [seq, pair] of (fd < 0 ? [] : ends).entries()) {
+      const [[src, sport], [dst, dport]] = pair.map((end) => end.split(":"));
+      // nlmsghdr (SOCK_DESTROY, NLM_F_REQUEST|NLM_F_ACK), then inet_diag_req_v2: AF_INET6 or
+      // AF_INET, TCP, TIME_WAIT, the ports (big-endian, below), each address's words as /proc
+      // printed them (in this host's order), no interface, INET_DIAG_NOCOOKIE
+      const family = src.length > 8 ? 10 : 2, head = [72, 21 | 5 << 16, seq, 0, family | 6 << 8];
+      const msg = new Uint32Array([...head, 1 << 6, 0, ...words(src), ...words(dst), 0, ~0, ~0]);
+      new DataView(msg.buffer).setUint32(24, parseInt(sport, 16) << 16 | parseInt(dport, 16));
+      const answer = new Int32Array(64); // nlmsgerr: its error after the header
+      const sent = call("send", fd, new Uint8Array(msg.buffer), 72, 0) === 72;
       if (sent && call("recv", fd, new Uint8Array(answer.buffer), 256, 0) >= 20 && !answer[4]) {
         ended++;
       }
