@@ -66,7 +66,8 @@ export async function portsFree(request: RestoreRequest): Promise<void> {
   const bound = await readFile(path.join(imagesDir, "files.img"))
     .then((b) => boundPorts(new Uint8Array(b))).catch(() => []);
   const start = performance.now(), took = () => performance.now() - start;
-  for (let round = 0;; round++) {
+  const tried = new Set<string>(); // the TIME_WAITs asked to end: each once
+  for (;;) {
     const { ports, holders } = await look(bound);
     if (ports.length === 0) return;
     const live = Map.groupBy(holders.filter((h) => h.leftMs === undefined), (h) => h.port);
@@ -85,10 +86,17 @@ export async function portsFree(request: RestoreRequest): Promise<void> {
     const ms = Math.max(250, ...holders.map((h) => h.leftMs!)), s = Math.ceil(ms / 1000);
     const state = [...new Set(holders.map((h) => h.state))].join(", ") || "use";
     const why = `port ${ports.join(", ")} held in ${state} on this host`;
-    const timeWaits = holders.filter((h) => h.state === "TIME_WAIT").map((h) => h.ends);
-    if (round === 0 && await endTimeWaits(timeWaits) > 0) {
-      request.onWait?.(0, `${why}: ended rather than waited for`);
-      continue; // once: what is left (where the kernel would not, or a socket since) is waited for
+    const stopped = `the restore of the tree of ${root} was stopped while it waited for ${why}`;
+    if (request.signal?.aborted) throw new EngineError(stopped);
+    const fresh = holders.filter((h) => h.state === "TIME_WAIT" && !tried.has(h.ends.join()));
+    fresh.forEach((h) => tried.add(h.ends.join()));
+    if (fresh.length > 0) { // each asked to end once, then looked at again (gone, maybe ended by
+      // another tree's restore); what is left (where the kernel would not end it) is waited for
+      if (await endTimeWaits(fresh.map((h) => h.ends)) > 0) {
+        const ended = `port ${[...new Set(fresh.map((h) => h.port))].join(", ")} held in TIME_WAIT`;
+        request.onWait?.(0, `${ended} on this host: ended rather than waited for`);
+      }
+      continue;
     }
     if (took() + ms + (ms > 1000 ? TIMER_SLACK_MS : 0) > Math.min(timeoutMs, TIME_WAIT_MAX_MS)) {
       const left = timeoutMs < TIME_WAIT_MAX_MS
@@ -98,8 +106,6 @@ export async function portsFree(request: RestoreRequest): Promise<void> {
       const held = `the tree of ${root} binds port ${ports.join(", ")}, which this host holds`;
       throw new EngineError(`${held} in ${state} for ${s} s more, ${left}`);
     }
-    const stopped = `the restore of the tree of ${root} was stopped while it waited for ${why}`;
-    if (request.signal?.aborted) throw new EngineError(stopped);
     request.onWait?.(ms, why);
     await clockOf({}).sleep(ms, request.signal).catch(() => {
       throw new EngineError(stopped);
@@ -130,11 +136,10 @@ function look(bound: readonly Bound[]): Promise<{ ports: number[]; holders: Port
  */
 function bindable(b: Bound): Promise<boolean> {
   if (b.addr.length !== 1 && b.addr.length !== 4) return Promise.resolve(true); // criu's to judge
-  const v4 = b.addr.length === 1, bytes = b.addr.flatMap((w) => [w, w >>> 8, w >>> 16, w >>> 24]);
-  const host = v4
-    ? bytes.map((x) => x & 255).join(".")
-    : Array.from({ length: 8 }, (_, i) =>
-      ((bytes[2 * i] & 255) * 256 + (bytes[2 * i + 1] & 255)).toString(16)).join(":");
+  const bytes = new Uint8Array(Uint32Array.from(b.addr).buffer), view = new DataView(bytes.buffer);
+  const host = bytes.length === 4
+    ? bytes.join(".")
+    : Array.from({ length: 8 }, (_, i) => view.getUint16(2 * i).toString(16)).join(":");
   return new Promise((resolve) => {
     const server = createServer();
     server.once("error", (e: { code?: string }) => resolve(e.code !== "EADDRINUSE"));

@@ -65,31 +65,34 @@ export async function muteConnections(pids: readonly number[]): Promise<void> {
 /**
  * Ends TIME_WAITs (of no process), each given by its ends as /proc/net/tcp and tcp6 print them
  * (`ADDR:PORT` in hex), as `ss -K` does: the kernel's SOCK_DESTROY over a sock_diag netlink socket
- * (root; a kernel that ends TIME_WAITs so, as 6.18 does). Returns how many it ended; none where it
- * cannot.
+ * (CAP_NET_ADMIN, and a kernel that ends TIME_WAITs so, as 6.18 does). Returns how many it ended;
+ * none where it cannot.
  */
 export async function endTimeWaits(ends: readonly (readonly [string, string])[]): Promise<number> {
-  if (ends.length === 0) return 0;
   let ended = 0;
   const words = (hex: string) =>
     [0, 1, 2, 3].map((w) => parseInt(hex.slice(8 * w, 8 * w + 8) || "0", 16));
   await withLibc((call) => {
     const fd = call("socket", 16, 2 | 0o2000000, 4); // AF_NETLINK, SOCK_DGRAM|CLOEXEC, SOCK_DIAG
-    for (const [seq, pair] of (fd < 0 ? [] : ends).entries()) {
-      const [[src, sport], [dst, dport]] = pair.map((end) => end.split(":"));
-      // nlmsghdr (SOCK_DESTROY, NLM_F_REQUEST|NLM_F_ACK), then inet_diag_req_v2: AF_INET6 or
-      // AF_INET, TCP, TIME_WAIT, the ports (big-endian, below), each address's words as /proc
-      // printed them (in this host's order), no interface, INET_DIAG_NOCOOKIE
-      const family = src.length > 8 ? 10 : 2, head = [72, 21 | 5 << 16, seq, 0, family | 6 << 8];
-      const msg = new Uint32Array([...head, 1 << 6, 0, ...words(src), ...words(dst), 0, ~0, ~0]);
-      new DataView(msg.buffer).setUint32(24, parseInt(sport, 16) << 16 | parseInt(dport, 16));
-      const answer = new Int32Array(64); // nlmsgerr: its error after the header
-      const sent = call("send", fd, new Uint8Array(msg.buffer), 72, 0) === 72;
-      if (sent && call("recv", fd, new Uint8Array(answer.buffer), 256, 0) >= 20 && !answer[4]) {
-        ended++;
+    if (fd < 0) return;
+    try {
+      for (const [seq, pair] of ends.entries()) {
+        const [[src, sport], [dst, dport]] = pair.map((end) => end.split(":"));
+        // nlmsghdr (SOCK_DESTROY, NLM_F_REQUEST|NLM_F_ACK), then inet_diag_req_v2: AF_INET6 or
+        // AF_INET, TCP, TIME_WAIT, the ports (big-endian, below), each address's words as /proc
+        // printed them (in this host's order), no interface, INET_DIAG_NOCOOKIE
+        const family = src.length > 8 ? 10 : 2, head = [72, 21 | 5 << 16, seq, 0, family | 6 << 8];
+        const msg = new Uint32Array([...head, 1 << 6, 0, ...words(src), ...words(dst), 0, ~0, ~0]);
+        new DataView(msg.buffer).setUint32(24, parseInt(sport, 16) << 16 | parseInt(dport, 16));
+        if (call("send", fd, new Uint8Array(msg.buffer), 72, 0) !== 72) continue;
+        const answer = new Int32Array(64); // its NLMSG_ERROR (2): the error after the header
+        const got = call("recv", fd, new Uint8Array(answer.buffer), 256, 0x40); // MSG_DONTWAIT
+        const ok = got >= 20 && (answer[1] & 0xffff) === 2 && answer[2] === seq;
+        if (ok && answer[4] === 0) ended++;
       }
+    } finally {
+      call("close", fd);
     }
-    if (fd >= 0) call("close", fd);
   });
   return ended;
 }
