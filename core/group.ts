@@ -224,13 +224,12 @@ class Group {
   /** One process's settings, its lock timeout cut to what is left of the deadline. */
   #settingsFor(pid: number): ActionSettings {
     const { lockTimeoutMs: lock, checkRoom, allowIpcImport } = this.#s;
-    const pairs = this.#s.gpuMapping(pid);
     const lockTimeoutMs = () => {
       const ms = this.#deadline.cut(lock);
       if (ms !== lock) this.#cut.add(pid);
       return ms;
     };
-    return { lockTimeoutMs, pairs, checkRoom, allowIpcImport };
+    return { lockTimeoutMs, pairs: this.#s.gpuMapping(pid), checkRoom, allowIpcImport };
   }
 
   /** Each target's GPU memory in MiB where known: the host's report, or its record. */
