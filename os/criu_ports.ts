@@ -1,7 +1,6 @@
 // This host's TCP ports against what a snapshot's tree binds, before criu restores it: criu cannot
-// bind a port this host still holds ("Address already in use"), so the restore asks the kernel
-// first, ends the TIME_WAITs that hold one (a closed connection's), waits out what else no process
-// holds, and refuses a port that a socket a process holds.
+// bind a port this host still holds ("Address already in use"). TIME_WAITs on one (a connection
+// closed in the minute before, as NCCL's ranks close their first) are ended.
 
 import { readdir, readFile } from "node:fs/promises";
 import { createServer } from "node:net";
@@ -50,14 +49,11 @@ export function portHolders(table: string, ports: readonly number[]): PortHolder
 
 /**
  * Before any tree is restored (criu's engine's `ready`): waits till this host lets a socket bind
- * what the tree's TCP sockets bind (a listener made and closed at once, with criu's SO_REUSEADDR and
- * SO_REUSEPORT; else criu fails: "Address already in use"). A port held only by sockets no process
- * holds (TIME_WAIT: a connection closed in the minute before, as NCCL's ranks close their first)
- * is freed, its TIME_WAITs ended (told by `onWait` as a wait of 0 ms), or waited for where the
- * kernel would not end them; one held by a socket open now, or a wait beyond the restore's time
- * (or 90 s), is an error. A tree with a
- * network namespace of its own (a `netns-N.img`) binds nothing here; images that cannot be read
- * are left to criu.
+ * what the tree's TCP sockets bind (a listener made and closed at once, with criu's SO_REUSEADDR
+ * and SO_REUSEPORT). A port held only by sockets no process holds is freed: its TIME_WAITs ended
+ * (told by `onWait` as a wait of 0 ms), the rest waited for; one held by a socket open now, or a
+ * wait beyond the restore's time (or 90 s), is an error. A tree with a network namespace of its
+ * own (a `netns-N.img`) binds nothing here; images that cannot be read are left to criu.
  */
 export async function portsFree(request: RestoreRequest): Promise<void> {
   const { imagesDir, root, timeoutMs = Infinity } = request;

@@ -1,9 +1,7 @@
-// TCP connections ended without a word. A dumped tree's, as criu ends those it dumps: each put in
-// repair mode (TCP_REPAIR) before the kill, so that it sends its peer no FIN (the restored
-// connection is still open there) and leaves no TIME_WAIT. And the TIME_WAITs that hold a port a
-// restore needs (a connection accepted on a listener and closed holds the listener's port for 60 s,
-// and criu cannot restore the listener there meanwhile): NCCL's ranks close their first
-// connections as they start, so every job they make leaves some behind.
+// TCP connections ended without a word: a dumped tree's, put in repair mode (TCP_REPAIR) before
+// the kill as criu's own end of a dump does, so that their peers are told nothing (a restored
+// connection is still open there) and no TIME_WAIT is left; and the TIME_WAITs on a port a
+// restore needs (a listener's, whose closed connections hold it for 60 s: NCCL's ranks leave some).
 
 import { readdir, readlink } from "node:fs/promises";
 import type { FfiTable } from "../ffi/adapter.ts";
@@ -37,9 +35,8 @@ async function withLibc(use: (call: Call) => Promise<void> | void): Promise<void
 }
 
 /**
- * Puts the TCP connections of `pids` (stopped, to be killed) in repair mode. What cannot be (a
- * listener, a socket not TCP's, a process gone, a runtime without FFI or, on Deno, without the
- * permission for it) is left as it is.
+ * Puts the TCP connections of `pids` (stopped, to be killed) in repair mode; what cannot be (a
+ * listener, not TCP, a process gone, no FFI or, on Deno, no permission for it) is left as it is.
  */
 export async function muteConnections(pids: readonly number[]): Promise<void> {
   if (pids.length === 0) return;
@@ -64,9 +61,8 @@ export async function muteConnections(pids: readonly number[]): Promise<void> {
 
 /**
  * Ends TIME_WAITs (of no process), each given by its ends as /proc/net/tcp and tcp6 print them
- * (`ADDR:PORT` in hex), as `ss -K` does: the kernel's SOCK_DESTROY over a sock_diag netlink socket
- * (CAP_NET_ADMIN, and a kernel that ends TIME_WAITs so, as 6.18 does). Returns how many it ended;
- * none where it cannot.
+ * (`ADDR:PORT` in hex), as `ss -K` does: SOCK_DESTROY over a sock_diag netlink socket
+ * (CAP_NET_ADMIN, a kernel that ends TIME_WAITs so, as 6.18 does). Returns how many it ended.
  */
 export async function endTimeWaits(ends: readonly (readonly [string, string])[]): Promise<number> {
   let ended = 0;
