@@ -49,8 +49,8 @@
 # again (session 8) with the check binding as criu does: one rank alone waits no more
 # (nccl-job-h200x2-session8.txt). Then (session 9) the job still waited 46 s with the snapshot's
 # kill silent (os/mute.ts): the TIME_WAITs are NCCL's own, left as the ranks start
-# (tests/gpu/exp/tw_probe.sh); the restore now ends them: the job's restore 1.08x one rank's, its
-# snapshot 1.53x (nccl-job-h200x2-session9.txt).
+# (tests/gpu/exp/tw_probe.sh); the restore now ends them: the job's restore 0.98-1.08x one rank's,
+# its snapshot 1.53-1.68x (nccl-job-h200x2-session9.txt).
 #
 # On one GPU, NCCL_ONE_GPU=1 with the case `snapshot` alone runs its rounds of one rank (world 1).
 #
