@@ -66,7 +66,7 @@ function runtimeReader(): ProcReader {
 }
 
 /** Whether Deno grants a permission without a prompt (on Bun, always). */
-function granted(permission: Deno.PermissionDescriptor): boolean {
+export function granted(permission: Deno.PermissionDescriptor): boolean {
   return !deno || deno.permissions.querySync(permission).state === "granted";
 }
 

@@ -7,6 +7,7 @@ import { readdir, readlink } from "node:fs/promises";
 import type { FfiTable } from "../ffi/adapter.ts";
 import { LIBC } from "../ffi/find.ts";
 import { runtimeAdapter } from "../ffi/runtime.ts";
+import { granted } from "./linux_host.ts";
 
 /** The C library's functions it uses; `syscall` for pidfd_open and pidfd_getfd (Linux 5.6). */
 const LIBC_CALLS = {
@@ -22,8 +23,7 @@ type Call = (symbol: keyof typeof LIBC_CALLS, ...args: (number | Uint8Array)[]) 
 
 /** Runs `use` with the C library, unless this runtime has no FFI or, on Deno, no permission yet. */
 async function withLibc(use: (call: Call) => Promise<void> | void): Promise<void> {
-  const deno = (globalThis as { Deno?: typeof Deno }).Deno; // Deno's FFI: only where no prompt
-  if (deno && deno.permissions.querySync({ name: "ffi" }).state !== "granted") return;
+  if (!granted({ name: "ffi" })) return; // Deno's FFI only where it asks no question
   const libc = await runtimeAdapter({ callingThread: true })
     .then((ffi) => ffi.open(LIBC, LIBC_CALLS)).catch(() => undefined);
   if (!libc) return;
