@@ -20,22 +20,10 @@ import { openCriuEngine } from "../os/criu.ts";
 import { boundPorts } from "../os/criu_images.ts";
 import { portHolders } from "../os/criu_ports.ts";
 import { EngineError, type RestoreRequest } from "../core/engine.ts";
-import { fakeCriu, inScratch } from "./support/fake_criu.ts";
+import { bytes, criuImage, fakeCriu, inScratch, num, varint } from "./support/fake_criu.ts";
 import { loud } from "./fixtures/fake.ts";
 
 const LOCALHOST = 0x0100007f; // 127.0.0.1 as the kernel's word, as /proc/net/tcp prints it
-
-/** Protobuf: a varint, a varint field, a length-delimited field. */
-const varint = (n: number): number[] => {
-  const out: number[] = [];
-  do {
-    out.push((n % 128) | (n >= 128 ? 0x80 : 0));
-    n = Math.floor(n / 128);
-  } while (n > 0);
-  return out;
-};
-const num = (field: number, n: number) => [...varint(field * 8), ...varint(n)];
-const bytes = (field: number, b: number[]) => [...varint(field * 8 + 2), ...varint(b.length), ...b];
 
 /** An inet socket's `file_entry` (type 4), its `inet_sk_entry` in field 4; src_addr packed or not. */
 function inetSk(
@@ -68,18 +56,8 @@ function inetSk(
   return [...num(1, 4), ...num(2, 7), ...bytes(4, sk)];
 }
 
-/** A files.img of `entries`: criu's two magic words, then each after its length. */
-function filesImg(entries: number[][]): Uint8Array {
-  const out: number[] = [];
-  const word = (n: number) => out.push(n & 255, (n >>> 8) & 255, (n >>> 16) & 255, n >>> 24);
-  word(0x54564319);
-  word(0x56303138);
-  for (const e of entries) {
-    word(e.length);
-    out.push(...e);
-  }
-  return new Uint8Array(out);
-}
+/** A files.img of `entries`. */
+const filesImg = (entries: number[][]): Uint8Array => criuImage(0x56303138, entries);
 
 /** A listening socket of this host on a port of its choosing; it ends each connection first. */
 async function listening(first = true): Promise<{ port: number; close(): Promise<void> }> {

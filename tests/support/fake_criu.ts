@@ -77,41 +77,48 @@ export async function endedWithin(pids: readonly number[], ms: number): Promise<
   }
 }
 
-/** A pstree.img as criu writes it: two magic words, then a length and a message per process. */
+/** Protobuf as criu's images hold it: a varint, a varint field, a length-delimited field. */
+export const varint = (n: number): number[] => {
+  const out: number[] = [];
+  do {
+    out.push((n % 128) | (n >= 128 ? 0x80 : 0));
+    n = Math.floor(n / 128);
+  } while (n > 0);
+  return out;
+};
+export const num = (field: number, n: number): number[] => [...varint(field * 8), ...varint(n)];
+export const bytes = (field: number, b: number[]): number[] => [
+  ...varint(field * 8 + 2),
+  ...varint(b.length),
+  ...b,
+];
+
+/** A criu image: the common magic word and `magic`, then each message after its length. */
+export function criuImage(magic: number, messages: number[][]): Uint8Array {
+  const out: number[] = [];
+  const word = (n: number) => out.push(n & 255, (n >>> 8) & 255, (n >>> 16) & 255, n >>> 24);
+  word(0x54564319);
+  word(magic);
+  for (const m of messages) {
+    word(m.length);
+    out.push(...m);
+  }
+  return new Uint8Array(out);
+}
+
+/** A pstree.img as criu writes it: pid (1), ppid (2), pgid (3), sid (4), threads (5) of each. */
 export function pstree(
   entries: { pid: number; ppid: number; threads: number[] }[],
   packed = false,
 ): Uint8Array {
-  const varint = (n: number) => {
-    const out: number[] = [];
-    do {
-      out.push((n & 0x7f) | (n >= 0x80 ? 0x80 : 0));
-      n = Math.floor(n / 128);
-    } while (n > 0);
-    return out;
-  };
-  const bytes: number[] = [];
-  const word = (n: number) => bytes.push(n & 255, (n >>> 8) & 255, (n >>> 16) & 255, n >>> 24);
-  word(0x54564319);
-  word(0x50273030);
-  for (const e of entries) {
-    const threads = packed
-      ? [42, ...varint(e.threads.flatMap(varint).length), ...e.threads.flatMap(varint)]
-      : e.threads.flatMap((t) => [40, ...varint(t)]);
-    // pid (1), ppid (2), pgid (3), sid (4), then the threads (5).
-    const message = [
-      8,
-      ...varint(e.pid),
-      16,
-      ...varint(e.ppid),
-      24,
-      ...varint(e.pid),
-      32,
-      ...varint(e.pid),
-      ...threads,
-    ];
-    word(message.length);
-    bytes.push(...message);
-  }
-  return new Uint8Array(bytes);
+  return criuImage(
+    0x50273030,
+    entries.map((e) => [
+      ...num(1, e.pid),
+      ...num(2, e.ppid),
+      ...num(3, e.pid),
+      ...num(4, e.pid),
+      ...(packed ? bytes(5, e.threads.flatMap(varint)) : e.threads.flatMap((t) => num(5, t))),
+    ]),
+  );
 }
