@@ -20,7 +20,15 @@ import { openCriuEngine } from "../os/criu.ts";
 import { boundPorts } from "../os/criu_images.ts";
 import { portHolders } from "../os/criu_ports.ts";
 import { EngineError, type RestoreRequest } from "../core/engine.ts";
-import { bytes, criuImage, fakeCriu, inScratch, num, varint } from "./support/fake_criu.ts";
+import {
+  bytes,
+  criuImage,
+  fakeCriu,
+  inScratch,
+  num,
+  tcpTable,
+  varint,
+} from "./support/fake_criu.ts";
 import { loud } from "./fixtures/fake.ts";
 
 const LOCALHOST = 0x0100007f; // 127.0.0.1 as the kernel's word, as /proc/net/tcp prints it
@@ -67,15 +75,10 @@ async function listening(first = true): Promise<{ port: number; close(): Promise
   return { port, close: () => new Promise((resolve) => server.close(() => resolve())) };
 }
 
-/** The text of this host's /proc/net/tcp and tcp6. */
-function live(): string {
-  return ["tcp", "tcp6"].map((f) => readFileSync(`/proc/net/${f}`, "utf8")).join("\n");
-}
-
 /** Waits till this host shows `port` in TIME_WAIT. */
 async function timeWaitOn(port: number): Promise<number> {
   for (let i = 0; i < 100; i++) {
-    if (portHolders(live(), [port]).some((h) => h.state === "TIME_WAIT")) return port;
+    if (portHolders(tcpTable(), [port]).some((h) => h.state === "TIME_WAIT")) return port;
     await new Promise((resolve) => setTimeout(resolve, 20));
   }
   throw new Error(`port ${port} never showed in TIME_WAIT`);
@@ -120,7 +123,7 @@ async function finWait2(): Promise<{ port: number; close(): Promise<void> }> {
   client.end();
   client.destroy();
   const there = () =>
-    portHolders(live(), [port]).some((h) => h.state === "FIN_WAIT2" && h.leftMs! > 1000);
+    portHolders(tcpTable(), [port]).some((h) => h.state === "FIN_WAIT2" && h.leftMs! > 1000);
   for (let i = 0; i < 100 && !there(); i++) await new Promise((resolve) => setTimeout(resolve, 20));
   if (!there()) throw new Error(`port ${port} never showed in FIN_WAIT2`);
   const close = async () => {
@@ -195,7 +198,7 @@ describe("ports a restore needs", () => {
     ]);
     const server = await listening();
     try {
-      const [held, ...more] = portHolders(live(), [server.port]);
+      const [held, ...more] = portHolders(tcpTable(), [server.port]);
       assert.deepEqual(more, [], "one socket holds it");
       assert.equal(held.state, "LISTEN");
       assert.equal(parseInt(held.ends[0].split(":")[1], 16), server.port);
@@ -203,7 +206,7 @@ describe("ports a restore needs", () => {
       await server.close();
     }
     const port = await clientTimeWait();
-    const [held, ...more] = portHolders(live(), [port]);
+    const [held, ...more] = portHolders(tcpTable(), [port]);
     assert.deepEqual(more, [], "one socket holds it");
     assert.equal(held.state, "TIME_WAIT");
     assert.ok(held.leftMs! > 40_000 && held.leftMs! <= 60_000, `at most 60 s: ${held.leftMs}`);
@@ -313,7 +316,7 @@ describe("ports a restore needs", () => {
         const said = `port ${port} held in TIME_WAIT on this host: ended rather than waited for`;
         assert.deepEqual(told, [[0, said]]);
         assert.ok(ran(), "criu ran");
-        assert.deepEqual(portHolders(live(), [port]), [], "no TIME_WAIT left on it");
+        assert.deepEqual(portHolders(tcpTable(), [port]), [], "no TIME_WAIT left on it");
       }),
   );
 
@@ -349,7 +352,7 @@ console.log(JSON.stringify({ told, error }));`,
       );
       assert.equal(told[0][1], `port ${port} held in TIME_WAIT on this host`);
       assert.match(error, /was stopped while it waited for port [0-9]+ held in TIME_WAIT/);
-      assert.equal(portHolders(live(), [port])[0]?.state, "TIME_WAIT", "still there");
+      assert.equal(portHolders(tcpTable(), [port])[0]?.state, "TIME_WAIT", "still there");
     }));
 
   test("a port in FIN_WAIT2 within the time left: the wait is told, and stopped by an abort, saying why", () =>

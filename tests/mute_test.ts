@@ -8,14 +8,14 @@
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
-import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import process from "node:process";
 import { createInterface } from "node:readline";
 import { openCriuEngine } from "../os/criu.ts";
 import { portHolders } from "../os/criu_ports.ts";
 import { muteConnections } from "../os/mute.ts";
-import { ended, fakeCriu, inScratch, pstree } from "./support/fake_criu.ts";
+import { ended, fakeCriu, inScratch, pstree, tcpTable } from "./support/fake_criu.ts";
 import { loud } from "./fixtures/fake.ts";
 
 const root = process.getuid?.() === 0;
@@ -44,8 +44,7 @@ async function endedHolding(pid: number, ports: number[], end: () => Promise<voi
   await end();
   for (let i = 0; i < 100 && !ended(pid); i++) await new Promise((r) => setTimeout(r, 20));
   await new Promise((r) => setTimeout(r, 100)); // the kernel's closes of its sockets
-  const live = ["tcp", "tcp6"].map((f) => readFileSync(`/proc/net/${f}`, "utf8")).join("\n");
-  return portHolders(live, ports).map((h) => h.state);
+  return portHolders(tcpTable(), ports).map((h) => h.state);
 }
 
 describe("a dumped tree's connections end silently", { skip: !root && loud("needs root") }, () => {

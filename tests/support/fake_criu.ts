@@ -77,6 +77,11 @@ export async function endedWithin(pids: readonly number[], ms: number): Promise<
   }
 }
 
+/** The text of this host's /proc/net/tcp and tcp6, as the restore's port check reads them. */
+export function tcpTable(): string {
+  return ["tcp", "tcp6"].map((f) => readFileSync(`/proc/net/${f}`, "utf8")).join("\n");
+}
+
 /** Protobuf as criu's images hold it: a varint, a varint field, a length-delimited field. */
 export const varint = (n: number): number[] => {
   const out: number[] = [];

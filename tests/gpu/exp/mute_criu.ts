@@ -14,6 +14,7 @@ import { join } from "node:path";
 import process from "node:process";
 import { openCriuEngine } from "../../../os/criu.ts";
 import { portHolders } from "../../../os/criu_ports.ts";
+import { tcpTable } from "../../support/fake_criu.ts";
 
 const env = process.env, control = process.argv.includes("--control");
 const engine = openCriuEngine({
@@ -48,7 +49,6 @@ while (!line.includes(" ")) {
   })();
 }
 const [pid, port] = line.trim().split(" ").map(Number);
-const tcp = () => ["tcp", "tcp6"].map((f) => readFileSync(`/proc/net/${f}`, "utf8")).join("\n");
 try {
   mkdirSync(images, { mode: 0o700 });
   await engine.dump({ root: pid, imagesDir: images });
@@ -56,7 +56,7 @@ try {
   if (control) process.kill(pid, "SIGKILL");
   else await engine.kill([pid]);
   await new Promise((r) => setTimeout(r, 300));
-  const held = portHolders(tcp(), [port]).map((h) => h.state);
+  const held = portHolders(tcpTable(), [port]).map((h) => h.state);
   const t0 = performance.now(), waits: number[] = [];
   const request = { root: pid, imagesDir: images, onWait: (ms: number) => waits.push(ms) };
   await engine.ready!(request);
