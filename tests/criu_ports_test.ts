@@ -266,6 +266,26 @@ describe("ports a restore needs", () => {
       }
     }));
 
+  test("a port a listener and the connections it accepted hold: each state named once, with its count", () =>
+    inScratch(async (s) => {
+      const server = await listening(false);
+      const clients = [0, 1].map(() => net.connect(server.port, "127.0.0.1"));
+      try {
+        await Promise.all(clients.map((c) => new Promise((resolve) => c.once("connect", resolve))));
+        const { back, ran, images } = setUp(s.dir, server.port);
+        const err = await back({ root: 4242, imagesDir: images }).catch((e) => e);
+        assert.ok(err instanceof EngineError, String(err));
+        const said = `sockets open on this host hold ports the tree of 4242 binds: ` +
+          `${server.port} (LISTEN, ESTABLISHED x2): end what holds them, or restore where they ` +
+          `are free`;
+        assert.equal(err.message, said);
+        assert.ok(!ran(), "criu did not run");
+      } finally {
+        clients.forEach((c) => c.destroy());
+        await server.close();
+      }
+    }));
+
   test(
     "a port in FIN_WAIT2 longer than the restore has left: at once, an error that says for how long",
     {
