@@ -68,12 +68,10 @@ export async function portsFree(request: RestoreRequest): Promise<void> {
     if (ports.length === 0) return;
     const live = Map.groupBy(holders.filter((h) => h.leftMs === undefined), (h) => h.port);
     if (live.size > 0) {
-      const count = (n: number) => n > 1 ? ` x${n}` : "";
-      const each = [...live].map(([port, hs]) =>
-        `${port} (${
-          [...Map.groupBy(hs, (h) => h.state)].map(([st, n]) => st + count(n.length)).join(", ")
-        })`
-      );
+      const named = ([st, hs]: [string, PortHolder[]]) =>
+        hs.length > 1 ? `${st} x${hs.length}` : st;
+      const states = (hs: PortHolder[]) => [...Map.groupBy(hs, (h) => h.state)].map(named);
+      const each = [...live].map(([port, hs]) => `${port} (${states(hs).join(", ")})`);
       const free = "end what holds them, or restore where they are free";
       const held = `sockets open on this host hold ports the tree of ${root} binds`;
       throw new EngineError(`${held}: ${each.join(", ")}: ${free}`);
