@@ -156,7 +156,16 @@ function setUp(dir: string, port: number, listeners = 1) {
   const ran = () => existsSync(record) && readFileSync(record, "utf8").includes("arg restore");
   // As a restore asks the engine: whether the tree can come back here, then to restore it.
   const back = (r: RestoreRequest) => engine.ready!(r).then(() => engine.restore(r));
-  return { back, ran, images: dir };
+  /** Refused before criu ran, for the sockets open on `port`, named as `holders`. */
+  const refusedFor = async (holders: string) => {
+    const err = await back({ root: 4242, imagesDir: dir }).catch((e) => e);
+    assert.ok(err instanceof EngineError, String(err));
+    const said = `sockets open on this host hold ports the tree of 4242 binds: ${port} ` +
+      `(${holders}): end what holds them, or restore where they are free`;
+    assert.equal(err.message, said);
+    assert.ok(!ran(), "criu did not run");
+  };
+  return { back, ran, refusedFor, images: dir };
 }
 
 describe("ports a restore needs", () => {
@@ -250,13 +259,8 @@ describe("ports a restore needs", () => {
     inScratch(async (s) => {
       const server = await listening();
       try {
-        const { back, ran, images } = setUp(s.dir, server.port);
-        const err = await back({ root: 4242, imagesDir: images }).catch((e) => e);
-        assert.ok(err instanceof EngineError, String(err));
-        const said = `sockets open on this host hold ports the tree of 4242 binds: ` +
-          `${server.port} (LISTEN): end what holds them, or restore where they are free`;
-        assert.equal(err.message, said);
-        assert.ok(!ran(), "criu did not run");
+        const { back, ran, refusedFor, images } = setUp(s.dir, server.port);
+        await refusedFor("LISTEN");
         // A tree with a network namespace of its own binds nothing of this host's.
         writeFileSync(join(s.dir, "netns-9.img"), "");
         await back({ root: 4242, imagesDir: images });
@@ -272,14 +276,7 @@ describe("ports a restore needs", () => {
       const clients = [0, 1].map(() => net.connect(server.port, "127.0.0.1"));
       try {
         await Promise.all(clients.map((c) => new Promise((resolve) => c.once("connect", resolve))));
-        const { back, ran, images } = setUp(s.dir, server.port);
-        const err = await back({ root: 4242, imagesDir: images }).catch((e) => e);
-        assert.ok(err instanceof EngineError, String(err));
-        const said = `sockets open on this host hold ports the tree of 4242 binds: ` +
-          `${server.port} (LISTEN, ESTABLISHED x2): end what holds them, or restore where they ` +
-          `are free`;
-        assert.equal(err.message, said);
-        assert.ok(!ran(), "criu did not run");
+        await setUp(s.dir, server.port).refusedFor("LISTEN, ESTABLISHED x2");
       } finally {
         clients.forEach((c) => c.destroy());
         await server.close();
