@@ -92,7 +92,7 @@ export class SimulatedDriver implements CheckpointDriver {
     return this.#call("getState", pid, result, (p) => this.#serially(p, () => query(p)));
   }
 
-  /** `cuCheckpointProcessGetRestoreThreadId`: answers at once, even while the process is busy. */
+  /** `cuCheckpointProcessGetRestoreThreadId`: answers at once, the process busy or stopped too. */
   getRestoreThreadId(pid: number): Promise<DriverResult> {
     const tid = (p: SimulatedProcess) => this.#after(() => ok(p.tid));
     const query = (p: SimulatedProcess) => this.#query(p, "getRestoreThreadId", () => tid(p));
@@ -258,6 +258,7 @@ export class SimulatedDriver implements CheckpointDriver {
     const waitingFor = proc.busy, issued = this.#machine.now();
     const done = await proc.turn();
     try {
+      await proc.running(); // a stopped process answers once it runs again (docs/DRIVER.md)
       const waited = this.#machine.now() - issued;
       const answer = proc.exited ? await this.#exited() : await fn();
       if (waitingFor === undefined || waited <= 0) return answer;

@@ -144,7 +144,10 @@ export class SimulatedProcess {
     return this.#exited;
   }
 
-  /** Whether it is stopped (SIGSTOP) until `wake`; not consulted by the driver (not measured). */
+  /**
+   * Whether it is stopped (SIGSTOP) until `wake`: the driver then answers none of its calls but
+   * `getRestoreThreadId`, each waiting till it runs again, a lock's timeout too (docs/DRIVER.md).
+   */
   get stopped(): boolean {
     return this.#stopped;
   }
@@ -320,6 +323,12 @@ export class SimulatedProcess {
     if (this.#exited) return;
     if (this.#stopped && !stopped) this.#wakes++;
     this.#stopped = stopped;
+    if (!stopped) this.wake();
+  }
+
+  /** @internal resolves once it is not stopped: let go on, or exited */
+  async running(): Promise<void> {
+    while (this.#stopped) await new Promise<void>((resolve) => this.#runWaiters.push(resolve));
   }
 
   /** @internal the next turn to act on it: the driver serialises calls on a process */

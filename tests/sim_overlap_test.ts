@@ -193,3 +193,65 @@ describe("around the queue", () => {
     );
   });
 });
+
+// One H200, driver 580.159.04 (docs/DRIVER.md, "A stopped process"): while a process is SIGSTOPped
+// the driver answers none of its calls but the restore thread id, a lock's own timeout included;
+// once it runs again each call acts on the state it finds.
+describe("a stopped process (SIGSTOP)", () => {
+  /** `op` on a 1 GiB process brought to `setup`, then stopped; 10 s later, woken. */
+  async function stoppedFor(setup: Op[], op: Op) {
+    const sim = new SimulatedMachine();
+    const p = sim.spawn({ memoryMiB: 1024 });
+    for (const s of setup) assert.equal((await callOp(sim, s, p.pid)).code, OK, s);
+    await sim.engine.stop([p.pid]);
+    const t = sim.now();
+    let answeredAt: number | undefined;
+    const call = callOp(sim, op, p.pid).then((r) => (answeredAt = sim.now() - t, r));
+    await sim.sleep(10_000);
+    const whileStopped = answeredAt;
+    await sim.engine.wake([p.pid]);
+    const { code, value } = await call;
+    return { sim, p, code, value, whileStopped, answeredAt: answeredAt! };
+  }
+
+  const cases: [Op[], Op, number, string, number?][] = [
+    [[], "getState", OK, "running", CUprocessState.CU_PROCESS_STATE_RUNNING],
+    [[], "lock", OK, "locked"], // its 1000 ms timeout never ran out
+    [["lock"], "getState", OK, "locked", CUprocessState.CU_PROCESS_STATE_LOCKED],
+    [["lock"], "checkpoint", OK, "checkpointed"],
+    [["lock"], "unlock", OK, "running"],
+    [["lock", "checkpoint"], "restore", OK, "locked"],
+    [["lock", "checkpoint"], "unlock", ILLEGAL, "checkpointed"],
+  ];
+  for (const [setup, op, code, state, value] of cases) {
+    const from = setup.length === 0
+      ? "running"
+      : setup.at(-1) === "lock"
+      ? "locked"
+      : "checkpointed";
+    test(`${op} of a ${from} one waits till it runs again, then acts: ${state}`, async () => {
+      const r = await stoppedFor(setup, op);
+      assert.equal(r.whileStopped, undefined, "no answer in 10 s while stopped");
+      assert.equal(r.code, code);
+      if (value !== undefined) assert.equal(r.value, value);
+      assert.equal(r.p.state, state);
+      assert.ok(r.answeredAt >= 10_000, `answered ${r.answeredAt} ms after the call`);
+    });
+  }
+
+  test("getRestoreThreadId answers at once", async () => {
+    const r = await stoppedFor([], "getRestoreThreadId");
+    assert.ok(r.code === OK && r.value === r.p.tid && r.answeredAt < 1, `${r.answeredAt} ms`);
+  });
+
+  test("a call waiting on it, and those queued behind it, give OPERATING_SYSTEM once it exits", async () => {
+    const sim = new SimulatedMachine();
+    const p = sim.spawn();
+    await sim.engine.stop([p.pid]);
+    const lock = sim.driver.lock(p.pid, null), state = sim.driver.getState(p.pid);
+    await sim.sleep(1000);
+    p.exit();
+    assert.equal(await lock, CUDA_ERROR_OPERATING_SYSTEM);
+    assert.equal((await state).code, CUDA_ERROR_OPERATING_SYSTEM);
+  });
+});
