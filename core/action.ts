@@ -117,6 +117,7 @@ export async function runAction(
   try {
     let steps: readonly Step[];
     if (isStep(action)) {
+      await refuseStopped(target, action);
       // With `readInitial` (a group's), the state first: a rollback brings the process back to it.
       if (readInitial) report.initialState = await target.state();
       steps = [action];
@@ -148,7 +149,9 @@ export async function runAction(
   } catch (err) {
     report.status = "failed";
     report.error = asError(err);
-    if (readInitial) report.state ??= await target.state().catch(() => undefined);
+    // Not where it was refused before its state was read (stopped: the driver would not answer).
+    const known = readInitial && report.initialState !== undefined;
+    if (known) report.state ??= await target.state().catch(() => undefined);
   }
   return report;
 }
@@ -165,6 +168,7 @@ export async function planGoal(
   settings: ActionSettings,
   strict = false,
 ): Promise<readonly Step[]> {
+  await refuseStopped(target, action);
   const { pid } = target, from = await target.state();
   report.initialState = from;
   const p = plan(action, from, strict);
@@ -186,6 +190,15 @@ async function refuseImporter(t: Turn, steps: readonly Step[], action: Action, o
   if (o.allowIpcImport || !steps.includes("checkpoint")) return;
   const imported = await t.session.gpuImport(t.identity.pid);
   if (imported) throw importRefusal(action, t.pid, imported);
+}
+
+/** Refuses (`STATE`) a stopped process: the driver would answer it only once it runs again. */
+async function refuseStopped({ pid, identity, session }: Turn, action: Action): Promise<void> {
+  if (!await session.machine.host?.stopped?.(identity.pid).catch(() => false)) return;
+  const reason = `it is stopped (SIGSTOP, Ctrl-Z, a debugger), and the driver answers no call on ` +
+    `it, a lock's timeout included, till it runs again (kill -CONT ${identity.pid})`;
+  const detail = "nothing was done to it";
+  throw new RefusedError({ code: "STATE", operation: action, pid, reason, detail });
 }
 
 /** One step, timed and told to the hooks: the action's, or (`of.rollback`) a rollback's. */

@@ -6,6 +6,7 @@ import {
   CudaError,
   CudaProcess,
   GpuRoomError,
+  RefusedError,
   runGroup,
 } from "../mod.ts";
 import {
@@ -225,6 +226,51 @@ describe("lock timeouts", () => {
     await proc.resume();
     await kernel;
     assert.equal(ran, true);
+  });
+});
+
+// The driver answers no call on a stopped process, a lock's timeout included, till it runs again
+// (docs/DRIVER.md; the simulator does the same): every operation is refused before any call.
+describe("a stopped process (SIGSTOP)", () => {
+  const noCall = (sim: SimulatedMachine, pid: number, from: number) =>
+    assert.deepEqual(sim.driver.calls.slice(from).filter((c) => c.pid === pid), [], "no call");
+
+  test("steps and goals are refused (STATE), saying so, with no driver call; once let go, they run", async () => {
+    const { sim, target, proc } = setup();
+    await proc.lock();
+    await sim.engine.stop([target.pid]);
+    const mark = sim.driver.calls.length;
+    for (const act of [() => proc.checkpoint(), () => proc.suspend(), () => proc.toggle()]) {
+      const err = await act().catch((e) => e);
+      assert.ok(err instanceof RefusedError, String(err));
+      assert.equal(err.code, "STATE");
+      assert.equal(
+        err.message,
+        `${err.operation} of process ${target.pid} refused: it is stopped (SIGSTOP, Ctrl-Z, a ` +
+          `debugger), and the driver answers no call on it, a lock's timeout included, till it ` +
+          `runs again (kill -CONT ${target.pid}). Nothing was done to it`,
+      );
+    }
+    noCall(sim, target.pid, mark);
+    assert.equal(target.state, "locked");
+    await sim.engine.wake([target.pid]);
+    assert.equal((await proc.checkpoint()).state, "checkpointed");
+    assert.equal((await proc.resume()).state, "running");
+  });
+
+  test("a group refuses it and runs the others; all or nothing and a job refuse the whole", async () => {
+    for (const options of [{}, { allOrNothing: true }, { job: true }]) {
+      const sim = new SimulatedMachine();
+      const [a, b] = [sim.spawn(), sim.spawn()];
+      await sim.engine.stop([b.pid]);
+      const result = await runGroup("suspend", [a.pid, b.pid], { machine: sim, ...options });
+      const err = result.processes[1].error as RefusedError;
+      assert.equal(err?.code, "STATE", JSON.stringify(options));
+      assert.match(err.message, / refused: it is stopped \(SIGSTOP/);
+      const whole = "allOrNothing" in options || "job" in options;
+      assert.deepEqual([a.state, b.state], [whole ? "running" : "checkpointed", "running"]);
+      noCall(sim, b.pid, 0);
+    }
   });
 });
 

@@ -270,7 +270,7 @@ describe("images verified before they run", () => {
     const machine = machineWith(sim, {
       host: hostWith(sim.host, {
         cpuTime: () => Promise.resolve(late() ? 101 : 100),
-        stopped: () => Promise.resolve(late()),
+        stopped: (p) => Promise.resolve(late() && sim.process(p)?.stopped === true), // till woken
       }),
       engine: engineWith(sim.engine, {
         restore: async (r) => {
