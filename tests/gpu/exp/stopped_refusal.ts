@@ -5,8 +5,12 @@ import { CudaProcess, RefusedError } from "../../../mod.ts";
 
 const [phase, pid] = [process.argv[2], Number(process.argv[3])];
 const p = new CudaProcess(pid);
-const acts = phase === "stopped"
-  ? { lock: () => p.lock({ timeoutMs: 3000 }), suspend: () => p.suspend(), toggle: () => p.toggle() }
+const acts: Record<string, () => Promise<{ state: string }>> = phase === "stopped"
+  ? {
+    lock: () => p.lock({ timeoutMs: 3000 }),
+    suspend: () => p.suspend(),
+    toggle: () => p.toggle(),
+  }
   : { suspend: () => p.suspend(), resume: () => p.resume() };
 for (const [name, act] of Object.entries(acts)) {
   const t0 = performance.now();
