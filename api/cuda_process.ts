@@ -61,7 +61,10 @@ export class CudaProcess {
     return this.#handle.machine();
   }
 
-  /** The process's checkpoint state; rejects for a process without CUDA, or no process. */
+  /**
+   * The process's checkpoint state; rejects for a process without CUDA, or no process, and refuses
+   * (`STATE`) a stopped one (SIGSTOP), which the driver would answer only once it runs again.
+   */
   state(): Promise<ProcessState> {
     return this.#handle.state();
   }
@@ -114,7 +117,8 @@ export class CudaProcess {
 
   /**
    * Resolves once the process is in `state` (asked every `intervalMs`, default 50), as another
-   * program changes it; rejects after `timeoutMs` (`WaitTimeoutError`) and once failed (`STATE`).
+   * program changes it; rejects after `timeoutMs` (`WaitTimeoutError`), once failed or stopped
+   * (`STATE`).
    */
   async waitForState(
     state: ProcessState,

@@ -58,7 +58,8 @@ export interface PidReport {
 
 /**
  * What NVIDIA's utility would quote for a refusal: the driver's words for its code, or ours; for
- * one it would not make (`IPC`: it would lose the process), the reason itself.
+ * one it would not make (`IPC`: it would lose the process; a stopped process, no state: it would
+ * wait), the reason itself.
  */
 const REFUSAL_TEXT: Readonly<Record<Exclude<RefusedError["code"], "IPC">, string>> = {
   STATE: "the operation cannot be performed in the present state",
@@ -76,7 +77,9 @@ export function errorReport(operation: CliOperation, pid: number, error: unknown
   const text = error instanceof CudaError
     ? error.description || error.codeName
     : error instanceof RefusedError
-    ? error.code === "IPC" ? error.reason : REFUSAL_TEXT[error.code]
+    ? error.code === "IPC" || !error.state && error.code === "STATE"
+      ? error.reason
+      : REFUSAL_TEXT[error.code]
     : messageOf(error);
   const message = operation === "get-state"
     ? `Error getting process state for process ID ${pid}: "${text}"`

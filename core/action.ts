@@ -117,7 +117,7 @@ export async function runAction(
   try {
     let steps: readonly Step[];
     if (isStep(action)) {
-      await refuseStopped(target, action);
+      await target.refuseStopped(action);
       // With `readInitial` (a group's), the state first: a rollback brings the process back to it.
       if (readInitial) report.initialState = await target.state();
       steps = [action];
@@ -168,7 +168,7 @@ export async function planGoal(
   settings: ActionSettings,
   strict = false,
 ): Promise<readonly Step[]> {
-  await refuseStopped(target, action);
+  await target.refuseStopped(action);
   const { pid } = target, from = await target.state();
   report.initialState = from;
   const p = plan(action, from, strict);
@@ -190,15 +190,6 @@ async function refuseImporter(t: Turn, steps: readonly Step[], action: Action, o
   if (o.allowIpcImport || !steps.includes("checkpoint")) return;
   const imported = await t.session.gpuImport(t.identity.pid);
   if (imported) throw importRefusal(action, t.pid, imported);
-}
-
-/** Refuses (`STATE`) a stopped process: the driver would answer it only once it runs again. */
-async function refuseStopped({ pid, identity, session }: Turn, action: Action): Promise<void> {
-  if (!await session.machine.host?.stopped?.(identity.pid).catch(() => false)) return;
-  const reason = `it is stopped (SIGSTOP, Ctrl-Z, a debugger), and the driver answers no call on ` +
-    `it, a lock's timeout included, till it runs again (kill -CONT ${identity.pid})`;
-  const detail = "nothing was done to it";
-  throw new RefusedError({ code: "STATE", operation: action, pid, reason, detail });
 }
 
 /** One step, timed and told to the hooks: the action's, or (`of.rollback`) a rollback's. */

@@ -108,8 +108,9 @@ export class Handle {
     return (await this.#session()).machine;
   }
 
+  /** The state; refused (`STATE`) where the process is stopped, which the driver would not answer. */
   state(): Promise<ProcessState> {
-    return this.ordered((turn) => turn.state());
+    return this.ordered(async (turn) => (await turn.refuseStopped("getState"), turn.state()));
   }
 
   /** The restore thread id, at once (the driver answers even while the process is busy). */
@@ -221,6 +222,17 @@ export class Turn {
 
   state(): Promise<ProcessState> {
     return readState(this.machine.driver, this.pid);
+  }
+
+  /** Refuses (`STATE`) a stopped process: the driver would answer it only once it runs again. */
+  async refuseStopped(operation: string): Promise<void> {
+    const { pid } = this.identity;
+    if (!await this.machine.host?.stopped?.(pid).catch(() => false)) return;
+    const reason =
+      `it is stopped (SIGSTOP, Ctrl-Z, a debugger), and the driver answers no call on ` +
+      `it, a lock's timeout included, till it runs again (kill -CONT ${pid})`;
+    const detail = "nothing was done to it";
+    throw new RefusedError({ code: "STATE", operation, pid: this.pid, reason, detail });
   }
 
   async lock(timeoutMs: number): Promise<void> {

@@ -141,6 +141,23 @@ describe("--simulate", () => {
     assert.equal(again.err, `No simulated process has pid ${pid}\n`);
   });
 
+  test("a stopped process: lock and toggle refused in our words, exit 1, nothing done", async () => {
+    // NVIDIA's utility would wait on it for good (docs/DRIVER.md): there is no line of its to keep.
+    const { path, run } = machine();
+    const pid = Number.parseInt((await run(["spawn"])).out);
+    const state = JSON.parse(readFileSync(path, "utf8"));
+    state.processes[0].stopped = true; // as a restore held it, or a SIGSTOP
+    writeFileSync(path, JSON.stringify(state));
+    const why = `it is stopped (SIGSTOP, Ctrl-Z, a debugger), and the driver answers no call on ` +
+      `it, a lock's timeout included, till it runs again (kill -CONT ${pid})`;
+    const lock = await run(["--action", "lock", "--pid", pid]);
+    assert.deepEqual([lock.code, lock.err], [1, `Could not lock on process ID ${pid}: "${why}"\n`]);
+    const toggle = await run(["--toggle", "--pid", pid, "--json"]);
+    const { error } = JSON.parse(toggle.out);
+    assert.deepEqual([toggle.code, error.code, error.refused], [1, "STATE", true]);
+    assert.equal(JSON.parse(readFileSync(path, "utf8")).processes[0].state, "running");
+  });
+
   test("reset empties the machine", async () => {
     const { run } = machine();
     await run(["spawn"]);

@@ -251,6 +251,8 @@ describe("a stopped process (SIGSTOP)", () => {
           `runs again (kill -CONT ${target.pid}). Nothing was done to it`,
       );
     }
+    const state = await proc.state().catch((e) => e);
+    assert.deepEqual([state.code, state.operation], ["STATE", "getState"], String(state));
     noCall(sim, target.pid, mark);
     assert.equal(target.state, "locked");
     await sim.engine.wake([target.pid]);
