@@ -123,14 +123,10 @@ export function derivedMapping(
   if (snapshotGpus.every((g) => here.has(g.uuid.toLowerCase()))) return [];
   const taken = `${snapshotGpus.length} GPU${snapshotGpus.length === 1 ? "" : "s"}`;
   const chips = chipsOf(snapshotGpus);
-  if (gpus.length < snapshotGpus.length) {
-    throw mappingRefused(
-      operation,
-      `the snapshot was taken where the driver saw ${taken} (${chips}), and this machine has ` +
-        `${gpus.length} (${chipsOf(gpus) || "none"}): each of the snapshot's GPUs is restored ` +
-        `onto one of its own, so restore it on a machine with at least ${taken} of its chip`,
-    );
-  }
+  const fewer = `the snapshot was taken where the driver saw ${taken} (${chips}), and this ` +
+    `machine has ${gpus.length} (${chipsOf(gpus) || "none"}): each of the snapshot's GPUs is ` +
+    `restored onto one of its own, so restore it on a machine with at least ${taken} of its chip`;
+  if (gpus.length < snapshotGpus.length) throw mappingRefused(operation, fewer);
   const pairs = snapshotGpus.map((g) => ({ from: g, to: gpus.find((h) => h.index === g.index) }));
   const crossing = pairs.find(({ from, to }) => to && to.name !== from.name);
   if (crossing || pairs.some(({ to }) => !to)) {

@@ -158,11 +158,10 @@ export class RoomGuard {
       await this.#records().put({ process, heldMiB, at: Date.now(), ...(mark ? { mark } : {}) });
       return undefined;
     } catch (err) {
-      return {
-        unknown: `what it held was not recorded (${messageOf(err)}), so its restore's GPU room ` +
-          `cannot be checked: a checked resume is refused until the records can be read, or ` +
-          `made with checkRoom: false`,
-      };
+      const unknown = `what it held was not recorded (${messageOf(err)}), so its restore's GPU ` +
+        `room cannot be checked: a checked resume is refused until the records can be read, or ` +
+        `made with checkRoom: false`;
+      return { unknown };
     }
   }
 
@@ -255,13 +254,10 @@ export class RoomGuard {
     });
     const report = await this.report();
     const free = report && "byPid" in report ? report.freeMiB : undefined;
-    if (!free || free.size === 0) {
-      return {
-        unknown: report && "unknown" in report
-          ? `the free GPU memory is unknown: ${report.unknown}`
-          : "the host cannot tell free GPU memory",
-      };
-    }
+    const unknown = report && "unknown" in report
+      ? `the free GPU memory is unknown: ${report.unknown}`
+      : "the host cannot tell free GPU memory";
+    if (!free || free.size === 0) return { unknown };
     // A claim is what a restore under way is still to take: what its process holds already is
     // out of the free memory once, not again.
     const claimed: Record<string, number> = {};
