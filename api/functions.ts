@@ -230,10 +230,8 @@ export async function recoverSnapshotAs(
   checkDir(dir);
   const checkRoom = checkFlag(o.checkRoom, "checkRoom", true);
   const onProgress = checkFunction(o.onProgress, "onProgress");
-  return await withMachine(
-    machineOf(o.machine, operation),
-    (m) => recoverFrom(m, storeOf(m), dir, checkRoom, operation, onProgress),
-  );
+  const recover = (m: Machine) => recoverFrom(m, storeOf(m), dir, checkRoom, operation, onProgress);
+  return await withMachine(machineOf(o.machine, operation), recover);
 }
 
 /** Options of {@link recoverSnapshot}. */

@@ -126,11 +126,9 @@ function made(m: Manifest, fields: object, closing: string, where?: Where): Made
 }
 
 /** `inspect`: the manifest, checked against its files, from the machine's store or the disk. */
-async function inspect(command: InspectCommand, machine: Machine | undefined): Promise<Made> {
-  const { dir, manifest: m, verified } = await inspectSnapshotAs(command.kind, command.dir, {
-    machine,
-    verify: command.verify,
-  });
+async function inspect(c: InspectCommand, machine: Machine | undefined): Promise<Made> {
+  const options = { machine, verify: c.verify };
+  const { dir, manifest: m, verified } = await inspectSnapshotAs(c.kind, c.dir, options);
   const { driver, engine, tool } = m;
   const release = driver.release ? ` (${driver.release})` : "";
   const version = engine.version ? ` ${engine.version}` : "";
