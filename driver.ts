@@ -5,9 +5,8 @@
  *
  * A {@link Machine} is what every call of `@ckpt/cuda` runs on: a {@link CheckpointDriver}, whose
  * methods mirror the C calls of libcuda's checkpoint API one to one and resolve to the raw
- * `CUresult`, and the rest of the machine around it (its processes, its snapshot engine and
- * store, its clock). {@link openMachine} opens this machine; `@ckpt/cuda/mock` makes a simulated
- * one.
+ * `CUresult`, and the rest of the machine around it (its processes, its snapshot engine and store,
+ * its clock). {@link openMachine} opens this machine; `@ckpt/cuda/mock` makes a simulated one.
  *
  * @example
  * ```ts ignore

@@ -4,8 +4,7 @@
  *
  * A process is locked (its CUDA calls block and submitted work finishes), checkpointed (its GPU
  * memory is copied into host memory and the GPU is released), restored (onto the same or other
- * GPUs, at the same addresses) and unlocked. Whole process trees go to disk and back through
- * CRIU.
+ * GPUs, at the same addresses) and unlocked. Whole process trees go to disk and back through CRIU.
  *
  * @example
  * ```ts

@@ -139,10 +139,7 @@ async function run(command: MachineCommand, io: CliIo): Promise<number> {
   return code;
 }
 
-/**
- * The lines of the library's message for a libcuda that could not be loaded (the paths tried, what to check),
- * with `--simulate` for its simulator.
- */
+/** The lines of a DriverLoadError's message, its pointer to the simulator made `--simulate`. */
 function noDriver(error: Error): string[] {
   const simulate = "Without a GPU, --simulate runs the same commands on a simulated machine.";
   const lines = error.message.split("\n").map((line) =>
