@@ -38,8 +38,7 @@ export async function runOne(
   const progress = progressOf(print, command.events, machine, { total: 1, labels });
   const proc = new CudaProcess(pid, { machine });
   const clock = clockOf(machine), start = clock.now(); // virtual time on the simulator, as a group's
-  let report: PidReport | undefined;
-  let step: Step | undefined;
+  let report: PidReport | undefined, step: Step | undefined;
   try {
     if (progress) step = await begin(progress, proc, machine, operation);
     const { state, roomCheck, steps } = await act(proc, command);

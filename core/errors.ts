@@ -98,8 +98,7 @@ export class CudaError extends CheckpointError {
   constructor(init: ErrorPlace & { code: number; codeName?: string; description?: string }) {
     const known = CU_RESULTS[init.code], name = init.codeName ?? known?.name;
     const description = init.description ?? known?.description;
-    const subject = subjectOf(init);
-    const said = description ?? "the driver gives no description";
+    const subject = subjectOf(init), said = description ?? "the driver gives no description";
     let message = name === undefined && description === undefined
       ? `${subject} failed with CUresult ${init.code}, a code neither the driver nor this ` +
         `version of @ckpt/cuda knows`

@@ -95,8 +95,7 @@ export async function listOn(machine: Machine, o: ListSettings): Promise<CudaPro
   // NVML's start-up runs while /proc is read and the driver is asked.
   const memory = askGpuMemory(machine, o.gpuMemory);
   const scanned = await host.scan();
-  const uninspectable: UninspectedProcess[] = [];
-  const candidates: ScannedProcess[] = [];
+  const uninspectable: UninspectedProcess[] = [], candidates: ScannedProcess[] = [];
   for (const p of scanned) {
     checkPid(p?.pid, `a pid from the ${host.kind} host's scan`);
     const reason = p.notInspectable ??

@@ -27,8 +27,7 @@ export function mappingProblems(
   const fromKey = new Map((from ?? gpus).map((g) => [g.uuid.toLowerCase(), g]));
   const foreign = !from && pairs.every((p) => !byKey.has(key(p.oldUuid)));
   const seen = from ? "the snapshot" : "this machine";
-  const problems: string[] = [];
-  const named = new Set<string>(), onto = new Map<string, string[]>();
+  const problems: string[] = [], named = new Set<string>(), onto = new Map<string, string[]>();
   for (const pair of pairs) {
     const [oldId, newId] = [formatGpuUuid(pair.oldUuid), formatGpuUuid(pair.newUuid)];
     const source = fromKey.get(oldId.toLowerCase()), target = byKey.get(newId.toLowerCase());

@@ -87,8 +87,7 @@ function isPlain(value: object | null): value is object {
 
 /** The key of `keys` nearest to `key` (case aside, or at most two edits away). */
 export function nearest(key: string, keys: readonly string[]): string | undefined {
-  let best: string | undefined;
-  let bestDistance = 3;
+  let best: string | undefined, bestDistance = 3;
   for (const k of keys) {
     const a = key.toLowerCase(), b = k.toLowerCase();
     const d = a === b ? 0 : b.startsWith(a) || a.startsWith(b) ? 1 : editDistance(a, b);

@@ -57,8 +57,7 @@ export class Session {
 
   /** Runs `operation` once every operation queued before it on the same process has settled. */
   inOrder<T>(process: ProcessIdentity, operation: () => Promise<T>): Promise<T> {
-    const key = identityKey(process);
-    const before = this.#tails.get(key);
+    const key = identityKey(process), before = this.#tails.get(key);
     const run = before ? before.then(operation, operation) : operation();
     // The queue holds a promise that never rejects, so that one failure does not fail the rest.
     const tail = run.then(() => {}, () => {});
@@ -125,8 +124,7 @@ export class Handle {
     state: ProcessState,
     o: { timeoutMs?: number; signal?: AbortSignal; intervalMs: number },
   ): Promise<void> {
-    const clock = clockOf(await this.machine());
-    const start = clock.now();
+    const clock = clockOf(await this.machine()), start = clock.now();
     for (;;) {
       o.signal?.throwIfAborted();
       const seen = await this.state();

@@ -246,8 +246,7 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
     const index = checkInteger(gpu, "fillGpu: gpu (an index)", 0, this.gpus.length - 1);
     const o = checkKeys(options, "fillGpu options", ["leaveMiB"]);
     const leave = checkAmount(or(o.leaveMiB, 0), "fillGpu: leaveMiB");
-    const g = this.gpus[index];
-    const memoryMiB = g.freeMiB - leave - g.contextMiB;
+    const g = this.gpus[index], memoryMiB = g.freeMiB - leave - g.contextMiB;
     const less = `${g.freeMiB} MiB free, less than the ${leave} MiB to leave and a CUDA context`;
     const fill = `fillGpu: GPU ${index} has ${less} (${g.contextMiB} MiB)`;
     if (memoryMiB < 0) throw new RangeError(fill);

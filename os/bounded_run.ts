@@ -179,8 +179,7 @@ async function endRun(
   afterMs: number,
   bound: RunBound,
 ): Promise<Ending> {
-  const table = await procTable();
-  const children = descendants(table, pid);
+  const table = await procTable(), children = descendants(table, pid);
   const worksOn = await bound.worksOn?.().catch(() => []) ?? [];
   const startOf = new Map([...table].map(([p, e]) => [p, e.start]));
   // By pid, not ChildProcess.kill(): Deno's sends no second signal once one was sent. Only while

@@ -94,8 +94,7 @@ async function walkTo(where: string): Promise<{ parent: FileHandle; name: string
   const parts = where.split("/").filter(Boolean), name = parts.pop();
   const below = `${where} cannot hold a snapshot: give the path of a directory below /`;
   if (name === undefined || name === "." || name === "..") throw new Error(below);
-  let handle = await open("/", DIR);
-  let at: string[] = [], links = 0;
+  let handle = await open("/", DIR), at: string[] = [], links = 0;
   try {
     refuseOwner("/", await handle.stat(), { above: where });
     while (parts.length > 0) {
