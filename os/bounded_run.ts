@@ -193,10 +193,8 @@ async function endRun(
       if (!children.includes(p)) children.push(p);
       startOf.set(p, later.get(p)!.start);
     }
-    if (!gone()) {
-      signalEach([pid], "SIGKILL");
-      killed = true;
-    }
+    killed = !gone();
+    if (killed) signalEach([pid], "SIGKILL");
     await exited;
   }
   for (const p of children) signalSame(p, startOf.get(p), "SIGKILL");
