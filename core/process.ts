@@ -106,7 +106,7 @@ export class Handle {
     return (await this.#session()).machine;
   }
 
-  /** The state; refused (`STATE`) where the process is stopped, which the driver would not answer. */
+  /** The state; refused (`STATE`) where the process is stopped: the driver would not answer. */
   state(): Promise<ProcessState> {
     return this.ordered(async (turn) => (await turn.refuseStopped("getState"), turn.state()));
   }
@@ -225,9 +225,8 @@ export class Turn {
   async refuseStopped(operation: string): Promise<void> {
     const { pid } = this.identity;
     if (!await this.machine.host?.stopped?.(pid).catch(() => false)) return;
-    const reason =
-      `it is stopped (SIGSTOP, Ctrl-Z, a debugger), and the driver answers no call on ` +
-      `it, a lock's timeout included, till it runs again (kill -CONT ${pid})`;
+    const reason = `it is stopped (SIGSTOP, Ctrl-Z, a debugger), and the driver answers no ` +
+      `call on it, a lock's timeout included, till it runs again (kill -CONT ${pid})`;
     const detail = "nothing was done to it";
     throw new RefusedError({ code: "STATE", operation, pid: this.pid, reason, detail });
   }
