@@ -305,13 +305,14 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
     return times?.reduce((sum, text) => sum + Number(text.split(" ")[0]), 0);
   }
 
-  /** Whether every thread of `pid` is stopped: state `T` (or `t`, traced) in its task's stat. */
+  /** Whether every thread of `pid` is stopped (`T`, or `t`: traced), its leader read first. */
   async stopped(pid: number): Promise<boolean> {
+    const stopped = (s: { state: string } | null) => s?.state === "T" || s?.state === "t";
+    if (!stopped(await this.#stat(pid).catch(() => null))) return false; // no thread read
     const dir = `${this.#root}/${pid}/task`;
     const tasks = await this.#reader.list(dir).catch(() => [] as string[]);
     const state = (t: string) => this.#reader.read(`${dir}/${t}/stat`).then(parseStat, () => null);
-    const states = await Promise.all(tasks.map(state));
-    return tasks.length > 0 && states.every((s) => s?.state === "T" || s?.state === "t");
+    return tasks.length > 0 && (await Promise.all(tasks.map(state))).every(stopped);
   }
 
   /** The machine's name, kernel and NVIDIA driver release (`/proc/driver/nvidia/version`). */

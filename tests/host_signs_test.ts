@@ -181,13 +181,18 @@ describe("cpuTime: what a held process has run", () => {
   test("stopped: every thread in its stop (T, or t traced); one on its way there, or none, is not", async () => {
     const stat = (pid: number, state: string) => `${pid} (python3 x) ${state} 1 ${pid} ${pid} 0\n`;
     await using h = host({
+      "/proc/50/stat": stat(50, "T"),
       "/proc/50/task/50/stat": stat(50, "T"),
       "/proc/50/task/51/stat": stat(51, "t"),
+      "/proc/70/stat": stat(70, "T"),
       "/proc/70/task/70/stat": stat(70, "T"),
       "/proc/70/task/71/stat": stat(71, "R"),
+      "/proc/80/stat": stat(80, "S"), // its leader runs: its threads are not read
+      "/proc/80/task/80/stat": stat(80, "T"),
     });
     assert.equal(await h.stopped(50), true);
     assert.equal(await h.stopped(70), false, "a thread still runs");
+    assert.equal(await h.stopped(80), false, "its leader runs");
     assert.equal(await h.stopped(60), false, "gone");
   });
 });
