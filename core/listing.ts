@@ -12,7 +12,7 @@ import { CudaError, messageOf } from "./errors.ts";
 import type { GpuMemory, GpuMemoryReport, ScannedProcess } from "./host.ts";
 import type { Machine } from "./machine.ts";
 import { checkChoice, checkPid, checkTable, flag, type Settings } from "./options.ts";
-import { sessionOf } from "./process.ts";
+import { sessionOf, stoppedRefusal } from "./process.ts";
 import type { ProcessState } from "./states.ts";
 
 /** Options of `listCudaProcesses`. */
@@ -105,8 +105,11 @@ export async function listOn(machine: Machine, o: ListSettings): Promise<CudaPro
   }
   // A process that never initialised CUDA, or is gone since the scan, is no CUDA process (now).
   const answers = await Promise.all(candidates.map(async (p) => {
+    const stopped = await host.stopped?.(p.pid).catch(() => false);
     const [state, tid] = await Promise.allSettled([
-      callDriver(driver, "getState", p.pid).then((value) => stateOf(value, p.pid)),
+      stopped
+        ? Promise.reject(stoppedRefusal("getState", p.pid))
+        : callDriver(driver, "getState", p.pid).then((value) => stateOf(value, p.pid)),
       callDriver(driver, "getRestoreThreadId", p.pid),
     ]);
     return { scanned: p, state, tid };
@@ -117,7 +120,7 @@ export async function listOn(machine: Machine, o: ListSettings): Promise<CudaPro
     r.status === "rejected" && r.reason instanceof CudaError ? r.reason.code : undefined;
   for (const { scanned: p, state, tid } of answers) {
     const gone = [code(state), code(tid)].includes(CUDA_ERROR_OPERATING_SYSTEM);
-    if (gone || code(state) === CUDA_ERROR_NOT_INITIALIZED) continue;
+    if (gone || [code(state), code(tid)].includes(CUDA_ERROR_NOT_INITIALIZED)) continue;
     if (state.status === "rejected") {
       uninspectable.push(withCommand(p, { pid: p.pid, reason: messageOf(state.reason) }));
       continue;

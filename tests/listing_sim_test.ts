@@ -85,6 +85,23 @@ describe("listCudaProcesses on the simulator", () => {
     assert.ok(!sim.driver.calls.some((c) => c.pid === hidden.pid), "the driver was not asked");
   });
 
+  test("a stopped CUDA process is reported, its state not asked (the driver would wait); a stopped one without CUDA is left out", async () => {
+    await using sim = new SimulatedMachine();
+    const [running, stopped] = [sim.spawn(), sim.spawn({ command: "python train.py" })];
+    const other = sim.spawn({ cuda: false });
+    await sim.engine.stop([stopped.pid, other.pid]);
+    for (const candidates of ["libcuda", "all"] as const) {
+      const listing = await listCudaProcesses({ machine: sim, candidates });
+      assert.deepEqual(listing.processes.map((p) => p.pid), [running.pid], candidates);
+      assert.deepEqual(listing.uninspectable.map((u) => [u.pid, u.command]), [
+        [stopped.pid, "python train.py"],
+      ]);
+      assert.match(listing.uninspectable[0].reason, /refused: it is stopped \(SIGSTOP.*kill -CONT/);
+    }
+    const asked = sim.driver.calls.filter((c) => c.op === "getState").map((c) => c.pid);
+    assert.ok(!asked.includes(stopped.pid) && !asked.includes(other.pid), `${asked}`);
+  });
+
   test("a process that exits between the scan and the driver call is left out", async () => {
     await using sim = new SimulatedMachine();
     const stays = sim.spawn();

@@ -195,8 +195,9 @@ describe("around the queue", () => {
 });
 
 // One H200, driver 580.159.04 (docs/DRIVER.md, "A stopped process"): while a process is SIGSTOPped
-// the driver answers none of its calls but the restore thread id, a lock's own timeout included;
-// once it runs again each call acts on the state it finds.
+// the driver answers none of its calls but the restore thread id, a lock's own timeout included
+// (each call measured was cut off before SIGCONT: that it then acts on the state it finds is the
+// simulator's model).
 describe("a stopped process (SIGSTOP)", () => {
   /** `op` on a 1 GiB process brought to `setup`, then stopped; 10 s later, woken. */
   async function stoppedFor(setup: Op[], op: Op) {

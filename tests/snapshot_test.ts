@@ -514,6 +514,26 @@ describe("refused before anything changes", () => {
     );
   });
 
+  test("a snapshot of a stopped CUDA process is refused (the driver would wait); a stopped process without CUDA comes back running", async () => {
+    const { sim, a, c, pids, hashes } = await job();
+    await sim.engine.stop([a.pid]);
+    const dir = newDir(), mark = sim.driver.calls.length;
+    await refusedWith(
+      snapshot([pids[0]], dir, { machine: sim }),
+      "STATE",
+      new RegExp(`^snapshot of process ${a.pid} refused: it is stopped \\(SIGSTOP.*kill -CONT`),
+    );
+    const steps = sim.driver.calls.slice(mark).filter((x) => x.op !== "getRestoreThreadId");
+    assert.deepEqual(steps.filter((x) => x.pid === a.pid), [], "only its restore thread asked");
+    assert.throws(() => statSync(dir), "no directory was made");
+    await sim.engine.wake([a.pid]);
+    await sim.engine.stop([c.pid]);
+    await snapshot([pids[0]], dir, { machine: sim });
+    await restoreSnapshot(dir, { machine: sim });
+    assert.deepEqual([live(sim, a.pid).state, live(sim, c.pid).stopped], ["running", false]);
+    assert.equal(await live(sim, a.pid).memoryChunkedSha256(), hashes[0]);
+  });
+
   test("a snapshot: a directory that is not empty, or that others may write in", async () => {
     const { sim, pids } = await job();
     const dir = newDir();

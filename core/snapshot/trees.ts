@@ -10,7 +10,7 @@ import type { DumpedProcess, SnapshotEngine } from "../engine.ts";
 import { RefusedError } from "../errors.ts";
 import type { GpuMemoryReport, HostProcesses, PidUse, TreeProcess } from "../host.ts";
 import type { Machine } from "../machine.ts";
-import { sessionOf } from "../process.ts";
+import { sessionOf, stoppedRefusal } from "../process.ts";
 import { SNAPSHOT_STATES } from "../states.ts";
 import type { Manifest, ManifestGpu, ManifestProcess } from "./manifest.ts";
 import { type ManifestTree, treeDirName } from "./manifest.ts";
@@ -29,10 +29,11 @@ export async function describeTree(
       threads: p.threads.length > 0 ? [...p.threads] : [p.pid],
       ...(p.command ? { command: p.command } : {}),
     };
-    const [state, tid] = await Promise.allSettled([
-      readState(machine.driver, p.pid),
-      machine.driver.getRestoreThreadId(p.pid),
-    ]);
+    // Stopped: a CUDA process would not answer its state (refused); another comes back running.
+    const stopped = await machine.host?.stopped?.(p.pid).catch(() => false);
+    const asked = machine.driver.getRestoreThreadId(p.pid);
+    if (stopped && (await asked).code === CUDA_SUCCESS) throw stoppedRefusal("snapshot", p.pid);
+    const [state, tid] = await Promise.allSettled([readState(machine.driver, p.pid), asked]);
     // Not a CUDA process (it never initialised CUDA); a state this version does not know refuses.
     if (state.status === "rejected") {
       if (state.reason instanceof RangeError) throw state.reason;
