@@ -7,11 +7,7 @@ import type { DumpedProcess } from "../core/engine.ts";
 /** The first word of criu's images, and the second of `pstree.img` and of `files.img`. */
 const IMG_COMMON_MAGIC = 0x54564319, PSTREE_MAGIC = 0x50273030, FILES_MAGIC = 0x56303138;
 /** An address and port a socket binds: the address as the kernel's 32-bit words (all 0: any). */
-export type Bound = {
-  readonly port: number;
-  readonly addr: readonly number[];
-  readonly v6only?: boolean;
-};
+export type Bound = Readonly<{ port: number; addr: readonly number[]; v6only?: boolean }>;
 type Fields = Map<number, (number | Uint8Array)[]>;
 
 /**

@@ -24,12 +24,9 @@ const TCP_STATES =
  * and where no process holds it any more (TIME_WAIT, or a connection closed and orphaned), the ms
  * it may hold the port yet.
  */
-export type PortHolder = {
-  readonly port: number;
-  readonly state: string;
-  readonly ends: readonly [string, string];
-  readonly leftMs?: number;
-};
+export type PortHolder = Readonly<
+  { port: number; state: string; ends: readonly [string, string]; leftMs?: number }
+>;
 /**
  * The sockets on `ports` in the text of /proc/net/tcp and tcp6 (local `ADDR:PORT` in hex, the state,
  * `timer:when` in hundredths of a second, the inode: 0 where no process holds it): a TIME_WAIT or
