@@ -213,8 +213,7 @@ export class Progress {
       const bytes = this.#held.get(pid)!, s = this.#steps.get(pid);
       const running = s && RATES[s.step] ? s : undefined;
       const expected = this.#phase === "suspend" ? "checkpoint" : this.#o.expect ?? "checkpoint";
-      const r = this.#rate(running?.step ?? expected);
-      const ran = running ? now - running.since : 0;
+      const r = this.#rate(running?.step ?? expected), ran = running ? now - running.since : 0;
       if (this.#moved.has(pid)) done += bytes;
       else {
         done += Math.min(bytes * 0.99, r * ran);

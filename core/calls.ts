@@ -91,8 +91,7 @@ function unsupported(
   version: DriverResult,
   missing?: string,
 ): CheckpointUnsupportedError {
-  const known = version.code === CUDA_SUCCESS;
-  const driverVersion = known ? version.value : undefined;
+  const known = version.code === CUDA_SUCCESS, driverVersion = known ? version.value : undefined;
   const driverText = known
     ? `this driver (CUDA ${formatDriverVersion(version.value)})`
     : `this driver (its version could not be read)`;

@@ -55,8 +55,7 @@ export async function runJob(members: readonly JobMember[], ctx: JobContext): Pr
         working.every((w) => !w.failure || lost.includes(w))
       ? working.filter((w) => !lost.includes(w))
       : working;
-    const refused = rest.some((w) => w.failure);
-    const stopped = refused ? undefined : ctx.stopReason();
+    const refused = rest.some((w) => w.failure), stopped = refused ? undefined : ctx.stopReason();
     const failed = refused || (!stopped && await phase(rest, 2, ctx));
     // An abort while the second steps ran brings the job back once they have (all or nothing).
     const late = !failed && !stopped && ctx.stopReason() === "aborted";
@@ -91,8 +90,7 @@ async function allAtOnce(
   for (const m of [...members].sort((a, b) => a.proc.pid - b.proc.pid)) {
     taken.set(m, await turnOf(m, releases));
   }
-  const stop = ctx.stopReason();
-  const turnless = [...taken.values()].some((t) => t instanceof Error);
+  const stop = ctx.stopReason(), turnless = [...taken.values()].some((t) => t instanceof Error);
   const planned = turnless || stop
     ? []
     : await Promise.all(members.map((m) => planOf(m, taken.get(m) as Turn, ctx)));
@@ -212,8 +210,7 @@ async function rollBack(working: readonly Working[], ctx: JobContext): Promise<b
   // The failed step's error says where its process, and the job, were left.
   for (const w of working) {
     if (!w.failure) continue;
-    const initial = w.report.initialState!;
-    const others = working.some((o) => o !== w && o.back);
+    const initial = w.report.initialState!, others = working.some((o) => o !== w && o.back);
     const detail = w.back?.error
       ? broughtBack(initial, w.back.error, w.report.state)
       : w.back

@@ -31,8 +31,7 @@ function openLibrary<N extends string>(
   workerUrl: URL,
   callingThread: boolean,
 ): FfiLibrary<N> {
-  const names = Object.keys(table) as N[];
-  const required = names.filter((name) => !table[name].optional);
+  const names = Object.keys(table) as N[], required = names.filter((name) => !table[name].optional);
   const define = (list: readonly N[]) =>
     Object.fromEntries(list.map((name) => [name, bunDefinition(table[name])]));
   // All in one `dlopen` where the library has them all (a third of the time of one each).

@@ -119,8 +119,7 @@ export function loadSimulator(
   const { gpus, driverVersion, seed, nextPid: firstPid } = s;
   const sim = new SimulatedMachine({ ...o, gpus, driverVersion, seed, firstPid });
   s.processes.forEach((p, i) => {
-    const gpus = p.gpus.map((g) => sim.gpus[g]);
-    const proc = new SimulatedProcess(sim, { ...p, gpus });
+    const gpus = p.gpus.map((g) => sim.gpus[g]), proc = new SimulatedProcess(sim, { ...p, gpus });
     proc.enter(p.state);
     if (p.restoreRefused) proc.refuseRestores();
     if (p.stopped) proc.setStopped(true);

@@ -129,8 +129,7 @@ export class FileHeldRecords implements HeldRecords {
     const hint = `remove it, or name another in ${RECORDS_ENV_VAR}`;
     try {
       await privateDirectory(this.where, { strict: true, hint });
-      const real = await realpath(this.where);
-      const above = await faultAbove(real);
+      const real = await realpath(this.where), above = await faultAbove(real);
       if (above) throw new Error(`${above}: another user could swap ${this.where} for their own`);
       return real;
     } catch (err) {

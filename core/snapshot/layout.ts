@@ -19,8 +19,7 @@ export const MANIFEST_FILE = "manifest.json";
 export const TRACE_FILE = "in-progress.json";
 /** The largest manifest this version reads, in bytes. */
 export const MANIFEST_MAX_BYTES = 16 * 2 ** 20;
-const TRACE_MAX_BYTES = 4 * 2 ** 20;
-const TRACE_FORMAT = "ckpt-cuda-in-progress/1";
+const TRACE_MAX_BYTES = 4 * 2 ** 20, TRACE_FORMAT = "ckpt-cuda-in-progress/1";
 
 /** A snapshot under way, as its trace says: who takes it, what it suspends, what it made. */
 export interface Trace {

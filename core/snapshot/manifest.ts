@@ -188,8 +188,7 @@ function readTrees(r: StrictReader, value: unknown, gpus: ReadonlySet<string>): 
 
 /** The files, each once, each inside one of the trees' directories, every tree with some. */
 function readFiles(r: StrictReader, value: unknown, trees: readonly ManifestTree[]) {
-  const treeDirs = new Map(trees.map((t) => [t.images, 0]));
-  const paths = new Set<string>();
+  const treeDirs = new Map(trees.map((t) => [t.images, 0])), paths = new Set<string>();
   const files = r.array(value, "files").map((f, i): SnapshotFile => {
     const at = `files[${i}]`, o = r.object(f, at, ["path", "bytes", "chunkedSha256"]);
     const path = r.string(o.path, `${at}.path`);
@@ -198,8 +197,7 @@ function readFiles(r: StrictReader, value: unknown, trees: readonly ManifestTree
     // Listed twice, a file would be checked against one entry only, the other's digest unread.
     if (paths.has(path)) r.fail(`${at}.path`, "a file not listed before", path);
     paths.add(path);
-    const tree = path.slice(0, path.indexOf("/"));
-    const count = treeDirs.get(tree);
+    const tree = path.slice(0, path.indexOf("/")), count = treeDirs.get(tree);
     if (count === undefined) r.fail(`${at}.path`, "a file of one of the manifest's trees", path);
     treeDirs.set(tree, count! + 1);
     const digest = r.string(o.chunkedSha256, `${at}.chunkedSha256`);

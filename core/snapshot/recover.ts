@@ -40,8 +40,7 @@ export async function recoverFrom(
   const refuse = (reason: string) => snapshotRefusal(operation, reason);
   const { dir: snap, trace, complete } = await openInterrupted(store, dir, operation);
   try {
-    const where = snap.path, session = sessionOf(machine);
-    const by = trace.by?.pid;
+    const where = snap.path, session = sessionOf(machine), by = trace.by?.pid;
     const still = `the snapshot in ${where} is still under way: process ${by} is taking it (stop ` +
       `it with Ctrl-C or kill -TERM ${by}: it puts the processes back itself)`;
     if (trace.by && await session.isStill(trace.by)) throw refuse(still);

@@ -112,8 +112,7 @@ export async function restoreFrom(
   try {
     run.phase("check");
     // Where the engine can hold trees stopped, memory images are digested while it loads them.
-    const engine = run.engine;
-    const holds = engine.inertFile !== undefined && engine.wake !== undefined;
+    const engine = run.engine, holds = engine.inertFile !== undefined && engine.wake !== undefined;
     const checksEnded = Promise.withResolvers<void>();
     const opened = await openSnapshot(run.store, dir, o.operation, {
       digests: true,
@@ -167,8 +166,7 @@ async function check(r: Restoring): Promise<void> {
     `release, so restore it with ${dumped.kind} ${dumped.version} or later`;
   if (older) throw prerequisite(o.operation, newer);
   // A process comes back with the libcuda it had: the driver must be the snapshot's.
-  const version = await run.machine.driver.driverVersion();
-  const taken = manifest.driver;
+  const version = await run.machine.driver.driverVersion(), taken = manifest.driver;
   if (version.code === CUDA_SUCCESS && version.value !== taken.cudaVersion) {
     const release = taken.release ? ` (${taken.release})` : "";
     const wanted = `CUDA ${formatDriverVersion(taken.cudaVersion)}${release}`;

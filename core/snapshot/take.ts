@@ -122,8 +122,7 @@ export async function takeSnapshot(
     const plan = await check(run, roots, o.allowIpcImport);
     run.notBegun("snapshot");
     const suspending = plan.running.flat().map((p) => p.pid);
-    const session = sessionOf(machine);
-    const by = await session.selfIdentity();
+    const session = sessionOf(machine), by = await session.selfIdentity();
     const identify = async (pid: number) => await session.identify(pid) ?? { pid };
     const who = await Promise.all(suspending.map(identify));
     const trace = { ...(by ? { by } : {}), startedAt: new Date().toISOString(), processes: who };
