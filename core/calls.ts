@@ -63,9 +63,8 @@ export function stateOf(value: number, pid: number): ProcessState {
   const name = stateName(value);
   if (name !== undefined) return name;
   const known = PROCESS_STATES.map((n, i) => `${n} ${i}`).join(", ");
-  const newer =
-    `which this version of @ckpt/cuda does not know (a newer driver's; it knows ${known})`;
-  throw new RangeError(`getState of process ${pid} gave state ${value}, ${newer}`);
+  const gave = `getState of process ${pid} gave state ${value}, which this version of @ckpt/cuda`;
+  throw new RangeError(`${gave} does not know (a newer driver's; it knows ${known})`);
 }
 
 /** Refuses (`UNSUPPORTED`) a function `driver` lacks, or GPU pairs before 13.0. */

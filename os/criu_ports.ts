@@ -15,9 +15,8 @@ const TIME_WAIT_MAX_MS = 90_000;
 /** How much later than /proc says the kernel's timers may end a TIME_WAIT (up to 1.9 s seen). */
 const TIMER_SLACK_MS = 2000;
 /** /proc/net/tcp's states by number. */
-const TCP_STATES =
-  ",ESTABLISHED,SYN_SENT,SYN_RECV,FIN_WAIT1,FIN_WAIT2,TIME_WAIT,CLOSE,CLOSE_WAIT," +
-  "LAST_ACK,LISTEN,CLOSING";
+const TCP_STATES = ",ESTABLISHED,SYN_SENT,SYN_RECV,FIN_WAIT1,FIN_WAIT2,TIME_WAIT,CLOSE," +
+  "CLOSE_WAIT,LAST_ACK,LISTEN,CLOSING";
 
 /**
  * A socket of this host on a port: its state, its ends as /proc prints them (`ADDR:PORT` in hex),

@@ -359,10 +359,9 @@ async function rollBack(t: Taken, { code, message, cause }: Failure): Promise<Sn
     detail = `${each} was put back as it was, and keeps running${ended}${await t.out.discard()}`;
   } else {
     await t.out.dir.close();
-    detail =
-      `the CUDA processes could not all be resumed${ended}: ${groupFailure(back)}; ${where}/` +
-      `${TRACE_FILE} names them: \`cuda-checkpoint recover ${where}\` resumes them once the ` +
-      `cause is fixed`;
+    detail = `the CUDA processes could not all be resumed${ended}: ${groupFailure(back)}; ` +
+      `${where}/${TRACE_FILE} names them: \`cuda-checkpoint recover ${where}\` resumes them ` +
+      `once the cause is fixed`;
   }
   const log = (cause instanceof EngineError && cause.log) || undefined;
   return new SnapshotError({ code, operation: "snapshot", message, detail, cause, log });
