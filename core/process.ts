@@ -108,7 +108,10 @@ export class Handle {
 
   /** The state; refused (`STATE`) where the process is stopped: the driver would not answer. */
   state(): Promise<ProcessState> {
-    return this.ordered(async (turn) => (await turn.refuseStopped("getState"), turn.state()));
+    return this.ordered(async (turn) => {
+      await turn.refuseStopped("getState");
+      return turn.state();
+    });
   }
 
   /** The restore thread id, at once (the driver answers even while the process is busy). */
