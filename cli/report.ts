@@ -218,7 +218,8 @@ export class Printer {
 
 /**
  * One stderr line about processes that could not be looked at: how many, their pids (the first
- * eight), and why (the first one's reason: another user's process seen without root, say).
+ * eight), and why: the first reason of each kind, numbers aside, up to three (another user's
+ * process seen without root, say, and one stopped).
  */
 export function warnUninspectable(
   uninspected: readonly { readonly pid: number; readonly reason: string }[],
@@ -228,7 +229,9 @@ export function warnUninspectable(
   if (count === 0) return;
   const shown = uninspected.slice(0, 8).map((p) => p.pid).join(", ");
   const pids = one ? `pid ${shown}` : `pids ${shown}${count > 8 ? ` and ${count - 8} more` : ""}`;
-  const why = `${one ? "" : `pid ${uninspected[0].pid}: `}${uninspected[0].reason}`;
+  const kinds = uninspected.map((p) => p.reason.replace(/\d+/g, "#")); // numbers aside
+  const firsts = uninspected.filter((_, i) => kinds.indexOf(kinds[i]) === i).slice(0, 3);
+  const why = firsts.map((p) => `${one ? "" : `pid ${p.pid}: `}${p.reason}`).join("; ");
   const what = `${count} process${one ? "" : "es"} could not be looked at and may be`;
   const cuda = one ? "a CUDA process" : "CUDA processes";
   print.err(`cuda-checkpoint: ${what} ${cuda} (${pids}): ${why}`);

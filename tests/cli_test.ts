@@ -828,6 +828,26 @@ describe("several pids at once", () => {
         "(simulated: spawned with inspectable: false)",
     );
   });
+
+  test("the line gives the first reason of each kind: ten hidden processes, and one stopped", async () => {
+    const { sim } = three();
+    const hidden = Array.from({ length: 10 }, () => sim.spawn({ inspectable: false }).pid);
+    const stopped = sim.spawn().pid;
+    await sim.engine.stop([stopped]);
+    const r = await cli(["--get-state", "--all"], { machine: sim });
+    assert.equal(r.code, 0);
+    const [line] = r.err.split("\n");
+    assert.ok(line.includes(`: pid ${hidden[0]}: permission denied reading /proc/${hidden[0]}/`));
+    assert.ok(!line.includes(`pid ${hidden[1]}: `), "one reason of a kind");
+    assert.ok(
+      line.endsWith(
+        `; pid ${stopped}: getState of process ${stopped} refused: it is stopped (SIGSTOP, ` +
+          `Ctrl-Z, a debugger), and the driver answers no call on it, a lock's timeout included, ` +
+          `till it runs again (kill -CONT ${stopped}). Nothing was done to it`,
+      ),
+      line,
+    );
+  });
 });
 
 describe("--json for one pid", () => {
