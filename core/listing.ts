@@ -12,7 +12,7 @@ import { CudaError, messageOf } from "./errors.ts";
 import type { GpuMemory, GpuMemoryReport, ScannedProcess } from "./host.ts";
 import type { Machine } from "./machine.ts";
 import { checkChoice, checkPid, checkTable, flag, type Settings } from "./options.ts";
-import { sessionOf, stoppedRefusal } from "./process.ts";
+import { refuseStopped, sessionOf } from "./process.ts";
 import type { ProcessState } from "./states.ts";
 
 /** Options of `listCudaProcesses`. */
@@ -105,11 +105,9 @@ export async function listOn(machine: Machine, o: ListSettings): Promise<CudaPro
   }
   // A process that never initialised CUDA, or is gone since the scan, is no CUDA process (now).
   const answers = await Promise.all(candidates.map(async (p) => {
-    const stopped = await host.stopped?.(p.pid).catch(() => false);
     const [state, tid] = await Promise.allSettled([
-      stopped
-        ? Promise.reject(stoppedRefusal("getState", p.pid))
-        : callDriver(driver, "getState", p.pid).then((value) => stateOf(value, p.pid)),
+      refuseStopped(machine, "getState", p.pid).then(() => callDriver(driver, "getState", p.pid))
+        .then((value) => stateOf(value, p.pid)),
       callDriver(driver, "getRestoreThreadId", p.pid),
     ]);
     return { scanned: p, state, tid };

@@ -225,11 +225,8 @@ export class Turn {
   }
 
   /** Refuses (`STATE`) a stopped process: the driver would answer it only once it runs again. */
-  async refuseStopped(operation: string): Promise<void> {
-    const { pid } = this.identity;
-    if (await this.machine.host?.stopped?.(pid).catch(() => false)) {
-      throw stoppedRefusal(operation, pid, this.pid);
-    }
+  refuseStopped(operation: string): Promise<void> {
+    return refuseStopped(this.machine, operation, this.identity.pid, this.pid);
   }
 
   async lock(timeoutMs: number): Promise<void> {
@@ -359,12 +356,18 @@ export function importRefusal(operation: string, pid: number, imp: GpuImport): R
   });
 }
 
-/** The refusal (`STATE`) of `pid` (given as `shown`), stopped: the driver would not answer. */
-export function stoppedRefusal(operation: string, pid: number, shown = pid): RefusedError {
+/** Refuses (`STATE`) `pid` (given as `shown`) where it is stopped: the driver would not answer. */
+export async function refuseStopped(
+  m: Machine,
+  operation: string,
+  pid: number,
+  shown = pid,
+): Promise<void> {
+  if (!await m.host?.stopped?.(pid).catch(() => false)) return;
   const reason = `it is stopped (SIGSTOP, Ctrl-Z, a debugger), and the driver answers no call on ` +
     `it, a lock's timeout included, till it runs again (kill -CONT ${pid})`;
   const detail = "nothing was done to it";
-  return new RefusedError({ code: "STATE", operation, pid: shown, reason, detail });
+  throw new RefusedError({ code: "STATE", operation, pid: shown, reason, detail });
 }
 
 /** Whether an error says there is no process, or no CUDA in it: nothing is left to undo. */

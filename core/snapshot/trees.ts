@@ -10,7 +10,7 @@ import type { DumpedProcess, SnapshotEngine } from "../engine.ts";
 import { RefusedError } from "../errors.ts";
 import type { GpuMemoryReport, HostProcesses, PidUse, TreeProcess } from "../host.ts";
 import type { Machine } from "../machine.ts";
-import { sessionOf, stoppedRefusal } from "../process.ts";
+import { refuseStopped, sessionOf } from "../process.ts";
 import { SNAPSHOT_STATES } from "../states.ts";
 import type { Manifest, ManifestGpu, ManifestProcess } from "./manifest.ts";
 import { type ManifestTree, treeDirName } from "./manifest.ts";
@@ -30,9 +30,9 @@ export async function describeTree(
       ...(p.command ? { command: p.command } : {}),
     };
     // Stopped: a CUDA process would not answer its state (refused); another comes back running.
-    const stopped = await machine.host?.stopped?.(p.pid).catch(() => false);
     const asked = machine.driver.getRestoreThreadId(p.pid);
-    if (stopped && (await asked).code === CUDA_SUCCESS) throw stoppedRefusal("snapshot", p.pid);
+    const cuda = (await asked.catch(() => undefined))?.code === CUDA_SUCCESS;
+    if (cuda) await refuseStopped(machine, "snapshot", p.pid);
     const [state, tid] = await Promise.allSettled([readState(machine.driver, p.pid), asked]);
     // Not a CUDA process (it never initialised CUDA); a state this version does not know refuses.
     if (state.status === "rejected") {
