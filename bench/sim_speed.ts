@@ -6,11 +6,12 @@
 // runtime, each size in turn; each run is a fresh process, timed from spawn to exit. CPU only.
 //
 //   deno run -A bench/sim_speed.ts [--rounds 3] [--big-mib 1024] [--small-mib 16]
-//     [--runtimes deno,bun] [--no-real] [--root DIR] [--label NAME] [--out DIR]
+//     [--runtimes deno,bun] [--no-real] [--root DIR] [--baseline DIR] [--label NAME] [--out DIR]
 //   bun bench/sim_speed.ts ...
 //
 // --root runs the examples of another checkout (the code before a change: `git archive BASE |
-// tar -x -C DIR`); --label names the report: bench/reports/sim-speed[-LABEL]-<runtime>-<host>.md
+// tar -x -C DIR`); --baseline runs those of another checkout too, taking turns with --root's in
+// every round (the examples' wall times only, in a table of their own); --label names the report: bench/reports/sim-speed[-LABEL]-<runtime>-<host>.md
 // and .json. Beside the runs: in a child, the wall time of one SimulatedMachine's suspend and resume
 // of a process after writing --big-mib (and --small-mib) MiB of its memory, virtual clock; and the
 // machine's own cost of the bytes: a new buffer of --big-mib MiB filled once, then again.
@@ -32,6 +33,7 @@ const { values } = parseArgs({
     runtimes: { type: "string", default: "deno,bun" },
     "no-real": { type: "boolean", default: false },
     root: { type: "string" },
+    baseline: { type: "string" },
     label: { type: "string" },
     out: { type: "string" },
   },
@@ -45,6 +47,9 @@ if (rounds < 1 || smallMiB < 1 || bigMiB < 1 || runtimes.some((r) => r !== "deno
   process.exit(2);
 }
 const ROOT = resolve(values.root ?? new URL("../", import.meta.url).pathname);
+/** The checkouts whose examples run: ROOT ("this"), and the baseline where one is given. */
+const CHECKOUTS: [string, string][] = [["this", ROOT]];
+if (values.baseline) CHECKOUTS.push(["baseline", resolve(values.baseline)]);
 const STEPS = ["lock", "checkpoint", "restore", "unlock"] as const;
 const started = new Date();
 
@@ -53,6 +58,8 @@ type ClockKind = "virtual" | "real";
 
 interface Run {
   round: number;
+  /** Which checkout's example ran: "this" or "baseline". */
+  checkout: string;
   runtime: string;
   mib: number;
   clock: ClockKind;
@@ -71,12 +78,15 @@ function argvOf(runtime: string, script: string[], args: string[]): string[] {
     : ["bun", ...script, ...args];
 }
 
-/** Runs a child in ROOT; resolves to its time, exit status and stdout. */
-function timed(argv: string[]): Promise<{ ms: number; exit: number | null; out: string }> {
+/** Runs a child in `cwd`; resolves to its time, exit status and stdout. */
+function timed(
+  argv: string[],
+  cwd = ROOT,
+): Promise<{ ms: number; exit: number | null; out: string }> {
   const t0 = performance.now();
   return new Promise((done) => {
     const child = spawn(argv[0], argv.slice(1), {
-      cwd: ROOT,
+      cwd,
       env: { ...process.env, NO_COLOR: "1" },
       stdio: ["ignore", "pipe", "pipe"],
     });
@@ -90,23 +100,42 @@ function timed(argv: string[]): Promise<{ ms: number; exit: number | null; out: 
   });
 }
 
-/** One run of self_checkpoint.ts with `--json`. */
-async function example(runtime: string, mib: number, clock: ClockKind, round: number) {
+/** One run of self_checkpoint.ts with `--json`, of checkout `[checkout, root]`. */
+async function example(
+  [checkout, root]: [string, string],
+  runtime: string,
+  mib: number,
+  clock: ClockKind,
+  round: number,
+) {
   const args = ["--driver", "sim", "--json", "--buffer-mib", String(mib)];
-  const r = await timed(argvOf(runtime, ["examples/self_checkpoint.ts"], [
-    ...args,
-    ...(clock === "virtual" ? ["--virtual-time"] : []),
-  ]));
+  const r = await timed(
+    argvOf(runtime, ["examples/self_checkpoint.ts"], [
+      ...args,
+      ...(clock === "virtual" ? ["--virtual-time"] : []),
+    ]),
+    root,
+  );
   let pass = false, steps: Record<string, number> = {};
   try {
     const json = JSON.parse(r.out);
     pass = json.pass === true;
     steps = Object.fromEntries(json.steps.map((s: { step: string; ms: number }) => [s.step, s.ms]));
   } catch { /* not JSON: the run failed, and says so on stderr */ }
-  const run: Run = { round, runtime, mib, clock, wallMs: r.ms, exit: r.exit, pass, steps };
+  const run: Run = {
+    round,
+    checkout,
+    runtime,
+    mib,
+    clock,
+    wallMs: r.ms,
+    exit: r.exit,
+    pass,
+    steps,
+  };
   runs.push(run);
   console.log(
-    `round ${round} ${runtime} ${mib} MiB ${clock}: ${fmt(r.ms / 1000, 2)} s, ${
+    `round ${round} ${checkout} ${runtime} ${mib} MiB ${clock}: ${fmt(r.ms / 1000, 2)} s, ${
       pass ? "PASS" : "FAIL"
     }, ${STEPS.map((s) => `${s} ${fmt(steps[s], 1)}`).join(", ")}`,
   );
@@ -169,7 +198,10 @@ for (let round = 0; round < rounds; round++) {
     const runtime = runtimes[(round + k) % runtimes.length];
     for (const clock of clocks) {
       for (let s = 0; s < sizes.length; s++) {
-        await example(runtime, sizes[(round + s) % sizes.length], clock, round);
+        for (let c = 0; c < CHECKOUTS.length; c++) {
+          const checkout = CHECKOUTS[(round + s + c) % CHECKOUTS.length];
+          await example(checkout, runtime, sizes[(round + s) % sizes.length], clock, round);
+        }
       }
     }
     for (const size of sizes) await suspendCost(runtime, size, round);
@@ -177,10 +209,12 @@ for (let round = 0; round < rounds; round++) {
   }
 }
 
-const of = (rt: string, size: number, clock: ClockKind) =>
-  runs.filter((r) => r.runtime === rt && r.mib === size && r.clock === clock);
-const wall = (rt: string, size: number, clock: ClockKind) =>
-  median(of(rt, size, clock).map((r) => r.wallMs));
+const of = (rt: string, size: number, clock: ClockKind, checkout = "this") =>
+  runs.filter((r) =>
+    r.checkout === checkout && r.runtime === rt && r.mib === size && r.clock === clock
+  );
+const wall = (rt: string, size: number, clock: ClockKind, checkout = "this") =>
+  median(of(rt, size, clock, checkout).map((r) => r.wallMs));
 /** The model's time of a step: what the virtual clock printed (the same in every run). */
 const model = (rt: string, size: number, step: string) => of(rt, size, "virtual")[0]?.steps[step];
 /** The real clock's median time of a step over the model's. */
@@ -230,7 +264,15 @@ const report: Report = {
     "clock, the step times it prints against the model's (those of the virtual clock). Runtimes " +
     "take turns in every round, sizes within a runtime.",
   environment: env,
-  config: { rounds, bigMiB, smallMiB, runtimes, real: !values["no-real"], root: ROOT },
+  config: {
+    rounds,
+    bigMiB,
+    smallMiB,
+    runtimes,
+    real: !values["no-real"],
+    root: ROOT,
+    baseline: values.baseline ?? null,
+  },
   goals,
   tables: [
     {
@@ -260,6 +302,22 @@ const report: Report = {
         ])
       ),
     }]),
+    ...(values.baseline === undefined ? [] : [{
+      title: `Wall time against the baseline (${values.baseline}), medians (s)`,
+      columns: ["runtime", "clock", "MiB", "this", "baseline", "this / baseline"],
+      rows: runtimes.flatMap((rt) =>
+        clocks.flatMap((c) =>
+          sizes.map((size) => [
+            rt,
+            c,
+            size,
+            fmt(wall(rt, size, c) / 1000, 2),
+            fmt(wall(rt, size, c, "baseline") / 1000, 2),
+            fmt(wall(rt, size, c) / wall(rt, size, c, "baseline"), 2),
+          ])
+        )
+      ),
+    }]),
     {
       title: "Suspend and resume after writing the whole memory: wall ms in the process (medians)",
       columns: ["runtime", "MiB", "suspend ms", "resume ms"],
@@ -280,9 +338,10 @@ const report: Report = {
   runs: [...runs, ...suspends],
   runTables: [{
     title: "Every run",
-    columns: ["round", "runtime", "MiB", "clock", "wall s", "exit", "pass", ...STEPS],
+    columns: ["round", "checkout", "runtime", "MiB", "clock", "wall s", "exit", "pass", ...STEPS],
     rows: runs.map((r) => [
       r.round,
+      r.checkout,
       r.runtime,
       r.mib,
       r.clock,
@@ -295,9 +354,10 @@ const report: Report = {
   notes: [
     "The lock (0.2 ms) and unlock (1.5 ms) of the model are below a real timer's granularity: " +
     "their real-clock times are shown, not judged.",
-    "The wall time at 1024 MiB includes what any program that keeps 1024 MiB of bytes pays here: " +
-    "the example generates the kernel's pattern, the simulator stores it (new memory, whose " +
-    "first touch the last table prices on this machine) and hashes it once.",
+    "The wall time at 1024 MiB includes the example's own check: the SHA-256 of every byte, made " +
+    "once for it (the simulator makes a kernel's output when it is first needed). Before that " +
+    "(the baseline, where there is one), the example wrote every byte into new memory, whose " +
+    "first touch the last table prices on this machine, and then hashed it.",
   ],
 };
 publish(report, values.out, { digits: 2 });

@@ -16,8 +16,8 @@ const DIGEST_BYTES = 32;
 export class MemoryImage {
   /** The size of the memory in bytes. */
   readonly size: number;
-  /** The chunks written, by index (the last one may be shorter); the others are all zero. */
-  readonly #chunks = new Map<number, Uint8Array>();
+  /** The chunks written, by index (the last one may be shorter), or made once needed; others zero. */
+  readonly #chunks = new Map<number, Uint8Array | Unmade>();
   /** Every chunk's SHA-256 in order, from the first hash on, but those #stale; the last result. */
   #digests: Uint8Array | undefined;
   readonly #stale = new Set<number>();
@@ -40,10 +40,30 @@ export class MemoryImage {
     checkRange(this.size, offset, data.length);
     if (data.length > 0) this.#hex = undefined;
     for (const [index, within, done, n] of this.#spans(offset, data.length)) {
-      let chunk = this.#chunks.get(index);
+      let chunk = this.#bytes(index, true);
       if (!chunk) this.#chunks.set(index, chunk = new Uint8Array(this.#length(index)));
       chunk.set(data.subarray(done, done + n), within);
       this.#stale.add(index);
+    }
+  }
+
+  /**
+   * Writes over `length` bytes from `offset` what `make(from, out)` puts in `out` (its bytes from
+   * `from` on): a kernel's output, each whole chunk made only when read, hashed, saved or written
+   * over, so `make` must give the same bytes every time.
+   */
+  produce(offset: number, length: number, make: Produce): void {
+    checkRange(this.size, offset, length);
+    for (const [index, , done, n] of this.#spans(offset, length)) {
+      if (n < this.#length(index)) {
+        const part = new Uint8Array(n);
+        make(done, part);
+        this.write(offset + done, part);
+        continue;
+      }
+      this.#chunks.set(index, (out) => make(done, out));
+      this.#stale.add(index);
+      this.#hex = undefined;
     }
   }
 
@@ -52,7 +72,7 @@ export class MemoryImage {
     checkRange(this.size, offset, length);
     const out = new Uint8Array(length);
     for (const [index, within, done, n] of this.#spans(offset, length)) {
-      const chunk = this.#chunks.get(index);
+      const chunk = this.#bytes(index, false);
       if (chunk) out.set(chunk.subarray(within, within + n), done);
     }
     return out;
@@ -71,7 +91,9 @@ export class MemoryImage {
         if (!this.#chunks.has(c)) this.#digests.set(zeroDigest(this.#length(c)), c * DIGEST_BYTES);
       }
     }
-    for (const c of this.#stale) this.#digests.set(sha256(this.#chunks.get(c)!), c * DIGEST_BYTES);
+    for (const c of this.#stale) {
+      this.#digests.set(sha256(this.#bytes(c, false)!), c * DIGEST_BYTES);
+    }
     this.#stale.clear();
     return this.#hex = createHash("sha256").update(this.#digests).digest("hex");
   }
@@ -80,7 +102,7 @@ export class MemoryImage {
   save(): SavedPages {
     const pages: SavedPages = [];
     for (const index of [...this.#chunks.keys()].sort((a, b) => a - b)) {
-      const chunk = this.#chunks.get(index)!;
+      const chunk = this.#bytes(index, false)!;
       for (let at = 0; at < chunk.length; at += PAGE_SIZE) {
         let end = Math.min(at + PAGE_SIZE, chunk.length);
         while (end > at && chunk[end - 1] === 0) end--;
@@ -90,6 +112,18 @@ export class MemoryImage {
       }
     }
     return pages;
+  }
+
+  /** Chunk `index`'s bytes; one not made yet is made, and `keep`s them or lends a scratch's. */
+  #bytes(index: number, keep: boolean): Uint8Array | undefined {
+    const chunk = this.#chunks.get(index);
+    if (typeof chunk !== "function") return chunk;
+    const length = this.#length(index);
+    scratch ??= new Uint8Array(HASH_CHUNK_SIZE);
+    const out = keep ? new Uint8Array(length) : scratch.subarray(0, length);
+    chunk(out);
+    if (keep) this.#chunks.set(index, out);
+    return out;
   }
 
   /** The length of chunk `index`: 1 MiB, or less for the last. */
@@ -106,6 +140,13 @@ export class MemoryImage {
     }
   }
 }
+
+/** Puts in `out` the bytes of an output from its byte `from` on. */
+type Produce = (from: number, out: Uint8Array) => void;
+/** A whole chunk not made yet: puts its bytes in `out`. */
+type Unmade = (out: Uint8Array) => void;
+/** Where a chunk not made yet is made to be read, hashed or saved, and then forgotten. */
+let scratch: Uint8Array | undefined;
 
 const sha256 = (bytes: Uint8Array): Uint8Array => createHash("sha256").update(bytes).digest();
 /** The SHA-256 of `length` zero bytes, computed once each. */

@@ -180,10 +180,28 @@ export class SimulatedProcess {
   /**
    * Launches a kernel that runs for `ms` once the process runs, returning at once as a CUDA launch
    * does; resolves when it ends, rejects if the process exits first. Virtual time moves for it only
-   * while someone awaits it; unawaited, it never reports an unhandled rejection.
+   * while someone awaits it; unawaited, it never reports an unhandled rejection. The simulator runs
+   * no PTX: `writes` says what the kernel writes once it ends, `length` bytes at `at`, of which
+   * `make(from, out)` puts those from `from` on in `out`, each 1 MiB only when it is first read,
+   * hashed, saved or written over (so that 1 GiB filled costs nothing till then): the same bytes
+   * every time.
+   *
+   * @example A kernel filling 1 GiB with the byte 7, made when read
+   * ```ts
+   * const proc = sim.spawn({ memoryMiB: 1024 });
+   * await proc.launch(2, { at: 0, length: 2 ** 30, make: (_from, out) => out.fill(7) });
+   * ```
    */
-  launch(ms: number): Promise<void> {
+  launch(
+    ms: number,
+    writes?: { at: number; length: number; make: (from: number, out: Uint8Array) => void },
+  ): Promise<void> {
     checkAmount(ms, "kernel duration (ms)");
+    if (writes) {
+      const { at, length, make } = writes;
+      if (typeof make !== "function") mustBe(TypeError, "writes.make", "a function", make);
+      if (this.usesCuda) checkRange(mibToBytes(this.memoryMiB), at, length);
+    }
     let resolve!: () => void, reject!: (e: Error) => void;
     const promise = new KernelLaunch((res, rej) => [resolve, reject] = [res, rej]);
     Promise.prototype.then.call(promise, undefined, () => {}); // handled: nobody has to wait
@@ -193,6 +211,7 @@ export class SimulatedProcess {
         if (!this.#kernels.delete(kernel)) return;
         kernel.cancel?.();
         release?.();
+        if (!error && writes) this.#memory?.produce(writes.at, writes.length, writes.make);
         return error ? reject(error) : resolve();
       },
     };

@@ -185,6 +185,78 @@ describe("MemoryImage.chunkedSha256", () => {
     }
   });
 
+  describe("a kernel's output, made when needed (produce)", () => {
+    const byteOf = (i: number, salt: number) => (i * 7 + salt) % 256;
+    /** An output that counts the chunks it made: its byte i is byteOf(i, salt). */
+    function output(salt: number) {
+      const made = { count: 0 };
+      const make = (from: number, out: Uint8Array) => {
+        made.count++;
+        for (let i = 0; i < out.length; i++) out[i] = byteOf(from + i, salt);
+      };
+      return { made, make };
+    }
+
+    test("against a plain array: random outputs and writes, read, hashed, saved and loaded", () => {
+      const next = random(32);
+      const size = 5 * MIB + 4321;
+      const m = new MemoryImage(size), model = new Uint8Array(size);
+      for (let step = 0; step < 40; step++) {
+        const aligned = next() < 0.4;
+        const at = aligned ? Math.floor(next() * 5) * MIB : Math.floor(next() * size);
+        const length = Math.min(size - at, Math.floor(next() * 3 * MIB));
+        if (next() < 0.6) {
+          const { make } = output(step);
+          m.produce(at, length, make);
+          const bytes = new Uint8Array(length);
+          make(0, bytes);
+          model.set(bytes, at);
+        } else {
+          const bytes = pattern(Math.min(length, 5000), step);
+          m.write(at, bytes);
+          model.set(bytes, at);
+        }
+        const from = Math.floor(next() * size), n = Math.min(size - from, 2 * MIB);
+        assert.deepEqual(m.read(from, n), model.subarray(from, from + n), `step ${step}: read`);
+        if (next() < 0.4) assert.equal(m.chunkedSha256(), byDefinition(model), `step ${step}`);
+      }
+      assert.equal(m.chunkedSha256(), byDefinition(model));
+      const copy = MemoryImage.load(size, m.save());
+      assert.deepEqual(copy.read(0, size), model);
+      assert.equal(copy.chunkedSha256(), byDefinition(model));
+    });
+
+    test("a whole chunk is made only when read, hashed or written over, and kept only then", () => {
+      const m = new MemoryImage(8 * MIB), { made, make } = output(1);
+      m.produce(0, 8 * MIB, make);
+      assert.equal(made.count, 0, "nothing made by the output itself");
+      assert.deepEqual(
+        m.read(3 * MIB + 5, 2),
+        Uint8Array.of(byteOf(3 * MIB + 5, 1), byteOf(3 * MIB + 6, 1)),
+      );
+      assert.equal(made.count, 1, "a read makes the chunk it reads");
+      m.chunkedSha256();
+      assert.equal(made.count, 9, "the hash makes every chunk");
+      m.chunkedSha256();
+      m.write(5 * MIB + 9, new Uint8Array([0]));
+      assert.equal(made.count, 10, "a write makes its chunk, once; a hash again, none");
+      m.read(5 * MIB, MIB);
+      m.chunkedSha256();
+      assert.equal(made.count, 10, "the chunk written over is kept");
+      assert.equal(m.read(5 * MIB + 9, 1)[0], 0);
+    });
+
+    test("parts of chunks at its ends are made at once", () => {
+      const m = new MemoryImage(3 * MIB), { made, make } = output(2);
+      m.produce(MIB - 10, MIB + 20, make);
+      assert.equal(made.count, 2, "the 10 and 10 bytes in the chunks around the whole one");
+      const bytes = new Uint8Array(MIB + 20);
+      make(0, bytes);
+      assert.deepEqual(m.read(MIB - 10, MIB + 20), bytes);
+      assert.deepEqual(m.read(0, MIB - 10), new Uint8Array(MIB - 10), "zeros before");
+    });
+  });
+
   test("saved: only the pages that are not all zero, ascending, trailing zeros left out", () => {
     const m = new MemoryImage(3 * MIB);
     m.write(2 * MIB + 5, new Uint8Array([7, 0, 8])); // page 32, its first 5 bytes zero

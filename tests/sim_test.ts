@@ -265,6 +265,53 @@ describe("memoryChunkedSha256", () => {
     assert.equal(await p.memoryChunkedSha256(), chunkedSha256(await p.read(0, 3 * MIB)));
   });
 
+  test("a kernel's output: written when it ends, made when hashed, moved by a checkpoint", async () => {
+    const sim = new SimulatedMachine();
+    const [p, q] = [sim.spawn({ memoryMiB: 4 }), sim.spawn({ memoryMiB: 4 })];
+    let made = 0;
+    const make = (from: number, out: Uint8Array) => {
+      made++;
+      for (let i = 0; i < out.length; i++) out[i] = (from + i) % 253;
+    };
+    const kernel = p.launch(50, { at: 100, length: 3 * MIB, make });
+    assert.equal(await p.memoryChunkedSha256(), chunkedSha256(new Uint8Array(4 * MIB)), "not yet");
+    await kernel;
+    assert.equal(sim.now(), 50);
+    const bytes = new Uint8Array(3 * MIB);
+    make(0, bytes);
+    await q.write(100, bytes);
+    made = 0;
+    const hash = await p.memoryChunkedSha256();
+    assert.equal(hash, await q.memoryChunkedSha256(), "the bytes a write of them gives");
+    assert.equal(made, 2, "the two whole chunks, made for the hash (the ends were made at once)");
+    await sim.driver.lock(p.pid, null);
+    await sim.driver.checkpoint(p.pid);
+    await sim.driver.restore(p.pid, null);
+    await sim.driver.unlock(p.pid);
+    assert.equal(await p.memoryChunkedSha256(), hash);
+    assert.deepEqual(await p.read(0, 4 * MIB), await q.read(0, 4 * MIB));
+    assert.equal(made, 4, "a checkpoint and a restore moved them; the read made them again");
+
+    const exits = p.launch(1000, { at: 0, length: MIB, make });
+    p.exit();
+    await assert.rejects(exits);
+    assert.equal(made, 4, "a kernel that never ended wrote nothing");
+    const bad = [
+      [
+        { at: 0, length: MIB, make: "fill" },
+        TypeError,
+        /writes\.make must be a function, got "fill"/,
+      ],
+      [{ at: 4 * MIB - 1, length: 2, make }, RangeError, /bytes 4194303 to 4194305 are outside/],
+    ] as const;
+    for (const [writes, Err, message] of bad) {
+      assert.throws(
+        () => q.launch(1, writes as never),
+        (e) => e instanceof Err && message.test(String(e)),
+      );
+    }
+  });
+
   test("takes no virtual time", async () => {
     const sim = new SimulatedMachine();
     const p = sim.spawn({ memoryMiB: 64 });
