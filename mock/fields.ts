@@ -82,12 +82,9 @@ export function readFields(
   let ipcImport: IpcImport | undefined;
   if (v.ipcImport !== undefined) {
     const o = read.object(v.ipcImport, field("ipcImport"), ["exporter", "through"]);
-    const through = read.string(o.through, field("ipcImport.through"));
-    if (!(IPC_KINDS as readonly string[]).includes(through)) {
-      read.fail(field("ipcImport.through"), '"legacy", "cumem" or "fd"', through);
-    }
+    const through = read.choice(o.through, field("ipcImport.through"), IPC_KINDS);
     const exporter = read.integer(o.exporter, field("ipcImport.exporter"), 1, MAX_PID);
-    ipcImport = { exporter, through: through as IpcImport["through"] };
+    ipcImport = { exporter, through };
   }
   const rank = v.nccl === undefined ? undefined : read.object(v.nccl, field("nccl"), NCCL_KEYS);
   const flag = (k: string) => read.boolean(rank![k], field(`nccl.${k}`));
@@ -95,10 +92,7 @@ export function readFields(
     localRanks: read.integer(rank.localRanks, field("nccl.localRanks"), 1, 1 << 20),
     ...{ p2pDisable: flag("p2pDisable"), shmDisable: flag("shmDisable") },
   };
-  const tcp = v.tcp as ProcessFields["tcp"];
-  if (tcp !== undefined && tcp !== "listening" && tcp !== "established") {
-    read.fail(field("tcp"), '"listening" or "established"', tcp);
-  }
+  const tcp = v.tcp === undefined ? undefined : read.choice(v.tcp, field("tcp"), TCP_STATES);
   const more = { ...ipcImport && { ipcImport }, ...nccl && { nccl }, ...tcp && { tcp } };
   return { pid, parent, threads, command, cuda, libcuda, inspectable, memoryMiB, ...more };
 }
