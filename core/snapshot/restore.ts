@@ -202,13 +202,11 @@ async function treesReady(r: Restoring): Promise<void> {
   const { run, o } = r, { engine } = run, refused = new AbortController();
   const signal = AbortSignal.any([run.signal, refused.signal]);
   await Promise.all(r.manifest.trees.map(async (t) => {
-    const left = run.deadline.left(), { root } = t;
     await engine.ready?.({
-      root,
+      ...run.tree(t.root),
       imagesDir: await r.dir.enginePath(t.images),
       signal,
-      ...(left !== undefined ? { timeoutMs: left } : {}),
-      onWait: (ms, why) => run.tell({ type: "wait", root, ms, why, at: 0 }),
+      onWait: (ms, why) => run.tell({ type: "wait", root: t.root, ms, why, at: 0 }),
     }).catch((err) => {
       refused.abort();
       run.notBegun("restore");
@@ -248,13 +246,10 @@ async function restoreTree(r: Restoring, t: ManifestTree): Promise<void> {
   try {
     await run.slots.run(async () => {
       if (run.signal.aborted) throw NOT_STARTED;
-      const left = run.deadline.left();
       r.begun.push(t);
       await run.engine.restore({
-        root: t.root,
+        ...run.tree(t.root),
         imagesDir: await r.dir.enginePath(t.images),
-        signal: run.signal,
-        ...(left !== undefined ? { timeoutMs: left } : {}),
         ...(r.held ? { leaveStopped: true } : {}),
         ...(r.manifest.options.tcpEstablished ? { tcpEstablished: true } : {}),
       });

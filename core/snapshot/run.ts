@@ -187,6 +187,12 @@ export class Run {
     };
   }
 
+  /** What every engine call on the tree of `root` is given: the run's signal, and its time left. */
+  tree(root: number): { root: number; signal: AbortSignal; timeoutMs?: number } {
+    const left = this.deadline.left();
+    return { root, signal: this.signal, ...(left !== undefined ? { timeoutMs: left } : {}) };
+  }
+
   close(): void {
     this.#cancelTimer();
   }

@@ -233,15 +233,12 @@ async function dump(t: Taken, i: number): Promise<void> {
       t.times.dump = run.at();
       run.phase("dump");
     }
-    const left = run.deadline.left();
     let part: [SnapshotFailure, string] = ["DUMP_FAILED", `the ${run.engine.kind} dump failed`];
     let sealing: Promise<SnapshotFile[]> | undefined;
     try {
       const writing = run.engine.dump({
-        root,
+        ...run.tree(root),
         imagesDir: t.out.imagesDirs[i],
-        signal: run.signal,
-        ...(left !== undefined ? { timeoutMs: left } : {}),
         onBytes: (bytes) => run.tell({ type: "bytes", root, bytes, at: 0 }),
         ...(t.o.tcpEstablished ? { tcpEstablished: true } : {}),
       });
