@@ -8,7 +8,7 @@
 
 import { messageOf } from "./errors.ts";
 import type { ProcessIdentity } from "./host.ts";
-import { formatGpuUuid, parseGpuUuid } from "./options.ts";
+import { gpuUuidOf } from "./options.ts";
 
 /** Makes the error for a field: `reason` is a whole sentence that names it. */
 export type Refuse = (field: string, reason: string) => Error;
@@ -111,11 +111,8 @@ export class StrictReader {
 
   /** A GPU UUID, as nvidia-smi writes it (`GPU-…`, lower case). */
   uuid(value: unknown, field: string): string {
-    try {
-      return formatGpuUuid(parseGpuUuid(value));
-    } catch {
-      return this.fail(field, "a GPU UUID (GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)", value);
-    }
+    const uuid = "a GPU UUID (GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)";
+    return gpuUuidOf(value) ?? this.fail(field, uuid, value);
   }
 
   /** A process identity `{ pid, start? }`, its pid from `minPid` (0: a claim's unnamed owner). */

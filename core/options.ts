@@ -245,6 +245,15 @@ export function formatGpuUuid(bytes: Uint8Array): string {
   return `GPU-${hex.replace(/^(.{8})(.{4})(.{4})(.{4})/, "$1-$2-$3-$4-")}`;
 }
 
+/** A GPU UUID in a form {@link parseGpuUuid} takes, as nvidia-smi prints it; else `undefined`. */
+export function gpuUuidOf(text: unknown): string | undefined {
+  try {
+    return formatGpuUuid(parseGpuUuid(text));
+  } catch {
+    return undefined;
+  }
+}
+
 /** Describes a value for an error message: strings quoted, other types named. */
 export function describeValue(value: unknown): string {
   if (typeof value === "string") return JSON.stringify(value);

@@ -5,7 +5,7 @@
 // usedGpuMemory` at 8); `nvmlMemory_t` is three `unsigned long long`: total, free, used.
 
 import type { GpuMemory, GpuMemoryReport } from "../core/host.ts";
-import { formatGpuUuid, parseGpuUuid } from "../core/options.ts";
+import { gpuUuidOf } from "../core/options.ts";
 import type { FfiAdapter, FfiLibrary, NativeArg } from "./adapter.ts";
 import { cText, nativeBuffer, readInt } from "./adapter.ts";
 import { LIBCUDA_SEARCH_PATHS, LIBCUDA_SONAME, openCandidate, reasonOf } from "./find.ts";
@@ -152,7 +152,7 @@ export class Nvml {
       const uuidOut = nativeBuffer(UUID_BUFFER_SIZE);
       code = await this.#call("nvmlDeviceGetUUID", [handle, uuidOut, UUID_BUFFER_SIZE]);
       if (code !== 0) return { unknown: this.#failure(`nvmlDeviceGetUUID (GPU ${index})`, code) };
-      const uuid = sameForm(cText(uuidOut));
+      const text = cText(uuidOut), uuid = gpuUuidOf(text) ?? text; // as the driver lists GPUs
       // Free memory where NVML tells it; a GPU it does not answer for is left out (never checked).
       const memory = nativeBuffer(24), info = "nvmlDeviceGetMemoryInfo";
       if (present.has(info) && await this.#call(info, [handle, memory]) === 0) {
@@ -206,14 +206,5 @@ export class Nvml {
     const address = BigInt(this.#lib.call({ symbol: "nvmlErrorString", args: [code] }));
     const text = address === 0n ? "no description" : this.#adapter.cString(address);
     return `${what} failed: ${text} (NVML code ${code})`;
-  }
-}
-
-/** A GPU UUID in the form the driver's GPU list uses (lowercase hex); another text as it is. */
-function sameForm(uuid: string): string {
-  try {
-    return formatGpuUuid(parseGpuUuid(uuid));
-  } catch {
-    return uuid;
   }
 }
