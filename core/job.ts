@@ -42,11 +42,14 @@ interface Working {
   back?: { way: Step[]; steps: StepRecord[]; error?: Error };
 }
 
+/** A job under way: its context, and the turns it holds until it ends. */
+type Job = JobContext & { readonly releases: (() => void)[] };
+
 /** Runs `ctx.action` on all members as one job; resolves to whether any moved were brought back. */
 export async function runJob(members: readonly JobMember[], ctx: JobContext): Promise<boolean> {
-  const releases: (() => void)[] = [];
+  const job: Job = { ...ctx, releases: [] };
   try {
-    const working = await (ctx.ready ? asReady : allAtOnce)(members, ctx, releases);
+    const working = await (ctx.ready ? asReady : allAtOnce)(members, job);
     if (!working) return false;
     // A member whose restore the driver refused is, most often, lost (an importer of CUDA IPC
     // memory, a restore out of memory on 580): the others go on rather than back to checkpointed.
@@ -76,19 +79,15 @@ export async function runJob(members: readonly JobMember[], ctx: JobContext): Pr
     }
     return failed || stopped || late ? await rollBack(rest, ctx) : false;
   } finally {
-    for (const release of releases) release();
+    for (const release of job.releases) release();
   }
 }
 
 /** Every turn in pid order, every plan, every first step; `undefined` where one cannot start. */
-async function allAtOnce(
-  members: readonly JobMember[],
-  ctx: JobContext,
-  releases: (() => void)[],
-): Promise<Working[] | undefined> {
+async function allAtOnce(members: readonly JobMember[], ctx: Job): Promise<Working[] | undefined> {
   const taken = new Map<JobMember, Turn | Error>();
   for (const m of [...members].sort((a, b) => a.proc.pid - b.proc.pid)) {
-    taken.set(m, await turnOf(m, releases));
+    taken.set(m, await turnOf(m, ctx));
   }
   const stop = ctx.stopReason(), turnless = [...taken.values()].some((t) => t instanceof Error);
   const planned = turnless || stop
@@ -114,18 +113,14 @@ function isLost(w: Working): boolean {
 }
 
 /** Each member as soon as it is ready: its turn, plan and first step; one failing fails all. */
-async function asReady(
-  members: readonly JobMember[],
-  ctx: JobContext,
-  releases: (() => void)[],
-): Promise<Working[]> {
+async function asReady(members: readonly JobMember[], ctx: Job): Promise<Working[]> {
   let failed = false;
   const working: Working[] = [];
   await Promise.all(members.map(async (m) => {
     const error = await ctx.ready!(m.proc.pid).then(() => undefined, (err) => asError(err));
     const stop = failed ? "another-failed" : ctx.stopReason();
     if (!error && stop) return void (m.notStarted = stop);
-    const taken = error ?? await turnOf(m, releases);
+    const taken = error ?? await turnOf(m, ctx);
     if (taken instanceof Error) {
       m.report = { status: "failed", steps: [], error: taken };
       failed = true;
@@ -145,11 +140,11 @@ async function asReady(
 }
 
 /** Holds the turn of `m` until the job lets go of it; the error where it cannot be taken. */
-function turnOf(m: JobMember, releases: (() => void)[]): Promise<Turn | Error> {
+function turnOf(m: JobMember, job: Job): Promise<Turn | Error> {
   return new Promise((taken) => {
     m.proc.ordered((target) => {
       taken(target);
-      return new Promise<void>((release) => releases.push(release));
+      return new Promise<void>((release) => job.releases.push(release));
     }).catch((err) => taken(asError(err)));
   });
 }
