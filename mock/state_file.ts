@@ -226,11 +226,9 @@ function readProcess(r: Reading, value: unknown, at: string): ProcessSnapshot {
   const state = read.choice(p.state, `${at}.state`, PROCESS_STATES);
   const plain = `"${INITIAL_STATE}" for a process without CUDA`;
   if (!cuda && state !== INITIAL_STATE) read.fail(`${at}.state`, plain, state);
-  const listed = new Set<number>();
-  const gpus = read.array(p.gpus, `${at}.gpus`, 1, r.gpus.length).map((g, i) => {
+  const gpus = read.array(p.gpus, `${at}.gpus`, 1, r.gpus.length).map((g, i, all) => {
     const index = read.integer(g, `${at}.gpus[${i}]`, 0, r.gpus.length - 1);
-    if (listed.has(index)) no(`gpus[${i}]`, `: GPU ${index} is listed twice`);
-    listed.add(index);
+    if (all.indexOf(g) < i) no(`gpus[${i}]`, `: GPU ${index} is listed twice`);
     return index;
   });
   // Checkpointed memory holds no GPU, but it came from these GPUs: no share can be larger.

@@ -77,11 +77,10 @@ export function checkSnapshotArgs(
   const settings = checkTable(options, "snapshot", SNAPSHOT_OPTIONS);
   const what = "a non-empty array of pids (the roots of the trees to snapshot)";
   if (!Array.isArray(roots) || roots.length === 0) mustBe(TypeError, "roots", what, roots);
-  const seen = new Set<number>();
   for (const [i, pid] of roots.entries()) {
     checkPid(pid, `roots[${i}]`);
-    if (seen.has(pid)) throw new RangeError(`roots names pid ${pid} twice: give each tree once`);
-    seen.add(pid);
+    const twice = `roots names pid ${pid} twice: give each tree once`;
+    if (roots.indexOf(pid) < i) throw new RangeError(twice);
   }
   return { roots: [...roots], dir: checkDir(dir), settings };
 }
