@@ -28,12 +28,10 @@ export async function runGroup(
 ): Promise<GroupResult> {
   const pids = "an array of pids or CudaProcess";
   if (!Array.isArray(targets)) mustBe(TypeError, "targets", pids, targets);
-  const owned: Handle[] = [];
-  const handles = targets.map((t, i) => {
-    const handle = t instanceof Handle ? t : new Handle(checkPid(t, `targets[${i}]`), source);
-    if (handle !== t) owned.push(handle);
-    return handle;
-  });
+  const handles = targets.map((t, i) =>
+    t instanceof Handle ? t : new Handle(checkPid(t, `targets[${i}]`), source)
+  );
+  const owned = handles.filter((h, i) => h !== targets[i]);
   try {
     await eachOnce(handles);
     return await new Group(action, handles, settings).run();

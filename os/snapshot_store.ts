@@ -372,11 +372,9 @@ class FileSnapshotDir implements SnapshotDir {
   }
 
   async removeCreated(): Promise<string[]> {
-    const removed: string[] = [];
-    for (const name of this.#created.splice(0).reverse()) {
-      await this.remove(name);
-      removed.push(`${this.path}/${name}`);
-    }
+    const names = this.#created.splice(0).reverse();
+    for (const name of names) await this.remove(name);
+    const removed = names.map((name) => `${this.path}/${name}`);
     if (this.#made) {
       await rm(`${pinned(this.#made.parent)}/${this.#made.name}`, { recursive: true, force: true });
       removed.push(this.path);
