@@ -73,7 +73,7 @@ export class StrictReader {
   ): T {
     const keys = Object.keys(read) as (keyof T & string)[];
     const o = this.object(value, field, keys.filter((k) => !optional.includes(k)), optional);
-    const given = keys.filter((k) => o[k] !== undefined);
+    const given = keys.filter((k) => o[k] !== undefined || !optional.includes(k));
     return Object.fromEntries(given.map((k) => [k, read[k](o[k], join(field, k))])) as T;
   }
 

@@ -165,16 +165,14 @@ function readSnapshot(value: unknown): SimulatorSnapshot {
   if (version !== VERSION) read.refuse("version", unknown);
   const fields = "format version driverVersion seed nextPid nextStart gpus processes".split(" ");
   const top = read.object(value, "", fields, ["heldRecords"]);
-  const gpus = read.array(top.gpus, "gpus", 1, 1024).map((value, i): GpuSnapshot => {
-    const at = `gpus[${i}]`,
-      g = read.object(value, at, ["name", "uuid", "memoryMiB", "contextMiB"]);
-    return {
-      name: read.string(g.name, `${at}.name`),
-      uuid: read.uuid(g.uuid, `${at}.uuid`),
-      memoryMiB: read.amount(g.memoryMiB, `${at}.memoryMiB`, true),
-      contextMiB: read.amount(g.contextMiB, `${at}.contextMiB`),
-    };
-  });
+  const gpus = read.array(top.gpus, "gpus", 1, 1024).map((g, i) =>
+    read.fields<GpuSnapshot>(g, `gpus[${i}]`, {
+      name: (v, at) => read.string(v, at),
+      uuid: (v, at) => read.uuid(v, at),
+      memoryMiB: (v, at) => read.amount(v, at, true),
+      contextMiB: (v, at) => read.amount(v, at),
+    })
+  );
   gpus.forEach((g, i) => {
     const first = gpus.findIndex((o) => o.uuid === g.uuid), at = `gpus[${i}].uuid`;
     if (first !== i) read.refuse(at, `${at} ${g.uuid} is also GPU ${first}'s`);

@@ -162,11 +162,10 @@ function parseRecord(text: string): HeldRecord {
     ...(v.mark === undefined ? {} : { mark: r.string(v.mark, "mark", MARK_MAX_CHARS) }),
   };
   if (v.claim === undefined) return record;
-  const c = r.object(v.claim, "claim", ["needMiB", "by", "since"]);
-  const claim: RoomClaim = {
-    needMiB: mib(c.needMiB, "claim.needMiB"),
-    by: r.identity(c.by, "claim.by", 0),
-    since: r.integer(c.since, "claim.since", 0),
-  };
+  const claim = r.fields<RoomClaim>(v.claim, "claim", {
+    needMiB: mib,
+    by: (by, at) => r.identity(by, at, 0),
+    since: (since, at) => r.integer(since, at, 0),
+  });
   return { ...record, claim };
 }

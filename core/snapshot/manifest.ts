@@ -241,15 +241,14 @@ function readProcess(
 
 /** GPUs as a manifest (or the simulated criu) lists them, each once, `min` at least. @internal */
 export function readGpus(r: StrictReader, value: unknown, field: string, min = 0): ManifestGpu[] {
-  const gpus: ManifestGpu[] = r.array(value, field, min, 1024).map((g, i) => {
-    const at = `${field}[${i}]`, o = r.object(g, at, ["index", "uuid", "name"], ["totalMiB"]);
-    return {
-      index: r.integer(o.index, `${at}.index`, 0, 1023),
-      uuid: r.uuid(o.uuid, `${at}.uuid`),
-      name: r.string(o.name, `${at}.name`),
-      ...(o.totalMiB !== undefined ? { totalMiB: r.amount(o.totalMiB, `${at}.totalMiB`) } : {}),
-    };
-  });
+  const gpus = r.array(value, field, min, 1024).map((g, i) =>
+    r.fields<ManifestGpu>(g, `${field}[${i}]`, {
+      index: (v, at) => r.integer(v, at, 0, 1023),
+      uuid: (v, at) => r.uuid(v, at),
+      name: (v, at) => r.string(v, at),
+      totalMiB: (v, at) => r.amount(v, at),
+    }, ["totalMiB"])
+  );
   const i = gpus.findIndex((g, i) => gpus.findIndex((e) => e.uuid === g.uuid) !== i);
   if (i >= 0) r.refuse(`${field}[${i}]`, `${field} names ${gpus[i].uuid} twice`);
   return gpus;
