@@ -31,16 +31,14 @@ export function parsePstree(bytes: Uint8Array): DumpedProcess[] {
  * is TCP), src_port (7), dst_port (8; 0: no connection), src_addr (11), v6only (15).
  */
 export function boundPorts(bytes: Uint8Array): Bound[] {
-  const out: Bound[] = [];
-  for (const m of messages(bytes, FILES_MAGIC, "files")) {
+  return messages(bytes, FILES_MAGIC, "files").flatMap((m): Bound[] => {
     const entry = fields(m), isk = entry.get(4)?.at(-1);
-    if (number(entry, 1) !== 4 || !(isk instanceof Uint8Array)) continue;
+    if (number(entry, 1) !== 4 || !(isk instanceof Uint8Array)) return [];
     const sk = fields(isk, 11), port = number(sk, 7) ?? 0;
-    if (number(sk, 5) !== 6 || number(sk, 8) || port === 0) continue;
+    if (number(sk, 5) !== 6 || number(sk, 8) || port === 0) return [];
     const addr = (sk.get(11) ?? []).filter((w) => typeof w === "number") as number[];
-    out.push({ port, addr, ...(number(sk, 15) ? { v6only: true } : {}) });
-  }
-  return out;
+    return [{ port, addr, ...(number(sk, 15) ? { v6only: true } : {}) }];
+  });
 }
 
 /** The messages of a criu image: after its two magic words, each after its length (32 bits). */
