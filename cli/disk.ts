@@ -120,8 +120,15 @@ async function restore(c: RestoreSnapshotCommand, whole: Whole): Promise<Made> {
 }
 
 /** What a snapshot or restore made: its fields and processes, a line each and its closing line. */
-function made(m: Manifest, fields: object, closing: string, where?: Where): Made {
-  const processes = processesOf(m, where);
+function made(m: Manifest, fields: object, closing: string, where: Where = (c) => c.gpuMemoryMiB) {
+  const processes = m.trees.flatMap((t) =>
+    t.processes.map(({ pid, command, cuda }) => ({
+      pid,
+      tree: t.root,
+      command: command || undefined,
+      cuda: cuda && { state: cuda.state, gpuMemoryMiB: where(cuda) ?? "unknown" },
+    }))
+  );
   return { fields: { ...fields, processes }, lines: [...processLines(m), closing] };
 }
 
@@ -191,18 +198,6 @@ function failed(command: DiskCommand, print: Printer, error: unknown, abort?: un
 
 /** Where a process's GPU memory is, MiB by GPU (`null`: unknown); the manifest's, by default. */
 type Where = (cuda: NonNullable<ManifestProcess["cuda"]>) => Record<string, number> | null;
-
-/** Each process of the snapshot, for --json (undefined keys left out). */
-function processesOf(m: Manifest, where: Where = (cuda) => cuda.gpuMemoryMiB) {
-  return m.trees.flatMap((t) =>
-    t.processes.map(({ pid, command, cuda }) => ({
-      pid,
-      tree: t.root,
-      command: command || undefined,
-      cuda: cuda && { state: cuda.state, gpuMemoryMiB: where(cuda) ?? "unknown" },
-    }))
-  );
-}
 
 /** A line per process: pid, CUDA state and GPU memory (or "no CUDA"), command. */
 function processLines(m: Manifest): string[] {
