@@ -88,9 +88,8 @@ export async function askGpuMemory(machine: Machine, wanted = true): Promise<Gpu
 
 /** Lists the CUDA processes of `machine` (`listCudaProcesses` of the main module). */
 export async function listOn(machine: Machine, o: ListSettings): Promise<CudaProcessListing> {
-  const driver = machine.driver;
+  const { driver, host } = machine;
   await checkCapability(driver, "getState", undefined);
-  const host = machine.host;
   if (!host) throw new Error(`No host to list processes of: this ${driver.kind} machine has none`);
   // NVML's start-up runs while /proc is read and the driver is asked.
   const memory = askGpuMemory(machine, o.gpuMemory);

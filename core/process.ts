@@ -306,12 +306,9 @@ export class Turn {
     if (code === CUDA_ERROR_INVALID_VALUE && pairs?.length) {
       return { detail: await explainRejectedMapping(this.machine.driver, pairs) };
     }
-    if (code === CUDA_ERROR_OUT_OF_MEMORY) {
-      return {
-        detail: "on driver 580 the process cannot be restored after this, even once memory is " +
-          "free (docs/ERRORS.md#out-of-memory)",
-      };
-    }
+    const free = "even once memory is free (docs/ERRORS.md#out-of-memory)";
+    const lost = `on driver 580 the process cannot be restored after this, ${free}`;
+    if (code === CUDA_ERROR_OUT_OF_MEMORY) return { detail: lost };
     // Refused although the process is there and checkpointed: what driver 580 does after a
     // restore of it ran out of GPU memory.
     if (code !== CUDA_ERROR_OPERATING_SYSTEM || !(await this.#checkpointedNow())) return {};
