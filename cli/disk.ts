@@ -233,7 +233,6 @@ function mibOf(p: ManifestProcess): number {
   return Object.values(p.cuda?.gpuMemoryMiB ?? {}).reduce((a, b) => a + b, 0);
 }
 
-/** The bytes of the manifest's files. */
 function imageBytes(m: Manifest): number {
   return m.files.reduce((sum, f) => sum + f.bytes, 0);
 }

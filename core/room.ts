@@ -322,7 +322,6 @@ export class RoomGuard {
     return { record, shared: was.length };
   }
 
-  /** The host's records, or this session's own where it keeps none. */
   #records(): HeldRecords {
     return this.#host?.heldRecords ?? this.#ownRecords;
   }

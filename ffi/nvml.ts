@@ -196,7 +196,6 @@ export class Nvml {
     return `${what}: the list kept growing faster than it could be read`;
   }
 
-  /** A call off the main thread. */
   async #call(symbol: NvmlSymbolName, args: readonly NativeArg[]): Promise<number> {
     return await this.#lib.callOffThread({ symbol, args });
   }

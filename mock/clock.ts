@@ -147,7 +147,6 @@ export class RealClock implements SimClock {
   }
 }
 
-/** `fn`, to be called once: later calls do nothing. */
 function once(fn: () => void): () => void {
   let done = false;
   return () => void (done || (done = true, fn()));

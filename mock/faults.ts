@@ -54,7 +54,6 @@ export type PendingFault =
     | { readonly kind: "answer"; readonly operation: QueryOperation; readonly value: number }
   );
 
-/** `nth`, checked: an integer from 1, 1 when left out. */
 function checkNth(nth: unknown, what: string): number {
   return checkInteger(or(nth, 1), `${what}.nth (which call, 1 = the next)`, 1, MAX_NTH);
 }

@@ -396,7 +396,6 @@ export class SimulatedDriver implements CheckpointDriver {
 
 type FailFault = PendingFault & { kind: "fail" };
 
-/** A state-changing call's answer: its code. */
 const codeOf = (answer: Answer): number => answer.code;
 
 const ok = (value?: number): Answer => ({ code: CUDA_SUCCESS, value });

@@ -50,7 +50,6 @@ const LIBCUDA_MAPPED = /\/libcuda\.so(\.[0-9]+)*( \(deleted\))?$/m;
 
 const deno = (globalThis as { Deno?: typeof Deno }).Deno;
 
-/** The runtime's own asynchronous reads. */
 function runtimeReader(): ProcReader {
   if (deno) {
     const decoder = new TextDecoder();
