@@ -246,16 +246,13 @@ function attempt<T>(log: EngineLog, what: string, fn: () => T): T {
 
 /** An engine's log: lines stamped with the time since the run began (as criu's `(00.123456)`). */
 export class EngineLog {
-  /** Where it is written; `undefined`: nowhere, it is kept in memory (a restore's). */
-  readonly path: string | undefined;
   readonly #lines: string[] = [];
   readonly #clock: { now(): number };
   readonly #began: number;
   #written = false;
 
-  /** The log of an operation beginning now on `clock`, for `path`; `lines` begin it. */
-  constructor(clock: { now(): number }, path: string | undefined, ...lines: string[]) {
-    this.path = path;
+  /** A log beginning now on `clock` with `lines`, for `path` (none: kept in memory, a restore's). */
+  constructor(clock: { now(): number }, readonly path: string | undefined, ...lines: string[]) {
     this.#clock = clock;
     this.#began = clock.now();
     for (const line of lines) this.line(line);

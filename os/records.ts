@@ -41,12 +41,10 @@ export function recordsDirectory(env: (name: string) => string | undefined): str
 
 /** Records in a private directory; `alive` says whether a process still lives (start included). */
 export class FileHeldRecords implements HeldRecords {
-  readonly where: string;
   readonly #alive: (process: ProcessIdentity) => Promise<boolean>;
 
-  /** Records in `dir`, made (mode 0700) on the first write. */
-  constructor(dir: string, alive: (process: ProcessIdentity) => Promise<boolean>) {
-    this.where = dir;
+  /** Records in the directory `where`, made (mode 0700) on the first write. */
+  constructor(readonly where: string, alive: (process: ProcessIdentity) => Promise<boolean>) {
     this.#alive = alive;
   }
 

@@ -195,7 +195,6 @@ type Opened = DigestSource & { readonly file: SnapshotFile };
 
 /** A snapshot's directory, open: see the module documentation. */
 class FileSnapshotDir implements SnapshotDir {
-  readonly path: string;
   readonly #handle: FileHandle;
   /** The pinned path of the directory itself. */
   readonly #base: string;
@@ -212,8 +211,7 @@ class FileSnapshotDir implements SnapshotDir {
   /** The digests a check left for later, where it left some: settled once they end. */
   #verifying: Promise<void> | undefined;
 
-  constructor(where: string, handle: FileHandle, digests: boolean, made?: Made) {
-    this.path = where;
+  constructor(readonly path: string, handle: FileHandle, digests: boolean, made?: Made) {
     this.#handle = handle;
     this.#base = pinned(handle);
     this.#digests = digests;
