@@ -265,10 +265,9 @@ export class RoomGuard {
       if (!other.claim || (except && sameProcess(other.process, except))) continue;
       const holds = "byPid" in report! ? report.byPid.get(other.process.pid) : undefined;
       for (const [gpu, mib] of Object.entries(other.claim.needMiB)) {
+        if (!Number.isFinite(mib) || mib < 0) continue;
         const has = typeof holds === "object" ? holds[gpu] ?? 0 : 0;
-        if (Number.isFinite(mib) && mib >= 0) {
-          claimed[gpu] = (claimed[gpu] ?? 0) + Math.max(0, mib - has);
-        }
+        claimed[gpu] = (claimed[gpu] ?? 0) + Math.max(0, mib - has);
       }
     }
     const freeOf = new Map([...free].map(([gpu, mib]) => [gpu.toLowerCase(), mib]));

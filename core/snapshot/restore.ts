@@ -302,10 +302,7 @@ async function restoreTree(r: Restoring, t: ManifestTree): Promise<void> {
 }
 
 /** Phase 3: what came of the restore; a failure is undone where it can be, and said. */
-async function outcome(
-  r: Restoring,
-  result: GroupResult | undefined,
-): Promise<RestoreSnapshotResult> {
+async function outcome(r: Restoring, result?: GroupResult): Promise<RestoreSnapshotResult> {
   const { run, manifest } = r, stopped = run.stopped();
   const short = stopped && r.whole < manifest.trees.length;
   if (run.failure !== undefined || short) throw await rollBack(r, stopped);
