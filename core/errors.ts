@@ -61,10 +61,7 @@ export abstract class CheckpointError extends Error {
   protected constructor(message: string, place: ErrorPlace) {
     const text = place.detail ? `${message}. ${capitalize(place.detail)}` : message;
     super(text, place.cause === undefined ? undefined : { cause: place.cause });
-    this.operation = place.operation;
-    this.pid = place.pid;
-    this.state = place.state;
-    this.detail = place.detail;
+    ({ operation: this.operation, pid: this.pid, state: this.state, detail: this.detail } = place);
   }
 }
 

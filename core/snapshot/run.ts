@@ -119,9 +119,7 @@ export class Run {
     if (!store) throw prerequisite(operation, `${none} store`);
     const trees = "host cannot tell process trees, which a snapshot needs";
     if (!host?.processTree) throw prerequisite(operation, `the ${host?.kind ?? kind} ${trees}`);
-    this.engine = engine;
-    this.store = store;
-    this.host = host;
+    [this.engine, this.store, this.host] = [engine, store, host];
     this.#settings = settings;
     this.deadline = new Deadline(clockOf(machine), settings.timeoutMs);
     this.probing = started(
