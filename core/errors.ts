@@ -152,8 +152,7 @@ export class RefusedError extends CheckpointError {
   constructor(init: ErrorPlace & { code: RefusalCode; reason: string }) {
     super(`${subjectOf(init)} refused: ${init.reason}`, init);
     this.name = "RefusedError";
-    this.code = init.code;
-    this.reason = init.reason;
+    ({ code: this.code, reason: this.reason } = init);
   }
 }
 
@@ -213,8 +212,7 @@ export class SnapshotError extends CheckpointError {
   constructor(init: ErrorPlace & { code: SnapshotFailure; message: string; log?: string }) {
     super(init.message, init);
     this.name = "SnapshotError";
-    this.code = init.code;
-    this.log = init.log;
+    ({ code: this.code, log: this.log } = init);
   }
 }
 
