@@ -188,8 +188,11 @@ export class SimulatedProcess {
    *
    * @example A kernel filling 1 GiB with the byte 7, made when read
    * ```ts
+   * import { SimulatedMachine } from "@ckpt/cuda/mock";
+   *
+   * await using sim = new SimulatedMachine();
    * const proc = sim.spawn({ memoryMiB: 1024 });
-   * await proc.launch(2, { at: 0, length: 2 ** 30, make: (_from, out) => out.fill(7) });
+   * await proc.launch(2, { at: 0, length: 2 ** 30, make: (_from, out) => void out.fill(7) });
    * ```
    */
   launch(
