@@ -9,14 +9,13 @@
 
 import { execFile } from "node:child_process";
 import { existsSync, readFileSync } from "node:fs";
-import os from "node:os";
 import process from "node:process";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { parseArgs } from "node:util";
 import { nearest } from "../core/options.ts";
 import { type NativeMachine, openMachine } from "../driver.ts";
-import { type SimulatedGpuSpec, SimulatedMachine } from "../mock/mod.ts";
+import { type SimulatedGpu, type SimulatedGpuSpec, SimulatedMachine } from "../mock/mod.ts";
 
 /** One option of an example, besides the common ones. */
 export interface OptionSpec {
@@ -182,27 +181,16 @@ export function intOption(
 }
 
 /**
- * Refuses a simulated buffer of `mib` MiB (given as `option`) that this host's memory cannot hold:
- * the simulator keeps what is written in the host's memory, where a GPU keeps it on the GPU.
+ * Refuses a simulated buffer of `mib` MiB (given as `option`) that its simulated GPU cannot hold
+ * beside the process's CUDA context, as a GPU's `cuMemAlloc` would (out of memory). This host's
+ * memory is no limit: the simulator makes a kernel's bytes a megabyte at a time as they are read.
  */
-export function checkHostRoom(option: string, mib: number): void {
-  // What is free, within the limit of this program's cgroup where it has one (a container's):
-  // cgroup v2's memory.max ("max": NaN, left out), else v1's memory.limit_in_bytes.
-  let free = os.freemem();
-  const groups = readText("/proc/self/cgroup");
-  const read = (file: string) => Number(readText(`/sys/fs/cgroup${file}`) || NaN);
-  const v2 = groups.match(/^0::(.*)$/m)?.[1] ?? "/none";
-  const v1 = `/memory${groups.match(/^[0-9]+:memory:(.*)$/m)?.[1] ?? "/none"}`;
-  const left = [
-    read(`${v2}/memory.max`) - read(`${v2}/memory.current`),
-    read(`${v1}/memory.limit_in_bytes`) - read(`${v1}/memory.usage_in_bytes`),
-  ];
-  for (const n of left) if (n >= 0) free = Math.min(free, n); // NaN: no such limit
-  const room = Math.floor(free * 0.8 / 2 ** 20);
+export function checkGpuRoom(option: string, mib: number, gpu: SimulatedGpu): void {
+  const room = gpu.freeMiB - gpu.contextMiB;
   if (mib > room) {
     throw new Error(
-      `${option} ${mib}: the simulator keeps the buffer's bytes in this host's memory, which ` +
-        `has room for ${room} MiB: pick at most that`,
+      `${option} ${mib}: the simulated ${gpu.name} (GPU ${gpu.index}) has room for ${room} MiB ` +
+        `beside a CUDA context, and a GPU's cuMemAlloc would be out of memory: pick at most that`,
     );
   }
 }

@@ -21,7 +21,7 @@ import { type CudaContext, type DeviceBuffer, openCudaContext } from "./cuda.ts"
 import type { SimulatedMachine } from "../mock/mod.ts";
 import { DEFAULT_SEED, fillOnGpu, fillSimulated, hashOnGpu, loadKernels } from "./_kernels.ts";
 import {
-  checkHostRoom,
+  checkGpuRoom,
   type ExampleSpec,
   intOption,
   type MemoryByGpu,
@@ -216,7 +216,7 @@ async function selfMover(m: NativeExampleMachine): Promise<Mover> {
 
 /** A simulated process holding the same bytes. */
 async function simulatedMover(sim: SimulatedMachine): Promise<Mover> {
-  checkHostRoom("--buffer-mib", bufferMiB);
+  checkGpuRoom("--buffer-mib", bufferMiB, sim.gpus[home]);
   const target = sim.spawn({ memoryMiB: bufferMiB, gpu: home, command: "migrate.ts (simulated)" });
   await fillSimulated(target, DEFAULT_SEED, bytes);
   return {

@@ -28,7 +28,7 @@ import {
   loadKernels,
 } from "./_kernels.ts";
 import {
-  checkHostRoom,
+  checkGpuRoom,
   describeMemory,
   type ExampleMachine,
   type ExampleSpec,
@@ -290,7 +290,7 @@ function simulatedSubject(sim: SimulatedMachine): Subject {
   if (!gpu) {
     throw new Error(`--device ${deviceOrdinal}: the simulated machine has ${sim.gpus.length} GPU`);
   }
-  checkHostRoom("--buffer-mib", bufferMiB);
+  checkGpuRoom("--buffer-mib", bufferMiB, gpu);
   const target = sim.spawn({
     memoryMiB: bufferMiB,
     gpu: deviceOrdinal,

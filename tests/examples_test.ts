@@ -8,8 +8,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
 import { askCounter } from "../examples/counter.ts";
-import { checkHostRoom, gpuMemoryFromChild } from "../examples/_support.ts";
-import { FakeDir, loud, noCompiler } from "./fixtures/fake.ts";
+import { gpuMemoryFromChild } from "../examples/_support.ts";
+import { FakeDir, noCompiler } from "./fixtures/fake.ts";
 import { buildFakeNvml } from "./fixtures/fake_nvml.ts";
 import {
   examplePath,
@@ -32,16 +32,6 @@ const EXAMPLES = [
 // Each example run is cut at 60 s (runExample); a test makes one or a few, under a second each on
 // a quiet machine: its own limit is above the cut, so a slow machine shows the example's output.
 const SLOW = { timeout: 120_000 };
-
-/** Whether `check` passes (does not throw). */
-function fits(check: () => void): boolean {
-  try {
-    check();
-    return true;
-  } catch {
-    return false;
-  }
-}
 
 /** A number printed with three decimals in a line that matches `pattern` (its first group). */
 function msIn(out: string, pattern: RegExp): number {
@@ -185,24 +175,19 @@ describe("self_checkpoint.ts", () => {
     assert.match(typo.err, /Unknown option '--bufer-mib' \(did you mean --buffer-mib\?\)/);
   });
 
-  // 1 TiB, the most the option takes: more than this host can give, on all but the largest.
-  // The examples' own check (the cgroup's limit counted), so that it skips where they would run.
-  const roomy = fits(() => checkHostRoom("--buffer-mib", 2 ** 20)) &&
-    loud("this host has room for 1 TiB: nothing to refuse");
-  test(
-    "a buffer this host's memory cannot hold is refused before it is written",
-    { ...SLOW, skip: roomy },
-    async () => {
-      for (const file of ["self_checkpoint.ts", "migrate.ts"]) {
-        const big = await runExample(file, [...ON_SIMULATOR, "--buffer-mib", String(1 << 20)]);
-        assert.equal(big.code, 1, big.err);
-        assert.match(
-          big.err,
-          /--buffer-mib 1048576: the simulator keeps the buffer's bytes in this host's memory, which has room for \d+ MiB/,
-        );
-      }
-    },
-  );
+  // 1 TiB, the most the option takes: more than a simulated H200 holds (a GPU's cuMemAlloc would
+  // be out of memory), whatever this host has (the simulator keeps no buffer whole).
+  test("a buffer its simulated GPU cannot hold is refused before it is written", SLOW, async () => {
+    for (const file of ["self_checkpoint.ts", "migrate.ts"]) {
+      const big = await runExample(file, [...ON_SIMULATOR, "--buffer-mib", String(1 << 20)]);
+      assert.equal(big.code, 1, big.err);
+      assert.match(
+        big.err,
+        /--buffer-mib 1048576: the simulated NVIDIA H200 \(GPU 0\) has room for 14\d{4} MiB beside a CUDA context, and a GPU's cuMemAlloc would be out of memory: pick at most that/,
+      );
+      assert.doesNotMatch(big.out, /PASS|Wrote/);
+    }
+  });
 });
 
 describe("counter.ts and counter_criu.ts", () => {
