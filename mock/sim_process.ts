@@ -107,6 +107,8 @@ export class SimulatedProcess {
   #restoreRefused = false;
   #runWaiters: (() => void)[] = [];
   #kernels = new Set<Kernel>();
+  /** The kernel launched last: a copy waits for it, as for every kernel before it (one stream). */
+  #lastKernel: Promise<void> | undefined;
   #tail: Promise<void> = Promise.resolve();
 
   /** @internal running, its GPU memory all zero (not yet claimed) */
@@ -222,6 +224,7 @@ export class SimulatedProcess {
       if (this.#kernels.has(kernel)) release = this.#machine.holdClock();
     };
     this.#kernels.add(kernel);
+    this.#lastKernel = promise;
     const enqueue = () => {
       // Kernels on one stream run one after another.
       const now = this.#machine.now();
@@ -236,23 +239,33 @@ export class SimulatedProcess {
     return promise;
   }
 
-  /** Writes `data` at `offset` (a `cudaMemcpy`: blocks while not running), taken at the call. */
+  /**
+   * Writes `data` at `offset`, taken at the call (a `cudaMemcpy`: after the kernels launched before
+   * it, and blocked while the process does not run).
+   */
   write(offset: number, data: Uint8Array): Promise<void> {
     if (!(data instanceof Uint8Array)) mustBe(TypeError, "data", "a Uint8Array", data);
     if (this.usesCuda) checkRange(mibToBytes(this.memoryMiB), offset, data.length);
     const what = "write GPU memory";
-    if (this.#queued === 0 && this.#canRun() && !this.#machine.closedError(what)) {
+    const ready = this.#queued === 0 && this.#kernels.size === 0 && this.#canRun();
+    if (ready && !this.#machine.closedError(what)) {
       this.#memory!.write(offset, data);
       return Promise.resolve();
     }
     const copy = data.slice();
-    return this.#whenRunning(what, () => this.#memory!.write(offset, copy));
+    return this.#copy(what, () => this.#memory!.write(offset, copy));
   }
 
-  /** Reads its GPU memory (a `cudaMemcpy`: blocks while not running). */
+  /** Reads its GPU memory (a `cudaMemcpy`, as {@link write}). */
   read(offset: number, length: number): Promise<Uint8Array> {
     if (this.usesCuda) checkRange(mibToBytes(this.memoryMiB), offset, length);
-    return this.#whenRunning("read GPU memory", () => this.#memory!.read(offset, length));
+    return this.#copy("read GPU memory", () => this.#memory!.read(offset, length));
+  }
+
+  /** A copy's `fn`, after the kernels launched before it, once the process runs. */
+  #copy<T>(what: string, fn: () => T): Promise<T> {
+    const run = () => this.#whenRunning(what, fn);
+    return this.#kernels.size > 0 ? this.#lastKernel!.then(run, run) : run();
   }
 
   /** The chunked SHA-256 of its GPU memory, wherever it is; costs what was written since last. */

@@ -312,6 +312,24 @@ describe("memoryChunkedSha256", () => {
     }
   });
 
+  test("a read or write after a launch waits for the kernel, as a cudaMemcpy on its stream", async () => {
+    const sim = new SimulatedMachine();
+    const p = sim.spawn({ memoryMiB: 2 });
+    const make = (_from: number, out: Uint8Array) => void out.fill(7);
+    p.launch(40, { at: 0, length: MIB, make });
+    const written = p.write(10, new Uint8Array([1])); // after the kernel: the kernel's 7 under it
+    p.launch(30, { at: MIB, length: MIB, make });
+    assert.deepEqual(await p.read(9, 3), Uint8Array.of(7, 1, 7));
+    await written;
+    assert.equal(sim.now(), 70, "the read waited for both kernels launched before it");
+    assert.equal((await p.read(MIB, 1))[0], 7);
+    const exits = p.launch(1000, { at: 0, length: MIB, make });
+    const read = p.read(0, 1);
+    p.exit();
+    await assert.rejects(exits);
+    await assert.rejects(read, /process \d+ has exited; cannot read GPU memory/);
+  });
+
   test("takes no virtual time", async () => {
     const sim = new SimulatedMachine();
     const p = sim.spawn({ memoryMiB: 64 });
