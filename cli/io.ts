@@ -9,6 +9,7 @@
  */
 
 import type { Machine } from "../driver.ts";
+import { orElse } from "../core/options.ts";
 
 /** Where `main()` writes and what it works on. */
 export interface CliIo {
@@ -208,12 +209,7 @@ function runtime(): Runtime {
       let data = encoder.encode(text);
       while (data.length > 0) data = data.subarray(file.writeSync(data));
     };
-    let env: Record<string, string> = {};
-    try {
-      env = deno.env.toObject();
-    } catch {
-      // Without --allow-env the environment counts as empty.
-    }
+    const env = orElse(() => deno.env.toObject(), {}); // without --allow-env: empty
     return {
       args: deno.args,
       programName: programName(() =>
@@ -253,11 +249,7 @@ function runtime(): Runtime {
     terminal() {
       const { readlinkSync } = require("node:fs") as { readlinkSync(p: string): string };
       const tty = /^\/dev\/(pts\/[0-9]+|tty[A-Za-z0-9]*|console)$/;
-      try {
-        return tty.test(readlinkSync("/proc/self/fd/2"));
-      } catch {
-        return false;
-      }
+      return orElse(() => tty.test(readlinkSync("/proc/self/fd/2")), false);
     },
     env: process.env,
     on: (signal, listener) => process.on(signal, listener),
@@ -272,11 +264,6 @@ function runtime(): Runtime {
  * a runtime running this file as a script (`deno`, `bun`, `node`), or cannot be read.
  */
 function programName(argv0: () => string): string {
-  try {
-    const name = argv0();
-    if (name !== "" && !/(^|\/)(deno|bun|node)$/.test(name)) return name;
-  } catch {
-    // No /proc here: the plain name.
-  }
-  return "cuda-checkpoint";
+  const name = orElse(argv0, ""); // no /proc here: the plain name
+  return name !== "" && !/(^|\/)(deno|bun|node)$/.test(name) ? name : "cuda-checkpoint";
 }

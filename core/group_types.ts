@@ -8,7 +8,7 @@ import type { GpuPair } from "./driver.ts";
 import type { Machine } from "./machine.ts";
 import { checkFunction, checkGpuMapping, checkInteger, checkLockTimeout } from "./options.ts";
 import { checkSignal, checkTable, describeValue, flag, type Settings } from "./options.ts";
-import { type GpuMapping, wholeTimeout } from "./options.ts";
+import { type GpuMapping, orElse, wholeTimeout } from "./options.ts";
 import type { RoomCheck } from "./room.ts";
 import type { Action, ProcessState, Step } from "./states.ts";
 
@@ -148,12 +148,7 @@ export function checkGroupOptions(options: GroupOptions | undefined): GroupSetti
     ...s,
     allOrNothing: s.job || s.allOrNothing,
     gpuMemory: s.onProgress !== undefined && s.gpuMemory,
-    onProgress: (event) => {
-      try {
-        s.onProgress?.(event);
-      } catch {
-        // A progress display that throws must not break the group.
-      }
-    },
+    // A progress display that throws must not break the group.
+    onProgress: (event) => orElse(() => s.onProgress?.(event), undefined),
   };
 }

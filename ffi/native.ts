@@ -9,7 +9,7 @@ import { CUDA_ERROR_NO_DEVICE, CUDA_ERROR_NOT_SUPPORTED, CUDA_SUCCESS } from "..
 import { CUDA_ERROR_OPERATING_SYSTEM, GPU_PAIRS_MIN_DRIVER_VERSION } from "../core/driver.ts";
 import type { CheckpointDriver, DriverResult, GpuInfo } from "../core/driver.ts";
 import type { LockArgs, RestoreArgs } from "../core/driver.ts";
-import { checkFlag, checkInteger, formatGpuUuid } from "../core/options.ts";
+import { checkFlag, checkInteger, formatGpuUuid, orElse } from "../core/options.ts";
 import { Slots } from "../core/time.ts";
 import type { FfiAdapter, FfiLibrary, NativeArg, NativeLink } from "./adapter.ts";
 import { cText, nativeBuffer, readInt } from "./adapter.ts";
@@ -149,10 +149,7 @@ export class LibcudaDriver implements NativeDriver {
     this.missingFunctions = Object.freeze(missing);
     this.checkpointSupported = this.missingFunctions.length === 0;
     // CUDA_VISIBLE_DEVICES hides and renumbers GPUs, while a restore mapping must name them all.
-    let visible: string | undefined = "unreadable: it may be set";
-    try {
-      visible = adapter.getEnv("CUDA_VISIBLE_DEVICES");
-    } catch { /* as said */ }
+    const visible = orElse(() => adapter.getEnv("CUDA_VISIBLE_DEVICES"), "unreadable: may be set");
     this.listsEveryGpu = visible === undefined;
     this.#slots = new Slots(maxWorkers);
     // A library that fails to close is reported to whoever awaits the disposal, and no one else.

@@ -5,7 +5,7 @@ import type { DumpedProcess, DumpRequest, EngineProbe } from "../core/engine.ts"
 import type { RestoreRequest, SnapshotEngine } from "../core/engine.ts";
 import { checkAmount, checkChoice, checkFlag, checkFunction } from "../core/options.ts";
 import { checkInteger, checkKeys, checkName, checkSignal, or } from "../core/options.ts";
-import { describeValue, MAX_PID, mustBe } from "../core/options.ts";
+import { describeValue, MAX_PID, mustBe, orElse } from "../core/options.ts";
 import { CHECKPOINTED, emptyDirectory, type ProcessImage, restoredProcess } from "./criu_files.ts";
 import { EngineLog, imageOf, memoryOf, PAGES_NAME, readTree, writeImages } from "./criu_files.ts";
 import type { MachineView, SimulatedProcess } from "./sim_process.ts";
@@ -109,9 +109,7 @@ export class SimulatedCriu implements SnapshotEngine {
       for (const taken of images) {
         await this.#copy(taken.image, run, CRIU_TIMING.dumpBytesPerSecond, (piece) => {
           written += piece;
-          try {
-            r.onBytes?.(written);
-          } catch { /* a progress callback that throws (it must not) does not stop the dump */ }
+          orElse(() => r.onBytes?.(written), undefined); // one that throws does not stop the dump
         });
         const gone = tree.find((p) => p.exited);
         if (gone) throw log.error(`process ${gone.pid} ended during the dump`);

@@ -12,6 +12,7 @@ import { type GpuImport, type GpuMemoryReport, type HeldRecords, ncclRank } from
 import type { HostProcesses, MachineFacts } from "../core/host.ts";
 import type { PidUse, ProcessIdentity, ScannedProcess, TreeProcess } from "../core/host.ts";
 import { messageOf } from "../core/errors.ts";
+import { orElse } from "../core/options.ts";
 import { Slots } from "../core/time.ts";
 import type { Nvml } from "../ffi/nvml.ts";
 import { FileHeldRecords, recordsDirectory } from "./records.ts";
@@ -107,11 +108,7 @@ export function parseStat(stat: string): ProcEntry {
 
 /** `/proc/<pid>/stat`, read now (it waits for no lock); `undefined` where there is none. */
 export function statOf(pid: number | string): ProcEntry | undefined {
-  try {
-    return parseStat(readFileSync(`/proc/${pid}/stat`, "utf8"));
-  } catch {
-    return undefined;
-  }
+  return orElse(() => parseStat(readFileSync(`/proc/${pid}/stat`, "utf8")), undefined);
 }
 
 /** The processes descended from `pid` in `table`, parents first, each one's children by pid. */

@@ -11,7 +11,7 @@ import { checkGroupOptions, type GroupEvent, type GroupResult } from "../group_t
 import type { GroupSettings } from "../group_types.ts";
 import type { HostProcesses } from "../host.ts";
 import type { Machine } from "../machine.ts";
-import { checkFunction, mustBe } from "../options.ts";
+import { checkFunction, mustBe, orElse } from "../options.ts";
 import { clockOf, Deadline, Slots } from "../time.ts";
 import type { ManifestProcess } from "./manifest.ts";
 import type { SnapshotStore } from "./store.ts";
@@ -142,11 +142,7 @@ export class Run {
 
   /** Tells an event, its time counted from the whole's start; a listener that throws is ignored. */
   tell(event: SnapshotEvent): void {
-    try {
-      this.#settings.onProgress?.({ ...event, at: this.at() });
-    } catch {
-      // A progress display that throws must not break the snapshot.
-    }
+    orElse(() => this.#settings.onProgress?.({ ...event, at: this.at() }), undefined);
   }
 
   /** Tells that a phase starts, with what it moves where known. */
