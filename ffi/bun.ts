@@ -5,6 +5,7 @@
 import process from "node:process";
 import type { FfiAdapter, FfiLibrary, FfiTable, NativeCall } from "./adapter.ts";
 import { linkPointers } from "./adapter.ts";
+import { orElse } from "../core/options.ts";
 import { WorkerPool } from "./bun_pool.ts";
 import { workerScript } from "../os/worker_script.ts";
 import { type BunFfi, type BunLibrary, importBunFfi } from "./bun_types.ts";
@@ -35,22 +36,13 @@ function openLibrary<N extends string>(
   const define = (list: readonly N[]) =>
     Object.fromEntries(list.map((name) => [name, bunDefinition(table[name])]));
   // All in one `dlopen` where the library has them all (a third of the time of one each).
-  let first: BunLibrary, all = true;
-  try {
-    first = ffi.dlopen(path, define(names));
-  } catch {
-    [first, all] = [ffi.dlopen(path, define(required)), false];
-  }
-  const handles = [first];
+  const all = orElse(() => ffi.dlopen(path, define(names)), undefined);
+  const first = all ?? ffi.dlopen(path, define(required));
   const bound = new Map<N, BunLibrary>((all ? names : required).map((name) => [name, first]));
   for (const name of names.filter((name) => !bound.has(name))) {
-    try {
-      const lib = ffi.dlopen(path, define([name]));
-      handles.push(lib);
-      bound.set(name, lib);
-    } catch {
-      // Absent (a driver older than the function). The native driver answers for it.
-    }
+    // Absent (a driver older than the function): the native driver answers for it.
+    const lib = orElse(() => ffi.dlopen(path, define([name])), undefined);
+    if (lib) bound.set(name, lib);
   }
   let pool: WorkerPool | undefined;
   const callHere = (call: NativeCall<N>) => {
@@ -74,7 +66,7 @@ function openLibrary<N extends string>(
     },
     threadCount: () => pool?.size ?? 0,
     async close() {
-      for (const lib of handles) lib.close();
+      for (const lib of new Set([first, ...bound.values()])) lib.close();
       await pool?.close();
     },
   };
