@@ -271,7 +271,6 @@ function nearer(word: string, among: string[]): string {
   return near ? ` (did you mean ${near}?)` : "";
 }
 
-/** Throws the UsageError of `message` (and `detail`). */
 function no(message: string, detail?: string): never {
   throw new UsageError(message, detail);
 }
@@ -291,7 +290,6 @@ function refuseStray(sub: string, seen: Seen, options: string): void {
   if (stray) throw new UsageError(`${sub} takes no ${stray}`);
 }
 
-/** The fields given of `names`. */
 function given(seen: Seen, names: string): Record<string, unknown> {
   return Object.fromEntries(
     names.split(" ").flatMap((n) => n in seen.fields ? [[n, seen.fields[n]]] : []),

@@ -219,12 +219,10 @@ export class SimulatedDriver implements CheckpointDriver {
     return typeof make === "function" ? make() : make;
   }
 
-  /** The answer for a process that has exited. */
   #exited(note = "the process exited"): Promise<Answer> {
     return this.#after({ code: CUDA_ERROR_OPERATING_SYSTEM, note });
   }
 
-  /** The copy of the process's memory over `link`. */
   #copy(run: Waits, link: CopyLink, timing: CopyTiming, proc: SimulatedProcess): Promise<void> {
     const held = this.#machine.processes.filter((p) => p !== proc && p.memoryLocation === "host")
       .reduce((gib, p) => gib + p.memoryMiB / 1024, 0);
