@@ -174,22 +174,19 @@ function resultWord(report: PidReport): string {
  * ({@link escapeControls}); erases the live line first, where one shows.
  */
 export class Printer {
-  readonly #io: CliIo;
   /** The live line on stderr (`progress.ts`), erased before anything else is written. */
   live: { erase(): void } | undefined;
 
-  constructor(io: CliIo) {
-    this.#io = io;
-  }
+  constructor(private readonly io: CliIo) {}
 
   /** Whether stderr is a terminal: extra lines, and the live line. */
   get terminal(): boolean {
-    return this.#io.isTerminal === true;
+    return this.io.isTerminal === true;
   }
 
   out(line: string, to: "stdout" | "stderr" = "stdout"): void {
     this.live?.erase();
-    this.#io[to](escapeControls(`${line.replaceAll("\n", "\\u000a")}\n`));
+    this.io[to](escapeControls(`${line.replaceAll("\n", "\\u000a")}\n`));
   }
 
   err(line: string): void {
@@ -198,7 +195,7 @@ export class Printer {
 
   /** The command line's own terminal controls on stderr, as they are (the live line). */
   raw(text: string): void {
-    this.#io.stderr(text);
+    this.io.stderr(text);
   }
 
   /** A line on stderr, on a terminal only. */

@@ -39,19 +39,16 @@ export interface ClosableMachine extends Machine {
 
 /** A machine opened on first use, shared, and closed when its last user lets go. */
 export class SharedMachine {
-  readonly #open: () => Promise<ClosableMachine>;
   #opened: Promise<ClosableMachine> | undefined;
   #users = 0;
 
   /** A machine that `open` opens when first used. */
-  constructor(open: () => Promise<ClosableMachine>) {
-    this.#open = open;
-  }
+  constructor(private readonly open: () => Promise<ClosableMachine>) {}
 
   /** Takes a lease: opens the machine if nobody uses it now. */
   lease(): MachineLease {
     if (!this.#opened) {
-      const opening = this.#opened = this.#open();
+      const opening = this.#opened = this.open();
       opening.catch(() => {
         if (this.#opened === opening) this.#opened = undefined;
       });

@@ -90,7 +90,6 @@ export class Session {
 
 /** One process through one machine: it leases the machine, and refuses a pid reused since. */
 export class Handle {
-  readonly #source: MachineSource;
   #lease: MachineLease | undefined;
   #closed = false;
   /** The process this handle was first used on: a pid that later names another is refused. */
@@ -98,9 +97,7 @@ export class Handle {
   readonly #running = new Set<Promise<unknown>>();
 
   /** A handle on `pid` (or a thread id, checked by the caller: what the driver is called with). */
-  constructor(readonly pid: number, source: MachineSource) {
-    this.#source = source;
-  }
+  constructor(readonly pid: number, private readonly source: MachineSource) {}
 
   async machine(): Promise<Machine> {
     return (await this.#session()).machine;
@@ -173,7 +170,7 @@ export class Handle {
   #session(): Promise<Session> {
     if (this.#closed) return Promise.reject(this.#closedError());
     if (!this.#lease) {
-      const taken = this.#lease = leaseOf(this.#source);
+      const taken = this.#lease = leaseOf(this.source);
       // A machine that failed to open is not kept: the next call tries again.
       taken.machine.catch(() => {
         if (this.#lease === taken) this.#lease = undefined;

@@ -23,15 +23,12 @@ const RETIRE_GRACE_MS = 2000;
 
 /** Worker threads running `bun:ffi` calls (see the module documentation). */
 export class WorkerPool {
-  #url: URL;
   #workers = new Set<Worked>();
   #closing = false;
   #nextId = 1;
 
   /** Workers will run the script at `url` (`bun_worker.ts`, or a test's stand-in). */
-  constructor(url: URL) {
-    this.#url = url;
-  }
+  constructor(private readonly url: URL) {}
 
   /** How many worker threads exist now. */
   get size(): number {
@@ -59,7 +56,7 @@ export class WorkerPool {
   }
 
   #spawn(): Worked {
-    const worker: RefWorker = new Worker(this.#url, { type: "module" });
+    const worker: RefWorker = new Worker(this.url, { type: "module" });
     const ended = Promise.withResolvers<void>();
     const w: Worked = { worker, job: undefined, retiring: false, ended: ended.promise };
     worker.addEventListener("message", (e: MessageEvent<WorkerReply>) => this.#reply(w, e.data));
