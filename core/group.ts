@@ -60,9 +60,7 @@ async function eachOnce(handles: readonly Handle[]): Promise<void> {
 type Entry = JobMember & { rollingBack?: Promise<unknown> };
 
 class Group {
-  readonly #action: Action;
   readonly #entries: Entry[];
-  readonly #s: GroupSettings;
   #deadline = new Deadline({ now: () => performance.now() }, undefined);
   #deadlinePassed = false;
   /** The pids whose lock timeout the deadline cut. */
@@ -73,20 +71,18 @@ class Group {
   readonly #rollbacks: Promise<unknown>[] = [];
   #memory = new Map<number, number>();
 
-  constructor(action: Action, procs: Handle[], settings: GroupSettings) {
-    this.#action = action;
-    this.#s = settings;
+  constructor(private readonly action: Action, procs: Handle[], private readonly s: GroupSettings) {
     this.#entries = procs.map((proc) => ({ proc, report: undefined }));
   }
 
   async run(): Promise<GroupResult> {
     const machine = await this.#entries[0]?.proc.machine();
-    if (machine && this.#s.gpuMemory) this.#memory = await this.#memoryOf();
-    this.#deadline = new Deadline(clockOf(machine ?? {}), this.#s.timeoutMs);
-    if (this.#s.job) return await this.#runJob();
+    if (machine && this.s.gpuMemory) this.#memory = await this.#memoryOf();
+    this.#deadline = new Deadline(clockOf(machine ?? {}), this.s.timeoutMs);
+    if (this.s.job) return await this.#runJob();
     // All or nothing: a goal or step some member's state rules out fails the group before any
     // step (the driver still has the last word on each step made).
-    if (this.#s.allOrNothing && !(await this.#allCanStart())) return this.#result();
+    if (this.s.allOrNothing && !(await this.#allCanStart())) return this.#result();
     let next = 0;
     const lane = async () => {
       while (next < this.#entries.length) {
@@ -97,16 +93,16 @@ class Group {
           this.#ended(entry);
           this.#failed ||= !succeeded(entry);
         }
-        if (this.#s.allOrNothing && !succeeded(entry)) this.#doom();
+        if (this.s.allOrNothing && !succeeded(entry)) this.#doom();
         this.#rollBackIfDone(entry);
       }
     };
-    const signal = this.#s.signal;
-    const onAbort = () => (this.#s.allOrNothing || this.#s.rollBackOnAbort) && this.#doom();
+    const signal = this.s.signal;
+    const onAbort = () => (this.s.allOrNothing || this.s.rollBackOnAbort) && this.#doom();
     signal?.addEventListener("abort", onAbort, { once: true });
     try {
       if (signal?.aborted) onAbort();
-      const lanes = Math.min(this.#s.concurrency, this.#entries.length);
+      const lanes = Math.min(this.s.concurrency, this.#entries.length);
       await Promise.all(Array.from({ length: lanes }, lane));
     } finally {
       signal?.removeEventListener("abort", onAbort);
@@ -119,11 +115,11 @@ class Group {
   /** The group as one job (core/job.ts). */
   async #runJob(): Promise<GroupResult> {
     this.#rolledBack = await runJob(this.#entries, {
-      action: this.#action,
+      action: this.action,
       settingsFor: (pid) => this.#settingsFor(pid),
       hooks: (pid) => this.#hooks(pid),
       stopReason: () => this.#stopReason(),
-      ready: this.#s.ready,
+      ready: this.s.ready,
     });
     for (const e of this.#entries) this.#ended(e);
     return this.#result();
@@ -131,12 +127,12 @@ class Group {
 
   #ended(e: Entry): void {
     const at = this.#deadline.elapsed();
-    this.#s.onProgress({ type: "process-end", pid: e.proc.pid, at, status: outcome(e).status });
+    this.s.onProgress({ type: "process-end", pid: e.proc.pid, at, status: outcome(e).status });
   }
 
   #result(): GroupResult {
     return {
-      action: this.#action,
+      action: this.action,
       ok: this.#entries.every(succeeded) && !this.#rolledBack,
       processes: this.#entries.map(outcome),
       // A lock cut short by the deadline fails (NOT_READY) rather than stopping: passed all the same.
@@ -144,7 +140,7 @@ class Group {
         this.#entries.some((e) =>
           this.#cut.has(e.proc.pid) && (e.report?.error as CudaError)?.code === CUDA_ERROR_NOT_READY
         ),
-      aborted: this.#s.signal?.aborted === true,
+      aborted: this.s.signal?.aborted === true,
       rolledBack: this.#rolledBack,
       ms: this.#deadline.elapsed(),
     };
@@ -155,7 +151,7 @@ class Group {
     const checks = await Promise.all(this.#entries.map((e) => {
       const report: ActionReport = { status: "failed", steps: [] };
       const settings = this.#settingsFor(e.proc.pid);
-      return e.proc.ordered((t) => planGoal(t, this.#action, report, settings, true))
+      return e.proc.ordered((t) => planGoal(t, this.action, report, settings, true))
         .then(() => undefined, (err): ActionReport => ({ ...report, error: asError(err) }));
     }));
     if (checks.every((c) => c === undefined)) return true;
@@ -185,12 +181,12 @@ class Group {
   }
 
   #stopReason(): StopReason | undefined {
-    if (this.#s.signal?.aborted) return "aborted";
+    if (this.s.signal?.aborted) return "aborted";
     if (this.#deadline.passed()) {
       this.#deadlinePassed = true;
       return "deadline";
     }
-    if (this.#s.allOrNothing && this.#failed) return "another-failed";
+    if (this.s.allOrNothing && this.#failed) return "another-failed";
     return undefined;
   }
 
@@ -198,7 +194,7 @@ class Group {
   async #work(entry: Entry): Promise<void> {
     const pid = entry.proc.pid;
     const hooks = { ...this.#hooks(pid), stopBefore: () => this.#stopReason() };
-    const act = (turn: Turn) => runAction(turn, this.#action, this.#settingsFor(pid), hooks, true);
+    const act = (turn: Turn) => runAction(turn, this.action, this.#settingsFor(pid), hooks, true);
     try {
       entry.report = await entry.proc.ordered(act);
     } catch (err) {
@@ -213,21 +209,21 @@ class Group {
     const at = () => this.#deadline.elapsed();
     return {
       stepStarted: (step) =>
-        this.#s.onProgress({ type: "step-start", pid, step, at: at(), ...memory }),
+        this.s.onProgress({ type: "step-start", pid, step, at: at(), ...memory }),
       stepEnded: ({ step, ms, ok }, rollback) =>
-        this.#s.onProgress({ type: "step-end", pid, step, at: at(), ms, ok, rollback, ...memory }),
+        this.s.onProgress({ type: "step-end", pid, step, at: at(), ms, ok, rollback, ...memory }),
     };
   }
 
   /** One process's settings, its lock timeout cut to what is left of the deadline. */
   #settingsFor(pid: number): ActionSettings {
-    const { lockTimeoutMs: lock, checkRoom, allowIpcImport } = this.#s;
+    const { lockTimeoutMs: lock, checkRoom, allowIpcImport } = this.s;
     const lockTimeoutMs = () => {
       const ms = this.#deadline.cut(lock);
       if (ms !== lock) this.#cut.add(pid);
       return ms;
     };
-    return { lockTimeoutMs, pairs: this.#s.gpuMapping(pid), checkRoom, allowIpcImport };
+    return { lockTimeoutMs, pairs: this.s.gpuMapping(pid), checkRoom, allowIpcImport };
   }
 
   /** Each target's GPU memory in MiB where known: the host's report, or its record. */

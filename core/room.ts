@@ -118,9 +118,6 @@ export type Reservation = { readonly check: RoomCheck; done(ok: boolean): Promis
 
 /** The room check of one session: what a process holds, recorded; its restore's room, claimed. */
 export class RoomGuard {
-  readonly #host: HostProcesses | undefined;
-  /** This program, as the host identifies it: the owner of its claims. */
-  readonly #self: () => Promise<ProcessIdentity | undefined>;
   /** Records for a host that keeps none: this session's own. */
   readonly #ownRecords = new MemoryHeldRecords();
   /** Whether this package may be holding the calling process locked or checkpointed. */
@@ -129,10 +126,11 @@ export class RoomGuard {
   readonly #reads = new Set<Promise<unknown>>();
 
   /** A guard for one session: its machine's host (`undefined`: none), and this program. */
-  constructor(host: HostProcesses | undefined, self: () => Promise<ProcessIdentity | undefined>) {
-    this.#host = host;
-    this.#self = self;
-  }
+  constructor(
+    private readonly host: HostProcesses | undefined,
+    /** This program, as the host identifies it: the owner of its claims. */
+    private readonly self: () => Promise<ProcessIdentity | undefined>,
+  ) {}
 
   /** What `process` holds now, MiB by GPU UUID, where the host tells (and it holds some). */
   async heldNow(process: ProcessIdentity): Promise<Readonly<Record<string, number>> | undefined> {
@@ -153,7 +151,7 @@ export class RoomGuard {
     process: ProcessIdentity,
     heldMiB: Readonly<Record<string, number>>,
   ): Promise<RoomCheck | undefined> {
-    const mark = await this.#host?.lastingMark?.(process).catch(() => undefined);
+    const mark = await this.host?.lastingMark?.(process).catch(() => undefined);
     try {
       await this.#records().put({ process, heldMiB, at: Date.now(), ...(mark ? { mark } : {}) });
       return undefined;
@@ -213,7 +211,7 @@ export class RoomGuard {
       if (!record) return none(`${kept}: another program checkpointed it, or ${elsewhere}`);
       need = onto([record.heldMiB], pairs);
       // Claim first, then read: two restores that check at once each see the other's claim.
-      by = await this.#self() ?? by;
+      by = await this.self() ?? by;
       await records.put({ ...record, claim: { needMiB: need, by, since: Date.now() } });
     } catch (err) {
       throw roomUnknownError(where, err);
@@ -289,7 +287,7 @@ export class RoomGuard {
   async beforeSelfLock(): Promise<void> {
     this.#selfHeld = true;
     await Promise.allSettled([...this.#reads]);
-    await this.#host?.release?.();
+    await this.host?.release?.();
   }
 
   /** The calling process runs again (its unlock succeeded, or its lock failed). */
@@ -306,7 +304,7 @@ export class RoomGuard {
     process: ProcessIdentity,
     records: HeldRecords,
   ): Promise<{ record?: HeldRecord; shared: number }> {
-    const mark = records.ended && await this.#host?.lastingMark?.(process).catch(() => undefined);
+    const mark = records.ended && await this.host?.lastingMark?.(process).catch(() => undefined);
     const was = mark ? (await records.ended!()).filter((r) => r.mark === mark) : [];
     if (was.length === 0) return { shared: 0 };
     const heldMiB: Record<string, number> = {};
@@ -322,12 +320,12 @@ export class RoomGuard {
   }
 
   #records(): HeldRecords {
-    return this.#host?.heldRecords ?? this.#ownRecords;
+    return this.host?.heldRecords ?? this.#ownRecords;
   }
 
   /** The host's GPU memory report; none while this process is held, or without one. */
   async report(): Promise<GpuMemoryReport | undefined> {
-    const host = this.#host;
+    const host = this.host;
     if (this.#selfHeld || !host?.gpuMemory) return undefined;
     const read = host.gpuMemory().catch((err): GpuMemoryReport => ({ unknown: messageOf(err) }));
     this.#reads.add(read);

@@ -87,22 +87,18 @@ export function openNvml(adapter: FfiAdapter, options: NvmlOptions = {}): Nvml {
 
 /** NVML, opened: reads GPU memory per process, and closes. */
 export class Nvml {
-  /** The absolute path of the library that opened. */
-  readonly libraryPath: string;
-  readonly #adapter: FfiAdapter;
-  readonly #lib: FfiLibrary<NvmlSymbolName>;
   #busy: Promise<unknown> = Promise.resolve();
-  readonly #keep: boolean;
   /** Whether a kept `nvmlInit_v2` waits for its `nvmlShutdown` (at close). */
   #initialized = false;
 
   /** Use {@link openNvml}. */
-  constructor(adapter: FfiAdapter, lib: FfiLibrary<NvmlSymbolName>, path: string, keep: boolean) {
-    this.#adapter = adapter;
-    this.#lib = lib;
-    this.libraryPath = path;
-    this.#keep = keep;
-  }
+  constructor(
+    private readonly adapter: FfiAdapter,
+    private readonly lib: FfiLibrary<NvmlSymbolName>,
+    /** The absolute path of the library that opened. */
+    readonly libraryPath: string,
+    private readonly keep: boolean,
+  ) {}
 
   /** GPU memory by pid and free memory by GPU, read in one NVML session (or the one kept open). */
   gpuMemory(): Promise<GpuMemoryReport> {
@@ -119,21 +115,21 @@ export class Nvml {
       this.#initialized = false;
       await this.#call("nvmlShutdown", []).catch(() => {});
     }
-    await this.#lib.close();
+    await this.lib.close();
   }
 
   async #session(): Promise<GpuMemoryReport> {
     if (!this.#initialized) {
       const init = await this.#call("nvmlInit_v2", []);
       if (init !== 0) return { unknown: this.#failure("nvmlInit_v2", init) };
-      if (!this.#keep) return await this.#read().finally(() => this.#call("nvmlShutdown", []));
+      if (!this.keep) return await this.#read().finally(() => this.#call("nvmlShutdown", []));
       this.#initialized = true;
     }
     return await this.#read();
   }
 
   async #read(): Promise<GpuMemoryReport> {
-    const present = this.#lib.present;
+    const present = this.lib.present;
     const v3 = "nvmlDeviceGetComputeRunningProcesses_v3";
     const v2 = "nvmlDeviceGetComputeRunningProcesses_v2";
     const list = present.has(v3) ? v3 : present.has(v2) ? v2 : undefined;
@@ -197,13 +193,13 @@ export class Nvml {
   }
 
   async #call(symbol: NvmlSymbolName, args: readonly NativeArg[]): Promise<number> {
-    return await this.#lib.callOffThread({ symbol, args });
+    return await this.lib.callOffThread({ symbol, args });
   }
 
   /** `what failed: <nvmlErrorString> (NVML code n)`. */
   #failure(what: string, code: number): string {
-    const address = BigInt(this.#lib.call({ symbol: "nvmlErrorString", args: [code] }));
-    const text = address === 0n ? "no description" : this.#adapter.cString(address);
+    const address = BigInt(this.lib.call({ symbol: "nvmlErrorString", args: [code] }));
+    const text = address === 0n ? "no description" : this.adapter.cString(address);
     return `${what} failed: ${text} (NVML code ${code})`;
   }
 }
