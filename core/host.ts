@@ -182,17 +182,12 @@ export class MemoryHeldRecords implements HeldRecords {
   /** Always `"memory"`. */
   readonly where: string = "memory";
   readonly #records = new Map<string, HeldRecord>();
-  readonly #alive: (process: ProcessIdentity) => boolean;
-  readonly #now: () => number;
 
   /** Records in memory; `alive` tells live processes, `now` the time in ms since the epoch. */
   constructor(
-    alive: (process: ProcessIdentity) => boolean = () => true,
-    now: () => number = Date.now,
-  ) {
-    this.#alive = alive;
-    this.#now = now;
-  }
+    private readonly alive: (process: ProcessIdentity) => boolean = () => true,
+    private readonly now: () => number = Date.now,
+  ) {}
 
   get(process: ProcessIdentity): Promise<HeldRecord | undefined> {
     return Promise.resolve(this.#records.get(identityKey(process)));
@@ -217,20 +212,20 @@ export class MemoryHeldRecords implements HeldRecords {
   /** The records kept of processes that ended, without their claims. */
   ended(): Promise<HeldRecord[]> {
     this.#prune();
-    const ended = [...this.#records.values()].filter((r) => !this.#alive(r.process));
+    const ended = [...this.#records.values()].filter((r) => !this.alive(r.process));
     return Promise.resolve(ended.map(withoutClaim));
   }
 
   #prune(): void {
-    const now = this.#now();
+    const now = this.now();
     for (const [key, record] of this.#records) {
-      if (!this.#alive(record.process) && !keptEnded(record, now)) this.#records.delete(key);
+      if (!this.alive(record.process) && !keptEnded(record, now)) this.#records.delete(key);
     }
   }
 
   /** The records of live processes as they are kept, claims and all; none is removed. */
   liveEntries(): HeldRecord[] {
-    return [...this.#records.values()].filter((r) => this.#alive(r.process));
+    return [...this.#records.values()].filter((r) => this.alive(r.process));
   }
 }
 
