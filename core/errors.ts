@@ -169,17 +169,21 @@ export class CheckpointUnsupportedError extends RefusedError {
   }
 }
 
-/** A wait for a state that did not come in time (`waitForState`); `state` is the last seen. */
+/**
+ * A wait for a state that did not come in time (`waitForState`); `state` is the last seen (none
+ * where the process was stopped, and so not asked).
+ */
 export class WaitTimeoutError extends CheckpointError {
   /** Always `"TIMEOUT"`. */
   readonly code: "TIMEOUT" = "TIMEOUT";
   /** The state waited for. */
   readonly wanted: ProcessState;
 
-  /** Makes the error; the message names the process, the state wanted and the one seen. */
-  constructor(pid: number, wanted: ProcessState, timeoutMs: number, state: ProcessState) {
-    const message =
-      `process ${pid} did not become ${wanted} within ${timeoutMs} ms; it is ${state}`;
+  /** Makes the error: the message names the process, the state wanted and the one last seen. */
+  constructor(pid: number, wanted: ProcessState, timeoutMs: number, state?: ProcessState) {
+    const seen = state ?? "stopped (SIGSTOP, Ctrl-Z, a debugger, a restore holding it), and " +
+        "the driver answers no call on it till it runs again";
+    const message = `process ${pid} did not become ${wanted} within ${timeoutMs} ms; it is ${seen}`;
     super(message, { operation: "waitForState", pid, state });
     this.name = "WaitTimeoutError";
     this.wanted = wanted;

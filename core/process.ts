@@ -126,7 +126,8 @@ export class Handle {
     const clock = clockOf(await this.machine()), start = clock.now();
     for (;;) {
       o.signal?.throwIfAborted();
-      const seen = await this.state();
+      // Stopped (a debugger, criu's tree held until verified), it is not asked: not there yet.
+      const seen = await this.ordered(async (t) => await t.stopped() ? undefined : t.state());
       if (seen === state) return;
       if (seen === "failed") {
         const reason = `it is failed, which is final: it will never be ${state}`;
@@ -219,6 +220,11 @@ export class Turn {
 
   state(): Promise<ProcessState> {
     return readState(this.machine.driver, this.pid);
+  }
+
+  /** Whether the process is stopped (every thread), where the host can tell. */
+  stopped(): Promise<boolean> {
+    return isStopped(this.machine, this.identity.pid);
   }
 
   /** Refuses (`STATE`) a stopped process: the driver would answer it only once it runs again. */
@@ -357,11 +363,15 @@ export async function refuseStopped(
   pid: number,
   shown = pid,
 ): Promise<void> {
-  if (!await m.host?.stopped?.(pid).catch(() => false)) return;
+  if (!await isStopped(m, pid)) return;
   const reason = `it is stopped (SIGSTOP, Ctrl-Z, a debugger), and the driver answers no call on ` +
     `it, a lock's timeout included, till it runs again (kill -CONT ${pid})`;
   const detail = "nothing was done to it";
   throw new RefusedError({ code: "STATE", operation, pid: shown, reason, detail });
+}
+
+async function isStopped(m: Machine, pid: number): Promise<boolean> {
+  return await m.host?.stopped?.(pid).catch(() => false) ?? false;
 }
 
 /** Whether an error says there is no process, or no CUDA in it: nothing is left to undo. */

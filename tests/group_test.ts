@@ -587,6 +587,34 @@ describe("waitForState", () => {
     assert.ok(sim.now() < 2000);
   });
 
+  test("a stopped process is not asked (the driver would not answer): the wait goes on", async () => {
+    const sim = new SimulatedMachine();
+    const p = sim.spawn({ memoryMiB: 64 });
+    const proc = new CudaProcess(p.pid, { machine: sim });
+    await sim.engine.stop([p.pid]);
+    const waiting = proc.waitForState("checkpointed", { timeoutMs: 5000 });
+    await sim.sleep(1000);
+    await sim.engine.wake([p.pid]);
+    await new CudaProcess(p.pid, { machine: sim }).suspend();
+    await waiting;
+    assert.ok(sim.now() < 2500, `${sim.now()} ms`);
+
+    await sim.engine.stop([p.pid]);
+    const t0 = sim.now();
+    await assert.rejects(proc.waitForState("running", { timeoutMs: 700 }), (err: unknown) => {
+      assert.ok(err instanceof WaitTimeoutError, String(err));
+      assert.equal(
+        err.message,
+        `process ${p.pid} did not become running within 700 ms; it is stopped (SIGSTOP, Ctrl-Z, ` +
+          `a debugger, a restore holding it), and the driver answers no call on it till it runs again`,
+      );
+      assert.equal(err.state, undefined);
+      return true;
+    });
+    assert.ok(sim.now() - t0 >= 700, "waited out its timeout");
+    assert.equal(p.state, "checkpointed", "nothing was done to it");
+  });
+
   test("times out on the driver's clock, saying what it saw", async () => {
     const sim = new SimulatedMachine();
     const proc = new CudaProcess(sim.spawn().pid, { machine: sim });
