@@ -210,6 +210,25 @@ describe("images verified before they run", () => {
     assert.equal(await back.memoryChunkedSha256(), memory, "its GPU memory intact");
   });
 
+  test("a program waiting for a restored process to run waits through its hold, not refused", async () => {
+    const { sim, dir, pid } = await taken();
+    let waiting: Promise<void> | undefined;
+    const machine = machineWith(sim, {
+      engine: engineWith(sim.engine, {
+        restore: async (r) => {
+          await sim.engine.restore(r);
+          assert.equal(sim.process(pid)?.stopped, true, "held until its images matched");
+          // Another program's handle, as soon as the pid is there (the driver would not answer).
+          const other = new CudaProcess(pid, { machine: sim });
+          waiting = other.waitForState("running", { timeoutMs: 60_000 });
+        },
+      }),
+    });
+    await restoreSnapshot(dir, { machine });
+    await waiting;
+    assert.equal(sim.process(pid)?.state, "running");
+  });
+
   test("a held tree its user woke (SIGCONT) is ended with all it made, and the error says it ran", async () => {
     // Before, a changed image ran, the refusal said "stopped before any of them ran", and a child
     // forked with setsid survived the rollback, which ended the manifest's pids only.
