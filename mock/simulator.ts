@@ -336,8 +336,7 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
 
   /** @internal `work`, as something the program waits on (done before its answer is heard) */
   waitOn<T>(what: string, work: () => Promise<T>): Promise<T> {
-    const closed = this.closedError(what);
-    if (closed) return Promise.reject(closed);
+    if (this.#closed) return Promise.reject(this.closedError(what));
     const release = this.holdClock();
     const promise = new Promise<T>((resolve, reject) => {
       const entry: Waiting = { reject, release };
@@ -353,8 +352,7 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
 
   /** @internal `fn`'s answer at once, taking no simulated time; a rejection once closed */
   instantly<T>(what: string, fn: () => T): Promise<T> {
-    const closed = this.closedError(what);
-    return closed ? Promise.reject(closed) : Promise.resolve(fn());
+    return this.#closed ? Promise.reject(this.closedError(what)) : Promise.resolve(fn());
   }
 
   /** @internal the error for `what` once the machine is closed */
@@ -368,8 +366,7 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
   }
 
   #throwIfClosed(what: string): void {
-    const closed = this.closedError(what);
-    if (closed) throw closed;
+    if (this.#closed) throw this.closedError(what);
   }
 
   /** The GPUs of `spawn`'s `gpu` option. */
