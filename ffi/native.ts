@@ -154,10 +154,9 @@ export class LibcudaDriver implements NativeDriver {
     this.#slots = new Slots(maxWorkers);
     // A library that fails to close is reported to whoever awaits the disposal, and no one else.
     this.#done.promise.catch(() => {});
-    let use = libraryUses.get(opened.path);
-    if (!use) libraryUses.set(opened.path, use = { drivers: 0 });
-    use.drivers++;
-    this.#use = use;
+    this.#use = libraryUses.get(opened.path) ?? { drivers: 0 };
+    libraryUses.set(opened.path, this.#use);
+    this.#use.drivers++;
   }
 
   /** How many worker threads this driver keeps now (Bun; 0 on Deno, whose FFI has its own). */
