@@ -85,8 +85,7 @@ const mib = (n: number) => `${Math.round(n)} MiB`;
 const STILL_CHECKPOINTED = "nothing was asked of the driver: the process is still checkpointed";
 
 /** Where a room refusal is: the operation on a checkpointed process (`pid`), or a snapshot's. */
-function untouched(where: { operation: string; pid?: number }) {
-  const { operation, pid } = where;
+function untouched({ operation, pid }: { operation: string; pid?: number }) {
   return pid === undefined ? { operation } : { operation, pid, state: "checkpointed" as const };
 }
 
