@@ -10,8 +10,8 @@
 import { after, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { hostname, tmpdir } from "node:os";
+import { existsSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { hostname } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
 
@@ -19,9 +19,10 @@ import { safeName } from "../bench/report.ts";
 import { runScript, type ScriptRun } from "../bench/run_script.ts";
 import { noCompiler, runtime } from "./fixtures/fake.ts";
 import { assertAllBack, assertFormatted, simulatedMarkdown } from "./support/bench_report.ts";
+import { processDir } from "./support/temp_dirs.ts";
 
 const BENCH = new URL("../bench/", import.meta.url).pathname;
-const out = mkdtempSync(join(tmpdir(), "ckpt-bench-test-"));
+const out = processDir("ckpt-bench-test-");
 after(() => rmSync(out, { recursive: true, force: true }));
 
 /** How long a benchmark may run before it is killed (a few seconds on a quiet machine). */

@@ -6,10 +6,9 @@
 
 import { after, describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, rmSync, writeFileSync } from "node:fs";
 import { execFile } from "node:child_process";
 import process from "node:process";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 
 import { VERSION } from "../core/version.ts";
@@ -22,12 +21,13 @@ import {
   runProgram,
 } from "./cli_support.ts";
 import { FakeDir, loud, noCompiler } from "./fixtures/fake.ts";
+import { processDir } from "./support/temp_dirs.ts";
 
 const skip = binaryBuilt
   ? false
   : loud(`${BINARY} is not built: run \`bash cli/build.sh\` (.ci/check does, before the tests)`);
 // Made only where the tests run: Deno runs no after() hook of a file whose tests all skip.
-const dir = skip ? "" : mkdtempSync(join(tmpdir(), "ckpt-cli-binary-"));
+const dir = skip ? "" : processDir("ckpt-cli-binary-");
 const state = join(dir, "machine.json");
 const fakes = skip || noCompiler ? undefined : new FakeDir();
 const fake = fakes?.build("libcuda_binary") ?? "";

@@ -19,6 +19,7 @@ import { SimulatedMachine } from "../mock/mod.ts";
 import { cli, runProgram } from "./cli_support.ts";
 import { runtime } from "./fixtures/fake.ts";
 import { hostWith, machineWith } from "./support/forward.ts";
+import { processDir } from "./support/temp_dirs.ts";
 
 /** A command line that clears the screen, homes the cursor and prints a fake PASS over a line. */
 const EVIL = "train.py\x1b[2J\x1b[H\r\x1b[32mPASS\x1b[0m\x07 \u009b2J \u0090x\u009c \x7f\x1b";
@@ -28,7 +29,7 @@ const CONTROL = /[\u0000-\u0009\u000b-\u001f\u007f-\u009f]/;
 /** How EVIL's start is printed. */
 const SHOWN = "train.py\\u001b[2J\\u001b[H\\u000d\\u001b[32mPASS";
 
-const scratch = mkdtempSync(join(tmpdir(), "ckpt-cli-output-"));
+const scratch = processDir("ckpt-cli-output-");
 after(() => rmSync(scratch, { recursive: true, force: true }));
 let dirs = 0;
 const newDir = () => join(scratch, `d${dirs++}`);

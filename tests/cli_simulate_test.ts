@@ -5,14 +5,14 @@
 
 import { after, describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 
 import { openSimulatedMachine } from "../cli/simulate.ts";
 import { cli } from "./cli_support.ts";
+import { processDir } from "./support/temp_dirs.ts";
 
-const dir = mkdtempSync(join(tmpdir(), "ckpt-cli-simulate-"));
+const dir = processDir("ckpt-cli-simulate-");
 after(() => rmSync(dir, { recursive: true, force: true }));
 let files = 0;
 

@@ -11,17 +11,18 @@
 
 import { after, describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
-import { hostname, tmpdir } from "node:os";
+import { readdirSync, readFileSync, rmSync } from "node:fs";
+import { hostname } from "node:os";
 import { join } from "node:path";
 
 import { safeName } from "../bench/report.ts";
 import { runScript } from "../bench/run_script.ts";
 import { runtime } from "./fixtures/fake.ts";
 import { assertAllBack, simulatedMarkdown } from "./support/bench_report.ts";
+import { processDir } from "./support/temp_dirs.ts";
 
 const SCRIPT = new URL("../bench/criu_restore.ts", import.meta.url).pathname;
-const out = mkdtempSync(join(tmpdir(), "ckpt-criu-restore-test-"));
+const out = processDir("ckpt-criu-restore-test-");
 after(() => rmSync(out, { recursive: true, force: true }));
 
 /** How long a run may take before it is killed (a second or two on a quiet machine). */

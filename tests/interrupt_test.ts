@@ -7,8 +7,7 @@
 // signals. Runs unchanged under `deno test -A` and `bun test`.
 import { after, describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { existsSync, readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import process from "node:process";
 
@@ -18,6 +17,7 @@ import { SimulatedMachine } from "../mock/mod.ts";
 import { BINARY, binaryBuilt, cli } from "./cli_support.ts";
 import { type Interrupted, runInterrupted } from "./support/interrupted.ts";
 import { runtime } from "./fixtures/fake.ts";
+import { processDir } from "./support/temp_dirs.ts";
 
 type Signal = "SIGINT" | "SIGTERM" | "SIGHUP";
 
@@ -208,7 +208,7 @@ describe("an interrupt during an operation on several processes, in-process", ()
 });
 
 describe("an interrupt during a snapshot or a restore, in-process", () => {
-  const scratch = mkdtempSync(join(tmpdir(), "ckpt-interrupt-disk-"));
+  const scratch = processDir("ckpt-interrupt-disk-");
   after(() => rmSync(scratch, { recursive: true, force: true }));
   let dirs = 0;
 
@@ -355,7 +355,7 @@ describe("an interrupt during a snapshot or a restore, in-process", () => {
 // ---- as a program, with real signals ----
 
 const MAIN = new URL("../cli/main.ts", import.meta.url).pathname;
-const dir = mkdtempSync(join(tmpdir(), "ckpt-interrupt-"));
+const dir = processDir("ckpt-interrupt-");
 after(() => rmSync(dir, { recursive: true, force: true }));
 let files = 0;
 

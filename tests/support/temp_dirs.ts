@@ -5,6 +5,34 @@ import { afterEach } from "node:test";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import process from "node:process";
+
+/** The folders {@link processDir} made that are left: removed as the test process ends. */
+const leftAtExit = new Set<string>();
+let hooked = false;
+
+/**
+ * A new folder `<prefix>XXXXXX` under the temporary directory, removed as the test process ends at
+ * the latest, whatever ran: a filter (`deno test --filter`, `bun test -t`) that picks none of a
+ * file's tests leaves its after() hooks unrun, and folders made as the file loads were left behind.
+ * Deno ends a test process with `unload`, Bun with the process's `exit`; the caller may remove the
+ * folder sooner.
+ */
+export function processDir(prefix: string): string {
+  if (!hooked) {
+    hooked = true;
+    const removeAll = () => {
+      for (const dir of leftAtExit) rmSync(dir, { recursive: true, force: true });
+      leftAtExit.clear();
+    };
+    process.once("exit", removeAll);
+    (globalThis as { addEventListener?: (type: string, fn: () => void) => void })
+      .addEventListener?.("unload", removeAll);
+  }
+  const dir = mkdtempSync(join(tmpdir(), prefix));
+  leftAtExit.add(dir);
+  return dir;
+}
 
 /**
  * Registers, for the calling test file, the removal after each test of every folder it makes;
