@@ -15,7 +15,7 @@ import { promisify } from "node:util";
 import { parseArgs } from "node:util";
 import { nearest } from "../core/options.ts";
 import { type NativeMachine, openMachine } from "../driver.ts";
-import { type SimulatedGpu, type SimulatedGpuSpec, SimulatedMachine } from "../mock/mod.ts";
+import { type SimulatedGpuSpec, SimulatedMachine, type SimulatedProcess } from "../mock/mod.ts";
 
 /** One option of an example, besides the common ones. */
 export interface OptionSpec {
@@ -181,17 +181,22 @@ export function intOption(
 }
 
 /**
- * Refuses a simulated buffer of `mib` MiB (given as `option`) that its simulated GPU cannot hold
- * beside the process's CUDA context, as a GPU's `cuMemAlloc` would (out of memory). This host's
- * memory is no limit: the simulator makes a kernel's bytes a megabyte at a time as they are read.
+ * A simulated process holding a buffer of `mib` MiB (given as `option`) on GPU `gpu`. The
+ * simulator refuses one its GPU cannot hold beside a CUDA context, as a GPU's `cuMemAlloc` would;
+ * its error then names the option. This host's memory is no limit: the simulator makes a kernel's
+ * bytes a megabyte at a time as they are read.
  */
-export function checkGpuRoom(option: string, mib: number, gpu: SimulatedGpu): void {
-  const room = gpu.freeMiB - gpu.contextMiB;
-  if (mib > room) {
-    throw new Error(
-      `${option} ${mib}: the simulated ${gpu.name} (GPU ${gpu.index}) has room for ${room} MiB ` +
-        `beside a CUDA context, and a GPU's cuMemAlloc would be out of memory: pick at most that`,
-    );
+export function spawnBuffer(
+  sim: SimulatedMachine,
+  option: string,
+  mib: number,
+  gpu: number,
+  command: string,
+): SimulatedProcess {
+  try {
+    return sim.spawn({ memoryMiB: mib, gpu, command });
+  } catch (error) {
+    throw new Error(`${option} ${mib}: ${messageOf(error)}`);
   }
 }
 

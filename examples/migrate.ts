@@ -21,7 +21,6 @@ import { type CudaContext, type DeviceBuffer, openCudaContext } from "./cuda.ts"
 import type { SimulatedMachine } from "../mock/mod.ts";
 import { DEFAULT_SEED, fillOnGpu, fillSimulated, hashOnGpu, loadKernels } from "./_kernels.ts";
 import {
-  checkGpuRoom,
   type ExampleSpec,
   intOption,
   type MemoryByGpu,
@@ -31,6 +30,7 @@ import {
   openExampleMachine,
   parseExampleArgs,
   shortHash,
+  spawnBuffer,
   table,
 } from "./_support.ts";
 
@@ -216,8 +216,7 @@ async function selfMover(m: NativeExampleMachine): Promise<Mover> {
 
 /** A simulated process holding the same bytes. */
 async function simulatedMover(sim: SimulatedMachine): Promise<Mover> {
-  checkGpuRoom("--buffer-mib", bufferMiB, sim.gpus[home]);
-  const target = sim.spawn({ memoryMiB: bufferMiB, gpu: home, command: "migrate.ts (simulated)" });
+  const target = spawnBuffer(sim, "--buffer-mib", bufferMiB, home, "migrate.ts (simulated)");
   await fillSimulated(target, DEFAULT_SEED, bytes);
   return {
     pid: target.pid,

@@ -28,7 +28,6 @@ import {
   loadKernels,
 } from "./_kernels.ts";
 import {
-  checkGpuRoom,
   describeMemory,
   type ExampleMachine,
   type ExampleSpec,
@@ -41,6 +40,7 @@ import {
   runtimeName,
   shortHash,
   simulatedComputeCapability,
+  spawnBuffer,
   table,
 } from "./_support.ts";
 
@@ -290,12 +290,13 @@ function simulatedSubject(sim: SimulatedMachine): Subject {
   if (!gpu) {
     throw new Error(`--device ${deviceOrdinal}: the simulated machine has ${sim.gpus.length} GPU`);
   }
-  checkGpuRoom("--buffer-mib", bufferMiB, gpu);
-  const target = sim.spawn({
-    memoryMiB: bufferMiB,
-    gpu: deviceOrdinal,
-    command: "self_checkpoint.ts (simulated)",
-  });
+  const target = spawnBuffer(
+    sim,
+    "--buffer-mib",
+    bufferMiB,
+    deviceOrdinal,
+    "self_checkpoint.ts (simulated)",
+  );
   return {
     pid: target.pid,
     simulated: true,

@@ -183,7 +183,7 @@ describe("self_checkpoint.ts", () => {
       assert.equal(big.code, 1, big.err);
       assert.match(
         big.err,
-        /--buffer-mib 1048576: the simulated NVIDIA H200 \(GPU 0\) has room for 14\d{4} MiB beside a CUDA context, and a GPU's cuMemAlloc would be out of memory: pick at most that/,
+        /--buffer-mib 1048576: spawn: GPU 0 has 14\d{4} MiB free, too little for 1049\d{3} MiB more \(its 1048576 MiB of memory and \d+ MiB of CUDA context\)/,
       );
       assert.doesNotMatch(big.out, /PASS|Wrote/);
     }
