@@ -174,7 +174,7 @@ export function fillOnGpu(
   ctx.synchronize();
 }
 
-/** Pieces a buffer is copied back or written in, so that no host copy of the whole is needed. */
+/** Pieces a buffer is copied back in, so that no host copy of the whole is needed. */
 const PIECE_BYTES = 64 << 20;
 
 /**
