@@ -82,12 +82,18 @@ export class Deadline {
 
 /** Work in flight, at most so much at once; the rest wait their turn, in the order they came. */
 export class Slots {
+  readonly #size: number;
   #free: number;
   readonly #waiting: (() => void)[] = [];
 
   /** At most `size` at once (at least one). */
   constructor(size: number) {
-    this.#free = Math.max(1, Math.floor(size));
+    this.#free = this.#size = Math.max(1, Math.floor(size));
+  }
+
+  /** How many run now. */
+  get busy(): number {
+    return this.#size - this.#free;
   }
 
   /** Runs `task` once a slot is free, and frees it when the task settles. */

@@ -50,8 +50,9 @@ interface Job {
 /**
  * Hashes pieces of open files as it is asked, in order: on the calling thread until `workersFrom`
  * bytes were asked of it (64 MiB by default), then in the worker threads that every hasher shares,
- * as many as the most that a hasher under way allows (`threads`: one per core by default). An abort
- * of `signal` rejects what is left; `close` waits for the pieces that a worker still reads.
+ * as many busy at once as the most that a hasher under way allows (`threads`, one per core by
+ * default, less the cores that its `leave` says other work needs now; one at least). An abort of
+ * `signal` rejects what is left; `close` waits for the pieces that a worker still reads.
  */
 export class PieceHasher {
   static readonly #live = new Set<PieceHasher>();
@@ -61,6 +62,7 @@ export class PieceHasher {
   readonly #threads: number;
   readonly #workersFrom: number;
   readonly #signal: AbortSignal | undefined;
+  readonly #leave: (() => number) | undefined;
   readonly #here: Job[] = [];
   readonly #flying = new Set<Job>();
   #asked = 0;
@@ -69,12 +71,19 @@ export class PieceHasher {
   #halted: { why: unknown } | undefined;
   readonly #onAbort = () => this.#halt(this.#signal!.reason);
 
-  constructor(o: { threads?: number; workersFrom?: number; signal?: AbortSignal } = {}) {
+  constructor(
+    o: { threads?: number; workersFrom?: number; signal?: AbortSignal; leave?: () => number } = {},
+  ) {
     this.#threads = o.threads ?? availableParallelism();
     this.#workersFrom = o.workersFrom ?? WORKERS_FROM_BYTES;
-    this.#signal = o.signal;
+    [this.#signal, this.#leave] = [o.signal, o.leave];
     PieceHasher.#live.add(this);
     o.signal?.addEventListener("abort", this.#onAbort, { once: true });
+  }
+
+  /** How many workers hash a piece now, for every hasher. */
+  static get busy(): number {
+    return [...PieceHasher.#workers.values()].filter(Boolean).length;
   }
 
   /** The SHA-256 of piece `index` of `s`. */
@@ -122,13 +131,14 @@ export class PieceHasher {
     queue.splice(0, queue.length, ...others);
   }
 
-  /** Gives each idle worker (or a new one, while there are fewer than allowed) the next piece. */
+  /** Gives an idle worker (or a new one) the next piece, while fewer than allowed are busy. */
   static #pump(): void {
     const queue = PieceHasher.#queue, workers = PieceHasher.#workers;
-    const most = Math.max(...[...PieceHasher.#live].map((h) => h.#threads));
-    while (queue.length > 0) {
+    const most = Math.max(
+      ...[...PieceHasher.#live].map((h) => Math.max(1, h.#threads - (h.#leave?.() ?? 0))),
+    );
+    while (queue.length > 0 && PieceHasher.busy < most) {
       let w = [...workers].find(([, busy]) => !busy)?.[0];
-      if (!w && workers.size >= most) return;
       const job = queue.shift()!;
       w ??= PieceHasher.#start(job);
       if (!w) continue;

@@ -338,7 +338,7 @@ class FileSnapshotDir implements SnapshotDir {
     // Those compared now first, alone (a restore's are few and small: hashed on this thread, as no
     // worker starts below 64 MiB); the later ones once `laterFrom` settles or `signal` aborts, so
     // that the workers hashing them take no core from the checks that follow (0.2 s, 8 x 2 GiB).
-    const hasher = new PieceHasher({ signal: o.signal });
+    const hasher = new PieceHasher({ signal: o.signal, leave: o.busy });
     const matches = async (x: Opened) => {
       const d = await digestOf(hasher, x), want = x.file.chunkedSha256;
       const not = `${x.name} is not the file the snapshot wrote: its digest is ${d}`;

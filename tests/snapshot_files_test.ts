@@ -27,7 +27,7 @@ import { FileSnapshotStore } from "../os/snapshot_store.ts";
 import { pathTrouble } from "../os/private.ts";
 import { withScratch } from "./support/temp_dirs.ts";
 import { open } from "node:fs/promises";
-import { PIECE_BYTES } from "../os/digest.ts";
+import { digestOf, PIECE_BYTES, PieceHasher } from "../os/digest.ts";
 import { digestAll } from "./support/digests.ts";
 import type { SnapshotFile } from "../core/snapshot/store.ts";
 import { MANIFEST_FILE } from "../core/snapshot/layout.ts";
@@ -334,6 +334,33 @@ describe("digests in worker threads", () => {
         await assert.rejects(digestAll([short], { threads: 2 }), /f3 cannot be read: it ended at/);
       } finally {
         await Promise.all(handles.map((h) => h.handle.close()));
+      }
+    }));
+  test("no more workers busy at once than the hasher allows, less the cores its `leave` keeps", () =>
+    inScratch(async (s) => {
+      const bytes = new Uint8Array(PIECE_BYTES * 6 + 1).map((_, i) => (i * 7) & 255);
+      const file = join(s.dir, "big");
+      writeFileSync(file, bytes);
+      const source = { handle: await open(file, "r"), bytes: bytes.length, name: file };
+      // Open throughout (hashing nothing, allowing one), so that the workers last between runs.
+      const holder = new PieceHasher({ threads: 0 });
+      try {
+        // Asked at each handing out of pieces: the workers already busy then, at most.
+        const busiest = async (leave: number) => {
+          let most = 0;
+          const keep = () => (most = Math.max(most, PieceHasher.busy), leave);
+          const hasher = new PieceHasher({ threads: 4, workersFrom: 0, leave: keep });
+          assert.equal(await digestOf(hasher, source), byDefinition(bytes));
+          await hasher.close();
+          return most;
+        };
+        assert.equal(await busiest(3), 1, "4 threads, 3 cores kept: one at a time");
+        assert.equal(await busiest(9), 1, "more kept than there are threads: still one");
+        // A check of this test: it sees workers busy at once where they may be.
+        assert.equal(await busiest(0), 4, "none kept: all four");
+      } finally {
+        await holder.close();
+        await source.handle.close();
       }
     }));
 });

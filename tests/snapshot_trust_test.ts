@@ -680,6 +680,56 @@ describe("criu runs bounded", () => {
   });
 });
 
+describe("a restore's digests leave the engine its cores", () => {
+  test("the store's check is told, as it asks, how many of the engine's restores run", async () => {
+    const sim = new SimulatedMachine();
+    const roots = Array.from({ length: 3 }, () => sim.spawn({ memoryMiB: 64 }).pid);
+    const dir = join(base(), "snap");
+    await snapshot(roots, dir, { machine: sim });
+    let busy: (() => number) | undefined, running = 0;
+    const seen: [number, number][] = [];
+    const store = sim.store;
+    const machine = machineWith(sim, {
+      store: {
+        create: (d) => store.create(d),
+        open: async (d) => {
+          const snap = await store.open(d);
+          return new Proxy(snap, {
+            get(target, key) {
+              if (key === "check") {
+                return (files: never, o: { busy?: () => number }) => {
+                  busy ??= o.busy;
+                  return target.check(files, o as never);
+                };
+              }
+              const value = Reflect.get(target, key);
+              return typeof value === "function" ? value.bind(target) : value;
+            },
+          });
+        },
+      },
+      engine: engineWith(sim.engine, {
+        parallel: 2,
+        restore: async (r) => {
+          running++;
+          try {
+            await delay(5);
+            seen.push([running, busy?.() ?? -1]);
+            return await sim.engine.restore(r);
+          } finally {
+            running--;
+          }
+        },
+      }),
+    });
+    await restoreSnapshot(dir, { machine });
+    assert.equal(seen.length, 3, "three trees restored");
+    for (const [ran, told] of seen) assert.equal(told, ran, "told the restores running then");
+    assert.ok(seen.some(([ran]) => ran === 2), "two ran at once (a check of this test)");
+    assert.equal(busy!(), 0, "none once the restore ended");
+  });
+});
+
 describe("the trace comes first", () => {
   test("in-progress.json is written before any tree directory, so a kill at any point leaves it", async () => {
     const sim = new SimulatedMachine();

@@ -118,6 +118,7 @@ export async function restoreFrom(
       digests: true,
       signal: verify,
       laterFrom: checksEnded.promise,
+      busy: () => run.slots.busy,
       ...(holds ? { later: (f) => engine.inertFile!(f.path.split("/").pop()!) } : {}),
     });
     const running = opened.manifest.trees.flatMap((t) => t.processes)

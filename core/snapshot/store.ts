@@ -58,6 +58,8 @@ export interface CheckOptions {
   readonly later?: (file: SnapshotFile) => boolean;
   /** Their digests begin once this settles (a restore's other checks ended) or `signal` aborts. */
   readonly laterFrom?: Promise<unknown>;
+  /** The cores other work needs now (the engine's restores running): theirs take the rest. */
+  readonly busy?: () => number;
 }
 
 /** What {@link SnapshotDir.check} found; the digests it left for later go on. */
