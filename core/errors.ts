@@ -63,6 +63,18 @@ export abstract class CheckpointError extends Error {
     super(text, place.cause === undefined ? undefined : { cause: place.cause });
     ({ operation: this.operation, pid: this.pid, state: this.state, detail: this.detail } = place);
   }
+
+  /** The same error (its class, its code) with another sentence about what was left behind. */
+  withDetail(detail: string): this {
+    const more = capitalize(detail), message = `${this.message}. ${more}`;
+    const copy = Object.create(Object.getPrototypeOf(this), Object.getOwnPropertyDescriptors(this));
+    return Object.defineProperties(copy, {
+      message: { value: message },
+      stack: { value: this.stack?.replace(this.message, message) },
+      detail: { value: this.detail ? `${this.detail}. ${more}` : detail },
+      cause: { value: this, configurable: true, writable: true },
+    });
+  }
 }
 
 /**
@@ -106,20 +118,6 @@ export class CudaError extends CheckpointError {
     this.code = init.code;
     this.codeName = name ?? resultName(init.code);
     this.description = description ?? "";
-  }
-
-  /** The same error with another sentence about what was left behind. */
-  withDetail(detail: string): CudaError {
-    return new CudaError({
-      code: this.code,
-      codeName: this.codeName.startsWith("CUresult ") ? undefined : this.codeName,
-      description: this.description || undefined,
-      operation: this.operation,
-      pid: this.pid,
-      state: this.state,
-      detail: this.detail ? `${this.detail}. ${capitalize(detail)}` : detail,
-      cause: this,
-    });
   }
 }
 
@@ -260,7 +258,7 @@ function subjectOf(place: ErrorPlace): string {
 /** `err` with a sentence about what was left behind added (a `CudaError` stays one). */
 export function withDetail(err: unknown, detail: string): Error {
   if (!detail) return asError(err);
-  if (err instanceof CudaError) return err.withDetail(detail);
+  if (err instanceof CheckpointError) return err.withDetail(detail);
   return new Error(`${messageOf(err)}. ${capitalize(detail)}`, { cause: err });
 }
 

@@ -4,7 +4,7 @@
 
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { CudaProcess, runGroup } from "../mod.ts";
+import { CudaProcess, GpuRoomError, runGroup } from "../mod.ts";
 import {
   CUDA_ERROR_INVALID_VALUE,
   CUDA_ERROR_NOT_READY,
@@ -77,6 +77,12 @@ describe("a member the driver will not restore", () => {
     const result = await runGroup("resume", pids, { machine: sim, job: true });
     assert.equal(result.ok, false);
     assert.deepEqual(procs.map((p) => p.state), ["checkpointed", "checkpointed"]);
+    // The refusal keeps its class and code, with what the job did after it said.
+    const error = result.processes.find((p) => p.error)?.error;
+    assert.ok(error instanceof GpuRoomError, `a GpuRoomError, not ${error?.constructor.name}`);
+    assert.equal(error.code, "NO_ROOM");
+    assert.match(error.message, /refused: it needs .* brought back/s);
+    assert.match(String(error.stack), /brought back/, "the stack's first line is the message");
     filler.exit();
     assert.equal((await runGroup("resume", pids, { machine: sim, job: true })).ok, true);
   });
