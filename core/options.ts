@@ -85,12 +85,15 @@ function isPlain(value: object | null): value is object {
   return proto === Object.prototype || proto === null;
 }
 
-/** The key of `keys` nearest to `key` (case aside, or at most two edits away). */
+/**
+ * The key of `keys` nearest to `key`: the same but for case, at most two edits away, or else one
+ * that begins the other (after any one edit away: `--all-or-nothng` is `--all-or-nothing`'s).
+ */
 export function nearest(key: string, keys: readonly string[]): string | undefined {
   let best: string | undefined, bestDistance = 3;
   for (const k of keys) {
     const a = key.toLowerCase(), b = k.toLowerCase();
-    const d = a === b ? 0 : b.startsWith(a) || a.startsWith(b) ? 1 : editDistance(a, b);
+    const d = Math.min(editDistance(a, b), b.startsWith(a) || a.startsWith(b) ? 1.5 : 3);
     if (d < bestDistance) [best, bestDistance] = [k, d];
   }
   return best;

@@ -563,6 +563,12 @@ describe("our own checks of bad input", () => {
       ...nvidia,
       'cuda-checkpoint: unknown option "--tgle" (did you mean --toggle?)',
     ]);
+    // One edit from a long option comes before a shorter one that begins it.
+    const typo = await cli(["--all-or-nothng", "--toggle", "--all"], { isTerminal: true });
+    assert.equal(
+      typo.errLines.at(-1),
+      'cuda-checkpoint: unknown option "--all-or-nothng" (did you mean --all-or-nothing?)',
+    );
   });
 
   test("NVIDIA's operations keep NVIDIA's shape: the line, a blank line, the help", async () => {
