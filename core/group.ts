@@ -51,7 +51,7 @@ async function eachOnce(handles: readonly Handle[]): Promise<void> {
     if (j === i) continue;
     const what = ids[j].pid === pid
       ? `targets names process ${pid} twice (targets[${i}])`
-      : `pids ${ids[j].pid} and ${pid} (targets[${j}] and [${i}]) are one process, ${who.pid}`;
+      : `pids ${ids[j].pid} and ${pid} are one process, ${who.pid}`;
     throw new RangeError(`${what}: give each process once`);
   }
 }

@@ -65,7 +65,9 @@ export class FileSnapshotStore implements SnapshotStore {
       handle = (await openInside(where, through, "directory", true)).handle;
       const names = create && !made ? await readdir(pinned(handle)) : [];
       if (names.length > 0) {
-        const n = `${names.length} entries`;
+        const n = names.length === 1
+          ? `it holds ${JSON.stringify(names[0])}`
+          : `${names.length} entries`;
         throw new Error(`${where} is not empty (${n}): a snapshot needs a new or empty directory`);
       }
       if (create && !made) await handle.chmod(0o700); // empty, taken over: made private as new

@@ -87,7 +87,9 @@ describe("a new snapshot's directory", () => {
     inScratch(async (s) => {
       mkdirSync(join(s.dir, "full"), { mode: 0o700 });
       writeFileSync(join(s.dir, "full", "x"), "x");
-      await assert.rejects(store.create(join(s.dir, "full")), /is not empty \(1 entries\)/);
+      await assert.rejects(store.create(join(s.dir, "full")), /is not empty \(it holds "x"\)/);
+      writeFileSync(join(s.dir, "full", "y"), "y");
+      await assert.rejects(store.create(join(s.dir, "full")), /is not empty \(2 entries\)/);
       mkdirSync(join(s.dir, "real"), { mode: 0o700 });
       symlinkSync(join(s.dir, "real"), join(s.dir, "link"));
       await assert.rejects(store.create(join(s.dir, "link")), /link is a symbolic link/);
