@@ -325,7 +325,8 @@ function finish(seen: Seen): Command {
   const state = "spawn, kill and reset work on the simulated machine of the state file";
   if (sub !== "list" && sub !== "ps" && !common.simulate) no(only, state);
   const extra = sub === "kill" ? rest.slice(1) : rest;
-  if (extra.length > 0) throw badOption(`unexpected argument ${JSON.stringify(extra[0])}`);
+  const takes = `${sub} takes ${sub === "kill" ? "one pid" : "no argument"}`;
+  if (extra.length > 0) no(`unexpected argument ${JSON.stringify(extra[0])}: ${takes}`);
   refuseStray(sub, seen, STRAY_OF_OTHERS);
   if (sub === "list" || sub === "ps") return { kind: "list", ...common };
   if (sub === "reset") return { kind: "reset", ...common };

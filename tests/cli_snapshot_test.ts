@@ -110,6 +110,9 @@ describe("the command line of snapshots", () => {
       [["--toggle", "--pid", "5", "--dir", "/s"], /^--dir is only valid with snapshot/],
       [["--get-state", "--pid", "5,6", "--job"], /^--job is only valid for --action and --toggle/],
       [["list", "--job"], /^list takes no --job$/],
+      // Ours, not NVIDIA's: its line for a stray argument is not kept.
+      [["list", "4000"], /^unexpected argument "4000": list takes no argument$/],
+      [["--simulate", "kill", "4000", "5000"], /^unexpected argument "5000": kill takes one pid$/],
       [["snapshot", "--pid", "5", "--dir", ""], /^--dir must name a directory/],
     ];
     for (const [args, pattern] of rows) {
