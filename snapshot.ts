@@ -14,13 +14,16 @@
  * import { snapshot } from "@ckpt/cuda";
  * import type { SnapshotEvent } from "@ckpt/cuda/snapshot";
  * import { SimulatedMachine } from "@ckpt/cuda/mock";
+ * import { mkdtemp } from "node:fs/promises";
+ * import { tmpdir } from "node:os";
  *
  * const sim = new SimulatedMachine();
  * const job = sim.spawn({ memoryMiB: 4096, command: "python train.py" });
  * const onProgress = (e: SnapshotEvent) => e.type === "phase" && console.log(e.phase, e.at);
- * const dir = "/var/lib/snapshots/job-1"; // a new (or empty) directory
+ * // The simulator's images are real files: a new (or empty) directory, whose parent exists.
+ * const dir = `${await mkdtemp(`${tmpdir()}/snapshots-`)}/job-1`;
  * const { manifest } = await snapshot([job.pid], dir, { machine: sim, onProgress });
- * console.log(manifest.trees[0].processes[0].cuda); // { state: "running", gpuMemoryMiB: {...} }
+ * console.log(manifest.trees[0].processes[0].cuda); // { state: "running", restoreThreadId, gpuMemoryMiB }
  * ```
  *
  * @module

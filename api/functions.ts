@@ -123,10 +123,13 @@ export async function listGpus(options?: { machine?: Machine }): Promise<readonl
  * ```ts
  * import { restoreSnapshot, snapshot } from "@ckpt/cuda";
  * import { SimulatedMachine } from "@ckpt/cuda/mock";
+ * import { mkdtemp } from "node:fs/promises";
+ * import { tmpdir } from "node:os";
  *
  * const sim = new SimulatedMachine(); // without it: this machine's driver and criu, as root
  * const job = sim.spawn({ memoryMiB: 1024 });
- * const dir = "/var/lib/snapshots/job-1"; // a new (or empty) directory
+ * // The simulator's images are real files: a new (or empty) directory, whose parent exists.
+ * const dir = `${await mkdtemp(`${tmpdir()}/snapshots-`)}/job-1`;
  * await snapshot([job.pid], dir, { machine: sim }); // the process is on disk, and ended
  * await restoreSnapshot(dir, { machine: sim }); // back, with its pid and its GPU memory
  * ```
