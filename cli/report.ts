@@ -135,7 +135,14 @@ export function printReports(
     }
     if (status === "not-started" || status === "stopped") {
       const what = status === "stopped" ? "was stopped between steps" : "was not started";
-      print.err(`Process ID ${pid} ${what}: ${REASONS[reason ?? ""] ?? reason}`);
+      // A stop between steps undoes the first ones: say so, as a rollback says it.
+      const steps = rollback?.steps.map((s) => s.step).join(", ");
+      const undone = !steps
+        ? ""
+        : rollback!.ok
+        ? `; what it had done was undone (${steps}): it is ${state} again`
+        : `; undoing what it had done failed (${rollback!.error?.detail}): it is ${state}`;
+      print.err(`Process ID ${pid} ${what}: ${REASONS[reason ?? ""] ?? reason}${undone}`);
     }
     if (rollback && status === "rolled-back") {
       print.more(

@@ -141,7 +141,8 @@ class Group {
           this.#cut.has(e.proc.pid) && (e.report?.error as CudaError)?.code === CUDA_ERROR_NOT_READY
         ),
       aborted: this.s.signal?.aborted === true,
-      rolledBack: this.#rolledBack,
+      rolledBack: this.#rolledBack ||
+        this.#entries.some((e) => e.report?.stopped && e.report.rollback),
       ms: this.#deadline.elapsed(),
     };
   }

@@ -101,7 +101,10 @@ export interface GroupResult {
   readonly deadlinePassed: boolean;
   /** Whether the signal aborted the group. */
   readonly aborted: boolean;
-  /** Whether all-or-nothing (or `rollBackOnAbort`) rolled processes back that were done. */
+  /**
+   * Whether processes were brought back to where they began: done ones by all-or-nothing (or
+   * `rollBackOnAbort`), or ones stopped between steps (`stopped`), whose first steps were undone.
+   */
   readonly rolledBack: boolean;
   /** The whole group's time in ms, on the machine's clock. */
   readonly ms: number;

@@ -732,6 +732,19 @@ describe("several pids at once", () => {
       assert.deepEqual(line.rollback.steps.map((s: { step: string }) => s.step), ["unlock"]);
     }
     assert.deepEqual(procs.map((p) => p.state), ["checkpointed", "running", "running"]);
+    // In words: stopped, and what it had done undone.
+    await cli(["--toggle", "-p", pids[0]], { machine: sim });
+    procs[0].failNext("restore", { code: 2 });
+    const text = await cli(["--toggle", "-p", pids.join(","), "--all-or-nothing"], {
+      machine: sim,
+    });
+    assert.match(
+      text.err,
+      new RegExp(
+        `Process ID ${pids[1]} was stopped between steps: another process failed and ` +
+          `--all-or-nothing was given; what it had done was undone \\(unlock\\): it is running again`,
+      ),
+    );
   });
 
   test("--action lock of several: one already locked fails as it would alone; --json has every field", async () => {

@@ -390,6 +390,7 @@ describe("group operations", () => {
     assert.deepEqual(out.steps.map((s) => s.step), ["lock"]);
     assert.deepEqual(out.rollback?.steps.map((s) => s.step), ["unlock"]);
     assert.equal(p.state, "running");
+    assert.equal(result.rolledBack, true, "its lock was undone");
   });
 
   test("abort mid-group: what runs finishes, nothing new starts, all-or-nothing rolls back", async () => {
@@ -488,6 +489,8 @@ describe("group operations", () => {
     }
     assert.ok(procs.every((p) => p.state === "running"));
     assert.equal(result.ok, false);
+    assert.equal(result.rolledBack, true, "the locks of the stopped ones were undone");
+    assert.equal(result.rolledBack, true, "the locks of the stopped ones were undone");
   });
 
   test("a process that exits mid-group fails alone, saying it is gone; the rest roll back", async () => {
