@@ -36,6 +36,7 @@ import {
   runtimeCommand,
   table,
   totalMiB,
+  usageError,
 } from "./_support.ts";
 import { MAX_TIMER_MS } from "../core/options.ts";
 
@@ -124,8 +125,15 @@ async function preempt(): Promise<boolean> {
   const workers: Worker[] = [];
   try {
     const sim = here.kind === "simulated" ? here.machine : undefined;
-    const gpu = (await listGpus({ machine: here.machine }))[device];
-    if (!gpu) throw new Error(`--device ${device}: no such GPU here`);
+    const gpus = await listGpus({ machine: here.machine }), gpu = gpus[device];
+    const count = `${gpus.length} GPU${gpus.length === 1 ? "" : "s"}`;
+    if (!gpu) usageError(SPEC, `--device ${device}: this machine has ${count}`);
+    const sized = sim?.gpus[device];
+    if (sized && highMiB + sized.contextMiB > sized.memoryMiB) {
+      const all = `GPU ${device} has ${sized.memoryMiB} MiB in all, and a CUDA context takes ` +
+        `${sized.contextMiB} MiB of it`;
+      usageError(SPEC, `--high-mib ${highMiB}: ${all}: the job would not fit on an empty GPU`);
+    }
     console.log(`GPU ${device}: ${gpu.name} ${gpu.uuid}`);
     if (sim) fillWithOtherWork(sim);
     for (let rank = 0; rank < lowCount; rank++) {
@@ -299,8 +307,9 @@ function fillWithOtherWork(sim: SimulatedMachine): void {
   const other = gpu.freeMiB - lowAll - wantedFree - gpu.contextMiB;
   if (other <= 0) return;
   const server = sim.spawn({ memoryMiB: other, gpu: device, command: "vllm serve (another team)" });
+  const holds = `${other + gpu.contextMiB} MiB (its CUDA context's ${gpu.contextMiB} included)`;
   console.log(
-    `Also on the GPU: an inference server (pid ${server.pid}) holding ${other} MiB, left running.`,
+    `Also on the GPU: an inference server (pid ${server.pid}) holding ${holds}, left running.`,
   );
 }
 

@@ -346,6 +346,15 @@ describe("migrate.ts, preempt.ts, snapshot_all.ts on the simulator", () => {
       assert.equal(Number(carried[4]), Number(carried[3]) + 1);
       assert.match(out, /^Their data \(the first 16 MiB of each buffer\): intact\.$/m);
       assert.match(out, /^PASS: the low-priority job was preempted/m);
+      // The figures add up: the server, the two processes and what is free fill the GPU.
+      const server = Number(/inference server \(pid \d+\) holding (\d+) MiB/.exec(out)?.[1]);
+      const free = Number(/GPU 0 has (\d+) MiB free/.exec(out)?.[1]);
+      assert.equal(server + 2 * 4616 + free, 143771, out);
+      // A job larger than the GPU is refused before anything is suspended.
+      const big = await runExample("preempt.ts", [...ON_SIMULATOR, "--high-mib", "200000"]);
+      assert.equal(big.code, 2, big.out + big.err);
+      assert.match(big.err, /--high-mib 200000: GPU 0 has 143771 MiB in all.*empty GPU/);
+      assert.doesNotMatch(big.out, /Preempting/);
     },
   );
 
