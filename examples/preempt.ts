@@ -442,7 +442,10 @@ async function runJob(kind: string): Promise<void> {
     process.exit(2);
   }
   const mib = kind === "low" ? lowMiB : highMiB;
-  const machine = await openMachine();
+  const machine = await openMachine().catch((err) => {
+    // A worker of the GPU run, started by this program: without a driver it has no work.
+    usageError(SPEC, `--job ${kind} runs one process of a job on a GPU: ${messageOf(err)}`);
+  });
   const ctx = await openCudaContext({ driver: machine.driver, device });
   const freeAtStart = ctx.memoryInfo().freeBytes;
   const start = performance.now();

@@ -42,6 +42,7 @@ import {
   simulatedComputeCapability,
   spawnBuffer,
   table,
+  usageError,
 } from "./_support.ts";
 
 const SPEC: ExampleSpec = {
@@ -287,9 +288,8 @@ async function nativeSubject(here: NativeExampleMachine): Promise<Subject> {
 /** A simulated process holding the buffer, given the same bytes the kernel writes on a GPU. */
 function simulatedSubject(sim: SimulatedMachine): Subject {
   const gpu = sim.gpus[deviceOrdinal];
-  if (!gpu) {
-    throw new Error(`--device ${deviceOrdinal}: the simulated machine has ${sim.gpus.length} GPU`);
-  }
+  const count = `${sim.gpus.length} GPU${sim.gpus.length === 1 ? "" : "s"}`;
+  if (!gpu) usageError(SPEC, `--device ${deviceOrdinal}: the simulated machine has ${count}`);
   const target = spawnBuffer(
     sim,
     "--buffer-mib",
