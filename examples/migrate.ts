@@ -94,6 +94,7 @@ try {
   await here.close();
   process.exit(1);
 }
+if (bufferMiB >= 4096) console.log(`Hashing the ${bufferMiB} MiB buffer (this takes a while) ...`);
 const before = await mover.hash();
 console.log();
 console.log(

@@ -151,8 +151,14 @@ async function snapshotAll(): Promise<boolean> {
     const freed = typeof before === "string" || typeof during === "string"
       ? "unknown"
       : `${sum(before, pids) - sum(during, pids)} MiB`;
+    // Steps begun before the deadline run to their end: the group may end after it.
+    const late = suspended.ms > deadlineMs
+      ? ` (past the ${deadlineMs} ms deadline: no step began after it, and those begun before ran to their end)`
+      : "";
     console.log(
-      `All ${pids.length} checkpointed in ${ms(suspended.ms)} ms; GPU memory released: ${freed}.`,
+      `All ${pids.length} checkpointed in ${
+        ms(suspended.ms)
+      } ms${late}; GPU memory released: ${freed}.`,
     );
     // No deadline and no rollback for the resume: a resume rolled back would suspend them again.
     console.log('Resuming them all at once: runGroup("resume").');
