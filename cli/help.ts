@@ -98,11 +98,12 @@ Options:
         Long work (a step, --toggle, snapshot, restore-snapshot, recover) writes its progress on
         stderr, one JSON object per line, instead of the live line a terminal shows:
         {"event":"phase",phase,gpuMemoryMiB:{<pid>:<MiB>},imageBytes}, {"event":"step-start",
-        pid,step,gpuMemoryMiB,bytes,estimatedMs}, {"event":"step-end",pid,step,ms,ok,rollback},
-        {"event":"process-end",pid,status}, {"event":"bytes",root,bytes} (criu's count so far),
-        {"event":"tree-end",root,how:"dumped"|"restored",bytes} (its files, as the manifest
-        lists them), {"event":"wait",root,ms,why} (the restore waits ms before criu runs: a port
-        in TIME_WAIT; 0: one ended); at: ms since the command began. stderr's other lines are text
+        pid,step,rollback,gpuMemoryMiB,bytes,estimatedMs}, {"event":"step-end",pid,step,ms,ok,
+        rollback}, {"event":"process-end",pid,status}, {"event":"bytes",root,bytes} (criu's count
+        so far), {"event":"tree-end",root,how:"dumped"|"restored",bytes} (its files, as the
+        manifest lists them), {"event":"wait",root,ms,why} (the restore waits ms before criu runs:
+        a port in TIME_WAIT; 0: one ended); at: ms since the command began. stderr's other lines
+        are text
 
 --simulate
         Works on a simulated machine kept in a state file ($CKPT_SIM_STATE, else one in

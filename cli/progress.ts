@@ -132,8 +132,8 @@ export class Progress {
       if ("imageBytes" in e) this.#images = Math.max(e.imageBytes ?? 0, this.#sum(this.#moving));
     } else if (e.type === "step-start") {
       if (bytes) this.#held.set(e.pid, bytes);
-      this.#steps.set(e.pid, { step: e.step, since: now });
-      if (RATES[e.step] && bytes) this.#moving.add(e.pid);
+      this.#steps.set(e.pid, { step: e.rollback ? `${e.step} (undoing)` : e.step, since: now });
+      if (RATES[e.step] && bytes && !e.rollback) this.#moving.add(e.pid);
     } else if (e.type === "step-end") {
       this.#steps.delete(e.pid);
       if (!e.ok && RATES[e.step]) this.#moving.delete(e.pid);

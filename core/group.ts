@@ -209,8 +209,8 @@ class Group {
     const memory = mib === undefined ? {} : { gpuMemoryMiB: mib };
     const at = () => this.#deadline.elapsed();
     return {
-      stepStarted: (step) =>
-        this.s.onProgress({ type: "step-start", pid, step, at: at(), ...memory }),
+      stepStarted: (step, rollback) =>
+        this.s.onProgress({ type: "step-start", pid, step, at: at(), rollback, ...memory }),
       stepEnded: ({ step, ms, ok }, rollback) =>
         this.s.onProgress({ type: "step-end", pid, step, at: at(), ms, ok, rollback, ...memory }),
     };

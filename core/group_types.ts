@@ -57,7 +57,9 @@ export interface GroupOptions {
  * rollback that all-or-nothing may make later), and how; `at` is ms since the start.
  */
 export type GroupEvent = Readonly<
-  | { type: "step-start"; pid: number; step: Step; at: number; gpuMemoryMiB?: number }
+  | { type: "step-start"; pid: number; step: Step; at: number; gpuMemoryMiB?: number } & {
+    rollback?: boolean;
+  }
   | { type: "step-end"; pid: number; step: Step; at: number; ms: number; ok: boolean } & {
     rollback: boolean;
     gpuMemoryMiB?: number;

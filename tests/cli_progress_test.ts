@@ -245,6 +245,19 @@ describe("the live line on a terminal", () => {
     );
     now = 3000;
     assert.match(line.text(), /~5\.4 of 5\.4 GB, ~2\.5 GB\/s, longer than estimated; /);
+    // A rollback's step says so, and moves no bytes toward the goal.
+    for (const [pid, step, ok] of [[4102, "lock", false], [4103, "checkpoint", true]] as const) {
+      line.event({ type: "step-end", pid, step, at: 3000, ms: 1000, ok, rollback: false });
+    }
+    line.event({
+      type: "step-start",
+      pid: 4101,
+      step: "restore",
+      at: 3000,
+      gpuMemoryMiB: 4096,
+      rollback: true,
+    });
+    assert.equal(line.text(), "toggle 3.0 s, 1/3 done: 5.4 of 5.4 GB; 4101 restore (undoing)");
     line.stop();
     const narrow = new Progress(print, clock, { total: 1, columns: 30 }, false);
     narrow.event({ type: "phase", phase: "checkpoint", at: 0 });
