@@ -165,9 +165,9 @@ async function run(here: ExampleMachine): Promise<boolean> {
   const m = made.manifest;
   const bytes = m.files.reduce((sum, f) => sum + f.bytes, 0);
   step(
-    `Snapshot in ${made.dir}: GPU memory ${manifestMemory(m)}, ${size(bytes)} of images; suspend ${
-      sec(m.timings.suspendMs)
-    }, dump ${sec(m.timings.dumpMs)}, ${sec(made.ms)} in all${
+    `Snapshot in ${made.dir}: GPU memory ${manifestMemory(m)}, ${size(bytes)} of images${
+      simulated ? " (the simulated criu writes only the bytes written to the GPU)" : ""
+    }; suspend ${sec(m.timings.suspendMs)}, dump ${sec(m.timings.dumpMs)}, ${sec(made.ms)} in all${
       simulated ? " (simulated times)" : ""
     }`,
   );

@@ -518,7 +518,7 @@ describe("pytorch.ts", () => {
         assert.match(run.out, /^2\. Taking process 4000 to disk: python3 train\.py /m);
         assert.match(
           run.out,
-          /^3\. Snapshot in .*snap: GPU memory \d+ MiB, .* of images; suspend/m,
+          /^3\. Snapshot in .*snap: GPU memory \d+ MiB, .* of images \(the simulated criu writes only the bytes written to the GPU\); suspend/m,
         );
         assert.match(run.out, /^4\. Process 4000 is gone: its GPU memory is free$/m);
         assert.match(run.out, /^5\. Restored in [\d.]+ s: pid 4000, running, GPU memory \d+ MiB$/m);
