@@ -15,6 +15,7 @@ import { type JobMember, runJob } from "./job.ts";
 import type { MachineSource } from "./machine.ts";
 import { checkPid, mustBe } from "./options.ts";
 import { Handle, sessionOf, type Turn } from "./process.ts";
+import { onto } from "./room.ts";
 import { sameProcess } from "./host.ts";
 import type { Action } from "./states.ts";
 import { clockOf, Deadline } from "./time.ts";
@@ -147,13 +148,21 @@ class Group {
     };
   }
 
-  /** Plans the action for every member (strictly); where one is refused, no other starts. */
+  /**
+   * Plans the action for every member (strictly), and checks the room of each restore it plans
+   * as its step will; where one is refused, no other starts.
+   */
   async #allCanStart(): Promise<boolean> {
     const checks = await Promise.all(this.#entries.map((e) => {
       const report: ActionReport = { status: "failed", steps: [] };
-      const settings = this.#settingsFor(e.proc.pid);
-      return e.proc.ordered((t) => planGoal(t, this.action, report, settings, true))
-        .then(() => undefined, (err): ActionReport => ({ ...report, error: asError(err) }));
+      const settings = this.#settingsFor(e.proc.pid), operation = this.action;
+      return e.proc.ordered(async (t) => {
+        const steps = await planGoal(t, operation, report, settings, true);
+        if (!settings.checkRoom || !steps.includes("restore") || t.self) return;
+        const record = await t.session.room.record(t.identity);
+        const need = record && onto([record.heldMiB], settings.pairs);
+        if (need) await t.session.room.fits(need, { operation, pid: t.pid }, t.identity);
+      }).then(() => undefined, (err): ActionReport => ({ ...report, error: asError(err) }));
     }));
     if (checks.every((c) => c === undefined)) return true;
     this.#failed = true;

@@ -4,6 +4,7 @@ import assert from "node:assert/strict";
 import {
   CudaError,
   CudaProcess,
+  GpuRoomError,
   type ProcessState,
   RefusedError,
   runGroup,
@@ -491,6 +492,24 @@ describe("group operations", () => {
     assert.equal(result.ok, false);
     assert.equal(result.rolledBack, true, "the locks of the stopped ones were undone");
     assert.equal(result.rolledBack, true, "the locks of the stopped ones were undone");
+  });
+
+  test("all-or-nothing: a resume that will not fit is refused before any member is restored", async () => {
+    const sim = new SimulatedMachine({ gpus: 2 });
+    const procs = [0, 1].map((gpu) => sim.spawn({ memoryMiB: 4096, gpu }));
+    const pids = procs.map((p) => p.pid);
+    assert.equal((await runGroup("suspend", pids, { machine: sim })).ok, true);
+    sim.fillGpu(1, { leaveMiB: 1024 });
+    const before = sim.driver.calls.length;
+    const result = await runGroup("resume", pids, { machine: sim, allOrNothing: true });
+    assert.equal(result.ok, false);
+    const [a, b] = result.processes;
+    assert.equal(a.status, "not-started", "the one that fits was not restored and undone");
+    assert.ok(b.error instanceof GpuRoomError, String(b.error));
+    assert.equal(b.error.code, "NO_ROOM");
+    const steps = sim.driver.calls.slice(before).filter((c) => c.op !== "getState");
+    assert.deepEqual(steps.map((c) => c.op), [], "no step reached the driver");
+    assert.deepEqual(procs.map((p) => p.state), ["checkpointed", "checkpointed"]);
   });
 
   test("a process that exits mid-group fails alone, saying it is gone; the rest roll back", async () => {
