@@ -101,7 +101,7 @@ export function errorReport(operation: CliOperation, pid: number, error: unknown
 
 /** Why a process was not started or was stopped, in words. */
 const REASONS: Readonly<Record<string, string>> = {
-  "another-failed": "another process failed and --all-or-nothing was given",
+  "another-failed": "another process failed, and --all-or-nothing (or --job) was given",
   deadline: "the deadline passed",
   aborted: "it was aborted",
 };
