@@ -193,14 +193,10 @@ export class SimulatedCriu implements SnapshotEngine {
   }
 
   /** `fn` on each live process that has one of `pids` as its pid or a thread id (checked). */
-  #each(pids: readonly number[], what: string, fn: (p: SimulatedProcess) => void): Promise<void> {
-    try {
-      if (!Array.isArray(pids)) mustBe(TypeError, `${what}: pids`, "an array of pids", pids);
-      pids.forEach((pid, i) => checkInteger(pid, `${what}: pids[${i}]`, 1, MAX_PID));
-    } catch (err) {
-      return Promise.reject(err);
-    }
-    return this.#machine.waitOn(`${what} processes`, () => {
+  async #each(pids: readonly number[], what: string, fn: (p: SimulatedProcess) => void) {
+    if (!Array.isArray(pids)) mustBe(TypeError, `${what}: pids`, "an array of pids", pids);
+    pids.forEach((pid, i) => checkInteger(pid, `${what}: pids[${i}]`, 1, MAX_PID));
+    return await this.#machine.waitOn(`${what} processes`, () => {
       pids.map((pid) => this.#machine.process(pid)).forEach((p) => p && fn(p));
       return Promise.resolve();
     });
@@ -211,31 +207,27 @@ export class SimulatedCriu implements SnapshotEngine {
    * `leaveStopped`), then `body`, waited on, with its log, and its waits stopped (logged) by the
    * request's signal or timeout.
    */
-  #operate<R extends DumpRequest | RestoreRequest, T>(
+  async #operate<R extends DumpRequest | RestoreRequest, T>(
     op: CriuOperation,
     request: R,
     body: (r: R, run: Waits, log: EngineLog) => Promise<T>,
   ): Promise<T> {
     const r = request as DumpRequest & RestoreRequest;
-    try {
-      const not = `${op} takes a request object, got ${describeValue(r)}`;
-      if (typeof r !== "object" || r === null) throw new TypeError(not);
-      const keys = ["root", "imagesDir", "signal", "timeoutMs", "tcpEstablished"] as const;
-      const own = op === "dump" ? ["onBytes"] as const : ["leaveStopped", "onWait"] as const;
-      checkKeys(r, `${op} request`, [...keys, ...own]);
-      checkFlag(r.tcpEstablished, `${op}: tcpEstablished`, false);
-      checkInteger(r.root, `${op}: root (a pid)`, 1, MAX_PID);
-      checkName(r.imagesDir, `${op}: imagesDir`);
-      if (r.timeoutMs !== undefined) checkAmount(r.timeoutMs, `${op}: timeoutMs`);
-      checkSignal(r.signal, `${op}: signal`);
-      checkFunction(r.onBytes, `${op}: onBytes`);
-      checkFunction(r.onWait, `${op}: onWait`);
-      checkFlag(r.leaveStopped, `${op}: leaveStopped`, false);
-    } catch (err) {
-      return Promise.reject(err);
-    }
+    const not = `${op} takes a request object, got ${describeValue(r)}`;
+    if (typeof r !== "object" || r === null) throw new TypeError(not);
+    const keys = ["root", "imagesDir", "signal", "timeoutMs", "tcpEstablished"] as const;
+    const own = op === "dump" ? ["onBytes"] as const : ["leaveStopped", "onWait"] as const;
+    checkKeys(r, `${op} request`, [...keys, ...own]);
+    checkFlag(r.tcpEstablished, `${op}: tcpEstablished`, false);
+    checkInteger(r.root, `${op}: root (a pid)`, 1, MAX_PID);
+    checkName(r.imagesDir, `${op}: imagesDir`);
+    if (r.timeoutMs !== undefined) checkAmount(r.timeoutMs, `${op}: timeoutMs`);
+    checkSignal(r.signal, `${op}: signal`);
+    checkFunction(r.onBytes, `${op}: onBytes`);
+    checkFunction(r.onWait, `${op}: onWait`);
+    checkFlag(r.leaveStopped, `${op}: leaveStopped`, false);
     const ms = r.timeoutMs;
-    return this.#machine.waitOn(`${op} the process tree of ${r.root}`, async () => {
+    return await this.#machine.waitOn(`${op} the process tree of ${r.root}`, async () => {
       const first = `${op === "dump" ? "Dumping processes" : "Restoring"} (pid: ${r.root})`;
       // A restore writes nothing beside its images, nor anywhere else: its log is kept in memory.
       const file = op === "dump" ? join(r.imagesDir, "dump.log") : undefined;
