@@ -27,13 +27,10 @@ export const SIMULATED_STATE_FILE = "simulated-machine.json";
  * wrong and what to do.
  */
 export class SimulatedStateError extends Error {
-  /** The file or directory at fault. */
-  readonly path: string;
-
-  constructor(path: string, message: string, options?: { cause?: unknown }) {
+  /** An error of `path`, the file or directory at fault. */
+  constructor(readonly path: string, message: string, options?: { cause?: unknown }) {
     super(message, options);
     this.name = "SimulatedStateError";
-    this.path = path;
   }
 }
 

@@ -57,12 +57,9 @@ type DumpedImages = { image: ProcessImage; pages: SavedPages };
 
 /** A GPU of the machine a process was dumped on, not of this one: it holds nothing here. */
 class RememberedGpu extends SimulatedGpu {
-  /** Every GPU the process saw there, this one among them (filled in once all are made). */
-  readonly seen: readonly RememberedGpu[];
-
-  constructor(gpu: ImageGpu, seen: readonly RememberedGpu[]) {
+  /** `seen`: every GPU the process saw there, this one among them (filled in once all are made). */
+  constructor(gpu: ImageGpu, readonly seen: readonly RememberedGpu[]) {
     super(gpu.index, gpu.name, gpu.uuid, 0, 0);
-    this.seen = seen;
   }
 }
 

@@ -14,8 +14,6 @@ const DIGEST_BYTES = 32;
 
 /** One process's GPU memory: a checkpoint or a restore moves it whole, never copies it. */
 export class MemoryImage {
-  /** The size of the memory in bytes. */
-  readonly size: number;
   /** The chunks written, by index (the last one may be shorter), or made once needed; others zero. */
   readonly #chunks = new Map<number, Uint8Array | Unmade>();
   /** Every chunk's SHA-256 in order, from the first hash on, but those #stale; the last result. */
@@ -23,10 +21,8 @@ export class MemoryImage {
   readonly #stale = new Set<number>();
   #hex: string | undefined;
 
-  /** An image of `size` bytes, all zero. */
-  constructor(size: number) {
-    this.size = size;
-  }
+  /** An image of `size` bytes (the memory's size), all zero. */
+  constructor(readonly size: number) {}
 
   /** An image of `size` bytes holding `pages` (read with {@link readPages}). */
   static load(size: number, pages: SavedPages): MemoryImage {

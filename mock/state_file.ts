@@ -57,14 +57,10 @@ export interface SimulatorSnapshot {
 
 /** A snapshot that cannot be loaded: another format or version, or a field amiss. */
 export class SimulatorSnapshotError extends Error {
-  /** The field at fault, as a path: `"version"`, `"processes[2].state"`, `"gpus[0].uuid"`. */
-  readonly field: string;
-
-  /** An error for `field`; `message` says what is wrong with it. */
-  constructor(field: string, message: string) {
+  /** An error for `field`, a path (`"gpus[0].uuid"`); `message` says what is wrong with it. */
+  constructor(readonly field: string, message: string) {
     super(`invalid simulated machine snapshot: ${message}`);
     this.name = "SimulatorSnapshotError";
-    this.field = field;
   }
 }
 
