@@ -142,9 +142,7 @@ export class LibcudaDriver implements NativeDriver {
   constructor(adapter: FfiAdapter, opened: Opened, maxWorkers: number) {
     this.kind = adapter.kind;
     this.#adapter = adapter;
-    this.#lib = opened.lib;
-    this.#version = opened.version;
-    this.libraryPath = opened.path;
+    ({ lib: this.#lib, version: this.#version, path: this.libraryPath } = opened);
     const missing = CHECKPOINT_SYMBOL_NAMES.filter((name) => !opened.lib.present.has(name));
     this.missingFunctions = Object.freeze(missing);
     this.checkpointSupported = this.missingFunctions.length === 0;

@@ -65,8 +65,7 @@ export class SimulatedDriver implements CheckpointDriver {
   /** @internal made by the machine */
   constructor(machine: MachineView) {
     this.#machine = machine;
-    this.#timing = machine.timing;
-    this.#version = machine.version;
+    ({ timing: this.#timing, version: this.#version } = machine);
     this.#versionName = formatDriverVersion(machine.version);
     const old = machine.version < CHECKPOINT_MIN_DRIVER_VERSION;
     this.missingFunctions = old ? [...CHECKPOINT_FUNCTIONS] : [];

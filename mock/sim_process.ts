@@ -114,20 +114,11 @@ export class SimulatedProcess {
   /** @internal running, its GPU memory all zero (not yet claimed) */
   constructor(machine: MachineView, made: NewProcess) {
     this.#machine = machine;
-    this.pid = made.pid;
-    this.threads = made.threads;
-    this.memoryMiB = made.memoryMiB;
-    this.gpus = made.gpus;
-    this.usesCuda = made.cuda;
+    ({ pid: this.pid, threads: this.threads, memoryMiB: this.memoryMiB, gpus: this.gpus } = made);
+    ({ command: this.command, inspectable: this.inspectable, ipcImport: this.ipcImport } = made);
+    ({ nccl: this.nccl, tcp: this.tcp, parent: this.#parent, start: this.start } = made);
+    ({ cuda: this.usesCuda, libcuda: this.libcudaLoaded } = made);
     this.tid = made.cuda ? made.threads[made.threads.length - 1] : 0;
-    this.command = made.command;
-    this.inspectable = made.inspectable;
-    this.libcudaLoaded = made.libcuda;
-    this.ipcImport = made.ipcImport;
-    this.nccl = made.nccl;
-    this.tcp = made.tcp;
-    this.#parent = made.parent;
-    this.start = made.start;
     if (made.cuda) this.#memory = new MemoryImage(mibToBytes(made.memoryMiB));
   }
 
