@@ -71,19 +71,16 @@ export class CopyLink {
 
 /** One operation's waits, stopped together: with an error (they reject), or abandoned. */
 export class Waits {
-  readonly #timers: Pick<Timers, "startTimer">;
   readonly #under = new Map<() => void, (error: Error) => void>();
   /** Why it was stopped: an error, or `null` when abandoned; `undefined` while it runs. */
   #stopped: Error | null | undefined;
 
   /** The waits of an operation whose timers `timers` starts. */
-  constructor(timers: Pick<Timers, "startTimer">) {
-    this.#timers = timers;
-  }
+  constructor(private readonly timers: Pick<Timers, "startTimer">) {}
 
   /** Resolves after `ms`. */
   sleep(ms: number): Promise<void> {
-    return this.#wait((done) => this.#timers.startTimer(ms, done));
+    return this.#wait((done) => this.timers.startTimer(ms, done));
   }
 
   /** Moves `bytes` through `link` at up to `rate` bytes per ms. */
