@@ -92,9 +92,7 @@ export class Progress {
   readonly #events: boolean;
 
   constructor(print: Printer, clock: Clock | undefined, o: ProgressOptions, events: boolean) {
-    this.#print = print;
-    this.#o = o;
-    this.#events = events;
+    [this.#print, this.#o, this.#events] = [print, o, events];
     this.#now = clock ? () => clock.now() : () => performance.now();
     this.#start = this.#since = this.#now();
     if (events) return;

@@ -38,11 +38,8 @@ export class SimulatedGpu {
 
   /** @internal made by `SimulatedMachine`, with a UUID in its one form */
   constructor(index: number, name: string, uuid: string, memoryMiB: number, contextMiB: number) {
-    this.index = index;
-    this.name = name;
-    this.uuid = uuid;
-    this.memoryMiB = memoryMiB;
-    this.contextMiB = contextMiB;
+    [this.index, this.name, this.uuid] = [index, name, uuid];
+    [this.memoryMiB, this.contextMiB] = [memoryMiB, contextMiB];
   }
 
   /** GPU memory held by processes (and restores under way), contexts included, in MiB. */

@@ -214,10 +214,8 @@ class FileSnapshotDir implements SnapshotDir {
   #verifying: Promise<void> | undefined;
 
   constructor(readonly path: string, handle: FileHandle, digests: boolean, made?: Made) {
-    this.#handle = handle;
+    [this.#handle, this.#digests, this.#made] = [handle, digests, made];
     this.#base = pinned(handle);
-    this.#digests = digests;
-    this.#made = made;
   }
 
   async subdir(name: string): Promise<void> {
