@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# A short check of the tree on the GPU after changes that touch the library's error and group
+# paths: gpu_test.ts, tests/gpu/group.ts (groups, all-or-nothing, a deadline) and
+# self_checkpoint.ts at 1 GiB, under our binary's Bun running this tree's TypeScript. Carry
+# .carry/cuda-checkpoint-ours.xz:   timeout 280 bash tests/gpu/exp/sanity.sh   (log: $OUT/log)
+set -u
+out=${OUT:-tests/gpu/out}
+mkdir -p "$out"
+exec > >(tee "$out/log") 2>&1
+d=$(mktemp -d)
+trap 'rm -rf "$d"' EXIT
+xz -dc .carry/cuda-checkpoint-ours.xz >"$d/ours" && chmod +x "$d/ours"
+printf '#!/bin/sh\nBUN_BE_BUN=1 exec %s "$@"\n' "$d/ours" >"$d/bun" && chmod +x "$d/bun"
+export PATH=$d:$PATH NO_COLOR=1
+echo "== $(date -u +%FT%TZ) tree $(git log --oneline -1 | cut -c1-60) $(git status --short | wc -l) changed"
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+timeout 60 nvcc -O2 -o "$d/target" tests/gpu/target.cu || exit 1
+timeout 100 bun test ./tests/gpu/gpu_test.ts 2>&1 | tail -6
+echo "== gpu_test exit ${PIPESTATUS[0]}"
+timeout 100 bun tests/gpu/group.ts "$d/target" 2>&1 | tail -4
+echo "== group.ts exit ${PIPESTATUS[0]}"
+timeout 60 bun examples/self_checkpoint.ts --buffer-mib 1024 2>&1 | grep -E "^(Device|Buffer hash|PASS|FAIL)"
+echo "== self_checkpoint exit ${PIPESTATUS[0]}"
