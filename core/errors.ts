@@ -70,7 +70,7 @@ export abstract class CheckpointError extends Error {
     const copy = Object.create(Object.getPrototypeOf(this), Object.getOwnPropertyDescriptors(this));
     return Object.defineProperties(copy, {
       message: { value: message },
-      stack: { value: this.stack?.replace(this.message, message) },
+      stack: { value: this.stack?.replace(this.message, () => message) },
       detail: { value: this.detail ? `${this.detail}. ${more}` : detail },
       cause: { value: this, configurable: true, writable: true },
     });
@@ -255,7 +255,7 @@ function subjectOf(place: ErrorPlace): string {
   return place.pid === undefined ? place.operation : `${place.operation} of process ${place.pid}`;
 }
 
-/** `err` with a sentence about what was left behind added (a `CudaError` stays one). */
+/** `err` with a sentence about what was left behind added (a `CheckpointError` keeps its class). */
 export function withDetail(err: unknown, detail: string): Error {
   if (!detail) return asError(err);
   if (err instanceof CheckpointError) return err.withDetail(detail);

@@ -4,7 +4,7 @@
 
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { CudaProcess, GpuRoomError, runGroup } from "../mod.ts";
+import { CudaProcess, GpuRoomError, RefusedError, runGroup } from "../mod.ts";
 import {
   CUDA_ERROR_INVALID_VALUE,
   CUDA_ERROR_NOT_READY,
@@ -83,6 +83,16 @@ describe("a member the driver will not restore", () => {
     assert.equal(error.code, "NO_ROOM");
     assert.match(error.message, /refused: it needs .* brought back/s);
     assert.match(String(error.stack), /brought back/, "the stack's first line is the message");
+    // Taken as text, not as a pattern: a "$&" in a message stays as it is.
+    const dollars = new RefusedError({
+      code: "STATE",
+      operation: "x",
+      reason: "it costs $& and $'",
+    });
+    const more = dollars.withDetail("then $1");
+    assert.equal(more.message, "x refused: it costs $& and $'. Then $1");
+    assert.equal(String(more.stack).split("\n")[0], `RefusedError: ${more.message}`);
+    assert.equal(more.cause, dollars);
     filler.exit();
     assert.equal((await runGroup("resume", pids, { machine: sim, job: true })).ok, true);
   });
