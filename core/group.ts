@@ -15,7 +15,7 @@ import { type JobMember, runJob } from "./job.ts";
 import type { MachineSource } from "./machine.ts";
 import { checkPid, mustBe } from "./options.ts";
 import { Handle, sessionOf, type Turn } from "./process.ts";
-import { onto } from "./room.ts";
+import { type GpuRoomError, onto } from "./room.ts";
 import { sameProcess } from "./host.ts";
 import type { Action } from "./states.ts";
 import { clockOf, Deadline } from "./time.ts";
@@ -149,21 +149,36 @@ class Group {
   }
 
   /**
-   * Plans the action for every member (strictly), and checks the room of each restore it plans
-   * as its step will; where one is refused, no other starts.
+   * Plans the action for every member (strictly), then checks that the restores it plans fit
+   * together, as their steps would find them one after another; where one is refused, no other
+   * starts (a room refused goes to the last member needing the GPU short of it).
    */
   async #allCanStart(): Promise<boolean> {
-    const checks = await Promise.all(this.#entries.map((e) => {
-      const report: ActionReport = { status: "failed", steps: [] };
-      const settings = this.#settingsFor(e.proc.pid), operation = this.action;
+    const operation = this.action, needs: { need: Record<string, number>; who: Turn }[] = [];
+    const reports = this.#entries.map((): ActionReport => ({ status: "failed", steps: [] }));
+    const checks = await Promise.all(this.#entries.map((e, i) => {
+      const settings = this.#settingsFor(e.proc.pid);
       return e.proc.ordered(async (t) => {
-        const steps = await planGoal(t, operation, report, settings, true);
+        const steps = await planGoal(t, operation, reports[i], settings, true);
         if (!settings.checkRoom || !steps.includes("restore") || t.self) return;
         const record = await t.session.room.record(t.identity);
-        const need = record && onto([record.heldMiB], settings.pairs);
-        if (need) await t.session.room.fits(need, { operation, pid: t.pid }, t.identity);
-      }).then(() => undefined, (err): ActionReport => ({ ...report, error: asError(err) }));
+        if (record) needs[i] = { need: onto([record.heldMiB], settings.pairs), who: t };
+      }).then(() => undefined, (err): ActionReport => ({ ...reports[i], error: asError(err) }));
     }));
+    const restoring = needs.flatMap((n, i) => n ? [i] : []), one = needs[restoring[0]]?.who;
+    if (!checks.some(Boolean) && one) {
+      const all: Record<string, number> = {};
+      for (const i of restoring) {
+        for (const [gpu, mib] of Object.entries(needs[i].need)) all[gpu] = (all[gpu] ?? 0) + mib;
+      }
+      const who = `the ${restoring.length} processes it restores`;
+      const where = restoring.length === 1 ? { operation, pid: one.pid } : { operation, who };
+      await one.session.room.fits(all, where, one.identity).catch((err) => {
+        const short = (err as GpuRoomError).shortage?.gpu;
+        const i = restoring.findLast((i) => short === undefined || short in needs[i].need)!;
+        checks[i] = { ...reports[i], error: asError(err) };
+      });
+    }
     if (checks.every((c) => c === undefined)) return true;
     this.#failed = true;
     for (const [i, e] of this.#entries.entries()) {

@@ -512,6 +512,31 @@ describe("group operations", () => {
     assert.deepEqual(procs.map((p) => p.state), ["checkpointed", "checkpointed"]);
   });
 
+  test("all-or-nothing: resumes that each fit alone but not together are refused before any step", async () => {
+    const sim = new SimulatedMachine({ gpus: 1 });
+    const procs = [0, 1, 2].map(() => sim.spawn({ memoryMiB: 4096 }));
+    const pids = procs.map((p) => p.pid);
+    assert.equal((await runGroup("suspend", pids, { machine: sim })).ok, true);
+    sim.fillGpu(0, { leaveMiB: 10_000 }); // room for two of the three (4616 MiB each)
+    const before = sim.driver.calls.length;
+    const result = await runGroup("resume", pids, { machine: sim, allOrNothing: true });
+    assert.equal(result.ok, false);
+    const failed = result.processes.filter((p) => p.status === "failed");
+    assert.deepEqual(failed.map((p) => p.pid), [pids[2]], "the last one needing the GPU");
+    assert.ok(failed[0].error instanceof GpuRoomError, String(failed[0].error));
+    assert.match(failed[0].error.message, /the 3 processes it restores need 13848 MiB on GPU-/);
+    assert.deepEqual(result.processes.map((p) => p.status), [
+      "not-started",
+      "not-started",
+      "failed",
+    ]);
+    const steps = sim.driver.calls.slice(before).filter((c) => c.op !== "getState");
+    assert.deepEqual(steps.map((c) => c.op), [], "no step reached the driver");
+    // Without all-or-nothing each claims its room as it restores: two come back, the third waits.
+    const each = await runGroup("resume", pids, { machine: sim });
+    assert.deepEqual(each.processes.map((p) => p.status).sort(), ["done", "done", "failed"]);
+  });
+
   test("a process that exits mid-group fails alone, saying it is gone; the rest roll back", async () => {
     const sim = new SimulatedMachine();
     const procs = Array.from({ length: 3 }, () => sim.spawn({ memoryMiB: 4096 }));
