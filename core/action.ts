@@ -11,7 +11,7 @@ import type { ProcessOutcome, StepRecord, StopReason } from "./group_types.ts";
 import { checkFlag, checkGpuMapping, checkLockTimeout, checkOptions } from "./options.ts";
 import type { GpuMapping } from "./options.ts";
 import { type Handle, importRefusal, isGone, type Turn } from "./process.ts";
-import type { RoomCheck } from "./room.ts";
+import { type GpuRoomError, onto, type RoomCheck } from "./room.ts";
 import { type Action, isStep, plan, type ProcessState, rollbackWay, type Step } from "./states.ts";
 import { stepTo, undoOf } from "./states.ts";
 import { clockOf, roundMs } from "./time.ts";
@@ -183,6 +183,33 @@ export async function planGoal(
   if (!isStep(action)) await target.capable([...p.steps, ...p.steps.map(undoOf)], action);
   await refuseImporter(target, p.steps, action, settings);
   return p.steps;
+}
+
+/** A member's plan, made in its turn: the steps planned and its settings. */
+export type Planned = { turn: Turn; steps: readonly Step[]; settings: ActionSettings };
+
+/**
+ * Whether the restores `plans` make fit together, before any step (each step checks its own
+ * again): `undefined`, or the refusal and the plan it goes to (the last needing the GPU short).
+ */
+export async function roomForAll(
+  operation: Action,
+  plans: readonly (Planned | undefined)[],
+): Promise<{ at: number; error: Error } | undefined> {
+  const needs = await Promise.all(plans.map(async (p) => {
+    if (!p?.settings.checkRoom || !p.steps.includes("restore") || p.turn.self) return undefined;
+    const record = await p.turn.session.room.record(p.turn.identity);
+    return record && onto([record.heldMiB], p.settings.pairs);
+  }));
+  const restoring = needs.flatMap((need, i) => need ? [i] : []);
+  if (restoring.length === 0) return undefined;
+  const all = onto(restoring.map((i) => needs[i]!), null); // each onto its GPUs already
+  const one = plans[restoring[0]]!.turn, who = `the ${restoring.length} processes it restores`;
+  const where = restoring.length === 1 ? { operation, pid: one.pid } : { operation, who };
+  return await one.session.room.fits(all, where, one.identity).then(() => undefined, (err) => {
+    const short = (err as GpuRoomError).shortage?.gpu;
+    return { at: restoring.findLast((i) => !short || short in needs[i]!)!, error: asError(err) };
+  });
 }
 
 /** Refuses (`IPC`) to checkpoint a process that imported GPU memory, unless allowed. */

@@ -7,7 +7,7 @@
  */
 
 import { type ActionHooks, type ActionReport, type ActionSettings, planGoal } from "./action.ts";
-import { defined, runAction, undo } from "./action.ts";
+import { defined, type Planned, roomForAll, runAction, undo } from "./action.ts";
 import { CUDA_ERROR_NOT_READY } from "./driver.ts";
 import { asError, type CudaError } from "./errors.ts";
 import type { GroupResult, GroupSettings, ProcessOutcome, StopReason } from "./group_types.ts";
@@ -15,7 +15,6 @@ import { type JobMember, runJob } from "./job.ts";
 import type { MachineSource } from "./machine.ts";
 import { checkPid, mustBe } from "./options.ts";
 import { Handle, sessionOf, type Turn } from "./process.ts";
-import { type GpuRoomError, onto } from "./room.ts";
 import { sameProcess } from "./host.ts";
 import type { Action } from "./states.ts";
 import { clockOf, Deadline } from "./time.ts";
@@ -148,37 +147,19 @@ class Group {
     };
   }
 
-  /**
-   * Plans the action for every member (strictly), then checks that the restores it plans fit
-   * together, as their steps would find them one after another; where one is refused, no other
-   * starts (a room refused goes to the last member needing the GPU short of it).
-   */
+  /** Plans every member (strictly), and the room of their restores; one refused, none starts. */
   async #allCanStart(): Promise<boolean> {
-    const operation = this.action, needs: { need: Record<string, number>; who: Turn }[] = [];
+    const plans: Planned[] = [];
     const reports = this.#entries.map((): ActionReport => ({ status: "failed", steps: [] }));
     const checks = await Promise.all(this.#entries.map((e, i) => {
       const settings = this.#settingsFor(e.proc.pid);
-      return e.proc.ordered(async (t) => {
-        const steps = await planGoal(t, operation, reports[i], settings, true);
-        if (!settings.checkRoom || !steps.includes("restore") || t.self) return;
-        const record = await t.session.room.record(t.identity);
-        if (record) needs[i] = { need: onto([record.heldMiB], settings.pairs), who: t };
+      return e.proc.ordered(async (turn) => {
+        const steps = await planGoal(turn, this.action, reports[i], settings, true);
+        plans[i] = { turn, steps, settings };
       }).then(() => undefined, (err): ActionReport => ({ ...reports[i], error: asError(err) }));
     }));
-    const restoring = needs.flatMap((n, i) => n ? [i] : []), one = needs[restoring[0]]?.who;
-    if (!checks.some(Boolean) && one) {
-      const all: Record<string, number> = {};
-      for (const i of restoring) {
-        for (const [gpu, mib] of Object.entries(needs[i].need)) all[gpu] = (all[gpu] ?? 0) + mib;
-      }
-      const who = `the ${restoring.length} processes it restores`;
-      const where = restoring.length === 1 ? { operation, pid: one.pid } : { operation, who };
-      await one.session.room.fits(all, where, one.identity).catch((err) => {
-        const short = (err as GpuRoomError).shortage?.gpu;
-        const i = restoring.findLast((i) => short === undefined || short in needs[i].need)!;
-        checks[i] = { ...reports[i], error: asError(err) };
-      });
-    }
+    const refused = checks.some(Boolean) ? undefined : await roomForAll(this.action, plans);
+    if (refused) checks[refused.at] = { ...reports[refused.at], error: refused.error };
     if (checks.every((c) => c === undefined)) return true;
     this.#failed = true;
     for (const [i, e] of this.#entries.entries()) {

@@ -8,7 +8,7 @@
  */
 
 import { type ActionHooks, type ActionReport, type ActionSettings, broughtBack } from "./action.ts";
-import { planGoal, timed, wayBack } from "./action.ts";
+import { planGoal, roomForAll, timed, wayBack } from "./action.ts";
 import { asError, CudaError, withDetail } from "./errors.ts";
 import type { StepRecord, StopReason } from "./group_types.ts";
 import type { Handle, Turn } from "./process.ts";
@@ -93,6 +93,19 @@ async function allAtOnce(members: readonly JobMember[], ctx: Job): Promise<Worki
   const planned = turnless || stop
     ? []
     : await Promise.all(members.map((m) => planOf(m, taken.get(m) as Turn, ctx)));
+  // The restores planned, together, before any first step (each checks its own again).
+  const plan = (w: Working) => ({
+    turn: w.target,
+    steps: w.left,
+    settings: ctx.settingsFor(w.target.pid),
+  });
+  const refused = turnless || stop || planned.some((w) => w.failure)
+    ? undefined
+    : await roomForAll(ctx.action, planned.map(plan));
+  if (refused) {
+    const w = planned[refused.at];
+    [w.report.error, w.failure] = [refused.error, { step: "restore", err: refused.error }];
+  }
   if (!turnless && !stop && planned.every((w) => !w.failure)) {
     for (const w of planned) w.member.report = w.report;
     await phase(planned, 1, ctx);

@@ -5,6 +5,7 @@
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { CudaProcess, GpuRoomError, RefusedError, runGroup } from "../mod.ts";
+import { withDetail } from "../core/errors.ts";
 import {
   CUDA_ERROR_INVALID_VALUE,
   CUDA_ERROR_NOT_READY,
@@ -70,19 +71,33 @@ describe("a member the driver will not restore", () => {
     );
   });
 
-  test("a refusal before the driver (no room) still brings every member back: nothing is lost", async () => {
+  test("a job whose restores will not fit is refused before any step: nothing is lost", async () => {
     const { sim, procs, pids } = job(2);
     assert.equal((await runGroup("suspend", pids, { machine: sim, job: true })).ok, true);
     const filler = sim.fillGpu(1);
+    const before = sim.driver.calls.length;
     const result = await runGroup("resume", pids, { machine: sim, job: true });
     assert.equal(result.ok, false);
     assert.deepEqual(procs.map((p) => p.state), ["checkpointed", "checkpointed"]);
-    // The refusal keeps its class and code, with what the job did after it said.
-    const error = result.processes.find((p) => p.error)?.error;
+    const steps = sim.driver.calls.slice(before).filter((c) => c.op !== "getState");
+    assert.deepEqual(steps.map((c) => c.op), [], "no step reached the driver");
+    assert.deepEqual(result.processes.map((p) => p.status), ["not-started", "failed"]);
+    const error = result.processes[1].error;
     assert.ok(error instanceof GpuRoomError, `a GpuRoomError, not ${error?.constructor.name}`);
     assert.equal(error.code, "NO_ROOM");
-    assert.match(error.message, /refused: it needs .* brought back/s);
-    assert.match(String(error.stack), /brought back/, "the stack's first line is the message");
+    assert.match(
+      error.message,
+      /the 2 processes it restores need 2568 MiB on GPU-.*Nothing was changed/,
+    );
+    // Refused at its step (by another program's claim, say), the job's sentence is added to the
+    // refusal, which keeps its class and code.
+    const later = withDetail(error, "every other process of the job was brought back");
+    assert.ok(later instanceof GpuRoomError && later.code === "NO_ROOM");
+    assert.match(
+      later.message,
+      /Nothing was changed.*\. Every other process of the job was brought back$/,
+    );
+    assert.match(String(later.stack).split("\n")[0], /brought back$/, "the stack's line is it");
     // Taken as text, not as a pattern: a "$&" in a message stays as it is.
     const dollars = new RefusedError({
       code: "STATE",
