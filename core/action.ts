@@ -196,6 +196,8 @@ export async function roomForAll(
   operation: Action,
   plans: readonly (Planned | undefined)[],
 ): Promise<{ at: number; error: Error } | undefined> {
+  // A checkpoint planned may free what a restore needs (a toggle that swaps): left to the steps.
+  if (plans.some((p) => p?.steps.includes("checkpoint"))) return undefined;
   const needs = await Promise.all(plans.map(async (p) => {
     if (!p?.settings.checkRoom || !p.steps.includes("restore") || p.turn.self) return undefined;
     const record = await p.turn.session.room.record(p.turn.identity);

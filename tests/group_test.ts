@@ -535,6 +535,16 @@ describe("group operations", () => {
     // Without all-or-nothing each claims its room as it restores: two come back, the third waits.
     const each = await runGroup("resume", pids, { machine: sim });
     assert.deepEqual(each.processes.map((p) => p.status).sort(), ["done", "done", "failed"]);
+    // A toggle that suspends one to make room for another, one after the other, is not refused:
+    // the checkpoint frees what the restore then takes.
+    const [done] = each.processes.filter((p) => p.status === "done");
+    const waiting = each.processes.find((p) => p.status === "failed")!;
+    const swap = await runGroup("toggle", [done.pid, waiting.pid], {
+      machine: sim,
+      allOrNothing: true,
+      concurrency: 1,
+    });
+    assert.equal(swap.ok, true, JSON.stringify(swap.processes.map((p) => p.error?.message)));
   });
 
   test("a process that exits mid-group fails alone, saying it is gone; the rest roll back", async () => {
