@@ -70,7 +70,7 @@ export const H200_TIMING: TimingModel = {
     slowdownPerProcess: 0,
   },
   // A 1 GiB process rotated onto the other H200 restored in 357 ms against about 335 ms in place
-  // (tests/gpu/reports); one migrating itself took 600-630 ms (docs/DRIVER.md#migration).
+  // in one run (394-522 ms in later ones); one migrating itself took 600-630 ms (DRIVER.md).
   migrationMs: 22,
   lockMs: 0.2,
   unlockMs: 1.5,
@@ -80,7 +80,7 @@ export const H200_TIMING: TimingModel = {
   rejectMs: 28,
   oomMs: 16,
   refusedMs: 6,
-  // SIGKILL 150 ms into the checkpoint of 4 GiB: OPERATING_SYSTEM 217-225 ms after the call began.
+  // SIGKILL 150 ms into the checkpoint of 4 GiB: OPERATING_SYSTEM 217-241 ms after the call began.
   exitNoticeMs: 71,
 };
 

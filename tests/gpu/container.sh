@@ -6,7 +6,7 @@
 # (bash tests/gpu/tools/carry-criu-cuda.sh), .carry/cuda-checkpoint-ours.xz (bash cli/carry.sh),
 # .carry/cuda-checkpoint (NVIDIA's utility, never committed). One GPU is enough.
 #
-#   bash tests/gpu/container.sh          # about 2 min on one H100 (ROUNDS=2, MIB=1024)
+#   bash tests/gpu/container.sh          # about 1 min on one H100 (41 s with ROUNDS=4, MIB=1024)
 #
 # The container: `runc spec`, edited by python3: the process is tests/gpu/target.cu in fifo mode,
 # exec'd by sh so that it is the container's init; no terminal; no network namespace (the host's:

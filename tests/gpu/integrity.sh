@@ -9,8 +9,9 @@
 # Carry .carry/cuda-checkpoint-ours.xz (bash cli/carry.sh: its Bun runs the benchmark, which
 # uses the library of this working tree) and .carry/criu-cuda.tgz
 # (bash tests/gpu/tools/carry-criu-cuda.sh; the library runs criu without its CUDA plugin).
-# About 4-6 minutes on one H100 with the defaults (INTEGRITY_BUDGET, default 420 s, is the
-# benchmark's --budget-s: no round starts that would end after it).
+# About 3-6 minutes on one GPU with the defaults (ROUNDS=4: 4 minutes on an H200, 2026-11-30);
+# INTEGRITY_BUDGET, default 420 s, is the benchmark's --budget-s: no round starts that would end
+# after it.
 #
 # Settings (environment): COUNT (8), MIB (2048), ROUNDS (2: each side twice, each first once; 4
 # where the time allows), INTEGRITY_BUDGET (420), INTEGRITY_COLD (1: verify once more after

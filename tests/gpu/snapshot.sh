@@ -7,8 +7,8 @@
 #
 # and .carry/criu-cuda.tgz for both (bash tests/gpu/tools/carry-criu-cuda.sh; ours runs criu
 # without its CUDA plugin). One runtime per run: ours.xz and deno.xz together pass the 64 MiB a run
-# carries. An estimated 2-4 minutes on one H100 (SNAPSHOT_BUDGET, default 290 s, skips what no
-# longer fits).
+# carries. About 1-2 minutes on one GPU (52 s on an H100; cases a and g 45 s, b and k 20 s on an
+# H200); SNAPSHOT_BUDGET, default 290 s, skips what no longer fits.
 #
 # a. 1 GiB and 4 GiB targets: snapshot --json (ok, the target gone), inspect, restore-snapshot
 #    --json (ok, the same pid), --get-state running, the memory's hash as at the start; the
