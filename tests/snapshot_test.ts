@@ -187,6 +187,13 @@ describe("a snapshot and its restore", () => {
     assert.ok(cuda.gpuMemoryMiB && Object.values(cuda.gpuMemoryMiB)[0] >= 1024, "from its record");
     await restoreSnapshot(dir, { machine: sim });
     assert.equal(live(sim, p.pid).state, "checkpointed");
+    // It keeps the record of what it held: a later snapshot says it, and its resume's room is
+    // checked (it had none: the next manifest said null, and the resume checked nothing).
+    const again = await snapshot([p.pid], newDir(), { machine: sim });
+    assert.deepEqual(again.manifest.trees[0].processes[0].cuda!.gpuMemoryMiB, cuda.gpuMemoryMiB);
+    await restoreSnapshot(again.dir, { machine: sim });
+    const resumed = await new CudaProcess(p.pid, { machine: sim }).resume();
+    assert.equal(resumed.roomCheck, "checked");
   });
 
   test("several trees at once; progress in phases, bytes growing, each step", async () => {

@@ -287,10 +287,11 @@ async function restoreTree(r: Restoring, t: ManifestTree): Promise<void> {
   } finally {
     r.times.restored = Math.max(r.times.restored, run.at());
   }
-  // What each of its CUDA processes held, recorded as its checkpoint would have recorded it.
+  // What each of its CUDA processes held, recorded as its checkpoint would have recorded it: the
+  // ones to resume, and those taken checkpointed, which stay so (a later resume checks its room).
   const session = sessionOf(run.machine);
   await Promise.all(
-    r.running.filter((p) => t.processes.includes(p)).map(async ({ pid, cuda }) => {
+    t.processes.map(async ({ pid, cuda }) => {
       if (!cuda?.gpuMemoryMiB) return;
       const identity = await session.identify(pid);
       if (identity) await session.room.recorded(identity, cuda.gpuMemoryMiB);
