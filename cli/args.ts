@@ -250,19 +250,13 @@ function parseDeviceMap(text: string): Record<string, string> {
 }
 
 /** A whole number of `unit` up to `max` (no unit: a GPU index, of the list `whole`). */
-function count(
-  text: string,
-  option: string,
-  unit: string,
-  whole = text,
-  max = 2 ** 53 - 1,
-): number {
+function count(text: string, name: string, unit: string, whole = text, max = 2 ** 53 - 1): number {
   if (/^[0-9]+$/.test(text) && Number(text) <= max) return Number(text);
   const upTo = max < 2 ** 53 - 1 ? ` from 0 to ${max}` : "";
   const what = unit
     ? `a whole number of ${unit}${upTo}`
     : "a GPU index or a comma list of them (0,1)";
-  throw new UsageError(`${option} must be ${what}`, `got ${JSON.stringify(whole)}`);
+  throw new UsageError(`${name} must be ${what}`, `got ${JSON.stringify(whole)}`);
 }
 
 /** ` (did you mean X?)`, X the nearest of `among` to `word`; or nothing. */

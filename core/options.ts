@@ -116,14 +116,9 @@ export function checkPid(pid: unknown, what = "pid"): number {
   return checkInteger(pid, what, 1, MAX_PID, `process or thread id from 1 to ${MAX_PID}`);
 }
 
-/** Throws the error for `value` of `what`, which must be `expected`: one way to word them all. */
-export function mustBe(
-  Err: ErrorConstructor,
-  what: string,
-  expected: string,
-  value: unknown,
-): never {
-  throw new Err(`${what} must be ${expected}, got ${describeValue(value)}`);
+/** Throws the error for `got` of `what`, which must be `expected`: one way to word them all. */
+export function mustBe(Err: ErrorConstructor, what: string, expected: string, got: unknown): never {
+  throw new Err(`${what} must be ${expected}, got ${describeValue(got)}`);
 }
 
 const isInteger = (v: unknown): v is number => typeof v === "number" && Number.isInteger(v);

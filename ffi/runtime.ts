@@ -11,12 +11,10 @@ export function detectRuntime(): "deno" | "bun" | "other" {
 }
 
 /** The adapter of this runtime's FFI; a `DriverLoadError` on any other runtime. */
-export async function runtimeAdapter(
-  options: { callingThread?: boolean } = {},
-): Promise<FfiAdapter> {
+export async function runtimeAdapter(o: { callingThread?: boolean } = {}): Promise<FfiAdapter> {
   const runtime = detectRuntime();
   if (runtime === "deno") return (await import("./deno.ts")).denoAdapter();
-  if (runtime === "bun") return await (await import("./bun.ts")).bunAdapter(options);
+  if (runtime === "bun") return await (await import("./bun.ts")).bunAdapter(o);
   const neither = "The native CUDA checkpoint driver needs Deno (Deno.dlopen) or Bun (bun:ffi); " +
     "this runtime has neither FFI. On Node.js, use the simulated driver from @ckpt/cuda/mock, or " +
     "run under Deno or Bun.";

@@ -97,7 +97,7 @@ export function serializeManifest(manifest: Manifest): string {
 }
 
 /**
- * Parses a manifest strictly (`where` names it in messages): a {@link RefusedError} with code
+ * Parses a manifest strictly (`path` names it in messages): a {@link RefusedError} with code
  * `"SNAPSHOT"` names the field that is wrong and the value found.
  *
  * @example
@@ -110,12 +110,8 @@ export function serializeManifest(manifest: Manifest): string {
  * }
  * ```
  */
-export function parseManifest(
-  text: string,
-  where: string,
-  operation = "restoreSnapshot",
-): Manifest {
-  const r = new StrictReader((_field, reason) => snapshotRefusal(operation, `${where}: ${reason}`));
+export function parseManifest(text: string, path: string, operation = "restoreSnapshot"): Manifest {
+  const r = new StrictReader((_field, reason) => snapshotRefusal(operation, `${path}: ${reason}`));
   const data = r.parse(text, "it");
   checkFormat(r, data);
   const m = r.object(data, "", TOP_FIELDS);
