@@ -134,15 +134,11 @@ export async function runAction(
         await undo(target, report, hooks);
         return report;
       }
-      try {
-        await timed(target, step, report, hooks, { action, settings });
-      } catch (err) {
+      await timed(target, step, report, hooks, { action, settings }).catch(async (err) => {
         // A goal brings the process back; a process gone, or a refusal, has nothing to undo.
-        if (report.initialState !== undefined && !isGone(err) && !(err instanceof RefusedError)) {
-          throw withDetail(err, await undo(target, report, hooks, { step, err }));
-        }
-        throw err;
-      }
+        const stays = !report.initialState || isGone(err) || err instanceof RefusedError;
+        throw stays ? err : withDetail(err, await undo(target, report, hooks, { step, err }));
+      });
     }
     report.status = "done";
     report.state = stepTo(steps[steps.length - 1]);

@@ -106,10 +106,9 @@ export async function explainRejectedMapping(
       ? [`${describeGpu(from)} onto ${describeGpu(to)}`]
       : [];
   });
-  if (crossing.length > 0) {
-    return `the driver refused the GPU mapping: it moves ${crossing.join(" and ")}, another chip`;
-  }
-  return "the driver refused the GPU mapping (docs/ERRORS.md#a-refused-gpu-mapping)";
+  return crossing.length > 0
+    ? `the driver refused the GPU mapping: it moves ${crossing.join(" and ")}, another chip`
+    : "the driver refused the GPU mapping (docs/ERRORS.md#a-refused-gpu-mapping)";
 }
 
 /** A snapshot's GPUs onto this machine's by index, each onto its chip, or a refusal saying why. */
