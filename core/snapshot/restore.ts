@@ -123,24 +123,12 @@ export async function restoreFrom(
     });
     const running = opened.manifest.trees.flatMap((t) => t.processes)
       .filter((p) => p.cuda?.state === "running");
-    const r: Restoring = {
-      run,
-      o,
-      ...opened,
-      held: holds && opened.checked.digests,
-      pairs: [],
-      running,
-      made: [],
-      begun: [],
-      watches: [],
-      whole: 0,
-      times: { checked: 0, restored: 0 },
-    };
+    const held = holds && opened.checked.digests, times = { checked: 0, restored: 0 };
+    const nothingYet = { pairs: [], made: [], begun: [], watches: [], whole: 0 };
+    const r: Restoring = { run, o, ...opened, held, running, times, ...nothingYet };
     try {
       // A memory image that differs, found while the engine runs.
-      r.checked.all.catch((err) => {
-        if (err instanceof RefusedError) r.differs ??= err;
-      });
+      r.checked.all.catch((err) => err instanceof RefusedError && (r.differs ??= err));
       // The memory images' digests begin once the checks passed; refused, they never begin.
       await check(r).catch((err) => {
         ended.abort(new Error("the restore was refused before it began"));
