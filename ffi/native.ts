@@ -84,11 +84,8 @@ type Opened = { lib: FfiLibrary<CudaSymbolName>; path: string; version: DriverRe
  * @throws {RangeError} when `maxWorkers` is not an integer from 1 to 1024.
  * @throws {DriverLoadError} when libcuda cannot be found or opened.
  */
-export function openLibcudaDriver(
-  adapter: FfiAdapter,
-  options: NativeDriverOptions = {},
-): LibcudaDriver {
-  const maxWorkers = checkInteger(options.maxWorkers ?? 16, "maxWorkers", 1, 1024);
+export function openLibcudaDriver(adapter: FfiAdapter, o: NativeDriverOptions = {}): LibcudaDriver {
+  const maxWorkers = checkInteger(o.maxWorkers ?? 16, "maxWorkers", 1, 1024);
   const found = findLibcuda({
     tryOpen: (candidate): Opened => {
       const { lib, path } = openCandidate(adapter, candidate, CUDA_SYMBOLS);
@@ -102,7 +99,7 @@ export function openLibcudaDriver(
       }
       return { lib, path, version: { code, value: code === CUDA_SUCCESS ? readInt(out) : 0 } };
     },
-    libraryPath: options.libraryPath,
+    libraryPath: o.libraryPath,
     getEnv: (name) => adapter.getEnv(name),
     platform: adapter.platform,
   });
