@@ -302,9 +302,8 @@ export class Turn {
         : undefined;
       return { state, detail };
     }
-    if (code === CUDA_ERROR_OPERATING_SYSTEM && await this.#exited()) {
-      return { detail: "the process has exited" };
-    }
+    const exited = code === CUDA_ERROR_OPERATING_SYSTEM && await this.#exited();
+    if (exited) return { detail: "the process has exited" };
     if (step !== "restore") return {};
     if (code === CUDA_ERROR_INVALID_VALUE && pairs?.length) {
       return { detail: await explainRejectedMapping(this.machine.driver, pairs) };

@@ -151,15 +151,12 @@ export class RoomGuard {
     heldMiB: Readonly<Record<string, number>>,
   ): Promise<RoomCheck | undefined> {
     const mark = await this.host?.lastingMark?.(process).catch(() => undefined);
-    try {
-      await this.#records().put({ process, heldMiB, at: Date.now(), ...(mark ? { mark } : {}) });
-      return undefined;
-    } catch (err) {
-      const unknown = `what it held was not recorded (${messageOf(err)}), so its restore's GPU ` +
+    const record = { process, heldMiB, at: Date.now(), ...(mark ? { mark } : {}) };
+    return await Promise.try(() => this.#records().put(record)).then(() => undefined, (err) => ({
+      unknown: `what it held was not recorded (${messageOf(err)}), so its restore's GPU ` +
         `room cannot be checked: a checked resume is refused until the records can be read, or ` +
-        `made with checkRoom: false`;
-      return { unknown };
-    }
+        `made with checkRoom: false`,
+    }));
   }
 
   /** What `process` held when last checkpointed, where recorded and the records can be read. */

@@ -113,12 +113,10 @@ async function openedFor<T>(
     dir.readFile(name, max).catch((err) => {
       throw storeRefusal(operation, `${dir.path}/${name}`, "cannot be read", err);
     });
-  try {
-    return await body(dir, read);
-  } catch (err) {
+  return await body(dir, read).catch(async (err) => {
     await dir.close();
     throw err;
-  }
+  });
 }
 
 /** The complete snapshot in `path`, all checked against its manifest; the caller closes it. */
