@@ -8,7 +8,17 @@
 // when it ends. Each error names criu's log.
 
 import type { Stats } from "node:fs";
-import { lstat, mkdir, readdir, readFile, readlink, rename, rm, stat } from "node:fs/promises";
+import {
+  copyFile,
+  lstat,
+  mkdir,
+  readdir,
+  readFile,
+  readlink,
+  rename,
+  rm,
+  stat,
+} from "node:fs/promises";
 import { availableParallelism } from "node:os";
 import path from "node:path";
 import process from "node:process";
@@ -164,6 +174,14 @@ class CriuEngine implements SnapshotEngine {
         const unread = `criu's ${await shownPath(pstree)} cannot be read: ${messageOf(err)}`;
         throw new EngineError(unread, { log: log.shown });
       }
+    } catch (err) {
+      // The snapshot's rollback removes its directory, and the log with it: a copy is kept beside
+      // the work directories, as a failed restore's log is (the last failed dump of that root's).
+      const kept = path.join(path.dirname(work), `dump-${request.root}.log`);
+      const copied = err instanceof EngineError &&
+        await copyFile(file, kept).then(() => 1, () => 0);
+      const message = copied && err.message.replace(log.shown, () => kept);
+      throw message ? new EngineError(message, { log: kept, cause: err }) : err;
     } finally {
       await stopWatching();
       await rm(work, { recursive: true, force: true });

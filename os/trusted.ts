@@ -91,8 +91,8 @@ export async function workDir(what: string): Promise<string> {
     const owner = /^([0-9]+)-([0-9]+)-/.exec(name);
     const gone = owner
       ? programOf(+owner[1]) !== `${owner[1]}-${owner[2]}`
-      // Named by no program (before they were): gone once a day old.
-      : /^(restore|noplugins)-/.test(name) &&
+      // Named by no program (before they were; a failed run's kept log): gone once a day old.
+      : /^(restore|dump|noplugins)-/.test(name) &&
         (await lstat(path.join(base, name))).mtimeMs < Date.now() - 86_400_000;
     if (gone) await rm(path.join(base, name), { recursive: true, force: true });
   }

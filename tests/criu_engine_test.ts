@@ -18,6 +18,7 @@ import {
   realpathSync,
   rmSync,
   statSync,
+  utimesSync,
   writeFileSync,
 } from "node:fs";
 import { tmpdir } from "node:os";
@@ -107,7 +108,10 @@ describe("running criu", () => {
       assert.ok(err instanceof EngineError);
       assert.match(err.message, /criu dump of the tree of 7 failed \(exit 1\)/);
       assert.match(err.message, /Can't dump file 7 of that type .*chr 195:255/);
-      assert.equal(err.log, join(s.dir, "dump.log"));
+      const kept = String(err.log);
+      assert.match(kept, /\/dump-7\.log$/, "kept, as the snapshot's rollback removes dump.log");
+      assert.equal(readFileSync(kept, "utf8"), readFileSync(join(s.dir, "dump.log"), "utf8"));
+      rmSync(kept, { force: true });
     }));
 
   test("a dump whose connections criu cannot hold says what to do: install iptables, or --network-lock=skip", () =>
@@ -153,19 +157,24 @@ describe("running criu", () => {
       rmSync(err.log, { force: true });
     }));
 
-  test("a failed dump into a snapshot's directory names its log by the user's path, not /proc/<pid>/fd/<n> (issue 29, item 13f)", () =>
+  test("a failed dump's log is kept beside the work directories, named by path, not /proc/<pid>/fd/<n> (issue 29, item 13f)", () =>
     inScratch(async (s) => {
       const snap = await new FileSnapshotStore().create(join(s.dir, "snap"));
+      const base = process.getuid?.() === 0
+        ? "/run/ckpt-cuda-work"
+        : join(realpathSync(tmpdir()), `ckpt-cuda-work-${process.getuid?.()}`);
       try {
         await snap.subdir("tree-7");
         const imagesDir = await snap.enginePath("tree-7");
         assert.match(imagesDir, /^\/proc\/\d+\/fd\/\d+$/, "criu writes through the open directory");
         const engine = openCriuEngine({ criuPath: fakeCriu(s.dir, { FAKE_CRIU_EXIT: "1" }) });
         const err = await engine.dump({ root: 7, imagesDir }).catch((e) => e);
-        const log = join(s.dir, "snap", "tree-7", "dump.log");
-        assert.equal(err.log, log);
-        assert.ok(err.message.endsWith(`(log: ${log})`), err.message);
-        assert.match(readFileSync(log, "utf8"), /Dumping FAILED/, "the log is there");
+        // The snapshot's rollback removes its directory: the error names a copy that stays.
+        assert.equal(err.log, join(base, "dump-7.log"));
+        assert.ok(err.message.endsWith(`(log: ${err.log})`), err.message);
+        await snap.removeCreated();
+        assert.match(readFileSync(err.log, "utf8"), /Dumping FAILED/, "the log is kept");
+        rmSync(err.log, { force: true });
       } finally {
         await snap.close();
       }
@@ -185,6 +194,10 @@ describe("running criu", () => {
       // Left by programs that are gone (one killed outright), or by this pid's earlier owner.
       const dead = [`${2 ** 22 + 7}-1-restore-x`, `${process.pid}-1-restore-y`];
       for (const d of dead) mkdirSync(join(base, d, "no-plugins"), { recursive: true });
+      // Failed runs' kept logs: a day old, gone; newer, kept.
+      const [old, fresh] = ["dump-2000000001.log", "dump-2000000002.log"].map((n) => join(base, n));
+      for (const f of [old, fresh]) writeFileSync(f, "log");
+      utimesSync(old, new Date(Date.now() - 2 * 86_400_000), new Date(Date.now() - 2 * 86_400_000));
       const failing = openCriuEngine({
         criuPath: fakeCriu(s.dir, { FAKE_CRIU_EXIT: "1" }, { name: "criu-1" }),
       });
@@ -195,7 +208,9 @@ describe("running criu", () => {
       assert.match(readFileSync(err.log, "utf8"), /Dumping FAILED/, "its log, kept");
       assert.deepEqual(ours(), [], "a restore that failed leaves no work directory");
       for (const d of dead) assert.ok(!existsSync(join(base, d)), `${d} removed`);
+      assert.ok(!existsSync(old) && existsSync(fresh), "the day-old log removed, the newer kept");
       rmSync(err.log, { force: true });
+      rmSync(fresh, { force: true });
     }));
 
   test("kill: a process already gone is no error", { timeout: 30_000 }, async () => {
