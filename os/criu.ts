@@ -8,17 +8,8 @@
 // when it ends. Each error names criu's log.
 
 import type { Stats } from "node:fs";
-import {
-  copyFile,
-  lstat,
-  mkdir,
-  readdir,
-  readFile,
-  readlink,
-  rename,
-  rm,
-  stat,
-} from "node:fs/promises";
+import { lstat, mkdir, readdir, readFile, readlink, rename, rm, stat } from "node:fs/promises";
+import { copyFile } from "node:fs/promises";
 import { availableParallelism } from "node:os";
 import path from "node:path";
 import process from "node:process";
