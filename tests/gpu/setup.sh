@@ -57,6 +57,14 @@ unxz_to() {
   timeout 120 xz -dc "$1" >"$2.tmp" && chmod +x "$2.tmp" && mv "$2.tmp" "$2"
 }
 
+# ours_bun DIR: our binary (.carry/cuda-checkpoint-ours.xz) as DIR/ours, and DIR/bun its own Bun
+# (BUN_BE_BUN=1: it runs this tree's TypeScript), DIR first on PATH.
+ours_bun() {
+  unxz_to .carry/cuda-checkpoint-ours.xz "$1/ours" || return 1
+  printf '#!/bin/sh\nBUN_BE_BUN=1 exec %s "$@"\n' "$1/ours" >"$1/bun" && chmod +x "$1/bun" &&
+    export PATH=$1:$PATH
+}
+
 setup_criu() {
   local said
   criu=${CKPT_CRIU_PATH:-/tmp/criu/usr/sbin/criu}

@@ -9,9 +9,9 @@ mkdir -p "$out"
 exec > >(tee "$out/log") 2>&1
 d=$(mktemp -d)
 trap 'rm -rf "$d"' EXIT
-xz -dc .carry/cuda-checkpoint-ours.xz >"$d/ours" && chmod +x "$d/ours"
-printf '#!/bin/sh\nBUN_BE_BUN=1 exec %s "$@"\n' "$d/ours" >"$d/bun" && chmod +x "$d/bun"
-export PATH=$d:$PATH NO_COLOR=1
+. tests/gpu/setup.sh # ours_bun
+ours_bun "$d" || exit 1
+export NO_COLOR=1
 echo "== $(date -u +%FT%TZ) tree $(git log --oneline -1 | cut -c1-60) $(git status --short | wc -l) changed"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 timeout 60 nvcc -O2 -o "$d/target" tests/gpu/target.cu || exit 1

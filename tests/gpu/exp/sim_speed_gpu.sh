@@ -11,9 +11,9 @@ mkdir -p "$out"
 exec > >(tee "$out/log") 2>&1
 d=$(mktemp -d)
 trap 'rm -rf "$d"' EXIT
-xz -dc .carry/cuda-checkpoint-ours.xz >"$d/ours" && chmod +x "$d/ours"
-printf '#!/bin/sh\nBUN_BE_BUN=1 exec %s "$@"\n' "$d/ours" >"$d/bun" && chmod +x "$d/bun"
-export PATH=$d:$PATH NO_COLOR=1
+. tests/gpu/setup.sh # ours_bun
+ours_bun "$d" || exit 1
+export NO_COLOR=1
 echo "== $(date -u +%FT%TZ) tree $(git log --oneline -1 | cut -c1-60) $(git status --short | wc -l) changed"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 for mib in 16 1024; do
