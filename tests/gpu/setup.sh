@@ -65,6 +65,20 @@ ours_bun() {
     export PATH=$1:$PATH
 }
 
+# exp_session: the start of a short run of tests/gpu/exp: its log ($OUT/log, as it goes), a
+# temporary directory $d removed at exit holding ours_bun, and a line naming the tree and the GPU.
+exp_session() {
+  out=${OUT:-tests/gpu/out}
+  mkdir -p "$out"
+  exec > >(tee "$out/log") 2>&1
+  d=$(mktemp -d)
+  trap 'rm -rf "$d"' EXIT
+  ours_bun "$d" || exit 1
+  export NO_COLOR=1
+  echo "== $(date -u +%FT%TZ) tree $(git log --oneline -1 | cut -c1-60) $(git status --short | wc -l) changed"
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+}
+
 setup_criu() {
   local said
   criu=${CKPT_CRIU_PATH:-/tmp/criu/usr/sbin/criu}

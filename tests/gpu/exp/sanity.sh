@@ -4,16 +4,8 @@
 # self_checkpoint.ts at 1 GiB, under our binary's Bun running this tree's TypeScript. Carry
 # .carry/cuda-checkpoint-ours.xz:   timeout 280 bash tests/gpu/exp/sanity.sh   (log: $OUT/log)
 set -u
-out=${OUT:-tests/gpu/out}
-mkdir -p "$out"
-exec > >(tee "$out/log") 2>&1
-d=$(mktemp -d)
-trap 'rm -rf "$d"' EXIT
-. tests/gpu/setup.sh # ours_bun
-ours_bun "$d" || exit 1
-export NO_COLOR=1
-echo "== $(date -u +%FT%TZ) tree $(git log --oneline -1 | cut -c1-60) $(git status --short | wc -l) changed"
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+. tests/gpu/setup.sh # exp_session: $out, $d, our binary's Bun on PATH, the log
+exp_session
 timeout 60 nvcc -O2 -o "$d/target" tests/gpu/target.cu || exit 1
 timeout 100 bun test ./tests/gpu/gpu_test.ts 2>&1 | tail -6
 echo "== gpu_test exit ${PIPESTATUS[0]}"

@@ -6,16 +6,8 @@
 # .carry/cuda-checkpoint-ours.xz (its Bun runs this tree's TypeScript):
 #   timeout 500 bash tests/gpu/exp/sim_speed_gpu.sh
 set -u
-out=${OUT:-tests/gpu/out}
-mkdir -p "$out"
-exec > >(tee "$out/log") 2>&1
-d=$(mktemp -d)
-trap 'rm -rf "$d"' EXIT
-. tests/gpu/setup.sh # ours_bun
-ours_bun "$d" || exit 1
-export NO_COLOR=1
-echo "== $(date -u +%FT%TZ) tree $(git log --oneline -1 | cut -c1-60) $(git status --short | wc -l) changed"
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+. tests/gpu/setup.sh # exp_session: $out, $d, our binary's Bun on PATH, the log
+exp_session
 for mib in 16 1024; do
   timeout 120 bun examples/self_checkpoint.ts --buffer-mib "$mib" >"$d/ex" 2>&1
   echo "== self_checkpoint.ts --buffer-mib $mib on the GPU: exit $?"
