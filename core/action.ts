@@ -11,7 +11,7 @@ import type { ProcessOutcome, StepRecord, StopReason } from "./group_types.ts";
 import { checkFlag, checkGpuMapping, checkLockTimeout, checkOptions } from "./options.ts";
 import type { GpuMapping } from "./options.ts";
 import { type Handle, importRefusal, isGone, type Turn } from "./process.ts";
-import { type GpuRoomError, onto, type RoomCheck } from "./room.ts";
+import { GpuRoomError, onto, type RoomCheck } from "./room.ts";
 import { type Action, isStep, plan, type ProcessState, rollbackWay, type Step } from "./states.ts";
 import { stepTo, undoOf } from "./states.ts";
 import { clockOf, roundMs } from "./time.ts";
@@ -205,8 +205,12 @@ export async function roomForAll(
   const one = plans[restoring[0]]!.turn, who = `the ${restoring.length} processes it restores`;
   const where = restoring.length === 1 ? { operation, pid: one.pid } : { operation, who };
   return await one.session.room.fits(all, where, one.identity).then(() => undefined, (err) => {
-    const short = (err as GpuRoomError).shortage?.gpu;
-    return { at: restoring.findLast((i) => !short || short in needs[i]!)!, error: asError(err) };
+    const { shortage } = err as GpuRoomError,
+      on = restoring.filter((i) => shortage?.gpu in needs[i]!);
+    const at = on.at(-1) ?? restoring.at(-1)!, pid = plans[at]!.turn.pid;
+    // The only one needing the GPU short of room is named, as its step would name it.
+    const alone = on.length === 1 && new GpuRoomError({ operation, pid, shortage });
+    return { at, error: alone || asError(err) };
   });
 }
 

@@ -85,9 +85,12 @@ describe("a member the driver will not restore", () => {
     const error = result.processes[1].error;
     assert.ok(error instanceof GpuRoomError, `a GpuRoomError, not ${error?.constructor.name}`);
     assert.equal(error.code, "NO_ROOM");
+    // The only one needing the GPU short of room is named, as its step would name it.
     assert.match(
       error.message,
-      /the 2 processes it restores need 2568 MiB on GPU-.*Nothing was changed/,
+      new RegExp(
+        `^resume of process ${pids[1]} refused: it needs 2568 MiB on GPU-.*still checkpointed$`,
+      ),
     );
     // Refused at its step (by another program's claim, say), the job's sentence is added to the
     // refusal, which keeps its class and code.
@@ -95,7 +98,7 @@ describe("a member the driver will not restore", () => {
     assert.ok(later instanceof GpuRoomError && later.code === "NO_ROOM");
     assert.match(
       later.message,
-      /Nothing was changed.*\. Every other process of the job was brought back$/,
+      /still checkpointed\. Every other process of the job was brought back$/,
     );
     assert.match(String(later.stack).split("\n")[0], /brought back$/, "the stack's line is it");
     // Taken as text, not as a pattern: a "$&" in a message stays as it is.
