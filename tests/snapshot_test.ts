@@ -175,6 +175,28 @@ describe("a snapshot and its restore", () => {
     assert.equal(await live(sim, a.pid).memoryChunkedSha256(), hashes[0]);
   });
 
+  test("a file that goes between its seal and the end: nothing is ended, all put back", async () => {
+    for (const cut of [false, true]) {
+      const sim = new SimulatedMachine();
+      const p = sim.spawn({ memoryMiB: 256 });
+      await p.write(0, new Uint8Array(1 << 20).fill(9));
+      const dir = newDir(), image = join(dir, `tree-${p.pid}`, `pages-${p.pid}.img`);
+      // Someone else removes (or cuts) an image as the manifest is written.
+      const onProgress = (e: SnapshotEvent) => {
+        if (e.type !== "phase" || e.phase !== "write") return;
+        if (cut) truncateSync(image, 10);
+        else rmSync(image);
+      };
+      const err = await snapshot([p.pid], dir, { machine: sim, onProgress }).catch((e) => e);
+      assert.ok(err instanceof SnapshotError, String(err));
+      assert.equal(err.code, "WRITE_FAILED");
+      const why = cut ? /its files changed meanwhile: .*pages-\d+\.img has 10 bytes/ : /missing/;
+      assert.match(err.message, why);
+      assert.equal(live(sim, p.pid).state, "running", "put back, not ended");
+      assert.throws(() => readdirSync(dir), /ENOENT/, "the directory it made removed");
+    }
+  });
+
   test("a CUDA process checkpointed before the snapshot comes back checkpointed", async () => {
     const sim = new SimulatedMachine();
     const p = sim.spawn({ memoryMiB: 1024 });
