@@ -9,7 +9,7 @@ import { CUDA_ERROR_NO_DEVICE, CUDA_ERROR_NOT_SUPPORTED, CUDA_SUCCESS } from "..
 import { CUDA_ERROR_OPERATING_SYSTEM, GPU_PAIRS_MIN_DRIVER_VERSION } from "../core/driver.ts";
 import type { CheckpointDriver, DriverResult, GpuInfo } from "../core/driver.ts";
 import type { LockArgs, RestoreArgs } from "../core/driver.ts";
-import { checkFlag, checkInteger, formatGpuUuid, orElse } from "../core/options.ts";
+import { checkFlag, checkInteger, checkName, formatGpuUuid, orElse } from "../core/options.ts";
 import { Slots } from "../core/time.ts";
 import type { FfiAdapter, FfiLibrary, NativeArg, NativeLink } from "./adapter.ts";
 import { cText, nativeBuffer, readInt } from "./adapter.ts";
@@ -81,11 +81,13 @@ type Opened = { lib: FfiLibrary<CudaSymbolName>; path: string; version: DriverRe
  * opens it with `adapter`. A driver older than 570 opens too: its checkpoint calls answer
  * `CUDA_ERROR_NOT_SUPPORTED`. No thread starts until a call needs one.
  *
- * @throws {RangeError} when `maxWorkers` is not an integer from 1 to 1024.
+ * @throws {RangeError} when `maxWorkers` is not an integer from 1 to 1024; a TypeError when
+ * `libraryPath` is not a non-empty string.
  * @throws {DriverLoadError} when libcuda cannot be found or opened.
  */
 export function openLibcudaDriver(adapter: FfiAdapter, o: NativeDriverOptions = {}): LibcudaDriver {
   const maxWorkers = checkInteger(o.maxWorkers ?? 16, "maxWorkers", 1, 1024);
+  if (o.libraryPath !== undefined) checkName(o.libraryPath, "libraryPath");
   const found = findLibcuda({
     tryOpen: (candidate): Opened => {
       const { lib, path } = openCandidate(adapter, candidate, CUDA_SYMBOLS);
@@ -176,8 +178,8 @@ export class LibcudaDriver implements NativeDriver {
 
   /** `cuCheckpointProcessLock`; `null` passes NULL args (no timeout). `cuInit` comes first, once. */
   lock(pid: number, args: LockArgs | null): Promise<number> {
-    const buf = args === null ? null : encodeLockArgs(args);
-    return this.#checkpointCall("lock", pid, "cuCheckpointProcessLock", [buf], true);
+    return Promise.try(() => args === null ? null : encodeLockArgs(args))
+      .then((buf) => this.#checkpointCall("lock", pid, "cuCheckpointProcessLock", [buf], true));
   }
 
   /** `cuCheckpointProcessCheckpoint` with NULL args. */

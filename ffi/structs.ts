@@ -4,6 +4,7 @@
 
 import type { GpuPair, LockArgs } from "../core/driver.ts";
 import { nativeBuffer } from "./adapter.ts";
+import { checkTimeoutMs } from "../core/options.ts";
 
 /** Size in bytes of every checkpoint args struct (lock, checkpoint, restore, unlock). */
 export const ARGS_STRUCT_SIZE = 64;
@@ -17,7 +18,8 @@ export const RESTORE_ARGS_PAIRS_OFFSET = 0;
 /** Encodes `CUcheckpointLockArgs`: `u32 timeoutMs` at 0, then 60 reserved bytes (zero unless given). */
 export function encodeLockArgs(args: LockArgs): Uint8Array {
   const buf = nativeBuffer(ARGS_STRUCT_SIZE);
-  new DataView(buf.buffer).setUint32(0, args.timeoutMs, true);
+  // A value the C unsigned int cannot hold is refused, not wrapped (-5 would wait 49 days).
+  new DataView(buf.buffer).setUint32(0, checkTimeoutMs(args.timeoutMs, "LockArgs.timeoutMs"), true);
   const reserved = args.reserved ?? nativeBuffer(0);
   const room = `LockArgs.reserved holds bytes 4 to 63 (60 bytes), got ${reserved.length}`;
   if (reserved.length > ARGS_STRUCT_SIZE - 4) throw new RangeError(room);

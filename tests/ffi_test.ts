@@ -551,9 +551,26 @@ describe(`native driver (${runtime}) against a fake libcuda`, { skip: noCompiler
     }
   });
 
+  test("libraryPath must be a non-empty string (a TypeError, before anything opens)", async () => {
+    for (const libraryPath of [42, "", "  "] as unknown as string[]) {
+      await assert.rejects(
+        openNativeDriver({ libraryPath }),
+        (error: unknown) =>
+          error instanceof TypeError &&
+          /libraryPath must be a non-empty string/.test(error.message),
+        String(libraryPath),
+      );
+    }
+  });
+
   test("lock, checkpoint, restore, unlock walk the state machine", async () => {
     await withDriver(fake!.v13, async (d) => {
       const pid = 1001;
+      assert.deepEqual(await d.getState(pid), { code: 0, value: 0 });
+      // A timeout the C unsigned int cannot hold is refused, not wrapped, and the process untouched.
+      for (const timeoutMs of [-5, 1.5, 2 ** 32, Number.NaN]) {
+        await assert.rejects(d.lock(pid, { timeoutMs }), /LockArgs\.timeoutMs must be an integer/);
+      }
       assert.deepEqual(await d.getState(pid), { code: 0, value: 0 });
       assert.equal(await d.lock(pid, { timeoutMs: 1000 }), 0);
       assert.deepEqual(await d.getState(pid), { code: 0, value: 1 });
