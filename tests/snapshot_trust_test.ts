@@ -32,6 +32,7 @@ import {
 } from "../mod.ts";
 import {
   type Checked,
+  type CheckOptions,
   recoverSnapshot,
   type SnapshotDir,
   type SnapshotEngine,
@@ -77,8 +78,8 @@ async function refused(promise: Promise<unknown>, pattern: RegExp): Promise<Refu
   return err;
 }
 
-/** The file system's store, each check's digests left for later passed through `change`. */
-function storeWith(change: (checked: Checked) => Checked): SnapshotStore {
+/** The file system's store, each check's digests left for later (and its options) through `change`. */
+function storeWith(change: (checked: Checked, o: CheckOptions) => Checked): SnapshotStore {
   const store = new FileSnapshotStore();
   return {
     create: (dir) => store.create(dir),
@@ -88,7 +89,7 @@ function storeWith(change: (checked: Checked) => Checked): SnapshotStore {
         get(target, key) {
           if (key === "check") {
             return async (...args: Parameters<SnapshotDir["check"]>) =>
-              change(await target.check(...args));
+              change(await target.check(...args), args[1]);
           }
           const value = Reflect.get(target, key);
           return typeof value === "function" ? value.bind(target) : value;
@@ -688,26 +689,8 @@ describe("a restore's digests leave the engine its cores", () => {
     await snapshot(roots, dir, { machine: sim });
     let busy: (() => number) | undefined, running = 0;
     const seen: [number, number][] = [];
-    const store = sim.store;
     const machine = machineWith(sim, {
-      store: {
-        create: (d) => store.create(d),
-        open: async (d) => {
-          const snap = await store.open(d);
-          return new Proxy(snap, {
-            get(target, key) {
-              if (key === "check") {
-                return (files: never, o: { busy?: () => number }) => {
-                  busy ??= o.busy;
-                  return target.check(files, o as never);
-                };
-              }
-              const value = Reflect.get(target, key);
-              return typeof value === "function" ? value.bind(target) : value;
-            },
-          });
-        },
-      },
+      store: storeWith((checked, o) => (busy ??= o.busy, checked)),
       engine: engineWith(sim.engine, {
         parallel: 2,
         restore: async (r) => {
