@@ -143,9 +143,11 @@ class CriuEngine implements SnapshotEngine {
 
   async dump(request: DumpRequest): Promise<readonly DumpedProcess[]> {
     const criu = await this.#criu("dump", request);
-    const file = path.join(request.imagesDir, "dump.log");
-    const log = { file, shown: await shownPath(file) };
     const work = await engineWorkDir("dump-");
+    // Where it fails, the snapshot's rollback removes its directory and the log with it: a copy is
+    // kept beside the work directories, as a failed restore's log is (the last of that root's).
+    const file = path.join(request.imagesDir, "dump.log");
+    const log = { file, shown: path.join(path.dirname(work), `dump-${request.root}.log`) };
     const stopWatching = watchBytes(request.imagesDir, request.onBytes);
     try {
       await this.#run(criu, "dump", request.root, log, [
@@ -166,13 +168,8 @@ class CriuEngine implements SnapshotEngine {
         throw new EngineError(unread, { log: log.shown });
       }
     } catch (err) {
-      // The snapshot's rollback removes its directory, and the log with it: a copy is kept beside
-      // the work directories, as a failed restore's log is (the last failed dump of that root's).
-      const kept = path.join(path.dirname(work), `dump-${request.root}.log`);
-      const copied = err instanceof EngineError &&
-        await copyFile(file, kept).then(() => 1, () => 0);
-      const message = copied && err.message.replace(log.shown, () => kept);
-      throw message ? new EngineError(message, { log: kept, cause: err }) : err;
+      await copyFile(log.file, log.shown).catch(() => {});
+      throw err;
     } finally {
       await stopWatching();
       await rm(work, { recursive: true, force: true });
