@@ -93,20 +93,18 @@ async function allAtOnce(members: readonly JobMember[], ctx: Job): Promise<Worki
   const planned = turnless || stop
     ? []
     : await Promise.all(members.map((m) => planOf(m, taken.get(m) as Turn, ctx)));
+  const planOk = !turnless && !stop && planned.every((w) => !w.failure);
   // The restores planned, together, before any first step (each checks its own again).
   const plan = (w: Working) => ({
     turn: w.target,
     steps: w.left,
-    settings: ctx.settingsFor(w.target.pid),
+    settings: ctx.settingsFor(w.member.proc.pid),
   });
-  const refused = turnless || stop || planned.some((w) => w.failure)
-    ? undefined
-    : await roomForAll(ctx.action, planned.map(plan));
+  const refused = planOk ? await roomForAll(ctx.action, planned.map(plan)) : undefined;
   if (refused) {
     const w = planned[refused.at];
     [w.report.error, w.failure] = [refused.error, { step: "restore", err: refused.error }];
-  }
-  if (!turnless && !stop && planned.every((w) => !w.failure)) {
+  } else if (planOk) {
     for (const w of planned) w.member.report = w.report;
     await phase(planned, 1, ctx);
     return planned;
