@@ -190,24 +190,24 @@ export type Planned = { turn: Turn; steps: readonly Step[]; settings: ActionSett
  */
 export async function roomForAll(
   operation: Action,
-  plans: readonly (Planned | undefined)[],
+  plans: readonly Planned[],
 ): Promise<{ at: number; error: Error } | undefined> {
   // A checkpoint planned may free what a restore needs (a toggle that swaps): left to the steps.
-  if (plans.some((p) => p?.steps.includes("checkpoint"))) return undefined;
-  const needs = await Promise.all(plans.map(async (p) => {
-    if (!p?.settings.checkRoom || !p.steps.includes("restore") || p.turn.self) return undefined;
-    const record = await p.turn.session.room.record(p.turn.identity);
-    return record && onto([record.heldMiB], p.settings.pairs);
+  if (plans.some((p) => p.steps.includes("checkpoint"))) return undefined;
+  const needs = await Promise.all(plans.map(async ({ turn, steps, settings }) => {
+    if (!settings.checkRoom || !steps.includes("restore") || turn.self) return undefined;
+    const record = await turn.session.room.record(turn.identity);
+    return record && onto([record.heldMiB], settings.pairs);
   }));
   const restoring = needs.flatMap((need, i) => need ? [i] : []);
   if (restoring.length === 0) return undefined;
   const all = onto(restoring.map((i) => needs[i]!), null); // each onto its GPUs already
-  const one = plans[restoring[0]]!.turn, who = `the ${restoring.length} processes it restores`;
+  const one = plans[restoring[0]].turn, who = `the ${restoring.length} processes it restores`;
   const where = restoring.length === 1 ? { operation, pid: one.pid } : { operation, who };
   return await one.session.room.fits(all, where, one.identity).then(() => undefined, (err) => {
-    const { shortage } = err as GpuRoomError,
-      on = restoring.filter((i) => shortage?.gpu in needs[i]!);
-    const at = on.at(-1) ?? restoring.at(-1)!, pid = plans[at]!.turn.pid;
+    const { shortage } = err as GpuRoomError;
+    const on = restoring.filter((i) => shortage?.gpu in needs[i]!);
+    const at = on.at(-1) ?? restoring.at(-1)!, pid = plans[at].turn.pid;
     // The only one needing the GPU short of room is named, as its step would name it.
     const alone = on.length === 1 && new GpuRoomError({ operation, pid, shortage });
     return { at, error: alone || asError(err) };
