@@ -75,6 +75,11 @@ export class SnapshotWriter {
     await this.dir.writeFile(MANIFEST_FILE, serializeManifest(manifest));
   }
 
+  /** Checks the directory holds what `manifest` lists (of its sizes) and nothing else but the trace. */
+  async checkWhole(manifest: Manifest): Promise<void> {
+    await this.dir.check(manifest.files, { digests: false, topFiles: [MANIFEST_FILE, TRACE_FILE] });
+  }
+
   /** The snapshot is over: its trace goes, and the directory is let go. */
   async finish(): Promise<void> {
     await this.dir.remove(TRACE_FILE);

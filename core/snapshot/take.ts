@@ -20,7 +20,7 @@ import { type Settings, wholeTimeout } from "../options.ts";
 import { importRefusal, sessionOf } from "../process.ts";
 import { clockOf, roundMs } from "../time.ts";
 import { VERSION } from "../version.ts";
-import { MANIFEST_FILE, SnapshotWriter, TRACE_FILE } from "./layout.ts";
+import { SnapshotWriter, TRACE_FILE } from "./layout.ts";
 import { type Manifest, MANIFEST_FORMAT } from "./manifest.ts";
 import type { SnapshotFile } from "./store.ts";
 import { bytesOf, checkDir, checkProgress, firstError, groupFailure, heldMiB } from "./run.ts";
@@ -303,8 +303,7 @@ async function end(t: Taken, manifest: Manifest): Promise<void> {
   const stopped = run.stopped(), message = `snapshot stopped at its end: ${stopped}`;
   if (stopped) throw await rollBack(t, { code: "STOPPED", message });
   // Before the processes are ended, what was sealed is there still, whole: else none is ended.
-  const topFiles = [MANIFEST_FILE, TRACE_FILE], files = manifest.files;
-  const changed = !o.leaveRunning && await out.dir.check(files, { digests: false, topFiles })
+  const changed = !o.leaveRunning && await out.checkWhole(manifest)
     .then(() => undefined, (err) => failure("WRITE_FAILED", "its files changed meanwhile", err));
   if (changed) throw await rollBack(t, changed);
   run.phase("end");
