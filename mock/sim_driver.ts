@@ -9,7 +9,7 @@ import type { CheckpointDriver, DriverResult, GpuInfo, GpuPair } from "../core/d
 import type { LockArgs, RestoreArgs } from "../core/driver.ts";
 import { CHECKPOINT_FUNCTIONS } from "../core/calls.ts";
 import { isFinal, memoryOnHost, type Step, stepAllowed, stepFrom, stepTo } from "../core/states.ts";
-import { formatGpuUuid } from "../core/options.ts";
+import { checkTimeoutMs, formatGpuUuid } from "../core/options.ts";
 import { gpusSeenBy } from "./criu_files.ts";
 import { sharesMemory } from "./fields.ts";
 import type { FaultableOperation, PendingFault, QueryOperation } from "./faults.ts";
@@ -98,9 +98,9 @@ export class SimulatedDriver implements CheckpointDriver {
     return this.#call("getRestoreThreadId", pid, result, query);
   }
 
-  /** `cuCheckpointProcessLock`. */
-  lock(pid: number, args: LockArgs | null): Promise<number> {
-    const timeoutMs = args?.timeoutMs ?? 0;
+  /** `cuCheckpointProcessLock`; a timeout the C unsigned int cannot hold rejects, as natively. */
+  async lock(pid: number, args: LockArgs | null): Promise<number> {
+    const timeoutMs = args === null ? 0 : checkTimeoutMs(args.timeoutMs, "LockArgs.timeoutMs");
     if (args?.reserved?.some((b) => b !== 0)) {
       const note = "a reserved field of CUcheckpointLockArgs is nonzero";
       const refused = { code: CUDA_ERROR_INVALID_VALUE, note };

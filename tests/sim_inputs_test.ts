@@ -4,6 +4,7 @@ import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { SimulatedMachine, type SimulatedMachineOptions } from "../mock/mod.ts";
 import { H200_TIMING } from "../mock/timing.ts";
+import { encodeLockArgs } from "../ffi/structs.ts";
 
 const bad = (o: unknown) => () => new SimulatedMachine(o as SimulatedMachineOptions);
 
@@ -151,4 +152,27 @@ describe("spawn and process inputs", () => {
   for (const [what, fn, message] of rows) {
     test(what, () => assert.throws(fn, message));
   }
+});
+
+describe("the raw simulated driver's inputs", () => {
+  test("a lock timeout a C unsigned int cannot hold rejects as the native driver's does", async () => {
+    await using sim = new SimulatedMachine();
+    const pid = sim.spawn().pid;
+    for (const timeoutMs of [-5, 1.5, 2 ** 32, Number.NaN]) {
+      // The native driver's words for the same value: its encoding of the struct refuses it.
+      let native = "";
+      try {
+        encodeLockArgs({ timeoutMs });
+      } catch (error) {
+        native = (error as Error).message;
+      }
+      assert.match(native, /LockArgs\.timeoutMs must be an integer/, String(timeoutMs));
+      await assert.rejects(sim.driver.lock(pid, { timeoutMs }), {
+        name: "RangeError",
+        message: native,
+      });
+    }
+    assert.deepEqual(await sim.driver.getState(pid), { code: 0, value: 0 }, "untouched: running");
+    assert.equal(await sim.driver.lock(pid, { timeoutMs: 0xffff_ffff }), 0, "the largest is taken");
+  });
 });
