@@ -90,4 +90,28 @@ describe("native driver on a real GPU", () => {
       assert.equal(await new CudaProcess(process.pid, { machine }).state(), "running");
     },
   );
+
+  test(
+    "a lock timeout that a C unsigned int cannot hold is refused before any call, the process " +
+      "left running; a libraryPath that is no name is refused before anything opens",
+    { skip },
+    async () => {
+      await using machine = await openMachine();
+      await machine.driver.listGpus(); // cuInit: this process is a running CUDA process now
+      for (const timeoutMs of [-5, 2 ** 32, 1.5, Number.NaN]) {
+        // Were it passed on, -5 would wrap to 49 days: on this very process, a lock that hangs.
+        await assert.rejects(
+          machine.driver.lock(process.pid, { timeoutMs }),
+          /LockArgs\.timeoutMs must be an integer/,
+        );
+      }
+      assert.deepEqual(await machine.driver.getState(process.pid), { code: 0, value: 0 });
+      for (const libraryPath of ["", 42]) {
+        await assert.rejects(
+          openMachine({ libraryPath: libraryPath as string }),
+          (e: unknown) => e instanceof TypeError && /libraryPath/.test(e.message),
+        );
+      }
+    },
+  );
 });
