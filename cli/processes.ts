@@ -18,9 +18,11 @@ import { type CliOperation, type OperationCommand, UsageError } from "./command.
 import { CudaProcess, listCudaProcesses, runGroup } from "../mod.ts";
 import type { GroupResult, Outcome, ProcessOutcome } from "../mod.ts";
 import type { Machine } from "../driver.ts";
-import type { Action, GroupEvent, Step, StepRecord } from "../types.ts";
+import type { Action, GroupEvent, StepRecord } from "../types.ts";
 import { clockOf, roundMs } from "../core/time.ts";
 import { isGone, sessionOf } from "../core/process.ts";
+import { act as runSteps, type ActionHooks, defined, settingsOf } from "../core/action.ts";
+import { handleOf } from "../api/cuda_process.ts";
 import { type Interrupts, watchInterrupts } from "./io.ts";
 import { type Progress, progressOf } from "./progress.ts";
 import { errorReport, printReports, query, warnUninspectable } from "./report.ts";
@@ -38,10 +40,10 @@ export async function runOne(
   const progress = progressOf(print, command.events, machine, { total: 1, labels });
   const proc = new CudaProcess(pid, { machine });
   const clock = clockOf(machine), start = clock.now(); // virtual time on the simulator, as a group's
-  let report: PidReport | undefined, step: Step | undefined;
+  let report: PidReport | undefined;
   try {
-    if (progress) step = await begin(progress, proc, machine, operation);
-    const { state, roomCheck, steps } = await act(proc, command);
+    const hooks = progress && await hooksOf(progress, machine, pid, operation);
+    const { state, roomCheck, steps } = await act(proc, command, hooks);
     const ms = roundMs(clock.now() - start);
     report = { pid, operation, ok: true, state, status: "done", ms, roomCheck, steps };
   } catch (error) {
@@ -50,12 +52,7 @@ export async function runOne(
     const e = errorReport(operation, pid, error);
     report = { pid, operation, ok: false, state, status: "failed", ms, error: e };
   } finally {
-    if (step && report) {
-      const { ok, status = "failed" } = report; // the step's own time, else the operation's
-      const ms = report.steps?.find((s) => s.step === step)?.ms ?? report.ms ?? 0;
-      progress!.event({ type: "step-end", pid, step, at: 0, ms, ok, rollback: false });
-      progress!.event({ type: "process-end", pid, at: 0, status });
-    }
+    if (report) progress?.event({ type: "process-end", pid, at: 0, status: report.status! });
     progress?.stop();
     await proc.close();
   }
@@ -63,30 +60,33 @@ export async function runOne(
 }
 
 /**
- * Tells `progress` the operation and its driver step (a toggle's, as the state says) with the GPU
- * memory it moves: what the host sees the process hold (NVML), else its checkpoint's record.
+ * Tells `progress` the operation; the hooks that tell it each driver step as it starts and ends,
+ * with the GPU memory it moves: what the host sees the process hold (NVML), else its checkpoint's
+ * record.
  */
-async function begin(progress: Progress, proc: CudaProcess, machine: Machine, operation: string) {
-  const pid = proc.pid;
+async function hooksOf(progress: Progress, machine: Machine, pid: number, operation: string) {
   const session = sessionOf(machine), room = session.room;
   const report = await room.report().catch(() => undefined);
   const identity = await session.identify(pid) ?? { pid };
   const mib = await room.totalMiB(identity, report).catch(() => undefined);
-  const now = operation === "toggle" ? await proc.state().catch(() => "running") : undefined;
-  const step = (now ? (now === "checkpointed" ? "restore" : "checkpoint") : operation) as Step;
+  const memory = mib ? { gpuMemoryMiB: mib } : {};
   progress.event({ type: "phase", phase: operation, at: 0 });
-  progress.event({ type: "step-start", pid, step, at: 0, ...(mib ? { gpuMemoryMiB: mib } : {}) });
-  return step;
+  return {
+    stepStarted: (step, rollback) =>
+      progress.event({ type: "step-start", pid, step, at: 0, rollback, ...memory }),
+    stepEnded: ({ step, ms, ok }, rollback) =>
+      progress.event({ type: "step-end", pid, step, at: 0, ms, ok, rollback, ...memory }),
+  } satisfies ActionHooks;
 }
 
 /** The command's call: as NVIDIA's utility, a lock without a timeout unless one is given. */
-function act(proc: CudaProcess, command: OperationCommand): Promise<Outcome> {
+function act(proc: CudaProcess, command: OperationCommand, hooks?: ActionHooks): Promise<Outcome> {
   const { operation, checkRoom, allowIpcImport, gpuMapping } = command; // left out where undefined
-  if (operation === "lock") return proc.lock({ timeoutMs: command.timeoutMs ?? 0 });
-  if (operation === "checkpoint") return proc.checkpoint({ checkRoom, allowIpcImport });
-  if (operation === "restore") return proc.restore({ checkRoom, gpuMapping });
-  if (operation === "unlock") return proc.unlock();
-  return proc.toggle({ timeoutMs: 0, checkRoom, allowIpcImport, gpuMapping });
+  const timeoutMs = operation === "lock" ? command.timeoutMs ?? 0 : 0;
+  const options = defined({ timeoutMs, checkRoom, allowIpcImport, gpuMapping });
+  const keys = ["timeoutMs", "checkRoom", "allowIpcImport", "gpuMapping"] as const;
+  const action = operation as Action; // not a query: those are one call each (main.ts)
+  return runSteps(handleOf(proc), action, settingsOf(options, action, keys), hooks);
 }
 
 /** Runs the command on several pids (or all), prints a line each, resolves to the exit code. */

@@ -40,9 +40,14 @@ export interface Outcome {
 }
 
 /** Runs an action (checked settings) on one process in its order; rejects with its error. */
-export function act(handle: Handle, action: Action, settings: ActionSettings): Promise<Outcome> {
+export function act(
+  handle: Handle,
+  action: Action,
+  settings: ActionSettings,
+  hooks?: ActionHooks,
+): Promise<Outcome> {
   return handle.ordered(async (turn) => {
-    const report = await runAction(turn, action, settings);
+    const report = await runAction(turn, action, settings, hooks);
     if (report.error) throw report.error;
     const { state, steps, roomCheck } = report;
     const status = report.status === "unchanged" ? "unchanged" : "done";

@@ -326,20 +326,40 @@ describe("--events: the events, one JSON object per line of stderr", () => {
     assert.equal(piped.err, "", "nothing on stderr without --events: NVIDIA's lines only");
   });
 
-  test("a toggle of one pid: its driver step's own time, not the whole toggle's", async () => {
+  test("a toggle of one pid: each driver step as it starts and ends, with its own time", async () => {
     const sim = new SimulatedMachine();
     const { pid } = sim.spawn({ memoryMiB: 1024 });
-    for (const step of ["checkpoint", "restore"]) {
+    for (const steps of [["lock", "checkpoint"], ["restore", "unlock"]]) {
       const r = await cli(["--toggle", "-p", `${pid}`, "--json", "--events"], { machine: sim });
       assert.equal(r.code, 0, r.err);
-      const ended = r.err.trim().split("\n").map((l) => JSON.parse(l))
-        .filter((e) => e.event === "step-end");
+      const events = r.err.trim().split("\n").map((l) => JSON.parse(l));
       const result = JSON.parse(r.out);
-      assert.equal(result.steps.length, 2, "lock + checkpoint, or restore + unlock");
-      const own = result.steps.find((s: { step: string }) => s.step === step);
-      assert.deepEqual(ended.map((e) => [e.step, e.ms]), [[step, own.ms]]);
-      assert.ok(own.ms < result.ms, `${own.ms} ms of the toggle's ${result.ms}`);
+      assert.deepEqual(result.steps.map((s: { step: string }) => s.step), steps);
+      const seen = events.filter((e) => e.event.startsWith("step-")).map((e) => [e.event, e.step]);
+      const expected = steps.flatMap((s) => [["step-start", s], ["step-end", s]]);
+      assert.deepEqual(seen, expected, "every step, in order, not only the one that moves memory");
+      const ended = events.filter((e) => e.event === "step-end");
+      const mine = result.steps.map((s: { step: string; ms: number }) => [s.step, s.ms]);
+      assert.deepEqual(ended.map((e) => [e.step, e.ms]), mine, "each step's own time");
+      assert.deepEqual(events.at(-1), {
+        event: "process-end",
+        pid,
+        at: events.at(-1).at,
+        status: "done",
+      });
     }
+  });
+
+  test("a toggle of one pid whose state cannot be read: no step is blamed", async () => {
+    const sim = new SimulatedMachine();
+    const gone = sim.spawn().pid + 1000; // no such process
+    const r = await cli(["--toggle", "-p", `${gone}`, "--events"], { machine: sim });
+    assert.equal(r.code, 1);
+    const events = r.err.trim().split("\n").filter((l) => l.startsWith("{")).map((l) =>
+      JSON.parse(l)
+    );
+    assert.deepEqual(events.map((e) => e.event), ["phase", "process-end"], r.err);
+    assert.equal(events[1].status, "failed");
   });
 
   test("a snapshot and its restore: phases with what they move, criu's count, each tree's files", async () => {
