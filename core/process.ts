@@ -54,6 +54,11 @@ export class Session {
     return now !== undefined && now.pid === p.pid && now.start === p.start;
   }
 
+  /** Resolves once every operation queued on any process has settled (those queued meanwhile too). */
+  async settled(): Promise<void> {
+    while (this.#tails.size > 0) await Promise.all(this.#tails.values());
+  }
+
   /** Runs `operation` once every operation queued before it on the same process has settled. */
   inOrder<T>(process: ProcessIdentity, operation: () => Promise<T>): Promise<T> {
     const key = identityKey(process), before = this.#tails.get(key);

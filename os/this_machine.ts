@@ -7,6 +7,7 @@ import type { HostProcesses } from "../core/host.ts";
 import type { SnapshotEngine } from "../core/engine.ts";
 import type { SnapshotStore } from "../core/snapshot/store.ts";
 import { checkKeys } from "../core/options.ts";
+import { sessionOf } from "../core/process.ts";
 import { type NativeDriver, type NativeDriverOptions, openNativeDriver } from "../ffi/native.ts";
 import { type CriuEngineOptions, openCriuEngine } from "./criu.ts";
 import { LinuxHost, type LinuxHostOptions } from "./linux_host.ts";
@@ -30,7 +31,7 @@ export interface NativeMachine extends Machine, AsyncDisposable {
   readonly engine: SnapshotEngine;
   /** The file system. */
   readonly store: SnapshotStore;
-  /** Lets go of the library, its worker threads and NVML. */
+  /** Waits for the operations under way on it, then lets go of libcuda, its threads and NVML. */
   close(): Promise<void>;
 }
 
@@ -64,9 +65,13 @@ export async function openMachine(options: MachineOptions = {}): Promise<NativeM
   const driver = await openNativeDriver(options);
   try {
     const host = new LinuxHost(options.host), engine = openCriuEngine(options.criu);
-    const close = () => host.close().finally(() => driver[Symbol.asyncDispose]());
+    // A suspend under way ends checkpointed, not locked with its driver gone: it is waited for.
+    const close = () =>
+      sessionOf(machine).settled().then(() => host.close())
+        .finally(() => driver[Symbol.asyncDispose]());
     const store = new FileSnapshotStore();
-    return { driver, host, engine, store, close, [Symbol.asyncDispose]: close };
+    const machine = { driver, host, engine, store, close, [Symbol.asyncDispose]: close };
+    return machine;
   } catch (error) {
     await driver[Symbol.asyncDispose]();
     throw error;

@@ -18,6 +18,7 @@ import { DriverLoadError } from "../core/errors.ts";
 import { Handle } from "../core/process.ts";
 import { act } from "../core/action.ts";
 import { SharedMachine } from "../core/machine.ts";
+import { CudaProcess } from "../api/cuda_process.ts";
 import { findLibcuda, LIBCUDA_ENV_VAR, LIBCUDA_SEARCH_PATHS, LIBCUDA_SONAME } from "../ffi/find.ts";
 import { type NativeDriver, openNativeDriver } from "../ffi/native.ts";
 import { bunDefinition, CHECKPOINT_SYMBOL_NAMES, CUDA_SYMBOLS } from "../ffi/symbols.ts";
@@ -781,6 +782,28 @@ describe(`native driver (${runtime}) against a fake libcuda`, { skip: noCompiler
     await proc.close();
     assert.equal(d.workerCount, 0, "every worker ended before close() resolved");
     await assert.rejects(d.getState(3201), /closed/);
+  });
+
+  test("closing a machine while a resume runs waits for it: the process is never left locked", async () => {
+    const counters = await openCounters(fake!.v13);
+    try {
+      // A second driver on the same library (the loader shares its state) watches the process.
+      await withDriver(fake!.v13, async (watch) => {
+        const pid = 3301;
+        assert.equal(await watch.lock(pid, null), 0);
+        assert.equal(await watch.checkpoint(pid), 0);
+        const machine = await openMachine({ libraryPath: fake!.v13, host: { nvml: false } });
+        const resumed = new CudaProcess(pid, { machine }).resume({ checkRoom: false });
+        while (counters.fake_in_flight() === 0) await new Promise((r) => setTimeout(r, 5));
+        // Asked while the restore sleeps in the driver: the unlock after it must still be made.
+        await machine.close();
+        assert.equal((await resumed).state, "running");
+        assert.deepEqual(await watch.getState(pid), { code: 0, value: 0 }, "running, not locked");
+        await assert.rejects(machine.driver.getState(pid), /closed/, "closed once it was done");
+      });
+    } finally {
+      counters.close();
+    }
   });
 
   test("the event loop keeps running during a long call", async () => {
