@@ -8,13 +8,16 @@
  * 2. All-or-nothing with a member that cannot be checkpointed (a process that never used CUDA):
  *    it fails as it is planned, before any step, and the three others are not started (a group
  *    whose plans all passed would bring back those checkpointed).
- * 3. A deadline shorter than a busy target's kernel: its lock times out at the deadline and the
+ * 3. A second machine closed 100 ms into a resume on it: the close waits, and the process runs;
+ *    then the command line's --toggle --events of that one pid tells every driver step.
+ * 4. A deadline shorter than a busy target's kernel: its lock times out at the deadline and the
  *    processes after it are not started.
  * Prints one JSON line; exits 1 on any failure.
  */
 
 import process from "node:process";
-import { runGroup } from "../../mod.ts";
+import { spawnSync } from "node:child_process";
+import { CudaProcess, runGroup } from "../../mod.ts";
 import { openMachine } from "../../driver.ts";
 import { checks, startTarget } from "./native_env.ts";
 
@@ -56,6 +59,31 @@ try {
     }`
   );
   report.allOrNothingMs = Math.round(a.ms);
+
+  // A machine closed while a resume runs on it waits for the resume: its unlock is still made.
+  const [one] = pids.slice(1);
+  await runGroup("suspend", [one], { machine });
+  const other = await openMachine();
+  const resumed = new CudaProcess(one, { machine: other }).resume();
+  await new Promise((r) => setTimeout(r, 100)); // the restore of 1 GiB is under way
+  const t0 = performance.now();
+  await other.close();
+  report.closeWaitedMs = Math.round(performance.now() - t0);
+  check("the resume went on", (await resumed.catch(() => undefined))?.state === "running");
+  check("running after the close", (await driver.getState(one)).value === 0);
+
+  // The command line's --events for one pid: every driver step of a toggle, as it runs.
+  const cli = new URL("../../cli/main.ts", import.meta.url).pathname;
+  const run = "Deno" in globalThis ? ["run", "-A", cli] : [cli];
+  const toggles: string[][] = (report.oneToggleEvents = []);
+  for (const steps of [["lock", "checkpoint"], ["restore", "unlock"]]) {
+    const toggle = ["--toggle", "--pid", `${one}`, "--events", "--json"];
+    const r = spawnSync(process.execPath, [...run, ...toggle], { encoding: "utf8" });
+    const told = r.stderr.split("\n").filter((l) => l.startsWith("{")).map((l) => JSON.parse(l))
+      .filter((e) => e.event === "step-end").map((e) => `${e.step}${e.ok ? "" : " failed"}`);
+    check(`--toggle --events of one pid: ${steps}`, r.status === 0 && `${told}` === `${steps}`);
+    toggles.push(told);
+  }
 
   await targets[0].launchKernel(5000);
   const d = await runGroup("suspend", pids, { machine, timeoutMs: 1000, concurrency: 1 });
