@@ -569,7 +569,9 @@ for delay in 1 4.5 grp; do
   check "h-$delay: $how: ours exits $want ($rc)" $?
   intact "h-$delay: put back" "$d" "$p" "$h"
   [[ ! -e $snap/in-progress.json ]]
-  _rc=$?; check "h-$delay: no trace left ($(ls -A "$snap" 2>/dev/null | paste -sd' ' || echo 'no directory'))" $_rc
+  _rc=$?
+  left=$([[ -d $snap ]] && { ls -A "$snap" | paste -sd' '; } || echo 'no directory')
+  check "h-$delay: no trace left ($left)" $_rc
   ck "h-$delay-again" 240 snapshot --pid "$p" --dir "$snap" --leave-running --json
   snap_ok "h-$delay-again" && [[ $rc == 0 ]]
   check "h-$delay: the same --dir takes a snapshot again (--leave-running)" $? "exit $rc"
