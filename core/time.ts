@@ -30,17 +30,11 @@ export function clockOf(machine: { readonly clock?: Clock }): Clock {
       ? own.sleep(ms, signal)
       : new Promise<void>((resolve) => timer = setTimeout(resolve, ms));
     if (!signal) return slept;
-    return new Promise<void>((resolve, reject) => {
-      const onAbort = () => {
-        if (timer !== undefined) clearTimeout(timer);
-        reject(signal.reason);
-      };
-      signal.addEventListener("abort", onAbort, { once: true });
-      slept.then(() => {
-        signal.removeEventListener("abort", onAbort);
-        resolve();
-      }, reject);
-    });
+    const { promise, resolve, reject } = Promise.withResolvers<void>();
+    const onAbort = () => (clearTimeout(timer), reject(signal.reason));
+    signal.addEventListener("abort", onAbort, { once: true });
+    slept.finally(() => signal.removeEventListener("abort", onAbort)).then(resolve, reject);
+    return promise;
   };
   return { now, sleep };
 }
