@@ -6,7 +6,7 @@
  * @module
  */
 
-import { callDriver, checkCapability, stateOf } from "./calls.ts";
+import { callDriver, checkCapability, readState } from "./calls.ts";
 import { CUDA_ERROR_NOT_INITIALIZED, CUDA_ERROR_OPERATING_SYSTEM } from "./driver.ts";
 import { CudaError, messageOf } from "./errors.ts";
 import type { GpuMemory, GpuMemoryReport, ScannedProcess } from "./host.ts";
@@ -105,8 +105,7 @@ export async function listOn(machine: Machine, o: ListSettings): Promise<CudaPro
   // A process that never initialised CUDA, or is gone since the scan, is no CUDA process (now).
   const answers = await Promise.all(candidates.map(async (p) => {
     const [state, tid] = await Promise.allSettled([
-      refuseStopped(machine, "getState", p.pid).then(() => callDriver(driver, "getState", p.pid))
-        .then((value) => stateOf(value, p.pid)),
+      refuseStopped(machine, "getState", p.pid).then(() => readState(driver, p.pid)),
       callDriver(driver, "getRestoreThreadId", p.pid),
     ]);
     return { scanned: p, state, tid };
