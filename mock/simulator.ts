@@ -431,8 +431,7 @@ function simulatedHost(m: SimulatedMachine): HostProcesses {
           return p ? [{ id, holder: p.pid, as: p.pid === id ? "pid" : "thread" }] : [];
         })),
     processTree: (root) => m.instantly("read a process tree", () => m.tree(root)?.map(entry)),
-    // The sign of an NCCL rank, or of an import of CUDA IPC memory (none for `fd`), as the Linux
-    // host reads them.
+    // As the Linux host reads them: an NCCL rank's sign, or an import's (none `through: "fd"`).
     gpuImport: (pid) =>
       m.instantly("read a process's maps", () => {
         const { nccl, ipcImport: imported } = m.process(pid) ?? {};
@@ -450,7 +449,6 @@ function simulatedHost(m: SimulatedMachine): HostProcesses {
         return p && !p.exited ? p.wakes * 1_000_000 : undefined;
       }),
     stopped: (pid) => m.instantly("read a process's state", () => m.process(pid)?.stopped === true),
-    // Hostname `simulated`, a simulated kernel, and driver 580.159.04 for version 13.0.
     facts: () =>
       m.instantly("read the machine's facts", () => {
         const release = m.version === 13000 ? { driverRelease: "580.159.04" } : {};
