@@ -104,9 +104,9 @@ export class SimulatedDriver implements CheckpointDriver {
     if (args?.reserved?.some((b) => b !== 0)) {
       const note = "a reserved field of CUcheckpointLockArgs is nonzero";
       const refused = { code: CUDA_ERROR_INVALID_VALUE, note };
-      return this.#call("lock", pid, codeOf, () => this.#after(refused));
+      return await this.#call("lock", pid, codeOf, () => this.#after(refused));
     }
-    return this.#transition("lock", pid, async (proc, run) => {
+    return await this.#transition("lock", pid, async (proc, run) => {
       const busyFor = proc.kernelsUntil - this.#machine.now();
       if (timeoutMs > 0 && busyFor > timeoutMs) {
         await run.sleep(timeoutMs);
