@@ -166,9 +166,10 @@ export interface HostProcesses {
   cpuTime?(pid: number): Promise<number | undefined>;
   /**
    * Whether every thread of `pid` has entered its stop (SIGSTOP), so that it runs no more until
-   * let go; `false` where gone. A thread on its way there still runs, on a busy machine for long.
+   * let go, or `"frozen"`: its cgroup is (`docker pause`); `false` where gone. A thread on its way
+   * to its stop still runs, on a busy machine for long.
    */
-  stopped?(pid: number): Promise<boolean>;
+  stopped?(pid: number): Promise<boolean | "frozen">;
   /** The records of what checkpointed processes held; left out: each program keeps its own. */
   readonly heldRecords?: HeldRecords;
   /** The pid of the program using this host: a process checkpointing itself needs care (NVML). */

@@ -227,9 +227,9 @@ export class Turn {
     return readState(this.machine.driver, this.pid);
   }
 
-  /** Whether the process is stopped (every thread), where the host can tell. */
-  stopped(): Promise<boolean> {
-    return isStopped(this.machine, this.identity.pid);
+  /** Whether the process is stopped (every thread) or frozen, where the host can tell. */
+  async stopped(): Promise<boolean> {
+    return !!await isStopped(this.machine, this.identity.pid);
   }
 
   /** Refuses (`STATE`) a stopped process: the driver would answer it only once it runs again. */
@@ -367,14 +367,18 @@ export async function refuseStopped(
   pid: number,
   shown = pid,
 ): Promise<void> {
-  if (!await isStopped(m, pid)) return;
-  const reason = `it is stopped (SIGSTOP, Ctrl-Z, a debugger), and the driver answers no call on ` +
-    `it, a lock's timeout included, till it runs again (kill -CONT ${pid})`;
+  const how = await isStopped(m, pid);
+  if (!how) return;
+  const [what, until] = how === "frozen"
+    ? ["its cgroup is frozen (docker or podman pause)", "it is thawed (docker or podman unpause)"]
+    : ["it is stopped (SIGSTOP, Ctrl-Z, a debugger)", `it runs again (kill -CONT ${pid})`];
+  const reason =
+    `${what}, and the driver answers no call on it, a lock's timeout included, till ${until}`;
   const detail = "nothing was done to it";
   throw new RefusedError({ code: "STATE", operation, pid: shown, reason, detail });
 }
 
-async function isStopped(m: Machine, pid: number): Promise<boolean> {
+async function isStopped(m: Machine, pid: number): Promise<boolean | "frozen"> {
   return await m.host?.stopped?.(pid).catch(() => false) ?? false;
 }
 

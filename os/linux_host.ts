@@ -301,10 +301,18 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
     return times?.reduce((sum, text) => sum + Number(text.split(" ")[0]), 0);
   }
 
-  /** Whether every thread of `pid` is stopped (`T`, or `t`: traced), its leader read first. */
-  async stopped(pid: number): Promise<boolean> {
+  /**
+   * Whether every thread of `pid` is stopped (`T`, or `t`: traced), its leader read first; else
+   * `"frozen"` where its cgroup (v2) is, its threads asleep (`S`) till it is thawed.
+   */
+  async stopped(pid: number): Promise<boolean | "frozen"> {
     const stopped = (s: { state: string } | null) => s?.state === "T" || s?.state === "t";
-    if (!stopped(await this.#stat(pid).catch(() => null))) return false; // no thread read
+    if (!stopped(await this.#stat(pid).catch(() => null))) {
+      const read = (path: string) => this.#reader.read(path).catch(() => "");
+      const group = /^0::(\/.*)$/m.exec(await read(`${this.#root}/${pid}/cgroup`))?.[1];
+      return !!group && /^frozen 1$/m.test(await read(`/sys/fs/cgroup${group}/cgroup.events`)) &&
+        "frozen";
+    }
     const dir = `${this.#root}/${pid}/task`;
     const tasks = await this.#reader.list(dir).catch(() => [] as string[]);
     const state = (t: string) => this.#reader.read(`${dir}/${t}/stat`).then(parseStat, () => null);

@@ -195,4 +195,23 @@ describe("cpuTime: what a held process has run", () => {
     assert.equal(await h.stopped(80), false, "its leader runs");
     assert.equal(await h.stopped(60), false, "gone");
   });
+
+  test('stopped: "frozen" where its cgroup (v2) is frozen, its threads asleep (docker pause)', async () => {
+    const stat = (pid: number) => `${pid} (python3 x) S 1 ${pid} ${pid} 0\n`;
+    const events = (frozen: number) => `populated 1\nfrozen ${frozen}\n`;
+    await using h = host({
+      "/proc/90/stat": stat(90),
+      "/proc/90/cgroup": "0::/system.slice/docker-ab12.scope\n",
+      "/sys/fs/cgroup/system.slice/docker-ab12.scope/cgroup.events": events(1),
+      "/proc/91/stat": stat(91),
+      "/proc/91/cgroup": "0::/ckpt-thawed\n",
+      "/sys/fs/cgroup/ckpt-thawed/cgroup.events": events(0),
+      "/proc/92/stat": stat(92), // cgroup v1 only: no unified line to follow
+      "/proc/92/cgroup": "7:freezer:/ckpt-frozen\n",
+      "/sys/fs/cgroup/ckpt-frozen/cgroup.events": events(1),
+    });
+    assert.equal(await h.stopped(90), "frozen");
+    assert.equal(await h.stopped(91), false, "thawed");
+    assert.equal(await h.stopped(92), false, "no cgroup v2 line");
+  });
 });

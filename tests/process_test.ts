@@ -276,6 +276,28 @@ describe("a stopped process (SIGSTOP)", () => {
   });
 });
 
+describe("a process whose cgroup is frozen (docker pause)", () => {
+  test("its steps are refused (STATE), saying how to thaw it, with no driver call", async () => {
+    const sim = new SimulatedMachine();
+    const { pid } = sim.spawn();
+    // What LinuxHost tells of a process in a frozen cgroup (tests/host_signs_test.ts).
+    const machine = {
+      driver: sim.driver,
+      host: { ...sim.host, stopped: () => Promise.resolve("frozen" as const) },
+    };
+    const mark = sim.driver.calls.length;
+    const err = await new CudaProcess(pid, { machine }).suspend().catch((e) => e);
+    assert.ok(err instanceof RefusedError, String(err));
+    assert.equal(
+      err.message,
+      `suspend of process ${pid} refused: its cgroup is frozen (docker or podman pause), and the ` +
+        `driver answers no call on it, a lock's timeout included, till it is thawed (docker or ` +
+        `podman unpause). Nothing was done to it`,
+    );
+    assert.deepEqual(sim.driver.calls.slice(mark), [], "no call");
+  });
+});
+
 describe("rollback", () => {
   test("suspend unlocks again when checkpoint fails, and says the process was left running", async () => {
     const { target, proc } = setup();
