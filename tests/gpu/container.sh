@@ -572,8 +572,8 @@ guard() {
   for ((w = 0; w < 50; w++)); do alive "$p0" || break; sleep 0.1; done
   rec=$(ls /run/ckpt-cuda/"$p0"-*.json 2>/dev/null | head -1)
   echo "   the record of pid $p0: ${rec:-none}: $(cat "$rec" 2>/dev/null)"
-  [[ -n $rec ]] && ! alive "$p0" && grep -q '"mark":"1:0:[0-9a-f]\{64\}"' "$rec"
-  check "g: the container is gone; ours kept the record of what pid $p0 held, with its mark (pid 1 in its namespace, uid 0, its command line's SHA-256)" $? || ok=1
+  [[ -n $rec ]] && ! alive "$p0" && grep -q '"mark":"1:0:[0-9a-f]\{64\}:[0-9a-f]\{64\}"' "$rec"
+  check "g: the container is gone; ours kept the record of what pid $p0 held, with its mark (pid 1 in its namespace, uid 0, its command line's and its cgroup's SHA-256)" $? || ok=1
   # A filler takes the GPU: 1 GiB less free than the process held.
   fill=$(($(gpu_free_mib) - mg + 1024))
   mkfifo "$bin/fin"
