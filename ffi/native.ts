@@ -4,6 +4,8 @@
 // per process, and caps the calls in flight. It only reports codes: it rejects only when a call
 // cannot be made (the driver closed, or the thread running it ended).
 
+import { existsSync } from "node:fs";
+import process from "node:process";
 import { asError, driverError, messageOf } from "../core/errors.ts";
 import { CUDA_ERROR_NO_DEVICE, CUDA_ERROR_NOT_SUPPORTED, CUDA_SUCCESS } from "../core/driver.ts";
 import { CUDA_ERROR_OPERATING_SYSTEM, GPU_PAIRS_MIN_DRIVER_VERSION } from "../core/driver.ts";
@@ -176,10 +178,11 @@ export class LibcudaDriver implements NativeDriver {
     return this.#query("getRestoreThreadId", pid, "cuCheckpointProcessGetRestoreThreadId");
   }
 
-  /** `cuCheckpointProcessLock`; `null` passes NULL args (no timeout). `cuInit` comes first, once. */
+  /** `cuCheckpointProcessLock` (`null`: NULL args); `cuInit` first where it locks this process. */
   lock(pid: number, args: LockArgs | null): Promise<number> {
+    const self = pid === process.pid || existsSync(`/proc/self/task/${pid}`);
     return Promise.try(() => args === null ? null : encodeLockArgs(args))
-      .then((buf) => this.#checkpointCall("lock", pid, "cuCheckpointProcessLock", [buf], true));
+      .then((buf) => this.#checkpointCall("lock", pid, "cuCheckpointProcessLock", [buf], self));
   }
 
   /** `cuCheckpointProcessCheckpoint` with NULL args. */
