@@ -30,6 +30,10 @@
 #   fifo_target              sets $target for a benchmark's fifo targets: in a dry run the stand-in
 #                            at $bin/stand-in-target and the fake libcuda built, else build_target;
 #                            then a check line that it has the fifo mode
+#   torch_target PATH        a PyTorch process holding 256 MiB (a tensor of 7.0), started in the
+#                            background: "ready" in PATH.out, then its tensor's sum for each line
+#                            written to the fifo PATH.in (held open on fd $tfd); its pid in $tpid
+#   torch_ready PATH         waits up to 30 s for torch_target PATH's "ready"
 
 describe_machine() {
   echo "commit $(git rev-parse --short HEAD 2>/dev/null)$(git diff --quiet 2>/dev/null || echo ' (with changes)'); kernel $(uname -r); $(nproc) cores; $(free -g | awk '/^Mem:/ { print $2 " GiB of memory" }')"
@@ -172,4 +176,21 @@ fifo_target() {
   fi
   [[ $("$target" fifo 2>&1) == *"fifo mode needs"* ]]
   check "setup: $target has the fifo mode" $?
+}
+
+torch_target() {
+  mkfifo "$1.in" && exec {tfd}<>"$1.in"
+  NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 python3 -c "
+import torch, sys
+x = torch.full((64 * 2**20,), 7.0, device='cuda'); torch.cuda.synchronize(); print('ready', flush=True)
+for line in sys.stdin:
+    print('sum', float(x.sum()), flush=True)
+" <"$1.in" >"$1.out" 2>&1 &
+  tpid=$!
+}
+
+torch_ready() {
+  local i
+  for i in $(seq 150); do grep -q ready "$1.out" 2>/dev/null && return 0; sleep 0.2; done
+  return 1
 }

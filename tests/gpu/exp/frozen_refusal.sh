@@ -7,20 +7,11 @@
 set -u
 . tests/gpu/setup.sh # exp_session: $out, $d, our binary's Bun on PATH, the log
 exp_session
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 ours() { local t0=$(date +%s%N) o; o=$(timeout 20 bun cli/main.ts "$@" 2>&1); local rc=$?
   echo "  ours $* -> rc $rc in $((($(date +%s%N) - t0) / 1000000)) ms: $o"; }
-mkfifo "$d/in"; exec {f}<>"$d/in"
-python3 -c "
-import torch, sys
-x = torch.full((64 * 2**20,), 7.0, device='cuda'); torch.cuda.synchronize(); print('ready', flush=True)
-for line in sys.stdin:
-    print('sum', float(x.sum()), flush=True)
-" <"$d/in" >"$d/out" 2>&1 &
-p=$!
-for i in $(seq 150); do grep -q ready "$d/out" && break; sleep 0.2; done
+torch_target "$d/t" && torch_ready "$d/t"; p=$tpid f=$tfd
 g=/sys/fs/cgroup/ckpt-frozen-ours; mkdir -p "$g"; echo "$p" >"$g/cgroup.procs"
-echo "== pid $p in $g: $(head -1 "$d/out")"
+echo "== pid $p in $g: $(head -1 "$d/t.out")"
 echo 1 >"$g/cgroup.freeze"; sleep 0.3; echo "  $(grep frozen "$g/cgroup.events")"
 ours --toggle --pid "$p"
 ours --action lock --pid "$p" --timeout 3000
@@ -30,5 +21,5 @@ ours --toggle --pid "$p"
 ours --get-state --pid "$p"
 ours --toggle --pid "$p"
 ours --get-state --pid "$p"
-echo go >&"$f"; sleep 1.5; echo "  after: $(tail -1 "$d/out")"
+echo go >&"$f"; sleep 1.5; echo "  after: $(tail -1 "$d/t.out")"
 kill "$p"; sleep 0.3; rmdir "$g"

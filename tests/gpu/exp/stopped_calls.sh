@@ -6,27 +6,18 @@
 # One GPU:  timeout 300 bash tests/gpu/exp/stopped_calls.sh
 set -u
 N=$PWD/.carry/cuda-checkpoint
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+. tests/gpu/setup.sh # torch_target
 d=$(mktemp -d)
 declare -A pid fdof
-start() { # NAME: a target reading its fifo, printing its tensor's sum for each line
-  mkfifo "$d/in-$1"; exec {f}<>"$d/in-$1"; fdof[$1]=$f
-  python3 -c "
-import torch, sys
-x = torch.full((64 * 2**20,), 7.0, device='cuda'); torch.cuda.synchronize(); print('ready', flush=True)
-for line in sys.stdin:
-    print('sum', float(x.sum()), flush=True)
-" <"$d/in-$1" >"$d/out-$1" 2>&1 &
-  pid[$1]=$!
-}
+start() { torch_target "$d/$1"; pid[$1]=$tpid; fdof[$1]=$tfd; } # NAME: its fifo target
 ms() { local t0=$(date +%s%N) out; out=$(timeout 8 "$N" "$@" 2>&1); local rc=$?
   echo "  $* -> rc $rc in $((($(date +%s%N) - t0) / 1000000)) ms${out:+: $out}"; }
 state() { echo "  state: $(timeout 8 "$N" --get-state --pid "$1" 2>&1 || echo "(rc $?)")"; }
 cases="getstate-running lock-running tid-running checkpoint-locked unlock-locked getstate-locked unlock-checkpointed"
 for c in $cases; do start "$c"; done
-for c in $cases; do for i in $(seq 150); do grep -q ready "$d/out-$c" && break; sleep 0.2; done; done
+for c in $cases; do torch_ready "$d/$c"; done
 for c in $cases; do
-  p=${pid[$c]}; echo "== $c: pid $p $(head -1 "$d/out-$c")"
+  p=${pid[$c]}; echo "== $c: pid $p $(head -1 "$d/$c.out")"
   case $c in *-locked) ms --action lock --pid "$p";; *-checkpointed) ms --action lock --pid "$p"; ms --action checkpoint --pid "$p";; esac
   state "$p"
   kill -STOP "$p"; echo "  SIGSTOP: $(awk '{print $3}' /proc/$p/stat)"
@@ -43,7 +34,7 @@ for c in $cases; do
   [[ $s == checkpointed* ]] && ms --action restore --pid "$p" && s=locked
   [[ $s == locked* ]] && ms --action unlock --pid "$p"
   state "$p"
-  echo go >&"${fdof[$c]}"; sleep 1.5; echo "  after: $(tail -1 "$d/out-$c")"
+  echo go >&"${fdof[$c]}"; sleep 1.5; echo "  after: $(tail -1 "$d/$c.out")"
   kill "$p" 2>/dev/null
 done
 wait; rm -rf "$d"

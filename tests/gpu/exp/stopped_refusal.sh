@@ -6,24 +6,16 @@
 # tensor checked. One GPU, .carry/cuda-checkpoint-ours.xz:
 #   timeout 200 bash tests/gpu/exp/stopped_refusal.sh
 set -u
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+. tests/gpu/setup.sh # torch_target
 d=$(mktemp -d)
 xz -dc .carry/cuda-checkpoint-ours.xz >"$d/ours" && chmod +x "$d/ours"
 bun() { timeout 60 env BUN_BE_BUN=1 "$d/ours" --preload ./tests/gpu/unset_bun_be_bun.ts tests/gpu/exp/stopped_refusal.ts "$@"; }
-mkfifo "$d/in"; exec {fd}<>"$d/in"
-python3 -c "
-import torch, sys
-x = torch.full((64 * 2**20,), 7.0, device='cuda'); torch.cuda.synchronize(); print('ready', flush=True)
-for line in sys.stdin:
-    print('sum', float(x.sum()), flush=True)
-" <"$d/in" >"$d/out" 2>&1 &
-p=$!
-for i in $(seq 150); do grep -q ready "$d/out" && break; sleep 0.2; done
-echo "== pid $p $(head -1 "$d/out")"
+torch_target "$d/t" && torch_ready "$d/t"; p=$tpid fd=$tfd
+echo "== pid $p $(head -1 "$d/t.out")"
 kill -STOP "$p"; echo "SIGSTOP: $(awk '{print $3}' /proc/$p/stat)"
 bun stopped "$p"
 echo "list (our binary):"; timeout 20 "$d/ours" list 2>&1 | sed 's/^/  /'; echo "  -> exit ${PIPESTATUS[0]}"
 echo "still stopped: $(awk '{print $3}' /proc/$p/stat)"; kill -CONT "$p"; sleep 0.5
 bun running "$p"
-echo go >&$fd; sleep 1.5; echo "after: $(tail -1 "$d/out") (intact: 469762048.0)"
+echo go >&$fd; sleep 1.5; echo "after: $(tail -1 "$d/t.out") (intact: 469762048.0)"
 kill "$p"; wait; rm -rf "$d"
