@@ -292,7 +292,9 @@ export class Turn {
   /** A step's driver call; its failure says the state, and why where the code would mislead. */
   #call(step: Step, args: LockArgs | RestoreArgs | null = null): Promise<number> {
     const explain = (code: number) => this.#why(step, code, (args as RestoreArgs | null)?.gpuPairs);
-    return callDriver(this.machine.driver, step, this.pid, args, explain);
+    // Itself by its pid, not a thread's id: the native driver makes its cuInit before such a lock.
+    const pid = this.self ? this.identity.pid : this.pid;
+    return callDriver(this.machine.driver, step, pid, args, explain);
   }
 
   /** What the error of `step`, failed with `code`, says besides the code. */

@@ -4,7 +4,6 @@
 // per process, and caps the calls in flight. It only reports codes: it rejects only when a call
 // cannot be made (the driver closed, or the thread running it ended).
 
-import { existsSync } from "node:fs";
 import process from "node:process";
 import { asError, driverError, messageOf } from "../core/errors.ts";
 import { CUDA_ERROR_NO_DEVICE, CUDA_ERROR_NOT_SUPPORTED, CUDA_SUCCESS } from "../core/driver.ts";
@@ -180,7 +179,7 @@ export class LibcudaDriver implements NativeDriver {
 
   /** `cuCheckpointProcessLock` (`null`: NULL args); `cuInit` first where it locks this process. */
   lock(pid: number, args: LockArgs | null): Promise<number> {
-    const self = pid === process.pid || existsSync(`/proc/self/task/${pid}`);
+    const self = pid === process.pid; // core locks itself by this pid, whatever id it was given
     return Promise.try(() => args === null ? null : encodeLockArgs(args))
       .then((buf) => this.#checkpointCall("lock", pid, "cuCheckpointProcessLock", [buf], self));
   }

@@ -9,7 +9,15 @@
 
 import { after, describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import {
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
+} from "node:fs";
 import { join } from "node:path";
 import { tmpdir } from "node:os";
 import process from "node:process";
@@ -956,6 +964,23 @@ describe(`cuInit and the GPU list (${runtime})`, { skip: noCompiler }, () => {
         assert.equal(await d.unlock(process.pid), 0);
       });
     } finally {
+      counters.close();
+    }
+  });
+  test("CudaProcess locks itself given one of its thread ids by its pid, so that cuInit comes first", async () => {
+    const path = fakes!.build("libcuda_init_tid");
+    const counters = await openCounters(path);
+    const tid = readdirSync("/proc/self/task").map(Number).find((t) => t !== process.pid);
+    assert.ok(tid, "this test process has threads besides its main one");
+    const machine = await openMachine({ libraryPath: path, host: { nvml: false } });
+    try {
+      const itself = new CudaProcess(tid, { machine });
+      await itself.lock({ timeoutMs: 0 });
+      assert.equal(counters.fake_locks_before_init(), 0, "no lock arrived before cuInit");
+      assert.equal(counters.fake_init_count(), 1);
+      await itself.unlock();
+    } finally {
+      await machine.close();
       counters.close();
     }
   });
