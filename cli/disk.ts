@@ -34,7 +34,6 @@ export async function runDiskCommand(
   machine: Machine | undefined,
   print: Printer,
   io: CliIo,
-  simulated = false,
 ): Promise<number> {
   const { kind, dir } = command;
   const progress = kind === "inspect" ? undefined : progressOf(print, command.events, machine!, {
@@ -45,11 +44,11 @@ export async function runDiskCommand(
       : {},
     expect: "restore",
   });
-  const sim = simulated ? " --simulate" : "";
+  const sim = command.simulate ? " --simulate" : "";
   const orRecover = `, or all that its trace names with cuda-checkpoint recover ${dir}${sim}`;
   const watched = kind === "snapshot" || kind === "restore-snapshot";
   const watch = watchInterrupts(watched ? io.interrupts : undefined, print, {
-    simulated,
+    simulated: command.simulate,
     subject: kind,
     meanwhile: "it stops, and puts back every process it changed (interrupt again to exit " +
       "without waiting)",

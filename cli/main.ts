@@ -116,15 +116,13 @@ async function run(command: MachineCommand, io: CliIo): Promise<number> {
     } else if (command.kind === "operation" && one !== undefined) {
       code = await (await processes()).runOne(command, one, machine, print);
     } else if (command.kind === "operation") {
-      const { runMany } = await processes();
-      code = await runMany(command, machine, print, io.interrupts, simulated !== undefined);
+      code = await (await processes()).runMany(command, machine, print, io.interrupts);
     } else if (command.kind === "list") {
       code = await (await processes()).runList(machine, print, command.json);
     } else if (command.kind === "spawn" || command.kind === "kill" || command.kind === "reset") {
       code = await simulator(command, simulated!, print);
     } else {
-      const { runDiskCommand } = await import("./disk.ts");
-      code = await runDiskCommand(command, machine, print, io, simulated !== undefined);
+      code = await (await import("./disk.ts")).runDiskCommand(command, machine, print, io);
     }
   } finally {
     try {

@@ -95,7 +95,6 @@ export async function runMany(
   machine: Machine,
   print: Printer,
   interrupts?: Interrupts,
-  simulated = false,
 ): Promise<number> {
   let pids = command.targets;
   if (pids === "all") {
@@ -118,10 +117,10 @@ export async function runMany(
     : undefined;
   progress?.event({ type: "phase", phase: operation, at: 0 });
   const underWay = new Map<number, string>(); // for a second interrupt to name
-  const sim = simulated ? " --simulate" : "";
+  const sim = command.simulate ? " --simulate" : "";
   const watch = acting && interrupts
     ? watchInterrupts(interrupts, print, {
-      simulated,
+      simulated: command.simulate,
       meanwhile: "no new step starts, and each process this command changed is brought back " +
         "once its step inside the driver ends (interrupt again to exit without waiting)",
       leftBehind: () => {
