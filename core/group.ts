@@ -69,7 +69,7 @@ class Group {
   #doomed = false;
   #rolledBack = false;
   readonly #rollbacks: Promise<unknown>[] = [];
-  #memory = new Map<number, number>();
+  #memory = new Map<number, { gpuMemoryMiB: number }>();
 
   constructor(private readonly action: Action, procs: Handle[], private readonly s: GroupSettings) {
     this.#entries = procs.map((proc) => ({ proc, report: undefined }));
@@ -210,8 +210,7 @@ class Group {
   }
 
   #hooks(pid: number): ActionHooks {
-    const mib = this.#memory.get(pid);
-    const memory = mib === undefined ? {} : { gpuMemoryMiB: mib };
+    const memory = this.#memory.get(pid) ?? {};
     const at = () => this.#deadline.elapsed();
     return {
       stepStarted: (step, rollback) =>
@@ -232,15 +231,15 @@ class Group {
     return { lockTimeoutMs, pairs: this.s.gpuMapping(pid), checkRoom, allowIpcImport };
   }
 
-  /** Each target's GPU memory in MiB where known: the host's report, or its record. */
-  async #memoryOf(): Promise<Map<number, number>> {
-    const known = new Map<number, number>();
+  /** Each target's GPU memory where known (the host's report, or its record), for its events. */
+  async #memoryOf(): Promise<Map<number, { gpuMemoryMiB: number }>> {
+    const known = new Map<number, { gpuMemoryMiB: number }>();
     const first = this.#entries[0].proc;
     const report = await first.ordered((t) => t.session.room.report()).catch(() => undefined);
     await Promise.all(this.#entries.map((e) =>
       e.proc.ordered(async (target) => {
         const mib = await target.session.room.totalMiB(target.identity, report);
-        if (mib !== undefined) known.set(e.proc.pid, mib);
+        if (mib !== undefined) known.set(e.proc.pid, { gpuMemoryMiB: mib });
       }).catch(() => {})
     ));
     return known;
