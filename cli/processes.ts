@@ -60,9 +60,8 @@ export async function runOne(
 }
 
 /**
- * Tells `progress` the operation; the hooks that tell it each driver step as it starts and ends,
- * with the GPU memory it moves: what the host sees the process hold (NVML), else its checkpoint's
- * record.
+ * Tells `progress` the operation; the hooks tell it each driver step, with the GPU memory it moves:
+ * what the host sees the process hold (NVML), else its checkpoint's record.
  */
 async function hooksOf(progress: Progress, machine: Machine, pid: number, operation: string) {
   const session = sessionOf(machine), room = session.room;

@@ -206,14 +206,12 @@ export class Handle {
 export class Turn {
   /** Whether the process is the program making the calls (it checkpoints itself). */
   readonly self: boolean;
+  readonly machine: Machine;
 
   /** The turn of `pid` (as given: what the driver is called with) of `identity` in `session`. */
   constructor(readonly pid: number, readonly identity: ProcessIdentity, readonly session: Session) {
-    this.self = identity.pid === session.machine.host?.self;
-  }
-
-  get machine(): Machine {
-    return this.session.machine;
+    this.machine = session.machine;
+    this.self = identity.pid === this.machine.host?.self;
   }
 
   /** Refuses (`UNSUPPORTED`) where the driver lacks the function of one of `steps`. */
