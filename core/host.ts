@@ -39,9 +39,11 @@ export type MachineFacts = Readonly<{ hostname: string; kernel: string; driverRe
  * What shows that a process shares GPU memory with others ({@link HostProcesses.gpuImport}), the
  * sign as a clause (`it maps /dev/shm/cuda.shm.0.92b.1, named after process 2347`): the exporter
  * of what it imported through CUDA IPC, as the sign names it, or how many NCCL ranks it is one of
- * on this host, whose P2P or shared-memory transports are on.
+ * on this host, whose P2P or shared-memory transports are on; `unknown` where it cannot be told.
  */
-export type GpuImport = Readonly<{ sign: string; exporter?: number; ncclRanks?: number }>;
+export type GpuImport = Readonly<
+  { sign: string; exporter?: number; ncclRanks?: number; unknown?: true }
+>;
 
 /** GPU memory of one process: MiB by GPU UUID, or `"unknown"`. */
 export type GpuMemory = Readonly<Record<string, number>> | "unknown";

@@ -320,11 +320,11 @@ export class Turn {
     // restore of it ran out of GPU memory.
     if (code !== CUDA_ERROR_OPERATING_SYSTEM || !(await this.#checkpointedNow())) return {};
     const ipc = await this.session.gpuImport(this.identity.pid);
-    return {
-      detail: "the process is checkpointed, yet the driver refuses to restore it, as driver 580 " +
-        (ipc ? `does for a process whose GPU memory came from another (${ipc.sign})` : "does " +
-          "after a restore of it ran out of memory (docs/ERRORS.md#out-of-memory)"),
-    };
+    const as = ipc && !ipc.unknown
+      ? `for a process whose GPU memory came from another (${ipc.sign})`
+      : "after a restore of it ran out of memory (docs/ERRORS.md#out-of-memory)";
+    const refused = "the process is checkpointed, yet the driver refuses to restore it";
+    return { detail: `${refused}, as driver 580 does ${as}` };
   }
 
   /** Whether the process the host once found is gone now (not where it cannot tell). */
@@ -347,7 +347,10 @@ export function importRefusal(operation: string, pid: number, imp: GpuImport): R
     code: "IPC",
     operation,
     pid,
-    reason: imp.exporter !== undefined
+    reason: imp.unknown
+      ? `${imp.sign}: whether it imported GPU memory, which no driver before 610 restores, cannot ` +
+        `be told; let this program read it, or pass allowIpcImport (--allow-ipc-import)`
+      : imp.exporter !== undefined
       ? `${imp.sign}: it holds GPU memory that process ${imp.exporter} exported to it through ` +
         `CUDA IPC, and a driver before 610 never restores such a process once it is checkpointed, ` +
         `so leave it out (or end it) and suspend the others, or pass allowIpcImport ` +

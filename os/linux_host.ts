@@ -275,7 +275,11 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
    */
   async gpuImport(pid: number): Promise<GpuImport | undefined> {
     const read = (file: string) => this.#reader.read(`${this.#root}/${pid}/${file}`);
-    const [maps, status] = await Promise.all([read("maps"), read("status")]).catch(() => ["", ""]);
+    // One gone has nothing to refuse; one whose maps cannot be read, nothing to tell it by.
+    const both = await Promise.all([read("maps"), read("status")]).catch((e: unknown) => e);
+    const unread = { sign: `its maps cannot be read (${messageOf(both)})`, unknown: true } as const;
+    if (!Array.isArray(both)) return classify(both) === "gone" ? undefined : unread;
+    const [maps, status] = both;
     const nccl = /[^/\s]*libnccl\.so[.0-9]*(?= \(deleted\)$|$)/m.exec(maps)?.[0];
     const rank = nccl && ncclRank(nccl, await read("environ").catch(() => ""));
     if (rank) return rank;

@@ -54,6 +54,26 @@ describe("gpuImport: the sign of an importer of CUDA IPC memory", () => {
     assert.equal(await h.gpuImport(9999), undefined);
   });
 
+  test("one whose maps cannot be read is unknown, saying why, not taken as an importer of none", async () => {
+    const denied = Object.assign(new Error("EACCES: permission denied, open '/proc/77/maps'"), {
+      code: "EACCES",
+    });
+    const reader = proc({ "/proc/77/status": status(77) });
+    await using h = new LinuxHost({
+      nvml: false,
+      recordsDir: false,
+      reader: {
+        ...reader,
+        read: (p) => p === "/proc/77/maps" ? Promise.reject(denied) : reader.read(p),
+      },
+    });
+    assert.deepEqual(await h.gpuImport(77), {
+      sign: "its maps cannot be read (EACCES: permission denied, open '/proc/77/maps')",
+      unknown: true,
+    });
+    assert.equal(await h.gpuImport(78), undefined, "one gone has nothing to refuse");
+  });
+
   test("in a container, the name's pid is compared with the process's own in its namespace", async () => {
     // The exporter is pid 7 in the container (the name says 7); the importer is 8 there, 4012 here.
     await using h = host({

@@ -114,6 +114,25 @@ describe("a checkpoint of an importer is refused before any step", () => {
     assert.equal(importer.state, "running");
   });
 
+  test("one whose maps the host cannot read is refused too, saying how to let it or go on", async () => {
+    const sim = new SimulatedMachine(), { pid } = sim.spawn();
+    const sign = 'its maps cannot be read (Requires all access to "/proc/4000/maps")';
+    const host = hostWith(sim.host, { gpuImport: () => Promise.resolve({ sign, unknown: true }) });
+    const machine = machineWith(sim, { host });
+    const err = await new CudaProcess(pid, { machine }).suspend().catch((e) => e);
+    assert.ok(err instanceof RefusedError, String(err));
+    assert.equal(err.code, "IPC");
+    assert.equal(
+      err.message,
+      `suspend of process ${pid} refused: ${sign}: whether it imported GPU memory, which no ` +
+        `driver before 610 restores, cannot be told; let this program read it, or pass ` +
+        `allowIpcImport (--allow-ipc-import). Nothing was done to it`,
+    );
+    noStep(sim);
+    const allowed = await new CudaProcess(pid, { machine }).suspend({ allowIpcImport: true });
+    assert.equal(allowed.state, "checkpointed");
+  });
+
   test("the exporter alone suspends and resumes", async () => {
     const { sim, exporter } = pair();
     const proc = new CudaProcess(exporter.pid, { machine: sim });
