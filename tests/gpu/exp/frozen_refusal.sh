@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Ours against a process whose cgroup is frozen (frozen_calls.sh found the driver answers it in
-# nothing): --toggle and --action lock are refused at once (exit 1, saying it is frozen and to thaw
-# it), `list` names it among the uninspectable, and once thawed the toggle runs both ways and the
+# Ours against a process whose cgroup is frozen (`stopped_calls.sh freeze` found the driver answers
+# it in nothing): --toggle and --action lock are refused at once (exit 1, saying it is frozen and to
+# thaw it), `list` names it among the uninspectable, and once thawed the toggle runs both ways and the
 # tensor is intact. PyTorch target of 256 MiB. One GPU, .carry/cuda-checkpoint-ours.xz (its Bun
 # runs this tree's TypeScript):   timeout 200 bash tests/gpu/exp/frozen_refusal.sh   (log: $OUT/log)
 set -u
