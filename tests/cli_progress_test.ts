@@ -350,6 +350,32 @@ describe("--events: the events, one JSON object per line of stderr", () => {
     }
   });
 
+  test("a toggle of one pid whose checkpoint fails: its undoing unlock is told as a rollback", async () => {
+    const sim = new SimulatedMachine();
+    const target = sim.spawn({ memoryMiB: 1024 });
+    target.failNext("checkpoint", { code: 2 });
+    const r = await cli(["--toggle", "-p", `${target.pid}`, "--events"], { machine: sim });
+    assert.equal(r.code, 1);
+    const events = r.err.trim().split("\n").filter((l) => l.startsWith("{")).map((l) =>
+      JSON.parse(l)
+    );
+    const steps = events.filter((e) => e.event === "step-end").map((
+      e,
+    ) => [e.step, e.ok, e.rollback]);
+    assert.deepEqual(steps, [["lock", true, false], ["checkpoint", false, false], [
+      "unlock",
+      true,
+      true,
+    ]]);
+    assert.deepEqual(events.at(-1), {
+      event: "process-end",
+      pid: target.pid,
+      at: events.at(-1).at,
+      status: "failed",
+    });
+    assert.equal(target.state, "running", "put back");
+  });
+
   test("a toggle of one pid whose state cannot be read: no step is blamed", async () => {
     const sim = new SimulatedMachine();
     const gone = sim.spawn().pid + 1000; // no such process
