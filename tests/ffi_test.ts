@@ -37,9 +37,10 @@ import {
   knownUuid,
   loud,
   noCompiler,
-  openCounters,
+  othersThan,
   runtime,
   turnsWhile,
+  withCounters,
 } from "./fixtures/fake.ts";
 
 /** A tryOpen that fails for every path with a loader-like message, recording the order. */
@@ -595,8 +596,7 @@ describe(`native driver (${runtime}) against a fake libcuda`, { skip: noCompiler
   });
 
   test("out-parameters reach the caller; 0 and negative pids are passed to the library", async () => {
-    const counters = await openCounters(fake!.v13);
-    try {
+    await withCounters(fake!.v13, async (counters) => {
       await withDriver(fake!.v13, async (d) => {
         assert.deepEqual(await d.getRestoreThreadId(4242), { code: 0, value: 4243 });
         const before = counters.fake_calls();
@@ -605,14 +605,11 @@ describe(`native driver (${runtime}) against a fake libcuda`, { skip: noCompiler
         assert.equal(await d.lock(0, null), OS);
         assert.equal(counters.fake_calls() - before, 3, "the library answered all three itself");
       });
-    } finally {
-      counters.close();
-    }
+    });
   });
 
   test("a pid no C int holds answers OPERATING_SYSTEM without a call, never wrapped", async () => {
-    const counters = await openCounters(fake!.v13);
-    try {
+    await withCounters(fake!.v13, async (counters) => {
       await withDriver(fake!.v13, async (d) => {
         const before = counters.fake_calls();
         // 2^32 + 1011 wrapped to a C int would be 1011, a process the fake has.
@@ -628,9 +625,7 @@ describe(`native driver (${runtime}) against a fake libcuda`, { skip: noCompiler
         assert.equal(counters.fake_calls(), before, "no call reached the library");
         assert.deepEqual(await d.getState(1011), { code: 0, value: 0 }, "1011 is still running");
       });
-    } finally {
-      counters.close();
-    }
+    });
   });
 
   test("lock args are passed as the 64-byte struct", async () => {
@@ -677,8 +672,7 @@ describe(`native driver (${runtime}) against a fake libcuda`, { skip: noCompiler
   });
 
   test("GPU pairs before driver 13.0 answer NOT_SUPPORTED without a call", async () => {
-    const counters = await openCounters(fake!.v128);
-    try {
+    await withCounters(fake!.v128, async (counters) => {
       await withDriver(fake!.v128, async (d) => {
         const pid = 1004;
         assert.equal(await d.lock(pid, null), 0);
@@ -690,9 +684,7 @@ describe(`native driver (${runtime}) against a fake libcuda`, { skip: noCompiler
         assert.equal(await d.restore(pid, { gpuPairs: [] }), 0, "an empty list is passed as NULL");
         assert.equal(await d.unlock(pid), 0);
       });
-    } finally {
-      counters.close();
-    }
+    });
   });
 
   test("a driver without the checkpoint API opens; its calls answer NOT_SUPPORTED", async () => {
@@ -722,8 +714,7 @@ describe(`native driver (${runtime}) against a fake libcuda`, { skip: noCompiler
   });
 
   test("several processes are checkpointed and restored at once", async () => {
-    const counters = await openCounters(fake!.v13);
-    try {
+    await withCounters(fake!.v13, async (counters) => {
       await withDriver(fake!.v13, async (d) => {
         const pids = [2001, 2002, 2003, 2004, 2005, 2006];
         const ok = [0, 0, 0, 0, 0, 0];
@@ -737,14 +728,11 @@ describe(`native driver (${runtime}) against a fake libcuda`, { skip: noCompiler
         assert.equal(counters.fake_max_in_flight(), 6, "the 6 restores were in flight at once");
         assert.deepEqual(await Promise.all(pids.map((pid) => d.unlock(pid))), ok);
       });
-    } finally {
-      counters.close();
-    }
+    });
   });
 
   test("maxWorkers caps the calls in flight; the rest wait their turn", async () => {
-    const counters = await openCounters(fake!.v13);
-    try {
+    await withCounters(fake!.v13, async (counters) => {
       await withDriver(fake!.v13, async (d) => {
         const pids = [3001, 3002, 3003, 3004];
         assert.deepEqual(await Promise.all(pids.map((pid) => d.lock(pid, null))), [0, 0, 0, 0]);
@@ -756,9 +744,7 @@ describe(`native driver (${runtime}) against a fake libcuda`, { skip: noCompiler
         assert.ok(workers <= 2, `${workers} worker threads`);
         for (const pid of pids) await d.unlock(pid); // ILLEGAL_STATE: checkpointed; only cleanup
       }, 2);
-    } finally {
-      counters.close();
-    }
+    });
   });
 
   test("openMachine closes libcuda again when a host or criu option's value is bad", async () => {
@@ -793,8 +779,7 @@ describe(`native driver (${runtime}) against a fake libcuda`, { skip: noCompiler
   });
 
   test("closing a machine while a resume runs waits for it: the process is never left locked", async () => {
-    const counters = await openCounters(fake!.v13);
-    try {
+    await withCounters(fake!.v13, async (counters) => {
       // A second driver on the same library (the loader shares its state) watches the process.
       await withDriver(fake!.v13, async (watch) => {
         const pid = 3301;
@@ -809,14 +794,11 @@ describe(`native driver (${runtime}) against a fake libcuda`, { skip: noCompiler
         assert.deepEqual(await watch.getState(pid), { code: 0, value: 0 }, "running, not locked");
         await assert.rejects(machine.driver.getState(pid), /closed/, "closed once it was done");
       });
-    } finally {
-      counters.close();
-    }
+    });
   });
 
   test("the event loop keeps running during a long call", async () => {
-    const counters = await openCounters(fake!.v13);
-    try {
+    await withCounters(fake!.v13, async (counters) => {
       await withDriver(fake!.v13, async (d) => {
         const pid = 2101;
         assert.equal(await d.lock(pid, null), 0);
@@ -826,14 +808,11 @@ describe(`native driver (${runtime}) against a fake libcuda`, { skip: noCompiler
         assert.equal(await call, 0);
         assert.ok(turns >= 1, "JavaScript ran while the native checkpoint was running");
       });
-    } finally {
-      counters.close();
-    }
+    });
   });
 
   test("getState waits for a checkpoint in flight, off the main thread", async () => {
-    const counters = await openCounters(fake!.v13);
-    try {
+    await withCounters(fake!.v13, async (counters) => {
       await withDriver(fake!.v13, async (d) => {
         const pid = 2102;
         assert.equal(await d.lock(pid, null), 0);
@@ -847,9 +826,7 @@ describe(`native driver (${runtime}) against a fake libcuda`, { skip: noCompiler
         assert.equal(await checkpoint, 0);
         assert.ok(turns >= 1, "JavaScript ran while getState waited in the library");
       });
-    } finally {
-      counters.close();
-    }
+    });
   });
 
   test("close(): calls in flight finish, later calls reject", async () => {
@@ -871,8 +848,7 @@ describe(`native driver (${runtime}) against a fake libcuda`, { skip: noCompiler
   });
 
   test("[Symbol.asyncDispose] resolves once the calls in flight have settled", async () => {
-    const counters = await openCounters(fake!.v13);
-    try {
+    await withCounters(fake!.v13, async (counters) => {
       const d = await openNativeDriver({ libraryPath: fake!.v13 });
       const pid = 2202;
       assert.equal(await d.lock(pid, null), 0);
@@ -883,9 +859,7 @@ describe(`native driver (${runtime}) against a fake libcuda`, { skip: noCompiler
       assert.equal(counters.fake_in_flight(), 0);
       assert.equal(await running, 0);
       await d[Symbol.asyncDispose](); // twice is harmless
-    } finally {
-      counters.close();
-    }
+    });
   });
 
   test("closing lets go of the library, in every thread that opened it", async () => {
@@ -904,8 +878,7 @@ describe(`native driver (${runtime}) against a fake libcuda`, { skip: noCompiler
 describe(`cuInit and the GPU list (${runtime})`, { skip: noCompiler }, () => {
   test("listGpus reads every GPU once, right after cuInit, preferring cuDeviceGetUuid_v2", async () => {
     const path = fakes!.build("libcuda_gpus");
-    const counters = await openCounters(path);
-    try {
+    await withCounters(path, async (counters) => {
       await withDriver(path, async (d) => {
         assert.equal(counters.fake_init_count(), 0, "opening calls nothing that can wait");
         const gpus = await d.listGpus();
@@ -919,9 +892,7 @@ describe(`cuInit and the GPU list (${runtime})`, { skip: noCompiler }, () => {
         assert.equal(counters.fake_init_count(), 1, "no second cuInit for the lock");
         assert.equal(await d.unlock(2401), 0);
       });
-    } finally {
-      counters.close();
-    }
+    });
   });
 
   test("without cuDeviceGetUuid_v2, cuDeviceGetUuid gives the UUIDs", async () => {
@@ -933,62 +904,52 @@ describe(`cuInit and the GPU list (${runtime})`, { skip: noCompiler }, () => {
 
   test("cuInit runs once per process, before the first restore or lock of itself, for every driver on the library", async () => {
     const path = fakes!.build("libcuda_init");
-    const counters = await openCounters(path);
-    try {
+    await withCounters(path, async (counters) => {
       const a = await openNativeDriver({ libraryPath: path });
       const b = await openNativeDriver({ libraryPath: path });
+      const [p1, p2, p3] = othersThan(process.pid, 2501, 2502, 2503);
       assert.deepEqual(
-        await Promise.all([a.lock(2501, null), b.lock(2502, null), a.lock(2503, null)]),
+        await Promise.all([a.lock(p1, null), b.lock(p2, null), a.lock(p3, null)]),
         [0, 0, 0],
       );
       // As NVIDIA's utility: another process's lock needs no cuInit (about 20 ms, GPU list and all).
       assert.equal(counters.fake_init_count(), 0, "no cuInit for another's lock");
-      assert.equal(await a.checkpoint(2501), 0);
-      assert.equal(await b.restore(2501, null), 0);
+      assert.equal(await a.checkpoint(p1), 0);
+      assert.equal(await b.restore(p1, null), 0);
       assert.equal(counters.fake_init_count(), 1, "the restore's cuInit came first");
       await b.listGpus();
       assert.equal(counters.fake_init_count(), 1, "one cuInit for both drivers and every call");
       await Promise.all([a[Symbol.asyncDispose](), b[Symbol.asyncDispose]()]);
-    } finally {
-      counters.close();
-    }
+    });
   });
   test("a lock of this very process makes its cuInit first (locked, it could make none)", async () => {
     const path = fakes!.build("libcuda_init_self");
-    const counters = await openCounters(path);
-    try {
+    await withCounters(path, async (counters) => {
       await withDriver(path, async (d) => {
         assert.equal(await d.lock(process.pid, null), 0);
         assert.equal(counters.fake_locks_before_init(), 0, "no lock arrived before cuInit");
         assert.equal(counters.fake_init_count(), 1);
         assert.equal(await d.unlock(process.pid), 0);
       });
-    } finally {
-      counters.close();
-    }
+    });
   });
   test("CudaProcess locks itself given one of its thread ids by its pid, so that cuInit comes first", async () => {
     const path = fakes!.build("libcuda_init_tid");
-    const counters = await openCounters(path);
     const tid = readdirSync("/proc/self/task").map(Number).find((t) => t !== process.pid);
     assert.ok(tid, "this test process has threads besides its main one");
-    const machine = await openMachine({ libraryPath: path, host: { nvml: false } });
-    try {
+    await withCounters(path, async (counters) => {
+      await using machine = await openMachine({ libraryPath: path, host: { nvml: false } });
       const itself = new CudaProcess(tid, { machine });
       await itself.lock({ timeoutMs: 0 });
       assert.equal(counters.fake_locks_before_init(), 0, "no lock arrived before cuInit");
       assert.equal(counters.fake_init_count(), 1);
       await itself.unlock();
-    } finally {
-      await machine.close();
-      counters.close();
-    }
+    });
   });
 
   test("a process that has locked itself can still make calls that need new threads", async () => {
     const path = fakes!.build("libcuda_self");
-    const counters = await openCounters(path);
-    try {
+    await withCounters(path, async (counters) => {
       await withDriver(path, async (d) => {
         const self = process.pid;
         assert.equal(await d.lock(self, null), 0, "locks itself (cuInit came first)");
@@ -996,8 +957,7 @@ describe(`cuInit and the GPU list (${runtime})`, { skip: noCompiler }, () => {
           // The fake blocks cuInit and the device queries of a self-locked process for 3 s, as
           // the real driver blocks them for good: none of these calls may make one.
           const started = Date.now();
-          // Never this process's own pid, which the fake holds locked (CI's run once had 2603).
-          const pids = [2601, 2602, 2603, 2604, 2605, 2606].map((p) => p === self ? p + 100 : p);
+          const pids = othersThan(self, 2601, 2602, 2603, 2604, 2605, 2606);
           const codes = await Promise.all(pids.map((pid) => d.lock(pid, null)));
           const states = await Promise.all(pids.map((pid) => d.getState(pid)));
           const gpus = await d.listGpus();
@@ -1012,8 +972,6 @@ describe(`cuInit and the GPU list (${runtime})`, { skip: noCompiler }, () => {
           assert.equal(await d.unlock(self), 0);
         }
       }, 8);
-    } finally {
-      counters.close();
-    }
+    });
   });
 });
