@@ -782,7 +782,7 @@ describe(`native driver (${runtime}) against a fake libcuda`, { skip: noCompiler
     await withCounters(fake!.v13, async (counters) => {
       // A second driver on the same library (the loader shares its state) watches the process.
       await withDriver(fake!.v13, async (watch) => {
-        const pid = 3301;
+        const [pid] = othersThan(process.pid, 3301); // another process: a resume of it
         assert.equal(await watch.lock(pid, null), 0);
         assert.equal(await watch.checkpoint(pid), 0);
         const machine = await openMachine({ libraryPath: fake!.v13, host: { nvml: false } });
