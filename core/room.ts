@@ -121,6 +121,8 @@ export class RoomGuard {
   readonly #ownRecords = new MemoryHeldRecords();
   /** Whether this package may be holding the calling process locked or checkpointed. */
   #selfHeld = false;
+  /** This program's last claim and the read of the claims after it (see `reserve`). */
+  #claims: Promise<unknown> = Promise.resolve();
   /** Reads of the host under way: a lock of the calling process waits for them. */
   readonly #reads = new Set<Promise<unknown>>();
 
@@ -199,6 +201,7 @@ export class RoomGuard {
     if (turn.self) return none(`a process's restore of itself is not checked: ${waits}`);
     if (this.#selfHeld) return none(`this process is checkpointed or locked itself, and ${waits}`);
     let record: HeldRecord | undefined, shared = 0, need: Record<string, number>;
+    let others: HeldRecord[];
     try {
       record = await records.get(process);
       if (!record) ({ record, shared } = await this.#cameBack(process, records));
@@ -206,9 +209,14 @@ export class RoomGuard {
       const elsewhere = "it was checkpointed on another machine or without the record";
       if (!record) return none(`${kept}: another program checkpointed it, or ${elsewhere}`);
       need = onto([record.heldMiB], pairs);
-      // Claim first, then read: two restores that check at once each see the other's claim.
+      // Claim first, then read: two programs' restores that check at once each see the other's
+      // claim (both refused, none lost). This program's claim and read go one restore at a time:
+      // the second counts the first's claim, the first not the second's (one resumes, not none).
       by = await this.self() ?? by;
-      await records.put({ ...record, claim: { needMiB: need, by, since: Date.now() } });
+      const claim = { ...record, claim: { needMiB: need, by, since: Date.now() } };
+      const mine = this.#claims.then(() => records.put(claim)).then(() => records.list());
+      this.#claims = mine.catch(() => {});
+      others = await mine;
     } catch (err) {
       throw roomUnknownError(where, err);
     }
@@ -218,7 +226,7 @@ export class RoomGuard {
       : undefined;
     let check: RoomCheck;
     try {
-      check = await this.fits(need, { ...where, note }, process);
+      check = await this.fits(need, { ...where, note }, process, others);
     } catch (err) {
       // Shared: nothing of it is kept, so that a retry weighs every one of them again.
       await (shared > 1 ? this.forget(process) : unclaim());
@@ -242,8 +250,9 @@ export class RoomGuard {
     need: Readonly<Record<string, number>>,
     where: { operation: string; pid?: number; who?: string; note?: string },
     except?: ProcessIdentity,
+    listed?: readonly HeldRecord[],
   ): Promise<RoomCheck> {
-    const others = await this.#records().list().catch((err) => {
+    const others = listed ?? await this.#records().list().catch((err) => {
       throw roomUnknownError(where, err);
     });
     const report = await this.report();

@@ -19,6 +19,7 @@ import {
   CUDA_ERROR_UNKNOWN,
 } from "../core/driver.ts";
 import { SimulatedMachine } from "../mock/mod.ts";
+import type { HeldRecords } from "../core/host.ts";
 import { heldWhenCheckpointed } from "./support/held.ts";
 import { forward, hostWith, machineWith } from "./support/forward.ts";
 import { rejectsWith } from "./support/rejects.ts";
@@ -429,6 +430,43 @@ describe("rollback", () => {
     assert.equal(group.ok, true);
     const back = await runGroup("resume", targets.map((t) => t.pid), { machine: sim });
     assert.deepEqual(back.processes.map((p) => p.status), ["done", "done"]);
+  });
+
+  test("two resumes whose room checks overlap: one resumes, the other is refused, not both", async () => {
+    // Room for one of the two, and records whose listing waits until both list (as two reads of
+    // the record files at once may): both claims are then made before either counts the claims,
+    // and each would count the other's and be refused (on an H200 both were). In one program the
+    // checks go one at a time: the second counts the first's claim.
+    const sim = new SimulatedMachine({ gpus: [{ memoryMiB: 10_000, contextMiB: 500 }] });
+    const targets = [0, 1].map(() => sim.spawn({ memoryMiB: 3000 }));
+    const records = sim.host.heldRecords!;
+    let pair = Promise.withResolvers<void>(), listing = 0;
+    const list = async () => {
+      if (++listing === 2) pair.resolve();
+      await Promise.race([pair.promise, new Promise((ok) => setTimeout(ok, 50))]);
+      return records.list();
+    };
+    const heldRecords: HeldRecords = {
+      where: records.where,
+      get: (p) => records.get(p),
+      put: (r) => records.put(r),
+      remove: (p) => records.remove(p),
+      list,
+    };
+    const machine = machineWith(sim, { host: hostWith(sim.host, { heldRecords }) });
+    const procs = targets.map((t) => new CudaProcess(t.pid, { machine }));
+    await Promise.all(procs.map((p) => p.suspend()));
+    sim.spawn({ memoryMiB: 4000 }); // 4500 with its context: 5500 free, 3500 needed by each
+    [pair, listing] = [Promise.withResolvers<void>(), 0];
+    const outcomes = await Promise.allSettled(procs.map((p) => p.resume()));
+    assert.deepEqual(outcomes.map((o) => o.status).sort(), ["fulfilled", "rejected"]);
+    const refused = outcomes.find((o) => o.status === "rejected") as PromiseRejectedResult;
+    assert.ok(refused.reason instanceof GpuRoomError, String(refused.reason));
+    assert.deepEqual(
+      targets.map((t) => t.restoreRefused),
+      [false, false],
+      "the driver never ran out",
+    );
   });
 
   test("an old record does not hide the driver's answer: a process no longer checkpointed", async () => {
