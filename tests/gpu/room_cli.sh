@@ -3,7 +3,9 @@
 # asked, whichever program (or run of it) suspended the process; and resumes it intact once there
 # is room. On driver 580 a restore that runs out of GPU memory inside the driver loses the process
 # (docs/DRIVER.md#an-out-of-memory-restore-loses-the-process), so "resumes intact afterwards" also
-# proves that the refused resume never reached the driver.
+# proves that the refused resume never reached the driver. Then two suspended targets with room for
+# either alone: --all-or-nothing refuses the pair up front, without it one resumes and the other is
+# refused (the first one's claim counted), and once there is room both run intact.
 #
 #   bash tests/gpu/room_cli.sh bun    # our compiled binary (.carry/cuda-checkpoint-ours.xz)
 #   bash tests/gpu/room_cli.sh deno   # deno run -A cli/main.ts (.carry/deno.xz)
@@ -141,6 +143,55 @@ if [[ -n $nvidia ]]; then
 else
   verdict SKIP "another tool's checkpoint: NVIDIA's utility was not carried (.carry/cuda-checkpoint)"
 fi
+
+# 6. Two checkpointed targets, room for either alone but not both: --all-or-nothing refuses the
+# pair before the driver is asked; without it one resumes and the other is refused (the first's
+# claim counted before NVML sees its memory); once the filler ends the other resumes; both intact.
+mkfifo "$bin/in2"
+"$bin/target" cuda 4096 <"$bin/in2" >"$bin/target2.out" 2>&1 &
+t2pid=$!
+exec 5>"$bin/in2"
+for _ in $(seq 100); do grep -q '^ready' "$bin/target2.out" && break; sleep 0.2; done
+read -r _ pid2 _ hash2 < <(grep '^ready' "$bin/target2.out")
+echo "second target: pid $pid2, hash $hash2"
+ck --toggle --pid "$pid,$pid2"
+[[ $rc == 0 && $(state "$pid") == checkpointed && $(state "$pid2") == checkpointed ]]
+check $? "joint: both suspended by one --toggle"
+fill=$(($(free_mib) - ${held%.*} * 3 / 2 - 600))
+mkfifo "$bin/fin2"
+"$bin/target" fill "$fill" <"$bin/fin2" >"$bin/filler2.out" 2>&1 &
+fpid=$!
+exec 4>"$bin/fin2"
+for _ in $(seq 100); do grep -q '^ready' "$bin/filler2.out" && break; sleep 0.2; done
+echo "filler: pid $fpid holds $fill MiB; free now $(free_mib) MiB, room for one of the two (${held:-?} MiB each)"
+ck --toggle --pid "$pid,$pid2" --all-or-nothing --json
+[[ $rc == 1 ]] && grep -q '"code":"NO_ROOM"' "$bin/o" && grep -q 'processes it restores need' "$bin/o"
+check $? "joint: --all-or-nothing refused the pair before any step, naming what both need"
+[[ $(state "$pid") == checkpointed && $(state "$pid2") == checkpointed ]]
+check $? "joint: both still checkpointed"
+ck --toggle --pid "$pid,$pid2" --json
+[[ $rc == 1 && $(grep -c '"ok":true' "$bin/o") == 1 ]] && grep -q '"code":"NO_ROOM"' "$bin/o"
+check $? "joint: without it, one resumed and the other refused NO_ROOM"
+refused=$(grep '"code":"NO_ROOM"' "$bin/o" | sed -n 's/^{"pid":\([0-9]*\),.*/\1/p')
+echo "refused: ${refused:-none}"
+echo exit >&4
+exec 4>&-
+wait "$fpid"
+ck --toggle --pid "${refused:-$pid2}" --json
+[[ $rc == 0 && $(state "$pid") == running && $(state "$pid2") == running ]]
+check $? "joint: once the filler ended, the refused one resumed: both running"
+h=$(hash_now)
+[[ $h == "$hash0" ]]
+check $? "joint: the first's memory intact (hash $h)" "want $hash0"
+n=$(grep -c '^hash' "$bin/target2.out")
+echo hash >&5
+for _ in $(seq 150); do (($(grep -c '^hash' "$bin/target2.out") > n)) && break; sleep 0.2; done
+h=$(grep '^hash' "$bin/target2.out" | tail -1 | cut -d' ' -f2)
+[[ $h == "$hash2" ]]
+check $? "joint: the second's memory intact (hash $h)" "want $hash2"
+echo exit >&5
+exec 5>&-
+wait "$t2pid"
 
 echo exit >&3
 exec 3>&-

@@ -49,7 +49,10 @@
 #    directory is left.
 # m. --toggle --job of two 4 GiB targets, SIGINT 0.8 s in, while they checkpoint (after the locks):
 #    exit 130, both rolled back, running, hashes intact.
-# SNAPSHOT_CASES picks cases by letter (default abcdefghijklm).
+# n. A 4 GiB target suspended with --toggle, snapshotted (taken checkpointed, its GPU memory known
+#    from the record), restored (back checkpointed); a filler leaves about 2 GiB: its --toggle
+#    resume is refused NO_ROOM (the restore kept the record); the filler ends: resumed, intact.
+# SNAPSHOT_CASES picks cases by letter (default abcdefghijklmn).
 #
 # The targets are tests/gpu/target.cu in fifo mode (as in criu_cli.sh): setsid, stdin /dev/null,
 # stdout to a file, commands through a named fifo. Every check is one line PASS/FAIL/SKIP; the
@@ -78,7 +81,7 @@ dry=${SNAPSHOT_DRY_RUN:-}
 out=${OUT:-tests/gpu/out}
 bin=/tmp/ckpt-snap${dry:+-dry}
 budget=${SNAPSHOT_BUDGET:-290}
-cases=${SNAPSHOT_CASES:-abcdefghijklm}
+cases=${SNAPSHOT_CASES:-abcdefghijklmn}
 read -r -a sizes_a <<<"${SIZES_A:-1024 4096}"
 mkdir -p "$out" "$bin"
 rm -rf "${bin:?}"/t-* "${bin:?}"/snap-* "$bin/logs"
@@ -732,6 +735,48 @@ if skip_unless 40 m && start_target m-a 4096; then
     stop_target "$T_DIR" "$T_PID"
   fi
   stop_target "$da" "$pa"
+fi
+
+# ---- n. a process taken checkpointed keeps the record of its GPU memory ----
+echo
+echo "== n. a 4 GiB target suspended, snapshotted, restored checkpointed: its resume still checks room"
+if [[ -n $dry && $cases == *n* ]]; then
+  verdict SKIP "n: dry run: the fake libcuda keeps no state (every pid runs) and has no NVML"
+elif skip_unless 60 n && start_target n 4096; then
+  d=$T_DIR p=$T_PID h=$T_HASH
+  ck n-suspend 120 --toggle --pid "$p"
+  [[ $rc == 0 && $(state "$p") == checkpointed ]]
+  check "n: suspended by --toggle" $? "exit $rc"
+  snap=$bin/snap-n
+  ck n-snapshot 240 snapshot --pid "$p" --dir "$snap" --json
+  mib=$(jv "$bin/n-snapshot.out" 'j["processes"][0]["cuda"]["gpuMemoryMiB"]')
+  snap_ok n-snapshot && [[ $(jv "$bin/n-snapshot.out" 'j["processes"][0]["cuda"]["state"]') == checkpointed && $mib == *GPU-* ]]
+  check "n: the snapshot took it checkpointed, its GPU memory known from the record: $mib" $? "exit $rc"
+  wait_gone "$p"
+  ck n-restore 240 restore-snapshot --dir "$snap" --json
+  snap_ok n-restore && [[ $(state "$p") == checkpointed ]]
+  check "n: restore-snapshot brought it back checkpointed" $? "exit $rc, $(state "$p")"
+  fill=$(($(free_mib) - 2048 - 600))
+  rm -f "$bin/fill-in"
+  mkfifo "$bin/fill-in"
+  "$target" fill "$fill" <"$bin/fill-in" >"$bin/filler.out" 2>&1 &
+  fpid=$!
+  exec 4>"$bin/fill-in"
+  started+=("$fpid")
+  wait_ready "$bin/filler.out" "$fpid" >/dev/null
+  echo "   a filler of $fill MiB; free now $(free_mib) MiB"
+  ck n-refused 120 --toggle --pid "$p" --json
+  [[ $rc == 1 && $(jv "$bin/n-refused.out" 'j["error"]["code"]') == NO_ROOM && $(state "$p") == checkpointed ]]
+  check "n: its resume refused NO_ROOM before the driver: the restore kept its record" $? "exit $rc"
+  echo exit >&4
+  exec 4>&-
+  wait "$fpid"
+  ck n-resume 120 --toggle --pid "$p" --json
+  [[ $rc == 0 && $(jv "$bin/n-resume.out" 'j["roomCheck"]') == checked ]]
+  check "n: with room: resumed, its room checked" $? "exit $rc"
+  intact n "$d" "$p" "$h"
+  rm -rf "$snap"
+  stop_target "$d" "$p"
 fi
 
 # ---- summary ----
