@@ -13,22 +13,18 @@ import { gpuUuidOf } from "./options.ts";
 /** Makes the error for a field: `reason` is a whole sentence that names it. */
 export type Refuse = (field: string, reason: string) => Error;
 
-/** Reads fields strictly, each refusal made by `refuse`. */
+/** Reads fields strictly, each refusal made by `toError`. */
 export class StrictReader {
-  readonly #refuse: Refuse;
-
-  constructor(refuse: Refuse) {
-    this.#refuse = refuse;
-  }
+  constructor(private readonly toError: Refuse) {}
 
   /** Refuses `field`: it must be `expected`, and is `got`. */
   fail(field: string, expected: string, got: unknown): never {
-    throw this.#refuse(field, `${field} must be ${expected}, got ${describe(got)}`);
+    throw this.toError(field, `${field} must be ${expected}, got ${describe(got)}`);
   }
 
   /** Refuses `field` with a sentence of the caller's. */
   refuse(field: string, reason: string): never {
-    throw this.#refuse(field, reason);
+    throw this.toError(field, reason);
   }
 
   /** The text as JSON, or a refusal that says it is not JSON (`what` names the text). */
