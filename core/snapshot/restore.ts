@@ -278,13 +278,11 @@ async function restoreTree(r: Restoring, t: ManifestTree): Promise<void> {
   // What each of its CUDA processes held, recorded as its checkpoint would have recorded it: the
   // ones to resume, and those taken checkpointed, which stay so (a later resume checks its room).
   const session = sessionOf(run.machine);
-  await Promise.all(
-    t.processes.map(async ({ pid, cuda }) => {
-      if (!cuda?.gpuMemoryMiB) return;
-      const identity = await session.identify(pid);
-      if (identity) await session.room.recorded(identity, cuda.gpuMemoryMiB);
-    }),
-  );
+  await Promise.all(t.processes.map(async ({ pid, cuda }) => {
+    if (!cuda?.gpuMemoryMiB) return;
+    const identity = await session.identify(pid);
+    if (identity) await session.room.recorded(identity, cuda.gpuMemoryMiB);
+  }));
   if (r.times.resume === undefined) {
     r.times.resume = run.at();
     run.phase("resume", { gpuMemoryMiB: heldMiB(r.running) });
