@@ -234,9 +234,8 @@ export class MemoryHeldRecords implements HeldRecords {
 
 /** The record without its claim. */
 export function withoutClaim(record: HeldRecord): HeldRecord {
-  if (!record.claim) return record;
-  const { claim: _, ...rest } = record;
-  return rest;
+  const { claim, ...rest } = record;
+  return claim ? rest : record;
 }
 
 /**
