@@ -63,8 +63,7 @@ export class SharedMachine {
         released = true;
         if (--this.#users > 0) return;
         if (this.#opened === held) this.#opened = undefined;
-        const machine = await held.catch(() => undefined);
-        await machine?.close();
+        await (await held.catch(() => undefined))?.close();
       },
     };
   }

@@ -193,9 +193,8 @@ function readTagged(file: string, kind: keyof typeof KINDS, log: EngineLog) {
     return readFileSync(file, "utf8");
   });
   const parse = new StrictReader((_, reason) => log.error(reason));
-  const value = parse.parse(text, `the ${what} ${file}`);
   const read = new StrictReader((_, reason) => log.error(`${file} is corrupt: ${reason}`));
-  const v = read.object(value, "");
+  const v = read.object(parse.parse(text, `the ${what} ${file}`), "");
   if (v.format !== format) read.fail("format", JSON.stringify(format), v.format);
   const [now, ...old] = versions, also = old.length ? ` (or ${old.join(", ")}, still read)` : "";
   if (!versions.includes(v.version as number)) read.fail("version", `${now}${also}`, v.version);

@@ -61,8 +61,7 @@ export function ownerFault(
   const read = `may be read or written by other users (mode ${octal(mode)}, not ${should})`;
   if (rules.strict) return mode & 0o077 ? read : undefined;
   if ((mode & 0o022) === 0 || (rules.sticky && (mode & 0o1000) !== 0)) return undefined;
-  const who = mode & 0o002 ? "other users" : "its group";
-  return `may be written by ${who} (mode ${octal(mode)})`;
+  return `may be written by ${mode & 0o002 ? "other users" : "its group"} (mode ${octal(mode)})`;
 }
 
 /**

@@ -77,8 +77,7 @@ export class FileHeldRecords implements HeldRecords {
   async list(): Promise<HeldRecord[]> {
     const out: HeldRecord[] = [];
     for (const { record } of (await this.#all()).filter((e) => e.alive)) {
-      const claimAlive = !record.claim || await this.#alive(record.claim.by);
-      out.push(claimAlive ? record : withoutClaim(record));
+      out.push(!record.claim || await this.#alive(record.claim.by) ? record : withoutClaim(record));
     }
     return out;
   }

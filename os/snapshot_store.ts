@@ -394,9 +394,8 @@ class FileSnapshotDir implements SnapshotDir {
   /** The subdirectory `name`, open and checked (once). */
   async #sub(name: string): Promise<FileHandle> {
     checkName(name);
-    const at = `${this.#base}/${name}`;
     const handle = this.#subs.get(name) ??
-      (await openInside(`${this.path}/${name}`, at, "directory")).handle;
+      (await openInside(`${this.path}/${name}`, `${this.#base}/${name}`, "directory")).handle;
     this.#subs.set(name, handle);
     return handle;
   }

@@ -160,9 +160,8 @@ async function check(run: Run, roots: readonly number[], allowIpcImport: boolean
   const trees = await Promise.all(listed.map((t) => describeTree(t.root, t.tree, machine, report)));
   // Each tree's running CUDA processes: those it suspends, and puts back on failure.
   const running = trees.map((t) => t.processes.filter((p) => p.cuda?.state === "running"));
-  const session = sessionOf(machine);
   for (const { pid } of allowIpcImport ? [] : running.flat()) {
-    const imported = await session.gpuImport(pid);
+    const imported = await sessionOf(machine).gpuImport(pid);
     if (imported) throw importRefusal("snapshot", pid, imported);
   }
   const version = await machine.driver.driverVersion();
