@@ -121,8 +121,8 @@ export class RoomGuard {
   readonly #ownRecords = new MemoryHeldRecords();
   /** Whether this package may be holding the calling process locked or checkpointed. */
   #selfHeld = false;
-  /** This program's last claim and the read of the claims after it (see `reserve`). */
-  #claims: Promise<unknown> = Promise.resolve();
+  /** This program's claims under way, in the order made (see `fits`). */
+  readonly #mine = new Map<ProcessIdentity, Pick<HeldRecord, "process" | "claim">>();
   /** Reads of the host under way: a lock of the calling process waits for them. */
   readonly #reads = new Set<Promise<unknown>>();
 
@@ -168,6 +168,7 @@ export class RoomGuard {
 
   /** Forgets the record of `process` (it was locked from running, or restored). Never rejects. */
   async forget(process: ProcessIdentity): Promise<void> {
+    this.#mine.delete(process);
     await this.#records().remove(process).catch(() => {});
   }
 
@@ -182,10 +183,10 @@ export class RoomGuard {
     pairs: readonly GpuPair[] | null,
     stillCheckpointed: () => Promise<boolean>,
   ): Promise<Reservation> {
-    const process = turn.identity, where = { operation, pid: turn.pid };
-    const records = this.#records();
+    const process = turn.identity, where = { operation, pid: turn.pid }, records = this.#records();
     let by: ProcessIdentity = { pid: 0 };
     const unclaim = async () => {
+      this.#mine.delete(process);
       const now = await records.get(process).catch(() => undefined);
       if (now?.claim && sameProcess(now.claim.by, by)) {
         await records.put(withoutClaim(now)).catch(() => {});
@@ -201,7 +202,6 @@ export class RoomGuard {
     if (turn.self) return none(`a process's restore of itself is not checked: ${waits}`);
     if (this.#selfHeld) return none(`this process is checkpointed or locked itself, and ${waits}`);
     let record: HeldRecord | undefined, shared = 0, need: Record<string, number>;
-    let others: HeldRecord[];
     try {
       record = await records.get(process);
       if (!record) ({ record, shared } = await this.#cameBack(process, records));
@@ -210,14 +210,13 @@ export class RoomGuard {
       if (!record) return none(`${kept}: another program checkpointed it, or ${elsewhere}`);
       need = onto([record.heldMiB], pairs);
       // Claim first, then read: two programs' restores that check at once each see the other's
-      // claim (both refused, none lost). This program's claim and read go one restore at a time:
-      // the second counts the first's claim, the first not the second's (one resumes, not none).
+      // claim (both refused, none lost); this program's own are known here before written.
       by = await this.self() ?? by;
-      const claim = { ...record, claim: { needMiB: need, by, since: Date.now() } };
-      const mine = this.#claims.then(() => records.put(claim)).then(() => records.list());
-      this.#claims = mine.catch(() => {});
-      others = await mine;
+      const claim = { needMiB: need, by, since: Date.now() };
+      this.#mine.set(process, { process, claim });
+      await records.put({ ...record, claim });
     } catch (err) {
+      this.#mine.delete(process);
       throw roomUnknownError(where, err);
     }
     const note = shared > 1
@@ -226,7 +225,7 @@ export class RoomGuard {
       : undefined;
     let check: RoomCheck;
     try {
-      check = await this.fits(need, { ...where, note }, process, others);
+      check = await this.fits(need, { ...where, note }, process);
     } catch (err) {
       // Shared: nothing of it is kept, so that a retry weighs every one of them again.
       await (shared > 1 ? this.forget(process) : unclaim());
@@ -250,9 +249,8 @@ export class RoomGuard {
     need: Readonly<Record<string, number>>,
     where: { operation: string; pid?: number; who?: string; note?: string },
     except?: ProcessIdentity,
-    listed?: readonly HeldRecord[],
   ): Promise<RoomCheck> {
-    const others = listed ?? await this.#records().list().catch((err) => {
+    const listed = await this.#records().list().catch((err) => {
       throw roomUnknownError(where, err);
     });
     const report = await this.report();
@@ -261,8 +259,14 @@ export class RoomGuard {
       ? `the free GPU memory is unknown: ${report.unknown}`
       : "the host cannot tell free GPU memory";
     if (!free || free.size === 0) return { unknown };
-    // A claim is what a restore under way is still to take: what its process holds already is
-    // out of the free memory once, not again.
+    // A claim is what a restore under way is still to take (what its process holds already is out
+    // of the free memory once); this program's own count as made here, those before `except`'s (two
+    // at once with room for one: one resumes), whatever the records show of them yet.
+    const own = [...this.#mine.values()], at = except ? [...this.#mine.keys()].indexOf(except) : -1;
+    const others = [
+      ...listed.filter((r) => !own.some((c) => sameProcess(c.process, r.process))),
+      ...own.slice(0, at < 0 ? undefined : at),
+    ];
     const claimed: Record<string, number> = {};
     for (const other of others) {
       if (!other.claim || (except && sameProcess(other.process, except))) continue;
@@ -275,9 +279,8 @@ export class RoomGuard {
     }
     const freeOf = new Map([...free].map(([gpu, mib]) => [gpu.toLowerCase(), mib]));
     for (const [gpu, neededMiB] of Object.entries(need)) {
-      const freeMiB = freeOf.get(gpu.toLowerCase());
+      const freeMiB = freeOf.get(gpu.toLowerCase()), claimedMiB = claimed[gpu] ?? 0;
       if (freeMiB === undefined) continue;
-      const claimedMiB = claimed[gpu] ?? 0;
       if (neededMiB > freeMiB - claimedMiB) {
         throw new GpuRoomError({ ...where, shortage: { gpu, neededMiB, freeMiB, claimedMiB } });
       }

@@ -467,6 +467,14 @@ describe("rollback", () => {
       [false, false],
       "the driver never ran out",
     );
+    // No claim outlives its restore, refused or done: each, while the other is suspended, resumes
+    // into the same 5500 MiB (a claim of the other's left over would leave it 2000).
+    const first = outcomes.findIndex((o) => o.status === "fulfilled");
+    const [a, b] = [procs[first], procs[1 - first]];
+    await a.suspend();
+    assert.equal((await b.resume()).roomCheck, "checked");
+    await b.suspend();
+    assert.equal((await a.resume()).roomCheck, "checked");
   });
 
   test("an old record does not hide the driver's answer: a process no longer checkpointed", async () => {
