@@ -115,14 +115,15 @@ export type RoomCheck = "checked" | "skipped" | { readonly unknown: string };
 /** A restore's claim, until it has returned (`done`), and whether its room was checked. */
 export type Reservation = { readonly check: RoomCheck; done(ok: boolean): Promise<void> };
 
+/** This program's claims under way, every session's, in the order made (see `fits`). */
+const CLAIMS = new Map<ProcessIdentity, Pick<HeldRecord, "process" | "claim">>();
+
 /** The room check of one session: what a process holds, recorded; its restore's room, claimed. */
 export class RoomGuard {
   /** Records for a host that keeps none: this session's own. */
   readonly #ownRecords = new MemoryHeldRecords();
   /** Whether this package may be holding the calling process locked or checkpointed. */
   #selfHeld = false;
-  /** This program's claims under way, in the order made (see `fits`). */
-  readonly #mine = new Map<ProcessIdentity, Pick<HeldRecord, "process" | "claim">>();
   /** Reads of the host under way: a lock of the calling process waits for them. */
   readonly #reads = new Set<Promise<unknown>>();
 
@@ -168,7 +169,7 @@ export class RoomGuard {
 
   /** Forgets the record of `process` (it was locked from running, or restored). Never rejects. */
   async forget(process: ProcessIdentity): Promise<void> {
-    this.#mine.delete(process);
+    CLAIMS.delete(process);
     await this.#records().remove(process).catch(() => {});
   }
 
@@ -186,7 +187,7 @@ export class RoomGuard {
     const process = turn.identity, where = { operation, pid: turn.pid }, records = this.#records();
     let by: ProcessIdentity = { pid: 0 };
     const unclaim = async () => {
-      this.#mine.delete(process);
+      CLAIMS.delete(process);
       const now = await records.get(process).catch(() => undefined);
       if (now?.claim && sameProcess(now.claim.by, by)) {
         await records.put(withoutClaim(now)).catch(() => {});
@@ -213,10 +214,10 @@ export class RoomGuard {
       // claim (both refused, none lost); this program's own are known here before written.
       by = await this.self() ?? by;
       const claim = { needMiB: need, by, since: Date.now() };
-      this.#mine.set(process, { process, claim });
+      CLAIMS.set(process, { process, claim });
       await records.put({ ...record, claim });
     } catch (err) {
-      this.#mine.delete(process);
+      CLAIMS.delete(process);
       throw roomUnknownError(where, err);
     }
     const note = shared > 1
@@ -259,13 +260,13 @@ export class RoomGuard {
       ? `the free GPU memory is unknown: ${report.unknown}`
       : "the host cannot tell free GPU memory";
     if (!free || free.size === 0) return { unknown };
-    // A claim is what a restore under way is still to take (what its process holds already is out
-    // of the free memory once); this program's own count as made here, those before `except`'s (two
-    // at once with room for one: one resumes), whatever the records show of them yet.
-    const own = [...this.#mine.values()], at = except ? [...this.#mine.keys()].indexOf(except) : -1;
+    // A claim is what a restore under way is still to take (what its process holds is already out
+    // of the free memory); this program's, as made here: those before `except`'s (one resumes).
+    const me = await this.self() ?? { pid: 0 },
+      at = except ? [...CLAIMS.keys()].indexOf(except) : -1;
     const others = [
-      ...listed.filter((r) => !own.some((c) => sameProcess(c.process, r.process))),
-      ...own.slice(0, at < 0 ? undefined : at),
+      ...listed.filter((r) => !r.claim || !sameProcess(r.claim.by, me)),
+      ...[...CLAIMS.values()].slice(0, at < 0 ? undefined : at),
     ];
     const claimed: Record<string, number> = {};
     for (const other of others) {

@@ -432,50 +432,55 @@ describe("rollback", () => {
     assert.deepEqual(back.processes.map((p) => p.status), ["done", "done"]);
   });
 
-  test("two resumes whose room checks overlap: one resumes, the other is refused, not both", async () => {
-    // Room for one of the two, and records whose listing waits until both list (as two reads of
-    // the record files at once may): both claims are then made before either counts the claims,
-    // and each would count the other's and be refused (on an H200 both were). In one program the
-    // checks go one at a time: the second counts the first's claim.
-    const sim = new SimulatedMachine({ gpus: [{ memoryMiB: 10_000, contextMiB: 500 }] });
-    const targets = [0, 1].map(() => sim.spawn({ memoryMiB: 3000 }));
-    const records = sim.host.heldRecords!;
-    let pair = Promise.withResolvers<void>(), listing = 0;
-    const list = async () => {
-      if (++listing === 2) pair.resolve();
-      await Promise.race([pair.promise, new Promise((ok) => setTimeout(ok, 50))]);
-      return records.list();
-    };
-    const heldRecords: HeldRecords = {
-      where: records.where,
-      get: (p) => records.get(p),
-      put: (r) => records.put(r),
-      remove: (p) => records.remove(p),
-      list,
-    };
-    const machine = machineWith(sim, { host: hostWith(sim.host, { heldRecords }) });
-    const procs = targets.map((t) => new CudaProcess(t.pid, { machine }));
-    await Promise.all(procs.map((p) => p.suspend()));
-    sim.spawn({ memoryMiB: 4000 }); // 4500 with its context: 5500 free, 3500 needed by each
-    [pair, listing] = [Promise.withResolvers<void>(), 0];
-    const outcomes = await Promise.allSettled(procs.map((p) => p.resume()));
-    assert.deepEqual(outcomes.map((o) => o.status).sort(), ["fulfilled", "rejected"]);
-    const refused = outcomes.find((o) => o.status === "rejected") as PromiseRejectedResult;
-    assert.ok(refused.reason instanceof GpuRoomError, String(refused.reason));
-    assert.deepEqual(
-      targets.map((t) => t.restoreRefused),
-      [false, false],
-      "the driver never ran out",
-    );
-    // No claim outlives its restore, refused or done: each, while the other is suspended, resumes
-    // into the same 5500 MiB (a claim of the other's left over would leave it 2000).
-    const first = outcomes.findIndex((o) => o.status === "fulfilled");
-    const [a, b] = [procs[first], procs[1 - first]];
-    await a.suspend();
-    assert.equal((await b.resume()).roomCheck, "checked");
-    await b.suspend();
-    assert.equal((await a.resume()).roomCheck, "checked");
-  });
+  for (const firstReadsLast of [false, true]) {
+    const order = firstReadsLast ? "the first to claim reading the GPU last" : "in order";
+    test(`two resumes whose room checks overlap: one resumes, not none (${order})`, async () => {
+      // Room for one of the two, and records whose listing waits until both list (as two reads
+      // of the record files at once may): both claims are made before either counts the claims.
+      // Counted each by the other, both were refused (on an H200, twice: once as here, and once
+      // when the second, refused first, took its claim back before the first counted its own).
+      const sim = new SimulatedMachine({ gpus: [{ memoryMiB: 10_000, contextMiB: 500 }] });
+      const targets = [0, 1].map(() => sim.spawn({ memoryMiB: 3000 }));
+      const records = sim.host.heldRecords!, host = sim.host;
+      let pair = Promise.withResolvers<void>(), listing = 0, reads = 0;
+      const list = async () => {
+        if (++listing === 2) pair.resolve();
+        await Promise.race([pair.promise, new Promise((ok) => setTimeout(ok, 50))]);
+        return records.list();
+      };
+      const heldRecords: HeldRecords = {
+        where: records.where,
+        get: (p) => records.get(p),
+        put: (r) => records.put(r),
+        remove: (p) => records.remove(p),
+        list,
+      };
+      const gpuMemory = async () => {
+        if (firstReadsLast && listing > 0 && reads++ === 0) {
+          await new Promise((ok) => setTimeout(ok, 30));
+        }
+        return host.gpuMemory!();
+      };
+      const machine = machineWith(sim, { host: hostWith(host, { heldRecords, gpuMemory }) });
+      const procs = targets.map((t) => new CudaProcess(t.pid, { machine }));
+      await Promise.all(procs.map((p) => p.suspend()));
+      sim.spawn({ memoryMiB: 4000 }); // 4500 with its context: 5500 free, 3500 needed by each
+      [pair, listing] = [Promise.withResolvers<void>(), 0];
+      const outcomes = await Promise.allSettled(procs.map((p) => p.resume()));
+      assert.deepEqual(outcomes.map((o) => o.status).sort(), ["fulfilled", "rejected"]);
+      const refused = outcomes.find((o) => o.status === "rejected") as PromiseRejectedResult;
+      assert.ok(refused.reason instanceof GpuRoomError, String(refused.reason));
+      assert.deepEqual(targets.map((t) => t.restoreRefused), [false, false]);
+      // No claim outlives its restore, refused or done: each, while the other is suspended,
+      // resumes into the same 5500 MiB (a claim of the other's left over would leave it 2000).
+      const first = outcomes.findIndex((o) => o.status === "fulfilled");
+      const [a, b] = [procs[first], procs[1 - first]];
+      await a.suspend();
+      assert.equal((await b.resume()).roomCheck, "checked");
+      await b.suspend();
+      assert.equal((await a.resume()).roomCheck, "checked");
+    });
+  }
 
   test("an old record does not hide the driver's answer: a process no longer checkpointed", async () => {
     const { sim, proc, target } = setup(1024, 1);
