@@ -86,15 +86,13 @@ export class SimulatedDriver implements CheckpointDriver {
 
   /** `cuCheckpointProcessGetState`: waits for a state change of the process under way. */
   getState(pid: number): Promise<DriverResult> {
-    const state = (p: SimulatedProcess) => this.#after(() => ok(p.stateNumber));
-    const query = (p: SimulatedProcess) => this.#query(p, "getState", () => state(p));
+    const query = (p: SimulatedProcess) => this.#query(p, "getState", () => p.stateNumber);
     return this.#call("getState", pid, result, (p) => this.#serially(p, () => query(p)));
   }
 
   /** `cuCheckpointProcessGetRestoreThreadId`: answers at once, the process busy or stopped too. */
   getRestoreThreadId(pid: number): Promise<DriverResult> {
-    const tid = (p: SimulatedProcess) => this.#after(() => ok(p.tid));
-    const query = (p: SimulatedProcess) => this.#query(p, "getRestoreThreadId", () => tid(p));
+    const query = (p: SimulatedProcess) => this.#query(p, "getRestoreThreadId", () => p.tid);
     return this.#call("getRestoreThreadId", pid, result, query);
   }
 
@@ -303,10 +301,10 @@ export class SimulatedDriver implements CheckpointDriver {
       }));
   }
 
-  /** A query, with the fault injected into it where there is one. */
-  async #query(proc: SimulatedProcess, op: QueryOperation, answer: () => Promise<Answer>) {
+  /** A query, answering `value()`, or with the fault injected into it where there is one. */
+  async #query(proc: SimulatedProcess, op: QueryOperation, value: () => number) {
     const hit = proc.faultPlan.take(op);
-    if (!hit) return await answer();
+    if (!hit) return await this.#after(() => ok(value()));
     const fault = hit.fault;
     switch (fault.kind) {
       case "fail":
@@ -325,7 +323,7 @@ export class SimulatedDriver implements CheckpointDriver {
         } finally {
           proc.exitListeners.delete(exited);
         }
-        return await answer();
+        return await this.#after(() => ok(value()));
       }
     }
   }
