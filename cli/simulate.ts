@@ -204,25 +204,20 @@ async function readMachine(
     refuse: (_at, message, cause) => refuse(message.replace(`${file} `, ""), cause, other),
   });
   if (!found) return undefined;
-  let data: unknown;
   const text = await readFile(file, "utf8");
-  try {
-    data = JSON.parse(text);
-  } catch (err) {
+  const data: unknown = await Promise.try(() => JSON.parse(text)).catch((err: unknown) => {
     // Ours begin with their format, even where cut short.
     if (!ours(text)) throw foreign("not JSON", err);
     throw refuse(`is corrupt: it is not JSON (${messageOf(err)})`, err);
-  }
-  try {
-    return loadSimulator(data, clock);
-  } catch (err) {
+  });
+  return await Promise.try(() => loadSimulator(data, clock)).catch((err: unknown) => {
     if (!(err instanceof SimulatorSnapshotError)) throw err;
     const detail = err.message.replace(/^invalid simulated machine snapshot: /, "");
     if (err.field === "format" || err.field === "") throw foreign(detail, err);
     const newer = `was written by another version of @ckpt/cuda (${detail})`;
     if (err.field === "version") throw refuse(newer, err);
     throw refuse(`is corrupt: ${detail}`, err);
-  }
+  });
 }
 
 /** The first 256 bytes of `file`, a link not followed; `undefined` where there is none. */
