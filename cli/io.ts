@@ -209,8 +209,8 @@ function runtime(): Runtime {
       let data = encoder.encode(text);
       while (data.length > 0) data = data.subarray(file.writeSync(data));
     };
-    const env = orElse(() => deno.env.toObject(), {}); // without --allow-env: empty
     return {
+      env: orElse(() => deno.env.toObject(), {}), // without --allow-env: empty
       args: deno.args,
       programName: programName(() =>
         new TextDecoder().decode(deno.readFileSync("/proc/self/cmdline")).split("\0")[0]
@@ -218,7 +218,6 @@ function runtime(): Runtime {
       stdout: writer(deno.stdout),
       stderr: writer(deno.stderr),
       terminal: () => deno.stderr.isTerminal(),
-      env,
       on: (signal, listener) => deno.addSignalListener(signal, listener),
       off: (signal, listener) => deno.removeSignalListener(signal, listener),
       exit: (code) => deno.exit(code),

@@ -22,7 +22,6 @@ export function roundMs(ms: number): number {
 /** The clock of a machine: its own where it keeps one (the simulator's), else the real clock. */
 export function clockOf(machine: { readonly clock?: Clock }): Clock {
   const own = machine.clock;
-  const now = own ? () => own.now() : () => performance.now();
   const sleep = (ms: number, signal?: AbortSignal): Promise<void> => {
     if (signal?.aborted) return Promise.reject(signal.reason);
     let timer: ReturnType<typeof setTimeout> | undefined;
@@ -36,7 +35,7 @@ export function clockOf(machine: { readonly clock?: Clock }): Clock {
     slept.finally(() => signal.removeEventListener("abort", onAbort)).then(resolve, reject);
     return promise;
   };
-  return { now, sleep };
+  return { now: own ? () => own.now() : () => performance.now(), sleep };
 }
 
 /** A deadline on a clock for a whole operation; `timeoutMs` undefined never passes. */
