@@ -115,8 +115,11 @@ export type RoomCheck = "checked" | "skipped" | { readonly unknown: string };
 /** A restore's claim, until it has returned (`done`), and whether its room was checked. */
 export type Reservation = { readonly check: RoomCheck; done(ok: boolean): Promise<void> };
 
-/** This program's claims under way, every session's, in the order made (see `fits`). */
-const CLAIMS = new Map<ProcessIdentity, Pick<HeldRecord, "process" | "claim">>();
+/** This program's claims under way, in the order made, each with its store (see `fits`). */
+const CLAIMS = new Map<ProcessIdentity, HeldRecord & { in: unknown }>();
+
+/** Where records are kept: a place (`/run/ckpt-cuda`) whatever reads it; in memory, each its own. */
+const storeOf = (records: HeldRecords) => records.where === "memory" ? records : records.where;
 
 /** The room check of one session: what a process holds, recorded; its restore's room, claimed. */
 export class RoomGuard {
@@ -214,7 +217,7 @@ export class RoomGuard {
       // claim (both refused, none lost); this program's own are known here before written.
       by = await this.self() ?? by;
       const claim = { needMiB: need, by, since: Date.now() };
-      CLAIMS.set(process, { process, claim });
+      CLAIMS.set(process, { ...record, claim, in: storeOf(records) });
       await records.put({ ...record, claim });
     } catch (err) {
       CLAIMS.delete(process);
@@ -261,12 +264,12 @@ export class RoomGuard {
       : "the host cannot tell free GPU memory";
     if (!free || free.size === 0) return { unknown };
     // A claim is what a restore under way is still to take (what its process holds is already out
-    // of the free memory); this program's, as made here: those before `except`'s (one resumes).
-    const me = await this.self() ?? { pid: 0 },
-      at = except ? [...CLAIMS.keys()].indexOf(except) : -1;
+    // of the free memory); this program's in this store, as made: those before `except`'s.
+    const me = await this.self() ?? { pid: 0 }, store = storeOf(this.#records());
+    const at = except ? [...CLAIMS.keys()].indexOf(except) : -1;
     const others = [
       ...listed.filter((r) => !r.claim || !sameProcess(r.claim.by, me)),
-      ...[...CLAIMS.values()].slice(0, at < 0 ? undefined : at),
+      ...[...CLAIMS.values()].slice(0, at < 0 ? undefined : at).filter((c) => c.in === store),
     ];
     const claimed: Record<string, number> = {};
     for (const other of others) {

@@ -18,8 +18,12 @@ import {
   CUDA_ERROR_OUT_OF_MEMORY,
   CUDA_ERROR_UNKNOWN,
 } from "../core/driver.ts";
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { SimulatedMachine } from "../mock/mod.ts";
 import type { HeldRecords } from "../core/host.ts";
+import { FileHeldRecords } from "../os/records.ts";
 import { heldWhenCheckpointed } from "./support/held.ts";
 import { forward, hostWith, machineWith } from "./support/forward.ts";
 import { rejectsWith } from "./support/rejects.ts";
@@ -29,6 +33,35 @@ function setup(memoryMiB = 1024, gpus = 2) {
   const target = sim.spawn({ memoryMiB });
   const proc = new CudaProcess(target.pid, { machine: sim });
   return { sim, target, proc };
+}
+
+/** Two that meet: each `wait`s (50 ms at most) until the other came too; `reset` for two more. */
+function meeting() {
+  let met = Promise.withResolvers<void>(), came = 0;
+  return {
+    wait: async () => {
+      if (++came === 2) met.resolve();
+      await Promise.race([met.promise, new Promise((ok) => setTimeout(ok, 50))]);
+    },
+    reset: () => void ([met, came] = [Promise.withResolvers<void>(), 0]),
+    get came() {
+      return came;
+    },
+  };
+}
+
+/**
+ * `records`, each listing held at `m`: two restores' claims are then both made before either counts
+ * the claims, as two reads of the record files at once may find them.
+ */
+function listedAt(m: ReturnType<typeof meeting>, records: HeldRecords): HeldRecords {
+  return {
+    where: records.where,
+    get: (p) => records.get(p),
+    put: (r) => records.put(r),
+    remove: (p) => records.remove(p),
+    list: () => m.wait().then(() => records.list()),
+  };
 }
 
 describe("the issue's example", () => {
@@ -441,22 +474,11 @@ describe("rollback", () => {
       // when the second, refused first, took its claim back before the first counted its own).
       const sim = new SimulatedMachine({ gpus: [{ memoryMiB: 10_000, contextMiB: 500 }] });
       const targets = [0, 1].map(() => sim.spawn({ memoryMiB: 3000 }));
-      const records = sim.host.heldRecords!, host = sim.host;
-      let pair = Promise.withResolvers<void>(), listing = 0, reads = 0;
-      const list = async () => {
-        if (++listing === 2) pair.resolve();
-        await Promise.race([pair.promise, new Promise((ok) => setTimeout(ok, 50))]);
-        return records.list();
-      };
-      const heldRecords: HeldRecords = {
-        where: records.where,
-        get: (p) => records.get(p),
-        put: (r) => records.put(r),
-        remove: (p) => records.remove(p),
-        list,
-      };
+      const host = sim.host, together = meeting();
+      const heldRecords = listedAt(together, host.heldRecords!);
+      let reads = 0;
       const gpuMemory = async () => {
-        if (firstReadsLast && listing > 0 && reads++ === 0) {
+        if (firstReadsLast && together.came > 0 && reads++ === 0) {
           await new Promise((ok) => setTimeout(ok, 30));
         }
         return host.gpuMemory!();
@@ -465,7 +487,7 @@ describe("rollback", () => {
       const procs = targets.map((t) => new CudaProcess(t.pid, { machine }));
       await Promise.all(procs.map((p) => p.suspend()));
       sim.spawn({ memoryMiB: 4000 }); // 4500 with its context: 5500 free, 3500 needed by each
-      [pair, listing] = [Promise.withResolvers<void>(), 0];
+      together.reset();
       const outcomes = await Promise.allSettled(procs.map((p) => p.resume()));
       assert.deepEqual(outcomes.map((o) => o.status).sort(), ["fulfilled", "rejected"]);
       const refused = outcomes.find((o) => o.status === "rejected") as PromiseRejectedResult;
@@ -481,6 +503,60 @@ describe("rollback", () => {
       assert.equal((await a.resume()).roomCheck, "checked");
     });
   }
+
+  test("two simulated machines' restores at once: neither counts the other's claim", async () => {
+    // Alike made-up GPU UUIDs (the default seed), each with room for its own restore alone, their
+    // records listed only once both list (both claims made): were one machine's claim counted by
+    // the other (one program, one UUID), one would be refused.
+    const gpus = [{ memoryMiB: 10_000, contextMiB: 500 }];
+    const sims = [0, 1].map(() => new SimulatedMachine({ gpus }));
+    assert.equal(sims[0].gpus[0].uuid, sims[1].gpus[0].uuid);
+    const together = meeting();
+    const machines = sims.map((sim) =>
+      machineWith(sim, {
+        host: hostWith(sim.host, { heldRecords: listedAt(together, sim.heldRecords) }),
+      })
+    );
+    sims[1].spawn({ memoryMiB: 16 }); // the pids of the two machines' processes differ
+    const procs = sims.map((sim, i) =>
+      new CudaProcess(sim.spawn({ memoryMiB: 3000 }).pid, { machine: machines[i] })
+    );
+    await Promise.all(procs.map((p) => p.suspend()));
+    for (const sim of sims) sim.spawn({ memoryMiB: 4000 }); // 5500 (4984) free: 3500 fits once
+    together.reset();
+    const outcomes = await Promise.all(procs.map((p) => p.resume()));
+    assert.deepEqual(outcomes.map((o) => o.roomCheck), ["checked", "checked"]);
+  });
+
+  test("two machines of one program on one records directory: one resumes, not both", async () => {
+    // Two sessions (two machine objects, each reading the directory through its own records) on
+    // one GPU with room for one of their two restores: each counts the other's claim in order.
+    const dir = await mkdtemp(join(tmpdir(), "ckpt-claims-"));
+    try {
+      const sim = new SimulatedMachine({ gpus: [{ memoryMiB: 10_000, contextMiB: 500 }] });
+      // Their listings meet, and so do their reads of the GPU's memory: neither restore begins
+      // before the other's check.
+      const [together, reads] = [meeting(), meeting()];
+      const gpuMemory = () => reads.wait().then(() => sim.host.gpuMemory!());
+      const machines = [0, 1].map(() => {
+        const records = new FileHeldRecords(join(dir, "held"), () => Promise.resolve(true));
+        const heldRecords = listedAt(together, records);
+        return machineWith(sim, { host: hostWith(sim.host, { heldRecords, gpuMemory }) });
+      });
+      const targets = machines.map(() => sim.spawn({ memoryMiB: 3000 }));
+      const procs = machines.map((machine, i) => new CudaProcess(targets[i].pid, { machine }));
+      await Promise.all(procs.map((p) => p.suspend()));
+      sim.spawn({ memoryMiB: 4000 }); // 5500 free: room for 3500 once
+      [together, reads].forEach((m) => m.reset());
+      const outcomes = await Promise.allSettled(procs.map((p) => p.resume()));
+      assert.deepEqual(outcomes.map((o) => o.status).sort(), ["fulfilled", "rejected"]);
+      const refused = outcomes.find((o) => o.status === "rejected") as PromiseRejectedResult;
+      assert.ok(refused.reason instanceof GpuRoomError, String(refused.reason));
+      assert.deepEqual(targets.map((t) => t.restoreRefused), [false, false]);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
 
   test("an old record does not hide the driver's answer: a process no longer checkpointed", async () => {
     const { sim, proc, target } = setup(1024, 1);
