@@ -13,7 +13,8 @@
 import type { GpuPair } from "./driver.ts";
 import { messageOf, RefusedError } from "./errors.ts";
 import type { GpuMemoryReport, HeldRecord, HeldRecords, HostProcesses } from "./host.ts";
-import { MemoryHeldRecords, type ProcessIdentity, sameProcess, withoutClaim } from "./host.ts";
+import { identityKey, MemoryHeldRecords, type ProcessIdentity } from "./host.ts";
+import { sameProcess, withoutClaim } from "./host.ts";
 import { formatGpuUuid } from "./options.ts";
 
 /** Where a restore would not fit: what {@link GpuRoomError} carries. */
@@ -115,18 +116,15 @@ export type RoomCheck = "checked" | "skipped" | { readonly unknown: string };
 /** A restore's claim, until it has returned (`done`), and whether its room was checked. */
 export type Reservation = { readonly check: RoomCheck; done(ok: boolean): Promise<void> };
 
-/** This program's claims under way, in the order made, each with its store (see `fits`). */
-const CLAIMS = new Map<ProcessIdentity, HeldRecord & { in: unknown }>();
-
-/** Where records are kept: a place (`/run/ckpt-cuda`) whatever reads it; in memory, each its own. */
-const storeOf = (records: HeldRecords) => records.where === "memory" ? records : records.where;
-
 /** The room check of one session: what a process holds, recorded; its restore's room, claimed. */
 export class RoomGuard {
   /** Records for a host that keeps none: this session's own. */
   readonly #ownRecords = new MemoryHeldRecords();
   /** Whether this package may be holding the calling process locked or checkpointed. */
   #selfHeld = false;
+  /** This session's claims under way, in the order made, and every one it made (see `fits`). */
+  readonly #mine = new Map<ProcessIdentity, HeldRecord>();
+  readonly #made = new Set<string>();
   /** Reads of the host under way: a lock of the calling process waits for them. */
   readonly #reads = new Set<Promise<unknown>>();
 
@@ -172,7 +170,7 @@ export class RoomGuard {
 
   /** Forgets the record of `process` (it was locked from running, or restored). Never rejects. */
   async forget(process: ProcessIdentity): Promise<void> {
-    CLAIMS.delete(process);
+    this.#mine.delete(process);
     await this.#records().remove(process).catch(() => {});
   }
 
@@ -190,7 +188,7 @@ export class RoomGuard {
     const process = turn.identity, where = { operation, pid: turn.pid }, records = this.#records();
     let by: ProcessIdentity = { pid: 0 };
     const unclaim = async () => {
-      CLAIMS.delete(process);
+      this.#mine.delete(process);
       const now = await records.get(process).catch(() => undefined);
       if (now?.claim && sameProcess(now.claim.by, by)) {
         await records.put(withoutClaim(now)).catch(() => {});
@@ -217,10 +215,11 @@ export class RoomGuard {
       // claim (both refused, none lost); this program's own are known here before written.
       by = await this.self() ?? by;
       const claim = { needMiB: need, by, since: Date.now() };
-      CLAIMS.set(process, { ...record, claim, in: storeOf(records) });
+      this.#mine.set(process, { ...record, claim });
+      this.#made.add(claimKey(process, claim));
       await records.put({ ...record, claim });
     } catch (err) {
-      CLAIMS.delete(process);
+      this.#mine.delete(process);
       throw roomUnknownError(where, err);
     }
     const note = shared > 1
@@ -264,12 +263,12 @@ export class RoomGuard {
       : "the host cannot tell free GPU memory";
     if (!free || free.size === 0) return { unknown };
     // A claim is what a restore under way is still to take (what its process holds is already out
-    // of the free memory); this program's in this store, as made: those before `except`'s.
-    const me = await this.self() ?? { pid: 0 }, store = storeOf(this.#records());
-    const at = except ? [...CLAIMS.keys()].indexOf(except) : -1;
+    // of the free memory); this session's, as made (not as the files show them when read): those
+    // before `except`'s, so that of two at once with room for one, one resumes.
+    const at = except ? [...this.#mine.keys()].indexOf(except) : -1;
     const others = [
-      ...listed.filter((r) => !r.claim || !sameProcess(r.claim.by, me)),
-      ...[...CLAIMS.values()].slice(0, at < 0 ? undefined : at).filter((c) => c.in === store),
+      ...listed.filter((r) => !r.claim || !this.#made.has(claimKey(r.process, r.claim))),
+      ...[...this.#mine.values()].slice(0, at < 0 ? undefined : at),
     ];
     const claimed: Record<string, number> = {};
     for (const other of others) {
@@ -345,6 +344,9 @@ export class RoomGuard {
     return await read;
   }
 }
+
+/** A claim as this session knows it among those in the records: its process and when made. */
+const claimKey = (p: ProcessIdentity, c: { since: number }) => `${identityKey(p)}@${c.since}`;
 
 /** What `process` holds by `report`, MiB by GPU UUID, where it tells (and it holds some). */
 function heldIn(report: GpuMemoryReport | undefined, process: ProcessIdentity) {
