@@ -3,7 +3,7 @@
 // api/ gives the public functions this machine as their default. This test reads every module of
 // core/ and fails on an import that leaves it: a relative path out of core/ (to ffi/ or mock/), a
 // runtime's module (node:, npm:, jsr:), or Deno's and Bun's globals, and on module state (a
-// top-level `let`). Documentation examples may import the package by its published names
+// top-level `let`, Map or Set). Documentation examples may import the package by its published names
 // (`@ckpt/cuda/mock`), as a user would. It also holds the rule that one place orders a job.
 
 import { describe, test } from "node:test";
@@ -106,6 +106,9 @@ describe("core/ stays runtime-free", () => {
       );
       const code = text.split("\n").filter((l) => !COMMENT_LINE.test(l)).join("\n");
       assert.doesNotMatch(code, /^(export\s+)?(let|var)\s/m, `core/${file} keeps module state`);
+      // Nor a collection at the top (a WeakMap keyed by machine keeps its state beside the machine).
+      const collection = /^(export\s+)?const\s+\w+(:[^=]+)?\s*=\s*new\s+(Map|Set)\b/m;
+      assert.doesNotMatch(code, collection, `core/${file} keeps module state in a collection`);
     });
   }
 });
