@@ -217,6 +217,10 @@ export class RoomGuard {
       const claim = { needMiB: need, by, since: Date.now() };
       this.#mine.set(process, { ...record, claim });
       this.#made.add(claimKey(process, claim));
+      // Kept while the records may show them: the oldest go, 1000 at a time, past 10 000.
+      for (const old of this.#made.size > 10_000 ? [...this.#made].slice(0, 1000) : []) {
+        this.#made.delete(old);
+      }
       await records.put({ ...record, claim });
     } catch (err) {
       this.#mine.delete(process);

@@ -35,15 +35,16 @@ function setup(memoryMiB = 1024, gpus = 2) {
   return { sim, target, proc };
 }
 
-/** Two that meet: each `wait`s (50 ms at most) until the other came too; `reset` for two more. */
+/** Two that meet, once `reset`: each `wait`s (50 ms at most) until the other came too. */
 function meeting() {
-  let met = Promise.withResolvers<void>(), came = 0;
+  let met = Promise.withResolvers<void>(), came = 0, armed = false;
   return {
     wait: async () => {
+      if (!armed) return;
       if (++came === 2) met.resolve();
       await Promise.race([met.promise, new Promise((ok) => setTimeout(ok, 50))]);
     },
-    reset: () => void ([met, came] = [Promise.withResolvers<void>(), 0]),
+    reset: () => void ([met, came, armed] = [Promise.withResolvers<void>(), 0, true]),
     get came() {
       return came;
     },
@@ -503,6 +504,38 @@ describe("rollback", () => {
       assert.equal((await a.resume()).roomCheck, "checked");
     });
   }
+
+  test("past 10 000 claims a session still tells its own apart: the oldest go, not the live", async () => {
+    // A session keeps the key of each claim it made while the records may show it, and past
+    // 10 000 forgets the oldest 1000 (so that its memory stays bounded, which no test here can
+    // see). After 9 999 resumes of one process, two at once with room for one make the 10 000th
+    // and 10 001st claims, the second forgetting 1000: still one resumes (were the newest
+    // forgotten, the first would count the second's claim as another's and both be refused).
+    const sim = new SimulatedMachine({ gpus: [{ memoryMiB: 10_000, contextMiB: 500 }] });
+    const together = meeting(), records = listedAt(together, sim.heldRecords);
+    const machine = machineWith(sim, { host: hostWith(sim.host, { heldRecords: records }) });
+    const procs = [0, 1].map(() =>
+      new CudaProcess(sim.spawn({ memoryMiB: 3000 }).pid, { machine })
+    );
+    // Each claim made at its own millisecond, as restores that take time are (a claim is known by
+    // its process and the time it was made).
+    const now = Date.now;
+    let ms = now() - 1e9; // days before the two at the end
+    Date.now = () => ++ms;
+    try {
+      for (let i = 0; i < 9_999; i++) {
+        await procs[0].suspend();
+        await procs[0].resume();
+      }
+    } finally {
+      Date.now = now;
+    }
+    await Promise.all(procs.map((p) => p.suspend()));
+    sim.spawn({ memoryMiB: 4000 }); // 5500 free: room for 3500 once
+    together.reset();
+    const outcomes = await Promise.allSettled(procs.map((p) => p.resume()));
+    assert.deepEqual(outcomes.map((o) => o.status).sort(), ["fulfilled", "rejected"]);
+  });
 
   test("two simulated machines' restores at once: neither counts the other's claim", async () => {
     // Alike made-up GPU UUIDs (the default seed), each with room for its own restore alone, their
