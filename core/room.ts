@@ -122,7 +122,7 @@ export class RoomGuard {
   readonly #ownRecords = new MemoryHeldRecords();
   /** Whether this package may be holding the calling process locked or checkpointed. */
   #selfHeld = false;
-  /** This session's claims under way, in the order made, and every one it made (see `fits`). */
+  /** This session's claims under way, in the order made; the key of each it made (see `fits`). */
   readonly #mine = new Map<ProcessIdentity, HeldRecord>();
   readonly #made = new Set<string>();
   /** Reads of the host under way: a lock of the calling process waits for them. */
@@ -212,15 +212,13 @@ export class RoomGuard {
       if (!record) return none(`${kept}: another program checkpointed it, or ${elsewhere}`);
       need = onto([record.heldMiB], pairs);
       // Claim first, then read: two programs' restores that check at once each see the other's
-      // claim (both refused, none lost); this program's own are known here before written.
+      // claim (both refused, none lost); this session's own are known here before written.
       by = await this.self() ?? by;
       const claim = { needMiB: need, by, since: Date.now() };
       this.#mine.set(process, { ...record, claim });
       this.#made.add(claimKey(process, claim));
-      // Kept while the records may show them: the oldest go, 1000 at a time, past 10 000.
-      for (const old of this.#made.size > 10_000 ? [...this.#made].slice(0, 1000) : []) {
-        this.#made.delete(old);
-      }
+      // Kept while the records may show them: past 10 000, the oldest go.
+      while (this.#made.size > 10_000) this.#made.delete(this.#made.values().next().value!);
       await records.put({ ...record, claim });
     } catch (err) {
       this.#mine.delete(process);
@@ -260,6 +258,8 @@ export class RoomGuard {
     const listed = await this.#records().list().catch((err) => {
       throw roomUnknownError(where, err);
     });
+    // Every claim is read before the GPU's memory: one that ends meanwhile took its memory first.
+    const mine = [...this.#mine], at = except ? mine.findIndex(([p]) => p === except) : -1;
     const report = await this.report();
     const free = report && "byPid" in report ? report.freeMiB : undefined;
     const unknown = report && "unknown" in report
@@ -269,10 +269,9 @@ export class RoomGuard {
     // A claim is what a restore under way is still to take (what its process holds is already out
     // of the free memory); this session's, as made (not as the files show them when read): those
     // before `except`'s, so that of two at once with room for one, one resumes.
-    const at = except ? [...this.#mine.keys()].indexOf(except) : -1;
     const others = [
       ...listed.filter((r) => !r.claim || !this.#made.has(claimKey(r.process, r.claim))),
-      ...[...this.#mine.values()].slice(0, at < 0 ? undefined : at),
+      ...mine.slice(0, at < 0 ? undefined : at).map(([, r]) => r),
     ];
     const claimed: Record<string, number> = {};
     for (const other of others) {

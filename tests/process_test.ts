@@ -17,6 +17,7 @@ import {
   CUDA_ERROR_OPERATING_SYSTEM,
   CUDA_ERROR_OUT_OF_MEMORY,
   CUDA_ERROR_UNKNOWN,
+  type RestoreArgs,
 } from "../core/driver.ts";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -35,18 +36,25 @@ function setup(memoryMiB = 1024, gpus = 2) {
   return { sim, target, proc };
 }
 
-/** Two that meet, once `reset`: each `wait`s (50 ms at most) until the other came too. */
+/**
+ * Two that meet, once `reset`: each `wait`s until the other came too, or 50 ms at most; `met` says
+ * whether two came and none waited in vain.
+ */
 function meeting() {
-  let met = Promise.withResolvers<void>(), came = 0, armed = false;
+  let met = Promise.withResolvers<void>(), came = 0, armed = false, missed = 0;
   return {
     wait: async () => {
       if (!armed) return;
       if (++came === 2) met.resolve();
-      await Promise.race([met.promise, new Promise((ok) => setTimeout(ok, 50))]);
+      const late = new Promise<"late">((ok) => setTimeout(() => ok("late"), 50));
+      if ((await Promise.race([met.promise, late])) === "late") missed++;
     },
-    reset: () => void ([met, came, armed] = [Promise.withResolvers<void>(), 0, true]),
+    reset: () => void ([met, came, armed, missed] = [Promise.withResolvers(), 0, true, 0]),
     get came() {
       return came;
+    },
+    get met() {
+      return came >= 2 && missed === 0;
     },
   };
 }
@@ -490,6 +498,7 @@ describe("rollback", () => {
       sim.spawn({ memoryMiB: 4000 }); // 4500 with its context: 5500 free, 3500 needed by each
       together.reset();
       const outcomes = await Promise.allSettled(procs.map((p) => p.resume()));
+      assert.ok(together.met, "the two listings met");
       assert.deepEqual(outcomes.map((o) => o.status).sort(), ["fulfilled", "rejected"]);
       const refused = outcomes.find((o) => o.status === "rejected") as PromiseRejectedResult;
       assert.ok(refused.reason instanceof GpuRoomError, String(refused.reason));
@@ -505,12 +514,52 @@ describe("rollback", () => {
     });
   }
 
+  test("a claim that ends while the GPU's memory is read is still counted: no restore runs out", async () => {
+    // Room for one of two. B's read of the GPU's memory samples it before A's restore takes its
+    // memory, and answers only once A's resume has returned (its claim gone): were this session's
+    // claims taken after that read, B would count none, go ahead and run out in the driver (found
+    // on review). Taken before it, A's claim counts and B is refused.
+    const sim = new SimulatedMachine({ gpus: [{ memoryMiB: 10_000, contextMiB: 500 }] });
+    const [aAtDriver, bSampled, aResumed] = [0, 1, 2].map(() => Promise.withResolvers<void>());
+    let bReading = false;
+    const gpuMemory = async () => {
+      const sample = await sim.host.gpuMemory!();
+      if (bReading) {
+        bSampled.resolve();
+        await aResumed.promise;
+      }
+      return sample;
+    };
+    const targets = [0, 1].map(() => sim.spawn({ memoryMiB: 3000 }));
+    const restore = async (pid: number, args: RestoreArgs | null) => {
+      if (pid === targets[0].pid) {
+        aAtDriver.resolve();
+        await bSampled.promise;
+      }
+      return await sim.driver.restore(pid, args);
+    };
+    const machine = machineWith(forward(sim, { restore }), {
+      host: hostWith(sim.host, { gpuMemory }),
+    });
+    const [a, b] = targets.map((t) => new CudaProcess(t.pid, { machine }));
+    await Promise.all([a.suspend(), b.suspend()]);
+    sim.spawn({ memoryMiB: 4000 }); // 5500 free: room for 3500 once
+    const first = a.resume().finally(() => aResumed.resolve());
+    await aAtDriver.promise;
+    bReading = true;
+    const outcomes = await Promise.allSettled([first, b.resume()]);
+    assert.deepEqual(outcomes.map((o) => o.status), ["fulfilled", "rejected"]);
+    const refused = (outcomes[1] as PromiseRejectedResult).reason;
+    assert.ok(refused instanceof GpuRoomError, String(refused));
+    assert.deepEqual(targets.map((t) => t.restoreRefused), [false, false]);
+  });
+
   test("past 10 000 claims a session still tells its own apart: the oldest go, not the live", async () => {
     // A session keeps the key of each claim it made while the records may show it, and past
-    // 10 000 forgets the oldest 1000 (so that its memory stays bounded, which no test here can
-    // see). After 9 999 resumes of one process, two at once with room for one make the 10 000th
-    // and 10 001st claims, the second forgetting 1000: still one resumes (were the newest
-    // forgotten, the first would count the second's claim as another's and both be refused).
+    // 10 000 forgets the oldest (so that its memory stays bounded, which no test here can see).
+    // After 9 999 resumes of one process, two at once with room for one make the 10 000th and
+    // 10 001st claims, the second making it forget: still one resumes (were the newest forgotten,
+    // the first would count the second's claim as another's and both be refused).
     const sim = new SimulatedMachine({ gpus: [{ memoryMiB: 10_000, contextMiB: 500 }] });
     const together = meeting(), records = listedAt(together, sim.heldRecords);
     const machine = machineWith(sim, { host: hostWith(sim.host, { heldRecords: records }) });
@@ -534,6 +583,7 @@ describe("rollback", () => {
     sim.spawn({ memoryMiB: 4000 }); // 5500 free: room for 3500 once
     together.reset();
     const outcomes = await Promise.allSettled(procs.map((p) => p.resume()));
+    assert.ok(together.met, "the two listings met");
     assert.deepEqual(outcomes.map((o) => o.status).sort(), ["fulfilled", "rejected"]);
   });
 
@@ -558,6 +608,7 @@ describe("rollback", () => {
     for (const sim of sims) sim.spawn({ memoryMiB: 4000 }); // 5500 (4984) free: 3500 fits once
     together.reset();
     const outcomes = await Promise.all(procs.map((p) => p.resume()));
+    assert.ok(together.met, "the two listings met");
     assert.deepEqual(outcomes.map((o) => o.roomCheck), ["checked", "checked"]);
   });
 
@@ -585,6 +636,7 @@ describe("rollback", () => {
       sim.spawn({ memoryMiB: 4000 }); // 5500 free: room for 3500 once
       [together, reads].forEach((m) => m.reset());
       const outcomes = await Promise.allSettled(procs.map((p) => p.resume()));
+      assert.ok(together.met, "the two listings met");
       for (const o of outcomes) {
         if (o.status === "rejected") assert.ok(o.reason instanceof GpuRoomError, String(o.reason));
       }
