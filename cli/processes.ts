@@ -22,6 +22,7 @@ import type { Action, GroupEvent, StepRecord } from "../types.ts";
 import { clockOf, roundMs } from "../core/time.ts";
 import { isGone, sessionOf } from "../core/process.ts";
 import { act as runSteps, type ActionHooks, defined, settingsOf } from "../core/action.ts";
+import { stepEvents } from "../core/action.ts";
 import { handleOf } from "../api/cuda_process.ts";
 import { type Interrupts, watchInterrupts } from "./io.ts";
 import { type Progress, progressOf } from "./progress.ts";
@@ -68,14 +69,8 @@ async function hooksOf(progress: Progress, machine: Machine, pid: number, operat
   const report = await room.report().catch(() => undefined);
   const identity = await session.identify(pid) ?? { pid };
   const mib = await room.totalMiB(identity, report).catch(() => undefined);
-  const memory = mib ? { gpuMemoryMiB: mib } : {};
   progress.event({ type: "phase", phase: operation, at: 0 });
-  return {
-    stepStarted: (step, rollback) =>
-      progress.event({ type: "step-start", pid, step, at: 0, rollback, ...memory }),
-    stepEnded: ({ step, ms, ok }, rollback) =>
-      progress.event({ type: "step-end", pid, step, at: 0, ms, ok, rollback, ...memory }),
-  } satisfies ActionHooks;
+  return stepEvents(pid, (e) => progress.event(e), mib ? { gpuMemoryMiB: mib } : {});
 }
 
 /** The command's call: as NVIDIA's utility, a lock without a timeout unless one is given. */

@@ -7,7 +7,7 @@
 
 import { CUDA_ERROR_ILLEGAL_STATE, type GpuPair } from "./driver.ts";
 import { asError, CudaError, messageOf, RefusedError, withDetail } from "./errors.ts";
-import type { ProcessOutcome, StepRecord, StopReason } from "./group_types.ts";
+import type { GroupEvent, ProcessOutcome, StepRecord, StopReason } from "./group_types.ts";
 import { checkFlag, checkGpuMapping, checkLockTimeout, checkOptions } from "./options.ts";
 import type { GpuMapping } from "./options.ts";
 import { type Handle, importRefusal, isGone, type Turn } from "./process.ts";
@@ -100,6 +100,16 @@ export interface ActionHooks {
   /** A step starts (`rollback`: one undoing the action). */
   stepStarted?(step: Step, rollback: boolean): void;
   stepEnded?(record: StepRecord, rollback: boolean): void;
+}
+
+/** Hooks that tell each step of `pid` as an event (`at` 0), with its GPU memory where known. */
+export function stepEvents(pid: number, tell: (e: GroupEvent) => void, memory = {}): ActionHooks {
+  return {
+    stepStarted: (step, rollback) =>
+      tell({ type: "step-start", pid, step, at: 0, rollback, ...memory }),
+    stepEnded: ({ step, ms, ok }, rollback) =>
+      tell({ type: "step-end", pid, step, at: 0, ms, ok, rollback, ...memory }),
+  };
 }
 
 /** What {@link runAction} did to one process, as it goes: a {@link ProcessOutcome}'s fields. */

@@ -7,10 +7,11 @@
  */
 
 import { type ActionHooks, type ActionReport, type ActionSettings, planGoal } from "./action.ts";
-import { defined, type Planned, roomForAll, runAction, undo } from "./action.ts";
+import { defined, type Planned, roomForAll, runAction, stepEvents, undo } from "./action.ts";
 import { CUDA_ERROR_NOT_READY } from "./driver.ts";
 import { asError, type CudaError } from "./errors.ts";
-import type { GroupResult, GroupSettings, ProcessOutcome, StopReason } from "./group_types.ts";
+import type { GroupEvent, GroupResult, GroupSettings, ProcessOutcome } from "./group_types.ts";
+import type { StopReason } from "./group_types.ts";
 import { type JobMember, runJob } from "./job.ts";
 import type { MachineSource } from "./machine.ts";
 import { checkPid, mustBe } from "./options.ts";
@@ -210,14 +211,8 @@ class Group {
   }
 
   #hooks(pid: number): ActionHooks {
-    const memory = this.#memory.get(pid) ?? {};
-    const at = () => this.#deadline.elapsed();
-    return {
-      stepStarted: (step, rollback) =>
-        this.s.onProgress({ type: "step-start", pid, step, at: at(), rollback, ...memory }),
-      stepEnded: ({ step, ms, ok }, rollback) =>
-        this.s.onProgress({ type: "step-end", pid, step, at: at(), ms, ok, rollback, ...memory }),
-    };
+    const tell = (e: GroupEvent) => this.s.onProgress({ ...e, at: this.#deadline.elapsed() });
+    return stepEvents(pid, tell, this.#memory.get(pid));
   }
 
   /** One process's settings, its lock timeout cut to what is left of the deadline. */
