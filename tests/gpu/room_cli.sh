@@ -61,23 +61,41 @@ ck() {
 }
 state() { timeout 60 "${CK[@]}" --get-state --pid "$1" 2>&1; }
 
-# The target: a 4 GiB CUDA process that answers "hash" with its memory's hash, computed on the GPU.
-mkfifo "$bin/in"
-"$bin/target" cuda 4096 <"$bin/in" >"$bin/target.out" 2>&1 &
-tpid=$!
-exec 3>"$bin/in"
-for _ in $(seq 100); do grep -q '^ready' "$bin/target.out" && break; sleep 0.2; done
-read -r _ pid tid hash0 < <(grep '^ready' "$bin/target.out")
-[[ $pid == "$tpid" ]] || { verdict FAIL "setup: target did not start: $(cat "$bin/target.out")"; exit 1; }
-echo "target: pid $pid, thread $tid, hash $hash0"
-hash_now() {
-  local n
-  n=$(grep -c '^hash' "$bin/target.out")
-  echo hash >&3
-  for _ in $(seq 150); do (($(grep -c '^hash' "$bin/target.out") > n)) && break; sleep 0.2; done
-  grep '^hash' "$bin/target.out" | tail -1 | cut -d' ' -f2
+# start NAME ARGS...: "$bin/target" ARGS, its commands through the fifo $bin/NAME.in (held open
+# for writing: fd_NAME), its output in $bin/NAME.out; sets pid_NAME and waits up to 20 s for its
+# "ready" line. hash_of NAME: its memory's hash, computed on the GPU. stop NAME: it exits.
+start() {
+  local name=$1 fd
+  shift
+  rm -f "$bin/$name.in"
+  mkfifo "$bin/$name.in"
+  "$bin/target" "$@" <"$bin/$name.in" >"$bin/$name.out" 2>&1 &
+  printf -v "pid_$name" %s $!
+  exec {fd}>"$bin/$name.in"
+  printf -v "fd_$name" %s "$fd"
+  for _ in $(seq 100); do grep -q '^ready' "$bin/$name.out" && break; sleep 0.2; done
+}
+hash_of() {
+  local out=$bin/$1.out fd=fd_$1 n
+  n=$(grep -c '^hash' "$out")
+  echo hash >&"${!fd}"
+  for _ in $(seq 150); do (($(grep -c '^hash' "$out") > n)) && break; sleep 0.2; done
+  grep '^hash' "$out" | tail -1 | cut -d' ' -f2
+}
+stop() {
+  local fd=fd_$1 pid=pid_$1
+  local f=${!fd}
+  echo exit >&"$f"
+  exec {f}>&-
+  wait "${!pid}"
 }
 free_mib() { nvidia-smi --query-gpu=memory.free --format=csv,noheader,nounits -i 0 | tr -d ' '; }
+
+# The target: a 4 GiB CUDA process that answers "hash" with its memory's hash.
+start target cuda 4096
+read -r _ pid tid hash0 < <(grep '^ready' "$bin/target.out")
+[[ $pid == "$pid_target" ]] || { verdict FAIL "setup: target did not start: $(cat "$bin/target.out")"; exit 1; }
+echo "target: pid $pid, thread $tid, hash $hash0"
 
 # 1. Suspend with our --toggle: a record of what it held, private to root.
 ck --toggle --pid "$pid"
@@ -93,12 +111,8 @@ echo "held: ${held:-?} MiB"
 
 # 2. A filler takes the GPU: 2 GiB stay free, less than the target held.
 fill=$(($(free_mib) - 2048 - 600))
-mkfifo "$bin/fin"
-"$bin/target" fill "$fill" <"$bin/fin" >"$bin/filler.out" 2>&1 &
-fpid=$!
-exec 4>"$bin/fin"
-for _ in $(seq 100); do grep -q '^ready' "$bin/filler.out" && break; sleep 0.2; done
-echo "filler: pid $fpid holds $fill MiB; free now $(free_mib) MiB"
+start filler fill "$fill"
+echo "filler: pid $pid_filler holds $fill MiB; free now $(free_mib) MiB"
 
 # 3. The resume is refused before the driver, through the pid and through a thread id.
 t0=$SECONDS
@@ -115,16 +129,14 @@ check $? "still checkpointed after the refusals ($((SECONDS - t0)) s)"
 check $? "the record stays for the next try"
 
 # 4. The filler ends: the same command resumes it, its memory intact.
-echo exit >&4
-exec 4>&-
-wait "$fpid"
+stop filler
 echo "filler gone; free now $(free_mib) MiB"
 ck --toggle --pid "$pid" --json
 [[ $rc == 0 ]] && grep -q '"roomCheck":"checked"' "$bin/o"
 check $? "resumed once there is room, its room checked"
 [[ $(state "$pid") == running ]]
 check $? "running again"
-h=$(hash_now)
+h=$(hash_of target)
 [[ $h == "$hash0" ]]
 check $? "memory intact after the refused resume and the retry (hash $h)" "want $hash0"
 [[ ! -e $record ]]
@@ -137,7 +149,7 @@ if [[ -n $nvidia ]]; then
   ck --toggle --pid "$pid" --json
   [[ $rc == 0 ]] && grep -q '"roomCheck":{"unknown":"no record' "$bin/o"
   check $? "checkpointed by NVIDIA's utility: resumed, and --json says the room could not be checked"
-  h=$(hash_now)
+  h=$(hash_of target)
   [[ $h == "$hash0" ]]
   check $? "memory intact (hash $h)" "want $hash0"
 else
@@ -147,23 +159,15 @@ fi
 # 6. Two checkpointed targets, room for either alone but not both: --all-or-nothing refuses the
 # pair before the driver is asked; without it one resumes and the other is refused (the first's
 # claim counted before NVML sees its memory); once the filler ends the other resumes; both intact.
-mkfifo "$bin/in2"
-"$bin/target" cuda 4096 <"$bin/in2" >"$bin/target2.out" 2>&1 &
-t2pid=$!
-exec 5>"$bin/in2"
-for _ in $(seq 100); do grep -q '^ready' "$bin/target2.out" && break; sleep 0.2; done
+start target2 cuda 4096
 read -r _ pid2 _ hash2 < <(grep '^ready' "$bin/target2.out")
 echo "second target: pid $pid2, hash $hash2"
 ck --toggle --pid "$pid,$pid2"
 [[ $rc == 0 && $(state "$pid") == checkpointed && $(state "$pid2") == checkpointed ]]
 check $? "joint: both suspended by one --toggle"
 fill=$(($(free_mib) - ${held%.*} * 3 / 2 - 600))
-mkfifo "$bin/fin2"
-"$bin/target" fill "$fill" <"$bin/fin2" >"$bin/filler2.out" 2>&1 &
-fpid=$!
-exec 4>"$bin/fin2"
-for _ in $(seq 100); do grep -q '^ready' "$bin/filler2.out" && break; sleep 0.2; done
-echo "filler: pid $fpid holds $fill MiB; free now $(free_mib) MiB, room for one of the two (${held:-?} MiB each)"
+start filler2 fill "$fill"
+echo "filler: pid $pid_filler2 holds $fill MiB; free now $(free_mib) MiB, room for one of the two (${held:-?} MiB each)"
 ck --toggle --pid "$pid,$pid2" --all-or-nothing --json
 [[ $rc == 1 ]] && grep -q '"code":"NO_ROOM"' "$bin/o" && grep -q 'processes it restores need' "$bin/o"
 check $? "joint: --all-or-nothing refused the pair before any step, naming what both need"
@@ -174,26 +178,16 @@ ck --toggle --pid "$pid,$pid2" --json
 check $? "joint: without it, one resumed and the other refused NO_ROOM"
 refused=$(grep '"code":"NO_ROOM"' "$bin/o" | sed -n 's/^{"pid":\([0-9]*\),.*/\1/p')
 echo "refused: ${refused:-none}"
-echo exit >&4
-exec 4>&-
-wait "$fpid"
+stop filler2
 ck --toggle --pid "${refused:-$pid2}" --json
 [[ $rc == 0 && $(state "$pid") == running && $(state "$pid2") == running ]]
 check $? "joint: once the filler ended, the refused one resumed: both running"
-h=$(hash_now)
+h=$(hash_of target)
 [[ $h == "$hash0" ]]
 check $? "joint: the first's memory intact (hash $h)" "want $hash0"
-n=$(grep -c '^hash' "$bin/target2.out")
-echo hash >&5
-for _ in $(seq 150); do (($(grep -c '^hash' "$bin/target2.out") > n)) && break; sleep 0.2; done
-h=$(grep '^hash' "$bin/target2.out" | tail -1 | cut -d' ' -f2)
+h=$(hash_of target2)
 [[ $h == "$hash2" ]]
 check $? "joint: the second's memory intact (hash $h)" "want $hash2"
-echo exit >&5
-exec 5>&-
-wait "$t2pid"
-
-echo exit >&3
-exec 3>&-
-wait "$tpid"
+stop target2
+stop target
 verdict_summary "$bin/verdicts.txt" "$rt"

@@ -257,6 +257,25 @@ gb() { awk -v b="$1" 'BEGIN { if (b ~ /^[0-9]+$/) printf "%.2f GB", b / 1e9; els
 
 free_mib() { nvidia-smi --query-gpu=memory.free --format=csv,noheader,nounits -i 0 2>/dev/null | tr -d ' '; }
 
+# filler_start LEFT: a filler on GPU 0 leaving about LEFT MiB free (its own context takes about
+# 600), commands on fd 4; sets fill (its MiB), fpid and filled (its ready line); fails where it is
+# not ready. filler_end: it exits and is waited for.
+filler_start() {
+  fill=$(($(free_mib) - $1 - 600))
+  rm -f "$bin/fill-in"
+  mkfifo "$bin/fill-in"
+  "$target" fill "$fill" <"$bin/fill-in" >"$bin/filler.out" 2>&1 &
+  fpid=$!
+  exec 4>"$bin/fill-in"
+  started+=("$fpid")
+  filled=$(wait_ready "$bin/filler.out" "$fpid")
+}
+filler_end() {
+  echo exit >&4
+  exec 4>&-
+  wait "$fpid"
+}
+
 # round_trip LABEL MIB: case a for one size.
 round_trip() {
   local label=$1 mib=$2 d p h snap s a bytes sms rms
@@ -373,24 +392,15 @@ if skip_unless 90 c && start_target c 4096; then
     verdict SKIP "c: the refusal (dry run: no GPU to fill, no NVML for the room check)"
   else
     free=$(free_mib)
-    fill=$((free - 2048 - 600)) # the filler's own context takes about 600 MiB
-    rm -f "$bin/fill-in"
-    mkfifo "$bin/fill-in"
-    "$target" fill "$fill" <"$bin/fill-in" >"$bin/filler.out" 2>&1 &
-    fpid=$!
-    exec 4>"$bin/fill-in"
-    started+=("$fpid")
-    f=$(wait_ready "$bin/filler.out" "$fpid")
-    _rc=$?; check "c: a filler of $fill MiB started ($f); free now $(free_mib) MiB (was $free)" $_rc
+    filler_start 2048
+    _rc=$?; check "c: a filler of $fill MiB started ($filled); free now $(free_mib) MiB (was $free)" $_rc
     ck c-refused 120 restore-snapshot --dir "$snap" --json
     code=$(jv "$bin/c-refused.out" 'j["error"]["code"]')
     [[ $rc == 1 && $code == NO_ROOM && $(jv "$bin/c-refused.out" 'j["ok"]') == false ]]
     check "c: refused: exit 1, error.code $code (want NO_ROOM)" $? "exit $rc"
     ! taken "$p"
     check "c: pid $p is not taken: nothing was made" $? "$(ps -o pid=,stat=,comm= -p "$p")"
-    echo exit >&4
-    exec 4>&-
-    wait "$fpid"
+    filler_end
     echo "   filler gone; free now $(free_mib) MiB"
   fi
   ck c-restore 240 restore-snapshot --dir "$snap" --json
@@ -756,21 +766,12 @@ elif skip_unless 60 n && start_target n 4096; then
   ck n-restore 240 restore-snapshot --dir "$snap" --json
   snap_ok n-restore && [[ $(state "$p") == checkpointed ]]
   check "n: restore-snapshot brought it back checkpointed" $? "exit $rc, $(state "$p")"
-  fill=$(($(free_mib) - 2048 - 600))
-  rm -f "$bin/fill-in"
-  mkfifo "$bin/fill-in"
-  "$target" fill "$fill" <"$bin/fill-in" >"$bin/filler.out" 2>&1 &
-  fpid=$!
-  exec 4>"$bin/fill-in"
-  started+=("$fpid")
-  wait_ready "$bin/filler.out" "$fpid" >/dev/null
+  filler_start 2048
   echo "   a filler of $fill MiB; free now $(free_mib) MiB"
   ck n-refused 120 --toggle --pid "$p" --json
   [[ $rc == 1 && $(jv "$bin/n-refused.out" 'j["error"]["code"]') == NO_ROOM && $(state "$p") == checkpointed ]]
   check "n: its resume refused NO_ROOM before the driver: the restore kept its record" $? "exit $rc"
-  echo exit >&4
-  exec 4>&-
-  wait "$fpid"
+  filler_end
   ck n-resume 120 --toggle --pid "$p" --json
   [[ $rc == 0 && $(jv "$bin/n-resume.out" 'j["roomCheck"]') == checked ]]
   check "n: with room: resumed, its room checked" $? "exit $rc"
