@@ -389,6 +389,23 @@ describe("rollback", () => {
     assert.equal(sim.gpus[0].usedMiB, 0);
   });
 
+  test("resume whose unlock fails checkpoints the process again: it is left as it was", async () => {
+    const { sim, proc, target } = setup();
+    await proc.suspend();
+    target.failNext("unlock", { code: CUDA_ERROR_INVALID_VALUE });
+    await rejectsWith(
+      proc.resume(),
+      CUDA_ERROR_INVALID_VALUE,
+      /^unlock of process \d+ failed: CUDA_ERROR_INVALID_VALUE \(1\): invalid argument\. It was brought back to checkpointed$/,
+    );
+    assert.equal(await proc.state(), "checkpointed");
+    assert.equal(sim.gpus[0].usedMiB, 0, "its GPU memory released again");
+    await proc.resume();
+    assert.equal(target.state, "running");
+  });
+});
+
+describe("the room check before a restore", () => {
   test("resume without room is refused before the driver, and can be tried again", async () => {
     const { sim, proc, target } = setup(4096, 1);
     await proc.suspend();
@@ -707,21 +724,6 @@ describe("rollback", () => {
       proc.resume({ checkRoom: "yes" as unknown as boolean }),
       /checkRoom must be true or false, got "yes"/,
     );
-  });
-
-  test("resume whose unlock fails checkpoints the process again: it is left as it was", async () => {
-    const { sim, proc, target } = setup();
-    await proc.suspend();
-    target.failNext("unlock", { code: CUDA_ERROR_INVALID_VALUE });
-    await rejectsWith(
-      proc.resume(),
-      CUDA_ERROR_INVALID_VALUE,
-      /^unlock of process \d+ failed: CUDA_ERROR_INVALID_VALUE \(1\): invalid argument\. It was brought back to checkpointed$/,
-    );
-    assert.equal(await proc.state(), "checkpointed");
-    assert.equal(sim.gpus[0].usedMiB, 0, "its GPU memory released again");
-    await proc.resume();
-    assert.equal(target.state, "running");
   });
 });
 
