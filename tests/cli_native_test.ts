@@ -13,7 +13,7 @@ import { defaultWorkerUrl } from "../ffi/bun.ts";
 import { openNativeDriver } from "../ffi/native.ts";
 import type { LibcudaDriver } from "../ffi/native.ts";
 import { assertPrinted, cli, type Exited, runProgram } from "./cli_support.ts";
-import { FakeDir, noCompiler, openCounters, runtime } from "./fixtures/fake.ts";
+import { FakeDir, noCompiler, othersThan, runtime, withCounters } from "./fixtures/fake.ts";
 
 const MAIN = new URL("../cli/main.ts", import.meta.url).pathname;
 const fakes = noCompiler ? undefined : new FakeDir();
@@ -61,29 +61,22 @@ describe("cuda-checkpoint as a program, on the fake libcuda", { skip: noCompiler
 
 describe("in-process on the native driver", { skip: noCompiler }, () => {
   test("--get-state, --get-restore-tid and a lock of another process call no cuInit", async () => {
-    const counters = await openCounters(fake);
+    const [pid] = othersThan(process.pid, 777); // this test's own pid would be a lock of itself
     const driver = await openNativeDriver({ libraryPath: fake, callingThread: true });
     try {
-      const before = counters.fake_init_count();
-      assert.equal(
-        (await cli(["--get-state", "-p", 777], { machine: { driver } })).out,
-        "running\n",
-      );
-      assert.equal(
-        (await cli(["--get-restore-tid", "-p", 777], { machine: { driver } })).out,
-        "778\n",
-      );
-      assert.equal(counters.fake_init_count(), before, "no cuInit for the queries");
-      assert.equal((await cli(["--action", "lock", "-p", 777], { machine: { driver } })).code, 0);
-      assert.equal(counters.fake_init_count(), before, "none for another process's lock either");
-      assert.equal(
-        (await cli(["--get-state", "-p", 777], { machine: { driver } })).out,
-        "locked\n",
-      );
-      assert.equal((await cli(["--action", "unlock", "-p", 777], { machine: { driver } })).code, 0);
+      await withCounters(fake, async (counters) => {
+        const before = counters.fake_init_count();
+        const run = (...args: (string | number)[]) => cli(args, { machine: { driver } });
+        assert.equal((await run("--get-state", "-p", pid)).out, "running\n");
+        assert.equal((await run("--get-restore-tid", "-p", pid)).out, `${pid + 1}\n`);
+        assert.equal(counters.fake_init_count(), before, "no cuInit for the queries");
+        assert.equal((await run("--action", "lock", "-p", pid)).code, 0);
+        assert.equal(counters.fake_init_count(), before, "none for another process's lock either");
+        assert.equal((await run("--get-state", "-p", pid)).out, "locked\n");
+        assert.equal((await run("--action", "unlock", "-p", pid)).code, 0);
+      });
     } finally {
       await driver[Symbol.asyncDispose]();
-      counters.close();
     }
   });
 });
