@@ -271,14 +271,14 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
    * host, and does not turn both P2P and shared memory off. Else, that it imported CUDA IPC memory:
    * it maps `/dev/shm/cuda.shm.<gpu>.<hex>.<n>` named after another process (an exporter maps the
    * one named after itself), as every importer measured on driver 580 did ("Processes that share
-   * GPU memory").
+   * GPU memory"). None for one gone; one whose maps cannot be read is `unknown`, saying why.
    */
   async gpuImport(pid: number): Promise<GpuImport | undefined> {
     const read = (file: string) => this.#reader.read(`${this.#root}/${pid}/${file}`);
-    // One gone has nothing to refuse; one whose maps cannot be read, nothing to tell it by.
-    const both = await Promise.all([read("maps"), read("status")]).catch((e: unknown) => e);
-    const unread = { sign: `its maps cannot be read (${messageOf(both)})`, unknown: true } as const;
-    if (!Array.isArray(both)) return classify(both) === "gone" ? undefined : unread;
+    const both = await Promise.all([read("maps"), read("status")]).catch((e: unknown) =>
+      classify(e) === "gone" ? undefined : `its maps cannot be read (${messageOf(e)})`
+    );
+    if (!Array.isArray(both)) return both === undefined ? undefined : { sign: both, unknown: true };
     const [maps, status] = both;
     const nccl = /[^/\s]*libnccl\.so[.0-9]*(?= \(deleted\)$|$)/m.exec(maps)?.[0];
     const rank = nccl && ncclRank(nccl, await read("environ").catch(() => ""));
