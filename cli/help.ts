@@ -66,7 +66,8 @@ Options:
         or nothing
 
 --deadline <ms>
-        For snapshot and restore-snapshot: the time the whole may take; what it changed is put back
+        For snapshot and restore-snapshot: the time the whole may take (0: no limit); what it
+        changed is put back
 
 --timeout|-t <ms>
         For --action lock: how long to wait, 0 to 4294967295 milliseconds; for snapshot: each

@@ -28,7 +28,7 @@ export interface GroupOptions {
   allOrNothing?: boolean;
   /** When the signal aborts, bring every process moved back, done ones too (default `false`). */
   rollBackOnAbort?: boolean;
-  /** A deadline for the whole group in ms: lock timeouts are cut to it, no step starts after. */
+  /** A deadline for the whole group in ms (0: none): lock timeouts are cut to it, no step after. */
   timeoutMs?: number;
   /**
    * The processes share GPU state: every lock before any checkpoint, every restore before any

@@ -49,10 +49,10 @@ export function flag(fallback: boolean): (value: unknown, name: string) => boole
   return (value, name) => checkFlag(value, name, fallback);
 }
 
-/** A check of a whole operation's `timeoutMs` (`what`: "group") for {@link checkTable}. */
+/** A check of a whole operation's `timeoutMs` (`what`: "group"; 0: none, as a lock's). */
 export function wholeTimeout(what: string): (value: unknown) => number | undefined {
   const name = `timeoutMs (ms for the whole ${what})`;
-  return (v) => v === undefined ? undefined : checkInteger(v, name, 0, MAX_TIMER_MS);
+  return (v) => v === undefined ? undefined : checkInteger(v, name, 0, MAX_TIMER_MS) || undefined;
 }
 
 /** The longest wait a timer holds (2^31-1 ms, 24.8 days): a longer one would fire at once. */

@@ -124,12 +124,13 @@ describe("the command line of snapshots", () => {
     }
   });
 
-  test("a round trip on a driver given to main(): lines, inspect, --json", async () => {
+  test("a round trip on a driver given to main(): lines, inspect, --json; --deadline 0 is none", async () => {
     const sim = new SimulatedMachine();
     const p = sim.spawn({ memoryMiB: 1024, command: "python serve.py" });
     const hash = await p.memoryChunkedSha256();
     const dir = join(base(), "snap");
-    const made = await cli(["snapshot", "--pid", p.pid, "--dir", dir], { machine: sim });
+    const none = ["--deadline", "0"];
+    const made = await cli(["snapshot", "--pid", p.pid, "--dir", dir, ...none], { machine: sim });
     assert.equal(made.code, 0, made.err);
     const lines = made.out.trim().split("\n");
     assert.match(lines[0], new RegExp(`^${p.pid} running \\d+ MiB python serve\\.py$`));
@@ -153,7 +154,7 @@ describe("the command line of snapshots", () => {
     assert.equal(read.ok, true);
     assert.equal(read.manifest.trees[0].root, p.pid);
 
-    const back = await cli(["restore-snapshot", "--dir", dir, "--json"], { machine: sim });
+    const back = await cli(["restore-snapshot", "--dir", dir, "--json", ...none], { machine: sim });
     assert.equal(back.code, 0, back.err);
     const json = JSON.parse(back.out);
     assert.equal(json.ok, true);

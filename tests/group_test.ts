@@ -390,6 +390,10 @@ describe("group operations", () => {
     });
     assert.deepEqual([past.ok, past.deadlinePassed], [false, false]);
     assert.equal(slow.state, "checkpointed", "its checkpoint, begun in time, ended");
+    // 0 is no deadline, as it is no timeout for a lock: the lock waits out a 1.5 s kernel.
+    void busy.launch(1500);
+    const none = await runGroup("suspend", [busy.pid], { machine: sim, timeoutMs: 0 });
+    assert.deepEqual([none.ok, none.deadlinePassed, busy.state], [true, false, "checkpointed"]);
   });
 
   test("the deadline passing between a process's steps undoes its first step", async () => {

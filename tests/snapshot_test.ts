@@ -723,6 +723,11 @@ describe("failures after things began to change", () => {
     assert.equal(late.code, "STOPPED");
     assert.match(late.message, /deadline passed/);
     assert.ok(sim.processes.filter((p) => p.usesCuda).every((p) => p.state === "running"));
+    // 0 is no deadline (as for a lock), for the snapshot and its restore alike.
+    const dir = newDir();
+    await snapshot([pids[0]], dir, { machine: sim, timeoutMs: 0 });
+    await restoreSnapshot(dir, { machine: sim, timeoutMs: 0 });
+    assert.equal(live(sim, a.pid).state, "running");
   });
 
   test("criu's restore fails: what it made is ended, and the snapshot restores later", async () => {

@@ -35,7 +35,7 @@ export interface RestoreSnapshotOptions {
   gpuMapping?: GpuMapping;
   /** Whether to check the GPUs' room for what each process held first (default `true`). */
   checkRoom?: boolean;
-  /** A deadline for the whole restore in ms (on the machine's clock). */
+  /** A deadline for the whole restore in ms (on the machine's clock; 0: none). */
   timeoutMs?: number;
   /** Stops the restore: processes the engine made are ended. */
   signal?: AbortSignal;

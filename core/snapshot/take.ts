@@ -35,7 +35,7 @@ export interface SnapshotOptions {
   leaveRunning?: boolean;
   /** The CUDA processes share GPU state: suspend (and restore) them as one job. Default `false`. */
   job?: boolean;
-  /** A deadline for the whole snapshot in ms; every process is put back if it passes. */
+  /** A deadline for the whole snapshot in ms (0: none); every process is put back if it passes. */
   timeoutMs?: number;
   /** Stops the snapshot: every process is put back as it was, running. */
   signal?: AbortSignal;
