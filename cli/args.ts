@@ -381,8 +381,7 @@ function snapshotCommand(sub: string, rest: string[], seen: Seen, common: Common
     const fields = given(seen, "gpuMapping deadlineMs checkRoom");
     return { kind: "restore-snapshot", dir, ...fields, ...common };
   }
-  const roots = "the roots of the process trees";
-  if (seen.pids.length === 0) no("snapshot needs --pid PID[,PID...]", roots);
+  if (seen.pids.length === 0) no("snapshot needs --pid PID[,PID...], the roots of its trees");
   if (seen.pids.includes(0)) no(NVIDIA_MESSAGES.badPid, "got 0: no process has it");
   const timeout = seen.fields.timeoutMs;
   return {

@@ -95,7 +95,7 @@ async function take(c: SnapshotCommand, whole: Whole): Promise<Made> {
   const fields = { dir: r.dir, ms: r.ms, bytes: imageBytes(m), leftRunning: left };
   const { suspendMs, dumpMs } = m.timings;
   const times = `suspend ${secs(suspendMs)}, dump ${secs(dumpMs)}, ${secs(r.ms)} in all`;
-  const ended = `the processes ${left ? "keep running" : "were ended"}`;
+  const ended = `the processes ${left ? "were left as they were" : "were ended"}`;
   return made(m, fields, `snapshot in ${r.dir}: ${summary(m, all)}; ${times}; ${ended}`);
 }
 

@@ -162,7 +162,7 @@ async function simulator(
     } else if (command.kind === "kill") {
       const killed = sim.kill(command.pid);
       if (command.json) print.json({ pid: command.pid, killed });
-      if (!killed) print.err(`No simulated process has pid ${command.pid}`);
+      if (!killed) print.err(`cuda-checkpoint: no simulated process has pid ${command.pid}`);
       return killed ? 0 : 1;
     } else {
       await sim.reset();

@@ -138,7 +138,7 @@ describe("--simulate", () => {
     );
     const again = await run(["kill", pid]);
     assert.equal(again.code, 1);
-    assert.equal(again.err, `No simulated process has pid ${pid}\n`);
+    assert.equal(again.err, `cuda-checkpoint: no simulated process has pid ${pid}\n`);
   });
 
   test("a stopped process: lock and toggle refused in our words, exit 1, nothing done", async () => {

@@ -499,7 +499,11 @@ describe("our own checks of bad input", () => {
   const ours: [string, (string | number)[], string][] = [
     ["spawn without --simulate", ["spawn"], "spawn is only valid with --simulate"],
     ["list with an operation", ["list", "--get-state"], "list takes no --get-state"],
-    ["snapshot without --pid", ["snapshot", "/s"], "snapshot needs --pid PID[,PID...]"],
+    [
+      "snapshot without --pid",
+      ["snapshot", "/s"],
+      "snapshot needs --pid PID[,PID...], the roots of its trees",
+    ],
     ["inspect with a bad --pid", ["inspect", "/s", "--pid", "x"], "inspect takes no --pid"],
     ["--dir twice", ["snapshot", "-p", 5, "--dir", "/a", "--dir", "/b"], "--dir is given twice"],
     ["--gpu twice", ["spawn", "--simulate", "--gpu", 0, "--gpu", 1], "--gpu is given twice"],

@@ -63,7 +63,7 @@ function refused(text: string, pattern: RegExp): void {
       assert.ok(err instanceof RefusedError, `a RefusedError, got ${err}`);
       assert.equal(err.code, "SNAPSHOT");
       assert.match(err.message, pattern);
-      assert.match(err.message, /\/srv\/snap\/manifest\.json/);
+      assert.match(err.message, /^parseManifest refused: \/srv\/snap\/manifest\.json: /);
       return true;
     },
   );

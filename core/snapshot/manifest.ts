@@ -102,7 +102,7 @@ export function serializeManifest(manifest: Manifest): string {
  *
  * @example
  * ```ts
- * import { parseManifest } from "./manifest.ts";
+ * import { parseManifest } from "@ckpt/cuda/snapshot";
  * try {
  *   parseManifest('{"format":"ckpt-cuda-snapshot/9"}', "/srv/snap/manifest.json");
  * } catch (err) {
@@ -110,7 +110,7 @@ export function serializeManifest(manifest: Manifest): string {
  * }
  * ```
  */
-export function parseManifest(text: string, path: string, operation = "restoreSnapshot"): Manifest {
+export function parseManifest(text: string, path: string, operation = "parseManifest"): Manifest {
   const r = new StrictReader((_field, reason) => snapshotRefusal(operation, `${path}: ${reason}`));
   const data = r.parse(text, "it");
   checkFormat(r, data);
