@@ -161,6 +161,13 @@ describe("the command line of snapshots", () => {
     assert.deepEqual(json.pids, [p.pid]);
     assert.equal(json.processes[0].cuda.state, "running");
     assert.equal(await sim.process(p.pid)!.memoryChunkedSha256(), hash);
+    // --leave-running, of a process suspended before: left as it was, and said so.
+    assert.equal((await cli(["--toggle", "--pid", p.pid], { machine: sim })).code, 0);
+    const kept = await cli(["snapshot", "-p", p.pid, join(base(), "kept"), "--leave-running"], {
+      machine: sim,
+    });
+    assert.match(kept.out, /; the processes were left as they were\n$/, kept.err);
+    assert.equal(sim.process(p.pid)?.state, "checkpointed");
   });
 
   test("restore-snapshot --device-map: each process's GPU memory where it is now, the closing line only the GPUs used", async () => {
