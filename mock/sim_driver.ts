@@ -301,12 +301,10 @@ export class SimulatedDriver implements CheckpointDriver {
       }));
   }
 
-  /** A query, answering `value()`, or with the fault injected into it where there is one. */
+  /** A query: the fault injected into it where there is one, else (or once held) `value()`. */
   async #query(proc: SimulatedProcess, op: QueryOperation, value: () => number) {
-    const hit = proc.faultPlan.take(op);
-    if (!hit) return await this.#after(() => ok(value()));
-    const fault = hit.fault;
-    switch (fault.kind) {
+    const hit = proc.faultPlan.take(op), fault = hit?.fault;
+    switch (fault?.kind) {
       case "fail":
         return await this.#applyFault(proc, op, fault);
       case "answer":
@@ -319,13 +317,13 @@ export class SimulatedDriver implements CheckpointDriver {
         const gone = new Promise<"exited">((resolve) => exited = () => resolve("exited"));
         proc.exitListeners.add(exited);
         try {
-          if (await Promise.race([hit.hold(), gone]) === "exited") return await this.#exited();
+          if (await Promise.race([hit!.hold(), gone]) === "exited") return await this.#exited();
         } finally {
           proc.exitListeners.delete(exited);
         }
-        return await this.#after(() => ok(value()));
       }
     }
+    return await this.#after(() => ok(value()));
   }
 
   /** An injected failure's answer, the memory moved where its state keeps it. */
