@@ -746,6 +746,38 @@ describe("failures after things began to change", () => {
     assert.equal(live(sim, pids[1]).state, "running");
   });
 
+  test("a pid another process took after the checks fails criu's restore; the rollback leaves that process", async () => {
+    const sim = new SimulatedMachine();
+    const p = sim.spawn({ memoryMiB: 256 });
+    const dir = newDir();
+    await snapshot([p.pid], dir, { machine: sim });
+    const other = new SimulatedMachine(); // a new machine: its next process takes p's pid
+    let taker: SimulatedProcess | undefined;
+    const onProgress = (e: SnapshotEvent) => {
+      if (e.type === "phase" && e.phase === "restore") taker = other.spawn({ cuda: false });
+    };
+    const err = await restoreSnapshot(dir, { machine: other, onProgress }).catch((e) => e);
+    assert.ok(err instanceof SnapshotError, String(err));
+    assert.equal(err.code, "RESTORE_FAILED");
+    assert.equal(taker?.pid, p.pid);
+    assert.equal(taker.exited, false, "a process that was never the restore's is not ended");
+  });
+
+  test("an abort met while the files are checked is a stop, nothing changed", async () => {
+    const sim = new SimulatedMachine();
+    const p = sim.spawn({ memoryMiB: 256 });
+    const dir = newDir();
+    await snapshot([p.pid], dir, { machine: sim });
+    p.exit();
+    // Before, it rejected with the signal's reason itself (no code): here, the command line's.
+    const signal = AbortSignal.abort(new Error("interrupted (SIGINT)"));
+    const err = await restoreSnapshot(dir, { machine: sim, signal }).catch((e) => e);
+    assert.ok(err instanceof SnapshotError, String(err));
+    assert.equal(err.code, "STOPPED");
+    assert.match(err.message, /restore stopped before it began: it was aborted/);
+    assert.equal(sim.processes.length, 0);
+  });
+
   test("a restore's deadline, as criu restores or in the GPU half, is said as such", async () => {
     const sim = new SimulatedMachine({ gpus: 2 });
     const pids = [sim.spawn({ memoryMiB: 8192 }).pid, sim.spawn({ memoryMiB: 4096, gpu: 1 }).pid];

@@ -211,6 +211,29 @@ describe("images verified before they run", () => {
     assert.equal(await back.memoryChunkedSha256(), memory, "its GPU memory intact");
   });
 
+  test("one tree let go (its images matched), another's image differs: the refusal does not say none ran", async () => {
+    const sim = new SimulatedMachine();
+    const a = sim.spawn({ memoryMiB: 256 }), b = sim.spawn({ memoryMiB: 256 });
+    await b.write(0, new TextEncoder().encode("weights"));
+    const dir = join(base(), "snap");
+    await snapshot([a.pid, b.pid], dir, { machine: sim });
+    const pages = join(dir, `tree-${b.pid}`, `pages-${b.pid}.img`);
+    writeFileSync(pages, readFileSync(pages, "utf8").replace("d2VpZ2h0cw==", "d2VpZ2h0eQ=="));
+    const aLetGo = async () => {
+      while (sim.process(a.pid)?.stopped !== false) await sim.sleep(5);
+    };
+    // b's digests are told only once a runs.
+    const held = (c: Checked): Checked => ({
+      ...c,
+      later: (sub) => sub === `tree-${b.pid}` ? aLetGo().then(() => c.later(sub)) : c.later(sub),
+    });
+    const machine = machineWith(sim, { store: storeWith(held) });
+    const err = await refused(restoreSnapshot(dir, { machine }), /is not the file the snapshot/);
+    assert.doesNotMatch(err.message, /before any of them ran/);
+    assert.match(err.message, /The processes it had made were ended; the snapshot is unchanged/);
+    assert.equal(sim.processes.length, 0, "nothing is left");
+  });
+
   test("a program waiting for a restored process to run waits through its hold, not refused", async () => {
     const { sim, dir, pid } = await taken();
     let waiting: Promise<void> | undefined;

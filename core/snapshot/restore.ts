@@ -92,7 +92,7 @@ interface Restoring extends Awaited<ReturnType<typeof openSnapshot>> {
   pairs: readonly GpuPair[];
   readonly running: readonly ManifestProcess[];
   readonly made: ManifestTree[];
-  readonly begun: ManifestTree[];
+  readonly begun: number[]; // the pids of the trees it began on, free then
   readonly watches: (() => Promise<string | undefined>)[];
   ran?: string;
   whole: number;
@@ -120,6 +120,9 @@ export async function restoreFrom(
       laterFrom: checksEnded.promise,
       busy: () => run.slots.busy,
       ...(holds ? { later: (f) => engine.inertFile!(f.path.split("/").pop()!) } : {}),
+    }).catch((err) => {
+      run.notBegun("restore"); // an abort or the deadline, met while the files were checked
+      throw err;
     });
     const running = opened.manifest.trees.flatMap((t) => t.processes)
       .filter((p) => p.cuda?.state === "running");
@@ -232,10 +235,13 @@ const NOT_STARTED = new Error("stopped before its restore began, or before it wa
 /** Restores one tree (held until its images matched, where held) and records its room. */
 async function restoreTree(r: Restoring, t: ManifestTree): Promise<void> {
   const { run } = r;
+  const pids = t.processes.map((p) => p.pid);
   try {
     await run.slots.run(async () => {
       if (run.signal.aborted) throw NOT_STARTED;
-      r.begun.push(t);
+      // A pid another process took since the checks (reused) is not the rollback's to end.
+      const held = await Promise.all(pids.map((p) => run.host.identify?.(p).catch(() => true)));
+      r.begun.push(...pids.filter((_, i) => !held[i]));
       await run.engine.restore({
         ...run.tree(t.root),
         imagesDir: await r.dir.enginePath(t.images),
@@ -243,7 +249,6 @@ async function restoreTree(r: Restoring, t: ManifestTree): Promise<void> {
         ...(r.manifest.options.tcpEstablished ? { tcpEstablished: true } : {}),
       });
     });
-    const pids = t.processes.map((p) => p.pid);
     r.made.push(t);
     const files = r.manifest.files.filter((f) => f.path.startsWith(`${t.images}/`));
     run.tell({ type: "tree-end", root: t.root, how: "restored", bytes: bytesOf(files), at: 0 });
@@ -318,9 +323,9 @@ async function rollBack(r: Restoring, stopped: string | undefined): Promise<Erro
   run.phase("rollback");
   for (const watch of r.watches) r.ran ??= await watch();
   // Every process the engine made: its trees as they are now, and the pids of those it failed on
-  // that a process holds (they were free when checked).
+  // that a process holds (they were free when it began).
   const pidsOf = (trees: ManifestTree[]) => trees.flatMap((t) => t.processes.map((p) => p.pid));
-  const left = pidsOf(r.begun.filter((t) => !r.made.includes(t)));
+  const left = r.begun.filter((pid) => !pidsOf(r.made).includes(pid));
   const uses = left.length > 0 ? await usesOf(run.host, left).catch(() => []) : [];
   const held = uses.filter((u) => u.as === "pid" && u.holder === u.id).map((u) => u.id);
   const now = await treesNow(run.host, [...r.made.map((t) => t.root), ...held]);
@@ -332,6 +337,8 @@ async function rollBack(r: Restoring, stopped: string | undefined): Promise<Erro
     : r.ran
     ? `${r.ran} (something sent it SIGCONT): every process of its tree was ended; the snapshot ` +
       `is unchanged`
+    : r.whole > 0 || !r.held // a tree let go (its images matched), or never held, ran
+    ? "the processes it had made were ended; the snapshot is unchanged"
     : `the processes ${run.engine.kind} had made, stopped before any of them ran, were ended; ` +
       `the snapshot is unchanged`;
   if (r.differs) {
@@ -348,9 +355,7 @@ async function rollBack(r: Restoring, stopped: string | undefined): Promise<Erro
     code: err === undefined ? "STOPPED" : "RESTORE_FAILED",
     operation: o.operation,
     message: `restore of the snapshot in ${r.dir.path} failed: ${why}`,
-    detail: r.ran || made.length === 0
-      ? ended
-      : "the processes it had made were ended; the snapshot is unchanged",
+    detail: ended,
     cause: err,
     log: (err instanceof EngineError && err.log) || undefined,
   });
