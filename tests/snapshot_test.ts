@@ -730,6 +730,35 @@ describe("failures after things began to change", () => {
     assert.equal(live(sim, a.pid).state, "running");
   });
 
+  test("a manifest its restore would refuse is not written: the processes are put back", async () => {
+    for (const hide of ["a GPU", "the driver's version"]) {
+      const sim = new SimulatedMachine({ gpus: 2 });
+      const p = sim.spawn({ memoryMiB: 256, gpu: 1 });
+      // As the native driver lists GPUs under CUDA_VISIBLE_DEVICES=0, or a driver without version.
+      const driver = new Proxy(sim.driver, {
+        get(target, key) {
+          if (key === "listGpus" && hide === "a GPU") {
+            return async () => (await target.listGpus!()).slice(0, 1);
+          }
+          if (key === "driverVersion" && hide !== "a GPU") {
+            return () => Promise.resolve({ code: 999, value: 0 });
+          }
+          const value = Reflect.get(target, key);
+          return typeof value === "function" ? value.bind(target) : value;
+        },
+      });
+      const dir = newDir();
+      const err = await snapshot([p.pid], dir, { machine: machineWith(sim, { driver }) })
+        .catch((e) => e);
+      assert.ok(err instanceof SnapshotError, `${hide}: ${err}`);
+      assert.equal(err.code, "WRITE_FAILED");
+      assert.match(err.message, /its manifest could not be written: .*manifest\.json/);
+      assert.match(err.message, /put back as it was, and keeps running/);
+      assert.equal(live(sim, p.pid).state, "running");
+      assert.throws(() => statSync(join(dir, MANIFEST_FILE)));
+    }
+  });
+
   test("criu's restore fails: what it made is ended, and the snapshot restores later", async () => {
     const { sim, dir, pids } = await (async () => {
       const j = await job();

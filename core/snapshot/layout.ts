@@ -70,9 +70,11 @@ export class SnapshotWriter {
     }
   }
 
-  /** Writes the manifest: from now on the directory holds a snapshot. */
+  /** Writes the manifest (refused here, where a restore would refuse it): then a snapshot. */
   async writeManifest(manifest: Manifest): Promise<void> {
-    await this.dir.writeFile(MANIFEST_FILE, serializeManifest(manifest));
+    const text = serializeManifest(manifest);
+    parseManifest(text, `${this.dir.path}/${MANIFEST_FILE}`, "snapshot");
+    await this.dir.writeFile(MANIFEST_FILE, text);
   }
 
   /** Checks the directory holds what `manifest` lists (of its sizes) and nothing else but the trace. */
