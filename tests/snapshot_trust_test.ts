@@ -649,6 +649,35 @@ describe("a snapshot killed outright", () => {
     await stuck.end();
   });
 
+  test("killed as it ended its trees (stopped, not yet killed): recover wakes every process of them", async () => {
+    const sim = new SimulatedMachine();
+    const root = sim.spawn({ cuda: false, command: "bash run.sh" });
+    const rank = sim.spawn({ parent: root.pid, memoryMiB: 128 });
+    const tee = sim.spawn({ parent: rank.pid, cuda: false, command: "tee log" });
+    const other = sim.spawn({ cuda: false, command: "sleep" }); // of no tree: left as it is
+    await sim.engine.stop([other.pid]);
+    const dir = join(base(), "snap");
+    // The program is killed outright between the SIGSTOP of its trees and their SIGKILL (here:
+    // held there until the test ends).
+    const killing = Promise.withResolvers<void>(), end = Promise.withResolvers<void>();
+    const kill = (pids: readonly number[]) => {
+      killing.resolve();
+      return end.promise.then(() => sim.engine.kill(pids));
+    };
+    const machine = machineWith(sim, { engine: engineWith(sim.engine, { kill }) });
+    const taking = snapshot([root.pid], dir, { machine }).catch((e) => e);
+    await killing.promise;
+    assert.deepEqual([root.stopped, rank.stopped, tee.stopped], [true, true, true]);
+    const result = await recoverSnapshot(dir, { machine: sim });
+    assert.equal(result.complete, true);
+    assert.deepEqual(result.resumed, [rank.pid]);
+    assert.equal(rank.state, "running");
+    assert.deepEqual([root.stopped, rank.stopped, tee.stopped], [false, false, false]);
+    assert.equal(other.stopped, true, "a process of no tree of the snapshot is not woken");
+    end.resolve();
+    await taking;
+  });
+
   test("a process gone since, or its pid another's, is not touched", async () => {
     const sim = new SimulatedMachine();
     const a = sim.spawn({ memoryMiB: 128 });

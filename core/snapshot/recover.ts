@@ -13,6 +13,7 @@ import { openInterrupted, TRACE_FILE } from "./layout.ts";
 import { snapshotRefusal } from "./manifest.ts";
 import type { SnapshotStore } from "./store.ts";
 import { groupFailure } from "./run.ts";
+import { treesNow } from "./trees.ts";
 
 /** What {@link recoverFrom} did. */
 export interface RecoverResult {
@@ -50,8 +51,12 @@ export async function recoverFrom(
       ((await session.isStill(p)) !== false ? alive : gone).push(p.pid);
     }
     if (alive.length > 0) {
-      // Killed while it was ending its trees, the snapshot may have left them stopped (SIGSTOP).
-      await machine.engine?.wake?.(alive);
+      // Killed while it was ending its trees (its manifest written), the snapshot may have left
+      // them stopped (SIGSTOP): every process of a tree that holds one it suspended is woken.
+      const host = machine.host, made = complete && host ? trace.made : []; // tree-<root> each
+      const trees = await Promise.all(made.map((m) => treesNow(host!, [Number(m.slice(5))])));
+      const ours = trees.filter((t) => t.some((pid) => alive.includes(pid))).flat();
+      await machine.engine?.wake?.([...alive, ...ours]);
       const settings = checkGroupOptions({ checkRoom, onProgress });
       const result = await runGroup(machine, "resume", alive, settings);
       if (!result.ok) {
