@@ -278,6 +278,7 @@ export async function query(
     // that keeps to the seam's rules.
     throw new Error(`the driver answered CUDA_SUCCESS for ${operation} of process ${pid}`);
   } catch (error) {
-    return { pid, operation, ok: false, error: errorReport(operation, pid, error) };
+    const status = operation.startsWith("get-") ? undefined : "failed" as const; // as a step's
+    return { pid, operation, ok: false, status, error: errorReport(operation, pid, error) };
   }
 }

@@ -600,6 +600,16 @@ describe("our own checks of bad input", () => {
       sim.driver.calls.map((c) => `${c.op} ${c.pid} ${c.code}`),
       ["getState 0 304", "lock 0 304", "getState 0 304"],
     );
+    // Among other pids, its step failed as another's: "failed", in the text and in --json.
+    const p = sim.spawn({ memoryMiB: 64 }).pid;
+    const several = await cli(["--toggle", "-p", `0,${p},99999`], { machine: sim });
+    assert.deepEqual(several.out.trim().split("\n"), [
+      "0 failed",
+      `${p} done checkpointed`,
+      "99999 failed",
+    ]);
+    const json = await cli(["--toggle", "-p", "0", "--json"], { machine: sim });
+    assert.equal(JSON.parse(json.out).status, "failed");
   });
 
   test("--device-map with lock is checked for its place once its value is good", async () => {
