@@ -51,8 +51,7 @@ recover [--dir] <dir> [--no-room-check]
 Options:
 --pid|-p <pid>[,<pid>...]
         The process (or one of its threads). Several pids, repeated or in a comma list, are worked
-        on at once, and each gets a line "<pid> <result>"; a process already where the operation
-        takes it is left alone ("unchanged")
+        on at once, and each gets a line "<pid> <result>" (done, failed, ..., as --json's status)
 
 --all
         Every CUDA process of this machine, at once
@@ -74,13 +73,13 @@ Options:
         CUDA process's lock timeout. No other operation takes it
 
 --device-map|-d <old>=<new>[,<old>=<new>...]
-        For restore and --toggle (resuming): restore onto other GPUs, by GPU UUID (GPU-xxxxxxxx-...).
-        Must name every GPU the driver sees, even one the process does not use
+        For restore and --toggle (resuming): restore onto other GPUs, by GPU UUID
+        (GPU-xxxxxxxx-...). Must name every GPU the driver sees, even one the process does not use
 
 --no-room-check
-        For restore, --toggle (resuming), restore-snapshot and recover: do not check first that the GPUs
-        have room for what each process held (needed where this machine's records of what it held
-        cannot be read). On driver 580 a restore that runs out of GPU memory loses the process
+        For restore, --toggle (resuming), restore-snapshot and recover: do not check first that the
+        GPUs have room for what each process held (needed where this machine's records of what it
+        held cannot be read). On driver 580 a restore that runs out of GPU memory loses the process
 
 --allow-ipc-import
         For --action checkpoint, --toggle (suspending) and snapshot: checkpoint a process even
@@ -90,10 +89,9 @@ Options:
 
 --json
         One JSON object per line and per process instead of text. Operations: pid, operation, ok,
-        state, restoreThreadId (--get-restore-tid), status (done, unchanged, failed, stopped,
-        not-started, rolled-back), reason, ms, steps, error {message, code, codeName, detail},
-        rollback. list: pid, state, restoreThreadId, gpuMemoryMiB ({GPU UUID: MiB} or
-        "unknown"), command
+        state, restoreThreadId (--get-restore-tid), status (done, failed, stopped, not-started,
+        rolled-back), reason, ms, steps, error {message, code, codeName, detail}, rollback. list:
+        pid, state, restoreThreadId, gpuMemoryMiB ({GPU UUID: MiB} or "unknown"), command
 
 --events
         Long work (a step, --toggle, snapshot, restore-snapshot, recover) writes its progress on
