@@ -81,7 +81,7 @@ type MachineCommand = Exclude<Command, { kind: "help" } | { kind: "version" }>;
  */
 async function run(command: MachineCommand, io: CliIo): Promise<number> {
   const { commandMessage, Printer, printReports, query } = await import("./report.ts");
-  const print = new Printer(io);
+  const print = new Printer(io, command.json);
   const op = command.kind === "operation" ? command : undefined;
   const one = op && op.targets !== "all" && op.targets.length === 1 ? op.targets[0] : undefined;
   // A query of one pid (or anything of pid 0, which NVIDIA's utility hands to the driver as it is)

@@ -184,7 +184,8 @@ export class Printer {
   /** The live line on stderr (`progress.ts`), erased before anything else is written. */
   live: { erase(): void } | undefined;
 
-  constructor(private readonly io: CliIo) {}
+  /** `asJson`: an error is also an object on stdout (`--json`), for a program reading it. */
+  constructor(private readonly io: CliIo, private readonly asJson = false) {}
 
   /** Whether stderr is a terminal: extra lines, and the live line. */
   get terminal(): boolean {
@@ -212,7 +213,10 @@ export class Printer {
 
   /** `cuda-checkpoint: <message>` on stderr, for an error of the command rather than a process. */
   error(error: unknown): void {
-    this.err(`cuda-checkpoint: ${commandMessage(error)}`);
+    const { code, name } = Object(error) as { code?: unknown; name?: string };
+    const message = commandMessage(error);
+    this.err(`cuda-checkpoint: ${message}`);
+    if (this.asJson) this.json({ ok: false, error: { message, code, name } });
   }
 
   json(value: unknown): void {

@@ -189,6 +189,11 @@ describe("--simulate", () => {
       two.err,
       /too little for 5000520 MiB more \(5000000 MiB, its share of 10000000 MiB of memory, and 520 MiB of CUDA context\)\n$/,
     );
+    // With --json, stdout says it too, as for every command (before, it was empty).
+    const json = await run(["spawn", "--memory-mib", 10_000_000, "--json"]);
+    const { ok, error } = JSON.parse(json.out);
+    assert.deepEqual([json.code, ok, error.name], [1, false, "RangeError"]);
+    assert.match(error.message, /^spawn: GPU 0 has \d+ MiB free, too little/);
   });
 
   test("a state file that is not one is one line naming it, exit 1", async () => {
