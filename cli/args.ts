@@ -262,7 +262,7 @@ function count(text: string, name: string, unit: string, whole = text, max = 2 *
 /** ` (did you mean X?)`, X the nearest of `among` to `word`; or nothing. */
 function nearer(word: string, among: string[]): string {
   const near = nearest(word, among);
-  return near ? ` (did you mean ${near}?)` : "";
+  return near && near !== word ? ` (did you mean ${near}?)` : "";
 }
 
 function no(message: string, detail?: string): never {
@@ -382,7 +382,7 @@ function snapshotCommand(sub: string, rest: string[], seen: Seen, common: Common
     return { kind: "restore-snapshot", dir, ...fields, ...common };
   }
   if (seen.pids.length === 0) no("snapshot needs --pid PID[,PID...], the roots of its trees");
-  if (seen.pids.includes(0)) no(NVIDIA_MESSAGES.badPid, "got 0: no process has it");
+  if (seen.pids.includes(0)) no("snapshot --pid 0: no process has pid 0; give the roots' pids");
   const timeout = seen.fields.timeoutMs;
   return {
     kind: "snapshot",

@@ -141,7 +141,9 @@ async function run(command: MachineCommand, io: CliIo): Promise<number> {
 function noDriver(error: Error): string[] {
   const simulate = "Without a GPU, --simulate runs the same commands on a simulated machine.";
   const lines = error.message.split("\n").map((line) =>
+    // in the command line's words
     line.replace(/On a machine without a GPU, pass a SimulatedMachine[^.]*\./, simulate)
+      .replace(" and leave out libraryPath", "")
   );
   if (!lines.some((line) => line.includes(simulate))) lines.push(simulate);
   return lines;

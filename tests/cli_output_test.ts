@@ -297,7 +297,8 @@ describe(`without libcuda, as a program (${runtime})`, () => {
     assert.equal(listed.code, 1);
     assert.match(listed.err, /^cuda-checkpoint: Could not load libcuda/);
     assert.match(listed.err, /--simulate runs the same commands on a simulated machine/);
-    assert.doesNotMatch(listed.err, /SimulatedMachine|--allow-ffi/);
+    assert.doesNotMatch(listed.err, /SimulatedMachine|--allow-ffi|libraryPath/); // API words
+    assert.match(listed.err, /unset CKPT_LIBCUDA_PATH to search them/);
     // With --json, stdout says it too: a program reading it learns why, not nothing.
     const json = JSON.parse((await program(["list", "--json"], NO_LIBCUDA)).out);
     assert.deepEqual([json.ok, json.error.code], [false, "DRIVER_LOAD"]);

@@ -505,6 +505,11 @@ describe("our own checks of bad input", () => {
       "snapshot needs --pid PID[,PID...], the roots of its trees",
     ],
     ["inspect with a bad --pid", ["inspect", "/s", "--pid", "x"], "inspect takes no --pid"],
+    [
+      "snapshot of pid 0 (before: NVIDIA's 'must be a non-negative integer')",
+      ["snapshot", "-p", "5,0", "/s"],
+      "snapshot --pid 0: no process has pid 0; give the roots' pids",
+    ],
     ["--dir twice", ["snapshot", "-p", 5, "--dir", "/a", "--dir", "/b"], "--dir is given twice"],
     ["--gpu twice", ["spawn", "--simulate", "--gpu", 0, "--gpu", 1], "--gpu is given twice"],
     [
@@ -544,6 +549,7 @@ describe("our own checks of bad input", () => {
         [["snapshto", "--pid", 5], 'unknown subcommand "snapshto" (did you mean snapshot?)'],
         [["toggle", "--pid", 5], 'unknown subcommand "toggle" (did you mean --toggle?)'],
         [["xyzzy"], 'unknown subcommand "xyzzy"'],
+        [["--", "--get-state"], 'unknown subcommand "--get-state"'], // not "did you mean" itself
       ] as const
     ) {
       for (const isTerminal of [false, true]) {
