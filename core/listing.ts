@@ -7,12 +7,11 @@
  */
 
 import { callDriver, checkCapability, readState } from "./calls.ts";
-import { CUDA_ERROR_NOT_INITIALIZED, CUDA_ERROR_OPERATING_SYSTEM } from "./driver.ts";
-import { CudaError, messageOf } from "./errors.ts";
+import { messageOf } from "./errors.ts";
 import type { GpuMemory, GpuMemoryReport, ScannedProcess } from "./host.ts";
 import type { Machine } from "./machine.ts";
 import { checkChoice, checkPid, checkTable, flag, type Settings } from "./options.ts";
-import { refuseStopped, sessionOf } from "./process.ts";
+import { isGone, refuseStopped, sessionOf } from "./process.ts";
 import type { ProcessState } from "./states.ts";
 
 /** Options of `listCudaProcesses`. */
@@ -112,11 +111,9 @@ export async function listOn(machine: Machine, o: ListSettings): Promise<CudaPro
   }));
   const report = await memory;
   const processes: CudaProcessInfo[] = [];
-  const code = (r: PromiseSettledResult<unknown>) =>
-    r.status === "rejected" && r.reason instanceof CudaError ? r.reason.code : undefined;
+  const gone = (r: PromiseSettledResult<unknown>) => r.status === "rejected" && isGone(r.reason);
   for (const { scanned: p, state, tid } of answers) {
-    const gone = [code(state), code(tid)].includes(CUDA_ERROR_OPERATING_SYSTEM);
-    if (gone || [code(state), code(tid)].includes(CUDA_ERROR_NOT_INITIALIZED)) continue;
+    if (gone(state) || gone(tid)) continue;
     if (state.status === "rejected") {
       uninspectable.push(withCommand(p, { pid: p.pid, reason: messageOf(state.reason) }));
       continue;
