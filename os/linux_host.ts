@@ -326,9 +326,8 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
   /** The machine's name, kernel and NVIDIA driver release (`/proc/driver/nvidia/version`). */
   async facts(): Promise<MachineFacts> {
     const version = await this.#reader.read("/proc/driver/nvidia/version").catch(() => "");
-    const release = /Kernel Module\s+([0-9][0-9.]*)/.exec(version)?.[1];
-    const driver = release ? { driverRelease: release } : {};
-    return { hostname: os.hostname(), kernel: os.release(), ...driver };
+    const driverRelease = /Kernel Module\s+([0-9][0-9.]*)/.exec(version)?.[1];
+    return { hostname: os.hostname(), kernel: os.release(), ...driverRelease && { driverRelease } };
   }
 
   /** Whether a process lives, the same one (its start time, where known). */
