@@ -383,14 +383,13 @@ function snapshotCommand(sub: string, rest: string[], seen: Seen, common: Common
   }
   if (seen.pids.length === 0) no("snapshot needs --pid PID[,PID...], the roots of its trees");
   if (seen.pids.includes(0)) no("snapshot --pid 0: no process has pid 0; give the roots' pids");
-  const timeout = seen.fields.timeoutMs;
   return {
     kind: "snapshot",
     roots: seen.pids,
     dir,
     leaveRunning: has("--leave-running"),
     job: has("--job"),
-    ...(timeout !== undefined ? { lockTimeoutMs: timeout as number } : {}),
+    ...("timeoutMs" in seen.fields && { lockTimeoutMs: seen.fields.timeoutMs as number }),
     ...given(seen, "deadlineMs allowIpcImport tcpEstablished"),
     ...common,
   };
