@@ -20,8 +20,7 @@ Operations:
         (no --timeout, or 0: as long as it takes); restore can move the process to other GPUs
 
 --toggle --pid <pid> [--device-map <map>]
-        Suspends a running process (lock, checkpoint) or resumes a checkpointed one (restore,
-        unlock)
+        Suspends a running process (lock, checkpoint); resumes a checkpointed one (restore, unlock)
 
 --get-restore-tid --pid <pid>
         Prints the id of the thread the driver restores <pid> from
@@ -60,13 +59,11 @@ Options:
         With several processes: when one fails, bring the others back to where they were
 
 --job
-        With several processes, or a snapshot: they share GPU state (NCCL ranks, CUDA IPC), so
-        every one is locked before any is checkpointed, and restored before any is unlocked; all
-        or nothing
+        With several processes, or a snapshot, that share GPU state (NCCL ranks, CUDA IPC): all
+        or nothing, each locked before any is checkpointed and restored before any is unlocked
 
 --deadline <ms>
-        For snapshot and restore-snapshot: the time the whole may take (0: no limit); what it
-        changed is put back
+        For snapshot and restore-snapshot: the time the whole may take (0: no limit), else undone
 
 --timeout|-t <ms>
         For --action lock: how long to wait, 0 to 4294967295 milliseconds; for snapshot: each
@@ -101,8 +98,7 @@ Options:
         rollback}, {"event":"process-end",pid,status}, {"event":"bytes",root,bytes} (criu's count
         so far), {"event":"tree-end",root,how:"dumped"|"restored",bytes} (its files, as the
         manifest lists them), {"event":"wait",root,ms,why} (the restore waits ms before criu runs:
-        a port in TIME_WAIT; 0: one ended); at: ms since the command began. stderr's other lines
-        are text
+        a port in TIME_WAIT; 0: one ended); at: ms since the command began. Other lines: text
 
 --simulate
         Works on a simulated machine kept in a state file ($CKPT_SIM_STATE, else one in
@@ -110,8 +106,7 @@ Options:
           --simulate spawn [--memory-mib <n>] [--gpu <i>[,<j>]] [--command <text>]   prints the pid
           --simulate kill <pid>
           --simulate reset
-        Calls take no time unless CKPT_SIM_CLOCK=real (then as on the real driver, or
-        CKPT_SIM_SPEED times faster)
+        Calls take no time unless CKPT_SIM_CLOCK=real: the driver's times (CKPT_SIM_SPEED scales it)
 
 --version
         Prints the version
