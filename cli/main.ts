@@ -80,7 +80,7 @@ type MachineCommand = Exclude<Command, { kind: "help" } | { kind: "version" }>;
  * opened. Resolves to the exit code.
  */
 async function run(command: MachineCommand, io: CliIo): Promise<number> {
-  const { commandMessage, Printer, printReports, query } = await import("./report.ts");
+  const { Printer, printReports, query } = await import("./report.ts");
   const print = new Printer(io, command.json);
   const op = command.kind === "operation" ? command : undefined;
   const one = op && op.targets !== "all" && op.targets.length === 1 ? op.targets[0] : undefined;
@@ -95,14 +95,11 @@ async function run(command: MachineCommand, io: CliIo): Promise<number> {
   // worker thread need start.
   const opened = await open(command, io, oneCall, oneCall || (one !== undefined && !io.isTerminal))
     .catch((error) => {
-      const load = error instanceof Error && error.name === "DriverLoadError";
-      const [message, ...more] = load ? noDriver(error) : [commandMessage(error)];
-      print.err(`cuda-checkpoint: ${message}`);
-      more.forEach((line) => print.err(line));
-      if (!command.json) return;
-      const code = load ? "DRIVER_LOAD" : (error as { code?: unknown }).code ?? "OPEN";
-      const detail = more.join("\n") || undefined;
-      print.json({ ok: false, error: { message, code, name: (error as Error)?.name, detail } });
+      if (error?.name !== "DriverLoadError") return print.error(error, "OPEN");
+      const [message, ...more] = noDriver(error), detail = more.join("\n"), name = error.name;
+      [`cuda-checkpoint: ${message}`, ...more].forEach((line) => print.err(line));
+      const failure = { message, code: "DRIVER_LOAD", name, detail };
+      if (command.json) print.json({ ok: false, error: failure });
     });
   if (!opened) return 1;
   const { machine, simulated, close } = opened;
@@ -141,7 +138,6 @@ async function run(command: MachineCommand, io: CliIo): Promise<number> {
 function noDriver(error: Error): string[] {
   const simulate = "Without a GPU, --simulate runs the same commands on a simulated machine.";
   const lines = error.message.split("\n").map((line) =>
-    // in the command line's words
     line.replace(/On a machine without a GPU, pass a SimulatedMachine[^.]*\./, simulate)
       .replace(" and leave out libraryPath", "")
   );

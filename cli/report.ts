@@ -184,7 +184,6 @@ export class Printer {
   /** The live line on stderr (`progress.ts`), erased before anything else is written. */
   live: { erase(): void } | undefined;
 
-  /** `asJson`: an error is also an object on stdout (`--json`), for a program reading it. */
   constructor(private readonly io: CliIo, private readonly asJson = false) {}
 
   /** Whether stderr is a terminal: extra lines, and the live line. */
@@ -211,9 +210,9 @@ export class Printer {
     if (this.terminal) this.err(`cuda-checkpoint: ${line}`);
   }
 
-  /** `cuda-checkpoint: <message>` on stderr, for an error of the command rather than a process. */
-  error(error: unknown): void {
-    const { code, name } = Object(error) as { code?: unknown; name?: string };
+  /** `cuda-checkpoint: <message>` on stderr, for an error of the command (`asJson`: JSON too). */
+  error(error: unknown, orCode?: string): void {
+    const { code = orCode, name } = Object(error) as { code?: unknown; name?: string };
     const message = commandMessage(error);
     this.err(`cuda-checkpoint: ${message}`);
     if (this.asJson) this.json({ ok: false, error: { message, code, name } });
