@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# A pid taken after a restore's checks, on the GPU machine, as root, from the repo root:
+#
+#   bash tests/gpu/exp/pid_taken.sh
+#
+# Carry .carry/cuda-checkpoint-ours.xz (bash cli/carry.sh) and .carry/criu-cuda.tgz. N + 1 targets
+# of 64 MiB, N the cores (criu's restores run N at once), snapshotted together; the restore starts
+# N criu runs and the last tree waits for a slot: meanwhile a `sleep` takes that tree's pid
+# (through /proc/sys/kernel/ns_last_pid). Expected: restore-snapshot fails (RESTORE_FAILED, criu's
+# "Can't fork"), the sleep still runs (before, the rollback ended whatever held a failed tree's
+# pid), and no target is left. Where the sleep could not take the pid before that tree began, the
+# run says so (SKIP): nothing was shown. About 1 minute. OURS_XZ: another build of ours to unpack
+# (the one before the mend, to see it end the sleep).
+set -uo pipefail
+unset BUN_BE_BUN
+cd "$(dirname "$0")/../../.." || exit 1
+. tests/gpu/verdicts.sh
+. tests/gpu/targets.sh
+. tests/gpu/setup.sh
+fail_setup() {
+  verdict FAIL "setup: $1"
+  exit 1
+}
+dry=""
+out=${OUT:-tests/gpu/out}
+bin=/tmp/ckpt-pid
+rm -rf "$bin"
+mkdir -p "$out" "$bin"
+: >"$bin/verdicts.txt"
+exec > >(tee -a "$out/pid-taken.txt") 2>&1
+echo "== $(date -u +%FT%TZ) tests/gpu/exp/pid_taken.sh; commit $(git rev-parse --short HEAD 2>/dev/null)"
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+setup_criu
+export CKPT_CRIU_PATH=$criu
+unxz_to "${OURS_XZ:-.carry/cuda-checkpoint-ours.xz}" "$bin/cuda-checkpoint" || fail_setup "unpacking ours"
+CK=("$bin/cuda-checkpoint")
+build_target
+started=()
+taker=''
+cleanup() {
+  end_started target
+  [[ -n $taker ]] && kill -9 "$taker" 2>/dev/null
+}
+trap cleanup EXIT
+
+n=$(($(nproc) + 1))
+pids=()
+for ((i = 1; i <= n; i++)); do
+  start_target "p$i" 64 >/dev/null || fail_setup "target $i did not start"
+  pids+=("$T_PID")
+done
+last=${pids[-1]}
+echo "$n targets: ${pids[*]}; the last, $last, waits for a slot in the restore"
+timeout 120 "${CK[@]}" snapshot --pid "$(IFS=,; echo "${pids[*]}")" --dir "$bin/snap" --json >"$bin/snap.json"
+check "snapshot of the $n targets: $(head -c 300 "$bin/snap.json")" $?
+wait_gone "${pids[@]}"
+
+timeout 120 "${CK[@]}" restore-snapshot "$bin/snap" --json --events >"$bin/restore.json" 2>"$bin/events" &
+restoring=$!
+for ((i = 0; i < 3000; i++)); do
+  grep -q '"phase":"restore"' "$bin/events" 2>/dev/null && break
+  sleep 0.01
+done
+for ((i = 0; i < 200; i++)); do
+  echo $((last - 1)) >/proc/sys/kernel/ns_last_pid
+  sleep 600 &
+  p=$!
+  if [[ $p == "$last" ]]; then taker=$p; break; fi
+  kill -9 "$p" 2>/dev/null
+  taken "$last" && break # criu has it: too late
+done
+wait "$restoring"
+rc=$?
+echo "restore-snapshot: exit $rc; $(head -c 1200 "$bin/restore.json")"
+if [[ -z $taker ]]; then
+  verdict SKIP "the sleep could not take pid $last before its tree began (nothing shown)"
+else
+  echo "sleep $taker took pid $last while the restore ran"
+  [[ $rc == 1 && $(grep -c RESTORE_FAILED "$bin/restore.json") == 1 ]]
+  check "the restore failed, RESTORE_FAILED" $?
+  grep -q "Can't fork" "$bin/restore.json"
+  check "criu said why: Can't fork for the pid" $?
+  alive "$taker" && [[ $(ps -o comm= -p "$taker") == sleep ]]
+  check "the sleep that took pid $last still runs (the rollback left it)" $?
+  left=0
+  for p in "${pids[@]::${#pids[@]}-1}"; do alive "$p" && left=$((left + 1)); done
+  [[ $left == 0 ]]
+  check "no target left running of the $((n - 1)) criu made ($left)" $?
+fi
+verdict_summary "$bin/verdicts.txt" pid-taken
