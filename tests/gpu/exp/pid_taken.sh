@@ -52,7 +52,8 @@ done
 last=${pids[-1]}
 echo "$n targets: ${pids[*]}; the last, $last, waits for a slot in the restore"
 timeout 120 "${CK[@]}" snapshot --pid "$(IFS=,; echo "${pids[*]}")" --dir "$bin/snap" --json >"$bin/snap.json"
-check "snapshot of the $n targets: $(head -c 300 "$bin/snap.json")" $?
+_rc=$?
+check "snapshot of the $n targets: $(head -c 300 "$bin/snap.json")" $_rc
 wait_gone "${pids[@]}"
 
 timeout 120 "${CK[@]}" restore-snapshot "$bin/snap" --json --events >"$bin/restore.json" 2>"$bin/events" &

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# `recover` of a snapshot killed as it ended its trees, on the GPU machine, as root, from the repo
+# root:
+#
+#   bash tests/gpu/exp/recover_stopped.sh
+#
+# Carry .carry/cuda-checkpoint-ours.xz (bash cli/carry.sh) and .carry/criu-cuda.tgz. The state such
+# a kill leaves, made by hand: a bash parent (a session of its own) with a 256 MiB target child is
+# snapshotted with --leave-running, and its trace (in-progress.json, copied during the dump) put
+# back beside the complete manifest; the target suspended (--toggle); parent and target SIGSTOPped,
+# as the end's first round does before its SIGKILL. Expected: `recover` resumes the target and
+# wakes both (before, the parent stayed stopped for good), the memory intact, the trace removed
+# and the manifest kept. About 30 s.
+set -uo pipefail
+unset BUN_BE_BUN
+cd "$(dirname "$0")/../../.." || exit 1
+. tests/gpu/verdicts.sh
+. tests/gpu/targets.sh
+. tests/gpu/setup.sh
+fail_setup() {
+  verdict FAIL "setup: $1"
+  exit 1
+}
+dry=""
+out=${OUT:-tests/gpu/out}
+bin=/tmp/ckpt-recover
+rm -rf "$bin"
+mkdir -p "$out" "$bin"
+: >"$bin/verdicts.txt"
+exec > >(tee -a "$out/recover-stopped.txt") 2>&1
+echo "== $(date -u +%FT%TZ) tests/gpu/exp/recover_stopped.sh"
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+setup_criu
+export CKPT_CRIU_PATH=$criu
+unxz_to "${OURS_XZ:-.carry/cuda-checkpoint-ours.xz}" "$bin/cuda-checkpoint" || fail_setup "unpacking ours"
+CK=("$bin/cuda-checkpoint")
+build_target
+started=()
+trap 'end_started "target|recover-parent"' EXIT
+stat_of() { ps -o stat= -p "$1" 2>/dev/null | tr -d ' '; }
+
+d=$bin/t
+mkdir -p "$d"
+mkfifo "$d/cmd"
+# shellcheck disable=SC2016 # the parent's own $1 and $2
+setsid bash -c '"$1" fifo 256 "$2/cmd" </dev/null >"$2/out" 2>&1 & wait' recover-parent "$target" "$d" \
+  </dev/null >"$d/parent.out" 2>&1 &
+parent=$!
+disown "$parent"
+started+=("$parent")
+line=$(ready_line "$d/out" "$parent" 120)
+read -r _ p _ h <<<"$line"
+[[ -n $p ]] || fail_setup "the target did not start: $(head -3 "$d/out")"
+started+=("$p")
+echo "parent $parent, target $p (hash $h)"
+
+snap=$bin/snap
+timeout 120 "${CK[@]}" snapshot --pid "$parent" --dir "$snap" --leave-running --json --events \
+  >"$bin/snap.json" 2>"$bin/snap.events" &
+taking=$!
+for ((i = 0; i < 6000; i++)); do
+  [[ -f $snap/in-progress.json ]] && grep -q '"phase":"dump"' "$bin/snap.events" && break
+  sleep 0.01
+done
+cp -p "$snap/in-progress.json" "$bin/trace.json" 2>/dev/null
+wait "$taking"
+src=$?
+[[ $src == 0 && -s $bin/trace.json && -f $snap/manifest.json ]]
+_rc=$?
+check "snapshot --leave-running of the tree: exit $src, trace copied during the dump: $(tr -d '\n ' <"$bin/trace.json" | head -c 300)" $_rc
+
+timeout 60 "${CK[@]}" --toggle --pid "$p"
+s=$(timeout 60 "${CK[@]}" --get-state --pid "$p")
+cp -p "$bin/trace.json" "$snap/in-progress.json"
+kill -STOP "$parent" "$p"
+sleep 0.2
+echo "as a kill at the end leaves it: target $s, stat parent $(stat_of "$parent"), target $(stat_of "$p")"
+[[ $s == checkpointed && $(stat_of "$parent") == T* && $(stat_of "$p") == T* ]]
+check "the state made: the target checkpointed, both stopped" $?
+
+timeout 120 "${CK[@]}" recover --dir "$snap" --json >"$bin/recover.json" 2>"$bin/recover.err"
+rc=$?
+echo "recover: exit $rc; $(head -c 600 "$bin/recover.json"); $(head -3 "$bin/recover.err")"
+[[ $rc == 0 ]]
+check "recover: exit 0" $?
+sleep 0.2
+sp=$(stat_of "$parent") st=$(stat_of "$p")
+[[ $sp != T* ]]
+check "the parent runs again (stat $sp; before the mend it stayed T)" $?
+[[ $st != T* ]]
+check "the target runs again (stat $st)" $?
+s=$(timeout 60 "${CK[@]}" --get-state --pid "$p")
+a=$(ask "$d" hash 60)
+[[ $s == running && $a == "hash $h" ]]
+check "the target: $s, memory intact: $a (ready $h)" $?
+[[ -f $snap/manifest.json && ! -e $snap/in-progress.json ]]
+check "the manifest kept, the trace removed" $?
+verdict_summary "$bin/verdicts.txt" recover-stopped
