@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# A snapshot taken where the driver hides the target's GPU, on a two-GPU machine, as root, from the
+# repo root:
+#
+#   bash tests/gpu/exp/hidden_gpu.sh
+#
+# Carry .carry/cuda-checkpoint-ours.xz (bash cli/carry.sh) and .carry/criu-cuda.tgz. A 256 MiB
+# target on GPU 0; `snapshot` run with CUDA_VISIBLE_DEVICES=1, so that the driver lists GPU 1 only
+# while NVML sees the target's memory on GPU 0: a manifest its own restore refuses. Expected: the
+# snapshot refuses to write it (WRITE_FAILED) and puts the target back, running, memory intact
+# (before, it ended the target and wrote that manifest: the restore refused it, the process was
+# lost). OURS_XZ: another build of ours to unpack. About 20 s.
+set -uo pipefail
+unset BUN_BE_BUN
+cd "$(dirname "$0")/../../.." || exit 1
+. tests/gpu/verdicts.sh
+. tests/gpu/targets.sh
+. tests/gpu/setup.sh
+fail_setup() {
+  verdict FAIL "setup: $1"
+  exit 1
+}
+dry=""
+out=${OUT:-tests/gpu/out}
+bin=/tmp/ckpt-hidden
+rm -rf "$bin"
+mkdir -p "$out" "$bin"
+: >"$bin/verdicts.txt"
+exec > >(tee -a "$out/hidden-gpu.txt") 2>&1
+echo "== $(date -u +%FT%TZ) tests/gpu/exp/hidden_gpu.sh"
+nvidia-smi --query-gpu=index,name,uuid,driver_version --format=csv,noheader
+(($(nvidia-smi -L | grep -c '^GPU ') >= 2)) || fail_setup "needs two GPUs"
+setup_criu
+export CKPT_CRIU_PATH=$criu
+unxz_to "${OURS_XZ:-.carry/cuda-checkpoint-ours.xz}" "$bin/cuda-checkpoint" || fail_setup "unpacking ours"
+CK=("$bin/cuda-checkpoint")
+build_target
+started=()
+trap 'end_started target' EXIT
+
+CUDA_VISIBLE_DEVICES=0 start_target h 256 || fail_setup "the target did not start"
+p=$T_PID h=$T_HASH d=$T_DIR
+CUDA_VISIBLE_DEVICES=1 timeout 120 "${CK[@]}" snapshot --pid "$p" --dir "$bin/snap" --json \
+  >"$bin/snap.json" 2>"$bin/snap.err"
+rc=$?
+echo "snapshot with CUDA_VISIBLE_DEVICES=1: exit $rc; $(head -c 900 "$bin/snap.json")"
+[[ $rc == 1 ]] && grep -q '"code":"WRITE_FAILED"' "$bin/snap.json"
+check "the snapshot refused its manifest (WRITE_FAILED)" $?
+[[ ! -e $bin/snap/manifest.json ]]
+check "no manifest written" $?
+s=$(timeout 60 "${CK[@]}" --get-state --pid "$p" 2>&1)
+a=$(ask "$d" hash 60)
+[[ $s == running && $a == "hash $h" ]]
+check "the target was put back: $s, memory intact: $a (ready $h)" $?
+if [[ -e $bin/snap/manifest.json ]]; then
+  timeout 120 "${CK[@]}" restore-snapshot "$bin/snap" --json >"$bin/restore.json" 2>&1
+  echo "restore-snapshot of what was written: exit $?; $(head -c 600 "$bin/restore.json")"
+fi
+verdict_summary "$bin/verdicts.txt" hidden-gpu
