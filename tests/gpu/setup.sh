@@ -34,6 +34,7 @@
 #                            background: "ready" in PATH.out, then its tensor's sum for each line
 #                            written to the fifo PATH.in (held open on fd $tfd); its pid in $tpid
 #   torch_ready PATH         waits up to 30 s for torch_target PATH's "ready"
+#   exp_criu_session NAME    the start of a short run of tests/gpu/exp on criu (below)
 
 describe_machine() {
   echo "commit $(git rev-parse --short HEAD 2>/dev/null)$(git diff --quiet 2>/dev/null || echo ' (with changes)'); kernel $(uname -r); $(nproc) cores; $(free -g | awk '/^Mem:/ { print $2 " GiB of memory" }')"
@@ -81,6 +82,31 @@ exp_session() {
   export NO_COLOR=1
   echo "== $(date -u +%FT%TZ) tree $(git log --oneline -1 | cut -c1-60) $(git status --short | wc -l) changed"
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+}
+
+# exp_criu_session NAME: the start of a tests/gpu/exp run on criu and targets: $bin
+# (/tmp/ckpt-NAME, emptied) with its verdicts, the log $OUT/NAME.txt (as it goes), a line naming
+# the GPUs, criu (exported as CKPT_CRIU_PATH), ours as CK=(...) from OURS_XZ (default
+# .carry/cuda-checkpoint-ours.xz), the target built; fail_setup, dry (empty) and started=() set.
+exp_criu_session() {
+  dry='' out=${OUT:-tests/gpu/out} bin=/tmp/ckpt-$1
+  fail_setup() {
+    verdict FAIL "setup: $1"
+    exit 1
+  }
+  rm -rf "$bin"
+  mkdir -p "$out" "$bin"
+  : >"$bin/verdicts.txt"
+  exec > >(tee -a "$out/$1.txt") 2>&1
+  echo "== $(date -u +%FT%TZ) tests/gpu/exp: $1"
+  nvidia-smi --query-gpu=index,name,uuid,driver_version --format=csv,noheader
+  setup_criu
+  export CKPT_CRIU_PATH=$criu
+  unxz_to "${OURS_XZ:-.carry/cuda-checkpoint-ours.xz}" "$bin/cuda-checkpoint" ||
+    fail_setup "unpacking ${OURS_XZ:-.carry/cuda-checkpoint-ours.xz}"
+  CK=("$bin/cuda-checkpoint")
+  build_target
+  started=()
 }
 
 setup_criu() {

@@ -16,26 +16,8 @@ cd "$(dirname "$0")/../../.." || exit 1
 . tests/gpu/verdicts.sh
 . tests/gpu/targets.sh
 . tests/gpu/setup.sh
-fail_setup() {
-  verdict FAIL "setup: $1"
-  exit 1
-}
-dry=""
-out=${OUT:-tests/gpu/out}
-bin=/tmp/ckpt-hidden
-rm -rf "$bin"
-mkdir -p "$out" "$bin"
-: >"$bin/verdicts.txt"
-exec > >(tee -a "$out/hidden-gpu.txt") 2>&1
-echo "== $(date -u +%FT%TZ) tests/gpu/exp/hidden_gpu.sh"
-nvidia-smi --query-gpu=index,name,uuid,driver_version --format=csv,noheader
-(($(nvidia-smi -L | grep -c '^GPU ') >= 2)) || fail_setup "needs two GPUs"
-setup_criu
-export CKPT_CRIU_PATH=$criu
-unxz_to "${OURS_XZ:-.carry/cuda-checkpoint-ours.xz}" "$bin/cuda-checkpoint" || fail_setup "unpacking ours"
-CK=("$bin/cuda-checkpoint")
-build_target
-started=()
+exp_criu_session hidden-gpu
+(($(nvidia-smi -L | grep -c "^GPU ") >= 2)) || fail_setup "needs two GPUs"
 trap 'end_started target' EXIT
 
 CUDA_VISIBLE_DEVICES=0 start_target h 256 || fail_setup "the target did not start"

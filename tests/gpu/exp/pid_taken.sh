@@ -17,25 +17,7 @@ cd "$(dirname "$0")/../../.." || exit 1
 . tests/gpu/verdicts.sh
 . tests/gpu/targets.sh
 . tests/gpu/setup.sh
-fail_setup() {
-  verdict FAIL "setup: $1"
-  exit 1
-}
-dry=""
-out=${OUT:-tests/gpu/out}
-bin=/tmp/ckpt-pid
-rm -rf "$bin"
-mkdir -p "$out" "$bin"
-: >"$bin/verdicts.txt"
-exec > >(tee -a "$out/pid-taken.txt") 2>&1
-echo "== $(date -u +%FT%TZ) tests/gpu/exp/pid_taken.sh; commit $(git rev-parse --short HEAD 2>/dev/null)"
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-setup_criu
-export CKPT_CRIU_PATH=$criu
-unxz_to "${OURS_XZ:-.carry/cuda-checkpoint-ours.xz}" "$bin/cuda-checkpoint" || fail_setup "unpacking ours"
-CK=("$bin/cuda-checkpoint")
-build_target
-started=()
+exp_criu_session pid-taken
 taker=''
 cleanup() {
   end_started target

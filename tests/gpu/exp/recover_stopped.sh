@@ -17,25 +17,7 @@ cd "$(dirname "$0")/../../.." || exit 1
 . tests/gpu/verdicts.sh
 . tests/gpu/targets.sh
 . tests/gpu/setup.sh
-fail_setup() {
-  verdict FAIL "setup: $1"
-  exit 1
-}
-dry=""
-out=${OUT:-tests/gpu/out}
-bin=/tmp/ckpt-recover
-rm -rf "$bin"
-mkdir -p "$out" "$bin"
-: >"$bin/verdicts.txt"
-exec > >(tee -a "$out/recover-stopped.txt") 2>&1
-echo "== $(date -u +%FT%TZ) tests/gpu/exp/recover_stopped.sh"
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-setup_criu
-export CKPT_CRIU_PATH=$criu
-unxz_to "${OURS_XZ:-.carry/cuda-checkpoint-ours.xz}" "$bin/cuda-checkpoint" || fail_setup "unpacking ours"
-CK=("$bin/cuda-checkpoint")
-build_target
-started=()
+exp_criu_session recover-stopped
 trap 'end_started "target|recover-parent"' EXIT
 stat_of() { ps -o stat= -p "$1" 2>/dev/null | tr -d ' '; }
 
