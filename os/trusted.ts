@@ -85,15 +85,15 @@ export async function workDir(what: string): Promise<string> {
     : path.join(await realpath(os.tmpdir()).catch(() => os.tmpdir()), `ckpt-cuda-work-${uid}`);
   const above = await faultAbove(base), under = path.dirname(base);
   if (above) throw new Error(`criu's work directories cannot be made under ${under}: ${above}.`);
-  const hint = "remove it; criu's work directories are made there";
+  const hint = "remove it; criu's work directories are made there", dayAgo = Date.now() - 864e5;
   await privateDirectory(base, { strict: true, hint });
   for (const name of await readdir(base)) {
     const owner = /^([0-9]+)-([0-9]+)-/.exec(name);
     const gone = owner
       ? programOf(+owner[1]) !== `${owner[1]}-${owner[2]}`
-      // Named by no program (before they were; a failed run's kept log): gone once a day old.
+      // Named by no program (before they were; a failed run's kept log): gone a day old, or now.
       : /^(restore|dump|noplugins)-/.test(name) &&
-        (await lstat(path.join(base, name))).mtimeMs < Date.now() - 86_400_000;
+        (await lstat(path.join(base, name)).catch(() => ({ mtimeMs: NaN }))).mtimeMs < dayAgo;
     if (gone) await rm(path.join(base, name), { recursive: true, force: true });
   }
   return await mkdtemp(path.join(base, `${programOf(process.pid)}-${what}`));

@@ -25,6 +25,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
 import { openCriuEngine } from "../os/criu.ts";
+import { workDir } from "../os/trusted.ts";
 import { parsePstree } from "../os/criu_images.ts";
 import { EngineError } from "../core/engine.ts";
 import { FileSnapshotStore } from "../os/snapshot_store.ts";
@@ -223,6 +224,26 @@ describe("running criu", () => {
       child.kill("SIGKILL");
       await gone;
     }
+  });
+});
+
+describe("criu's work directories, made by several runs at once", () => {
+  test("old logs removed meanwhile by another run fail none of them", async () => {
+    const base = process.getuid?.() === 0
+      ? "/run/ckpt-cuda-work"
+      : join(realpathSync(tmpdir()), `ckpt-cuda-work-${process.getuid?.()}`);
+    rmSync(await workDir("first-"), { recursive: true }); // the base, made
+    // Before, a run whose lstat of an old log came after another run's rm of it failed (ENOENT).
+    const aged = new Date(Date.now() - 2 * 86_400_000);
+    const logs = Array.from({ length: 50 }, (_, i) => join(base, `dump-${2_000_001_000 + i}.log`));
+    for (const f of logs) {
+      writeFileSync(f, "log");
+      utimesSync(f, aged, aged);
+    }
+    const made = await Promise.allSettled(Array.from({ length: 8 }, () => workDir("race-")));
+    for (const m of made) if (m.status === "fulfilled") rmSync(m.value, { recursive: true });
+    assert.deepEqual(made.filter((m) => m.status === "rejected").map((m) => String(m.reason)), []);
+    assert.deepEqual(logs.filter((f) => existsSync(f)), [], "each old log removed");
   });
 });
 
