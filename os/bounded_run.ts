@@ -183,8 +183,8 @@ async function endRun(
   const worksOn = await bound.worksOn?.().catch(() => []) ?? [];
   const startOf = new Map([...table].map(([p, e]) => [p, e.start]));
   // By pid, not ChildProcess.kill(): Deno's sends no second signal once one was sent. Only while
-  // its exit has not been seen (the reads above took a while): until then, the pid is its own.
-  if (!gone()) signalEach([pid], "SIGTERM");
+  // its exit is unseen: until then its pid and group (detached: all it started since) are its own.
+  if (!gone()) signalEach([pid, -pid], "SIGTERM");
   let killed = false;
   if (!(await settlesWithin(exited, GRACE_MS))) {
     // More children may have come meanwhile: theirs too.

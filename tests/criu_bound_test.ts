@@ -11,6 +11,7 @@ import { spawn, spawnSync } from "node:child_process";
 import { mkdirSync, readFileSync, rmSync } from "node:fs";
 import { dirname, join } from "node:path";
 import process from "node:process";
+import { setTimeout as delay } from "node:timers/promises";
 import { openCriuEngine } from "../os/criu.ts";
 import { runBounded } from "../os/bounded_run.ts";
 import { EngineError } from "../core/engine.ts";
@@ -197,6 +198,27 @@ describe("a criu that overstays is ended, and what it left is said", () => {
         assert.deepEqual(pidsIn(pids), [], "criu never ran");
       }),
   );
+
+  test("what it starts while it is being ended is ended with it (its process group)", {
+    timeout: 30_000,
+  }, () =>
+    inScratch(async (s) => {
+      // A run that forks a child every 2 ms: those forked after the ending read /proc were left
+      // running before (1-3 of them, each run).
+      const pids = join(s.dir, "forked");
+      const forks =
+        `trap 'exit 0' TERM; while :; do sleep 300 & echo $! >> ${pids}; sleep 0.002; done`;
+      const result = await runBounded("/bin/bash", ["-c", forks], { PATH: "/usr/bin:/bin" }, {
+        timeoutMs: 300,
+      });
+      assert.equal(result.ended?.why, "deadline");
+      const forked = pidsIn(pids);
+      assert.ok(forked.length > 10, `it forked ${forked.length}`);
+      for (let i = 0; i < 50 && forked.some((p) => !ended(p)); i++) await delay(100);
+      const left = forked.filter((p) => !ended(p));
+      for (const p of left) process.kill(p, "SIGKILL");
+      assert.deepEqual(left, [], "none left running");
+    }));
 
   test("a dump that ends by itself is not touched by its deadline afterwards", {
     timeout: 10_000,
