@@ -36,7 +36,7 @@ type StepReport = { readonly step: string; readonly ms: number; readonly ok: boo
  * What became of one process: one `--json` line, keys left out where they do not apply. `ok`:
  * whether it is where the operation takes it; `state`: where it is now, where known; `status`, for
  * a step or toggle (`rolled-back`: `--all-or-nothing` or an interrupt brought it back), and
- * `reason` (`deadline`, `another-failed`) where it was not started or stopped between steps; `ms`:
+ * `reason` (`deadline`, `another-failed`) where it was not started or stopped before a step; `ms`:
  * the whole operation's time on it; `steps`: the driver calls made; `roomCheck`: where a restore
  * was made, `"checked"` or why its room could not be (`{ unknown }`); `rollback`: its own after a
  * failed step, or all-or-nothing's.
@@ -134,7 +134,7 @@ export function printReports(
       }
     }
     if (status === "not-started" || status === "stopped") {
-      const what = status === "stopped" ? "was stopped between steps" : "was not started";
+      const what = status === "stopped" ? "was stopped before a step" : "was not started";
       // A stop between steps undoes the first ones: say so, as a rollback says it.
       const steps = rollback?.steps.map((s) => s.step).join(", ");
       const undone = !steps

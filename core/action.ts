@@ -95,7 +95,7 @@ export function settingsOf(
 
 /** What a caller of {@link runAction} follows. */
 export interface ActionHooks {
-  /** Before each step but the first of a plan: a reason to stop there, if there is one. */
+  /** Before each step of a plan, the first too: a reason to stop there, if there is one. */
   stopBefore?(): StopReason | undefined;
   /** A step starts (`rollback`: one undoing the action). */
   stepStarted?(step: Step, rollback: boolean): void;
@@ -142,7 +142,7 @@ export async function runAction(
       if (report.status === "unchanged") return report;
     }
     for (const step of steps) {
-      const stop = report.steps.length > 0 ? hooks.stopBefore?.() : undefined;
+      const stop = hooks.stopBefore?.(); // the first too: its turn may come long after the stop
       if (stop) {
         report.status = "stopped";
         report.stopped = stop;

@@ -78,8 +78,8 @@ class Group {
 
   async run(): Promise<GroupResult> {
     const machine = await this.#entries[0]?.proc.machine();
+    this.#deadline = new Deadline(clockOf(machine ?? {}), this.s.timeoutMs); // for the whole group
     if (machine && this.s.gpuMemory) this.#memory = await this.#memoryOf();
-    this.#deadline = new Deadline(clockOf(machine ?? {}), this.s.timeoutMs);
     if (this.s.job) return await this.#runJob();
     // All or nothing: a goal or step some member's state rules out fails the group before any
     // step (the driver still has the last word on each step made).

@@ -15,7 +15,7 @@ import type { Action, ProcessState, Step } from "./states.ts";
 /** One driver call an operation made: its time in ms on the machine's clock, whether it worked. */
 export type StepRecord = { readonly step: Step; readonly ms: number; readonly ok: boolean };
 
-/** Why an action was stopped between steps. */
+/** Why an action was stopped before a step (or not started). */
 export type StopReason = "deadline" | "aborted" | "another-failed";
 
 /** Options of `runGroup`. */
@@ -71,7 +71,7 @@ export type GroupEvent = Readonly<
 export interface ProcessOutcome {
   /** The pid, as given. */
   readonly pid: number;
-  /** How it ended (`stopped`: between steps when stopped; `rolled-back`: done, then undone). */
+  /** How it ended (`stopped`: before a step, those made undone; `rolled-back`: done, undone). */
   readonly status: "done" | "unchanged" | "failed" | "stopped" | "rolled-back" | "not-started";
   /** The state before the call, where it was read. */
   readonly initialState?: ProcessState;
@@ -83,7 +83,7 @@ export interface ProcessOutcome {
   readonly error?: Error;
   /** Why it never started. */
   readonly notStarted?: StopReason;
-  /** Why it was stopped between steps. */
+  /** Why it was stopped before a step (its first, or a later one). */
   readonly stopped?: StopReason;
   /** Its rollback, where one was made; `ok`: it is back in its initial state. */
   readonly rollback?: Readonly<{ ok: boolean; steps: readonly StepRecord[]; error?: Error }>;

@@ -761,7 +761,7 @@ describe("several pids at once", () => {
     assert.match(
       text.err,
       new RegExp(
-        `Process ID ${pids[1]} was stopped between steps: another process failed, and ` +
+        `Process ID ${pids[1]} was stopped before a step: another process failed, and ` +
           `--all-or-nothing \\(or --job\\) was given; what it had done was undone \\(unlock\\): ` +
           `it is running again`,
       ),

@@ -412,6 +412,37 @@ describe("group operations", () => {
     assert.equal(result.rolledBack, true, "its lock was undone");
   });
 
+  test("a stop while a process waits for its turn (another call on it) holds back its first step", async () => {
+    // Before, its first step was made after the abort: a lock without timeout on a busy GPU
+    // could then wait forever. And the deadline counts from the call, GPU memory read or not.
+    for (const stop of ["abort", "deadline", "deadline, events given"]) {
+      const sim = new SimulatedMachine();
+      const p = sim.spawn({ memoryMiB: 1024 });
+      const release = p.hangNext("getState");
+      const busy = new CudaProcess(p.pid, { machine: sim }).state(); // holds its queue
+      const c = new AbortController();
+      const group = runGroup("suspend", [p.pid], {
+        machine: sim,
+        lockTimeoutMs: 0,
+        ...(stop === "abort" ? { signal: c.signal } : { timeoutMs: 1000 }),
+        ...(stop === "deadline, events given" ? { onProgress: () => {} } : {}),
+      });
+      await sim.sleep(5000);
+      c.abort();
+      const before = sim.driver.calls.length;
+      release();
+      await busy;
+      const result = await group;
+      const made = sim.driver.calls.slice(before).map((call) => call.op);
+      assert.ok(!made.includes("lock"), `${stop}: no step after the stop (${made})`);
+      const { stopped, notStarted } = result.processes[0]; // not started: its memory read waited
+      assert.equal(stopped ?? notStarted, stop === "abort" ? "aborted" : "deadline", stop);
+      assert.deepEqual(result.processes[0].steps, [], stop);
+      assert.equal(result.aborted || result.deadlinePassed, true, stop);
+      assert.equal(p.state, "running", stop);
+    }
+  });
+
   test("abort mid-group: what runs finishes, nothing new starts, all-or-nothing rolls back", async () => {
     const sim = new SimulatedMachine();
     const procs = Array.from({ length: 4 }, () => sim.spawn({ memoryMiB: 1024 }));
