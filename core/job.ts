@@ -43,7 +43,7 @@ interface Working {
 }
 
 /** A job under way: its context, and the turns it holds until it ends. */
-type Job = JobContext & { readonly releases: (() => void)[] };
+type Job = JobContext & { readonly releases: (() => void)[]; failed?: boolean };
 
 /** Runs `ctx.action` on all members as one job; resolves to whether any moved were brought back. */
 export async function runJob(members: readonly JobMember[], ctx: JobContext): Promise<boolean> {
@@ -58,7 +58,8 @@ export async function runJob(members: readonly JobMember[], ctx: JobContext): Pr
         working.every((w) => !w.failure || lost.includes(w))
       ? working.filter((w) => !lost.includes(w))
       : working;
-    const refused = rest.some((w) => w.failure), stopped = refused ? undefined : ctx.stopReason();
+    const refused = job.failed || rest.some((w) => w.failure);
+    const stopped = refused ? undefined : ctx.stopReason();
     const failed = refused || (!stopped && await phase(rest, 2, ctx));
     // An abort while the second steps ran brings the job back once they have (all or nothing).
     const late = !failed && !stopped && ctx.stopReason() === "aborted";
@@ -68,16 +69,17 @@ export async function runJob(members: readonly JobMember[], ctx: JobContext): Pr
       if (r.status === "stopped") r.stopped = stopped ?? "another-failed";
       if (r.status === "done") r.state = stepTo(r.steps[r.steps.length - 1].step);
     }
-    // Those set aside: each error says where its process is, and that the others went on.
+    const back = failed || stopped || late ? await rollBack(rest, ctx) : undefined;
+    const others = back === undefined ? "resumed rather than checkpointed again" : "brought back";
+    // Those set aside: each error says where its process is, and where the others went.
     for (const w of rest === working ? [] : lost) {
       w.report.state = await w.target.state().catch(() => undefined);
       const lost = `the process is ${w.report.state ?? "of unknown state"}; a process whose ` +
         `restore the driver refuses is most often lost (on driver 580, one that imported CUDA ` +
-        `IPC memory or ran out of memory), so the job's other processes were resumed rather ` +
-        `than checkpointed again`;
+        `IPC memory or ran out of memory), so the job's other processes were ${others}`;
       w.report.error = withDetail(w.failure!.err, lost);
     }
-    return failed || stopped || late ? await rollBack(rest, ctx) : false;
+    return back ?? false;
   } finally {
     for (const release of job.releases) release();
   }
@@ -125,25 +127,24 @@ function isLost(w: Working): boolean {
 
 /** Each member as soon as it is ready: its turn, plan and first step; one failing fails all. */
 async function asReady(members: readonly JobMember[], ctx: Job): Promise<Working[]> {
-  let failed = false;
   const working: Working[] = [];
   await Promise.all(members.map(async (m) => {
     const error = await ctx.ready!(m.proc.pid).then(() => undefined, (err) => asError(err));
-    const stop = failed ? "another-failed" : ctx.stopReason();
+    const stop = ctx.failed ? "another-failed" : ctx.stopReason();
     if (!error && stop) return void (m.notStarted = stop);
     const taken = error ?? await turnOf(m, ctx);
     if (taken instanceof Error) {
       m.report = { status: "failed", steps: [], error: taken };
-      failed = true;
+      ctx.failed = true;
       return;
     }
     const w = await planOf(m, taken, ctx);
     working.push(w);
     m.report = w.report;
     // A lost member stops no other: the others that come are restored, and go on without it.
-    if ((w.failure || await phase([w], 1, ctx)) && !isLost(w)) failed = true;
+    if ((w.failure || await phase([w], 1, ctx)) && !isLost(w)) ctx.failed = true;
   }));
-  if (failed) {
+  if (ctx.failed) {
     // Those that have not started are left so; the others are brought back with the job.
     for (const m of members) if (!m.report && !m.notStarted) m.notStarted = "another-failed";
   }

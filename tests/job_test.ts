@@ -6,6 +6,8 @@ import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { CudaProcess, GpuRoomError, RefusedError, runGroup } from "../mod.ts";
 import { withDetail } from "../core/errors.ts";
+import { runGroup as runGroupOn } from "../core/group.ts";
+import { checkGroupOptions } from "../core/group_types.ts";
 import {
   CUDA_ERROR_INVALID_VALUE,
   CUDA_ERROR_NOT_READY,
@@ -71,6 +73,27 @@ describe("a member the driver will not restore", () => {
     );
   });
 
+  test("when the others are then brought back (an unlock fails, an abort), its error says so", async () => {
+    // Before, it said the others were resumed, whatever came after.
+    for (const how of ["an unlock fails", "an abort"]) {
+      const { sim, procs, pids } = job(3);
+      assert.equal((await runGroup("suspend", pids, { machine: sim, job: true })).ok, true);
+      procs[1].failNext("restore", { code: CUDA_ERROR_INVALID_VALUE });
+      if (how === "an unlock fails") procs[2].failNext("unlock", { code: CUDA_ERROR_UNKNOWN });
+      const c = new AbortController();
+      const result = await runGroup("resume", pids, {
+        machine: sim,
+        job: true,
+        signal: c.signal,
+        onProgress: (e) => how === "an abort" && e.type === "step-end" && c.abort(),
+      });
+      assert.equal(result.ok, false, how);
+      assert.deepEqual(procs.map((p) => p.state), ["checkpointed", "checkpointed", "checkpointed"]);
+      const err = result.processes[1].error!.message;
+      assert.match(err, /the job's other processes were brought back$/, how);
+    }
+  });
+
   test("a job whose restores will not fit is refused before any step: nothing is lost", async () => {
     const { sim, procs, pids } = job(2);
     assert.equal((await runGroup("suspend", pids, { machine: sim, job: true })).ok, true);
@@ -113,6 +136,29 @@ describe("a member the driver will not restore", () => {
     assert.equal(more.cause, dollars);
     filler.exit();
     assert.equal((await runGroup("resume", pids, { machine: sim, job: true })).ok, true);
+  });
+});
+
+describe("a job whose members come into being over time (a restore's trees)", () => {
+  test("one that never comes (its ready rejects) fails the job: the others are brought back", async () => {
+    const { sim, procs, pids } = job(2, 1024);
+    for (const p of pids) {
+      await sim.driver.lock(p, null);
+      await sim.driver.checkpoint(p);
+    }
+    const ready = async (pid: number) => {
+      if (pid !== pids[1]) return;
+      await sim.sleep(5000);
+      throw new Error("its tree did not come back");
+    };
+    const result = await runGroupOn(sim, "resume", pids, {
+      ...checkGroupOptions({ job: true }),
+      ready,
+    });
+    assert.equal(result.ok, false);
+    assert.equal(result.processes[1].status, "failed");
+    // Before, the first was resumed (done, running): the job went on without the other.
+    assert.deepEqual(procs.map((p) => p.state), ["checkpointed", "checkpointed"]);
   });
 });
 
