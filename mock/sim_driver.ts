@@ -233,7 +233,7 @@ export class SimulatedDriver implements CheckpointDriver {
     return this.#machine.waitOn(`call ${name} on pid ${pid}`, async () => {
       const started = this.#machine.now();
       // The process for a pid or thread id, or the code the real driver gives.
-      const proc = Number.isInteger(pid) && pid > 0 ? this.#machine.process(pid) : undefined;
+      const found = this.#machine.process(pid), proc = found?.inspectable ? found : undefined;
       const none = proc ? CUDA_ERROR_NOT_INITIALIZED : CUDA_ERROR_OPERATING_SYSTEM; // none with CUDA
       const missing = `driver ${this.#versionName} has no ${name}; 12.8 (570) has`;
       const answer: Answer = this.missingFunctions.includes(name)
@@ -289,9 +289,9 @@ export class SimulatedDriver implements CheckpointDriver {
             const exit = hit?.fault.kind === "exit" ? hit.fault.afterMs : undefined;
             if (exit !== undefined) this.#machine.startTimer(exit, () => proc.exit());
             (async () => {
-              await hit?.hold(); // an injected hang holds the call here
-              return await body(proc, run);
-            })().then((answer) => (exit === undefined || proc.exited) && resolve(answer), reject);
+              await hit?.hold(); // an injected hang holds the call here (its process may exit)
+              return proc.exited ? undefined : await body(proc, run);
+            })().then((a) => a && (exit === undefined || proc.exited) && resolve(a), reject);
           });
         } finally {
           proc.busy = undefined;

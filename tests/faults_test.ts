@@ -167,6 +167,23 @@ describe("hangNext", () => {
     assert.equal(await checkpoint, CUDA_ERROR_OPERATING_SYSTEM);
   });
 
+  test("a restore that hangs, let go after its process exited, holds no GPU memory", async () => {
+    // Before, the held restore took the exited process's memory again: the GPU stayed 4616 MiB
+    // used with no process on it, and later spawns and restores ran out of room.
+    const sim = new SimulatedMachine();
+    const p = sim.spawn({ memoryMiB: 4096 });
+    assert.equal(await sim.driver.lock(p.pid, null), CUDA_SUCCESS);
+    assert.equal(await sim.driver.checkpoint(p.pid), CUDA_SUCCESS);
+    const release = p.hangNext("restore");
+    const restore = sim.driver.restore(p.pid, null);
+    await sim.sleep(10);
+    p.exit();
+    assert.equal(await restore, CUDA_ERROR_OPERATING_SYSTEM);
+    release();
+    await sim.sleep(1000);
+    assert.equal(sim.gpus[0].usedMiB, 0);
+  });
+
   test("released before its call comes, the call goes through; releaseHung counts held calls", async () => {
     const { sim, target } = machine(16);
     target.hangNext("unlock")();

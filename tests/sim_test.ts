@@ -182,6 +182,16 @@ describe("processes and threads", () => {
     }
   });
 
+  test("another user's process (inspectable: false) is not this program's: the driver answers 304", async () => {
+    // As the real driver answers a caller without root or CAP_SYS_PTRACE over it (docs/DRIVER.md);
+    // before, it was suspended as any other.
+    const sim = new SimulatedMachine();
+    const p = sim.spawn({ inspectable: false });
+    assert.equal((await sim.driver.getState(p.pid)).code, CUDA_ERROR_OPERATING_SYSTEM);
+    assert.equal(await sim.driver.lock(p.pid, null), CUDA_ERROR_OPERATING_SYSTEM);
+    assert.equal(p.state, "running");
+  });
+
   test("a process that never used CUDA has no restore thread", async () => {
     const sim = new SimulatedMachine();
     const p = sim.spawn({ cuda: false, extraThreads: 0 });
