@@ -25,7 +25,7 @@ import {
   snapshot,
   SnapshotError,
 } from "../mod.ts";
-import type { SnapshotEvent } from "../snapshot.ts";
+import type { SnapshotDir, SnapshotEvent, SnapshotStore } from "../snapshot.ts";
 import { EngineError, type RestoreRequest } from "../core/engine.ts";
 import { MANIFEST_FILE } from "../core/snapshot/layout.ts";
 import { hostWith, machineWith } from "./support/forward.ts";
@@ -702,6 +702,36 @@ describe("failures after things began to change", () => {
     assert.match(err.message, /Every process was put back as it was, and keeps running/);
     assert.equal(live(sim, a.pid).state, "running");
     assert.equal(live(sim, b.pid).state, "running");
+    assert.deepEqual([await a.memoryChunkedSha256(), await b.memoryChunkedSha256()], hashes);
+    assert.throws(() => statSync(join(dir, MANIFEST_FILE)));
+  });
+
+  test("an abort while it checks its files at its end (the manifest written) still puts all back", async () => {
+    // Before, the stop was asked before that check's wait: a Ctrl-C in it was let pass, and the
+    // processes were ended (the command line said "the interrupt came too late", exit 0).
+    const { sim, a, b, pids, hashes } = await job();
+    const controller = new AbortController(), files = new FileSnapshotStore();
+    const store: SnapshotStore = {
+      open: (dir) => files.open(dir),
+      create: async (dir) =>
+        new Proxy(await files.create(dir), {
+          get(target, key) {
+            if (key !== "check") return Reflect.get(target, key)?.bind?.(target);
+            return (...args: Parameters<SnapshotDir["check"]>) => {
+              controller.abort();
+              return target.check(...args);
+            };
+          },
+        }),
+    };
+    const dir = newDir();
+    const machine = machineWith(sim, { store });
+    const err = await snapshot([pids[0]], dir, { machine, signal: controller.signal })
+      .catch((e) => e);
+    assert.ok(err instanceof SnapshotError, String(err));
+    assert.equal(err.code, "STOPPED");
+    assert.match(err.message, /snapshot stopped at its end: it was aborted/);
+    assert.deepEqual([live(sim, a.pid).state, live(sim, b.pid).state], ["running", "running"]);
     assert.deepEqual([await a.memoryChunkedSha256(), await b.memoryChunkedSha256()], hashes);
     assert.throws(() => statSync(join(dir, MANIFEST_FILE)));
   });

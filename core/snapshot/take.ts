@@ -298,13 +298,13 @@ async function writeManifest(t: Taken): Promise<Manifest> {
 /** Phase 5: ends the processes, or lets them go on; then the snapshot is over. */
 async function end(t: Taken, manifest: Manifest): Promise<void> {
   const { run, o, out } = t;
-  // Until the processes are ended, a stop still puts everything back (the manifest removed too).
-  const stopped = run.stopped(), message = `snapshot stopped at its end: ${stopped}`;
-  if (stopped) throw await rollBack(t, { code: "STOPPED", message });
   // Before the processes are ended, what was sealed is there still, whole: else none is ended.
   const changed = !o.leaveRunning && await out.checkWhole(manifest)
     .then(() => undefined, (err) => failure("WRITE_FAILED", "its files changed meanwhile", err));
   if (changed) throw await rollBack(t, changed);
+  // Until the processes are ended, a stop (one during that wait too) still puts everything back.
+  const stopped = run.stopped(), message = `snapshot stopped at its end: ${stopped}`;
+  if (stopped) throw await rollBack(t, { code: "STOPPED", message });
   run.phase("end");
   if (o.leaveRunning) {
     const { resumed } = await resumeAll(t);
