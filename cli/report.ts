@@ -147,7 +147,7 @@ export function printReports(
     if (rollback && status === "rolled-back") {
       print.more(
         rollback.ok
-          ? `process ID ${pid} was brought back to ${state}: another process failed`
+          ? `process ID ${pid} was brought back to ${state}` // why: the failure's or stop's line
           : `process ID ${pid} could not be brought back: ${rollback.error?.detail}`,
       );
     }

@@ -96,6 +96,21 @@ describe("an interrupt during an operation on several processes, in-process", ()
     assert.equal(fake.watching, false, "no longer watched once the command is over");
   });
 
+  test("on a terminal, each one brought back is named, not blamed on another's failure", async () => {
+    const sim = new SimulatedMachine();
+    const procs = [sim.spawn({ memoryMiB: 4096 }), sim.spawn()];
+    const fake = fakeInterrupts(sim, [{ ms: 600, act: (fire) => fire() }]);
+    const pids = procs.map((p) => p.pid).join(",");
+    const r = await cli(["--toggle", "--pid", pids], {
+      machine: sim,
+      interrupts: fake.interrupts,
+      isTerminal: true,
+    });
+    assert.equal(r.code, 130, r.err);
+    assert.match(r.err, new RegExp(`process ID ${procs[1].pid} was brought back to running\n`));
+    assert.doesNotMatch(r.err, /another process failed/, "none failed: it was the interrupt");
+  });
+
   test("a process that cannot come back is named in the closing line, with what it was", async () => {
     const sim = new SimulatedMachine();
     const [a, b] = [sim.spawn({ memoryMiB: 4096 }), sim.spawn()];
