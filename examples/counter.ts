@@ -34,6 +34,7 @@ import {
   intOption,
   messageOf,
   parseExampleArgs,
+  usageError,
 } from "./_support.ts";
 
 const SPEC: ExampleSpec = {
@@ -200,21 +201,25 @@ export function askCounter(address: CounterAddress, timeoutMs = 30_000): Promise
       () => finish(new Error(`the counter did not answer within ${timeoutMs} ms`)),
       timeoutMs,
     );
-    let close: () => void;
-    if ("unix" in address) {
-      let text = "";
-      const conn = connect(address.unix, () => conn.write("hello\n"));
-      conn.setEncoding("utf8");
-      conn.on("data", (chunk) => text += chunk);
-      conn.on("end", () => finish(undefined, text));
-      conn.on("error", (e) => finish(e));
-      close = () => conn.destroy();
-    } else {
-      const socket = createSocket("udp4");
-      socket.on("message", (msg) => finish(undefined, msg.toString()));
-      socket.on("error", (e) => finish(e));
-      socket.send("hello\n", address.port, "127.0.0.1");
-      close = () => socket.close();
+    let close = () => {}; // set once there is something to close (a bad address throws first)
+    try {
+      if ("unix" in address) {
+        let text = "";
+        const conn = connect(address.unix, () => conn.write("hello\n"));
+        close = () => conn.destroy();
+        conn.setEncoding("utf8");
+        conn.on("data", (chunk) => text += chunk);
+        conn.on("end", () => finish(undefined, text));
+        conn.on("error", (e) => finish(e));
+      } else {
+        const socket = createSocket("udp4");
+        close = () => socket.close();
+        socket.on("message", (msg) => finish(undefined, msg.toString()));
+        socket.on("error", (e) => finish(e));
+        socket.send("hello\n", address.port, "127.0.0.1");
+      }
+    } catch (error) {
+      finish(error instanceof Error ? error : new Error(String(error)));
     }
   });
 }
@@ -237,9 +242,12 @@ async function main(): Promise<void> {
   const args = parseExampleArgs(SPEC);
   const device = intOption(SPEC, args, "device", 0, 1023);
   const unix = args.values.unix as string | undefined;
+  if (unix === "") usageError(SPEC, `--unix must be a socket's path, got ""`);
+  // 0 serves on a port the system picks; a request goes to a port of its own.
+  const lowest = args.values.ask ? 1 : 0;
   const address: CounterAddress = unix !== undefined
     ? { unix }
-    : { port: intOption(SPEC, args, "port", 0, 65535) };
+    : { port: intOption(SPEC, args, "port", lowest, 65535) };
   if (args.values.ask) {
     try {
       console.log(await askCounter(address, ASK_TIMEOUT_MS));

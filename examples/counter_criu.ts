@@ -49,6 +49,7 @@ import {
   parseExampleArgs,
   readText,
   runtimeCommand,
+  usageError,
   waitFor,
 } from "./_support.ts";
 
@@ -76,6 +77,10 @@ was skipped. Exits 1 when a step fails.`,
 };
 
 const args = parseExampleArgs(SPEC);
+if (args.values.unix === "") usageError(SPEC, `--unix must be a socket's path, got ""`);
+if (args.values.udp && args.values.unix !== undefined) {
+  usageError(SPEC, "--udp and --unix name two ways to serve: give one");
+}
 const step = (() => {
   let n = 0;
   return (text: string) => console.log(`${++n}. ${text}`);

@@ -222,6 +222,25 @@ describe("counter.ts and counter_criu.ts", () => {
     }
   });
 
+  test("addresses no counter can have are refused at once, naming them (before: --ask --port 0 hung 5 s, then crashed)", async () => {
+    const cases = [
+      [
+        "counter.ts",
+        ["--ask", "--port", "0"],
+        /--port must be an integer from 1 to 65535, got "0"/,
+      ],
+      ["counter.ts", ["--unix", ""], /--unix must be a socket's path, got ""/],
+      ["counter_criu.ts", [...ON_SIMULATOR, "--unix", ""], /--unix must be a socket's path/],
+      ["counter_criu.ts", [...ON_SIMULATOR, "--udp", "--unix", "/x.sock"], /--udp and --unix/],
+    ] as const;
+    for (const [file, args, said] of cases) {
+      const r = await runExample(file, [...args]);
+      assert.deepEqual([r.code, r.out], [2, ""], `${file} ${args.join(" ")}: ${r.err}`);
+      assert.match(r.err, said);
+      assert.doesNotMatch(r.err, /Uncaught|at .*\.ts:\d+/, "no stack trace");
+    }
+  });
+
   test("--ask with no counter there fails at once and says what to start", SLOW, async () => {
     const dir = mkdtempSync(join(tmpdir(), "ckpt-counter-test-"));
     try {
