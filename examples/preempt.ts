@@ -225,7 +225,7 @@ async function preempt(): Promise<boolean> {
     );
     const intact = await Promise.all(workers.splice(0).map((w) => w.stop()));
     console.log(
-      `Their data (the first ${CHECK_BYTES >> 20} MiB of each buffer): ${
+      `Their data (the first ${Math.min(CHECK_BYTES >> 20, lowMiB)} MiB of each buffer): ${
         intact.every(Boolean) ? "intact" : "CHANGED"
       }.`,
     );

@@ -58,7 +58,10 @@ stand-in training process. Exits 1 when a step fails.`,
       value: "DIR",
       help: "the snapshot's directory, new or empty (default: one in the temporary folder)",
     },
-    keep: { type: "boolean", help: "keep the snapshot's directory afterwards" },
+    keep: {
+      type: "boolean",
+      help: "keep the snapshot in the temporary folder afterwards (one in a --dir is always kept)",
+    },
   },
 };
 
@@ -106,8 +109,10 @@ try {
   console.log(`FAIL: ${messageOf(error)}`);
 } finally {
   await here?.close();
-  if (args.values.keep) console.log(`(the snapshot is in ${dir})`);
-  else if (work) rmSync(work, { recursive: true, force: true });
+  // --keep keeps the temporary folder; a --dir is the user's, always kept (said where it holds one).
+  const kept = args.values.keep ? "" : args.values.dir && ok ? ": a --dir is kept" : undefined;
+  if (kept !== undefined) console.log(`(the snapshot is in ${dir}${kept})`);
+  if (!args.values.keep && work) rmSync(work, { recursive: true, force: true });
 }
 process.exit(ok ? 0 : 1);
 

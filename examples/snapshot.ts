@@ -49,7 +49,10 @@ same steps on the simulated driver and its simulated criu. Exits 1 when a step f
       value: "DIR",
       help: "the snapshot's directory, new or empty (default: one in the temporary folder)",
     },
-    keep: { type: "boolean", help: "keep the snapshot's directory afterwards" },
+    keep: {
+      type: "boolean",
+      help: "keep the snapshot in the temporary folder afterwards (one in a --dir is always kept)",
+    },
   },
 };
 
@@ -105,9 +108,12 @@ try {
 } finally {
   await here.close();
   // The folder this program made goes, whatever happened; --keep keeps it for a look.
-  if (!args.values.keep) rmSync(work, { recursive: true, force: true });
-  else if (!args.values.dir) console.log(`(the snapshot and the counter's output are in ${work})`);
-  else {
+  if (!args.values.keep) {
+    rmSync(work, { recursive: true, force: true });
+    if (args.values.dir && ok) console.log(`(the snapshot is in ${dir}: a --dir is kept)`);
+  } else if (!args.values.dir) {
+    console.log(`(the snapshot and the counter's output are in ${work})`);
+  } else {
     const unused = readdirSync(work).length === 0; // the simulator's counter writes nothing
     if (unused) rmSync(work, { recursive: true, force: true });
     console.log(`(the snapshot is in ${dir}${unused ? "" : `, the counter's output in ${work}`})`);

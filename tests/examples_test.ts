@@ -3,7 +3,7 @@
 // the lines that teach (steps, states, times at the real driver's scale, memory, PASS).
 import { after, describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
@@ -512,6 +512,12 @@ describe("snapshot.ts", () => {
         // --keep: the snapshot is there, with its manifest.
         const manifest = JSON.parse(readFileSync(join(snap, "manifest.json"), "utf8"));
         assert.match(manifest.format, /^ckpt-cuda-snapshot\/\d+$/);
+        // A --dir without --keep is kept too (the user's), and said so: before, in silence.
+        const own = join(dir, "own");
+        const again = await runExample("snapshot.ts", [...ON_SIMULATOR, "--dir", own]);
+        assert.equal(again.code, 0, again.out + again.err);
+        assert.ok(again.out.endsWith(`(the snapshot is in ${own}: a --dir is kept)\n`), again.out);
+        assert.ok(existsSync(join(own, "manifest.json")));
       } finally {
         rmSync(dir, { recursive: true, force: true });
       }
