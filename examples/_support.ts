@@ -8,7 +8,7 @@
  */
 
 import { execFile } from "node:child_process";
-import { existsSync, readFileSync } from "node:fs";
+import { existsSync, readFileSync, rmSync } from "node:fs";
 import process from "node:process";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
@@ -534,5 +534,18 @@ export function readText(path: string): string {
     return readFileSync(path, "utf8");
   } catch {
     return "";
+  }
+}
+
+/**
+ * Ctrl-C or SIGTERM ends the example at once (exit 130 or 143), removing `folder` first where one
+ * is given: the temporary folder it made, which on a GPU holds a snapshot's images (gigabytes).
+ */
+export function removeOnInterrupt(folder: string | undefined): void {
+  for (const [signal, code] of [["SIGINT", 130], ["SIGTERM", 143]] as const) {
+    process.once(signal, () => {
+      if (folder) rmSync(folder, { recursive: true, force: true });
+      process.exit(code);
+    });
   }
 }

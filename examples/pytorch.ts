@@ -37,6 +37,7 @@ import {
   messageOf,
   parseExampleArgs,
   readText,
+  removeOnInterrupt,
   table,
   totalMiB,
 } from "./_support.ts";
@@ -77,6 +78,7 @@ const wantedPid = args.values.pid === undefined
   : intOption(SPEC, args, "pid", 1, 2 ** 31 - 1);
 // A folder of its own for the snapshot, where --dir names none.
 const work = args.values.dir ? undefined : mkdtempSync(join(tmpdir(), "ckpt-pytorch-example-"));
+removeOnInterrupt(args.values.keep ? undefined : work); // Ctrl-C: the folder goes too
 const dir = (args.values.dir as string | undefined) ?? join(work!, "snapshot");
 const step = (() => {
   let n = 0;

@@ -32,6 +32,7 @@ import {
   messageOf,
   parseExampleArgs,
   readText,
+  removeOnInterrupt,
   runtimeCommand,
   waitFor,
 } from "./_support.ts";
@@ -58,6 +59,7 @@ same steps on the simulated driver and its simulated criu. Exits 1 when a step f
 
 const args = parseExampleArgs(SPEC);
 const work = mkdtempSync(join(tmpdir(), "ckpt-snapshot-example-"));
+removeOnInterrupt(args.values.keep ? undefined : work); // Ctrl-C: the folder goes too
 const dir = (args.values.dir as string | undefined) ?? join(work, "snapshot");
 const step = (() => {
   let n = 0;

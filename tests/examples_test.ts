@@ -525,6 +525,31 @@ describe("snapshot.ts", () => {
   );
 });
 
+describe("snapshot.ts and pytorch.ts interrupted", () => {
+  test(
+    "Ctrl-C or SIGTERM ends them and takes the folder they made with them (before, left behind)",
+    SLOW,
+    async () => {
+      const cases = [["snapshot.ts", "SIGINT", 130], ["pytorch.ts", "SIGTERM", 143]] as const;
+      for (const [file, signal, code] of cases) {
+        const tmp = mkdtempSync(join(tmpdir(), "ckpt-example-interrupt-"));
+        try {
+          // The real clock, so that it is still under way when the signal comes.
+          const run = startExample(file, ["--driver", "sim"], { TMPDIR: tmp });
+          await run.waitFor(/^2\. /m);
+          const exited = new Promise((end) => run.child.once("exit", (c, s) => end(c ?? s)));
+          run.child.kill(signal);
+          // Its exit status, or (Deno) the signal itself once the handler has run.
+          assert.ok([code, signal].includes(await exited as never), run.output());
+          assert.deepEqual(readdirSync(tmp), [], `${file}: nothing left in the temporary folder`);
+        } finally {
+          rmSync(tmp, { recursive: true, force: true });
+        }
+      }
+    },
+  );
+});
+
 describe("pytorch.ts", () => {
   test(
     "without a GPU: a stand-in PyTorch process found among others, to disk and back, intact",
