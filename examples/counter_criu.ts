@@ -113,8 +113,9 @@ try {
   console.log(`FAIL: ${messageOf(error)}`);
 } finally {
   await here.close();
-  if (ok) rmSync(work, { recursive: true, force: true });
-  else console.log(`(the counter's output and criu's logs, if any, are in ${work})`);
+  // Kept where it failed and holds something to read (the counter's output, criu's logs).
+  if (ok || readdirSync(work).length === 0) rmSync(work, { recursive: true, force: true });
+  else console.log(`(the counter's output and criu's logs are in ${work})`);
 }
 process.exit(ok ? 0 : 1);
 

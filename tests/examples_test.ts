@@ -241,6 +241,24 @@ describe("counter.ts and counter_criu.ts", () => {
     }
   });
 
+  test(
+    "counter_criu.ts whose counter cannot start keeps no empty folder behind",
+    SLOW,
+    async () => {
+      const tmp = mkdtempSync(join(tmpdir(), "ckpt-counter-test-"));
+      try {
+        const args = [...ON_SIMULATOR, "--unix", "/nonexistent/c.sock"];
+        const run = await runExample("counter_criu.ts", args, { TMPDIR: tmp });
+        assert.equal(run.code, 1, run.out + run.err);
+        assert.match(run.out, /^FAIL: .*(ENOENT|listen)/m); // Deno says ENOENT, Bun "Failed to listen"
+        assert.doesNotMatch(run.out, /are in /, "it points at no folder");
+        assert.deepEqual(readdirSync(tmp), [], "its empty folder is gone (before, kept)");
+      } finally {
+        rmSync(tmp, { recursive: true, force: true });
+      }
+    },
+  );
+
   test("--ask with no counter there fails at once and says what to start", SLOW, async () => {
     const dir = mkdtempSync(join(tmpdir(), "ckpt-counter-test-"));
     try {
