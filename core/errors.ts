@@ -203,7 +203,7 @@ export type SnapshotFailure =
   /** The deadline passed or the signal aborted; what was done was undone. */
   | "STOPPED";
 
-/** A snapshot or its restore failed after things began to change; `detail` says where all are. */
+/** A snapshot or restore failed once begun (or stopped before it began); `detail` says where. */
 export class SnapshotError extends CheckpointError {
   /** Which part failed. */
   readonly code: SnapshotFailure;
