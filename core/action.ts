@@ -52,7 +52,7 @@ export function act(
     const { state, steps, roomCheck } = report;
     const status = report.status === "unchanged" ? "unchanged" : "done";
     return defined({ status, state: state!, steps, roomCheck });
-  });
+  }, action);
 }
 
 /** A record without its fields that are `undefined`, as the outcomes give them. */

@@ -203,7 +203,7 @@ class Group {
     const hooks = { ...this.#hooks(pid), stopBefore: () => this.#stopReason() };
     const act = (turn: Turn) => runAction(turn, this.action, this.#settingsFor(pid), hooks, true);
     try {
-      entry.report = await entry.proc.ordered(act);
+      entry.report = await entry.proc.ordered(act, this.action);
     } catch (err) {
       // The handle could not be used at all (its driver did not open, it was closed).
       entry.report = { status: "failed", steps: [], error: asError(err) };

@@ -118,9 +118,8 @@ export class Handle {
 
   /** The restore thread id, at once (the driver answers even while the process is busy). */
   restoreThreadId(): Promise<number> {
-    return this.#track(async () =>
-      await callDriver((await this.machine()).driver, "getRestoreThreadId", this.pid)
-    );
+    const call = (t: Turn) => callDriver(t.machine.driver, "getRestoreThreadId", this.pid);
+    return this.ordered(call, "restoreThreadId", false);
   }
 
   /** Resolves once the process is in `state`, asking every `intervalMs` (checked by the caller). */
@@ -146,20 +145,21 @@ export class Handle {
     }
   }
 
-  /** Runs `body` in the process's {@link Turn}: no other operation on it runs in between. */
-  ordered<T>(body: (turn: Turn) => Promise<T>): Promise<T> {
+  /** Runs `body` in the process's {@link Turn} (`queued`: no other operation on it in between). */
+  ordered<T>(body: (turn: Turn) => Promise<T>, operation = "getState", queued = true): Promise<T> {
     return this.#track(async () => {
       const session = await this.#session();
       const found = await session.identify(this.pid);
       if (found && this.#identity && !sameProcess(this.#identity, found)) {
         const reason = `the process this handle was made for has ended, and ${this.pid} now ` +
           `names another process`;
-        throw new RefusedError({ code: "REPLACED", operation: "getState", pid: this.pid, reason });
+        throw new RefusedError({ code: "REPLACED", operation, pid: this.pid, reason });
       }
       this.#identity ??= found;
       // No process has the id now (the driver will say so): the process it named, or the number.
       const identity = found ?? this.#identity ?? { pid: this.pid };
-      return await session.inOrder(identity, () => body(new Turn(this.pid, identity, session)));
+      const run = () => body(new Turn(this.pid, identity, session));
+      return await (queued ? session.inOrder(identity, run) : run());
     });
   }
 

@@ -111,6 +111,28 @@ describe("a pid that is reused is another process", () => {
     assert.equal((await new CudaProcess(target.pid, { machine }).lock()).state, "locked");
   });
 
+  test("restoreThreadId() first (CRIU's flow) ties the handle too, and is refused once replaced", async () => {
+    // Before, it went round the check: it answered the new process's thread, and a handle first
+    // used through it then suspended whatever held the pid later.
+    const sim = new SimulatedMachine();
+    const starts = new Map<number, number>();
+    const machine = withStarts(sim, starts);
+    const target = sim.spawn();
+    starts.set(target.pid, 100);
+    const proc = new CudaProcess(target.pid, { machine });
+    assert.equal(await proc.restoreThreadId(), target.tid);
+    starts.set(target.pid, 200); // ended; another process has its pid
+    const before = sim.driver.calls.length;
+    for (const call of [() => proc.restoreThreadId(), () => proc.suspend()]) {
+      const err = await call().catch((e) => e);
+      assert.ok(err instanceof RefusedError && err.code === "REPLACED", String(err));
+    }
+    const err = await proc.suspend().catch((e) => e);
+    assert.match(err.message, /^suspend of process \d+ refused: the process this handle was/);
+    assert.equal(sim.driver.calls.length, before, "nothing reached the driver");
+    assert.equal(target.state, "running");
+  });
+
   test("a record of an earlier process with the pid is not this process's", async () => {
     const sim = new SimulatedMachine();
     const starts = new Map<number, number>();
