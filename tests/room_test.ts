@@ -88,17 +88,22 @@ function withStarts(sim: SimulatedMachine, starts: Map<number, number>): Machine
   return { ...forward(sim), host: hostWith(host, { identify }) };
 }
 
+/** A handle on a simulated process; `replace()`: it ends and another gets its pid (a later start). */
+function handleOnReusedPid() {
+  const sim = new SimulatedMachine();
+  const starts = new Map<number, number>();
+  const machine = withStarts(sim, starts);
+  const target = sim.spawn();
+  starts.set(target.pid, 100);
+  const proc = new CudaProcess(target.pid, { machine });
+  return { sim, machine, target, proc, replace: () => starts.set(target.pid, 200) };
+}
+
 describe("a pid that is reused is another process", () => {
   test("a handle made for one process refuses to act on the next one with its pid", async () => {
-    const sim = new SimulatedMachine();
-    const starts = new Map<number, number>();
-    const machine = withStarts(sim, starts);
-    const target = sim.spawn();
-    starts.set(target.pid, 100);
-    const proc = new CudaProcess(target.pid, { machine });
+    const { sim, machine, target, proc, replace } = handleOnReusedPid();
     assert.equal(await proc.state(), "running");
-    // The process ends and another one gets its pid (the host says: a later start).
-    starts.set(target.pid, 200);
+    replace();
     const before = sim.driver.calls.length;
     await assert.rejects(proc.lock(), (err: unknown) => {
       assert.ok(err instanceof RefusedError);
@@ -114,14 +119,9 @@ describe("a pid that is reused is another process", () => {
   test("restoreThreadId() first (CRIU's flow) ties the handle too, and is refused once replaced", async () => {
     // Before, it went round the check: it answered the new process's thread, and a handle first
     // used through it then suspended whatever held the pid later.
-    const sim = new SimulatedMachine();
-    const starts = new Map<number, number>();
-    const machine = withStarts(sim, starts);
-    const target = sim.spawn();
-    starts.set(target.pid, 100);
-    const proc = new CudaProcess(target.pid, { machine });
+    const { sim, target, proc, replace } = handleOnReusedPid();
     assert.equal(await proc.restoreThreadId(), target.tid);
-    starts.set(target.pid, 200); // ended; another process has its pid
+    replace();
     const before = sim.driver.calls.length;
     for (const call of [() => proc.restoreThreadId(), () => proc.suspend()]) {
       const err = await call().catch((e) => e);
