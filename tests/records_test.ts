@@ -91,6 +91,11 @@ describe("records in a private directory", () => {
       assert.deepEqual(await records.get(id), { process: id, heldMiB: { [GPU]: 1544 }, at: 1 });
       assert.equal(await records.get({ pid: id.pid, start: id.start! + 1 }), undefined);
       assert.deepEqual((await readdir(dir)).filter((n) => n.endsWith(".tmp")), [], "no leftovers");
+      // Whole: a new record replaces the file (written aside, then renamed), never rewrites it.
+      const inode = (await stat(file)).ino;
+      await records.put({ process: id, heldMiB: { [GPU]: 2000 }, at: 2 });
+      assert.notEqual((await stat(file)).ino, inode, "replaced by a rename, not written in place");
+      assert.equal((await records.get(id))?.heldMiB[GPU], 2000);
       await records.remove(id);
       assert.deepEqual(await readdir(dir), []);
     } finally {

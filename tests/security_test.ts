@@ -50,11 +50,11 @@ describe("no shell", () => {
 
   test("nothing published starts a shell or builds a command line from a string", () => {
     const forbidden: [RegExp, string][] = [
-      [/\bshell\s*:\s*true\b/, "shell: true"],
+      [/\bshell\s*:(?!\s*false\b)/, "a shell option (shell: true, or any value but false)"],
       [/\bexecSync\s*\(|\bexec\s*\(\s*[`'"]/, "child_process exec with a command string"],
       [/\bDeno\.run\s*\(/, "Deno.run"],
       [
-        /["'`]\/bin\/(ba|z|da)?sh["'`]|["'`](ba|z|da)?sh["'`]\s*,\s*\[?\s*["'`]-c["'`]/,
+        /["'`]\/bin\/(ba|z|da)?sh["'`]|["'`](ba|z|da)?sh["'`]\s*,\s*\[?\s*["'`]-[a-z]*c[a-z]*["'`]/,
         "a shell -c",
       ],
       [/\bBun\.\$|\$`/, "Bun's shell"],

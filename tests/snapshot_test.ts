@@ -472,8 +472,10 @@ describe("a snapshot and its restore", () => {
   });
 
   test("a job: every lock before any checkpoint, and at restore every restore before any unlock", async () => {
-    const { sim, pids } = await job();
+    const { sim, a, pids } = await job();
     const dir = newDir();
+    // One lock waits for a kernel: without the job, the other's checkpoint would come before it.
+    void a.launch(2000);
     const mark = sim.driver.calls.length;
     await snapshot([pids[0]], dir, { machine: sim, job: true });
     const calls = sim.driver.calls.slice(mark);
@@ -796,8 +798,14 @@ describe("failures after things began to change", () => {
       await snapshot([j.pids[0]], d, { machine: j.sim });
       return { ...j, dir: d };
     })();
-    sim.engine.failNext("restore");
-    const err = await restoreSnapshot(dir, { machine: sim }).catch((e) => e);
+    // A criu that fails having made the tree, and leaves it (the simulated one's own failure
+    // ends what it made, which would hide a rollback that ends nothing).
+    const engine = restoringWith(sim.engine, async (r: RestoreRequest) => {
+      await sim.engine.restore(r);
+      throw new EngineError("criu failed after making the tree (simulated)");
+    });
+    const err = await restoreSnapshot(dir, { machine: machineWith(sim, { engine }) })
+      .catch((e) => e);
     assert.ok(err instanceof SnapshotError);
     assert.equal(err.code, "RESTORE_FAILED");
     assert.equal(sim.processes.length, 0, "no process is left");
