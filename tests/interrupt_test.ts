@@ -14,6 +14,8 @@ import process from "node:process";
 import { type Interrupts, main } from "../cli/main.ts";
 import { openSimulatedMachine } from "../cli/simulate.ts";
 import { SimulatedMachine } from "../mock/mod.ts";
+import type { RestoreRequest } from "../core/engine.ts";
+import { machineWith } from "./support/forward.ts";
 import { BINARY, binaryBuilt, cli } from "./cli_support.ts";
 import { type Interrupted, runInterrupted } from "./support/interrupted.ts";
 import { runtime } from "./fixtures/fake.ts";
@@ -356,14 +358,33 @@ describe("an interrupt during a snapshot or a restore, in-process", () => {
     const dir = join(scratch, "to-restore");
     const pids = procs.map((p) => p.pid).join(",");
     assert.equal((await cli(["snapshot", "--pid", pids, "--dir", dir], { machine: sim })).code, 0);
-    // Once the first is back (criu restored it) and its CUDA state is being restored.
-    const fake = interruptsWhen(sim, [[() => sim.process(procs[0].pid) !== undefined, "SIGTERM"]]);
-    const r = await cli(["restore-snapshot", dir], { machine: sim, interrupts: fake.interrupts });
+    // As criu's restore of the first tree returns (it is back, held until its images matched):
+    // before, the signal came inside the simulated criu, which ended its own tree, so nothing of
+    // the rollback was seen.
+    let handler: ((signal?: Signal) => void) | undefined;
+    const interrupts: Interrupts = {
+      watch: (f) => (handler = f, () => handler = undefined),
+      exit: () => assert.fail("a second signal"),
+    };
+    let back = 0;
+    const restore = async (r: RestoreRequest) => {
+      await sim.engine.restore(r);
+      if (back++ === 0) handler?.("SIGTERM");
+    };
+    const engine = new Proxy(sim.engine, {
+      get: (t, k) => k === "restore" ? restore : Reflect.get(t, k)?.bind?.(t) ?? Reflect.get(t, k),
+    });
+    const r = await cli(["restore-snapshot", dir], {
+      machine: machineWith(sim, { engine }),
+      interrupts,
+    });
     assert.equal(r.code, 143, r.err);
     assert.match(r.errLines[0], /^cuda-checkpoint: restore-snapshot interrupted by SIGTERM: /);
-    // What the restore left: the library's sentence (here, criu's restore stopped).
+    // What the restore left: the library's sentence; what it had made, ended.
     assert.match(r.errLines.at(-1)!, /^cuda-checkpoint: restore(-snapshot| of the snapshot) /);
+    assert.match(r.err, /were ended; the snapshot is unchanged/);
     assert.equal(r.errLines.length, 2);
+    assert.equal(sim.processes.length, 0, "what the restore made was ended");
   });
 });
 
