@@ -3,13 +3,14 @@
 // the lines that teach (steps, states, times at the real driver's scale, memory, PASS).
 import { after, describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
 import { askCounter } from "../examples/counter.ts";
 import { gpuMemoryFromChild } from "../examples/_support.ts";
 import { FakeDir, noCompiler } from "./fixtures/fake.ts";
+import { tempDirs } from "./support/temp_dirs.ts";
 import { buildFakeNvml } from "./fixtures/fake_nvml.ts";
 import {
   examplePath,
@@ -32,6 +33,8 @@ const EXAMPLES = [
 // Each example run is cut at 60 s (runExample); a test makes one or a few, under a second each on
 // a quiet machine: its own limit is above the cut, so a slow machine shows the example's output.
 const SLOW = { timeout: 120_000 };
+/** A new folder for a test (its TMPDIR, a --dir), removed after it. */
+const base = tempDirs("ckpt-examples-test-");
 
 /** A number printed with three decimals in a line that matches `pattern` (its first group). */
 function msIn(out: string, pattern: RegExp): number {
@@ -192,8 +195,7 @@ describe("self_checkpoint.ts", () => {
 
 describe("counter.ts and counter_criu.ts", () => {
   test("answers 101, then 102, on a unix socket and on UDP", SLOW, async () => {
-    const dir = mkdtempSync(join(tmpdir(), "ckpt-counter-test-"));
-    const unix = join(dir, "counter.sock");
+    const unix = join(base(), "counter.sock");
     const server = startExample("counter.ts", [...ON_SIMULATOR, "--unix", unix]);
     const udp = startExample("counter.ts", [...ON_SIMULATOR, "--port", "0"]);
     try {
@@ -218,7 +220,6 @@ describe("counter.ts and counter_criu.ts", () => {
     } finally {
       await server.stop();
       await udp.stop();
-      rmSync(dir, { recursive: true, force: true });
     }
   });
 
@@ -245,77 +246,65 @@ describe("counter.ts and counter_criu.ts", () => {
     "counter_criu.ts whose counter cannot start keeps no empty folder behind",
     SLOW,
     async () => {
-      const tmp = mkdtempSync(join(tmpdir(), "ckpt-counter-test-"));
-      try {
-        const args = [...ON_SIMULATOR, "--unix", "/nonexistent/c.sock"];
-        const run = await runExample("counter_criu.ts", args, { TMPDIR: tmp });
-        assert.equal(run.code, 1, run.out + run.err);
-        assert.match(run.out, /^FAIL: .*(ENOENT|listen)/m); // Deno says ENOENT, Bun "Failed to listen"
-        assert.doesNotMatch(run.out, /are in /, "it points at no folder");
-        assert.deepEqual(readdirSync(tmp), [], "its empty folder is gone (before, kept)");
-      } finally {
-        rmSync(tmp, { recursive: true, force: true });
-      }
+      const tmp = base();
+      const args = [...ON_SIMULATOR, "--unix", "/nonexistent/c.sock"];
+      const run = await runExample("counter_criu.ts", args, { TMPDIR: tmp });
+      assert.equal(run.code, 1, run.out + run.err);
+      assert.match(run.out, /^FAIL: .*(ENOENT|listen)/m); // Deno says ENOENT, Bun "Failed to listen"
+      assert.doesNotMatch(run.out, /are in /, "it points at no folder");
+      assert.deepEqual(readdirSync(tmp), [], "its empty folder is gone (before, kept)");
     },
   );
 
   test("--ask with no counter there fails at once and says what to start", SLOW, async () => {
-    const dir = mkdtempSync(join(tmpdir(), "ckpt-counter-test-"));
-    try {
-      const unix = join(dir, "nobody.sock");
-      const asked = await runExample("counter.ts", ["--ask", "--unix", unix]);
-      assert.equal(asked.code, 1);
-      assert.equal(asked.out, "");
-      assert.match(asked.err, /^counter\.ts --ask: .*ENOENT/);
-      assert.ok(
-        asked.err.includes(
-          `Is a counter running (npx deno run -A examples/counter.ts --unix ${unix})`,
-        ),
-        asked.err,
-      );
-    } finally {
-      rmSync(dir, { recursive: true, force: true });
-    }
+    const dir = base();
+    const unix = join(dir, "nobody.sock");
+    const asked = await runExample("counter.ts", ["--ask", "--unix", unix]);
+    assert.equal(asked.code, 1);
+    assert.equal(asked.out, "");
+    assert.match(asked.err, /^counter\.ts --ask: .*ENOENT/);
+    assert.ok(
+      asked.err.includes(
+        `Is a counter running (npx deno run -A examples/counter.ts --unix ${unix})`,
+      ),
+      asked.err,
+    );
   });
 
   test(
     "counter_criu.ts without a GPU runs the CUDA half and says why the CRIU half is skipped",
     SLOW,
     async () => {
-      const dir = mkdtempSync(join(tmpdir(), "ckpt-counter-test-"));
-      try {
-        const run = await runExample("counter_criu.ts", [
-          ...ON_SIMULATOR,
-          "--unix",
-          join(dir, "c.sock"),
-        ]);
-        assert.equal(run.code, 0, run.out + run.err);
-        assert.match(run.lines[0], /^Running on the SIMULATED driver/);
-        assert.match(run.out, /^ {2}an NVIDIA driver with the checkpoint API +NO /m);
-        assert.match(run.out, /^ {2}criu +(yes|NO) /m);
-        assert.match(
-          run.out,
-          /^The CRIU half is SKIPPED: it needs an NVIDIA driver with the checkpoint API and /m,
-        );
-        assert.match(run.out, /^2\. Asked it: 101$/m);
-        assert.match(run.out, /^3\. GPU memory it holds: \d+ MiB$/m);
-        assert.match(
-          run.out,
-          /^4\. Suspended its CUDA state \(lock \+ checkpoint\): \d+ ms, checkpointed$/m,
-        );
-        assert.match(run.out, /^5\. GPU memory it holds now: none$/m);
-        assert.match(run.out, /^6\. criu dump: SKIPPED$/m);
-        assert.match(run.out, /^7\. criu restore: SKIPPED$/m);
-        assert.match(
-          run.out,
-          /^8\. Resumed its CUDA state \(restore \+ unlock\): \d+ ms, running; GPU memory \d+ MiB$/m,
-        );
-        assert.match(run.out, /^9\. Asked it again: 102$/m);
-        assert.match(run.out, /^PASS \(CUDA half only\): the counter answered 101, then 102/m);
-        assert.match(run.out, /^ {2}skipped because an NVIDIA driver with the checkpoint API: /m);
-      } finally {
-        rmSync(dir, { recursive: true, force: true });
-      }
+      const dir = base();
+      const run = await runExample("counter_criu.ts", [
+        ...ON_SIMULATOR,
+        "--unix",
+        join(dir, "c.sock"),
+      ]);
+      assert.equal(run.code, 0, run.out + run.err);
+      assert.match(run.lines[0], /^Running on the SIMULATED driver/);
+      assert.match(run.out, /^ {2}an NVIDIA driver with the checkpoint API +NO /m);
+      assert.match(run.out, /^ {2}criu +(yes|NO) /m);
+      assert.match(
+        run.out,
+        /^The CRIU half is SKIPPED: it needs an NVIDIA driver with the checkpoint API and /m,
+      );
+      assert.match(run.out, /^2\. Asked it: 101$/m);
+      assert.match(run.out, /^3\. GPU memory it holds: \d+ MiB$/m);
+      assert.match(
+        run.out,
+        /^4\. Suspended its CUDA state \(lock \+ checkpoint\): \d+ ms, checkpointed$/m,
+      );
+      assert.match(run.out, /^5\. GPU memory it holds now: none$/m);
+      assert.match(run.out, /^6\. criu dump: SKIPPED$/m);
+      assert.match(run.out, /^7\. criu restore: SKIPPED$/m);
+      assert.match(
+        run.out,
+        /^8\. Resumed its CUDA state \(restore \+ unlock\): \d+ ms, running; GPU memory \d+ MiB$/m,
+      );
+      assert.match(run.out, /^9\. Asked it again: 102$/m);
+      assert.match(run.out, /^PASS \(CUDA half only\): the counter answered 101, then 102/m);
+      assert.match(run.out, /^ {2}skipped because an NVIDIA driver with the checkpoint API: /m);
     },
   );
 });
@@ -490,55 +479,47 @@ describe("the GPU memory of a process, asked by a child process (self_checkpoint
 
 describe("snapshot.ts", () => {
   test("a snapshot that fails says why and leaves no folder of its own behind", SLOW, async () => {
-    const tmp = mkdtempSync(join(tmpdir(), "ckpt-snapshot-example-fail-"));
-    try {
-      writeFileSync(join(tmp, "a-file"), "");
-      // A --dir inside a file: the snapshot cannot be made there.
-      const run = await runExample(
-        "snapshot.ts",
-        [...ON_SIMULATOR, "--dir", join(tmp, "a-file", "snap")],
-        { TMPDIR: tmp },
-      );
-      assert.equal(run.code, 1, run.out + run.err);
-      assert.match(run.out, /^FAIL: .*a-file/m);
-      assert.doesNotMatch(run.out, /are in /, "it points at no folder");
-      assert.deepEqual(readdirSync(tmp), ["a-file"], "the folder it made is gone");
-    } finally {
-      rmSync(tmp, { recursive: true, force: true });
-    }
+    const tmp = base();
+    writeFileSync(join(tmp, "a-file"), "");
+    // A --dir inside a file: the snapshot cannot be made there.
+    const run = await runExample(
+      "snapshot.ts",
+      [...ON_SIMULATOR, "--dir", join(tmp, "a-file", "snap")],
+      { TMPDIR: tmp },
+    );
+    assert.equal(run.code, 1, run.out + run.err);
+    assert.match(run.out, /^FAIL: .*a-file/m);
+    assert.doesNotMatch(run.out, /are in /, "it points at no folder");
+    assert.deepEqual(readdirSync(tmp), ["a-file"], "the folder it made is gone");
   });
 
   test(
     "without a GPU: the same steps on the simulator and its criu, memory intact, 101 then 102",
     SLOW,
     async () => {
-      const dir = mkdtempSync(join(tmpdir(), "ckpt-snapshot-example-test-"));
-      try {
-        const snap = join(dir, "snap");
-        const run = await runExample("snapshot.ts", [...ON_SIMULATOR, "--dir", snap, "--keep"]);
-        assert.equal(run.code, 0, run.out + run.err);
-        assert.match(run.lines[0], /^Running on the SIMULATED driver/);
-        assert.match(run.out, /^2\. Asked it: 101$/m);
-        assert.match(
-          run.out,
-          /^3\. Snapshot in .*snap: GPU memory \d+ MiB on GPU 0 \(NVIDIA H200\); suspend/m,
-        );
-        assert.match(run.out, /^4\. The counter is gone$/m);
-        assert.match(run.out, /^5\. Restored: pid \d+, running, in [\d.]+ s$/m);
-        assert.match(run.out, /^6\. Its GPU memory is the same, byte for byte$/m);
-        assert.match(run.out, /^PASS: the counter answered 101, then 102 after a snapshot/m);
-        // --keep: the snapshot is there, with its manifest.
-        const manifest = JSON.parse(readFileSync(join(snap, "manifest.json"), "utf8"));
-        assert.match(manifest.format, /^ckpt-cuda-snapshot\/\d+$/);
-        // A --dir without --keep is kept too (the user's), and said so: before, in silence.
-        const own = join(dir, "own");
-        const again = await runExample("snapshot.ts", [...ON_SIMULATOR, "--dir", own]);
-        assert.equal(again.code, 0, again.out + again.err);
-        assert.ok(again.out.endsWith(`(the snapshot is in ${own}: a --dir is kept)\n`), again.out);
-        assert.ok(existsSync(join(own, "manifest.json")));
-      } finally {
-        rmSync(dir, { recursive: true, force: true });
-      }
+      const dir = base();
+      const snap = join(dir, "snap");
+      const run = await runExample("snapshot.ts", [...ON_SIMULATOR, "--dir", snap, "--keep"]);
+      assert.equal(run.code, 0, run.out + run.err);
+      assert.match(run.lines[0], /^Running on the SIMULATED driver/);
+      assert.match(run.out, /^2\. Asked it: 101$/m);
+      assert.match(
+        run.out,
+        /^3\. Snapshot in .*snap: GPU memory \d+ MiB on GPU 0 \(NVIDIA H200\); suspend/m,
+      );
+      assert.match(run.out, /^4\. The counter is gone$/m);
+      assert.match(run.out, /^5\. Restored: pid \d+, running, in [\d.]+ s$/m);
+      assert.match(run.out, /^6\. Its GPU memory is the same, byte for byte$/m);
+      assert.match(run.out, /^PASS: the counter answered 101, then 102 after a snapshot/m);
+      // --keep: the snapshot is there, with its manifest.
+      const manifest = JSON.parse(readFileSync(join(snap, "manifest.json"), "utf8"));
+      assert.match(manifest.format, /^ckpt-cuda-snapshot\/\d+$/);
+      // A --dir without --keep is kept too (the user's), and said so: before, in silence.
+      const own = join(dir, "own");
+      const again = await runExample("snapshot.ts", [...ON_SIMULATOR, "--dir", own]);
+      assert.equal(again.code, 0, again.out + again.err);
+      assert.ok(again.out.endsWith(`(the snapshot is in ${own}: a --dir is kept)\n`), again.out);
+      assert.ok(existsSync(join(own, "manifest.json")));
     },
   );
 });
@@ -550,19 +531,15 @@ describe("snapshot.ts and pytorch.ts interrupted", () => {
     async () => {
       const cases = [["snapshot.ts", "SIGINT", 130], ["pytorch.ts", "SIGTERM", 143]] as const;
       for (const [file, signal, code] of cases) {
-        const tmp = mkdtempSync(join(tmpdir(), "ckpt-example-interrupt-"));
-        try {
-          // The real clock, so that it is still under way when the signal comes.
-          const run = startExample(file, ["--driver", "sim"], { TMPDIR: tmp });
-          await run.waitFor(/^2\. /m);
-          const exited = new Promise((end) => run.child.once("exit", (c, s) => end(c ?? s)));
-          run.child.kill(signal);
-          // Its exit status, or (Deno) the signal itself once the handler has run.
-          assert.ok([code, signal].includes(await exited as never), run.output());
-          assert.deepEqual(readdirSync(tmp), [], `${file}: nothing left in the temporary folder`);
-        } finally {
-          rmSync(tmp, { recursive: true, force: true });
-        }
+        const tmp = base();
+        // The real clock, so that it is still under way when the signal comes.
+        const run = startExample(file, ["--driver", "sim"], { TMPDIR: tmp });
+        await run.waitFor(/^2\. /m);
+        const exited = new Promise((end) => run.child.once("exit", (c, s) => end(c ?? s)));
+        run.child.kill(signal);
+        // Its exit status, or (Deno) the signal itself once the handler has run.
+        assert.ok([code, signal].includes(await exited as never), run.output());
+        assert.deepEqual(readdirSync(tmp), [], `${file}: nothing left in the temporary folder`);
       }
     },
   );
@@ -573,30 +550,26 @@ describe("pytorch.ts", () => {
     "without a GPU: a stand-in PyTorch process found among others, to disk and back, intact",
     SLOW,
     async () => {
-      const dir = mkdtempSync(join(tmpdir(), "ckpt-pytorch-example-test-"));
-      try {
-        const snap = join(dir, "snap");
-        const run = await runExample("pytorch.ts", [...ON_SIMULATOR, "--dir", snap, "--keep"]);
-        assert.equal(run.code, 0, run.out + run.err);
-        assert.match(run.lines[0], /^Running on the SIMULATED driver/);
-        // Only the CUDA process whose command line names python or torch is listed.
-        assert.match(run.out, /^1\. PyTorch processes here: 1 \(of 2 CUDA processes; /m);
-        assert.match(run.out, /^ *4000 +running +\d+ MiB +- +python3 train\.py /m);
-        assert.doesNotMatch(run.out, /render --frames/);
-        assert.match(run.out, /^2\. Taking process 4000 to disk: python3 train\.py /m);
-        assert.match(
-          run.out,
-          /^3\. Snapshot in .*snap: GPU memory \d+ MiB, .* of images \(the simulated criu writes only the bytes written to the GPU\); suspend/m,
-        );
-        assert.match(run.out, /^4\. Process 4000 is gone: its GPU memory is free$/m);
-        assert.match(run.out, /^5\. Restored in [\d.]+ s: pid 4000, running, GPU memory \d+ MiB$/m);
-        assert.match(run.out, /^6\. Its GPU memory is the same, byte for byte$/m);
-        assert.match(run.out, /^PASS: PyTorch process 4000 went to disk and came back running/m);
-        const manifest = JSON.parse(readFileSync(join(snap, "manifest.json"), "utf8"));
-        assert.match(manifest.trees[0].processes[0].command, /^python3 train\.py/);
-      } finally {
-        rmSync(dir, { recursive: true, force: true });
-      }
+      const dir = base();
+      const snap = join(dir, "snap");
+      const run = await runExample("pytorch.ts", [...ON_SIMULATOR, "--dir", snap, "--keep"]);
+      assert.equal(run.code, 0, run.out + run.err);
+      assert.match(run.lines[0], /^Running on the SIMULATED driver/);
+      // Only the CUDA process whose command line names python or torch is listed.
+      assert.match(run.out, /^1\. PyTorch processes here: 1 \(of 2 CUDA processes; /m);
+      assert.match(run.out, /^ *4000 +running +\d+ MiB +- +python3 train\.py /m);
+      assert.doesNotMatch(run.out, /render --frames/);
+      assert.match(run.out, /^2\. Taking process 4000 to disk: python3 train\.py /m);
+      assert.match(
+        run.out,
+        /^3\. Snapshot in .*snap: GPU memory \d+ MiB, .* of images \(the simulated criu writes only the bytes written to the GPU\); suspend/m,
+      );
+      assert.match(run.out, /^4\. Process 4000 is gone: its GPU memory is free$/m);
+      assert.match(run.out, /^5\. Restored in [\d.]+ s: pid 4000, running, GPU memory \d+ MiB$/m);
+      assert.match(run.out, /^6\. Its GPU memory is the same, byte for byte$/m);
+      assert.match(run.out, /^PASS: PyTorch process 4000 went to disk and came back running/m);
+      const manifest = JSON.parse(readFileSync(join(snap, "manifest.json"), "utf8"));
+      assert.match(manifest.trees[0].processes[0].command, /^python3 train\.py/);
     },
   );
 
