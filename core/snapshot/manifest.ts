@@ -86,8 +86,8 @@ export function treeDirName(root: number): string {
 
 const TOP_FIELDS = "format createdAt tool host driver engine gpus trees options timings files"
   .split(" ");
-/** The name of a tree's directory, `tree-<pid>` (see {@link treeDirName}). */
-export const TREE_DIR = /^tree-[1-9][0-9]{0,9}$/;
+/** The name of a tree's directory, `tree-<pid>` (see {@link treeDirName}); its root, captured. */
+export const TREE_DIR = /^tree-([1-9][0-9]{0,9})$/;
 const DIGEST = /^[0-9a-f]{64}$/;
 const FILE_PATH = /^tree-[1-9][0-9]{0,9}\/[A-Za-z0-9_][A-Za-z0-9._-]{0,200}$/;
 

@@ -10,7 +10,7 @@ import { checkGroupOptions, type GroupEvent } from "../group_types.ts";
 import type { Machine } from "../machine.ts";
 import { sessionOf } from "../process.ts";
 import { openInterrupted, TRACE_FILE } from "./layout.ts";
-import { snapshotRefusal } from "./manifest.ts";
+import { snapshotRefusal, TREE_DIR } from "./manifest.ts";
 import type { SnapshotStore } from "./store.ts";
 import { groupFailure } from "./run.ts";
 import { treesNow } from "./trees.ts";
@@ -54,7 +54,7 @@ export async function recoverFrom(
       // Killed while it was ending its trees (its manifest written), the snapshot may have left
       // them stopped (SIGSTOP): every process of a tree that holds one it suspended is woken.
       const host = machine.host, made = complete && host ? trace.made : []; // tree-<root> each
-      const trees = await Promise.all(made.map((m) => treesNow(host!, [Number(m.slice(5))])));
+      const trees = await Promise.all(made.map((m) => treesNow(host!, [+TREE_DIR.exec(m)![1]])));
       const ours = trees.filter((t) => t.some((pid) => alive.includes(pid))).flat();
       await machine.engine?.wake?.([...alive, ...ours]);
       const settings = checkGroupOptions({ checkRoom, onProgress });

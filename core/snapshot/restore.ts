@@ -324,12 +324,12 @@ async function rollBack(r: Restoring, stopped: string | undefined): Promise<Erro
   for (const watch of r.watches) r.ran ??= await watch();
   // Every process the engine made: its trees as they are now, and the pids of those it failed on
   // that a process holds (they were free when it began).
-  const pidsOf = (trees: ManifestTree[]) => trees.flatMap((t) => t.processes.map((p) => p.pid));
-  const left = r.begun.filter((pid) => !pidsOf(r.made).includes(pid));
+  const listed = r.made.flatMap((t) => t.processes.map((p) => p.pid));
+  const left = r.begun.filter((pid) => !listed.includes(pid));
   const uses = left.length > 0 ? await usesOf(run.host, left).catch(() => []) : [];
   const held = uses.filter((u) => u.as === "pid" && u.holder === u.id).map((u) => u.id);
   const now = await treesNow(run.host, [...r.made.map((t) => t.root), ...held]);
-  const made = [...new Set([...pidsOf(r.made), ...held, ...now])];
+  const made = [...new Set([...listed, ...held, ...now])];
   await run.engine.kill(made).catch(() => {});
   await untilFree(run.host, made, clockOf(run.machine).sleep).catch(() => {});
   const ended = made.length === 0
