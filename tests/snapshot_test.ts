@@ -28,7 +28,7 @@ import {
 import type { SnapshotDir, SnapshotEvent, SnapshotStore } from "../snapshot.ts";
 import { EngineError, type RestoreRequest } from "../core/engine.ts";
 import { MANIFEST_FILE } from "../core/snapshot/layout.ts";
-import { hostWith, machineWith } from "./support/forward.ts";
+import { forward, hostWith, machineWith } from "./support/forward.ts";
 import { SimulatedCriu, SimulatedMachine, type SimulatedProcess } from "../mock/mod.ts";
 import { mappingProblems } from "../core/mapping.ts";
 import { parseGpuUuid } from "../core/options.ts";
@@ -762,33 +762,48 @@ describe("failures after things began to change", () => {
     assert.equal(live(sim, a.pid).state, "running");
   });
 
+  test("a process on a GPU the driver hides is refused before anything is suspended", async () => {
+    const sim = new SimulatedMachine({ gpus: 2 });
+    const p = sim.spawn({ memoryMiB: 256, gpu: 1 });
+    // As the native driver lists GPUs under CUDA_VISIBLE_DEVICES=0, while NVML sees both.
+    const locks: number[] = [];
+    const machine = forward(sim, {
+      listGpus: async () => (await sim.driver.listGpus!()).slice(0, 1),
+      lock: (pid, args) => (locks.push(pid), sim.driver.lock(pid, args)),
+    });
+    const dir = newDir();
+    const err = await snapshot([p.pid], dir, { machine }).catch((e) => e);
+    assert.ok(err instanceof RefusedError, String(err));
+    assert.equal(err.code, "PREREQUISITE");
+    const uuid = (await sim.driver.listGpus!())[1].uuid;
+    assert.match(
+      err.message,
+      new RegExp(
+        `process ${p.pid} holds memory on ${uuid}, a GPU the ` +
+          `driver hides from us \\(is CUDA_VISIBLE_DEVICES set\\?\\)`,
+      ),
+    );
+    assert.deepEqual(locks, []);
+    assert.equal(live(sim, p.pid).state, "running");
+    assert.throws(() => readdirSync(dir), /ENOENT/, "nothing made");
+  });
+
   test("a manifest its restore would refuse is not written: the processes are put back", async () => {
-    for (const hide of ["a GPU", "the driver's version"]) {
-      const sim = new SimulatedMachine({ gpus: 2 });
-      const p = sim.spawn({ memoryMiB: 256, gpu: 1 });
-      // As the native driver lists GPUs under CUDA_VISIBLE_DEVICES=0, or a driver without version.
-      const driver = new Proxy(sim.driver, {
-        get(target, key) {
-          if (key === "listGpus" && hide === "a GPU") {
-            return async () => (await target.listGpus!()).slice(0, 1);
-          }
-          if (key === "driverVersion" && hide !== "a GPU") {
-            return () => Promise.resolve({ code: 999, value: 0 });
-          }
-          const value = Reflect.get(target, key);
-          return typeof value === "function" ? value.bind(target) : value;
-        },
-      });
-      const dir = newDir();
-      const err = await snapshot([p.pid], dir, { machine: machineWith(sim, { driver }) })
-        .catch((e) => e);
-      assert.ok(err instanceof SnapshotError, `${hide}: ${err}`);
-      assert.equal(err.code, "WRITE_FAILED");
-      assert.match(err.message, /its manifest could not be written: .*manifest\.json/);
-      assert.match(err.message, /put back as it was, and keeps running/);
-      assert.equal(live(sim, p.pid).state, "running");
-      assert.throws(() => statSync(join(dir, MANIFEST_FILE)));
-    }
+    const sim = new SimulatedMachine({ gpus: 2 });
+    const p = sim.spawn({ memoryMiB: 256, gpu: 1 });
+    // A driver that does not tell its version: the manifest would say 0, which a restore refuses.
+    const machine = forward(sim, {
+      listGpus: () => sim.driver.listGpus!(),
+      driverVersion: () => Promise.resolve({ code: 999, value: 0 }),
+    });
+    const dir = newDir();
+    const err = await snapshot([p.pid], dir, { machine }).catch((e) => e);
+    assert.ok(err instanceof SnapshotError, String(err));
+    assert.equal(err.code, "WRITE_FAILED");
+    assert.match(err.message, /its manifest could not be written: .*manifest\.json/);
+    assert.match(err.message, /put back as it was, and keeps running/);
+    assert.equal(live(sim, p.pid).state, "running");
+    assert.throws(() => statSync(join(dir, MANIFEST_FILE)));
   });
 
   test("criu's restore fails: what it made is ended, and the snapshot restores later", async () => {

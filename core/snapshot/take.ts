@@ -160,6 +160,13 @@ async function check(run: Run, roots: readonly number[], allowIpcImport: boolean
   const trees = await Promise.all(listed.map((t) => describeTree(t.root, t.tree, machine, report)));
   // Each tree's running CUDA processes: those it suspends, and puts back on failure.
   const running = trees.map((t) => t.processes.filter((p) => p.cuda?.state === "running"));
+  // Memory on a GPU the driver hides from us (CUDA_VISIBLE_DEVICES): no restore could take it.
+  const shown = new Set((await run.listing).map((g) => g.uuid));
+  for (const p of trees.flatMap((t) => t.processes)) {
+    const gpu = Object.keys(p.cuda?.gpuMemoryMiB ?? {}).find((uuid) => !shown.has(uuid));
+    const why = `process ${p.pid} holds memory on ${gpu}, a GPU the driver hides from us`;
+    if (gpu) throw prerequisite("snapshot", `${why} (is CUDA_VISIBLE_DEVICES set?)`);
+  }
   for (const { pid } of allowIpcImport ? [] : running.flat()) {
     const imported = await sessionOf(machine).gpuImport(pid);
     if (imported) throw importRefusal("snapshot", pid, imported);

@@ -7,9 +7,10 @@
 # Carry .carry/cuda-checkpoint-ours.xz (bash cli/carry.sh) and .carry/criu-cuda.tgz. A 256 MiB
 # target on GPU 0; `snapshot` run with CUDA_VISIBLE_DEVICES=1, so that the driver lists GPU 1 only
 # while NVML sees the target's memory on GPU 0: a manifest its own restore refuses. Expected: the
-# snapshot refuses to write it (WRITE_FAILED) and puts the target back, running, memory intact
-# (before, it ended the target and wrote that manifest: the restore refused it, the process was
-# lost). OURS_XZ: another build of ours to unpack. About 20 s.
+# snapshot is refused before it suspends anything (PREREQUISITE, naming the GPU; a build of
+# 2026-11-30 refused to write the manifest after the dump, WRITE_FAILED, and put the target back;
+# before that, it ended the target and wrote that manifest: the restore refused it, the process was
+# lost). The target running, memory intact. OURS_XZ: another build of ours to unpack. About 20 s.
 set -uo pipefail
 unset BUN_BE_BUN
 cd "$(dirname "$0")/../../.." || exit 1
@@ -26,8 +27,9 @@ CUDA_VISIBLE_DEVICES=1 timeout 120 "${CK[@]}" snapshot --pid "$p" --dir "$bin/sn
   >"$bin/snap.json" 2>"$bin/snap.err"
 rc=$?
 echo "snapshot with CUDA_VISIBLE_DEVICES=1: exit $rc; $(head -c 900 "$bin/snap.json")"
-[[ $rc == 1 ]] && grep -q '"code":"WRITE_FAILED"' "$bin/snap.json"
-check "the snapshot refused its manifest (WRITE_FAILED)" $?
+g0=$(nvidia-smi --query-gpu=uuid --format=csv,noheader -i 0)
+[[ $rc == 1 ]] && grep -q '"code":"PREREQUISITE"' "$bin/snap.json" && grep -q "$g0" "$bin/snap.json"
+check "the snapshot was refused before the suspend (PREREQUISITE, naming $g0)" $?
 [[ ! -e $bin/snap/manifest.json ]]
 check "no manifest written" $?
 s=$(timeout 60 "${CK[@]}" --get-state --pid "$p" 2>&1)
