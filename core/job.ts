@@ -11,7 +11,7 @@ import { type ActionHooks, type ActionReport, type ActionSettings, broughtBack }
 import { planGoal, roomForAll, timed, wayBack } from "./action.ts";
 import { asError, CudaError, withDetail } from "./errors.ts";
 import type { StepRecord, StopReason } from "./group_types.ts";
-import type { Handle, Turn } from "./process.ts";
+import { type Handle, sessionOf, type Turn } from "./process.ts";
 import { type Action, jobPhase, type Step, stepTo } from "./states.ts";
 
 /** A process's part in a job, filled in as it goes (the group's entry). */
@@ -88,7 +88,11 @@ export async function runJob(members: readonly JobMember[], ctx: JobContext): Pr
 /** Every turn in pid order, every plan, every first step; `undefined` where one cannot start. */
 async function allAtOnce(members: readonly JobMember[], ctx: Job): Promise<Working[] | undefined> {
   const taken = new Map<JobMember, Turn | Error>();
-  for (const m of [...members].sort((a, b) => a.proc.pid - b.proc.pid)) {
+  // In the order of the processes (a thread id stands for its own), the same for every job.
+  const of = (m: JobMember) => m.proc.machine().then((x) => sessionOf(x).identify(m.proc.pid));
+  const pid = async (m: JobMember) => (await of(m).catch(() => undefined))?.pid ?? m.proc.pid;
+  const by = new Map(await Promise.all(members.map(async (m) => [m, await pid(m)] as const)));
+  for (const m of [...members].sort((a, b) => by.get(a)! - by.get(b)!)) {
     taken.set(m, await turnOf(m, ctx));
   }
   const stop = ctx.stopReason(), turnless = [...taken.values()].some((t) => t instanceof Error);

@@ -14,6 +14,7 @@ import {
   CUDA_ERROR_UNKNOWN,
 } from "../core/driver.ts";
 import { type SimulatedCall, SimulatedMachine } from "../mock/mod.ts";
+import { loadSimulator, snapshotSimulator } from "../mock/state_file.ts";
 
 function job(n: number, memoryMiB = 2048) {
   const sim = new SimulatedMachine({ gpus: 2 });
@@ -192,6 +193,23 @@ describe("a job's order", () => {
         assert.equal(checkpointsMeanwhile, 1, "the other process was checkpointed meanwhile");
       }
     }
+  });
+
+  test("two jobs sharing a process take its turn in one order, whichever of its ids names it", async () => {
+    const made = new SimulatedMachine({ gpus: 2 });
+    const [p, q] = [made.spawn({ memoryMiB: 512 }), made.spawn({ memoryMiB: 512 })];
+    // p's restore thread gets an id above q's pid, as after pids wrap around on Linux.
+    const state = snapshotSimulator(made), tid = q.pid + 100;
+    const [sp] = state.processes;
+    [sp.threads, sp.restoreThreadId] = [[p.pid, p.pid + 1, tid], tid];
+    const sim = loadSimulator({ ...state, nextPid: tid + 1 });
+    // One job names p by its pid (p before q), the other by that thread id (q before p).
+    const jobs = [[p.pid, q.pid], [q.pid, tid]].map((pids) =>
+      runGroup("suspend", pids, { machine: sim, job: true, lockTimeoutMs: 0 })
+    );
+    const ended = await Promise.race([Promise.all(jobs), sim.sleep(60_000).then(() => "hung")]);
+    assert.notEqual(ended, "hung", "each job waits for its turns, and none for the other for good");
+    assert.deepEqual(sim.processes.map((x) => x.state), ["checkpointed", "checkpointed"]);
   });
 
   test("a member already where the goal leads is unchanged; a locked one is only checkpointed", async () => {
