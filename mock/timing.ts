@@ -191,6 +191,6 @@ export const CRIU_TIMING = {
 
 /** The simulated size in bytes of one process's images (its real image files are small). */
 export function criuImageBytes(memoryMiB: number, cuda: boolean): number {
-  const t = CRIU_TIMING;
-  return cuda ? t.cudaImageBaseBytes + t.cudaImageBytesPerMiB * memoryMiB : t.plainImageBytes;
+  const { cudaImageBaseBytes: base, cudaImageBytesPerMiB: perMiB, plainImageBytes } = CRIU_TIMING;
+  return cuda ? base + Math.round(perMiB * memoryMiB) : plainImageBytes; // whole bytes
 }

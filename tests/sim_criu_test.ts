@@ -908,6 +908,8 @@ describe("the simulated CRIU", () => {
       assert.ok(heard[i][1] > heard[i - 1][1], `bytes grow: ${heard.map((h) => h[1])}`);
       assert.ok(heard[i][0] > heard[i - 1][0], "as time goes on");
     }
+    const odd = await dumped([50]); // 50 MiB at the model's bytes per MiB: not a whole number
+    assert.ok(odd.every(([, n]) => Number.isInteger(n)), `whole bytes: ${odd.map((h) => h[1])}`);
     const total = (h: [number, number][]) => h[h.length - 1][1];
     const near = (got: number, want: number, what: string) =>
       assert.ok(Math.abs(got - want) < 1, `${what}: ${got} bytes, the model gives ${want}`);
