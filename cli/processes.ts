@@ -18,7 +18,7 @@ import { type CliOperation, type OperationCommand, UsageError } from "./command.
 import { CudaProcess, listCudaProcesses, runGroup } from "../mod.ts";
 import type { GroupResult, Outcome, ProcessOutcome } from "../mod.ts";
 import type { Machine } from "../driver.ts";
-import type { Action, GroupEvent, StepRecord } from "../types.ts";
+import type { Action, GroupEvent } from "../types.ts";
 import { clockOf, roundMs } from "../core/time.ts";
 import { isGone, sessionOf } from "../core/process.ts";
 import { act as runSteps, type ActionHooks, defined, settingsOf } from "../core/action.ts";
@@ -164,8 +164,6 @@ export async function runMany(
 /** A group's outcome for one process, as reported (undefined keys are left out of its JSON). */
 function fromOutcome(operation: CliOperation, o: ProcessOutcome): PidReport {
   const { pid, status, rollback } = o;
-  const steps = ({ steps }: { steps: readonly StepRecord[] }) =>
-    steps.map(({ step, ms, ok }) => ({ step, ms, ok }));
   return {
     pid,
     operation,
@@ -175,12 +173,12 @@ function fromOutcome(operation: CliOperation, o: ProcessOutcome): PidReport {
     status,
     reason: o.notStarted ?? o.stopped,
     ms: roundMs([...o.steps, ...(rollback?.steps ?? [])].reduce((sum, s) => sum + s.ms, 0)),
-    steps: steps(o),
+    steps: o.steps,
     error: o.error && errorReport(operation, pid, o.error),
     roomCheck: o.roomCheck,
     rollback: rollback && {
       ok: rollback.ok,
-      steps: steps(rollback),
+      steps: rollback.steps,
       error: rollback.error && errorReport(operation, pid, rollback.error),
     },
   };

@@ -9,7 +9,7 @@ import type { CliOperation } from "./command.ts";
 import { type CliIo, escapeControls } from "./io.ts";
 import { CheckpointError, CudaError, messageOf } from "../core/errors.ts";
 import { PATH_ERRORS, RefusedError } from "../core/errors.ts";
-import type { RoomCheck } from "../types.ts";
+import type { RoomCheck, StepRecord } from "../types.ts";
 import { callDriver, stateOf } from "../core/calls.ts";
 import type { CheckpointDriver } from "../core/driver.ts";
 import type { ProcessState } from "../mod.ts";
@@ -29,9 +29,6 @@ export interface ErrorReport {
   readonly detail: string;
 }
 
-/** A step (`lock`, `checkpoint`, `restore` or `unlock`) as `--json` gives it: its time in ms. */
-type StepReport = { readonly step: string; readonly ms: number; readonly ok: boolean };
-
 /**
  * What became of one process: one `--json` line, keys left out where they do not apply. `ok`:
  * whether it is where the operation takes it; `state`: where it is now, where known; `status`, for
@@ -50,10 +47,10 @@ export interface PidReport {
   readonly status?: "done" | "unchanged" | "failed" | "stopped" | "not-started" | "rolled-back";
   readonly reason?: string;
   readonly ms?: number;
-  readonly steps?: readonly StepReport[];
+  readonly steps?: readonly StepRecord[];
   readonly error?: ErrorReport;
   readonly roomCheck?: RoomCheck;
-  readonly rollback?: { ok: boolean; steps: readonly StepReport[]; error?: ErrorReport };
+  readonly rollback?: { ok: boolean; steps: readonly StepRecord[]; error?: ErrorReport };
 }
 
 /**
