@@ -232,7 +232,7 @@ export async function recoverSnapshotAs(
   const o = checkOptions(options, operation, ["machine", "checkRoom", "onProgress"]);
   checkDir(dir);
   const checkRoom = checkFlag(o.checkRoom, "checkRoom", true);
-  const onProgress = checkFunction(o.onProgress, "onProgress");
+  const onProgress = checkFunction<RecoverOptions["onProgress"]>(o.onProgress, "onProgress");
   const recover = (m: Machine) => recoverFrom(m, storeOf(m), dir, checkRoom, operation, onProgress);
   return await withMachine(machineOf(o.machine, operation), recover);
 }

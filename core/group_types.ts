@@ -129,7 +129,7 @@ const GROUP_OPTIONS = {
   },
   checkRoom: flag(true),
   allowIpcImport: flag(false),
-  onProgress: (v: unknown, name: string) => checkFunction(v as GroupOptions["onProgress"], name),
+  onProgress: checkFunction<GroupOptions["onProgress"]>,
   gpuMemory: flag(true),
 };
 

@@ -178,9 +178,9 @@ export function checkSignal(value: unknown, what = "signal"): AbortSignal | unde
   return mustBe(TypeError, what, "an AbortSignal", value);
 }
 
-/** A function option, where given. */
-export function checkFunction<F>(value: F | undefined, what: string): F | undefined {
-  if (value === undefined || typeof value === "function") return value;
+/** A function option (of type `F`), where given: a check for a table, as the others are. */
+export function checkFunction<F>(value: unknown, what: string): F | undefined {
+  if (value === undefined || typeof value === "function") return value as F | undefined;
   return mustBe(TypeError, what, "a function", value);
 }
 

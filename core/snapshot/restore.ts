@@ -16,15 +16,15 @@ import type { GroupResult, ProcessOutcome } from "../group_types.ts";
 import type { Machine } from "../machine.ts";
 import { completed, derivedMapping, mappingProblems, mappingRefused } from "../mapping.ts";
 import { checkGpuMapping, checkSignal, checkTable, flag, formatGpuUuid } from "../options.ts";
-import { type GpuMapping, type Settings, wholeTimeout } from "../options.ts";
+import { checkFunction, type GpuMapping, type Settings, wholeTimeout } from "../options.ts";
 import { sessionOf } from "../process.ts";
 import { onto } from "../room.ts";
 import { clockOf, roundMs } from "../time.ts";
 import { olderVersion } from "../version.ts";
 import { openSnapshot } from "./layout.ts";
 import type { Manifest, ManifestProcess, ManifestTree } from "./manifest.ts";
-import { bytesOf, checkDir, checkProgress, firstError, groupFailure, heldMiB } from "./run.ts";
-import { prerequisite, Run, type SnapshotEvent, started } from "./run.ts";
+import { bytesOf, checkDir, firstError, groupFailure, heldMiB } from "./run.ts";
+import { prerequisite, Run, type SnapshotEvent, started, type WholeSettings } from "./run.ts";
 import { checkPidsFree, treesNow, untilFree, usesOf, watchHeld } from "./trees.ts";
 
 /** Options of `restoreSnapshot`. */
@@ -64,7 +64,7 @@ const RESTORE_OPTIONS = {
   checkRoom: flag(true),
   timeoutMs: wholeTimeout("restore"),
   signal: checkSignal,
-  onProgress: checkProgress,
+  onProgress: checkFunction<WholeSettings["onProgress"]>,
 };
 /** A restore's options, checked, and what its errors call it (`restore-snapshot`). */
 export type RestoreSettings = Settings<typeof RESTORE_OPTIONS> & { readonly operation: string };

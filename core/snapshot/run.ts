@@ -11,7 +11,7 @@ import { checkGroupOptions, type GroupEvent, type GroupResult } from "../group_t
 import type { GroupSettings } from "../group_types.ts";
 import type { HostProcesses } from "../host.ts";
 import type { Machine } from "../machine.ts";
-import { checkFunction, mustBe, orElse } from "../options.ts";
+import { mustBe, orElse } from "../options.ts";
 import { clockOf, Deadline, Slots } from "../time.ts";
 import type { ManifestProcess } from "./manifest.ts";
 import type { SnapshotStore } from "./store.ts";
@@ -74,11 +74,6 @@ export interface WholeSettings {
   readonly timeoutMs: number | undefined;
   readonly signal: AbortSignal | undefined;
   readonly onProgress: ((event: SnapshotEvent) => void) | undefined;
-}
-
-/** A check of `onProgress`, for a table of options. */
-export function checkProgress(v: unknown, name: string): WholeSettings["onProgress"] {
-  return checkFunction(v as WholeSettings["onProgress"], name);
 }
 
 /** Checks a snapshot's directory argument: a path. */

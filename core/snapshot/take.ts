@@ -16,15 +16,15 @@ import type { ProcessIdentity, TreeProcess } from "../host.ts";
 import { askGpuMemory } from "../listing.ts";
 import type { Machine } from "../machine.ts";
 import { checkLockTimeout, checkPid, checkSignal, checkTable, flag, mustBe } from "../options.ts";
-import { type Settings, wholeTimeout } from "../options.ts";
+import { checkFunction, type Settings, wholeTimeout } from "../options.ts";
 import { importRefusal, sessionOf } from "../process.ts";
 import { clockOf, roundMs } from "../time.ts";
 import { VERSION } from "../version.ts";
 import { SnapshotWriter, TRACE_FILE } from "./layout.ts";
 import { type Manifest, MANIFEST_FORMAT } from "./manifest.ts";
 import type { SnapshotFile } from "./store.ts";
-import { bytesOf, checkDir, checkProgress, firstError, groupFailure, heldMiB } from "./run.ts";
-import { prerequisite, Run, type SnapshotEvent } from "./run.ts";
+import { bytesOf, checkDir, firstError, groupFailure, heldMiB } from "./run.ts";
+import { prerequisite, Run, type SnapshotEvent, type WholeSettings } from "./run.ts";
 import { asDumped, checkDisjoint, describeGpus, describeTree, endTrees } from "./trees.ts";
 
 /** Options of `snapshot`. */
@@ -63,7 +63,7 @@ const SNAPSHOT_OPTIONS = {
   lockTimeoutMs: checkLockTimeout,
   allowIpcImport: flag(false),
   tcpEstablished: flag(false),
-  onProgress: checkProgress,
+  onProgress: checkFunction<WholeSettings["onProgress"]>,
 };
 /** A snapshot's options, checked. */
 export type SnapshotSettings = Settings<typeof SNAPSHOT_OPTIONS>;
