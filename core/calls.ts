@@ -22,7 +22,7 @@ export const C_FUNCTIONS = {
 } as const;
 
 /** The C names of the six checkpoint functions, which drivers older than 570 lack. */
-export const CHECKPOINT_FUNCTIONS: readonly string[] = Object.freeze(Object.values(C_FUNCTIONS));
+export const CHECKPOINT_FUNCTIONS = Object.freeze(Object.values(C_FUNCTIONS));
 
 /** A driver operation that calls one C checkpoint function. */
 export type DriverOperation = keyof typeof C_FUNCTIONS;

@@ -5,6 +5,7 @@
 // cannot be made (the driver closed, or the thread running it ended).
 
 import process from "node:process";
+import { CHECKPOINT_FUNCTIONS } from "../core/calls.ts";
 import { asError, driverError, messageOf } from "../core/errors.ts";
 import { CUDA_ERROR_NO_DEVICE, CUDA_ERROR_NOT_SUPPORTED, CUDA_SUCCESS } from "../core/driver.ts";
 import { CUDA_ERROR_OPERATING_SYSTEM, GPU_PAIRS_MIN_DRIVER_VERSION } from "../core/driver.ts";
@@ -18,7 +19,7 @@ import { findLibcuda, openCandidate } from "./find.ts";
 import { runtimeAdapter } from "./runtime.ts";
 import { CUUUID_SIZE, encodeGpuPairs, encodeLockArgs, encodeRestoreArgs } from "./structs.ts";
 import { RESTORE_ARGS_PAIRS_OFFSET } from "./structs.ts";
-import { CHECKPOINT_SYMBOL_NAMES, CUDA_SYMBOLS, type CudaSymbolName } from "./symbols.ts";
+import { CUDA_SYMBOLS, type CudaSymbolName } from "./symbols.ts";
 
 /** `CUDA_ERROR_STUB_LIBRARY`: every call of the toolkit's link-only stub `libcuda.so` fails so. */
 export const CUDA_ERROR_STUB_LIBRARY = 34;
@@ -143,7 +144,7 @@ export class LibcudaDriver implements NativeDriver {
     this.kind = adapter.kind;
     this.#adapter = adapter;
     ({ lib: this.#lib, version: this.#version, path: this.libraryPath } = opened);
-    const missing = CHECKPOINT_SYMBOL_NAMES.filter((name) => !opened.lib.present.has(name));
+    const missing = CHECKPOINT_FUNCTIONS.filter((name) => !opened.lib.present.has(name));
     this.missingFunctions = Object.freeze(missing);
     this.checkpointSupported = this.missingFunctions.length === 0;
     // CUDA_VISIBLE_DEVICES hides and renumbers GPUs, while a restore mapping must name them all.

@@ -2,8 +2,6 @@
 // runtimes: Deno's `dlopen` takes it as it is, Bun's definitions come from `bunDefinition`.
 // Structs (`structs.ts`) and out-parameters are passed as pointers to buffers.
 
-import { C_FUNCTIONS } from "../core/calls.ts";
-
 /** The FFI parameter types the tables use (a subset of Deno's `NativeType`). */
 type CudaNativeType = "i32" | "u32" | "u64" | "buffer";
 
@@ -55,9 +53,6 @@ export const CUDA_SYMBOLS = {
 
 /** The C names of every function in {@link CUDA_SYMBOLS}. */
 export type CudaSymbolName = keyof typeof CUDA_SYMBOLS;
-
-/** The six checkpoint functions (driver 570 and later), as core names them. */
-export const CHECKPOINT_SYMBOL_NAMES: readonly CudaSymbolName[] = Object.values(C_FUNCTIONS);
 
 /** A function definition as `bun:ffi`'s `dlopen` takes it. */
 export interface BunFunctionDefinition {

@@ -22,6 +22,7 @@ import { join } from "node:path";
 import { tmpdir } from "node:os";
 import process from "node:process";
 
+import { CHECKPOINT_FUNCTIONS } from "../core/calls.ts";
 import { DriverLoadError } from "../core/errors.ts";
 import { Handle } from "../core/process.ts";
 import { act } from "../core/action.ts";
@@ -29,7 +30,7 @@ import { SharedMachine } from "../core/machine.ts";
 import { CudaProcess } from "../api/cuda_process.ts";
 import { findLibcuda, LIBCUDA_ENV_VAR, LIBCUDA_SEARCH_PATHS, LIBCUDA_SONAME } from "../ffi/find.ts";
 import { type NativeDriver, openNativeDriver } from "../ffi/native.ts";
-import { bunDefinition, CHECKPOINT_SYMBOL_NAMES, CUDA_SYMBOLS } from "../ffi/symbols.ts";
+import { bunDefinition, CUDA_SYMBOLS } from "../ffi/symbols.ts";
 import { openMachine } from "../os/this_machine.ts";
 import { absolutePath } from "../ffi/find.ts";
 import {
@@ -347,7 +348,7 @@ describe("symbol table", () => {
         "cuGetErrorName",
         "cuGetErrorString",
         ...device,
-        ...CHECKPOINT_SYMBOL_NAMES,
+        ...CHECKPOINT_FUNCTIONS,
       ].sort(),
     );
     for (const name of Object.keys(table)) assert.equal(table[name].result, "i32", name);
@@ -375,7 +376,7 @@ describe("symbol table", () => {
     assert.deepEqual(table.cuDeviceGet.parameters, ["buffer", "i32"]);
     assert.deepEqual(table.cuDeviceGetUuid_v2.parameters, ["buffer", "i32"]);
     assert.deepEqual(table.cuDeviceGetName.parameters, ["buffer", "i32", "i32"]);
-    for (const name of CHECKPOINT_SYMBOL_NAMES) {
+    for (const name of CHECKPOINT_FUNCTIONS) {
       assert.deepEqual(table[name].parameters, ["i32", "buffer"], `${name}(int pid, T*)`);
     }
   });
@@ -690,7 +691,7 @@ describe(`native driver (${runtime}) against a fake libcuda`, { skip: noCompiler
   test("a driver without the checkpoint API opens; its calls answer NOT_SUPPORTED", async () => {
     await withDriver(fake!.old, async (d) => {
       assert.equal(d.checkpointSupported, false);
-      assert.deepEqual([...d.missingFunctions].sort(), [...CHECKPOINT_SYMBOL_NAMES].sort());
+      assert.deepEqual([...d.missingFunctions].sort(), [...CHECKPOINT_FUNCTIONS].sort());
       assert.deepEqual(await d.driverVersion(), { code: 0, value: 12040 });
       assert.equal(d.errorName(401), "CUDA_ERROR_ILLEGAL_STATE", "the base functions still work");
       assert.deepEqual(await d.getState(1), { code: NOT_SUPPORTED, value: 0 });
