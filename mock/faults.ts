@@ -2,7 +2,7 @@
 // types and checks, and each process's faults waiting for their call.
 
 import { checkAmount, checkChoice, checkInteger, checkKeys, MAX_PID, or } from "../core/options.ts";
-import { PROCESS_STATES, type ProcessState } from "../core/states.ts";
+import { PROCESS_STATES, type ProcessState, STEPS } from "../core/states.ts";
 
 /** The queries, whose answer {@link SimulatedProcess.answerNext} can replace. */
 export type QueryOperation = "getState" | "getRestoreThreadId";
@@ -11,7 +11,6 @@ export type QueryOperation = "getState" | "getRestoreThreadId";
 export type FaultableOperation = QueryOperation | "lock" | "checkpoint" | "restore" | "unlock";
 
 const QUERIES: readonly QueryOperation[] = ["getState", "getRestoreThreadId"];
-const STEPS = ["lock", "checkpoint", "restore", "unlock"] as const;
 /** Every {@link FaultableOperation}. */
 export const FAULTABLE_OPERATIONS: readonly FaultableOperation[] = [...QUERIES, ...STEPS];
 
