@@ -24,7 +24,7 @@ import { SnapshotWriter, TRACE_FILE } from "./layout.ts";
 import { type Manifest, MANIFEST_FORMAT } from "./manifest.ts";
 import type { SnapshotFile } from "./store.ts";
 import { bytesOf, checkDir, firstError, groupFailure, heldMiB } from "./run.ts";
-import { prerequisite, Run, type SnapshotEvent, type WholeSettings } from "./run.ts";
+import { prerequisite, Run, type SnapshotEvent, started, type WholeSettings } from "./run.ts";
 import { asDumped, checkDisjoint, describeGpus, describeTree, endTrees } from "./trees.ts";
 
 /** Options of `snapshot`. */
@@ -248,8 +248,7 @@ async function dump(t: Taken, i: number): Promise<void> {
         ...(t.o.tcpEstablished ? { tcpEstablished: true } : {}),
       });
       // On disk and digested as they are written, while this and other trees' dumps go on.
-      sealing = t.out.dir.seal(t.trees[i].images, { signal: run.signal, writing });
-      sealing.catch(() => {});
+      sealing = started(t.out.dir.seal(t.trees[i].images, { signal: run.signal, writing }));
       const dumped = await writing;
       part = ["WRITE_FAILED", "its images could not be put on disk"];
       t.sealed[i] = await sealing;
