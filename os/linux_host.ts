@@ -87,6 +87,11 @@ function numbered(names: readonly string[]): number[] {
   return names.filter((n) => /^[1-9][0-9]*$/.test(n)).map(Number);
 }
 
+/** A process's ids from its `/proc/PID/status`, one per PID namespace, this one's last. */
+function nsPids(status: string): string[] {
+  return /^NSpid:\s*([0-9 \t]+)$/m.exec(status)?.[1].trim().split(/\s+/) ?? [];
+}
+
 /** One process as `/proc/PID/stat` gives it, and its thread ids where they were asked for. */
 export interface ProcEntry {
   readonly state: string;
@@ -207,7 +212,7 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
       const read = (f: string) => this.#reader.read(`${this.#root}/${who.pid}/${f}`);
       const files = ["status", "cmdline", "cgroup"].map(read);
       const [status, cmdline, cgroup] = await Promise.all(files);
-      const nsPid = /^NSpid:\s*([0-9 \t]+)$/m.exec(status)?.[1].trim().split(/\s+/).at(-1);
+      const nsPid = nsPids(status).at(-1);
       const uid = /^Uid:\s*([0-9]+)/m.exec(status)?.[1];
       if (!nsPid || !uid || cmdline.length === 0 || cgroup.length === 0) return undefined;
       // Read after the rest: a pid taken by another process meanwhile has another start.
@@ -284,7 +289,7 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
     const rank = nccl && ncclRank(nccl, await read("environ").catch(() => ""));
     if (rank) return rank;
     // The name carries the exporter's pid as its pid namespace numbers it, as this one's NSpid.
-    const own = Number(/^NSpid:\s*([0-9 \t]+)$/m.exec(status)?.[1].trim().split(/\s+/).at(-1));
+    const own = Number(nsPids(status).at(-1));
     for (const m of maps.matchAll(/\/dev\/shm\/(cuda\.shm\.[0-9]+\.([0-9a-f]+)\.[0-9]+)$/gm)) {
       const exporter = parseInt(m[2], 16);
       const sign = `it maps /dev/shm/${m[1]}, named after process ${exporter}`;
@@ -367,10 +372,10 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
     const { nvml: wanted = true, nvmlPath: libraryPath } = this.#options;
     if (!wanted) return { unknown: "NVML was not asked for (nvml: false)" };
     const status = await this.#reader.read(`${this.#root}/self/status`).catch(() => "");
-    const nsPid = /^NSpid:\s*(.*)$/m.exec(status)?.[1].trim();
-    const own = `this program runs in a PID namespace of its own (a container: NSpid ${nsPid})`;
+    const ids = nsPids(status).join(" ");
+    const own = `this program runs in a PID namespace of its own (a container: NSpid ${ids})`;
     const hosts = "and NVML reports the host's pids, which /proc here does not show";
-    if (nsPid && nsPid.split(/\s+/).length > 1) return { unknown: `${own}, ${hosts}` };
+    if (ids.includes(" ")) return { unknown: `${own}, ${hosts}` };
     this.#nvml ??= Promise.all([import("../ffi/runtime.ts"), import("../ffi/nvml.ts")])
       .then(async ([{ runtimeAdapter }, { openNvml }]) =>
         openNvml(await runtimeAdapter(), { libraryPath, keepInitialized: true })

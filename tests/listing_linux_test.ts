@@ -264,7 +264,7 @@ describe("the Linux host's /proc scan", { skip: onLinux }, () => {
     await using host = new LinuxHost({ reader: nested });
     const report = await host.gpuMemory();
     assert.ok("unknown" in report);
-    assert.match(report.unknown, /PID namespace of its own .*NSpid 4321\t12/);
+    assert.match(report.unknown, /PID namespace of its own \(a container: NSpid 4321 12\)/);
   });
 });
 
