@@ -977,6 +977,42 @@ test("a process that ends as the rollback resumes it is named as ended; the othe
   assert.equal(live(sim, other.pid).state, "running");
 });
 
+test("every process ends during the snapshot: none is said to be put back, and each is named", async () => {
+  const sim = new SimulatedMachine({ gpus: 2 });
+  const a = sim.spawn({ memoryMiB: 1024 }), b = sim.spawn({ memoryMiB: 2048, gpu: 1 });
+  for (const p of [a, b]) p.exitDuring("checkpoint", { afterMs: 100 });
+  const err = await snapshot([a.pid, b.pid], newDir(), { machine: sim }).catch((e) => e);
+  assert.ok(err instanceof SnapshotError, String(err));
+  assert.match(
+    err.message,
+    new RegExp(
+      `No process was left to resume \\(processes ${a.pid}, ` +
+        `${b.pid} had ended\\)`,
+    ),
+  );
+  assert.doesNotMatch(err.message, /put back/);
+});
+
+test("--leave-running: a resume that fails for one process names it, and the others run", async () => {
+  const sim = new SimulatedMachine({ gpus: 2 });
+  const a = sim.spawn({ memoryMiB: 1024 }), b = sim.spawn({ memoryMiB: 2048, gpu: 1 });
+  b.failNext("restore", { code: 2 });
+  const dir = newDir();
+  const err = await snapshot([a.pid, b.pid], dir, { machine: sim, leaveRunning: true })
+    .catch((e) => e);
+  assert.ok(err instanceof SnapshotError, String(err));
+  assert.equal(err.code, "RESUME_FAILED");
+  assert.match(err.message, /is complete, but not every CUDA process could be resumed/);
+  assert.match(
+    err.message,
+    new RegExp(
+      `Left so: ${b.pid} checkpointed; \`cuda-checkpoint ` +
+        `recover ${dir}\` resumes them once the cause is fixed \\(the others run\\)`,
+    ),
+  );
+  assert.deepEqual([live(sim, a.pid).state, live(sim, b.pid).state], ["running", "checkpointed"]);
+});
+
 test("two trees: one's GPU restore fails in the driver; the other runs, the failed one is left checkpointed, said so", async () => {
   const sim = new SimulatedMachine();
   const big = sim.spawn({ memoryMiB: 8192 });

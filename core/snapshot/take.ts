@@ -317,10 +317,12 @@ async function end(t: Taken, manifest: Manifest): Promise<void> {
     if (resumed && !resumed.ok) {
       const where = out.dir.path;
       await out.dir.close();
-      const message = `the snapshot in ${where} is complete, but its CUDA processes could not be ` +
+      const message = `the snapshot in ${where} is complete, but not every CUDA process could be ` +
         `resumed: ${groupFailure(resumed)}`;
-      const detail = `they are checkpointed: \`cuda-checkpoint recover ${where}\` resumes them ` +
-        `once the cause is fixed`;
+      const left = resumed.processes.filter((p) => p.status !== "done" && p.status !== "unchanged")
+        .map((p) => `${p.pid} ${p.state ?? "of unknown state"}`).join(", ");
+      const detail = `left so: ${left}; \`cuda-checkpoint recover ${where}\` resumes them ` +
+        `once the cause is fixed (the others run)`;
       const code = "RESUME_FAILED", cause = firstError(resumed);
       throw new SnapshotError({ code, operation: "snapshot", message, detail, cause });
     }
@@ -356,12 +358,13 @@ async function resumeAll(t: Taken): Promise<{ resumed?: GroupResult; gone: numbe
 async function rollBack(t: Taken, { code, message, cause }: Failure): Promise<SnapshotError> {
   t.run.phase("rollback");
   const { resumed: back, gone } = await resumeAll(t);
-  const where = t.out.dir.path;
-  const ended = gone.length > 0 ? ` (process ${gone.join(", ")} had ended)` : "";
+  const where = t.out.dir.path, who = `process${gone[1] ? "es" : ""} ${gone.join(", ")}`;
+  const ended = gone.length > 0 ? ` (${who} had ended)` : "";
   let detail: string;
   if (!back || back.ok) {
-    const each = gone.length > 0 ? "every other process" : "every process";
-    detail = `${each} was put back as it was, and keeps running${ended}${await t.out.discard()}`;
+    const each = gone.length === 0 ? "every process" : back ? "every other process" : "";
+    const put = `${each} was put back as it was, and keeps running`;
+    detail = `${each ? put : "no process was left to resume"}${ended}${await t.out.discard()}`;
   } else {
     await t.out.dir.close();
     detail = `the CUDA processes could not all be resumed${ended}: ${groupFailure(back)}; ` +
