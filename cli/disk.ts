@@ -44,7 +44,7 @@ export async function runDiskCommand(
       : {},
     expect: "restore",
   });
-  const sim = command.simulate ? " --simulate" : "";
+  const sim = command.simulate ? " --simulate" : "", toggle = `--toggle --pid PID${sim}`;
   const orRecover = `, or all that its trace names with cuda-checkpoint recover ${dir}${sim}`;
   const watched = kind === "snapshot" || kind === "restore-snapshot";
   const watch = watchInterrupts(watched ? io.interrupts : undefined, print, {
@@ -54,7 +54,7 @@ export async function runDiskCommand(
       "without waiting)",
     leftBehind: () => [
       `; processes of the ${kind} may be left suspended: see cuda-checkpoint list${sim}, and ` +
-      `resume each with cuda-checkpoint --toggle --pid PID${kind === "snapshot" ? orRecover : ""}`,
+      `resume each with cuda-checkpoint ${toggle}${kind === "snapshot" ? orRecover : ""}`,
     ],
   });
   const onProgress = (e: SnapshotEvent) => progress?.event(e);

@@ -636,6 +636,8 @@ describe(`SIGTERM and SIGHUP to cuda-checkpoint as a program (${runtime}), --sim
     );
     assert.equal(r.code, 143, `${r.signal} ${r.err}`);
     assert.match(r.err, /interrupted again: exiting without waiting; processes of the snapshot/);
+    // Every command it names works on the simulated machine too.
+    assert.match(r.err, /resume each with cuda-checkpoint --toggle --pid PID --simulate, or all/);
     assert.match(r.err, /cuda-checkpoint recover .*snap-stuck --simulate\n/);
     assert.match(r.err, /the simulated machine was not saved/);
   });
