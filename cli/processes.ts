@@ -215,7 +215,7 @@ export async function runList(machine: Machine, print: Printer, json: boolean): 
     // each GPU's share when there are several.
     const rows = [["PID", "STATE", "RESTORE_TID", "GPU_MEMORY", "COMMAND"]];
     for (const p of listing.processes) {
-      const mib = p.gpuMemory === "unknown" ? [] : Object.values(p.gpuMemory);
+      const mib = p.gpuMemory === "unknown" ? [] : Object.values(p.gpuMemory).map(Math.round);
       const shares = mib.length > 1 ? ` (${mib.join("+")})` : "";
       const total = `${mib.reduce((a, b) => a + b, 0)} MiB${shares}`;
       const memory = p.gpuMemory === "unknown" ? "unknown" : total;

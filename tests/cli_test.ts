@@ -20,6 +20,7 @@ import { helpText } from "../cli/help.ts";
 import { main } from "../cli/main.ts";
 import { VERSION } from "../core/version.ts";
 import { SimulatedMachine } from "../mock/mod.ts";
+import { listCudaProcesses } from "../mod.ts";
 import { cli, HELP_FIRST_LINE } from "./cli_support.ts";
 import { forward, machineWith } from "./support/forward.ts";
 
@@ -989,6 +990,15 @@ describe("list", () => {
         ].join("\n"),
       );
     }
+  });
+
+  test("GPU memory in whole MiB, where NVML's bytes make fractions of one", async () => {
+    const sim = new SimulatedMachine({ gpus: 2 });
+    const b = sim.spawn({ memoryMiB: 2048.7, gpu: [0, 1], command: "./infer" });
+    const r = await cli(["list"], { machine: sim });
+    const share = (await listCudaProcesses({ machine: sim })).processes[0].gpuMemory;
+    assert.deepEqual(Object.values(share), [1544.35, 1544.35]);
+    assert.match(r.out, new RegExp(`\n${b.pid} .* 3088 MiB \\(1544\\+1544\\)  \\./infer\n`));
   });
 
   test("--json: one object per process, memory by GPU UUID", async () => {
