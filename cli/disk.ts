@@ -168,7 +168,7 @@ async function recover(c: RecoverCommand, machine: Machine, progress: Progress |
   return {
     fields: r,
     lines: [
-      `resumed: ${list(r.resumed)}`,
+      `resumed (or found running): ${list(r.resumed)}`,
       ...(r.gone.length > 0 ? [gone] : []),
       r.complete
         ? `the snapshot in ${r.dir} is complete, and kept; its trace was removed`

@@ -269,13 +269,15 @@ describe("inspect --verify and recover", () => {
 
   test("recover resumes what a snapshot killed outright left suspended, and says what it did", async () => {
     const sim = new SimulatedMachine();
-    const a = sim.spawn({ memoryMiB: 256 });
+    const [a, b] = [sim.spawn({ memoryMiB: 256 }), sim.spawn({ memoryMiB: 256 })];
     const dir = join(base(), "snap");
     mkdirSync(dir, { mode: 0o700 });
-    // What a snapshot killed after its checkpoint leaves: the process checkpointed, its trace.
+    // What a snapshot killed after a checkpoint leaves: a process checkpointed (another not yet,
+    // running), its trace.
     await sim.driver.lock(a.pid, null);
     await sim.driver.checkpoint(a.pid);
-    plantTrace(dir, [{ pid: a.pid, start: a.start }], [`tree-${a.pid}`]);
+    const both = [a, b].map((p) => ({ pid: p.pid, start: p.start }));
+    plantTrace(dir, both, [a, b].map((p) => `tree-${p.pid}`));
     const refused = await cli(["restore-snapshot", dir], { machine: sim });
     assert.equal(refused.code, 1);
     assert.match(refused.err, /was interrupted.*`cuda-checkpoint recover .*snap` resumes/);
@@ -283,7 +285,8 @@ describe("inspect --verify and recover", () => {
     assert.equal(r.code, 0, r.err);
     assert.equal(
       r.out,
-      `resumed: ${a.pid}\nremoved what the interrupted snapshot had written in ${dir}\n`,
+      `resumed (or found running): ${a.pid}, ${b.pid}\n` +
+        `removed what the interrupted snapshot had written in ${dir}\n`,
     );
     assert.equal(sim.process(a.pid)!.state, "running");
     assert.deepEqual(readdirSync(dir), []);
