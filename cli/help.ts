@@ -86,9 +86,9 @@ Options:
 
 --json
         One JSON object per line and per process instead of text. Operations: pid, operation, ok,
-        state, restoreThreadId (--get-restore-tid), status (done, failed, stopped, not-started,
-        rolled-back), reason, ms, steps, error {message, code, codeName, detail}, rollback. list:
-        pid, state, restoreThreadId, gpuMemoryMiB ({GPU UUID: MiB} or "unknown"), command
+        state, restoreThreadId, status (done, failed, stopped, not-started, rolled-back,
+        rollback-failed), reason, ms, steps, error {message, code, codeName, detail}, rollback.
+        list: pid, state, restoreThreadId, gpuMemoryMiB ({GPU UUID: MiB} or "unknown"), command
 
 --events
         Long work (a step, --toggle, snapshot, restore-snapshot, recover) writes its progress on

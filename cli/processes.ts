@@ -53,7 +53,7 @@ export async function runOne(
     const e = errorReport(operation, pid, error);
     report = { pid, operation, ok: false, state, status: "failed", ms, error: e };
   } finally {
-    if (report) progress?.event({ type: "process-end", pid, at: 0, status: report.status! });
+    progress?.event({ type: "process-end", pid, at: 0, status: report?.ok ? "done" : "failed" });
     progress?.stop();
     await proc.close();
   }
@@ -163,7 +163,8 @@ export async function runMany(
 
 /** A group's outcome for one process, as reported (undefined keys are left out of its JSON). */
 function fromOutcome(operation: CliOperation, o: ProcessOutcome): PidReport {
-  const { pid, status, rollback } = o;
+  const { pid, rollback } = o, failedBack = o.status === "rolled-back" && !rollback?.ok;
+  const status = failedBack ? "rollback-failed" : o.status; // as the text line says it
   return {
     pid,
     operation,

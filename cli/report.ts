@@ -12,7 +12,7 @@ import { PATH_ERRORS, RefusedError } from "../core/errors.ts";
 import type { RoomCheck, StepRecord } from "../types.ts";
 import { callDriver, stateOf } from "../core/calls.ts";
 import type { CheckpointDriver } from "../core/driver.ts";
-import type { ProcessState } from "../mod.ts";
+import type { ProcessOutcome, ProcessState } from "../mod.ts";
 
 /**
  * An error as `--json` gives it: `message` the line printed on stderr (NVIDIA's, where it has one);
@@ -32,11 +32,11 @@ export interface ErrorReport {
 /**
  * What became of one process: one `--json` line, keys left out where they do not apply. `ok`:
  * whether it is where the operation takes it; `state`: where it is now, where known; `status`, for
- * a step or toggle (`rolled-back`: `--all-or-nothing` or an interrupt brought it back), and
- * `reason` (`deadline`, `another-failed`) where it was not started or stopped before a step; `ms`:
- * the whole operation's time on it; `steps`: the driver calls made; `roomCheck`: where a restore
- * was made, `"checked"` or why its room could not be (`{ unknown }`); `rollback`: its own after a
- * failed step, or all-or-nothing's.
+ * a step or toggle (`rolled-back`: `--all-or-nothing` or an interrupt brought it back, else
+ * `rollback-failed`), and `reason` (`deadline`, `another-failed`) where it was not started or
+ * stopped before a step; `ms`: the whole operation's time on it; `steps`: the driver calls made;
+ * `roomCheck`: where a restore was made, `"checked"` or why its room could not be (`{ unknown }`);
+ * `rollback`: its own after a failed step, or all-or-nothing's.
  */
 export interface PidReport {
   readonly pid: number;
@@ -44,7 +44,7 @@ export interface PidReport {
   readonly ok: boolean;
   readonly state?: ProcessState;
   readonly restoreThreadId?: number;
-  readonly status?: "done" | "unchanged" | "failed" | "stopped" | "not-started" | "rolled-back";
+  readonly status?: ProcessOutcome["status"] | "rollback-failed";
   readonly reason?: string;
   readonly ms?: number;
   readonly steps?: readonly StepRecord[];
@@ -167,8 +167,7 @@ function answer(report: PidReport): string | undefined {
 /** The word for a process in the `<pid> <result>` lines of several pids. */
 function resultWord(report: PidReport): string {
   if (report.status === undefined) return answer(report) ?? "error";
-  let word: string = report.status;
-  if (report.status === "rolled-back" && !report.rollback?.ok) word = "rollback-failed";
+  const word = report.status;
   return report.state === undefined ? word : `${word} ${report.state}`;
 }
 

@@ -271,6 +271,22 @@ describe("the subcommands, as a new user meets them", () => {
     const first = JSON.parse(json.out.split("\n")[0]);
     assert.deepEqual([first.status, first.ok, first.rollback.ok], ["rolled-back", false, true]);
   });
+
+  test("--json: a process whose rollback failed says rollback-failed, as its line does", async () => {
+    const sim = new SimulatedMachine();
+    const [a, b] = [sim.spawn(), sim.spawn({ memoryMiB: 4096 })];
+    const args = ["--toggle", "--pid", `${a.pid},${b.pid}`, "--all-or-nothing"];
+    for (const json of [[], ["--json"]]) {
+      // b's checkpoint fails; a, checkpointed, cannot be brought back: its restore fails too.
+      b.failNext("checkpoint", { code: 999 });
+      a.failNext("restore", { code: 999 });
+      const r = await cli([...args, ...json], { machine: sim });
+      const first = r.out.split("\n")[0];
+      if (json.length === 0) assert.equal(first, `${a.pid} rollback-failed checkpointed`);
+      else assert.deepEqual(JSON.parse(first).status, "rollback-failed");
+      await cli(["--toggle", "--pid", `${a.pid}`], { machine: sim }); // running again
+    }
+  });
 });
 
 // ---- as a program: libcuda is this process's to load, or not ----

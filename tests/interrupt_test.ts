@@ -127,7 +127,7 @@ describe("an interrupt during an operation on several processes, in-process", ()
     const lines = r.out.trim().split("\n").map((l) => JSON.parse(l));
     assert.deepEqual(lines.map((l) => [l.pid, l.status, l.rollback?.ok]), [
       [a.pid, "failed", undefined],
-      [b.pid, "rolled-back", false],
+      [b.pid, "rollback-failed", false],
     ]);
     assert.equal(
       r.errLines.at(-1),
