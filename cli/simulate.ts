@@ -268,8 +268,8 @@ async function lock(file: string, timeoutMs: number): Promise<() => Promise<void
 async function lockHolder(lockFile: string): Promise<number | "gone" | "abandoned"> {
   let text: string, age: number;
   try {
+    text = await readFile(lockFile, "utf8"); // before its age: a newer file can only look younger
     age = Date.now() - (await stat(lockFile)).mtimeMs;
-    text = await readFile(lockFile, "utf8");
   } catch (err) {
     if (errorCode(err) === "ENOENT") return "gone";
     throw err;
@@ -277,6 +277,8 @@ async function lockHolder(lockFile: string): Promise<number | "gone" | "abandone
   const pid = Number(text.trim());
   if (!Number.isInteger(pid) || pid <= 0) return age > 2_000 ? "abandoned" : 0;
   if (pid === process.pid) return pid;
-  if (existsSync("/proc/self")) return existsSync(`/proc/${pid}`) ? pid : "abandoned";
-  return age > 60_000 ? "abandoned" : pid;
+  const dead = existsSync("/proc/self") ? !existsSync(`/proc/${pid}`) : age > 60_000;
+  if (!dead) return pid;
+  // Its holder may have let go meanwhile, and another taken it: that lock is no one's to remove.
+  return (await readFile(lockFile, "utf8").catch(() => "")) === text ? "abandoned" : "gone";
 }
