@@ -180,13 +180,12 @@ function readSnapshot(value: unknown): SimulatorSnapshot {
   const processes = read.array(top.processes, "processes")
     .map((p, i) => readProcess(r, p, `processes[${i}]`));
   const held = top.heldRecords === undefined ? [] : read.array(top.heldRecords, "heldRecords");
-  const known = { uuids: new Set(gpus.map((g) => g.uuid)), where: "a GPU of the snapshot" };
   const heldRecords = held.map((value, i): HeldRecordSnapshot => {
     const at = `heldRecords[${i}]`, o = read.object(value, at, ["pid", "heldMiB", "at"]);
     const pid = read.integer(o.pid, `${at}.pid`, 1, MAX_PID);
     const none = `${at}.pid ${pid} is no CUDA process of the snapshot`;
     if (!processes.some((p) => p.pid === pid && p.cuda)) read.refuse(`${at}.pid`, none);
-    const heldMiB = read.mibByGpu(o.heldMiB, `${at}.heldMiB`, known);
+    const heldMiB = read.mibByGpu(o.heldMiB, `${at}.heldMiB`); // here or where it was checkpointed
     return { pid, heldMiB, at: read.integer(o.at, `${at}.at`, 0) };
   });
   const driverVersion = read.integer(top.driverVersion, "driverVersion", 0, MAX_PID);

@@ -10,6 +10,7 @@ import { join } from "node:path";
 
 import { openSimulatedMachine } from "../cli/simulate.ts";
 import { cli } from "./cli_support.ts";
+import { SimulatedMachine } from "../mock/mod.ts";
 import { processDir } from "./support/temp_dirs.ts";
 
 const dir = processDir("ckpt-cli-simulate-");
@@ -220,6 +221,22 @@ describe("--simulate", () => {
       /is not a simulated machine's state file \(it does not begin as one\); remove it or name another in CKPT_SIM_STATE\n$/,
     );
     assert.equal(readFileSync(path, "utf8"), "my own notes\n");
+  });
+
+  test("a snapshot of another machine's GPUs restored checkpointed: the next command loads", async () => {
+    const { run } = machine();
+    const elsewhere = new SimulatedMachine({ gpus: 2, seed: 7 }); // other GPUs (their UUIDs)
+    const p = elsewhere.spawn({ memoryMiB: 512, gpu: 1 });
+    const snap = join(dir, `elsewhere-${files}`);
+    assert.equal((await cli(["--toggle", "--pid", p.pid], { machine: elsewhere })).code, 0);
+    const taken = await cli(["snapshot", "--pid", p.pid, "--dir", snap], { machine: elsewhere });
+    assert.equal(taken.code, 0, taken.err);
+    const restored = await run(["restore-snapshot", snap]);
+    assert.equal(restored.code, 0, restored.err);
+    // Its record of what it held names the GPUs it left: a record of a real machine may too.
+    const listed = await run(["list"]);
+    assert.equal(listed.code, 0, listed.err);
+    assert.match(listed.out, new RegExp(`^${p.pid} +checkpointed `, "m"));
   });
 
   test("kill takes one pid", async () => {

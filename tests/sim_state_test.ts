@@ -224,14 +224,18 @@ describe("snapshots of the simulated machine", () => {
     again.fillGpu(0);
     await assert.rejects(new CudaProcess(p.pid, { machine: again }).resume(), GpuRoomError);
     assert.equal(again.process(p.pid)?.restoreRefused, false, "the driver was not asked");
-    // A record of no CUDA process of the snapshot, or of a GPU it lacks, is refused.
+    // A record of no CUDA process of the snapshot, or of no GPU, is refused; one of a GPU of
+    // another machine (where a process restored here was checkpointed) is kept.
+    const elsewhere = { "GPU-99999999-9999-4999-8999-999999999999": 1 };
+    const kept = loadSimulator({
+      ...saved,
+      heldRecords: [{ ...saved.heldRecords[0], heldMiB: elsewhere }],
+    });
+    assert.deepEqual(snapshotSimulator(kept).heldRecords?.map((r) => r.heldMiB), [elsewhere]);
     for (
       const [bad, field] of [
         [{ ...saved.heldRecords[0], pid: q.pid + 1 }, "heldRecords[0].pid"],
-        [
-          { ...saved.heldRecords[0], heldMiB: { "GPU-99999999-9999-4999-8999-999999999999": 1 } },
-          'heldRecords[0].heldMiB["GPU-99999999-9999-4999-8999-999999999999"]',
-        ],
+        [{ ...saved.heldRecords[0], heldMiB: { "GPU-0": 1 } }, "heldRecords[0].heldMiB key"],
       ] as const
     ) {
       assert.throws(
