@@ -177,8 +177,8 @@ export async function openSimulatedMachine(
 }
 
 /**
- * The machine in `file`; `undefined` where there is none, or where `fresh` and it is one of ours
- * (it begins as one: cut short, corrupt, of another version); never a file of another kind.
+ * The machine in `file`; `undefined` where there is none (or an empty file), or where `fresh` and it
+ * is one of ours (it begins as one: cut short, corrupt, of another version); never another kind.
  */
 async function readMachine(
   file: string,
@@ -196,15 +196,15 @@ async function readMachine(
     const head = await headOf(file).catch((err) => {
       throw refuse(`cannot be read: ${pathTrouble(err)}`, err, other);
     });
-    if (head === undefined || ours(head)) return undefined;
+    if (!head || ours(head)) return undefined;
     throw foreign("it does not begin as one");
   }
   const found = await checkPrivate(file, "file", {
     strict: true,
     refuse: (_at, message, cause) => refuse(message.replace(`${file} `, ""), cause, other),
   });
-  if (!found) return undefined;
-  const text = await readFile(file, "utf8");
+  const text = found ? await readFile(file, "utf8") : "";
+  if (text === "") return undefined; // none yet, or an empty one made for it (mktemp)
   const data: unknown = await Promise.try(() => JSON.parse(text)).catch((err: unknown) => {
     // Ours begin with their format, even where cut short.
     if (!ours(text)) throw foreign("not JSON", err);

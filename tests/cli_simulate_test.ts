@@ -239,6 +239,16 @@ describe("--simulate", () => {
     assert.match(listed.out, new RegExp(`^${p.pid} +checkpointed `, "m"));
   });
 
+  test("an empty state file, as mktemp makes it, is a new machine, for reset or any command", async () => {
+    for (const first of [["reset"], ["spawn"]]) {
+      const { run, path } = machine();
+      writeFileSync(path, "", { mode: 0o600 });
+      const r = await run(first);
+      assert.equal(r.code, 0, r.err);
+      assert.equal((await run(["list", "--json"])).code, 0);
+    }
+  });
+
   test("kill takes one pid", async () => {
     const { run } = machine();
     const r = await run(["kill"]);
