@@ -91,10 +91,10 @@ const FROM_590 = "--launch-job (-j) is an option of NVIDIA's cuda-checkpoint fro
  * has one. `--help` and `--version` win over what comes after them, as in `getopt` loops.
  */
 export function parseCommandLine(args: readonly string[]): Command {
-  const [word] = scan(args).words;
+  const { words } = scan(args), [word] = words;
   const sub = word !== undefined && isSubcommand(word) ? word : undefined;
   try {
-    return parse(args, sub);
+    return parse(args, sub, words);
   } catch (error) {
     if (!(error instanceof UsageError) || sub === undefined || error.tail) throw error;
     const tail = `Run cuda-checkpoint --help for what ${sub} takes.`;
@@ -141,9 +141,8 @@ function longName(name: string): string | string[] | undefined {
   return could.length === 1 ? could[0] : could.length > 1 ? could : undefined;
 }
 
-/** Reads the options in order (the words as {@link scan} finds them), then {@link finish}. */
-function parse(args: readonly string[], sub: string | undefined): Command {
-  const { words } = scan(args);
+/** Reads the options in order (the words as {@link scan} found them), then {@link finish}. */
+function parse(args: readonly string[], sub: string | undefined, words: string[]): Command {
   const seen: Seen = { operations: [], given: new Set(), pids: [], fields: {}, words };
   for (let i = 0; i < args.length; i++) {
     const arg = args[i];
