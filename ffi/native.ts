@@ -5,7 +5,7 @@
 // cannot be made (the driver closed, or the thread running it ended).
 
 import process from "node:process";
-import { CHECKPOINT_FUNCTIONS } from "../core/calls.ts";
+import { C_FUNCTIONS, CHECKPOINT_FUNCTIONS, type DriverOperation } from "../core/calls.ts";
 import { asError, driverError, messageOf } from "../core/errors.ts";
 import { CUDA_ERROR_NO_DEVICE, CUDA_ERROR_NOT_SUPPORTED, CUDA_SUCCESS } from "../core/driver.ts";
 import { CUDA_ERROR_OPERATING_SYSTEM, GPU_PAIRS_MIN_DRIVER_VERSION } from "../core/driver.ts";
@@ -170,24 +170,24 @@ export class LibcudaDriver implements NativeDriver {
 
   /** `cuCheckpointProcessGetState`, off the main thread: it waits for a checkpoint in flight. */
   getState(pid: number): Promise<DriverResult> {
-    return this.#query("getState", pid, "cuCheckpointProcessGetState");
+    return this.#query("getState", pid);
   }
 
   /** `cuCheckpointProcessGetRestoreThreadId`, off the main thread. */
   getRestoreThreadId(pid: number): Promise<DriverResult> {
-    return this.#query("getRestoreThreadId", pid, "cuCheckpointProcessGetRestoreThreadId");
+    return this.#query("getRestoreThreadId", pid);
   }
 
   /** `cuCheckpointProcessLock` (`null`: NULL args); `cuInit` first where it locks this process. */
   lock(pid: number, args: LockArgs | null): Promise<number> {
     const self = pid === process.pid; // core locks itself by this pid, whatever id it was given
     return Promise.try(() => args === null ? null : encodeLockArgs(args))
-      .then((buf) => this.#checkpointCall("lock", pid, "cuCheckpointProcessLock", [buf], self));
+      .then((buf) => this.#checkpointCall("lock", pid, [buf], self));
   }
 
   /** `cuCheckpointProcessCheckpoint` with NULL args. */
   checkpoint(pid: number): Promise<number> {
-    return this.#checkpointCall("checkpoint", pid, "cuCheckpointProcessCheckpoint", [null]);
+    return this.#checkpointCall("checkpoint", pid, [null]);
   }
 
   /**
@@ -201,17 +201,17 @@ export class LibcudaDriver implements NativeDriver {
       this.#version.value >= GPU_PAIRS_MIN_DRIVER_VERSION;
     if (args === null || !allowed) {
       const arg = count > 0 ? CUDA_ERROR_NOT_SUPPORTED : null;
-      return this.#checkpointCall("restore", pid, "cuCheckpointProcessRestore", [arg], true);
+      return this.#checkpointCall("restore", pid, [arg], true);
     }
     // The pairs' address is filled in by the thread that makes the call.
     const pairs = encodeGpuPairs(args.gpuPairs), buf = encodeRestoreArgs(0n, count);
     const link = { arg: 1, offset: RESTORE_ARGS_PAIRS_OFFSET, target: pairs };
-    return this.#checkpointCall("restore", pid, "cuCheckpointProcessRestore", [buf, link], true);
+    return this.#checkpointCall("restore", pid, [buf, link], true);
   }
 
   /** `cuCheckpointProcessUnlock` with NULL args. */
   unlock(pid: number): Promise<number> {
-    return this.#checkpointCall("unlock", pid, "cuCheckpointProcessUnlock", [null]);
+    return this.#checkpointCall("unlock", pid, [null]);
   }
 
   /** `cuGetErrorName`, or `undefined` for a code the driver does not know (or a closed driver). */
@@ -262,25 +262,24 @@ export class LibcudaDriver implements NativeDriver {
   }
 
   /**
-   * A checkpoint function with `(int pid, T *arg)`, its pointer field linked where given.
+   * The checkpoint function of `operation`, `(int pid, T *arg)`, its pointer field linked if given.
    * Answers without a call: a pid no C `int` holds (`CUDA_ERROR_OPERATING_SYSTEM`, as the driver
    * answers for a pid no process has), a function the library lacks (`CUDA_ERROR_NOT_SUPPORTED`),
    * or `arg` given as a code.
    */
   #checkpointCall(
-    operation: string,
+    operation: DriverOperation,
     pid: number,
-    symbol: CudaSymbolName,
     [arg, link]: [Uint8Array | null | number, NativeLink?],
     needsInit = false,
   ): Promise<number> {
     return this.#span(operation, async () => {
       if (!fitsCInt(pid)) return CUDA_ERROR_OPERATING_SYSTEM;
-      if (!this.#lib.present.has(symbol)) return CUDA_ERROR_NOT_SUPPORTED;
+      if (!this.#lib.present.has(C_FUNCTIONS[operation])) return CUDA_ERROR_NOT_SUPPORTED;
       if (typeof arg === "number") return arg;
       try {
         if (needsInit) await this.#initialize();
-        return await this.#offThread(symbol, [pid, arg], link);
+        return await this.#offThread(C_FUNCTIONS[operation], [pid, arg], link);
       } catch (cause) {
         const why = `${operation} of process ${pid} could not finish: ${messageOf(cause)}`;
         throw new Error(why, { cause });
@@ -289,9 +288,9 @@ export class LibcudaDriver implements NativeDriver {
   }
 
   /** A checkpoint function with an `int` out-parameter. */
-  async #query(operation: string, pid: number, symbol: CudaSymbolName): Promise<DriverResult> {
+  async #query(operation: DriverOperation, pid: number): Promise<DriverResult> {
     const out = nativeBuffer(4);
-    const code = await this.#checkpointCall(operation, pid, symbol, [out]);
+    const code = await this.#checkpointCall(operation, pid, [out]);
     return { code, value: code === CUDA_SUCCESS ? readInt(out) : 0 };
   }
 

@@ -7,7 +7,7 @@ import { CUDA_ERROR_NOT_SUPPORTED, CUDA_ERROR_OPERATING_SYSTEM } from "../core/d
 import { CUDA_ERROR_OUT_OF_MEMORY, GPU_PAIRS_MIN_DRIVER_VERSION } from "../core/driver.ts";
 import type { CheckpointDriver, DriverResult, GpuInfo, GpuPair } from "../core/driver.ts";
 import type { LockArgs, RestoreArgs } from "../core/driver.ts";
-import { CHECKPOINT_FUNCTIONS } from "../core/calls.ts";
+import { C_FUNCTIONS, CHECKPOINT_FUNCTIONS, type DriverOperation } from "../core/calls.ts";
 import { isFinal, memoryOnHost, type Step, stepAllowed, stepFrom, stepTo } from "../core/states.ts";
 import { checkTimeoutMs, formatGpuUuid } from "../core/options.ts";
 import { gpusSeenBy } from "./criu_files.ts";
@@ -228,8 +228,8 @@ export class SimulatedDriver implements CheckpointDriver {
   }
 
   /** One call: gated by the version, the pid looked up, `body` run, the answer logged. */
-  #call<T>(op: string, pid: number, out: (answer: Answer) => T, body: Body): Promise<T> {
-    const name = `cuCheckpointProcess${op[0].toUpperCase()}${op.slice(1)}`;
+  #call<T>(op: DriverOperation, pid: number, out: (answer: Answer) => T, body: Body): Promise<T> {
+    const name = C_FUNCTIONS[op];
     return this.#machine.waitOn(`call ${name} on pid ${pid}`, async () => {
       const started = this.#machine.now();
       // The process for a pid or thread id, or the code the real driver gives.
