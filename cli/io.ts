@@ -184,12 +184,10 @@ export function programIo(): ProgramIo {
   return { args: host.args, io, exit: (code) => host.flushed().then(() => host.exit(code)) };
 }
 
-/** What the program takes of its runtime, Deno or Bun. */
-interface Runtime {
+/** What the program takes of its runtime, Deno or Bun: its writers are the `CliIo`'s. */
+interface Runtime extends Pick<CliIo, "stdout" | "stderr"> {
   readonly args: string[];
   readonly programName: string;
-  stdout(text: string): void;
-  stderr(text: string): void;
   terminal(): boolean;
   readonly env: Record<string, string | undefined>;
   on(signal: Signal, listener: () => void): void;
