@@ -313,7 +313,7 @@ function finish(seen: Seen): Command {
     const subs = Object.keys(SUBCOMMANDS).filter((sub) => SUBCOMMANDS[sub].includes(snapshotOnly));
     no(`${snapshotOnly} is only valid with ${subs.join(", ").replace(/, (?!.*, )/, " and ")}`);
   }
-  if (sub === undefined) return operationCommand(seen, common);
+  if (sub === undefined) return operationCommand(seen, common, has);
   const only = `${sub} is only valid with --simulate`;
   const state = "spawn, kill and reset work on the simulated machine of the state file";
   if (sub !== "list" && sub !== "ps" && !common.simulate) no(only, state);
@@ -331,8 +331,7 @@ function finish(seen: Seen): Command {
 }
 
 /** An operation of NVIDIA's: the checks in its order, then ours. */
-function operationCommand(seen: Seen, common: Common): Command {
-  const has = (option: string) => seen.given.has(option);
+function operationCommand(seen: Seen, common: Common, has: (option: string) => boolean): Command {
   if (seen.operations.length === 0) throw new UsageError(NVIDIA_MESSAGES.noOperation);
   const got = `got ${seen.operations.join(" and ")}; one operation at a time`;
   if (seen.operations.length > 1) throw new UsageError(NVIDIA_MESSAGES.tooManyOperations, got);
