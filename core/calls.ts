@@ -7,25 +7,9 @@
 
 import { CHECKPOINT_MIN_DRIVER_VERSION, type CheckpointDriver, CUDA_SUCCESS } from "./driver.ts";
 import { type DriverResult, formatDriverVersion, GPU_PAIRS_MIN_DRIVER_VERSION } from "./driver.ts";
-import type { LockArgs, RestoreArgs } from "./driver.ts";
+import { C_FUNCTIONS, type DriverOperation, type LockArgs, type RestoreArgs } from "./driver.ts";
 import { CheckpointUnsupportedError, driverError } from "./errors.ts";
 import { PROCESS_STATES, type ProcessState, stateName } from "./states.ts";
-
-/** The C function behind each driver operation. */
-export const C_FUNCTIONS = {
-  getState: "cuCheckpointProcessGetState",
-  getRestoreThreadId: "cuCheckpointProcessGetRestoreThreadId",
-  lock: "cuCheckpointProcessLock",
-  checkpoint: "cuCheckpointProcessCheckpoint",
-  restore: "cuCheckpointProcessRestore",
-  unlock: "cuCheckpointProcessUnlock",
-} as const;
-
-/** The C names of the six checkpoint functions, which drivers older than 570 lack. */
-export const CHECKPOINT_FUNCTIONS = Object.freeze(Object.values(C_FUNCTIONS));
-
-/** A driver operation that calls one C checkpoint function. */
-export type DriverOperation = keyof typeof C_FUNCTIONS;
 
 /** What a failed call's error says besides the code. */
 export type FailureDetail = { state?: ProcessState; detail?: string };

@@ -5,6 +5,22 @@
  * @module
  */
 
+/** The C function behind each driver operation. */
+export const C_FUNCTIONS = {
+  getState: "cuCheckpointProcessGetState",
+  getRestoreThreadId: "cuCheckpointProcessGetRestoreThreadId",
+  lock: "cuCheckpointProcessLock",
+  checkpoint: "cuCheckpointProcessCheckpoint",
+  restore: "cuCheckpointProcessRestore",
+  unlock: "cuCheckpointProcessUnlock",
+} as const;
+
+/** The C names of the six checkpoint functions, which drivers older than 570 lack. */
+export const CHECKPOINT_FUNCTIONS = Object.freeze(Object.values(C_FUNCTIONS));
+
+/** A driver operation that calls one C checkpoint function. */
+export type DriverOperation = keyof typeof C_FUNCTIONS;
+
 /**
  * Arguments of `cuCheckpointProcessLock` (`CUcheckpointLockArgs`, 64 bytes): `timeoutMs` at offset
  * 0, how long to wait for submitted work to finish (0 waits forever); bytes 4 to 63 must be zero

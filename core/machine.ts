@@ -4,7 +4,7 @@
  * @module
  */
 
-import type { CheckpointDriver } from "./driver.ts";
+import { C_FUNCTIONS, type CheckpointDriver } from "./driver.ts";
 import type { SnapshotEngine } from "./engine.ts";
 import type { SnapshotStore } from "./snapshot/store.ts";
 import type { HostProcesses } from "./host.ts";
@@ -91,9 +91,9 @@ export async function withMachine<T>(
   }
 }
 
-/** Checks a machine given as an option: an object with a driver. */
+/** Checks a machine given as an option: an object with a driver that makes all six calls. */
 export function isMachine(value: unknown): value is Machine {
-  const driver = (value as { driver?: Partial<CheckpointDriver> } | null)?.driver;
-  return typeof value === "object" && value !== null && typeof driver === "object" &&
-    driver !== null && typeof driver.getState === "function" && typeof driver.lock === "function";
+  const driver = (value as { driver?: Record<string, unknown> } | null)?.driver;
+  const calls = Object.keys(C_FUNCTIONS).every((call) => typeof driver?.[call] === "function");
+  return typeof value === "object" && value !== null && typeof driver === "object" && calls;
 }

@@ -5,7 +5,7 @@
 // cannot be made (the driver closed, or the thread running it ended).
 
 import process from "node:process";
-import { C_FUNCTIONS, CHECKPOINT_FUNCTIONS, type DriverOperation } from "../core/calls.ts";
+import { C_FUNCTIONS, CHECKPOINT_FUNCTIONS, type DriverOperation } from "../core/driver.ts";
 import { asError, driverError, messageOf } from "../core/errors.ts";
 import { CUDA_ERROR_NO_DEVICE, CUDA_ERROR_NOT_SUPPORTED, CUDA_SUCCESS } from "../core/driver.ts";
 import { CUDA_ERROR_OPERATING_SYSTEM, GPU_PAIRS_MIN_DRIVER_VERSION } from "../core/driver.ts";

@@ -7,7 +7,7 @@ import { CUDA_ERROR_NOT_SUPPORTED, CUDA_ERROR_OPERATING_SYSTEM } from "../core/d
 import { CUDA_ERROR_OUT_OF_MEMORY, GPU_PAIRS_MIN_DRIVER_VERSION } from "../core/driver.ts";
 import type { CheckpointDriver, DriverResult, GpuInfo, GpuPair } from "../core/driver.ts";
 import type { LockArgs, RestoreArgs } from "../core/driver.ts";
-import { C_FUNCTIONS, CHECKPOINT_FUNCTIONS, type DriverOperation } from "../core/calls.ts";
+import { C_FUNCTIONS, CHECKPOINT_FUNCTIONS, type DriverOperation } from "../core/driver.ts";
 import { isFinal, memoryOnHost, type Step, stepAllowed, stepFrom, stepTo } from "../core/states.ts";
 import { checkTimeoutMs, formatGpuUuid } from "../core/options.ts";
 import { gpusSeenBy } from "./criu_files.ts";

@@ -238,6 +238,11 @@ describe("lifecycles: who opens a machine closes it", () => {
       () => new CudaProcess(1, { machine: 42 as never }),
       /^TypeError: CudaProcess's machine must be a Machine .* got 42$/,
     );
+    // A driver of one's own that lacks a step: refused at once, not after a lock it cannot undo.
+    const sim = new SimulatedMachine(), p = sim.spawn(), d = sim.driver;
+    const half = { driver: { getState: d.getState.bind(d), lock: d.lock.bind(d) } } as never;
+    assert.throws(() => new CudaProcess(p.pid, { machine: half }), /machine must be a Machine/);
+    assert.equal(p.state, "running");
   });
 });
 

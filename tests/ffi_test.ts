@@ -22,7 +22,7 @@ import { join } from "node:path";
 import { tmpdir } from "node:os";
 import process from "node:process";
 
-import { CHECKPOINT_FUNCTIONS } from "../core/calls.ts";
+import { CHECKPOINT_FUNCTIONS } from "../core/driver.ts";
 import { DriverLoadError } from "../core/errors.ts";
 import { Handle } from "../core/process.ts";
 import { act } from "../core/action.ts";
