@@ -29,7 +29,7 @@ export async function runGroup(
 ): Promise<GroupResult> {
   const pids = "an array of pids or CudaProcess";
   if (!Array.isArray(targets)) mustBe(TypeError, "targets", pids, targets);
-  const handles = targets.map((t, i) =>
+  const handles = [...targets].map((t, i) =>
     t instanceof Handle ? t : new Handle(checkPid(t, `targets[${i}]`), source)
   );
   const owned = handles.filter((h, i) => h !== targets[i]);

@@ -68,7 +68,7 @@ export function checkKeys<T extends object>(
   if (value === undefined) return {} as T;
   if (typeof value !== "object" || !isPlain(value)) {
     const fields = keys.length > 0 ? ` with ${keys.join(", ")}` : "";
-    mustBe(TypeError, whatAsObject, `an object${fields}`, value);
+    mustBe(TypeError, whatAsObject, `a plain object${fields}`, value);
   }
   for (const key of Object.keys(value)) {
     if ((keys as readonly string[]).includes(key)) continue;

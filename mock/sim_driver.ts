@@ -98,7 +98,7 @@ export class SimulatedDriver implements CheckpointDriver {
 
   /** `cuCheckpointProcessLock`; a timeout the C unsigned int cannot hold rejects, as natively. */
   async lock(pid: number, args: LockArgs | null): Promise<number> {
-    const timeoutMs = args === null ? 0 : checkTimeoutMs(args.timeoutMs, "LockArgs.timeoutMs");
+    const timeoutMs = args == null ? 0 : checkTimeoutMs(args.timeoutMs, "LockArgs.timeoutMs");
     if (args?.reserved?.some((b) => b !== 0)) {
       const note = "a reserved field of CUcheckpointLockArgs is nonzero";
       const refused = { code: CUDA_ERROR_INVALID_VALUE, note };

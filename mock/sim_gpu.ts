@@ -68,7 +68,7 @@ export function makeGpus(
     mustBe(TypeError, "gpus", "a number of GPUs or a non-empty array of GPU specs", gpus);
   }
   const count = typeof gpus === "number" ? checkInteger(gpus, "gpus (how many)", 1, 1024) : 1;
-  const specs = Array.isArray(gpus) ? gpus : Array.from({ length: count }, () => ({}));
+  const specs = Array.isArray(gpus) ? [...gpus] : Array.from({ length: count }, () => ({}));
   const made = specs.map((spec: SimulatedGpuSpec, i) => {
     const what = `gpus[${i}]`;
     const s = checkKeys(spec, what, ["name", "memoryMiB", "uuid", "contextMiB"]);

@@ -217,7 +217,7 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
       const through = checkChoice(or(i.through, "legacy"), "spawn: ipcImport.through", IPC_KINDS);
       ipcImport = { exporter, through };
     }
-    const n = o.nccl && checkKeys(o.nccl, "spawn: nccl", NCCL_KEYS);
+    const n = o.nccl === undefined ? undefined : checkKeys(o.nccl, "spawn: nccl", NCCL_KEYS);
     const nccl = n && {
       localRanks: checkInteger(n.localRanks, "spawn: nccl.localRanks", 1, 1 << 20),
       p2pDisable: checkFlag(n.p2pDisable, "spawn: nccl.p2pDisable", false),
@@ -375,7 +375,7 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
     const indexes = gpu === undefined ? [0] : typeof gpu === "number" ? [gpu] : gpu;
     const expected = "a GPU index or a non-empty array of them";
     if (!Array.isArray(indexes) || !indexes.length) mustBe(TypeError, "spawn: gpu", expected, gpu);
-    return indexes.map((i: unknown, k) => {
+    return [...indexes].map((i: unknown, k) => {
       const none = `does not exist: this simulator has GPUs 0 to ${last}`;
       if (typeof i !== "number" || !Number.isInteger(i) || i < 0 || i > last) {
         throw new RangeError(`spawn: gpu ${describeValue(i)} ${none}`);

@@ -96,7 +96,12 @@ describe("timeoutMs", () => {
   test("options must be an object", async () => {
     await assert.rejects(
       () => proc.lock(5 as never),
-      /^TypeError: lock's options must be an object with timeoutMs, got 5$/,
+      /^TypeError: lock's options must be a plain object with timeoutMs, got 5$/,
+    );
+    // A Map or a class's instance is an object, but not one of options: the message says so.
+    assert.throws(
+      () => new CudaProcess(4000, new Map([["machine", sim]]) as never),
+      /^TypeError: CudaProcess's options must be a plain object with machine, got an object$/,
     );
   });
   test("an option that is not one is refused, naming it and the nearest one", async () => {
@@ -228,5 +233,35 @@ describe("struct layouts (cuda.h 13.0)", () => {
     assert.equal(v.getBigUint64(0, true), 0x1122334455667788n);
     assert.equal(v.getUint32(8, true), 3);
     assert.ok(buf.subarray(12).every((x) => x === 0));
+  });
+});
+
+describe("arrays with holes, and values that are not what they seem", () => {
+  test("a hole among a group's targets is a missing pid, named, and nothing starts", async () => {
+    const sim = new SimulatedMachine(), [a, b] = [sim.spawn(), sim.spawn()];
+    // deno-lint-ignore no-sparse-arrays
+    const group = runGroup("lock", [a.pid, , b.pid] as never, { machine: sim });
+    await assert.rejects(group, /^TypeError: targets\[1\] must be .*got undefined$/);
+    assert.deepEqual([a.state, b.state], ["running", "running"]);
+  });
+
+  test("the simulator's GPUs and a spawn's GPUs with holes, an nccl that is no object", () => {
+    // deno-lint-ignore no-sparse-arrays
+    const sim = new SimulatedMachine({ gpus: [{}, , { name: "NVIDIA H100" }] as never });
+    assert.equal(sim.gpus.length, 3, "a hole is a GPU of the default kind, as undefined is");
+    // deno-lint-ignore no-sparse-arrays
+    assert.throws(
+      () => sim.spawn({ gpu: [0, , 1] as never }),
+      /^RangeError: spawn: gpu undefined does not/,
+    );
+    for (const nccl of [null, 0, ""]) {
+      assert.throws(() => sim.spawn({ nccl } as never), /^TypeError: spawn: nccl must be a plain/);
+    }
+  });
+
+  test("the simulated driver's lock takes undefined arguments as none, as null", async () => {
+    const sim = new SimulatedMachine(), p = sim.spawn();
+    assert.equal(await sim.driver.lock(p.pid, undefined as never), 0);
+    assert.equal(p.state, "locked");
   });
 });
