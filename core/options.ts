@@ -155,10 +155,10 @@ export function checkAmount(value: unknown, what: string, positive = false): num
   return ok ? value : mustBe(Err, what, `a finite number ${positive ? ">" : ">="} 0`, value);
 }
 
-/** Checks a non-empty string; returns it. */
+/** Checks a non-empty string without NUL (which would cut a C string short); returns it. */
 export function checkName(value: unknown, what: string): string {
-  if (typeof value === "string" && value.trim() !== "") return value;
-  return mustBe(TypeError, what, "a non-empty string", value);
+  if (typeof value === "string" && value.trim() !== "" && !value.includes("\0")) return value;
+  return mustBe(TypeError, what, "a non-empty string", value); // a NUL shows, as \u0000
 }
 
 /** `value`, or `fallback` where it is left out (`undefined`; `null` is a value, to be refused). */

@@ -563,7 +563,9 @@ describe(`native driver (${runtime}) against a fake libcuda`, { skip: noCompiler
   });
 
   test("libraryPath must be a non-empty string (a TypeError, before anything opens)", async () => {
-    for (const libraryPath of [42, "", "  "] as unknown as string[]) {
+    // A NUL would cut the path short where dlopen reads it: another file than the one named.
+    const cut = `${fake?.v13 ?? "/usr/lib/libcuda.so.1"}\0/elsewhere/libcuda.so.1`;
+    for (const libraryPath of [42, "", "  ", cut] as unknown as string[]) {
       await assert.rejects(
         openNativeDriver({ libraryPath }),
         (error: unknown) =>
