@@ -94,6 +94,15 @@ describe("the manifest", () => {
 });
 
 describe("what the manifest parser refuses", () => {
+  test("what is not text: a TypeError naming it (a parsed object is not a manifest's text)", () => {
+    for (const text of [{ format: "ckpt-cuda-snapshot/1" }, 5, null]) {
+      assert.throws(
+        () => parseManifest(text as never, "/srv/snap/manifest.json"),
+        /^TypeError: text must be the manifest's JSON text, got (an object|5|null)$/,
+      );
+    }
+  });
+
   test("not JSON: truncated or corrupt", () => {
     refused(serializeManifest(manifest()).slice(0, 300), /not JSON.*truncated or corrupt/);
   });

@@ -8,7 +8,7 @@
 import { RefusedError } from "../errors.ts";
 import type { TreeProcess } from "../host.ts";
 import { StrictReader } from "../json.ts";
-import { MAX_PID } from "../options.ts";
+import { MAX_PID, mustBe } from "../options.ts";
 import { isSnapshotState, SNAPSHOT_STATES, type SnapshotState } from "../states.ts";
 import type { SnapshotFile } from "./store.ts";
 
@@ -111,6 +111,7 @@ export function serializeManifest(manifest: Manifest): string {
  * ```
  */
 export function parseManifest(text: string, path: string, operation = "parseManifest"): Manifest {
+  if (typeof text !== "string") mustBe(TypeError, "text", "the manifest's JSON text", text);
   const r = new StrictReader((_field, reason) => snapshotRefusal(operation, `${path}: ${reason}`));
   const data = r.parse(text, "it");
   checkFormat(r, data);
