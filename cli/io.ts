@@ -222,19 +222,19 @@ function runtime(): Runtime {
       flushed: () => Promise.resolve(),
     };
   }
-  // Bun: its own writers (FileSinks: flush() gives a promise only where the pipe is full) and
+  // Bun: its own writers (FileSinks: write() and flush() give a promise where the pipe is full) and
   // globals, typed here (Deno's checker has no `Bun`). node:fs is loaded only to tell a terminal:
   // it, and node:tty more so (12-15 ms), weigh on the start-up of `--get-state`.
-  type Sink = { write(chunk: string): number; flush(): number | Promise<number> };
+  type Sink = { write(chunk: string): unknown; flush(): unknown };
   const { Bun, process } = globalThis as unknown as {
     Bun: { stdout: { writer(): Sink }; stderr: { writer(): Sink } };
     process: Omit<Runtime, "programName"> & { argv: string[]; argv0: string };
   };
   const pending: Promise<unknown>[] = [];
   const writer = (sink: Sink) => (text: string) => {
-    sink.write(text);
-    const flushed = sink.flush();
-    if (typeof flushed !== "number") pending.push(flushed);
+    // Each gives a promise where the pipe is full, which fails (EPIPE) where its reader left.
+    const full = [sink.write(text), sink.flush()].filter((p) => p instanceof Promise);
+    pending.push(...full.map((p) => p.catch(() => {})));
   };
   const require = (import.meta as unknown as { require(id: string): unknown }).require;
   return {
