@@ -1,7 +1,7 @@
 // The little of `bun:ffi` the Bun binding uses, typed here so that Deno's checker and JSR never
 // resolve a `bun:` specifier, and the messages between the binding and its workers.
 
-import type { NativeArg, NativeLink } from "./adapter.ts";
+import type { NativeCall, NativeLink } from "./adapter.ts";
 import type { BunFunctionDefinition } from "./symbols.ts";
 
 /** A library opened by `bun:ffi`'s `dlopen`. */
@@ -30,18 +30,14 @@ export async function importBunFfi(): Promise<BunFfi> {
   return (await import(specifier)) as BunFfi;
 }
 
-/** A call for a worker: which function of which library, with which arguments. */
-export interface WorkerRequest {
+/** A call for a worker, of a function of a library: its buffers go there and back as copies. */
+export interface WorkerRequest extends NativeCall {
   /** Matches the reply to the call. */
   readonly id: number;
   /** The library's absolute path (the worker opens it itself, once per function). */
   readonly path: string;
-  /** The function's C name. */
-  readonly symbol: string;
-  /** Its `bun:ffi` definition. */
+  /** The function's `bun:ffi` definition. */
   readonly definition: BunFunctionDefinition;
-  /** The arguments; buffers arrive as copies, and go back as copies after the call. */
-  readonly args: readonly NativeArg[];
   /** Pointer fields to fill in with the worker's own addresses of its copies. */
   readonly links: readonly NativeLink[];
 }
