@@ -38,12 +38,10 @@ export async function digestOf(
   return hash.digest("hex");
 }
 
-/** A piece to hash, and who waits for it. */
-interface Job {
+/** A piece to hash (as a worker is asked for it, of the file `s`), and who waits for it. */
+interface Job extends Omit<PieceRequest, "path"> {
   readonly owner: PieceHasher;
   readonly s: DigestSource;
-  readonly offset: number;
-  readonly length: number;
   readonly done: PromiseWithResolvers<Uint8Array>;
 }
 
