@@ -6,7 +6,7 @@ import type { Machine } from "../core/machine.ts";
 import type { HostProcesses } from "../core/host.ts";
 import type { SnapshotEngine } from "../core/engine.ts";
 import type { SnapshotStore } from "../core/snapshot/store.ts";
-import { checkKeys } from "../core/options.ts";
+import { checkFlag, checkKeys, mustBe } from "../core/options.ts";
 import { sessionOf } from "../core/process.ts";
 import { type NativeDriver, type NativeDriverOptions, openNativeDriver } from "../ffi/native.ts";
 import { type CriuEngineOptions, openCriuEngine } from "./criu.ts";
@@ -55,25 +55,26 @@ export interface NativeMachine extends Machine, AsyncDisposable {
  * ```
  */
 export async function openMachine(options: MachineOptions = {}): Promise<NativeMachine> {
-  // Every name checked before libcuda opens (then a bad value would close it).
+  // Every option checked before libcuda opens: the host's and criu's when they are made.
   const top = ["libraryPath", "maxWorkers", "callingThread", "host", "criu"] as const;
   checkKeys(options, "openMachine's options", top);
   const hostKeys = ["nvml", "nvmlPath", "procRoot", "reader", "recordsDir"] as const;
-  checkKeys(options.host, "openMachine's host options", hostKeys);
+  const given = checkKeys(options.host, "openMachine's host options", hostKeys);
+  checkFlag(given.nvml, "host.nvml", true);
+  for (const key of ["nvmlPath", "procRoot", "recordsDir"] as const) {
+    const v = given[key], none = v === undefined || (key === "recordsDir" && v === false);
+    const absolute = typeof v === "string" && v.startsWith("/") && !v.includes("\0");
+    if (!none && !absolute) mustBe(TypeError, `host.${key}`, "an absolute path", v);
+  }
   const criuKeys = ["criuPath", "libraryDir", "extraArgs", "env"] as const;
   checkKeys(options.criu, "openMachine's criu options", criuKeys);
+  const host = new LinuxHost(options.host), engine = openCriuEngine(options.criu);
   const driver = await openNativeDriver(options);
-  try {
-    const host = new LinuxHost(options.host), engine = openCriuEngine(options.criu);
-    // A suspend under way ends checkpointed, not locked with its driver gone: it is waited for.
-    const close = () =>
-      sessionOf(machine).settled().then(() => host.close())
-        .finally(() => driver[Symbol.asyncDispose]());
-    const store = new FileSnapshotStore();
-    const machine = { driver, host, engine, store, close, [Symbol.asyncDispose]: close };
-    return machine;
-  } catch (error) {
-    await driver[Symbol.asyncDispose]();
-    throw error;
-  }
+  // A suspend under way ends checkpointed, not locked with its driver gone: it is waited for.
+  const close = () =>
+    sessionOf(machine).settled().then(() => host.close())
+      .finally(() => driver[Symbol.asyncDispose]());
+  const store = new FileSnapshotStore();
+  const machine = { driver, host, engine, store, close, [Symbol.asyncDispose]: close };
+  return machine;
 }

@@ -442,7 +442,7 @@ describe("openNativeDriver on a machine without libcuda", () => {
     assert.doesNotMatch(realError.message, /--allow-ffi/, "the tests run with the FFI permission");
   });
 
-  test("openMachine checks the names of the host's and criu's options before it opens libcuda", async () => {
+  test("openMachine checks the host's and criu's options before it opens libcuda", async () => {
     // A library that is not there: reaching it would reject with a DriverLoadError instead.
     const libraryPath = "/nonexistent/libcuda.so.1";
     await assert.rejects(
@@ -454,6 +454,28 @@ describe("openNativeDriver on a machine without libcuda", () => {
     await assert.rejects(
       openMachine({ libraryPath, criu: { path: "/usr/sbin/criu" } as never }),
       (e) => e instanceof TypeError && /criu options has no option "path"/.test(e.message),
+    );
+    // Their values too (a value the host read later made it fail after a suspend, or not at all).
+    for (
+      const [host, said] of [
+        [{ nvml: "false" }, /^host\.nvml must be true or false, got "false"$/],
+        [{ recordsDir: true }, /^host\.recordsDir must be an absolute path, got true$/],
+        [{ recordsDir: "records" }, /^host\.recordsDir must be an absolute path, got "records"$/],
+        [{ procRoot: "" }, /^host\.procRoot must be an absolute path, got ""$/],
+        [{ nvmlPath: 5 }, /^host\.nvmlPath must be an absolute path, got 5$/],
+      ] as const
+    ) {
+      const opened = openMachine({ libraryPath, host: host as never });
+      await assert.rejects(opened, (e) => e instanceof TypeError && said.test(e.message));
+    }
+    const criu = openMachine({ libraryPath, criu: { criuPath: "criu" } });
+    await assert.rejects(
+      criu,
+      (e) => e instanceof TypeError && /criuPath must be an/.test(e.message),
+    );
+    await assert.rejects(
+      openMachine({ libraryPath, host: { recordsDir: false } }),
+      DriverLoadError,
     );
     await assert.rejects(openMachine({ libraryPath }), DriverLoadError);
   });
@@ -750,7 +772,7 @@ describe(`native driver (${runtime}) against a fake libcuda`, { skip: noCompiler
     });
   });
 
-  test("openMachine closes libcuda again when a host or criu option's value is bad", async () => {
+  test("openMachine leaves libcuda unopened when a host or criu option's value is bad", async () => {
     const path = fakes!.build("libcuda_bad_option");
     const mapped = () => readFileSync("/proc/self/maps", "utf8").includes(path);
     await assert.rejects(
