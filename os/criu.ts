@@ -89,6 +89,7 @@ class CriuEngine implements SnapshotEngine {
     if (!absolute(criuPath)) mustBe(TypeError, "criuPath", "an absolute path", criuPath);
     const dir = "an absolute path of a directory";
     if (!absolute(libraryDir)) mustBe(TypeError, "libraryDir", dir, libraryDir);
+    if (!Array.isArray(extraArgs)) mustBe(TypeError, "extraArgs", "an array of options", extraArgs);
     for (const arg of extraArgs) {
       if (typeof arg !== "string" || !arg.startsWith("--") || arg.includes("\0")) {
         mustBe(TypeError, "extraArgs", "criu options starting with --", arg);

@@ -295,6 +295,11 @@ describe("what the probe reports missing", () => {
         () => openCriuEngine({ criuPath: old, extraArgs: ["-x; rm -rf /"] }),
         /extraArgs must be criu options starting with --, got "-x; rm -rf \/"/,
       );
+      // One option as a string, not in an array: named whole, not by its first character.
+      assert.throws(
+        () => openCriuEngine({ criuPath: old, extraArgs: "--shell-job" as never }),
+        /^TypeError: extraArgs must be an array of options, got "--shell-job"$/,
+      );
       assert.throws(
         () => openCriuEngine({ libraryDir: "lib" }),
         /libraryDir must be an absolute path of a directory, got "lib"/,
