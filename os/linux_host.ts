@@ -15,6 +15,7 @@ import { messageOf } from "../core/errors.ts";
 import { orElse } from "../core/options.ts";
 import { Slots } from "../core/time.ts";
 import type { Nvml } from "../ffi/nvml.ts";
+import { pathTrouble } from "./private.ts";
 import { FileHeldRecords, recordsDirectory } from "./records.ts";
 
 /** How many `/proc` files are read at once. */
@@ -281,7 +282,7 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
   async gpuImport(pid: number): Promise<GpuImport | undefined> {
     const read = (file: string) => this.#reader.read(`${this.#root}/${pid}/${file}`);
     const both = await Promise.all([read("maps"), read("status")]).catch((e: unknown) =>
-      classify(e) === "gone" ? undefined : `its maps cannot be read (${messageOf(e)})`
+      classify(e) === "gone" ? undefined : `its maps cannot be read (${pathTrouble(e)})`
     );
     if (!Array.isArray(both)) return both === undefined ? undefined : { sign: both, unknown: true };
     const [maps, status] = both;
