@@ -45,6 +45,8 @@ export class VirtualClock implements SimClock {
 
   /** Calls `fn` once virtual time reaches now + `ms`. */
   setTimer(ms: number, fn: () => void, options: TimerOptions = {}): number {
+    if (typeof ms !== "number" || ms !== ms) mustBe(TypeError, "setTimer: ms", "a number", ms); // NaN
+    if (typeof fn !== "function") mustBe(TypeError, "setTimer: fn", "a function", fn);
     const seq = ++this.#seq;
     this.#timers.set(seq, { at: this.#now + Math.max(0, ms), seq, fn, driving: !options.passive });
     this.#schedule();

@@ -67,6 +67,21 @@ describe("the virtual clock", () => {
     assert.deepEqual(seen, ["passive", "driving"]);
   });
 
+  test("a timer of NaN ms, or without a function, is refused: the clock goes on", async () => {
+    const clock = new VirtualClock(), sim = new SimulatedMachine({ clock }), p = sim.spawn();
+    assert.throws(
+      () => clock.setTimer(NaN, () => {}),
+      /^TypeError: setTimer: ms must be a number, got NaN$/,
+    );
+    assert.throws(
+      () => clock.setTimer(1, 5 as never),
+      /^TypeError: setTimer: fn must be a function, got 5$/,
+    );
+    await new CudaProcess(p.pid, { machine: sim }).suspend(); // would wait for good at NaN ms
+    assert.equal(p.state, "checkpointed");
+    assert.ok(Number.isFinite(sim.now()));
+  });
+
   test("a cleared timer never fires", async () => {
     const clock = new VirtualClock();
     let fired = false;
