@@ -193,8 +193,7 @@ class Group {
       this.#deadlinePassed = true;
       return "deadline";
     }
-    if (this.s.allOrNothing && this.#failed) return "another-failed";
-    return undefined;
+    return this.s.allOrNothing && this.#failed ? "another-failed" : undefined;
   }
 
   /** One process, in its turn, through the one executor. */

@@ -446,8 +446,7 @@ export class SimulatedProcess {
   get pendingWork(): string | undefined {
     if (this.busy) return `a ${this.busy} under way`;
     if (this.#kernels.size > 0) return `${this.#kernels.size} kernel(s) not finished`;
-    if (this.#runWaiters.length > 0) return "CUDA work waiting for it to run again";
-    return undefined;
+    return this.#runWaiters.length > 0 ? "CUDA work waiting for it to run again" : undefined;
   }
 
   #inject(fault: PendingFault, method: string): () => void {
