@@ -22,14 +22,13 @@
  * @module
  */
 
-export type { CheckpointDriver, DriverResult } from "./core/driver.ts";
-export type { GpuInfo, GpuPair, LockArgs, RestoreArgs } from "./core/driver.ts";
+export type { CheckpointDriver, GpuInfo, GpuPair, LockArgs, RestoreArgs } from "./core/driver.ts";
 export type { Machine } from "./core/machine.ts";
 export type { Clock } from "./core/time.ts";
 export type { HostProcesses, ProcessIdentity, ScannedProcess, TreeProcess } from "./core/host.ts";
 export type { GpuImport, GpuMemory, GpuMemoryReport, MachineFacts, PidUse } from "./core/host.ts";
 export type { HeldRecord, HeldRecords, RoomClaim } from "./core/host.ts";
-export { CUresult, resultName } from "./core/driver.ts";
+export { CUresult, type DriverResult, resultName } from "./core/driver.ts";
 export { CUprocessState, stateName } from "./core/states.ts";
 export { type MachineOptions, type NativeMachine, openMachine } from "./os/this_machine.ts";
 export type { NativeDriver, NativeDriverOptions } from "./ffi/native.ts";
