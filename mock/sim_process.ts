@@ -4,9 +4,8 @@ import { cudaRuns, INITIAL_STATE, isFinal, memoryOnHost } from "../core/states.t
 import { type ProcessState, stateName, stateNumber as numberOfState } from "../core/states.ts";
 import { checkAmount, mustBe } from "../core/options.ts";
 import type { IpcImport, NcclRank, ProcessFields } from "./fields.ts";
-import { type AnswerFault, checkFault, type ExitFault, type FaultableOperation } from "./faults.ts";
-import { FaultPlan, type FaultTiming, type InjectedFault, type PendingFault } from "./faults.ts";
-import type { QueryOperation } from "./faults.ts";
+import type { AnswerFault, ExitFault, FaultTiming, InjectedFault, PendingFault } from "./faults.ts";
+import { checkFault, type FaultableOperation, FaultPlan, type QueryOperation } from "./faults.ts";
 import { checkRange, MemoryImage, type SavedPages } from "./memory.ts";
 import type { SimulatedGpu } from "./sim_gpu.ts";
 import { mibToBytes, type TimingModel } from "./timing.ts";
