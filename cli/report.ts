@@ -100,7 +100,7 @@ export function errorReport(operation: CliOperation, pid: number, error: unknown
 const REASONS: Readonly<Record<string, string>> = {
   "another-failed": "another process failed, and --all-or-nothing (or --job) was given",
   deadline: "the deadline passed",
-  aborted: "it was aborted",
+  aborted: "the command was interrupted",
 };
 
 /**

@@ -113,6 +113,25 @@ describe("an interrupt during an operation on several processes, in-process", ()
     assert.doesNotMatch(r.err, /another process failed/, "none failed: it was the interrupt");
   });
 
+  test("a job's member stopped between its steps says the command was interrupted", async () => {
+    const sim = new SimulatedMachine();
+    const [stuck, other] = [sim.spawn(), sim.spawn()];
+    const release = stuck.hangNext("lock");
+    const fake = fakeInterrupts(sim, [
+      { ms: 100, act: (fire) => fire() },
+      { ms: 200, act: () => release() },
+    ]);
+    const pids = `${stuck.pid},${other.pid}`;
+    const r = await cli(["--toggle", "--job", "--pid", pids], {
+      machine: sim,
+      interrupts: fake.interrupts,
+    });
+    assert.equal(r.code, 130, r.err);
+    const said = r.errLines.find((l) => l.startsWith(`Process ID ${other.pid} was stopped`));
+    assert.match(said ?? r.err, /before a step: the command was interrupted; what it had done/);
+    assert.deepEqual([stuck.state, other.state], ["running", "running"]);
+  });
+
   test("a process that cannot come back is named in the closing line, with what it was", async () => {
     const sim = new SimulatedMachine();
     const [a, b] = [sim.spawn({ memoryMiB: 4096 }), sim.spawn()];
