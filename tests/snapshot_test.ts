@@ -592,6 +592,10 @@ describe("refused before anything changes", () => {
     );
     await assert.rejects(snapshot([5], "", { machine: sim }), /dir must be a path.*got ""/);
     await assert.rejects(
+      snapshot([5], "/tmp/a\0b", { machine: sim }),
+      /dir must be a path \(a non-empty string without NUL\), got "\/tmp\/a\\u0000b"/,
+    );
+    await assert.rejects(
       snapshot([5], newDir(), { machine: sim, leaveRuning: true } as never),
       /snapshot has no option "leaveRuning" \(did you mean "leaveRunning"\?\)/,
     );

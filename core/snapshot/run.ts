@@ -79,7 +79,7 @@ export interface WholeSettings {
 /** Checks a snapshot's directory argument: a path. */
 export function checkDir(dir: unknown): string {
   if (typeof dir === "string" && dir.length > 0 && !dir.includes("\0")) return dir;
-  return mustBe(TypeError, "dir", "a path (a non-empty string)", dir);
+  return mustBe(TypeError, "dir", "a path (a non-empty string without NUL)", dir);
 }
 
 const DEFAULT_PARALLEL = 8;
