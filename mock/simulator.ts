@@ -5,7 +5,14 @@ import type { Machine } from "../core/machine.ts";
 import type { Clock } from "../core/time.ts";
 import { type HostProcesses, MemoryHeldRecords, ncclRank, type PidUse } from "../core/host.ts";
 import { sameProcess } from "../core/host.ts";
-import { checkAmount, checkChoice, checkFlag, checkInteger, or } from "../core/options.ts";
+import {
+  checkAmount,
+  checkChoice,
+  checkFlag,
+  checkInteger,
+  checkSignal,
+  or,
+} from "../core/options.ts";
 import { checkKeys, checkName, describeValue, MAX_PID, mustBe } from "../core/options.ts";
 import { FileSnapshotStore } from "../os/snapshot_store.ts";
 import { makeClock, type SimClock } from "./clock.ts";
@@ -149,6 +156,7 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
    */
   sleep(ms: number, signal?: AbortSignal): Promise<void> {
     checkAmount(ms, "sleep: ms");
+    checkSignal(signal, "sleep: signal");
     return this.waitOn("sleep", () =>
       new Promise<void>((resolve, reject) => {
         signal?.throwIfAborted();

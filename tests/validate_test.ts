@@ -259,6 +259,14 @@ describe("arrays with holes, and values that are not what they seem", () => {
     }
   });
 
+  test("the simulator's sleep refuses a signal that is none", () => {
+    const sim = new SimulatedMachine();
+    assert.throws( // at once, as for its ms
+      () => sim.sleep(10, "x" as never),
+      /^TypeError: sleep: signal must be an AbortSignal, got "x"$/,
+    );
+  });
+
   test("the simulated driver's lock takes undefined arguments as none, as null", async () => {
     const sim = new SimulatedMachine(), p = sim.spawn();
     assert.equal(await sim.driver.lock(p.pid, undefined as never), 0);
