@@ -5,15 +5,8 @@ import type { Machine } from "../core/machine.ts";
 import type { Clock } from "../core/time.ts";
 import { type HostProcesses, MemoryHeldRecords, ncclRank, type PidUse } from "../core/host.ts";
 import { sameProcess } from "../core/host.ts";
-import {
-  checkAmount,
-  checkChoice,
-  checkFlag,
-  checkInteger,
-  checkSignal,
-  or,
-} from "../core/options.ts";
-import { checkKeys, checkName, describeValue, MAX_PID, mustBe } from "../core/options.ts";
+import { checkAmount, checkChoice, checkFlag, checkInteger, checkSignal } from "../core/options.ts";
+import { checkKeys, checkName, describeValue, MAX_PID, mustBe, or } from "../core/options.ts";
 import { FileSnapshotStore } from "../os/snapshot_store.ts";
 import { makeClock, type SimClock } from "./clock.ts";
 import { SimulatedCriu } from "./sim_criu.ts";
