@@ -141,7 +141,7 @@ export function printReports(
         : `; undoing what it had done failed (${rollback!.error?.detail}): it is ${state}`;
       print.err(`Process ID ${pid} ${what}: ${REASONS[reason ?? ""] ?? reason}${undone}`);
     }
-    if (rollback && status === "rolled-back") {
+    if (rollback && (status === "rolled-back" || status === "rollback-failed")) {
       print.more(
         rollback.ok
           ? `process ID ${pid} was brought back to ${state}` // why: the failure's or stop's line

@@ -280,10 +280,12 @@ describe("the subcommands, as a new user meets them", () => {
       // b's checkpoint fails; a, checkpointed, cannot be brought back: its restore fails too.
       b.failNext("checkpoint", { code: 999 });
       a.failNext("restore", { code: 999 });
-      const r = await cli([...args, ...json], { machine: sim });
+      const r = await cli([...args, ...json], { machine: sim, isTerminal: true });
       const first = r.out.split("\n")[0];
       if (json.length === 0) assert.equal(first, `${a.pid} rollback-failed checkpointed`);
       else assert.deepEqual(JSON.parse(first).status, "rollback-failed");
+      // On a terminal, why it could not be brought back (as before the status had its word).
+      assert.match(r.err, new RegExp(`process ID ${a.pid} could not be brought back: restore`));
       await cli(["--toggle", "--pid", `${a.pid}`], { machine: sim }); // running again
     }
   });
