@@ -158,7 +158,7 @@ export function checkAmount(value: unknown, what: string, positive = false): num
 /** Checks a non-empty string without NUL (which would cut a C string short); returns it. */
 export function checkName(value: unknown, what: string): string {
   if (typeof value === "string" && value.trim() !== "" && !value.includes("\0")) return value;
-  return mustBe(TypeError, what, "a non-empty string", value); // a NUL shows, as \u0000
+  return mustBe(TypeError, what, "a non-empty string without NUL", value);
 }
 
 /** `value`, or `fallback` where it is left out (`undefined`; `null` is a value, to be refused). */

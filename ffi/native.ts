@@ -84,7 +84,7 @@ type Opened = { lib: FfiLibrary<CudaSymbolName>; path: string; version: DriverRe
  * `CUDA_ERROR_NOT_SUPPORTED`. No thread starts until a call needs one.
  *
  * @throws {RangeError} when `maxWorkers` is not an integer from 1 to 1024; a TypeError when
- * `libraryPath` is not a non-empty string.
+ * `libraryPath` is not a non-empty string without NUL.
  * @throws {DriverLoadError} when libcuda cannot be found or opened.
  */
 export function openLibcudaDriver(adapter: FfiAdapter, o: NativeDriverOptions = {}): LibcudaDriver {

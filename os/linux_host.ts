@@ -33,14 +33,14 @@ export interface ProcReader {
 export interface LinuxHostOptions {
   /** Whether to load NVML for GPU memory. Default true. */
   nvml?: boolean;
-  /** The NVML library; left out, `$CKPT_LIBNVML_PATH` or the search of `ffi/nvml.ts`. */
+  /** The NVML library (an absolute path); else `$CKPT_LIBNVML_PATH` or ffi/nvml.ts's search. */
   nvmlPath?: string;
-  /** Where `/proc` is: `/proc` by default. */
+  /** Where `/proc` is, an absolute path: `/proc` by default. */
   procRoot?: string;
   /** How `/proc` is read; the runtime's file system by default. */
   reader?: ProcReader;
   /**
-   * The directory of the records of held GPU memory; `false` for none (each program then knows
+   * The records of held GPU memory, an absolute path; `false` for none (each program then knows
    * what it checkpointed itself). Left out: `$CKPT_RECORDS_DIR`, else `/run/ckpt-cuda` as root,
    * else one of the user's own; none on Deno without permission to read and write it.
    */

@@ -592,7 +592,7 @@ describe(`native driver (${runtime}) against a fake libcuda`, { skip: noCompiler
         openNativeDriver({ libraryPath }),
         (error: unknown) =>
           error instanceof TypeError &&
-          /libraryPath must be a non-empty string/.test(error.message),
+          /libraryPath must be a non-empty string without NUL, got/.test(error.message),
         String(libraryPath),
       );
     }

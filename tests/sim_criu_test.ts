@@ -202,7 +202,7 @@ describe("the simulated CRIU", () => {
     );
     assert.throws(
       () => new SimulatedCriu(sim, { problems: ["ok", 7 as unknown as string] }),
-      /problems\[1\] must be a non-empty string, got 7/,
+      /problems\[1\] must be a non-empty string without NUL, got 7/,
     );
     assert.throws(
       () => new SimulatedCriu(sim, { colour: 1 } as never),

@@ -20,7 +20,11 @@ describe("SimulatedMachine options", () => {
       { gpus: [] },
       /gpus must be a number of GPUs or a non-empty array of GPU specs, got an array/,
     ],
-    ["gpu name", { gpus: [{ name: "" }] }, /gpus\[0\]\.name must be a non-empty string, got ""/],
+    [
+      "gpu name",
+      { gpus: [{ name: "" }] },
+      /gpus\[0\]\.name must be a non-empty string without NUL, got ""/,
+    ],
     [
       "gpu memory",
       { gpus: [{}, { memoryMiB: -5 }] },
