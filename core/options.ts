@@ -155,6 +155,12 @@ export function checkAmount(value: unknown, what: string, positive = false): num
   return ok ? value : mustBe(Err, what, `a finite number ${positive ? ">" : ">="} 0`, value);
 }
 
+/** An absolute path (from `/`, without NUL), where given: `what` names it in the refusal. */
+export function checkPath(value: unknown, what: string, expected = "an absolute path"): void {
+  const path = typeof value === "string" && value.startsWith("/") && !value.includes("\0");
+  if (value !== undefined && !path) mustBe(TypeError, what, expected, value);
+}
+
 /** Checks a non-empty string without NUL (which would cut a C string short); returns it. */
 export function checkName(value: unknown, what: string): string {
   if (typeof value === "string" && value.trim() !== "" && !value.includes("\0")) return value;

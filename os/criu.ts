@@ -16,7 +16,7 @@ import process from "node:process";
 import type { DumpedProcess, DumpRequest, EngineProbe } from "../core/engine.ts";
 import { EngineError, type RestoreRequest, type SnapshotEngine } from "../core/engine.ts";
 import { messageOf } from "../core/errors.ts";
-import { mustBe } from "../core/options.ts";
+import { checkPath, mustBe } from "../core/options.ts";
 import { olderVersion } from "../core/version.ts";
 import { endedSentence, type RunBound, runBounded, signalEach, treeOf } from "./bounded_run.ts";
 import { parsePstree } from "./criu_images.ts";
@@ -84,11 +84,9 @@ class CriuEngine implements SnapshotEngine {
   readonly #connected = new Set<number>();
 
   constructor(options: CriuEngineOptions) {
-    const absolute = (v: unknown) => v === undefined || typeof v === "string" && path.isAbsolute(v);
     const { criuPath, libraryDir, extraArgs = [] } = options;
-    if (!absolute(criuPath)) mustBe(TypeError, "criuPath", "an absolute path", criuPath);
-    const dir = "an absolute path of a directory";
-    if (!absolute(libraryDir)) mustBe(TypeError, "libraryDir", dir, libraryDir);
+    checkPath(criuPath, "criuPath");
+    checkPath(libraryDir, "libraryDir", "an absolute path of a directory");
     if (!Array.isArray(extraArgs)) mustBe(TypeError, "extraArgs", "an array of options", extraArgs);
     for (const arg of extraArgs) {
       if (typeof arg !== "string" || !arg.startsWith("--") || arg.includes("\0")) {

@@ -6,7 +6,7 @@ import type { Machine } from "../core/machine.ts";
 import type { HostProcesses } from "../core/host.ts";
 import type { SnapshotEngine } from "../core/engine.ts";
 import type { SnapshotStore } from "../core/snapshot/store.ts";
-import { checkFlag, checkKeys, mustBe } from "../core/options.ts";
+import { checkFlag, checkKeys, checkPath } from "../core/options.ts";
 import { sessionOf } from "../core/process.ts";
 import { type NativeDriver, type NativeDriverOptions, openNativeDriver } from "../ffi/native.ts";
 import { type CriuEngineOptions, openCriuEngine } from "./criu.ts";
@@ -61,11 +61,8 @@ export async function openMachine(options: MachineOptions = {}): Promise<NativeM
   const hostKeys = ["nvml", "nvmlPath", "procRoot", "reader", "recordsDir"] as const;
   const given = checkKeys(options.host, "openMachine's host options", hostKeys);
   checkFlag(given.nvml, "host.nvml", true);
-  for (const key of ["nvmlPath", "procRoot", "recordsDir"] as const) {
-    const v = given[key], none = v === undefined || (key === "recordsDir" && v === false);
-    const absolute = typeof v === "string" && v.startsWith("/") && !v.includes("\0");
-    if (!none && !absolute) mustBe(TypeError, `host.${key}`, "an absolute path", v);
-  }
+  for (const key of ["nvmlPath", "procRoot"] as const) checkPath(given[key], `host.${key}`);
+  if (given.recordsDir !== false) checkPath(given.recordsDir, "host.recordsDir"); // false: none
   const criuKeys = ["criuPath", "libraryDir", "extraArgs", "env"] as const;
   checkKeys(options.criu, "openMachine's criu options", criuKeys);
   const host = new LinuxHost(options.host), engine = openCriuEngine(options.criu);

@@ -8,7 +8,7 @@ import os from "node:os";
 import path from "node:path";
 import process from "node:process";
 import { messageOf } from "../core/errors.ts";
-import { mustBe } from "../core/options.ts";
+import { checkPath } from "../core/options.ts";
 import { statOf } from "./linux_host.ts";
 import { errorCode, faultAbove, faultOf, myUid, privateDirectory } from "./private.ts";
 
@@ -30,7 +30,7 @@ export async function trustedProgram(file: string, what: string): Promise<string
  * every directory above it and everything below it are trusted; else an `Error` naming the fault.
  */
 export async function trustedLibraryDir(dir: string, what: string): Promise<string> {
-  if (!path.isAbsolute(dir)) mustBe(TypeError, what, "an absolute path", dir);
+  checkPath(dir, what);
   const real = await realpath(dir).catch((err) => {
     throw new Error(`${what} ${dir} is refused: ${messageOf(err)}.`);
   });
