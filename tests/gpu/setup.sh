@@ -84,7 +84,7 @@ exp_session() {
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 }
 
-# exp_criu_session NAME: the start of a tests/gpu/exp run on criu and targets: $bin
+# exp_criu_session NAME (through tests/gpu/exp/session.sh): the start of a tests/gpu/exp run: $bin
 # (/tmp/ckpt-NAME, emptied) with its verdicts, the log $OUT/NAME.txt (as it goes), a line naming
 # the GPUs, criu (exported as CKPT_CRIU_PATH), ours as CK=(...) from OURS_XZ (default
 # .carry/cuda-checkpoint-ours.xz), the target built; fail_setup, dry (empty) and started=() set.

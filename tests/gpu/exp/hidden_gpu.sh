@@ -11,13 +11,7 @@
 # 2026-11-30 refused to write the manifest after the dump, WRITE_FAILED, and put the target back;
 # before that, it ended the target and wrote that manifest: the restore refused it, the process was
 # lost). The target running, memory intact. OURS_XZ: another build of ours to unpack. About 20 s.
-set -uo pipefail
-unset BUN_BE_BUN
-cd "$(dirname "$0")/../../.." || exit 1
-. tests/gpu/verdicts.sh
-. tests/gpu/targets.sh
-. tests/gpu/setup.sh
-exp_criu_session hidden-gpu
+. "$(dirname "$0")/session.sh" hidden-gpu
 (($(nvidia-smi -L | grep -c "^GPU ") >= 2)) || fail_setup "needs two GPUs"
 trap 'end_started target' EXIT
 

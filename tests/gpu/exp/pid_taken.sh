@@ -11,13 +11,7 @@
 # pid), and no target is left. Where the sleep could not take the pid before that tree began, the
 # run says so (SKIP): nothing was shown. About 1 minute. OURS_XZ: another build of ours to unpack
 # (the one before the mend, to see it end the sleep).
-set -uo pipefail
-unset BUN_BE_BUN
-cd "$(dirname "$0")/../../.." || exit 1
-. tests/gpu/verdicts.sh
-. tests/gpu/targets.sh
-. tests/gpu/setup.sh
-exp_criu_session pid-taken
+. "$(dirname "$0")/session.sh" pid-taken
 taker=''
 cleanup() {
   end_started target

@@ -11,13 +11,7 @@
 # as the end's first round does before its SIGKILL. Expected: `recover` resumes the target and
 # wakes both (before, the parent stayed stopped for good), the memory intact, the trace removed
 # and the manifest kept. About 30 s.
-set -uo pipefail
-unset BUN_BE_BUN
-cd "$(dirname "$0")/../../.." || exit 1
-. tests/gpu/verdicts.sh
-. tests/gpu/targets.sh
-. tests/gpu/setup.sh
-exp_criu_session recover-stopped
+. "$(dirname "$0")/session.sh" recover-stopped
 trap 'end_started "target|recover-parent"' EXIT
 stat_of() { ps -o stat= -p "$1" 2>/dev/null | tr -d ' '; }
 
