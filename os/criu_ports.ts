@@ -59,6 +59,7 @@ export async function portsFree(request: RestoreRequest): Promise<void> {
     .then((b) => boundPorts(new Uint8Array(b))).catch(() => []);
   const start = performance.now(), took = () => performance.now() - start;
   const tried = new Set<string>(); // the TIME_WAITs asked to end: each once
+  const portList = (ps: number[]) => `port${ps.length > 1 ? "s" : ""} ${ps.join(", ")}`;
   for (;;) {
     const { ports, holders } = await look(bound);
     if (ports.length === 0) return;
@@ -75,7 +76,7 @@ export async function portsFree(request: RestoreRequest): Promise<void> {
     // None listed: gone since the bind was tried; look again.
     const ms = Math.max(250, ...holders.map((h) => h.leftMs!)), s = Math.ceil(ms / 1000);
     const state = [...new Set(holders.map((h) => h.state))].join(", ") || "use";
-    const why = `port ${ports.join(", ")} held in ${state} on this host`;
+    const why = `${portList(ports)} held in ${state} on this host`;
     const stopped = `the restore of the tree of ${root} was stopped while it waited for ${why}`;
     if (request.signal?.aborted) throw new EngineError(stopped);
     const fresh = holders.filter((h) => h.state === "TIME_WAIT" && !tried.has(h.ends.join()));
@@ -83,7 +84,7 @@ export async function portsFree(request: RestoreRequest): Promise<void> {
     if (fresh.length > 0) { // each asked to end once, then looked at again (gone, maybe ended by
       // another tree's restore); what is left (where the kernel would not end it) is waited for
       if (await endTimeWaits(fresh.map((h) => h.ends)) > 0) {
-        const ended = `port ${[...new Set(fresh.map((h) => h.port))].join(", ")} held in TIME_WAIT`;
+        const ended = `${portList([...new Set(fresh.map((h) => h.port))])} held in TIME_WAIT`;
         request.onWait?.(0, `${ended} on this host: ended rather than waited for`);
       }
       continue;
@@ -93,7 +94,7 @@ export async function portsFree(request: RestoreRequest): Promise<void> {
         ? `beyond the ${Math.floor((timeoutMs - took()) / 1000)} s the restore had left: give it ` +
           `a longer timeout, or restore again in ${s} s`
         : `after ${Math.round(took() / 1000)} s of waiting: restore again later`;
-      const held = `the tree of ${root} binds port ${ports.join(", ")}, which this host holds`;
+      const held = `the tree of ${root} binds ${portList(ports)}, which this host holds`;
       throw new EngineError(`${held} in ${state} for ${s} s more, ${left}`);
     }
     request.onWait?.(ms, why);

@@ -147,10 +147,13 @@ async function listenerTimeWait(): Promise<number> {
  * A stand-in criu, and images whose files.img has `listeners` listening sockets on `port` at
  * 127.0.0.1 (more than one: SO_REUSEPORT's, as each NCCL rank's RAS listener on 28028).
  */
-function setUp(dir: string, port: number, listeners = 1) {
+function setUp(dir: string, port: number, listeners = 1, others: number[] = []) {
   const record = join(dir, "record");
-  const sk = inetSk({ proto: 6, port, addr: [LOCALHOST] });
-  writeFileSync(join(dir, "files.img"), filesImg(Array(listeners).fill(sk)));
+  const sk = (port: number) => inetSk({ proto: 6, port, addr: [LOCALHOST] });
+  writeFileSync(
+    join(dir, "files.img"),
+    filesImg([...Array(listeners).fill(sk(port)), ...others.map(sk)]),
+  );
   const vars = { FAKE_CRIU_RECORD: record, FAKE_CRIU_ROOT: "4242" };
   const engine = openCriuEngine({ criuPath: fakeCriu(dir, vars) });
   const ran = () => existsSync(record) && readFileSync(record, "utf8").includes("arg restore");
@@ -400,5 +403,20 @@ console.log(JSON.stringify({ told, error }));`,
         `${port} held in FIN_WAIT2 on this host`;
       assert.equal(err.message, stopped);
       assert.ok(!ran(), "criu did not run");
+    }));
+
+  test("two ports in FIN_WAIT2: the wait names both, as ports", () =>
+    inScratch(async (s) => {
+      const held = [await finWait2(), await finWait2()];
+      const { back, images } = setUp(s.dir, held[0].port, 1, [held[1].port]);
+      const abort = new AbortController();
+      const told: string[] = [];
+      const onWait = (_ms: number, why: string) => void (told.push(why), abort.abort());
+      const err = await back({ root: 4242, imagesDir: images, signal: abort.signal, onWait })
+        .catch((e) => e);
+      await Promise.all(held.map((h) => h.close()));
+      const ports = `ports ${held[0].port}, ${held[1].port}`;
+      assert.deepEqual(told, [`${ports} held in FIN_WAIT2 on this host`]);
+      assert.match(String(err), new RegExp(`waited for ${ports} held in FIN_WAIT2`));
     }));
 });
