@@ -152,7 +152,8 @@ export async function runAction(
       await timed(target, step, report, hooks, { action, settings }).catch(async (err) => {
         // A goal brings the process back; a process gone, or a refusal, has nothing to undo.
         const stays = !report.initialState || isGone(err) || err instanceof RefusedError;
-        throw stays ? err : withDetail(err, await undo(target, report, hooks, { step, err }));
+        if (stays) throw err;
+        throw withDetail(err, await undo(target, report, hooks, { step, err }), report.state);
       });
     }
     report.status = "done";

@@ -36,7 +36,7 @@ export interface ErrorPlace {
   operation: string;
   /** The pid (or thread id) it was given, where there is one. */
   pid?: number;
-  /** The process's state when the error was made, where it is known. */
+  /** The process's state where known: after what followed (a rollback), else when it was made. */
   state?: ProcessState;
   /** A sentence added to the message: what was left behind. */
   detail?: string;
@@ -52,7 +52,7 @@ export abstract class CheckpointError extends Error {
   readonly operation: string;
   /** The pid (or thread id) the operation was given, if any. */
   readonly pid: number | undefined;
-  /** The process's state when the error was made, where it is known. */
+  /** The process's state where known: after what followed (a rollback), else when it was made. */
   readonly state: ProcessState | undefined;
   /** The sentence the message adds: what was left behind. */
   readonly detail: string | undefined;
@@ -64,14 +64,15 @@ export abstract class CheckpointError extends Error {
     ({ operation: this.operation, pid: this.pid, state: this.state, detail: this.detail } = place);
   }
 
-  /** The same error (its class, its code) with another sentence about what was left behind. */
-  withDetail(detail: string): this {
+  /** The same error (its class, its code) with a sentence about what was left, and its `state`. */
+  withDetail(detail: string, state?: ProcessState): this {
     const more = capitalize(detail), message = `${this.message}. ${more}`;
     const copy = Object.create(Object.getPrototypeOf(this), Object.getOwnPropertyDescriptors(this));
     return Object.defineProperties(copy, {
       message: { value: message },
       stack: { value: this.stack?.replace(this.message, () => message) },
       detail: { value: this.detail ? `${this.detail}. ${more}` : detail },
+      state: { value: state ?? this.state },
       cause: { value: this, configurable: true, writable: true },
     });
   }
@@ -255,10 +256,10 @@ function subjectOf(place: ErrorPlace): string {
   return place.pid === undefined ? place.operation : `${place.operation} of process ${place.pid}`;
 }
 
-/** `err` with a sentence about what was left behind added (a `CheckpointError` keeps its class). */
-export function withDetail(err: unknown, detail: string): Error {
+/** `err` with a sentence about what was left (a `CheckpointError` keeps its class, takes `state`). */
+export function withDetail(err: unknown, detail: string, state?: ProcessState): Error {
   if (!detail) return asError(err);
-  if (err instanceof CheckpointError) return err.withDetail(detail);
+  if (err instanceof CheckpointError) return err.withDetail(detail, state);
   return new Error(`${messageOf(err)}. ${capitalize(detail)}`, { cause: err });
 }
 

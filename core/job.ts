@@ -77,7 +77,7 @@ export async function runJob(members: readonly JobMember[], ctx: JobContext): Pr
       const lost = `the process is ${w.report.state ?? "of unknown state"}; a process whose ` +
         `restore the driver refuses is most often lost (on driver 580, one that imported CUDA ` +
         `IPC memory or ran out of memory), so the job's other processes were ${others}`;
-      w.report.error = withDetail(w.failure!.err, lost);
+      w.report.error = withDetail(w.failure!.err, lost, w.report.state);
     }
     return back ?? false;
   } finally {
@@ -229,7 +229,7 @@ async function rollBack(working: readonly Working[], ctx: JobContext): Promise<b
       : others
       ? `every other process of the job was brought back`
       : "";
-    w.report.error = withDetail(w.failure.err, detail);
+    w.report.error = withDetail(w.failure.err, detail, w.report.state);
   }
   return rolledBackDone;
 }

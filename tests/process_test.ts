@@ -403,6 +403,18 @@ describe("rollback", () => {
     await proc.resume();
     assert.equal(target.state, "running");
   });
+  test("a failed goal's error has the state it left the process in: brought back, or final", async () => {
+    const { proc, target } = setup();
+    const stateOf = (p: Promise<unknown>) =>
+      p.then(() => assert.fail("it failed"), (e) => (assert.ok(e instanceof CudaError), e.state));
+    target.failNext("checkpoint", { code: CUDA_ERROR_OUT_OF_MEMORY });
+    assert.equal(await stateOf(proc.suspend()), "running", "unlocked again");
+    await proc.suspend();
+    target.failNext("unlock", { code: CUDA_ERROR_INVALID_VALUE });
+    assert.equal(await stateOf(proc.resume()), "checkpointed", "checkpointed again");
+    target.failNext("restore", { code: 999, state: "failed" });
+    assert.equal(await stateOf(proc.resume()), "failed", "final");
+  });
 });
 
 describe("the room check before a restore", () => {
