@@ -11,7 +11,7 @@
  * import { CudaProcess } from "@ckpt/cuda";
  *
  * const proc = new CudaProcess(12345);          // this machine's driver, opened on first use
- * await proc.suspend({ timeoutMs: 10_000 });     // lock + checkpoint; unlocks again on failure
+ * await proc.suspend({ timeoutMs: 10_000 });     // the lock waits up to 10 s for its kernels
  * // the GPU is free now; CRIU may dump the process
  * await proc.resume();                           // restore + unlock, after checking the GPU's room
  * ```

@@ -71,7 +71,7 @@ export type GroupEvent = Readonly<
 export interface ProcessOutcome {
   /** The pid, as given. */
   readonly pid: number;
-  /** How it ended (`stopped`: before a step, those made undone; `rolled-back`: done, undone). */
+  /** How it ended (`stopped`: held back by the deadline or signal; `rolled-back`: done, undone). */
   readonly status: "done" | "unchanged" | "failed" | "stopped" | "rolled-back" | "not-started";
   /** The state before the call, where it was read. */
   readonly initialState?: ProcessState;
@@ -99,7 +99,7 @@ export interface GroupResult {
   readonly ok: boolean;
   /** One outcome per target, in the order given. */
   readonly processes: readonly ProcessOutcome[];
-  /** Whether the deadline passed before every process was done. */
+  /** Whether the deadline held back a step or cut a lock short (steps under way ran on). */
   readonly deadlinePassed: boolean;
   /** Whether the signal aborted the group. */
   readonly aborted: boolean;

@@ -163,7 +163,7 @@ export function jobPhase(step: Step): 1 | 2 {
 /** The states a snapshot takes a CUDA process in (suspended and resumed, or as it is). */
 export const SNAPSHOT_STATES: readonly SnapshotState[] = Object.freeze(["running", "checkpointed"]);
 
-/** A state a snapshot takes a process in ({@link SNAPSHOT_STATES}). */
+/** A state a snapshot takes a CUDA process in: suspended and resumed, or as it is. */
 export type SnapshotState = "running" | "checkpointed";
 
 /** Whether a snapshot takes a CUDA process in this state. */

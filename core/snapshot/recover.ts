@@ -15,7 +15,7 @@ import type { SnapshotStore } from "./store.ts";
 import { groupFailure } from "./run.ts";
 import { treesNow } from "./trees.ts";
 
-/** What {@link recoverFrom} did. */
+/** What `recoverSnapshot` did. */
 export interface RecoverResult {
   /** The snapshot's directory. */
   readonly dir: string;
