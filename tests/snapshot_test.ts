@@ -80,6 +80,17 @@ function restoringWith(criu: SimulatedCriu, restore: SimulatedCriu["restore"]) {
 }
 
 describe("a snapshot and its restore", () => {
+  test("a command line longer than a manifest holds (a Java classpath): kept to its first 4096 characters", async () => {
+    const sim = new SimulatedMachine();
+    const command = `java -cp ${"a".repeat(5000)} Main`;
+    const p = sim.spawn({ memoryMiB: 16, command });
+    const dir = newDir();
+    const { manifest } = await snapshot([p.pid], dir, { machine: sim });
+    assert.equal(manifest.trees[0].processes[0].command, command.slice(0, 4096));
+    await restoreSnapshot(dir, { machine: sim });
+    assert.equal(live(sim, p.pid).state, "running");
+  });
+
   test("a tree to disk, ended, then back with its pids, its CUDA processes running, memory intact", async () => {
     const { sim, a, b, pids, hashes } = await job();
     const dir = newDir();

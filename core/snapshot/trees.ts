@@ -27,7 +27,7 @@ export async function describeTree(
       pid: p.pid,
       parent: p.parent,
       threads: p.threads.length > 0 ? [...p.threads] : [p.pid],
-      ...(p.command ? { command: p.command } : {}),
+      ...(p.command ? { command: p.command.slice(0, 4096) } : {}), // as much as a manifest holds
     };
     // Stopped: a CUDA process would not answer its state (refused); another comes back running.
     const asked = machine.driver.getRestoreThreadId(p.pid);
