@@ -16,7 +16,7 @@ import { SimulatedMachine, type SpawnOptions } from "../mock/mod.ts";
 import { loadSimulator, SIMULATOR_SNAPSHOT_FORMAT } from "../mock/state_file.ts";
 import { SimulatorSnapshotError, snapshotSimulator } from "../mock/state_file.ts";
 import { checkPrivate, errorCode, pathTrouble, privateDirectory } from "../os/private.ts";
-import { type Refuse, writePrivately } from "../os/private.ts";
+import { readSmallFile, type Refuse, writePrivately } from "../os/private.ts";
 
 /** The file name of the state file in its directory, by default. */
 export const SIMULATED_STATE_FILE = "simulated-machine.json";
@@ -266,9 +266,10 @@ async function lock(file: string, timeoutMs: number): Promise<() => Promise<void
  * pid in it for 2 s, its holder gone from /proc, or, without /proc, a minute old).
  */
 async function lockHolder(lockFile: string): Promise<number | "gone" | "abandoned"> {
+  const read = () => readSmallFile(lockFile, `the lock ${lockFile}`, 64); // no link, FIFO, 2 GiB
   let text: string, age: number;
   try {
-    text = await readFile(lockFile, "utf8"); // before its age: a newer file can only look younger
+    text = await read() ?? ""; // before its age: a newer file can only look younger
     age = Date.now() - (await stat(lockFile)).mtimeMs;
   } catch (err) {
     if (errorCode(err) === "ENOENT") return "gone";
@@ -280,5 +281,5 @@ async function lockHolder(lockFile: string): Promise<number | "gone" | "abandone
   const dead = existsSync("/proc/self") ? !existsSync(`/proc/${pid}`) : age > 60_000;
   if (!dead) return pid;
   // Its holder may have let go meanwhile, and another taken it: that lock is no one's to remove.
-  return (await readFile(lockFile, "utf8").catch(() => "")) === text ? "abandoned" : "gone";
+  return (await read().catch(() => "")) === text ? "abandoned" : "gone";
 }

@@ -15,6 +15,7 @@ import {
   symlink,
   writeFile,
 } from "node:fs/promises";
+import { execFileSync } from "node:child_process";
 import os from "node:os";
 import path from "node:path";
 import process from "node:process";
@@ -739,5 +740,15 @@ describe("the state file of cuda-checkpoint --simulate", () => {
     await using machine = await openSimulatedMachine({ path: file, lockTimeoutMs: 1000 });
     assert.equal(machine.created, true);
     assert.equal((await readFile(`${file}.lock`, "utf8")).trim(), String(process.pid));
+  });
+
+  test("a lock that is no file (a FIFO, a link to /dev/zero, as another user may plant in a shared directory): refused at once, not read", async () => {
+    const file = path.join(await tempDir(), "state.json");
+    execFileSync("mkfifo", [`${file}.lock`]);
+    const open = (lockTimeoutMs = 1000) => openSimulatedMachine({ path: file, lockTimeoutMs });
+    await assert.rejects(open(), /the lock .*state\.json\.lock is not a regular file/);
+    await rm(`${file}.lock`);
+    await symlink("/dev/zero", `${file}.lock`);
+    await assert.rejects(open(), /the lock .*state\.json\.lock is a symbolic link/);
   });
 });
