@@ -167,8 +167,7 @@ function answer(report: PidReport): string | undefined {
 /** The word for a process in the `<pid> <result>` lines of several pids. */
 function resultWord(report: PidReport): string {
   if (report.status === undefined) return answer(report) ?? "error";
-  const word = report.status;
-  return report.state === undefined ? word : `${word} ${report.state}`;
+  return report.state === undefined ? report.status : `${report.status} ${report.state}`;
 }
 
 /**
