@@ -124,15 +124,12 @@ export async function openSimulatedMachine(
     hint: "name a state file elsewhere in CKPT_SIM_STATE",
   });
   const unlock = await lock(file, options.lockTimeoutMs ?? 15_000);
-  let machine: SimulatedMachine, created: boolean;
-  try {
-    const saved = await readMachine(file, clock, options.fresh === true);
-    created = saved === undefined;
-    machine = saved ?? new SimulatedMachine({ gpus, ...clock });
-  } catch (err) {
+  const saved = await readMachine(file, clock, options.fresh === true).catch(async (err) => {
     await unlock();
     throw err;
-  }
+  });
+  const machine = saved ?? new SimulatedMachine({ gpus, ...clock });
+  const created = saved === undefined;
   let open = true;
   const check = (what: string) => {
     if (!open) throw new Error(`the simulated machine ${file} was closed: cannot ${what}`);
