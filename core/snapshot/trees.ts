@@ -193,10 +193,8 @@ export async function checkPidsFree(
   host: HostProcesses,
   operation: string,
 ): Promise<void> {
-  const owner = new Map<number, ManifestProcess>();
-  for (const p of manifest.trees.flatMap((t) => t.processes)) {
-    for (const id of [p.pid, ...p.threads]) owner.set(id, p);
-  }
+  const processes = manifest.trees.flatMap((t) => t.processes);
+  const owner = new Map(processes.flatMap((p) => p.threads.map((id) => [id, p] as const)));
   const [use] = await usesOf(host, [...owner.keys()]);
   if (!use) return;
   const p = owner.get(use.id)!;
