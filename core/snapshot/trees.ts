@@ -86,13 +86,12 @@ export function asDumped(listed: ManifestTree, dumped: readonly DumpedProcess[])
   return {
     ...listed,
     processes: dumped.map((d, i) => {
-      const before = byPid.get(d.pid);
+      const before = byPid.get(d.pid); // its command and CUDA side, as listed
       return {
+        ...before,
         pid: d.pid,
         parent: i === 0 ? (before?.parent ?? d.parent) : d.parent,
         threads: d.threads.length > 0 ? [...d.threads] : [d.pid],
-        ...(before?.command ? { command: before.command } : {}),
-        ...(before?.cuda ? { cuda: before.cuda } : {}),
       };
     }),
   };
