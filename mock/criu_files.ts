@@ -263,8 +263,7 @@ export class EngineLog {
   /** The error of a failure, logged and the log written (where it can be). */
   error(message: string, cause?: unknown): EngineError {
     this.line(`Error: ${message}`);
-    const log = this.write(true) ? { log: this.path } : {};
-    return new EngineError(message, { ...log, ...(cause === undefined ? {} : { cause }) });
+    return new EngineError(message, { log: this.write(true) ? this.path : undefined, cause });
   }
 
   /** Writes the log once, replacing a file (not through a link); false if it cannot. */
