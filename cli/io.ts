@@ -184,12 +184,10 @@ export function programIo(): ProgramIo {
   return { args: host.args, io, exit: (code) => host.flushed().then(() => host.exit(code)) };
 }
 
-/** What the program takes of its runtime, Deno or Bun: its writers are the `CliIo`'s. */
-interface Runtime extends Pick<CliIo, "stdout" | "stderr"> {
+/** What the program takes of its runtime, Deno or Bun (its writers, name and env: `CliIo`'s). */
+interface Runtime extends Required<Pick<CliIo, "stdout" | "stderr" | "programName" | "env">> {
   readonly args: string[];
-  readonly programName: string;
   terminal(): boolean;
-  readonly env: Record<string, string | undefined>;
   on(signal: Signal, listener: () => void): void;
   off(signal: Signal, listener: () => void): void;
   /** Exits at once. */
