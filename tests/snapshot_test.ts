@@ -708,6 +708,43 @@ describe("refused before anything changes", () => {
 });
 
 describe("failures after things began to change", () => {
+  /** `sim` whose host tells each process's start from `starts` (1 where unset): a pid reused. */
+  const withStarts = (sim: SimulatedMachine, starts: Map<number, number>) => {
+    const identify = async (id: number) => {
+      const found = await sim.host.identify!(id);
+      return found && { pid: found.pid, start: starts.get(found.pid) ?? 1 };
+    };
+    return machineWith(sim, { host: hostWith(sim.host, { identify }) });
+  };
+
+  test("a tree's root ended while suspended, its pid another's now: no dump of that one, every process put back", async () => {
+    const { sim, root, a, b, pids } = await job();
+    const starts = new Map<number, number>(), dir = newDir();
+    const onProgress = (e: SnapshotEvent) =>
+      e.type === "phase" && e.phase === "suspend" && starts.set(root.pid, 2);
+    const err = await snapshot([root.pid], dir, { machine: withStarts(sim, starts), onProgress })
+      .catch((e) => e);
+    assert.ok(err instanceof SnapshotError, String(err));
+    assert.equal(err.code, "DUMP_FAILED");
+    assert.match(
+      err.message,
+      new RegExp(`process ${root.pid}, the root of a tree, ended before its dump`),
+    );
+    assert.match(err.message, /Every process was put back as it was, and keeps running/);
+    assert.deepEqual(pids.map((pid) => live(sim, pid).pid), pids, "none ended");
+    assert.deepEqual([a, b].map((p) => p.state), ["running", "running"]);
+  });
+
+  test("a dumped process whose pid another took before the end (the root): it runs on, the rest end", async () => {
+    const { sim, root, a, b, c } = await job();
+    const starts = new Map<number, number>(), dir = newDir();
+    const onProgress = (e: SnapshotEvent) =>
+      e.type === "phase" && e.phase === "write" && starts.set(root.pid, 2);
+    await snapshot([root.pid], dir, { machine: withStarts(sim, starts), onProgress });
+    assert.equal(live(sim, root.pid).pid, root.pid, "the process with the root's pid runs on");
+    for (const p of [a, b, c]) assert.equal(sim.process(p.pid), undefined, `${p.pid} ended`);
+  });
+
   test("a failed dump puts every process back, running, memory intact; no manifest", async () => {
     const { sim, a, b, pids, hashes } = await job();
     const dir = newDir();

@@ -99,6 +99,8 @@ interface Taken extends Plan {
   readonly suspending: readonly number[];
   /** Those processes, as identified when the snapshot began (a pid may be reused since). */
   readonly who: readonly ProcessIdentity[];
+  /** What it ends, as identified: each tree's root as it began, what was dumped as dumped. */
+  readonly ours: { roots: readonly ProcessIdentity[]; members: ProcessIdentity[] };
   readonly dumped: (readonly DumpedProcess[] | undefined)[];
   readonly sealed: SnapshotFile[][];
   readonly times: { suspend: number; suspended: number; dump?: number; dumped: number };
@@ -128,7 +130,8 @@ export async function takeSnapshot(
     const out = await SnapshotWriter.begin(run.store, dir, roots, trace);
     const at = run.at(), times = { suspend: at, suspended: at, dumped: at };
     const [dumped, sealed] = [roots.map(() => undefined), roots.map(() => [])];
-    const t: Taken = { ...plan, run, o, out, suspending, who, dumped, sealed, times };
+    const ours = { roots: await Promise.all(roots.map(identify)), members: [] };
+    const t: Taken = { ...plan, run, o, out, suspending, who, ours, dumped, sealed, times };
     await suspendAndDump(t);
     const manifest = await writeManifest(t);
     await end(t, manifest);
@@ -231,9 +234,13 @@ async function suspend(t: Taken, pids: readonly number[]): Promise<boolean> {
 
 /** Dumps the `i`th tree in one of the engine's slots, sealing its images as they are written. */
 async function dump(t: Taken, i: number): Promise<void> {
-  const { run } = t, root = t.trees[i].root;
+  const { run } = t, root = t.trees[i].root, session = sessionOf(run.machine);
   await run.slots.run(async () => {
     if (run.signal.aborted) return;
+    if (await session.isStill(t.ours.roots[i]) === false) { // its pid may be another's now
+      const message = `snapshot failed: process ${root}, the root of a tree, ended before its dump`;
+      return failed(t, { code: "DUMP_FAILED", message });
+    }
     if (t.times.dump === undefined) {
       t.times.dump = run.at();
       run.phase("dump");
@@ -250,6 +257,7 @@ async function dump(t: Taken, i: number): Promise<void> {
       // On disk and digested as they are written, while this and other trees' dumps go on.
       sealing = started(t.out.dir.seal(t.trees[i].images, { signal: run.signal, writing }));
       const dumped = await writing;
+      for (const { pid } of dumped) t.ours.members.push(await session.identify(pid) ?? { pid });
       part = ["WRITE_FAILED", "its images could not be put on disk"];
       t.sealed[i] = await sealing;
       t.dumped[i] = dumped;
@@ -327,7 +335,7 @@ async function end(t: Taken, manifest: Manifest): Promise<void> {
       throw new SnapshotError({ code, operation: "snapshot", message, detail, cause });
     }
   } else {
-    await endTrees(run.engine, run.host, manifest.trees, clockOf(run.machine).sleep);
+    await endTrees(run, t.ours, clockOf(run.machine).sleep);
   }
   await out.finish();
 }

@@ -6,9 +6,11 @@
 
 import { readState } from "../calls.ts";
 import { CUDA_SUCCESS, type GpuInfo } from "../driver.ts";
-import type { DumpedProcess, SnapshotEngine } from "../engine.ts";
+import type { DumpedProcess } from "../engine.ts";
 import { RefusedError } from "../errors.ts";
 import type { GpuMemoryReport, HostProcesses, PidUse, TreeProcess } from "../host.ts";
+import type { ProcessIdentity } from "../host.ts";
+import type { Run } from "./run.ts";
 import type { Machine } from "../machine.ts";
 import { refuseStopped, sessionOf } from "../process.ts";
 import { SNAPSHOT_STATES } from "../states.ts";
@@ -97,16 +99,18 @@ export function asDumped(listed: ManifestTree, dumped: readonly DumpedProcess[])
   };
 }
 
-/** Ends the trees: stops every process until none new turns up, kills all, waits for their pids. */
+/** Ends the trees of `roots` and the `members`, those still theirs: stops all, kills, waits. */
 export async function endTrees(
-  engine: SnapshotEngine,
-  host: HostProcesses,
-  trees: readonly ManifestTree[],
+  run: Pick<Run, "machine" | "engine" | "host">,
+  ours: { roots: readonly ProcessIdentity[]; members: readonly ProcessIdentity[] },
   sleep: (ms: number) => Promise<void>,
 ): Promise<void> {
-  const known = new Set(trees.flatMap((t) => t.processes.map((p) => p.pid)));
+  const { engine, host } = run, still = (p: ProcessIdentity) => sessionOf(run.machine).isStill(p);
+  const alive = async (ps: readonly ProcessIdentity[]) =>
+    (await Promise.all(ps.map(async (p) => await still(p) !== false ? [p.pid] : []))).flat();
+  const known = new Set(await alive(ours.members)), roots = await alive(ours.roots);
   for (let round = 0; round < 10; round++) {
-    const now = await treesNow(host, trees.map((t) => t.root));
+    const now = await treesNow(host, roots);
     await engine.stop(now);
     const before = known.size;
     for (const pid of now) known.add(pid);
