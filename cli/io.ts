@@ -157,7 +157,8 @@ export function programIo(): ProgramIo {
   const host = runtime();
   let terminal: boolean | undefined, read = true;
   const io: CliIo = {
-    ...host, // its programName, stderr and env (the rest unread)
+    ...host, // its programName and env (the rest unread)
+    stderr: (text) => orElse(() => host.stderr(text), undefined), // gone: an interrupt still acts
     // A reader that has gone (`| head -1`) ends stdout, not the command: stderr still tells.
     stdout(text) {
       try {

@@ -588,6 +588,46 @@ describe(`SIGTERM and SIGHUP to cuda-checkpoint as a program (${runtime}), --sim
     });
   }
 
+  test(
+    "snapshot: SIGHUP with stderr gone (a dropped session, a reader that left) still puts every process back; exit 129",
+    {
+      timeout: 60_000,
+    },
+    async () => {
+      const { path, pids } = await machineFile((sim) => [sim.spawn({ memoryMiB: 4096 }).pid]);
+      const snap = join(dir, "snap-no-stderr");
+      const env = { ...process.env, CKPT_SIM_STATE: path, CKPT_SIM_CLOCK: "real" } as Record<
+        string,
+        string
+      >;
+      const argv = runtime === "deno" ? ["run", "-A", MAIN] : [MAIN];
+      const args = ["--simulate", "snapshot", "--pid", `${pids[0]}`, "--dir", snap];
+      // Its stderr a pipe whose reader has left: every line it writes there fails (EPIPE).
+      const pipeline = `"$0" "$@" 2>&1 >/dev/null | head -c 0`;
+      const r = await runInterrupted(
+        "bash",
+        ["-o", "pipefail", "-c", pipeline, process.execPath, ...argv, ...args],
+        env,
+        async (_send, running) => {
+          while (!existsSync(`${path}.lock`) && running()) {
+            await sleep(10);
+          }
+          await sleep(800);
+          const pid = Number(readFileSync(`${path}.lock`, "utf8").trim());
+          if (running() && pid > 0) {
+            process.kill(pid, "SIGHUP");
+          }
+        },
+      );
+      assert.equal(r.code, 129, `${r.signal} ${r.err}`);
+      assert.equal(existsSync(join(snap, "in-progress.json")), false, "put back, nothing left");
+      const state = await cli(["--simulate", "--get-state", "--pid", `${pids[0]}`], {
+        env: { CKPT_SIM_STATE: path },
+      });
+      assert.equal(state.out, "running\n");
+    },
+  );
+
   // SIGINT's 130 (where 1 was) is checked in-process above.
   for (const [signal, code] of [["SIGTERM", 143], ["SIGHUP", 129]] as const) {
     test(`snapshot: ${signal} puts every process back, running; exit ${code}`, {
