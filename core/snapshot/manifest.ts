@@ -167,9 +167,8 @@ function readTrees(r: StrictReader, value: unknown, gpus: ReadonlySet<string>): 
     const processes = r.array(o.processes, `${at}.processes`).map((p, j) =>
       readProcess(r, p, `${at}.processes[${j}]`, gpus)
     );
-    if (processes.length === 0 || processes[0].pid !== root) {
-      r.fail(`${at}.processes[0].pid`, `the root, ${root}`, processes[0]?.pid);
-    }
+    const first = processes[0]?.pid; // none in an empty list
+    if (first !== root) r.fail(`${at}.processes[0].pid`, `the root, ${root}`, first);
     return { root, images, processes };
   });
   if (trees.length === 0) r.fail("trees", "at least one tree", []);
