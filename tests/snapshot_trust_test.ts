@@ -605,6 +605,24 @@ describe("a snapshot killed outright", () => {
     await stuck.end();
   });
 
+  test("recover resumes them as a job, as a restore does: room for all or none, every restore before any unlock", async () => {
+    const sim = new SimulatedMachine();
+    const [a, b] = [sim.spawn({ memoryMiB: 8192 }), sim.spawn({ memoryMiB: 4096 })];
+    const dir = join(base(), "snap");
+    const stuck = await stuckInDump(sim, [a.pid, b.pid], dir);
+    while ([a, b].some((p) => p.state !== "checkpointed")) await sim.sleep(10); // each tree apart
+    const filler = sim.fillGpu(0, { leaveMiB: 10_000 }); // room for the first, not both
+    const err = await recoverSnapshot(dir, { machine: sim }).catch((e) => e);
+    assert.ok(err instanceof RefusedError, String(err));
+    assert.deepEqual([a.state, b.state], ["checkpointed", "checkpointed"], "neither resumed");
+    filler.exit();
+    const calls = sim.driver.calls.length;
+    await recoverSnapshot(dir, { machine: sim });
+    const steps = sim.driver.calls.slice(calls).map((c) => c.op).filter((op) => op !== "getState");
+    assert.deepEqual(steps, ["restore", "restore", "unlock", "unlock"]);
+    await stuck.end();
+  });
+
   test("a snapshot still under way is not recovered: its processes are left to it", async () => {
     const sim = new SimulatedMachine();
     const a = sim.spawn({ memoryMiB: 128 });

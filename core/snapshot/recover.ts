@@ -57,7 +57,8 @@ export async function recoverFrom(
       const trees = await Promise.all(made.map((m) => treesNow(host!, [+TREE_DIR.exec(m)![1]])));
       const ours = trees.filter((t) => t.some((pid) => alive.includes(pid))).flat();
       await machine.engine?.wake?.([...alive, ...ours]);
-      const settings = checkGroupOptions({ checkRoom, onProgress });
+      // As a restore: every one back on its GPU before any runs (a job's ranks), room for all.
+      const settings = checkGroupOptions({ checkRoom, onProgress, job: true });
       const result = await runGroup(machine, "resume", alive, settings);
       if (!result.ok) {
         const failed = result.processes.find((p) => p.error), who = failed ? `${failed.pid}: ` : "";
