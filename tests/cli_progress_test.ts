@@ -257,7 +257,7 @@ describe("the live line on a terminal", () => {
       gpuMemoryMiB: 4096,
       rollback: true,
     });
-    assert.equal(line.text(), "toggle 3.0 s, 1/3 done: 5.4 of 5.4 GB; 4101 restore (undoing)");
+    assert.equal(line.text(), "putting things back 3.0 s, 1/3 done; 4101 restore (undoing)");
     line.stop();
     const narrow = new Progress(print, clock, { total: 1, columns: 30 }, false);
     narrow.event({ type: "phase", phase: "checkpoint", at: 0 });
