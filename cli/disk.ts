@@ -182,9 +182,14 @@ async function recover(c: RecoverCommand, machine: Machine, progress: Progress |
  * (or says that it stopped, where the error is the interrupt, `abort`, itself); exit code 1.
  */
 function failed(command: DiskCommand, print: Printer, error: unknown, abort?: unknown): number {
-  const message = error === abort && abort !== undefined
+  const said = error === abort && abort !== undefined
     ? `${command.kind} stopped: ${commandMessage(error)}`
     : commandMessage(error);
+  // Simulated, what it advises acts on the simulated machine too (a `kill` on a simulated pid).
+  const advice = /\(kill (?=[0-9])|cuda-checkpoint /g, sim = "cuda-checkpoint --simulate ";
+  const message = command.simulate
+    ? said.replace(advice, (w) => w[0] === "(" ? `(${sim}kill ` : sim)
+    : said;
   if (command.json) {
     const e = error instanceof Error ? error as Error & { log?: unknown } : undefined;
     const code = error instanceof CheckpointError ? error.code : undefined;

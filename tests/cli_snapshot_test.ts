@@ -315,4 +315,27 @@ describe("--simulate: the round trip across runs", () => {
     const state = await sim("--get-state", "--pid", pid);
     assert.equal(state.out, "running\n");
   });
+
+  test("what a failure advises is a --simulate command too: copied, it acts on the simulated machine", async () => {
+    const b = base();
+    const env = { CKPT_SIM_STATE: join(b, "machine.json") };
+    const sim = (...args: (string | number)[]) => cli(["--simulate", ...args], { env });
+    const pid = Number((await sim("spawn", "--memory-mib", "4096")).out.trim());
+    const dir = join(b, "snap");
+    plantTrace(dir, [{ pid }], [`tree-${pid}`]);
+    const refused = await sim("restore-snapshot", "--dir", dir);
+    assert.match(
+      refused.err,
+      /was interrupted.*`cuda-checkpoint --simulate recover .*snap` resumes/,
+    );
+    const copied = /`(cuda-checkpoint [^`]*)`/.exec(refused.err)![1].split(" ").slice(1);
+    assert.equal((await cli(copied, { env })).code, 0, "the advice, run as given");
+    // A GPU restore that fails (no room, the check skipped): resume them, or end them.
+    await sim("snapshot", "--pid", pid, "--dir", join(b, "again"));
+    const filler = Number((await sim("spawn", "--memory-mib", "141000")).out.trim());
+    const failed = await sim("restore-snapshot", "--dir", join(b, "again"), "--no-room-check");
+    assert.match(failed.err, new RegExp(`\\(cuda-checkpoint --simulate --toggle --pid ${pid}\\)`));
+    assert.match(failed.err, new RegExp(`\\(cuda-checkpoint --simulate kill ${pid}\\)$`, "m"));
+    assert.equal((await sim("kill", filler)).code, 0);
+  });
 });
