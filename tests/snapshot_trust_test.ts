@@ -696,6 +696,39 @@ describe("a snapshot killed outright", () => {
     await taking;
   });
 
+  for (const taken of [false, true]) {
+    const which = taken
+      ? "not a root whose pid another process has now"
+      : "a tree with no CUDA process too";
+    test(`killed as it ended its trees: recover wakes ${which}`, async () => {
+      const sim = new SimulatedMachine();
+      const rank = sim.spawn({ memoryMiB: 128 });
+      const redis = sim.spawn({ cuda: false, command: "redis-server" });
+      const child = sim.spawn({ parent: redis.pid, cuda: false, command: "redis-child" });
+      const dir = join(base(), "snap");
+      const killing = Promise.withResolvers<void>(), end = Promise.withResolvers<void>();
+      const kill = (pids: readonly number[]) => {
+        killing.resolve();
+        return end.promise.then(() => sim.engine.kill(pids));
+      };
+      const machine = machineWith(sim, { engine: engineWith(sim.engine, { kill }) });
+      const taking = snapshot([rank.pid, redis.pid], dir, { machine }).catch((e) => e);
+      await killing.promise;
+      assert.deepEqual([rank.stopped, redis.stopped, child.stopped], [true, true, true]);
+      // Taken: the host tells another start for redis's pid, as for a process that took it.
+      const identify = async (id: number) => {
+        const p = await sim.host.identify!(id);
+        return p && { pid: p.pid, start: p.start! + (taken && p.pid === redis.pid ? 1 : 0) };
+      };
+      const host = hostWith(sim.host, { identify });
+      const result = await recoverSnapshot(dir, { machine: machineWith(sim, { host }) });
+      assert.deepEqual(result.resumed, [rank.pid]);
+      assert.deepEqual([rank.stopped, redis.stopped, child.stopped], [false, taken, taken]);
+      end.resolve();
+      await taking;
+    });
+  }
+
   test("a process gone since, or its pid another's, is not touched", async () => {
     const sim = new SimulatedMachine();
     const a = sim.spawn({ memoryMiB: 128 });

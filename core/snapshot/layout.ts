@@ -29,6 +29,8 @@ export interface Trace {
   readonly startedAt: string;
   /** The CUDA processes it suspends. */
   readonly processes: readonly ProcessIdentity[];
+  /** The roots of its trees, as identified then (none in a trace of an earlier version). */
+  readonly roots: readonly ProcessIdentity[];
   /** The subdirectories it makes (`tree-<pid>`). */
   readonly made: readonly string[];
 }
@@ -179,12 +181,14 @@ export async function openInterrupted(
 /** Parses a trace strictly; `where` names it in messages. */
 function parseTrace(text: string, where: string, operation: string): Trace {
   const r = new StrictReader((_field, reason) => snapshotRefusal(operation, `${where}: ${reason}`));
-  const o = r.object(r.parse(text, "it"), "", "format startedAt processes made".split(" "), ["by"]);
+  const fields = "format startedAt processes made".split(" ");
+  const o = r.object(r.parse(text, "it"), "", fields, ["by", "roots"]);
   if (o.format !== TRACE_FORMAT) r.fail("format", JSON.stringify(TRACE_FORMAT), o.format);
   return {
     ...(o.by !== undefined ? { by: r.identity(o.by, "by") } : {}),
     startedAt: r.string(o.startedAt, "startedAt"),
     processes: r.array(o.processes, "processes").map((p, i) => r.identity(p, `processes[${i}]`)),
+    roots: r.array(o.roots ?? [], "roots").map((p, i) => r.identity(p, `roots[${i}]`)),
     made: r.array(o.made, "made").map((m, i) => {
       const name = r.string(m, `made[${i}]`);
       if (!TREE_DIR.test(name)) r.fail(`made[${i}]`, '"tree-<pid>"', name);

@@ -10,7 +10,7 @@ import { checkGroupOptions, type GroupEvent } from "../group_types.ts";
 import type { Machine } from "../machine.ts";
 import { sessionOf } from "../process.ts";
 import { openInterrupted, TRACE_FILE } from "./layout.ts";
-import { snapshotRefusal, TREE_DIR } from "./manifest.ts";
+import { snapshotRefusal } from "./manifest.ts";
 import type { SnapshotStore } from "./store.ts";
 import { groupFailure } from "./run.ts";
 import { treesNow } from "./trees.ts";
@@ -50,13 +50,13 @@ export async function recoverFrom(
     for (const p of trace.processes) {
       ((await session.isStill(p)) !== false ? alive : gone).push(p.pid);
     }
+    // Killed while it was ending its trees (its manifest written), the snapshot may have left
+    // them stopped (SIGSTOP): every process of a tree whose root is still the one it took is woken.
+    const roots = complete && machine.host ? trace.roots : [];
+    const ours = await Promise.all(roots.map(async (r) => await session.isStill(r) !== false));
+    const trees = await treesNow(machine.host!, roots.filter((_, i) => ours[i]).map((r) => r.pid));
+    if (alive.length + trees.length > 0) await machine.engine?.wake?.([...alive, ...trees]);
     if (alive.length > 0) {
-      // Killed while it was ending its trees (its manifest written), the snapshot may have left
-      // them stopped (SIGSTOP): every process of a tree that holds one it suspended is woken.
-      const host = machine.host, made = complete && host ? trace.made : []; // tree-<root> each
-      const trees = await Promise.all(made.map((m) => treesNow(host!, [+TREE_DIR.exec(m)![1]])));
-      const ours = trees.filter((t) => t.some((pid) => alive.includes(pid))).flat();
-      await machine.engine?.wake?.([...alive, ...ours]);
       // As a restore: every one back on its GPU before any runs (a job's ranks), room for all.
       const settings = checkGroupOptions({ checkRoom, onProgress, job: true });
       const result = await runGroup(machine, "resume", alive, settings);

@@ -126,11 +126,12 @@ export async function takeSnapshot(
     const session = sessionOf(machine), by = await session.selfIdentity();
     const identify = async (pid: number) => await session.identify(pid) ?? { pid };
     const who = await Promise.all(suspending.map(identify));
-    const trace = { ...(by ? { by } : {}), startedAt: new Date().toISOString(), processes: who };
+    const ours = { roots: await Promise.all(roots.map(identify)), members: [] };
+    const startedAt = new Date().toISOString();
+    const trace = { ...(by ? { by } : {}), startedAt, processes: who, roots: ours.roots };
     const out = await SnapshotWriter.begin(run.store, dir, roots, trace);
     const at = run.at(), times = { suspend: at, suspended: at, dumped: at };
     const [dumped, sealed] = [roots.map(() => undefined), roots.map(() => [])];
-    const ours = { roots: await Promise.all(roots.map(identify)), members: [] };
     const t: Taken = { ...plan, run, o, out, suspending, who, ours, dumped, sealed, times };
     await suspendAndDump(t);
     const manifest = await writeManifest(t);
