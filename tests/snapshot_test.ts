@@ -745,6 +745,23 @@ describe("failures after things began to change", () => {
     for (const p of [a, b, c]) assert.equal(sim.process(p.pid), undefined, `${p.pid} ended`);
   });
 
+  test("a manifest larger than a restore reads (a million threads): refused before it is written, every process put back", async () => {
+    const sim = new SimulatedMachine();
+    const root = sim.spawn({ cuda: false });
+    const rank = sim.spawn({ parent: root.pid, memoryMiB: 64 });
+    for (let i = 0; i < 9; i++) sim.spawn({ parent: root.pid, cuda: false, extraThreads: 100_000 });
+    const dir = newDir();
+    const err = await snapshot([root.pid], dir, { machine: sim }).catch((e) => e);
+    assert.ok(err instanceof SnapshotError, String(err));
+    assert.equal(err.code, "WRITE_FAILED");
+    assert.match(
+      err.message,
+      /manifest could not be written: \d+ bytes, more than a restore reads \(16777216\)/,
+    );
+    assert.equal(rank.state, "running");
+    assert.equal(sim.processes.length, 11, "none ended");
+  });
+
   test("a failed dump puts every process back, running, memory intact; no manifest", async () => {
     const { sim, a, b, pids, hashes } = await job();
     const dir = newDir();

@@ -76,6 +76,8 @@ export class SnapshotWriter {
   async writeManifest(manifest: Manifest): Promise<void> {
     const text = serializeManifest(manifest);
     parseManifest(text, `${this.dir.path}/${MANIFEST_FILE}`, "snapshot");
+    const bytes = new TextEncoder().encode(text).length, most = MANIFEST_MAX_BYTES;
+    if (bytes > most) throw new Error(`${bytes} bytes, more than a restore reads (${most})`);
     await this.dir.writeFile(MANIFEST_FILE, text);
   }
 
