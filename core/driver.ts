@@ -133,14 +133,11 @@ const DESCRIPTIONS: Readonly<Record<keyof typeof CUresult, string>> = {
   CUDA_ERROR_UNKNOWN: "unknown error",
 };
 
+const NAMES = Object.keys(CUresult) as (keyof typeof CUresult)[];
+
 /** Name and driver description of every `CUresult` this package knows, keyed by code. */
 export const CU_RESULTS: Readonly<Record<number, { name: string; description: string }>> = Object
-  .fromEntries(
-    Object.entries(CUresult).map(([name, code]) => [
-      code,
-      { name, description: DESCRIPTIONS[name as keyof typeof CUresult] },
-    ]),
-  );
+  .fromEntries(NAMES.map((name) => [CUresult[name], { name, description: DESCRIPTIONS[name] }]));
 
 /** The name of a `CUresult` (`CUDA_ERROR_ILLEGAL_STATE`), or `CUresult <n>` for one not known. */
 export function resultName(code: number): string {
