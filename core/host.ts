@@ -186,11 +186,8 @@ export class MemoryHeldRecords implements HeldRecords {
   readonly where: string = "memory";
   readonly #records = new Map<string, HeldRecord>();
 
-  /** Records in memory; `alive` tells live processes, `now` the time in ms since the epoch. */
-  constructor(
-    private readonly alive: (process: ProcessIdentity) => boolean = () => true,
-    private readonly now: () => number = Date.now,
-  ) {}
+  /** Records in memory; `alive` tells live processes. */
+  constructor(private readonly alive: (process: ProcessIdentity) => boolean = () => true) {}
 
   get(process: ProcessIdentity): Promise<HeldRecord | undefined> {
     return Promise.resolve(this.#records.get(identityKey(process)));
@@ -220,7 +217,7 @@ export class MemoryHeldRecords implements HeldRecords {
   }
 
   #prune(): void {
-    const now = this.now();
+    const now = Date.now();
     for (const [key, record] of this.#records) {
       if (!this.alive(record.process) && !keptEnded(record, now)) this.#records.delete(key);
     }
