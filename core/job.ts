@@ -210,13 +210,11 @@ async function rollBack(working: readonly Working[], ctx: JobContext): Promise<b
     if (way) w.back = { way, steps: [] };
   }));
   for (const n of [1, 2] as const) await phase(working, n, ctx, true);
-  let rolledBackDone = false;
   for (const { back, report, target } of working) {
     if (!back) continue;
     const { steps, error } = back;
     report.rollback = { ok: !error, steps, ...(error ? { error } : {}) };
     report.state = error ? await target.state().catch(() => undefined) : report.initialState;
-    if (report.status === "done" && !error) rolledBackDone = true;
   }
   // The failed step's error says where its process, and the job, were left.
   for (const w of working) {
@@ -231,5 +229,5 @@ async function rollBack(working: readonly Working[], ctx: JobContext): Promise<b
       : "";
     w.report.error = withDetail(w.failure.err, detail, w.report.state);
   }
-  return rolledBackDone;
+  return working.some(({ back, report }) => report.status === "done" && back && !back.error);
 }
