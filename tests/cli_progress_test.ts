@@ -288,6 +288,27 @@ describe("the live line on a terminal", () => {
     );
     line.stop();
   });
+
+  test("a dump's line alone: criu's rate since the dump began, of every tree's count", () => {
+    let now = 0;
+    const clock = { now: () => now, sleep: () => Promise.resolve(), timer: () => () => {} };
+    const print = new Printer({ stdout: () => {}, stderr: () => {}, isTerminal: true });
+    const line = new Progress(print, clock, { columns: 120 }, false);
+    line.event({ type: "phase", phase: "check", at: 0 });
+    line.event({
+      type: "phase",
+      phase: "suspend",
+      at: 0,
+      gpuMemoryMiB: { 4242: 2048, 4343: 2048 },
+    });
+    now = 3000; // 3 s of checks and suspends: none of it criu's writing
+    line.event({ type: "phase", phase: "dump", at: 3000 });
+    now = 4000;
+    line.event({ type: "bytes", root: 4242, bytes: 1e9, at: 4000 });
+    line.event({ type: "bytes", root: 4343, bytes: 1e9, at: 4000 });
+    assert.equal(line.text(), "dumping 4.0 s: 2.0 of ~4.3 GB written, 2.0 GB/s, ~1.1 s left");
+    line.stop();
+  });
 });
 
 describe("--events: the events, one JSON object per line of stderr", () => {
