@@ -309,6 +309,26 @@ describe("the live line on a terminal", () => {
     assert.equal(line.text(), "dumping 4.0 s: 2.0 of ~4.3 GB written, 2.0 GB/s, ~1.1 s left");
     line.stop();
   });
+
+  test("a restore's images alone: criu's rate since the restore began, of every tree back", () => {
+    let now = 0;
+    const clock = { now: () => now, sleep: () => Promise.resolve(), timer: () => () => {} };
+    const print = new Printer({ stdout: () => {}, stderr: () => {}, isTerminal: true });
+    const line = new Progress(print, clock, { columns: 120 }, false);
+    line.event({ type: "phase", phase: "check", at: 0 });
+    now = 2000; // 2 s of checks: not criu's
+    line.event({ type: "phase", phase: "restore", at: 2000, imageBytes: 4e9 });
+    now = 3000;
+    line.event({ type: "tree-end", root: 4242, how: "restored", bytes: 2e9, at: 3000 });
+    assert.equal(
+      line.text(),
+      "restoring the process trees 3.0 s: ~2.0 of 4.0 GB, ~2.0 GB/s, ~1.0 s left",
+    );
+    now = 4000;
+    line.event({ type: "tree-end", root: 4343, how: "restored", bytes: 2e9, at: 4000 });
+    assert.equal(line.text(), "restoring the process trees 4.0 s: 4.0 of 4.0 GB", "all back");
+    line.stop();
+  });
 });
 
 describe("--events: the events, one JSON object per line of stderr", () => {
