@@ -329,6 +329,32 @@ describe("the live line on a terminal", () => {
     assert.equal(line.text(), "restoring the process trees 4.0 s: 4.0 of 4.0 GB", "all back");
     line.stop();
   });
+
+  test("a process whose checkpoint failed: its memory no longer expected, nor waited for", () => {
+    let now = 0;
+    const clock = { now: () => now, sleep: () => Promise.resolve(), timer: () => () => {} };
+    const print = new Printer({ stdout: () => {}, stderr: () => {}, isTerminal: true });
+    const line = new Progress(print, clock, { total: 2, columns: 120 }, false);
+    line.event({ type: "phase", phase: "toggle", at: 0 });
+    for (const pid of [4101, 4102]) {
+      line.event({ type: "step-start", pid, step: "checkpoint", at: 0, gpuMemoryMiB: 4096 });
+    }
+    now = 1000;
+    line.event({
+      type: "step-end",
+      pid: 4101,
+      step: "checkpoint",
+      at: 1000,
+      ms: 1000,
+      ok: false,
+      rollback: false,
+    });
+    assert.equal(
+      line.text(),
+      "toggle 1.0 s, 0/2 done: ~2.0 of 4.3 GB, ~2.0 GB/s, ~1.1 s left; 4102 checkpoint",
+    );
+    line.stop();
+  });
 });
 
 describe("--events: the events, one JSON object per line of stderr", () => {
