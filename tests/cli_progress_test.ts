@@ -264,6 +264,15 @@ describe("the live line on a terminal", () => {
     narrow.event({ type: "step-start", pid: 4101, step: "checkpoint", at: 0, gpuMemoryMiB: 100 });
     assert.equal(narrow.text(), "checkpoint checkpoint 0.0 s:…");
     narrow.stop();
+    // Minutes once 100 s or more are left: 400 000 MiB (419.4 GB) at 2 GB/s is 210 s.
+    const long = new Progress(print, clock, { total: 1, columns: 100 }, false);
+    long.event({ type: "phase", phase: "checkpoint", at: 0 });
+    long.event({ type: "step-start", pid: 4101, step: "checkpoint", at: 0, gpuMemoryMiB: 400_000 });
+    assert.equal(
+      long.text(),
+      "checkpoint checkpoint 0.0 s: ~0.0 of 419.4 GB, ~2.0 GB/s, ~3 min left",
+    );
+    long.stop();
   });
 
   test("a restore's waits for ports in TIME_WAIT, among its checks: the longest counted down, then the images' estimate", () => {
