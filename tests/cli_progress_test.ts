@@ -402,6 +402,43 @@ describe("--events: the events, one JSON object per line of stderr", () => {
     assert.equal(piped.err, "", "nothing on stderr without --events: NVIDIA's lines only");
   });
 
+  test("a step's estimate: the usual rate, then this run's once a step of its kind ended", () => {
+    let now = 0;
+    const clock = { now: () => now, sleep: () => Promise.resolve(), timer: () => () => {} };
+    const lines: string[] = [];
+    const print = new Printer({
+      stdout: () => {},
+      stderr: (t) => lines.push(t),
+      isTerminal: false,
+    });
+    const events = new Progress(print, clock, { total: 2 }, true);
+    events.event({ type: "phase", phase: "toggle", at: 0 });
+    events.event({ type: "step-start", pid: 4101, step: "checkpoint", at: 0, gpuMemoryMiB: 1024 });
+    now = 400; // 1 GiB in 400 ms: 2.7 GB/s, this run's rate from now on
+    events.event({
+      type: "step-end",
+      pid: 4101,
+      step: "checkpoint",
+      at: 400,
+      ms: 400,
+      ok: true,
+      rollback: false,
+    });
+    events.event({
+      type: "step-start",
+      pid: 4102,
+      step: "checkpoint",
+      at: 400,
+      gpuMemoryMiB: 2048,
+    });
+    const started = lines.map((l) => JSON.parse(l)).filter((e) => e.event === "step-start");
+    assert.deepEqual(started.map((e) => [e.pid, e.bytes, e.estimatedMs]), [
+      [4101, 1024 * 2 ** 20, 537], // at 2 GB/s (docs/DRIVER.md)
+      [4102, 2048 * 2 ** 20, 800], // at this run's 2.7 GB/s, not 1074 ms at 2 GB/s
+    ]);
+    events.stop();
+  });
+
   test("a toggle of one pid: each driver step as it starts and ends, with its own time", async () => {
     const sim = new SimulatedMachine();
     const { pid } = sim.spawn({ memoryMiB: 1024 });
