@@ -196,6 +196,24 @@ describe("the command line of snapshots", () => {
     assert.match(text.out, new RegExp(`, onto ${g1}, ${g2}, in [\\d.]+ s\n$`));
   });
 
+  test("restore-snapshot --device-map --json: a process taken checkpointed was not moved, and is not said to be", async () => {
+    const sim = new SimulatedMachine({ gpus: 2 });
+    const [g0, g1] = sim.gpus.map((g) => g.uuid);
+    const a = sim.spawn({ memoryMiB: 1024, gpu: 0 }), c = sim.spawn({ memoryMiB: 512, gpu: 1 });
+    assert.equal((await cli(["--toggle", "--pid", c.pid], { machine: sim })).code, 0);
+    const dir = join(base(), "snap");
+    const made = await cli(["snapshot", "--pid", `${a.pid},${c.pid}`, dir], { machine: sim });
+    assert.equal(made.code, 0, made.err);
+    const map = ["--device-map", `${g0}=${g1},${g1}=${g0}`];
+    const back = await cli(["restore-snapshot", dir, ...map, "--json"], { machine: sim });
+    assert.equal(back.code, 0, back.err);
+    const [ran, kept] = JSON.parse(back.out).processes.map((p: { cuda: object }) => p.cuda);
+    assert.deepEqual(Object.keys(ran.gpuMemoryMiB), [g1], "running: moved as mapped");
+    assert.equal(kept.state, "checkpointed");
+    // Checkpointed, it holds no GPU; its memory goes back where it was taken when resumed.
+    assert.deepEqual(Object.keys(kept.gpuMemoryMiB), [g1], "checkpointed: where it was taken");
+  });
+
   test("a failure: one line, exit 1; --json says the code", async () => {
     const sim = new SimulatedMachine();
     const p = sim.spawn({ memoryMiB: 1024 });
