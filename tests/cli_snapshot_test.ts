@@ -5,11 +5,12 @@
 
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { parseCommandLine } from "../cli/args.ts";
 import { UsageError } from "../cli/command.ts";
 import { SimulatedMachine } from "../mock/mod.ts";
+import type { DumpRequest } from "../core/engine.ts";
 import { cli } from "./cli_support.ts";
 import { plantTrace } from "./support/trace.ts";
 import { hostWith, machineWith } from "./support/forward.ts";
@@ -212,6 +213,30 @@ describe("the command line of snapshots", () => {
     assert.equal(kept.state, "checkpointed");
     // Checkpointed, it holds no GPU; its memory goes back where it was taken when resumed.
     assert.deepEqual(Object.keys(kept.gpuMemoryMiB), [g1], "checkpointed: where it was taken");
+  });
+
+  test("the closing line: criu's count said only where it is not the manifest's files'", async () => {
+    const sim = new SimulatedMachine();
+    const p = sim.spawn({ memoryMiB: 256 });
+    // An engine whose count, as it ends, is what its files hold (as a real criu's may be).
+    const engine = new Proxy(sim.engine, {
+      get(target, key) {
+        const value = Reflect.get(target, key);
+        if (key !== "dump") return typeof value === "function" ? value.bind(target) : value;
+        return async (r: DumpRequest) => {
+          const dumped = await target.dump({ ...r, onBytes: undefined });
+          const files = readdirSync(r.imagesDir).map((f) => statSync(join(r.imagesDir, f)).size);
+          r.onBytes?.(files.reduce((a, b) => a + b, 0));
+          return dumped;
+        };
+      },
+    });
+    const dir = join(base(), "snap");
+    const made = await cli(["snapshot", "--pid", p.pid, dir], {
+      machine: machineWith(sim, { engine }),
+    });
+    assert.equal(made.code, 0, made.err);
+    assert.match(made.out, / of images \(the manifest's files\); suspend /);
   });
 
   test("a failure: one line, exit 1; --json says the code", async () => {
