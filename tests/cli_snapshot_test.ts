@@ -10,7 +10,7 @@ import { join } from "node:path";
 import { parseCommandLine } from "../cli/args.ts";
 import { UsageError } from "../cli/command.ts";
 import { SimulatedMachine } from "../mock/mod.ts";
-import type { DumpRequest } from "../core/engine.ts";
+import { type DumpRequest, EngineError } from "../core/engine.ts";
 import { cli } from "./cli_support.ts";
 import { plantTrace } from "./support/trace.ts";
 import { hostWith, machineWith } from "./support/forward.ts";
@@ -270,6 +270,24 @@ describe("the command line of snapshots", () => {
     const json = JSON.parse(j.out);
     assert.equal(json.ok, false);
     assert.equal(json.error.code, "SNAPSHOT");
+    // criu's failure: its log, named as the error names it (a copy kept beside criu's work).
+    const log = "/run/ckpt-cuda-work/dump-4242.log";
+    const failing = new Proxy(sim.engine, {
+      get(target, key) {
+        const value = Reflect.get(target, key);
+        if (key === "dump") {
+          return () => Promise.reject(new EngineError("criu: Error (x)", { log }));
+        }
+        return typeof value === "function" ? value.bind(target) : value;
+      },
+    });
+    await sim.driver.unlock(p.pid);
+    const dumped = await cli(["snapshot", "--pid", p.pid, "--dir", dir, "--json"], {
+      machine: machineWith(sim, { engine: failing }),
+    });
+    assert.equal(dumped.code, 1);
+    const e = JSON.parse(dumped.out).error;
+    assert.deepEqual([e.code, e.name, e.log], ["DUMP_FAILED", "SnapshotError", log]);
   });
 
   test("the machine given to main() is used whole: its host's pidsInUse refuses a pid still a session", async () => {
