@@ -273,11 +273,21 @@ describe("CRIU's CUDA plugin's contract", () => {
 
   test("a lock without --timeout waits as long as it takes (CRIU leaves it out for 0)", async () => {
     const { sim, target, pid } = machine();
-    const kernel = target.launch(3000);
+    // Longer than the library's default lock timeout (10 s), which the command line does not use.
+    const kernel = target.launch(15_000);
     const r = await cli(["--action", "lock", "--pid", pid], { machine: sim });
     assert.equal(r.code, 0, r.err);
     assert.equal(target.state, "locked");
     await kernel;
+    // Several pids, the same.
+    const more = [sim.spawn({ memoryMiB: 256 }), sim.spawn({ memoryMiB: 256 })];
+    const kernels = more.map((p) => p.launch(15_000));
+    const both = await cli(["--action", "lock", "--pid", more.map((p) => p.pid).join(",")], {
+      machine: sim,
+    });
+    assert.equal(both.code, 0, both.err);
+    assert.deepEqual(more.map((p) => p.state), ["locked", "locked"]);
+    await Promise.all(kernels);
   });
 });
 
