@@ -382,6 +382,16 @@ describe("group operations", () => {
     // One process alone: its lock, cut to the deadline, fails; the deadline passed all the same.
     const alone = await runGroup("suspend", [busy.pid], { machine: sim, timeoutMs: 1000 });
     assert.deepEqual([alone.ok, alone.deadlinePassed], [false, true]);
+    // A lock that would wait forever (0, the command line's default) is cut to it all the same.
+    const forever = await runGroup("suspend", [busy.pid], {
+      machine: sim,
+      timeoutMs: 1000,
+      lockTimeoutMs: 0,
+    });
+    const [f] = forever.processes;
+    assert.deepEqual([forever.ok, forever.deadlinePassed, f.status], [false, true, "failed"]);
+    assert.ok(f.error instanceof CudaError && f.error.code === CUDA_ERROR_NOT_READY);
+    assert.ok(f.steps[0].ms >= 999 && f.steps[0].ms <= 1001, `the lock waited ${f.steps[0].ms} ms`);
     // A failure of its own in a group that ran past its deadline, which cut nothing: not passed.
     const slow = sim.spawn({ memoryMiB: 4096 });
     const past = await runGroup("suspend", [2 ** 22 + 7, slow.pid], {
