@@ -313,6 +313,37 @@ describe("ports a restore needs", () => {
       }),
   );
 
+  test(
+    "a port in FIN_WAIT2 that ends 1 s before the restore's time is up: refused, as the kernel's timers may end it 2 s late",
+    {
+      skip: FIN_S < 10 && loud(`tcp_fin_timeout is ${FIN_S} s here, too short to wait for`),
+    },
+    () =>
+      inScratch(async (s) => {
+        const held = await finWait2();
+        try {
+          const { back, ran, images } = setUp(s.dir, held.port);
+          const left = portHolders(tcpTable(), [held.port])[0].leftMs!;
+          const abort = new AbortController();
+          const err = await back({
+            root: 4242,
+            imagesDir: images,
+            timeoutMs: left + 1000,
+            signal: abort.signal,
+            onWait: () => abort.abort(), // a wait would be the wrong answer: ended at once
+          }).catch((e) => e);
+          assert.ok(err instanceof EngineError, String(err));
+          assert.match(
+            err.message,
+            /binds port [0-9]+, which this host holds in FIN_WAIT2 for [0-9]+ s more, beyond the [0-9]+ s the restore had left/,
+          );
+          assert.ok(!ran(), "criu did not run");
+        } finally {
+          await held.close();
+        }
+      }),
+  );
+
   test("a TIME_WAIT left by a listener with SO_REUSEADDR (as Node's, Deno's and Bun's): criu runs at once, as the kernel lets it bind", () =>
     inScratch(async (s) => {
       const { back, ran, images } = setUp(s.dir, await listenerTimeWait());
