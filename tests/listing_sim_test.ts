@@ -136,6 +136,21 @@ describe("listCudaProcesses on the simulator", () => {
     assert.ok(target.threads.includes(listing.processes[0].restoreThreadId!));
   });
 
+  test("by pid, in whatever order the host found them (/proc's is not sorted)", async () => {
+    await using sim = new SimulatedMachine();
+    const [a, h1, b, h2] = [true, false, true, false].map((inspectable) =>
+      sim.spawn({ inspectable })
+    );
+    const own = sim.host;
+    const reversed: HostProcesses = {
+      kind: "reversed",
+      scan: async () => [...await own.scan()].reverse(),
+    };
+    const listing = await listCudaProcesses({ machine: machineWith(sim, { host: reversed }) });
+    assert.deepEqual(listing.processes.map((p) => p.pid), [a.pid, b.pid]);
+    assert.deepEqual(listing.uninspectable.map((p) => p.pid), [h1.pid, h2.pid]);
+  });
+
   test('a host without GPU memory gives "unknown", and says why', async () => {
     await using sim = new SimulatedMachine();
     sim.spawn();
