@@ -134,6 +134,19 @@ describe("what the manifest parser refuses", () => {
     refused(edited((m) => m.options.job = "yes"), /options\.job must be true or false, got "yes"/);
     refused(edited((m) => m.createdAt = "yesterday"), /createdAt must be a date/);
     refused(edited((m) => m.gpus[0].uuid = "GPU-xyz"), /gpus\[0\]\.uuid must be a GPU UUID/);
+    // Each field of its own type, the optional ones too.
+    refused(
+      edited((m) => m.options.tcpEstablished = false),
+      /options\.tcpEstablished must be true \(or left out\), got false/,
+    );
+    refused(
+      edited((m) => m.timings.dumpMs = -1),
+      /timings\.dumpMs must be a number from 0, got -1/,
+    );
+    refused(
+      edited((m) => m.trees[0].processes[1].cuda.restoreThreadId = 0),
+      /trees\[0\]\.processes\[1\]\.cuda\.restoreThreadId must be an integer from 1 to 2147483647, got 0/,
+    );
   });
 
   test("a tree that does not hold together", () => {
