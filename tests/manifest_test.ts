@@ -160,6 +160,18 @@ describe("what the manifest parser refuses", () => {
       edited((m) => m.trees[0].processes[1].threads = [4250, 4242]),
       /every pid and thread id once, got 4242/,
     );
+    // Across trees too: two trees cannot both come back with one pid.
+    refused(
+      edited((m) => {
+        m.trees.push({
+          root: 5000,
+          images: "tree-5000",
+          processes: [{ pid: 5000, parent: 1, threads: [5000, 4251] }],
+        });
+        m.files.push({ path: "tree-5000/core.img", bytes: 1, chunkedSha256: "c3".repeat(32) });
+      }),
+      /trees \(root 5000\) must be every pid and thread id once, got 4251/,
+    );
     refused(
       edited((m) => m.trees[0].processes[1].threads = [4251]),
       /threads\[0\] must be the pid, 4250, got 4251/,
