@@ -26,6 +26,7 @@ import { open } from "node:fs/promises";
 import { join } from "node:path";
 import { FileSnapshotStore } from "../os/snapshot_store.ts";
 import { PIECE_BYTES } from "../os/digest.ts";
+import { seal, type SealDir } from "../os/digest_seal.ts";
 import { digestAll } from "./support/digests.ts";
 import { withScratch } from "./support/temp_dirs.ts";
 
@@ -149,6 +150,38 @@ describe("a seal that follows its dump", () => {
         snap.check(files, { digests: true }),
         /pages-1\.img is not the file the snapshot wrote: its digest is [0-9a-f]{64}, and the manifest says/,
       );
+    }));
+
+  test("once the dump ends, every file is put on disk (fdatasync), then the directory", () =>
+    withScratch("ckpt-seal-test-", async (s) => {
+      const synced: string[] = [];
+      const dir: SealDir = {
+        sub: "tree-1",
+        shown: s.dir,
+        list: () => Promise.resolve(readdirSync(s.dir).sort()),
+        open: async (name) => {
+          const handle = await open(join(s.dir, name), "r");
+          const { size, dev, ino } = await handle.stat();
+          const spied = new Proxy(handle, {
+            get(target, key) {
+              if (key === "datasync") return () => (synced.push(name), target.datasync());
+              const value = Reflect.get(target, key);
+              return typeof value === "function" ? value.bind(target) : value;
+            },
+          });
+          return { handle: spied, size, dev, ino };
+        },
+        sync: () => Promise.resolve(void synced.push("the directory")),
+      };
+      const writing = (async () => {
+        put(join(s.dir, "pages-1.img"), randomBytes(1000)); // too few bytes to sync as it grows
+        await sleep(200);
+        put(join(s.dir, "core-1.img"), "written last");
+      })();
+      const files = await seal(dir, { digests: true, writing });
+      assert.deepEqual(files.map((f) => f.path), ["tree-1/core-1.img", "tree-1/pages-1.img"]);
+      assert.equal(synced.at(-1), "the directory", synced.join(", "));
+      assert.deepEqual(synced.slice(0, -1).sort(), ["core-1.img", "pages-1.img"]);
     }));
 
   for (const how of ["fails", "is aborted"] as const) {
