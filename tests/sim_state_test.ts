@@ -268,6 +268,11 @@ describe("snapshots of the simulated machine", () => {
     const after = loadSimulator(snapshotSimulator(plain));
     assert.equal(after.process(kept.pid)!.start, kept.start);
     assert.equal(after.spawn().start, 3);
+    // The newest one's exit too: its start number is not given again (a restore brings a process
+    // back with its pid, and a pid with its start names one process).
+    const newest = after.spawn();
+    newest.exit();
+    assert.equal(loadSimulator(snapshotSimulator(after)).spawn().start, newest.start + 1);
     // Each field is checked.
     const cases: [(s: typeof saved) => void, string, RegExp][] = [
       [
