@@ -399,6 +399,11 @@ describe("a snapshot checked against its manifest's list", () => {
       ({ tree }) => writeFileSync(join(tree, "x.img"), "x"),
       /tree-4242\/x\.img is not part of the snapshot/,
     );
+    // A log too (criu's dump.log is listed; another is not).
+    await refusedAfter(
+      ({ tree }) => writeFileSync(join(tree, "restore.log"), "x"),
+      /tree-4242\/restore\.log is not part of the snapshot/,
+    );
   });
 
   test("a tree directory that is a link to a directory others may write", async () => {
