@@ -5,7 +5,7 @@
 
 import { after, describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { readFileSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 
 import { openSimulatedMachine } from "../cli/simulate.ts";
@@ -50,6 +50,26 @@ describe("--simulate", () => {
     );
     assert.equal((await run(["--toggle", "--pid", pid])).code, 0);
     assert.equal((await run(["--get-state", "--pid", pid])).out, "running\n");
+  });
+
+  test("a state file that cannot be saved after the command: said, and exit 1", async () => {
+    const { path, run } = machine();
+    const pids = [await run(["spawn"]), await run(["spawn"])].map((r) => r.out.trim()).join(",");
+    // Once the machine is read (the command's interrupts are watched as it begins to act), a
+    // directory takes the state file's name: the save cannot rename its file over it.
+    const interrupts = {
+      watch: () => {
+        rmSync(path);
+        mkdirSync(join(path, "taken"), { recursive: true });
+        return () => {};
+      },
+      exit: () => assert.fail("no interrupt"),
+    };
+    const env = { CKPT_SIM_STATE: path };
+    const r = await cli(["--simulate", "--toggle", "--pid", pids], { env, interrupts });
+    assert.equal(r.code, 1, "the toggle done, but what it did is not kept");
+    assert.match(r.err, /^cuda-checkpoint: the simulated machine's state file: cannot write /m);
+    rmSync(path, { recursive: true });
   });
 
   test("a --toggle resume that would not fit is refused before the driver, run after run", async () => {
