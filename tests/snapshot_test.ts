@@ -502,6 +502,15 @@ describe("a snapshot and its restore", () => {
     const lastRestore = Math.max(...calls2.filter((c) => c.op === "restore").map((c) => c.at));
     const firstUnlock = Math.min(...calls2.filter((c) => c.op === "unlock").map((c) => c.started));
     assert.ok(lastRestore <= firstUnlock);
+    // Left running, the job is resumed as one too (1 GiB and 2 GiB: apart, the first's unlock
+    // would come while the other still restores).
+    const mark3 = sim.driver.calls.length;
+    await snapshot([pids[0]], newDir(), { machine: sim, job: true, leaveRunning: true });
+    const calls3 = sim.driver.calls.slice(mark3);
+    const restored = Math.max(...calls3.filter((c) => c.op === "restore").map((c) => c.at));
+    const unlocked = Math.min(...calls3.filter((c) => c.op === "unlock").map((c) => c.started));
+    assert.equal(calls3.filter((c) => c.op === "unlock").length, 2, "both resumed");
+    assert.ok(restored <= unlocked, `the last restore ${restored}, the first unlock ${unlocked}`);
   });
 });
 
