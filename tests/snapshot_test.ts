@@ -703,6 +703,12 @@ describe("refused before anything changes", () => {
         "PREREQUISITE",
         /taken with a driver of CUDA 13\.0 \(580\.159\.04\), and this machine's is CUDA 12\.8/,
       );
+      // A newer driver too: the process comes back with the libcuda it had, the snapshot's.
+      await refusedWith(
+        restoreSnapshot(dir, { machine: new SimulatedMachine({ gpus: 2, driverVersion: 13010 }) }),
+        "PREREQUISITE",
+        /taken with a driver of CUDA 13\.0 \(580\.159\.04\), and this machine's is CUDA 13\.1/,
+      );
       const filler = sim.fillGpu(0, { leaveMiB: 1024 });
       await refusedWith(
         restoreSnapshot(dir, { machine: sim }),
