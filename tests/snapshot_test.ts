@@ -899,11 +899,23 @@ describe("failures after things began to change", () => {
     })();
     // A criu that fails having made the tree, and leaves it (the simulated one's own failure
     // ends what it made, which would hide a rollback that ends nothing).
-    const engine = restoringWith(sim.engine, async (r: RestoreRequest) => {
-      await sim.engine.restore(r);
-      throw new EngineError("criu failed after making the tree (simulated)");
+    // Killed, its processes keep their pids a while, as the kernel's do until they are reaped:
+    // here, till the host has been asked about them twice. The rollback waits for that.
+    let killed: readonly number[] = [], asked = 0;
+    const engine = {
+      ...restoringWith(sim.engine, async (r: RestoreRequest) => {
+        await sim.engine.restore(r);
+        throw new EngineError("criu failed after making the tree (simulated)");
+      }),
+      kill: (pids: readonly number[]) => Promise.resolve(void (killed = pids)),
+    };
+    const host = hostWith(sim.host, {
+      pidsInUse: async (ids) => {
+        if (killed.length > 0 && ++asked === 2) await sim.engine.kill(killed);
+        return await sim.host.pidsInUse!(ids);
+      },
     });
-    const err = await restoreSnapshot(dir, { machine: machineWith(sim, { engine }) })
+    const err = await restoreSnapshot(dir, { machine: machineWith(sim, { engine, host }) })
       .catch((e) => e);
     assert.ok(err instanceof SnapshotError);
     assert.equal(err.code, "RESTORE_FAILED");
