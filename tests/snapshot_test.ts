@@ -983,7 +983,7 @@ describe("failures after things began to change", () => {
   });
 
   test("the GPU restore fails: the processes stay checkpointed, and the error says what to do", async () => {
-    const { sim, pids } = await job();
+    const { sim, pids, a, b, root } = await job();
     const dir = newDir();
     await snapshot([pids[0]], dir, { machine: sim });
     sim.fillGpu(0, { leaveMiB: 512 });
@@ -991,7 +991,10 @@ describe("failures after things began to change", () => {
     assert.ok(err instanceof SnapshotError, String(err));
     assert.equal(err.code, "RESUME_FAILED");
     assert.match(err.message, /are back, but their GPU restore failed/);
-    assert.match(err.message, /cuda-checkpoint --toggle --pid \d+,\d+/);
+    // The CUDA processes to resume (not their tree's others, which no toggle takes), the root to end.
+    const resume =
+      `cuda-checkpoint --toggle --pid ${a.pid},${b.pid}), or end them (kill ${root.pid})`;
+    assert.ok(err.message.includes(resume), err.message);
     assert.equal(live(sim, pids[1]).state, "checkpointed");
   });
 });
