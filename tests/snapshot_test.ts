@@ -1171,8 +1171,12 @@ describe("onto other GPUs", () => {
     const moved = live(four, p.pid);
     assert.ok((moved.gpuMemoryMiB[g2] ?? 0) >= 1024, "on GPU 2 now");
     assert.equal(await moved.memoryChunkedSha256(), hash);
-    // Onto a machine with one of the snapshot's GPUs but not the other: refused before criu.
     moved.exit();
+    // Each GPU it leaves out goes onto itself where that is free (GPU 2), else onto one left.
+    const again = await restoreSnapshot(dir, { machine: four, gpuMapping: { [g0]: g3, [g1]: g1 } });
+    assert.deepEqual(again.gpuMapping, { [g0]: g3, [g1]: g1, [g2]: g2, [g3]: g0 });
+    live(four, p.pid).exit();
+    // Onto a machine with one of the snapshot's GPUs but not the other: refused before criu.
     const uuid = (n: number) => `GPU-${String(n).repeat(8)}-1111-1111-1111-111111111111`;
     const partly = new SimulatedMachine({
       gpus: [{ uuid: g0 }, ...[2, 3, 4].map((n) => ({ uuid: uuid(n) }))],
