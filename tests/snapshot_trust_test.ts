@@ -534,6 +534,26 @@ describe("a failed snapshot can be retried", () => {
     assert.ok(existsSync(join(dir, "manifest.json")));
   });
 
+  test("a dump whose images cannot be put on disk (one others may write): WRITE_FAILED, not the dump's failure", async () => {
+    const sim = new SimulatedMachine();
+    const p = sim.spawn({ memoryMiB: 128 });
+    const dir = join(base(), "snap");
+    const machine = machineWith(sim, {
+      engine: engineWith(sim.engine, {
+        dump: async (r) => {
+          const dumped = await sim.engine.dump(r); // criu's part succeeded
+          chmodSync(join(r.imagesDir, readdirSync(r.imagesDir)[0]), 0o666);
+          return dumped;
+        },
+      }),
+    });
+    const err = await snapshot([p.pid], dir, { machine }).then(() => undefined, (e) => e);
+    assert.ok(err instanceof SnapshotError && err.code === "WRITE_FAILED", `${err}`);
+    assert.match(err.message, /^snapshot failed: its images could not be put on disk: /);
+    assert.equal(existsSync(dir), false, "the directory it made is gone");
+    assert.equal(sim.process(p.pid)!.state, "running");
+  });
+
   test("into an empty directory it was given: emptied again, not removed", async () => {
     const sim = new SimulatedMachine();
     const p = sim.spawn({ memoryMiB: 128 });
