@@ -708,6 +708,9 @@ describe("a snapshot killed outright", () => {
     assert.deepEqual([root.stopped, rank.stopped, tee.stopped], [true, true, true]);
     const result = await recoverSnapshot(dir, { machine: sim });
     assert.equal(result.complete, true);
+    // Its manifest was written: the snapshot is kept whole, all but its trace.
+    assert.deepEqual(readdirSync(dir).sort(), ["manifest.json", `tree-${root.pid}`]);
+    assert.deepEqual(result.removed, [join(dir, "in-progress.json")]);
     assert.deepEqual(result.resumed, [rank.pid]);
     assert.equal(rank.state, "running");
     assert.deepEqual([root.stopped, rank.stopped, tee.stopped], [false, false, false]);
