@@ -763,6 +763,18 @@ describe("a snapshot killed outright", () => {
     assert.deepEqual([...result.gone].sort(), [a.pid, 999_999].sort());
   });
 
+  test("a host that cannot tell who holds a pid: each process named is taken as there, and resumed", async () => {
+    const sim = new SimulatedMachine();
+    const a = sim.spawn({ memoryMiB: 128 });
+    const dir = join(base(), "snap");
+    plantTrace(dir, [{ pid: a.pid, start: a.start }]);
+    await new CudaProcess(a.pid, { machine: sim }).suspend();
+    const host = hostWith(sim.host, { identify: undefined });
+    const result = await recoverSnapshot(dir, { machine: machineWith(sim, { host }) });
+    assert.deepEqual([result.resumed, result.gone], [[a.pid], []]);
+    assert.equal(a.state, "running");
+  });
+
   test("an entry without a start time matches no process the host knows the start of", async () => {
     // Before, such an entry matched whatever held the pid: it resumed the machine's pid 1.
     const sim = new SimulatedMachine();
