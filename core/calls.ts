@@ -34,7 +34,7 @@ export async function callDriver(
     : { code: await driver[operation](pid), value: 0 };
   if (result.code === CUDA_SUCCESS) return result.value;
   const more = await explain?.(result.code) ?? {};
-  throw driverError(driver, result.code, { operation, pid, ...more })!;
+  throw driverError(driver, result.code, { operation, pid, ...more });
 }
 
 /** The state of `pid`, by name. */

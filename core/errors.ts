@@ -6,7 +6,7 @@
  */
 
 import { CU_RESULTS, CUDA_ERROR_NOT_INITIALIZED, CUDA_ERROR_OPERATING_SYSTEM } from "./driver.ts";
-import { type CheckpointDriver, CUDA_SUCCESS, resultName } from "./driver.ts";
+import { type CheckpointDriver, resultName } from "./driver.ts";
 import type { ProcessState } from "./states.ts";
 
 /** Why an operation was refused before the driver was asked. */
@@ -232,13 +232,12 @@ export class DriverLoadError extends Error {
   }
 }
 
-/** The one place a `CUresult` becomes an error (none for `CUDA_SUCCESS`). */
+/** The one place a `CUresult` (a failure's, never `CUDA_SUCCESS`) becomes an error. */
 export function driverError(
   driver: Pick<CheckpointDriver, "errorName" | "errorString">,
   code: number,
   place: ErrorPlace,
-): CudaError | undefined {
-  if (code === CUDA_SUCCESS) return undefined;
+): CudaError {
   const detail = place.detail ?? (place.pid !== undefined ? WHY[code] : undefined);
   const [codeName, description] = [driver.errorName(code), driver.errorString(code)];
   return new CudaError({ ...place, detail, code, codeName, description });

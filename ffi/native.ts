@@ -348,7 +348,7 @@ export class LibcudaDriver implements NativeDriver {
 
   /** The error for a call made for the driver's own needs (cuInit, the device queries). */
   #failure(symbol: string, code: number): Error {
-    return driverError(this, code, { operation: symbol, detail: "the GPUs could not be listed" })!;
+    return driverError(this, code, { operation: symbol, detail: "the GPUs could not be listed" });
   }
 
   #describe(code: number, symbol: "cuGetErrorName" | "cuGetErrorString"): string | undefined {
