@@ -151,13 +151,10 @@ export function endedSentence(op: string, root: number, e: Ending, bound: RunBou
   const how = e.killed
     ? `criu outlived SIGTERM and was killed with SIGKILL ${GRACE_MS} ms later`
     : "criu ended on SIGTERM";
-  let left = "";
-  if (e.children.length > 0) {
-    const whose = op === "restore" ? "the processes it had made" : "its child processes";
-    left = `; ${whose} (${e.children.join(", ")}) were killed`;
-    if (e.childrenLeft.length > 0) {
-      left += `, though ${e.childrenLeft.join(", ")} still ran after ${CHILDREN_WAIT_MS / 1000} s`;
-    }
+  const whose = op === "restore" ? "the processes it had made" : "its child processes";
+  let left = e.children.length > 0 ? `; ${whose} (${e.children.join(", ")}) were killed` : "";
+  if (e.childrenLeft.length > 0) { // some of those children
+    left += `, though ${e.childrenLeft.join(", ")} still ran after ${CHILDREN_WAIT_MS / 1000} s`;
   }
   if (op === "dump") {
     left += e.continued.length > 0
