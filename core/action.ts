@@ -151,8 +151,7 @@ export async function runAction(
       }
       await timed(target, step, report, hooks, { action, settings }).catch(async (err) => {
         // A goal brings the process back; a process gone, or a refusal, has nothing to undo.
-        const stays = !report.initialState || isGone(err) || err instanceof RefusedError;
-        if (stays) throw err;
+        if (!report.initialState || isGone(err) || err instanceof RefusedError) throw err;
         throw withDetail(err, await undo(target, report, hooks, { step, err }), report.state);
       });
     }
