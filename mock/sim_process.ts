@@ -219,10 +219,7 @@ export class SimulatedProcess {
       // Kernels on one stream run one after another.
       const now = this.#machine.now();
       this.kernelsUntil = Math.max(now, this.kernelsUntil) + ms;
-      kernel.cancel = this.#machine.startTimer(this.kernelsUntil - now, () => {
-        kernel.cancel = undefined;
-        kernel.settle();
-      }, true);
+      kernel.cancel = this.#machine.startTimer(this.kernelsUntil - now, kernel.settle, true);
     };
     if (this.#canRun()) enqueue();
     else this.#whenRunning("launch a kernel", enqueue).catch(kernel.settle);
