@@ -594,6 +594,22 @@ async function stuckInDump(sim: SimulatedMachine, pids: number[], dir: string) {
   };
 }
 
+/**
+ * A snapshot of `roots` into `dir` held between the SIGSTOP of its trees and their SIGKILL, as one
+ * killed outright there leaves them; resolved once held there, `end()` lets it finish.
+ */
+async function heldAtItsEnd(sim: SimulatedMachine, roots: number[], dir: string) {
+  const killing = Promise.withResolvers<void>(), end = Promise.withResolvers<void>();
+  const kill = (pids: readonly number[]) => {
+    killing.resolve();
+    return end.promise.then(() => sim.engine.kill(pids));
+  };
+  const machine = machineWith(sim, { engine: engineWith(sim.engine, { kill }) });
+  const taking = snapshot(roots, dir, { machine }).catch((e) => e);
+  await killing.promise;
+  return { end: () => (end.resolve(), taking) };
+}
+
 describe("a snapshot killed outright", () => {
   test("its trace names what it suspended; recover resumes them and removes the partial images", async () => {
     const sim = new SimulatedMachine();
@@ -695,16 +711,7 @@ describe("a snapshot killed outright", () => {
     const other = sim.spawn({ cuda: false, command: "sleep" }); // of no tree: left as it is
     await sim.engine.stop([other.pid]);
     const dir = join(base(), "snap");
-    // The program is killed outright between the SIGSTOP of its trees and their SIGKILL (here:
-    // held there until the test ends).
-    const killing = Promise.withResolvers<void>(), end = Promise.withResolvers<void>();
-    const kill = (pids: readonly number[]) => {
-      killing.resolve();
-      return end.promise.then(() => sim.engine.kill(pids));
-    };
-    const machine = machineWith(sim, { engine: engineWith(sim.engine, { kill }) });
-    const taking = snapshot([root.pid], dir, { machine }).catch((e) => e);
-    await killing.promise;
+    const held = await heldAtItsEnd(sim, [root.pid], dir);
     assert.deepEqual([root.stopped, rank.stopped, tee.stopped], [true, true, true]);
     const result = await recoverSnapshot(dir, { machine: sim });
     assert.equal(result.complete, true);
@@ -715,8 +722,7 @@ describe("a snapshot killed outright", () => {
     assert.equal(rank.state, "running");
     assert.deepEqual([root.stopped, rank.stopped, tee.stopped], [false, false, false]);
     assert.equal(other.stopped, true, "a process of no tree of the snapshot is not woken");
-    end.resolve();
-    await taking;
+    await held.end();
   });
 
   for (const taken of [false, true]) {
@@ -729,14 +735,7 @@ describe("a snapshot killed outright", () => {
       const redis = sim.spawn({ cuda: false, command: "redis-server" });
       const child = sim.spawn({ parent: redis.pid, cuda: false, command: "redis-child" });
       const dir = join(base(), "snap");
-      const killing = Promise.withResolvers<void>(), end = Promise.withResolvers<void>();
-      const kill = (pids: readonly number[]) => {
-        killing.resolve();
-        return end.promise.then(() => sim.engine.kill(pids));
-      };
-      const machine = machineWith(sim, { engine: engineWith(sim.engine, { kill }) });
-      const taking = snapshot([rank.pid, redis.pid], dir, { machine }).catch((e) => e);
-      await killing.promise;
+      const held = await heldAtItsEnd(sim, [rank.pid, redis.pid], dir);
       assert.deepEqual([rank.stopped, redis.stopped, child.stopped], [true, true, true]);
       // Taken: the host tells another start for redis's pid, as for a process that took it.
       const identify = async (id: number) => {
@@ -747,8 +746,7 @@ describe("a snapshot killed outright", () => {
       const result = await recoverSnapshot(dir, { machine: machineWith(sim, { host }) });
       assert.deepEqual(result.resumed, [rank.pid]);
       assert.deepEqual([rank.stopped, redis.stopped, child.stopped], [false, taken, taken]);
-      end.resolve();
-      await taking;
+      await held.end();
     });
   }
 
