@@ -19,7 +19,7 @@ import { checkGpuMapping, checkSignal, checkTable, flag, formatGpuUuid } from ".
 import { checkFunction, type GpuMapping, type Settings, wholeTimeout } from "../options.ts";
 import { sessionOf } from "../process.ts";
 import { onto } from "../room.ts";
-import { clockOf, roundMs } from "../time.ts";
+import { roundMs } from "../time.ts";
 import { olderVersion } from "../version.ts";
 import { openSnapshot } from "./layout.ts";
 import type { Manifest, ManifestProcess, ManifestTree } from "./manifest.ts";
@@ -331,7 +331,7 @@ async function rollBack(r: Restoring, stopped: string | undefined): Promise<Erro
   const now = await treesNow(run.host, [...r.made.map((t) => t.root), ...held]);
   const made = [...new Set([...listed, ...held, ...now])];
   await run.engine.kill(made).catch(() => {});
-  await untilFree(run.host, made, clockOf(run.machine).sleep).catch(() => {});
+  await untilFree(run, made).catch(() => {});
   const ended = made.length === 0
     ? "no process was made"
     : r.ran

@@ -18,7 +18,7 @@ import type { Machine } from "../machine.ts";
 import { checkLockTimeout, checkPid, checkSignal, checkTable, flag, mustBe } from "../options.ts";
 import { checkFunction, type Settings, wholeTimeout } from "../options.ts";
 import { importRefusal, sessionOf } from "../process.ts";
-import { clockOf, roundMs } from "../time.ts";
+import { roundMs } from "../time.ts";
 import { VERSION } from "../version.ts";
 import { SnapshotWriter, TRACE_FILE } from "./layout.ts";
 import { type Manifest, MANIFEST_FORMAT } from "./manifest.ts";
@@ -336,7 +336,7 @@ async function end(t: Taken, manifest: Manifest): Promise<void> {
       throw new SnapshotError({ code, operation: "snapshot", message, detail, cause });
     }
   } else {
-    await endTrees(run, t.ours, clockOf(run.machine).sleep);
+    await endTrees(run, t.ours);
   }
   await out.finish();
 }

@@ -14,6 +14,7 @@ import type { Run } from "./run.ts";
 import type { Machine } from "../machine.ts";
 import { refuseStopped, sessionOf } from "../process.ts";
 import { SNAPSHOT_STATES } from "../states.ts";
+import { clockOf } from "../time.ts";
 import type { Manifest, ManifestGpu, ManifestProcess } from "./manifest.ts";
 import { type ManifestTree, treeDirName } from "./manifest.ts";
 
@@ -103,7 +104,6 @@ export function asDumped(listed: ManifestTree, dumped: readonly DumpedProcess[])
 export async function endTrees(
   run: Pick<Run, "machine" | "engine" | "host">,
   ours: { roots: readonly ProcessIdentity[]; members: readonly ProcessIdentity[] },
-  sleep: (ms: number) => Promise<void>,
 ): Promise<void> {
   const { engine, host } = run, still = (p: ProcessIdentity) => sessionOf(run.machine).isStill(p);
   const alive = async (ps: readonly ProcessIdentity[]) =>
@@ -117,7 +117,7 @@ export async function endTrees(
     if (round > 0 && known.size === before) break;
   }
   await engine.kill([...known]);
-  await untilFree(host, [...known], sleep);
+  await untilFree(run, [...known]);
 }
 
 /** Watches a tree held stopped: resolves to a function that says later whether any of it ran. */
@@ -179,14 +179,13 @@ export async function usesOf(
 
 /** Waits (10 s at most) until `pids` are free: a killed process holds them until reaped. */
 export async function untilFree(
-  host: HostProcesses,
+  run: Pick<Run, "machine" | "host">,
   pids: readonly number[],
-  sleep: (ms: number) => Promise<void>,
 ): Promise<void> {
   // Init took up to 2 s on one machine.
   for (let i = 0; i < 200 && pids.length > 0; i++) {
-    if ((await usesOf(host, pids)).length === 0) return;
-    await sleep(50);
+    if ((await usesOf(run.host, pids)).length === 0) return;
+    await clockOf(run.machine).sleep(50);
   }
 }
 
