@@ -75,6 +75,15 @@ async function everyState() {
   return { sim, running, locked, checkpointed, failed, plain, loader };
 }
 
+/** `promise`, or a rejection once `ms` have passed: a lock that never gives up fails its test. */
+function within<T>(ms: number, promise: Promise<T>): Promise<T> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`still waiting after ${ms} ms`)), ms);
+  });
+  return Promise.race([promise, late]).finally(() => clearTimeout(timer));
+}
+
 describe("snapshots of the simulated machine", () => {
   test("every state, GPUs, threads, flags and memory come back as they were", async () => {
     const { sim, running, locked, checkpointed, failed, plain, loader } = await everyState();
@@ -731,7 +740,7 @@ describe("the state file of cuda-checkpoint --simulate", () => {
     assert.equal(m.created, false);
     assert.ok(m.machine.process(pid));
     await assert.rejects(
-      openSimulatedMachine({ path: file, lockTimeoutMs: 50 }),
+      within(5000, openSimulatedMachine({ path: file, lockTimeoutMs: 50 })),
       (err: unknown) =>
         err instanceof SimulatedStateError && /has held .*state\.json\.lock/.test(err.message),
     );
@@ -742,7 +751,10 @@ describe("the state file of cuda-checkpoint --simulate", () => {
   test("a lock left by a program that died is taken over", async () => {
     const file = path.join(await tempDir(), "state.json");
     await writeFile(`${file}.lock`, "2147483000\n");
-    await using machine = await openSimulatedMachine({ path: file, lockTimeoutMs: 1000 });
+    await using machine = await within(
+      5000,
+      openSimulatedMachine({ path: file, lockTimeoutMs: 1000 }),
+    );
     assert.equal(machine.created, true);
     assert.equal((await readFile(`${file}.lock`, "utf8")).trim(), String(process.pid));
   });
