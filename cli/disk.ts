@@ -186,9 +186,9 @@ function failed(command: DiskCommand, print: Printer, error: unknown, abort?: un
     ? `${command.kind} stopped: ${commandMessage(error)}`
     : commandMessage(error);
   // Simulated, what it advises acts on the simulated machine too (a `kill` on a simulated pid).
-  const advice = /\(kill (?=[0-9])|cuda-checkpoint /g, sim = "cuda-checkpoint --simulate ";
+  const advice = /\bkill (?=[0-9])|cuda-checkpoint /g, sim = "cuda-checkpoint --simulate ";
   const message = command.simulate
-    ? said.replace(advice, (w) => w[0] === "(" ? `(${sim}kill ` : sim)
+    ? said.replace(advice, (w) => w[0] === "k" ? `${sim}kill ` : sim)
     : said;
   if (command.json) {
     const e = error instanceof Error ? error as Error & { log?: unknown } : undefined;

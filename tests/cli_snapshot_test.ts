@@ -404,12 +404,17 @@ describe("--simulate: the round trip across runs", () => {
     );
     const copied = /`(cuda-checkpoint [^`]*)`/.exec(refused.err)![1].split(" ").slice(1);
     assert.equal((await cli(copied, { env })).code, 0, "the advice, run as given");
-    // A GPU restore that fails (no room, the check skipped): resume them, or end them.
-    await sim("snapshot", "--pid", pid, "--dir", join(b, "again"));
-    const filler = Number((await sim("spawn", "--memory-mib", "141000")).out.trim());
+    // A GPU restore of two trees that fails (no room, the check skipped): resume, or end them.
+    const other = Number((await sim("spawn", "--memory-mib", "4096")).out.trim());
+    await sim("snapshot", "--pid", `${pid},${other}`, "--dir", join(b, "again"));
+    await sim("spawn", "--memory-mib", "141000");
     const failed = await sim("restore-snapshot", "--dir", join(b, "again"), "--no-room-check");
-    assert.match(failed.err, new RegExp(`\\(cuda-checkpoint --simulate --toggle --pid ${pid}\\)`));
-    assert.match(failed.err, new RegExp(`\\(cuda-checkpoint --simulate kill ${pid}\\)$`, "m"));
-    assert.equal((await sim("kill", filler)).code, 0);
+    const toggle = `cuda-checkpoint --simulate --toggle --pid ${pid},${other}`;
+    assert.match(failed.err, new RegExp(`\\(${toggle}\\), or end them \\((.*)\\)$`, "m"));
+    const ends = /or end them \((.*)\)$/m.exec(failed.err)![1].split("; ");
+    for (const end of ends) {
+      assert.equal((await cli(end.split(" ").slice(1), { env })).code, 0, end);
+    }
+    assert.deepEqual(ends.map((e) => Number(e.split(" ").at(-1))), [pid, other]);
   });
 });

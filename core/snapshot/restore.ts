@@ -368,7 +368,7 @@ async function resumeFailed(r: Restoring, result: GroupResult): Promise<Snapshot
   const states = await Promise.all(result.processes.map(stateOf));
   const left = result.processes.map((p, i) => `${p.pid} ${states[i] ?? "of unknown state"}`);
   const pids = r.running.map((p) => p.pid).join(",");
-  const roots = r.manifest.trees.map((t) => t.root).join(" ");
+  const roots = r.manifest.trees.map((t) => `kill ${t.root}`).join("; ");
   return new SnapshotError({
     code: result.aborted || result.deadlinePassed ? "STOPPED" : "RESUME_FAILED",
     operation: r.o.operation,
@@ -376,7 +376,7 @@ async function resumeFailed(r: Restoring, result: GroupResult): Promise<Snapshot
       `failed: ${groupFailure(result, r.run.stopped())}`,
     detail: states.every((state) => state === "checkpointed")
       ? `they are checkpointed: once the cause is fixed, resume them (cuda-checkpoint --toggle ` +
-        `--pid ${pids}), or end them (kill ${roots})`
+        `--pid ${pids}), or end them (${roots})`
       : `they are left so: ${left.join(", ")}`,
     cause: firstError(result),
   });
