@@ -129,7 +129,9 @@ export class Progress {
       // files hold only what was written to them).
       if ("imageBytes" in e) this.#images = Math.max(e.imageBytes ?? 0, this.#sum(this.#moving));
     } else if (e.type === "step-start") {
-      if (e.rollback) [this.#phase, this.#moving] = ["rollback", new Set()]; // not "n of n done"
+      // Undoing, where no other process's step goes forward: not "n of n done".
+      const forward = [...this.#steps.values()].some((s) => !s.step.endsWith("(undoing)"));
+      if (e.rollback && !forward) [this.#phase, this.#moving] = ["rollback", new Set()];
       if (bytes) this.#held.set(e.pid, bytes);
       this.#steps.set(e.pid, { step: e.rollback ? `${e.step} (undoing)` : e.step, since: now });
       if (RATES[e.step] && bytes && !e.rollback) this.#moving.add(e.pid);

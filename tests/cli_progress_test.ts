@@ -197,6 +197,32 @@ describe("the live line on a terminal", () => {
     assertErasedBeforeOutput(r.writes);
   });
 
+  test("one process undone while the others' checkpoints go on: the line keeps their figures", () => {
+    const clock = { now: () => 1000, sleep: () => Promise.resolve(), timer: () => () => {} };
+    const print = new Printer({ stdout: () => {}, stderr: () => {}, isTerminal: true });
+    const line = new Progress(print, clock, { total: 3, columns: 120 }, false);
+    line.event({ type: "phase", phase: "toggle", at: 0 });
+    for (const [pid, mib] of [[4000, 2048], [4010, 40960], [4020, 40960]]) {
+      line.event({ type: "step-start", pid, step: "checkpoint", at: 0, gpuMemoryMiB: mib });
+    }
+    const failed = { pid: 4000, step: "checkpoint", at: 900, ms: 900, ok: false } as const;
+    line.event({ type: "step-end", ...failed, rollback: false });
+    line.event({ type: "step-start", pid: 4000, step: "unlock", at: 900, rollback: true });
+    assert.match(
+      line.text(),
+      /^toggle 0\.0 s, 0\/3 done: ~[0-9.]+ of 85\.9 GB, .*; 4010 checkpoint, 4020 checkpoint, 4000 unlock \(undoing\)$/,
+    );
+    for (const pid of [4010, 4020]) { // done, then undone: an all-or-nothing group's rollback
+      line.event({ type: "step-end", ...failed, pid, ok: true, rollback: false });
+      line.event({ type: "step-start", pid, step: "unlock", at: 1000, rollback: true });
+    }
+    assert.match(
+      line.text(),
+      /^putting things back 0\.0 s, 0\/3 done; 4000 unlock \(undoing\), 4010 unlock/,
+    );
+    line.stop();
+  });
+
   test("the line alone: estimates, this run's measured rate, the width", () => {
     let now = 0;
     const timers: (() => void)[] = [];
