@@ -186,10 +186,8 @@ function failed(command: DiskCommand, print: Printer, error: unknown, abort?: un
     ? `${command.kind} stopped: ${commandMessage(error)}`
     : commandMessage(error);
   // Simulated, what it advises acts on the simulated machine too (a `kill` on a simulated pid).
-  const advice = /\bkill (?=[0-9])|cuda-checkpoint /g, sim = "cuda-checkpoint --simulate ";
-  const message = command.simulate
-    ? said.replace(advice, (w) => w[0] === "k" ? `${sim}kill ` : sim)
-    : said;
+  const advice = /\b(kill )(?=[0-9])|cuda-checkpoint /g;
+  const message = command.simulate ? said.replace(advice, "cuda-checkpoint --simulate $1") : said;
   if (command.json) {
     const e = error instanceof Error ? error as Error & { log?: unknown } : undefined;
     const code = error instanceof CheckpointError ? error.code : undefined;
