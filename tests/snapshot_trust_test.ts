@@ -659,6 +659,26 @@ describe("a snapshot killed outright", () => {
     await stuck.end();
   });
 
+  test("recover as a job, where one process's state is final: none resumed, and it says to end that one", async () => {
+    const sim = new SimulatedMachine();
+    const [a, b] = [sim.spawn({ memoryMiB: 256 }), sim.spawn({ memoryMiB: 256 })];
+    for (const p of [a, b]) await new CudaProcess(p.pid, { machine: sim }).suspend();
+    b.failNext("restore", { code: 999, state: "failed" });
+    await new CudaProcess(b.pid, { machine: sim }).resume().catch(() => {});
+    const dir = join(base(), "snap");
+    plantTrace(dir, [a, b].map((p) => ({ pid: p.pid, start: p.start })));
+    await refused(
+      recoverSnapshot(dir, { machine: sim }),
+      new RegExp(
+        `${b.pid}: .*failed state is final.*kept: all resume or none; end any that cannot`,
+      ),
+    );
+    assert.deepEqual([a.state, b.state], ["checkpointed", "failed"]);
+    b.exit();
+    assert.deepEqual((await recoverSnapshot(dir, { machine: sim })).resumed, [a.pid]);
+    assert.equal(a.state, "running");
+  });
+
   test("a snapshot still under way is not recovered: its processes are left to it", async () => {
     const sim = new SimulatedMachine();
     const a = sim.spawn({ memoryMiB: 128 });

@@ -63,7 +63,7 @@ export async function recoverFrom(
       if (!result.ok) {
         const failed = result.processes.find((p) => p.error), who = failed ? `${failed.pid}: ` : "";
         const not = `not every process of the interrupted snapshot in ${where} could be resumed`;
-        const kept = `${TRACE_FILE} is kept, so that this can be tried again`;
+        const kept = `${TRACE_FILE} is kept: all resume or none; end any that cannot, then retry`;
         throw refuse(`${not}: ${who}${groupFailure(result)}; ${kept}`);
       }
     }
