@@ -15,7 +15,7 @@ import process from "node:process";
 
 import { main } from "../cli/main.ts";
 import { Printer } from "../cli/report.ts";
-import { Progress } from "../cli/progress.ts";
+import { Progress, type ProgressOptions } from "../cli/progress.ts";
 import { SimulatedMachine } from "../mock/mod.ts";
 import { cli } from "./cli_support.ts";
 import { loud, runtime } from "./fixtures/fake.ts";
@@ -54,6 +54,18 @@ function assertErasedBeforeOutput(writes: ["out" | "err", string][]): void {
 function assertMovingOn(frames: string[]): void {
   const times = frames.map((f) => Number(/ ([0-9]+\.[0-9]) s(,|:|$)/.exec(f)?.[1]));
   assert.ok(times.every((t, i) => t > 0 && (i === 0 || t > times[i - 1])), times.join(" "));
+}
+
+/** A live line alone, on a clock the test moves (`clock.ms`), drawn by no timer. */
+function lineOnClock(options: ProgressOptions) {
+  const clock = {
+    ms: 0,
+    now: () => clock.ms,
+    sleep: () => Promise.resolve(),
+    timer: () => () => {},
+  };
+  const print = new Printer({ stdout: () => {}, stderr: () => {}, isTerminal: true });
+  return { clock, line: new Progress(print, clock, options, false) };
 }
 
 describe("the live line on a terminal", () => {
@@ -302,21 +314,18 @@ describe("the live line on a terminal", () => {
   });
 
   test("a restore's waits for ports in TIME_WAIT, among its checks: the longest counted down, then the images' estimate", () => {
-    let now = 0;
-    const clock = { now: () => now, sleep: () => Promise.resolve(), timer: () => () => {} };
-    const print = new Printer({ stdout: () => {}, stderr: () => {}, isTerminal: true });
-    const line = new Progress(print, clock, { columns: 120 }, false);
+    const { clock, line } = lineOnClock({ columns: 120 });
     line.event({ type: "phase", phase: "check", at: 0 });
     const why = "port 45265 held in TIME_WAIT on this host";
     line.event({ type: "wait", root: 4242, ms: 57_250, why, at: 0 });
-    now = 1000; // another tree's shorter wait: the longer one is what the restore waits for
+    clock.ms = 1000; // another tree's shorter wait: the longer one is what the restore waits for
     line.event({ type: "wait", root: 4343, ms: 2000, why: "port 5000 held in TIME_WAIT", at: 0 });
     assert.equal(line.text(), `checking 1.0 s: waiting 57 s more: ${why}`);
-    now = 57_000;
+    clock.ms = 57_000;
     assert.equal(line.text(), `checking 57.0 s: waiting 1 s more: ${why}`);
-    now = 57_250;
+    clock.ms = 57_250;
     line.event({ type: "phase", phase: "restore", at: 0, imageBytes: 4e9 });
-    now = 58_250; // 1 s into the restore: criu's usual 2 GB/s, not 58 s of it
+    clock.ms = 58_250; // 1 s into the restore: criu's usual 2 GB/s, not 58 s of it
     assert.equal(
       line.text(),
       "restoring the process trees 58.3 s: ~2.0 of 4.0 GB, ~2.0 GB/s, ~1.0 s left",
@@ -325,10 +334,7 @@ describe("the live line on a terminal", () => {
   });
 
   test("a dump's line alone: criu's rate since the dump began, of every tree's count", () => {
-    let now = 0;
-    const clock = { now: () => now, sleep: () => Promise.resolve(), timer: () => () => {} };
-    const print = new Printer({ stdout: () => {}, stderr: () => {}, isTerminal: true });
-    const line = new Progress(print, clock, { columns: 120 }, false);
+    const { clock, line } = lineOnClock({ columns: 120 });
     line.event({ type: "phase", phase: "check", at: 0 });
     line.event({
       type: "phase",
@@ -336,9 +342,9 @@ describe("the live line on a terminal", () => {
       at: 0,
       gpuMemoryMiB: { 4242: 2048, 4343: 2048 },
     });
-    now = 3000; // 3 s of checks and suspends: none of it criu's writing
+    clock.ms = 3000; // 3 s of checks and suspends: none of it criu's writing
     line.event({ type: "phase", phase: "dump", at: 3000 });
-    now = 4000;
+    clock.ms = 4000;
     line.event({ type: "bytes", root: 4242, bytes: 1e9, at: 4000 });
     line.event({ type: "bytes", root: 4343, bytes: 1e9, at: 4000 });
     assert.equal(line.text(), "dumping 4.0 s: 2.0 of ~4.3 GB written, 2.0 GB/s, ~1.1 s left");
@@ -346,35 +352,29 @@ describe("the live line on a terminal", () => {
   });
 
   test("a restore's images alone: criu's rate since the restore began, of every tree back", () => {
-    let now = 0;
-    const clock = { now: () => now, sleep: () => Promise.resolve(), timer: () => () => {} };
-    const print = new Printer({ stdout: () => {}, stderr: () => {}, isTerminal: true });
-    const line = new Progress(print, clock, { columns: 120 }, false);
+    const { clock, line } = lineOnClock({ columns: 120 });
     line.event({ type: "phase", phase: "check", at: 0 });
-    now = 2000; // 2 s of checks: not criu's
+    clock.ms = 2000; // 2 s of checks: not criu's
     line.event({ type: "phase", phase: "restore", at: 2000, imageBytes: 4e9 });
-    now = 3000;
+    clock.ms = 3000;
     line.event({ type: "tree-end", root: 4242, how: "restored", bytes: 2e9, at: 3000 });
     assert.equal(
       line.text(),
       "restoring the process trees 3.0 s: ~2.0 of 4.0 GB, ~2.0 GB/s, ~1.0 s left",
     );
-    now = 4000;
+    clock.ms = 4000;
     line.event({ type: "tree-end", root: 4343, how: "restored", bytes: 2e9, at: 4000 });
     assert.equal(line.text(), "restoring the process trees 4.0 s: 4.0 of 4.0 GB", "all back");
     line.stop();
   });
 
   test("a process whose checkpoint failed: its memory no longer expected, nor waited for", () => {
-    let now = 0;
-    const clock = { now: () => now, sleep: () => Promise.resolve(), timer: () => () => {} };
-    const print = new Printer({ stdout: () => {}, stderr: () => {}, isTerminal: true });
-    const line = new Progress(print, clock, { total: 2, columns: 120 }, false);
+    const { clock, line } = lineOnClock({ total: 2, columns: 120 });
     line.event({ type: "phase", phase: "toggle", at: 0 });
     for (const pid of [4101, 4102]) {
       line.event({ type: "step-start", pid, step: "checkpoint", at: 0, gpuMemoryMiB: 4096 });
     }
-    now = 1000;
+    clock.ms = 1000;
     line.event({
       type: "step-end",
       pid: 4101,
