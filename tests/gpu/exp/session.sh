@@ -1,7 +1,8 @@
 # shellcheck shell=bash
 # Sourced first by the short runs of tests/gpu/exp on criu (pid_taken.sh, recover_stopped.sh,
-# hidden_gpu.sh, root_taken.sh), with the run's NAME: strict mode, the repo root as the working directory, the GPU
-# scripts' helpers (verdicts.sh, targets.sh, setup.sh), then setup.sh's exp_criu_session NAME.
+# hidden_gpu.sh, root_taken.sh), with the run's NAME: strict mode, the repo root as the working
+# directory, the GPU scripts' helpers (verdicts.sh, targets.sh, setup.sh), then setup.sh's
+# exp_criu_session NAME.
 #
 #   . "$(dirname "$0")/session.sh" NAME
 set -uo pipefail
