@@ -7,6 +7,9 @@
 #   start_target NAME MIB     sets T_DIR, T_PID, T_HASH (the "ready" line's) and T_CHILD; with
 #                             T_SETSID=0, started without setsid: a shell job, in this script's
 #                             session and process group
+#   start_parented NAME MIB   a target of MIB as the child of a bash parent named NAME (a session of
+#                             its own, or with T_SETSID=0 a shell job), in DIR $bin/t: sets T_DIR,
+#                             T_ROOT (the parent), T_PID and T_HASH
 #   ready_line FILE PID [SECONDS]  prints FILE's first "ready ..." line once it is there; fails
 #                             (printing nothing) where PID ends first or SECONDS (300) pass
 #   ask DIR COMMAND [SECONDS] [NAME]  sends a command through DIR/cmd (DIR/NAME.cmd), prints the
@@ -47,6 +50,27 @@ start_target() {
   # setsid forks only when it is a process group leader, which a background job here is not.
   [[ $T_PID == "$T_CHILD" ]] || echo "note: setsid forked: target $T_PID, child $T_CHILD"
   echo "target $1: pid $T_PID, $2 MiB, hash $T_HASH"
+}
+
+start_parented() {
+  T_DIR=$bin/t T_ROOT='' T_PID='' T_HASH=''
+  mkdir -p "$T_DIR"
+  mkfifo "$T_DIR/cmd"
+  # shellcheck disable=SC2016 # the parent's own $1, $2 and $3
+  local run=(bash -c '"$1" fifo "$2" "$3/cmd" </dev/null >"$3/out" 2>&1 & wait' "$1" "$target" "$2" "$T_DIR")
+  if [[ ${T_SETSID:-1} == 0 ]]; then
+    "${run[@]}" </dev/null >"$T_DIR/parent.out" 2>&1 &
+  else
+    setsid "${run[@]}" </dev/null >"$T_DIR/parent.out" 2>&1 &
+  fi
+  T_ROOT=$!
+  disown "$T_ROOT"
+  started+=("$T_ROOT")
+  local line
+  line=$(ready_line "$T_DIR/out" "$T_ROOT" 120) && read -r _ T_PID _ T_HASH <<<"$line"
+  [[ -n $T_PID ]] || { echo "the target of $1 did not start: $(head -3 "$T_DIR/out")"; return 1; }
+  started+=("$T_PID")
+  echo "parent $T_ROOT, target $T_PID (hash $T_HASH)"
 }
 
 ready_line() {

@@ -15,20 +15,8 @@
 trap 'end_started "target|recover-parent"' EXIT
 stat_of() { ps -o stat= -p "$1" 2>/dev/null | tr -d ' '; }
 
-d=$bin/t
-mkdir -p "$d"
-mkfifo "$d/cmd"
-# shellcheck disable=SC2016 # the parent's own $1 and $2
-setsid bash -c '"$1" fifo 256 "$2/cmd" </dev/null >"$2/out" 2>&1 & wait' recover-parent "$target" "$d" \
-  </dev/null >"$d/parent.out" 2>&1 &
-parent=$!
-disown "$parent"
-started+=("$parent")
-line=$(ready_line "$d/out" "$parent" 120)
-read -r _ p _ h <<<"$line"
-[[ -n $p ]] || fail_setup "the target did not start: $(head -3 "$d/out")"
-started+=("$p")
-echo "parent $parent, target $p (hash $h)"
+start_parented recover-parent 256 || fail_setup "the target did not start"
+d=$T_DIR parent=$T_ROOT p=$T_PID h=$T_HASH
 
 snap=$bin/snap
 timeout 120 "${CK[@]}" snapshot --pid "$parent" --dir "$snap" --leave-running --json --events \

@@ -21,20 +21,8 @@ cleanup() {
 trap cleanup EXIT
 command -v setpriv >/dev/null || fail_setup "no setpriv (util-linux) to run the sleep as nobody"
 
-d=$bin/t
-mkdir -p "$d"
-mkfifo "$d/cmd"
-# shellcheck disable=SC2016 # the parent's own $1 and $2
-bash -c '"$1" fifo 8192 "$2/cmd" </dev/null >"$2/out" 2>&1 & wait' root-taken-parent "$target" "$d" \
-  </dev/null >"$d/parent.out" 2>&1 &
-root=$!
-disown "$root"
-started+=("$root")
-line=$(ready_line "$d/out" "$root" 120)
-read -r _ p _ h <<<"$line"
-[[ -n $p ]] || fail_setup "the target did not start: $(head -3 "$d/out")"
-started+=("$p")
-echo "root $root, target $p (hash $h)"
+T_SETSID=0 start_parented root-taken-parent 8192 || fail_setup "the target did not start"
+d=$T_DIR root=$T_ROOT p=$T_PID h=$T_HASH
 
 timeout 120 "${CK[@]}" snapshot --pid "$root" --dir "$bin/snap" --json --events \
   >"$bin/snap.json" 2>"$bin/events" &
