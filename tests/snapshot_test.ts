@@ -750,6 +750,20 @@ describe("failures after things began to change", () => {
     assert.deepEqual([a, b].map((p) => p.state), ["running", "running"]);
   });
 
+  test("a dumped pid another process has as a thread id by the end: that process is not ended", async () => {
+    const { sim, root, c } = await job();
+    const other = sim.spawn({ cuda: false, command: "another user's" });
+    const [dir, threadOf] = [newDir(), new Map<number, number>()];
+    const identify = (id: number) => sim.host.identify!(threadOf.get(id) ?? id);
+    const machine = machineWith(sim, { host: hostWith(sim.host, { identify }) });
+    // As the dump begins, c's pid is taken for a thread of another process (as after pids wrap).
+    const onProgress = (e: SnapshotEvent) =>
+      e.type === "phase" && e.phase === "dump" && threadOf.set(c.pid, other.pid);
+    await snapshot([root.pid], dir, { machine, onProgress });
+    assert.equal(live(sim, other.pid).pid, other.pid, "the other process runs on");
+    assert.equal(sim.process(c.pid), undefined, "c, of the tree, ended");
+  });
+
   test("a dumped process whose pid another took before the end (the root): it runs on, the rest end", async () => {
     const { sim, root, a, b, c } = await job();
     const starts = new Map<number, number>(), dir = newDir();

@@ -99,7 +99,7 @@ interface Taken extends Plan {
   readonly suspending: readonly number[];
   /** Those processes, as identified when the snapshot began (a pid may be reused since). */
   readonly who: readonly ProcessIdentity[];
-  /** What it ends, as identified: each tree's root as it began, what was dumped as dumped. */
+  /** What it ends, by their own pids (not a thread's process): roots at the start, dumped after. */
   readonly ours: { roots: readonly ProcessIdentity[]; members: ProcessIdentity[] };
   readonly dumped: (readonly DumpedProcess[] | undefined)[];
   readonly sealed: SnapshotFile[][];
@@ -124,7 +124,7 @@ export async function takeSnapshot(
     run.notBegun("snapshot");
     const suspending = plan.running.flat().map((p) => p.pid);
     const session = sessionOf(machine), by = await session.selfIdentity();
-    const identify = async (pid: number) => await session.identify(pid) ?? { pid };
+    const identify = async (pid: number) => ({ ...await session.identify(pid), pid });
     const who = await Promise.all(suspending.map(identify));
     const ours = { roots: await Promise.all(roots.map(identify)), members: [] };
     const startedAt = new Date().toISOString();
@@ -258,7 +258,7 @@ async function dump(t: Taken, i: number): Promise<void> {
       // On disk and digested as they are written, while this and other trees' dumps go on.
       sealing = started(t.out.dir.seal(t.trees[i].images, { signal: run.signal, writing }));
       const dumped = await writing;
-      for (const { pid } of dumped) t.ours.members.push(await session.identify(pid) ?? { pid });
+      for (const { pid } of dumped) t.ours.members.push({ ...await session.identify(pid), pid });
       part = ["WRITE_FAILED", "its images could not be put on disk"];
       t.sealed[i] = await sealing;
       t.dumped[i] = dumped;
