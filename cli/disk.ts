@@ -17,7 +17,7 @@ import { formatDriverVersion } from "../core/driver.ts";
 import { CheckpointError } from "../core/errors.ts";
 import type { Machine } from "../driver.ts";
 import type { Manifest, ManifestProcess, SnapshotEvent } from "../snapshot.ts";
-import { type CliIo, watchInterrupts } from "./io.ts";
+import { advised, type CliIo, watchInterrupts } from "./io.ts";
 import { commandMessage, type Printer } from "./report.ts";
 import { type Progress, progressOf, size } from "./progress.ts";
 
@@ -44,8 +44,7 @@ export async function runDiskCommand(
       : {},
     expect: "restore",
   });
-  const sim = command.simulate ? " --simulate" : "", toggle = `--toggle --pid PID${sim}`;
-  const orRecover = `, or all that its trace names with cuda-checkpoint recover ${dir}${sim}`;
+  const orRecover = `, or all that its trace names with cuda-checkpoint recover ${dir}`;
   const watched = kind === "snapshot" || kind === "restore-snapshot";
   const watch = watchInterrupts(watched ? io.interrupts : undefined, print, {
     simulated: command.simulate,
@@ -53,8 +52,8 @@ export async function runDiskCommand(
     meanwhile: "it stops, and puts back every process it changed (interrupt again to exit " +
       "without waiting)",
     leftBehind: () => [
-      `; processes of the ${kind} may be left suspended: see cuda-checkpoint list${sim}, and ` +
-      `resume each with cuda-checkpoint ${toggle}${kind === "snapshot" ? orRecover : ""}`,
+      `; processes of the ${kind} may be left suspended: see cuda-checkpoint list, and resume ` +
+      `each with cuda-checkpoint --toggle --pid PID${kind === "snapshot" ? orRecover : ""}`,
     ],
   });
   const onProgress = (e: SnapshotEvent) => progress?.event(e);
@@ -182,12 +181,8 @@ async function recover(c: RecoverCommand, machine: Machine, progress: Progress |
  * (or says that it stopped, where the error is the interrupt, `abort`, itself); exit code 1.
  */
 function failed(command: DiskCommand, print: Printer, error: unknown, abort?: unknown): number {
-  const said = error === abort && abort !== undefined
-    ? `${command.kind} stopped: ${commandMessage(error)}`
-    : commandMessage(error);
-  // Simulated, what it advises acts on the simulated machine too (a `kill` on a simulated pid).
-  const advice = /\b(kill )(?=[0-9])|cuda-checkpoint /g;
-  const message = command.simulate ? said.replace(advice, "cuda-checkpoint --simulate $1") : said;
+  const stopped = error === abort && abort !== undefined ? `${command.kind} stopped: ` : "";
+  const message = advised(`${stopped}${commandMessage(error)}`, command.simulate);
   if (command.json) {
     const e = error instanceof Error ? error as Error & { log?: unknown } : undefined;
     const code = error instanceof CheckpointError ? error.code : undefined;

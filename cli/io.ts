@@ -75,6 +75,12 @@ export function escapeControls(text: string): string {
   );
 }
 
+/** `text` with each command it advises one of the simulated machine's, where `simulated`. */
+export function advised(text: string, simulated: boolean): string {
+  const advice = /\b(kill )(?=[0-9])|cuda-checkpoint /g, simulate = "cuda-checkpoint --simulate $1";
+  return simulated ? text.replace(advice, simulate) : text; // `kill 4000`: a simulated pid's
+}
+
 /** A signal that interrupts a command: as {@link Interrupts.watch} names it. */
 export type Signal = NonNullable<Parameters<Parameters<Interrupts["watch"]>[0]>[0]>;
 
@@ -124,7 +130,7 @@ export function watchInterrupts(
       say(`${subject ? `${subject} ` : ""}interrupted${by}: ${meanwhile}`);
       return controller.abort(new Error(`interrupted (${signal})`));
     }
-    const [rest, ...lines] = leftBehind();
+    const [rest, ...lines] = leftBehind().map((line) => advised(line, simulated));
     say(`interrupted again: exiting without waiting${rest}`);
     lines.forEach(say);
     const unsaved = "the simulated machine was not saved: its state file is as before this command";

@@ -111,7 +111,6 @@ export async function runMany(
     : undefined;
   progress?.event({ type: "phase", phase: operation, at: 0 });
   const underWay = new Map<number, string>(); // for a second interrupt to name
-  const sim = command.simulate ? " --simulate" : "";
   const watch = acting && interrupts
     ? watchInterrupts(interrupts, print, {
       simulated: command.simulate,
@@ -121,7 +120,7 @@ export async function runMany(
         const under = [...underWay].map(([pid, step]) => `${pid} (${step})`).join(", ");
         return [
           ` for the driver${under ? `; still under way, their state unknown: ${under}` : ""}`,
-          `check each process with: cuda-checkpoint --get-state --pid ${pids}${sim}`,
+          `check each process with: cuda-checkpoint --get-state --pid ${pids}`,
         ];
       },
     })

@@ -12,6 +12,7 @@ import { join } from "node:path";
 import process from "node:process";
 
 import { type Interrupts, main } from "../cli/main.ts";
+import { watchInterrupts } from "../cli/io.ts";
 import { openSimulatedMachine } from "../cli/simulate.ts";
 import { SimulatedMachine } from "../mock/mod.ts";
 import type { RestoreRequest } from "../core/engine.ts";
@@ -240,6 +241,37 @@ describe("an interrupt during an operation on several processes, in-process", ()
     });
     assert.equal(q.code, 1);
     assert.equal(fake.watched, 0, "queries are not watched either");
+  });
+});
+
+describe("what a second interrupt advises", () => {
+  test("on a simulated machine, each command it names is one of that machine's", () => {
+    for (const simulated of [false, true]) {
+      let fire!: (signal?: Signal) => void;
+      const exits: number[] = [], said: string[] = [];
+      const interrupts = {
+        watch: (f: typeof fire) => (fire = f, () => {}),
+        exit: (c: number) => void exits.push(c),
+      };
+      const leftBehind = () => [
+        " for the driver",
+        "check each process with: cuda-checkpoint --get-state --pid 4000",
+        "or end it (kill 4000)",
+      ];
+      watchInterrupts(interrupts, { err: (l) => void said.push(l) }, {
+        meanwhile: "",
+        leftBehind,
+        simulated,
+      });
+      fire();
+      fire("SIGTERM");
+      const sim = simulated ? " --simulate" : "";
+      assert.deepEqual(said.slice(2, 4), [
+        `cuda-checkpoint: check each process with: cuda-checkpoint${sim} --get-state --pid 4000`,
+        `cuda-checkpoint: or end it (${simulated ? "cuda-checkpoint --simulate " : ""}kill 4000)`,
+      ]);
+      assert.deepEqual(exits, [143]);
+    }
   });
 });
 
@@ -696,8 +728,12 @@ describe(`SIGTERM and SIGHUP to cuda-checkpoint as a program (${runtime}), --sim
     assert.equal(r.code, 143, `${r.signal} ${r.err}`);
     assert.match(r.err, /interrupted again: exiting without waiting; processes of the snapshot/);
     // Every command it names works on the simulated machine too.
-    assert.match(r.err, /resume each with cuda-checkpoint --toggle --pid PID --simulate, or all/);
-    assert.match(r.err, /cuda-checkpoint recover .*snap-stuck --simulate\n/);
+    assert.match(
+      r.err,
+      /see cuda-checkpoint --simulate list, and resume each with cuda-checkpoint/,
+    );
+    assert.match(r.err, /cuda-checkpoint --simulate --toggle --pid PID, or all that its trace/);
+    assert.match(r.err, /cuda-checkpoint --simulate recover .*snap-stuck\n/);
     assert.match(r.err, /the simulated machine was not saved/);
   });
 });
