@@ -12,7 +12,7 @@ import { type GpuImport, type GpuMemoryReport, type HeldRecords, ncclRank } from
 import type { HostProcesses, MachineFacts } from "../core/host.ts";
 import type { PidUse, ProcessIdentity, ScannedProcess, TreeProcess } from "../core/host.ts";
 import { messageOf } from "../core/errors.ts";
-import { orElse } from "../core/options.ts";
+import { checkFlag, checkPath, orElse } from "../core/options.ts";
 import { Slots } from "../core/time.ts";
 import type { Nvml } from "../ffi/nvml.ts";
 import { pathTrouble } from "./private.ts";
@@ -168,8 +168,11 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
   readonly heldRecords: HeldRecords | undefined;
   readonly self: number | undefined = process.pid;
 
-  /** A host of this machine, as `options` says. */
+  /** A host of this machine, as `options` says (a `TypeError` for a value of the wrong kind). */
   constructor(options: LinuxHostOptions = {}) {
+    checkFlag(options.nvml, "host.nvml", true);
+    for (const key of ["nvmlPath", "procRoot"] as const) checkPath(options[key], `host.${key}`);
+    if (options.recordsDir !== false) checkPath(options.recordsDir, "host.recordsDir"); // false: none
     this.#root = options.procRoot ?? "/proc";
     this.#reader = options.reader ?? runtimeReader();
     this.#options = options;

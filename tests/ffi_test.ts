@@ -32,6 +32,7 @@ import { findLibcuda, LIBCUDA_ENV_VAR, LIBCUDA_SEARCH_PATHS, LIBCUDA_SONAME } fr
 import { type NativeDriver, openNativeDriver } from "../ffi/native.ts";
 import { bunDefinition, CUDA_SYMBOLS } from "../ffi/symbols.ts";
 import { openMachine } from "../os/this_machine.ts";
+import { LinuxHost } from "../os/linux_host.ts";
 import { absolutePath } from "../ffi/find.ts";
 import {
   FakeDir,
@@ -478,6 +479,12 @@ describe("openNativeDriver on a machine without libcuda", () => {
       DriverLoadError,
     );
     await assert.rejects(openMachine({ libraryPath }), DriverLoadError);
+    // The host refuses them itself, made on its own too (as criu's engine does its paths).
+    assert.throws(
+      () => new LinuxHost({ nvml: "false" as never }),
+      /^TypeError: host\.nvml must be/,
+    );
+    assert.throws(() => new LinuxHost({ procRoot: "proc" }), /host\.procRoot must be an absolute/);
   });
 });
 
