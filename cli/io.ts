@@ -9,6 +9,7 @@
  */
 
 import type { Machine } from "../driver.ts";
+import { messageOf } from "../core/errors.ts";
 import { orElse } from "../core/options.ts";
 
 /** Where `main()` writes and what it works on. */
@@ -188,7 +189,12 @@ export function programIo(): ProgramIo {
       exit: host.exit,
     },
   };
-  return { args: host.args, io, exit: (code) => host.flushed().then(() => host.exit(code)) };
+  const exit = (code: number) =>
+    host.flushed().then(() => host.exit(code), (err) => {
+      io.stderr(`cuda-checkpoint: internal error: ${messageOf(err)}\n`); // stdout's, once written
+      host.exit(code || 1);
+    });
+  return { args: host.args, io, exit };
 }
 
 /** What the program takes of its runtime, Deno or Bun (its writers, name and env: `CliIo`'s). */
@@ -236,16 +242,17 @@ function runtime(): Runtime {
     process: Omit<Runtime, "programName"> & { argv: string[]; argv0: string };
   };
   const pending: Promise<unknown>[] = [];
-  const writer = (sink: Sink) => (text: string) => {
+  let failed: { code?: string } | undefined; // stdout's, but where its reader left (EPIPE)
+  const writer = (sink: Sink, out = false) => (text: string) => {
     // Each gives a promise where the pipe is full, which fails (EPIPE) where its reader left.
     const full = [sink.write(text), sink.flush()].filter((p) => p instanceof Promise);
-    pending.push(...full.map((p) => p.catch(() => {})));
+    pending.push(...full.map((p) => p.catch((e) => out && e?.code !== "EPIPE" && (failed = e))));
   };
   const require = (import.meta as unknown as { require(id: string): unknown }).require;
   return {
     args: process.argv.slice(2),
     programName: programName(() => process.argv0),
-    stdout: writer(Bun.stdout.writer()),
+    stdout: writer(Bun.stdout.writer(), true),
     stderr: writer(Bun.stderr.writer()),
     // Whether stderr is a terminal, from what /proc/self/fd/2 names (/dev/pts/N, /dev/ttyN).
     terminal() {
@@ -257,7 +264,7 @@ function runtime(): Runtime {
     on: (signal, listener) => process.on(signal, listener),
     off: (signal, listener) => process.off(signal, listener),
     exit: (code) => process.exit(code),
-    flushed: () => Promise.allSettled(pending),
+    flushed: () => Promise.allSettled(pending).then(() => failed && Promise.reject(failed)),
   };
 }
 

@@ -370,6 +370,28 @@ describe(`a reader that goes away, as a program (${runtime})`, () => {
       rmSync(join(state, ".."), { recursive: true, force: true });
     },
   );
+
+  test("stdout on a full device (/dev/full): the failure said on stderr, exit 1, large or small", {
+    timeout: 60_000,
+  }, async () => {
+    const { spawn } = await import("node:child_process");
+    const { closeSync, openSync } = await import("node:fs");
+    for (const argv of [["--help"], ["--version"]]) {
+      const full = openSync("/dev/full", "w");
+      const child = spawn(
+        process.execPath,
+        runtime === "deno" ? ["run", "-A", MAIN, ...argv] : [MAIN, ...argv],
+        { env: { ...process.env, NO_COLOR: "1" }, stdio: ["ignore", full, "pipe"] },
+      );
+      closeSync(full);
+      let err = "";
+      child.stderr!.on("data", (d) => err += d);
+      const code = await new Promise((done) => child.on("close", done));
+      // --help (about 10 kB) fails once the runtime writes it out, --version at once: both said.
+      assert.equal(code, 1, `${argv[0]}: ${err}`);
+      assert.match(err, /^cuda-checkpoint: internal error: .*ENOSPC|[Nn]o space left/m, argv[0]);
+    }
+  });
 });
 
 // In-process, where this machine has no libcuda to find (CI's): the search's own advice.
