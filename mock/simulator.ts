@@ -70,9 +70,6 @@ export interface SpawnOptions {
   tcp?: "listening" | "established";
 }
 
-/** Something the program waits on: it rejects when the machine closes. */
-type Waiting = { reject(error: Error): void; release(): void };
-
 /**
  * A simulated machine with GPUs and processes, for testing code that checkpoints GPU processes
  * without a GPU: pass it as `{ machine: sim }`. Its driver has the real driver's states, codes and
@@ -118,7 +115,8 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
   });
   readonly #byPid = new Map<number, SimulatedProcess>();
   readonly #timers = new Set<number>();
-  readonly #waiting = new Set<Waiting>();
+  /** What the program waits on, each stopped (the clock let go, rejected) at close. */
+  readonly #waiting = new Set<(error: Error) => void>();
   #nextPid: number;
   #nextStart = 1;
   #closed = false;
@@ -261,10 +259,7 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
     for (const handle of this.#timers) this.time.clearTimer(handle);
     this.#timers.clear();
     const error = new Error("the simulated driver was closed while this was under way");
-    for (const w of this.#waiting) {
-      w.release();
-      w.reject(error);
-    }
+    for (const stop of this.#waiting) stop(error);
     this.#waiting.clear();
     for (const p of this.processes) p.stopKernels(error);
   }
@@ -340,10 +335,10 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
     if (this.#closed) return Promise.reject(this.closedError(what));
     const release = this.holdClock();
     const promise = new Promise<T>((resolve, reject) => {
-      const entry: Waiting = { reject, release };
-      this.#waiting.add(entry);
+      const stop = (error: Error) => (release(), reject(error));
+      this.#waiting.add(stop);
       work().finally(() => {
-        this.#waiting.delete(entry);
+        this.#waiting.delete(stop);
         release();
       }).then(resolve, reject);
     });
