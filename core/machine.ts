@@ -84,11 +84,7 @@ export async function withMachine<T>(
   body: (machine: Machine) => Promise<T>,
 ): Promise<T> {
   const lease = leaseOf(source);
-  try {
-    return await body(await lease.machine);
-  } finally {
-    await lease.release();
-  }
+  return await lease.machine.then(body).finally(() => lease.release());
 }
 
 /** Checks a machine given as an option: an object with a driver that makes all six calls. */
