@@ -27,11 +27,8 @@ async function withLibc(use: (call: Call) => Promise<void> | void): Promise<void
   const libc = await runtimeAdapter({ callingThread: true })
     .then((ffi) => ffi.open(LIBC, LIBC_CALLS)).catch(() => undefined);
   if (!libc) return;
-  try {
-    await use((symbol, ...args) => Number(libc.call({ symbol, args })));
-  } finally {
-    await libc.close();
-  }
+  const call: Call = (symbol, ...args) => Number(libc.call({ symbol, args }));
+  await Promise.try(use, call).finally(() => libc.close());
 }
 
 /**
