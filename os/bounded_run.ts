@@ -242,9 +242,6 @@ function signalSame(pid: number, start: number | undefined, signal: Signal): boo
 export async function settlesWithin(p: Promise<unknown>, ms: number): Promise<boolean> {
   let timer: ReturnType<typeof setTimeout> | undefined;
   const late = new Promise<boolean>((r) => timer = setTimeout(() => r(false), ms));
-  try {
-    return await Promise.race([p.then(() => true, () => true), late]);
-  } finally {
-    clearTimeout(timer);
-  }
+  return await Promise.race([p.then(() => true, () => true), late])
+    .finally(() => clearTimeout(timer));
 }
