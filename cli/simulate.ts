@@ -224,12 +224,8 @@ async function headOf(file: string): Promise<string | undefined> {
     if (errorCode(err) !== "ENOENT") throw err;
   });
   if (!handle) return undefined;
-  try {
-    const { buffer, bytesRead } = await handle.read(new Uint8Array(256), 0, 256, 0);
-    return new TextDecoder().decode(buffer.subarray(0, bytesRead));
-  } finally {
-    await handle.close();
-  }
+  const read = await handle.read(new Uint8Array(256), 0, 256, 0).finally(() => handle.close());
+  return new TextDecoder().decode(read.buffer.subarray(0, read.bytesRead));
 }
 
 /**
