@@ -128,16 +128,15 @@ export async function openSimulatedMachine(
     await unlock();
     throw err;
   });
-  const machine = saved ?? new SimulatedMachine({ gpus, ...clock });
-  const created = saved === undefined;
+  const fresh = () => new SimulatedMachine({ gpus, ...clock });
   let open = true;
   const check = (what: string) => {
     if (!open) throw new Error(`the simulated machine ${file} was closed: cannot ${what}`);
   };
   const opened = {
     path: file,
-    machine,
-    created,
+    machine: saved ?? fresh(),
+    created: saved === undefined,
     spawn(spawnOptions?: SpawnOptions) {
       check("spawn a process");
       return opened.machine.spawn(spawnOptions).pid;
@@ -158,7 +157,7 @@ export async function openSimulatedMachine(
     async reset() {
       check("reset it");
       opened.machine.close();
-      [opened.machine, opened.created] = [new SimulatedMachine({ gpus, ...clock }), true];
+      [opened.machine, opened.created] = [fresh(), true];
       await rm(file, { force: true });
       await opened.save();
     },
