@@ -80,11 +80,10 @@ export class VirtualClock implements SimClock {
     this.#scheduled = true;
     setImmediate(() => {
       this.#scheduled = false;
-      // The earliest timer fires, the first set of those due at once.
+      // The earliest timer fires, the first set of those due at once (the map keeps that order).
       let next: VirtualTimer | undefined;
-      for (const t of this.moving ? this.#timers.values() : []) {
-        if (!next || t.at < next.at || (t.at === next.at && t.seq < next.seq)) next = t;
-      }
+      const due = this.moving ? this.#timers.values() : [];
+      for (const t of due) if (!next || t.at < next.at) next = t;
       if (next) {
         this.clearTimer(next.seq);
         this.#now = Math.max(this.#now, next.at);
