@@ -22,9 +22,7 @@ const SESSIONS = new WeakMap<Machine, Session>();
 
 /** The session of `machine`, made on first use. */
 export function sessionOf(machine: Machine): Session {
-  let session = SESSIONS.get(machine);
-  if (!session) SESSIONS.set(machine, session = new Session(machine));
-  return session;
+  return SESSIONS.get(machine) ?? SESSIONS.set(machine, new Session(machine)).get(machine)!;
 }
 
 /** What this package keeps for a machine in use: each process's order, and the room check. */
