@@ -149,10 +149,9 @@ export class PieceHasher {
 
   /** A new worker, or none (`job` rejected, saying why). */
   static #start(job: Job): Worker | undefined {
-    const url = workerScript(import.meta.url, "os", "digest_worker");
     let w: Worker;
     try {
-      w = new Worker(url, { type: "module" });
+      w = new Worker(workerScript(import.meta.url, "os", "digest_worker"), { type: "module" });
     } catch (err) {
       job.done.reject(new Error(`a digest worker cannot start: ${messageOf(err)}`, { cause: err }));
       return undefined;
