@@ -180,7 +180,7 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
 
   /** Starts a process: by default a CUDA process, with its memory and a context on each GPU. */
   spawn(options: SpawnOptions = {}): SimulatedProcess {
-    this.#throwIfClosed("spawn a process");
+    if (this.#closed) throw this.closedError("spawn a process");
     const o = checkKeys(options, "spawn options", [
       ...["memoryMiB", "gpu", "cuda", "extraThreads"] as const,
       ...["command", "inspectable", "libcuda", "parent", "ipcImport", "nccl", "tcp"] as const,
@@ -241,7 +241,7 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
    * (`CudaProcess` checks the room first: `GpuRoomError`).
    */
   fillGpu(gpu: number, options: { leaveMiB?: number } = {}): SimulatedProcess {
-    this.#throwIfClosed("fill a GPU");
+    if (this.#closed) throw this.closedError("fill a GPU");
     const index = checkInteger(gpu, "fillGpu: gpu (an index)", 0, this.gpus.length - 1);
     const o = checkKeys(options, "fillGpu options", ["leaveMiB"]);
     const leave = checkAmount(or(o.leaveMiB, 0), "fillGpu: leaveMiB");
@@ -291,7 +291,7 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
 
   /** @internal adds a process made on it (a RangeError where one of its ids is taken) */
   adopt(proc: SimulatedProcess): SimulatedProcess {
-    this.#throwIfClosed("adopt a process");
+    if (this.#closed) throw this.closedError("adopt a process");
     const taken = proc.threads.find((t) => this.#byPid.has(t));
     if (taken !== undefined) throw new RangeError(`pid ${taken} is taken by another process`);
     for (const t of proc.threads) this.#byPid.set(t, proc);
@@ -359,10 +359,6 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
   /** @internal holds the clock (the program waits on the simulator) until the returned call */
   holdClock(): () => void {
     return this.time.hold?.() ?? (() => {});
-  }
-
-  #throwIfClosed(what: string): void {
-    if (this.#closed) throw this.closedError(what);
   }
 
   /** The GPUs of `spawn`'s `gpu` option. */
