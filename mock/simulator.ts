@@ -13,7 +13,7 @@ import { SimulatedCriu } from "./sim_criu.ts";
 import { SimulatedDriver } from "./sim_driver.ts";
 import { makeGpus, type SimulatedGpu, type SimulatedGpuSpec } from "./sim_gpu.ts";
 import { SimulatedProcess } from "./sim_process.ts";
-import { IPC_KINDS, type IpcImport, NCCL_KEYS, type NcclRank, TCP_STATES } from "./fields.ts";
+import { IPC_KINDS, type IpcImport, NCCL_KEYS, TCP_STATES } from "./fields.ts";
 import { checkTiming, CRIU_TIMING, timingForChip, type TimingModel } from "./timing.ts";
 import { CopyLink } from "./waits.ts";
 
@@ -427,7 +427,10 @@ function simulatedHost(m: SimulatedMachine): HostProcesses {
     gpuImport: (pid) =>
       m.instantly("read a process's maps", () => {
         const { nccl, ipcImport: imported } = m.process(pid) ?? {};
-        const found = nccl && ncclRank("libnccl.so.2", environOf(nccl));
+        // Its environment as torchrun gives it to such a rank, and /proc/PID/environ holds it.
+        const environ = nccl && `LOCAL_WORLD_SIZE=${nccl.localRanks}\0NCCL_P2P_DISABLE=` +
+            `${Number(nccl.p2pDisable)}\0NCCL_SHM_DISABLE=${Number(nccl.shmDisable)}\0`;
+        const found = environ && ncclRank("libnccl.so.2", environ);
         if (found) return found;
         if (!imported || imported.through === "fd") return undefined;
         const file = `cuda.shm.0.${imported.exporter.toString(16)}.1`;
@@ -447,10 +450,4 @@ function simulatedHost(m: SimulatedMachine): HostProcesses {
         return { hostname: "simulated", kernel: "6.8.0-simulated", ...release };
       }),
   };
-}
-
-/** The environment torchrun gives such a rank, as /proc/PID/environ holds it. */
-function environOf({ localRanks, p2pDisable, shmDisable }: NcclRank): string {
-  return `LOCAL_WORLD_SIZE=${localRanks}\0NCCL_P2P_DISABLE=${Number(p2pDisable)}\0` +
-    `NCCL_SHM_DISABLE=${Number(shmDisable)}\0`;
 }
