@@ -316,11 +316,9 @@ export class SimulatedDriver implements CheckpointDriver {
         let exited = () => {};
         const gone = new Promise<"exited">((resolve) => exited = () => resolve("exited"));
         proc.exitListeners.add(exited);
-        try {
-          if (await Promise.race([hit!.hold(), gone]) === "exited") return await this.#exited();
-        } finally {
-          proc.exitListeners.delete(exited);
-        }
+        const held = await Promise.race([hit!.hold(), gone]); // neither rejects
+        proc.exitListeners.delete(exited);
+        if (held === "exited") return await this.#exited();
       }
     }
     return await this.#after(() => ok(value()));
