@@ -30,7 +30,6 @@ export class CopyLink {
     this.#active.add(t);
     this.#reschedule();
     return () => {
-      if (!this.#active.has(t)) return;
       this.#advance();
       this.#active.delete(t);
       this.#reschedule();
