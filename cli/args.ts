@@ -284,9 +284,8 @@ function refuseStray(sub: string, seen: Seen, options: string): void {
 }
 
 function given(seen: Seen, names: string): Record<string, unknown> {
-  return Object.fromEntries(
-    names.split(" ").flatMap((n) => n in seen.fields ? [[n, seen.fields[n]]] : []),
-  );
+  const present = names.split(" ").filter((n) => n in seen.fields);
+  return Object.fromEntries(present.map((n) => [n, seen.fields[n]]));
 }
 
 /** The checks that need the whole command line, in NVIDIA's order where it has them. */
