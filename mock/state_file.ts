@@ -137,6 +137,8 @@ export function loadSimulator(
   return sim;
 }
 
+/** What a GPU's name must be, as the machine's own option (which would refuse it later). */
+const NAME = "a non-empty string without NUL";
 const PROCESS_FIELDS =
   "pid parent start threads restoreThreadId command cuda libcuda inspectable state gpus memoryMiB"
     .split(" ");
@@ -163,7 +165,7 @@ function readSnapshot(value: unknown): SimulatorSnapshot {
   const top = read.object(value, "", fields, ["heldRecords"]);
   const gpus = read.array(top.gpus, "gpus", 1, 1024).map((g, i) =>
     read.fields<GpuSnapshot>(g, `gpus[${i}]`, {
-      name: (v, at) => read.string(v, at),
+      name: (v, at) => /^\s*$|\0/.test(read.string(v, at)) ? read.fail(at, NAME, v) : v as string,
       uuid: (v, at) => read.uuid(v, at),
       memoryMiB: (v, at) => read.amount(v, at, true),
       contextMiB: (v, at) => read.amount(v, at),

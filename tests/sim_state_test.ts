@@ -302,6 +302,9 @@ describe("snapshots of the simulated machine", () => {
       ],
       [(s) => delete s.processes[0].start, "processes[0].start", /processes\[0\] lacks "start"/],
       [(s) => delete s.nextStart, "nextStart", /it lacks "nextStart"/],
+      // What the machine would refuse too: said as the file's, not as a machine's option.
+      [(s) => (s.gpus[0].name = " "), "gpus[0].name", /a non-empty string without NUL, got " "/],
+      [(s) => (s.gpus[0].name = "H\0"), "gpus[0].name", /without NUL, got "H\\u0000"/],
       [
         (s) => (s.version = 3),
         "version",
