@@ -434,6 +434,28 @@ describe("a snapshot and its restore", () => {
     assert.equal(live(sim, server.pid).tcp, "listening");
   });
 
+  test("the signal every engine call is given ends with the call: nothing is kept listening on a caller's signal", async () => {
+    // A program's own signal lives long; what hangs on a signal made from it lives as long (Deno).
+    const sim = new SimulatedMachine(), p = sim.spawn({ memoryMiB: 64 });
+    const given: AbortSignal[] = [], criu = sim.engine;
+    const engine = {
+      kind: criu.kind,
+      probe: () => criu.probe(),
+      stop: (pids: readonly number[]) => criu.stop(pids),
+      kill: (pids: readonly number[]) => criu.kill(pids),
+      dump: (r: Parameters<typeof criu.dump>[0]) => (given.push(r.signal!), criu.dump(r)),
+      restore: (r: Parameters<typeof criu.restore>[0]) => (given.push(r.signal!), criu.restore(r)),
+    };
+    const machine = machineWith(sim, { engine }),
+      dir = newDir(),
+      signal = new AbortController().signal;
+    await snapshot([p.pid], dir, { machine, signal });
+    await restoreSnapshot(dir, { machine, signal });
+    assert.equal(given.length, 2);
+    assert.deepEqual(given.map((s) => s.aborted), [true, true], "each ended with its operation");
+    assert.equal(signal.aborted, false, "the caller's own is not");
+  });
+
   test("tcpEstablished reaches the engine's dump, the manifest and the engine's restore", async () => {
     for (const tcpEstablished of [false, true]) {
       const sim = new SimulatedMachine();

@@ -182,8 +182,10 @@ export class Run {
     return { root, signal: this.signal, ...(left !== undefined ? { timeoutMs: left } : {}) };
   }
 
+  /** Ends the run: its signal aborts, so that nothing stays listening on a caller's signal. */
   close(): void {
     this.#cancelTimer();
+    this.#stop.abort(new Error("the operation ended"));
   }
 
   /** Aborts the signal at the deadline, on the machine's clock (its timer, or the real one). */
