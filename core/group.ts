@@ -77,7 +77,8 @@ class Group {
   }
 
   async run(): Promise<GroupResult> {
-    const machine = await this.#entries[0]?.proc.machine();
+    // One that does not open (no libcuda) is each member's failure, told by its own work.
+    const machine = await this.#entries[0]?.proc.machine().catch(() => undefined);
     this.#deadline = new Deadline(clockOf(machine ?? {}), this.s.timeoutMs); // for the whole group
     if (machine && this.s.gpuMemory) this.#memory = await this.#memoryOf();
     if (this.s.job) return await this.#runJob();

@@ -9,6 +9,7 @@ import {
   CudaProcess,
   DriverLoadError,
   RefusedError,
+  runGroup,
 } from "../mod.ts";
 import {
   CUDA_ERROR_ILLEGAL_STATE,
@@ -231,6 +232,17 @@ describe("lifecycles: who opens a machine closes it", () => {
       return err instanceof CudaError && err.code === 304;
     });
     await proc.close();
+  });
+
+  test("without a machine, a group on this machine resolves: each process failed, saying why (it rejects only for bad input)", async () => {
+    const result = await runGroup("suspend", [2 ** 31 - 1, 2 ** 31 - 2]);
+    assert.equal(result.ok, false);
+    for (const { status, error: err } of result.processes) {
+      assert.equal(status, "failed");
+      // No driver here (CI): every path tried is named. A driver: it knows no such process.
+      const why = err instanceof DriverLoadError ? err.tried.length > 0 : err instanceof CudaError;
+      assert.ok(why, String(err));
+    }
   });
 
   test("a machine option that is not one is refused, naming it", () => {
