@@ -245,9 +245,10 @@ async function lock(file: string, timeoutMs: number): Promise<() => Promise<void
     const holder = await lockHolder(lockFile);
     if (holder === "abandoned") await rm(lockFile, { force: true });
     if (typeof holder !== "number") continue; // gone, or taken over: try again
-    const held = `another cuda-checkpoint --simulate call (pid ${holder}) has held ${lockFile}`;
+    // Calls that take turns may each hold it briefly: the wait is said, and who holds it now.
+    const now = holder > 0 ? ` (held now by pid ${holder}, another cuda-checkpoint --simulate)` : "";
     const wait = "wait for it, or remove the lock file if no such call is running";
-    const late = `${held} for over ${timeoutMs} ms; ${wait}`;
+    const late = `waited over ${timeoutMs} ms for ${lockFile}${now}; ${wait}`;
     if (Date.now() >= deadline) throw new SimulatedStateError(lockFile, late);
     await new Promise((resolve) => setTimeout(resolve, 20));
   }

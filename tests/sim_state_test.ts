@@ -742,13 +742,23 @@ describe("the state file of cuda-checkpoint --simulate", () => {
     const m = await second;
     assert.equal(m.created, false);
     assert.ok(m.machine.process(pid));
+    const late = (holder: string) => (err: unknown) =>
+      err instanceof SimulatedStateError &&
+      new RegExp(`^waited over 50 ms for \\S*state\\.json\\.lock${holder}; wait`).test(err.message);
+    const mine = ` \\(held now by pid ${process.pid}, another cuda-checkpoint --simulate\\)`;
     await assert.rejects(
       within(5000, openSimulatedMachine({ path: file, lockTimeoutMs: 50 })),
-      (err: unknown) =>
-        err instanceof SimulatedStateError && /has held .*state\.json\.lock/.test(err.message),
+      late(mine),
     );
     await m.close();
     assert.deepEqual(await readdir(path.dirname(file)), ["state.json"]);
+    // A lock just made, its pid not yet written: no holder is named (it was once "pid 0").
+    await writeFile(`${file}.lock`, "");
+    await assert.rejects(
+      within(5000, openSimulatedMachine({ path: file, lockTimeoutMs: 50 })),
+      late(""),
+    );
+    await rm(`${file}.lock`);
   });
 
   test("a lock left by a program that died is taken over", async () => {
