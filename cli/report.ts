@@ -123,13 +123,14 @@ export function printReports(
       : answer(report);
     if (line !== undefined) print.out(line);
   }
-  for (const { pid, error, status, reason, rollback, state } of reports) {
-    if (error) {
-      print.err(error.message);
-      if (error.detail !== error.message && !error.message.endsWith(`"${error.detail}"`)) {
-        print.more(error.detail);
-      }
+  // The failures first: a group's hundreds of processes not started do not bury them.
+  for (const { error } of reports) {
+    if (error) print.err(error.message);
+    if (error && error.detail !== error.message && !error.message.endsWith(`"${error.detail}"`)) {
+      print.more(error.detail);
     }
+  }
+  for (const { pid, status, reason, rollback, state } of reports) {
     if (status === "not-started" || status === "stopped") {
       const what = status === "stopped" ? "was stopped before a step" : "was not started";
       // A stop between steps undoes the first ones: say so, as a rollback says it.

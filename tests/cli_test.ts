@@ -735,10 +735,13 @@ describe("several pids at once", () => {
       r.out,
       `${pids[0]} not-started\n${pids[1]} not-started\n${pids[2]} failed locked\n`,
     );
-    assert.match(
-      r.err,
-      new RegExp(`Process ID ${pids[0]} was not started: another process failed`),
-    );
+    // The failure first, then those not started (hundreds of them would bury it).
+    assert.match(r.errLines[0], new RegExp(`^Error toggling CUDA in process ID ${pids[2]}:`));
+    assert.deepEqual(r.errLines.slice(1).map((l) => l.replace(/:.*/, "")), [
+      `Process ID ${pids[0]} was not started`,
+      `Process ID ${pids[1]} was not started`,
+    ]);
+    assert.match(r.errLines[1], /: another process failed, and --all-or-nothing/);
     assert.deepEqual(procs.map((p) => p.state), ["running", "running", "locked"]);
   });
 
