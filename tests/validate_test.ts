@@ -225,6 +225,14 @@ describe("struct layouts (cuda.h 13.0)", () => {
     assert.deepEqual(buf.subarray(16, 32), b);
     assert.deepEqual(buf.subarray(32, 48), b);
     assert.equal(encodeGpuPairs([]).length, 32, "room for a valid pointer with count 0");
+    // Either UUID of a pair short of 16 bytes is refused: the driver would read past it.
+    const short = a.subarray(0, 15);
+    for (const pair of [{ oldUuid: short, newUuid: b }, { oldUuid: a, newUuid: short }]) {
+      assert.throws(
+        () => encodeGpuPairs([{ oldUuid: a, newUuid: b }, pair]),
+        /^RangeError: GPU pair 1: each CUuuid must have 16 bytes$/,
+      );
+    }
   });
   test("CUcheckpointRestoreArgs: pointer at 0, u32 count at 8", () => {
     const buf = encodeRestoreArgs(0x1122334455667788n, 3);
