@@ -33,7 +33,9 @@ import { type NativeDriver, openNativeDriver } from "../ffi/native.ts";
 import { bunDefinition, CUDA_SYMBOLS } from "../ffi/symbols.ts";
 import { openMachine } from "../os/this_machine.ts";
 import { LinuxHost } from "../os/linux_host.ts";
-import { absolutePath } from "../ffi/find.ts";
+import { absolutePath, openCandidate } from "../ffi/find.ts";
+import type { FfiAdapter, FfiLibrary } from "../ffi/adapter.ts";
+import { cText, linkPointers, readInt } from "../ffi/adapter.ts";
 import {
   FakeDir,
   knownUuid,
@@ -208,6 +210,9 @@ describe("findLibcuda: errors", () => {
       );
     }
     assert.match(caught.message, new RegExp(`Tried ${reasons.size} locations`));
+    // Its cause is the last path's reason (the usual locations' last), not the first's.
+    const last = reasons.get(LIBCUDA_SEARCH_PATHS[LIBCUDA_SEARCH_PATHS.length - 1]);
+    assert.equal((caught.cause as Error).message, last);
     assert.match(caught.message, /CKPT_LIBCUDA_PATH/);
     // Every try reached the loader, so Deno's permission is not what is missing: no word of it.
     assert.doesNotMatch(caught.message, /--allow-ffi|On Deno/);
@@ -410,6 +415,95 @@ describe("symbol table", () => {
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
+  });
+});
+
+/**
+ * An adapter whose C library answers `dlopen` of a bare name with a handle where `found` is given
+ * (the system loader's pick, which `dlinfo(RTLD_DI_LINKMAP)` gives as the link map's `l_name`, at
+ * offset 8), and with NULL otherwise; every library it opens, and each libc call, recorded.
+ */
+function loaderAdapter(o: { found?: string; bareNamesSafe: boolean }) {
+  const opened: string[] = [], libc: string[] = [];
+  const LINK_MAP = 0x1000n, NAME = 0x2000n;
+  const library = (path: string) => ({
+    present: new Set<never>(),
+    call: ({ symbol, args }: { symbol: string; args: readonly unknown[] }) => {
+      if (path !== "libc.so.6") throw new Error(`${symbol} called on ${path}`);
+      libc.push(symbol);
+      if (symbol === "dlopen") return o.found ? 7n : 0n;
+      if (symbol === "dlinfo") {
+        new DataView((args[2] as Uint8Array).buffer).setBigUint64(0, LINK_MAP, true);
+      }
+      return symbol === "dlerror" ? 0n : 0;
+    },
+    callOffThread: () => Promise.reject(new Error("not here")),
+    threadCount: () => 0,
+    close: () => (libc.push(`close ${path}`), Promise.resolve()),
+  });
+  const adapter: FfiAdapter = {
+    kind: "fake",
+    platform: "linux",
+    bareNamesSafe: o.bareNamesSafe,
+    getEnv: () => undefined,
+    cwd: () => "/work",
+    open: <N extends string>(path: string) => (opened.push(path), library(path) as FfiLibrary<N>),
+    // l_name, 8 bytes into the link map; anything else read is a wrong address.
+    readPointer: (address) => address === LINK_MAP + 8n ? NAME : assert.fail(`read ${address}`),
+    cString: (address) => address === NAME ? o.found! : assert.fail(`string at ${address}`),
+  };
+  return { adapter, opened, libc };
+}
+
+describe("a bare library name: the system loader's pick, by its path", () => {
+  const table = {} as const;
+
+  test("the path the loader found (the link map's l_name) is what opens; its handle is let go", () => {
+    const found = "/usr/lib/x86_64-linux-gnu/libfake.so.1";
+    for (const bareNamesSafe of [true, false]) {
+      const { adapter, opened, libc } = loaderAdapter({ found, bareNamesSafe });
+      assert.equal(openCandidate(adapter, "libfake.so.1", table).path, found);
+      assert.deepEqual(opened, ["libc.so.6", found]);
+      assert.deepEqual(libc, ["dlopen", "dlinfo", "dlclose", "close libc.so.6"]);
+    }
+    // A relative path the loader found (a relative LD_LIBRARY_PATH) gets the cwd in front.
+    const { adapter } = loaderAdapter({ found: "lib/libfake.so.1", bareNamesSafe: true });
+    assert.equal(openCandidate(adapter, "libfake.so.1", table).path, "/work/lib/libfake.so.1");
+  });
+
+  test("a name the loader does not find: Deno's open takes it as it is, Bun's is never asked", () => {
+    const deno = loaderAdapter({ bareNamesSafe: true });
+    assert.equal(openCandidate(deno.adapter, "libfake.so.1", table).path, "libfake.so.1");
+    assert.deepEqual(deno.opened, ["libc.so.6", "libfake.so.1"]);
+    // Bun's dlopen would try the current directory for it: the loader's answer is the error.
+    const bun = loaderAdapter({ bareNamesSafe: false });
+    assert.throws(
+      () => openCandidate(bun.adapter, "libfake.so.1", table),
+      /^Error: libfake\.so\.1: not found by the system loader$/,
+    );
+    assert.deepEqual(bun.opened, ["libc.so.6"]);
+  });
+});
+
+describe("the adapter's helpers", () => {
+  test("a pointer field is written into the argument's own bytes, where it starts in its buffer", () => {
+    const whole = new Uint8Array(24), holder = whole.subarray(8);
+    const target = new Uint8Array(1);
+    linkPointers(
+      { symbol: "f", args: [holder], links: [{ arg: 0, offset: 8, target }] },
+      (buf) => buf === target ? 0x1122334455667788n : 0n,
+    );
+    const view = new DataView(whole.buffer);
+    assert.equal(view.getBigUint64(16, true), 0x1122334455667788n);
+    assert.equal(view.getBigUint64(0, true), 0n, "nothing written before the argument");
+  });
+
+  test("a C int and an unsigned int, and text without its NUL", () => {
+    const all = new Uint8Array([0xff, 0xff, 0xff, 0xff]);
+    assert.equal(readInt(all), -1);
+    assert.equal(readInt(all, true), 4294967295);
+    assert.equal(cText(new TextEncoder().encode("H200\0junk")), "H200");
+    assert.equal(cText(new TextEncoder().encode("H200")), "H200", "a buffer filled to its end");
   });
 });
 
