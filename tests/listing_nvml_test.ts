@@ -25,6 +25,7 @@ describe("NVML binding, against a fake libnvidia-ml", { skip: noCompiler }, () =
     fake.add(0, 100, 1544n * MiB);
     fake.add(0, 200, NOT_AVAILABLE);
     fake.add(0, 100, 64n * MiB); // a second MIG instance of the same process on GPU 0
+    fake.add(0, 200, 32n * MiB); // the unknown one's second instance: it stays unknown
     fake.add(1, 100, 2048n * MiB);
     // More than the 64 entries the first call has room for: INSUFFICIENT_SIZE, then again.
     for (let i = 0; i < 70; i++) fake.add(1, 1000 + i, BigInt(i + 1) * MiB + MiB / 2n);
@@ -45,6 +46,8 @@ describe("NVML binding, against a fake libnvidia-ml", { skip: noCompiler }, () =
       const held1 = 2048 + Array.from({ length: 70 }, (_, i) => i + 1.5).reduce((a, b) => a + b);
       assert.equal(report.freeMiB?.get(g1), 80 * 1024 - held1 - 1, "GPU 1's free memory");
       assert.equal(report.freeMiB?.size, 2, "both GPUs' free memory read");
+      // The total, nvmlMemory_t's first field: the fake's 80 GiB, not what is used or free.
+      assert.equal(report.totalMiB?.get(g1), 80 * 1024, "GPU 1's total memory");
       assert.equal(fake.liveInits(), 0, "nvmlShutdown matched nvmlInit_v2");
       assert.equal(fake.v2Calls(), 0, "_v3 is preferred");
       assert.equal(nvml.libraryPath, path);
@@ -140,7 +143,11 @@ describe("NVML binding, against a fake libnvidia-ml", { skip: noCompiler }, () =
       (error: unknown) => error instanceof Error && error.message.includes(missing),
     );
     const adapter = await runtimeAdapter();
-    assert.throws(() => openNvml(adapter, { libraryPath: missing }), /could not be loaded/);
+    // The path given is the only one tried: no search after it.
+    const only = new RegExp(
+      `could not be loaded, so GPU memory is unknown; tried ${missing}: [^;]*$`,
+    );
+    assert.throws(() => openNvml(adapter, { libraryPath: missing }), only);
     // Through the host, it is a reason, not an error.
     await using host = new LinuxHost({ nvmlPath: missing });
     const report = await host.gpuMemory();
