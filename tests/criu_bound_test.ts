@@ -8,7 +8,7 @@
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { spawn, spawnSync } from "node:child_process";
-import { mkdirSync, readFileSync, rmSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, rmSync } from "node:fs";
 import { dirname, join } from "node:path";
 import process from "node:process";
 import { setTimeout as delay } from "node:timers/promises";
@@ -314,6 +314,56 @@ describe("a bounded run's session", () => {
       assert.notEqual(its, mine, "not this program's session");
     },
   );
+});
+
+describe("what a bounded run gives back", () => {
+  const PATH = { PATH: "/usr/bin:/bin" };
+
+  test("the end of a long output: its last 64 KiB, as an error's last lines are criu's", async () => {
+    const out = "head -c 70000 /dev/zero | tr '\\0' a; echo END";
+    const result = await runBounded("/bin/sh", ["-c", out], PATH);
+    assert.equal(result.code, 0, result.stderr);
+    assert.equal(result.stdout.length, 64 * 1024);
+    assert.ok(
+      result.stdout.endsWith("aaaEND\n"),
+      `ends ${JSON.stringify(result.stdout.slice(-8))}`,
+    );
+  });
+
+  test("a program a signal ended (not the bound): exit code 128, and no ending of the run's", async () => {
+    const result = await runBounded("/bin/sh", ["-c", "kill -KILL $$"], PATH);
+    assert.deepEqual(result, { code: 128, stdout: "", stderr: "" });
+  });
+
+  test("a signal aborted before the run: nothing starts, and the run is said ended", () =>
+    inScratch(async (s) => {
+      const ran = join(s.dir, "ran");
+      const result = await runBounded("/bin/sh", ["-c", `echo yes > '${ran}'`], PATH, {
+        signal: AbortSignal.abort(),
+      });
+      assert.equal(result.code, 128);
+      assert.equal(result.ended?.why, "aborted");
+      assert.ok(!existsSync(ran), "the program never ran");
+    }));
+
+  test("a child that keeps the output open does not hold the run once the program exits", {
+    timeout: 20_000,
+  }, () =>
+    inScratch(async (s) => {
+      const pidFile = join(s.dir, "pid");
+      const run = runBounded(
+        "/bin/sh",
+        ["-c", `sleep 300 & echo $! > '${pidFile}'; echo ok`],
+        PATH,
+      );
+      try {
+        assert.ok(await settlesWithin(run, 10_000), "the run settles while its child lives");
+        const result = await run;
+        assert.deepEqual([result.code, result.stdout], [0, "ok\n"]);
+      } finally {
+        for (const p of pidsIn(pidFile)) if (!ended(p)) process.kill(p, "SIGKILL");
+      }
+    }));
 });
 
 describe("a run that cannot be ended", () => {
