@@ -31,12 +31,15 @@ import { EngineError } from "../core/engine.ts";
 import { FileSnapshotStore } from "../os/snapshot_store.ts";
 import { loud } from "./fixtures/fake.ts";
 import {
+  criuImage,
   endedWithin,
   fakeCriu,
   inScratch,
+  num,
   pstree,
   scratch,
   settlesWithin,
+  varint,
 } from "./support/fake_criu.ts";
 
 const root = process.getuid?.() === 0;
@@ -262,9 +265,29 @@ describe("criu's pstree.img", () => {
     assert.deepEqual(parsePstree(pstree(entries)), want);
     assert.deepEqual(parsePstree(pstree(entries, true)), want);
     const whole = pstree(entries);
-    assert.throws(() => parsePstree(whole.subarray(0, whole.length - 2)), /cut short/);
+    // Cut within a field, or after a whole one (the last entry's threads): its length says more.
+    for (const cut of [2, 4]) {
+      assert.throws(
+        () => parsePstree(whole.subarray(0, whole.length - cut)),
+        /^Error: its entry at byte \d+ is cut short$/,
+        `${cut} bytes short`,
+      );
+    }
     assert.throws(() => parsePstree(new Uint8Array(16)), /does not start with criu's pstree magic/);
+    const files = criuImage(0x56303138, [num(1, 7)]); // files.img's magic: another image
+    assert.throws(() => parsePstree(files), /does not start with criu's pstree magic/);
     assert.throws(() => parsePstree(whole.subarray(0, 8)), /holds no process/);
+    const noPid = criuImage(0x50273030, [[...num(2, 7), ...num(5, 9)]]);
+    assert.throws(() => parsePstree(noPid), /an entry has no pid/);
+  });
+
+  test("fixed-width fields, which no pstree_entry has yet, are skipped by their width", () => {
+    const fixed32 = [...varint(6 * 8 + 5), 1, 2, 3, 4],
+      fixed64 = [...varint(7 * 8 + 1), ...[...Array(8).keys()]];
+    const entry = [...num(1, 7), ...fixed32, ...num(2, 5), ...fixed64, ...num(5, 7), ...num(5, 9)];
+    assert.deepEqual(parsePstree(criuImage(0x50273030, [entry])), [
+      { pid: 7, parent: 5, threads: [7, 9] },
+    ]);
   });
 });
 
