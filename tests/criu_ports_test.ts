@@ -273,6 +273,26 @@ describe("ports a restore needs", () => {
       }
     }));
 
+  test("a port a listener on ::1 holds (an IPv6 address, four words): refused as an IPv4 one is", {
+    skip:
+      !readFileSync("/proc/net/if_inet6", "utf8").includes("00000000000000000000000000000001") &&
+      loud("this host has no ::1"),
+  }, () =>
+    inScratch(async (s) => {
+      const server = net.createServer();
+      await new Promise<void>((resolve) => server.listen({ port: 0, host: "::1" }, resolve));
+      const port = (server.address() as net.AddressInfo).port;
+      try {
+        const { refusedFor } = setUp(s.dir, port);
+        // ::1 as the kernel's four 32-bit words, v6 only, as criu writes a listener on it.
+        const sk = inetSk({ proto: 6, port, addr: [0, 0, 0, 1 << 24], v6only: true });
+        writeFileSync(join(s.dir, "files.img"), filesImg([sk]));
+        await refusedFor("LISTEN");
+      } finally {
+        await new Promise((resolve) => server.close(resolve));
+      }
+    }));
+
   test("a port a listener and the connections it accepted hold: each state named once, with its count", () =>
     inScratch(async (s) => {
       const server = await listening(false);
