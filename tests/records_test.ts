@@ -24,6 +24,7 @@ import process from "node:process";
 
 import { LinuxHost } from "../os/linux_host.ts";
 import { FileHeldRecords, recordsDirectory } from "../os/records.ts";
+import { readSmallFile } from "../os/private.ts";
 import { loud } from "./fixtures/fake.ts";
 
 const root = await mkdtemp(join(tmpdir(), "ckpt-records-test-"));
@@ -172,6 +173,9 @@ describe("records in a private directory", () => {
         await writeFile(file, bad);
         await assert.rejects(records.get(id), at(field), bad);
       }
+      // The most it may say of a GPU, 16 TiB, is read.
+      await writeFile(file, text.replace('":1},"at"', '":16777216},"at"'));
+      assert.deepEqual((await records.get(id))?.heldMiB, { [GPU]: 16777216 });
     } finally {
       kill();
     }
@@ -198,6 +202,10 @@ describe("records in a private directory", () => {
         records.get(other.id),
         new RegExp(`${file} is 70000 bytes, more than it can be \\(65536\\)`),
       );
+      // Exactly the cap is read (a good record padded with spaces to 65536 bytes).
+      const good = await readFile(join(dir, `${live.id.pid}-${live.id.start}.json`), "utf8");
+      await writeFile(file, good.padEnd(65536, " "));
+      assert.deepEqual((await records.get(other.id))?.heldMiB, { [GPU]: 1 });
       await rm(file);
       await symlink(join(dir, `${live.id.pid}-${live.id.start}.json`), file);
       await assert.rejects(records.get(other.id), new RegExp(`${file} is a symbolic link`));
@@ -206,6 +214,31 @@ describe("records in a private directory", () => {
       live.kill();
       other.kill();
     }
+  });
+
+  test("a file that says it is small but reads longer (as /proc's say 0 bytes) is cut at the cap", async () => {
+    const status = await readFile("/proc/self/status", "utf8");
+    assert.ok(
+      (await stat("/proc/self/status")).size < 64 && status.length > 64,
+      "as this test needs",
+    );
+    await assert.rejects(
+      readSmallFile("/proc/self/status", "the status", 64),
+      /^Error: the status grew past 64 bytes as it was read$/,
+    );
+  });
+
+  test("a record that cannot be written leaves no temporary file beside it", async () => {
+    const dir = fresh();
+    const records = new FileHeldRecords(dir, () => Promise.resolve(true));
+    await records.put({ process: { pid: 1 }, heldMiB: {}, at: 1 }); // the directory, made
+    // A directory (not empty) where the record goes: the rename into place fails.
+    await mkdir(join(dir, "2.json", "inside"), { recursive: true });
+    await assert.rejects(
+      records.put({ process: { pid: 2 }, heldMiB: {}, at: 1 }),
+      new RegExp(`cannot write ${join(dir, "2.json")}: `),
+    );
+    assert.deepEqual((await readdir(dir)).sort(), ["1.json", "2.json"]);
   });
 
   test("a directory that changed owner after its first use is refused at the next", {
@@ -272,6 +305,8 @@ describe("records in a private directory", () => {
   test("where they are kept: CKPT_RECORDS_DIR, else /run/ckpt-cuda as root, else the user's own", () => {
     const env = (vars: Record<string, string>) => (name: string) => vars[name];
     assert.equal(recordsDirectory(env({ CKPT_RECORDS_DIR: "/x/held" })), "/x/held");
+    // A relative one is made absolute now, against this process's directory.
+    assert.equal(recordsDirectory(env({ CKPT_RECORDS_DIR: "held" })), join(process.cwd(), "held"));
     const uid = process.getuid?.();
     if (uid === 0) assert.equal(recordsDirectory(env({})), "/run/ckpt-cuda");
     else {
