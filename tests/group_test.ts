@@ -528,6 +528,25 @@ describe("group operations", () => {
     assert.equal((each.processes[2].error as CudaError).code, CUDA_ERROR_ILLEGAL_STATE);
   });
 
+  test("all-or-nothing step: a failed member is refused as final, not as in the wrong state", async () => {
+    const sim = new SimulatedMachine();
+    const [failed, running] = [sim.spawn({ memoryMiB: 256 }), sim.spawn({ memoryMiB: 256 })];
+    failed.failNext("lock", { code: CUDA_ERROR_UNKNOWN, state: "failed" });
+    await runGroup("lock", [failed.pid], { machine: sim });
+    assert.equal(failed.state, "failed");
+    const result = await runGroup("lock", [failed.pid, running.pid], {
+      machine: sim,
+      allOrNothing: true,
+    });
+    const error = result.processes[0].error;
+    assert.ok(error instanceof RefusedError && error.code === "STATE", String(error));
+    assert.equal(
+      error.message,
+      `lock of process ${failed.pid} refused: the failed state is final: no operation can recover it`,
+    );
+    assert.equal(running.state, "running");
+  });
+
   test("all-or-nothing: a failure between steps stops the others there and undoes them", async () => {
     const sim = new SimulatedMachine();
     const procs = Array.from({ length: 3 }, () => sim.spawn({ memoryMiB: 1024 }));
