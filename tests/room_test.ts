@@ -78,6 +78,29 @@ describe("a thread id and the pid are one process, for the room too", () => {
   });
 });
 
+describe("what a process holds, as the host tells it", () => {
+  test("a process the host lists with no GPU memory is not recorded as holding none", async () => {
+    // NVML lists a process with 0 MiB (its memory not counted yet): no figure, rather than 0,
+    // which would let any restore of it through unchecked.
+    const sim = new SimulatedMachine();
+    const target = sim.spawn({ memoryMiB: 1024 });
+    const host = sim.host;
+    const gpuMemory = async () => {
+      const report = await host.gpuMemory!();
+      if (!("byPid" in report)) return report;
+      const byPid = new Map(report.byPid).set(target.pid, { [sim.gpus[0].uuid]: 0 });
+      return { ...report, byPid };
+    };
+    const machine = { ...forward(sim), host: hostWith(host, { gpuMemory }) };
+    const proc = new CudaProcess(target.pid, { machine });
+    await proc.suspend();
+    assert.equal(heldWhenCheckpointed(sim, target.pid), undefined);
+    const resumed = await proc.resume();
+    assert.ok(typeof resumed.roomCheck === "object", `not checked: ${resumed.roomCheck}`);
+    assert.match(resumed.roomCheck.unknown, /^no record of the GPU memory it held/);
+  });
+});
+
 /** A simulated machine whose host says a process started at `starts.get(pid)` (a test's clock). */
 function withStarts(sim: SimulatedMachine, starts: Map<number, number>): Machine {
   const host = sim.host;
