@@ -511,6 +511,42 @@ describe("snapshots of the simulated machine", () => {
         "processes[0].restoreRefused",
         /only a checkpointed process can be refused restores, not a running one/,
       ],
+      [
+        "running memory in host memory",
+        (s) => (s.processes[0].memory.on = "host", s),
+        "processes[0].memory.on",
+        /must be "gpu" for a running process, got "host"/,
+      ],
+      [
+        "a GPU listed twice",
+        (s) => (s.processes[0].gpus = [0, 0], s),
+        "processes[0].gpus[1]",
+        /processes\[0\]\.gpus\[1\]: GPU 0 is listed twice/,
+      ],
+      [
+        "an answer to a step",
+        (s) => (s.processes[0].faults = { lock: { kind: "answer", nth: 1, value: 0 } }, s),
+        "processes[0].faults.lock.kind",
+        /processes\[0\]\.faults\.lock: only getState and getRestoreThreadId have an answer/,
+      ],
+      [
+        "a record of a process without CUDA",
+        (s) => (s.heldRecords = [{ pid: s.processes[4].pid, heldMiB: {}, at: 1 }], s),
+        "heldRecords[0].pid",
+        /heldRecords\[0\]\.pid \d+ is no CUDA process of the snapshot/,
+      ],
+      [
+        "a page of three entries",
+        (s) => (s.processes[0].memory.pages[0].push(0), s),
+        "processes[0].memory.pages[0]",
+        /processes\[0\]\.memory\.pages\[0\] must be an array of 2 to 2 entries/,
+      ],
+      [
+        "a GPU without a name",
+        (s) => (s.gpus[0].name = "", s),
+        "gpus[0].name",
+        /gpus\[0\]\.name must be a string of 1 to 4096 characters, got ""/,
+      ],
     );
     test("the snapshot the cases spoil loads as it is", async () => {
       const base = snapshotSimulator((await everyState()).sim);
