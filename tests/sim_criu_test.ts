@@ -469,8 +469,21 @@ describe("the simulated CRIU", () => {
         good.replace(`"parent":${root.pid}`, `"parent":${child.pid + 500}`),
         /is no image of the tree of \d+: its parent \d+ is not in it/,
       ],
+      [
+        "a thread id twice",
+        good.replace(`"threads":[${child.pid},`, `"threads":[${child.pid},${child.pid},`),
+        /is corrupt: threads lists an id twice/,
+      ],
+      [
+        "a thread of another process of the tree",
+        good.replace(`"threads":[${child.pid},`, `"threads":[${child.pid},${root.pid},`),
+        new RegExp(
+          `process-${child.pid}\\.img is corrupt: thread ${root.pid} is process ${root.pid}'s too`,
+        ),
+      ],
     ];
     for (const [what, text, re] of spoilt) {
+      assert.notEqual(text, good, `${what}: the image was spoilt`);
       await writeFile(file, text);
       await engineFails(criu.restore({ root: root.pid, imagesDir: dir }), re).catch((err) => {
         throw new Error(`${what}: ${err.message}`);
