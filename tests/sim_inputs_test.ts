@@ -60,10 +60,43 @@ describe("SimulatedMachine options", () => {
       },
       /timing\.restore\.points must ascend/,
     ],
+    [
+      "timing points at one size twice (a step no rate can make)",
+      {
+        timing: {
+          ...H200_TIMING,
+          restore: { ...H200_TIMING.restore, points: [[16, 200], [16, 300]] },
+        },
+      },
+      /timing\.restore\.points must ascend in memory and time from \[0, fixedMs\]; \[16, 300\] follows \[16, 200\]/,
+    ],
+    [
+      "timing aggregate rate 0",
+      {
+        timing: {
+          ...H200_TIMING,
+          restore: { ...H200_TIMING.restore, aggregateBytesPerSecond: 0 },
+        },
+      },
+      /timing\.restore\.aggregateBytesPerSecond must be a finite number > 0, got 0/,
+    ],
+    [
+      "timing refusedMs",
+      { timing: { ...H200_TIMING, refusedMs: -6 } },
+      /timing\.refusedMs must be a finite number >= 0, got -6/,
+    ],
   ];
   for (const [what, options, message] of rows) {
     test(what, () => assert.throws(bad(options), message));
   }
+  test("timing points whose time stays flat (a size that costs no more) are taken", () => {
+    const restore = {
+      ...H200_TIMING.restore,
+      fixedMs: 100,
+      points: [[16, 100], [1024, 100]] as const,
+    };
+    new SimulatedMachine({ timing: { ...H200_TIMING, restore } }).close();
+  });
 });
 
 describe("spawn and process inputs", () => {

@@ -9,7 +9,7 @@
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { SimulatedMachine, type SimulatedMachineOptions } from "../mock/mod.ts";
-import { H200_TIMING } from "../mock/timing.ts";
+import { H200_TIMING, singleProcessMs } from "../mock/timing.ts";
 import { CUDA_ERROR_OPERATING_SYSTEM, CUDA_SUCCESS } from "../core/driver.ts";
 import { parseGpuUuid } from "../core/options.ts";
 
@@ -99,6 +99,17 @@ describe("many processes at once, on the H200 host", () => {
       for (const p of pids) await resume(sim, p);
     });
     within(r, MEASURED.h200_8x4_serial.resume, 0.05, "resume");
+  });
+});
+
+describe("the model's rule, on a table of its own", () => {
+  test("beyond its last point, a table goes on at its last segment's slope", () => {
+    const copy = { aggregateBytesPerSecond: Infinity, slowdownPerProcess: 0 };
+    const two = { ...copy, fixedMs: 100, points: [[100, 200], [200, 1000]] as const };
+    assert.equal(singleProcessMs(two, 150), 600, "between points: on the line between them");
+    assert.equal(singleProcessMs(two, 300), 1800, "8 ms per MiB past 200, as from 100 to 200");
+    // One point: the slope from the fixed cost to it.
+    assert.equal(singleProcessMs({ ...two, points: [[100, 200]] }, 300), 400);
   });
 });
 
