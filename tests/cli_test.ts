@@ -558,6 +558,8 @@ describe("our own checks of bad input", () => {
       const [args, line] of [
         [["lst"], 'unknown subcommand "lst" (did you mean list?)'],
         [["snapshto", "--pid", 5], 'unknown subcommand "snapshto" (did you mean snapshot?)'],
+        // The start of one, more than two edits short of it.
+        [["snap", "--pid", 5], 'unknown subcommand "snap" (did you mean snapshot?)'],
         [["toggle", "--pid", 5], 'unknown subcommand "toggle" (did you mean --toggle?)'],
         [["xyzzy"], 'unknown subcommand "xyzzy"'],
         [["--", "--get-state"], 'unknown subcommand "--get-state"'], // not "did you mean" itself
@@ -653,6 +655,15 @@ describe("our own checks of bad input", () => {
       });
     }
     assert.throws(() => parseCommandLine(["--get-state", "-p", "-5"]), UsageError);
+  });
+
+  test("the largest pid and the longest lock timeout are taken, one past them not", () => {
+    const got = parseCommandLine(["--action", "lock", "-p", "2147483647", "-t", "4294967295"]);
+    assert.ok(got.kind === "operation");
+    assert.deepEqual([got.targets, got.timeoutMs], [[2147483647], 4294967295]);
+    assert.throws(() => parseCommandLine(["--get-state", "-p", "2147483648"]), UsageError);
+    const longer = ["--action", "lock", "-p", "5", "-t", "4294967296"];
+    assert.throws(() => parseCommandLine(longer), UsageError);
   });
 
   test("--help wins over what follows it, not over an error before it", async () => {
