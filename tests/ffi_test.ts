@@ -558,6 +558,11 @@ describe("openNativeDriver on a machine without libcuda", () => {
         [{ recordsDir: "records" }, /^host\.recordsDir must be an absolute path, got "records"$/],
         [{ procRoot: "" }, /^host\.procRoot must be an absolute path, got ""$/],
         [{ nvmlPath: 5 }, /^host\.nvmlPath must be an absolute path, got 5$/],
+        // A NUL would end the C string there: another library than the one named.
+        [
+          { nvmlPath: "/opt/nvml\0.so" },
+          /^host\.nvmlPath must be an absolute path, got "\/opt\/nvml\\u0000\.so"$/,
+        ],
       ] as const
     ) {
       const opened = openMachine({ libraryPath, host: host as never });
