@@ -18,7 +18,7 @@ import { snapshot } from "../mod.ts";
 import { SimulatedMachine } from "../mock/mod.ts";
 import { cli, runProgram } from "./cli_support.ts";
 import { runtime } from "./fixtures/fake.ts";
-import { hostWith, machineWith } from "./support/forward.ts";
+import { forward, hostWith, machineWith } from "./support/forward.ts";
 import { processDir } from "./support/temp_dirs.ts";
 
 /** A command line that clears the screen, homes the cursor and prints a fake PASS over a line. */
@@ -301,6 +301,20 @@ function program(args: (string | number)[], env: Record<string, string>) {
   const argv = runtime === "deno" ? ["run", "-A", MAIN, ...args] : [MAIN, ...args];
   return runProgram(process.execPath, argv, env);
 }
+
+describe("a failure of one pid, on a terminal", () => {
+  test("an error NVIDIA's line already quotes whole is not said again below it", async () => {
+    const sim = new SimulatedMachine();
+    const p = sim.spawn();
+    const gone = () => Promise.reject(new Error("the library went away"));
+    const r = await cli(["--action", "lock", "-p", p.pid], {
+      machine: forward(sim, { lock: gone }),
+      isTerminal: true,
+    });
+    assert.equal(r.code, 1);
+    assert.equal(r.err, `Could not lock on process ID ${p.pid}: "the library went away"\n`);
+  });
+});
 
 describe(`without libcuda, as a program (${runtime})`, () => {
   test("inspect reads a snapshot; list says there is no driver and advises --simulate", {
