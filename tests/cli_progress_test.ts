@@ -311,6 +311,13 @@ describe("the live line on a terminal", () => {
       "checkpoint checkpoint 0.0 s: ~0.0 of 419.4 GB, ~2.0 GB/s, ~3 min left",
     );
     long.stop();
+    // 100 s exactly is minutes already: 2e11 bytes at the usual 2 GB/s.
+    const hundred = new Progress(print, clock, { total: 1, columns: 100 }, false);
+    hundred.event({ type: "phase", phase: "checkpoint", at: 0 });
+    const mib = 2e11 / 2 ** 20; // exactly 2e11 bytes
+    hundred.event({ type: "step-start", pid: 4101, step: "checkpoint", at: 0, gpuMemoryMiB: mib });
+    assert.match(hundred.text(), /, ~2 min left$/);
+    hundred.stop();
   });
 
   test("a restore's waits for ports in TIME_WAIT, among its checks: the longest counted down, then the images' estimate", () => {
@@ -348,6 +355,26 @@ describe("the live line on a terminal", () => {
     line.event({ type: "bytes", root: 4242, bytes: 1e9, at: 4000 });
     line.event({ type: "bytes", root: 4343, bytes: 1e9, at: 4000 });
     assert.equal(line.text(), "dumping 4.0 s: 2.0 of ~4.3 GB written, 2.0 GB/s, ~1.1 s left");
+    line.stop();
+  });
+
+  test("a tree back with less than a tenth of the images: the usual rate still, not its own", () => {
+    const { clock, line } = lineOnClock({ columns: 120 });
+    line.event({ type: "phase", phase: "restore", at: 0, imageBytes: 4e9 });
+    clock.ms = 1000; // a small tree back at once: too little to tell criu's rate by
+    line.event({ type: "tree-end", root: 4242, how: "restored", bytes: 2e8, at: 1000 });
+    assert.equal(
+      line.text(),
+      "restoring the process trees 1.0 s: ~2.0 of 4.0 GB, ~2.0 GB/s, ~1.0 s left",
+    );
+    line.stop();
+  });
+
+  test("n/N done counts a process already where it was asked to go (unchanged)", () => {
+    const { line } = lineOnClock({ total: 2, columns: 120 });
+    line.event({ type: "phase", phase: "toggle", at: 0 });
+    line.event({ type: "process-end", pid: 4100, at: 0, status: "unchanged" });
+    assert.match(line.text(), /^toggle 0\.0 s, 1\/2 done/);
     line.stop();
   });
 
