@@ -246,7 +246,7 @@ async function lock(file: string, timeoutMs: number): Promise<() => Promise<void
     if (holder === "abandoned") await rm(lockFile, { force: true });
     if (typeof holder !== "number") continue; // gone, or taken over: try again
     // Calls that take turns may each hold it briefly: the wait is said, and who holds it now.
-    const now = holder > 0 ? ` (held now by pid ${holder}, another cuda-checkpoint --simulate)` : "";
+    const now = holder > 0 ? ` (held now by pid ${holder}, another --simulate call)` : "";
     const wait = "wait for it, or remove the lock file if no such call is running";
     const late = `waited over ${timeoutMs} ms for ${lockFile}${now}; ${wait}`;
     if (Date.now() >= deadline) throw new SimulatedStateError(lockFile, late);

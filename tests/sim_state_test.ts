@@ -781,7 +781,7 @@ describe("the state file of cuda-checkpoint --simulate", () => {
     const late = (holder: string) => (err: unknown) =>
       err instanceof SimulatedStateError &&
       new RegExp(`^waited over 50 ms for \\S*state\\.json\\.lock${holder}; wait`).test(err.message);
-    const mine = ` \\(held now by pid ${process.pid}, another cuda-checkpoint --simulate\\)`;
+    const mine = ` \\(held now by pid ${process.pid}, another --simulate call\\)`;
     await assert.rejects(
       within(5000, openSimulatedMachine({ path: file, lockTimeoutMs: 50 })),
       late(mine),
