@@ -149,14 +149,23 @@ export class RoomGuard {
     return held && Object.values(held).reduce((a, b) => a + b, 0);
   }
 
-  /** Records what `process` held at its checkpoint; where it cannot, resolves to the warning. */
+  /**
+   * Records what `process` held at its checkpoint (`back`: a process a restore brought back, whose
+   * record replaces the ended one's it succeeds); where it cannot, resolves to the warning.
+   */
   async recorded(
     process: ProcessIdentity,
     heldMiB: Readonly<Record<string, number>>,
+    back = false,
   ): Promise<RoomCheck | undefined> {
     const mark = await this.host?.lastingMark?.(process).catch(() => undefined);
     const record = { process, heldMiB, at: Date.now(), ...(mark ? { mark } : {}) };
-    return await Promise.try(() => this.#records().put(record)).then(() => undefined, (err) => ({
+    const on = this.#records(), its = (r: HeldRecord) => r.mark === mark;
+    return await Promise.try(() => on.put(record)).then(async () => {
+      const was = back && mark ? (await on.ended?.().catch(() => []) ?? []).filter(its) : [];
+      if (was.length === 1) await on.remove(was[0].process).catch(() => {});
+      return undefined;
+    }, (err) => ({
       unknown: `what it held was not recorded (${messageOf(err)}), so its restore's GPU ` +
         `room cannot be checked: a checked resume is refused until the records can be read, or ` +
         `made with checkRoom: false`,

@@ -14,7 +14,7 @@ import os from "node:os";
 import path from "node:path";
 import process from "node:process";
 
-import { CudaProcess, GpuRoomError } from "../mod.ts";
+import { CudaProcess, GpuRoomError, snapshot } from "../mod.ts";
 import { ENDED_RECORD_KEEP_MS, type HeldRecord, type ProcessIdentity } from "../core/host.ts";
 import type { Machine } from "../core/machine.ts";
 import { SimulatedMachine, type SimulatedProcess } from "../mock/mod.ts";
@@ -88,6 +88,19 @@ describe("the room check follows a process through criu's dump and restore", () 
     assert.equal(back.state, "running");
     assert.deepEqual(await sim.heldRecords.list(), [], "restored: its record is gone");
     assert.deepEqual(await sim.heldRecords.ended(), []);
+  });
+
+  test("a snapshot's tree that criu brought back outside its restore (the restore killed while it held it) is guarded by the ended one's record", async () => {
+    const sim = new SimulatedMachine();
+    const p = sim.spawn({ memoryMiB: 4096, command: "python serve.py --port 8000" });
+    const dir = path.join(await tempDir("ckpt-room-snap-"), "snap");
+    const { manifest } = await snapshot([p.pid], dir, { machine: sim });
+    await sim.engine.restore({ root: p.pid, imagesDir: path.join(dir, manifest.trees[0].images) });
+    sim.fillGpu(0, { leaveMiB: 1024 });
+    // What SNAPSHOTS.md and a second Ctrl-C during a restore advise then: cuda-checkpoint --toggle.
+    const err = await new CudaProcess(p.pid, { machine: sim }).resume().catch((e) => e);
+    assert.ok(err instanceof GpuRoomError, `refused for room, not lost to the driver: ${err}`);
+    assert.equal(sim.process(p.pid)!.restoreRefused, false, "the driver was not asked");
   });
 
   test("a process whose command line is not the one recorded is not taken for it: its room is unknown, and said so", async () => {

@@ -281,12 +281,13 @@ async function restoreTree(r: Restoring, t: ManifestTree): Promise<void> {
     r.times.restored = Math.max(r.times.restored, run.at());
   }
   // What each of its CUDA processes held, recorded as its checkpoint would have recorded it: the
-  // ones to resume, and those taken checkpointed, which stay so (a later resume checks its room).
+  // ones to resume, and those taken checkpointed, which stay so (a later resume checks its room);
+  // the ended process's record goes (it guarded a resume of the tree until now).
   const session = sessionOf(run.machine);
   await Promise.all(t.processes.map(async ({ pid, cuda }) => {
     if (!cuda?.gpuMemoryMiB) return;
     const identity = await session.identify(pid);
-    if (identity) await session.room.recorded(identity, cuda.gpuMemoryMiB);
+    if (identity) await session.room.recorded(identity, cuda.gpuMemoryMiB, true);
   }));
   if (r.times.resume === undefined) {
     r.times.resume = run.at();

@@ -337,8 +337,6 @@ async function end(t: Taken, manifest: Manifest): Promise<void> {
     }
   } else {
     await endTrees(run, t.ours);
-    // What they held is in the manifest: no record of them is kept, as a restore would remove it.
-    for (const p of t.ours.members) await sessionOf(run.machine).room.forget(p);
   }
   await out.finish();
 }
