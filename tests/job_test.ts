@@ -253,6 +253,12 @@ describe("a job that fails is brought back, in the same order", () => {
     assert.equal(calls(sim, "checkpoint").length, 0, "no checkpoint was made");
     assert.equal(calls(sim, "unlock").length, 2, "the two locked ones were unlocked");
     assert.ok(sim.processes.every((p) => p.state === "running"));
+    // The locked ones were stopped by the failure: no deadline or abort came into it.
+    assert.deepEqual(result.processes.map((p) => [p.status, p.stopped]), [
+      ["stopped", "another-failed"],
+      ["stopped", "another-failed"],
+      ["failed", undefined],
+    ]);
   });
 
   test("an unlock fails: every process is locked again before any is checkpointed", async () => {
@@ -339,5 +345,158 @@ describe("a job holds its processes", () => {
       runGroup("suspend", pids, { machine: sim, job: true, concurrency: 1 }),
       /concurrency cannot be given with job: true, got 1/,
     );
+  });
+});
+
+describe("a job's stops, and what each member's outcome says", () => {
+  test("a failure is what stopped the others, even where the deadline passed too", async () => {
+    const { sim, procs, pids } = job(2);
+    const release = procs[0].hangNext("lock");
+    procs[1].failNext("lock", { code: CUDA_ERROR_UNKNOWN });
+    const suspending = runGroup("suspend", pids, { machine: sim, job: true, timeoutMs: 1_000 });
+    await sim.sleep(2_000); // the deadline passes while the first lock hangs
+    release();
+    const result = await suspending;
+    assert.deepEqual(result.processes.map((p) => [p.status, p.stopped]), [
+      ["stopped", "another-failed"],
+      ["failed", undefined],
+    ]);
+    assert.equal(result.deadlinePassed, false, "the job had failed: no step was held back by it");
+    assert.deepEqual(procs.map((p) => p.state), ["running", "running"]);
+  });
+
+  test("a deadline passing while the second steps run does not bring the job back", async () => {
+    const { sim, procs, pids } = job(2, 4096); // locks < 1 ms, checkpoints ~1 s
+    const result = await runGroup("suspend", pids, { machine: sim, job: true, timeoutMs: 500 });
+    assert.equal(result.deadlinePassed, true);
+    assert.equal(result.ok, true, "the checkpoints began before it passed");
+    assert.equal(result.rolledBack, false);
+    assert.deepEqual(procs.map((p) => p.state), ["checkpointed", "checkpointed"]);
+  });
+
+  test("a job aborted before it starts: each member not started, aborted", async () => {
+    const { sim, pids } = job(2);
+    const stop = new AbortController();
+    stop.abort();
+    const result = await runGroup("suspend", pids, {
+      machine: sim,
+      job: true,
+      signal: stop.signal,
+    });
+    assert.deepEqual(result.processes.map((p) => [p.status, p.notStarted]), [
+      ["not-started", "aborted"],
+      ["not-started", "aborted"],
+    ]);
+    assert.deepEqual(calls(sim, "lock"), []);
+  });
+
+  test("every member's restore refused: none says the others were resumed", async () => {
+    const { sim, procs, pids } = job(2);
+    assert.equal((await runGroup("suspend", pids, { machine: sim, job: true })).ok, true);
+    for (const p of procs) p.failNext("restore", { code: CUDA_ERROR_INVALID_VALUE });
+    const result = await runGroup("resume", pids, { machine: sim, job: true });
+    assert.deepEqual(result.processes.map((p) => p.status), ["failed", "failed"]);
+    assert.deepEqual(procs.map((p) => p.state), ["checkpointed", "checkpointed"]);
+    for (const { error } of result.processes) {
+      assert.doesNotMatch(error!.message, /other processes were resumed/);
+    }
+  });
+
+  test("a refused restore beside another failure: the job goes back as for any failure", async () => {
+    const { sim, procs, pids } = job(3);
+    await sim.driver.lock(pids[0], null);
+    await sim.driver.checkpoint(pids[0]);
+    // A toggle: the first is restored (refused, as for an importer), the others locked (one fails).
+    procs[0].failNext("restore", { code: CUDA_ERROR_INVALID_VALUE });
+    procs[1].failNext("lock", { code: CUDA_ERROR_UNKNOWN });
+    const result = await runGroup("toggle", pids, { machine: sim, job: true });
+    assert.deepEqual(result.processes.map((p) => p.status), ["failed", "failed", "stopped"]);
+    assert.deepEqual(procs.map((p) => p.state), ["checkpointed", "running", "running"]);
+    // Not set aside as lost: its error is that of any member of a job that failed.
+    assert.match(
+      result.processes[0].error!.message,
+      /invalid argument\. Every other process of the job was brought back$/,
+    );
+  });
+
+  test("a member alone brought back does not say the others were too", async () => {
+    const { sim, procs, pids } = job(2);
+    await sim.driver.lock(pids[0], null);
+    await sim.driver.checkpoint(pids[0]); // already where a suspend leads: unchanged
+    procs[1].failNext("checkpoint", { code: CUDA_ERROR_UNKNOWN });
+    const result = await runGroup("suspend", pids, { machine: sim, job: true });
+    assert.deepEqual(result.processes.map((p) => p.status), ["unchanged", "failed"]);
+    assert.match(
+      result.processes[1].error!.message,
+      /unknown error\. It was brought back to running$/,
+    );
+  });
+
+  test("a rollback that fails: not rolled back, and the member's state is read", async () => {
+    const { sim, procs, pids } = job(2, 512);
+    procs[1].launch(3000); // its lock waits: the first is checkpointed by then
+    procs[1].failNext("checkpoint", { code: CUDA_ERROR_UNKNOWN });
+    procs[0].failNext("restore", { code: CUDA_ERROR_UNKNOWN }); // its way back fails
+    const result = await runGroup("suspend", pids, { machine: sim, job: true });
+    assert.equal(result.ok, false);
+    assert.equal(result.rolledBack, false, "the only one done could not be brought back");
+    const first = result.processes[0];
+    assert.deepEqual([first.rollback?.ok, first.state], [false, "checkpointed"]);
+    assert.equal(procs[0].state, "checkpointed");
+  });
+});
+
+describe("a job whose members come as they are ready: failures", () => {
+  const resumeAsReady = (
+    sim: SimulatedMachine,
+    pids: number[],
+    ready: (pid: number) => Promise<void>,
+  ) => runGroupOn(sim, "resume", pids, { ...checkGroupOptions({ job: true }), ready });
+
+  test("one the driver will not restore stops no other: those that come are resumed", async () => {
+    const { sim, procs, pids } = job(3);
+    assert.equal((await runGroup("suspend", pids, { machine: sim, job: true })).ok, true);
+    procs[1].failNext("restore", { code: CUDA_ERROR_INVALID_VALUE });
+    const result = await resumeAsReady(sim, pids, (pid) => sim.sleep(pid === pids[2] ? 3000 : 0));
+    assert.deepEqual(result.processes.map((p) => p.status), ["done", "failed", "done"]);
+    assert.deepEqual(procs.map((p) => p.state), ["running", "checkpointed", "running"]);
+  });
+
+  test("one whose restore is refused for room (no driver call) fails the job: it is not lost", async () => {
+    const { sim, procs, pids } = job(2);
+    assert.equal((await runGroup("suspend", pids, { machine: sim, job: true })).ok, true);
+    const filler = sim.fillGpu(1); // the second one's GPU
+    const result = await resumeAsReady(sim, pids, (pid) => sim.sleep(pid === pids[1] ? 3000 : 0));
+    const refused = result.processes[1].error;
+    assert.ok(refused instanceof GpuRoomError, `a GpuRoomError, not ${refused}`);
+    assert.deepEqual(procs.map((p) => p.state), ["checkpointed", "checkpointed"], "both as before");
+    assert.doesNotMatch(refused.message, /most often lost/);
+    filler.exit();
+  });
+
+  test("one whose state cannot be read fails the job, as a refusal to start does", async () => {
+    const { sim, procs, pids } = job(3);
+    assert.equal((await runGroup("suspend", pids, { machine: sim, job: true })).ok, true);
+    procs[1].failNext("getState", { code: CUDA_ERROR_UNKNOWN });
+    const result = await resumeAsReady(sim, pids, (pid) => sim.sleep(pid === pids[1] ? 3000 : 0));
+    assert.equal(result.ok, false);
+    assert.equal(result.processes[1].status, "failed");
+    assert.deepEqual(procs.map((p) => p.state), ["checkpointed", "checkpointed", "checkpointed"]);
+  });
+
+  test("one ready after another failed is not started: nothing is done to it", async () => {
+    const { sim, procs, pids } = job(2);
+    assert.equal((await runGroup("suspend", pids, { machine: sim, job: true })).ok, true);
+    const before = sim.driver.calls.length;
+    const result = await resumeAsReady(sim, pids, async (pid) => {
+      if (pid === pids[0]) throw new Error("its tree did not come back");
+      await sim.sleep(3000);
+    });
+    assert.deepEqual(result.processes.map((p) => [p.status, p.notStarted]), [
+      ["failed", undefined],
+      ["not-started", "another-failed"],
+    ]);
+    assert.deepEqual(sim.driver.calls.slice(before).map((c) => c.op), [], "no call at all");
+    assert.deepEqual(procs.map((p) => p.state), ["checkpointed", "checkpointed"]);
   });
 });
