@@ -19,6 +19,8 @@ import {
 import type { CheckpointDriver } from "../core/driver.ts";
 import { Handle } from "../core/process.ts";
 import { SharedMachine } from "../core/machine.ts";
+import { runGroup as runGroupOn } from "../core/group.ts";
+import { checkGroupOptions } from "../core/group_types.ts";
 import { SimulatedMachine } from "../mock/mod.ts";
 import { forward } from "./support/forward.ts";
 import { rejectsWith } from "./support/rejects.ts";
@@ -179,6 +181,22 @@ describe("lifecycles: who opens a machine closes it", () => {
     assert.equal(counts.close, 1);
     assert.equal(await new Handle(sim.spawn().pid, shared).state(), "running");
     assert.equal(opened, 2, "used again, it opens again");
+  });
+
+  test("a group of pids leases a shared machine for its run: the last lease goes when it resolves", async () => {
+    const sim = new SimulatedMachine();
+    const { machine, counts } = counting(sim);
+    const shared = new SharedMachine(() => Promise.resolve(machine));
+    const pids = [sim.spawn().pid, sim.spawn().pid];
+    const result = await runGroupOn(shared, "suspend", pids, checkGroupOptions({}));
+    assert.equal(result.ok, true);
+    assert.deepEqual([counts.close, counts.closed], [1, true], "closed before the group resolved");
+    // A CudaProcess given is its caller's: it keeps its lease, and the machine stays open.
+    const proc = new Handle(pids[0], shared);
+    assert.equal((await runGroupOn(shared, "resume", [proc], checkGroupOptions({}))).ok, true);
+    assert.equal(counts.close, 1, "still leased by the handle given");
+    await proc.close();
+    assert.equal(counts.close, 2);
   });
 
   test("a shared machine that failed to open is tried again on the next call", async () => {

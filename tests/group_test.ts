@@ -19,7 +19,7 @@ import {
   CUDA_ERROR_UNKNOWN,
 } from "../core/driver.ts";
 import { SimulatedMachine, type SimulatedProcess } from "../mock/mod.ts";
-import { machineWith } from "./support/forward.ts";
+import { hostWith, machineWith } from "./support/forward.ts";
 
 const STATES: readonly ProcessState[] = ["running", "locked", "checkpointed"];
 
@@ -361,6 +361,20 @@ describe("group operations", () => {
     );
   });
 
+  test("gpuMemory: false: the events carry no GPU memory, though the host could tell it", async () => {
+    const sim = new SimulatedMachine();
+    const p = sim.spawn({ memoryMiB: 64 });
+    const events: GroupEvent[] = [];
+    const result = await runGroup("suspend", [p.pid], {
+      machine: sim,
+      gpuMemory: false,
+      onProgress: (e) => void events.push(e),
+    });
+    assert.equal(result.ok, true);
+    assert.equal(events.length, 5, "four step events and the process's end");
+    assert.ok(events.every((e) => !("gpuMemoryMiB" in e)), JSON.stringify(events));
+  });
+
   test("the deadline: lock timeouts are cut to it, and nothing starts after it", async () => {
     const sim = new SimulatedMachine();
     const busy = sim.spawn({ memoryMiB: 256 });
@@ -472,6 +486,72 @@ describe("group operations", () => {
     assert.ok(result.processes.some((p) => p.notStarted === "aborted"));
     assert.equal(result.rolledBack, true);
     assert.ok(procs.every((p) => p.state === "running"), procs.map((p) => p.state).join());
+  });
+
+  test("an abort and a deadline both passed: what was not started says aborted", async () => {
+    const sim = new SimulatedMachine();
+    const procs = [sim.spawn({ memoryMiB: 4096 }), sim.spawn({ memoryMiB: 64 })];
+    const controller = new AbortController();
+    const result = await runGroup("suspend", procs.map((p) => p.pid), {
+      machine: sim,
+      concurrency: 1,
+      timeoutMs: 500, // passed by the time the first checkpoint (~1 s) ends
+      signal: controller.signal,
+      onProgress: (e) => {
+        if (e.type === "step-end" && e.step === "checkpoint") controller.abort();
+      },
+    });
+    assert.deepEqual(result.processes.map((p) => [p.status, p.notStarted]), [
+      ["done", undefined],
+      ["not-started", "aborted"],
+    ]);
+    assert.equal(result.aborted, true);
+  });
+
+  test("all-or-nothing: each done process is brought back once, though two others do not succeed", async () => {
+    const sim = new SimulatedMachine();
+    const [done, early, late] = [64, 64, 64].map((memoryMiB) => sim.spawn({ memoryMiB }));
+    early.launch(1000);
+    early.failNext("checkpoint", { code: CUDA_ERROR_UNKNOWN });
+    late.launch(3000); // locked once the other failed: stopped there, which dooms the group again
+    done.failNext("restore", { code: CUDA_ERROR_UNKNOWN }); // its rollback fails
+    const result = await runGroup("suspend", [done, early, late].map((p) => p.pid), {
+      machine: sim,
+      allOrNothing: true,
+    });
+    assert.deepEqual(result.processes.map((p) => p.status), ["rolled-back", "failed", "stopped"]);
+    const { rollback, state } = result.processes[0];
+    assert.deepEqual([rollback?.ok, state], [false, "checkpointed"]);
+    assert.equal(done.state, "checkpointed", "the second did not bring it back again");
+    const restores = sim.driver.calls.filter((c) => c.op === "restore" && c.pid === done.pid);
+    assert.equal(restores.length, 1, "one rollback, one restore");
+  });
+
+  test("all-or-nothing: a rollback that cannot be made (the pid names another process) says why", async () => {
+    const sim = new SimulatedMachine();
+    const [done, failing] = [sim.spawn({ memoryMiB: 64 }), sim.spawn({ memoryMiB: 64 })];
+    failing.launch(1000);
+    failing.failNext("checkpoint", { code: CUDA_ERROR_UNKNOWN });
+    let replaced = false; // once the second fails, the first's pid names a process started since
+    const identify = (id: number) =>
+      replaced && id === done.pid
+        ? Promise.resolve({ pid: id, start: 1e9 })
+        : sim.host.identify!(id);
+    const result = await runGroup("suspend", [done.pid, failing.pid], {
+      machine: machineWith(sim, { host: hostWith(sim.host, { identify }) }),
+      allOrNothing: true,
+      onProgress: (e) => {
+        if (e.type === "step-start" && e.step === "checkpoint" && e.pid === failing.pid) {
+          replaced = true;
+        }
+      },
+    });
+    const [first] = result.processes;
+    assert.equal(first.rollback?.ok, false);
+    assert.ok(first.rollback?.error instanceof RefusedError, String(first.rollback?.error));
+    assert.equal(first.rollback.error.code, "REPLACED");
+    assert.deepEqual(first.rollback.steps, []);
+    assert.equal(result.ok, false);
   });
 
   test("all-or-nothing: a process that cannot be read or planned means nothing starts", async () => {
