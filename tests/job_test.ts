@@ -432,6 +432,21 @@ describe("a job's stops, and what each member's outcome says", () => {
     );
   });
 
+  test("a member that exits during its checkpoint is not rolled back: the others are", async () => {
+    const { sim, procs, pids } = job(2);
+    procs[1].exitDuring("checkpoint", { afterMs: 10 });
+    const result = await runGroup("suspend", pids, { machine: sim, job: true });
+    const [other, gone] = result.processes;
+    assert.equal(gone.status, "failed");
+    assert.match(gone.error!.message, /CUDA_ERROR_OPERATING_SYSTEM/);
+    assert.equal(gone.rollback, undefined, "nothing to undo in a process that is gone");
+    assert.deepEqual([other.status, other.rollback?.ok, procs[0].state], [
+      "rolled-back",
+      true,
+      "running",
+    ]);
+  });
+
   test("a rollback that fails: not rolled back, and the member's state is read", async () => {
     const { sim, procs, pids } = job(2, 512);
     procs[1].launch(3000); // its lock waits: the first is checkpointed by then

@@ -192,3 +192,53 @@ describe("the room check belongs to the machine's session", () => {
     assert.notEqual(sessionOf(bare), sessionOf(sim), "each machine has its own");
   });
 });
+
+describe("a restore of this very process, and a rollback's checkpoint", () => {
+  test("an all-or-nothing resume of this process reads no GPU memory first: NVML would wait", async () => {
+    const sim = new SimulatedMachine();
+    const target = sim.spawn({ memoryMiB: 1024 });
+    await new CudaProcess(target.pid, { machine: sim }).suspend(); // recorded, as by another program
+    sim.selfPid = target.pid; // now it is the program making the calls
+    let reads = 0;
+    const host = hostWith(sim.host, { gpuMemory: () => (reads++, sim.host.gpuMemory!()) });
+    for (const job of [false, true]) {
+      const result = await runGroup("resume", [target.pid], {
+        machine: { ...forward(sim), host },
+        allOrNothing: true,
+        job,
+      });
+      assert.equal(result.ok, true, `job: ${job}`);
+      assert.deepEqual(result.processes[0].roomCheck, {
+        unknown: "a process's restore of itself is not checked: NVML would wait for it",
+      });
+      assert.equal(reads, 0, `job: ${job}: no NVML read`);
+      await sim.driver.lock(target.pid, null);
+      await sim.driver.checkpoint(target.pid);
+    }
+  });
+
+  test("a failed resume's outcome keeps its restore's room check, not its rollback checkpoint's", async () => {
+    const sim = new SimulatedMachine();
+    const target = sim.spawn({ memoryMiB: 1024 });
+    await new CudaProcess(target.pid, { machine: sim }).suspend();
+    target.failNext("unlock", { code: 999 }); // brought back: locked again, then checkpointed
+    let failing = false; // once the restore has ended, no record can be written
+    const records = sim.host.heldRecords!;
+    const heldRecords = new Proxy(records, {
+      get(t, key) {
+        if (key === "put" && failing) return () => Promise.reject(new Error("disk full"));
+        const value = Reflect.get(t, key);
+        return typeof value === "function" ? value.bind(t) : value;
+      },
+    });
+    const result = await runGroup("resume", [target.pid], {
+      machine: { ...forward(sim), host: hostWith(sim.host, { heldRecords }) },
+      onProgress: (e) => void (e.type === "step-end" && e.step === "restore" && (failing = true)),
+    });
+    const [outcome] = result.processes;
+    assert.deepEqual([outcome.status, outcome.rollback?.ok], ["failed", true]);
+    assert.deepEqual(outcome.rollback?.steps.map((s) => s.step), ["checkpoint"]);
+    assert.equal(outcome.roomCheck, "checked");
+    assert.equal(target.state, "checkpointed");
+  });
+});
