@@ -844,6 +844,18 @@ describe("waitForState", () => {
     assert.ok(sim.now() >= 2000 && sim.now() < 2100, `${sim.now()} ms`);
   });
 
+  test("its last wait is cut to the timeout: it rejects at the timeout, not at the next ask", async () => {
+    const sim = new SimulatedMachine();
+    const proc = new CudaProcess(sim.spawn().pid, { machine: sim });
+    const t0 = sim.now();
+    await assert.rejects(
+      proc.waitForState("locked", { timeoutMs: 1000, intervalMs: 700 }),
+      WaitTimeoutError,
+    );
+    // Asked at 0 and 700 ms, then once more at 1000 ms (the simulator's clock, not the wall's).
+    assert.ok(sim.now() - t0 >= 1000 && sim.now() - t0 < 1100, `${sim.now() - t0} ms`);
+  });
+
   test("an abort stops it with the signal's reason", async () => {
     const sim = new SimulatedMachine();
     const proc = new CudaProcess(sim.spawn().pid, { machine: sim });

@@ -176,6 +176,18 @@ describe("errors name the operation, pid, code, description and state", () => {
     await rejectsWith(proc.suspend(), CUDA_ERROR_OPERATING_SYSTEM, /^getState of process/);
   });
 
+  test("a process this handle knew, exited since: its step says it has exited", async () => {
+    const { target, proc } = setup();
+    assert.equal(await proc.state(), "running"); // the handle now knows it (its start)
+    target.exit();
+    // Only a lock, whose OPERATING_SYSTEM would otherwise say "no process, or no permission".
+    await rejectsWith(
+      proc.lock(),
+      CUDA_ERROR_OPERATING_SYSTEM,
+      /^lock of process \d+ failed: CUDA_ERROR_OPERATING_SYSTEM \(304\): .*\. The process has exited$/,
+    );
+  });
+
   test("an unknown state number is a clear error, not a crash", async () => {
     const sim = new SimulatedMachine();
     const t = sim.spawn();
@@ -248,6 +260,31 @@ describe("lock timeouts", () => {
     // A getState first (0.05 ms), 10 s of lock timeout, then a getState for where it was left.
     assert.ok(sim.now() - start >= 10_000 && sim.now() - start < 10_001, `${sim.now() - start}`);
     assert.equal(await proc.state(), "running");
+  });
+
+  test("a lock without a timeout (0) that the driver answers NOT_READY does not say it waited 0 ms", async () => {
+    const { target, proc } = setup();
+    target.failNext("lock", { code: CUDA_ERROR_NOT_READY });
+    await rejectsWith(
+      proc.lock({ timeoutMs: 0 }),
+      CUDA_ERROR_NOT_READY,
+      /^lock of process \d+ failed: CUDA_ERROR_NOT_READY \(600\): device not ready$/,
+    );
+  });
+
+  test("a lock of this very process that times out lets its room checks run again", async () => {
+    const sim = new SimulatedMachine();
+    const me = sim.spawn({ memoryMiB: 256 }), peer = sim.spawn({ memoryMiB: 512 });
+    sim.selfPid = me.pid;
+    me.launch(15_000);
+    await rejectsWith(
+      new CudaProcess(me.pid, { machine: sim }).lock({ timeoutMs: 100 }),
+      CUDA_ERROR_NOT_READY,
+    );
+    const other = new CudaProcess(peer.pid, { machine: sim });
+    await other.suspend();
+    assert.ok(heldWhenCheckpointed(sim, peer.pid), "recorded: this process runs");
+    assert.equal((await other.resume()).roomCheck, "checked");
   });
 
   test("timeoutMs 0 waits for the kernel to end", async () => {
@@ -728,6 +765,21 @@ describe("the room check before a restore", () => {
     assert.deepEqual(heldWhenCheckpointed(sim, peer.pid), { [sim.gpus[0].uuid]: 512 + 520 });
     await other.resume();
     assert.equal(reads, 2, "and the resume checks the room");
+  });
+
+  test("a lock from running forgets what the process held at a checkpoint another program undid", async () => {
+    const { sim, target, proc } = setup(1024);
+    await proc.suspend();
+    await sim.driver.restore(target.pid, null); // another program resumes it: the record stays
+    await sim.driver.unlock(target.pid);
+    assert.ok(heldWhenCheckpointed(sim, target.pid));
+    await proc.lock();
+    assert.equal(heldWhenCheckpointed(sim, target.pid), undefined, "what it held is not known now");
+    await sim.driver.checkpoint(target.pid); // and another program checkpoints it
+    assert.deepEqual((await proc.resume()).roomCheck, {
+      unknown: "no record of the GPU memory it held (kept in memory): another program " +
+        "checkpointed it, or it was checkpointed on another machine or without the record",
+    });
   });
 
   test("checkRoom must be true or false", async () => {
