@@ -133,6 +133,22 @@ describe("a checkpoint of an importer is refused before any step", () => {
     assert.equal(allowed.state, "checkpointed");
   });
 
+  test("its maps unread, suspended anyway, its restore refused: said as an earlier out of memory", async () => {
+    const sim = new SimulatedMachine(), target = sim.spawn();
+    const sign = 'its maps cannot be read (Requires all access to "/proc/4000/maps")';
+    const host = hostWith(sim.host, { gpuImport: () => Promise.resolve({ sign, unknown: true }) });
+    const proc = new CudaProcess(target.pid, { machine: machineWith(sim, { host }) });
+    await proc.suspend({ allowIpcImport: true });
+    target.failNext("restore", { code: CUDA_ERROR_OPERATING_SYSTEM }); // left checkpointed
+    const err = await proc.resume().catch((e) => e);
+    // Whether it imported GPU memory is not known: the sign is not said as where it came from.
+    assert.match(
+      err.message,
+      /the driver refuses to restore it, as driver 580 does after a restore of it ran out of memory/,
+    );
+    assert.doesNotMatch(err.message, /came from another/);
+  });
+
   test("the exporter alone suspends and resumes", async () => {
     const { sim, exporter } = pair();
     const proc = new CudaProcess(exporter.pid, { machine: sim });

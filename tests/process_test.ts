@@ -168,6 +168,25 @@ describe("errors name the operation, pid, code, description and state", () => {
     );
   });
 
+  test("a step on a pid no process ever had says no process has it, not that it exited", async () => {
+    const sim = new SimulatedMachine();
+    await rejectsWith(
+      new CudaProcess(999_999, { machine: sim }).lock(),
+      CUDA_ERROR_OPERATING_SYSTEM,
+      /^lock of process 999999 failed: CUDA_ERROR_OPERATING_SYSTEM \(304\): .*\. No process has this pid, or this program may not act on it \(that needs root or CAP_SYS_PTRACE\)$/,
+    );
+  });
+
+  test("a restore failed as an OS call, the process no longer checkpointed: not said to be 580's refusal", async () => {
+    const { target, proc } = setup();
+    await proc.suspend();
+    // Failed, yet it left the process restored (locked): not what 580 does to a lost process.
+    target.failNext("restore", { code: CUDA_ERROR_OPERATING_SYSTEM, state: "locked" });
+    const err = await proc.restore().catch((e) => e);
+    assert.ok(err instanceof CudaError && err.code === CUDA_ERROR_OPERATING_SYSTEM, String(err));
+    assert.doesNotMatch(err.message, /checkpointed, yet the driver refuses/);
+  });
+
   test("a process that exits", async () => {
     const { target, proc } = setup();
     target.exit();
@@ -780,6 +799,17 @@ describe("the room check before a restore", () => {
       unknown: "no record of the GPU memory it held (kept in memory): another program " +
         "checkpointed it, or it was checkpointed on another machine or without the record",
     });
+  });
+
+  test("a restore the driver fails keeps the record: the next resume is checked as the first", async () => {
+    const { sim, target, proc } = setup(1024);
+    await proc.suspend();
+    const held = heldWhenCheckpointed(sim, target.pid);
+    target.failNext("restore", { code: CUDA_ERROR_UNKNOWN }); // still checkpointed
+    await rejectsWith(proc.resume(), CUDA_ERROR_UNKNOWN);
+    assert.equal(target.state, "checkpointed");
+    assert.deepEqual(heldWhenCheckpointed(sim, target.pid), held, "what it held is still known");
+    assert.equal((await proc.resume()).roomCheck, "checked");
   });
 
   test("checkRoom must be true or false", async () => {
