@@ -156,6 +156,14 @@ describe("gpuImport: an NCCL rank with others on this host, P2P or shared memory
       await using h = rank(env);
       assert.equal(await h.gpuImport(3100), undefined, env.join(" "));
     }
+    // A name given twice is read as getenv reads it: its first value (here, both off).
+    await using twice = rank([
+      "WORLD_SIZE=2",
+      "NCCL_P2P_DISABLE=1",
+      "NCCL_SHM_DISABLE=1",
+      "NCCL_P2P_DISABLE=0",
+    ]);
+    assert.equal(await twice.gpuImport(3100), undefined, "the first of two values");
     await using torchOnly = rank(["WORLD_SIZE=2"], NVIDIA);
     assert.equal(await torchOnly.gpuImport(3100), undefined, "libnccl not loaded");
     const plugin = "7f30 r-xp 00000000 00:1b 78 /opt/aws-ofi-nccl/lib/libnccl-net.so\n";

@@ -16,6 +16,7 @@ import process from "node:process";
 
 import { CudaProcess, GpuRoomError, snapshot } from "../mod.ts";
 import { ENDED_RECORD_KEEP_MS, type HeldRecord, type ProcessIdentity } from "../core/host.ts";
+import { keptEnded, MemoryHeldRecords, sameProcess } from "../core/host.ts";
 import type { Machine } from "../core/machine.ts";
 import { SimulatedMachine, type SimulatedProcess } from "../mock/mod.ts";
 import { hostWith, machineWith } from "./support/forward.ts";
@@ -189,6 +190,20 @@ describe("the records keep those of ended processes that criu may bring back", (
     assert.deepEqual(await readdir(path.join(dir, "held")), ["11-100.json"]);
   });
 
+  test("records in memory keep an ended process's marked record for 30 days, to the ms; without a mark, none", async () => {
+    const records = new MemoryHeldRecords(() => false); // every process has ended
+    await records.put(record(31, { mark: "1:0:abc" }));
+    await records.put(record(32));
+    assert.deepEqual(await records.list(), []);
+    assert.deepEqual((await records.ended()).map((r) => r.process.pid), [31]);
+    assert.deepEqual((await records.ended()).map((r) => r.process.pid), [31], "still kept");
+    // The boundary, as both kinds of records share it: 30 days exactly is kept, a ms more is not.
+    const at = 1_000_000;
+    assert.equal(keptEnded(record(33, { mark: "m", at }), at + ENDED_RECORD_KEEP_MS), true);
+    assert.equal(keptEnded(record(33, { mark: "m", at }), at + ENDED_RECORD_KEEP_MS + 1), false);
+    assert.equal(keptEnded(record(34, { at }), at), false);
+  });
+
   test("a record's mark is read strictly", async () => {
     const dir = await tempDir("ckpt-records-");
     const held = path.join(dir, "held");
@@ -203,6 +218,15 @@ describe("the records keep those of ended processes that criu may bring back", (
     );
     await writeFile(file, JSON.stringify({ ...text, mark: 7 }), { mode: 0o600 });
     await assert.rejects(records.get({ pid: 21, start: 100 }), /mark/);
+  });
+});
+
+describe("a process's identity", () => {
+  test("a start unknown on either side is no difference; two starts known must be equal", () => {
+    assert.equal(sameProcess({ pid: 5, start: 10 }, { pid: 5 }), true);
+    assert.equal(sameProcess({ pid: 5 }, { pid: 5, start: 10 }), true);
+    assert.equal(sameProcess({ pid: 5, start: 10 }, { pid: 5, start: 11 }), false);
+    assert.equal(sameProcess({ pid: 5 }, { pid: 6 }), false);
   });
 });
 
