@@ -449,6 +449,38 @@ describe("messages", () => {
     });
   });
 
+  test("a code the driver names but does not describe is said by its name", async () => {
+    const sim = new SimulatedMachine();
+    const t = sim.spawn();
+    const { machine } = counting(sim, {
+      lock: () => Promise.resolve(12345),
+      errorName: () => "CUDA_ERROR_NEWER",
+      errorString: () => undefined,
+    });
+    await assert.rejects(
+      new CudaProcess(t.pid, { machine }).lock(),
+      new RegExp(
+        `^CudaError: lock of process ${t.pid} failed: CUDA_ERROR_NEWER \\(12345\\): ` +
+          `the driver gives no description$`,
+      ),
+    );
+  });
+
+  test("a sentence added twice: the detail has both, the state is the later one's", () => {
+    const first = new RefusedError({
+      code: "STATE",
+      operation: "resume",
+      pid: 7,
+      reason: "it is locked",
+      state: "locked",
+      detail: "nothing was done to it",
+    });
+    const more = first.withDetail("it was brought back to running", "running");
+    assert.equal(more.detail, "nothing was done to it. It was brought back to running");
+    assert.equal(more.state, "running", "where the process is after what followed");
+    assert.equal(first.withDetail("said again").state, "locked", "kept where none is given");
+  });
+
   test("resume of a process that never used CUDA says so, not that it is gone", async () => {
     const sim = new SimulatedMachine();
     const t = sim.spawn({ cuda: false });
