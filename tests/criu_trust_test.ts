@@ -9,6 +9,7 @@
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { chmodSync, chownSync, mkdirSync, readFileSync, statSync, symlinkSync } from "node:fs";
+import { unlinkSync } from "node:fs";
 import { join } from "node:path";
 import process from "node:process";
 import { openCriuEngine } from "../os/criu.ts";
@@ -177,6 +178,16 @@ describe("criu runs with a minimal environment", () => {
         `(mode 0777).`,
       ]);
       chmodSync(tls, 0o755);
+      // A link in it leads into a directory others may write: what it leads to is not trusted.
+      const open = dirWith(s.dir, "open", 0o777);
+      const target = fakeCriu(open, {}, { name: "libcriu.so.3", body: "", mode: 0o644 });
+      const link = join(lib, "libcriu.so.3");
+      symlinkSync(target, link);
+      assert.deepEqual((await probe()).problems, [
+        `criu's library directory ${lib} is refused: ${open} may be written by other users ` +
+        `(mode 0777).`,
+      ]);
+      unlinkSync(link);
       if (!notRoot) {
         const theirs = fakeCriu(tls, {}, { name: "libcriu.so.2", body: "", mode: 0o644 });
         chownSync(theirs, 65534, 65534);

@@ -12,6 +12,7 @@ import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import process from "node:process";
 import { createInterface } from "node:readline";
+import net from "node:net";
 import { openCriuEngine } from "../os/criu.ts";
 import { portHolders } from "../os/criu_ports.ts";
 import { muteConnections } from "../os/mute.ts";
@@ -26,6 +27,12 @@ server.listen(0, "127.0.0.1", () => {
   const client = net.connect(port, "127.0.0.1", () => client.write("x"));
   client.once("data", () => console.log(port + " " + client.localPort));
 });`;
+
+/** A child whose one socket is a connection to the listener on the port it is given. */
+const CLIENT = `import net from "node:net";
+import process from "node:process";
+const client = net.connect(Number(process.argv.at(-1)), "127.0.0.1", () => client.write("x"));
+client.once("data", () => console.log(client.localPort));`;
 
 /** A child holding a connection to its own listener: its pid and both ports, once connected. */
 async function connected(dir: string): Promise<{ pid: number; ports: number[] }> {
@@ -57,6 +64,31 @@ describe("a dumped tree's connections end silently", { skip: !root && loud("need
       const muted = await connected(s.dir);
       const end = () => muteConnections([muted.pid]).then(kill(muted.pid));
       assert.deepEqual(await endedHolding(muted.pid, muted.ports, end), [], "nothing on its ports");
+    }));
+
+  test("a connection that is the process's first socket (a client, its listener elsewhere) is muted too", () =>
+    inScratch(async (s) => {
+      const peers = new Set<net.Socket>();
+      const server = net.createServer((c) => {
+        peers.add(c);
+        c.on("data", (d) => c.write(d));
+      });
+      await new Promise<void>((listening) => server.listen(0, "127.0.0.1", listening));
+      try {
+        const file = join(s.dir, "client.mjs");
+        writeFileSync(file, CLIENT);
+        const port = String((server.address() as net.AddressInfo).port);
+        const args = "Deno" in globalThis ? ["run", "-A", file, port] : [file, port];
+        const child = spawn(process.execPath, args, { stdio: ["ignore", "pipe", "inherit"] });
+        const [line] = await createInterface({ input: child.stdout! })[Symbol.asyncIterator]()
+          .next().then((r) => [r.value as string]);
+        const end = () =>
+          muteConnections([child.pid!]).then(() => void process.kill(child.pid!, "SIGKILL"));
+        assert.deepEqual(await endedHolding(child.pid!, [Number(line)], end), [], "nothing left");
+      } finally {
+        for (const c of peers) c.destroy();
+        await new Promise((closed) => server.close(closed));
+      }
     }));
 
   test("criu's engine mutes what a dump with tcpEstablished (or criu's --tcp-established) took, when it kills it, and only that", () =>
