@@ -25,7 +25,7 @@ import {
 import { open } from "node:fs/promises";
 import { join } from "node:path";
 import { FileSnapshotStore } from "../os/snapshot_store.ts";
-import { PIECE_BYTES } from "../os/digest.ts";
+import { digestOf, PIECE_BYTES, PieceHasher } from "../os/digest.ts";
 import { seal, type SealDir } from "../os/digest_seal.ts";
 import { digestAll } from "./support/digests.ts";
 import { withScratch } from "./support/temp_dirs.ts";
@@ -259,6 +259,64 @@ describe("the digests' workers, shared", () => {
         assert.deepEqual(await digestAll(sources, { threads: 3 }), contents.map(byDefinition));
       } finally {
         await Promise.all(sources.map((x) => x.handle.close()));
+      }
+    }));
+
+  test("a piece hashed before that could not be is asked again; the others are taken as hashed", () =>
+    withScratch("ckpt-seal-test-", async (s) => {
+      const bytes = randomBytes(2 * PIECE_BYTES + 5), file = join(s.dir, "f");
+      put(file, bytes);
+      const source = { handle: await open(file, "r"), bytes: bytes.length, name: file };
+      const hasher = new PieceHasher({ threads: 0 });
+      try {
+        const second = createHash("sha256").update(bytes.subarray(PIECE_BYTES, 2 * PIECE_BYTES));
+        const known = [
+          Promise.resolve(undefined),
+          Promise.resolve(new Uint8Array(second.digest())),
+        ];
+        assert.equal(await digestOf(hasher, source, known), byDefinition(bytes));
+      } finally {
+        await hasher.close();
+        await source.handle.close();
+      }
+    }));
+
+  test("a file that ends before its size is refused, saying where it ended", () =>
+    withScratch("ckpt-seal-test-", async (s) => {
+      const file = join(s.dir, "short");
+      put(file, randomBytes(100));
+      const source = { handle: await open(file, "r"), bytes: 300, name: file };
+      const hasher = new PieceHasher({ threads: 0 });
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      const late = new Promise<never>((_, reject) => {
+        timer = setTimeout(() => reject(new Error("still reading after 5 s")), 5000);
+      });
+      try {
+        await assert.rejects(
+          Promise.race([digestOf(hasher, source), late]),
+          new RegExp(`^Error: ${file} ended at 100 bytes, not 300$`),
+        );
+      } finally {
+        clearTimeout(timer);
+        await source.handle.close(); // first: a read that never ends would hold the close
+        await hasher.close();
+      }
+    }));
+
+  test("workers take over once as many bytes as workersFrom were asked, that many included", () =>
+    withScratch("ckpt-seal-test-", async (s) => {
+      const file = join(s.dir, "one");
+      put(file, randomBytes(PIECE_BYTES));
+      const source = { handle: await open(file, "r"), bytes: PIECE_BYTES, name: file };
+      const hasher = new PieceHasher({ threads: 1, workersFrom: PIECE_BYTES });
+      try {
+        const before = PieceHasher.busy;
+        const piece = hasher.hash(source, 0);
+        assert.equal(PieceHasher.busy, before + 1, "its one piece went to a worker");
+        await piece;
+      } finally {
+        await hasher.close();
+        await source.handle.close();
       }
     }));
 });
