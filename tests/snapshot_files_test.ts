@@ -188,6 +188,12 @@ describe("every directory above a snapshot", () => {
       const snap = await store.create(join(s.dir, "via", "snap"));
       assert.ok(existsSync(join(s.dir, "real", "snap")), "made where the link leads");
       await snap.close();
+      // A link whose target is relative, up and across: ".." is the directory above it.
+      mkdirSync(join(s.dir, "a"), { mode: 0o700 });
+      symlinkSync(join("..", "real"), join(s.dir, "a", "up"));
+      const up = await store.create(join(s.dir, "a", "up", "snap2"));
+      assert.ok(existsSync(join(s.dir, "real", "snap2")), "made where the relative link leads");
+      await up.close();
       // A link into a directory others may write: refused there, whatever the link's own place.
       mkdirSync(join(s.dir, "open"));
       chmodSync(join(s.dir, "open"), 0o777);
@@ -258,6 +264,12 @@ describe("files inside", () => {
         /is 8 bytes, more than it can be \(3\)/,
       );
       await assert.rejects(snap.subdir("../x"), /not a name inside a snapshot/);
+      // A name with ".." anywhere in it is refused too, as a name of the file system is not read.
+      await assert.rejects(
+        snap.readFile("a..json", 100),
+        /not a name inside a snapshot: "a\.\.json"/,
+      );
+      await assert.rejects(snap.subdir("tree.."), /not a name inside a snapshot/);
       await snap.close();
     }));
 
