@@ -52,6 +52,12 @@ describe("gpuImport: the sign of an importer of CUDA IPC memory", () => {
     assert.equal(await h.gpuImport(2347), undefined);
     assert.equal(await h.gpuImport(2151), undefined);
     assert.equal(await h.gpuImport(9999), undefined);
+    // A kernel without NSpid (before 4.1): its own file is told by its pid alone.
+    await using old = host({
+      "/proc/2347/maps": NVIDIA + shm(2347),
+      "/proc/2347/status": "Name:\tpython3\n",
+    });
+    assert.equal(await old.gpuImport(2347), undefined);
   });
 
   test("one whose maps cannot be read is unknown, saying why, not taken as an importer of none", async () => {
@@ -183,6 +189,13 @@ describe("identify: a zombie is no process", () => {
     });
     assert.equal(await h.identify(4100), undefined);
     assert.equal((await h.identify(4200))?.pid, 4200);
+    // Such a leader's own stat, as the kernel shows it: a zombie, PF_EXITING set. Still the process.
+    await using leader = host({
+      "/proc/4400/status": "Name:\tpython3\nState:\tZ (zombie)\nTgid:\t4400\nThreads:\t3\n",
+      "/proc/4400/stat":
+        "4400 (python3) Z 1 4400 4400 0 -1 4194564 0 0 0 0 0 0 0 0 20 0 3 0 5555 0 0",
+    });
+    assert.deepEqual(await leader.identify(4400), { pid: 4400, start: 5555 });
   });
 
   test("killed and still exiting (PF_EXITING, not a zombie yet): none, as a CUDA process lets go of its GPU", async () => {
@@ -222,6 +235,8 @@ describe("cpuTime: what a held process has run", () => {
     assert.equal(await h.stopped(70), false, "a thread still runs");
     assert.equal(await h.stopped(80), false, "its leader runs");
     assert.equal(await h.stopped(60), false, "gone");
+    await using ended = host({ "/proc/75/stat": stat(75, "T") }); // its threads gone since
+    assert.equal(await ended.stopped(75), false, "no thread left to be stopped");
   });
 
   test('stopped: "frozen" where its cgroup (v2) is frozen, its threads asleep (docker pause)', async () => {
@@ -241,5 +256,49 @@ describe("cpuTime: what a held process has run", () => {
     assert.equal(await h.stopped(90), "frozen");
     assert.equal(await h.stopped(91), false, "thawed");
     assert.equal(await h.stopped(92), false, "no cgroup v2 line");
+  });
+});
+
+describe("the process tree and the scan, from a /proc written here", () => {
+  const stat = (pid: number, parent: number) => `${pid} (sh) S ${parent} ${pid} ${pid} 0`;
+
+  test("a tree whose root cannot be read (ended meanwhile) is none, though its children can", async () => {
+    await using h = host({
+      "/proc/10/stat": stat(10, 1), // listed, but its threads can no longer be
+      "/proc/11/stat": stat(11, 10),
+      "/proc/11/task/11/stat": stat(11, 10),
+      "/proc/11/cmdline": "sleep\x0010\x00",
+    });
+    assert.equal(await h.processTree(10), undefined);
+    assert.deepEqual((await h.processTree(11))?.map((p) => p.pid), [11]);
+  });
+
+  test("parents read while pids were reused can form a loop: the walk still ends", async () => {
+    await using h = host({
+      "/proc/20/stat": stat(20, 21),
+      "/proc/20/task/20/stat": stat(20, 21),
+      "/proc/21/stat": stat(21, 20),
+      "/proc/21/task/21/stat": stat(21, 20),
+    });
+    const tree = await h.processTree(20); // resolves: no walk around the loop for good
+    assert.equal(tree?.[0].pid, 20);
+  });
+
+  test("a process that maps a libcuda replaced on disk since (a driver upgrade) is a candidate", async () => {
+    const maps = (suffix: string) =>
+      `7f00 r-xp 00000000 00:1b 9 /usr/lib/x86_64-linux-gnu/libcuda.so.580.95.05${suffix}\n`;
+    await using h = host({
+      "/proc/30/cmdline": "python3\x00train.py\x00",
+      "/proc/30/maps": maps(" (deleted)"),
+      "/proc/31/cmdline": "python3\x00",
+      "/proc/31/maps": maps(""),
+      "/proc/32/cmdline": "bash\x00",
+      "/proc/32/maps": "7f00 r-xp 00000000 00:1b 9 /usr/lib/libc.so.6\n",
+    });
+    const scanned = (await h.scan()).sort((a, b) => a.pid - b.pid);
+    assert.deepEqual(scanned.map((p) => [p.pid, p.cudaLibrary]), [[30, true], [31, true], [
+      32,
+      false,
+    ]]);
   });
 });
