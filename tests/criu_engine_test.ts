@@ -291,6 +291,18 @@ describe("criu's pstree.img", () => {
   });
 });
 
+describe("what a restore does not act on", () => {
+  test("inertFile: a pages file of a process, by its name, and the dump's log, nothing else", () => {
+    const criu = openCriuEngine({ env: {} });
+    for (const name of ["pages-1.img", "pages-4294967295.img", "dump.log"]) {
+      assert.equal(criu.inertFile!(name), true, name);
+    }
+    for (const name of ["pages-0.img", "pages-012.img", "pages-12345678901.img", "pstree.img"]) {
+      assert.equal(criu.inertFile!(name), false, name);
+    }
+  });
+});
+
 describe("what the probe reports missing", () => {
   test("criu not installed: one sentence naming what to do", async () => {
     const probe = await openCriuEngine({ env: { PATH: "/nonexistent" } }).probe();
@@ -323,6 +335,11 @@ describe("what the probe reports missing", () => {
         () => openCriuEngine({ criuPath: old, extraArgs: "--shell-job" as never }),
         /^TypeError: extraArgs must be an array of options, got "--shell-job"$/,
       );
+      // A NUL would end the argument where criu reads it: refused, not cut short.
+      assert.throws(
+        () => openCriuEngine({ criuPath: old, extraArgs: ["--ext-unix-sk\0--x"] }),
+        /extraArgs must be criu options starting with --, got "--ext-unix-sk\\u0000--x"/,
+      );
       assert.throws(
         () => openCriuEngine({ libraryDir: "lib" }),
         /libraryDir must be an absolute path of a directory, got "lib"/,
@@ -351,6 +368,24 @@ describe("what the probe reports missing", () => {
           vdso.problems[0],
           /Unexpected rt vDSO area bounds.*criu 4\.0 cannot read this kernel's vDSO \(criu 4\.1 fixed that\): use criu 4\.1 or later\.$/,
         );
+        // The same words from criu 4.1, which reads it: no advice to take 4.1.
+        const vdso41 = await openCriuEngine({
+          criuPath: fakeCriu(s.dir, { FAKE_CRIU_CHECK_FAILS: "vdso", FAKE_CRIU_VERSION: "4.1" }, {
+            name: "criu41",
+          }),
+        }).probe();
+        assert.equal(vdso41.problems.length, 1);
+        assert.doesNotMatch(vdso41.problems[0], /fixed that/);
+        // A check that exits 0 without its "Looks good." did not pass either.
+        const body = 'case $1 in --version) echo "Version: 4.1.1" ;; ' +
+          'check) echo "Warn (criu/cr-check.c:9): no seccomp filter dump" ;; esac; exit 0\n';
+        const quiet = await openCriuEngine({
+          criuPath: fakeCriu(s.dir, {}, { name: "quiet", body }),
+        }).probe();
+        assert.deepEqual(quiet.problems, [
+          "criu check reports that this kernel lacks what criu needs: Warn (criu/cr-check.c:9): " +
+          "no seccomp filter dump.",
+        ]);
       } else {
         assert.ok(failing.problems.some((p) => /Snapshots need root/.test(p)));
       }
