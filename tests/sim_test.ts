@@ -9,6 +9,7 @@ import { CONTEXT_MIB, H200_TIMING } from "../mock/timing.ts";
 import {
   CUDA_ERROR_INVALID_VALUE,
   CUDA_ERROR_NOT_INITIALIZED,
+  CUDA_ERROR_NOT_READY,
   CUDA_ERROR_NOT_SUPPORTED,
   CUDA_ERROR_OPERATING_SYSTEM,
   CUDA_ERROR_OUT_OF_MEMORY,
@@ -390,7 +391,28 @@ describe("driver versions", () => {
     const pairs = [{ oldUuid: a, newUuid: b }, { oldUuid: b, newUuid: a }];
     assert.equal(await sim.driver.restore(p.pid, { gpuPairs: pairs }), CUDA_ERROR_NOT_SUPPORTED);
     assert.equal(p.state, "checkpointed");
+    // One pair (a one-GPU mapping, onto itself) is a pair all the same.
+    const one = [{ oldUuid: a, newUuid: a }];
+    assert.equal(await sim.driver.restore(p.pid, { gpuPairs: one }), CUDA_ERROR_NOT_SUPPORTED);
+    assert.equal(p.state, "checkpointed");
     assert.equal(await sim.driver.restore(p.pid, { gpuPairs: [] }), CUDA_SUCCESS);
+  });
+});
+
+describe("a lock's timeout", () => {
+  test("work that ends exactly at the timeout is waited for: locked, not NOT_READY", async () => {
+    const sim = new SimulatedMachine();
+    const p = sim.spawn({ memoryMiB: 64 });
+    p.launch(1000);
+    const t0 = sim.now();
+    assert.equal(await sim.driver.lock(p.pid, { timeoutMs: 1000 }), CUDA_SUCCESS);
+    assert.equal(p.state, "locked");
+    assert.ok(sim.now() - t0 >= 1000, `${sim.now() - t0} ms`);
+    // A ms more of work than the timeout: not locked.
+    await sim.driver.unlock(p.pid);
+    p.launch(1001);
+    assert.equal(await sim.driver.lock(p.pid, { timeoutMs: 1000 }), CUDA_ERROR_NOT_READY);
+    assert.equal(p.state, "running");
   });
 });
 
