@@ -341,6 +341,28 @@ describe("memoryChunkedSha256", () => {
     await assert.rejects(read, /process \d+ has exited; cannot read GPU memory/);
   });
 
+  test("a kernel's output one byte short of a chunk leaves that byte; a chunk made stays its own", async () => {
+    const sim = new SimulatedMachine();
+    const p = sim.spawn({ memoryMiB: 2 });
+    await p.write(MIB - 1, Uint8Array.of(0xab));
+    const byChunk = (from: number, out: Uint8Array) => void out.fill(from < MIB ? 1 : 2);
+    await p.launch(1, { at: 0, length: MIB - 1, make: byChunk });
+    assert.deepEqual(
+      await p.read(MIB - 2, 2),
+      Uint8Array.of(1, 0xab),
+      "the last byte is as it was",
+    );
+    // Two whole chunks, made when first read: a write into one, then a read of the other.
+    await p.launch(1, { at: 0, length: 2 * MIB, make: byChunk });
+    await p.write(0, Uint8Array.of(9));
+    assert.equal((await p.read(MIB + 5, 1))[0], 2);
+    assert.deepEqual(
+      await p.read(0, 3),
+      Uint8Array.of(9, 1, 1),
+      "the first chunk is still its own",
+    );
+  });
+
   test("takes no virtual time", async () => {
     const sim = new SimulatedMachine();
     const p = sim.spawn({ memoryMiB: 64 });
