@@ -82,6 +82,28 @@ describe("the virtual clock", () => {
     assert.ok(Number.isFinite(sim.now()));
   });
 
+  test("timers due at one time fire in the order they were set", async () => {
+    const clock = new VirtualClock();
+    const seen: number[] = [];
+    for (const n of [1, 2, 3]) clock.setTimer(10, () => seen.push(n));
+    await new Promise<void>((r) => clock.setTimer(20, r));
+    assert.deepEqual(seen, [1, 2, 3]);
+  });
+
+  test("a hold let go twice counts once: another hold still moves the clock", async () => {
+    const clock = new VirtualClock();
+    const [first, second] = [clock.hold(), clock.hold()];
+    first();
+    first();
+    assert.equal(clock.moving, true, "the second hold is still there");
+    let fired = false;
+    clock.setTimer(5, () => fired = true, { passive: true }); // only a hold moves time to it
+    await new Promise((r) => setTimeout(r, 20));
+    assert.equal(fired, true);
+    second();
+    assert.equal(clock.moving, false);
+  });
+
   test("a cleared timer never fires", async () => {
     const clock = new VirtualClock();
     let fired = false;
