@@ -213,9 +213,15 @@ describe("answerNext, enterFailedState, fillGpu", () => {
 
   test("enterFailedState: final, refused by every step, its kernels fail", async () => {
     const { sim, target, proc } = machine();
-    const kernel = target.launch(10_000);
+    const before = await target.memoryChunkedSha256();
+    const kernel = target.launch(10_000, { at: 0, length: 4096, make: (_, out) => out.fill(7) });
     target.enterFailedState();
     await assert.rejects(kernel, /entered the failed state/);
+    assert.equal(
+      await target.memoryChunkedSha256(),
+      before,
+      "the kernel that failed wrote nothing",
+    );
     assert.equal(await proc.state(), "failed");
     for (const call of [() => proc.lock(), () => proc.checkpoint(), () => proc.unlock()]) {
       await rejectsWith(call(), CUDA_ERROR_ILLEGAL_STATE, /\(the process is failed\)/);

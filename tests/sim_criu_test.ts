@@ -270,6 +270,8 @@ describe("the simulated CRIU", () => {
 
     const back = sim.process(job.pid)!;
     assert.ok(back && back !== job);
+    job.exit(); // the dumped one, ended already: nothing more, and not the one with its pid now
+    assert.equal(sim.process(job.pid), back);
     assert.deepEqual(back.threads, job.threads);
     assert.equal(back.tid, job.tid);
     assert.equal(back.command, "train --epochs 3");
@@ -721,6 +723,9 @@ describe("the simulated CRIU", () => {
     assert.equal(back[1].state, "checkpointed");
     await criu.wake([root.pid, child.threads[1]]); // a thread id wakes its process
     assert.deepEqual(back.map((p) => p.stopped), [false, false]);
+    assert.deepEqual(back.map((p) => p.wakes), [1, 1], "each woken once");
+    await criu.wake([root.pid]); // already running: no wake
+    assert.deepEqual([back[0].wakes, other.wakes], [1, 0]);
     await new CudaProcess(child.pid, { machine: sim }).resume();
     assert.deepEqual(await back[1].read(0, 4), new TextEncoder().encode("kept"));
 
