@@ -210,6 +210,13 @@ describe("processes and threads", () => {
       p.threads
     );
     assert.equal(new Set(all).size, all.length);
+    // With a gap between processes, as on Linux (and as docs/SNAPSHOTS.md prints them): 4000, 4010,
+    // then past the 32 thread ids of the second and 7 more.
+    const again = new SimulatedMachine();
+    const pids = [again.spawn(), again.spawn({ extraThreads: 30 }), again.spawn()].map((p) =>
+      p.pid
+    );
+    assert.deepEqual(pids, [4000, 4010, 4010 + 32 + 7]);
   });
 
   test("an exited process is gone: its ids give OPERATING_SYSTEM and its memory is free", async () => {
