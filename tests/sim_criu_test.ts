@@ -841,6 +841,15 @@ describe("the simulated CRIU", () => {
     assert.equal(sim.process(job.pid)?.state, "checkpointed");
   });
 
+  test("a dump of a tree whose root has a parent gives the root none, as criu's pstree.img does", async () => {
+    const sim = new SimulatedMachine();
+    const shell = sim.spawn({ cuda: false });
+    const root = sim.spawn({ parent: shell.pid, cuda: false });
+    const child = sim.spawn({ parent: root.pid, cuda: false });
+    const dumped = await sim.engine.dump({ root: root.pid, imagesDir: await imagesDir() });
+    assert.deepEqual(dumped.map((p) => [p.pid, p.parent]), [[root.pid, 0], [child.pid, root.pid]]);
+  });
+
   test("a process killed during a dump or a restore fails it; a failed restore ends the rest", async () => {
     const sim = new SimulatedMachine();
     const criu = sim.engine;
@@ -861,9 +870,12 @@ describe("the simulated CRIU", () => {
     await criu.kill([other.pid, kid.pid]);
     const restoring = criu.restore({ root: other.pid, imagesDir: dir });
     await sim.sleep(500);
+    const made = sim.process(kid.pid)!; // the process the restore made for it, its pages not in
     await criu.kill([kid.pid]);
     await engineFails(restoring, new RegExp(`^process ${kid.pid} ended during the restore$`));
     assert.equal(sim.process(other.pid), undefined, "the rest of the tree was ended");
+    assert.ok(made !== kid && made.exited, "the process the restore made for it, ended");
+    await assert.rejects(made.memoryChunkedSha256(), /exited, and its GPU memory with it/);
   });
 
   test("timeoutMs stops a dump or restore on the driver's clock; 0 stops it at once", async () => {
@@ -883,6 +895,13 @@ describe("the simulated CRIU", () => {
       criu.dump({ root: job.pid, imagesDir: await imagesDir(), timeoutMs: 0 }),
       /timeout of 0 ms passed/,
     );
+    // At once: before anything is looked at (a root no process has is not what it says).
+    const at = sim.now();
+    await engineFails(
+      criu.dump({ root: 2 ** 22 + 3, imagesDir: await imagesDir(), timeoutMs: 0 }),
+      /^the dump was stopped: its timeout of 0 ms passed$/,
+    );
+    assert.equal(sim.now(), at, "no time passed");
     const dir = await imagesDir();
     const t0 = sim.now();
     await criu.dump({ root: job.pid, imagesDir: dir, timeoutMs: 60_000 });
