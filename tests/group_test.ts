@@ -856,6 +856,26 @@ describe("waitForState", () => {
     assert.ok(sim.now() - t0 >= 1000 && sim.now() - t0 < 1100, `${sim.now() - t0} ms`);
   });
 
+  test("asks every 50 ms unless told: it sees the state within one interval of its change", async () => {
+    const sim = new SimulatedMachine();
+    const p = sim.spawn({ memoryMiB: 64 });
+    const proc = new CudaProcess(p.pid, { machine: sim });
+    const waiting = proc.waitForState("locked");
+    await sim.sleep(120);
+    await sim.driver.lock(p.pid, null);
+    const changed = sim.now();
+    await waiting;
+    // On the simulator's clock: asked at 0, 50, 100 and 150 ms.
+    assert.ok(sim.now() - changed <= 50, `seen ${sim.now() - changed} ms after the change`);
+  });
+
+  test("timeoutMs 0: one look, then the timeout (no refusal of 0)", async () => {
+    const sim = new SimulatedMachine();
+    const proc = new CudaProcess(sim.spawn().pid, { machine: sim });
+    await proc.waitForState("running", { timeoutMs: 0 });
+    await assert.rejects(proc.waitForState("locked", { timeoutMs: 0 }), WaitTimeoutError);
+  });
+
   test("an abort stops it with the signal's reason", async () => {
     const sim = new SimulatedMachine();
     const proc = new CudaProcess(sim.spawn().pid, { machine: sim });

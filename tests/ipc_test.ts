@@ -149,6 +149,17 @@ describe("a checkpoint of an importer is refused before any step", () => {
     assert.doesNotMatch(err.message, /came from another/);
   });
 
+  test("allowIpcImport is taken by a checkpoint once locked and by a toggle, as by a suspend", async () => {
+    for (const how of ["checkpoint", "toggle"] as const) {
+      const { importer, sim } = pair();
+      const proc = new CudaProcess(importer.pid, { machine: sim });
+      if (how === "checkpoint") await proc.lock();
+      const outcome = await proc[how]({ allowIpcImport: true });
+      assert.equal(outcome.state, "checkpointed", how);
+      assert.equal(importer.state, "checkpointed", how);
+    }
+  });
+
   test("the exporter alone suspends and resumes", async () => {
     const { sim, exporter } = pair();
     const proc = new CudaProcess(exporter.pid, { machine: sim });

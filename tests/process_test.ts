@@ -95,6 +95,16 @@ describe("the issue's example", () => {
     );
   });
 
+  test("a CudaProcess says which process it is; suspend takes no GPU mapping", async () => {
+    const { target, proc } = setup();
+    assert.equal(String(proc), `CudaProcess(${target.pid})`);
+    await assert.rejects(
+      proc.suspend({ gpuMapping: {} } as never),
+      /^TypeError: suspend has no option "gpuMapping"; it takes timeoutMs, checkRoom, allowIpcImport/,
+    );
+    assert.equal(target.state, "running");
+  });
+
   test("the four steps one by one; restore leaves the process locked", async () => {
     const { proc } = setup();
     await proc.lock({ timeoutMs: 1000 });
