@@ -8,6 +8,8 @@ import {
   CudaError,
   CudaProcess,
   DriverLoadError,
+  inspectSnapshot,
+  listGpus,
   RefusedError,
   runGroup,
 } from "../mod.ts";
@@ -263,7 +265,7 @@ describe("lifecycles: who opens a machine closes it", () => {
     }
   });
 
-  test("a machine option that is not one is refused, naming it", () => {
+  test("a machine option that is not one is refused, naming it", async () => {
     assert.throws(
       () => new CudaProcess(1, { machine: 42 as never }),
       /^TypeError: CudaProcess's machine must be a Machine .* got 42$/,
@@ -273,6 +275,16 @@ describe("lifecycles: who opens a machine closes it", () => {
     const half = { driver: { getState: d.getState.bind(d), lock: d.lock.bind(d) } } as never;
     assert.throws(() => new CudaProcess(p.pid, { machine: half }), /machine must be a Machine/);
     assert.equal(p.state, "running");
+    // A driver of one's own without listGpus: listGpus says so, not that there are none.
+    await assert.rejects(
+      listGpus({ machine: forward(sim) }),
+      /^Error: this simulated driver cannot list its GPUs$/,
+    );
+    // inspectSnapshot names it too, before it looks for the snapshot.
+    await assert.rejects(
+      inspectSnapshot("/nonexistent/snap", { machine: 42 as never }),
+      /^TypeError: inspectSnapshot's machine must be a Machine .* got 42$/,
+    );
   });
 });
 
