@@ -772,9 +772,14 @@ describe("several pids at once", () => {
       [pids[1], "stopped", false, "running"],
       [pids[2], "stopped", false, "running"],
     ]);
+    type Step = { step: string; ms: number };
     for (const line of lines.slice(1)) {
       assert.equal(line.rollback.ok, true);
-      assert.deepEqual(line.rollback.steps.map((s: { step: string }) => s.step), ["unlock"]);
+      assert.deepEqual(line.rollback.steps.map((s: Step) => s.step), ["unlock"]);
+      // Its time is that of every step it took, those undoing it too.
+      const all = [...line.steps, ...line.rollback.steps].map((s: Step) => s.ms);
+      assert.equal(line.ms, Math.round(all.reduce((a: number, b: number) => a + b) * 1000) / 1000);
+      assert.ok(line.rollback.steps[0].ms > 0);
     }
     assert.deepEqual(procs.map((p) => p.state), ["checkpointed", "running", "running"]);
     // In words: stopped, and what it had done undone.

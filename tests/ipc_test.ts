@@ -316,6 +316,22 @@ describe("the command line", () => {
     assert.equal(importer.state, "checkpointed");
   });
 
+  test("--toggle --job of an exporter and its importer: the importer's line says where it still is", async () => {
+    const { sim, exporter, importer } = pair();
+    const r = await cli(["--toggle", "--job", "-p", `${exporter.pid},${importer.pid}`, "--json"], {
+      machine: sim,
+    });
+    assert.equal(r.code, 1);
+    const [first, second] = r.out.trim().split("\n").map((l) => JSON.parse(l));
+    assert.deepEqual([first.status, first.reason], ["not-started", "another-failed"]);
+    assert.deepEqual([second.status, second.error.code, second.state], [
+      "failed",
+      "IPC",
+      "running",
+    ]);
+    noStep(sim);
+  });
+
   test("--allow-ipc-import goes with a checkpoint, a toggle or a snapshot only", async () => {
     const r = await cli(["--action", "lock", "--allow-ipc-import", "--pid", "1"]);
     assert.equal(r.code, 1);
