@@ -375,6 +375,17 @@ describe("the command line's options, with what it says on a terminal", () => {
       }),
       settings,
     );
+    // 0 is no speed, though it reads as a number; a speed without the real clock is refused too.
+    for (const v of ["0", "0.0", "0e5"]) {
+      assert.throws(
+        () => simulatedClock({ CKPT_SIM_CLOCK: "real", CKPT_SIM_SPEED: v }),
+        new RegExp(`^RangeError: CKPT_SIM_SPEED must be a positive number .*got "${v}"$`),
+      );
+    }
+    assert.throws(
+      () => simulatedClock({ CKPT_SIM_SPEED: "10" }),
+      /^RangeError: CKPT_SIM_SPEED works with the real clock only: set CKPT_SIM_CLOCK=real$/,
+    );
     // And from the command line: one line, exit 1.
     const r = await cli(["--simulate", "--get-state", "--pid", "1"], {
       env: { CKPT_SIM_CLOCK: "sideways" },

@@ -649,6 +649,12 @@ describe("the state file of cuda-checkpoint --simulate", () => {
 
   test("spawn and kill; a closed machine does nothing more", async () => {
     const file = path.join(await tempDir(), "deep", "er", "state.json");
+    for (const gpus of [0, 1025, 1.5]) {
+      await assert.rejects(
+        openSimulatedMachine({ path: file, gpus }),
+        new RegExp(`^RangeError: gpus must be an integer from 1 to 1024, got ${gpus}$`),
+      );
+    }
     const machine = await openSimulatedMachine({ path: file, gpus: 1 });
     assert.equal((await stat(path.dirname(file))).mode & 0o777, 0o700);
     const pid = machine.spawn({ command: "my job" });
