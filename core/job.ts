@@ -219,7 +219,9 @@ async function rollBack(working: readonly Working[], ctx: JobContext): Promise<b
   // The failed step's error says where its process, and the job, were left.
   for (const w of working) {
     if (!w.failure) continue;
-    const initial = w.report.initialState!, others = working.some((o) => o !== w && o.back);
+    // "Every other" only where each other one's way back succeeded.
+    const initial = w.report.initialState!, rest = working.filter((o) => o !== w && o.back);
+    const others = rest.length > 0 && rest.every((o) => !o.back!.error);
     const detail = w.back?.error
       ? broughtBack(initial, w.back.error, w.report.state)
       : w.back

@@ -95,6 +95,20 @@ describe("a member the driver will not restore", () => {
     }
   });
 
+  test("where another member's way back fails, a member brought back does not say every other was", async () => {
+    const sim = new SimulatedMachine({ gpus: 2 });
+    const [a, b] = [sim.spawn({ memoryMiB: 512, gpu: 0 }), sim.spawn({ memoryMiB: 512, gpu: 1 })];
+    b.launch(3000);
+    b.failNext("checkpoint", { code: 999 });
+    a.failNext("restore", { code: 999 });
+    const r = await runGroup("suspend", [a.pid, b.pid], { machine: sim, job: true });
+    assert.equal(r.processes[0].rollback?.ok, false, "a's way back failed");
+    assert.equal(a.state, "checkpointed");
+    const said = r.processes[1].error!.message;
+    assert.match(said, /brought back to running/, said);
+    assert.doesNotMatch(said, /every other/, said);
+  });
+
   test("a job whose restores will not fit is refused before any step: nothing is lost", async () => {
     const { sim, procs, pids } = job(2);
     assert.equal((await runGroup("suspend", pids, { machine: sim, job: true })).ok, true);
