@@ -202,7 +202,7 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
     const noLib = "spawn: a CUDA process has libcuda mapped; libcuda: false needs cuda: false";
     if (cuda && !libcuda) throw new TypeError(noLib);
     const pid = this.#nextPid, count = 1 + extra + (cuda ? 1 : 0);
-    if (pid + count > MAX_PID) throw new RangeError(`spawn: no pids left after ${pid}`);
+    if (pid + count - 1 > MAX_PID) throw new RangeError(`spawn: no pids left after ${pid}`);
     const threads = Array.from({ length: count }, (_, i) => pid + i);
     const command = checkName(or(o.command, `simulated-process ${pid}`), "spawn: command");
     const inspectable = checkFlag(o.inspectable, "spawn: inspectable", true);

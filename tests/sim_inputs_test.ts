@@ -100,6 +100,19 @@ describe("SimulatedMachine options", () => {
 });
 
 describe("spawn and process inputs", () => {
+  test("the last pid a process may have is 2^31 - 1, the kernel's most: one more is refused", () => {
+    const edge = new SimulatedMachine({ firstPid: 2 ** 31 - 2 });
+    assert.deepEqual(edge.spawn({ cuda: false, extraThreads: 1 }).threads, [
+      2 ** 31 - 2,
+      2 ** 31 - 1,
+    ]);
+    const over = new SimulatedMachine({ firstPid: 2 ** 31 - 2 });
+    assert.throws(
+      () => over.spawn({ cuda: false, extraThreads: 2 }),
+      /no pids left after 2147483646/,
+    );
+  });
+
   const sim = new SimulatedMachine({ gpus: 2 });
   const rows: [string, () => unknown, RegExp | ((e: Error) => boolean)][] = [
     ["gpu [0, 0]", () => sim.spawn({ gpu: [0, 0] }), /spawn: gpu lists GPU 0 twice/],
