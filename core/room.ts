@@ -160,9 +160,9 @@ export class RoomGuard {
   ): Promise<RoomCheck | undefined> {
     const mark = await this.host?.lastingMark?.(process).catch(() => undefined);
     const record = { process, heldMiB, at: Date.now(), ...(mark ? { mark } : {}) };
-    const on = this.#records(), its = (r: HeldRecord) => r.mark === mark;
+    const on = this.#records();
     return await Promise.try(() => on.put(record)).then(async () => {
-      const was = back && mark ? (await on.ended?.().catch(() => []) ?? []).filter(its) : [];
+      const was = back ? await endedWith(mark, on).catch(() => []) : [];
       if (was.length === 1) await on.remove(was[0].process).catch(() => {});
       return undefined;
     }, (err) => ({
@@ -328,7 +328,7 @@ export class RoomGuard {
     records: HeldRecords,
   ): Promise<{ record?: HeldRecord; shared: number }> {
     const mark = records.ended && await this.host?.lastingMark?.(process).catch(() => undefined);
-    const was = mark ? (await records.ended!()).filter((r) => r.mark === mark) : [];
+    const was = await endedWith(mark || undefined, records);
     if (was.length === 0) return { shared: 0 };
     const heldMiB: Record<string, number> = {};
     for (const [gpu, mib] of was.flatMap((r) => Object.entries(r.heldMiB))) {
@@ -381,4 +381,9 @@ export function onto(
     need[target] = (need[target] ?? 0) + mib;
   }
   return need;
+}
+
+/** The records kept of ended processes whose lasting mark is `mark` (none without a mark). */
+async function endedWith(mark: string | undefined, records: HeldRecords): Promise<HeldRecord[]> {
+  return mark && records.ended ? (await records.ended()).filter((r) => r.mark === mark) : [];
 }
