@@ -76,6 +76,10 @@ export function escapeControls(text: string): string {
   );
 }
 
+/** The one line that says an unexpected error (not the user's input, not a process's failure). */
+export const internalError = (err: unknown): string =>
+  `cuda-checkpoint: internal error: ${messageOf(err).split("\n")[0]}\n`;
+
 /** `text` with each command it advises one of the simulated machine's, where `simulated`. */
 export function advised(text: string, simulated: boolean): string {
   const advice = /\b(kill )(?=[0-9])|cuda-checkpoint /g, simulate = "cuda-checkpoint --simulate $1";
@@ -191,7 +195,7 @@ export function programIo(): ProgramIo {
   };
   const exit = (code: number) =>
     host.flushed().then(() => host.exit(code), (err) => {
-      io.stderr(`cuda-checkpoint: internal error: ${messageOf(err)}\n`); // stdout's, once written
+      io.stderr(escapeControls(internalError(err))); // stdout's failure, once written out
       host.exit(code || 1);
     });
   return { args: host.args, io, exit };

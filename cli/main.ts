@@ -23,11 +23,10 @@
 
 import { parseCommandLine, wantsJson } from "./args.ts";
 import { type Command, UsageError } from "./command.ts";
-import { type CliIo, escapeControls, programIo } from "./io.ts";
+import { type CliIo, escapeControls, internalError, programIo } from "./io.ts";
 import type { Machine } from "../driver.ts";
 import type { Printer } from "./report.ts";
 import type { SavedMachine } from "./simulate.ts";
-import { messageOf } from "../core/errors.ts";
 import { VERSION } from "../core/version.ts";
 
 export type { CliIo, Interrupts } from "./io.ts";
@@ -61,7 +60,7 @@ export async function main(args: readonly string[], io: CliIo): Promise<number> 
         const usage = JSON.stringify({ ok: false, error: { message, code: "USAGE", detail } });
         if (wantsJson(args)) io.stdout(escapeControls(`${usage}\n`));
       } else {
-        say(`cuda-checkpoint: internal error: ${messageOf(error).split("\n")[0]}\n`);
+        say(internalError(error));
       }
     } catch {
       // Nowhere left to say it: the exit code says it.
