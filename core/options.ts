@@ -161,10 +161,12 @@ export function checkPath(value: unknown, what: string, expected = "an absolute 
   if (value !== undefined && !path) mustBe(TypeError, what, expected, value);
 }
 
-/** Checks a non-empty string without NUL (which would cut a C string short); returns it. */
+/** Whether `value` is a non-empty string without NUL (which would cut a C string short). */
+export const isName = (value: unknown): value is string =>
+  typeof value === "string" && value.trim() !== "" && !value.includes("\0");
+/** Checks a non-empty string without NUL ({@link isName}); returns it. */
 export function checkName(value: unknown, what: string): string {
-  if (typeof value === "string" && value.trim() !== "" && !value.includes("\0")) return value;
-  return mustBe(TypeError, what, "a non-empty string without NUL", value);
+  return isName(value) ? value : mustBe(TypeError, what, "a non-empty string without NUL", value);
 }
 
 /** `value`, or `fallback` where it is left out (`undefined`; `null` is a value, to be refused). */

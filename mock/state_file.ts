@@ -2,7 +2,7 @@
 // keeps between calls. Another format or version is refused, naming it.
 
 import { StrictReader } from "../core/json.ts";
-import { checkKeys, describeValue, MAX_PID } from "../core/options.ts";
+import { checkKeys, describeValue, isName, MAX_PID } from "../core/options.ts";
 import { INITIAL_STATE, isFinal, memoryOnHost } from "../core/states.ts";
 import { PROCESS_STATES, type ProcessState } from "../core/states.ts";
 import { FAULTABLE_OPERATIONS, type FaultableOperation, type PendingFault } from "./faults.ts";
@@ -137,8 +137,7 @@ export function loadSimulator(
   return sim;
 }
 
-/** What a GPU's name must be, as the machine's own option (which would refuse it later). */
-const NAME = "a non-empty string without NUL";
+const NAME = "a non-empty string without NUL"; // a GPU's name, as isName and the machine say
 const PROCESS_FIELDS =
   "pid parent start threads restoreThreadId command cuda libcuda inspectable state gpus memoryMiB"
     .split(" ");
@@ -165,7 +164,7 @@ function readSnapshot(value: unknown): SimulatorSnapshot {
   const top = read.object(value, "", fields, ["heldRecords"]);
   const gpus = read.array(top.gpus, "gpus", 1, 1024).map((g, i) =>
     read.fields<GpuSnapshot>(g, `gpus[${i}]`, {
-      name: (v, at) => /^\s*$|\0/.test(read.string(v, at)) ? read.fail(at, NAME, v) : v as string,
+      name: (v, at) => isName(read.string(v, at)) ? v as string : read.fail(at, NAME, v),
       uuid: (v, at) => read.uuid(v, at),
       memoryMiB: (v, at) => read.amount(v, at, true),
       contextMiB: (v, at) => read.amount(v, at),
