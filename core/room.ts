@@ -127,6 +127,9 @@ export class RoomGuard {
   readonly #made = new Set<string>();
   /** Reads of the host under way: a lock of the calling process waits for them. */
   readonly #reads = new Set<Promise<unknown>>();
+  /** The last listing of the records asked for, and the one not yet begun (see `#listing`). */
+  #lastListing: Promise<unknown> = Promise.resolve();
+  #nextListing?: Promise<HeldRecord[]>;
 
   /** A guard for one session: its machine's host (`undefined`: none), and this program. */
   constructor(
@@ -264,7 +267,7 @@ export class RoomGuard {
     where: { operation: string; pid?: number; who?: string; note?: string },
     except?: ProcessIdentity,
   ): Promise<RoomCheck> {
-    const listed = await this.#records().list().catch((err) => {
+    const listed = await this.#listing().catch((err) => {
       throw roomUnknownError(where, err);
     });
     // Every claim is read before the GPU's memory: one that ends meanwhile took its memory first.
@@ -340,6 +343,15 @@ export class RoomGuard {
       await records.remove(was[0].process);
     }
     return { record, shared: was.length };
+  }
+
+  /**
+   * The records listed, one listing at a time: those who ask before the next begins share it, each
+   * having made its claim before (so a group of N restores at once reads them a few times, not N).
+   */
+  #listing(): Promise<HeldRecord[]> {
+    const begin = () => (this.#nextListing = undefined, this.#records().list());
+    return this.#nextListing ??= this.#lastListing = this.#lastListing.then(begin, begin);
   }
 
   #records(): HeldRecords {

@@ -37,18 +37,21 @@ function setup(memoryMiB = 1024, gpus = 2) {
 }
 
 /**
- * Two that meet, once `reset`: each `wait`s until the other came too, or 50 ms at most; `met` says
- * whether two came and none waited in vain.
+ * Two that meet, once `reset`: each `wait`s until the other came too, or 50 ms at most (or one
+ * `arrive`s, and others wait `until` two came); `met` says whether two came and none waited in vain.
  */
 function meeting() {
   let met = Promise.withResolvers<void>(), came = 0, armed = false, missed = 0;
+  const arrive = () => void (armed && ++came === 2 && met.resolve());
+  const until = async () => {
+    if (!armed) return;
+    const late = new Promise<"late">((ok) => setTimeout(() => ok("late"), 50));
+    if ((await Promise.race([met.promise, late])) === "late") missed++;
+  };
   return {
-    wait: async () => {
-      if (!armed) return;
-      if (++came === 2) met.resolve();
-      const late = new Promise<"late">((ok) => setTimeout(() => ok("late"), 50));
-      if ((await Promise.race([met.promise, late])) === "late") missed++;
-    },
+    arrive,
+    until,
+    wait: () => (arrive(), until()),
     reset: () => void ([met, came, armed, missed] = [Promise.withResolvers(), 0, true, 0]),
     get came() {
       return came;
@@ -60,16 +63,17 @@ function meeting() {
 }
 
 /**
- * `records`, each listing held at `m`: two restores' claims are then both made before either counts
- * the claims, as two reads of the record files at once may find them.
+ * `records`, each listing held at `m` until two claims are in them: two restores' claims are then
+ * both made before either counts the claims, as two reads of the record files at once may find
+ * them (one session lists once at a time, so its restores' listings cannot be the ones to meet).
  */
 function listedAt(m: ReturnType<typeof meeting>, records: HeldRecords): HeldRecords {
   return {
     where: records.where,
     get: (p) => records.get(p),
-    put: (r) => records.put(r),
+    put: (r) => records.put(r).then(() => r.claim && m.arrive()),
     remove: (p) => records.remove(p),
-    list: () => m.wait().then(() => records.list()),
+    list: () => m.until().then(() => records.list()),
   };
 }
 
@@ -593,7 +597,7 @@ describe("the room check before a restore", () => {
       sim.spawn({ memoryMiB: 4000 }); // 4500 with its context: 5500 free, 3500 needed by each
       together.reset();
       const outcomes = await Promise.allSettled(procs.map((p) => p.resume()));
-      assert.ok(together.met, "the two listings met");
+      assert.ok(together.met, "both claims were made before either was counted");
       assert.deepEqual(outcomes.map((o) => o.status).sort(), ["fulfilled", "rejected"]);
       const refused = outcomes.find((o) => o.status === "rejected") as PromiseRejectedResult;
       assert.ok(refused.reason instanceof GpuRoomError, String(refused.reason));
@@ -653,8 +657,9 @@ describe("the room check before a restore", () => {
     // A session keeps the key of each claim it made while the records may show it, and past
     // 10 000 forgets the oldest (so that its memory stays bounded, which no test here can see).
     // After 9 999 resumes of one process, two at once with room for one make the 10 000th and
-    // 10 001st claims, the second making it forget: still one resumes (were the newest forgotten,
-    // the first would count the second's claim as another's and both be refused).
+    // 10 001st claims, the second making it forget: still the first resumes (were the newest
+    // forgotten, the first would count the second's claim as another's and be refused; the second
+    // too, where their checks overlap).
     const sim = new SimulatedMachine({ gpus: [{ memoryMiB: 10_000, contextMiB: 500 }] });
     const together = meeting(), records = listedAt(together, sim.heldRecords);
     const machine = machineWith(sim, { host: hostWith(sim.host, { heldRecords: records }) });
@@ -678,8 +683,8 @@ describe("the room check before a restore", () => {
     sim.spawn({ memoryMiB: 4000 }); // 5500 free: room for 3500 once
     together.reset();
     const outcomes = await Promise.allSettled(procs.map((p) => p.resume()));
-    assert.ok(together.met, "the two listings met");
-    assert.deepEqual(outcomes.map((o) => o.status).sort(), ["fulfilled", "rejected"]);
+    assert.ok(together.met, "both claims were made before either was counted");
+    assert.deepEqual(outcomes.map((o) => o.status), ["fulfilled", "rejected"]);
   });
 
   test("two simulated machines' restores at once: neither counts the other's claim", async () => {
@@ -703,7 +708,7 @@ describe("the room check before a restore", () => {
     for (const sim of sims) sim.spawn({ memoryMiB: 4000 }); // 5500 (4984) free: 3500 fits once
     together.reset();
     const outcomes = await Promise.all(procs.map((p) => p.resume()));
-    assert.ok(together.met, "the two listings met");
+    assert.ok(together.met, "both claims were made before either was counted");
     assert.deepEqual(outcomes.map((o) => o.roomCheck), ["checked", "checked"]);
   });
 
@@ -731,7 +736,7 @@ describe("the room check before a restore", () => {
       sim.spawn({ memoryMiB: 4000 }); // 5500 free: room for 3500 once
       [together, reads].forEach((m) => m.reset());
       const outcomes = await Promise.allSettled(procs.map((p) => p.resume()));
-      assert.ok(together.met, "the two listings met");
+      assert.ok(together.met, "both claims were made before either was counted");
       for (const o of outcomes) {
         if (o.status === "rejected") assert.ok(o.reason instanceof GpuRoomError, String(o.reason));
       }
