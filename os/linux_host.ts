@@ -123,12 +123,10 @@ export function descendants(table: ReadonlyMap<number, ProcEntry>, pid: number):
   for (const [p, e] of [...table].sort(([a], [b]) => a - b)) {
     (children.get(e.parent) ?? children.set(e.parent, []).get(e.parent)!).push(p);
   }
-  const out = [...children.get(pid) ?? []];
-  // Bounded by the table: a pid reused while /proc was read cannot make it loop.
-  for (let i = 0; i < out.length && out.length <= table.size; i++) {
-    out.push(...children.get(out[i]) ?? []);
-  }
-  return out;
+  // Each once: a parent loop (pids reused while /proc was read) neither loops nor repeats one.
+  const out = new Set(children.get(pid));
+  for (const p of out) for (const c of children.get(p) ?? []) if (c !== pid) out.add(c);
+  return [...out];
 }
 
 /** Every process of `/proc` by pid, read once, with its thread ids where `threads` asks. */
