@@ -17,6 +17,7 @@ import {
   writeFileSync,
 } from "node:fs";
 import { tmpdir } from "node:os";
+import process from "node:process";
 import { join } from "node:path";
 import {
   CheckpointUnsupportedError,
@@ -33,6 +34,7 @@ import { SimulatedCriu, SimulatedMachine, type SimulatedProcess } from "../mock/
 import { mappingProblems } from "../core/mapping.ts";
 import { parseGpuUuid } from "../core/options.ts";
 import { tempDirs } from "./support/temp_dirs.ts";
+import { runProgram } from "./cli_support.ts";
 import { FileSnapshotStore } from "../os/snapshot_store.ts";
 
 const base = tempDirs("ckpt-snapshot-test-");
@@ -210,11 +212,38 @@ describe("a snapshot and its restore", () => {
       const err = await snapshot([p.pid], dir, { machine: sim, onProgress }).catch((e) => e);
       assert.ok(err instanceof SnapshotError, String(err));
       assert.equal(err.code, "WRITE_FAILED");
-      const why = cut ? /its files changed meanwhile: .*pages-\d+\.img has 10 bytes/ : /missing/;
+      const whole = "its files could not be confirmed whole before the processes were ended";
+      const why = cut ? new RegExp(`${whole}: .*pages-\\d+\\.img has 10 bytes`) : /missing/;
       assert.match(err.message, why);
       assert.equal(live(sim, p.pid).state, "running", "put back, not ended");
       assert.throws(() => readdirSync(dir), /ENOENT/, "the directory it made removed");
     }
+  });
+
+  test("more images than this program may hold open at once: it ends nothing, and says why", async () => {
+    // A restore holds every image open until its engine is done, so the snapshot's last check
+    // does too: 60 trees (180 files) under an open-file limit of 150 would make a snapshot its
+    // restore cannot open. Run in a child with that limit (both runtimes raise only the soft one).
+    const dir = newDir();
+    const code = `import { snapshot } from ${JSON.stringify(import.meta.resolve("../mod.ts"))};
+      import { SimulatedMachine } from ${JSON.stringify(import.meta.resolve("../mock/mod.ts"))};
+      const sim = new SimulatedMachine();
+      const pids = Array.from({ length: 60 }, () => sim.spawn({ memoryMiB: 16 }).pid);
+      const err = await snapshot(pids, ${JSON.stringify(dir)}, { machine: sim }).catch((e) => e);
+      const states = new Set(pids.map((pid) => sim.process(pid)?.state));
+      console.log(JSON.stringify({ code: err.code, message: err.message, states: [...states] }));
+      await sim.close();`;
+    const eval_ = "Deno" in globalThis ? ["eval", code] : ["-e", code];
+    const limited = 'ulimit -n 150 && exec "$0" "$@"';
+    const run = await runProgram("bash", ["-c", limited, process.execPath, ...eval_]);
+    assert.equal(run.code, 0, run.err);
+    const said = JSON.parse(run.out.trim().split("\n").at(-1)!);
+    assert.equal(said.code, "WRITE_FAILED", said.message);
+    const whole = "its files could not be confirmed whole before the processes were ended";
+    assert.match(said.message, new RegExp(`^snapshot failed: ${whole}: .* EMFILE`));
+    assert.match(said.message, /Every process was put back as it was, and keeps running/);
+    assert.deepEqual(said.states, ["running"]);
+    assert.throws(() => readdirSync(dir), /ENOENT/, "the directory it made removed");
   });
 
   test("a CUDA process checkpointed before the snapshot comes back checkpointed", async () => {
