@@ -127,9 +127,9 @@ export class RoomGuard {
   readonly #made = new Set<string>();
   /** Reads of the host under way: a lock of the calling process waits for them. */
   readonly #reads = new Set<Promise<unknown>>();
-  /** The last listing of the records asked for, and the one not yet begun (see `#listing`). */
-  #lastListing: Promise<unknown> = Promise.resolve();
-  #nextListing?: Promise<HeldRecord[]>;
+  /** The records, and those of ended processes, read one read at a time (see `sharedReads`). */
+  readonly #listing = sharedReads(() => this.#records().list());
+  readonly #ended = sharedReads(async () => await this.#records().ended?.() ?? []);
 
   /** A guard for one session: its machine's host (`undefined`: none), and this program. */
   constructor(
@@ -165,7 +165,7 @@ export class RoomGuard {
     const record = { process, heldMiB, at: Date.now(), ...(mark ? { mark } : {}) };
     const on = this.#records();
     return await Promise.try(() => on.put(record)).then(async () => {
-      const was = back ? await endedWith(mark, on).catch(() => []) : [];
+      const was = back ? await endedWith(mark, this.#ended).catch(() => []) : [];
       if (was.length === 1) await on.remove(was[0].process).catch(() => {});
       return undefined;
     }, (err) => ({
@@ -331,7 +331,7 @@ export class RoomGuard {
     records: HeldRecords,
   ): Promise<{ record?: HeldRecord; shared: number }> {
     const mark = records.ended && await this.host?.lastingMark?.(process).catch(() => undefined);
-    const was = await endedWith(mark || undefined, records);
+    const was = await endedWith(mark || undefined, this.#ended);
     if (was.length === 0) return { shared: 0 };
     const heldMiB: Record<string, number> = {};
     for (const [gpu, mib] of was.flatMap((r) => Object.entries(r.heldMiB))) {
@@ -343,15 +343,6 @@ export class RoomGuard {
       await records.remove(was[0].process);
     }
     return { record, shared: was.length };
-  }
-
-  /**
-   * The records listed, one listing at a time: those who ask before the next begins share it, each
-   * having made its claim before (so a group of N restores at once reads them a few times, not N).
-   */
-  #listing(): Promise<HeldRecord[]> {
-    const begin = () => (this.#nextListing = undefined, this.#records().list());
-    return this.#nextListing ??= this.#lastListing = this.#lastListing.then(begin, begin);
   }
 
   #records(): HeldRecords {
@@ -396,6 +387,17 @@ export function onto(
 }
 
 /** The records kept of ended processes whose lasting mark is `mark` (none without a mark). */
-async function endedWith(mark: string | undefined, records: HeldRecords): Promise<HeldRecord[]> {
-  return mark && records.ended ? (await records.ended()).filter((r) => r.mark === mark) : [];
+async function endedWith(mark: string | undefined, ended: () => Promise<HeldRecord[]>) {
+  return mark ? (await ended()).filter((r) => r.mark === mark) : [];
+}
+
+/**
+ * `read`, one call at a time: calls made before the next begins share it, each having asked before
+ * it began (after its claim was made). A group of N restores at once reads the records a few
+ * times, not N (200 restores had read 40 000 records, 3.6 s).
+ */
+function sharedReads<T>(read: () => Promise<T>): () => Promise<T> {
+  let last: Promise<unknown> = Promise.resolve(), next: Promise<T> | undefined;
+  const begin = () => (next = undefined, read());
+  return () => next ??= (last = last.then(begin, begin)) as Promise<T>;
 }

@@ -5,13 +5,25 @@
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 
-import { CudaProcess, GpuRoomError, RefusedError, runGroup } from "../mod.ts";
-import type { ProcessIdentity } from "../core/host.ts";
+import { join } from "node:path";
+
+import {
+  CudaProcess,
+  GpuRoomError,
+  RefusedError,
+  restoreSnapshot,
+  runGroup,
+  snapshot,
+} from "../mod.ts";
+import type { HeldRecord, ProcessIdentity } from "../core/host.ts";
 import type { Machine } from "../core/machine.ts";
 import { sessionOf } from "../core/process.ts";
 import { SimulatedMachine } from "../mock/mod.ts";
 import { forward, hostWith, machineWith } from "./support/forward.ts";
 import { heldWhenCheckpointed } from "./support/held.ts";
+import { tempDirs } from "./support/temp_dirs.ts";
+
+const base = tempDirs("ckpt-room-test-");
 
 describe("a thread id and the pid are one process, for the room too", () => {
   test("suspended through the pid, a resume through a thread id is refused for room like the pid's", async () => {
@@ -193,32 +205,70 @@ describe("the room check belongs to the machine's session", () => {
   });
 });
 
-describe("a group's restores share their reads of the records", () => {
-  test("a resume of 30 at once lists the records a few times, not once a process", async () => {
+/**
+ * A simulated machine whose records count each `list` and `ended` read. Once `reset`, a `gated`
+ * read waits until 30 records were written (1 s at most), claims for `list`, records of what a
+ * process held for `ended`: as each of 30 restores writes one before its read, all 30 reads are
+ * then asked for while the first is under way.
+ */
+function countedReads(gated: "list" | "ended") {
+  const sim = new SimulatedMachine(), records = sim.heldRecords;
+  const reads = { list: 0, ended: 0 };
+  let puts = 0, written = Promise.withResolvers<void>();
+  const counts = (r: HeldRecord) => (r.claim !== undefined) === (gated === "list");
+  const heldRecords = new Proxy(records, {
+    get(target, key) {
+      if (key === "put") {
+        return (r: HeldRecord) =>
+          target.put(r).then(() => void (counts(r) && ++puts === 30 && written.resolve()));
+      }
+      if (key === "list" || key === "ended") {
+        return async () => {
+          reads[key]++;
+          const late = new Promise((r) => setTimeout(r, 1000));
+          if (key === gated) await Promise.race([written.promise, late]);
+          return await target[key]();
+        };
+      }
+      const value = Reflect.get(target, key);
+      return typeof value === "function" ? value.bind(target) : value;
+    },
+  });
+  const machine = machineWith(sim, { host: hostWith(sim.host, { heldRecords }) });
+  const reset = () =>
+    void ([puts, written, reads.list, reads.ended] = [0, Promise.withResolvers(), 0, 0]);
+  return { sim, reads, machine, reset };
+}
+
+describe("restores at once share their reads of the records", () => {
+  test("a resume of 30 at once lists the records twice, not once a process", async () => {
     // Each restore's check reads every record (the claims of other programs); one listing begun
     // after a restore made its claim serves it as well as its own would, so those asking before
-    // it begins share it. Once per process, 400 processes read 160 000 records (22 s). Here a
-    // listing takes a few ms, as a directory's does.
-    const later = <T>(f: () => Promise<T>) => new Promise((r) => setTimeout(r, 3)).then(f);
-    const sim = new SimulatedMachine();
-    const records = sim.heldRecords;
-    let lists = 0;
-    const heldRecords = new Proxy(records, {
-      get(target, key) {
-        if (key === "list") return () => (lists++, later(() => target.list()));
-        const value = Reflect.get(target, key);
-        return typeof value === "function" ? value.bind(target) : value;
-      },
-    });
-    const counted = hostWith(sim.host, { heldRecords });
-    const machine = machineWith(sim, { host: counted });
+    // it begins share it. Once per process, 200 processes read 40 000 records (3.6 s).
+    const { sim, reads, machine, reset } = countedReads("list");
     const targets = Array.from({ length: 30 }, () => sim.spawn({ memoryMiB: 256 }));
     const pids = targets.map((t) => t.pid);
     assert.equal((await runGroup("suspend", pids, { machine })).ok, true);
+    reset();
     const back = await runGroup("resume", pids, { machine });
     assert.deepEqual(back.processes.map((p) => p.roomCheck), pids.map(() => "checked"));
     assert.ok(targets.every((t) => t.state === "running"));
-    assert.ok(lists >= 1 && lists <= 5, `the records listed ${lists} times for 30 restores`);
+    assert.equal(reads.list, 2, "the first, and one for the 29 that asked meanwhile");
+  });
+
+  test("a restore of 30 trees reads the ended processes' records twice, not once a tree", async () => {
+    // Each process brought back forgets the record its ended self left (kept for a resume after
+    // criu brought it back some other way), found among the ended ones by its lasting mark.
+    const { sim, reads, machine, reset } = countedReads("ended");
+    const pids = Array.from({ length: 30 }, () => sim.spawn({ memoryMiB: 64 }).pid);
+    const dir = join(base(), "snap");
+    await snapshot(pids, dir, { machine });
+    assert.equal((await sim.heldRecords.ended()).length, 30, "each ended process's record kept");
+    reset();
+    await restoreSnapshot(dir, { machine });
+    assert.ok(pids.every((pid) => sim.process(pid)?.state === "running"));
+    assert.equal((await sim.heldRecords.ended()).length, 0, "each forgotten by its successor");
+    assert.equal(reads.ended, 2, "the first, and one for the 29 that asked meanwhile");
   });
 });
 
