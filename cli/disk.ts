@@ -73,7 +73,7 @@ export async function runDiskCommand(
     if (watch.signal.aborted) print.err(late);
     return 0;
   } catch (error) {
-    return watch.exitCode(failed(command, print, error, watch.signal.reason));
+    return watch.exitCode(failed(command, print, error));
   } finally {
     progress?.stop();
     watch.stop();
@@ -176,13 +176,9 @@ async function recover(c: RecoverCommand, machine: Machine, progress: Progress |
   };
 }
 
-/**
- * A failure: the `--json` object where asked, and the error's line, which names the subcommand
- * (or says that it stopped, where the error is the interrupt, `abort`, itself); exit code 1.
- */
-function failed(command: DiskCommand, print: Printer, error: unknown, abort?: unknown): number {
-  const stopped = error === abort && abort !== undefined ? `${command.kind} stopped: ` : "";
-  const message = advised(`${stopped}${commandMessage(error)}`, command.simulate);
+/** A failure: the `--json` object where asked, and the error's line; exit code 1. */
+function failed(command: DiskCommand, print: Printer, error: unknown): number {
+  const message = advised(commandMessage(error), command.simulate);
   if (command.json) {
     const e = error instanceof Error ? error as Error & { log?: unknown } : undefined;
     const code = error instanceof CheckpointError ? error.code : undefined;
