@@ -73,7 +73,15 @@ export async function runDiskCommand(
     if (watch.signal.aborted) print.err(late);
     return 0;
   } catch (error) {
-    return watch.exitCode(failed(command, print, error));
+    const message = advised(commandMessage(error), command.simulate);
+    if (command.json) {
+      const e = error instanceof Error ? error as Error & { log?: unknown } : undefined;
+      const code = error instanceof CheckpointError ? error.code : undefined;
+      const failure = { message, code, name: e?.name, log: e?.log || undefined };
+      print.json({ ok: false, operation: kind, dir, error: failure });
+    }
+    print.err(`cuda-checkpoint: ${message}`);
+    return watch.exitCode(1);
   } finally {
     progress?.stop();
     watch.stop();
@@ -174,19 +182,6 @@ async function recover(c: RecoverCommand, machine: Machine, progress: Progress |
         : `removed what the interrupted snapshot had written in ${r.dir}`,
     ],
   };
-}
-
-/** A failure: the `--json` object where asked, and the error's line; exit code 1. */
-function failed(command: DiskCommand, print: Printer, error: unknown): number {
-  const message = advised(commandMessage(error), command.simulate);
-  if (command.json) {
-    const e = error instanceof Error ? error as Error & { log?: unknown } : undefined;
-    const code = error instanceof CheckpointError ? error.code : undefined;
-    const failure = { message, code, name: e?.name, log: e?.log || undefined };
-    print.json({ ok: false, operation: command.kind, dir: command.dir, error: failure });
-  }
-  print.err(`cuda-checkpoint: ${message}`);
-  return 1;
 }
 
 /** Where a process's GPU memory is, MiB by GPU (`null`: unknown); the manifest's, by default. */
