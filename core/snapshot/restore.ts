@@ -73,9 +73,8 @@ export type RestoreSettings = Settings<typeof RESTORE_OPTIONS> & { readonly oper
 export function checkRestoreArgs(
   dir: unknown,
   options: RestoreSnapshotOptions | undefined,
-): { dir: string; settings: RestoreSettings } {
-  const settings = checkTable(options, "restoreSnapshot", RESTORE_OPTIONS);
-  return { dir: checkDir(dir), settings: { ...settings, operation: "restoreSnapshot" } };
+): { dir: string; settings: Settings<typeof RESTORE_OPTIONS> } {
+  return { settings: checkTable(options, "restoreSnapshot", RESTORE_OPTIONS), dir: checkDir(dir) };
 }
 
 /**
