@@ -127,9 +127,10 @@ export class RoomGuard {
   readonly #made = new Set<string>();
   /** Reads of the host under way: a lock of the calling process waits for them. */
   readonly #reads = new Set<Promise<unknown>>();
-  /** The records, and those of ended processes, read one read at a time (see `sharedReads`). */
+  /** The records, those of ended processes and the GPU report, one read at a time (`sharedReads`). */
   readonly #listing = sharedReads(() => this.#records().list());
   readonly #ended = sharedReads(async () => await this.#records().ended?.() ?? []);
+  readonly #report = sharedReads(() => this.report());
 
   /** A guard for one session: its machine's host (`undefined`: none), and this program. */
   constructor(
@@ -272,7 +273,7 @@ export class RoomGuard {
     });
     // Every claim is read before the GPU's memory: one that ends meanwhile took its memory first.
     const mine = [...this.#mine], at = except ? mine.findIndex(([p]) => p === except) : -1;
-    const report = await this.report();
+    const report = await this.#report();
     const free = report && "byPid" in report ? report.freeMiB : undefined;
     const unknown = report && "unknown" in report
       ? `the free GPU memory is unknown: ${report.unknown}`
@@ -393,8 +394,8 @@ async function endedWith(mark: string | undefined, ended: () => Promise<HeldReco
 
 /**
  * `read`, one call at a time: calls made before the next begins share it, each having asked before
- * it began (after its claim was made). A group of N restores at once reads the records a few
- * times, not N (200 restores had read 40 000 records, 3.6 s).
+ * it began (after its claim was made, its claims read). A group of N restores at once reads the
+ * records and NVML a few times, not N (200 restores had read 40 000 records, 3.6 s).
  */
 function sharedReads<T>(read: () => Promise<T>): () => Promise<T> {
   let last: Promise<unknown> = Promise.resolve(), next: Promise<T> | undefined;
