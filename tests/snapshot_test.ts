@@ -625,6 +625,31 @@ describe("refused before anything changes", () => {
     );
   });
 
+  test("a host that lists an empty tree for a root, or none for a pid that is a process's own: no such process", async () => {
+    // HostProcesses is a seam others implement: an empty list is no tree, as undefined is, and a
+    // pid the host identifies as its own process is not said to be a thread of itself.
+    const sim = new SimulatedMachine();
+    const p = sim.spawn({ memoryMiB: 256 });
+    const cases = [
+      hostWith(sim.host, { processTree: () => Promise.resolve([]) }),
+      hostWith(sim.host, {
+        processTree: () => Promise.resolve(undefined),
+        identify: (id) => Promise.resolve({ pid: id }),
+      }),
+    ];
+    for (const host of cases) {
+      const dir = newDir();
+      const err = await snapshot([p.pid], dir, { machine: machineWith(sim, { host }) })
+        .catch((e) => e);
+      assert.ok(err instanceof RefusedError, String(err));
+      assert.equal(err.code, "PREREQUISITE", err.message);
+      assert.match(err.message, new RegExp(`^snapshot refused: no process has pid ${p.pid} `));
+      assert.throws(() => statSync(dir), "no directory was made");
+    }
+    assert.equal(sim.driver.calls.filter((c) => c.op === "lock").length, 0, "nothing suspended");
+    assert.equal(live(sim, p.pid).state, "running");
+  });
+
   test("a snapshot of a stopped CUDA process is refused (the driver would wait); a stopped process without CUDA comes back running", async () => {
     const { sim, a, c, pids, hashes } = await job();
     await sim.engine.stop([a.pid]);
@@ -898,14 +923,42 @@ describe("failures after things began to change", () => {
 
   test("an abort during the dump, and a deadline, stop it and put everything back", async () => {
     const { sim, a, pids } = await job();
+    // Aborted as the dump begins (a sleep of 2.5 s, before, stopped it in the suspend).
     const controller = new AbortController();
-    const running = snapshot([pids[0]], newDir(), { machine: sim, signal: controller.signal });
-    await sim.sleep(2_500); // into the dump
-    controller.abort();
+    const atDump = (e: SnapshotEvent) => {
+      if (e.type === "phase" && e.phase === "dump") controller.abort();
+    };
+    const running = snapshot([pids[0]], newDir(), {
+      machine: sim,
+      signal: controller.signal,
+      onProgress: atDump,
+    });
     const err = await running.catch((e) => e);
     assert.ok(err instanceof SnapshotError, String(err));
     assert.equal(err.code, "STOPPED");
+    // The message says where it was stopped: in the dump, not while suspending.
+    assert.match(err.message, /^snapshot stopped while dumping: it was aborted/);
     assert.equal(live(sim, a.pid).state, "running");
+    // Stopped as its CUDA processes are suspended (before any dump began): said so.
+    const early = new AbortController();
+    const onProgress = (e: SnapshotEvent) => {
+      if (e.type === "phase" && e.phase === "suspend") early.abort();
+    };
+    const into = newDir();
+    const first = await snapshot([pids[0]], into, {
+      machine: sim,
+      signal: early.signal,
+      onProgress,
+    })
+      .catch((e) => e);
+    assert.ok(first instanceof SnapshotError, String(first));
+    assert.equal(first.code, "STOPPED", first.message);
+    assert.match(
+      first.message,
+      /^snapshot stopped while suspending its CUDA processes: it was aborted/,
+    );
+    assert.equal(live(sim, a.pid).state, "running");
+    assert.throws(() => statSync(into), "what it wrote was removed");
 
     const late = await snapshot([pids[0]], newDir(), { machine: sim, timeoutMs: 3_000 })
       .catch((e) => e);
