@@ -192,6 +192,21 @@ describe("a checkpoint of an importer is refused before any step", () => {
     noStep(sim);
   });
 
+  test("a snapshot with allowIpcImport takes the importer's tree: suspended, dumped, ended", async () => {
+    // The refusal is skipped once, at the checks; the suspend itself must not refuse it again.
+    const { sim, importer } = pair();
+    const dir = join(base(), "snap");
+    const { manifest } = await snapshot([importer.pid], dir, {
+      machine: sim,
+      allowIpcImport: true,
+    });
+    assert.deepEqual(manifest.trees.map((t) => t.root), [importer.pid]);
+    assert.equal(manifest.trees[0].processes[0].cuda?.state, "running");
+    const checkpoints = sim.driver.calls.filter((c) => c.op === "checkpoint").map((c) => c.pid);
+    assert.deepEqual(checkpoints, [importer.pid]);
+    assert.equal(sim.process(importer.pid), undefined, "ended once on disk");
+  });
+
   test("allowIpcImport: it is checkpointed, and its resume then fails as the driver's does", async () => {
     const { sim, importer } = pair();
     const proc = new CudaProcess(importer.pid, { machine: sim });
