@@ -1140,6 +1140,43 @@ test("two trees: one's dump fails while the other still suspends; both are put b
   assert.deepEqual([await big.memoryChunkedSha256(), await small.memoryChunkedSha256()], hashes);
 });
 
+test("a process that comes into a tree after it was listed, before its dump, is in the manifest and comes back", async () => {
+  // The manifest lists each tree as dumped, not as first listed: a restore must wait for the pid
+  // of every process criu brings back, and a tree's processes are the root first, each after its
+  // parent.
+  const sim = new SimulatedMachine();
+  const root = sim.spawn({ memoryMiB: 256, command: "python train.py" });
+  let child: SimulatedProcess | undefined;
+  const onProgress = (e: SnapshotEvent) => {
+    if (e.type === "phase" && e.phase === "dump") {
+      child = sim.spawn({ parent: root.pid, cuda: false, command: "sh -c sync" });
+    }
+  };
+  const dir = newDir();
+  const { manifest } = await snapshot([root.pid], dir, { machine: sim, onProgress });
+  assert.ok(child, "spawned as the dump began");
+  const listed = manifest.trees[0].processes;
+  assert.deepEqual(listed.map((p) => p.pid), [root.pid, child.pid]);
+  assert.equal(listed[1].parent, root.pid);
+  assert.equal(listed[0].command, "python train.py", "what was learnt when it was listed stays");
+  assert.equal(listed[0].cuda?.state, "running");
+  assert.equal(sim.process(child.pid), undefined, "ended with its tree");
+  const back = await restoreSnapshot(dir, { machine: sim });
+  assert.deepEqual(back.pids, [root.pid, child.pid]);
+  assert.equal(live(sim, child.pid).usesCuda, false);
+  assert.equal(live(sim, root.pid).state, "running");
+});
+
+test("a manifest lists its files by path, whatever order the trees were given in", async () => {
+  const sim = new SimulatedMachine();
+  const first = sim.spawn({ memoryMiB: 256 }), second = sim.spawn({ memoryMiB: 256 });
+  const { manifest } = await snapshot([second.pid, first.pid], newDir(), { machine: sim });
+  const paths = manifest.files.map((f) => f.path);
+  assert.ok(paths.some((p) => p.startsWith(`tree-${first.pid}/`)));
+  assert.ok(paths.some((p) => p.startsWith(`tree-${second.pid}/`)));
+  assert.deepEqual(paths, [...paths].sort(), "sorted: one snapshot's manifest reads as another's");
+});
+
 test("a process that ends during the dump holds back no other: each other one runs, as a job too", async () => {
   for (const job of [false, true]) {
     const sim = new SimulatedMachine({ gpus: 2 });
@@ -1237,6 +1274,31 @@ test("--leave-running: a resume that fails for one process names it, and the oth
     ),
   );
   assert.deepEqual([live(sim, a.pid).state, live(sim, b.pid).state], ["running", "checkpointed"]);
+  // One already running again when its resume came (resumed meanwhile: unchanged) is not "left so".
+  const c = sim.spawn({ memoryMiB: 512 }), d = sim.spawn({ memoryMiB: 512, gpu: 1 });
+  d.failNext("restore", { code: 2 });
+  let ending = false, meanwhile = false;
+  const machine = forward(sim, {
+    listGpus: () => sim.driver.listGpus!(),
+    getState: async (pid) => {
+      if (ending && pid === c.pid && !meanwhile) {
+        meanwhile = true;
+        await sim.driver.restore(pid, null);
+        await sim.driver.unlock(pid);
+      }
+      return await sim.driver.getState(pid);
+    },
+  });
+  const onProgress = (e: SnapshotEvent) =>
+    void (e.type === "phase" && (ending = e.phase === "end"));
+  const again = newDir();
+  const err2 = await snapshot([c.pid, d.pid], again, { machine, leaveRunning: true, onProgress })
+    .catch((e) => e);
+  assert.ok(err2 instanceof SnapshotError, String(err2));
+  assert.equal(err2.code, "RESUME_FAILED", err2.message);
+  assert.ok(meanwhile, "resumed by another as the snapshot ended");
+  assert.match(err2.message, new RegExp(`Left so: ${d.pid} checkpointed; \``));
+  assert.deepEqual([live(sim, c.pid).state, live(sim, d.pid).state], ["running", "checkpointed"]);
 });
 
 test("two trees: one's GPU restore fails in the driver; the other runs, the failed one is left checkpointed, said so", async () => {
