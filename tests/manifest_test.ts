@@ -115,6 +115,13 @@ describe("what the manifest parser refuses", () => {
       /format "ckpt-cuda-snapshot\/1".*reads only "ckpt-cuda-snapshot\/2".*another version/,
     );
     refused(edited((m) => m.format = "oci-image/1"), /format "oci-image\/1"/);
+    // Only a tag of this format's family is said to come from another version of this package.
+    assert.throws(
+      () => parseManifest(edited((m) => m.format = "oci-image/1"), "m"),
+      (err: Error) => !/another version/.test(err.message),
+    );
+    // No format at all: it says which this version reads.
+    refused(`{"hello": 1}`, /it has no "format" field \(expected "ckpt-cuda-snapshot\/2"\)$/);
   });
 
   test("a field missing, unknown, or of the wrong type names the field and the value", () => {
@@ -133,6 +140,11 @@ describe("what the manifest parser refuses", () => {
     );
     refused(edited((m) => m.options.job = "yes"), /options\.job must be true or false, got "yes"/);
     refused(edited((m) => m.createdAt = "yesterday"), /createdAt must be a date/);
+    // Every process lists its threads (the pid first): each must be free for the restore.
+    refused(
+      edited((m) => delete m.trees[0].processes[1].threads),
+      /trees\[0\]\.processes\[1\] lacks "threads"/,
+    );
     refused(edited((m) => m.gpus[0].uuid = "GPU-xyz"), /gpus\[0\]\.uuid must be a GPU UUID/);
     // Each field of its own type, the optional ones too.
     refused(
@@ -191,7 +203,17 @@ describe("what the manifest parser refuses", () => {
   });
 
   test("a file path that leaves the snapshot's directory, or names no tree of it", () => {
-    for (const path of ["../etc/passwd", "/etc/passwd", "tree-4242/../../x", "tree-4242/a/b"]) {
+    // A name that starts with a dot: "." is the tree's directory itself, ".x" a hidden file.
+    for (
+      const path of [
+        "../etc/passwd",
+        "/etc/passwd",
+        "tree-4242/../../x",
+        "tree-4242/a/b",
+        "tree-4242/.",
+        "tree-4242/.x",
+      ]
+    ) {
       refused(edited((m) => m.files[0].path = path), /files\[0\]\.path must be a file inside/);
     }
     refused(
