@@ -303,6 +303,43 @@ describe("images verified before they run", () => {
     assert.equal(sim.process(child!), undefined, "and the child it made");
   });
 
+  test("a held tree woken (SIGCONT) before its images were verified is ended, though they then match", async () => {
+    // It ran on images not yet known to be the snapshot's: the restore fails, whatever the
+    // digests say after, and the snapshot restores later.
+    const { sim, dir, pid } = await taken();
+    let cpu = 0;
+    let engineDone!: () => void;
+    const restored = new Promise<void>((resolve) => engineDone = resolve);
+    const machine = machineWith(sim, {
+      host: hostWith(sim.host, { cpuTime: () => Promise.resolve(cpu) }),
+      engine: engineWith(sim.engine, {
+        restore: async (r) => {
+          await sim.engine.restore(r);
+          engineDone();
+        },
+      }),
+      store: storeWith((checked) => ({
+        digests: checked.digests,
+        later: (sub) =>
+          restored.then(async () => {
+            await sim.engine.wake!([pid]);
+            cpu += 7;
+            return checked.later(sub);
+          }),
+        all: restored.then(() => checked.all),
+      })),
+    });
+    const err = await restoreSnapshot(dir, { machine }).catch((e) => e);
+    assert.ok(err instanceof SnapshotError, String(err));
+    assert.equal(err.code, "RESTORE_FAILED", err.message);
+    assert.match(err.message, /failed: a tree ran before its images were verified/);
+    assert.match(err.message, new RegExp(`process ${pid} ran while it was held`, "i"));
+    assert.match(err.message, /something sent it SIGCONT/);
+    assert.equal(sim.process(pid), undefined, "the woken process was ended");
+    await restoreSnapshot(dir, { machine: sim });
+    assert.equal(sim.process(pid)?.state, "running");
+  });
+
   test("a held tree whose thread enters its stop late (a busy machine) is not taken to have run", async () => {
     // On an H200 busy with the digests (2026-11-29, 8 x 2 GiB), one restore of four was refused
     // as "ran while it was held" with nobody waking it: a thread had yet to enter its stop when
