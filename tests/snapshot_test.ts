@@ -1083,6 +1083,53 @@ describe("failures after things began to change", () => {
     assert.equal(sim.processes.length, 0);
   });
 
+  test("an abort met in the later checks (the pids, the room) is a stop before it began, nothing made", async () => {
+    const sim = new SimulatedMachine();
+    const p = sim.spawn({ memoryMiB: 256 });
+    const dir = newDir();
+    await snapshot([p.pid], dir, { machine: sim });
+    const controller = new AbortController();
+    let restores = 0;
+    const machine = machineWith(sim, {
+      // Aborted as the checks ask whether the snapshot's pids are free (its files checked).
+      host: hostWith(sim.host, {
+        pidsInUse: (ids) => (controller.abort(), sim.host.pidsInUse!(ids)),
+      }),
+      engine: restoringWith(sim.engine, (r) => (restores++, sim.engine.restore(r))),
+    });
+    const err = await restoreSnapshot(dir, { machine, signal: controller.signal }).catch((e) => e);
+    assert.ok(err instanceof SnapshotError, String(err));
+    assert.equal(err.code, "STOPPED");
+    assert.match(
+      err.message,
+      /^restore stopped before it began: it was aborted\. Nothing was changed/,
+    );
+    assert.equal(restores, 0, "criu was never asked");
+    assert.equal(sim.processes.length, 0);
+  });
+
+  test("an abort while one tree is restored: criu is not asked for the trees still waiting for a slot", async () => {
+    const sim = new SimulatedMachine();
+    const pids = [sim.spawn({ memoryMiB: 256 }).pid, sim.spawn({ memoryMiB: 256 }).pid];
+    const dir = newDir();
+    await snapshot(pids, dir, { machine: sim });
+    const controller = new AbortController(), asked: number[] = [];
+    const engine = {
+      ...restoringWith(sim.engine, async (r: RestoreRequest) => {
+        asked.push(r.root);
+        await sim.engine.restore(r);
+        controller.abort(); // as the first tree is back
+      }),
+      parallel: 1, // one tree at a time: the second waits for the first's slot
+    };
+    const machine = machineWith(sim, { engine });
+    const err = await restoreSnapshot(dir, { machine, signal: controller.signal }).catch((e) => e);
+    assert.ok(err instanceof SnapshotError, String(err));
+    assert.equal(err.code, "STOPPED", err.message);
+    assert.equal(asked.length, 1, `criu was asked for ${asked.join(" and ")}`);
+    assert.equal(sim.processes.length, 0, "the tree it made was ended");
+  });
+
   test("a restore's deadline, as criu restores or in the GPU half, is said as such", async () => {
     const sim = new SimulatedMachine({ gpus: 2 });
     const pids = [sim.spawn({ memoryMiB: 8192 }).pid, sim.spawn({ memoryMiB: 4096, gpu: 1 }).pid];
