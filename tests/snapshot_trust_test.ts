@@ -716,6 +716,39 @@ describe("a snapshot killed outright", () => {
     assert.equal(a.state, "running");
   });
 
+  test("recover lets go of the directory it opened, refused or not", async () => {
+    const sim = new SimulatedMachine();
+    const a = sim.spawn({ memoryMiB: 256 });
+    await new CudaProcess(a.pid, { machine: sim }).suspend();
+    const files = new FileSnapshotStore(), held = new Set<number>();
+    let opened = 0;
+    const store: SnapshotStore = {
+      create: (dir) => files.create(dir),
+      open: async (dir) => {
+        const snap = await files.open(dir), n = ++opened;
+        held.add(n);
+        return new Proxy(snap, {
+          get(target, key) {
+            if (key === "close") return () => (held.delete(n), target.close());
+            const value = Reflect.get(target, key);
+            return typeof value === "function" ? value.bind(target) : value;
+          },
+        });
+      },
+    };
+    const machine = machineWith(sim, { store });
+    const dir = join(base(), "snap");
+    plantTrace(dir, [{ pid: a.pid, start: a.start }]);
+    const filler = sim.fillGpu(0, { leaveMiB: 100 }); // no room for it: refused, the trace kept
+    const err = await recoverSnapshot(dir, { machine }).catch((e) => e);
+    assert.ok(err instanceof RefusedError, String(err));
+    assert.deepEqual([opened, held.size], [1, 0], "the refused recover closed it");
+    filler.exit();
+    const result = await recoverSnapshot(dir, { machine });
+    assert.deepEqual(result.resumed, [a.pid]);
+    assert.deepEqual([opened, held.size], [2, 0], "so did the one that recovered");
+  });
+
   test("a snapshot still under way is not recovered: its processes are left to it", async () => {
     const sim = new SimulatedMachine();
     const a = sim.spawn({ memoryMiB: 128 });
