@@ -685,6 +685,34 @@ describe("refused before anything changes", () => {
     assert.equal(statSync(open).mode & 0o777, 0o700);
   });
 
+  test("a snapshot whose tree directory cannot be made: refused, what it made removed, nothing suspended", async () => {
+    const sim = new SimulatedMachine();
+    const p = sim.spawn({ memoryMiB: 256 });
+    const files = new FileSnapshotStore();
+    const store: SnapshotStore = {
+      open: (dir) => files.open(dir),
+      create: async (dir) =>
+        new Proxy(await files.create(dir), {
+          get(target, key) {
+            if (key === "subdir") {
+              return () => Promise.reject(new Error("no space left (simulated)"));
+            }
+            const value = Reflect.get(target, key);
+            return typeof value === "function" ? value.bind(target) : value;
+          },
+        }),
+    };
+    const dir = newDir();
+    await refusedWith(
+      snapshot([p.pid], dir, { machine: machineWith(sim, { store }) }),
+      "SNAPSHOT",
+      /cannot hold a snapshot: no space left \(simulated\)/,
+    );
+    assert.throws(() => statSync(dir), /ENOENT/, "the directory and its trace were removed");
+    assert.equal(sim.driver.calls.filter((c) => c.op === "lock").length, 0, "nothing suspended");
+    assert.equal(live(sim, p.pid).state, "running");
+  });
+
   test("bad input names the value", async () => {
     const sim = new SimulatedMachine();
     await assert.rejects(
