@@ -803,6 +803,11 @@ describe("a snapshot killed outright", () => {
     const dir = join(base(), "snap");
     const held = await heldAtItsEnd(sim, [root.pid], dir);
     assert.deepEqual([root.stopped, rank.stopped, tee.stopped], [true, true, true]);
+    // Its manifest written, a restore says it was interrupted at its end, and how to recover.
+    await refused(
+      restoreSnapshot(dir, { machine: sim }),
+      /holds in-progress\.json: the snapshot taken there was interrupted before it had ended its processes; `cuda-checkpoint recover /,
+    );
     const result = await recoverSnapshot(dir, { machine: sim });
     assert.equal(result.complete, true);
     // Its manifest was written: the snapshot is kept whole, all but its trace.
