@@ -716,6 +716,31 @@ describe("a snapshot killed outright", () => {
     assert.equal(a.state, "running");
   });
 
+  test("a trace of another format, or naming what is no tree's directory, is refused: nothing removed", async () => {
+    // recover removes the directories a trace names: a trace it cannot vouch for removes nothing.
+    const sim = new SimulatedMachine();
+    const a = sim.spawn({ memoryMiB: 128 });
+    const cases: [(t: Record<string, unknown>) => void, RegExp][] = [
+      [
+        (t) => t.format = "ckpt-cuda-in-progress/9",
+        /in-progress\.json: format must be "ckpt-cuda-in-progress\/1"/,
+      ],
+      [(t) => t.made = ["manifest.json"], /made\[0\] must be "tree-<pid>", got "manifest\.json"/],
+      [(t) => t.made = ["tree-0"], /made\[0\] must be "tree-<pid>", got "tree-0"/],
+    ];
+    for (const [edit, pattern] of cases) {
+      const dir = join(base(), "snap");
+      plantTrace(dir, [{ pid: a.pid, start: a.start }]);
+      const trace = JSON.parse(readFileSync(join(dir, TRACE_FILE), "utf8"));
+      edit(trace);
+      writeFileSync(join(dir, TRACE_FILE), JSON.stringify(trace));
+      writeFileSync(join(dir, "manifest.json"), "{}");
+      mkdirSync(join(dir, "tree-0"));
+      await refused(recoverSnapshot(dir, { machine: sim }), pattern);
+      assert.deepEqual(readdirSync(dir).sort(), ["in-progress.json", "manifest.json", "tree-0"]);
+    }
+  });
+
   test("recover lets go of the directory it opened, refused or not", async () => {
     const sim = new SimulatedMachine();
     const a = sim.spawn({ memoryMiB: 256 });
