@@ -772,6 +772,9 @@ describe("a snapshot killed outright", () => {
     const result = await recoverSnapshot(dir, { machine });
     assert.deepEqual(result.resumed, [a.pid]);
     assert.deepEqual([opened, held.size], [2, 0], "so did the one that recovered");
+    // Its trace gone: refused as it is read, the directory let go all the same.
+    await refused(recoverSnapshot(dir, { machine }), /nothing to recover/);
+    assert.deepEqual([opened, held.size], [3, 0], "and the one refused on reading it");
   });
 
   test("a snapshot still under way is not recovered: its processes are left to it", async () => {
