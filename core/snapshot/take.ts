@@ -313,9 +313,8 @@ async function writeManifest(t: Taken): Promise<Manifest> {
 /** Phase 5: ends the processes, or lets them go on; then the snapshot is over. */
 async function end(t: Taken, manifest: Manifest): Promise<void> {
   const { run, o, out } = t;
-  // Before the processes are ended, what was sealed is there still, whole, and can all be held
-  // open at once (as a restore holds them: more than the open-file limit would refuse it): else
-  // none is ended.
+  // Before the processes are ended, what was sealed is there still, whole, and can all be open at
+  // once (as a restore holds it, within the open-file limit): else none is ended.
   const whole = "its files could not be confirmed whole before the processes were ended";
   const changed = !o.leaveRunning && await out.checkWhole(manifest)
     .then(() => undefined, (err) => failure("WRITE_FAILED", whole, err));
