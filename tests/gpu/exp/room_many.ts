@@ -1,12 +1,13 @@
 // A group suspend and resume of many processes on one GPU, four ways taking turns on the same
 // targets: this tree ("now"), another checkout's (--before, its mod.ts), this tree with
-// checkRoom: false ("no-room"), and C threads (bench/many.c, no room check: the floor). As root,
+// checkRoom: false ("no-room"), and C threads (bench/many.c, no room check: the floor); "w64" is
+// this tree with maxWorkers: 64 (the default lets 16 calls wait at once). As root,
 // the records in /run/ckpt-cuda. What it weighs: the room check's reads in a resume of many (the
 // records and NVML, once a process before 8ffa4bb and its followers; shared by the restores that
 // ask at once after them).
 //
 //   deno run -A tests/gpu/exp/room_many.ts --target /tmp/ckpt/target --before /tmp/before/mod.ts \
-//     [--count 64] [--mib 256] [--trials 2]
+//     [--count 64] [--mib 256] [--trials 2] [--sides now,before,no-room,threads,w64]
 import {
   benchArgs,
   LineChild,
@@ -22,11 +23,17 @@ const v = benchArgs({
   count: { type: "string", default: "64" },
   mib: { type: "string", default: "256" },
   trials: { type: "string", default: "2" },
+  sides: { type: "string", default: "now,before,no-room,threads" },
 });
-const before = await import(v.before!);
+const picked = v.sides.split(",");
+const before = picked.includes("before") ? await import(v.before!) : undefined;
 const s = await setup(v, "many");
-const { openMachine } = await import(new URL("driver.ts", new URL(v.before!, "file:///")).href);
+const { openMachine } = await import(
+  new URL("driver.ts", new URL(v.before ?? "../../../mod.ts", import.meta.url)).href
+);
 const old = await openMachine({ libraryPath: s.libcuda });
+const { openMachine: openNow } = await import("../../../driver.ts");
+const wide = await openNow({ libraryPath: s.libcuda, maxWorkers: 64 });
 const [count, mib, trials] = [+v.count, +v.mib, +v.trials];
 const targets = await startTargets(s.target!, count, mib, () => 0);
 const pids = targets.map((t) => t.pid);
@@ -41,6 +48,7 @@ const ours = (g: Promise<GroupResult>) =>
 const sides: Record<string, Side> = {
   now: (a) => ours(runGroup(a, pids, { machine: s.machine })),
   before: (a) => ours(before.runGroup(a, pids, { machine: old })),
+  w64: (a) => ours(runGroup(a, pids, { machine: wide })),
   "no-room": (a) => ours(runGroup(a, pids, { machine: s.machine, checkRoom: false })),
   threads: async (a) => {
     if (a === "resume") return { ok: true };
@@ -56,7 +64,8 @@ try {
   await c.next(30_000);
   await Promise.all(pids.map((p) => s.machine.driver.getState(p)));
   await Promise.all(pids.map((p) => old.driver.getState(p)));
-  const names = Object.keys(sides);
+  await Promise.all(pids.map((p) => wide.driver.getState(p)));
+  const names = Object.keys(sides).filter((name) => picked.includes(name));
   for (let t = 0; t < trials; t++) {
     for (let k = 0; k < names.length; k++) {
       const name = names[(t + k) % names.length], side = sides[name];
@@ -89,5 +98,6 @@ try {
   await c.close();
   await Promise.all(targets.map((t) => t.exit()));
   await old.close();
+  await wide.close();
   await s.cleanup();
 }
