@@ -38,6 +38,7 @@ import {
   type SnapshotEngine,
   type SnapshotStore,
 } from "../snapshot.ts";
+import type { Machine } from "../core/machine.ts";
 import { FileSnapshotStore } from "../os/snapshot_store.ts";
 import { SimulatedMachine } from "../mock/mod.ts";
 import { EngineError } from "../snapshot.ts";
@@ -107,6 +108,36 @@ function engineWith(engine: SnapshotEngine, replaced: Partial<SnapshotEngine>): 
       const value = Reflect.get(target, key);
       return typeof value === "function" ? value.bind(target) : value;
     },
+  });
+}
+
+/**
+ * `sim` as a machine whose restore's held tree of `pid` its user lets go (SIGCONT) once the engine
+ * has restored it, while its digests are compared: it runs (its CPU time grows), and `woke` runs.
+ */
+function wokenWhileHeld(sim: SimulatedMachine, pid: number, woke = () => {}): Machine {
+  let cpu = 0;
+  let engineDone!: () => void;
+  const restored = new Promise<void>((resolve) => engineDone = resolve);
+  return machineWith(sim, {
+    host: hostWith(sim.host, { cpuTime: () => Promise.resolve(cpu) }),
+    engine: engineWith(sim.engine, {
+      restore: async (r) => {
+        await sim.engine.restore(r);
+        engineDone();
+      },
+    }),
+    store: storeWith((checked) => ({
+      digests: checked.digests,
+      later: (sub) =>
+        restored.then(async () => {
+          await sim.engine.wake!([pid]);
+          cpu += 7;
+          woke();
+          return checked.later(sub);
+        }),
+      all: restored.then(() => checked.all),
+    })),
   });
 }
 
@@ -260,32 +291,10 @@ describe("images verified before they run", () => {
     const pages = join(dir, `tree-${pid}`, `pages-${pid}.img`);
     const original = readFileSync(pages, "utf8");
     writeFileSync(pages, original.replace("d2VpZ2h0cw==", "d2VpZ2h0eQ=="));
-    let cpu = 0;
+    // Once woken, it forks a child into a session of its own.
     let child: number | undefined;
-    let engineDone!: () => void;
-    const restored = new Promise<void>((resolve) => engineDone = resolve);
-    const machine = machineWith(sim, {
-      // CPU time the held process has had: it grows once its user woke it.
-      host: hostWith(sim.host, { cpuTime: () => Promise.resolve(cpu) }),
-      engine: engineWith(sim.engine, {
-        restore: async (r) => {
-          await sim.engine.restore(r);
-          engineDone();
-        },
-      }),
-      // While its digests are compared, its user lets it go (SIGCONT): it runs, and forks a child
-      // into a session of its own.
-      store: storeWith((checked) => ({
-        digests: checked.digests,
-        later: (sub) =>
-          restored.then(async () => {
-            await sim.engine.wake!([pid]);
-            cpu += 7;
-            child ??= sim.spawn({ parent: pid, command: "setsid child" }).pid;
-            return checked.later(sub);
-          }),
-        all: restored.then(() => checked.all),
-      })),
+    const machine = wokenWhileHeld(sim, pid, () => {
+      child ??= sim.spawn({ parent: pid, command: "setsid child" }).pid;
     });
     const err = await refused(
       restoreSnapshot(dir, { machine }),
@@ -307,28 +316,7 @@ describe("images verified before they run", () => {
     // It ran on images not yet known to be the snapshot's: the restore fails, whatever the
     // digests say after, and the snapshot restores later.
     const { sim, dir, pid } = await taken();
-    let cpu = 0;
-    let engineDone!: () => void;
-    const restored = new Promise<void>((resolve) => engineDone = resolve);
-    const machine = machineWith(sim, {
-      host: hostWith(sim.host, { cpuTime: () => Promise.resolve(cpu) }),
-      engine: engineWith(sim.engine, {
-        restore: async (r) => {
-          await sim.engine.restore(r);
-          engineDone();
-        },
-      }),
-      store: storeWith((checked) => ({
-        digests: checked.digests,
-        later: (sub) =>
-          restored.then(async () => {
-            await sim.engine.wake!([pid]);
-            cpu += 7;
-            return checked.later(sub);
-          }),
-        all: restored.then(() => checked.all),
-      })),
-    });
+    const machine = wokenWhileHeld(sim, pid);
     const err = await restoreSnapshot(dir, { machine }).catch((e) => e);
     assert.ok(err instanceof SnapshotError, String(err));
     assert.equal(err.code, "RESTORE_FAILED", err.message);
