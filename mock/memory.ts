@@ -15,7 +15,7 @@ const DIGEST_BYTES = 32;
 /** One process's GPU memory: a checkpoint or a restore moves it whole, never copies it. */
 export class MemoryImage {
   /** The chunks written, by index (the last one may be shorter), or made once needed; others zero. */
-  readonly #chunks = new Map<number, Uint8Array | Unmade>();
+  readonly #chunks = new Map<number, Uint8Array | ((out: Uint8Array) => void)>();
   /** Every chunk's SHA-256 in order, from the first hash on, but those #stale; the last result. */
   #digests: Uint8Array | undefined;
   readonly #stale = new Set<number>();
@@ -48,7 +48,7 @@ export class MemoryImage {
    * `from` on): a kernel's output, each whole chunk made only when read, hashed, saved or written
    * over, so `make` must give the same bytes every time.
    */
-  produce(offset: number, length: number, make: Produce): void {
+  produce(offset: number, length: number, make: (from: number, out: Uint8Array) => void): void {
     checkRange(this.size, offset, length);
     for (const [index, , done, n] of this.#spans(offset, length)) {
       if (n < this.#length(index)) {
@@ -137,10 +137,6 @@ export class MemoryImage {
   }
 }
 
-/** Puts in `out` the bytes of an output from its byte `from` on. */
-type Produce = (from: number, out: Uint8Array) => void;
-/** A whole chunk not made yet: puts its bytes in `out`. */
-type Unmade = (out: Uint8Array) => void;
 /** Where a chunk not made yet is made to be read, hashed or saved, and then forgotten. */
 let scratch: Uint8Array | undefined;
 
