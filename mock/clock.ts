@@ -94,8 +94,6 @@ export class VirtualClock implements SimClock {
   }
 }
 
-type RealTimer = { handle: ReturnType<typeof setTimeout>; driving: boolean };
-
 /** Real time, optionally sped up: with `speed` 10, 750 ms take 75, and `now()` says 750. */
 export class RealClock implements SimClock {
   /** Always `"real"`. */
@@ -105,7 +103,7 @@ export class RealClock implements SimClock {
   readonly #start = performance.now();
   #seq = 0;
   #holds = 0;
-  #timers = new Map<number, RealTimer>();
+  #timers = new Map<number, { handle: ReturnType<typeof setTimeout>; driving: boolean }>();
 
   /** The real clock, sped up `speed` times (1 by default). */
   constructor(speed = 1) {
