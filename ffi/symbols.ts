@@ -2,13 +2,10 @@
 // runtimes: Deno's `dlopen` takes it as it is, Bun's definitions come from `bunDefinition`.
 // Structs (`structs.ts`) and out-parameters are passed as pointers to buffers.
 
-/** The FFI parameter types the tables use (a subset of Deno's `NativeType`). */
-type CudaNativeType = "i32" | "u32" | "u64" | "buffer";
-
 /** One function of a table, in the shape of `Deno.ForeignFunction`. */
 export interface CudaForeignFunction {
-  /** The parameters, in order. */
-  readonly parameters: readonly CudaNativeType[];
+  /** The parameters, in order: the FFI types the tables use (a subset of Deno's `NativeType`). */
+  readonly parameters: readonly ("i32" | "u32" | "u64" | "buffer")[];
   /** The result: a `CUresult` (`i32`), or a pointer (`u64`, for the C library's `dlopen`). */
   readonly result: "i32" | "u64";
   /** Whether the call can wait, so runs on another thread (Deno's own, a Bun worker). */
