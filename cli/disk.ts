@@ -21,8 +21,6 @@ import { advised, type CliIo, watchInterrupts } from "./io.ts";
 import { commandMessage, type Printer } from "./report.ts";
 import { type Progress, progressOf, size } from "./progress.ts";
 
-/** A command of this module. */
-type DiskCommand = SnapshotCommand | RestoreSnapshotCommand | InspectCommand | RecoverCommand;
 /** What a command made: its `--json` object's fields, its lines of text. */
 type Made = { fields: object; lines: string[] };
 /** The options of a snapshot and a restore but their own. */
@@ -30,7 +28,7 @@ type Whole = { machine: Machine; signal: AbortSignal; onProgress(e: SnapshotEven
 
 /** Runs the command (`inspect` without a machine: on the disk); resolves to the exit code. */
 export async function runDiskCommand(
-  command: DiskCommand,
+  command: SnapshotCommand | RestoreSnapshotCommand | InspectCommand | RecoverCommand,
   machine: Machine | undefined,
   print: Printer,
   io: CliIo,
