@@ -70,7 +70,7 @@ class Group {
   #doomed = false;
   #rolledBack = false;
   readonly #rollbacks: Promise<unknown>[] = [];
-  #memory = new Map<number, { gpuMemoryMiB: number }>();
+  readonly #memory = new Map<number, { gpuMemoryMiB: number }>();
 
   constructor(private readonly action: Action, procs: Handle[], private readonly s: GroupSettings) {
     this.#entries = procs.map((proc) => ({ proc, report: undefined }));
@@ -80,7 +80,7 @@ class Group {
     // One that does not open (no libcuda) is each member's failure, told by its own work.
     const machine = await this.#entries[0]?.proc.machine().catch(() => undefined);
     this.#deadline = new Deadline(clockOf(machine ?? {}), this.s.timeoutMs); // for the whole group
-    if (machine && this.s.gpuMemory) this.#memory = await this.#memoryOf();
+    if (machine && this.s.gpuMemory) await this.#readMemory();
     if (this.s.job) return await this.#runJob();
     // All or nothing: a goal or step some member's state rules out fails the group before any
     // step (the driver still has the last word on each step made).
@@ -226,18 +226,16 @@ class Group {
     return { lockTimeoutMs, pairs: this.s.gpuMapping(pid), checkRoom, allowIpcImport };
   }
 
-  /** Each target's GPU memory where known (the host's report, or its record), for its events. */
-  async #memoryOf(): Promise<Map<number, { gpuMemoryMiB: number }>> {
-    const known = new Map<number, { gpuMemoryMiB: number }>();
+  /** Keeps each target's GPU memory where known (the host's report, or its record), for events. */
+  async #readMemory(): Promise<void> {
     const first = this.#entries[0].proc;
     const report = await first.ordered((t) => t.session.room.report()).catch(() => undefined);
     await Promise.all(this.#entries.map((e) =>
       e.proc.ordered(async (target) => {
         const mib = await target.session.room.totalMiB(target.identity, report);
-        if (mib !== undefined) known.set(e.proc.pid, { gpuMemoryMiB: mib });
+        if (mib !== undefined) this.#memory.set(e.proc.pid, { gpuMemoryMiB: mib });
       }).catch(() => {})
     ));
-    return known;
   }
 }
 
