@@ -282,12 +282,11 @@ function undumpable(p: SimulatedProcess, tcpEstablished: boolean): string | unde
   if (p.tcp === "established" && !tcpEstablished) {
     return `inet: Connected TCP socket, consider using --tcp-established option (process ${p.pid})`;
   }
-  if (!p.usesCuda) return undefined;
-  if (p.memoryLocation === "gpu") {
+  if (p.usesCuda && p.memoryLocation === "gpu") {
     return `process ${p.pid} still has its GPU state on the GPU (it is ${p.state}): it must be ` +
       `checkpointed first, as criu cannot dump its /dev/nvidia* mappings`;
   }
-  if (p.state !== CHECKPOINTED) {
+  if (p.usesCuda && p.state !== CHECKPOINTED) {
     return `process ${p.pid} is ${p.state}, not checkpointed: only a checkpointed CUDA process ` +
       `can be dumped`;
   }
