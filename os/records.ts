@@ -75,11 +75,9 @@ export class FileHeldRecords implements HeldRecords {
    * file that is not a record left out. Rejects where the directory cannot be used.
    */
   async list(): Promise<HeldRecord[]> {
-    const out: HeldRecord[] = [];
-    for (const { record } of (await this.#all()).filter((e) => e.alive)) {
-      out.push(!record.claim || await this.#alive(record.claim.by) ? record : withoutClaim(record));
-    }
-    return out;
+    const claimed = async ({ record }: { record: HeldRecord }) =>
+      !record.claim || await this.#alive(record.claim.by) ? record : withoutClaim(record);
+    return await Promise.all((await this.#all()).filter((e) => e.alive).map(claimed));
   }
 
   /** The records kept of processes that ended (with a mark, 30 days), without their claims. */
