@@ -33,7 +33,8 @@ export interface NativeDriverOptions {
   libraryPath?: string;
   /**
    * How many calls that can wait (all but the version and the error names) run at once, each on a
-   * thread of Deno's or in one of Bun's workers; more wait their turn in order. 1 to 1024; 16.
+   * thread of Deno's (which runs 32 at most, its file operations among them) or in one of Bun's
+   * workers; more wait their turn in order. 1 to 1024; 16.
    */
   maxWorkers?: number;
   /**

@@ -1,7 +1,8 @@
 // A group suspend and resume of many processes on one GPU, four ways taking turns on the same
 // targets: this tree ("now"), another checkout's (--before, its mod.ts), this tree with
 // checkRoom: false ("no-room"), and C threads (bench/many.c, no room check: the floor); "w64" is
-// this tree with maxWorkers: 64 (the default lets 16 calls wait at once). As root,
+// this tree with maxWorkers: 64 (the default lets 16 calls wait at once; Deno runs 32 at most,
+// bench/calls_at_once.ts). As root,
 // the records in /run/ckpt-cuda. What it weighs: the room check's reads in a resume of many (the
 // records and NVML, once a process before 8ffa4bb and its followers; shared by the restores that
 // ask at once after them).
