@@ -1,7 +1,8 @@
 // How many driver calls that wait run at once, whatever maxWorkers allows: N checkpoints of a fake
 // libcuda (each sleeps --delay-ms) made together through openMachine({ maxWorkers }), for N in
-// --counts. On Deno they run on the runtime's threads for blocking work (32 at most); on Bun in
-// the package's workers (as many as maxWorkers). No GPU: it measures the runtimes, not the driver.
+// --counts. On Deno they run on the runtime's 32 threads for blocking work, which its file
+// operations share, so the package makes 24 at most; on Bun, in the package's workers (as many as
+// maxWorkers). No GPU: it measures the runtimes and that bound, not the driver.
 //
 //   deno run -A bench/calls_at_once.ts [--counts 16,32,64,128] [--delay-ms 100] [--workers 128]
 //   bun bench/calls_at_once.ts ...
@@ -38,9 +39,11 @@ try {
     const ms = performance.now() - t0;
     await Promise.all(pids.map((pid) => machine.driver.restore(pid, null)));
     await Promise.all(pids.map((pid) => machine.driver.unlock(pid)));
-    const atOnce = Math.round(n / Math.max(1, Math.round(ms / Number(values["delay-ms"]))));
+    const rounds = Math.round(ms / Number(values["delay-ms"]));
     console.log(
-      `${runtime}: ${n} checkpoints together ${ms.toFixed(0)} ms (about ${atOnce} at once)`,
+      `${runtime}: ${n} checkpoints together ${ms.toFixed(0)} ms (${rounds} turn${
+        rounds === 1 ? "" : "s"
+      })`,
     );
   }
 } finally {

@@ -87,6 +87,7 @@ export function denoAdapter(): FfiAdapter {
     kind: "native (Deno)",
     platform: Deno.build.os,
     bareNamesSafe: true,
+    mostAtOnce: 24,
     getEnv: readEnv,
     cwd: () => Deno.cwd(),
     open: openLibrary,

@@ -33,8 +33,8 @@ export interface NativeDriverOptions {
   libraryPath?: string;
   /**
    * How many calls that can wait (all but the version and the error names) run at once, each on a
-   * thread of Deno's (which runs 32 at most, its file operations among them) or in one of Bun's
-   * workers; more wait their turn in order. 1 to 1024; 16.
+   * thread of Deno's (24 at most: it has 32 for blocking work, its file operations among them) or
+   * in one of Bun's workers; more wait their turn in order. 1 to 1024; 16.
    */
   maxWorkers?: number;
   /**
@@ -151,7 +151,7 @@ export class LibcudaDriver implements NativeDriver {
     // CUDA_VISIBLE_DEVICES hides and renumbers GPUs, while a restore mapping must name them all.
     const visible = orElse(() => adapter.getEnv("CUDA_VISIBLE_DEVICES"), "unreadable: may be set");
     this.listsEveryGpu = visible === undefined;
-    this.#slots = new Slots(maxWorkers);
+    this.#slots = new Slots(Math.min(maxWorkers, adapter.mostAtOnce ?? maxWorkers));
     // A library that fails to close is reported to whoever awaits the disposal, and no one else.
     this.#done.promise.catch(() => {});
     this.#use = libraryUses.get(opened.path) ?? { drivers: 0 };

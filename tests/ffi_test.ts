@@ -18,6 +18,7 @@ import {
   symlinkSync,
   writeFileSync,
 } from "node:fs";
+import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { tmpdir } from "node:os";
 import process from "node:process";
@@ -875,6 +876,30 @@ describe(`native driver (${runtime}) against a fake libcuda`, { skip: noCompiler
         assert.ok(workers <= 2, `${workers} worker threads`);
         for (const pid of pids) await d.unlock(pid); // ILLEGAL_STATE: checkpointed; only cleanup
       }, 2);
+    });
+  });
+
+  test("on Deno, 24 calls at most in flight whatever maxWorkers: its file operations keep threads", async () => {
+    // Deno runs each call that waits on one of its 32 threads for blocking work, which its file
+    // operations share: with all 32 taken by checkpoints of seconds, every file read of the
+    // program waited for one to end (949 ms behind 32 checkpoints of 1 s, measured). Bun's
+    // workers are the package's own: as many as maxWorkers.
+    const most = runtime === "deno" ? 24 : 32;
+    await withCounters(fake!.v13, async (counters) => {
+      await withDriver(fake!.v13, async (d) => {
+        const pids = Array.from({ length: 32 }, (_, i) => 3101 + i);
+        await Promise.all(pids.map((pid) => d.lock(pid, null)));
+        counters.fake_reset_in_flight();
+        const checkpoints = Promise.all(pids.map((pid) => d.checkpoint(pid)));
+        const read = await Promise.race([
+          readFile("/proc/self/stat", "utf8").then(() => "the file read"),
+          checkpoints.then(() => "the checkpoints"),
+        ]);
+        assert.deepEqual(await checkpoints, pids.map(() => 0));
+        assert.equal(counters.fake_max_in_flight(), most, `${most} in flight at once`);
+        assert.equal(read, "the file read", "a file read ends while the checkpoints run");
+        for (const pid of pids) await d.unlock(pid); // ILLEGAL_STATE: checkpointed; only cleanup
+      }, 32);
     });
   });
 
