@@ -394,10 +394,16 @@ async function endedWith(mark: string | undefined, ended: () => Promise<HeldReco
 
 /**
  * `read`, one at a time: calls made before the next begins share it (each asked after its claim was
- * made, its claims read), so N restores at once read the records and NVML a few times, not N.
+ * made, its claims read), so N restores at once read the records and NVML a few times, not N. The
+ * next waits `turnMs` at most for the one before: a read that never settles holds no later call.
  */
-function sharedReads<T>(read: () => Promise<T>): () => Promise<T> {
+function sharedReads<T>(read: () => Promise<T>, turnMs = 1000): () => Promise<T> {
   let last: Promise<unknown> = Promise.resolve(), next: Promise<T> | undefined;
   const begin = () => (next = undefined, read());
-  return () => next ??= (last = last.then(begin, begin)) as Promise<T>;
+  const turn = (before: Promise<unknown>) =>
+    new Promise((go) => {
+      const timer = setTimeout(go, turnMs);
+      before.finally(() => clearTimeout(timer)).then(go, go);
+    });
+  return () => next ??= (last = turn(last).then(begin)) as Promise<T>;
 }

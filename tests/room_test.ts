@@ -270,6 +270,37 @@ describe("restores at once share their reads of the records", () => {
     assert.equal((await sim.heldRecords.ended()).length, 0, "each forgotten by its successor");
     assert.equal(reads.ended, 2, "the first, and one for the 29 that asked meanwhile");
   });
+
+  for (const stuck of ["list", "gpuMemory"] as const) {
+    test(`a ${stuck} read that never settles holds a later restore a while, not for good`, async () => {
+      // One read lost (a host's promise never settled, a file system that hung once): the
+      // restore that made it waits, and the next read begins all the same, a second later.
+      const sim = new SimulatedMachine(), host = sim.host, records = host.heldRecords!;
+      let hang = false;
+      const hung = <T>(read: () => Promise<T>) =>
+        hang ? (hang = false, new Promise<T>(() => {})) : read();
+      const heldRecords = new Proxy(records, {
+        get(target, key) {
+          if (key === "list" && stuck === "list") return () => hung(() => target.list());
+          const value = Reflect.get(target, key);
+          return typeof value === "function" ? value.bind(target) : value;
+        },
+      });
+      const gpuMemory = () => stuck === "gpuMemory" ? hung(host.gpuMemory!) : host.gpuMemory!();
+      const machine = machineWith(sim, { host: hostWith(host, { heldRecords, gpuMemory }) });
+      const [a, b] = [0, 1].map(() => new CudaProcess(sim.spawn().pid, { machine }));
+      await a.suspend();
+      await b.suspend();
+      hang = true;
+      void a.resume(); // its check's read never answers
+      await new Promise((ok) => setTimeout(ok, 10));
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      const late = new Promise((ok) => timer = setTimeout(() => ok("still waiting"), 3000));
+      const resumed = b.resume().then((o) => o.roomCheck);
+      assert.equal(await Promise.race([resumed, late]), "checked");
+      clearTimeout(timer);
+    });
+  }
 });
 
 describe("a restore of this very process, and a rollback's checkpoint", () => {
