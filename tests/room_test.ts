@@ -271,6 +271,55 @@ describe("restores at once share their reads of the records", () => {
     assert.equal(reads.ended, 2, "the first, and one for the 29 that asked meanwhile");
   });
 
+  test("a restore never shares a listing begun before its claim was written", async () => {
+    // Two programs (sessions) on one GPU with room for one of X1, X2. In each, a small restore's
+    // listing (B1's, B2's) begins before either X claims, and answers once both X claims are in:
+    // were an X served by it, neither would see the other's claim and one would run out.
+    const sim = new SimulatedMachine({ gpus: [{ memoryMiB: 10_000, contextMiB: 500 }] });
+    const records = sim.heldRecords, both = Promise.withResolvers<void>();
+    let armed = false, claims = 0;
+    const session = () => {
+      const heldRecords = new Proxy(records, {
+        get(target, key) {
+          if (key === "put") {
+            return (r: HeldRecord) =>
+              target.put(r).then(() => {
+                const big = Object.values(r.heldMiB)[0] > 1000;
+                if (armed && r.claim && big && ++claims === 2) setTimeout(both.resolve, 5);
+              });
+          }
+          if (key === "list") {
+            return async () => {
+              const early = await target.list(); // as read when it began
+              const late = new Promise((ok) => setTimeout(ok, 1000));
+              if (armed) await Promise.race([both.promise, late]);
+              return early;
+            };
+          }
+          const value = Reflect.get(target, key);
+          return typeof value === "function" ? value.bind(target) : value;
+        },
+      });
+      return machineWith(sim, { host: hostWith(sim.host, { heldRecords }) });
+    };
+    const [m1, m2] = [session(), session()];
+    const proc = (memoryMiB: number, machine: Machine) =>
+      new CudaProcess(sim.spawn({ memoryMiB }).pid, { machine });
+    const [b1, b2, x1, x2] = [proc(100, m1), proc(100, m2), proc(3000, m1), proc(3000, m2)];
+    for (const p of [b1, b2, x1, x2]) await p.suspend();
+    sim.spawn({ memoryMiB: 4000 }); // 4500 with its context: 5500 free, 3500 for each X
+    armed = true;
+    const small = Promise.all([b1.resume(), b2.resume()]);
+    await new Promise((ok) => setTimeout(ok, 10));
+    const outcomes = await Promise.allSettled([x1.resume(), x2.resume()]);
+    await small;
+    assert.equal(claims, 2);
+    for (const o of outcomes) {
+      if (o.status === "rejected") assert.ok(o.reason instanceof GpuRoomError, String(o.reason));
+    }
+    assert.deepEqual([x1, x2].map((p) => sim.process(p.pid)?.restoreRefused), [false, false]);
+  });
+
   for (const stuck of ["list", "gpuMemory"] as const) {
     test(`a ${stuck} read that never settles holds a later restore a while, not for good`, async () => {
       // One read lost (a host's promise never settled, a file system that hung once): the
