@@ -172,16 +172,13 @@ async function simulator(
   }
 }
 
-/** The machine a command works on, the state file's where simulated, and how to let go of it. */
-type Opened = { machine: Machine; simulated?: SavedMachine; close(): Promise<void> };
-
 /** Opens the machine: `driverOnly`, libcuda alone; `callingThread`, no worker threads. */
 async function open(
   { simulate, kind }: MachineCommand,
   io: CliIo,
   driverOnly: boolean,
   callingThread: boolean,
-): Promise<Opened> {
+): Promise<{ machine: Machine; simulated?: SavedMachine; close(): Promise<void> }> {
   if (simulate) {
     // `--simulate reset` starts a new machine, replacing a state file it need not read whole.
     const { openSimulatedMachine } = await import("./simulate.ts");
