@@ -124,9 +124,9 @@ export function descendants(table: ReadonlyMap<number, ProcEntry>, pid: number):
     (children.get(e.parent) ?? children.set(e.parent, []).get(e.parent)!).push(p);
   }
   // Each once: a parent loop (pids reused while /proc was read) neither loops nor repeats one.
-  const out = new Set(children.get(pid));
-  for (const p of out) for (const c of children.get(p) ?? []) if (c !== pid) out.add(c);
-  return [...out];
+  const out = new Set([pid]);
+  for (const p of out) for (const c of children.get(p) ?? []) out.add(c);
+  return [...out].slice(1);
 }
 
 /** Every process of `/proc` by pid, read once, with its thread ids where `threads` asks. */
