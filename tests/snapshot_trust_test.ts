@@ -16,6 +16,7 @@ import {
   readdirSync,
   readFileSync,
   rmSync,
+  statSync,
   symlinkSync,
   writeFileSync,
 } from "node:fs";
@@ -97,6 +98,24 @@ function storeWith(change: (checked: Checked, o: CheckOptions) => Checked): Snap
         },
       });
     },
+  };
+}
+
+/** The file system's store, each directory it makes with some members replaced (`replaced`). */
+function createdWith(replaced: (made: SnapshotDir) => Partial<SnapshotDir>): SnapshotStore {
+  const store = new FileSnapshotStore();
+  return {
+    create: async (dir) => {
+      const made = await store.create(dir), own = replaced(made);
+      return new Proxy(made, {
+        get(target, key) {
+          if (key in own) return (own as Record<PropertyKey, unknown>)[key];
+          const value = Reflect.get(target, key);
+          return typeof value === "function" ? value.bind(target) : value;
+        },
+      });
+    },
+    open: (dir) => store.open(dir),
   };
 }
 
@@ -579,6 +598,40 @@ describe("a failed snapshot can be retried", () => {
     assert.equal(sim.process(p.pid)!.state, "running");
   });
 
+  test("a dump that fails: what it made is removed only once its seal has let go of the images", async () => {
+    // The seal of a failed dump may still hold its files: the rollback waits for it to let go.
+    const sim = new SimulatedMachine();
+    const p = sim.spawn({ cuda: false, command: "sleep" }); // nothing to resume: removed at once
+    let sealing = false, sealAsked!: () => void, letGo!: () => void;
+    const asked = new Promise<void>((resolve) => sealAsked = resolve);
+    const gate = new Promise<void>((resolve) => letGo = resolve);
+    const removedWhileSealing: boolean[] = [];
+    const store = createdWith((made) => ({
+      seal: (...args) => {
+        sealing = true;
+        sealAsked();
+        const real = made.seal(...args);
+        real.catch(() => {});
+        return gate.then(() => real).finally(() => sealing = false);
+      },
+      removeCreated: () => (removedWhileSealing.push(sealing), made.removeCreated()),
+    }));
+    const dir = join(base(), "snap");
+    sim.engine.failNext("dump");
+    const machine = machineWith(sim, { store });
+    const taking = snapshot([p.pid], dir, { machine }).then(() => undefined, (e) => e);
+    await asked;
+    // Every turn the rollback would need to reach the removal, were it not waiting for the seal.
+    for (let i = 0; i < 50 && removedWhileSealing.length === 0; i++) {
+      await new Promise(setImmediate);
+    }
+    letGo();
+    const err = await taking;
+    assert.ok(err instanceof SnapshotError && err.code === "DUMP_FAILED", `${err}`);
+    assert.deepEqual(removedWhileSealing, [false], "removed once the seal had let go");
+    assert.equal(existsSync(dir), false, "the directory it made is gone");
+  });
+
   test("into an empty directory it was given: emptied again, not removed", async () => {
     const sim = new SimulatedMachine();
     const p = sim.spawn({ memoryMiB: 128 });
@@ -870,6 +923,21 @@ describe("a snapshot killed outright", () => {
     const result = await recoverSnapshot(dir, { machine: sim });
     assert.deepEqual(result.resumed, []);
     assert.deepEqual([...result.gone].sort(), [a.pid, 999_999].sort());
+  });
+
+  test("a trace of a large job (hundreds of processes, over 4 KiB) is read whole: each resumed or gone", async () => {
+    // The trace's bound is 4 MiB, room for any job: one of 400 processes is read, not refused.
+    const sim = new SimulatedMachine();
+    const a = sim.spawn({ memoryMiB: 128 });
+    await new CudaProcess(a.pid, { machine: sim }).suspend();
+    const ended = Array.from({ length: 400 }, (_, i) => ({ pid: 900_000 + i, start: 1 }));
+    const dir = join(base(), "snap");
+    plantTrace(dir, [{ pid: a.pid, start: a.start }, ...ended]);
+    assert.ok(statSync(join(dir, TRACE_FILE)).size > 4096, "a trace over 4 KiB");
+    const result = await recoverSnapshot(dir, { machine: sim });
+    assert.deepEqual(result.resumed, [a.pid]);
+    assert.deepEqual([...result.gone].sort(), ended.map((p) => p.pid));
+    assert.equal(a.state, "running");
   });
 
   test("a host that cannot tell who holds a pid: each process named is taken as there, and resumed", async () => {
