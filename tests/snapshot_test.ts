@@ -29,7 +29,7 @@ import {
 import type { SnapshotDir, SnapshotEvent, SnapshotStore } from "../snapshot.ts";
 import { EngineError, type RestoreRequest } from "../core/engine.ts";
 import { MANIFEST_FILE } from "../core/snapshot/layout.ts";
-import { forward, hostWith, machineWith } from "./support/forward.ts";
+import { engineWith, forward, hostWith, machineWith } from "./support/forward.ts";
 import { SimulatedCriu, SimulatedMachine, type SimulatedProcess } from "../mock/mod.ts";
 import { mappingProblems } from "../core/mapping.ts";
 import { parseGpuUuid } from "../core/options.ts";
@@ -106,7 +106,17 @@ describe("a snapshot and its restore", () => {
     );
     const gpu0 = sim.gpus[0].uuid;
     assert.ok(m.trees[0].processes[1].cuda!.gpuMemoryMiB![gpu0] >= 1024, "what rank 0 held");
+    assert.deepEqual(
+      m.trees[0].processes.slice(1, 3).map((p) => p.cuda!.restoreThreadId),
+      [a.tid, b.tid],
+      "the driver's restore thread, not the pid",
+    );
     assert.equal(m.gpus.length, 2);
+    assert.deepEqual(
+      m.gpus.map((g) => g.totalMiB),
+      sim.gpus.map((g) => g.memoryMiB),
+      "as NVML tells",
+    );
     assert.equal(m.driver.cudaVersion, 13000);
     assert.ok(m.files.length >= 4, "an image per process");
     assert.equal(statSync(dir).mode & 0o777, 0o700);
@@ -144,6 +154,22 @@ describe("a snapshot and its restore", () => {
     );
   });
 
+  test("a process whose GPU memory the host cannot tell: none in the manifest, the rest as told", async () => {
+    const { sim, a, b, pids } = await job();
+    const gpuMemory = async () => {
+      const report = await sim.host.gpuMemory!();
+      if (!("byPid" in report)) return report;
+      return { ...report, byPid: new Map([...report.byPid, [a.pid, "unknown" as const]]) };
+    };
+    const host = hostWith(sim.host, { gpuMemory });
+    const made = await snapshot([pids[0]], newDir(), { machine: machineWith(sim, { host }) });
+    const [ra, rb] = [a, b].map((p) =>
+      made.manifest.trees[0].processes.find((q) => q.pid === p.pid)
+    );
+    assert.equal(ra?.cuda?.gpuMemoryMiB, null, "unknown: none");
+    assert.ok(Object.values(rb?.cuda?.gpuMemoryMiB ?? {})[0] >= 2048, "what rank 1 held");
+  });
+
   test("every time in the manifest and the results is to the microsecond, on the real clock", async () => {
     await using sim = new SimulatedMachine({ clock: "real", speed: 200 });
     const target = sim.spawn({ memoryMiB: 64 });
@@ -162,11 +188,16 @@ describe("a snapshot and its restore", () => {
     const made = await snapshot([pids[0]], dir, { machine: sim, leaveRunning: true });
     assert.equal(made.manifest.options.leaveRunning, true);
     assert.equal(live(sim, a.pid).state, "running");
-    await refusedWith(
-      restoreSnapshot(dir, { machine: sim }),
-      "PID_TAKEN",
-      new RegExp(`pid ${pids[0]} \\(bash run\\.sh\\) must be free .* process ${pids[0]} has it`),
-    );
+    // Told by pidsInUse, or by identify where the host has no pidsInUse: the process has it.
+    for (const host of [sim.host, hostWith(sim.host, { pidsInUse: undefined })]) {
+      await refusedWith(
+        restoreSnapshot(dir, { machine: machineWith(sim, { host }) }),
+        "PID_TAKEN",
+        new RegExp(
+          `pid ${pids[0]} \\(bash run\\.sh\\) must be free .*, and process ${pids[0]} has it`,
+        ),
+      );
+    }
     for (const pid of pids) sim.process(pid)?.exit();
     await restoreSnapshot(dir, { machine: sim });
     assert.equal(await live(sim, a.pid).memoryChunkedSha256(), hashes[0]);
@@ -195,6 +226,28 @@ describe("a snapshot and its restore", () => {
     assert.equal(sim.process(pids[0]), undefined, "nothing was made");
     await restoreSnapshot(dir, { machine: machineWith(sim, { host: plain }) });
     assert.equal(await live(sim, a.pid).memoryChunkedSha256(), hashes[0]);
+  });
+
+  test("a thread id of the snapshot's taken: refused naming that id and the pid it is a thread of", async () => {
+    const { sim, a, pids } = await job();
+    const dir = newDir();
+    const made = await snapshot([pids[0]], dir, { machine: sim });
+    const thread = made.manifest.trees[0].processes[1].threads[1];
+    const pidsInUse = (ids: readonly number[]) =>
+      Promise.resolve(
+        ids.includes(thread) ? [{ id: thread, holder: 31337, as: "pid" as const }] : [],
+      );
+    const host = hostWith(sim.host, { pidsInUse });
+    const err = await restoreSnapshot(dir, { machine: machineWith(sim, { host }) }).catch((e) => e);
+    assert.ok(err instanceof RefusedError && err.code === "PID_TAKEN", String(err));
+    assert.equal(err.pid, thread, "the id that must be free");
+    assert.match(
+      err.message,
+      new RegExp(
+        `thread id ${thread} of pid ${a.pid} \\(python rank0\\.py\\) must be free .*, and process ` +
+          `31337 has it now; end that process, or restore where ${thread} is free$`,
+      ),
+    );
   });
 
   test("a file that goes between its seal and the end: nothing is ended, all put back", async () => {
@@ -607,9 +660,11 @@ describe("refused before anything changes", () => {
       "PREREQUISITE",
       new RegExp(`^snapshot refused: ${thread} is a thread of process ${pids[0]}, not a process`),
     );
+    // The message names the root inside first, then the tree that holds it.
+    const inside = `roots ${a.pid} and ${pids[0]}: process ${a.pid} is in the tree of ${pids[0]}`;
     await assert.rejects(
       snapshot([pids[0], a.pid], dir, { machine: sim }),
-      new RegExp(`process ${a.pid} is in the tree of ${pids[0]}`),
+      (e) => e instanceof RangeError && e.message === `${inside}; give the root of each tree once`,
     );
     const engine = new SimulatedCriu(sim, { problems: ["criu is not installed (simulated)."] });
     await refusedWith(
@@ -623,6 +678,20 @@ describe("refused before anything changes", () => {
       1,
       "only the test's own lock",
     );
+  });
+
+  test("a CUDA state this version does not know (a newer driver's): refused naming it, nothing made", async () => {
+    // Not taken for a process without CUDA: that would dump a CUDA process never checkpointed.
+    const sim = new SimulatedMachine();
+    const p = sim.spawn({ memoryMiB: 256 });
+    p.answerNext("getState", { value: 9 });
+    const dir = newDir();
+    const err = await snapshot([p.pid], dir, { machine: sim }).catch((e) => e);
+    assert.ok(err instanceof RangeError, String(err));
+    assert.match(err.message, new RegExp(`^getState of process ${p.pid} gave state 9, which`));
+    assert.throws(() => statSync(dir), "no directory was made");
+    assert.equal(sim.driver.calls.filter((c) => c.op === "lock").length, 0, "nothing suspended");
+    assert.equal(live(sim, p.pid).state, "running");
   });
 
   test("a host that lists an empty tree for a root, or none for a pid that is a process's own: no such process", async () => {
@@ -861,6 +930,63 @@ describe("failures after things began to change", () => {
     assert.match(err.message, /Every process was put back as it was, and keeps running/);
     assert.deepEqual(pids.map((pid) => live(sim, pid).pid), pids, "none ended");
     assert.deepEqual([a, b].map((p) => p.state), ["running", "running"]);
+  });
+
+  test("a process its tree forks as the tree is ended is ended too, not left running", async () => {
+    // Each round of the end stops what the tree holds now, until a round finds no process new.
+    const { sim, root, pids } = await job();
+    let late: SimulatedProcess | undefined;
+    const engine = engineWith(sim.engine, {
+      stop: (stopping) => {
+        late ??= sim.spawn({ parent: root.pid, cuda: false, command: "late" }); // forked before it
+        return sim.engine.stop(stopping);
+      },
+    });
+    await snapshot([pids[0]], newDir(), { machine: machineWith(sim, { engine }) });
+    assert.ok(late, "the end stopped the tree");
+    for (const pid of [...pids, late.pid]) {
+      assert.equal(sim.process(pid), undefined, `${pid} ended`);
+    }
+  });
+
+  test("it resolves once the ended processes' pids are free: a killed process holds its pid till reaped", async () => {
+    // A restore right after it would otherwise find its pids taken.
+    const { sim, pids } = await job();
+    let unreaped = 0;
+    const engine = engineWith(sim.engine, {
+      kill: (killing) => (unreaped = 2, sim.engine.kill(killing)),
+    });
+    const pidsInUse = (ids: readonly number[]) => {
+      if (unreaped === 0) return sim.host.pidsInUse!(ids);
+      unreaped--;
+      return Promise.resolve([{ id: ids[0], holder: ids[0], as: "pid" as const }]);
+    };
+    const host = hostWith(sim.host, { pidsInUse });
+    const dir = newDir();
+    await snapshot([pids[0]], dir, { machine: machineWith(sim, { engine, host }) });
+    assert.equal(unreaped, 0, "it asked till the pids were free");
+    await restoreSnapshot(dir, { machine: sim });
+  });
+
+  test("a tree the host cannot read at the end (its root exiting): its dumped processes are ended", async () => {
+    const { sim, pids } = await job();
+    let ending = false;
+    const processTree = (root: number) =>
+      ending ? Promise.reject(new Error(`ESRCH: ${root}`)) : sim.host.processTree!(root);
+    const machine = machineWith(sim, { host: hostWith(sim.host, { processTree }) });
+    await snapshot([pids[0]], newDir(), {
+      machine,
+      onProgress: (e) => ending ||= e.type === "phase" && e.phase === "end",
+    });
+    assert.ok(ending);
+    for (const pid of pids) assert.equal(sim.process(pid), undefined, `${pid} ended`);
+  });
+
+  test("a host that cannot identify processes: the tree is ended all the same", async () => {
+    const { sim, pids } = await job();
+    const host = hostWith(sim.host, { identify: undefined });
+    await snapshot([pids[0]], newDir(), { machine: machineWith(sim, { host }) });
+    for (const pid of pids) assert.equal(sim.process(pid), undefined, `${pid} ended`);
   });
 
   test("a dumped pid another process has as a thread id by the end: that process is not ended", async () => {
@@ -1216,6 +1342,25 @@ test("two trees: one's dump fails while the other still suspends; both are put b
   assert.match(err.message, /Every process was put back as it was, and keeps running/);
   assert.deepEqual([live(sim, big.pid).state, live(sim, small.pid).state], ["running", "running"]);
   assert.deepEqual([await big.memoryChunkedSha256(), await small.memoryChunkedSha256()], hashes);
+});
+
+test("the root's parent in the manifest is the one listed, whatever parent the engine gives it", async () => {
+  // The engine dumps the tree alone: what it says of the root's parent is not the host's word.
+  const { sim, root, pids } = await job();
+  const listed = (await sim.host.processTree!(root.pid))![0].parent;
+  const engine = engineWith(sim.engine, {
+    dump: async (r) =>
+      (await sim.engine.dump(r)).map((d) => d.pid === root.pid ? { ...d, parent: listed + 1 } : d),
+  });
+  const { manifest } = await snapshot([pids[0]], newDir(), {
+    machine: machineWith(sim, { engine }),
+  });
+  assert.deepEqual(manifest.trees[0].processes.map((p) => p.parent), [
+    listed,
+    root.pid,
+    root.pid,
+    pids[1],
+  ]);
 });
 
 test("a process that comes into a tree after it was listed, before its dump, is in the manifest and comes back", async () => {

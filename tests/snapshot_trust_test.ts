@@ -36,14 +36,13 @@ import {
   type CheckOptions,
   recoverSnapshot,
   type SnapshotDir,
-  type SnapshotEngine,
   type SnapshotStore,
 } from "../snapshot.ts";
 import type { Machine } from "../core/machine.ts";
 import { FileSnapshotStore } from "../os/snapshot_store.ts";
 import { SimulatedMachine } from "../mock/mod.ts";
 import { EngineError } from "../snapshot.ts";
-import { hostWith, machineWith } from "./support/forward.ts";
+import { engineWith, hostWith, machineWith } from "./support/forward.ts";
 import { TRACE_FILE } from "../core/snapshot/layout.ts";
 import { plantTrace } from "./support/trace.ts";
 import { tempDirs } from "./support/temp_dirs.ts";
@@ -119,22 +118,17 @@ function createdWith(replaced: (made: SnapshotDir) => Partial<SnapshotDir>): Sna
   };
 }
 
-/** `engine` with some members replaced, the others its own. */
-function engineWith(engine: SnapshotEngine, replaced: Partial<SnapshotEngine>): SnapshotEngine {
-  return new Proxy(engine, {
-    get(target, key) {
-      if (key in replaced) return (replaced as Record<PropertyKey, unknown>)[key];
-      const value = Reflect.get(target, key);
-      return typeof value === "function" ? value.bind(target) : value;
-    },
-  });
-}
-
 /**
  * `sim` as a machine whose restore's held tree of `pid` its user lets go (SIGCONT) once the engine
- * has restored it, while its digests are compared: it runs (its CPU time grows), and `woke` runs.
+ * has restored it, while its digests are compared: it runs (its CPU time grows), and `woke` runs
+ * (`runs: false`: only `woke` runs, the tree left stopped, its CPU time as it was).
  */
-function wokenWhileHeld(sim: SimulatedMachine, pid: number, woke = () => {}): Machine {
+function wokenWhileHeld(
+  sim: SimulatedMachine,
+  pid: number,
+  woke = () => {},
+  { runs = true } = {},
+): Machine {
   let cpu = 0;
   let engineDone!: () => void;
   const restored = new Promise<void>((resolve) => engineDone = resolve);
@@ -150,8 +144,8 @@ function wokenWhileHeld(sim: SimulatedMachine, pid: number, woke = () => {}): Ma
       digests: checked.digests,
       later: (sub) =>
         restored.then(async () => {
-          await sim.engine.wake!([pid]);
-          cpu += 7;
+          if (runs) await sim.engine.wake!([pid]);
+          if (runs) cpu += 7;
           woke();
           return checked.later(sub);
         }),
@@ -331,6 +325,22 @@ describe("images verified before they run", () => {
     assert.equal(sim.process(child!), undefined, "and the child it made");
   });
 
+  test("a process that comes into a held tree, none of it having run, is ended with it, and said", async () => {
+    const { sim, dir, pid } = await taken();
+    let child: number | undefined;
+    const machine = wokenWhileHeld(sim, pid, () => {
+      child ??= sim.spawn({ parent: pid, cuda: false, command: "attached" }).pid;
+    }, { runs: false });
+    const err = await restoreSnapshot(dir, { machine }).catch((e) => e);
+    assert.ok(err instanceof SnapshotError && err.code === "RESTORE_FAILED", String(err));
+    assert.match(
+      err.message,
+      new RegExp(`process ${child} was made in the tree of ${pid} while`, "i"),
+    );
+    assert.equal(sim.process(pid), undefined, "the held process was ended");
+    assert.equal(sim.process(child!), undefined, "and the one that came into its tree");
+  });
+
   test("a held tree woken (SIGCONT) before its images were verified is ended, though they then match", async () => {
     // It ran on images not yet known to be the snapshot's: the restore fails, whatever the
     // digests say after, and the snapshot restores later.
@@ -345,6 +355,26 @@ describe("images verified before they run", () => {
     assert.equal(sim.process(pid), undefined, "the woken process was ended");
     await restoreSnapshot(dir, { machine: sim });
     assert.equal(sim.process(pid)?.state, "running");
+  });
+
+  test("a held tree whose CPU time moves once more after it stopped (a late tick) is not taken to have run", async () => {
+    // Taken once two readings are alike: the first reading, its last tick not yet counted, is not.
+    const { sim, dir, pid, memory } = await taken();
+    let restored = false, reads = 0;
+    const machine = machineWith(sim, {
+      host: hostWith(sim.host, {
+        cpuTime: () => Promise.resolve(restored && reads++ > 0 ? 101 : 100),
+      }),
+      engine: engineWith(sim.engine, {
+        restore: async (r) => {
+          await sim.engine.restore(r);
+          restored = true;
+        },
+      }),
+    });
+    await restoreSnapshot(dir, { machine });
+    assert.ok(reads > 2, "read till alike");
+    assert.equal(await sim.process(pid)!.memoryChunkedSha256(), memory);
   });
 
   test("a held tree whose thread enters its stop late (a busy machine) is not taken to have run", async () => {

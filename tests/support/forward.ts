@@ -3,6 +3,7 @@
 // in one way, or counts calls. The rest of the machine (its host: the simulator's processes and
 // records; its criu, store and clock) is the other machine's.
 import type { CheckpointDriver } from "../../core/driver.ts";
+import type { SnapshotEngine } from "../../core/engine.ts";
 import type { HostProcesses } from "../../core/host.ts";
 import type { Machine } from "../../core/machine.ts";
 
@@ -55,4 +56,18 @@ export function machineWith(machine: Machine, replaced: Partial<Machine>): Machi
     ...(machine.clock ? { clock: machine.clock } : {}),
     ...replaced,
   };
+}
+
+/** `engine` with some members replaced, the others its own (bound to it). */
+export function engineWith(
+  engine: SnapshotEngine,
+  replaced: Partial<SnapshotEngine>,
+): SnapshotEngine {
+  return new Proxy(engine, {
+    get(target, key) {
+      if (key in replaced) return (replaced as Record<PropertyKey, unknown>)[key];
+      const value = Reflect.get(target, key);
+      return typeof value === "function" ? value.bind(target) : value;
+    },
+  });
 }
