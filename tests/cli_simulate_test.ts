@@ -97,9 +97,10 @@ describe("--simulate", () => {
     assert.equal((await run(["--get-state", "--pid", pid])).out, "checkpointed\n");
     // The filler ends: the same command resumes it, its room checked.
     assert.equal((await run(["kill", filler])).code, 0);
-    const resumed = await run(["--toggle", "--pid", pid, "--json"]);
+    const resumed = await run(["--toggle", "--pid", pid, "--json"], true);
     assert.equal(resumed.code, 0, resumed.err);
     assert.equal(JSON.parse(resumed.out).roomCheck, "checked");
+    assert.doesNotMatch(resumed.err, /GPU room/, "a terminal is told nothing of a room checked");
     assert.equal((await run(["--get-state", "--pid", pid])).out, "running\n");
   });
 

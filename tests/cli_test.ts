@@ -22,7 +22,7 @@ import { VERSION } from "../core/version.ts";
 import { SimulatedMachine } from "../mock/mod.ts";
 import { listCudaProcesses } from "../mod.ts";
 import { cli, HELP_FIRST_LINE } from "./cli_support.ts";
-import { forward, machineWith } from "./support/forward.ts";
+import { forward, hostWith, machineWith } from "./support/forward.ts";
 
 /** A simulator with two GPUs and a CUDA process of 1 GiB on GPU 0. */
 function machine() {
@@ -896,6 +896,21 @@ describe("several pids at once", () => {
         hidden.slice(0, 8).join(", ")
       } and 2 more): pid ${hidden[0]}: permission denied reading /proc/${hidden[0]}/maps ` +
         "(simulated: spawned with inspectable: false)",
+    );
+  });
+
+  test("the line gives three reasons at most: the first of each of the first three kinds", async () => {
+    const { sim } = three();
+    const reasons = ["no access", "gone mid-read", "maps unreadable", "a fourth kind"];
+    const odd = reasons.map((notInspectable, i) => ({ pid: 90_001 + i, notInspectable }));
+    const host = hostWith(sim.host, { scan: async () => [...await sim.host.scan(), ...odd] });
+    const r = await cli(["--get-state", "--all"], { machine: machineWith(sim, { host }) });
+    const [line] = r.err.split("\n");
+    assert.ok(
+      line.endsWith(
+        "): pid 90001: no access; pid 90002: gone mid-read; pid 90003: maps unreadable",
+      ),
+      line,
     );
   });
 
