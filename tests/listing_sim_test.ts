@@ -12,7 +12,7 @@ import { CudaProcess, listCudaProcesses } from "../mod.ts";
 import type { HostProcesses } from "../core/host.ts";
 import { SimulatedMachine } from "../mock/mod.ts";
 import { CONTEXT_MIB } from "../mock/timing.ts";
-import { forward, machineWith } from "./support/forward.ts";
+import { forward, hostWith, machineWith } from "./support/forward.ts";
 
 describe("listCudaProcesses on the simulator", () => {
   test("lists CUDA processes with state, restore thread, command and GPU memory per GPU", async () => {
@@ -83,6 +83,19 @@ describe("listCudaProcesses on the simulator", () => {
     assert.equal(u.command, "/usr/bin/other-users-job");
     assert.match(u.reason, /permission denied reading \/proc\/\d+\/maps/);
     assert.ok(!sim.driver.calls.some((c) => c.pid === hidden.pid), "the driver was not asked");
+  });
+
+  test("a process the host cannot tell maps libcuda or not is reported, not left out", async () => {
+    // A host seam may answer nothing for cudaLibrary: such a process may be a CUDA one.
+    await using sim = new SimulatedMachine();
+    const mine = sim.spawn();
+    const unsure = { pid: 90_001, command: "python half-read.py" }; // no cudaLibrary, no reason
+    const host = hostWith(sim.host, { scan: async () => [...await sim.host.scan(), unsure] });
+    const listing = await listCudaProcesses({ machine: machineWith(sim, { host }) });
+    assert.deepEqual(listing.processes.map((p) => p.pid), [mine.pid]);
+    assert.deepEqual(listing.uninspectable, [
+      { ...unsure, reason: "the host could not tell whether it maps libcuda" },
+    ]);
   });
 
   test("a stopped CUDA process is reported, its state not asked (the driver would wait); a stopped one without CUDA is left out", async () => {
@@ -169,6 +182,22 @@ describe("listCudaProcesses on the simulator", () => {
     assert.match(failed.gpuMemoryUnknown!, /could not be loaded/);
     const skipped = await listCudaProcesses({ machine: sim, gpuMemory: false });
     assert.match(skipped.gpuMemoryUnknown!, /gpuMemory: false/);
+  });
+
+  test("this process locked by itself: GPU memory is not asked (NVML would wait), and it says why", async () => {
+    await using sim = new SimulatedMachine();
+    const self = sim.spawn({ memoryMiB: 256 });
+    sim.selfPid = self.pid; // the program listing is that process
+    const own = new CudaProcess(self.pid, { machine: sim });
+    await own.lock();
+    const held = await listCudaProcesses({ machine: sim });
+    assert.deepEqual([held.processes[0].state, held.processes[0].gpuMemory], ["locked", "unknown"]);
+    assert.equal(
+      held.gpuMemoryUnknown,
+      "this process is locked or checkpointed itself, and NVML would wait for it",
+    );
+    await own.unlock();
+    assert.equal((await listCudaProcesses({ machine: sim })).gpuMemoryUnknown, undefined);
   });
 
   test("an answer other than success, NOT_INITIALIZED or OPERATING_SYSTEM is reported", async () => {
