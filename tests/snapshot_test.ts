@@ -21,6 +21,7 @@ import process from "node:process";
 import { join } from "node:path";
 import {
   CheckpointUnsupportedError,
+  CudaError,
   RefusedError,
   restoreSnapshot,
   snapshot,
@@ -28,6 +29,7 @@ import {
 } from "../mod.ts";
 import type { SnapshotDir, SnapshotEvent, SnapshotStore } from "../snapshot.ts";
 import { EngineError, type RestoreRequest } from "../core/engine.ts";
+import type { Machine } from "../core/machine.ts";
 import { MANIFEST_FILE } from "../core/snapshot/layout.ts";
 import { engineWith, forward, hostWith, machineWith } from "./support/forward.ts";
 import { SimulatedCriu, SimulatedMachine, type SimulatedProcess } from "../mock/mod.ts";
@@ -349,6 +351,37 @@ describe("a snapshot and its restore", () => {
       `dump took ${made.manifest.timings.dumpMs} ms`,
     );
     assert.ok(took < 25_000, `the whole snapshot took ${took} ms`);
+  });
+
+  test("progress tells what each CUDA process holds over all its GPUs, at the suspend and the restore", async () => {
+    const sim = new SimulatedMachine({ gpus: 2 });
+    const p = sim.spawn({ memoryMiB: 1024, gpu: [0, 1] });
+    const events: SnapshotEvent[] = [];
+    const onProgress = (e: SnapshotEvent) => void events.push(e);
+    const dir = newDir();
+    const { manifest } = await snapshot([p.pid], dir, { machine: sim, onProgress });
+    await restoreSnapshot(dir, { machine: sim, onProgress });
+    const held = Object.values(manifest.trees[0].processes[0].cuda!.gpuMemoryMiB!);
+    assert.equal(held.length, 2, "on both GPUs");
+    const told = events.flatMap((e) =>
+      e.type === "phase" && e.gpuMemoryMiB ? [[e.phase, e.gpuMemoryMiB[p.pid]]] : []
+    );
+    const sum = held[0] + held[1];
+    assert.deepEqual(told, [["suspend", sum], ["restore", sum], ["resume", sum]]);
+  });
+
+  test("a progress listener that throws is ignored: the snapshot and its restore go on", async () => {
+    const { sim, a, pids, hashes } = await job();
+    let told = 0;
+    const onProgress = () => {
+      told++;
+      throw new Error("the listener's own bug");
+    };
+    const dir = newDir();
+    await snapshot([pids[0]], dir, { machine: sim, onProgress });
+    await restoreSnapshot(dir, { machine: sim, onProgress });
+    assert.ok(told > 4, `told each event: ${told}`);
+    assert.equal(await live(sim, a.pid).memoryChunkedSha256(), hashes[0]);
   });
 
   test("each tree is dumped once its own CUDA processes are suspended, not after every tree's", async () => {
@@ -691,6 +724,42 @@ describe("refused before anything changes", () => {
     assert.match(err.message, new RegExp(`^getState of process ${p.pid} gave state 9, which`));
     assert.throws(() => statSync(dir), "no directory was made");
     assert.equal(sim.driver.calls.filter((c) => c.op === "lock").length, 0, "nothing suspended");
+    assert.equal(live(sim, p.pid).state, "running");
+  });
+
+  test("refused for one reason while the engine's probe fails for another: no rejection left unhandled", async () => {
+    // The probe and the GPU list are asked at once, awaited after other checks that may refuse.
+    const sim = new SimulatedMachine();
+    const engine = new SimulatedCriu(sim, { problems: ["criu is not installed (simulated)."] });
+    const listGpus = () => Promise.reject(new Error("NVML went away"));
+    const machine = { ...machineWith(sim, { engine }), driver: forward(sim, { listGpus }).driver };
+    const refusals = [
+      refusedWith(snapshot([999_999], newDir(), { machine }), "PREREQUISITE", /no process has pid/),
+      refusedWith(restoreSnapshot(newDir(), { machine }), "SNAPSHOT", /does not exist/),
+    ];
+    for (const refused of refusals) await refused;
+    await new Promise((resolve) => setTimeout(resolve, 0)); // a rejection left unhandled fails here
+  });
+
+  test("a machine without a snapshot engine, store, or process trees: refused, saying which", async () => {
+    const sim = new SimulatedMachine();
+    const p = sim.spawn({ memoryMiB: 256 });
+    const cases: [Partial<Machine>, string][] = [
+      [{ engine: undefined }, "this simulated machine has no snapshot engine (criu)"],
+      [{ store: undefined }, "this simulated machine has no snapshot store"],
+      [
+        { host: hostWith(sim.host, { processTree: undefined }) },
+        "the simulated host cannot tell process trees, which a snapshot needs",
+      ],
+    ];
+    for (const [missing, reason] of cases) {
+      const dir = newDir();
+      const machine = machineWith(sim, missing);
+      const said = new RegExp(`: ${reason.replace(/[()]/g, "\\$&")}$`);
+      await refusedWith(snapshot([p.pid], dir, { machine }), "PREREQUISITE", said);
+      await refusedWith(restoreSnapshot(dir, { machine }), "PREREQUISITE", said);
+      assert.throws(() => statSync(dir), "no directory was made");
+    }
     assert.equal(live(sim, p.pid).state, "running");
   });
 
@@ -1125,6 +1194,76 @@ describe("failures after things began to change", () => {
     await snapshot([pids[0]], dir, { machine: sim, timeoutMs: 0 });
     await restoreSnapshot(dir, { machine: sim, timeoutMs: 0 });
     assert.equal(live(sim, a.pid).state, "running");
+  });
+
+  test("every engine call is given the time left of the snapshot's, and of the restore's, deadline", async () => {
+    const { sim, pids } = await job();
+    const given: [string, number | undefined][] = [];
+    const engine = engineWith(sim.engine, {
+      dump: (r) => (given.push(["dump", r.timeoutMs]), sim.engine.dump(r)),
+      restore: (r) => (given.push(["restore", r.timeoutMs]), sim.engine.restore(r)),
+    });
+    const machine = machineWith(sim, { engine }), dir = newDir();
+    await snapshot([pids[0]], dir, { machine, timeoutMs: 600_000 });
+    await restoreSnapshot(dir, { machine, timeoutMs: 500_000 });
+    assert.deepEqual(given.map(([call]) => call), ["dump", "restore"]);
+    const [dump, restore] = given.map(([, ms]) => ms ?? 0);
+    assert.ok(dump > 0 && dump <= 600_000 && restore > 0 && restore <= 500_000, `${given}`);
+  });
+
+  test("a deadline's timer is let go once the snapshot, or the restore, is over", async () => {
+    // Else a program that gave a long deadline would be kept alive till it passed.
+    const { sim, pids } = await job();
+    let pending = 0;
+    const clock = {
+      ...sim.clock,
+      timer: (ms: number, fn: () => void) => {
+        pending++;
+        const cancel = sim.clock.timer!(ms, fn);
+        return () => (pending--, cancel());
+      },
+    };
+    const machine = machineWith(sim, { clock }), dir = newDir();
+    await snapshot([pids[0]], dir, { machine, timeoutMs: 3_600_000 });
+    assert.equal(pending, 0, "the snapshot's");
+    await restoreSnapshot(dir, { machine, timeoutMs: 3_600_000 });
+    assert.equal(pending, 0, "the restore's");
+  });
+
+  test("the deadline aborts an engine call under way, on the machine's own clock", async () => {
+    const { sim, pids } = await job();
+    let aborted = false;
+    const engine = engineWith(sim.engine, {
+      dump: async (r) => {
+        await sim.clock.sleep(60_000, r.signal).catch((e) => (aborted = true, Promise.reject(e)));
+        return sim.engine.dump(r);
+      },
+    });
+    const machine = machineWith(sim, { engine });
+    const err = await snapshot([pids[0]], newDir(), { machine, timeoutMs: 30_000 }).catch((e) => e);
+    assert.ok(err instanceof SnapshotError && err.code === "STOPPED", String(err));
+    assert.match(err.message, /^snapshot stopped while dumping: its deadline passed/);
+    assert.ok(aborted, "the dump's wait was cut short at the deadline");
+  });
+
+  test("two processes failing to suspend: the error is the first one's", async () => {
+    const { sim, a, b, pids } = await job();
+    a.failNext("lock", { code: 901 });
+    b.failNext("lock", { code: 902 });
+    const err = await snapshot([pids[0]], newDir(), { machine: sim }).catch((e) => e);
+    assert.ok(err instanceof SnapshotError && err.code === "SUSPEND_FAILED", String(err));
+    assert.equal(err.cause instanceof CudaError && err.cause.code, 901, String(err.cause));
+  });
+
+  test("a tree's CUDA processes are suspended all or nothing: one lock fails, no other is checkpointed", async () => {
+    const { sim, a, b, pids } = await job();
+    b.failNext("lock", { code: 999 });
+    const mark = sim.driver.calls.length;
+    const err = await snapshot([pids[0]], newDir(), { machine: sim }).catch((e) => e);
+    assert.ok(err instanceof SnapshotError && err.code === "SUSPEND_FAILED", String(err));
+    const steps = sim.driver.calls.slice(mark).filter((c) => c.pid === a.pid).map((c) => c.op);
+    assert.ok(!steps.includes("checkpoint"), `rank 0 is not checkpointed: ${steps}`);
+    assert.deepEqual([live(sim, a.pid).state, live(sim, b.pid).state], ["running", "running"]);
   });
 
   test("a process on a GPU the driver hides is refused before anything is suspended", async () => {
