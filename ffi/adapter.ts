@@ -62,10 +62,7 @@ export interface FfiAdapter {
    * Bun's then tries the current directory, so Bun is given none but libc.so.6 (loaded: no search).
    */
   readonly bareNamesSafe: boolean;
-  /**
-   * The most calls that wait it runs at once, where fewer than asked: Deno runs them on its 32
-   * threads for blocking work, which its file operations share (24 leaves those 8).
-   */
+  /** The most calls that wait it runs at once (Deno: 24 of its 32 threads for blocking work). */
   readonly mostAtOnce?: number;
   /** Reads an environment variable; may throw where the runtime needs a permission for it. */
   getEnv(name: string): string | undefined;
