@@ -284,7 +284,12 @@ class FileSnapshotDir implements SnapshotDir {
     const partial = "the snapshot is incomplete, or a copy of it left the";
     const missing = (shown: string, lists: string, what: string) =>
       new Error(`${shown} is missing, which the manifest lists ${lists}: ${partial} ${what} out`);
-    const present = new Set(await readdir(this.#base)), top = o.topFiles ?? [];
+    // A directory that cannot be listed (EMFILE) is named as its user knows it, not pinned.
+    const list = (at: string, shown: string) =>
+      readdir(at).catch((err) =>
+        Promise.reject(new Error(`${shown} cannot be listed: ${pathTrouble(err)}`, { cause: err }))
+      );
+    const present = new Set(await list(this.#base, this.path)), top = o.topFiles ?? [];
     const stray = [...present].find((name) => !bySub.has(name) && !top.includes(name));
     if (stray !== undefined) throw unlisted(`${this.path}/${stray}`);
     const opened: Opened[] = [];
@@ -293,7 +298,7 @@ class FileSnapshotDir implements SnapshotDir {
         const n = `with ${listed.size} file${listed.size === 1 ? "" : "s"}`;
         if (!present.has(sub)) throw missing(`${this.path}/${sub}`, n, "directory");
         const dir = await this.#sub(sub);
-        const names = new Set(await readdir(pinned(dir)));
+        const names = new Set(await list(pinned(dir), `${this.path}/${sub}`));
         const extra = [...names].find((name) => !listed.has(name));
         if (extra !== undefined) throw unlisted(`${this.path}/${sub}/${extra}`);
         for (const [name, file] of listed) {
