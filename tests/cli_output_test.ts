@@ -162,6 +162,21 @@ describe("nothing a process chose reaches a terminal raw", () => {
     assertClean(r.err, "the usage error");
     assert.ok(r.err.startsWith("cuda-checkpoint: unrecognized option '--\\u001b[2Jx'\n"), r.err);
   });
+
+  test("bad input with --json: the object on stdout escapes what JSON leaves raw (C1, DEL, bidi)", async () => {
+    // JSON.stringify escapes C0 only: a CSI (U+009B) or a right-to-left override in the value
+    // would reach a terminal through the usage object unless main() escapes its line too.
+    const value = "5\u009b2J\x7f\u202eexe";
+    const r = await cli(["--get-state", "--pid", value, "--json"]);
+    assert.equal(r.code, 1);
+    assertClean(r.out, "the usage object");
+    assert.doesNotMatch(r.out, /[\u202a-\u202e]/);
+    assert.deepEqual(JSON.parse(r.out).error, {
+      message: "pid must be a non-negative integer",
+      code: "USAGE",
+      detail: `got ${JSON.stringify(value)}`,
+    });
+  });
 });
 
 describe("the subcommands, as a new user meets them", () => {
