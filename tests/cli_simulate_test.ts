@@ -163,6 +163,33 @@ describe("--simulate", () => {
     assert.equal(again.err, `cuda-checkpoint: no simulated process has pid ${pid}\n`);
   });
 
+  test("--json: spawn, kill and reset each answer one object on stdout, saying what was done", async () => {
+    const { path, run } = machine();
+    const spawned = await run(["spawn", "--json"]);
+    const pid = JSON.parse(spawned.out).pid;
+    assert.deepEqual([spawned.code, JSON.parse(spawned.out), spawned.err], [
+      0,
+      { pid, spawned: true },
+      "",
+    ]);
+    const killed = await run(["kill", pid, "--json"]);
+    assert.deepEqual([killed.code, killed.out, killed.err], [
+      0,
+      `{"pid":${pid},"killed":true}\n`,
+      "",
+    ]);
+    // A pid that is not there: the object says so too, for a program reading stdout.
+    const again = await run(["kill", pid, "--json"]);
+    assert.deepEqual([again.code, again.out], [1, `{"pid":${pid},"killed":false}\n`]);
+    assert.equal(again.err, `cuda-checkpoint: no simulated process has pid ${pid}\n`);
+    const reset = await run(["reset", "--json"]);
+    assert.deepEqual([reset.code, JSON.parse(reset.out), reset.err], [
+      0,
+      { reset: true, path },
+      "",
+    ]);
+  });
+
   test("a stopped process: lock and toggle refused in our words, exit 1, nothing done", async () => {
     // NVIDIA's utility would wait on it for good (docs/DRIVER.md): there is no line of its to keep.
     const { path, run } = machine();
