@@ -452,6 +452,13 @@ describe("our own checks of bad input", () => {
       "GPU-00000000-0000-0000-0000-000000000001=GPU-00000000-0000-0000-0000-000000000001",
     ], NVIDIA_MESSAGES.remapNotRestore],
     [
+      "--action of no step",
+      ["--action", "foo", "--pid", 5],
+      NVIDIA_MESSAGES.badAction,
+      // The steps in the order they are taken: the line teaches the sequence.
+      /^cuda-checkpoint: --action takes lock, checkpoint, restore, unlock; got "foo"$/,
+    ],
+    [
       "two operations",
       ["--get-state", "--toggle", "-p", 5],
       NVIDIA_MESSAGES.tooManyOperations,
