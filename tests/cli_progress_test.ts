@@ -235,6 +235,38 @@ describe("the live line on a terminal", () => {
     line.stop();
   });
 
+  test("drawn from 0.3 s on, however late a tick comes; erased once before the lines that follow it", () => {
+    // A clock whose one timer the test fires, as a tick the event loop ran late (at 0.36 s).
+    let fire = () => {};
+    const clock = {
+      ms: 0,
+      now: () => clock.ms,
+      sleep: () => Promise.resolve(),
+      timer: (_ms: number, fn: () => void) => {
+        fire = fn;
+        return () => {};
+      },
+    };
+    const writes: string[] = [];
+    const print = new Printer({
+      stdout: () => {},
+      stderr: (t) => writes.push(t),
+      isTerminal: true,
+    });
+    const line = new Progress(print, clock, { total: 1 }, false);
+    line.event({ type: "phase", phase: "suspend", at: 0 });
+    clock.ms = 250;
+    fire();
+    assert.deepEqual(writes, [], "not before 0.3 s");
+    clock.ms = 360;
+    fire();
+    assert.deepEqual(writes, [`${CLEAR}suspending the CUDA processes 0.4 s`]);
+    print.err("first");
+    print.err("second");
+    line.stop();
+    assert.deepEqual(writes.slice(1), [CLEAR, "first\n", "second\n"], "one erase, none after it");
+  });
+
   test("the line alone: estimates, this run's measured rate, the width", () => {
     let now = 0;
     const timers: (() => void)[] = [];
