@@ -235,7 +235,7 @@ describe("the live line on a terminal", () => {
     line.stop();
   });
 
-  test("drawn from 0.3 s on, however late a tick comes; erased once before the lines that follow it", () => {
+  test("drawn from 0.3 s on, however late a tick comes; erased once before the lines that follow it; stopped for good", () => {
     // A clock whose one timer the test fires, as a tick the event loop ran late (at 0.36 s).
     let fire = () => {};
     const clock = {
@@ -244,7 +244,7 @@ describe("the live line on a terminal", () => {
       sleep: () => Promise.resolve(),
       timer: (_ms: number, fn: () => void) => {
         fire = fn;
-        return () => {};
+        return () => void (fire = () => {});
       },
     };
     const writes: string[] = [];
@@ -265,6 +265,9 @@ describe("the live line on a terminal", () => {
     print.err("second");
     line.stop();
     assert.deepEqual(writes.slice(1), [CLEAR, "first\n", "second\n"], "one erase, none after it");
+    clock.ms = 1000;
+    fire();
+    assert.equal(writes.length, 4, "stopped: the timer cancelled, the line not drawn again");
   });
 
   test("the line alone: estimates, this run's measured rate, the width", () => {
