@@ -15,7 +15,7 @@ import process from "node:process";
 
 import { main } from "../cli/main.ts";
 import { Printer } from "../cli/report.ts";
-import { Progress, type ProgressOptions } from "../cli/progress.ts";
+import { Progress, type ProgressOptions, size } from "../cli/progress.ts";
 import { SimulatedMachine } from "../mock/mod.ts";
 import { cli } from "./cli_support.ts";
 import { loud, runtime } from "./fixtures/fake.ts";
@@ -373,6 +373,45 @@ describe("the live line on a terminal", () => {
       "restoring the process trees 58.3 s: ~2.0 of 4.0 GB, ~2.0 GB/s, ~1.0 s left",
     );
     line.stop();
+  });
+
+  test("the figures at their edges: seconds up to 100, a dump of all it held, 1 GB", () => {
+    // 75 s left is said in seconds: minutes start at 100 s.
+    const slow = lineOnClock({ columns: 120 });
+    slow.line.event({ type: "phase", phase: "suspend", at: 0, gpuMemoryMiB: { 4100: 143_051 } });
+    assert.equal(
+      slow.line.text(),
+      "suspending the CUDA processes 0.0 s: ~0.0 of 150.0 GB, ~75 s left",
+    );
+    slow.line.stop();
+    // criu's count has reached the GPU memory suspended: a size, no estimate of what is left.
+    const { clock, line } = lineOnClock({ columns: 120 });
+    line.event({ type: "phase", phase: "suspend", at: 0, gpuMemoryMiB: { 4242: 1024 } });
+    line.event({ type: "phase", phase: "dump", at: 0 });
+    clock.ms = 1000;
+    line.event({ type: "bytes", root: 4242, bytes: 1024 * 2 ** 20, at: 1000 });
+    assert.equal(line.text(), "dumping 1.0 s: 1.07 GB written, 1.1 GB/s");
+    line.stop();
+    assert.deepEqual([1e9, 1e6, 1e3, 999].map(size), ["1.00 GB", "1.0 MB", "1.0 kB", "999 B"]);
+  });
+
+  test("--events: each event's at is the time since the command began, not the clock's", () => {
+    const clock = {
+      ms: 5000,
+      now: () => clock.ms,
+      sleep: () => Promise.resolve(),
+      timer: () => () => {},
+    };
+    const lines: string[] = [];
+    const print = new Printer({
+      stdout: () => {},
+      stderr: (t) => lines.push(t),
+      isTerminal: false,
+    });
+    const events = new Progress(print, clock, {}, true);
+    clock.ms = 5250;
+    events.event({ type: "phase", phase: "toggle", at: 5250 });
+    assert.deepEqual(JSON.parse(lines[0]), { event: "phase", phase: "toggle", at: 250 });
   });
 
   test("a dump's line alone: criu's rate since the dump began, of every tree's count", () => {
