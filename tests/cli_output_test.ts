@@ -13,6 +13,7 @@ import { join } from "node:path";
 import process from "node:process";
 
 import { helpText } from "../cli/help.ts";
+import { escapeControls } from "../cli/io.ts";
 import { commandMessage } from "../cli/report.ts";
 import { snapshot } from "../mod.ts";
 import { SimulatedMachine } from "../mock/mod.ts";
@@ -74,6 +75,25 @@ describe("nothing a process chose reaches a terminal raw", () => {
     // --json keeps it as it was.
     const json = await cli(["inspect", dir, "--json"], { machine: sim });
     assert.equal(JSON.parse(json.out).manifest.trees[0].processes[0].command, forged);
+  });
+
+  test("escapeControls: exactly every control but the newline, character by character", () => {
+    // C0 but \n (the tab and vertical tab too: both move the cursor), DEL, C1; the bidi controls
+    // and the separators; nothing else, U+00A0 and U+2028's neighbours included.
+    const escaped = (c: string) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`;
+    const controls = [0x061c, 0x200e, 0x200f, 0x2028, 0x2029, 0x202a, 0x202b, 0x202c, 0x202d]
+      .concat([0x202e, 0x2066, 0x2067, 0x2068, 0x2069]);
+    for (let code = 0; code <= 0x206f; code++) {
+      if (code > 0xa0 && !controls.includes(code) && !controls.includes(code - 1)) continue;
+      const c = String.fromCharCode(code);
+      const control = (code < 0x20 && code !== 0x0a) || (code >= 0x7f && code <= 0x9f) ||
+        controls.includes(code);
+      assert.equal(
+        escapeControls(`a${c}b`),
+        control ? `a${escaped(c)}b` : `a${c}b`,
+        `U+${code.toString(16)}`,
+      );
+    }
   });
 
   test("bidi controls and line and paragraph separators are escaped too, in text and --json (issue 29, item 13e)", async () => {
