@@ -221,6 +221,15 @@ describe("--simulate", () => {
     const terminal = await run(["--get-state", "--pid", Number.parseInt(piped.out)], true);
     assert.equal(terminal.err, `cuda-checkpoint: simulated machine, kept in ${path}\n`);
     assert.equal(terminal.out, "running\n");
+    // inspect too runs on the simulated machine with --simulate (its snapshots, wherever kept).
+    const empty = join(dir, `empty-${files++}`);
+    mkdirSync(empty);
+    const inspected = await run(["inspect", empty], true);
+    assert.equal(inspected.code, 1);
+    assert.ok(
+      inspected.err.startsWith(`cuda-checkpoint: simulated machine, kept in ${path}\n`),
+      inspected.err,
+    );
   });
 
   test("a spawn that does not fit on the GPU is one line that reads right, exit 1", async () => {
