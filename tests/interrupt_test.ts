@@ -257,6 +257,7 @@ describe("what a second interrupt advises", () => {
         " for the driver",
         "check each process with: cuda-checkpoint --get-state --pid 4000",
         "or end it (kill 4000)",
+        "it runs again (kill -CONT 4000)",
       ];
       watchInterrupts(interrupts, { err: (l) => void said.push(l) }, {
         meanwhile: "",
@@ -266,9 +267,11 @@ describe("what a second interrupt advises", () => {
       fire();
       fire("SIGTERM");
       const sim = simulated ? " --simulate" : "";
-      assert.deepEqual(said.slice(2, 4), [
+      assert.deepEqual(said.slice(2, 5), [
         `cuda-checkpoint: check each process with: cuda-checkpoint${sim} --get-state --pid 4000`,
         `cuda-checkpoint: or end it (${simulated ? "cuda-checkpoint --simulate " : ""}kill 4000)`,
+        // A signal to send is no subcommand of the simulator's: left as it is.
+        "cuda-checkpoint: it runs again (kill -CONT 4000)",
       ]);
       assert.deepEqual(exits, [143]);
     }
