@@ -68,6 +68,15 @@ function lineOnClock(options: ProgressOptions) {
   return { clock, line: new Progress(print, clock, options, false) };
 }
 
+/** A Printer, on a terminal or not, and what it writes to stderr, in order. */
+function printerKept(isTerminal: boolean) {
+  const written: string[] = [];
+  return {
+    written,
+    print: new Printer({ stdout: () => {}, stderr: (t) => written.push(t), isTerminal }),
+  };
+}
+
 describe("the live line on a terminal", () => {
   test("a toggle of one pid: its step, GPU memory done of all of it, the rate, the time left", async () => {
     const sim = new SimulatedMachine();
@@ -247,12 +256,7 @@ describe("the live line on a terminal", () => {
         return () => void (fire = () => {});
       },
     };
-    const writes: string[] = [];
-    const print = new Printer({
-      stdout: () => {},
-      stderr: (t) => writes.push(t),
-      isTerminal: true,
-    });
+    const { print, written: writes } = printerKept(true);
     const line = new Progress(print, clock, { total: 1 }, false);
     line.event({ type: "phase", phase: "suspend", at: 0 });
     clock.ms = 250;
@@ -278,12 +282,7 @@ describe("the live line on a terminal", () => {
       sleep: () => Promise.resolve(),
       timer: (_ms: number, fn: () => void) => (timers.push(fn), () => {}),
     };
-    const written: string[] = [];
-    const print = new Printer({
-      stdout: () => {},
-      stderr: (t) => written.push(t),
-      isTerminal: true,
-    });
+    const { print, written } = printerKept(true);
     const line = new Progress(print, clock, { total: 3, columns: 100 }, false);
     line.event({ type: "phase", phase: "toggle", at: 0 });
     line.event({ type: "step-start", pid: 4101, step: "checkpoint", at: 0, gpuMemoryMiB: 4096 });
@@ -402,12 +401,7 @@ describe("the live line on a terminal", () => {
       sleep: () => Promise.resolve(),
       timer: () => () => {},
     };
-    const lines: string[] = [];
-    const print = new Printer({
-      stdout: () => {},
-      stderr: (t) => lines.push(t),
-      isTerminal: false,
-    });
+    const { print, written: lines } = printerKept(false);
     const events = new Progress(print, clock, {}, true);
     clock.ms = 5250;
     events.event({ type: "phase", phase: "toggle", at: 5250 });
@@ -532,12 +526,7 @@ describe("--events: the events, one JSON object per line of stderr", () => {
   test("a step's estimate: the usual rate, then this run's once a step of its kind ended", () => {
     let now = 0;
     const clock = { now: () => now, sleep: () => Promise.resolve(), timer: () => () => {} };
-    const lines: string[] = [];
-    const print = new Printer({
-      stdout: () => {},
-      stderr: (t) => lines.push(t),
-      isTerminal: false,
-    });
+    const { print, written: lines } = printerKept(false);
     const events = new Progress(print, clock, { total: 2 }, true);
     events.event({ type: "phase", phase: "toggle", at: 0 });
     events.event({ type: "step-start", pid: 4101, step: "checkpoint", at: 0, gpuMemoryMiB: 1024 });
