@@ -9,7 +9,7 @@
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync, spawnSync } from "node:child_process";
-import { mkdirSync } from "node:fs";
+import { mkdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import process from "node:process";
 
@@ -661,25 +661,31 @@ describe("--events: the events, one JSON object per line of stderr", () => {
   });
 });
 
+/**
+ * Runs `cuda-checkpoint --simulate <args>` (a shell's words) as a program on this runtime under
+ * util-linux's `script`, its terminal; on the state file `state`. Resolves to what the terminal got.
+ */
+function underScript(state: string): (args: string) => string {
+  const main = new URL("../cli/main.ts", import.meta.url).pathname;
+  const program = [process.execPath, ...(runtime === "deno" ? ["run", "-A"] : []), main];
+  return (args) =>
+    execFileSync("script", ["-qec", `${program.join(" ")} --simulate ${args}`, "/dev/null"], {
+      env: { ...process.env, CKPT_SIM_STATE: state },
+      encoding: "utf8",
+      timeout: 30_000,
+    });
+}
+
 describe("on a real pseudo-terminal", () => {
   const script = spawnSync("script", ["--version"]).status === 0;
+  const noScript = loud("util-linux's script is not installed (apt-get install bsdutils)");
   test(
     "cuda-checkpoint as a program under util-linux's script: the line drawn, then erased",
     {
-      skip: script
-        ? false
-        : loud("util-linux's script is not installed (apt-get install bsdutils)"),
+      skip: script ? false : noScript,
     },
     () => {
-      const env = { ...process.env, CKPT_SIM_STATE: join(base(), "machine.json") };
-      const main = new URL("../cli/main.ts", import.meta.url).pathname;
-      const program = [process.execPath, ...(runtime === "deno" ? ["run", "-A"] : []), main];
-      const run = (args: string) =>
-        execFileSync("script", ["-qec", `${program.join(" ")} --simulate ${args}`, "/dev/null"], {
-          env,
-          encoding: "utf8",
-          timeout: 30_000,
-        });
+      const run = underScript(join(base(), "machine.json"));
       const pid = run("spawn --memory-mib 4096").trim().split("\n").at(-1)!.trim();
       const shown = run(`--toggle --pid ${pid}`);
       assert.match(
@@ -689,6 +695,20 @@ describe("on a real pseudo-terminal", () => {
         ),
       );
       assert.ok(shown.endsWith(CLEAR), JSON.stringify(shown.slice(-40)));
+    },
+  );
+
+  test(
+    "stderr to a file, stdout the terminal: stderr decides, so nothing of a terminal's in the file",
+    { skip: script ? false : noScript },
+    () => {
+      const dir = base(), log = join(dir, "stderr.log");
+      const run = underScript(join(dir, "machine.json"));
+      const pid = run("spawn --memory-mib 4096").trim().split("\n").at(-1)!.trim();
+      run(`--toggle --pid ${pid} 2>${log}`);
+      // Not a terminal: no live line, no notice of the simulated machine; NVIDIA's output (none).
+      assert.equal(readFileSync(log, "utf8"), "");
+      assert.match(run(`--get-state --pid ${pid} 2>${log}`), /^checkpointed\r?\n$/);
     },
   );
 });
