@@ -981,6 +981,19 @@ describe("--json for one pid", () => {
     assert.equal(text.err, `Error toggling CUDA in process ID ${pid}: "unknown error"\n`);
   });
 
+  test("a command line refused where its --json object cannot be written: exit 1, never a rejection", async () => {
+    // As stdout on a full disk throws ENOSPC: main() still resolves, its lines said on stderr.
+    let err = "";
+    const code = await main(["--get-state", "--pid", "abc", "--json"], {
+      stdout: () => {
+        throw new Error("ENOSPC: no space left on device, write");
+      },
+      stderr: (text) => err += text,
+    });
+    assert.equal(code, 1);
+    assert.ok(err.startsWith("pid must be a non-negative integer\n\nUsage: "), err);
+  });
+
   test("a command line refused: NVIDIA's lines on stderr, and with --json one object on stdout", async () => {
     const bad = await cli(["--get-state", "--pid", "abc", "--json"], { machine: machine().sim });
     assert.equal(bad.code, 1);
