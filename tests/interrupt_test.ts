@@ -7,6 +7,7 @@
 // signals. Runs unchanged under `deno test -A` and `bun test`.
 import { after, describe, test } from "node:test";
 import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
 import { existsSync, readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import process from "node:process";
@@ -241,6 +242,15 @@ describe("an interrupt during an operation on several processes, in-process", ()
     });
     assert.equal(q.code, 1);
     assert.equal(fake.watched, 0, "queries are not watched either");
+  });
+});
+
+describe(`the program's watch over its signals (${runtime})`, () => {
+  test("once a command stops watching, SIGTERM ends the program again, at once", () => {
+    const fixture = new URL("./fixtures/unwatched.ts", import.meta.url).pathname;
+    const argv = runtime === "deno" ? ["run", "-A", fixture] : [fixture];
+    const r = spawnSync(process.execPath, argv, { encoding: "utf8", timeout: 30_000 });
+    assert.deepEqual([r.signal, r.stdout], ["SIGTERM", ""], r.stderr);
   });
 });
 
