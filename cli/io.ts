@@ -274,9 +274,9 @@ function runtime(): Runtime {
 
 /**
  * `argv[0]` as this program was run, as getopt names a program; or `cuda-checkpoint` where that is
- * a runtime running this file as a script (`deno`, `bun`, `node`), or cannot be read.
+ * a runtime running this file as a script (`deno`, `bun`, npm's `bun.exe`, `node`), or is unread.
  */
 function programName(argv0: () => string): string {
   const name = orElse(argv0, ""); // no /proc here: the plain name
-  return name !== "" && !/(^|\/)(deno|bun|node)$/.test(name) ? name : "cuda-checkpoint";
+  return name !== "" && !/(^|\/)(deno|bun|node)(\.exe)?$/.test(name) ? name : "cuda-checkpoint";
 }
