@@ -16,6 +16,7 @@ import type { GpuMemoryReport, HeldRecord, HeldRecords, HostProcesses } from "./
 import { identityKey, MemoryHeldRecords, type ProcessIdentity } from "./host.ts";
 import { sameProcess, withoutClaim } from "./host.ts";
 import { formatGpuUuid } from "./options.ts";
+import { settlesWithin } from "./time.ts";
 
 /** Where a restore would not fit: what {@link GpuRoomError} carries. */
 export interface RoomShortage {
@@ -395,15 +396,10 @@ async function endedWith(mark: string | undefined, ended: () => Promise<HeldReco
 /**
  * `read`, one at a time: calls made before the next begins share it (each asked after its claim was
  * made, its claims read), so N restores at once read the records and NVML a few times, not N. The
- * next waits `turnMs` at most for the one before: a read that never settles holds no later call.
+ * next waits 1 s at most for the one before: a read that never settles holds no later call.
  */
-function sharedReads<T>(read: () => Promise<T>, turnMs = 1000): () => Promise<T> {
+function sharedReads<T>(read: () => Promise<T>): () => Promise<T> {
   let last: Promise<unknown> = Promise.resolve(), next: Promise<T> | undefined;
   const begin = () => (next = undefined, read());
-  const turn = (before: Promise<unknown>) =>
-    new Promise((go) => {
-      const timer = setTimeout(go, turnMs);
-      before.finally(() => clearTimeout(timer)).then(go, go);
-    });
-  return () => next ??= (last = turn(last).then(begin)) as Promise<T>;
+  return () => next ??= (last = settlesWithin(last, 1000).then(begin)) as Promise<T>;
 }

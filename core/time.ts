@@ -73,6 +73,14 @@ export class Deadline {
   }
 }
 
+/** Whether `p` settles within `ms`; no timer is left behind either way. */
+export async function settlesWithin(p: Promise<unknown>, ms: number): Promise<boolean> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const late = new Promise<boolean>((r) => timer = setTimeout(() => r(false), ms));
+  return await Promise.race([p.then(() => true, () => true), late])
+    .finally(() => clearTimeout(timer));
+}
+
 /** Work in flight, at most so much at once; the rest wait their turn, in the order they came. */
 export class Slots {
   readonly #size: number;

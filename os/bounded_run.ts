@@ -10,6 +10,7 @@ import { readdirSync } from "node:fs";
 import process from "node:process";
 import { descendants, type ProcEntry, procTable, statOf } from "./linux_host.ts";
 import { errorCode } from "./private.ts";
+import { settlesWithin } from "../core/time.ts";
 
 /** How long a program has between SIGTERM and SIGKILL, in ms. */
 const GRACE_MS = 2000;
@@ -236,12 +237,4 @@ export async function treeOf(pid: number): Promise<number[]> {
 function signalSame(pid: number, start: number | undefined, signal: Signal): boolean {
   const now = statOf(pid);
   return !!now && (start === undefined || now.start === start) && kill(pid, signal);
-}
-
-/** Whether `p` settles within `ms`; no timer is left behind either way. */
-export async function settlesWithin(p: Promise<unknown>, ms: number): Promise<boolean> {
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const late = new Promise<boolean>((r) => timer = setTimeout(() => r(false), ms));
-  return await Promise.race([p.then(() => true, () => true), late])
-    .finally(() => clearTimeout(timer));
 }

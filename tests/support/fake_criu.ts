@@ -65,7 +65,7 @@ export function stateOf(pid: number): string | undefined {
 }
 
 /** Whether `p` settles within `ms` (the engine's own check, used by the tests too). */
-export { settlesWithin } from "../../os/bounded_run.ts";
+export { settlesWithin } from "../../core/time.ts";
 
 /** Waits up to `ms` for every one of `pids` to have {@link ended}; resolves to those left. */
 export async function endedWithin(pids: readonly number[], ms: number): Promise<number[]> {
