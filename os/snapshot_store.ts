@@ -63,7 +63,7 @@ export class FileSnapshotStore implements SnapshotStore {
         });
       }
       handle = (await openInside(where, through, "directory", true)).handle;
-      const names = create && !made ? await readdir(pinned(handle)) : [];
+      const names = create && !made ? await namesIn(pinned(handle), where) : [];
       if (names.length > 0) {
         const n = names.length === 1
           ? `it holds ${JSON.stringify(names[0])}`
@@ -136,6 +136,13 @@ async function walkTo(where: string): Promise<{ parent: FileHandle; name: string
     await handle.close();
     throw err;
   }
+}
+
+/** The names in the directory read `through` its pinned path; one that cannot be is `shown`. */
+function namesIn(through: string, shown: string): Promise<string[]> {
+  return readdir(through).catch((err) =>
+    Promise.reject(new Error(`${shown} cannot be listed: ${pathTrouble(err)}`, { cause: err }))
+  );
 }
 
 /** Why `through` could not be opened (as a directory, or a `file`): a link, or the error itself. */
@@ -267,7 +274,7 @@ class FileSnapshotDir implements SnapshotDir {
     return await seal({
       sub,
       shown,
-      list: async () => (await readdir(pinned(dir))).sort(),
+      list: async () => (await namesIn(pinned(dir), shown)).sort(),
       open: (name) => this.#file(dir, `${shown}/${name}`, name),
       sync: () => dir.sync(),
     }, { ...o, digests: this.#digests });
@@ -284,12 +291,7 @@ class FileSnapshotDir implements SnapshotDir {
     const partial = "the snapshot is incomplete, or a copy of it left the";
     const missing = (shown: string, lists: string, what: string) =>
       new Error(`${shown} is missing, which the manifest lists ${lists}: ${partial} ${what} out`);
-    // A directory that cannot be listed (EMFILE) is named as its user knows it, not pinned.
-    const list = (at: string, shown: string) =>
-      readdir(at).catch((err) =>
-        Promise.reject(new Error(`${shown} cannot be listed: ${pathTrouble(err)}`, { cause: err }))
-      );
-    const present = new Set(await list(this.#base, this.path)), top = o.topFiles ?? [];
+    const present = new Set(await namesIn(this.#base, this.path)), top = o.topFiles ?? [];
     const stray = [...present].find((name) => !bySub.has(name) && !top.includes(name));
     if (stray !== undefined) throw unlisted(`${this.path}/${stray}`);
     const opened: Opened[] = [];
@@ -298,7 +300,7 @@ class FileSnapshotDir implements SnapshotDir {
         const n = `with ${listed.size} file${listed.size === 1 ? "" : "s"}`;
         if (!present.has(sub)) throw missing(`${this.path}/${sub}`, n, "directory");
         const dir = await this.#sub(sub);
-        const names = new Set(await list(pinned(dir), `${this.path}/${sub}`));
+        const names = new Set(await namesIn(pinned(dir), `${this.path}/${sub}`));
         const extra = [...names].find((name) => !listed.has(name));
         if (extra !== undefined) throw unlisted(`${this.path}/${sub}/${extra}`);
         for (const [name, file] of listed) {
