@@ -34,7 +34,7 @@ export interface NativeDriverOptions {
   /**
    * How many calls that can wait (all but the version and the error names) run at once, each on a
    * thread of Deno's (24 at most: it has 32 for blocking work, its file operations among them) or
-   * in one of Bun's workers; more wait their turn in order. 1 to 1024; 16.
+   * in one of Bun's workers; more wait their turn in order. 1 to 1024; 64 (restores gain from it).
    */
   maxWorkers?: number;
   /**
@@ -89,7 +89,7 @@ type Opened = { lib: FfiLibrary<CudaSymbolName>; path: string; version: DriverRe
  * @throws {DriverLoadError} when libcuda cannot be found or opened.
  */
 export function openLibcudaDriver(adapter: FfiAdapter, o: NativeDriverOptions = {}): LibcudaDriver {
-  const maxWorkers = checkInteger(o.maxWorkers ?? 16, "maxWorkers", 1, 1024);
+  const maxWorkers = checkInteger(o.maxWorkers ?? 64, "maxWorkers", 1, 1024);
   if (o.libraryPath !== undefined) checkName(o.libraryPath, "libraryPath");
   const found = findLibcuda({
     tryOpen: (candidate): Opened => {

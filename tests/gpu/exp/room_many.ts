@@ -1,14 +1,13 @@
 // A group suspend and resume of many processes on one GPU, four ways taking turns on the same
 // targets: this tree ("now"), another checkout's (--before, its mod.ts), this tree with
-// checkRoom: false ("no-room"), and C threads (bench/many.c, no room check: the floor); "w64" is
-// this tree with maxWorkers: 64 (the default lets 16 calls wait at once; Deno runs 32 at most,
-// bench/calls_at_once.ts). As root,
+// checkRoom: false ("no-room"), and C threads (bench/many.c, no room check: the floor); "w<N>" is
+// this tree with maxWorkers: N (Deno runs 24 at most, bench/calls_at_once.ts). As root,
 // the records in /run/ckpt-cuda. What it weighs: the room check's reads in a resume of many (the
 // records and NVML, once a process before 8ffa4bb and its followers; shared by the restores that
 // ask at once after them).
 //
 //   deno run -A tests/gpu/exp/room_many.ts --target /tmp/ckpt/target --before /tmp/before/mod.ts \
-//     [--count 64] [--mib 256] [--trials 2] [--sides now,before,no-room,threads,w64]
+//     [--count 64] [--mib 256] [--trials 2] [--sides now,before,no-room,threads,w16,w64]
 import {
   benchArgs,
   LineChild,
@@ -34,7 +33,10 @@ const { openMachine } = await import(
 );
 const old = await openMachine({ libraryPath: s.libcuda });
 const { openMachine: openNow } = await import("../../../driver.ts");
-const wide = await openNow({ libraryPath: s.libcuda, maxWorkers: 64 });
+const widths = new Map<string, Awaited<ReturnType<typeof openNow>>>();
+for (const name of picked.filter((p) => /^w\d+$/.test(p))) {
+  widths.set(name, await openNow({ libraryPath: s.libcuda, maxWorkers: +name.slice(1) }));
+}
 const [count, mib, trials] = [+v.count, +v.mib, +v.trials];
 const targets = await startTargets(s.target!, count, mib, () => 0);
 const pids = targets.map((t) => t.pid);
@@ -49,7 +51,9 @@ const ours = (g: Promise<GroupResult>) =>
 const sides: Record<string, Side> = {
   now: (a) => ours(runGroup(a, pids, { machine: s.machine })),
   before: (a) => ours(before.runGroup(a, pids, { machine: old })),
-  w64: (a) => ours(runGroup(a, pids, { machine: wide })),
+  ...Object.fromEntries(
+    [...widths].map(([name, machine]) => [name, (a) => ours(runGroup(a, pids, { machine }))]),
+  ) as Record<string, Side>,
   "no-room": (a) => ours(runGroup(a, pids, { machine: s.machine, checkRoom: false })),
   threads: async (a) => {
     if (a === "resume") return { ok: true };
@@ -65,7 +69,7 @@ try {
   await c.next(30_000);
   await Promise.all(pids.map((p) => s.machine.driver.getState(p)));
   await Promise.all(pids.map((p) => old.driver.getState(p)));
-  await Promise.all(pids.map((p) => wide.driver.getState(p)));
+  for (const m of widths.values()) await Promise.all(pids.map((p) => m.driver.getState(p)));
   const names = Object.keys(sides).filter((name) => picked.includes(name));
   for (let t = 0; t < trials; t++) {
     for (let k = 0; k < names.length; k++) {
@@ -99,6 +103,6 @@ try {
   await c.close();
   await Promise.all(targets.map((t) => t.exit()));
   await old.close();
-  await wide.close();
+  for (const m of widths.values()) await m.close();
   await s.cleanup();
 }
