@@ -61,6 +61,7 @@ export class SimulatedDriver implements CheckpointDriver {
   readonly #versionName: string;
   readonly #checkpointLink: CopyLink;
   readonly #restoreLink: CopyLink;
+  readonly #hostTurns: CopyLink; // the serial parts of the calls' fixed costs, one at a time
 
   /** @internal made by the machine */
   constructor(machine: MachineView) {
@@ -71,6 +72,7 @@ export class SimulatedDriver implements CheckpointDriver {
     this.missingFunctions = old ? [...CHECKPOINT_FUNCTIONS] : [];
     this.#checkpointLink = new CopyLink(machine, machine.timing.checkpoint);
     this.#restoreLink = new CopyLink(machine, machine.timing.restore);
+    this.#hostTurns = new CopyLink(machine, { ...machine.timing.restore, inTurn: true });
   }
 
   /** Every GPU the driver sees, by index (`cuDeviceGet`, `cuDeviceGetUuid`, `cuDeviceGetName`). */
@@ -120,8 +122,10 @@ export class SimulatedDriver implements CheckpointDriver {
   /** `cuCheckpointProcessCheckpoint`. */
   checkpoint(pid: number): Promise<number> {
     return this.#transition("checkpoint", pid, async (proc, run) => {
-      await run.sleep(this.#timing.checkpoint.fixedMs);
+      const { fixedMs, serialMs = 0 } = this.#timing.checkpoint;
+      await run.sleep(fixedMs - serialMs);
       await this.#copy(run, this.#checkpointLink, this.#timing.checkpoint, proc);
+      await run.copy(this.#hostTurns, serialMs, 1);
       proc.moveToHost();
       return entered(proc, "checkpoint");
     });
@@ -178,7 +182,9 @@ export class SimulatedDriver implements CheckpointDriver {
         return { code: CUDA_ERROR_OUT_OF_MEMORY, note: short };
       }
       const moved = targets.some((g, i) => g !== proc.gpus[i]);
-      await run.sleep(this.#timing.restore.fixedMs + (moved ? this.#timing.migrationMs : 0));
+      const { fixedMs, serialMs = 0 } = this.#timing.restore;
+      await run.copy(this.#hostTurns, serialMs, 1);
+      await run.sleep(fixedMs - serialMs + (moved ? this.#timing.migrationMs : 0));
       await this.#copy(run, this.#restoreLink, this.#timing.restore, proc);
       proc.moveToGpu(targets);
       return entered(proc, "restore");

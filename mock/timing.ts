@@ -13,6 +13,8 @@ export type TimingPoint = readonly [memoryMiB: number, ms: number];
 export interface CopyTiming {
   /** The fixed cost of the call in ms, spent before any copy: the table's time at 0 MiB. */
   readonly fixedMs: number;
+  /** The part of `fixedMs` the host runs one call at a time (checkpoints and restores alike). */
+  readonly serialMs?: number;
   /** Whole-operation times for one process alone, by memory size, ascending. */
   readonly points: readonly TimingPoint[];
   /** The most all copies at once move together, in bytes per second (`Infinity`: no cap). */
@@ -51,22 +53,24 @@ export interface TimingModel {
  * One H200, driver 580.159.04: midpoints of the measured ranges. Single process: 16 MiB
  * checkpoint 283-309 ms and restore 173-222 ms (this project's runs); 1 GiB to 32 GiB from
  * the probes (docs/DRIVER.md#one-process-on-one-h200). Many at once: fitted to 4 x 4 GiB
- * (lock+checkpoint 2.36 s, restore+unlock 1.17 s).
+ * (2.36 s, 1.17 s), 64 x 256 MiB's checkpoints (7.95 s) and 16 x 256 MiB's restores (2.40 s).
  */
 export const H200_TIMING: TimingModel = {
   checkpoint: {
     fixedMs: 289,
+    serialMs: 110,
     points: [[16, 296], [1024, 752], [4096, 1880], [8192, 4700], [16384, 16500], [32768, 22100]],
     aggregateBytesPerSecond: Infinity,
-    slowdownPerProcess: 0.1,
+    slowdownPerProcess: 0.05,
     // Fitted to 8 x 4 GiB one after another (20.3 s: each slower as host memory fills); the
     // same 4 x 4 GiB (8.2-8.4 s) checks it.
     heldSlowdownPerGiB: 0.03,
   },
   restore: {
     fixedMs: 195,
+    serialMs: 120,
     points: [[16, 198], [1024, 350], [4096, 830], [8192, 1490], [16384, 3500], [32768, 7200]],
-    aggregateBytesPerSecond: 17.4e9,
+    aggregateBytesPerSecond: 20e9,
     slowdownPerProcess: 0,
   },
   // A 1 GiB process rotated onto the other H200 restored in 357, 394 and 522 ms (424 on average)
@@ -118,8 +122,9 @@ export function checkTiming(timing: unknown): TimingModel {
 function checkCopyTiming(c: CopyTiming, what: string): void {
   if (c === undefined) throw new TypeError(`${what} is missing`);
   const keys = ["aggregateBytesPerSecond", "slowdownPerProcess", "heldSlowdownPerGiB"] as const;
-  checkKeys(c, what, ["fixedMs", "points", ...keys]);
+  checkKeys(c, what, ["fixedMs", "serialMs", "points", ...keys]);
   checkAmount(c.fixedMs, `${what}.fixedMs`);
+  checkAmount(c.serialMs ?? 0, `${what}.serialMs`);
   checkAmount(c.slowdownPerProcess, `${what}.slowdownPerProcess`);
   checkAmount(c.heldSlowdownPerGiB ?? 0, `${what}.heldSlowdownPerGiB`);
   const cap = c.aggregateBytesPerSecond;

@@ -9,19 +9,15 @@ type Transfer = { remaining: number; singleRate: number; done: () => void };
 
 /** A link copies share: each at its rate alone, slowed by the others, all capped together. */
 export class CopyLink {
-  readonly #timers: Timers;
-  readonly #aggregate: number;
-  readonly #slowdown: number;
   readonly #active = new Set<Transfer>();
   #last = 0;
   #cancelTimer: (() => void) | undefined;
 
-  /** A link with the aggregate rate and slowdown of `timing`. */
-  constructor(timers: Timers, timing: Omit<CopyTiming, "fixedMs" | "points">) {
-    this.#timers = timers;
-    this.#aggregate = timing.aggregateBytesPerSecond / 1000;
-    this.#slowdown = timing.slowdownPerProcess;
-  }
+  /** A link with the aggregate rate and slowdown of `rates`; `inTurn`: one copy at a time. */
+  constructor(
+    private readonly timers: Timers,
+    private readonly rates: Omit<CopyTiming, "fixedMs" | "points"> & { inTurn?: true },
+  ) {}
 
   /** Moves `bytes` at up to `singleRate` bytes per ms, then calls `done`; returns a cancel. */
   transfer(bytes: number, singleRate: number, done: () => void): () => void {
@@ -37,12 +33,13 @@ export class CopyLink {
   }
 
   #rate(t: Transfer): number {
-    const n = this.#active.size;
-    return Math.min(t.singleRate / (1 + this.#slowdown * (n - 1)), this.#aggregate / n);
+    const n = this.#active.size, { rates } = this, aggregate = rates.aggregateBytesPerSecond / 1e3;
+    if (rates.inTurn) return t === this.#active.values().next().value ? t.singleRate : 0;
+    return Math.min(t.singleRate / (1 + rates.slowdownPerProcess * (n - 1)), aggregate / n);
   }
 
   #advance(): void {
-    const now = this.#timers.now(), dt = now - this.#last;
+    const now = this.timers.now(), dt = now - this.#last;
     this.#last = now;
     if (dt > 0) { for (const t of this.#active) t.remaining -= this.#rate(t) * dt; }
   }
@@ -54,7 +51,7 @@ export class CopyLink {
     const ends = [...this.#active].map((t) => t.remaining <= 1 ? 0 : t.remaining / this.#rate(t));
     const soonest = Math.min(...ends);
     if (soonest === Infinity) return;
-    this.#cancelTimer = this.#timers.startTimer(soonest, () => {
+    this.#cancelTimer = this.timers.startTimer(soonest, () => {
       this.#cancelTimer = undefined;
       this.#advance();
       for (const t of [...this.#active]) {

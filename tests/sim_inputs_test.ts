@@ -81,6 +81,11 @@ describe("SimulatedMachine options", () => {
       /timing\.restore\.aggregateBytesPerSecond must be a finite number > 0, got 0/,
     ],
     [
+      "timing serialMs",
+      { timing: { ...H200_TIMING, checkpoint: { ...H200_TIMING.checkpoint, serialMs: -1 } } },
+      /timing\.checkpoint\.serialMs must be a finite number >= 0, got -1/,
+    ],
+    [
       "timing refusedMs",
       { timing: { ...H200_TIMING, refusedMs: -6 } },
       /timing\.refusedMs must be a finite number >= 0, got -6/,

@@ -23,6 +23,11 @@ const MEASURED = {
   // and four bench runs on other lent machines (7.70-12.22 s / 2.92-3.96 s; 17.25 s / 6.51 s).
   h200_4x4_serial: { suspend: [7700, 12220], resume: [2920, 3960] },
   h200_8x4_serial: { suspend: [17250, 20300], resume: [6510, 6800] },
+  // Two trials of N x 256 MiB at once on GPU 0 of two H200s, C threads (bench/many.c; tests/gpu/
+  // reports/many-curve-2xh200-session23.txt); the model's serial parts were fitted to 64 x 256 MiB's
+  // checkpoints and 16 x 256 MiB's restores, not to these.
+  h200_4x256_together: { suspend: [631, 693], resume: [552, 565] },
+  h200_16x256_together: { suspend: [1692, 2216] },
   // 1 GiB suspend/resume cycles through CudaProcess on four machines and on Bun (minima and
   // maxima of 20 cycles each, docs/DRIVER.md#timings); not the probes' row the model holds.
   h200_1g_cycles: { suspend: [587, 869], resume: [279, 421] },
@@ -77,6 +82,30 @@ describe("many processes at once, on the H200 host", () => {
     const [s, r] = await many(8, 4096, true);
     within(s, MEASURED.h200_8x4_together.suspend, 0, "suspend");
     within(r, MEASURED.h200_8x4_together.resume, 0, "resume");
+  });
+
+  test("4 x 256 MiB together: within 10% of the measured ranges; 16: the suspend inside them", async () => {
+    // Before the host's serial parts (serialMs) the model took 0.44 s and 0.26 s for 4, 0.58 s
+    // to suspend 16: it ran every call's fixed cost at once.
+    const [s, r] = await many(4, 256, true);
+    within(s, MEASURED.h200_4x256_together.suspend, 0.1, "suspend");
+    within(r, MEASURED.h200_4x256_together.resume, 0.1, "resume");
+    within((await many(16, 256, true))[0], MEASURED.h200_16x256_together.suspend, 0, "suspend");
+  });
+
+  test("the host's serial part of restores made at once: each ends in its turn, serialMs apart", async () => {
+    const sim = new SimulatedMachine();
+    const pids = Array.from({ length: 8 }, () => sim.spawn({ memoryMiB: 16 }).pid);
+    for (const p of pids) await suspend(sim, p);
+    const t0 = sim.now(), serial = H200_TIMING.restore.serialMs!;
+    const ends = await Promise.all(pids.map(async (p) => {
+      assert.equal(await sim.driver.restore(p, null), CUDA_SUCCESS);
+      return sim.now() - t0;
+    }));
+    const alone = singleProcessMs(H200_TIMING.restore, 16);
+    ends.forEach((ms, i) =>
+      within(ms, [alone + i * serial, alone + i * serial], 0.01, `restore ${i}`)
+    );
   });
 
   test("4 x 4 GiB one after another: inside the measured ranges, within 5% of the probes'", async () => {
