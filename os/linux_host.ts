@@ -263,11 +263,8 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
       for (const id of p.threads ?? []) {
         if (id !== holder && wanted.has(id)) direct.push({ id, holder, as: "thread" });
       }
-      if (wanted.has(p.group) && p.group !== holder) {
-        through.push({ id: p.group, holder, as: "group" });
-      } else if (wanted.has(p.session) && p.session !== holder) {
-        through.push({ id: p.session, holder, as: "session" });
-      }
+      const as = (["group", "session"] as const).find((k) => wanted.has(p[k]) && p[k] !== holder);
+      if (as) through.push({ id: p[as], holder, as });
     }
     return [...direct, ...through];
   }
