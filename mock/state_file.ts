@@ -229,12 +229,10 @@ function readProcess(r: Reading, value: unknown, at: string): ProcessSnapshot {
   const smallest = Math.min(...gpus.map((g) => r.gpus[g].memoryMiB));
   const unfit = ` ${memoryMiB} cannot have fitted on its GPUs (${smallest} MiB the smallest)`;
   if (memoryMiB / gpus.length > smallest) no("memoryMiB", unfit);
-  for (const field of ["memory", "faults"]) {
-    if (!cuda && p[field] !== undefined) no(field, ": a process without CUDA has none");
-  }
-  for (const f of ["restoreRefused", "stopped"]) {
-    if (p[f] !== undefined && p[f] !== true) read.fail(`${at}.${f}`, "true where present", p[f]);
-  }
+  const extra = cuda ? undefined : ["memory", "faults"].find((f) => p[f] !== undefined);
+  if (extra) no(extra, ": a process without CUDA has none");
+  const notTrue = ["restoreRefused", "stopped"].find((f) => p[f] !== undefined && p[f] !== true);
+  if (notTrue) read.fail(`${at}.${notTrue}`, "true where present", p[notTrue]);
   const refused = `: only a checkpointed process can be refused restores, not a ${state} one`;
   if (p.restoreRefused && !memoryOnHost(state)) no("restoreRefused", refused);
   const out: ProcessSnapshot = { ...fields, start, restoreThreadId: tid, state, gpus };
