@@ -13,7 +13,7 @@ import { CudaError, RefusedError, WaitTimeoutError } from "./errors.ts";
 import { type GpuImport, identityKey, type ProcessIdentity, sameProcess } from "./host.ts";
 import { leaseOf, type Machine, type MachineLease, type MachineSource } from "./machine.ts";
 import { checkMapping, explainRejectedMapping } from "./mapping.ts";
-import { type RoomCheck, RoomGuard } from "./room.ts";
+import { heldIn, type RoomCheck, RoomGuard } from "./room.ts";
 import { type ProcessState, type Step, stepAllowed } from "./states.ts";
 import { clockOf } from "./time.ts";
 
@@ -253,7 +253,7 @@ export class Turn {
   async checkpoint(checkRoom: boolean): Promise<RoomCheck | undefined> {
     const room = this.session.room;
     // Never of this very process: NVML waits in a process that has checkpointed itself.
-    const held = checkRoom && !this.self ? await room.heldNow(this.identity) : undefined;
+    const held = checkRoom && !this.self ? heldIn(await room.report(), this.identity) : undefined;
     await this.#call("checkpoint");
     return held ? await room.recorded(this.identity, held) : undefined;
   }

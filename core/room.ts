@@ -140,11 +140,6 @@ export class RoomGuard {
     private readonly self: () => Promise<ProcessIdentity | undefined>,
   ) {}
 
-  /** What `process` holds now, MiB by GPU UUID, where the host tells (and it holds some). */
-  async heldNow(process: ProcessIdentity): Promise<Readonly<Record<string, number>> | undefined> {
-    return heldIn(await this.report(), process);
-  }
-
   /**
    * The GPU memory of `process` in MiB, summed: what `report` (if any) says it holds now, else what
    * it held when last checkpointed, where recorded.
@@ -366,7 +361,10 @@ export class RoomGuard {
 const claimKey = (p: ProcessIdentity, c: { since: number }) => `${identityKey(p)}@${c.since}`;
 
 /** What `process` holds by `report`, MiB by GPU UUID, where it tells (and it holds some). */
-function heldIn(report: GpuMemoryReport | undefined, process: ProcessIdentity) {
+export function heldIn(
+  report: GpuMemoryReport | undefined,
+  process: ProcessIdentity,
+): Readonly<Record<string, number>> | undefined {
   const memory = report && "byPid" in report ? report.byPid.get(process.pid) : undefined;
   if (memory === undefined || memory === "unknown") return undefined;
   return Object.values(memory).some((m) => m > 0) ? memory : undefined;
