@@ -51,10 +51,8 @@ export class StrictReader {
     if (!required) return o;
     const it = field || "it";
     const extra = Object.keys(o).find((key) => !required.includes(key) && !optional.includes(key));
-    if (extra !== undefined) {
-      const reason = `${it} has a field this version does not know, ${JSON.stringify(extra)}`;
-      this.refuse(join(field, extra), reason);
-    }
+    const unknown = `${it} has a field this version does not know, ${JSON.stringify(extra)}`;
+    if (extra !== undefined) this.refuse(join(field, extra), unknown);
     const lacking = required.find((key) => !(key in o));
     if (lacking) this.refuse(join(field, lacking), `${it} lacks ${JSON.stringify(lacking)}`);
     return o;
