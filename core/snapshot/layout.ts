@@ -144,9 +144,8 @@ export async function openSnapshot(
     const interrupted = `${where} holds ${TRACE_FILE}: the snapshot taken there was interrupted`;
     const before = text === undefined ? "" : " before it had ended its processes";
     const recover = `\`cuda-checkpoint recover ${where}\` resumes the processes it left suspended`;
-    if (await read(TRACE_FILE, TRACE_MAX_BYTES) !== undefined) {
-      throw refuse(`${interrupted}${before}; ${recover}`);
-    }
+    const traced = await read(TRACE_FILE, TRACE_MAX_BYTES) !== undefined;
+    if (traced) throw refuse(`${interrupted}${before}; ${recover}`);
     const last = `it has no ${MANIFEST_FILE}, which a snapshot writes last`;
     const copy = "(a copy made before the snapshot ended, or one that left it out, has none)";
     if (text === undefined) throw refuse(`${where} is not a snapshot: ${last} ${copy}`);
