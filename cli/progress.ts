@@ -12,7 +12,7 @@
 
 import type { Clock } from "../driver.ts";
 import type { SnapshotEvent } from "../snapshot.ts";
-import { roundMs } from "../core/time.ts";
+import { roundMs, timerOn } from "../core/time.ts";
 import type { Printer } from "./report.ts";
 
 /** What progress follows: a snapshot's, restore's or group's events, or an operation's phase. */
@@ -97,12 +97,8 @@ export class Progress {
     this.#start = this.#since = this.#now();
     if (events) return;
     print.live = this;
-    const timer = clock?.timer?.bind(clock) ?? ((ms: number, fn: () => void) => {
-      const handle = setTimeout(fn, ms);
-      return () => clearTimeout(handle);
-    });
     const tick = () => {
-      this.#cancel = timer(200, () => {
+      this.#cancel = timerOn(clock, 200, () => {
         if (this.#now() - this.#start >= 300) {
           print.raw(`${CLEAR}${this.text()}`);
           this.#shown = true;

@@ -38,6 +38,13 @@ export function clockOf(machine: { readonly clock?: Clock }): Clock {
   return { now: own ? () => own.now() : () => performance.now(), sleep };
 }
 
+/** Calls `fn` after `ms` on `clock`'s timer, or on a real one where it has none; its cancel. */
+export function timerOn(clock: Clock | undefined, ms: number, fn: () => void): () => void {
+  if (clock?.timer) return clock.timer(ms, fn);
+  const handle = setTimeout(fn, ms);
+  return () => clearTimeout(handle);
+}
+
 /** A deadline on a clock for a whole operation; `timeoutMs` undefined never passes. */
 export class Deadline {
   readonly #start: number;

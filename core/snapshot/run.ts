@@ -12,7 +12,7 @@ import type { GroupSettings } from "../group_types.ts";
 import type { HostProcesses } from "../host.ts";
 import type { Machine } from "../machine.ts";
 import { mustBe, orElse } from "../options.ts";
-import { clockOf, Deadline, Slots } from "../time.ts";
+import { clockOf, Deadline, Slots, timerOn } from "../time.ts";
 import type { ManifestProcess } from "./manifest.ts";
 import type { SnapshotStore } from "./store.ts";
 
@@ -194,11 +194,7 @@ export class Run {
     if (left === undefined) return;
     const passed = () => this.#stop.abort(new Error("its deadline passed"));
     const own = this.machine.clock;
-    if (own?.timer) this.#cancelTimer = own.timer(left, passed);
-    else if (!own) {
-      const timer = setTimeout(passed, left);
-      this.#cancelTimer = () => clearTimeout(timer);
-    }
+    if (!own || own.timer) this.#cancelTimer = timerOn(own, left, passed);
   }
 }
 
