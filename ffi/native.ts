@@ -362,7 +362,6 @@ export class LibcudaDriver implements NativeDriver {
 }
 
 /** Whether a value is an integer that a C `int` holds exactly (anything else would be wrapped). */
-function fitsCInt(value: unknown): value is number {
-  const n = value as number;
+function fitsCInt(n: number): boolean {
   return Number.isInteger(n) && n >= -0x8000_0000 && n <= 0x7fff_ffff;
 }
