@@ -64,9 +64,7 @@ export class Session {
     // The queue holds a promise that never rejects, so that one failure does not fail the rest.
     const tail = run.then(() => {}, () => {});
     this.#tails.set(key, tail);
-    tail.then(() => {
-      if (this.#tails.get(key) === tail) this.#tails.delete(key);
-    });
+    tail.then(() => this.#tails.get(key) === tail && this.#tails.delete(key));
     return run;
   }
 
