@@ -49,9 +49,7 @@ export class SharedMachine {
   lease(): MachineLease {
     if (!this.#opened) {
       const opening = this.#opened = this.open();
-      opening.catch(() => {
-        if (this.#opened === opening) this.#opened = undefined;
-      });
+      opening.catch(() => this.#opened === opening && (this.#opened = undefined));
     }
     const held = this.#opened;
     this.#users++;
