@@ -21,6 +21,7 @@ export class CopyLink {
 
   /** Moves `bytes` at up to `singleRate` bytes per ms, then calls `done`; returns a cancel. */
   transfer(bytes: number, singleRate: number, done: () => void): () => void {
+    if (bytes <= 1) return this.timers.startTimer(0, done); // nothing to move: no turn to wait
     this.#advance();
     const t: Transfer = { remaining: bytes, singleRate, done };
     this.#active.add(t);
@@ -34,27 +35,33 @@ export class CopyLink {
 
   #rate(t: Transfer): number {
     const n = this.#active.size, { rates } = this, aggregate = rates.aggregateBytesPerSecond / 1e3;
-    if (rates.inTurn) return t === this.#active.values().next().value ? t.singleRate : 0;
+    if (rates.inTurn) return t.singleRate; // the first alone moves (#moving)
     return Math.min(t.singleRate / (1 + rates.slowdownPerProcess * (n - 1)), aggregate / n);
+  }
+
+  /** The transfers that move now: in turn the first alone, else every one. */
+  #moving(): Iterable<Transfer> {
+    const [first] = this.#active;
+    return !this.rates.inTurn ? this.#active : first ? [first] : [];
   }
 
   #advance(): void {
     const now = this.timers.now(), dt = now - this.#last;
     this.#last = now;
-    if (dt > 0) { for (const t of this.#active) t.remaining -= this.#rate(t) * dt; }
+    if (dt > 0) { for (const t of this.#moving()) t.remaining -= this.#rate(t) * dt; }
   }
 
   #reschedule(): void {
     this.#cancelTimer?.();
     this.#cancelTimer = undefined;
     // Within a byte of the end is the end (floating-point rests; nothing to copy at all).
-    const ends = [...this.#active].map((t) => t.remaining <= 1 ? 0 : t.remaining / this.#rate(t));
+    const ends = [...this.#moving()].map((t) => t.remaining <= 1 ? 0 : t.remaining / this.#rate(t));
     const soonest = Math.min(...ends);
     if (soonest === Infinity) return;
     this.#cancelTimer = this.timers.startTimer(soonest, () => {
       this.#cancelTimer = undefined;
       this.#advance();
-      for (const t of [...this.#active]) {
+      for (const t of [...this.#moving()]) {
         if (t.remaining <= 1) {
           this.#active.delete(t);
           t.done();
