@@ -1,6 +1,6 @@
 // The Bun adapter's worker threads: one call per worker at a time, one started when a call finds
-// none idle (the driver caps the calls in flight). A worker keeps the process alive only while it
-// runs a call; one that ends meanwhile rejects that call, and the next call starts a new one.
+// none idle (the driver caps the calls in flight), ended once idle 10 s. A worker keeps the process
+// alive only while it runs a call; one that ends meanwhile rejects that call, the next starts one.
 
 import type { WorkerClose, WorkerReply, WorkerRequest, WorkerResult } from "./bun_types.ts";
 
@@ -16,6 +16,7 @@ interface Worked {
   retiring: boolean;
   /** Resolves when the thread has ended. */
   readonly ended: Promise<void>;
+  idle?: ReturnType<typeof setTimeout>; // what ends it once idle
 }
 
 /** How long a worker asked to close may take before it is terminated. */
@@ -27,8 +28,8 @@ export class WorkerPool {
   #closing = false;
   #nextId = 1;
 
-  /** Workers will run the script at `url` (`bun_worker.ts`, or a test's stand-in). */
-  constructor(private readonly url: URL) {}
+  /** Workers run the script at `url` (`bun_worker.ts`, or a stand-in); one idle `idleMs` ends. */
+  constructor(private readonly url: URL, private readonly idleMs = 10_000) {}
 
   /** How many worker threads exist now. */
   get size(): number {
@@ -43,6 +44,7 @@ export class WorkerPool {
       const job: Job = { request: { ...request, id: this.#nextId++ }, resolve, reject };
       const slot = [...this.#workers].findLast((w) => !w.job && !w.retiring) ?? this.#spawn();
       slot.job = job;
+      clearTimeout(slot.idle);
       slot.worker.ref?.(); // a call in flight keeps the process alive, as a pending FFI call would
       slot.worker.postMessage(job.request);
     });
@@ -81,7 +83,8 @@ export class WorkerPool {
     w.worker.unref?.();
     if ("code" in reply) job.resolve(reply);
     else job.reject(new Error(`${job.request.symbol} could not be called: ${reply.error}`));
-    if (this.#closing) this.#retire(w);
+    if (this.#closing) return this.#retire(w);
+    ((w.idle = setTimeout(() => this.#retire(w), this.idleMs)) as { unref?(): void }).unref?.();
   }
 
   /** The thread ended or failed: its call, if any, rejects, and it takes no more. */

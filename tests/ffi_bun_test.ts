@@ -7,6 +7,7 @@ import assert from "node:assert/strict";
 
 import { defaultWorkerUrl } from "../ffi/bun.ts";
 import { openLibcudaDriver } from "../ffi/native.ts";
+import { bunDefinition, CUDA_SYMBOLS } from "../ffi/symbols.ts";
 import { FakeDir, noCompiler, runtime } from "./fixtures/fake.ts";
 
 describe("where the worker script is", () => {
@@ -78,5 +79,33 @@ describe("Bun: a worker thread that ends in the middle of a call", { skip }, () 
     } finally {
       d.close();
     }
+  });
+});
+
+describe("Bun: idle workers", { skip }, () => {
+  test("a worker idle for the pool's idleMs ends (after a group of 64, 64 threads and 100 MiB stayed); a later call starts another", async () => {
+    const { WorkerPool } = await import("../ffi/bun_pool.ts");
+    const pool = new WorkerPool(new URL("../ffi/bun_worker.ts", import.meta.url), 300);
+    const symbol = "cuCheckpointProcessGetState";
+    const definition = bunDefinition(CUDA_SYMBOLS[symbol]);
+    const call = () =>
+      pool.run({ path, symbol, definition, args: [3301, new Uint8Array(4)], links: [] });
+    try {
+      const t0 = performance.now();
+      await Promise.all([call(), call()]);
+      assert.equal(pool.size, 2, "two calls at once, two workers");
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      assert.equal(pool.size, 2, "idle less than 300 ms: both kept");
+      while (pool.size > 0 && performance.now() - t0 < 10_000) {
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+      assert.equal(pool.size, 0, "both ended once idle");
+      assert.ok(performance.now() - t0 >= 300, "not before 300 ms idle");
+      assert.equal((await call()).code, 0);
+      assert.equal(pool.size, 1, "a later call starts one");
+    } finally {
+      await pool.close();
+    }
+    assert.equal(pool.size, 0);
   });
 });
