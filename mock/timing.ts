@@ -11,9 +11,9 @@ export type TimingPoint = readonly [memoryMiB: number, ms: number];
 
 /** Timing figures for one kind of copy (checkpoint or restore). */
 export interface CopyTiming {
-  /** The fixed cost of the call in ms, spent before any copy: the table's time at 0 MiB. */
+  /** The fixed cost of the call in ms (the table's time at 0 MiB), before the copy but serialMs. */
   readonly fixedMs: number;
-  /** The part of `fixedMs` the host runs one call at a time (checkpoints and restores alike). */
+  /** Its part the host runs one call at a time: after a checkpoint's copy, before a restore's. */
   readonly serialMs?: number;
   /** Whole-operation times for one process alone, by memory size, ascending. */
   readonly points: readonly TimingPoint[];
@@ -125,6 +125,7 @@ function checkCopyTiming(c: CopyTiming, what: string): void {
   checkKeys(c, what, ["fixedMs", "serialMs", "points", ...keys]);
   checkAmount(c.fixedMs, `${what}.fixedMs`);
   checkAmount(c.serialMs ?? 0, `${what}.serialMs`);
+  if (c.serialMs! > c.fixedMs) throw new RangeError(`${what}.serialMs is more than its fixedMs`);
   checkAmount(c.slowdownPerProcess, `${what}.slowdownPerProcess`);
   checkAmount(c.heldSlowdownPerGiB ?? 0, `${what}.heldSlowdownPerGiB`);
   const cap = c.aggregateBytesPerSecond;

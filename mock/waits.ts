@@ -41,8 +41,7 @@ export class CopyLink {
 
   /** The transfers that move now: in turn the first alone, else every one. */
   #moving(): Iterable<Transfer> {
-    const [first] = this.#active;
-    return !this.rates.inTurn ? this.#active : first ? [first] : [];
+    return this.rates.inTurn ? this.#active.values().take(1) : this.#active;
   }
 
   #advance(): void {

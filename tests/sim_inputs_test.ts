@@ -81,6 +81,11 @@ describe("SimulatedMachine options", () => {
       /timing\.restore\.aggregateBytesPerSecond must be a finite number > 0, got 0/,
     ],
     [
+      "timing serialMs over fixedMs",
+      { timing: { ...H200_TIMING, restore: { ...H200_TIMING.restore, fixedMs: 100 } } },
+      /timing\.restore\.serialMs is more than its fixedMs/,
+    ],
+    [
       "timing serialMs",
       { timing: { ...H200_TIMING, checkpoint: { ...H200_TIMING.checkpoint, serialMs: -1 } } },
       /timing\.checkpoint\.serialMs must be a finite number >= 0, got -1/,
@@ -98,6 +103,7 @@ describe("SimulatedMachine options", () => {
     const restore = {
       ...H200_TIMING.restore,
       fixedMs: 100,
+      serialMs: 100,
       points: [[16, 100], [1024, 100]] as const,
     };
     new SimulatedMachine({ timing: { ...H200_TIMING, restore } }).close();
