@@ -141,8 +141,7 @@ class CriuEngine implements SnapshotEngine {
   }
 
   async dump(request: DumpRequest): Promise<readonly DumpedProcess[]> {
-    const criu = await this.#criu("dump", request);
-    const work = await engineWorkDir("dump-");
+    const criu = await this.#criu("dump", request), work = await engineWorkDir("dump-");
     // Where it fails, the snapshot's rollback removes its directory and the log with it: a copy is
     // kept beside the work directories, as a failed restore's log is (the last of that root's).
     const file = path.join(request.imagesDir, "dump.log");
@@ -180,8 +179,7 @@ class CriuEngine implements SnapshotEngine {
    * kept beside it as `restore-<root>.log` (the last failed restore of that root's).
    */
   async restore(request: RestoreRequest): Promise<void> {
-    const criu = await this.#criu("restore", request);
-    const work = await engineWorkDir("restore-");
+    const criu = await this.#criu("restore", request), work = await engineWorkDir("restore-");
     const shown = path.join(path.dirname(work), `restore-${request.root}.log`);
     const log = { file: path.join(work, "restore.log"), shown };
     const pidfile = path.join(work, "root.pid");
