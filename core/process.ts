@@ -70,8 +70,7 @@ export class Session {
 
   /** The import of GPU memory that makes a checkpoint of `pid` unrestorable (before 610). */
   async gpuImport(pid: number): Promise<GpuImport | undefined> {
-    const host = this.machine.host;
-    const found = await host?.gpuImport?.(pid).catch(() => undefined);
+    const host = this.machine.host, found = await host?.gpuImport?.(pid).catch(() => undefined);
     if (!found) return undefined;
     this.#release ??= (async () => (await host?.facts?.())?.driverRelease)().catch(() => undefined);
     // 610 restores CUDA IPC memory of a job it launched; not NCCL's, exported as shareable handles.
