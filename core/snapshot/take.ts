@@ -159,8 +159,7 @@ async function check(run: Run, roots: readonly number[], allowIpcImport: boolean
     return { root, tree: tree as readonly TreeProcess[] };
   }));
   checkDisjoint(listed);
-  const probe = await run.probing;
-  const report = await askGpuMemory(machine);
+  const probe = await run.probing, report = await askGpuMemory(machine);
   const trees = await Promise.all(listed.map((t) => describeTree(t.root, t.tree, machine, report)));
   // Each tree's running CUDA processes: those it suspends, and puts back on failure.
   const running = trees.map((t) => t.processes.filter((p) => p.cuda?.state === "running"));
