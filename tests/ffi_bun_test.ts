@@ -85,22 +85,28 @@ describe("Bun: a worker thread that ends in the middle of a call", { skip }, () 
 describe("Bun: idle workers", { skip }, () => {
   test("a worker idle for the pool's idleMs ends (after a group of 64, 64 threads and 100 MiB stayed); a later call starts another", async () => {
     const { WorkerPool } = await import("../ffi/bun_pool.ts");
-    const pool = new WorkerPool(new URL("../ffi/bun_worker.ts", import.meta.url), 300);
+    const pool = new WorkerPool(new URL("../ffi/bun_worker.ts", import.meta.url), 600);
     const symbol = "cuCheckpointProcessGetState";
     const definition = bunDefinition(CUDA_SYMBOLS[symbol]);
     const call = () =>
       pool.run({ path, symbol, definition, args: [3301, new Uint8Array(4)], links: [] });
+    const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+    const until = async (size: number) => {
+      for (let i = 0; i < 500 && pool.size > size; i++) await sleep(20);
+      return performance.now();
+    };
     try {
       const t0 = performance.now();
       await Promise.all([call(), call()]);
       assert.equal(pool.size, 2, "two calls at once, two workers");
-      await new Promise((resolve) => setTimeout(resolve, 100));
-      assert.equal(pool.size, 2, "idle less than 300 ms: both kept");
-      while (pool.size > 0 && performance.now() - t0 < 10_000) {
-        await new Promise((resolve) => setTimeout(resolve, 20));
-      }
+      await sleep(300);
+      const t1 = performance.now();
+      await call(); // one of them again: idle from now on
+      assert.equal(pool.size, 2, "idle less than 600 ms: both kept");
+      assert.ok((await until(1)) - t0 >= 600, "the first not ended before it idled 600 ms");
+      assert.equal(pool.size, 1, "the one called again kept");
+      assert.ok((await until(0)) - t1 >= 600, "the second not before 600 ms after its last call");
       assert.equal(pool.size, 0, "both ended once idle");
-      assert.ok(performance.now() - t0 >= 300, "not before 300 ms idle");
       assert.equal((await call()).code, 0);
       assert.equal(pool.size, 1, "a later call starts one");
     } finally {
