@@ -20,7 +20,8 @@ import {
 } from "../core/driver.ts";
 import type { CheckpointDriver } from "../core/driver.ts";
 import { Handle } from "../core/process.ts";
-import { SharedMachine } from "../core/machine.ts";
+import { type ClosableMachine, SharedMachine } from "../core/machine.ts";
+import { timerOn } from "../core/time.ts";
 import { runGroup as runGroupOn } from "../core/group.ts";
 import { checkGroupOptions } from "../core/group_types.ts";
 import { SimulatedMachine } from "../mock/mod.ts";
@@ -214,6 +215,44 @@ describe("lifecycles: who opens a machine closes it", () => {
     await assert.rejects(handle.state(), /no library yet/);
     assert.equal(await handle.state(), "running");
     assert.equal(tries, 2);
+  });
+
+  test("a failed opening is forgotten while a user still holds it: the next lease opens again", async () => {
+    const sim = new SimulatedMachine();
+    let tries = 0;
+    const shared = new SharedMachine(() =>
+      ++tries === 1
+        ? Promise.reject(new Error("no library yet"))
+        : Promise.resolve({ ...forward(sim), close: () => Promise.resolve() })
+    );
+    const first = shared.lease(); // not let go
+    await assert.rejects(first.machine, /no library yet/);
+    const second = shared.lease();
+    assert.equal((await second.machine).driver.kind, sim.driver.kind);
+    assert.equal(tries, 2);
+    await Promise.all([first.release(), second.release()]);
+  });
+
+  test("an opening that fails after its users let go forgets only itself, not the one opened since", async () => {
+    const sim = new SimulatedMachine();
+    const failing = Promise.withResolvers<ClosableMachine>();
+    let tries = 0;
+    const shared = new SharedMachine(() =>
+      ++tries === 1
+        ? failing.promise
+        : Promise.resolve({ ...forward(sim), close: () => Promise.resolve() })
+    );
+    const first = shared.lease();
+    const let1 = first.release(); // before it opened: the next lease opens another
+    const second = shared.lease();
+    await second.machine;
+    failing.reject(new Error("the first opening failed late"));
+    await assert.rejects(first.machine, /failed late/);
+    await let1;
+    const third = shared.lease();
+    assert.equal(await third.machine, await second.machine, "the one opened since, shared");
+    assert.equal(tries, 2);
+    await Promise.all([second.release(), third.release()]);
   });
 
   test("a machine given is the caller's: closing the process, even by await using, leaves it open", async () => {
@@ -530,5 +569,31 @@ describe("messages", () => {
       assert.ok(err.message.length < 220, `${err.message.length} characters: ${err.message}`);
       return true;
     });
+  });
+});
+
+describe("timerOn: a timer on a machine's clock, else a real one", () => {
+  test("a clock with a timer is given the call", () => {
+    const asked: number[] = [];
+    let cancelled = 0;
+    const clock = {
+      now: () => 0,
+      sleep: () => Promise.resolve(),
+      timer: (ms: number, _fn: () => void) => (asked.push(ms), () => void cancelled++),
+    };
+    timerOn(clock, 250, () => {})();
+    assert.deepEqual([asked, cancelled], [[250], 1]);
+  });
+
+  test("without one, a real timer: not before its time, and never once cancelled", async () => {
+    const t0 = performance.now();
+    const fired = await new Promise<number>((resolve) =>
+      timerOn(undefined, 40, () => resolve(performance.now()))
+    );
+    assert.ok(fired - t0 >= 35, `fired after ${fired - t0} ms of 40`);
+    let late = false;
+    timerOn({ now: () => 0, sleep: () => Promise.resolve() }, 5, () => (late = true))();
+    await new Promise((resolve) => setTimeout(resolve, 30));
+    assert.equal(late, false, "the cancelled timer did not fire");
   });
 });
