@@ -1233,6 +1233,39 @@ describe("failures after things began to change", () => {
     assert.equal(pending, 0, "the restore's");
   });
 
+  test("a clock with no timer of its own gets no real one: only the steps check its deadline", async () => {
+    // This clock's time stands still, so its deadline of 20 ms never passes; a real 20 ms timer
+    // would abort the dump, which waits 60 real ms.
+    const { sim, pids } = await job();
+    const clock = { now: () => 0, sleep: sim.clock.sleep.bind(sim.clock) };
+    const engine = engineWith(sim.engine, {
+      dump: async (r) => {
+        await new Promise((resolve) => setTimeout(resolve, 60));
+        assert.equal(r.signal?.aborted ?? false, false, "the dump's signal not aborted");
+        const { timeoutMs: _, ...untimed } = r; // the simulated criu's own timer is virtual
+        return sim.engine.dump(untimed);
+      },
+    });
+    const machine = machineWith(sim, { clock, engine });
+    const made = await snapshot([pids[0]], newDir(), { machine, timeoutMs: 20 });
+    assert.equal(made.manifest.trees[0].processes.length, 4);
+  });
+
+  test("an engine that cannot work here is known before GPU memory is asked for", async () => {
+    const { sim, pids } = await job();
+    let asked = 0;
+    const host = hostWith(sim.host, {
+      gpuMemory: () => (asked++, sim.host.gpuMemory!()),
+    });
+    const engine = engineWith(sim.engine, {
+      probe: () => Promise.resolve({ problems: ["criu is not installed."] }),
+    });
+    const machine = machineWith(sim, { host, engine });
+    const err = await snapshot([pids[0]], newDir(), { machine }).catch((e) => e);
+    assert.match(String(err), /criu is not installed/);
+    assert.equal(asked, 0, "NVML not asked");
+  });
+
   test("the deadline aborts an engine call under way, on the machine's own clock", async () => {
     const { sim, pids } = await job();
     let aborted = false;
