@@ -131,6 +131,10 @@ describe("what the manifest parser refuses", () => {
       /manifest\.json: it has a field this version does not know, "extra"/,
     );
     refused(
+      edited((m) => m[""] = 1), // a name JSON allows, though empty
+      /manifest\.json: it has a field this version does not know, ""/,
+    );
+    refused(
       edited((m) => m.trees[0].processes[1].cuda.state = "locked"),
       /trees\[0\]\.processes\[1\]\.cuda\.state must be "running" or "checkpointed", got "locked"/,
     );

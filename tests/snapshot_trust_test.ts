@@ -734,7 +734,8 @@ describe("a snapshot killed outright", () => {
     );
     await refused(
       restoreSnapshot(dir, { machine: sim }),
-      /was interrupted.*cuda-checkpoint recover/,
+      // In its dump, before its manifest: not said to have been "before it had ended" them.
+      /was interrupted; `cuda-checkpoint recover /,
     );
     const result = await recoverSnapshot(dir, { machine: sim });
     assert.deepEqual([...result.resumed].sort(), [a.pid, b.pid].sort());
