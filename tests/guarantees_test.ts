@@ -234,6 +234,23 @@ describe("2. a failed resume: still checkpointed, and the error says how to try 
 });
 
 describe("3. operations on one process never interleave", () => {
+  test("one made after the first has ended, while the second runs, still waits for the second", async () => {
+    const { sim, target, proc } = await setup();
+    const other = new CudaProcess(target.pid, { machine: sim });
+    const before = sim.driver.calls.length;
+    const suspended = proc.suspend();
+    const resumed = proc.resume();
+    await suspended; // the resume runs now, its restore a while in the simulator
+    const state = other.state();
+    await resumed;
+    assert.equal(await state, "running", "read once the resume had ended");
+    assert.deepEqual(sim.driver.calls.slice(before).map((c) => c.op), [
+      ...["getState", "lock", "checkpoint"], // suspend
+      ...["getState", "restore", "unlock"], // resume
+      "getState", // state
+    ]);
+  });
+
   test("made all at once through two handles, they run one after another, in order", async () => {
     const { sim, target, proc } = await setup();
     const other = new CudaProcess(target.pid, { machine: sim });
