@@ -8,7 +8,8 @@
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { spawn, spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, readFileSync, rmSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, readFileSync, realpathSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import process from "node:process";
 import { setTimeout as delay } from "node:timers/promises";
@@ -187,6 +188,15 @@ describe("a criu that overstays is ended, and what it left is said", () => {
         const images = join(s.dir, "tree-7");
         mkdirSync(images, { mode: 0o700 });
         const signal = AbortSignal.abort();
+        // Nor makes a work directory, which nothing would remove (criu is found first).
+        const base = process.getuid?.() === 0
+          ? "/run/ckpt-cuda-work"
+          : join(realpathSync(tmpdir()), `ckpt-cuda-work-${process.getuid?.()}`);
+        const me = readFileSync("/proc/self/stat", "utf8");
+        const mine = `${process.pid}-${me.slice(me.lastIndexOf(")") + 2).split(" ")[19]}-`;
+        const ours = () =>
+          (existsSync(base) ? readdirSync(base) : []).filter((n) => n.startsWith(mine)).sort();
+        const had = ours();
         await assert.rejects(
           engine.dump({ root: 7, imagesDir: images, signal }),
           /the dump of the tree of 7 was stopped before criu ran/,
@@ -196,6 +206,7 @@ describe("a criu that overstays is ended, and what it left is said", () => {
           /the restore of the tree of 7 was stopped before criu ran/,
         );
         assert.deepEqual(pidsIn(pids), [], "criu never ran");
+        assert.deepEqual(ours(), had, "no work directory made");
       }),
   );
 
