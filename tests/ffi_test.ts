@@ -756,6 +756,11 @@ describe(`native driver (${runtime}) against a fake libcuda`, { skip: noCompiler
         });
         assert.equal(counters.fake_calls(), before, "no call reached the library");
         assert.deepEqual(await d.getState(1011), { code: 0, value: 0 }, "1011 is still running");
+        // The C int's own bounds are passed on: the library answers for them.
+        const edge = counters.fake_calls();
+        await d.getState(2 ** 31 - 1);
+        await d.getState(-(2 ** 31));
+        assert.equal(counters.fake_calls() - edge, 2, "2^31 - 1 and -2^31 reached the library");
       });
     });
   });
