@@ -83,6 +83,27 @@ describe("Bun: a worker thread that ends in the middle of a call", { skip }, () 
 });
 
 describe("Bun: idle workers", { skip }, () => {
+  test("by default a worker is kept 10 s idle: the one timer a call sets is for that long", async () => {
+    const { WorkerPool } = await import("../ffi/bun_pool.ts");
+    const pool = new WorkerPool(new URL("../ffi/bun_worker.ts", import.meta.url));
+    const symbol = "cuCheckpointProcessGetState";
+    const definition = bunDefinition(CUDA_SYMBOLS[symbol]);
+    const call = () =>
+      pool.run({ path, symbol, definition, args: [3301, new Uint8Array(4)], links: [] });
+    const real = globalThis.setTimeout;
+    const set: number[] = [];
+    try {
+      globalThis.setTimeout = ((fn: () => void, ms?: number) => (
+        set.push(ms ?? 0), real(fn, ms)
+      )) as typeof setTimeout;
+      assert.equal((await call()).code, 0);
+    } finally {
+      globalThis.setTimeout = real;
+      await pool.close();
+    }
+    assert.deepEqual(set, [10_000], "the idle timer, 10 s");
+  });
+
   test("a worker idle for the pool's idleMs ends (after a group of 64, 64 threads and 100 MiB stayed); a later call starts another", async () => {
     const { WorkerPool } = await import("../ffi/bun_pool.ts");
     const pool = new WorkerPool(new URL("../ffi/bun_worker.ts", import.meta.url), 600);
