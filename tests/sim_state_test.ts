@@ -492,6 +492,18 @@ describe("snapshots of the simulated machine", () => {
         /without CUDA has none/,
       ],
       [
+        "faults of a process without CUDA",
+        (s) => (s.processes[4].faults = {}, s),
+        "processes[4].faults",
+        /without CUDA has none/,
+      ],
+      [
+        "memory and faults of a process without CUDA: memory named, the first",
+        (s) => (s.processes[4].memory = s.processes[0].memory, s.processes[4].faults = {}, s),
+        "processes[4].memory",
+        /without CUDA has none/,
+      ],
+      [
         "a fault of no operation",
         (s) => (s.processes[0].faults = { fly: { code: 1 } }, s),
         "processes[0].faults.fly",
@@ -502,6 +514,12 @@ describe("snapshots of the simulated machine", () => {
       [
         "restoreRefused not true",
         (s) => (s.processes[2].restoreRefused = 1, s),
+        "processes[2].restoreRefused",
+        /processes\[2\]\.restoreRefused must be true where present, got 1/,
+      ],
+      [
+        "restoreRefused and stopped both not true: restoreRefused named, the first",
+        (s) => (s.processes[2].restoreRefused = 1, s.processes[2].stopped = false, s),
         "processes[2].restoreRefused",
         /processes\[2\]\.restoreRefused must be true where present, got 1/,
       ],
