@@ -114,6 +114,13 @@ describe("a checkpoint of an importer is refused before any step", () => {
     assert.equal(importer.state, "running");
   });
 
+  test("a host whose look for an import fails outright is read as finding none: the suspend goes on", async () => {
+    const sim = new SimulatedMachine(), { pid } = sim.spawn();
+    const host = hostWith(sim.host, { gpuImport: () => Promise.reject(new Error("EIO")) });
+    const done = await new CudaProcess(pid, { machine: machineWith(sim, { host }) }).suspend();
+    assert.equal(done.state, "checkpointed");
+  });
+
   test("one whose maps the host cannot read is refused too, saying how to let it or go on", async () => {
     const sim = new SimulatedMachine(), { pid } = sim.spawn();
     const sign = 'its maps cannot be read (Requires all access to "/proc/4000/maps")';
