@@ -18,6 +18,7 @@ import {
 import type { HeldRecord, ProcessIdentity } from "../core/host.ts";
 import type { Machine } from "../core/machine.ts";
 import { sessionOf } from "../core/process.ts";
+import { heldIn } from "../core/room.ts";
 import { SimulatedMachine } from "../mock/mod.ts";
 import { forward, hostWith, machineWith } from "./support/forward.ts";
 import { heldWhenCheckpointed } from "./support/held.ts";
@@ -399,5 +400,19 @@ describe("a restore of this very process, and a rollback's checkpoint", () => {
     assert.deepEqual(outcome.rollback?.steps.map((s) => s.step), ["checkpoint"]);
     assert.equal(outcome.roomCheck, "checked");
     assert.equal(target.state, "checkpointed");
+  });
+});
+
+describe("what a process holds, by the host's report", () => {
+  test("memory on one of its GPUs and none on the other is held (all of it kept); none at all is not", () => {
+    const who = { pid: 4242 },
+      byPid = (memory: Record<string, number>) => ({
+        byPid: new Map([[4242, memory]]),
+      });
+    const split = { "GPU-a": 4616, "GPU-b": 0 };
+    assert.deepEqual(heldIn(byPid(split), who), split);
+    assert.equal(heldIn(byPid({ "GPU-a": 0, "GPU-b": 0 }), who), undefined);
+    assert.equal(heldIn(byPid(split), { pid: 4243 }), undefined, "another process");
+    assert.equal(heldIn({ unknown: "NVML is not there" }, who), undefined);
   });
 });
