@@ -1,11 +1,13 @@
 // The simulator's timing model checked against MEASUREMENTS it was not built from. The model
-// (mock/timing.ts) takes each chip's single-process table and fits its two concurrency figures to
-// four processes of 4 GiB at once; everything below compares a prediction with another measured
-// figure from docs/DRIVER.md#timings, copied here as the measurement itself (the figures the model
-// was fitted to are not checked against themselves). Where the model took its figure from the only
-// measurement there is (a migration, an exit during a checkpoint), the test checks the mechanism
-// instead: that the simulator applies the model's figure, or that the result does not depend on
-// what the figure was not fitted to.
+// (mock/timing.ts) takes each chip's single-process table and fits its concurrency figures to four
+// processes of 4 GiB at once, 64 x 256 MiB's checkpoints and 16 x 256 MiB's restores; everything
+// below compares a prediction with another measured figure from docs/DRIVER.md#timings, copied
+// here as the measurement itself (the figures the model was fitted to are not checked against
+// themselves), but one test, which pins the model's own outputs to the figures DRIVER.md states
+// for it, so that its constants and the docs move together. Where the model took its figure from
+// the only measurement there is (a migration, an exit during a checkpoint), the test checks the
+// mechanism instead: that the simulator applies the model's figure, or that the result does not
+// depend on what the figure was not fitted to.
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { SimulatedMachine, type SimulatedMachineOptions } from "../mock/mod.ts";
