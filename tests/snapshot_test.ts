@@ -172,6 +172,33 @@ describe("a snapshot and its restore", () => {
     assert.ok(Object.values(rb?.cuda?.gpuMemoryMiB ?? {})[0] >= 2048, "what rank 1 held");
   });
 
+  test("a process listed or dumped without threads is recorded with its pid as its one thread", async () => {
+    // A racy /proc read (or criu's pstree) can show a process whose task/ directory was empty by
+    // then; the manifest needs a thread a process, and a restore checks each is free. The listing
+    // counts where the engine tells nothing of what it dumped; what it dumped counts where it does.
+    for (const seam of ["listed", "dumped"] as const) {
+      const { sim, a, b, pids } = await job();
+      const bare = <P extends { pid: number; threads: readonly number[] }>(ps: readonly P[]) =>
+        ps.map((p) => p.pid === a.pid ? { ...p, threads: [] } : p);
+      const host = hostWith(sim.host, {
+        processTree: async (root) => bare((await sim.host.processTree!(root)) ?? []),
+      });
+      const engine = engineWith(sim.engine, {
+        dump: async (request) => {
+          const dumped = await sim.engine.dump(request); // its images written, either way
+          return seam === "listed" ? [] : bare(dumped);
+        },
+      });
+      const machine = machineWith(sim, seam === "listed" ? { host, engine } : { engine });
+      const made = await snapshot([pids[0]], newDir(), { machine });
+      const [ra, rb] = [a, b].map((p) =>
+        made.manifest.trees[0].processes.find((q) => q.pid === p.pid)
+      );
+      assert.deepEqual(ra?.threads, [a.pid], `${seam}: its pid, for want of a thread`);
+      assert.deepEqual(rb?.threads, [...b.threads], `${seam}: the others as they were`);
+    }
+  });
+
   test("every time in the manifest and the results is to the microsecond, on the real clock", async () => {
     await using sim = new SimulatedMachine({ clock: "real", speed: 200 });
     const target = sim.spawn({ memoryMiB: 64 });
