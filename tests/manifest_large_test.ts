@@ -8,7 +8,13 @@
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 
+import { mkdtempSync, readFileSync, rmSync, statSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+
 import { MANIFEST_FORMAT, parseManifest, serializeManifest } from "../core/snapshot/manifest.ts";
+import { MANIFEST_MAX_BYTES, SnapshotWriter } from "../core/snapshot/layout.ts";
+import { FileSnapshotStore } from "../os/snapshot_store.ts";
 import { RefusedError } from "../core/errors.ts";
 import { bigManifest } from "./support/big_manifest.ts";
 
@@ -78,5 +84,52 @@ describe("a value nested a million deep", () => {
       JSON.stringify = stringify;
     }
     assert.ok(longest <= 100, `the longest text written out was ${longest} characters`);
+  });
+});
+
+describe("the manifest's bound", () => {
+  test("a manifest of exactly the bytes a restore reads is written; one byte more is refused", async () => {
+    // As many trees as fit a few hundred bytes short of the bound (a tree's text grows with its
+    // pids' digits: the guess is corrected by the local size of a tree), then the hostname (4,096
+    // characters at most) takes up the rest.
+    const text = (trees: number) =>
+      bigManifest({ trees, processesPerTree: 1, filesPerTree: 1 }, MANIFEST_FORMAT);
+    const target = MANIFEST_MAX_BYTES - 300;
+    let trees = Math.floor(target / text(1).length), made = text(trees);
+    for (let i = 0; i < 6 && (made.length > target || made.length < target - 3000); i++) {
+      const perTree = made.length - text(trees - 1).length;
+      trees -= Math.ceil((made.length - target) / perTree);
+      made = text(trees);
+    }
+    const base = parseManifest(made, "/srv/big/manifest.json");
+    const sized = (bytes: number) => {
+      const pad = bytes - new TextEncoder().encode(serializeManifest(base)).length;
+      assert.ok(pad >= 0 && pad < 4000, `${pad} bytes to pad`);
+      const host = { ...base.host, hostname: base.host.hostname + "h".repeat(pad) };
+      return { ...base, host };
+    };
+    const temp = mkdtempSync(join(tmpdir(), "ckpt-manifest-bound-"));
+    try {
+      const trace = { startedAt: new Date(0).toISOString(), processes: [], roots: [] };
+      for (const [bytes, ok] of [[MANIFEST_MAX_BYTES, true], [MANIFEST_MAX_BYTES + 1, false]]) {
+        const path = join(temp, `snap-${bytes}`);
+        const writer = await SnapshotWriter.begin(new FileSnapshotStore(), path, [], trace);
+        try {
+          const written = writer.writeManifest(sized(bytes as number));
+          if (ok) {
+            await written;
+            assert.equal(statSync(join(path, "manifest.json")).size, bytes);
+            const back = parseManifest(readFileSync(join(path, "manifest.json"), "utf8"), path);
+            assert.equal(serializeManifest(back).length, bytes, "read back whole");
+          } else {
+            await assert.rejects(written, /16777217 bytes, more than a restore reads \(16777216\)/);
+          }
+        } finally {
+          await writer.dir.close();
+        }
+      }
+    } finally {
+      rmSync(temp, { recursive: true, force: true });
+    }
   });
 });
