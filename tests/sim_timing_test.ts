@@ -111,20 +111,6 @@ describe("many processes at once, on the H200 host", () => {
     );
   });
 
-  test("a call with no serial part waits for no other's turn", async () => {
-    const timing = { ...H200_TIMING, checkpoint: { ...H200_TIMING.checkpoint, serialMs: 0 } };
-    const sim = new SimulatedMachine({ timing });
-    const [a, b] = [sim.spawn({ memoryMiB: 16 }).pid, sim.spawn({ memoryMiB: 16 }).pid];
-    await suspend(sim, a);
-    assert.equal(await sim.driver.lock(b, null), CUDA_SUCCESS);
-    const t0 = sim.now(), alone = singleProcessMs(timing.checkpoint, 16);
-    // a's restore takes the host's turn 250 ms in, for 120 ms: b's checkpoint ends inside it.
-    const restore = sim.sleep(250).then(() => sim.driver.restore(a, null));
-    assert.equal(await sim.driver.checkpoint(b), CUDA_SUCCESS);
-    within(sim.now() - t0, [alone, alone], 0.01, "b's checkpoint");
-    assert.equal(await restore, CUDA_SUCCESS);
-  });
-
   test("a call of a byte of serial part, or none, waits for no other's turn", async () => {
     for (const serialMs of [0, 1]) {
       const timing = { ...H200_TIMING, checkpoint: { ...H200_TIMING.checkpoint, serialMs } };
