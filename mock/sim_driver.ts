@@ -61,7 +61,7 @@ export class SimulatedDriver implements CheckpointDriver {
   readonly #versionName: string;
   readonly #checkpointLink: CopyLink;
   readonly #restoreLink: CopyLink;
-  readonly #hostTurns: CopyLink; // the serial parts of the calls' fixed costs, one at a time
+  readonly #hostTurns: CopyLink; // the calls' serial parts, one at a time (no rates used)
 
   /** @internal made by the machine */
   constructor(machine: MachineView) {

@@ -53,7 +53,7 @@ export class CopyLink {
   #reschedule(): void {
     this.#cancelTimer?.();
     this.#cancelTimer = undefined;
-    // Within a byte of the end is the end (floating-point rests; nothing to copy at all).
+    // Within a byte of the end is the end (floating-point rests: a copy of nothing never comes in).
     const ends = [...this.#moving()].map((t) => t.remaining <= 1 ? 0 : t.remaining / this.#rate(t));
     const soonest = Math.min(...ends);
     if (soonest === Infinity) return;
