@@ -128,7 +128,10 @@ export class Run {
     this.slots = new Slots(engine.parallel ?? DEFAULT_PARALLEL);
     const caller = settings.signal;
     this.signal = caller ? AbortSignal.any([caller, this.#stop.signal]) : this.#stop.signal;
-    this.#watchDeadline();
+    // The signal aborts at the deadline, on the machine's clock (its timer, or the real one).
+    const left = this.deadline.left(), own = machine.clock;
+    const passed = () => this.#stop.abort(new Error("its deadline passed"));
+    if (left !== undefined && (!own || own.timer)) this.#cancelTimer = timerOn(own, left, passed);
   }
 
   at(): number {
@@ -186,15 +189,6 @@ export class Run {
   close(): void {
     this.#cancelTimer();
     this.#stop.abort(new Error("the operation ended"));
-  }
-
-  /** Aborts the signal at the deadline, on the machine's clock (its timer, or the real one). */
-  #watchDeadline(): void {
-    const left = this.deadline.left();
-    if (left === undefined) return;
-    const passed = () => this.#stop.abort(new Error("its deadline passed"));
-    const own = this.machine.clock;
-    if (!own || own.timer) this.#cancelTimer = timerOn(own, left, passed);
   }
 }
 
