@@ -141,7 +141,7 @@ class CriuEngine implements SnapshotEngine {
   }
 
   async dump(request: DumpRequest): Promise<readonly DumpedProcess[]> {
-    const criu = await this.#criu("dump", request), work = await engineWorkDir("dump-");
+    const { criu, work } = await this.#criu("dump", request);
     // Where it fails, the snapshot's rollback removes its directory and the log with it: a copy is
     // kept beside the work directories, as a failed restore's log is (the last of that root's).
     const file = path.join(request.imagesDir, "dump.log");
@@ -179,7 +179,7 @@ class CriuEngine implements SnapshotEngine {
    * kept beside it as `restore-<root>.log` (the last failed restore of that root's).
    */
   async restore(request: RestoreRequest): Promise<void> {
-    const criu = await this.#criu("restore", request), work = await engineWorkDir("restore-");
+    const { criu, work } = await this.#criu("restore", request);
     const shown = path.join(path.dirname(work), `restore-${request.root}.log`);
     const log = { file: path.join(work, "restore.log"), shown };
     const pidfile = path.join(work, "root.pid");
@@ -211,13 +211,16 @@ class CriuEngine implements SnapshotEngine {
   };
   readonly wake = (pids: readonly number[]) => Promise.try(signalEach, pids, "SIGCONT");
 
-  /** criu, found and checked now (a few `lstat`s: before every run), unless `op` was stopped. */
-  async #criu(op: string, request: DumpRequest | RestoreRequest): Promise<Criu> {
+  /** criu checked now (a few `lstat`s: each run) and a new work directory, unless `op` stopped. */
+  async #criu(op: string, request: DumpRequest | RestoreRequest) {
     const found = await this.#find();
     if ("problem" in found) throw new EngineError(found.problem);
     const stopped = `the ${op} of the tree of ${request.root} was stopped before criu ran`;
     if (request.signal?.aborted) throw new EngineError(stopped);
-    return found.criu;
+    const work = await workDir(`${op}-`).catch((err) => {
+      throw new EngineError(messageOf(err), { cause: err });
+    });
+    return { criu: found.criu, work };
   }
 
   /** Runs `criu op` on the tree of `root` with the options every run has; throws on a failure. */
@@ -265,13 +268,6 @@ class CriuEngine implements SnapshotEngine {
       return { problem: messageOf(err) };
     }
   }
-}
-
-/** A new private work directory ({@link workDir}); an EngineError if none can be made. */
-function engineWorkDir(what: string): Promise<string> {
-  return workDir(what).catch((err) => {
-    throw new EngineError(messageOf(err), { cause: err });
-  });
 }
 
 /** `file` as its user knows it: below a pinned `/proc/<pid>/fd/<n>`, where that is now. */
