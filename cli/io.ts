@@ -152,19 +152,16 @@ export function watchInterrupts(
   };
 }
 
-/** The program as run by Deno or Bun: its arguments, its `CliIo`, how it exits. */
-export interface ProgramIo {
-  readonly args: readonly string[];
-  readonly io: CliIo;
-  /** Exits at once, once what was written has gone out. */
-  exit(code: number): Promise<void>;
-}
-
 /**
  * This runtime's arguments and `CliIo`: stdout and stderr, the environment, the name it was run by,
  * whether stderr is a terminal (read once, when first asked), and SIGINT, SIGTERM and SIGHUP.
  */
-export function programIo(): ProgramIo {
+export function programIo(): {
+  readonly args: readonly string[];
+  readonly io: CliIo;
+  /** Exits at once, once what was written has gone out. */
+  exit(code: number): Promise<void>;
+} {
   const host = runtime();
   let terminal: boolean | undefined, read = true;
   const io: CliIo = {
