@@ -13,11 +13,12 @@ import { checkListOptions, type CudaProcessListing } from "../core/listing.ts";
 import { type ListCudaProcessesOptions, listOn } from "../core/listing.ts";
 import { type Machine, withMachine } from "../core/machine.ts";
 import { checkChoice, checkFlag, checkFunction, checkOptions } from "../core/options.ts";
+import { checkTable } from "../core/options.ts";
 import { openSnapshot } from "../core/snapshot/layout.ts";
 import type { Manifest } from "../core/snapshot/manifest.ts";
 import { recoverFrom, type RecoverResult } from "../core/snapshot/recover.ts";
 import type { RestoreSnapshotOptions, RestoreSnapshotResult } from "../core/snapshot/restore.ts";
-import { checkRestoreArgs, restoreFrom } from "../core/snapshot/restore.ts";
+import { RESTORE_OPTIONS, restoreFrom } from "../core/snapshot/restore.ts";
 import { checkDir } from "../core/snapshot/run.ts";
 import type { SnapshotOptions, SnapshotResult } from "../core/snapshot/take.ts";
 import { checkSnapshotArgs, takeSnapshot } from "../core/snapshot/take.ts";
@@ -167,7 +168,7 @@ export async function restoreSnapshotAs(
   dir: string,
   options?: RestoreSnapshotOptions,
 ): Promise<RestoreSnapshotResult> {
-  const { dir: checked, settings } = checkRestoreArgs(dir, options);
+  const settings = checkTable(options, "restoreSnapshot", RESTORE_OPTIONS), checked = checkDir(dir);
   const source = machineOf(options?.machine, operation);
   return await withMachine(source, (m) => restoreFrom(m, checked, { ...settings, operation }));
 }

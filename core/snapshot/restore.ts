@@ -15,7 +15,7 @@ import { runGroup } from "../group.ts";
 import type { GroupResult, ProcessOutcome } from "../group_types.ts";
 import type { Machine } from "../machine.ts";
 import { completed, derivedMapping, mappingProblems, mappingRefused } from "../mapping.ts";
-import { checkGpuMapping, checkSignal, checkTable, flag, formatGpuUuid } from "../options.ts";
+import { checkGpuMapping, checkSignal, flag, formatGpuUuid } from "../options.ts";
 import { checkFunction, type GpuMapping, type Settings, wholeTimeout } from "../options.ts";
 import { sessionOf } from "../process.ts";
 import { onto } from "../room.ts";
@@ -23,7 +23,7 @@ import { roundMs } from "../time.ts";
 import { olderVersion } from "../version.ts";
 import { openSnapshot } from "./layout.ts";
 import type { Manifest, ManifestProcess, ManifestTree } from "./manifest.ts";
-import { bytesOf, checkDir, firstError, groupFailure, heldMiB } from "./run.ts";
+import { bytesOf, firstError, groupFailure, heldMiB } from "./run.ts";
 import { prerequisite, Run, type SnapshotEvent, started, type WholeSettings } from "./run.ts";
 import { checkPidsFree, treesNow, untilFree, usesOf, watchHeld } from "./trees.ts";
 
@@ -59,7 +59,8 @@ export interface RestoreSnapshotResult {
   readonly timings: Readonly<{ checkMs: number; restoreMs: number; resumeMs: number }>;
 }
 
-const RESTORE_OPTIONS = {
+/** The options of `restoreSnapshot` and their checks, for `checkTable` where they enter. */
+export const RESTORE_OPTIONS = {
   gpuMapping: (v: unknown) => v === undefined ? undefined : checkGpuMapping(v),
   checkRoom: flag(true),
   timeoutMs: wholeTimeout("restore"),
@@ -68,14 +69,6 @@ const RESTORE_OPTIONS = {
 };
 /** A restore's options, checked, and what its errors call it (`restore-snapshot`). */
 export type RestoreSettings = Settings<typeof RESTORE_OPTIONS> & { readonly operation: string };
-
-/** Checks a restore's arguments where they enter; the machine is left to the caller. */
-export function checkRestoreArgs(
-  dir: unknown,
-  options: RestoreSnapshotOptions | undefined,
-): { dir: string; settings: Settings<typeof RESTORE_OPTIONS> } {
-  return { settings: checkTable(options, "restoreSnapshot", RESTORE_OPTIONS), dir: checkDir(dir) };
-}
 
 /**
  * The snapshot as opened and what its restore did, for its phases and rollback: whether trees are
