@@ -9,7 +9,7 @@ import type { GpuInfo } from "../core/driver.ts";
 import { runGroup as runOn } from "../core/group.ts";
 import { checkGroupOptions, type GroupEvent, type GroupOptions } from "../core/group_types.ts";
 import type { GroupResult } from "../core/group_types.ts";
-import { checkListOptions, type CudaProcessListing } from "../core/listing.ts";
+import { type CudaProcessListing, LIST_OPTIONS } from "../core/listing.ts";
 import { type ListCudaProcessesOptions, listOn } from "../core/listing.ts";
 import { type Machine, withMachine } from "../core/machine.ts";
 import { checkChoice, checkFlag, checkFunction, checkOptions } from "../core/options.ts";
@@ -83,7 +83,7 @@ export async function runGroup(
 export async function listCudaProcesses(
   options?: ListCudaProcessesOptions,
 ): Promise<CudaProcessListing> {
-  const settings = checkListOptions(options);
+  const settings = checkTable(options, "listCudaProcesses", LIST_OPTIONS);
   const source = machineOf(options?.machine, "listCudaProcesses");
   return await withMachine(source, (machine) => listOn(machine, settings));
 }

@@ -10,7 +10,7 @@ import { callDriver, checkCapability, readState } from "./calls.ts";
 import { messageOf } from "./errors.ts";
 import type { GpuMemory, GpuMemoryReport, ScannedProcess } from "./host.ts";
 import type { Machine } from "./machine.ts";
-import { checkChoice, checkPid, checkTable, flag, type Settings } from "./options.ts";
+import { checkChoice, checkPid, flag, type Settings } from "./options.ts";
 import { isGone, refuseStopped, sessionOf } from "./process.ts";
 import type { ProcessState } from "./states.ts";
 
@@ -64,17 +64,13 @@ export interface CudaProcessListing {
   readonly asked: number;
 }
 
-const LIST_OPTIONS = {
+/** The options of `listCudaProcesses` and their checks, for `checkTable` where they enter. */
+export const LIST_OPTIONS = {
   candidates: (v: unknown) =>
     v === undefined ? "libcuda" : checkChoice(v, "candidates", ["libcuda", "all"] as const),
   gpuMemory: flag(true),
 };
 type ListSettings = Settings<typeof LIST_OPTIONS>;
-
-/** Checks the options of a listing, where they enter; the machine is left to the caller. */
-export function checkListOptions(options: ListCudaProcessesOptions | undefined): ListSettings {
-  return checkTable(options, "listCudaProcesses", LIST_OPTIONS);
-}
 
 /** The host's GPU memory report, through the room guard (none while this program is held). */
 export async function askGpuMemory(machine: Machine, wanted = true): Promise<GpuMemoryReport> {
