@@ -182,8 +182,11 @@ export class SimulatedDriver implements CheckpointDriver {
         return { code: CUDA_ERROR_OUT_OF_MEMORY, note: short };
       }
       const moved = targets.some((g, i) => g !== proc.gpus[i]);
-      const { fixedMs, serialMs = 0 } = this.#timing.restore;
-      await run.copy(this.#hostTurns, serialMs, 1);
+      const { fixedMs, serialMs = 0, serialPerOtherMs = 0 } = this.#timing.restore;
+      const ahead = this.#machine.processes.filter((p) =>
+        p.busy === "restore" && p !== proc && targets.some(p.holdsOn)
+      );
+      await run.copy(this.#hostTurns, serialMs + serialPerOtherMs * ahead.length, 1);
       await run.sleep(fixedMs - serialMs + (moved ? this.#timing.migrationMs : 0));
       await this.#copy(run, this.#restoreLink, this.#timing.restore, proc);
       proc.moveToGpu(targets);
@@ -227,9 +230,10 @@ export class SimulatedDriver implements CheckpointDriver {
   }
 
   #copy(run: Waits, link: CopyLink, timing: CopyTiming, proc: SimulatedProcess): Promise<void> {
-    const held = this.#machine.processes.filter((p) => p !== proc && p.memoryLocation === "host")
+    const per = timing.heldSlowdownPerGiB ?? 0, all = per ? this.#machine.processes : [];
+    const held = all.filter((p) => p !== proc && p.memoryLocation === "host")
       .reduce((gib, p) => gib + p.memoryMiB / 1024, 0);
-    const slower = 1 + (timing.heldSlowdownPerGiB ?? 0) * held;
+    const slower = 1 + per * held;
     return run.copy(link, mibToBytes(proc.memoryMiB), singleRate(timing, proc.memoryMiB) / slower);
   }
 

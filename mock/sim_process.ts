@@ -159,6 +159,9 @@ export class SimulatedProcess {
     return Object.fromEntries([...this.#held].map(([g, mib]) => [g.uuid, mib]));
   }
 
+  /** @internal whether it holds memory on `gpu` (a restore's, once claimed) */
+  holdsOn = (gpu: SimulatedGpu): boolean => this.#held.has(gpu);
+
   /** Where its GPU memory is now: on the GPU, in host memory (checkpointed), or nowhere. */
   get memoryLocation(): "gpu" | "host" | "none" {
     return this.#memory ? this.#on : "none";

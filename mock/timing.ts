@@ -29,8 +29,9 @@ export interface CopyTiming {
 export interface TimingModel {
   /** Lock+checkpoint of one process (the lock itself is `lockMs`). */
   readonly checkpoint: CopyTiming;
-  /** Restore of one process (the unlock after it is `unlockMs`). */
-  readonly restore: CopyTiming;
+  /** Restore of one process (the unlock after it is `unlockMs`); its serial part grows by
+   * `serialPerOtherMs` for each other restore under way that took its turn before it on its GPU. */
+  readonly restore: CopyTiming & { readonly serialPerOtherMs?: number };
   /** Extra cost of a restore that moves the process to another GPU. */
   readonly migrationMs: number;
   /** Lock of an idle process. */
@@ -68,7 +69,8 @@ export const H200_TIMING: TimingModel = {
   },
   restore: {
     fixedMs: 195,
-    serialMs: 120,
+    serialMs: 110,
+    serialPerOtherMs: 4.4,
     points: [[16, 198], [1024, 350], [4096, 830], [8192, 1490], [16384, 3500], [32768, 7200]],
     aggregateBytesPerSecond: 20e9,
     slowdownPerProcess: 0,
@@ -119,12 +121,14 @@ export function checkTiming(timing: unknown): TimingModel {
   return t;
 }
 
-function checkCopyTiming(c: CopyTiming, what: string): void {
+function checkCopyTiming(c: TimingModel["restore"], what: string): void {
   if (c === undefined) throw new TypeError(`${what} is missing`);
   const keys = ["aggregateBytesPerSecond", "slowdownPerProcess", "heldSlowdownPerGiB"] as const;
-  checkKeys(c, what, ["fixedMs", "serialMs", "points", ...keys]);
+  const other = what.endsWith("restore") ? ["serialPerOtherMs" as const] : [];
+  checkKeys(c, what, ["fixedMs", "serialMs", "points", ...keys, ...other]);
   checkAmount(c.fixedMs, `${what}.fixedMs`);
   checkAmount(c.serialMs ?? 0, `${what}.serialMs`);
+  checkAmount(c.serialPerOtherMs ?? 0, `${what}.serialPerOtherMs`);
   if (c.serialMs! > c.fixedMs) throw new RangeError(`${what}.serialMs is more than its fixedMs`);
   checkAmount(c.slowdownPerProcess, `${what}.slowdownPerProcess`);
   checkAmount(c.heldSlowdownPerGiB ?? 0, `${what}.heldSlowdownPerGiB`);

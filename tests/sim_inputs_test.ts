@@ -91,6 +91,24 @@ describe("SimulatedMachine options", () => {
       /timing\.checkpoint\.serialMs must be a finite number >= 0, got -1/,
     ],
     [
+      "timing serialPerOtherMs of a restore",
+      { timing: { ...H200_TIMING, restore: { ...H200_TIMING.restore, serialPerOtherMs: -1 } } },
+      /timing\.restore\.serialPerOtherMs must be a finite number >= 0, got -1/,
+    ],
+    [
+      "timing serialPerOtherMs of a checkpoint (the model grows restores' turns only)",
+      {
+        timing: {
+          ...H200_TIMING,
+          checkpoint: {
+            ...H200_TIMING.checkpoint,
+            serialPerOtherMs: 4,
+          } as typeof H200_TIMING.checkpoint,
+        },
+      },
+      /timing\.checkpoint has no option "serialPerOtherMs"; it takes fixedMs, serialMs, points/,
+    ],
+    [
       "timing refusedMs",
       { timing: { ...H200_TIMING, refusedMs: -6 } },
       /timing\.refusedMs must be a finite number >= 0, got -6/,
