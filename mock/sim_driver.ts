@@ -125,7 +125,7 @@ export class SimulatedDriver implements CheckpointDriver {
       const { fixedMs, serialMs = 0 } = this.#timing.checkpoint;
       await run.sleep(fixedMs - serialMs);
       await this.#copy(run, this.#checkpointLink, this.#timing.checkpoint, proc);
-      await run.copy(this.#hostTurns, serialMs, 1);
+      await this.#turn(run, "checkpoint", proc, proc.gpus);
       proc.moveToHost();
       return entered(proc, "checkpoint");
     });
@@ -182,11 +182,8 @@ export class SimulatedDriver implements CheckpointDriver {
         return { code: CUDA_ERROR_OUT_OF_MEMORY, note: short };
       }
       const moved = targets.some((g, i) => g !== proc.gpus[i]);
-      const { fixedMs, serialMs = 0, serialPerOtherMs = 0 } = this.#timing.restore;
-      const ahead = this.#machine.processes.filter((p) =>
-        p.busy === "restore" && p !== proc && targets.some(p.holdsOn)
-      );
-      await run.copy(this.#hostTurns, serialMs + serialPerOtherMs * ahead.length, 1);
+      const { fixedMs, serialMs = 0 } = this.#timing.restore;
+      await this.#turn(run, "restore", proc, targets);
       await run.sleep(fixedMs - serialMs + (moved ? this.#timing.migrationMs : 0));
       await this.#copy(run, this.#restoreLink, this.#timing.restore, proc);
       proc.moveToGpu(targets);
@@ -227,6 +224,15 @@ export class SimulatedDriver implements CheckpointDriver {
 
   #exited(note = "the process exited"): Promise<Answer> {
     return this.#after({ code: CUDA_ERROR_OPERATING_SYSTEM, note });
+  }
+
+  /** The call's turn on the host: its serial part, longer by each other of `op` on `gpus` now. */
+  #turn(run: Waits, op: "checkpoint" | "restore", proc: SimulatedProcess, gpus: SimulatedGpu[]) {
+    const { serialMs = 0, serialPerOtherMs = 0 } = this.#timing[op];
+    const others = this.#machine.processes.filter((p) =>
+      p.busy === op && p !== proc && gpus.some(p.holdsOn)
+    );
+    return run.copy(this.#hostTurns, serialMs + serialPerOtherMs * others.length, 1);
   }
 
   #copy(run: Waits, link: CopyLink, timing: CopyTiming, proc: SimulatedProcess): Promise<void> {

@@ -15,6 +15,8 @@ export interface CopyTiming {
   readonly fixedMs: number;
   /** Its part the host runs one call at a time: after a checkpoint's copy, before a restore's. */
   readonly serialMs?: number;
+  /** Added to serialMs for each other call of its kind under way on one of its GPUs at its turn. */
+  readonly serialPerOtherMs?: number;
   /** Whole-operation times for one process alone, by memory size, ascending. */
   readonly points: readonly TimingPoint[];
   /** The most all copies at once move together, in bytes per second (`Infinity`: no cap). */
@@ -29,9 +31,8 @@ export interface CopyTiming {
 export interface TimingModel {
   /** Lock+checkpoint of one process (the lock itself is `lockMs`). */
   readonly checkpoint: CopyTiming;
-  /** Restore of one process (the unlock after it is `unlockMs`); its serial part grows by
-   * `serialPerOtherMs` for each other restore under way that took its turn before it on its GPU. */
-  readonly restore: CopyTiming & { readonly serialPerOtherMs?: number };
+  /** Restore of one process (the unlock after it is `unlockMs`). */
+  readonly restore: CopyTiming;
   /** Extra cost of a restore that moves the process to another GPU. */
   readonly migrationMs: number;
   /** Lock of an idle process. */
@@ -54,12 +55,14 @@ export interface TimingModel {
  * One H200, driver 580.159.04: midpoints of the measured ranges. Single process: 16 MiB
  * checkpoint 283-309 ms and restore 173-222 ms (this project's runs); 1 GiB to 32 GiB from
  * the probes (docs/DRIVER.md#one-process-on-one-h200). Many at once: fitted to 4 x 4 GiB
- * (2.36 s, 1.17 s), 64 x 256 MiB's checkpoints (7.95 s) and 16 x 256 MiB's restores (2.40 s).
+ * (2.36 s, 1.17 s) and to 256 MiB processes: 64's checkpoints on one GPU and spread over two
+ * (7.95 s, 6.51-6.73 s), 16's and 64's restores on one (2.40 s, 15.9-16.0 s).
  */
 export const H200_TIMING: TimingModel = {
   checkpoint: {
     fixedMs: 289,
-    serialMs: 110,
+    serialMs: 70,
+    serialPerOtherMs: 0.68,
     points: [[16, 296], [1024, 752], [4096, 1880], [8192, 4700], [16384, 16500], [32768, 22100]],
     aggregateBytesPerSecond: Infinity,
     slowdownPerProcess: 0.05,
@@ -121,11 +124,10 @@ export function checkTiming(timing: unknown): TimingModel {
   return t;
 }
 
-function checkCopyTiming(c: TimingModel["restore"], what: string): void {
+function checkCopyTiming(c: CopyTiming, what: string): void {
   if (c === undefined) throw new TypeError(`${what} is missing`);
   const keys = ["aggregateBytesPerSecond", "slowdownPerProcess", "heldSlowdownPerGiB"] as const;
-  const other = what.endsWith("restore") ? ["serialPerOtherMs" as const] : [];
-  checkKeys(c, what, ["fixedMs", "serialMs", "points", ...keys, ...other]);
+  checkKeys(c, what, ["fixedMs", "serialMs", "serialPerOtherMs", "points", ...keys]);
   checkAmount(c.fixedMs, `${what}.fixedMs`);
   checkAmount(c.serialMs ?? 0, `${what}.serialMs`);
   checkAmount(c.serialPerOtherMs ?? 0, `${what}.serialPerOtherMs`);
