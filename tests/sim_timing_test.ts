@@ -36,6 +36,13 @@ const MEASURED = {
   h200_4x256_spread: { suspend: [625, 650], resume: [540, 591] },
   h200_16x256_spread: { suspend: [1521, 1561], resume: [2034, 2035] },
   h200_64x256_spread: { resume: [11141, 11172] },
+  // The same, 8, 32 and 48 processes, measured after the model was fitted (tests/gpu/reports/
+  // many-curve-2xh200-session24-825e347.txt): [suspend, resume] on GPU 0, then spread.
+  h200_after_fit: [
+    [8, [1064, 1153], [1159, 1161], [1021, 1027], [1070, 1077]],
+    [32, [3933, 4310], [5931, 6012], [3364, 3827], [4818, 4879]],
+    [48, [5580, 5938], [10478, 10514], [5038, 5336], [7983, 8008]],
+  ],
   // 1 GiB suspend/resume cycles through CudaProcess on four machines and on Bun (minima and
   // maxima of 20 cycles each, docs/DRIVER.md#timings); not the probes' row the model holds.
   h200_1g_cycles: { suspend: [587, 869], resume: [279, 421] },
@@ -112,6 +119,17 @@ describe("many processes at once, on the H200 host", () => {
       const [s, r] = await many(n, 256, true, true), measured = MEASURED[`h200_${n}x256_spread`];
       if ("suspend" in measured) within(s, measured.suspend, 0.1, `${n} suspend`);
       within(r, measured.resume, 0.1, `${n} resume`);
+    }
+  });
+
+  test("8, 32 and 48 x 256 MiB, measured after the fit: restores within 5%, checkpoints 15%", async () => {
+    for (const [n, ...ranges] of MEASURED.h200_after_fit) {
+      for (const spread of [false, true]) {
+        const [s, r] = await many(n, 256, true, spread),
+          [suspend, resume] = ranges.slice(+spread * 2);
+        within(s, suspend, 0.15, `${n} ${spread ? "spread" : "on GPU 0"}: suspend`);
+        within(r, resume, 0.05, `${n} ${spread ? "spread" : "on GPU 0"}: resume`);
+      }
     }
   });
 
