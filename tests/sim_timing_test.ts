@@ -1,8 +1,7 @@
 // The simulator's timing model checked against MEASUREMENTS it was not built from. The model
 // (mock/timing.ts) takes each chip's single-process table and fits its concurrency figures to four
 // processes of 4 GiB at once, 64 x 256 MiB's checkpoints and 16 and 64 x 256 MiB's restores on one
-// GPU; everything
-// below compares a prediction with another measured figure from docs/DRIVER.md#timings, copied
+// GPU; everything below compares a prediction with another measured figure from docs/DRIVER.md#timings, copied
 // here as the measurement itself (the figures the model was fitted to are not checked against
 // themselves), but one test, which pins the model's own outputs to the figures DRIVER.md states
 // for it, so that its constants and the docs move together. Where the model took its figure from
@@ -188,8 +187,8 @@ describe("many processes at once, on the H200 host", () => {
   });
 
   test("a checkpoint takes its turn after its copy: a small one beside a large one ends in its own time", async () => {
-    // Were the turn before the copy, the large one (called first) would hold it from 179 ms to
-    // 289, and the small one end 110 ms late.
+    // Were the turn before the copy, the large one (called first) would hold it from 219 ms to
+    // 289, and the small one end 70 ms late.
     const sim = new SimulatedMachine();
     const [large, small] = [sim.spawn({ memoryMiB: 4096 }).pid, sim.spawn({ memoryMiB: 16 }).pid];
     for (const p of [large, small]) assert.equal(await sim.driver.lock(p, null), CUDA_SUCCESS);
