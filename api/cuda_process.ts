@@ -6,7 +6,7 @@
 
 import { act, type Outcome, settingsOf, type StepOptions } from "../core/action.ts";
 import { Handle } from "../core/process.ts";
-import { isMachine, type Machine, type MachineSource, SharedMachine } from "../core/machine.ts";
+import { type Machine, machineLacks, type MachineSource, SharedMachine } from "../core/machine.ts";
 import { checkChoice, checkInteger, checkOptions, checkPid, checkSignal } from "../core/options.ts";
 import { MAX_TIMER_MS, mustBe } from "../core/options.ts";
 import { type Action, PROCESS_STATES, type ProcessState } from "../core/states.ts";
@@ -166,8 +166,9 @@ const thisMachine = new SharedMachine(() => openMachine());
 
 /** The machine given as an option (`where` names it in messages), checked; else this machine. */
 export function machineOf(machine: unknown, where: string): MachineSource {
-  if (machine === undefined) return thisMachine;
-  if (isMachine(machine)) return machine;
+  const lacks = machine === undefined ? undefined : machineLacks(machine);
+  if (lacks === undefined) return (machine as Machine | undefined) ?? thisMachine;
   const expected = "a Machine (a SimulatedMachine, or what openMachine resolves to)";
-  return mustBe(TypeError, `${where}'s machine`, expected, machine);
+  const call = lacks === "a driver" ? "" : ` whose driver has ${lacks}()`;
+  return mustBe(TypeError, `${where}'s machine`, expected + call, machine);
 }

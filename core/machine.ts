@@ -85,9 +85,9 @@ export async function withMachine<T>(
   return await lease.machine.then(body).finally(() => lease.release());
 }
 
-/** Checks a machine given as an option: an object with a driver that makes all six calls. */
-export function isMachine(value: unknown): value is Machine {
+/** What a machine given as an option lacks: a driver, or one of its six calls (none: a machine). */
+export function machineLacks(value: unknown): string | undefined {
   const driver = (value as { driver?: Record<string, unknown> } | null)?.driver;
-  const calls = Object.keys(C_FUNCTIONS).every((call) => typeof driver?.[call] === "function");
-  return typeof value === "object" && value !== null && typeof driver === "object" && calls;
+  if (typeof value !== "object" || value === null || typeof driver !== "object") return "a driver";
+  return Object.keys(C_FUNCTIONS).find((call) => typeof driver?.[call] !== "function");
 }

@@ -312,7 +312,24 @@ describe("lifecycles: who opens a machine closes it", () => {
     // A driver of one's own that lacks a step: refused at once, not after a lock it cannot undo.
     const sim = new SimulatedMachine(), p = sim.spawn(), d = sim.driver;
     const half = { driver: { getState: d.getState.bind(d), lock: d.lock.bind(d) } } as never;
-    assert.throws(() => new CudaProcess(p.pid, { machine: half }), /machine must be a Machine/);
+    assert.throws(
+      () => new CudaProcess(p.pid, { machine: half }),
+      /machine must be a Machine \(.*\) whose driver has getRestoreThreadId\(\), got an object$/,
+    );
+    // The first call it lacks is named, whichever it is.
+    const noUnlock = {
+      driver: {
+        ...Object.fromEntries(
+          ["getState", "getRestoreThreadId", "lock", "checkpoint", "restore"].map((
+            c,
+          ) => [c, () => 0]),
+        ),
+      },
+    } as never;
+    await assert.rejects(
+      runGroup("suspend", [p.pid], { machine: noUnlock }),
+      /^TypeError: runGroup's machine must be a Machine .* whose driver has unlock\(\), got an object$/,
+    );
     assert.equal(p.state, "running");
     // A driver of one's own without listGpus: listGpus says so, not that there are none.
     await assert.rejects(
