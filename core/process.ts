@@ -142,7 +142,8 @@ export class Handle {
 
   /** Runs `body` in the process's {@link Turn} (`queued`: no other operation on it in between). */
   ordered<T>(body: (turn: Turn) => Promise<T>, operation = "getState", queued = true): Promise<T> {
-    return this.#track(async () => {
+    if (this.#closed) return Promise.reject(this.#closedError());
+    const running = (async () => {
       const session = await this.#session();
       const found = await session.identify(this.pid);
       if (found && this.#identity && !sameProcess(this.#identity, found)) {
@@ -155,7 +156,12 @@ export class Handle {
       const identity = found ?? this.#identity ?? { pid: this.pid };
       const run = () => body(new Turn(this.pid, identity, session));
       return await (queued ? session.inOrder(identity, run) : run());
-    });
+    })();
+    // Kept among this handle's operations until it settles: close waits for them.
+    this.#running.add(running);
+    const forget = () => this.#running.delete(running);
+    running.then(forget, forget);
+    return running;
   }
 
   /** Waits for this handle's operations, then lets go of its machine. Idempotent. */
@@ -179,16 +185,6 @@ export class Handle {
       });
     }
     return this.#lease.machine.then(sessionOf);
-  }
-
-  /** Keeps `run` among this handle's operations until it settles (close waits for them). */
-  #track<T>(run: () => Promise<T>): Promise<T> {
-    if (this.#closed) return Promise.reject(this.#closedError());
-    const running = run();
-    this.#running.add(running);
-    const forget = () => this.#running.delete(running);
-    running.then(forget, forget);
-    return running;
   }
 
   #closedError(): Error {
