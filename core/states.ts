@@ -166,11 +166,6 @@ export const SNAPSHOT_STATES: readonly SnapshotState[] = Object.freeze(["running
 /** A state a snapshot takes a CUDA process in: suspended and resumed, or as it is. */
 export type SnapshotState = "running" | "checkpointed";
 
-/** Whether a snapshot takes a CUDA process in this state. */
-export function isSnapshotState(value: unknown): value is SnapshotState {
-  return (SNAPSHOT_STATES as readonly unknown[]).includes(value);
-}
-
 /** The `CUprocessState` numbers by their C names, as `cuCheckpointProcessGetState` gives them. */
 export const CUprocessState = {
   CU_PROCESS_STATE_RUNNING: 0,

@@ -9,7 +9,7 @@ import { RefusedError } from "../errors.ts";
 import type { TreeProcess } from "../host.ts";
 import { StrictReader } from "../json.ts";
 import { MAX_PID, mustBe } from "../options.ts";
-import { isSnapshotState, SNAPSHOT_STATES, type SnapshotState } from "../states.ts";
+import { SNAPSHOT_STATES, type SnapshotState } from "../states.ts";
 import type { SnapshotFile } from "./store.ts";
 
 /** The format this version writes and reads. */
@@ -224,7 +224,7 @@ function readProcess(
       r.fields(v, field, {
         state: (s, field) => {
           const state = r.string(s, field);
-          if (isSnapshotState(state)) return state;
+          if ((SNAPSHOT_STATES as readonly string[]).includes(state)) return state as SnapshotState;
           return r.fail(field, SNAPSHOT_STATES.map((s) => `"${s}"`).join(" or "), state);
         },
         restoreThreadId: pid,
