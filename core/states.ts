@@ -189,11 +189,6 @@ export function memoryOnHost(state: ProcessState): boolean {
   return state === "checkpointed";
 }
 
-/** Whether CUDA work in a process in this state runs (in no other does it). */
-export function cudaRuns(state: ProcessState): boolean {
-  return state === "running";
-}
-
 /** Whether no operation can take a process out of this state. */
 export function isFinal(state: ProcessState): boolean {
   return state === "failed";

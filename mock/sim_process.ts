@@ -1,6 +1,6 @@
 // A process of the simulated machine: its state, GPU memory, CUDA work and faults.
 
-import { cudaRuns, INITIAL_STATE, isFinal, memoryOnHost } from "../core/states.ts";
+import { INITIAL_STATE, isFinal, memoryOnHost } from "../core/states.ts";
 import { type ProcessState, stateName, stateNumber as numberOfState } from "../core/states.ts";
 import { checkAmount, mustBe } from "../core/options.ts";
 import type { IpcImport, NcclRank, ProcessFields } from "./fields.ts";
@@ -484,6 +484,6 @@ export class SimulatedProcess {
   }
 
   #canRun(): boolean {
-    return this.usesCuda && !this.#exited && cudaRuns(this.state) && this.busy !== "lock";
+    return this.usesCuda && !this.#exited && this.state === "running" && this.busy !== "lock";
   }
 }
