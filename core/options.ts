@@ -121,8 +121,6 @@ export function mustBe(Err: ErrorConstructor, what: string, expected: string, go
   throw new Err(`${what} must be ${expected}, got ${describeValue(got)}`);
 }
 
-const isInteger = (v: unknown): v is number => typeof v === "number" && Number.isInteger(v);
-
 /** Checks an integer from `min` (to `max`): a TypeError for no number ("3"), else a RangeError. */
 export function checkInteger(
   value: unknown,
@@ -131,9 +129,9 @@ export function checkInteger(
   max = Number.MAX_SAFE_INTEGER,
   expected = max === Number.MAX_SAFE_INTEGER ? `from ${min}` : `from ${min} to ${max}`,
 ): number {
-  if (isInteger(value) && value >= min && value <= max) return value;
+  const ok = typeof value === "number" && Number.isInteger(value) && value >= min && value <= max;
   const Err = typeof value === "number" ? RangeError : TypeError;
-  return mustBe(Err, what, `an integer ${expected}`, value);
+  return ok ? value : mustBe(Err, what, `an integer ${expected}`, value);
 }
 
 /** Checks a lock timeout in milliseconds: an integer from 0 (wait forever) to 2^32-1. */
