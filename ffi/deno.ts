@@ -13,9 +13,6 @@ type DenoSymbols = Parameters<DenoApi["dlopen"]>[1];
 
 CUDA_SYMBOLS satisfies DenoSymbols; // the table checked against Deno's own FFI types
 
-/** A bound function, as this adapter calls it. */
-type Bound = (...args: unknown[]) => unknown;
-
 /**
  * Opens a library with the table's functions. Which optional ones exist is asked again with
  * synchronous optional symbols: Deno 2.9.6 gives a missing symbol that is both `optional` and
@@ -35,7 +32,7 @@ function openLibrary<N extends string>(path: string, table: FfiTable<N>): FfiLib
     lib.close();
     throw error;
   }
-  const symbols = lib.symbols as unknown as Record<N, Bound>;
+  const symbols = lib.symbols as unknown as Record<N, (...args: unknown[]) => unknown>;
   /** The calls not yet settled: their buffers stay reachable (Deno's thread writes into them). */
   const inFlight = new Set<object>();
   return {
