@@ -85,14 +85,12 @@ export function checkSnapshotArgs(
   return { roots: [...roots], dir: checkDir(dir), settings };
 }
 
-/** What the checks found: the trees as listed, and what the manifest says of the machine. */
-type Plan = Awaited<ReturnType<typeof check>>;
-
 /**
- * What a snapshot has done besides its plan, for its phases and its rollback: the pids it suspends,
- * each tree as dumped, when the suspends and dumps began and last ended (ms), its first failure.
+ * What the checks found (the trees as listed, what the manifest says of the machine) and what the
+ * snapshot has done since, for its phases and its rollback: the pids it suspends, each tree as
+ * dumped, when the suspends and dumps began and last ended (ms), its first failure.
  */
-interface Taken extends Plan {
+interface Taken extends Awaited<ReturnType<typeof check>> {
   readonly run: Run;
   readonly o: SnapshotSettings;
   readonly out: SnapshotWriter;
