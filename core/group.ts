@@ -17,7 +17,7 @@ import type { MachineSource } from "./machine.ts";
 import { checkPid, mustBe } from "./options.ts";
 import { Handle, sessionOf, type Turn } from "./process.ts";
 import { sameProcess } from "./host.ts";
-import type { Action } from "./states.ts";
+import type { Action, ProcessState } from "./states.ts";
 import { clockOf, Deadline } from "./time.ts";
 
 /** Runs `action` on every target (`runGroup` of the main module); rejects only for bad targets. */
@@ -58,7 +58,7 @@ async function eachOnce(handles: readonly Handle[]): Promise<void> {
 }
 
 /** A process's part in the group, as it goes (a job's member), and its rollback under way. */
-type Entry = JobMember & { rollingBack?: Promise<unknown> };
+type Entry = JobMember & { rollingBack?: Promise<unknown>; planned?: ProcessState };
 
 class Group {
   readonly #entries: Entry[];
@@ -162,6 +162,7 @@ class Group {
     }));
     const refused = checks.some(Boolean) ? undefined : await roomForAll(this.action, plans);
     if (refused) checks[refused.at] = { ...reports[refused.at], error: refused.error };
+    this.#entries.forEach((e, i) => e.planned = reports[i].initialState); // for one not started
     if (checks.every((c) => c === undefined)) return true;
     this.#failed = true;
     for (const [i, e] of this.#entries.entries()) {
@@ -243,8 +244,9 @@ function succeeded(e: Entry): boolean {
   return e.report?.status === "done" || e.report?.status === "unchanged";
 }
 
-function outcome({ proc: { pid }, report: r, notStarted }: Entry): ProcessOutcome {
-  if (!r) return { pid, status: "not-started", steps: [], notStarted };
+function outcome({ proc: { pid }, report: r, notStarted, planned }: Entry): ProcessOutcome {
+  const was = { initialState: planned, state: planned }; // as its plan read it, where one did
+  if (!r) return defined({ pid, status: "not-started", steps: [], notStarted, ...was });
   // A done process that all or nothing (or an interrupt) then brought back says so.
   const status = r.status === "done" && r.rollback ? "rolled-back" : r.status;
   const { initialState, state, steps, error, stopped, rollback, roomCheck } = r;

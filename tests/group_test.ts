@@ -246,6 +246,8 @@ describe("group operations", () => {
       "not-started",
     ]);
     assert.ok(result.processes.slice(1).every((p) => p.notStarted === "another-failed"));
+    assert.ok(result.processes.slice(1).every((p) => p.initialState === "running"));
+    assert.ok(result.processes.slice(1).every((p) => p.state === "running"));
     assert.ok(procs.every((p) => p.state === "running"));
   });
 
@@ -571,6 +573,7 @@ describe("group operations", () => {
       assert.equal(p.notStarted, "another-failed");
       assert.deepEqual(p.steps, []);
       assert.equal(p.rollback, undefined);
+      assert.deepEqual([p.initialState, p.state], ["running", "running"], "as its plan read it");
     }
     const calls = sim.driver.calls.slice(before).map((c) => c.op);
     assert.ok(calls.every((op) => op === "getState"), `only states were read: ${calls}`);
@@ -596,6 +599,7 @@ describe("group operations", () => {
     assert.deepEqual([c.initialState, c.state, c.steps], ["running", "running", []]);
     for (const p of [a, b]) {
       assert.deepEqual([p.status, p.notStarted, p.steps], ["not-started", "another-failed", []]);
+      assert.deepEqual([p.initialState, p.state], ["locked", "locked"], "as its plan read it");
     }
     const calls = sim.driver.calls.slice(before).map((c) => c.op);
     assert.ok(calls.every((op) => op === "getState"), `only states were read: ${calls}`);
