@@ -329,6 +329,7 @@ export class SimulatedDriver implements CheckpointDriver {
       case "answer":
         return await this.#after({ ...ok(fault.value), note: `injected by answerNext("${op}")` });
       case "exit":
+        await new Promise<void>((r) => this.#machine.startTimer(fault.afterMs ?? 0, r)); // afterMs in
         proc.exit();
         return await this.#exited(`injected by exitDuring("${op}"): the process exited`);
       case "hang": {

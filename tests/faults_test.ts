@@ -138,6 +138,17 @@ describe("exitDuring", () => {
     assert.equal((await sim.driver.getState(target.pid)).code, CUDA_ERROR_OPERATING_SYSTEM);
     assert.equal(target.exited, true);
   });
+
+  test("during a query, afterMs in: the query waits for the exit, as a step does", async () => {
+    const { sim, target } = machine(16);
+    target.exitDuring("getRestoreThreadId", { afterMs: 5_000 });
+    const t0 = sim.now(), tid = sim.driver.getRestoreThreadId(target.pid);
+    await sim.sleep(4_000);
+    assert.equal(target.exited, false, "still running 4 s in");
+    assert.equal((await tid).code, CUDA_ERROR_OPERATING_SYSTEM);
+    assert.ok(sim.now() - t0 >= 5_000 && sim.now() - t0 < 5_100, `${sim.now() - t0} ms`);
+    assert.equal(target.exited, true);
+  });
 });
 
 describe("hangNext", () => {
