@@ -311,14 +311,17 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
 
   /**
    * Whether every thread of `pid` is stopped (`T`, or `t`: traced), its leader read first; else
-   * `"frozen"` where its cgroup (v2) is, its threads asleep (`S`) till it is thawed.
+   * `"frozen"` where its cgroup (v2) is, or is being frozen (`cgroup.freeze`: a freeze takes a
+   * while, `frozen 1` in `cgroup.events` once done), its threads asleep (`S`) till it is thawed.
    */
   async stopped(pid: number): Promise<boolean | "frozen"> {
     const stopped = (s: { state: string } | null) => s?.state === "T" || s?.state === "t";
     if (!stopped(await this.#stat(pid).catch(() => null))) {
       const read = (path: string) => this.#reader.read(path).catch(() => "");
       const group = /^0::(\/.*)$/m.exec(await read(`${this.#root}/${pid}/cgroup`))?.[1];
-      return !!group && /^frozen 1$/m.test(await read(`/sys/fs/cgroup${group}/cgroup.events`)) &&
+      const of = (file: string) => read(`/sys/fs/cgroup${group}/cgroup.${file}`);
+      if (!group) return false;
+      return (/^frozen 1$/m.test(await of("events")) || /^1$/m.test(await of("freeze"))) &&
         "frozen";
     }
     const dir = `${this.#root}/${pid}/task`;

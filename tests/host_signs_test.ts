@@ -252,10 +252,16 @@ describe("cpuTime: what a held process has run", () => {
       "/proc/92/stat": stat(92), // cgroup v1 only: no unified line to follow
       "/proc/92/cgroup": "7:freezer:/ckpt-frozen\n",
       "/sys/fs/cgroup/ckpt-frozen/cgroup.events": events(1),
+      "/proc/93/stat": stat(93), // being frozen: asked (cgroup.freeze), not yet done (frozen 0)
+      "/proc/93/cgroup": "0::/ckpt-freezing\n",
+      "/sys/fs/cgroup/ckpt-freezing/cgroup.events": events(0),
+      "/sys/fs/cgroup/ckpt-freezing/cgroup.freeze": "1\n",
+      "/sys/fs/cgroup/ckpt-thawed/cgroup.freeze": "0\n",
     });
     assert.equal(await h.stopped(90), "frozen");
     assert.equal(await h.stopped(91), false, "thawed");
     assert.equal(await h.stopped(92), false, "no cgroup v2 line");
+    assert.equal(await h.stopped(93), "frozen", "being frozen");
   });
 });
 
