@@ -751,7 +751,7 @@ describe("several pids at once", () => {
     assert.equal(r.code, 1);
     assert.equal(
       r.out,
-      `${pids[0]} not-started\n${pids[1]} not-started\n${pids[2]} failed locked\n`,
+      `${pids[0]} not-started running\n${pids[1]} not-started running\n${pids[2]} failed locked\n`,
     );
     // The failure first, then those not started (hundreds of them would bury it).
     assert.match(r.errLines[0], new RegExp(`^Error toggling CUDA in process ID ${pids[2]}:`));
