@@ -45,8 +45,8 @@ export interface CliIo {
    * several processes, a snapshot or a restore, the first brings back every process the command
    * changed, and it exits 128 + the signal's number (130, 143, 129: its own code where it came too
    * late to put anything back, once a snapshot is ending its processes); a second exits at once through
-   * `interrupts.exit(code)`. Left out (in-process use): not watched. One pid ends at once, as NVIDIA's
-   * utility does (through `interrupts.exit` where its live line shows, erased first).
+   * `interrupts.exit(code)`. Left out (in-process use): not watched. One pid never watches them: as
+   * with NVIDIA's utility, the program ends.
    */
   interrupts?: Interrupts;
 }
@@ -90,7 +90,7 @@ export function advised(text: string, simulated: boolean): string {
 export type Signal = NonNullable<Parameters<Parameters<Interrupts["watch"]>[0]>[0]>;
 
 /** The exit code of a command that each signal interrupted: 128 + Linux's number, as shells say. */
-export const EXIT_CODES = { SIGINT: 130, SIGTERM: 143, SIGHUP: 129 } as const;
+const EXIT_CODES: Readonly<Record<Signal, number>> = { SIGINT: 130, SIGTERM: 143, SIGHUP: 129 };
 
 /**
  * What a command says when interrupted: what was interrupted (`snapshot`), named before

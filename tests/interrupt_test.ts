@@ -226,39 +226,7 @@ describe("an interrupt during an operation on several processes, in-process", ()
     assert.equal(r.code, 130, "the command itself ends, once the stuck call does, as the first");
   });
 
-  test("one pid on a terminal: an interrupt ends it at once, as NVIDIA's, its live line erased first", async () => {
-    const sim = new SimulatedMachine();
-    const p = sim.spawn({ memoryMiB: 4096 }); // a checkpoint of about 1.9 s
-    let err = "", watched = 0;
-    const exits: [number, string][] = []; // each exit's code, and stderr as it was then
-    const interrupts: Interrupts = {
-      watch(onInterrupt) {
-        watched++;
-        sim.sleep(1000).then(() => onInterrupt());
-        return () => {};
-      },
-      exit: (code) => exits.push([code, err]),
-    };
-    const stdout = () => {}, stderr = (text: string) => err += text;
-    await main(["--toggle", "--pid", `${p.pid}`], {
-      machine: sim,
-      isTerminal: true,
-      interrupts,
-      stdout,
-      stderr,
-    });
-    assert.equal(watched, 1);
-    assert.equal(exits.length, 1, "one exit, at the interrupt");
-    const [code, then] = exits[0], erase = "\r\x1b[2K";
-    assert.equal(code, 130);
-    const drawn = then.lastIndexOf(`toggle ${p.pid}`);
-    assert.ok(
-      drawn > 0 && then.endsWith(erase),
-      `the live line drawn, then erased: ${JSON.stringify(then)}`,
-    );
-  });
-
-  test("one pid off a terminal is not watched: the program ends at the interrupt, as NVIDIA's does", async () => {
+  test("one pid is not watched: the program ends at the interrupt, as NVIDIA's does", async () => {
     const sim = new SimulatedMachine();
     const p = sim.spawn();
     const fake = fakeInterrupts(sim, []);
