@@ -17,7 +17,7 @@ import type { MachineSource } from "./machine.ts";
 import { checkPid, mustBe } from "./options.ts";
 import { Handle, sessionOf, type Turn } from "./process.ts";
 import { sameProcess } from "./host.ts";
-import type { Action, ProcessState } from "./states.ts";
+import type { Action } from "./states.ts";
 import { clockOf, Deadline } from "./time.ts";
 
 /** Runs `action` on every target (`runGroup` of the main module); rejects only for bad targets. */
@@ -58,7 +58,7 @@ async function eachOnce(handles: readonly Handle[]): Promise<void> {
 }
 
 /** A process's part in the group, as it goes (a job's member), and its rollback under way. */
-type Entry = JobMember & { rollingBack?: Promise<unknown>; planned?: ProcessState };
+type Entry = JobMember & { rollingBack?: Promise<unknown> };
 
 class Group {
   readonly #entries: Entry[];

@@ -75,7 +75,7 @@ export interface ProcessOutcome {
   readonly status: "done" | "unchanged" | "failed" | "stopped" | "rolled-back" | "not-started";
   /** The state before the call, where it was read. */
   readonly initialState?: ProcessState;
-  /** The state after the call (and any rollback), where known. */
+  /** The state after the call (and any rollback), where known; not started: as its plan read it. */
   readonly state?: ProcessState;
   /** The steps it went through, in order (rollback steps are in `rollback`). */
   readonly steps: readonly StepRecord[];

@@ -12,13 +12,14 @@ import { planGoal, roomForAll, timed, wayBack } from "./action.ts";
 import { asError, CudaError, withDetail } from "./errors.ts";
 import type { StepRecord, StopReason } from "./group_types.ts";
 import { type Handle, sessionOf, type Turn } from "./process.ts";
-import { type Action, jobPhase, type Step, stepTo } from "./states.ts";
+import { type Action, jobPhase, type ProcessState, type Step, stepTo } from "./states.ts";
 
 /** A process's part in a job, filled in as it goes (the group's entry). */
 export interface JobMember {
   readonly proc: Handle;
   report: ActionReport | undefined;
   notStarted?: StopReason;
+  planned?: ProcessState; // the state its plan read, for an outcome not started
 }
 
 /** What a job needs from the group that runs it. */
@@ -119,7 +120,7 @@ async function allAtOnce(members: readonly JobMember[], ctx: Job): Promise<Worki
     const turn = taken.get(m);
     if (turn instanceof Error) m.report = { status: "failed", steps: [], error: turn };
     else if (planned[i]?.failure) m.report = planned[i].report;
-    else m.notStarted = stop ?? "another-failed";
+    else [m.notStarted, m.planned] = [stop ?? "another-failed", planned[i]?.report.initialState];
   }
   return undefined;
 }

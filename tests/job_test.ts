@@ -120,6 +120,8 @@ describe("a member the driver will not restore", () => {
     const steps = sim.driver.calls.slice(before).filter((c) => c.op !== "getState");
     assert.deepEqual(steps.map((c) => c.op), [], "no step reached the driver");
     assert.deepEqual(result.processes.map((p) => p.status), ["not-started", "failed"]);
+    const [first] = result.processes; // its state as its plan read it, as a group's says
+    assert.deepEqual([first.initialState, first.state], ["checkpointed", "checkpointed"]);
     const error = result.processes[1].error;
     assert.ok(error instanceof GpuRoomError, `a GpuRoomError, not ${error?.constructor.name}`);
     assert.equal(error.code, "NO_ROOM");
@@ -329,6 +331,8 @@ describe("a job that fails is brought back, in the same order", () => {
       "not-started",
       "not-started",
     ]);
+    assert.ok(result.processes.slice(1).every((p) => p.initialState === "running"));
+    assert.ok(result.processes.slice(1).every((p) => p.state === "running"));
     assert.deepEqual(
       sim.driver.calls.slice(before).map((c) => c.op).filter((op) => op !== "getState"),
       [],
