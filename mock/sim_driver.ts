@@ -329,7 +329,11 @@ export class SimulatedDriver implements CheckpointDriver {
       case "answer":
         return await this.#after({ ...ok(fault.value), note: `injected by answerNext("${op}")` });
       case "exit":
-        await new Promise<void>((r) => this.#machine.startTimer(fault.afterMs ?? 0, r)); // afterMs in
+        if (fault.afterMs) { // it exits afterMs in, or when it is ended sooner
+          await new Promise<void>((r) =>
+            proc.exitListeners.add(r) && this.#machine.startTimer(fault.afterMs!, r)
+          );
+        }
         proc.exit();
         return await this.#exited(`injected by exitDuring("${op}"): the process exited`);
       case "hang": {

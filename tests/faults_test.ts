@@ -148,6 +148,14 @@ describe("exitDuring", () => {
     assert.equal((await tid).code, CUDA_ERROR_OPERATING_SYSTEM);
     assert.ok(sim.now() - t0 >= 5_000 && sim.now() - t0 < 5_100, `${sim.now() - t0} ms`);
     assert.equal(target.exited, true);
+    // Ended sooner (killed 1 s in), the query answers then, as a step does.
+    const { sim: sim2, target: killed } = machine(16);
+    killed.exitDuring("getState", { afterMs: 5_000 });
+    const state = sim2.driver.getState(killed.pid);
+    await sim2.sleep(1_000);
+    killed.exit();
+    assert.equal((await state).code, CUDA_ERROR_OPERATING_SYSTEM);
+    assert.ok(sim2.now() < 1_100, `answered ${sim2.now()} ms in`);
   });
 });
 
