@@ -45,8 +45,8 @@ export interface CliIo {
    * several processes, a snapshot or a restore, the first brings back every process the command
    * changed, and it exits 128 + the signal's number (130, 143, 129: its own code where it came too
    * late to put anything back, once a snapshot is ending its processes); a second exits at once through
-   * `interrupts.exit(code)`. Left out (in-process use): not watched. One pid never watches them: as
-   * with NVIDIA's utility, the program ends.
+   * `interrupts.exit(code)`. Left out (in-process use): not watched. One pid ends by the signal, as
+   * NVIDIA's utility does (through `interrupts.raise` where its live line shows, erased first).
    */
   interrupts?: Interrupts;
 }
@@ -60,6 +60,8 @@ export interface Interrupts {
   watch(onInterrupt: (signal?: "SIGINT" | "SIGTERM" | "SIGHUP") => void): () => void;
   /** Ends the program at once with `code` (a second interrupt, which does not wait). */
   exit(code: number): void;
+  /** Ends the program by `signal` itself, as its default would (one pid's command, unwatched). */
+  raise(signal: Signal): void;
 }
 
 /**
@@ -188,6 +190,7 @@ export function programIo(): {
         return () => listeners.forEach(([signal, listener]) => host.off(signal, listener));
       },
       exit: host.exit,
+      raise: host.raise,
     },
   };
   const exit = (code: number) =>
@@ -206,6 +209,8 @@ interface Runtime extends Required<Pick<CliIo, "stdout" | "stderr" | "programNam
   off(signal: Signal, listener: () => void): void;
   /** Exits at once. */
   exit(code: number): void;
+  /** Sends `signal` to this program. */
+  raise(signal: Signal): void;
   /** Resolves once what was written has gone out. */
   flushed(): Promise<unknown>;
 }
@@ -231,6 +236,7 @@ function runtime(): Runtime {
       on: (signal, listener) => deno.addSignalListener(signal, listener),
       off: (signal, listener) => deno.removeSignalListener(signal, listener),
       exit: (code) => deno.exit(code),
+      raise: (signal) => deno.kill(deno.pid, signal),
       flushed: () => Promise.resolve(),
     };
   }
@@ -240,7 +246,9 @@ function runtime(): Runtime {
   type Sink = { write(chunk: string): unknown; flush(): unknown };
   const { Bun, process } = globalThis as unknown as {
     Bun: { stdout: { writer(): Sink }; stderr: { writer(): Sink } };
-    process: Omit<Runtime, "programName"> & { argv: string[]; argv0: string };
+    process: Omit<Runtime, "programName"> & { argv: string[]; argv0: string; pid: number } & {
+      kill(pid: number, signal: Signal): void;
+    };
   };
   const pending: Promise<unknown>[] = [];
   let failed: { code?: string } | undefined; // stdout's, but where its reader left (EPIPE)
@@ -265,6 +273,7 @@ function runtime(): Runtime {
     on: (signal, listener) => process.on(signal, listener),
     off: (signal, listener) => process.off(signal, listener),
     exit: (code) => process.exit(code),
+    raise: (signal) => process.kill(process.pid, signal),
     flushed: () => Promise.allSettled(pending).then(() => failed && Promise.reject(failed)),
   };
 }

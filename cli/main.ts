@@ -110,7 +110,7 @@ async function run(command: MachineCommand, io: CliIo): Promise<number> {
       const report = await query(command.operation, one!, machine.driver);
       code = printReports([report], print, command.json, false);
     } else if (command.kind === "operation" && one !== undefined) {
-      code = await (await processes()).runOne(command, one, machine, print);
+      code = await (await processes()).runOne(command, one, machine, print, io.interrupts);
     } else if (command.kind === "operation") {
       code = await (await processes()).runMany(command, machine, print, io.interrupts);
     } else if (command.kind === "list") {

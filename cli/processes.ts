@@ -24,7 +24,7 @@ import { isGone, sessionOf } from "../core/process.ts";
 import { act as runSteps, type ActionHooks, defined, settingsOf } from "../core/action.ts";
 import { stepEvents } from "../core/action.ts";
 import { handleOf } from "../api/cuda_process.ts";
-import { type Interrupts, watchInterrupts } from "./io.ts";
+import { type Interrupts, type Signal, watchInterrupts } from "./io.ts";
 import { type Progress, progressOf } from "./progress.ts";
 import { errorReport, printReports, query, warnUninspectable } from "./report.ts";
 import type { PidReport, Printer } from "./report.ts";
@@ -35,10 +35,14 @@ export async function runOne(
   pid: number,
   machine: Machine,
   print: Printer,
+  interrupts?: Interrupts,
 ): Promise<number> {
   const { operation } = command;
   const labels = { [operation]: `${operation} ${pid}` };
   const progress = progressOf(print, command.events, machine, { total: 1, labels });
+  // As NVIDIA's utility, an interrupt ends it by the signal (a shell's loop stops): its line erased.
+  const end = (s: Signal = "SIGINT") => (print.live?.erase(), unwatch?.(), interrupts!.raise(s));
+  const unwatch = print.terminal ? interrupts?.watch(end) : undefined;
   const proc = new CudaProcess(pid, { machine });
   const clock = clockOf(machine), start = clock.now(); // virtual time on the simulator, as a group's
   let report: PidReport | undefined;
@@ -55,6 +59,7 @@ export async function runOne(
   } finally {
     progress?.event({ type: "process-end", pid, at: 0, status: report?.ok ? "done" : "failed" });
     progress?.stop();
+    unwatch?.();
     await proc.close();
   }
   return printReports([report!], print, command.json, false);

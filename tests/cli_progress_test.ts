@@ -187,6 +187,7 @@ describe("the live line on a terminal", () => {
         // Ctrl-C 2 s in, during the suspend (virtual time, which the snapshot's own calls move).
         watch: (onInterrupt) => sim.clock.timer!(2000, () => onInterrupt()),
         exit: () => assert.fail("one interrupt only"),
+        raise: (signal) => assert.fail(`raised ${signal}`),
       },
     });
     assert.equal(code, 130);

@@ -50,6 +50,7 @@ function fakeInterrupts(
       return () => handler = undefined;
     },
     exit: (code) => exits.push(code),
+    raise: (signal) => assert.fail(`raised ${signal}`),
   };
   return {
     interrupts,
@@ -226,7 +227,40 @@ describe("an interrupt during an operation on several processes, in-process", ()
     assert.equal(r.code, 130, "the command itself ends, once the stuck call does, as the first");
   });
 
-  test("one pid is not watched: the program ends at the interrupt, as NVIDIA's does", async () => {
+  test("one pid on a terminal: an interrupt ends it by the signal, as NVIDIA's, its live line erased first", async () => {
+    const sim = new SimulatedMachine();
+    const p = sim.spawn({ memoryMiB: 4096 }); // a checkpoint of about 1.9 s
+    let err = "", watching = false;
+    const raised: [Signal, string, boolean][] = []; // each signal raised, stderr then, still watched
+    const interrupts: Interrupts = {
+      watch(onInterrupt) {
+        watching = true;
+        sim.sleep(1000).then(() => onInterrupt("SIGTERM"));
+        return () => watching = false;
+      },
+      exit: (code) => assert.fail(`exited ${code}: a shell sees a death by the signal only`),
+      raise: (signal) => raised.push([signal, err, watching]),
+    };
+    const stdout = () => {}, stderr = (text: string) => err += text;
+    await main(["--toggle", "--pid", `${p.pid}`], {
+      machine: sim,
+      isTerminal: true,
+      interrupts,
+      stdout,
+      stderr,
+    });
+    assert.equal(raised.length, 1, "one signal raised, at the interrupt");
+    const [[signal, then, watched]] = raised, erase = "\r\x1b[2K";
+    assert.equal(signal, "SIGTERM", "the signal that came");
+    assert.equal(watched, false, "its watch removed first: the runtime's default ends the program");
+    const drawn = then.lastIndexOf(`toggle ${p.pid}`);
+    assert.ok(
+      drawn > 0 && then.endsWith(erase),
+      `the line drawn, then erased: ${JSON.stringify(then)}`,
+    );
+  });
+
+  test("one pid off a terminal is not watched: the program ends at the interrupt, as NVIDIA's does", async () => {
     const sim = new SimulatedMachine();
     const p = sim.spawn();
     const fake = fakeInterrupts(sim, []);
@@ -262,6 +296,7 @@ describe("what a second interrupt advises", () => {
       const interrupts = {
         watch: (f: typeof fire) => (fire = f, () => {}),
         exit: (c: number) => void exits.push(c),
+        raise: (signal: Signal) => assert.fail(`raised ${signal}`),
       };
       const leftBehind = () => [
         " for the driver",
@@ -316,6 +351,7 @@ describe("an interrupt during a snapshot or a restore, in-process", () => {
         return () => handler = undefined;
       },
       exit: (code) => exits.push(code),
+      raise: (signal) => assert.fail(`raised ${signal}`),
     };
     return { interrupts, exits, watching: () => handler !== undefined };
   }
@@ -375,6 +411,7 @@ describe("an interrupt during a snapshot or a restore, in-process", () => {
         interrupts: {
           watch: (f) => (fire = f, () => fire = undefined),
           exit: (c) => assert.fail(`exited ${c}`),
+          raise: (signal) => assert.fail(`raised ${signal}`),
         },
       });
       assert.equal(got, code, err);
@@ -429,6 +466,7 @@ describe("an interrupt during a snapshot or a restore, in-process", () => {
     const interrupts: Interrupts = {
       watch: (f) => (handler = f, () => handler = undefined),
       exit: () => assert.fail("a second signal"),
+      raise: (signal) => assert.fail(`raised ${signal}`),
     };
     let back = 0;
     const restore = async (r: RestoreRequest) => {
