@@ -61,7 +61,7 @@ export interface Interrupts {
   /** Ends the program at once with `code` (a second interrupt, which does not wait). */
   exit(code: number): void;
   /** Ends the program by `signal` itself, as its default would (one pid's command, unwatched). */
-  raise(signal: Signal): void;
+  raise(signal: "SIGINT" | "SIGTERM" | "SIGHUP"): void;
 }
 
 /**

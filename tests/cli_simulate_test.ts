@@ -64,6 +64,7 @@ describe("--simulate", () => {
         return () => {};
       },
       exit: () => assert.fail("no interrupt"),
+      raise: () => assert.fail("no interrupt"),
     };
     const env = { CKPT_SIM_STATE: path };
     const r = await cli(["--simulate", "--toggle", "--pid", pids], { env, interrupts });
