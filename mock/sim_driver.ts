@@ -230,10 +230,8 @@ export class SimulatedDriver implements CheckpointDriver {
   /** The call's turn on the host: its serial part, longer by each other of `op` on `gpus` now. */
   #turn(run: Waits, op: "checkpoint" | "restore", proc: SimulatedProcess, gpus: SimulatedGpu[]) {
     const { serialMs = 0, serialPerOtherMs = 0 } = this.#timing[op];
-    const others = [...this.#busy].filter((p) =>
-      p.busy === op && p !== proc && gpus.some(p.holdsOn)
-    );
-    return run.copy(this.#hostTurns, serialMs + serialPerOtherMs * others.length, 1);
+    const busy = [...this.#busy].filter((p) => p.busy === op && p !== proc && gpus.some(p.holdsOn));
+    return run.copy(this.#hostTurns, serialMs + serialPerOtherMs * busy.length, 1);
   }
 
   #copy(run: Waits, link: CopyLink, timing: CopyTiming, proc: SimulatedProcess): Promise<void> {
