@@ -46,7 +46,7 @@ export interface CliIo {
    * changed, and it exits 128 + the signal's number (130, 143, 129: its own code where it came too
    * late to put anything back, once a snapshot is ending its processes); a second exits at once through
    * `interrupts.exit(code)`. Left out (in-process use): not watched. One pid ends by the signal, as
-   * NVIDIA's utility does (through `interrupts.raise` where its live line shows, erased first).
+   * NVIDIA's utility does (on a terminal through `interrupts.raise`, its live line erased first).
    */
   interrupts?: Interrupts;
 }
@@ -60,8 +60,8 @@ export interface Interrupts {
   watch(onInterrupt: (signal?: "SIGINT" | "SIGTERM" | "SIGHUP") => void): () => void;
   /** Ends the program at once with `code` (a second interrupt, which does not wait). */
   exit(code: number): void;
-  /** Ends the program by `signal` itself, as its default would (one pid's command, unwatched). */
-  raise(signal: "SIGINT" | "SIGTERM" | "SIGHUP"): void;
+  /** Sends `signal` to the program, its watch removed (one pid's; left out: one pid unwatched). */
+  raise?(signal: "SIGINT" | "SIGTERM" | "SIGHUP"): void;
 }
 
 /**

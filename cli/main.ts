@@ -34,9 +34,10 @@ export type { CliIo, Interrupts } from "./io.ts";
 /**
  * Runs one `cuda-checkpoint` command line (the arguments after the program's name); resolves to
  * its exit code: 0 when everything asked succeeded, 128 + the signal's number when interrupted
- * (130, 143, 129), 1 otherwise. Never rejects: bad input is its line on stderr, then NVIDIA's help
- * (for NVIDIA's operations) or a line pointing at `--help`; an unexpected error is one line. No
- * control character of what it writes (a process's command line, say) reaches a terminal.
+ * (130, 143, 129; one pid on a terminal raises the signal instead), 1 otherwise. Never rejects:
+ * bad input is its line on stderr, then NVIDIA's help (for NVIDIA's operations) or a line pointing
+ * at `--help`; an unexpected error is one line. No control character of what it writes (a
+ * process's command line, say) reaches a terminal.
  */
 export async function main(args: readonly string[], io: CliIo): Promise<number> {
   const say = (text: string) => io.stderr(escapeControls(text));

@@ -260,6 +260,15 @@ describe("an interrupt during an operation on several processes, in-process", ()
     );
   });
 
+  test("one pid on a terminal, with interrupts of one's own that cannot raise: not watched, as before", async () => {
+    const sim = new SimulatedMachine(), p = sim.spawn();
+    let watched = 0;
+    const interrupts = { watch: () => (watched++, () => {}), exit: () => assert.fail("no exit") };
+    const io = { machine: sim, isTerminal: true, interrupts, stdout: () => {}, stderr: () => {} };
+    assert.equal(await main(["--toggle", "--pid", `${p.pid}`], io), 0);
+    assert.equal(watched, 0, "the program's default ends it at an interrupt, as before raise");
+  });
+
   test("one pid off a terminal is not watched: the program ends at the interrupt, as NVIDIA's does", async () => {
     const sim = new SimulatedMachine();
     const p = sim.spawn();
