@@ -54,8 +54,8 @@ export interface CliIo {
 /** Where a program's interrupts come from (SIGINT, SIGTERM, SIGHUP for `cuda-checkpoint`). */
 export interface Interrupts {
   /**
-   * Calls `onInterrupt` at each interrupt, with the signal's name (SIGINT where left out), until
-   * the returned function is called; meanwhile an interrupt does not end the program.
+   * Calls `onInterrupt` at each interrupt (not within `watch`) with the signal (SIGINT where left
+   * out), until the returned function is called; meanwhile an interrupt does not end the program.
    */
   watch(onInterrupt: (signal?: "SIGINT" | "SIGTERM" | "SIGHUP") => void): () => void;
   /** Ends the program at once with `code` (a second interrupt, which does not wait). */

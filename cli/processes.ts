@@ -40,9 +40,9 @@ export async function runOne(
   const { operation } = command;
   const labels = { [operation]: `${operation} ${pid}` };
   const progress = progressOf(print, command.events, machine, { total: 1, labels });
-  let unwatch: (() => void) | undefined; // as NVIDIA's, it ends by the signal: its line erased
+  // As NVIDIA's utility, an interrupt ends it by the signal (a shell's loop stops): its line erased.
   const end = (s: Signal = "SIGINT") => (print.live?.erase(), unwatch?.(), interrupts!.raise!(s));
-  unwatch = print.terminal && interrupts?.raise ? interrupts.watch(end) : undefined;
+  const unwatch = print.terminal && interrupts?.raise ? interrupts.watch(end) : undefined;
   const proc = new CudaProcess(pid, { machine });
   const clock = clockOf(machine), start = clock.now(); // virtual time on the simulator, as a group's
   let report: PidReport | undefined;
