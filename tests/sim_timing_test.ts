@@ -231,6 +231,55 @@ describe("many processes at once, on the H200 host", () => {
     );
   });
 
+  test("a migrating restore's turn grows by the restores on the GPU it goes to, not the one it left", async () => {
+    // Each case: processes spawned on `from`, checkpointed, restored in that order (`to` GPU 1:
+    // moved there from GPU 0); the last one's end with serialPerOtherMs 100, less with 0.
+    const lastGrowth = async (cases: readonly { from: number; to?: number }[]) => {
+      const ends: number[] = [];
+      for (const serialPerOtherMs of [0, 100]) {
+        const restore = { ...H200_TIMING.restore, serialPerOtherMs };
+        const sim = new SimulatedMachine({ gpus: 2, timing: { ...H200_TIMING, restore } });
+        const pids = cases.map(({ from }) => sim.spawn({ memoryMiB: 16, gpu: from }).pid);
+        for (const p of pids) await suspend(sim, p);
+        const [a, b] = sim.gpus.map((g) => parseGpuUuid(g.uuid));
+        const swap = { gpuPairs: [{ oldUuid: a, newUuid: b }, { oldUuid: b, newUuid: a }] };
+        const t0 = sim.now();
+        const all = await Promise.all(pids.map(async (p, i) => {
+          const pairs = cases[i].to === undefined ? null : swap;
+          assert.equal(await sim.driver.restore(p, pairs), CUDA_SUCCESS);
+          return sim.now() - t0;
+        }));
+        ends.push(all.at(-1)!);
+      }
+      return ends[1] - ends[0];
+    };
+    // One restoring on GPU 0, which the moving one leaves: none ahead on its GPU 1.
+    assert.equal(await lastGrowth([{ from: 0 }, { from: 0, to: 1 }]), 0, "left GPU 0's");
+    // One restoring on GPU 1, where it goes: one ahead.
+    assert.equal(await lastGrowth([{ from: 1 }, { from: 0, to: 1 }]), 100, "GPU 1's");
+  });
+
+  test("a checkpoint of a process on two GPUs counts one under way on either of them", async () => {
+    // One on GPU 1 checkpointed first, then one on GPUs 0 and 1. The first's turn counts the
+    // second (on its GPU 1), and the second waits it out; the second's own counts the first
+    // though that one is not on all of its GPUs: two others' serialPerOtherMs in all.
+    const ends: number[] = [];
+    for (const serialPerOtherMs of [0, 100]) {
+      const checkpoint = { ...H200_TIMING.checkpoint, serialPerOtherMs };
+      const sim = new SimulatedMachine({ gpus: 2, timing: { ...H200_TIMING, checkpoint } });
+      const pids = [sim.spawn({ memoryMiB: 16, gpu: 1 }), sim.spawn({ memoryMiB: 16, gpu: [0, 1] })]
+        .map((p) => p.pid);
+      for (const p of pids) assert.equal(await sim.driver.lock(p, null), CUDA_SUCCESS);
+      const t0 = sim.now();
+      const all = await Promise.all(pids.map(async (p) => {
+        assert.equal(await sim.driver.checkpoint(p), CUDA_SUCCESS);
+        return sim.now() - t0;
+      }));
+      ends.push(all[1]);
+    }
+    assert.equal(ends[1] - ends[0], 200, `the two-GPU one's ends: ${ends}`);
+  });
+
   test("the model gives the figures docs/DRIVER.md says it was fitted to give, within 1%", async () => {
     // "0.64 / 0.59 s for 4 x 256 MiB, 1.70 / 2.41 s for 16, 7.92 / 16.04 s for 64 and the 8 x 4
     // GiB row 2.97 / 2.09 s": H200_TIMING's serialMs (70, 110), serialPerOtherMs (0.68, 4.4),
