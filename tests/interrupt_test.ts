@@ -260,6 +260,36 @@ describe("an interrupt during an operation on several processes, in-process", ()
     );
   });
 
+  test("one pid on a terminal: an interrupt that names no signal raises SIGINT; once done, not watched", async () => {
+    const sim = new SimulatedMachine();
+    const p = sim.spawn({ memoryMiB: 4096 }), q = sim.spawn({ memoryMiB: 16 });
+    const raised: Signal[] = [];
+    let watching = false;
+    const interrupts = (interrupt: boolean): Interrupts => ({
+      watch(onInterrupt) {
+        watching = true;
+        if (interrupt) sim.sleep(1000).then(() => onInterrupt());
+        return () => watching = false;
+      },
+      exit: (code) => assert.fail(`exited ${code}`),
+      raise: (signal) => raised.push(signal),
+    });
+    const io = { machine: sim, isTerminal: true, stdout: () => {}, stderr: () => {} };
+    await main(["--toggle", "--pid", `${p.pid}`], { ...io, interrupts: interrupts(true) });
+    assert.deepEqual(raised, ["SIGINT"], "SIGINT, where the interrupt names none");
+    assert.equal(watching, false, "unwatched at the interrupt");
+    // No interrupt: the command ends as before, its watch removed (the program's default again).
+    const code = await main(["--toggle", "--pid", `${q.pid}`], {
+      ...io,
+      interrupts: interrupts(false),
+    });
+    assert.deepEqual(
+      [code, raised.length, watching],
+      [0, 1, false],
+      "ended, none raised, unwatched",
+    );
+  });
+
   test("one pid on a terminal, with interrupts of one's own that cannot raise: not watched, as before", async () => {
     const sim = new SimulatedMachine(), p = sim.spawn();
     let watched = 0;
@@ -294,6 +324,13 @@ describe(`the program's watch over its signals (${runtime})`, () => {
     const argv = runtime === "deno" ? ["run", "-A", fixture] : [fixture];
     const r = spawnSync(process.execPath, argv, { encoding: "utf8", timeout: 30_000 });
     assert.deepEqual([r.signal, r.stdout], ["SIGTERM", ""], r.stderr);
+  });
+
+  test("raise sends the program the signal it names, which ends it (one pid's interrupt)", () => {
+    const fixture = new URL("./fixtures/unwatched.ts", import.meta.url).pathname;
+    const argv = runtime === "deno" ? ["run", "-A", fixture, "raise"] : [fixture, "raise"];
+    const r = spawnSync(process.execPath, argv, { encoding: "utf8", timeout: 30_000 });
+    assert.deepEqual([r.signal, r.stdout], ["SIGHUP", ""], r.stderr);
   });
 });
 
