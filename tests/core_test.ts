@@ -316,6 +316,17 @@ describe("lifecycles: who opens a machine closes it", () => {
       () => new CudaProcess(p.pid, { machine: half }),
       /machine must be a Machine \(.*\) whose driver has getRestoreThreadId\(\), got an object$/,
     );
+    // A call that is there but is no function is lacking all the same; null is no machine.
+    const calls = ["getState", "lock", "checkpoint", "restore", "unlock"].map((c) => [c, () => 0]);
+    const notCalls = { driver: { ...Object.fromEntries(calls), getRestoreThreadId: 0 } } as never;
+    assert.throws(
+      () => new CudaProcess(p.pid, { machine: notCalls }),
+      /whose driver has getRestoreThreadId\(\), got an object$/,
+    );
+    assert.throws(
+      () => new CudaProcess(p.pid, { machine: null as never }),
+      /^TypeError: CudaProcess's machine must be a Machine .* got null$/,
+    );
     // The first call it lacks is named, whichever it is.
     const noUnlock = {
       driver: {

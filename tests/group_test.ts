@@ -394,6 +394,8 @@ describe("group operations", () => {
     assert.ok(b.steps[0].ms >= 999 && b.steps[0].ms <= 1001, `the lock waited ${b.steps[0].ms} ms`);
     assert.deepEqual([o1.status, o2.status], ["not-started", "not-started"]);
     assert.deepEqual([o1.notStarted, o2.notStarted], ["deadline", "deadline"]);
+    // Never planned (one at a time): no state given, not even an undefined one.
+    assert.ok(!("initialState" in o1) && !("state" in o2), `no state read: ${Object.keys(o1)}`);
     assert.ok([busy, ...others].every((p) => p.state === "running"));
     // One process alone: its lock, cut to the deadline, fails; the deadline passed all the same.
     const alone = await runGroup("suspend", [busy.pid], { machine: sim, timeoutMs: 1000 });

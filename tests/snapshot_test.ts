@@ -904,6 +904,15 @@ describe("refused before anything changes", () => {
       restoreSnapshot(newDir(), { machine: sim, gpuMapping: "0=1" } as never),
       /gpuMapping must be an object or Map/,
     );
+    // Its options are checked before its directory, as a snapshot's are: a misspelt one is named.
+    for (const take of [false, true]) {
+      const bad = { machine: sim, checkRom: false } as never;
+      await assert.rejects(
+        take ? snapshot([5], "", bad) : restoreSnapshot("", bad),
+        /has no option "checkRom"/,
+        take ? "snapshot" : "restoreSnapshot",
+      );
+    }
   });
 
   describe("a restore", () => {
