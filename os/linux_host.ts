@@ -319,8 +319,8 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
     if (!stopped(await this.#stat(pid).catch(() => null))) {
       const read = (path: string) => this.#reader.read(path).catch(() => "");
       const group = /^0::(\/.*)$/m.exec(await read(`${this.#root}/${pid}/cgroup`))?.[1];
-      const of = (file: string) => read(`/sys/fs/cgroup${group}/cgroup.${file}`);
       if (!group) return false;
+      const of = (file: string) => read(`/sys/fs/cgroup${group}/cgroup.${file}`);
       return (/^frozen 1$/m.test(await of("events")) || /^1$/m.test(await of("freeze"))) &&
         "frozen";
     }
