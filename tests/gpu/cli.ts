@@ -1002,13 +1002,16 @@ async function many(m: Machine, ours: Program, mib: number): Promise<void> {
       code: 1,
       outCheck: (out) => {
         const got = lines(out);
-        // Refused before any lock: the non-CUDA member's state cannot be read.
+        // Refused before any lock: the non-CUDA member's state cannot be read; the others say
+        // the state they were left in, as planned (running).
         const ok = got.length === 4 &&
-          [a, b, c].every((p, i) => got[i] === `${p} not-started`) &&
+          [a, b, c].every((p, i) => got[i] === `${p} not-started running`) &&
           new RegExp(`^${n.pid} failed`).test(got[3]);
         return ok
           ? ""
-          : `stdout ${JSON.stringify(got)}: want "<pid> not-started" x3, "${n.pid} failed..."`;
+          : `stdout ${
+            JSON.stringify(got)
+          }: want "<pid> not-started running" x3, "${n.pid} failed..."`;
       },
       err: new RegExp(`^Could not lock on process ID ${n.pid}: "`, "m"),
       states: R,
@@ -1022,14 +1025,14 @@ async function many(m: Machine, ours: Program, mib: number): Promise<void> {
       code: 1,
       outCheck: (out) => {
         const got = lines(out);
-        const ok = got.length === 3 && got[0] === `${a} not-started` &&
-          got[1] === `${b} not-started` &&
+        const ok = got.length === 3 && got[0] === `${a} not-started running` &&
+          got[1] === `${b} not-started running` &&
           new RegExp(`^${n.pid} failed`).test(got[2]);
         return ok
           ? ""
           : `stdout ${
             JSON.stringify(got)
-          }: want "${a} not-started", "${b} not-started", "${n.pid} failed..."`;
+          }: want "${a} not-started running", "${b} not-started running", "${n.pid} failed..."`;
       },
       err: new RegExp(`^Process ID ${a} was not started: another process failed`, "m"),
       states: R,
