@@ -371,6 +371,28 @@ case_defaults() {
   done
 }
 
+# ranks_memory: each rank's GPU memory as nvidia-smi shows it.
+ranks_memory() {
+  local p
+  for p in "${J_RANKS[@]}"; do
+    echo "   pid $p holds $(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader 2>/dev/null | awk -F', *' -v p="$p" '$1 == p { print $2 }') on its GPU"
+  done
+}
+# rank0_by_itself: rank 0 of a two-rank job suspended and resumed by itself, the other idle. The
+# job's two checkpoints at once took 1.5-1.8x one rank's of a one-rank job (alone): this tells
+# whether a rank of two holds more or the two slow each other.
+rank0_by_itself() {
+  ranks_memory
+  ck rank0-suspend 300 --toggle --pid "${J_RANKS[0]}" --json
+  local s=$ms st
+  ck rank0-resume 300 --toggle --pid "${J_RANKS[0]}" --json
+  st=$(states)
+  all_running "$st"
+  _rc=$?; check "rank 0 by itself: suspended in $s ms, resumed in $ms ms: $st" $_rc
+  figure "case=rank0-of-job mib=$mib suspend_ms=$s resume_ms=$ms"
+  allreduce "rank 0 by itself"
+}
+
 # ---- transports ----
 # The working transport: found by `transports`, or said (NCCL_TRANSPORT) for a run without it.
 good=${NCCL_TRANSPORT:-}
@@ -392,6 +414,7 @@ case_transports() {
       sus="$sus $sus_ms" res="$res $res_ms"
     done
     if ((ok == 0)); then
+      [[ $name == transport-p2p-shm-off ]] && rank0_by_itself
       allreduce "$name"
       job_ask "train 1" 300
       same_as_ref "$name: one more step after $rounds suspends"
@@ -408,6 +431,7 @@ case_alone() {
   local k sus='' res=''
   fits 90 alone || return
   job_start alone 1 $(transport) || { verdict FAIL "alone: did not start"; return; }
+  ranks_memory
   for ((k = 1; k <= rounds; k++)); do
     toggle_round "alone-r$k" || break
     sus="$sus $sus_ms" res="$res $res_ms"
