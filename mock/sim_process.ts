@@ -31,9 +31,6 @@ export interface MachineView {
   instantly<T>(what: string, fn: () => T): Promise<T>;
 }
 
-/** A process to make. */
-type NewProcess = ProcessFields & { gpus: SimulatedGpu[]; start: number };
-
 /** A kernel launch: awaiting it (`onWait`, once) is waiting on the simulator, moving time. */
 class KernelLaunch extends Promise<void> {
   static override get [Symbol.species](): PromiseConstructor {
@@ -111,7 +108,7 @@ export class SimulatedProcess {
   #tail: Promise<void> = Promise.resolve();
 
   /** @internal running, its GPU memory all zero (not yet claimed) */
-  constructor(machine: MachineView, made: NewProcess) {
+  constructor(machine: MachineView, made: ProcessFields & { gpus: SimulatedGpu[]; start: number }) {
     this.#machine = machine;
     ({ pid: this.pid, threads: this.threads, memoryMiB: this.memoryMiB, gpus: this.gpus } = made);
     ({ command: this.command, inspectable: this.inspectable, ipcImport: this.ipcImport } = made);
