@@ -81,7 +81,17 @@ class Group {
     const machine = await this.#entries[0]?.proc.machine().catch(() => undefined);
     this.#deadline = new Deadline(clockOf(machine ?? {}), this.s.timeoutMs); // for the whole group
     if (machine && this.s.gpuMemory) await this.#readMemory();
-    if (this.s.job) return await this.#runJob();
+    if (this.s.job) {
+      this.#rolledBack = await runJob(this.#entries, {
+        action: this.action,
+        settingsFor: (pid) => this.#settingsFor(pid),
+        hooks: (pid) => this.#hooks(pid),
+        stopReason: () => this.#stopReason(),
+        ready: this.s.ready,
+      });
+      for (const e of this.#entries) this.#ended(e);
+      return this.#result();
+    }
     // All or nothing: a goal or step some member's state rules out fails the group before any
     // step (the driver still has the last word on each step made).
     if (this.s.allOrNothing && !(await this.#allCanStart())) return this.#result();
@@ -111,19 +121,6 @@ class Group {
     }
     // Rollbacks started as soon as the group could no longer succeed; wait for every one.
     while (this.#rollbacks.length > 0) await Promise.all(this.#rollbacks.splice(0));
-    return this.#result();
-  }
-
-  /** The group as one job (core/job.ts). */
-  async #runJob(): Promise<GroupResult> {
-    this.#rolledBack = await runJob(this.#entries, {
-      action: this.action,
-      settingsFor: (pid) => this.#settingsFor(pid),
-      hooks: (pid) => this.#hooks(pid),
-      stopReason: () => this.#stopReason(),
-      ready: this.s.ready,
-    });
-    for (const e of this.#entries) this.#ended(e);
     return this.#result();
   }
 
