@@ -12,7 +12,7 @@ import { isFinal, memoryOnHost, type Step, stepAllowed, stepFrom, stepTo } from 
 import { checkTimeoutMs, formatGpuUuid } from "../core/options.ts";
 import { gpusSeenBy } from "./criu_files.ts";
 import { sharesMemory } from "./fields.ts";
-import type { FaultableOperation, PendingFault, QueryOperation } from "./faults.ts";
+import type { FaultableOperation, InjectedFault, QueryOperation } from "./faults.ts";
 import type { SimulatedGpu } from "./sim_gpu.ts";
 import type { MachineView, SimulatedProcess } from "./sim_process.ts";
 import { type CopyTiming, mibToBytes, singleRate, type TimingModel } from "./timing.ts";
@@ -347,7 +347,7 @@ export class SimulatedDriver implements CheckpointDriver {
   }
 
   /** An injected failure's answer, the memory moved where its state keeps it. */
-  async #applyFault(proc: SimulatedProcess, op: string, fault: FailFault): Promise<Answer> {
+  async #applyFault(proc: SimulatedProcess, op: string, fault: InjectedFault): Promise<Answer> {
     await this.#after(ok());
     const note = `injected by failNext(${JSON.stringify(op)})`;
     const state = isFinal(proc.state) ? undefined : fault.state; // the failed state is final
@@ -406,8 +406,6 @@ export class SimulatedDriver implements CheckpointDriver {
     return `the process's GPU ${moved.index} (${moved.name}) would move onto GPU ${to.index} (${to.name}): restore needs the same chip`;
   }
 }
-
-type FailFault = PendingFault & { kind: "fail" };
 
 const codeOf = (answer: Answer): number => answer.code;
 
