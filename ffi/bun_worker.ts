@@ -7,13 +7,11 @@ import type { BunFfi, BunLibrary, WorkerClose, WorkerReply, WorkerRequest } from
 import { importBunFfi } from "./bun_types.ts";
 
 /** The worker's global scope, as far as it is used here (typed for both Deno and Bun checkers). */
-interface WorkerScope {
+const scope = globalThis as unknown as {
   onmessage: ((event: MessageEvent<WorkerRequest | WorkerClose>) => void) | null;
   postMessage(message: WorkerReply): void;
   process?: { exit(code?: number): never };
-}
-
-const scope = globalThis as unknown as WorkerScope;
+};
 const ffiReady: Promise<BunFfi> = importBunFfi();
 /** One library per function, opened on first use. */
 const opened = new Map<string, BunLibrary>();
