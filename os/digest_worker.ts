@@ -16,12 +16,10 @@ export interface PieceRequest {
 /** The piece's SHA-256, or why it could not be read. */
 export type PieceReply = { readonly digest: Uint8Array } | { readonly error: string };
 
-interface WorkerScope {
+const scope = globalThis as unknown as {
   onmessage: ((event: MessageEvent<PieceRequest>) => void) | null;
   postMessage(message: PieceReply): void;
-}
-
-const scope = globalThis as unknown as WorkerScope;
+};
 // Read 256 KiB at a time, which stay in the core's cache between the read and the hash: a piece
 // crosses the memory bus once (read whole into an 8 MiB buffer, it crossed three times).
 const READ_BYTES = 256 * 1024;
