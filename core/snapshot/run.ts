@@ -82,8 +82,6 @@ export function checkDir(dir: unknown): string {
   return mustBe(TypeError, "dir", "a path (a non-empty string without NUL)", dir);
 }
 
-const DEFAULT_PARALLEL = 8;
-
 /**
  * A snapshot or restore under way: the machine's parts it needs, its deadline, its signal, its
  * events; the engine's probe and the GPU list are asked at once, awaited after other checks.
@@ -125,7 +123,7 @@ export class Run {
       }),
     );
     this.listing = started(driver.listGpus ? driver.listGpus() : Promise.resolve([]));
-    this.slots = new Slots(engine.parallel ?? DEFAULT_PARALLEL);
+    this.slots = new Slots(engine.parallel ?? 8);
     const caller = settings.signal;
     this.signal = caller ? AbortSignal.any([caller, this.#stop.signal]) : this.#stop.signal;
     // The signal aborts at the deadline, on the machine's clock (its timer, or the real one).
