@@ -234,7 +234,12 @@ class CriuEngine implements SnapshotEngine {
     }
     if (result.code !== 0) {
       const why = `criu ${op} of the tree of ${root} failed (exit ${result.code})`;
-      const errors = await logErrors(log, result.stderr);
+      // criu's error lines from its log (or its stderr), the last few, and where the log is.
+      const text = await readFile(log.file, "utf8").catch(() => result.stderr);
+      const found = text.split("\n").filter((l) => /Error|FAILED|Can't/.test(l));
+      const picked = (found.length > 0 ? found : text.split("\n")).slice(-4)
+        .map((l) => l.replace(/^\(\s*[0-9.]+\)\s*/, "").trim()).filter(Boolean);
+      const errors = `${picked.join("; ") || "no output"} (log: ${log.shown})`;
       const hint = /Failed to lock TCP connection/.test(errors) ? ` ${TCP_LOCK_HINT}` : "";
       throw new EngineError(`${why}: ${errors}${hint}`, { log: log.shown });
     }
@@ -275,15 +280,6 @@ async function shownPath(file: string): Promise<string> {
   const pinned = /^(\/proc\/[0-9]+\/fd\/[0-9]+)(\/.*)?$/.exec(file);
   const dir = pinned && await readlink(pinned[1]).catch(() => undefined);
   return dir?.startsWith("/") ? `${dir}${pinned![2] ?? ""}` : file;
-}
-
-/** criu's error lines from its log (or its stderr), the last few, and where the log is. */
-async function logErrors(log: Log, stderr: string): Promise<string> {
-  const text = await readFile(log.file, "utf8").catch(() => stderr);
-  const errors = text.split("\n").filter((l) => /Error|FAILED|Can't/.test(l));
-  const picked = (errors.length > 0 ? errors : text.split("\n")).slice(-4)
-    .map((l) => l.replace(/^\(\s*[0-9.]+\)\s*/, "").trim()).filter(Boolean);
-  return `${picked.join("; ") || "no output"} (log: ${log.shown})`;
 }
 
 /** Tells `onBytes` the size of the images so far, every 250 ms, and once more when stopped. */
