@@ -34,26 +34,22 @@ export async function runGroup(
   );
   const owned = handles.filter((h, i) => h !== targets[i]);
   try {
-    await eachOnce(handles);
+    // A process given twice is refused: by one number, or by its pid and a thread id (one queue).
+    const ids = await Promise.all(handles.map(async (h) => {
+      const session = await h.machine().then(sessionOf, () => undefined); // its run says why
+      return { pid: h.pid, session, who: await session?.identify(h.pid) ?? { pid: h.pid } };
+    }));
+    for (const [i, { pid, session, who }] of ids.entries()) {
+      const j = ids.findIndex((o) => o.session === session && sameProcess(o.who, who));
+      if (j === i) continue;
+      const what = ids[j].pid === pid
+        ? `targets names process ${pid} twice (targets[${i}])`
+        : `pids ${ids[j].pid} and ${pid} are one process, ${who.pid}`;
+      throw new RangeError(`${what}: give each process once`);
+    }
     return await new Group(action, handles, settings).run();
   } finally {
     await Promise.all(owned.map((h) => h.close()));
-  }
-}
-
-/** Refuses a process given twice: by one number, or by its pid and a thread id (one queue). */
-async function eachOnce(handles: readonly Handle[]): Promise<void> {
-  const ids = await Promise.all(handles.map(async (h) => {
-    const session = await h.machine().then(sessionOf, () => undefined); // its run says why
-    return { pid: h.pid, session, who: await session?.identify(h.pid) ?? { pid: h.pid } };
-  }));
-  for (const [i, { pid, session, who }] of ids.entries()) {
-    const j = ids.findIndex((o) => o.session === session && sameProcess(o.who, who));
-    if (j === i) continue;
-    const what = ids[j].pid === pid
-      ? `targets names process ${pid} twice (targets[${i}])`
-      : `pids ${ids[j].pid} and ${pid} are one process, ${who.pid}`;
-    throw new RangeError(`${what}: give each process once`);
   }
 }
 
