@@ -162,7 +162,11 @@ class CriuEngine implements SnapshotEngine {
         for (const p of tcp ? dumped : []) this.#connected.add(p.pid);
         return dumped;
       } catch (err) {
-        const unread = `criu's ${await shownPath(pstree)} cannot be read: ${messageOf(err)}`;
+        // As its user knows it: below a pinned `/proc/<pid>/fd/<n>`, where that is now.
+        const pinned = /^(\/proc\/[0-9]+\/fd\/[0-9]+)(\/.*)?$/.exec(pstree);
+        const dir = pinned && await readlink(pinned[1]).catch(() => undefined);
+        const shown = dir?.startsWith("/") ? `${dir}${pinned![2] ?? ""}` : pstree;
+        const unread = `criu's ${shown} cannot be read: ${messageOf(err)}`;
         throw new EngineError(unread, { log: log.shown });
       }
     } catch (err) {
@@ -273,13 +277,6 @@ class CriuEngine implements SnapshotEngine {
       return { problem: messageOf(err) };
     }
   }
-}
-
-/** `file` as its user knows it: below a pinned `/proc/<pid>/fd/<n>`, where that is now. */
-async function shownPath(file: string): Promise<string> {
-  const pinned = /^(\/proc\/[0-9]+\/fd\/[0-9]+)(\/.*)?$/.exec(file);
-  const dir = pinned && await readlink(pinned[1]).catch(() => undefined);
-  return dir?.startsWith("/") ? `${dir}${pinned![2] ?? ""}` : file;
 }
 
 /** Tells `onBytes` the size of the images so far, every 250 ms, and once more when stopped. */
