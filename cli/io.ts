@@ -43,9 +43,9 @@ export interface CliIo {
   /**
    * Where interrupts come from (SIGINT, SIGTERM, SIGHUP for the program). During an operation on
    * several processes, a snapshot or a restore, the first brings back every process the command
-   * changed, and it exits 128 + the signal's number (130, 143, 129: its own code where it came too
-   * late to put anything back, once a snapshot is ending its processes); a second exits at once through
-   * `interrupts.exit(code)`. Left out (in-process use): not watched. One pid ends by the signal, as
+   * changed, and `main` resolves to 128 + the signal's number (130, 143, 129; a program then ends by
+   * the signal), or its own code where it came too late, once a snapshot is ending its processes; a
+   * second exits at once through `interrupts.exit(code)`. Left out (in-process use): not watched. One pid ends by the signal, as
    * NVIDIA's utility does (on a terminal through `interrupts.raise`, its live line erased first).
    */
   interrupts?: Interrupts;
@@ -58,7 +58,7 @@ export interface Interrupts {
    * out), until the returned function is called; meanwhile an interrupt does not end the program.
    */
   watch(onInterrupt: (signal?: "SIGINT" | "SIGTERM" | "SIGHUP") => void): () => void;
-  /** Ends the program at once with `code` (a second interrupt, which does not wait). */
+  /** Ends the program at once with `code` (a second interrupt's), by its signal in a program. */
   exit(code: number): void;
   /** Sends `signal` to the program, its watch removed (one pid's; left out: one pid unwatched). */
   raise?(signal: "SIGINT" | "SIGTERM" | "SIGHUP"): void;
@@ -93,6 +93,7 @@ export type Signal = NonNullable<Parameters<Parameters<Interrupts["watch"]>[0]>[
 
 /** The exit code of a command that each signal interrupted: 128 + Linux's number, as shells say. */
 const EXIT_CODES: Readonly<Record<Signal, number>> = { SIGINT: 130, SIGTERM: 143, SIGHUP: 129 };
+const SIGNALS = Object.keys(EXIT_CODES) as Signal[];
 
 /**
  * What a command says when interrupted: what was interrupted (`snapshot`), named before
@@ -161,11 +162,23 @@ export function watchInterrupts(
 export function programIo(): {
   readonly args: readonly string[];
   readonly io: CliIo;
-  /** Exits at once, once what was written has gone out. */
+  /** Exits once what was written has gone out: by the signal where an interrupt gave `code`. */
   exit(code: number): Promise<void>;
 } {
   const host = runtime();
-  let terminal: boolean | undefined, read = true;
+  let terminal: boolean | undefined, read = true, heard = false; // heard: an interrupt came
+  // Signals it was started with ignored (`cmd &` in a script: SIGINT) it lets be, as NVIDIA's
+  // utility does, but hears (Deno, once it listens to one signal, ends the program at the others).
+  let ignored: Signal[] | undefined;
+  const listening = new Set<readonly [Signal, () => void]>();
+  // Where an interrupt ended the command, by the signal of its code (its listeners gone first): a
+  // calling shell's loop stops only at a program a signal ended, and runs on after an exit 130.
+  const end = (code: number) => {
+    listening.forEach((each) => host.off(...each));
+    const signal = SIGNALS.find((s) => heard && EXIT_CODES[s] === code);
+    if (signal) host.raise(signal); // it ends here, or (Deno, in a listener) once that returns
+    signal ? setTimeout(() => host.exit(code), 100) : host.exit(code); // 100 ms: the signal ignored
+  };
   const io: CliIo = {
     ...host, // its programName and env (the rest unread)
     stderr: (text) => orElse(() => host.stderr(text), undefined), // gone: an interrupt still acts
@@ -184,27 +197,36 @@ export function programIo(): {
     },
     interrupts: {
       watch(onInterrupt) {
-        const signals = Object.keys(EXIT_CODES) as Signal[];
-        const listeners = signals.map((signal) => [signal, () => onInterrupt(signal)] as const);
-        for (const [signal, listener] of listeners) host.on(signal, listener);
-        return () => listeners.forEach(([signal, listener]) => host.off(signal, listener));
+        const skip = ignored ??= ignoredIn(orElse(host.status, ""));
+        const listeners = SIGNALS.map((signal) =>
+          [signal, () => skip.includes(signal) || (heard = true, onInterrupt(signal))] as const
+        );
+        for (const each of listeners) host.on(...each), listening.add(each);
+        return () => listeners.forEach((each) => (host.off(...each), listening.delete(each)));
       },
-      exit: host.exit,
+      exit: end,
       raise: host.raise,
     },
   };
   const exit = (code: number) =>
-    host.flushed().then(() => host.exit(code), (err) => {
+    host.flushed().then(() => end(code), (err) => {
       io.stderr(escapeControls(internalError(err))); // stdout's failure, once written out
-      host.exit(code || 1);
+      end(code || 1);
     });
   return { args: host.args, io, exit };
+}
+
+/** The signals of the three that `status` (/proc/self/status) says are ignored. */
+function ignoredIn(status: string): Signal[] {
+  const mask = parseInt(/SigIgn:\s*[0-9a-f]*?([0-9a-f]{1,8})\n/.exec(status)?.[1] ?? "0", 16);
+  return SIGNALS.filter((s) => mask >> (EXIT_CODES[s] - 129) & 1);
 }
 
 /** What the program takes of its runtime, Deno or Bun (its writers, name and env: `CliIo`'s). */
 interface Runtime extends Required<Pick<CliIo, "stdout" | "stderr" | "programName" | "env">> {
   readonly args: string[];
   terminal(): boolean;
+  status(): string; // /proc/self/status
   on(signal: Signal, listener: () => void): void;
   off(signal: Signal, listener: () => void): void;
   /** Exits at once. */
@@ -233,6 +255,7 @@ function runtime(): Runtime {
       stdout: writer(deno.stdout),
       stderr: writer(deno.stderr),
       terminal: () => deno.stderr.isTerminal(),
+      status: () => deno.readTextFileSync("/proc/self/status"),
       on: (signal, listener) => deno.addSignalListener(signal, listener),
       off: (signal, listener) => deno.removeSignalListener(signal, listener),
       exit: (code) => deno.exit(code),
@@ -269,6 +292,8 @@ function runtime(): Runtime {
       const tty = /^\/dev\/(pts\/[0-9]+|tty[A-Za-z0-9]*|console)$/;
       return orElse(() => tty.test(readlinkSync("/proc/self/fd/2")), false);
     },
+    status: () =>
+      (require("node:fs") as typeof import("node:fs")).readFileSync("/proc/self/status", "utf8"),
     env: process.env,
     on: (signal, listener) => process.on(signal, listener),
     off: (signal, listener) => process.off(signal, listener),

@@ -7,7 +7,7 @@
 // signals. Runs unchanged under `deno test -A` and `bun test`.
 import { after, describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { spawnSync } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import { existsSync, readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import process from "node:process";
@@ -629,7 +629,7 @@ function oneOfThreeGoneInLock(afterMs: number) {
 }
 
 describe(`SIGINT to cuda-checkpoint as a program (${runtime}), --simulate in real time`, () => {
-  test("the others come back at once, the one whose lock ends later then; exit 130", {
+  test("the others come back at once, the one whose lock ends later then; ended by SIGINT", {
     timeout: 60_000,
   }, async () => {
     // One process's lock waits 3 s and then finds it gone (it exits: a rank killed while locked).
@@ -639,7 +639,7 @@ describe(`SIGINT to cuda-checkpoint as a program (${runtime}), --simulate in rea
       path,
       [1000],
     );
-    assert.equal(r.code, 130, `${r.signal} ${r.err}`);
+    assert.deepEqual([r.code, r.signal], [null, "SIGINT"], r.err); // ended by it
     assert.equal(
       r.out,
       `${pids[0]} failed\n${pids[1]} rolled-back running\n${pids[2]} rolled-back running\n`,
@@ -658,8 +658,78 @@ describe(`SIGINT to cuda-checkpoint as a program (${runtime}), --simulate in rea
     assert.equal(state.out, `${pids[1]} running\n${pids[2]} running\n`);
   });
 
+  test("a shell's loop stops at a Ctrl-C that ended it, as at any program a signal ends", {
+    timeout: 60_000,
+  }, async () => {
+    // A shell running a loop stops only where its child died by the SIGINT both were sent (as a
+    // terminal's Ctrl-C sends it to the whole group), and runs on after an exit 130.
+    const { path, pids } = await oneOfThreeGoneInLock(3000);
+    const env = { ...process.env, CKPT_SIM_STATE: path, CKPT_SIM_CLOCK: "real" };
+    const command = runtime === "deno" ? ["run", "-A", MAIN] : [MAIN];
+    const loop = `for i in 1 2; do "$@"; echo "after run $i: $?"; done; echo "the loop ran on"`;
+    const args = ["--simulate", "--action", "lock", "--pid", pids.join(",")];
+    const shell = spawn("bash", ["-c", loop, "bash", process.execPath, ...command, ...args], {
+      env,
+      detached: true, // a group of its own, the terminal's foreground group here
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    let out = "", err = "";
+    shell.stdout.on("data", (d) => out += d);
+    shell.stderr.on("data", (d) => err += d);
+    const ended = new Promise((resolve) => shell.on("close", resolve));
+    while (!existsSync(`${path}.lock`)) await sleep(10);
+    await sleep(1000);
+    process.kill(-shell.pid!, "SIGINT");
+    await ended;
+    assert.equal(
+      out,
+      `${pids[0]} failed\n${pids[1]} rolled-back running\n${pids[2]} rolled-back running\n`,
+      err,
+    );
+  });
+
   test(
-    "a second SIGINT exits at once; the state file is left as it was",
+    "started with SIGINT ignored (a shell's background job): it goes on, as NVIDIA's would; SIGTERM still acts",
+    {
+      timeout: 60_000,
+    },
+    async () => {
+      // A shell without job control starts `cmd &` with SIGINT ignored, so that a Ctrl-C meant for
+      // the foreground leaves it be. One process's lock waits 2 s and then finds it gone.
+      const { path, pids } = await oneOfThreeGoneInLock(2000);
+      const env = { ...process.env, CKPT_SIM_STATE: path, CKPT_SIM_CLOCK: "real" };
+      const command = runtime === "deno" ? ["run", "-A", MAIN] : [MAIN];
+      const args = ["--simulate", "--action", "lock", "--pid", pids.join(",")];
+      const background = ["-c", '"$@" & wait $!', "bash", process.execPath, ...command, ...args];
+      const send =
+        (lock: string, signals: ("SIGINT" | "SIGTERM")[]) =>
+        async (_: unknown, running: () => boolean) => {
+          while (!existsSync(lock) && running()) await sleep(10);
+          const pid = Number(readFileSync(lock, "utf8").trim());
+          for (const signal of signals) await sleep(500), running() && process.kill(pid, signal);
+        };
+      const r = await runInterrupted("bash", background, env, send(`${path}.lock`, ["SIGINT"]));
+      assert.equal(r.code, 1, r.err); // the gone one failed
+      assert.equal(r.out, `${pids[0]} failed\n${pids[1]} done locked\n${pids[2]} done locked\n`);
+      assert.doesNotMatch(r.err, /interrupted/);
+      // The same with SIGTERM after the SIGINT: it brings back what it locked, as in the foreground.
+      const { path: path2, pids: pids2 } = await oneOfThreeGoneInLock(2000);
+      const r2 = await runInterrupted(
+        "bash",
+        background.map((a) => a === pids.join(",") ? pids2.join(",") : a),
+        { ...env, CKPT_SIM_STATE: path2 },
+        send(`${path2}.lock`, ["SIGINT", "SIGTERM"]),
+      );
+      assert.match(r2.err, /^cuda-checkpoint: interrupted by SIGTERM: no new step/);
+      assert.equal(
+        r2.out,
+        `${pids2[0]} failed\n${pids2[1]} rolled-back running\n${pids2[2]} rolled-back running\n`,
+      );
+    },
+  );
+
+  test(
+    "a second SIGINT ends it at once; the state file is left as it was",
     { timeout: 60_000 },
     async () => {
       const { path, pids } = await machineFile((sim) => {
@@ -672,7 +742,7 @@ describe(`SIGINT to cuda-checkpoint as a program (${runtime}), --simulate in rea
         path,
         [800, 500],
       );
-      assert.equal(r.code, 130, `${r.signal} ${r.err}`);
+      assert.deepEqual([r.code, r.signal], [null, "SIGINT"], r.err); // ended by it
       assert.equal(r.out, "");
       assert.match(
         r.err,
@@ -688,8 +758,8 @@ describe(`SIGINT to cuda-checkpoint as a program (${runtime}), --simulate in rea
 });
 
 describe(`SIGTERM and SIGHUP to cuda-checkpoint as a program (${runtime}), --simulate in real time`, () => {
-  for (const [signal, code] of [["SIGTERM", 143], ["SIGHUP", 129]] as const) {
-    test(`a group operation: ${signal} brings back what it changed; exit ${code}`, {
+  for (const signal of ["SIGTERM", "SIGHUP"] as const) {
+    test(`a group operation: ${signal} brings back what it changed, then ends it`, {
       timeout: 60_000,
     }, async () => {
       // As the SIGINT case: one process's lock waits 2 s and then finds it gone.
@@ -699,7 +769,7 @@ describe(`SIGTERM and SIGHUP to cuda-checkpoint as a program (${runtime}), --sim
         path,
         [[700, signal]],
       );
-      assert.equal(r.code, code, `${r.signal} ${r.err}`);
+      assert.deepEqual([r.code, r.signal], [null, signal], r.err); // ended by it
       assert.equal(
         r.out,
         `${pids[0]} failed\n${pids[1]} rolled-back running\n${pids[2]} rolled-back running\n`,
@@ -758,8 +828,8 @@ describe(`SIGTERM and SIGHUP to cuda-checkpoint as a program (${runtime}), --sim
   );
 
   // SIGINT's 130 (where 1 was) is checked in-process above.
-  for (const [signal, code] of [["SIGTERM", 143], ["SIGHUP", 129]] as const) {
-    test(`snapshot: ${signal} puts every process back, running; exit ${code}`, {
+  for (const signal of ["SIGTERM", "SIGHUP"] as const) {
+    test(`snapshot: ${signal} puts every process back, running, then ends it`, {
       timeout: 60_000,
     }, async () => {
       const { path, pids } = await machineFile((sim) => [
@@ -772,7 +842,7 @@ describe(`SIGTERM and SIGHUP to cuda-checkpoint as a program (${runtime}), --sim
         path,
         [[800, signal]],
       );
-      assert.equal(r.code, code, `${r.signal} ${r.err}`);
+      assert.deepEqual([r.code, r.signal], [null, signal], r.err); // ended by it
       assert.equal(r.out, "");
       assert.match(r.err, new RegExp(`^cuda-checkpoint: snapshot interrupted`));
       assert.match(
@@ -787,7 +857,7 @@ describe(`SIGTERM and SIGHUP to cuda-checkpoint as a program (${runtime}), --sim
     });
   }
 
-  test("the compiled binary: SIGTERM during a snapshot puts every process back; exit 143", {
+  test("the compiled binary: SIGTERM during a snapshot puts every process back, then ends it", {
     timeout: 60_000,
     skip: binaryBuilt ? false : `${BINARY} is not built: run \`bash cli/build.sh\``,
   }, async () => {
@@ -801,7 +871,7 @@ describe(`SIGTERM and SIGHUP to cuda-checkpoint as a program (${runtime}), --sim
       [[800, "SIGTERM"]],
       true,
     );
-    assert.equal(r.code, 143, `${r.signal} ${r.err}`);
+    assert.deepEqual([r.code, r.signal], [null, "SIGTERM"], r.err); // ended by it
     assert.match(r.err, /^cuda-checkpoint: snapshot interrupted by SIGTERM: /);
     const state = await cli(["--simulate", "--get-state", "--pid", pids.join(",")], {
       env: { CKPT_SIM_STATE: path },
@@ -809,7 +879,7 @@ describe(`SIGTERM and SIGHUP to cuda-checkpoint as a program (${runtime}), --sim
     assert.equal(state.out, `${pids[0]} running\n${pids[1]} running\n`);
   });
 
-  test("snapshot: a second signal exits at once, saying what may be left suspended", {
+  test("snapshot: a second signal ends it at once, saying what may be left suspended", {
     timeout: 60_000,
   }, async () => {
     const { path, pids } = await machineFile((sim) => {
@@ -822,7 +892,7 @@ describe(`SIGTERM and SIGHUP to cuda-checkpoint as a program (${runtime}), --sim
       path,
       [[800, "SIGHUP"], [500, "SIGTERM"]],
     );
-    assert.equal(r.code, 143, `${r.signal} ${r.err}`);
+    assert.deepEqual([r.code, r.signal], [null, "SIGTERM"], r.err); // ended by it
     assert.match(r.err, /interrupted again: exiting without waiting; processes of the snapshot/);
     // Every command it names works on the simulated machine too.
     assert.match(
