@@ -541,7 +541,9 @@ fault_job() {
 # goes to WHO (a pid, or "ours"); sets code as `ended` does.
 interrupt() {
   local name=$1 pid
-  "${CK[@]}" --toggle --pid "$(pids_csv)" --job --json >"$bin/$name.out" 2>"$bin/$name.err" &
+  # SIGINT as a terminal's foreground job has it: this script's background jobs start ignoring it,
+  # and ours leaves it so, as NVIDIA's utility does.
+  env --default-signal=INT "${CK[@]}" --toggle --pid "$(pids_csv)" --job --json >"$bin/$name.out" 2>"$bin/$name.err" &
   pid=$!
   sleep "$2"
   kill "-$3" "${4/ours/$pid}"

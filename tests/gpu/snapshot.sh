@@ -553,13 +553,15 @@ echo
 echo "== h. SIGTERM during a snapshot of a 4 GiB target: everything put back, the --dir usable again"
 # h-grp: SIGINT to ours' whole process group during the dump, as a terminal's Ctrl-C sends it (ours
 # started under setsid, a group of its own): criu, in a session of its own, is not hit directly.
+# `env --default-signal=INT`: a background job of this script starts with SIGINT ignored, which
+# ours leaves be (as NVIDIA's utility does); a terminal's foreground job does not.
 for delay in 1 4.5 grp; do
   skip_unless 60 "h-$delay" && start_target "h-$delay" 4096 || continue
   d=$T_DIR p=$T_PID h=$T_HASH
   snap=$bin/snap-h
   rm -rf "$snap"
   if [[ $delay == grp ]]; then
-    setsid "${CK[@]}" snapshot --pid "$p" --dir "$snap" >"$bin/h.out" 2>"$bin/h.err" &
+    setsid env --default-signal=INT "${CK[@]}" snapshot --pid "$p" --dir "$snap" >"$bin/h.out" 2>"$bin/h.err" &
   else
     "${CK[@]}" snapshot --pid "$p" --dir "$snap" >"$bin/h.out" 2>"$bin/h.err" &
   fi
@@ -731,7 +733,8 @@ echo "== m. --toggle --job of two 4 GiB targets, SIGINT while they checkpoint: b
 if skip_unless 40 m && start_target m-a 4096; then
   da=$T_DIR pa=$T_PID ha=$T_HASH
   if start_target m-b 4096; then
-    "${CK[@]}" --toggle --pid "$pa,$T_PID" --job >"$bin/m.out" 2>"$bin/m.err" &
+    # With SIGINT as a terminal's foreground job has it (h-grp says why).
+    env --default-signal=INT "${CK[@]}" --toggle --pid "$pa,$T_PID" --job >"$bin/m.out" 2>"$bin/m.err" &
     sp=$!
     # Its start and the locks take about 0.1 s, the checkpoints about two seconds: into them (a
     # getState would wait behind a checkpoint, so none is asked meanwhile).
