@@ -43,10 +43,10 @@ export interface CliIo {
   /**
    * Where interrupts come from (SIGINT, SIGTERM, SIGHUP for the program). During an operation on
    * several processes, a snapshot or a restore, the first brings back every process the command
-   * changed, and `main` resolves to 128 + the signal's number (130, 143, 129; a program then ends by
-   * the signal), or its own code where it came too late, once a snapshot is ending its processes; a
-   * second exits at once through `interrupts.exit(code)`. Left out (in-process use): not watched. One pid ends by the signal, as
-   * NVIDIA's utility does (on a terminal through `interrupts.raise`, its live line erased first).
+   * changed, and `main` resolves to 128 + its number (130, 143, 129; a program then ends by it), or
+   * to its own code where it came too late, once a snapshot is ending its processes; a second exits
+   * at once through `interrupts.exit(code)`. Left out (in-process use): unwatched. One pid ends by
+   * the signal, as NVIDIA's does (on a terminal through `interrupts.raise`, its live line erased).
    */
   interrupts?: Interrupts;
 }
@@ -54,8 +54,8 @@ export interface CliIo {
 /** Where a program's interrupts come from (SIGINT, SIGTERM, SIGHUP for `cuda-checkpoint`). */
 export interface Interrupts {
   /**
-   * Calls `onInterrupt` at each interrupt (not within `watch`) with the signal (SIGINT where left
-   * out), until the returned function is called; meanwhile an interrupt does not end the program.
+   * Calls `onInterrupt` at each interrupt (not within `watch`) with its signal (SIGINT where left
+   * out) till the returned function is called (again: nothing); meanwhile none ends the program.
    */
   watch(onInterrupt: (signal?: "SIGINT" | "SIGTERM" | "SIGHUP") => void): () => void;
   /** Ends the program at once with `code` (a second interrupt's), by its signal in a program. */
