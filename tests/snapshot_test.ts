@@ -1318,6 +1318,31 @@ describe("failures after things began to change", () => {
     assert.ok(aborted, "the dump's wait was cut short at the deadline");
   });
 
+  test("a machine with no clock of its own: a real timer aborts the engine's call at the deadline", async () => {
+    // A machine of one's own whose parts keep no clock: the deadline is on real time, and a real
+    // timer must cut a dump that would otherwise wait 5 s, not only the steps' checks after it.
+    const { sim, pids } = await job();
+    let aborted = false;
+    const engine = engineWith(sim.engine, {
+      dump: async (r) => {
+        await new Promise((resolve, reject) => {
+          const late = setTimeout(resolve, 5_000);
+          r.signal?.addEventListener("abort", () => (clearTimeout(late), reject(r.signal!.reason)));
+        }).catch((e) => (aborted = true, Promise.reject(e)));
+        return sim.engine.dump(r);
+      },
+    });
+    const { clock: _, ...machine } = machineWith(sim, { engine });
+    const t0 = performance.now();
+    const err = await snapshot([pids[0]], newDir(), { machine, timeoutMs: 300 }).catch((e) => e);
+    assert.ok(err instanceof SnapshotError && err.code === "STOPPED", String(err));
+    assert.match(err.message, /^snapshot stopped while dumping: its deadline passed/);
+    assert.ok(
+      aborted,
+      `the dump's wait was cut short at the deadline (${performance.now() - t0} ms)`,
+    );
+  });
+
   test("two processes failing to suspend: the error is the first one's", async () => {
     const { sim, a, b, pids } = await job();
     a.failNext("lock", { code: 901 });
