@@ -168,7 +168,7 @@ export function programIo(): {
   const host = runtime();
   let terminal: boolean | undefined, read = true, heard = false; // heard: an interrupt came
   // Signals it was started with ignored (`cmd &` in a script: SIGINT) it lets be, as NVIDIA's
-  // utility does, but hears (Deno, once it listens to one signal, ends the program at the others).
+  // does, through a listener kept for good that does nothing (Deno and Bun end it at one unheard).
   let ignored: Signal[] | undefined;
   const listening = new Set<readonly [Signal, () => void]>();
   // Where an interrupt ended the command, by the signal of its code (its listeners gone first): a
@@ -197,9 +197,9 @@ export function programIo(): {
     },
     interrupts: {
       watch(onInterrupt) {
-        const skip = ignored ??= ignoredIn(orElse(host.status, ""));
-        const listeners = SIGNALS.map((signal) =>
-          [signal, () => skip.includes(signal) || (heard = true, onInterrupt(signal))] as const
+        ignored ??= ignoredIn(orElse(host.status, "")).map((s) => (host.on(s, () => {}), s));
+        const listeners = SIGNALS.filter((s) => !ignored!.includes(s)).map((signal) =>
+          [signal, () => (heard = true, onInterrupt(signal))] as const
         );
         for (const each of listeners) host.on(...each), listening.add(each);
         return () => listeners.forEach((each) => (host.off(...each), listening.delete(each)));

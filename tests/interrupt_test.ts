@@ -326,6 +326,20 @@ describe(`the program's watch over its signals (${runtime})`, () => {
     assert.deepEqual([r.signal, r.stdout], ["SIGTERM", ""], r.stderr);
   });
 
+  test("started with SIGINT ignored (`cmd &` in a script), it stays so once a watch has stopped", () => {
+    // The watch's listener gone, both runtimes would take SIGINT as its default (the end of the
+    // program, during a --simulate save, say), were no listener kept for it; with stdio on pipes,
+    // as Bun takes SIGINT over at its start where one is a terminal.
+    const fixture = new URL("./fixtures/unwatched.ts", import.meta.url).pathname;
+    const argv = runtime === "deno" ? ["run", "-A", fixture, "int"] : [fixture, "int"];
+    const background = ["-c", '"$@" & wait $!', "bash", process.execPath, ...argv];
+    const r = spawnSync("bash", background, { encoding: "utf8", timeout: 30_000 });
+    assert.deepEqual([r.status, r.stdout], [0, "still running\n"], r.stderr);
+    // In the foreground, SIGINT ends it as any program.
+    const f = spawnSync(process.execPath, argv, { encoding: "utf8", timeout: 30_000 });
+    assert.deepEqual([f.signal, f.stdout], ["SIGINT", ""], f.stderr);
+  });
+
   test("raise sends the program the signal it names, which ends it (one pid's interrupt)", () => {
     const fixture = new URL("./fixtures/unwatched.ts", import.meta.url).pathname;
     const argv = runtime === "deno" ? ["run", "-A", fixture, "raise"] : [fixture, "raise"];
@@ -720,6 +734,7 @@ describe(`SIGINT to cuda-checkpoint as a program (${runtime}), --simulate in rea
         { ...env, CKPT_SIM_STATE: path2 },
         send(`${path2}.lock`, ["SIGINT", "SIGTERM"]),
       );
+      assert.equal(r2.code, 143, r2.err); // the shell's `wait`: ended by SIGTERM
       assert.match(r2.err, /^cuda-checkpoint: interrupted by SIGTERM: no new step/);
       assert.equal(
         r2.out,
