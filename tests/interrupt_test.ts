@@ -340,6 +340,31 @@ describe(`the program's watch over its signals (${runtime})`, () => {
     assert.deepEqual([f.signal, f.stdout], ["SIGINT", ""], f.stderr);
   });
 
+  test("a signal it was started with ignored, whichever of the three, no watch hears, nor a second; each watch hears the others", () => {
+    // What /proc/self/status's SigIgn says, bit by bit: SIGQUIT (bit 2) beside SIGINT's (bit 1),
+    // as a script's `cmd &` ignores both; SIGTERM's (bit 14) past the mask's last hex digit; and a
+    // real-time signal's (bit 63) that makes the whole mask more than a double holds exactly.
+    const fixture = new URL("./fixtures/watched.ts", import.meta.url).pathname;
+    const argv = runtime === "deno" ? ["run", "-A", fixture] : [fixture];
+    for (
+      const [trap, ignored, heard] of [
+        ["QUIT", [], "SIGHUP SIGINT SIGTERM"],
+        ["HUP TERM", ["SIGHUP", "SIGTERM"], "SIGINT"],
+        ["INT RTMAX", ["SIGINT"], "SIGHUP SIGTERM"],
+      ] as const
+    ) {
+      const started = ["-c", `trap '' ${trap}; exec "$@"`, "bash", process.execPath, ...argv];
+      const r = spawnSync("bash", [...started, "ignored", ...ignored], {
+        encoding: "utf8",
+        timeout: 30_000,
+      });
+      // The second watch hears as the first, though the first's listeners left none of the three
+      // ignored in SigIgn's view.
+      const said = `heard ${heard}\nheard ${heard}\nstill running\n`;
+      assert.deepEqual([r.status, r.signal, r.stdout], [0, null, said], `${trap}: ${r.stderr}`);
+    }
+  });
+
   test("raise sends the program the signal it names, which ends it (one pid's interrupt)", () => {
     const fixture = new URL("./fixtures/unwatched.ts", import.meta.url).pathname;
     const argv = runtime === "deno" ? ["run", "-A", fixture, "raise"] : [fixture, "raise"];
