@@ -365,6 +365,14 @@ describe(`the program's watch over its signals (${runtime})`, () => {
     }
   });
 
+  test("an interrupt's exit whose signal does not end it (a listener of the program's own) still exits, with its code", () => {
+    const fixture = new URL("./fixtures/watched.ts", import.meta.url).pathname;
+    const argv = runtime === "deno" ? ["run", "-A", fixture, "kept"] : [fixture, "kept"];
+    const r = spawnSync(process.execPath, argv, { encoding: "utf8", timeout: 30_000 });
+    // Its own listener took the watched SIGHUP, then the one exit raised; then exit(129) exited.
+    assert.deepEqual([r.status, r.signal, r.stdout], [129, null, "its own\nits own\n"], r.stderr);
+  });
+
   test("raise sends the program the signal it names, which ends it (one pid's interrupt)", () => {
     const fixture = new URL("./fixtures/unwatched.ts", import.meta.url).pathname;
     const argv = runtime === "deno" ? ["run", "-A", fixture, "raise"] : [fixture, "raise"];
