@@ -751,9 +751,20 @@ describe(`SIGINT to cuda-checkpoint as a program (${runtime}), --simulate in rea
       const send =
         (lock: string, signals: ("SIGINT" | "SIGTERM")[]) =>
         async (_: unknown, running: () => boolean) => {
-          while (!existsSync(lock) && running()) await sleep(10);
-          const pid = Number(readFileSync(lock, "utf8").trim());
-          for (const signal of signals) await sleep(500), running() && process.kill(pid, signal);
+          // The lock's pid once written: a lock made but still empty read as 0 was kill(0, ...),
+          // a signal to this test's own process group (the test runner and all above it).
+          let pid = NaN;
+          while (!(pid > 0) && running()) {
+            try {
+              pid = Number(readFileSync(lock, "utf8").trim()) || NaN;
+            } catch {
+              // Not made yet.
+            }
+            if (!(pid > 0)) await sleep(10);
+          }
+          for (const signal of signals) {
+            await sleep(500), running() && pid > 0 && process.kill(pid, signal);
+          }
         };
       const r = await runInterrupted("bash", background, env, send(`${path}.lock`, ["SIGINT"]));
       assert.equal(r.code, 1, r.err); // the gone one failed
