@@ -786,6 +786,21 @@ describe("group operations", () => {
     assert.equal(sim.driver.calls.length, 0);
   });
 
+  test("a pid and a thread id of it are refused as one process, the error naming the process", async () => {
+    const sim = new SimulatedMachine();
+    const p = sim.spawn();
+    assert.notEqual(p.tid, p.pid);
+    // Given either way round: the two as given, in order, then the process they are (its pid).
+    for (const targets of [[p.pid, p.tid], [p.tid, p.pid]]) {
+      await assert.rejects(runGroup("suspend", targets, { machine: sim }), {
+        name: "RangeError",
+        message: `pids ${targets[0]} and ${targets[1]} are one process, ${p.pid}: ` +
+          "give each process once",
+      });
+    }
+    assert.equal(sim.driver.calls.length, 0);
+  });
+
   test("handles given as CudaProcess keep their own driver and stay open", async () => {
     const sim = new SimulatedMachine();
     const proc = new CudaProcess(sim.spawn().pid, { machine: sim });
