@@ -801,6 +801,19 @@ describe("group operations", () => {
     assert.equal(sim.driver.calls.length, 0);
   });
 
+  test("the same pid on two machines is two processes: a group of both acts on each", async () => {
+    const [one, two] = [new SimulatedMachine(), new SimulatedMachine()];
+    const [a, b] = [one.spawn(), two.spawn()];
+    assert.equal(a.pid, b.pid, "each simulated machine numbers its processes alike");
+    const procs = [
+      new CudaProcess(a.pid, { machine: one }),
+      new CudaProcess(b.pid, { machine: two }),
+    ];
+    const result = await runGroup("suspend", procs);
+    assert.equal(result.ok, true, JSON.stringify(result.processes));
+    assert.deepEqual([a.state, b.state], ["checkpointed", "checkpointed"]);
+  });
+
   test("handles given as CudaProcess keep their own driver and stay open", async () => {
     const sim = new SimulatedMachine();
     const proc = new CudaProcess(sim.spawn().pid, { machine: sim });
