@@ -287,6 +287,27 @@ describe("group operations", () => {
     assert.ok(end.ok && !end.rollback && end.ms > 500, `checkpoint took ${end.ms} ms`);
   });
 
+  test("progress events of a job: each member's end once the job is over, with its own status", async () => {
+    const sim = new SimulatedMachine();
+    const procs = [sim.spawn(), sim.spawn(), sim.spawn()];
+    procs[2].failNext("checkpoint", { code: 999 }); // the job fails: the others are brought back
+    const events: GroupEvent[] = [];
+    const result = await runGroup("suspend", procs.map((p) => p.pid), {
+      machine: sim,
+      job: true,
+      onProgress: (e) => void events.push(e),
+    });
+    assert.equal(result.ok, false);
+    const ends = events.flatMap((e) => e.type === "process-end" ? [[e.pid, e.status]] : []);
+    assert.deepEqual(ends, [
+      [procs[0].pid, "rolled-back"],
+      [procs[1].pid, "rolled-back"],
+      [procs[2].pid, "failed"],
+    ]);
+    const lastStep = events.findLastIndex((e) => e.type === "step-end");
+    assert.ok(events.findIndex((e) => e.type === "process-end") > lastStep, "after every step");
+  });
+
   test("progress events: each step's time is the group's, from its start", async () => {
     // The real clock, 50 times faster than the driver: a 1 GiB checkpoint takes about 15 ms.
     const sim = new SimulatedMachine({ clock: "real", speed: 50 });
