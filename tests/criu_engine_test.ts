@@ -134,6 +134,59 @@ describe("running criu", () => {
       assert.doesNotMatch(plain.message, /iptables/, "only where criu said so");
     }));
 
+  test("a failed run says criu's last four lines of Error, FAILED or Can't, without their times; else its last lines, or its stderr, or no output", () =>
+    inScratch(async (s) => {
+      // A criu that writes $FAKE_LOG as its log, where given, and $FAKE_STDERR to stderr; exit 3.
+      const body = [
+        'while [ $# -gt 0 ]; do [ "$1" = --log-file ] && log=$2; shift; done',
+        '[ -n "$FAKE_LOG" ] && printf "%s" "$FAKE_LOG" >"$log"',
+        '[ -n "$FAKE_STDERR" ] && printf "%s" "$FAKE_STDERR" >&2',
+        "exit 3",
+      ].join("\n");
+      let runs = 0;
+      const said = async (vars: Record<string, string>) => {
+        const criu = fakeCriu(s.dir, vars, { body, name: `criu-${runs++}` });
+        const err = await openCriuEngine({ criuPath: criu }).restore({ root: 7, imagesDir: s.dir })
+          .catch((e) => e);
+        assert.ok(err instanceof EngineError, String(err));
+        rmSync(err.log!, { force: true });
+        const why = "criu restore of the tree of 7 failed (exit 3): ";
+        assert.ok(err.message.startsWith(why) && err.message.endsWith(` (log: ${err.log})`));
+        return err.message.slice(why.length, -` (log: ${err.log})`.length);
+      };
+      const log = [
+        "(00.000010) Version: 4.1.1 (gitid 0)",
+        "(00.000020) Error (criu/a.c:1): first",
+        "(00.000030) Warn  (criu/b.c:2): Can't open the second ",
+        "(00.000040) Error (criu/c.c:3): third",
+        "(00.000050) Restoring processes",
+        "(00.006060)   4242: Error (criu/d.c:4): fourth",
+        "(00.007070) Restoring FAILED.",
+        "",
+      ];
+      assert.equal(
+        await said({ FAKE_LOG: log.join("\n") }),
+        "Warn  (criu/b.c:2): Can't open the second; Error (criu/c.c:3): third; " +
+          "4242: Error (criu/d.c:4): fourth; Restoring FAILED.",
+      );
+      // None of those: its last lines (of four, the empty one after the last newline left out).
+      const quiet = [
+        "(00.000010) Version: 4.1.1",
+        "(00.000020) Seizing 7",
+        "(00.000030) Forking 7",
+      ];
+      assert.equal(
+        await said({ FAKE_LOG: [...quiet, "(00.000040) Waiting for 7", ""].join("\n") }),
+        "Seizing 7; Forking 7; Waiting for 7",
+      );
+      // No log: its stderr; nothing at all: said so.
+      assert.equal(
+        await said({ FAKE_STDERR: "criu: unrecognized option '--x'\n" }),
+        "criu: unrecognized option '--x'",
+      );
+      assert.equal(await said({}), "no output");
+    }));
+
   test("a restore: detached, shell-job, its pidfile read; a root it did not make is an error", () =>
     inScratch(async (s) => {
       const record = join(s.dir, "record");
