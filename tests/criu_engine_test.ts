@@ -18,6 +18,7 @@ import {
   realpathSync,
   rmSync,
   statSync,
+  symlinkSync,
   utimesSync,
   writeFileSync,
 } from "node:fs";
@@ -43,6 +44,11 @@ import {
 } from "./support/fake_criu.ts";
 
 const root = process.getuid?.() === 0;
+
+/** `text` as a regular expression's source that matches it alone. */
+function escaped(text: string): string {
+  return text.replace(/[\\^$.*+?()[\]{}|]/g, "\\$&");
+}
 
 /** The arguments and environment the fake recorded, a line each. */
 function recorded(file: string): string[] {
@@ -232,6 +238,42 @@ describe("running criu", () => {
         await snap.removeCreated();
         assert.match(readFileSync(err.log, "utf8"), /Dumping FAILED/, "the log is kept");
         rmSync(err.log, { force: true });
+      } finally {
+        await snap.close();
+      }
+    }));
+
+  test("a dump whose pstree.img cannot be read then says so, naming it as given or, through the snapshot's open directory, by its path (not /proc/<pid>/fd/<n>); criu's log kept", () =>
+    inScratch(async (s) => {
+      const base = process.getuid?.() === 0
+        ? "/run/ckpt-cuda-work"
+        : join(realpathSync(tmpdir()), `ckpt-cuda-work-${process.getuid?.()}`);
+      const engine = openCriuEngine({ criuPath: fakeCriu(s.dir) }); // it writes no pstree.img
+      const unread = (file: string) =>
+        new RegExp(`^criu's ${file} cannot be read: .*(ENOENT|[Nn]o such file)`);
+      // A directory given through a link: named as given, the link not followed.
+      const real = join(s.dir, "tree-7"), link = join(s.dir, "images-7");
+      mkdirSync(real, { mode: 0o700 });
+      symlinkSync(real, link);
+      const err = await engine.dump({ root: 7, imagesDir: link }).catch((e) => e);
+      assert.ok(err instanceof EngineError, String(err));
+      assert.match(err.message, unread(`${escaped(link)}/pstree\\.img`));
+      assert.equal(err.log, join(base, "dump-7.log"));
+      assert.match(readFileSync(err.log, "utf8"), /Dumping finished successfully/, "criu's log");
+      rmSync(err.log, { force: true });
+      const snap = await new FileSnapshotStore().create(join(s.dir, "snap"));
+      try {
+        await snap.subdir("tree-8");
+        const imagesDir = await snap.enginePath("tree-8");
+        assert.match(imagesDir, /^\/proc\/\d+\/fd\/\d+$/, "criu writes through the open directory");
+        const pinned = await engine.dump({ root: 8, imagesDir }).catch((e) => e);
+        assert.ok(pinned instanceof EngineError, String(pinned));
+        assert.match(
+          pinned.message,
+          unread(`${escaped(realpathSync(s.dir))}/\\S+/tree-8/pstree\\.img`),
+        );
+        rmSync(pinned.log!, { force: true });
+        await snap.removeCreated();
       } finally {
         await snap.close();
       }
