@@ -11,6 +11,7 @@ import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import {
+  chmodSync,
   existsSync,
   mkdirSync,
   readdirSync,
@@ -326,6 +327,52 @@ describe("running criu", () => {
 });
 
 describe("criu's work directories, made by several runs at once", () => {
+  test("each is named by this program and its operation; one that cannot be made fails the dump or restore before criu runs, saying why", () =>
+    inScratch(async (s) => {
+      const base = process.getuid?.() === 0
+        ? "/run/ckpt-cuda-work"
+        : join(realpathSync(tmpdir()), `ckpt-cuda-work-${process.getuid?.()}`);
+      const me = readFileSync("/proc/self/stat", "utf8");
+      const mine = `${process.pid}-${me.slice(me.lastIndexOf(")") + 2).split(" ")[19]}-`;
+      const record = join(s.dir, "record");
+      const engine = openCriuEngine({
+        criuPath: fakeCriu(s.dir, { FAKE_CRIU_RECORD: record, FAKE_CRIU_ROOT: "4242" }),
+      });
+      const images = join(s.dir, "tree-4242");
+      mkdirSync(images, { mode: 0o700 });
+      await engine.restore({ root: 4242, imagesDir: s.dir });
+      await engine.dump({ root: 4242, imagesDir: images }).catch(() => {}); // no pstree.img
+      const args = recorded(record).filter((l) => l.startsWith("arg ")).map((l) => l.slice(4));
+      const after = (flag: string) => args.flatMap((a, i) => a === flag ? [args[i + 1]] : []);
+      const named = (what: string) => new RegExp(`^${escaped(join(base, mine))}${what}-[^/]+$`);
+      assert.match(after("--work-dir")[0], named("restore"));
+      assert.match(after("--libdir")[1], named("dump"));
+      // Their base, made by hand where others may read it: refused, as workDir says.
+      rmSync(record);
+      chmodSync(base, 0o755);
+      try {
+        for (
+          const run of [
+            () => engine.dump({ root: 4242, imagesDir: images }),
+            () => engine.restore({ root: 4242, imagesDir: s.dir }),
+          ]
+        ) {
+          const err = await run().catch((e) => e);
+          assert.ok(err instanceof EngineError, String(err));
+          assert.ok(err.cause instanceof Error, "what workDir threw, kept");
+          assert.equal(err.message, err.cause.message);
+          assert.match(
+            err.message,
+            /may be read or written by other users \(mode 0755, not 0700\); remove it; criu's work directories are made there$/,
+          );
+          assert.ok(err.message.startsWith(base), err.message);
+        }
+        assert.equal(existsSync(record), false, "criu never ran");
+      } finally {
+        chmodSync(base, 0o700);
+      }
+    }));
+
   test("old logs removed meanwhile by another run fail none of them", async () => {
     const base = process.getuid?.() === 0
       ? "/run/ckpt-cuda-work"
