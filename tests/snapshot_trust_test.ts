@@ -1025,6 +1025,32 @@ describe("criu runs bounded", () => {
     assert.ok(started.length < roots.length, `${started.length} of ${roots.length} dumps began`);
     for (const pid of roots) assert.equal(sim.process(pid)!.state, "running");
   });
+
+  test("an engine that leaves out `parallel`: 8 at once, no more", async () => {
+    const sim = new SimulatedMachine();
+    const roots = Array.from({ length: 10 }, () => sim.spawn({ memoryMiB: 64 }).pid);
+    let running = 0, most = 0, quiet: ReturnType<typeof setTimeout> | undefined;
+    // Each holds its slot until none has begun for 50 ms: as many begin as may.
+    const { promise: begun, resolve } = Promise.withResolvers<void>();
+    const machine = machineWith(sim, {
+      engine: engineWith(sim.engine, {
+        dump: async (r) => {
+          most = Math.max(most, ++running);
+          clearTimeout(quiet);
+          quiet = setTimeout(resolve, 50);
+          try {
+            await begun;
+            return await sim.engine.dump(r);
+          } finally {
+            running--;
+          }
+        },
+      }),
+    });
+    assert.equal(machine.engine?.parallel, undefined, "the simulated criu says none");
+    await snapshot(roots, join(base(), "snap"), { machine });
+    assert.equal(most, 8, `${most} dumps ran at once`);
+  });
 });
 
 describe("a restore's digests leave the engine its cores", () => {
