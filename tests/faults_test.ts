@@ -90,6 +90,16 @@ describe("failNext", () => {
     assert.equal(target.state, "failed");
   });
 
+  test("a failure that leaves the process checkpointed takes its memory off the GPU, as a checkpoint does", async () => {
+    const { sim, target } = machine();
+    assert.ok(sim.gpus[0].usedMiB > 1024, "its memory and context on the GPU");
+    assert.equal(await sim.driver.lock(target.pid, null), CUDA_SUCCESS);
+    target.failNext("checkpoint", { code: CUDA_ERROR_UNKNOWN, state: "checkpointed" });
+    assert.equal(await sim.driver.checkpoint(target.pid), CUDA_ERROR_UNKNOWN);
+    assert.deepEqual([target.state, target.memoryLocation], ["checkpointed", "host"]);
+    assert.equal(sim.gpus[0].usedMiB, 0);
+  });
+
   test("a new fault for the same operation replaces the one waiting; clearFaults forgets all", async () => {
     const { sim, target } = machine();
     target.failNext("lock", { code: 1 });
