@@ -100,6 +100,16 @@ describe("failNext", () => {
     assert.equal(sim.gpus[0].usedMiB, 0);
   });
 
+  test("a failure that leaves a checkpointed process failed leaves its memory on the host: no room is asked for it", async () => {
+    const { sim, target, proc } = machine(256);
+    await proc.suspend();
+    sim.fillGpu(0, { leaveMiB: 100 }); // too little for it
+    target.failNext("restore", { code: CUDA_ERROR_UNKNOWN, state: "failed" });
+    assert.equal(await sim.driver.restore(target.pid, null), CUDA_ERROR_UNKNOWN, "the fault's");
+    assert.deepEqual([target.state, target.memoryLocation], ["failed", "host"]);
+    assert.equal(sim.gpus[0].freeMiB, 100);
+  });
+
   test("a new fault for the same operation replaces the one waiting; clearFaults forgets all", async () => {
     const { sim, target } = machine();
     target.failNext("lock", { code: 1 });
