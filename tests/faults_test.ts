@@ -110,6 +110,18 @@ describe("failNext", () => {
     assert.equal(sim.gpus[0].freeMiB, 100);
   });
 
+  test("only a restore's OUT_OF_MEMORY is driver 580's: a checkpoint's or a query's leaves it restorable", async () => {
+    const { sim, target } = machine();
+    assert.equal(await sim.driver.lock(target.pid, null), CUDA_SUCCESS);
+    target.failNext("checkpoint", { code: CUDA_ERROR_OUT_OF_MEMORY, state: "checkpointed" });
+    assert.equal(await sim.driver.checkpoint(target.pid), CUDA_ERROR_OUT_OF_MEMORY);
+    target.failNext("getState", { code: CUDA_ERROR_OUT_OF_MEMORY });
+    assert.equal((await sim.driver.getState(target.pid)).code, CUDA_ERROR_OUT_OF_MEMORY);
+    assert.equal(target.state, "checkpointed");
+    assert.equal(await sim.driver.restore(target.pid, null), CUDA_SUCCESS);
+    assert.deepEqual([target.state, target.restoreRefused], ["locked", false]);
+  });
+
   test("a new fault for the same operation replaces the one waiting; clearFaults forgets all", async () => {
     const { sim, target } = machine();
     target.failNext("lock", { code: 1 });
