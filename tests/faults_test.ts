@@ -122,6 +122,16 @@ describe("failNext", () => {
     assert.deepEqual([target.state, target.restoreRefused], ["locked", false]);
   });
 
+  test("a failed call takes the time of an answer, as a refused one does", async () => {
+    const { sim, target } = machine();
+    target.failNext("lock", { code: CUDA_ERROR_UNKNOWN });
+    assert.equal(await sim.driver.lock(target.pid, null), CUDA_ERROR_UNKNOWN);
+    assert.equal(await sim.driver.unlock(target.pid), CUDA_ERROR_ILLEGAL_STATE); // it runs
+    const [failed, refused] = sim.driver.calls.map((c) => c.at - c.started);
+    assert.ok(failed > 0, `the failed lock took ${failed} ms`);
+    assert.equal(failed, refused);
+  });
+
   test("a new fault for the same operation replaces the one waiting; clearFaults forgets all", async () => {
     const { sim, target } = machine();
     target.failNext("lock", { code: 1 });
