@@ -8,7 +8,7 @@
 import { after, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { spawn, spawnSync } from "node:child_process";
-import { existsSync, readFileSync, rmSync } from "node:fs";
+import { closeSync, existsSync, openSync, readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import process from "node:process";
 
@@ -371,6 +371,25 @@ describe(`the program's watch over its signals (${runtime})`, () => {
     const r = spawnSync(process.execPath, argv, { encoding: "utf8", timeout: 30_000 });
     // Its own listener took the watched SIGHUP, then the one exit raised; then exit(129) exited.
     assert.deepEqual([r.status, r.signal, r.stdout], [129, null, "its own\nits own\n"], r.stderr);
+  });
+
+  test("stdout's failure, said once written out, leaves an interrupt's exit by its signal", {
+    skip: runtime === "deno" ? "Deno writes stdout at once: its failure throws there" : false,
+  }, () => {
+    // On Bun a large write goes out in exit's flush, which fails on a full device (ENOSPC).
+    const fixture = new URL("./fixtures/watched.ts", import.meta.url).pathname;
+    const full = openSync("/dev/full", "w");
+    try {
+      const r = spawnSync(process.execPath, [fixture, "full"], {
+        encoding: "utf8",
+        timeout: 30_000,
+        stdio: ["ignore", full, "pipe"],
+      });
+      assert.deepEqual([r.status, r.signal], [null, "SIGHUP"], r.stderr);
+      assert.match(r.stderr, /^cuda-checkpoint: internal error: .*(ENOSPC|[Nn]o space left)/m);
+    } finally {
+      closeSync(full);
+    }
   });
 
   test("raise sends the program the signal it names, which ends it (one pid's interrupt)", () => {
