@@ -56,6 +56,16 @@ function recorded(file: string): string[] {
   return readFileSync(file, "utf8").trim().split("\n");
 }
 
+/** Where criu's work directories are made for this user (workDir's base), as the engine names it. */
+const WORK_BASE = process.getuid?.() === 0
+  ? "/run/ckpt-cuda-work"
+  : join(realpathSync(tmpdir()), `ckpt-cuda-work-${process.getuid?.()}`);
+/** The start of the names of this program's work directories: its pid and its start time. */
+const MINE = (() => {
+  const me = readFileSync("/proc/self/stat", "utf8");
+  return `${process.pid}-${me.slice(me.lastIndexOf(")") + 2).split(" ")[19]}-`;
+})();
+
 describe("running criu", () => {
   test("a dump: no plugins, no outside configuration, leave-running, shell-job, a log", () =>
     inScratch(async (s) => {
@@ -224,9 +234,7 @@ describe("running criu", () => {
   test("a failed dump's log is kept beside the work directories, named by path, not /proc/<pid>/fd/<n> (issue 29, item 13f)", () =>
     inScratch(async (s) => {
       const snap = await new FileSnapshotStore().create(join(s.dir, "snap"));
-      const base = process.getuid?.() === 0
-        ? "/run/ckpt-cuda-work"
-        : join(realpathSync(tmpdir()), `ckpt-cuda-work-${process.getuid?.()}`);
+      const base = WORK_BASE;
       try {
         await snap.subdir("tree-7");
         const imagesDir = await snap.enginePath("tree-7");
@@ -246,9 +254,7 @@ describe("running criu", () => {
 
   test("a dump whose pstree.img cannot be read then says so, naming it as given or, through the snapshot's open directory, by its path (not /proc/<pid>/fd/<n>); criu's log kept", () =>
     inScratch(async (s) => {
-      const base = process.getuid?.() === 0
-        ? "/run/ckpt-cuda-work"
-        : join(realpathSync(tmpdir()), `ckpt-cuda-work-${process.getuid?.()}`);
+      const base = WORK_BASE;
       const engine = openCriuEngine({ criuPath: fakeCriu(s.dir) }); // it writes no pstree.img
       const unread = (file: string) =>
         new RegExp(`^criu's ${file} cannot be read: .*(ENOENT|[Nn]o such file)`);
@@ -282,11 +288,8 @@ describe("running criu", () => {
 
   test("restore work directories: each removed when its restore ends, the log of one that failed kept; those of programs gone removed (issue 29, item 13h)", () =>
     inScratch(async (s) => {
-      const base = process.getuid?.() === 0
-        ? "/run/ckpt-cuda-work"
-        : join(realpathSync(tmpdir()), `ckpt-cuda-work-${process.getuid?.()}`);
-      const me = readFileSync("/proc/self/stat", "utf8");
-      const mine = `${process.pid}-${me.slice(me.lastIndexOf(")") + 2).split(" ")[19]}-`;
+      const base = WORK_BASE;
+      const mine = MINE;
       const ours = () => readdirSync(base).filter((n) => n.startsWith(mine));
       const ok = openCriuEngine({ criuPath: fakeCriu(s.dir, { FAKE_CRIU_ROOT: "4243" }) });
       await ok.restore({ root: 4243, imagesDir: s.dir });
@@ -329,11 +332,8 @@ describe("running criu", () => {
 describe("criu's work directories, made by several runs at once", () => {
   test("each is named by this program and its operation; one that cannot be made fails the dump or restore before criu runs, saying why", () =>
     inScratch(async (s) => {
-      const base = process.getuid?.() === 0
-        ? "/run/ckpt-cuda-work"
-        : join(realpathSync(tmpdir()), `ckpt-cuda-work-${process.getuid?.()}`);
-      const me = readFileSync("/proc/self/stat", "utf8");
-      const mine = `${process.pid}-${me.slice(me.lastIndexOf(")") + 2).split(" ")[19]}-`;
+      const base = WORK_BASE;
+      const mine = MINE;
       const record = join(s.dir, "record");
       const engine = openCriuEngine({
         criuPath: fakeCriu(s.dir, { FAKE_CRIU_RECORD: record, FAKE_CRIU_ROOT: "4242" }),
@@ -374,9 +374,7 @@ describe("criu's work directories, made by several runs at once", () => {
     }));
 
   test("old logs removed meanwhile by another run fail none of them", async () => {
-    const base = process.getuid?.() === 0
-      ? "/run/ckpt-cuda-work"
-      : join(realpathSync(tmpdir()), `ckpt-cuda-work-${process.getuid?.()}`);
+    const base = WORK_BASE;
     rmSync(await workDir("first-"), { recursive: true }); // the base, made
     // Before, a run whose lstat of an old log came after another run's rm of it failed (ENOENT).
     const aged = new Date(Date.now() - 2 * 86_400_000);
