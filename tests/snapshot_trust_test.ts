@@ -426,6 +426,32 @@ describe("images verified before they run", () => {
     assert.equal(sim.process(pid)!.state, "running");
   });
 
+  test("a pid another process took after criu began (criu's Can't fork) is not ended: only a holder running the snapshot's command is", async () => {
+    const { sim, dir, pid } = await taken(); // python serve.py
+    for (const [command, ended] of [["sleep 600", false], ["python serve.py", true]] as const) {
+      let began = false;
+      const killed: number[] = [];
+      const holder = { pid, parent: 1, threads: [pid], command };
+      const host = hostWith(sim.host, {
+        pidsInUse: (ids: readonly number[]) =>
+          Promise.resolve(began && ids.includes(pid) ? [{ id: pid, holder: pid, as: "pid" }] : []),
+        processTree: (root: number) =>
+          began && root === pid ? Promise.resolve([holder]) : sim.host.processTree!(root),
+      });
+      const engine = engineWith(sim.engine, {
+        restore: () => {
+          began = true; // taken meanwhile: a root's process may end it, a stranger's never
+          return Promise.reject(new EngineError(`criu failed: Can't fork for ${pid}`));
+        },
+        kill: (pids) => (killed.push(...pids), (began = false), Promise.resolve()),
+      });
+      const err = await restoreSnapshot(dir, { machine: machineWith(sim, { host, engine }) })
+        .catch((e) => e);
+      assert.ok(err instanceof SnapshotError && err.code === "RESTORE_FAILED", String(err));
+      assert.deepEqual(killed, ended ? [pid] : [], `the holder running ${command}`);
+    }
+  });
+
   test("stopped while a tree waits, stopped, for its images' digests: ended, never let go", async () => {
     const { sim, dir, pid } = await taken();
     const calls: string[] = [];

@@ -316,13 +316,18 @@ async function rollBack(r: Restoring, stopped: string | undefined): Promise<Erro
   run.phase("rollback");
   for (const watch of r.watches) r.ran ??= await watch();
   // Every process the engine made: its trees as they are now, and the pids of those it failed on
-  // that a process holds (they were free when it began).
+  // (free when it began) that a process holds running the snapshot's command line: one that took
+  // such a pid since (criu's "Can't fork") runs its own, and is not ours to end.
   const listed = r.made.flatMap((t) => t.processes.map((p) => p.pid));
   const left = r.begun.filter((pid) => !listed.includes(pid));
+  const was = new Map(r.manifest.trees.flatMap((t) => t.processes.map((p) => [p.pid, p.command])));
   const uses = left.length > 0 ? await usesOf(run.host, left).catch(() => []) : [];
-  const held = uses.filter((u) => u.as === "pid" && u.holder === u.id).map((u) => u.id);
-  const now = await treesNow(run.host, [...r.made.map((t) => t.root), ...held]);
-  const made = [...new Set([...listed, ...held, ...now])];
+  const held = await Promise.all(uses.map(async ({ id, holder, as }) => {
+    const tree = as === "pid" && holder === id && await run.host.processTree?.(id).catch(() => []);
+    return tree && tree[0]?.command === was.get(id) ? tree.map((p) => p.pid) : [];
+  }));
+  const now = await treesNow(run.host, r.made.map((t) => t.root));
+  const made = [...new Set([...listed, ...held.flat(), ...now])];
   await run.engine.kill(made).catch(() => {});
   await untilFree(run, made).catch(() => {});
   const ended = made.length === 0
