@@ -14,8 +14,6 @@ import type { PieceReply, PieceRequest } from "./digest_worker.ts";
 
 /** Bytes of one piece of a file's chunked SHA-256. */
 export const PIECE_BYTES = 8 * 2 ** 20;
-/** Until this many bytes are asked of a hasher, it hashes on the calling thread: no worker. */
-const WORKERS_FROM_BYTES = 64 * 2 ** 20;
 
 /** What a digest is of: a file already open, its size, and its name for messages. */
 export type DigestSource = Readonly<{ handle: FileHandle; bytes: number; name: string }>;
@@ -73,7 +71,7 @@ export class PieceHasher {
     o: { threads?: number; workersFrom?: number; signal?: AbortSignal; leave?: () => number } = {},
   ) {
     this.#threads = o.threads ?? availableParallelism();
-    this.#workersFrom = o.workersFrom ?? WORKERS_FROM_BYTES;
+    this.#workersFrom = o.workersFrom ?? 64 * 2 ** 20;
     [this.#signal, this.#leave] = [o.signal, o.leave];
     PieceHasher.#live.add(this);
     o.signal?.addEventListener("abort", this.#onAbort, { once: true });
