@@ -19,9 +19,6 @@ interface Worked {
   idle?: ReturnType<typeof setTimeout>; // what ends it once idle
 }
 
-/** How long a worker asked to close may take before it is terminated. */
-const RETIRE_GRACE_MS = 2000;
-
 /** Worker threads running `bun:ffi` calls (see the module documentation). */
 export class WorkerPool {
   #workers = new Set<Worked>();
@@ -102,7 +99,7 @@ export class WorkerPool {
     w.retiring = true;
     w.worker.unref?.();
     w.worker.postMessage({ close: true } satisfies WorkerClose);
-    const timer = setTimeout(() => w.worker.terminate(), RETIRE_GRACE_MS);
+    const timer = setTimeout(() => w.worker.terminate(), 2000); // 2 s to close, then terminated
     (timer as { unref?(): void }).unref?.();
     void w.ended.then(() => clearTimeout(timer));
   }
