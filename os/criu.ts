@@ -29,8 +29,6 @@ import { trustedLibraryDir, trustedProgram, workDir } from "./trusted.ts";
 const CRIU_ENV_VAR = "CKPT_CRIU_PATH", LIBRARY_ENV_VAR = "CKPT_CRIU_LIBRARY_DIR";
 /** The oldest criu this package runs. */
 const CRIU_MIN_VERSION = "4.0";
-/** How long `criu --version` and `criu check` may take, in ms. */
-const PROBE_TIMEOUT_MS = 60_000;
 /** Why a snapshot cannot be taken or restored by another user than root. */
 const NEEDS_ROOT = "Snapshots need root: criu needs CAP_SYS_ADMIN (or CAP_CHECKPOINT_RESTORE) " +
   "over the processes, and so do the driver's checkpoint calls; run as root.";
@@ -107,7 +105,7 @@ class CriuEngine implements SnapshotEngine {
       const { path: criu, env } = found.criu;
       const problems: string[] = [];
       const run = (args: string[]) =>
-        runBounded(criu, args, env, { timeoutMs: PROBE_TIMEOUT_MS })
+        runBounded(criu, args, env, { timeoutMs: 60_000 }) // criu --version or check: a minute at most
           .catch((err) => ({ code: -1, stdout: "", stderr: messageOf(err) }));
       const version = (await run(["--version"])).stdout.match(/^Version:\s*([0-9][0-9.]*)/m)?.[1];
       if (!version) {
