@@ -117,9 +117,6 @@ export async function openNativeDriver(options: NativeDriverOptions = {}): Promi
   return openLibcudaDriver(await runtimeAdapter({ callingThread }), options);
 }
 
-/** Room for a GPU's name, with its NUL (NVIDIA's tools use 256). */
-const GPU_NAME_SIZE = 256;
-
 /** The native driver (see the module documentation), made by {@link openLibcudaDriver}. */
 export class LibcudaDriver implements NativeDriver {
   /** `native (Deno)` or `native (Bun)`. */
@@ -338,10 +335,10 @@ export class LibcudaDriver implements NativeDriver {
     const gpus: GpuInfo[] = [];
     for (let index = 0; index < readInt(count); index++) {
       const ordinal = nativeBuffer(4), uuid = nativeBuffer(CUUUID_SIZE);
-      const name = nativeBuffer(GPU_NAME_SIZE);
+      const name = nativeBuffer(256); // room for a name and its NUL (NVIDIA's tools use 256)
       await device("cuDeviceGet", [ordinal, index]);
       await device(uuidOf, [uuid, readInt(ordinal)]);
-      await device("cuDeviceGetName", [name, GPU_NAME_SIZE, readInt(ordinal)]);
+      await device("cuDeviceGetName", [name, name.length, readInt(ordinal)]);
       gpus.push(Object.freeze({ index, uuid: formatGpuUuid(uuid), name: cText(name) }));
     }
     return Object.freeze(gpus);
