@@ -108,16 +108,6 @@ export interface InterruptHooks {
   readonly simulated: boolean;
 }
 
-/** The watch over a command's interrupts (see {@link watchInterrupts}). */
-export interface InterruptWatch {
-  /** Aborts at the first interrupt, its reason `interrupted (SIGX)`. */
-  readonly signal: AbortSignal;
-  /** The exit code: the first interrupt's, if one came, else `code`. */
-  exitCode(code: number): number;
-  /** Stops watching: an interrupt ends the program again. Idempotent. */
-  stop(): void;
-}
-
 /**
  * Watches a command's interrupts. The first is remembered, said (`interrupted`, with ` by SIGTERM`
  * or ` by SIGHUP`) and aborts `signal`; a second, of any of the three, says what may be left and
@@ -127,7 +117,14 @@ export function watchInterrupts(
   interrupts: Interrupts | undefined,
   print: { err(line: string): void },
   { subject, meanwhile, leftBehind, simulated }: InterruptHooks,
-): InterruptWatch {
+): {
+  /** Aborts at the first interrupt, its reason `interrupted (SIGX)`. */
+  readonly signal: AbortSignal;
+  /** The exit code: the first interrupt's, if one came, else `code`. */
+  exitCode(code: number): number;
+  /** Stops watching: an interrupt ends the program again. Idempotent. */
+  stop(): void;
+} {
   const controller = new AbortController();
   let first: Signal | undefined;
   const say = (line: string) => print.err(`cuda-checkpoint: ${line}`);
