@@ -122,14 +122,11 @@ async function run(command: MachineCommand, io: CliIo): Promise<number> {
       code = await (await import("./disk.ts")).runDiskCommand(command, machine, print, io);
     }
   } finally {
-    try {
-      await simulated?.save(); // what the command did, for the next command
-    } catch (error) {
+    // What the command did, for the next command; then what was opened is closed, either way.
+    await (simulated?.save() ?? Promise.resolve()).catch((error) => {
       print.error(error);
       code = 1;
-    } finally {
-      await close();
-    }
+    }).finally(close);
   }
   return code;
 }
