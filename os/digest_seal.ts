@@ -11,9 +11,6 @@ import type { FileHandle } from "node:fs/promises";
 import type { SnapshotFile } from "../core/snapshot/store.ts";
 import { digestOf, PIECE_BYTES, PieceHasher } from "./digest.ts";
 
-/** How often the files of a dump under way are looked at, in ms. */
-const EVERY_MS = 150;
-
 /** The directory to seal (`sub` inside the snapshot's, `shown` in messages), as its store opens it. */
 export interface SealDir {
   readonly sub: string;
@@ -70,7 +67,8 @@ export async function seal(
         if (file) followed.set(name, follow(file, name));
       }
       for (const f of followed.values()) await step(f, hasher);
-      await Promise.race([wake.promise, new Promise((r) => timer = setTimeout(r, EVERY_MS))]);
+      // The files of a dump under way are looked at every 150 ms (at once when it ends or aborts).
+      await Promise.race([wake.promise, new Promise((r) => timer = setTimeout(r, 150))]);
       clearTimeout(timer);
     }
     // As without following: every file opened and checked now, the one followed kept if the same.
