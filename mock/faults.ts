@@ -14,9 +14,6 @@ const QUERIES: readonly QueryOperation[] = ["getState", "getRestoreThreadId"];
 /** Every {@link FaultableOperation}. */
 export const FAULTABLE_OPERATIONS: readonly FaultableOperation[] = [...QUERIES, ...STEPS];
 
-/** The largest `nth`: far more calls than any test makes. */
-const MAX_NTH = 1_000_000;
-
 /** Which call of an operation a fault hits. */
 export interface FaultTiming {
   /** Which call from now: 1 (the default) the next; calls the state refuses do not count. */
@@ -54,7 +51,8 @@ export type PendingFault =
   );
 
 function checkNth(nth: unknown, what: string): number {
-  return checkInteger(or(nth, 1), `${what}.nth (which call, 1 = the next)`, 1, MAX_NTH);
+  // At most 1 000 000: far more calls than any test makes.
+  return checkInteger(or(nth, 1), `${what}.nth (which call, 1 = the next)`, 1, 1_000_000);
 }
 
 /** A {@link PendingFault} from a method's arguments; throws naming the bad input. */
