@@ -238,7 +238,10 @@ class CriuEngine implements SnapshotEngine {
       const why = `criu ${op} of the tree of ${root} failed (exit ${result.code})`;
       // criu's error lines from its log (or its stderr), the last few, and where the log is.
       const text = await readFile(log.file, "utf8").catch(() => result.stderr);
-      const found = text.split("\n").filter((l) => /Error|FAILED|Can't/.test(l));
+      // Not the open-file limit criu could not raise for itself (where it lacks CAP_SYS_RESOURCE,
+      // as in a container): an Error it logs and goes on after, never why it failed.
+      const found = text.split("\n")
+        .filter((l) => /Error|FAILED|Can't/.test(l) && !/RLIMIT_NOFILE for self/.test(l));
       const picked = (found.length > 0 ? found : text.split("\n")).slice(-4)
         .map((l) => l.replace(/^\(\s*[0-9.]+\)\s*/, "").trim()).filter(Boolean);
       const errors = `${picked.join("; ") || "no output"} (log: ${log.shown})`;

@@ -151,7 +151,7 @@ describe("running criu", () => {
       assert.doesNotMatch(plain.message, /iptables/, "only where criu said so");
     }));
 
-  test("a failed run says criu's last four lines of Error, FAILED or Can't, without their times; else its last lines, or its stderr, or no output", () =>
+  test("a failed run says criu's last four lines of Error, FAILED or Can't (not the open-file limit it goes on after), without their times; else its last lines, or its stderr, or no output", () =>
     inScratch(async (s) => {
       // A criu that writes $FAKE_LOG as its log, where given, and $FAKE_STDERR to stderr; exit 3.
       const body = [
@@ -202,6 +202,17 @@ describe("running criu", () => {
         "criu: unrecognized option '--x'",
       );
       assert.equal(await said({}), "no output");
+      // Where criu lacks CAP_SYS_RESOURCE (a container; the GPU machines of 2026-12): an Error it
+      // logs at its start and goes on after, not why it failed (criu 4.1.1, "Can't fork" for 618).
+      const limit = "(00.000330) Error (criu/util.c:1533): rlimit: Can't setup RLIMIT_NOFILE for " +
+        "self: Operation not permitted";
+      const fork = "(00.012810) Error (criu/cr-restore.c:1230): Can't fork for 618: File exists";
+      assert.equal(
+        await said({
+          FAKE_LOG: [limit, fork, "(00.012900) Error (x.c:1): Restoring FAILED.", ""].join("\n"),
+        }),
+        "Error (criu/cr-restore.c:1230): Can't fork for 618: File exists; Error (x.c:1): Restoring FAILED.",
+      );
     }));
 
   test("a restore: detached, shell-job, its pidfile read; a root it did not make is an error", () =>
