@@ -408,22 +408,48 @@ describe("images verified before they run", () => {
   });
 
   test("a tree criu made before it failed is ended, and its pids are free again", async () => {
-    const { sim, dir, pid } = await taken();
-    const machine = machineWith(sim, {
-      engine: engineWith(sim.engine, {
-        restore: async (r) => {
-          await sim.engine.restore(r); // detached, then criu fails (or hangs and is killed)
-          throw new EngineError("criu failed after it had detached the tree");
-        },
-      }),
+    // A command line longer than a manifest records (4096 characters) too: a Java classpath.
+    for (const command of ["python serve.py", `java -cp ${"lib/a.jar:".repeat(500)} Main`]) {
+      const { sim, dir, pid } = await taken(undefined, undefined, command);
+      const machine = machineWith(sim, {
+        engine: engineWith(sim.engine, {
+          restore: async (r) => {
+            await sim.engine.restore(r); // detached, then criu fails (or hangs and is killed)
+            throw new EngineError("criu failed after it had detached the tree");
+          },
+        }),
+      });
+      const err = await restoreSnapshot(dir, { machine }).catch((e) => e);
+      assert.ok(err instanceof SnapshotError, String(err));
+      assert.equal(err.code, "RESTORE_FAILED");
+      assert.doesNotMatch(err.message, /No process was made/);
+      assert.equal(
+        sim.process(pid),
+        undefined,
+        `what criu left behind was ended (${command.length})`,
+      );
+      await restoreSnapshot(dir, { machine: sim }); // its pid is free: no PID_TAKEN
+      assert.equal(sim.process(pid)!.state, "running");
+    }
+  });
+
+  test("a process criu made whose parent is gone is ended by its own command line, not its root's", async () => {
+    const sim = new SimulatedMachine();
+    const root = sim.spawn({ memoryMiB: 64, command: "bash run.sh" });
+    const child = sim.spawn({ memoryMiB: 256, command: "python train.py", parent: root.pid });
+    const dir = join(base(), "tree");
+    await snapshot([root.pid], dir, { machine: sim });
+    const engine = engineWith(sim.engine, {
+      restore: async (r) => {
+        await sim.engine.restore(r);
+        sim.process(root.pid)!.exit(); // criu fails after its root ended: the child is left alone
+        throw new EngineError("criu failed after it had detached the tree");
+      },
     });
-    const err = await restoreSnapshot(dir, { machine }).catch((e) => e);
-    assert.ok(err instanceof SnapshotError, String(err));
-    assert.equal(err.code, "RESTORE_FAILED");
-    assert.doesNotMatch(err.message, /No process was made/);
-    assert.equal(sim.process(pid), undefined, "what criu left behind was ended");
-    await restoreSnapshot(dir, { machine: sim }); // its pid is free: no PID_TAKEN
-    assert.equal(sim.process(pid)!.state, "running");
+    const err = await restoreSnapshot(dir, { machine: machineWith(sim, { engine }) })
+      .catch((e) => e);
+    assert.ok(err instanceof SnapshotError && err.code === "RESTORE_FAILED", String(err));
+    assert.equal(sim.process(child.pid), undefined, "the child criu made was ended");
   });
 
   test("a pid another process took after criu began (criu's Can't fork) is not ended: only a holder running the snapshot's command is", async () => {

@@ -25,7 +25,7 @@ import { openSnapshot } from "./layout.ts";
 import type { Manifest, ManifestProcess, ManifestTree } from "./manifest.ts";
 import { bytesOf, firstError, groupFailure, heldMiB } from "./run.ts";
 import { prerequisite, Run, type SnapshotEvent, started, type WholeSettings } from "./run.ts";
-import { checkPidsFree, treesNow, untilFree, usesOf, watchHeld } from "./trees.ts";
+import { checkPidsFree, recorded, treesNow, untilFree, usesOf, watchHeld } from "./trees.ts";
 
 /** Options of `restoreSnapshot`. */
 export interface RestoreSnapshotOptions {
@@ -324,7 +324,7 @@ async function rollBack(r: Restoring, stopped: string | undefined): Promise<Erro
   const uses = left.length > 0 ? await usesOf(run.host, left).catch(() => []) : [];
   const held = await Promise.all(uses.map(async ({ id, holder, as }) => {
     const tree = as === "pid" && holder === id && await run.host.processTree?.(id).catch(() => []);
-    return tree && tree[0]?.command === was.get(id) ? tree.map((p) => p.pid) : [];
+    return tree && recorded(tree[0]?.command) === was.get(id) ? tree.map((p) => p.pid) : [];
   }));
   const now = await treesNow(run.host, r.made.map((t) => t.root));
   const made = [...new Set([...listed, ...held.flat(), ...now])];

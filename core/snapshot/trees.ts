@@ -30,7 +30,7 @@ export async function describeTree(
       pid: p.pid,
       parent: p.parent,
       threads: p.threads.length > 0 ? [...p.threads] : [p.pid],
-      ...(p.command ? { command: p.command.slice(0, 4096) } : {}), // as much as a manifest holds
+      ...(p.command ? { command: recorded(p.command) } : {}),
     };
     // Stopped: a CUDA process would not answer its state (refused); another comes back running.
     const asked = machine.driver.getRestoreThreadId(p.pid);
@@ -61,6 +61,10 @@ export async function describeTree(
   }));
   return { root, images: treeDirName(root), processes };
 }
+
+/** A command line as a manifest records it: as much of it as a manifest holds. */
+export const recorded = (command: string | undefined): string | undefined =>
+  command?.slice(0, 4096);
 
 /** The machine's GPUs for the manifest, with their total memory where the host tells it. */
 export function describeGpus(gpus: readonly GpuInfo[], report: GpuMemoryReport): ManifestGpu[] {

@@ -16,23 +16,27 @@
 # (installed as /usr/local/sbin/ckpt-criu-taker, removed at the end) that, on a restore, has a
 # `sleep` of nobody's take the target's pid before it runs criu. Expected: RESTORE_FAILED with
 # "Can't fork", the sleep still runs (before, the rollback ended a holder of a pid free when criu
-# began: root ending another user's process), no target left.
+# began: root ending another user's process).
 mode=${1:-slot}
 . "$(dirname "$0")/session.sh" "pid-taken-$mode"
 taker='' wrapper=/usr/local/sbin/ckpt-criu-taker
 cleanup() {
   end_started target
   [[ -n $taker ]] && kill -9 "$taker" 2>/dev/null
-  [[ $mode == late ]] && rm -f "$wrapper" /run/ckpt-take-pid /run/ckpt-taker
+  if [[ $mode == late ]]; then
+    pkill -9 -u 65534 -x sleep # the wrapper's, taker or not (interrupted before it was read)
+    rm -f "$wrapper" /run/ckpt-take-pid /run/ckpt-taker
+  fi
 }
 trap cleanup EXIT
 
 if [[ $mode == late ]]; then
+  for c in setsid setpriv pkill; do command -v $c >/dev/null || fail_setup "no $c for the sleep"; done
   start_target late 64 >/dev/null || fail_setup "the target did not start"
   pid=$T_PID
   timeout 120 "${CK[@]}" snapshot --pid "$pid" --dir "$bin/snap" --json >"$bin/snap.json"
   check "snapshot of the target $pid: $(head -c 300 "$bin/snap.json")" $?
-  wait_gone "$pid"
+  wait_gone "$pid" || fail_setup "pid $pid still taken after the snapshot ended its target"
   echo "$pid" >/run/ckpt-take-pid
   rm -f /run/ckpt-taker
   # The wrapper's sleep: setsid -f forks (setsid is pid - 1, the sleep pid), setpriv does not.
@@ -48,7 +52,7 @@ if [[ \$1 == restore && -s /run/ckpt-take-pid && ! -e /run/ckpt-taker ]]; then
     pkill -9 -u 65534 -x sleep # a miss: it took another pid
   done
 fi
-exec $criu "\$@"
+$(printf 'exec %q "$@"' "$criu")
 WRAP
   chmod 0755 "$wrapper"
   CKPT_CRIU_PATH=$wrapper timeout 120 "${CK[@]}" restore-snapshot "$bin/snap" --json >"$bin/restore.json"
