@@ -452,29 +452,36 @@ describe("images verified before they run", () => {
     assert.equal(sim.process(child.pid), undefined, "the child criu made was ended");
   });
 
-  test("a pid another process took after criu began (criu's Can't fork) is not ended: only a holder running the snapshot's command is", async () => {
+  test("a pid another process took after criu began (criu's Can't fork) is not ended: only a holder running the snapshot's command, or criu's on its images, is", async () => {
     const { sim, dir, pid } = await taken(); // python serve.py
-    for (const [command, ended] of [["sleep 600", false], ["python serve.py", true]] as const) {
-      let began = false;
+    // A task criu forked and had not restored yet runs criu's command line (a failed criu leaves
+    // it so: a PyTorch restore whose compile caches were gone, on an H200).
+    const criu = (images: string) =>
+      `/usr/sbin/criu restore -v4 --images-dir ${images} --shell-job`;
+    const holders = [["sleep 600", false], ["python serve.py", true], [criu, true]] as const;
+    for (const [command, ended] of holders) {
+      let images: string | undefined;
       const killed: number[] = [];
-      const holder = { pid, parent: 1, threads: [pid], command };
+      const line = () => typeof command === "string" ? command : command(images!);
       const host = hostWith(sim.host, {
         pidsInUse: (ids: readonly number[]) =>
-          Promise.resolve(began && ids.includes(pid) ? [{ id: pid, holder: pid, as: "pid" }] : []),
+          Promise.resolve(images && ids.includes(pid) ? [{ id: pid, holder: pid, as: "pid" }] : []),
         processTree: (root: number) =>
-          began && root === pid ? Promise.resolve([holder]) : sim.host.processTree!(root),
+          images && root === pid
+            ? Promise.resolve([{ pid, parent: 1, threads: [pid], command: line() }])
+            : sim.host.processTree!(root),
       });
       const engine = engineWith(sim.engine, {
-        restore: () => {
-          began = true; // taken meanwhile: a root's process may end it, a stranger's never
+        restore: (request) => {
+          images = request.imagesDir; // taken meanwhile: a root's process may end it, a stranger's never
           return Promise.reject(new EngineError(`criu failed: Can't fork for ${pid}`));
         },
-        kill: (pids) => (killed.push(...pids), (began = false), Promise.resolve()),
+        kill: (pids) => (killed.push(...pids), (images = undefined), Promise.resolve()),
       });
       const err = await restoreSnapshot(dir, { machine: machineWith(sim, { host, engine }) })
         .catch((e) => e);
       assert.ok(err instanceof SnapshotError && err.code === "RESTORE_FAILED", String(err));
-      assert.deepEqual(killed, ended ? [pid] : [], `the holder running ${command}`);
+      assert.deepEqual(killed, ended ? [pid] : [], `the holder running ${line()}`);
     }
   });
 

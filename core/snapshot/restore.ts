@@ -84,7 +84,7 @@ interface Restoring extends Awaited<ReturnType<typeof openSnapshot>> {
   pairs: readonly GpuPair[];
   readonly running: readonly ManifestProcess[];
   readonly made: ManifestTree[];
-  readonly begun: number[]; // the pids of the trees it began on, free then
+  readonly begun: Map<number, string>; // the pids of the trees it began on (free then): images
   readonly watches: (() => Promise<string | undefined>)[];
   ran?: string;
   whole: number;
@@ -119,7 +119,7 @@ export async function restoreFrom(
     const running = opened.manifest.trees.flatMap((t) => t.processes)
       .filter((p) => p.cuda?.state === "running");
     const held = holds && opened.checked.digests, times = { checked: 0, restored: 0 };
-    const nothingYet = { pairs: [], made: [], begun: [], watches: [], whole: 0 };
+    const nothingYet = { pairs: [], made: [], begun: new Map(), watches: [], whole: 0 };
     const r: Restoring = { run, o, ...opened, held, running, times, ...nothingYet };
     try {
       // A memory image that differs, found while the engine runs.
@@ -233,10 +233,11 @@ async function restoreTree(r: Restoring, t: ManifestTree): Promise<void> {
       if (run.signal.aborted) throw NOT_STARTED;
       // A pid another process took since the checks (reused) is not the rollback's to end.
       const held = await Promise.all(pids.map((p) => run.host.identify?.(p).catch(() => true)));
-      r.begun.push(...pids.filter((_, i) => !held[i]));
+      const imagesDir = await r.dir.enginePath(t.images);
+      for (const [i, pid] of pids.entries()) if (!held[i]) r.begun.set(pid, imagesDir);
       await run.engine.restore({
         ...run.tree(t.root),
-        imagesDir: await r.dir.enginePath(t.images),
+        imagesDir,
         ...(r.held ? { leaveStopped: true } : {}),
         ...(r.manifest.options.tcpEstablished ? { tcpEstablished: true } : {}),
       });
@@ -316,15 +317,18 @@ async function rollBack(r: Restoring, stopped: string | undefined): Promise<Erro
   run.phase("rollback");
   for (const watch of r.watches) r.ran ??= await watch();
   // Every process the engine made: its trees as they are now, and the pids of those it failed on
-  // (free when it began) that a process holds running the snapshot's command line: one that took
-  // such a pid since (criu's "Can't fork") runs its own, and is not ours to end.
+  // (free when it began) that a process holds running the snapshot's command line, or the engine's
+  // run on those images (a task criu forked and had not restored yet, as a failed criu leaves it):
+  // one that took such a pid since (criu's "Can't fork") runs its own, and is not ours to end.
   const listed = r.made.flatMap((t) => t.processes.map((p) => p.pid));
-  const left = r.begun.filter((pid) => !listed.includes(pid));
+  const left = [...r.begun.keys()].filter((pid) => !listed.includes(pid));
   const was = new Map(r.manifest.trees.flatMap((t) => t.processes.map((p) => [p.pid, p.command])));
   const uses = left.length > 0 ? await usesOf(run.host, left).catch(() => []) : [];
   const held = await Promise.all(uses.map(async ({ id, holder, as }) => {
     const tree = as === "pid" && holder === id && await run.host.processTree?.(id).catch(() => []);
-    return tree && recorded(tree[0]?.command) === was.get(id) ? tree.map((p) => p.pid) : [];
+    const command = tree ? tree[0]?.command : undefined;
+    const ours = recorded(command) === was.get(id) || command?.includes(r.begun.get(id)!);
+    return tree && ours ? tree.map((p) => p.pid) : [];
   }));
   const now = await treesNow(run.host, r.made.map((t) => t.root));
   const made = [...new Set([...listed, ...held.flat(), ...now])];
