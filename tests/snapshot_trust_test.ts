@@ -454,21 +454,32 @@ describe("images verified before they run", () => {
 
   test("a pid another process took after criu began (criu's Can't fork) is not ended: only a holder running the snapshot's command, or criu's on its images, is", async () => {
     const { sim, dir, pid } = await taken(); // python serve.py
-    // A task criu forked and had not restored yet runs criu's command line (a failed criu leaves
-    // it so: a PyTorch restore whose compile caches were gone, on an H200).
+    // A task criu forked and had not restored yet runs criu's command line; one criu killed and no
+    // one reaped yet, none (a zombie: a PyTorch restore whose compile caches were gone, on an H200,
+    // left `[criu] <defunct>` on the pid, which pid 1 reaped later): its pid is waited for.
     const criu = (images: string) =>
       `/usr/sbin/criu restore -v4 --images-dir ${images} --shell-job`;
-    const holders = [["sleep 600", false], ["python serve.py", true], [criu, true]] as const;
+    const holders = [
+      ["sleep 600", false],
+      ["python serve.py", true],
+      [criu, true],
+      [undefined, true],
+    ] as const;
     for (const [command, ended] of holders) {
       let images: string | undefined;
       const killed: number[] = [];
-      const line = () => typeof command === "string" ? command : command(images!);
+      const line = () => typeof command === "function" ? command(images!) : command;
       const host = hostWith(sim.host, {
         pidsInUse: (ids: readonly number[]) =>
           Promise.resolve(images && ids.includes(pid) ? [{ id: pid, holder: pid, as: "pid" }] : []),
         processTree: (root: number) =>
           images && root === pid
-            ? Promise.resolve([{ pid, parent: 1, threads: [pid], command: line() }])
+            ? Promise.resolve([{
+              pid,
+              parent: 1,
+              threads: [pid],
+              ...line() && { command: line() },
+            }])
             : sim.host.processTree!(root),
       });
       const engine = engineWith(sim.engine, {

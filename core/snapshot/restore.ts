@@ -317,9 +317,10 @@ async function rollBack(r: Restoring, stopped: string | undefined): Promise<Erro
   run.phase("rollback");
   for (const watch of r.watches) r.ran ??= await watch();
   // Every process the engine made: its trees as they are now, and the pids of those it failed on
-  // (free when it began) that a process holds running the snapshot's command line, or the engine's
-  // run on those images (a task criu forked and had not restored yet, as a failed criu leaves it):
-  // one that took such a pid since (criu's "Can't fork") runs its own, and is not ours to end.
+  // (free when it began) that a process holds running the snapshot's command line, the engine's run
+  // on those images (a task criu forked and had not restored yet) or none (a zombie: criu killed its
+  // task, and until reaped it holds the pid): one that took such a pid since (criu's "Can't fork")
+  // runs its own, and is not ours to end.
   const listed = r.made.flatMap((t) => t.processes.map((p) => p.pid));
   const left = [...r.begun.keys()].filter((pid) => !listed.includes(pid));
   const was = new Map(r.manifest.trees.flatMap((t) => t.processes.map((p) => [p.pid, p.command])));
@@ -327,7 +328,8 @@ async function rollBack(r: Restoring, stopped: string | undefined): Promise<Erro
   const held = await Promise.all(uses.map(async ({ id, holder, as }) => {
     const tree = as === "pid" && holder === id && await run.host.processTree?.(id).catch(() => []);
     const command = tree ? tree[0]?.command : undefined;
-    const ours = recorded(command) === was.get(id) || command?.includes(r.begun.get(id)!);
+    const ours = !command || recorded(command) === was.get(id) ||
+      command.includes(r.begun.get(id)!);
     return tree && ours ? tree.map((p) => p.pid) : [];
   }));
   const now = await treesNow(run.host, r.made.map((t) => t.root));

@@ -632,7 +632,8 @@ case_infer() {
         ck "$l-restore-nocache" 600 restore-snapshot --dir "$snap" --json
         echo "   restore without the caches: exit $rc: $(jv "$bin/$l-restore-nocache.out" 'j.get("error", {}).get("message", "ok")' | head -c 600)"
         [[ $rc != 0 ]] && ! taken "$p"
-        _rc=$?; check "$l: with its compile caches moved away, the restore fails and leaves pid $p free" $_rc
+        _rc=$?; check "$l: with its compile caches moved away, the restore fails and leaves pid $p free" $_rc \
+          "$(ps -o pid=,stat=,ppid=,args= -p "$p" | head -c 300)"
         mv "$moved" "$bin/cache"
         if ! alive "$p"; then
           ck "$l-restore2" 600 restore-snapshot --dir "$snap" --json
