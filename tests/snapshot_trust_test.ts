@@ -456,7 +456,8 @@ describe("images verified before they run", () => {
     const { sim, dir, pid } = await taken(); // python serve.py
     // A task criu forked and had not restored yet runs criu's command line; one criu killed and no
     // one reaped yet, none (a zombie: a PyTorch restore whose compile caches were gone, on an H200,
-    // left `[criu] <defunct>` on the pid, which pid 1 reaped later): its pid is waited for.
+    // left `[criu] <defunct>` on the pid, which pid 1 reaped later): its pid is waited for. One
+    // that cannot be read (null) is left, and the rollback still ends as it should.
     const criu = (images: string) =>
       `/usr/sbin/criu restore -v4 --images-dir ${images} --shell-job`;
     const holders = [
@@ -464,6 +465,7 @@ describe("images verified before they run", () => {
       ["python serve.py", true],
       [criu, true],
       [undefined, true],
+      [null, false],
     ] as const;
     for (const [command, ended] of holders) {
       let images: string | undefined;
@@ -473,12 +475,14 @@ describe("images verified before they run", () => {
         pidsInUse: (ids: readonly number[]) =>
           Promise.resolve(images && ids.includes(pid) ? [{ id: pid, holder: pid, as: "pid" }] : []),
         processTree: (root: number) =>
-          images && root === pid
+          images && root === pid && command === null
+            ? Promise.reject(new Error("EACCES: permission denied"))
+            : images && root === pid
             ? Promise.resolve([{
               pid,
               parent: 1,
               threads: [pid],
-              ...line() && { command: line() },
+              ...line() && { command: line() as string },
             }])
             : sim.host.processTree!(root),
       });
