@@ -279,6 +279,26 @@ describe("a snapshot and its restore", () => {
     );
   });
 
+  test("a host that tells pids only by identify: a thread id another process has is refused as its thread, not its pid", async () => {
+    const { sim, a, pids } = await job();
+    const dir = newDir();
+    const made = await snapshot([pids[0]], dir, { machine: sim });
+    const thread = made.manifest.trees[0].processes[1].threads[1];
+    // No pidsInUse: each id is identified, and a thread id of process 31337 names that process.
+    const identify = (id: number) =>
+      id === thread ? Promise.resolve({ pid: 31337, start: 1 }) : sim.host.identify!(id);
+    const host = hostWith(sim.host, { pidsInUse: undefined, identify });
+    const err = await restoreSnapshot(dir, { machine: machineWith(sim, { host }) }).catch((e) => e);
+    assert.ok(err instanceof RefusedError && err.code === "PID_TAKEN", String(err));
+    assert.match(
+      err.message,
+      new RegExp(
+        `thread id ${thread} of pid ${a.pid} \\(python rank0\\.py\\) must be free .*, and a ` +
+          `thread of process 31337 has it now;`,
+      ),
+    );
+  });
+
   test("a file that goes between its seal and the end: nothing is ended, all put back", async () => {
     for (const cut of [false, true]) {
       const sim = new SimulatedMachine();
@@ -1009,6 +1029,72 @@ describe("refused before anything changes", () => {
       filler.exit();
       await restoreSnapshot(dir, { machine: sim });
     });
+
+    test("a driver that cannot tell its version is no other driver: the restore goes on", async () => {
+      const { sim, dir, a } = await taken();
+      const machine = forward(sim, {
+        listGpus: () => sim.driver.listGpus!(),
+        driverVersion: () => Promise.resolve({ code: 3, value: 0 }), // CUDA_ERROR_NOT_INITIALIZED
+      });
+      await restoreSnapshot(dir, { machine });
+      assert.equal(live(sim, a.pid).state, "running");
+    });
+
+    test("an abort while the engine waits till a tree can be restored is a stop before it began", async () => {
+      const { sim, dir } = await taken();
+      const controller = new AbortController();
+      let restores = 0;
+      // A port in TIME_WAIT: the engine waits, stopped only by the restore's signal.
+      const ready = (r: RestoreRequest) =>
+        new Promise<void>((_, reject) => {
+          r.signal!.addEventListener(
+            "abort",
+            () => reject(new EngineError("stopped as it waited")),
+          );
+          r.onWait!(60_000, "port 5000 held in TIME_WAIT on this host");
+        });
+      const engine = {
+        ...restoringWith(sim.engine, (r) => (restores++, sim.engine.restore(r))),
+        ready,
+      };
+      const onProgress = (e: SnapshotEvent) => e.type === "wait" && controller.abort();
+      const err = await restoreSnapshot(dir, {
+        machine: machineWith(sim, { engine }),
+        signal: controller.signal,
+        onProgress,
+      }).catch((e) => e);
+      assert.ok(err instanceof SnapshotError, String(err));
+      assert.equal(err.code, "STOPPED", err.message);
+      assert.match(err.message, /^restore stopped before it began: it was aborted/);
+      assert.equal(restores, 0, "criu was never asked");
+      assert.equal(sim.processes.length, 0);
+    });
+
+    test("the engine's wait among the checks counts in checkMs, not in restoreMs", async () => {
+      const { sim, dir } = await taken();
+      const engine = {
+        ...restoringWith(sim.engine, (r) => sim.engine.restore(r)),
+        ready: () => sim.sleep(1500), // a port in TIME_WAIT for 1.5 s
+      };
+      const back = await restoreSnapshot(dir, { machine: machineWith(sim, { engine }) });
+      const t = back.timings;
+      assert.ok(t.checkMs >= 1500, `the wait is a check: ${JSON.stringify(t)}`);
+      assert.ok(
+        t.checkMs + t.restoreMs <= back.ms + 1e-6,
+        `criu's part counts from the checks' end: ${JSON.stringify(t)} of ${back.ms}`,
+      );
+    });
+
+    test("a restore of several trees tells each phase once: check, restore, resume", async () => {
+      const sim = new SimulatedMachine();
+      const pids = [sim.spawn({ memoryMiB: 256 }).pid, sim.spawn({ memoryMiB: 512 }).pid];
+      const dir = newDir();
+      await snapshot(pids, dir, { machine: sim });
+      const phases: string[] = [];
+      const onProgress = (e: SnapshotEvent) => void (e.type === "phase" && phases.push(e.phase));
+      await restoreSnapshot(dir, { machine: sim, onProgress });
+      assert.deepEqual(phases, ["check", "restore", "resume"]);
+    });
   });
 });
 
@@ -1444,6 +1530,143 @@ describe("failures after things began to change", () => {
     assert.equal(live(sim, pids[1]).state, "running");
   });
 
+  test("the rollback waits for a killed process's pid up to 10 s: one reaped after 5 s is free when it returns, one never reaped is given up on", async () => {
+    // A task criu killed holds its pid until reaped (on an H200, by pid 1 after a while); the
+    // next restore would meet PID_TAKEN. The wait is bounded: 200 looks, 50 ms apart.
+    for (const reapedAfterMs of [5_000, Infinity]) {
+      const sim = new SimulatedMachine();
+      const p = sim.spawn({ memoryMiB: 256 });
+      const dir = newDir();
+      await snapshot([p.pid], dir, { machine: sim });
+      let killedAt: number | undefined;
+      const engine = {
+        ...restoringWith(sim.engine, async (r: RestoreRequest) => {
+          await sim.engine.restore(r);
+          throw new EngineError("criu failed after making the tree (simulated)");
+        }),
+        kill: (pids: readonly number[]) => (killedAt ??= sim.now(), sim.engine.kill(pids)),
+      };
+      const zombie = () => killedAt !== undefined && sim.now() < killedAt + reapedAfterMs;
+      const host = hostWith(sim.host, {
+        pidsInUse: async (ids) => [
+          ...await sim.host.pidsInUse!(ids),
+          ...ids.includes(p.pid) && zombie()
+            ? [{ id: p.pid, holder: p.pid, as: "pid" as const }]
+            : [],
+        ],
+      });
+      const err = await restoreSnapshot(dir, { machine: machineWith(sim, { engine, host }) })
+        .catch((e) => e);
+      assert.ok(err instanceof SnapshotError && err.code === "RESTORE_FAILED", String(err));
+      const waited = sim.now() - killedAt!;
+      if (reapedAfterMs === Infinity) {
+        assert.ok(waited >= 10_000 && waited < 10_500, `gave up after ${waited} ms`);
+      } else {
+        assert.ok(waited >= 5_000 && waited < 5_500, `returned ${waited} ms after the kill`);
+        assert.deepEqual(await host.pidsInUse!([p.pid]), [], "its pid is free");
+      }
+    }
+  });
+
+  test("a rollback whose host cannot tell who holds the pids, or whose kill fails, still says criu's failure", async () => {
+    // Tree a is made; b's criu fails without making anything. The rollback's own troubles (the
+    // host's pid look-ups, the engine's kill) do not replace the restore's error.
+    for (const trouble of ["pidsInUse", "kill"] as const) {
+      const sim = new SimulatedMachine();
+      const [a, b] = [sim.spawn({ memoryMiB: 256 }), sim.spawn({ memoryMiB: 256 })];
+      const dir = newDir();
+      await snapshot([a.pid, b.pid], dir, { machine: sim });
+      const aMade = Promise.withResolvers<void>();
+      let begun = false;
+      const engine = engineWith(sim.engine, {
+        restore: async (r) => {
+          begun = true;
+          if (r.root === a.pid) return void await sim.engine.restore(r).finally(aMade.resolve);
+          await aMade.promise;
+          throw new EngineError(`criu failed: Can't fork for ${b.pid}`);
+        },
+        kill: (pids) =>
+          trouble === "kill" ? Promise.reject(new Error("kill: EPERM")) : sim.engine.kill(pids),
+      });
+      const host = hostWith(sim.host, {
+        pidsInUse: (ids) =>
+          begun && trouble === "pidsInUse"
+            ? Promise.reject(new Error("EMFILE: too many open files"))
+            : sim.host.pidsInUse!(ids),
+      });
+      const err = await restoreSnapshot(dir, { machine: machineWith(sim, { engine, host }) })
+        .catch((e) => e);
+      assert.ok(err instanceof SnapshotError, `${trouble}: ${err}`);
+      assert.equal(err.code, "RESTORE_FAILED", err.message);
+      assert.match(err.message, new RegExp(`failed: criu failed: Can't fork for ${b.pid}`));
+      if (trouble === "pidsInUse") assert.equal(sim.process(a.pid), undefined, "a was ended");
+    }
+  });
+
+  test("criu fails before it made anything: said so, with criu's error as the cause and its log", async () => {
+    const sim = new SimulatedMachine();
+    const p = sim.spawn({ memoryMiB: 256 });
+    const dir = newDir();
+    await snapshot([p.pid], dir, { machine: sim });
+    const log = "/var/tmp/ckpt-cuda-restore-1/restore.log";
+    const failed = new EngineError(`criu failed: Can't fork for ${p.pid}`, { log });
+    const engine = engineWith(sim.engine, { restore: () => Promise.reject(failed) });
+    const err = await restoreSnapshot(dir, { machine: machineWith(sim, { engine }) })
+      .catch((e) => e);
+    assert.ok(err instanceof SnapshotError && err.code === "RESTORE_FAILED", String(err));
+    assert.match(err.message, /\. No process was made/);
+    assert.equal(err.cause, failed);
+    assert.equal(err.log, log);
+  });
+
+  test("a tree let go whose root then exits: when another tree's criu fails, the child it left is ended", async () => {
+    // A host that tells no pid's holder (neither pidsInUse nor identify): the rollback ends what
+    // the engine made by its trees as listed, the root's tree being gone.
+    const sim = new SimulatedMachine();
+    const root = sim.spawn({ cuda: false, command: "bash run.sh" });
+    const child = sim.spawn({ parent: root.pid, memoryMiB: 256, command: "python train.py" });
+    const other = sim.spawn({ memoryMiB: 256 });
+    const dir = newDir();
+    await snapshot([root.pid, other.pid], dir, { machine: sim });
+    const made = Promise.withResolvers<void>();
+    const engine = restoringWith(sim.engine, async (r) => {
+      if (r.root === root.pid) return void await sim.engine.restore(r).finally(made.resolve);
+      await made.promise;
+      sim.process(root.pid)!.exit(); // its script ended, leaving its child running
+      throw new EngineError("criu failed (simulated)");
+    });
+    const host = hostWith(sim.host, { pidsInUse: undefined, identify: undefined });
+    const err = await restoreSnapshot(dir, { machine: machineWith(sim, { engine, host }) })
+      .catch((e) => e);
+    assert.ok(err instanceof SnapshotError && err.code === "RESTORE_FAILED", String(err));
+    assert.equal(sim.process(child.pid), undefined, "the child the root left was ended");
+  });
+
+  test("a clock with no timer: a deadline passed as criu restores, or in the GPU half, is a stop, not a failure", async () => {
+    // The run's signal never aborts at the deadline; the steps and the engine see it passed.
+    const sim = new SimulatedMachine();
+    const p = sim.spawn({ memoryMiB: 8192 });
+    const dir = newDir();
+    await snapshot([p.pid], dir, { machine: sim });
+    const clock = { now: () => sim.now(), sleep: sim.clock.sleep.bind(sim.clock) };
+    // Without digests: their real hashing would hold the tree back while virtual time runs on.
+    const machine = machineWith(sim, { clock, store: new FileSnapshotStore({ digests: false }) });
+    const { timings: t } = await restoreSnapshot(dir, { machine });
+    live(sim, p.pid).exit();
+    const cases = [
+      [t.checkMs + t.restoreMs / 2, /failed: it was stopped: its deadline passed/],
+      [t.checkMs + t.restoreMs + t.resumeMs / 2, /their GPU restore failed: its deadline passed/],
+    ] as const;
+    for (const [ms, said] of cases) {
+      const err = await restoreSnapshot(dir, { machine, timeoutMs: Math.round(ms) })
+        .catch((e) => e);
+      assert.ok(err instanceof SnapshotError, String(err));
+      assert.equal(err.code, "STOPPED", err.message);
+      assert.match(err.message, said);
+      sim.process(p.pid)?.exit();
+    }
+  });
+
   test("a pid another process took after the checks fails criu's restore; the rollback leaves that process", async () => {
     const sim = new SimulatedMachine();
     const p = sim.spawn({ memoryMiB: 256 });
@@ -1563,6 +1786,29 @@ describe("failures after things began to change", () => {
       `cuda-checkpoint --toggle --pid ${a.pid},${b.pid}), or end them (kill ${root.pid})`;
     assert.ok(err.message.includes(resume), err.message);
     assert.equal(live(sim, pids[1]).state, "checkpointed");
+  });
+
+  test("the GPU restore fails: the driver's error is the cause, and a state the GPU half could not read is read again", async () => {
+    const sim = new SimulatedMachine();
+    const p = sim.spawn({ memoryMiB: 256 });
+    const dir = newDir();
+    await snapshot([p.pid], dir, { machine: sim });
+    // The driver refuses the restore (out of memory), then fails to tell the state once.
+    let failed = false, unread = 0;
+    const machine = forward(sim, {
+      listGpus: () => sim.driver.listGpus!(),
+      restore: () => (failed = true, Promise.resolve(2)), // CUDA_ERROR_OUT_OF_MEMORY
+      getState: (pid) =>
+        failed && unread++ === 0
+          ? Promise.resolve({ code: 3, value: 0 })
+          : sim.driver.getState(pid),
+    });
+    const err = await restoreSnapshot(dir, { machine }).catch((e) => e);
+    assert.ok(err instanceof SnapshotError && err.code === "RESUME_FAILED", String(err));
+    assert.ok(err.cause instanceof CudaError && err.cause.code === 2, String(err.cause));
+    assert.ok(unread > 1, "its state was asked again");
+    assert.match(err.message, /They are checkpointed: once the cause is fixed, resume them/);
+    assert.equal(live(sim, p.pid).state, "checkpointed");
   });
 });
 
