@@ -578,6 +578,194 @@ describe("images verified before they run", () => {
     assert.equal(sim.process(pid)!.stopped, false);
   });
 
+  test("a store that compares no digests: no tree is held stopped, none waits to be let go", async () => {
+    const { sim, dir, pid } = await taken();
+    const asked: (boolean | undefined)[] = [], woken: number[] = [];
+    const machine = machineWith(sim, {
+      store: new FileSnapshotStore({ digests: false }),
+      engine: engineWith(sim.engine, {
+        restore: (r) => (asked.push(r.leaveStopped), sim.engine.restore(r)),
+        wake: (pids) => (woken.push(...pids), sim.engine.wake!(pids)),
+      }),
+    });
+    await restoreSnapshot(dir, { machine });
+    assert.deepEqual(asked, [undefined], "not asked to keep the tree stopped");
+    assert.deepEqual(woken, []);
+    assert.equal(sim.process(pid)!.state, "running");
+  });
+
+  test("a memory image found to differ while criu restores is the refusal, though the restore is stopped before criu ends", async () => {
+    const { sim, dir, pid } = await taken();
+    const pages = join(dir, `tree-${pid}`, `pages-${pid}.img`);
+    writeFileSync(pages, readFileSync(pages, "utf8").replace("d2VpZ2h0cw==", "d2VpZ2h0eQ=="));
+    const stop = new AbortController();
+    let all: Promise<void> | undefined;
+    const machine = machineWith(sim, {
+      store: storeWith((checked) => (all = checked.all, checked)),
+      engine: engineWith(sim.engine, {
+        // criu is still at work when the digests find the difference; then Ctrl-C stops it.
+        restore: async () => {
+          await all!.catch(() => {});
+          stop.abort(new Error("Ctrl-C"));
+          throw new EngineError("criu was interrupted");
+        },
+      }),
+    });
+    await refused(
+      restoreSnapshot(dir, { machine, signal: stop.signal }),
+      new RegExp(`pages-${pid}\\.img is not the file the snapshot wrote`),
+    );
+    assert.equal(sim.processes.length, 0, "nothing is left");
+  });
+
+  test("a store that settles all its digests only after the restore: the image a held tree's digests found to differ is the refusal", async () => {
+    const { sim, dir, pid } = await taken();
+    const pages = join(dir, `tree-${pid}`, `pages-${pid}.img`);
+    writeFileSync(pages, readFileSync(pages, "utf8").replace("d2VpZ2h0cw==", "d2VpZ2h0eQ=="));
+    const over = Promise.withResolvers<void>();
+    const machine = machineWith(sim, {
+      store: storeWith((checked) => ({
+        digests: checked.digests,
+        later: (sub) => checked.later(sub),
+        all: over.promise.then(() => checked.all),
+      })),
+    });
+    const restoring = restoreSnapshot(dir, { machine });
+    await refused(restoring, new RegExp(`pages-${pid}\\.img is not the file the snapshot wrote`));
+    over.resolve();
+    assert.equal(sim.processes.length, 0, "nothing is left");
+  });
+
+  test("a pid whose process could not be identified as criu began is not the rollback's, though it runs the snapshot's command", async () => {
+    // Who held it then is unknown: it may be another program's, started as the snapshot's was.
+    const { sim, dir, pid } = await taken(); // python serve.py
+    let images: string | undefined;
+    const killed: number[] = [];
+    const host = hostWith(sim.host, {
+      identify: (id: number) =>
+        id === pid
+          ? Promise.reject(new Error("EACCES: permission denied"))
+          : sim.host.identify!(id),
+      pidsInUse: (ids: readonly number[]) =>
+        Promise.resolve(images && ids.includes(pid) ? [{ id: pid, holder: pid, as: "pid" }] : []),
+      processTree: (root: number) =>
+        images && root === pid
+          ? Promise.resolve([{ pid, parent: 1, threads: [pid], command: "python serve.py" }])
+          : sim.host.processTree!(root),
+    });
+    const engine = engineWith(sim.engine, {
+      restore: (request) => {
+        images = request.imagesDir;
+        return Promise.reject(new EngineError(`criu failed: Can't fork for ${pid}`));
+      },
+      kill: (pids) => (killed.push(...pids), (images = undefined), Promise.resolve()),
+    });
+    const err = await restoreSnapshot(dir, { machine: machineWith(sim, { host, engine }) })
+      .catch((e) => e);
+    assert.ok(err instanceof SnapshotError && err.code === "RESTORE_FAILED", String(err));
+    assert.deepEqual(killed, [], "the process on that pid was left");
+  });
+
+  test("a held tree its engine cannot let go (its wake fails) is ended, and the restore fails saying why", async () => {
+    const { sim, dir, pid } = await taken();
+    const machine = machineWith(sim, {
+      engine: engineWith(sim.engine, {
+        wake: () => Promise.reject(new EngineError("SIGCONT could not be sent: EPERM")),
+      }),
+    });
+    const err = await restoreSnapshot(dir, { machine }).catch((e) => e);
+    assert.ok(err instanceof SnapshotError && err.code === "RESTORE_FAILED", String(err));
+    assert.match(err.message, /SIGCONT could not be sent: EPERM/);
+    assert.equal(sim.process(pid), undefined, "ended, not left stopped");
+  });
+
+  test("a host that cannot tell whether a held process stopped: taken as stopped, not waited on", async () => {
+    const { sim, dir, pid } = await taken();
+    let asked = 0, woken = false;
+    const stopped = () => (asked += woken ? 0 : 1, Promise.reject(new Error("EACCES: denied")));
+    const machine = machineWith(sim, {
+      host: hostWith(sim.host, { stopped }),
+      engine: engineWith(sim.engine, { wake: (pids) => (woken = true, sim.engine.wake!(pids)) }),
+    });
+    await restoreSnapshot(dir, { machine });
+    assert.equal(asked, 1, "asked once while it was held");
+    assert.equal(sim.process(pid)!.state, "running");
+  });
+
+  test("a held tree of two processes is taken only once both stopped and the CPU time of each holds still", async () => {
+    // The child's thread enters its stop late, and its CPU time ticks on for a few readings after.
+    const sim = new SimulatedMachine();
+    const root = sim.spawn({ memoryMiB: 256, command: "python serve.py" });
+    const child = sim.spawn({ parent: root.pid, cuda: false, command: "tee log" });
+    const dir = join(base(), "snap");
+    await snapshot([root.pid], dir, { machine: sim });
+    let stopsAt = Infinity, ticks = 0;
+    const late = () => Date.now() >= stopsAt;
+    const cpuTime = (p: number) =>
+      Promise.resolve(p !== child.pid ? 100 : late() ? 200 + Math.min(++ticks, 3) : 200);
+    const stopped = (p: number) =>
+      Promise.resolve((p !== child.pid || late()) && sim.process(p)?.stopped === true);
+    const machine = machineWith(sim, {
+      host: hostWith(sim.host, { cpuTime, stopped }),
+      engine: engineWith(sim.engine, {
+        restore: async (r) => {
+          await sim.engine.restore(r);
+          stopsAt = Date.now() + 150;
+        },
+      }),
+      store: storeWith((checked) => ({
+        digests: checked.digests,
+        later: (sub) => delay(400).then(() => checked.later(sub)),
+        all: checked.all,
+      })),
+    });
+    const result = await restoreSnapshot(dir, { machine });
+    assert.deepEqual(result.pids, [root.pid, child.pid]);
+    assert.ok(ticks >= 3, `read till alike: ${ticks}`);
+    assert.equal(sim.process(root.pid)?.state, "running", "let go once its images matched");
+  });
+
+  test("a host that cannot read a held tree's CPU time, or its processes, lets it go: it is not taken to have run", async () => {
+    for (const trouble of ["cpu rejects", "cpu unread while held", "tree rejects"] as const) {
+      const { sim, dir, pid } = await taken();
+      let readable = false;
+      const cpuTime = () =>
+        trouble === "cpu rejects"
+          ? Promise.reject(new Error("EACCES: permission denied"))
+          : Promise.resolve(trouble === "cpu unread while held" && !readable ? undefined : 100);
+      const processTree = (root: number) =>
+        trouble === "tree rejects" && readable
+          ? Promise.reject(new Error("EACCES: permission denied"))
+          : sim.host.processTree!(root);
+      const machine = machineWith(sim, {
+        host: hostWith(sim.host, { cpuTime, processTree }),
+        // Once held and watched, the tree's digests are asked for: from then on, it reads.
+        store: storeWith((checked) => ({
+          ...checked,
+          later: (sub) => (readable = true, checked.later(sub)),
+        })),
+      });
+      await restoreSnapshot(dir, { machine });
+      assert.equal(sim.process(pid)!.state, "running", trouble);
+    }
+  });
+
+  test("a process of a held tree that ends while held (killed) is not said to have run", async () => {
+    const sim = new SimulatedMachine();
+    const root = sim.spawn({ memoryMiB: 256, command: "python serve.py" });
+    const child = sim.spawn({ parent: root.pid, cuda: false, command: "tee log" });
+    const dir = join(base(), "snap");
+    await snapshot([root.pid], dir, { machine: sim });
+    const machine = machineWith(sim, {
+      store: storeWith((checked) => ({
+        ...checked,
+        later: (sub) => (sim.process(child.pid)?.exit(), checked.later(sub)),
+      })),
+    });
+    const said = await restoreSnapshot(dir, { machine }).then(() => "restored", String);
+    assert.doesNotMatch(said, /ran while it was held|something sent it SIGCONT/);
+  });
+
   test("a file the manifest does not list, or a manifest that lists no file, is refused", async () => {
     const { sim, dir, pid } = await taken();
     writeFileSync(join(dir, `tree-${pid}`, "extra.img"), "x", { mode: 0o600 });
