@@ -1568,7 +1568,7 @@ describe("failures after things began to change", () => {
     }
   });
 
-  test("a rollback whose host cannot tell who holds the pids, or whose kill fails, still says criu's failure", async () => {
+  test("a rollback whose host cannot tell who holds the pids, or whose kill fails, still says criu's failure, and a failed kill is said", async () => {
     // Tree a is made; b's criu fails without making anything. The rollback's own troubles (the
     // host's pid look-ups, the engine's kill) do not replace the restore's error.
     for (const trouble of ["pidsInUse", "kill"] as const) {
@@ -1600,6 +1600,11 @@ describe("failures after things began to change", () => {
       assert.equal(err.code, "RESTORE_FAILED", err.message);
       assert.match(err.message, new RegExp(`failed: criu failed: Can't fork for ${b.pid}`));
       if (trouble === "pidsInUse") assert.equal(sim.process(a.pid), undefined, "a was ended");
+      // A kill that failed is said, not "were ended" of processes that still run.
+      if (trouble === "kill") {
+        assert.match(err.message, /could not all be ended \(kill: EPERM\)/);
+        assert.ok(sim.process(a.pid), "a is still there, as the message says");
+      }
     }
   });
 

@@ -318,9 +318,9 @@ async function rollBack(r: Restoring, stopped: string | undefined): Promise<Erro
   for (const watch of r.watches) r.ran ??= await watch();
   // Every process the engine made: its trees as they are now, and the pids of those it failed on
   // (free when it began) that a process holds running the snapshot's command line, the engine's run
-  // on those images (a task criu forked and had not restored yet) or none (a zombie: criu killed its
-  // task, and until reaped it holds the pid): one that took such a pid since (criu's "Can't fork")
-  // runs its own, and is not ours to end.
+  // on those images (a task criu forked and had not restored yet) or none (a zombie, or a task criu
+  // was remapping when it died): one that took such a pid since (criu's "Can't fork") runs its own,
+  // and is not ours to end.
   const listed = r.made.flatMap((t) => t.processes.map((p) => p.pid));
   const left = [...r.begun.keys()].filter((pid) => !listed.includes(pid));
   const was = new Map(r.manifest.trees.flatMap((t) => t.processes.map((p) => [p.pid, p.command])));
@@ -334,10 +334,12 @@ async function rollBack(r: Restoring, stopped: string | undefined): Promise<Erro
   }));
   const now = await treesNow(run.host, r.made.map((t) => t.root));
   const made = [...new Set([...listed, ...held.flat(), ...now])];
-  await run.engine.kill(made).catch(() => {});
+  const failed = await run.engine.kill(made).then(() => undefined, messageOf);
   await untilFree(run, made).catch(() => {});
   const ended = made.length === 0
     ? "no process was made"
+    : failed !== undefined
+    ? `the processes it had made could not all be ended (${failed}); the snapshot is unchanged`
     : r.ran
     ? `${r.ran} (something sent it SIGCONT): every process of its tree was ended; the snapshot ` +
       `is unchanged`
