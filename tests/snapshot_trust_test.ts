@@ -38,6 +38,7 @@ import {
   type SnapshotDir,
   type SnapshotStore,
 } from "../snapshot.ts";
+import type { HostProcesses } from "../core/host.ts";
 import type { Machine } from "../core/machine.ts";
 import { FileSnapshotStore } from "../os/snapshot_store.ts";
 import { SimulatedMachine } from "../mock/mod.ts";
@@ -77,6 +78,32 @@ async function refused(promise: Promise<unknown>, pattern: RegExp): Promise<Refu
   assert.equal(err.code, "SNAPSHOT", err.message);
   assert.match(err.message, pattern);
   return err;
+}
+
+/**
+ * A machine whose held tree settles late: `readings` (the host's cpuTime and stopped) may ask
+ * `late()`, true from 150 ms after criu restored the tree; its digests come 400 ms after criu, so
+ * the tree is held, and read, meanwhile.
+ */
+function settlingLate(
+  sim: SimulatedMachine,
+  readings: (late: () => boolean) => Partial<HostProcesses>,
+): Machine {
+  let stopsAt = Infinity;
+  return machineWith(sim, {
+    host: hostWith(sim.host, readings(() => Date.now() >= stopsAt)),
+    engine: engineWith(sim.engine, {
+      restore: async (r) => {
+        await sim.engine.restore(r);
+        stopsAt = Date.now() + 150;
+      },
+    }),
+    store: storeWith((checked) => ({
+      digests: checked.digests,
+      later: (sub) => delay(400).then(() => checked.later(sub)),
+      all: checked.all,
+    })),
+  });
 }
 
 /** The file system's store, each check's digests left for later (and its options) through `change`. */
@@ -382,25 +409,10 @@ describe("images verified before they run", () => {
     // as "ran while it was held" with nobody waking it: a thread had yet to enter its stop when
     // two readings of the tree's CPU time were alike, and its last steps there looked like a run.
     const { sim, dir, pid, memory } = await taken();
-    let stopsAt = Infinity;
-    const late = () => Date.now() >= stopsAt;
-    const machine = machineWith(sim, {
-      host: hostWith(sim.host, {
-        cpuTime: () => Promise.resolve(late() ? 101 : 100),
-        stopped: (p) => Promise.resolve(late() && sim.process(p)?.stopped === true), // till woken
-      }),
-      engine: engineWith(sim.engine, {
-        restore: async (r) => {
-          await sim.engine.restore(r);
-          stopsAt = Date.now() + 150;
-        },
-      }),
-      store: storeWith((checked) => ({
-        digests: checked.digests,
-        later: (sub) => delay(400).then(() => checked.later(sub)),
-        all: checked.all,
-      })),
-    });
+    const machine = settlingLate(sim, (late) => ({
+      cpuTime: () => Promise.resolve(late() ? 101 : 100),
+      stopped: (p) => Promise.resolve(late() && sim.process(p)?.stopped === true), // till woken
+    }));
     const result = await restoreSnapshot(dir, { machine });
     assert.deepEqual(result.pids, [pid]);
     assert.equal(sim.process(pid)?.stopped, false, "let go once its images matched");
@@ -699,26 +711,13 @@ describe("images verified before they run", () => {
     const child = sim.spawn({ parent: root.pid, cuda: false, command: "tee log" });
     const dir = join(base(), "snap");
     await snapshot([root.pid], dir, { machine: sim });
-    let stopsAt = Infinity, ticks = 0;
-    const late = () => Date.now() >= stopsAt;
-    const cpuTime = (p: number) =>
-      Promise.resolve(p !== child.pid ? 100 : late() ? 200 + Math.min(++ticks, 3) : 200);
-    const stopped = (p: number) =>
-      Promise.resolve((p !== child.pid || late()) && sim.process(p)?.stopped === true);
-    const machine = machineWith(sim, {
-      host: hostWith(sim.host, { cpuTime, stopped }),
-      engine: engineWith(sim.engine, {
-        restore: async (r) => {
-          await sim.engine.restore(r);
-          stopsAt = Date.now() + 150;
-        },
-      }),
-      store: storeWith((checked) => ({
-        digests: checked.digests,
-        later: (sub) => delay(400).then(() => checked.later(sub)),
-        all: checked.all,
-      })),
-    });
+    let ticks = 0;
+    const machine = settlingLate(sim, (late) => ({
+      cpuTime: (p) =>
+        Promise.resolve(p !== child.pid ? 100 : late() ? 200 + Math.min(++ticks, 3) : 200),
+      stopped: (p) =>
+        Promise.resolve((p !== child.pid || late()) && sim.process(p)?.stopped === true),
+    }));
     const result = await restoreSnapshot(dir, { machine });
     assert.deepEqual(result.pids, [root.pid, child.pid]);
     assert.ok(ticks >= 3, `read till alike: ${ticks}`);
