@@ -30,6 +30,17 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# The restore's verdicts where the sleep $taker took pid $1 ($2: when, or nothing): criu failed
+# "Can't fork", and the rollback left the sleep running.
+taken_verdicts() {
+  [[ $rc == 1 && $(grep -c RESTORE_FAILED "$bin/restore.json") == 1 ]]
+  check "the restore failed, RESTORE_FAILED" $?
+  grep -q "Can't fork" "$bin/restore.json"
+  check "criu said why: Can't fork for the pid" $?
+  alive "$taker" && [[ $(ps -o comm= -p "$taker") == sleep ]]
+  check "the sleep that took pid $1 ${2:+$2 }still runs (the rollback left it)" $?
+}
+
 if [[ $mode == late ]]; then
   for c in setsid setpriv pkill; do command -v $c >/dev/null || fail_setup "no $c for the sleep"; done
   start_target late 64 >/dev/null || fail_setup "the target did not start"
@@ -63,12 +74,7 @@ WRAP
     verdict SKIP "the wrapper's sleep could not take pid $pid (nothing shown)"
   else
     echo "a sleep of nobody's, $(ps -o pid=,user=,comm= -p "$taker"), took pid $pid after criu began"
-    [[ $rc == 1 && $(grep -c RESTORE_FAILED "$bin/restore.json") == 1 ]]
-    check "the restore failed, RESTORE_FAILED" $?
-    grep -q "Can't fork" "$bin/restore.json"
-    check "criu said why: Can't fork for the pid" $?
-    alive "$taker" && [[ $(ps -o comm= -p "$taker") == sleep ]]
-    check "the sleep that took pid $pid after criu began still runs (the rollback left it)" $?
+    taken_verdicts "$pid" "after criu began"
   fi
   verdict_summary "$bin/verdicts.txt" pid-taken-late
   exit
@@ -108,12 +114,7 @@ if [[ -z $taker ]]; then
   verdict SKIP "the sleep could not take pid $last before its tree began (nothing shown)"
 else
   echo "sleep $taker took pid $last while the restore ran"
-  [[ $rc == 1 && $(grep -c RESTORE_FAILED "$bin/restore.json") == 1 ]]
-  check "the restore failed, RESTORE_FAILED" $?
-  grep -q "Can't fork" "$bin/restore.json"
-  check "criu said why: Can't fork for the pid" $?
-  alive "$taker" && [[ $(ps -o comm= -p "$taker") == sleep ]]
-  check "the sleep that took pid $last still runs (the rollback left it)" $?
+  taken_verdicts "$last"
   left=0
   for p in "${pids[@]::${#pids[@]}-1}"; do alive "$p" && left=$((left + 1)); done
   [[ $left == 0 ]]
