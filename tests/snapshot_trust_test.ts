@@ -512,6 +512,31 @@ describe("images verified before they run", () => {
     }
   });
 
+  test("a rollback whose host cannot tell who holds the pids criu began ends none and says so", async () => {
+    const { sim, dir, pid } = await taken();
+    let begun = false;
+    const killed: number[] = [];
+    const host = hostWith(sim.host, {
+      pidsInUse: (ids: readonly number[]) =>
+        begun ? Promise.reject(new Error("EACCES: /proc")) : sim.host.pidsInUse!(ids),
+    });
+    const engine = engineWith(sim.engine, {
+      restore: () => {
+        begun = true;
+        return Promise.reject(new EngineError(`criu failed: Can't fork for ${pid}`));
+      },
+      kill: (pids) => (killed.push(...pids), Promise.resolve()),
+    });
+    const err = await restoreSnapshot(dir, { machine: machineWith(sim, { host, engine }) })
+      .catch((e) => e);
+    assert.ok(err instanceof SnapshotError && err.code === "RESTORE_FAILED", String(err));
+    assert.deepEqual(killed, []);
+    assert.equal(
+      err.detail,
+      `no process it made was found; who holds ${pid} could not be read (EACCES: /proc): any was left`,
+    );
+  });
+
   test("stopped while a tree waits, stopped, for its images' digests: ended, never let go", async () => {
     const { sim, dir, pid } = await taken();
     const calls: string[] = [];

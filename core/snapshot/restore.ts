@@ -324,7 +324,10 @@ async function rollBack(r: Restoring, stopped: string | undefined): Promise<Erro
   const listed = r.made.flatMap((t) => t.processes.map((p) => p.pid));
   const left = [...r.begun.keys()].filter((pid) => !listed.includes(pid));
   const was = new Map(r.manifest.trees.flatMap((t) => t.processes.map((p) => [p.pid, p.command])));
-  const uses = left.length > 0 ? await usesOf(run.host, left).catch(() => []) : [];
+  let unread = "";
+  const uses = left.length === 0 ? [] : await usesOf(run.host, left).catch((err) => {
+    return (unread = `; who holds ${left} could not be read (${messageOf(err)}): any was left`), [];
+  });
   const held = await Promise.all(uses.map(async ({ id, holder, as }) => {
     const tree = as === "pid" && holder === id && await run.host.processTree?.(id).catch(() => []);
     const command = tree ? tree[0]?.command : undefined;
@@ -336,17 +339,18 @@ async function rollBack(r: Restoring, stopped: string | undefined): Promise<Erro
   const made = [...new Set([...listed, ...held.flat(), ...now])];
   const failed = await run.engine.kill(made).then(() => undefined, messageOf);
   await untilFree(run, made).catch(() => {});
-  const ended = made.length === 0
-    ? "no process was made"
-    : failed !== undefined
-    ? `the processes it had made could not all be ended (${failed}); the snapshot is unchanged`
-    : r.ran
-    ? `${r.ran} (something sent it SIGCONT): every process of its tree was ended; the snapshot ` +
-      `is unchanged`
-    : r.whole > 0 || !r.held // a tree let go (its images matched), or never held, ran
-    ? "the processes it had made were ended; the snapshot is unchanged"
-    : `the processes ${run.engine.kind} had made, stopped before any of them ran, were ended; ` +
-      `the snapshot is unchanged`;
+  const ended =
+    (made.length === 0
+      ? `no process ${unread ? "it made was found" : "was made"}`
+      : failed !== undefined
+      ? `the processes it had made could not all be ended (${failed}); the snapshot is unchanged`
+      : r.ran
+      ? `${r.ran} (something sent it SIGCONT): every process of its tree was ended; the snapshot ` +
+        `is unchanged`
+      : r.whole > 0 || !r.held // a tree let go (its images matched), or never held, ran
+      ? "the processes it had made were ended; the snapshot is unchanged"
+      : `the processes ${run.engine.kind} had made, stopped before any of them ran, were ended; ` +
+        `the snapshot is unchanged`) + unread;
   if (r.differs) {
     const { reason } = r.differs;
     return new RefusedError({ code: "SNAPSHOT", operation: o.operation, reason, detail: ended });
