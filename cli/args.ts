@@ -98,7 +98,10 @@ export function parseCommandLine(args: readonly string[]): Command {
   } catch (error) {
     if (!(error instanceof UsageError) || sub === undefined || error.tail) throw error;
     const tail = `Run cuda-checkpoint --help for what ${sub} takes.`;
-    throw new UsageError(error.message, error.detail, error.getopt, tail);
+    // No script of NVIDIA's runs our subcommands: a bad option gets our line, not its two.
+    const ours = error.message === NVIDIA_MESSAGES.badOption;
+    const [message, detail] = ours ? [error.detail!] : [error.message, error.detail];
+    throw new UsageError(message, detail, ours ? undefined : error.getopt, tail);
   }
 }
 

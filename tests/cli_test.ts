@@ -541,10 +541,13 @@ describe("our own checks of bad input", () => {
       "--tcp-established is only valid with snapshot",
     ],
     [
+      // No script of NVIDIA's runs a subcommand: its words, which blame the driver, are left out.
       "restore-snapshot with an unknown option",
       ["restore-snapshot", "/s", "--bogus"],
-      NVIDIA_MESSAGES.badOption,
+      'unknown option "--bogus"',
     ],
+    ["snapshot with --dir and no value", ["snapshot", "-p", 5, "--dir"], "--dir needs a value"],
+    ["list with --all=1", ["list", "--all=1"], "--all takes no value, got --all=1"],
   ];
   for (const [what, args, message] of ours) {
     test(`${what}: its line and one pointing at --help; exit 1`, async () => {
