@@ -33,8 +33,7 @@ export async function callDriver(
     ? { code: await driver[operation](pid, args as never), value: 0 }
     : { code: await driver[operation](pid), value: 0 };
   if (result.code === CUDA_SUCCESS) return result.value;
-  const more = await explain?.(result.code) ?? {};
-  throw driverError(driver, result.code, { operation, pid, ...more });
+  throw driverError(driver, result.code, { operation, pid, ...await explain?.(result.code) });
 }
 
 /** The state of `pid`, by name. */
