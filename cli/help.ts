@@ -7,7 +7,9 @@
 
 import { VERSION } from "../core/version.ts";
 
-const HELP = `Usage: cuda-checkpoint <operation> --pid <pid>[,<pid>...] [options]
+/** The help text, ending with a newline. */
+export const helpText = (): string =>
+  `Usage: cuda-checkpoint <operation> --pid <pid>[,<pid>...] [options]
 Checkpoint and restore the CUDA state of Linux processes (@ckpt/cuda ${VERSION}). Works as NVIDIA's
 cuda-checkpoint utility (driver 580) does, and on several processes at once.
 
@@ -127,6 +129,3 @@ Environment: CKPT_LIBCUDA_PATH (the libcuda to load), CKPT_CRIU_PATH (the criu t
 CKPT_RECORDS_DIR (the records of GPU memory held), CKPT_SIM_STATE, CKPT_SIM_CLOCK and
 CKPT_SIM_SPEED (the simulated machine).
 `;
-
-/** The help text, ending with a newline. */
-export const helpText = (): string => HELP;
