@@ -52,12 +52,11 @@ export async function runGroup(
     throw new TypeError(`runGroup: gpuMapping is for restore, resume and toggle, not ${action}`);
   }
   const settings = checkGroupOptions(options);
-  const source = machineOf(options?.machine, "runGroup");
   // A CudaProcess acts through its own handle (machine, order, process); the group checks the rest.
   const given = Array.isArray(targets)
     ? targets.map((t) => t instanceof CudaProcess ? handleOf(t) : t as number)
     : targets as unknown as number[];
-  return await runOn(source, action, given, settings);
+  return await runOn(machineOf(options?.machine, "runGroup"), action, given, settings);
 }
 
 /**
