@@ -64,6 +64,5 @@ export interface BunFunctionDefinition {
  * `optional` or `nonblocking`: its binding probes functions one by one, and runs waits in workers.
  */
 export function bunDefinition(fn: CudaForeignFunction): BunFunctionDefinition {
-  const args = fn.parameters.map((type) => type === "buffer" ? "ptr" : type);
-  return { args, returns: fn.result };
+  return { args: fn.parameters.map((t) => t === "buffer" ? "ptr" : t), returns: fn.result };
 }
