@@ -355,10 +355,8 @@ export class SimulatedDriver implements CheckpointDriver {
     const back = state !== undefined && !memoryOnHost(state) && !isFinal(state);
     // Memory goes back onto the GPU only where it fits, as a restore's would.
     const short = back && proc.memoryLocation === "host" ? proc.claimOn(proc.gpus) : undefined;
-    if (!short) {
-      if (back && proc.memoryLocation === "host") proc.moveToGpu(proc.gpus);
-      if (state !== undefined) proc.enter(state);
-    }
+    if (!short && back) proc.moveToGpu(proc.gpus); // where it is in host memory
+    if (!short && state !== undefined) proc.enter(state);
     const stays = `${note} to leave the process ${state}, but ${short}; it stays checkpointed`;
     const answer = short
       ? { code: CUDA_ERROR_OUT_OF_MEMORY, note: stays }
