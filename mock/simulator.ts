@@ -388,6 +388,9 @@ function simulatedHost(m: SimulatedMachine): HostProcesses {
   const entry = ({ pid, parent, threads, command }: SimulatedProcess) => {
     return { pid, parent, threads: [...threads], command };
   };
+  // `read` of the live process that has `id` as its pid or a thread id (if any), at once.
+  const of = <T>(what: string, id: number, read: (p?: SimulatedProcess) => T) =>
+    m.instantly(what, () => read(m.process(id)));
   return {
     kind: "simulated",
     get self() {
@@ -404,11 +407,7 @@ function simulatedHost(m: SimulatedMachine): HostProcesses {
         freeMiB: new Map(m.gpus.map((g) => [g.uuid, g.freeMiB])),
         totalMiB: new Map(m.gpus.map((g) => [g.uuid, g.memoryMiB])),
       })),
-    identify: (id) =>
-      m.instantly("identify a process", () => {
-        const p = m.process(id);
-        return p ? { pid: p.pid, start: p.start } : undefined;
-      }),
+    identify: (id) => of("identify a process", id, (p) => p && { pid: p.pid, start: p.start }),
     // What of a process outlasts a dump and restore: `<pid>:<command line>`; undefined if gone.
     lastingMark: (process) =>
       m.instantly("read what outlasts a restore", () => {
@@ -439,11 +438,8 @@ function simulatedHost(m: SimulatedMachine): HostProcesses {
       }),
     // Its CPU time: a ms for each time it was let go on after a stop (SIGCONT).
     cpuTime: (pid) =>
-      m.instantly("read a process's CPU time", () => {
-        const p = m.process(pid);
-        return p && !p.exited ? p.wakes * 1_000_000 : undefined;
-      }),
-    stopped: (pid) => m.instantly("read a process's state", () => m.process(pid)?.stopped === true),
+      of("read a process's CPU time", pid, (p) => p && !p.exited ? p.wakes * 1_000_000 : undefined),
+    stopped: (pid) => of("read a process's state", pid, (p) => p?.stopped === true),
     facts: () =>
       m.instantly("read the machine's facts", () => {
         const release = m.version === 13000 ? { driverRelease: "580.159.04" } : {};
