@@ -182,8 +182,7 @@ function parse(args: readonly string[], sub: string | undefined, words: string[]
     if (ONCE.includes(long) && seen.given.has(long)) no(`${long} is given twice`, "give it once");
     seen.given.add(long);
     if (OPERATIONS.includes(long) && !seen.operations.includes(long)) seen.operations.push(long);
-    // An option the named subcommand does not take is refused as such, its value unread:
-    // `snapshot --device-map X` is not about the map.
+    // Its value unread (UNREAD): `snapshot --device-map X` is refused as such, not as a map.
     if (sub && UNREAD.includes(long) && !SUBCOMMANDS[sub].includes(long)) continue;
     const value = option.value ? option.value(inline!, seen) : long !== "--no-room-check";
     if (option.field) seen.fields[option.field] = value;

@@ -91,8 +91,7 @@ async function run(command: MachineCommand, io: CliIo): Promise<number> {
     // It reads the file system (or the given machine's store) only: nothing here is opened.
     return await (await import("./disk.ts")).runDiskCommand(command, io.machine, print, io);
   }
-  // One process and no live line to draw: the driver's calls may block this thread, and no
-  // worker thread need start.
+  // One process and no live line to draw: the driver's calls may block this thread.
   const opened = await open(command, io, oneCall, oneCall || (one !== undefined && !io.isTerminal))
     .catch((error) => {
       if (error?.name !== "DriverLoadError") return print.error(error, "OPEN");

@@ -135,8 +135,7 @@ export async function runMany(
     else if (event.type === "step-end") underWay.delete(event.pid);
     progress?.event(event);
   };
-  // NVIDIA's utility hands pid 0 to the driver, which says no process has it; so does this, and
-  // the group works on the others.
+  // Pid 0 goes to the driver (which says no process has it), as NVIDIA's utility sends it.
   const members = pids.filter((pid) => pid !== 0);
   const { allOrNothing, job, checkRoom, allowIpcImport, gpuMapping } = command; // or the default
   const options = { machine, allOrNothing, job, checkRoom, allowIpcImport, gpuMapping };
@@ -210,14 +209,12 @@ export async function runList(machine: Machine, print: Printer, json: boolean): 
   const listing = await listCudaProcesses({ machine }).catch((error) => print.error(error));
   if (!listing) return 1;
   if (json) {
-    // GPU memory in MiB by GPU UUID (`"unknown"` without NVML); an unknown restore thread or
-    // command line left out (undefined).
+    // GPU memory in MiB by GPU UUID (`"unknown"` without NVML); what else is unknown, left out.
     for (const { pid, state, restoreThreadId, gpuMemory, command } of listing.processes) {
       print.json({ pid, state, restoreThreadId, gpuMemoryMiB: gpuMemory, command });
     }
   } else {
-    // A header, then a row each, each column as wide as its widest cell; GPU memory in MiB, with
-    // each GPU's share when there are several.
+    // Each column as wide as its widest cell; GPU memory in MiB, with each GPU's share of several.
     const rows = [["PID", "STATE", "RESTORE_TID", "GPU_MEMORY", "COMMAND"]];
     for (const p of listing.processes) {
       const mib = p.gpuMemory === "unknown" ? [] : Object.values(p.gpuMemory).map(Math.round);

@@ -307,8 +307,7 @@ export class Turn {
     const free = "even once memory is free (docs/ERRORS.md#out-of-memory)";
     const lost = `on driver 580 the process cannot be restored after this, ${free}`;
     if (code === CUDA_ERROR_OUT_OF_MEMORY) return { detail: lost };
-    // Refused although the process is there and checkpointed: what driver 580 does after a
-    // restore of it ran out of GPU memory.
+    // Refused although checkpointed, as driver 580 does (the detail below says when).
     if (code !== CUDA_ERROR_OPERATING_SYSTEM || !(await this.#checkpointedNow())) return {};
     const ipc = await this.session.gpuImport(this.identity.pid);
     const as = ipc && !ipc.unknown

@@ -148,8 +148,7 @@ export class SimulatedDriver implements CheckpointDriver {
         return { code: CUDA_ERROR_NOT_SUPPORTED, note: "it shares GPU memory with NCCL ranks" };
       }
       if (proc.restoreRefused) {
-        // Driver 580.159.04: after a restore ran out of memory, or an importer's failed, every
-        // later one fails.
+        // As driver 580.159.04 does (the note says when).
         await run.sleep(this.#timing.refusedMs ?? 6);
         const note = "an earlier restore of this process failed (out of GPU memory, or memory " +
           "it imported); the driver refuses every restore of it since";
