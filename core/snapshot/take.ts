@@ -25,7 +25,7 @@ import { type Manifest, MANIFEST_FORMAT } from "./manifest.ts";
 import type { SnapshotFile } from "./store.ts";
 import { bytesOf, checkDir, firstError, groupFailure, heldMiB } from "./run.ts";
 import { prerequisite, Run, type SnapshotEvent, started, type WholeSettings } from "./run.ts";
-import { asDumped, checkDisjoint, describeGpus, describeTree, endTrees } from "./trees.ts";
+import { asDumped, describeTree, endTrees } from "./trees.ts";
 
 /** Options of `snapshot`. */
 export interface SnapshotOptions {
@@ -156,7 +156,12 @@ async function check(run: Run, roots: readonly number[], allowIpcImport: boolean
     }
     return { root, tree: tree as readonly TreeProcess[] };
   }));
-  checkDisjoint(listed);
+  // No tree may hold another's root.
+  for (const a of listed) {
+    const b = listed.find((o) => o !== a && a.tree.some((p) => p.pid === o.root));
+    const twice = `process ${b?.root} is in the tree of ${a.root}; give the root of each tree once`;
+    if (b) throw new RangeError(`roots ${b.root} and ${a.root}: ${twice}`);
+  }
   const probe = await run.probing, report = await askGpuMemory(machine);
   const trees = await Promise.all(listed.map((t) => describeTree(t.root, t.tree, machine, report)));
   // Each tree's running CUDA processes: those it suspends, and puts back on failure.
@@ -285,7 +290,10 @@ async function writeManifest(t: Taken): Promise<Manifest> {
         ...(facts.driverRelease ? { release: facts.driverRelease } : {}),
       },
       engine: { kind: run.engine.kind, ...(probe.version ? { version: probe.version } : {}) },
-      gpus: describeGpus(await run.listing, t.report),
+      gpus: (await run.listing).map(({ index, uuid, name }) => {
+        const totalMiB = "byPid" in t.report ? t.report.totalMiB?.get(uuid) : undefined;
+        return { index, uuid, name, ...(totalMiB !== undefined ? { totalMiB } : {}) };
+      }),
       // The trees as dumped: a process may have come or gone since they were listed.
       trees: t.trees.map((tree, i) => asDumped(tree, t.dumped[i]!)),
       options: {

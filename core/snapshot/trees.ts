@@ -5,7 +5,7 @@
  */
 
 import { readState } from "../calls.ts";
-import { CUDA_SUCCESS, type GpuInfo } from "../driver.ts";
+import { CUDA_SUCCESS } from "../driver.ts";
 import type { DumpedProcess } from "../engine.ts";
 import { RefusedError } from "../errors.ts";
 import type { GpuMemoryReport, HostProcesses, PidUse, TreeProcess } from "../host.ts";
@@ -15,7 +15,7 @@ import type { Machine } from "../machine.ts";
 import { refuseStopped, sessionOf } from "../process.ts";
 import { SNAPSHOT_STATES } from "../states.ts";
 import { clockOf } from "../time.ts";
-import type { Manifest, ManifestGpu, ManifestProcess } from "./manifest.ts";
+import type { Manifest, ManifestProcess } from "./manifest.ts";
 import { type ManifestTree, treeDirName } from "./manifest.ts";
 
 /** A tree for the manifest: each process, and the CUDA side of those that use CUDA. */
@@ -65,26 +65,6 @@ export async function describeTree(
 /** A command line as a manifest records it: as much of it as a manifest holds. */
 export const recorded = (command: string | undefined): string | undefined =>
   command?.slice(0, 4096);
-
-/** The machine's GPUs for the manifest, with their total memory where the host tells it. */
-export function describeGpus(gpus: readonly GpuInfo[], report: GpuMemoryReport): ManifestGpu[] {
-  const total = "byPid" in report ? report.totalMiB : undefined;
-  return gpus.map(({ index, uuid, name }) => {
-    const totalMiB = total?.get(uuid);
-    return { index, uuid, name, ...(totalMiB !== undefined ? { totalMiB } : {}) };
-  });
-}
-
-/** No tree may hold another's root. */
-export function checkDisjoint(
-  trees: readonly { root: number; tree: readonly TreeProcess[] }[],
-): void {
-  for (const a of trees) {
-    const b = trees.find((o) => o !== a && a.tree.some((p) => p.pid === o.root));
-    const twice = `process ${b?.root} is in the tree of ${a.root}; give the root of each tree once`;
-    if (b) throw new RangeError(`roots ${b.root} and ${a.root}: ${twice}`);
-  }
-}
 
 /** A tree as the engine dumped it, with what was learnt of each process when it was listed. */
 export function asDumped(listed: ManifestTree, dumped: readonly DumpedProcess[]): ManifestTree {
