@@ -172,20 +172,10 @@ async function check(r: Restoring): Promise<void> {
     const who = "the snapshot's processes";
     await sessionOf(run.machine).room.fits(need, { operation: o.operation, who });
   }
-  await treesReady(r);
-  if (o.signal?.aborted) run.notBegun("restore", "it was aborted");
-  r.times.checked = r.times.restored = run.at();
-}
-
-/**
- * Last of the checks, as it may wait: asks the engine whether each tree can come back here (criu:
- * its ports free); one refused stops the others' waits, and the restore is refused
- * (`PREREQUISITE`).
- */
-async function treesReady(r: Restoring): Promise<void> {
-  const { run, o } = r, { engine } = run, refused = new AbortController();
-  const signal = AbortSignal.any([run.signal, refused.signal]);
-  await Promise.all(r.manifest.trees.map(async (t) => {
+  // Last, as it may wait: the engine asked whether each tree can come back here (criu: its ports
+  // free); one refused stops the others' waits, and the restore is refused (`PREREQUISITE`).
+  const refused = new AbortController(), signal = AbortSignal.any([run.signal, refused.signal]);
+  await Promise.all(manifest.trees.map(async (t) => {
     await engine.ready?.({
       ...run.tree(t.root),
       imagesDir: await r.dir.enginePath(t.images),
@@ -197,6 +187,8 @@ async function treesReady(r: Restoring): Promise<void> {
       throw err instanceof EngineError ? prerequisite(o.operation, err.message) : err;
     });
   }));
+  if (o.signal?.aborted) run.notBegun("restore", "it was aborted");
+  r.times.checked = r.times.restored = run.at();
 }
 
 /** Phase 2: every tree back, the CUDA processes resumed as one job, each as its tree is back. */
