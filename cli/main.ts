@@ -84,8 +84,7 @@ async function run(command: MachineCommand, io: CliIo): Promise<number> {
   const print = new Printer(io, command.json);
   const op = command.kind === "operation" ? command : undefined;
   const one = op && op.targets !== "all" && op.targets.length === 1 ? op.targets[0] : undefined;
-  // A query of one pid (or anything of pid 0, which NVIDIA's utility hands to the driver as it is)
-  // is one driver call: nothing of the library's process handling is loaded.
+  // One driver call, as query() makes it: nothing of the library's process handling is loaded.
   const oneCall = one !== undefined && (op!.operation.startsWith("get-") || one === 0);
   if (command.kind === "inspect" && !command.simulate) {
     // It reads the file system (or the given machine's store) only: nothing here is opened.

@@ -52,8 +52,7 @@ export async function runJob(members: readonly JobMember[], ctx: JobContext): Pr
   try {
     const working = await (ctx.ready ? asReady : allAtOnce)(members, job);
     if (!working) return false;
-    // A member whose restore the driver refused is, most often, lost (an importer of CUDA IPC
-    // memory, a restore out of memory on 580): the others go on rather than back to checkpointed.
+    // Its restore refused, a member is most often lost: the others resume rather than go back.
     const lost = working.filter(isLost);
     const rest = lost.length > 0 && lost.length < working.length &&
         working.every((w) => !w.failure || lost.includes(w))

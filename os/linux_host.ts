@@ -195,8 +195,7 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
       const tgid = Number(/^Tgid:\s*([0-9]+)/m.exec(status)?.[1]);
       if (!Number.isSafeInteger(tgid) || tgid <= 0) return undefined;
       const stat = await this.#stat(tgid);
-      // Killed and still exiting (a CUDA process lets go of its GPU memory then): gone. A leader
-      // that ended before its other threads is a zombie, and its process lives on.
+      // Killed and still exiting (it lets go of its GPU memory then): gone; a zombie leader is not.
       if (stat.exiting && stat.state !== "Z") return undefined;
       return stat.start === undefined ? { pid: tgid } : { pid: tgid, start: stat.start };
     } catch {
