@@ -124,7 +124,9 @@ export async function runMany(
       leftBehind: () => {
         const under = [...underWay].map(([pid, step]) => `${pid} (${step})`).join(", ");
         return [
-          ` for the driver${under ? `; still under way, their state unknown: ${under}` : ""}`,
+          ` for the driver${
+            under ? `; still in it, which finishes them all the same: ${under}` : ""
+          }`,
           `check each process with: cuda-checkpoint --get-state --pid ${pids}`,
         ];
       },
