@@ -380,7 +380,9 @@ ranks_memory() {
 }
 # rank0_by_itself: rank 0 of a two-rank job suspended and resumed by itself, the other idle. The
 # job's two checkpoints at once took 1.5-1.8x one rank's of a one-rank job (alone): this tells
-# whether a rank of two holds more or the two slow each other.
+# whether a rank of two holds more or the two slow each other. Both (session 27, two H200s): a rank
+# of two held 4580 MiB against 2706 alone, and the two at once took 1.33-1.38x rank 0 by itself
+# (tests/gpu/reports/nccl-transports-alone-2xh200-session27-36ddd13.txt).
 rank0_by_itself() {
   ranks_memory
   ck rank0-suspend 300 --toggle --pid "${J_RANKS[0]}" --json
