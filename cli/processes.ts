@@ -124,9 +124,7 @@ export async function runMany(
       leftBehind: () => {
         const under = [...underWay].map(([pid, step]) => `${pid} (${step})`).join(", ");
         return [
-          ` for the driver${
-            under ? `; still in it, which finishes them all the same: ${under}` : ""
-          }`,
+          ` for the driver${under ? `, which finishes its steps all the same: ${under}` : ""}`,
           `check each process with: cuda-checkpoint --get-state --pid ${pids}`,
         ];
       },

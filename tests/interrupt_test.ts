@@ -185,7 +185,7 @@ describe("an interrupt during an operation on several processes, in-process", ()
     assert.match(
       err,
       new RegExp(
-        `interrupted again: exiting without waiting for the driver; still in it, which finishes them all the same: ${stuck.pid} \\(lock\\)\ncuda-checkpoint: check each process with: cuda-checkpoint --get-state --pid ${stuck.pid},${other.pid}\n`,
+        `interrupted again: exiting without waiting for the driver, which finishes its steps all the same: ${stuck.pid} \\(lock\\)\ncuda-checkpoint: check each process with: cuda-checkpoint --get-state --pid ${stuck.pid},${other.pid}\n`,
       ),
     );
     assert.equal(code, 130, "the command itself ends once the stuck call does");
@@ -824,7 +824,7 @@ describe(`SIGINT to cuda-checkpoint as a program (${runtime}), --simulate in rea
       assert.equal(r.out, "");
       assert.match(
         r.err,
-        new RegExp(`still in it, which finishes them all the same: ${pids[0]} \\(lock\\)`),
+        new RegExp(`which finishes its steps all the same: ${pids[0]} \\(lock\\)`),
       );
       assert.match(r.err, /the simulated machine was not saved: its state file is as before/);
       const state = await cli(["--simulate", "--get-state", "--pid", pids.join(",")], {
