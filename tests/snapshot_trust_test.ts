@@ -72,6 +72,16 @@ async function taken(
   };
 }
 
+/** A snapshot of a tree of two, taken and ended: `python serve.py` (CUDA) and its `tee log`. */
+async function takenWithChild() {
+  const sim = new SimulatedMachine();
+  const root = sim.spawn({ memoryMiB: 256, command: "python serve.py" });
+  const child = sim.spawn({ parent: root.pid, cuda: false, command: "tee log" });
+  const dir = join(base(), "snap");
+  await snapshot([root.pid], dir, { machine: sim });
+  return { sim, root, child, dir };
+}
+
 async function refused(promise: Promise<unknown>, pattern: RegExp): Promise<RefusedError> {
   const err = await promise.then(() => undefined, (e) => e);
   assert.ok(err instanceof RefusedError, `a RefusedError, got ${err}`);
@@ -731,11 +741,7 @@ describe("images verified before they run", () => {
 
   test("a held tree of two processes is taken only once both stopped and the CPU time of each holds still", async () => {
     // The child's thread enters its stop late, and its CPU time ticks on for a few readings after.
-    const sim = new SimulatedMachine();
-    const root = sim.spawn({ memoryMiB: 256, command: "python serve.py" });
-    const child = sim.spawn({ parent: root.pid, cuda: false, command: "tee log" });
-    const dir = join(base(), "snap");
-    await snapshot([root.pid], dir, { machine: sim });
+    const { sim, root, child, dir } = await takenWithChild();
     let ticks = 0;
     const machine = settlingLate(sim, (late) => ({
       cpuTime: (p) =>
@@ -775,11 +781,7 @@ describe("images verified before they run", () => {
   });
 
   test("a process of a held tree that ends while held (killed) is not said to have run", async () => {
-    const sim = new SimulatedMachine();
-    const root = sim.spawn({ memoryMiB: 256, command: "python serve.py" });
-    const child = sim.spawn({ parent: root.pid, cuda: false, command: "tee log" });
-    const dir = join(base(), "snap");
-    await snapshot([root.pid], dir, { machine: sim });
+    const { sim, child, dir } = await takenWithChild();
     const machine = machineWith(sim, {
       store: storeWith((checked) => ({
         ...checked,
