@@ -164,7 +164,10 @@ export interface HostProcesses {
    * no sign: docs/DRIVER.md#nccl-jobs-on-two-gpus).
    */
   gpuImport?(pid: number): Promise<GpuImport | undefined>;
-  /** The CPU time `pid` has had, in ns over its threads, to tell that a stopped process ran. */
+  /**
+   * The CPU time `pid` has had, in ns over its threads, to tell that a stopped process ran;
+   * `undefined` where it is gone or ended.
+   */
   cpuTime?(pid: number): Promise<number | undefined>;
   /**
    * Whether every thread of `pid` has entered its stop (SIGSTOP), so that it runs no more until

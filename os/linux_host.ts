@@ -298,11 +298,12 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
 
   /**
    * The CPU time `pid` has had, in ns over its threads (`/proc/PID/task/TID/schedstat`); `undefined`
-   * where it is gone.
+   * where it is gone or ended (a zombie: its exit ran, and is no run of its own).
    */
   async cpuTime(pid: number): Promise<number | undefined> {
     const dir = `${this.#root}/${pid}/task`;
-    const tasks = await this.#reader.list(dir).catch(() => undefined);
+    const zombie = (await this.#stat(pid).catch(() => null))?.state === "Z";
+    const tasks = zombie ? undefined : await this.#reader.list(dir).catch(() => undefined);
     const read = (t: string) => this.#reader.read(`${dir}/${t}/schedstat`).catch(() => "0");
     const times = tasks && await Promise.all(tasks.map(read));
     return times?.reduce((sum, text) => sum + Number(text.split(" ")[0]), 0);

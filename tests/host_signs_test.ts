@@ -219,6 +219,14 @@ describe("cpuTime: what a held process has run", () => {
     assert.equal(await h.cpuTime(60), undefined);
   });
 
+  test("none for a zombie, whose exit grew its time (a held process killed, not reaped)", async () => {
+    await using h = host({
+      "/proc/50/stat": "50 (python3) Z 1 50 50 0\n",
+      "/proc/50/task/50/schedstat": "1000 20 3\n",
+    });
+    assert.equal(await h.cpuTime(50), undefined);
+  });
+
   test("stopped: every thread in its stop (T, or t traced); one on its way there, or none, is not", async () => {
     const stat = (pid: number, state: string) => `${pid} (python3 x) ${state} 1 ${pid} ${pid} 0\n`;
     await using h = host({

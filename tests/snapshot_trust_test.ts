@@ -394,6 +394,35 @@ describe("images verified before they run", () => {
     assert.equal(sim.process(pid)?.state, "running");
   });
 
+  test("a held process killed before its images were verified fails the restore, its tree ended", async () => {
+    // Before, the restore went on: the tree was let go without it, and the result listed its pid.
+    const { sim, root, child, dir } = await takenWithChild();
+    let engineDone!: () => void;
+    const restored = new Promise<void>((resolve) => engineDone = resolve);
+    const machine = machineWith(sim, {
+      engine: engineWith(sim.engine, {
+        restore: async (r) => {
+          await sim.engine.restore(r);
+          engineDone();
+        },
+      }),
+      store: storeWith((checked) => ({
+        ...checked,
+        later: (sub) => restored.then(() => delay(300)).then(() => checked.later(sub)),
+      })),
+    });
+    restored.then(() => delay(150)).then(() => sim.process(child.pid)!.exit());
+    const err = await restoreSnapshot(dir, { machine }).catch((e) => e);
+    assert.ok(err instanceof SnapshotError && err.code === "RESTORE_FAILED", String(err));
+    assert.match(err.message, /failed: a tree lost a process before its images were verified/);
+    assert.match(err.message, new RegExp(`process ${child.pid} ended while it was held`, "i"));
+    assert.doesNotMatch(err.message, /SIGCONT/);
+    assert.equal(sim.process(root.pid), undefined, "the rest of its tree was ended");
+    await restoreSnapshot(dir, { machine: sim });
+    assert.equal(sim.process(root.pid)?.state, "running", "the snapshot restores later");
+    assert.equal(sim.process(child.pid)?.stopped, false);
+  });
+
   test("a held tree whose CPU time moves once more after it stopped (a late tick) is not taken to have run", async () => {
     // Taken once two readings are alike: the first reading, its last tick not yet counted, is not.
     const { sim, dir, pid, memory } = await taken();

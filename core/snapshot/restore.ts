@@ -337,8 +337,7 @@ async function rollBack(r: Restoring, stopped: string | undefined): Promise<Erro
       : failed !== undefined
       ? `the processes it had made could not all be ended (${failed}); the snapshot is unchanged`
       : r.ran
-      ? `${r.ran} (something sent it SIGCONT): every process of its tree was ended; the snapshot ` +
-        `is unchanged`
+      ? `${r.ran}: every process of its tree was ended; the snapshot is unchanged`
       : r.whole > 0 || !r.held // a tree let go (its images matched), or never held, ran
       ? "the processes it had made were ended; the snapshot is unchanged"
       : `the processes ${run.engine.kind} had made, stopped before any of them ran, were ended; ` +
@@ -351,7 +350,7 @@ async function rollBack(r: Restoring, stopped: string | undefined): Promise<Erro
   const why = err === undefined
     ? `it was stopped: ${stopped}`
     : r.ran && messageOf(err) === r.ran
-    ? `a tree ran before its images were verified`
+    ? `a tree ${/ ended /.test(r.ran) ? "lost a process" : "ran"} before its images were verified`
     : `the ${run.engine.kind} restore failed: ${messageOf(err)}`;
   return new SnapshotError({
     code: err === undefined ? "STOPPED" : "RESTORE_FAILED",

@@ -104,7 +104,7 @@ export async function endTrees(
   await untilFree(run, [...known]);
 }
 
-/** Watches a tree held stopped: resolves to a function that says later whether any of it ran. */
+/** Watches a tree held stopped: resolves to a function that says later whether it ran or lost one. */
 export async function watchHeld(
   host: HostProcesses,
   root: number,
@@ -132,10 +132,14 @@ export async function watchHeld(
   return async () => {
     const now = (await host.processTree?.(root).catch(() => undefined)) ?? [];
     const extra = now.find((p) => !before.has(p.pid));
-    if (extra) return `process ${extra.pid} was made in the tree of ${root} while it was held`;
+    const woken = "while it was held (something sent it SIGCONT)";
+    if (extra) return `process ${extra.pid} was made in the tree of ${root} ${woken}`;
     for (const [pid, was] of before) {
       const is = was === undefined ? undefined : await cpu(pid);
-      if (is !== undefined && is !== was) return `process ${pid} ran while it was held`;
+      if (was !== undefined && is === undefined) {
+        return `process ${pid} ended while it was held (something killed it)`;
+      }
+      if (is !== was) return `process ${pid} ran ${woken}`;
     }
     return undefined;
   };
