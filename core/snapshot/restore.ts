@@ -26,6 +26,7 @@ import type { Manifest, ManifestProcess, ManifestTree } from "./manifest.ts";
 import { bytesOf, firstError, groupFailure, heldMiB } from "./run.ts";
 import { prerequisite, Run, type SnapshotEvent, started, type WholeSettings } from "./run.ts";
 import { checkPidsFree, recorded, treesNow, untilFree, usesOf, watchHeld } from "./trees.ts";
+import type { Disturbed } from "./trees.ts";
 
 /** Options of `restoreSnapshot`. */
 export interface RestoreSnapshotOptions {
@@ -85,8 +86,8 @@ interface Restoring extends Awaited<ReturnType<typeof openSnapshot>> {
   readonly running: readonly ManifestProcess[];
   readonly made: ManifestTree[];
   readonly begun: Map<number, string>; // the pids of the trees it began on (free then): images
-  readonly watches: (() => Promise<string | undefined>)[];
-  ran?: string;
+  readonly watches: (() => Promise<Disturbed | undefined>)[];
+  ran?: Disturbed;
   whole: number;
   differs?: RefusedError;
   readonly times: { checked: number; restored: number; resume?: number };
@@ -246,7 +247,7 @@ async function restoreTree(r: Restoring, t: ManifestTree): Promise<void> {
       await Promise.race([r.checked.later(t.images), run.signal.aborted || stop]);
       if (run.signal.aborted) throw NOT_STARTED;
       r.ran ??= await ran();
-      if (r.ran) throw new Error(r.ran);
+      if (r.ran) throw new Error(r.ran.why);
       await run.engine.wake!(pids);
       r.watches.splice(r.watches.indexOf(ran), 1); // let go: it runs now, as it should
     }
@@ -337,7 +338,7 @@ async function rollBack(r: Restoring, stopped: string | undefined): Promise<Erro
       : failed !== undefined
       ? `the processes it had made could not all be ended (${failed}); the snapshot is unchanged`
       : r.ran
-      ? `${r.ran}: every process of its tree was ended; the snapshot is unchanged`
+      ? `${r.ran.why}: every process of its tree was ended; the snapshot is unchanged`
       : r.whole > 0 || !r.held // a tree let go (its images matched), or never held, ran
       ? "the processes it had made were ended; the snapshot is unchanged"
       : `the processes ${run.engine.kind} had made, stopped before any of them ran, were ended; ` +
@@ -349,8 +350,8 @@ async function rollBack(r: Restoring, stopped: string | undefined): Promise<Erro
   const err = run.failure?.error;
   const why = err === undefined
     ? `it was stopped: ${stopped}`
-    : r.ran && messageOf(err) === r.ran
-    ? `a tree ${/ ended /.test(r.ran) ? "lost a process" : "ran"} before its images were verified`
+    : r.ran && messageOf(err) === r.ran.why
+    ? `a tree ${r.ran.how} before its images were verified`
     : `the ${run.engine.kind} restore failed: ${messageOf(err)}`;
   return new SnapshotError({
     code: err === undefined ? "STOPPED" : "RESTORE_FAILED",

@@ -104,12 +104,15 @@ export async function endTrees(
   await untilFree(run, [...known]);
 }
 
+/** What disturbed a tree held stopped: `how` it changed, and `why` in a sentence naming the pid. */
+export type Disturbed = { how: "ran" | "lost a process"; why: string };
+
 /** Watches a tree held stopped: resolves to a function that says later whether it ran or lost one. */
 export async function watchHeld(
   host: HostProcesses,
   root: number,
   pids: readonly number[],
-): Promise<() => Promise<string | undefined>> {
+): Promise<() => Promise<Disturbed | undefined>> {
   const cpu = (pid: number) => host.cpuTime?.(pid).catch(() => undefined);
   const read = async () =>
     new Map(await Promise.all(pids.map(async (p) => [p, await cpu(p)] as const)));
@@ -132,14 +135,14 @@ export async function watchHeld(
   return async () => {
     const now = (await host.processTree?.(root).catch(() => undefined)) ?? [];
     const extra = now.find((p) => !before.has(p.pid));
-    const woken = "while it was held (something sent it SIGCONT)";
-    if (extra) return `process ${extra.pid} was made in the tree of ${root} ${woken}`;
+    const held = "while it was held", woken = `${held} (something sent it SIGCONT)`;
+    const ran = (why: string): Disturbed => ({ how: "ran", why });
+    if (extra) return ran(`process ${extra.pid} was made in the tree of ${root} ${woken}`);
     for (const [pid, was] of before) {
       const is = was === undefined ? undefined : await cpu(pid);
-      if (was !== undefined && is === undefined) {
-        return `process ${pid} ended while it was held (something killed it)`;
-      }
-      if (is !== was) return `process ${pid} ran ${woken}`;
+      const killed = `process ${pid} ended ${held} (something killed it)`;
+      if (was !== undefined && is === undefined) return { how: "lost a process", why: killed };
+      if (is !== was) return ran(`process ${pid} ran ${woken}`);
     }
     return undefined;
   };
