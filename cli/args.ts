@@ -52,6 +52,7 @@ const OPTIONS: Readonly<Record<string, Option>> = {
   "--memory-mib": { field: "memoryMiB", value: (v) => count(v, "--memory-mib", "MiB") },
   "--gpu": { field: "gpus", value: (v) => v.split(",").map((n) => count(n, "--gpu", "", v)) },
   "--command": { field: "command", value: (v) => v },
+  "--parent": { field: "parent", value: (v) => count(v, "--parent", "pid", v, MAX_PID) },
 };
 const SHORT: Readonly<Record<string, string>> = Object.fromEntries(
   Object.entries(OPTIONS).flatMap(([long, o]) => o.short ? [[o.short, long]] : []),
@@ -80,7 +81,8 @@ const STRAY_OF_SNAPSHOTS = "--pid --dir --timeout --deadline --device-map --all 
 const STRAY_OF_OTHERS = "--pid --all --all-or-nothing --job --timeout --device-map " +
   "--no-room-check --allow-ipc-import --tcp-established";
 /** Our options of one value, which may be given once (NVIDIA's: the last one given is the one). */
-const ONCE = ["--dir", "--deadline", "--memory-mib", "--gpu", "--command"];
+const SPAWN_OPTIONS = ["--memory-mib", "--gpu", "--command", "--parent"];
+const ONCE = ["--dir", "--deadline", ...SPAWN_OPTIONS];
 /** The options whose value a subcommand that does not take them leaves unread (refused as such). */
 const UNREAD = ["--pid", "--dir", "--timeout", "--deadline", "--device-map"];
 const FROM_590 = "--launch-job (-j) is an option of NVIDIA's cuda-checkpoint from driver 590 (it " +
@@ -254,7 +256,9 @@ function parseDeviceMap(text: string): Record<string, string> {
 function count(text: string, name: string, unit: string, whole = text, max = 2 ** 53 - 1): number {
   if (/^[0-9]+$/.test(text) && Number(text) <= max) return Number(text);
   const upTo = max < 2 ** 53 - 1 ? ` from 0 to ${max}` : "";
-  const what = unit
+  const what = unit === "pid"
+    ? `the pid of a simulated process${upTo}`
+    : unit
     ? `a whole number of ${unit}${upTo}`
     : "a GPU index or a comma list of them (0,1)";
   throw new UsageError(`${name} must be ${what}`, `got ${JSON.stringify(whole)}`);
@@ -303,8 +307,8 @@ function finish(seen: Seen): Command {
     const unknown = `unknown subcommand ${JSON.stringify(sub)}${near}`;
     throw new UsageError(unknown, undefined, undefined, tail);
   }
-  const spawnOnly = "--memory-mib, --gpu and --command are only valid with --simulate spawn";
-  if (["--memory-mib", "--gpu", "--command"].some(has) && sub !== "spawn") no(spawnOnly);
+  const spawnOnly = SPAWN_OPTIONS.find(has);
+  if (spawnOnly && sub !== "spawn") no(`${spawnOnly} is only valid with --simulate spawn`);
   if (["snapshot", "restore-snapshot", "inspect", "recover"].includes(sub)) {
     return snapshotCommand(sub, rest, seen, common);
   }
@@ -324,7 +328,9 @@ function finish(seen: Seen): Command {
   refuseStray(sub, seen, STRAY_OF_OTHERS);
   if (sub === "list" || sub === "ps") return { kind: "list", ...common };
   if (sub === "reset") return { kind: "reset", ...common };
-  if (sub === "spawn") return { kind: sub, ...common, ...given(seen, "memoryMiB gpus command") };
+  if (sub === "spawn") {
+    return { kind: sub, ...common, ...given(seen, "memoryMiB gpus command parent") };
+  }
   const pids = rest.length > 0 ? parsePids(rest[0]) : seen.pids;
   const got = `got ${pids.length === 0 ? "none" : pids.join(",")}`;
   if (pids.length !== 1) no("--simulate kill takes the pid of one simulated process", got);

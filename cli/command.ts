@@ -67,7 +67,8 @@ export type Command =
   | RecoverCommand
   | (Common & { readonly kind: "list" } | Common & { readonly kind: "reset" })
   | (Common & { readonly kind: "kill"; readonly pid: number })
-  | (Common & { readonly kind: "spawn"; memoryMiB?: number; gpus?: number[]; command?: string });
+  | (Common & { readonly kind: "spawn"; memoryMiB?: number; gpus?: number[]; command?: string })
+    & { parent?: number };
 
 /** NVIDIA's messages (driver 580), word for word. */
 export const NVIDIA_MESSAGES = {

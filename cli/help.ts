@@ -105,7 +105,8 @@ Options:
 --simulate
         Works on a simulated machine kept in a state file ($CKPT_SIM_STATE, else one in
         $XDG_RUNTIME_DIR or the temporary folder) instead of the GPU driver. Also:
-          --simulate spawn [--memory-mib <n>] [--gpu <i>[,<j>]] [--command <text>]   prints the pid
+          --simulate spawn [--memory-mib <n>] [--gpu <i>[,<j>]] [--command <text>] [--parent <pid>]
+              prints the pid (--parent: of a live simulated process, whose tree it joins)
           --simulate kill <pid>
           --simulate reset
         Calls take no time unless CKPT_SIM_CLOCK=real: the driver's times (CKPT_SIM_SPEED scales it)

@@ -148,8 +148,8 @@ async function simulator(
 ): Promise<number> {
   try {
     if (command.kind === "spawn") {
-      const { memoryMiB, gpus: gpu, command: line } = command;
-      const pid = sim.spawn({ memoryMiB, gpu, command: line });
+      const { memoryMiB, gpus: gpu, command: line, parent } = command;
+      const pid = sim.spawn({ memoryMiB, gpu, command: line, parent });
       if (command.json) print.json({ pid, spawned: true });
       else print.out(String(pid));
     } else if (command.kind === "kill") {

@@ -421,6 +421,36 @@ describe("--simulate: the round trip across runs", () => {
     assert.equal(state.out, "running\n");
   });
 
+  test("spawn --parent joins a tree: its snapshot takes both, its restore brings both back", async () => {
+    const b = base();
+    const env = { CKPT_SIM_STATE: join(b, "machine.json") };
+    const sim = (...args: (string | number)[]) => cli(["--simulate", ...args], { env });
+    const root = Number((await sim("spawn", "--memory-mib", "512")).out.trim());
+    const child = await sim("spawn", "--memory-mib", "256", "--parent", root, "--json");
+    assert.equal(child.code, 0, child.err);
+    const pid = JSON.parse(child.out).pid;
+    const dir = join(b, "snap");
+    const made = await sim("snapshot", "--pid", root, "--dir", dir, "--json");
+    assert.equal(made.code, 0, made.err);
+    const taken = JSON.parse(made.out).processes.map((p: { pid: number }) => p.pid);
+    assert.deepEqual(taken.sort(), [root, pid].sort(), "the child is in its root's snapshot");
+    for (const p of [root, pid]) assert.equal((await sim("--get-state", "--pid", p)).code, 1);
+    const back = await sim("restore-snapshot", "--dir", dir);
+    assert.equal(back.code, 0, back.err);
+    for (const p of [root, pid]) {
+      assert.equal((await sim("--get-state", "--pid", p)).out, "running\n", `process ${p}`);
+    }
+    // A parent that is not a live simulated process, or not a pid: refused, naming the value.
+    const none = await sim("spawn", "--parent", 4000000);
+    assert.equal(none.code, 1);
+    assert.match(none.err, /parent 4000000 is no live simulated process/);
+    const bad = await sim("spawn", "--parent", "root");
+    assert.equal(bad.code, 1);
+    assert.match(bad.err, /--parent must be the pid of a simulated process from 0 to \d+.*"root"/s);
+    const elsewhere = await sim("--get-state", "--pid", root, "--parent", root);
+    assert.match(elsewhere.err, /--parent is only valid with --simulate spawn/);
+  });
+
   test("what a failure advises is a --simulate command too: copied, it acts on the simulated machine", async () => {
     const b = base();
     const env = { CKPT_SIM_STATE: join(b, "machine.json") };

@@ -483,7 +483,7 @@ describe("our own checks of bad input", () => {
     [
       "--memory-mib without spawn",
       ["--get-state", "-p", 5, "--memory-mib", 5],
-      "--memory-mib, --gpu and --command are only valid with --simulate spawn",
+      "--memory-mib is only valid with --simulate spawn",
     ],
     [
       "--launch-job",
