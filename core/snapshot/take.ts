@@ -160,7 +160,7 @@ async function check(run: Run, roots: readonly number[], allowIpcImport: boolean
   for (const a of listed) {
     const b = listed.find((o) => o !== a && a.tree.some((p) => p.pid === o.root));
     const twice = `process ${b?.root} is in the tree of ${a.root}; give the root of each tree once`;
-    if (b) throw new RangeError(`roots ${b.root} and ${a.root}: ${twice}`);
+    if (b) throw prerequisite("snapshot", twice);
   }
   const probe = await run.probing, report = await askGpuMemory(machine);
   const trees = await Promise.all(listed.map((t) => describeTree(t.root, t.tree, machine, report)));
