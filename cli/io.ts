@@ -278,6 +278,7 @@ function runtime(): Runtime {
     pending.push(...full.map((p) => p.catch((e) => out && e?.code !== "EPIPE" && (failed = e))));
   };
   const require = (import.meta as unknown as { require(id: string): unknown }).require;
+  const fs = () => require("node:fs") as typeof import("node:fs");
   return {
     args: process.argv.slice(2),
     programName: programName(() => process.argv0),
@@ -285,12 +286,10 @@ function runtime(): Runtime {
     stderr: writer(Bun.stderr.writer()),
     // Whether stderr is a terminal, from what /proc/self/fd/2 names (/dev/pts/N, /dev/ttyN).
     terminal() {
-      const { readlinkSync } = require("node:fs") as { readlinkSync(p: string): string };
       const tty = /^\/dev\/(pts\/[0-9]+|tty[A-Za-z0-9]*|console)$/;
-      return orElse(() => tty.test(readlinkSync("/proc/self/fd/2")), false);
+      return orElse(() => tty.test(fs().readlinkSync("/proc/self/fd/2", "utf8")), false);
     },
-    status: () =>
-      (require("node:fs") as typeof import("node:fs")).readFileSync("/proc/self/status", "utf8"),
+    status: () => fs().readFileSync("/proc/self/status", "utf8"),
     env: process.env,
     on: (signal, listener) => process.on(signal, listener),
     off: (signal, listener) => process.off(signal, listener),

@@ -60,11 +60,9 @@ export class CopyLink {
     this.#cancelTimer = this.timers.startTimer(soonest, () => {
       this.#cancelTimer = undefined;
       this.#advance();
-      for (const t of [...this.#moving()]) {
-        if (t.remaining <= 1) {
-          this.#active.delete(t);
-          t.done();
-        }
+      for (const t of [...this.#moving()].filter((t) => t.remaining <= 1)) {
+        this.#active.delete(t);
+        t.done();
       }
       this.#reschedule();
     });

@@ -15,8 +15,7 @@ import type { Machine } from "../machine.ts";
 import { refuseStopped, sessionOf } from "../process.ts";
 import { SNAPSHOT_STATES } from "../states.ts";
 import { clockOf } from "../time.ts";
-import type { Manifest, ManifestProcess } from "./manifest.ts";
-import { type ManifestTree, treeDirName } from "./manifest.ts";
+import { type Manifest, type ManifestProcess, type ManifestTree, treeDirName } from "./manifest.ts";
 
 /** A tree for the manifest: each process, and the CUDA side of those that use CUDA. */
 export async function describeTree(
