@@ -319,7 +319,8 @@ async function rollBack(r: Restoring, stopped: string | undefined): Promise<Erro
   const was = new Map(r.manifest.trees.flatMap((t) => t.processes.map((p) => [p.pid, p.command])));
   let unread = "";
   const uses = left.length === 0 ? [] : await usesOf(run.host, left).catch((err) => {
-    return (unread = `; who holds ${left} could not be read (${messageOf(err)}): any was left`), [];
+    unread = `; who holds ${left} could not be read (${messageOf(err)}): any was left`;
+    return [];
   });
   const held = await Promise.all(uses.map(async ({ id, holder, as }) => {
     const tree = as === "pid" && holder === id && await run.host.processTree?.(id).catch(() => []);
