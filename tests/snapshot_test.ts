@@ -595,6 +595,7 @@ describe("a snapshot and its restore", () => {
     assert.ok(err instanceof SnapshotError, String(err));
     assert.equal(err.code, "DUMP_FAILED");
     assert.match(err.message, /Connected TCP socket, consider using --tcp-established option/);
+    assert.equal(err.log, undefined, "its dump.log went with the tree's directory: none named");
     assert.equal(live(sim, server.pid).state, "running", "put back");
     // Told, both ends of the connection (in the one tree) go to disk and come back with it.
     await snapshot([server.pid], dir, { machine: sim, tcpEstablished: true });

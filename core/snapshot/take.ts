@@ -376,8 +376,9 @@ async function rollBack(t: Taken, { code, message, cause }: Failure): Promise<Sn
   const { resumed: back, gone } = await resumeAll(t);
   const where = t.out.dir.path, who = `process${gone[1] ? "es" : ""} ${gone.join(", ")}`;
   const ended = gone.length > 0 ? ` (${who} had ended)` : "";
+  const removed = !back || back.ok; // the snapshot's directory with it
   let detail: string;
-  if (!back || back.ok) {
+  if (removed) {
     const each = gone.length === 0 ? "every process" : back ? "every other process" : "";
     const put = `${each} was put back as it was, and keeps running`;
     detail = `${each ? put : "no process was left to resume"}${ended}${await t.out.discard()}`;
@@ -387,6 +388,8 @@ async function rollBack(t: Taken, { code, message, cause }: Failure): Promise<Sn
       `${where}/${TRACE_FILE} names them: \`cuda-checkpoint recover ${where}\` resumes them ` +
       `once the cause is fixed`;
   }
-  const log = (cause instanceof EngineError && cause.log) || undefined;
+  // A log in a tree's directory went with it (the simulator's; real criu's is kept beside).
+  let log = (cause instanceof EngineError && cause.log) || undefined;
+  if (removed && t.out.imagesDirs.some((d) => log?.startsWith(`${d}/`))) log = undefined;
   return new SnapshotError({ code, operation: "snapshot", message, detail, cause, log });
 }
