@@ -1239,6 +1239,15 @@ describe("failures after things began to change", () => {
     assert.equal(live(sim, b.pid).state, "running");
     assert.deepEqual([await a.memoryChunkedSha256(), await b.memoryChunkedSha256()], hashes);
     assert.throws(() => statSync(join(dir, MANIFEST_FILE)));
+    assert.equal(err.log, undefined, "the dump's log went with the directory: none named");
+    // A rollback that cannot resume keeps the directory: the log named is the one there.
+    sim.engine.failNext("dump", { message: "Can't dump file 8 (simulated)" });
+    a.failNext("restore", { code: 2 });
+    const kept = await snapshot([pids[0]], dir, { machine: sim }).catch((e) => e);
+    assert.ok(kept instanceof SnapshotError && kept.code === "DUMP_FAILED", String(kept));
+    assert.match(kept.message, /could not all be resumed/);
+    assert.equal(kept.log, join(dir, `tree-${pids[0]}`, "dump.log"));
+    assert.match(readFileSync(kept.log!, "utf8"), /Error: Can't dump file 8 \(simulated\)/);
   });
 
   test("an abort while it checks its files at its end (the manifest written) still puts all back", async () => {

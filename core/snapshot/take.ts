@@ -21,7 +21,7 @@ import { importRefusal, sessionOf } from "../process.ts";
 import { roundMs } from "../time.ts";
 import { VERSION } from "../version.ts";
 import { SnapshotWriter, TRACE_FILE } from "./layout.ts";
-import { type Manifest, MANIFEST_FORMAT } from "./manifest.ts";
+import { type Manifest, MANIFEST_FORMAT, treeDirName } from "./manifest.ts";
 import type { SnapshotFile } from "./store.ts";
 import { bytesOf, checkDir, firstError, groupFailure, heldMiB } from "./run.ts";
 import { prerequisite, Run, type SnapshotEvent, started, type WholeSettings } from "./run.ts";
@@ -388,8 +388,12 @@ async function rollBack(t: Taken, { code, message, cause }: Failure): Promise<Sn
       `${where}/${TRACE_FILE} names them: \`cuda-checkpoint recover ${where}\` resumes them ` +
       `once the cause is fixed`;
   }
-  // A log in a tree's directory went with it (the simulator's; real criu's is kept beside).
+  // A log in a tree's directory (the simulator's; real criu's is kept beside): gone with it, or
+  // named by the directory's own path (the engine's is through our descriptor, closed now).
   let log = (cause instanceof EngineError && cause.log) || undefined;
-  if (removed && t.out.imagesDirs.some((d) => log?.startsWith(`${d}/`))) log = undefined;
+  const i = t.out.imagesDirs.findIndex((d) => log?.startsWith(`${d}/`)), d = t.out.imagesDirs[i];
+  if (d) {
+    log = removed ? undefined : `${where}/${treeDirName(t.trees[i].root)}${log!.slice(d.length)}`;
+  }
   return new SnapshotError({ code, operation: "snapshot", message, detail, cause, log });
 }
