@@ -254,8 +254,9 @@ function parseDeviceMap(text: string): Record<string, string> {
 
 /** A whole number of `unit` up to `max` (no unit: a GPU index, of the list `whole`). */
 function count(text: string, name: string, unit: string, whole = text, max = 2 ** 53 - 1): number {
-  if (/^[0-9]+$/.test(text) && Number(text) <= max) return Number(text);
-  const upTo = max < 2 ** 53 - 1 ? ` from 0 to ${max}` : "";
+  const min = unit === "pid" ? 1 : 0; // no process has pid 0
+  if (/^[0-9]+$/.test(text) && Number(text) >= min && Number(text) <= max) return Number(text);
+  const upTo = max < 2 ** 53 - 1 ? ` from ${min} to ${max}` : "";
   const what = unit === "pid"
     ? `the pid of a simulated process${upTo}`
     : unit

@@ -444,9 +444,12 @@ describe("--simulate: the round trip across runs", () => {
     const none = await sim("spawn", "--parent", 4000000);
     assert.equal(none.code, 1);
     assert.match(none.err, /parent 4000000 is no live simulated process/);
-    const bad = await sim("spawn", "--parent", "root");
-    assert.equal(bad.code, 1);
-    assert.match(bad.err, /--parent must be the pid of a simulated process from 0 to \d+.*"root"/s);
+    for (const given of ["root", "0"]) { // 0: no pid, where it was taken for "no parent"
+      const bad = await sim("spawn", "--parent", given);
+      assert.equal(bad.code, 1, given);
+      const refused = `--parent must be the pid of a simulated process from 1 to \\d+.*"${given}"`;
+      assert.match(bad.err, new RegExp(refused, "s"));
+    }
     const elsewhere = await sim("--get-state", "--pid", root, "--parent", root);
     assert.match(elsewhere.err, /--parent is only valid with --simulate spawn/);
   });
