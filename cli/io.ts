@@ -24,6 +24,8 @@ export interface CliIo {
    * NVIDIA's utility's, line for line.
    */
   isTerminal?: boolean;
+  /** The terminal's width in columns, where it tells (the live line fits it). Default 80. */
+  columns?(): number | undefined;
   /**
    * The name the program was run by (its `argv[0]`), which starts getopt's line for an unknown
    * option or a missing value, as with NVIDIA's utility. Default `cuda-checkpoint`.
@@ -220,7 +222,7 @@ function ignoredIn(status: string): Signal[] {
 }
 
 /** What the program takes of its runtime, Deno or Bun (its writers, name and env: `CliIo`'s). */
-interface Runtime extends Required<Pick<CliIo, "stdout" | "stderr" | "programName" | "env">> {
+interface Runtime extends Required<Omit<CliIo, "isTerminal" | "machine" | "interrupts">> {
   readonly args: string[];
   terminal(): boolean;
   status(): string; // /proc/self/status
@@ -252,6 +254,7 @@ function runtime(): Runtime {
       stdout: writer(deno.stdout),
       stderr: writer(deno.stderr),
       terminal: () => deno.stderr.isTerminal(),
+      columns: () => orElse(() => deno.consoleSize().columns, undefined),
       status: () => deno.readTextFileSync("/proc/self/status"),
       on: (signal, listener) => deno.addSignalListener(signal, listener),
       off: (signal, listener) => deno.removeSignalListener(signal, listener),
@@ -290,6 +293,7 @@ function runtime(): Runtime {
       return orElse(() => tty.test(fs().readlinkSync("/proc/self/fd/2", "utf8")), false);
     },
     status: () => fs().readFileSync("/proc/self/status", "utf8"),
+    columns: () => (process.stderr as unknown as { columns?: number }).columns, // on a terminal
     env: process.env,
     on: (signal, listener) => process.on(signal, listener),
     off: (signal, listener) => process.off(signal, listener),

@@ -87,6 +87,7 @@ export class Progress {
   #readAt = 0;
   /** An engine's wait till it can restore a tree: till when, and why. */
   #wait = { until: 0, why: "" };
+  #floor = 0; // the most the phase's driver steps were shown to have moved
   #cancel: (() => void) | undefined;
   #shown = false;
   readonly #events: boolean;
@@ -116,6 +117,7 @@ export class Progress {
     const bytes = typeof mib === "number" ? mib * MIB : "pid" in e ? this.#held.get(e.pid) : 0;
     if (e.type === "phase") {
       [this.#phase, this.#since, this.#moving, this.#moved] = [e.phase, now, new Set(), new Set()];
+      this.#floor = 0;
       for (const [pid, held] of Object.entries(typeof mib === "object" ? mib : {})) {
         this.#held.set(Number(pid), held * MIB);
         this.#moving.add(Number(pid));
@@ -127,7 +129,9 @@ export class Progress {
     } else if (e.type === "step-start") {
       // Undoing, where no other process's step goes forward: not "n of n done".
       const forward = [...this.#steps.values()].some((s) => !s.step.endsWith("(undoing)"));
-      if (e.rollback && !forward) [this.#phase, this.#moving] = ["rollback", new Set()];
+      if (e.rollback && !forward) {
+        [this.#phase, this.#moving, this.#floor] = ["rollback", new Set(), 0];
+      }
       if (bytes) this.#held.set(e.pid, bytes);
       this.#steps.set(e.pid, { step: e.rollback ? `${e.step} (undoing)` : e.step, since: now });
       if (RATES[e.step] && bytes && !e.rollback) this.#moving.add(e.pid);
@@ -174,7 +178,7 @@ export class Progress {
     const line = `${label}${one ? ` ${one.step}` : ""} ${elapsed}${
       total > 1 ? `, ${this.#done.size}/${total} done` : ""
     }${figures ? `: ${figures}` : ""}${steps.length > 0 ? `; ${steps.join(", ")}` : ""}`;
-    const width = (this.#o.columns ?? 80) - 1;
+    const width = (this.#o.columns || this.#print.io.columns?.() || 80) - 1; // 0: no size told
     return line.length > width ? `${line.slice(0, width - 1)}…` : line;
   }
 
@@ -218,6 +222,7 @@ export class Progress {
         if (running) rate += r;
       }
     }
+    done = this.#floor = Math.max(this.#floor, done); // a slower rate measured since takes none
     return total === 0 ? "" : estimated(done, total, rate, left);
   }
 

@@ -180,7 +180,7 @@ export class Printer {
   /** The live line on stderr (`progress.ts`), erased before anything else is written. */
   live: { erase(): void } | undefined;
 
-  constructor(private readonly io: CliIo, private readonly asJson = false) {}
+  constructor(readonly io: CliIo, private readonly asJson = false) {}
 
   /** Whether stderr is a terminal: extra lines, and the live line. */
   get terminal(): boolean {

@@ -219,6 +219,23 @@ describe("the live line on a terminal", () => {
     assertErasedBeforeOutput(r.writes);
   });
 
+  test("a rate measured slower than the usual (one process done) never takes the bytes shown back", () => {
+    const { clock, line } = lineOnClock({ total: 2, columns: 120 });
+    line.event({ type: "phase", phase: "toggle", at: 0 });
+    for (const [pid, mib] of [[4000, 1024], [4010, 16384]]) {
+      line.event({ type: "step-start", pid, step: "checkpoint", at: 0, gpuMemoryMiB: mib });
+    }
+    clock.ms = 1000; // each at the usual 2 GB/s: 1.06 GB (the small one, 99%) and 2.0 GB
+    assert.match(line.text(), /: ~3\.1 of 18\.3 GB, ~4\.0 GB\/s, /);
+    // The small one took 1 s (1.07 GB/s): at that rate the big one has moved 1.07 GB, not 2.0.
+    const end = { type: "step-end", pid: 4000, step: "checkpoint", at: 1000, ms: 1000 } as const;
+    line.event({ ...end, ok: true, rollback: false });
+    assert.match(line.text(), /: ~3\.1 of 18\.3 GB, ~1\.1 GB\/s, /);
+    clock.ms = 2000; // 1.07 + 2.15 GB: more than shown, so shown
+    assert.match(line.text(), /: ~3\.2 of 18\.3 GB, /);
+    line.stop();
+  });
+
   test("one process undone while the others' checkpoints go on: the line keeps their figures", () => {
     const clock = { now: () => 1000, sleep: () => Promise.resolve(), timer: () => () => {} };
     const print = new Printer({ stdout: () => {}, stderr: () => {}, isTerminal: true });
@@ -346,6 +363,16 @@ describe("the live line on a terminal", () => {
       "checkpoint checkpoint 0.0 s: ~0.0 of 419.4 GB, ~2.0 GB/s, ~3 min left",
     );
     long.stop();
+    // No width given: the terminal's, where it tells (one of no size, 0, tells none: 80).
+    for (const columns of [30, 0]) {
+      const io = { stdout: () => {}, stderr: () => {}, isTerminal: true, columns: () => columns };
+      const told = new Progress(new Printer(io), clock, { total: 1 }, false);
+      told.event({ type: "phase", phase: "checkpoint", at: 0 });
+      told.event({ type: "step-start", pid: 4101, step: "checkpoint", at: 0, gpuMemoryMiB: 4e5 });
+      const whole = "checkpoint checkpoint 0.0 s: ~0.0 of 419.4 GB, ~2.0 GB/s, ~3 min left";
+      assert.equal(told.text(), columns ? "checkpoint checkpoint 0.0 s:…" : whole, `${columns}`);
+      told.stop();
+    }
     // 100 s exactly is minutes already: 2e11 bytes at the usual 2 GB/s.
     const hundred = new Progress(print, clock, { total: 1, columns: 100 }, false);
     hundred.event({ type: "phase", phase: "checkpoint", at: 0 });
