@@ -87,7 +87,7 @@ export class Progress {
   #readAt = 0;
   /** An engine's wait till it can restore a tree: till when, and why. */
   #wait = { until: 0, why: "" };
-  #floor = 0; // the most the phase's driver steps were shown to have moved
+  #floor = { of: new Set<number>(), done: 0 }; // the most shown moved, of that set of processes
   #cancel: (() => void) | undefined;
   #shown = false;
   readonly #events: boolean;
@@ -117,7 +117,6 @@ export class Progress {
     const bytes = typeof mib === "number" ? mib * MIB : "pid" in e ? this.#held.get(e.pid) : 0;
     if (e.type === "phase") {
       [this.#phase, this.#since, this.#moving, this.#moved] = [e.phase, now, new Set(), new Set()];
-      this.#floor = 0;
       for (const [pid, held] of Object.entries(typeof mib === "object" ? mib : {})) {
         this.#held.set(Number(pid), held * MIB);
         this.#moving.add(Number(pid));
@@ -129,9 +128,7 @@ export class Progress {
     } else if (e.type === "step-start") {
       // Undoing, where no other process's step goes forward: not "n of n done".
       const forward = [...this.#steps.values()].some((s) => !s.step.endsWith("(undoing)"));
-      if (e.rollback && !forward) {
-        [this.#phase, this.#moving, this.#floor] = ["rollback", new Set(), 0];
-      }
+      if (e.rollback && !forward) [this.#phase, this.#moving] = ["rollback", new Set()];
       if (bytes) this.#held.set(e.pid, bytes);
       this.#steps.set(e.pid, { step: e.rollback ? `${e.step} (undoing)` : e.step, since: now });
       if (RATES[e.step] && bytes && !e.rollback) this.#moving.add(e.pid);
@@ -222,7 +219,8 @@ export class Progress {
         if (running) rate += r;
       }
     }
-    done = this.#floor = Math.max(this.#floor, done); // a slower rate measured since takes none
+    if (this.#floor.of !== this.#moving) this.#floor = { of: this.#moving, done: 0 };
+    done = this.#floor.done = Math.max(this.#floor.done, done); // a slower rate measured takes none
     return total === 0 ? "" : estimated(done, total, rate, left);
   }
 

@@ -233,6 +233,10 @@ describe("the live line on a terminal", () => {
     assert.match(line.text(), /: ~3\.1 of 18\.3 GB, ~1\.1 GB\/s, /);
     clock.ms = 2000; // 1.07 + 2.15 GB: more than shown, so shown
     assert.match(line.text(), /: ~3\.2 of 18\.3 GB, /);
+    // A new phase moves other bytes: it starts from none.
+    line.event({ type: "phase", phase: "toggle", at: 2000 });
+    line.event({ type: "step-start", pid: 4010, step: "restore", at: 2000, gpuMemoryMiB: 16384 });
+    assert.match(line.text(), /: ~0\.0 of 17\.2 GB, /);
     line.stop();
   });
 
