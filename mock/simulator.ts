@@ -311,9 +311,7 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
     const top = this.#byPid.get(root);
     if (!top || top.pid !== root) return undefined;
     const out = [top], all = this.processes;
-    for (let i = 0; i < out.length; i++) {
-      for (const p of all) if (p.parent === out[i].pid) out.push(p);
-    }
+    for (const o of out) for (const p of all) if (p.parent === o.pid) out.push(p);
     return out;
   }
 
