@@ -145,10 +145,8 @@ export function readTree(dir: string, root: number, log: EngineLog): ProcessImag
   const top = byPid.get(root);
   if (!top) throw log.error(`no image of process ${root} in ${dir}`);
   const tree = [top];
-  for (let i = 0; i < tree.length; i++) {
-    for (const image of byPid.values()) {
-      if (image.parent === tree[i].pid && image.pid !== root) tree.push(image);
-    }
+  for (const t of tree) {
+    for (const p of byPid.values()) if (p.parent === t.pid && p.pid !== root) tree.push(p);
   }
   const stray = [...byPid.values()].find((image) => !tree.includes(image));
   const notIn = `is no image of the tree of ${root}: its parent ${stray?.parent} is not in it`;
