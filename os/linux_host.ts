@@ -119,13 +119,10 @@ export function statOf(pid: number | string): ProcEntry | undefined {
 
 /** The processes descended from `pid` in `table`, parents first, each one's children by pid. */
 export function descendants(table: ReadonlyMap<number, ProcEntry>, pid: number): number[] {
-  const children = new Map<number, number[]>();
-  for (const [p, e] of [...table].sort(([a], [b]) => a - b)) {
-    (children.get(e.parent) ?? children.set(e.parent, []).get(e.parent)!).push(p);
-  }
+  const children = Map.groupBy([...table].sort(([a], [b]) => a - b), ([, e]) => e.parent);
   // Each once: a parent loop (pids reused while /proc was read) neither loops nor repeats one.
   const out = new Set([pid]);
-  for (const p of out) for (const c of children.get(p) ?? []) out.add(c);
+  for (const p of out) for (const [c] of children.get(p) ?? []) out.add(c);
   return [...out].slice(1);
 }
 
