@@ -148,9 +148,8 @@ export function derivedMapping(
 
 /** GPUs by chip, counted: `2 x NVIDIA H200`, `1 x NVIDIA H200 and 1 x NVIDIA H100 80GB HBM3`. */
 function chipsOf(gpus: readonly { name: string }[]): string {
-  const count = new Map<string, number>();
-  for (const g of gpus) count.set(g.name, (count.get(g.name) ?? 0) + 1);
-  return [...count].map(([name, n]) => `${n} x ${name}`).join(" and ");
+  const byChip = Map.groupBy(gpus, (g) => g.name);
+  return [...byChip].map(([name, each]) => `${each.length} x ${name}`).join(" and ");
 }
 
 /** A refusal of a mapping (`MAPPING`): nothing was changed. */
