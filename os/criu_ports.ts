@@ -65,8 +65,7 @@ export async function portsFree(request: RestoreRequest): Promise<void> {
     if (ports.length === 0) return;
     const live = Map.groupBy(holders.filter((h) => h.leftMs === undefined), (h) => h.port);
     if (live.size > 0) {
-      const named = ([st, hs]: [string, PortHolder[]]) =>
-        hs.length > 1 ? `${st} x${hs.length}` : st;
+      const named = ([s, hs]: [string, PortHolder[]]) => hs.length > 1 ? `${s} x${hs.length}` : s;
       const states = (hs: PortHolder[]) => [...Map.groupBy(hs, (h) => h.state)].map(named);
       const each = [...live].map(([port, hs]) => `${port} (${states(hs).join(", ")})`);
       const free = "end what holds them, or restore where they are free";
