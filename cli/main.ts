@@ -60,9 +60,7 @@ export async function main(args: readonly string[], io: CliIo): Promise<number> 
         // With --json, a program reading stdout learns it too.
         const usage = JSON.stringify({ ok: false, error: { message, code: "USAGE", detail } });
         if (wantsJson(args)) io.stdout(escapeControls(`${usage}\n`));
-      } else {
-        say(internalError(error));
-      }
+      } else say(internalError(error));
     } catch {
       // Nowhere left to say it: the exit code says it.
     }
@@ -116,9 +114,7 @@ async function run(command: MachineCommand, io: CliIo): Promise<number> {
       code = await (await processes()).runList(machine, print, command.json);
     } else if (command.kind === "spawn" || command.kind === "kill" || command.kind === "reset") {
       code = await simulator(command, simulated!, print);
-    } else {
-      code = await (await import("./disk.ts")).runDiskCommand(command, machine, print, io);
-    }
+    } else code = await (await import("./disk.ts")).runDiskCommand(command, machine, print, io);
   } finally {
     // What the command did, for the next command; then what was opened is closed, either way.
     await (simulated?.save() ?? Promise.resolve()).catch((error) => {

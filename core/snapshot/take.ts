@@ -342,9 +342,7 @@ async function end(t: Taken, manifest: Manifest): Promise<void> {
       const code = "RESUME_FAILED", cause = firstError(resumed);
       throw new SnapshotError({ code, operation: "snapshot", message, detail, cause });
     }
-  } else {
-    await endTrees(run, t.ours);
-  }
+  } else await endTrees(run, t.ours);
   await out.finish();
 }
 
