@@ -8,7 +8,7 @@
 // when it ends. Each error names criu's log.
 
 import type { Stats } from "node:fs";
-import { lstat, mkdir, readdir, readFile, readlink, rename, rm, stat } from "node:fs/promises";
+import { lstat, mkdir, readdir, readFile, readlink, rename, stat } from "node:fs/promises";
 import { copyFile } from "node:fs/promises";
 import { availableParallelism } from "node:os";
 import path from "node:path";
@@ -23,7 +23,7 @@ import { parsePstree } from "./criu_images.ts";
 import { portsFree } from "./criu_ports.ts";
 import { muteConnections } from "./mute.ts";
 import { myUid } from "./private.ts";
-import { trustedLibraryDir, trustedProgram, workDir } from "./trusted.ts";
+import { removeWorkDir, trustedLibraryDir, trustedProgram, workDir } from "./trusted.ts";
 
 /** The environment variables that name criu and its library directory. */
 const CRIU_ENV_VAR = "CKPT_CRIU_PATH", LIBRARY_ENV_VAR = "CKPT_CRIU_LIBRARY_DIR";
@@ -172,7 +172,7 @@ class CriuEngine implements SnapshotEngine {
       throw err;
     } finally {
       await stopWatching();
-      await rm(work, { recursive: true, force: true });
+      await removeWorkDir(work);
     }
   }
 
@@ -200,7 +200,7 @@ class CriuEngine implements SnapshotEngine {
       await rename(log.file, log.shown).catch(() => {});
       throw err;
     } finally {
-      await rm(work, { recursive: true, force: true });
+      await removeWorkDir(work);
     }
   }
 

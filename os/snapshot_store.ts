@@ -22,7 +22,7 @@ import { digestOf, type DigestSource, PieceHasher } from "./digest.ts";
 import { seal } from "./digest_seal.ts";
 import { errorCode, myUid, ownerFault, pathTrouble, pinned } from "./private.ts";
 import { readSmallFile, type Refuse, writePrivately } from "./private.ts";
-import { workDir } from "./trusted.ts";
+import { removeWorkDir, workDir } from "./trusted.ts";
 
 const { O_RDONLY, O_DIRECTORY, O_NOFOLLOW, O_NONBLOCK } = constants;
 const DIR = O_RDONLY | O_DIRECTORY | O_NOFOLLOW;
@@ -390,7 +390,7 @@ class FileSnapshotDir implements SnapshotDir {
   async close(): Promise<void> {
     // The digests left for later end first (stopped by check's signal, or done).
     await this.#verifying;
-    for (const view of this.#views.splice(0)) await rm(view, { recursive: true, force: true });
+    for (const view of this.#views.splice(0)) await removeWorkDir(view);
     await Promise.all([...this.#kept.splice(0), ...this.#subs.values()].map((h) => h.close()));
     this.#subs.clear();
     this.#checked.clear();

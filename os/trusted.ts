@@ -3,7 +3,7 @@
 // may not be written by the group or others (a sticky directory above, `/tmp`, may be); and private
 // work directories. Each refusal is one sentence naming the path and the fault.
 
-import { lstat, mkdtemp, readdir, realpath, rm } from "node:fs/promises";
+import { lstat, mkdtemp, readdir, realpath, rm, rmdir } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import process from "node:process";
@@ -76,7 +76,7 @@ function programOf(pid: number): string | undefined {
  * A new private work directory `<pid>-<start>-<what>XXXXXX` of this program, under a private base
  * (0700; `/run/ckpt-cuda-work` as root, else `ckpt-cuda-work-<uid>` in the temporary directory,
  * below trusted directories), made once those of programs that are gone (one killed outright
- * leaves its own) are removed. Remove it when done.
+ * leaves its own) are removed. Remove it with {@link removeWorkDir}.
  */
 export async function workDir(what: string): Promise<string> {
   const uid = myUid();
@@ -86,7 +86,14 @@ export async function workDir(what: string): Promise<string> {
   const above = await faultAbove(base), under = path.dirname(base);
   if (above) throw new Error(`criu's work directories cannot be made under ${under}: ${above}.`);
   const hint = "remove it; criu's work directories are made there", dayAgo = Date.now() - 864e5;
-  await privateDirectory(base, { strict: true, hint });
+  let dir = "";
+  // The last work directory removed takes the base along (removeWorkDir): where another program
+  // of this user's (or another run of this one) does so as this one makes it, it is made again.
+  for (let tries = 10, raced = /ENOENT|EEXIST/; !dir; tries--) {
+    dir = await privateDirectory(base, { strict: true, hint })
+      .then(() => mkdtemp(path.join(base, `${programOf(process.pid)}-${what}`)))
+      .catch((e) => tries > 1 && raced.test(`${e.cause?.code}${e.code}`) ? "" : Promise.reject(e));
+  }
   for (const name of await readdir(base)) {
     const owner = /^([0-9]+)-([0-9]+)-/.exec(name);
     const gone = owner
@@ -96,5 +103,11 @@ export async function workDir(what: string): Promise<string> {
         (await lstat(path.join(base, name)).catch(() => ({ mtimeMs: NaN }))).mtimeMs < dayAgo;
     if (gone) await rm(path.join(base, name), { recursive: true, force: true });
   }
-  return await mkdtemp(path.join(base, `${programOf(process.pid)}-${what}`));
+  return dir;
+}
+
+/** Removes a work directory of {@link workDir}, and the base above it where left empty. */
+export async function removeWorkDir(dir: string): Promise<void> {
+  await rm(dir, { recursive: true, force: true });
+  await rmdir(path.dirname(dir)).catch(() => {}); // another's work, or a kept log, is there
 }

@@ -8,8 +8,7 @@
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { spawn, spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, readdirSync, readFileSync, realpathSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { dirname, join } from "node:path";
 import process from "node:process";
 import { setTimeout as delay } from "node:timers/promises";
@@ -25,6 +24,9 @@ import {
   settlesWithin,
   stateOf,
 } from "./support/fake_criu.ts";
+import { criuLeftoversRemovedAfter, WORK_BASE } from "./support/temp_dirs.ts";
+
+criuLeftoversRemovedAfter();
 
 /**
  * A criu that answers `--version` and `check`, and otherwise hangs: its child `sleep` writes its
@@ -189,9 +191,7 @@ describe("a criu that overstays is ended, and what it left is said", () => {
         mkdirSync(images, { mode: 0o700 });
         const signal = AbortSignal.abort();
         // Nor makes a work directory, which nothing would remove (criu is found first).
-        const base = process.getuid?.() === 0
-          ? "/run/ckpt-cuda-work"
-          : join(realpathSync(tmpdir()), `ckpt-cuda-work-${process.getuid?.()}`);
+        const base = WORK_BASE;
         const me = readFileSync("/proc/self/stat", "utf8");
         const mine = `${process.pid}-${me.slice(me.lastIndexOf(")") + 2).split(" ")[19]}-`;
         const ours = () =>

@@ -23,11 +23,10 @@ import {
   utimesSync,
   writeFileSync,
 } from "node:fs";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
 import { openCriuEngine } from "../os/criu.ts";
-import { workDir } from "../os/trusted.ts";
+import { removeWorkDir, workDir } from "../os/trusted.ts";
 import { parsePstree } from "../os/criu_images.ts";
 import { EngineError } from "../core/engine.ts";
 import { FileSnapshotStore } from "../os/snapshot_store.ts";
@@ -43,6 +42,7 @@ import {
   settlesWithin,
   varint,
 } from "./support/fake_criu.ts";
+import { criuLeftoversRemovedAfter, WORK_BASE } from "./support/temp_dirs.ts";
 
 const root = process.getuid?.() === 0;
 
@@ -56,10 +56,7 @@ function recorded(file: string): string[] {
   return readFileSync(file, "utf8").trim().split("\n");
 }
 
-/** Where criu's work directories are made for this user (workDir's base), as the engine names it. */
-const WORK_BASE = process.getuid?.() === 0
-  ? "/run/ckpt-cuda-work"
-  : join(realpathSync(tmpdir()), `ckpt-cuda-work-${process.getuid?.()}`);
+criuLeftoversRemovedAfter();
 /** The start of the names of this program's work directories: its pid and its start time. */
 const MINE = (() => {
   const me = readFileSync("/proc/self/stat", "utf8");
@@ -301,13 +298,17 @@ describe("running criu", () => {
     inScratch(async (s) => {
       const base = WORK_BASE;
       const mine = MINE;
-      const ours = () => readdirSync(base).filter((n) => n.startsWith(mine));
+      // The last removed takes the base along (where nothing else is there).
+      const ours = () =>
+        (existsSync(base) ? readdirSync(base) : []).filter((n) => n.startsWith(mine));
       const ok = openCriuEngine({ criuPath: fakeCriu(s.dir, { FAKE_CRIU_ROOT: "4243" }) });
       await ok.restore({ root: 4243, imagesDir: s.dir });
       assert.deepEqual(ours(), [], "a restore that succeeded leaves nothing");
       // Left by programs that are gone (one killed outright), or by this pid's earlier owner.
       const dead = [`${2 ** 22 + 7}-1-restore-x`, `${process.pid}-1-restore-y`];
-      for (const d of dead) mkdirSync(join(base, d, "no-plugins"), { recursive: true });
+      for (const d of dead) {
+        mkdirSync(join(base, d, "no-plugins"), { recursive: true, mode: 0o700 });
+      }
       // Failed runs' kept logs: a day old, gone; newer, kept.
       const [old, fresh] = ["dump-2000000001.log", "dump-2000000002.log"].map((n) => join(base, n));
       for (const f of [old, fresh]) writeFileSync(f, "log");
@@ -352,7 +353,8 @@ describe("criu's work directories, made by several runs at once", () => {
       const images = join(s.dir, "tree-4242");
       mkdirSync(images, { mode: 0o700 });
       await engine.restore({ root: 4242, imagesDir: s.dir });
-      await engine.dump({ root: 4242, imagesDir: images }).catch(() => {}); // no pstree.img
+      const failed = await engine.dump({ root: 4242, imagesDir: images }).catch((e) => e);
+      rmSync(failed.log, { force: true }); // no pstree.img: its log kept, this test's own
       const args = recorded(record).filter((l) => l.startsWith("arg ")).map((l) => l.slice(4));
       const after = (flag: string) => args.flatMap((a, i) => a === flag ? [args[i + 1]] : []);
       const named = (what: string) => new RegExp(`^${escaped(join(base, mine))}${what}-[^/]+$`);
@@ -398,6 +400,34 @@ describe("criu's work directories, made by several runs at once", () => {
     for (const m of made) if (m.status === "fulfilled") rmSync(m.value, { recursive: true });
     assert.deepEqual(made.filter((m) => m.status === "rejected").map((m) => String(m.reason)), []);
     assert.deepEqual(logs.filter((f) => existsSync(f)), [], "each old log removed");
+  });
+
+  test("the last one removed takes its base along (none left in the temporary directory), unless something else is there; runs that make and remove them at once fail none", async () => {
+    const base = WORK_BASE;
+    const [a, b] = [await workDir("a-"), await workDir("b-")];
+    await removeWorkDir(a);
+    assert.ok(existsSync(b) && existsSync(base), "the other kept, and their base");
+    const kept = join(base, "dump-2000002000.log"); // a failed run's log
+    writeFileSync(kept, "log");
+    await removeWorkDir(b);
+    assert.deepEqual(
+      readdirSync(base).filter((n) => n === "dump-2000002000.log" || n.startsWith(MINE)),
+      ["dump-2000002000.log"],
+    );
+    rmSync(kept);
+    const c = await workDir("c-");
+    await removeWorkDir(c);
+    // Where nothing of another program's is there (as in the temporary directory of a user).
+    if (existsSync(base)) assert.notDeepEqual(readdirSync(base), [], "left empty");
+    // Each run's base may be removed by another's between its check and its mkdtemp.
+    const runs = Array.from({ length: 4 }, async () => {
+      for (let i = 0; i < 50; i++) await removeWorkDir(await workDir("busy-"));
+    });
+    const settled = await Promise.allSettled(runs);
+    assert.deepEqual(
+      settled.filter((r) => r.status === "rejected").map((r) => String(r.reason)),
+      [],
+    );
   });
 });
 

@@ -1,11 +1,17 @@
 // A test file's temporary folders: each made under the system's temporary directory, all removed
 // after each test. Under Deno and Bun alike (node:test's afterEach).
 
-import { afterEach } from "node:test";
-import { mkdtempSync, rmSync } from "node:fs";
+import { after, afterEach } from "node:test";
+import { existsSync, mkdtempSync, readdirSync, realpathSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
+import { removeWorkDir, workDir } from "../../os/trusted.ts";
+
+/** Where criu's work directories are made for this user (workDir's base), as the engine names it. */
+export const WORK_BASE: string = process.getuid?.() === 0
+  ? "/run/ckpt-cuda-work"
+  : join(realpathSync(tmpdir()), `ckpt-cuda-work-${process.getuid?.()}`);
 
 /** The folders {@link processDir} made that are left: removed as the test process ends. */
 const leftAtExit = new Set<string>();
@@ -67,4 +73,23 @@ export async function withScratch<T>(
   } finally {
     s.done();
   }
+}
+
+/**
+ * Registers, for a test file that runs criu's engine, the removal after its tests of what the
+ * engine keeps in {@link WORK_BASE}: the logs of its failed runs (`dump-<root>.log`,
+ * `restore-<root>.log`) that were not there before, the work directories of its programs that are
+ * gone (a child a test ended mid-run), and the base itself where that leaves it empty (as a user's
+ * temporary directory should be).
+ */
+export function criuLeftoversRemovedAfter(): void {
+  const names = () => existsSync(WORK_BASE) ? readdirSync(WORK_BASE) : [];
+  const before = new Set(names());
+  after(async () => {
+    for (const name of names()) {
+      const log = /^(dump|restore)-[0-9]+\.log$/.test(name) && !before.has(name);
+      if (log) rmSync(join(WORK_BASE, name), { force: true });
+    }
+    await removeWorkDir(await workDir("after-")); // those of programs gone swept as it is made
+  });
 }
