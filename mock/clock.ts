@@ -103,7 +103,7 @@ export class RealClock implements SimClock {
   readonly #start = performance.now();
   #seq = 0;
   #holds = 0;
-  #timers = new Map<number, { handle?: ReturnType<typeof setTimeout>; driving: boolean }>();
+  #timers = new Map<number, { handle: ReturnType<typeof setTimeout>; driving: boolean }>();
 
   /** The real clock, sped up `speed` times (1 by default). */
   constructor(speed = 1) {
@@ -119,16 +119,13 @@ export class RealClock implements SimClock {
 
   /** Calls `fn` after `ms` simulated milliseconds. */
   setTimer(ms: number, fn: () => void, options: TimerOptions = {}): number {
-    const seq = ++this.#seq, due = performance.now() + Math.max(0, ms) / this.speed;
-    // setTimeout fires up to 0.4 ms early on Bun, 1-4 ms late on Deno: the last 4 ms pass by turns.
-    const fire = () => {
-      if (performance.now() < due) return void setImmediate(fire);
-      if (this.#timers.delete(seq)) fn();
-    };
-    const late = due - performance.now() - 4;
-    const handle = late > 0 ? setTimeout(fire, late) : void setImmediate(fire);
+    const seq = ++this.#seq;
+    const handle = setTimeout(() => {
+      this.#timers.delete(seq);
+      fn();
+    }, Math.max(0, ms) / this.speed);
     const driving = !options.passive;
-    if (!driving && this.#holds === 0) handle?.unref();
+    if (!driving && this.#holds === 0) handle.unref();
     this.#timers.set(seq, { handle, driving });
     return seq;
   }
@@ -142,9 +139,9 @@ export class RealClock implements SimClock {
   /** While held, passive timers keep the program alive too (someone waits on a kernel). */
   hold(): () => void {
     const timers = this.#timers.values.bind(this.#timers);
-    if (this.#holds++ === 0) { for (const t of timers()) t.handle?.ref(); }
+    if (this.#holds++ === 0) { for (const t of timers()) t.handle.ref(); }
     return once(() => {
-      if (--this.#holds === 0) { for (const t of timers()) if (!t.driving) t.handle?.unref(); }
+      if (--this.#holds === 0) { for (const t of timers()) if (!t.driving) t.handle.unref(); }
     });
   }
 }
