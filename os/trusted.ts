@@ -10,7 +10,8 @@ import process from "node:process";
 import { messageOf } from "../core/errors.ts";
 import { checkPath } from "../core/options.ts";
 import { statOf } from "./linux_host.ts";
-import { errorCode, faultAbove, faultOf, myUid, privateDirectory } from "./private.ts";
+import { checkPrivate, errorCode, faultAbove, faultOf } from "./private.ts";
+import { myUid, privateDirectory } from "./private.ts";
 
 /** The real path of the program `file` (run that), where it is trusted; else an `Error`. */
 export async function trustedProgram(file: string, what: string): Promise<string> {
@@ -86,14 +87,17 @@ export async function workDir(what: string): Promise<string> {
   const above = await faultAbove(base), under = path.dirname(base);
   if (above) throw new Error(`criu's work directories cannot be made under ${under}: ${above}.`);
   const hint = "remove it; criu's work directories are made there", dayAgo = Date.now() - 864e5;
+  const rules = { strict: true, hint }, ours = (p: string) => checkPrivate(p, "directory", rules);
   let dir = "";
-  // The last work directory removed takes the base along (removeWorkDir): where another program
-  // of this user's (or another run of this one) does so as this one makes it, it is made again.
-  for (let tries = 10, raced = /ENOENT|EEXIST/; !dir; tries--) {
-    dir = await privateDirectory(base, { strict: true, hint })
+  // The last work directory removed takes the base along (removeWorkDir): made again where another
+  // program removes it meanwhile, and checked again with what was made in it (a link is refused).
+  for (let tries = 10, raced = /ENOENT|EEXIST/; !dir && tries > 0; tries--) {
+    const made = await privateDirectory(base, rules)
       .then(() => mkdtemp(path.join(base, `${programOf(process.pid)}-${what}`)))
       .catch((e) => tries > 1 && raced.test(`${e.cause?.code}${e.code}`) ? "" : Promise.reject(e));
+    dir = made && await ours(base) && await ours(made) ? made : "";
   }
+  if (!dir) throw new Error(`${base} was removed each time a work directory was made in it.`);
   for (const name of await readdir(base)) {
     const owner = /^([0-9]+)-([0-9]+)-/.exec(name);
     const gone = owner

@@ -219,7 +219,8 @@ describe("criu runs with a minimal environment", () => {
         root: 4242,
         imagesDir: images,
       })
-        .catch((e) => e); // no pstree: its log kept, removed below
+        .catch((e) => e);
+      assert.ok(failed instanceof EngineError && failed.log, String(failed)); // no pstree: its log
       const args = readFileSync(record, "utf8").split("\n").filter((l) => l.startsWith("arg "))
         .map((l) => l.slice(4));
       const dirs = args.flatMap((a, i) =>
