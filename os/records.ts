@@ -43,7 +43,7 @@ export function recordsDirectory(env: (name: string) => string | undefined): str
 export class FileHeldRecords implements HeldRecords {
   readonly #alive: (process: ProcessIdentity) => Promise<boolean>;
 
-  /** Records in the directory `where`, made (mode 0700) on the first write. */
+  /** Records in the directory `where`, made (mode 0700) where missing when first used. */
   constructor(readonly where: string, alive: (process: ProcessIdentity) => Promise<boolean>) {
     this.#alive = alive;
   }
