@@ -24,7 +24,7 @@ import {
   settlesWithin,
   stateOf,
 } from "./support/fake_criu.ts";
-import { criuLeftoversRemovedAfter, WORK_BASE } from "./support/temp_dirs.ts";
+import { criuLeftoversRemovedAfter, WORK_BASE, WORK_MINE } from "./support/temp_dirs.ts";
 
 criuLeftoversRemovedAfter();
 
@@ -191,9 +191,7 @@ describe("a criu that overstays is ended, and what it left is said", () => {
         mkdirSync(images, { mode: 0o700 });
         const signal = AbortSignal.abort();
         // Nor makes a work directory, which nothing would remove (criu is found first).
-        const base = WORK_BASE;
-        const me = readFileSync("/proc/self/stat", "utf8");
-        const mine = `${process.pid}-${me.slice(me.lastIndexOf(")") + 2).split(" ")[19]}-`;
+        const [base, mine] = [WORK_BASE, WORK_MINE];
         const ours = () =>
           (existsSync(base) ? readdirSync(base) : []).filter((n) => n.startsWith(mine)).sort();
         const had = ours();

@@ -42,7 +42,7 @@ import {
   settlesWithin,
   varint,
 } from "./support/fake_criu.ts";
-import { criuLeftoversRemovedAfter, WORK_BASE } from "./support/temp_dirs.ts";
+import { criuLeftoversRemovedAfter, WORK_BASE, WORK_MINE as MINE } from "./support/temp_dirs.ts";
 
 const root = process.getuid?.() === 0;
 
@@ -57,11 +57,6 @@ function recorded(file: string): string[] {
 }
 
 criuLeftoversRemovedAfter();
-/** The start of the names of this program's work directories: its pid and its start time. */
-const MINE = (() => {
-  const me = readFileSync("/proc/self/stat", "utf8");
-  return `${process.pid}-${me.slice(me.lastIndexOf(")") + 2).split(" ")[19]}-`;
-})();
 
 describe("running criu", () => {
   test("a dump: no plugins, no outside configuration, leave-running, shell-job, a log", () =>

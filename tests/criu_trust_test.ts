@@ -213,13 +213,10 @@ describe("criu runs with a minimal environment", () => {
     inScratch(async (s) => {
       const record = join(s.dir, "record");
       const criu = fakeCriu(s.dir, { FAKE_CRIU_RECORD: record, FAKE_CRIU_ROOT: "4242" });
-      await openCriuEngine({ criuPath: criu }).restore({ root: 4242, imagesDir: s.dir });
+      const engine = openCriuEngine({ criuPath: criu });
+      await engine.restore({ root: 4242, imagesDir: s.dir });
       const images = dirWith(s.dir, "tree-4242", 0o700);
-      const failed = await openCriuEngine({ criuPath: criu }).dump({
-        root: 4242,
-        imagesDir: images,
-      })
-        .catch((e) => e);
+      const failed = await engine.dump({ root: 4242, imagesDir: images }).catch((e) => e);
       assert.ok(failed instanceof EngineError && failed.log, String(failed)); // no pstree: its log
       const args = readFileSync(record, "utf8").split("\n").filter((l) => l.startsWith("arg "))
         .map((l) => l.slice(4));

@@ -2,7 +2,7 @@
 // after each test. Under Deno and Bun alike (node:test's afterEach).
 
 import { after, afterEach } from "node:test";
-import { existsSync, mkdtempSync, readdirSync, realpathSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, realpathSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
@@ -12,6 +12,11 @@ import { removeWorkDir, workDir } from "../../os/trusted.ts";
 export const WORK_BASE: string = process.getuid?.() === 0
   ? "/run/ckpt-cuda-work"
   : join(realpathSync(tmpdir()), `ckpt-cuda-work-${process.getuid?.()}`);
+/** The start of the names of this program's work directories there: its pid and start time. */
+export const WORK_MINE: string = (() => {
+  const me = readFileSync("/proc/self/stat", "utf8");
+  return `${process.pid}-${me.slice(me.lastIndexOf(")") + 2).split(" ")[19]}-`;
+})();
 
 /** The folders {@link processDir} made that are left: removed as the test process ends. */
 const leftAtExit = new Set<string>();
