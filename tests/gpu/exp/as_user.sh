@@ -3,17 +3,13 @@
 # with nvcc): --get-state, --toggle there and back, --get-state, the target's hash of its memory
 # the same after; and what ours leaves in the temporary directory. Carry
 # .carry/cuda-checkpoint-ours.xz:
-#   timeout 300 bash tests/gpu/exp/as_user.sh      (log: $OUT/as-user.txt)
+#   timeout 300 bash tests/gpu/exp/as_user.sh      (log: $OUT/log)
 set -u
 cd "$(dirname "$0")/../../.." || exit 1
-. tests/gpu/setup.sh   # unxz_to, describe_machine
+. tests/gpu/setup.sh   # exp_session: $out, $d (removed at exit) with ours in it, the log
 . tests/gpu/targets.sh # ready_line
-out=${OUT:-tests/gpu/out} d=/tmp/as-user
-rm -rf "$d" && mkdir -p "$out" "$d"
-exec > >(tee "$out/as-user.txt") 2>&1
-describe_machine
-unxz_to .carry/cuda-checkpoint-ours.xz "$d/ours" || exit 1
-chmod 755 "$d" "$d/ours"
+exp_session
+chmod 755 "$d" # the user runs ours and its target from it
 mkfifo "$d/cmd" && chown 65534 "$d/cmd" && chmod 666 "$d/cmd"
 timeout 180 nvcc -O2 -o "$d/target" tests/gpu/target.cu || { echo "FAIL: nvcc"; exit 1; }
 chmod 755 "$d/target"

@@ -3,17 +3,13 @@
 # --toggle of one and of two PyTorch processes (tests/gpu/pytorch/train.py, 8 GiB of weights, so
 # that a suspend takes seconds). Every line drawn fits N - 1 columns and the terminal is left
 # erased; at 200 columns none is cut. Carry .carry/cuda-checkpoint-ours.xz:
-#   timeout 300 bash tests/gpu/exp/live_width.sh      (log: $OUT/live-width.txt)
+#   timeout 300 bash tests/gpu/exp/live_width.sh      (log: $OUT/log)
 set -u
 cd "$(dirname "$0")/../../.." || exit 1
-. tests/gpu/setup.sh   # unxz_to, describe_machine
+. tests/gpu/setup.sh   # exp_session: $out, $d (removed at exit) with ours in it, the log
 . tests/gpu/targets.sh # ready_line
-out=${OUT:-tests/gpu/out} d=/tmp/live-width
-rm -rf "$d" && mkdir -p "$out" "$d"
-exec > >(tee "$out/live-width.txt") 2>&1
-describe_machine
+exp_session
 verdict() { echo "$1 $2"; }
-unxz_to .carry/cuda-checkpoint-ours.xz "$d/ours" || exit 1
 pids=()
 for i in 1 2; do
   mkfifo "$d/cmd$i"
@@ -59,4 +55,4 @@ for i in 0 1; do
   s=$(timeout 30 "$d/ours" --get-state --pid "${pids[i]}")
   [[ $s == running ]] && verdict PASS "target $i running at the end" || verdict FAIL "target $i: $s"
 done
-echo "== summary: $(grep -c '^PASS' "$out/live-width.txt") PASS, $(grep -c '^FAIL' "$out/live-width.txt") FAIL"
+echo "== summary: $(grep -c '^PASS' "$out/log") PASS, $(grep -c '^FAIL' "$out/log") FAIL"

@@ -3,16 +3,12 @@
 # (tests/gpu/pytorch/train.py) suspended and resumed by ours (--toggle), one of 16 GiB of weights,
 # then two of 8 GiB at once; each one's resident memory (/proc/<pid>/status VmRSS) sampled every
 # 20 ms meanwhile, against its GPU memory (nvidia-smi) before. Carry .carry/cuda-checkpoint-ours.xz:
-#   timeout 300 bash tests/gpu/exp/rss_during.sh      (log: $OUT/rss-during.txt)
+#   timeout 300 bash tests/gpu/exp/rss_during.sh      (log: $OUT/log)
 set -u
 cd "$(dirname "$0")/../../.." || exit 1
-. tests/gpu/setup.sh   # unxz_to, describe_machine
+. tests/gpu/setup.sh   # exp_session: $out, $d (removed at exit) with ours in it, the log
 . tests/gpu/targets.sh # ready_line
-out=${OUT:-tests/gpu/out} d=/tmp/rss-during
-rm -rf "$d" && mkdir -p "$out" "$d"
-exec > >(tee "$out/rss-during.txt") 2>&1
-describe_machine
-unxz_to .carry/cuda-checkpoint-ours.xz "$d/ours" || exit 1
+exp_session
 pids=()
 start() { # start N MIB
   mkfifo "$d/cmd$1"
