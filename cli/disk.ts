@@ -33,8 +33,8 @@ export async function runDiskCommand(
   print: Printer,
   io: CliIo,
 ): Promise<number> {
-  const { kind, dir } = command;
-  const progress = kind === "inspect" ? undefined : progressOf(print, command.events, machine!, {
+  const { kind, dir, events } = command;
+  const progress = kind === "inspect" ? undefined : await progressOf(print, events, machine!, {
     labels: kind === "recover"
       ? { resume: "resuming the suspended processes" }
       : kind === "snapshot" && command.leaveRunning
@@ -81,7 +81,7 @@ export async function runDiskCommand(
     print.err(`cuda-checkpoint: ${message}`);
     return watch.exitCode(1);
   } finally {
-    progress?.stop();
+    await progress?.stop();
     watch.stop();
   }
 }

@@ -39,7 +39,7 @@ export async function runOne(
 ): Promise<number> {
   const { operation } = command;
   const labels = { [operation]: `${operation} ${pid}` };
-  const progress = progressOf(print, command.events, machine, { total: 1, labels });
+  const progress = await progressOf(print, command.events, machine, { total: 1, labels });
   // As NVIDIA's utility, an interrupt ends it by the signal (a shell's loop stops): its line erased.
   const end = (s: Signal = "SIGINT") => (print.live?.erase(), unwatch?.(), interrupts!.raise!(s));
   const unwatch = print.terminal && interrupts?.raise ? interrupts.watch(end) : undefined;
@@ -58,7 +58,7 @@ export async function runOne(
     report = { pid, operation, ok: false, state, status: "failed", ms, error: e };
   } finally {
     progress?.event({ type: "process-end", pid, at: 0, status: report?.ok ? "done" : "failed" });
-    progress?.stop();
+    await progress?.stop();
     unwatch?.();
     await proc.close();
   }
@@ -112,7 +112,7 @@ export async function runMany(
   const acting = pids.length > 0;
   const expect = operation === "restore" ? "restore" : "checkpoint";
   const progress = acting
-    ? progressOf(print, command.events, machine, { total: pids.length, expect })
+    ? await progressOf(print, command.events, machine, { total: pids.length, expect })
     : undefined;
   progress?.event({ type: "phase", phase: operation, at: 0 });
   const underWay = new Map<number, string>(); // for a second interrupt to name
@@ -152,7 +152,7 @@ export async function runMany(
     // The pids, as the library found them (a pid and a thread id of it): nothing was done.
     throw error instanceof RangeError ? new UsageError(error.message) : error;
   } finally {
-    progress?.stop();
+    await progress?.stop();
     watch?.stop();
   }
   const reports = pids.map((pid) =>

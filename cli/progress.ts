@@ -3,14 +3,16 @@
  * redrawn on the machine's clock and erased before anything else is written; with `--events`,
  * each event as a JSON line on stderr instead (asked for: stderr stays NVIDIA's lines for
  * scripts). The driver says nothing while it copies a process's GPU memory, nor criu's restore
- * until a tree is back: their progress is estimated ("~") from the rates of docs/DRIVER.md
- * ("Timings"), or this run's own once a step of its kind ended. A dump's bytes are criu's count
- * as it writes (its images hold at least the GPU memory).
+ * until a tree is back: their progress is estimated ("~") from this run's rates once a step of its
+ * kind ended, else those the last run that showed progress measured (kept with the records of held
+ * memory), else docs/DRIVER.md's ("Timings"). A dump's bytes are criu's count as it writes (its
+ * images hold at least the GPU memory).
  *
  * @module
  */
 
 import type { Clock } from "../driver.ts";
+import type { HostProcesses, Rates } from "../core/host.ts";
 import type { SnapshotEvent } from "../snapshot.ts";
 import { roundMs, timerOn } from "../core/time.ts";
 import type { Printer } from "./report.ts";
@@ -23,13 +25,16 @@ export type Followed =
 /**
  * Options of {@link progressOf}: how many processes an operation has (a count `n/N done`, and each
  * one's step), what the line calls a phase where not as {@link PHASES} does, the step a process not
- * yet in one is expected to make (`checkpoint` by default, and in a suspend), the terminal's width.
+ * yet in one is expected to make (`checkpoint` by default, and in a suspend), the terminal's width,
+ * the rates measured before, and where this run's go when it stops.
  */
 export interface ProgressOptions {
   readonly total?: number;
   readonly labels?: Readonly<Record<string, string>>;
   readonly expect?: "checkpoint" | "restore";
   readonly columns?: number;
+  readonly rates?: Rates;
+  readonly keep?: (rates: Rates) => Promise<void>;
 }
 
 /**
@@ -52,14 +57,20 @@ const MIB = 2 ** 20;
 /** Erases the terminal line the cursor is on and goes to its start. */
 const CLEAR = "\r\x1b[2K";
 
-/** JSON events where `events` is asked, a live line where `print` is a terminal, else nothing. */
-export function progressOf(
+/**
+ * JSON events where `events` is asked, a live line where `print` is a terminal, else nothing; the
+ * rates the machine's records keep, read first, and this run's kept there.
+ */
+export async function progressOf(
   print: Printer,
   events: boolean,
-  machine: { readonly clock?: Clock },
+  machine: { readonly clock?: Clock; readonly host?: HostProcesses },
   options: ProgressOptions = {},
-): Progress | undefined {
-  return print.terminal || events ? new Progress(print, machine.clock, options, events) : undefined;
+): Promise<Progress | undefined> {
+  if (!print.terminal && !events) return undefined;
+  const records = machine.host?.heldRecords, keep = records?.keepRates?.bind(records);
+  const rates = await records?.rates?.().catch(() => undefined); // estimates only: none is fine
+  return new Progress(print, machine.clock, { ...options, rates, keep }, events);
 }
 
 /** See the module documentation. */
@@ -76,24 +87,26 @@ export class Progress {
   #moved = new Set<number>();
   readonly #steps = new Map<number, { step: string; since: number }>();
   readonly #done = new Set<number>();
-  /** This run's bytes and ms of each driver step, measured. */
+  /** This run's bytes and ms of each driver step, and of criu's restore so far (`images`). */
   readonly #measured = new Map<string, [number, number]>();
   /** criu's count of each tree's images written, and the GPU memory suspended for it. */
   readonly #written = new Map<number, number>();
   #suspended = 0;
-  /** The images a restore reads, those back so far, and when the last tree came back. */
+  /** The images a restore reads, and those of the trees back so far. */
   #images = 0;
   #read = 0;
-  #readAt = 0;
   /** An engine's wait till it can restore a tree: till when, and why. */
   #wait = { until: 0, why: "" };
   #floor = { of: new Set<number>(), done: 0 }; // the most shown moved, of that set of processes
   #cancel: (() => void) | undefined;
+  #keep: ProgressOptions["keep"];
+  readonly #usual: Rates; // the rates of steps before this run's: the last run's, else RATES
   #shown = false;
   readonly #events: boolean;
 
   constructor(print: Printer, clock: Clock | undefined, o: ProgressOptions, events: boolean) {
-    [this.#print, this.#o, this.#events] = [print, o, events];
+    [this.#print, this.#o, this.#events, this.#keep] = [print, o, events, o.keep];
+    this.#usual = { ...RATES, ...o.rates };
     this.#now = clock ? () => clock.now() : () => performance.now();
     this.#start = this.#since = this.#now();
     if (events) return;
@@ -144,7 +157,8 @@ export class Progress {
       if (e.status === "done" || e.status === "unchanged") this.#done.add(e.pid);
     } else if (e.type === "bytes") this.#written.set(e.root, e.bytes);
     else if (e.type === "tree-end" && e.how === "restored") {
-      [this.#read, this.#readAt] = [this.#read + e.bytes, now];
+      this.#read += e.bytes;
+      this.#measured.set("images", [this.#read, Math.max(1, now - this.#since)]);
     } else if (e.type === "wait" && now + e.ms > this.#wait.until) { // the longest of trees' waits
       this.#wait = { until: now + e.ms, why: e.why };
       this.#since = Math.max(this.#since, now + e.ms); // the images' estimate starts after it
@@ -185,18 +199,22 @@ export class Progress {
     this.#shown = false;
   }
 
-  /** Stops the timer and erases the line. Idempotent. */
-  stop(): void {
+  /** Stops the timer, erases the line, and has the rates this run measured kept. Idempotent. */
+  async stop(): Promise<void> {
     this.#cancel?.();
     this.#cancel = undefined;
     this.erase();
     if (this.#print.live === this) this.#print.live = undefined;
+    const rates = Object.fromEntries([...this.#measured].map(([s, [b, ms]]) => [s, b / ms]));
+    const keep = this.#keep;
+    this.#keep = undefined;
+    if (this.#measured.size > 0) await keep?.({ ...this.#o.rates, ...rates }).catch(() => {});
   }
 
-  /** Bytes per ms of a driver step: this run's measured rate, else {@link RATES}'. */
+  /** Bytes per ms of a step: this run's measured rate, else the last run's, else {@link RATES}'. */
   #rate(step: string): number {
     const [bytes, ms] = this.#measured.get(step) ?? [0, 0];
-    return ms > 0 ? bytes / ms : RATES[step];
+    return ms > 0 ? bytes / ms : this.#usual[step];
   }
 
   #sum(pids: Iterable<number>): number {
@@ -238,7 +256,7 @@ export class Progress {
   #restored(now: number): string {
     const [total, read] = [this.#images, this.#read];
     // criu's own rate once trees that hold a tenth of the images are back; till then, the usual.
-    const rate = read > total / 10 ? read / Math.max(1, this.#readAt - this.#since) : RATES.images;
+    const rate = read > total / 10 ? this.#rate("images") : this.#usual.images;
     const guess = Math.min(total * 0.99, Math.max(read, rate * (now - this.#since)));
     const done = read >= total ? total : guess;
     return estimated(done, total, rate, (total - done) / rate);

@@ -123,7 +123,14 @@ export interface HeldRecords {
   list(): Promise<HeldRecord[]>;
   /** The records of ended processes with a mark, kept 30 days for criu to bring them back. */
   ended?(): Promise<HeldRecord[]>;
+  /** The rates of steps (bytes per ms by step) last kept, for estimates; {} where none. */
+  rates?(): Promise<Readonly<Record<string, number>>>;
+  /** Keeps `rates`, replacing those kept. */
+  keepRates?(rates: Readonly<Record<string, number>>): Promise<void>;
 }
+
+/** Bytes per ms by step (`checkpoint`, `restore`, `images`: criu's restore), as measured. */
+export type Rates = Readonly<Record<string, number>>;
 
 /** How long the record of an ended checkpointed process is kept: 30 days (emptied at boot). */
 export const ENDED_RECORD_KEEP_MS = 30 * 24 * 3600 * 1000;
@@ -188,6 +195,8 @@ export class MemoryHeldRecords implements HeldRecords {
   /** Always `"memory"`. */
   readonly where: string = "memory";
   readonly #records = new Map<string, HeldRecord>();
+  /** The rates kept ({@link HeldRecords.rates}). */
+  kept: Rates = {};
 
   /** Records in memory; `alive` tells live processes. */
   constructor(private readonly alive: (process: ProcessIdentity) => boolean = () => true) {}
@@ -224,6 +233,14 @@ export class MemoryHeldRecords implements HeldRecords {
     for (const [key, record] of this.#records) {
       if (!this.alive(record.process) && !keptEnded(record, now)) this.#records.delete(key);
     }
+  }
+
+  rates(): Promise<Rates> {
+    return Promise.resolve(this.kept);
+  }
+
+  keepRates(rates: Rates): Promise<void> {
+    return Promise.resolve(void (this.kept = rates));
   }
 
   /** The records of live processes as they are kept, claims and all; none is removed. */

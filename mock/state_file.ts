@@ -53,6 +53,8 @@ export interface SimulatorSnapshot {
   gpus: GpuSnapshot[];
   processes: ProcessSnapshot[];
   heldRecords?: HeldRecordSnapshot[];
+  /** The rates its records keep (`HeldRecords.rates`), where any. */
+  rates?: Record<string, number>;
 }
 
 /** A snapshot that cannot be loaded: another format or version, or a field amiss. */
@@ -102,6 +104,7 @@ export function snapshotSimulator(sim: SimulatedMachine): SimulatorSnapshot {
       };
     }),
     ...(records.length > 0 ? { heldRecords: records } : {}),
+    ...(Object.keys(sim.heldRecords.kept).length > 0 ? { rates: { ...sim.heldRecords.kept } } : {}),
   };
 }
 
@@ -134,6 +137,7 @@ export function loadSimulator(
     const process = { pid: r.pid, start: sim.process(r.pid)!.start };
     void sim.heldRecords.put({ process, heldMiB: r.heldMiB, at: r.at });
   }
+  sim.heldRecords.kept = s.rates ?? {};
   return sim;
 }
 
@@ -161,7 +165,7 @@ function readSnapshot(value: unknown): SimulatorSnapshot {
   const unknown = `version ${got} is not known: this module reads version ${VERSION}`;
   if (version !== VERSION) read.refuse("version", unknown);
   const fields = "format version driverVersion seed nextPid nextStart gpus processes".split(" ");
-  const top = read.object(value, "", fields, ["heldRecords"]);
+  const top = read.object(value, "", fields, ["heldRecords", "rates"]);
   const gpus = read.array(top.gpus, "gpus", 1, 1024).map((g, i) =>
     read.fields<GpuSnapshot>(g, `gpus[${i}]`, {
       name: (v, at) => isName(read.string(v, at)) ? v as string : read.fail(at, NAME, v),
@@ -193,7 +197,10 @@ function readSnapshot(value: unknown): SimulatorSnapshot {
   const seed = read.integer(top.seed, "seed", 0, 2 ** 32 - 1);
   const tag = { format: FORMAT, version: VERSION } as const;
   const s = { ...tag, driverVersion, seed, nextPid, nextStart, gpus, processes };
-  return top.heldRecords === undefined ? s : { ...s, heldRecords };
+  const rates = Object.entries(top.rates === undefined ? {} : read.object(top.rates, "rates"))
+    .map(([step, n]) => [step, read.amount(n, `rates.${step}`, true)]);
+  const more = rates.length > 0 ? { rates: Object.fromEntries(rates) } : {};
+  return top.heldRecords === undefined ? { ...s, ...more } : { ...s, heldRecords, ...more };
 }
 
 function readProcess(r: Reading, value: unknown, at: string): ProcessSnapshot {

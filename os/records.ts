@@ -4,11 +4,12 @@
 // goes when its process is restored or gone; one with a mark stays 30 days, for the process criu
 // may bring back. What cannot be used or read is an error (the room check then refuses); a listing
 // leaves out a file that is not a record (removed once its process is gone), blocking no restore.
+// Beside them, `rates.json`: the rates of steps last measured, for the command line's estimates.
 
 import { readdir, realpath, rm } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
-import type { HeldRecord, HeldRecords, ProcessIdentity, RoomClaim } from "../core/host.ts";
+import type { HeldRecord, HeldRecords, ProcessIdentity, Rates, RoomClaim } from "../core/host.ts";
 import { identityKey, keptEnded, withoutClaim } from "../core/host.ts";
 import { StrictReader } from "../core/json.ts";
 import { messageOf } from "../core/errors.ts";
@@ -16,8 +17,8 @@ import { faultAbove, myUid, privateDirectory, readSmallFile, writePrivately } fr
 
 /** The environment variable that names the directory of records, overriding the default. */
 const RECORDS_ENV_VAR = "CKPT_RECORDS_DIR";
-/** The format written in each record, to refuse what another version wrote differently. */
-const FORMAT = "ckpt-cuda-held/1";
+/** The format written in each record, and in `rates.json`, to refuse what another version wrote. */
+const FORMAT = "ckpt-cuda-held/1", RATES_FORMAT = "ckpt-cuda-rates/1";
 /** The most MiB a record may say of one GPU (16 TiB), and the longest mark, in characters. */
 const RECORD_MAX_MIB = 2 ** 24, MARK_MAX_CHARS = 512;
 /** The most bytes a record's file may have. */
@@ -68,6 +69,23 @@ export class FileHeldRecords implements HeldRecords {
   /** Removes the record of a process. */
   async remove(process: ProcessIdentity): Promise<void> {
     await rm(await this.#file(process), { force: true });
+  }
+
+  /** The rates kept in `rates.json`, {} where there is none; rejects where it cannot be read. */
+  async rates(): Promise<Rates> {
+    const file = path.join(await this.#directory(), "rates.json");
+    const text = await readSmallFile(file, `the rates ${file}`, MAX_BYTES);
+    if (text === undefined) return {};
+    const r = new StrictReader((_, reason) => new Error(`${file} cannot be read: ${reason}`));
+    const { format, ...rates } = r.object(r.parse(text, "it"), "");
+    r.choice(format, "format", [RATES_FORMAT]);
+    return Object.fromEntries(Object.entries(rates).map(([k, n]) => [k, r.amount(n, k, true)]));
+  }
+
+  /** Keeps `rates` in `rates.json`, whole. */
+  async keepRates(rates: Rates): Promise<void> {
+    const text = JSON.stringify({ format: RATES_FORMAT, ...rates }) + "\n";
+    await writePrivately(path.join(await this.#directory(), "rates.json"), text);
   }
 
   /**

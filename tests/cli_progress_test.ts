@@ -17,6 +17,7 @@ import { main } from "../cli/main.ts";
 import { Printer } from "../cli/report.ts";
 import { Progress, type ProgressOptions, size } from "../cli/progress.ts";
 import { SimulatedMachine } from "../mock/mod.ts";
+import { loadSimulator, snapshotSimulator } from "../mock/state_file.ts";
 import { cli } from "./cli_support.ts";
 import { loud, runtime } from "./fixtures/fake.ts";
 import { plantTrace } from "./support/trace.ts";
@@ -478,8 +479,10 @@ describe("the live line on a terminal", () => {
     line.stop();
   });
 
-  test("a restore's images alone: criu's rate since the restore began, of every tree back", () => {
-    const { clock, line } = lineOnClock({ columns: 120 });
+  test("a restore's images alone: criu's rate since the restore began, of every tree back; kept", async () => {
+    const kept: Record<string, number>[] = [];
+    const keep = (rates: Record<string, number>) => Promise.resolve(void kept.push(rates));
+    const { clock, line } = lineOnClock({ columns: 120, rates: { restore: 4e6 }, keep });
     line.event({ type: "phase", phase: "check", at: 0 });
     clock.ms = 2000; // 2 s of checks: not criu's
     line.event({ type: "phase", phase: "restore", at: 2000, imageBytes: 4e9 });
@@ -492,6 +495,19 @@ describe("the live line on a terminal", () => {
     clock.ms = 4000;
     line.event({ type: "tree-end", root: 4343, how: "restored", bytes: 2e9, at: 4000 });
     assert.equal(line.text(), "restoring the process trees 4.0 s: 4.0 of 4.0 GB", "all back");
+    await line.stop();
+    await line.stop();
+    assert.deepEqual(kept, [{ restore: 4e6, images: 2e6 }], "once, beside the rates it was given");
+  });
+
+  test("the images' estimate before any tree is back: at the rate criu's restores last ran at", () => {
+    const { clock, line } = lineOnClock({ columns: 120, rates: { images: 1e6 } });
+    line.event({ type: "phase", phase: "restore", at: 0, imageBytes: 4e9 });
+    clock.ms = 1000;
+    assert.equal(
+      line.text(),
+      "restoring the process trees 1.0 s: ~1.0 of 4.0 GB, ~1.0 GB/s, ~3.0 s left",
+    );
     line.stop();
   });
 
@@ -585,6 +601,37 @@ describe("--events: the events, one JSON object per line of stderr", () => {
       [4102, 2048 * 2 ** 20, 800], // at this run's 2.7 GB/s, not 1074 ms at 2 GB/s
     ]);
     events.stop();
+  });
+
+  test("a step's estimate: the rate the last run on this machine measured, kept with its records for the next", async () => {
+    const sim = new SimulatedMachine();
+    const { pid } = sim.spawn({ memoryMiB: 4096 });
+    const toggle = async (machine: SimulatedMachine) => {
+      const r = await cli(["--toggle", "-p", `${pid}`, "--events"], { machine });
+      assert.equal(r.code, 0, r.err);
+      const events = r.err.trim().split("\n").map((l) => JSON.parse(l));
+      const moved = events.find((e) => e.event === "step-start" && e.bytes);
+      const ended = events.find((e) => e.event === "step-end" && e.step === moved.step);
+      return { step: moved.step, bytes: moved.bytes, estimatedMs: moved.estimatedMs, ms: ended.ms };
+    };
+    const first = await toggle(sim); // nothing kept: docs/DRIVER.md's 2 GB/s
+    assert.equal(first.step, "checkpoint");
+    assert.equal(first.estimatedMs, Math.round(first.bytes / 2e6));
+    assert.notEqual(first.estimatedMs, Math.round(first.ms), "the model's time is not 2 GB/s's");
+    const back = await toggle(sim); // nothing kept of a restore yet: 5 GB/s
+    assert.equal(back.estimatedMs, Math.round(back.bytes / 5e6));
+    assert.deepEqual(sim.heldRecords.kept, {
+      checkpoint: first.bytes / first.ms,
+      restore: back.bytes / back.ms,
+    });
+    // Another program on this machine (the state saved and loaded again) estimates at that rate.
+    const again = loadSimulator(JSON.parse(JSON.stringify(snapshotSimulator(sim))));
+    const second = await toggle(again);
+    assert.equal(second.step, "checkpoint");
+    assert.equal(second.estimatedMs, Math.round(first.ms));
+    const piped = await cli(["--toggle", "-p", `${pid}`], { machine: again });
+    assert.equal(piped.code, 0);
+    assert.equal(again.heldRecords.kept.restore, back.bytes / back.ms, "kept by runs that show it");
   });
 
   test("a toggle of one pid: each driver step as it starts and ends, with its own time", async () => {

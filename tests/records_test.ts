@@ -181,6 +181,37 @@ describe("records in a private directory", () => {
     }
   });
 
+  test("the rates of steps: none at first, kept whole (0600) beside the records, which they leave be; read strictly", async () => {
+    const dir = fresh();
+    const { id, kill } = await child();
+    try {
+      const records = new FileHeldRecords(dir, () => Promise.resolve(true));
+      assert.deepEqual(await records.rates(), {}, "none kept yet");
+      await records.put({ process: id, heldMiB: { [GPU]: 1 }, at: 1 });
+      await records.keepRates({ checkpoint: 1.5e6, images: 2.25e6 });
+      await records.keepRates({ checkpoint: 1.75e6, restore: 4e6 }); // replaces, whole
+      assert.deepEqual(await records.rates(), { checkpoint: 1.75e6, restore: 4e6 });
+      const file = join(dir, "rates.json");
+      assert.equal((await stat(file)).mode & 0o777, 0o600);
+      assert.deepEqual(JSON.parse(await readFile(file, "utf8")).format, "ckpt-cuda-rates/1");
+      assert.deepEqual((await records.list()).map((r) => r.process), [id], "no record of them");
+      assert.ok((await readdir(dir)).includes("rates.json"), "a listing leaves them be");
+      for (
+        const [bad, field] of [
+          ["{not json", "it is not JSON"],
+          ['{"format":"ckpt-cuda-rates/2","checkpoint":1}', "format must be"],
+          ['{"format":"ckpt-cuda-rates/1","checkpoint":0}', "checkpoint must be a number above 0"],
+          ['{"format":"ckpt-cuda-rates/1","restore":"fast"}', "restore must be a number above 0"],
+        ] as const
+      ) {
+        await writeFile(file, bad);
+        await assert.rejects(records.rates(), new RegExp(`${file} cannot be read: ${field}`));
+      }
+    } finally {
+      kill();
+    }
+  });
+
   test("a record read only as a regular file under the size cap: a FIFO hangs nothing", {
     timeout: 20_000,
   }, async () => {

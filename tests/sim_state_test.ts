@@ -256,6 +256,22 @@ describe("snapshots of the simulated machine", () => {
     }
   });
 
+  test("the rates its records keep come back; a rate that is no number above 0 is refused", () => {
+    const sim = new SimulatedMachine();
+    sim.heldRecords.kept = { checkpoint: 1.5e6, images: 2.25e6 };
+    const saved = JSON.parse(JSON.stringify(snapshotSimulator(sim)));
+    assert.deepEqual(loadSimulator(saved).heldRecords.kept, { checkpoint: 1.5e6, images: 2.25e6 });
+    const none = new SimulatedMachine();
+    assert.equal(snapshotSimulator(none).rates, undefined, "none kept: no field");
+    for (const [bad, field] of [[{ restore: 0 }, "rates.restore"], [[], "rates"]] as const) {
+      assert.throws(
+        () => loadSimulator({ ...saved, rates: bad }),
+        (err: unknown) => err instanceof SimulatorSnapshotError && err.field === field,
+        field,
+      );
+    }
+  });
+
   test("parents and start numbers are kept, and checked", () => {
     const sim = new SimulatedMachine();
     const a = sim.spawn({ cuda: false });
