@@ -176,11 +176,7 @@ export async function openSimulatedMachine(
  * The machine in `file`; `undefined` where there is none (or an empty file), or where `fresh` and it
  * is one of ours (it begins as one: cut short, corrupt, of another version); never another kind.
  */
-async function readMachine(
-  file: string,
-  clock: SimulatedClock,
-  fresh: boolean,
-): Promise<SimulatedMachine | undefined> {
+async function readMachine(file: string, clock: SimulatedClock, fresh: boolean) {
   const at = `the simulated machine's state file ${file}`;
   const refuse = (what: string, cause?: unknown, hint = "run `cuda-checkpoint --simulate reset`") =>
     new SimulatedStateError(file, `${at} ${what}; remove it or ${hint}`, { cause });

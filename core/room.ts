@@ -92,10 +92,7 @@ function untouched({ operation, pid }: { operation: string; pid?: number }) {
 }
 
 /** A checked restore refused (`PREREQUISITE`): the records cannot be read or written (`err`). */
-function roomUnknownError(
-  where: { operation: string; pid?: number; who?: string },
-  err: unknown,
-): RefusedError {
+function roomUnknownError(where: { operation: string; pid?: number; who?: string }, err: unknown) {
   const left = where.pid !== undefined ? STILL_CHECKPOINTED : "nothing was changed";
   return new RefusedError({
     ...untouched(where),

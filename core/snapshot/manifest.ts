@@ -207,12 +207,7 @@ function readFiles(r: StrictReader, value: unknown, trees: readonly ManifestTree
   return files;
 }
 
-function readProcess(
-  r: StrictReader,
-  value: unknown,
-  at: string,
-  gpus: ReadonlySet<string>,
-): ManifestProcess {
+function readProcess(r: StrictReader, value: unknown, at: string, gpus: ReadonlySet<string>) {
   const pid = (v: unknown, field: string) => r.integer(v, field, 1, MAX_PID);
   const known = { uuids: gpus, where: "a GPU of the manifest's gpus" };
   const p = r.fields<ManifestProcess>(value, at, {
