@@ -102,18 +102,10 @@ export const CUresult = {
 } as const;
 
 /** The codes one by one, for this package's own modules. */
-export const {
-  CUDA_SUCCESS,
-  CUDA_ERROR_INVALID_VALUE,
-  CUDA_ERROR_OUT_OF_MEMORY,
-  CUDA_ERROR_NOT_INITIALIZED,
-  CUDA_ERROR_NO_DEVICE,
-  CUDA_ERROR_OPERATING_SYSTEM,
-  CUDA_ERROR_ILLEGAL_STATE,
-  CUDA_ERROR_NOT_READY,
-  CUDA_ERROR_NOT_SUPPORTED,
-  CUDA_ERROR_UNKNOWN,
-} = CUresult;
+export const { CUDA_SUCCESS, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_OUT_OF_MEMORY } = CUresult;
+export const { CUDA_ERROR_NOT_INITIALIZED, CUDA_ERROR_NO_DEVICE } = CUresult;
+export const { CUDA_ERROR_OPERATING_SYSTEM, CUDA_ERROR_ILLEGAL_STATE } = CUresult;
+export const { CUDA_ERROR_NOT_READY, CUDA_ERROR_NOT_SUPPORTED, CUDA_ERROR_UNKNOWN } = CUresult;
 
 /** What `cuGetErrorString` says of each code. */
 const DESCRIPTIONS: Readonly<Record<keyof typeof CUresult, string>> = {
