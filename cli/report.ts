@@ -270,9 +270,7 @@ export async function query(
     if (operation === "get-state" || operation === "toggle") {
       const state = stateOf(await callDriver(driver, "getState", pid), pid);
       if (operation === "get-state") return { pid, operation, ok: true, state };
-    } else {
-      await callDriver(driver, operation, pid, operation === "lock" ? { timeoutMs: 0 } : null);
-    }
+    } else await callDriver(driver, operation, pid, operation === "lock" ? { timeoutMs: 0 } : null);
     // Only pid 0 comes here, and the driver knows no process 0: this is not reached on a driver
     // that keeps to the seam's rules.
     throw new Error(`the driver answered CUDA_SUCCESS for ${operation} of process ${pid}`);

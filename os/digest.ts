@@ -87,9 +87,8 @@ export class PieceHasher {
     const offset = index * PIECE_BYTES, length = Math.min(PIECE_BYTES, s.bytes - offset);
     const job: Job = { owner: this, s, offset, length, done: Promise.withResolvers() };
     if (this.#signal?.aborted) this.#halt(this.#signal.reason);
-    if (this.#halted) {
-      job.done.reject(this.#halted.why);
-    } else if (this.#threads > 0 && (this.#asked += length) >= this.#workersFrom) {
+    if (this.#halted) job.done.reject(this.#halted.why);
+    else if (this.#threads > 0 && (this.#asked += length) >= this.#workersFrom) {
       PieceHasher.#queue.push(...this.#here.splice(0), job);
       PieceHasher.#pump();
     } else {
