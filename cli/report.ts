@@ -143,11 +143,9 @@ export function printReports(
       print.err(`Process ID ${pid} ${what}: ${REASONS[reason ?? ""] ?? reason}${undone}`);
     }
     if (rollback && (status === "rolled-back" || status === "rollback-failed")) {
-      print.more(
-        rollback.ok
-          ? `process ID ${pid} was brought back to ${state}` // why: the failure's or stop's line
-          : `process ID ${pid} could not be brought back: ${rollback.error?.detail}`,
-      );
+      const back = `was brought back to ${state}`; // why: the failure's or stop's line
+      const failed = `could not be brought back: ${rollback.error?.detail}`;
+      print.more(`process ID ${pid} ${rollback.ok ? back : failed}`);
     }
   }
   for (const { pid, roomCheck } of reports) {

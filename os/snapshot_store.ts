@@ -357,11 +357,8 @@ class FileSnapshotDir implements SnapshotDir {
     });
     const stop = o.signal, aborted = new Promise((end) => stop?.addEventListener("abort", end));
     const begun = Promise.race([stop?.aborted ? 0 : o.laterFrom, aborted]).catch(() => {});
-    const compared = new Map(later.map((x) => {
-      const matched = begun.then(() => matches(x));
-      matched.catch(() => {}); // awaited or not: a refusal must never be an unhandled rejection
-      return [x, matched] as const;
-    }));
+    // Each handled at once: settled(later), below, gives every one Promise.all's handler.
+    const compared = new Map(later.map((x) => [x, begun.then(() => matches(x))] as const));
     const settled = (xs: readonly Opened[]) =>
       Promise.all(xs.map((x) => compared.get(x))).then(() => {});
     const all = settled(later).finally(() => hasher.close());
