@@ -320,10 +320,7 @@ export class RoomGuard {
    * lasting mark, moved to it. Where several have it (`shared`), none is moved, and the figure is
    * the most any held on each GPU (a restore refused for room is safe, one out of memory is not).
    */
-  async #cameBack(
-    process: ProcessIdentity,
-    records: HeldRecords,
-  ): Promise<{ record?: HeldRecord; shared: number }> {
+  async #cameBack(process: ProcessIdentity, records: HeldRecords) {
     const mark = records.ended && await this.host?.lastingMark?.(process).catch(() => undefined);
     const was = await endedWith(mark || undefined, this.#ended);
     if (was.length === 0) return { shared: 0 };

@@ -68,11 +68,7 @@ export function ownerFault(
  * What is wrong with `p` as a `kind` of its own (not a link) whose owner and mode `rules` judge
  * ({@link ownerFault}), named: `missing` where there is none, `undefined` where nothing is.
  */
-async function statFault(
-  p: string,
-  kind: Kind,
-  rules: (st: Stats) => OwnerRules,
-): Promise<{ fault?: string; cause?: unknown; size?: number } | "missing"> {
+async function statFault(p: string, kind: Kind, rules: (st: Stats) => OwnerRules) {
   const st = await lstat(p).catch((cause: unknown) => ({ cause }));
   if ("cause" in st) {
     const fault = `${p} cannot be looked at: ${messageOf(st.cause)}`;
