@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # The rates a run measured, kept for the next one's estimates: ours --toggle --events of one
-# PyTorch process (tests/gpu/pytorch/train.py, 8 GiB of weights) four times, its records (and so
+# PyTorch process (tests/gpu/pytorch/train.py, $MIB MiB of weights, default 8192) four times, its records (and so
 # rates.json) in a fresh directory. The first checkpoint and the first restore are estimated at the
 # docs' rates (2 and 5 GB/s); each later one at the rate the run before measured, which rates.json
 # (0600) holds; then the live line on a terminal (util-linux's script) shows that rate. Carry
 # .carry/cuda-checkpoint-ours.xz:
-#   timeout 300 bash tests/gpu/exp/rates_kept.sh      (log: $OUT/log)
+#   MIB=16384 timeout 300 bash tests/gpu/exp/rates_kept.sh      (log: $OUT/log)
 set -u
 cd "$(dirname "$0")/../../.." || exit 1
 . tests/gpu/setup.sh   # exp_session: $out, $d (removed at exit) with ours in it, the log
@@ -14,7 +14,7 @@ exp_session
 export CKPT_RECORDS_DIR=$d/records
 mkfifo "$d/cmd"
 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 \
-  python3 tests/gpu/pytorch/train.py --mib 8192 --fifo "$d/cmd" </dev/null >"$d/out" 2>"$d/err" &
+  python3 tests/gpu/pytorch/train.py --mib "${MIB:-8192}" --fifo "$d/cmd" </dev/null >"$d/out" 2>"$d/err" &
 pid=$!
 trap 'kill -9 $pid 2>/dev/null; rm -rf "$d"' EXIT
 ready_line "$d/out" "$pid" 120 >/dev/null || { echo "FAIL: the target did not start: $(tail -3 "$d/err")"; exit 1; }
