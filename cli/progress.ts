@@ -85,7 +85,7 @@ export class Progress {
   readonly #held = new Map<number, number>();
   #moving = new Set<number>();
   #moved = new Set<number>();
-  readonly #steps = new Map<number, { step: string; since: number }>();
+  readonly #steps = new Map<number, { step: string; since: number; undoing: boolean }>();
   readonly #done = new Set<number>();
   /** This run's bytes and ms of each driver step, and of criu's restore so far (`images`). */
   readonly #measured = new Map<string, [number, number]>();
@@ -139,16 +139,21 @@ export class Progress {
       // files hold only what was written to them).
       if ("imageBytes" in e) this.#images = Math.max(e.imageBytes ?? 0, this.#sum(this.#moving));
     } else if (e.type === "step-start") {
-      // Undoing, where no other process's step goes forward: not "n of n done".
-      const forward = [...this.#steps.values()].some((s) => !s.step.endsWith("(undoing)"));
-      if (e.rollback && !forward) [this.#phase, this.#moving] = ["rollback", new Set()];
+      // Undoing, where no other process's step goes forward: the bytes it puts back, as they go.
+      if (e.rollback && ![...this.#steps.values()].some((s) => !s.undoing)) {
+        const undoing = [...this.#steps].filter(([p, s]) => RATES[s.step] && this.#moving.has(p));
+        [this.#phase, this.#moved] = ["rollback", new Set()];
+        this.#moving = new Set(undoing.map(([pid]) => pid));
+      }
       if (bytes) this.#held.set(e.pid, bytes);
-      this.#steps.set(e.pid, { step: e.rollback ? `${e.step} (undoing)` : e.step, since: now });
-      if (RATES[e.step] && bytes && !e.rollback) this.#moving.add(e.pid);
+      this.#steps.set(e.pid, { step: e.step, since: now, undoing: !!e.rollback });
+      if (RATES[e.step] && bytes && (!e.rollback || this.#phase === "rollback")) {
+        this.#moving.add(e.pid);
+      }
     } else if (e.type === "step-end") {
       this.#steps.delete(e.pid);
       if (!e.ok && RATES[e.step]) this.#moving.delete(e.pid);
-      else if (this.#moving.has(e.pid) && RATES[e.step] && !e.rollback && bytes && e.ms > 0) {
+      else if (this.#moving.has(e.pid) && RATES[e.step] && bytes && e.ms > 0) {
         this.#moved.add(e.pid);
         const [b, ms] = this.#measured.get(e.step) ?? [0, 0];
         this.#measured.set(e.step, [b + bytes, ms + e.ms]);
@@ -176,6 +181,8 @@ export class Progress {
   text(): string {
     const now = this.#now(), total = this.#o.total ?? 0;
     const label = this.#o.labels?.[this.#phase] ?? PHASES[this.#phase] ?? this.#phase;
+    const named = (s: { step: string; undoing: boolean }) =>
+      `${s.step}${s.undoing ? " (undoing)" : ""}`;
     const one = total === 1 ? [...this.#steps.values()][0] : undefined;
     const figures = now < this.#wait.until
       ? `waiting ${Math.ceil((this.#wait.until - now) / 1000)} s more: ${this.#wait.why}`
@@ -185,8 +192,8 @@ export class Progress {
       ? this.#restored(now)
       : this.#driver(now);
     const elapsed = `${(Math.max(0, now - this.#start) / 1000).toFixed(1)} s`;
-    const steps = total > 1 ? [...this.#steps].map(([pid, s]) => `${pid} ${s.step}`) : [];
-    const line = `${label}${one ? ` ${one.step}` : ""} ${elapsed}${
+    const steps = total > 1 ? [...this.#steps].map(([pid, s]) => `${pid} ${named(s)}`) : [];
+    const line = `${label}${one ? ` ${named(one)}` : ""} ${elapsed}${
       total > 1 ? `, ${this.#done.size}/${total} done` : ""
     }${figures ? `: ${figures}` : ""}${steps.length > 0 ? `; ${steps.join(", ")}` : ""}`;
     const width = (this.#o.columns || this.#print.io.columns?.() || 80) - 1; // 0: no size told

@@ -198,9 +198,35 @@ describe("the live line on a terminal", () => {
     const frame = `${CLEAR}suspending the CUDA processes 1.8 s: ~3.6 of 4.8 GB, `;
     assert.ok(writes[said - 2][1].startsWith(frame), writes[said - 2][1]);
     const after = writes.slice(said + 1).filter(([, t]) => t.startsWith(CLEAR) && t !== CLEAR);
-    assert.ok(after.some(([, t]) => t.includes("putting things back")), "the rollback shows");
+    const back =
+      /^\r\x1b\[2Kputting things back [0-9.]+ s: ~[0-9.]+ of 4\.8 GB, ~5\.0 GB\/s, ~[0-9.]+ s left$/;
+    assert.ok(after.some(([, t]) => back.test(t)), `the rollback shows, with its figures`);
     assertErasedBeforeOutput(writes);
     assert.equal(sim.process(p.pid)!.state, "running", "put back");
+  });
+
+  test("an interrupt while two checkpoints run: each undone as it ends, the line counting both back", async () => {
+    const sim = new SimulatedMachine();
+    const pids = [sim.spawn({ memoryMiB: 8192 }).pid, sim.spawn({ memoryMiB: 8192 }).pid];
+    const writes: string[] = [];
+    const code = await main(["snapshot", "--pid", pids.join(","), "--dir", join(base(), "s")], {
+      machine: sim,
+      isTerminal: true,
+      stdout: (t) => writes.push(t),
+      stderr: (t) => writes.push(t),
+      interrupts: {
+        watch: (onInterrupt) => sim.clock.timer!(2000, () => onInterrupt()), // in the checkpoints
+        exit: () => assert.fail("one interrupt only"),
+        raise: (signal) => assert.fail(`raised ${signal}`),
+      },
+    });
+    assert.equal(code, 130);
+    const back = writes.filter((t) => t.startsWith(`${CLEAR}putting things back`));
+    const figures =
+      /^putting things back [0-9.]+ s: ~[0-9.]+ of 18\.3 GB, ~[0-9.]+ GB\/s, ~[0-9.]+ s left$/;
+    assert.ok(back.length >= 3, `the rollback shows: ${JSON.stringify(writes.slice(-4))}`);
+    assert.ok(back.every((t) => figures.test(t.slice(CLEAR.length))), JSON.stringify(back));
+    assert.deepEqual(pids.map((pid) => sim.process(pid)!.state), ["running", "running"]);
   });
 
   test("recover: the resumes of what a snapshot killed outright left suspended", async () => {
@@ -340,7 +366,7 @@ describe("the live line on a terminal", () => {
     );
     now = 3000;
     assert.match(line.text(), /~5\.4 of 5\.4 GB, ~2\.5 GB\/s, longer than estimated; /);
-    // A rollback's step says so, and moves no bytes toward the goal.
+    // A rollback's step says so, and moves no bytes toward the goal: the line counts its own.
     for (const [pid, step, ok] of [[4102, "lock", false], [4103, "checkpoint", true]] as const) {
       line.event({ type: "step-end", pid, step, at: 3000, ms: 1000, ok, rollback: false });
     }
@@ -352,7 +378,13 @@ describe("the live line on a terminal", () => {
       gpuMemoryMiB: 4096,
       rollback: true,
     });
-    assert.equal(line.text(), "putting things back 3.0 s, 1/3 done; 4101 restore (undoing)");
+    const back = "putting things back 3.0 s, 1/3 done: ~0.0 of 4.3 GB, ~5.0 GB/s, ~0.9 s left";
+    assert.equal(line.text(), `${back}; 4101 restore (undoing)`);
+    now = 3500;
+    assert.match(line.text(), /^putting things back 3\.5 s, 1\/3 done: ~2\.5 of 4\.3 GB, .*; 4101/);
+    const undone = { step: "restore", at: 3900, ms: 900, ok: true, rollback: true } as const;
+    line.event({ type: "step-end", pid: 4101, ...undone });
+    assert.equal(line.text(), "putting things back 3.5 s, 1/3 done: 4.3 of 4.3 GB");
     line.stop();
     const narrow = new Progress(print, clock, { total: 1, columns: 30 }, false);
     narrow.event({ type: "phase", phase: "checkpoint", at: 0 });
