@@ -144,6 +144,7 @@ export class Progress {
         const undoing = [...this.#steps].filter(([p, s]) => RATES[s.step] && this.#moving.has(p));
         [this.#phase, this.#moved] = ["rollback", new Set()];
         this.#moving = new Set(undoing.map(([pid]) => pid));
+        this.#done.clear(); // done: put back, from now on
       }
       if (bytes) this.#held.set(e.pid, bytes);
       this.#steps.set(e.pid, { step: e.step, since: now, undoing: !!e.rollback });

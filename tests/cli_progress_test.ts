@@ -378,12 +378,14 @@ describe("the live line on a terminal", () => {
       gpuMemoryMiB: 4096,
       rollback: true,
     });
-    const back = "putting things back 3.0 s, 1/3 done: ~0.0 of 4.3 GB, ~5.0 GB/s, ~0.9 s left";
+    // Done, from now on, is put back (4100's checkpoint was done, and counted).
+    const back = "putting things back 3.0 s, 0/3 done: ~0.0 of 4.3 GB, ~5.0 GB/s, ~0.9 s left";
     assert.equal(line.text(), `${back}; 4101 restore (undoing)`);
     now = 3500;
-    assert.match(line.text(), /^putting things back 3\.5 s, 1\/3 done: ~2\.5 of 4\.3 GB, .*; 4101/);
+    assert.match(line.text(), /^putting things back 3\.5 s, 0\/3 done: ~2\.5 of 4\.3 GB, .*; 4101/);
     const undone = { step: "restore", at: 3900, ms: 900, ok: true, rollback: true } as const;
     line.event({ type: "step-end", pid: 4101, ...undone });
+    line.event({ type: "process-end", pid: 4101, at: 3900, status: "unchanged" });
     assert.equal(line.text(), "putting things back 3.5 s, 1/3 done: 4.3 of 4.3 GB");
     line.stop();
     const narrow = new Progress(print, clock, { total: 1, columns: 30 }, false);

@@ -2,7 +2,8 @@
 # The live line on a real terminal of a given width (util-linux's script, `stty cols N`): ours
 # --toggle of one and of two PyTorch processes (tests/gpu/pytorch/train.py, 8 GiB of weights, so
 # that a suspend takes seconds). Every line drawn fits N - 1 columns and the terminal is left
-# erased; at 200 columns none is cut. Carry .carry/cuda-checkpoint-ours.xz:
+# erased; at 200 columns none is cut; an interrupted toggle's rollback counts its bytes. Carry
+# .carry/cuda-checkpoint-ours.xz:
 #   timeout 300 bash tests/gpu/exp/live_width.sh      (log: $OUT/log)
 set -u
 cd "$(dirname "$0")/../../.." || exit 1
@@ -51,6 +52,17 @@ shown 50 "one pid, 50 columns" --toggle --pid "${pids[0]}"
 shown 200 "one pid back, 200 columns" --toggle --pid "${pids[0]}"
 shown 60 "two pids, 60 columns" --toggle --pid "${pids[0]},${pids[1]}"
 shown 60 "two pids back, 60 columns" --toggle --pid "${pids[0]},${pids[1]}"
+# An interrupt (SIGTERM 1.5 s in) during two checkpoints: the group puts both back, and the line
+# says so with the bytes it puts back, the rate and the time left.
+timeout 120 script -qfec "stty cols 120; timeout -s TERM 1.5 $d/ours --toggle --pid ${pids[0]},${pids[1]}" /dev/null >"$d/raw"
+python3 - "$d/raw" <<'EOF'
+import re, sys
+parts = open(sys.argv[1], encoding="utf-8", newline="").read().split("\r\x1b[2K")
+back = [p for p in parts if p.startswith("putting things back")]
+print(f"   {len(back)} lines putting things back, the first and last: {back[:1]} {back[-1:]}")
+ok = len(back) >= 3 and all(re.search(r" s, [0-2]/2 done: ~?[0-9.]+ of [0-9.]+ GB", p) for p in back)
+print(("PASS" if ok else "FAIL") + " interrupted: the rollback's line counts the bytes it puts back")
+EOF
 for i in 0 1; do
   s=$(timeout 30 "$d/ours" --get-state --pid "${pids[i]}")
   [[ $s == running ]] && verdict PASS "target $i running at the end" || verdict FAIL "target $i: $s"
