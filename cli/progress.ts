@@ -140,7 +140,8 @@ export class Progress {
       if ("imageBytes" in e) this.#images = Math.max(e.imageBytes ?? 0, this.#sum(this.#moving));
     } else if (e.type === "step-start") {
       // Undoing, where no other process's step goes forward: the bytes it puts back, as they go.
-      if (e.rollback && ![...this.#steps.values()].some((s) => !s.undoing)) {
+      const forward = [...this.#steps.values()].some((s) => !s.undoing);
+      if (e.rollback && !forward && this.#phase !== "rollback") {
         const undoing = [...this.#steps].filter(([p, s]) => RATES[s.step] && this.#moving.has(p));
         [this.#phase, this.#moved] = ["rollback", new Set()];
         this.#moving = new Set(undoing.map(([pid]) => pid));

@@ -385,6 +385,10 @@ describe("the live line on a terminal", () => {
     assert.match(line.text(), /^putting things back 3\.5 s, 0\/3 done: ~2\.5 of 4\.3 GB, .*; 4101/);
     const undone = { step: "restore", at: 3900, ms: 900, ok: true, rollback: true } as const;
     line.event({ type: "step-end", pid: 4101, ...undone });
+    line.event({ type: "step-start", pid: 4101, step: "unlock", at: 3900, rollback: true });
+    const unlocking = "putting things back 3.5 s, 0/3 done: 4.3 of 4.3 GB; 4101 unlock (undoing)";
+    assert.equal(line.text(), unlocking, "a later undoing step keeps what was put back");
+    line.event({ type: "step-end", pid: 4101, ...undone, step: "unlock", ms: 1 });
     line.event({ type: "process-end", pid: 4101, at: 3900, status: "unchanged" });
     assert.equal(line.text(), "putting things back 3.5 s, 1/3 done: 4.3 of 4.3 GB");
     line.stop();
