@@ -116,11 +116,15 @@ export function printReports(
   several: boolean,
 ): number {
   for (const report of reports) {
-    const line = json
-      ? JSON.stringify(report)
-      : several
-      ? `${report.pid} ${resultWord(report)}`
-      : answer(report);
+    const { pid, ok, status, state } = report;
+    // What a query that succeeded answers: the state, or the restore thread id.
+    const answer = ok && status === undefined ? String(report.restoreThreadId ?? state) : undefined;
+    const word = status === undefined
+      ? answer ?? "error"
+      : state === undefined
+      ? status
+      : `${status} ${state}`;
+    const line = json ? JSON.stringify(report) : several ? `${pid} ${word}` : answer;
     if (line !== undefined) print.out(line);
   }
   // The failures first: a group's hundreds of processes not started do not bury them.
@@ -154,19 +158,6 @@ export function printReports(
     print.more(`${unknown}: ${roomCheck.unknown}`);
   }
   return reports.every((r) => r.ok) ? 0 : 1;
-}
-
-/** What a query that succeeded answers: the state, or the restore thread id. */
-function answer(report: PidReport): string | undefined {
-  return report.ok && report.status === undefined
-    ? String(report.restoreThreadId ?? report.state)
-    : undefined;
-}
-
-/** The word for a process in the `<pid> <result>` lines of several pids. */
-function resultWord(report: PidReport): string {
-  if (report.status === undefined) return answer(report) ?? "error";
-  return report.state === undefined ? report.status : `${report.status} ${report.state}`;
 }
 
 /**
