@@ -144,11 +144,9 @@ export function readTree(dir: string, root: number, log: EngineLog): ProcessImag
   }
   const top = byPid.get(root);
   if (!top) throw log.error(`no image of process ${root} in ${dir}`);
-  const tree = [top];
-  for (const t of tree) {
-    for (const p of byPid.values()) if (p.parent === t.pid && p.pid !== root) tree.push(p);
-  }
-  const stray = [...byPid.values()].find((image) => !tree.includes(image));
+  const tree = [top], all = [...byPid.values()];
+  for (const t of tree) for (const p of all) if (p.parent === t.pid && p.pid !== root) tree.push(p);
+  const stray = all.find((image) => !tree.includes(image));
   const notIn = `is no image of the tree of ${root}: its parent ${stray?.parent} is not in it`;
   if (stray) throw log.error(`${join(dir, imageName(stray.pid))} ${notIn}`);
   for (const pid of withPages) {
