@@ -298,8 +298,12 @@ export class Turn {
         : undefined;
       return { state, detail };
     }
-    const exited = code === CUDA_ERROR_OPERATING_SYSTEM && await this.#exited();
-    if (exited) return { detail: "the process has exited" };
+    // Exited: the process the host once found is gone now (not where the host cannot tell).
+    const { host } = this.machine, was = this.identity;
+    if (code === CUDA_ERROR_OPERATING_SYSTEM && was.start !== undefined && host?.identify) {
+      const now = await host.identify(was.pid).catch(() => was);
+      if (now === undefined || !sameProcess(now, was)) return { detail: "the process has exited" };
+    }
     if (step !== "restore") return {};
     if (code === CUDA_ERROR_INVALID_VALUE && pairs?.length) {
       return { detail: await explainRejectedMapping(this.machine.driver, pairs) };
@@ -315,14 +319,6 @@ export class Turn {
       : "after a restore of it ran out of memory (docs/ERRORS.md#out-of-memory)";
     const refused = "the process is checkpointed, yet the driver refuses to restore it";
     return { detail: `${refused}, as driver 580 does ${as}` };
-  }
-
-  /** Whether the process the host once found is gone now (not where it cannot tell). */
-  async #exited(): Promise<boolean> {
-    const host = this.machine.host;
-    if (this.identity.start === undefined || !host?.identify) return false;
-    const now = await host.identify(this.identity.pid).catch(() => this.identity);
-    return now === undefined || !sameProcess(now, this.identity);
   }
 
   /** Whether the driver says, now, that the process is there and checkpointed; never rejects. */
