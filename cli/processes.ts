@@ -16,13 +16,12 @@
 
 import { type CliOperation, type OperationCommand, UsageError } from "./command.ts";
 import { CudaProcess, listCudaProcesses, runGroup } from "../mod.ts";
-import type { GroupResult, Outcome, ProcessOutcome } from "../mod.ts";
+import type { GroupResult, ProcessOutcome } from "../mod.ts";
 import type { Machine } from "../driver.ts";
 import type { Action, GroupEvent } from "../types.ts";
 import { clockOf, roundMs } from "../core/time.ts";
 import { isGone, sessionOf } from "../core/process.ts";
-import { act as runSteps, type ActionHooks, defined, settingsOf } from "../core/action.ts";
-import { stepEvents } from "../core/action.ts";
+import { act, defined, settingsOf, stepEvents } from "../core/action.ts";
 import { handleOf } from "../api/cuda_process.ts";
 import { type Interrupts, type Signal, watchInterrupts } from "./io.ts";
 import { type Progress, progressOf } from "./progress.ts";
@@ -48,7 +47,13 @@ export async function runOne(
   let report: PidReport | undefined;
   try {
     const hooks = progress && await hooksOf(progress, machine, pid, operation);
-    const { state, roomCheck, steps } = await act(proc, command, hooks);
+    // As NVIDIA's utility: a lock without a timeout unless one is given (undefined ones left out).
+    const { checkRoom, allowIpcImport, gpuMapping } = command, action = operation as Action;
+    const timeoutMs = operation === "lock" ? command.timeoutMs ?? 0 : 0;
+    const options = defined({ timeoutMs, checkRoom, allowIpcImport, gpuMapping });
+    const keys = ["timeoutMs", "checkRoom", "allowIpcImport", "gpuMapping"] as const;
+    const settings = settingsOf(options, action, keys); // not a query: one call each (main.ts)
+    const { state, roomCheck, steps } = await act(handleOf(proc), action, settings, hooks);
     const ms = roundMs(clock.now() - start);
     report = { pid, operation, ok: true, state, status: "done", ms, roomCheck, steps };
   } catch (error) {
@@ -76,16 +81,6 @@ async function hooksOf(progress: Progress, machine: Machine, pid: number, operat
   const mib = await room.totalMiB(identity, report).catch(() => undefined);
   progress.event({ type: "phase", phase: operation, at: 0 });
   return stepEvents(pid, (e) => progress.event(e), mib ? { gpuMemoryMiB: mib } : {});
-}
-
-/** The command's call: as NVIDIA's utility, a lock without a timeout unless one is given. */
-function act(proc: CudaProcess, command: OperationCommand, hooks?: ActionHooks): Promise<Outcome> {
-  const { operation, checkRoom, allowIpcImport, gpuMapping } = command; // left out where undefined
-  const timeoutMs = operation === "lock" ? command.timeoutMs ?? 0 : 0;
-  const options = defined({ timeoutMs, checkRoom, allowIpcImport, gpuMapping });
-  const keys = ["timeoutMs", "checkRoom", "allowIpcImport", "gpuMapping"] as const;
-  const action = operation as Action; // not a query: those are one call each (main.ts)
-  return runSteps(handleOf(proc), action, settingsOf(options, action, keys), hooks);
 }
 
 /** Runs the command on several pids (or all), prints a line each, resolves to the exit code. */
