@@ -119,11 +119,7 @@ export function printReports(
     const { pid, ok, status, state } = report;
     // What a query that succeeded answers: the state, or the restore thread id.
     const answer = ok && status === undefined ? String(report.restoreThreadId ?? state) : undefined;
-    const word = status === undefined
-      ? answer ?? "error"
-      : state === undefined
-      ? status
-      : `${status} ${state}`;
+    const word = status ? [status, state].filter(Boolean).join(" ") : answer ?? "error";
     const line = json ? JSON.stringify(report) : several ? `${pid} ${word}` : answer;
     if (line !== undefined) print.out(line);
   }
