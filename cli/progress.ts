@@ -78,7 +78,7 @@ export class Progress {
   readonly #print: Printer;
   readonly #now: () => number;
   readonly #start: number;
-  readonly #o: ProgressOptions;
+  #o: ProgressOptions;
   #phase = "";
   #since: number;
   /** Each process's GPU memory in bytes; those the phase moves, and have moved; their steps. */
@@ -99,14 +99,11 @@ export class Progress {
   #wait = { until: 0, why: "" };
   #floor = { of: new Set<number>(), done: 0 }; // the most shown moved, of that set of processes
   #cancel: (() => void) | undefined;
-  #keep: ProgressOptions["keep"];
-  readonly #usual: Rates; // the rates of steps before this run's: the last run's, else RATES
   #shown = false;
   readonly #events: boolean;
 
   constructor(print: Printer, clock: Clock | undefined, o: ProgressOptions, events: boolean) {
-    [this.#print, this.#o, this.#events, this.#keep] = [print, o, events, o.keep];
-    this.#usual = { ...RATES, ...o.rates };
+    [this.#print, this.#o, this.#events] = [print, o, events];
     this.#now = clock ? () => clock.now() : () => performance.now();
     this.#start = this.#since = this.#now();
     if (events) return;
@@ -149,9 +146,8 @@ export class Progress {
       }
       if (bytes) this.#held.set(e.pid, bytes);
       this.#steps.set(e.pid, { step: e.step, since: now, undoing: !!e.rollback });
-      if (RATES[e.step] && bytes && (!e.rollback || this.#phase === "rollback")) {
-        this.#moving.add(e.pid);
-      }
+      const moves = RATES[e.step] && bytes && (!e.rollback || this.#phase === "rollback");
+      if (moves) this.#moving.add(e.pid);
     } else if (e.type === "step-end") {
       this.#steps.delete(e.pid);
       if (!e.ok && RATES[e.step]) this.#moving.delete(e.pid);
@@ -215,15 +211,15 @@ export class Progress {
     this.erase();
     if (this.#print.live === this) this.#print.live = undefined;
     const rates = Object.fromEntries([...this.#measured].map(([s, [b, ms]]) => [s, b / ms]));
-    const keep = this.#keep;
-    this.#keep = undefined;
+    const keep = this.#o.keep;
+    this.#o = { ...this.#o, keep: undefined }; // kept once
     if (this.#measured.size > 0) await keep?.({ ...this.#o.rates, ...rates }).catch(() => {});
   }
 
   /** Bytes per ms of a step: this run's measured rate, else the last run's, else {@link RATES}'. */
   #rate(step: string): number {
     const [bytes, ms] = this.#measured.get(step) ?? [0, 0];
-    return ms > 0 ? bytes / ms : this.#usual[step];
+    return ms > 0 ? bytes / ms : this.#o.rates?.[step] ?? RATES[step];
   }
 
   #sum(pids: Iterable<number>): number {
@@ -265,7 +261,7 @@ export class Progress {
   #restored(now: number): string {
     const [total, read] = [this.#images, this.#read];
     // criu's own rate once trees that hold a tenth of the images are back; till then, the usual.
-    const rate = read > total / 10 ? this.#rate("images") : this.#usual.images;
+    const rate = read > total / 10 ? this.#rate("images") : this.#o.rates?.images ?? RATES.images;
     const guess = Math.min(total * 0.99, Math.max(read, rate * (now - this.#since)));
     const done = read >= total ? total : guess;
     return estimated(done, total, rate, (total - done) / rate);

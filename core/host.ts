@@ -195,8 +195,10 @@ export class MemoryHeldRecords implements HeldRecords {
   /** Always `"memory"`. */
   readonly where: string = "memory";
   readonly #records = new Map<string, HeldRecord>();
-  /** The rates kept ({@link HeldRecords.rates}). */
+  /** The rates kept, which {@link HeldRecords.rates} reads and `keepRates` replaces. */
   kept: Rates = {};
+  rates = (): Promise<Rates> => Promise.resolve(this.kept);
+  keepRates = (rates: Rates): Promise<void> => Promise.resolve(void (this.kept = rates));
 
   /** Records in memory; `alive` tells live processes. */
   constructor(private readonly alive: (process: ProcessIdentity) => boolean = () => true) {}
@@ -233,14 +235,6 @@ export class MemoryHeldRecords implements HeldRecords {
     for (const [key, record] of this.#records) {
       if (!this.alive(record.process) && !keptEnded(record, now)) this.#records.delete(key);
     }
-  }
-
-  rates(): Promise<Rates> {
-    return Promise.resolve(this.kept);
-  }
-
-  keepRates(rates: Rates): Promise<void> {
-    return Promise.resolve(void (this.kept = rates));
   }
 
   /** The records of live processes as they are kept, claims and all; none is removed. */

@@ -1,6 +1,7 @@
 // A quiescent {@link SimulatedMachine} as plain JSON, and back: what `cuda-checkpoint --simulate`
 // keeps between calls. Another format or version is refused, naming it.
 
+import type { Rates } from "../core/host.ts";
 import { StrictReader } from "../core/json.ts";
 import { checkKeys, describeValue, isName, MAX_PID } from "../core/options.ts";
 import { INITIAL_STATE, isFinal, memoryOnHost } from "../core/states.ts";
@@ -54,7 +55,7 @@ export interface SimulatorSnapshot {
   processes: ProcessSnapshot[];
   heldRecords?: HeldRecordSnapshot[];
   /** The rates its records keep (`HeldRecords.rates`), where any. */
-  rates?: Record<string, number>;
+  rates?: Rates;
 }
 
 /** A snapshot that cannot be loaded: another format or version, or a field amiss. */
@@ -196,11 +197,10 @@ function readSnapshot(value: unknown): SimulatorSnapshot {
   const driverVersion = read.integer(top.driverVersion, "driverVersion", 0, MAX_PID);
   const seed = read.integer(top.seed, "seed", 0, 2 ** 32 - 1);
   const tag = { format: FORMAT, version: VERSION } as const;
-  const s = { ...tag, driverVersion, seed, nextPid, nextStart, gpus, processes };
-  const rates = Object.entries(top.rates === undefined ? {} : read.object(top.rates, "rates"))
-    .map(([step, n]) => [step, read.amount(n, `rates.${step}`, true)]);
-  const more = rates.length > 0 ? { rates: Object.fromEntries(rates) } : {};
-  return top.heldRecords === undefined ? { ...s, ...more } : { ...s, heldRecords, ...more };
+  const rates = top.rates === undefined ? {} : read.object(top.rates, "rates") as Rates;
+  for (const [step, n] of Object.entries(rates)) read.amount(n, `rates.${step}`, true);
+  const s = { ...tag, driverVersion, seed, nextPid, nextStart, gpus, processes, rates };
+  return top.heldRecords === undefined ? s : { ...s, heldRecords };
 }
 
 function readProcess(r: Reading, value: unknown, at: string): ProcessSnapshot {
