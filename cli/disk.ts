@@ -81,8 +81,8 @@ export async function runDiskCommand(
     print.err(`cuda-checkpoint: ${message}`);
     return watch.exitCode(1);
   } finally {
-    await progress?.stop();
     watch.stop();
+    await progress?.stop();
   }
 }
 

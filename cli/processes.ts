@@ -63,8 +63,8 @@ export async function runOne(
     report = { pid, operation, ok: false, state, status: "failed", ms, error: e };
   } finally {
     progress?.event({ type: "process-end", pid, at: 0, status: report?.ok ? "done" : "failed" });
+    unwatch?.(); // the command is done: keeping its rates is no work to stop
     await progress?.stop();
-    unwatch?.();
     await proc.close();
   }
   return printReports([report!], print, command.json, false);
@@ -147,8 +147,8 @@ export async function runMany(
     // The pids, as the library found them (a pid and a thread id of it): nothing was done.
     throw error instanceof RangeError ? new UsageError(error.message) : error;
   } finally {
-    await progress?.stop();
     watch?.stop();
+    await progress?.stop();
   }
   const reports = pids.map((pid) =>
     pid === 0 ? zero! : fromOutcome(operation, result.processes[members.indexOf(pid)])

@@ -142,7 +142,6 @@ export class Progress {
         const undoing = [...this.#steps].filter(([p, s]) => RATES[s.step] && this.#moving.has(p));
         [this.#phase, this.#moved] = ["rollback", new Set()];
         this.#moving = new Set(undoing.map(([pid]) => pid));
-        this.#done.clear(); // done: put back, from now on
       }
       if (bytes) this.#held.set(e.pid, bytes);
       this.#steps.set(e.pid, { step: e.step, since: now, undoing: !!e.rollback });
@@ -192,7 +191,7 @@ export class Progress {
     const elapsed = `${(Math.max(0, now - this.#start) / 1000).toFixed(1)} s`;
     const steps = total > 1 ? [...this.#steps].map(([pid, s]) => `${pid} ${named(s)}`) : [];
     const line = `${label}${one ? ` ${named(one)}` : ""} ${elapsed}${
-      total > 1 ? `, ${this.#done.size}/${total} done` : ""
+      total > 1 && this.#phase !== "rollback" ? `, ${this.#done.size}/${total} done` : ""
     }${figures ? `: ${figures}` : ""}${steps.length > 0 ? `; ${steps.join(", ")}` : ""}`;
     const width = (this.#o.columns || this.#print.io.columns?.() || 80) - 1; // 0: no size told
     return line.length > width ? `${line.slice(0, width - 1)}…` : line;
@@ -204,16 +203,17 @@ export class Progress {
     this.#shown = false;
   }
 
-  /** Stops the timer, erases the line, and has the rates this run measured kept. Idempotent. */
+  /** Stops the timer, erases the line, keeps the rates of steps of 1 GiB or more. Idempotent. */
   async stop(): Promise<void> {
     this.#cancel?.();
     this.#cancel = undefined;
     this.erase();
     if (this.#print.live === this) this.#print.live = undefined;
-    const rates = Object.fromEntries([...this.#measured].map(([s, [b, ms]]) => [s, b / ms]));
+    const big = [...this.#measured].filter(([, [b]]) => b >= 2 ** 30); // less: the fixed cost's
+    const rates = Object.fromEntries(big.map(([s, [b, ms]]) => [s, b / ms]));
     const keep = this.#o.keep;
     this.#o = { ...this.#o, keep: undefined }; // kept once
-    if (this.#measured.size > 0) await keep?.({ ...this.#o.rates, ...rates }).catch(() => {});
+    if (big.length > 0) await keep?.({ ...this.#o.rates, ...rates }).catch(() => {});
   }
 
   /** Bytes per ms of a step: this run's measured rate, else the last run's, else {@link RATES}'. */
