@@ -278,8 +278,8 @@ export class SimulatedProcess {
   }
 
   /**
-   * Makes the next call of `op` (or the `nth`) hang, and the calls behind it, until the returned
-   * function releases it or the process exits. Virtual time does not move for a hung call.
+   * Makes the next call of `op` (or the `nth`) hang, and the calls behind it, whatever a caller's
+   * timeout, till the returned function releases it or the process exits (virtual time stands).
    */
   hangNext(op: FaultableOperation, options: FaultTiming = {}): () => void {
     return this.#inject(checkFault("hangNext", op, options), "hangNext");
