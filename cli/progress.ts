@@ -189,11 +189,14 @@ export class Progress {
       ? this.#restored(now)
       : this.#driver(now);
     const elapsed = `${(Math.max(0, now - this.#start) / 1000).toFixed(1)} s`;
-    const steps = total > 1 ? [...this.#steps].map(([pid, s]) => `${pid} ${named(s)}`) : [];
-    const line = `${label}${one ? ` ${named(one)}` : ""} ${elapsed}${
+    const steps = total !== 1 ? [...this.#steps].map(([pid, s]) => `${pid} ${named(s)}`) : [];
+    const head = `${label}${one ? ` ${named(one)}` : ""} ${elapsed}${
       total > 1 && this.#phase !== "rollback" ? `, ${this.#done.size}/${total} done` : ""
-    }${figures ? `: ${figures}` : ""}${steps.length > 0 ? `; ${steps.join(", ")}` : ""}`;
+    }${figures ? `: ${figures}` : ""}`;
+    const all = steps.length > 0 ? `${head}; ${steps.join(", ")}` : head;
     const width = (this.#o.columns || this.#print.io.columns?.() || 80) - 1; // 0: no size told
+    // A snapshot's or restore's steps under way (a tree's beside another's phase), where all fit.
+    const line = total > 1 || all.length <= width ? all : head;
     return line.length > width ? `${line.slice(0, width - 1)}…` : line;
   }
 

@@ -199,7 +199,7 @@ describe("the live line on a terminal", () => {
     assert.ok(writes[said - 2][1].startsWith(frame), writes[said - 2][1]);
     const after = writes.slice(said + 1).filter(([, t]) => t.startsWith(CLEAR) && t !== CLEAR);
     const back =
-      /^putting things back [0-9.]+ s: ~[0-9.]+ of 4\.8 GB, ~5\.0 GB\/s, ~[0-9.]+ s left$/;
+      /^putting things back [0-9.]+ s: ~[0-9.]+ of 4\.8 GB, ~5\.0 GB\/s, ~[0-9.]+ s left; [0-9]+ restore$/;
     assert.ok(after.some(([, t]) => back.test(t.slice(CLEAR.length))), "the rollback, its figures");
     assertErasedBeforeOutput(writes);
     assert.equal(sim.process(p.pid)!.state, "running", "put back");
@@ -227,6 +227,30 @@ describe("the live line on a terminal", () => {
     assert.ok(back.length >= 3, `the rollback shows: ${JSON.stringify(writes.slice(-4))}`);
     assert.ok(back.every((t) => figures.test(t.slice(CLEAR.length))), JSON.stringify(back));
     assert.deepEqual(pids.map((pid) => sim.process(pid)!.state), ["running", "running"]);
+  });
+
+  test("a snapshot's line names a tree's checkpoint still under way beside another's dump, where it fits whole", async () => {
+    const sim = new SimulatedMachine();
+    for (const columns of [140, 80]) {
+      const [big, small] = [sim.spawn({ memoryMiB: 8192 }), sim.spawn({ memoryMiB: 2048 })];
+      const frames: string[] = [];
+      const code = await main(
+        ["snapshot", "--pid", `${big.pid},${small.pid}`, "--dir", join(base(), `s${columns}`)],
+        {
+          machine: sim,
+          isTerminal: true,
+          columns: () => columns,
+          stdout: () => {},
+          stderr: (t) => t.startsWith(CLEAR) && t !== CLEAR && frames.push(t.slice(CLEAR.length)),
+        },
+      );
+      assert.equal(code, 0);
+      const beside = frames.filter((f) =>
+        f.startsWith("dumping") && f.endsWith(`; ${big.pid} checkpoint`)
+      );
+      if (columns === 140) assert.ok(beside.length > 0, JSON.stringify(frames));
+      assert.ok(frames.every((f) => !f.endsWith("…")), `none cut at ${columns}: ${frames}`);
+    }
   });
 
   test("recover: the resumes of what a snapshot killed outright left suspended", async () => {
