@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# A snapshot's and a restore's live line on a real terminal (util-linux's script, 160 columns), on
+# the GPU machine, as root, from the repo root:
+#
+#   bash tests/gpu/exp/snapshot_line.sh      (log: $OUT/snapshot-line.txt)
+#
+# Carry .carry/cuda-checkpoint-ours.xz and .carry/criu-cuda.tgz. Two targets (tests/gpu/target.cu,
+# 8 GiB and 1 GiB), each a tree of its own, snapshotted into one directory and restored by ours.
+# The small tree's dump begins while the big one still checkpoints: the line names that step beside
+# the dump, where the whole list fits; no frame is cut; both targets answer their hash after.
+# About 1 minute.
+. "$(dirname "$0")/session.sh" snapshot-line
+trap 'end_started "target"' EXIT
+start_target big 8192 || fail_setup "the 8 GiB target did not start"
+big=$T_PID big_dir=$T_DIR big_hash=$T_HASH
+start_target small 1024 || fail_setup "the 1 GiB target did not start"
+small=$T_PID small_dir=$T_DIR small_hash=$T_HASH
+# shown KIND ARGS...: ours under a terminal of 160 columns; its frames, some of them, and checks.
+shown() {
+  local kind=$1
+  shift
+  timeout 180 script -qfec "stty cols 160; ${CK[*]} $*" /dev/null >"$bin/raw-$kind"
+  local rc=$?
+  check "$kind: exit 0" $rc "exit $rc"
+  python3 - "$bin/raw-$kind" "$kind" "$big" >"$bin/said-$kind" <<'EOF'
+import re, sys
+raw = open(sys.argv[1], encoding="utf-8", newline="").read()
+kind, big = sys.argv[2], sys.argv[3]
+frames = [p for p in raw.split("\r\x1b[2K")[1:] if p and not p.startswith("\r")]
+frames = [f for f in frames if re.match(r".*? [0-9]+\.[0-9] s", f) and "\n" not in f]
+phases = []
+for f in frames:
+    phase = re.match(r"(.*?) [0-9]+\.[0-9] s", f).group(1)
+    if not phases or phases[-1][0] != phase:
+        phases.append((phase, f))
+for phase, first in phases:
+    print(f"   first of {phase!r}: {first!r}")
+listed = [f for f in frames if "; " in f]
+print(f"   {len(frames)} frames, {len(listed)} naming steps under way; e.g. {listed[:2]}")
+cut = [f for f in frames if f.endswith("\u2026")]
+print(("FAIL" if cut else "PASS") + f" {kind}: no frame cut ({len(cut)} cut)")
+if kind == "snapshot":
+    beside = [f for f in frames if f.startswith("dumping") and f.endswith(f"; {big} checkpoint")]
+    print(("PASS" if beside else "FAIL") + f" snapshot: {len(beside)} dump frames name {big}'s checkpoint under way")
+EOF
+  while read -r line; do
+    case $line in PASS* | FAIL*) verdict "${line%% *}" "${line#* }" ;; *) echo "$line" ;; esac
+  done <"$bin/said-$kind"
+}
+shown snapshot snapshot --pid "$big,$small" --dir "$bin/snap"
+wait_gone "$big" "$small"
+shown restore restore-snapshot "$bin/snap"
+a=$(ask "$big_dir" hash 60)
+[[ $a == "hash $big_hash" ]]
+check "the 8 GiB target answers its hash after the restore" $? "$a"
+a=$(ask "$small_dir" hash 60)
+[[ $a == "hash $small_hash" ]]
+check "the 1 GiB target answers its hash after the restore" $? "$a"
+verdict_summary "$bin/verdicts.txt" snapshot-line
