@@ -69,13 +69,10 @@ function stepBetween(from: ProcessState, to: ProcessState): Step {
 
 /** The steps from one state to another along the chain; `undefined` from or to failed. */
 export function wayBetween(from: ProcessState, to: ProcessState): Step[] | undefined {
-  let i = CHAIN.indexOf(from);
-  const j = CHAIN.indexOf(to);
+  const i = CHAIN.indexOf(from), j = CHAIN.indexOf(to);
   if (i < 0 || j < 0) return undefined;
-  const way: Step[] = [];
-  for (; i < j; i++) way.push(stepBetween(CHAIN[i], CHAIN[i + 1]));
-  for (; i > j; i--) way.push(stepBetween(CHAIN[i], CHAIN[i - 1]));
-  return way;
+  const states = i <= j ? CHAIN.slice(i, j + 1) : CHAIN.slice(j, i + 1).reverse();
+  return states.slice(1).map((state, k) => stepBetween(states[k], state));
 }
 
 /** What an action does to a process in a given state: steps to make, nothing, or a refusal. */
