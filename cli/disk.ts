@@ -15,6 +15,7 @@ import { inspectSnapshotAs, recoverSnapshotAs, restoreSnapshotAs } from "../api/
 import { snapshot } from "../api/functions.ts";
 import { formatDriverVersion } from "../core/driver.ts";
 import { CheckpointError } from "../core/errors.ts";
+import { bytesOf, mibOf } from "../core/snapshot/run.ts";
 import type { Machine } from "../driver.ts";
 import type { Manifest, ManifestProcess, SnapshotEvent } from "../snapshot.ts";
 import { advised, type CliIo, watchInterrupts } from "./io.ts";
@@ -97,7 +98,7 @@ async function take(c: SnapshotCommand, whole: Whole): Promise<Made> {
   const r = await snapshot(c.roots, c.dir, { ...given, timeoutMs: c.deadlineMs, onProgress });
   const m = r.manifest, left = m.options.leaveRunning;
   const all = [...counted.values()].reduce((a, b) => a + b, 0);
-  const fields = { dir: r.dir, ms: r.ms, bytes: imageBytes(m), leftRunning: left };
+  const fields = { dir: r.dir, ms: r.ms, bytes: bytesOf(m.files), leftRunning: left };
   const { suspendMs, dumpMs } = m.timings;
   const times = `suspend ${secs(suspendMs)}, dump ${secs(dumpMs)}, ${secs(r.ms)} in all`;
   const ended = `the processes ${left ? "were left as they were" : "were ended"}`;
@@ -204,7 +205,7 @@ function processLines(m: Manifest): string[] {
 function summary(m: Manifest, counted?: number): string {
   const all = m.trees.flatMap((t) => t.processes), cuda = all.filter((p) => p.cuda);
   const mib = Math.round(cuda.reduce((sum, p) => sum + mibOf(p), 0));
-  const bytes = imageBytes(m);
+  const bytes = bytesOf(m.files);
   const other = counted !== undefined && Math.abs(counted - bytes) > 0.01 * Math.max(counted, bytes)
     ? `; ${m.engine.kind} counted ${size(counted)} as it wrote them`
     : "";
@@ -212,15 +213,6 @@ function summary(m: Manifest, counted?: number): string {
   const trees = count(m.trees.length, "tree", "trees");
   return `${trees}, ${count(all.length, "process", "processes")} (${cuda.length} with CUDA, ` +
     `${mib} MiB of GPU memory), ${size(bytes)} of images (the manifest's files${other})`;
-}
-
-/** A process's GPU memory in MiB, over its GPUs (0 where unknown). */
-function mibOf(p: ManifestProcess): number {
-  return Object.values(p.cuda?.gpuMemoryMiB ?? {}).reduce((a, b) => a + b, 0);
-}
-
-function imageBytes(m: Manifest): number {
-  return m.files.reduce((sum, f) => sum + f.bytes, 0);
 }
 
 function secs(ms: number): string {

@@ -57,11 +57,13 @@ export type SnapshotEvent =
 
 /** Each CUDA process's GPU memory in MiB (over its GPUs), by pid, where the manifest knows it. */
 export function heldMiB(processes: readonly ManifestProcess[]): Record<number, number> {
-  const held: Record<number, number> = {};
-  for (const { pid, cuda } of processes) {
-    if (cuda?.gpuMemoryMiB) held[pid] = Object.values(cuda.gpuMemoryMiB).reduce((a, b) => a + b, 0);
-  }
-  return held;
+  const known = processes.filter((p) => p.cuda?.gpuMemoryMiB);
+  return Object.fromEntries(known.map((p) => [p.pid, mibOf(p)]));
+}
+
+/** A process's GPU memory in MiB, over its GPUs (0 where unknown). */
+export function mibOf(p: ManifestProcess): number {
+  return Object.values(p.cuda?.gpuMemoryMiB ?? {}).reduce((a, b) => a + b, 0);
 }
 
 /** The bytes of files, as the manifest lists them. */
