@@ -264,8 +264,7 @@ const FAULT_FIELDS = { fail: ["code"], exit: ["afterMs"], hang: [], answer: ["va
 function readFaults(read: StrictReader, value: unknown, at: string): ProcessSnapshot["faults"] {
   const f = read.object(value, at, [], FAULTABLE_OPERATIONS);
   const out: ProcessSnapshot["faults"] = {};
-  for (const op of FAULTABLE_OPERATIONS) {
-    if (f[op] === undefined) continue;
+  for (const op of FAULTABLE_OPERATIONS.filter((o) => f[o] !== undefined)) {
     const path = `${at}.${op}`;
     const kinds = Object.keys(FAULT_FIELDS) as (keyof typeof FAULT_FIELDS)[];
     const kind = read.choice(read.object(f[op], path).kind, `${path}.kind`, kinds);

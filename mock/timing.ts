@@ -129,8 +129,7 @@ function checkCopyTiming(c: CopyTiming, what: string): void {
   const keys = ["aggregateBytesPerSecond", "slowdownPerProcess", "heldSlowdownPerGiB"] as const;
   checkKeys(c, what, ["fixedMs", "serialMs", "serialPerOtherMs", "points", ...keys]);
   checkAmount(c.fixedMs, `${what}.fixedMs`);
-  checkAmount(c.serialMs ?? 0, `${what}.serialMs`);
-  checkAmount(c.serialPerOtherMs ?? 0, `${what}.serialPerOtherMs`);
+  for (const f of ["serialMs", "serialPerOtherMs"] as const) checkAmount(c[f] ?? 0, `${what}.${f}`);
   if (c.serialMs! > c.fixedMs) throw new RangeError(`${what}.serialMs is more than its fixedMs`);
   checkAmount(c.slowdownPerProcess, `${what}.slowdownPerProcess`);
   checkAmount(c.heldSlowdownPerGiB ?? 0, `${what}.heldSlowdownPerGiB`);
