@@ -92,6 +92,7 @@ export class Progress {
   /** criu's count of each tree's images written, and the GPU memory suspended for it. */
   readonly #written = new Map<number, number>();
   #suspended = 0;
+  #dumpFrom: [number, number] | undefined; // criu's rate from: when, and what it had written then
   /** The images a restore reads, and those of the trees back so far. */
   #images = 0;
   #read = 0;
@@ -149,6 +150,7 @@ export class Progress {
       if (moves) this.#moving.add(e.pid);
     } else if (e.type === "step-end") {
       this.#steps.delete(e.pid);
+      if (this.#phase === "dump") this.#dumpFrom = [now, sumOf(this.#written)];
       if (!e.ok && RATES[e.step]) this.#moving.delete(e.pid);
       else if (this.#moving.has(e.pid) && RATES[e.step] && bytes && e.ms > 0) {
         this.#moved.add(e.pid);
@@ -252,9 +254,11 @@ export class Progress {
 
   /** A dump's: criu's count, its rate, the time left to the GPU memory it holds at least. */
   #dumped(now: number): string {
-    const written = [...this.#written.values()].reduce((a, b) => a + b, 0);
-    const rate = written / Math.max(1, now - this.#since);
+    const written = sumOf(this.#written), [from, base] = this.#dumpFrom ?? [this.#since, 0];
+    const rate = (written - base) / Math.max(1, now - from);
     if (written === 0) return "";
+    // A tree's dump waits for its checkpoint: no rate of criu's till the last one ended.
+    if (this.#steps.size > 0) return `${amounts(written, this.#suspended, "~")} written`;
     if (this.#suspended <= written) return `${size(written)} written, ${perSecond(rate)}`;
     const left = timeLeft((this.#suspended - written) / rate);
     return `${amounts(written, this.#suspended, "~")} written, ${perSecond(rate)}, ~${left}`;
@@ -270,6 +274,9 @@ export class Progress {
     return estimated(done, total, rate, (total - done) / rate);
   }
 }
+
+/** The sum of a map's values: criu's counts of every tree. */
+const sumOf = (of: Map<number, number>): number => [...of.values()].reduce((a, b) => a + b, 0);
 
 /** `~12.4 of 34.4 GB, ~2.0 GB/s, ~11 s left`, all estimated; `34.4 of 34.4 GB` once all done. */
 function estimated(done: number, total: number, rate: number, leftMs: number): string {

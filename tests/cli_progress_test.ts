@@ -520,6 +520,31 @@ describe("the live line on a terminal", () => {
     line.stop();
   });
 
+  test("a dump beside a tree's checkpoint: no rate of criu's while it holds that dump back, then its own", () => {
+    const { clock, line } = lineOnClock({ columns: 120 });
+    line.event({
+      type: "phase",
+      phase: "suspend",
+      at: 0,
+      gpuMemoryMiB: { 4242: 1024, 4343: 8192 },
+    });
+    line.event({ type: "step-start", pid: 4343, step: "checkpoint", at: 0 });
+    clock.ms = 1000; // 4242's tree checkpointed: its dump begins, 4343's checkpoint goes on
+    line.event({ type: "phase", phase: "dump", at: 1000 });
+    clock.ms = 2000;
+    line.event({ type: "bytes", root: 4242, bytes: 1.7e9, at: 2000 });
+    clock.ms = 4500; // criu has written all it can; the rate since 1 s would fall, 0.5 GB/s by now
+    assert.equal(line.text(), "dumping 4.5 s: 1.7 of ~9.7 GB written; 4343 checkpoint");
+    clock.ms = 5000;
+    const ended = { pid: 4343, step: "checkpoint", at: 5000, ms: 5000, ok: true } as const;
+    line.event({ type: "step-end", ...ended, rollback: false });
+    clock.ms = 6000;
+    line.event({ type: "bytes", root: 4343, bytes: 1e9, at: 6000 });
+    // criu's rate since that checkpoint ended: 1 GB in 1 s, not 2.7 GB in 5 s.
+    assert.equal(line.text(), "dumping 6.0 s: 2.7 of ~9.7 GB written, 1.0 GB/s, ~7.0 s left");
+    line.stop();
+  });
+
   test("a tree back with less than a tenth of the images: the usual rate still, not its own", () => {
     const { clock, line } = lineOnClock({ columns: 120 });
     line.event({ type: "phase", phase: "restore", at: 0, imageBytes: 4e9 });

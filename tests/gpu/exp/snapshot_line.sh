@@ -7,7 +7,8 @@
 # Carry .carry/cuda-checkpoint-ours.xz and .carry/criu-cuda.tgz. Two targets (tests/gpu/target.cu,
 # 8 GiB and 1 GiB), each a tree of its own, snapshotted into one directory and restored by ours.
 # The small tree's dump begins while the big one still checkpoints: the line names that step beside
-# the dump, where the whole list fits; no frame is cut; both targets answer their hash after.
+# the dump, where the whole list fits, with no rate of criu's till it ends; no frame is cut; both
+# targets answer their hash after.
 # About 1 minute.
 . "$(dirname "$0")/session.sh" snapshot-line
 trap 'end_started "target"' EXIT
@@ -42,6 +43,9 @@ print(("FAIL" if cut else "PASS") + f" {kind}: no frame cut ({len(cut)} cut)")
 if kind == "snapshot":
     beside = [f for f in frames if f.startswith("dumping") and f.endswith(f"; {big} checkpoint")]
     print(("PASS" if beside else "FAIL") + f" snapshot: {len(beside)} dump frames name {big}'s checkpoint under way")
+    rated = [f for f in beside if "/s" in f]
+    print(("FAIL" if rated else "PASS") + f" snapshot: no rate of criu's while that checkpoint holds a dump back ({rated[:1]})")
+    print(f"   the dump's frames: {[f for f in frames if f.startswith('dumping')][::3]}")
 EOF
   while read -r line; do
     case $line in PASS* | FAIL*) verdict "${line%% *}" "${line#* }" ;; *) echo "$line" ;; esac
