@@ -257,8 +257,9 @@ export class Progress {
     const written = sumOf(this.#written), [from, base] = this.#dumpFrom ?? [this.#since, 0];
     const rate = (written - base) / Math.max(1, now - from);
     if (written === 0) return "";
-    // A tree's dump waits for its checkpoint: no rate of criu's till the last one ended.
-    if (this.#steps.size > 0) return `${amounts(written, this.#suspended, "~")} written`;
+    // A tree's dump waits for its checkpoint: no rate of criu's till the last one ended and it wrote.
+    const waits = this.#steps.size > 0 || written === base;
+    if (waits) return `${amounts(written, this.#suspended, "~")} written`;
     if (this.#suspended <= written) return `${size(written)} written, ${perSecond(rate)}`;
     const left = timeLeft((this.#suspended - written) / rate);
     return `${amounts(written, this.#suspended, "~")} written, ${perSecond(rate)}, ~${left}`;

@@ -538,6 +538,8 @@ describe("the live line on a terminal", () => {
     clock.ms = 5000;
     const ended = { pid: 4343, step: "checkpoint", at: 5000, ms: 5000, ok: true } as const;
     line.event({ type: "step-end", ...ended, rollback: false });
+    clock.ms = 5200; // nothing new written yet: no rate (not 0.0 MB/s and ~Infinity min left)
+    assert.equal(line.text(), "dumping 5.2 s: 1.7 of ~9.7 GB written");
     clock.ms = 6000;
     line.event({ type: "bytes", root: 4343, bytes: 1e9, at: 6000 });
     // criu's rate since that checkpoint ended: 1 GB in 1 s, not 2.7 GB in 5 s.

@@ -40,6 +40,8 @@ listed = [f for f in frames if "; " in f]
 print(f"   {len(frames)} frames, {len(listed)} naming steps under way; e.g. {listed[:2]}")
 cut = [f for f in frames if f.endswith("\u2026")]
 print(("FAIL" if cut else "PASS") + f" {kind}: no frame cut ({len(cut)} cut)")
+odd = [f for f in frames if "Infinity" in f or "NaN" in f or " 0.0 MB/s" in f]
+print(("FAIL" if odd else "PASS") + f" {kind}: no rate of 0, no Infinity or NaN ({odd[:1]})")
 if kind == "snapshot":
     beside = [f for f in frames if f.startswith("dumping") and f.endswith(f"; {big} checkpoint")]
     print(("PASS" if beside else "FAIL") + f" snapshot: {len(beside)} dump frames name {big}'s checkpoint under way")
