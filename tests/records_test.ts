@@ -10,7 +10,6 @@ import {
   chmod,
   chown,
   mkdir,
-  mkdtemp,
   readdir,
   readFile,
   rm,
@@ -18,7 +17,6 @@ import {
   symlink,
   writeFile,
 } from "node:fs/promises";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
 
@@ -26,8 +24,9 @@ import { LinuxHost } from "../os/linux_host.ts";
 import { FileHeldRecords, recordsDirectory } from "../os/records.ts";
 import { readSmallFile } from "../os/private.ts";
 import { loud } from "./fixtures/fake.ts";
+import { processDir } from "./support/temp_dirs.ts";
 
-const root = await mkdtemp(join(tmpdir(), "ckpt-records-test-"));
+const root = processDir("ckpt-records-test-"); // removed at the end even where a filter ran none
 after(() => rm(root, { recursive: true, force: true }));
 let dirs = 0;
 const fresh = () => join(root, `held-${dirs++}`);

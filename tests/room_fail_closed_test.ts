@@ -12,8 +12,7 @@ import { after, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
 import { chownSync, mkdirSync, rmSync, writeFileSync } from "node:fs";
-import { mkdtemp, rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { rm } from "node:fs/promises";
 import { join } from "node:path";
 import process from "node:process";
 
@@ -26,12 +25,13 @@ import { machineWith } from "./support/forward.ts";
 import { hostWith } from "./support/forward.ts";
 import { loud } from "./fixtures/fake.ts";
 import { plantTrace } from "./support/trace.ts";
+import { processDir } from "./support/temp_dirs.ts";
 
 const notRoot = process.getuid?.() === 0
   ? false
   : loud("not root: owners can be changed by root only");
 
-const base = await mkdtemp(join(tmpdir(), "ckpt-room-closed-"));
+const base = processDir("ckpt-room-closed-"); // removed at the end even where a filter ran none
 after(() => rm(base, { recursive: true, force: true }));
 let made = 0;
 
