@@ -140,9 +140,8 @@ export class Progress {
       // Undoing, where no other process's step goes forward: the bytes it puts back, as they go.
       const forward = [...this.#steps.values()].some((s) => !s.undoing);
       if (e.rollback && !forward && this.#phase !== "rollback") {
-        const undoing = [...this.#steps].filter(([p, s]) => RATES[s.step] && this.#moving.has(p));
-        [this.#phase, this.#moved] = ["rollback", new Set()];
-        this.#moving = new Set(undoing.map(([pid]) => pid));
+        const undoing = [...this.#moving].filter((pid) => RATES[this.#steps.get(pid)?.step ?? ""]);
+        [this.#phase, this.#moving, this.#moved] = ["rollback", new Set(undoing), new Set()];
       }
       if (bytes) this.#held.set(e.pid, bytes);
       this.#steps.set(e.pid, { step: e.step, since: now, undoing: !!e.rollback });
@@ -221,9 +220,9 @@ export class Progress {
     if (big.length > 0) await keep?.({ ...this.#o.rates, ...rates }).catch(() => {});
   }
 
-  /** Bytes per ms of a step: this run's measured rate, else the last run's, else {@link RATES}'. */
-  #rate(step: string): number {
-    const [bytes, ms] = this.#measured.get(step) ?? [0, 0];
+  /** Bytes per ms of a step: this run's measured rate (`own`), else the last run's, else RATES'. */
+  #rate(step: string, own = true): number {
+    const [bytes, ms] = (own && this.#measured.get(step)) || [0, 0];
     return ms > 0 ? bytes / ms : this.#o.rates?.[step] ?? RATES[step];
   }
 
@@ -257,7 +256,7 @@ export class Progress {
     const written = sumOf(this.#written), [from, base] = this.#dumpFrom ?? [this.#since, 0];
     const rate = (written - base) / Math.max(1, now - from);
     if (written === 0) return "";
-    // A tree's dump waits for its checkpoint: no rate of criu's till the last one ended and it wrote.
+    // Held back by a tree's checkpoint, or nothing written since one ended: no rate of criu's.
     const waits = this.#steps.size > 0 || written === base;
     if (waits) return `${amounts(written, this.#suspended, "~")} written`;
     if (this.#suspended <= written) return `${size(written)} written, ${perSecond(rate)}`;
@@ -269,7 +268,7 @@ export class Progress {
   #restored(now: number): string {
     const [total, read] = [this.#images, this.#read];
     // criu's own rate once trees that hold a tenth of the images are back; till then, the usual.
-    const rate = read > total / 10 ? this.#rate("images") : this.#o.rates?.images ?? RATES.images;
+    const rate = this.#rate("images", read > total / 10);
     const guess = Math.min(total * 0.99, Math.max(read, rate * (now - this.#since)));
     const done = read >= total ? total : guess;
     return estimated(done, total, rate, (total - done) / rate);
