@@ -215,6 +215,4 @@ function summary(m: Manifest, counted?: number): string {
     `${mib} MiB of GPU memory), ${size(bytes)} of images (the manifest's files${other})`;
 }
 
-function secs(ms: number): string {
-  return `${(ms / 1000).toFixed(2)} s`;
-}
+const secs = (ms: number) => `${(ms / 1000).toFixed(2)} s`;

@@ -91,8 +91,8 @@ export abstract class CheckpointError extends Error {
  * const proc = new CudaProcess(sim.spawn().pid, { machine: sim });
  * try {
  *   await proc.unlock(); // it is running
- * } catch (err) {
- *   if (err instanceof CudaError) console.log(err.code, err.codeName); // 401 CUDA_ERROR_ILLEGAL_STATE
+ * } catch (e) {
+ *   if (e instanceof CudaError) console.log(e.code, e.codeName); // 401 CUDA_ERROR_ILLEGAL_STATE
  * }
  * ```
  */
@@ -255,7 +255,7 @@ function subjectOf(place: ErrorPlace): string {
   return place.pid === undefined ? place.operation : `${place.operation} of process ${place.pid}`;
 }
 
-/** `err` with a sentence about what was left (a `CheckpointError` keeps its class, takes `state`). */
+/** `err` with a sentence on what was left (a `CheckpointError` keeps its class, takes `state`). */
 export function withDetail(err: unknown, detail: string, state?: ProcessState): Error {
   if (!detail) return asError(err);
   if (err instanceof CheckpointError) return err.withDetail(detail, state);
@@ -272,9 +272,7 @@ export function messageOf(err: unknown): string {
   return err instanceof Error ? err.message : String(err);
 }
 
-function capitalize(sentence: string): string {
-  return sentence.charAt(0).toUpperCase() + sentence.slice(1);
-}
+const capitalize = (sentence: string) => sentence.charAt(0).toUpperCase() + sentence.slice(1);
 
 /** What the system's error codes that a path can meet mean, as the end of a sentence about it. */
 export const PATH_ERRORS: Readonly<Record<string, string>> = {

@@ -130,7 +130,7 @@ class Group {
       action: this.action,
       ok: this.#entries.every(succeeded) && !this.#rolledBack,
       processes: this.#entries.map(outcome),
-      // A lock cut short by the deadline fails (NOT_READY) rather than stopping: passed all the same.
+      // A lock the deadline cut short fails (NOT_READY) rather than stopping: passed all the same.
       deadlinePassed: this.#deadlinePassed ||
         this.#entries.some((e) =>
           this.#cut.has(e.proc.pid) && (e.report?.error as CudaError)?.code === CUDA_ERROR_NOT_READY
@@ -233,9 +233,7 @@ class Group {
   }
 }
 
-function succeeded(e: Entry): boolean {
-  return e.report?.status === "done" || e.report?.status === "unchanged";
-}
+const succeeded = (e: Entry) => e.report?.status === "done" || e.report?.status === "unchanged";
 
 function outcome({ proc: { pid }, report: r, notStarted, planned }: Entry): ProcessOutcome {
   const was = { initialState: planned, state: planned }; // as its plan read it, where one did

@@ -125,9 +125,7 @@ async function allAtOnce(members: readonly JobMember[], ctx: Job): Promise<Worki
 }
 
 /** Whether the driver refused a member's restore: it is, most often, lost (see `runJob`). */
-function isLost(w: Working): boolean {
-  return w.failure?.step === "restore" && w.failure.err instanceof CudaError;
-}
+const isLost = (w: Working) => w.failure?.step === "restore" && w.failure.err instanceof CudaError;
 
 /** Each member as soon as it is ready: its turn, plan and first step; one failing fails all. */
 async function asReady(members: readonly JobMember[], ctx: Job): Promise<Working[]> {

@@ -58,7 +58,7 @@ export class StrictReader {
     return o;
   }
 
-  /** An object of the fields `read` names (perhaps not the `optional` ones), each read by its own. */
+  /** An object of the fields `read` names (maybe not the `optional` ones), each read by its own. */
   fields<T extends object>(
     value: unknown,
     field: string,
@@ -135,9 +135,7 @@ export class StrictReader {
 }
 
 /** `path.key`, or `key` at the top. */
-function join(path: string, key: string): string {
-  return path ? `${path}.${key}` : key;
-}
+const join = (path: string, key: string) => path ? `${path}.${key}` : key;
 
 /**
  * A value as a message shows it: JSON, cut at 80 characters; `nothing` for undefined. Written

@@ -44,24 +44,16 @@ const TRANSITIONS: Readonly<Record<Step, { from: ProcessState; to: ProcessState 
 };
 
 /** The state a step needs. */
-export function stepFrom(step: Step): ProcessState {
-  return TRANSITIONS[step].from;
-}
+export const stepFrom = (step: Step): ProcessState => TRANSITIONS[step].from;
 
 /** The state a step leaves a process in when it succeeds. */
-export function stepTo(step: Step): ProcessState {
-  return TRANSITIONS[step].to;
-}
+export const stepTo = (step: Step): ProcessState => TRANSITIONS[step].to;
 
 /** Whether the driver takes `step` in `state`; in any other it answers ILLEGAL_STATE. */
-export function stepAllowed(step: Step, state: ProcessState): boolean {
-  return TRANSITIONS[step].from === state;
-}
+export const stepAllowed = (step: Step, state: ProcessState): boolean => stepFrom(step) === state;
 
 /** The step that undoes `step`. */
-export function undoOf(step: Step): Step {
-  return stepBetween(TRANSITIONS[step].to, TRANSITIONS[step].from);
-}
+export const undoOf = (step: Step): Step => stepBetween(stepTo(step), stepFrom(step));
 
 function stepBetween(from: ProcessState, to: ProcessState): Step {
   return STEPS.find((s) => TRANSITIONS[s].from === from && TRANSITIONS[s].to === to)!;
@@ -108,9 +100,8 @@ export function plan(action: Action, from: ProcessState, strict = false): Plan {
 }
 
 /** Whether an action is one step (a driver call) rather than a goal. */
-export function isStep(action: Action): action is Step {
-  return (STEPS as readonly string[]).includes(action);
-}
+export const isStep = (action: Action): action is Step =>
+  (STEPS as readonly string[]).includes(action);
 
 /** What is known after a step of a plan failed, for {@link rollbackWay}. */
 export interface AfterFailure {
@@ -134,8 +125,8 @@ export interface AfterFailure {
  * @example
  * ```ts
  * import { rollbackWay } from "./states.ts";
- * // A suspend whose checkpoint failed and left the process locked: unlock it again.
- * rollbackWay({ initial: "running", done: ["lock"], failed: "checkpoint", now: "locked" }); // ["unlock"]
+ * // A suspend whose checkpoint failed and left the process locked: ["unlock"] brings it back.
+ * rollbackWay({ initial: "running", done: ["lock"], failed: "checkpoint", now: "locked" });
  * ```
  */
 export function rollbackWay(after: AfterFailure): Step[] | undefined {
@@ -153,9 +144,7 @@ export function rollbackWay(after: AfterFailure): Step[] | undefined {
  * before any is taken off the GPU, and all be back on it before any runs: every lock before any
  * checkpoint, every restore before any unlock. A plan or a way back is at most one step of each.
  */
-export function jobPhase(step: Step): 1 | 2 {
-  return step === "lock" || step === "restore" ? 1 : 2;
-}
+export const jobPhase = (step: Step): 1 | 2 => step === "lock" || step === "restore" ? 1 : 2;
 
 /** The states a snapshot takes a CUDA process in (suspended and resumed, or as it is). */
 export const SNAPSHOT_STATES: readonly SnapshotState[] = Object.freeze(["running", "checkpointed"]);
@@ -177,19 +166,13 @@ export function stateName(state: number): ProcessState | undefined {
 }
 
 /** The `CUprocessState` number of a state name. */
-export function stateNumber(state: ProcessState): number {
-  return PROCESS_STATES.indexOf(state);
-}
+export const stateNumber = (state: ProcessState): number => PROCESS_STATES.indexOf(state);
 
 /** Whether the process's GPU memory is in host memory in this state (it holds none on a GPU). */
-export function memoryOnHost(state: ProcessState): boolean {
-  return state === "checkpointed";
-}
+export const memoryOnHost = (state: ProcessState): boolean => state === "checkpointed";
 
 /** Whether no operation can take a process out of this state. */
-export function isFinal(state: ProcessState): boolean {
-  return state === "failed";
-}
+export const isFinal = (state: ProcessState): boolean => state === "failed";
 
 /** The state a new CUDA process is in. */
 export const INITIAL_STATE: ProcessState = "running";

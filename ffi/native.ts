@@ -212,12 +212,12 @@ export class LibcudaDriver implements NativeDriver {
     return this.#checkpointCall("unlock", pid, [null]);
   }
 
-  /** `cuGetErrorName`, or `undefined` for a code the driver does not know (or a closed driver). */
+  /** `cuGetErrorName`, or `undefined` for a code the driver does not know (or once closed). */
   errorName(code: number): string | undefined {
     return this.#describe(code, "cuGetErrorName");
   }
 
-  /** `cuGetErrorString`, or `undefined` for a code the driver does not know (or a closed driver). */
+  /** `cuGetErrorString`, or `undefined` for a code the driver does not know (or once closed). */
   errorString(code: number): string | undefined {
     return this.#describe(code, "cuGetErrorString");
   }
@@ -240,7 +240,7 @@ export class LibcudaDriver implements NativeDriver {
     return this.#done.promise;
   }
 
-  /** Runs a public call: rejects on a closed driver, and holds the library open until it settles. */
+  /** Runs a public call: rejects on a closed driver, holds the library open until it settles. */
   async #span<T>(operation: string, body: () => Promise<T>): Promise<T> {
     if (this.#closed) throw new Error(`${operation}: this ${this.kind} driver has been closed`);
     this.#busy++;
@@ -359,6 +359,4 @@ export class LibcudaDriver implements NativeDriver {
 }
 
 /** Whether a value is an integer that a C `int` holds exactly (anything else would be wrapped). */
-function fitsCInt(n: number): boolean {
-  return Number.isInteger(n) && n >= -0x8000_0000 && n <= 0x7fff_ffff;
-}
+const fitsCInt = (n: number) => Number.isInteger(n) && n >= -0x8000_0000 && n <= 0x7fff_ffff;

@@ -5,9 +5,7 @@ import type { FfiAdapter } from "./adapter.ts";
 
 /** Which runtime this is: Deno and Bun each have a native binding; anything else has none. */
 export function detectRuntime(): "deno" | "bun" | "other" {
-  if ("Deno" in globalThis) return "deno";
-  if ("Bun" in globalThis) return "bun";
-  return "other";
+  return "Deno" in globalThis ? "deno" : "Bun" in globalThis ? "bun" : "other";
 }
 
 /** The adapter of this runtime's FFI; a `DriverLoadError` on any other runtime. */

@@ -79,9 +79,7 @@ function classify(error: unknown): "gone" | "denied" | "other" {
 }
 
 /** A `/proc/PID/cmdline` with spaces between the arguments. */
-function commandLine(raw: string): string {
-  return raw.replace(/\0+$/, "").replaceAll("\0", " ");
-}
+const commandLine = (raw: string) => raw.replace(/\0+$/, "").replaceAll("\0", " ");
 
 /** The names of a `/proc` folder that are process or thread ids, as numbers. */
 function numbered(names: readonly string[]): number[] {
@@ -100,7 +98,7 @@ export interface ProcEntry {
   readonly group: number;
   readonly session: number;
   readonly start: number;
-  /** Its leader is exiting (`PF_EXITING` in its flags): killed, and still letting go of what it held. */
+  /** Its leader is exiting (`PF_EXITING` in its flags): killed, still freeing what it held. */
   readonly exiting?: boolean;
   readonly threads?: readonly number[];
 }
@@ -167,7 +165,7 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
   constructor(options: LinuxHostOptions = {}) {
     checkFlag(options.nvml, "host.nvml", true);
     for (const key of ["nvmlPath", "procRoot"] as const) checkPath(options[key], `host.${key}`);
-    if (options.recordsDir !== false) checkPath(options.recordsDir, "host.recordsDir"); // false: none
+    if (options.recordsDir !== false) checkPath(options.recordsDir, "host.recordsDir");
     this.#root = options.procRoot ?? "/proc";
     this.#reader = options.reader ?? runtimeReader();
     this.#options = options;
@@ -294,8 +292,8 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
   }
 
   /**
-   * The CPU time `pid` has had, in ns over its threads (`/proc/PID/task/TID/schedstat`); `undefined`
-   * where it is gone or ended (a zombie: its exit ran, and is no run of its own).
+   * The CPU time `pid` has had, in ns over its threads (`/proc/PID/task/TID/schedstat`);
+   * `undefined` where it is gone or ended (a zombie: its exit ran, and is no run of its own).
    */
   async cpuTime(pid: number): Promise<number | undefined> {
     const dir = `${this.#root}/${pid}/task`;
@@ -387,7 +385,7 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
   async release(): Promise<void> {
     const nvml = this.#nvml;
     this.#nvml = undefined;
-    await nvml?.then((n) => n.close()).catch(() => {}); // one that never opened has nothing to close
+    await nvml?.then((n) => n.close()).catch(() => {}); // one never opened has nothing to close
   }
 
   /** Lets go of NVML, once the reads under way have ended. Idempotent. */

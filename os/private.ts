@@ -26,7 +26,7 @@ export function myUid(): number | undefined {
 export interface PrivateRules {
   /** Nobody else may read it either (mode 0700 or 0600 or tighter); else only write. */
   strict?: boolean;
-  /** A directory with the sticky bit (`/tmp`, root's or this user's) is fine too (not with `strict`). */
+  /** A sticky directory (`/tmp`, root's or this user's) is fine too (not with `strict`). */
   sticky?: boolean;
   /** Makes the error; a plain `Error` by default. */
   refuse?: Refuse;
@@ -187,9 +187,7 @@ export async function writePrivately(
 }
 
 /** A file mode as `0600`. */
-function octal(mode: number): string {
-  return `0${(mode & 0o7777).toString(8).padStart(3, "0")}`;
-}
+const octal = (mode: number) => `0${(mode & 0o7777).toString(8).padStart(3, "0")}`;
 
 /** The `code` of a file system error (`ENOENT`, ...), where it has one. */
 export function errorCode(err: unknown): string | undefined {
