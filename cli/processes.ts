@@ -28,7 +28,7 @@ import { type Progress, progressOf } from "./progress.ts";
 import { errorReport, printReports, query, warnUninspectable } from "./report.ts";
 import type { PidReport, Printer } from "./report.ts";
 
-/** Runs a command that changes the state of one pid (not 0), prints its output, gives the exit code. */
+/** Runs a state-changing command on one pid (not 0), prints its output, gives the exit code. */
 export async function runOne(
   command: OperationCommand,
   pid: number,
@@ -39,11 +39,11 @@ export async function runOne(
   const { operation } = command;
   const labels = { [operation]: `${operation} ${pid}` };
   const progress = await progressOf(print, command.events, machine, { total: 1, labels });
-  // As NVIDIA's utility, an interrupt ends it by the signal (a shell's loop stops): its line erased.
+  // As NVIDIA's does, an interrupt ends it by the signal (a shell's loop stops): its line erased.
   const end = (s: Signal = "SIGINT") => (print.live?.erase(), unwatch?.(), interrupts!.raise!(s));
   const unwatch = print.terminal && interrupts?.raise ? interrupts.watch(end) : undefined;
   const proc = new CudaProcess(pid, { machine });
-  const clock = clockOf(machine), start = clock.now(); // virtual time on the simulator, as a group's
+  const clock = clockOf(machine), start = clock.now(); // the simulator's virtual time, as a group's
   let report: PidReport | undefined;
   try {
     const hooks = progress && await hooksOf(progress, machine, pid, operation);
@@ -175,11 +175,8 @@ function fromOutcome(operation: CliOperation, o: ProcessOutcome): PidReport {
     steps: o.steps,
     error: o.error && errorReport(operation, pid, o.error),
     roomCheck: o.roomCheck,
-    rollback: rollback && {
-      ok: rollback.ok,
-      steps: rollback.steps,
-      error: rollback.error && errorReport(operation, pid, rollback.error),
-    },
+    rollback: rollback &&
+      { ...rollback, error: rollback.error && errorReport(operation, pid, rollback.error) },
   };
 }
 
