@@ -136,10 +136,8 @@ export function resultName(code: number): string {
   return CU_RESULTS[code]?.name ?? `CUresult ${code}`;
 }
 
-/** The `cuDriverGetVersion` from which the checkpoint API exists: 12.8, driver 570. */
-export const CHECKPOINT_MIN_DRIVER_VERSION = 12080;
-/** The driver version from which restore accepts GPU pairs (migration): 13.0, driver 580. */
-export const GPU_PAIRS_MIN_DRIVER_VERSION = 13000;
+/** The first driver versions of the checkpoint API (12.8, driver 570) and GPU pairs (13.0, 580). */
+export const CHECKPOINT_MIN_DRIVER_VERSION = 12080, GPU_PAIRS_MIN_DRIVER_VERSION = 13000;
 
 /** Formats a `cuDriverGetVersion` number as text: 13000 -> "13.0", 12080 -> "12.8". */
 export function formatDriverVersion(version: number): string {

@@ -19,10 +19,8 @@ import { faultAbove, myUid, privateDirectory, readSmallFile, writePrivately } fr
 const RECORDS_ENV_VAR = "CKPT_RECORDS_DIR";
 /** The format written in each record, and in `rates.json`, to refuse what another version wrote. */
 const FORMAT = "ckpt-cuda-held/1", RATES_FORMAT = "ckpt-cuda-rates/1";
-/** The most MiB a record may say of one GPU (16 TiB), and the longest mark, in characters. */
-const RECORD_MAX_MIB = 2 ** 24, MARK_MAX_CHARS = 512;
-/** The most bytes a record's file may have. */
-const MAX_BYTES = 64 * 1024;
+/** The most MiB a record may say of one GPU (16 TiB), characters of its mark, bytes of its file. */
+const RECORD_MAX_MIB = 2 ** 24, MARK_MAX_CHARS = 512, MAX_BYTES = 64 * 1024;
 /** A record's file name: `<pid>-<start>.json` (or `<pid>.json` where the start is unknown). */
 const RECORD_NAME = /^([0-9]+)(?:-([0-9]+))?\.json$/;
 

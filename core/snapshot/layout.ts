@@ -13,10 +13,8 @@ import { type Manifest, parseManifest, serializeManifest, snapshotRefusal } from
 import { TREE_DIR, treeDirName } from "./manifest.ts";
 import type { Checked, CheckOptions, SnapshotDir, SnapshotStore } from "./store.ts";
 
-/** The manifest's file name. */
-export const MANIFEST_FILE = "manifest.json";
-/** The trace's file name. */
-export const TRACE_FILE = "in-progress.json";
+/** The file names of the manifest and of the trace. */
+export const MANIFEST_FILE = "manifest.json", TRACE_FILE = "in-progress.json";
 /** The largest manifest this version reads, in bytes. */
 export const MANIFEST_MAX_BYTES = 16 * 2 ** 20;
 const TRACE_MAX_BYTES = 4 * 2 ** 20, TRACE_FORMAT = "ckpt-cuda-in-progress/1";
@@ -81,7 +79,7 @@ export class SnapshotWriter {
     await this.dir.writeFile(MANIFEST_FILE, text);
   }
 
-  /** Checks the directory holds what `manifest` lists (of its sizes) and nothing else but the trace. */
+  /** Checks the directory holds what `manifest` lists (of its sizes), and no more but the trace. */
   async checkWhole(manifest: Manifest): Promise<void> {
     await this.dir.check(manifest.files, { digests: false, topFiles: [MANIFEST_FILE, TRACE_FILE] });
   }
