@@ -19,6 +19,8 @@ export class MemoryImage {
   /** Every chunk's SHA-256 in order, from the first hash on, but those #stale; the last result. */
   #digests: Uint8Array | undefined;
   readonly #stale = new Set<number>();
+  /** The chunks a save lent out: copied before they are written again. */
+  readonly #lent = new Set<number>();
   #hex: string | undefined;
 
   /** An image of `size` bytes (the memory's size), all zero. */
@@ -26,8 +28,19 @@ export class MemoryImage {
 
   /** An image of `size` bytes holding `pages` (read with {@link readPages}). */
   static load(size: number, pages: SavedPages): MemoryImage {
-    const image = new MemoryImage(size);
-    for (const [i, base64] of pages) image.write(i * PAGE_SIZE, Buffer.from(base64, "base64"));
+    const image = new MemoryImage(size), per = HASH_CHUNK_SIZE / PAGE_SIZE;
+    for (let k = 0; k < pages.length; k++) {
+      const [i, saved] = pages[k], [j, last] = pages[k + per - 1] ?? [], c = i / per;
+      const b = typeof saved === "string" ? Buffer.from(saved, "base64") : saved;
+      // A whole chunk's pages one after another in one buffer (a pages file's): lent, not copied.
+      const end = typeof last === "object" && last.buffer === b.buffer &&
+        last.byteOffset + last.length;
+      if (i % per === 0 && j === i + per - 1 && end === b.byteOffset + image.#length(c)) {
+        image.#chunks.set(c, new Uint8Array(b.buffer, b.byteOffset, image.#length(c)));
+        [image.#stale, image.#lent].forEach((set) => set.add(c));
+        k += per - 1;
+      } else image.write(i * PAGE_SIZE, b);
+    }
     return image;
   }
 
@@ -38,6 +51,7 @@ export class MemoryImage {
     for (const [index, within, done, n] of this.#spans(offset, data.length)) {
       let chunk = this.#bytes(index, true);
       if (!chunk) this.#chunks.set(index, chunk = new Uint8Array(this.#length(index)));
+      else if (this.#lent.delete(index)) this.#chunks.set(index, chunk = chunk.slice());
       chunk.set(data.subarray(done, done + n), within);
       this.#stale.add(index);
     }
@@ -94,17 +108,21 @@ export class MemoryImage {
     return this.#hex = createHash("sha256").update(this.#digests).digest("hex");
   }
 
-  /** The pages written that are not all zero, ascending, trailing zeros left out, as base64. */
-  save(): SavedPages {
-    const pages: SavedPages = [];
+  /**
+   * The pages written that are not all zero, ascending, trailing zeros left out: what the memory
+   * holds now, whatever is written later (each chunk lent is copied before it is written again).
+   */
+  save(): [number, Uint8Array][] {
+    const pages: [number, Uint8Array][] = [];
     for (const index of [...this.#chunks.keys()].sort((a, b) => a - b)) {
-      const chunk = this.#bytes(index, false)!;
+      const made = this.#chunks.get(index)!;
+      if (typeof made !== "function") this.#lent.add(index);
+      const chunk = typeof made === "function" ? this.#bytes(index, false)!.slice() : made;
       for (let at = 0; at < chunk.length; at += PAGE_SIZE) {
         let end = Math.min(at + PAGE_SIZE, chunk.length);
         while (end > at && chunk[end - 1] === 0) end--;
         if (end === at) continue;
-        const bytes = Buffer.from(chunk.buffer, chunk.byteOffset + at, end - at);
-        pages.push([(index * HASH_CHUNK_SIZE + at) / PAGE_SIZE, bytes.toString("base64")]);
+        pages.push([(index * HASH_CHUNK_SIZE + at) / PAGE_SIZE, chunk.subarray(at, end)]);
       }
     }
     return pages;
@@ -158,26 +176,46 @@ export function checkRange(size: number, offset: number, length: number): void {
 
 /**
  * GPU memory saved (state file, simulated criu images) as its pages not all zero, ascending:
- * `[page index, base64 of its bytes, trailing zeros left out]`.
+ * `[page index, its bytes (in JSON, their base64), trailing zeros left out]`.
  */
-export type SavedPages = [number, string][];
+export type SavedPages = [number, Uint8Array | string][];
+
+/** A saved page as JSON holds it (a state file): its bytes in base64. */
+export const base64 = ([i, b]: [number, Uint8Array]): [number, string] => [
+  i,
+  Buffer.from(b.buffer, b.byteOffset, b.length).toString("base64"),
+];
 
 const BASE64 = /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/;
 
-/** `value` read strictly as the saved pages of `size` bytes of memory. */
-export function readPages(read: StrictReader, v: unknown, size: number, at: string): SavedPages {
-  if (!Array.isArray(v)) read.fail(at, "an array of [page index, base64] entries", v);
+/**
+ * `v` read strictly as the saved pages of `size` bytes of memory: in JSON, or their lengths where
+ * `body` holds their bytes one after another (a pages file), all of it.
+ */
+export function readPages(
+  read: StrictReader,
+  v: unknown,
+  size: number,
+  at: string,
+  body?: Uint8Array,
+): SavedPages {
+  if (!Array.isArray(v)) {
+    read.fail(at, `an array of [page index, ${body ? "length" : "base64"}] entries`, v);
+  }
   const count = Math.ceil(size / PAGE_SIZE);
-  let last = -1;
-  return v.map((entry: unknown, i): [number, string] => {
+  let last = -1, used = 0;
+  const pages = v.map((entry: unknown, i): [number, Uint8Array | string] => {
     const path = `${at}[${i}]`;
     const [index, text] = read.array(entry, path, 2, 2);
     last = read.integer(index, `${path}[0]`, last + 1, count - 1);
-    const page = `${path}[1]`;
+    const page = `${path}[1]`, room = Math.min(PAGE_SIZE, size - last * PAGE_SIZE);
+    if (body) return [last, body.subarray(used, used += read.integer(text, page, 1, room))];
     if (typeof text !== "string" || !BASE64.test(text)) read.fail(page, "a base64 string", text);
     const length = Buffer.from(text, "base64").length;
-    const room = Math.min(PAGE_SIZE, size - last * PAGE_SIZE);
     if (length > room) read.refuse(page, `${page} holds ${length} bytes; page ${last} has ${room}`);
     return [last, text];
   });
+  const follow = `${at} lists ${used} bytes of pages, and ${body?.length} follow its first line`;
+  if (body && used !== body.length) read.refuse(at, follow);
+  return pages;
 }

@@ -391,7 +391,7 @@ export class SimulatedProcess {
   }
 
   /** @internal its memory's saved form */
-  savedPages(): SavedPages {
+  savedPages(): [number, Uint8Array][] {
     return this.#memory?.save() ?? [];
   }
 

@@ -7,7 +7,7 @@ import { checkKeys, describeValue, isName, MAX_PID } from "../core/options.ts";
 import { INITIAL_STATE, isFinal, memoryOnHost } from "../core/states.ts";
 import { PROCESS_STATES, type ProcessState } from "../core/states.ts";
 import { FAULTABLE_OPERATIONS, type FaultableOperation, type PendingFault } from "./faults.ts";
-import { readPages, type SavedPages } from "./memory.ts";
+import { base64, readPages, type SavedPages } from "./memory.ts";
 import type { SimulatedGpuSpec } from "./sim_gpu.ts";
 import { SimulatedProcess } from "./sim_process.ts";
 import { type ProcessFields, readFields } from "./fields.ts";
@@ -98,7 +98,7 @@ export function snapshotSimulator(sim: SimulatedMachine): SimulatorSnapshot {
         restoreThreadId: p.tid,
         state: p.state,
         gpus: p.gpus.map((g) => g.index),
-        ...(on === "none" ? {} : { memory: { on, pages: p.savedPages() } }),
+        ...(on === "none" ? {} : { memory: { on, pages: p.savedPages().map(base64) } }),
         ...(Object.keys(faults).length ? { faults } : {}),
         ...(p.restoreRefused ? { restoreRefused: true } : {}),
         ...(p.stopped ? { stopped: true } : {}),

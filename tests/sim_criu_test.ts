@@ -1,13 +1,14 @@
 // The simulated machine's process trees and its simulated CRIU (mock/sim_criu.ts): trees dumped into
 // image files (a process image and a pages file, its memory, per process) and restored with their
 // pids, as new processes (a new start number), their GPU memory intact and checkpointed, the
-// pages read late, images of version 2 still; trees left stopped, woken, and stop and wake; what
-// a dump refuses; injected failures and stops, which leave the processes as the real criu leaves
+// pages read late, older images refused by their version; trees left stopped, woken, and stop
+// and wake; what a dump refuses; injected failures and stops, which leave the processes as the real criu leaves
 // them; and the time each takes and the bytes it writes, checked against the model's own figures
 // (CRIU_TIMING, fitted to criu 4.1.1 on an H100): that the simulator applies each of them, not the
 // measurements they were fitted to.
 import { afterEach, describe, test } from "node:test";
 import assert from "node:assert/strict";
+import { Buffer } from "node:buffer";
 import { mkdir, mkdtemp, readdir, readFile, rm, stat, writeFile } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
@@ -238,25 +239,28 @@ describe("the simulated CRIU", () => {
     const pagesFile = path.join(dir, `pages-${job.pid}.img`);
     const pagesSize = (await stat(pagesFile)).size;
     assert.ok(pagesSize < 2 ** 20, `1 GiB of memory, ${pagesSize} bytes: only written pages`);
-    const pages = JSON.parse(await readFile(pagesFile, "utf8"));
+    // A line of JSON listing the pages and their lengths, then their bytes, one after another.
+    const raw = await readFile(pagesFile), newline = raw.indexOf(10);
+    const pages = JSON.parse(raw.subarray(0, newline).toString());
     assert.deepEqual(Object.keys(pages), ["format", "version", "pid", "pages"]);
     assert.deepEqual([pages.format, pages.version, pages.pid], [
       "ckpt-cuda-simulated-criu-pages",
-      3,
+      4,
       job.pid,
     ]);
     const first = (5 * 2 ** 20 + 100) >> 16; // the 64 KiB page the bytes begin in
-    assert.deepEqual(pages.pages.map(([i]: [number, string]) => i), [first, 81, 82, 83]);
-    const saved = new Uint8Array(4 * 65536);
-    pages.pages.forEach(([i, b64]: [number, string]) => {
-      saved.set(Uint8Array.from(atob(b64), (c) => c.charCodeAt(0)), (i - first) * 65536);
-    });
-    assert.deepEqual(saved.subarray(100, 100 + bytes.length), bytes, "the bytes written, in it");
+    const ends = 100 + bytes.length - 3 * 65536; // the last page's bytes, its trailing zeros cut
+    assert.deepEqual(pages.pages, [[first, 65536], [81, 65536], [82, 65536], [83, ends]]);
+    const body = raw.subarray(newline + 1);
+    assert.equal(body.length, 3 * 65536 + ends, "the pages' bytes and nothing else");
+    const written = new Uint8Array(body.subarray(100, 100 + bytes.length));
+    assert.deepEqual(written, bytes, "the bytes written, in it");
+    assert.ok(body.subarray(0, 100).every((b) => b === 0), "the page's bytes before them, zero");
     const imageText = await readFile(path.join(dir, `process-${job.pid}.img`), "utf8");
     const image = JSON.parse(imageText);
     assert.equal(image.version, 3);
     assert.equal(image.memory, undefined, "no memory in the process image");
-    assert.ok(!imageText.includes(pages.pages[1][1].slice(0, 40)), "not even a page of it");
+    assert.ok(!imageText.includes(String.fromCharCode(...bytes.subarray(0, 40))), "none of it");
     assert.match(await readFile(path.join(dir, "dump.log"), "utf8"), /Dumping finished/);
 
     await criu.kill([job.pid]);
@@ -454,7 +458,12 @@ describe("the simulated CRIU", () => {
       [
         "a version this one does not know",
         good.replace(`"version":3`, `"version":4`),
-        /is corrupt: version must be 3 \(or 2, still read\), got 4/,
+        /is corrupt: version must be 3, got 4/,
+      ],
+      [
+        "version 2, which held its memory (no longer read)",
+        good.replace(`"version":3`, `"version":2`),
+        /is corrupt: version must be 3, got 2/,
       ],
       [
         "an unknown field",
@@ -509,30 +518,59 @@ describe("the simulated CRIU", () => {
     const { sim, criu, root, child, dir } = await dumpedPair();
     const file = path.join(dir, `pages-${child.pid}.img`);
     const name = `pages-${child.pid}\\.img`;
-    const good = await readFile(file, "utf8");
-    const spoilt: [string, string, RegExp][] = [
-      ["not JSON", "{ nope", new RegExp(`^the pages file .*${name} is not JSON`)],
-      ["truncated", good.slice(0, good.length / 2), /is not JSON .*; it may be truncated/],
+    const good = await readFile(file), newline = good.indexOf(10) + 1;
+    const header = good.subarray(0, newline).toString(), body = good.subarray(newline);
+    assert.equal(
+      header,
+      `{"format":"ckpt-cuda-simulated-criu-pages","version":4,"pid":${child.pid},"pages":[[0,3]]}\n`,
+    );
+    assert.deepEqual([...body], [1, 2, 3], "its one page, the zeros after the bytes cut");
+    /** The pages file with its first line's `from` made `to`, and `bytes` after it. */
+    const as = (from: string | RegExp, to: string, bytes: Uint8Array = body) =>
+      Buffer.concat([Buffer.from(header.replace(from, to)), bytes]);
+    const spoilt: [string, Uint8Array, RegExp][] = [
+      ["not JSON", Buffer.from("{ nope"), new RegExp(`^the pages file .*${name} is not JSON`)],
+      ["truncated", good.subarray(0, 30), /is not JSON .*; it may be truncated/],
       [
         "another pid",
-        good.replace(`"pid":${child.pid}`, `"pid":${child.pid + 1}`),
+        as(`"pid":${child.pid}`, `"pid":${child.pid + 1}`),
         new RegExp(`${name} is corrupt: pid must be ${child.pid}, as its name says`),
       ],
       [
         "a page past its memory",
-        good.replace(/"pages":\[\[0,/, `"pages":[[999,`),
+        as(/"pages":\[\[0,/, `"pages":[[999,`),
         new RegExp(
           `${name} is corrupt: pages\\[0\\]\\[0\\] must be an integer from 0 to 255, got 999`,
         ),
       ],
       [
+        "a page longer than a page",
+        as("[[0,3]]", "[[0,65537]]"),
+        /is corrupt: pages\[0\]\[1\] must be an integer from 1 to 65536, got 65537/,
+      ],
+      [
+        "its bytes cut short",
+        as("", "", body.subarray(0, 2)),
+        /is corrupt: pages lists 3 bytes of pages, and 2 follow its first line$/,
+      ],
+      [
+        "bytes after its pages",
+        as("", "", Buffer.from([1, 2, 3, 4])),
+        /is corrupt: pages lists 3 bytes of pages, and 4 follow its first line$/,
+      ],
+      [
+        "its pages in base64, as version 3 kept them (no longer read)",
+        as(`"version":4`, `"version":3`, Buffer.alloc(0)),
+        /is corrupt: version must be 4, got 3$/,
+      ],
+      [
         "an unknown field",
-        good.replace(`{"format"`, `{"colour":1,"format"`),
+        as(`{"format"`, `{"colour":1,"format"`),
         new RegExp(`${name} is corrupt: it has a field this version does not know, "colour"`),
       ],
       [
         "a file of another kind",
-        good.replace("criu-pages", "criu-image"),
+        as("criu-pages", "criu-image"),
         /is corrupt: format must be "ckpt-cuda-simulated-criu-pages"/,
       ],
     ];
@@ -593,74 +631,21 @@ describe("the simulated CRIU", () => {
     // A process without CUDA has a pages file with no pages.
     const plain = path.join(dir, `pages-${root.pid}.img`);
     const plainGood = await readFile(plain, "utf8");
-    await writeFile(plain, plainGood.replace(`"pages":[]`, `"pages":[[0,"AQID"]]`));
+    await writeFile(plain, plainGood.replace(`"pages":[]`, `"pages":[[0,3]]`) + "abc");
     await engineFails(
       criu.restore({ root: root.pid, imagesDir: dir }),
       /is corrupt: pages must be \[\] for a process without CUDA \(it has no GPU memory\), got/,
+    );
+    await writeFile(plain, plainGood + "abc");
+    await engineFails(
+      criu.restore({ root: root.pid, imagesDir: dir }),
+      /is corrupt: pages lists 0 bytes of pages, and 3 follow its first line$/,
     );
     assert.deepEqual(sim.processes, []);
     await writeFile(plain, plainGood);
     await criu.restore({ root: root.pid, imagesDir: dir });
     await new CudaProcess(child.pid, { machine: sim }).resume();
     assert.deepEqual(await sim.process(child.pid)!.read(0, 4), new Uint8Array([1, 2, 3, 0]));
-  });
-
-  test("an image of version 2, its memory inside it and no pages file, still restores", async () => {
-    const sim = new SimulatedMachine({ gpus: [H100] });
-    const criu = sim.engine;
-    const gpu = sim.gpus[0];
-    const dir = await imagesDir();
-    // Written as the simulated criu wrote version 2: a launcher, and a CUDA child with 16 MiB.
-    const launcher = {
-      format: "ckpt-cuda-simulated-criu-image",
-      version: 2,
-      pid: 9000,
-      parent: 1,
-      threads: [9000],
-      command: "launcher",
-      cuda: false,
-      libcuda: false,
-      inspectable: true,
-      state: "running",
-      gpus: [gpu.uuid],
-      devices: [{ index: 0, uuid: gpu.uuid, name: gpu.name }],
-      memoryMiB: 0,
-    };
-    const child = {
-      ...launcher,
-      pid: 9001,
-      parent: 9000,
-      threads: [9001, 9002],
-      command: "python old.py",
-      cuda: true,
-      libcuda: true,
-      state: "checkpointed",
-      memoryMiB: 16,
-      memory: [[1, btoa("version 2")]],
-    };
-    await writeFile(path.join(dir, "process-9000.img"), JSON.stringify(launcher) + "\n");
-    const childImage = path.join(dir, "process-9001.img");
-    await writeFile(childImage, JSON.stringify(child) + "\n");
-    await criu.restore({ root: 9000, imagesDir: dir });
-    const back = sim.process(9001)!;
-    assert.deepEqual([back.parent, back.state, back.tid], [9000, "checkpointed", 9002]);
-    await new CudaProcess(9001, { machine: sim }).resume();
-    assert.deepEqual(await back.read(65536, 9), new TextEncoder().encode("version 2"));
-    await criu.kill([9000, 9001]);
-    // Strict still: its memory must be in it, and no pages file may lie beside it.
-    const { memory: _, ...noMemory } = child;
-    await writeFile(childImage, JSON.stringify(noMemory));
-    await engineFails(
-      criu.restore({ root: 9000, imagesDir: dir }),
-      /process-9001\.img is corrupt: memory must be an array of \[page index, base64\] entries, got nothing/,
-    );
-    await writeFile(childImage, JSON.stringify(child));
-    await writeFile(path.join(dir, "pages-9001.img"), "{}");
-    await engineFails(
-      criu.restore({ root: 9000, imagesDir: dir }),
-      /pages-9001\.img does not belong beside process-9001\.img, an image of version 2, which holds its memory itself$/,
-    );
-    assert.deepEqual(sim.processes, []);
   });
 
   test("inertFile: a pages file of a process, by its name, and the dump's log, nothing else", () => {

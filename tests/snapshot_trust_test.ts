@@ -6,6 +6,7 @@
 
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
+import type { Buffer } from "node:buffer";
 import { spawn } from "node:child_process";
 import {
   chmodSync,
@@ -70,6 +71,20 @@ async function taken(
     memory,
     image: join(dir, `tree-${p.pid}`, `process-${p.pid}.img`),
   };
+}
+
+/**
+ * Makes "weights" (what {@link taken} wrote) "weighty" in the memory image `pages` (the simulated
+ * criu's: its bytes after a line of JSON): the same size, another digest. Returns what it held.
+ */
+function weighty(pages: string): Buffer {
+  const original = readFileSync(pages);
+  assert.ok(
+    original.toString("latin1").endsWith("\nweights"),
+    `${pages} ends in the bytes written`,
+  );
+  writeFileSync(pages, original.toString("latin1").replace("weights", "weighty"), "latin1");
+  return original;
 }
 
 /** A snapshot of a tree of two, taken and ended: `python serve.py` (CUDA) and its `tee log`. */
@@ -235,10 +250,7 @@ describe("images verified before they run", () => {
   test("a memory image changed at the same size: loaded into processes kept stopped, ended before any ran, refused by name; put back, let go once verified", async () => {
     const { sim, dir, pid, memory } = await taken();
     const pages = join(dir, `tree-${pid}`, `pages-${pid}.img`);
-    const original = readFileSync(pages, "utf8");
-    // "weights" as the simulated criu keeps it (base64), made "weighty": the same size.
-    assert.ok(original.includes("d2VpZ2h0cw=="));
-    writeFileSync(pages, original.replace("d2VpZ2h0cw==", "d2VpZ2h0eQ=="));
+    const original = weighty(pages);
     const calls: string[] = [];
     const state = () => {
       const p = sim.process(pid);
@@ -299,7 +311,7 @@ describe("images verified before they run", () => {
     const dir = join(base(), "snap");
     await snapshot([a.pid, b.pid], dir, { machine: sim });
     const pages = join(dir, `tree-${b.pid}`, `pages-${b.pid}.img`);
-    writeFileSync(pages, readFileSync(pages, "utf8").replace("d2VpZ2h0cw==", "d2VpZ2h0eQ=="));
+    weighty(pages);
     const aLetGo = async () => {
       while (sim.process(a.pid)?.stopped !== false) await sim.sleep(5);
     };
@@ -339,8 +351,7 @@ describe("images verified before they run", () => {
     // forked with setsid survived the rollback, which ended the manifest's pids only.
     const { sim, dir, pid } = await taken();
     const pages = join(dir, `tree-${pid}`, `pages-${pid}.img`);
-    const original = readFileSync(pages, "utf8");
-    writeFileSync(pages, original.replace("d2VpZ2h0cw==", "d2VpZ2h0eQ=="));
+    weighty(pages);
     // Once woken, it forks a child into a session of its own.
     let child: number | undefined;
     const machine = wokenWhileHeld(sim, pid, () => {
@@ -631,8 +642,7 @@ describe("images verified before they run", () => {
   test("an engine that cannot keep a tree stopped (no inertFile) has every file verified before it runs", async () => {
     const { sim, dir, pid } = await taken();
     const pages = join(dir, `tree-${pid}`, `pages-${pid}.img`);
-    const original = readFileSync(pages, "utf8");
-    writeFileSync(pages, original.replace("d2VpZ2h0cw==", "d2VpZ2h0eQ=="));
+    const original = weighty(pages);
     const asked: (boolean | undefined)[] = [];
     const machine = machineWith(sim, {
       engine: engineWith(sim.engine, {
@@ -673,7 +683,7 @@ describe("images verified before they run", () => {
   test("a memory image found to differ while criu restores is the refusal, though the restore is stopped before criu ends", async () => {
     const { sim, dir, pid } = await taken();
     const pages = join(dir, `tree-${pid}`, `pages-${pid}.img`);
-    writeFileSync(pages, readFileSync(pages, "utf8").replace("d2VpZ2h0cw==", "d2VpZ2h0eQ=="));
+    weighty(pages);
     const stop = new AbortController();
     let all: Promise<void> | undefined;
     const machine = machineWith(sim, {
@@ -697,7 +707,7 @@ describe("images verified before they run", () => {
   test("a store that settles all its digests only after the restore: the image a held tree's digests found to differ is the refusal", async () => {
     const { sim, dir, pid } = await taken();
     const pages = join(dir, `tree-${pid}`, `pages-${pid}.img`);
-    writeFileSync(pages, readFileSync(pages, "utf8").replace("d2VpZ2h0cw==", "d2VpZ2h0eQ=="));
+    weighty(pages);
     const over = Promise.withResolvers<void>();
     const machine = machineWith(sim, {
       store: storeWith((checked) => ({
