@@ -925,19 +925,20 @@ describe(`native driver (${runtime}) against a fake libcuda`, { skip: noCompiler
   });
 
   test("the last handle of a shared machine closes its driver, threads and all, before close() resolves", async () => {
+    const [first, second] = othersThan(process.pid, 3201, 3202); // no live thread: a handle's
     const proc = new Handle(
-      3201,
+      first,
       new SharedMachine(() => openMachine({ libraryPath: fake!.v13, host: { nvml: false } })),
     );
     const machine = await proc.machine();
     const d = machine.driver as NativeDriver & { workerCount: number };
     const lock = { lockTimeoutMs: 0, pairs: null, checkRoom: true, allowIpcImport: false };
-    await Promise.all([act(proc, "lock", lock), act(new Handle(3202, machine), "lock", lock)]);
+    await Promise.all([act(proc, "lock", lock), act(new Handle(second, machine), "lock", lock)]);
     await act(proc, "unlock", lock);
     if (runtime === "bun") assert.ok(d.workerCount >= 1, "calls started worker threads");
     await proc.close();
     assert.equal(d.workerCount, 0, "every worker ended before close() resolved");
-    await assert.rejects(d.getState(3201), /closed/);
+    await assert.rejects(d.getState(first), /closed/);
   });
 
   test("closing a machine while a resume runs waits for it: the process is never left locked", async () => {
