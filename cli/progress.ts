@@ -4,9 +4,9 @@
  * each event as a JSON line on stderr instead (asked for: stderr stays NVIDIA's lines for
  * scripts). The driver says nothing while it copies a process's GPU memory, nor criu's restore
  * until a tree is back: their progress is estimated ("~") from this run's rates once a step of its
- * kind ended, else those the last run that showed progress measured (kept with the records of held
- * memory), else docs/DRIVER.md's ("Timings"). A dump's bytes are criu's count as it writes (its
- * images hold at least the GPU memory).
+ * kind ended, else those kept by the runs before that showed progress (each run's mean with the one
+ * kept before it, beside the records of held memory), else docs/DRIVER.md's ("Timings"). A dump's
+ * bytes are criu's count as it writes (its images hold at least the GPU memory).
  *
  * @module
  */
@@ -207,20 +207,20 @@ export class Progress {
     this.#shown = false;
   }
 
-  /** Stops the timer, erases the line, keeps the rates of steps of 1 GiB or more. Idempotent. */
+  /** Stops the timer, erases the line, keeps each 1 GiB step's rate, the mean with the one kept. */
   async stop(): Promise<void> {
     this.#cancel?.();
     this.#cancel = undefined;
     this.erase();
     if (this.#print.live === this) this.#print.live = undefined;
     const big = [...this.#measured].filter(([, [b]]) => b >= 2 ** 30); // less: the fixed cost's
-    const rates = Object.fromEntries(big.map(([s, [b, ms]]) => [s, b / ms]));
-    const keep = this.#o.keep;
-    this.#o = { ...this.#o, keep: undefined }; // kept once
-    if (big.length > 0) await keep?.({ ...this.#o.rates, ...rates }).catch(() => {});
+    const was = this.#o.rates ?? {}, keep = this.#o.keep; // one run's alone is noisy (a first)
+    const rates = big.map(([s, [b, ms]]) => [s, ((was[s] ?? b / ms) + b / ms) / 2]);
+    this.#o = { ...this.#o, keep: undefined }; // kept once: stop is idempotent
+    if (big.length > 0) await keep?.({ ...was, ...Object.fromEntries(rates) }).catch(() => {});
   }
 
-  /** Bytes per ms of a step: this run's measured rate (`own`), else the last run's, else RATES'. */
+  /** Bytes per ms of a step: this run's measured rate (`own`), else the one kept, else RATES'. */
   #rate(step: string, own = true): number {
     const [bytes, ms] = (own && this.#measured.get(step)) || [0, 0];
     return ms > 0 ? bytes / ms : this.#o.rates?.[step] ?? RATES[step];

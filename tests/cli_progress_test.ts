@@ -691,7 +691,7 @@ describe("--events: the events, one JSON object per line of stderr", () => {
     events.stop();
   });
 
-  test("a step's estimate: the rate the last run on this machine measured, kept with its records for the next", async () => {
+  test("a step's estimate: the rate the runs before on this machine measured (each the mean of its own and the one kept), kept with its records for the next", async () => {
     const sim = new SimulatedMachine();
     const { pid } = sim.spawn({ memoryMiB: 4096 });
     const toggle = async (machine: SimulatedMachine) => {
@@ -717,6 +717,15 @@ describe("--events: the events, one JSON object per line of stderr", () => {
     const second = await toggle(again);
     assert.equal(second.step, "checkpoint");
     assert.equal(second.estimatedMs, Math.round(first.ms));
+    // What a run keeps: the mean of its own rate and the one kept before it (one run's is noisy).
+    again.heldRecords.kept = { restore: 1e6 };
+    const third = await toggle(again); // a restore, estimated at the 1 GB/s kept
+    assert.equal(third.step, "restore");
+    assert.equal(third.estimatedMs, Math.round(third.bytes / 1e6));
+    const mean = (1e6 + third.bytes / third.ms) / 2, kept = again.heldRecords.kept;
+    assert.deepEqual(Object.keys(kept), ["restore"]);
+    assert.ok(Math.abs(kept.restore / mean - 1) < 0.01, `${kept.restore} kept, ${mean} the mean`);
+    assert.ok(third.bytes / third.ms > 2e6, "far from the 1 GB/s kept: the mean is neither");
     again.heldRecords.kept = {};
     const piped = await cli(["--toggle", "-p", `${pid}`], { machine: again });
     assert.equal(piped.code, 0);
