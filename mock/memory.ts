@@ -26,18 +26,19 @@ export class MemoryImage {
   /** An image of `size` bytes (the memory's size), all zero. */
   constructor(readonly size: number) {}
 
-  /** An image of `size` bytes holding `pages` (read with {@link readPages}). */
-  static load(size: number, pages: SavedPages): MemoryImage {
+  /**
+   * An image of `size` bytes holding `pages` (read with {@link readPages}); `own`: their bytes are
+   * views of one buffer no one else holds (a pages file's), whose whole chunks it keeps as they are.
+   */
+  static load(size: number, pages: SavedPages, own = false): MemoryImage {
     const image = new MemoryImage(size), per = HASH_CHUNK_SIZE / PAGE_SIZE;
     for (let k = 0; k < pages.length; k++) {
       const [i, saved] = pages[k], [j, last] = pages[k + per - 1] ?? [], c = i / per;
       const b = typeof saved === "string" ? Buffer.from(saved, "base64") : saved;
-      // A whole chunk's pages one after another in one buffer (a pages file's): lent, not copied.
-      const end = typeof last === "object" && last.buffer === b.buffer &&
-        last.byteOffset + last.length;
+      const end = own && typeof last === "object" && last.byteOffset + last.length;
       if (i % per === 0 && j === i + per - 1 && end === b.byteOffset + image.#length(c)) {
         image.#chunks.set(c, new Uint8Array(b.buffer, b.byteOffset, image.#length(c)));
-        [image.#stale, image.#lent].forEach((set) => set.add(c));
+        image.#stale.add(c);
         k += per - 1;
       } else image.write(i * PAGE_SIZE, b);
     }

@@ -150,7 +150,7 @@ export class SimulatedCriu implements SnapshotEngine {
           await this.#copy(image, run, CRIU_TIMING.restoreBytesPerSecond);
           // Its pages file is read as its memory is copied in, not before: the tree is made first.
           const pages = memoryOf(r.imagesDir, image, log);
-          if (image.cuda && !made[i].exited) made[i].loadPages("host", pages);
+          if (image.cuda && !made[i].exited) made[i].loadPages("host", pages, true);
           log.line(`Restored process ${image.pid}`);
         }
         const gone = made.find((p) => p.exited);

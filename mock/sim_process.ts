@@ -395,9 +395,9 @@ export class SimulatedProcess {
     return this.#memory?.save() ?? [];
   }
 
-  /** @internal its memory made of saved pages, on its GPUs (to be claimed) or the host */
-  loadPages(on: "gpu" | "host", pages: SavedPages): void {
-    this.#memory = MemoryImage.load(mibToBytes(this.memoryMiB), pages);
+  /** @internal its memory made of saved pages (`own`: see MemoryImage.load), on its GPUs or host */
+  loadPages(on: "gpu" | "host", pages: SavedPages, own = false): void {
+    this.#memory = MemoryImage.load(mibToBytes(this.memoryMiB), pages, own);
     this.#on = on;
   }
 
