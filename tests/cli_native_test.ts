@@ -27,9 +27,12 @@ function program(args: string[]): Promise<Exited> {
 }
 
 describe("cuda-checkpoint as a program, on the fake libcuda", { skip: noCompiler }, () => {
+  // No live process or thread (the program takes a thread id for its process).
+  const [a, b, c] = othersThan(process.pid, 4242, 4252, 4262);
+
   test("--get-state and --get-restore-tid print the state and the thread id", async () => {
-    assertPrinted(await program(["--get-state", "--pid", "4242"]), "running\n");
-    assertPrinted(await program(["--get-restore-tid", "-p", "4242"]), "4243\n");
+    assertPrinted(await program(["--get-state", "--pid", `${a}`]), "running\n");
+    assertPrinted(await program(["--get-restore-tid", "-p", `${a}`]), `${a + 1}\n`);
   });
 
   test("a pid that does not exist: NVIDIA's line with the library's own text, exit 1", async () => {
@@ -42,13 +45,13 @@ describe("cuda-checkpoint as a program, on the fake libcuda", { skip: noCompiler
   });
 
   test("--toggle of several pids works them through the driver's threads", async () => {
-    const r = await program(["--toggle", "--pid", "4242,4252,4262", "--json"]);
+    const r = await program(["--toggle", "--pid", `${a},${b},${c}`, "--json"]);
     assert.equal(r.code, 0, r.err);
     const lines = r.out.trim().split("\n").map((l) => JSON.parse(l));
     assert.deepEqual(lines.map((l) => [l.pid, l.status, l.state]), [
-      [4242, "done", "checkpointed"],
-      [4252, "done", "checkpointed"],
-      [4262, "done", "checkpointed"],
+      [a, "done", "checkpointed"],
+      [b, "done", "checkpointed"],
+      [c, "done", "checkpointed"],
     ]);
   });
 
