@@ -34,13 +34,12 @@ export class MemoryImage {
     const image = new MemoryImage(size), per = HASH_CHUNK_SIZE / PAGE_SIZE;
     for (let k = 0; k < pages.length; k++) {
       const [i, saved] = pages[k], [j, last] = pages[k + per - 1] ?? [], c = i / per;
-      const b = typeof saved === "string" ? Buffer.from(saved, "base64") : saved;
-      const end = own && typeof last === "object" && last.byteOffset + last.length;
-      if (i % per === 0 && j === i + per - 1 && end === b.byteOffset + image.#length(c)) {
-        image.#chunks.set(c, new Uint8Array(b.buffer, b.byteOffset, image.#length(c)));
+      const end = own && last && last.byteOffset + last.length;
+      if (i % per === 0 && j === i + per - 1 && end === saved.byteOffset + image.#length(c)) {
+        image.#chunks.set(c, new Uint8Array(saved.buffer, saved.byteOffset, image.#length(c)));
         image.#stale.add(c);
         k += per - 1;
-      } else image.write(i * PAGE_SIZE, b);
+      } else image.write(i * PAGE_SIZE, saved);
     }
     return image;
   }
@@ -177,9 +176,9 @@ export function checkRange(size: number, offset: number, length: number): void {
 
 /**
  * GPU memory saved (state file, simulated criu images) as its pages not all zero, ascending:
- * `[page index, its bytes (in JSON, their base64), trailing zeros left out]`.
+ * `[page index, its bytes, trailing zeros left out]` (in a state file's JSON, their base64).
  */
-export type SavedPages = [number, Uint8Array | string][];
+export type SavedPages = [number, Uint8Array][];
 
 /** A saved page as JSON holds it (a state file): its bytes in base64. */
 export const base64 = ([i, b]: [number, Uint8Array]): [number, string] => [
@@ -205,16 +204,16 @@ export function readPages(
   }
   const count = Math.ceil(size / PAGE_SIZE);
   let last = -1, used = 0;
-  const pages = v.map((entry: unknown, i): [number, Uint8Array | string] => {
+  const pages = v.map((entry: unknown, i): [number, Uint8Array] => {
     const path = `${at}[${i}]`;
     const [index, text] = read.array(entry, path, 2, 2);
     last = read.integer(index, `${path}[0]`, last + 1, count - 1);
     const page = `${path}[1]`, room = Math.min(PAGE_SIZE, size - last * PAGE_SIZE);
     if (body) return [last, body.subarray(used, used += read.integer(text, page, 1, room))];
     if (typeof text !== "string" || !BASE64.test(text)) read.fail(page, "a base64 string", text);
-    const length = Buffer.from(text, "base64").length;
+    const bytes = Buffer.from(text, "base64"), length = bytes.length;
     if (length > room) read.refuse(page, `${page} holds ${length} bytes; page ${last} has ${room}`);
-    return [last, text];
+    return [last, new Uint8Array(bytes.buffer, bytes.byteOffset, length)];
   });
   const follow = `${at} lists ${used} bytes of pages, and ${body?.length} follow its first line`;
   if (body && used !== body.length) read.refuse(at, follow);

@@ -7,7 +7,7 @@ import { checkKeys, describeValue, isName, MAX_PID } from "../core/options.ts";
 import { INITIAL_STATE, isFinal, memoryOnHost } from "../core/states.ts";
 import { PROCESS_STATES, type ProcessState } from "../core/states.ts";
 import { FAULTABLE_OPERATIONS, type FaultableOperation, type PendingFault } from "./faults.ts";
-import { base64, readPages, type SavedPages } from "./memory.ts";
+import { base64, readPages } from "./memory.ts";
 import type { SimulatedGpuSpec } from "./sim_gpu.ts";
 import { SimulatedProcess } from "./sim_process.ts";
 import { type ProcessFields, readFields } from "./fields.ts";
@@ -23,13 +23,13 @@ export const SIMULATOR_SNAPSHOT_VERSION = 4;
 type GpuSnapshot = Required<SimulatedGpuSpec>;
 
 /** A live process in a snapshot, as `SimulatedProcess` has the fields (GPUs by index). */
-interface ProcessSnapshot extends ProcessFields {
+interface ProcessSnapshot<Page = string> extends ProcessFields {
   start: number;
   restoreThreadId: number;
   state: ProcessState;
   gpus: number[];
-  /** Where its GPU memory's contents are, and its pages not all zero. */
-  memory?: { on: "gpu" | "host"; pages: SavedPages };
+  /** Where its GPU memory's contents are, and its pages not all zero (in base64 as saved). */
+  memory?: { on: "gpu" | "host"; pages: [number, Page][] };
   faults?: Partial<Record<FaultableOperation, FaultSnapshot>>;
   restoreRefused?: true;
   /** Present where it is stopped (SIGSTOP), until woken: `SimulatedProcess.stopped`. */
@@ -133,7 +133,7 @@ export function loadSimulator(
     sim.adopt(proc);
   });
   sim.reserveStarts(s.nextStart);
-  for (const r of s.heldRecords ?? []) {
+  for (const r of s.heldRecords) {
     // The record is of the live process with the pid (checked), under its start number.
     const process = { pid: r.pid, start: sim.process(r.pid)!.start };
     void sim.heldRecords.put({ process, heldMiB: r.heldMiB, at: r.at });
@@ -154,7 +154,7 @@ type Reading = Seen & { read: StrictReader; gpus: readonly GpuSnapshot[] } & Bou
 type Bounds = { nextPid: number; nextStart: number };
 
 /** `value` read strictly as a whole snapshot, with GPU UUIDs normalised. */
-function readSnapshot(value: unknown): SimulatorSnapshot {
+function readSnapshot(value: unknown) {
   const read = new StrictReader((field, reason) => new SimulatorSnapshotError(field, reason));
   const not = `the snapshot must be an object, got ${describeValue(value)}`;
   if (typeof value !== "object" || value === null || Array.isArray(value)) read.refuse("", not);
@@ -199,11 +199,10 @@ function readSnapshot(value: unknown): SimulatorSnapshot {
   const tag = { format: FORMAT, version: VERSION } as const;
   const rates = top.rates === undefined ? {} : read.object(top.rates, "rates") as Rates;
   for (const [step, n] of Object.entries(rates)) read.amount(n, `rates.${step}`, true);
-  const s = { ...tag, driverVersion, seed, nextPid, nextStart, gpus, processes, rates };
-  return top.heldRecords === undefined ? s : { ...s, heldRecords };
+  return { ...tag, driverVersion, seed, nextPid, nextStart, gpus, processes, rates, heldRecords };
 }
 
-function readProcess(r: Reading, value: unknown, at: string): ProcessSnapshot {
+function readProcess(r: Reading, value: unknown, at: string): ProcessSnapshot<Uint8Array> {
   const { read, nextPid } = r;
   const p = read.object(value, at, PROCESS_FIELDS, OPTIONAL_FIELDS);
   /** Refuses the field `${at}.${f}`, its path followed by `why`. */
@@ -242,7 +241,7 @@ function readProcess(r: Reading, value: unknown, at: string): ProcessSnapshot {
   if (notTrue) read.fail(`${at}.${notTrue}`, "true where present", p[notTrue]);
   const refused = `: only a checkpointed process can be refused restores, not a ${state} one`;
   if (p.restoreRefused && !memoryOnHost(state)) no("restoreRefused", refused);
-  const out: ProcessSnapshot = { ...fields, start, restoreThreadId: tid, state, gpus };
+  const out: ProcessSnapshot<Uint8Array> = { ...fields, start, restoreThreadId: tid, state, gpus };
   if (cuda) {
     const m = read.object(p.memory, `${at}.memory`, ["on", "pages"]);
     const on = read.choice(m.on, `${at}.memory.on`, ["gpu", "host"] as const);
