@@ -98,8 +98,8 @@ async function take(c: SnapshotCommand, whole: Whole): Promise<Made> {
   const r = await snapshot(c.roots, c.dir, { ...given, timeoutMs: c.deadlineMs, onProgress });
   const m = r.manifest, left = m.options.leaveRunning;
   const all = [...counted.values()].reduce((a, b) => a + b, 0);
-  const fields = { dir: r.dir, ms: r.ms, bytes: bytesOf(m.files), leftRunning: left };
-  const { suspendMs, dumpMs } = m.timings;
+  const { timings, timings: { suspendMs, dumpMs } } = m;
+  const fields = { dir: r.dir, ms: r.ms, timings, bytes: bytesOf(m.files), leftRunning: left };
   const times = `suspend ${secs(suspendMs)}, dump ${secs(dumpMs)}, ${secs(r.ms)} in all`;
   const ended = `the processes ${left ? "were left as they were" : "were ended"}`;
   return made(m, fields, `snapshot in ${r.dir}: ${summary(m, all)}; ${times}; ${ended}`);

@@ -156,6 +156,13 @@ describe("the command line of snapshots", () => {
     const read = JSON.parse(here.out);
     assert.equal(read.ok, true);
     assert.equal(read.manifest.trees[0].root, p.pid);
+    // snapshot --json: the manifest's timings, and the command's whole time beside them.
+    const again = sim.spawn({ memoryMiB: 1024 }), other = join(base(), "json");
+    const taken = await cli(["snapshot", "-p", again.pid, other, "--json"], { machine: sim });
+    const { timings, ms } = JSON.parse(taken.out);
+    const { manifest } = JSON.parse((await cli(["inspect", other, "--json"])).out);
+    assert.deepEqual(timings, manifest.timings);
+    assert.ok(timings.suspendMs > 0 && timings.dumpMs > 0 && ms >= timings.totalMs, taken.out);
 
     const back = await cli(["restore-snapshot", "--dir", dir, "--json", ...none], { machine: sim });
     assert.equal(back.code, 0, back.err);
