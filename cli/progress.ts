@@ -93,9 +93,11 @@ export class Progress {
   readonly #written = new Map<number, number>();
   #suspended = 0;
   #dumpFrom: [number, number] | undefined; // criu's rate from: when, and what it had written then
-  /** The images a restore reads, and those of the trees back so far. */
+  /** A restore's images, those of the trees back (and their pids), since when criu reads them. */
   #images = 0;
   #read = 0;
+  #readFrom = 0;
+  readonly #back = new Set<number>();
   /** An engine's wait till it can restore a tree: till when, and why. */
   #wait = { until: 0, why: "" };
   #floor = { of: new Set<number>(), done: 0 }; // the most shown moved, of that set of processes
@@ -136,6 +138,7 @@ export class Progress {
       // A restore's images hold at least the GPU memory of its processes (a simulated criu's
       // files hold only what was written to them).
       if ("imageBytes" in e) this.#images = Math.max(e.imageBytes ?? 0, this.#sum(this.#moving));
+      if (e.phase === "restore") this.#readFrom = now;
     } else if (e.type === "step-start") {
       // Undoing, where no other process's step goes forward: the bytes it puts back, as they go.
       const forward = [...this.#steps.values()].some((s) => !s.undoing);
@@ -160,11 +163,14 @@ export class Progress {
       if (e.status === "done" || e.status === "unchanged") this.#done.add(e.pid);
     } else if (e.type === "bytes") this.#written.set(e.root, e.bytes);
     else if (e.type === "tree-end" && e.how === "restored") {
-      this.#read += e.bytes;
-      this.#measured.set("images", [this.#read, Math.max(1, now - this.#since)]);
+      // At least its GPU memory, as the total (a simulated criu's files hold less); criu's rate
+      // since the restore began, not since the resume did, with the first tree back.
+      const held = Object.values(e.gpuMemoryMiB).reduce((a, b) => a + b, 0) * MIB;
+      for (const pid of Object.keys(e.gpuMemoryMiB)) this.#back.add(Number(pid));
+      this.#read += Math.max(e.bytes, held);
+      this.#measured.set("images", [this.#read, Math.max(1, now - this.#readFrom)]);
     } else if (e.type === "wait" && now + e.ms > this.#wait.until) { // the longest of trees' waits
-      this.#wait = { until: now + e.ms, why: e.why };
-      this.#since = Math.max(this.#since, now + e.ms); // the images' estimate starts after it
+      this.#wait = { until: now + e.ms, why: e.why }; // among the checks: the restore comes after
     }
     if (!this.#events) return;
     const { type, ...fields } = e;
@@ -191,6 +197,7 @@ export class Progress {
       : this.#driver(now);
     const elapsed = `${(Math.max(0, now - this.#start) / 1000).toFixed(1)} s`;
     const steps = total !== 1 ? [...this.#steps].map(([pid, s]) => `${pid} ${named(s)}`) : [];
+    for (const p of this.#moving) if (this.#waits(p)) steps.push(`${p} waits for its tree`);
     const head = `${label}${one ? ` ${named(one)}` : ""} ${elapsed}${
       total > 1 && this.#phase !== "rollback" ? `, ${this.#done.size}/${total} done` : ""
     }${figures ? `: ${figures}` : ""}`;
@@ -239,10 +246,11 @@ export class Progress {
       const running = s && RATES[s.step] ? s : undefined;
       const expected = this.#phase === "suspend" ? "checkpoint" : this.#o.expect ?? "checkpoint";
       const r = this.#rate(running?.step ?? expected), ran = running ? now - running.since : 0;
+      const [back, images, criu] = this.#waits(pid) ? this.#criu(now) : [0, 0, 1];
       if (this.#moved.has(pid)) done += bytes;
       else {
         done += Math.min(bytes * 0.99, r * ran);
-        left = Math.max(left, (bytes - r * ran) / r);
+        left = Math.max(left, (bytes - r * ran) / r + (images - back) / criu); // its tree's first
         if (running) rate += r;
       }
     }
@@ -266,12 +274,23 @@ export class Progress {
 
   /** A restore's images: those of the trees that are back, estimated for the others. */
   #restored(now: number): string {
+    const [done, total, rate] = this.#criu(now);
+    return estimated(done, total, rate, (total - done) / rate);
+  }
+
+  /** criu's restore: the images back (estimated for the trees not back yet), all, its rate. */
+  #criu(now: number): [number, number, number] {
     const [total, read] = [this.#images, this.#read];
     // criu's own rate once trees that hold a tenth of the images are back; till then, the usual.
     const rate = this.#rate("images", read > total / 10);
-    const guess = Math.min(total * 0.99, Math.max(read, rate * (now - this.#since)));
-    const done = read >= total ? total : guess;
-    return estimated(done, total, rate, (total - done) / rate);
+    const guess = Math.min(total * 0.99, Math.max(read, rate * (now - this.#readFrom)));
+    return [read >= total ? total : guess, total, rate];
+  }
+
+  /** Whether a restore's process resumes once criu has restored its tree, not back yet. */
+  #waits(pid: number): boolean {
+    return this.#phase === "resume" && this.#images > 0 && !this.#back.has(pid) &&
+      !this.#steps.has(pid);
   }
 }
 

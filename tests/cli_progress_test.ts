@@ -551,7 +551,14 @@ describe("the live line on a terminal", () => {
     const { clock, line } = lineOnClock({ columns: 120 });
     line.event({ type: "phase", phase: "restore", at: 0, imageBytes: 4e9 });
     clock.ms = 1000; // a small tree back at once: too little to tell criu's rate by
-    line.event({ type: "tree-end", root: 4242, how: "restored", bytes: 2e8, at: 1000 });
+    line.event({
+      type: "tree-end",
+      root: 4242,
+      how: "restored",
+      bytes: 2e8,
+      at: 1000,
+      gpuMemoryMiB: {},
+    });
     assert.equal(
       line.text(),
       "restoring the process trees 1.0 s: ~2.0 of 4.0 GB, ~2.0 GB/s, ~1.0 s left",
@@ -575,17 +582,76 @@ describe("the live line on a terminal", () => {
     clock.ms = 2000; // 2 s of checks: not criu's
     line.event({ type: "phase", phase: "restore", at: 2000, imageBytes: 4e9 });
     clock.ms = 3000;
-    line.event({ type: "tree-end", root: 4242, how: "restored", bytes: 2e9, at: 3000 });
+    line.event({
+      type: "tree-end",
+      root: 4242,
+      how: "restored",
+      bytes: 2e9,
+      at: 3000,
+      gpuMemoryMiB: {},
+    });
     assert.equal(
       line.text(),
       "restoring the process trees 3.0 s: ~2.0 of 4.0 GB, ~2.0 GB/s, ~1.0 s left",
     );
     clock.ms = 4000;
-    line.event({ type: "tree-end", root: 4343, how: "restored", bytes: 2e9, at: 4000 });
+    line.event({
+      type: "tree-end",
+      root: 4343,
+      how: "restored",
+      bytes: 2e9,
+      at: 4000,
+      gpuMemoryMiB: {},
+    });
     assert.equal(line.text(), "restoring the process trees 4.0 s: 4.0 of 4.0 GB", "all back");
     await line.stop();
     await line.stop();
     assert.deepEqual(kept, [{ restore: 4e6, images: 2e6 }], "once, beside the rates it was given");
+  });
+
+  test("a tree's images count at least its GPU memory (a simulated criu's files hold less); criu's rate from the restore's start, kept", async () => {
+    const kept: Record<string, number>[] = [];
+    const keep = (rates: Record<string, number>) => Promise.resolve(void kept.push(rates));
+    const { clock, line } = lineOnClock({ columns: 120, keep });
+    const gpuMemoryMiB = { 4242: 4096, 4343: 4096 }, gib = 2 ** 30;
+    line.event({ type: "phase", phase: "restore", at: 0, imageBytes: 2000, gpuMemoryMiB });
+    clock.ms = 2000;
+    const tree = { type: "tree-end", how: "restored", bytes: 1000, at: 2000 } as const;
+    line.event({ ...tree, root: 4242, gpuMemoryMiB: { 4242: 4096 } });
+    // criu's own rate, 4 GiB in 2 s, not 1000 bytes; the time left from it.
+    assert.equal(
+      line.text(),
+      "restoring the process trees 2.0 s: ~4.3 of 8.6 GB, ~2.1 GB/s, ~2.0 s left",
+    );
+    // The resume begins with the first tree back; the next tree's rate is still the restore's.
+    line.event({ type: "phase", phase: "resume", at: 2000, gpuMemoryMiB: { 4242: 4096 } });
+    clock.ms = 4000;
+    line.event({ ...tree, root: 4343, gpuMemoryMiB: { 4343: 4096 } });
+    await line.stop();
+    assert.deepEqual(kept, [{ images: 8 * gib / 4000 }], "8 GiB in 4 s, not in the resume's 2 s");
+  });
+
+  test("a restore's resume names the processes whose trees criu still restores; a recover's names none", () => {
+    const { clock, line } = lineOnClock({ columns: 160 });
+    const gpuMemoryMiB = { 4242: 1024, 4343: 1024 };
+    line.event({ type: "phase", phase: "restore", at: 0, imageBytes: 3e9, gpuMemoryMiB });
+    clock.ms = 1000;
+    const tree = { type: "tree-end", how: "restored", bytes: 1.5e9, at: 1000 } as const;
+    line.event({ ...tree, root: 4242, gpuMemoryMiB: { 4242: 1024 } });
+    line.event({ type: "phase", phase: "resume", at: 1000, gpuMemoryMiB });
+    line.event({ type: "step-start", pid: 4242, step: "restore", at: 1000, gpuMemoryMiB: 1024 });
+    assert.match(
+      line.text(),
+      /^resuming on the GPUs 1\.0 s: .*; 4242 restore, 4343 waits for its tree$/,
+    );
+    clock.ms = 1500;
+    line.event({ ...tree, root: 4343, gpuMemoryMiB: { 4343: 1024 }, at: 1500 });
+    assert.match(line.text(), /; 4242 restore$/, "its tree back");
+    line.stop();
+    const recover = lineOnClock({ columns: 160 }).line;
+    recover.event({ type: "phase", phase: "resume", at: 0, gpuMemoryMiB });
+    assert.doesNotMatch(recover.text(), /waits/, "no trees in a recover");
+    recover.stop();
   });
 
   test("the images' estimate before any tree is back: at the rate criu's restores last ran at", () => {

@@ -237,7 +237,8 @@ async function restoreTree(r: Restoring, t: ManifestTree): Promise<void> {
     });
     r.made.push(t);
     const files = r.manifest.files.filter((f) => f.path.startsWith(`${t.images}/`));
-    run.tell({ type: "tree-end", root: t.root, how: "restored", bytes: bytesOf(files), at: 0 });
+    const [bytes, gpuMemoryMiB] = [bytesOf(files), heldMiB(t.processes)];
+    run.tell({ type: "tree-end", root: t.root, how: "restored", bytes, gpuMemoryMiB, at: 0 });
     if (r.held) {
       // Stopped, having run nothing: let go once every image of the tree matched, unless the
       // whole must stop meanwhile (an abort, the deadline, another part's failure), or it ran.

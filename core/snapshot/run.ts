@@ -40,9 +40,9 @@ export type SnapshotPhase =
  * CUDA process's GPU memory in MiB by pid for `suspend`, `restore` and `resume`, the images' bytes
  * for `restore`), image bytes written so far by one tree's dump (the engine's count), one tree done
  * (`tree-end`: its images sealed after its dump, or read back by its restore, `bytes` as the
- * manifest lists its files), the engine waiting `ms` till it can restore a tree, among the checks
- * (`why`: a port held in TIME_WAIT), or a step of one CUDA process (the group operations' events). Times
- * are ms since the call.
+ * manifest lists its files, its CUDA processes' `gpuMemoryMiB` by pid), the engine waiting `ms`
+ * till it can restore a tree, among the checks (`why`: a port held in TIME_WAIT), or a step of one
+ * CUDA process (the group operations' events). Times are ms since the call.
  */
 export type SnapshotEvent =
   | Readonly<
@@ -50,7 +50,9 @@ export type SnapshotEvent =
       gpuMemoryMiB?: Readonly<Record<number, number>>;
     }
     | { type: "bytes"; root: number; bytes: number; at: number }
-    | { type: "tree-end"; root: number; how: "dumped" | "restored"; bytes: number; at: number }
+    | { type: "tree-end"; root: number; how: "dumped" | "restored"; bytes: number; at: number } & {
+      gpuMemoryMiB: Readonly<Record<number, number>>;
+    }
     | { type: "wait"; root: number; ms: number; why: string; at: number }
   >
   | GroupEvent;

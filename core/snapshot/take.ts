@@ -264,7 +264,8 @@ async function dump(t: Taken, i: number): Promise<void> {
       part = ["WRITE_FAILED", "its images could not be put on disk"];
       t.sealed[i] = await sealing;
       t.dumped[i] = dumped;
-      run.tell({ type: "tree-end", root, how: "dumped", bytes: bytesOf(t.sealed[i]), at: 0 });
+      const [bytes, gpuMemoryMiB] = [bytesOf(t.sealed[i]), heldMiB(t.trees[i].processes)];
+      run.tell({ type: "tree-end", root, how: "dumped", bytes, gpuMemoryMiB, at: 0 });
     } catch (err) {
       // Nothing of the tree's is left open once its part has failed.
       await sealing?.catch(() => {});
