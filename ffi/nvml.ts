@@ -5,7 +5,7 @@
 // usedGpuMemory` at 8); `nvmlMemory_t` is three `unsigned long long`: total, free, used.
 
 import type { GpuMemory, GpuMemoryReport } from "../core/host.ts";
-import { gpuUuidOf } from "../core/options.ts";
+import { gpuUuidOf, orElse } from "../core/options.ts";
 import type { FfiAdapter, FfiLibrary, NativeArg } from "./adapter.ts";
 import { cText, nativeBuffer, readInt } from "./adapter.ts";
 import { LIBCUDA_SEARCH_PATHS, LIBCUDA_SONAME, openCandidate, reasonOf } from "./find.ts";
@@ -62,12 +62,8 @@ export interface NvmlOptions {
  * @throws {Error} listing every path tried with its reason, when none opens.
  */
 export function openNvml(adapter: FfiAdapter, options: NvmlOptions = {}): Nvml {
-  let explicit = options.libraryPath, envNote = "";
-  try {
-    explicit ||= adapter.getEnv(NVML_ENV_VAR) || undefined;
-  } catch {
-    envNote = ` (${NVML_ENV_VAR} could not be read, so it counted as not set)`;
-  }
+  const env = options.libraryPath ? "" : orElse(() => adapter.getEnv(NVML_ENV_VAR) || "", null);
+  const explicit = options.libraryPath || env;
   const dirs = LIBCUDA_SEARCH_PATHS.map((path) => path.slice(0, -LIBCUDA_SONAME.length));
   const candidates = explicit ? [explicit] : [NVML_SONAME, ...dirs.map((dir) => dir + NVML_SONAME)];
   const byReason = new Map<string, string[]>();
@@ -81,7 +77,8 @@ export function openNvml(adapter: FfiAdapter, options: NvmlOptions = {}): Nvml {
     }
   }
   const tried = [...byReason].map(([reason, paths]) => `${paths.join(", ")}: ${reason}`);
-  const unknown = `NVML (${NVML_SONAME}) could not be loaded, so GPU memory is unknown${envNote}`;
+  const note = env === null ? ` (${NVML_ENV_VAR} could not be read, so it counted as not set)` : "";
+  const unknown = `NVML (${NVML_SONAME}) could not be loaded, so GPU memory is unknown${note}`;
   throw new Error(`${unknown}; tried ${tried.join("; ")}`);
 }
 
