@@ -5,7 +5,7 @@
 // Linux), as Bun's `dlopen` tries a name the loader does not find in the current directory.
 
 import { DriverLoadError, messageOf } from "../core/errors.ts";
-import type { FfiAdapter, FfiLibrary, FfiTable } from "./adapter.ts";
+import { type FfiAdapter, type FfiLibrary, type FfiTable, nativeBuffer } from "./adapter.ts";
 import type { CudaForeignFunction } from "./symbols.ts";
 
 /** The environment variable that names the libcuda to load, overriding the search. */
@@ -168,8 +168,7 @@ function viaSystemLoader<T>(adapter: FfiAdapter, name: string, open: (path: stri
   const libc = adapter.open(LIBC, LIBC_SYMBOLS);
   let handle = 0n;
   try {
-    const text = new TextEncoder().encode(`${name}\0`);
-    const cName = new Uint8Array(new ArrayBuffer(text.length));
+    const text = new TextEncoder().encode(`${name}\0`), cName = nativeBuffer(text.length);
     cName.set(text);
     handle = BigInt(libc.call({ symbol: "dlopen", args: [cName, RTLD_NOW] }));
     if (handle === 0n) {
@@ -177,7 +176,7 @@ function viaSystemLoader<T>(adapter: FfiAdapter, name: string, open: (path: stri
       const none = `${name}: not found by the system loader`;
       throw new Error(error === 0n ? none : adapter.cString(error));
     }
-    const out = new Uint8Array(new ArrayBuffer(8));
+    const out = nativeBuffer(8);
     const where = `${name}: the system loader found it but would not say where (dlinfo failed)`;
     const info = libc.call({ symbol: "dlinfo", args: [handle, RTLD_DI_LINKMAP, out] });
     if (info !== 0) throw new Error(where);

@@ -32,9 +32,8 @@ export function encodeGpuPairs(pairs: readonly GpuPair[]): Uint8Array {
   // At least one pair's room, so that an empty list still has a valid pointer (count 0).
   const buf = nativeBuffer(Math.max(1, pairs.length) * GPU_PAIR_SIZE);
   pairs.forEach((pair, i) => {
-    if (pair.oldUuid.length !== CUUUID_SIZE || pair.newUuid.length !== CUUUID_SIZE) {
-      throw new RangeError(`GPU pair ${i}: each CUuuid must have 16 bytes`);
-    }
+    const sized = pair.oldUuid.length === CUUUID_SIZE && pair.newUuid.length === CUUUID_SIZE;
+    if (!sized) throw new RangeError(`GPU pair ${i}: each CUuuid must have 16 bytes`);
     buf.set(pair.oldUuid, i * GPU_PAIR_SIZE);
     buf.set(pair.newUuid, i * GPU_PAIR_SIZE + CUUUID_SIZE);
   });
