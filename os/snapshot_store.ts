@@ -11,7 +11,7 @@
  * @module
  */
 
-import { constants } from "node:fs";
+import { constants, type Stats } from "node:fs";
 import { type FileHandle, lstat, mkdir, open, readdir, readlink, rm } from "node:fs/promises";
 import { symlink } from "node:fs/promises";
 import path from "node:path";
@@ -255,10 +255,8 @@ class FileSnapshotDir implements SnapshotDir {
 
   async readFile(name: string, maxBytes: number): Promise<string | undefined> {
     checkName(name);
-    const shown = `${this.path}/${name}`;
-    return await readSmallFile(`${this.#base}/${name}`, shown, maxBytes, (st) => {
-      refuseOwner(shown, st, "inside");
-    });
+    const shown = `${this.path}/${name}`, inside = (st: Stats) => refuseOwner(shown, st, "inside");
+    return await readSmallFile(`${this.#base}/${name}`, shown, maxBytes, inside);
   }
 
   async remove(name: string): Promise<void> {
