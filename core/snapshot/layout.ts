@@ -53,9 +53,7 @@ export class SnapshotWriter {
   ): Promise<SnapshotWriter> {
     const cannotHold = (where: string, err: unknown) =>
       storeRefusal("snapshot", where, "cannot hold a snapshot", err);
-    const dir = await store.create(path).catch((err) => {
-      throw cannotHold(path, err);
-    });
+    const dir = await store.create(path).catch((err) => Promise.reject(cannotHold(path, err)));
     const names = roots.map(treeDirName);
     try {
       // The trace first: a snapshot killed at any later point leaves a directory recover reads.
