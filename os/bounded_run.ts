@@ -137,10 +137,8 @@ export async function runBounded(
   // Where it could not be ended as its bound says (a signal refused), the run fails, saying so.
   const ended = ending ? await ending : undefined;
   // A child of the program that still holds its output must not hold this run.
-  if (!(await settlesWithin(closed, 1000))) {
-    child.stdout!.destroy();
-    child.stderr!.destroy();
-  }
+  const streams = [child.stdout!, child.stderr!];
+  if (!(await settlesWithin(closed, 1000))) streams.forEach((stream) => stream.destroy());
   return { code: exit.code ?? (exit.sig ? 128 : -1), ...output, ...(ended ? { ended } : {}) };
 }
 
