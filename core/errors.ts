@@ -263,14 +263,10 @@ export function withDetail(err: unknown, detail: string, state?: ProcessState): 
 }
 
 /** `err` as an `Error`: itself where it is one. */
-export function asError(err: unknown): Error {
-  return err instanceof Error ? err : new Error(String(err));
-}
+export const asError = (err: unknown): Error => err instanceof Error ? err : new Error(String(err));
 
 /** An error's message, or the value as text: the one way this package words an unknown error. */
-export function messageOf(err: unknown): string {
-  return err instanceof Error ? err.message : String(err);
-}
+export const messageOf = (err: unknown): string => err instanceof Error ? err.message : String(err);
 
 const capitalize = (sentence: string) => sentence.charAt(0).toUpperCase() + sentence.slice(1);
 
