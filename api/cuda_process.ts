@@ -157,9 +157,7 @@ export class CudaProcess {
 }
 
 /** The handle of a `CudaProcess`, for the group operations. */
-export function handleOf(proc: CudaProcess): Handle {
-  return HANDLES.get(proc)!;
-}
+export const handleOf = (proc: CudaProcess): Handle => HANDLES.get(proc)!;
 
 /** This machine as the public functions use it when given none: shared, opened on first use. */
 const thisMachine = new SharedMachine(() => openMachine());

@@ -15,9 +15,7 @@ export interface Clock {
 }
 
 /** A time in ms to the microsecond, without floating-point noise. */
-export function roundMs(ms: number): number {
-  return Math.round(ms * 1000) / 1000;
-}
+export const roundMs = (ms: number): number => Math.round(ms * 1000) / 1000;
 
 /** The clock of a machine: its own where it keeps one (the simulator's), else the real clock. */
 export function clockOf(machine: { readonly clock?: Clock }): Clock {

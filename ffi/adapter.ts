@@ -90,9 +90,7 @@ export function linkPointers(call: NativeCall, addressOf: (buf: Uint8Array) => b
  * A zeroed buffer of `size` bytes with an `ArrayBuffer` of its own, whose address does not move (a
  * small typed array made by length may live in the heap, where the collector may move it).
  */
-export function nativeBuffer(size: number): Uint8Array {
-  return new Uint8Array(new ArrayBuffer(size));
-}
+export const nativeBuffer = (size: number): Uint8Array => new Uint8Array(new ArrayBuffer(size));
 
 /** The C `int` at the start of a buffer (an `unsigned int` with `unsigned`). */
 export function readInt(buf: Uint8Array, unsigned = false): number {

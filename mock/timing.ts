@@ -172,9 +172,7 @@ export function singleRate(timing: CopyTiming, memoryMiB: number): number {
 }
 
 /** Bytes in `memoryMiB` MiB. */
-export function mibToBytes(memoryMiB: number): number {
-  return memoryMiB * 1024 * 1024;
-}
+export const mibToBytes = (memoryMiB: number): number => memoryMiB * 1024 * 1024;
 
 /**
  * The simulated CRIU's figures, fitted to criu 4.1.1 on an H100 (driver 580.159.04, 2026-11-24;

@@ -18,9 +18,7 @@ const plainError: Refuse = (_path, message, cause) =>
   new Error(message, cause === undefined ? undefined : { cause });
 
 /** This program's user id, where the platform has one. */
-export function myUid(): number | undefined {
-  return process.getuid?.();
-}
+export const myUid = (): number | undefined => process.getuid?.();
 
 /** What {@link checkPrivate} asks of a path. */
 export interface PrivateRules {

@@ -80,9 +80,7 @@ export function snapshotRefusal(operation: string, reason: string): RefusedError
 }
 
 /** The subdirectory of a tree's images. */
-export function treeDirName(root: number): string {
-  return `tree-${root}`;
-}
+export const treeDirName = (root: number): string => `tree-${root}`;
 
 const TOP_FIELDS = "format createdAt tool host driver engine gpus trees options timings files"
   .split(" ");
