@@ -66,17 +66,13 @@ export class GpuRoomError extends RefusedError {
   constructor(
     init: { operation: string; pid?: number; shortage: RoomShortage; who?: string; note?: string },
   ) {
-    const s = init.shortage;
+    const s = init.shortage, note = init.note ? `; ${init.note}` : "";
     const others = s.claimedMiB > 0 ? `, ${mib(s.claimedMiB)} of it claimed by other restores` : "";
-    super({
-      ...untouched(init),
-      code: "NO_ROOM",
-      reason: `${init.who ?? "it"} need${init.who ? "" : "s"} ${mib(s.neededMiB)} on ${s.gpu}, ` +
-        `which has ${mib(s.freeMiB)} free${others}${init.note ? `; ${init.note}` : ""}`,
-      detail: init.pid !== undefined
-        ? STILL_CHECKPOINTED
-        : "nothing was changed: free memory there, or restore onto other GPUs with a mapping",
-    });
+    const needs = `${init.who ?? "it"} need${init.who ? "" : "s"} ${mib(s.neededMiB)} on ${s.gpu}`;
+    const reason = `${needs}, which has ${mib(s.freeMiB)} free${others}${note}`;
+    const free = "free memory there, or restore onto other GPUs with a mapping";
+    const detail = init.pid !== undefined ? STILL_CHECKPOINTED : `nothing was changed: ${free}`;
+    super({ ...untouched(init), code: "NO_ROOM", reason, detail });
     this.name = "GpuRoomError";
     this.shortage = s;
   }
@@ -91,17 +87,13 @@ function untouched({ operation, pid }: { operation: string; pid?: number }) {
   return pid === undefined ? { operation } : { operation, pid, state: "checkpointed" as const };
 }
 
-/** A checked restore refused (`PREREQUISITE`): the records cannot be read or written (`err`). */
-function roomUnknownError(where: { operation: string; pid?: number; who?: string }, err: unknown) {
-  const left = where.pid !== undefined ? STILL_CHECKPOINTED : "nothing was changed";
-  return new RefusedError({
-    ...untouched(where),
-    code: "PREREQUISITE",
-    reason: `the GPU room for ${where.who ?? "its restore"} cannot be checked, and a restore ` +
-      `that runs out of GPU memory can lose the process: ${messageOf(err)}`,
-    detail: `${left}; checkRoom: false (cuda-checkpoint --no-room-check) skips the check`,
-    cause: err,
-  });
+/** A checked restore refused (`PREREQUISITE`): the records cannot be read or written (`cause`). */
+function roomUnknownError(at: { operation: string; pid?: number; who?: string }, cause: unknown) {
+  const left = at.pid !== undefined ? STILL_CHECKPOINTED : "nothing was changed";
+  const lose = `a restore that runs out of GPU memory can lose the process: ${messageOf(cause)}`;
+  const reason = `the GPU room for ${at.who ?? "its restore"} cannot be checked, and ${lose}`;
+  const detail = `${left}; checkRoom: false (cuda-checkpoint --no-room-check) skips the check`;
+  return new RefusedError({ ...untouched(at), code: "PREREQUISITE", reason, detail, cause });
 }
 
 /**
