@@ -329,24 +329,20 @@ export class Turn {
 
 /** The refusal (`IPC`) to checkpoint `pid`, which imported GPU memory from another process. */
 export function importRefusal(operation: string, pid: number, imp: GpuImport): RefusedError {
-  return new RefusedError({
-    code: "IPC",
-    operation,
-    pid,
-    reason: imp.unknown
-      ? `${imp.sign}: whether it imported GPU memory, which no driver before 610 restores, cannot ` +
-        `be told; let this program read it, or pass allowIpcImport (--allow-ipc-import)`
-      : imp.exporter !== undefined
-      ? `${imp.sign}: it holds GPU memory that process ${imp.exporter} exported to it through ` +
-        `CUDA IPC, and a driver before 610 never restores such a process once it is checkpointed, ` +
-        `so leave it out (or end it) and suspend the others, or pass allowIpcImport ` +
-        `(--allow-ipc-import) if you know it holds none`
-      : `${imp.sign}: its job's ranks on this host share memory through NCCL's P2P or shared-` +
-        `memory transport, and on driver 580 such ranks never restored once checkpointed, so ` +
-        `start every rank with NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1, or pass allowIpcImport ` +
-        `(--allow-ipc-import) if the job turns them off itself or its ranks share nothing`,
-    detail: "nothing was done to it",
-  });
+  const reason = imp.unknown
+    ? `${imp.sign}: whether it imported GPU memory, which no driver before 610 restores, cannot ` +
+      `be told; let this program read it, or pass allowIpcImport (--allow-ipc-import)`
+    : imp.exporter !== undefined
+    ? `${imp.sign}: it holds GPU memory that process ${imp.exporter} exported to it through ` +
+      `CUDA IPC, and a driver before 610 never restores such a process once it is checkpointed, ` +
+      `so leave it out (or end it) and suspend the others, or pass allowIpcImport ` +
+      `(--allow-ipc-import) if you know it holds none`
+    : `${imp.sign}: its job's ranks on this host share memory through NCCL's P2P or shared-` +
+      `memory transport, and on driver 580 such ranks never restored once checkpointed, so ` +
+      `start every rank with NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1, or pass allowIpcImport ` +
+      `(--allow-ipc-import) if the job turns them off itself or its ranks share nothing`;
+  const detail = "nothing was done to it";
+  return new RefusedError({ code: "IPC", operation, pid, reason, detail });
 }
 
 /** Refuses (`STATE`) `pid` (given as `shown`) where it is stopped: the driver would not answer. */
