@@ -205,11 +205,7 @@ export async function checkPidsFree(
     ? ` (a process left over from the snapshot's tree, not yet reaped, or one that left the ` +
       `tree; see it with ps -o pid,stat,pgid,sid,args -p ${use.holder})`
     : "";
-  throw new RefusedError({
-    code: "PID_TAKEN",
-    operation,
-    pid: use.id,
-    reason: `${which} must be free for the snapshot's process to come back, and ${how}${hint}; ` +
-      `end that process, or restore where ${use.id} is free`,
-  });
+  const back = `${which} must be free for the snapshot's process to come back`;
+  const reason = `${back}, and ${how}${hint}; end that process, or restore where ${use.id} is free`;
+  throw new RefusedError({ code: "PID_TAKEN", operation, pid: use.id, reason });
 }
