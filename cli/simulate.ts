@@ -118,11 +118,9 @@ export async function openSimulatedMachine(
   const range = `gpus must be an integer from 1 to 1024, got ${gpus}`;
   if (!Number.isInteger(gpus) || gpus < 1 || gpus > 1024) throw new RangeError(range);
   const clock = simulatedClock(options.env);
-  await privateDirectory(path.dirname(file), {
-    sticky: true,
-    refuse: (at, message, cause) => new SimulatedStateError(at, message, { cause }),
-    hint: "name a state file elsewhere in CKPT_SIM_STATE",
-  });
+  const toError: Refuse = (at, message, cause) => new SimulatedStateError(at, message, { cause });
+  const hint = "name a state file elsewhere in CKPT_SIM_STATE";
+  await privateDirectory(path.dirname(file), { sticky: true, refuse: toError, hint });
   const unlock = await lock(file, options.lockTimeoutMs ?? 15_000);
   const saved = await readMachine(file, clock, options.fresh === true).catch(async (err) => {
     await unlock();
