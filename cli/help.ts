@@ -98,9 +98,9 @@ Options:
         {"event":"phase",phase,gpuMemoryMiB:{<pid>:<MiB>},imageBytes}, {"event":"step-start",
         pid,step,rollback,gpuMemoryMiB,bytes,estimatedMs}, {"event":"step-end",pid,step,ms,ok,
         rollback}, {"event":"process-end",pid,status}, {"event":"bytes",root,bytes} (criu's count
-        so far), {"event":"tree-end",root,how:"dumped"|"restored",bytes} (its files, as the
-        manifest lists them), {"event":"wait",root,ms,why} (the restore waits ms before criu runs:
-        a port in TIME_WAIT; 0: one ended); at: ms since the command began. Other lines: text
+        so far), {"event":"tree-end",root,how:"dumped"|"restored",bytes,gpuMemoryMiB} (its
+        files, as the manifest lists them), {"event":"wait",root,ms,why} (the restore waits ms
+        before criu: a port in TIME_WAIT; 0: one ended); at: ms since it began. Other lines: text
 
 --simulate
         Works on a simulated machine kept in a state file ($CKPT_SIM_STATE, else one in

@@ -165,9 +165,9 @@ export class Progress {
     else if (e.type === "tree-end" && e.how === "restored") {
       // At least its GPU memory, as the total (a simulated criu's files hold less); criu's rate
       // since the restore began, not since the resume did, with the first tree back.
-      const held = Object.values(e.gpuMemoryMiB).reduce((a, b) => a + b, 0) * MIB;
-      for (const pid of Object.keys(e.gpuMemoryMiB)) this.#back.add(Number(pid));
-      this.#read += Math.max(e.bytes, held);
+      const pids = Object.keys(e.gpuMemoryMiB).map(Number); // those the total counts, as it does
+      pids.forEach((pid) => this.#back.add(pid));
+      this.#read += Math.max(e.bytes, this.#sum(pids));
       this.#measured.set("images", [this.#read, Math.max(1, now - this.#readFrom)]);
     } else if (e.type === "wait" && now + e.ms > this.#wait.until) { // the longest of trees' waits
       this.#wait = { until: now + e.ms, why: e.why }; // among the checks: the restore comes after

@@ -654,6 +654,32 @@ describe("the live line on a terminal", () => {
     recover.stop();
   });
 
+  test("a tree back counts only the GPU memory of processes the restore's total counts (not one taken checkpointed)", () => {
+    const { clock, line } = lineOnClock({ columns: 120 });
+    line.event({
+      type: "phase",
+      phase: "restore",
+      at: 0,
+      imageBytes: 2e6,
+      gpuMemoryMiB: { 100: 1024 },
+    });
+    clock.ms = 1000; // a simulated criu's tree of a process taken checkpointed, 4 GiB, 1 MB of files
+    line.event({
+      type: "tree-end",
+      root: 200,
+      how: "restored",
+      bytes: 1e6,
+      at: 1000,
+      gpuMemoryMiB: { 200: 4096 },
+    });
+    assert.match(
+      line.text(),
+      /^restoring the process trees 1\.0 s: ~1\.1 of 1\.1 GB, ~2\.0 GB\/s/,
+      "not all back",
+    );
+    line.stop();
+  });
+
   test("the images' estimate before any tree is back: at the rate criu's restores last ran at", () => {
     const { clock, line } = lineOnClock({ columns: 120, rates: { images: 1e6 } });
     line.event({ type: "phase", phase: "restore", at: 0, imageBytes: 4e9 });
@@ -891,6 +917,11 @@ describe("--events: the events, one JSON object per line of stderr", () => {
     }
     const trees = events.filter((e) => e.event === "tree-end");
     assert.deepEqual(trees.map((e) => e.how), ["dumped", "dumped"]);
+    // Each tree's CUDA processes' GPU memory, by pid: each tree here is one process.
+    const own = (es: { root: number; gpuMemoryMiB: object }[]) =>
+      Object.fromEntries(es.map((e) => [e.root, e.gpuMemoryMiB]));
+    const each = { [p[0].pid]: { [p[0].pid]: 2568 }, [p[1].pid]: { [p[1].pid]: 1544 } };
+    assert.deepEqual(own(trees), each);
     const result = JSON.parse(made.out);
     assert.equal(
       trees.reduce((sum, e) => sum + e.bytes, 0),
@@ -906,6 +937,7 @@ describe("--events: the events, one JSON object per line of stderr", () => {
       again.filter((e) => e.event === "tree-end").map((e) => [e.how, e.bytes]).sort(),
       trees.map((e) => ["restored", e.bytes]).sort(),
     );
+    assert.deepEqual(own(again.filter((e) => e.event === "tree-end")), each);
     assert.ok(again.some((e) => e.phase === "resume"));
   });
 });

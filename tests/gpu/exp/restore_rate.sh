@@ -57,6 +57,7 @@ EOF
     while read -r line; do
       case $line in PASS* | FAIL*) verdict "${line%% *}" "${line#* }" ;; *) echo "$line" ;; esac
     done
+  [[ ${PIPESTATUS[0]} == 0 ]] || verdict FAIL "round $n ($who): its events or rates.json unread"
 }
 rounds=(ours)
 [[ -n ${BASE:-} ]] && rounds=(ours base ours base)
