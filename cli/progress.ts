@@ -198,6 +198,8 @@ export class Progress {
     const elapsed = `${(Math.max(0, now - this.#start) / 1000).toFixed(1)} s`;
     const steps = total !== 1 ? [...this.#steps].map(([pid, s]) => `${pid} ${named(s)}`) : [];
     for (const p of this.#moving) if (this.#waits(p)) steps.push(`${p} waits for its tree`);
+    const [back, images] = this.#phase === "resume" ? this.#criu(now) : [0, 0];
+    if (back < images) steps.push(`criu ~${amounts(back, images)} back`); // trees still to come
     const head = `${label}${one ? ` ${named(one)}` : ""} ${elapsed}${
       total > 1 && this.#phase !== "rollback" ? `, ${this.#done.size}/${total} done` : ""
     }${figures ? `: ${figures}` : ""}`;

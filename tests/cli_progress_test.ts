@@ -642,7 +642,7 @@ describe("the live line on a terminal", () => {
     line.event({ type: "step-start", pid: 4242, step: "restore", at: 1000, gpuMemoryMiB: 1024 });
     assert.match(
       line.text(),
-      /^resuming on the GPUs 1\.0 s: .*; 4242 restore, 4343 waits for its tree$/,
+      /^resuming on the GPUs 1\.0 s: .*; 4242 restore, 4343 waits for its tree, criu ~1\.5 of 3\.0 GB back$/,
     );
     clock.ms = 1500;
     line.event({ ...tree, root: 4343, gpuMemoryMiB: { 4343: 1024 }, at: 1500 });
@@ -677,6 +677,21 @@ describe("the live line on a terminal", () => {
       /^restoring the process trees 1\.0 s: ~1\.1 of 1\.1 GB, ~2\.0 GB\/s/,
       "not all back",
     );
+    line.stop();
+  });
+
+  test("a resume says criu's part while a tree with none to resume is still to come (one taken checkpointed)", () => {
+    const { clock, line } = lineOnClock({ columns: 160 });
+    const gpuMemoryMiB = { 100: 1024, 200: 4096 }; // 200 taken checkpointed: restored, not resumed
+    line.event({ type: "phase", phase: "restore", at: 0, imageBytes: 2e6, gpuMemoryMiB });
+    clock.ms = 1000;
+    const tree = { type: "tree-end", how: "restored", bytes: 1e6 } as const;
+    line.event({ ...tree, root: 100, at: 1000, gpuMemoryMiB: { 100: 1024 } });
+    line.event({ type: "phase", phase: "resume", at: 1000, gpuMemoryMiB: { 100: 1024 } });
+    clock.ms = 3000; // 100 resumed; 200's tree still restoring
+    assert.match(line.text(), /^resuming on the GPUs 3\.0 s: .*; criu ~[0-9.]+ of 5\.4 GB back$/);
+    line.event({ ...tree, root: 200, at: 3000, gpuMemoryMiB: { 200: 4096 } });
+    assert.doesNotMatch(line.text(), /criu/, "all back");
     line.stop();
   });
 

@@ -195,7 +195,8 @@ async function check(r: Restoring): Promise<void> {
 /** Phase 2: every tree back, the CUDA processes resumed as one job, each as its tree is back. */
 async function bringBack(r: Restoring): Promise<GroupResult | undefined> {
   const { run, manifest } = r;
-  run.phase("restore", { imageBytes: bytesOf(manifest.files), gpuMemoryMiB: heldMiB(r.running) });
+  const all = heldMiB(manifest.trees.flatMap((t) => t.processes)); // those taken checkpointed too
+  run.phase("restore", { imageBytes: bytesOf(manifest.files), gpuMemoryMiB: all });
   const treeOf = new Map<number, Promise<void>>();
   const trees = manifest.trees.map((t) => {
     const back = started(restoreTree(r, t));

@@ -37,8 +37,8 @@ export type SnapshotPhase =
 
 /**
  * Progress of a snapshot or a restore: a phase starting (with what it moves, where known: each
- * CUDA process's GPU memory in MiB by pid for `suspend`, `restore` and `resume`, the images' bytes
- * for `restore`), image bytes written so far by one tree's dump (the engine's count), one tree done
+ * CUDA process's GPU memory in MiB by pid for `suspend`, `restore` (those taken checkpointed too)
+ * and `resume`, the images' bytes for `restore`), image bytes written so far by one tree's dump (the engine's count), one tree done
  * (`tree-end`: its images sealed after its dump, or read back by its restore, `bytes` as the
  * manifest lists its files, its CUDA processes' `gpuMemoryMiB` by pid), the engine waiting `ms`
  * till it can restore a tree, among the checks (`why`: a port held in TIME_WAIT), or a step of one
