@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# A restore's live line where the last tree back has no process to resume: an 8 GiB target
+# (tests/gpu/target.cu) taken checkpointed (`--toggle` before the snapshot) beside a 1 GiB one,
+# each a tree of its own, snapshotted into one directory and restored by ours on a terminal
+# (util-linux's script, 160 columns). While criu still restores the big tree the resume's line says
+# criu's part (`criu ~X of Y GB back`); restored again with --events, the images back, as the line
+# counts them, reach the total with the last tree; the big target comes back checkpointed, and
+# both answer their hash once it is toggled back. Carry .carry/cuda-checkpoint-ours.xz and .carry/criu-cuda.tgz:
+#
+#   bash tests/gpu/exp/taken_line.sh      (log: $OUT/taken-line.txt)
+#
+# About 1 minute.
+. "$(dirname "$0")/session.sh" taken-line
+trap 'end_started "target"' EXIT
+start_target big 8192 || fail_setup "the 8 GiB target did not start"
+big=$T_PID big_dir=$T_DIR big_hash=$T_HASH
+start_target small 1024 || fail_setup "the 1 GiB target did not start"
+small=$T_PID small_dir=$T_DIR small_hash=$T_HASH
+timeout 120 "${CK[@]}" --toggle --pid "$big" >/dev/null
+check "the 8 GiB target checkpointed before the snapshot" $?
+timeout 300 "${CK[@]}" snapshot --pid "$big,$small" --dir "$bin/snap" >"$bin/snap.out" 2>&1
+check "snapshot: exit 0" $? "$(tail -2 "$bin/snap.out")"
+wait_gone "$big" "$small"
+timeout 180 script -qfec "stty cols 160; ${CK[*]} restore-snapshot $bin/snap" /dev/null >"$bin/raw"
+check "restore: exit 0" $? "$(tail -c 300 "$bin/raw")"
+python3 - "$bin/raw" <<'EOF' | while read -r line; do
+import re, sys
+raw = open(sys.argv[1], encoding="utf-8", newline="").read()
+frames = [p for p in raw.split("\r\x1b[2K")[1:] if re.match(r"resuming on the GPUs [0-9.]+ s", p)]
+frames = [f.split("\n")[0] for f in frames]
+said = [f for f in frames if re.search(r"; criu ~[0-9.]+ of [0-9.]+ GB back$|, criu ~", f)]
+print(f"   {len(frames)} resume frames, {len(said)} saying criu's part; e.g. {said[:1]}; last: {frames[-1:]}")
+print(("PASS" if said else "FAIL") + " the resume says criu's part while the big tree is still to come")
+EOF
+  case $line in PASS* | FAIL*) verdict "${line%% *}" "${line#* }" ;; *) echo "$line" ;; esac
+done
+s=$(timeout 30 "${CK[@]}" --get-state --pid "$big")
+[[ $s == checkpointed ]]
+check "the 8 GiB target is back checkpointed, as taken" $? "$s"
+# Again with --events: the images back, as the line counts them, reach the total with the last tree
+# (none left to say once every tree is back: the manifest's files all lie in its trees' folders).
+timeout 300 "${CK[@]}" snapshot --pid "$big,$small" --dir "$bin/snap2" >"$bin/snap2.out" 2>&1
+check "the second snapshot: exit 0" $? "$(tail -2 "$bin/snap2.out")"
+wait_gone "$big" "$small"
+timeout 180 "${CK[@]}" restore-snapshot "$bin/snap2" --events >/dev/null 2>"$bin/events"
+check "the second restore (--events): exit 0" $? "$(tail -2 "$bin/events")"
+python3 - "$bin/events" <<'EOF' | while read -r line; do
+import json, sys
+ev = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+phase = next(e for e in ev if e["event"] == "phase" and e["phase"] == "restore")
+mib = {int(p): m for p, m in phase["gpuMemoryMiB"].items()}
+total = max(phase["imageBytes"], sum(mib.values()) * 2**20)
+trees = [e for e in ev if e["event"] == "tree-end" and e["how"] == "restored"]
+back = sum(max(e["bytes"], sum(mib.get(int(p), 0) for p in e["gpuMemoryMiB"]) * 2**20) for e in trees)
+print(f"   the restore phase: {total} bytes ({phase['imageBytes']} of files, {sum(mib.values())} MiB of"
+      f" GPU memory, pids {sorted(mib)}); {len(trees)} trees back: {back} bytes")
+print(("PASS" if back == total else "FAIL") + " the images back reach the total with the last tree")
+EOF
+  case $line in PASS* | FAIL*) verdict "${line%% *}" "${line#* }" ;; *) echo "$line" ;; esac
+done
+s=$(timeout 30 "${CK[@]}" --get-state --pid "$big")
+[[ $s == checkpointed ]]
+check "the 8 GiB target is back checkpointed again" $? "$s"
+timeout 120 "${CK[@]}" --toggle --pid "$big" >/dev/null
+check "the 8 GiB target toggled back to running" $?
+a=$(ask "$big_dir" hash 60)
+[[ $a == "hash $big_hash" ]]
+check "the 8 GiB target answers its hash" $? "$a"
+a=$(ask "$small_dir" hash 60)
+[[ $a == "hash $small_hash" ]]
+check "the 1 GiB target answers its hash" $? "$a"
+verdict_summary "$bin/verdicts.txt" taken-line
