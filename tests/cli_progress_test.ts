@@ -69,6 +69,12 @@ function lineOnClock(options: ProgressOptions) {
   return { clock, line: new Progress(print, clock, options, false) };
 }
 
+/** What a line keeps when it stops (`kept`, each call's rates) through its `keep` option. */
+function keeping() {
+  const kept: Record<string, number>[] = [];
+  return { kept, keep: (rates: Record<string, number>) => Promise.resolve(void kept.push(rates)) };
+}
+
 /** A Printer, on a terminal or not, and what it writes to stderr, in order. */
 function printerKept(isTerminal: boolean) {
   const written: string[] = [];
@@ -575,8 +581,7 @@ describe("the live line on a terminal", () => {
   });
 
   test("a restore's images alone: criu's rate since the restore began, of every tree back; kept", async () => {
-    const kept: Record<string, number>[] = [];
-    const keep = (rates: Record<string, number>) => Promise.resolve(void kept.push(rates));
+    const { kept, keep } = keeping();
     const { clock, line } = lineOnClock({ columns: 120, rates: { restore: 4e6 }, keep });
     line.event({ type: "phase", phase: "check", at: 0 });
     clock.ms = 2000; // 2 s of checks: not criu's
@@ -610,8 +615,7 @@ describe("the live line on a terminal", () => {
   });
 
   test("a tree's images count at least its GPU memory (a simulated criu's files hold less); criu's rate from the restore's start, kept", async () => {
-    const kept: Record<string, number>[] = [];
-    const keep = (rates: Record<string, number>) => Promise.resolve(void kept.push(rates));
+    const { kept, keep } = keeping();
     const { clock, line } = lineOnClock({ columns: 120, keep });
     const gpuMemoryMiB = { 4242: 4096, 4343: 4096 }, gib = 2 ** 30;
     line.event({ type: "phase", phase: "restore", at: 0, imageBytes: 2000, gpuMemoryMiB });

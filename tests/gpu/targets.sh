@@ -14,6 +14,8 @@
 #                             (printing nothing) where PID ends first or SECONDS (300) pass
 #   ask DIR COMMAND [SECONDS] [NAME]  sends a command through DIR/cmd (DIR/NAME.cmd), prints the
 #                             next line of DIR/out (DIR/NAME.out)
+#   hash_intact WHAT DIR HASH the target in DIR answers HASH (its ready line's): the sourcing
+#                             script's check WHAT, with the answer
 #   end_started REGEX         every pid of started=() still alive whose command line matches
 #                             REGEX (a pid may have been reused) continued, then killed: an EXIT trap
 #   stop_target DIR PID       "exit", else SIGKILL; DIR removed
@@ -95,6 +97,13 @@ ask() {
   done
   echo "(no answer in ${3:-60} s)"
   return 1
+}
+
+hash_intact() {
+  local a
+  a=$(ask "$2" hash 60)
+  [[ $a == "hash $3" ]]
+  check "$1" $? "$a"
 }
 
 stop_target() {

@@ -34,7 +34,7 @@ round() {
   CKPT_RECORDS_DIR=$records timeout 300 "${cmd[@]}" restore-snapshot "$bin/snap-$n" --json \
     --events >"$bin/rest-$n.json" 2>"$bin/events-$n"
   check "round $n ($who): restore" $? "$(tail -2 "$bin/events-$n")"
-  python3 - "$bin/events-$n" "$records/rates.json" "$bin/rest-$n.json" "$n" "$who" <<'EOF' |
+  python3 - "$bin/events-$n" "$records/rates.json" "$bin/rest-$n.json" "$n" "$who" <<'EOF' | verdicts_of ||
 import json, sys
 events, rates, result, n, who = sys.argv[1:]
 ev = [json.loads(l) for l in open(events) if l.startswith("{")]
@@ -54,10 +54,7 @@ if who == "ours":
     ok = abs(kept / want - 1) < 0.02
     print(("PASS" if ok else "FAIL") + f" round {n}: the rate kept is criu's over the whole restore")
 EOF
-    while read -r line; do
-      case $line in PASS* | FAIL*) verdict "${line%% *}" "${line#* }" ;; *) echo "$line" ;; esac
-    done
-  [[ ${PIPESTATUS[0]} == 0 ]] || verdict FAIL "round $n ($who): its events or rates.json unread"
+    verdict FAIL "round $n ($who): its events or rates.json unread"
 }
 rounds=(ours)
 [[ -n ${BASE:-} ]] && rounds=(ours base ours base)
@@ -77,8 +74,6 @@ echo "   the first frame: $first"
 [[ $first == *"~$kept GB/s,"* ]]
 check "the restore's first frame estimates at the kept ~$kept GB/s" $? "$first"
 for i in "${!pids[@]}"; do
-  a=$(ask "${dirs[$i]}" hash 60)
-  [[ $a == "hash ${hashes[$i]}" ]]
-  check "target $((i + 1)) answers its hash at the end" $? "$a"
+  hash_intact "target $((i + 1)) answers its hash at the end" "${dirs[$i]}" "${hashes[$i]}"
 done
 verdict_summary "$bin/verdicts.txt" restore-rate

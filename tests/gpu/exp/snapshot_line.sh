@@ -49,17 +49,11 @@ if kind == "snapshot":
     print(("FAIL" if rated else "PASS") + f" snapshot: no rate of criu's while that checkpoint holds a dump back ({rated[:1]})")
     print(f"   the dump's frames: {[f for f in frames if f.startswith('dumping')][::3]}")
 EOF
-  while read -r line; do
-    case $line in PASS* | FAIL*) verdict "${line%% *}" "${line#* }" ;; *) echo "$line" ;; esac
-  done <"$bin/said-$kind"
+  verdicts_of <"$bin/said-$kind"
 }
 shown snapshot snapshot --pid "$big,$small" --dir "$bin/snap"
 wait_gone "$big" "$small"
 shown restore restore-snapshot "$bin/snap"
-a=$(ask "$big_dir" hash 60)
-[[ $a == "hash $big_hash" ]]
-check "the 8 GiB target answers its hash after the restore" $? "$a"
-a=$(ask "$small_dir" hash 60)
-[[ $a == "hash $small_hash" ]]
-check "the 1 GiB target answers its hash after the restore" $? "$a"
+hash_intact "the 8 GiB target answers its hash after the restore" "$big_dir" "$big_hash"
+hash_intact "the 1 GiB target answers its hash after the restore" "$small_dir" "$small_hash"
 verdict_summary "$bin/verdicts.txt" snapshot-line

@@ -23,7 +23,7 @@ check "snapshot: exit 0" $? "$(tail -2 "$bin/snap.out")"
 wait_gone "$big" "$small"
 timeout 180 script -qfec "stty cols 160; ${CK[*]} restore-snapshot $bin/snap" /dev/null >"$bin/raw"
 check "restore: exit 0" $? "$(tail -c 300 "$bin/raw")"
-python3 - "$bin/raw" <<'EOF' | while read -r line; do
+python3 - "$bin/raw" <<'EOF' | verdicts_of || verdict FAIL "the terminal's frames unread"
 import re, sys
 raw = open(sys.argv[1], encoding="utf-8", newline="").read()
 frames = [p for p in raw.split("\r\x1b[2K")[1:] if re.match(r"resuming on the GPUs [0-9.]+ s", p)]
@@ -32,8 +32,6 @@ said = [f for f in frames if re.search(r"; criu ~[0-9.]+ of [0-9.]+ GB back$|, c
 print(f"   {len(frames)} resume frames, {len(said)} saying criu's part; e.g. {said[:1]}; last: {frames[-1:]}")
 print(("PASS" if said else "FAIL") + " the resume says criu's part while the big tree is still to come")
 EOF
-  case $line in PASS* | FAIL*) verdict "${line%% *}" "${line#* }" ;; *) echo "$line" ;; esac
-done
 s=$(timeout 30 "${CK[@]}" --get-state --pid "$big")
 [[ $s == checkpointed ]]
 check "the 8 GiB target is back checkpointed, as taken" $? "$s"
@@ -44,7 +42,7 @@ check "the second snapshot: exit 0" $? "$(tail -2 "$bin/snap2.out")"
 wait_gone "$big" "$small"
 timeout 180 "${CK[@]}" restore-snapshot "$bin/snap2" --events >/dev/null 2>"$bin/events"
 check "the second restore (--events): exit 0" $? "$(tail -2 "$bin/events")"
-python3 - "$bin/events" <<'EOF' | while read -r line; do
+python3 - "$bin/events" <<'EOF' | verdicts_of || verdict FAIL "the second restore's events unread"
 import json, sys
 ev = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
 phase = next(e for e in ev if e["event"] == "phase" and e["phase"] == "restore")
@@ -56,17 +54,11 @@ print(f"   the restore phase: {total} bytes ({phase['imageBytes']} of files, {su
       f" GPU memory, pids {sorted(mib)}); {len(trees)} trees back: {back} bytes")
 print(("PASS" if back == total else "FAIL") + " the images back reach the total with the last tree")
 EOF
-  case $line in PASS* | FAIL*) verdict "${line%% *}" "${line#* }" ;; *) echo "$line" ;; esac
-done
 s=$(timeout 30 "${CK[@]}" --get-state --pid "$big")
 [[ $s == checkpointed ]]
 check "the 8 GiB target is back checkpointed again" $? "$s"
 timeout 120 "${CK[@]}" --toggle --pid "$big" >/dev/null
 check "the 8 GiB target toggled back to running" $?
-a=$(ask "$big_dir" hash 60)
-[[ $a == "hash $big_hash" ]]
-check "the 8 GiB target answers its hash" $? "$a"
-a=$(ask "$small_dir" hash 60)
-[[ $a == "hash $small_hash" ]]
-check "the 1 GiB target answers its hash" $? "$a"
+hash_intact "the 8 GiB target answers its hash" "$big_dir" "$big_hash"
+hash_intact "the 1 GiB target answers its hash" "$small_dir" "$small_hash"
 verdict_summary "$bin/verdicts.txt" taken-line
