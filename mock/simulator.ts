@@ -31,7 +31,7 @@ export interface SimulatedMachineOptions {
   seed?: number;
   /** The first pid handed out. Default 4000. */
   firstPid?: number;
-  /** Timing figures; by default the model of GPU 0's chip (an H200's, or an H100's). */
+  /** Timing figures, by default GPU 0's chip's; a whole model: `{ ...H200_TIMING, lockMs: 5 }`. */
   timing?: TimingModel;
 }
 
@@ -194,7 +194,9 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
     if (of && of.pid !== parent) throw new RangeError(`spawn: parent ${parent} ${thread}`);
     const cuda = checkFlag(o.cuda, "spawn: cuda", true);
     const noMemory = "spawn: a process with cuda: false has no GPU memory, got memoryMiB";
-    if (!cuda && o.memoryMiB) throw new TypeError(`${noMemory} ${describeValue(o.memoryMiB)}`);
+    if (!cuda && (o.memoryMiB ?? 0) !== 0) {
+      throw new TypeError(`${noMemory} ${describeValue(o.memoryMiB)}`);
+    }
     const memoryMiB = cuda ? checkAmount(or(o.memoryMiB, 16), "spawn: memoryMiB") : 0;
     const gpus = this.#gpusFor(o.gpu);
     const extra = checkInteger(or(o.extraThreads, 1), "spawn: extraThreads", 0, 100_000);

@@ -118,14 +118,17 @@ const FIELDS = ["migrationMs", "lockMs", "unlockMs", "queryMs", "rejectMs", "oom
 export function checkTiming(timing: unknown): TimingModel {
   const keys = ["checkpoint", "restore", ...FIELDS, "exitNoticeMs", "refusedMs"] as const;
   const t = checkKeys(timing as TimingModel, "timing", keys);
-  for (const f of [...FIELDS, "exitNoticeMs"] as const) checkAmount(t[f], `timing.${f}`);
-  if (t.refusedMs !== undefined) checkAmount(t.refusedMs, "timing.refusedMs");
-  for (const kind of ["checkpoint", "restore"] as const) checkCopyTiming(t[kind], `timing.${kind}`);
+  for (const f of [...FIELDS, "exitNoticeMs", "refusedMs"] as const) {
+    if (t[f] !== undefined) checkAmount(t[f], `timing.${f}`); // those given first, by name
+  }
+  for (const k of ["checkpoint", "restore"] as const) t[k] && checkCopyTiming(t[k], `timing.${k}`);
+  const lacks = keys.filter((k) => k !== "refusedMs" && t[k] === undefined).join(", ");
+  const whole = "a whole model (to change some figures: { ...H200_TIMING, lockMs: 5 })";
+  if (lacks) throw new TypeError(`timing must be ${whole}; it lacks ${lacks}`);
   return t;
 }
 
 function checkCopyTiming(c: CopyTiming, what: string): void {
-  if (c === undefined) throw new TypeError(`${what} is missing`);
   const keys = ["aggregateBytesPerSecond", "slowdownPerProcess", "heldSlowdownPerGiB"] as const;
   checkKeys(c, what, ["fixedMs", "serialMs", "serialPerOtherMs", "points", ...keys]);
   checkAmount(c.fixedMs, `${what}.fixedMs`);

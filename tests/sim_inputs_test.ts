@@ -51,6 +51,16 @@ describe("SimulatedMachine options", () => {
       /timing\.lockMs must be a finite number >= 0, got -1/,
     ],
     [
+      "timing of one figure: that figure named, not the first of those left out",
+      { timing: { lockMs: -1 } },
+      /timing\.lockMs must be a finite number >= 0, got -1/,
+    ],
+    [
+      "timing of one good figure: a whole model asked for, those left out named",
+      { timing: { lockMs: 5 } },
+      /timing must be a whole model \(to change some figures: \{ \.\.\.H200_TIMING, lockMs: 5 \}\); it lacks checkpoint, restore, migrationMs, unlockMs, queryMs, rejectMs, oomMs, exitNoticeMs$/,
+    ],
+    [
       "timing points",
       {
         timing: {
@@ -179,6 +189,11 @@ describe("spawn and process inputs", () => {
       "memory without CUDA",
       () => sim.spawn({ cuda: false, memoryMiB: 5 }),
       /cuda: false has no GPU memory, got memoryMiB 5/,
+    ],
+    [
+      "memory NaN without CUDA (no number is no memory either)",
+      () => sim.spawn({ cuda: false, memoryMiB: NaN }),
+      /cuda: false has no GPU memory, got memoryMiB NaN/,
     ],
     [
       "cuda",
