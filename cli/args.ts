@@ -75,7 +75,7 @@ const SUBCOMMANDS: Readonly<Record<string, readonly string[]>> = Object.fromEntr
   }).map(([sub, options]) => [sub, options.split(" ")]),
 );
 const isSubcommand = (word: string) => Object.hasOwn(SUBCOMMANDS, word);
-/** A subcommand's stray options, in the order the first is named (an operation before them). */
+/** A subcommand's stray options (the first typed is named, an operation before them). */
 const STRAY_OF_SNAPSHOTS = "--pid --dir --timeout --deadline --device-map --all --all-or-nothing " +
   "--job --leave-running --verify --no-room-check --allow-ipc-import --tcp-established";
 const STRAY_OF_OTHERS = "--pid --all --all-or-nothing --job --timeout --device-map " +
@@ -280,10 +280,10 @@ function badOption(detail: string, getopt?: string): UsageError {
   return new UsageError(NVIDIA_MESSAGES.badOption, detail, getopt);
 }
 
-/** Refuses the first operation, else the first of `options`, given that `sub` does not take. */
+/** Refuses the first operation, else the first given of `options`, that `sub` does not take. */
 function refuseStray(sub: string, seen: Seen, options: string): void {
-  const stray = [...seen.operations, ...options.split(" ").filter((o) => seen.given.has(o))]
-    .find((o) => !SUBCOMMANDS[sub].includes(o));
+  const typed = [...seen.given].filter((o) => options.split(" ").includes(o)); // in typed order
+  const stray = [...seen.operations, ...typed].find((o) => !SUBCOMMANDS[sub].includes(o));
   if (stray === "--device-map" && (sub === "snapshot" || sub === "inspect")) {
     no(`${sub} takes no --device-map: the GPUs to restore onto are given to restore-snapshot`);
   }
@@ -298,6 +298,7 @@ function given(seen: Seen, names: string): Record<string, unknown> {
 /** The checks that need the whole command line, in NVIDIA's order where it has them. */
 function finish(seen: Seen): Command {
   const has = (option: string) => seen.given.has(option);
+  const first = (of: string[]) => [...seen.given].find((o) => of.includes(o)); // typed first
   const common = { json: has("--json"), events: has("--events"), simulate: has("--simulate") };
   const [sub, ...rest] = seen.words;
   if (sub !== undefined && !isSubcommand(sub)) {
@@ -308,13 +309,13 @@ function finish(seen: Seen): Command {
     const unknown = `unknown subcommand ${JSON.stringify(sub)}${near}`;
     throw new UsageError(unknown, undefined, undefined, tail);
   }
-  const spawnOnly = SPAWN_OPTIONS.find(has);
+  const spawnOnly = first(SPAWN_OPTIONS);
   if (spawnOnly && sub !== "spawn") no(`${spawnOnly} is only valid with --simulate spawn`);
   if (["snapshot", "restore-snapshot", "inspect", "recover"].includes(sub)) {
     return snapshotCommand(sub, rest, seen, common);
   }
   if (has("--verify")) throw new UsageError("--verify is only valid with inspect");
-  const snapshotOnly = ["--dir", "--leave-running", "--deadline", "--tcp-established"].find(has);
+  const snapshotOnly = first(["--dir", "--leave-running", "--deadline", "--tcp-established"]);
   if (snapshotOnly) {
     const subs = Object.keys(SUBCOMMANDS).filter((sub) => SUBCOMMANDS[sub].includes(snapshotOnly));
     no(`${snapshotOnly} is only valid with ${subs.join(", ").replace(/, (?!.*, )/, " and ")}`);

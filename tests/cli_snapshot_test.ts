@@ -113,6 +113,11 @@ describe("the command line of snapshots", () => {
       [["--toggle", "--pid", "5", "--dir", "/s"], /^--dir is only valid with snapshot/],
       [["--get-state", "--pid", "5,6", "--job"], /^--job is only valid for --action and --toggle/],
       [["list", "--job"], /^list takes no --job$/],
+      // Of several strays, the one typed first is named (each order: the table's named one).
+      [["list", "--job", "--all-or-nothing"], /^list takes no --job$/],
+      [["list", "--all-or-nothing", "--job"], /^list takes no --all-or-nothing$/],
+      [["--simulate", "list", "--parent", "3", "--memory-mib", "5"], /^--parent is only valid/],
+      [["list", "--leave-running", "--dir", "/s"], /^--leave-running is only valid with snapshot/],
       // Ours, not NVIDIA's: its line for a stray argument is not kept.
       [["list", "4000"], /^unexpected argument "4000": list takes no argument$/],
       [["--simulate", "kill", "4000", "5000"], /^unexpected argument "5000": kill takes one pid$/],
