@@ -94,7 +94,6 @@ function madeUpUuid(seed: number, index: number): string {
     x ^= x << 13;
     x ^= x >>> 17;
     x ^= x << 5;
-    x >>>= 0;
     bytes[i] = x & 0xff;
   }
   bytes[6] = (bytes[6] & 0x0f) | 0x40; // shaped like a version-4 UUID, as NVIDIA's are
