@@ -97,9 +97,9 @@ Options:
         stderr, one JSON object per line, instead of the live line a terminal shows:
         {"event":"phase",phase,gpuMemoryMiB:{<pid>:<MiB>},imageBytes}, {"event":"step-start",
         pid,step,rollback,gpuMemoryMiB,bytes,estimatedMs}, {"event":"step-end",pid,step,ms,ok,
-        rollback}, {"event":"process-end",pid,status}, {"event":"bytes",root,bytes} (criu's count
-        so far), {"event":"tree-end",root,how:"dumped"|"restored",bytes,gpuMemoryMiB} (its
-        files, as the manifest lists them), {"event":"wait",root,ms,why} (the restore waits ms
+        rollback}, {"event":"process-end",pid,status}, {"event":"bytes",root,bytes} (criu's count,
+        written or read back), {"event":"tree-end",root,how:"dumped"|"restored",bytes,gpuMemoryMiB}
+        (its files, as the manifest lists them), {"event":"wait",root,ms,why} (the restore waits ms
         before criu: a port in TIME_WAIT; 0: one ended); at: ms since it began. Other lines: text
 
 --simulate

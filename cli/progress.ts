@@ -2,11 +2,11 @@
  * The progress of long work (README, "Command line"): on a terminal, one live line on stderr,
  * redrawn on the machine's clock and erased before anything else is written; with `--events`,
  * each event as a JSON line on stderr instead (asked for: stderr stays NVIDIA's lines for
- * scripts). The driver says nothing while it copies a process's GPU memory, nor criu's restore
- * until a tree is back: their progress is estimated ("~") from this run's rates once a step of its
- * kind ended, else those kept by the runs before that showed progress (each run's mean with the one
- * kept before it, beside the records of held memory), else docs/DRIVER.md's ("Timings"). A dump's
- * bytes are criu's count as it writes (its images hold at least the GPU memory).
+ * scripts). The driver says nothing while it copies a process's GPU memory: its progress is
+ * estimated ("~") from this run's rates once a step of its kind ended, else those kept by the runs
+ * before that showed progress (each run's mean with the one kept before it, beside the records of
+ * held memory), else docs/DRIVER.md's ("Timings"); so is criu's restore till a tenth is read back.
+ * criu's bytes: its count as it writes a dump (at least the GPU memory) or reads a restore back.
  *
  * @module
  */
@@ -89,7 +89,7 @@ export class Progress {
   readonly #done = new Set<number>();
   /** This run's bytes and ms of each driver step, and of criu's restore so far (`images`). */
   readonly #measured = new Map<string, [number, number]>();
-  /** criu's count of each tree's images written, and the GPU memory suspended for it. */
+  /** criu's count of each tree's images written (or read back, till back), the GPU memory held. */
   readonly #written = new Map<number, number>();
   #suspended = 0;
   #dumpFrom: [number, number] | undefined; // criu's rate from: when, and what it had written then
@@ -167,6 +167,7 @@ export class Progress {
       // since the restore began, not since the resume did, with the first tree back.
       const pids = Object.keys(e.gpuMemoryMiB).map(Number); // those the total counts, as it does
       pids.forEach((pid) => this.#back.add(pid));
+      this.#written.delete(e.root); // its count as criu read it back: all of it now
       this.#read += Math.max(e.bytes, this.#sum(pids));
       this.#measured.set("images", [this.#read, Math.max(1, now - this.#readFrom)]);
     } else if (e.type === "wait" && now + e.ms > this.#wait.until) { // the longest of trees' waits
@@ -280,11 +281,11 @@ export class Progress {
     return estimated(done, total, rate, (total - done) / rate);
   }
 
-  /** criu's restore: the images back (estimated for the trees not back yet), all, its rate. */
+  /** criu's restore: the images back (as criu counts them, else estimated), all, its rate. */
   #criu(now: number): [number, number, number] {
-    const [total, read] = [this.#images, this.#read];
-    // criu's own rate once trees that hold a tenth of the images are back; till then, the usual.
-    const rate = this.#rate("images", read > total / 10);
+    const [total, read] = [this.#images, this.#read + sumOf(this.#written)];
+    const own = read / Math.max(1, now - this.#readFrom); // from a tenth back; till then, the usual
+    const rate = read > total / 10 ? own : this.#rate("images", false);
     const guess = Math.min(total * 0.99, Math.max(read, rate * (now - this.#readFrom)));
     return [read >= total ? total : guess, total, rate];
   }

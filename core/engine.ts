@@ -23,13 +23,12 @@ export interface TreeRequest {
   readonly timeoutMs?: number;
   /** Established TCP connections too (criu's `--tcp-established`); else a dump refuses them. */
   readonly tcpEstablished?: boolean;
+  /** Told now and then the bytes of images written so far, or read back. Must not throw. */
+  readonly onBytes?: (bytes: number) => void;
 }
 
 /** A tree to dump. */
-export interface DumpRequest extends TreeRequest {
-  /** Told now and then how many bytes of images are written so far. Must not throw. */
-  readonly onBytes?: (bytes: number) => void;
-}
+export type DumpRequest = TreeRequest;
 
 /** A tree to restore: it comes back with the pids it was dumped with. */
 export interface RestoreRequest extends TreeRequest {

@@ -2,7 +2,7 @@
 
 import { join } from "node:path";
 import type { DumpedProcess, DumpRequest, EngineProbe } from "../core/engine.ts";
-import type { RestoreRequest, SnapshotEngine } from "../core/engine.ts";
+import type { RestoreRequest, SnapshotEngine, TreeRequest } from "../core/engine.ts";
 import { checkAmount, checkChoice, checkFlag, checkFunction } from "../core/options.ts";
 import { checkInteger, checkKeys, checkName, checkSignal, or } from "../core/options.ts";
 import { describeValue, MAX_PID, mustBe, orElse } from "../core/options.ts";
@@ -107,10 +107,7 @@ export class SimulatedCriu implements SnapshotEngine {
       await this.#fixedCost("dump", run, log);
       let written = 0;
       for (const taken of images) {
-        await this.#copy(taken.image, run, CRIU_TIMING.dumpBytesPerSecond, (piece) => {
-          written += piece;
-          orElse(() => r.onBytes?.(written), undefined); // one that throws does not stop the dump
-        });
+        written = await this.#copy(taken.image, run, CRIU_TIMING.dumpBytesPerSecond, r, written);
         const gone = tree.find((p) => p.exited);
         if (gone) throw log.error(`process ${gone.pid} ended during the dump`);
         writeImages(r.imagesDir, taken, log);
@@ -146,8 +143,9 @@ export class SimulatedCriu implements SnapshotEngine {
           made.push(this.#machine.adopt(restoredProcess(this.#machine, image, r.root)));
         }
         await this.#fixedCost("restore", run, log);
+        let read = 0;
         for (const [i, image] of images.entries()) {
-          await this.#copy(image, run, CRIU_TIMING.restoreBytesPerSecond);
+          read = await this.#copy(image, run, CRIU_TIMING.restoreBytesPerSecond, r, read);
           // Its pages file is read as its memory is copied in, not before: the tree is made first.
           const pages = memoryOf(r.imagesDir, image, log);
           if (image.cuda && !made[i].exited) made[i].loadPages("host", pages, true);
@@ -215,8 +213,8 @@ export class SimulatedCriu implements SnapshotEngine {
     const r = request as DumpRequest & RestoreRequest;
     const not = `${op} takes a request object, got ${describeValue(r)}`;
     if (typeof r !== "object" || r === null) throw new TypeError(not);
-    const keys = ["root", "imagesDir", "signal", "timeoutMs", "tcpEstablished"] as const;
-    const own = op === "dump" ? ["onBytes"] as const : ["leaveStopped", "onWait"] as const;
+    const keys = ["root", "imagesDir", "signal", "timeoutMs", "tcpEstablished", "onBytes"] as const;
+    const own = op === "dump" ? [] : ["leaveStopped", "onWait"] as const;
     checkKeys(r, `${op} request`, [...keys, ...own]);
     checkFlag(r.tcpEstablished, `${op}: tcpEstablished`, false);
     checkInteger(r.root, `${op}: root (a pid)`, 1, MAX_PID);
@@ -264,14 +262,16 @@ export class SimulatedCriu implements SnapshotEngine {
     throw log.error(message);
   }
 
-  /** Moves an image's simulated bytes over the disk at `bytesPerSecond`, piece by piece. */
-  async #copy(image: ProcessImage, run: Waits, bytesPerSecond: number, each?: (n: number) => void) {
+  /** Moves an image's bytes at `bytesPerSecond` piece by piece, telling the count from `n` on. */
+  async #copy(image: ProcessImage, run: Waits, bytesPerSecond: number, r: TreeRequest, n: number) {
     const bytes = criuImageBytes(image.memoryMiB, image.cuda); // more than none
     for (let i = 0; i < Math.ceil(bytes / PIECE_BYTES); i++) {
       const piece = Math.min(PIECE_BYTES, bytes - PIECE_BYTES * i);
       await run.copy(this.#machine.disk, piece, bytesPerSecond / 1000);
-      each?.(piece);
+      n += piece;
+      orElse(() => r.onBytes?.(n), undefined); // one that throws does not stop the work
     }
+    return n;
   }
 }
 

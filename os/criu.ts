@@ -144,7 +144,7 @@ class CriuEngine implements SnapshotEngine {
     // kept beside the work directories, as a failed restore's log is (the last of that root's).
     const file = path.join(request.imagesDir, "dump.log");
     const log = { file, shown: path.join(path.dirname(work), `dump-${request.root}.log`) };
-    const stopWatching = watchBytes(request.imagesDir, request.onBytes);
+    const stopWatching = watchBytes(() => sizeOf(request.imagesDir), request.onBytes);
     try {
       await this.#run(criu, "dump", request.root, log, [
         ...["--libdir", work, "--tree", String(request.root)],
@@ -185,6 +185,7 @@ class CriuEngine implements SnapshotEngine {
     const shown = path.join(path.dirname(work), `restore-${request.root}.log`);
     const log = { file: path.join(work, "restore.log"), shown };
     const pidfile = path.join(work, "root.pid");
+    const stopWatching = watchBytes(() => residentOf(request.imagesDir), request.onBytes);
     try {
       await mkdir(path.join(work, "no-plugins"), { mode: 0o700 });
       await this.#run(criu, "restore", request.root, log, [
@@ -200,6 +201,7 @@ class CriuEngine implements SnapshotEngine {
       await rename(log.file, log.shown).catch(() => {});
       throw err;
     } finally {
+      await stopWatching();
       await removeWorkDir(work);
     }
   }
@@ -280,22 +282,35 @@ class CriuEngine implements SnapshotEngine {
   }
 }
 
-/** Tells `onBytes` the size of the images so far, every 250 ms, and once more when stopped. */
-function watchBytes(dir: string, onBytes: ((bytes: number) => void) | undefined) {
-  let last = -1;
-  const measure = async () => {
-    let total = 0;
-    for (const name of await readdir(dir).catch(() => [] as string[])) {
-      const st = await lstat(path.join(dir, name)).catch(() => undefined);
-      if (st?.isFile()) total += st.size;
-    }
-    if (total === last) return;
+/** Tells `onBytes` what `count` counts every 250 ms, and once more when stopped (none after). */
+function watchBytes(count: () => Promise<number>, onBytes: ((bytes: number) => void) | undefined) {
+  let last = -1, stopped = false;
+  const measure = async (final = false) => {
+    const total = await count().catch(() => last);
+    if (total === last || (stopped && !final)) return;
     last = total;
-    Promise.try(onBytes!, total).catch(() => {}); // a display that throws must not break the dump
+    Promise.try(onBytes!, total).catch(() => {}); // a display that throws must not break criu's run
   };
   const timer = onBytes && setInterval(() => void measure(), 250);
   return async () => {
     clearInterval(timer);
-    if (onBytes) await measure();
+    stopped = true;
+    if (onBytes) await measure(true);
   };
+}
+
+/** The bytes of the files in `dir`: a dump's images so far. */
+async function sizeOf(dir: string): Promise<number> {
+  const names = await readdir(dir).catch(() => [] as string[]);
+  const st = await Promise.all(names.map((n) => lstat(path.join(dir, n)).catch(() => undefined)));
+  return st.reduce((sum, s) => sum + (s?.isFile() ? s.size : 0), 0);
+}
+
+/** The resident memory of a tree's processes as criu restores them: its pages read back so far. */
+async function residentOf(dir: string): Promise<number> {
+  const tree = parsePstree(new Uint8Array(await readFile(path.join(dir, "pstree.img"))));
+  const paged = /^Rss(?:Anon|Shmem):\s*(\d+) kB/gm; // what pages images hold, not files mapped
+  const kB = (status: string) => [...status.matchAll(paged)].reduce((a, m) => a + Number(m[1]), 0);
+  const each = tree.map(({ pid }) => readFile(`/proc/${pid}/status`, "utf8").then(kB, () => 0));
+  return (await Promise.all(each)).reduce((a, b) => a + b, 0) * 1024; // 0 for one not made yet
 }

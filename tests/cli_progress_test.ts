@@ -699,6 +699,25 @@ describe("the live line on a terminal", () => {
     line.stop();
   });
 
+  test("a restore's trees as criu reads them back: its count and rate, not the kept one's; a tree back counts once", () => {
+    const { clock, line } = lineOnClock({ columns: 120, rates: { images: 1e6 } });
+    line.event({ type: "phase", phase: "restore", at: 0, imageBytes: 8e9 });
+    clock.ms = 1000;
+    line.event({ type: "bytes", root: 4242, bytes: 1.5e9, at: 1000 });
+    line.event({ type: "bytes", root: 4343, bytes: 1.5e9, at: 1000 });
+    const shows = (text: string) =>
+      assert.equal(line.text(), `restoring the process trees ${text}`);
+    shows("1.0 s: ~3.0 of 8.0 GB, ~3.0 GB/s, ~1.7 s left");
+    clock.ms = 1500;
+    const tree = { type: "tree-end", how: "restored", gpuMemoryMiB: {} } as const;
+    line.event({ ...tree, root: 4242, bytes: 2e9, at: 1500 });
+    shows("1.5 s: ~3.5 of 8.0 GB, ~2.3 GB/s, ~1.9 s left");
+    clock.ms = 2000;
+    line.event({ type: "bytes", root: 4343, bytes: 3e9, at: 2000 });
+    shows("2.0 s: ~5.0 of 8.0 GB, ~2.5 GB/s, ~1.2 s left");
+    line.stop();
+  });
+
   test("the images' estimate before any tree is back: at the rate criu's restores last ran at", () => {
     const { clock, line } = lineOnClock({ columns: 120, rates: { images: 1e6 } });
     line.event({ type: "phase", phase: "restore", at: 0, imageBytes: 4e9 });
@@ -958,6 +977,12 @@ describe("--events: the events, one JSON object per line of stderr", () => {
     );
     assert.deepEqual(own(again.filter((e) => e.event === "tree-end")), each);
     assert.ok(again.some((e) => e.phase === "resume"));
+    for (const { pid } of p) { // criu's count of each tree read back grows to what its dump wrote
+      const count = (es: typeof events) => es.filter((e) => e.event === "bytes" && e.root === pid);
+      const read = count(again).map((e) => e.bytes), wrote = count(events).map((e) => e.bytes);
+      assert.ok(read.length > 1 && read.every((n, i) => i === 0 || n > read[i - 1]), `${read}`);
+      assert.equal(read[read.length - 1], wrote[wrote.length - 1]);
+    }
   });
 });
 

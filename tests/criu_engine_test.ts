@@ -207,6 +207,25 @@ describe("running criu", () => {
       );
     }));
 
+  test("a restore tells onBytes the memory of pstree.img's processes (its pages read back so far); without one, nothing", () =>
+    inScratch(async (s) => {
+      const me = [{ pid: process.pid, ppid: 0, threads: [process.pid] }];
+      writeFileSync(join(s.dir, "pstree.img"), pstree(me)); // a tree of this very process
+      const engine = openCriuEngine({ criuPath: fakeCriu(s.dir, { FAKE_CRIU_ROOT: "4242" }) });
+      const seen: number[] = [];
+      await engine.restore({ root: 4242, imagesDir: s.dir, onBytes: (b) => seen.push(b) });
+      const status = readFileSync("/proc/self/status", "utf8");
+      const held = [...status.matchAll(/^Rss(?:Anon|Shmem):\s*(\d+) kB/gm)]
+        .reduce((sum, m) => sum + Number(m[1]) * 1024, 0);
+      const told = seen[seen.length - 1];
+      assert.ok(told > held / 2 && told < held * 2, `told ${seen}, this process holds ${held}`);
+      const none = join(s.dir, "none");
+      mkdirSync(none);
+      const not: number[] = [];
+      await engine.restore({ root: 4242, imagesDir: none, onBytes: (b) => not.push(b) });
+      assert.deepEqual(not, [], "no pstree.img, no count");
+    }));
+
   test("a restore: detached, shell-job, its pidfile read; a root it did not make is an error", () =>
     inScratch(async (s) => {
       const record = join(s.dir, "record");

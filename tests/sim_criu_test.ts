@@ -1008,6 +1008,32 @@ describe("the simulated CRIU", () => {
     });
   });
 
+  test("a restore's onBytes hears the images read back grow, as time goes on, to what the dump wrote", async () => {
+    const sim = new SimulatedMachine();
+    const root = sim.spawn({ cuda: false });
+    const child = sim.spawn({ parent: root.pid, memoryMiB: 2048 });
+    await suspend(sim, child);
+    const dir = await imagesDir(), written: number[] = [];
+    await sim.engine.dump({ root: root.pid, imagesDir: dir, onBytes: (n) => written.push(n) });
+    const restored = async (onBytes: (n: number) => void) => {
+      await sim.engine.kill([root.pid, child.pid]);
+      await sim.engine.restore({ root: root.pid, imagesDir: dir, onBytes });
+    };
+    const heard: [number, number][] = [];
+    await restored((n) => heard.push([sim.now(), n]));
+    assert.ok(heard.length >= 4, `told ${heard.length} times`);
+    for (let i = 1; i < heard.length; i++) {
+      assert.ok(heard[i][1] > heard[i - 1][1], `bytes grow: ${heard.map((h) => h[1])}`);
+      assert.ok(heard[i][0] > heard[i - 1][0], "as time goes on");
+    }
+    assert.equal(heard[heard.length - 1][1], written[written.length - 1], "all of it read back");
+    // A callback that throws does not stop the restore.
+    await restored(() => {
+      throw new Error("a broken progress bar");
+    });
+    assert.equal(sim.process(child.pid)?.state, "checkpointed");
+  });
+
   test("a dump and a restore alone take the model's fixed cost and its images at the model's rate", async () => {
     // CRIU_TIMING's rates and fixed costs were fitted to what criu 4.1.1 took on an H100, so
     // those times are not checked here: what is, is that one dump (restore) alone takes the

@@ -5,7 +5,7 @@
  */
 
 import type { GpuInfo } from "../driver.ts";
-import type { EngineProbe, SnapshotEngine } from "../engine.ts";
+import type { EngineProbe, SnapshotEngine, TreeRequest } from "../engine.ts";
 import { RefusedError, SnapshotError } from "../errors.ts";
 import { checkGroupOptions, type GroupEvent, type GroupResult } from "../group_types.ts";
 import type { GroupSettings } from "../group_types.ts";
@@ -36,13 +36,14 @@ export type SnapshotPhase =
   | "rollback";
 
 /**
- * Progress of a snapshot or a restore: a phase starting (with what it moves, where known: each
- * CUDA process's GPU memory in MiB by pid for `suspend`, `restore` (those taken checkpointed too)
- * and `resume`, the images' bytes for `restore`), image bytes written so far by one tree's dump (the engine's count), one tree done
- * (`tree-end`: its images sealed after its dump, or read back by its restore, `bytes` as the
- * manifest lists its files, its CUDA processes' `gpuMemoryMiB` by pid), the engine waiting `ms`
- * till it can restore a tree, among the checks (`why`: a port held in TIME_WAIT), or a step of one
- * CUDA process (the group operations' events). Times are ms since the call.
+ * Progress of a snapshot or a restore: a phase starting (with what it moves, where known: each CUDA
+ * process's GPU memory in MiB by pid for `suspend`, `restore` (those taken checkpointed too) and
+ * `resume`, the images' bytes for `restore`), one tree's image bytes so far (the engine's count,
+ * dumped or read back), one tree done (`tree-end`: its images sealed after its dump, or read back
+ * by its restore, `bytes` as the manifest lists its files, its CUDA processes' `gpuMemoryMiB` by
+ * pid), the engine waiting `ms` till it can restore a tree, among the checks (`why`: a port held in
+ * TIME_WAIT), or a step of one CUDA process (the group operations' events). Times are ms since the
+ * call.
  */
 export type SnapshotEvent =
   | Readonly<
@@ -181,10 +182,11 @@ export class Run {
     };
   }
 
-  /** What every engine call on the tree of `root` is given: the run's signal, and its time left. */
-  tree(root: number): { root: number; signal: AbortSignal; timeoutMs?: number } {
-    const left = this.deadline.left();
-    return { root, signal: this.signal, ...(left !== undefined ? { timeoutMs: left } : {}) };
+  /** What every engine call on the tree of `root` is given: the run's signal, time left, events. */
+  tree(root: number): Omit<TreeRequest, "imagesDir"> & { signal: AbortSignal } {
+    const left = this.deadline.left(), time = left !== undefined ? { timeoutMs: left } : {};
+    const onBytes = (bytes: number) => this.tell({ type: "bytes", root, bytes, at: 0 });
+    return { root, signal: this.signal, onBytes, ...time };
   }
 
   /** Ends the run: its signal aborts, so that nothing stays listening on a caller's signal. */

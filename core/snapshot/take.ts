@@ -254,7 +254,6 @@ async function dump(t: Taken, i: number): Promise<void> {
       const writing = run.engine.dump({
         ...run.tree(root),
         imagesDir: t.out.imagesDirs[i],
-        onBytes: (bytes) => run.tell({ type: "bytes", root, bytes, at: 0 }),
         ...(t.o.tcpEstablished ? { tcpEstablished: true } : {}),
       });
       // On disk and digested as they are written, while this and other trees' dumps go on.
