@@ -89,7 +89,7 @@ export class Progress {
   readonly #done = new Set<number>();
   /** This run's bytes and ms of each driver step, and of criu's restore so far (`images`). */
   readonly #measured = new Map<string, [number, number]>();
-  /** criu's count of each tree's images written (or read back, till back), the GPU memory held. */
+  /** criu's count of each tree's images written (or read back, 0 once back); the memory held. */
   readonly #written = new Map<number, number>();
   #suspended = 0;
   #dumpFrom: [number, number] | undefined; // criu's rate from: when, and what it had written then
@@ -167,7 +167,7 @@ export class Progress {
       // since the restore began, not since the resume did, with the first tree back.
       const pids = Object.keys(e.gpuMemoryMiB).map(Number); // those the total counts, as it does
       pids.forEach((pid) => this.#back.add(pid));
-      this.#written.delete(e.root); // its count as criu read it back: all of it now
+      if (this.#written.has(e.root)) this.#written.set(e.root, 0); // in what is back now, counted
       this.#read += Math.max(e.bytes, this.#sum(pids));
       this.#measured.set("images", [this.#read, Math.max(1, now - this.#readFrom)]);
     } else if (e.type === "wait" && now + e.ms > this.#wait.until) { // the longest of trees' waits
@@ -194,7 +194,7 @@ export class Progress {
       : this.#phase === "dump"
       ? this.#dumped(now)
       : this.#phase === "restore" && this.#images > 0
-      ? this.#restored(now)
+      ? estimated(...this.#criu(now)) // the images of the trees back, and criu's count of the rest
       : this.#driver(now);
     const elapsed = `${(Math.max(0, now - this.#start) / 1000).toFixed(1)} s`;
     const steps = total !== 1 ? [...this.#steps].map(([pid, s]) => `${pid} ${named(s)}`) : [];
@@ -275,19 +275,13 @@ export class Progress {
     return `${amounts(written, this.#suspended, "~")} written, ${perSecond(rate)}, ~${left}`;
   }
 
-  /** A restore's images: those of the trees that are back, estimated for the others. */
-  #restored(now: number): string {
-    const [done, total, rate] = this.#criu(now);
-    return estimated(done, total, rate, (total - done) / rate);
-  }
-
-  /** criu's restore: the images back (as criu counts them, else estimated), all, its rate. */
+  /** criu's restore: the images back (counted where criu counts, else estimated), all, its rate. */
   #criu(now: number): [number, number, number] {
     const [total, read] = [this.#images, this.#read + sumOf(this.#written)];
     const own = read / Math.max(1, now - this.#readFrom); // from a tenth back; till then, the usual
     const rate = read > total / 10 ? own : this.#rate("images", false);
-    const guess = Math.min(total * 0.99, Math.max(read, rate * (now - this.#readFrom)));
-    return [read >= total ? total : guess, total, rate];
+    const guess = this.#written.size > 0 ? read : Math.max(read, rate * (now - this.#readFrom));
+    return [this.#read >= total ? total : Math.min(total * 0.99, guess), total, rate]; // all back
   }
 
   /** Whether a restore's process resumes once criu has restored its tree, not back yet. */
@@ -301,7 +295,7 @@ export class Progress {
 const sumOf = (of: Map<number, number>): number => [...of.values()].reduce((a, b) => a + b, 0);
 
 /** `~12.4 of 34.4 GB, ~2.0 GB/s, ~11 s left`, all estimated; `34.4 of 34.4 GB` once all done. */
-function estimated(done: number, total: number, rate: number, leftMs: number): string {
+function estimated(done: number, total: number, rate: number, leftMs = (total - done) / rate) {
   if (done >= total) return amounts(total, total);
   const left = leftMs > 0 ? `~${timeLeft(leftMs)}` : "longer than estimated";
   return `~${amounts(done, total)}${rate > 0 ? `, ~${perSecond(rate)}` : ""}, ${left}`;

@@ -23,7 +23,7 @@ export interface TreeRequest {
   readonly timeoutMs?: number;
   /** Established TCP connections too (criu's `--tcp-established`); else a dump refuses them. */
   readonly tcpEstablished?: boolean;
-  /** Told now and then the bytes of images written so far, or read back. Must not throw. */
+  /** Told now and then the image bytes written, or read back, so far (not by `ready`). No throw. */
   readonly onBytes?: (bytes: number) => void;
 }
 

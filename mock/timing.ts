@@ -118,10 +118,10 @@ const FIELDS = ["migrationMs", "lockMs", "unlockMs", "queryMs", "rejectMs", "oom
 export function checkTiming(timing: unknown): TimingModel {
   const keys = ["checkpoint", "restore", ...FIELDS, "exitNoticeMs", "refusedMs"] as const;
   const t = checkKeys(timing as TimingModel, "timing", keys);
-  for (const f of [...FIELDS, "exitNoticeMs", "refusedMs"] as const) {
-    if (t[f] !== undefined) checkAmount(t[f], `timing.${f}`); // those given first, by name
+  for (const k of keys.filter((k) => t[k] !== undefined)) { // those given first, by name
+    if (k === "checkpoint" || k === "restore") checkCopyTiming(t[k], `timing.${k}`);
+    else checkAmount(t[k], `timing.${k}`);
   }
-  for (const k of ["checkpoint", "restore"] as const) t[k] && checkCopyTiming(t[k], `timing.${k}`);
   const lacks = keys.filter((k) => k !== "refusedMs" && t[k] === undefined).join(", ");
   const whole = "a whole model (to change some figures: { ...H200_TIMING, lockMs: 5 })";
   if (lacks) throw new TypeError(`timing must be ${whole}; it lacks ${lacks}`);

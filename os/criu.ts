@@ -185,7 +185,7 @@ class CriuEngine implements SnapshotEngine {
     const shown = path.join(path.dirname(work), `restore-${request.root}.log`);
     const log = { file: path.join(work, "restore.log"), shown };
     const pidfile = path.join(work, "root.pid");
-    const stopWatching = watchBytes(() => residentOf(request.imagesDir), request.onBytes);
+    const stopWatching = watchBytes(residentOf(request.imagesDir), request.onBytes);
     try {
       await mkdir(path.join(work, "no-plugins"), { mode: 0o700 });
       await this.#run(criu, "restore", request.root, log, [
@@ -282,20 +282,21 @@ class CriuEngine implements SnapshotEngine {
   }
 }
 
-/** Tells `onBytes` what `count` counts every 250 ms, and once more when stopped (none after). */
+/** Tells `onBytes` what `count` counts, where more than told: every 250 ms, and when stopped. */
 function watchBytes(count: () => Promise<number>, onBytes: ((bytes: number) => void) | undefined) {
-  let last = -1, stopped = false;
-  const measure = async (final = false) => {
-    const total = await count().catch(() => last);
-    if (total === last || (stopped && !final)) return;
-    last = total;
+  let told = -1, under: Promise<void> | undefined; // a count under way: none begun beside it
+  const measure = async () => {
+    const total = await count().catch(() => told);
+    if (total <= told) return; // a failed restore's ended processes, or a smaller count of criu's
+    told = total;
     Promise.try(onBytes!, total).catch(() => {}); // a display that throws must not break criu's run
   };
-  const timer = onBytes && setInterval(() => void measure(), 250);
+  const tick = () => (under ??= measure().finally(() => (under = undefined)));
+  const timer = onBytes && setInterval(tick, 250);
   return async () => {
     clearInterval(timer);
-    stopped = true;
-    if (onBytes) await measure(true);
+    await under;
+    if (onBytes) await measure();
   };
 }
 
@@ -306,11 +307,14 @@ async function sizeOf(dir: string): Promise<number> {
   return st.reduce((sum, s) => sum + (s?.isFile() ? s.size : 0), 0);
 }
 
-/** The resident memory of a tree's processes as criu restores them: its pages read back so far. */
-async function residentOf(dir: string): Promise<number> {
-  const tree = parsePstree(new Uint8Array(await readFile(path.join(dir, "pstree.img"))));
+/** A count of the resident memory of a tree's processes as criu restores them: its pages back. */
+function residentOf(dir: string): () => Promise<number> {
+  let tree: Promise<DumpedProcess[]> | undefined; // pstree.img, read at the first count
   const paged = /^Rss(?:Anon|Shmem):\s*(\d+) kB/gm; // what pages images hold, not files mapped
-  const kB = (status: string) => [...status.matchAll(paged)].reduce((a, m) => a + Number(m[1]), 0);
-  const each = tree.map(({ pid }) => readFile(`/proc/${pid}/status`, "utf8").then(kB, () => 0));
-  return (await Promise.all(each)).reduce((a, b) => a + b, 0) * 1024; // 0 for one not made yet
+  const kB = (s: Buffer) => [...`${s}`.matchAll(paged)].reduce((a, m) => a + Number(m[1]), 0);
+  return async () => {
+    tree ??= readFile(path.join(dir, "pstree.img")).then((b) => parsePstree(new Uint8Array(b)));
+    const each = (await tree).map(({ pid }) => readFile(`/proc/${pid}/status`).then(kB, () => 0));
+    return (await Promise.all(each)).reduce((a, b) => a + b, 0) * 1024; // 0 for one not made yet
+  };
 }

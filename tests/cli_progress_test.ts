@@ -718,6 +718,18 @@ describe("the live line on a terminal", () => {
     line.stop();
   });
 
+  test("criu's count shown as counted, not the kept rate's estimate above it; 99% at most till all trees are back", () => {
+    const { clock, line } = lineOnClock({ columns: 120, rates: { images: 3e6 } });
+    line.event({ type: "phase", phase: "restore", at: 0, imageBytes: 100e9 });
+    clock.ms = 9900; // criu slower than the rate kept: 8.9 GB counted where 29.7 would be estimated
+    line.event({ type: "bytes", root: 4242, bytes: 8.9e9, at: 9900 });
+    assert.match(line.text(), /: ~8\.9 of 100\.0 GB, ~3\.0 GB\/s, ~30 s left$/);
+    clock.ms = 11_000; // a count past the images (criu's own memory in a task it forked)
+    line.event({ type: "bytes", root: 4242, bytes: 101e9, at: 11_000 });
+    assert.match(line.text(), /: ~99\.0 of 100\.0 GB, /);
+    line.stop();
+  });
+
   test("the images' estimate before any tree is back: at the rate criu's restores last ran at", () => {
     const { clock, line } = lineOnClock({ columns: 120, rates: { images: 1e6 } });
     line.event({ type: "phase", phase: "restore", at: 0, imageBytes: 4e9 });

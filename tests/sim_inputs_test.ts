@@ -61,6 +61,11 @@ describe("SimulatedMachine options", () => {
       /timing must be a whole model \(to change some figures: \{ \.\.\.H200_TIMING, lockMs: 5 \}\); it lacks checkpoint, restore, migrationMs, unlockMs, queryMs, rejectMs, oomMs, exitNoticeMs$/,
     ],
     [
+      "timing with a copy's figures null (given, so checked, not taken as left out)",
+      { timing: { ...H200_TIMING, checkpoint: null } },
+      /timing\.checkpoint must be/,
+    ],
+    [
       "timing points",
       {
         timing: {

@@ -38,12 +38,11 @@ export type SnapshotPhase =
 /**
  * Progress of a snapshot or a restore: a phase starting (with what it moves, where known: each CUDA
  * process's GPU memory in MiB by pid for `suspend`, `restore` (those taken checkpointed too) and
- * `resume`, the images' bytes for `restore`), one tree's image bytes so far (the engine's count,
- * dumped or read back), one tree done (`tree-end`: its images sealed after its dump, or read back
+ * `resume`, the images' bytes for `restore`), one tree's image bytes dumped or read back so far
+ * (the engine's count), one tree done (`tree-end`: its images sealed after its dump, or read back
  * by its restore, `bytes` as the manifest lists its files, its CUDA processes' `gpuMemoryMiB` by
- * pid), the engine waiting `ms` till it can restore a tree, among the checks (`why`: a port held in
- * TIME_WAIT), or a step of one CUDA process (the group operations' events). Times are ms since the
- * call.
+ * pid), the engine waiting `ms` till it can restore a tree, among the checks (`why`: a port in
+ * TIME_WAIT), or a step of one CUDA process (a group's events). Times: ms since the call.
  */
 export type SnapshotEvent =
   | Readonly<
