@@ -7,6 +7,8 @@
 #   start_target NAME MIB     sets T_DIR, T_PID, T_HASH (the "ready" line's) and T_CHILD; with
 #                             T_SETSID=0, started without setsid: a shell job, in this script's
 #                             session and process group
+#   start_named NAME MIB      start_target NAME MIB, its pid, directory and hash set as $NAME,
+#                             $NAME_dir and $NAME_hash; the setup fails where it does not start
 #   start_parented NAME MIB   a target of MIB as the child of a bash parent named NAME (a session of
 #                             its own, or with T_SETSID=0 a shell job), in DIR $bin/t: sets T_DIR,
 #                             T_ROOT (the parent), T_PID and T_HASH
@@ -52,6 +54,13 @@ start_target() {
   # setsid forks only when it is a process group leader, which a background job here is not.
   [[ $T_PID == "$T_CHILD" ]] || echo "note: setsid forked: target $T_PID, child $T_CHILD"
   echo "target $1: pid $T_PID, $2 MiB, hash $T_HASH"
+}
+
+start_named() {
+  start_target "$1" "$2" || fail_setup "the target $1 ($2 MiB) did not start"
+  printf -v "$1" %s "$T_PID"
+  printf -v "$1_dir" %s "$T_DIR"
+  printf -v "$1_hash" %s "$T_HASH"
 }
 
 start_parented() {

@@ -18,15 +18,8 @@ for m in 4096 1024; do
   pids+=("$T_PID") dirs+=("$T_DIR") hashes+=("$T_HASH")
 done
 all=$(IFS=,; echo "${pids[*]}")
-snap() {
-  timeout 300 "${CK[@]}" snapshot --pid "$all" --dir "$bin/$1" >"$bin/$1.out" 2>&1
-  check "snapshot $1" $? "$(tail -2 "$bin/$1.out")"
-  wait_gone "${pids[@]}"
-}
-snap snap-e
-timeout 300 "${CK[@]}" restore-snapshot "$bin/snap-e" --events >/dev/null 2>"$bin/events"
-check "restore with --events" $? "$(tail -2 "$bin/events")"
-python3 - "$bin/events" <<'PY' | verdicts_of || verdict FAIL "the events unread"
+round_trip "$all" snap-e
+python3 - "$bin/snap-e.events" <<'PY' | verdicts_of || verdict FAIL "the events unread"
 import json, sys
 ev = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
 start = next(e["at"] for e in ev if e.get("phase") == "restore")
@@ -45,7 +38,7 @@ for t in [e for e in ev if e["event"] == "tree-end" and e["how"] == "restored"]:
     print(("PASS" if not [c for c in counts if c["at"] > t["at"]] else "FAIL") +
           f" tree {t['root']}: no count after it is back")
 PY
-snap snap-t
+snapshot_of "$all" snap-t
 timeout 300 script -qfec "stty cols 160; ${CK[*]} restore-snapshot $bin/snap-t" /dev/null >"$bin/raw"
 check "the terminal's restore" $?
 python3 - "$bin/raw" <<'PY' | verdicts_of || verdict FAIL "the terminal's frames unread"

@@ -12,10 +12,8 @@
 # About 1 minute.
 . "$(dirname "$0")/session.sh" snapshot-line
 trap 'end_started "target"' EXIT
-start_target big 8192 || fail_setup "the 8 GiB target did not start"
-big=$T_PID big_dir=$T_DIR big_hash=$T_HASH
-start_target small 1024 || fail_setup "the 1 GiB target did not start"
-small=$T_PID small_dir=$T_DIR small_hash=$T_HASH
+start_named big 8192
+start_named small 1024
 # shown KIND ARGS...: ours under a terminal of 160 columns; its frames, some of them, and checks.
 shown() {
   local kind=$1

@@ -12,15 +12,11 @@
 # About 1 minute.
 . "$(dirname "$0")/session.sh" taken-line
 trap 'end_started "target"' EXIT
-start_target big 8192 || fail_setup "the 8 GiB target did not start"
-big=$T_PID big_dir=$T_DIR big_hash=$T_HASH
-start_target small 1024 || fail_setup "the 1 GiB target did not start"
-small=$T_PID small_dir=$T_DIR small_hash=$T_HASH
+start_named big 8192
+start_named small 1024
 timeout 120 "${CK[@]}" --toggle --pid "$big" >/dev/null
 check "the 8 GiB target checkpointed before the snapshot" $?
-timeout 300 "${CK[@]}" snapshot --pid "$big,$small" --dir "$bin/snap" >"$bin/snap.out" 2>&1
-check "snapshot: exit 0" $? "$(tail -2 "$bin/snap.out")"
-wait_gone "$big" "$small"
+snapshot_of "$big,$small" snap
 timeout 180 script -qfec "stty cols 160; ${CK[*]} restore-snapshot $bin/snap" /dev/null >"$bin/raw"
 check "restore: exit 0" $? "$(tail -c 300 "$bin/raw")"
 python3 - "$bin/raw" <<'EOF' | verdicts_of || verdict FAIL "the terminal's frames unread"
@@ -37,12 +33,8 @@ s=$(timeout 30 "${CK[@]}" --get-state --pid "$big")
 check "the 8 GiB target is back checkpointed, as taken" $? "$s"
 # Again with --events: the images back, as the line counts them, reach the total with the last tree
 # (none left to say once every tree is back: the manifest's files all lie in its trees' folders).
-timeout 300 "${CK[@]}" snapshot --pid "$big,$small" --dir "$bin/snap2" >"$bin/snap2.out" 2>&1
-check "the second snapshot: exit 0" $? "$(tail -2 "$bin/snap2.out")"
-wait_gone "$big" "$small"
-timeout 180 "${CK[@]}" restore-snapshot "$bin/snap2" --events >/dev/null 2>"$bin/events"
-check "the second restore (--events): exit 0" $? "$(tail -2 "$bin/events")"
-python3 - "$bin/events" <<'EOF' | verdicts_of || verdict FAIL "the second restore's events unread"
+round_trip "$big,$small" snap2
+python3 - "$bin/snap2.events" <<'EOF' | verdicts_of || verdict FAIL "the second restore's events unread"
 import json, sys
 ev = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
 phase = next(e for e in ev if e["event"] == "phase" and e["phase"] == "restore")

@@ -19,12 +19,8 @@ line=$(ready_line "$T_DIR/out" "$root" 120) && read -r _ pid _ hash <<<"$line"
 [[ -n ${pid:-} ]] || fail_setup "the target did not start"
 started+=("$pid")
 echo "root $root, $(pgrep -P "$root" | wc -l) children, target $pid (hash $hash)"
-timeout 300 "${CK[@]}" snapshot --pid "$root" --dir "$bin/snap" >"$bin/snap.out" 2>&1
-check "snapshot" $? "$(tail -2 "$bin/snap.out")"
-wait_gone "$root" "$pid"
-timeout 300 "${CK[@]}" restore-snapshot "$bin/snap" --events >/dev/null 2>"$bin/events"
-check "restore with --events" $? "$(tail -2 "$bin/events")"
-python3 - "$bin/events" <<'PY' | verdicts_of || verdict FAIL "the events unread"
+round_trip "$root" snap "$pid"
+python3 - "$bin/snap.events" <<'PY' | verdicts_of || verdict FAIL "the events unread"
 import json, sys
 ev = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
 start = next(e["at"] for e in ev if e.get("phase") == "restore")
