@@ -206,7 +206,11 @@ export class SimulatedProcess {
         if (!this.#kernels.delete(kernel)) return;
         kernel.cancel?.();
         release?.();
-        if (!error && writes) this.#memory?.produce(writes.at, writes.length, writes.make);
+        try {
+          if (!error && writes) this.#memory?.produce(writes.at, writes.length, writes.make);
+        } catch (thrown) {
+          error = thrown as Error; // make's own, for a launch's part of a chunk: made at its end
+        }
         return error ? reject(error) : resolve();
       },
     };
@@ -236,8 +240,7 @@ export class SimulatedProcess {
     const what = "write GPU memory";
     const ready = this.#queued === 0 && this.#kernels.size === 0 && this.#canRun();
     if (ready && !this.#machine.closedError(what)) {
-      this.#memory!.write(offset, data);
-      return Promise.resolve();
+      return new Promise((resolve) => resolve(this.#memory!.write(offset, data)));
     }
     const copy = data.slice();
     return this.#copy(what, () => this.#memory!.write(offset, copy));
@@ -260,7 +263,7 @@ export class SimulatedProcess {
     const gone = `process ${this.pid} exited, and its GPU memory with it (where a restore ` +
       `brought it back, \`machine.process(${this.pid})\` is the process it made)`;
     const never = `process ${this.pid} has no GPU memory: it never used CUDA`;
-    if (this.#memory) return Promise.resolve(this.#memory.chunkedSha256());
+    if (this.#memory) return new Promise((resolve) => resolve(this.#memory!.chunkedSha256()));
     return Promise.reject(new Error(this.usesCuda && this.#exited ? gone : never));
   }
 

@@ -370,6 +370,22 @@ describe("memoryChunkedSha256", () => {
     );
   });
 
+  test("a kernel's make that throws rejects what runs it: the launch (part of a chunk) or the read (a whole one)", async () => {
+    await using sim = new SimulatedMachine();
+    const p = sim.spawn({ memoryMiB: 2 });
+    const make = () => {
+      throw new Error("the kernel's bytes cannot be made");
+    };
+    await assert.rejects(p.launch(5, { at: 10, length: 100, make }), /cannot be made/);
+    await p.launch(5, { at: 0, length: MIB, make }); // made only when read
+    await assert.rejects(p.read(0, 1), /cannot be made/);
+    await assert.rejects(p.write(5, Uint8Array.of(3)), /cannot be made/, "a write into that chunk");
+    await assert.rejects(p.memoryChunkedSha256(), /cannot be made/);
+    assert.equal(sim.now(), 10, "the simulator goes on: both kernels ran, one after the other");
+    await p.write(MIB, Uint8Array.of(3));
+    assert.deepEqual(await p.read(MIB, 1), Uint8Array.of(3));
+  });
+
   test("takes no virtual time", async () => {
     const sim = new SimulatedMachine();
     const p = sim.spawn({ memoryMiB: 64 });
