@@ -268,7 +268,7 @@ export function describeValue(value: unknown): string {
   if (typeof value === "string") return JSON.stringify(value);
   if (typeof value === "bigint") return `${value}n`;
   if (value === null) return "null";
-  if (Array.isArray(value)) return "an array";
+  if (Array.isArray(value)) return value.length ? "an array" : "an empty array";
   if (typeof value === "object") return "an object";
   if (typeof value === "function") return "a function";
   return String(value);

@@ -18,7 +18,7 @@ describe("SimulatedMachine options", () => {
     [
       "gpus []",
       { gpus: [] },
-      /gpus must be a number of GPUs or a non-empty array of GPU specs, got an array/,
+      /gpus must be a number of GPUs or a non-empty array of GPU specs, got an empty array/,
     ],
     [
       "gpu name",
