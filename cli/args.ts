@@ -363,7 +363,7 @@ function operationCommand(seen: Seen, common: Common, has: (option: string) => b
     kind: "operation",
     operation,
     targets: all ? "all" : seen.pids,
-    allOrNothing: has("--all-or-nothing"),
+    allOrNothing: has("--all-or-nothing") || has("--job"), // a job is all or nothing
     job: has("--job"),
     ...given(seen, "timeoutMs gpuMapping checkRoom allowIpcImport"),
     ...common,

@@ -32,7 +32,7 @@ export interface GroupOptions {
   timeoutMs?: number;
   /**
    * The processes share GPU state: every lock before any checkpoint, every restore before any
-   * unlock, all brought back if any fails (implies `allOrNothing`; docs/API.md#jobs).
+   * unlock, all brought back if any fails (`allOrNothing`, never `concurrency`; docs/API.md#jobs).
    */
   job?: boolean;
   /** Stops the group: no step starts after it aborts; a process between steps is brought back. */
@@ -144,9 +144,10 @@ export type GroupSettings = Omit<Settings<typeof GROUP_OPTIONS>, "onProgress"> &
 
 /** Checks a group's options, each left out given its default (the machine is the caller's). */
 export function checkGroupOptions(options: GroupOptions | undefined): GroupSettings {
-  const both = "a job works on every process at once: concurrency cannot be given with job: true";
-  if (options?.job === true && options.concurrency !== undefined) {
-    throw new RangeError(`${both}, got ${describeValue(options.concurrency)}`);
+  for (const key of ["concurrency", "allOrNothing"] as const) {
+    const v = options?.job === true ? options[key] : true; // a job: all at once, all or none
+    const both = `a job works on all at once, all or none: ${key} cannot be given with job: true`;
+    if (v !== undefined && v !== true) throw new RangeError(`${both}, got ${describeValue(v)}`);
   }
   const s = checkTable(options, "runGroup", GROUP_OPTIONS);
   return {

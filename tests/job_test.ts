@@ -357,12 +357,19 @@ describe("a job holds its processes", () => {
     assert.equal(answered, "checkpointed");
   });
 
-  test("concurrency cannot be given with job: true", async () => {
+  test("concurrency, or allOrNothing: false, cannot be given with job: true; nothing is asked", async () => {
     const { sim, pids } = job(2);
     await assert.rejects(
       runGroup("suspend", pids, { machine: sim, job: true, concurrency: 1 }),
-      /concurrency cannot be given with job: true, got 1/,
+      /all at once, all or none: concurrency cannot be given with job: true, got 1/,
     );
+    await assert.rejects(
+      runGroup("suspend", pids, { machine: sim, job: true, allOrNothing: false }),
+      /all or none: allOrNothing cannot be given with job: true, got false/,
+    );
+    assert.equal(sim.driver.calls.length, 0);
+    const done = await runGroup("suspend", pids, { machine: sim, job: true, allOrNothing: true });
+    assert.equal(done.ok, true, "allOrNothing: true is what a job is");
   });
 });
 
