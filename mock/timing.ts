@@ -158,13 +158,12 @@ export function timingForChip(name: string): TimingModel {
 
 /** The time one process alone takes for the whole operation, interpolated from the table. */
 export function singleProcessMs(timing: CopyTiming, memoryMiB: number): number {
-  const pts = timing.points;
   let [x0, y0] = [0, timing.fixedMs];
-  for (const [x1, y1] of pts) {
+  for (const [x1, y1] of timing.points) {
     if (memoryMiB <= x1) return y0 + (y1 - y0) * (memoryMiB - x0) / (x1 - x0);
     [x0, y0] = [x1, y1];
   }
-  const [xa, ya] = pts.length > 1 ? pts[pts.length - 2] : [0, timing.fixedMs];
+  const [xa, ya] = timing.points.at(-2) ?? [0, timing.fixedMs];
   return y0 + (y0 - ya) / (x0 - xa) * (memoryMiB - x0);
 }
 
