@@ -409,10 +409,9 @@ function simulatedHost(m: SimulatedMachine): HostProcesses {
       })),
     identify: (id) => of("identify a process", id, (p) => p && { pid: p.pid, start: p.start }),
     // What of a process outlasts a dump and restore: `<pid>:<command line>`; undefined if gone.
-    lastingMark: (process) =>
-      m.instantly("read what outlasts a restore", () => {
-        const p = m.process(process.pid);
-        return p && sameProcess(process, p) ? `${p.pid}:${p.command}` : undefined;
+    lastingMark: (was) =>
+      of("read what outlasts a restore", was.pid, (p) => {
+        return p && sameProcess(was, p) ? `${p.pid}:${p.command}` : undefined;
       }),
     // There are no groups nor sessions.
     pidsInUse: (ids) =>
