@@ -1,8 +1,4 @@
-/**
- * What a group operation takes and gives: its options (checked where they enter), events, result.
- *
- * @module
- */
+// What a group operation takes and gives: its options (checked where they enter), events, result.
 
 import type { GpuPair } from "./driver.ts";
 import type { Machine } from "./machine.ts";

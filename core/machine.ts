@@ -1,8 +1,4 @@
-/**
- * What a call runs on: a {@link Machine} its owner passes in, or one shared, opened on first use.
- *
- * @module
- */
+// What a call runs on: a `Machine` its owner passes in, or one shared, opened on first use.
 
 import { C_FUNCTIONS, type CheckpointDriver } from "./driver.ts";
 import type { SnapshotEngine } from "./engine.ts";

@@ -1,8 +1,4 @@
-/**
- * GPU mappings: the one check that one can work here, and why the driver refused one.
- *
- * @module
- */
+// GPU mappings: the one check that one can work here, and why the driver refused one.
 
 import type { CheckpointDriver, GpuInfo, GpuPair } from "./driver.ts";
 import { RefusedError } from "./errors.ts";

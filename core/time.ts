@@ -1,8 +1,4 @@
-/**
- * Time: a machine's clock, deadlines, rounded times, and work at most so much at once.
- *
- * @module
- */
+// Time: a machine's clock, deadlines, rounded times, and work at most so much at once.
 
 /** A clock in ms: the simulator's virtual time, or the real one. */
 export interface Clock {

@@ -1,8 +1,4 @@
-/**
- * The package's version, checked by a test against `deno.json` (importing it costs start-up).
- *
- * @module
- */
+// The package's version, checked by a test against `deno.json` (importing it costs start-up).
 
 /** The version of `@ckpt/cuda`. */
 export const VERSION = "0.1.0";
