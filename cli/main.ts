@@ -107,7 +107,8 @@ async function run(command: MachineCommand, io: CliIo): Promise<number> {
       const report = await query(command.operation, one!, machine.driver);
       code = printReports([report], print, command.json, false);
     } else if (command.kind === "operation" && one !== undefined) {
-      code = await (await processes()).runOne(command, one, machine, print, io.interrupts);
+      const { runOne } = await processes();
+      code = await runOne(command, one, machine, print, io.interrupts, simulated);
     } else if (command.kind === "operation") {
       code = await (await processes()).runMany(command, machine, print, io.interrupts);
     } else if (command.kind === "list") {

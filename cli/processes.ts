@@ -8,8 +8,9 @@
  * An interrupt (SIGINT, SIGTERM, SIGHUP) stops the group: no new step starts, each process the
  * command changed is brought back once its step inside the driver ends, one more line says what
  * was left changed, and the exit code is 128 + the signal's number; a second exits at once, naming
- * the steps still inside the driver. One pid keeps NVIDIA's default: the interrupt ends it. And
- * `list` (or `ps`): the CUDA processes of the machine, as a table or as JSON lines.
+ * the steps still inside the driver. One pid keeps NVIDIA's default: the interrupt ends it (on
+ * `--simulate`, once its step ends, saved). And `list` (or `ps`): the CUDA processes of the
+ * machine, as a table or as JSON lines.
  *
  * @module
  */
@@ -27,6 +28,7 @@ import { type Interrupts, type Signal, watchInterrupts } from "./io.ts";
 import { type Progress, progressOf } from "./progress.ts";
 import { errorReport, printReports, query, warnUninspectable } from "./report.ts";
 import type { PidReport, Printer } from "./report.ts";
+import type { SavedMachine } from "./simulate.ts";
 
 /** Runs a state-changing command on one pid (not 0), prints its output, gives the exit code. */
 export async function runOne(
@@ -35,13 +37,22 @@ export async function runOne(
   machine: Machine,
   print: Printer,
   interrupts?: Interrupts,
+  simulated?: SavedMachine,
 ): Promise<number> {
   const { operation } = command;
   const labels = { [operation]: `${operation} ${pid}` };
   const progress = await progressOf(print, command.events, machine, { total: 1, labels });
-  // As NVIDIA's does, an interrupt ends it by the signal (a shell's loop stops): its line erased.
-  const end = (s: Signal = "SIGINT") => (print.live?.erase(), unwatch?.(), interrupts!.raise!(s));
-  const unwatch = print.terminal && interrupts?.raise ? interrupts.watch(end) : undefined;
+  // As NVIDIA's does, an interrupt ends it by the signal (a shell's loop stops): its line erased;
+  // a simulated machine (watched so) is first left as a killed caller leaves the driver, and saved.
+  const end = async (s: Signal = "SIGINT") => {
+    print.live?.erase();
+    unwatch?.();
+    await simulated?.machine.callerGone();
+    await simulated?.save().catch((error) => print.error(error)).finally(simulated.close);
+    interrupts!.raise!(s);
+  };
+  const watched = (print.terminal || simulated) && interrupts?.raise;
+  const unwatch = watched ? interrupts!.watch(end) : undefined;
   const proc = new CudaProcess(pid, { machine });
   const clock = clockOf(machine), start = clock.now(); // the simulator's virtual time, as a group's
   let report: PidReport | undefined;

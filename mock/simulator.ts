@@ -120,6 +120,7 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
   #nextPid: number;
   #nextStart = 1;
   #closed = false;
+  #callerGone = false;
 
   /** A simulated machine; one H200, virtual time and driver 13.0 unless told otherwise. */
   constructor(options: SimulatedMachineOptions = {}) {
@@ -330,8 +331,15 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
     };
   }
 
+  /** @internal the program dies: the calls under way end (as for a killed caller), unanswered */
+  async callerGone(): Promise<void> {
+    this.#callerGone = true;
+    while (this.#waiting.size > 0) await new Promise((resolve) => setTimeout(resolve, 5));
+  }
+
   /** @internal `work`, as something the program waits on (done before its answer is heard) */
   waitOn<T>(what: string, work: () => Promise<T>): Promise<T> {
+    if (this.#callerGone) return new Promise(() => {});
     if (this.#closed) return Promise.reject(this.closedError(what));
     const release = this.holdClock();
     const promise = new Promise<T>((resolve, reject) => {
@@ -340,7 +348,7 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
       work().finally(() => {
         this.#waiting.delete(stop);
         release();
-      }).then(resolve, reject);
+      }).then((value) => this.#callerGone || resolve(value), (e) => this.#callerGone || reject(e));
     });
     promise.catch(() => {});
     return promise;

@@ -935,6 +935,28 @@ describe(`SIGTERM and SIGHUP to cuda-checkpoint as a program (${runtime}), --sim
     });
   }
 
+  test(
+    "one pid: a signal mid-step leaves it as the driver leaves a killed caller's target: the step ended, no other begun, saved",
+    {
+      timeout: 60_000,
+    },
+    async () => {
+      const { path, pids } = await machineFile((sim) => [sim.spawn({ memoryMiB: 4096 }).pid]);
+      const toggle = ["--simulate", "--toggle", "--pid", `${pids[0]}`];
+      const env = { CKPT_SIM_STATE: path };
+      // Its checkpoint takes about 1.9 s, its restore 0.75 s: each signal comes before the end.
+      for (
+        const [ms, signal, after] of [[700, "SIGTERM", "checkpointed"], [300, "SIGHUP", "locked"]]
+      ) {
+        const r = await signalProgram(toggle, path, [[ms as number, signal as "SIGTERM"]]);
+        assert.deepEqual([r.code, r.signal], [null, signal], r.err); // ended by it, as NVIDIA's
+        assert.equal(existsSync(`${path}.lock`), false, "no lock left behind");
+        const state = await cli(["--simulate", "--get-state", "--pid", `${pids[0]}`], { env });
+        assert.equal(state.out, `${after}\n`, `${signal}: where the step in the driver took it`);
+      }
+    },
+  );
+
   test("the compiled binary: SIGTERM during a snapshot puts every process back, then ends it", {
     timeout: 60_000,
     skip: binaryBuilt ? false : `${BINARY} is not built: run \`bash cli/build.sh\``,
