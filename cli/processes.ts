@@ -45,8 +45,8 @@ export async function runOne(
   // As NVIDIA's does, an interrupt ends it by the signal (a shell's loop stops): its line erased;
   // a simulated machine (watched so) is first left as a killed caller leaves the driver, and saved.
   const end = async (s: Signal = "SIGINT") => {
-    print.live?.erase();
     unwatch?.();
+    await progress?.stop(); // its line erased, and drawn no more while a simulated step ends
     await simulated?.machine.callerGone();
     await simulated?.save().catch((error) => print.error(error)).finally(simulated.close);
     interrupts!.raise!(s);

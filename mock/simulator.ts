@@ -331,10 +331,10 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
     };
   }
 
-  /** @internal the program dies: the calls under way end (as for a killed caller), unanswered */
+  /** @internal the program dies: calls under way end (as a killed caller's) unanswered, but hung */
   async callerGone(): Promise<void> {
-    this.#callerGone = true;
-    while (this.#waiting.size > 0) await new Promise((resolve) => setTimeout(resolve, 5));
+    this.#callerGone = true; // a call with no timer to end it (an injected hang) is not waited for
+    while (this.#waiting.size && this.#timers.size) await new Promise((r) => setTimeout(r, 5));
   }
 
   /** @internal `work`, as something the program waits on (done before its answer is heard) */

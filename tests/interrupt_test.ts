@@ -260,6 +260,46 @@ describe("an interrupt during an operation on several processes, in-process", ()
     );
   });
 
+  test(
+    "one pid on --simulate on a terminal: the line stays erased while the simulated step ends; saved before the signal",
+    {
+      timeout: 30_000,
+    },
+    async () => {
+      const { path, pids } = await machineFile((sim) => [sim.spawn({ memoryMiB: 4096 }).pid]);
+      let err = "";
+      const raised = new Promise<[Signal, string]>((resolve) => {
+        const interrupts: Interrupts = {
+          watch(onInterrupt) {
+            setTimeout(() => onInterrupt("SIGTERM"), 900); // its checkpoint takes about 1.9 s
+            return () => {};
+          },
+          exit: (code) => assert.fail(`exited ${code}`),
+          raise: (signal) => resolve([signal, err]),
+        };
+        // It never resolves: after the signal no driver call answers (the program would be gone).
+        void main(["--simulate", "--toggle", "--pid", `${pids[0]}`], {
+          env: { CKPT_SIM_STATE: path, CKPT_SIM_CLOCK: "real" },
+          isTerminal: true,
+          interrupts,
+          stdout: () => {},
+          stderr: (text) => err += text,
+        });
+      });
+      const [signal, then] = await raised, erase = "\r\x1b[2K";
+      assert.equal(signal, "SIGTERM");
+      assert.ok(then.includes(`toggle ${pids[0]}`), `a line was drawn: ${JSON.stringify(then)}`);
+      assert.ok(
+        then.endsWith(erase),
+        `erased, and not drawn again: ${JSON.stringify(then.slice(-120))}`,
+      );
+      const state = await cli(["--simulate", "--get-state", "--pid", `${pids[0]}`], {
+        env: { CKPT_SIM_STATE: path },
+      });
+      assert.equal(state.out, "checkpointed\n", "the step under way ended, and was saved");
+    },
+  );
+
   test("one pid on a terminal: an interrupt that names no signal raises SIGINT; once done, not watched", async () => {
     const sim = new SimulatedMachine();
     const p = sim.spawn({ memoryMiB: 4096 }), q = sim.spawn({ memoryMiB: 16 });
@@ -954,6 +994,30 @@ describe(`SIGTERM and SIGHUP to cuda-checkpoint as a program (${runtime}), --sim
         const state = await cli(["--simulate", "--get-state", "--pid", `${pids[0]}`], { env });
         assert.equal(state.out, `${after}\n`, `${signal}: where the step in the driver took it`);
       }
+    },
+  );
+
+  test(
+    "one pid on --simulate: a signal while a call hangs (an injected hang) still ends it; nothing saved, said",
+    {
+      timeout: 60_000,
+    },
+    async () => {
+      const { path, pids } = await machineFile((sim) => {
+        const p = sim.spawn({ memoryMiB: 4096 });
+        p.hangNext("lock");
+        return [p.pid];
+      });
+      const r = await signalProgram(["--simulate", "--toggle", "--pid", `${pids[0]}`], path, [
+        [500, "SIGTERM"],
+      ]);
+      assert.deepEqual([r.code, r.signal], [null, "SIGTERM"], r.err); // not waiting on the hang
+      assert.match(r.err, /cannot save the simulated machine now: 1 driver call/);
+      assert.equal(existsSync(`${path}.lock`), false, "no lock left behind");
+      const state = await cli(["--simulate", "--get-state", "--pid", `${pids[0]}`], {
+        env: { CKPT_SIM_STATE: path },
+      });
+      assert.equal(state.out, "running\n", "the file as it was before the command");
     },
   );
 
