@@ -13,7 +13,7 @@
 set -u
 cd "$(dirname "$0")/../../.." || exit 1
 . tests/gpu/setup.sh   # exp_session: $out, $d (removed at exit) with ours in it, the log
-. tests/gpu/targets.sh # ready_line
+. tests/gpu/targets.sh # ready_line, ask (the trainer answers through $d/cmd and $d/out)
 exp_session
 verdict() { echo "$1 $2"; }
 nv=$PWD/.carry/cuda-checkpoint
@@ -25,16 +25,6 @@ pid=$!
 trap 'kill -9 "$pid" 2>/dev/null; rm -rf "$d"' EXIT
 ready_line "$d/out" "$pid" 120 >/dev/null || { echo "FAIL: no target: $(tail -3 "$d/err")"; exit 1; }
 state() { timeout 60 "$nv" --get-state --pid "$pid" 2>&1; } # waits while the driver works
-# asked COMMAND: the target's answer to COMMAND (the line it adds to its output).
-asked() {
-  local n
-  n=$(wc -l <"$d/out")
-  echo "$1" >"$d/cmd"
-  for ((i = 0; i < 600; i++)); do
-    (($(wc -l <"$d/out") > n)) && { tail -1 "$d/out"; return; }
-    sleep 0.1
-  done
-}
 # ended WHO PROGRAM SIGNAL DELAY WANT: PROGRAM --toggle on a terminal, SIGNAL after DELAY seconds;
 # it ends by the signal, its line (if drawn) erased, and the process is left WANT.
 ended() {
@@ -59,17 +49,17 @@ back() {
   local s all
   timeout 60 "$nv" --action unlock --pid "$pid"
   s=$(state)
-  all=$(asked digest | grep -o ' all=[0-9a-f]*')
+  all=$(ask "$d" digest | grep -o ' all=[0-9a-f]*')
   [[ $s == running && -n $all && $all == "$before" ]] &&
     verdict PASS "$1: unlocked, running, its state intact ($all)" ||
     verdict FAIL "$1: $s, digest$all against$before"
-  [[ $(asked "train 3") == "trained loss="* ]] && verdict PASS "$1: it trains on" ||
+  [[ $(ask "$d" "train 3") == "trained loss="* ]] && verdict PASS "$1: it trains on" ||
     verdict FAIL "$1: no training: $(tail -1 "$d/out")"
 }
 # round WHO PROGRAM: its two toggles timed, then each ended 0.6 of the way through, then back.
 round() {
   local t0 t1 t2 ok=1
-  before=$(asked digest | grep -o ' all=[0-9a-f]*')
+  before=$(ask "$d" digest | grep -o ' all=[0-9a-f]*')
   t0=$(date +%s%N)
   timeout 120 "$2" --toggle --pid "$pid" || ok=0
   t1=$(date +%s%N)
