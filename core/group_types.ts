@@ -140,12 +140,12 @@ export type GroupSettings = Omit<Settings<typeof GROUP_OPTIONS>, "onProgress"> &
 
 /** Checks a group's options, each left out given its default (the machine is the caller's). */
 export function checkGroupOptions(options: GroupOptions | undefined): GroupSettings {
+  const s = checkTable(options, "runGroup", GROUP_OPTIONS); // each of the right type first
   for (const key of ["concurrency", "allOrNothing"] as const) {
-    const v = options?.job === true ? options[key] : undefined; // a job: all at once, all or none
+    const v = s.job ? options![key] : undefined; // a job: all at once, all or none
     const both = `a job works on all at once, all or none: ${key} cannot be given with job: true`;
     if (v !== undefined && v !== true) throw new RangeError(`${both}, got ${describeValue(v)}`);
   }
-  const s = checkTable(options, "runGroup", GROUP_OPTIONS);
   return {
     ...s,
     allOrNothing: s.job || s.allOrNothing,

@@ -367,6 +367,9 @@ describe("a job holds its processes", () => {
       runGroup("suspend", pids, { machine: sim, job: true, allOrNothing: false }),
       /all or none: allOrNothing cannot be given with job: true, got false/,
     );
+    // A value of the wrong type is said as such, job or not.
+    const no = { machine: sim, job: true, allOrNothing: "no" as unknown as boolean };
+    await assert.rejects(runGroup("suspend", pids, no), /TypeError: .*allOrNothing.*got "no"/);
     assert.equal(sim.driver.calls.length, 0);
     const done = await runGroup("suspend", pids, { machine: sim, job: true, allOrNothing: true });
     assert.equal(done.ok, true, "allOrNothing: true is what a job is");
