@@ -147,10 +147,7 @@ export function watchInterrupts(
   return {
     signal: controller.signal,
     exitCode: (code) => first ? EXIT_CODES[first] : code,
-    stop() {
-      unwatch?.();
-      unwatch = undefined;
-    },
+    stop: () => void (unwatch?.(), unwatch = undefined),
   };
 }
 

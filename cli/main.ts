@@ -23,7 +23,7 @@
 
 import { parseCommandLine, wantsJson } from "./args.ts";
 import { type Command, UsageError } from "./command.ts";
-import { type CliIo, escapeControls, internalError, programIo } from "./io.ts";
+import { type CliIo, escapeControls, internalError, programIo, watchInterrupts } from "./io.ts";
 import type { Machine } from "../driver.ts";
 import type { Printer } from "./report.ts";
 import type { SavedMachine } from "./simulate.ts";
@@ -117,11 +117,14 @@ async function run(command: MachineCommand, io: CliIo): Promise<number> {
       code = await simulator(command, simulated!, print);
     } else code = await (await import("./disk.ts")).runDiskCommand(command, machine, print, io);
   } finally {
-    // What the command did, for the next command; then what was opened is closed, either way.
-    await (simulated?.save() ?? Promise.resolve()).catch((error) => {
-      print.error(error);
-      code = 1;
-    }).finally(close);
+    // What the command did, for the next command (an interrupt meanwhile ends it once saved, 128 +
+    // its number); then what was opened is closed, either way.
+    const meanwhile = "the simulated machine is saved first (interrupt again to exit at once)";
+    const watch = simulated &&
+      watchInterrupts(io.interrupts, print, { meanwhile, leftBehind: () => [""], simulated: true });
+    await (simulated?.save() ?? Promise.resolve()).catch((error) => (print.error(error), code = 1))
+      .finally(() => (watch?.stop(), close()));
+    code = watch?.exitCode(code) ?? code;
   }
   return code;
 }

@@ -55,11 +55,11 @@ describe("--simulate", () => {
   test("a state file that cannot be saved after the command: said, and exit 1", async () => {
     const { path, run } = machine();
     const pids = [await run(["spawn"]), await run(["spawn"])].map((r) => r.out.trim()).join(",");
-    // Once the machine is read (the command's interrupts are watched as it begins to act), a
-    // directory takes the state file's name: the save cannot rename its file over it.
+    // Once the machine is read (the command's interrupts are watched as it begins to act, and as
+    // it saves), a directory takes the state file's name: the save cannot rename its file over it.
     const interrupts = {
       watch: () => {
-        rmSync(path);
+        rmSync(path, { recursive: true });
         mkdirSync(join(path, "taken"), { recursive: true });
         return () => {};
       },

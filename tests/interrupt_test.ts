@@ -300,6 +300,24 @@ describe("an interrupt during an operation on several processes, in-process", ()
     },
   );
 
+  test("--simulate: an interrupt while the machine is saved ends the command once it is (143), what it did kept", async () => {
+    const { path } = await machineFile(() => []);
+    const interrupts: Interrupts = {
+      watch(onInterrupt) {
+        queueMicrotask(() => onInterrupt("SIGTERM")); // at the save's first wait (the file's open)
+        return () => {};
+      },
+      exit: (code) => assert.fail(`exited ${code}: a first interrupt waits for the save`),
+      raise: (signal) => assert.fail(`raised ${signal}: the program's exit raises it`),
+    };
+    const env = { CKPT_SIM_STATE: path };
+    const r = await cli(["--simulate", "spawn"], { env, interrupts });
+    assert.equal(r.code, 143, r.err);
+    assert.match(r.err, /interrupted by SIGTERM: the simulated machine is saved first/);
+    const state = await cli(["--simulate", "--get-state", "--pid", r.out.trim()], { env });
+    assert.equal(state.out, "running\n", "the process it spawned was saved");
+  });
+
   test("one pid on a terminal: an interrupt that names no signal raises SIGINT; once done, not watched", async () => {
     const sim = new SimulatedMachine();
     const p = sim.spawn({ memoryMiB: 4096 }), q = sim.spawn({ memoryMiB: 16 });
