@@ -124,7 +124,8 @@ and long work shows a live line: its phase, bytes done of bytes expected, the ra
 ("~": estimated from the GPU memory and the driver's usual rates, or this run's own).
 Ctrl-C, SIGTERM or SIGHUP during an operation on several processes, a snapshot or a
 restore-snapshot stops it: every process it changed is brought back, it says what it could not,
-and exits as above; a second one of the three exits at once.
+and exits as above; a second one of the three exits at once. With --simulate, one that comes
+while the simulated machine is saved after a command ends it once saved.
 NVIDIA's --launch-job (driver 590 and later) is not supported.
 Environment: CKPT_LIBCUDA_PATH (the libcuda to load), CKPT_CRIU_PATH (the criu to run),
 CKPT_RECORDS_DIR (the records of GPU memory held), CKPT_SIM_STATE, CKPT_SIM_CLOCK and

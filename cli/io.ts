@@ -2,7 +2,7 @@
  * What `main()` is given: where it writes, and the machine, environment and interrupts it works
  * with; how a process's text (a command line, a manifest) is made safe for a terminal; and the one
  * watch over interrupts (Ctrl-C's SIGINT, and the SIGTERM and SIGHUP that systemd, `timeout` and a
- * dropped SSH session send) that a snapshot, a restore and an operation on several processes share;
+ * dropped SSH session send) that a snapshot, a restore, several processes and `--simulate`'s save share;
  * and the program's own, from Deno or Bun.
  *
  * @module
@@ -49,6 +49,7 @@ export interface CliIo {
    * to its own code where it came too late, once a snapshot is ending its processes; a second exits
    * at once through `interrupts.exit(code)`. Left out (in-process use): unwatched. One pid ends by
    * the signal, as NVIDIA's does (on a terminal through `interrupts.raise`, its live line erased).
+   * With `--simulate`, one that comes while the machine is saved after the command waits for it.
    */
   interrupts?: Interrupts;
 }

@@ -114,17 +114,17 @@ async function run(command: MachineCommand, io: CliIo): Promise<number> {
     } else if (command.kind === "list") {
       code = await (await processes()).runList(machine, print, command.json);
     } else if (command.kind === "spawn" || command.kind === "kill" || command.kind === "reset") {
-      code = await simulator(command, simulated!, print);
+      code = simulator(command, simulated!, print);
     } else code = await (await import("./disk.ts")).runDiskCommand(command, machine, print, io);
   } finally {
     // What the command did, for the next command (an interrupt meanwhile ends it once saved, 128 +
-    // its number); then what was opened is closed, either way.
+    // its number; one after the command's own, at once); then what was opened is closed.
     const meanwhile = "the simulated machine is saved first (interrupt again to exit at once)";
-    const watch = simulated &&
-      watchInterrupts(io.interrupts, print, { meanwhile, leftBehind: () => [""], simulated: true });
+    const how = { meanwhile, leftBehind: () => [""], simulated: true };
+    const watch = watchInterrupts(simulated && code < 128 ? io.interrupts : undefined, print, how);
     await (simulated?.save() ?? Promise.resolve()).catch((error) => (print.error(error), code = 1))
-      .finally(() => (watch?.stop(), close()));
-    code = watch?.exitCode(code) ?? code;
+      .finally(() => (watch.stop(), close()));
+    code = watch.exitCode(code);
   }
   return code;
 }
@@ -141,11 +141,11 @@ function noDriver(error: Error): string[] {
 }
 
 /** `--simulate spawn`, `kill` and `reset`. */
-async function simulator(
+function simulator(
   command: Extract<MachineCommand, { kind: "spawn" | "kill" | "reset" }>,
   sim: SavedMachine,
   print: Printer,
-): Promise<number> {
+): number {
   try {
     if (command.kind === "spawn") {
       const { memoryMiB, gpus: gpu, command: line, parent } = command;
@@ -158,7 +158,7 @@ async function simulator(
       if (!killed) print.err(`cuda-checkpoint: no simulated process has pid ${command.pid}`);
       return killed ? 0 : 1;
     } else {
-      await sim.reset();
+      sim.reset();
       if (command.json) print.json({ reset: true, path: sim.path });
     }
     return 0;

@@ -40,7 +40,7 @@ export class SimulatedStateError extends Error {
  * `reset`); `spawn` starts a simulated CUDA process and gives its pid, `kill` ends one (false where
  * none lives); `save` writes the machine to its file (a private temporary file renamed over it, so
  * that a reader sees the old machine or the new one; not while a driver call is under way);
- * `reset` replaces the machine by a new one and saves it; `close` lets go of the lock, unsaved.
+ * `reset` replaces the machine by a new one (saved by `save`); `close` lets go of the lock, unsaved.
  */
 export interface SavedMachine extends AsyncDisposable {
   readonly machine: SimulatedMachine;
@@ -49,7 +49,7 @@ export interface SavedMachine extends AsyncDisposable {
   spawn(options?: SpawnOptions): number;
   kill(pid: number): boolean;
   save(): Promise<void>;
-  reset(): Promise<void>;
+  reset(): void;
   close(): Promise<void>;
 }
 
@@ -152,12 +152,10 @@ export async function openSimulatedMachine(
         new SimulatedStateError(at, `the simulated machine's state file: ${message}`, { cause });
       await writePrivately(file, text, refuse);
     },
-    async reset() {
+    reset() {
       check("reset it");
       opened.machine.close();
       [opened.machine, opened.created] = [fresh(), true];
-      await rm(file, { force: true });
-      await opened.save();
     },
     async close() {
       if (!open) return;

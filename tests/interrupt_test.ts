@@ -318,6 +318,23 @@ describe("an interrupt during an operation on several processes, in-process", ()
     assert.equal(state.out, "running\n", "the process it spawned was saved");
   });
 
+  test("--simulate: after the command's own interrupt the save is not watched: a second signal ends it at once", async () => {
+    const { path, pids } = await machineFile((sim) => [sim.spawn().pid, sim.spawn().pid]);
+    let watched = 0;
+    const interrupts: Interrupts = {
+      watch(onInterrupt) {
+        if (++watched === 1) queueMicrotask(() => onInterrupt()); // the group's: Ctrl-C at once
+        return () => {};
+      },
+      exit: (code) => assert.fail(`exited ${code}`),
+      raise: (signal) => assert.fail(`raised ${signal}`),
+    };
+    const env = { CKPT_SIM_STATE: path };
+    const r = await cli(["--simulate", "--toggle", "--pid", pids.join(",")], { env, interrupts });
+    assert.equal(r.code, 130, r.err);
+    assert.equal(watched, 1, "the group's watch only: the program's default ends it at a second");
+  });
+
   test("one pid on a terminal: an interrupt that names no signal raises SIGINT; once done, not watched", async () => {
     const sim = new SimulatedMachine();
     const p = sim.spawn({ memoryMiB: 4096 }), q = sim.spawn({ memoryMiB: 16 });

@@ -797,12 +797,15 @@ describe("the state file of cuda-checkpoint --simulate", () => {
     await using again = await openSimulatedMachine({ path: file });
     assert.equal(again.machine.processes.length, 1);
     const old = again.machine;
-    await again.reset();
+    await again.reset(); // awaited: a reset that wrote the file itself would be done
     assert.equal(again.created, true);
     assert.notEqual(again.machine, old);
     assert.equal(again.machine.processes.length, 0);
     assert.equal(again.machine.gpus.length, 2);
-    assert.equal(JSON.parse(await readFile(file, "utf8")).processes.length, 0);
+    const kept = async () => JSON.parse(await readFile(file, "utf8")).processes.length;
+    assert.equal(await kept(), 1, "the file keeps the old machine till the new one is saved");
+    await again.save();
+    assert.equal(await kept(), 0);
   });
 
   test("two opens at once take turns: the second sees what the first saved", async () => {
