@@ -101,13 +101,14 @@ const SIGNALS = Object.keys(EXIT_CODES) as Signal[];
 /**
  * What a command says when interrupted: what was interrupted (`snapshot`), named before
  * "interrupted"; what happens after the first interrupt, the end of its line; what a second leaves
- * (the first line ends the line `interrupted again: exiting without waiting`, the rest follow); and
+ * (none where left out; the first line ends the line `interrupted again: exiting without waiting`,
+ * the rest follow); and
  * whether the machine is the state file's (then unsaved).
  */
 export interface InterruptHooks {
   readonly subject?: string;
   readonly meanwhile: string;
-  leftBehind(): readonly string[];
+  leftBehind?(): readonly string[];
   readonly simulated: boolean;
 }
 
@@ -138,7 +139,7 @@ export function watchInterrupts(
       say(`${subject ? `${subject} ` : ""}interrupted${by}: ${meanwhile}`);
       return controller.abort(new Error(`interrupted (${signal})`));
     }
-    const [rest, ...lines] = leftBehind().map((line) => advised(line, simulated));
+    const [rest = "", ...lines] = (leftBehind?.() ?? []).map((line) => advised(line, simulated));
     say(`interrupted again: exiting without waiting${rest}`);
     lines.forEach(say);
     const unsaved = "the simulated machine was not saved: its state file is as before this command";

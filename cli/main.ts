@@ -120,7 +120,7 @@ async function run(command: MachineCommand, io: CliIo): Promise<number> {
     // What the command did, for the next command (an interrupt meanwhile ends it once saved, 128 +
     // its number; one after the command's own, at once); then what was opened is closed.
     const meanwhile = "the simulated machine is saved first (interrupt again to exit at once)";
-    const how = { meanwhile, leftBehind: () => [""], simulated: true };
+    const how = { meanwhile, simulated: true };
     const watch = watchInterrupts(simulated && code < 128 ? io.interrupts : undefined, print, how);
     await (simulated?.save() ?? Promise.resolve()).catch((error) => (print.error(error), code = 1))
       .finally(() => (watch.stop(), close()));

@@ -318,6 +318,25 @@ describe("an interrupt during an operation on several processes, in-process", ()
     assert.equal(state.out, "running\n", "the process it spawned was saved");
   });
 
+  test("--simulate: a second interrupt while the machine is saved exits at once, saying the file is as before", async () => {
+    const { path } = await machineFile(() => []);
+    const exits: number[] = [];
+    const interrupts: Interrupts = {
+      watch(onInterrupt) {
+        queueMicrotask(() => (onInterrupt("SIGTERM"), onInterrupt("SIGHUP"))); // in the save
+        return () => {};
+      },
+      exit: (code) => exits.push(code), // a program ends here; in-process the save goes on
+      raise: (signal) => assert.fail(`raised ${signal}`),
+    };
+    const r = await cli(["--simulate", "spawn"], { env: { CKPT_SIM_STATE: path }, interrupts });
+    assert.deepEqual(exits, [129], "at once, with the second's own code");
+    assert.deepEqual(r.errLines.slice(1), [
+      "cuda-checkpoint: interrupted again: exiting without waiting",
+      "cuda-checkpoint: the simulated machine was not saved: its state file is as before this command",
+    ]);
+  });
+
   test("--simulate: after the command's own interrupt the save is not watched: a second signal ends it at once", async () => {
     const { path, pids } = await machineFile((sim) => [sim.spawn().pid, sim.spawn().pid]);
     let watched = 0;
