@@ -102,8 +102,7 @@ const SIGNALS = Object.keys(EXIT_CODES) as Signal[];
  * What a command says when interrupted: what was interrupted (`snapshot`), named before
  * "interrupted"; what happens after the first interrupt, the end of its line; what a second leaves
  * (none where left out; the first line ends the line `interrupted again: exiting without waiting`,
- * the rest follow); and
- * whether the machine is the state file's (then unsaved).
+ * the rest follow); and whether the machine is the state file's (then unsaved).
  */
 export interface InterruptHooks {
   readonly subject?: string;
