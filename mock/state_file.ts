@@ -37,8 +37,7 @@ interface ProcessSnapshot<Page = string> extends ProcessFields {
 }
 
 /** A fault waiting for its call, as `SimulatedProcess.pendingFaults` lists it, less `operation`. */
-type FaultSnapshot = Omitted<PendingFault>;
-type Omitted<F> = F extends unknown ? Omit<F, "operation"> : never;
+type FaultSnapshot<F = PendingFault> = F extends unknown ? Omit<F, "operation"> : never;
 
 /** A record of held GPU memory in a snapshot: of a live CUDA process, MiB by GPU UUID, and when. */
 type HeldRecordSnapshot = { pid: number; heldMiB: Record<string, number>; at: number };
