@@ -1,9 +1,5 @@
-/**
- * The one executor of an action on one process, shared by `CudaProcess` and the group operations
- * so that `suspend()` and a group's suspend cannot disagree; and the way back after a failure.
- *
- * @module
- */
+// The one executor of an action on one process, shared by `CudaProcess` and the group operations
+// so that `suspend()` and a group's suspend cannot disagree; and the way back after a failure.
 
 import { CUDA_ERROR_ILLEGAL_STATE, type GpuPair } from "./driver.ts";
 import { asError, CudaError, messageOf, RefusedError, withDetail } from "./errors.ts";

@@ -1,10 +1,6 @@
-/**
- * A step or goal on many processes at once, each through the executor `CudaProcess` uses (a job
- * through `job.ts`): N processes checkpoint in about the time of the largest
- * (docs/DRIVER.md#many-processes-at-once).
- *
- * @module
- */
+// A step or goal on many processes at once, each through the executor `CudaProcess` uses (a job
+// through `job.ts`): N processes checkpoint in about the time of the largest
+// (docs/DRIVER.md#many-processes-at-once).
 
 import { type ActionHooks, type ActionReport, type ActionSettings, planGoal } from "./action.ts";
 import { defined, type Planned, roomForAll, runAction, stepEvents, undo } from "./action.ts";

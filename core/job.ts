@@ -1,11 +1,7 @@
-/**
- * A job: processes that share GPU state (NCCL ranks) move together, since a rank locked while
- * another runs can hang it: every first step (lock, restore) before any second ({@link jobPhase}),
- * and all brought back in the same order. It holds every turn, taken in pid order so that two jobs
- * never wait for each other in a circle.
- *
- * @module
- */
+// A job: processes that share GPU state (NCCL ranks) move together, since a rank locked while
+// another runs can hang it: every first step (lock, restore) before any second ({@link jobPhase}),
+// and all brought back in the same order. It holds every turn, taken in pid order so that two jobs
+// never wait for each other in a circle.
 
 import { type ActionHooks, type ActionReport, type ActionSettings, broughtBack } from "./action.ts";
 import { planGoal, roomForAll, timed, wayBack } from "./action.ts";

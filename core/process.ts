@@ -1,9 +1,5 @@
-/**
- * One process as this package works on it, from a caller's {@link Handle} through its machine's
- * {@link Session} down to each driver call, made in its {@link Turn}.
- *
- * @module
- */
+// One process as this package works on it, from a caller's {@link Handle} through its machine's
+// {@link Session} down to each driver call, made in its {@link Turn}.
 
 import { callDriver, checkCapability, type FailureDetail, readState } from "./calls.ts";
 import { CUDA_ERROR_ILLEGAL_STATE, CUDA_ERROR_INVALID_VALUE, type LockArgs } from "./driver.ts";

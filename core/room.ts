@@ -1,14 +1,10 @@
-/**
- * Room for a restore, checked before the driver is asked: on driver 580 a restore that runs out of
- * GPU memory loses the process (docs/DRIVER.md#an-out-of-memory-restore-loses-the-process). What a
- * process holds is recorded at its checkpoint, in records every program of this package shares,
- * and a restore is refused where the GPUs' free memory, less other restores' claims, is too little.
- * A process criu brought back finds its record by its lasting mark; where several ended processes
- * share the mark, it is checked against the most any of them held, and none is moved. Unreadable
- * records refuse a checked restore: the check fails closed.
- *
- * @module
- */
+// Room for a restore, checked before the driver is asked: on driver 580 a restore that runs out of
+// GPU memory loses the process (docs/DRIVER.md#an-out-of-memory-restore-loses-the-process). What a
+// process holds is recorded at its checkpoint, in records every program of this package shares,
+// and a restore is refused where the GPUs' free memory, less other restores' claims, is too little.
+// A process criu brought back finds its record by its lasting mark; where several ended processes
+// share the mark, it is checked against the most any of them held, and none is moved. Unreadable
+// records refuse a checked restore: the check fails closed.
 
 import type { GpuPair } from "./driver.ts";
 import { messageOf, RefusedError } from "./errors.ts";

@@ -1,14 +1,10 @@
-/**
- * The checkpoint state machine, written down once (docs/DRIVER.md#state-machine): which step is
- * legal in which state, the steps a goal makes, the way back after a failure.
- *
- * A goal asked of a process already where it leads does nothing ("unchanged"); from elsewhere it
- * makes the steps of the chain running - locked - checkpointed that lead there, so a suspend of a
- * locked process only checkpoints it. `toggle` goes between running and checkpointed only, as
- * NVIDIA's `cuda-checkpoint --toggle` does.
- *
- * @module
- */
+// The checkpoint state machine, written down once (docs/DRIVER.md#state-machine): which step is
+// legal in which state, the steps a goal makes, the way back after a failure.
+//
+// A goal asked of a process already where it leads does nothing ("unchanged"); from elsewhere it
+// makes the steps of the chain running - locked - checkpointed that lead there, so a suspend of a
+// locked process only checkpoints it. `toggle` goes between running and checkpointed only, as
+// NVIDIA's `cuda-checkpoint --toggle` does.
 
 /** A process's checkpoint state by name, as NVIDIA's utility prints it. */
 export type ProcessState = "running" | "locked" | "checkpointed" | "failed";

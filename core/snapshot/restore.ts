@@ -1,11 +1,7 @@
-/**
- * A snapshot's restore, in phases over one record ({@link Restoring}): all checked first; each
- * tree restored, held stopped until its memory images matched, its CUDA processes resumed as one
- * job as soon as it is back. A failure ends what the engine made (or, in the GPU half, leaves the
- * processes checkpointed).
- *
- * @module
- */
+// A snapshot's restore, in phases over one record ({@link Restoring}): all checked first; each
+// tree restored, held stopped until its memory images matched, its CUDA processes resumed as one
+// job as soon as it is back. A failure ends what the engine made (or, in the GPU half, leaves the
+// processes checkpointed).
 
 import { readState } from "../calls.ts";
 import { CUDA_SUCCESS, formatDriverVersion, type GpuPair } from "../driver.ts";
