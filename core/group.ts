@@ -26,9 +26,8 @@ export async function runGroup(
   const pids = "an array of pids or CudaProcess";
   if (!Array.isArray(targets)) mustBe(TypeError, "targets", pids, targets);
   const handles = [...targets].map((t, i) =>
-    t instanceof Handle ? t : new Handle(checkPid(t, `targets[${i}]`), source)
+    t instanceof Handle ? t.fork() : new Handle(checkPid(t, `targets[${i}]`), source)
   );
-  const owned = handles.filter((h, i) => h !== targets[i]);
   try {
     // A process given twice is refused: by one number, or by its pid and a thread id (one queue).
     const ids = await Promise.all(handles.map(async (h) => {
@@ -45,7 +44,7 @@ export async function runGroup(
     }
     return await new Group(action, handles, settings).run();
   } finally {
-    await Promise.all(owned.map((h) => h.close()));
+    await Promise.all(handles.map((h) => h.close()));
   }
 }
 

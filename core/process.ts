@@ -88,12 +88,20 @@ export class Session {
 export class Handle {
   #lease: MachineLease | undefined;
   #closed = false;
-  /** The process this handle was first used on: a pid that later names another is refused. */
-  #identity: ProcessIdentity | undefined;
+  /** The process it (with its forks) was first used on: a pid that later names another is refused. */
+  #first: { identity?: ProcessIdentity } = {};
   readonly #running = new Set<Promise<unknown>>();
 
   /** A handle on `pid` (or a thread id, checked by the caller: what the driver is called with). */
   constructor(readonly pid: number, private readonly source: MachineSource) {}
+
+  /** A handle of a group's own on the process: its caller closing this one meanwhile stops nothing. */
+  fork(): Handle {
+    if (!this.#closed) this.#session().catch(() => {}); // leased, as it is used: it stays open
+    const forked = new Handle(this.pid, this.source);
+    [forked.#first, forked.#closed] = [this.#first, this.#closed];
+    return forked;
+  }
 
   async machine(): Promise<Machine> {
     return (await this.#session()).machine;
@@ -142,14 +150,14 @@ export class Handle {
     const running = (async () => {
       const session = await this.#session();
       const found = await session.identify(this.pid);
-      if (found && this.#identity && !sameProcess(this.#identity, found)) {
+      if (found && this.#first.identity && !sameProcess(this.#first.identity, found)) {
         const reason = `the process this handle was made for has ended, and ${this.pid} now ` +
           `names another process`;
         throw new RefusedError({ code: "REPLACED", operation, pid: this.pid, reason });
       }
-      this.#identity ??= found;
+      this.#first.identity ??= found;
       // No process has the id now (the driver will say so): the process it named, or the number.
-      const identity = found ?? this.#identity ?? { pid: this.pid };
+      const identity = found ?? this.#first.identity ?? { pid: this.pid };
       const run = () => body(new Turn(this.pid, identity, session));
       return await (queued ? session.inOrder(identity, run) : run());
     })();

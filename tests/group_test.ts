@@ -842,6 +842,32 @@ describe("group operations", () => {
     assert.equal(result.ok, true);
     assert.equal(await proc.state(), "checkpointed");
   });
+
+  test("handles closed by their caller during the group: the group goes on, and rolls back", async () => {
+    // A shutdown: the group aborted, then every handle closed, while the big one's checkpoint is in
+    // the driver. The rollback still brings both back (it was refused: "this handle has been closed").
+    const sim = new SimulatedMachine();
+    const [big, small] = [8192, 256].map((memoryMiB) => sim.spawn({ memoryMiB }));
+    const handles = [big, small].map((p) => new CudaProcess(p.pid, { machine: sim }));
+    const stop = new AbortController();
+    let closed: Promise<unknown> | undefined;
+    const result = await runGroup("suspend", handles, {
+      signal: stop.signal,
+      rollBackOnAbort: true,
+      onProgress: (e) => {
+        if (e.type !== "step-end" || e.pid !== small.pid || e.step !== "checkpoint") return;
+        closed ??= (stop.abort(), Promise.all(handles.map((h) => h.close())));
+      },
+    });
+    await closed;
+    assert.ok(closed, "closed during the group");
+    assert.deepEqual(result.processes.map((p) => [p.status, p.state]), [
+      ["rolled-back", "running"],
+      ["rolled-back", "running"],
+    ]);
+    assert.deepEqual([big.state, small.state], ["running", "running"]);
+    await assert.rejects(handles[0].state(), /this handle has been closed/);
+  });
 });
 
 describe("waitForState", () => {
