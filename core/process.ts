@@ -13,6 +13,9 @@ import { heldIn, type RoomCheck, RoomGuard } from "./room.ts";
 import { type ProcessState, type Step, stepAllowed } from "./states.ts";
 import { clockOf } from "./time.ts";
 
+/** The last operation made on each machine (as given), settled once it is queued. */
+const MADE = new WeakMap<MachineSource, Promise<unknown>>();
+
 /** The session of each machine in use, kept beside the machine. */
 const SESSIONS = new WeakMap<Machine, Session>();
 
@@ -147,9 +150,12 @@ export class Handle {
   /** Runs `body` in the process's {@link Turn} (`queued`: no other operation on it in between). */
   ordered<T>(body: (turn: Turn) => Promise<T>, operation = "getState", queued = true): Promise<T> {
     if (this.#closed) return Promise.reject(this.#closedError());
-    const running = (async () => {
-      const session = await this.#session();
-      const found = await session.identify(this.pid);
+    // Queued in the order made: after the one made before it on the machine (by any handle), as
+    // the machine's opening and the host's reading of each process take their own time.
+    const before = MADE.get(this.source);
+    const queuing = (async () => {
+      const session = await this.#session(), found = await session.identify(this.pid);
+      await before;
       if (found && this.#first.identity && !sameProcess(this.#first.identity, found)) {
         const reason = `the process this handle was made for has ended, and ${this.pid} now ` +
           `names another process`;
@@ -159,8 +165,10 @@ export class Handle {
       // No process has the id now (the driver will say so): the process it named, or the number.
       const identity = found ?? this.#first.identity ?? { pid: this.pid };
       const run = () => body(new Turn(this.pid, identity, session));
-      return await (queued ? session.inOrder(identity, run) : run());
+      return { queued: queued ? session.inOrder(identity, run) : run() };
     })();
+    MADE.set(this.source, queuing.catch(() => {}));
+    const running = queuing.then((q) => q.queued);
     // Kept among this handle's operations until it settles: close waits for them.
     this.#running.add(running);
     const forget = () => this.#running.delete(running);

@@ -25,7 +25,7 @@ import { timerOn } from "../core/time.ts";
 import { runGroup as runGroupOn } from "../core/group.ts";
 import { checkGroupOptions } from "../core/group_types.ts";
 import { SimulatedMachine } from "../mock/mod.ts";
-import { forward } from "./support/forward.ts";
+import { forward, hostWith, machineWith } from "./support/forward.ts";
 import { rejectsWith } from "./support/rejects.ts";
 
 /**
@@ -149,6 +149,25 @@ describe("one operation at a time per process", () => {
     assert.equal(x.status, "done");
     assert.equal(y.status, "done", "the resume waited for the suspend, then restored");
     assert.equal(target.state, "running");
+  });
+
+  test("operations are queued in the order made, however long the host takes to read each process", async () => {
+    for (const handles of [1, 2]) {
+      const sim = new SimulatedMachine();
+      const target = sim.spawn({ memoryMiB: 1024 });
+      // The first read is the slowest (a busy /proc, as a real host's reads are): queued once read,
+      // the resume made second would find the process running, and the suspend then checkpoint it.
+      let reads = 0;
+      const identify = async (id: number) => {
+        if (reads++ === 0) await new Promise((wake) => setTimeout(wake, 30));
+        return await sim.host.identify!(id);
+      };
+      const machine = machineWith(sim, { host: hostWith(sim.host, { identify }) });
+      const [a, b] = [1, handles].map(() => new CudaProcess(target.pid, { machine }));
+      const [x, y] = await Promise.all([a.suspend(), b.resume()]);
+      assert.deepEqual([x.status, y.status], ["done", "done"], `${handles} handle(s)`);
+      assert.equal(target.state, "running", "the resume made second restored what the suspend did");
+    }
   });
 
   test("a thread id and the pid are one process: they share the order", async () => {
