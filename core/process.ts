@@ -30,6 +30,8 @@ export class Session {
   #self: Promise<ProcessIdentity | undefined> | undefined;
   #release: Promise<string | undefined> | undefined;
   readonly #tails = new Map<string, Promise<unknown>>();
+  /** The pids that restores of this program are bringing back: another restore of one is refused. */
+  readonly restoring = new Set<number>();
 
   /** The session of `machine`: use {@link sessionOf}, which keeps one per machine. */
   constructor(readonly machine: Machine) {

@@ -232,6 +232,32 @@ describe("a snapshot and its restore", () => {
     assert.equal(await live(sim, a.pid).memoryChunkedSha256(), hashes[0]);
   });
 
+  test("the same snapshot restored twice at once: one is refused, and the other's processes live", async () => {
+    // Both found the pids free (the host answers neither till both asked); each failing restore
+    // then ended what the other made, as it ran the snapshot's command (on Deno at times both
+    // failed, and no process was left).
+    const { sim, pids, hashes, a } = await job();
+    const dir = newDir();
+    await snapshot([pids[0]], dir, { machine: sim });
+    let asked: (() => void)[] | undefined = [];
+    const pidsInUse = async (ids: readonly number[]) => {
+      if (asked) {
+        await new Promise<void>((go) => asked!.push(go) === 2 && asked!.forEach((g) => g()));
+      }
+      asked = undefined;
+      return await sim.host.pidsInUse!(ids);
+    };
+    const machine = machineWith(sim, { host: hostWith(sim.host, { pidsInUse }) });
+    const both = await Promise.allSettled([1, 2].map(() => restoreSnapshot(dir, { machine })));
+    const back = both.flatMap((r) => r.status === "fulfilled" ? [r.value.pids] : []);
+    const refused = both.flatMap((r) => r.status === "rejected" ? [r.reason] : []);
+    assert.deepEqual(back, [pids], "one restored");
+    assert.ok(refused[0] instanceof RefusedError && refused[0].code === "PID_TAKEN", refused[0]);
+    const why = "another restore under way in this program is bringing it back";
+    assert.match(refused[0].message, new RegExp(`pid ${pids[0]} must be free .*, and ${why}`));
+    assert.equal(await live(sim, a.pid).memoryChunkedSha256(), hashes[0]);
+  });
+
   test("a pid still some process's session or group is taken: refused, naming that process", async () => {
     const { sim, pids, hashes, a } = await job();
     const dir = newDir();

@@ -82,6 +82,7 @@ interface Restoring extends Awaited<ReturnType<typeof openSnapshot>> {
   readonly running: readonly ManifestProcess[];
   readonly made: ManifestTree[];
   readonly begun: Map<number, string>; // the pids of the trees it began on (free then): images
+  claimed?: readonly number[]; // the pids it brings back, which no other restore may (checked)
   readonly watches: (() => Promise<Disturbed | undefined>)[];
   ran?: Disturbed;
   whole: number;
@@ -128,6 +129,7 @@ export async function restoreFrom(
       }).finally(checksEnded.resolve);
       return await outcome(r, await bringBack(r));
     } finally {
+      for (const pid of r.claimed ?? []) sessionOf(machine).restoring.delete(pid);
       await r.dir.close();
     }
   } finally {
@@ -185,6 +187,13 @@ async function check(r: Restoring): Promise<void> {
     });
   }));
   if (o.signal?.aborted) run.notBegun("restore", "it was aborted");
+  // Not while another restore of this program brings one back: each would end what the other made.
+  const pids = manifest.trees.flatMap((t) => t.processes.map((p) => p.pid)), { operation } = o;
+  const restoring = sessionOf(run.machine).restoring, pid = pids.find((p) => restoring.has(p));
+  const reason = `pid ${pid} must be free for the snapshot's process to come back, and another ` +
+    `restore under way in this program is bringing it back; wait for that one to end`;
+  if (pid !== undefined) throw new RefusedError({ code: "PID_TAKEN", operation, pid, reason });
+  for (const p of r.claimed = pids) restoring.add(p);
   r.times.checked = r.times.restored = run.at();
 }
 
