@@ -843,6 +843,27 @@ describe("group operations", () => {
     assert.equal(await proc.state(), "checkpointed");
   });
 
+  test("a handle used only through groups refuses, in a later group, its pid now another process's (REPLACED)", async () => {
+    // The groups work through forks of the handle, which share the process it was first used on.
+    const sim = new SimulatedMachine();
+    const target = sim.spawn({ memoryMiB: 64 });
+    let start = 100; // the target's start as the host tells it; another process's once changed
+    const identify = async (id: number) => {
+      const found = await sim.host.identify!(id);
+      return found && { pid: found.pid, start };
+    };
+    const machine = machineWith(sim, { host: hostWith(sim.host, { identify }) });
+    const proc = new CudaProcess(target.pid, { machine });
+    assert.equal((await runGroup("suspend", [proc])).ok, true);
+    start = 200; // the target ended, and another process was given its pid
+    const again = await runGroup("resume", [proc]);
+    const [outcome] = again.processes;
+    assert.equal(outcome.status, "failed");
+    assert.ok(outcome.error instanceof RefusedError && outcome.error.code === "REPLACED");
+    assert.equal(target.state, "checkpointed", "the process now at the pid was left alone");
+    await assert.rejects(proc.state(), /now names another process/);
+  });
+
   test("handles closed by their caller during the group: the group goes on, and rolls back", async () => {
     // A shutdown: the group aborted, then every handle closed, while the big one's checkpoint is in
     // the driver. The rollback still brings both back (it was refused: "this handle has been closed").
