@@ -163,7 +163,8 @@ describe("one operation at a time per process", () => {
         return await sim.host.identify!(id);
       };
       const machine = machineWith(sim, { host: hostWith(sim.host, { identify }) });
-      const [a, b] = [1, handles].map(() => new CudaProcess(target.pid, { machine }));
+      const a = new CudaProcess(target.pid, { machine });
+      const b = handles === 1 ? a : new CudaProcess(target.pid, { machine });
       const [x, y] = await Promise.all([a.suspend(), b.resume()]);
       assert.deepEqual([x.status, y.status], ["done", "done"], `${handles} handle(s)`);
       assert.equal(target.state, "running", "the resume made second restored what the suspend did");
