@@ -385,8 +385,7 @@ function snapshotCommand(sub: string, rest: string[], seen: Seen, common: Common
   if (sub === "inspect") return { kind: "inspect", dir, verify: has("--verify"), ...common };
   if (sub === "recover") return { kind: "recover", dir, ...given(seen, "checkRoom"), ...common };
   if (sub === "restore-snapshot") {
-    const fields = given(seen, "gpuMapping deadlineMs checkRoom");
-    return { kind: "restore-snapshot", dir, ...fields, ...common };
+    return { kind: sub, dir, ...given(seen, "gpuMapping deadlineMs checkRoom"), ...common };
   }
   if (seen.pids.length === 0) no("snapshot needs --pid PID[,PID...], the roots of its trees");
   if (seen.pids.includes(0)) no("snapshot --pid 0: no process has pid 0; give the roots' pids");
