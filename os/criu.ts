@@ -209,10 +209,9 @@ class CriuEngine implements SnapshotEngine {
   readonly ready = portsFree;
   readonly stop = (pids: readonly number[]) => Promise.try(signalEach, pids, "SIGSTOP");
   /** Ends `pids`; those a dump took with their TCP connections end these silently, as criu does. */
-  readonly kill = async (pids: readonly number[]) => {
-    const muted = muteConnections(pids.filter((p) => this.#connected.delete(p)));
-    await muted.finally(() => signalEach(pids, "SIGKILL"));
-  };
+  readonly kill = (pids: readonly number[]) =>
+    muteConnections(pids.filter((p) => this.#connected.delete(p)))
+      .finally(() => signalEach(pids, "SIGKILL"));
   readonly wake = (pids: readonly number[]) => Promise.try(signalEach, pids, "SIGCONT");
 
   /** criu checked now (a few `lstat`s: each run) and a new work directory, unless `op` stopped. */
