@@ -9,9 +9,9 @@ import { asError, type CudaError } from "./errors.ts";
 import type { GroupEvent, GroupResult, GroupSettings, ProcessOutcome } from "./group_types.ts";
 import type { StopReason } from "./group_types.ts";
 import { type JobMember, runJob } from "./job.ts";
-import type { MachineSource } from "./machine.ts";
+import type { Machine, MachineSource } from "./machine.ts";
 import { checkPid, mustBe } from "./options.ts";
-import { Handle, sessionOf, type Turn } from "./process.ts";
+import { gaveUp, Handle, sessionOf, type Turn } from "./process.ts";
 import { sameProcess } from "./host.ts";
 import type { Action } from "./states.ts";
 import { clockOf, Deadline } from "./time.ts";
@@ -62,6 +62,9 @@ class Group {
   #rolledBack = false;
   readonly #rollbacks: Promise<unknown>[] = [];
   readonly #memory = new Map<number, { gpuMemoryMiB: number }>();
+  /** Aborts at the deadline (reason `"deadline"`) or the caller's abort: waits for turns end. */
+  readonly #stop = new AbortController();
+  #giveUp = this.#stop.signal;
 
   constructor(private readonly action: Action, procs: Handle[], private readonly s: GroupSettings) {
     this.#entries = procs.map((proc) => ({ proc, report: undefined }));
@@ -71,6 +74,13 @@ class Group {
     // One that does not open (no libcuda) is each member's failure, told by its own work.
     const machine = await this.#entries[0]?.proc.machine().catch(() => undefined);
     this.#deadline = new Deadline(clockOf(machine ?? {}), this.s.timeoutMs); // for the whole group
+    const passed = () => this.#stop.abort("deadline");
+    const cancel = this.#deadline.onPassed(machine?.clock, passed);
+    if (this.s.signal) this.#giveUp = AbortSignal.any([this.s.signal, this.#stop.signal]);
+    return await this.#run(machine).finally(cancel);
+  }
+
+  async #run(machine: Machine | undefined): Promise<GroupResult> {
     if (machine && this.s.gpuMemory) await this.#readMemory();
     if (this.s.job) {
       this.#rolledBack = await runJob(this.#entries, {
@@ -79,6 +89,7 @@ class Group {
         hooks: (pid) => this.#hooks(pid),
         stopReason: () => this.#stopReason(),
         ready: this.s.ready,
+        giveUp: this.#giveUp,
       });
       for (const e of this.#entries) this.#ended(e);
       return this.#result();
@@ -91,8 +102,8 @@ class Group {
       while (next < this.#entries.length) {
         const entry = this.#entries[next++];
         entry.notStarted = this.#stopReason();
+        if (!entry.notStarted) await this.#work(entry);
         if (!entry.notStarted) {
-          await this.#work(entry);
           this.#ended(entry);
           this.#failed ||= !succeeded(entry);
         }
@@ -143,14 +154,17 @@ class Group {
     const reports = this.#entries.map((): ActionReport => ({ status: "failed", steps: [] }));
     const checks = await Promise.all(this.#entries.map((e, i) => {
       const settings = this.#settingsFor(e.proc.pid);
-      return e.proc.ordered(async (turn) => {
+      return this.#inTurn(e, async (turn) => {
         const steps = await planGoal(turn, this.action, reports[i], settings, true);
         plans[i] = { turn, steps, settings };
-      }).then(() => undefined, (err): ActionReport => ({ ...reports[i], error: asError(err) }));
+      }).catch((err) =>
+        gaveUp(err, this.#giveUp) ? undefined : { ...reports[i], error: asError(err) }
+      );
     }));
+    this.#entries.forEach((e, i) => e.planned = reports[i].initialState); // for one not started
+    if (this.#giveUp.aborted) return true; // stopped meanwhile: none starts, each says why
     const refused = checks.some(Boolean) ? undefined : await roomForAll(this.action, plans);
     if (refused) checks[refused.at] = { ...reports[refused.at], error: refused.error };
-    this.#entries.forEach((e, i) => e.planned = reports[i].initialState); // for one not started
     if (checks.every((c) => c === undefined)) return true;
     this.#failed = true;
     for (const [i, e] of this.#entries.entries()) {
@@ -179,7 +193,7 @@ class Group {
 
   #stopReason(): StopReason | undefined {
     if (this.s.signal?.aborted) return "aborted";
-    if (this.#deadline.passed()) {
+    if (this.#deadline.passed() || this.#stop.signal.aborted) {
       this.#deadlinePassed = true;
       return "deadline";
     }
@@ -192,11 +206,17 @@ class Group {
     const hooks = { ...this.#hooks(pid), stopBefore: () => this.#stopReason() };
     const act = (turn: Turn) => runAction(turn, this.action, this.#settingsFor(pid), hooks, true);
     try {
-      entry.report = await entry.proc.ordered(act, this.action);
+      entry.report = await this.#inTurn(entry, act);
     } catch (err) {
-      // The handle could not be used at all (its driver did not open, it was closed).
-      entry.report = { status: "failed", steps: [], error: asError(err) };
+      // Its turn never came in time; or the handle could not be used (no driver, closed).
+      if (gaveUp(err, this.#giveUp)) entry.notStarted = this.#stopReason();
+      else entry.report = { status: "failed", steps: [], error: asError(err) };
     }
+  }
+
+  /** Runs `body` in the turn of `e`'s process; the wait for it is given up at a stop. */
+  #inTurn<T>(e: Entry, body: (turn: Turn) => Promise<T>): Promise<T> {
+    return e.proc.ordered(body, this.action, true, this.#giveUp);
   }
 
   #hooks(pid: number): ActionHooks {
@@ -217,10 +237,10 @@ class Group {
 
   /** Keeps each target's GPU memory where known (the host's report, or its record), for events. */
   async #readMemory(): Promise<void> {
-    const first = this.#entries[0].proc;
-    const report = await first.ordered((t) => t.session.room.report()).catch(() => undefined);
+    const first = this.#entries[0];
+    const report = await this.#inTurn(first, (t) => t.session.room.report()).catch(() => undefined);
     await Promise.all(this.#entries.map((e) =>
-      e.proc.ordered(async (target) => {
+      this.#inTurn(e, async (target) => {
         const mib = await target.session.room.totalMiB(target.identity, report);
         if (mib !== undefined) this.#memory.set(e.proc.pid, { gpuMemoryMiB: mib });
       }).catch(() => {})

@@ -7,7 +7,7 @@ import { type ActionHooks, type ActionReport, type ActionSettings, broughtBack }
 import { planGoal, roomForAll, timed, wayBack } from "./action.ts";
 import { asError, CudaError, withDetail } from "./errors.ts";
 import type { StepRecord, StopReason } from "./group_types.ts";
-import { type Handle, sessionOf, type Turn } from "./process.ts";
+import { gaveUp, type Handle, sessionOf, Turn } from "./process.ts";
 import { type Action, jobPhase, type ProcessState, type Step, stepTo } from "./states.ts";
 
 /** A process's part in a job, filled in as it goes (the group's entry). */
@@ -27,6 +27,8 @@ export interface JobContext {
   stopReason(): StopReason | undefined;
   /** Where members come into being over time: resolves once `pid` may start (rejects: fails it). */
   ready?(pid: number): Promise<void>;
+  /** Aborts where a wait for a turn is given up (then `stopReason` says why). */
+  readonly giveUp: AbortSignal;
 }
 
 /** A member as the job works on it: the steps left, and where it moved, its way back. */
@@ -89,9 +91,11 @@ async function allAtOnce(members: readonly JobMember[], ctx: Job): Promise<Worki
   const pid = async (m: JobMember) => (await of(m).catch(() => undefined))?.pid ?? m.proc.pid;
   const by = new Map(await Promise.all(members.map(async (m) => [m, await pid(m)] as const)));
   for (const m of [...members].sort((a, b) => by.get(a)! - by.get(b)!)) {
-    taken.set(m, await turnOf(m, ctx));
+    const turn = await turnOf(m, ctx);
+    if (!turn) break; // given up: not started, as those after it
+    taken.set(m, turn);
   }
-  const stop = ctx.stopReason(), turnless = [...taken.values()].some((t) => t instanceof Error);
+  const stop = ctx.stopReason(), turnless = members.some((m) => !(taken.get(m) instanceof Turn));
   const planned = turnless || stop
     ? []
     : await Promise.all(members.map((m) => planOf(m, taken.get(m) as Turn, ctx)));
@@ -131,6 +135,7 @@ async function asReady(members: readonly JobMember[], ctx: Job): Promise<Working
     const stop = ctx.failed ? "another-failed" : ctx.stopReason();
     if (!error && stop) return void (m.notStarted = stop);
     const taken = error ?? await turnOf(m, ctx);
+    if (!taken) return void (m.notStarted = ctx.stopReason());
     if (taken instanceof Error) {
       m.report = { status: "failed", steps: [], error: taken };
       ctx.failed = true;
@@ -150,12 +155,14 @@ async function asReady(members: readonly JobMember[], ctx: Job): Promise<Working
 }
 
 /** Holds the turn of `m` until the job lets go of it; the error where it cannot be taken. */
-function turnOf(m: JobMember, job: Job): Promise<Turn | Error> {
+function turnOf(m: JobMember, job: Job): Promise<Turn | Error | undefined> {
   return new Promise((taken) => {
-    m.proc.ordered((target) => {
+    const hold = (target: Turn) => {
       taken(target);
       return new Promise<void>((release) => job.releases.push(release));
-    }).catch((err) => taken(asError(err)));
+    };
+    m.proc.ordered(hold, job.action, true, job.giveUp)
+      .catch((err) => taken(gaveUp(err, job.giveUp) ? undefined : asError(err)));
   });
 }
 

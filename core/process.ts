@@ -11,7 +11,7 @@ import { leaseOf, type Machine, type MachineLease, type MachineSource } from "./
 import { checkMapping, explainRejectedMapping } from "./mapping.ts";
 import { heldIn, type RoomCheck, RoomGuard } from "./room.ts";
 import { type ProcessState, type Step, stepAllowed } from "./states.ts";
-import { clockOf } from "./time.ts";
+import { clockOf, untilAborted } from "./time.ts";
 
 /** The last operation made on each machine (as given), settled once it is queued. */
 const MADE = new WeakMap<MachineSource, Promise<unknown>>();
@@ -89,6 +89,11 @@ export class Session {
   }
 }
 
+type InTurn<T> = (turn: Turn) => Promise<T>;
+
+/** Whether `err` is {@link Handle.ordered}'s, given up by `until`'s abort. */
+export const gaveUp = (err: unknown, until: AbortSignal) => until.aborted && err === until.reason;
+
 /** One process through one machine: it leases the machine, and refuses a pid reused since. */
 export class Handle {
   #lease: MachineLease | undefined;
@@ -135,7 +140,8 @@ export class Handle {
     for (;;) {
       o.signal?.throwIfAborted();
       // Stopped (a debugger, criu's tree held until verified), it is not asked: not there yet.
-      const seen = await this.ordered(async (t) => await t.stopped() ? undefined : t.state());
+      const read = async (t: Turn) => await t.stopped() ? undefined : t.state();
+      const seen = await this.ordered(read, "waitForState", true, o.signal);
       if (seen === state) return;
       if (seen === "failed") {
         const reason = `it is failed, which is final: it will never be ${state}`;
@@ -149,28 +155,37 @@ export class Handle {
     }
   }
 
-  /** Runs `body` in the process's {@link Turn} (`queued`: no other operation on it in between). */
-  ordered<T>(body: (turn: Turn) => Promise<T>, operation = "getState", queued = true): Promise<T> {
+  /**
+   * Runs `body` (for `op`) in the process's {@link Turn} (`queued`: no other operation in between);
+   * an abort of `until` before its turn gives it up (rejects with its reason; `body` never runs).
+   */
+  ordered<T>(body: InTurn<T>, op = "getState", queued = true, until?: AbortSignal): Promise<T> {
     if (this.#closed) return Promise.reject(this.#closedError());
     // Queued in the order made: after the one made before it on the machine (by any handle), as
     // the machine's opening and the host's reading of each process take their own time.
     const before = MADE.get(this.source);
+    let started = false;
     const queuing = (async () => {
       const session = await this.#session(), found = await session.identify(this.pid);
       await before;
       if (found && this.#first.identity && !sameProcess(this.#first.identity, found)) {
         const reason = `the process this handle was made for has ended, and ${this.pid} now ` +
           `names another process`;
-        throw new RefusedError({ code: "REPLACED", operation, pid: this.pid, reason });
+        throw new RefusedError({ code: "REPLACED", operation: op, pid: this.pid, reason });
       }
       this.#first.identity ??= found;
       // No process has the id now (the driver will say so): the process it named, or the number.
       const identity = found ?? this.#first.identity ?? { pid: this.pid };
-      const run = () => body(new Turn(this.pid, identity, session));
+      const run = async () => {
+        until?.throwIfAborted();
+        started = true;
+        return await body(new Turn(this.pid, identity, session));
+      };
       return { queued: queued ? session.inOrder(identity, run) : run() };
     })();
     MADE.set(this.source, queuing.catch(() => {}));
-    const running = queuing.then((q) => q.queued);
+    const made = queuing.then((q) => q.queued);
+    const running = until ? untilAborted(made, until, () => !started) : made;
     // Kept among this handle's operations until it settles: close waits for them.
     this.#running.add(running);
     const forget = () => this.#running.delete(running);

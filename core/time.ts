@@ -22,12 +22,7 @@ export function clockOf(machine: { readonly clock?: Clock }): Clock {
     const slept = own
       ? own.sleep(ms, signal)
       : new Promise<void>((resolve) => timer = setTimeout(resolve, ms));
-    if (!signal) return slept;
-    const { promise, resolve, reject } = Promise.withResolvers<void>();
-    const onAbort = () => (clearTimeout(timer), reject(signal.reason));
-    signal.addEventListener("abort", onAbort, { once: true });
-    slept.finally(() => signal.removeEventListener("abort", onAbort)).then(resolve, reject);
-    return promise;
+    return signal ? untilAborted(slept, signal, () => (clearTimeout(timer), true)) : slept;
   };
   return { now: own ? () => own.now() : () => performance.now(), sleep };
 }
@@ -37,6 +32,16 @@ export function timerOn(clock: Clock | undefined, ms: number, fn: () => void): (
   if (clock?.timer) return clock.timer(ms, fn);
   const handle = setTimeout(fn, ms);
   return () => clearTimeout(handle);
+}
+
+/** `p`, or its rejection with `signal`'s reason once that aborts, where `when()` says so then. */
+export function untilAborted<T>(p: Promise<T>, signal: AbortSignal, when = () => true): Promise<T> {
+  const { promise, resolve, reject } = Promise.withResolvers<T>();
+  const onAbort = () => when() && reject(signal.reason);
+  signal.addEventListener("abort", onAbort, { once: true });
+  if (signal.aborted) onAbort();
+  p.finally(() => signal.removeEventListener("abort", onAbort)).then(resolve, reject);
+  return promise;
 }
 
 /** A deadline on a clock for a whole operation; `timeoutMs` undefined never passes. */
@@ -64,6 +69,12 @@ export class Deadline {
 
   passed(): boolean {
     return this.#now() >= this.#end;
+  }
+
+  /** Calls `fn` once it passes, on `clock`'s timer (none where a clock has none: steps check). */
+  onPassed(clock: Clock | undefined, fn: () => void): () => void {
+    const left = this.left();
+    return left !== undefined && (!clock || clock.timer) ? timerOn(clock, left, fn) : () => {};
   }
 
   /** A lock timeout (0: forever) cut to what is left, at least 1 ms. */

@@ -461,10 +461,18 @@ describe("group operations", () => {
     assert.equal(result.rolledBack, true, "its lock was undone");
   });
 
-  test("a stop while a process waits for its turn (another call on it) holds back its first step", async () => {
-    // Before, its first step was made after the abort: a lock without timeout on a busy GPU
-    // could then wait forever. And the deadline counts from the call, GPU memory read or not.
-    for (const stop of ["abort", "deadline", "deadline, events given"]) {
+  test("a stop while a process waits for its turn (another call on it) ends the wait: not started", async () => {
+    // Before, the group waited for the other call (a lock without timeout on a busy GPU: forever),
+    // then made no step. And the deadline counts from the call, GPU memory read or not.
+    const stops = [
+      "abort",
+      "deadline",
+      "deadline, events given",
+      "all or nothing",
+      "job",
+      "job, aborted",
+    ];
+    for (const stop of stops) {
       const sim = new SimulatedMachine();
       const p = sim.spawn({ memoryMiB: 1024 });
       const release = p.hangNext("getState");
@@ -473,23 +481,64 @@ describe("group operations", () => {
       const group = runGroup("suspend", [p.pid], {
         machine: sim,
         lockTimeoutMs: 0,
-        ...(stop === "abort" ? { signal: c.signal } : { timeoutMs: 1000 }),
+        ...(stop.endsWith("abort") || stop.endsWith("aborted")
+          ? { signal: c.signal }
+          : { timeoutMs: 1000 }),
         ...(stop === "deadline, events given" ? { onProgress: () => {} } : {}),
+        ...(stop.startsWith("job") ? { job: true } : {}),
+        ...(stop === "all or nothing" ? { allOrNothing: true } : {}),
       });
       await sim.sleep(5000);
       c.abort();
       const before = sim.driver.calls.length;
+      const ended = await Promise.race([group.then(() => true), sim.sleep(100).then(() => false)]);
+      assert.ok(ended, `${stop}: the group ended while the other call still held the turn`);
       release();
       await busy;
       const result = await group;
+      await sim.sleep(100); // the given-up wait's turn comes now: nothing runs in it
       const made = sim.driver.calls.slice(before).map((call) => call.op);
       assert.ok(!made.includes("lock"), `${stop}: no step after the stop (${made})`);
-      const { stopped, notStarted } = result.processes[0]; // not started: its memory read waited
-      assert.equal(stopped ?? notStarted, stop === "abort" ? "aborted" : "deadline", stop);
+      const { status, notStarted } = result.processes[0];
+      assert.equal(status, "not-started", stop);
+      assert.equal(
+        notStarted,
+        stop.endsWith("abort") || stop.endsWith("aborted") ? "aborted" : "deadline",
+        stop,
+      );
       assert.deepEqual(result.processes[0].steps, [], stop);
       assert.equal(result.aborted || result.deadlinePassed, true, stop);
+      assert.equal(result.ok, false, stop);
       assert.equal(p.state, "running", stop);
     }
+  });
+
+  test("a job waiting for one member's turn lets go of the others' at the deadline", async () => {
+    const sim = new SimulatedMachine();
+    const [free, held] = [sim.spawn({ memoryMiB: 512 }), sim.spawn({ memoryMiB: 512 })];
+    const release = held.hangNext("getState");
+    const busy = new CudaProcess(held.pid, { machine: sim }).state();
+    const job = runGroup("suspend", [free.pid, held.pid], {
+      machine: sim,
+      job: true,
+      timeoutMs: 1000,
+    });
+    await sim.sleep(2000);
+    // The job took the free member's turn first (pid order): a call on it runs once the job ends.
+    const state = await Promise.race([
+      new CudaProcess(free.pid, { machine: sim }).state(),
+      sim.sleep(100).then(() => "still waiting"),
+    ]);
+    assert.equal(state, "running");
+    const result = await job;
+    assert.deepEqual(result.processes.map((o) => [o.status, o.notStarted]), [
+      ["not-started", "deadline"],
+      ["not-started", "deadline"],
+    ]);
+    assert.equal(result.deadlinePassed, true);
+    release();
+    await busy;
+    assert.deepEqual([free.state, held.state], ["running", "running"]);
   });
 
   test("abort mid-group: what runs finishes, nothing new starts, all-or-nothing rolls back", async () => {
@@ -986,6 +1035,21 @@ describe("waitForState", () => {
     await sim.sleep(120);
     controller.abort(new Error("shutting down"));
     await assert.rejects(waiting, /shutting down/);
+  });
+
+  test("an abort ends its wait for the process's turn (another call on it hangs)", async () => {
+    const sim = new SimulatedMachine();
+    const p = sim.spawn(), release = p.hangNext("getState");
+    const busy = new CudaProcess(p.pid, { machine: sim }).state();
+    const controller = new AbortController();
+    const proc = new CudaProcess(p.pid, { machine: sim });
+    const waiting = proc.waitForState("running", { signal: controller.signal });
+    await sim.sleep(120);
+    controller.abort(new Error("shutting down"));
+    await assert.rejects(waiting, /shutting down/);
+    release();
+    await busy;
+    await proc.close();
   });
 
   test("a process that exits rejects with the driver's error; bad input is named", async () => {

@@ -12,7 +12,7 @@ import type { GroupSettings } from "../group_types.ts";
 import type { HostProcesses } from "../host.ts";
 import type { Machine } from "../machine.ts";
 import { mustBe, orElse } from "../options.ts";
-import { clockOf, Deadline, Slots, timerOn } from "../time.ts";
+import { clockOf, Deadline, Slots } from "../time.ts";
 import type { ManifestProcess } from "./manifest.ts";
 import type { SnapshotStore } from "./store.ts";
 
@@ -131,9 +131,8 @@ export class Run {
     const caller = settings.signal;
     this.signal = caller ? AbortSignal.any([caller, this.#stop.signal]) : this.#stop.signal;
     // The signal aborts at the deadline, on the machine's clock (its timer, or the real one).
-    const left = this.deadline.left(), own = machine.clock;
     const passed = () => this.#stop.abort(new Error("its deadline passed"));
-    if (left !== undefined && (!own || own.timer)) this.#cancelTimer = timerOn(own, left, passed);
+    this.#cancelTimer = this.deadline.onPassed(machine.clock, passed);
   }
 
   at(): number {
