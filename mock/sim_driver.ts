@@ -62,7 +62,6 @@ export class SimulatedDriver implements CheckpointDriver {
   readonly #checkpointLink: CopyLink;
   readonly #restoreLink: CopyLink;
   readonly #hostTurns: CopyLink; // the calls' serial parts, one at a time (no rates used)
-  readonly #busy = new Set<SimulatedProcess>(); // those with a call under way (proc.busy)
 
   /** @internal made by the machine */
   constructor(machine: MachineView) {
@@ -229,7 +228,8 @@ export class SimulatedDriver implements CheckpointDriver {
   /** The call's turn on the host: its serial part, longer by each other of `op` on `gpus` now. */
   #turn(run: Waits, op: "checkpoint" | "restore", proc: SimulatedProcess, gpus: SimulatedGpu[]) {
     const { serialMs = 0, serialPerOtherMs = 0 } = this.#timing[op];
-    const busy = [...this.#busy].filter((p) => p.busy === op && p !== proc && gpus.some(p.holdsOn));
+    const all = this.#machine.processes; // an exited one holds no GPU
+    const busy = all.filter((p) => p.busy === op && p !== proc && gpus.some(p.holdsOn));
     return run.copy(this.#hostTurns, serialMs + serialPerOtherMs * busy.length, 1);
   }
 
@@ -290,7 +290,6 @@ export class SimulatedDriver implements CheckpointDriver {
         const run = new Waits(this.#machine);
         let onExit = () => {};
         proc.busy = op;
-        this.#busy.add(proc);
         try {
           return await new Promise<Answer>((resolve, reject) => {
             const note = `the process exited during the ${op}`;
@@ -310,7 +309,6 @@ export class SimulatedDriver implements CheckpointDriver {
           });
         } finally {
           proc.busy = undefined;
-          this.#busy.delete(proc);
           proc.exitListeners.delete(onExit);
           proc.wake();
         }
