@@ -101,11 +101,8 @@ export class SimulatedDriver implements CheckpointDriver {
   /** `cuCheckpointProcessLock`; a timeout the C unsigned int cannot hold rejects, as natively. */
   async lock(pid: number, args: LockArgs | null): Promise<number> {
     const timeoutMs = args == null ? 0 : checkTimeoutMs(args.timeoutMs, "LockArgs.timeoutMs");
-    if (args?.reserved?.some((b) => b !== 0)) {
-      const note = "a reserved field of CUcheckpointLockArgs is nonzero";
-      const refused = { code: CUDA_ERROR_INVALID_VALUE, note };
-      return await this.#call("lock", pid, codeOf, () => this.#after(refused));
-    }
+    const note = "a reserved field of CUcheckpointLockArgs is nonzero";
+    const reserved = args?.reserved?.some((b) => b !== 0);
     return await this.#transition("lock", pid, async (proc, run) => {
       const busyFor = proc.kernelsUntil - this.#machine.now();
       if (timeoutMs > 0 && busyFor > timeoutMs) {
@@ -116,7 +113,7 @@ export class SimulatedDriver implements CheckpointDriver {
       if (busyFor > 0) await run.sleep(busyFor);
       await run.sleep(this.#timing.lockMs);
       return entered(proc, "lock");
-    });
+    }, reserved && { code: CUDA_ERROR_INVALID_VALUE, note });
   }
 
   /** `cuCheckpointProcessCheckpoint`. */
@@ -134,11 +131,8 @@ export class SimulatedDriver implements CheckpointDriver {
   /** `cuCheckpointProcessRestore`. */
   restore(pid: number, args: RestoreArgs | null): Promise<number> {
     const pairs = args?.gpuPairs ?? [];
-    if (pairs.length > 0 && this.#version < GPU_PAIRS_MIN_DRIVER_VERSION) {
-      const note = `driver ${this.#versionName} takes no GPU pairs; 13.0 (580) does`;
-      const refused = { code: CUDA_ERROR_NOT_SUPPORTED, note };
-      return this.#call("restore", pid, codeOf, () => this.#after(refused));
-    }
+    const note = `driver ${this.#versionName} takes no GPU pairs; 13.0 (580) does`;
+    const old = pairs.length > 0 && this.#version < GPU_PAIRS_MIN_DRIVER_VERSION;
     return this.#transition("restore", pid, async (proc, run) => {
       if (sharesMemory(proc.nccl)) {
         // Two H200s, driver 580.159.04: such ranks checkpoint, then every restore fails, `operation
@@ -187,7 +181,7 @@ export class SimulatedDriver implements CheckpointDriver {
       await this.#copy(run, this.#restoreLink, this.#timing.restore, proc);
       proc.moveToGpu(targets);
       return entered(proc, "restore");
-    });
+    }, old && { code: CUDA_ERROR_NOT_SUPPORTED, note });
   }
 
   /** `cuCheckpointProcessUnlock`. */
@@ -278,8 +272,9 @@ export class SimulatedDriver implements CheckpointDriver {
     }
   }
 
-  /** A state-changing call in its turn: the state checked, a fault applied, else `body`. */
-  #transition(op: Step, pid: number, body: StepBody): Promise<number> {
+  /** A step: `refused` answered, else in its turn the state checked, a fault applied, `body`. */
+  #transition(op: Step, pid: number, body: StepBody, refused?: Answer | false): Promise<number> {
+    if (refused) return this.#call(op, pid, codeOf, () => this.#after(refused));
     return this.#call(op, pid, codeOf, (proc) =>
       this.#serially(proc, async () => {
         const note = `${op} needs a ${stepFrom(op)} process; it is ${proc.state}`;
