@@ -50,10 +50,13 @@ export type PendingFault =
     | { readonly kind: "answer"; readonly operation: QueryOperation; readonly value: number }
   );
 
-function checkNth(nth: unknown, what: string): number {
-  // At most 1 000 000: far more calls than any test makes.
-  return checkInteger(or(nth, 1), `${what}.nth (which call, 1 = the next)`, 1, 1_000_000);
-}
+/** By method: its kind of fault, its field but `nth` (and `state`), its error without options. */
+const METHODS: Record<string, readonly [PendingFault["kind"], string?, string?]> = {
+  failNext: ["fail", "code", "the fault is missing; give { code, state?, nth? }"],
+  exitDuring: ["exit", "afterMs"],
+  hangNext: ["hang"],
+  answerNext: ["answer", "value", "the answer is missing; give { value, nth? }"],
+};
 
 /** A {@link PendingFault} from a method's arguments; throws naming the bad input. */
 export function checkFault(
@@ -63,37 +66,23 @@ export function checkFault(
 ): PendingFault {
   const ops = method === "answerNext" ? QUERIES : FAULTABLE_OPERATIONS;
   const op = checkChoice(operation, `${method}: the operation`, ops);
-  const what = `${method}: the ${method === "failNext" ? "fault" : "options"}`;
-  switch (method) {
-    case "failNext": {
-      const missing = `${method}: the fault is missing; give { code, state?, nth? }`;
-      if (options === undefined) throw new TypeError(missing);
-      const f = checkKeys(options as InjectedFault, what, ["code", "state", "nth"]);
-      const codeIs = `${method}: fault.code (a CUresult other than CUDA_SUCCESS)`;
-      const code = checkInteger(f.code, codeIs, 1, MAX_PID);
-      const nth = checkNth(f.nth, `${method}: fault`);
-      if (f.state === undefined) return { kind: "fail", operation: op, nth, code };
-      const state = checkChoice(f.state, `${method}: fault.state`, PROCESS_STATES);
-      return { kind: "fail", operation: op, nth, code, state };
-    }
-    case "exitDuring": {
-      const f = checkKeys(options as ExitFault | undefined, what, ["afterMs", "nth"]);
-      const afterMs = checkAmount(or(f.afterMs, 0), `${method}: options.afterMs`);
-      return { kind: "exit", operation: op, nth: checkNth(f.nth, `${method}: options`), afterMs };
-    }
-    case "hangNext": {
-      const f = checkKeys(options as FaultTiming | undefined, what, ["nth"]);
-      return { kind: "hang", operation: op, nth: checkNth(f.nth, `${method}: options`) };
-    }
-    case "answerNext": {
-      const missing = `${method}: the answer is missing; give { value, nth? }`;
-      if (options === undefined) throw new TypeError(missing);
-      const f = checkKeys(options as AnswerFault, what, ["value", "nth"]);
-      const value = checkInteger(f.value, `${method}: options.value`, 0, MAX_PID);
-      const nth = checkNth(f.nth, `${method}: options`);
-      return { kind: "answer", operation: op as QueryOperation, nth, value };
-    }
-  }
+  const [kind, key, missing] = METHODS[method], noun = kind === "fail" ? "fault" : "options";
+  if (options === undefined && missing) throw new TypeError(`${method}: ${missing}`);
+  const keys = [...key ? [key] : [], ...kind === "fail" ? ["state"] : [], "nth"];
+  const f = checkKeys(options as Record<string, unknown>, `${method}: the ${noun}`, keys);
+  const at = `${method}: ${noun}.`;
+  const checks: Record<string, () => number> = {
+    code: () => checkInteger(f.code, `${at}code (a CUresult other than CUDA_SUCCESS)`, 1, MAX_PID),
+    afterMs: () => checkAmount(or(f.afterMs, 0), `${at}afterMs`),
+    value: () => checkInteger(f.value, `${at}value`, 0, MAX_PID),
+  };
+  const more = key && { [key]: checks[key]() };
+  // At most 1 000 000: far more calls than any test makes.
+  const nth = checkInteger(or(f.nth, 1), `${at}nth (which call, 1 = the next)`, 1, 1_000_000);
+  const state = f.state === undefined
+    ? {}
+    : { state: checkChoice(f.state, `${at}state`, PROCESS_STATES) };
+  return { kind, operation: op, nth, ...more, ...state } as PendingFault;
 }
 
 /** One injected hang: released before its call comes, or holding the call it hit. */
