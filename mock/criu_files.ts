@@ -81,8 +81,8 @@ export function imageOf(p: SimulatedProcess, machineGpus: readonly SimulatedGpu[
 }
 
 /**
- * A process made from its image, with the next start number, checkpointed, memory zero until
- * loaded, on the GPUs of `host` it used where it saw them all, else on those it remembers.
+ * A process made from its image, adopted by `host`: the next start number, checkpointed, memory
+ * zero until loaded, on the GPUs of `host` it used where it saw them all, else on those it recalls.
  */
 export function restoredProcess(
   host: MachineView,
@@ -97,10 +97,10 @@ export function restoredProcess(
   const parent = image.pid === root ? 0 : image.parent;
   const start = host.nextStart, threads = [...image.threads];
   const proc = new SimulatedProcess(host, { ...image, threads, gpus, parent, start });
-  if (!image.cuda) return proc;
+  if (!image.cuda) return host.adopt(proc);
   proc.loadPages("host", []);
   proc.enter(CHECKPOINTED);
-  return proc;
+  return host.adopt(proc);
 }
 
 /** Throws unless `dir` is an existing empty directory (links followed, as criu does). */

@@ -139,9 +139,7 @@ export class SimulatedCriu implements SnapshotEngine {
           const other = this.#machine.process(t);
           if (other) throw log.error(`Can't fork for PID ${t}: process ${other.pid} has it`);
         }
-        for (const image of images) {
-          made.push(this.#machine.adopt(restoredProcess(this.#machine, image, r.root)));
-        }
+        for (const image of images) made.push(restoredProcess(this.#machine, image, r.root));
         await this.#fixedCost("restore", run, log);
         let read = 0;
         for (const [i, image] of images.entries()) {
