@@ -89,10 +89,8 @@ export class SimulatedCriu implements SnapshotEngine {
   failNext(op: CriuOperation, fault: CriuFault = {}): void {
     checkChoice(op, "failNext: op", ["dump", "restore"] as const);
     checkKeys(fault, "failNext fault", ["message"]);
-    const message = fault.message === undefined
-      ? `simulated criu: failure injected by failNext(${JSON.stringify(op)})`
-      : checkName(fault.message, "failNext: message");
-    this.#faults.set(op, message);
+    const injected = `simulated criu: failure injected by failNext(${JSON.stringify(op)})`;
+    this.#faults.set(op, checkName(or(fault.message, injected), "failNext: message"));
   }
 
   /** Dumps the tree of `request.root` into `request.imagesDir` (empty), leaving it running. */
