@@ -75,11 +75,6 @@ const SUBCOMMANDS: Readonly<Record<string, readonly string[]>> = Object.fromEntr
   }).map(([sub, options]) => [sub, options.split(" ")]),
 );
 const isSubcommand = (word: string) => Object.hasOwn(SUBCOMMANDS, word);
-/** A subcommand's stray options (the first typed is named, an operation before them). */
-const STRAY_OF_SNAPSHOTS = "--pid --dir --timeout --deadline --device-map --all --all-or-nothing " +
-  "--job --leave-running --verify --no-room-check --allow-ipc-import --tcp-established";
-const STRAY_OF_OTHERS = "--pid --all --all-or-nothing --job --timeout --device-map " +
-  "--no-room-check --allow-ipc-import --tcp-established";
 /** Our options of one value, which may be given once (NVIDIA's: the last one given is the one). */
 const SPAWN_OPTIONS = ["--memory-mib", "--gpu", "--command", "--parent"];
 const ONCE = ["--dir", "--deadline", ...SPAWN_OPTIONS];
@@ -280,9 +275,11 @@ function badOption(detail: string, getopt?: string): UsageError {
   return new UsageError(NVIDIA_MESSAGES.badOption, detail, getopt);
 }
 
-/** Refuses the first operation, else the first given of `options`, that `sub` does not take. */
-function refuseStray(sub: string, seen: Seen, options: string): void {
-  const typed = [...seen.given].filter((o) => options.split(" ").includes(o)); // in typed order
+/** Refuses the first operation, else the first option typed, that `sub` does not take. */
+function refuseStray(sub: string, seen: Seen): void {
+  // Every command takes these (spawn's options were refused before, but with spawn).
+  const free = ["--json", "--events", "--simulate", ...SPAWN_OPTIONS];
+  const typed = [...seen.given].filter((o) => !free.includes(o)); // in typed order
   const stray = [...seen.operations, ...typed].find((o) => !SUBCOMMANDS[sub].includes(o));
   if (stray === "--device-map" && (sub === "snapshot" || sub === "inspect")) {
     no(`${sub} takes no --device-map: the GPUs to restore onto are given to restore-snapshot`);
@@ -327,7 +324,7 @@ function finish(seen: Seen): Command {
   const extra = sub === "kill" ? rest.slice(1) : rest;
   const takes = `${sub} takes ${sub === "kill" ? "one pid" : "no argument"}`;
   if (extra.length > 0) no(`unexpected argument ${JSON.stringify(extra[0])}: ${takes}`);
-  refuseStray(sub, seen, STRAY_OF_OTHERS);
+  refuseStray(sub, seen);
   if (sub === "list" || sub === "ps") return { kind: "list", ...common };
   if (sub === "reset") return { kind: "reset", ...common };
   if (sub === "spawn") {
@@ -373,7 +370,7 @@ function operationCommand(seen: Seen, common: Common, has: (option: string) => b
 /** `snapshot`, `restore-snapshot`, `inspect` and `recover`: what each takes, and nothing else. */
 function snapshotCommand(sub: string, rest: string[], seen: Seen, common: Common): Command {
   const has = (option: string) => seen.given.has(option);
-  refuseStray(sub, seen, STRAY_OF_SNAPSHOTS);
+  refuseStray(sub, seen);
   // The directory, as `--dir DIR` or as the one positional argument (`inspect DIR`), once.
   const named = seen.fields.dir as string | undefined;
   if (rest.length > 1 || (rest.length === 1 && named !== undefined && named !== rest[0])) {
