@@ -88,10 +88,10 @@ const FROM_590 = "--launch-job (-j) is an option of NVIDIA's cuda-checkpoint fro
  * has one. `--help` and `--version` win over what comes after them, as in `getopt` loops.
  */
 export function parseCommandLine(args: readonly string[]): Command {
-  const { words } = scan(args), [word] = words;
+  const { options, words } = scan(args), [word] = words;
   const sub = word !== undefined && isSubcommand(word) ? word : undefined;
   try {
-    return parse(args, sub, words);
+    return parse(options, sub, words);
   } catch (error) {
     if (!(error instanceof UsageError) || sub === undefined || error.tail) throw error;
     const tail = `Run cuda-checkpoint --help for what ${sub} takes.`;
@@ -104,23 +104,26 @@ export function parseCommandLine(args: readonly string[]): Command {
 
 /** Whether the command line asks for `--json` as an option (not as another option's value). */
 export function wantsJson(args: readonly string[]): boolean {
-  return scan(args).options.includes("--json");
+  return scan(args).options.some((o) => o.long === "--json");
 }
 
-/** The options (long names) and the words of a command line, the options' values skipped. */
-function scan(args: readonly string[]): { options: string[]; words: string[] } {
-  const options: string[] = [], words: string[] = [];
+/** An option as typed (`arg`): its name there, the long option (or options) it names, its value. */
+type Typed = { arg: string; name: string; long?: string | string[]; value?: string };
+/** A command line's options in order and its words; an option's value is given with it, or next. */
+function scan(args: readonly string[]): { options: Typed[]; words: string[] } {
+  const options: Typed[] = [], words: string[] = [];
   for (let i = 0; i < args.length; i++) {
-    const arg = args[i];
+    const arg = args[i], isLong = arg.startsWith("--"), eq = isLong ? arg.indexOf("=") : -1;
     if (arg === "--") return { options, words: [...words, ...args.slice(i + 1)] };
     if (!arg.startsWith("-") || arg === "-") {
       words.push(arg);
       continue;
     }
-    const long = arg.startsWith("--") ? longName(arg.split("=")[0]) : SHORT[arg.slice(0, 2)];
-    if (typeof long !== "string") continue;
-    options.push(long);
-    if (OPTIONS[long].value && (arg.startsWith("--") ? !arg.includes("=") : arg.length === 2)) i++;
+    const name = isLong ? (eq < 0 ? arg : arg.slice(0, eq)) : arg.slice(0, 2);
+    const long = isLong ? longName(name) : SHORT[name];
+    const inline = isLong ? (eq < 0 ? undefined : arg.slice(eq + 1)) : arg.slice(2) || undefined;
+    const takes = typeof long === "string" && OPTIONS[long].value;
+    options.push({ arg, name, long, value: inline ?? (takes ? args[++i] : undefined) });
   }
   return { options, words };
 }
@@ -141,36 +144,29 @@ function longName(name: string): string | string[] | undefined {
   return could.length === 1 ? could[0] : could.length > 1 ? could : undefined;
 }
 
-/** Reads the options in order (the words as {@link scan} found them), then {@link finish}. */
-function parse(args: readonly string[], sub: string | undefined, words: string[]): Command {
+/** Reads the options as {@link scan} found them (and its words), then {@link finish}. */
+function parse(options: Typed[], sub: string | undefined, words: string[]): Command {
   const seen: Seen = { operations: [], given: new Set(), pids: [], fields: {}, words };
-  for (let i = 0; i < args.length; i++) {
-    const arg = args[i];
-    if (arg === "--") break;
-    if (!arg.startsWith("-") || arg === "-") continue;
-    const isLong = arg.startsWith("--"), eq = isLong ? arg.indexOf("=") : -1;
-    const name = isLong ? (eq < 0 ? arg : arg.slice(0, eq)) : arg.slice(0, 2);
-    let inline = isLong ? (eq < 0 ? undefined : arg.slice(eq + 1)) : arg.slice(2) || undefined;
+  for (const { arg, name, long, value } of options) {
+    const isLong = name.startsWith("--"), short = `-- '${name.slice(1)}'`;
     if (name === "--launch-job" || name === "-j") no(FROM_590);
-    const long = SHORT[name] ?? longName(name) ?? name;
     if (Array.isArray(long)) {
       const getopt = `option '${name}' is ambiguous; possibilities: '${long.join("' '")}'`;
       throw badOption(`${name} could be ${long.join(" or ")}`, getopt);
     }
-    const option = OPTIONS[long];
-    const short = `-- '${name.slice(1)}'`;
-    if (!option) {
+    if (long === undefined) {
       const near = isLong ? nearer(name, Object.keys(OPTIONS)) : "";
       const getopt = isLong ? `unrecognized option '${arg}'` : `invalid option ${short}`;
       throw badOption(`unknown option ${JSON.stringify(name)}${near}`, getopt);
     }
-    if (option.value && (inline ??= args[++i]) === undefined) {
+    const option = OPTIONS[long];
+    if (option.value && value === undefined) {
       const getopt = isLong
         ? `option '${name}' requires an argument`
         : `option requires an argument ${short}`;
       throw badOption(`${long} needs a value`, getopt);
     }
-    if (!option.value && inline !== undefined) {
+    if (!option.value && value !== undefined) {
       const getopt = isLong ? `option '${name}' doesn't allow an argument` : undefined;
       throw badOption(`${long} takes no value, got ${arg}`, getopt);
     }
@@ -181,8 +177,8 @@ function parse(args: readonly string[], sub: string | undefined, words: string[]
     if (OPERATIONS.includes(long) && !seen.operations.includes(long)) seen.operations.push(long);
     // Its value unread (UNREAD): `snapshot --device-map X` is refused as such, not as a map.
     if (sub && UNREAD.includes(long) && !SUBCOMMANDS[sub].includes(long)) continue;
-    const value = option.value ? option.value(inline!, seen) : long !== "--no-room-check";
-    if (option.field) seen.fields[option.field] = value;
+    const read = option.value ? option.value(value!, seen) : long !== "--no-room-check";
+    if (option.field) seen.fields[option.field] = read;
   }
   return finish(seen);
 }
