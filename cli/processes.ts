@@ -22,7 +22,7 @@ import type { Machine } from "../driver.ts";
 import type { Action, GroupEvent } from "../types.ts";
 import { clockOf, roundMs } from "../core/time.ts";
 import { isGone, sessionOf } from "../core/process.ts";
-import { act, defined, settingsOf, stepEvents } from "../core/action.ts";
+import { act, settingsOf, stepEvents } from "../core/action.ts";
 import { handleOf } from "../api/cuda_process.ts";
 import { type Interrupts, type Signal, watchInterrupts } from "./io.ts";
 import { type Progress, progressOf } from "./progress.ts";
@@ -58,12 +58,11 @@ export async function runOne(
   let report: PidReport | undefined;
   try {
     const hooks = progress && await hooksOf(progress, machine, pid, operation);
-    // As NVIDIA's utility: a lock without a timeout unless one is given (undefined ones left out).
+    // Not a query (main.ts: one call each); as NVIDIA's utility, no lock timeout unless given.
     const { checkRoom, allowIpcImport, gpuMapping } = command, action = operation as Action;
     const timeoutMs = operation === "lock" ? command.timeoutMs ?? 0 : 0;
-    const options = defined({ timeoutMs, checkRoom, allowIpcImport, gpuMapping });
     const keys = ["timeoutMs", "checkRoom", "allowIpcImport", "gpuMapping"] as const;
-    const settings = settingsOf(options, action, keys); // not a query: one call each (main.ts)
+    const settings = settingsOf({ timeoutMs, checkRoom, allowIpcImport, gpuMapping }, action, keys);
     const { state, roomCheck, steps } = await act(handleOf(proc), action, settings, hooks);
     const ms = roundMs(clock.now() - start);
     report = { pid, operation, ok: true, state, status: "done", ms, roomCheck, steps };
