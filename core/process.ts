@@ -92,7 +92,8 @@ export class Session {
 type InTurn<T> = (turn: Turn) => Promise<T>;
 
 /** Whether `err` is {@link Handle.ordered}'s, given up by `until`'s abort. */
-export const gaveUp = (err: unknown, until: AbortSignal) => until.aborted && err === until.reason;
+export const gaveUp = (err: unknown, until: AbortSignal): boolean =>
+  until.aborted && err === until.reason;
 
 /** One process through one machine: it leases the machine, and refuses a pid reused since. */
 export class Handle {
