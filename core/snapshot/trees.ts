@@ -32,23 +32,19 @@ export async function describeTree(
       ...(p.command ? { command: recorded(p.command) } : {}),
     };
     // Stopped: a CUDA process would not answer its state (refused); another comes back running.
-    const asked = machine.driver.getRestoreThreadId(p.pid);
-    const cuda = (await asked.catch(() => undefined))?.code === CUDA_SUCCESS;
+    const tid = await machine.driver.getRestoreThreadId(p.pid).catch(() => undefined);
+    const cuda = tid?.code === CUDA_SUCCESS;
     if (cuda) await refuseStopped(machine, "snapshot", p.pid);
-    const [state, tid] = await Promise.allSettled([readState(machine.driver, p.pid), asked]);
     // Not a CUDA process (it never initialised CUDA); a state this version does not know refuses.
-    if (state.status === "rejected") {
-      if (state.reason instanceof RangeError) throw state.reason;
-      return base;
-    }
-    const name = state.value;
+    const name = await readState(machine.driver, p.pid)
+      .catch((err) => err instanceof RangeError ? Promise.reject(err) : undefined);
+    if (name === undefined) return base;
     const takes = `a snapshot takes processes that are ${SNAPSHOT_STATES.join(" or ")}`;
     const reason = `its CUDA state is ${name}; ${takes}`, pid = p.pid;
     if (name !== "running" && name !== "checkpointed") {
       throw new RefusedError({ code: "STATE", operation: "snapshot", pid, state: name, reason });
     }
-    const held = tid.status === "fulfilled" && tid.value.code === CUDA_SUCCESS;
-    const restoreThreadId = held ? tid.value.value : p.pid;
+    const restoreThreadId = cuda ? tid.value : p.pid;
     // What it holds: now where it runs; as recorded at its checkpoint where checkpointed.
     const session = sessionOf(machine);
     const now = "byPid" in report ? report.byPid.get(p.pid) : undefined;
