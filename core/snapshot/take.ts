@@ -21,7 +21,7 @@ import { importRefusal, sessionOf } from "../process.ts";
 import { roundMs } from "../time.ts";
 import { VERSION } from "../version.ts";
 import { SnapshotWriter, TRACE_FILE } from "./layout.ts";
-import { type Manifest, MANIFEST_FORMAT, treeDirName } from "./manifest.ts";
+import { type Manifest, MANIFEST_FORMAT, type ManifestProcess, treeDirName } from "./manifest.ts";
 import type { SnapshotFile } from "./store.ts";
 import { bytesOf, checkDir, firstError, groupFailure, heldMiB } from "./run.ts";
 import { prerequisite, Run, type SnapshotEvent, started, type WholeSettings } from "./run.ts";
@@ -87,15 +87,14 @@ export function checkSnapshotArgs(
 
 /**
  * What the checks found (the trees as listed, what the manifest says of the machine) and what the
- * snapshot has done since, for its phases and its rollback: the pids it suspends, each tree as
+ * snapshot has done since, for its phases and its rollback: the processes it suspends, each tree as
  * dumped, when the suspends and dumps began and last ended (ms), its first failure.
  */
 interface Taken extends Awaited<ReturnType<typeof check>> {
   readonly run: Run;
   readonly o: SnapshotSettings;
   readonly out: SnapshotWriter;
-  readonly suspending: readonly number[];
-  /** Those processes, as identified when the snapshot began (a pid may be reused since). */
+  /** The CUDA processes it suspends, as identified when it began (a pid may be reused since). */
   readonly who: readonly ProcessIdentity[];
   /** What it ends, by their own pids (not a thread's process): roots at the start, dumped after. */
   readonly ours: { roots: readonly ProcessIdentity[]; members: ProcessIdentity[] };
@@ -120,17 +119,16 @@ export async function takeSnapshot(
     run.phase("check");
     const plan = await check(run, roots, o.allowIpcImport);
     run.notBegun("snapshot");
-    const suspending = plan.running.flat().map((p) => p.pid);
     const session = sessionOf(machine), by = await session.selfIdentity();
     const identify = async (pid: number) => ({ ...await session.identify(pid), pid });
-    const who = await Promise.all(suspending.map(identify));
+    const who = await Promise.all(plan.running.flat().map((p) => identify(p.pid)));
     const ours = { roots: await Promise.all(roots.map(identify)), members: [] };
     const startedAt = new Date().toISOString();
     const trace = { ...(by ? { by } : {}), startedAt, processes: who, roots: ours.roots };
     const out = await SnapshotWriter.begin(run.store, dir, roots, trace);
     const at = run.at(), times = { suspend: at, suspended: at, dumped: at };
     const [dumped, sealed] = [roots.map(() => undefined), roots.map(() => [])];
-    const t: Taken = { ...plan, run, o, out, suspending, who, ours, dumped, sealed, times };
+    const t: Taken = { ...plan, run, o, out, who, ours, dumped, sealed, times };
     await suspendAndDump(t);
     const manifest = await writeManifest(t);
     await end(t, manifest);
@@ -188,10 +186,10 @@ async function suspendAndDump(t: Taken): Promise<void> {
   const trees = t.trees.map((_, i) => i);
   if (t.o.job) {
     // A job: every CUDA process is locked before any is checkpointed (core/job.ts).
-    if (await suspend(t, t.suspending)) await Promise.allSettled(trees.map((i) => dump(t, i)));
+    if (await suspend(t, t.running.flat())) await Promise.allSettled(trees.map((i) => dump(t, i)));
   } else {
     await Promise.allSettled(trees.map(async (i) => {
-      if (await suspend(t, t.running[i].map((p) => p.pid))) await dump(t, i);
+      if (await suspend(t, t.running[i])) await dump(t, i);
     }));
   }
   const stopped = t.run.stopped();
@@ -218,10 +216,10 @@ function failure(code: SnapshotFailure, what: string, cause: unknown): Failure {
   return { code, message: `snapshot failed: ${what}: ${messageOf(cause)}`, cause };
 }
 
-/** Suspends `pids` as one group (a job's, or one tree's); false, and the run failed, where not. */
-async function suspend(t: Taken, pids: readonly number[]): Promise<boolean> {
-  if (pids.length === 0) return true;
-  const result = await runGroup(t.run.machine, "suspend", pids, {
+/** Suspends `running` as one group (a job's, or a tree's); false, and the run failed, where not. */
+async function suspend(t: Taken, running: readonly ManifestProcess[]): Promise<boolean> {
+  if (running.length === 0) return true;
+  const result = await runGroup(t.run.machine, "suspend", running.map((p) => p.pid), {
     ...t.run.group(true),
     lockTimeoutMs: t.o.lockTimeoutMs,
     allowIpcImport: true, // each was checked once, by check()
