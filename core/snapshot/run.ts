@@ -90,7 +90,7 @@ export function checkDir(dir: unknown): string {
  * A snapshot or restore under way: the machine's parts it needs, its deadline, its signal, its
  * events; the engine's probe and the GPU list are asked at once, awaited after other checks.
  */
-export class Run {
+export class Run<F = unknown> {
   readonly engine: SnapshotEngine;
   readonly store: SnapshotStore;
   readonly host: HostProcesses;
@@ -104,8 +104,8 @@ export class Run {
   readonly signal: AbortSignal;
   readonly #settings: WholeSettings;
   readonly #stop = new AbortController();
-  /** The first failure of the run's parts, where one failed. */
-  failure: { readonly error: unknown } | undefined;
+  /** The first failure of the run's parts (`F`: as its caller words it), where one failed. */
+  failure: { readonly error: F } | undefined;
   #cancelTimer: () => void = () => {};
 
   /** Starts the clock of the whole, now; refuses where the machine lacks a part. */
@@ -166,7 +166,7 @@ export class Run {
   }
 
   /** Keeps `error` where it is the first failure of a part, and stops the others. */
-  fail(error: unknown): void {
+  fail(error: F): void {
     this.failure ??= { error };
     this.#stop.abort(new Error("another part failed"));
   }

@@ -88,10 +88,10 @@ export function checkSnapshotArgs(
 /**
  * What the checks found (the trees as listed, what the manifest says of the machine) and what the
  * snapshot has done since, for its phases and its rollback: the processes it suspends, each tree as
- * dumped, when the suspends and dumps began and last ended (ms), its first failure.
+ * dumped, when the suspends and dumps began and last ended (ms); its run keeps its first failure.
  */
 interface Taken extends Awaited<ReturnType<typeof check>> {
-  readonly run: Run;
+  readonly run: Run<Failure>;
   readonly o: SnapshotSettings;
   readonly out: SnapshotWriter;
   /** The CUDA processes it suspends, as identified when it began (a pid may be reused since). */
@@ -101,7 +101,6 @@ interface Taken extends Awaited<ReturnType<typeof check>> {
   readonly dumped: (readonly DumpedProcess[] | undefined)[];
   readonly sealed: SnapshotFile[][];
   readonly times: { suspend: number; suspended: number; dump?: number; dumped: number };
-  failure?: Failure;
 }
 
 /** Why a snapshot failed, as its error says it. */
@@ -114,7 +113,7 @@ export async function takeSnapshot(
   dir: string,
   o: SnapshotSettings,
 ): Promise<SnapshotResult> {
-  const run = new Run(machine, "snapshot", o);
+  const run = new Run<Failure>(machine, "snapshot", o);
   try {
     run.phase("check");
     const plan = await check(run, roots, o.allowIpcImport);
@@ -198,17 +197,11 @@ async function suspendAndDump(t: Taken): Promise<void> {
     const message = `snapshot stopped while ${doing}: ${stopped}`;
     throw await rollBack(t, { code: "STOPPED", message });
   }
-  if (t.failure) throw await rollBack(t, t.failure);
+  if (t.run.failure) throw await rollBack(t, t.run.failure.error);
   if (t.dumped.includes(undefined)) {
     const message = "snapshot failed while suspending its CUDA processes: it was stopped";
     throw await rollBack(t, { code: "SUSPEND_FAILED", message });
   }
-}
-
-/** A part failed: the first failure is kept in the record, and stops the other parts. */
-function failed(t: Taken, failure: Failure): void {
-  t.failure ??= failure;
-  t.run.fail(failure.cause);
 }
 
 /** What failed (`snapshot failed: what: the cause`), as a {@link Failure} of `code`. */
@@ -229,7 +222,7 @@ async function suspend(t: Taken, running: readonly ManifestProcess[]): Promise<b
   t.times.suspended = t.run.at();
   if (result.ok) return true;
   const message = `snapshot failed while suspending its CUDA processes: ${groupFailure(result)}`;
-  failed(t, { code: "SUSPEND_FAILED", message, cause: firstError(result) });
+  t.run.fail({ code: "SUSPEND_FAILED", message, cause: firstError(result) });
   return false;
 }
 
@@ -240,7 +233,7 @@ async function dump(t: Taken, i: number): Promise<void> {
     if (run.signal.aborted) return;
     if (await session.isStill(t.ours.roots[i]) === false) { // its pid may be another's now
       const message = `snapshot failed: process ${root}, the root of a tree, ended before its dump`;
-      return failed(t, { code: "DUMP_FAILED", message });
+      return run.fail({ code: "DUMP_FAILED", message });
     }
     if (t.times.dump === undefined) {
       t.times.dump = run.at();
@@ -266,7 +259,7 @@ async function dump(t: Taken, i: number): Promise<void> {
     } catch (err) {
       // Nothing of the tree's is left open once its part has failed.
       await sealing?.catch(() => {});
-      failed(t, failure(...part, err));
+      run.fail(failure(...part, err));
     } finally {
       t.times.dumped = run.at();
     }
