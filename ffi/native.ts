@@ -66,7 +66,7 @@ export interface NativeDriver extends CheckpointDriver {
 }
 
 /** What `cuInit` (its `CUresult`) and the GPU list (or why it could not be read) came to. */
-type Initialization = { code: number; gpus?: readonly GpuInfo[]; gpuError?: Error };
+type Initialization = { code: number; gpus: readonly GpuInfo[] | Error };
 /** The drivers open on one library, and their one `cuInit` (see {@link libraryUses}). */
 type LibraryUse = { drivers: number; init?: Promise<Initialization> };
 
@@ -224,9 +224,9 @@ export class LibcudaDriver implements NativeDriver {
 
   listGpus(): Promise<readonly GpuInfo[]> {
     return this.#span("listGpus", async () => {
-      const init = await this.#initialize();
-      if (init.gpus) return init.gpus;
-      throw init.gpuError ?? new Error("listGpus: the GPUs could not be read");
+      const { gpus } = await this.#initialize();
+      if (gpus instanceof Error) throw gpus;
+      return gpus;
     });
   }
 
@@ -308,9 +308,8 @@ export class LibcudaDriver implements NativeDriver {
     const init = use.init = (async (): Promise<Initialization> => {
       const code = await this.#offThread("cuInit", [0]);
       if (code === CUDA_ERROR_NO_DEVICE) return { code, gpus: Object.freeze([]) };
-      if (code !== CUDA_SUCCESS) return { code, gpuError: this.#failure("cuInit", code) };
-      const gpus = await this.#readGpus().catch(asError);
-      return gpus instanceof Error ? { code, gpuError: gpus } : { code, gpus };
+      if (code !== CUDA_SUCCESS) return { code, gpus: this.#failure("cuInit", code) };
+      return { code, gpus: await this.#readGpus().catch(asError) };
     })();
     const forget = () => use.init === init && (use.init = undefined);
     const kept = (r: Initialization) => r.code === CUDA_SUCCESS || r.code === CUDA_ERROR_NO_DEVICE;
