@@ -192,11 +192,9 @@ async function suspendAndDump(t: Taken): Promise<void> {
     }));
   }
   const stopped = t.run.stopped();
-  if (stopped) {
-    const doing = t.times.dump === undefined ? "suspending its CUDA processes" : "dumping";
-    const message = `snapshot stopped while ${doing}: ${stopped}`;
-    throw await rollBack(t, { code: "STOPPED", message });
-  }
+  const doing = t.times.dump === undefined ? "suspending its CUDA processes" : "dumping";
+  const message = `snapshot stopped while ${doing}: ${stopped}`;
+  if (stopped) throw await rollBack(t, { code: "STOPPED", message });
   if (t.run.failure) throw await rollBack(t, t.run.failure.error);
   if (t.dumped.includes(undefined)) {
     const message = "snapshot failed while suspending its CUDA processes: it was stopped";
