@@ -197,10 +197,8 @@ export class LibcudaDriver implements NativeDriver {
     const count = args?.gpuPairs.length ?? 0;
     const allowed = this.#version.code !== CUDA_SUCCESS ||
       this.#version.value >= GPU_PAIRS_MIN_DRIVER_VERSION;
-    if (args === null || !allowed) {
-      const arg = count > 0 ? CUDA_ERROR_NOT_SUPPORTED : null;
-      return this.#checkpointCall("restore", pid, [arg], true);
-    }
+    const bare = count > 0 ? CUDA_ERROR_NOT_SUPPORTED : null; // pairs it cannot take, or NULL
+    if (args === null || !allowed) return this.#checkpointCall("restore", pid, [bare], true);
     // The pairs' address is filled in by the thread that makes the call.
     const pairs = encodeGpuPairs(args.gpuPairs), buf = encodeRestoreArgs(0n, count);
     const link = { arg: 1, offset: RESTORE_ARGS_PAIRS_OFFSET, target: pairs };
