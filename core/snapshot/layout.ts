@@ -109,12 +109,11 @@ type Reader = (name: string, max: number) => Promise<string | undefined>;
  */
 async function openedFor<T>(
   store: SnapshotStore,
-  at: { path: string; operation: string; what: string },
+  { path, operation, what }: { path: string; operation: string; what: string },
   body: (dir: SnapshotDir, read: Reader) => Promise<T>,
 ): Promise<T> {
-  const { path, operation } = at;
   const dir = await store.open(path).catch((err) => {
-    throw storeRefusal(operation, path, at.what, err);
+    throw storeRefusal(operation, path, what, err);
   });
   const read = (name: string, max: number) =>
     dir.readFile(name, max).catch((err) => {
