@@ -38,13 +38,12 @@ export async function recoverFrom(
   operation: string,
   onProgress?: (event: GroupEvent) => void,
 ): Promise<RecoverResult> {
-  const refuse = (reason: string) => snapshotRefusal(operation, reason);
   const { dir: snap, trace, complete } = await openInterrupted(store, dir, operation);
   try {
     const where = snap.path, session = sessionOf(machine), by = trace.by?.pid;
     const still = `the snapshot in ${where} is still under way: process ${by} is taking it (stop ` +
       `it with Ctrl-C or kill -TERM ${by}: it puts the processes back itself)`;
-    if (trace.by && await session.isStill(trace.by)) throw refuse(still);
+    if (trace.by && await session.isStill(trace.by)) throw snapshotRefusal(operation, still);
     const alive: number[] = [], gone: number[] = [];
     // Where the host cannot tell, each is taken as there: the driver says where it is not.
     for (const p of trace.processes) {
@@ -64,7 +63,7 @@ export async function recoverFrom(
         const failed = result.processes.find((p) => p.error), who = failed ? `${failed.pid}: ` : "";
         const not = `not every process of the interrupted snapshot in ${where} could be resumed`;
         const kept = `${TRACE_FILE} is kept: all resume or none; end any that cannot, then retry`;
-        throw refuse(`${not}: ${who}${groupFailure(result)}; ${kept}`);
+        throw snapshotRefusal(operation, `${not}: ${who}${groupFailure(result)}; ${kept}`);
       }
     }
     // The partial images where the snapshot had no manifest, then the trace.
