@@ -103,10 +103,8 @@ class Group {
         const entry = this.#entries[next++];
         entry.notStarted = this.#stopReason();
         if (!entry.notStarted) await this.#work(entry);
-        if (!entry.notStarted) {
-          this.#ended(entry);
-          this.#failed ||= !succeeded(entry);
-        }
+        this.#ended(entry);
+        if (!entry.notStarted) this.#failed ||= !succeeded(entry);
         if (this.s.allOrNothing && !succeeded(entry)) this.#doom();
         this.#rollBackIfDone(entry);
       }
@@ -162,7 +160,7 @@ class Group {
       );
     }));
     this.#entries.forEach((e, i) => e.planned = reports[i].initialState); // for one not started
-    if (this.#giveUp.aborted) return true; // stopped meanwhile: none starts, each says why
+    if (this.#giveUp.aborted && !checks.some(Boolean)) return true; // stopped: each says why
     const refused = checks.some(Boolean) ? undefined : await roomForAll(this.action, plans);
     if (refused) checks[refused.at] = { ...reports[refused.at], error: refused.error };
     if (checks.every((c) => c === undefined)) return true;
@@ -193,7 +191,7 @@ class Group {
 
   #stopReason(): StopReason | undefined {
     if (this.s.signal?.aborted) return "aborted";
-    if (this.#deadline.passed() || this.#stop.signal.aborted) {
+    if (this.#deadline.passed()) {
       this.#deadlinePassed = true;
       return "deadline";
     }

@@ -48,7 +48,7 @@ export function untilAborted<T>(p: Promise<T>, signal: AbortSignal, when = () =>
 export class Deadline {
   readonly #start: number;
   readonly #now: () => number;
-  readonly #end: number;
+  #end: number;
 
   /** A deadline `timeoutMs` from now on `clock`'s time. */
   constructor(clock: { now(): number }, timeoutMs: number | undefined) {
@@ -71,10 +71,10 @@ export class Deadline {
     return this.#now() >= this.#end;
   }
 
-  /** Calls `fn` once it passes, on `clock`'s timer (none where a clock has none: steps check). */
+  /** Calls `fn` as it passes (`passed()` then, an early timer's too); none on a timerless clock. */
   onPassed(clock: Clock | undefined, fn: () => void): () => void {
-    const left = this.left();
-    return left !== undefined && (!clock || clock.timer) ? timerOn(clock, left, fn) : () => {};
+    const left = this.left(), at = () => (this.#end = Math.min(this.#end, this.#now()), fn());
+    return left !== undefined && (!clock || clock.timer) ? timerOn(clock, left, at) : () => {};
   }
 
   /** A lock timeout (0: forever) cut to what is left, at least 1 ms. */

@@ -477,14 +477,14 @@ describe("group operations", () => {
       const p = sim.spawn({ memoryMiB: 1024 });
       const release = p.hangNext("getState");
       const busy = new CudaProcess(p.pid, { machine: sim }).state(); // holds its queue
-      const c = new AbortController();
+      const c = new AbortController(), events: GroupEvent[] = [];
       const group = runGroup("suspend", [p.pid], {
         machine: sim,
         lockTimeoutMs: 0,
         ...(stop.endsWith("abort") || stop.endsWith("aborted")
           ? { signal: c.signal }
           : { timeoutMs: 1000 }),
-        ...(stop === "deadline, events given" ? { onProgress: () => {} } : {}),
+        ...(stop === "deadline, events given" ? { onProgress: (e) => void events.push(e) } : {}),
         ...(stop.startsWith("job") ? { job: true } : {}),
         ...(stop === "all or nothing" ? { allOrNothing: true } : {}),
       });
@@ -510,7 +510,37 @@ describe("group operations", () => {
       assert.equal(result.aborted || result.deadlinePassed, true, stop);
       assert.equal(result.ok, false, stop);
       assert.equal(p.state, "running", stop);
+      if (stop !== "deadline, events given") continue;
+      const ends = events.filter((e) => e.type === "process-end");
+      assert.deepEqual(
+        ends.map((e) => [e.pid, e.status]),
+        [[p.pid, "not-started"]],
+        "its end told",
+      );
     }
+  });
+
+  test("all or nothing: a member refused in its plan keeps its error though another's wait was given up", async () => {
+    // Before, the deadline given up on the held member's plan hid the other's refusal.
+    const sim = new SimulatedMachine();
+    const [bad, held] = [sim.spawn({ memoryMiB: 256 }), sim.spawn({ memoryMiB: 256 })];
+    bad.failNext("lock", { code: CUDA_ERROR_UNKNOWN, state: "failed" });
+    await runGroup("lock", [bad.pid], { machine: sim });
+    const release = held.hangNext("getState");
+    const busy = new CudaProcess(held.pid, { machine: sim }).state(); // holds its turn
+    const group = runGroup("suspend", [bad.pid, held.pid], {
+      machine: sim,
+      allOrNothing: true,
+      timeoutMs: 1000,
+    });
+    await sim.sleep(2000);
+    const result = await group;
+    const [b, h] = result.processes;
+    assert.equal(b.status, "failed");
+    assert.match(String(b.error), /the failed state is final/);
+    assert.deepEqual([h.status, h.notStarted], ["not-started", "another-failed"]);
+    release();
+    await busy;
   });
 
   test("a job waiting for one member's turn lets go of the others' at the deadline", async () => {

@@ -34,6 +34,8 @@ import { MANIFEST_FILE } from "../core/snapshot/layout.ts";
 import { engineWith, forward, hostWith, machineWith } from "./support/forward.ts";
 import { SimulatedCriu, SimulatedMachine, type SimulatedProcess } from "../mock/mod.ts";
 import { mappingProblems } from "../core/mapping.ts";
+import { Handle } from "../core/process.ts";
+import { settlesWithin } from "../core/time.ts";
 import { parseGpuUuid } from "../core/options.ts";
 import { tempDirs } from "./support/temp_dirs.ts";
 import { runProgram } from "./cli_support.ts";
@@ -1356,6 +1358,44 @@ describe("failures after things began to change", () => {
     await snapshot([pids[0]], dir, { machine: sim, timeoutMs: 0 });
     await restoreSnapshot(dir, { machine: sim, timeoutMs: 0 });
     assert.equal(live(sim, a.pid).state, "running");
+  });
+
+  test("a snapshot behind another call on one of its processes ends at its deadline, STOPPED, that one untouched", async () => {
+    // Its deadline's timer may fire a hair before the clock says it passed (the simulator's real
+    // clock does): before, that said "it was aborted" (SUSPEND_FAILED). And its rollback resumed
+    // the process its suspend never started on, waiting for the other call to end first.
+    for (const [early, job] of [[0, false], [1, false], [0, true], [1, true]] as const) {
+      const how = `early ${early}, job ${job}`;
+      const sim = new SimulatedMachine();
+      const timer = (ms: number, fn: () => void) => sim.clock.timer!(ms - early, fn);
+      const machine = machineWith(sim, { clock: { ...sim.clock, timer } });
+      const [a, b] = [sim.spawn({ memoryMiB: 64 }), sim.spawn({ memoryMiB: 64 })];
+      let release = () => {};
+      const holder = new Handle(a.pid, machine); // another operation of this program on a
+      const busy = holder.ordered(() => new Promise<void>((r) => release = r)); // holds its turn
+      let suspending = () => {};
+      const inSuspend = new Promise<void>((r) => suspending = r);
+      const onProgress = (e: SnapshotEvent) =>
+        e.type === "phase" && e.phase === "suspend" && suspending();
+      const made = snapshot([a.pid, b.pid], newDir(), { machine, timeoutMs: 1000, onProgress, job })
+        .catch((e) => e);
+      await inSuspend; // its checks read and write files, which take no virtual time
+      await sim.sleep(3000); // past its deadline (whose timer moves no virtual time)
+      // Before, its rollback waited for a's turn, taken only once released: it never ended.
+      const ended = await settlesWithin(made, 10_000); // a real-time bound, not a speed goal
+      assert.ok(ended, `${how}: it ended while the other call held a's turn`);
+      const err = await made;
+      assert.ok(err instanceof SnapshotError, String(err));
+      assert.equal(err.code, "STOPPED", `${how}: ${err.message}`);
+      assert.match(err.message, /deadline passed/);
+      const before = sim.driver.calls.length;
+      release();
+      await busy;
+      await sim.sleep(100);
+      await holder.close();
+      assert.deepEqual(sim.driver.calls.slice(before), [], `${how}: nothing more made`);
+      assert.deepEqual([a.state, b.state], ["running", "running"], how);
+    }
   });
 
   test("every engine call is given the time left of the snapshot's, and of the restore's, deadline", async () => {

@@ -101,6 +101,7 @@ interface Taken extends Awaited<ReturnType<typeof check>> {
   readonly dumped: (readonly DumpedProcess[] | undefined)[];
   readonly sealed: SnapshotFile[][];
   readonly times: { suspend: number; suspended: number; dump?: number; dumped: number };
+  readonly untouched: Set<number>; // the pids its suspend never started on: not put back
 }
 
 /** Why a snapshot failed, as its error says it. */
@@ -127,7 +128,8 @@ export async function takeSnapshot(
     const out = await SnapshotWriter.begin(run.store, dir, roots, trace);
     const at = run.at(), times = { suspend: at, suspended: at, dumped: at };
     const [dumped, sealed] = [roots.map(() => undefined), roots.map(() => [])];
-    const t: Taken = { ...plan, run, o, out, who, ours, dumped, sealed, times };
+    const untouched = new Set<number>();
+    const t: Taken = { ...plan, run, o, out, who, ours, dumped, sealed, times, untouched };
     await suspendAndDump(t);
     const manifest = await writeManifest(t);
     await end(t, manifest);
@@ -218,6 +220,7 @@ async function suspend(t: Taken, running: readonly ManifestProcess[]): Promise<b
     job: t.o.job,
   });
   t.times.suspended = t.run.at();
+  for (const o of result.processes) if (o.status === "not-started") t.untouched.add(o.pid);
   if (result.ok) return true;
   const message = `snapshot failed while suspending its CUDA processes: ${groupFailure(result)}`;
   t.run.fail({ code: "SUSPEND_FAILED", message, cause: firstError(result) });
@@ -343,7 +346,7 @@ async function resumeAll(t: Taken): Promise<{ resumed?: GroupResult; gone: numbe
   const session = sessionOf(t.run.machine), gone: number[] = [];
   const ended = async (p: ProcessIdentity) => (await session.isStill(p)) === false;
   for (const p of t.who) if (await ended(p)) gone.push(p.pid);
-  const alive = t.who.filter((p) => !gone.includes(p.pid));
+  const alive = t.who.filter((p) => !gone.includes(p.pid) && !t.untouched.has(p.pid));
   if (alive.length === 0) return { gone };
   const settings = { ...t.run.group(false), allOrNothing: false, job: t.o.job };
   const all = await runGroup(t.run.machine, "resume", alive.map((p) => p.pid), settings);
