@@ -62,8 +62,8 @@ class Group {
   #rolledBack = false;
   readonly #rollbacks: Promise<unknown>[] = [];
   readonly #memory = new Map<number, { gpuMemoryMiB: number }>();
-  /** Aborts at the deadline (reason `"deadline"`) or the caller's abort: waits for turns end. */
-  readonly #stop = new AbortController();
+  readonly #stop = new AbortController(); // aborted at the deadline, with the reason "deadline"
+  /** Aborts at the deadline or the caller's abort: a wait for a process's turn then ends. */
   #giveUp = this.#stop.signal;
 
   constructor(private readonly action: Action, procs: Handle[], private readonly s: GroupSettings) {
