@@ -170,7 +170,7 @@ export class CheckpointUnsupportedError extends RefusedError {
 
 /**
  * A wait for a state that did not come in time (`waitForState`); `state` is the last seen (none
- * where the process was stopped, and so not asked).
+ * where the process was stopped, and so not asked, or never `asked`: its turn did not come).
  */
 export class WaitTimeoutError extends CheckpointError {
   /** Always `"TIMEOUT"`. */
@@ -179,10 +179,13 @@ export class WaitTimeoutError extends CheckpointError {
   readonly wanted: ProcessState;
 
   /** Makes the error: the message names the process, the state wanted and the one last seen. */
-  constructor(pid: number, wanted: ProcessState, timeoutMs: number, state?: ProcessState) {
-    const seen = state ?? "stopped (SIGSTOP, Ctrl-Z, a debugger, a restore holding it), and " +
-        "the driver answers no call on it till it runs again";
-    const message = `process ${pid} did not become ${wanted} within ${timeoutMs} ms; it is ${seen}`;
+  constructor(pid: number, wanted: ProcessState, ms: number, state?: ProcessState, asked = true) {
+    const seen = state ??
+      (asked
+        ? "stopped (SIGSTOP, Ctrl-Z, a debugger, a restore holding it), and the driver answers no " +
+          "call on it till it runs again"
+        : "unknown: another operation this program made on it held its turn");
+    const message = `process ${pid} did not become ${wanted} within ${ms} ms; it is ${seen}`;
     super(message, { operation: "waitForState", pid, state });
     this.name = "WaitTimeoutError";
     this.wanted = wanted;

@@ -10,8 +10,9 @@ import { type GpuImport, identityKey, type ProcessIdentity, sameProcess } from "
 import { leaseOf, type Machine, type MachineLease, type MachineSource } from "./machine.ts";
 import { checkMapping, explainRejectedMapping } from "./mapping.ts";
 import { heldIn, type RoomCheck, RoomGuard } from "./room.ts";
+import { MAX_TIMER_MS } from "./options.ts";
 import { type ProcessState, type Step, stepAllowed } from "./states.ts";
-import { clockOf, untilAborted } from "./time.ts";
+import { clockOf, Deadline, untilAborted } from "./time.ts";
 
 /** The last operation made on each machine (as given), settled once it is queued. */
 const MADE = new WeakMap<MachineSource, Promise<unknown>>();
@@ -137,22 +138,36 @@ export class Handle {
     state: ProcessState,
     o: { timeoutMs?: number; signal?: AbortSignal; intervalMs: number },
   ): Promise<void> {
-    const clock = clockOf(await this.machine()), start = clock.now();
-    for (;;) {
-      o.signal?.throwIfAborted();
-      // Stopped (a debugger, criu's tree held until verified), it is not asked: not there yet.
-      const read = async (t: Turn) => await t.stopped() ? undefined : t.state();
-      const seen = await this.ordered(read, "waitForState", true, o.signal);
-      if (seen === state) return;
-      if (seen === "failed") {
-        const reason = `it is failed, which is final: it will never be ${state}`;
-        const where = { operation: "waitForState", pid: this.pid, state: seen };
-        throw new RefusedError({ code: "STATE", ...where, reason });
+    const machine = await this.machine(), clock = clockOf(machine), start = clock.now();
+    // A look waits its turn till the timeout, and the last, made then, an interval more.
+    const late = new AbortController(), ms = o.timeoutMs, most = MAX_TIMER_MS;
+    const end = new Deadline(clock, ms === undefined ? ms : Math.min(ms + o.intervalMs, most));
+    const cancel = end.onPassed(machine.clock, () => late.abort());
+    const until = o.signal ? AbortSignal.any([o.signal, late.signal]) : late.signal;
+    let seen: ProcessState | undefined, asked = false;
+    const timedOut = () => new WaitTimeoutError(this.pid, state, ms!, seen, asked);
+    try {
+      for (;;) {
+        o.signal?.throwIfAborted();
+        // Stopped (a debugger, criu's tree held until verified), it is not asked: not there yet.
+        const read = async (t: Turn) => await t.stopped() ? undefined : t.state();
+        seen = await this.ordered(read, "waitForState", true, until).catch((err) => {
+          throw late.signal.aborted && !o.signal?.aborted ? timedOut() : err;
+        });
+        asked = true;
+        if (seen === state) return;
+        if (seen === "failed") {
+          const reason = `it is failed, which is final: it will never be ${state}`;
+          const where = { operation: "waitForState", pid: this.pid, state: seen };
+          throw new RefusedError({ code: "STATE", ...where, reason });
+        }
+        o.signal?.throwIfAborted();
+        const left = ms === undefined ? Infinity : ms - (clock.now() - start);
+        if (left <= 0) throw timedOut();
+        await clock.sleep(Math.min(o.intervalMs, left), o.signal);
       }
-      o.signal?.throwIfAborted();
-      const left = o.timeoutMs === undefined ? Infinity : o.timeoutMs - (clock.now() - start);
-      if (left <= 0) throw new WaitTimeoutError(this.pid, state, o.timeoutMs!, seen);
-      await clock.sleep(Math.min(o.intervalMs, left), o.signal);
+    } finally {
+      cancel();
     }
   }
 

@@ -1082,6 +1082,54 @@ describe("waitForState", () => {
     await proc.close();
   });
 
+  test("its timeout ends its wait for the process's turn (another call on it hangs)", async () => {
+    const sim = new SimulatedMachine();
+    const p = sim.spawn(), release = p.hangNext("getState");
+    const busy = new CudaProcess(p.pid, { machine: sim }).state();
+    const proc = new CudaProcess(p.pid, { machine: sim });
+    const t0 = sim.now();
+    let at = NaN;
+    const waiting = proc.waitForState("locked", { timeoutMs: 1000, intervalMs: 100 });
+    waiting.catch(() => at = sim.now() - t0);
+    await sim.sleep(10); // its deadline's timer is set once it has its machine
+    await sim.sleep(5000);
+    await assert.rejects(waiting, (err: unknown) => {
+      assert.ok(err instanceof WaitTimeoutError, String(err));
+      assert.equal(
+        err.message,
+        `process ${p.pid} did not become locked within 1000 ms; it is unknown: another ` +
+          `operation this program made on it held its turn`,
+      );
+      assert.equal(err.state, undefined);
+      return true;
+    });
+    // Its last look, at the timeout, is given one interval for its turn.
+    assert.ok(at >= 1100 && at < 1200, `rejected at ${at} ms`);
+    release();
+    assert.equal(await busy, "running");
+    // Seen once before the turn is held, the timeout says what it saw.
+    const reads = proc.waitForState("locked", { timeoutMs: 500 });
+    reads.catch(() => {}); // looked at below
+    await sim.sleep(20);
+    const release2 = p.hangNext("getState");
+    const busy2 = new CudaProcess(p.pid, { machine: sim }).state();
+    await sim.sleep(5000);
+    await assert.rejects(reads, /within 500 ms; it is running$/);
+    release2();
+    await busy2;
+    await proc.close();
+  });
+
+  test("its last look, made at the timeout, sees a change made just before", async () => {
+    const sim = new SimulatedMachine();
+    const p = sim.spawn({ memoryMiB: 64 });
+    const proc = new CudaProcess(p.pid, { machine: sim });
+    const waiting = proc.waitForState("locked", { timeoutMs: 1000, intervalMs: 700 });
+    await sim.sleep(950);
+    await sim.driver.lock(p.pid, null);
+    await waiting;
+  });
+
   test("a process that exits rejects with the driver's error; bad input is named", async () => {
     const sim = new SimulatedMachine();
     const p = sim.spawn();
