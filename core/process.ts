@@ -152,7 +152,7 @@ export class Handle {
         // Stopped (a debugger, criu's tree held until verified), it is not asked: not there yet.
         const read = async (t: Turn) => await t.stopped() ? undefined : t.state();
         seen = await this.ordered(read, "waitForState", true, until).catch((err) => {
-          throw late.signal.aborted && !o.signal?.aborted ? timedOut() : err;
+          throw err === late.signal.reason ? timedOut() : err;
         });
         asked = true;
         if (seen === state) return;
