@@ -133,9 +133,8 @@ export class PieceHasher {
       ...[...PieceHasher.#live].map((h) => Math.max(1, h.#threads - (h.#leave?.() ?? 0))),
     );
     while (queue.length > 0 && PieceHasher.busy < most) {
-      let w = [...workers].find(([, busy]) => !busy)?.[0];
       const job = queue.shift()!;
-      w ??= PieceHasher.#start(job);
+      const w = [...workers].find(([, busy]) => !busy)?.[0] ?? PieceHasher.#start(job);
       if (!w) continue;
       workers.set(w, job);
       job.owner.#flying.add(job);
