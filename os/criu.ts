@@ -7,7 +7,6 @@
 // caller's environment; each run is bounded (`bounded_run.ts`) in a private work directory removed
 // when it ends. Each error names criu's log.
 
-import type { Stats } from "node:fs";
 import { lstat, mkdir, readdir, readFile, readlink, rename, stat } from "node:fs/promises";
 import { copyFile } from "node:fs/promises";
 import { availableParallelism } from "node:os";
@@ -259,8 +258,8 @@ class CriuEngine implements SnapshotEngine {
     const dirs = [...(this.#o.env.PATH ?? "").split(":").filter(path.isAbsolute), ...SYSTEM_DIRS];
     // The first there as an executable file (following links); its trust is checked after.
     const files = named ? [named] : dirs.map((dir) => path.join(dir, "criu"));
-    const isProgram = (st: Stats) => st.isFile() && (st.mode & 0o111) !== 0;
-    const found = await Promise.all(files.map((f) => stat(f).then(isProgram, () => false)));
+    const isProgram = (f: string) => stat(f).then((st) => st.isFile() && (st.mode & 0o111) !== 0);
+    const found = await Promise.all(files.map((f) => isProgram(f).catch(() => false)));
     const candidate = files[found.indexOf(true)];
     if (!candidate) {
       const nowhere = `not in PATH's directories nor in ${SYSTEM_DIRS.join(", ")}`;
