@@ -87,9 +87,8 @@ export async function runBounded(
   // Known before it starts, for an exit of this program that cannot wait to read them.
   const worksOn = await bound.worksOn?.().catch(() => []) ?? [];
   if (bound.signal?.aborted) {
-    const ended = { why: "aborted", afterMs: 0, killed: false } as const;
-    const none = { children: [], childrenLeft: [], continued: [] };
-    return { code: 128, stdout: "", stderr: "", ended: { ...ended, ...none } };
+    const none = { afterMs: 0, killed: false, children: [], childrenLeft: [], continued: [] };
+    return { code: 128, stdout: "", stderr: "", ended: { why: "aborted", ...none } };
   }
   if (!watching) {
     watching = true;
