@@ -67,9 +67,8 @@ function runtimeReader(): ProcReader {
 }
 
 /** Whether Deno grants a permission without a prompt (on Bun, always). */
-export function granted(permission: Deno.PermissionDescriptor): boolean {
-  return !deno || deno.permissions.querySync(permission).state === "granted";
-}
+export const granted = (permission: Deno.PermissionDescriptor): boolean =>
+  !deno || deno.permissions.querySync(permission).state === "granted";
 
 /** What a failed read means: the process is gone, it may not be looked at, or something else. */
 function classify(error: unknown): "gone" | "denied" | "other" {
@@ -82,14 +81,12 @@ function classify(error: unknown): "gone" | "denied" | "other" {
 const commandLine = (raw: string) => raw.replace(/\0+$/, "").replaceAll("\0", " ");
 
 /** The names of a `/proc` folder that are process or thread ids, as numbers. */
-function numbered(names: readonly string[]): number[] {
-  return names.filter((n) => /^[1-9][0-9]*$/.test(n)).map(Number);
-}
+const numbered = (names: readonly string[]): number[] =>
+  names.filter((n) => /^[1-9][0-9]*$/.test(n)).map(Number);
 
 /** A process's ids from its `/proc/PID/status`, one per PID namespace, this one's last. */
-function nsPids(status: string): string[] {
-  return /^NSpid:\s*([0-9 \t]+)$/m.exec(status)?.[1].trim().split(/\s+/) ?? [];
-}
+const nsPids = (status: string): string[] =>
+  /^NSpid:\s*([0-9 \t]+)$/m.exec(status)?.[1].trim().split(/\s+/) ?? [];
 
 /** One process as `/proc/PID/stat` gives it, and its thread ids where they were asked for. */
 export interface ProcEntry {
@@ -111,9 +108,8 @@ export function parseStat(stat: string): ProcEntry {
 }
 
 /** `/proc/<pid>/stat`, read now (it waits for no lock); `undefined` where there is none. */
-export function statOf(pid: number | string): ProcEntry | undefined {
-  return orElse(() => parseStat(readFileSync(`/proc/${pid}/stat`, "utf8")), undefined);
-}
+export const statOf = (pid: number | string): ProcEntry | undefined =>
+  orElse(() => parseStat(readFileSync(`/proc/${pid}/stat`, "utf8")), undefined);
 
 /** The processes descended from `pid` in `table`, parents first, each one's children by pid. */
 export function descendants(table: ReadonlyMap<number, ProcEntry>, pid: number): number[] {
