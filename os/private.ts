@@ -188,9 +188,8 @@ export async function writePrivately(
 const octal = (mode: number) => `0${(mode & 0o7777).toString(8).padStart(3, "0")}`;
 
 /** The `code` of a file system error (`ENOENT`, ...), where it has one. */
-export function errorCode(err: unknown): string | undefined {
-  return (err as { code?: unknown })?.code as string | undefined;
-}
+export const errorCode = (err: unknown): string | undefined =>
+  (err as { code?: unknown })?.code as string | undefined;
 
 /**
  * What a file system error means, to end a sentence that named the path (`it does not exist
@@ -203,6 +202,5 @@ export function pathTrouble(err: unknown): string {
 }
 
 /** A path to what `handle` has open, which no rename can redirect: `/proc/<pid>/fd/<n>`. */
-export function pinned(handle: { readonly fd: number }): string {
-  return `/proc/${process.pid}/fd/${handle.fd}`;
-}
+export const pinned = (handle: { readonly fd: number }): string =>
+  `/proc/${process.pid}/fd/${handle.fd}`;
