@@ -82,9 +82,8 @@ export class FileSnapshotStore implements SnapshotStore {
 }
 
 /** The machine's snapshot store; the file system where there is no machine, or it has none. */
-export function storeOf(machine: Machine | undefined): SnapshotStore {
-  return machine?.store ?? new FileSnapshotStore();
-}
+export const storeOf = (machine: Machine | undefined): SnapshotStore =>
+  machine?.store ?? new FileSnapshotStore();
 
 /**
  * Opens the directory above `where` (absolute) one directory at a time from `/`, each checked
@@ -139,11 +138,10 @@ async function walkTo(where: string): Promise<{ parent: FileHandle; name: string
 }
 
 /** The names in the directory read `through` its pinned path; one that cannot be is `shown`. */
-function namesIn(through: string, shown: string): Promise<string[]> {
-  return readdir(through).catch((err) =>
+const namesIn = (through: string, shown: string): Promise<string[]> =>
+  readdir(through).catch((err) =>
     Promise.reject(new Error(`${shown} cannot be listed: ${pathTrouble(err)}`, { cause: err }))
   );
-}
 
 /** Why `through` could not be opened (as a directory, or a `file`): a link, or the error itself. */
 async function notOpened(shown: string, through: string, err: unknown, kind = "directory") {
