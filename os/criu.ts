@@ -62,9 +62,8 @@ export interface CriuEngineOptions {
 }
 
 /** The installed criu. Opening runs nothing; `probe()` finds it, and runs `criu check`. */
-export function openCriuEngine(options: CriuEngineOptions = {}): SnapshotEngine {
-  return new CriuEngine(options);
-}
+export const openCriuEngine = (options: CriuEngineOptions = {}): SnapshotEngine =>
+  new CriuEngine(options);
 
 /** criu as found and checked: its real path and the environment it runs with. */
 type Criu = { readonly path: string; readonly env: Record<string, string> };
