@@ -74,8 +74,7 @@ class Group {
     // One that does not open (no libcuda) is each member's failure, told by its own work.
     const machine = await this.#entries[0]?.proc.machine().catch(() => undefined);
     this.#deadline = new Deadline(clockOf(machine ?? {}), this.s.timeoutMs); // for the whole group
-    const passed = () => this.#stop.abort("deadline");
-    const cancel = this.#deadline.onPassed(machine?.clock, passed);
+    const cancel = this.#deadline.onPassed(machine?.clock, () => this.#stop.abort("deadline"));
     if (this.s.signal) this.#giveUp = AbortSignal.any([this.s.signal, this.#stop.signal]);
     return await this.#run(machine).finally(cancel);
   }
