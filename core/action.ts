@@ -278,11 +278,10 @@ export async function wayBack(
     report.state = initial; // nothing happened to it
     return undefined;
   }
-  const now = await target.state().catch(() => undefined);
+  report.state = await target.state().catch(() => undefined);
   const illegal = failure?.err instanceof CudaError &&
     failure.err.code === CUDA_ERROR_ILLEGAL_STATE;
-  report.state = now;
-  const way = rollbackWay({ initial, done, failed: failure?.step, illegal, now });
+  const way = rollbackWay({ initial, done, failed: failure?.step, illegal, now: report.state });
   return way?.length ? way : undefined;
 }
 
