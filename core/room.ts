@@ -280,8 +280,7 @@ export class RoomGuard {
     const freeOf = new Map([...free].map(([gpu, mib]) => [gpu.toLowerCase(), mib]));
     for (const [gpu, neededMiB] of Object.entries(need)) {
       const freeMiB = freeOf.get(gpu.toLowerCase()), claimedMiB = claimed[gpu] ?? 0;
-      if (freeMiB === undefined) continue;
-      if (neededMiB > freeMiB - claimedMiB) {
+      if (freeMiB !== undefined && neededMiB > freeMiB - claimedMiB) {
         throw new GpuRoomError({ ...where, shortage: { gpu, neededMiB, freeMiB, claimedMiB } });
       }
     }
