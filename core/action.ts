@@ -127,10 +127,9 @@ export async function runAction(
   const report: ActionReport = { status: "failed", steps: [] };
   try {
     let steps: readonly Step[];
-    if (isStep(action)) {
+    // A group's step (`readInitial`) is planned as a goal is, its state read first to go back to.
+    if (isStep(action) && !readInitial) {
       await target.refuseStopped(action);
-      // With `readInitial` (a group's), the state first: a rollback brings the process back to it.
-      if (readInitial) report.initialState = await target.state();
       steps = [action];
       await refuseImporter(target, steps, action, settings);
     } else {
