@@ -267,9 +267,8 @@ export function orElse<T>(read: () => T, fallback: T): T {
 export function describeValue(value: unknown): string {
   if (typeof value === "string") return JSON.stringify(value);
   if (typeof value === "bigint") return `${value}n`;
-  if (value === null) return "null";
   if (Array.isArray(value)) return value.length ? "an array" : "an empty array";
-  if (typeof value === "object") return "an object";
+  if (typeof value === "object" && value !== null) return "an object";
   if (typeof value === "function") return "a function";
   return String(value);
 }
