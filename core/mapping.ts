@@ -56,9 +56,8 @@ export function mappingProblems(
  * this machine's GPUs, and a snapshot's mapping names only the snapshot's. Another machine's: as is.
  */
 export function completed(pairs: readonly GpuPair[], gpus: readonly GpuInfo[]): GpuPair[] {
-  const here = (uuid: string) => gpus.some((g) => g.uuid.toLowerCase() === uuid);
-  if (!pairs.some((p) => here(key(p.oldUuid)))) return [...pairs];
   const named = new Set(pairs.map((p) => key(p.oldUuid)));
+  if (!gpus.some((g) => named.has(g.uuid.toLowerCase()))) return [...pairs];
   const taken = new Set(pairs.map((p) => key(p.newUuid)));
   const free = gpus.filter((g) => !taken.has(g.uuid.toLowerCase()));
   // Where GPUs of the mapping are not here, too few are left: the driver's checks will say.
