@@ -254,9 +254,8 @@ const WHY: Readonly<Record<number, string>> = {
 };
 
 /** "lock of process 42", or the operation alone where there is no pid. */
-function subjectOf(place: ErrorPlace): string {
-  return place.pid === undefined ? place.operation : `${place.operation} of process ${place.pid}`;
-}
+const subjectOf = (place: ErrorPlace): string =>
+  place.pid === undefined ? place.operation : `${place.operation} of process ${place.pid}`;
 
 /** `err` with a sentence on what was left (a `CheckpointError` keeps its class, takes `state`). */
 export function withDetail(err: unknown, detail: string, state?: ProcessState): Error {

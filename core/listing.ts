@@ -132,6 +132,5 @@ export async function listOn(machine: Machine, o: ListSettings): Promise<CudaPro
 }
 
 /** `record` with the scanned process's command line, where it has one. */
-function withCommand<T extends object>(p: ScannedProcess, record: T): T & { command?: string } {
-  return p.command === undefined ? record : { ...record, command: p.command };
-}
+const withCommand = <T extends object>(p: ScannedProcess, record: T): T & { command?: string } =>
+  p.command === undefined ? record : { ...record, command: p.command };

@@ -79,9 +79,8 @@ const mib = (n: number) => `${Math.round(n)} MiB`;
 const STILL_CHECKPOINTED = "nothing was asked of the driver: the process is still checkpointed";
 
 /** Where a room refusal is: the operation on a checkpointed process (`pid`), or a snapshot's. */
-function untouched({ operation, pid }: { operation: string; pid?: number }) {
-  return pid === undefined ? { operation } : { operation, pid, state: "checkpointed" as const };
-}
+const untouched = ({ operation, pid }: { operation: string; pid?: number }) =>
+  pid === undefined ? { operation } : { operation, pid, state: "checkpointed" as const };
 
 /** A checked restore refused (`PREREQUISITE`): the records cannot be read or written (`cause`). */
 function roomUnknownError(at: { operation: string; pid?: number; who?: string }, cause: unknown) {
@@ -368,9 +367,8 @@ export function onto(
 }
 
 /** The records kept of ended processes whose lasting mark is `mark` (none without a mark). */
-async function endedWith(mark: string | undefined, ended: () => Promise<HeldRecord[]>) {
-  return mark ? (await ended()).filter((r) => r.mark === mark) : [];
-}
+const endedWith = async (mark: string | undefined, ended: () => Promise<HeldRecord[]>) =>
+  mark ? (await ended()).filter((r) => r.mark === mark) : [];
 
 /**
  * `read`, one at a time: calls made before the next begins share it (each asked after its claim was

@@ -51,9 +51,8 @@ export const stepAllowed = (step: Step, state: ProcessState): boolean => stepFro
 /** The step that undoes `step`. */
 export const undoOf = (step: Step): Step => stepBetween(stepTo(step), stepFrom(step));
 
-function stepBetween(from: ProcessState, to: ProcessState): Step {
-  return STEPS.find((s) => TRANSITIONS[s].from === from && TRANSITIONS[s].to === to)!;
-}
+const stepBetween = (from: ProcessState, to: ProcessState): Step =>
+  STEPS.find((s) => TRANSITIONS[s].from === from && TRANSITIONS[s].to === to)!;
 
 /** The steps from one state to another along the chain; `undefined` from or to failed. */
 export function wayBetween(from: ProcessState, to: ProcessState): Step[] | undefined {
