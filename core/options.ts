@@ -80,10 +80,8 @@ export function checkKeys<T extends object>(
 }
 
 /** Whether a value is a plain object (`{}` or `Object.create(null)`), not an array or a class's. */
-function isPlain(value: object | null): value is object {
-  const proto = value === null ? undefined : Object.getPrototypeOf(value);
-  return proto === Object.prototype || proto === null;
-}
+const isPlain = (value: object | null): value is object =>
+  value !== null && [Object.prototype, null].includes(Object.getPrototypeOf(value));
 
 /**
  * The key of `keys` nearest to `key`: the same but for case, at most two edits away, or else one
