@@ -52,9 +52,8 @@ export function act(
 }
 
 /** A record without its fields that are `undefined`, as the outcomes give them. */
-export function defined<T extends object>(record: T): T {
-  return Object.fromEntries(Object.entries(record).filter(([, v]) => v !== undefined)) as T;
-}
+export const defined = <T extends object>(record: T): T =>
+  Object.fromEntries(Object.entries(record).filter(([, v]) => v !== undefined)) as T;
 
 /** A rollback's settings: a restore goes back where the process was, its room checked as any. */
 const ROLLBACK_SETTINGS = settingsOf({ allowIpcImport: true }, "rollback", ["allowIpcImport"]);

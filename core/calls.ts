@@ -37,9 +37,8 @@ export async function callDriver(
 }
 
 /** The state of `pid`, by name. */
-export async function readState(driver: CheckpointDriver, pid: number): Promise<ProcessState> {
-  return stateOf(await callDriver(driver, "getState", pid), pid);
-}
+export const readState = async (driver: CheckpointDriver, pid: number): Promise<ProcessState> =>
+  stateOf(await callDriver(driver, "getState", pid), pid);
 
 /** A state number by name; one this version does not know is refused: a `RangeError` naming it. */
 export function stateOf(value: number, pid: number): ProcessState {

@@ -140,6 +140,5 @@ export function resultName(code: number): string {
 export const CHECKPOINT_MIN_DRIVER_VERSION = 12080, GPU_PAIRS_MIN_DRIVER_VERSION = 13000;
 
 /** Formats a `cuDriverGetVersion` number as text: 13000 -> "13.0", 12080 -> "12.8". */
-export function formatDriverVersion(version: number): string {
-  return `${Math.floor(version / 1000)}.${Math.floor((version % 1000) / 10)}`;
-}
+export const formatDriverVersion = (version: number): string =>
+  `${Math.floor(version / 1000)}.${Math.floor((version % 1000) / 10)}`;

@@ -76,14 +76,12 @@ export interface PidUse {
 }
 
 /** A key for a process: `pid` and its start time, where known (`4242-183877`, or `4242`). */
-export function identityKey(id: ProcessIdentity): string {
-  return id.start === undefined ? `${id.pid}` : `${id.pid}-${id.start}`;
-}
+export const identityKey = (id: ProcessIdentity): string =>
+  id.start === undefined ? `${id.pid}` : `${id.pid}-${id.start}`;
 
 /** Whether two identities are one process. */
-export function sameProcess(a: ProcessIdentity, b: ProcessIdentity): boolean {
-  return a.pid === b.pid && (a.start === undefined || b.start === undefined || a.start === b.start);
-}
+export const sameProcess = (a: ProcessIdentity, b: ProcessIdentity): boolean =>
+  a.pid === b.pid && (a.start === undefined || b.start === undefined || a.start === b.start);
 
 /** A restore under way claims the room it is about to take, until it has returned. */
 export interface RoomClaim {
@@ -136,9 +134,8 @@ export type Rates = Readonly<Record<string, number>>;
 export const ENDED_RECORD_KEEP_MS = 30 * 24 * 3600 * 1000;
 
 /** Whether the record of a process that ended is kept for {@link HeldRecords.ended}. */
-export function keptEnded(record: HeldRecord, now: number): boolean {
-  return record.mark !== undefined && now - record.at <= ENDED_RECORD_KEEP_MS;
-}
+export const keptEnded = (record: HeldRecord, now: number): boolean =>
+  record.mark !== undefined && now - record.at <= ENDED_RECORD_KEEP_MS;
 
 /** The processes of a machine: `/proc`, NVML and a records directory on Linux. */
 export interface HostProcesses {

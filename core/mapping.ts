@@ -148,6 +148,5 @@ function chipsOf(gpus: readonly { name: string }[]): string {
 }
 
 /** A refusal of a mapping (`MAPPING`): nothing was changed. */
-export function mappingRefused(operation: string, reason: string): RefusedError {
-  return new RefusedError({ code: "MAPPING", operation, reason, detail: "nothing was changed" });
-}
+export const mappingRefused = (operation: string, reason: string): RefusedError =>
+  new RefusedError({ code: "MAPPING", operation, reason, detail: "nothing was changed" });
