@@ -84,6 +84,6 @@ export async function withMachine<T>(
 /** What a machine given as an option lacks: a driver, or one of its six calls (none: a machine). */
 export function machineLacks(value: unknown): string | undefined {
   const driver = (value as { driver?: Record<string, unknown> } | null)?.driver;
-  if (typeof value !== "object" || value === null || typeof driver !== "object") return "a driver";
+  if (typeof value !== "object" || !driver || typeof driver !== "object") return "a driver";
   return Object.keys(C_FUNCTIONS).find((call) => typeof driver?.[call] !== "function");
 }

@@ -200,6 +200,11 @@ describe("machine option", () => {
       /^TypeError: CudaProcess's machine must be a Machine \(a SimulatedMachine, or what openMachine resolves to\), got an object$/,
     );
     assert.throws(
+      () => new CudaProcess(10, { machine: { driver: null } as never }),
+      /^TypeError: CudaProcess's machine must be a Machine \(a SimulatedMachine, or what openMachine resolves to\), got an object$/,
+      "a null driver is no driver (not one that lacks a call)",
+    );
+    assert.throws(
       () => new CudaProcess(10, { driver: {} } as never),
       /^TypeError: CudaProcess has no option "driver"; it takes machine$/,
     );
