@@ -10,7 +10,6 @@ import { type GpuImport, identityKey, type ProcessIdentity, sameProcess } from "
 import { leaseOf, type Machine, type MachineLease, type MachineSource } from "./machine.ts";
 import { checkMapping, explainRejectedMapping } from "./mapping.ts";
 import { heldIn, type RoomCheck, RoomGuard } from "./room.ts";
-import { MAX_TIMER_MS } from "./options.ts";
 import { type ProcessState, type Step, stepAllowed } from "./states.ts";
 import { clockOf, Deadline, untilAborted } from "./time.ts";
 
@@ -57,6 +56,11 @@ export class Session {
   /** Resolves once every operation queued on any process has settled (those queued meanwhile too). */
   async settled(): Promise<void> {
     while (this.#tails.size > 0) await Promise.all(this.#tails.values());
+  }
+
+  /** Whether an operation on `process` is queued or under way: one made now would wait for it. */
+  busy(process: ProcessIdentity): boolean {
+    return this.#tails.has(identityKey(process));
   }
 
   /** Runs `operation` once every operation queued before it on the same process has settled. */
@@ -139,10 +143,9 @@ export class Handle {
     o: { timeoutMs?: number; signal?: AbortSignal; intervalMs: number },
   ): Promise<void> {
     const machine = await this.machine(), clock = clockOf(machine), start = clock.now();
-    // A look waits its turn till the timeout, and the last, made then, an interval more.
-    const late = new AbortController(), ms = o.timeoutMs, most = MAX_TIMER_MS;
-    const end = new Deadline(clock, ms === undefined ? ms : Math.min(ms + o.intervalMs, most));
-    const cancel = end.onPassed(machine.clock, () => late.abort());
+    // A look behind another operation waits for its turn till the timeout, no longer.
+    const late = new AbortController(), ms = o.timeoutMs;
+    const cancel = new Deadline(clock, ms).onPassed(machine.clock, () => late.abort());
     const until = o.signal ? AbortSignal.any([o.signal, late.signal]) : late.signal;
     let seen: ProcessState | undefined, asked = false;
     const timedOut = () => new WaitTimeoutError(this.pid, state, ms!, seen, asked);
@@ -173,14 +176,15 @@ export class Handle {
 
   /**
    * Runs `body` (for `op`) in the process's {@link Turn} (`queued`: no other operation in between);
-   * an abort of `until` before its turn gives it up (rejects with its reason; `body` never runs).
+   * an abort of `until` while it waits behind another operation gives it up (rejects with its
+   * reason; `body` never runs): made with none ahead, it runs.
    */
   ordered<T>(body: InTurn<T>, op = "getState", queued = true, until?: AbortSignal): Promise<T> {
     if (this.#closed) return Promise.reject(this.#closedError());
     // Queued in the order made: after the one made before it on the machine (by any handle), as
     // the machine's opening and the host's reading of each process take their own time.
     const before = MADE.get(this.source);
-    let started = false;
+    let started = false, behind = false;
     const queuing = (async () => {
       const session = await this.#session(), found = await session.identify(this.pid);
       await before;
@@ -193,15 +197,17 @@ export class Handle {
       // No process has the id now (the driver will say so): the process it named, or the number.
       const identity = found ?? this.#first.identity ?? { pid: this.pid };
       const run = async () => {
-        until?.throwIfAborted();
+        if (behind) until?.throwIfAborted();
         started = true;
         return await body(new Turn(this.pid, identity, session));
       };
+      behind = queued && session.busy(identity);
+      if (behind) until?.throwIfAborted();
       return { queued: queued ? session.inOrder(identity, run) : run() };
     })();
     MADE.set(this.source, queuing.catch(() => {}));
     const made = queuing.then((q) => q.queued);
-    const running = until ? untilAborted(made, until, () => !started) : made;
+    const running = until ? untilAborted(made, until, () => behind && !started) : made;
     // Kept among this handle's operations until it settles: close waits for them.
     this.#running.add(running);
     const forget = () => this.#running.delete(running);

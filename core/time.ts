@@ -6,7 +6,10 @@ export interface Clock {
   now(): number;
   /** Resolves after `ms`; an abort of `signal` may end the wait (its timer let go) first. */
   sleep(ms: number, signal?: AbortSignal): Promise<void>;
-  /** Calls `fn` after `ms`, moving no virtual time; returns its cancel. Left out: steps check. */
+  /**
+   * Calls `fn` after `ms`, moving no virtual time; returns its cancel. Left out: steps check, and
+   * no deadline (`waitForState`'s timeout among them) ends a wait for a process's turn.
+   */
   timer?(ms: number, fn: () => void): () => void;
 }
 
