@@ -11,8 +11,9 @@
  * `not-started`, nothing done to it; a `waitForState` with `timeoutMs: 1000` must end as soon, a
  * `WaitTimeoutError` saying the state is unknown: the lock ends locked once the kernel does, and
  * after an unlock the target's memory is intact. Before, each ended only when the lock did. Then,
- * with no other operation on it, a `waitForState` with a timeout of 0 looks once. Prints one JSON
- * line; exits 1 on any failure.
+ * with no other operation on it, a `waitForState` with a timeout of 0 looks once: 300 waits for
+ * `running` (an interval of 1 ms) each resolve, and one for `locked` says it is running. Prints
+ * one JSON line; exits 1 on any failure.
  */
 
 import process from "node:process";
@@ -81,6 +82,14 @@ try {
   // With no other operation on it, a timeout of 0 still looks once (its turn comes at once).
   const free = new CudaProcess(target.pid, { machine });
   await free.waitForState("running", { timeoutMs: 0 });
+  let falseTimeouts = 0; // a look behind none given up while the host read /proc
+  for (let i = 0; i < 300; i++) {
+    await free.waitForState("running", { timeoutMs: 0, intervalMs: 1 }).catch(() =>
+      falseTimeouts++
+    );
+  }
+  out.falseTimeouts = falseTimeouts;
+  if (falseTimeouts > 0) fail(`${falseTimeouts} of 300 waits for "running" timed out`);
   const looked = await free.waitForState("locked", { timeoutMs: 0 }).catch((e) => e);
   out.zeroLooked = looked instanceof WaitTimeoutError ? looked.state : String(looked);
   if (out.zeroLooked !== "running") fail(`timeout 0 said ${out.zeroLooked}`);
