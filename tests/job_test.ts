@@ -15,6 +15,7 @@ import {
 } from "../core/driver.ts";
 import { type SimulatedCall, SimulatedMachine } from "../mock/mod.ts";
 import { loadSimulator, snapshotSimulator } from "../mock/state_file.ts";
+import { hostWith, machineWith } from "./support/forward.ts";
 
 function job(n: number, memoryMiB = 2048) {
   const sim = new SimulatedMachine({ gpus: 2 });
@@ -525,6 +526,25 @@ describe("a job whose members come as they are ready: failures", () => {
     assert.equal(result.ok, false);
     assert.equal(result.processes[1].status, "failed");
     assert.deepEqual(procs.map((p) => p.state), ["checkpointed", "checkpointed", "checkpointed"]);
+  });
+
+  test("one whose turn comes after the deadline (none ahead, the host slow) is not started", async () => {
+    const { sim, procs, pids } = job(1);
+    assert.equal((await runGroup("suspend", pids, { machine: sim, job: true })).ok, true);
+    // The host's read of the process takes 300 ms: begun at 900 ms, it ends past the deadline.
+    const identify = (id: number) => sim.sleep(300).then(() => sim.host.identify!(id));
+    const machine = machineWith(sim, { host: hostWith(sim.host, { identify }) });
+    const before = sim.driver.calls.length, t0 = sim.now();
+    const result = await runGroupOn(machine, "resume", pids, {
+      ...checkGroupOptions({ job: true, timeoutMs: 1000 }),
+      ready: () => sim.sleep(900),
+    });
+    assert.ok(sim.now() - t0 >= 1000, "its turn came after the deadline");
+    assert.deepEqual(result.processes.map((p) => [p.status, p.notStarted]), [
+      ["not-started", "deadline"],
+    ]);
+    assert.deepEqual(sim.driver.calls.slice(before).map((c) => c.op), [], "no call at all");
+    assert.equal(procs[0].state, "checkpointed");
   });
 
   test("one ready after another failed is not started: nothing is done to it", async () => {
