@@ -147,8 +147,10 @@ async function asReady(members: readonly JobMember[], ctx: Job): Promise<Working
     const w = await planOf(m, taken, ctx);
     working.push(w);
     m.report = w.report;
-    // A lost member stops no other: the others that come are restored, and go on without it.
-    if ((w.failure || await phase([w], 1, ctx)) && !isLost(w)) ctx.failed = true;
+    // Stopped while its plan read its state: no step (stopped). A lost member stops no other:
+    // the others that come are restored, and go on without it.
+    const failed = w.failure || (!ctx.stopReason() && await phase([w], 1, ctx));
+    if (failed && !isLost(w)) ctx.failed = true;
   }));
   if (ctx.failed) {
     // Those that have not started are left so; the others are brought back with the job.

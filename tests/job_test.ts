@@ -547,6 +547,28 @@ describe("a job whose members come as they are ready: failures", () => {
     assert.equal(procs[0].state, "checkpointed");
   });
 
+  test("one whose plan's read of its state outlasts the deadline makes no step: stopped", async () => {
+    const { sim, procs, pids } = job(1);
+    assert.equal((await runGroup("suspend", pids, { machine: sim, job: true })).ok, true);
+    const before = sim.driver.calls.length, release = procs[0].hangNext("getState");
+    const running = runGroupOn(sim, "resume", pids, {
+      ...checkGroupOptions({ job: true, timeoutMs: 1000 }),
+      ready: () => sim.sleep(500),
+    });
+    await sim.sleep(2000); // the plan's read hangs from 500 ms on, past the deadline
+    release();
+    const [p] = (await running).processes;
+    assert.deepEqual([p.status, p.stopped, p.steps, p.rollback], [
+      "stopped",
+      "deadline",
+      [],
+      undefined,
+    ]);
+    const made = sim.driver.calls.slice(before).map((c) => c.op);
+    assert.deepEqual(made, ["getState"], "its state read, no step");
+    assert.equal(procs[0].state, "checkpointed");
+  });
+
   test("one ready after another failed is not started: nothing is done to it", async () => {
     const { sim, procs, pids } = job(2);
     assert.equal((await runGroup("suspend", pids, { machine: sim, job: true })).ok, true);
