@@ -135,15 +135,13 @@ async function asReady(members: readonly JobMember[], ctx: Job): Promise<Working
     const stop = ctx.failed ? "another-failed" : ctx.stopReason();
     if (!error && stop) return void (m.notStarted = stop);
     const taken = error ?? await turnOf(m, ctx);
-    // Given up, or taken after a stop (a turn behind none is not given up): nothing started.
-    if (!taken || (!(taken instanceof Error) && ctx.stopReason())) {
-      return void (m.notStarted = ctx.stopReason());
-    }
     if (taken instanceof Error) {
       m.report = { status: "failed", steps: [], error: taken };
       ctx.failed = true;
       return;
     }
+    // Given up, or taken after a stop (a turn behind none is not given up): nothing started.
+    if (!taken || ctx.stopReason()) return void (m.notStarted = ctx.stopReason());
     const w = await planOf(m, taken, ctx);
     working.push(w);
     m.report = w.report;
