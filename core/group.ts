@@ -149,15 +149,15 @@ class Group {
   async #allCanStart(): Promise<boolean> {
     const plans: Planned[] = [];
     const reports = this.#entries.map((): ActionReport => ({ status: "failed", steps: [] }));
-    const checks = await Promise.all(this.#entries.map((e, i) => {
-      const settings = this.#settingsFor(e.proc.pid);
-      return this.#inTurn(e, async (turn) => {
+    const checks = await Promise.all(this.#entries.map((e, i) =>
+      this.#inTurn(e, async (turn) => {
+        const settings = this.#settingsFor(e.proc.pid);
         const steps = await planGoal(turn, this.action, reports[i], settings, true);
         plans[i] = { turn, steps, settings };
       }).catch((err) =>
         gaveUp(err, this.#giveUp) ? undefined : { ...reports[i], error: asError(err) }
-      );
-    }));
+      )
+    ));
     this.#entries.forEach((e, i) => e.planned = reports[i].initialState); // for one not started
     if (this.#giveUp.aborted && !checks.some(Boolean)) return true; // stopped: each says why
     const refused = checks.some(Boolean) ? undefined : await roomForAll(this.action, plans);

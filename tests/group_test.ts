@@ -841,6 +841,25 @@ describe("group operations", () => {
     assert.ok(procs.every((p) => p.gpuUuids[0] === b));
   });
 
+  test("a mapping function's bad answer for one pid fails that member, whatever the group's kind", async () => {
+    for (const kind of [{}, { allOrNothing: true }, { job: true }]) {
+      const sim = new SimulatedMachine({ gpus: 2 });
+      const [a, b] = [sim.spawn(), sim.spawn()];
+      await runGroup("suspend", [a.pid, b.pid], { machine: sim });
+      const gpuMapping = (pid: number) => pid === b.pid ? { "GPU-bad": "x" } : undefined;
+      const result = await runGroup("resume", [a.pid, b.pid], {
+        machine: sim,
+        gpuMapping,
+        ...kind,
+      });
+      const [first, second] = result.processes, at = JSON.stringify(kind);
+      assert.equal(second.status, "failed", at);
+      assert.match(second.error!.message, /gpuMapping key "GPU-bad" is not a GPU UUID/, at);
+      assert.equal(first.status, Object.keys(kind).length === 0 ? "done" : "not-started", at);
+      assert.equal(b.state, "checkpointed", at);
+    }
+  });
+
   test("bad input is refused before anything happens, naming it", async () => {
     const sim = new SimulatedMachine();
     const p = sim.spawn();
