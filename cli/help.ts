@@ -127,7 +127,7 @@ restore-snapshot stops it: every process it changed is brought back, it says wha
 and exits as above; a second one of the three exits at once. With --simulate, one that comes
 while the simulated machine is saved after a command ends it once saved.
 NVIDIA's --launch-job (driver 590 and later) is not supported.
-Environment: CKPT_LIBCUDA_PATH (the libcuda to load), CKPT_CRIU_PATH (the criu to run),
-CKPT_RECORDS_DIR (the records of GPU memory held), CKPT_SIM_STATE, CKPT_SIM_CLOCK and
-CKPT_SIM_SPEED (the simulated machine).
+Environment: CKPT_LIBCUDA_PATH and CKPT_LIBNVML_PATH (the libcuda and NVML to load),
+CKPT_CRIU_PATH (the criu to run), CKPT_RECORDS_DIR (the records of GPU memory held),
+CKPT_SIM_STATE, CKPT_SIM_CLOCK and CKPT_SIM_SPEED (the simulated machine).
 `;

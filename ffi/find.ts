@@ -5,6 +5,7 @@
 // Linux), as Bun's `dlopen` tries a name the loader does not find in the current directory.
 
 import { DriverLoadError, messageOf } from "../core/errors.ts";
+import { orElse } from "../core/options.ts";
 import { type FfiAdapter, type FfiLibrary, type FfiTable, nativeBuffer } from "./adapter.ts";
 import type { CudaForeignFunction } from "./symbols.ts";
 
@@ -160,8 +161,8 @@ export const LIBC = "libc.so.6";
 const RTLD_NOW = 2, RTLD_DI_LINKMAP = 2;
 
 /**
- * Asks the system loader where it finds `name` (never the current directory unless
- * `LD_LIBRARY_PATH` names it), and calls `open` with that absolute path while the loader still
+ * Asks the system loader where it finds `name` (the caller makes sure that `LD_LIBRARY_PATH` has
+ * it search no relative directory), and calls `open` with that absolute path while the loader still
  * holds the library; throws the loader's own message where it finds none.
  */
 function viaSystemLoader<T>(adapter: FfiAdapter, name: string, open: (path: string) => T): T {
@@ -210,6 +211,11 @@ export function openCandidate<N extends string>(
   // An absolute path asks nothing of the current directory (Deno's cwd() needs --allow-read).
   if (candidate.startsWith("/")) return open(candidate);
   if (candidate.includes("/")) return open(absolutePath(candidate, adapter.cwd()));
+  const dirs = orElse(() => adapter.getEnv("LD_LIBRARY_PATH"), undefined);
+  if (dirs?.split(":").some((dir) => !dir.startsWith("/"))) {
+    const which = `LD_LIBRARY_PATH=${JSON.stringify(dirs)} has an empty or relative element`;
+    throw new Error(`not asked of the system loader: ${which}, the current directory's`);
+  }
   let asked = false;
   try {
     return viaSystemLoader(adapter, candidate, (path) => {

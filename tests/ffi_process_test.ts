@@ -17,10 +17,14 @@ const CHILD = new URL("./fixtures/native_child.ts", import.meta.url).pathname;
 const fakes = noCompiler ? undefined : new FakeDir();
 after(() => fakes?.remove());
 
-/** Runs the child program in `cwd`; returns its JSON lines, exit status and time taken. */
-function child(cwd: string, ...args: string[]) {
-  const env = { ...process.env };
+/** Runs the child program in `cwd` (`LD_LIBRARY_PATH` unset unless given); its JSON lines, status, time. */
+function child(cwd: string, args: string[], ldLibraryPath?: string) {
+  const env: Record<string, string | undefined> = {
+    ...process.env,
+    LD_LIBRARY_PATH: ldLibraryPath,
+  };
   delete env[LIBCUDA_ENV_VAR];
+  if (ldLibraryPath === undefined) delete env.LD_LIBRARY_PATH;
   const argv = runtime === "deno" ? ["run", "-A", CHILD, ...args] : [CHILD, ...args];
   const started = Date.now();
   const run = spawnSync(process.execPath, argv, { cwd, env, encoding: "utf8", timeout: 10_000 });
@@ -38,7 +42,7 @@ describe(`native driver in a subprocess (${runtime})`, { skip: noCompiler }, () 
     const dir = realpathSync(fakes!.path);
     fakes!.build("planted", ["-DPLANTED"], join(dir, "libcuda.so.1"));
     fakes!.build("planted-libc", ["-DPLANTED"], join(dir, "libc.so.6"));
-    const run = child(dir, "search");
+    const run = child(dir, ["search"]);
     assert.equal(run.status, 0, run.stderr);
     assert.equal(
       existsSync(join(dir, "planted-library-ran")),
@@ -56,11 +60,37 @@ describe(`native driver in a subprocess (${runtime})`, { skip: noCompiler }, () 
     }
   });
 
+  test("an empty or relative element of LD_LIBRARY_PATH never has the loader take the current directory's", () => {
+    // A directory of its own: a libc.so.6 found there would be the runtime's own from its start.
+    const dir = join(realpathSync(fakes!.path), "ld-library-path");
+    mkdirSync(dir);
+    fakes!.build("planted-ld", ["-DPLANTED"], join(dir, "libcuda.so.1"));
+    // glibc searches an empty element, or a relative one, from the current directory.
+    for (const search of ["/nonexistent:", ":/nonexistent", "/nonexistent::/x", "."]) {
+      const run = child(dir, ["search"], search);
+      assert.equal(run.status, 0, run.stderr);
+      const ran = existsSync(join(dir, "planted-library-ran"));
+      assert.equal(ran, false, `LD_LIBRARY_PATH=${search}: the planted library ran`);
+      assert.equal(run.results.length, 2, run.stderr);
+      for (const result of run.results) {
+        if ("opened" in result) {
+          assert.ok(
+            !String(result.opened).startsWith(dir),
+            `${result.what} opened ${result.opened}`,
+          );
+        } else {
+          const why = `LD_LIBRARY_PATH=${JSON.stringify(search)} has an empty or relative element`;
+          assert.ok(String(result.message).includes(why), `${result.what}: ${result.message}`);
+        }
+      }
+    }
+  });
+
   test("a relative libraryPath is made absolute against the current directory", () => {
     const dir = realpathSync(fakes!.path);
     mkdirSync(join(dir, "sub"), { recursive: true });
     fakes!.build("relative", [], join(dir, "sub", "libcuda_relative.so"));
-    const run = child(dir, "relative", "./sub/../sub/libcuda_relative.so");
+    const run = child(dir, ["relative", "./sub/../sub/libcuda_relative.so"]);
     assert.equal(run.status, 0, run.stderr);
     assert.deepEqual(run.results, [
       // The directory in front, the rest as given: the kernel resolves the "..".
@@ -70,7 +100,7 @@ describe(`native driver in a subprocess (${runtime})`, { skip: noCompiler }, () 
 
   test("a program that never closes the driver still ends", () => {
     const path = fakes!.build("forget");
-    const run = child(fakes!.path, "forget", path);
+    const run = child(fakes!.path, ["forget", path]);
     assert.equal(run.status, 0, `status ${run.status} after ${run.ms} ms: ${run.stderr}`);
     assert.deepEqual(run.results, [{ what: "forget", locks: [0, 0, 0, 0], states: [1, 1, 1, 1] }]);
     assert.ok(run.ms < 5000, `it took ${run.ms} ms to end`);
