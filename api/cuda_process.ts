@@ -117,9 +117,9 @@ export class CudaProcess {
 
   /**
    * Resolves once the process is in `state` (asked every `intervalMs`, default 50), as another
-   * program changes it; rejects after `timeoutMs` (`WaitTimeoutError`), or once failed (`STATE`).
-   * While it is stopped (SIGSTOP, a debugger, a restore holding it until its images matched) it is
-   * not asked, and the wait goes on.
+   * program changes it; rejects after `timeoutMs` (`WaitTimeoutError`; 0 looks once, and without it
+   * the wait has no limit), or once failed (`STATE`). While it is stopped (SIGSTOP, a debugger, a
+   * restore holding it until its images matched) it is not asked, and the wait goes on.
    */
   async waitForState(
     state: ProcessState,
