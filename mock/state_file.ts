@@ -152,7 +152,7 @@ type Seen = Record<"threads" | "pids" | "starts", Set<number>>;
 type Reading = Seen & { read: StrictReader; gpus: readonly GpuSnapshot[] } & Bounds;
 type Bounds = { nextPid: number; nextStart: number };
 
-/** `value` read strictly as a whole snapshot, with GPU UUIDs normalised. */
+/** `value` read strictly as a whole snapshot: what it holds but its tag, GPU UUIDs normalised. */
 function readSnapshot(value: unknown) {
   const read = new StrictReader((field, reason) => new SimulatorSnapshotError(field, reason));
   const not = `the snapshot must be an object, got ${describeValue(value)}`;
@@ -195,10 +195,9 @@ function readSnapshot(value: unknown) {
   });
   const driverVersion = read.integer(top.driverVersion, "driverVersion", 0, MAX_PID);
   const seed = read.integer(top.seed, "seed", 0, 2 ** 32 - 1);
-  const tag = { format: FORMAT, version: VERSION } as const;
   const rates = top.rates === undefined ? {} : read.object(top.rates, "rates") as Rates;
   for (const [step, n] of Object.entries(rates)) read.amount(n, `rates.${step}`, true);
-  return { ...tag, driverVersion, seed, nextPid, nextStart, gpus, processes, rates, heldRecords };
+  return { driverVersion, seed, nextPid, nextStart, gpus, processes, rates, heldRecords };
 }
 
 function readProcess(r: Reading, value: unknown, at: string): ProcessSnapshot<Uint8Array> {
