@@ -172,10 +172,9 @@ export function memoryOf(dir: string, image: ProcessImage, log: EngineLog): Save
   const { read, v, body } = readTagged(join(dir, pagesName(image.pid)), "pages", log);
   read.object(v, "", ["format", "version", "pid", "pages"]);
   if (v.pid !== image.pid) read.fail("pid", `${image.pid}, as its name says`, v.pid);
-  if (image.cuda) return readPages(read, v.pages, mibToBytes(image.memoryMiB), "pages", body);
-  const none = "[] for a process without CUDA (it has no GPU memory)";
-  if (!Array.isArray(v.pages) || v.pages.length > 0) read.fail("pages", none, v.pages);
-  return readPages(read, v.pages, 0, "pages", body);
+  const none = "[] for a process without CUDA (it has no GPU memory)", pages = v.pages;
+  if (!image.cuda && (!Array.isArray(pages) || pages.length > 0)) read.fail("pages", none, pages);
+  return readPages(read, pages, mibToBytes(image.memoryMiB), "pages", body);
 }
 
 /** Each kind of file read: what messages call it, its format, the version read. */
