@@ -217,8 +217,7 @@ export class SimulatedCriu implements SnapshotEngine {
     checkName(r.imagesDir, `${op}: imagesDir`);
     if (r.timeoutMs !== undefined) checkAmount(r.timeoutMs, `${op}: timeoutMs`);
     checkSignal(r.signal, `${op}: signal`);
-    checkFunction(r.onBytes, `${op}: onBytes`);
-    checkFunction(r.onWait, `${op}: onWait`);
+    for (const f of ["onBytes", "onWait"] as const) checkFunction(r[f], `${op}: ${f}`);
     checkFlag(r.leaveStopped, `${op}: leaveStopped`, false);
     const ms = r.timeoutMs;
     return await this.#machine.waitOn(`${op} the process tree of ${r.root}`, async () => {
