@@ -102,7 +102,6 @@ export class SimulatedDriver implements CheckpointDriver {
   async lock(pid: number, args: LockArgs | null): Promise<number> {
     const timeoutMs = args == null ? 0 : checkTimeoutMs(args.timeoutMs, "LockArgs.timeoutMs");
     const note = "a reserved field of CUcheckpointLockArgs is nonzero";
-    const reserved = args?.reserved?.some((b) => b !== 0);
     return await this.#transition("lock", pid, async (proc, run) => {
       const busyFor = proc.kernelsUntil - this.#machine.now();
       if (timeoutMs > 0 && busyFor > timeoutMs) {
@@ -113,7 +112,7 @@ export class SimulatedDriver implements CheckpointDriver {
       if (busyFor > 0) await run.sleep(busyFor);
       await run.sleep(this.#timing.lockMs);
       return entered(proc, "lock");
-    }, reserved && { code: CUDA_ERROR_INVALID_VALUE, note });
+    }, args?.reserved?.some((b) => b !== 0) && { code: CUDA_ERROR_INVALID_VALUE, note });
   }
 
   /** `cuCheckpointProcessCheckpoint`. */
