@@ -152,9 +152,8 @@ function checkCopyTiming(c: CopyTiming, what: string): void {
 }
 
 /** The timing model for a chip name: {@link H100_TIMING} for an H100, else {@link H200_TIMING}. */
-export function timingForChip(name: string): TimingModel {
-  return /\bH100\b/.test(name) ? H100_TIMING : H200_TIMING;
-}
+export const timingForChip = (name: string): TimingModel =>
+  /\bH100\b/.test(name) ? H100_TIMING : H200_TIMING;
 
 /** The time one process alone takes for the whole operation, interpolated from the table. */
 export function singleProcessMs(timing: CopyTiming, memoryMiB: number): number {
