@@ -167,10 +167,8 @@ export function singleProcessMs(timing: CopyTiming, memoryMiB: number): number {
 }
 
 /** The copy rate one process of `memoryMiB` gets alone, in bytes per ms. */
-export function singleRate(timing: CopyTiming, memoryMiB: number): number {
-  const copyMs = Math.max(1e-3, singleProcessMs(timing, memoryMiB) - timing.fixedMs);
-  return mibToBytes(memoryMiB) / copyMs;
-}
+export const singleRate = (timing: CopyTiming, memoryMiB: number): number =>
+  mibToBytes(memoryMiB) / Math.max(1e-3, singleProcessMs(timing, memoryMiB) - timing.fixedMs);
 
 /** Bytes in `memoryMiB` MiB. */
 export const mibToBytes = (memoryMiB: number): number => memoryMiB * 1024 * 1024;
