@@ -62,10 +62,8 @@ class RememberedGpu extends SimulatedGpu {
 }
 
 /** The GPUs of another machine `p` saw when it was dumped there; `undefined` for this one's. */
-export function gpusSeenBy(p: SimulatedProcess): readonly SimulatedGpu[] | undefined {
-  const first = p.gpus[0];
-  return first instanceof RememberedGpu ? first.seen : undefined;
-}
+export const gpusSeenBy = (p: SimulatedProcess): readonly SimulatedGpu[] | undefined =>
+  p.gpus[0] instanceof RememberedGpu ? p.gpus[0].seen : undefined;
 
 /** The images of a process that can be dumped, taken now; it saw `machineGpus` where no others. */
 export function imageOf(p: SimulatedProcess, machineGpus: readonly SimulatedGpu[]): DumpedImages {
