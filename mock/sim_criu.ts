@@ -75,8 +75,7 @@ export class SimulatedCriu implements SnapshotEngine {
     const problems = or(o.problems, []);
     const what = "SimulatedCriu: problems";
     if (!Array.isArray(problems)) mustBe(TypeError, what, "an array of sentences", problems);
-    const each = (p: unknown, i: number) => checkName(p, `SimulatedCriu: problems[${i}]`);
-    this.problems = Object.freeze(problems.map(each));
+    this.problems = Object.freeze(problems.map((p, i) => checkName(p, `${what}[${i}]`)));
   }
 
   /** Its version and problems, as given to the constructor. */
