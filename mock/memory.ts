@@ -94,12 +94,10 @@ export class MemoryImage {
    */
   chunkedSha256(): string {
     if (this.#hex !== undefined) return this.#hex;
-    if (!this.#digests) {
+    if (!this.#digests) { // each as zero first: a chunk written or made is #stale till now
       const count = Math.ceil(this.size / HASH_CHUNK_SIZE);
-      this.#digests = new Uint8Array(count * DIGEST_BYTES);
-      for (let c = 0; c < count; c++) {
-        if (!this.#chunks.has(c)) this.#digests.set(zeroDigest(this.#length(c)), c * DIGEST_BYTES);
-      }
+      const digests = this.#digests = new Uint8Array(count * DIGEST_BYTES);
+      for (let c = 0; c < count; c++) digests.set(zeroDigest(this.#length(c)), c * DIGEST_BYTES);
     }
     for (const c of this.#stale) {
       this.#digests.set(sha256(this.#bytes(c, false)!), c * DIGEST_BYTES);
