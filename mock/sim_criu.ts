@@ -104,7 +104,7 @@ export class SimulatedCriu implements SnapshotEngine {
       await this.#fixedCost("dump", run, log);
       let written = 0;
       for (const taken of images) {
-        written = await this.#copy(taken.image, run, CRIU_TIMING.dumpBytesPerSecond, r, written);
+        written = await this.#copy("dump", taken.image, run, r, written);
         const gone = tree.find((p) => p.exited);
         if (gone) throw log.error(`process ${gone.pid} ended during the dump`);
         writeImages(r.imagesDir, taken, log);
@@ -140,7 +140,7 @@ export class SimulatedCriu implements SnapshotEngine {
         await this.#fixedCost("restore", run, log);
         let read = 0;
         for (const [i, image] of images.entries()) {
-          read = await this.#copy(image, run, CRIU_TIMING.restoreBytesPerSecond, r, read);
+          read = await this.#copy("restore", image, run, r, read);
           // Its pages file is read as its memory is copied in, not before: the tree is made first.
           const pages = memoryOf(r.imagesDir, image, log);
           if (image.cuda && !made[i].exited) made[i].loadPages("host", pages, true);
@@ -256,12 +256,13 @@ export class SimulatedCriu implements SnapshotEngine {
     throw log.error(message);
   }
 
-  /** Moves an image's bytes at `bytesPerSecond` piece by piece, telling the count from `n` on. */
-  async #copy(image: ProcessImage, run: Waits, bytesPerSecond: number, r: TreeRequest, n: number) {
+  /** Moves an image's bytes at `op`'s rate piece by piece, telling the count from `n` on. */
+  async #copy(op: CriuOperation, image: ProcessImage, run: Waits, r: TreeRequest, n: number) {
     const bytes = criuImageBytes(image.memoryMiB, image.cuda); // more than none
+    const rate = op === "dump" ? CRIU_TIMING.dumpBytesPerSecond : CRIU_TIMING.restoreBytesPerSecond;
     for (let i = 0; i < Math.ceil(bytes / PIECE_BYTES); i++) {
       const piece = Math.min(PIECE_BYTES, bytes - PIECE_BYTES * i);
-      await run.copy(this.#machine.disk, piece, bytesPerSecond / 1000);
+      await run.copy(this.#machine.disk[op], piece, rate / 1000);
       n += piece;
       orElse(() => r.onBytes?.(n), undefined); // one that throws does not stop the work
     }

@@ -18,7 +18,7 @@ export interface MachineView {
   readonly timing: TimingModel;
   readonly processes: readonly SimulatedProcess[];
   readonly nextStart: number;
-  readonly disk: CopyLink;
+  readonly disk: Readonly<Record<"dump" | "restore", CopyLink>>;
   now(): number;
   process(id: number): SimulatedProcess | undefined;
   tree(root: number): SimulatedProcess[] | undefined;

@@ -9,13 +9,15 @@ import { checkAmount, checkChoice, checkFlag, checkInteger, checkSignal } from "
 import { checkKeys, checkName, describeValue, MAX_PID, mustBe, or } from "../core/options.ts";
 import { FileSnapshotStore } from "../os/snapshot_store.ts";
 import { makeClock, type SimClock } from "./clock.ts";
-import { SimulatedCriu } from "./sim_criu.ts";
+import { type CriuOperation, SimulatedCriu } from "./sim_criu.ts";
 import { SimulatedDriver } from "./sim_driver.ts";
 import { makeGpus, type SimulatedGpu, type SimulatedGpuSpec } from "./sim_gpu.ts";
 import { SimulatedProcess } from "./sim_process.ts";
 import { IPC_KINDS, type IpcImport, NCCL_KEYS, TCP_STATES } from "./fields.ts";
 import { checkTiming, CRIU_TIMING, timingForChip, type TimingModel } from "./timing.ts";
 import { CopyLink } from "./waits.ts";
+
+const DISK = CRIU_TIMING.diskBytesPerSecond;
 
 /** Options of {@link SimulatedMachine}. */
 export interface SimulatedMachineOptions {
@@ -108,11 +110,11 @@ export class SimulatedMachine implements Machine, AsyncDisposable {
     const p = this.#byPid.get(who.pid); // alive where the same (pid, and start where given)
     return p?.pid === who.pid && sameProcess(who, p);
   });
-  /** @internal the disk every dump and restore of its CRIUs shares */
-  readonly disk: CopyLink = new CopyLink(this, {
-    aggregateBytesPerSecond: CRIU_TIMING.diskBytesPerSecond,
-    slowdownPerProcess: 0,
-  });
+  /** @internal the disk the dumps of its CRIUs share, and the one their restores share */
+  readonly disk: Readonly<Record<CriuOperation, CopyLink>> = {
+    dump: new CopyLink(this, { aggregateBytesPerSecond: DISK.dump, slowdownPerProcess: 0 }),
+    restore: new CopyLink(this, { aggregateBytesPerSecond: DISK.restore, slowdownPerProcess: 0 }),
+  };
   readonly #byPid = new Map<number, SimulatedProcess>();
   readonly #timers = new Set<number>();
   /** What the program waits on, each stopped (the clock let go, rejected) at close. */

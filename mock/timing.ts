@@ -178,17 +178,20 @@ export const mibToBytes = (memoryMiB: number): number => memoryMiB * 1024 * 1024
  * tests/gpu/reports/snapshot-*-h100.txt) dumping and restoring checkpointed CUDA processes without
  * its CUDA plugin: images of 1.66, 2.73 and 4.88 GB for 1, 2 and 4 GiB of GPU memory; criu's dump
  * alone 0.60-1.02 s, 1.07-1.48 s and 2.13-2.39 s (here 0.92, 1.39, 2.32 s); its restore at 2 GiB
- * 1.39-1.77 s (here 1.50 s); eight dumps of 2 GiB at once wrote 21.8 GB in 5.9 s. Rates are in
- * bytes per second; the fixed costs (criu's start, its freeze) and a plain process's image are
- * assumptions.
+ * 1.39-1.77 s (here 1.50 s). Rates are in bytes per second; the fixed costs (criu's start, its
+ * freeze) and a plain process's image are assumptions.
  */
 export const CRIU_TIMING = {
   dumpFixedMs: 200,
   dumpBytesPerSecond: 2.3e9,
   restoreFixedMs: 200,
   restoreBytesPerSecond: 2.1e9,
-  /** What every dump and restore under way move together at most. */
-  diskBytesPerSecond: 3.7e9,
+  /**
+   * What every dump under way writes together at most, made durable (a snapshot fsyncs its images:
+   * eight of 2 GiB on an H200 wrote 21.8 GB in 9.3 s, 2026-11-30; criu alone wrote them into the
+   * page cache of an H100 in 5.9 s), and what every restore reads (those eight: 2.4 s on the H200).
+   */
+  diskBytesPerSecond: { dump: 2.4e9, restore: 9.8e9 },
   /** Image bytes of a CUDA process besides its GPU memory's. */
   cudaImageBaseBytes: 0.59e9,
   /** Image bytes per MiB of a checkpointed CUDA process's GPU memory. */
