@@ -188,10 +188,10 @@ export const CRIU_TIMING = {
   restoreBytesPerSecond: 2.1e9,
   /**
    * What every dump under way writes together at most, made durable (a snapshot fsyncs its images:
-   * eight of 2 GiB on an H200 wrote 21.8 GB in 9.3 s, 2026-11-30; criu alone wrote them into the
-   * page cache of an H100 in 5.9 s), and what every restore reads (those eight: 2.4 s on the H200).
+   * eight of 2 GiB, 21.8 GB, in 9.3 s on an H200 and 10.5-12.3 s on a slower disk; criu alone, into
+   * an H100's page cache, 5.9 s), and what every restore reads (those eight: 2.4 s on the H200).
    */
-  diskBytesPerSecond: { dump: 2.4e9, restore: 9.8e9 },
+  diskBytesPerSecond: { dump: 2.1e9, restore: 9.8e9 },
   /** Image bytes of a CUDA process besides its GPU memory's. */
   cudaImageBaseBytes: 0.59e9,
   /** Image bytes per MiB of a checkpointed CUDA process's GPU memory. */

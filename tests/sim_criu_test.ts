@@ -1066,9 +1066,9 @@ describe("the simulated CRIU", () => {
   });
 
   test("dumps at once share the disk: eight take eight images at the model's disk rate", async () => {
-    // Eight dumps at once (CRIU_TIMING.diskBytesPerSecond.dump was fitted to eight of 2 GiB on an
-    // H200, so their 9.3 s is not checked here): each alone would write at dumpBytesPerSecond, but
-    // all together get no more than the disk's durable rate, so eight take the fixed cost once
+    // Eight dumps at once (CRIU_TIMING.diskBytesPerSecond.dump was fitted to eight of 2 GiB on two
+    // H200s, so their 10.6 s is not checked here): each alone would write at dumpBytesPerSecond,
+    // but all together get no more than the disk's durable rate, so eight take the fixed cost once
     // (they run side by side) and then eight images' bytes at that rate, less than eight dumps one
     // after another.
     const t = CRIU_TIMING;
