@@ -943,6 +943,7 @@ describe("refused before anything changes", () => {
       /roots names pid 5 twice/,
     );
     await assert.rejects(snapshot([5], "", { machine: sim }), /dir must be a path.*got ""/);
+    await assert.rejects(snapshot([5], "   ", { machine: sim }), /dir must be a path.*got " {3}"/);
     await assert.rejects(
       snapshot([5], "/tmp/a\0b", { machine: sim }),
       /dir must be a path \(a non-empty string without NUL\), got "\/tmp\/a\\u0000b"/,

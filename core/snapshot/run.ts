@@ -11,7 +11,7 @@ import { checkGroupOptions, type GroupEvent, type GroupResult } from "../group_t
 import type { GroupSettings } from "../group_types.ts";
 import type { HostProcesses } from "../host.ts";
 import type { Machine } from "../machine.ts";
-import { mustBe, orElse } from "../options.ts";
+import { isName, mustBe, orElse } from "../options.ts";
 import { clockOf, Deadline, Slots } from "../time.ts";
 import type { ManifestProcess } from "./manifest.ts";
 import type { SnapshotStore } from "./store.ts";
@@ -82,7 +82,7 @@ export interface WholeSettings {
 
 /** Checks a snapshot's directory argument: a path. */
 export function checkDir(dir: unknown): string {
-  if (typeof dir === "string" && dir.length > 0 && !dir.includes("\0")) return dir;
+  if (isName(dir)) return dir; // not blank: "   " names no directory anyone meant
   return mustBe(TypeError, "dir", "a path (a non-empty string without NUL)", dir);
 }
 
