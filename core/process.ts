@@ -2,9 +2,14 @@
 // {@link Session} down to each driver call, made in its {@link Turn}.
 
 import { callDriver, checkCapability, type FailureDetail, readState } from "./calls.ts";
-import { CUDA_ERROR_ILLEGAL_STATE, CUDA_ERROR_INVALID_VALUE, type LockArgs } from "./driver.ts";
-import { CUDA_ERROR_NOT_INITIALIZED, CUDA_ERROR_OPERATING_SYSTEM, type GpuPair } from "./driver.ts";
-import { CUDA_ERROR_NOT_READY, CUDA_ERROR_OUT_OF_MEMORY, type RestoreArgs } from "./driver.ts";
+import {
+  CUDA_ERROR_ILLEGAL_STATE,
+  CUDA_ERROR_INVALID_VALUE,
+  CUDA_ERROR_NOT_READY,
+} from "./driver.ts";
+import { CUDA_ERROR_NOT_INITIALIZED, CUDA_ERROR_NOT_SUPPORTED } from "./driver.ts";
+import { CUDA_ERROR_OPERATING_SYSTEM, CUDA_ERROR_OUT_OF_MEMORY } from "./driver.ts";
+import type { GpuPair, LockArgs, RestoreArgs } from "./driver.ts";
 import { CudaError, RefusedError, WaitTimeoutError } from "./errors.ts";
 import { type GpuImport, identityKey, type ProcessIdentity, sameProcess } from "./host.ts";
 import { leaseOf, type Machine, type MachineLease, type MachineSource } from "./machine.ts";
@@ -362,10 +367,13 @@ export class Turn {
     const free = "even once memory is free (docs/ERRORS.md#out-of-memory)";
     const lost = `on driver 580 the process cannot be restored after this, ${free}`;
     if (code === CUDA_ERROR_OUT_OF_MEMORY) return { detail: lost };
-    // Refused although checkpointed, as driver 580 does (the detail below says when).
-    if (code !== CUDA_ERROR_OPERATING_SYSTEM || !(await this.#checkpointedNow())) return {};
-    const ipc = await this.session.gpuImport(this.identity.pid);
-    const as = ipc && !ipc.unknown
+    // Refused although checkpointed, as driver 580 does (the detail below says when); an
+    // importer's first refusal is invalid argument (legacy IPC) or not supported (cuMem).
+    const first = code === CUDA_ERROR_INVALID_VALUE || code === CUDA_ERROR_NOT_SUPPORTED;
+    if (!first && code !== CUDA_ERROR_OPERATING_SYSTEM || !await this.#checkpointedNow()) return {};
+    const ipc = await this.session.gpuImport(this.identity.pid), imported = ipc && !ipc.unknown;
+    if (first && !imported) return {};
+    const as = imported
       ? `for a process whose GPU memory came from another (${ipc.sign})`
       : "after a restore of it ran out of memory (docs/ERRORS.md#out-of-memory)";
     const refused = "the process is checkpointed, yet the driver refuses to restore it";

@@ -149,17 +149,14 @@ export class SimulatedDriver implements CheckpointDriver {
       const imported = proc.ipcImport;
       if (imported) {
         // Driver 580.159.04, one H200: an importer of CUDA IPC memory checkpoints, then its
-        // restore fails (legacy: invalid argument, its exporter gone: OS call failed; cuMem:
-        // operation not supported), in 0.07-0.11 s, and every later one with OS call failed; it
-        // stays checkpointed (docs/DRIVER.md).
+        // restore fails (legacy: invalid argument, its exporter alive or gone; cuMem: operation
+        // not supported), in 0.07-0.11 s, and every later one with OS call failed; it stays
+        // checkpointed (docs/DRIVER.md).
         await run.sleep(70);
         proc.refuseRestores();
-        const alive = this.#machine.process(imported.exporter)?.exited === false;
-        const code = imported.through !== "legacy"
-          ? CUDA_ERROR_NOT_SUPPORTED
-          : alive
+        const code = imported.through === "legacy"
           ? CUDA_ERROR_INVALID_VALUE
-          : CUDA_ERROR_OPERATING_SYSTEM;
+          : CUDA_ERROR_NOT_SUPPORTED;
         return { code, note: `it imported GPU memory of process ${imported.exporter} (CUDA IPC)` };
       }
       const targets = this.#mapGpus(proc, pairs);

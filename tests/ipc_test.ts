@@ -54,25 +54,37 @@ describe("the simulator, as driver 580 answers an importer", () => {
     });
   }
 
-  test("legacy, its exporter gone: the OS call failed", async () => {
+  test("legacy, its exporter gone: invalid argument first, as with it alive", async () => {
+    // One H200, 580.159.04 (tests/gpu/reports/ipc-gone-h200-session43.txt): the first restore of
+    // a legacy importer says invalid argument whether its exporter is alive or gone, later ones
+    // the OS call failed.
     const { sim, exporter, importer } = pair();
     await sim.driver.lock(importer.pid, null);
     await sim.driver.checkpoint(importer.pid);
     exporter.exit();
+    assert.equal(await sim.driver.restore(importer.pid, null), CUDA_ERROR_INVALID_VALUE);
     assert.equal(await sim.driver.restore(importer.pid, null), CUDA_ERROR_OPERATING_SYSTEM);
   });
 
-  test("suspended anyway (allowIpcImport), its exporter gone: the error says why, not 'out of memory'", async () => {
-    const { sim, exporter, importer } = pair();
-    const p = new CudaProcess(importer.pid, { machine: sim });
-    await p.suspend({ allowIpcImport: true });
-    exporter.exit();
-    const err = await p.resume().catch((e) => e);
-    assert.match(
-      String(err),
-      /refuses to restore it, as driver 580 does for a process whose GPU memory came from another \(it maps \/dev\/shm\/cuda\.shm/,
-    );
-    assert.doesNotMatch(String(err), /out of memory/);
+  test("suspended anyway (allowIpcImport): each refused resume says why, not 'out of memory'", async () => {
+    for (
+      const [through, gone] of [["legacy", true], ["legacy", false], ["cumem", false]] as const
+    ) {
+      const { sim, exporter, importer } = pair(through);
+      const p = new CudaProcess(importer.pid, { machine: sim });
+      await p.suspend({ allowIpcImport: true });
+      if (gone) exporter.exit();
+      // The first (invalid argument, or not supported), then the OS call failed.
+      for (const attempt of [1, 2]) {
+        const err = await p.resume().catch((e) => e), at = `${through} ${gone} ${attempt}`;
+        assert.match(
+          String(err),
+          /refuses to restore it, as driver 580 does for a process whose GPU memory came from another \(it maps \/dev\/shm\/cuda\.shm/,
+          at,
+        );
+        assert.doesNotMatch(String(err), /out of memory/, at);
+      }
+    }
   });
 
   test("the host shows the sign of a legacy or cuMem import, and none of an fd import", async () => {

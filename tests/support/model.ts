@@ -102,9 +102,13 @@ export function call(m: Model, p: ModelProcess, op: Step | "getState"): number {
   // stays checkpointed.
   if (op === "restore" && p.refused) return OPERATING_SYSTEM;
   // Measured on driver 580 (docs/DRIVER.md, "Processes that share GPU memory"): an importer of
-  // CUDA IPC memory checkpoints, and every restore of it then fails: invalid argument while its
-  // exporter lives, an OS call failed once it is gone; it stays checkpointed.
-  if (op === "restore" && p.importer) return m.procs[0].gone ? OPERATING_SYSTEM : INVALID_VALUE;
+  // CUDA IPC memory checkpoints, and every restore of it then fails: the first with invalid
+  // argument, its exporter alive or gone, every later one (above) with an OS call failed; it stays
+  // checkpointed.
+  if (op === "restore" && p.importer) {
+    p.refused = true;
+    return INVALID_VALUE;
+  }
   // "restore onto a GPU without enough free memory gives OUT_OF_MEMORY and leaves the process
   // checkpointed"
   if (op === "restore" && !fits(m, p)) {
