@@ -31,7 +31,7 @@ for exporter in gone alive; do
   fi
   for attempt in 1 2; do
     said=$(timeout 60 "${CK[@]}" --toggle --pid "$C" --json 2>&1)
-    echo "   resume $attempt (ours): $(echo "$said" | grep -o '"codeName":"[A-Z_]*"\|"message":"[^"]*"' | head -2 | tr '\n' ' '); now $(driver "$C")"
+    echo "   resume $attempt (ours): $(echo "$said" | grep -o '"codeName":"[A-Z_]*"\|"detail":"[^"]*' | head -2 | cut -c1-330 | tr '\n' ' '); now $(driver "$C")"
   done
   if ((${#NV[@]})); then
     echo "   resume 3 (NVIDIA's): $(timeout 60 "${NV[@]}" --toggle --pid "$C" 2>&1 | head -1); now $(driver "$C")"
