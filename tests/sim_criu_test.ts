@@ -1065,6 +1065,14 @@ describe("the simulated CRIU", () => {
     }
   });
 
+  /** Eight CUDA processes of 2 GiB on a simulated H100, each checkpointed, and its criu. */
+  async function eightCheckpointed() {
+    const sim = new SimulatedMachine({ gpus: [H100] });
+    const jobs = Array.from({ length: 8 }, () => sim.spawn({ memoryMiB: 2048 }));
+    for (const j of jobs) await suspend(sim, j);
+    return { sim, criu: sim.engine, jobs };
+  }
+
   test("dumps at once share the disk: eight take eight images at the model's disk rate", async () => {
     // Eight dumps at once (CRIU_TIMING.diskBytesPerSecond.dump was fitted to eight of 2 GiB on two
     // H200s, so their 10.6 s is not checked here): each alone would write at dumpBytesPerSecond,
@@ -1072,10 +1080,7 @@ describe("the simulated CRIU", () => {
     // (they run side by side) and then eight images' bytes at that rate, less than eight dumps one
     // after another.
     const t = CRIU_TIMING;
-    const sim = new SimulatedMachine({ gpus: [H100] });
-    const criu = sim.engine;
-    const jobs = Array.from({ length: 8 }, () => sim.spawn({ memoryMiB: 2048 }));
-    for (const j of jobs) await suspend(sim, j);
+    const { sim, criu, jobs } = await eightCheckpointed();
     const dumpAll = async (some: SimulatedProcess[]) => {
       // The directories first: virtual time would run on while one is made.
       const dirs = await Promise.all(some.map(() => imagesDir()));
@@ -1106,10 +1111,7 @@ describe("the simulated CRIU", () => {
     // write), so they take the fixed cost once and then eight images at the larger of the two
     // bounds: not what the same bytes take to be written durably.
     const t = CRIU_TIMING;
-    const sim = new SimulatedMachine({ gpus: [H100] });
-    const criu = sim.engine;
-    const jobs = Array.from({ length: 8 }, () => sim.spawn({ memoryMiB: 2048 }));
-    for (const j of jobs) await suspend(sim, j);
+    const { sim, criu, jobs } = await eightCheckpointed();
     const dirs = await Promise.all(jobs.map(() => imagesDir()));
     for (const [i, j] of jobs.entries()) await criu.dump({ root: j.pid, imagesDir: dirs[i] });
     await criu.kill(jobs.map((j) => j.pid));
