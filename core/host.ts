@@ -252,10 +252,9 @@ export function withoutClaim(record: HeldRecord): HeldRecord {
  * the Linux host reads, and the simulator shows of its ranks.
  */
 export function ncclRank(lib: string, environ: string): GpuImport | undefined {
-  const env = new Map<string, string>(); // a name given twice: the first, as getenv reads it
-  for (const v of environ.split("\0").reverse()) {
-    env.set(v.split("=", 1)[0], v.slice(v.indexOf("=") + 1));
-  }
+  const env = new Map<string, string>( // a name given twice: the first, as getenv reads it
+    environ.split("\0").reverse().map((v) => [v.split("=", 1)[0], v.slice(v.indexOf("=") + 1)]),
+  );
   // The ranks on this host as torchrun, Open MPI, MPICH, PMIx tell them; else all of them.
   const local = "LOCAL_WORLD_SIZE OMPI_COMM_WORLD_LOCAL_SIZE MPI_LOCALNRANKS PMIX_LOCAL_SIZE"
     .split(" ").find((name) => env.get(name));
