@@ -161,9 +161,8 @@ export function checkPath(value: unknown, what: string, expected = "an absolute 
 export const isName = (value: unknown): value is string =>
   typeof value === "string" && value.trim() !== "" && !value.includes("\0");
 /** Checks a non-empty string without NUL ({@link isName}); returns it. */
-export function checkName(value: unknown, what: string): string {
-  return isName(value) ? value : mustBe(TypeError, what, "a non-empty string without NUL", value);
-}
+export const checkName = (value: unknown, what: string): string =>
+  isName(value) ? value : mustBe(TypeError, what, "a non-empty string without NUL", value);
 
 /** `value`, or `fallback` where it is left out (`undefined`; `null` is a value, to be refused). */
 export function or<T>(value: T | undefined, fallback: T): T {
