@@ -165,9 +165,8 @@ export const checkName = (value: unknown, what: string): string =>
   isName(value) ? value : mustBe(TypeError, what, "a non-empty string without NUL", value);
 
 /** `value`, or `fallback` where it is left out (`undefined`; `null` is a value, to be refused). */
-export function or<T>(value: T | undefined, fallback: T): T {
-  return value === undefined ? fallback : value;
-}
+export const or = <T>(value: T | undefined, fallback: T): T =>
+  value === undefined ? fallback : value;
 
 /** A boolean option: `fallback` when left out; anything else is a TypeError naming it. */
 export function checkFlag(value: unknown, what: string, fallback: boolean): boolean {
