@@ -246,9 +246,8 @@ export function formatGpuUuid(bytes: Uint8Array): string {
 }
 
 /** A GPU UUID in a form {@link parseGpuUuid} takes, as nvidia-smi prints it; else `undefined`. */
-export function gpuUuidOf(text: unknown): string | undefined {
-  return orElse(() => formatGpuUuid(parseGpuUuid(text)), undefined);
-}
+export const gpuUuidOf = (text: unknown): string | undefined =>
+  orElse(() => formatGpuUuid(parseGpuUuid(text)), undefined);
 
 /** What `read` gives, or `fallback` where it throws (what cannot be read counts as `fallback`). */
 export function orElse<T>(read: () => T, fallback: T): T {
