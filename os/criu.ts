@@ -137,11 +137,10 @@ class CriuEngine implements SnapshotEngine {
   }
 
   async dump(request: DumpRequest): Promise<readonly DumpedProcess[]> {
-    const { criu, work } = await this.#criu("dump", request);
+    const { criu, work, shown } = await this.#criu("dump", request);
     // Where it fails, the snapshot's rollback removes its directory and the log with it: a copy is
     // kept beside the work directories, as a failed restore's log is (the last of that root's).
-    const file = path.join(request.imagesDir, "dump.log");
-    const log = { file, shown: path.join(path.dirname(work), `dump-${request.root}.log`) };
+    const log = { file: path.join(request.imagesDir, "dump.log"), shown };
     const stopWatching = watchBytes(() => sizeOf(request.imagesDir), request.onBytes);
     try {
       await this.#run(criu, "dump", request.root, log, [
@@ -179,8 +178,7 @@ class CriuEngine implements SnapshotEngine {
    * kept beside it as `restore-<root>.log` (the last failed restore of that root's).
    */
   async restore(request: RestoreRequest): Promise<void> {
-    const { criu, work } = await this.#criu("restore", request);
-    const shown = path.join(path.dirname(work), `restore-${request.root}.log`);
+    const { criu, work, shown } = await this.#criu("restore", request);
     const log = { file: path.join(work, "restore.log"), shown };
     const pidfile = path.join(work, "root.pid");
     const stopWatching = watchBytes(residentOf(request.imagesDir), request.onBytes);
@@ -221,7 +219,8 @@ class CriuEngine implements SnapshotEngine {
     const work = await workDir(`${op}-`).catch((err) => {
       throw new EngineError(messageOf(err), { cause: err });
     });
-    return { criu: found.criu, work };
+    const shown = path.join(path.dirname(work), `${op}-${request.root}.log`); // a failed run's log
+    return { criu: found.criu, work, shown };
   }
 
   /** Runs `criu op` on the tree of `root` with the options every run has; throws on a failure. */
