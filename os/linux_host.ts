@@ -201,9 +201,8 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
    */
   async lastingMark(who: ProcessIdentity): Promise<string | undefined> {
     try {
-      const read = (f: string) => this.#reader.read(`${this.#root}/${who.pid}/${f}`);
-      const files = ["status", "cmdline", "cgroup"].map(read);
-      const [status, cmdline, cgroup] = await Promise.all(files);
+      const [status, cmdline, cgroup] = await Promise.all(["status", "cmdline", "cgroup"]
+        .map((f) => this.#reader.read(`${this.#root}/${who.pid}/${f}`)));
       const nsPid = nsPids(status).at(-1);
       const uid = /^Uid:\s*([0-9]+)/m.exec(status)?.[1];
       if (!nsPid || !uid || cmdline.length === 0 || cgroup.length === 0) return undefined;
