@@ -267,9 +267,8 @@ function no(message: string, detail?: string): never {
 }
 
 /** NVIDIA's message for an option it does not know, or an argument no option takes. */
-function badOption(detail: string, getopt?: string): UsageError {
-  return new UsageError(NVIDIA_MESSAGES.badOption, detail, getopt);
-}
+const badOption = (detail: string, getopt?: string): UsageError =>
+  new UsageError(NVIDIA_MESSAGES.badOption, detail, getopt);
 
 /** Refuses the first operation, else the first option typed, that `sub` does not take. */
 function refuseStray(sub: string, seen: Seen): void {
