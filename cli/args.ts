@@ -103,9 +103,8 @@ export function parseCommandLine(args: readonly string[]): Command {
 }
 
 /** Whether the command line asks for `--json` as an option (not as another option's value). */
-export function wantsJson(args: readonly string[]): boolean {
-  return scan(args).options.some((o) => o.long === "--json");
-}
+export const wantsJson = (args: readonly string[]): boolean =>
+  scan(args).options.some((o) => o.long === "--json");
 
 /** An option as typed (`arg`): its name there, the long option (or options) it names, its value. */
 type Typed = { arg: string; name: string; long?: string | string[]; value?: string };
