@@ -90,9 +90,8 @@ const DIGEST = /^[0-9a-f]{64}$/;
 const FILE_PATH = /^tree-[1-9][0-9]{0,9}\/[A-Za-z0-9_][A-Za-z0-9._-]{0,200}$/;
 
 /** Turns a manifest into the text written to disk (stable key order, one trailing newline). */
-export function serializeManifest(manifest: Manifest): string {
-  return JSON.stringify(manifest, null, 2) + "\n";
-}
+export const serializeManifest = (manifest: Manifest): string =>
+  JSON.stringify(manifest, null, 2) + "\n";
 
 /**
  * Parses a manifest strictly (`path` names it in messages): a {@link RefusedError} with code
