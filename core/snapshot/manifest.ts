@@ -75,9 +75,8 @@ export interface Manifest {
 }
 
 /** A refusal (`SNAPSHOT`) of `operation`: not a snapshot this version can use. */
-export function snapshotRefusal(operation: string, reason: string): RefusedError {
-  return new RefusedError({ code: "SNAPSHOT", operation, reason });
-}
+export const snapshotRefusal = (operation: string, reason: string): RefusedError =>
+  new RefusedError({ code: "SNAPSHOT", operation, reason });
 
 /** The subdirectory of a tree's images. */
 export const treeDirName = (root: number): string => `tree-${root}`;
