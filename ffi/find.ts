@@ -211,10 +211,14 @@ export function openCandidate<N extends string>(
   // An absolute path asks nothing of the current directory (Deno's cwd() needs --allow-read).
   if (candidate.startsWith("/")) return open(candidate);
   if (candidate.includes("/")) return open(absolutePath(candidate, adapter.cwd()));
-  const dirs = orElse(() => adapter.getEnv("LD_LIBRARY_PATH"), undefined);
-  if (dirs?.split(":").some((dir) => !dir.startsWith("/"))) {
-    const which = `LD_LIBRARY_PATH=${JSON.stringify(dirs)} has an empty or relative element`;
-    throw new Error(`not asked of the system loader: ${which}, the current directory's`);
+  const dirs = orElse(() => adapter.getEnv("LD_LIBRARY_PATH") ?? "", null); // glibc splits at : ;
+  if (dirs === null || dirs !== "" && dirs.split(/[:;]/).some((dir) => !dir.startsWith("/"))) {
+    const which = dirs === null
+      ? "LD_LIBRARY_PATH cannot be read (on Deno: --allow-env=LD_LIBRARY_PATH)"
+      : `LD_LIBRARY_PATH=${JSON.stringify(dirs)} has an empty or relative element`;
+    throw new Error(
+      `not asked of the system loader, which may search the current directory: ${which}`,
+    );
   }
   let asked = false;
   try {

@@ -65,8 +65,10 @@ describe(`native driver in a subprocess (${runtime})`, { skip: noCompiler }, () 
     const dir = join(realpathSync(fakes!.path), "ld-library-path");
     mkdirSync(dir);
     fakes!.build("planted-ld", ["-DPLANTED"], join(dir, "libcuda.so.1"));
-    // glibc searches an empty element, or a relative one, from the current directory.
-    for (const search of ["/nonexistent:", ":/nonexistent", "/nonexistent::/x", "."]) {
+    // glibc splits at ":" and ";", and searches an empty or a relative element from the cwd.
+    for (
+      const search of ["/nonexistent:", ":/nonexistent", "/nonexistent::/x", ".", "/nonexistent;"]
+    ) {
       const run = child(dir, ["search"], search);
       assert.equal(run.status, 0, run.stderr);
       const ran = existsSync(join(dir, "planted-library-ran"));

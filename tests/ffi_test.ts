@@ -424,7 +424,9 @@ describe("symbol table", () => {
  * (the system loader's pick, which `dlinfo(RTLD_DI_LINKMAP)` gives as the link map's `l_name`, at
  * offset 8), and with NULL otherwise; every library it opens, and each libc call, recorded.
  */
-function loaderAdapter(o: { found?: string; bareNamesSafe: boolean }) {
+function loaderAdapter(
+  o: { found?: string; bareNamesSafe: boolean; env?: () => string | undefined },
+) {
   const opened: string[] = [], libc: string[] = [];
   const LINK_MAP = 0x1000n, NAME = 0x2000n;
   const library = (path: string) => ({
@@ -446,7 +448,7 @@ function loaderAdapter(o: { found?: string; bareNamesSafe: boolean }) {
     kind: "fake",
     platform: "linux",
     bareNamesSafe: o.bareNamesSafe,
-    getEnv: () => undefined,
+    getEnv: (name) => name === "LD_LIBRARY_PATH" ? o.env?.() : undefined,
     cwd: () => "/work",
     open: <N extends string>(path: string) => (opened.push(path), library(path) as FfiLibrary<N>),
     // l_name, 8 bytes into the link map; anything else read is a wrong address.
@@ -470,6 +472,31 @@ describe("a bare library name: the system loader's pick, by its path", () => {
     // A relative path the loader found (a relative LD_LIBRARY_PATH) gets the cwd in front.
     const { adapter } = loaderAdapter({ found: "lib/libfake.so.1", bareNamesSafe: true });
     assert.equal(openCandidate(adapter, "libfake.so.1", table).path, "/work/lib/libfake.so.1");
+  });
+
+  test("an LD_LIBRARY_PATH that has the loader search the current directory, or unread: not asked", () => {
+    const found = "/usr/lib/x86_64-linux-gnu/libfake.so.1";
+    const denied = () => {
+      throw new Error("NotCapable: no permission to read LD_LIBRARY_PATH");
+    };
+    // glibc splits at ":" and ";", and searches an empty or relative element from the cwd.
+    for (
+      const env of [() => "/x:", () => ":/x", () => "/x::/y", () => "lib", () => "/x;", denied]
+    ) {
+      const { adapter, opened } = loaderAdapter({ found, bareNamesSafe: true, env });
+      const said = env === denied
+        ? "LD_LIBRARY_PATH cannot be read (on Deno: --allow-env=LD_LIBRARY_PATH)"
+        : `LD_LIBRARY_PATH=${JSON.stringify(env())} has an empty or relative element`;
+      assert.throws(() => openCandidate(adapter, "libfake.so.1", table), {
+        message: `not asked of the system loader, which may search the current directory: ${said}`,
+      });
+      assert.deepEqual(opened, [], "nothing opened, libc included");
+    }
+    // Unset, empty (glibc searches nothing then), or only absolute directories: the loader's pick.
+    for (const env of [() => undefined, () => "", () => "/x:/y;/z"]) {
+      const { adapter } = loaderAdapter({ found, bareNamesSafe: false, env });
+      assert.equal(openCandidate(adapter, "libfake.so.1", table).path, found);
+    }
   });
 
   test("a name the loader does not find: Deno's open takes it as it is, Bun's is never asked", () => {
