@@ -361,18 +361,18 @@ export class Turn {
       if (now === undefined || !sameProcess(now, was)) return { detail: "the process has exited" };
     }
     if (step !== "restore") return {};
-    if (code === CUDA_ERROR_INVALID_VALUE && pairs?.length) {
-      return { detail: await explainRejectedMapping(this.machine.driver, pairs) };
-    }
     const free = "even once memory is free (docs/ERRORS.md#out-of-memory)";
     const lost = `on driver 580 the process cannot be restored after this, ${free}`;
     if (code === CUDA_ERROR_OUT_OF_MEMORY) return { detail: lost };
     // Refused although checkpointed, as driver 580 does (the detail below says when); an
-    // importer's first refusal is invalid argument (legacy IPC) or not supported (cuMem).
+    // importer's first refusal is invalid argument (legacy IPC, mapped or not) or not supported.
     const first = code === CUDA_ERROR_INVALID_VALUE || code === CUDA_ERROR_NOT_SUPPORTED;
-    if (!first && code !== CUDA_ERROR_OPERATING_SYSTEM || !await this.#checkpointedNow()) return {};
+    if (!first && code !== CUDA_ERROR_OPERATING_SYSTEM) return {};
     const ipc = await this.session.gpuImport(this.identity.pid), imported = ipc && !ipc.unknown;
-    if (first && !imported) return {};
+    if (code === CUDA_ERROR_INVALID_VALUE && pairs?.length && !imported) {
+      return { detail: await explainRejectedMapping(this.machine.driver, pairs) };
+    }
+    if (first && !imported || !await this.#checkpointedNow()) return {};
     const as = imported
       ? `for a process whose GPU memory came from another (${ipc.sign})`
       : "after a restore of it ran out of memory (docs/ERRORS.md#out-of-memory)";

@@ -87,6 +87,23 @@ describe("the simulator, as driver 580 answers an importer", () => {
     }
   });
 
+  test("an importer resumed with a GPU mapping is told of its import, not of its mapping", async () => {
+    // Its restore's invalid argument is the import's (a mapping's refusal has that code too).
+    const sim = new SimulatedMachine({ gpus: 2 });
+    const exporter = sim.spawn({ memoryMiB: 512, command: "python parent.py" });
+    const importer = sim.spawn({ memoryMiB: 64, ipcImport: { exporter: exporter.pid } });
+    const p = new CudaProcess(importer.pid, { machine: sim });
+    await p.suspend({ allowIpcImport: true });
+    const [g0, g1] = sim.gpus.map((g) => g.uuid);
+    const err = await p.resume({ gpuMapping: { [g0]: g1, [g1]: g0 } }).catch((e) => e);
+    assert.ok(err instanceof CudaError && err.code === CUDA_ERROR_INVALID_VALUE, String(err));
+    assert.match(
+      String(err),
+      /as driver 580 does for a process whose GPU memory came from another/,
+    );
+    assert.doesNotMatch(String(err), /GPU mapping/);
+  });
+
   test("the host shows the sign of a legacy or cuMem import, and none of an fd import", async () => {
     for (const through of ["legacy", "cumem", "fd"] as const) {
       const { sim, exporter, importer } = pair(through);
