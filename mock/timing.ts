@@ -177,9 +177,10 @@ export const mibToBytes = (memoryMiB: number): number => memoryMiB * 1024 * 1024
  * The simulated CRIU's figures, fitted to criu 4.1.1 on an H100 (driver 580.159.04, 2026-11-24;
  * tests/gpu/reports/snapshot-*-h100.txt) dumping and restoring checkpointed CUDA processes without
  * its CUDA plugin: images of 1.66, 2.73 and 4.88 GB for 1, 2 and 4 GiB of GPU memory; criu's dump
- * alone 0.60-1.02 s, 1.07-1.48 s and 2.13-2.39 s (here 0.92, 1.39, 2.32 s); its restore at 2 GiB
- * 1.39-1.77 s (here 1.50 s). Rates are in bytes per second; the fixed costs (criu's start, its
- * freeze) and a plain process's image are assumptions.
+ * alone 0.60-1.02 s, 1.07-1.48 s and 2.13-2.39 s (here 0.99, 1.50, 2.52 s: held to the disk's
+ * durable rate, as a snapshot's dump is); its restore at 2 GiB 1.39-1.77 s (here 1.50 s). Rates
+ * are in bytes per second; the fixed costs (criu's start, its freeze) and a plain process's image
+ * are assumptions.
  */
 export const CRIU_TIMING = {
   dumpFixedMs: 200,
