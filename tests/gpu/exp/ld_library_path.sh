@@ -7,6 +7,7 @@
 # and list --json (the target's line); the marker is looked for after each. The target's tensor checked
 # at the end. One GPU, .carry/deno.xz:
 #   timeout 200 bash tests/gpu/exp/ld_library_path.sh OLD_TREE .   (log: $OUT/log)
+# LD_CASES (default ': lib:') names other values, space-separated ('/nonexistent;' splits there too).
 set -u
 . tests/gpu/setup.sh # torch_target, unxz_to
 out=${OUT:-tests/gpu/out}; mkdir -p "$out"; exec > >(tee "$out/log") 2>&1
@@ -22,7 +23,7 @@ echo "== target pid $tpid: $(head -1 "$d/t.out")"
 fails=0
 for tree in "$@"; do
   tree=$(cd "$tree" && pwd)
-  for search in ":" "lib:"; do
+  for search in ${LD_CASES:-":" "lib:"}; do
     echo "-- tree $tree, LD_LIBRARY_PATH='$search'"
     for args in "--get-state --pid $tpid" "--toggle --pid $tpid" "--get-state --pid $tpid" \
       "--toggle --pid $tpid" "--get-state --pid $tpid" "list --json"; do
