@@ -50,12 +50,13 @@ export class Session {
 
   /**
    * Whether `p` is still that process (its pid, with the start it had: one without a start is
-   * another where the host tells starts); `undefined` where the host cannot identify processes.
+   * another where the host tells starts); `undefined` where the host cannot identify processes,
+   * or failed to read it (not taken as gone).
    */
   async isStill(p: ProcessIdentity): Promise<boolean | undefined> {
     if (!this.machine.host?.identify) return undefined;
-    const now = await this.identify(p.pid);
-    return now !== undefined && now.pid === p.pid && now.start === p.start;
+    const now = await this.machine.host.identify(p.pid).catch(() => null);
+    return now === null ? undefined : now?.pid === p.pid && now.start === p.start;
   }
 
   /** Resolves once every operation queued on any process has settled (those queued meanwhile too). */

@@ -189,7 +189,8 @@ export class LinuxHost implements HostProcesses, AsyncDisposable {
       // Killed and still exiting (it lets go of its GPU memory then): gone; a zombie leader is not.
       if (stat.exiting && stat.state !== "Z") return undefined;
       return stat.start === undefined ? { pid: tgid } : { pid: tgid, start: stat.start };
-    } catch {
+    } catch (error) {
+      if (classify(error) !== "gone") throw error; // unread (EMFILE, say), which is not gone
       return undefined;
     }
   }

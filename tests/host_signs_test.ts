@@ -209,6 +209,20 @@ describe("identify: a zombie is no process", () => {
   });
 });
 
+describe("identify: a process whose /proc cannot be read is not gone", () => {
+  test("a read that fails (EMFILE) rejects; one of no such process is none", async () => {
+    const emfile = Object.assign(new Error("EMFILE: too many open files"), { code: "EMFILE" });
+    await using h = new LinuxHost({
+      nvml: false,
+      recordsDir: false,
+      reader: { list: () => Promise.resolve([]), read: () => Promise.reject(emfile) },
+    });
+    await assert.rejects(h.identify(4500), /EMFILE/);
+    await using none = host({});
+    assert.equal(await none.identify(4600), undefined);
+  });
+});
+
 describe("cpuTime: what a held process has run", () => {
   test("the ns of every thread's schedstat, summed; none for a process gone", async () => {
     await using h = host({

@@ -1966,6 +1966,24 @@ test("a manifest lists its files by path, whatever order the trees were given in
   assert.deepEqual(paths, [...paths].sort(), "sorted: one snapshot's manifest reads as another's");
 });
 
+test("a host that fails to read a process (EMFILE) does not take it for ended: the rollback resumes it", async () => {
+  const sim = new SimulatedMachine();
+  const p = sim.spawn({ memoryMiB: 1024 }), hash = await p.memoryChunkedSha256();
+  let failing = false;
+  const identify = (id: number) =>
+    failing ? Promise.reject(new Error("EMFILE: too many open files")) : sim.host.identify!(id);
+  const machine = machineWith(sim, { host: hostWith(sim.host, { identify }) });
+  sim.engine.failNext("dump");
+  const onProgress = (e: SnapshotEvent) =>
+    void (e.type === "phase" && e.phase === "dump" && (failing = true));
+  const err = await snapshot([p.pid], newDir(), { machine, onProgress }).catch((e) => e);
+  assert.ok(err instanceof SnapshotError, String(err));
+  assert.doesNotMatch(err.message, /had ended/);
+  assert.match(err.message, /put back as it was/, err.message);
+  assert.equal(live(sim, p.pid).state, "running");
+  assert.equal(await p.memoryChunkedSha256(), hash);
+});
+
 test("a process that ends during the dump holds back no other: each other one runs, as a job too", async () => {
   for (const job of [false, true]) {
     const sim = new SimulatedMachine({ gpus: 2 });

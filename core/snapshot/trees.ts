@@ -84,9 +84,11 @@ export async function endTrees(
   run: Pick<Run, "machine" | "engine" | "host">,
   ours: { roots: readonly ProcessIdentity[]; members: readonly ProcessIdentity[] },
 ): Promise<void> {
-  const { engine, host } = run, still = (p: ProcessIdentity) => sessionOf(run.machine).isStill(p);
+  // Ours where the host says so, or cannot tell processes apart; not where it failed to read one.
+  const { engine, host } = run, session = sessionOf(run.machine);
+  const still = async (p: ProcessIdentity) => await session.isStill(p) ?? !host.identify;
   const alive = async (ps: readonly ProcessIdentity[]) =>
-    (await Promise.all(ps.map(async (p) => await still(p) !== false ? [p.pid] : []))).flat();
+    (await Promise.all(ps.map(async (p) => await still(p) ? [p.pid] : []))).flat();
   const known = new Set(await alive(ours.members)), roots = await alive(ours.roots);
   for (let round = 0; round < 10; round++) {
     const now = await treesNow(host, roots);
