@@ -2,14 +2,10 @@
 // {@link Session} down to each driver call, made in its {@link Turn}.
 
 import { callDriver, checkCapability, type FailureDetail, readState } from "./calls.ts";
-import {
-  CUDA_ERROR_ILLEGAL_STATE,
-  CUDA_ERROR_INVALID_VALUE,
-  CUDA_ERROR_NOT_READY,
-} from "./driver.ts";
-import { CUDA_ERROR_NOT_INITIALIZED, CUDA_ERROR_NOT_SUPPORTED } from "./driver.ts";
-import { CUDA_ERROR_OPERATING_SYSTEM, CUDA_ERROR_OUT_OF_MEMORY } from "./driver.ts";
-import type { GpuPair, LockArgs, RestoreArgs } from "./driver.ts";
+import { CUDA_ERROR_ILLEGAL_STATE, CUDA_ERROR_INVALID_VALUE, type GpuPair } from "./driver.ts";
+import { CUDA_ERROR_NOT_INITIALIZED, CUDA_ERROR_NOT_READY, type LockArgs } from "./driver.ts";
+import { CUDA_ERROR_NOT_SUPPORTED, CUDA_ERROR_OPERATING_SYSTEM } from "./driver.ts";
+import { CUDA_ERROR_OUT_OF_MEMORY, type RestoreArgs } from "./driver.ts";
 import { CudaError, RefusedError, WaitTimeoutError } from "./errors.ts";
 import { type GpuImport, identityKey, type ProcessIdentity, sameProcess } from "./host.ts";
 import { leaseOf, type Machine, type MachineLease, type MachineSource } from "./machine.ts";
