@@ -19,9 +19,9 @@ import { tempDirs } from "./support/temp_dirs.ts";
 
 const base = tempDirs("ckpt-ipc-test-");
 
-/** An exporter and its importer on one simulated machine. */
-function pair(through: "legacy" | "cumem" | "fd" = "legacy") {
-  const sim = new SimulatedMachine();
+/** An exporter and its importer on one simulated machine (of `gpus` H200s). */
+function pair(through: "legacy" | "cumem" | "fd" = "legacy", gpus = 1) {
+  const sim = new SimulatedMachine({ gpus });
   const exporter = sim.spawn({ memoryMiB: 512, command: "python parent.py" });
   const importer = sim.spawn({ memoryMiB: 64, ipcImport: { exporter: exporter.pid, through } });
   return { sim, exporter, importer };
@@ -89,9 +89,7 @@ describe("the simulator, as driver 580 answers an importer", () => {
 
   test("an importer resumed with a GPU mapping is told of its import, not of its mapping", async () => {
     // Its restore's invalid argument is the import's (a mapping's refusal has that code too).
-    const sim = new SimulatedMachine({ gpus: 2 });
-    const exporter = sim.spawn({ memoryMiB: 512, command: "python parent.py" });
-    const importer = sim.spawn({ memoryMiB: 64, ipcImport: { exporter: exporter.pid } });
+    const { sim, importer } = pair("legacy", 2);
     const p = new CudaProcess(importer.pid, { machine: sim });
     await p.suspend({ allowIpcImport: true });
     const [g0, g1] = sim.gpus.map((g) => g.uuid);
