@@ -51,7 +51,8 @@ export class FileSnapshotStore implements SnapshotStore {
   readonly open = (dir: string): Promise<SnapshotDir> => this.#open(dir, false);
 
   async #open(dir: string, create: boolean): Promise<SnapshotDir> {
-    const where = path.resolve(dir);
+    // As given, "..": the walk reads it as the kernel does (after a link: above where it leads).
+    const where = path.isAbsolute(dir) ? dir : `${path.resolve()}/${dir}`;
     const { parent, name } = await walkTo(where);
     const through = `${pinned(parent)}/${name}`;
     let made = false, handle: FileHandle | undefined;

@@ -194,6 +194,13 @@ describe("every directory above a snapshot", () => {
       const up = await store.create(join(s.dir, "a", "up", "snap2"));
       assert.ok(existsSync(join(s.dir, "real", "snap2")), "made where the relative link leads");
       await up.close();
+      // ".." after a link is the directory above where it leads, as the kernel reads the path.
+      mkdirSync(join(s.dir, "real", "in"), { mode: 0o700 });
+      symlinkSync(join(s.dir, "real", "in"), join(s.dir, "deep"));
+      const back = await store.create(`${s.dir}/deep/../snap3`);
+      assert.ok(existsSync(join(s.dir, "real", "snap3")), "made above where the link leads");
+      assert.ok(!existsSync(join(s.dir, "snap3")), "not beside the link, as the text would read");
+      await back.close();
       // A link into a directory others may write: refused there, whatever the link's own place.
       mkdirSync(join(s.dir, "open"));
       chmodSync(join(s.dir, "open"), 0o777);
