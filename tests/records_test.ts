@@ -103,6 +103,17 @@ describe("records in a private directory", () => {
     }
   });
 
+  test("a record whose process the host fails to read (EMFILE) is kept: not taken for gone", async () => {
+    const dir = fresh();
+    const emfile = Object.assign(new Error("EMFILE: too many open files"), { code: "EMFILE" });
+    const reader = { list: () => Promise.resolve([]), read: () => Promise.reject(emfile) };
+    const records = new LinuxHost({ nvml: false, recordsDir: dir, reader }).heldRecords!;
+    const record = { process: { pid: 4500, start: 12 }, heldMiB: { [GPU]: 1024 }, at: 1 };
+    await records.put(record);
+    assert.deepEqual(await records.list(), [record]);
+    assert.deepEqual(await readdir(dir), ["4500-12.json"], "not removed");
+  });
+
   test("a record whose process is gone, or that is not one, goes at the next listing", async () => {
     const dir = fresh();
     const host = new LinuxHost({ nvml: false, recordsDir: dir });
@@ -294,6 +305,11 @@ describe("records in a private directory", () => {
     await assert.rejects(
       records.put({ process: { pid: 1 }, heldMiB: {}, at: 1 }),
       new RegExp(`${open} may be read or written by other users \\(mode 0755, not 0700\\)`),
+    );
+    await chmod(open, 0o750); // its group may read it: refused too, records are private
+    await assert.rejects(
+      records.put({ process: { pid: 1 }, heldMiB: {}, at: 1 }),
+      new RegExp(`${open} may be read or written by other users \\(mode 0750, not 0700\\)`),
     );
     const real = fresh();
     await mkdir(real, { mode: 0o700 });

@@ -31,6 +31,32 @@ import { digestAll } from "./support/digests.ts";
 import { withScratch } from "./support/temp_dirs.ts";
 
 const store = new FileSnapshotStore();
+
+/** A seal's directory of the files in `at`, whose `datasync` is `datasync(name, the real one)`. */
+function spiedDir(
+  at: string,
+  datasync: (name: string, real: () => Promise<void>) => Promise<void>,
+) {
+  const dir: SealDir = {
+    sub: "tree-1",
+    shown: at,
+    list: () => Promise.resolve(readdirSync(at).sort()),
+    open: async (name) => {
+      const handle = await open(join(at, name), "r");
+      const { size, dev, ino } = await handle.stat();
+      const spied = new Proxy(handle, {
+        get(target, key) {
+          if (key === "datasync") return () => datasync(name, () => target.datasync());
+          const value = Reflect.get(target, key);
+          return typeof value === "function" ? value.bind(target) : value;
+        },
+      });
+      return { handle: spied, size, dev, ino };
+    },
+    sync: () => Promise.resolve(),
+  };
+  return dir;
+}
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** The chunked SHA-256 by its definition: the SHA-256 of the 8 MiB pieces' SHA-256s. */
@@ -155,24 +181,8 @@ describe("a seal that follows its dump", () => {
   test("once the dump ends, every file is put on disk (fdatasync), then the directory", () =>
     withScratch("ckpt-seal-test-", async (s) => {
       const synced: string[] = [];
-      const dir: SealDir = {
-        sub: "tree-1",
-        shown: s.dir,
-        list: () => Promise.resolve(readdirSync(s.dir).sort()),
-        open: async (name) => {
-          const handle = await open(join(s.dir, name), "r");
-          const { size, dev, ino } = await handle.stat();
-          const spied = new Proxy(handle, {
-            get(target, key) {
-              if (key === "datasync") return () => (synced.push(name), target.datasync());
-              const value = Reflect.get(target, key);
-              return typeof value === "function" ? value.bind(target) : value;
-            },
-          });
-          return { handle: spied, size, dev, ino };
-        },
-        sync: () => Promise.resolve(void synced.push("the directory")),
-      };
+      const dir = spiedDir(s.dir, (name, real) => (synced.push(name), real()));
+      dir.sync = () => Promise.resolve(void synced.push("the directory"));
       const writing = (async () => {
         put(join(s.dir, "pages-1.img"), randomBytes(1000)); // too few bytes to sync as it grows
         await sleep(200);
@@ -182,6 +192,20 @@ describe("a seal that follows its dump", () => {
       assert.deepEqual(files.map((f) => f.path), ["tree-1/core-1.img", "tree-1/pages-1.img"]);
       assert.equal(synced.at(-1), "the directory", synced.join(", "));
       assert.deepEqual(synced.slice(0, -1).sort(), ["core-1.img", "pages-1.img"]);
+    }));
+
+  test("a sync that fails as the file grows fails the seal, where a later one would succeed", () =>
+    withScratch("ckpt-seal-test-", async (s) => {
+      // The kernel tells of a lost write once: a second sync of the file would say nothing.
+      let syncs = 0;
+      const eio = Object.assign(new Error("EIO: i/o error, fdatasync"), { code: "EIO" });
+      const dir = spiedDir(s.dir, (_, real) => ++syncs === 1 ? Promise.reject(eio) : real());
+      const writing = (async () => {
+        await dribble(join(s.dir, "pages-1.img"), randomBytes(3 * PIECE_BYTES), 6, 80);
+        for (let k = 0; k < 200 && syncs === 0; k++) await sleep(25); // one sync while it grew
+      })();
+      await assert.rejects(seal(dir, { digests: true, writing }), /EIO: i\/o error/);
+      assert.equal(syncs, 1, "no second sync hides the first one's failure");
     }));
 
   for (const how of ["fails", "is aborted"] as const) {

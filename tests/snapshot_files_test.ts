@@ -76,6 +76,8 @@ describe("a new snapshot's directory", () => {
       const made = await store.create(join(s.dir, "snap"));
       assert.equal(made.path, join(s.dir, "snap"));
       assert.equal(statSync(made.path).mode & 0o777, 0o700);
+      await made.subdir("tree-7"); // a tree's images hold its processes' memory: private too
+      assert.equal(statSync(join(made.path, "tree-7")).mode & 0o777, 0o700);
       await made.close();
       mkdirSync(join(s.dir, "empty"), { mode: 0o700 });
       const taken = await store.create(join(s.dir, "empty"));

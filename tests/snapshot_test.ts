@@ -1984,6 +1984,19 @@ test("a host that fails to read a process (EMFILE) does not take it for ended: t
   assert.equal(await p.memoryChunkedSha256(), hash);
 });
 
+test("a process the host fails to read (EMFILE) as its tree is ended is not taken for the snapshot's own: not ended", async () => {
+  const sim = new SimulatedMachine();
+  const p = sim.spawn({ memoryMiB: 1024 });
+  let failing = false;
+  const identify = (id: number) =>
+    failing ? Promise.reject(new Error("EMFILE: too many open files")) : sim.host.identify!(id);
+  const machine = machineWith(sim, { host: hostWith(sim.host, { identify }) });
+  const onProgress = (e: SnapshotEvent) =>
+    void (e.type === "phase" && e.phase === "end" && (failing = true));
+  await snapshot([p.pid], newDir(), { machine, onProgress });
+  live(sim, p.pid); // a pid the host cannot say is still ours may be another process's now
+});
+
 test("a process that ends during the dump holds back no other: each other one runs, as a job too", async () => {
   for (const job of [false, true]) {
     const sim = new SimulatedMachine({ gpus: 2 });
