@@ -148,8 +148,6 @@ class CriuEngine implements SnapshotEngine {
         ...["--images-dir", request.imagesDir, "--leave-running"],
         ...(request.tcpEstablished ? ["--tcp-established"] : []),
       ], { ...request, worksOn: () => treeOf(request.root) });
-      const stopped = `the dump of the tree of ${request.root} was stopped`;
-      if (request.signal?.aborted) throw new EngineError(stopped, { log: log.shown });
       const pstree = path.join(request.imagesDir, "pstree.img");
       try {
         const dumped = parsePstree(new Uint8Array(await readFile(pstree)));

@@ -20,8 +20,7 @@ export async function trustedProgram(file: string, what: string): Promise<string
     throw new Error(`${what} at ${file} is refused: ${why}.`);
   });
   const shown = real === file ? file : `${file} (${real})`;
-  const fault = await faultOf(real, "file", false) ?? await faultAbove(real) ??
-    ((await lstat(real)).mode & 0o111 ? undefined : `${real} is not executable`);
+  const fault = await faultOf(real, "file", false) ?? await faultAbove(real);
   if (fault) throw new Error(`${what} at ${shown} is refused: ${fault}.`);
   return real;
 }
